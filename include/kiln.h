@@ -1,0 +1,239 @@
+/*
+ * kiln.h — the one public header of kiln, a deep-learning engine in C.
+ *
+ * This header is the documentation. Everything a program needs to load an ONNX
+ * model (or build one in C), run it, and read its outputs is declared here.
+ *
+ * Conventions (SQLite / ONNX Runtime style):
+ *   - Objects are opaque handles. Every kiln_X_create / kiln_X_load has a kiln_X_free;
+ *     kiln_X_free(NULL) does nothing.
+ *   - Every call that can fail returns a kiln_status. On failure the context keeps a
+ *     readable message (kiln_context_message) naming the op, the node and the shapes.
+ *   - The library never calls exit() or abort() on bad input: malformed files, wrong
+ *     shapes and failed allocations come back as statuses.
+ *   - Objects created from a context must be freed before the context.
+ *
+ * A complete program (compiled by the test suite as tests/example_api.c):
+ *
+ *     kiln_context *ctx = NULL;
+ *     kiln_model *model = NULL;
+ *     kiln_session *sess = NULL;
+ *     kiln_tensor *x = NULL;
+ *     const kiln_tensor *y = NULL;
+ *     if (kiln_context_create(&ctx) != KILN_OK) return 1;
+ *     if (kiln_model_load_onnx(ctx, "model.onnx", &model) != KILN_OK ||
+ *         kiln_session_create(model, NULL, &sess) != KILN_OK ||
+ *         kiln_tensor_load_npy(ctx, "x.npy", &x) != KILN_OK ||
+ *         kiln_session_run(sess, 1, &x, 1, &y) != KILN_OK) {
+ *         fprintf(stderr, "kiln: %s\n", kiln_context_message(ctx));
+ *     } else {
+ *         kiln_tensor_save_npy(ctx, y, "y.npy");   // y belongs to the session
+ *     }
+ *     kiln_tensor_free(x);
+ *     kiln_session_free(sess);
+ *     kiln_model_free(model);
+ *     kiln_context_free(ctx);
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION "0.1.0"
+#define KILN_MAX_DIMS 8
+
+/* ---------------------------------------------------------------- statuses */
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad name, an out-of-range value */
+    KILN_ERR_OUT_OF_MEMORY = 2,    /* host or device allocation failed */
+    KILN_ERR_IO = 3,               /* a file could not be opened, read or written */
+    KILN_ERR_PARSE = 4,            /* a malformed, truncated or hostile file */
+    KILN_ERR_SHAPE = 5,            /* shapes that do not fit an op */
+    KILN_ERR_TYPE = 6,             /* dtypes that do not fit an op */
+    KILN_ERR_UNSUPPORTED = 7,      /* an op, attribute, dtype or backend kiln lacks */
+    KILN_ERR_GRAPH = 8,            /* a graph that is not well formed (cycles, undefined names) */
+    KILN_ERR_DEVICE = 9,           /* CUDA, cuDNN, cuBLAS or NCCL reported an error */
+    KILN_ERR_INTERNAL = 10         /* a kiln bug: please report it */
+} kiln_status;
+
+/* A short fixed name for a status ("shape error", ...). Never NULL. */
+const char *kiln_status_name(kiln_status s);
+
+/* ------------------------------------------------------------------- dtypes */
+
+/* Element types. The values are ONNX's TensorProto.DataType numbers. */
+typedef enum kiln_dtype {
+    KILN_DTYPE_UNDEFINED = 0,
+    KILN_F32 = 1,
+    KILN_U8 = 2,
+    KILN_I8 = 3,
+    KILN_U16 = 4,
+    KILN_I16 = 5,
+    KILN_I32 = 6,
+    KILN_I64 = 7,
+    KILN_BOOL = 9,
+    KILN_F16 = 10,
+    KILN_F64 = 11,
+    KILN_U32 = 12,
+    KILN_U64 = 13,
+    KILN_BF16 = 16
+} kiln_dtype;
+
+/* Bytes per element (0 for an unknown dtype) and a short name ("f32", ...). */
+size_t kiln_dtype_size(kiln_dtype t);
+const char *kiln_dtype_name(kiln_dtype t);
+
+/* Physical layout of a 4-D tensor. Dimensions are always given in NCHW order;
+ * the format says how elements are laid out in memory. */
+typedef enum kiln_format {
+    KILN_FORMAT_NCHW = 0, /* contiguous, row-major in the order of the dimensions */
+    KILN_FORMAT_NHWC = 1  /* channels_last: (N,H,W,C) in memory */
+} kiln_format;
+
+/* ------------------------------------------------------------------ context */
+
+typedef struct kiln_context kiln_context;
+
+/* Create a context: the owner of error messages and settings (threads). */
+kiln_status kiln_context_create(kiln_context **out);
+void kiln_context_free(kiln_context *ctx);
+
+/* The message of the last failed call on this context ("" if none). The pointer stays
+ * valid until the next call on the context. */
+const char *kiln_context_message(const kiln_context *ctx);
+
+/* Threads used by CPU kernels (0: all cores, the default). */
+kiln_status kiln_context_set_threads(kiln_context *ctx, int threads);
+
+/* ------------------------------------------------------------------ tensors */
+
+typedef struct kiln_tensor kiln_tensor;
+
+/* A new host tensor with its own zeroed storage. dims may be NULL when ndim is 0. */
+kiln_status kiln_tensor_create(kiln_context *ctx, kiln_dtype dtype, int ndim,
+                               const int64_t *dims, kiln_tensor **out);
+/* A tensor that views caller memory (not copied, not freed by kiln). */
+kiln_status kiln_tensor_wrap(kiln_context *ctx, kiln_dtype dtype, int ndim,
+                             const int64_t *dims, void *data, kiln_tensor **out);
+void kiln_tensor_free(kiln_tensor *t);
+
+kiln_dtype kiln_tensor_dtype(const kiln_tensor *t);
+int kiln_tensor_ndim(const kiln_tensor *t);
+/* Dimension i (0 <= i < ndim), or -1 when i is out of range. */
+int64_t kiln_tensor_dim(const kiln_tensor *t, int i);
+int64_t kiln_tensor_numel(const kiln_tensor *t);
+size_t kiln_tensor_nbytes(const kiln_tensor *t);
+kiln_format kiln_tensor_format(const kiln_tensor *t);
+/* Host pointer to the elements (NULL for a tensor with no storage). */
+void *kiln_tensor_data(const kiln_tensor *t);
+
+/* NumPy .npy files (format 1.0-3.0, C order, little-endian numeric dtypes). */
+kiln_status kiln_tensor_load_npy(kiln_context *ctx, const char *path, kiln_tensor **out);
+kiln_status kiln_tensor_save_npy(kiln_context *ctx, const kiln_tensor *t, const char *path);
+/* An ONNX TensorProto file (the .pb files of ONNX's test data). */
+kiln_status kiln_tensor_load_onnx_pb(kiln_context *ctx, const char *path, kiln_tensor **out);
+
+/* -------------------------------------------------------------------- model */
+
+/* A model is an immutable static graph plus its weights once loaded or finalized.
+ * Sessions share it; several sessions may run one model. */
+typedef struct kiln_model kiln_model;
+
+/* Load an ONNX model (opsets 11 to 21). External data files are read from the
+ * directory of path. Local functions are inlined. */
+kiln_status kiln_model_load_onnx(kiln_context *ctx, const char *path, kiln_model **out);
+/* The same from memory; external data, if any, is looked up relative to base_dir
+ * (NULL: external data is an error). */
+kiln_status kiln_model_load_onnx_buffer(kiln_context *ctx, const void *data, size_t size,
+                                        const char *base_dir, kiln_model **out);
+void kiln_model_free(kiln_model *m);
+
+/* Building a model in C: create, add inputs, initializers, nodes and outputs, then
+ * finalize (validation and shape inference). A model cannot be changed after that. */
+typedef struct kiln_node kiln_node;
+
+kiln_status kiln_model_create(kiln_context *ctx, kiln_model **out);
+/* A graph input. A dim of -1 is symbolic (e.g. the batch), fixed when a session runs. */
+kiln_status kiln_model_add_input(kiln_model *m, const char *name, kiln_dtype dtype, int ndim,
+                                 const int64_t *dims);
+/* An initializer (weight); the tensor is copied. */
+kiln_status kiln_model_add_initializer(kiln_model *m, const char *name, const kiln_tensor *t);
+/* A node. Empty string ("") names a missing optional input. The node handle stays
+ * valid until finalize; use it to set attributes. */
+kiln_status kiln_model_add_node(kiln_model *m, const char *op_type, const char *name,
+                                int n_inputs, const char *const *inputs, int n_outputs,
+                                const char *const *outputs, kiln_node **out);
+kiln_status kiln_node_set_int(kiln_node *n, const char *attr, int64_t v);
+kiln_status kiln_node_set_float(kiln_node *n, const char *attr, float v);
+kiln_status kiln_node_set_string(kiln_node *n, const char *attr, const char *v);
+kiln_status kiln_node_set_ints(kiln_node *n, const char *attr, int count, const int64_t *v);
+kiln_status kiln_node_set_floats(kiln_node *n, const char *attr, int count, const float *v);
+kiln_status kiln_model_add_output(kiln_model *m, const char *name);
+kiln_status kiln_model_finalize(kiln_model *m);
+
+int kiln_model_num_inputs(const kiln_model *m);
+int kiln_model_num_outputs(const kiln_model *m);
+int kiln_model_num_nodes(const kiln_model *m);
+/* Name, dtype and dims of input/output i (dims: -1 where symbolic). NULL name if out of range. */
+const char *kiln_model_input_name(const kiln_model *m, int i);
+const char *kiln_model_output_name(const kiln_model *m, int i);
+kiln_status kiln_model_input_info(const kiln_model *m, int i, kiln_dtype *dtype, int *ndim,
+                                  int64_t dims[KILN_MAX_DIMS]);
+
+/* ------------------------------------------------------------------ session */
+
+typedef enum kiln_device {
+    KILN_DEVICE_CPU = 0,
+    KILN_DEVICE_CUDA = 1
+} kiln_device;
+
+typedef struct kiln_session_options {
+    kiln_device device; /* KILN_DEVICE_CPU (default) */
+    int threads;        /* CPU threads; 0: the context's setting */
+    int no_fold;        /* 1: skip constant folding when planning (for ablation and tests) */
+} kiln_session_options;
+
+/* A session runs a model on one device. It builds one plan per input shape (shape
+ * inference, constant folding, memory planning into one arena) on the first run with
+ * that shape and reuses it; nothing is allocated by a run that reuses a plan.
+ * opts may be NULL for the defaults. */
+typedef struct kiln_session kiln_session;
+
+kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
+                                kiln_session **out);
+void kiln_session_free(kiln_session *s);
+
+/* Run the model. inputs[i] binds graph input i (in kiln_model_input_name order).
+ * outputs[j] receives graph output j: a tensor owned by the session, valid until the
+ * next run or the session's free. n_outputs may be smaller than the model's count. */
+kiln_status kiln_session_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs,
+                             int n_outputs, const kiln_tensor **outputs);
+
+/* Statistics of the plan used by the last run. */
+typedef struct kiln_plan_stats {
+    size_t arena_bytes;    /* peak activation memory: the one arena of the plan */
+    size_t naive_bytes;    /* what one buffer per value would have taken */
+    size_t constant_bytes; /* weights and folded constants */
+    size_t workspace_bytes;/* scratch memory shared by kernels */
+    int nodes;             /* nodes executed per run (after folding) */
+    int folded;            /* nodes computed once at plan time */
+} kiln_plan_stats;
+kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out);
+
+/* -------------------------------------------------------------- op registry */
+
+/* The number of ops kiln knows and the name of op i (NULL when out of range). */
+int kiln_op_count(void);
+const char *kiln_op_name(int i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_H */

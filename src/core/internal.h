@@ -1,0 +1,254 @@
+/*
+ * internal.h — what kiln's own files share: tensors, the graph, attributes, the op
+ * contract and the helpers every op file uses. Not installed; the public API is
+ * include/kiln.h.
+ */
+#ifndef KILN_INTERNAL_H
+#define KILN_INTERNAL_H
+
+#include "kiln.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define KILN_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define KILN_PRINTF(a, b)
+#endif
+
+/* ------------------------------------------------------------------ context */
+
+struct kiln_context {
+    char msg[2048];
+    int threads;
+};
+
+/* Record a message on ctx and return st. Use as `return kiln_fail(ctx, KILN_ERR_IO, ...)`. */
+kiln_status kiln_fail(kiln_context *ctx, kiln_status st, const char *fmt, ...) KILN_PRINTF(3, 4);
+kiln_status kiln_failv(kiln_context *ctx, kiln_status st, const char *fmt, va_list ap);
+/* Prefix the message already on ctx with more context ("while loading x.onnx: "). */
+void kiln_msg_prefix(kiln_context *ctx, const char *fmt, ...) KILN_PRINTF(2, 3);
+void kiln_clear_error(kiln_context *ctx);
+
+/* Allocation that records an out-of-memory message naming what was allocated. */
+void *kiln_malloc(kiln_context *ctx, size_t n, const char *what);
+void *kiln_calloc(kiln_context *ctx, size_t count, size_t size, const char *what);
+char *kiln_strdup(kiln_context *ctx, const char *s);
+
+/* -------------------------------------------------------------------- dtype */
+
+bool kiln_dtype_valid(kiln_dtype t);
+bool kiln_dtype_is_float(kiln_dtype t);   /* f16 bf16 f32 f64 */
+bool kiln_dtype_is_int(kiln_dtype t);     /* signed and unsigned integers (not bool) */
+bool kiln_dtype_is_signed(kiln_dtype t);  /* floats and signed integers */
+
+float kiln_f16_to_f32(uint16_t h);
+uint16_t kiln_f32_to_f16(float f);   /* round to nearest even */
+float kiln_bf16_to_f32(uint16_t h);
+uint16_t kiln_f32_to_bf16(float f);  /* round to nearest even */
+
+/* ------------------------------------------------------------------- tensor */
+
+struct kiln_tensor {
+    kiln_dtype dtype;
+    int ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    kiln_format format; /* meaningful for ndim == 4 only */
+    void *data;         /* NULL: shape only (e.g. during shape inference) */
+    bool owns_data;
+    kiln_context *ctx;  /* for tensors created through the public API */
+};
+
+int64_t kiln_numel(int ndim, const int64_t *dims);
+int64_t kiln_tensor_numel(const kiln_tensor *t);
+/* Set dtype and shape of a (data-less) tensor. */
+void kiln_tensor_set_shape(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims);
+/* "f32[1,3,224,224]" into buf; returns buf. */
+char *kiln_shape_str(const kiln_tensor *t, char *buf, size_t n);
+/* A new owning tensor with zeroed data (internal: ctx may be NULL). NULL on OOM. */
+kiln_tensor *kiln_tensor_new(kiln_context *ctx, kiln_dtype dtype, int ndim, const int64_t *dims);
+/* A deep copy (NULL on OOM). */
+kiln_tensor *kiln_tensor_clone(kiln_context *ctx, const kiln_tensor *t);
+
+/* Element access in any dtype, converting through double / int64. Written for clarity,
+ * for reference kernels; fast kernels use typed pointers. Index is the flat index. */
+double kiln_get_f64(const kiln_tensor *t, int64_t i);
+void kiln_set_f64(kiln_tensor *t, int64_t i, double v);
+int64_t kiln_get_i64(const kiln_tensor *t, int64_t i);
+void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v);
+/* Copy element i of src (any dtype) to element j of dst (same dtype). */
+void kiln_copy_elem(kiln_tensor *dst, int64_t j, const kiln_tensor *src, int64_t i);
+
+/* Row-major strides of dims, in elements. */
+void kiln_strides(int ndim, const int64_t *dims, int64_t *strides);
+/* Normalize an axis in [-r, r) to [0, r); returns false when out of range. */
+bool kiln_norm_axis(int64_t *axis, int rank);
+
+/* numpy broadcasting of two shapes. false when they do not broadcast. */
+bool kiln_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout,
+                          int64_t *out);
+/* Strides (elements) for reading a tensor of shape (nin, in) broadcast to (nout, out):
+ * 0 on broadcast dims. Use with kiln_index_next. */
+void kiln_broadcast_strides(int nin, const int64_t *in, int nout, const int64_t *out,
+                            int64_t *strides);
+/* Advance a multi-index over dims (row-major); adds strides of up to 3 operands to offs.
+ * Returns false after the last element. Typical loop:
+ *   int64_t idx[8] = {0}, off[3] = {0};
+ *   for (int64_t i = 0; i < n; i++) { ...use off[0], off[1]...; kiln_index_next(nd, dims, idx, 2, st, off); } */
+bool kiln_index_next(int ndim, const int64_t *dims, int64_t *idx, int nops,
+                     const int64_t (*strides)[KILN_MAX_DIMS], int64_t *offs);
+
+/* --------------------------------------------------------------- attributes */
+
+typedef enum kiln_attr_type {
+    KILN_ATTR_NONE = 0,
+    KILN_ATTR_FLOAT,
+    KILN_ATTR_INT,
+    KILN_ATTR_STRING,
+    KILN_ATTR_TENSOR,
+    KILN_ATTR_FLOATS,
+    KILN_ATTR_INTS,
+    KILN_ATTR_STRINGS,
+    KILN_ATTR_GRAPH /* subgraphs are not supported: the importer rejects nodes carrying them */
+} kiln_attr_type;
+
+typedef struct kiln_attr {
+    char *name;
+    kiln_attr_type type;
+    float f;
+    int64_t i;
+    char *s;           /* STRING */
+    int n;             /* count for FLOATS / INTS / STRINGS */
+    float *floats;
+    int64_t *ints;
+    char **strings;
+    kiln_tensor *t;    /* TENSOR (owned) */
+} kiln_attr;
+
+/* ---------------------------------------------------------------------- graph */
+
+/* A value: an edge of the graph. Shapes use -1 for an unknown / symbolic dim until a
+ * plan fixes them. */
+typedef struct kiln_value {
+    char *name;
+    kiln_dtype dtype;
+    int ndim;          /* -1: rank unknown */
+    int64_t dims[KILN_MAX_DIMS];
+    char *dim_param[KILN_MAX_DIMS]; /* symbolic names of graph inputs' dims (or NULL) */
+    kiln_tensor *init; /* initializer data (owned), or NULL */
+    int producer;      /* node index, or -1 (graph input / initializer) */
+    bool is_input;
+    bool is_output;
+} kiln_value;
+
+struct kiln_node {
+    char *op_type;
+    char *name;     /* never NULL; "" if the file gave none */
+    char *domain;   /* "" for the default ONNX domain */
+    int op;         /* index into the op registry, -1 if unknown */
+    int opset;      /* opset version of the node's domain */
+    int n_in;
+    int *in;        /* value indices, -1 for a missing optional input */
+    int n_out;
+    int *out;       /* value indices, -1 for a missing optional output */
+    int n_attrs;
+    kiln_attr *attrs;
+    kiln_model *model; /* back pointer, for the builder API */
+};
+
+struct kiln_model {
+    kiln_context *ctx;
+    int n_values, cap_values;
+    kiln_value *values;
+    int n_nodes, cap_nodes;
+    kiln_node *nodes;   /* in topological order once finalized */
+    int n_inputs, *inputs;   /* graph inputs (not initializers) */
+    int n_outputs, *outputs;
+    int opset;          /* default-domain opset */
+    bool finalized;
+    char *producer;     /* e.g. "pytorch 2.11" */
+};
+
+/* Value lookup / creation by name (-1 if absent / on OOM). */
+int kiln_model_find_value(const kiln_model *m, const char *name);
+int kiln_model_get_value(kiln_model *m, const char *name);
+/* Add a node with already-resolved value indices; returns the node index or -1 (OOM). The
+ * attrs array is taken over (may be NULL). */
+int kiln_model_add_node_raw(kiln_model *m, const char *op_type, const char *name,
+                            const char *domain, int n_in, const int *in, int n_out,
+                            const int *out, int n_attrs, kiln_attr *attrs);
+void kiln_attr_clear(kiln_attr *a);
+
+/* Attribute lookup for ops. The typed getters return dflt when absent. */
+const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name);
+int64_t kiln_attr_int(const kiln_node *n, const char *name, int64_t dflt);
+float kiln_attr_float(const kiln_node *n, const char *name, float dflt);
+const char *kiln_attr_string(const kiln_node *n, const char *name, const char *dflt);
+/* INTS: count in *count (0 and NULL when absent). */
+const int64_t *kiln_attr_ints(const kiln_node *n, const char *name, int *count);
+const float *kiln_attr_floats(const kiln_node *n, const char *name, int *count);
+
+/* --------------------------------------------------------------------- ops */
+
+typedef struct kiln_op_ctx {
+    kiln_context *kctx;
+    const kiln_node *node;
+    int n_in;
+    kiln_tensor **in;  /* in[i] NULL for a missing optional input. During infer, data is
+                          non-NULL only where the value is known (constant) */
+    int n_out;
+    kiln_tensor **out; /* infer sets dtype/shape; forward writes data (already allocated) */
+    void *workspace;   /* forward: cpu_workspace() bytes of scratch, 64-byte aligned */
+    size_t workspace_size;
+    uint64_t seed;     /* random ops (Dropout in training): seed for this run */
+} kiln_op_ctx;
+
+/* Fail with a message that names the op, the node and the input shapes:
+ *   Conv node 'conv1' [X: f32[1,3,224,224], W: f32[64,4,7,7]]: <your message> */
+kiln_status kiln_op_fail(kiln_op_ctx *c, kiln_status st, const char *fmt, ...) KILN_PRINTF(3, 4);
+
+/* Shorthand used inside infer: check an input's presence / dtype. */
+#define KILN_OP_CHECK(c, cond, st, ...) \
+    do { if (!(cond)) return kiln_op_fail((c), (st), __VA_ARGS__); } while (0)
+
+typedef struct kiln_op_def {
+    const char *name;            /* ONNX op_type */
+    int min_inputs, max_inputs;  /* max -1: variadic */
+    int min_outputs, max_outputs;
+    /* Bit i set: input i's data must be known when the plan is built (Reshape's shape,
+     * Slice's starts...). The planner supplies constants and the values of graph inputs. */
+    uint32_t value_inputs;
+    /* Sets out[i] dtype and shape (via kiln_tensor_set_shape) from inputs and attributes,
+     * returning KILN_ERR_SHAPE / KILN_ERR_TYPE / KILN_ERR_UNSUPPORTED with kiln_op_fail. */
+    kiln_status (*infer)(kiln_op_ctx *c);
+    /* The CPU reference: reads in[], writes out[] (allocated with the inferred shapes). */
+    kiln_status (*cpu_forward)(kiln_op_ctx *c);
+    /* Scratch bytes the CPU forward needs for these shapes (NULL: none). */
+    size_t (*cpu_workspace)(const kiln_op_ctx *c);
+    /* Self-test cases; returns the number of failed checks. NULL: none. */
+    int (*test)(void);
+    /* Output i may share input 0's storage (views such as Reshape). Bit mask. */
+    uint32_t alias_outputs;
+} kiln_op_def;
+
+/* The registry: ops.def is the one list. */
+int kiln_op_count(void);
+const kiln_op_def *kiln_op_get(int i);
+const kiln_op_def *kiln_op_find(const char *name); /* NULL if unknown */
+int kiln_op_index(const char *name);                /* -1 if unknown */
+
+/* Run one op's infer on shape-only tensors then its forward (used by tests, constant
+ * folding). Outputs are new owning tensors. */
+kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in,
+                         kiln_tensor **in, int n_out, kiln_tensor **out);
+
+/* --------------------------------------------------------------- threading */
+
+/* Number of threads CPU kernels should use (the context setting, or all cores). */
+int kiln_cpu_threads(void);
+void kiln_cpu_set_threads(int n);
+
+#endif /* KILN_INTERNAL_H */

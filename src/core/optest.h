@@ -1,0 +1,54 @@
+/*
+ * optest.h — helpers for the test cases that live in each op file (the `test` member of
+ * kiln_op_def). A case builds one node, runs shape inference and the CPU reference, and
+ * compares with expected values as |x - ref| <= atol + rtol*|ref| (NaN never passes),
+ * printing the share of the error budget used.
+ *
+ *   static int test(void) {
+ *       int fails = 0;
+ *       kiln_tensor *x = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(-1, 0, 2, -3));
+ *       kiln_tensor *y = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(0, 0, 2, 0));
+ *       fails += kiln_optest("Relu", "", 1, &x, 1, &y, 0, 0, "relu basic");
+ *       return fails;
+ *   }
+ *
+ * Attribute text: "axis=1;alpha=0.5;mode=reflect;pads=[1,2,1,2];scales=[1.0,2.0]".
+ * A value with '.' or 'e' is a float, a bracketed list is INTS or FLOATS, anything not
+ * numeric is a string. Getters accept an INT where a FLOAT is asked for.
+ * The helpers take ownership of the tensors passed to them.
+ */
+#ifndef KILN_OPTEST_H
+#define KILN_OPTEST_H
+
+#include "internal.h"
+
+#define KT_DIMS(...) ((const int64_t[]){__VA_ARGS__})
+#define KT_VALS(...) ((const double[]){__VA_ARGS__})
+
+/* A tensor of dtype with values converted from doubles (vals may be NULL: zeros). */
+kiln_tensor *kt_make(kiln_dtype dt, int ndim, const int64_t *dims, const double *vals);
+/* A tensor filled with uniform random values in [lo, hi) from a fixed-seed generator. */
+kiln_tensor *kt_rand(kiln_dtype dt, int ndim, const int64_t *dims, double lo, double hi,
+                     uint64_t seed);
+/* A scalar (rank 0) tensor. */
+kiln_tensor *kt_scalar(kiln_dtype dt, double v);
+
+/* Run op on inputs (NULL entries: missing optional inputs) and compare outputs with
+ * expect (NULL entries: not checked). opset 0 means the newest (21). Returns 0 on
+ * success, 1 on failure (after printing why). Frees in[] and expect[]. */
+int kiln_optest_opset(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
+                      int n_out, kiln_tensor **expect, double atol, double rtol,
+                      const char *label);
+int kiln_optest(const char *op, const char *attrs, int n_in, kiln_tensor **in, int n_out,
+                kiln_tensor **expect, double atol, double rtol, const char *label);
+/* Expect the op to be rejected with status want (checked at infer or forward), and the
+ * message to be non-empty. Returns 0 if it was, 1 otherwise. Frees in[]. */
+int kiln_optest_fails(const char *op, const char *attrs, int n_in, kiln_tensor **in,
+                      int n_out, kiln_status want, const char *label);
+/* Compare two tensors (dtype, shape, values); prints a line. 0 if equal within tolerance. */
+int kiln_tensor_compare(const kiln_tensor *got, const kiln_tensor *want, double atol,
+                        double rtol, const char *label);
+/* Parse attribute text into a freshly allocated array (NULL + *n=0 for ""). */
+kiln_status kiln_attrs_parse(kiln_context *ctx, const char *text, kiln_attr **out, int *n);
+
+#endif

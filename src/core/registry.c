@@ -1,0 +1,34 @@
+/* registry.c — the op registry, generated from ops.def. */
+#include "internal.h"
+
+#include <string.h>
+
+#define KILN_OP(sym) extern const kiln_op_def kiln_op_##sym;
+#include "../ops/ops.def"
+#undef KILN_OP
+
+static const kiln_op_def *const registry[] = {
+#define KILN_OP(sym) &kiln_op_##sym,
+#include "../ops/ops.def"
+#undef KILN_OP
+};
+
+int kiln_op_count(void) { return (int)(sizeof registry / sizeof registry[0]); }
+
+const kiln_op_def *kiln_op_get(int i) {
+    return (i >= 0 && i < kiln_op_count()) ? registry[i] : NULL;
+}
+
+const char *kiln_op_name(int i) {
+    const kiln_op_def *d = kiln_op_get(i);
+    return d ? d->name : NULL;
+}
+
+int kiln_op_index(const char *name) {
+    if (!name) return -1;
+    for (int i = 0; i < kiln_op_count(); i++)
+        if (strcmp(registry[i]->name, name) == 0) return i;
+    return -1;
+}
+
+const kiln_op_def *kiln_op_find(const char *name) { return kiln_op_get(kiln_op_index(name)); }
