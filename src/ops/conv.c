@@ -197,26 +197,13 @@ static kiln_tensor *direct(const rand_conv *p, const int64_t *out, const kiln_te
     return y;
 }
 
-static void append_ints(char *buf, size_t size, const char *name, int n, const int64_t *a,
-                        const int64_t *b, int64_t dflt) {
-    size_t len = strlen(buf);
-    len += (size_t)snprintf(buf + len, size - len, ";%s=[", name);
-    for (int i = 0; i < 2 * n; i++) {
-        if (i >= n && !b) break;
-        int64_t v = i < n ? a[i] : b[i - n];
-        len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? "," : "",
-                                (long long)(v ? v : dflt));
-    }
-    snprintf(buf + len, size - len, "]");
-}
-
 static int random_case(const char *label, const rand_conv *p, uint64_t seed) {
     const int nd = p->nd;
     char attrs[256];
     snprintf(attrs, sizeof attrs, "group=%lld", (long long)p->G);
-    append_ints(attrs, sizeof attrs, "strides", nd, p->s, NULL, 1);
-    append_ints(attrs, sizeof attrs, "dilations", nd, p->d, NULL, 1);
-    append_ints(attrs, sizeof attrs, "pads", nd, p->pb, p->pe, 0);
+    kiln_attr_text_ints(attrs, sizeof attrs, "strides", nd, p->s, NULL, 1);
+    kiln_attr_text_ints(attrs, sizeof attrs, "dilations", nd, p->d, NULL, 1);
+    kiln_attr_text_ints(attrs, sizeof attrs, "pads", nd, p->pb, p->pe, 0);
     int64_t xd[5] = {p->N, p->C}, wd[5] = {p->M, p->C / p->G}, out[3], K = p->C / p->G;
     for (int i = 0; i < nd; i++) {
         int64_t s = p->s[i] ? p->s[i] : 1, d = p->d[i] ? p->d[i] : 1;

@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ geometry */
@@ -376,4 +377,16 @@ kiln_status kiln_global_pool_infer(kiln_op_ctx *c) {
     for (int i = 0; i < x->ndim; i++) dims[i] = i < 2 ? x->dims[i] : 1;
     kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, dims);
     return KILN_OK;
+}
+
+void kiln_attr_text_ints(char *buf, size_t size, const char *name, int n, const int64_t *a,
+                         const int64_t *b, int64_t dflt) {
+    size_t len = strlen(buf);
+    len += (size_t)snprintf(buf + len, size - len, ";%s=[", name);
+    for (int i = 0; i < (b ? 2 * n : n) && len < size; i++) {
+        int64_t v = i < n ? a[i] : b[i - n];
+        len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? "," : "",
+                                (long long)(v ? v : dflt));
+    }
+    if (len < size) snprintf(buf + len, size - len, "]");
 }
