@@ -147,7 +147,8 @@ static int test(void) {
             kt_make(KILN_F32, 3, KT_DIMS(1, 1, 4), KT_VALS(5.5, 1.33333333, -2, 6)),
         };
         fails += kiln_optest("AveragePool",
-                             "kernel_shape=[3];strides=[2];pads=[1,1];ceil_mode=1;count_include_pad=0",
+                             "kernel_shape=[3];strides=[2];pads=[1,1];ceil_mode=1;"
+                             "count_include_pad=0",
                              1, in, 1, want, 1e-6, 1e-6,
                              "averagepool 1-D ceil_mode pads count_include_pad=0");
     }
@@ -171,7 +172,8 @@ static int test(void) {
             kt_make(KILN_F32, 3, KT_DIMS(1, 1, 4), KT_VALS(3.66666667, 1.33333333, -2, 3)),
         };
         fails += kiln_optest("AveragePool",
-                             "kernel_shape=[3];strides=[2];pads=[1,1];ceil_mode=1;count_include_pad=1",
+                             "kernel_shape=[3];strides=[2];pads=[1,1];ceil_mode=1;"
+                             "count_include_pad=1",
                              1, in, 1, want, 1e-6, 1e-6,
                              "averagepool 1-D ceil_mode pads count_include_pad=1");
     }

@@ -69,8 +69,9 @@ static kiln_status conv_shape_get(kiln_op_ctx *c, conv_shape *s) {
     s->K = s->w.k[0] * s->w.k[1] * s->w.k[2];
     s->I = s->w.img[0] * s->w.img[1] * s->w.img[2];
     s->O = s->w.grid[0] * s->w.grid[1] * s->w.grid[2];
-    KILN_OP_CHECK(c, kiln_blas_fits(s->Mg) && kiln_blas_fits(s->O) && kiln_blas_fits(s->Cg * s->K),
-                  KILN_ERR_UNSUPPORTED, "products of (%lld, %lld, %lld) exceed the BLAS's int range",
+    KILN_OP_CHECK(c, kiln_blas_fits(s->Mg) && kiln_blas_fits(s->O) &&
+                         kiln_blas_fits(s->Cg * s->K),
+                  KILN_ERR_UNSUPPORTED, "products of (%lld, %lld, %lld) exceed the BLAS int range",
                   (long long)s->Mg, (long long)s->O, (long long)(s->Cg * s->K));
     return KILN_OK;
 }

@@ -109,8 +109,9 @@ static kiln_status shape_get(kiln_op_ctx *c, convt_shape *s) {
     s->K = s->w.k[0] * s->w.k[1] * s->w.k[2];
     s->I = s->w.grid[0] * s->w.grid[1] * s->w.grid[2];
     s->O = s->w.img[0] * s->w.img[1] * s->w.img[2];
-    KILN_OP_CHECK(c, kiln_blas_fits(s->Mg * s->K) && kiln_blas_fits(s->I) && kiln_blas_fits(s->Cg),
-                  KILN_ERR_UNSUPPORTED, "products of (%lld, %lld, %lld) exceed the BLAS's int range",
+    KILN_OP_CHECK(c, kiln_blas_fits(s->Mg * s->K) && kiln_blas_fits(s->I) &&
+                         kiln_blas_fits(s->Cg),
+                  KILN_ERR_UNSUPPORTED, "products of (%lld, %lld, %lld) exceed the BLAS int range",
                   (long long)(s->Mg * s->K), (long long)s->I, (long long)s->Cg);
     return KILN_OK;
 }

@@ -49,7 +49,7 @@ static kiln_status shape_get(kiln_op_ctx *c, gemm_shape *s) {
                       (long long)s->M, (long long)s->N);
     }
     KILN_OP_CHECK(c, kiln_blas_fits(s->M) && kiln_blas_fits(s->N) && kiln_blas_fits(s->K),
-                  KILN_ERR_UNSUPPORTED, "(M, N, K) = (%lld, %lld, %lld) exceeds the BLAS's int range",
+                  KILN_ERR_UNSUPPORTED, "(M, N, K) = (%lld, %lld, %lld) exceeds the BLAS int range",
                   (long long)s->M, (long long)s->N, (long long)s->K);
     return KILN_OK;
 }

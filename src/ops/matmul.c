@@ -60,7 +60,7 @@ static kiln_status shape_get(kiln_op_ctx *c, mm_shape *s) {
     if (rb > 1) s->ydims[s->ydim++] = s->N;
     KILN_OP_CHECK(c, kiln_blas_fits(s->M * s->batch) && kiln_blas_fits(s->N) &&
                      kiln_blas_fits(s->K),
-                  KILN_ERR_UNSUPPORTED, "(M, N, K) = (%lld, %lld, %lld) exceeds the BLAS's int range",
+                  KILN_ERR_UNSUPPORTED, "(M, N, K) = (%lld, %lld, %lld) exceeds the BLAS int range",
                   (long long)(s->M * s->batch), (long long)s->N, (long long)s->K);
     return KILN_OK;
 }
