@@ -185,14 +185,10 @@ static void chunk_f32(const kiln_bcast_chunk *ch, void *arg) {
 
 static void chunk_f64(const kiln_bcast_chunk *ch, void *arg) {
     const job *j = arg;
-    const bool int_out = !kiln_dtype_is_float(j->y->dtype);
     for (int64_t i = 0; i < ch->n; i++) {
         double v = j->k->f64(kiln_get_f64(j->a, ch->off[0] + i * ch->inc[0]),
                              kiln_get_f64(j->b, ch->off[1] + i * ch->inc[1]));
-        if (int_out)
-            kiln_set_i64(j->y, ch->y + i, kiln_f64_to_i64_sat(v));
-        else
-            kiln_set_f64(j->y, ch->y + i, v);
+        kiln_set_f64(j->y, ch->y + i, v); /* to an integer y: truncated, saturated */
     }
 }
 
@@ -235,11 +231,4 @@ kiln_status kiln_variadic_forward(kiln_op_ctx *c, const kiln_binary_kernels *k) 
     kiln_binary_apply(k, c->in[0], c->in[1], y);
     for (int i = 2; i < c->n_in; i++) kiln_binary_apply(k, y, c->in[i], y);
     return KILN_OK;
-}
-
-int64_t kiln_f64_to_i64_sat(double v) {
-    if (v != v) return 0;
-    if (v >= 9223372036854775808.0) return INT64_MAX;
-    if (v <= -9223372036854775808.0) return INT64_MIN;
-    return (int64_t)v;
 }

@@ -96,7 +96,8 @@ typedef void (*kiln_row_f32_fn)(void *y, const void *A, const void *B, int64_t n
  *   - both inputs f32 and row_f32 set: row_f32;
  *   - otherwise, either input a float dtype: f64 on the inputs converted to double; the
  *     result is rounded to the output dtype, or for an integer output (Pow with an integer
- *     base, comparisons) truncated toward zero and saturated, NaN giving 0;
+ *     base, comparisons) stored by kiln_set_f64: truncated toward zero, saturated to
+ *     int64 (NaN giving 0), then kept modulo the output width; bool is v != 0;
  *   - otherwise (integers, bool): i64 on the values converted to int64. uns says the
  *     inputs are unsigned: UINT64 values above INT64_MAX arrive as their bit pattern, so
  *     orderings and divisions must reinterpret them as uint64_t. The result is stored
@@ -132,9 +133,5 @@ kiln_status kiln_variadic_forward(kiln_op_ctx *c, const kiln_binary_kernels *k);
  * shape). y's dtype is the op's output dtype. */
 void kiln_binary_apply(const kiln_binary_kernels *k, const kiln_tensor *a,
                        const kiln_tensor *b, kiln_tensor *y);
-
-/* double -> int64: truncation toward zero, saturated at the int64 limits, NaN -> 0 (C
- * leaves out-of-range conversions undefined). */
-int64_t kiln_f64_to_i64_sat(double v);
 
 #endif
