@@ -203,7 +203,7 @@ typedef enum kiln_device {
 typedef struct kiln_session_options {
     kiln_device device; /* KILN_DEVICE_CPU (default) */
     int threads;        /* CPU threads; 0: the context's setting */
-    int no_fold;        /* 1: skip constant folding when planning (for ablation and tests) */
+    int no_fold;        /* 1: fold only shape computations (outputs of <= 64 elements) */
 } kiln_session_options;
 
 /* A session runs a model on one device. It builds one plan per input shape (shape

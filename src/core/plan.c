@@ -81,10 +81,12 @@ static int missing_value_input(const kiln_plan *p, const kiln_node *n, const kil
     return -1;
 }
 
-static bool foldable(const kiln_plan *p, const kiln_node *n) {
+static bool foldable(const kiln_plan *p, const kiln_node *n, const kiln_op_def *d) {
     if (strcmp(n->op_type, "Dropout") == 0) return false; /* random in training mode */
-    for (int k = 0; k < n->n_in; k++)
-        if (n->in[k] >= 0 && !p->known[n->in[k]]) return false;
+    for (int k = 0; k < n->n_in; k++) {
+        bool shape_only = k < 32 && (d->shape_only_inputs & (1u << k));
+        if (n->in[k] >= 0 && !p->known[n->in[k]] && !shape_only) return false;
+    }
     return true;
 }
 
@@ -190,7 +192,11 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
                                     (long long)kiln_tensor_numel(t));
             p->inferred[n->out[k]] = true;
         }
-        if (fold && foldable(p, n)) {
+        /* Shape computations (small outputs) always fold: later nodes may need their values.
+         * Larger constant subgraphs fold unless the session asked for no folding. */
+        bool small = true;
+        for (int k = 0; k < n->n_out; k++) small = small && kiln_tensor_numel(e->c.out[k]) <= 64;
+        if ((fold || small) && foldable(p, n, d)) {
             /* Run the CPU reference once; its outputs become constants of the plan. */
             for (int k = 0; k < n->n_out; k++) {
                 kiln_tensor *t = e->c.out[k];
