@@ -37,23 +37,22 @@ static int64_t taps_in_padded(const kiln_window *w, int t, int64_t g) {
             for (int64_t g0 = 0; g0 < G0; g0++)                                              \
                 for (int64_t g1 = 0; g1 < G1; g1++)                                          \
                     for (int64_t g2 = 0; g2 < G2; g2++) {                                    \
+                        int64_t lo0, hi0, lo1, hi1, lo2, hi2;                                \
+                        kiln_window_taps(w, 0, g0, &lo0, &hi0);                              \
+                        kiln_window_taps(w, 1, g1, &lo1, &hi1);                              \
+                        kiln_window_taps(w, 2, g2, &lo2, &hi2);                              \
+                        const int64_t b0 = g0 * w->s[0] - w->pb[0];                          \
+                        const int64_t b1 = g1 * w->s[1] - w->pb[1];                          \
+                        const int64_t b2 = g2 * w->s[2] - w->pb[2];                          \
                         double sum = 0;                                                      \
-                        int64_t count = 0;                                                   \
-                        for (int64_t j0 = 0; j0 < w->k[0]; j0++) {                           \
-                            const int64_t i0 = g0 * w->s[0] - w->pb[0] + j0 * w->d[0];       \
-                            if (i0 < 0 || i0 >= I0) continue;                                \
-                            for (int64_t j1 = 0; j1 < w->k[1]; j1++) {                       \
-                                const int64_t i1 = g1 * w->s[1] - w->pb[1] + j1 * w->d[1];   \
-                                if (i1 < 0 || i1 >= I1) continue;                            \
-                                for (int64_t j2 = 0; j2 < w->k[2]; j2++) {                   \
-                                    const int64_t i2 =                                       \
-                                        g2 * w->s[2] - w->pb[2] + j2 * w->d[2];              \
-                                    if (i2 < 0 || i2 >= I2) continue;                        \
-                                    sum += xp[(i0 * I1 + i1) * I2 + i2];                     \
-                                    count++;                                                 \
-                                }                                                            \
+                        for (int64_t j0 = lo0; j0 < hi0; j0++)                               \
+                            for (int64_t j1 = lo1; j1 < hi1; j1++) {                         \
+                                const int64_t row =                                          \
+                                    ((b0 + j0 * w->d[0]) * I1 + b1 + j1 * w->d[1]) * I2 + b2;\
+                                for (int64_t j2 = lo2; j2 < hi2; j2++)                       \
+                                    sum += xp[row + j2 * w->d[2]];                           \
                             }                                                                \
-                        }                                                                    \
+                        int64_t count = (hi0 - lo0) * (hi1 - lo1) * (hi2 - lo2);             \
                         if (include_pad)                                                     \
                             count = taps_in_padded(w, 0, g0) * taps_in_padded(w, 1, g1) *    \
                                     taps_in_padded(w, 2, g2);                                \

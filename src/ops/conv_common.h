@@ -43,6 +43,23 @@ typedef struct kiln_window {
 /* Slot of spatial dim i (0-based) of a window with nd spatial dims. */
 #define KILN_WIN_SLOT(w, i) (KILN_WIN_MAX - (w)->nd + (i))
 
+/* The taps j in [*lo, *hi) of slot t's window at grid position g that land inside img
+ * (0 <= g*s - pb + j*d < img): pooling loops run over these without bounds checks. Inline
+ * and division-free without dilation, since pools call it once per output. */
+static inline void kiln_window_taps(const kiln_window *w, int t, int64_t g, int64_t *lo,
+                                    int64_t *hi) {
+    const int64_t start = g * w->s[t] - w->pb[t], d = w->d[t];
+    int64_t a = -start, b = w->img[t] - start; /* the bounds for d == 1 */
+    if (d != 1) {
+        a = a <= 0 ? a / d : (a + d - 1) / d;  /* ceil(a / d); a <= 0 rounds toward 0 */
+        b = b <= 0 ? b / d : (b + d - 1) / d;
+    }
+    if (a < 0) a = 0;
+    if (b > w->k[t]) b = w->k[t];
+    *lo = a;
+    *hi = b > a ? b : a;
+}
+
 /* Read kernel_shape (or take kernel, the kernel dims of W, when non-NULL and the attribute
  * is absent; both must agree when both are given), strides, dilations, pads and auto_pad
  * for nd spatial dims and fill w's kernel, strides, dilations and explicit pads (grid and
