@@ -17,7 +17,6 @@
 
 #include <omp.h>
 #include <stdio.h>
-#include <string.h>
 
 typedef struct conv_shape {
     kiln_window w;
