@@ -67,7 +67,7 @@ static size_t workspace(const kiln_op_ctx *c) {
 }
 
 /* The values of p (broadcast to X, element strides st over X's dims) for the row whose
- * first element is at flat offset row_off of p, into dst[D]; 1 when p is absent. */
+ * first element is at flat offset row_off of p, into dst[D]; dflt when p is absent. */
 static void expand_row(const kiln_tensor *p, const int64_t *st, const kiln_tensor *x, int axis,
                        int64_t row_off, int64_t D, double dflt, double *dst) {
     if (!p) {

@@ -148,9 +148,9 @@ static void run_f(const kiln_tensor *x, int64_t base, int64_t n, int64_t s,
                   kiln_reduce_kind kind, double *acc) {
     double a = *acc;
     if (x->dtype == KILN_F32 || x->dtype == KILN_F64) {
-        const float *pf = (const float *)x->data + base;
-        const double *pd = (const double *)x->data + base;
         bool f32 = x->dtype == KILN_F32;
+        const float *pf = f32 ? (const float *)x->data + base : NULL;
+        const double *pd = f32 ? NULL : (const double *)x->data + base;
         if (kind == KILN_REDUCE_SUM || kind == KILN_REDUCE_MEAN) {
             if (f32) for (int64_t i = 0; i < n; i++) a += pf[i * s];
             else for (int64_t i = 0; i < n; i++) a += pd[i * s];

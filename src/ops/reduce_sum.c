@@ -68,6 +68,13 @@ static int test(void) {
     fails += kiln_optest_opset("ReduceSum", "axes=[0];keepdims=0", 11, 1, in, 1, &y, 0, 0,
                                "sum opset 11 axes attribute");
 
+    /* big enough for the threaded path: sum_i 300 i + j = 300*299*300/2 + 300 j */
+    in[0] = arange(KILN_F64, 2, KT_DIMS(300, 300));
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0));
+    y = kt_make(KILN_F64, 1, KT_DIMS(300), NULL);
+    for (int j = 0; j < 300; j++) kiln_set_f64(y, j, 300.0 * 299 * 300 / 2 + 300.0 * j);
+    fails += kiln_optest("ReduceSum", "keepdims=0", 2, in, 1, &y, 0, 0, "sum axis 0 (300,300)");
+
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(2));
     fails += kiln_optest_fails("ReduceSum", "", 2, in, 1, KILN_ERR_SHAPE, "sum axis out of range");

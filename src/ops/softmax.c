@@ -46,6 +46,12 @@ static int test(void) {
     fails += kiln_optest_opset("Softmax", "", 11, 1, &x, 1, &y, 1e-7, 1e-6,
                                "softmax opset 11 coerced 2-D");
 
+    /* big enough for the threaded path: equal inputs give 1/1000 everywhere */
+    x = kt_make(KILN_F32, 2, KT_DIMS(40, 1000), NULL);
+    y = kt_make(KILN_F32, 2, KT_DIMS(40, 1000), NULL);
+    for (int i = 0; i < 40000; i++) kiln_set_f64(y, i, 1e-3);
+    fails += kiln_optest("Softmax", "", 1, &x, 1, &y, 1e-9, 1e-6, "softmax (40,1000) uniform");
+
     x = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     fails += kiln_optest_fails("Softmax", "axis=2", 1, &x, 1, KILN_ERR_SHAPE, "softmax bad axis");
     x = kt_make(KILN_I32, 1, KT_DIMS(3), NULL);
