@@ -50,7 +50,7 @@ static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, kiln_p
         return KILN_OK;
     }
     kiln_plan *p = NULL;
-    kiln_status st = kiln_plan_build(s->m, inputs, !s->opts.no_fold, &p);
+    kiln_status st = kiln_plan_build(s->m, inputs, !s->opts.no_fold, true, &p);
     if (st) return st;
     if (s->n_plans == MAX_PLANS) kiln_plan_free(s->plans[--s->n_plans]);
     memmove(&s->plans[1], &s->plans[0], (size_t)s->n_plans * sizeof(kiln_plan *));
