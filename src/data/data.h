@@ -68,8 +68,8 @@ typedef struct kiln_loader_options {
     bool drop_last;     /* drop the last partial batch (default false, as PyTorch) */
     int workers;        /* threads gathering batches; 0: next() gathers on the caller's thread
                            (default 2) */
-    int slots;          /* K batches in the ring; at most K-1 are prefetched while the
-                           consumer holds one (default 2*workers + 2, at least 2) */
+    int slots;          /* K batches in the ring, >= 1; at most K-1 are prefetched while the
+                           consumer holds one (0: 2*workers + 2) */
     float mean, std;    /* u8 images become (x/255 - mean)/std; f32 images are copied as
                            they are (defaults 0 and 1) */
     /* Optional caller memory for the ring (e.g. pinned host memory for CUDA copies):

@@ -112,7 +112,7 @@ kiln_status kiln_idx_load(kiln_context *ctx, const char *path, kiln_tensor **out
     kiln_dtype dt = idx_dtype(code);
     if (head[0] != 0 || head[1] != 0 || dt == KILN_DTYPE_UNDEFINED || nd == 0) {
         st = kiln_fail(ctx, KILN_ERR_PARSE,
-                       "'%s': bad IDX magic 0x%08x (expected 0x000TTNN with element type TT in "
+                       "'%s': bad IDX magic 0x%08x (expected 0x0000TTNN with element type TT in "
                        "08,09,0B,0C,0D,0E and NN >= 1 dims, e.g. 0x00000801 labels, 0x00000803 "
                        "images)", path, (unsigned)magic);
         goto out;
