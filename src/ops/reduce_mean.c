@@ -4,6 +4,7 @@
  * value input) and noop_with_empty_axes applies. Floats are averaged in double (an
  * empty reduction gives NaN); integers are summed in 64 bits and divided with
  * truncation toward zero, as numpy's mean followed by a cast does. See reduce_common.h.
+ * Gradient: kiln.ReduceMeanGrad(X, dY, axes): dX = dY broadcast back over the reduced dims / count.
  */
 #include "../core/optest.h"
 #include "reduce_common.h"
@@ -15,6 +16,15 @@ static kiln_status infer(kiln_op_ctx *c) {
 }
 static kiln_status forward(kiln_op_ctx *c) {
     return kiln_reduce_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_MEAN);
+}
+static kiln_status grad(kiln_grad_ctx *g) {
+    return kiln_reduce_grad_rule(g, "ReduceMeanGrad", KILN_REDUCE_MEAN);
+}
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_infer(c, AXES_INPUT_OPSET, KILN_REDUCE_MEAN);
+}
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_MEAN);
 }
 
 /* 0, 1, 2, ... in shape dims: expected values below follow from the index by hand. */
@@ -65,10 +75,45 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-3));
     fails += kiln_optest_fails("ReduceMean", "", 2, in, 1, KILN_ERR_SHAPE, "mean axis out of range");
+
+    /* gradients: axes as input (opset 18), as attribute (13, 11), all axes, keepdims */
+    fails += kiln_gradcheck("ReduceMean", "keepdims=0", 18, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 11)}, NULL,
+                            "mean grad all axes");
+    fails += kiln_gradcheck("ReduceMean", "", 18, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 12), kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))}, NULL,
+                            "mean grad axis 1 input");
+    fails += kiln_gradcheck("ReduceMean", "axes=[0,2]", 13, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 13)}, NULL,
+                            "mean grad opset 13 axes 0,2");
+    fails += kiln_gradcheck("ReduceMean", "axes=[-1];keepdims=0", 11, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 14)}, NULL,
+                            "mean grad opset 11 axis -1");
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *dx;
+    /* mean over 3 elements: dY / 3 */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(3, 6));
+    in[2] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
+    dx = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 1, 1, 2, 2, 2));
+    fails += kiln_optest("ReduceMeanGrad", "", 3, in, 1, &dx, 0, 0, "mean grad axis 1");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(2, 4, 6));
+    in[2] = NULL;
+    dx = kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 1, 2, 3));
+    fails += kiln_optest_opset("ReduceMeanGrad", "axes=[0];keepdims=0", 13, 3, in, 1, &dx, 0, 0,
+                               "mean grad opset 13 axis 0");
     return fails;
 }
 
 const kiln_op_def kiln_op_reduce_mean = {
     .name = "ReduceMean", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .grad = grad,
+};
+
+const kiln_op_def kiln_op_reduce_mean_grad = {
+    .name = "ReduceMeanGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1, .value_inputs = 1u << 2, .shape_only_inputs = 1u << 0,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };
