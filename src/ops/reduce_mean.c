@@ -7,7 +7,11 @@
  * Gradient: kiln.ReduceMeanGrad(X, dY, axes): dX = dY broadcast back over the reduced dims / count.
  */
 #include "../core/optest.h"
+#include "../train/autograd.h"
 #include "reduce_common.h"
+
+#include <math.h>
+#include <stdio.h>
 
 enum { AXES_INPUT_OPSET = 18 };
 
@@ -32,6 +36,77 @@ static kiln_tensor *arange(kiln_dtype dt, int ndim, const int64_t *dims) {
     kiln_tensor *t = kt_make(dt, ndim, dims, NULL);
     for (int64_t i = 0; i < kiln_tensor_numel(t); i++) kiln_set_f64(t, i, (double)i);
     return t;
+}
+
+/* MSE as users write it: L = ReduceMean(Sub(P, T) squared by Mul or by Pow(., 2)),
+ * differentiated end to end through autograd: dL/dP must be 2 (P - T) / n and match
+ * central differences. Needs the elementwise ops' gradient rules; skipped without them. */
+static int test_mse(bool use_pow) {
+    const char *label = use_pow ? "mse Sub -> Pow -> ReduceMean" : "mse Sub -> Mul -> ReduceMean";
+    const kiln_op_def *sub = kiln_op_find("Sub"), *sq = kiln_op_find(use_pow ? "Pow" : "Mul");
+    if (!sub || !sub->grad || !sq || !sq->grad) {
+        printf("skip %s: %s has no gradient rule yet\n", label, sub && sub->grad ? (use_pow ? "Pow" : "Mul") : "Sub");
+        return 0;
+    }
+    enum { N = 12 };
+    kiln_context *ctx = NULL;
+    kiln_model *m = NULL, *train = NULL;
+    kiln_session *s = NULL;
+    kiln_tensor *p = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 41), *t = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 42);
+    kiln_tensor *two = kt_scalar(KILN_F64, 2);
+    int fails = 1;
+    const char *why = "building the graph";
+    if (!p || !t || !two || kiln_context_create(&ctx) || kiln_model_create(ctx, &m)) goto out;
+    if (kiln_model_add_input(m, "p", KILN_F64, 2, p->dims) || kiln_model_add_initializer(m, "t", t) ||
+        kiln_model_add_initializer(m, "two", two) ||
+        kiln_model_add_node(m, "Sub", "sub", 2, (const char *[]){"p", "t"}, 1, (const char *[]){"d"}, NULL) ||
+        kiln_model_add_node(m, use_pow ? "Pow" : "Mul", "square", 2, (const char *[]){"d", use_pow ? "two" : "d"}, 1,
+                            (const char *[]){"d2"}, NULL) ||
+        kiln_model_add_node(m, "ReduceMean", "mean", 1, (const char *[]){"d2"}, 1, (const char *[]){"l"}, NULL) ||
+        kiln_model_add_output(m, "l") || kiln_model_finalize(m) || kiln_model_clone(m, &train))
+        goto out;
+    int pv = kiln_model_find_value(train, "p"), dpv = -1;
+    why = "autograd";
+    if (kiln_autograd(train, kiln_model_find_value(train, "l"), 1, &pv, &dpv)) goto out;
+    why = "the training graph";
+    if (kiln_model_add_output(train, train->values[dpv].name) || kiln_model_finalize(train) ||
+        kiln_session_create(train, NULL, &s))
+        goto out;
+    const kiln_tensor *outs[2];
+    why = "run";
+    if (kiln_session_run(s, 1, &p, 2, outs) || kiln_tensor_numel(outs[1]) != N) goto out;
+    double *pp = p->data, grad[N], worst = 0;
+    const double *tp = t->data;
+    for (int i = 0; i < N; i++) grad[i] = kiln_get_f64(outs[1], i);
+    why = "dL/dP != 2 (P - T) / n";
+    for (int i = 0; i < N; i++)
+        if (fabs(grad[i] - 2 * (pp[i] - tp[i]) / N) > 1e-15) goto out;
+    why = "finite differences";
+    for (int i = 0; i < N; i++) {
+        const double eps = 1e-6, keep = pp[i];
+        pp[i] = keep + eps;
+        if (kiln_session_run(s, 1, &p, 1, outs)) goto out;
+        double lp = kiln_get_f64(outs[0], 0);
+        pp[i] = keep - eps;
+        if (kiln_session_run(s, 1, &p, 1, outs)) goto out;
+        double lm = kiln_get_f64(outs[0], 0);
+        pp[i] = keep;
+        double num = (lp - lm) / (2 * eps), err = fabs(num - grad[i]), tol = 1e-6 + 1e-5 * fabs(num);
+        if (!(err <= tol)) goto out;
+        if (err / tol > worst) worst = err / tol;
+    }
+    printf("ok   %s: dL/dP = 2 (P - T) / n, matches finite differences, %.0f%% of error budget\n", label, worst * 100);
+    fails = 0;
+out:
+    if (fails) printf("FAIL %s: %s%s%s\n", label, why, ctx ? ": " : "", ctx ? kiln_context_message(ctx) : "");
+    kiln_session_free(s);
+    kiln_model_free(train);
+    kiln_model_free(m);
+    kiln_context_free(ctx);
+    kiln_tensor_free(p);
+    kiln_tensor_free(t);
+    kiln_tensor_free(two);
+    return fails;
 }
 
 static int test(void) {
@@ -85,6 +160,8 @@ static int test(void) {
                             "mean grad opset 13 axes 0,2");
     fails += kiln_gradcheck("ReduceMean", "axes=[-1];keepdims=0", 11, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 14)}, NULL,
                             "mean grad opset 11 axis -1");
+    fails += test_mse(false);
+    fails += test_mse(true);
     return fails;
 }
 
