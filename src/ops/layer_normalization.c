@@ -163,19 +163,20 @@ static kiln_status forward(kiln_op_ctx *c) {
 
 static kiln_status grad(kiln_grad_ctx *g) {
     const kiln_node *n = KILN_GRAD_NODE(g);
+    /* n is not read after emitting: adding nodes may move it */
     int x = n->in[0], scale = n->in[1], bias = n->n_in > 2 ? n->in[2] : -1;
     int dy = g->dy[0], dmean = n->n_out > 1 ? g->dy[1] : -1, dinv = n->n_out > 2 ? g->dy[2] : -1;
     int in[5] = {x, scale, dy, dmean, dinv}, n_in = 5;
     while (in[n_in - 1] < 0) n_in--;
     /* dScaleFull also stands for a zero dY when B needs a gradient but only Mean or
      * InvStdDev reach the loss */
-    bool full = g->need[1] || (n->n_in > 2 && g->need[2] && dy < 0);
+    bool full = g->need[1] || (bias >= 0 && g->need[2] && dy < 0);
     int outs[2];
     if (kiln_grad_emit(g, "kiln", "LayerNormGrad", n_in, in, full ? 2 : 1, outs, true, NULL) < 0)
         return KILN_ERR_OUT_OF_MEMORY;
     if (g->need[0]) g->dx[0] = outs[0];
     if (g->need[1] && (g->dx[1] = kiln_grad_unbroadcast(g, outs[1], scale)) < 0) return KILN_ERR_OUT_OF_MEMORY;
-    if (n->n_in > 2 && g->need[2] && (g->dx[2] = kiln_grad_unbroadcast(g, dy >= 0 ? dy : outs[1], bias)) < 0)
+    if (bias >= 0 && g->need[2] && (g->dx[2] = kiln_grad_unbroadcast(g, dy >= 0 ? dy : outs[1], bias)) < 0)
         return KILN_ERR_OUT_OF_MEMORY;
     return KILN_OK;
 }
