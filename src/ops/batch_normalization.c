@@ -345,7 +345,8 @@ static int test_grad(void) {
     in[3] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, 1));
     in[4] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(7, 7));
     in[5] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(9, 9));
-    out[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), KT_VALS(0.25, -0.75, 0.5, 0.7071067811865476, 0, -0.7071067811865476));
+    out[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3),
+                     KT_VALS(0.25, -0.75, 0.5, 0.7071067811865476, 0, -0.7071067811865476));
     out[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1.5, 0));
     out[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(3, 6));
     out[3] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(0, 0));

@@ -174,7 +174,8 @@ static int test_grad_training(void) {
     kiln_context *ctx = NULL;
     kiln_model *m = NULL, *train = NULL;
     kiln_session *s = NULL;
-    kiln_tensor *x = kt_rand(KILN_F64, 2, KT_DIMS(4, 6), -1, 1, 21), *r = kt_rand(KILN_F64, 2, KT_DIMS(4, 6), -1, 1, 22);
+    kiln_tensor *x = kt_rand(KILN_F64, 2, KT_DIMS(4, 6), -1, 1, 21);
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(4, 6), -1, 1, 22);
     kiln_tensor *rt = kt_scalar(KILN_F64, ratio), *tt = kt_scalar(KILN_BOOL, 1);
     int fails = 1;
     kiln_node *node = NULL;
@@ -234,7 +235,8 @@ static int test_grad_training(void) {
            "under a fixed seed, %.0f%% of error budget\n", kept, N, worst * 100);
     fails = 0;
 out:
-    if (fails) printf("FAIL dropout grad training: %s%s%s\n", why, ctx ? ": " : "", ctx ? kiln_context_message(ctx) : "");
+    if (fails)
+        printf("FAIL dropout grad training: %s%s%s\n", why, ctx ? ": " : "", ctx ? kiln_context_message(ctx) : "");
     kiln_session_free(s);
     kiln_model_free(train);
     kiln_model_free(m);
@@ -399,8 +401,9 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 3), kt_scalar(KILN_F64, 0),
                                                  kt_scalar(KILN_BOOL, 1)},
                                x_only, 2, 1.0, "dropout grad training ratio 0");
-    fails += kiln_gradcheck("Dropout", "ratio=0.3", 11, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(5), -1, 1, 4)},
-                            NULL, "dropout grad opset 11");
+    fails += kiln_gradcheck("Dropout", "ratio=0.3", 11, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(5), -1, 1, 4)}, NULL,
+                            "dropout grad opset 11");
     fails += test_grad_training();
     return fails;
 }

@@ -196,13 +196,16 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
     kiln_status st = infer(&fwd); /* X, Scale, axis, and dX's shape */
     if (st != KILN_OK) return st;
     const kiln_tensor *dy = has_in(c, 2) ? c->in[2] : NULL;
-    if (dy) KILN_OP_CHECK(c, dy->dtype == x->dtype && same_shape(dy, x), KILN_ERR_SHAPE, "dY must have X's dtype and shape");
+    if (dy)
+        KILN_OP_CHECK(c, dy->dtype == x->dtype && same_shape(dy, x), KILN_ERR_SHAPE,
+                      "dY must have X's dtype and shape");
     int64_t axis = kiln_attr_int(c->node, "axis", -1), rows = 1;
     kiln_norm_axis(&axis, x->ndim);
     for (int d = 0; d < axis; d++) rows *= x->dims[d];
     for (int i = 3; i < 5; i++)
         if (has_in(c, i))
-            KILN_OP_CHECK(c, kiln_dtype_is_float(c->in[i]->dtype) && kiln_tensor_numel(c->in[i]) == rows, KILN_ERR_SHAPE,
+            KILN_OP_CHECK(c, kiln_dtype_is_float(c->in[i]->dtype) && kiln_tensor_numel(c->in[i]) == rows,
+                          KILN_ERR_SHAPE,
                           "%s must be a float tensor of one value per row", i == 3 ? "dMean" : "dInvStdDev");
     if (has_out(c, 1)) kiln_tensor_set_shape(c->out[1], x->dtype, x->ndim, x->dims);
     return KILN_OK;

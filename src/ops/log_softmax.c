@@ -50,16 +50,21 @@ static int test(void) {
                                "logsoftmax rank 0 has no axis");
 
     /* gradients: single axis at opset 13 (last, middle, first) and coerced 2-D at 11/12 */
-    fails += kiln_gradcheck("LogSoftmax", "", 13, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 11)},
-                            NULL, "logsoftmax grad axis -1");
-    fails += kiln_gradcheck("LogSoftmax", "axis=1", 13, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 12)},
-                            NULL, "logsoftmax grad axis 1");
-    fails += kiln_gradcheck("LogSoftmax", "axis=0", 21, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 5), -2, 2, 13)},
-                            NULL, "logsoftmax grad axis 0");
-    fails += kiln_gradcheck("LogSoftmax", "axis=1", 11, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 14)},
-                            NULL, "logsoftmax grad opset 11 coerced at axis 1");
-    fails += kiln_gradcheck("LogSoftmax", "axis=-2", 12, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -2, 2, 15)},
-                            NULL, "logsoftmax grad opset 12 axis -2");
+    fails += kiln_gradcheck("LogSoftmax", "", 13, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 11)}, NULL,
+                            "logsoftmax grad axis -1");
+    fails += kiln_gradcheck("LogSoftmax", "axis=1", 13, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 12)}, NULL,
+                            "logsoftmax grad axis 1");
+    fails += kiln_gradcheck("LogSoftmax", "axis=0", 21, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 5), -2, 2, 13)}, NULL,
+                            "logsoftmax grad axis 0");
+    fails += kiln_gradcheck("LogSoftmax", "axis=1", 11, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 14)}, NULL,
+                            "logsoftmax grad opset 11 coerced at axis 1");
+    fails += kiln_gradcheck("LogSoftmax", "axis=-2", 12, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -2, 2, 15)}, NULL,
+                            "logsoftmax grad opset 12 axis -2");
     return fails;
 }
 

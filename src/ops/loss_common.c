@@ -162,8 +162,9 @@ kiln_status kiln_nll_grad_rule(kiln_grad_ctx *g, const char *grad_op) {
     static const char *const names[3] = {"scores", "target", "weight"};
     for (int k = 1; k < n->n_in; k++)
         if (g->need[k])
-            return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED, "%s node '%s': the gradient with respect to %s is not supported",
-                             n->op_type, n->name, names[k]);
+            return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                             "%s node '%s': the gradient with respect to %s is not supported", n->op_type,
+                             n->name, names[k]);
     if (!g->need[0]) return KILN_OK;
     int in[5] = {n->in[0], n->in[1], n->n_in > 2 ? n->in[2] : -1, g->dy[0], n->n_out > 1 ? g->dy[1] : -1};
     int n_in = 5;

@@ -1,5 +1,6 @@
 /* reduce_common.c — shared infer/forward for ReduceSum/Mean/Max/Min; see reduce_common.h. */
 #include "reduce_common.h"
+#include "../core/optest.h"
 
 #include <math.h>
 #include <string.h>
@@ -385,4 +386,14 @@ kiln_status kiln_reduce_grad_rule(kiln_grad_ctx *g, const char *grad_op, kiln_re
     int n_in = (with_y(kind) ? 3 : 2) + (axes >= 0);
     g->dx[0] = kiln_grad_emit(g, "kiln", grad_op, n_in, in, 1, NULL, true, NULL);
     return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+int kiln_reduce_gradcheck(const char *op, const char *attrs, int opset, int n_axes, const int64_t *axes,
+                          uint64_t seed, const char *label) {
+    kiln_tensor *in[2] = {kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, seed), NULL};
+    if (n_axes >= 0) {
+        in[1] = kt_make(KILN_I64, 1, KT_DIMS(n_axes), NULL);
+        for (int i = 0; in[1] && i < n_axes; i++) kiln_set_i64(in[1], i, axes[i]);
+    }
+    return kiln_gradcheck(op, attrs, opset, n_axes >= 0 ? 2 : 1, in, NULL, label);
 }

@@ -44,6 +44,10 @@ kiln_status kiln_reduce_grad_infer(kiln_op_ctx *c, int axes_input_opset, kiln_re
 kiln_status kiln_reduce_grad_forward(kiln_op_ctx *c, int axes_input_opset, kiln_reduce_kind kind);
 /* Max/Min: scratch for the tie counts. */
 size_t kiln_reduce_grad_workspace(const kiln_op_ctx *c);
+/* Self-test helper: kiln_gradcheck of op on a random f64 (2,3,4) input (values in
+ * [-1, 1): no ties for Max/Min) with axes as an input when n_axes >= 0. */
+int kiln_reduce_gradcheck(const char *op, const char *attrs, int opset, int n_axes, const int64_t *axes,
+                          uint64_t seed, const char *label);
 /* The rule of a reduction: emits grad_op (X, dY[, Y], axes?) -> dX. */
 kiln_status kiln_reduce_grad_rule(kiln_grad_ctx *g, const char *grad_op, kiln_reduce_kind kind);
 

@@ -62,16 +62,21 @@ static int test(void) {
     fails += kiln_optest_fails("Softmax", "", 1, &x, 1, KILN_ERR_TYPE, "softmax int input");
 
     /* gradients: single axis at opset 13 (last, middle, first) and coerced 2-D at 11 */
-    fails += kiln_gradcheck("Softmax", "", 13, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 1)},
-                            NULL, "softmax grad axis -1");
-    fails += kiln_gradcheck("Softmax", "axis=1", 13, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 2)},
-                            NULL, "softmax grad axis 1");
-    fails += kiln_gradcheck("Softmax", "axis=0", 21, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 5), -2, 2, 3)},
-                            NULL, "softmax grad axis 0");
-    fails += kiln_gradcheck("Softmax", "axis=1", 11, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 4)},
-                            NULL, "softmax grad opset 11 coerced at axis 1");
-    fails += kiln_gradcheck("Softmax", "", 12, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -2, 2, 5)},
-                            NULL, "softmax grad opset 12 default axis");
+    fails += kiln_gradcheck("Softmax", "", 13, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 1)}, NULL,
+                            "softmax grad axis -1");
+    fails += kiln_gradcheck("Softmax", "axis=1", 13, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 2)}, NULL,
+                            "softmax grad axis 1");
+    fails += kiln_gradcheck("Softmax", "axis=0", 21, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 5), -2, 2, 3)}, NULL,
+                            "softmax grad axis 0");
+    fails += kiln_gradcheck("Softmax", "axis=1", 11, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 4)}, NULL,
+                            "softmax grad opset 11 coerced at axis 1");
+    fails += kiln_gradcheck("Softmax", "", 12, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -2, 2, 5)}, NULL,
+                            "softmax grad opset 12 default axis");
     return fails;
 }
 
