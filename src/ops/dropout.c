@@ -410,6 +410,7 @@ static int test(void) {
 
 const kiln_op_def kiln_op_dropout = {
     .name = "Dropout", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 2,
+    .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 

@@ -116,7 +116,7 @@ static int test_grad(void) {
 
 const kiln_op_def kiln_op_negative_log_likelihood_loss = {
     .name = "NegativeLogLikelihoodLoss", .min_inputs = 2, .max_inputs = 3,
-    .min_outputs = 1, .max_outputs = 1,
+    .min_outputs = 1, .max_outputs = 1, .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 

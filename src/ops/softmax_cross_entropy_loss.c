@@ -177,7 +177,7 @@ static int test_grad(void) {
 
 const kiln_op_def kiln_op_softmax_cross_entropy_loss = {
     .name = "SoftmaxCrossEntropyLoss", .min_inputs = 2, .max_inputs = 3,
-    .min_outputs = 1, .max_outputs = 2,
+    .min_outputs = 1, .max_outputs = 2, .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
     .grad = grad,
 };
