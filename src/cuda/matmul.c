@@ -17,7 +17,8 @@
  *   the output); batch dims broadcast. Each operand's batch is either full (stride M*K /
  *   K*N) or broadcast (stride 0): one strided-batched call, or, when A's batch is full,
  *   not transposed and B is shared, one call with A's batches stacked into M. Mixed
- *   broadcasts ((2,1,..) x (1,3,..)) fall back to one call per output matrix.
+ *   broadcasts ((2,1,..) x (1,3,..)), and shared operands that cuBLASLt declines, fall
+ *   back to one call per output matrix.
  *
  *   Pointer alignment is passed to the heuristic (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so
  *   buffers at any element-aligned offset are handled. Workspace: up to MATMUL_WS bytes.
@@ -63,6 +64,7 @@ static kiln_status set_batch(kiln_context *ctx, cublasLtMatrixLayout_t l, int64_
     return KILN_OK;
 }
 
+/* One cuBLASLt call for m. KILN_ERR_UNSUPPORTED when the heuristic offers no algorithm. */
 static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void *ws, size_t ws_bytes) {
     cublasLtHandle_t lt;
     kiln_status st = kiln_cuda_lt(cu, ctx, &lt);
@@ -117,7 +119,7 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
     int found = 0;
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ly, ly, pref, 1, &res, &found));
     if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS)
-        return kiln_fail(ctx, KILN_ERR_DEVICE,
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
                          "cuBLASLt has no algorithm for a %s product (M=%lld N=%lld K=%lld batch=%lld, "
                          "%zu bytes of workspace)",
                          kiln_dtype_name(m->dt), (long long)M, (long long)N, (long long)K,
@@ -220,7 +222,10 @@ kiln_status kiln_cuda_k_matmul(kiln_cuda *cu, kiln_op_ctx *c) {
             m.sB = kb ? kn : 0;
             m.sY = mn;
         }
-        return lt_matmul(cu, ctx, &m, ws, ws_bytes);
+        kiln_status st = lt_matmul(cu, ctx, &m, ws, ws_bytes);
+        /* a shared operand (batch stride 0) that no algorithm takes: one call per matrix */
+        if (st != KILN_ERR_UNSUPPORTED || m.batch <= 1 || (m.sA && m.sB)) return st;
+        m.M = a1 ? 1 : a->dims[a->ndim - 2];
     }
     /* mixed broadcast: one product per output matrix */
     const size_t es = kiln_dtype_size(m.dt);
