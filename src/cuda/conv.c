@@ -21,6 +21,7 @@
 #include "cuda_internal.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,14 +156,24 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     return KILN_OK;
 }
 
+/* The largest power of two up to 16 dividing every address (tensor-core algorithms
+ * want 16-byte alignment; an algorithm found for aligned buffers may refuse others). */
+static int align_class(const void *a, const void *b, const void *c) {
+    uintptr_t v = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+    int k = 16;
+    while (k > 1 && v % (uintptr_t)k) k >>= 1;
+    return k;
+}
+
 /* The cache key of a convolution: everything Find depends on. */
-static void make_key(const conv_geo *g, kiln_dtype dt, size_t ws, int key[24]) {
+static void make_key(const conv_geo *g, kiln_dtype dt, size_t ws, int align, int key[24]) {
     memset(key, 0, 24 * sizeof(int));
     const int64_t v[] = {dt, g->N, g->C, g->H, g->W, g->M, g->Cg, g->G, g->kh, g->kw, g->sh,
                          g->sw, g->dh, g->dw, g->ph, g->pw, g->OH, g->OW};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) key[i] = (int)v[i];
     key[20] = (int)(ws & 0x7fffffff);
     key[21] = (int)((ws >> 31) & 0x7fffffff);
+    key[22] = align;
 }
 
 static const kiln_conv_algo *find_cached(const kiln_cuda *cu, const int key[24]) {
@@ -239,7 +250,7 @@ kiln_status kiln_cuda_k_conv(kiln_cuda *cu, kiln_op_ctx *c) {
     const size_t ws_bytes = c->workspace_size - pbytes;
 
     int key[24];
-    make_key(&g, dt, ws_bytes, key);
+    make_key(&g, dt, ws_bytes, align_class(xin, w->data, y->data), key);
     const kiln_conv_algo *a = find_cached(cu, key);
     if (!a && (st = search(cu, ctx, h, dt, xin, w->data, y->data, ws_bytes ? ws : NULL, ws_bytes,
                            key, &a)) != KILN_OK)
@@ -250,6 +261,9 @@ kiln_status kiln_cuda_k_conv(kiln_cuda *cu, kiln_op_ctx *c) {
                                                   cu->dnn_conv, (cudnnConvolutionFwdAlgo_t)a->algo,
                                                   a->bytes ? ws : NULL, a->bytes, &zero, cu->dnn_y,
                                                   y->data));
+    /* cuDNN may leave a recoverable runtime error behind (it probes); the bias launch's
+     * check must only see its own. Faults of earlier kernels are sticky and still show. */
+    (void)cudaGetLastError();
     if (b) return kiln_cuda_add_channel_bias(cu, ctx, dt, y->data, b->data, g.N, g.M, g.OH * g.OW);
     return KILN_OK;
 }

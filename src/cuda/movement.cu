@@ -164,8 +164,8 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
     int64_t perm[KILN_MAX_DIMS];
     int np = 0;
     const int64_t *p = kiln_attr_ints(c->node, "perm", &np);
-    for (int d = 0; d < r; d++) perm[d] = p ? p[d] : r - 1 - d;
     if (p && np != r) return kiln_fail(c->kctx, KILN_ERR_SHAPE, "perm has %d entries for rank %d", np, r);
+    for (int d = 0; d < r; d++) perm[d] = p ? p[d] : r - 1 - d;
     const int64_t n = kiln_tensor_numel(x);
     const size_t es = kiln_dtype_size(x->dtype);
     if (n == 0) return KILN_OK;

@@ -271,6 +271,9 @@ kiln_status kiln_cuda_run(kiln_cuda *cu, kiln_op_ctx *c) {
                          c->node->op_type, c->node->name);
     kiln_status st = KILN_OK;
     KILN_CUDA_TRY(st, c->kctx, cudaSetDevice(cu->device));
+    /* Leftovers of library calls between kernels are not this kernel's launch errors.
+     * Faults of earlier kernels are sticky and still show in the next call. */
+    (void)cudaGetLastError();
     if (st == KILN_OK) st = e->run(cu, c);
     if (st) kiln_msg_prefix(c->kctx, "%s node '%s' on cuda: ", c->node->op_type, c->node->name);
     return st;
