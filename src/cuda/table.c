@@ -223,8 +223,10 @@ static const entry table[] = {
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))
 
 static const entry *entry_for(int op) {
-    const char *name = kiln_op_name(op);
-    if (!name) return NULL;
+    const kiln_op_def *d = kiln_op_get(op);
+    /* ONNX's ops only: kiln's internal ones (domain "kiln") have no CUDA kernels yet */
+    if (!d || (d->domain && d->domain[0])) return NULL;
+    const char *name = d->name;
     for (int i = 0; i < N_ENTRIES; i++)
         if (strcmp(table[i].name, name) == 0) return &table[i];
     return NULL;
