@@ -348,8 +348,6 @@ unsigned kiln_cuda_blocks(const kiln_cuda *cu, int64_t n, int threads) {
     return b < 1 ? 1u : (unsigned)b;
 }
 
-int64_t kiln_cuda_numel(const kiln_tensor *t) { return kiln_tensor_numel(t); }
-
 bool kiln_cuda_float_dtype(kiln_dtype t) {
     return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16;
 }

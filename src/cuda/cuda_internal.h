@@ -123,14 +123,6 @@ kiln_status kiln_cuda_rtc_error(kiln_context *ctx, nvrtcResult e, const char *ca
             if (e_ != cudaSuccess) (st) = kiln_cuda_rt_error((ctx), e_, #call, __FILE__, __LINE__); \
         }                                                                                 \
     } while (0)
-#define KILN_CUDNN_TRY(st, ctx, call)                                                     \
-    do {                                                                                  \
-        if ((st) == KILN_OK) {                                                            \
-            cudnnStatus_t e_ = (call);                                                    \
-            if (e_ != CUDNN_STATUS_SUCCESS)                                               \
-                (st) = kiln_cuda_dnn_error((ctx), e_, #call, __FILE__, __LINE__);         \
-        }                                                                                 \
-    } while (0)
 #define KILN_NVRTC_TRY(st, ctx, call)                                                     \
     do {                                                                                  \
         if ((st) == KILN_OK) {                                                            \
@@ -149,8 +141,7 @@ kiln_status kiln_cuda_lt(kiln_cuda *cu, kiln_context *ctx, cublasLtHandle_t *out
  * fill the device several times over, at least 1. */
 unsigned kiln_cuda_blocks(const kiln_cuda *cu, int64_t n, int threads);
 
-/* Elements of t, and whether a dtype is one the float kernels take (f32, f16, bf16). */
-int64_t kiln_cuda_numel(const kiln_tensor *t);
+/* Whether a dtype is one the float kernels take (f32, f16, bf16). */
 bool kiln_cuda_float_dtype(kiln_dtype t);
 
 /* Output dims after merging: numpy broadcasting of up to 3 inputs against an output shape,
