@@ -65,5 +65,5 @@ static int test(void) {
 
 const kiln_op_def kiln_op_shape = {
     .name = "Shape", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .shape_only_inputs = 1u << 0, .infer = infer, .cpu_forward = forward, .test = test,
 };
