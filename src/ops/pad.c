@@ -177,6 +177,22 @@ static int test(void) {
     y = kt_make(KILN_U8, 2, KT_DIMS(2, 6), KT_VALS(9, 9, 0, 1, 2, 9, 9, 9, 3, 4, 5, 9));
     fails += kiln_optest("Pad", "", 4, in, 1, &y, 0, 0, "pad opset 18 axes");
 
+    /* big enough for the threaded path: expected values from a naive loop over y */
+    in[0] = kt_rand(KILN_I16, 3, KT_DIMS(3, 100, 250), -1000, 1000, 3);
+    in[1] = ints(6, KT_VALS(1, -2, 3, 0, 5, -4));
+    in[2] = kt_scalar(KILN_I16, -7);
+    y = kt_make(KILN_I16, 3, KT_DIMS(4, 103, 249), NULL);
+    const int16_t *xp = in[0]->data; // (3,100,250)
+    int16_t *yp = y->data;           // (4,103,249): x[i-1, j+2, k-3] inside, -7 outside
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 103; j++)
+            for (int k = 0; k < 249; k++) {
+                int si = i - 1, sj = j + 2, sk = k - 3;
+                bool inside = si >= 0 && si < 3 && sj < 100 && sk >= 0 && sk < 250;
+                yp[(i * 103 + j) * 249 + k] = inside ? xp[(si * 100 + sj) * 250 + sk] : -7;
+            }
+    fails += kiln_optest("Pad", "", 3, in, 1, &y, 0, 0, "pad large, mixed crop and pad");
+
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
     in[1] = ints(2, KT_VALS(1, 1));
     fails += kiln_optest_fails("Pad", "", 2, in, 1, KILN_ERR_SHAPE, "pad 2 values for rank 2");

@@ -461,6 +461,26 @@ static int test(void) {
                                          6.833333492279053, 7.5, 8.0)),
                          "resize axes + not_smaller");
 
+    /* big enough for the threaded path: asymmetric x2 puts output 2i on input i and 2i+1
+     * halfway to i+1 (clamped at the edge); expected values from that closed form */
+    kiln_tensor *big = kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 40, 40), -1, 1, 5);
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 80, 80), NULL);
+    const float *bp = big->data; // (1,3,40,40)
+    float *wp = want->data;      // (1,3,80,80)
+    for (int ch = 0; ch < 3; ch++)
+        for (int h = 0; h < 80; h++)
+            for (int w = 0; w < 80; w++) {
+                int h0 = h / 2, w0 = w / 2, h1 = h0 + 1 < 40 ? h0 + 1 : 39;
+                int w1 = w0 + 1 < 40 ? w0 + 1 : 39;
+                double fh = h % 2 ? 0.5 : 0, fw = w % 2 ? 0.5 : 0;
+                const float *img = bp + ch * 1600;
+                double top = (1 - fw) * img[h0 * 40 + w0] + fw * img[h0 * 40 + w1];
+                double bottom = (1 - fw) * img[h1 * 40 + w0] + fw * img[h1 * 40 + w1];
+                wp[(ch * 80 + h) * 80 + w] = (float)((1 - fh) * top + fh * bottom);
+            }
+    fails += resize_case("mode=linear;coordinate_transformation_mode=asymmetric", 0, big, 4,
+                         KT_VALS(1, 1, 2, 2), NULL, want, "resize large bilinear x2");
+
     kiln_tensor *in[4] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), v22), NULL,
                           kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2)), NULL};
     fails += kiln_optest_fails("Resize", "mode=cubic", 3, in, 1, KILN_ERR_UNSUPPORTED,

@@ -89,6 +89,18 @@ static int test(void) {
     y = kt_scalar(KILN_F32, 5);
     fails += kiln_optest("Transpose", "", 1, &x, 1, &y, 0, 0, "transpose scalar");
 
+    /* big enough for the threaded path: expected values from a naive loop over y */
+    x = kt_rand(KILN_F32, 4, KT_DIMS(6, 50, 7, 40), -1, 1, 7);
+    y = kt_make(KILN_F32, 4, KT_DIMS(7, 6, 40, 50), NULL);
+    const float *xp = x->data; // (6,50,7,40)
+    float *yp = y->data;       // (7,6,40,50)
+    for (int a = 0; a < 7; a++)
+        for (int b = 0; b < 6; b++)
+            for (int cc = 0; cc < 40; cc++)
+                for (int d = 0; d < 50; d++)
+                    yp[((a * 6 + b) * 40 + cc) * 50 + d] = xp[((b * 50 + d) * 7 + a) * 40 + cc];
+    fails += kiln_optest("Transpose", "perm=[2,0,3,1]", 1, &x, 1, &y, 0, 0, "transpose large 4-D");
+
     x = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
     fails += kiln_optest_fails("Transpose", "perm=[0,0,1]", 1, &x, 1, KILN_ERR_SHAPE,
                                "transpose repeated perm");
