@@ -513,6 +513,7 @@ static int test(void) {
 
 const kiln_op_def kiln_op_resize = {
     .name = "Resize", .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
-    .value_inputs = (1u << 2) | (1u << 3), .infer = infer, .cpu_forward = forward,
+    .value_inputs = (1u << 2) | (1u << 3), .nondiff_inputs = (1u << 1) | (1u << 2),
+    .infer = infer, .cpu_forward = forward,
     .cpu_workspace = workspace, .test = test,
 };
