@@ -2,7 +2,6 @@
  * opset 15 the `start` and `end` attributes select dims[start:end]: negative values add
  * the rank and both are clamped to [0, rank]. Any input dtype; its data is not read. */
 #include "../core/optest.h"
-#include "movement.h"
 
 static void range_of(const kiln_op_ctx *c, int64_t *start, int64_t *end) {
     int64_t r = c->in[0]->ndim;
