@@ -178,3 +178,86 @@ done:
     kiln_context_free(ctx);
     return fails;
 }
+
+/* ---------------------------------------------------------------- gradients */
+
+int kiln_grad_reshape_like(kiln_grad_ctx *g, int grad, int like) {
+    int shape = kiln_grad_emit(g, NULL, "Shape", 1, &like, 1, NULL, false, NULL);
+    if (shape < 0) return -1;
+    int in[2] = {grad, shape};
+    int y = kiln_grad_emit(g, NULL, "Reshape", 2, in, 1, NULL, false, "allowzero=1");
+    if (y < 0) return -1;
+    /* allowzero (opset 14) keeps a zero-size dim of `like` instead of copying grad's dim */
+    kiln_node *n = &g->m->nodes[g->m->n_nodes - 1];
+    if (n->opset < 14) n->opset = 14;
+    return y;
+}
+
+kiln_status kiln_grad_refuse(kiln_grad_ctx *g, int k, const char *what) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    if (k >= n->n_in || !g->need[k]) return KILN_OK;
+    return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                     "%s node '%s': input %d (%s) has no gradient", n->op_type, n->name, k, what);
+}
+
+size_t kiln_scatter_add_bytes(const kiln_tensor *dst) {
+    bool in_place = dst->dtype == KILN_F32 || dst->dtype == KILN_F64;
+    return in_place ? 0 : (size_t)kiln_tensor_numel(dst) * sizeof(double);
+}
+
+/* Add one row of src (the last axis) into the accumulator at base + last[j]. */
+static void add_row(float *accf, double *accd, const kiln_tensor *src, int64_t at, int64_t base,
+                    int64_t inner, const int64_t *last) {
+    if (accf) {
+        const float *s = (const float *)src->data + at;
+        for (int64_t j = 0; j < inner; j++)
+            if (last[j] >= 0) accf[base + last[j]] += s[j];
+    } else if (src->dtype == KILN_F64) {
+        const double *s = (const double *)src->data + at;
+        for (int64_t j = 0; j < inner; j++)
+            if (last[j] >= 0) accd[base + last[j]] += s[j];
+    } else {
+        for (int64_t j = 0; j < inner; j++)
+            if (last[j] >= 0) accd[base + last[j]] += kiln_get_f64(src, at + j);
+    }
+}
+
+void kiln_scatter_add_axes(kiln_tensor *dst, const kiln_tensor *src, const int64_t *const *maps,
+                           void *ws) {
+    int64_t nd = kiln_tensor_numel(dst), ns = kiln_tensor_numel(src);
+    float *accf = dst->dtype == KILN_F32 ? dst->data : NULL;
+    double *accd = accf ? NULL : dst->dtype == KILN_F64 ? dst->data : ws;
+    if (nd == 0) return;
+    if (accf) memset(accf, 0, (size_t)nd * sizeof *accf);
+    else memset(accd, 0, (size_t)nd * sizeof *accd);
+    int ndim = src->ndim;
+    if (ns > 0 && ndim == 0) {
+        add_row(accf, accd, src, 0, 0, 1, (const int64_t[]){0});
+    } else if (ns > 0) {
+        /* rows of the last axis; the outer multi-index advances like an odometer, as in
+         * gather_rows, keeping the base offset and the count of outer axes outside dst */
+        int64_t idx[KILN_MAX_DIMS] = {0};
+        int64_t inner = src->dims[ndim - 1], rows = ns / inner, base = 0;
+        int outside = 0;
+        for (int d = 0; d < ndim - 1; d++) {
+            if (maps[d][0] < 0) outside++;
+            else base += maps[d][0];
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            if (!outside) add_row(accf, accd, src, r * inner, base, inner, maps[ndim - 1]);
+            for (int d = ndim - 2; d >= 0; d--) {
+                int64_t o = maps[d][idx[d]];
+                if (o < 0) outside--;
+                else base -= o;
+                bool carry = ++idx[d] == src->dims[d];
+                if (carry) idx[d] = 0;
+                o = maps[d][idx[d]];
+                if (o < 0) outside++;
+                else base += o;
+                if (!carry) break;
+            }
+        }
+    }
+    if (accd && accd != dst->data)
+        for (int64_t i = 0; i < nd; i++) kiln_set_f64(dst, i, accd[i]);
+}

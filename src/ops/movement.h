@@ -51,4 +51,27 @@ int kiln_optest_tensor_attr(const char *op, const char *attr, kiln_tensor *value
                             kiln_tensor **in, kiln_tensor *expect, kiln_status want,
                             const char *label);
 
+/* ---------------------------------------------------------------- gradients */
+
+/* The gradient of an op that only reshapes `like` (Reshape, Flatten, Squeeze, Unsqueeze):
+ * Reshape(grad, Shape(like)). Shape folds when the plan is built and Reshape is a view, so
+ * no bytes move. Returns the value index, or -1 (message on the context). */
+int kiln_grad_reshape_like(kiln_grad_ctx *g, int grad, int like);
+
+/* KILN_ERR_UNSUPPORTED naming input k (`what`: "shape", "indices"...) when the rule is
+ * asked for its gradient: such inputs are integers that pick elements or shapes. */
+kiln_status kiln_grad_refuse(kiln_grad_ctx *g, int k, const char *what);
+
+/* Bytes of workspace kiln_scatter_add_axes needs for dst: f16 and bf16 accumulate in
+ * doubles (one per element of dst), f32 and f64 in place. */
+size_t kiln_scatter_add_bytes(const kiln_tensor *dst);
+
+/* The adjoint of kiln_gather_axes, for the gradients of ops that read an input element
+ * several times (Tile, Pad reflect/edge/wrap): dst = 0, then every element (j0..jn-1) of
+ * src (row-major, contiguous) with all maps[d][jd] >= 0 is added to dst at offset
+ * sum_d maps[d][jd]. src and dst have the same float dtype; maps has one table per axis
+ * of src. ws: kiln_scatter_add_bytes(dst) bytes. */
+void kiln_scatter_add_axes(kiln_tensor *dst, const kiln_tensor *src, const int64_t *const *maps,
+                           void *ws);
+
 #endif
