@@ -1,11 +1,14 @@
 /* kiln — the command-line tool. The only code in kiln that may exit(). */
 #include "kiln.h"
+#include "io/onnx_test.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static int usage(FILE *f) {
     fprintf(f, "usage: kiln ops          list the ops kiln supports\n"
+               "       kiln onnx-test [--ops-in-registry] [--min-pass-rate R] [--list-failures FILE] DIR...\n"
+               "                        run ONNX backend test cases (model.onnx + test_data_set_*)\n"
                "       kiln version\n");
     return f == stderr ? 2 : 0;
 }
@@ -20,6 +23,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < kiln_op_count(); i++) printf("%s\n", kiln_op_name(i));
         return 0;
     }
+    if (strcmp(argv[1], "onnx-test") == 0) return kiln_onnx_test_main(argc - 1, argv + 1, stdout);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout);
     fprintf(stderr, "kiln: unknown command '%s'\n", argv[1]);
     return usage(stderr);

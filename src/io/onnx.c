@@ -5,7 +5,7 @@
  *   - Reads the ModelProto with protobuf-c (schema: Debian's onnx.proto, ONNX 1.12) and
  *     builds the graph through the internal model API (values, nodes taking over their
  *     attributes, outputs), then finalizes it.
- *   - Default-domain opsets 7 to 21 are accepted (m->opset, node->opset). Nodes of other
+ *   - Default-domain opsets up to 21 are accepted (m->opset, node->opset). Nodes of other
  *     domains are accepted only as calls of the model's local functions, which are
  *     inlined recursively: fresh value names, formals bound to the call's values,
  *     attribute references resolved from the call or the function's defaults, and the
@@ -38,7 +38,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define MIN_OPSET 7
+/* Opsets name versions of the whole default domain: an op unchanged since opset 1 is
+ * the same op in a model importing opset 1 (many of ONNX's node tests do), so old
+ * opsets are read; ops see node->opset and implement the semantics of 11..21. */
+#define MIN_OPSET 1
 #define MAX_OPSET 21
 /* Deeper than any real model's Model > Graph > Node > Attribute > Graph ... nesting. */
 #define MAX_PROTO_DEPTH 100
@@ -675,6 +678,10 @@ typedef struct importer {
     int64_t n_nodes;         /* nodes added (inlining budget) */
     size_t name_bytes;       /* bytes of generated names (inlining budget) */
     int64_t counter;         /* makes each call's prefix unique */
+    /* Listing ops only (kiln_onnx_load_unfinalized): keep nodes of unknown domains, drop
+     * what kiln cannot represent (subgraph attributes, STRING tensors, non-tensor inputs)
+     * instead of failing, and skip the reference checks. */
+    bool lenient;
 } importer;
 
 static const char *def_name(uint8_t d) {
@@ -893,7 +900,7 @@ static kiln_status convert_attr(importer *im, const named_attr *na, const char *
         if (!a->t)
             return kiln_fail(ctx, KILN_ERR_PARSE, "%s: attribute '%.200s' of type TENSOR has no "
                              "tensor", where, na->name);
-        char what[600];
+        char what[1000];
         snprintf(what, sizeof what, "%s: attribute '%.200s'", where, na->name);
         return tensor_from_proto(ctx, a->t, im->base_dir, what, &out->t);
     }
@@ -1067,11 +1074,11 @@ static kiln_status define_output(importer *im, int v, const char *where) {
 
 /* Add one node of the default domain. */
 static kiln_status add_op_node(importer *im, const frame *fr, const Onnx__NodeProto *np,
-                               const char *full_name, const named_attr *attrs, size_t n_attrs,
-                               const char *where) {
+                               const char *full_name, const char *domain,
+                               const named_attr *attrs, size_t n_attrs, const char *where) {
     kiln_context *ctx = im->ctx;
     int64_t opset = fr->fi && fr->fi->opset ? fr->fi->opset : im->opset;
-    if (opset == 0)
+    if (opset == 0 && !*domain)
         return kiln_fail(ctx, KILN_ERR_PARSE, "%s: the model imports no opset of the default "
                          "domain", where);
     if (np->n_input > (size_t)INT_MAX / 2 || np->n_output > (size_t)INT_MAX / 2)
@@ -1093,11 +1100,21 @@ static kiln_status add_op_node(importer *im, const frame *fr, const Onnx__NodePr
         st = resolve_value(im, fr, np->output[i], &out[i]);
         if (!st) st = define_output(im, out[i], where);
     }
-    for (; n_ka < n_attrs && !st; n_ka++) st = convert_attr(im, &attrs[n_ka], where, &ka[n_ka]);
+    for (size_t i = 0; i < n_attrs && !st; i++) {
+        st = convert_attr(im, &attrs[i], where, &ka[n_ka]);
+        if (st == KILN_ERR_UNSUPPORTED && im->lenient) {
+            kiln_attr_clear(&ka[n_ka]);
+            st = KILN_OK;
+            continue;
+        }
+        n_ka++;
+    }
     if (st) goto fail;
-    int idx = kiln_model_add_node_raw(im->m, np->op_type, full_name, "", (int)np->n_input, in,
-                                      (int)np->n_output, out, (int)n_attrs, ka);
-    ka = NULL; /* taken over, whatever the outcome */
+    int before = im->m->n_nodes;
+    int idx = kiln_model_add_node_raw(im->m, np->op_type, full_name, domain, (int)np->n_input,
+                                      in, (int)np->n_output, out, (int)n_ka, ka);
+    /* the node owns the attributes once it is counted, even if it failed half-way */
+    if (im->m->n_nodes > before) ka = NULL;
     if (idx < 0) {
         st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory adding the node", where);
         goto fail;
@@ -1106,7 +1123,7 @@ static kiln_status add_op_node(importer *im, const frame *fr, const Onnx__NodePr
     im->n_nodes++;
 fail:
     if (ka) {
-        for (size_t i = 0; i < n_ka; i++) kiln_attr_clear(&ka[i]);
+        for (size_t i = 0; i <= n_ka && i < n_attrs; i++) kiln_attr_clear(&ka[i]);
         free(ka);
     }
     free(in);
@@ -1165,12 +1182,12 @@ static kiln_status import_node(importer *im, const frame *fr, const Onnx__NodePr
     fn_info *fi = find_function(im, domain, op, overload);
     if (fi)
         st = inline_call(im, fr, np, full_name, fi, attrs, n_attrs, where);
-    else if (*domain)
+    else if (*domain && !im->lenient)
         st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
                        "%s is in domain '%.200s', which is neither the default ONNX domain nor "
                        "a local function of the model", where, domain);
     else
-        st = add_op_node(im, fr, np, full_name, attrs, n_attrs, where);
+        st = add_op_node(im, fr, np, full_name, domain, attrs, n_attrs, where);
 done:
     free(attrs);
     free(overload);
@@ -1205,13 +1222,63 @@ static kiln_status import_initializers(importer *im, const Onnx__GraphProto *g) 
         if (def_of(im, v) != DEF_NONE)
             return kiln_fail(im->ctx, KILN_ERR_GRAPH, "%s is given twice", what);
         kiln_tensor *t;
-        if ((st = tensor_from_proto(im->ctx, tp, im->base_dir, what, &t))) return st;
+        if ((st = tensor_from_proto(im->ctx, tp, im->base_dir, what, &t))) {
+            if (!(im->lenient && st == KILN_ERR_UNSUPPORTED)) return st;
+            im->def[v] = DEF_INIT;
+            continue;
+        }
         im->m->values[v].init = t;
         im->m->values[v].dtype = t->dtype;
         im->m->values[v].ndim = t->ndim;
         memcpy(im->m->values[v].dims, t->dims, sizeof t->dims);
         im->def[v] = DEF_INIT;
     }
+    return KILN_OK;
+}
+
+/* A graph input's tensor type: dtype, dims (-1 where symbolic or unknown, ndim -1
+ * without a shape) and the names of symbolic dims. */
+static kiln_status input_type(kiln_context *ctx, const Onnx__ValueInfoProto *vi, const char *what,
+                              kiln_dtype *dt, int *ndim, int64_t *dims, const char **params) {
+    const Onnx__TypeProto *tp = vi->type;
+    if (!tp || tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET)
+        return kiln_fail(ctx, KILN_ERR_PARSE, "%s has no type", what);
+    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s is a%s; kiln supports tensor inputs only",
+                         what,
+                         tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE   ? " sequence"
+                         : tp->value_case == ONNX__TYPE_PROTO__VALUE_MAP_TYPE      ? " map"
+                         : tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE ? "n optional"
+                                                                                   : " sparse tensor");
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    if (!tt->has_elem_type || !dtype_from_onnx(tt->elem_type, dt))
+        return bad_dtype(ctx, tt->has_elem_type ? tt->elem_type : 0, what);
+    *ndim = -1;
+    if (!tt->shape) return KILN_OK;
+    const Onnx__TensorShapeProto *sh = tt->shape;
+    if (sh->n_dim > KILN_MAX_DIMS)
+        return kiln_fail(ctx, KILN_ERR_PARSE, "%s has %zu dims; kiln supports at most %d", what,
+                         sh->n_dim, KILN_MAX_DIMS);
+    int64_t known = 1;
+    for (size_t k = 0; k < sh->n_dim; k++) {
+        const Onnx__TensorShapeProto__Dimension *d = sh->dim[k];
+        dims[k] = -1;
+        params[k] = NULL;
+        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+            if (d->dim_value < 0)
+                return kiln_fail(ctx, KILN_ERR_PARSE, "%s: dim %zu is negative (%" PRId64 ")",
+                                 what, k, d->dim_value);
+            if (d->dim_value > 0 && d->dim_value > MAX_ELEMS / known)
+                return kiln_fail(ctx, KILN_ERR_PARSE,
+                                 "%s: dims overflow (more than 2^62 elements)", what);
+            if (d->dim_value > 0) known *= d->dim_value;
+            dims[k] = d->dim_value;
+        } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                   d->dim_param && *d->dim_param) {
+            params[k] = d->dim_param;
+        }
+    }
+    *ndim = (int)sh->n_dim;
     return KILN_OK;
 }
 
@@ -1227,53 +1294,24 @@ static kiln_status import_inputs(importer *im, const Onnx__GraphProto *g) {
         if (v >= 0 && def_of(im, v) == DEF_INIT) continue; /* an initializer, not an input */
         if (v >= 0 && def_of(im, v) != DEF_NONE)
             return kiln_fail(ctx, KILN_ERR_GRAPH, "%s is listed twice", what);
-        const Onnx__TypeProto *tp = vi->type;
-        if (!tp || tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET)
-            return kiln_fail(ctx, KILN_ERR_PARSE, "%s has no type", what);
-        if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-            return kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
-                             "%s is a %s; kiln supports tensor inputs only", what,
-                             tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ? "sequence"
-                             : tp->value_case == ONNX__TYPE_PROTO__VALUE_MAP_TYPE    ? "map"
-                             : tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE
-                                 ? "optional"
-                                 : "sparse tensor");
-        const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
-        kiln_dtype dt;
-        if (!tt->has_elem_type || !dtype_from_onnx(tt->elem_type, &dt))
-            return bad_dtype(ctx, tt->has_elem_type ? tt->elem_type : 0, what);
+        kiln_dtype dt = KILN_DTYPE_UNDEFINED;
         int ndim = -1;
         int64_t dims[KILN_MAX_DIMS];
         const char *params[KILN_MAX_DIMS] = {0};
-        if (tt->shape) {
-            const Onnx__TensorShapeProto *sh = tt->shape;
-            if (sh->n_dim > KILN_MAX_DIMS)
-                return kiln_fail(ctx, KILN_ERR_PARSE, "%s has %zu dims; kiln supports at most %d",
-                                 what, sh->n_dim, KILN_MAX_DIMS);
-            ndim = (int)sh->n_dim;
-            int64_t known = 1;
-            for (int k = 0; k < ndim; k++) {
-                const Onnx__TensorShapeProto__Dimension *d = sh->dim[k];
-                dims[k] = -1;
-                if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
-                    if (d->dim_value < 0)
-                        return kiln_fail(ctx, KILN_ERR_PARSE, "%s: dim %d is negative (%" PRId64
-                                         ")", what, k, d->dim_value);
-                    if (d->dim_value > 0 && d->dim_value > MAX_ELEMS / known)
-                        return kiln_fail(ctx, KILN_ERR_PARSE,
-                                         "%s: dims overflow (more than 2^62 elements)", what);
-                    if (d->dim_value > 0) known *= d->dim_value;
-                    dims[k] = d->dim_value;
-                } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
-                           d->dim_param && *d->dim_param) {
-                    params[k] = d->dim_param;
-                }
-            }
+        kiln_status st = input_type(ctx, vi, what, &dt, &ndim, dims, params);
+        if (st == KILN_ERR_UNSUPPORTED && im->lenient) {
+            /* defined, so its consumers are still listed, but not an input kiln can bind */
+            if ((st = value_index(im, vi->name, &v))) return st;
+            im->def[v] = DEF_INPUT;
+            continue;
         }
-        kiln_status st = kiln_model_add_input(im->m, vi->name, dt, ndim, ndim > 0 ? dims : NULL);
+        if (st) return st;
+        /* without a shape the rank comes with the data: added as a scalar, then marked */
+        st = kiln_model_add_input(im->m, vi->name, dt, ndim > 0 ? ndim : 0, ndim > 0 ? dims : NULL);
         if (st) return st;
         if ((v = kiln_model_find_value(im->m, vi->name)) < 0 || !grow_def(im, v))
             return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory (%s)", what);
+        im->m->values[v].ndim = ndim;
         im->def[v] = DEF_INPUT;
         for (int k = 0; k < ndim; k++)
             if (params[k] && !(im->m->values[v].dim_param[k] = kiln_strdup(ctx, params[k])))
@@ -1333,7 +1371,7 @@ static kiln_status import_model(importer *im) {
         kiln_status st = check_opset(ctx, im->opset, "the model");
         if (st) return st;
     }
-    im->m->opset = (int)im->opset;
+    if (im->opset) im->m->opset = (int)im->opset;
     if (mp->producer_name && *mp->producer_name) {
         size_t n = strlen(mp->producer_name) + strlen(str_or_empty(mp->producer_version)) + 2;
         char *p = kiln_malloc(ctx, n, "producer name");
@@ -1350,6 +1388,7 @@ static kiln_status import_model(importer *im) {
     if ((st = import_inputs(im, g))) return st;
     frame top = {.prefix = ""};
     if ((st = import_nodes(im, &top, g->n_node, g->node))) return st;
+    if (im->lenient) return KILN_OK;
     if ((st = check_defined(im))) return st;
     return import_outputs(im, g);
 }
@@ -1363,7 +1402,7 @@ static kiln_status load_buffer(kiln_context *ctx, const void *data, size_t size,
     kiln_model *m = NULL;
     kiln_status st = kiln_model_create(ctx, &m);
     if (!st) {
-        importer im = {.ctx = ctx, .m = m, .mp = mp, .base_dir = base_dir};
+        importer im = {.ctx = ctx, .m = m, .mp = mp, .base_dir = base_dir, .lenient = !finalize};
         st = import_model(&im);
         free_functions(&im);
         free(im.def);

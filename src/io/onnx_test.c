@@ -310,7 +310,9 @@ static case_result run_case(case_state *cs, const char *dir, const options *o) {
             bool seen = false;
             for (int k = 0; k < cs->missing_ops.n && !seen; k++)
                 seen = strcmp(cs->missing_ops.s[k], op) == 0;
-            if (!seen && kiln_op_index(op) < 0) list_add(&cs->missing_ops, op);
+            /* an op of another domain is never the registry's, whatever its name */
+            if (!seen && (kiln_op_index(op) < 0 || m->nodes[i].domain[0]))
+                list_add(&cs->missing_ops, op);
         }
         kiln_model_free(m);
         m = NULL;
@@ -349,7 +351,7 @@ static case_result run_case(case_state *cs, const char *dir, const options *o) {
         if (r != CASE_PASS && sets.n > 1) {
             /* name the data set when there are several */
             char tmp[sizeof cs->why];
-            snprintf(tmp, sizeof tmp, "%s: %s", sets.s[i], cs->why);
+            snprintf(tmp, sizeof tmp, "%.100s: %.1900s", sets.s[i], cs->why);
             memcpy(cs->why, tmp, sizeof tmp);
         }
         free(set);

@@ -20,9 +20,11 @@
  *   --list-failures FILE  write the names of failed cases to FILE, one a line */
 int kiln_onnx_test_main(int argc, char **argv, FILE *out);
 
-/* Load an ONNX model into a graph without finalizing it (no validation, no shape
- * inference), so a tool can look at its nodes (e.g. ops missing from the registry)
- * even when the model would not finalize. Functions are inlined as in a full load. */
+/* Load an ONNX model for listing its ops: local functions are inlined as in a full load,
+ * but nodes of other domains are kept (node->domain says which), what kiln cannot
+ * represent is dropped instead of failing the load (subgraph attributes, STRING tensors,
+ * non-tensor graph inputs), and the graph is neither checked nor finalized. Only for
+ * looking at m->nodes; a session cannot run it. */
 kiln_status kiln_onnx_load_unfinalized(kiln_context *ctx, const char *path, kiln_model **out);
 
 #endif /* KILN_ONNX_TEST_H */
