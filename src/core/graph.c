@@ -458,10 +458,10 @@ out:
 static kiln_status check_ops(kiln_model *m) {
     for (int i = 0; i < m->n_nodes; i++) {
         kiln_node *n = &m->nodes[i];
-        if (n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
+        n->op = kiln_op_index_domain(n->domain, n->op_type);
+        if (n->op < 0 && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
             return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "op '%s' of domain '%s' (node '%s') is not supported by kiln",
                              n->op_type, n->domain, n->name);
-        n->op = kiln_op_index(n->op_type);
         if (n->op < 0)
             return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "op '%s' (node '%s') is not supported by kiln",
                              n->op_type, n->name);

@@ -82,6 +82,8 @@ void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v);
 /* Copy element i of src (any dtype) to element j of dst (same dtype). */
 void kiln_copy_elem(kiln_tensor *dst, int64_t j, const kiln_tensor *src, int64_t i);
 
+/* Copy a 4-D tensor's elements into dst laid out as `to` (src is in the other layout). */
+void kiln_layout_convert(const kiln_tensor *src, void *dst, kiln_format to);
 /* Row-major strides of dims, in elements. */
 void kiln_strides(int ndim, const int64_t *dims, int64_t *strides);
 /* Normalize an axis in [-r, r) to [0, r); returns false when out of range. */
@@ -214,8 +216,13 @@ kiln_status kiln_op_fail(kiln_op_ctx *c, kiln_status st, const char *fmt, ...) K
 #define KILN_OP_CHECK(c, cond, st, ...) \
     do { if (!(cond)) return kiln_op_fail((c), (st), __VA_ARGS__); } while (0)
 
+typedef struct kiln_grad_ctx kiln_grad_ctx;
+
 typedef struct kiln_op_def {
     const char *name;            /* ONNX op_type */
+    /* NULL: ONNX's default domain. Internal ops (gradients, fused kernels) use "kiln" and
+     * are not reachable from ONNX files. */
+    const char *domain;
     int min_inputs, max_inputs;  /* max -1: variadic */
     int min_outputs, max_outputs;
     /* Bit i set: input i's data must be known when the plan is built (Reshape's shape,
@@ -232,13 +239,50 @@ typedef struct kiln_op_def {
     int (*test)(void);
     /* Output i may share input 0's storage (views such as Reshape). Bit mask. */
     uint32_t alias_outputs;
+    /* Bit i set: only input i's shape and dtype are read, never its data (Shape). The
+     * planner folds such a node once its shape is known, whatever the input's data. */
+    uint32_t shape_only_inputs;
+    /* Autograd: emit the nodes computing dL/d(inputs) from dL/d(outputs); see
+     * kiln_grad_ctx. NULL: the op is not differentiable. */
+    kiln_status (*grad)(kiln_grad_ctx *g);
 } kiln_op_def;
+
+/* ------------------------------------------------------------------ autograd */
+
+/* What a gradient rule sees. The forward node is m->nodes[node] (re-read it after emitting:
+ * adding nodes may move the array). dy[k] is the value holding dL/d(output k), or -1 where
+ * output k does not reach the loss. The rule sets dx[k] (a value index) for every input k
+ * with need[k]; it leaves the others alone. */
+struct kiln_grad_ctx {
+    kiln_model *m;
+    int node;
+    const int *dy;   /* (n_out) */
+    int *dx;         /* (n_in) */
+    const bool *need;/* (n_in) */
+    int counter;     /* for unique value names */
+};
+
+#define KILN_GRAD_NODE(g) (&(g)->m->nodes[(g)->node])
+#define KILN_GRAD_IN(g, k) (KILN_GRAD_NODE(g)->in[k])
+#define KILN_GRAD_OUT(g, k) (KILN_GRAD_NODE(g)->out[k])
+
+/* Emit a node into the training graph with n_out fresh output values (written to outs,
+ * which may be NULL when n_out == 1). domain NULL: ONNX's; "kiln": internal ops.
+ * copy_attrs starts from the forward node's attributes; attrs (text, as in optest.h: may be
+ * NULL) adds or overrides. Returns output 0's value index, or -1 (message on the context). */
+int kiln_grad_emit(kiln_grad_ctx *g, const char *domain, const char *op, int n_in, const int *in,
+                   int n_out, int *outs, bool copy_attrs, const char *attrs);
+/* The gradient of a value that was broadcast to grad's shape, summed back to like's shape
+ * (a no-op node when the shapes agree). Returns a value index or -1. */
+int kiln_grad_unbroadcast(kiln_grad_ctx *g, int grad, int like);
 
 /* The registry: ops.def is the one list. */
 int kiln_op_count(void);
 const kiln_op_def *kiln_op_get(int i);
-const kiln_op_def *kiln_op_find(const char *name); /* NULL if unknown */
-int kiln_op_index(const char *name);                /* -1 if unknown */
+const kiln_op_def *kiln_op_find(const char *name); /* NULL if unknown (default domain) */
+int kiln_op_index(const char *name);                /* -1 if unknown (default domain) */
+/* Lookup in a domain: "" or "ai.onnx" for ONNX's ops, "kiln" for internal ones. */
+int kiln_op_index_domain(const char *domain, const char *name);
 
 /* Run one op's infer on shape-only tensors then its forward (used by tests, constant
  * folding). Outputs are new owning tensors. */
