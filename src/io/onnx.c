@@ -439,11 +439,14 @@ static const char *bad_location(const char *loc) {
     return NULL;
 }
 
-static kiln_status read_external(kiln_context *ctx, const Onnx__TensorProto *tp,
-                                 const char *base_dir, const char *what, kiln_tensor *t,
-                                 int64_t nbytes) {
+/* Where a tensor's external data lives: validates location, offset and length against
+ * the file before anything is allocated. *path is a new string on success. */
+static kiln_status external_source(kiln_context *ctx, const Onnx__TensorProto *tp,
+                                   const char *base_dir, const char *what, int64_t nbytes,
+                                   char **path_out, int64_t *offset_out) {
     const char *loc = NULL;
     int64_t offset = 0, length = -1;
+    *path_out = NULL;
     for (size_t i = 0; i < tp->n_external_data; i++) {
         const Onnx__StringStringEntryProto *kv = tp->external_data[i];
         const char *k = str_or_empty(kv->key), *v = str_or_empty(kv->value);
@@ -479,31 +482,39 @@ static kiln_status read_external(kiln_context *ctx, const Onnx__TensorProto *tp,
     free(dir);
     if (!path) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory (external path)");
     kiln_status st = KILN_OK;
-    FILE *f = NULL;
     struct stat sb;
-    if (stat(path, &sb) != 0) {
+    if (stat(path, &sb) != 0)
         st = kiln_fail(ctx, KILN_ERR_IO, "%s: cannot open external data '%s': %s", what, path,
                        strerror(errno));
-    } else if (!S_ISREG(sb.st_mode)) {
+    else if (!S_ISREG(sb.st_mode))
         st = kiln_fail(ctx, KILN_ERR_IO, "%s: external data '%s' is not a regular file", what,
                        path);
-    } else if (offset > (int64_t)sb.st_size || nbytes > (int64_t)sb.st_size - offset) {
+    else if (offset > (int64_t)sb.st_size || nbytes > (int64_t)sb.st_size - offset)
         st = kiln_fail(ctx, KILN_ERR_PARSE,
                        "%s: external data at offset %" PRId64 " + %" PRId64
                        " bytes extends past the end of '%s' (%lld bytes)",
                        what, offset, nbytes, path, (long long)sb.st_size);
-    } else if (nbytes > 0) {
-        f = fopen(path, "rb");
-        if (!f)
-            st = kiln_fail(ctx, KILN_ERR_IO, "%s: cannot open external data '%s': %s", what,
-                           path, strerror(errno));
-        else if (fseeko(f, (off_t)offset, SEEK_SET) != 0 ||
-                 fread(t->data, 1, (size_t)nbytes, f) != (size_t)nbytes)
-            st = kiln_fail(ctx, KILN_ERR_IO, "%s: cannot read %" PRId64 " bytes at offset %"
-                           PRId64 " of '%s'", what, nbytes, offset, path);
+    if (st) {
+        free(path);
+        return st;
     }
-    if (f) fclose(f);
-    free(path);
+    *path_out = path;
+    *offset_out = offset;
+    return KILN_OK;
+}
+
+static kiln_status read_external(kiln_context *ctx, const char *path, int64_t offset,
+                                 const char *what, void *dst, int64_t nbytes) {
+    if (nbytes == 0) return KILN_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kiln_fail(ctx, KILN_ERR_IO, "%s: cannot open external data '%s': %s", what, path,
+                         strerror(errno));
+    kiln_status st = KILN_OK;
+    if (fseeko(f, (off_t)offset, SEEK_SET) != 0 || fread(dst, 1, (size_t)nbytes, f) != (size_t)nbytes)
+        st = kiln_fail(ctx, KILN_ERR_IO, "%s: cannot read %" PRId64 " bytes at offset %" PRId64
+                       " of '%s'", what, nbytes, offset, path);
+    fclose(f);
     return st;
 }
 
@@ -537,33 +548,29 @@ static kiln_status tensor_from_proto(kiln_context *ctx, const Onnx__TensorProto 
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s is a segment of a tensor; unsupported",
                          what);
     int64_t nbytes = numel * (int64_t)es;
-    kiln_tensor *t = kiln_tensor_new(ctx, dt, (int)tp->n_dims, tp->dims);
-    if (!t)
-        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for %s (%" PRId64 " bytes)",
-                         what, nbytes);
 
+    /* Find and check the data before allocating: the dims are only as trustworthy as the
+     * bytes that back them. */
+    enum { SRC_EXTERNAL, SRC_RAW, SRC_TYPED } src;
+    char *ext_path = NULL;
+    int64_t ext_offset = 0;
     if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-        st = read_external(ctx, tp, base_dir, what, t, nbytes);
-        if (!st) {
-            from_little_endian(t->data, numel, es);
-            normalize_bool(t, numel);
-        }
+        src = SRC_EXTERNAL;
+        if ((st = external_source(ctx, tp, base_dir, what, nbytes, &ext_path, &ext_offset)))
+            return st;
     } else if (tp->has_data_location &&
                tp->data_location != ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT) {
-        st = kiln_fail(ctx, KILN_ERR_PARSE, "%s has an unknown data_location %d", what,
-                       (int)tp->data_location);
+        return kiln_fail(ctx, KILN_ERR_PARSE, "%s has an unknown data_location %d", what,
+                         (int)tp->data_location);
     } else if (tp->has_raw_data) {
-        if (tp->raw_data.len != (size_t)nbytes) {
-            st = kiln_fail(ctx, KILN_ERR_PARSE,
-                           "%s: raw_data has %zu bytes but its dims need %" PRId64 " bytes", what,
-                           tp->raw_data.len, nbytes);
-        } else if (nbytes > 0) {
-            memcpy(t->data, tp->raw_data.data, (size_t)nbytes);
-            from_little_endian(t->data, numel, es);
-            normalize_bool(t, numel);
-        }
+        src = SRC_RAW;
+        if (tp->raw_data.len != (size_t)nbytes)
+            return kiln_fail(ctx, KILN_ERR_PARSE,
+                             "%s: raw_data has %zu bytes but its dims need %" PRId64 " bytes",
+                             what, tp->raw_data.len, nbytes);
     } else {
         /* the typed field the spec assigns to this dtype */
+        src = SRC_TYPED;
         size_t have;
         const char *field;
         switch (dt) {
@@ -573,25 +580,45 @@ static kiln_status tensor_from_proto(kiln_context *ctx, const Onnx__TensorProto 
         case KILN_U32: case KILN_U64: have = tp->n_uint64_data; field = "uint64_data"; break;
         default: have = tp->n_int32_data; field = "int32_data"; break;
         }
-        if (have != (size_t)numel) {
-            st = kiln_fail(ctx, KILN_ERR_PARSE,
-                           "%s: %s has %zu values but its dims need %" PRId64 "%s", what, field,
-                           have, numel, have == 0 ? " (tensor has no data)" : "");
-        } else {
-            uint8_t *p = t->data;
-            for (int64_t i = 0; i < numel; i++) {
-                switch (dt) {
-                case KILN_F32: memcpy(p + 4 * i, &tp->float_data[i], 4); break;
-                case KILN_F64: memcpy(p + 8 * i, &tp->double_data[i], 8); break;
-                case KILN_I64: memcpy(p + 8 * i, &tp->int64_data[i], 8); break;
-                case KILN_U64: memcpy(p + 8 * i, &tp->uint64_data[i], 8); break;
-                case KILN_U32: {
-                    uint32_t u = (uint32_t)tp->uint64_data[i];
-                    memcpy(p + 4 * i, &u, 4);
-                    break;
-                }
-                default: store_int32_field(t, i, tp->int32_data[i]); break;
-                }
+        if (have != (size_t)numel)
+            return kiln_fail(ctx, KILN_ERR_PARSE,
+                             "%s: %s has %zu values but its dims need %" PRId64 "%s", what, field,
+                             have, numel, have == 0 ? " (tensor has no data)" : "");
+    }
+
+    kiln_tensor *t = kiln_tensor_new(ctx, dt, (int)tp->n_dims, tp->dims);
+    if (!t) {
+        free(ext_path);
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for %s (%" PRId64 " bytes)",
+                         what, nbytes);
+    }
+    if (src == SRC_EXTERNAL) {
+        st = read_external(ctx, ext_path, ext_offset, what, t->data, nbytes);
+        free(ext_path);
+        if (!st) {
+            from_little_endian(t->data, numel, es);
+            normalize_bool(t, numel);
+        }
+    } else if (src == SRC_RAW) {
+        if (nbytes > 0) {
+            memcpy(t->data, tp->raw_data.data, (size_t)nbytes);
+            from_little_endian(t->data, numel, es);
+            normalize_bool(t, numel);
+        }
+    } else {
+        uint8_t *p = t->data;
+        for (int64_t i = 0; i < numel; i++) {
+            switch (dt) {
+            case KILN_F32: memcpy(p + 4 * i, &tp->float_data[i], 4); break;
+            case KILN_F64: memcpy(p + 8 * i, &tp->double_data[i], 8); break;
+            case KILN_I64: memcpy(p + 8 * i, &tp->int64_data[i], 8); break;
+            case KILN_U64: memcpy(p + 8 * i, &tp->uint64_data[i], 8); break;
+            case KILN_U32: {
+                uint32_t u = (uint32_t)tp->uint64_data[i];
+                memcpy(p + 4 * i, &u, 4);
+                break;
+            }
+            default: store_int32_field(t, i, tp->int32_data[i]); break;
             }
         }
     }
