@@ -46,9 +46,12 @@
 /* Deeper than any real model's Model > Graph > Node > Attribute > Graph ... nesting. */
 #define MAX_PROTO_DEPTH 100
 #define MAX_FUNCTION_DEPTH 64
-/* Inlining can multiply nodes (a function calling another twice, 64 levels deep):
- * a ceiling on what one model may expand to. */
+/* Inlining can multiply nodes (a function calling another twice, 64 levels deep): a
+ * model may expand to at most 256 times the nodes its file holds (at least 65536, at
+ * most 4M), so work and memory stay proportional to the input. */
 #define MAX_NODES (1 << 22)
+#define MIN_NODE_BUDGET (1 << 16)
+#define NODE_EXPANSION 256
 #define MAX_NAME_BYTES ((size_t)256 << 20)
 /* Elements and bytes of one tensor: far past any real tensor, far below overflow. */
 #define MAX_ELEMS ((int64_t)1 << 62)
@@ -702,7 +705,8 @@ typedef struct importer {
     fn_info *fns;
     uint8_t *def;            /* per value index: DEF_* (who defines it) */
     int cap_def;
-    int64_t n_nodes;         /* nodes added (inlining budget) */
+    int64_t n_nodes;         /* nodes added */
+    int64_t node_budget;     /* most nodes inlining may produce */
     size_t name_bytes;       /* bytes of generated names (inlining budget) */
     int64_t counter;         /* makes each call's prefix unique */
     /* Listing ops only (kiln_onnx_load_unfinalized): keep nodes of unknown domains, drop
@@ -1110,9 +1114,11 @@ static kiln_status add_op_node(importer *im, const frame *fr, const Onnx__NodePr
                          "domain", where);
     if (np->n_input > (size_t)INT_MAX / 2 || np->n_output > (size_t)INT_MAX / 2)
         return kiln_fail(ctx, KILN_ERR_PARSE, "%s: too many inputs or outputs", where);
-    if (im->n_nodes >= MAX_NODES)
-        return kiln_fail(ctx, KILN_ERR_PARSE, "the model has more than %d nodes (after inlining "
-                         "local functions)", MAX_NODES);
+    if (im->n_nodes >= im->node_budget)
+        return kiln_fail(ctx, KILN_ERR_PARSE,
+                         "inlining local functions expands the model past %" PRId64 " nodes "
+                         "(%d times the nodes of the file, at least %d)", im->node_budget,
+                         NODE_EXPANSION, MIN_NODE_BUDGET);
     kiln_status st = KILN_OK;
     int *in = malloc((np->n_input + 1) * sizeof(int));
     int *out = malloc((np->n_output + 1) * sizeof(int));
@@ -1409,6 +1415,10 @@ static kiln_status import_model(importer *im) {
         free(im->m->producer);
         im->m->producer = p;
     }
+    int64_t in_file = (int64_t)g->n_node;
+    for (size_t i = 0; i < mp->n_functions; i++) in_file += (int64_t)mp->functions[i]->n_node;
+    im->node_budget = in_file > MAX_NODES / NODE_EXPANSION ? MAX_NODES : in_file * NODE_EXPANSION;
+    if (im->node_budget < MIN_NODE_BUDGET) im->node_budget = MIN_NODE_BUDGET;
     kiln_status st;
     if ((st = load_functions(im))) return st;
     if ((st = import_initializers(im, g))) return st;

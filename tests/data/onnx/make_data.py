@@ -180,3 +180,17 @@ for _ in range(300):
     g = field(1, field(4, b"If") + field(5, attr))
 model = varint(1 << 3) + varint(8) + field(7, g) + field(8, field(1, b"") + varint(2 << 3) + varint(17))
 open(f"{BAD}/bad_nesting.onnx", "wb").write(model)
+
+# bad_function_expansion: F17 calls F16 twice ... F0 = Relu: 131072 nodes from 1 KB.
+fns = [helper.make_function("l", "F0", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])],
+                            [helper.make_opsetid("", 17)])]
+for k in range(1, 18):
+    fns.append(helper.make_function(
+        "l", f"F{k}", ["x"], ["y"],
+        [helper.make_node(f"F{k-1}", ["x"], ["t"], domain="l"),
+         helper.make_node(f"F{k-1}", ["t"], ["y"], domain="l")],
+        [helper.make_opsetid("", 17), helper.make_opsetid("l", 1)]))
+save_bad("bad_function_expansion", [helper.make_node("F17", ["X"], ["Y"], domain="l")],
+         inputs=[helper.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
+         outputs=[helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])],
+         opsets=[helper.make_opsetid("", 17), helper.make_opsetid("l", 1)], functions=fns)
