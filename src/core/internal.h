@@ -186,6 +186,10 @@ int kiln_model_add_node_raw(kiln_model *m, const char *op_type, const char *name
                             const char *domain, int n_in, const int *in, int n_out,
                             const int *out, int n_attrs, kiln_attr *attrs);
 void kiln_attr_clear(kiln_attr *a);
+/* Deep copy of an attribute (KILN_ERR_OUT_OF_MEMORY leaves dst cleared). */
+kiln_status kiln_attr_copy(kiln_context *ctx, kiln_attr *dst, const kiln_attr *src);
+/* A deep, open (not finalized) copy of a model, e.g. to extend it with a backward graph. */
+kiln_status kiln_model_clone(const kiln_model *src, kiln_model **out);
 
 /* Attribute lookup for ops. The typed getters return dflt when absent. */
 const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name);
@@ -291,6 +295,11 @@ int kiln_op_index_domain(const char *domain, const char *name);
  * folding). Outputs are new owning tensors. */
 kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in,
                          kiln_tensor **in, int n_out, kiln_tensor **out);
+
+/* kiln_session_run with an explicit seed for random ops (the trainer derives it from its
+ * seed and step, so a resumed run draws the same dropout masks). */
+kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
+                                    int n_outputs, const kiln_tensor **outputs);
 
 /* --------------------------------------------------------------- threading */
 
