@@ -11,8 +11,11 @@
 #include "core/internal.h"
 #include "io/onnx_test.h"
 
+#include "onnx.pb-c.h"
+
 #include <dirent.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,6 +453,124 @@ static void test_truncated_and_random(kiln_context *ctx) {
     expect(ctx, st, KILN_ERR_IO, "regular file", "a directory");
 }
 
+
+/* ------------------------------------------------------------ onnx-test */
+
+static bool copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    bool ok = a && b;
+    char buf[4096];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, n, b) == n;
+    if (a) fclose(a);
+    if (b) fclose(b);
+    return ok;
+}
+
+static bool write_f32_pb(const char *path, int ndim, const int64_t *dims, const float *v) {
+    Onnx__TensorProto t = ONNX__TENSOR_PROTO__INIT;
+    t.has_data_type = 1;
+    t.data_type = KILN_F32;
+    t.n_dims = (size_t)ndim;
+    t.dims = (int64_t *)dims;
+    t.n_float_data = (size_t)kiln_numel(ndim, dims);
+    t.float_data = (float *)v;
+    size_t n = onnx__tensor_proto__get_packed_size(&t);
+    uint8_t *buf = malloc(n);
+    FILE *f = fopen(path, "wb");
+    bool ok = buf && f && onnx__tensor_proto__pack(&t, buf) == n && fwrite(buf, 1, n, f) == n;
+    if (f) fclose(f);
+    free(buf);
+    return ok;
+}
+
+/* One runner case: test_relu's model and input with an expected output edited by edit;
+ * returns the line the runner printed for it and its exit status. */
+static int run_case(const char *name, void (*edit)(float *y, const float *x), char *line,
+                    size_t n) {
+    char dir[600], set[700], file[800];
+    snprintf(dir, sizeof dir, "%s/runner", tmp_dir);
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/runner/%s", tmp_dir, name);
+    mkdir(dir, 0755);
+    snprintf(set, sizeof set, "%s/test_data_set_0", dir);
+    mkdir(set, 0755);
+    const char *src = path_of(node_dir, "test_relu");
+    snprintf(file, sizeof file, "%s/model.onnx", dir);
+    bool ok = copy_file(path_of(src, "model.onnx"), file);
+    snprintf(file, sizeof file, "%s/input_0.pb", set);
+    ok = ok && copy_file(path_of(src, "test_data_set_0/input_0.pb"), file);
+    kiln_context *ctx = NULL;
+    kiln_tensor *x = NULL;
+    kiln_context_create(&ctx);
+    ok = ok && kiln_tensor_load_onnx_pb(ctx, file, &x) == KILN_OK && kiln_tensor_numel(x) == 60;
+    float y[60];
+    for (int i = 0; ok && i < 60; i++) y[i] = ((float *)x->data)[i] > 0 ? ((float *)x->data)[i] : 0;
+    if (ok) edit(y, x->data);
+    snprintf(file, sizeof file, "%s/output_0.pb", set);
+    ok = ok && write_f32_pb(file, 3, (const int64_t[]){3, 4, 5}, y);
+    kiln_tensor_free(x);
+    kiln_context_free(ctx);
+    CHECK(ok, "%s: cannot write the case", name);
+    FILE *out = tmpfile();
+    char *argv[] = {"onnx-test", dir, NULL};
+    int rc = out ? kiln_onnx_test_main(2, argv, out) : -1;
+    line[0] = '\0';
+    if (out) {
+        rewind(out);
+        if (!fgets(line, (int)n, out)) line[0] = '\0';
+        fclose(out);
+    }
+    line[strcspn(line, "\n")] = '\0';
+    return rc;
+}
+
+static void edit_none(float *y, const float *x) { (void)y; (void)x; }
+static void edit_within(float *y, const float *x) { (void)x; y[7] = y[7] * (1 + 5e-5f) + 5e-6f; }
+static void edit_off(float *y, const float *x) { (void)x; y[7] += 1e-3f; }
+static void edit_nan(float *y, const float *x) { (void)x; y[3] = NAN; }
+static void edit_inf(float *y, const float *x) {
+    (void)x;
+    for (int i = 0; i < 60; i++)
+        if (y[i] > 1) {
+            y[i] = INFINITY;
+            break;
+        }
+}
+
+static void test_runner(void) {
+    char line[2048];
+    int rc = run_case("exact", edit_none, line, sizeof line);
+    CHECK(rc == 0 && strcmp(line, "PASS exact") == 0, "runner exact: rc %d, '%s'", rc, line);
+    rc = run_case("within", edit_within, line, sizeof line);
+    CHECK(rc == 0 && strcmp(line, "PASS within") == 0, "runner within tolerance: rc %d, '%s'", rc,
+          line);
+    rc = run_case("off", edit_off, line, sizeof line);
+    CHECK(rc == 1 && strncmp(line, "FAIL off: output 0", 18) == 0 && strstr(line, "budget") &&
+          strstr(line, "index 7"), "runner off by 1e-3: rc %d, '%s'", rc, line);
+    rc = run_case("nan", edit_nan, line, sizeof line);
+    CHECK(rc == 1 && strstr(line, "FAIL nan") && strstr(line, "index 3"),
+          "runner expected NaN: rc %d, '%s'", rc, line);
+    rc = run_case("inf", edit_inf, line, sizeof line);
+    CHECK(rc == 1 && strstr(line, "FAIL inf"), "runner expected inf: rc %d, '%s'", rc, line);
+    printf("ok   onnx-test runner: PASS / FAIL with budget, NaN and inf positions\n");
+
+    /* a STRING input is SKIP; ops missing from the registry are SKIP with --ops-in-registry */
+    FILE *out = tmpfile();
+    char *argv[] = {"onnx-test", "--ops-in-registry", path_of(node_dir, "test_strnormalizer_nostopwords_nochangecase"),
+                    path_of(path_of(data_dir, "onnx"), "no-such-case"), NULL};
+    rc = kiln_onnx_test_main(4, argv, out);
+    rewind(out);
+    char l1[2048] = "", l2[2048] = "", l3[2048] = "";
+    if (!fgets(l1, sizeof l1, out) || !fgets(l2, sizeof l2, out) || !fgets(l3, sizeof l3, out))
+        l3[0] = '\0';
+    fclose(out);
+    CHECK(rc == 1 && strncmp(l1, "FAIL no-such-case", 17) == 0 &&
+          strncmp(l2, "SKIP test_strnormalizer_nostopwords_nochangecase: op StringNormalizer not in "
+                  "registry", 79) == 0 && strncmp(l3, "0 passed, 1 failed, 1 skipped", 29) == 0,
+          "runner skip/fail lines: rc %d '%s' '%s' '%s'", rc, l1, l2, l3);
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: %s DATA_DIR NODE_DIR TMP_DIR\n", argv[0]);
@@ -468,6 +589,7 @@ int main(int argc, char **argv) {
     test_hostile_files(ctx);
     test_bad_dir(ctx);
     test_truncated_and_random(ctx);
+    test_runner();
     kiln_context_free(ctx);
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
     return fails != 0;

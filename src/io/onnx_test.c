@@ -156,13 +156,16 @@ static bool compare(int j, const char *name, const kiln_tensor *got, const kiln_
     double atol, rtol;
     tolerance(exp->dtype, &atol, &rtol);
     double max_abs = 0, max_rel = 0, budget = 0;
+    int64_t special = 0; /* NaN / inf mismatches: no finite error to report for them */
     for (int64_t i = 0; i < numel; i++) {
         double g = kiln_get_f64(got, i), e = kiln_get_f64(exp, i);
         bool off;
         if (isnan(e) || isnan(g)) {
             off = !(isnan(e) && isnan(g));
+            special += off;
         } else if (isinf(e) || isinf(g)) {
             off = g != e;
+            special += off;
         } else {
             double d = fabs(g - e), lim = atol + rtol * fabs(e);
             if (d > max_abs) max_abs = d;
@@ -173,10 +176,13 @@ static bool compare(int j, const char *name, const kiln_tensor *got, const kiln_
         if (off && bad++ == 0) first = i;
     }
     if (!bad) return true;
-    snprintf(why, n, "output %d '%s': %lld of %lld elements off, max abs err %.3g, max rel err "
+    char nonfinite[64] = "";
+    if (special)
+        snprintf(nonfinite, sizeof nonfinite, " (%lld NaN/inf mismatches)", (long long)special);
+    snprintf(why, n, "output %d '%s': %lld of %lld elements off%s, max abs err %.3g, max rel err "
              "%.3g, budget %.0f%% used (atol %g rtol %g; first at index %lld: got %.9g, "
-             "expected %.9g)", j, name, (long long)bad, (long long)numel, max_abs, max_rel,
-             100 * budget, atol, rtol, (long long)first, kiln_get_f64(got, first),
+             "expected %.9g)", j, name, (long long)bad, (long long)numel, nonfinite, max_abs,
+             max_rel, 100 * budget, atol, rtol, (long long)first, kiln_get_f64(got, first),
              kiln_get_f64(exp, first));
     return false;
 }
