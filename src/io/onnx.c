@@ -1112,6 +1112,33 @@ static kiln_status add_op_node(importer *im, const frame *fr, const Onnx__NodePr
     if (opset == 0 && !*domain)
         return kiln_fail(ctx, KILN_ERR_PARSE, "%s: the model imports no opset of the default "
                          "domain", where);
+    /* Before opset 7, elementwise ops broadcast by attributes: broadcast=1 alone matches
+     * B's shape to a suffix of A's, as numpy does; with `axis` it aligns B at that axis,
+     * which is numpy's alignment only when axis = rank(A) - rank(B). Ops implement numpy
+     * broadcasting, so other cases (or ranks unknown here) are refused, not guessed. */
+    if (!*domain && opset < 7) {
+        const Onnx__AttributeProto *bc = NULL, *ax = NULL;
+        for (size_t i = 0; i < n_attrs; i++) {
+            if (strcmp(attrs[i].name, "broadcast") == 0) bc = attrs[i].a;
+            if (strcmp(attrs[i].name, "axis") == 0) ax = attrs[i].a;
+        }
+        if (bc && attr_type(bc) == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT && bc->i != 0 && ax) {
+            int ra = -1, rb = -1;
+            if (np->n_input == 2) {
+                int va = kiln_model_find_value(im->m, np->input[0]);
+                int vb = kiln_model_find_value(im->m, np->input[1]);
+                /* ranks are known here for graph inputs and initializers */
+                if (va >= 0 && def_of(im, va) != DEF_NODE) ra = im->m->values[va].ndim;
+                if (vb >= 0 && def_of(im, vb) != DEF_NODE) rb = im->m->values[vb].ndim;
+            }
+            int64_t axis = ax->i < 0 && ra >= 0 ? ax->i + ra : ax->i;
+            if (fr->fi || ra < 0 || rb < 0 || axis != ra - rb)
+                return kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
+                                 "%s: legacy broadcasting along axis %" PRId64 " (opset %" PRId64
+                                 " < 7) is not supported; re-export with opset >= 7", where,
+                                 ax->i, opset);
+        }
+    }
     if (np->n_input > (size_t)INT_MAX / 2 || np->n_output > (size_t)INT_MAX / 2)
         return kiln_fail(ctx, KILN_ERR_PARSE, "%s: too many inputs or outputs", where);
     if (im->n_nodes >= im->node_budget)

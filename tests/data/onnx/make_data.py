@@ -194,3 +194,12 @@ save_bad("bad_function_expansion", [helper.make_node("F17", ["X"], ["Y"], domain
          inputs=[helper.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
          outputs=[helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])],
          opsets=[helper.make_opsetid("", 17), helper.make_opsetid("l", 1)], functions=fns)
+
+# bad_legacy_broadcast: opset 6 Add aligning B (f32[3]) at axis 1 of A (f32[2,3,4]);
+# numpy broadcasting would pair B with the last axis instead.
+legacy = helper.make_node("Add", ["A", "B"], ["Y"], name="add", broadcast=1, axis=1)
+save_bad("bad_legacy_broadcast", [legacy],
+         inputs=[helper.make_tensor_value_info("A", TensorProto.FLOAT, [2, 3, 4])],
+         outputs=[helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3, 4])],
+         inits=[helper.make_tensor("B", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])],
+         opsets=[helper.make_opsetid("", 6)])
