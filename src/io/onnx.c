@@ -52,6 +52,7 @@
 #define MAX_NODES (1 << 22)
 #define MIN_NODE_BUDGET (1 << 16)
 #define NODE_EXPANSION 256
+/* and the names it generates (prefix + local name per inlined value / node) */
 #define MAX_NAME_BYTES ((size_t)256 << 20)
 /* Elements and bytes of one tensor: far past any real tensor, far below overflow. */
 #define MAX_ELEMS ((int64_t)1 << 62)
@@ -1207,11 +1208,13 @@ static kiln_status import_node(importer *im, const frame *fr, const Onnx__NodePr
     if (*fr->prefix && !(np->name && *np->name))
         snprintf(unnamed, sizeof unnamed, "%.100s_%zu", op, index);
     const char *local = np->name && *np->name ? np->name : unnamed;
-    size_t len = strlen(fr->prefix) + strlen(local) + 1;
-    if (len > MAX_NAME_BYTES - im->name_bytes)
-        return kiln_fail(ctx, KILN_ERR_PARSE,
-                         "inlining local functions generates more than 256 MiB of names");
-    im->name_bytes += len;
+    if (fr->fi) {
+        size_t len = strlen(fr->prefix) + strlen(local) + 1;
+        if (len > MAX_NAME_BYTES - im->name_bytes)
+            return kiln_fail(ctx, KILN_ERR_PARSE,
+                             "inlining local functions generates more than 256 MiB of names");
+        im->name_bytes += len;
+    }
     full_name = concat(fr->prefix, local);
     if (!full_name) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory (node name)");
     if (*full_name)
