@@ -668,6 +668,42 @@ kiln_status kiln_tensor_load_onnx_pb(kiln_context *ctx, const char *path, kiln_t
 
 /* ---------------------------------------------------------------- importer */
 
+/* Sorted (name, position) pairs: lookups by name in O(log n), so files with huge formal
+ * lists, attribute lists or function tables cannot make the import quadratic. */
+typedef struct name_ix {
+    const char *name;
+    int index;
+} name_ix;
+
+static int cmp_name_ix(const void *a, const void *b) {
+    const name_ix *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* An index of names[0..n) (NULL names left out); NULL on OOM. */
+static name_ix *index_names(char *const *names, size_t n, size_t *count) {
+    name_ix *ix = malloc((n ? n : 1) * sizeof *ix);
+    size_t k = 0;
+    if (!ix) return NULL;
+    for (size_t i = 0; i < n && i <= INT_MAX; i++)
+        if (names[i]) ix[k++] = (name_ix){names[i], (int)i};
+    qsort(ix, k, sizeof *ix, cmp_name_ix);
+    *count = k;
+    return ix;
+}
+
+/* The first position named name, or -1. */
+static int find_name(const name_ix *ix, size_t n, const char *name) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(ix[mid].name, name) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && strcmp(ix[lo].name, name) == 0 ? ix[lo].index : -1;
+}
+
 typedef struct named_attr {
     const char *name;               /* the name the node sees */
     const Onnx__AttributeProto *a;  /* the value (possibly from the caller or a default) */
@@ -681,6 +717,8 @@ typedef struct fn_info {
     Onnx__AttributeProto **defaults; /* owned: attribute_proto decoded from unknown fields */
     int64_t opset;           /* the function's default-domain opset, 0: the model's */
     bool active;             /* on the current call chain (cycle detection) */
+    name_ix *in_ix, *out_ix; /* formal inputs / outputs by name */
+    size_t n_in_ix, n_out_ix;
 } fn_info;
 
 /* One level of inlining: how names in a function body map onto the graph. */
@@ -704,6 +742,7 @@ typedef struct importer {
     int64_t opset;           /* the model's default-domain opset (0: none imported) */
     size_t n_fns;
     fn_info *fns;
+    fn_info **fn_sorted;     /* by (name, domain, overload) */
     uint8_t *def;            /* per value index: DEF_* (who defines it) */
     int cap_def;
     int64_t n_nodes;         /* nodes added */
@@ -768,63 +807,94 @@ static kiln_status check_opset(kiln_context *ctx, int64_t v, const char *where) 
     return KILN_OK;
 }
 
+static int cmp_fn(const void *a, const void *b) {
+    const fn_info *x = *(fn_info *const *)a, *y = *(fn_info *const *)b;
+    int c = strcmp(x->fn->name, y->fn->name);
+    if (!c) c = strcmp(x->domain, y->domain);
+    return c ? c : strcmp(x->overload, y->overload);
+}
+
+static int cmp_attr_name(const void *a, const void *b) {
+    return strcmp((*(Onnx__AttributeProto *const *)a)->name,
+                  (*(Onnx__AttributeProto *const *)b)->name);
+}
+
+/* The attribute defaults of a function: FunctionProto.attribute_proto (field 11, newer
+ * than our schema, so protobuf-c kept them as unknown fields), sorted by name. */
+static kiln_status load_defaults(importer *im, fn_info *fi, const char *where) {
+    const ProtobufCMessage *base = &fi->fn->base;
+    unsigned n = 0;
+    for (unsigned k = 0; k < base->n_unknown_fields; k++)
+        if (base->unknown_fields[k].tag == 11) n++;
+    if (n == 0) return KILN_OK;
+    fi->defaults = kiln_calloc(im->ctx, n, sizeof *fi->defaults, "function attributes");
+    if (!fi->defaults) return KILN_ERR_OUT_OF_MEMORY;
+    for (unsigned k = 0; k < base->n_unknown_fields; k++) {
+        const ProtobufCMessageUnknownField *u = &base->unknown_fields[k];
+        if (u->tag != 11) continue;
+        const uint8_t *p = u->data, *end = u->data + u->len;
+        uint64_t len;
+        if (u->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED || !read_varint(&p, end, &len) ||
+            len != (uint64_t)(end - p))
+            return kiln_fail(im->ctx, KILN_ERR_PARSE, "%s: malformed attribute default #%zu",
+                             where, fi->n_defaults);
+        Onnx__AttributeProto *a = (Onnx__AttributeProto *)unpack_checked(
+            im->ctx, &onnx__attribute_proto__descriptor, p, (size_t)len, "an attribute default");
+        if (!a) {
+            kiln_msg_prefix(im->ctx, "%s: ", where);
+            return KILN_ERR_PARSE;
+        }
+        fi->defaults[fi->n_defaults++] = a;
+        if (!a->name || !*a->name)
+            return kiln_fail(im->ctx, KILN_ERR_PARSE, "%s: attribute default #%zu has no name",
+                             where, fi->n_defaults - 1);
+    }
+    qsort(fi->defaults, fi->n_defaults, sizeof *fi->defaults, cmp_attr_name);
+    for (size_t k = 1; k < fi->n_defaults; k++)
+        if (strcmp(fi->defaults[k - 1]->name, fi->defaults[k]->name) == 0)
+            return kiln_fail(im->ctx, KILN_ERR_PARSE, "%s: attribute default '%.200s' is given "
+                             "twice", where, fi->defaults[k]->name);
+    return KILN_OK;
+}
+
 static kiln_status load_functions(importer *im) {
     const Onnx__ModelProto *mp = im->mp;
     if (mp->n_functions == 0) return KILN_OK;
     im->fns = kiln_calloc(im->ctx, mp->n_functions, sizeof *im->fns, "function table");
-    if (!im->fns) return KILN_ERR_OUT_OF_MEMORY;
+    im->fn_sorted = kiln_calloc(im->ctx, mp->n_functions, sizeof *im->fn_sorted, "function table");
+    if (!im->fns || !im->fn_sorted) return KILN_ERR_OUT_OF_MEMORY;
     for (size_t i = 0; i < mp->n_functions; i++) {
         const Onnx__FunctionProto *fn = mp->functions[i];
         fn_info *fi = &im->fns[im->n_fns++];
         fi->fn = fn;
         fi->domain = norm_domain(fn->domain);
+        im->fn_sorted[i] = fi;
         if (!fn->name || !*fn->name)
             return kiln_fail(im->ctx, KILN_ERR_PARSE, "local function #%zu has no name", i);
+        char where[300];
+        snprintf(where, sizeof where, "local function '%.200s'", fn->name);
+        if (fn->n_input > INT_MAX || fn->n_output > INT_MAX)
+            return kiln_fail(im->ctx, KILN_ERR_PARSE, "%s has too many inputs or outputs", where);
         fi->overload = unknown_string(&fn->base, 13);
-        if (!fi->overload) return kiln_fail(im->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(im->fns[j].fn->name, fn->name) == 0 &&
-                strcmp(im->fns[j].domain, fi->domain) == 0 &&
-                strcmp(im->fns[j].overload, fi->overload) == 0)
-                return kiln_fail(im->ctx, KILN_ERR_PARSE,
-                                 "local function '%.200s' (domain '%.200s') is defined twice",
-                                 fn->name, fi->domain);
+        fi->in_ix = index_names(fn->input, fn->n_input, &fi->n_in_ix);
+        fi->out_ix = index_names(fn->output, fn->n_output, &fi->n_out_ix);
+        if (!fi->overload || !fi->in_ix || !fi->out_ix)
+            return kiln_fail(im->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory (%s)", where);
         bool dup;
         fi->opset = opset_of((const Onnx__OperatorSetIdProto *const *)fn->opset_import,
                              fn->n_opset_import, "", &dup);
-        char where[300];
-        snprintf(where, sizeof where, "local function '%.200s'", fn->name);
         if (dup)
             return kiln_fail(im->ctx, KILN_ERR_PARSE, "%s imports the default domain twice", where);
-        if (fi->opset) {
-            kiln_status st = check_opset(im->ctx, fi->opset, where);
-            if (st) return st;
-        }
-        /* attribute defaults: FunctionProto.attribute_proto (field 11, newer than our schema) */
-        unsigned n = 0;
-        for (unsigned k = 0; k < fn->base.n_unknown_fields; k++)
-            if (fn->base.unknown_fields[k].tag == 11) n++;
-        if (n == 0) continue;
-        fi->defaults = kiln_calloc(im->ctx, n, sizeof *fi->defaults, "function attributes");
-        if (!fi->defaults) return KILN_ERR_OUT_OF_MEMORY;
-        for (unsigned k = 0; k < n; k++) {
-            const uint8_t *d;
-            size_t len;
-            if (!unknown_bytes(&fn->base, 11, k, &d, &len))
-                return kiln_fail(im->ctx, KILN_ERR_PARSE,
-                                 "%s: malformed attribute default #%u", where, k);
-            Onnx__AttributeProto *a = (Onnx__AttributeProto *)unpack_checked(
-                im->ctx, &onnx__attribute_proto__descriptor, d, len, "an attribute default");
-            if (!a) {
-                kiln_msg_prefix(im->ctx, "%s: ", where);
-                return KILN_ERR_PARSE;
-            }
-            fi->defaults[fi->n_defaults++] = a;
-            if (!a->name || !*a->name)
-                return kiln_fail(im->ctx, KILN_ERR_PARSE, "%s: attribute default #%u has no name",
-                                 where, k);
-        }
+        kiln_status st;
+        if (fi->opset && (st = check_opset(im->ctx, fi->opset, where))) return st;
+        if ((st = load_defaults(im, fi, where))) return st;
     }
+    qsort(im->fn_sorted, im->n_fns, sizeof *im->fn_sorted, cmp_fn);
+    for (size_t i = 1; i < im->n_fns; i++)
+        if (cmp_fn(&im->fn_sorted[i - 1], &im->fn_sorted[i]) == 0)
+            return kiln_fail(im->ctx, KILN_ERR_PARSE,
+                             "local function '%.200s' (domain '%.200s') is defined twice",
+                             im->fn_sorted[i]->fn->name, im->fn_sorted[i]->domain);
     return KILN_OK;
 }
 
@@ -835,19 +905,33 @@ static void free_functions(importer *im) {
             onnx__attribute_proto__free_unpacked(fi->defaults[k], NULL);
         free(fi->defaults);
         free(fi->overload);
+        free(fi->in_ix);
+        free(fi->out_ix);
     }
     free(im->fns);
+    free(im->fn_sorted);
 }
 
 static fn_info *find_function(importer *im, const char *domain, const char *name,
                               const char *overload) {
-    for (size_t i = 0; i < im->n_fns; i++) {
-        fn_info *fi = &im->fns[i];
-        if (strcmp(fi->fn->name, name) == 0 && strcmp(fi->domain, domain) == 0 &&
-            strcmp(fi->overload, overload) == 0)
-            return fi;
-    }
-    return NULL;
+    Onnx__FunctionProto key_fn = ONNX__FUNCTION_PROTO__INIT;
+    key_fn.name = (char *)name;
+    fn_info key = {.fn = &key_fn, .domain = domain, .overload = (char *)overload};
+    const fn_info *kp = &key;
+    fn_info **hit = im->n_fns ? bsearch(&kp, im->fn_sorted, im->n_fns, sizeof *im->fn_sorted,
+                                        cmp_fn) : NULL;
+    return hit ? *hit : NULL;
+}
+
+/* A function's attribute default by name (defaults are sorted), or NULL. */
+static const Onnx__AttributeProto *find_default(const fn_info *fi, const char *name) {
+    Onnx__AttributeProto key_a = ONNX__ATTRIBUTE_PROTO__INIT;
+    key_a.name = (char *)name;
+    const Onnx__AttributeProto *kp = &key_a;
+    Onnx__AttributeProto **hit = fi->n_defaults ? bsearch(&kp, fi->defaults, fi->n_defaults,
+                                                          sizeof *fi->defaults, cmp_attr_name)
+                                                : NULL;
+    return hit ? *hit : NULL;
 }
 
 /* Map a name used inside a frame to a value index (-1: a missing optional value). */
@@ -855,17 +939,17 @@ static kiln_status resolve_value(importer *im, const frame *fr, const char *name
     *out = -1;
     if (!name || !*name) return KILN_OK;
     if (!fr->fi) return value_index(im, name, out);
-    const Onnx__FunctionProto *fn = fr->fi->fn;
-    for (size_t i = 0; i < fn->n_input; i++)
-        if (fn->input[i] && strcmp(fn->input[i], name) == 0) {
-            *out = fr->actual_in[i];
-            return KILN_OK;
-        }
-    for (size_t i = 0; i < fn->n_output; i++)
-        if (fn->output[i] && strcmp(fn->output[i], name) == 0 && fr->actual_out[i] >= 0) {
-            *out = fr->actual_out[i];
-            return KILN_OK;
-        }
+    const fn_info *fi = fr->fi;
+    int k = find_name(fi->in_ix, fi->n_in_ix, name);
+    if (k >= 0) {
+        *out = fr->actual_in[k];
+        return KILN_OK;
+    }
+    k = find_name(fi->out_ix, fi->n_out_ix, name);
+    if (k >= 0 && fr->actual_out[k] >= 0) {
+        *out = fr->actual_out[k];
+        return KILN_OK;
+    }
     /* a value local to this call */
     size_t len = strlen(fr->prefix) + strlen(name) + 1;
     if (len > MAX_NAME_BYTES - im->name_bytes)
@@ -989,8 +1073,13 @@ static kiln_status convert_attr(importer *im, const named_attr *na, const char *
     return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory (attribute)");
 }
 
+static int cmp_named_attr(const void *a, const void *b) {
+    return strcmp(((const named_attr *)a)->name, ((const named_attr *)b)->name);
+}
+
 /* Resolve a node's attributes in its frame: references (ref_attr_name) take the call's
- * attribute or the function's default; unresolved references are absent, as in ONNX. */
+ * attribute or the function's default; unresolved references are absent, as in ONNX.
+ * The result is sorted by name (frames look attributes up by name). */
 static kiln_status resolve_attrs(importer *im, const frame *fr, const Onnx__NodeProto *np,
                                  const char *where, named_attr **out, size_t *n_out) {
     *out = NULL;
@@ -998,38 +1087,41 @@ static kiln_status resolve_attrs(importer *im, const frame *fr, const Onnx__Node
     if (np->n_attribute == 0) return KILN_OK;
     named_attr *na = kiln_calloc(im->ctx, np->n_attribute, sizeof *na, "attributes");
     if (!na) return KILN_ERR_OUT_OF_MEMORY;
-    size_t n = 0;
     for (size_t i = 0; i < np->n_attribute; i++) {
         const Onnx__AttributeProto *a = np->attribute[i];
         if (!a->name || !*a->name) {
             free(na);
             return kiln_fail(im->ctx, KILN_ERR_PARSE, "%s: attribute #%zu has no name", where, i);
         }
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(np->attribute[j]->name, a->name) == 0) {
-                free(na);
-                return kiln_fail(im->ctx, KILN_ERR_PARSE, "%s: attribute '%.200s' is given twice",
-                                 where, a->name);
-            }
-        const Onnx__AttributeProto *val = a;
+        na[i] = (named_attr){a->name, a};
+    }
+    qsort(na, np->n_attribute, sizeof *na, cmp_named_attr);
+    for (size_t i = 1; i < np->n_attribute; i++)
+        if (strcmp(na[i - 1].name, na[i].name) == 0) {
+            kiln_fail(im->ctx, KILN_ERR_PARSE, "%s: attribute '%.200s' is given twice", where,
+                      na[i].name);
+            free(na);
+            return KILN_ERR_PARSE;
+        }
+    size_t n = 0;
+    for (size_t i = 0; i < np->n_attribute; i++) {
+        const Onnx__AttributeProto *a = na[i].a, *val = a;
         if (a->ref_attr_name && *a->ref_attr_name) {
             if (!fr->fi) {
+                kiln_fail(im->ctx, KILN_ERR_PARSE,
+                          "%s: attribute '%.200s' refers to '%.200s' outside a function", where,
+                          a->name, a->ref_attr_name);
                 free(na);
-                return kiln_fail(im->ctx, KILN_ERR_PARSE,
-                                 "%s: attribute '%.200s' refers to '%.200s' outside a function",
-                                 where, a->name, a->ref_attr_name);
+                return KILN_ERR_PARSE;
             }
-            val = NULL;
-            for (size_t k = 0; k < fr->n_attrs && !val; k++)
-                if (strcmp(fr->attrs[k].name, a->ref_attr_name) == 0) val = fr->attrs[k].a;
-            for (size_t k = 0; k < fr->fi->n_defaults && !val; k++)
-                if (strcmp(fr->fi->defaults[k]->name, a->ref_attr_name) == 0)
-                    val = fr->fi->defaults[k];
+            named_attr key = {a->ref_attr_name, NULL};
+            const named_attr *hit = fr->n_attrs ? bsearch(&key, fr->attrs, fr->n_attrs,
+                                                          sizeof *fr->attrs, cmp_named_attr)
+                                                : NULL;
+            val = hit ? hit->a : find_default(fr->fi, a->ref_attr_name);
             if (!val) continue;
         }
-        na[n].name = a->name;
-        na[n].a = val;
-        n++;
+        na[n++] = (named_attr){a->name, val};
     }
     *out = na;
     *n_out = n;
