@@ -115,7 +115,12 @@ static int test(void) {
     y = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(-1e300, 0.125, 1e300));
     fails += kiln_optest("Clip", "", 1, in, 1, &y, 0, 0, "clip f64 no bounds");
 
-    /* min > max: everything becomes max */
+    /* min > max: everything becomes max (f32 fast path and the generic float path) */
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(-2, 0.5, 3));
+    in[1] = kt_scalar(KILN_F32, 2);
+    in[2] = kt_scalar(KILN_F32, 1);
+    y = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 1, 1));
+    fails += kiln_optest("Clip", "", 3, in, 1, &y, 0, 0, "clip f32 min > max");
     in[0] = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(-2, 0.5, 3));
     in[1] = kt_scalar(KILN_F16, 1);
     in[2] = kt_scalar(KILN_F16, -1);
