@@ -165,8 +165,8 @@ kiln_status kiln_model_add_input(kiln_model *m, const char *name, kiln_dtype dty
                                  const int64_t *dims);
 /* An initializer (weight); the tensor is copied. */
 kiln_status kiln_model_add_initializer(kiln_model *m, const char *name, const kiln_tensor *t);
-/* A node. Empty string ("") names a missing optional input. The node handle stays
- * valid until finalize; use it to set attributes. */
+/* A node. Empty string ("") names a missing optional input or output. The node handle
+ * stays valid until the next kiln_model_add_node; use it to set attributes. */
 kiln_status kiln_model_add_node(kiln_model *m, const char *op_type, const char *name,
                                 int n_inputs, const char *const *inputs, int n_outputs,
                                 const char *const *outputs, kiln_node **out);

@@ -1,0 +1,246 @@
+/* optest.c — helpers for op self-tests; see optest.h. */
+#include "optest.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+kiln_tensor *kt_make(kiln_dtype dt, int ndim, const int64_t *dims, const double *vals) {
+    kiln_tensor *t = kiln_tensor_new(NULL, dt, ndim, dims);
+    if (!t) return NULL;
+    if (vals)
+        for (int64_t i = 0; i < kiln_tensor_numel(t); i++) {
+            if (kiln_dtype_is_float(dt))
+                kiln_set_f64(t, i, vals[i]);
+            else
+                kiln_set_i64(t, i, (int64_t)vals[i]);
+        }
+    return t;
+}
+
+kiln_tensor *kt_scalar(kiln_dtype dt, double v) { return kt_make(dt, 0, NULL, &v); }
+
+kiln_tensor *kt_rand(kiln_dtype dt, int ndim, const int64_t *dims, double lo, double hi,
+                     uint64_t seed) {
+    kiln_tensor *t = kiln_tensor_new(NULL, dt, ndim, dims);
+    if (!t) return NULL;
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < kiln_tensor_numel(t); i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17; /* xorshift64 */
+        double u = (double)(s >> 11) * (1.0 / 9007199254740992.0);
+        double v = lo + (hi - lo) * u;
+        if (kiln_dtype_is_float(dt)) kiln_set_f64(t, i, v);
+        else kiln_set_i64(t, i, (int64_t)floor(v));
+    }
+    return t;
+}
+
+/* ------------------------------------------------------ attribute text */
+
+static bool is_number(const char *s) {
+    if (!*s) return false;
+    char *end;
+    strtod(s, &end);
+    return *end == 0;
+}
+
+static bool looks_float(const char *s) { return strpbrk(s, ".eE") != NULL || strstr(s, "inf") || strstr(s, "nan"); }
+
+kiln_status kiln_attrs_parse(kiln_context *ctx, const char *text, kiln_attr **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    if (!text || !*text) return KILN_OK;
+    char *buf = kiln_strdup(ctx, text);
+    if (!buf) return KILN_ERR_OUT_OF_MEMORY;
+    int cap = 1;
+    for (const char *q = text; *q; q++) cap += *q == ';';
+    kiln_attr *attrs = kiln_calloc(ctx, (size_t)cap, sizeof *attrs, "attributes");
+    if (!attrs) {
+        free(buf);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    int count = 0;
+    kiln_status st = KILN_OK;
+    for (char *save = NULL, *tok = strtok_r(buf, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) {
+            st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "attribute text '%s' lacks '='", tok);
+            break;
+        }
+        *eq = 0;
+        kiln_attr *a = &attrs[count++];
+        a->name = kiln_strdup(ctx, tok);
+        char *val = eq + 1;
+        if (*val == '[') {
+            char *end = strchr(val, ']');
+            if (end) *end = 0;
+            val++;
+            int k = 0;
+            bool fl = looks_float(val);
+            for (const char *q = val; *q; q++) k += *q == ',';
+            k += *val ? 1 : 0;
+            a->n = k;
+            a->type = fl ? KILN_ATTR_FLOATS : KILN_ATTR_INTS;
+            a->ints = calloc((size_t)k + 1, sizeof(int64_t));
+            a->floats = calloc((size_t)k + 1, sizeof(float));
+            char *p = val;
+            for (int i = 0; i < k; i++) {
+                char *e;
+                double d = strtod(p, &e);
+                a->ints[i] = (int64_t)d;
+                a->floats[i] = (float)d;
+                p = e;
+                while (*p == ',' || isspace((unsigned char)*p)) p++;
+            }
+        } else if (is_number(val)) {
+            double d = strtod(val, NULL);
+            if (looks_float(val)) {
+                a->type = KILN_ATTR_FLOAT;
+                a->f = (float)d;
+            } else {
+                a->type = KILN_ATTR_INT;
+                a->i = strtoll(val, NULL, 10);
+            }
+        } else {
+            a->type = KILN_ATTR_STRING;
+            a->s = kiln_strdup(ctx, val);
+        }
+    }
+    free(buf);
+    if (st) {
+        for (int i = 0; i < count; i++) kiln_attr_clear(&attrs[i]);
+        free(attrs);
+        return st;
+    }
+    *out = attrs;
+    *n = count;
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ compare */
+
+int kiln_tensor_compare(const kiln_tensor *got, const kiln_tensor *want, double atol, double rtol,
+                        const char *label) {
+    char gs[200], ws[200];
+    kiln_shape_str(got, gs, sizeof gs);
+    kiln_shape_str(want, ws, sizeof ws);
+    if (!got || got->dtype != want->dtype || got->ndim != want->ndim ||
+        memcmp(got->dims, want->dims, sizeof(int64_t) * (size_t)want->ndim) != 0) {
+        printf("FAIL %s: got %s, want %s\n", label, gs, ws);
+        return 1;
+    }
+    int64_t n = kiln_tensor_numel(want), bad = 0, worst = -1;
+    double max_abs = 0, budget = 0;
+    bool fl = kiln_dtype_is_float(want->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        if (fl) {
+            double g = kiln_get_f64(got, i), w = kiln_get_f64(want, i);
+            if (isnan(w) || isnan(g)) {
+                if (!(isnan(w) && isnan(g))) { bad++; if (worst < 0) worst = i; }
+                continue;
+            }
+            if (isinf(w) || isinf(g)) {
+                if (g != w) { bad++; if (worst < 0) worst = i; }
+                continue;
+            }
+            double err = fabs(g - w), tol = atol + rtol * fabs(w);
+            if (err > max_abs) max_abs = err;
+            double used = tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
+            if (used > budget) budget = used;
+            if (err > tol) { bad++; if (worst < 0) worst = i; }
+        } else if (kiln_get_i64(got, i) != kiln_get_i64(want, i)) {
+            bad++;
+            if (worst < 0) worst = i;
+        }
+    }
+    if (bad) {
+        printf("FAIL %s: %lld of %lld elements differ; first at %lld: got %.9g want %.9g (max abs err %.3g)\n",
+               label, (long long)bad, (long long)n, (long long)worst, kiln_get_f64(got, worst),
+               kiln_get_f64(want, worst), max_abs);
+        return 1;
+    }
+    printf("ok   %s: %s, max abs err %.3g, %.0f%% of error budget\n", label, gs, max_abs, budget * 100);
+    return 0;
+}
+
+/* ------------------------------------------------------------- run one op */
+
+static int run_case(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
+                    int n_out, kiln_tensor **expect, double atol, double rtol, const char *label,
+                    bool expect_fail, kiln_status want) {
+    kiln_context ctx = {0};
+    kiln_node node = {0};
+    kiln_tensor *out[16] = {0};
+    int fails = 0;
+    node.op_type = (char *)op;
+    node.name = (char *)label;
+    node.domain = (char *)"";
+    node.op = kiln_op_index(op);
+    node.opset = opset ? opset : 21;
+    node.n_in = n_in;
+    node.n_out = n_out;
+    if (node.op < 0) {
+        printf("FAIL %s: op %s is not registered\n", label, op);
+        fails = 1;
+        goto done;
+    }
+    for (int i = 0; i < n_in; i++)
+        if (!in[i] && i < kiln_op_get(node.op)->min_inputs) {
+            printf("FAIL %s: test input %d could not be created\n", label, i);
+            fails = 1;
+            goto done;
+        }
+    if (kiln_attrs_parse(&ctx, attrs, &node.attrs, &node.n_attrs)) {
+        printf("FAIL %s: %s\n", label, ctx.msg);
+        fails = 1;
+        goto done;
+    }
+    kiln_status st = kiln_op_eval(&ctx, &node, n_in, in, n_out, out);
+    if (expect_fail) {
+        if (st != want || !ctx.msg[0]) {
+            printf("FAIL %s: expected status '%s', got '%s' (%s)\n", label, kiln_status_name(want),
+                   kiln_status_name(st), ctx.msg);
+            fails = 1;
+        } else {
+            printf("ok   %s: rejected as expected: %s\n", label, ctx.msg);
+        }
+        goto done;
+    }
+    if (st) {
+        printf("FAIL %s: %s: %s\n", label, kiln_status_name(st), ctx.msg);
+        fails = 1;
+        goto done;
+    }
+    for (int k = 0; k < n_out; k++) {
+        if (!expect || !expect[k]) continue;
+        char lab[256];
+        snprintf(lab, sizeof lab, n_out > 1 ? "%s (output %d)" : "%s", label, k);
+        fails += kiln_tensor_compare(out[k], expect[k], atol, rtol, lab);
+    }
+done:
+    for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
+    free(node.attrs);
+    for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
+    for (int k = 0; k < n_out && k < 16; k++) {
+        kiln_tensor_free(out[k]);
+        if (expect) kiln_tensor_free(expect[k]);
+    }
+    return fails ? 1 : 0;
+}
+
+int kiln_optest_opset(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
+                      int n_out, kiln_tensor **expect, double atol, double rtol, const char *label) {
+    return run_case(op, attrs, opset, n_in, in, n_out, expect, atol, rtol, label, false, KILN_OK);
+}
+
+int kiln_optest(const char *op, const char *attrs, int n_in, kiln_tensor **in, int n_out,
+                kiln_tensor **expect, double atol, double rtol, const char *label) {
+    return run_case(op, attrs, 0, n_in, in, n_out, expect, atol, rtol, label, false, KILN_OK);
+}
+
+int kiln_optest_fails(const char *op, const char *attrs, int n_in, kiln_tensor **in, int n_out,
+                      kiln_status want, const char *label) {
+    return run_case(op, attrs, 0, n_in, in, n_out, NULL, 0, 0, label, true, want);
+}

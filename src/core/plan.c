@@ -1,0 +1,560 @@
+/*
+ * plan.c — a model lowered for one set of input shapes.
+ *
+ * Building a plan walks the nodes in topological order:
+ *   1. infer each node's output dtypes and shapes (ops' infer functions);
+ *   2. fold nodes whose inputs are all constants by running their CPU reference once;
+ *   3. the remaining nodes form the run list; every value they produce gets a slot in
+ *      one arena, placed greedily by size so that values whose lifetimes do not overlap
+ *      share bytes (views such as Reshape share their input's slot).
+ * A run then only binds the inputs and calls each kernel: it allocates nothing.
+ */
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARENA_ALIGN 64
+
+typedef struct exec_node {
+    int node;          /* index into model nodes */
+    kiln_op_ctx c;     /* in/out point into plan->vt */
+} exec_node;
+
+struct kiln_plan {
+    kiln_model *m;
+    int n_values;
+    kiln_tensor *vt;    /* (n_values) shape, dtype and data pointer of every value */
+    bool *known;        /* (n_values) value is a constant (initializer or folded) */
+    bool *inferred;     /* (n_values) shape/dtype known */
+    kiln_tensor **folded; /* (n_values) owned data of folded values, or NULL */
+    kiln_tensor **ptrs; /* storage for the exec nodes' in/out pointer arrays */
+    int n_exec;
+    exec_node *exec;
+    void *arena;
+    size_t arena_bytes, naive_bytes, constant_bytes, workspace_bytes;
+    void *workspace;
+    int folded_nodes;
+    /* key */
+    kiln_tensor *key;   /* (n_inputs) shapes of the inputs */
+    void **key_values;  /* (n_inputs) copied data of inputs whose values shape the graph */
+};
+
+static kiln_context *mctx(const kiln_model *m) { return m->ctx; }
+
+static const char *val_name(const kiln_model *m, int v) { return m->values[v].name; }
+
+kiln_status kiln_op_fail(kiln_op_ctx *c, kiln_status st, const char *fmt, ...) {
+    char head[1024], body[1024];
+    const kiln_node *n = c->node;
+    size_t k = (size_t)snprintf(head, sizeof head, "%s node '%s' [", n->op_type, n->name);
+    for (int i = 0; i < c->n_in && k < sizeof head; i++) {
+        char sh[160];
+        const char *nm = (n->model && i < n->n_in && n->in[i] >= 0) ? n->model->values[n->in[i]].name : "";
+        if (c->in[i])
+            kiln_shape_str(c->in[i], sh, sizeof sh);
+        else
+            snprintf(sh, sizeof sh, "(missing)");
+        k += (size_t)snprintf(head + k, sizeof head - k, "%s%s: %s", i ? ", " : "", nm, sh);
+    }
+    if (k < sizeof head) snprintf(head + k, sizeof head - k, "]");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    return kiln_fail(c->kctx, st, "%s: %s", head, body);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static bool is_graph_input(const kiln_model *m, int v) { return m->values[v].is_input; }
+
+/* Inputs of this node that must have known values at plan time but do not. */
+static int missing_value_input(const kiln_plan *p, const kiln_node *n, const kiln_op_def *d) {
+    for (int k = 0; k < n->n_in && k < 32; k++) {
+        if (!(d->value_inputs & (1u << k)) || n->in[k] < 0) continue;
+        int v = n->in[k];
+        if (!p->known[v] && !(is_graph_input(p->m, v) && p->vt[v].data)) return k;
+    }
+    return -1;
+}
+
+static bool foldable(const kiln_plan *p, const kiln_node *n) {
+    if (strcmp(n->op_type, "Dropout") == 0) return false; /* random in training mode */
+    for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0 && !p->known[n->in[k]]) return false;
+    return true;
+}
+
+static kiln_status alloc_tables(kiln_plan *p) {
+    kiln_context *ctx = mctx(p->m);
+    int nv = p->m->n_values;
+    p->n_values = nv;
+    p->vt = kiln_calloc(ctx, (size_t)nv, sizeof *p->vt, "plan values");
+    p->known = kiln_calloc(ctx, (size_t)nv, sizeof *p->known, "plan values");
+    p->inferred = kiln_calloc(ctx, (size_t)nv, sizeof *p->inferred, "plan values");
+    p->folded = kiln_calloc(ctx, (size_t)nv, sizeof *p->folded, "plan values");
+    p->exec = kiln_calloc(ctx, (size_t)p->m->n_nodes + 1, sizeof *p->exec, "plan nodes");
+    size_t nptr = 0;
+    for (int i = 0; i < p->m->n_nodes; i++) nptr += (size_t)(p->m->nodes[i].n_in + p->m->nodes[i].n_out);
+    p->ptrs = kiln_calloc(ctx, nptr + 1, sizeof *p->ptrs, "plan node operands");
+    if (!p->vt || !p->known || !p->inferred || !p->folded || !p->exec || !p->ptrs)
+        return KILN_ERR_OUT_OF_MEMORY;
+    for (int v = 0; v < nv; v++) {
+        const kiln_value *val = &p->m->values[v];
+        if (val->init) {
+            p->vt[v] = *val->init;
+            p->vt[v].owns_data = false;
+            p->known[v] = true;
+            p->inferred[v] = true;
+        }
+    }
+    return KILN_OK;
+}
+
+void kiln_plan_free(kiln_plan *p) {
+    if (!p) return;
+    for (int v = 0; v < p->n_values && p->folded; v++) kiln_tensor_free(p->folded[v]);
+    for (int i = 0; p->key_values && i < p->m->n_inputs; i++) free(p->key_values[i]);
+    free(p->key_values);
+    free(p->key);
+    free(p->folded);
+    free(p->vt);
+    free(p->known);
+    free(p->inferred);
+    free(p->exec);
+    free(p->ptrs);
+    free(p->arena);
+    free(p->workspace);
+    free(p);
+}
+
+/* ------------------------------------------------------------- inference */
+
+/* Walk the graph: infer, fold, and collect the run list. validate: static inference at
+ * finalize (no inputs bound; nodes needing run-time values are skipped). */
+static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
+    kiln_model *m = p->m;
+    kiln_context *ctx = mctx(m);
+    size_t used_ptrs = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        const kiln_op_def *d = kiln_op_get(n->op);
+        bool ready = true;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] >= 0 && !p->inferred[n->in[k]]) ready = false;
+        int missing = ready ? missing_value_input(p, n, d) : -1;
+        if (!ready || missing >= 0) {
+            if (validate) continue; /* decided when a plan binds the inputs */
+            if (missing >= 0)
+                return kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
+                                 "%s node '%s': input %d ('%s') is computed at run time, but kiln needs its "
+                                 "value when the plan is built (it determines a shape)",
+                                 n->op_type, n->name, missing, val_name(m, n->in[missing]));
+            return kiln_fail(ctx, KILN_ERR_INTERNAL, "%s node '%s': inputs not ready", n->op_type, n->name);
+        }
+        exec_node *e = &p->exec[p->n_exec];
+        e->node = i;
+        e->c.kctx = ctx;
+        e->c.node = n;
+        e->c.n_in = n->n_in;
+        e->c.n_out = n->n_out;
+        e->c.in = p->ptrs + used_ptrs;
+        e->c.out = p->ptrs + used_ptrs + n->n_in;
+        for (int k = 0; k < n->n_in; k++) e->c.in[k] = n->in[k] >= 0 ? &p->vt[n->in[k]] : NULL;
+        for (int k = 0; k < n->n_out; k++) {
+            kiln_tensor *t = &p->vt[n->out[k]];
+            memset(t, 0, sizeof *t);
+            e->c.out[k] = t;
+        }
+        kiln_clear_error(ctx);
+        kiln_status st = d->infer(&e->c);
+        if (st) {
+            if (!ctx->msg[0]) kiln_op_fail(&e->c, st, "shape inference failed");
+            return st;
+        }
+        for (int k = 0; k < n->n_out; k++) {
+            kiln_tensor *t = e->c.out[k];
+            if (!kiln_dtype_valid(t->dtype) || t->ndim < 0 || t->ndim > KILN_MAX_DIMS)
+                return kiln_op_fail(&e->c, KILN_ERR_INTERNAL, "inference left output %d without a dtype or shape", k);
+            for (int q = 0; q < t->ndim; q++)
+                if (t->dims[q] < 0)
+                    return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d dim %d is negative (%lld)", k, q,
+                                        (long long)t->dims[q]);
+            if (kiln_tensor_numel(t) > ((int64_t)1 << 40))
+                return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d has %lld elements", k,
+                                    (long long)kiln_tensor_numel(t));
+            p->inferred[n->out[k]] = true;
+        }
+        if (fold && foldable(p, n)) {
+            /* Run the CPU reference once; its outputs become constants of the plan. */
+            for (int k = 0; k < n->n_out; k++) {
+                kiln_tensor *t = e->c.out[k];
+                kiln_tensor *f = kiln_tensor_new(ctx, t->dtype, t->ndim, t->dims);
+                if (!f) return KILN_ERR_OUT_OF_MEMORY;
+                p->folded[n->out[k]] = f;
+                t->data = f->data;
+            }
+            size_t ws = d->cpu_workspace ? d->cpu_workspace(&e->c) : 0;
+            void *w = ws ? kiln_malloc(ctx, ws, "workspace") : NULL;
+            if (ws && !w) return KILN_ERR_OUT_OF_MEMORY;
+            e->c.workspace = w;
+            e->c.workspace_size = ws;
+            st = d->cpu_forward(&e->c);
+            free(w);
+            e->c.workspace = NULL;
+            e->c.workspace_size = 0;
+            if (st) {
+                if (!ctx->msg[0]) kiln_op_fail(&e->c, st, "constant folding failed");
+                return st;
+            }
+            for (int k = 0; k < n->n_out; k++) p->known[n->out[k]] = true;
+            p->folded_nodes++;
+            continue;
+        }
+        used_ptrs += (size_t)(n->n_in + n->n_out);
+        p->n_exec++;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_infer_static(kiln_model *m) {
+    for (int i = 0; i < m->n_inputs; i++) {
+        const kiln_value *v = &m->values[m->inputs[i]];
+        if (v->ndim < 0) return KILN_OK;
+        for (int d = 0; d < v->ndim; d++)
+            if (v->dims[d] < 0) return KILN_OK; /* symbolic: checked per plan */
+    }
+    kiln_plan *p = kiln_calloc(m->ctx, 1, sizeof *p, "a plan");
+    if (!p) return KILN_ERR_OUT_OF_MEMORY;
+    p->m = m;
+    kiln_status st = alloc_tables(p);
+    if (!st) {
+        for (int i = 0; i < m->n_inputs; i++) {
+            const kiln_value *v = &m->values[m->inputs[i]];
+            kiln_tensor_set_shape(&p->vt[m->inputs[i]], v->dtype, v->ndim, v->dims);
+            p->inferred[m->inputs[i]] = true;
+        }
+        st = walk(p, true, true);
+    }
+    if (!st)
+        for (int v = 0; v < m->n_values; v++) {
+            kiln_value *val = &m->values[v];
+            if (!p->inferred[v] || val->is_input || val->init) continue;
+            val->dtype = p->vt[v].dtype;
+            val->ndim = p->vt[v].ndim;
+            memcpy(val->dims, p->vt[v].dims, sizeof val->dims);
+        }
+    kiln_plan_free(p);
+    return st;
+}
+
+/* ------------------------------------------------------------ memory plan */
+
+typedef struct slot {
+    int root;          /* value index owning the bytes */
+    size_t size;
+    int first, last;   /* exec indices */
+    size_t offset;
+} slot;
+
+static int cmp_slot_size(const void *a, const void *b) {
+    const slot *x = a, *y = b;
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return x->first - y->first;
+}
+
+static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1); }
+
+static kiln_status plan_memory(kiln_plan *p) {
+    kiln_model *m = p->m;
+    kiln_context *ctx = mctx(m);
+    int nv = p->n_values;
+    int *root = kiln_calloc(ctx, (size_t)nv, sizeof(int), "memory plan");
+    int *first = kiln_calloc(ctx, (size_t)nv, sizeof(int), "memory plan");
+    int *last = kiln_calloc(ctx, (size_t)nv, sizeof(int), "memory plan");
+    int *slot_of = kiln_calloc(ctx, (size_t)nv, sizeof(int), "memory plan");
+    slot *slots = kiln_calloc(ctx, (size_t)nv + 1, sizeof(slot), "memory plan");
+    kiln_status st = KILN_OK;
+    if (!root || !first || !last || !slot_of || !slots) {
+        st = KILN_ERR_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (int v = 0; v < nv; v++) {
+        root[v] = -1;
+        first[v] = last[v] = -1;
+        slot_of[v] = -1;
+    }
+    /* Values produced by run-list nodes live in the arena; views share their input's root. */
+    for (int e = 0; e < p->n_exec; e++) {
+        const kiln_node *n = &m->nodes[p->exec[e].node];
+        const kiln_op_def *d = kiln_op_get(n->op);
+        for (int k = 0; k < n->n_out; k++) {
+            int v = n->out[k];
+            int src = n->n_in > 0 ? n->in[0] : -1;
+            bool alias = (d->alias_outputs & (1u << k)) && src >= 0 && root[src] >= 0 &&
+                         kiln_tensor_nbytes(&p->vt[v]) == kiln_tensor_nbytes(&p->vt[src]);
+            root[v] = alias ? root[src] : v;
+            if (first[root[v]] < 0) first[root[v]] = e;
+            if (last[root[v]] < e) last[root[v]] = e;
+        }
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            if (v >= 0 && root[v] >= 0 && last[root[v]] < e) last[root[v]] = e;
+        }
+    }
+    for (int i = 0; i < m->n_outputs; i++) {
+        int v = m->outputs[i];
+        if (root[v] >= 0) last[root[v]] = p->n_exec;
+    }
+    int ns = 0;
+    for (int v = 0; v < nv; v++) {
+        if (root[v] != v) continue;
+        size_t sz = align_up(kiln_tensor_nbytes(&p->vt[v]));
+        slots[ns] = (slot){.root = v, .size = sz, .first = first[v], .last = last[v]};
+        p->naive_bytes += sz;
+        ns++;
+    }
+    qsort(slots, (size_t)ns, sizeof *slots, cmp_slot_size);
+    /* Greedy by size: place each slot at the lowest offset that does not overlap any
+     * already-placed slot alive at the same time. */
+    size_t peak = 0;
+    for (int i = 0; i < ns; i++) {
+        size_t off = 0;
+        bool moved = true;
+        while (moved) {
+            moved = false;
+            for (int j = 0; j < i; j++) {
+                if (slots[j].last < slots[i].first || slots[i].last < slots[j].first) continue;
+                if (off < slots[j].offset + slots[j].size && slots[j].offset < off + slots[i].size) {
+                    off = slots[j].offset + slots[j].size;
+                    moved = true;
+                }
+            }
+        }
+        slots[i].offset = off;
+        if (off + slots[i].size > peak) peak = off + slots[i].size;
+        slot_of[slots[i].root] = i;
+    }
+    p->arena_bytes = peak;
+    p->arena = peak ? aligned_alloc(ARENA_ALIGN, peak) : NULL;
+    if (peak && !p->arena) {
+        st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory allocating the %zu-byte activation arena", peak);
+        goto out;
+    }
+    for (int v = 0; v < nv; v++)
+        if (root[v] >= 0) p->vt[v].data = (char *)p->arena + slots[slot_of[root[v]]].offset;
+    /* One workspace shared by all kernels: they run one at a time. */
+    size_t ws = 0;
+    for (int e = 0; e < p->n_exec; e++) {
+        const kiln_op_def *d = kiln_op_get(m->nodes[p->exec[e].node].op);
+        size_t w = d->cpu_workspace ? d->cpu_workspace(&p->exec[e].c) : 0;
+        if (w > ws) ws = w;
+    }
+    p->workspace_bytes = align_up(ws);
+    if (ws) {
+        p->workspace = aligned_alloc(ARENA_ALIGN, p->workspace_bytes);
+        if (!p->workspace) {
+            st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory allocating a %zu-byte workspace", ws);
+            goto out;
+        }
+    }
+    for (int e = 0; e < p->n_exec; e++) {
+        p->exec[e].c.workspace = p->workspace;
+        p->exec[e].c.workspace_size = p->workspace_bytes;
+    }
+out:
+    free(root);
+    free(first);
+    free(last);
+    free(slot_of);
+    free(slots);
+    return st;
+}
+
+/* ------------------------------------------------------------ plan build */
+
+/* Graph inputs whose values shape the graph: they become part of the plan's key. */
+static bool feeds_value_input(const kiln_model *m, int v) {
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        const kiln_op_def *d = kiln_op_get(n->op);
+        for (int k = 0; k < n->n_in && k < 32; k++)
+            if (n->in[k] == v && (d->value_inputs & (1u << k))) return true;
+    }
+    return false;
+}
+
+static kiln_status bind_inputs(kiln_plan *p, kiln_tensor *const *inputs) {
+    kiln_model *m = p->m;
+    for (int i = 0; i < m->n_inputs; i++) {
+        const kiln_value *v = &m->values[m->inputs[i]];
+        const kiln_tensor *t = inputs[i];
+        char got[200];
+        if (!t) return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "input %d ('%s') is NULL", i, v->name);
+        kiln_shape_str(t, got, sizeof got);
+        if (t->dtype != v->dtype)
+            return kiln_fail(m->ctx, KILN_ERR_TYPE, "input '%s' must be %s, got %s", v->name,
+                             kiln_dtype_name(v->dtype), got);
+        bool ok = v->ndim < 0 || t->ndim == v->ndim;
+        for (int d = 0; ok && v->ndim >= 0 && d < v->ndim; d++)
+            if (v->dims[d] >= 0 && v->dims[d] != t->dims[d]) ok = false;
+        if (!ok) {
+            char want[200];
+            size_t k = (size_t)snprintf(want, sizeof want, "%s[", kiln_dtype_name(v->dtype));
+            for (int d = 0; d < v->ndim && k < sizeof want; d++) {
+                if (v->dims[d] >= 0)
+                    k += (size_t)snprintf(want + k, sizeof want - k, d ? ",%lld" : "%lld", (long long)v->dims[d]);
+                else
+                    k += (size_t)snprintf(want + k, sizeof want - k, d ? ",%s" : "%s",
+                                          v->dim_param[d] ? v->dim_param[d] : "?");
+            }
+            if (k < sizeof want) snprintf(want + k, sizeof want - k, "]");
+            return kiln_fail(m->ctx, KILN_ERR_SHAPE, "input '%s' must have shape %s, got %s", v->name, want, got);
+        }
+        kiln_tensor *pt = &p->vt[m->inputs[i]];
+        kiln_tensor_set_shape(pt, t->dtype, t->ndim, t->dims);
+        pt->data = t->data;
+        pt->format = t->format;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold, kiln_plan **out) {
+    *out = NULL;
+    if (!m->finalized)
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model is not finalized");
+    kiln_plan *p = kiln_calloc(m->ctx, 1, sizeof *p, "a plan");
+    if (!p) return KILN_ERR_OUT_OF_MEMORY;
+    p->m = m;
+    kiln_status st = alloc_tables(p);
+    if (!st) {
+        p->key = kiln_calloc(m->ctx, (size_t)m->n_inputs + 1, sizeof *p->key, "plan key");
+        p->key_values = kiln_calloc(m->ctx, (size_t)m->n_inputs + 1, sizeof *p->key_values, "plan key");
+        if (!p->key || !p->key_values) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (!st) st = bind_inputs(p, inputs);
+    for (int i = 0; !st && i < m->n_inputs; i++) {
+        int v = m->inputs[i];
+        p->inferred[v] = true;
+        p->key[i] = *inputs[i];
+        p->key[i].data = NULL;
+        if (feeds_value_input(m, v)) {
+            size_t nb = kiln_tensor_nbytes(inputs[i]);
+            p->key_values[i] = kiln_malloc(m->ctx, nb + 1, "plan key");
+            if (!p->key_values[i]) st = KILN_ERR_OUT_OF_MEMORY;
+            else memcpy(p->key_values[i], inputs[i]->data, nb);
+        }
+    }
+    if (!st) st = walk(p, false, fold);
+    if (!st) st = plan_memory(p);
+    if (!st) {
+        for (int v = 0; v < p->n_values; v++)
+            if (p->known[v]) p->constant_bytes += kiln_tensor_nbytes(&p->vt[v]);
+        for (int i = 0; i < m->n_outputs; i++)
+            if (!p->inferred[m->outputs[i]]) {
+                st = kiln_fail(m->ctx, KILN_ERR_INTERNAL, "output '%s' was not computed",
+                               val_name(m, m->outputs[i]));
+                break;
+            }
+    }
+    if (st) {
+        kiln_plan_free(p);
+        return st;
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+bool kiln_plan_matches(const kiln_plan *p, kiln_tensor *const *inputs) {
+    const kiln_model *m = p->m;
+    for (int i = 0; i < m->n_inputs; i++) {
+        const kiln_tensor *a = &p->key[i], *b = inputs[i];
+        if (!b || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+        for (int d = 0; d < a->ndim; d++)
+            if (a->dims[d] != b->dims[d]) return false;
+        if (p->key_values[i] && memcmp(p->key_values[i], b->data, kiln_tensor_nbytes(b)) != 0)
+            return false;
+    }
+    return true;
+}
+
+kiln_status kiln_plan_run_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t seed,
+                              int n_outputs, const kiln_tensor **outputs) {
+    kiln_model *m = p->m;
+    kiln_context *ctx = mctx(m);
+    for (int i = 0; i < m->n_inputs; i++) p->vt[m->inputs[i]].data = inputs[i]->data;
+    for (int e = 0; e < p->n_exec; e++) {
+        exec_node *x = &p->exec[e];
+        const kiln_op_def *d = kiln_op_get(x->c.node->op);
+        x->c.seed = seed;
+        kiln_clear_error(ctx);
+        kiln_status st = d->cpu_forward(&x->c);
+        if (st) {
+            if (!ctx->msg[0]) kiln_op_fail(&x->c, st, "CPU kernel failed");
+            return st;
+        }
+    }
+    for (int j = 0; j < n_outputs && j < m->n_outputs; j++) outputs[j] = &p->vt[m->outputs[j]];
+    return KILN_OK;
+}
+
+void kiln_plan_get_stats(const kiln_plan *p, kiln_plan_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->arena_bytes = p->arena_bytes;
+    out->naive_bytes = p->naive_bytes;
+    out->constant_bytes = p->constant_bytes;
+    out->workspace_bytes = p->workspace_bytes;
+    out->nodes = p->n_exec;
+    out->folded = p->folded_nodes;
+}
+
+/* Evaluate one node on owning tensors (tests, tools). */
+kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in, kiln_tensor **in,
+                         int n_out, kiln_tensor **out) {
+    const kiln_op_def *d = kiln_op_get(node->op);
+    if (!d) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "op '%s' is not supported by kiln", node->op_type);
+    kiln_tensor shapes[16];
+    kiln_tensor *outs[16];
+    if (n_out > 16) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "more than 16 outputs");
+    memset(shapes, 0, sizeof shapes);
+    for (int k = 0; k < n_out; k++) {
+        outs[k] = &shapes[k];
+        out[k] = NULL;
+    }
+    kiln_op_ctx c = {.kctx = ctx, .node = node, .n_in = n_in, .in = in, .n_out = n_out, .out = outs};
+    kiln_clear_error(ctx);
+    kiln_status st = d->infer(&c);
+    if (st) {
+        if (!ctx->msg[0]) kiln_op_fail(&c, st, "shape inference failed");
+        return st;
+    }
+    for (int k = 0; k < n_out; k++) {
+        out[k] = kiln_tensor_new(ctx, shapes[k].dtype, shapes[k].ndim, shapes[k].dims);
+        if (!out[k]) {
+            for (int j = 0; j < k; j++) {
+                kiln_tensor_free(out[j]);
+                out[j] = NULL;
+            }
+            return kiln_fail(ctx, KILN_ERR_INTERNAL, "%s: inference gave output %d an invalid dtype or shape",
+                             node->op_type, k);
+        }
+        outs[k] = out[k];
+    }
+    size_t ws = d->cpu_workspace ? d->cpu_workspace(&c) : 0;
+    void *w = ws ? aligned_alloc(ARENA_ALIGN, align_up(ws)) : NULL;
+    if (ws && !w) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for workspace");
+    c.workspace = w;
+    c.workspace_size = ws;
+    if (!st) st = d->cpu_forward(&c);
+    free(w);
+    if (st) {
+        if (!ctx->msg[0]) kiln_op_fail(&c, st, "CPU kernel failed");
+        for (int k = 0; k < n_out; k++) {
+            kiln_tensor_free(out[k]);
+            out[k] = NULL;
+        }
+    }
+    return st;
+}

@@ -1,0 +1,90 @@
+/* session.c — sessions: a model bound to a device, with one cached plan per input shape. */
+#include "internal.h"
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PLANS 8
+
+struct kiln_session {
+    kiln_model *m;
+    kiln_session_options opts;
+    kiln_plan *plans[MAX_PLANS]; /* most recently used first */
+    int n_plans;
+    uint64_t runs;
+};
+
+kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts, kiln_session **out) {
+    if (!m || !out) return KILN_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (!m->finalized)
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model must be finalized before a session runs it");
+    kiln_session_options o = {0};
+    if (opts) o = *opts;
+    if (o.device != KILN_DEVICE_CPU)
+        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED,
+                         "device %d is not available in this session API yet; use KILN_DEVICE_CPU", (int)o.device);
+    if (o.threads < 0) return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "threads must be >= 0");
+    kiln_session *s = kiln_calloc(m->ctx, 1, sizeof *s, "a session");
+    if (!s) return KILN_ERR_OUT_OF_MEMORY;
+    s->m = m;
+    s->opts = o;
+    *out = s;
+    return KILN_OK;
+}
+
+void kiln_session_free(kiln_session *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_plans; i++) kiln_plan_free(s->plans[i]);
+    free(s);
+}
+
+static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, kiln_plan **out) {
+    for (int i = 0; i < s->n_plans; i++) {
+        if (!kiln_plan_matches(s->plans[i], inputs)) continue;
+        kiln_plan *p = s->plans[i];
+        memmove(&s->plans[1], &s->plans[0], (size_t)i * sizeof(kiln_plan *));
+        s->plans[0] = p;
+        *out = p;
+        return KILN_OK;
+    }
+    kiln_plan *p = NULL;
+    kiln_status st = kiln_plan_build(s->m, inputs, !s->opts.no_fold, &p);
+    if (st) return st;
+    if (s->n_plans == MAX_PLANS) kiln_plan_free(s->plans[--s->n_plans]);
+    memmove(&s->plans[1], &s->plans[0], (size_t)s->n_plans * sizeof(kiln_plan *));
+    s->plans[0] = p;
+    s->n_plans++;
+    *out = p;
+    return KILN_OK;
+}
+
+kiln_status kiln_session_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs,
+                             int n_outputs, const kiln_tensor **outputs) {
+    if (!s) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_model *m = s->m;
+    if (n_inputs != m->n_inputs)
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given",
+                         m->n_inputs, n_inputs);
+    if (n_inputs && !inputs) return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "inputs is NULL");
+    if (n_outputs < 0 || n_outputs > m->n_outputs || (n_outputs && !outputs))
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "asked for %d outputs; the model has %d",
+                         n_outputs, m->n_outputs);
+    for (int i = 0; i < n_inputs; i++)
+        if (!inputs[i] || (!inputs[i]->data && kiln_tensor_numel(inputs[i]) > 0))
+            return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "input %d ('%s') has no data", i,
+                             kiln_model_input_name(m, i));
+    if (s->opts.threads) kiln_cpu_set_threads(s->opts.threads);
+    kiln_plan *p = NULL;
+    kiln_status st = find_plan(s, inputs, &p);
+    if (st) return st;
+    return kiln_plan_run_cpu(p, inputs, s->runs++, n_outputs, outputs);
+}
+
+kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out) {
+    if (!s || !out) return KILN_ERR_INVALID_ARGUMENT;
+    if (!s->n_plans) return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT, "the session has not run yet");
+    kiln_plan_get_stats(s->plans[0], out);
+    return KILN_OK;
+}

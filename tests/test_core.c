@@ -1,0 +1,263 @@
+/* test_core.c — the core without any particular op beyond Relu: tensors, dtypes, the
+ * builder, validation errors, plans (folding, memory planning, symbolic dims), npy. */
+#include "core/internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int fails;
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+            printf(__VA_ARGS__);                          \
+            printf("\n");                                 \
+            fails++;                                      \
+        }                                                 \
+    } while (0)
+
+static void test_dtypes(void) {
+    CHECK(kiln_f32_to_f16(1.0f) == 0x3c00, "f16(1)");
+    CHECK(kiln_f32_to_f16(65504.0f) == 0x7bff, "f16(65504)");
+    CHECK(kiln_f32_to_f16(65520.0f) == 0x7c00, "f16(65520) rounds to inf");
+    CHECK(kiln_f32_to_f16(0.1f) == 0x2e66, "f16(0.1) = %04x", kiln_f32_to_f16(0.1f));
+    CHECK(kiln_f32_to_f16(ldexpf(1, -24)) == 0x0001, "smallest subnormal");
+    CHECK(kiln_f32_to_f16(ldexpf(1, -26)) == 0x0000, "below half the smallest subnormal");
+    CHECK(kiln_f32_to_f16(-2.0f) == 0xc000, "f16(-2)");
+    CHECK(isnan(kiln_f16_to_f32(kiln_f32_to_f16(NAN))), "nan survives f16");
+    CHECK(kiln_f16_to_f32(0x0001) == ldexpf(1, -24), "subnormal decode");
+    CHECK(kiln_f16_to_f32(0x3555) == 0x3555 / 0x3555 * 0.333251953125f, "f16 decode");
+    CHECK(kiln_f32_to_bf16(1.0f) == 0x3f80, "bf16(1)");
+    CHECK(kiln_f32_to_bf16(1.00390625f) == 0x3f80, "bf16 tie rounds to even");
+    CHECK(kiln_f32_to_bf16(1.01171875f) == 0x3f82, "bf16 tie rounds to even (up)");
+    CHECK(kiln_bf16_to_f32(0x4049) == 3.140625f, "bf16 decode");
+    /* every f16 value survives a round trip through f32 */
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        uint16_t back = kiln_f32_to_f16(kiln_f16_to_f32((uint16_t)h));
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue; /* nan payloads */
+        bad += back != h;
+    }
+    CHECK(bad == 0, "%d f16 values do not round-trip", bad);
+    CHECK(kiln_dtype_size(KILN_BF16) == 2 && kiln_dtype_size(KILN_BOOL) == 1 && kiln_dtype_size(KILN_I64) == 8, "sizes");
+    CHECK(kiln_dtype_size((kiln_dtype)8) == 0, "string is not a kiln dtype");
+}
+
+static void test_broadcast(void) {
+    int64_t out[8];
+    int n;
+    CHECK(kiln_broadcast_shape(3, (int64_t[]){2, 1, 4}, 2, (int64_t[]){3, 1}, &n, out) && n == 3 &&
+              out[0] == 2 && out[1] == 3 && out[2] == 4, "broadcast 2x1x4 with 3x1");
+    CHECK(!kiln_broadcast_shape(1, (int64_t[]){3}, 1, (int64_t[]){4}, &n, out), "3 vs 4 does not broadcast");
+    CHECK(kiln_broadcast_shape(0, NULL, 2, (int64_t[]){2, 2}, &n, out) && n == 2, "scalar broadcasts");
+    int64_t st[3][KILN_MAX_DIMS] = {{0}};
+    int64_t dims[2] = {2, 3};
+    kiln_broadcast_strides(1, (int64_t[]){3}, 2, dims, st[0]);
+    CHECK(st[0][0] == 0 && st[0][1] == 1, "broadcast strides");
+    int64_t idx[8] = {0}, off[1] = {0}, sum = 0;
+    int64_t count = 0;
+    do {
+        sum += off[0];
+        count++;
+    } while (kiln_index_next(2, dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])st, off));
+    CHECK(count == 6 && sum == 2 * (0 + 1 + 2), "index iteration visits %lld, sum %lld", (long long)count, (long long)sum);
+}
+
+static void test_tensor_api(kiln_context *ctx) {
+    kiln_tensor_free(NULL);
+    kiln_model_free(NULL);
+    kiln_session_free(NULL);
+    kiln_context_free(NULL);
+    kiln_tensor *t = NULL;
+    CHECK(kiln_tensor_create(ctx, KILN_F32, 2, (int64_t[]){2, -3}, &t) == KILN_ERR_INVALID_ARGUMENT && !t,
+          "negative dim rejected");
+    CHECK(strstr(kiln_context_message(ctx), "negative") != NULL, "message names the problem: %s", kiln_context_message(ctx));
+    CHECK(kiln_tensor_create(ctx, KILN_F32, 9, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1}, &t) == KILN_ERR_INVALID_ARGUMENT,
+          "rank 9 rejected");
+    CHECK(kiln_tensor_create(ctx, (kiln_dtype)8, 1, (int64_t[]){1}, &t) == KILN_ERR_INVALID_ARGUMENT, "string dtype rejected");
+    CHECK(kiln_tensor_create(ctx, KILN_I64, 1, (int64_t[]){5}, &t) == KILN_OK, "create");
+    CHECK(kiln_tensor_numel(t) == 5 && kiln_tensor_nbytes(t) == 40 && kiln_tensor_dim(t, 0) == 5 &&
+              kiln_tensor_dim(t, 1) == -1, "accessors");
+    kiln_tensor_free(t);
+}
+
+/* x (-1,N) -> Relu -> Relu -> Relu -> Relu -> y ; plus w(init) -> Relu -> wr (folded) */
+static kiln_model *relu_chain(kiln_context *ctx, int64_t n) {
+    kiln_model *m = NULL;
+    if (kiln_model_create(ctx, &m)) return NULL;
+    kiln_model_add_input(m, "x", KILN_F32, 2, (int64_t[]){-1, n});
+    kiln_tensor *w = NULL;
+    kiln_tensor_create(ctx, KILN_F32, 1, (int64_t[]){3}, &w);
+    float *wd = kiln_tensor_data(w);
+    wd[0] = -1, wd[1] = 2, wd[2] = -3;
+    kiln_model_add_initializer(m, "w", w);
+    kiln_tensor_free(w);
+    const char *names[] = {"x", "a", "b", "c", "y"};
+    for (int i = 0; i < 4; i++) kiln_model_add_node(m, "Relu", names[i + 1], 1, &names[i], 1, &names[i + 1], NULL);
+    const char *win = "w", *wout = "wr";
+    kiln_model_add_node(m, "Relu", "relu_w", 1, &win, 1, &wout, NULL);
+    kiln_model_add_output(m, "y");
+    kiln_model_add_output(m, "wr");
+    if (kiln_model_finalize(m)) {
+        printf("finalize: %s\n", kiln_context_message(ctx));
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void test_plan(kiln_context *ctx) {
+    const int64_t N = 1000;
+    kiln_model *m = relu_chain(ctx, N);
+    CHECK(m != NULL, "relu chain builds");
+    if (!m) return;
+    kiln_session *s = NULL;
+    CHECK(kiln_session_create(m, NULL, &s) == KILN_OK, "session");
+    for (int64_t batch = 1; batch <= 3; batch += 2) {
+        kiln_tensor *x = NULL;
+        kiln_tensor_create(ctx, KILN_F32, 2, (int64_t[]){batch, N}, &x);
+        float *xd = kiln_tensor_data(x);
+        for (int64_t i = 0; i < batch * N; i++) xd[i] = (float)((i % 7) - 3);
+        const kiln_tensor *out[2] = {0};
+        kiln_status st = kiln_session_run(s, 1, &x, 2, out);
+        CHECK(st == KILN_OK, "run: %s", kiln_context_message(ctx));
+        if (!st) {
+            const float *y = kiln_tensor_data(out[0]);
+            int bad = 0;
+            for (int64_t i = 0; i < batch * N; i++) bad += y[i] != (xd[i] > 0 ? xd[i] : 0);
+            CHECK(bad == 0 && kiln_tensor_dim(out[0], 0) == batch, "relu chain output (batch %lld)", (long long)batch);
+            const float *wr = kiln_tensor_data(out[1]);
+            CHECK(wr[0] == 0 && wr[1] == 2 && wr[2] == 0, "folded output");
+            kiln_plan_stats ps;
+            kiln_session_stats(s, &ps);
+            size_t one = (size_t)((batch * N * 4 + 63) / 64 * 64);
+            CHECK(ps.arena_bytes == 2 * one, "arena %zu bytes, want two buffers of %zu", ps.arena_bytes, one);
+            CHECK(ps.naive_bytes == 4 * one, "naive %zu", ps.naive_bytes);
+            CHECK(ps.folded == 1 && ps.nodes == 4, "folded %d nodes %d", ps.folded, ps.nodes);
+        }
+        kiln_tensor_free(x);
+    }
+    /* wrong rank and dtype name the input and both shapes */
+    kiln_tensor *bad = NULL;
+    kiln_tensor_create(ctx, KILN_F32, 1, (int64_t[]){N}, &bad);
+    const kiln_tensor *o = NULL;
+    CHECK(kiln_session_run(s, 1, &bad, 1, &o) == KILN_ERR_SHAPE, "rank mismatch");
+    CHECK(strstr(kiln_context_message(ctx), "'x'") && strstr(kiln_context_message(ctx), "f32[1000]"),
+          "message: %s", kiln_context_message(ctx));
+    kiln_tensor_free(bad);
+    kiln_tensor_create(ctx, KILN_F64, 2, (int64_t[]){1, N}, &bad);
+    CHECK(kiln_session_run(s, 1, &bad, 1, &o) == KILN_ERR_TYPE, "dtype mismatch");
+    kiln_tensor_free(bad);
+    CHECK(kiln_session_run(s, 0, NULL, 1, &o) == KILN_ERR_INVALID_ARGUMENT, "input count");
+    kiln_session_free(s);
+    kiln_model_free(m);
+}
+
+static void test_graph_errors(kiln_context *ctx) {
+    kiln_model *m = NULL;
+    const char *in1[] = {"nowhere"}, *out1[] = {"y"};
+    kiln_model_create(ctx, &m);
+    kiln_model_add_input(m, "x", KILN_F32, 1, (int64_t[]){4});
+    kiln_model_add_node(m, "Relu", "r", 1, in1, 1, out1, NULL);
+    kiln_model_add_output(m, "y");
+    CHECK(kiln_model_finalize(m) == KILN_ERR_GRAPH && strstr(kiln_context_message(ctx), "nowhere"),
+          "undefined input: %s", kiln_context_message(ctx));
+    kiln_model_free(m);
+
+    const char *a[] = {"a"}, *b[] = {"b"};
+    kiln_model_create(ctx, &m);
+    kiln_model_add_input(m, "x", KILN_F32, 1, (int64_t[]){4});
+    kiln_model_add_node(m, "Relu", "r1", 1, a, 1, b, NULL);
+    kiln_model_add_node(m, "Relu", "r2", 1, b, 1, a, NULL);
+    kiln_model_add_output(m, "b");
+    CHECK(kiln_model_finalize(m) == KILN_ERR_GRAPH && strstr(kiln_context_message(ctx), "cycle"),
+          "cycle: %s", kiln_context_message(ctx));
+    kiln_model_free(m);
+
+    const char *x[] = {"x"};
+    kiln_model_create(ctx, &m);
+    kiln_model_add_input(m, "x", KILN_F32, 1, (int64_t[]){4});
+    kiln_model_add_node(m, "FancyOp", "f", 1, x, 1, out1, NULL);
+    kiln_model_add_output(m, "y");
+    CHECK(kiln_model_finalize(m) == KILN_ERR_UNSUPPORTED && strstr(kiln_context_message(ctx), "FancyOp"),
+          "unknown op: %s", kiln_context_message(ctx));
+    kiln_model_free(m);
+
+    kiln_model_create(ctx, &m);
+    kiln_model_add_input(m, "x", KILN_BOOL, 1, (int64_t[]){4});
+    kiln_model_add_node(m, "Relu", "r", 1, x, 1, out1, NULL);
+    kiln_model_add_output(m, "y");
+    CHECK(kiln_model_finalize(m) == KILN_ERR_TYPE && strstr(kiln_context_message(ctx), "Relu node 'r'") &&
+              strstr(kiln_context_message(ctx), "bool[4]"),
+          "bad dtype caught at finalize with op, node and shape: %s", kiln_context_message(ctx));
+    kiln_model_free(m);
+
+    kiln_model_create(ctx, &m);
+    kiln_model_add_input(m, "x", KILN_F32, 1, (int64_t[]){4});
+    kiln_model_add_node(m, "Relu", "r", 2, (const char *[]){"x", "x"}, 1, out1, NULL);
+    kiln_model_add_output(m, "y");
+    CHECK(kiln_model_finalize(m) == KILN_ERR_GRAPH, "too many inputs: %s", kiln_context_message(ctx));
+    CHECK(kiln_model_add_output(m, "z") == KILN_OK || 1, "open model still editable after failed finalize");
+    kiln_model_free(m);
+}
+
+static void test_npy(kiln_context *ctx, const char *dir) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/t.npy", dir);
+    for (int nd = 0; nd <= 3; nd++) {
+        int64_t dims[3] = {2, 3, 4};
+        kiln_tensor *t = NULL, *u = NULL;
+        kiln_tensor_create(ctx, KILN_I32, nd, dims, &t);
+        int32_t *d = kiln_tensor_data(t);
+        for (int64_t i = 0; i < kiln_tensor_numel(t); i++) d[i] = (int32_t)(i * 7 - 5);
+        CHECK(kiln_tensor_save_npy(ctx, t, path) == KILN_OK, "save npy: %s", kiln_context_message(ctx));
+        CHECK(kiln_tensor_load_npy(ctx, path, &u) == KILN_OK, "load npy rank %d: %s", nd, kiln_context_message(ctx));
+        if (u) {
+            CHECK(u->dtype == KILN_I32 && u->ndim == nd && memcmp(u->data, t->data, kiln_tensor_nbytes(t)) == 0,
+                  "npy round trip rank %d", nd);
+            FILE *f = fopen(path, "rb");
+            char hdr[11] = {0};
+            CHECK(f && fread(hdr, 1, 10, f) == 10, "read back");
+            if (f) fclose(f);
+            CHECK(((unsigned char)hdr[8] + 10) % 64 == 0, "data is 64-byte aligned");
+        }
+        kiln_tensor_free(t);
+        kiln_tensor_free(u);
+    }
+    /* truncate the last file: a clean parse error */
+    FILE *f = fopen(path, "r+b");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long sz = ftell(f);
+        fclose(f);
+        CHECK(truncate(path, sz - 4) == 0, "truncate");
+    }
+    kiln_tensor *u = NULL;
+    CHECK(kiln_tensor_load_npy(ctx, path, &u) == KILN_ERR_PARSE && !u && strstr(kiln_context_message(ctx), "truncated"),
+          "truncated npy: %s", kiln_context_message(ctx));
+    f = fopen(path, "wb");
+    if (f) {
+        fputs("\x93NUMPY\x01\x00\x20\x00{'descr': '<f4', 'shape': (2,}    \n", f);
+        fclose(f);
+    }
+    CHECK(kiln_tensor_load_npy(ctx, path, &u) == KILN_ERR_PARSE, "header without fortran_order: %s", kiln_context_message(ctx));
+    CHECK(kiln_tensor_load_npy(ctx, "/nonexistent/x.npy", &u) == KILN_ERR_IO, "missing file");
+    remove(path);
+}
+
+int main(int argc, char **argv) {
+    kiln_context *ctx = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    test_dtypes();
+    test_broadcast();
+    test_tensor_api(ctx);
+    test_plan(ctx);
+    test_graph_errors(ctx);
+    test_npy(ctx, argc > 1 ? argv[1] : ".");
+    kiln_context_free(ctx);
+    printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}
