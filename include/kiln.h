@@ -131,6 +131,12 @@ int64_t kiln_tensor_dim(const kiln_tensor *t, int i);
 int64_t kiln_tensor_numel(const kiln_tensor *t);
 size_t kiln_tensor_nbytes(const kiln_tensor *t);
 kiln_format kiln_tensor_format(const kiln_tensor *t);
+/* Declare the memory layout of a 4-D tensor's data (dims stay in NCHW order). Sessions
+ * accept NHWC inputs and convert them as part of the run, into memory the plan owns. */
+kiln_status kiln_tensor_set_format(kiln_tensor *t, kiln_format format);
+/* A new tensor with t's values laid out in format (a copy, also when already in it). */
+kiln_status kiln_tensor_to_format(kiln_context *ctx, const kiln_tensor *t, kiln_format format,
+                                  kiln_tensor **out);
 /* Host pointer to the elements (NULL for a tensor with no storage). */
 void *kiln_tensor_data(const kiln_tensor *t);
 

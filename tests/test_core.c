@@ -156,6 +156,48 @@ static void test_plan(kiln_context *ctx) {
     kiln_model_free(m);
 }
 
+/* An NHWC input is converted to the NCHW the kernels read, into plan-owned memory. */
+static void test_nhwc_input(kiln_context *ctx) {
+    kiln_model *m = NULL;
+    const char *x[] = {"x"}, *y[] = {"y"};
+    kiln_model_create(ctx, &m);
+    kiln_model_add_input(m, "x", KILN_F32, 4, (int64_t[]){1, 2, 2, 3});
+    kiln_model_add_node(m, "Relu", "r", 1, x, 1, y, NULL);
+    kiln_model_add_output(m, "y");
+    CHECK(kiln_model_finalize(m) == KILN_OK, "finalize: %s", kiln_context_message(ctx));
+    kiln_session *s = NULL;
+    kiln_session_create(m, NULL, &s);
+    float nhwc[12];
+    for (int i = 0; i < 12; i++) nhwc[i] = (float)(i % 2 ? i : -i); /* (1,2,3,2) in memory */
+    kiln_tensor *t = NULL;
+    kiln_tensor_wrap(ctx, KILN_F32, 4, (int64_t[]){1, 2, 2, 3}, nhwc, &t);
+    CHECK(kiln_tensor_set_format(t, KILN_FORMAT_NHWC) == KILN_OK, "set format");
+    const kiln_tensor *out = NULL;
+    CHECK(kiln_session_run(s, 1, &t, 1, &out) == KILN_OK, "run nhwc: %s", kiln_context_message(ctx));
+    if (out) {
+        const float *o = kiln_tensor_data(out);
+        int bad = 0;
+        for (int c = 0; c < 2; c++)
+            for (int h = 0; h < 2; h++)
+                for (int w = 0; w < 3; w++) {
+                    float v = nhwc[(h * 3 + w) * 2 + c];
+                    bad += o[(c * 2 + h) * 3 + w] != (v > 0 ? v : 0);
+                }
+        CHECK(bad == 0, "NHWC input converted to NCHW (%d wrong)", bad);
+    }
+    kiln_tensor *back = NULL;
+    CHECK(kiln_tensor_to_format(ctx, t, KILN_FORMAT_NCHW, &back) == KILN_OK &&
+              ((float *)kiln_tensor_data(back))[1] == nhwc[2], "to_format");
+    kiln_tensor_free(back);
+    kiln_tensor_free(t);
+    kiln_tensor *t2 = NULL;
+    kiln_tensor_create(ctx, KILN_F32, 2, (int64_t[]){2, 2}, &t2);
+    CHECK(kiln_tensor_set_format(t2, KILN_FORMAT_NHWC) == KILN_ERR_INVALID_ARGUMENT, "NHWC needs 4-D");
+    kiln_tensor_free(t2);
+    kiln_session_free(s);
+    kiln_model_free(m);
+}
+
 static void test_graph_errors(kiln_context *ctx) {
     kiln_model *m = NULL;
     const char *in1[] = {"nowhere"}, *out1[] = {"y"};
@@ -255,6 +297,7 @@ int main(int argc, char **argv) {
     test_broadcast();
     test_tensor_api(ctx);
     test_plan(ctx);
+    test_nhwc_input(ctx);
     test_graph_errors(ctx);
     test_npy(ctx, argc > 1 ? argv[1] : ".");
     kiln_context_free(ctx);

@@ -82,6 +82,8 @@ void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v);
 /* Copy element i of src (any dtype) to element j of dst (same dtype). */
 void kiln_copy_elem(kiln_tensor *dst, int64_t j, const kiln_tensor *src, int64_t i);
 
+/* Copy a 4-D tensor's elements into dst laid out as `to` (src is in the other layout). */
+void kiln_layout_convert(const kiln_tensor *src, void *dst, kiln_format to);
 /* Row-major strides of dims, in elements. */
 void kiln_strides(int ndim, const int64_t *dims, int64_t *strides);
 /* Normalize an axis in [-r, r) to [0, r); returns false when out of range. */

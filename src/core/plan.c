@@ -39,6 +39,7 @@ struct kiln_plan {
     /* key */
     kiln_tensor *key;   /* (n_inputs) shapes of the inputs */
     void **key_values;  /* (n_inputs) copied data of inputs whose values shape the graph */
+    void **staging;     /* (n_inputs) NCHW copies of inputs given in NHWC, or NULL */
 };
 
 static kiln_context *mctx(const kiln_model *m) { return m->ctx; }
@@ -117,6 +118,8 @@ void kiln_plan_free(kiln_plan *p) {
     if (!p) return;
     for (int v = 0; v < p->n_values && p->folded; v++) kiln_tensor_free(p->folded[v]);
     for (int i = 0; p->key_values && i < p->m->n_inputs; i++) free(p->key_values[i]);
+    for (int i = 0; p->staging && i < p->m->n_inputs; i++) free(p->staging[i]);
+    free(p->staging);
     free(p->key_values);
     free(p->key);
     free(p->folded);
@@ -432,7 +435,8 @@ kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold
     if (!st) {
         p->key = kiln_calloc(m->ctx, (size_t)m->n_inputs + 1, sizeof *p->key, "plan key");
         p->key_values = kiln_calloc(m->ctx, (size_t)m->n_inputs + 1, sizeof *p->key_values, "plan key");
-        if (!p->key || !p->key_values) st = KILN_ERR_OUT_OF_MEMORY;
+        p->staging = kiln_calloc(m->ctx, (size_t)m->n_inputs + 1, sizeof *p->staging, "plan inputs");
+        if (!p->key || !p->key_values || !p->staging) st = KILN_ERR_OUT_OF_MEMORY;
     }
     if (!st) st = bind_inputs(p, inputs);
     for (int i = 0; !st && i < m->n_inputs; i++) {
@@ -440,6 +444,17 @@ kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold
         p->inferred[v] = true;
         p->key[i] = *inputs[i];
         p->key[i].data = NULL;
+        if (inputs[i]->ndim == 4 && inputs[i]->format == KILN_FORMAT_NHWC) {
+            /* Kernels read NCHW: NHWC inputs are converted into plan-owned memory each run. */
+            p->staging[i] = kiln_malloc(m->ctx, kiln_tensor_nbytes(inputs[i]) + 1, "an NCHW copy of an NHWC input");
+            if (!p->staging[i]) {
+                st = KILN_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            kiln_layout_convert(inputs[i], p->staging[i], KILN_FORMAT_NCHW);
+            p->vt[v].data = p->staging[i];
+            p->vt[v].format = KILN_FORMAT_NCHW;
+        }
         if (feeds_value_input(m, v)) {
             size_t nb = kiln_tensor_nbytes(inputs[i]);
             p->key_values[i] = kiln_malloc(m->ctx, nb + 1, "plan key");
@@ -471,7 +486,7 @@ bool kiln_plan_matches(const kiln_plan *p, kiln_tensor *const *inputs) {
     const kiln_model *m = p->m;
     for (int i = 0; i < m->n_inputs; i++) {
         const kiln_tensor *a = &p->key[i], *b = inputs[i];
-        if (!b || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+        if (!b || a->dtype != b->dtype || a->ndim != b->ndim || a->format != b->format) return false;
         for (int d = 0; d < a->ndim; d++)
             if (a->dims[d] != b->dims[d]) return false;
         if (p->key_values[i] && memcmp(p->key_values[i], b->data, kiln_tensor_nbytes(b)) != 0)
@@ -484,7 +499,10 @@ kiln_status kiln_plan_run_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t
                               int n_outputs, const kiln_tensor **outputs) {
     kiln_model *m = p->m;
     kiln_context *ctx = mctx(m);
-    for (int i = 0; i < m->n_inputs; i++) p->vt[m->inputs[i]].data = inputs[i]->data;
+    for (int i = 0; i < m->n_inputs; i++) {
+        if (p->staging[i]) kiln_layout_convert(inputs[i], p->staging[i], KILN_FORMAT_NCHW);
+        p->vt[m->inputs[i]].data = p->staging[i] ? p->staging[i] : inputs[i]->data;
+    }
     for (int e = 0; e < p->n_exec; e++) {
         exec_node *x = &p->exec[e];
         const kiln_op_def *d = kiln_op_get(x->c.node->op);

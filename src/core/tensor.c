@@ -267,3 +267,47 @@ bool kiln_index_next(int ndim, const int64_t *dims, int64_t *idx, int nops,
     }
     return false;
 }
+
+/* ------------------------------------------------------------------ layout */
+
+kiln_status kiln_tensor_set_format(kiln_tensor *t, kiln_format format) {
+    if (!t) return KILN_ERR_INVALID_ARGUMENT;
+    if (format != KILN_FORMAT_NCHW && format != KILN_FORMAT_NHWC)
+        return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "unknown memory format %d", (int)format);
+    if (format == KILN_FORMAT_NHWC && t->ndim != 4)
+        return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "NHWC needs a 4-D tensor, this one has %d dims", t->ndim);
+    t->format = format;
+    return KILN_OK;
+}
+
+void kiln_layout_convert(const kiln_tensor *src, void *dst, kiln_format to) {
+    const int64_t N = src->dims[0], C = src->dims[1], H = src->dims[2], W = src->dims[3];
+    const size_t es = kiln_dtype_size(src->dtype);
+    const char *s = src->data;
+    char *d = dst;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t w = 0; w < W; w++) {
+                    int64_t nchw = ((n * C + c) * H + h) * W + w, nhwc = ((n * H + h) * W + w) * C + c;
+                    int64_t from = to == KILN_FORMAT_NCHW ? nhwc : nchw, dest = to == KILN_FORMAT_NCHW ? nchw : nhwc;
+                    memcpy(d + (size_t)dest * es, s + (size_t)from * es, es);
+                }
+}
+
+kiln_status kiln_tensor_to_format(kiln_context *ctx, const kiln_tensor *t, kiln_format format,
+                                  kiln_tensor **out) {
+    if (!ctx || !t || !out) return KILN_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (format != KILN_FORMAT_NCHW && format != KILN_FORMAT_NHWC)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown memory format %d", (int)format);
+    if (t->ndim != 4 && format == KILN_FORMAT_NHWC)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "NHWC needs a 4-D tensor, this one has %d dims", t->ndim);
+    kiln_tensor *r = kiln_tensor_new(ctx, t->dtype, t->ndim, t->dims);
+    if (!r) return KILN_ERR_OUT_OF_MEMORY;
+    if (t->format == format || t->ndim != 4) memcpy(r->data, t->data, kiln_tensor_nbytes(t));
+    else kiln_layout_convert(t, r->data, format);
+    r->format = format;
+    *out = r;
+    return KILN_OK;
+}
