@@ -203,7 +203,7 @@ typedef enum kiln_device {
 typedef struct kiln_session_options {
     kiln_device device; /* KILN_DEVICE_CPU (default) */
     int threads;        /* CPU threads; 0: the context's setting */
-    int no_fold;        /* 1: skip constant folding when planning (for ablation and tests) */
+    int no_fold;        /* 1: fold only shape computations (outputs of <= 64 elements) */
 } kiln_session_options;
 
 /* A session runs a model on one device. It builds one plan per input shape (shape
@@ -232,6 +232,102 @@ typedef struct kiln_plan_stats {
     int folded;            /* nodes computed once at plan time */
 } kiln_plan_stats;
 kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out);
+
+/* ----------------------------------------------------------------- training */
+
+typedef enum kiln_optimizer {
+    KILN_OPTIM_SGD = 0,      /* momentum, Nesterov, weight decay (PyTorch's torch.optim.SGD) */
+    KILN_OPTIM_ADAM = 1,
+    KILN_OPTIM_ADAMW = 2,    /* decoupled weight decay */
+    KILN_OPTIM_ADADELTA = 3  /* what pytorch/examples mnist uses */
+} kiln_optimizer;
+
+typedef enum kiln_schedule {
+    KILN_SCHEDULE_CONSTANT = 0,
+    KILN_SCHEDULE_STEP = 1,  /* lr * gamma^floor(step / step_size) (PyTorch's StepLR) */
+    KILN_SCHEDULE_COSINE = 2 /* lr * (1 + cos(pi * step / total_steps)) / 2 */
+} kiln_schedule;
+
+typedef enum kiln_amp {
+    KILN_AMP_OFF = 0,  /* fp32 */
+    KILN_AMP_FP16 = 1, /* fp16 compute, fp32 master weights, dynamic loss scaling */
+    KILN_AMP_BF16 = 2  /* bf16 compute, fp32 master weights, no scaling */
+} kiln_amp;
+
+/* Options of a trainer. Zeroed fields take the defaults named here. Schedules count
+ * optimizer steps; warm-up (linear from 0) multiplies any schedule. */
+typedef struct kiln_train_options {
+    kiln_device device;
+    kiln_optimizer optimizer;
+    float lr;            /* learning rate (0: 1.0 for Adadelta, 1e-3 for Adam/AdamW, 0.01 for SGD) */
+    float momentum;      /* SGD */
+    int nesterov;        /* SGD */
+    float weight_decay;  /* SGD, Adam, Adadelta: added to the gradient; AdamW: decoupled */
+    float beta1, beta2;  /* Adam, AdamW (0: 0.9 and 0.999) */
+    float eps;           /* Adam, AdamW (0: 1e-8); Adadelta (0: 1e-6) */
+    float rho;           /* Adadelta (0: 0.9) */
+    kiln_schedule schedule;
+    int64_t step_size;   /* STEP */
+    float gamma;         /* STEP */
+    int64_t total_steps; /* COSINE */
+    int64_t warmup_steps;
+    kiln_amp amp;
+    int accumulate;      /* micro-batches per optimizer step (0 or 1: none); gradients are averaged */
+    uint64_t seed;       /* dropout */
+    int threads;         /* CPU threads (0: the context's setting) */
+} kiln_train_options;
+
+/* A trainer holds the training graph (the forward graph, the backward graph autograd
+ * derives from it, and the optimizer), the weights, and the optimizer state.
+ *
+ * The model's output named `loss` must be a scalar. Every float initializer that reaches
+ * the loss is trained, except BatchNormalization's running statistics, which are updated
+ * with momentum as in PyTorch. Dropout and BatchNormalization run in training mode. */
+typedef struct kiln_trainer kiln_trainer;
+
+kiln_status kiln_trainer_create(kiln_model *m, const char *loss, const kiln_train_options *opts,
+                                kiln_trainer **out);
+void kiln_trainer_free(kiln_trainer *t);
+
+/* One micro-batch: forward, backward, and every `accumulate` calls the optimizer update.
+ * inputs bind the model's graph inputs in order (e.g. images and labels). *loss (may be
+ * NULL) receives this micro-batch's loss. */
+kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const *inputs,
+                              float *loss);
+
+/* An inference model with the current weights computing `output` (a graph output of the
+ * training model): nodes that do not lead to it (the loss) and inputs it does not need
+ * (the labels) are dropped; BatchNormalization uses running statistics, Dropout passes
+ * values through. No autograd state. Free it with kiln_model_free. */
+kiln_status kiln_trainer_export(kiln_trainer *t, const char *output, kiln_model **out);
+
+typedef struct kiln_train_stats {
+    int64_t micro_steps;   /* kiln_trainer_step calls */
+    int64_t steps;         /* optimizer steps taken */
+    int64_t skipped_steps; /* steps skipped for inf/NaN gradients (fp16) */
+    float lr;              /* learning rate of the next step */
+    float loss_scale;      /* fp16 loss scale (1 otherwise) */
+    int params;            /* trained tensors */
+    int64_t param_count;   /* trained scalars */
+} kiln_train_stats;
+kiln_status kiln_trainer_stats(const kiln_trainer *t, kiln_train_stats *out);
+
+/* Checkpoints in safetensors format: weights, optimizer state, counters and the loader
+ * position given by the caller (epoch, step in epoch). Saving writes a temporary file and
+ * renames it over path, so a crash mid-save leaves the previous checkpoint loadable. */
+kiln_status kiln_trainer_save(kiln_trainer *t, const char *path, int64_t epoch, int64_t step_in_epoch);
+kiln_status kiln_trainer_load(kiln_trainer *t, const char *path, int64_t *epoch, int64_t *step_in_epoch);
+
+/* ------------------------------------------------------------------- models */
+
+/* pytorch/examples mnist/main.py's network: Conv(1->32,3) ReLU Conv(32->64,3) ReLU
+ * MaxPool(2) Dropout(0.25) Flatten Linear(9216->128) ReLU Dropout(0.5) Linear(128->10)
+ * LogSoftmax. Inputs "image" f32 (batch,1,28,28) and "label" i64 (batch); outputs
+ * "logprobs" (batch,10) and "loss" (NLL, mean). batch -1: symbolic. Weights are
+ * initialized as PyTorch does (kaiming-uniform with a=sqrt(5), bias uniform 1/sqrt(fan_in))
+ * from seed. dropout 0 builds no Dropout nodes. */
+kiln_status kiln_model_mnist_net(kiln_context *ctx, int64_t batch, uint64_t seed, int dropout,
+                                 kiln_model **out);
 
 /* -------------------------------------------------------------- op registry */
 

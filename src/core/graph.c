@@ -99,8 +99,11 @@ int kiln_model_add_node_raw(kiln_model *m, const char *op_type, const char *name
                             const char *domain, int n_in, const int *in, int n_out,
                             const int *out, int n_attrs, kiln_attr *attrs) {
     if (!grow(m->ctx, (void **)&m->nodes, &m->cap_nodes, m->n_nodes + 1, sizeof(kiln_node),
-              "the node table"))
+              "the node table")) {
+        for (int a = 0; a < n_attrs; a++) kiln_attr_clear(&attrs[a]);
+        free(attrs);
         return -1;
+    }
     kiln_node *n = &m->nodes[m->n_nodes];
     memset(n, 0, sizeof *n);
     n->op_type = kiln_strdup(m->ctx, op_type);
@@ -458,10 +461,10 @@ out:
 static kiln_status check_ops(kiln_model *m) {
     for (int i = 0; i < m->n_nodes; i++) {
         kiln_node *n = &m->nodes[i];
-        if (n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
+        n->op = kiln_op_index_domain(n->domain, n->op_type);
+        if (n->op < 0 && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
             return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "op '%s' of domain '%s' (node '%s') is not supported by kiln",
                              n->op_type, n->domain, n->name);
-        n->op = kiln_op_index(n->op_type);
         if (n->op < 0)
             return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "op '%s' (node '%s') is not supported by kiln",
                              n->op_type, n->name);
@@ -518,5 +521,96 @@ kiln_status kiln_model_input_info(const kiln_model *m, int i, kiln_dtype *dtype,
     if (ndim) *ndim = v->ndim;
     if (dims)
         for (int d = 0; d < KILN_MAX_DIMS; d++) dims[d] = d < v->ndim ? v->dims[d] : 0;
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ copies */
+
+kiln_status kiln_attr_copy(kiln_context *ctx, kiln_attr *dst, const kiln_attr *src) {
+    memset(dst, 0, sizeof *dst);
+    dst->type = src->type;
+    dst->f = src->f;
+    dst->i = src->i;
+    dst->n = src->n;
+    dst->name = kiln_strdup(ctx, src->name);
+    bool ok = dst->name != NULL;
+    if (ok && src->s) ok = (dst->s = kiln_strdup(ctx, src->s)) != NULL;
+    if (ok && src->floats) {
+        dst->floats = kiln_calloc(ctx, (size_t)src->n + 1, sizeof(float), "attribute");
+        ok = dst->floats != NULL;
+        if (ok && src->n) memcpy(dst->floats, src->floats, (size_t)src->n * sizeof(float));
+    }
+    if (ok && src->ints) {
+        dst->ints = kiln_calloc(ctx, (size_t)src->n + 1, sizeof(int64_t), "attribute");
+        ok = dst->ints != NULL;
+        if (ok && src->n) memcpy(dst->ints, src->ints, (size_t)src->n * sizeof(int64_t));
+    }
+    if (ok && src->strings) {
+        dst->strings = kiln_calloc(ctx, (size_t)src->n + 1, sizeof(char *), "attribute");
+        ok = dst->strings != NULL;
+        for (int i = 0; ok && i < src->n; i++) ok = (dst->strings[i] = kiln_strdup(ctx, src->strings[i])) != NULL;
+    }
+    if (ok && src->t) ok = (dst->t = kiln_tensor_clone(ctx, src->t)) != NULL;
+    if (!ok) {
+        kiln_attr_clear(dst);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_model_clone(const kiln_model *src, kiln_model **out) {
+    *out = NULL;
+    kiln_model *m = NULL;
+    kiln_status st = kiln_model_create(src->ctx, &m);
+    if (st) return st;
+    m->opset = src->opset;
+    for (int v = 0; v < src->n_values && !st; v++) {
+        const kiln_value *a = &src->values[v];
+        int nv = new_value(m, a->name);
+        if (nv < 0) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        kiln_value *b = &m->values[nv];
+        b->dtype = a->dtype;
+        b->ndim = a->ndim;
+        memcpy(b->dims, a->dims, sizeof b->dims);
+        b->is_input = a->is_input;
+        b->is_output = a->is_output;
+        for (int d = 0; d < KILN_MAX_DIMS && !st; d++)
+            if (a->dim_param[d] && !(b->dim_param[d] = kiln_strdup(m->ctx, a->dim_param[d]))) st = KILN_ERR_OUT_OF_MEMORY;
+        if (!st && a->init && !(b->init = kiln_tensor_clone(m->ctx, a->init))) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < src->n_nodes && !st; i++) {
+        const kiln_node *n = &src->nodes[i];
+        kiln_attr *attrs = n->n_attrs ? kiln_calloc(m->ctx, (size_t)n->n_attrs, sizeof *attrs, "attributes") : NULL;
+        if (n->n_attrs && !attrs) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        int copied = 0;
+        for (; copied < n->n_attrs && !st; copied++) st = kiln_attr_copy(m->ctx, &attrs[copied], &n->attrs[copied]);
+        if (st) {
+            for (int a = 0; a < copied; a++) kiln_attr_clear(&attrs[a]);
+            free(attrs);
+            break;
+        }
+        int idx = kiln_model_add_node_raw(m, n->op_type, n->name, n->domain, n->n_in, n->in, n->n_out, n->out,
+                                          n->n_attrs, attrs);
+        if (idx < 0) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        m->nodes[idx].opset = n->opset;
+    }
+    for (int i = 0; i < src->n_inputs && !st; i++)
+        if (!push_index(m, &m->inputs, &m->n_inputs, src->inputs[i])) st = KILN_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < src->n_outputs && !st; i++)
+        if (!push_index(m, &m->outputs, &m->n_outputs, src->outputs[i])) st = KILN_ERR_OUT_OF_MEMORY;
+    if (st) {
+        kiln_model_free(m);
+        return st;
+    }
+    *out = m;
     return KILN_OK;
 }

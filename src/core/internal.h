@@ -183,6 +183,10 @@ int kiln_model_add_node_raw(kiln_model *m, const char *op_type, const char *name
                             const char *domain, int n_in, const int *in, int n_out,
                             const int *out, int n_attrs, kiln_attr *attrs);
 void kiln_attr_clear(kiln_attr *a);
+/* Deep copy of an attribute (KILN_ERR_OUT_OF_MEMORY leaves dst cleared). */
+kiln_status kiln_attr_copy(kiln_context *ctx, kiln_attr *dst, const kiln_attr *src);
+/* A deep, open (not finalized) copy of a model, e.g. to extend it with a backward graph. */
+kiln_status kiln_model_clone(const kiln_model *src, kiln_model **out);
 
 /* Attribute lookup for ops. The typed getters return dflt when absent. */
 const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name);
@@ -216,8 +220,13 @@ kiln_status kiln_op_fail(kiln_op_ctx *c, kiln_status st, const char *fmt, ...) K
 #define KILN_OP_CHECK(c, cond, st, ...) \
     do { if (!(cond)) return kiln_op_fail((c), (st), __VA_ARGS__); } while (0)
 
+typedef struct kiln_grad_ctx kiln_grad_ctx;
+
 typedef struct kiln_op_def {
     const char *name;            /* ONNX op_type */
+    /* NULL: ONNX's default domain. Internal ops (gradients, fused kernels) use "kiln" and
+     * are not reachable from ONNX files. */
+    const char *domain;
     int min_inputs, max_inputs;  /* max -1: variadic */
     int min_outputs, max_outputs;
     /* Bit i set: input i's data must be known when the plan is built (Reshape's shape,
@@ -234,18 +243,60 @@ typedef struct kiln_op_def {
     int (*test)(void);
     /* Output i may share input 0's storage (views such as Reshape). Bit mask. */
     uint32_t alias_outputs;
+    /* Bit i set: only input i's shape and dtype are read, never its data (Shape). The
+     * planner folds such a node once its shape is known, whatever the input's data. */
+    uint32_t shape_only_inputs;
+    /* Autograd: emit the nodes computing dL/d(inputs) from dL/d(outputs); see
+     * kiln_grad_ctx. NULL: the op is not differentiable. */
+    kiln_status (*grad)(kiln_grad_ctx *g);
 } kiln_op_def;
+
+/* ------------------------------------------------------------------ autograd */
+
+/* What a gradient rule sees. The forward node is m->nodes[node] (re-read it after emitting:
+ * adding nodes may move the array). dy[k] is the value holding dL/d(output k), or -1 where
+ * output k does not reach the loss. The rule sets dx[k] (a value index) for every input k
+ * with need[k]; it leaves the others alone. */
+struct kiln_grad_ctx {
+    kiln_model *m;
+    int node;
+    const int *dy;   /* (n_out) */
+    int *dx;         /* (n_in) */
+    const bool *need;/* (n_in) */
+    int counter;     /* for unique value names */
+};
+
+#define KILN_GRAD_NODE(g) (&(g)->m->nodes[(g)->node])
+#define KILN_GRAD_IN(g, k) (KILN_GRAD_NODE(g)->in[k])
+#define KILN_GRAD_OUT(g, k) (KILN_GRAD_NODE(g)->out[k])
+
+/* Emit a node into the training graph with n_out fresh output values (written to outs,
+ * which may be NULL when n_out == 1). domain NULL: ONNX's; "kiln": internal ops.
+ * copy_attrs starts from the forward node's attributes; attrs (text, as in optest.h: may be
+ * NULL) adds or overrides. Returns output 0's value index, or -1 (message on the context). */
+int kiln_grad_emit(kiln_grad_ctx *g, const char *domain, const char *op, int n_in, const int *in,
+                   int n_out, int *outs, bool copy_attrs, const char *attrs);
+/* The gradient of a value that was broadcast to grad's shape, summed back to like's shape
+ * (a no-op node when the shapes agree). Returns a value index or -1. */
+int kiln_grad_unbroadcast(kiln_grad_ctx *g, int grad, int like);
 
 /* The registry: ops.def is the one list. */
 int kiln_op_count(void);
 const kiln_op_def *kiln_op_get(int i);
-const kiln_op_def *kiln_op_find(const char *name); /* NULL if unknown */
-int kiln_op_index(const char *name);                /* -1 if unknown */
+const kiln_op_def *kiln_op_find(const char *name); /* NULL if unknown (default domain) */
+int kiln_op_index(const char *name);                /* -1 if unknown (default domain) */
+/* Lookup in a domain: "" or "ai.onnx" for ONNX's ops, "kiln" for internal ones. */
+int kiln_op_index_domain(const char *domain, const char *name);
 
 /* Run one op's infer on shape-only tensors then its forward (used by tests, constant
  * folding). Outputs are new owning tensors. */
 kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in,
                          kiln_tensor **in, int n_out, kiln_tensor **out);
+
+/* kiln_session_run with an explicit seed for random ops (the trainer derives it from its
+ * seed and step, so a resumed run draws the same dropout masks). */
+kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
+                                    int n_outputs, const kiln_tensor **outputs);
 
 /* --------------------------------------------------------------- threading */
 

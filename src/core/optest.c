@@ -178,6 +178,10 @@ static int run_case(const char *op, const char *attrs, int opset, int n_in, kiln
     node.name = (char *)label;
     node.domain = (char *)"";
     node.op = kiln_op_index(op);
+    if (node.op < 0) {
+        node.op = kiln_op_index_domain("kiln", op);
+        node.domain = (char *)"kiln";
+    }
     node.opset = opset ? opset : 21;
     node.n_in = n_in;
     node.n_out = n_out;

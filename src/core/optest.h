@@ -48,6 +48,18 @@ int kiln_optest_fails(const char *op, const char *attrs, int n_in, kiln_tensor *
 /* Compare two tensors (dtype, shape, values); prints a line. 0 if equal within tolerance. */
 int kiln_tensor_compare(const kiln_tensor *got, const kiln_tensor *want, double atol,
                         double rtol, const char *label);
+/* Finite-difference check of op's gradient rule in float64 on the CPU. The op runs on
+ * in[] (f64 tensors; integer inputs such as indices may be any dtype); the loss is
+ * sum_k sum(Y_k * R_k) over the op's float outputs with fixed random R_k. For every input
+ * with wrt[i] (NULL: every float input), the gradient built by autograd is compared with
+ * central differences (eps 1e-6) as |a - n| <= 1e-6 + 1e-5 |n| on up to 64 elements per
+ * input. Prints the share of the error budget used. Returns 0 on success. Frees in[]. */
+int kiln_gradcheck(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
+                   const bool *wrt, const char *label);
+/* Same, with the op's output count given (ops with optional outputs) and a tolerance scale. */
+int kiln_gradcheck_ex(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
+                      const bool *wrt, int n_out, double tol_scale, const char *label);
+
 /* Parse attribute text into a freshly allocated array (NULL + *n=0 for ""). */
 kiln_status kiln_attrs_parse(kiln_context *ctx, const char *text, kiln_attr **out, int *n);
 

@@ -24,11 +24,19 @@ const char *kiln_op_name(int i) {
     return d ? d->name : NULL;
 }
 
-int kiln_op_index(const char *name) {
+static bool is_default_domain(const char *d) { return !d || !*d || strcmp(d, "ai.onnx") == 0; }
+
+int kiln_op_index_domain(const char *domain, const char *name) {
     if (!name) return -1;
-    for (int i = 0; i < kiln_op_count(); i++)
-        if (strcmp(registry[i]->name, name) == 0) return i;
+    for (int i = 0; i < kiln_op_count(); i++) {
+        const kiln_op_def *d = registry[i];
+        bool same_domain = is_default_domain(domain) ? is_default_domain(d->domain)
+                                                     : (d->domain && strcmp(d->domain, domain) == 0);
+        if (same_domain && strcmp(d->name, name) == 0) return i;
+    }
     return -1;
 }
+
+int kiln_op_index(const char *name) { return kiln_op_index_domain(NULL, name); }
 
 const kiln_op_def *kiln_op_find(const char *name) { return kiln_op_get(kiln_op_index(name)); }

@@ -1,0 +1,99 @@
+/*
+ * add.c — Add: C = A + B with numpy (multidirectional) broadcasting, opsets 7..14.
+ * A and B have one dtype: any float (f16, bf16, f32, f64) or integer dtype. Integer sums
+ * wrap modulo 2^bits (two's complement), as in C on unsigned values and numpy.
+ */
+#include "../core/optest.h"
+#include "binary.h"
+
+KILN_ROW_F32(add_f32, float, a + b)
+static double add_f64(double a, double b) { return a + b; }
+static int64_t add_i64(int64_t a, int64_t b, bool uns) {
+    return (int64_t)((uint64_t)a + (uint64_t)b); /* unsigned: wraps without UB */
+}
+static const kiln_binary_kernels kernels = {add_f32, add_f64, add_i64};
+
+static kiln_status infer(kiln_op_ctx *c) {
+    return kiln_binary_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
+}
+static kiln_status forward(kiln_op_ctx *c) { return kiln_binary_forward(c, &kernels); }
+
+static int check(const char *label, kiln_tensor *a, kiln_tensor *b, kiln_tensor *want) {
+    kiln_tensor *in[2] = {a, b};
+    return kiln_optest("Add", "", 2, in, 1, &want, 0, 0, label);
+}
+
+/* A large case that takes the chunked, multi-threaded path of the broadcast plan:
+ * (4,3,100,300) + (3,1,1), checked against a naive index computation. */
+static int test_large(void) {
+    const int64_t N = 4, C = 3, HW = 100 * 300;
+    kiln_tensor *a = kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 100, 300), -1, 1, 7);
+    kiln_tensor *b = kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -10, 10, 8);
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(4, 3, 100, 300), NULL);
+    if (!a || !b || !want) {
+        kiln_tensor_free(a);
+        kiln_tensor_free(b);
+        kiln_tensor_free(want);
+        return 1;
+    }
+    const float *ap = a->data, *bp = b->data; // (N,C,HW), (C)
+    float *wp = want->data;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t ch = 0; ch < C; ch++)
+            for (int64_t i = 0; i < HW; i++) {
+                int64_t k = (n * C + ch) * HW + i;
+                wp[k] = ap[k] + bp[ch];
+            }
+    return check("add f32 large (4,3,100,300)+(3,1,1)", a, b, want);
+}
+
+static int test(void) {
+    int fails = 0;
+    fails += check("add f32 (2,3)+(3)",
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 4, 5, 6)),
+                   kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(10, 20, 30)),
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(11, 22, 33, 14, 25, 36)));
+    fails += check("add f32 (2,1)+(1,3)",
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(1, 2)),
+                   kt_make(KILN_F32, 2, KT_DIMS(1, 3), KT_VALS(10, 20, 30)),
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(11, 21, 31, 12, 22, 32)));
+    fails += check("add f32 (2,1,2)+(3,1)",
+                   kt_make(KILN_F32, 3, KT_DIMS(2, 1, 2), KT_VALS(1, 2, 3, 4)),
+                   kt_make(KILN_F32, 2, KT_DIMS(3, 1), KT_VALS(10, 20, 30)),
+                   kt_make(KILN_F32, 3, KT_DIMS(2, 3, 2),
+                           KT_VALS(11, 12, 21, 22, 31, 32, 13, 14, 23, 24, 33, 34)));
+    fails += check("add f32 scalar+scalar", kt_scalar(KILN_F32, 1.5), kt_scalar(KILN_F32, 2.25),
+                   kt_scalar(KILN_F32, 3.75));
+    /* 1.5 + 2048 = 2049.5 is not an f16: the spacing there is 2, so it rounds to 2050. */
+    fails += check("add f16 rounding",
+                   kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0.5, 1.5, -2)),
+                   kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0.25, 2048, 1)),
+                   kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0.75, 2050, -1)));
+    fails += check("add f64 (3)+()", kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.1, -1, 1e300)),
+                   kt_scalar(KILN_F64, 0.2),
+                   kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.1 + 0.2, -0.8, 1e300)));
+    fails += check("add u8 wraps", kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(200, 255, 0)),
+                   kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(100, 1, 0)),
+                   kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(44, 0, 0)));
+    fails += check("add i64 (2,2)+()",
+                   kt_make(KILN_I64, 2, KT_DIMS(2, 2), KT_VALS(-5, 0, 7, 1e12)),
+                   kt_scalar(KILN_I64, 3),
+                   kt_make(KILN_I64, 2, KT_DIMS(2, 2), KT_VALS(-2, 3, 10, 1000000000003)));
+    fails += test_large();
+
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL),
+                          kt_make(KILN_F32, 1, KT_DIMS(4), NULL)};
+    fails += kiln_optest_fails("Add", "", 2, in, 1, KILN_ERR_SHAPE, "add (2,3)+(4) rejected");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    in[1] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Add", "", 2, in, 1, KILN_ERR_TYPE, "add f32+i32 rejected");
+    in[0] = kt_make(KILN_BOOL, 1, KT_DIMS(2), NULL);
+    in[1] = kt_make(KILN_BOOL, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Add", "", 2, in, 1, KILN_ERR_TYPE, "add bool rejected");
+    return fails;
+}
+
+const kiln_op_def kiln_op_add = {
+    .name = "Add", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,198 @@
+/*
+ * batch_normalization.c — BatchNormalization over X (N,C,D1..Dn), per channel c:
+ *   y = (x - mean[c]) / sqrt(var[c] + epsilon) * scale[c] + B[c]
+ *
+ * Inference (training_mode=0, the default): mean and var are the inputs input_mean and
+ * input_var, and Y is the only output.
+ * Training (training_mode=1, opset 14+): mean and var are the batch statistics of X over
+ * every dim but C (population variance, divided by N*D1*..*Dn), and the optional outputs
+ * are running_mean = input_mean * momentum + mean * (1 - momentum) and likewise
+ * running_var (momentum default 0.9).
+ * Opsets 9..21; the opset 9-13 training outputs (mean, var, saved_mean, saved_var) are
+ * rejected as unsupported. X, scale/B and mean/var may have different float dtypes (as
+ * opset 15 allows); statistics are computed in double.
+ */
+#include "../core/optest.h"
+
+#include <math.h>
+
+static bool has_out(const kiln_op_ctx *c, int i) { return c->n_out > i && c->out[i] != NULL; }
+
+static bool training(const kiln_op_ctx *c) {
+    return c->node->opset >= 14 && kiln_attr_int(c->node, "training_mode", 0) != 0;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    static const char *const names[5] = {"X", "scale", "B", "input_mean", "input_var"};
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
+                  "input X dtype %s is not supported", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, x->ndim >= 2, KILN_ERR_SHAPE, "input X must be (N,C,...), got rank %d",
+                  x->ndim);
+    for (int i = 1; i < 5; i++) {
+        const kiln_tensor *p = c->in[i];
+        KILN_OP_CHECK(c, p != NULL, KILN_ERR_SHAPE, "input %s is required", names[i]);
+        KILN_OP_CHECK(c, kiln_dtype_is_float(p->dtype), KILN_ERR_TYPE,
+                      "input %s dtype %s is not supported", names[i], kiln_dtype_name(p->dtype));
+        KILN_OP_CHECK(c, p->ndim == 1 && p->dims[0] == x->dims[1], KILN_ERR_SHAPE,
+                      "input %s must have shape (C)=(%lld)", names[i], (long long)x->dims[1]);
+    }
+    bool extra = has_out(c, 1) || has_out(c, 2) || has_out(c, 3) || has_out(c, 4);
+    if (c->node->opset < 14) {
+        KILN_OP_CHECK(c, !extra, KILN_ERR_UNSUPPORTED,
+                      "training outputs of BatchNormalization-%d are not supported",
+                      c->node->opset);
+    } else {
+        KILN_OP_CHECK(c, training(c) || !extra, KILN_ERR_UNSUPPORTED,
+                      "outputs running_mean/running_var need training_mode=1");
+    }
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    for (int i = 1; i <= 2; i++)
+        if (has_out(c, i)) kiln_tensor_set_shape(c->out[i], c->in[2 + i]->dtype, 1, &x->dims[1]);
+    return KILN_OK;
+}
+
+/* y[n,c,:] = x[n,c,:] * a + b over the S spatial elements of every n */
+static void affine_channel(const kiln_tensor *x, kiln_tensor *y, int64_t N, int64_t C,
+                           int64_t S, int64_t ch, double a, double b) {
+    bool f32 = x->dtype == KILN_F32;
+    for (int64_t n = 0; n < N; n++) {
+        int64_t base = (n * C + ch) * S;
+        if (f32) {
+            const float *xp = (const float *)x->data + base; // (S)
+            float *yp = (float *)y->data + base;
+            for (int64_t s = 0; s < S; s++) yp[s] = (float)(xp[s] * a + b);
+        } else {
+            for (int64_t s = 0; s < S; s++)
+                kiln_set_f64(y, base + s, kiln_get_f64(x, base + s) * a + b);
+        }
+    }
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0]; // (N,C,D1..Dn)
+    const kiln_tensor *scale = c->in[1], *bias = c->in[2]; // (C)
+    const kiln_tensor *mean_in = c->in[3], *var_in = c->in[4]; // (C)
+    kiln_tensor *y = c->out[0];
+    double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
+    double momentum = kiln_attr_float(c->node, "momentum", 0.9f);
+    bool train = training(c);
+    int64_t N = x->dims[0], C = x->dims[1], S = 1;
+    for (int d = 2; d < x->ndim; d++) S *= x->dims[d];
+    bool f32 = x->dtype == KILN_F32;
+
+    #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        double mean = kiln_get_f64(mean_in, ch), var = kiln_get_f64(var_in, ch);
+        if (train) {
+            /* two passes in double: the mean, then squared deviations from it */
+            double sum = 0, sq = 0, count = (double)(N * S);
+            for (int64_t n = 0; n < N; n++) {
+                int64_t base = (n * C + ch) * S;
+                for (int64_t s = 0; s < S; s++)
+                    sum += f32 ? ((const float *)x->data)[base + s] : kiln_get_f64(x, base + s);
+            }
+            double bm = sum / count;
+            for (int64_t n = 0; n < N; n++) {
+                int64_t base = (n * C + ch) * S;
+                for (int64_t s = 0; s < S; s++) {
+                    double v = f32 ? ((const float *)x->data)[base + s] : kiln_get_f64(x, base + s);
+                    sq += (v - bm) * (v - bm);
+                }
+            }
+            double bv = sq / count;
+            if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, mean * momentum + bm * (1 - momentum));
+            if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, var * momentum + bv * (1 - momentum));
+            mean = bm;
+            var = bv;
+        }
+        double a = kiln_get_f64(scale, ch) / sqrt(var + eps);
+        affine_channel(x, y, N, C, S, ch, a, kiln_get_f64(bias, ch) - mean * a);
+    }
+    return KILN_OK;
+}
+
+/* (2,2,2,2) input and per-channel parameters shared by the cases; expected values from
+ * numpy in float64 (x - m) / sqrt(v + eps) * s + b, batch statistics via mean/var. */
+static void make_inputs(kiln_dtype dt, kiln_tensor **in) {
+    in[0] = kt_make(dt, 4, KT_DIMS(2, 2, 2, 2),
+                    KT_VALS(1, 2, 3, 4, 5, 6, 7, 8, -1, 0, 1, 2, 3, 3, 3, 3));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1.5, -0.5));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(0.25, 2));
+    in[3] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(3, 1));
+    in[4] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(4, 0.5));
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[5], *out[3];
+
+    make_inputs(KILN_F32, in);
+    out[0] = kt_make(KILN_F32, 4, KT_DIMS(2, 2, 2, 2),
+                     KT_VALS(-1.2499981250035157, -0.49999906250175785, 0.25, 0.9999990625017579,
+                             -0.8283988408992, -1.5354985511239998, -2.2425982613487996,
+                             -2.9496979715736, -2.7499962500070314, -1.999997187505273,
+                             -1.2499981250035157, -0.49999906250175785, 0.5858005795504,
+                             0.5858005795504, 0.5858005795504, 0.5858005795504));
+    fails += kiln_optest("BatchNormalization", "", 5, in, 1, out, 1e-6, 1e-6, "bn inference f32");
+
+    make_inputs(KILN_F16, in);
+    out[0] = kt_make(KILN_F16, 4, KT_DIMS(2, 2, 2, 2),
+                     KT_VALS(-1.2499981250035157, -0.49999906250175785, 0.25, 0.9999990625017579,
+                             -0.8283988408992, -1.5354985511239998, -2.2425982613487996,
+                             -2.9496979715736, -2.7499962500070314, -1.999997187505273,
+                             -1.2499981250035157, -0.49999906250175785, 0.5858005795504,
+                             0.5858005795504, 0.5858005795504, 0.5858005795504));
+    fails += kiln_optest("BatchNormalization", "", 5, in, 1, out, 2e-3, 2e-3,
+                         "bn inference f16 with f32 params");
+
+    /* batch mean (1.5, 4.75), batch var (2.25, 3.6875) */
+    make_inputs(KILN_F32, in);
+    out[0] = kt_make(KILN_F32, 4, KT_DIMS(2, 2, 2, 2),
+                     KT_VALS(-0.24999888889259259, 0.7499988888925926, 1.7499966666777778,
+                             2.7499944444629625, 1.934905632773077, 1.674528163865385,
+                             1.414150694957693, 1.153773226050001, -2.2499944444629625,
+                             -1.2499966666777778, -0.24999888889259259, 0.7499988888925926,
+                             2.455660570588461, 2.455660570588461, 2.455660570588461,
+                             2.455660570588461));
+    out[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(2.25, 2.875));
+    out[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(3.125, 2.09375));
+    fails += kiln_optest("BatchNormalization", "training_mode=1;momentum=0.5", 5, in, 3, out,
+                         1e-6, 1e-6, "bn training f32");
+
+    make_inputs(KILN_F64, in);
+    out[0] = NULL;
+    out[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(2.85, 1.375));
+    out[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(3.825, 0.8187499999999999));
+    fails += kiln_optest("BatchNormalization", "training_mode=1", 5, in, 3, out, 1e-6, 1e-6,
+                         "bn training running stats, default momentum");
+
+    /* rank 2 (N,C): no spatial dims */
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(3, 2), KT_VALS(1, 2, 3, 4, 5, 0));
+    in[1] = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(1.5, -0.5));
+    in[2] = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(0.25, 2));
+    in[3] = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(3, 1));
+    in[4] = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(4, 0.5));
+    out[0] = kt_make(KILN_F64, 2, KT_DIMS(3, 2),
+                     KT_VALS(-1.2498125351489273, 1.2935992666991463, 0.25, -0.11920219990256165,
+                             1.7498125351489273, 2.7064007333008537));
+    /* epsilon is a float attribute: 1e-3 arrives as 1e-3f, hence 1e-8 rather than 1e-14 */
+    fails += kiln_optest_opset("BatchNormalization", "epsilon=1e-3", 9, 5, in, 1, out, 1e-8,
+                               1e-8, "bn rank 2 opset 9");
+
+    make_inputs(KILN_F32, in);
+    kiln_tensor_free(in[4]);
+    in[4] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    fails += kiln_optest_fails("BatchNormalization", "", 5, in, 1, KILN_ERR_SHAPE,
+                               "bn var of the wrong length");
+    make_inputs(KILN_F32, in);
+    fails += kiln_optest_fails("BatchNormalization", "", 5, in, 3, KILN_ERR_UNSUPPORTED,
+                               "bn running outputs without training_mode");
+    return fails;
+}
+
+const kiln_op_def kiln_op_batch_normalization = {
+    .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5,
+    .min_outputs = 1, .max_outputs = 5,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,302 @@
+/*
+ * cast.c — Cast: Y = X converted to the dtype of attribute `to`, same shape. Opset 13+
+ * semantics (also used for older opsets): every kiln dtype to every kiln dtype.
+ *   - float -> narrower float (f64 -> f32/f16/bf16, f32 -> f16/bf16): round to nearest
+ *     even, in one rounding (f64 -> f16 goes through a round-to-odd f32, which is exact
+ *     where a plain double -> float -> f16 could round twice). Out of range gives ±inf.
+ *   - float -> integer: truncation toward zero. Out-of-range values, undefined in ONNX,
+ *     saturate at the target's limits; NaN gives 0.
+ *   - integer -> integer: the low bits, i.e. modulo 2^bits (numpy's astype).
+ *   - integer -> float: nearest (exact up to 2^53 for f16/bf16 targets).
+ *   - to bool: nonzero (NaN included) is true; bool -> anything: 0 or 1.
+ *   - `saturate` (opset 19) only affects float8 targets, which kiln lacks: accepted and
+ *     ignored. STRING (8) and other dtypes kiln lacks are KILN_ERR_UNSUPPORTED.
+ */
+#include "../core/optest.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ONNX dtypes kiln has no storage for, named in the error. */
+static const char *onnx_dtype_name(int64_t t) {
+    switch (t) {
+    case 8: return "STRING";
+    case 14: return "COMPLEX64";
+    case 15: return "COMPLEX128";
+    case 17: return "FLOAT8E4M3FN";
+    case 18: return "FLOAT8E4M3FNUZ";
+    case 19: return "FLOAT8E5M2";
+    case 20: return "FLOAT8E5M2FNUZ";
+    case 21: return "UINT4";
+    case 22: return "INT4";
+    default: return "unknown";
+    }
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    const kiln_attr *a = kiln_node_attr(c->node, "to");
+    KILN_OP_CHECK(c, a && a->type == KILN_ATTR_INT, KILN_ERR_INVALID_ARGUMENT,
+                  "integer attribute 'to' is missing");
+    const int64_t to = a->i;
+    KILN_OP_CHECK(c, to > 0 && to <= 64 && kiln_dtype_valid((kiln_dtype)to),
+                  KILN_ERR_UNSUPPORTED, "attribute 'to' = %lld (%s) is not a dtype kiln supports",
+                  (long long)to, onnx_dtype_name(to));
+    KILN_OP_CHECK(c, kiln_dtype_valid(x->dtype), KILN_ERR_UNSUPPORTED,
+                  "input dtype %d is not supported", (int)x->dtype);
+    kiln_tensor_set_shape(c->out[0], (kiln_dtype)to, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+/* A source element: a float (any float dtype is exact in double) or an integer's bits,
+ * sign-extended for signed dtypes. */
+typedef struct scalar {
+    bool is_float;
+    bool is_signed;
+    double f;
+    uint64_t bits;
+} scalar;
+
+static scalar load(const kiln_tensor *x, int64_t i) {
+    const void *p = x->data;
+    scalar s = {false, kiln_dtype_is_signed(x->dtype), 0, 0};
+    switch (x->dtype) {
+    case KILN_F32: s.is_float = true; s.f = ((const float *)p)[i]; break;
+    case KILN_F64: s.is_float = true; s.f = ((const double *)p)[i]; break;
+    case KILN_F16: s.is_float = true; s.f = kiln_f16_to_f32(((const uint16_t *)p)[i]); break;
+    case KILN_BF16: s.is_float = true; s.f = kiln_bf16_to_f32(((const uint16_t *)p)[i]); break;
+    case KILN_BOOL: s.bits = ((const uint8_t *)p)[i] != 0; break;
+    case KILN_U8: s.bits = ((const uint8_t *)p)[i]; break;
+    case KILN_U16: s.bits = ((const uint16_t *)p)[i]; break;
+    case KILN_U32: s.bits = ((const uint32_t *)p)[i]; break;
+    case KILN_U64: s.bits = ((const uint64_t *)p)[i]; break;
+    case KILN_I8: s.bits = (uint64_t)(int64_t)((const int8_t *)p)[i]; break;
+    case KILN_I16: s.bits = (uint64_t)(int64_t)((const int16_t *)p)[i]; break;
+    case KILN_I32: s.bits = (uint64_t)(int64_t)((const int32_t *)p)[i]; break;
+    case KILN_I64: s.bits = (uint64_t)((const int64_t *)p)[i]; break;
+    default: break; /* infer admits kiln dtypes only */
+    }
+    return s;
+}
+
+static double as_double(const scalar *s) {
+    if (s->is_float) return s->f;
+    return s->is_signed ? (double)(int64_t)s->bits : (double)s->bits;
+}
+
+/* double -> float rounded toward zero with the lowest bit set when inexact ("round to
+ * odd"). Rounding that float to a format with at least 2 fewer significant bits (f16:
+ * 11, bf16: 8, versus 24) then equals rounding the double directly. */
+static float f32_round_odd(double d) {
+    float f = (float)d;
+    if (d != d || (double)f == d || isinf(d)) return f;
+    if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u |= 1;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Float -> integer bits of a dtype of `bits` width: truncate, saturate, NaN -> 0. The
+ * limits are powers of two, exact in double. */
+static uint64_t float_to_int_bits(double v, kiln_dtype t) {
+    const int bits = 8 * (int)kiln_dtype_size(t);
+    if (v != v) return 0;
+    v = trunc(v);
+    if (kiln_dtype_is_signed(t)) {
+        const double lim = ldexp(1.0, bits - 1);
+        const int64_t max = (int64_t)(UINT64_MAX >> (65 - bits));
+        if (v >= lim) return (uint64_t)max;
+        if (v < -lim) return (uint64_t)(-max - 1);
+        return (uint64_t)(int64_t)v;
+    }
+    if (v >= ldexp(1.0, bits)) return UINT64_MAX >> (64 - bits);
+    if (v < 0) return 0;
+    return (uint64_t)v;
+}
+
+static void store(kiln_tensor *y, int64_t i, const scalar *s) {
+    void *p = y->data;
+    if (kiln_dtype_is_float(y->dtype)) {
+        switch (y->dtype) {
+        case KILN_F64: ((double *)p)[i] = as_double(s); break;
+        case KILN_F32:
+            /* int64 -> float directly: one rounding even above 2^53 */
+            if (s->is_float)
+                ((float *)p)[i] = (float)s->f;
+            else
+                ((float *)p)[i] = s->is_signed ? (float)(int64_t)s->bits : (float)s->bits;
+            break;
+        case KILN_F16: ((uint16_t *)p)[i] = kiln_f32_to_f16(f32_round_odd(as_double(s))); break;
+        default: ((uint16_t *)p)[i] = kiln_f32_to_bf16(f32_round_odd(as_double(s))); break;
+        }
+        return;
+    }
+    if (y->dtype == KILN_BOOL) {
+        ((uint8_t *)p)[i] = s->is_float ? s->f != 0 : s->bits != 0; /* NaN != 0 */
+        return;
+    }
+    const uint64_t b = s->is_float ? float_to_int_bits(s->f, y->dtype) : s->bits;
+    switch (y->dtype) {
+    case KILN_U8: ((uint8_t *)p)[i] = (uint8_t)b; break;
+    case KILN_U16: ((uint16_t *)p)[i] = (uint16_t)b; break;
+    case KILN_U32: ((uint32_t *)p)[i] = (uint32_t)b; break;
+    case KILN_U64: ((uint64_t *)p)[i] = b; break;
+    /* narrowing to a signed type keeps the low bits (two's complement, as gcc and clang
+     * define it) */
+    case KILN_I8: ((int8_t *)p)[i] = (int8_t)(uint8_t)b; break;
+    case KILN_I16: ((int16_t *)p)[i] = (int16_t)(uint16_t)b; break;
+    case KILN_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)b; break;
+    case KILN_I64: ((int64_t *)p)[i] = (int64_t)b; break;
+    default: break;
+    }
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    const int64_t n = kiln_tensor_numel(x);
+    if (x->dtype == y->dtype) {
+        memcpy(y->data, x->data, kiln_tensor_nbytes(x));
+        return KILN_OK;
+    }
+    /* Typed loops for the casts of mixed-precision graphs; the rest goes element by
+     * element through scalar. */
+    if (x->dtype == KILN_F32 && y->dtype == KILN_F16) {
+        const float *xp = x->data;
+        uint16_t *yp = y->data;
+        for (int64_t i = 0; i < n; i++) yp[i] = kiln_f32_to_f16(xp[i]);
+    } else if (x->dtype == KILN_F32 && y->dtype == KILN_BF16) {
+        const float *xp = x->data;
+        uint16_t *yp = y->data;
+        for (int64_t i = 0; i < n; i++) yp[i] = kiln_f32_to_bf16(xp[i]);
+    } else if (x->dtype == KILN_F16 && y->dtype == KILN_F32) {
+        const uint16_t *xp = x->data;
+        float *yp = y->data;
+        for (int64_t i = 0; i < n; i++) yp[i] = kiln_f16_to_f32(xp[i]);
+    } else if (x->dtype == KILN_BF16 && y->dtype == KILN_F32) {
+        const uint16_t *xp = x->data;
+        float *yp = y->data;
+        for (int64_t i = 0; i < n; i++) yp[i] = kiln_bf16_to_f32(xp[i]);
+    } else if (x->dtype == KILN_F32 && y->dtype == KILN_F64) {
+        const float *xp = x->data;
+        double *yp = y->data;
+        for (int64_t i = 0; i < n; i++) yp[i] = xp[i];
+    } else if (x->dtype == KILN_F64 && y->dtype == KILN_F32) {
+        const double *xp = x->data;
+        float *yp = y->data;
+        for (int64_t i = 0; i < n; i++) yp[i] = (float)xp[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            scalar s = load(x, i);
+            store(y, i, &s);
+        }
+    }
+    return KILN_OK;
+}
+
+static int check(const char *label, const char *attrs, kiln_tensor *x, kiln_tensor *want) {
+    return kiln_optest("Cast", attrs, 1, &x, 1, &want, 0, 0, label);
+}
+
+/* A tensor of dtype with raw element bytes (values doubles cannot carry exactly). */
+static kiln_tensor *raw(kiln_dtype dt, int64_t n, const void *bytes) {
+    kiln_tensor *t = kt_make(dt, 1, KT_DIMS(n), NULL);
+    if (t) memcpy(t->data, bytes, (size_t)n * kiln_dtype_size(dt));
+    return t;
+}
+
+static int test(void) {
+    int fails = 0;
+    /* ties go to even: 2049 -> 2048, 2051 -> 2052 (f16 spacing is 2 there) */
+    fails += check("cast f32->f16", "to=10",
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(0.5, 1.0009765625, 2049, 2051)),
+                   kt_make(KILN_F16, 2, KT_DIMS(2, 2), KT_VALS(0.5, 1.0009765625, 2048, 2052)));
+    /* bf16 keeps 8 significant bits: 1+2^-8 is a tie (-> 1), 1+3*2^-8 a tie (-> 1+2^-6),
+     * 1+2^-8+2^-20 above the tie (-> 1+2^-7); truncation would give 1, 1+2^-7, 1. */
+    fails += check("cast f32->bf16 round to nearest even", "to=16",
+                   kt_make(KILN_F32, 1, KT_DIMS(5),
+                           KT_VALS(1.00390625, 1.01171875, 1.00390625 + 0x1p-20, -2.5,
+                                   0.48033667)),
+                   kt_make(KILN_BF16, 1, KT_DIMS(5),
+                           KT_VALS(1, 1.015625, 1.0078125, -2.5, 0.48046875)));
+    /* 1+2^-11+2^-40 is just above the f16 tie between 1 and 1+2^-10; through a plain
+     * float it would become the tie itself and round to 1. */
+    fails += check("cast f64->f16 single rounding", "to=10",
+                   kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(1 + 0x1p-11 + 0x1p-40, 0.1, -65504)),
+                   kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(1.0009765625, 0.0999755859375, -65504)));
+    fails += check("cast f64->bf16 single rounding", "to=16",
+                   kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(1 + 0x1p-8 + 0x1p-40, -0x1p-130)),
+                   kt_make(KILN_BF16, 1, KT_DIMS(2), KT_VALS(1.0078125, -0x1p-130)));
+    fails += check("cast f16->f32", "to=1",
+                   kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(65504, 0x1p-24, -1.5)),
+                   kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(65504, 0x1p-24, -1.5)));
+    fails += check("cast bf16->f64", "to=11",
+                   kt_make(KILN_BF16, 1, KT_DIMS(2), KT_VALS(0.48046875, -0x1.fep127)),
+                   kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(0.48046875, -0x1.fep127)));
+    fails += check("cast f32->i32 truncates and saturates", "to=6",
+                   kt_make(KILN_F32, 1, KT_DIMS(6), KT_VALS(-2.7, 2.7, -0.5, 1e10, -1e10, NAN)),
+                   kt_make(KILN_I32, 1, KT_DIMS(6),
+                           KT_VALS(-2, 2, 0, 2147483647, -2147483648.0, 0)));
+    fails += check("cast f32->u8 saturates", "to=2",
+                   kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(300, -1, 254.9, NAN)),
+                   kt_make(KILN_U8, 1, KT_DIMS(4), KT_VALS(255, 0, 254, 0)));
+    {
+        const int64_t want[3] = {INT64_MAX, INT64_MIN, 1000000000000000};
+        fails += check("cast f64->i64 saturates", "to=7",
+                       kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(9.3e18, -9.3e18, 1e15 + 0.5)),
+                       raw(KILN_I64, 3, want));
+    }
+    fails += check("cast f32->bool", "to=9",
+                   kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(0, -0.5, NAN, -0.0)),
+                   kt_make(KILN_BOOL, 1, KT_DIMS(4), KT_VALS(0, 1, 1, 0)));
+    fails += check("cast bool->f32", "to=1", kt_make(KILN_BOOL, 1, KT_DIMS(2), KT_VALS(1, 0)),
+                   kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, 0)));
+    fails += check("cast bool->i64", "to=7", kt_make(KILN_BOOL, 1, KT_DIMS(2), KT_VALS(0, 1)),
+                   kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 1)));
+    fails += check("cast i64->i8 wraps", "to=3",
+                   kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(200, -129, 127, -1)),
+                   kt_make(KILN_I8, 1, KT_DIMS(4), KT_VALS(-56, 127, 127, -1)));
+    fails += check("cast u8->i8", "to=3", kt_make(KILN_U8, 1, KT_DIMS(2), KT_VALS(255, 128)),
+                   kt_make(KILN_I8, 1, KT_DIMS(2), KT_VALS(-1, -128)));
+    fails += check("cast i32->u16", "to=4", kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 65536)),
+                   kt_make(KILN_U16, 1, KT_DIMS(2), KT_VALS(65535, 0)));
+    fails += check("cast i32->bool", "to=9", kt_make(KILN_I32, 1, KT_DIMS(3), KT_VALS(0, -7, 256)),
+                   kt_make(KILN_BOOL, 1, KT_DIMS(3), KT_VALS(0, 1, 1)));
+    /* 2^24 + 1 is a tie between 2^24 and 2^24 + 2: even is 2^24 */
+    fails += check("cast i64->f32", "to=1",
+                   kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(16777217, -3)),
+                   kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(16777216, -3)));
+    fails += check("cast i32->f16", "to=10",
+                   kt_make(KILN_I32, 1, KT_DIMS(3), KT_VALS(65504, 2049, -7)),
+                   kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(65504, 2048, -7)));
+    {
+        const uint64_t x[2] = {UINT64_MAX, (uint64_t)1 << 63};
+        fails += check("cast u64->f64", "to=11", raw(KILN_U64, 2, x),
+                       kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(0x1p64, 0x1p63)));
+    }
+    fails += check("cast f32->f32 copy", "to=1",
+                   kt_make(KILN_F32, 2, KT_DIMS(1, 2), KT_VALS(0.1, -7)),
+                   kt_make(KILN_F32, 2, KT_DIMS(1, 2), KT_VALS(0.1, -7)));
+    kiln_tensor *x = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(1.5, -0.25));
+    kiln_tensor *want = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1.5, -0.25));
+    fails += kiln_optest_opset("Cast", "to=1;saturate=0", 19, 1, &x, 1, &want, 0, 0,
+                               "cast opset 19 saturate ignored");
+
+    x = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Cast", "to=8", 1, &x, 1, KILN_ERR_UNSUPPORTED,
+                               "cast to STRING rejected");
+    x = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Cast", "to=17", 1, &x, 1, KILN_ERR_UNSUPPORTED,
+                               "cast to FLOAT8E4M3FN rejected");
+    x = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Cast", "", 1, &x, 1, KILN_ERR_INVALID_ARGUMENT,
+                               "cast without 'to' rejected");
+    return fails;
+}
+
+const kiln_op_def kiln_op_cast = {
+    .name = "Cast", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

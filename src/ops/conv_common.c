@@ -1,0 +1,392 @@
+/* conv_common.c — window geometry, im2col/col2im, BLAS dispatch and f32 staging shared by
+ * the convolution, pooling and matrix-product ops; see conv_common.h. */
+#include "conv_common.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ geometry */
+
+static kiln_status read_ints(kiln_op_ctx *c, const char *name, int want, int64_t minv,
+                             int64_t *out, bool *present) {
+    int n = 0;
+    const int64_t *v = kiln_attr_ints(c->node, name, &n);
+    if (present) *present = v != NULL;
+    if (!v) return KILN_OK;
+    if (n != want)
+        return kiln_op_fail(c, KILN_ERR_SHAPE, "attribute %s has %d values, expected %d", name,
+                            n, want);
+    for (int i = 0; i < n; i++) {
+        if (v[i] < minv)
+            return kiln_op_fail(c, KILN_ERR_SHAPE, "attribute %s[%d] = %lld is below %lld", name,
+                                i, (long long)v[i], (long long)minv);
+        out[i] = v[i];
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_window_attrs(kiln_op_ctx *c, int nd, const int64_t *kernel, kiln_window *w,
+                              kiln_auto_pad *auto_pad) {
+    if (nd < 1 || nd > KILN_WIN_MAX)
+        return kiln_op_fail(c, KILN_ERR_UNSUPPORTED,
+                            "%d spatial dims (1 to %d are supported)", nd, KILN_WIN_MAX);
+    memset(w, 0, sizeof *w);
+    w->nd = nd;
+    for (int t = 0; t < KILN_WIN_MAX; t++) {
+        w->img[t] = w->grid[t] = w->k[t] = w->s[t] = w->d[t] = 1;
+    }
+    int64_t ks[KILN_WIN_MAX], st[KILN_WIN_MAX], dl[KILN_WIN_MAX], pads[2 * KILN_WIN_MAX];
+    for (int i = 0; i < nd; i++) {
+        ks[i] = kernel ? kernel[i] : 0;
+        st[i] = dl[i] = 1;
+        pads[i] = pads[nd + i] = 0;
+    }
+    bool has_ks;
+    kiln_status s;
+    if ((s = read_ints(c, "kernel_shape", nd, 1, ks, &has_ks)) != KILN_OK) return s;
+    if (!has_ks && !kernel)
+        return kiln_op_fail(c, KILN_ERR_SHAPE, "attribute kernel_shape is required");
+    for (int i = 0; kernel && has_ks && i < nd; i++)
+        if (ks[i] != kernel[i])
+            return kiln_op_fail(c, KILN_ERR_SHAPE,
+                                "kernel_shape[%d] = %lld does not match W's kernel dim %lld", i,
+                                (long long)ks[i], (long long)kernel[i]);
+    for (int i = 0; i < nd; i++)
+        if (ks[i] < 1)
+            return kiln_op_fail(c, KILN_ERR_SHAPE, "kernel dim %d is %lld", i,
+                                (long long)ks[i]);
+    if ((s = read_ints(c, "strides", nd, 1, st, NULL)) != KILN_OK) return s;
+    if ((s = read_ints(c, "dilations", nd, 1, dl, NULL)) != KILN_OK) return s;
+    if ((s = read_ints(c, "pads", 2 * nd, 0, pads, NULL)) != KILN_OK) return s;
+
+    const char *ap = kiln_attr_string(c->node, "auto_pad", "NOTSET");
+    if (strcmp(ap, "NOTSET") == 0 || ap[0] == '\0') *auto_pad = KILN_PAD_NOTSET;
+    else if (strcmp(ap, "SAME_UPPER") == 0) *auto_pad = KILN_PAD_SAME_UPPER;
+    else if (strcmp(ap, "SAME_LOWER") == 0) *auto_pad = KILN_PAD_SAME_LOWER;
+    else if (strcmp(ap, "VALID") == 0) *auto_pad = KILN_PAD_VALID;
+    else return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "auto_pad '%s' is unknown", ap);
+
+    for (int i = 0; i < nd; i++) {
+        int t = KILN_WIN_SLOT(w, i);
+        w->k[t] = ks[i];
+        w->s[t] = st[i];
+        w->d[t] = dl[i];
+        /* auto_pad computes the pads; explicit ones are ignored then. */
+        w->pb[t] = *auto_pad == KILN_PAD_NOTSET ? pads[i] : 0;
+        w->pe[t] = *auto_pad == KILN_PAD_NOTSET ? pads[nd + i] : 0;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_window_forward(kiln_op_ctx *c, const kiln_tensor *x, const int64_t *kernel,
+                                bool ceil_mode, kiln_window *w) {
+    if (x->ndim < 3)
+        return kiln_op_fail(c, KILN_ERR_SHAPE, "input must have rank >= 3 (N, C, spatial...)");
+    int nd = x->ndim - 2;
+    kiln_auto_pad ap;
+    kiln_status s = kiln_window_attrs(c, nd, kernel, w, &ap);
+    if (s != KILN_OK) return s;
+    for (int i = 0; i < nd; i++) {
+        int t = KILN_WIN_SLOT(w, i);
+        int64_t in = x->dims[2 + i], st = w->s[t], ek = (w->k[t] - 1) * w->d[t] + 1, out;
+        if (ap == KILN_PAD_SAME_UPPER || ap == KILN_PAD_SAME_LOWER) {
+            out = (in + st - 1) / st;
+            int64_t total = (out - 1) * st + ek - in;
+            if (total < 0) total = 0;
+            w->pb[t] = ap == KILN_PAD_SAME_UPPER ? total / 2 : total - total / 2;
+            w->pe[t] = total - w->pb[t];
+        } else {
+            int64_t span = in + w->pb[t] + w->pe[t] - ek;
+            if (span < 0)
+                return kiln_op_fail(c, KILN_ERR_SHAPE,
+                                    "spatial dim %d: input %lld with pads %lld+%lld is smaller "
+                                    "than the kernel extent %lld",
+                                    i, (long long)in, (long long)w->pb[t], (long long)w->pe[t],
+                                    (long long)ek);
+            if (ceil_mode && ap == KILN_PAD_NOTSET) {
+                out = (span + st - 1) / st + 1;
+                /* The last window must start inside the input or its left padding. */
+                if ((out - 1) * st >= in + w->pb[t]) out--;
+            } else {
+                out = span / st + 1;
+            }
+        }
+        w->img[t] = in;
+        w->grid[t] = out;
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ im2col / col2im */
+
+/* Grid positions g in [0, G) with 0 <= g*s + off < size form [*lo, *hi). (No parameter is
+ * called I: cblas.h pulls in <complex.h>, which defines it.) */
+static void valid_range(int64_t G, int64_t s, int64_t off, int64_t size, int64_t *lo,
+                        int64_t *hi) {
+    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t b = size - off <= 0 ? 0 : (size - off + s - 1) / s;
+    if (a > G) a = G;
+    if (b > G) b = G;
+    if (b < a) b = a;
+    *lo = a;
+    *hi = b;
+}
+
+/* One template for float and double: the loops are identical, only the element type
+ * changes. Rows of col are (c, j0, j1, j2); columns are grid positions (g0, g1, g2). */
+#define DEFINE_IM2COL(NAME, T)                                                               \
+    static void NAME(const kiln_window *w, int64_t C, const T *img, T *col) {               \
+        const int64_t I0 = w->img[0], I1 = w->img[1], I2 = w->img[2];                        \
+        const int64_t G0 = w->grid[0], G1 = w->grid[1], G2 = w->grid[2];                     \
+        const int64_t K1 = w->k[1], K2 = w->k[2], KK = w->k[0] * K1 * K2;                    \
+        const int64_t rows = C * KK, G = G0 * G1 * G2;                                       \
+        _Pragma("omp parallel for schedule(static) if (rows * G > 32768)")                  \
+        for (int64_t r = 0; r < rows; r++) {                                                 \
+            const int64_t kk = r % KK, j0 = kk / (K1 * K2), j1 = kk / K2 % K1, j2 = kk % K2; \
+            const T *src = img + r / KK * I0 * I1 * I2;                                      \
+            T *dst = col + r * G;                                                            \
+            const int64_t off2 = j2 * w->d[2] - w->pb[2];                                    \
+            int64_t lo, hi;                                                                  \
+            valid_range(G2, w->s[2], off2, I2, &lo, &hi);                                    \
+            for (int64_t g0 = 0; g0 < G0; g0++) {                                            \
+                const int64_t i0 = g0 * w->s[0] - w->pb[0] + j0 * w->d[0];                   \
+                for (int64_t g1 = 0; g1 < G1; g1++, dst += G2) {                             \
+                    const int64_t i1 = g1 * w->s[1] - w->pb[1] + j1 * w->d[1];               \
+                    if (i0 < 0 || i0 >= I0 || i1 < 0 || i1 >= I1) {                          \
+                        for (int64_t g2 = 0; g2 < G2; g2++) dst[g2] = 0;                     \
+                        continue;                                                            \
+                    }                                                                        \
+                    const int64_t base = (i0 * I1 + i1) * I2 + off2, s2 = w->s[2];           \
+                    for (int64_t g2 = 0; g2 < lo; g2++) dst[g2] = 0;                         \
+                    for (int64_t g2 = lo; g2 < hi; g2++) dst[g2] = src[base + g2 * s2];      \
+                    for (int64_t g2 = hi; g2 < G2; g2++) dst[g2] = 0;                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+/* Scatter-add; parallel over channels, since all rows of one channel touch the same
+ * image plane. */
+#define DEFINE_COL2IM(NAME, T)                                                               \
+    static void NAME(const kiln_window *w, int64_t C, const T *col, T *img) {               \
+        const int64_t I0 = w->img[0], I1 = w->img[1], I2 = w->img[2];                        \
+        const int64_t G0 = w->grid[0], G1 = w->grid[1], G2 = w->grid[2];                     \
+        const int64_t K1 = w->k[1], K2 = w->k[2], KK = w->k[0] * K1 * K2;                    \
+        const int64_t G = G0 * G1 * G2;                                                      \
+        _Pragma("omp parallel for schedule(static) if (C * KK * G > 32768)")                \
+        for (int64_t ch = 0; ch < C; ch++) {                                                 \
+            T *dst = img + ch * I0 * I1 * I2;                                                \
+            for (int64_t kk = 0; kk < KK; kk++) {                                            \
+                const int64_t j0 = kk / (K1 * K2), j1 = kk / K2 % K1, j2 = kk % K2;          \
+                const T *src = col + (ch * KK + kk) * G;                                     \
+                const int64_t off2 = j2 * w->d[2] - w->pb[2];                                \
+                int64_t lo, hi;                                                              \
+                valid_range(G2, w->s[2], off2, I2, &lo, &hi);                                \
+                for (int64_t g0 = 0; g0 < G0; g0++) {                                        \
+                    const int64_t i0 = g0 * w->s[0] - w->pb[0] + j0 * w->d[0];               \
+                    for (int64_t g1 = 0; g1 < G1; g1++, src += G2) {                         \
+                        const int64_t i1 = g1 * w->s[1] - w->pb[1] + j1 * w->d[1];           \
+                        if (i0 < 0 || i0 >= I0 || i1 < 0 || i1 >= I1) continue;              \
+                        const int64_t base = (i0 * I1 + i1) * I2 + off2, s2 = w->s[2];       \
+                        for (int64_t g2 = lo; g2 < hi; g2++) dst[base + g2 * s2] += src[g2]; \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+DEFINE_IM2COL(im2col_f32, float)
+DEFINE_IM2COL(im2col_f64, double)
+DEFINE_COL2IM(col2im_f32, float)
+DEFINE_COL2IM(col2im_f64, double)
+
+void kiln_im2col(bool dbl, const kiln_window *w, int64_t C, const void *img, void *col) {
+    if (dbl) im2col_f64(w, C, img, col);
+    else im2col_f32(w, C, img, col);
+}
+
+void kiln_col2im(bool dbl, const kiln_window *w, int64_t C, const void *col, void *img) {
+    if (dbl) col2im_f64(w, C, col, img);
+    else col2im_f32(w, C, col, img);
+}
+
+bool kiln_window_is_identity(const kiln_window *w) {
+    for (int t = 0; t < KILN_WIN_MAX; t++)
+        if (w->k[t] != 1 || w->s[t] != 1 || w->pb[t] != 0 || w->img[t] != w->grid[t])
+            return false;
+    return true;
+}
+
+void kiln_fill_rows(bool dbl, void *y, int64_t rows, int64_t cols, const void *vals) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (dbl) {
+            double *p = (double *)y + r * cols, v = ((const double *)vals)[r];
+            for (int64_t i = 0; i < cols; i++) p[i] = v;
+        } else {
+            float *p = (float *)y + r * cols, v = ((const float *)vals)[r];
+            for (int64_t i = 0; i < cols; i++) p[i] = v;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- BLAS */
+
+bool kiln_blas_fits(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
+
+void kiln_gemm(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+               double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+               double beta, void *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        /* Nothing to multiply: C = beta*C; the BLAS would reject the zero leading dims. */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                if (dbl) {
+                    double *p = (double *)C + i * ldc + j;
+                    *p = beta == 0 ? 0 : beta * *p;
+                } else {
+                    float *p = (float *)C + i * ldc + j;
+                    *p = beta == 0 ? 0 : (float)beta * *p;
+                }
+            }
+        return;
+    }
+    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+    if (dbl)
+        cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
+                    (int)ldb, beta, C, (int)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, (float)alpha, A, (int)lda,
+                    B, (int)ldb, (float)beta, C, (int)ldc);
+}
+
+#ifndef OPENBLAS_GEMM_MULTITHREAD_THRESHOLD
+#define OPENBLAS_GEMM_MULTITHREAD_THRESHOLD 4
+#endif
+
+int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K) {
+    /* OpenBLAS (interface/gemm.c) runs a product on one thread when
+     * M*N*K <= 65536 * GEMM_MULTITHREAD_THRESHOLD; above that it threads the product. */
+    double mnk = (double)M * (double)N * (double)K;
+    if (jobs < 2 || mnk > 65536.0 * OPENBLAS_GEMM_MULTITHREAD_THRESHOLD) return 1;
+    int t = kiln_cpu_threads();
+    if (t < 1) t = 1;
+    return jobs < t ? (int)jobs : t;
+}
+
+/* ------------------------------------------------------------------- staging */
+
+bool kiln_stage_needed(kiln_dtype t) { return t != KILN_F32 && t != KILN_F64; }
+
+size_t kiln_align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+size_t kiln_stage_size(const kiln_tensor *t) {
+    if (!t || !kiln_stage_needed(t->dtype)) return 0;
+    return kiln_align64((size_t)kiln_tensor_numel(t) * sizeof(float));
+}
+
+const void *kiln_stage_in(const kiln_tensor *t, char **ws) {
+    if (!t) return NULL;
+    if (!kiln_stage_needed(t->dtype)) return t->data;
+    float *dst = (float *)*ws;
+    int64_t n = kiln_tensor_numel(t);
+    *ws += kiln_stage_size(t);
+    switch (t->dtype) {
+    case KILN_F16:
+        for (int64_t i = 0; i < n; i++) dst[i] = kiln_f16_to_f32(((const uint16_t *)t->data)[i]);
+        break;
+    case KILN_BF16:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = kiln_bf16_to_f32(((const uint16_t *)t->data)[i]);
+        break;
+    case KILN_I8:
+        for (int64_t i = 0; i < n; i++) dst[i] = ((const int8_t *)t->data)[i];
+        break;
+    case KILN_U8:
+        for (int64_t i = 0; i < n; i++) dst[i] = ((const uint8_t *)t->data)[i];
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)kiln_get_f64(t, i);
+        break;
+    }
+    return dst;
+}
+
+void *kiln_stage_out(kiln_tensor *t, char **ws) {
+    if (!kiln_stage_needed(t->dtype)) return t->data;
+    void *p = *ws;
+    *ws += kiln_stage_size(t);
+    return p;
+}
+
+static double clamp(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+void kiln_stage_finish(kiln_tensor *t, const void *buf) {
+    if (!kiln_stage_needed(t->dtype) || buf == t->data) return;
+    const float *src = buf;
+    int64_t n = kiln_tensor_numel(t);
+    switch (t->dtype) {
+    case KILN_F16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)t->data)[i] = kiln_f32_to_f16(src[i]);
+        break;
+    case KILN_BF16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)t->data)[i] = kiln_f32_to_bf16(src[i]);
+        break;
+    case KILN_I8: /* clamped: an empty max-pool window yields -inf, the lowest value */
+        for (int64_t i = 0; i < n; i++)
+            ((int8_t *)t->data)[i] = (int8_t)lrint(clamp(src[i], INT8_MIN, INT8_MAX));
+        break;
+    case KILN_U8:
+        for (int64_t i = 0; i < n; i++)
+            ((uint8_t *)t->data)[i] = (uint8_t)lrint(clamp(src[i], 0, UINT8_MAX));
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) kiln_set_f64(t, i, src[i]);
+        break;
+    }
+}
+
+/* ------------------------------------------------------------- pool helpers */
+
+kiln_status kiln_pool_infer(kiln_op_ctx *c, bool allow_int8, bool ceil_mode, kiln_window *w) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c,
+                  kiln_dtype_is_float(x->dtype) ||
+                      (allow_int8 && (x->dtype == KILN_I8 || x->dtype == KILN_U8)),
+                  KILN_ERR_TYPE, "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, x->ndim >= 3, KILN_ERR_SHAPE,
+                  "X must have rank >= 3 (N, C, spatial...), got rank %d", x->ndim);
+    kiln_status s = kiln_window_forward(c, x, NULL, ceil_mode, w);
+    if (s != KILN_OK) return s;
+    int64_t dims[KILN_MAX_DIMS] = {x->dims[0], x->dims[1]};
+    for (int i = 0; i < w->nd; i++) dims[2 + i] = w->grid[KILN_WIN_SLOT(w, i)];
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, dims);
+    return KILN_OK;
+}
+
+kiln_status kiln_global_pool_infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, x->ndim >= 3, KILN_ERR_SHAPE,
+                  "X must have rank >= 3 (N, C, spatial...), got rank %d", x->ndim);
+    int64_t dims[KILN_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) dims[i] = i < 2 ? x->dims[i] : 1;
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, dims);
+    return KILN_OK;
+}
+
+void kiln_attr_text_ints(char *buf, size_t size, const char *name, int n, const int64_t *a,
+                         const int64_t *b, int64_t dflt) {
+    size_t len = strlen(buf);
+    len += (size_t)snprintf(buf + len, size - len, ";%s=[", name);
+    for (int i = 0; i < (b ? 2 * n : n) && len < size; i++) {
+        int64_t v = i < n ? a[i] : b[i - n];
+        len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? "," : "",
+                                (long long)(v ? v : dflt));
+    }
+    if (len < size) snprintf(buf + len, size - len, "]");
+}

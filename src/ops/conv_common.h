@@ -1,0 +1,135 @@
+/*
+ * conv_common.h — shared machinery for Conv, ConvTranspose, the pools, Gemm and MatMul:
+ *   - window geometry (kernel, strides, dilations, pads, auto_pad, ceil_mode) for 1 to 3
+ *     spatial dims, with the ONNX output-size formulas;
+ *   - im2col / col2im over that geometry;
+ *   - BLAS dispatch (cblas_sgemm / cblas_dgemm) and the rule that decides whether
+ *     independent products run in parallel with OpenMP or one by one with OpenBLAS
+ *     threading each product;
+ *   - staging of f16 / bf16 (and for pools, int8 / uint8) tensors through f32 scratch.
+ *
+ * Compute precision: f64 tensors are computed in f64, every other float dtype in f32.
+ * "dbl" arguments select f64 (double) buffers, otherwise buffers hold float.
+ */
+#ifndef KILN_OPS_CONV_COMMON_H
+#define KILN_OPS_CONV_COMMON_H
+
+#include "../core/internal.h"
+
+#define KILN_WIN_MAX 3 /* spatial dims handled by the window kernels */
+
+typedef enum kiln_auto_pad {
+    KILN_PAD_NOTSET = 0,
+    KILN_PAD_SAME_UPPER,
+    KILN_PAD_SAME_LOWER,
+    KILN_PAD_VALID
+} kiln_auto_pad;
+
+/*
+ * A sliding window over an image. "img" is the tensor the window reads (Conv, pools) or
+ * writes (ConvTranspose), "grid" the positions the window takes (Conv's output, or
+ * ConvTranspose's input). Position g of dim i covers img coordinates
+ *     g*s[i] - pb[i] + j*d[i],  j = 0 .. k[i]-1.
+ * The nd spatial dims are right-aligned into KILN_WIN_MAX slots; leading slots are unit
+ * dims (size 1, kernel 1, stride 1, dilation 1, no pads) so kernels loop over 3 dims.
+ */
+typedef struct kiln_window {
+    int nd;
+    int64_t img[KILN_WIN_MAX], grid[KILN_WIN_MAX];
+    int64_t k[KILN_WIN_MAX], s[KILN_WIN_MAX], d[KILN_WIN_MAX];
+    int64_t pb[KILN_WIN_MAX], pe[KILN_WIN_MAX]; /* pads at the beginning / end */
+} kiln_window;
+
+/* Slot of spatial dim i (0-based) of a window with nd spatial dims. */
+#define KILN_WIN_SLOT(w, i) (KILN_WIN_MAX - (w)->nd + (i))
+
+/* The taps j in [*lo, *hi) of slot t's window at grid position g that land inside img
+ * (0 <= g*s - pb + j*d < img): pooling loops run over these without bounds checks. Inline
+ * and division-free without dilation, since pools call it once per output. */
+static inline void kiln_window_taps(const kiln_window *w, int t, int64_t g, int64_t *lo,
+                                    int64_t *hi) {
+    const int64_t start = g * w->s[t] - w->pb[t], d = w->d[t];
+    int64_t a = -start, b = w->img[t] - start; /* the bounds for d == 1 */
+    if (d != 1) {
+        a = a <= 0 ? a / d : (a + d - 1) / d;  /* ceil(a / d); a <= 0 rounds toward 0 */
+        b = b <= 0 ? b / d : (b + d - 1) / d;
+    }
+    if (a < 0) a = 0;
+    if (b > w->k[t]) b = w->k[t];
+    *lo = a;
+    *hi = b > a ? b : a;
+}
+
+/* Read kernel_shape (or take kernel, the kernel dims of W, when non-NULL and the attribute
+ * is absent; both must agree when both are given), strides, dilations, pads and auto_pad
+ * for nd spatial dims and fill w's kernel, strides, dilations and explicit pads (grid and
+ * img are left to the caller). Fails on counts that do not match nd, non-positive
+ * kernels/strides/dilations, negative pads or an unknown auto_pad. */
+kiln_status kiln_window_attrs(kiln_op_ctx *c, int nd, const int64_t *kernel, kiln_window *w,
+                              kiln_auto_pad *auto_pad);
+
+/* Forward windows (Conv, pools): sets img to the spatial dims of x (N,C,spatial...) and
+ * computes grid (the output's spatial dims) and, for auto_pad, the pads:
+ *   NOTSET: floor((in + pb + pe - ek) / s) + 1, or with ceil_mode ceil(...) + 1 dropping
+ *           a last window that would start past the input and its left padding;
+ *   SAME_UPPER / SAME_LOWER: ceil(in / s), total pad max(0, (out-1)*s + ek - in) split
+ *           with the odd one at the end (UPPER) or at the beginning (LOWER);
+ *   VALID:  floor((in - ek) / s) + 1, no pads;
+ * where ek = (k-1)*d + 1. Fails (KILN_ERR_SHAPE) when a window does not fit. */
+kiln_status kiln_window_forward(kiln_op_ctx *c, const kiln_tensor *x, const int64_t *kernel,
+                                bool ceil_mode, kiln_window *w);
+
+/* col (C*k0*k1*k2, g0*g1*g2) from img (C, i0, i1, i2), zeros where a window leaves img. */
+void kiln_im2col(bool dbl, const kiln_window *w, int64_t C, const void *img, void *col);
+/* img (C, i0, i1, i2) += col (C*k0*k1*k2, g0*g1*g2) scattered back; what falls outside
+ * img is dropped. */
+void kiln_col2im(bool dbl, const kiln_window *w, int64_t C, const void *col, void *img);
+
+/* True when the window is 1x1 with unit strides and no pads over equal img and grid: then
+ * im2col would copy img unchanged and callers use img as col directly. */
+bool kiln_window_is_identity(const kiln_window *w);
+/* y (rows, cols): row r set to vals[r] (bias fill before an accumulating gemm). */
+void kiln_fill_rows(bool dbl, void *y, int64_t rows, int64_t cols, const void *vals);
+
+/* Row-major C = alpha * op(A) op(B) + beta * C through cblas_sgemm / cblas_dgemm. op(A) is
+ * (M,K), op(B) is (K,N). Empty products are handled here (K == 0 scales C by beta), so
+ * callers need no special cases. Sizes must fit in int (see kiln_blas_fits). */
+void kiln_gemm(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+               double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+               double beta, void *C, int64_t ldc);
+/* Whether v can be passed to the BLAS (32-bit int interface). */
+bool kiln_blas_fits(int64_t v);
+
+/* Threads for running `jobs` independent (M,N,K) products side by side with OpenMP: 1
+ * when one product is big enough that OpenBLAS threads it itself (then running products
+ * in parallel would only oversubscribe the cores); otherwise up to the kernel threads. */
+int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K);
+
+/* Staging through f32 scratch. f32 and f64 tensors are used in place; other dtypes
+ * (f16, bf16; for the pools also int8 / uint8) are converted. Sizes are rounded up to 64
+ * bytes so consecutive stages stay aligned. */
+bool kiln_stage_needed(kiln_dtype t);
+size_t kiln_stage_size(const kiln_tensor *t);     /* 0 when not staged */
+size_t kiln_align64(size_t n);
+/* t's elements as f32 (or f64 for f64 tensors): t->data, or a converted copy at *ws, which
+ * advances past it. NULL for a NULL tensor. */
+const void *kiln_stage_in(const kiln_tensor *t, char **ws);
+/* Where to compute output t: t->data, or f32 scratch at *ws (advanced). */
+void *kiln_stage_out(kiln_tensor *t, char **ws);
+/* Round scratch buf back into t when it was staged (nothing otherwise). Values are
+ * rounded to nearest even for f16/bf16; integer dtypes receive exact values. */
+void kiln_stage_finish(kiln_tensor *t, const void *buf);
+
+/* Shared infer for MaxPool / AveragePool: x (N,C,spatial 1..3) with a float dtype (and
+ * int8 / uint8 when allow_int8), kernel_shape required; sets out[0] to (N,C,grid...). */
+kiln_status kiln_pool_infer(kiln_op_ctx *c, bool allow_int8, bool ceil_mode, kiln_window *w);
+/* Shared infer for GlobalAveragePool / GlobalMaxPool: x (N,C,d...) rank >= 3, float;
+ * out[0] is (N,C,1,...,1). */
+kiln_status kiln_global_pool_infer(kiln_op_ctx *c);
+
+/* For self-tests: append ";name=[v0,...]" to the attribute text in buf, with the n values of
+ * a followed by the n values of b when b is non-NULL (pads); zeros print as dflt. */
+void kiln_attr_text_ints(char *buf, size_t size, const char *name, int n, const int64_t *a,
+                         const int64_t *b, int64_t dflt);
+
+#endif

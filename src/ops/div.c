@@ -1,0 +1,94 @@
+/*
+ * div.c — Div: C = A / B with numpy (multidirectional) broadcasting, opsets 7..14.
+ * A and B have one dtype: any float or integer dtype.
+ *   - Floats follow IEEE 754 (x/0 is ±inf, 0/0 is NaN).
+ *   - Integers truncate toward zero, as C and ONNX Runtime do (-7/2 = -3; numpy's //
+ *     would floor to -4). For unsigned dtypes both agree (test_div_uint8).
+ *   - Integer division by zero is undefined in ONNX and traps in C; kiln defines it as 0.
+ *   - INT_MIN / -1 overflows; it wraps like the other integer ops (INT8 -128 / -1 = -128).
+ */
+#include "../core/optest.h"
+#include "binary.h"
+
+#include <string.h>
+
+KILN_ROW_F32(div_f32, float, a / b)
+static double div_f64(double a, double b) { return a / b; }
+static int64_t div_i64(int64_t a, int64_t b, bool uns) {
+    if (b == 0) return 0;
+    if (uns) return (int64_t)((uint64_t)a / (uint64_t)b);
+    if (b == -1) return (int64_t)(0 - (uint64_t)a); /* INT64_MIN / -1 would trap */
+    return a / b;                                    /* C99: truncates toward zero */
+}
+static const kiln_binary_kernels kernels = {div_f32, div_f64, div_i64};
+
+static kiln_status infer(kiln_op_ctx *c) {
+    return kiln_binary_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
+}
+static kiln_status forward(kiln_op_ctx *c) { return kiln_binary_forward(c, &kernels); }
+
+static int check(const char *label, kiln_tensor *a, kiln_tensor *b, kiln_tensor *want) {
+    kiln_tensor *in[2] = {a, b};
+    return kiln_optest("Div", "", 2, in, 1, &want, 0, 0, label);
+}
+
+/* UINT64 values above INT64_MAX divide as unsigned: (2^64-2)/2 = 2^63-1. Built from raw
+ * bits since doubles cannot hold them. */
+static int test_u64(void) {
+    kiln_tensor *a = kt_make(KILN_U64, 1, KT_DIMS(2), NULL);
+    kiln_tensor *b = kt_make(KILN_U64, 1, KT_DIMS(2), NULL);
+    kiln_tensor *w = kt_make(KILN_U64, 1, KT_DIMS(2), NULL);
+    if (a && b && w) {
+        const uint64_t av[2] = {UINT64_MAX - 1, UINT64_MAX}, bv[2] = {2, UINT64_MAX};
+        const uint64_t wv[2] = {(uint64_t)INT64_MAX, 1};
+        memcpy(a->data, av, sizeof av);
+        memcpy(b->data, bv, sizeof bv);
+        memcpy(w->data, wv, sizeof wv);
+    }
+    return check("div u64 above INT64_MAX", a, b, w);
+}
+
+static int test(void) {
+    int fails = 0;
+    fails += check("div f32 (2,3)/(3)",
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 4, 5, 6)),
+                   kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(2, 4, -8)),
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(0.5, 0.5, -0.375, 2, 1.25, -0.75)));
+    fails += check("div f32 ()/(2)", kt_scalar(KILN_F32, 3),
+                   kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(4, -0.5)),
+                   kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(0.75, -6)));
+    fails += check("div f16 (2)/()", kt_make(KILN_F16, 1, KT_DIMS(2), KT_VALS(1, -3)),
+                   kt_scalar(KILN_F16, 3),
+                   /* 1/3 in f16 is 0x3555 = 1365/4096 */
+                   kt_make(KILN_F16, 1, KT_DIMS(2), KT_VALS(1365.0 / 4096, -1)));
+    fails += check("div u8 (as test_div_uint8)",
+                   kt_make(KILN_U8, 1, KT_DIMS(5), KT_VALS(16, 6, 0, 255, 3)),
+                   kt_make(KILN_U8, 1, KT_DIMS(5), KT_VALS(11, 5, 23, 2, 1)),
+                   kt_make(KILN_U8, 1, KT_DIMS(5), KT_VALS(1, 1, 0, 127, 3)));
+    fails += check("div i32 truncates, x/0 = 0",
+                   kt_make(KILN_I32, 1, KT_DIMS(6), KT_VALS(-7, 7, -7, 5, 0, -5)),
+                   kt_make(KILN_I32, 1, KT_DIMS(6), KT_VALS(2, -2, -2, 0, 3, 0)),
+                   kt_make(KILN_I32, 1, KT_DIMS(6), KT_VALS(-3, -3, 3, 0, 0, 0)));
+    fails += check("div i8 (2,2)/(2) with -128/-1",
+                   kt_make(KILN_I8, 2, KT_DIMS(2, 2), KT_VALS(-128, 100, 9, -9)),
+                   kt_make(KILN_I8, 1, KT_DIMS(2), KT_VALS(-1, 7)),
+                   kt_make(KILN_I8, 2, KT_DIMS(2, 2), KT_VALS(-128, 14, -9, -1)));
+    fails += check("div i64 INT64_MIN/-1",
+                   kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-9223372036854775808.0, 1e15)),
+                   kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-1, -1)),
+                   kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-9223372036854775808.0, -1e15)));
+    fails += test_u64();
+
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 1, KT_DIMS(3), NULL),
+                          kt_make(KILN_F32, 1, KT_DIMS(2), NULL)};
+    fails += kiln_optest_fails("Div", "", 2, in, 1, KILN_ERR_SHAPE, "div (3)/(2) rejected");
+    in[0] = kt_make(KILN_U8, 1, KT_DIMS(2), NULL);
+    in[1] = kt_make(KILN_I8, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Div", "", 2, in, 1, KILN_ERR_TYPE, "div u8/i8 rejected");
+    return fails;
+}
+
+const kiln_op_def kiln_op_div = {
+    .name = "Div", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,217 @@
+/*
+ * layer_normalization.c — LayerNormalization (opset 17): X is seen as rows
+ * (prod(dims[:axis]), prod(dims[axis:])) and each row is normalized by its own mean and
+ * population variance:
+ *   Y = (X - Mean) * InvStdDev * Scale + B,   InvStdDev = 1 / sqrt(Var + epsilon)
+ * Attributes: axis (default -1, in [-r, r)), epsilon (1e-5), stash_type (1: float; the
+ * dtype of the optional outputs Mean and InvStdDev, shaped dims[:axis] + 1s). Scale is
+ * required and B optional; both are unidirectionally broadcastable to X, so they may
+ * vary across rows too. Floats only. Statistics are always computed in double, which is
+ * at least the precision stash_type asks for.
+ */
+#include "../core/optest.h"
+
+#include <math.h>
+#include <string.h>
+
+static bool has_in(const kiln_op_ctx *c, int i) { return c->n_in > i && c->in[i] != NULL; }
+static bool has_out(const kiln_op_ctx *c, int i) { return c->n_out > i && c->out[i] != NULL; }
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
+                  "input X dtype %s is not supported", kiln_dtype_name(x->dtype));
+    int64_t axis = kiln_attr_int(c->node, "axis", -1), orig = axis;
+    KILN_OP_CHECK(c, kiln_norm_axis(&axis, x->ndim), KILN_ERR_SHAPE,
+                  "axis=%lld is out of range for rank %d", (long long)orig, x->ndim);
+    KILN_OP_CHECK(c, has_in(c, 1), KILN_ERR_SHAPE, "input Scale is required");
+    for (int i = 1; i < 3; i++) {
+        if (!has_in(c, i)) continue;
+        const kiln_tensor *p = c->in[i];
+        const char *name = i == 1 ? "Scale" : "B";
+        KILN_OP_CHECK(c, kiln_dtype_is_float(p->dtype), KILN_ERR_TYPE,
+                      "input %s dtype %s is not supported", name, kiln_dtype_name(p->dtype));
+        bool ok = p->ndim <= x->ndim;
+        for (int d = 0; ok && d < p->ndim; d++) {
+            int64_t pd = p->dims[p->ndim - 1 - d], xd = x->dims[x->ndim - 1 - d];
+            ok = pd == xd || pd == 1;
+        }
+        KILN_OP_CHECK(c, ok, KILN_ERR_SHAPE,
+                      "input %s does not broadcast to X (unidirectionally)", name);
+    }
+    int64_t stash = kiln_attr_int(c->node, "stash_type", KILN_F32);
+    KILN_OP_CHECK(c, kiln_dtype_valid((kiln_dtype)stash) && kiln_dtype_is_float((kiln_dtype)stash),
+                  KILN_ERR_UNSUPPORTED, "stash_type=%lld is not a float dtype", (long long)stash);
+
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    int64_t sdims[KILN_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) sdims[d] = d < axis ? x->dims[d] : 1;
+    for (int i = 1; i <= 2; i++)
+        if (has_out(c, i)) kiln_tensor_set_shape(c->out[i], (kiln_dtype)stash, x->ndim, sdims);
+    return KILN_OK;
+}
+
+static int64_t row_len(const kiln_op_ctx *c, int64_t *axis_out) {
+    const kiln_tensor *x = c->in[0];
+    int64_t axis = kiln_attr_int(c->node, "axis", -1), D = 1;
+    kiln_norm_axis(&axis, x->ndim);
+    for (int d = (int)axis; d < x->ndim; d++) D *= x->dims[d];
+    *axis_out = axis;
+    return D;
+}
+
+/* Scale and B expanded to one row of doubles each. */
+static size_t workspace(const kiln_op_ctx *c) {
+    int64_t axis;
+    return 2 * (size_t)row_len(c, &axis) * sizeof(double);
+}
+
+/* The values of p (broadcast to X, element strides st over X's dims) for the row whose
+ * first element is at flat offset row_off of p, into dst[D]; dflt when p is absent. */
+static void expand_row(const kiln_tensor *p, const int64_t *st, const kiln_tensor *x, int axis,
+                       int64_t row_off, int64_t D, double dflt, double *dst) {
+    if (!p) {
+        for (int64_t j = 0; j < D; j++) dst[j] = dflt;
+        return;
+    }
+    for (int64_t j = 0; j < D; j++) {
+        int64_t off = row_off, r = j;
+        for (int d = x->ndim - 1; d >= axis; d--) {
+            off += (r % x->dims[d]) * st[d];
+            r /= x->dims[d];
+        }
+        dst[j] = kiln_get_f64(p, off);
+    }
+}
+
+/* Offset in p (strides st) of the first element of row o. */
+static int64_t row_offset(const int64_t *st, const kiln_tensor *x, int axis, int64_t o) {
+    int64_t off = 0;
+    for (int d = axis - 1; d >= 0; d--) {
+        off += (o % x->dims[d]) * st[d];
+        o /= x->dims[d];
+    }
+    return off;
+}
+
+/* Normalize row o of X with the expanded scale/bias rows. */
+static void norm_row(kiln_op_ctx *c, int64_t o, int64_t D, double eps, const double *sc,
+                     const double *bi) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    int64_t base = o * D;
+    const float *xf = x->dtype == KILN_F32 ? (const float *)x->data + base : NULL; // (D)
+    float *yf = xf ? (float *)y->data + base : NULL;
+    double sum = 0, sq = 0;
+    for (int64_t j = 0; j < D; j++) sum += xf ? xf[j] : kiln_get_f64(x, base + j);
+    double mean = sum / (double)D;
+    for (int64_t j = 0; j < D; j++) {
+        double d = (xf ? xf[j] : kiln_get_f64(x, base + j)) - mean;
+        sq += d * d;
+    }
+    double inv = 1.0 / sqrt(sq / (double)D + eps);
+    if (yf) {
+        for (int64_t j = 0; j < D; j++) yf[j] = (float)((xf[j] - mean) * inv * sc[j] + bi[j]);
+    } else {
+        for (int64_t j = 0; j < D; j++)
+            kiln_set_f64(y, base + j, (kiln_get_f64(x, base + j) - mean) * inv * sc[j] + bi[j]);
+    }
+    if (has_out(c, 1)) kiln_set_f64(c->out[1], o, mean);
+    if (has_out(c, 2)) kiln_set_f64(c->out[2], o, inv);
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    const kiln_tensor *scale = c->in[1], *bias = has_in(c, 2) ? c->in[2] : NULL;
+    int64_t axis;
+    int64_t D = row_len(c, &axis);
+    int64_t rows = D > 0 ? kiln_tensor_numel(x) / D : 0;
+    double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
+    double *sc = c->workspace, *bi = sc + D; // (D), (D)
+
+    int64_t sst[KILN_MAX_DIMS], bst[KILN_MAX_DIMS];
+    kiln_broadcast_strides(scale->ndim, scale->dims, x->ndim, x->dims, sst);
+    if (bias) kiln_broadcast_strides(bias->ndim, bias->dims, x->ndim, x->dims, bst);
+    else memset(bst, 0, sizeof bst);
+    bool per_row = false; /* Scale or B differ between rows */
+    for (int d = 0; d < axis; d++) per_row |= sst[d] != 0 || bst[d] != 0;
+
+    if (!per_row) {
+        expand_row(scale, sst, x, (int)axis, 0, D, 1.0, sc);
+        expand_row(bias, bst, x, (int)axis, 0, D, 0.0, bi);
+        #pragma omp parallel for if (rows * D > (1 << 15)) schedule(static)
+        for (int64_t o = 0; o < rows; o++) norm_row(c, o, D, eps, sc, bi);
+    } else {
+        for (int64_t o = 0; o < rows; o++) {
+            expand_row(scale, sst, x, (int)axis, row_offset(sst, x, (int)axis, o), D, 1.0, sc);
+            expand_row(bias, bst, x, (int)axis, row_offset(bst, x, (int)axis, o), D, 0.0, bi);
+            norm_row(c, o, D, eps, sc, bi);
+        }
+    }
+    return KILN_OK;
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *out[3];
+    /* expected values: numpy float64, (x - mean) / sqrt(var + eps) * scale + B per row */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 4, -3, 0, 0.5));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 0.5, -2));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0, 1, 0.25));
+    out[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3),
+                     KT_VALS(-1.0690415314502977, 0.8663698085687127, -2.4226038286257436,
+                             -1.4018231175993843, 1.2695813687691124, -1.4753207601223193));
+    out[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(2.3333333333333335, -0.8333333333333334));
+    out[2] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(0.8017811485877232, 0.6469952850458697));
+    fails += kiln_optest("LayerNormalization", "", 3, in, 3, out, 1e-6, 1e-6,
+                         "layernorm last axis with Mean, InvStdDev");
+
+    in[0] = kt_make(KILN_F64, 3, KT_DIMS(2, 2, 2), KT_VALS(1, 2, 3, 5, -1, -1, 2, 0.5));
+    in[1] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, -1));
+    in[2] = NULL;
+    out[0] = kt_make(KILN_F64, 3, KT_DIMS(2, 2, 2),
+                     KT_VALS(-1.1832132521355805, -1.0141827875447833, 0.5070913937723917,
+                             -1.5212741813171748, -0.9045311100010948, -1.8090622200021895,
+                             4.5226555500054735, -0.30151037000036496));
+    out[1] = kt_make(KILN_F32, 3, KT_DIMS(2, 1, 1), KT_VALS(2.75, 0.125));
+    out[2] = kt_make(KILN_F32, 3, KT_DIMS(2, 1, 1), KT_VALS(0.6761218583631888, 0.8040276533343065));
+    fails += kiln_optest("LayerNormalization", "axis=1", 3, in, 3, out, 1e-6, 1e-6,
+                         "layernorm axis 1 f64 no B");
+
+    in[0] = kt_make(KILN_F16, 3, KT_DIMS(2, 2, 2), KT_VALS(1, 2, 3, 5, -1, -1, 2, 0.5));
+    in[1] = kt_make(KILN_F16, 1, KT_DIMS(1), KT_VALS(2));
+    in[2] = kt_make(KILN_F16, 1, KT_DIMS(1), KT_VALS(0.5));
+    out[0] = kt_make(KILN_F16, 3, KT_DIMS(2, 2, 2),
+                     KT_VALS(0.03824692200674318, 1.093682528848473, 2.1491181356902027,
+                             4.2599893493736625, -2.072624291676717, -2.072624291676717,
+                             1.093682528848473, -0.48947088141412176));
+    out[1] = kt_make(KILN_F32, 3, KT_DIMS(1, 1, 1), KT_VALS(1.4375));
+    out[2] = kt_make(KILN_F32, 3, KT_DIMS(1, 1, 1), KT_VALS(0.5277178034208649));
+    fails += kiln_optest("LayerNormalization", "axis=0;epsilon=1e-3", 3, in, 3, out, 2e-3, 2e-3,
+                         "layernorm axis 0 f16, broadcast Scale and B");
+
+    /* Scale (2,1) broadcast over (2,3) with axis 1: a different scale per row */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 4, -3, 0, 0.5));
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(2, -1));
+    out[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3),
+                     KT_VALS(-2.1380830629005954, -0.5345207657251491, 2.6726038286257436,
+                             1.4018231175993843, -0.5391627375382247, -0.8626603800611596));
+    fails += kiln_optest("LayerNormalization", "axis=1", 2, in, 1, out, 1e-6, 1e-6,
+                         "layernorm per-row Scale");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(4), NULL);
+    fails += kiln_optest_fails("LayerNormalization", "", 2, in, 1, KILN_ERR_SHAPE,
+                               "layernorm Scale of the wrong length");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    fails += kiln_optest_fails("LayerNormalization", "axis=2", 2, in, 1, KILN_ERR_SHAPE,
+                               "layernorm axis out of range");
+    return fails;
+}
+
+const kiln_op_def kiln_op_layer_normalization = {
+    .name = "LayerNormalization", .min_inputs = 2, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 3,
+    .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+};

@@ -1,0 +1,53 @@
+/*
+ * log_softmax.c — LogSoftmax: y = x - max - log(sum(exp(x - max))).
+ * Opset 13+: along the one dim `axis` (default -1). Opsets 11-12: over the input coerced
+ * to 2-D at `axis` (default 1). Floats; see softmax_common.h.
+ */
+#include "../core/optest.h"
+#include "softmax_common.h"
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_softmax_infer(c); }
+static kiln_status forward(kiln_op_ctx *c) { return kiln_softmax_forward(c, true); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x, *y;
+    /* expected values: numpy, log(softmax) in float64 */
+    x = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, -1, 0, 4));
+    y = kt_make(KILN_F32, 2, KT_DIMS(2, 3),
+                KT_VALS(-2.40760596444438, -1.4076059644443804, -0.40760596444438046,
+                        -5.024744890138822, -4.024744890138823, -0.02474489013882258));
+    fails += kiln_optest("LogSoftmax", "", 1, &x, 1, &y, 1e-6, 1e-6, "logsoftmax default axis");
+
+    /* with x ~ 1e4 the result still needs every bit of (x - max) */
+    x = kt_make(KILN_F64, 2, KT_DIMS(1, 3), KT_VALS(10000, 10001, 10002));
+    y = kt_make(KILN_F64, 2, KT_DIMS(1, 3),
+                KT_VALS(-2.40760596444438, -1.4076059644443804, -0.40760596444438046));
+    fails += kiln_optest("LogSoftmax", "axis=-1", 1, &x, 1, &y, 1e-14, 1e-14,
+                         "logsoftmax large f64");
+
+    x = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5));
+    y = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2),
+                KT_VALS(-2.2873386716983295, -1.7873386716983295, -1.2873386716983295,
+                        -0.7873386716983295, -2.2873386716983295, -1.7873386716983295,
+                        -1.2873386716983295, -0.7873386716983295));
+    fails += kiln_optest_opset("LogSoftmax", "axis=1", 12, 1, &x, 1, &y, 1e-6, 1e-6,
+                               "logsoftmax opset 12 coerced 2-D");
+    x = kt_make(KILN_BF16, 3, KT_DIMS(2, 2, 2), KT_VALS(0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5));
+    y = kt_make(KILN_BF16, 3, KT_DIMS(2, 2, 2),
+                KT_VALS(-1.3132616875182228, -1.3132616875182228, -0.31326168751822286,
+                        -0.31326168751822286, -1.3132616875182228, -1.3132616875182228,
+                        -0.31326168751822286, -0.31326168751822286));
+    fails += kiln_optest("LogSoftmax", "axis=1", 1, &x, 1, &y, 1e-2, 1e-2,
+                         "logsoftmax axis 1 bf16");
+
+    x = kt_scalar(KILN_F32, 0);
+    fails += kiln_optest_fails("LogSoftmax", "", 1, &x, 1, KILN_ERR_SHAPE,
+                               "logsoftmax rank 0 has no axis");
+    return fails;
+}
+
+const kiln_op_def kiln_op_log_softmax = {
+    .name = "LogSoftmax", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,309 @@
+/*
+ * max_pool.c — MaxPool (opsets 11..21): the maximum of X over each window.
+ *   X (N, C, D1..Dk), k = 1..3  ->  Y (N, C, O1..Ok), and optionally Indices (int64, Y's
+ *   shape): the flat index of each maximum into X, row-major, or with storage_order = 1
+ *   column-major over the spatial dims (1-D and 2-D only; 3-D is KILN_ERR_UNSUPPORTED).
+ *   Attributes: kernel_shape (required), strides, pads, dilations, ceil_mode, auto_pad,
+ *   storage_order. Output sizes follow conv_common.h (ceil_mode drops a last window that
+ *   would start past the input and its left padding).
+ *   Dtypes: f32 and f64 directly; f16, bf16, int8 and uint8 through f32 scratch (exact).
+ *   Pads are skipped, never read as values. NaN wins (as numpy's max). A window that covers
+ *   no input element (possible only with dilations) yields the dtype's lowest value.
+ * Parallel over the (n, c) planes with OpenMP.
+ */
+#include "../core/optest.h"
+#include "conv_common.h"
+
+#include <math.h>
+
+/* One template for float and double. ind (NC, G) receives flat indices when non-NULL. */
+#define DEFINE_MAXPOOL(NAME, T)                                                              \
+    static void NAME(const kiln_window *w, int64_t NC, const T *x, T *y, int64_t *ind,      \
+                     bool colmajor) {                                                        \
+        const int64_t I0 = w->img[0], I1 = w->img[1], I2 = w->img[2];                        \
+        const int64_t G0 = w->grid[0], G1 = w->grid[1], G2 = w->grid[2];                     \
+        const int64_t I = I0 * I1 * I2, G = G0 * G1 * G2;                                    \
+        _Pragma("omp parallel for schedule(static) if (NC * G > 4096)")                     \
+        for (int64_t nc = 0; nc < NC; nc++) {                                                \
+            const T *xp = x + nc * I;                                                        \
+            T *yp = y + nc * G;                                                              \
+            int64_t *ip = ind ? ind + nc * G : NULL;                                         \
+            for (int64_t g0 = 0; g0 < G0; g0++)                                              \
+                for (int64_t g1 = 0; g1 < G1; g1++)                                          \
+                    for (int64_t g2 = 0; g2 < G2; g2++) {                                    \
+                        int64_t lo0, hi0, lo1, hi1, lo2, hi2;                                \
+                        kiln_window_taps(w, 0, g0, &lo0, &hi0);                              \
+                        kiln_window_taps(w, 1, g1, &lo1, &hi1);                              \
+                        kiln_window_taps(w, 2, g2, &lo2, &hi2);                              \
+                        const int64_t b0 = g0 * w->s[0] - w->pb[0];                          \
+                        const int64_t b1 = g1 * w->s[1] - w->pb[1];                          \
+                        const int64_t b2 = g2 * w->s[2] - w->pb[2];                          \
+                        T best = -INFINITY;                                                  \
+                        int64_t at = -1;                                                     \
+                        bool nan = false;                                                    \
+                        for (int64_t j0 = lo0; j0 < hi0; j0++)                               \
+                            for (int64_t j1 = lo1; j1 < hi1; j1++) {                         \
+                                const int64_t row =                                          \
+                                    ((b0 + j0 * w->d[0]) * I1 + b1 + j1 * w->d[1]) * I2 + b2;\
+                                if (!ip) {                                                   \
+                                    /* values only: branch-free (maxss), NaN flagged */      \
+                                    for (int64_t j2 = lo2; j2 < hi2; j2++) {                 \
+                                        const T v = xp[row + j2 * w->d[2]];                  \
+                                        best = best > v ? best : v;                          \
+                                        nan |= v != v;                                       \
+                                    }                                                        \
+                                    continue;                                                \
+                                }                                                            \
+                                for (int64_t j2 = lo2; j2 < hi2; j2++) {                     \
+                                    const int64_t off = row + j2 * w->d[2];                  \
+                                    const T v = xp[off];                                     \
+                                    if (at < 0 || v > best || (v != v && best == best)) {    \
+                                        best = v;                                            \
+                                        at = off;                                            \
+                                    }                                                        \
+                                }                                                            \
+                            }                                                                \
+                        *yp++ = nan ? (T)NAN : best;                                         \
+                        if (ip) {                                                            \
+                            /* column-major: (h, w) -> h + w*H over the last two dims */     \
+                            int64_t flat = colmajor ? at / I2 % I1 + at % I2 * I1 : at;      \
+                            *ip++ = at < 0 ? -1 : nc * I + flat;                             \
+                        }                                                                    \
+                    }                                                                        \
+        }                                                                                    \
+    }
+
+DEFINE_MAXPOOL(maxpool_f32, float)
+DEFINE_MAXPOOL(maxpool_f64, double)
+
+static kiln_status shape_get(kiln_op_ctx *c, kiln_window *w) {
+    const bool ceil_mode = kiln_attr_int(c->node, "ceil_mode", 0) != 0;
+    kiln_status st = kiln_pool_infer(c, true, ceil_mode, w);
+    if (st != KILN_OK) return st;
+    const int64_t order = kiln_attr_int(c->node, "storage_order", 0);
+    KILN_OP_CHECK(c, order == 0 || order == 1, KILN_ERR_SHAPE,
+                  "attribute storage_order = %lld must be 0 or 1", (long long)order);
+    if (c->n_out > 1 && c->out[1]) {
+        KILN_OP_CHECK(c, order == 0 || w->nd <= 2, KILN_ERR_UNSUPPORTED,
+                      "Indices with storage_order = 1 are supported for 1-D and 2-D pools only");
+        kiln_tensor_set_shape(c->out[1], KILN_I64, c->out[0]->ndim, c->out[0]->dims);
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    kiln_window w;
+    return shape_get(c, &w);
+}
+
+static size_t workspace(const kiln_op_ctx *c) {
+    return kiln_stage_size(c->in[0]) + kiln_stage_size(c->out[0]);
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_window w;
+    kiln_status st = shape_get(c, &w);
+    if (st != KILN_OK) return st;
+    const kiln_tensor *x = c->in[0];
+    char *ws = c->workspace;
+    const void *X = kiln_stage_in(x, &ws);      // (N*C, D...)
+    void *Y = kiln_stage_out(c->out[0], &ws);   // (N*C, O...)
+    int64_t *ind = c->n_out > 1 && c->out[1] ? c->out[1]->data : NULL;
+    const bool colmajor = kiln_attr_int(c->node, "storage_order", 0) == 1;
+    const int64_t NC = x->dims[0] * x->dims[1];
+    if (x->dtype == KILN_F64) maxpool_f64(&w, NC, X, Y, ind, colmajor);
+    else maxpool_f32(&w, NC, X, Y, ind, colmajor);
+    kiln_stage_finish(c->out[0], Y);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------- tests */
+
+static int test(void) {
+    int fails = 0;
+    /* Expected values computed once with numpy (max over each window of the input padded
+     * with -inf; output sizes worked out by hand from the spec's formulas). */
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_F32, 4, KT_DIMS(1, 2, 5, 5), KT_VALS(-7, -7, 6, 0, 2, 2, 4, -9, 0, -7,
+                -2, 8, 1, -8, 1, -7, 5, 9, 9, 2, 7, -2, -7, 0, -1, 3, 9, -4, 7, -7, -3, 5,
+                -5, 3, -1, 0, 8, 6, 6, 1, 9, 9, -7, -6, -4, 1, 6, 0, 9, -3)),
+        };
+        kiln_tensor *want[1] = {
+            kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), KT_VALS(6, 6, 9, 9, 9, 7, 9, 6)),
+        };
+        fails += kiln_optest("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,0,0,1]", 1, in,
+                             1, want, 0, 0, "maxpool 2-D strides asymmetric pads");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_F32, 4, KT_DIMS(1, 1, 5, 6), KT_VALS(8, 2, 4, -5, 2, 6, 7, 7, 9, -7, 5,
+                -1, 4, -4, -9, -8, 9, 8, -4, -1, -5, -7, 7, 3, -8, -6, 1, 8, 9, -5)),
+        };
+        kiln_tensor *want[1] = {
+            kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 3), KT_VALS(9, 9, 6, 1, 9, 9)),
+        };
+        fails += kiln_optest("MaxPool",
+                             "kernel_shape=[2,3];strides=[3,2];pads=[0,0,2,0];ceil_mode=1", 1, in,
+                             1, want, 0, 0,
+                             "maxpool ceil_mode drops a window starting in the end pad");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_F32, 4, KT_DIMS(1, 1, 5, 4), KT_VALS(2, -9, -6, -6, -1, -3, 4, -1, -3,
+                8, 2, 4, 5, -3, 7, -9, -4, -6, -9, 9)),
+        };
+        kiln_tensor *want[1] = {
+            kt_make(KILN_F32, 4, KT_DIMS(1, 1, 5, 2), KT_VALS(-1, 4, 8, 4, 5, 7, 8, 9, 5, 7)),
+        };
+        fails += kiln_optest("MaxPool",
+                             "kernel_shape=[2,2];dilations=[2,1];strides=[1,2];auto_pad=SAME_UPPER",
+                             1, in, 1, want, 0, 0, "maxpool dilations SAME_UPPER");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_F32, 3, KT_DIMS(1, 2, 6), KT_VALS(-8, -1, 6, 4, 7, -8, 0, -9, -6, 7,
+                -8, 2)),
+        };
+        kiln_tensor *want[1] = {
+            kt_make(KILN_F32, 3, KT_DIMS(1, 2, 6), KT_VALS(-8, -1, 6, 6, 7, 7, 0, 0, -6, 7, 7,
+                2)),
+        };
+        fails += kiln_optest("MaxPool", "kernel_shape=[2];auto_pad=SAME_LOWER", 1, in, 1, want, 0,
+                             0, "maxpool 1-D SAME_LOWER");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_U8, 4, KT_DIMS(1, 1, 4, 4), KT_VALS(5, 79, 238, 81, 79, 22, 198, 44,
+                127, 6, 5, 214, 2, 119, 109, 32)),
+        };
+        kiln_tensor *want[1] = {
+            kt_make(KILN_U8, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(79, 238, 127, 214)),
+        };
+        fails += kiln_optest("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 1, in, 1, want, 0, 0,
+                             "maxpool uint8");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_I8, 4, KT_DIMS(1, 1, 4, 4), KT_VALS(37, 61, 124, -78, 108, -113, -92,
+                25, 94, 101, 61, -122, -22, 78, 7, -80)),
+        };
+        kiln_tensor *want[1] = {
+            kt_make(KILN_I8, 4, KT_DIMS(1, 1, 4, 4), KT_VALS(108, 124, 124, 124, 108, 124, 124,
+                124, 108, 108, 101, 61, 101, 101, 101, 61)),
+        };
+        fails += kiln_optest("MaxPool", "kernel_shape=[3,3];pads=[1,1,1,1]", 1, in, 1, want, 0, 0,
+                             "maxpool int8 pads");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_F64, 4, KT_DIMS(1, 1, 3, 4), KT_VALS(-1.628, -1.928, -0.828, 0.908,
+                -0.027, 1.412, -1.131, -0.739, -0.967, 1.913, 1.764, -0.637)),
+        };
+        kiln_tensor *want[1] = {
+            kt_make(KILN_F64, 4, KT_DIMS(1, 1, 2, 3), KT_VALS(1.412, 1.412, 0.908, 1.913, 1.913,
+                1.764)),
+        };
+        fails += kiln_optest("MaxPool", "kernel_shape=[2,2]", 1, in, 1, want, 0, 0,
+                             "maxpool f64");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_F16, 4, KT_DIMS(1, 1, 3, 4), KT_VALS(-1.62792969, -1.927734375,
+                -0.828125, 0.908203125, -0.0269927979, 1.412109375, -1.130859375,
+                -0.738769531, -0.966796875, 1.9130859375, 1.763671875, -0.637207031)),
+        };
+        kiln_tensor *want[1] = {
+            kt_make(KILN_F16, 4, KT_DIMS(1, 1, 2, 3), KT_VALS(1.412109375, 1.412109375,
+                0.908203125, 1.9130859375, 1.9130859375, 1.763671875)),
+        };
+        fails += kiln_optest("MaxPool", "kernel_shape=[2,2]", 1, in, 1, want, 0, 0,
+                             "maxpool f16");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_F32, 5, KT_DIMS(1, 1, 3, 4, 3), KT_VALS(8, -1, 5, -4, 9, 5, 7, -9, -7,
+                -8, 1, -2, 9, -5, -6, 7, -4, 5, -4, 1, -8, 3, 8, 4, 7, 5, 1, 8, 0, -7, 1, 2,
+                -6, -7, 3, -1)),
+        };
+        kiln_tensor *want[1] = {
+            kt_make(KILN_F32, 5, KT_DIMS(1, 1, 2, 4, 2), KT_VALS(9, 5, 9, 5, 9, 5, 8, 4, 7, 1,
+                8, 1, 8, -6, 3, -1)),
+        };
+        fails += kiln_optest("MaxPool", "kernel_shape=[2,2,2];strides=[2,1,2];pads=[0,1,0,1,0,1]",
+                             1, in, 1, want, 0, 0, "maxpool 3-D");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_F32, 4, KT_DIMS(2, 2, 4, 3), KT_VALS(0, 5, 4, 7, -6, 5, 1, -9, -8, -3,
+                3, -6, 1, 9, -7, -7, 9, -5, 7, -3, 5, -8, 3, 7, -3, 3, -5, -6, -9, 0, 0, -8,
+                -5, 2, -3, -5, -9, -9, 3, -7, 7, 1, -5, 3, -6, -3, 0, 3)),
+        };
+        kiln_tensor *want[2] = {
+            kt_make(KILN_F32, 4, KT_DIMS(2, 2, 2, 2), KT_VALS(5, 5, 7, 5, 9, 9, 9, 9, 3, 3, 0,
+                0, -9, 3, 7, 7)),
+            kt_make(KILN_I64, 4, KT_DIMS(2, 2, 2, 2), KT_VALS(1, 1, 3, 5, 13, 13, 16, 16, 25,
+                25, 30, 29, 36, 38, 40, 40)),
+        };
+        fails += kiln_optest("MaxPool", "kernel_shape=[2,2];strides=[2,1];pads=[1,0,0,0]", 1, in,
+                             2, want, 0, 0, "maxpool Indices row-major");
+    }
+    {
+        kiln_tensor *in[1] = {
+            kt_make(KILN_F32, 4, KT_DIMS(2, 2, 4, 3), KT_VALS(0, 5, 4, 7, -6, 5, 1, -9, -8, -3,
+                3, -6, 1, 9, -7, -7, 9, -5, 7, -3, 5, -8, 3, 7, -3, 3, -5, -6, -9, 0, 0, -8,
+                -5, 2, -3, -5, -9, -9, 3, -7, 7, 1, -5, 3, -6, -3, 0, 3)),
+        };
+        kiln_tensor *want[2] = {
+            kt_make(KILN_F32, 4, KT_DIMS(2, 2, 2, 2), KT_VALS(5, 5, 7, 5, 9, 9, 9, 9, 3, 3, 0,
+                0, -9, 3, 7, 7)),
+            kt_make(KILN_I64, 4, KT_DIMS(2, 2, 2, 2), KT_VALS(4, 4, 1, 9, 16, 16, 17, 17, 28,
+                28, 26, 33, 36, 44, 41, 41)),
+        };
+        fails += kiln_optest("MaxPool",
+                             "kernel_shape=[2,2];strides=[2,1];pads=[1,0,0,0];storage_order=1", 1,
+                             in, 2, want, 0, 0, "maxpool Indices column-major");
+    }
+    {
+        /* NaN wins, as in numpy.max (hand-computed). */
+        kiln_tensor *in[1] = {kt_make(KILN_F32, 3, KT_DIMS(1, 1, 4), KT_VALS(1, NAN, 3, 2))};
+        kiln_tensor *want[1] = {kt_make(KILN_F32, 3, KT_DIMS(1, 1, 3), KT_VALS(NAN, NAN, 3))};
+        fails += kiln_optest("MaxPool", "kernel_shape=[2]", 1, in, 1, want, 0, 0,
+                             "maxpool NaN propagates");
+    }
+    {
+        /* SAME_UPPER, in 1, kernel 2, dilation 4: pads 2+2, taps at -2 and 2 both miss the
+         * input, so the window is empty: the lowest value (hand-computed). */
+        kiln_tensor *in[1] = {kt_make(KILN_F32, 3, KT_DIMS(1, 1, 1), KT_VALS(5))};
+        kiln_tensor *want[1] = {kt_make(KILN_F32, 3, KT_DIMS(1, 1, 1), KT_VALS(-INFINITY))};
+        fails += kiln_optest("MaxPool", "kernel_shape=[2];dilations=[4];auto_pad=SAME_UPPER", 1,
+                             in, 1, want, 0, 0, "maxpool empty window f32");
+        in[0] = kt_make(KILN_U8, 3, KT_DIMS(1, 1, 1), KT_VALS(5));
+        want[0] = kt_make(KILN_U8, 3, KT_DIMS(1, 1, 1), KT_VALS(0));
+        fails += kiln_optest("MaxPool", "kernel_shape=[2];dilations=[4];auto_pad=SAME_UPPER", 1,
+                             in, 1, want, 0, 0, "maxpool empty window uint8");
+    }
+    /* errors */
+    kiln_tensor *in[1];
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL);
+    fails += kiln_optest_fails("MaxPool", "", 1, in, 1, KILN_ERR_SHAPE,
+                               "maxpool without kernel_shape");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL);
+    fails += kiln_optest_fails("MaxPool", "kernel_shape=[5,5]", 1, in, 1, KILN_ERR_SHAPE,
+                               "maxpool kernel larger than input");
+    in[0] = kt_make(KILN_I32, 4, KT_DIMS(1, 1, 4, 4), NULL);
+    fails += kiln_optest_fails("MaxPool", "kernel_shape=[2,2]", 1, in, 1, KILN_ERR_TYPE,
+                               "maxpool int32");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(1, 4), NULL);
+    fails += kiln_optest_fails("MaxPool", "kernel_shape=[2]", 1, in, 1, KILN_ERR_SHAPE,
+                               "maxpool rank 2");
+    in[0] = kt_make(KILN_F32, 5, KT_DIMS(1, 1, 2, 2, 2), NULL);
+    fails += kiln_optest_fails("MaxPool", "kernel_shape=[2,2,2];storage_order=1", 1, in, 2,
+                               KILN_ERR_UNSUPPORTED, "maxpool 3-D column-major indices");
+    return fails;
+}
+
+const kiln_op_def kiln_op_max_pool = {
+    .name = "MaxPool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 2,
+    .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+};

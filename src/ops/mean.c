@@ -1,0 +1,69 @@
+/*
+ * mean.c — Mean: elementwise mean of 1..N inputs with numpy (multidirectional)
+ * broadcasting, opsets 8..13. Float dtypes only (f16, bf16, f32, f64), one for all
+ * inputs. As in the ONNX reference, the inputs are summed left to right in the dtype,
+ * then divided by N.
+ */
+#include "../core/optest.h"
+#include "binary.h"
+
+KILN_ROW_F32(add_f32, float, a + b)
+static double add_f64(double a, double b) { return a + b; }
+static const kiln_binary_kernels kernels = {add_f32, add_f64, NULL};
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_variadic_infer(c, KILN_BIN_FLOAT); }
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_status st = kiln_variadic_forward(c, &kernels);
+    if (st != KILN_OK || c->n_in == 1) return st;
+    kiln_tensor *y = c->out[0];
+    const int64_t n = kiln_tensor_numel(y);
+    if (y->dtype == KILN_F32) {
+        float *yp = y->data;
+        const float d = (float)c->n_in;
+#pragma omp parallel for if (n >= (1 << 16)) num_threads(kiln_cpu_threads())
+        for (int64_t i = 0; i < n; i++) yp[i] /= d;
+    } else {
+        for (int64_t i = 0; i < n; i++) kiln_set_f64(y, i, kiln_get_f64(y, i) / c->n_in);
+    }
+    return KILN_OK;
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *want;
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(3, 0, 2));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 3, 4));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(2, 6, 6));
+    want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(2, 3, 4));
+    fails += kiln_optest("Mean", "", 3, in, 1, &want, 0, 0, "mean f32 three inputs");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, 4));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, -2));
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, 0, 2, 1));
+    fails += kiln_optest("Mean", "", 2, in, 1, &want, 0, 0, "mean f32 (2,2),(2)");
+
+    /* (1 + 2 + 4) / 3 in double */
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 1), KT_VALS(1, -1));
+    in[1] = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(2, 0.5));
+    in[2] = kt_scalar(KILN_F64, 4);
+    want = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(7.0 / 3, 5.5 / 3, 5.0 / 3, 3.5 / 3));
+    fails += kiln_optest("Mean", "", 3, in, 1, &want, 1e-15, 1e-15, "mean f64 broadcast");
+
+    in[0] = kt_make(KILN_BF16, 1, KT_DIMS(2), KT_VALS(-1.5, 3));
+    want = kt_make(KILN_BF16, 1, KT_DIMS(2), KT_VALS(-1.5, 3));
+    fails += kiln_optest("Mean", "", 1, in, 1, &want, 0, 0, "mean bf16 one input");
+
+    in[0] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
+    in[1] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Mean", "", 2, in, 1, KILN_ERR_TYPE, "mean i32 rejected");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    fails += kiln_optest_fails("Mean", "", 2, in, 1, KILN_ERR_SHAPE, "mean (2),(3) rejected");
+    return fails;
+}
+
+const kiln_op_def kiln_op_mean = {
+    .name = "Mean", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,81 @@
+/*
+ * min.c — Min: elementwise smallest of 1..N inputs with numpy (multidirectional)
+ * broadcasting, opsets 8..13. One dtype for all inputs: any float or integer dtype
+ * (integers from opset 12). A NaN in any input gives NaN, as numpy's np.minimum does.
+ */
+#include "../core/optest.h"
+#include "binary.h"
+
+#include <string.h>
+
+KILN_ROW_F32(min_f32, float, (a < b || a != a) ? a : b)
+static double min_f64(double a, double b) { return (a < b || a != a) ? a : b; }
+static int64_t min_i64(int64_t a, int64_t b, bool uns) {
+    if (uns) return (uint64_t)a < (uint64_t)b ? a : b;
+    return a < b ? a : b;
+}
+static const kiln_binary_kernels kernels = {min_f32, min_f64, min_i64};
+
+static kiln_status infer(kiln_op_ctx *c) {
+    return kiln_variadic_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
+}
+static kiln_status forward(kiln_op_ctx *c) { return kiln_variadic_forward(c, &kernels); }
+
+/* UINT64 values above INT64_MAX must compare as unsigned. Raw bits: doubles cannot hold
+ * them. */
+static int test_u64(void) {
+    kiln_tensor *in[2] = {kt_make(KILN_U64, 1, KT_DIMS(2), NULL),
+                          kt_make(KILN_U64, 1, KT_DIMS(2), NULL)};
+    kiln_tensor *want = kt_make(KILN_U64, 1, KT_DIMS(2), NULL);
+    if (in[0] && in[1] && want) {
+        const uint64_t a[2] = {UINT64_MAX, 5}, b[2] = {7, (uint64_t)1 << 63}, w[2] = {7, 5};
+        memcpy(in[0]->data, a, sizeof a);
+        memcpy(in[1]->data, b, sizeof b);
+        memcpy(want->data, w, sizeof w);
+    }
+    return kiln_optest("Min", "", 2, in, 1, &want, 0, 0, "min u64 above INT64_MAX");
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *want;
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, -1, 3, 4));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(2, 0));
+    in[2] = kt_scalar(KILN_F32, 2.5);
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, -1, 2, 0));
+    fails += kiln_optest("Min", "", 3, in, 1, &want, 0, 0, "min f32 (2,2),(2),()");
+
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(3, 2, 1));
+    want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(3, 2, 1));
+    fails += kiln_optest("Min", "", 1, in, 1, &want, 0, 0, "min one input");
+
+    in[0] = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0.5, -65504, 7));
+    in[1] = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0.25, 1, 7.5));
+    want = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0.25, -65504, 7));
+    fails += kiln_optest("Min", "", 2, in, 1, &want, 0, 0, "min f16");
+
+    in[0] = kt_make(KILN_I8, 2, KT_DIMS(2, 1), KT_VALS(-128, 5));
+    in[1] = kt_make(KILN_I8, 1, KT_DIMS(3), KT_VALS(127, -3, 6));
+    want = kt_make(KILN_I8, 2, KT_DIMS(2, 3), KT_VALS(-128, -128, -128, 5, -3, 5));
+    fails += kiln_optest("Min", "", 2, in, 1, &want, 0, 0, "min i8 (2,1),(3)");
+
+    in[0] = kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(255, 0, 9));
+    in[1] = kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(254, 1, 9));
+    want = kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(254, 0, 9));
+    fails += kiln_optest("Min", "", 2, in, 1, &want, 0, 0, "min u8");
+    fails += test_u64();
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Min", "", 2, in, 1, KILN_ERR_SHAPE, "min (2,3),(2) rejected");
+    in[0] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
+    in[1] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
+    in[2] = kt_make(KILN_I64, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Min", "", 3, in, 1, KILN_ERR_TYPE, "min i32,i32,i64 rejected");
+    return fails;
+}
+
+const kiln_op_def kiln_op_min = {
+    .name = "Min", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

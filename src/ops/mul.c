@@ -1,0 +1,60 @@
+/*
+ * mul.c — Mul: C = A * B with numpy (multidirectional) broadcasting, opsets 7..14.
+ * A and B have one dtype: any float or integer dtype. Integer products wrap modulo
+ * 2^bits, as in numpy.
+ */
+#include "../core/optest.h"
+#include "binary.h"
+
+KILN_ROW_F32(mul_f32, float, a * b)
+static double mul_f64(double a, double b) { return a * b; }
+static int64_t mul_i64(int64_t a, int64_t b, bool uns) {
+    return (int64_t)((uint64_t)a * (uint64_t)b); /* the low bits are the same signed or not */
+}
+static const kiln_binary_kernels kernels = {mul_f32, mul_f64, mul_i64};
+
+static kiln_status infer(kiln_op_ctx *c) {
+    return kiln_binary_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
+}
+static kiln_status forward(kiln_op_ctx *c) { return kiln_binary_forward(c, &kernels); }
+
+static int check(const char *label, kiln_tensor *a, kiln_tensor *b, kiln_tensor *want) {
+    kiln_tensor *in[2] = {a, b};
+    return kiln_optest("Mul", "", 2, in, 1, &want, 0, 0, label);
+}
+
+static int test(void) {
+    int fails = 0;
+    fails += check("mul f32 (3,1)*(1,2)",
+                   kt_make(KILN_F32, 2, KT_DIMS(3, 1), KT_VALS(1, 2, 3)),
+                   kt_make(KILN_F32, 2, KT_DIMS(1, 2), KT_VALS(10, -0.5)),
+                   kt_make(KILN_F32, 2, KT_DIMS(3, 2), KT_VALS(10, -0.5, 20, -1, 30, -1.5)));
+    fails += check("mul f32 (2,2,2)*(2,1,1)",
+                   kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(1, 2, 3, 4, 5, 6, 7, 8)),
+                   kt_make(KILN_F32, 3, KT_DIMS(2, 1, 1), KT_VALS(2, -1)),
+                   kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(2, 4, 6, 8, -5, -6, -7, -8)));
+    fails += check("mul f64 ()*(2)", kt_scalar(KILN_F64, 0.25),
+                   kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(3, -1e-300)),
+                   kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(0.75, -2.5e-301)));
+    /* 70000^2 = 4900000000 = 605032704 + 2^32 */
+    fails += check("mul i32 wraps", kt_make(KILN_I32, 1, KT_DIMS(3), KT_VALS(70000, -3, 0)),
+                   kt_make(KILN_I32, 1, KT_DIMS(3), KT_VALS(70000, 4, 9)),
+                   kt_make(KILN_I32, 1, KT_DIMS(3), KT_VALS(605032704, -12, 0)));
+    fails += check("mul u8 (2)*()", kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(16, 15, 3)),
+                   kt_scalar(KILN_U8, 16),
+                   kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(0, 240, 48)));
+
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), NULL),
+                          kt_make(KILN_F32, 2, KT_DIMS(2, 4), NULL)};
+    fails += kiln_optest_fails("Mul", "", 2, in, 1, KILN_ERR_SHAPE,
+                               "mul (2,3,4)*(2,4) rejected");
+    in[0] = kt_make(KILN_F16, 1, KT_DIMS(2), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Mul", "", 2, in, 1, KILN_ERR_TYPE, "mul f16*f32 rejected");
+    return fails;
+}
+
+const kiln_op_def kiln_op_mul = {
+    .name = "Mul", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,69 @@
+/*
+ * negative_log_likelihood_loss.c — NegativeLogLikelihoodLoss (opsets 12/13):
+ * loss[n,d] = -weight[t] * input[n,t,d] with t = target[n,d], then reduction none / sum /
+ * mean (weighted mean); ignore_index masks elements out. See loss_common.h.
+ */
+#include "../core/optest.h"
+#include "loss_common.h"
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_nll_infer(c); }
+static kiln_status forward(kiln_op_ctx *c) { return kiln_nll_forward(c, c->in[0]); }
+
+/* (2,3,2) input shared by several cases: x[n,c,d] */
+static kiln_tensor *input3(kiln_dtype dt) {
+    return kt_make(dt, 3, KT_DIMS(2, 3, 2), KT_VALS(0.5, -1, 2, 0.25, -0.75, 1.5,
+                                                    -2, 3, 0.1, -0.4, 1, -1.25));
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *y;
+    /* expected values: onnx.reference (ONNX 1.17) on the same inputs, checked by hand */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(3, 4), KT_VALS(-1.2, -0.3, -2.5, -0.9, -0.1, -3.0,
+                                                       -1.5, -2.2, -0.7, -0.6, -4.0, -0.05));
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(1, 0, 3));
+    y = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0.3, 0.1, 0.05));
+    fails += kiln_optest("NegativeLogLikelihoodLoss", "reduction=none", 2, in, 1, &y, 1e-7, 1e-6,
+                         "nll (N,C) none");
+
+    /* weighted mean: (0.7*0.75 + 0.2*1 - 0.1 + 0.7*1.25) / (0.7+0.2+1+0.7) */
+    in[0] = input3(KILN_F32);
+    in[1] = kt_make(KILN_I32, 2, KT_DIMS(2, 2), KT_VALS(2, 0, 1, 2));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0.2, 1.0, 0.7));
+    y = kt_scalar(KILN_F32, 0.576923076923077);
+    fails += kiln_optest("NegativeLogLikelihoodLoss", "", 3, in, 1, &y, 1e-7, 1e-6,
+                         "nll (N,C,d1) weighted mean");
+
+    in[0] = input3(KILN_F64);
+    in[1] = kt_make(KILN_I64, 2, KT_DIMS(2, 2), KT_VALS(2, -1, 1, -1));
+    y = kt_scalar(KILN_F64, 0.65);
+    fails += kiln_optest("NegativeLogLikelihoodLoss", "reduction=sum;ignore_index=-1", 2, in, 1,
+                         &y, 1e-15, 1e-14, "nll sum ignore_index -1");
+
+    in[0] = input3(KILN_F16);
+    in[1] = kt_make(KILN_I64, 2, KT_DIMS(2, 2), KT_VALS(2, -1, 1, -1));
+    in[2] = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0.2, 1.0, 0.7));
+    y = kt_scalar(KILN_F16, 0.25);
+    fails += kiln_optest("NegativeLogLikelihoodLoss", "ignore_index=-1", 3, in, 1, &y, 1e-3,
+                         1e-3, "nll f16 weighted mean ignore_index");
+
+    in[0] = input3(KILN_F32);
+    in[1] = kt_make(KILN_I64, 2, KT_DIMS(2, 3), NULL);
+    fails += kiln_optest_fails("NegativeLogLikelihoodLoss", "", 2, in, 1, KILN_ERR_SHAPE,
+                               "nll target shape mismatch");
+    in[0] = input3(KILN_F32);
+    in[1] = kt_make(KILN_I64, 2, KT_DIMS(2, 2), KT_VALS(0, 3, 1, 1));
+    fails += kiln_optest_fails("NegativeLogLikelihoodLoss", "", 2, in, 1,
+                               KILN_ERR_INVALID_ARGUMENT, "nll target out of range");
+    in[0] = input3(KILN_F32);
+    in[1] = kt_make(KILN_I64, 2, KT_DIMS(2, 2), NULL);
+    fails += kiln_optest_fails("NegativeLogLikelihoodLoss", "reduction=max", 2, in, 1,
+                               KILN_ERR_UNSUPPORTED, "nll unknown reduction");
+    return fails;
+}
+
+const kiln_op_def kiln_op_negative_log_likelihood_loss = {
+    .name = "NegativeLogLikelihoodLoss", .min_inputs = 2, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,70 @@
+/*
+ * reduce_min.c — ReduceMin: minimum of the elements along `axes`.
+ * Opsets 11/13: axes attribute, keepdims. Opset 18+: axes is an optional int64 input (a
+ * value input) and noop_with_empty_axes applies. Floats (NaN propagates, as in numpy),
+ * all integer dtypes and bool (False < True, opset 20). An empty reduction gives +inf or
+ * the dtype's maximum. See reduce_common.h.
+ */
+#include "../core/optest.h"
+#include "reduce_common.h"
+
+enum { AXES_INPUT_OPSET = 18 };
+
+static kiln_status infer(kiln_op_ctx *c) {
+    return kiln_reduce_infer(c, AXES_INPUT_OPSET, true, true);
+}
+static kiln_status forward(kiln_op_ctx *c) {
+    return kiln_reduce_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_MIN);
+}
+
+/* 0, 1, 2, ... in shape dims: expected values below follow from the index by hand. */
+static kiln_tensor *arange(kiln_dtype dt, int ndim, const int64_t *dims) {
+    kiln_tensor *t = kt_make(dt, ndim, dims, NULL);
+    for (int64_t i = 0; i < kiln_tensor_numel(t); i++) kiln_set_f64(t, i, (double)i);
+    return t;
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[2], *y;
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 5, 3, -2, -1, -7));
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-1));
+    y = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(1, -7));
+    fails += kiln_optest("ReduceMin", "", 2, in, 1, &y, 0, 0, "min axis -1");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 5, 3, -2, -1, -7));
+    y = kt_make(KILN_F32, 2, KT_DIMS(1, 3), KT_VALS(-2, -1, -7));
+    fails += kiln_optest_opset("ReduceMin", "axes=[0]", 11, 1, in, 1, &y, 0, 0,
+                               "min opset 11 axes attribute");
+
+    /* (2,3,4) over axes {0,2}: the smallest index 4j */
+    in[0] = arange(KILN_F64, 3, KT_DIMS(2, 3, 4));
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 0));
+    y = kt_make(KILN_F64, 3, KT_DIMS(1, 3, 1), KT_VALS(0, 4, 8));
+    fails += kiln_optest("ReduceMin", "", 2, in, 1, &y, 0, 0, "min axes 2,0 f64");
+
+    in[0] = kt_make(KILN_U8, 2, KT_DIMS(2, 2), KT_VALS(200, 3, 255, 17));
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0));
+    y = kt_make(KILN_U8, 1, KT_DIMS(2), KT_VALS(200, 3));
+    fails += kiln_optest("ReduceMin", "keepdims=0", 2, in, 1, &y, 0, 0, "min u8 axis 0");
+
+    in[0] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(-4, 9, -11));
+    y = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-11));
+    fails += kiln_optest("ReduceMin", "", 1, in, 1, &y, 0, 0, "min all i64");
+
+    in[0] = kt_make(KILN_BOOL, 2, KT_DIMS(2, 2), KT_VALS(1, 1, 0, 1));
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
+    y = kt_make(KILN_BOOL, 2, KT_DIMS(2, 1), KT_VALS(1, 0));
+    fails += kiln_optest("ReduceMin", "", 2, in, 1, &y, 0, 0, "min bool (all)");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(1), KT_VALS(1));
+    fails += kiln_optest_fails("ReduceMin", "", 2, in, 1, KILN_ERR_TYPE, "min float axes");
+    return fails;
+}
+
+const kiln_op_def kiln_op_reduce_min = {
+    .name = "ReduceMin", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+};

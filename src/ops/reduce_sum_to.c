@@ -1,0 +1,73 @@
+/* reduce_sum_to.c — kiln.ReduceSumTo(X, Like): the sum of X over the dimensions along
+ * which Like's shape was broadcast to X's, giving Like's shape. The gradient of every
+ * broadcasting op ends here. Only Like's shape is read. Float dtypes. */
+#include "../core/optest.h"
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0], *like = c->in[1];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE, "X must be a float tensor");
+    KILN_OP_CHECK(c, like->ndim <= x->ndim, KILN_ERR_SHAPE, "Like has more dims than X");
+    for (int i = 0; i < like->ndim; i++) {
+        int64_t a = x->dims[x->ndim - like->ndim + i], b = like->dims[i];
+        KILN_OP_CHECK(c, a == b || b == 1, KILN_ERR_SHAPE, "Like dim %d (%lld) does not broadcast to X's %lld", i,
+                      (long long)b, (long long)a);
+    }
+    kiln_tensor_set_shape(c->out[0], x->dtype, like->ndim, like->dims);
+    return KILN_OK;
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    int64_t ny = kiln_tensor_numel(y), nx = kiln_tensor_numel(x);
+    int64_t st[1][KILN_MAX_DIMS];
+    kiln_broadcast_strides(y->ndim, y->dims, x->ndim, x->dims, st[0]);
+    if (x->dtype == KILN_F32) {
+        float *yp = y->data;
+        const float *xp = x->data;
+        for (int64_t i = 0; i < ny; i++) yp[i] = 0;
+        if (ny == nx) {
+            for (int64_t i = 0; i < nx; i++) yp[i] = xp[i];
+            return KILN_OK;
+        }
+        int64_t idx[KILN_MAX_DIMS] = {0}, off[1] = {0};
+        for (int64_t i = 0; i < nx; i++) {
+            yp[off[0]] += xp[i];
+            kiln_index_next(x->ndim, x->dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])st, off);
+        }
+        return KILN_OK;
+    }
+    /* other floats: accumulate in double in the workspace-free way: one pass per output */
+    for (int64_t i = 0; i < ny; i++) kiln_set_f64(y, i, 0);
+    int64_t idx[KILN_MAX_DIMS] = {0}, off[1] = {0};
+    for (int64_t i = 0; i < nx; i++) {
+        kiln_set_f64(y, off[0], kiln_get_f64(y, off[0]) + kiln_get_f64(x, i));
+        kiln_index_next(x->ndim, x->dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])st, off);
+    }
+    return KILN_OK;
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 4, 5, 6)),
+                          kt_make(KILN_F32, 1, KT_DIMS(3), NULL)};
+    kiln_tensor *want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(5, 7, 9));
+    fails += kiln_optest("ReduceSumTo", "", 2, in, 1, &want, 0, 0, "sum over the leading dim");
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(1, 2, 3, 4, 5, 6, 7, 8));
+    in[1] = kt_make(KILN_F32, 3, KT_DIMS(2, 1, 2), NULL);
+    want = kt_make(KILN_F32, 3, KT_DIMS(2, 1, 2), KT_VALS(4, 6, 12, 14));
+    fails += kiln_optest("ReduceSumTo", "", 2, in, 1, &want, 0, 0, "sum over a middle dim kept as 1");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, 4));
+    in[1] = kt_make(KILN_F64, 0, NULL, NULL);
+    want = kt_make(KILN_F64, 0, NULL, KT_VALS(10));
+    fails += kiln_optest("ReduceSumTo", "", 2, in, 1, &want, 0, 0, "sum to a scalar (f64)");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("ReduceSumTo", "", 2, in, 1, KILN_ERR_SHAPE, "shapes that do not broadcast");
+    return fails;
+}
+
+const kiln_op_def kiln_op_reduce_sum_to = {
+    .name = "ReduceSumTo", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
+    .max_outputs = 1, .shape_only_inputs = 2, .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,65 @@
+/*
+ * softmax.c — Softmax: y = exp(x - max) / sum(exp(x - max)).
+ * Opset 13+: along the one dim `axis` (default -1). Opsets 11-12: over the input coerced
+ * to 2-D at `axis` (default 1). Floats; see softmax_common.h.
+ */
+#include "../core/optest.h"
+#include "softmax_common.h"
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_softmax_infer(c); }
+static kiln_status forward(kiln_op_ctx *c) { return kiln_softmax_forward(c, false); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x, *y;
+    /* expected values: numpy, exp(x - max) / sum in float64 */
+    x = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, -1, 0, 4));
+    y = kt_make(KILN_F32, 2, KT_DIMS(2, 3),
+                KT_VALS(0.09003057317038046, 0.24472847105479764, 0.6652409557748218,
+                        0.00657326318530908, 0.0178679818703045, 0.9755587549443865));
+    fails += kiln_optest("Softmax", "", 1, &x, 1, &y, 1e-7, 1e-6, "softmax default axis");
+
+    /* a large offset must not overflow */
+    x = kt_make(KILN_F64, 2, KT_DIMS(1, 3), KT_VALS(10000, 10001, 10002));
+    y = kt_make(KILN_F64, 2, KT_DIMS(1, 3),
+                KT_VALS(0.09003057317038046, 0.24472847105479764, 0.6652409557748218));
+    fails += kiln_optest("Softmax", "axis=1", 1, &x, 1, &y, 1e-15, 1e-13, "softmax large f64");
+
+    x = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, -1, 0, 4));
+    y = kt_make(KILN_F32, 2, KT_DIMS(2, 3),
+                KT_VALS(0.8807970779778823, 0.8807970779778823, 0.2689414213699951,
+                        0.11920292202211755, 0.11920292202211755, 0.7310585786300049));
+    fails += kiln_optest("Softmax", "axis=0", 1, &x, 1, &y, 1e-7, 1e-6, "softmax axis 0");
+
+    /* x = 0.5 * arange(8) in (2,2,2): axis 1 alone (opset 13) vs coerced 2-D (opset 11) */
+    x = kt_make(KILN_F16, 3, KT_DIMS(2, 2, 2), KT_VALS(0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5));
+    y = kt_make(KILN_F16, 3, KT_DIMS(2, 2, 2),
+                KT_VALS(0.2689414213699951, 0.2689414213699951, 0.7310585786300049,
+                        0.7310585786300049, 0.2689414213699951, 0.2689414213699951,
+                        0.7310585786300049, 0.7310585786300049));
+    fails += kiln_optest("Softmax", "axis=1", 1, &x, 1, &y, 1e-3, 1e-3, "softmax axis 1 f16");
+    x = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5));
+    y = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2),
+                KT_VALS(0.1015363240915518, 0.16740509727844333, 0.27600434470659363,
+                        0.45505423392341127, 0.1015363240915518, 0.16740509727844333,
+                        0.27600434470659363, 0.45505423392341127));
+    fails += kiln_optest_opset("Softmax", "", 11, 1, &x, 1, &y, 1e-7, 1e-6,
+                               "softmax opset 11 coerced 2-D");
+
+    /* big enough for the threaded path: equal inputs give 1/1000 everywhere */
+    x = kt_make(KILN_F32, 2, KT_DIMS(40, 1000), NULL);
+    y = kt_make(KILN_F32, 2, KT_DIMS(40, 1000), NULL);
+    for (int i = 0; i < 40000; i++) kiln_set_f64(y, i, 1e-3);
+    fails += kiln_optest("Softmax", "", 1, &x, 1, &y, 1e-9, 1e-6, "softmax (40,1000) uniform");
+
+    x = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    fails += kiln_optest_fails("Softmax", "axis=2", 1, &x, 1, KILN_ERR_SHAPE, "softmax bad axis");
+    x = kt_make(KILN_I32, 1, KT_DIMS(3), NULL);
+    fails += kiln_optest_fails("Softmax", "", 1, &x, 1, KILN_ERR_TYPE, "softmax int input");
+    return fails;
+}
+
+const kiln_op_def kiln_op_softmax = {
+    .name = "Softmax", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,61 @@
+/*
+ * sub.c — Sub: C = A - B with numpy (multidirectional) broadcasting, opsets 7..14.
+ * A and B have one dtype: any float or integer dtype. Integer differences wrap modulo
+ * 2^bits (unsigned 3 - 5 is 254 in u8), as in numpy.
+ */
+#include "../core/optest.h"
+#include "binary.h"
+
+KILN_ROW_F32(sub_f32, float, a - b)
+static double sub_f64(double a, double b) { return a - b; }
+static int64_t sub_i64(int64_t a, int64_t b, bool uns) {
+    return (int64_t)((uint64_t)a - (uint64_t)b); /* unsigned: wraps without UB */
+}
+static const kiln_binary_kernels kernels = {sub_f32, sub_f64, sub_i64};
+
+static kiln_status infer(kiln_op_ctx *c) {
+    return kiln_binary_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
+}
+static kiln_status forward(kiln_op_ctx *c) { return kiln_binary_forward(c, &kernels); }
+
+static int check(const char *label, kiln_tensor *a, kiln_tensor *b, kiln_tensor *want) {
+    kiln_tensor *in[2] = {a, b};
+    return kiln_optest("Sub", "", 2, in, 1, &want, 0, 0, label);
+}
+
+static int test(void) {
+    int fails = 0;
+    fails += check("sub f32 (2,3)-(3)",
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 4, 5, 6)),
+                   kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(10, 20, 30)),
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(-9, -18, -27, -6, -15, -24)));
+    fails += check("sub f32 ()-(2,2) (scalar on the left)", kt_scalar(KILN_F32, 1),
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(0.5, 2, -3, 0)),
+                   kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(0.5, -1, 4, 1)));
+    fails += check("sub bf16 (2,1)-(2)",
+                   kt_make(KILN_BF16, 2, KT_DIMS(2, 1), KT_VALS(1, 256)),
+                   kt_make(KILN_BF16, 1, KT_DIMS(2), KT_VALS(0.5, 1)),
+                   /* bf16 keeps 8 significant bits: 255 is exact, 255.5 is a tie between
+                    * 255 (odd) and 256 (even) and rounds to 256 */
+                   kt_make(KILN_BF16, 2, KT_DIMS(2, 2), KT_VALS(0.5, 0, 256, 255)));
+    fails += check("sub u8 wraps", kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(3, 255, 0)),
+                   kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(5, 255, 1)),
+                   kt_make(KILN_U8, 1, KT_DIMS(3), KT_VALS(254, 0, 255)));
+    fails += check("sub i32 (2,2)-(2,1)",
+                   kt_make(KILN_I32, 2, KT_DIMS(2, 2), KT_VALS(10, 20, -30, 40)),
+                   kt_make(KILN_I32, 2, KT_DIMS(2, 1), KT_VALS(1, -2)),
+                   kt_make(KILN_I32, 2, KT_DIMS(2, 2), KT_VALS(9, 19, -28, 42)));
+
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL),
+                          kt_make(KILN_F32, 2, KT_DIMS(3, 2), NULL)};
+    fails += kiln_optest_fails("Sub", "", 2, in, 1, KILN_ERR_SHAPE, "sub (2,3)-(3,2) rejected");
+    in[0] = kt_make(KILN_I64, 1, KT_DIMS(2), NULL);
+    in[1] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("Sub", "", 2, in, 1, KILN_ERR_TYPE, "sub i64-i32 rejected");
+    return fails;
+}
+
+const kiln_op_def kiln_op_sub = {
+    .name = "Sub", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,459 @@
+/*
+ * trainer.c — training on the CPU: the training graph, the fused optimizer, schedules,
+ * gradient accumulation, and export of the trained weights as an inference model.
+ *
+ * The training graph is the forward graph with
+ *   - every trained initializer turned into a graph input bound to trainer-owned memory
+ *     (so the optimizer updates it in place between runs, and nothing is folded into it);
+ *   - BatchNormalization in training mode, its running statistics also graph inputs, the
+ *     updated ones extra graph outputs copied back after each step;
+ *   - Dropout in training mode with its mask as an output, which its gradient reads;
+ *   - the backward graph autograd derives from the loss.
+ * One plan per input shape covers forward and backward with one arena.
+ */
+#include "../core/internal.h"
+#include "../core/plan.h"
+#include "autograd.h"
+#include "trainer_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
+    if (o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_ADADELTA)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown optimizer %d", (int)o->optimizer);
+    if (o->lr == 0)
+        o->lr = o->optimizer == KILN_OPTIM_ADADELTA ? 1.0f : o->optimizer == KILN_OPTIM_SGD ? 0.01f : 1e-3f;
+    if (o->beta1 == 0) o->beta1 = 0.9f;
+    if (o->beta2 == 0) o->beta2 = 0.999f;
+    if (o->eps == 0) o->eps = o->optimizer == KILN_OPTIM_ADADELTA ? 1e-6f : 1e-8f;
+    if (o->rho == 0) o->rho = 0.9f;
+    if (o->accumulate <= 0) o->accumulate = 1;
+    if (o->gamma == 0) o->gamma = 0.1f;
+    if (!(o->lr > 0) || o->momentum < 0 || o->weight_decay < 0 || o->rho >= 1 || o->beta1 >= 1 || o->beta2 >= 1)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "training options out of range (lr %g, momentum %g, weight decay %g)",
+                         o->lr, o->momentum, o->weight_decay);
+    if (o->schedule == KILN_SCHEDULE_STEP && o->step_size <= 0)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the step schedule needs step_size > 0");
+    if (o->schedule == KILN_SCHEDULE_COSINE && o->total_steps <= 0)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the cosine schedule needs total_steps > 0");
+    if (o->device != KILN_DEVICE_CPU)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "training on device %d is not available in this build; use the CPU",
+                         (int)o->device);
+    if (o->amp != KILN_AMP_OFF)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "mixed precision (amp) needs the CUDA device");
+    return KILN_OK;
+}
+
+float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step) {
+    double lr = o->lr;
+    if (o->schedule == KILN_SCHEDULE_STEP) lr *= pow(o->gamma, (double)(step / o->step_size));
+    else if (o->schedule == KILN_SCHEDULE_COSINE)
+        lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step < o->total_steps ? step : o->total_steps) / (double)o->total_steps));
+    if (o->warmup_steps > 0 && step < o->warmup_steps) lr *= (double)(step + 1) / (double)o->warmup_steps;
+    return (float)lr;
+}
+
+/* --------------------------------------------------------- the fused optimizer */
+
+void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps) {
+    const float wd = o->weight_decay, mom = o->momentum;
+    const double bc1 = 1 - pow(o->beta1, (double)(step + 1)), bc2 = 1 - pow(o->beta2, (double)(step + 1));
+    for (int k = 0; k < n; k++) {
+        kiln_param *p = &ps[k];
+        float *w = p->value->data, *s0 = p->state[0], *s1 = p->state[1];
+        const float *g = p->grad;
+        const int64_t len = p->numel;
+        switch (o->optimizer) {
+        case KILN_OPTIM_SGD:
+            for (int64_t i = 0; i < len; i++) {
+                float d = g[i] + wd * w[i];
+                if (mom != 0) {
+                    s0[i] = step == 0 ? d : mom * s0[i] + d; /* PyTorch: the first step takes the gradient */
+                    d = o->nesterov ? d + mom * s0[i] : s0[i];
+                }
+                w[i] -= lr * d;
+            }
+            break;
+        case KILN_OPTIM_ADAM:
+        case KILN_OPTIM_ADAMW: {
+            const bool decoupled = o->optimizer == KILN_OPTIM_ADAMW;
+            const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
+            for (int64_t i = 0; i < len; i++) {
+                float d = g[i];
+                if (decoupled) w[i] *= 1 - lr * wd;
+                else d += wd * w[i];
+                s0[i] = b1 * s0[i] + (1 - b1) * d;
+                s1[i] = b2 * s1[i] + (1 - b2) * d * d;
+                float mhat = (float)(s0[i] / bc1), vhat = (float)(s1[i] / bc2);
+                w[i] -= lr * mhat / (sqrtf(vhat) + eps);
+            }
+            break;
+        }
+        case KILN_OPTIM_ADADELTA: {
+            const float rho = o->rho, eps = o->eps;
+            for (int64_t i = 0; i < len; i++) {
+                float d = g[i] + wd * w[i];
+                s0[i] = rho * s0[i] + (1 - rho) * d * d;               /* square_avg */
+                float delta = sqrtf(s1[i] + eps) / sqrtf(s0[i] + eps) * d;
+                s1[i] = rho * s1[i] + (1 - rho) * delta * delta;       /* acc_delta */
+                w[i] -= lr * delta;
+            }
+            break;
+        }
+        }
+    }
+}
+
+/* ---------------------------------------------------------- graph rewriting */
+
+static bool push_int(int **arr, int *n, int v) {
+    int *p = realloc(*arr, sizeof(int) * (size_t)(*n + 1));
+    if (!p) return false;
+    p[(*n)++] = v;
+    *arr = p;
+    return true;
+}
+
+/* Append a fresh output value to node i; returns the value index or -1. */
+static int add_node_output(kiln_model *m, int i, const char *suffix) {
+    char name[256];
+    snprintf(name, sizeof name, "%s:%s", m->nodes[i].name[0] ? m->nodes[i].name : m->nodes[i].op_type, suffix);
+    int v = kiln_model_get_value(m, name);
+    if (v < 0) return -1;
+    kiln_node *n = &m->nodes[i];
+    int *o = realloc(n->out, sizeof(int) * (size_t)(n->n_out + 1));
+    if (!o) return -1;
+    n->out = o;
+    o[n->n_out++] = v;
+    return v;
+}
+
+static kiln_status set_int_attr(kiln_model *m, int i, const char *name, int64_t v) {
+    return kiln_node_set_int(&m->nodes[i], name, v);
+}
+
+/* Turn initializer value v into a graph input; its tensor moves to *owned. */
+static kiln_status lift_initializer(kiln_model *m, int v, kiln_tensor **owned) {
+    kiln_value *val = &m->values[v];
+    *owned = val->init;
+    val->init = NULL;
+    val->is_input = true;
+    return push_int(&m->inputs, &m->n_inputs, v) ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+}
+
+static int find_bn_state(const kiln_model *m, int v) {
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        if (strcmp(n->op_type, "BatchNormalization") == 0 && n->n_in >= 5 && (n->in[3] == v || n->in[4] == v)) return i;
+    }
+    return -1;
+}
+
+/* Which values reach the loss (backward reachability over the forward nodes). */
+static bool *reaching(kiln_model *m, int loss) {
+    bool *r = kiln_calloc(m->ctx, (size_t)m->n_values + 1, sizeof(bool), "reachability");
+    if (!r) return NULL;
+    r[loss] = true;
+    for (int i = m->n_nodes - 1; i >= 0; i--) {
+        const kiln_node *n = &m->nodes[i];
+        bool any = false;
+        for (int k = 0; k < n->n_out; k++) any |= r[n->out[k]];
+        for (int k = 0; any && k < n->n_in; k++)
+            if (n->in[k] >= 0) r[n->in[k]] = true;
+    }
+    return r;
+}
+
+static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
+    kiln_context *ctx = t->ctx;
+    kiln_model *m = NULL;
+    kiln_status st = kiln_model_clone(t->fwd, &m);
+    if (st) return st;
+    t->train = m;
+    t->n_data_inputs = m->n_inputs;
+    bool *reach = reaching(m, loss_fwd);
+    if (!reach) return KILN_ERR_OUT_OF_MEMORY;
+    int n0 = m->n_values;
+    int *params = kiln_calloc(ctx, (size_t)n0 + 1, sizeof(int), "parameters");
+    t->params = kiln_calloc(ctx, (size_t)n0 + 1, sizeof(kiln_param), "parameters");
+    t->states = kiln_calloc(ctx, (size_t)n0 + 1, sizeof(kiln_state), "BatchNormalization state");
+    if (!params || !t->params || !t->states) {
+        free(reach);
+        free(params);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    /* Parameters: float initializers that reach the loss, except BN running statistics. */
+    for (int v = 0; v < n0 && !st; v++) {
+        kiln_value *val = &m->values[v];
+        if (!val->init || !kiln_dtype_is_float(val->dtype) || !reach[v] || find_bn_state(m, v) >= 0) continue;
+        if (val->dtype != KILN_F32) {
+            st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "trained initializer '%s' is %s; kiln trains f32 weights",
+                           val->name, kiln_dtype_name(val->dtype));
+            break;
+        }
+        kiln_param *p = &t->params[t->n_params];
+        p->fwd_value = v; /* the clone keeps value indices */
+        st = lift_initializer(m, v, &p->value);
+        p->numel = kiln_tensor_numel(p->value);
+        params[t->n_params++] = v;
+    }
+    free(reach);
+    /* BatchNormalization: training mode, running statistics in and out. */
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        kiln_node *n = &m->nodes[i];
+        if (strcmp(n->op_type, "BatchNormalization") == 0) {
+            if (n->n_in < 5 || !m->values[n->in[3]].init || !m->values[n->in[4]].init) {
+                st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "BatchNormalization node '%s': running statistics must be initializers", n->name);
+                break;
+            }
+            if (n->opset < 15) n->opset = 15;
+            if ((st = set_int_attr(m, i, "training_mode", 1))) break;
+            while (m->nodes[i].n_out < 3 && !st)
+                if (add_node_output(m, i, m->nodes[i].n_out == 1 ? "running_mean" : "running_var") < 0) st = KILN_ERR_OUT_OF_MEMORY;
+            for (int k = 0; k < 2 && !st; k++) {
+                kiln_state *s = &t->states[t->n_states++];
+                s->fwd_value = m->nodes[i].in[3 + k];
+                s->out_value = m->nodes[i].out[1 + k];
+                st = lift_initializer(m, s->fwd_value, &s->value);
+            }
+        } else if (strcmp(n->op_type, "Dropout") == 0) {
+            /* training_mode = true (a constant), ratio defaults to 0.5, the mask feeds the gradient */
+            if (t->true_value < 0) {
+                kiln_tensor *tr = kiln_tensor_new(ctx, KILN_BOOL, 0, NULL);
+                if (!tr) { st = KILN_ERR_OUT_OF_MEMORY; break; }
+                ((uint8_t *)tr->data)[0] = 1;
+                t->true_value = kiln_model_get_value(m, "kiln:training_mode");
+                if (t->true_value < 0) { kiln_tensor_free(tr); st = KILN_ERR_OUT_OF_MEMORY; break; }
+                m->values[t->true_value].init = tr;
+                m->values[t->true_value].dtype = KILN_BOOL;
+                m->values[t->true_value].ndim = 0;
+            }
+            int *in = realloc(n->in, sizeof(int) * 3);
+            if (!in) { st = KILN_ERR_OUT_OF_MEMORY; break; }
+            n->in = in;
+            if (n->n_in < 2) in[1] = -1;
+            in[2] = t->true_value;
+            n->n_in = 3;
+            if (n->n_out < 2 && add_node_output(m, i, "mask") < 0) st = KILN_ERR_OUT_OF_MEMORY;
+        }
+    }
+    int *grads = st ? NULL : kiln_calloc(ctx, (size_t)t->n_params + 1, sizeof(int), "gradients");
+    if (!st && !grads) st = KILN_ERR_OUT_OF_MEMORY;
+    if (!st && t->n_params == 0) st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model has no float initializer that reaches the loss");
+    if (!st) st = kiln_autograd(m, loss_fwd, t->n_params, params, grads);
+    /* outputs: loss, gradients, updated running statistics */
+    if (!st) {
+        m->n_outputs = 0;
+        for (int v = 0; v < m->n_values; v++) m->values[v].is_output = false;
+        st = kiln_model_add_output(m, m->values[loss_fwd].name);
+        for (int k = 0; k < t->n_params && !st; k++) {
+            t->params[k].grad_value = grads[k];
+            st = kiln_model_add_output(m, m->values[grads[k]].name);
+        }
+        for (int k = 0; k < t->n_states && !st; k++) st = kiln_model_add_output(m, m->values[t->states[k].out_value].name);
+    }
+    if (!st) st = kiln_model_finalize(m);
+    free(params);
+    free(grads);
+    return st;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_train_options *opts,
+                                kiln_trainer **out) {
+    if (!fwd || !loss || !out) return KILN_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    kiln_context *ctx = fwd->ctx;
+    if (!fwd->finalized) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model must be finalized before training");
+    kiln_train_options o = {0};
+    if (opts) o = *opts;
+    kiln_status st = fill_defaults(ctx, &o);
+    if (st) return st;
+    int lv = kiln_model_find_value(fwd, loss);
+    bool is_out = false;
+    for (int i = 0; lv >= 0 && i < fwd->n_outputs; i++) is_out |= fwd->outputs[i] == lv;
+    if (!is_out) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "'%s' is not an output of the model", loss);
+    const kiln_value *lval = &fwd->values[lv];
+    if (lval->ndim > 1 || (lval->ndim == 1 && lval->dims[0] != 1) || !kiln_dtype_is_float(lval->dtype))
+        return kiln_fail(ctx, KILN_ERR_SHAPE, "the loss '%s' must be a float scalar", loss);
+    kiln_trainer *t = kiln_calloc(ctx, 1, sizeof *t, "a trainer");
+    if (!t) return KILN_ERR_OUT_OF_MEMORY;
+    t->ctx = ctx;
+    t->opts = o;
+    t->true_value = -1;
+    t->loss_name = kiln_strdup(ctx, loss);
+    st = t->loss_name ? kiln_model_clone(fwd, &t->fwd) : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) {
+        t->fwd->finalized = true;
+        st = build_training_graph(t, lv);
+    }
+    if (!st) {
+        kiln_session_options so = {.device = KILN_DEVICE_CPU, .threads = o.threads};
+        st = kiln_session_create(t->train, &so, &t->sess);
+    }
+    /* optimizer state and accumulation buffers: one allocation per parameter, made now */
+    int nstate = o.optimizer == KILN_OPTIM_SGD ? (o.momentum != 0) : 2;
+    for (int k = 0; k < t->n_params && !st; k++) {
+        kiln_param *p = &t->params[k];
+        for (int s = 0; s < nstate && !st; s++)
+            if (!(p->state[s] = kiln_calloc(ctx, (size_t)p->numel, sizeof(float), "optimizer state"))) st = KILN_ERR_OUT_OF_MEMORY;
+        if (!st && o.accumulate > 1 && !(p->acc = kiln_calloc(ctx, (size_t)p->numel, sizeof(float), "gradient accumulation")))
+            st = KILN_ERR_OUT_OF_MEMORY;
+        t->param_count += p->numel;
+    }
+    int nf = t->n_data_inputs + t->n_params + t->n_states, no = 1 + t->n_params + t->n_states;
+    if (!st) {
+        t->feeds = kiln_calloc(ctx, (size_t)nf, sizeof *t->feeds, "trainer inputs");
+        t->outs = kiln_calloc(ctx, (size_t)no, sizeof *t->outs, "trainer outputs");
+        if (!t->feeds || !t->outs) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (st) {
+        kiln_trainer_free(t);
+        return st;
+    }
+    for (int k = 0; k < t->n_params; k++) t->feeds[t->n_data_inputs + k] = t->params[k].value;
+    for (int k = 0; k < t->n_states; k++) t->feeds[t->n_data_inputs + t->n_params + k] = t->states[k].value;
+    t->loss_scale = 1;
+    *out = t;
+    return KILN_OK;
+}
+
+void kiln_trainer_free(kiln_trainer *t) {
+    if (!t) return;
+    for (int k = 0; k < t->n_params; k++) {
+        kiln_tensor_free(t->params[k].value);
+        free(t->params[k].state[0]);
+        free(t->params[k].state[1]);
+        free(t->params[k].acc);
+    }
+    for (int k = 0; k < t->n_states; k++) kiln_tensor_free(t->states[k].value);
+    kiln_session_free(t->sess);
+    kiln_model_free(t->train);
+    kiln_model_free(t->fwd);
+    free(t->params);
+    free(t->states);
+    free(t->feeds);
+    free(t->outs);
+    free(t->loss_name);
+    free(t);
+}
+
+/* ---------------------------------------------------------------- stepping */
+
+kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const *inputs, float *loss) {
+    if (!t) return KILN_ERR_INVALID_ARGUMENT;
+    if (n_inputs != t->n_data_inputs || (n_inputs && !inputs))
+        return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given", t->n_data_inputs, n_inputs);
+    for (int i = 0; i < n_inputs; i++) t->feeds[i] = inputs[i];
+    int nf = t->n_data_inputs + t->n_params + t->n_states, no = 1 + t->n_params + t->n_states;
+    /* dropout masks depend only on (seed, micro-step): a resumed run draws the same ones */
+    uint64_t seed = t->opts.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t->micro_steps;
+    kiln_status st = kiln_session_run_seeded(t->sess, seed, nf, t->feeds, no, t->outs);
+    if (st) return st;
+    const int K = t->opts.accumulate;
+    const int micro = (int)(t->micro_steps % K);
+    for (int k = 0; k < t->n_params; k++) {
+        kiln_param *p = &t->params[k];
+        const float *g = t->outs[1 + k]->data;
+        if (K == 1) {
+            p->grad = g;
+            continue;
+        }
+        /* the first micro-batch overwrites, later ones add: no zeroing pass */
+        if (micro == 0) memcpy(p->acc, g, sizeof(float) * (size_t)p->numel);
+        else for (int64_t i = 0; i < p->numel; i++) p->acc[i] += g[i];
+        if (micro == K - 1)
+            for (int64_t i = 0; i < p->numel; i++) p->acc[i] /= (float)K;
+        p->grad = p->acc;
+    }
+    for (int k = 0; k < t->n_states; k++)
+        memcpy(t->states[k].value->data, t->outs[1 + t->n_params + k]->data, kiln_tensor_nbytes(t->states[k].value));
+    if (loss) *loss = (float)kiln_get_f64(t->outs[0], 0);
+    t->micro_steps++;
+    if (micro == K - 1) {
+        float lr = kiln_trainer_lr_at(&t->opts, t->steps);
+        kiln_optimizer_update(&t->opts, t->steps, lr, t->n_params, t->params);
+        t->steps++;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_trainer_stats(const kiln_trainer *t, kiln_train_stats *out) {
+    if (!t || !out) return KILN_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    out->micro_steps = t->micro_steps;
+    out->steps = t->steps;
+    out->skipped_steps = t->skipped_steps;
+    out->lr = kiln_trainer_lr_at(&t->opts, t->steps);
+    out->loss_scale = t->loss_scale;
+    out->params = t->n_params;
+    out->param_count = t->param_count;
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ export */
+
+kiln_status kiln_trainer_export(kiln_trainer *t, const char *output, kiln_model **out) {
+    if (!t || !output || !out) return KILN_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    kiln_context *ctx = t->ctx;
+    const kiln_model *f = t->fwd;
+    int ov = kiln_model_find_value(f, output);
+    bool is_out = false;
+    for (int i = 0; ov >= 0 && i < f->n_outputs; i++) is_out |= f->outputs[i] == ov;
+    if (!is_out) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "'%s' is not an output of the model", output);
+    bool *need = reaching((kiln_model *)f, ov);
+    if (!need) return KILN_ERR_OUT_OF_MEMORY;
+    kiln_model *m = NULL;
+    kiln_status st = kiln_model_create(ctx, &m);
+    m = st ? NULL : m;
+    if (m) m->opset = f->opset;
+    for (int i = 0; i < f->n_inputs && !st; i++) {
+        const kiln_value *v = &f->values[f->inputs[i]];
+        if (need[f->inputs[i]]) st = kiln_model_add_input(m, v->name, v->dtype, v->ndim, v->dims);
+    }
+    for (int v = 0; v < f->n_values && !st; v++) {
+        if (!need[v] || !f->values[v].init) continue;
+        const kiln_tensor *cur = f->values[v].init;
+        for (int k = 0; k < t->n_params; k++)
+            if (t->params[k].fwd_value == v) cur = t->params[k].value;
+        for (int k = 0; k < t->n_states; k++)
+            if (t->states[k].fwd_value == v) cur = t->states[k].value;
+        st = kiln_model_add_initializer(m, f->values[v].name, cur);
+    }
+    for (int i = 0; i < f->n_nodes && !st; i++) {
+        const kiln_node *n = &f->nodes[i];
+        bool used = false;
+        for (int k = 0; k < n->n_out; k++) used |= need[n->out[k]];
+        if (!used) continue;
+        kiln_attr *attrs = n->n_attrs ? kiln_calloc(ctx, (size_t)n->n_attrs, sizeof *attrs, "attributes") : NULL;
+        if (n->n_attrs && !attrs) st = KILN_ERR_OUT_OF_MEMORY;
+        int copied = 0;
+        for (; copied < n->n_attrs && !st; copied++) st = kiln_attr_copy(ctx, &attrs[copied], &n->attrs[copied]);
+        int in[32], o[32];
+        for (int k = 0; k < n->n_in && k < 32; k++) in[k] = n->in[k] >= 0 ? kiln_model_get_value(m, f->values[n->in[k]].name) : -1;
+        for (int k = 0; k < n->n_out && k < 32; k++) o[k] = kiln_model_get_value(m, f->values[n->out[k]].name);
+        if (st || n->n_in > 32 || n->n_out > 32) {
+            for (int a = 0; a < copied; a++) kiln_attr_clear(&attrs[a]);
+            free(attrs);
+            if (!st) st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "node '%s' has too many operands", n->name);
+            break;
+        }
+        int idx = kiln_model_add_node_raw(m, n->op_type, n->name, n->domain, n->n_in, in, n->n_out, o, n->n_attrs, attrs);
+        if (idx < 0) st = KILN_ERR_OUT_OF_MEMORY;
+        else m->nodes[idx].opset = n->opset;
+    }
+    if (!st) st = kiln_model_add_output(m, output);
+    if (!st) st = kiln_model_finalize(m);
+    free(need);
+    if (st) {
+        kiln_model_free(m);
+        return st;
+    }
+    *out = m;
+    return KILN_OK;
+}

@@ -1,0 +1,49 @@
+/* trainer_internal.h — the trainer's state, shared by trainer.c and checkpoint.c. */
+#ifndef KILN_TRAINER_INTERNAL_H
+#define KILN_TRAINER_INTERNAL_H
+
+#include "../core/internal.h"
+
+/* A trained tensor: its value (bound to the training graph as an input), the gradient of
+ * the last step, optimizer state (SGD: momentum buffer; Adam: m, v; Adadelta: square_avg,
+ * acc_delta) and, with accumulation, the summed gradient. */
+typedef struct kiln_param {
+    int fwd_value;      /* value index in the forward model (and its clone) */
+    int grad_value;     /* value index of its gradient in the training graph */
+    kiln_tensor *value; /* f32, owned */
+    int64_t numel;
+    const float *grad;  /* gradient used by the next update (arena or acc) */
+    float *state[2];
+    float *acc;
+} kiln_param;
+
+/* BatchNormalization running statistics: input value and the updated output. */
+typedef struct kiln_state {
+    int fwd_value;
+    int out_value;
+    kiln_tensor *value; /* owned */
+} kiln_state;
+
+struct kiln_trainer {
+    kiln_context *ctx;
+    kiln_train_options opts;
+    kiln_model *fwd;     /* a private copy of the forward model */
+    kiln_model *train;   /* forward + backward graph */
+    kiln_session *sess;
+    char *loss_name;
+    int n_data_inputs;
+    int n_params, n_states;
+    kiln_param *params;
+    kiln_state *states;
+    int true_value;      /* the constant `true` fed to Dropout's training_mode */
+    kiln_tensor **feeds; /* data inputs, then parameters, then states */
+    const kiln_tensor **outs;
+    int64_t micro_steps, steps, skipped_steps, param_count;
+    float loss_scale;
+};
+
+float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step);
+/* One optimizer step over every parameter (the fused update). */
+void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
+
+#endif
