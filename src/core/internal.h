@@ -293,6 +293,11 @@ int kiln_op_index_domain(const char *domain, const char *name);
 kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in,
                          kiln_tensor **in, int n_out, kiln_tensor **out);
 
+/* kiln_session_run with an explicit seed for random ops (the trainer derives it from its
+ * seed and step, so a resumed run draws the same dropout masks). */
+kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
+                                    int n_outputs, const kiln_tensor **outputs);
+
 /* --------------------------------------------------------------- threading */
 
 /* Number of threads CPU kernels should use (the context setting, or all cores). */

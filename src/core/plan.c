@@ -32,7 +32,9 @@ struct kiln_plan {
     kiln_tensor **ptrs; /* storage for the exec nodes' in/out pointer arrays */
     int n_exec;
     exec_node *exec;
-    void *arena;
+    void *arena;        /* host arena (NULL for a plan whose memory lives on a device) */
+    size_t *offset;     /* (n_values) byte offset of each arena value, SIZE_MAX otherwise */
+    bool host_memory;
     size_t arena_bytes, naive_bytes, constant_bytes, workspace_bytes;
     void *workspace;
     int folded_nodes;
@@ -131,6 +133,7 @@ void kiln_plan_free(kiln_plan *p) {
     free(p->exec);
     free(p->ptrs);
     free(p->arena);
+    free(p->offset);
     free(p->workspace);
     free(p);
 }
@@ -347,13 +350,20 @@ static kiln_status plan_memory(kiln_plan *p) {
         slot_of[slots[i].root] = i;
     }
     p->arena_bytes = peak;
+    p->offset = kiln_calloc(ctx, (size_t)nv + 1, sizeof(size_t), "memory plan");
+    if (!p->offset) {
+        st = KILN_ERR_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (int v = 0; v < nv; v++) p->offset[v] = root[v] >= 0 ? slots[slot_of[root[v]]].offset : SIZE_MAX;
+    if (!p->host_memory) goto out; /* a device backend allocates and binds its own arena */
     p->arena = peak ? aligned_alloc(ARENA_ALIGN, peak) : NULL;
     if (peak && !p->arena) {
         st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory allocating the %zu-byte activation arena", peak);
         goto out;
     }
     for (int v = 0; v < nv; v++)
-        if (root[v] >= 0) p->vt[v].data = (char *)p->arena + slots[slot_of[root[v]]].offset;
+        if (root[v] >= 0) p->vt[v].data = (char *)p->arena + p->offset[v];
     /* One workspace shared by all kernels: they run one at a time. */
     size_t ws = 0;
     for (int e = 0; e < p->n_exec; e++) {
@@ -430,13 +440,15 @@ static kiln_status bind_inputs(kiln_plan *p, kiln_tensor *const *inputs) {
     return KILN_OK;
 }
 
-kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold, kiln_plan **out) {
+kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory,
+                            kiln_plan **out) {
     *out = NULL;
     if (!m->finalized)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model is not finalized");
     kiln_plan *p = kiln_calloc(m->ctx, 1, sizeof *p, "a plan");
     if (!p) return KILN_ERR_OUT_OF_MEMORY;
     p->m = m;
+    p->host_memory = host_memory;
     kiln_status st = alloc_tables(p);
     if (!st) {
         p->key = kiln_calloc(m->ctx, (size_t)m->n_inputs + 1, sizeof *p->key, "plan key");
@@ -522,6 +534,26 @@ kiln_status kiln_plan_run_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t
     }
     for (int j = 0; j < n_outputs && j < m->n_outputs; j++) outputs[j] = &p->vt[m->outputs[j]];
     return KILN_OK;
+}
+
+void kiln_plan_view(const kiln_plan *p, kiln_plan_view_t *v) {
+    v->m = p->m;
+    v->n_values = p->n_values;
+    v->vt = p->vt;
+    v->known = p->known;
+    v->offset = p->offset;
+    v->arena_bytes = p->arena_bytes;
+    v->n_exec = p->n_exec;
+    v->exec = p->exec;
+    v->exec_stride = sizeof(exec_node);
+}
+
+int kiln_plan_exec_node(const kiln_plan_view_t *v, int i) {
+    return ((const exec_node *)((const char *)v->exec + (size_t)i * v->exec_stride))->node;
+}
+
+const kiln_op_ctx *kiln_plan_exec_op_ctx(const kiln_plan_view_t *v, int i) {
+    return &((const exec_node *)((const char *)v->exec + (size_t)i * v->exec_stride))->c;
 }
 
 void kiln_plan_get_stats(const kiln_plan *p, kiln_plan_stats *out) {

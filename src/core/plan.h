@@ -13,9 +13,29 @@ typedef struct kiln_plan kiln_plan;
  * records them on the model's values. Nodes that need run-time values are skipped. */
 kiln_status kiln_infer_static(kiln_model *m);
 
-/* Build a plan for these inputs (n_inputs == m->n_inputs). fold: constant folding. */
-kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold,
+/* Build a plan for these inputs (n_inputs == m->n_inputs). fold: constant folding.
+ * host_memory: allocate the arena and workspace on the host (the CPU backend); a device
+ * backend passes false and lays out its own arena from the plan's offsets. */
+kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory,
                             kiln_plan **out);
+
+/* What a device backend reads from a plan (all owned by the plan). */
+typedef struct kiln_plan_view_t {
+    const kiln_model *m;
+    int n_values;
+    const kiln_tensor *vt;  /* (n_values) dtype and shape of every value; host data for constants */
+    const bool *known;      /* (n_values) constant (initializer or folded) */
+    const size_t *offset;   /* (n_values) arena offset of values computed by a run, SIZE_MAX otherwise */
+    size_t arena_bytes;
+    int n_exec;             /* nodes a run executes, in order */
+    const void *exec;
+    size_t exec_stride;
+} kiln_plan_view_t;
+void kiln_plan_view(const kiln_plan *p, kiln_plan_view_t *v);
+/* Node index and (host) op context of run-list entry i: the context's tensors carry shapes
+ * and host constants; a device backend builds its own with device pointers. */
+int kiln_plan_exec_node(const kiln_plan_view_t *v, int i);
+const kiln_op_ctx *kiln_plan_exec_op_ctx(const kiln_plan_view_t *v, int i);
 void kiln_plan_free(kiln_plan *p);
 /* True if the plan was built for inputs of these shapes (and, for inputs whose values
  * shape the graph, these values). */

@@ -50,7 +50,7 @@ static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, kiln_p
         return KILN_OK;
     }
     kiln_plan *p = NULL;
-    kiln_status st = kiln_plan_build(s->m, inputs, !s->opts.no_fold, &p);
+    kiln_status st = kiln_plan_build(s->m, inputs, !s->opts.no_fold, true, &p);
     if (st) return st;
     if (s->n_plans == MAX_PLANS) kiln_plan_free(s->plans[--s->n_plans]);
     memmove(&s->plans[1], &s->plans[0], (size_t)s->n_plans * sizeof(kiln_plan *));
@@ -62,6 +62,12 @@ static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, kiln_p
 
 kiln_status kiln_session_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs,
                              int n_outputs, const kiln_tensor **outputs) {
+    if (!s) return KILN_ERR_INVALID_ARGUMENT;
+    return kiln_session_run_seeded(s, s->runs, n_inputs, inputs, n_outputs, outputs);
+}
+
+kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
+                                    int n_outputs, const kiln_tensor **outputs) {
     if (!s) return KILN_ERR_INVALID_ARGUMENT;
     kiln_model *m = s->m;
     if (n_inputs != m->n_inputs)
@@ -79,7 +85,8 @@ kiln_status kiln_session_run(kiln_session *s, int n_inputs, kiln_tensor *const *
     kiln_plan *p = NULL;
     kiln_status st = find_plan(s, inputs, &p);
     if (st) return st;
-    return kiln_plan_run_cpu(p, inputs, s->runs++, n_outputs, outputs);
+    s->runs++;
+    return kiln_plan_run_cpu(p, inputs, seed, n_outputs, outputs);
 }
 
 kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out) {

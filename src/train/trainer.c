@@ -350,7 +350,9 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
         return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given", t->n_data_inputs, n_inputs);
     for (int i = 0; i < n_inputs; i++) t->feeds[i] = inputs[i];
     int nf = t->n_data_inputs + t->n_params + t->n_states, no = 1 + t->n_params + t->n_states;
-    kiln_status st = kiln_session_run(t->sess, nf, t->feeds, no, t->outs);
+    /* dropout masks depend only on (seed, micro-step): a resumed run draws the same ones */
+    uint64_t seed = t->opts.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t->micro_steps;
+    kiln_status st = kiln_session_run_seeded(t->sess, seed, nf, t->feeds, no, t->outs);
     if (st) return st;
     const int K = t->opts.accumulate;
     const int micro = (int)(t->micro_steps % K);
