@@ -21,7 +21,11 @@ static double deriv(double x, double y, const kiln_unary_args *a) { return x < 0
 static void grad_f32(const float *x, const float *y, const float *dy, float *dx, int64_t n,
                      const kiln_unary_args *a) {
     const float alpha = (float)a->alpha;
-    for (int64_t i = 0; i < n; i++) dx[i] = x[i] < 0 ? alpha * dy[i] : dy[i];
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        const float d = dy[i];
+        dx[i] = x[i] < 0 ? alpha * d : d;
+    }
 }
 static const kiln_unary_grad_def grad_def = {deriv, args, KILN_UNARY_X, grad_f32};
 
