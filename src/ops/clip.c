@@ -164,12 +164,20 @@ static int test(void) {
     in[0] = kt_make(KILN_BOOL, 1, KT_DIMS(2), KT_VALS(0, 1));
     fails += kiln_optest_fails("Clip", "", 1, in, 1, KILN_ERR_TYPE, "clip rejects bool");
     /* away from the bounds */
-    fails += kiln_gradcheck("Clip", "", 0, 3, (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(6), KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2)), kt_scalar(KILN_F64, -1), kt_scalar(KILN_F64, 1)}, (const bool[]){true, false, false},
-                            "clip grad min -1 max 1");
-    fails += kiln_gradcheck("Clip", "", 0, 2, (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(6), KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2)), NULL, kt_scalar(KILN_F64, 0.5)}, (const bool[]){true, false, false},
-                            "clip grad max 0.5 only");
-    fails += kiln_gradcheck("Clip", "min=-0.5;max=1.0", 6, 1, (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(6), KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2))}, NULL,
-                            "clip grad opset 6 attributes");
+    fails += kiln_gradcheck("Clip", "", 0, 3,
+                            (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(6),
+                                                      KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2)),
+                                              kt_scalar(KILN_F64, -1),
+                                              kt_scalar(KILN_F64, 1)},
+                            (const bool[]){true, false, false}, "clip grad min -1 max 1");
+    fails += kiln_gradcheck("Clip", "", 0, 2,
+                            (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(6),
+                                                      KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2)),
+                                              NULL,
+                                              kt_scalar(KILN_F64, 0.5)},
+                            (const bool[]){true, false, false}, "clip grad max 0.5 only");
+    fails += kiln_unary_gradcheck("Clip", "min=-0.5;max=1.0", 6, 6, KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2),
+                                  "clip grad opset 6 attributes");
     return fails;
 }
 

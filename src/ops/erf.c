@@ -12,7 +12,9 @@ static double erf_fn(double x, const kiln_unary_args *a) { return erf(x); }
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, erf_fn, NULL, NULL); }
 
-static double deriv(double x, double y, const kiln_unary_args *a) { return 1.12837916709551257390 * exp(-x * x); }
+static double deriv(double x, double y, const kiln_unary_args *a) {
+    return 1.12837916709551257390 * exp(-x * x); /* 2 / sqrt(pi) */
+}
 static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_X, NULL};
 
 static int test(void) {
@@ -28,8 +30,9 @@ static int test(void) {
     fails += kiln_optest("Erf", "", 1, &x, 1, &y, 0, 1e-13, "erf f64");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Erf", "", 1, &x, 1, KILN_ERR_TYPE, "erf rejects i32");
-    fails += kiln_gradcheck("Erf", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)}, NULL,
-                            "erf grad");
+    fails += kiln_gradcheck("Erf", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)},
+                            NULL, "erf grad");
     return fails;
 }
 

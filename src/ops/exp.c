@@ -27,8 +27,9 @@ static int test(void) {
     fails += kiln_optest("Exp", "", 1, &x, 1, &y, 0, 1e-3, "exp f16");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Exp", "", 1, &x, 1, KILN_ERR_TYPE, "exp rejects i32");
-    fails += kiln_gradcheck("Exp", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)}, NULL,
-                            "exp grad");
+    fails += kiln_gradcheck("Exp", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)},
+                            NULL, "exp grad");
     return fails;
 }
 

@@ -41,10 +41,10 @@ static int test(void) {
     fails += kiln_optest("LeakyRelu", "alpha=0.1", 1, &x, 1, &y, 0, 1e-7, "leakyrelu f64 alpha");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("LeakyRelu", "", 1, &x, 1, KILN_ERR_TYPE, "leakyrelu rejects i32");
-    fails += kiln_gradcheck("LeakyRelu", "", 0, 1, (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(6), KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6))}, NULL,
-                            "leakyrelu grad default alpha");
-    fails += kiln_gradcheck("LeakyRelu", "alpha=-0.5", 0, 1, (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(6), KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6))}, NULL,
-                            "leakyrelu grad alpha -0.5");
+    fails += kiln_unary_gradcheck("LeakyRelu", "", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "leakyrelu grad default alpha");
+    fails += kiln_unary_gradcheck("LeakyRelu", "alpha=-0.5", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "leakyrelu grad alpha -0.5");
     return fails;
 }
 

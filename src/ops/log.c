@@ -26,8 +26,9 @@ static int test(void) {
     fails += kiln_optest("Log", "", 1, &x, 1, &y, 0, 1e-13, "log f64");
     x = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2));
     fails += kiln_optest_fails("Log", "", 1, &x, 1, KILN_ERR_TYPE, "log rejects i64");
-    fails += kiln_gradcheck("Log", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), 0.3, 3, 1)}, NULL,
-                            "log grad");
+    fails += kiln_gradcheck("Log", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), 0.3, 3, 1)},
+                            NULL, "log grad");
     return fails;
 }
 

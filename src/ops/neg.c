@@ -38,8 +38,9 @@ static int test(void) {
     fails += kiln_optest("Neg", "", 1, &x, 1, &y, 0, 0, "neg f64");
     x = kt_make(KILN_U8, 1, KT_DIMS(2), KT_VALS(1, 2));
     fails += kiln_optest_fails("Neg", "", 1, &x, 1, KILN_ERR_TYPE, "neg rejects u8");
-    fails += kiln_gradcheck("Neg", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)}, NULL,
-                            "neg grad");
+    fails += kiln_gradcheck("Neg", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)},
+                            NULL, "neg grad");
     return fails;
 }
 

@@ -57,8 +57,9 @@ static int test(void) {
     float *yp = y->data;       // (n)
     for (int64_t i = 0; i < n; i++) yp[i] = xp[i] > 0 ? xp[i] : 0;
     fails += kiln_optest("Relu", "", 1, &x, 1, &y, 0, 0, "relu f32 large, threaded");
-    fails += kiln_gradcheck("Relu", "", 0, 1, (kiln_tensor *[]){kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6))}, NULL,
-                            "relu grad");
+    fails += kiln_gradcheck("Relu", "", 0, 1,
+                            (kiln_tensor *[]){kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6))},
+                            NULL, "relu grad");
     return fails;
 }
 

@@ -35,8 +35,9 @@ static int test(void) {
     fails += kiln_optest("Sigmoid", "", 1, &x, 1, &y, 0, 1e-3, "sigmoid f16");
     x = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Sigmoid", "", 1, &x, 1, KILN_ERR_TYPE, "sigmoid rejects i64");
-    fails += kiln_gradcheck("Sigmoid", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -3, 3, 1)}, NULL,
-                            "sigmoid grad");
+    fails += kiln_gradcheck("Sigmoid", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -3, 3, 1)},
+                            NULL, "sigmoid grad");
     return fails;
 }
 

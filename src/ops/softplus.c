@@ -37,8 +37,9 @@ static int test(void) {
     fails += kiln_optest("Softplus", "", 1, &x, 1, &y, 0, 1e-13, "softplus f64 extremes");
     x = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Softplus", "", 1, &x, 1, KILN_ERR_TYPE, "softplus rejects i64");
-    fails += kiln_gradcheck("Softplus", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -3, 3, 1)}, NULL,
-                            "softplus grad");
+    fails += kiln_gradcheck("Softplus", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -3, 3, 1)},
+                            NULL, "softplus grad");
     return fails;
 }
 

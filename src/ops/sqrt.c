@@ -26,8 +26,9 @@ static int test(void) {
     fails += kiln_optest("Sqrt", "", 1, &x, 1, &y, 0, 0, "sqrt bf16");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(4, 9));
     fails += kiln_optest_fails("Sqrt", "", 1, &x, 1, KILN_ERR_TYPE, "sqrt rejects i32");
-    fails += kiln_gradcheck("Sqrt", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), 0.3, 3, 1)}, NULL,
-                            "sqrt grad");
+    fails += kiln_gradcheck("Sqrt", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), 0.3, 3, 1)},
+                            NULL, "sqrt grad");
     return fails;
 }
 

@@ -28,8 +28,9 @@ static int test(void) {
     fails += kiln_optest("Tanh", "", 1, &x, 1, &y, 0, 8e-3, "tanh bf16");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Tanh", "", 1, &x, 1, KILN_ERR_TYPE, "tanh rejects i32");
-    fails += kiln_gradcheck("Tanh", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)}, NULL,
-                            "tanh grad");
+    fails += kiln_gradcheck("Tanh", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)},
+                            NULL, "tanh grad");
     return fails;
 }
 

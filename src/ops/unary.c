@@ -92,6 +92,12 @@ kiln_status kiln_unary_grad(kiln_grad_ctx *g) {
     return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
 }
 
+int kiln_unary_gradcheck(const char *op, const char *attrs, int opset, int n, const double *vals,
+                         const char *label) {
+    kiln_tensor *x = kt_make(KILN_F64, 1, KT_DIMS(n), vals);
+    return x ? kiln_gradcheck(op, attrs, opset, 1, &x, NULL, label) : 1;
+}
+
 /* The forward op's derivative, or NULL when attribute op names no op of the family. */
 static const kiln_unary_grad_def *grad_def(const kiln_node *n) {
     const kiln_op_def *d = kiln_op_find(kiln_attr_string(n, "op", ""));

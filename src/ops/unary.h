@@ -72,5 +72,8 @@ typedef struct kiln_unary_grad_def {
  * Floor: the gradient does not flow there at all). Inputs other than X (Clip's bounds)
  * get no gradient: asking for one fails with KILN_ERR_UNSUPPORTED. */
 kiln_status kiln_unary_grad(kiln_grad_ctx *g);
+/* For the ops' tests: kiln_gradcheck of op on the f64 vector vals (n elements). */
+int kiln_unary_gradcheck(const char *op, const char *attrs, int opset, int n, const double *vals,
+                         const char *label);
 
 #endif
