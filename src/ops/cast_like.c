@@ -87,5 +87,5 @@ static int test(void) {
 
 const kiln_op_def kiln_op_cast_like = {
     .name = "CastLike", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .shape_only_inputs = 2, .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
+    .shape_only_inputs = 2, .nondiff_inputs = 2, .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
