@@ -7,7 +7,7 @@
  * Float dtypes and (opset 12+) all integer dtypes, compared exactly in their own domain:
  * signed as int64, unsigned as uint64. NaN elements stay NaN.
  * Gradient: dY where min <= X <= max, i.e. where Y = X (NaN passes), else 0;
- * the bounds get none (asking fails with KILN_ERR_UNSUPPORTED).
+ * the bounds get none (asking fails with KILN_ERR_UNSUPPORTED) and are never trained.
  */
 #include "../core/optest.h"
 #include "unary.h"
@@ -183,6 +183,6 @@ static int test(void) {
 
 const kiln_op_def kiln_op_clip = {
     .name = "Clip", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .nondiff_inputs = 6, .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
     .family = &grad_def,
 };
