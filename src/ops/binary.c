@@ -267,7 +267,7 @@ kiln_status kiln_binary_grad_check(kiln_grad_ctx *g) {
     return KILN_OK;
 }
 
-int kiln_grad_scalar(kiln_grad_ctx *g, double v, int like) {
+int kiln_binary_grad_scalar(kiln_grad_ctx *g, double v, int like) {
     kiln_model *m = g->m;
     kiln_tensor *t = kiln_tensor_new(m->ctx, KILN_F64, 0, NULL);
     if (!t) return -1;

@@ -150,7 +150,7 @@ kiln_status kiln_binary_grad_check(kiln_grad_ctx *g);
 /* The scalar constant v in like's dtype: CastLike of an f64 initializer, folded by the
  * planner (CastLike reads only like's dtype). Rules cannot name the dtype themselves: it
  * is unknown until a plan when the graph has symbolic dims. Returns a value or -1. */
-int kiln_grad_scalar(kiln_grad_ctx *g, double v, int like);
+int kiln_binary_grad_scalar(kiln_grad_ctx *g, double v, int like);
 
 /* Min and Max: input k's gradient is dY where X_k is the selected input, i.e. equals Y
  * (both NaN counts as equal), and no earlier input does: ties go to the first input.

@@ -21,7 +21,7 @@ static kiln_status grad(kiln_grad_ctx *g) {
     int d = g->dy[0];
     if (n > 1) {
         /* divided once, before the per-input sums */
-        int in[2] = {d, kiln_grad_scalar(g, n, d)};
+        int in[2] = {d, kiln_binary_grad_scalar(g, n, d)};
         d = in[1] < 0 ? -1 : kiln_grad_emit(g, NULL, "Div", 2, in, 1, NULL, false, NULL);
     }
     return kiln_binary_grad_all(g, d);

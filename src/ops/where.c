@@ -69,7 +69,7 @@ static kiln_status grad(kiln_grad_ctx *g) {
                          n->name, g->m->values[n->in[0]].name);
     kiln_status st = kiln_binary_grad_check(g);
     if (st) return st;
-    int zero = kiln_grad_scalar(g, 0, g->dy[0]);
+    int zero = kiln_binary_grad_scalar(g, 0, g->dy[0]);
     for (int k = 1; k < 3 && !st; k++) {
         if (!g->need[k]) continue;
         int in[3] = {KILN_GRAD_IN(g, 0), k == 1 ? g->dy[0] : zero, k == 1 ? zero : g->dy[0]};
