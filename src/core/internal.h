@@ -256,6 +256,9 @@ typedef struct kiln_op_def {
     /* Autograd: emit the nodes computing dL/d(inputs) from dL/d(outputs); see
      * kiln_grad_ctx. NULL: the op is not differentiable. */
     kiln_status (*grad)(kiln_grad_ctx *g);
+    /* Data the shared code of an op family reads through the registry, e.g. unary.h's
+     * kiln_unary_grad_def (the derivative kiln.UnaryGrad evaluates). NULL: none. */
+    const void *family;
 } kiln_op_def;
 
 /* ------------------------------------------------------------------ autograd */
