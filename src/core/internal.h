@@ -172,6 +172,9 @@ struct kiln_model {
     int opset;          /* default-domain opset */
     bool finalized;
     char *producer;     /* e.g. "pytorch 2.11" */
+    /* Open-addressing hash of value indices by name (-1: empty slot), kept by graph.c;
+     * NULL (after an allocation failure) means lookups scan. */
+    int *name_index, name_index_cap;
 };
 
 /* Value lookup / creation by name (-1 if absent / on OOM). */
@@ -253,6 +256,9 @@ typedef struct kiln_op_def {
     /* Autograd: emit the nodes computing dL/d(inputs) from dL/d(outputs); see
      * kiln_grad_ctx. NULL: the op is not differentiable. */
     kiln_status (*grad)(kiln_grad_ctx *g);
+    /* Data the shared code of an op family reads through the registry, e.g. unary.h's
+     * kiln_unary_grad_def (the derivative kiln.UnaryGrad evaluates). NULL: none. */
+    const void *family;
 } kiln_op_def;
 
 /* ------------------------------------------------------------------ autograd */
@@ -301,6 +307,19 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in,
  * seed and step, so a resumed run draws the same dropout masks). */
 kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
                                     int n_outputs, const kiln_tensor **outputs);
+
+/* Benchmark one input shape (kiln bench): `warmup` runs, then `iters` timed runs. On the
+ * CPU each timed run is a whole run; on CUDA compute times are device events around graph
+ * replays with the inputs resident, and transfers are timed once each. Arrays are owned
+ * by the caller (iters entries). */
+typedef struct kiln_bench_times {
+    double first_ms;    /* the first run: planning, autotuning, upload of constants, the run */
+    double *run_ms;     /* (iters) end-to-end run: upload + compute + download + sync */
+    double *compute_ms; /* (iters) compute only (CUDA: events; CPU: same as run_ms) */
+    double h2d_ms, d2h_ms;
+} kiln_bench_times;
+kiln_status kiln_session_bench(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
+                               kiln_bench_times *t);
 
 /* --------------------------------------------------------------- threading */
 
