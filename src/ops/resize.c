@@ -19,7 +19,12 @@
  * floor, ceil) then clamped to [0, in-1]; any dtype (the op only moves elements).
  * linear: weights 1-f, f on floor(x_o) and floor(x_o)+1, indices clamped to the edge,
  * multiplied across axes, computed in double; float dtypes only. cubic mode and
- * antialiased linear downsampling (opset 18) are rejected with KILN_ERR_UNSUPPORTED. */
+ * antialiased linear downsampling (opset 18) are rejected with KILN_ERR_UNSUPPORTED.
+ *
+ * Gradient w.r.t. X: kiln.ResizeGrad(dY, X, roi, scales, sizes) with Resize's attributes
+ * and opset (X read shape-only) adds every element of dY into the input elements it was
+ * read from, times their weights: the transpose of the resize. Float dtypes; f16/bf16
+ * accumulate in doubles. */
 #include "../core/optest.h"
 #include "movement.h"
 
@@ -74,8 +79,10 @@ static kiln_status parse_modes(kiln_op_ctx *c, resize_plan *p) {
     return KILN_OK;
 }
 
-static kiln_status plan(kiln_op_ctx *c, resize_plan *p) {
-    const kiln_tensor *x = c->in[0];
+/* The resize of X = c->in[at] by the scales (at + 2) and sizes (at + 3) inputs (Resize:
+ * at 0; ResizeGrad: 1). */
+static kiln_status plan(kiln_op_ctx *c, int at, resize_plan *p) {
+    const kiln_tensor *x = c->in[at];
     const kiln_node *node = c->node;
     int r = x->ndim;
     kiln_status st = parse_modes(c, p);
@@ -104,8 +111,8 @@ static kiln_status plan(kiln_op_ctx *c, resize_plan *p) {
         for (int i = 0; i < r; i++) axes[i] = i;
     }
 
-    const kiln_tensor *scales = c->n_in > 2 ? c->in[2] : NULL;
-    const kiln_tensor *sizes = c->n_in > 3 ? c->in[3] : NULL;
+    const kiln_tensor *scales = c->n_in > at + 2 ? c->in[at + 2] : NULL;
+    const kiln_tensor *sizes = c->n_in > at + 3 ? c->in[at + 3] : NULL;
     if (scales && kiln_tensor_numel(scales) == 0) scales = NULL;
     if (sizes && kiln_tensor_numel(sizes) == 0) sizes = NULL;
     KILN_OP_CHECK(c, (scales != NULL) != (sizes != NULL), KILN_ERR_SHAPE,
@@ -139,7 +146,7 @@ static kiln_status plan(kiln_op_ctx *c, resize_plan *p) {
     } else {
         int64_t want[KILN_MAX_DIMS];
         int n;
-        st = kiln_read_ints(c, 3, "sizes", want, KILN_MAX_DIMS, &n);
+        st = kiln_read_ints(c, at + 3, "sizes", want, KILN_MAX_DIMS, &n);
         if (st != KILN_OK) return st;
         KILN_OP_CHECK(c, n == na, KILN_ERR_SHAPE, "sizes has %d values for %d axes", n, na);
         for (int i = 0; i < na; i++) {
@@ -175,8 +182,9 @@ static kiln_status plan(kiln_op_ctx *c, resize_plan *p) {
     return KILN_OK;
 }
 
-static kiln_status infer(kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0];
+/* The checks of inference outside plan(), for X = c->in[at]. */
+static kiln_status check_input(kiln_op_ctx *c, int at) {
+    const kiln_tensor *x = c->in[at];
     const char *ct = kiln_attr_string(c->node, "coordinate_transformation_mode", "half_pixel");
     KILN_OP_CHECK(c, strcmp(ct, "tf_crop_and_resize") != 0, KILN_ERR_UNSUPPORTED,
                   "coordinate_transformation_mode tf_crop_and_resize is not supported");
@@ -185,8 +193,15 @@ static kiln_status infer(kiln_op_ctx *c) {
     KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
                   "input dtype %s is not supported", kiln_dtype_name(x->dtype));
     KILN_OP_CHECK(c, x->ndim >= 1, KILN_ERR_SHAPE, "cannot resize a scalar");
+    return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_status st = check_input(c, 0);
+    if (st != KILN_OK) return st;
     resize_plan p;
-    kiln_status st = plan(c, &p);
+    st = plan(c, 0, &p);
     if (st != KILN_OK) return st;
     KILN_OP_CHECK(c, !p.linear || kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
                   "mode linear needs a float input, not %s", kiln_dtype_name(x->dtype));
@@ -237,16 +252,22 @@ static size_t workspace(const kiln_op_ctx *c) {
     return per * kiln_axis_maps_bytes(c->out[0]->ndim, c->out[0]->dims);
 }
 
+/* Per output axis: the offset of the input element each output position copies. */
+static void nearest_tables(int64_t **maps, const resize_plan *p, int nd, const int64_t *xdims,
+                           const int64_t *ydims, void *ws) {
+    int64_t stride[KILN_MAX_DIMS];
+    kiln_strides(nd, xdims, stride);
+    kiln_axis_maps_carve(maps, ws, nd, ydims);
+    for (int d = 0; d < nd; d++)
+        for (int64_t j = 0; j < ydims[d]; j++)
+            maps[d][j] = nearest_index(p, source_coord(p, d, j, xdims[d]), xdims[d]) * stride[d];
+}
+
 static kiln_status forward_nearest(kiln_op_ctx *c, const resize_plan *p) {
     const kiln_tensor *x = c->in[0];
     kiln_tensor *y = c->out[0];
-    int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
-    kiln_strides(x->ndim, x->dims, stride);
-    kiln_axis_maps_carve(maps, c->workspace, y->ndim, y->dims);
-    for (int d = 0; d < y->ndim; d++)
-        for (int64_t j = 0; j < y->dims[d]; j++)
-            maps[d][j] =
-                nearest_index(p, source_coord(p, d, j, x->dims[d]), x->dims[d]) * stride[d];
+    int64_t *maps[KILN_MAX_DIMS];
+    nearest_tables(maps, p, y->ndim, x->dims, y->dims, c->workspace);
     kiln_gather_axes(y->data, x->data, kiln_dtype_size(x->dtype), y->ndim, y->dims,
                      (const int64_t *const *)maps, NULL);
     return KILN_OK;
@@ -297,35 +318,41 @@ static void linear_range(const kiln_tensor *x, kiln_tensor *y, const linear_axes
     }
 }
 
-static kiln_status forward_linear(kiln_op_ctx *c, const resize_plan *p) {
-    const kiln_tensor *x = c->in[0];
-    kiln_tensor *y = c->out[0];
-    int nd = y->ndim;
+/* Fill la for an output of dims ydims from an input of dims xdims, carving the tables out
+ * of ws (three times kiln_axis_maps_bytes(nd, ydims)). */
+static void linear_tables(linear_axes *la, const resize_plan *p, int nd, const int64_t *xdims,
+                          const int64_t *ydims, void *ws) {
     int64_t stride[KILN_MAX_DIMS];
-    kiln_strides(x->ndim, x->dims, stride);
-    linear_axes la;
-    la.n_active = 0;
-    size_t maps_bytes = kiln_axis_maps_bytes(nd, y->dims);
-    char *ws = c->workspace;
-    kiln_axis_maps_carve(la.o0, ws, nd, y->dims);
-    kiln_axis_maps_carve(la.o1, ws + maps_bytes, nd, y->dims);
+    kiln_strides(nd, xdims, stride);
+    la->n_active = 0;
+    size_t maps_bytes = kiln_axis_maps_bytes(nd, ydims);
+    char *w = ws;
+    kiln_axis_maps_carve(la->o0, w, nd, ydims);
+    kiln_axis_maps_carve(la->o1, w + maps_bytes, nd, ydims);
     int64_t *w1_raw[KILN_MAX_DIMS];
-    kiln_axis_maps_carve(w1_raw, ws + 2 * maps_bytes, nd, y->dims);
-    for (int d = 0; d < nd; d++) la.w1[d] = (double *)(void *)w1_raw[d];
+    kiln_axis_maps_carve(w1_raw, w + 2 * maps_bytes, nd, ydims);
+    for (int d = 0; d < nd; d++) la->w1[d] = (double *)(void *)w1_raw[d];
     for (int d = 0; d < nd; d++) {
-        int64_t in = x->dims[d];
+        int64_t in = xdims[d];
         bool active = false;
-        for (int64_t j = 0; j < y->dims[d]; j++) {
+        for (int64_t j = 0; j < ydims[d]; j++) {
             double xo = source_coord(p, d, j, in);
             xo = xo < -1 ? -1 : xo > (double)in ? (double)in : xo;
             double fl = floor(xo);
-            la.o0[d][j] = clamp_index(fl, in) * stride[d];
-            la.o1[d][j] = clamp_index(fl + 1, in) * stride[d];
-            la.w1[d][j] = xo - fl;
-            active |= la.w1[d][j] != 0;
+            la->o0[d][j] = clamp_index(fl, in) * stride[d];
+            la->o1[d][j] = clamp_index(fl + 1, in) * stride[d];
+            la->w1[d][j] = xo - fl;
+            active |= la->w1[d][j] != 0;
         }
-        if (active) la.active[la.n_active++] = d;
+        if (active) la->active[la->n_active++] = d;
     }
+}
+
+static kiln_status forward_linear(kiln_op_ctx *c, const resize_plan *p) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    linear_axes la;
+    linear_tables(&la, p, y->ndim, x->dims, y->dims, c->workspace);
     int64_t n = kiln_tensor_numel(y);
     int64_t nt = n >= (1 << 14) ? kiln_cpu_threads() : 1;
     if (nt > n) nt = n;
@@ -338,9 +365,115 @@ static kiln_status forward_linear(kiln_op_ctx *c, const resize_plan *p) {
 static kiln_status forward(kiln_op_ctx *c) {
     if (kiln_tensor_numel(c->out[0]) == 0) return KILN_OK;
     resize_plan p;
-    kiln_status st = plan(c, &p);
+    kiln_status st = plan(c, 0, &p);
     if (st != KILN_OK) return st;
     return p.linear ? forward_linear(c, &p) : forward_nearest(c, &p);
+}
+
+/* ---------------------------------------------------------------- gradient */
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    static const char *const what[4] = {"X", "roi", "scales", "sizes"};
+    for (int k = 1; k < 4; k++) {
+        kiln_status st = kiln_grad_refuse(g, k, what[k]);
+        if (st != KILN_OK) return st;
+    }
+    if (!g->need[0]) return KILN_OK;
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    int in[5] = {g->dy[0], -1, -1, -1, -1};
+    for (int k = 0; k < n->n_in; k++) in[1 + k] = n->in[k];
+    g->dx[0] = kiln_grad_emit(g, "kiln", "ResizeGrad", n->n_in + 1, in, 1, NULL, true, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1];
+    kiln_status st = check_input(c, 1);
+    if (st != KILN_OK) return st;
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
+                  "X must be a float tensor, not %s", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY has dtype %s, X has %s",
+                  kiln_dtype_name(dy->dtype), kiln_dtype_name(x->dtype));
+    resize_plan p;
+    st = plan(c, 1, &p);
+    if (st != KILN_OK) return st;
+    bool same = dy->ndim == x->ndim;
+    for (int d = 0; same && d < x->ndim; d++) same = dy->dims[d] == p.out[d];
+    char want[160];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have the resized shape %s",
+                  kiln_dims_str(x->ndim, p.out, want, sizeof want));
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+/* the forward's tables over dY's axes, then the accumulator */
+static size_t workspace_grad(const kiln_op_ctx *c) {
+    size_t per = strcmp(kiln_attr_string(c->node, "mode", "nearest"), "linear") == 0 ? 3 : 1;
+    return per * kiln_axis_maps_bytes(c->in[0]->ndim, c->in[0]->dims) +
+           kiln_scatter_add_bytes(c->out[0]);
+}
+
+/* Every element of dY, times each corner's weight, added into that corner of dX. One
+ * thread: corners of different outputs meet. */
+static void linear_grad(const kiln_tensor *dy, float *accf, double *accd, const linear_axes *la) {
+    int nd = dy->ndim;
+    int64_t idx[KILN_MAX_DIMS] = {0}, n = kiln_tensor_numel(dy);
+    const float *df = dy->dtype == KILN_F32 ? dy->data : NULL;
+    int corners = 1 << la->n_active;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t base = 0;
+        for (int d = 0; d < nd; d++) base += la->o0[d][idx[d]];
+        double g = df ? (double)df[i] : kiln_get_f64(dy, i);
+        for (int m = 0; m < corners; m++) {
+            int64_t off = base;
+            double w = 1;
+            for (int a = 0; a < la->n_active; a++) {
+                int d = la->active[a];
+                double w1 = la->w1[d][idx[d]];
+                if (m >> a & 1) {
+                    off += la->o1[d][idx[d]] - la->o0[d][idx[d]];
+                    w *= w1;
+                } else {
+                    w *= 1 - w1;
+                }
+            }
+            if (w == 0) continue;
+            if (accf) accf[off] += (float)(w * g);
+            else accd[off] += w * g;
+        }
+        for (int d = nd - 1; d >= 0 && ++idx[d] == dy->dims[d]; d--) idx[d] = 0;
+    }
+}
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    kiln_tensor *dx = c->out[0];
+    int64_t nx = kiln_tensor_numel(dx);
+    if (nx == 0) return KILN_OK;
+    resize_plan p;
+    kiln_status st = plan(c, 1, &p);
+    if (st != KILN_OK) return st;
+    int nd = dx->ndim;
+    size_t maps_bytes = kiln_axis_maps_bytes(nd, dy->dims);
+    if (!p.linear) {
+        int64_t *maps[KILN_MAX_DIMS];
+        nearest_tables(maps, &p, nd, dx->dims, dy->dims, c->workspace);
+        kiln_scatter_add_axes(dx, dy, (const int64_t *const *)maps,
+                              (char *)c->workspace + maps_bytes);
+        return KILN_OK;
+    }
+    linear_axes la;
+    linear_tables(&la, &p, nd, dx->dims, dy->dims, c->workspace);
+    /* f32 and f64 accumulate in dX, f16 and bf16 in doubles after the tables */
+    float *accf = dx->dtype == KILN_F32 ? dx->data : NULL;
+    double *accd = dx->dtype == KILN_F64 ? dx->data : NULL;
+    if (!accf && !accd) accd = (double *)(void *)((char *)c->workspace + 3 * maps_bytes);
+    if (accf) memset(accf, 0, (size_t)nx * sizeof *accf);
+    else memset(accd, 0, (size_t)nx * sizeof *accd);
+    linear_grad(dy, accf, accd, &la);
+    if (accd && accd != dx->data)
+        for (int64_t i = 0; i < nx; i++) kiln_set_f64(dx, i, accd[i]);
+    return KILN_OK;
 }
 
 /* Runs Resize on x with scales (f32) or sizes (int64), whichever is non-NULL. */
@@ -350,6 +483,53 @@ static int resize_case(const char *attrs, int opset, kiln_tensor *x, int n, cons
     if (scales) in[2] = kt_make(KILN_F32, 1, KT_DIMS(n), scales);
     if (sizes) in[3] = kt_make(KILN_I64, 1, KT_DIMS(n), sizes);
     return kiln_optest_opset("Resize", attrs, opset, 4, in, 1, &y, 1e-6, 1e-6, label);
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[5], *want;
+    /* nearest x2, x3: each input element sums its 2x3 block of dY = 1..24 */
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 6), NULL);
+    for (int i = 0; in[0] && i < 24; i++) kiln_set_f64(in[0], i, i + 1);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 3));
+    in[4] = NULL;
+    want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(30, 48, 102, 120));
+    fails += kiln_optest("ResizeGrad", "mode=nearest", 5, in, 1, &want, 0, 0,
+                         "resize grad nearest upsample");
+
+    /* bilinear half_pixel 2x2 -> 4x4: per axis W = [[1,0],[.75,.25],[.25,.75],[0,1]], so
+     * dX = W^T dY W (numpy) for dY = 1..16 */
+    in[0] = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 4, 4), NULL);
+    for (int i = 0; in[0] && i < 16; i++) kiln_set_f64(in[0], i, i + 1);
+    in[1] = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[2] = NULL;
+    in[3] = NULL;
+    in[4] = kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 4, 4));
+    want = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(16.5, 23.5, 44.5, 51.5));
+    fails += kiln_optest("ResizeGrad", "mode=linear", 5, in, 1, &want, 0, 0,
+                         "resize grad bilinear bf16 sizes");
+
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 5), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2));
+    fails += kiln_optest_fails("ResizeGrad", "mode=linear", 4, in, 1, KILN_ERR_SHAPE,
+                               "resize grad dY of the wrong shape");
+    return fails;
+}
+
+/* A gradient check of Resize w.r.t. x, resized by scales (f32) or sizes (int64); roi is
+ * absent. */
+static int resize_gradcheck(const char *attrs, int opset, kiln_tensor *x, int n,
+                            const double *scales, const double *sizes, const char *label) {
+    kiln_tensor *in[4] = {x, NULL, NULL, NULL};
+    if (scales) in[2] = kt_make(KILN_F32, 1, KT_DIMS(n), scales);
+    if (sizes) in[3] = kt_make(KILN_I64, 1, KT_DIMS(n), sizes);
+    /* scales is float but never trained (nondiff_inputs); the rule refuses it */
+    return kiln_gradcheck("Resize", attrs, opset, 4, in, (const bool[]){true, false, false, false},
+                          label);
 }
 
 static int test(void) {
@@ -508,6 +688,25 @@ static int test(void) {
     in[2] = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2));
     fails += kiln_optest_fails("Resize", "mode=linear", 3, in, 1, KILN_ERR_TYPE,
                                "resize linear int32");
+
+    fails += resize_gradcheck("mode=nearest", 0,
+                              kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 2, 3), -1, 1, 1), 4,
+                              KT_VALS(1, 1, 2, 1.5), NULL, "resize grad nearest upsample");
+    fails += resize_gradcheck("mode=nearest;nearest_mode=ceil", 0,
+                              kt_rand(KILN_F64, 3, KT_DIMS(2, 5, 4), -1, 1, 2), 3, NULL,
+                              KT_VALS(2, 3, 2), "resize grad nearest downsample");
+    fails += resize_gradcheck("mode=linear", 0,
+                              kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 3, 2), -1, 1, 3), 4,
+                              KT_VALS(1, 1, 2, 2), NULL, "resize grad bilinear half_pixel");
+    fails += resize_gradcheck("mode=linear;coordinate_transformation_mode=align_corners", 0,
+                              kt_rand(KILN_F64, 4, KT_DIMS(1, 1, 3, 3), -1, 1, 4), 4, NULL,
+                              KT_VALS(1, 1, 5, 4), "resize grad bilinear align_corners");
+    fails += resize_gradcheck("mode=linear;coordinate_transformation_mode=asymmetric", 0,
+                              kt_rand(KILN_F64, 2, KT_DIMS(5, 6), -1, 1, 5), 2,
+                              KT_VALS(0.6, 0.5), NULL, "resize grad linear downsample");
+    fails += resize_gradcheck("mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 0,
+                              kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 2), -1, 1, 6), 3, NULL,
+                              KT_VALS(3, 1, 5), "resize grad trilinear pytorch_half_pixel");
     return fails;
 }
 
@@ -515,5 +714,12 @@ const kiln_op_def kiln_op_resize = {
     .name = "Resize", .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 2) | (1u << 3), .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward,
-    .cpu_workspace = workspace, .test = test,
+    .cpu_workspace = workspace, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_resize_grad = {
+    .name = "ResizeGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1,
+    .max_outputs = 1, .value_inputs = (1u << 3) | (1u << 4), .shape_only_inputs = 1u << 1,
+    .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,
+    .test = test_grad,
 };

@@ -67,15 +67,20 @@ static kiln_status grad(kiln_grad_ctx *g) {
     char attrs[32 + 24 * KILN_MAX_DIMS] = "";
     if (p) {
         int64_t inv[KILN_MAX_DIMS];
-        if (np > KILN_MAX_DIMS) return kiln_fail(g->m->ctx, KILN_ERR_SHAPE, "Transpose node '%s': perm is too long", n->name);
+        /* inference accepted the node, so perm is a permutation of 0..np-1 */
+        if (np > KILN_MAX_DIMS)
+            return kiln_fail(g->m->ctx, KILN_ERR_SHAPE, "Transpose node '%s': perm is too long",
+                             n->name);
         for (int d = 0; d < np; d++) {
             if (p[d] < 0 || p[d] >= np)
-                return kiln_fail(g->m->ctx, KILN_ERR_SHAPE, "Transpose node '%s': perm is not a permutation", n->name);
+                return kiln_fail(g->m->ctx, KILN_ERR_SHAPE,
+                                 "Transpose node '%s': perm is not a permutation", n->name);
             inv[p[d]] = d;
         }
         size_t at = (size_t)snprintf(attrs, sizeof attrs, "perm=[");
         for (int d = 0; d < np; d++)
-            at += (size_t)snprintf(attrs + at, sizeof attrs - at, d ? ",%" PRId64 : "%" PRId64, inv[d]);
+            at += (size_t)snprintf(attrs + at, sizeof attrs - at, d ? ",%" PRId64 : "%" PRId64,
+                                   inv[d]);
         snprintf(attrs + at, sizeof attrs - at, "]");
     }
     int dy = g->dy[0];
