@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -275,6 +276,148 @@ int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K) {
     int t = kiln_cpu_threads();
     if (t < 1) t = 1;
     return jobs < t ? (int)jobs : t;
+}
+
+/* ------------------------------------------------------- convolution products */
+
+void kiln_conv_geom_finish(kiln_conv_geom *g) {
+    g->K = g->w.k[0] * g->w.k[1] * g->w.k[2];
+    g->img_n = g->w.img[0] * g->w.img[1] * g->w.img[2];
+    g->grid_n = g->w.grid[0] * g->w.grid[1] * g->w.grid[2];
+}
+
+/* Threads for the (n, g) products of a kind, each (rows, cols, inner). */
+static int conv_threads(kiln_conv_kind kind, const kiln_conv_geom *g) {
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K;
+    switch (kind) {
+    case KILN_CONV_IMG2GRID: return kiln_gemm_job_threads(jobs, g->cg, g->grid_n, ciK);
+    case KILN_CONV_GRID2IMG: return kiln_gemm_job_threads(jobs, ciK, g->grid_n, g->cg);
+    default: return kiln_gemm_job_threads(jobs, g->cg, ciK, g->grid_n);
+    }
+}
+
+/* Bytes of one col buffer (ci*K, O); 0 when the window is the identity. */
+static size_t conv_col_bytes(const kiln_conv_geom *g, size_t esz) {
+    if (kiln_window_is_identity(&g->w)) return 0;
+    return kiln_align64((size_t)(g->ci * g->K * g->grid_n) * esz);
+}
+
+/* Bytes of one copy of dW (G*cg, ci*K). */
+static size_t conv_weight_bytes(const kiln_conv_geom *g, size_t esz) {
+    return kiln_align64((size_t)(g->G * g->cg * g->ci * g->K) * esz);
+}
+
+/* Bytes for nt threads of a kind. */
+static size_t conv_ws_for(kiln_conv_kind kind, const kiln_conv_geom *g, size_t esz, int nt) {
+    size_t b = (size_t)nt * conv_col_bytes(g, esz);
+    if (kind == KILN_CONV_WGRAD && nt > 1) b += (size_t)(nt - 1) * conv_weight_bytes(g, esz);
+    return b;
+}
+
+size_t kiln_conv_workspace(kiln_conv_kind kind, bool dbl, const kiln_conv_geom *g) {
+    return conv_ws_for(kind, g, dbl ? sizeof(double) : sizeof(float), conv_threads(kind, g));
+}
+
+/* The threads the workspace allows (at least the asked-for count fits when the workspace
+ * came from kiln_conv_workspace); 0 when not even one thread fits. */
+static int conv_fit_threads(kiln_conv_kind kind, const kiln_conv_geom *g, size_t esz,
+                            size_t ws_size) {
+    int nt = conv_threads(kind, g);
+    while (nt > 0 && conv_ws_for(kind, g, esz, nt) > ws_size) nt--;
+    return nt;
+}
+
+bool kiln_conv_img2grid(bool dbl, const kiln_conv_geom *g, const void *W, const void *img,
+                        const void *bias, void *grid, void *ws, size_t ws_size) {
+    const size_t esz = dbl ? sizeof(double) : sizeof(float), cb = conv_col_bytes(g, esz);
+    const int nt = conv_fit_threads(KILN_CONV_IMG2GRID, g, esz, ws_size);
+    if (nt < 1) return false;
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K;
+    const char *Wb = W, *X = img, *B = bias;
+    char *Y = grid, *col = ws;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t j = 0; j < jobs; j++) {
+        const int64_t n = j / g->G, gr = j % g->G;
+        const char *xg = X + (size_t)((n * g->G + gr) * g->ci * g->img_n) * esz;  // (ci, I)
+        char *yg = Y + (size_t)((n * g->G + gr) * g->cg * g->grid_n) * esz;        // (cg, O)
+        const void *src = xg;
+        if (cb) {
+            char *mycol = col + (size_t)omp_get_thread_num() * cb;
+            kiln_im2col(dbl, &g->w, g->ci, xg, mycol);
+            src = mycol;
+        }
+        if (B) kiln_fill_rows(dbl, yg, g->cg, g->grid_n, B + (size_t)(gr * g->cg) * esz);
+        kiln_gemm(dbl, false, false, g->cg, g->grid_n, ciK, 1.0, Wb + (size_t)(gr * g->cg * ciK) * esz,
+                  ciK, src, g->grid_n, B ? 1.0 : 0.0, yg, g->grid_n);
+    }
+    return true;
+}
+
+bool kiln_conv_grid2img(bool dbl, const kiln_conv_geom *g, const void *W, const void *grid,
+                        const void *bias, void *img, void *ws, size_t ws_size) {
+    const size_t esz = dbl ? sizeof(double) : sizeof(float), cb = conv_col_bytes(g, esz);
+    const int nt = conv_fit_threads(KILN_CONV_GRID2IMG, g, esz, ws_size);
+    if (nt < 1) return false;
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K;
+    const char *Wb = W, *X = grid, *B = bias;
+    char *Y = img, *col = ws;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t j = 0; j < jobs; j++) {
+        const int64_t n = j / g->G, gr = j % g->G;
+        const char *xg = X + (size_t)((n * g->G + gr) * g->cg * g->grid_n) * esz;  // (cg, O)
+        const char *wg = Wb + (size_t)(gr * g->cg * ciK) * esz;              // (cg, ci*K)
+        char *yg = Y + (size_t)((n * g->G + gr) * g->ci * g->img_n) * esz;        // (ci, I)
+        if (B) kiln_fill_rows(dbl, yg, g->ci, g->img_n, B + (size_t)(gr * g->ci) * esz);
+        else memset(yg, 0, (size_t)(g->ci * g->img_n) * esz);
+        if (!cb) {
+            /* 1x1, unit strides, no pads: col is img[n, g] itself. */
+            kiln_gemm(dbl, true, false, ciK, g->grid_n, g->cg, 1.0, wg, ciK, xg, g->grid_n, 1.0, yg, g->grid_n);
+            continue;
+        }
+        char *mycol = col + (size_t)omp_get_thread_num() * cb;
+        kiln_gemm(dbl, true, false, ciK, g->grid_n, g->cg, 1.0, wg, ciK, xg, g->grid_n, 0.0, mycol, g->grid_n);
+        kiln_col2im(dbl, &g->w, g->ci, mycol, yg);
+    }
+    return true;
+}
+
+bool kiln_conv_weight_grad(bool dbl, const kiln_conv_geom *g, const void *grid,
+                           const void *img, void *dW, void *ws, size_t ws_size) {
+    const size_t esz = dbl ? sizeof(double) : sizeof(float), cb = conv_col_bytes(g, esz);
+    const size_t wb = conv_weight_bytes(g, esz);
+    const int nt = conv_fit_threads(KILN_CONV_WGRAD, g, esz, ws_size);
+    if (nt < 1) return false;
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K, nw = g->G * g->cg * ciK;
+    const char *X = img, *D = grid;
+    char *col = ws, *part = col + (size_t)nt * cb; /* nt-1 partial sums of dW */
+    memset(dW, 0, (size_t)nw * esz);
+    if (nt > 1) memset(part, 0, (size_t)(nt - 1) * wb);
+    /* Every product accumulates (beta = 1) into its thread's copy of dW: thread 0 into dW
+     * itself, the others into their partial sums, added up at the end. */
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t j = 0; j < jobs; j++) {
+        const int64_t n = j / g->G, gr = j % g->G;
+        const int t = omp_get_thread_num();
+        const char *xg = X + (size_t)((n * g->G + gr) * g->ci * g->img_n) * esz;  // (ci, I)
+        const char *dg = D + (size_t)((n * g->G + gr) * g->cg * g->grid_n) * esz;  // (cg, O)
+        char *target = t == 0 ? dW : part + (size_t)(t - 1) * wb;
+        const void *src = xg;
+        if (cb) {
+            char *mycol = col + (size_t)t * cb;
+            kiln_im2col(dbl, &g->w, g->ci, xg, mycol);
+            src = mycol;
+        }
+        kiln_gemm(dbl, false, true, g->cg, ciK, g->grid_n, 1.0, dg, g->grid_n, src, g->grid_n, 1.0,
+                  target + (size_t)(gr * g->cg * ciK) * esz, ciK);
+    }
+    for (int t = 1; t < nt; t++) {
+        const char *p = part + (size_t)(t - 1) * wb;
+        if (dbl)
+            for (int64_t i = 0; i < nw; i++) ((double *)dW)[i] += ((const double *)p)[i];
+        else
+            for (int64_t i = 0; i < nw; i++) ((float *)dW)[i] += ((const float *)p)[i];
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------------- staging */

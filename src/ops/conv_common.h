@@ -105,6 +105,48 @@ bool kiln_blas_fits(int64_t v);
  * in parallel would only oversubscribe the cores); otherwise up to the kernel threads. */
 int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K);
 
+/*
+ * Convolution over N images in G groups, shared by Conv, ConvTranspose and their
+ * gradients. The window w reads "img" and slides over "grid"; per group, img has ci
+ * channels and grid cg channels, both tensors are (N, G*channels, spatial...), and the
+ * weights of group g are the (cg, ci*K) matrix at W + g*cg*ci*K:
+ *   Conv:          img = X, grid = Y, ci = C/group, cg = M/group, W (M, C/group, k...);
+ *   ConvTranspose: img = Y, grid = X, ci = M/group, cg = C/group, W (C, M/group, k...).
+ * Three products cover both ops in both directions:
+ *   img2grid:    grid[n,g] = W[g] @ im2col(img[n,g])          (Conv, dX of ConvTranspose)
+ *   grid2img:    img[n,g]  = col2im(W[g]^T @ grid[n,g])       (ConvTranspose, dX of Conv)
+ *   weight_grad: dW[g]     = sum_n grid[n,g] @ im2col(img[n,g])^T          (both dW)
+ * Each runs its (n, g) products in parallel with OpenMP only when one product is too
+ * small for OpenBLAS to thread (kiln_gemm_job_threads), with per-thread col buffers
+ * (and for weight_grad per-thread partial sums of dW) in the workspace; 1x1 windows with
+ * unit strides and no pads skip im2col / col2im.
+ */
+typedef struct kiln_conv_geom {
+    kiln_window w;
+    int64_t N, G, ci, cg;
+    int64_t K;      /* kernel taps per channel */
+    int64_t img_n;  /* img elements per channel */
+    int64_t grid_n; /* grid elements per channel (no field is called I: cblas.h pulls in
+                       <complex.h>, which defines it) */
+} kiln_conv_geom;
+
+typedef enum kiln_conv_kind { KILN_CONV_IMG2GRID, KILN_CONV_GRID2IMG, KILN_CONV_WGRAD } kiln_conv_kind;
+
+/* Fill K, img_n and grid_n from w. */
+void kiln_conv_geom_finish(kiln_conv_geom *g);
+/* Workspace bytes the kind of product needs (besides any staging). */
+size_t kiln_conv_workspace(kiln_conv_kind kind, bool dbl, const kiln_conv_geom *g);
+/* grid (N, G*cg, O) = W @ im2col(img) (+ bias (G*cg) per channel, NULL: none). false when
+ * ws_size is below what kiln_conv_workspace asked for. */
+bool kiln_conv_img2grid(bool dbl, const kiln_conv_geom *g, const void *W, const void *img,
+                        const void *bias, void *grid, void *ws, size_t ws_size);
+/* img (N, G*ci, I) = col2im(W^T @ grid) (+ bias (G*ci), NULL: none). */
+bool kiln_conv_grid2img(bool dbl, const kiln_conv_geom *g, const void *W, const void *grid,
+                        const void *bias, void *img, void *ws, size_t ws_size);
+/* dW (G*cg, ci*K) = sum over n of grid[n] @ im2col(img[n])^T. */
+bool kiln_conv_weight_grad(bool dbl, const kiln_conv_geom *g, const void *grid,
+                           const void *img, void *dW, void *ws, size_t ws_size);
+
 /* Staging through f32 scratch. f32 and f64 tensors are used in place; other dtypes
  * (f16, bf16; for the pools also int8 / uint8) are converted. Sizes are rounded up to 64
  * bytes so consecutive stages stay aligned. */
