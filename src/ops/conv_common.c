@@ -522,6 +522,49 @@ kiln_status kiln_global_pool_infer(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* dY's dtype and shape against the output y the forward pool gives for X. */
+static kiln_status check_dy(kiln_op_ctx *c, const kiln_tensor *dy, const kiln_tensor *y) {
+    char ys[128];
+    KILN_OP_CHECK(c, dy->dtype == y->dtype, KILN_ERR_TYPE, "dY must have X's dtype %s",
+                  kiln_dtype_name(y->dtype));
+    bool same = dy->ndim == y->ndim;
+    for (int i = 0; same && i < dy->ndim; i++) same = dy->dims[i] == y->dims[i];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have the pool's output shape %s",
+                  kiln_shape_str(y, ys, sizeof ys));
+    return KILN_OK;
+}
+
+kiln_status kiln_pool_grad_infer(kiln_op_ctx *c, bool ceil_mode, kiln_window *w) {
+    kiln_tensor y = {0};
+    kiln_tensor *xin[1] = {c->in[1]}, *yout[1] = {&y};
+    kiln_op_ctx fwd = *c;
+    fwd.n_in = fwd.n_out = 1;
+    fwd.in = xin;
+    fwd.out = yout;
+    KILN_OP_CHECK(c, kiln_dtype_is_float(c->in[1]->dtype), KILN_ERR_TYPE,
+                  "X dtype %s is not supported (float dtypes only)",
+                  kiln_dtype_name(c->in[1]->dtype));
+    kiln_status st = kiln_pool_infer(&fwd, false, ceil_mode, w);
+    if (st == KILN_OK) st = check_dy(c, c->in[0], &y);
+    if (st == KILN_OK)
+        kiln_tensor_set_shape(c->out[0], c->in[1]->dtype, c->in[1]->ndim, c->in[1]->dims);
+    return st;
+}
+
+kiln_status kiln_global_pool_grad_infer(kiln_op_ctx *c) {
+    kiln_tensor y = {0};
+    kiln_tensor *xin[1] = {c->in[1]}, *yout[1] = {&y};
+    kiln_op_ctx fwd = *c;
+    fwd.n_in = fwd.n_out = 1;
+    fwd.in = xin;
+    fwd.out = yout;
+    kiln_status st = kiln_global_pool_infer(&fwd);
+    if (st == KILN_OK) st = check_dy(c, c->in[0], &y);
+    if (st == KILN_OK)
+        kiln_tensor_set_shape(c->out[0], c->in[1]->dtype, c->in[1]->ndim, c->in[1]->dims);
+    return st;
+}
+
 void kiln_attr_text_ints(char *buf, size_t size, const char *name, int n, const int64_t *a,
                          const int64_t *b, int64_t dflt) {
     size_t len = strlen(buf);

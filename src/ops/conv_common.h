@@ -169,6 +169,13 @@ kiln_status kiln_pool_infer(kiln_op_ctx *c, bool allow_int8, bool ceil_mode, kil
  * out[0] is (N,C,1,...,1). */
 kiln_status kiln_global_pool_infer(kiln_op_ctx *c);
 
+/* Shared infer for the pools' gradient ops, inputs (dY, X) with the pool's attributes:
+ * X float, dY of X's dtype and of the pool's output shape; sets w from X and out[0] to
+ * X's shape. */
+kiln_status kiln_pool_grad_infer(kiln_op_ctx *c, bool ceil_mode, kiln_window *w);
+/* The same for the global pools' gradient ops: dY must be (N, C, 1, ..., 1). */
+kiln_status kiln_global_pool_grad_infer(kiln_op_ctx *c);
+
 /* For self-tests: append ";name=[v0,...]" to the attribute text in buf, with the n values of
  * a followed by the n values of b when b is non-NULL (pads); zeros print as dflt. */
 void kiln_attr_text_ints(char *buf, size_t size, const char *name, int n, const int64_t *a,
