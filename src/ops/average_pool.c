@@ -10,6 +10,8 @@
  *   without any counted element gives NaN (0/0); only dilations can produce one.
  *   Dtypes: f32 and f64; f16 and bf16 through f32 scratch. Sums in double.
  * Parallel over the (n, c) planes with OpenMP.
+ * Gradient: kiln.AveragePoolGrad(dY, X) adds dY / divisor to each window's taps inside X
+ *   (only X's shape is read).
  */
 #include "../core/optest.h"
 #include "conv_common.h"
@@ -354,8 +356,8 @@ static int test(void) {
          "kernel_shape=[2,3];strides=[2,2];ceil_mode=1", 4, {1, 2, 5, 6}},
         {"averagepool grad 1-D SAME_LOWER", "kernel_shape=[3];strides=[2];auto_pad=SAME_LOWER", 3,
          {2, 2, 8}},
-        {"averagepool grad 3-D dilations", "kernel_shape=[2,2,2];dilations=[1,2,1];pads=[0,1,1,1,0,0]",
-         5, {1, 2, 3, 4, 3}},
+        {"averagepool grad 3-D dilations",
+         "kernel_shape=[2,2,2];dilations=[1,2,1];pads=[0,1,1,1,0,0]", 5, {1, 2, 3, 4, 3}},
     };
     for (size_t i = 0; i < sizeof gc / sizeof gc[0]; i++) {
         kiln_tensor *x = kt_rand(KILN_F64, gc[i].ndim, gc[i].dims, -1, 1, 900 + i);

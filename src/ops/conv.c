@@ -10,7 +10,13 @@
  *   1x1 kernels with unit strides and no pads use X[n, g] as col directly. When one product
  *   is too small for OpenBLAS to thread (depthwise, small images), the (n, g) jobs run in
  *   parallel with OpenMP, each thread with its own col buffer; otherwise they run in turn
- *   and OpenBLAS threads each product.
+ *   and OpenBLAS threads each product (conv_common's img2grid).
+ * Gradient (internal ops in domain "kiln", same attributes, same threading policy):
+ *   ConvGradInput(dY, W, X) -> dX: col2im(W[g]^T @ dY[n, g]) per image and group;
+ *   ConvGradWeight(X, dY, W) -> dW: sum over n of dY[n, g] @ im2col(X[n, g])^T, the batch
+ *   accumulated by the gemm (per-thread partial sums when products run side by side);
+ *   ConvGradBias(dY) -> dB: dY summed over all dims but 1 (also ConvTranspose's).
+ *   X and W are read for their shapes only where their values are not needed.
  */
 #include "../core/optest.h"
 #include "conv_common.h"

@@ -332,23 +332,23 @@ bool kiln_conv_img2grid(bool dbl, const kiln_conv_geom *g, const void *W, const 
     const size_t esz = dbl ? sizeof(double) : sizeof(float), cb = conv_col_bytes(g, esz);
     const int nt = conv_fit_threads(KILN_CONV_IMG2GRID, g, esz, ws_size);
     if (nt < 1) return false;
-    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K;
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K, gn = g->grid_n, imn = g->img_n;
     const char *Wb = W, *X = img, *B = bias;
     char *Y = grid, *col = ws;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t j = 0; j < jobs; j++) {
         const int64_t n = j / g->G, gr = j % g->G;
-        const char *xg = X + (size_t)((n * g->G + gr) * g->ci * g->img_n) * esz;  // (ci, I)
-        char *yg = Y + (size_t)((n * g->G + gr) * g->cg * g->grid_n) * esz;        // (cg, O)
+        const char *xg = X + (size_t)((n * g->G + gr) * g->ci * imn) * esz;  // (ci, I)
+        char *yg = Y + (size_t)((n * g->G + gr) * g->cg * gn) * esz;        // (cg, O)
         const void *src = xg;
         if (cb) {
             char *mycol = col + (size_t)omp_get_thread_num() * cb;
             kiln_im2col(dbl, &g->w, g->ci, xg, mycol);
             src = mycol;
         }
-        if (B) kiln_fill_rows(dbl, yg, g->cg, g->grid_n, B + (size_t)(gr * g->cg) * esz);
-        kiln_gemm(dbl, false, false, g->cg, g->grid_n, ciK, 1.0, Wb + (size_t)(gr * g->cg * ciK) * esz,
-                  ciK, src, g->grid_n, B ? 1.0 : 0.0, yg, g->grid_n);
+        if (B) kiln_fill_rows(dbl, yg, g->cg, gn, B + (size_t)(gr * g->cg) * esz);
+        kiln_gemm(dbl, false, false, g->cg, gn, ciK, 1.0, Wb + (size_t)(gr * g->cg * ciK) * esz,
+                  ciK, src, gn, B ? 1.0 : 0.0, yg, gn);
     }
     return true;
 }
@@ -358,24 +358,24 @@ bool kiln_conv_grid2img(bool dbl, const kiln_conv_geom *g, const void *W, const 
     const size_t esz = dbl ? sizeof(double) : sizeof(float), cb = conv_col_bytes(g, esz);
     const int nt = conv_fit_threads(KILN_CONV_GRID2IMG, g, esz, ws_size);
     if (nt < 1) return false;
-    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K;
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K, gn = g->grid_n, imn = g->img_n;
     const char *Wb = W, *X = grid, *B = bias;
     char *Y = img, *col = ws;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t j = 0; j < jobs; j++) {
         const int64_t n = j / g->G, gr = j % g->G;
-        const char *xg = X + (size_t)((n * g->G + gr) * g->cg * g->grid_n) * esz;  // (cg, O)
+        const char *xg = X + (size_t)((n * g->G + gr) * g->cg * gn) * esz;  // (cg, O)
         const char *wg = Wb + (size_t)(gr * g->cg * ciK) * esz;              // (cg, ci*K)
-        char *yg = Y + (size_t)((n * g->G + gr) * g->ci * g->img_n) * esz;        // (ci, I)
-        if (B) kiln_fill_rows(dbl, yg, g->ci, g->img_n, B + (size_t)(gr * g->ci) * esz);
-        else memset(yg, 0, (size_t)(g->ci * g->img_n) * esz);
+        char *yg = Y + (size_t)((n * g->G + gr) * g->ci * imn) * esz;        // (ci, I)
+        if (B) kiln_fill_rows(dbl, yg, g->ci, imn, B + (size_t)(gr * g->ci) * esz);
+        else memset(yg, 0, (size_t)(g->ci * imn) * esz);
         if (!cb) {
             /* 1x1, unit strides, no pads: col is img[n, g] itself. */
-            kiln_gemm(dbl, true, false, ciK, g->grid_n, g->cg, 1.0, wg, ciK, xg, g->grid_n, 1.0, yg, g->grid_n);
+            kiln_gemm(dbl, true, false, ciK, gn, g->cg, 1.0, wg, ciK, xg, gn, 1.0, yg, gn);
             continue;
         }
         char *mycol = col + (size_t)omp_get_thread_num() * cb;
-        kiln_gemm(dbl, true, false, ciK, g->grid_n, g->cg, 1.0, wg, ciK, xg, g->grid_n, 0.0, mycol, g->grid_n);
+        kiln_gemm(dbl, true, false, ciK, gn, g->cg, 1.0, wg, ciK, xg, gn, 0.0, mycol, gn);
         kiln_col2im(dbl, &g->w, g->ci, mycol, yg);
     }
     return true;
@@ -388,6 +388,7 @@ bool kiln_conv_weight_grad(bool dbl, const kiln_conv_geom *g, const void *grid,
     const int nt = conv_fit_threads(KILN_CONV_WGRAD, g, esz, ws_size);
     if (nt < 1) return false;
     const int64_t jobs = g->N * g->G, ciK = g->ci * g->K, nw = g->G * g->cg * ciK;
+    const int64_t gn = g->grid_n, imn = g->img_n;
     const char *X = img, *D = grid;
     char *col = ws, *part = col + (size_t)nt * cb; /* nt-1 partial sums of dW */
     memset(dW, 0, (size_t)nw * esz);
@@ -398,8 +399,8 @@ bool kiln_conv_weight_grad(bool dbl, const kiln_conv_geom *g, const void *grid,
     for (int64_t j = 0; j < jobs; j++) {
         const int64_t n = j / g->G, gr = j % g->G;
         const int t = omp_get_thread_num();
-        const char *xg = X + (size_t)((n * g->G + gr) * g->ci * g->img_n) * esz;  // (ci, I)
-        const char *dg = D + (size_t)((n * g->G + gr) * g->cg * g->grid_n) * esz;  // (cg, O)
+        const char *xg = X + (size_t)((n * g->G + gr) * g->ci * imn) * esz;  // (ci, I)
+        const char *dg = D + (size_t)((n * g->G + gr) * g->cg * gn) * esz;  // (cg, O)
         char *target = t == 0 ? dW : part + (size_t)(t - 1) * wb;
         const void *src = xg;
         if (cb) {
@@ -407,7 +408,7 @@ bool kiln_conv_weight_grad(bool dbl, const kiln_conv_geom *g, const void *grid,
             kiln_im2col(dbl, &g->w, g->ci, xg, mycol);
             src = mycol;
         }
-        kiln_gemm(dbl, false, true, g->cg, ciK, g->grid_n, 1.0, dg, g->grid_n, src, g->grid_n, 1.0,
+        kiln_gemm(dbl, false, true, g->cg, ciK, gn, 1.0, dg, gn, src, gn, 1.0,
                   target + (size_t)(gr * g->cg * ciK) * esz, ciK);
     }
     for (int t = 1; t < nt; t++) {

@@ -130,7 +130,11 @@ typedef struct kiln_conv_geom {
                        <complex.h>, which defines it) */
 } kiln_conv_geom;
 
-typedef enum kiln_conv_kind { KILN_CONV_IMG2GRID, KILN_CONV_GRID2IMG, KILN_CONV_WGRAD } kiln_conv_kind;
+typedef enum kiln_conv_kind {
+    KILN_CONV_IMG2GRID,
+    KILN_CONV_GRID2IMG,
+    KILN_CONV_WGRAD
+} kiln_conv_kind;
 
 /* Fill K, img_n and grid_n from w. */
 void kiln_conv_geom_finish(kiln_conv_geom *g);

@@ -14,7 +14,11 @@
  * Method: for each image n and group g,
  *   col (Mg*K, D) = W[g]^T (Mg*K, Cg) @ X[n, g] (Cg, D), then col2im adds col into Y[n, g]
  *   (pre-filled with the bias). The (n, g) jobs run in parallel with OpenMP only when one
- *   product is too small for OpenBLAS to thread.
+ *   product is too small for OpenBLAS to thread (conv_common's grid2img).
+ * Gradient (internal ops in domain "kiln", same attributes):
+ *   ConvTransposeGradInput(dY, W, X) -> dX: W[g] @ im2col(dY[n, g]), a convolution;
+ *   ConvTransposeGradWeight(X, dY, W) -> dW: sum over n of X[n, g] @ im2col(dY[n, g])^T;
+ *   dB through kiln.ConvGradBias.
  */
 #include "../core/optest.h"
 #include "conv_common.h"

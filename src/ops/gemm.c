@@ -8,6 +8,8 @@
  *   meaning and no exporter emits it.
  * Method: Y is filled with beta * C (broadcast), then one gemm with beta = 1 adds the
  *   product; OpenBLAS threads it.
+ * Gradient: dA and dB are Gemm nodes (transA / transB absorb the transposes), dC is
+ *   kiln.ReduceSumTo(dY, C) when beta = 1, else kiln.GemmGradC(dY, C) = beta * that sum.
  */
 #include "../core/optest.h"
 #include "conv_common.h"

@@ -3,6 +3,7 @@
  * dims. X (N, C, D1..Dk), any k >= 1  ->  Y (N, C, 1, ..., 1) of X's rank.
  * Dtypes: f32 and f64 typed; f16 and bf16 through f32 scratch. Sums in double.
  * Parallel over the (n, c) planes with OpenMP.
+ * Gradient: kiln.GlobalAveragePoolGrad(dY, X) = dY / (D1*...*Dk) over each plane.
  */
 #include "../core/optest.h"
 #include "conv_common.h"

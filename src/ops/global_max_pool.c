@@ -3,6 +3,7 @@
  * X (N, C, D1..Dk), any k >= 1  ->  Y (N, C, 1, ..., 1) of X's rank. NaN wins, as in
  * numpy.max. Dtypes: f32 and f64 typed; f16 and bf16 through f32 scratch.
  * Parallel over the (n, c) planes with OpenMP.
+ * Gradient: kiln.GlobalMaxPoolGrad(dY, X) puts dY on each plane's first maximum (or NaN).
  */
 #include "../core/optest.h"
 #include "conv_common.h"

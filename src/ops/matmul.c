@@ -9,6 +9,9 @@
  *   batch folds into M and one gemm does everything. Otherwise one gemm per batch entry;
  *   the entries run in parallel with OpenMP only when one product is too small for
  *   OpenBLAS to thread.
+ * Gradient: kiln.MatMulGradA(dY, A, B) = dY @ B^T and kiln.MatMulGradB(dY, A, B) = A^T @ dY
+ *   per batch entry, summed over the entries that broadcast the operand, in its shape
+ *   (1-D included); with a shared B and an unbroadcast A each is one folded gemm.
  */
 #include "../core/optest.h"
 #include "conv_common.h"

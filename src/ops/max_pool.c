@@ -10,6 +10,8 @@
  *   Pads are skipped, never read as values. NaN wins (as numpy's max). A window that covers
  *   no input element (possible only with dilations) yields the dtype's lowest value.
  * Parallel over the (n, c) planes with OpenMP.
+ * Gradient: kiln.MaxPoolGrad(dY, X) adds each window's dY at the element the forward pass
+ *   picks (first maximum, or first NaN), recomputed from X; Indices has no gradient.
  */
 #include "../core/optest.h"
 #include "conv_common.h"
