@@ -79,7 +79,8 @@ kiln_status kiln_window_attrs(kiln_op_ctx *c, int nd, const int64_t *kernel, kil
 kiln_status kiln_window_forward(kiln_op_ctx *c, const kiln_tensor *x, const int64_t *kernel,
                                 bool ceil_mode, kiln_window *w);
 
-/* col (C*k0*k1*k2, g0*g1*g2) from img (C, i0, i1, i2), zeros where a window leaves img. */
+/* col (C*k0*k1*k2, g0*g1*g2) from img (C, i0, i1, i2), zeros where a window leaves img.
+ * im2col and col2im run on the calling thread. */
 void kiln_im2col(bool dbl, const kiln_window *w, int64_t C, const void *img, void *col);
 /* img (C, i0, i1, i2) += col (C*k0*k1*k2, g0*g1*g2) scattered back; what falls outside
  * img is dropped. */
@@ -118,8 +119,10 @@ int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K);
  *   weight_grad: dW[g]     = sum_n grid[n,g] @ im2col(img[n,g])^T          (both dW)
  * Each runs its (n, g) products in parallel with OpenMP only when one product is too
  * small for OpenBLAS to thread (kiln_gemm_job_threads), with per-thread col buffers
- * (and for weight_grad per-thread partial sums of dW) in the workspace; 1x1 windows with
- * unit strides and no pads skip im2col / col2im.
+ * (and for weight_grad per-thread partial sums of dW) in the workspace; otherwise one job
+ * after the other, OpenBLAS threading each product, with im2col / col2im on the calling
+ * thread (no OpenMP region between OpenBLAS-threaded products). 1x1 windows with unit
+ * strides and no pads skip im2col / col2im.
  */
 typedef struct kiln_conv_geom {
     kiln_window w;
