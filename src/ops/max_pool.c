@@ -152,8 +152,12 @@ static kiln_status grad(kiln_grad_ctx *g) {
                         const int64_t b0 = g0 * w->s[0] - w->pb[0];                          \
                         const int64_t b1 = g1 * w->s[1] - w->pb[1];                          \
                         const int64_t b2 = g2 * w->s[2] - w->pb[2];                          \
-                        T best = 0;                                                          \
-                        int64_t at = -1;                                                     \
+                        if (lo0 == hi0 || lo1 == hi1 || lo2 == hi2) continue;                \
+                        /* the first maximum, or the first NaN; selects, not branches */      \
+                        int64_t at = ((b0 + lo0 * w->d[0]) * I1 + b1 + lo1 * w->d[1]) * I2 + \
+                                     b2 + lo2 * w->d[2];                                     \
+                        T best = xp[at];                                                     \
+                        bool nan = best != best;                                             \
                         for (int64_t j0 = lo0; j0 < hi0; j0++)                               \
                             for (int64_t j1 = lo1; j1 < hi1; j1++) {                         \
                                 const int64_t row =                                          \
@@ -161,13 +165,13 @@ static kiln_status grad(kiln_grad_ctx *g) {
                                 for (int64_t j2 = lo2; j2 < hi2; j2++) {                     \
                                     const int64_t off = row + j2 * w->d[2];                  \
                                     const T v = xp[off];                                     \
-                                    if (at < 0 || v > best || (v != v && best == best)) {    \
-                                        best = v;                                            \
-                                        at = off;                                            \
-                                    }                                                        \
+                                    const bool take = (v > best) | ((v != v) & !nan);        \
+                                    best = take ? v : best;                                  \
+                                    at = take ? off : at;                                    \
+                                    nan |= v != v;                                           \
                                 }                                                            \
                             }                                                                \
-                        if (at >= 0) dxp[at] += *dyp;                                        \
+                        dxp[at] += *dyp;                                                     \
                     }                                                                        \
         }                                                                                    \
     }
