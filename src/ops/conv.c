@@ -7,10 +7,10 @@
  *   f32 in the workspace, computed there and rounded back.
  * Method: for each image n and group g, im2col of X[n, g] into the workspace, then
  *   Y[n, g] (Mg, O) = W[g] (Mg, Cg*K) @ col (Cg*K, O), with Y pre-filled by the bias.
- *   1x1 kernels with unit strides and no pads use X[n, g] as col directly. When one product
- *   is too small for OpenBLAS to thread (depthwise, small images), the (n, g) jobs run in
- *   parallel with OpenMP, each thread with its own col buffer; otherwise they run in turn
- *   and OpenBLAS threads each product (conv_common's img2grid).
+ *   1x1 kernels with unit strides and no pads use X[n, g] as col directly. The (n, g) jobs
+ *   run side by side with OpenMP, each thread with its own col buffer, unless a few big
+ *   products are better split one after the other (conv_common's img2grid and
+ *   kiln_gemm_job_threads).
  * Gradient (internal ops in domain "kiln", same attributes, same threading policy):
  *   ConvGradInput(dY, W, X) -> dX: col2im(W[g]^T @ dY[n, g]) per image and group;
  *   ConvGradWeight(X, dY, W) -> dW: sum over n of dY[n, g] @ im2col(X[n, g])^T, the batch
@@ -532,9 +532,9 @@ static int test(void) {
                          &(rand_conv){.nd = 2, .N = 2, .C = 8, .M = 8, .G = 8, .in = {12, 10},
                                       .k = {3, 3}, .pb = {1, 1}, .pe = {1, 1}, .bias = true},
                          21);
-    /* One product big enough for OpenBLAS to thread it: jobs run in turn. */
+    /* Three big products: on two threads they run in turn, each split by kiln_gemm. */
     fails += random_case("conv random large",
-                         &(rand_conv){.nd = 2, .N = 2, .C = 16, .M = 32, .G = 1, .in = {32, 32},
+                         &(rand_conv){.nd = 2, .N = 3, .C = 16, .M = 32, .G = 1, .in = {32, 32},
                                       .k = {3, 3}, .pb = {1, 1}, .pe = {1, 1}},
                          31);
     fails += random_case("conv random 1x1 (no im2col)",
@@ -664,14 +664,14 @@ static int test_grad_input(void) {
     want = kt_make(KILN_F16, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(1, 4, 4, 6, 20, 16, 9, 24, 16));
     fails += kiln_optest("ConvGradInput", "", 3, in, 1, &want, 0, 0, "conv dX f16");
     /* BLAS paths against the direct loop: products run side by side (depthwise), in turn
-     * (one product big enough for OpenBLAS to thread), and without col2im (1x1). */
+     * (three big products: in turn on two threads), and without col2im (1x1). */
     fails += random_grad_case("conv dX random depthwise",
                               &(rand_conv){.nd = 2, .N = 3, .C = 8, .M = 8, .G = 8,
                                            .in = {9, 10}, .k = {3, 3}, .s = {2, 1},
                                            .pb = {1, 1}, .pe = {1, 0}},
                               0, 81);
     fails += random_grad_case("conv dX random large",
-                              &(rand_conv){.nd = 2, .N = 2, .C = 32, .M = 64, .G = 1,
+                              &(rand_conv){.nd = 2, .N = 3, .C = 32, .M = 64, .G = 1,
                                            .in = {14, 14}, .k = {3, 3}},
                               0, 82);
     fails += random_grad_case("conv dX random 1x1",

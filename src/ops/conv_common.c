@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -137,10 +138,9 @@ static void valid_range(int64_t G, int64_t s, int64_t off, int64_t size, int64_t
 
 /* One template for float and double: the loops are identical, only the element type
  * changes. Rows of col are (c, j0, j1, j2); columns are grid positions (g0, g1, g2).
- * Both run on the calling thread: they are called either inside the (n, g) jobs' parallel
- * loop or between products that OpenBLAS threads, and an OpenMP region there would leave
- * its threads spinning on the cores OpenBLAS's threads need (measured on the 2 shared cores:
- * mnist's second conv went from ~35 ms to 0.2 - 1 s per batch of 64 under load). */
+ * Both run on the calling thread: they are called inside the (n, g) jobs' parallel loop,
+ * or between products that kiln_gemm splits over the threads, where many short OpenMP
+ * regions would cost more than they save. */
 #define DEFINE_IM2COL(NAME, T)                                                               \
     static void NAME(const kiln_window *w, int64_t C, const T *img, T *col) {               \
         const int64_t I0 = w->img[0], I1 = w->img[1], I2 = w->img[2];                        \
@@ -237,6 +237,31 @@ void kiln_fill_rows(bool dbl, void *y, int64_t rows, int64_t cols, const void *v
 
 bool kiln_blas_fits(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
 
+/* OpenBLAS runs single-threaded: kiln threads products itself with OpenMP. OpenBLAS's
+ * pthread pool and OpenMP's threads would otherwise take turns on the same cores, each
+ * spinning while the other works (measured on 2 idle cores, a mnist-net training step's
+ * convolutions and products: 45-65 ms with OpenBLAS threading each product, 19-20 ms with
+ * OpenMP only). */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_single_threaded(void) { openblas_set_num_threads(1); }
+
+/* Products up to this many multiply-adds run on one thread (OpenBLAS's own threshold,
+ * 65536 * GEMM_MULTITHREAD_THRESHOLD in interface/gemm.c). */
+#define GEMM_SPLIT_MNK (65536.0 * 4)
+
+static void gemm1(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+                  double beta, void *C, int64_t ldc) {
+    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+    if (dbl)
+        cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
+                    (int)ldb, beta, C, (int)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, (float)alpha, A, (int)lda,
+                    B, (int)ldb, (float)beta, C, (int)ldc);
+}
+
 void kiln_gemm(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
                double beta, void *C, int64_t ldc) {
@@ -255,28 +280,44 @@ void kiln_gemm(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
             }
         return;
     }
-    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-    if (dbl)
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
-                    (int)ldb, beta, C, (int)ldc);
-    else
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, (float)alpha, A, (int)lda,
-                    B, (int)ldb, (float)beta, C, (int)ldc);
+    pthread_once(&blas_once, blas_single_threaded);
+    int nt = omp_in_parallel() ? 1 : kiln_cpu_threads();
+    if (nt < 2 || (double)M * (double)N * (double)K <= GEMM_SPLIT_MNK) {
+        gemm1(dbl, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    /* Split the larger of M and N into nt blocks, one product per thread. Row block
+     * [a, b) of op(A) starts at row a of A, or column a when transposed; column block of
+     * op(B) likewise. */
+    const bool rows = M >= N;
+    const int64_t D = rows ? M : N;
+    const size_t esz = dbl ? sizeof(double) : sizeof(float);
+    if (nt > D) nt = (int)D;
+    const char *Ab = A, *Bb = B;
+    char *Cb = C;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        const int64_t a = D * t / nt, b = D * (t + 1) / nt;
+        if (rows)
+            gemm1(dbl, trans_a, trans_b, b - a, N, K, alpha,
+                  Ab + (size_t)(trans_a ? a : a * lda) * esz, lda, B, ldb, beta,
+                  Cb + (size_t)(a * ldc) * esz, ldc);
+        else
+            gemm1(dbl, trans_a, trans_b, M, b - a, K, alpha, A, lda,
+                  Bb + (size_t)(trans_b ? a * ldb : a) * esz, ldb, beta, Cb + (size_t)a * esz,
+                  ldc);
+    }
 }
 
-#ifndef OPENBLAS_GEMM_MULTITHREAD_THRESHOLD
-#define OPENBLAS_GEMM_MULTITHREAD_THRESHOLD 4
-#endif
-
 int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K) {
-    /* OpenBLAS (interface/gemm.c) runs a product on one thread when
-     * M*N*K <= 65536 * GEMM_MULTITHREAD_THRESHOLD; above that it threads the product. */
-    double mnk = (double)M * (double)N * (double)K;
-    if (jobs < 2 || mnk > 65536.0 * OPENBLAS_GEMM_MULTITHREAD_THRESHOLD) return 1;
     int t = kiln_cpu_threads();
-    if (t < 1) t = 1;
-    return jobs < t ? (int)jobs : t;
+    if (jobs < 2 || t < 2) return 1;
+    /* Small products cannot be split: run them side by side. Big ones too when the jobs
+     * share out evenly over the threads; otherwise one after the other, each split by
+     * kiln_gemm. */
+    if ((double)M * (double)N * (double)K <= GEMM_SPLIT_MNK || jobs % t == 0 || jobs >= 4 * t)
+        return jobs < t ? (int)jobs : t;
+    return 1;
 }
 
 /* ------------------------------------------------------- convolution products */

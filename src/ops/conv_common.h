@@ -3,9 +3,9 @@
  *   - window geometry (kernel, strides, dilations, pads, auto_pad, ceil_mode) for 1 to 3
  *     spatial dims, with the ONNX output-size formulas;
  *   - im2col / col2im over that geometry;
- *   - BLAS dispatch (cblas_sgemm / cblas_dgemm) and the rule that decides whether
- *     independent products run in parallel with OpenMP or one by one with OpenBLAS
- *     threading each product;
+ *   - BLAS dispatch (cblas_sgemm / cblas_dgemm, OpenBLAS single-threaded, big products
+ *     split over OpenMP threads) and the rule that decides whether independent products
+ *     run side by side or one by one;
  *   - staging of f16 / bf16 (and for pools, int8 / uint8) tensors through f32 scratch.
  *
  * Compute precision: f64 tensors are computed in f64, every other float dtype in f32.
@@ -94,16 +94,21 @@ void kiln_fill_rows(bool dbl, void *y, int64_t rows, int64_t cols, const void *v
 
 /* Row-major C = alpha * op(A) op(B) + beta * C through cblas_sgemm / cblas_dgemm. op(A) is
  * (M,K), op(B) is (K,N). Empty products are handled here (K == 0 scales C by beta), so
- * callers need no special cases. Sizes must fit in int (see kiln_blas_fits). */
+ * callers need no special cases. Sizes must fit in int (see kiln_blas_fits).
+ * Threading: OpenBLAS is kept single-threaded (one pool of threads, OpenMP's, for all of
+ * kiln); called outside a parallel region, a product bigger than 65536*4 multiply-adds is
+ * split over the kernel threads (blocks of rows or columns of C), inside one it runs on
+ * the calling thread. */
 void kiln_gemm(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
                double beta, void *C, int64_t ldc);
 /* Whether v can be passed to the BLAS (32-bit int interface). */
 bool kiln_blas_fits(int64_t v);
 
-/* Threads for running `jobs` independent (M,N,K) products side by side with OpenMP: 1
- * when one product is big enough that OpenBLAS threads it itself (then running products
- * in parallel would only oversubscribe the cores); otherwise up to the kernel threads. */
+/* Threads for running `jobs` independent (M,N,K) products side by side with OpenMP (each
+ * product then on one thread): up to the kernel threads when the products are too small
+ * to split or the jobs share out evenly; 1 (one product after the other, each split by
+ * kiln_gemm) for a few big products. */
 int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K);
 
 /*
@@ -117,12 +122,11 @@ int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K);
  *   img2grid:    grid[n,g] = W[g] @ im2col(img[n,g])          (Conv, dX of ConvTranspose)
  *   grid2img:    img[n,g]  = col2im(W[g]^T @ grid[n,g])       (ConvTranspose, dX of Conv)
  *   weight_grad: dW[g]     = sum_n grid[n,g] @ im2col(img[n,g])^T          (both dW)
- * Each runs its (n, g) products in parallel with OpenMP only when one product is too
- * small for OpenBLAS to thread (kiln_gemm_job_threads), with per-thread col buffers
- * (and for weight_grad per-thread partial sums of dW) in the workspace; otherwise one job
- * after the other, OpenBLAS threading each product, with im2col / col2im on the calling
- * thread (no OpenMP region between OpenBLAS-threaded products). 1x1 windows with unit
- * strides and no pads skip im2col / col2im.
+ * Each runs its (n, g) products side by side with OpenMP as kiln_gemm_job_threads says
+ * (with a batch, nearly always), with per-thread col buffers (and for weight_grad
+ * per-thread partial sums of dW) in the workspace; otherwise one job after the other,
+ * kiln_gemm splitting each product. 1x1 windows with unit strides and no pads skip
+ * im2col / col2im.
  */
 typedef struct kiln_conv_geom {
     kiln_window w;

@@ -7,7 +7,7 @@
  *   Integer Gemm is rejected (KILN_ERR_TYPE): float alpha/beta have no agreed integer
  *   meaning and no exporter emits it.
  * Method: Y is filled with beta * C (broadcast), then one gemm with beta = 1 adds the
- *   product; OpenBLAS threads it.
+ *   product, split over the threads by kiln_gemm.
  * Gradient: dA and dB are Gemm nodes (transA / transB absorb the transposes), dC is
  *   kiln.ReduceSumTo(dY, C) when beta = 1, else kiln.GemmGradC(dY, C) = beta * that sum.
  */
@@ -351,6 +351,10 @@ static int test(void) {
     fails += random_case("gemm random", 37, 29, 53, false, false, 1.0, 1.0, 2, 201);
     fails += random_case("gemm random transposed", 70, 45, 130, true, true, 0.75, -1.5, 1, 211);
     fails += random_case("gemm random large", 192, 160, 256, false, true, 1.0, 0.0, 0, 221);
+    /* wider than tall: kiln_gemm splits the columns of C (blocks of B's rows or columns) */
+    fails += random_case("gemm random wide", 40, 150, 100, false, false, 1.0, 1.0, 2, 231);
+    fails += random_case("gemm random wide transposed", 40, 150, 100, true, true, 0.5, 2.0, 1,
+                         241);
     /* Gradient rule against finite differences: all transposes, alpha and beta (beta = 1
      * sums C's gradient with ReduceSumTo, other values with GemmGradC), every C shape. */
     static const struct {

@@ -7,8 +7,8 @@
  *   integer dtypes through a plain loop accumulating in int64 (wrapping to the dtype).
  * Method: when B has no batch (or all its batch dims are 1) and A is not broadcast, A's
  *   batch folds into M and one gemm does everything. Otherwise one gemm per batch entry;
- *   the entries run in parallel with OpenMP only when one product is too small for
- *   OpenBLAS to thread.
+ *   the entries run side by side with OpenMP unless a few big products are better split
+ *   one after the other (kiln_gemm_job_threads).
  * Gradient: kiln.MatMulGradA(dY, A, B) = dY @ B^T and kiln.MatMulGradB(dY, A, B) = A^T @ dY
  *   per batch entry, summed over the entries that broadcast the operand, in its shape
  *   (1-D included); with a shared B and an unbroadcast A each is one folded gemm.
