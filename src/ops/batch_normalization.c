@@ -11,6 +11,18 @@
  * Opsets 9..21; the opset 9-13 training outputs (mean, var, saved_mean, saved_var) are
  * rejected as unsupported. X, scale/B and mean/var may have different float dtypes (as
  * opset 15 allows); statistics are computed in double.
+ *
+ * Gradient: kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var) -> (dX, dScale, dB
+ * [, dMean, dVar]) with the forward node's attributes. In training mode it recomputes the
+ * batch statistics from X (nothing saved from the forward is needed) and, per channel
+ * over its M = N*D1*..*Dn elements, with xhat = (x - mean) / sqrt(var + eps):
+ *   dB = sum(dY), dScale = sum(dY * xhat),
+ *   dX = scale / sqrt(var + eps) * (dY - dB / M - xhat * dScale / M);
+ * Y does not depend on input_mean/input_var there, so dMean = dVar = 0, and the running
+ * statistics outputs have no gradient (the rule refuses a graph where they reach the loss).
+ * In inference mode the statistics are the inputs and every input gets its gradient:
+ *   dX = scale / sqrt(var + eps) * dY, dMean = -scale / sqrt(var + eps) * sum(dY),
+ *   dVar = -scale / 2 / (var + eps) * sum(dY * xhat).
  */
 #include "../core/optest.h"
 
@@ -112,6 +124,111 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* ----------------------------------------------------------------- gradient */
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    for (int k = 1; k < n->n_out; k++)
+        if (g->dy[k] >= 0)
+            return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                             "BatchNormalization node '%s': output %d (a running statistic) has no gradient",
+                             n->name, k);
+    if (g->dy[0] < 0) return KILN_OK;
+    bool stats = g->need[3] || g->need[4];
+    int in[6] = {g->dy[0], n->in[0], n->in[1], n->in[2], n->in[3], n->in[4]};
+    int outs[5];
+    if (kiln_grad_emit(g, "kiln", "BatchNormGrad", 6, in, stats ? 5 : 3, outs, true, NULL) < 0)
+        return KILN_ERR_OUT_OF_MEMORY;
+    for (int k = 0; k < 5; k++)
+        if (g->need[k]) g->dx[k] = outs[k];
+    return KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    static const char *const names[6] = {"dY", "X", "scale", "B", "input_mean", "input_var"};
+    const kiln_tensor *dy = c->in[0], *x = c->in[1];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype) && dy->dtype == x->dtype, KILN_ERR_TYPE,
+                  "X and dY must be the same float dtype");
+    KILN_OP_CHECK(c, x->ndim >= 2, KILN_ERR_SHAPE, "input X must be (N,C,...), got rank %d", x->ndim);
+    bool same = dy->ndim == x->ndim;
+    for (int d = 0; same && d < x->ndim; d++) same = dy->dims[d] == x->dims[d];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have X's shape");
+    for (int i = 2; i < 6; i++) {
+        const kiln_tensor *p = c->in[i];
+        KILN_OP_CHECK(c, kiln_dtype_is_float(p->dtype), KILN_ERR_TYPE,
+                      "input %s dtype %s is not supported", names[i], kiln_dtype_name(p->dtype));
+        KILN_OP_CHECK(c, p->ndim == 1 && p->dims[0] == x->dims[1], KILN_ERR_SHAPE,
+                      "input %s must have shape (C)=(%lld)", names[i], (long long)x->dims[1]);
+    }
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    for (int k = 1; k < c->n_out; k++)
+        if (c->out[k]) kiln_tensor_set_shape(c->out[k], c->in[1 + k]->dtype, 1, &x->dims[1]);
+    return KILN_OK;
+}
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1]; // (N,C,D1..Dn) both
+    const kiln_tensor *scale = c->in[2], *mean_in = c->in[4], *var_in = c->in[5]; // (C)
+    kiln_tensor *dx = c->out[0];
+    kiln_tensor *dscale = has_out(c, 1) ? c->out[1] : NULL, *dbias = has_out(c, 2) ? c->out[2] : NULL;
+    kiln_tensor *dmean = has_out(c, 3) ? c->out[3] : NULL, *dvar = has_out(c, 4) ? c->out[4] : NULL;
+    double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
+    bool train = training(c);
+    int64_t N = x->dims[0], C = x->dims[1], S = 1;
+    for (int d = 2; d < x->ndim; d++) S *= x->dims[d];
+    double M = (double)(N * S);
+    bool f32 = x->dtype == KILN_F32;
+    const float *xf = x->data, *dyf = dy->data; // (N,C,S) when f32
+    float *dxf = dx->data;
+#define XV(i) (f32 ? (double)xf[i] : kiln_get_f64(x, i))
+#define DYV(i) (f32 ? (double)dyf[i] : kiln_get_f64(dy, i))
+
+    #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        double mean = kiln_get_f64(mean_in, ch), var = kiln_get_f64(var_in, ch);
+        if (train) {
+            double sum = 0;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) sum += XV(base + s);
+            mean = M > 0 ? sum / M : 0;
+        }
+        /* one pass for the variance (training) and the two sums of dY */
+        double sq = 0, sum_dy = 0, sum_dy_xc = 0;
+        for (int64_t n = 0; n < N; n++) {
+            for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) {
+                double xc = XV(base + s) - mean, g = DYV(base + s);
+                sq += xc * xc;
+                sum_dy += g;
+                sum_dy_xc += g * xc;
+            }
+        }
+        if (train) var = M > 0 ? sq / M : 0;
+        double istd = 1.0 / sqrt(var + eps), sc = kiln_get_f64(scale, ch);
+        double sum_dy_xhat = sum_dy_xc * istd;
+        /* dX = a * dY + b * x + k, per channel */
+        double a = sc * istd, b = 0, k = 0;
+        if (train && M > 0) {
+            b = -a * istd * sum_dy_xhat / M;
+            k = -a * sum_dy / M - b * mean;
+        }
+        for (int64_t n = 0; n < N; n++) {
+            int64_t base = (n * C + ch) * S;
+            if (f32) {
+                for (int64_t s = 0; s < S; s++) dxf[base + s] = (float)(a * dyf[base + s] + b * xf[base + s] + k);
+            } else {
+                for (int64_t s = 0; s < S; s++) kiln_set_f64(dx, base + s, a * DYV(base + s) + b * XV(base + s) + k);
+            }
+        }
+        if (dscale) kiln_set_f64(dscale, ch, sum_dy_xhat);
+        if (dbias) kiln_set_f64(dbias, ch, sum_dy);
+        if (dmean) kiln_set_f64(dmean, ch, train ? 0.0 : -a * sum_dy);
+        if (dvar) kiln_set_f64(dvar, ch, train ? 0.0 : -0.5 * a * istd * sum_dy_xhat);
+    }
+#undef XV
+#undef DYV
+    return KILN_OK;
+}
+
 /* (2,2,2,2) input and per-channel parameters shared by the cases; expected values from
  * numpy in float64 (x - m) / sqrt(v + eps) * s + b, batch statistics via mean/var. */
 static void make_inputs(kiln_dtype dt, kiln_tensor **in) {
@@ -122,6 +239,8 @@ static void make_inputs(kiln_dtype dt, kiln_tensor **in) {
     in[3] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(3, 1));
     in[4] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(4, 0.5));
 }
+
+static kiln_tensor **bn_rand(int ndim, const int64_t *dims, uint64_t seed);
 
 static int test(void) {
     int fails = 0;
@@ -188,11 +307,77 @@ static int test(void) {
     make_inputs(KILN_F32, in);
     fails += kiln_optest_fails("BatchNormalization", "", 5, in, 3, KILN_ERR_UNSUPPORTED,
                                "bn running outputs without training_mode");
+
+    /* gradients in training mode (batch statistics; input_mean/var get exact zeros) */
+    fails += kiln_gradcheck("BatchNormalization", "training_mode=1", 15, 5, bn_rand(4, KT_DIMS(2, 3, 2, 2), 1), NULL,
+                            "bn grad training (N,C,H,W)");
+    fails += kiln_gradcheck("BatchNormalization", "training_mode=1;epsilon=0.01;momentum=0.7", 14, 5,
+                            bn_rand(2, KT_DIMS(5, 3), 2), NULL, "bn grad training (N,C) opset 14");
+    fails += kiln_gradcheck("BatchNormalization", "training_mode=1", 21, 5, bn_rand(3, KT_DIMS(3, 2, 4), 3), NULL,
+                            "bn grad training (N,C,L)");
+    /* inference mode: every input, the statistics included */
+    fails += kiln_gradcheck("BatchNormalization", "", 15, 5, bn_rand(4, KT_DIMS(2, 3, 2, 2), 4), NULL,
+                            "bn grad inference (N,C,H,W)");
+    fails += kiln_gradcheck("BatchNormalization", "epsilon=0.1", 9, 5, bn_rand(2, KT_DIMS(4, 3), 5), NULL,
+                            "bn grad inference opset 9");
+    return fails;
+}
+
+/* X in [-2, 2), scale, B and mean in [-1, 1), var in [0.5, 1.5): f64, for gradchecks */
+static kiln_tensor **bn_rand(int ndim, const int64_t *dims, uint64_t seed) {
+    static kiln_tensor *in[5];
+    in[0] = kt_rand(KILN_F64, ndim, dims, -2, 2, seed * 10);
+    for (int i = 1; i < 5; i++)
+        in[i] = kt_rand(KILN_F64, 1, &dims[1], i == 4 ? 0.5 : -1, i == 4 ? 1.5 : 1, seed * 10 + (uint64_t)i);
+    return in;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[6], *out[5];
+    /* training, (1,2,3): channel 0 x = (-1,-1,2): mean 0, var 2, eps 2 -> 1/std 0.5,
+     * xhat = (-0.5,-0.5,1), scale 2, dY = (1,0,2): dB 3, dScale 1.5,
+     * dX = (dY - 1 - 0.5 xhat) = (0.25,-0.75,0.5). Channel 1 is constant (xhat 0), scale -1,
+     * dY = (1,2,3): dB 6, dScale 0, dX = -(dY - 2) / sqrt(0 + 2). */
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), KT_VALS(1, 0, 2, 1, 2, 3));
+    in[1] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), KT_VALS(-1, -1, 2, 1, 1, 1));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(2, -1));
+    in[3] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, 1));
+    in[4] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(7, 7));
+    in[5] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(9, 9));
+    out[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3),
+                     KT_VALS(0.25, -0.75, 0.5, 0.7071067811865476, 0, -0.7071067811865476));
+    out[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1.5, 0));
+    out[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(3, 6));
+    out[3] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(0, 0));
+    out[4] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(0, 0));
+    fails += kiln_optest_opset("BatchNormGrad", "training_mode=1;epsilon=2.0", 15, 6, in, 5, out, 1e-6, 1e-6,
+                               "bn grad training by hand");
+    /* inference, (2,1): x = (1,3), mean 1, var 3, eps 1 -> 1/std 0.5, xhat (0,1), scale 2,
+     * dY = (1,2): dX = dY, dB 3, dScale 2, dMean = -1 * 3, dVar = -0.5 * 2 * 0.25 * 2 */
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 1), KT_VALS(1, 2));
+    in[1] = kt_make(KILN_F64, 2, KT_DIMS(2, 1), KT_VALS(1, 3));
+    in[2] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(2));
+    in[3] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(5));
+    in[4] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(1));
+    in[5] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(3));
+    out[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 1), KT_VALS(1, 2));
+    out[1] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(2));
+    out[2] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(3));
+    out[3] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(-3));
+    out[4] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(-0.5));
+    fails += kiln_optest("BatchNormGrad", "epsilon=1.0", 6, in, 5, out, 1e-14, 1e-14, "bn grad inference by hand");
     return fails;
 }
 
 const kiln_op_def kiln_op_batch_normalization = {
     .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5,
-    .min_outputs = 1, .max_outputs = 5,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .min_outputs = 1, .max_outputs = 5, .nondiff_inputs = (1u << 3) | (1u << 4),
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_batch_norm_grad = {
+    .name = "BatchNormGrad", .domain = "kiln", .min_inputs = 6, .max_inputs = 6,
+    .min_outputs = 3, .max_outputs = 5,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

@@ -13,11 +13,19 @@
  * (kiln_op_ctx.seed), the node's `seed` attribute when given and the node's first output
  * (so two Dropout nodes of one graph draw different masks). These masks cannot equal
  * numpy's, which the ONNX reference uses for its random cases.
+ *
+ * Gradient: in inference form (no training_mode input, or a constant false one, or opset
+ * < 12) dX = dY, the same value. Otherwise kiln.DropoutGrad(dY, mask, ratio,
+ * training_mode) computes dX = dY * mask / (1 - ratio) when training_mode is true at run
+ * time and dY otherwise, from the forward's mask output (the trainer adds that output;
+ * without it the rule refuses). ratio has no gradient.
  */
 #include "../core/optest.h"
+#include "../train/autograd.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GOLDEN 0x9E3779B97F4A7C15ull
@@ -92,6 +100,179 @@ static kiln_status forward(kiln_op_ctx *c) {
         else kiln_set_f64(y, i, keep ? kiln_get_f64(x, i) * scale : 0.0);
     }
     return KILN_OK;
+}
+
+/* ----------------------------------------------------------------- gradient */
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    const kiln_model *m = g->m;
+    if (n->n_in > 1 && g->need[1])
+        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "Dropout node '%s': ratio has no gradient", n->name);
+    if (!g->need[0]) return KILN_OK;
+    int train = n->opset >= 12 && n->n_in > 2 ? n->in[2] : -1;
+    const kiln_tensor *t = train >= 0 ? m->values[train].init : NULL;
+    if (t && t->dtype == KILN_BOOL && !*(const bool *)t->data) train = -1;
+    if (train < 0) {
+        g->dx[0] = g->dy[0];
+        return KILN_OK;
+    }
+    if (n->n_out < 2 || n->out[1] < 0)
+        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED,
+                         "Dropout node '%s' may run in training mode: its gradient needs the mask output", n->name);
+    int in[4] = {g->dy[0], n->out[1], n->in[1], train};
+    g->dx[0] = kiln_grad_emit(g, "kiln", "DropoutGrad", 4, in, 1, NULL, false, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *mask = c->in[1];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(dy->dtype), KILN_ERR_TYPE, "dY dtype %s is not supported",
+                  kiln_dtype_name(dy->dtype));
+    KILN_OP_CHECK(c, mask->dtype == KILN_BOOL && kiln_tensor_numel(mask) == kiln_tensor_numel(dy), KILN_ERR_SHAPE,
+                  "mask must be bool, shaped like dY");
+    KILN_OP_CHECK(c, !has_in(c, 2) || (kiln_dtype_is_float(c->in[2]->dtype) && kiln_tensor_numel(c->in[2]) == 1),
+                  KILN_ERR_TYPE, "ratio must be a float scalar");
+    KILN_OP_CHECK(c, !has_in(c, 3) || (c->in[3]->dtype == KILN_BOOL && kiln_tensor_numel(c->in[3]) == 1),
+                  KILN_ERR_TYPE, "training_mode must be a bool scalar");
+    kiln_tensor_set_shape(c->out[0], dy->dtype, dy->ndim, dy->dims);
+    return KILN_OK;
+}
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    const bool *mask = c->in[1]->data; // like dY
+    kiln_tensor *dx = c->out[0];
+    int64_t n = kiln_tensor_numel(dy);
+    bool train = has_in(c, 3) && *(const bool *)c->in[3]->data;
+    double ratio = has_in(c, 2) ? kiln_get_f64(c->in[2], 0) : 0.5;
+    if (!train) {
+        if (dx->data != dy->data) memcpy(dx->data, dy->data, (size_t)n * kiln_dtype_size(dy->dtype));
+        return KILN_OK;
+    }
+    if (!(ratio >= 0 && ratio < 1))
+        return kiln_op_fail(c, KILN_ERR_INVALID_ARGUMENT, "ratio=%g is outside [0, 1)", ratio);
+    double scale = 1.0 / (1.0 - ratio);
+    if (dy->dtype == KILN_F32) {
+        const float *g = dy->data;
+        float *d = dx->data, sf = (float)scale;
+        #pragma omp parallel for if (n > (1 << 16)) schedule(static)
+        for (int64_t i = 0; i < n; i++) d[i] = mask[i] ? g[i] * sf : 0.0f;
+    } else {
+        for (int64_t i = 0; i < n; i++) kiln_set_f64(dx, i, mask[i] ? kiln_get_f64(dy, i) * scale : 0.0);
+    }
+    return KILN_OK;
+}
+
+/* Training mode through autograd and a seeded session, where finite differences see the
+ * same mask on every run: Y = Dropout(X, 0.4, true), L = sum(Y * R). The gradient must be
+ * R * mask / 0.6 with the mask of the same run, and match central differences. */
+static int test_grad_training(void) {
+    enum { N = 24 };
+    const double ratio = 0.4;
+    const uint64_t seed = 77;
+    kiln_context *ctx = NULL;
+    kiln_model *m = NULL, *train = NULL;
+    kiln_session *s = NULL;
+    kiln_tensor *x = kt_rand(KILN_F64, 2, KT_DIMS(4, 6), -1, 1, 21);
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(4, 6), -1, 1, 22);
+    kiln_tensor *rt = kt_scalar(KILN_F64, ratio), *tt = kt_scalar(KILN_BOOL, 1);
+    int fails = 1;
+    kiln_node *node = NULL;
+    const char *why = "building the graph";
+    if (!x || !r || !rt || !tt || kiln_context_create(&ctx) || kiln_model_create(ctx, &m)) goto out;
+    if (kiln_model_add_input(m, "x", KILN_F64, 2, x->dims) || kiln_model_add_initializer(m, "r", r) ||
+        kiln_model_add_initializer(m, "ratio", rt) || kiln_model_add_initializer(m, "train", tt) ||
+        kiln_model_add_node(m, "Dropout", "drop", 3, (const char *[]){"x", "ratio", "train"}, 2,
+                            (const char *[]){"y", "mask"}, &node) ||
+        kiln_model_add_node(m, "GradCheckLoss", "loss", 2, (const char *[]){"y", "r"}, 1, (const char *[]){"l"}, &node))
+        goto out;
+    free(node->domain);
+    node->domain = kiln_strdup(ctx, "kiln");
+    /* finalized once for the values' dtypes, then extended in an open copy */
+    if (kiln_model_add_output(m, "l") || kiln_model_add_output(m, "mask") || kiln_model_finalize(m) ||
+        kiln_model_clone(m, &train))
+        goto out;
+    int xv = kiln_model_find_value(train, "x"), dxv = -1;
+    why = "autograd";
+    if (kiln_autograd(train, kiln_model_find_value(train, "l"), 1, &xv, &dxv)) goto out;
+    why = "the training graph";
+    if (kiln_model_add_output(train, train->values[dxv].name) || kiln_model_finalize(train) ||
+        kiln_session_create(train, NULL, &s))
+        goto out;
+    const kiln_tensor *outs[3];
+    why = "run";
+    if (kiln_session_run_seeded(s, seed, 1, &x, 3, outs)) goto out;
+    const bool *mask = outs[1]->data;
+    const double *dx = outs[2]->data, *rp = r->data;
+    double expect[N];
+    int kept = 0;
+    for (int i = 0; i < N; i++) {
+        expect[i] = mask[i] ? rp[i] / (1 - ratio) : 0.0;
+        kept += mask[i];
+    }
+    why = "dX != R * mask / (1 - ratio)";
+    for (int i = 0; i < N; i++)
+        if (fabs(dx[i] - expect[i]) > 1e-15) goto out;
+    why = "finite differences";
+    double *xp = x->data, worst = 0;
+    for (int i = 0; i < N; i++) {
+        const double eps = 1e-6, keep = xp[i];
+        xp[i] = keep + eps;
+        if (kiln_session_run_seeded(s, seed, 1, &x, 1, outs)) goto out;
+        double lp = kiln_get_f64(outs[0], 0);
+        xp[i] = keep - eps;
+        if (kiln_session_run_seeded(s, seed, 1, &x, 1, outs)) goto out;
+        double lm = kiln_get_f64(outs[0], 0);
+        xp[i] = keep;
+        double num = (lp - lm) / (2 * eps), err = fabs(num - expect[i]), tol = 1e-6 + 1e-5 * fabs(num);
+        if (!(err <= tol)) goto out;
+        if (err / tol > worst) worst = err / tol;
+    }
+    why = "a degenerate mask";
+    if (kept == 0 || kept == N) goto out;
+    printf("ok   dropout grad training: dX = dY * mask / (1 - ratio) with %d of %d kept, matches finite differences "
+           "under a fixed seed, %.0f%% of error budget\n", kept, N, worst * 100);
+    fails = 0;
+out:
+    if (fails)
+        printf("FAIL dropout grad training: %s%s%s\n", why, ctx ? ": " : "", ctx ? kiln_context_message(ctx) : "");
+    kiln_session_free(s);
+    kiln_model_free(train);
+    kiln_model_free(m);
+    kiln_context_free(ctx);
+    kiln_tensor_free(x);
+    kiln_tensor_free(r);
+    kiln_tensor_free(rt);
+    kiln_tensor_free(tt);
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[4], *dx;
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, 4));
+    in[1] = kt_make(KILN_BOOL, 2, KT_DIMS(2, 2), KT_VALS(1, 0, 1, 0));
+    in[2] = kt_scalar(KILN_F32, 0.75);
+    in[3] = kt_scalar(KILN_BOOL, 1);
+    dx = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(4, 0, 12, 0));
+    fails += kiln_optest("DropoutGrad", "", 4, in, 1, &dx, 0, 0, "dropout grad training");
+    in[0] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(1, -2, 3));
+    in[1] = kt_make(KILN_BOOL, 1, KT_DIMS(3), KT_VALS(0, 1, 1));
+    in[2] = NULL;
+    in[3] = kt_scalar(KILN_BOOL, 1);
+    dx = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0, -4, 6));
+    fails += kiln_optest("DropoutGrad", "", 4, in, 1, &dx, 0, 0, "dropout grad default ratio 0.5");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, -2, 3));
+    in[1] = kt_make(KILN_BOOL, 1, KT_DIMS(3), KT_VALS(0, 1, 1));
+    in[2] = kt_scalar(KILN_F32, 0.5);
+    in[3] = kt_scalar(KILN_BOOL, 0);
+    dx = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, -2, 3));
+    fails += kiln_optest("DropoutGrad", "", 4, in, 1, &dx, 0, 0, "dropout grad training_mode false");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    fails += kiln_optest_fails("DropoutGrad", "", 2, in, 1, KILN_ERR_SHAPE, "dropout grad float mask");
+    return fails;
 }
 
 /* Training-mode run outside the optest harness, so that the seed can be chosen. Returns
@@ -206,10 +387,34 @@ static int test(void) {
     in[2] = kt_scalar(KILN_F32, 1);
     fails += kiln_optest_fails("Dropout", "", 3, in, 1, KILN_ERR_TYPE,
                                "dropout float training_mode");
+
+    /* gradients: inference forms are the identity; training with ratio 0 keeps every
+     * element; a real ratio is checked under a fixed seed in test_grad_training */
+    static const bool x_only[3] = {true, false, false};
+    fails += kiln_gradcheck("Dropout", "", 13, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 1)},
+                            NULL, "dropout grad inference");
+    fails += kiln_gradcheck("Dropout", "", 12, 3,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 2), kt_scalar(KILN_F32, 0.5),
+                                              kt_scalar(KILN_BOOL, 0)},
+                            x_only, "dropout grad training_mode false");
+    fails += kiln_gradcheck_ex("Dropout", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 3), kt_scalar(KILN_F64, 0),
+                                                 kt_scalar(KILN_BOOL, 1)},
+                               x_only, 2, 1.0, "dropout grad training ratio 0");
+    fails += kiln_gradcheck("Dropout", "ratio=0.3", 11, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(5), -1, 1, 4)}, NULL,
+                            "dropout grad opset 11");
+    fails += test_grad_training();
     return fails;
 }
 
 const kiln_op_def kiln_op_dropout = {
     .name = "Dropout", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 2,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .nondiff_inputs = (1u << 1) | (1u << 2),
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_dropout_grad = {
+    .name = "DropoutGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

@@ -2,12 +2,16 @@
  * log_softmax.c — LogSoftmax: y = x - max - log(sum(exp(x - max))).
  * Opset 13+: along the one dim `axis` (default -1). Opsets 11-12: over the input coerced
  * to 2-D at `axis` (default 1). Floats; see softmax_common.h.
+ * Gradient: kiln.LogSoftmaxGrad(Y, dY) = dY - exp(Y) * sum(dY) along the same rows.
  */
 #include "../core/optest.h"
 #include "softmax_common.h"
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_softmax_infer(c); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_softmax_forward(c, true); }
+static kiln_status grad(kiln_grad_ctx *g) { return kiln_softmax_grad_rule(g, "LogSoftmaxGrad"); }
+static kiln_status infer_grad(kiln_op_ctx *c) { return kiln_softmax_grad_infer(c); }
+static kiln_status forward_grad(kiln_op_ctx *c) { return kiln_softmax_grad_forward(c, true); }
 
 static int test(void) {
     int fails = 0;
@@ -44,10 +48,50 @@ static int test(void) {
     x = kt_scalar(KILN_F32, 0);
     fails += kiln_optest_fails("LogSoftmax", "", 1, &x, 1, KILN_ERR_SHAPE,
                                "logsoftmax rank 0 has no axis");
+
+    /* gradients: single axis at opset 13 (last, middle, first) and coerced 2-D at 11/12 */
+    fails += kiln_gradcheck("LogSoftmax", "", 13, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 11)}, NULL,
+                            "logsoftmax grad axis -1");
+    fails += kiln_gradcheck("LogSoftmax", "axis=1", 13, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 12)}, NULL,
+                            "logsoftmax grad axis 1");
+    fails += kiln_gradcheck("LogSoftmax", "axis=0", 21, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 5), -2, 2, 13)}, NULL,
+                            "logsoftmax grad axis 0");
+    fails += kiln_gradcheck("LogSoftmax", "axis=1", 11, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 14)}, NULL,
+                            "logsoftmax grad opset 11 coerced at axis 1");
+    fails += kiln_gradcheck("LogSoftmax", "axis=-2", 12, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -2, 2, 15)}, NULL,
+                            "logsoftmax grad opset 12 axis -2");
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[2], *dx;
+    /* Y = log(0.2, 0.3, 0.5), dY = (1, 2, 0): sum(dY) = 3, dX = dY - 3 * exp(Y) */
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(-1.6094379124341003, -1.2039728043259361, -0.6931471805599453));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 0));
+    dx = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0.4, 1.1, -1.5));
+    fails += kiln_optest("LogSoftmaxGrad", "", 2, in, 1, &dx, 1e-6, 1e-6, "logsoftmax grad one row");
+    /* coerced 2-D at opset 11, axis 1 of (2,1,2): each batch row of 2 is one softmax row */
+    in[0] = kt_make(KILN_F64, 3, KT_DIMS(2, 1, 2), KT_VALS(-1.3862943611198906, -0.2876820724517809,
+                                                          -0.6931471805599453, -0.6931471805599453));
+    in[1] = kt_make(KILN_F64, 3, KT_DIMS(2, 1, 2), KT_VALS(1, 1, 2, -4));
+    dx = kt_make(KILN_F64, 3, KT_DIMS(2, 1, 2), KT_VALS(0.5, -0.5, 3, -3));
+    fails += kiln_optest_opset("LogSoftmaxGrad", "axis=1", 11, 2, in, 1, &dx, 1e-14, 1e-14,
+                               "logsoftmax grad opset 11 coerced");
     return fails;
 }
 
 const kiln_op_def kiln_op_log_softmax = {
     .name = "LogSoftmax", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_log_softmax_grad = {
+    .name = "LogSoftmaxGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
+    .max_outputs = 1, .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

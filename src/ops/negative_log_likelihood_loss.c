@@ -2,12 +2,17 @@
  * negative_log_likelihood_loss.c — NegativeLogLikelihoodLoss (opsets 12/13):
  * loss[n,d] = -weight[t] * input[n,t,d] with t = target[n,d], then reduction none / sum /
  * mean (weighted mean); ignore_index masks elements out. See loss_common.h.
+ * Gradient (input only): kiln.NegativeLogLikelihoodLossGrad(X, target, weight, dLoss)
+ * puts -weight[t] * dLoss (over the weight sum for mean) at each target class.
  */
 #include "../core/optest.h"
 #include "loss_common.h"
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_nll_infer(c); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_nll_forward(c, c->in[0]); }
+static kiln_status grad(kiln_grad_ctx *g) { return kiln_nll_grad_rule(g, "NegativeLogLikelihoodLossGrad"); }
+static kiln_status infer_grad(kiln_op_ctx *c) { return kiln_nll_grad_infer(c, false); }
+static kiln_status forward_grad(kiln_op_ctx *c) { return kiln_nll_grad_forward(c, false); }
 
 /* (2,3,2) input shared by several cases: x[n,c,d] */
 static kiln_tensor *input3(kiln_dtype dt) {
@@ -59,11 +64,64 @@ static int test(void) {
     in[1] = kt_make(KILN_I64, 2, KT_DIMS(2, 2), NULL);
     fails += kiln_optest_fails("NegativeLogLikelihoodLoss", "reduction=max", 2, in, 1,
                                KILN_ERR_UNSUPPORTED, "nll unknown reduction");
+
+    /* gradients with respect to the input: every reduction, weights, ignore_index */
+    static const bool x_only[3] = {true, false, false};
+    fails += kiln_gradcheck("NegativeLogLikelihoodLoss", "", 13, 2,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -3, 0, 1),
+                                              kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(1, 0, 3))},
+                            x_only, "nll grad (N,C) mean");
+    fails += kiln_gradcheck("NegativeLogLikelihoodLoss", "reduction=sum", 12, 3,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 2), -3, 0, 2),
+                                              kt_make(KILN_I32, 2, KT_DIMS(2, 2), KT_VALS(2, 0, 1, 2)),
+                                              kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.2, 1.0, 0.7))},
+                            x_only, "nll grad (N,C,d1) weighted sum");
+    fails += kiln_gradcheck("NegativeLogLikelihoodLoss", "reduction=none;ignore_index=-1", 13, 2,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 2), -3, 0, 3),
+                                              kt_make(KILN_I64, 2, KT_DIMS(2, 2), KT_VALS(2, -1, 1, 0))},
+                            x_only, "nll grad none ignore_index");
+    fails += kiln_gradcheck("NegativeLogLikelihoodLoss", "ignore_index=1", 13, 3,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 4, KT_DIMS(2, 3, 2, 2), -3, 0, 4),
+                                              kt_make(KILN_I64, 3, KT_DIMS(2, 2, 2), KT_VALS(2, 1, 1, 0, 0, 2, 1, 2)),
+                                              kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.2, 1.0, 0.7))},
+                            x_only, "nll grad (N,C,d1,d2) weighted mean ignore_index");
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[4], *dx;
+    /* weighted mean: weight sum 2 + 0.5, dLoss 5 -> 2 per unit weight */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 0));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0.5, 1, 2));
+    in[3] = kt_scalar(KILN_F32, 5);
+    dx = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(0, 0, -4, -1, 0, 0));
+    fails += kiln_optest("NegativeLogLikelihoodLossGrad", "", 4, in, 1, &dx, 0, 0, "nll grad weighted mean");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1, -1));
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(3, 7));
+    dx = kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(0, -3, 0, 0, 0, 0));
+    fails += kiln_optest("NegativeLogLikelihoodLossGrad", "reduction=none;ignore_index=-1", 4, in, 1, &dx, 0, 0,
+                         "nll grad none ignore_index");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 1));
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("NegativeLogLikelihoodLossGrad", "", 4, in, 1, KILN_ERR_SHAPE,
+                               "nll grad dLoss of the wrong shape");
     return fails;
 }
 
 const kiln_op_def kiln_op_negative_log_likelihood_loss = {
     .name = "NegativeLogLikelihoodLoss", .min_inputs = 2, .max_inputs = 3,
-    .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .min_outputs = 1, .max_outputs = 1, .nondiff_inputs = (1u << 1) | (1u << 2),
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_negative_log_likelihood_loss_grad = {
+    .name = "NegativeLogLikelihoodLossGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 4,
+    .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 0,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

@@ -1,5 +1,6 @@
 /* reduce_common.c — shared infer/forward for ReduceSum/Mean/Max/Min; see reduce_common.h. */
 #include "reduce_common.h"
+#include "../core/optest.h"
 
 #include <math.h>
 #include <string.h>
@@ -10,14 +11,15 @@ typedef struct reduce_axes {
     bool noop; /* empty axes with noop_with_empty_axes=1: identity */
 } reduce_axes;
 
-static kiln_status parse_axes(kiln_op_ctx *c, int axes_input_opset, reduce_axes *ra) {
+/* axes_index: where the axes input is (1 for the reductions, later for their gradients). */
+static kiln_status parse_axes(kiln_op_ctx *c, int axes_input_opset, int axes_index, reduce_axes *ra) {
     const kiln_node *n = c->node;
     int rank = c->in[0]->ndim;
     memset(ra, 0, sizeof *ra);
 
     int count = 0;
     const int64_t *attr_axes = kiln_attr_ints(n, "axes", &count);
-    const kiln_tensor *axes_t = c->n_in > 1 ? c->in[1] : NULL;
+    const kiln_tensor *axes_t = c->n_in > axes_index ? c->in[axes_index] : NULL;
     bool noop_empty = false;
     if (n->opset >= axes_input_opset) {
         KILN_OP_CHECK(c, kiln_node_attr(n, "axes") == NULL, KILN_ERR_UNSUPPORTED,
@@ -66,7 +68,7 @@ kiln_status kiln_reduce_infer(kiln_op_ctx *c, int axes_input_opset, bool allow_i
                          (allow_bool && x->dtype == KILN_BOOL),
                   KILN_ERR_TYPE, "input dtype %s is not supported", kiln_dtype_name(x->dtype));
     reduce_axes ra;
-    kiln_status st = parse_axes(c, axes_input_opset, &ra);
+    kiln_status st = parse_axes(c, axes_input_opset, 1, &ra);
     if (st != KILN_OK) return st;
 
     bool keepdims = kiln_attr_int(c->node, "keepdims", 1) != 0;
@@ -219,7 +221,7 @@ kiln_status kiln_reduce_forward(kiln_op_ctx *c, int axes_input_opset, kiln_reduc
     const kiln_tensor *x = c->in[0];
     kiln_tensor *y = c->out[0];
     reduce_axes ra;
-    kiln_status st = parse_axes(c, axes_input_opset, &ra);
+    kiln_status st = parse_axes(c, axes_input_opset, 1, &ra);
     if (st != KILN_OK) return st;
 
     int64_t out_n = kiln_tensor_numel(y);
@@ -281,4 +283,117 @@ kiln_status kiln_reduce_forward(kiln_op_ctx *c, int axes_input_opset, kiln_reduc
         }
     }
     return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- gradients */
+
+/* dY's shape with the reduced dims kept as 1 (its flat layout either way). */
+static void keepdims_shape(const kiln_tensor *x, const reduce_axes *ra, int64_t *dims) {
+    for (int d = 0; d < x->ndim; d++) dims[d] = ra->reduced[d] ? 1 : x->dims[d];
+}
+
+static bool same_shape(const kiln_tensor *a, int ndim, const int64_t *dims) {
+    if (a->ndim != ndim) return false;
+    for (int d = 0; d < ndim; d++)
+        if (a->dims[d] != dims[d]) return false;
+    return true;
+}
+
+static bool with_y(kiln_reduce_kind kind) { return kind == KILN_REDUCE_MAX || kind == KILN_REDUCE_MIN; }
+
+kiln_status kiln_reduce_grad_infer(kiln_op_ctx *c, int axes_input_opset, kiln_reduce_kind kind) {
+    const kiln_tensor *x = c->in[0], *dy = c->in[1];
+    const kiln_tensor *y = with_y(kind) ? c->in[2] : NULL;
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE, "X dtype %s is not a float type",
+                  kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY must have X's dtype");
+    reduce_axes ra;
+    kiln_status st = parse_axes(c, axes_input_opset, with_y(kind) ? 3 : 2, &ra);
+    if (st != KILN_OK) return st;
+    /* dY is the forward output: X's shape with the reduced dims dropped or kept as 1 */
+    int64_t kept[KILN_MAX_DIMS], dropped[KILN_MAX_DIMS];
+    int nd = 0;
+    keepdims_shape(x, &ra, kept);
+    for (int d = 0; d < x->ndim; d++)
+        if (!ra.reduced[d]) dropped[nd++] = x->dims[d];
+    KILN_OP_CHECK(c, same_shape(dy, x->ndim, kept) || same_shape(dy, nd, dropped), KILN_ERR_SHAPE,
+                  "dY does not have the reduction's output shape");
+    if (y) {
+        KILN_OP_CHECK(c, y->dtype == x->dtype && kiln_tensor_numel(y) == kiln_tensor_numel(dy),
+                      KILN_ERR_SHAPE, "Y must be the forward output, shaped like dY");
+    }
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+size_t kiln_reduce_grad_workspace(const kiln_op_ctx *c) {
+    return (size_t)kiln_tensor_numel(c->in[1]) * sizeof(double);
+}
+
+kiln_status kiln_reduce_grad_forward(kiln_op_ctx *c, int axes_input_opset, kiln_reduce_kind kind) {
+    const kiln_tensor *x = c->in[0], *dy = c->in[1]; // dY as (keepdims shape)
+    const kiln_tensor *y = with_y(kind) ? c->in[2] : NULL; // like dY (Max/Min)
+    kiln_tensor *dx = c->out[0]; // like X
+    reduce_axes ra;
+    kiln_status st = parse_axes(c, axes_input_opset, with_y(kind) ? 3 : 2, &ra);
+    if (st != KILN_OK) return st;
+    int64_t n = kiln_tensor_numel(x), ny = kiln_tensor_numel(dy);
+    int64_t kept[KILN_MAX_DIMS], st_y[1][KILN_MAX_DIMS];
+    keepdims_shape(x, &ra, kept);
+    kiln_broadcast_strides(x->ndim, kept, x->ndim, x->dims, st_y[0]);
+    double scale = 1.0;
+    if (kind == KILN_REDUCE_MEAN && ny > 0) scale = (double)ny / (double)n;
+    bool f32 = x->dtype == KILN_F32;
+    const float *dyf = dy->data;
+    float *dxf = dx->data;
+
+    if (kind == KILN_REDUCE_SUM || kind == KILN_REDUCE_MEAN) {
+        int64_t idx[KILN_MAX_DIMS] = {0}, off[1] = {0};
+        for (int64_t i = 0; i < n; i++) {
+            if (f32) dxf[i] = (float)(dyf[off[0]] * scale);
+            else kiln_set_f64(dx, i, kiln_get_f64(dy, off[0]) * scale);
+            kiln_index_next(x->ndim, x->dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])st_y, off);
+        }
+        return KILN_OK;
+    }
+    /* Max/Min: count the elements equal to each result, then share dY among them */
+    double *ties = c->workspace; // (ny)
+    for (int64_t o = 0; o < ny; o++) ties[o] = 0;
+    int64_t idx[KILN_MAX_DIMS] = {0}, off[1] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        ties[off[0]] += kiln_get_f64(x, i) == kiln_get_f64(y, off[0]);
+        kiln_index_next(x->ndim, x->dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])st_y, off);
+    }
+    memset(idx, 0, sizeof idx);
+    off[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = kiln_get_f64(x, i) == kiln_get_f64(y, off[0]) ? kiln_get_f64(dy, off[0]) / ties[off[0]] : 0.0;
+        if (f32) dxf[i] = (float)g;
+        else kiln_set_f64(dx, i, g);
+        kiln_index_next(x->ndim, x->dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])st_y, off);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_reduce_grad_rule(kiln_grad_ctx *g, const char *grad_op, kiln_reduce_kind kind) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    if (n->n_in > 1 && g->need[1])
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED, "%s node '%s': input axes has no gradient",
+                         n->op_type, n->name);
+    if (!g->need[0]) return KILN_OK;
+    int axes = n->n_in > 1 ? n->in[1] : -1;
+    int in[4] = {n->in[0], g->dy[0], with_y(kind) ? n->out[0] : axes, axes};
+    int n_in = (with_y(kind) ? 3 : 2) + (axes >= 0);
+    g->dx[0] = kiln_grad_emit(g, "kiln", grad_op, n_in, in, 1, NULL, true, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+int kiln_reduce_gradcheck(const char *op, const char *attrs, int opset, int n_axes, const int64_t *axes,
+                          uint64_t seed, const char *label) {
+    kiln_tensor *in[2] = {kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, seed), NULL};
+    if (n_axes >= 0) {
+        in[1] = kt_make(KILN_I64, 1, KT_DIMS(n_axes), NULL);
+        for (int i = 0; in[1] && i < n_axes; i++) kiln_set_i64(in[1], i, axes[i]);
+    }
+    return kiln_gradcheck(op, attrs, opset, n_axes >= 0 ? 2 : 1, in, NULL, label);
 }

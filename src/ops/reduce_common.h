@@ -11,6 +11,14 @@
  * accumulate in 64 bits (sums wrap like the output dtype would). A reduction over an
  * empty set gives the identity of the reduction: 0 for Sum, NaN for a float Mean (0/0),
  * -inf / the dtype's minimum for Max, +inf / the dtype's maximum for Min.
+ *
+ * Gradients: internal ops kiln.Reduce{Sum,Mean,Max,Min}Grad with inputs (X, dY, axes) and,
+ * for Max/Min, (X, dY, Y, axes) with the forward output Y; the forward node's attributes and
+ * opset travel with them, so the axes are read exactly as the forward read them. dY (the
+ * forward output's shape, with or without keepdims) is broadcast back over the reduced
+ * dims: Sum copies it, Mean divides by the count reduced, Max/Min give it to the elements
+ * equal to the result, split evenly among ties (a subgradient, as torch.amax does). The
+ * Sum/Mean gradients read only X's shape. Floats only.
  */
 #ifndef KILN_OPS_REDUCE_COMMON_H
 #define KILN_OPS_REDUCE_COMMON_H
@@ -30,5 +38,17 @@ typedef enum kiln_reduce_kind {
 kiln_status kiln_reduce_infer(kiln_op_ctx *c, int axes_input_opset, bool allow_int,
                               bool allow_bool);
 kiln_status kiln_reduce_forward(kiln_op_ctx *c, int axes_input_opset, kiln_reduce_kind kind);
+
+/* The gradient ops (inputs X, dY[, Y for Max/Min], axes?): dX like X. */
+kiln_status kiln_reduce_grad_infer(kiln_op_ctx *c, int axes_input_opset, kiln_reduce_kind kind);
+kiln_status kiln_reduce_grad_forward(kiln_op_ctx *c, int axes_input_opset, kiln_reduce_kind kind);
+/* Max/Min: scratch for the tie counts. */
+size_t kiln_reduce_grad_workspace(const kiln_op_ctx *c);
+/* Self-test helper: kiln_gradcheck of op on a random f64 (2,3,4) input (values in
+ * [-1, 1): no ties for Max/Min) with axes as an input when n_axes >= 0. */
+int kiln_reduce_gradcheck(const char *op, const char *attrs, int opset, int n_axes, const int64_t *axes,
+                          uint64_t seed, const char *label);
+/* The rule of a reduction: emits grad_op (X, dY[, Y], axes?) -> dX. */
+kiln_status kiln_reduce_grad_rule(kiln_grad_ctx *g, const char *grad_op, kiln_reduce_kind kind);
 
 #endif

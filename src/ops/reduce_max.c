@@ -4,6 +4,7 @@
  * value input) and noop_with_empty_axes applies. Floats (NaN propagates, as in numpy),
  * all integer dtypes and bool (False < True, opset 20). An empty reduction gives -inf or
  * the dtype's minimum. See reduce_common.h.
+ * Gradient: kiln.ReduceMaxGrad(X, dY, Y, axes): dY goes to the elements equal to the max, split among ties.
  */
 #include "../core/optest.h"
 #include "reduce_common.h"
@@ -15,6 +16,15 @@ static kiln_status infer(kiln_op_ctx *c) {
 }
 static kiln_status forward(kiln_op_ctx *c) {
     return kiln_reduce_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_MAX);
+}
+static kiln_status grad(kiln_grad_ctx *g) {
+    return kiln_reduce_grad_rule(g, "ReduceMaxGrad", KILN_REDUCE_MAX);
+}
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_infer(c, AXES_INPUT_OPSET, KILN_REDUCE_MAX);
+}
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_MAX);
 }
 
 /* 0, 1, 2, ... in shape dims: expected values below follow from the index by hand. */
@@ -60,10 +70,46 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(5));
     fails += kiln_optest_fails("ReduceMax", "", 2, in, 1, KILN_ERR_SHAPE, "max axis out of range");
+
+    /* gradients on tie-free random inputs: axes input (18), attribute (13), all axes */
+    fails += kiln_reduce_gradcheck("ReduceMax", "", 18, 1, KT_DIMS(1), 21, "max grad axis 1");
+    fails += kiln_reduce_gradcheck("ReduceMax", "axes=[0,2];keepdims=0", 13, -1, NULL, 22,
+                                   "max grad opset 13 axes 0,2");
+    fails += kiln_reduce_gradcheck("ReduceMax", "keepdims=0", 18, -1, NULL, 23,
+                                   "max grad all axes");
+    fails += kiln_reduce_gradcheck("ReduceMax", "axes=[-2]", 11, -1, NULL, 24,
+                                   "max grad opset 11 axis -2");
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[4], *dx;
+    /* a tie shares dY evenly */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 3, 3, 2, 0, -1));
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(1, 5));
+    in[2] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(3, 2));
+    in[3] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
+    dx = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(0, 0.5, 0.5, 5, 0, 0));
+    fails += kiln_optest("ReduceMaxGrad", "", 4, in, 1, &dx, 0, 0, "max grad axis 1 with a tie");
+    in[0] = kt_make(KILN_F64, 1, KT_DIMS(4), KT_VALS(4, -1, 4, 2));
+    in[1] = kt_scalar(KILN_F64, 3);
+    in[2] = kt_scalar(KILN_F64, 4);
+    in[3] = NULL;
+    dx = kt_make(KILN_F64, 1, KT_DIMS(4), KT_VALS(1.5, 0, 1.5, 0));
+    fails += kiln_optest("ReduceMaxGrad", "keepdims=0", 4, in, 1, &dx, 0, 0, "max grad all f64");
     return fails;
 }
 
 const kiln_op_def kiln_op_reduce_max = {
     .name = "ReduceMax", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .grad = grad,
+};
+
+const kiln_op_def kiln_op_reduce_max_grad = {
+    .name = "ReduceMaxGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 4,
+    .min_outputs = 1, .max_outputs = 1, .value_inputs = 1u << 3,
+    .infer = infer_grad, .cpu_forward = forward_grad,
+    .cpu_workspace = kiln_reduce_grad_workspace, .test = test_grad,
 };

@@ -4,9 +4,14 @@
  * value input) and noop_with_empty_axes applies. Floats are averaged in double (an
  * empty reduction gives NaN); integers are summed in 64 bits and divided with
  * truncation toward zero, as numpy's mean followed by a cast does. See reduce_common.h.
+ * Gradient: kiln.ReduceMeanGrad(X, dY, axes): dX = dY broadcast back over the reduced dims / count.
  */
 #include "../core/optest.h"
+#include "../train/autograd.h"
 #include "reduce_common.h"
+
+#include <math.h>
+#include <stdio.h>
 
 enum { AXES_INPUT_OPSET = 18 };
 
@@ -16,12 +21,93 @@ static kiln_status infer(kiln_op_ctx *c) {
 static kiln_status forward(kiln_op_ctx *c) {
     return kiln_reduce_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_MEAN);
 }
+static kiln_status grad(kiln_grad_ctx *g) {
+    return kiln_reduce_grad_rule(g, "ReduceMeanGrad", KILN_REDUCE_MEAN);
+}
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_infer(c, AXES_INPUT_OPSET, KILN_REDUCE_MEAN);
+}
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_MEAN);
+}
 
 /* 0, 1, 2, ... in shape dims: expected values below follow from the index by hand. */
 static kiln_tensor *arange(kiln_dtype dt, int ndim, const int64_t *dims) {
     kiln_tensor *t = kt_make(dt, ndim, dims, NULL);
     for (int64_t i = 0; i < kiln_tensor_numel(t); i++) kiln_set_f64(t, i, (double)i);
     return t;
+}
+
+/* MSE as users write it: L = ReduceMean(Sub(P, T) squared by Mul or by Pow(., 2)),
+ * differentiated end to end through autograd: dL/dP must be 2 (P - T) / n and match
+ * central differences. Needs the elementwise ops' gradient rules; skipped without them. */
+static int test_mse(bool use_pow) {
+    const char *label = use_pow ? "mse Sub -> Pow -> ReduceMean" : "mse Sub -> Mul -> ReduceMean";
+    const kiln_op_def *sub = kiln_op_find("Sub"), *sq = kiln_op_find(use_pow ? "Pow" : "Mul");
+    if (!sub || !sub->grad || !sq || !sq->grad) {
+        printf("skip %s: %s has no gradient rule yet\n", label, sub && sub->grad ? (use_pow ? "Pow" : "Mul") : "Sub");
+        return 0;
+    }
+    enum { N = 12 };
+    kiln_context *ctx = NULL;
+    kiln_model *m = NULL, *train = NULL;
+    kiln_session *s = NULL;
+    kiln_tensor *p = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 41);
+    kiln_tensor *t = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 42);
+    kiln_tensor *two = kt_scalar(KILN_F64, 2);
+    int fails = 1;
+    const char *why = "building the graph";
+    if (!p || !t || !two || kiln_context_create(&ctx) || kiln_model_create(ctx, &m)) goto out;
+    if (kiln_model_add_input(m, "p", KILN_F64, 2, p->dims) || kiln_model_add_initializer(m, "t", t) ||
+        kiln_model_add_initializer(m, "two", two) ||
+        kiln_model_add_node(m, "Sub", "sub", 2, (const char *[]){"p", "t"}, 1, (const char *[]){"d"}, NULL) ||
+        kiln_model_add_node(m, use_pow ? "Pow" : "Mul", "square", 2, (const char *[]){"d", use_pow ? "two" : "d"}, 1,
+                            (const char *[]){"d2"}, NULL) ||
+        kiln_model_add_node(m, "ReduceMean", "mean", 1, (const char *[]){"d2"}, 1, (const char *[]){"l"}, NULL) ||
+        kiln_model_add_output(m, "l") || kiln_model_finalize(m) || kiln_model_clone(m, &train))
+        goto out;
+    int pv = kiln_model_find_value(train, "p"), dpv = -1;
+    why = "autograd";
+    if (kiln_autograd(train, kiln_model_find_value(train, "l"), 1, &pv, &dpv)) goto out;
+    why = "the training graph";
+    if (kiln_model_add_output(train, train->values[dpv].name) || kiln_model_finalize(train) ||
+        kiln_session_create(train, NULL, &s))
+        goto out;
+    const kiln_tensor *outs[2];
+    why = "run";
+    if (kiln_session_run(s, 1, &p, 2, outs) || kiln_tensor_numel(outs[1]) != N) goto out;
+    double *pp = p->data, grad[N], worst = 0;
+    const double *tp = t->data;
+    for (int i = 0; i < N; i++) grad[i] = kiln_get_f64(outs[1], i);
+    why = "dL/dP != 2 (P - T) / n";
+    for (int i = 0; i < N; i++)
+        if (fabs(grad[i] - 2 * (pp[i] - tp[i]) / N) > 1e-15) goto out;
+    why = "finite differences";
+    for (int i = 0; i < N; i++) {
+        const double eps = 1e-6, keep = pp[i];
+        pp[i] = keep + eps;
+        if (kiln_session_run(s, 1, &p, 1, outs)) goto out;
+        double lp = kiln_get_f64(outs[0], 0);
+        pp[i] = keep - eps;
+        if (kiln_session_run(s, 1, &p, 1, outs)) goto out;
+        double lm = kiln_get_f64(outs[0], 0);
+        pp[i] = keep;
+        double num = (lp - lm) / (2 * eps), err = fabs(num - grad[i]), tol = 1e-6 + 1e-5 * fabs(num);
+        if (!(err <= tol)) goto out;
+        if (err / tol > worst) worst = err / tol;
+    }
+    printf("ok   %s: dL/dP = 2 (P - T) / n, matches finite differences, %.0f%% of error budget\n", label, worst * 100);
+    fails = 0;
+out:
+    if (fails) printf("FAIL %s: %s%s%s\n", label, why, ctx ? ": " : "", ctx ? kiln_context_message(ctx) : "");
+    kiln_session_free(s);
+    kiln_model_free(train);
+    kiln_model_free(m);
+    kiln_context_free(ctx);
+    kiln_tensor_free(p);
+    kiln_tensor_free(t);
+    kiln_tensor_free(two);
+    return fails;
 }
 
 static int test(void) {
@@ -65,10 +151,47 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-3));
     fails += kiln_optest_fails("ReduceMean", "", 2, in, 1, KILN_ERR_SHAPE, "mean axis out of range");
+
+    /* gradients: axes as input (opset 18), as attribute (13, 11), all axes, keepdims */
+    fails += kiln_reduce_gradcheck("ReduceMean", "keepdims=0", 18, -1, NULL, 11,
+                                   "mean grad all axes");
+    fails += kiln_reduce_gradcheck("ReduceMean", "", 18, 1, KT_DIMS(1), 12,
+                                   "mean grad axis 1 input");
+    fails += kiln_reduce_gradcheck("ReduceMean", "axes=[0,2]", 13, -1, NULL, 13,
+                                   "mean grad opset 13 axes 0,2");
+    fails += kiln_reduce_gradcheck("ReduceMean", "axes=[-1];keepdims=0", 11, -1, NULL, 14,
+                                   "mean grad opset 11 axis -1");
+    fails += test_mse(false);
+    fails += test_mse(true);
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *dx;
+    /* mean over 3 elements: dY / 3 */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(3, 6));
+    in[2] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
+    dx = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 1, 1, 2, 2, 2));
+    fails += kiln_optest("ReduceMeanGrad", "", 3, in, 1, &dx, 0, 0, "mean grad axis 1");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(2, 4, 6));
+    in[2] = NULL;
+    dx = kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 1, 2, 3));
+    fails += kiln_optest_opset("ReduceMeanGrad", "axes=[0];keepdims=0", 13, 3, in, 1, &dx, 0, 0,
+                               "mean grad opset 13 axis 0");
     return fails;
 }
 
 const kiln_op_def kiln_op_reduce_mean = {
     .name = "ReduceMean", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .grad = grad,
+};
+
+const kiln_op_def kiln_op_reduce_mean_grad = {
+    .name = "ReduceMeanGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1, .value_inputs = 1u << 2, .shape_only_inputs = 1u << 0,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

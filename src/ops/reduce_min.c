@@ -4,6 +4,7 @@
  * value input) and noop_with_empty_axes applies. Floats (NaN propagates, as in numpy),
  * all integer dtypes and bool (False < True, opset 20). An empty reduction gives +inf or
  * the dtype's maximum. See reduce_common.h.
+ * Gradient: kiln.ReduceMinGrad(X, dY, Y, axes): dY goes to the elements equal to the min, split among ties.
  */
 #include "../core/optest.h"
 #include "reduce_common.h"
@@ -15,6 +16,15 @@ static kiln_status infer(kiln_op_ctx *c) {
 }
 static kiln_status forward(kiln_op_ctx *c) {
     return kiln_reduce_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_MIN);
+}
+static kiln_status grad(kiln_grad_ctx *g) {
+    return kiln_reduce_grad_rule(g, "ReduceMinGrad", KILN_REDUCE_MIN);
+}
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_infer(c, AXES_INPUT_OPSET, KILN_REDUCE_MIN);
+}
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_MIN);
 }
 
 /* 0, 1, 2, ... in shape dims: expected values below follow from the index by hand. */
@@ -61,10 +71,45 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(1), KT_VALS(1));
     fails += kiln_optest_fails("ReduceMin", "", 2, in, 1, KILN_ERR_TYPE, "min float axes");
+
+    /* gradients on tie-free random inputs: axes input (18), attribute (13), all axes */
+    fails += kiln_reduce_gradcheck("ReduceMin", "", 18, 1, KT_DIMS(1), 31, "min grad axis 1");
+    fails += kiln_reduce_gradcheck("ReduceMin", "axes=[0,2];keepdims=0", 13, -1, NULL, 32,
+                                   "min grad opset 13 axes 0,2");
+    fails += kiln_reduce_gradcheck("ReduceMin", "keepdims=0", 18, -1, NULL, 33,
+                                   "min grad all axes");
+    fails += kiln_reduce_gradcheck("ReduceMin", "axes=[-2]", 11, -1, NULL, 34,
+                                   "min grad opset 11 axis -2");
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[4], *dx;
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 3, 1, 2, 0, -1));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(2, 5));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, -1));
+    in[3] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-1));
+    dx = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 0, 1, 0, 0, 5));
+    fails += kiln_optest("ReduceMinGrad", "keepdims=0", 4, in, 1, &dx, 0, 0, "min grad last axis with a tie");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(4, -1, 0, 2));
+    in[1] = kt_make(KILN_F64, 2, KT_DIMS(1, 2), KT_VALS(3, 7));
+    in[2] = kt_make(KILN_F64, 2, KT_DIMS(1, 2), KT_VALS(0, -1));
+    in[3] = NULL;
+    dx = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(0, 7, 3, 0));
+    fails += kiln_optest_opset("ReduceMinGrad", "axes=[0]", 13, 4, in, 1, &dx, 0, 0, "min grad opset 13 axis 0");
     return fails;
 }
 
 const kiln_op_def kiln_op_reduce_min = {
     .name = "ReduceMin", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .grad = grad,
+};
+
+const kiln_op_def kiln_op_reduce_min_grad = {
+    .name = "ReduceMinGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 4,
+    .min_outputs = 1, .max_outputs = 1, .value_inputs = 1u << 3,
+    .infer = infer_grad, .cpu_forward = forward_grad,
+    .cpu_workspace = kiln_reduce_grad_workspace, .test = test_grad,
 };

@@ -3,6 +3,7 @@
  * Opset 11: axes attribute, keepdims. Opset 13+: axes is an optional int64 input (a value
  * input) and noop_with_empty_axes applies. Floats (summed in double) and all integer
  * dtypes (summed in 64 bits, wrapping like the output dtype). See reduce_common.h.
+ * Gradient: kiln.ReduceSumGrad(X, dY, axes): dX = dY broadcast back over the reduced dims.
  */
 #include "../core/optest.h"
 #include "reduce_common.h"
@@ -14,6 +15,15 @@ static kiln_status infer(kiln_op_ctx *c) {
 }
 static kiln_status forward(kiln_op_ctx *c) {
     return kiln_reduce_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_SUM);
+}
+static kiln_status grad(kiln_grad_ctx *g) {
+    return kiln_reduce_grad_rule(g, "ReduceSumGrad", KILN_REDUCE_SUM);
+}
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_infer(c, AXES_INPUT_OPSET, KILN_REDUCE_SUM);
+}
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_SUM);
 }
 
 /* 0, 1, 2, ... in shape dims: expected values below follow from the index by hand. */
@@ -83,10 +93,49 @@ static int test(void) {
     fails += kiln_optest_fails("ReduceSum", "", 2, in, 1, KILN_ERR_SHAPE, "sum repeated axis");
     in[0] = kt_make(KILN_BOOL, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("ReduceSum", "", 1, in, 1, KILN_ERR_TYPE, "sum rejects bool");
+
+    /* gradients: every axes form (none, input, attribute at opset 11, noop) and keepdims */
+    fails += kiln_reduce_gradcheck("ReduceSum", "", 13, -1, NULL, 1, "sum grad all axes");
+    fails += kiln_reduce_gradcheck("ReduceSum", "keepdims=0", 13, 1, KT_DIMS(1), 2,
+                                   "sum grad axis 1 no keepdims");
+    fails += kiln_reduce_gradcheck("ReduceSum", "", 13, 2, KT_DIMS(0, -1), 3,
+                                   "sum grad axes 0,-1 keepdims");
+    fails += kiln_reduce_gradcheck("ReduceSum", "axes=[0,2];keepdims=0", 11, -1, NULL, 4,
+                                   "sum grad opset 11 attribute axes");
+    fails += kiln_reduce_gradcheck("ReduceSum", "noop_with_empty_axes=1", 13, -1, NULL, 5,
+                                   "sum grad noop with empty axes");
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *dx;
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, 2));
+    in[2] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
+    dx = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 1, 1, 2, 2, 2));
+    fails += kiln_optest("ReduceSumGrad", "keepdims=0", 3, in, 1, &dx, 0, 0, "sum grad axis 1 dropped");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F64, 2, KT_DIMS(1, 3), KT_VALS(1, 2, 3));
+    in[2] = NULL;
+    dx = kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 1, 2, 3));
+    fails += kiln_optest_opset("ReduceSumGrad", "axes=[0]", 11, 3, in, 1, &dx, 0, 0,
+                               "sum grad opset 11 axis 0 kept");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    in[2] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
+    fails += kiln_optest_fails("ReduceSumGrad", "", 3, in, 1, KILN_ERR_SHAPE, "sum grad dY of the wrong shape");
     return fails;
 }
 
 const kiln_op_def kiln_op_reduce_sum = {
     .name = "ReduceSum", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .grad = grad,
+};
+
+const kiln_op_def kiln_op_reduce_sum_grad = {
+    .name = "ReduceSumGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1, .value_inputs = 1u << 2, .shape_only_inputs = 1u << 0,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

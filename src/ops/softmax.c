@@ -2,12 +2,16 @@
  * softmax.c — Softmax: y = exp(x - max) / sum(exp(x - max)).
  * Opset 13+: along the one dim `axis` (default -1). Opsets 11-12: over the input coerced
  * to 2-D at `axis` (default 1). Floats; see softmax_common.h.
+ * Gradient: kiln.SoftmaxGrad(Y, dY) = Y * (dY - sum(dY * Y)) along the same rows.
  */
 #include "../core/optest.h"
 #include "softmax_common.h"
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_softmax_infer(c); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_softmax_forward(c, false); }
+static kiln_status grad(kiln_grad_ctx *g) { return kiln_softmax_grad_rule(g, "SoftmaxGrad"); }
+static kiln_status infer_grad(kiln_op_ctx *c) { return kiln_softmax_grad_infer(c); }
+static kiln_status forward_grad(kiln_op_ctx *c) { return kiln_softmax_grad_forward(c, false); }
 
 static int test(void) {
     int fails = 0;
@@ -56,10 +60,51 @@ static int test(void) {
     fails += kiln_optest_fails("Softmax", "axis=2", 1, &x, 1, KILN_ERR_SHAPE, "softmax bad axis");
     x = kt_make(KILN_I32, 1, KT_DIMS(3), NULL);
     fails += kiln_optest_fails("Softmax", "", 1, &x, 1, KILN_ERR_TYPE, "softmax int input");
+
+    /* gradients: single axis at opset 13 (last, middle, first) and coerced 2-D at 11 */
+    fails += kiln_gradcheck("Softmax", "", 13, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 1)}, NULL,
+                            "softmax grad axis -1");
+    fails += kiln_gradcheck("Softmax", "axis=1", 13, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 2)}, NULL,
+                            "softmax grad axis 1");
+    fails += kiln_gradcheck("Softmax", "axis=0", 21, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 5), -2, 2, 3)}, NULL,
+                            "softmax grad axis 0");
+    fails += kiln_gradcheck("Softmax", "axis=1", 11, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -2, 2, 4)}, NULL,
+                            "softmax grad opset 11 coerced at axis 1");
+    fails += kiln_gradcheck("Softmax", "", 12, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -2, 2, 5)}, NULL,
+                            "softmax grad opset 12 default axis");
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[2], *dx;
+    /* s = sum(dY * Y) = 0.2 - 0.5 = -0.3; dX = Y * (dY - s) */
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0.2, 0.3, 0.5));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 0, -1));
+    dx = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0.26, 0.09, -0.35));
+    fails += kiln_optest("SoftmaxGrad", "", 2, in, 1, &dx, 1e-7, 1e-6, "softmax grad one row");
+    /* axis 0: columns; s = 2.5 and 0.8 */
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(0.25, 0.6, 0.75, 0.4));
+    in[1] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, -1));
+    dx = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(-0.375, 0.72, 0.375, -0.72));
+    fails += kiln_optest("SoftmaxGrad", "axis=0", 2, in, 1, &dx, 1e-15, 1e-14, "softmax grad axis 0 f64");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("SoftmaxGrad", "", 2, in, 1, KILN_ERR_SHAPE, "softmax grad shape mismatch");
     return fails;
 }
 
 const kiln_op_def kiln_op_softmax = {
     .name = "Softmax", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_softmax_grad = {
+    .name = "SoftmaxGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
+    .max_outputs = 1, .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

@@ -144,12 +144,15 @@ static kiln_status lift_initializer(kiln_model *m, int v, kiln_tensor **owned) {
     return push_int(&m->inputs, &m->n_inputs, v) ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
 }
 
-static int find_bn_state(const kiln_model *m, int v) {
+/* Is value v consumed by some node at an input the op trains (not nondiff_inputs)? */
+static bool trainable_use(const kiln_model *m, int v) {
     for (int i = 0; i < m->n_nodes; i++) {
         const kiln_node *n = &m->nodes[i];
-        if (strcmp(n->op_type, "BatchNormalization") == 0 && n->n_in >= 5 && (n->in[3] == v || n->in[4] == v)) return i;
+        const kiln_op_def *d = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] == v && !(d && k < 32 && (d->nondiff_inputs & (1u << k)))) return true;
     }
-    return -1;
+    return false;
 }
 
 /* Which values reach the loss (backward reachability over the forward nodes). */
@@ -185,10 +188,10 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         free(params);
         return KILN_ERR_OUT_OF_MEMORY;
     }
-    /* Parameters: float initializers that reach the loss, except BN running statistics. */
+    /* Parameters: float initializers on the loss's path used where the op trains them. */
     for (int v = 0; v < n0 && !st; v++) {
         kiln_value *val = &m->values[v];
-        if (!val->init || !kiln_dtype_is_float(val->dtype) || !reach[v] || find_bn_state(m, v) >= 0) continue;
+        if (!val->init || !kiln_dtype_is_float(val->dtype) || !reach[v] || !trainable_use(m, v)) continue;
         if (val->dtype != KILN_F32) {
             st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "trained initializer '%s' is %s; kiln trains f32 weights",
                            val->name, kiln_dtype_name(val->dtype));

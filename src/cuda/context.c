@@ -1,0 +1,353 @@
+/*
+ * context.c — the CUDA device context (kiln_cuda): device selection and properties, the
+ * compute stream, lazily created cuDNN / cuBLASLt handles bound to it, the device arena
+ * and workspace, pinned staging for host <-> device copies, the device-side error flag,
+ * and the conversion of library errors into kiln statuses. Host code only.
+ */
+#include "cuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGING_DEFAULT ((size_t)8 << 20)
+#define ARENA_ALIGN ((size_t)256)
+
+/* ----------------------------------------------------------------- errors */
+
+/* The path from "src/" on: messages stay short whatever the build directory. */
+static const char *short_file(const char *file) {
+    const char *p = strstr(file, "src/");
+    return p ? p : file;
+}
+
+kiln_status kiln_cuda_rt_error(kiln_context *ctx, cudaError_t e, const char *call,
+                               const char *file, int line) {
+    kiln_status st = e == cudaErrorMemoryAllocation ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_DEVICE;
+    return kiln_fail(ctx, st, "%s failed: %s (%s) (%s:%d)", call, cudaGetErrorName(e),
+                     cudaGetErrorString(e), short_file(file), line);
+}
+
+kiln_status kiln_cuda_dnn_error(kiln_context *ctx, cudnnStatus_t e, const char *call,
+                                const char *file, int line) {
+    kiln_status st = (e == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+                      e == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
+                         ? KILN_ERR_OUT_OF_MEMORY
+                         : KILN_ERR_DEVICE;
+    char detail[512];
+    cudnnGetLastErrorString(detail, sizeof detail);
+    return kiln_fail(ctx, st, "%s failed: %s%s%s (%s:%d)", call, cudnnGetErrorString(e),
+                     detail[0] ? ": " : "", detail, short_file(file), line);
+}
+
+kiln_status kiln_cuda_lt_error(kiln_context *ctx, cublasStatus_t e, const char *call,
+                               const char *file, int line) {
+    kiln_status st = e == CUBLAS_STATUS_ALLOC_FAILED ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_DEVICE;
+    return kiln_fail(ctx, st, "%s failed: %s (%s:%d)", call, cublasLtGetStatusString(e),
+                     short_file(file), line);
+}
+
+kiln_status kiln_cuda_rtc_error(kiln_context *ctx, nvrtcResult e, const char *call,
+                                const char *file, int line) {
+    kiln_status st = e == NVRTC_ERROR_OUT_OF_MEMORY ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_DEVICE;
+    return kiln_fail(ctx, st, "%s failed: %s (%s:%d)", call, nvrtcGetErrorString(e),
+                     short_file(file), line);
+}
+
+/* ---------------------------------------------------------------- devices */
+
+kiln_status kiln_cuda_device_count(kiln_context *ctx, int *count) {
+    if (!count) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "count is NULL");
+    *count = 0;
+    cudaError_t e = cudaGetDeviceCount(count);
+    /* No device and no (or a too old) driver both mean: nothing to run on. */
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+        cudaGetLastError(); /* not sticky, but leave nothing behind */
+        *count = 0;
+        return KILN_OK;
+    }
+    if (e != cudaSuccess) {
+        *count = 0;
+        return kiln_cuda_rt_error(ctx, e, "cudaGetDeviceCount(count)", __FILE__, __LINE__);
+    }
+    return KILN_OK;
+}
+
+static kiln_status no_device(kiln_context *ctx, int want) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaGetLastError();
+    if (e != cudaSuccess)
+        return kiln_fail(ctx, KILN_ERR_DEVICE, "no CUDA device: cudaGetDeviceCount says %s (%s)",
+                         cudaGetErrorName(e), cudaGetErrorString(e));
+    if (n == 0) return kiln_fail(ctx, KILN_ERR_DEVICE, "no CUDA device: none was found");
+    return kiln_fail(ctx, KILN_ERR_DEVICE, "no CUDA device %d: this machine has %d", want, n);
+}
+
+static kiln_status read_props(kiln_cuda *cu) {
+    struct cudaDeviceProp p;
+    KILN_CUDA_CHECK(cu->ctx, cudaGetDeviceProperties(&p, cu->device));
+    kiln_cuda_props *q = &cu->props;
+    snprintf(q->name, sizeof q->name, "%s", p.name);
+    q->sm_count = p.multiProcessorCount;
+    q->cc_major = p.major;
+    q->cc_minor = p.minor;
+    q->total_memory = p.totalGlobalMem;
+    q->l2_bytes = p.l2CacheSize;
+    q->smem_per_block_optin = p.sharedMemPerBlockOptin;
+    return KILN_OK;
+}
+
+/* Everything create sets up after the struct exists; kiln_cuda_free undoes any part. */
+static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
+    kiln_context *ctx = cu->ctx;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    kiln_status st = read_props(cu);
+    if (st) return st;
+    if (cu->props.cc_major < 8)
+        return kiln_fail(ctx, KILN_ERR_DEVICE,
+                         "CUDA device %d (%s) has compute capability %d.%d; kiln needs 8.0 or newer",
+                         cu->device, cu->props.name, cu->props.cc_major, cu->props.cc_minor);
+    KILN_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++)
+        KILN_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&cu->staged[i], cudaEventDisableTiming));
+    KILN_CUDA_CHECK(ctx, cudaMalloc((void **)&cu->flag, sizeof(kiln_cuda_flag)));
+    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(cu->flag, 0, sizeof(kiln_cuda_flag), cu->stream));
+    cu->staging_bytes = o->staging_bytes ? o->staging_bytes : STAGING_DEFAULT;
+    if (cu->staging_bytes < ((size_t)64 << 10)) cu->staging_bytes = (size_t)64 << 10;
+    cu->staging_bytes &= ~(size_t)255; /* two equal, aligned halves */
+    KILN_CUDA_CHECK(ctx, cudaMallocHost((void **)&cu->staging, cu->staging_bytes));
+    if (o->arena_bytes) {
+        KILN_CUDA_CHECK(ctx, cudaMalloc(&cu->arena, o->arena_bytes));
+        cu->arena_bytes = o->arena_bytes;
+    }
+    if (o->workspace_bytes) {
+        KILN_CUDA_CHECK(ctx, cudaMalloc(&cu->workspace, o->workspace_bytes));
+        cu->workspace_bytes = o->workspace_bytes;
+    }
+    KILN_CUDA_CHECK(ctx, cudaStreamSynchronize(cu->stream));
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_create(kiln_context *ctx, const kiln_cuda_options *opts, kiln_cuda **out) {
+    if (!out) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    kiln_cuda_options o = {0};
+    if (opts) o = *opts;
+    int n = 0;
+    kiln_status st = kiln_cuda_device_count(ctx, &n);
+    if (st) return st;
+    if (o.device < 0 || o.device >= n) return no_device(ctx, o.device);
+    kiln_cuda *cu = kiln_calloc(ctx, 1, sizeof *cu, "a CUDA context");
+    if (!cu) return KILN_ERR_OUT_OF_MEMORY;
+    cu->ctx = ctx;
+    cu->device = o.device;
+    st = setup(cu, &o);
+    if (st) {
+        /* keep the message of the failure, not of what freeing might say */
+        kiln_cuda_free(cu);
+        return st;
+    }
+    *out = cu;
+    return KILN_OK;
+}
+
+void kiln_cuda_free(kiln_cuda *cu) {
+    if (!cu) return;
+    /* Errors while tearing down cannot be acted on; the stream is drained first so no
+     * kernel still uses what is freed. cudaGetLastError clears what they leave. */
+    if (cudaSetDevice(cu->device) == cudaSuccess && cu->stream) cudaStreamSynchronize(cu->stream);
+    if (cu->dnn_conv) cudnnDestroyConvolutionDescriptor(cu->dnn_conv);
+    if (cu->dnn_w) cudnnDestroyFilterDescriptor(cu->dnn_w);
+    if (cu->dnn_x) cudnnDestroyTensorDescriptor(cu->dnn_x);
+    if (cu->dnn_y) cudnnDestroyTensorDescriptor(cu->dnn_y);
+    if (cu->dnn) cudnnDestroy(cu->dnn);
+    if (cu->lt) cublasLtDestroy(cu->lt);
+    if (cu->arena) cudaFree(cu->arena);
+    if (cu->workspace) cudaFree(cu->workspace);
+    if (cu->flag) cudaFree(cu->flag);
+    if (cu->staging) cudaFreeHost(cu->staging);
+    for (int i = 0; i < 2; i++)
+        if (cu->staged[i]) cudaEventDestroy(cu->staged[i]);
+    if (cu->stream) cudaStreamDestroy(cu->stream);
+    cudaGetLastError();
+    free(cu->conv_algos);
+    free(cu);
+}
+
+const kiln_cuda_props *kiln_cuda_get_props(const kiln_cuda *cu) { return &cu->props; }
+kiln_context *kiln_cuda_context(const kiln_cuda *cu) { return cu->ctx; }
+void *kiln_cuda_stream(const kiln_cuda *cu) { return (void *)cu->stream; }
+
+/* ---------------------------------------------------------------- handles */
+
+kiln_status kiln_cuda_dnn(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t *out) {
+    if (!cu->dnn) {
+        cudnnHandle_t h = NULL;
+        KILN_CUDNN_CHECK(ctx, cudnnCreate(&h));
+        cudnnStatus_t e = cudnnSetStream(h, cu->stream);
+        if (e != CUDNN_STATUS_SUCCESS) {
+            kiln_status st = kiln_cuda_dnn_error(ctx, e, "cudnnSetStream(h, cu->stream)", __FILE__, __LINE__);
+            cudnnDestroy(h);
+            return st;
+        }
+        cu->dnn = h;
+        /* descriptors that conv.c sets per call, so that no call allocates */
+        KILN_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&cu->dnn_x));
+        KILN_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&cu->dnn_y));
+        KILN_CUDNN_CHECK(ctx, cudnnCreateFilterDescriptor(&cu->dnn_w));
+        KILN_CUDNN_CHECK(ctx, cudnnCreateConvolutionDescriptor(&cu->dnn_conv));
+    }
+    if (!cu->dnn_x || !cu->dnn_y || !cu->dnn_w || !cu->dnn_conv)
+        return kiln_fail(ctx, KILN_ERR_DEVICE, "cuDNN descriptors could not be created earlier");
+    *out = cu->dnn;
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_lt(kiln_cuda *cu, kiln_context *ctx, cublasLtHandle_t *out) {
+    if (!cu->lt) KILN_CUBLASLT_CHECK(ctx, cublasLtCreate(&cu->lt));
+    *out = cu->lt;
+    return KILN_OK;
+}
+
+/* ----------------------------------------------------------------- memory */
+
+void *kiln_cuda_arena(const kiln_cuda *cu, size_t *bytes) {
+    if (bytes) *bytes = cu->arena_bytes;
+    return cu->arena;
+}
+
+kiln_status kiln_cuda_arena_alloc(kiln_cuda *cu, size_t bytes, void **out) {
+    *out = NULL;
+    size_t need = (bytes + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+    if (need < bytes || need > cu->arena_bytes - cu->arena_used)
+        return kiln_fail(cu->ctx, KILN_ERR_OUT_OF_MEMORY,
+                         "the CUDA arena of %zu bytes has %zu free, %zu were asked for",
+                         cu->arena_bytes, cu->arena_bytes - cu->arena_used, bytes);
+    *out = (char *)cu->arena + cu->arena_used;
+    cu->arena_used += need;
+    return KILN_OK;
+}
+
+void kiln_cuda_arena_reset(kiln_cuda *cu) { cu->arena_used = 0; }
+
+kiln_status kiln_cuda_workspace_reserve(kiln_cuda *cu, size_t bytes) {
+    if (bytes <= cu->workspace_bytes) return KILN_OK;
+    KILN_CUDA_CHECK(cu->ctx, cudaSetDevice(cu->device));
+    KILN_CUDA_CHECK(cu->ctx, cudaStreamSynchronize(cu->stream));
+    if (cu->workspace) {
+        void *old = cu->workspace;
+        cu->workspace = NULL;
+        cu->workspace_bytes = 0;
+        KILN_CUDA_CHECK(cu->ctx, cudaFree(old));
+    }
+    KILN_CUDA_CHECK(cu->ctx, cudaMalloc(&cu->workspace, bytes));
+    cu->workspace_bytes = bytes;
+    return KILN_OK;
+}
+
+void *kiln_cuda_workspace(const kiln_cuda *cu, size_t *bytes) {
+    if (bytes) *bytes = cu->workspace_bytes;
+    return cu->workspace;
+}
+
+/* ----------------------------------------------------------------- copies */
+
+kiln_status kiln_cuda_upload(kiln_cuda *cu, void *dst, const void *src, size_t bytes) {
+    kiln_context *ctx = cu->ctx;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    const size_t half = cu->staging_bytes / 2;
+    size_t done = 0;
+    for (int h = 0; done < bytes; h ^= 1) {
+        size_t n = bytes - done < half ? bytes - done : half;
+        unsigned char *stage = cu->staging + (size_t)h * half;
+        /* the previous copy out of this half must have finished before it is refilled */
+        if (cu->staged_used[h]) KILN_CUDA_CHECK(ctx, cudaEventSynchronize(cu->staged[h]));
+        memcpy(stage, (const char *)src + done, n);
+        KILN_CUDA_CHECK(ctx, cudaMemcpyAsync((char *)dst + done, stage, n, cudaMemcpyHostToDevice,
+                                             cu->stream));
+        KILN_CUDA_CHECK(ctx, cudaEventRecord(cu->staged[h], cu->stream));
+        cu->staged_used[h] = true;
+        done += n;
+    }
+    return KILN_OK;
+}
+
+/* Device -> staging half h, on the stream. No wait is needed first: earlier copies out of
+ * that half are ahead of this one on the same stream, and downloads drain before they
+ * return. */
+static kiln_status issue_download(kiln_cuda *cu, int h, const void *src, size_t n) {
+    unsigned char *stage = cu->staging + (size_t)h * (cu->staging_bytes / 2);
+    KILN_CUDA_CHECK(cu->ctx, cudaMemcpyAsync(stage, src, n, cudaMemcpyDeviceToHost, cu->stream));
+    KILN_CUDA_CHECK(cu->ctx, cudaEventRecord(cu->staged[h], cu->stream));
+    cu->staged_used[h] = true;
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_download(kiln_cuda *cu, void *dst, const void *src, size_t bytes) {
+    kiln_context *ctx = cu->ctx;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    if (bytes == 0) return KILN_OK;
+    const size_t half = cu->staging_bytes / 2;
+    /* Two chunks in flight: chunk i+1 is copied into one half while chunk i is copied
+     * out of the other. */
+    size_t off[2] = {0, 0}, len[2] = {0, 0}, pos = 0;
+    int cur = 0;
+    kiln_status st;
+    len[cur] = bytes < half ? bytes : half;
+    if ((st = issue_download(cu, cur, src, len[cur])) != KILN_OK) return st;
+    pos = len[cur];
+    while (len[cur]) {
+        int nxt = cur ^ 1;
+        if (pos < bytes) {
+            off[nxt] = pos;
+            len[nxt] = bytes - pos < half ? bytes - pos : half;
+            if ((st = issue_download(cu, nxt, (const char *)src + pos, len[nxt])) != KILN_OK)
+                return st;
+            pos += len[nxt];
+        }
+        KILN_CUDA_CHECK(ctx, cudaEventSynchronize(cu->staged[cur]));
+        memcpy((char *)dst + off[cur], cu->staging + (size_t)cur * half, len[cur]);
+        len[cur] = 0;
+        cur = nxt;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_fill_bytes(kiln_cuda *cu, void *dst, int value, size_t bytes) {
+    KILN_CUDA_CHECK(cu->ctx, cudaSetDevice(cu->device));
+    KILN_CUDA_CHECK(cu->ctx, cudaMemsetAsync(dst, value, bytes, cu->stream));
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_sync(kiln_cuda *cu) {
+    kiln_context *ctx = cu->ctx;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    kiln_cuda_flag f;
+    /* the flag rides behind the stream's work, so it sees every kernel enqueued so far */
+    KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(&f, cu->flag, sizeof f, cudaMemcpyDeviceToHost, cu->stream));
+    KILN_CUDA_CHECK(ctx, cudaStreamSynchronize(cu->stream));
+    if (f.code == 0) return KILN_OK;
+    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(cu->flag, 0, sizeof(kiln_cuda_flag), cu->stream));
+    KILN_CUDA_CHECK(ctx, cudaStreamSynchronize(cu->stream));
+    if (f.code == KILN_CUDA_FLAG_GATHER_INDEX)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "Gather on cuda: index %lld is out of range (found on the device; "
+                         "those output elements were set to zero)",
+                         f.value);
+    return kiln_fail(ctx, KILN_ERR_INTERNAL, "a CUDA kernel raised unknown error flag %d", f.code);
+}
+
+/* ------------------------------------------------------------------ misc */
+
+unsigned kiln_cuda_blocks(const kiln_cuda *cu, int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    int64_t cap = (int64_t)cu->props.sm_count * 32;
+    if (cap < 1) cap = 1;
+    if (b > cap) b = cap;
+    return b < 1 ? 1u : (unsigned)b;
+}
+
+bool kiln_cuda_float_dtype(kiln_dtype t) {
+    return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16;
+}

@@ -1,0 +1,220 @@
+/*
+ * cuda_internal.h — what the files of src/cuda/ share: the kiln_cuda struct, the error
+ * checking macros, launch geometry and the entry points of each kernel file. Valid C
+ * and C++ (included by .c files compiled by the C compiler and .cu files by nvcc).
+ *
+ * Error checking. Every library call goes through one of
+ *     KILN_CUDA_CHECK(ctx, call)     CUDA runtime (cudaError_t)
+ *     KILN_CUDNN_CHECK(ctx, call)    cuDNN (cudnnStatus_t)
+ *     KILN_CUBLASLT_CHECK(ctx, call) cuBLASLt (cublasStatus_t)
+ *     KILN_NVRTC_CHECK(ctx, call)    NVRTC (nvrtcResult)
+ * which, on failure, record "<call> failed: <library error> (<file>:<line>)" on ctx and
+ * return the status from the enclosing function (KILN_ERR_OUT_OF_MEMORY for allocation
+ * failures, KILN_ERR_DEVICE otherwise). After every <<<...>>> launch comes
+ * KILN_CUDA_LAUNCHED(ctx, "kernel name"), which checks cudaGetLastError. The *_TRY
+ * forms set a status variable instead of returning, for code that must clean up.
+ */
+#ifndef KILN_CUDA_INTERNAL_H
+#define KILN_CUDA_INTERNAL_H
+
+#include "cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <nvrtc.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One cached cuDNN convolution algorithm choice (see conv.c). */
+typedef struct kiln_conv_algo {
+    int key[24];
+    int algo;     /* cudnnConvolutionFwdAlgo_t */
+    int math;     /* cudnnMathType_t */
+    size_t bytes; /* workspace it needs */
+} kiln_conv_algo;
+
+/* What kernels found wrong on the device, read by kiln_cuda_sync. */
+typedef struct kiln_cuda_flag {
+    int code;          /* 0: nothing; KILN_CUDA_FLAG_* */
+    int pad;
+    long long value;   /* e.g. the offending index */
+} kiln_cuda_flag;
+
+enum { KILN_CUDA_FLAG_GATHER_INDEX = 1 };
+
+struct kiln_cuda {
+    kiln_context *ctx;
+    int device;
+    kiln_cuda_props props;
+    cudaStream_t stream;
+
+    /* Created on first use (kiln_cuda_dnn / kiln_cuda_lt): loading the libraries takes
+     * time that ops without convolutions or matrix products should not pay. */
+    cudnnHandle_t dnn;
+    cudnnTensorDescriptor_t dnn_x, dnn_y;
+    cudnnFilterDescriptor_t dnn_w;
+    cudnnConvolutionDescriptor_t dnn_conv;
+    cublasLtHandle_t lt;
+
+    void *arena;
+    size_t arena_bytes, arena_used;
+    void *workspace;
+    size_t workspace_bytes;
+
+    unsigned char *staging; /* pinned, two halves used in turn */
+    size_t staging_bytes;
+    cudaEvent_t staged[2];  /* the last copy out of / into each half */
+    bool staged_used[2];
+
+    kiln_cuda_flag *flag;   /* device memory */
+
+    kiln_conv_algo *conv_algos;
+    int n_conv_algos, cap_conv_algos;
+};
+
+/* Record a failed call (see the macros) and return the status it maps to. */
+kiln_status kiln_cuda_rt_error(kiln_context *ctx, cudaError_t e, const char *call,
+                               const char *file, int line);
+kiln_status kiln_cuda_dnn_error(kiln_context *ctx, cudnnStatus_t e, const char *call,
+                                const char *file, int line);
+kiln_status kiln_cuda_lt_error(kiln_context *ctx, cublasStatus_t e, const char *call,
+                               const char *file, int line);
+kiln_status kiln_cuda_rtc_error(kiln_context *ctx, nvrtcResult e, const char *call,
+                                const char *file, int line);
+
+#define KILN_CUDA_CHECK(ctx, call)                                                        \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) return kiln_cuda_rt_error((ctx), e_, #call, __FILE__, __LINE__); \
+    } while (0)
+#define KILN_CUDNN_CHECK(ctx, call)                                                       \
+    do {                                                                                  \
+        cudnnStatus_t e_ = (call);                                                        \
+        if (e_ != CUDNN_STATUS_SUCCESS)                                                   \
+            return kiln_cuda_dnn_error((ctx), e_, #call, __FILE__, __LINE__);             \
+    } while (0)
+#define KILN_CUBLASLT_CHECK(ctx, call)                                                    \
+    do {                                                                                  \
+        cublasStatus_t e_ = (call);                                                       \
+        if (e_ != CUBLAS_STATUS_SUCCESS)                                                  \
+            return kiln_cuda_lt_error((ctx), e_, #call, __FILE__, __LINE__);              \
+    } while (0)
+#define KILN_NVRTC_CHECK(ctx, call)                                                       \
+    do {                                                                                  \
+        nvrtcResult e_ = (call);                                                          \
+        if (e_ != NVRTC_SUCCESS) return kiln_cuda_rtc_error((ctx), e_, #call, __FILE__, __LINE__); \
+    } while (0)
+/* After a <<<...>>> launch: configuration errors show up here, not at the launch. */
+#define KILN_CUDA_LAUNCHED(ctx, name)                                                     \
+    do {                                                                                  \
+        cudaError_t e_ = cudaGetLastError();                                              \
+        if (e_ != cudaSuccess)                                                            \
+            return kiln_cuda_rt_error((ctx), e_, "launch of kernel " name, __FILE__, __LINE__); \
+    } while (0)
+
+/* Status-variable forms: run call only while st is KILN_OK. */
+#define KILN_CUDA_TRY(st, ctx, call)                                                      \
+    do {                                                                                  \
+        if ((st) == KILN_OK) {                                                            \
+            cudaError_t e_ = (call);                                                      \
+            if (e_ != cudaSuccess) (st) = kiln_cuda_rt_error((ctx), e_, #call, __FILE__, __LINE__); \
+        }                                                                                 \
+    } while (0)
+#define KILN_NVRTC_TRY(st, ctx, call)                                                     \
+    do {                                                                                  \
+        if ((st) == KILN_OK) {                                                            \
+            nvrtcResult e_ = (call);                                                      \
+            if (e_ != NVRTC_SUCCESS)                                                      \
+                (st) = kiln_cuda_rtc_error((ctx), e_, #call, __FILE__, __LINE__);         \
+        }                                                                                 \
+    } while (0)
+
+/* The cuDNN / cuBLASLt handles, created on first use and bound to cu's stream. ctx
+ * receives the message on failure (the op's context inside kernels). */
+kiln_status kiln_cuda_dnn(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t *out);
+kiln_status kiln_cuda_lt(kiln_cuda *cu, kiln_context *ctx, cublasLtHandle_t *out);
+
+/* Blocks for a grid-stride loop over n items with `threads` threads a block: enough to
+ * fill the device several times over, at least 1. */
+unsigned kiln_cuda_blocks(const kiln_cuda *cu, int64_t n, int threads);
+
+/* Whether a dtype is one the float kernels take (f32, f16, bf16). */
+bool kiln_cuda_float_dtype(kiln_dtype t);
+
+/* Output dims after merging: numpy broadcasting of up to 3 inputs against an output shape,
+ * with size-1 dims dropped and neighbouring dims merged wherever every input walks them as
+ * one run (as src/ops/binary.c does). st[k][d]: element stride of input k along merged dim
+ * d, 0 where it is broadcast. nd >= 1. */
+typedef struct kiln_cuda_bcast {
+    int nin, nd;
+    int64_t dims[KILN_MAX_DIMS];
+    int64_t st[3][KILN_MAX_DIMS];
+    int64_t numel;
+} kiln_cuda_bcast;
+void kiln_cuda_bcast_init(kiln_cuda_bcast *b, int ndim, const int64_t *dims, int nin,
+                          const kiln_tensor *const *in);
+
+/* Pads of a sliding window (Conv, pools) for spatial dim i of x (N, C, spatial...), by the
+ * same rules as the CPU reference (src/ops/conv_common.c): explicit pads, or computed by
+ * auto_pad SAME_UPPER / SAME_LOWER; VALID: none. kernel: the window's kernel dims. */
+typedef struct kiln_cuda_window {
+    int nd;                     /* spatial dims, 1..3 */
+    int64_t in[3], out[3];      /* input and output spatial sizes */
+    int64_t k[3], s[3], d[3];   /* kernel, strides, dilations */
+    int64_t pb[3], pe[3];       /* pads at the beginning and the end */
+} kiln_cuda_window;
+/* Fill w from the node's attributes (kernel_shape, strides, dilations, pads, auto_pad),
+ * x's spatial dims and y's (the output shape infer chose). kernel: W's kernel dims, or NULL
+ * to read kernel_shape. Returns false (with a reason in why) on what it cannot handle. */
+bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y,
+                          const int64_t *kernel, kiln_cuda_window *w, char *why, size_t n);
+
+/* ----------------------------------------------------------------------- kernels
+ * Entry points of the kernel files, listed in table.c. Each takes the contract of
+ * cuda_backend.h. */
+#define KILN_CUDA_KERNELS(X)                                                              \
+    X(unary)       /* elementwise.cu: the unary family and Clip */                        \
+    X(binary)      /* elementwise.cu: Add Sub Mul Div Pow, Max Min (variadic) */          \
+    X(conv)        /* conv.c: Conv through cuDNN */                                       \
+    X(gemm)        /* matmul.c: Gemm through cuBLASLt */                                  \
+    X(matmul)      /* matmul.c: MatMul through cuBLASLt */                                \
+    X(maxpool)     /* pool.cu */                                                          \
+    X(avgpool)     /* pool.cu */                                                          \
+    X(gap)         /* pool.cu: GlobalAveragePool */                                       \
+    X(batchnorm)   /* norm.cu: BatchNormalization, inference */                           \
+    X(softmax)     /* norm.cu: Softmax */                                                 \
+    X(logsoftmax)  /* norm.cu: LogSoftmax */                                              \
+    X(copy)        /* movement.cu: Flatten Reshape Identity */                            \
+    X(concat)      /* movement.cu */                                                      \
+    X(transpose)   /* movement.cu */                                                      \
+    X(gather)      /* movement.cu */
+
+#define KILN_CUDA_DECLARE(name) kiln_status kiln_cuda_k_##name(kiln_cuda *cu, kiln_op_ctx *c);
+KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
+#undef KILN_CUDA_DECLARE
+
+/* Workspace functions (kernels not listed need none). */
+kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_status kiln_cuda_ws_batchnorm(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_status kiln_cuda_ws_matmul(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+
+/* Helpers that kernels in one file provide to others. */
+/* y (N, C, S) += bias[c] (bias: C elements of y's dtype). */
+kiln_status kiln_cuda_add_channel_bias(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
+                                       const void *bias, int64_t N, int64_t C, int64_t S);
+/* dst (N, C, H+pt+pb, W+pl+pr) = src (N, C, H, W) surrounded by zeros. */
+kiln_status kiln_cuda_pad_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
+                               const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
+                               int64_t pt, int64_t pb, int64_t pl, int64_t pr);
+/* y (M, N) = c broadcast to (M, N) from a tensor of rank <= 2 (Gemm's C): cdims gives
+ * its shape right-aligned to (M, N) (1 on broadcast dims). */
+kiln_status kiln_cuda_broadcast_2d(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
+                                   const void *c, int64_t M, int64_t N, int64_t cm, int64_t cn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_CUDA_INTERNAL_H */

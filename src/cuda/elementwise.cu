@@ -1,0 +1,436 @@
+/*
+ * elementwise.cu — elementwise CUDA kernels for f32, f16 and bf16.
+ *
+ *   Unary family (one templated kernel, op chosen at compile time): Relu LeakyRelu
+ *   Sigmoid Tanh Elu Selu Celu Gelu HardSigmoid HardSwish Softplus Softsign Clip Erf Exp
+ *   Log Sqrt Reciprocal Abs Neg Floor Ceil. Attributes and their defaults are read
+ *   exactly as the CPU op files do; Clip's bounds (opset 11+) are inputs read on the
+ *   device, or the min/max attributes before opset 11. Values are computed in float with
+ *   the same numerically careful forms as the CPU reference (expm1 for Elu/Selu/Celu,
+ *   erfc for Gelu, exp of non-positive arguments only for Sigmoid/Softplus).
+ *   16-byte vector loads and stores when the pointers are aligned.
+ *
+ *   Binary ops with numpy broadcasting: Add Sub Mul Div Pow, and Max Min with 1..N inputs
+ *   (folded pairwise into the output, as the CPU reference does). NaN propagates through
+ *   Max/Min like numpy's maximum/minimum. The broadcast is planned on the host
+ *   (kiln_cuda_bcast_init) and takes one of three kernels: flat (same shape, or one side a
+ *   scalar; vectorized when both sides are full and aligned), per-channel (one side
+ *   contiguous, the other indexed by (i / inner) % C, e.g. (N,C,H,W) + (C,1,1)), or
+ *   general (index arithmetic over up to 8 merged dims).
+ *
+ *   Helpers for other files: per-channel bias add (Conv) and 2-D broadcast (Gemm's C).
+ */
+#include "dtype.cuh"
+
+#include <math.h>
+#include <string.h>
+
+using namespace kiln_cu;
+
+namespace {
+
+constexpr int THREADS = 256;
+
+/* ------------------------------------------------------------------ unary ops */
+
+#define UNARY_OPS(X)                                                                      \
+    X(RELU, "Relu") X(LEAKYRELU, "LeakyRelu") X(SIGMOID, "Sigmoid") X(TANH, "Tanh")       \
+    X(ELU, "Elu") X(SELU, "Selu") X(CELU, "Celu") X(GELU, "Gelu")                         \
+    X(HARDSIGMOID, "HardSigmoid") X(HARDSWISH, "HardSwish") X(SOFTPLUS, "Softplus")       \
+    X(SOFTSIGN, "Softsign") X(CLIP, "Clip") X(ERF, "Erf") X(EXP, "Exp") X(LOG, "Log")     \
+    X(SQRT, "Sqrt") X(RECIPROCAL, "Reciprocal") X(ABS, "Abs") X(NEG, "Neg")              \
+    X(FLOOR, "Floor") X(CEIL, "Ceil")
+
+enum UnaryOp {
+#define X(sym, name) U_##sym,
+    UNARY_OPS(X)
+#undef X
+    U_GELU_TANH, /* Gelu with approximate="tanh" */
+    U_COUNT
+};
+
+/* Per-call constants: attributes (a, b, g) and Clip's optional device-side bounds. */
+struct UnaryParams {
+    float a, b, g;
+    const void *lo, *hi;
+};
+
+constexpr float SQRT1_2 = 0.70710678118654752440f;  /* 1/sqrt(2) */
+constexpr float SQRT_2_PI = 0.79788456080286535588f; /* sqrt(2/pi) */
+
+template <int OP> __device__ __forceinline__ float unary_op(float x, float a, float b, float g) {
+    if constexpr (OP == U_RELU) return x > 0.f ? x : 0.f;
+    else if constexpr (OP == U_LEAKYRELU) return x < 0.f ? a * x : x;
+    else if constexpr (OP == U_SIGMOID) {
+        if (x >= 0.f) return 1.f / (1.f + expf(-x));
+        float e = expf(x);
+        return e / (1.f + e);
+    } else if constexpr (OP == U_TANH) return tanhf(x);
+    else if constexpr (OP == U_ELU) return x < 0.f ? a * expm1f(x) : x;
+    else if constexpr (OP == U_SELU) return x > 0.f ? g * x : g * a * expm1f(x);
+    else if constexpr (OP == U_CELU) return x > 0.f ? x : a * expm1f(x / a);
+    else if constexpr (OP == U_GELU) {
+        if (isinf(x)) return x > 0.f ? x : 0.f;
+        return 0.5f * x * erfcf(-x * SQRT1_2);
+    } else if constexpr (OP == U_GELU_TANH) {
+        if (isinf(x)) return x > 0.f ? x : 0.f;
+        float u2 = 2.f * SQRT_2_PI * (x + 0.044715f * x * x * x);
+        if (u2 >= 0.f) return x / (1.f + expf(-u2));
+        float e = expf(u2);
+        return x * e / (1.f + e);
+    } else if constexpr (OP == U_HARDSIGMOID) {
+        float v = a * x + b;
+        return v < 0.f ? 0.f : v > 1.f ? 1.f : v; /* NaN stays NaN */
+    } else if constexpr (OP == U_HARDSWISH) {
+        float v = x / 6.f + 0.5f;
+        return x * (v < 0.f ? 0.f : v > 1.f ? 1.f : v);
+    } else if constexpr (OP == U_SOFTPLUS) return x > 0.f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+    else if constexpr (OP == U_SOFTSIGN) return isinf(x) ? copysignf(1.f, x) : x / (1.f + fabsf(x));
+    else if constexpr (OP == U_CLIP) {
+        float v = x < a ? a : x; /* in this order, so min > max gives max */
+        return v > b ? b : v;
+    } else if constexpr (OP == U_ERF) return erff(x);
+    else if constexpr (OP == U_EXP) return expf(x);
+    else if constexpr (OP == U_LOG) return logf(x);
+    else if constexpr (OP == U_SQRT) return sqrtf(x);
+    else if constexpr (OP == U_RECIPROCAL) return 1.f / x;
+    else if constexpr (OP == U_ABS) return fabsf(x);
+    else if constexpr (OP == U_NEG) return -x;
+    else if constexpr (OP == U_FLOOR) return floorf(x);
+    else if constexpr (OP == U_CEIL) return ceilf(x);
+    else return x;
+}
+
+// x, y: (n)
+template <typename T, int OP>
+__global__ void unary_kernel(const T *x, T *y, int64_t n, UnaryParams p, bool vec) {
+    float a = p.a, b = p.b, g = p.g;
+    if constexpr (OP == U_CLIP) {
+        if (p.lo) a = to_f(*(const T *)p.lo);
+        if (p.hi) b = to_f(*(const T *)p.hi);
+    }
+    const int64_t stride = grid_stride();
+    int64_t start = thread_index();
+    if (vec) {
+        using V = typename VecOf<T>::type;
+        constexpr int N = VecOf<T>::N;
+        const int64_t nv = n / N;
+        const V *xv = (const V *)x;
+        V *yv = (V *)y;
+        for (int64_t i = start; i < nv; i += stride) {
+            V u = xv[i];
+#pragma unroll
+            for (int k = 0; k < N; k++) u.v[k] = from_f<T>(unary_op<OP>(to_f(u.v[k]), a, b, g));
+            yv[i] = u;
+        }
+        start += nv * N;
+    }
+    for (int64_t i = start; i < n; i += stride) y[i] = from_f<T>(unary_op<OP>(to_f(x[i]), a, b, g));
+}
+
+template <typename T>
+kiln_status launch_unary(kiln_cuda *cu, kiln_context *ctx, int op, const void *x, void *y,
+                         int64_t n, UnaryParams p) {
+    if (n == 0) return KILN_OK;
+    const bool vec = aligned16(x, y);
+    const unsigned blocks = kiln_cuda_blocks(cu, vec ? n / VecOf<T>::N + 1 : n, THREADS);
+    const T *xt = (const T *)x;
+    T *yt = (T *)y;
+    switch (op) {
+#define X(sym, name)                                                                      \
+    case U_##sym: unary_kernel<T, U_##sym><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, n, p, vec); break;
+        UNARY_OPS(X)
+#undef X
+    case U_GELU_TANH:
+        unary_kernel<T, U_GELU_TANH><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, n, p, vec);
+        break;
+    default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "unary op %d has no CUDA kernel", op);
+    }
+    KILN_CUDA_LAUNCHED(ctx, "unary_kernel");
+    return KILN_OK;
+}
+
+int unary_op_of(const char *name) {
+#define X(sym, nm)                                                                        \
+    if (strcmp(name, nm) == 0) return U_##sym;
+    UNARY_OPS(X)
+#undef X
+    return -1;
+}
+
+/* ----------------------------------------------------------------- binary ops */
+
+enum BinaryOp { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN };
+
+template <int OP> __device__ __forceinline__ float binary_op(float a, float b) {
+    if constexpr (OP == B_ADD) return a + b;
+    else if constexpr (OP == B_SUB) return a - b;
+    else if constexpr (OP == B_MUL) return a * b;
+    else if constexpr (OP == B_DIV) return a / b;
+    else if constexpr (OP == B_POW) return powf(a, b);
+    else if constexpr (OP == B_MAX) return (a > b || a != a) ? a : b;
+    else return (a < b || a != a) ? a : b;
+}
+
+/* y[i] = op(a[i*sa], b[i*sb]), sa and sb 0 or 1. y may be a or b (in-place folding of
+ * variadic Max/Min), so no __restrict__. */
+template <typename T, int OP>
+__global__ void binary_flat(const T *a, const T *b, T *y, int64_t n, int sa, int sb, bool vec) {
+    const int64_t stride = grid_stride();
+    int64_t start = thread_index();
+    if (vec) { /* sa == sb == 1, all aligned */
+        using V = typename VecOf<T>::type;
+        constexpr int N = VecOf<T>::N;
+        const int64_t nv = n / N;
+        for (int64_t i = start; i < nv; i += stride) {
+            V u = ((const V *)a)[i], w = ((const V *)b)[i];
+#pragma unroll
+            for (int k = 0; k < N; k++) u.v[k] = from_f<T>(binary_op<OP>(to_f(u.v[k]), to_f(w.v[k])));
+            ((V *)y)[i] = u;
+        }
+        start += nv * N;
+    }
+    for (int64_t i = start; i < n; i += stride)
+        y[i] = from_f<T>(binary_op<OP>(to_f(a[i * sa]), to_f(b[i * sb])));
+}
+
+/* One side (x) contiguous with the output, the other (v) one value per channel:
+ * v[(i / inner) % C]. X_IS_A: x is the left operand. */
+template <typename T, int OP, bool X_IS_A>
+__global__ void binary_channel(const T *x, const T *v, T *y, int64_t n, int64_t inner, int64_t C) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        float xv = to_f(x[i]), vv = to_f(v[(i / inner) % C]);
+        y[i] = from_f<T>(X_IS_A ? binary_op<OP>(xv, vv) : binary_op<OP>(vv, xv));
+    }
+}
+
+struct BcastArgs {
+    int nd;
+    int64_t dims[KILN_MAX_DIMS];
+    int64_t sa[KILN_MAX_DIMS], sb[KILN_MAX_DIMS];
+};
+
+template <typename T, int OP>
+__global__ void binary_general(const T *a, const T *b, T *y, int64_t n, BcastArgs g) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        int64_t r = i, oa = 0, ob = 0;
+        for (int d = g.nd - 1; d >= 0; d--) {
+            const int64_t j = r % g.dims[d];
+            r /= g.dims[d];
+            oa += j * g.sa[d];
+            ob += j * g.sb[d];
+        }
+        y[i] = from_f<T>(binary_op<OP>(to_f(a[oa]), to_f(b[ob])));
+    }
+}
+
+/* Is v (strides vs over the merged dims of b) one value per channel of a contiguous
+ * operand? Sets inner and C. */
+bool channel_pattern(const kiln_cuda_bcast &p, const int64_t *vs, int64_t *inner, int64_t *C) {
+    if (p.nd == 2 && vs[0] == 1 && vs[1] == 0) {
+        *C = p.dims[0];
+        *inner = p.dims[1];
+        return true;
+    }
+    if (p.nd == 2 && vs[0] == 0 && vs[1] == 1) {
+        *C = p.dims[1];
+        *inner = 1;
+        return true;
+    }
+    if (p.nd == 3 && vs[0] == 0 && vs[1] == 1 && vs[2] == 0) {
+        *C = p.dims[1];
+        *inner = p.dims[2];
+        return true;
+    }
+    return false;
+}
+
+/* The output is contiguous: operand k is too when its strides are the output's. */
+bool contiguous(const kiln_cuda_bcast &p, int k) {
+    int64_t s = 1;
+    for (int d = p.nd - 1; d >= 0; d--) {
+        if (p.st[k][d] != s) return false;
+        s *= p.dims[d];
+    }
+    return true;
+}
+
+template <typename T, int OP>
+kiln_status launch_binary_op(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *a,
+                             const kiln_tensor *b, kiln_tensor *y) {
+    const kiln_tensor *in[2] = {a, b};
+    kiln_cuda_bcast p;
+    kiln_cuda_bcast_init(&p, y->ndim, y->dims, 2, in);
+    const int64_t n = p.numel;
+    if (n == 0) return KILN_OK;
+    const T *ap = (const T *)a->data, *bp = (const T *)b->data;
+    T *yp = (T *)y->data;
+    int64_t inner = 1, C = 1;
+    if (p.nd == 1) {
+        const int sa = (int)p.st[0][0], sb = (int)p.st[1][0];
+        const bool vec = sa == 1 && sb == 1 && aligned16(ap, bp, yp);
+        const unsigned blocks = kiln_cuda_blocks(cu, vec ? n / VecOf<T>::N + 1 : n, THREADS);
+        binary_flat<T, OP><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, sa, sb, vec);
+        KILN_CUDA_LAUNCHED(ctx, "binary_flat");
+    } else if (contiguous(p, 0) && channel_pattern(p, p.st[1], &inner, &C)) {
+        binary_channel<T, OP, true><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+            ap, bp, yp, n, inner, C);
+        KILN_CUDA_LAUNCHED(ctx, "binary_channel");
+    } else if (contiguous(p, 1) && channel_pattern(p, p.st[0], &inner, &C)) {
+        binary_channel<T, OP, false><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+            bp, ap, yp, n, inner, C);
+        KILN_CUDA_LAUNCHED(ctx, "binary_channel");
+    } else {
+        BcastArgs g;
+        memset(&g, 0, sizeof g);
+        g.nd = p.nd;
+        for (int d = 0; d < p.nd; d++) {
+            g.dims[d] = p.dims[d];
+            g.sa[d] = p.st[0][d];
+            g.sb[d] = p.st[1][d];
+        }
+        binary_general<T, OP><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+            ap, bp, yp, n, g);
+        KILN_CUDA_LAUNCHED(ctx, "binary_general");
+    }
+    return KILN_OK;
+}
+
+template <typename T>
+kiln_status launch_binary(kiln_cuda *cu, kiln_context *ctx, int op, const kiln_tensor *a,
+                          const kiln_tensor *b, kiln_tensor *y) {
+    switch (op) {
+    case B_ADD: return launch_binary_op<T, B_ADD>(cu, ctx, a, b, y);
+    case B_SUB: return launch_binary_op<T, B_SUB>(cu, ctx, a, b, y);
+    case B_MUL: return launch_binary_op<T, B_MUL>(cu, ctx, a, b, y);
+    case B_DIV: return launch_binary_op<T, B_DIV>(cu, ctx, a, b, y);
+    case B_POW: return launch_binary_op<T, B_POW>(cu, ctx, a, b, y);
+    case B_MAX: return launch_binary_op<T, B_MAX>(cu, ctx, a, b, y);
+    case B_MIN: return launch_binary_op<T, B_MIN>(cu, ctx, a, b, y);
+    }
+    return kiln_fail(ctx, KILN_ERR_INTERNAL, "binary op %d has no CUDA kernel", op);
+}
+
+int binary_op_of(const char *name) {
+    static const char *const names[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"};
+    for (int i = 0; i < 7; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
+/* ------------------------------------------------------------------- helpers */
+
+// y: (N, C, S); bias: (C)
+template <typename T>
+__global__ void channel_bias_kernel(T *y, const T *bias, int64_t n, int64_t S, int64_t C) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride())
+        y[i] = from_f<T>(to_f(y[i]) + to_f(bias[(i / S) % C]));
+}
+
+template <typename T>
+kiln_status launch_channel_bias(kiln_cuda *cu, kiln_context *ctx, void *y, const void *bias,
+                                int64_t N, int64_t C, int64_t S) {
+    const int64_t n = N * C * S;
+    if (n == 0) return KILN_OK;
+    channel_bias_kernel<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+        (T *)y, (const T *)bias, n, S, C);
+    KILN_CUDA_LAUNCHED(ctx, "channel_bias_kernel");
+    return KILN_OK;
+}
+
+// y: (M, N); c: (cm, cn) with cm in {1, M}, cn in {1, N}
+template <typename T>
+__global__ void broadcast_2d_kernel(T *y, const T *c, int64_t M, int64_t N, int64_t cm, int64_t cn) {
+    for (int64_t i = thread_index(); i < M * N; i += grid_stride()) {
+        const int64_t r = cm == 1 ? 0 : i / N, k = cn == 1 ? 0 : i % N;
+        y[i] = c[r * cn + k];
+    }
+}
+
+template <typename T>
+kiln_status launch_broadcast_2d(kiln_cuda *cu, kiln_context *ctx, void *y, const void *c,
+                                int64_t M, int64_t N, int64_t cm, int64_t cn) {
+    if (M * N == 0) return KILN_OK;
+    broadcast_2d_kernel<T><<<kiln_cuda_blocks(cu, M * N, THREADS), THREADS, 0, cu->stream>>>(
+        (T *)y, (const T *)c, M, N, cm, cn);
+    KILN_CUDA_LAUNCHED(ctx, "broadcast_2d_kernel");
+    return KILN_OK;
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ entry points */
+
+extern "C" kiln_status kiln_cuda_k_unary(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_node *node = c->node;
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    int op = unary_op_of(node->op_type);
+    if (op < 0) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "op %s is not a unary op", node->op_type);
+    UnaryParams p = {0.f, 0.f, 0.f, nullptr, nullptr};
+    switch (op) {
+    case U_LEAKYRELU: p.a = kiln_attr_float(node, "alpha", 0.01f); break;
+    case U_ELU: p.a = kiln_attr_float(node, "alpha", 1.0f); break;
+    case U_CELU: p.a = kiln_attr_float(node, "alpha", 1.0f); break;
+    case U_SELU:
+        p.a = kiln_attr_float(node, "alpha", 1.67326319217681884765625f);
+        p.g = kiln_attr_float(node, "gamma", 1.05070102214813232421875f);
+        break;
+    case U_HARDSIGMOID:
+        p.a = kiln_attr_float(node, "alpha", 0.2f);
+        p.b = kiln_attr_float(node, "beta", 0.5f);
+        break;
+    case U_GELU:
+        if (strcmp(kiln_attr_string(node, "approximate", "none"), "tanh") == 0) op = U_GELU_TANH;
+        break;
+    case U_CLIP:
+        p.a = -INFINITY;
+        p.b = INFINITY;
+        if (node->opset < 11) {
+            p.a = kiln_attr_float(node, "min", -INFINITY);
+            p.b = kiln_attr_float(node, "max", INFINITY);
+        }
+        if (c->n_in > 1 && c->in[1]) p.lo = c->in[1]->data;
+        if (c->n_in > 2 && c->in[2]) p.hi = c->in[2]->data;
+        break;
+    default: break;
+    }
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_unary, cu, c->kctx, op, x->data, y->data,
+                           kiln_tensor_numel(x), p);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_binary(kiln_cuda *cu, kiln_op_ctx *c) {
+    const int op = binary_op_of(c->node->op_type);
+    if (op < 0)
+        return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "op %s is not a binary op", c->node->op_type);
+    kiln_tensor *y = c->out[0];
+    if (c->n_in == 1) { /* Max / Min of one input: a copy */
+        KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, c->in[0]->data, kiln_tensor_nbytes(y),
+                                                 cudaMemcpyDeviceToDevice, cu->stream));
+        return KILN_OK;
+    }
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, y->dtype, launch_binary, cu, c->kctx, op, c->in[0], c->in[1], y);
+    /* Variadic Max / Min: y's shape covers every input's, so later inputs fold into y. */
+    for (int i = 2; i < c->n_in && st == KILN_OK; i++)
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, y->dtype, launch_binary, cu, c->kctx, op, y, c->in[i], y);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_add_channel_bias(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                                  void *y, const void *bias, int64_t N, int64_t C,
+                                                  int64_t S) {
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_channel_bias, cu, ctx, y, bias, N, C, S);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_broadcast_2d(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                              void *y, const void *c, int64_t M, int64_t N,
+                                              int64_t cm, int64_t cn) {
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_broadcast_2d, cu, ctx, y, c, M, N, cm, cn);
+    return st;
+}

@@ -1,0 +1,249 @@
+/*
+ * matmul.c — Gemm and MatMul through cuBLASLt, f32 / f16 / bf16.
+ *
+ *   Row-major products on a column-major library: a row-major (r, c) matrix is the
+ *   column-major (c, r) matrix with the same leading dimension, so Y = A B (row-major) is
+ *   computed as Y^T = B^T A^T (column-major): cuBLASLt's "A" is our B and its "B" is our A.
+ *
+ *   Precision: CUBLAS_COMPUTE_32F with f32 scale (never the TF32 compute types), so f32
+ *   matches the CPU reference to rounding; f16 / bf16 inputs accumulate in f32 and the
+ *   result is rounded once.
+ *
+ *   Gemm (opsets 11+): Y = alpha * op(A) op(B) + beta * C, A (M,K) or (K,M) with transA,
+ *   B (K,N) or (N,K) with transB, C optional and broadcastable to (M,N) (rank 0, 1 or 2).
+ *   C is first broadcast into Y, which cuBLASLt then reads as its C with beta.
+ *
+ *   MatMul: numpy semantics. 1-D A is (1,K) and 1-D B is (K,1) (the 1 is dropped from
+ *   the output); batch dims broadcast. Each operand's batch is either full (stride M*K /
+ *   K*N) or broadcast (stride 0): one strided-batched call, or, when A's batch is full,
+ *   not transposed and B is shared, one call with A's batches stacked into M. Mixed
+ *   broadcasts ((2,1,..) x (1,3,..)), and shared operands that cuBLASLt declines, fall
+ *   back to one call per output matrix.
+ *
+ *   Pointer alignment is passed to the heuristic (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so
+ *   buffers at any element-aligned offset are handled. Workspace: up to MATMUL_WS bytes.
+ */
+#include "cuda_internal.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MATMUL_WS ((size_t)32 << 20)
+
+typedef struct mm {
+    kiln_dtype dt;
+    int64_t M, N, K;
+    bool ta, tb;     /* A stored (K,M), B stored (N,K) */
+    const void *A, *B;
+    void *Y;
+    int64_t batch;
+    int64_t sA, sB, sY; /* batch strides in elements (0: shared) */
+    float alpha, beta;  /* beta != 0: Y holds the C term already */
+} mm;
+
+/* The largest power of two up to 256 that divides the address and the batch stride. */
+static uint32_t align_of(const void *p, int64_t stride_bytes) {
+    uintptr_t v = (uintptr_t)p | (uintptr_t)stride_bytes;
+    uint32_t a = 256;
+    while (a > 1 && v % a) a >>= 1;
+    return a;
+}
+
+static cudaDataType_t lt_type(kiln_dtype t) {
+    return t == KILN_F16 ? CUDA_R_16F : t == KILN_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+static kiln_status set_batch(kiln_context *ctx, cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
+    if (batch <= 1) return KILN_OK;
+    const int32_t count = (int32_t)batch;
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                              &count, sizeof count));
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                              &stride, sizeof stride));
+    return KILN_OK;
+}
+
+/* One cuBLASLt call for m. KILN_ERR_UNSUPPORTED when the heuristic offers no algorithm. */
+static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void *ws, size_t ws_bytes) {
+    cublasLtHandle_t lt;
+    kiln_status st = kiln_cuda_lt(cu, ctx, &lt);
+    if (st) return st;
+    const cudaDataType_t t = lt_type(m->dt);
+    const int64_t es = (int64_t)kiln_dtype_size(m->dt);
+    const int64_t M = m->M, N = m->N, K = m->K;
+
+    cublasLtMatmulDescOpaque_t op_store;
+    cublasLtMatmulDesc_t op = &op_store;
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescInit(op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t op_a = m->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our B */
+    const int32_t op_b = m->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+
+    /* column-major views: our B as (N,K) [or (K,N) to transpose], our A as (K,M) [or
+     * (M,K)], Y as (N,M) */
+    cublasLtMatrixLayoutOpaque_t la_s, lb_s, ly_s;
+    cublasLtMatrixLayout_t la = &la_s, lb = &lb_s, ly = &ly_s;
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutInit(la, t, (uint64_t)(m->tb ? K : N),
+                                                      (uint64_t)(m->tb ? N : K), m->tb ? K : N));
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutInit(lb, t, (uint64_t)(m->ta ? M : K),
+                                                      (uint64_t)(m->ta ? K : M), m->ta ? M : K));
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutInit(ly, t, (uint64_t)N, (uint64_t)M, N));
+    if ((st = set_batch(ctx, la, m->batch, m->sB)) != KILN_OK ||
+        (st = set_batch(ctx, lb, m->batch, m->sA)) != KILN_OK ||
+        (st = set_batch(ctx, ly, m->batch, m->sY)) != KILN_OK)
+        return st;
+
+    cublasLtMatmulPreferenceOpaque_t pref_s;
+    cublasLtMatmulPreference_t pref = &pref_s;
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceInit(pref));
+    const uint64_t wsb = ws ? (uint64_t)ws_bytes : 0;
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                  &wsb, sizeof wsb));
+    const bool batched = m->batch > 1;
+    const uint32_t al_a = align_of(m->B, batched ? m->sB * es : 0);
+    const uint32_t al_b = align_of(m->A, batched ? m->sA * es : 0);
+    const uint32_t al_y = align_of(m->Y, batched ? m->sY * es : 0);
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                                  &al_a, sizeof al_a));
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                                  &al_b, sizeof al_b));
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                                  &al_y, sizeof al_y));
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                                  &al_y, sizeof al_y));
+
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int found = 0;
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ly, ly, pref, 1, &res, &found));
+    if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
+                         "cuBLASLt has no algorithm for a %s product (M=%lld N=%lld K=%lld batch=%lld, "
+                         "%zu bytes of workspace)",
+                         kiln_dtype_name(m->dt), (long long)M, (long long)N, (long long)K,
+                         (long long)m->batch, ws_bytes);
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmul(lt, op, &m->alpha, m->B, la, m->A, lb, &m->beta, m->Y, ly,
+                                            m->Y, ly, &res.algo, ws, ws ? ws_bytes : 0, cu->stream));
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_ws_matmul(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    *bytes = MATMUL_WS;
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_k_gemm(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_context *ctx = c->kctx;
+    const kiln_tensor *a = c->in[0], *b = c->in[1]; // (M,K) or (K,M); (K,N) or (N,K)
+    const kiln_tensor *cc = c->n_in > 2 ? c->in[2] : NULL;
+    kiln_tensor *y = c->out[0]; // (M,N)
+    mm m;
+    memset(&m, 0, sizeof m);
+    m.dt = y->dtype;
+    m.ta = kiln_attr_int(c->node, "transA", 0) != 0;
+    m.tb = kiln_attr_int(c->node, "transB", 0) != 0;
+    m.M = m.ta ? a->dims[1] : a->dims[0];
+    m.K = m.ta ? a->dims[0] : a->dims[1];
+    m.N = m.tb ? b->dims[0] : b->dims[1];
+    m.alpha = kiln_attr_float(c->node, "alpha", 1.0f);
+    m.beta = kiln_attr_float(c->node, "beta", 1.0f);
+    m.A = a->data;
+    m.B = b->data;
+    m.Y = y->data;
+    m.batch = 1;
+    if (m.M * m.N == 0) return KILN_OK;
+    if (cc && m.beta != 0.f) {
+        const int64_t cm = cc->ndim == 2 ? cc->dims[0] : 1;
+        const int64_t cn = cc->ndim >= 1 ? cc->dims[cc->ndim - 1] : 1;
+        kiln_status st = kiln_cuda_broadcast_2d(cu, ctx, m.dt, y->data, cc->data, m.M, m.N, cm, cn);
+        if (st) return st;
+    } else {
+        m.beta = 0.f; /* without C, Y is not read */
+    }
+    return lt_matmul(cu, ctx, &m, c->workspace, c->workspace_size);
+}
+
+/* How operand batch strides (in matrices, over the output's batch dims) map to one
+ * strided batch: 0 shared, 1 full, -1 neither. */
+static int batch_kind(int nd, const int64_t *dims, const int64_t *st) {
+    bool zero = true, full = true;
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        if (dims[d] == 1) continue; /* any stride will do on a size-1 dim */
+        zero = zero && st[d] == 0;
+        full = full && st[d] == s;
+        s *= dims[d];
+    }
+    return zero ? 0 : full ? 1 : -1;
+}
+
+kiln_status kiln_cuda_k_matmul(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_context *ctx = c->kctx;
+    const kiln_tensor *a = c->in[0], *b = c->in[1]; // (..., M, K) or (K); (..., K, N) or (K)
+    kiln_tensor *y = c->out[0];
+    const bool a1 = a->ndim == 1, b1 = b->ndim == 1;
+    mm m;
+    memset(&m, 0, sizeof m);
+    m.dt = y->dtype;
+    m.M = a1 ? 1 : a->dims[a->ndim - 2];
+    m.K = a->dims[a->ndim - 1];
+    m.N = b1 ? 1 : b->dims[b->ndim - 1];
+    m.alpha = 1.f;
+    m.beta = 0.f;
+    if (kiln_tensor_numel(y) == 0) return KILN_OK;
+    if (m.K == 0) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "an empty inner dimension");
+
+    /* batch dims: the output's, and each operand's strides over them (in matrices) */
+    const int na = a1 ? 0 : a->ndim - 2, nb = b1 ? 0 : b->ndim - 2;
+    int nd = 0;
+    int64_t bd[KILN_MAX_DIMS], sa[KILN_MAX_DIMS], sb[KILN_MAX_DIMS];
+    if (!kiln_broadcast_shape(na, a->dims, nb, b->dims, &nd, bd))
+        return kiln_fail(ctx, KILN_ERR_SHAPE, "batch dims do not broadcast");
+    kiln_broadcast_strides(na, a->dims, nd, bd, sa);
+    kiln_broadcast_strides(nb, b->dims, nd, bd, sb);
+    const int64_t batch = kiln_numel(nd, bd);
+    const int64_t mk = m.M * m.K, kn = m.K * m.N, mn = m.M * m.N;
+    const int ka = batch_kind(nd, bd, sa), kb = batch_kind(nd, bd, sb);
+    void *ws = c->workspace;
+    const size_t ws_bytes = c->workspace_size;
+
+    if (ka >= 0 && kb >= 0) {
+        m.A = a->data;
+        m.B = b->data;
+        m.Y = y->data;
+        if (ka == 1 && kb == 0 && !m.ta) { /* A's batches stacked into M against one B */
+            m.M *= batch;
+            m.batch = 1;
+        } else {
+            m.batch = batch;
+            m.sA = ka ? mk : 0;
+            m.sB = kb ? kn : 0;
+            m.sY = mn;
+        }
+        kiln_status st = lt_matmul(cu, ctx, &m, ws, ws_bytes);
+        /* a shared operand (batch stride 0) that no algorithm takes: one call per matrix */
+        if (st != KILN_ERR_UNSUPPORTED || m.batch <= 1 || (m.sA && m.sB)) return st;
+        m.M = a1 ? 1 : a->dims[a->ndim - 2];
+    }
+    /* mixed broadcast: one product per output matrix */
+    const size_t es = kiln_dtype_size(m.dt);
+    int64_t idx[KILN_MAX_DIMS] = {0};
+    m.batch = 1;
+    for (int64_t i = 0; i < batch; i++) {
+        int64_t oa = 0, ob = 0, r = i;
+        for (int d = nd - 1; d >= 0; d--) {
+            idx[d] = r % bd[d];
+            r /= bd[d];
+            oa += idx[d] * sa[d];
+            ob += idx[d] * sb[d];
+        }
+        m.A = (const char *)a->data + (size_t)(oa * mk) * es;
+        m.B = (const char *)b->data + (size_t)(ob * kn) * es;
+        m.Y = (char *)y->data + (size_t)(i * mn) * es;
+        kiln_status st = lt_matmul(cu, ctx, &m, ws, ws_bytes);
+        if (st) return st;
+    }
+    return KILN_OK;
+}

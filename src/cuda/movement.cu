@@ -1,0 +1,231 @@
+/*
+ * movement.cu — data movement on the device. These ops never look at values, so they
+ * take every dtype as opaque elements of 1, 2, 4 or 8 bytes (bool included).
+ *
+ *   Flatten / Reshape / Identity: one device-to-device copy, or nothing when the planner
+ *     made the output share the input's storage.
+ *   Concat along `axis`: the output viewed as (outer, dims[axis] * inner); each input is
+ *     one strided 2-D copy (cudaMemcpy2DAsync) into its column block.
+ *   Transpose (perm, default reversed): size-1 dims dropped and runs of input dims that
+ *     stay adjacent in the output merged on the host, then one thread per output element
+ *     computes its input offset from the merged dims.
+ *   Gather along `axis` with int32 or int64 indices: data viewed as (outer, dim, inner),
+ *     output as (outer, n, inner). Negative indices count from the end. An index outside
+ *     [-dim, dim) zeroes its output elements and raises the device error flag, which the
+ *     next kiln_cuda_sync reports (the CPU reference rejects it before writing anything).
+ *
+ *   Helper for conv.c: zero padding of an NCHW tensor.
+ */
+#include "dtype.cuh"
+
+#include <string.h>
+
+using namespace kiln_cu;
+
+namespace {
+
+constexpr int THREADS = 256;
+
+/* ------------------------------------------------------------------ transpose */
+
+struct TransposeArgs {
+    int nd;
+    int64_t dims[KILN_MAX_DIMS];   /* output dims (merged) */
+    int64_t stride[KILN_MAX_DIMS]; /* input element stride of each output dim */
+};
+
+// E: an unsigned integer type of the element size
+template <typename E> __global__ void transpose_kernel(const E *x, E *y, int64_t n, TransposeArgs a) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        int64_t r = i, off = 0;
+        for (int d = a.nd - 1; d >= 0; d--) {
+            off += (r % a.dims[d]) * a.stride[d];
+            r /= a.dims[d];
+        }
+        y[i] = x[off];
+    }
+}
+
+template <typename E>
+kiln_status launch_transpose(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n,
+                             const TransposeArgs &a) {
+    transpose_kernel<E><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+        (const E *)x, (E *)y, n, a);
+    KILN_CUDA_LAUNCHED(ctx, "transpose_kernel");
+    return KILN_OK;
+}
+
+/* Run F<E> with E the unsigned type of element size es. */
+#define KILN_CU_SIZE_DISPATCH(st, ctx, es, F, ...)                                          \
+    do {                                                                                    \
+        switch (es) {                                                                       \
+        case 1: (st) = F<uint8_t>(__VA_ARGS__); break;                                      \
+        case 2: (st) = F<uint16_t>(__VA_ARGS__); break;                                     \
+        case 4: (st) = F<uint32_t>(__VA_ARGS__); break;                                     \
+        case 8: (st) = F<uint64_t>(__VA_ARGS__); break;                                     \
+        default:                                                                            \
+            (st) = kiln_fail((ctx), KILN_ERR_UNSUPPORTED, "elements of %zu bytes", (size_t)(es)); \
+        }                                                                                   \
+    } while (0)
+
+/* --------------------------------------------------------------------- gather */
+
+template <typename E, typename I>
+__global__ void gather_kernel(const E *x, const I *idx, E *y, int64_t total, int64_t n,
+                              int64_t inner, int64_t dim, kiln_cuda_flag *flag) {
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
+        const int64_t j = i % inner, k = (i / inner) % n, o = i / (inner * n);
+        int64_t v = (int64_t)idx[k];
+        const int64_t orig = v;
+        if (v < 0) v += dim;
+        if (v < 0 || v >= dim) {
+            y[i] = 0;
+            if (atomicCAS(&flag->code, 0, KILN_CUDA_FLAG_GATHER_INDEX) == 0) flag->value = orig;
+            continue;
+        }
+        y[i] = x[(o * dim + v) * inner + j];
+    }
+}
+
+template <typename E>
+kiln_status launch_gather(kiln_cuda *cu, kiln_context *ctx, const void *x, const void *idx,
+                          bool idx64, void *y, int64_t total, int64_t n, int64_t inner, int64_t dim) {
+    const unsigned blocks = kiln_cuda_blocks(cu, total, THREADS);
+    if (idx64)
+        gather_kernel<E, int64_t><<<blocks, THREADS, 0, cu->stream>>>(
+            (const E *)x, (const int64_t *)idx, (E *)y, total, n, inner, dim, cu->flag);
+    else
+        gather_kernel<E, int32_t><<<blocks, THREADS, 0, cu->stream>>>(
+            (const E *)x, (const int32_t *)idx, (E *)y, total, n, inner, dim, cu->flag);
+    KILN_CUDA_LAUNCHED(ctx, "gather_kernel");
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------------ pad */
+
+// src: (NC, H, W); dst: (NC, H + pt + pb, W + pl + pr)
+template <typename E>
+__global__ void pad_kernel(const E *src, E *dst, int64_t total, int64_t H, int64_t W, int64_t Ho,
+                           int64_t Wo, int64_t pt, int64_t pl) {
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
+        const int64_t w = i % Wo - pl, h = (i / Wo) % Ho - pt, nc = i / (Wo * Ho);
+        dst[i] = (h >= 0 && h < H && w >= 0 && w < W) ? src[(nc * H + h) * W + w] : (E)0;
+    }
+}
+
+template <typename E>
+kiln_status launch_pad(kiln_cuda *cu, kiln_context *ctx, const void *src, void *dst, int64_t total,
+                       int64_t H, int64_t W, int64_t Ho, int64_t Wo, int64_t pt, int64_t pl) {
+    pad_kernel<E><<<kiln_cuda_blocks(cu, total, THREADS), THREADS, 0, cu->stream>>>(
+        (const E *)src, (E *)dst, total, H, W, Ho, Wo, pt, pl);
+    KILN_CUDA_LAUNCHED(ctx, "pad_kernel");
+    return KILN_OK;
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ entry points */
+
+extern "C" kiln_status kiln_cuda_k_copy(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    const size_t bytes = kiln_tensor_nbytes(y);
+    if (y->data == x->data || bytes == 0) return KILN_OK;
+    KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, bytes, cudaMemcpyDeviceToDevice, cu->stream));
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_concat(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_tensor *y = c->out[0];
+    int64_t axis = kiln_attr_int(c->node, "axis", 0);
+    if (!kiln_norm_axis(&axis, y->ndim))
+        return kiln_fail(c->kctx, KILN_ERR_SHAPE, "axis %lld is out of range", (long long)axis);
+    const size_t es = kiln_dtype_size(y->dtype);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= y->dims[d];
+    for (int d = (int)axis + 1; d < y->ndim; d++) inner *= y->dims[d];
+    const size_t row = (size_t)(y->dims[axis] * inner) * es; /* bytes of one output row */
+    size_t at = 0;
+    for (int i = 0; i < c->n_in; i++) {
+        const kiln_tensor *x = c->in[i];
+        const size_t block = (size_t)(x->dims[axis] * inner) * es;
+        if (block == 0 || outer == 0) continue;
+        KILN_CUDA_CHECK(c->kctx, cudaMemcpy2DAsync((char *)y->data + at, row, x->data, block, block,
+                                                   (size_t)outer, cudaMemcpyDeviceToDevice, cu->stream));
+        at += block;
+    }
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    const int r = x->ndim;
+    int64_t perm[KILN_MAX_DIMS];
+    int np = 0;
+    const int64_t *p = kiln_attr_ints(c->node, "perm", &np);
+    if (p && np != r) return kiln_fail(c->kctx, KILN_ERR_SHAPE, "perm has %d entries for rank %d", np, r);
+    for (int d = 0; d < r; d++) perm[d] = p ? p[d] : r - 1 - d;
+    const int64_t n = kiln_tensor_numel(x);
+    const size_t es = kiln_dtype_size(x->dtype);
+    if (n == 0) return KILN_OK;
+
+    /* Input strides, then output dims in order with size-1 dims dropped, merging an output
+     * dim into the previous one when it is the next input dim (it is then walked as one
+     * run: stride(prev) == stride(this) * size(this)). */
+    int64_t xs[KILN_MAX_DIMS];
+    kiln_strides(r, x->dims, xs);
+    TransposeArgs a;
+    memset(&a, 0, sizeof a);
+    int nd = 0;
+    for (int d = 0; d < r; d++) {
+        const int64_t size = x->dims[perm[d]], stride = xs[perm[d]];
+        if (size == 1) continue;
+        if (nd > 0 && a.stride[nd - 1] == stride * size) {
+            a.dims[nd - 1] *= size;
+            a.stride[nd - 1] = stride;
+        } else {
+            a.dims[nd] = size;
+            a.stride[nd] = stride;
+            nd++;
+        }
+    }
+    if (nd == 0 || (nd == 1 && a.stride[0] == 1)) { /* the order does not change */
+        KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, (size_t)n * es,
+                                                 cudaMemcpyDeviceToDevice, cu->stream));
+        return KILN_OK;
+    }
+    a.nd = nd;
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_transpose, cu, c->kctx, x->data, y->data, n, a);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_gather(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0], *ix = c->in[1];
+    kiln_tensor *y = c->out[0];
+    int64_t axis = kiln_attr_int(c->node, "axis", 0);
+    if (!kiln_norm_axis(&axis, x->ndim))
+        return kiln_fail(c->kctx, KILN_ERR_SHAPE, "axis %lld is out of range", (long long)axis);
+    const int64_t dim = x->dims[axis], n = kiln_tensor_numel(ix);
+    int64_t inner = 1;
+    for (int d = (int)axis + 1; d < x->ndim; d++) inner *= x->dims[d];
+    const int64_t total = kiln_tensor_numel(y);
+    if (total == 0) return KILN_OK;
+    const size_t es = kiln_dtype_size(x->dtype);
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_gather, cu, c->kctx, x->data, ix->data,
+                          ix->dtype == KILN_I64, y->data, total, n, inner, dim);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_pad_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
+                                          const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
+                                          int64_t pt, int64_t pb, int64_t pl, int64_t pr) {
+    const int64_t Ho = H + pt + pb, Wo = W + pl + pr, total = N * C * Ho * Wo;
+    if (total == 0) return KILN_OK;
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(dt), launch_pad, cu, ctx, src, dst, total, H, W, Ho,
+                          Wo, pt, pl);
+    return st;
+}

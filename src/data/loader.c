@@ -1,0 +1,398 @@
+/*
+ * loader.c — the prefetching batch loader (see data.h for the contract).
+ *
+ * The stream of batches is numbered q = 0, 1, 2, ... with q = epoch * steps + step; batch q
+ * lives in ring slot q % K. A slot moves FREE -> FILLING (claimed by a worker, or by next()
+ * itself without workers) -> READY -> HELD (returned by next) -> FREE (release). Workers
+ * claim in stream order, so slot q % K is free only once batch q - K was released, and
+ * the consumer takes batches in stream order.
+ *
+ * Epoch e's permutation lives in perm[e & 1] and is computed, under the lock, by whoever
+ * claims the first batch of e that needs it. Claims never run more than one epoch ahead
+ * of the consumer: when a batch of epoch e+1 is claimed every batch of epoch e-1 has been
+ * consumed, hence gathered, so no one still reads the buffer being overwritten.
+ *
+ * One mutex guards the slot states and counters; gathering runs outside it.
+ */
+#include "data.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+typedef struct slot {
+    int state;
+    int64_t seq;     /* the batch it holds or is filling */
+    kiln_batch b;    /* what next() hands out; b.x and b.y point at x and y below */
+    kiln_tensor x, y;/* views of the slot memory; dims[0] set per batch */
+    int64_t *idx;    /* (B) */
+} slot;
+
+struct kiln_loader {
+    kiln_context *ctx;
+    const kiln_tensor *images; /* (N, ...) f32 or u8 */
+    const kiln_tensor *labels; /* (N) i64 or u8 */
+    kiln_loader_options o;
+    int64_t n, steps, sample; /* samples, batches per epoch, elements per sample */
+    float lut[256];           /* u8 -> normalized f32 */
+    int64_t *perm[2];         /* (N) each; NULL without shuffle */
+    int64_t perm_epoch[2];    /* the epoch whose permutation perm[i] holds, -1: none */
+    int k;                    /* ring slots */
+    slot *slots;
+    float *own_images;        /* ring memory when the caller gives none */
+    int64_t *own_labels;
+    int64_t *own_idx;
+
+    pthread_mutex_t mu;
+    pthread_cond_t claimable; /* a slot was released or the consumer entered a new epoch */
+    pthread_cond_t ready;     /* a batch was gathered */
+    int64_t next_claim, next_consume;
+    int held;
+    bool stop;
+    int n_threads;            /* running workers (may be fewer than o.workers after a failed start) */
+    pthread_t *threads;
+};
+
+kiln_loader_options kiln_loader_options_default(void) {
+    kiln_loader_options o;
+    memset(&o, 0, sizeof o);
+    o.batch_size = 64;
+    o.shuffle = true;
+    o.workers = 2;
+    o.mean = 0.0f;
+    o.std = 1.0f;
+    return o;
+}
+
+/* ---------------------------------------------------------- order of samples */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) without modulo bias: reject the top partial range. */
+static uint64_t below(uint64_t *s, uint64_t n) {
+    uint64_t threshold = (0 - n) % n;
+    for (;;) {
+        uint64_t r = splitmix64(s);
+        if (r >= threshold) return r % n;
+    }
+}
+
+/* Fisher-Yates over the identity with a stream seeded by (seed, epoch). */
+static void make_perm(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
+    uint64_t h = seed;
+    uint64_t s = splitmix64(&h) + (uint64_t)epoch * 0xD6E8FEB86659FD93ull;
+    splitmix64(&s);
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)below(&s, (uint64_t)i + 1);
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* Called with the lock held, before anyone gathers a batch of epoch e. */
+static void prepare_epoch(kiln_loader *l, int64_t e) {
+    if (!l->o.shuffle || l->perm_epoch[e & 1] == e) return;
+    make_perm(l->perm[e & 1], l->n, l->o.seed, e);
+    l->perm_epoch[e & 1] = e;
+}
+
+/* Gather batch q into s (its state is FILLING: no one else touches it). */
+static void gather(kiln_loader *l, slot *s, int64_t q) {
+    int64_t e = q / l->steps, step = q % l->steps, B = l->o.batch_size;
+    int64_t start = step * B, size = l->n - start < B ? l->n - start : B, m = l->sample;
+    const int64_t *perm = l->o.shuffle ? l->perm[e & 1] + start : NULL;
+    float *dst = s->b.images;
+    for (int64_t i = 0; i < size; i++) {
+        int64_t j = perm ? perm[i] : start + i;
+        s->idx[i] = j;
+        if (l->images->dtype == KILN_U8) {
+            const uint8_t *src = (const uint8_t *)l->images->data + j * m;
+            for (int64_t k = 0; k < m; k++) dst[i * m + k] = l->lut[src[k]];
+        } else {
+            memcpy(dst + i * m, (const float *)l->images->data + j * m, (size_t)m * sizeof(float));
+        }
+        s->b.labels[i] = l->labels->dtype == KILN_U8 ? ((const uint8_t *)l->labels->data)[j]
+                                                     : ((const int64_t *)l->labels->data)[j];
+    }
+    s->b.epoch = e;
+    s->b.step = step;
+    s->b.size = size;
+    s->x.dims[0] = size;
+    s->y.dims[0] = size;
+}
+
+static bool can_claim(const kiln_loader *l) {
+    return l->slots[l->next_claim % l->k].state == SLOT_FREE &&
+           l->next_claim / l->steps <= l->next_consume / l->steps + 1;
+}
+
+static void *worker(void *arg) {
+    kiln_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && !can_claim(l)) pthread_cond_wait(&l->claimable, &l->mu);
+        if (l->stop) break;
+        int64_t q = l->next_claim++;
+        slot *s = &l->slots[q % l->k];
+        s->state = SLOT_FILLING;
+        s->seq = q;
+        prepare_epoch(l, q / l->steps);
+        pthread_mutex_unlock(&l->mu);
+        gather(l, s, q);
+        pthread_mutex_lock(&l->mu);
+        s->state = SLOT_READY;
+        pthread_cond_broadcast(&l->ready);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* Stop and join every worker. No lock held by the caller. */
+static void stop_workers(kiln_loader *l) {
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_broadcast(&l->claimable);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->n_threads; i++) pthread_join(l->threads[i], NULL);
+    l->n_threads = 0;
+    l->stop = false;
+}
+
+static kiln_status start_workers(kiln_loader *l) {
+    for (int i = 0; i < l->o.workers; i++) {
+        int err = pthread_create(&l->threads[i], NULL, worker, l);
+        if (err)
+            return kiln_fail(l->ctx, KILN_ERR_INTERNAL, "loader: cannot start worker %d of %d: %s", i + 1,
+                             l->o.workers, strerror(err));
+        l->n_threads++;
+    }
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- public */
+
+static kiln_status check_options(kiln_context *ctx, const kiln_tensor *images, const kiln_tensor *labels,
+                                 const kiln_loader_options *o) {
+    char s1[96], s2[96];
+    if (images->dtype != KILN_F32 && images->dtype != KILN_U8)
+        return kiln_fail(ctx, KILN_ERR_TYPE, "loader: images must be f32 or u8, got %s",
+                         kiln_shape_str(images, s1, sizeof s1));
+    if (labels->dtype != KILN_I64 && labels->dtype != KILN_U8)
+        return kiln_fail(ctx, KILN_ERR_TYPE, "loader: labels must be i64 or u8, got %s",
+                         kiln_shape_str(labels, s1, sizeof s1));
+    if (images->ndim < 1 || labels->ndim != 1 || images->dims[0] != labels->dims[0])
+        return kiln_fail(ctx, KILN_ERR_SHAPE, "loader: images %s and labels %s must be (N, ...) and (N)",
+                         kiln_shape_str(images, s1, sizeof s1), kiln_shape_str(labels, s2, sizeof s2));
+    if (images->format != KILN_FORMAT_NCHW)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "loader: images must be laid out NCHW");
+    if ((kiln_tensor_numel(images) && !images->data) || (labels->dims[0] && !labels->data))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: images and labels need data");
+    if (o->batch_size < 1 || o->batch_size > ((int64_t)1 << 31))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: batch_size must be in 1..2^31, got %lld",
+                         (long long)o->batch_size);
+    if (o->workers < 0 || o->workers > 256)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: workers must be in 0..256, got %d", o->workers);
+    if (o->slots < 0 || o->slots > 1024)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: slots must be in 0..1024, got %d", o->slots);
+    if ((o->slot_images != NULL) != (o->slot_labels != NULL) || (o->slot_images && o->slots == 0))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "loader: slot_images and slot_labels come together, with slots > 0");
+    if (images->dtype == KILN_U8 && !(o->std > 0.0f))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: std must be > 0 to normalize u8 images, got %g",
+                         (double)o->std);
+    int64_t n = images->dims[0];
+    if ((o->drop_last ? n / o->batch_size : n) == 0)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: %lld samples make no batch of %lld%s",
+                         (long long)n, (long long)o->batch_size, o->drop_last ? " with drop_last" : "");
+    return KILN_OK;
+}
+
+kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, const kiln_tensor *labels,
+                               const kiln_loader_options *opts, kiln_loader **out) {
+    if (!ctx || !images || !labels || !out) return KILN_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    kiln_loader_options o = opts ? *opts : kiln_loader_options_default();
+    kiln_status st = check_options(ctx, images, labels, &o);
+    if (st) return st;
+    if (o.slots == 0) o.slots = o.workers * 2 + 2;
+
+    kiln_loader *l = kiln_calloc(ctx, 1, sizeof *l, "a loader");
+    if (!l) return KILN_ERR_OUT_OF_MEMORY;
+    int err = pthread_mutex_init(&l->mu, NULL);
+    if (!err) {
+        err = pthread_cond_init(&l->claimable, NULL);
+        if (!err) {
+            err = pthread_cond_init(&l->ready, NULL);
+            if (err) pthread_cond_destroy(&l->claimable);
+        }
+        if (err) pthread_mutex_destroy(&l->mu);
+    }
+    if (err) {
+        free(l);
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "loader: cannot create its lock: %s", strerror(err));
+    }
+    l->ctx = ctx;
+    l->images = images;
+    l->labels = labels;
+    l->o = o;
+    l->n = images->dims[0];
+    l->sample = kiln_numel(images->ndim - 1, images->dims + 1);
+    int64_t B = o.batch_size;
+    l->steps = o.drop_last ? l->n / B : (l->n + B - 1) / B;
+    l->k = o.slots;
+    l->perm_epoch[0] = l->perm_epoch[1] = -1;
+    if (images->dtype == KILN_U8) kiln_u8_normalize_lut(o.mean, o.std, l->lut);
+
+    /* Each slot's images start on a 64-byte boundary (16 floats). */
+    if (l->sample && B > ((int64_t)1 << 40) / l->sample) {
+        kiln_loader_free(l);
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: a batch of %lld samples of %lld elements is too large",
+                         (long long)B, (long long)l->sample);
+    }
+    size_t stride = ((size_t)(B * l->sample) + 15) / 16 * 16;
+    bool ok = (l->slots = kiln_calloc(ctx, (size_t)l->k, sizeof *l->slots, "loader slots")) &&
+              (l->own_idx = kiln_malloc(ctx, (size_t)l->k * (size_t)B * sizeof(int64_t), "loader indices")) &&
+              (l->threads = kiln_calloc(ctx, (size_t)(o.workers ? o.workers : 1), sizeof(pthread_t), "loader threads"));
+    if (ok && o.shuffle)
+        ok = (l->perm[0] = kiln_malloc(ctx, (size_t)l->n * sizeof(int64_t), "loader permutation")) &&
+             (l->perm[1] = kiln_malloc(ctx, (size_t)l->n * sizeof(int64_t), "loader permutation"));
+    if (ok && !o.slot_images) {
+        size_t bytes = (size_t)l->k * stride * sizeof(float);
+        l->own_images = aligned_alloc(64, bytes ? bytes : 64);
+        if (!l->own_images)
+            kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for loader batches", bytes);
+        ok = l->own_images && (l->own_labels = kiln_malloc(ctx, (size_t)l->k * (size_t)B * sizeof(int64_t),
+                                                           "loader labels"));
+    }
+    if (!ok) {
+        kiln_loader_free(l);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < l->k; i++) {
+        slot *s = &l->slots[i];
+        s->idx = l->own_idx + (size_t)i * (size_t)B;
+        s->b.slot = i;
+        s->b.images = o.slot_images ? o.slot_images[i] : l->own_images + (size_t)i * stride;
+        s->b.labels = o.slot_labels ? o.slot_labels[i] : l->own_labels + (size_t)i * (size_t)B;
+        s->b.indices = s->idx;
+        if (!s->b.images || !s->b.labels) {
+            kiln_loader_free(l);
+            return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: slot_images[%d] or slot_labels[%d] is NULL", i, i);
+        }
+        kiln_tensor_set_shape(&s->x, KILN_F32, images->ndim, images->dims);
+        s->x.data = s->b.images;
+        s->x.ctx = ctx;
+        kiln_tensor_set_shape(&s->y, KILN_I64, 1, &B);
+        s->y.data = s->b.labels;
+        s->y.ctx = ctx;
+        s->b.x = &s->x;
+        s->b.y = &s->y;
+    }
+    st = start_workers(l);
+    if (st) {
+        kiln_loader_free(l);
+        return st;
+    }
+    *out = l;
+    return KILN_OK;
+}
+
+void kiln_loader_free(kiln_loader *l) {
+    if (!l) return;
+    stop_workers(l);
+    pthread_cond_destroy(&l->ready);
+    pthread_cond_destroy(&l->claimable);
+    pthread_mutex_destroy(&l->mu);
+    free(l->perm[0]);
+    free(l->perm[1]);
+    free(l->own_images);
+    free(l->own_labels);
+    free(l->own_idx);
+    free(l->threads);
+    free(l->slots);
+    free(l);
+}
+
+int64_t kiln_loader_steps_per_epoch(const kiln_loader *l) { return l ? l->steps : 0; }
+
+void kiln_loader_position(const kiln_loader *l, int64_t *epoch, int64_t *step) {
+    /* next_consume changes only in the consumer's own calls: no lock needed. */
+    if (epoch) *epoch = l ? l->next_consume / l->steps : 0;
+    if (step) *step = l ? l->next_consume % l->steps : 0;
+}
+
+kiln_status kiln_loader_next(kiln_loader *l, const kiln_batch **out) {
+    if (!l || !out) return KILN_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    pthread_mutex_lock(&l->mu);
+    int64_t q = l->next_consume;
+    slot *s = &l->slots[q % l->k];
+    if (s->state == SLOT_HELD) {
+        int held = l->held;
+        pthread_mutex_unlock(&l->mu);
+        return kiln_fail(l->ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "loader: the next batch needs slot %d, still held (the caller holds %d of %d slots); "
+                         "release batches before asking for more", (int)(q % l->k), held, l->k);
+    }
+    if (l->n_threads == 0) {
+        /* No workers: gather here. next_claim == next_consume. */
+        l->next_claim = q + 1;
+        s->state = SLOT_FILLING;
+        s->seq = q;
+        prepare_epoch(l, q / l->steps);
+        pthread_mutex_unlock(&l->mu);
+        gather(l, s, q);
+        pthread_mutex_lock(&l->mu);
+    } else {
+        while (!(s->state == SLOT_READY && s->seq == q)) pthread_cond_wait(&l->ready, &l->mu);
+    }
+    s->state = SLOT_HELD;
+    l->held++;
+    l->next_consume = q + 1;
+    if (l->next_consume % l->steps == 0) pthread_cond_broadcast(&l->claimable); /* one more epoch may start */
+    pthread_mutex_unlock(&l->mu);
+    *out = &s->b;
+    return KILN_OK;
+}
+
+kiln_status kiln_loader_release(kiln_loader *l, const kiln_batch *b) {
+    if (!l || !b) return KILN_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&l->mu);
+    bool mine = b->slot >= 0 && b->slot < l->k && b == &l->slots[b->slot].b && l->slots[b->slot].state == SLOT_HELD;
+    if (mine) {
+        l->slots[b->slot].state = SLOT_FREE;
+        l->held--;
+        pthread_cond_broadcast(&l->claimable);
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (!mine)
+        return kiln_fail(l->ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "loader: release of a batch this loader does not hold (released twice?)");
+    return KILN_OK;
+}
+
+kiln_status kiln_loader_seek(kiln_loader *l, int64_t epoch, int64_t step) {
+    if (!l) return KILN_ERR_INVALID_ARGUMENT;
+    if (epoch < 0 || step < 0 || step >= l->steps || epoch > INT64_MAX / l->steps - 1)
+        return kiln_fail(l->ctx, KILN_ERR_INVALID_ARGUMENT, "loader: cannot seek to epoch %lld step %lld (%lld steps "
+                         "per epoch)", (long long)epoch, (long long)step, (long long)l->steps);
+    pthread_mutex_lock(&l->mu);
+    int held = l->held;
+    pthread_mutex_unlock(&l->mu);
+    if (held)
+        return kiln_fail(l->ctx, KILN_ERR_INVALID_ARGUMENT, "loader: seek while %d batch(es) are held; release them first",
+                         held);
+    stop_workers(l);
+    for (int i = 0; i < l->k; i++) l->slots[i].state = SLOT_FREE;
+    l->next_claim = l->next_consume = epoch * l->steps + step;
+    return start_workers(l);
+}
