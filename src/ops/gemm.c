@@ -14,6 +14,7 @@
 #include "../core/optest.h"
 #include "conv_common.h"
 
+#include <math.h>
 #include <stdio.h>
 
 typedef struct gemm_shape {
@@ -188,7 +189,9 @@ static kiln_status gc_forward(kiln_op_ctx *c) {
                                                      : kiln_get_f64(dy, e);
             acc[i * rs + j * cs] += v;
         }
-    for (int64_t k = 0; k < nc; k++) kiln_set_f64(c->out[0], k, beta * acc[k]);
+    /* beta = 0: the forward never read C, so its gradient is exactly 0 (even where dY is
+     * not finite) */
+    for (int64_t k = 0; k < nc; k++) kiln_set_f64(c->out[0], k, beta == 0 ? 0 : beta * acc[k]);
     return KILN_OK;
 }
 
@@ -435,6 +438,11 @@ static int test_grad_c(void) {
     in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     want = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(3, 6, 9, 12, 15, 18));
     fails += kiln_optest("GemmGradC", "beta=3", 2, in, 1, &want, 0, 0, "gemm dC (M,N)");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, INFINITY, 3, 4, 5, 6));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0, 0, 0));
+    fails += kiln_optest("GemmGradC", "beta=0.0", 2, in, 1, &want, 0, 0,
+                         "gemm dC is 0 for beta = 0, whatever dY");
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("GemmGradC", "", 2, in, 1, KILN_ERR_SHAPE,

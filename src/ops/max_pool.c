@@ -125,7 +125,9 @@ static kiln_status forward(kiln_op_ctx *c) {
  * picked (the first maximum, or the first NaN), recomputed from X; the Indices output, if
  * any, has no gradient. */
 static kiln_status grad(kiln_grad_ctx *g) {
-    if (g->dy[0] < 0) return KILN_ERR_UNSUPPORTED;
+    if (g->dy[0] < 0)
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "MaxPool: only Y has a gradient (Indices are integers)");
     g->dx[0] = kiln_grad_emit(g, "kiln", "MaxPoolGrad", 2, (int[]){g->dy[0], KILN_GRAD_IN(g, 0)},
                               1, NULL, true, NULL);
     return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
