@@ -1,26 +1,465 @@
-/* kiln — the command-line tool. The only code in kiln that may exit(). */
+/*
+ * kiln — the command-line tool. The only code in kiln that may exit().
+ *
+ *   kiln run MODEL.onnx --input x.npy [--input ...] --output y.npy [--output ...]
+ *   kiln info MODEL.onnx
+ *   kiln onnx-test DIR...
+ *   kiln ops | version
+ */
 #include "kiln.h"
+#include "data/data.h"
+#include "io/onnx_test.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_IO 64
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: kiln ops          list the ops kiln supports\n"
-               "       kiln version\n");
+    fprintf(f,
+            "usage: kiln <command> [options]\n"
+            "\n"
+            "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
+            "        [--device cpu] [--threads N] [--no-fold] [--stats]\n"
+            "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
+            "      order (fewer --output than graph outputs is fine).\n"
+            "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
+            "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
+            "        [--max-steps N] [--no-dropout] [--threads N]\n"
+            "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
+            "      StepLR gamma 0.7 per epoch) and report the test accuracy.\n"
+            "  info MODEL.onnx     Inputs, outputs, nodes and op counts of a model.\n"
+            "  onnx-test DIR...    Run ONNX backend test cases (model.onnx + test_data_set_*)\n"
+            "      [--ops-in-registry] [--min-pass-rate R] [--quiet]\n"
+            "  compare A.npy B.npy [--rtol R] [--atol A]\n"
+            "      Compare two arrays: |a - b| <= atol + rtol*|b| everywhere (NaN never passes).\n"
+            "  ops                 List the ops kiln supports.\n"
+            "  version             Print the version.\n");
     return f == stderr ? 2 : 0;
+}
+
+static int fail(kiln_context *ctx, const char *what) {
+    fprintf(stderr, "kiln: %s: %s\n", what, kiln_context_message(ctx));
+    return 1;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void print_shape(const char *name, kiln_dtype dt, int nd, const int64_t *dims) {
+    printf("  %-24s %s[", name, kiln_dtype_name(dt));
+    for (int d = 0; d < nd; d++) {
+        if (dims[d] < 0) printf(d ? ",?" : "?");
+        else printf(d ? ",%lld" : "%lld", (long long)dims[d]);
+    }
+    printf("]\n");
+}
+
+static int cmd_info(int argc, char **argv) {
+    if (argc < 1) return usage(stderr);
+    kiln_context *ctx = NULL;
+    kiln_model *m = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    int rc = 0;
+    if (kiln_model_load_onnx(ctx, argv[0], &m)) {
+        rc = fail(ctx, argv[0]);
+        goto out;
+    }
+    printf("%s: %d nodes\ninputs:\n", argv[0], kiln_model_num_nodes(m));
+    for (int i = 0; i < kiln_model_num_inputs(m); i++) {
+        kiln_dtype dt;
+        int nd;
+        int64_t dims[KILN_MAX_DIMS];
+        kiln_model_input_info(m, i, &dt, &nd, dims);
+        print_shape(kiln_model_input_name(m, i), dt, nd, dims);
+    }
+    printf("outputs:\n");
+    for (int i = 0; i < kiln_model_num_outputs(m); i++) printf("  %s\n", kiln_model_output_name(m, i));
+out:
+    kiln_model_free(m);
+    kiln_context_free(ctx);
+    return rc;
+}
+
+static int cmd_run(int argc, char **argv) {
+    const char *model_path = NULL, *in_paths[MAX_IO], *out_paths[MAX_IO];
+    int n_in = 0, n_out = 0, threads = 0, stats = 0;
+    kiln_session_options opts = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--input") == 0 && i + 1 < argc && n_in < MAX_IO) in_paths[n_in++] = argv[++i];
+        else if (strcmp(a, "--output") == 0 && i + 1 < argc && n_out < MAX_IO) out_paths[n_out++] = argv[++i];
+        else if (strcmp(a, "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (strcmp(a, "--no-fold") == 0) opts.no_fold = 1;
+        else if (strcmp(a, "--stats") == 0) stats = 1;
+        else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
+            const char *d = argv[++i];
+            if (strcmp(d, "cpu") == 0) opts.device = KILN_DEVICE_CPU;
+            else if (strcmp(d, "cuda") == 0) opts.device = KILN_DEVICE_CUDA;
+            else {
+                fprintf(stderr, "kiln run: unknown device '%s' (cpu or cuda)\n", d);
+                return 2;
+            }
+        } else if (a[0] != '-' && !model_path) model_path = a;
+        else {
+            fprintf(stderr, "kiln run: unexpected argument '%s'\n", a);
+            return usage(stderr);
+        }
+    }
+    if (!model_path || n_out == 0) {
+        fprintf(stderr, "kiln run: need MODEL.onnx and at least one --output\n");
+        return usage(stderr);
+    }
+    kiln_context *ctx = NULL;
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    kiln_tensor *inputs[MAX_IO] = {0};
+    const kiln_tensor *outputs[MAX_IO] = {0};
+    int rc = 0;
+    if (kiln_context_create(&ctx)) return 1;
+    if (threads > 0) kiln_context_set_threads(ctx, threads);
+    double t0 = now_ms();
+    if (kiln_model_load_onnx(ctx, model_path, &m)) {
+        rc = fail(ctx, model_path);
+        goto out;
+    }
+    if (n_in != kiln_model_num_inputs(m)) {
+        fprintf(stderr, "kiln run: %s takes %d inputs (", model_path, kiln_model_num_inputs(m));
+        for (int i = 0; i < kiln_model_num_inputs(m); i++)
+            fprintf(stderr, i ? ", %s" : "%s", kiln_model_input_name(m, i));
+        fprintf(stderr, "); %d --input given\n", n_in);
+        rc = 2;
+        goto out;
+    }
+    if (n_out > kiln_model_num_outputs(m)) {
+        fprintf(stderr, "kiln run: %s has %d outputs; %d --output given\n", model_path,
+                kiln_model_num_outputs(m), n_out);
+        rc = 2;
+        goto out;
+    }
+    for (int i = 0; i < n_in; i++)
+        if (kiln_tensor_load_npy(ctx, in_paths[i], &inputs[i])) {
+            rc = fail(ctx, in_paths[i]);
+            goto out;
+        }
+    if (kiln_session_create(m, &opts, &s)) {
+        rc = fail(ctx, "session");
+        goto out;
+    }
+    double t1 = now_ms();
+    if (kiln_session_run(s, n_in, inputs, n_out, outputs)) {
+        rc = fail(ctx, "run");
+        goto out;
+    }
+    double t2 = now_ms();
+    for (int i = 0; i < n_out; i++)
+        if (kiln_tensor_save_npy(ctx, outputs[i], out_paths[i])) {
+            rc = fail(ctx, out_paths[i]);
+            goto out;
+        }
+    if (stats) {
+        kiln_plan_stats ps;
+        kiln_session_stats(s, &ps);
+        printf("load %.1f ms, first run (plan + compute) %.1f ms\n", t1 - t0, t2 - t1);
+        printf("nodes run %d, folded %d; activation arena %.2f MiB (one buffer per value: %.2f MiB), "
+               "constants %.2f MiB, workspace %.2f MiB\n",
+               ps.nodes, ps.folded, ps.arena_bytes / 1048576.0, ps.naive_bytes / 1048576.0,
+               ps.constant_bytes / 1048576.0, ps.workspace_bytes / 1048576.0);
+    }
+    for (int i = 0; i < n_out; i++) {
+        printf("%s -> %s ", kiln_model_output_name(m, i), out_paths[i]);
+        printf("%s[", kiln_dtype_name(kiln_tensor_dtype(outputs[i])));
+        for (int d = 0; d < kiln_tensor_ndim(outputs[i]); d++)
+            printf(d ? ",%lld" : "%lld", (long long)kiln_tensor_dim(outputs[i], d));
+        printf("]\n");
+    }
+out:
+    for (int i = 0; i < n_in; i++) kiln_tensor_free(inputs[i]);
+    kiln_session_free(s);
+    kiln_model_free(m);
+    kiln_context_free(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ train */
+
+typedef struct train_args {
+    const char *model, *data, *save, *resume, *device, *amp;
+    int64_t epochs, batch, accumulate, max_steps;
+    uint64_t seed;
+    float lr;
+    int dropout, threads;
+} train_args;
+
+/* Test accuracy of the exported inference model over the test split, in chunks. */
+static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, double *acc) {
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    kiln_tensor *x = NULL;
+    int rc = 0;
+    if (kiln_trainer_export(t, "logprobs", &m) || kiln_session_create(m, NULL, &s)) {
+        rc = fail(ctx, "evaluation model");
+        goto out;
+    }
+    const int64_t n = kiln_tensor_dim(d->test_images, 0), chunk = 1000, sample = 28 * 28;
+    const float *images = kiln_tensor_data(d->test_images);
+    const int64_t *labels = kiln_tensor_data(d->test_labels);
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t b = n - i < chunk ? n - i : chunk;
+        const kiln_tensor *lp = NULL;
+        kiln_tensor_free(x);
+        x = NULL;
+        if (kiln_tensor_wrap(ctx, KILN_F32, 4, (int64_t[]){b, 1, 28, 28}, (void *)(images + i * sample), &x) ||
+            kiln_session_run(s, 1, &x, 1, &lp)) {
+            rc = fail(ctx, "evaluation");
+            goto out;
+        }
+        const float *p = kiln_tensor_data(lp);
+        for (int64_t r = 0; r < b; r++) {
+            int best = 0;
+            for (int c = 1; c < 10; c++)
+                if (p[r * 10 + c] > p[r * 10 + best]) best = c;
+            correct += best == labels[i + r];
+        }
+    }
+    *acc = (double)correct / (double)n;
+out:
+    kiln_tensor_free(x);
+    kiln_session_free(s);
+    kiln_model_free(m);
+    return rc;
+}
+
+static void progress(bool tty, int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double rate, float loss,
+                     bool done) {
+    double eta = rate > 0 ? (double)(steps - step) / rate : 0;
+    if (tty) {
+        int width = 30, filled = (int)(width * step / (steps ? steps : 1));
+        printf("\repoch %lld/%lld [", (long long)epoch + 1, (long long)epochs);
+        for (int i = 0; i < width; i++) putchar(i < filled ? '=' : i == filled ? '>' : ' ');
+        printf("] %lld/%lld  %.1f steps/s  loss %.4f  ETA %.0fs   ", (long long)step, (long long)steps, rate, loss, eta);
+        if (done) putchar('\n');
+        fflush(stdout);
+    } else {
+        printf("epoch %lld/%lld step %lld/%lld  %.1f steps/s  loss %.4f  ETA %.0fs\n", (long long)epoch + 1,
+               (long long)epochs, (long long)step, (long long)steps, rate, loss, eta);
+    }
+}
+
+static int cmd_train(int argc, char **argv) {
+    train_args a = {.epochs = 1, .batch = 64, .accumulate = 1, .seed = 1, .dropout = 1, .device = "cpu", .amp = "off"};
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (o[0] != '-' && !a.model) { a.model = o; continue; }
+        if (strcmp(o, "--no-dropout") == 0) { a.dropout = 0; continue; }
+        if (!v) { fprintf(stderr, "kiln train: %s needs a value\n", o); return 2; }
+        i++;
+        if (strcmp(o, "--data") == 0) a.data = v;
+        else if (strcmp(o, "--epochs") == 0) a.epochs = atoll(v);
+        else if (strcmp(o, "--batch") == 0) a.batch = atoll(v);
+        else if (strcmp(o, "--accumulate") == 0) a.accumulate = atoll(v);
+        else if (strcmp(o, "--seed") == 0) a.seed = strtoull(v, NULL, 10);
+        else if (strcmp(o, "--lr") == 0) a.lr = strtof(v, NULL);
+        else if (strcmp(o, "--save") == 0) a.save = v;
+        else if (strcmp(o, "--resume") == 0) a.resume = v;
+        else if (strcmp(o, "--device") == 0) a.device = v;
+        else if (strcmp(o, "--amp") == 0) a.amp = v;
+        else if (strcmp(o, "--max-steps") == 0) a.max_steps = atoll(v);
+        else if (strcmp(o, "--threads") == 0) a.threads = atoi(v);
+        else { fprintf(stderr, "kiln train: unknown option '%s'\n", o); return usage(stderr); }
+    }
+    if (!a.model || strcmp(a.model, "mnist-net") != 0) {
+        fprintf(stderr, "kiln train: the model must be 'mnist-net' (the one kiln builds today)\n");
+        return 2;
+    }
+    if (!a.data) { fprintf(stderr, "kiln train: --data DIR is required\n"); return 2; }
+    if (a.epochs < 1 || a.batch < 1 || a.accumulate < 1 || a.max_steps < 0) {
+        fprintf(stderr, "kiln train: --epochs, --batch and --accumulate must be >= 1\n");
+        return 2;
+    }
+    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = a.lr > 0 ? a.lr : 1.0f, .schedule = KILN_SCHEDULE_STEP,
+                            .gamma = 0.7f, .accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads};
+    if (strcmp(a.device, "cpu") == 0) o.device = KILN_DEVICE_CPU;
+    else if (strcmp(a.device, "cuda") == 0) o.device = KILN_DEVICE_CUDA;
+    else { fprintf(stderr, "kiln train: unknown device '%s'\n", a.device); return 2; }
+    if (strcmp(a.amp, "off") == 0) o.amp = KILN_AMP_OFF;
+    else if (strcmp(a.amp, "fp16") == 0) o.amp = KILN_AMP_FP16;
+    else if (strcmp(a.amp, "bf16") == 0) o.amp = KILN_AMP_BF16;
+    else { fprintf(stderr, "kiln train: --amp must be off, fp16 or bf16\n"); return 2; }
+
+    kiln_context *ctx = NULL;
+    kiln_mnist d = {0};
+    kiln_model *m = NULL;
+    kiln_trainer *t = NULL;
+    kiln_loader *l = NULL;
+    int rc = 0;
+    if (kiln_context_create(&ctx)) return 1;
+    if (a.threads > 0) kiln_context_set_threads(ctx, a.threads);
+    double t0 = now_ms();
+    if (kiln_mnist_load(ctx, a.data, KILN_F32, KILN_FASHION_MNIST_MEAN, KILN_FASHION_MNIST_STD, &d)) {
+        rc = fail(ctx, a.data);
+        goto out;
+    }
+    kiln_loader_options lo = kiln_loader_options_default();
+    lo.batch_size = a.batch;
+    lo.seed = a.seed;
+    if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) {
+        rc = fail(ctx, "loader");
+        goto out;
+    }
+    const int64_t steps = kiln_loader_steps_per_epoch(l);
+    o.step_size = (steps + a.accumulate - 1) / a.accumulate; /* StepLR steps once per epoch */
+    if (kiln_model_mnist_net(ctx, -1, a.seed, a.dropout, &m) || kiln_trainer_create(m, "loss", &o, &t)) {
+        rc = fail(ctx, "mnist-net");
+        goto out;
+    }
+    int64_t epoch = 0, step = 0;
+    if (a.resume) {
+        if (kiln_trainer_load(t, a.resume, &epoch, &step) || kiln_loader_seek(l, epoch, step)) {
+            rc = fail(ctx, a.resume);
+            goto out;
+        }
+        printf("resumed from %s at epoch %lld step %lld\n", a.resume, (long long)epoch + 1, (long long)step);
+    }
+    kiln_train_stats ts;
+    kiln_trainer_stats(t, &ts);
+    printf("mnist-net: %lld parameters; %lld steps of %lld per epoch; setup %.0f ms\n", (long long)ts.param_count,
+           (long long)steps, (long long)a.batch, now_ms() - t0);
+    bool tty = isatty(STDOUT_FILENO);
+    int64_t done = 0;
+    double acc = 0;
+    for (; epoch < a.epochs; epoch++, step = 0) {
+        double te = now_ms(), last = 0;
+        float loss = 0;
+        for (; step < steps; step++) {
+            const kiln_batch *b = NULL;
+            kiln_tensor *in[2];
+            if (kiln_loader_next(l, &b)) { rc = fail(ctx, "loader"); goto out; }
+            in[0] = b->x;
+            in[1] = b->y;
+            kiln_status st = kiln_trainer_step(t, 2, in, &loss);
+            kiln_loader_release(l, b);
+            if (st) { rc = fail(ctx, "training step"); goto out; }
+            done++;
+            double now = now_ms();
+            if ((tty && now - last > 100) || (!tty && (step + 1) % 100 == 0) || step + 1 == steps) {
+                progress(tty, epoch, a.epochs, step + 1, steps, (double)(step + 1) * 1000.0 / (now - te + 1e-9), loss,
+                         step + 1 == steps);
+                last = now;
+            }
+            if (a.max_steps && done >= a.max_steps) {
+                step++;
+                break;
+            }
+        }
+        double secs = (now_ms() - te) / 1000;
+        if (a.save) {
+            bool end = step >= steps;
+            if (kiln_trainer_save(t, a.save, end ? epoch + 1 : epoch, end ? 0 : step)) {
+                rc = fail(ctx, a.save);
+                goto out;
+            }
+        }
+        if (evaluate(ctx, t, &d, &acc)) { rc = 1; goto out; }
+        printf("epoch %lld: %.2f s, last loss %.4f, test accuracy %.4f\n", (long long)epoch + 1, secs, loss, acc);
+        if (a.max_steps && done >= a.max_steps) break;
+    }
+    printf("test accuracy: %.4f\n", acc);
+out:
+    kiln_loader_free(l);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+    kiln_mnist_free(&d);
+    kiln_context_free(ctx);
+    return rc;
+}
+
+/* Element i of a numeric tensor as double (the CLI only sees the public API). */
+static double elem(const kiln_tensor *t, int64_t i) {
+    const void *p = kiln_tensor_data(t);
+    switch (kiln_tensor_dtype(t)) {
+    case KILN_F32: return ((const float *)p)[i];
+    case KILN_F64: return ((const double *)p)[i];
+    case KILN_I32: return ((const int32_t *)p)[i];
+    case KILN_I64: return (double)((const int64_t *)p)[i];
+    case KILN_U8: case KILN_BOOL: return ((const uint8_t *)p)[i];
+    case KILN_I8: return ((const int8_t *)p)[i];
+    default: return NAN;
+    }
+}
+
+static int cmd_compare(int argc, char **argv) {
+    const char *pa = NULL, *pb = NULL;
+    double rtol = 1e-5, atol = 1e-6;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--rtol") == 0 && i + 1 < argc) rtol = atof(argv[++i]);
+        else if (strcmp(argv[i], "--atol") == 0 && i + 1 < argc) atol = atof(argv[++i]);
+        else if (!pa) pa = argv[i];
+        else if (!pb) pb = argv[i];
+        else return usage(stderr);
+    }
+    if (!pa || !pb) return usage(stderr);
+    kiln_context *ctx = NULL;
+    kiln_tensor *a = NULL, *b = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    int rc = 1;
+    if (kiln_tensor_load_npy(ctx, pa, &a)) {
+        fail(ctx, pa);
+        goto out;
+    }
+    if (kiln_tensor_load_npy(ctx, pb, &b)) {
+        fail(ctx, pb);
+        goto out;
+    }
+    int same = kiln_tensor_ndim(a) == kiln_tensor_ndim(b);
+    for (int d = 0; same && d < kiln_tensor_ndim(a); d++) same = kiln_tensor_dim(a, d) == kiln_tensor_dim(b, d);
+    if (!same) {
+        fprintf(stderr, "kiln compare: shapes differ\n");
+        goto out;
+    }
+    int64_t n = kiln_tensor_numel(a), bad = 0;
+    double max_abs = 0, budget = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = elem(a, i), y = elem(b, i), err = fabs(x - y), tol = atol + rtol * fabs(y);
+        if (isnan(x) || isnan(y) || err > tol) bad++;
+        if (err > max_abs) max_abs = err;
+        if (tol > 0 && err / tol > budget) budget = err / tol;
+    }
+    printf("%s vs %s: %lld elements, max abs err %.3g, %.1f%% of the error budget (rtol %g, atol %g): %s\n",
+           pa, pb, (long long)n, max_abs, budget * 100, rtol, atol, bad ? "DIFFERENT" : "match");
+    rc = bad ? 1 : 0;
+out:
+    kiln_tensor_free(a);
+    kiln_tensor_free(b);
+    kiln_context_free(ctx);
+    return rc;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) return usage(stderr);
-    if (strcmp(argv[1], "version") == 0) {
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
+    if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 2, argv + 2);
+    if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
+    if (strcmp(cmd, "onnx-test") == 0) return kiln_onnx_test_main(argc - 1, argv + 1, stdout);
+    if (strcmp(cmd, "version") == 0) {
         printf("kiln %s\n", KILN_VERSION);
         return 0;
     }
-    if (strcmp(argv[1], "ops") == 0) {
+    if (strcmp(cmd, "ops") == 0) {
         for (int i = 0; i < kiln_op_count(); i++) printf("%s\n", kiln_op_name(i));
         return 0;
     }
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout);
-    fprintf(stderr, "kiln: unknown command '%s'\n", argv[1]);
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) return usage(stdout);
+    fprintf(stderr, "kiln: unknown command '%s'\n", cmd);
     return usage(stderr);
 }

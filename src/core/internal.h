@@ -172,6 +172,9 @@ struct kiln_model {
     int opset;          /* default-domain opset */
     bool finalized;
     char *producer;     /* e.g. "pytorch 2.11" */
+    /* Open-addressing hash of value indices by name (-1: empty slot), kept by graph.c;
+     * NULL (after an allocation failure) means lookups scan. */
+    int *name_index, name_index_cap;
 };
 
 /* Value lookup / creation by name (-1 if absent / on OOM). */

@@ -1,19 +1,48 @@
 /* session.c — sessions: a model bound to a device, with one cached plan per input shape. */
 #include "internal.h"
 #include "plan.h"
+#ifdef KILN_HAVE_CUDA
+#include "../cuda/cuda_plan.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_PLANS 8
 
+/* A plan for one input shape: on the CPU, or lowered onto CUDA (which owns its host plan). */
+typedef struct session_plan {
+    kiln_plan *cpu;
+#ifdef KILN_HAVE_CUDA
+    kiln_cuda_plan *cuda;
+#endif
+} session_plan;
+
 struct kiln_session {
     kiln_model *m;
     kiln_session_options opts;
-    kiln_plan *plans[MAX_PLANS]; /* most recently used first */
+    session_plan plans[MAX_PLANS]; /* most recently used first */
     int n_plans;
     uint64_t runs;
+#ifdef KILN_HAVE_CUDA
+    kiln_cuda *cu;
+#endif
 };
+
+static kiln_plan *host_plan(session_plan *sp) {
+#ifdef KILN_HAVE_CUDA
+    if (sp->cuda) return kiln_cuda_plan_host(sp->cuda);
+#endif
+    return sp->cpu;
+}
+
+static void free_plan(session_plan *sp) {
+#ifdef KILN_HAVE_CUDA
+    kiln_cuda_plan_free(sp->cuda);
+#endif
+    kiln_plan_free(sp->cpu);
+    memset(sp, 0, sizeof *sp);
+}
 
 kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts, kiln_session **out) {
     if (!m || !out) return KILN_ERR_INVALID_ARGUMENT;
@@ -22,41 +51,61 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model must be finalized before a session runs it");
     kiln_session_options o = {0};
     if (opts) o = *opts;
-    if (o.device != KILN_DEVICE_CPU)
-        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED,
-                         "device %d is not available in this session API yet; use KILN_DEVICE_CPU", (int)o.device);
+    if (o.device != KILN_DEVICE_CPU && o.device != KILN_DEVICE_CUDA)
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)o.device);
+#ifndef KILN_HAVE_CUDA
+    if (o.device == KILN_DEVICE_CUDA)
+        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "this kiln was built without the CUDA backend (no nvcc at build time)");
+#endif
     if (o.threads < 0) return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "threads must be >= 0");
     kiln_session *s = kiln_calloc(m->ctx, 1, sizeof *s, "a session");
     if (!s) return KILN_ERR_OUT_OF_MEMORY;
     s->m = m;
     s->opts = o;
+#ifdef KILN_HAVE_CUDA
+    if (o.device == KILN_DEVICE_CUDA) {
+        kiln_status st = kiln_cuda_create(m->ctx, NULL, &s->cu);
+        if (st) {
+            free(s);
+            return st;
+        }
+    }
+#endif
     *out = s;
     return KILN_OK;
 }
 
 void kiln_session_free(kiln_session *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_plans; i++) kiln_plan_free(s->plans[i]);
+    for (int i = 0; i < s->n_plans; i++) free_plan(&s->plans[i]);
+#ifdef KILN_HAVE_CUDA
+    kiln_cuda_free(s->cu);
+#endif
     free(s);
 }
 
-static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, kiln_plan **out) {
+static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, session_plan **out) {
     for (int i = 0; i < s->n_plans; i++) {
-        if (!kiln_plan_matches(s->plans[i], inputs)) continue;
-        kiln_plan *p = s->plans[i];
-        memmove(&s->plans[1], &s->plans[0], (size_t)i * sizeof(kiln_plan *));
+        if (!kiln_plan_matches(host_plan(&s->plans[i]), inputs)) continue;
+        session_plan p = s->plans[i];
+        memmove(&s->plans[1], &s->plans[0], (size_t)i * sizeof(session_plan));
         s->plans[0] = p;
-        *out = p;
+        *out = &s->plans[0];
         return KILN_OK;
     }
-    kiln_plan *p = NULL;
-    kiln_status st = kiln_plan_build(s->m, inputs, !s->opts.no_fold, true, &p);
+    session_plan p = {0};
+    kiln_status st;
+#ifdef KILN_HAVE_CUDA
+    if (s->cu) st = kiln_cuda_plan_create(s->cu, s->m, inputs, !s->opts.no_fold, &p.cuda);
+    else
+#endif
+        st = kiln_plan_build(s->m, inputs, !s->opts.no_fold, true, &p.cpu);
     if (st) return st;
-    if (s->n_plans == MAX_PLANS) kiln_plan_free(s->plans[--s->n_plans]);
-    memmove(&s->plans[1], &s->plans[0], (size_t)s->n_plans * sizeof(kiln_plan *));
+    if (s->n_plans == MAX_PLANS) free_plan(&s->plans[--s->n_plans]);
+    memmove(&s->plans[1], &s->plans[0], (size_t)s->n_plans * sizeof(session_plan));
     s->plans[0] = p;
     s->n_plans++;
-    *out = p;
+    *out = &s->plans[0];
     return KILN_OK;
 }
 
@@ -82,16 +131,19 @@ kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs
             return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "input %d ('%s') has no data", i,
                              kiln_model_input_name(m, i));
     if (s->opts.threads) kiln_cpu_set_threads(s->opts.threads);
-    kiln_plan *p = NULL;
+    session_plan *p = NULL;
     kiln_status st = find_plan(s, inputs, &p);
     if (st) return st;
     s->runs++;
-    return kiln_plan_run_cpu(p, inputs, seed, n_outputs, outputs);
+#ifdef KILN_HAVE_CUDA
+    if (p->cuda) return kiln_cuda_plan_run(p->cuda, inputs, n_outputs, outputs);
+#endif
+    return kiln_plan_run_cpu(p->cpu, inputs, seed, n_outputs, outputs);
 }
 
 kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out) {
     if (!s || !out) return KILN_ERR_INVALID_ARGUMENT;
     if (!s->n_plans) return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT, "the session has not run yet");
-    kiln_plan_get_stats(s->plans[0], out);
+    kiln_plan_get_stats(host_plan((session_plan *)&s->plans[0]), out);
     return KILN_OK;
 }

@@ -165,6 +165,19 @@ static bool sup_any(const kiln_op_ctx *c, char *why, size_t n) {
     return false;
 }
 
+/* Dropout at inference (no training_mode, or a constant false one) passes X through. */
+static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_out > 1) {
+        snprintf(why, n, "the mask output is only computed on the CPU");
+        return false;
+    }
+    if (present(c, 2) && (!c->in[2]->data || ((const uint8_t *)c->in[2]->data)[0])) {
+        snprintf(why, n, "training mode runs on the CPU only");
+        return false;
+    }
+    return sup_any(c, why, n);
+}
+
 static bool sup_concat(const kiln_op_ctx *c, char *why, size_t n) {
     for (int i = 0; i < c->n_in; i++)
         if (!present(c, i)) {
@@ -215,6 +228,7 @@ static const entry table[] = {
     {"Flatten", kiln_cuda_k_copy, sup_any, NULL},
     {"Reshape", kiln_cuda_k_copy, sup_any, NULL},
     {"Identity", kiln_cuda_k_copy, sup_any, NULL},
+    {"Dropout", kiln_cuda_k_copy, sup_dropout, NULL},
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL},
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL},

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what kiln builds and tests with, from Debian's packages. Safe to re-run.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libprotobuf-c-dev
+      protobuf-c-compiler libonnx-dev libonnx-testdata dataset-fashion-mnist clang
+      libclang-rt-14-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "kiln: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

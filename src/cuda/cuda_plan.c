@@ -1,0 +1,261 @@
+/*
+ * cuda_plan.c — a plan lowered onto the CUDA backend.
+ *
+ * The host plan (shape inference, folding, the memory layout) is built as for the CPU,
+ * without a host arena. Here:
+ *   - one device allocation holds the activation arena at the plan's offsets, the
+ *     constants the run list reads, and a slot for each graph input;
+ *   - every run-list node gets an op context whose tensors point at device memory, and
+ *     must have a CUDA kernel (kiln_cuda_supports): no silent fallback to the CPU;
+ *   - the first run executes the kernels one by one (cuDNN's algorithm search happens
+ *     then), after which the kernel sequence is captured into a CUDA graph and every
+ *     later run replays it: one launch, no host synchronization until outputs are read.
+ * Inputs are uploaded through pinned staging; outputs are downloaded into host buffers
+ * the plan owns (valid until the next run).
+ */
+#include "cuda_internal.h"
+#include "../core/plan.h"
+#include "cuda_plan.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEV_ALIGN 256
+
+struct kiln_cuda_plan {
+    kiln_cuda *cu;
+    kiln_plan *p;           /* owned */
+    const kiln_model *m;
+    void *dev;              /* one cudaMalloc: arena | constants | inputs */
+    size_t dev_bytes;
+    kiln_tensor *dvt;       /* (n_values) device views */
+    kiln_tensor **ptrs;
+    kiln_op_ctx *ctx;       /* (n_exec) */
+    int n_exec;
+    size_t workspace;
+    kiln_tensor *host_out;  /* (n_outputs) host copies of the outputs */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    int runs;
+};
+
+static size_t up(size_t n) { return (n + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1); }
+
+void kiln_cuda_plan_free(kiln_cuda_plan *cp) {
+    if (!cp) return;
+    if (cp->exec) cudaGraphExecDestroy(cp->exec);
+    if (cp->graph) cudaGraphDestroy(cp->graph);
+    if (cp->dev) {
+        cudaStreamSynchronize((cudaStream_t)kiln_cuda_stream(cp->cu));
+        cudaFree(cp->dev);
+    }
+    if (cp->host_out)
+        for (int i = 0; i < cp->m->n_outputs; i++) free(cp->host_out[i].data);
+    free(cp->host_out);
+    free(cp->dvt);
+    free(cp->ptrs);
+    free(cp->ctx);
+    kiln_plan_free(cp->p);
+    free(cp);
+}
+
+kiln_status kiln_cuda_plan_create(kiln_cuda *cu, kiln_model *m, kiln_tensor *const *inputs, bool fold,
+                                  kiln_cuda_plan **out) {
+    kiln_context *ctx = m->ctx;
+    *out = NULL;
+    for (int i = 0; i < m->n_inputs; i++)
+        if (inputs[i]->ndim == 4 && inputs[i]->format == KILN_FORMAT_NHWC)
+            return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "input '%s': NHWC inputs are not supported on cuda yet; pass NCHW",
+                             m->values[m->inputs[i]].name);
+    kiln_cuda_plan *cp = kiln_calloc(ctx, 1, sizeof *cp, "a CUDA plan");
+    if (!cp) return KILN_ERR_OUT_OF_MEMORY;
+    cp->cu = cu;
+    cp->m = m;
+    kiln_status st = kiln_plan_build(m, inputs, fold, false, &cp->p);
+    if (st) {
+        free(cp);
+        return st;
+    }
+    kiln_plan_view_t v;
+    kiln_plan_view(cp->p, &v);
+    const int nv = v.n_values;
+    cp->n_exec = v.n_exec;
+    cp->dvt = kiln_calloc(ctx, (size_t)nv + 1, sizeof *cp->dvt, "CUDA plan values");
+    cp->ctx = kiln_calloc(ctx, (size_t)v.n_exec + 1, sizeof *cp->ctx, "CUDA plan nodes");
+    cp->host_out = kiln_calloc(ctx, (size_t)m->n_outputs + 1, sizeof *cp->host_out, "CUDA plan outputs");
+    size_t nptr = 0;
+    for (int e = 0; e < v.n_exec; e++) {
+        const kiln_op_ctx *hc = kiln_plan_exec_op_ctx(&v, e);
+        nptr += (size_t)(hc->n_in + hc->n_out);
+    }
+    cp->ptrs = kiln_calloc(ctx, nptr + 1, sizeof *cp->ptrs, "CUDA plan operands");
+    if (!cp->dvt || !cp->ctx || !cp->host_out || !cp->ptrs) {
+        kiln_cuda_plan_free(cp);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    /* Every run-list node must have a CUDA kernel for its dtypes, shapes and attributes. */
+    for (int e = 0; e < v.n_exec && !st; e++) {
+        kiln_op_ctx hc = *kiln_plan_exec_op_ctx(&v, e);
+        st = kiln_cuda_supports(&hc);
+    }
+    /* Device views of every value (data set once the layout is allocated), and the op
+     * contexts over them: the workspace each kernel needs follows from the shapes. */
+    for (int x = 0; x < nv; x++) {
+        cp->dvt[x] = v.vt[x];
+        cp->dvt[x].owns_data = false;
+        cp->dvt[x].data = NULL;
+    }
+    size_t used = 0;
+    for (int e = 0; e < v.n_exec && !st; e++) {
+        const kiln_op_ctx *hc = kiln_plan_exec_op_ctx(&v, e);
+        const kiln_node *n = hc->node;
+        kiln_op_ctx *c = &cp->ctx[e];
+        *c = *hc;
+        c->in = cp->ptrs + used;
+        c->out = cp->ptrs + used + n->n_in;
+        used += (size_t)(n->n_in + n->n_out);
+        for (int k = 0; k < n->n_in; k++) c->in[k] = n->in[k] >= 0 ? &cp->dvt[n->in[k]] : NULL;
+        for (int k = 0; k < n->n_out; k++) c->out[k] = &cp->dvt[n->out[k]];
+        size_t ws = 0;
+        st = kiln_cuda_workspace_size(cu, c, &ws);
+        if (ws > cp->workspace) cp->workspace = ws;
+    }
+    /* Device layout: arena, this plan's own workspace (a captured graph keeps pointing at
+     * it, so it is never shared or regrown), constants read by the run list, inputs. */
+    bool *needed = kiln_calloc(ctx, (size_t)nv + 1, sizeof(bool), "CUDA plan");
+    size_t *coff = kiln_calloc(ctx, (size_t)nv + 1, sizeof(size_t), "CUDA plan");
+    if (!st && (!needed || !coff)) st = KILN_ERR_OUT_OF_MEMORY;
+    size_t total = up(v.arena_bytes), ws_off = total;
+    total += up(cp->workspace);
+    for (int e = 0; e < v.n_exec && !st; e++) {
+        const kiln_op_ctx *hc = kiln_plan_exec_op_ctx(&v, e);
+        const kiln_node *n = hc->node;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] >= 0 && v.known[n->in[k]]) needed[n->in[k]] = true;
+    }
+    for (int i = 0; i < m->n_outputs && !st; i++)
+        if (v.known[m->outputs[i]]) needed[m->outputs[i]] = true;
+    for (int x = 0; x < nv && !st; x++)
+        if (needed[x]) {
+            coff[x] = total;
+            total += up(kiln_tensor_nbytes(&v.vt[x]));
+        }
+    for (int i = 0; i < m->n_inputs && !st; i++) {
+        coff[m->inputs[i]] = total;
+        total += up(kiln_tensor_nbytes(&v.vt[m->inputs[i]]));
+    }
+    if (!st) {
+        cudaError_t ce = cudaMalloc(&cp->dev, total ? total : DEV_ALIGN);
+        if (ce != cudaSuccess) {
+            cp->dev = NULL;
+            st = kiln_fail(ctx, ce == cudaErrorMemoryAllocation ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_DEVICE,
+                           "cudaMalloc of the plan's %zu bytes (arena %zu) failed: %s", total, v.arena_bytes,
+                           cudaGetErrorString(ce));
+        }
+        cp->dev_bytes = total;
+    }
+    /* Bind device memory, then upload the constants once. */
+    for (int x = 0; x < nv && !st; x++) {
+        if (v.offset[x] != SIZE_MAX) cp->dvt[x].data = (char *)cp->dev + v.offset[x];
+        else if (needed[x] || v.m->values[x].is_input) cp->dvt[x].data = (char *)cp->dev + coff[x];
+        if (needed[x] && kiln_tensor_nbytes(&v.vt[x]))
+            st = kiln_cuda_upload(cu, cp->dvt[x].data, v.vt[x].data, kiln_tensor_nbytes(&v.vt[x]));
+    }
+    free(needed);
+    free(coff);
+    for (int e = 0; e < v.n_exec && !st; e++) {
+        cp->ctx[e].workspace = cp->workspace ? (char *)cp->dev + ws_off : NULL;
+        cp->ctx[e].workspace_size = cp->workspace;
+    }
+    for (int i = 0; i < m->n_outputs && !st; i++) {
+        kiln_tensor *h = &cp->host_out[i];
+        *h = v.vt[m->outputs[i]];
+        h->owns_data = false;
+        h->data = kiln_malloc(ctx, kiln_tensor_nbytes(h) + 1, "an output buffer");
+        if (!h->data) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (!st) st = kiln_cuda_sync(cu);
+    if (st) {
+        kiln_cuda_plan_free(cp);
+        return st;
+    }
+    *out = cp;
+    return KILN_OK;
+}
+
+static kiln_status launch_all(kiln_cuda_plan *cp) {
+    for (int e = 0; e < cp->n_exec; e++) {
+        kiln_status st = kiln_cuda_run(cp->cu, &cp->ctx[e]);
+        if (st) return st;
+    }
+    return KILN_OK;
+}
+
+/* Record the run list into a CUDA graph (nothing executes while capturing). */
+static kiln_status capture(kiln_cuda_plan *cp) {
+    kiln_context *ctx = cp->m->ctx;
+    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(cp->cu);
+    cudaError_t ce = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (ce != cudaSuccess)
+        return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamBeginCapture: %s", cudaGetErrorString(ce));
+    kiln_status st = launch_all(cp);
+    cudaGraph_t g = NULL;
+    ce = cudaStreamEndCapture(s, &g);
+    if (st) {
+        if (g) cudaGraphDestroy(g);
+        return st;
+    }
+    if (ce != cudaSuccess)
+        return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamEndCapture: %s", cudaGetErrorString(ce));
+    cp->graph = g;
+    ce = cudaGraphInstantiate(&cp->exec, g, 0);
+    if (ce != cudaSuccess) {
+        cp->exec = NULL;
+        return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaGraphInstantiate: %s", cudaGetErrorString(ce));
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *inputs, bool use_graph) {
+    const kiln_model *m = cp->m;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < m->n_inputs && !st; i++) {
+        size_t nb = kiln_tensor_nbytes(inputs[i]);
+        if (nb) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
+    }
+    if (st) return st;
+    if (use_graph && cp->runs >= 1 && !cp->exec) {
+        st = capture(cp);
+        if (st) return st;
+    }
+    if (use_graph && cp->exec) {
+        cudaError_t ce = cudaGraphLaunch(cp->exec, (cudaStream_t)kiln_cuda_stream(cp->cu));
+        if (ce != cudaSuccess) return kiln_fail(m->ctx, KILN_ERR_DEVICE, "cudaGraphLaunch: %s", cudaGetErrorString(ce));
+    } else {
+        st = launch_all(cp);
+    }
+    cp->runs++;
+    return st;
+}
+
+kiln_status kiln_cuda_plan_run(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
+                               const kiln_tensor **outputs) {
+    const kiln_model *m = cp->m;
+    kiln_status st = kiln_cuda_plan_enqueue(cp, inputs, true);
+    for (int j = 0; j < n_outputs && !st; j++) {
+        kiln_tensor *h = &cp->host_out[j];
+        size_t nb = kiln_tensor_nbytes(h);
+        if (nb) st = kiln_cuda_download(cp->cu, h->data, cp->dvt[m->outputs[j]].data, nb);
+        outputs[j] = h;
+    }
+    if (!st) st = kiln_cuda_sync(cp->cu);
+    return st;
+}
+
+kiln_plan *kiln_cuda_plan_host(kiln_cuda_plan *cp) { return cp->p; }
+
+bool kiln_cuda_plan_matches(const kiln_cuda_plan *cp, kiln_tensor *const *inputs) {
+    return kiln_plan_matches(cp->p, inputs);
+}

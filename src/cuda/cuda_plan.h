@@ -1,0 +1,30 @@
+/* cuda_plan.h — a plan lowered onto CUDA (see cuda_plan.c). C interface. */
+#ifndef KILN_CUDA_PLAN_H
+#define KILN_CUDA_PLAN_H
+
+#include "cuda_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_cuda_plan kiln_cuda_plan;
+
+/* Build the host plan for these inputs, check every node has a CUDA kernel, lay out and
+ * allocate the plan's device memory, upload its constants. */
+kiln_status kiln_cuda_plan_create(kiln_cuda *cu, kiln_model *m, kiln_tensor *const *inputs, bool fold,
+                                  kiln_cuda_plan **out);
+void kiln_cuda_plan_free(kiln_cuda_plan *cp);
+bool kiln_cuda_plan_matches(const kiln_cuda_plan *cp, kiln_tensor *const *inputs);
+struct kiln_plan *kiln_cuda_plan_host(kiln_cuda_plan *cp);
+/* Upload inputs and enqueue the run (replaying the captured CUDA graph from the second run
+ * on when use_graph); returns without waiting for the device. */
+kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *inputs, bool use_graph);
+/* Enqueue, download the outputs into host buffers owned by the plan, and wait. */
+kiln_status kiln_cuda_plan_run(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
+                               const kiln_tensor **outputs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

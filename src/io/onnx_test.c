@@ -1,0 +1,490 @@
+/*
+ * onnx_test.c — `kiln onnx-test`: runs ONNX backend test cases (ONNX's node tests in
+ * Debian's libonnx-testdata, or any folder laid out the same way) through a CPU session
+ * and compares with the expected outputs.
+ *
+ * A case is a folder with model.onnx and test_data_set_N/{input_K,output_K}.pb; input_K
+ * binds graph input K and output_K is compared with graph output K. A folder without a
+ * model.onnx is expanded to its subfolders that have one, sorted by name.
+ *
+ * Outcome of a case: PASS; SKIP only when kiln reports KILN_ERR_UNSUPPORTED because of
+ * an op missing from the registry or a STRING tensor (or, with --ops-in-registry, when a
+ * node's op is not in the registry); FAIL for everything else, with kiln's message or the
+ * output, max errors and the share of the error budget used.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "io/onnx_test.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef enum { CASE_PASS, CASE_FAIL, CASE_SKIP } case_result;
+
+typedef struct options {
+    bool ops_in_registry;
+    double min_pass_rate; /* < 0: any failure fails the run */
+    const char *list_failures;
+} options;
+
+typedef struct str_list {
+    int n, cap;
+    char **s;
+} str_list;
+
+static bool list_add(str_list *l, const char *s) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        char **p = realloc(l->s, (size_t)cap * sizeof *p);
+        if (!p) return false;
+        l->s = p;
+        l->cap = cap;
+    }
+    size_t n = strlen(s) + 1;
+    char *c = malloc(n);
+    if (!c) return false;
+    memcpy(c, s, n);
+    l->s[l->n++] = c;
+    return true;
+}
+
+static void list_free(str_list *l) {
+    for (int i = 0; i < l->n; i++) free(l->s[i]);
+    free(l->s);
+    *l = (str_list){0};
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static char *join(const char *a, const char *b) {
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s/%s", a, b);
+    return s;
+}
+
+/* Sorted names of the entries of dir starting with prefix ("" for all). */
+static bool list_dir(const char *dir, const char *prefix, str_list *out) {
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    struct dirent *e;
+    bool ok = true;
+    while (ok && (e = readdir(d)))
+        if (e->d_name[0] != '.' && strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+            ok = list_add(out, e->d_name);
+    closedir(d);
+    if (out->n) qsort(out->s, (size_t)out->n, sizeof *out->s, cmp_str);
+    return ok;
+}
+
+static const char *base_name(const char *path) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    const char *p = path + n;
+    while (p > path && p[-1] != '/') p--;
+    return p;
+}
+
+/* ------------------------------------------------------------- tolerances */
+
+/* Tolerances: |x - ref| <= atol + rtol*|ref|.
+ * The expected outputs were computed by numpy, often in float64 and then rounded, while
+ * kiln computes in the output's own precision: float reductions and transcendental
+ * functions then differ from numpy's results by a few ulp, more for long sums.
+ *   f32  atol 1e-5 rtol 1e-4: a few ulp (1.2e-7 each) with room for reductions; the atol
+ *        floor covers results that should be 0 but come out as rounding noise (sin(pi)).
+ *        ONNX's own backend runner uses rtol 1e-3, atol 1e-7 by default.
+ *   f64  atol 1e-7 rtol 1e-6: numpy and kiln both compute in double; summation order.
+ *   f16  atol 1e-3 rtol 1e-3: a 10-bit mantissa rounds at ~5e-4 relative.
+ *   bf16 atol 1e-2 rtol 1e-2: a 7-bit mantissa rounds at ~4e-3 relative.
+ *   integers and bool: exact.
+ * NaN matches only NaN, and an infinity only the same infinity. */
+static void tolerance(kiln_dtype dt, double *atol, double *rtol) {
+    switch (dt) {
+    case KILN_F32: *atol = 1e-5; *rtol = 1e-4; break;
+    case KILN_F64: *atol = 1e-7; *rtol = 1e-6; break;
+    case KILN_F16: *atol = 1e-3; *rtol = 1e-3; break;
+    case KILN_BF16: *atol = 1e-2; *rtol = 1e-2; break;
+    default: *atol = 0; *rtol = 0; break;
+    }
+}
+
+/* Compare output j; on a mismatch write the reason and return false. */
+static bool compare(int j, const char *name, const kiln_tensor *got, const kiln_tensor *exp,
+                    char *why, size_t n) {
+    char gs[160], es[160];
+    if (!got) {
+        snprintf(why, n, "output %d '%s': no output", j, name);
+        return false;
+    }
+    if (got->dtype != exp->dtype || got->ndim != exp->ndim ||
+        memcmp(got->dims, exp->dims, (size_t)exp->ndim * sizeof(int64_t)) != 0) {
+        snprintf(why, n, "output %d '%s': got %s, expected %s", j, name,
+                 kiln_shape_str(got, gs, sizeof gs), kiln_shape_str(exp, es, sizeof es));
+        return false;
+    }
+    int64_t numel = kiln_tensor_numel(exp), bad = 0, first = -1;
+    if (numel > 0 && (!got->data || !exp->data)) {
+        snprintf(why, n, "output %d '%s': no data", j, name);
+        return false;
+    }
+    if (!kiln_dtype_is_float(exp->dtype)) {
+        for (int64_t i = 0; i < numel; i++)
+            if (kiln_get_i64(got, i) != kiln_get_i64(exp, i) && bad++ == 0) first = i;
+        if (!bad) return true;
+        snprintf(why, n, "output %d '%s': %lld of %lld elements differ (exact compare for %s; "
+                 "first at index %lld: got %lld, expected %lld)", j, name, (long long)bad,
+                 (long long)numel, kiln_dtype_name(exp->dtype), (long long)first,
+                 (long long)kiln_get_i64(got, first), (long long)kiln_get_i64(exp, first));
+        return false;
+    }
+    double atol, rtol;
+    tolerance(exp->dtype, &atol, &rtol);
+    double max_abs = 0, max_rel = 0, budget = 0;
+    int64_t special = 0; /* NaN / inf mismatches: no finite error to report for them */
+    for (int64_t i = 0; i < numel; i++) {
+        double g = kiln_get_f64(got, i), e = kiln_get_f64(exp, i);
+        bool off;
+        if (isnan(e) || isnan(g)) {
+            off = !(isnan(e) && isnan(g));
+            special += off;
+        } else if (isinf(e) || isinf(g)) {
+            off = g != e;
+            special += off;
+        } else {
+            double d = fabs(g - e), lim = atol + rtol * fabs(e);
+            if (d > max_abs) max_abs = d;
+            if (e != 0 && d / fabs(e) > max_rel) max_rel = d / fabs(e);
+            if (d / lim > budget) budget = d / lim;
+            off = d > lim;
+        }
+        if (off && bad++ == 0) first = i;
+    }
+    if (!bad) return true;
+    char nonfinite[64] = "";
+    if (special)
+        snprintf(nonfinite, sizeof nonfinite, " (%lld NaN/inf mismatches)", (long long)special);
+    snprintf(why, n, "output %d '%s': %lld of %lld elements off%s, max abs err %.3g, max rel err "
+             "%.3g, budget %.0f%% used (atol %g rtol %g; first at index %lld: got %.9g, "
+             "expected %.9g)", j, name, (long long)bad, (long long)numel, nonfinite, max_abs,
+             max_rel, 100 * budget, atol, rtol, (long long)first, kiln_get_f64(got, first),
+             kiln_get_f64(exp, first));
+    return false;
+}
+
+/* ------------------------------------------------------------------ cases */
+
+/* Does msg mention op as a word (not inside a longer identifier)? */
+static bool mentions(const char *msg, const char *op) {
+    size_t n = strlen(op);
+    if (!n) return false;
+    for (const char *p = strstr(msg, op); p; p = strstr(p + 1, op)) {
+        char before = p == msg ? ' ' : p[-1], after = p[n];
+        bool word_b = (before >= 'A' && before <= 'Z') || (before >= 'a' && before <= 'z') ||
+                      (before >= '0' && before <= '9') || before == '_';
+        bool word_a = (after >= 'A' && after <= 'Z') || (after >= 'a' && after <= 'z') ||
+                      (after >= '0' && after <= '9') || after == '_';
+        if (!word_b && !word_a) return true;
+    }
+    return false;
+}
+
+typedef struct case_state {
+    kiln_context *ctx;
+    str_list missing_ops; /* op types of the model's nodes that are not in the registry */
+    char why[2048];
+} case_state;
+
+/* A failed kiln call: SKIP when kiln lacks the op or it is a STRING tensor, else FAIL. */
+static case_result failed(case_state *cs, kiln_status st, const char *doing) {
+    const char *msg = kiln_context_message(cs->ctx);
+    if (st == KILN_ERR_UNSUPPORTED) {
+        bool skip = strstr(msg, "STRING") != NULL;
+        for (int i = 0; i < cs->missing_ops.n && !skip; i++)
+            skip = mentions(msg, cs->missing_ops.s[i]);
+        if (skip) {
+            snprintf(cs->why, sizeof cs->why, "%s", msg);
+            return CASE_SKIP;
+        }
+    }
+    snprintf(cs->why, sizeof cs->why, "%s: %s: %s", doing, kiln_status_name(st), msg);
+    return CASE_FAIL;
+}
+
+/* Load dir/<prefix>K.pb for K = 0, 1, ... while they exist. */
+static kiln_status load_pbs(case_state *cs, const char *dir, const char *prefix,
+                            kiln_tensor ***out, int *n) {
+    *out = NULL;
+    *n = 0;
+    for (int k = 0;; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%d.pb", prefix, k);
+        char *path = join(dir, name);
+        if (!path) return kiln_fail(cs->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        if (!is_file(path)) {
+            free(path);
+            return KILN_OK;
+        }
+        kiln_tensor **p = realloc(*out, (size_t)(k + 1) * sizeof *p);
+        if (!p) {
+            free(path);
+            return kiln_fail(cs->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        *out = p;
+        p[k] = NULL;
+        kiln_status st = kiln_tensor_load_onnx_pb(cs->ctx, path, &p[k]);
+        free(path);
+        *n = k + 1;
+        if (st) return st;
+    }
+}
+
+static void free_tensors(kiln_tensor **t, int n) {
+    for (int i = 0; i < n; i++) kiln_tensor_free(t[i]);
+    free(t);
+}
+
+static case_result run_data_set(case_state *cs, kiln_model *m, kiln_session *s, const char *dir) {
+    kiln_tensor **in = NULL, **exp = NULL;
+    const kiln_tensor **got = NULL;
+    int n_in = 0, n_exp = 0;
+    case_result r = CASE_PASS;
+    kiln_status st = load_pbs(cs, dir, "input_", &in, &n_in);
+    if (!st) st = load_pbs(cs, dir, "output_", &exp, &n_exp);
+    if (st) {
+        r = failed(cs, st, "loading test data");
+        goto done;
+    }
+    if (n_exp > kiln_model_num_outputs(m)) {
+        snprintf(cs->why, sizeof cs->why, "%s has %d expected outputs but the model has %d",
+                 base_name(dir), n_exp, kiln_model_num_outputs(m));
+        r = CASE_FAIL;
+        goto done;
+    }
+    /* ONNX 1.12's test data stores bfloat16 tensors as uint16 (numpy has no bfloat16):
+     * the same bits, so they are read as bf16 where the model says bf16 */
+    for (int i = 0; i < n_in && i < kiln_model_num_inputs(m); i++) {
+        kiln_dtype want = KILN_DTYPE_UNDEFINED;
+        kiln_model_input_info(m, i, &want, NULL, NULL);
+        if (want == KILN_BF16 && in[i]->dtype == KILN_U16) in[i]->dtype = KILN_BF16;
+    }
+    got = calloc((size_t)n_exp + 1, sizeof *got);
+    if (!got) {
+        snprintf(cs->why, sizeof cs->why, "out of memory");
+        r = CASE_FAIL;
+        goto done;
+    }
+    if ((st = kiln_session_run(s, n_in, in, n_exp, got))) {
+        r = failed(cs, st, "run");
+        goto done;
+    }
+    for (int j = 0; j < n_exp && r == CASE_PASS; j++) {
+        const char *name = kiln_model_output_name(m, j);
+        if (got[j] && got[j]->dtype == KILN_BF16 && exp[j]->dtype == KILN_U16)
+            exp[j]->dtype = KILN_BF16;
+        if (!compare(j, name ? name : "?", got[j], exp[j], cs->why, sizeof cs->why)) r = CASE_FAIL;
+    }
+done:
+    free(got);
+    free_tensors(in, n_in);
+    free_tensors(exp, n_exp);
+    return r;
+}
+
+static case_result run_case(case_state *cs, const char *dir, const options *o) {
+    char *model_path = join(dir, "model.onnx");
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    str_list sets = {0};
+    case_result r = CASE_PASS;
+    kiln_status st;
+    if (!model_path) {
+        snprintf(cs->why, sizeof cs->why, "out of memory");
+        return CASE_FAIL;
+    }
+    /* the model's ops that kiln lacks, from a load that does not finalize (which would
+     * stop at the first unknown op) */
+    if (kiln_onnx_load_unfinalized(cs->ctx, model_path, &m) == KILN_OK) {
+        for (int i = 0; i < m->n_nodes; i++) {
+            const char *op = m->nodes[i].op_type;
+            bool seen = false;
+            for (int k = 0; k < cs->missing_ops.n && !seen; k++)
+                seen = strcmp(cs->missing_ops.s[k], op) == 0;
+            /* an op of another domain is never the registry's, whatever its name */
+            if (!seen && (kiln_op_index(op) < 0 || m->nodes[i].domain[0]))
+                list_add(&cs->missing_ops, op);
+        }
+        kiln_model_free(m);
+        m = NULL;
+    }
+    if (o->ops_in_registry && cs->missing_ops.n) {
+        snprintf(cs->why, sizeof cs->why, "op %s not in registry", cs->missing_ops.s[0]);
+        r = CASE_SKIP;
+        goto done;
+    }
+    if ((st = kiln_model_load_onnx(cs->ctx, model_path, &m))) {
+        r = failed(cs, st, "load");
+        goto done;
+    }
+    if ((st = kiln_session_create(m, NULL, &s))) {
+        r = failed(cs, st, "session");
+        goto done;
+    }
+    if (!list_dir(dir, "test_data_set_", &sets)) {
+        snprintf(cs->why, sizeof cs->why, "cannot list %s", dir);
+        r = CASE_FAIL;
+        goto done;
+    }
+    if (sets.n == 0) {
+        snprintf(cs->why, sizeof cs->why, "no test_data_set_* folder");
+        r = CASE_FAIL;
+        goto done;
+    }
+    for (int i = 0; i < sets.n && r == CASE_PASS; i++) {
+        char *set = join(dir, sets.s[i]);
+        if (!set) {
+            snprintf(cs->why, sizeof cs->why, "out of memory");
+            r = CASE_FAIL;
+            break;
+        }
+        r = run_data_set(cs, m, s, set);
+        if (r != CASE_PASS && sets.n > 1) {
+            /* name the data set when there are several */
+            char tmp[sizeof cs->why];
+            snprintf(tmp, sizeof tmp, "%.100s: %.1900s", sets.s[i], cs->why);
+            memcpy(cs->why, tmp, sizeof tmp);
+        }
+        free(set);
+    }
+done:
+    list_free(&sets);
+    kiln_session_free(s);
+    kiln_model_free(m);
+    free(model_path);
+    return r;
+}
+
+/* The cases named by one argument: the folder itself or its subfolders with a model. */
+static bool collect(const char *arg, str_list *cases) {
+    char *model = join(arg, "model.onnx");
+    bool ok = model != NULL;
+    if (ok && is_file(model)) {
+        ok = list_add(cases, arg);
+    } else if (ok) {
+        str_list subs = {0};
+        ok = list_dir(arg, "", &subs);
+        int before = cases->n;
+        for (int i = 0; ok && i < subs.n; i++) {
+            char *sub = join(arg, subs.s[i]);
+            char *sub_model = sub ? join(sub, "model.onnx") : NULL;
+            if (!sub_model) ok = false;
+            else if (is_dir(sub) && is_file(sub_model)) ok = list_add(cases, sub);
+            free(sub);
+            free(sub_model);
+        }
+        list_free(&subs);
+        if (ok && cases->n == before) ok = false;
+    }
+    free(model);
+    return ok;
+}
+
+static int usage(FILE *out) {
+    fprintf(out, "usage: kiln onnx-test [--ops-in-registry] [--min-pass-rate R] "
+                 "[--list-failures FILE] DIR...\n");
+    return 2;
+}
+
+int kiln_onnx_test_main(int argc, char **argv, FILE *out) {
+    options o = {.min_pass_rate = -1};
+    str_list cases = {0};
+    int i = 1;
+    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        } else if (strcmp(argv[i], "--ops-in-registry") == 0) {
+            o.ops_in_registry = true;
+        } else if (strcmp(argv[i], "--min-pass-rate") == 0 && i + 1 < argc) {
+            char *end;
+            o.min_pass_rate = strtod(argv[++i], &end);
+            if (*end || !(o.min_pass_rate >= 0 && o.min_pass_rate <= 1)) return usage(out);
+        } else if (strcmp(argv[i], "--list-failures") == 0 && i + 1 < argc) {
+            o.list_failures = argv[++i];
+        } else {
+            return usage(out);
+        }
+    }
+    if (i >= argc) return usage(out);
+    int passed = 0, n_failed = 0, skipped = 0;
+    str_list failures = {0};
+    for (; i < argc; i++)
+        if (!collect(argv[i], &cases)) {
+            fprintf(out, "FAIL %s: no model.onnx in it or its subfolders\n", base_name(argv[i]));
+            n_failed++;
+            list_add(&failures, base_name(argv[i]));
+        }
+    for (int c = 0; c < cases.n; c++) {
+        case_state cs = {0};
+        const char *name = base_name(cases.s[c]);
+        case_result r;
+        if (kiln_context_create(&cs.ctx) != KILN_OK) {
+            snprintf(cs.why, sizeof cs.why, "cannot create a context");
+            r = CASE_FAIL;
+        } else {
+            r = run_case(&cs, cases.s[c], &o);
+        }
+        if (r == CASE_PASS) {
+            fprintf(out, "PASS %s\n", name);
+            passed++;
+        } else if (r == CASE_SKIP) {
+            fprintf(out, "SKIP %s: %s\n", name, cs.why);
+            skipped++;
+        } else {
+            fprintf(out, "FAIL %s: %s\n", name, cs.why);
+            n_failed++;
+            list_add(&failures, name);
+        }
+        fflush(out);
+        list_free(&cs.missing_ops);
+        kiln_context_free(cs.ctx);
+    }
+    bool write_err = false;
+    if (o.list_failures) {
+        FILE *f = fopen(o.list_failures, "w");
+        if (f) {
+            for (int k = 0; k < failures.n; k++) fprintf(f, "%s\n", failures.s[k]);
+            fclose(f);
+        } else {
+            fprintf(out, "cannot write %s\n", o.list_failures);
+            write_err = true;
+        }
+    }
+    int rc = n_failed > 0 || write_err;
+    if (o.min_pass_rate >= 0) {
+        int ran = passed + n_failed;
+        double rate = ran ? (double)passed / ran : 0;
+        fprintf(out, "pass rate %.1f%% of %d cases run (required %.1f%%)\n", 100 * rate, ran,
+                100 * o.min_pass_rate);
+        rc = ran == 0 || rate < o.min_pass_rate || write_err;
+    }
+    fprintf(out, "%d passed, %d failed, %d skipped\n", passed, n_failed, skipped);
+    list_free(&cases);
+    list_free(&failures);
+    return rc;
+}

@@ -1,0 +1,81 @@
+/* expand.c — Expand: broadcasts input to the int64 1-D `shape` input with numpy's
+ * bidirectional rules (opsets 11..21): the output shape is broadcast(input.shape, shape),
+ * so a 1 in `shape` keeps the input's dim and the output may have more dims than the
+ * shape asks for. Any dtype. */
+#include "../core/optest.h"
+#include "movement.h"
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    int64_t shape[KILN_MAX_DIMS], dims[KILN_MAX_DIMS];
+    int n, r;
+    kiln_status st = kiln_read_ints(c, 1, "shape", shape, KILN_MAX_DIMS, &n);
+    if (st != KILN_OK) return st;
+    char want[160];
+    for (int d = 0; d < n; d++)
+        KILN_OP_CHECK(c, shape[d] >= 0, KILN_ERR_SHAPE, "shape %s has a negative dim",
+                      kiln_dims_str(n, shape, want, sizeof want));
+    KILN_OP_CHECK(c, kiln_broadcast_shape(x->ndim, x->dims, n, shape, &r, dims), KILN_ERR_SHAPE,
+                  "the input does not broadcast with shape %s",
+                  kiln_dims_str(n, shape, want, sizeof want));
+    kiln_tensor_set_shape(c->out[0], x->dtype, r, dims);
+    return KILN_OK;
+}
+
+static size_t workspace(const kiln_op_ctx *c) {
+    return kiln_axis_maps_bytes(c->out[0]->ndim, c->out[0]->dims);
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    if (kiln_tensor_numel(y) == 0) return KILN_OK;
+    int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
+    kiln_broadcast_strides(x->ndim, x->dims, y->ndim, y->dims, stride);
+    kiln_axis_maps_carve(maps, c->workspace, y->ndim, y->dims);
+    for (int d = 0; d < y->ndim; d++)
+        for (int64_t j = 0; j < y->dims[d]; j++) maps[d][j] = j * stride[d];
+    kiln_gather_axes(y->data, x->data, kiln_dtype_size(x->dtype), y->ndim, y->dims,
+                     (const int64_t *const *)maps, NULL);
+    return KILN_OK;
+}
+
+static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, KT_DIMS(n), v); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[2], *y;
+    /* expected values from numpy broadcasting */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(3, 1), KT_VALS(1, 2, 3));
+    in[1] = ints(3, KT_VALS(2, 1, 2));
+    y = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 2), KT_VALS(1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3));
+    fails += kiln_optest("Expand", "", 2, in, 1, &y, 0, 0, "expand dim changed");
+
+    in[0] = kt_make(KILN_I8, 1, KT_DIMS(3), KT_VALS(5, 6, 7));
+    in[1] = ints(2, KT_VALS(2, 3));
+    y = kt_make(KILN_I8, 2, KT_DIMS(2, 3), KT_VALS(5, 6, 7, 5, 6, 7));
+    fails += kiln_optest("Expand", "", 2, in, 1, &y, 0, 0, "expand new leading dim");
+
+    in[0] = kt_make(KILN_BOOL, 2, KT_DIMS(2, 2), KT_VALS(1, 0, 0, 1));
+    in[1] = ints(1, KT_VALS(1));
+    y = kt_make(KILN_BOOL, 2, KT_DIMS(2, 2), KT_VALS(1, 0, 0, 1));
+    fails += kiln_optest("Expand", "", 2, in, 1, &y, 0, 0, "expand shape smaller than input");
+
+    in[0] = kt_scalar(KILN_F16, 1.5);
+    in[1] = ints(2, KT_VALS(2, 0));
+    y = kt_make(KILN_F16, 2, KT_DIMS(2, 0), NULL);
+    fails += kiln_optest("Expand", "", 2, in, 1, &y, 0, 0, "expand scalar to empty");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(3, 4), NULL);
+    in[1] = ints(2, KT_VALS(2, 3));
+    fails += kiln_optest_fails("Expand", "", 2, in, 1, KILN_ERR_SHAPE, "expand 3x4 to 2x3");
+    return fails;
+}
+
+const kiln_op_def kiln_op_expand = {
+    .name = "Expand", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward,
+    .cpu_workspace = workspace, .test = test,
+};

@@ -1,0 +1,37 @@
+/* identity.c — Identity: y = x, any tensor dtype (opsets 1..21; sequence and optional
+ * inputs of opset 14+/16+ are not tensors and are rejected by the importer). The output
+ * may share the input's storage (alias_outputs); otherwise the bytes are copied. */
+#include "../core/optest.h"
+#include "movement.h"
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+static kiln_status forward(kiln_op_ctx *c) { return kiln_copy_input0(c); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(-1, 0, 2, -3, 4.5, -0.5));
+    kiln_tensor *y = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(-1, 0, 2, -3, 4.5, -0.5));
+    fails += kiln_optest("Identity", "", 1, &x, 1, &y, 0, 0, "identity f32");
+    x = kt_make(KILN_BOOL, 1, KT_DIMS(3), KT_VALS(1, 0, 1));
+    y = kt_make(KILN_BOOL, 1, KT_DIMS(3), KT_VALS(1, 0, 1));
+    fails += kiln_optest("Identity", "", 1, &x, 1, &y, 0, 0, "identity bool");
+    x = kt_scalar(KILN_I64, -9000000000.0);
+    y = kt_scalar(KILN_I64, -9000000000.0);
+    fails += kiln_optest("Identity", "", 1, &x, 1, &y, 0, 0, "identity i64 scalar");
+    x = kt_make(KILN_F16, 2, KT_DIMS(0, 4), NULL);
+    y = kt_make(KILN_F16, 2, KT_DIMS(0, 4), NULL);
+    fails += kiln_optest("Identity", "", 1, &x, 1, &y, 0, 0, "identity empty f16");
+    return fails;
+}
+
+const kiln_op_def kiln_op_identity = {
+    .name = "Identity", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test, .alias_outputs = 1,
+};

@@ -1,0 +1,221 @@
+/* pad.c — Pad (opsets 11..21, the input form): pads is an int64 1-D input of
+ * [begin_0, ..., begin_n-1, end_0, ..., end_n-1] for the padded axes, which are all axes
+ * or, from opset 18, those of the optional `axes` input (negative allowed). Negative pads
+ * crop. `mode`: constant (the optional scalar constant_value input, same dtype as data,
+ * default 0), reflect (mirrors without repeating the edge, as numpy.pad does, also past
+ * one period), edge (repeats the edge) and wrap (opset 19: periodic). Any dtype. */
+#include "../core/optest.h"
+#include "movement.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+typedef enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP } pad_mode;
+
+/* Per axis of data: elements added before and after (negative: removed). */
+typedef struct pad_plan {
+    pad_mode mode;
+    int64_t begin[KILN_MAX_DIMS], end[KILN_MAX_DIMS];
+} pad_plan;
+
+static kiln_status plan(kiln_op_ctx *c, pad_plan *p) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, c->node->opset >= 11, KILN_ERR_UNSUPPORTED,
+                  "Pad before opset 11 (pads as an attribute) is not supported");
+    const char *mode = kiln_attr_string(c->node, "mode", "constant");
+    if (strcmp(mode, "constant") == 0) p->mode = PAD_CONSTANT;
+    else if (strcmp(mode, "reflect") == 0) p->mode = PAD_REFLECT;
+    else if (strcmp(mode, "edge") == 0) p->mode = PAD_EDGE;
+    else if (strcmp(mode, "wrap") == 0 && c->node->opset >= 19) p->mode = PAD_WRAP;
+    else return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "mode '%s' is not supported", mode);
+
+    int64_t pads[2 * KILN_MAX_DIMS], axes[KILN_MAX_DIMS];
+    int np, na;
+    kiln_status st = kiln_read_ints(c, 1, "pads", pads, 2 * KILN_MAX_DIMS, &np);
+    if (st != KILN_OK) return st;
+    if (c->n_in > 3 && c->in[3]) {
+        KILN_OP_CHECK(c, c->node->opset >= 18, KILN_ERR_SHAPE,
+                      "input axes exists from opset 18 on");
+        st = kiln_read_ints(c, 3, "axes", axes, KILN_MAX_DIMS, &na);
+        if (st != KILN_OK) return st;
+    } else {
+        na = x->ndim;
+        for (int d = 0; d < na; d++) axes[d] = d;
+    }
+    KILN_OP_CHECK(c, np == 2 * na, KILN_ERR_SHAPE, "pads has %d values for %d axes", np, na);
+    bool seen[KILN_MAX_DIMS] = {false};
+    memset(p->begin, 0, sizeof p->begin);
+    memset(p->end, 0, sizeof p->end);
+    for (int k = 0; k < na; k++) {
+        int64_t a = axes[k];
+        KILN_OP_CHECK(c, kiln_norm_axis(&a, x->ndim), KILN_ERR_SHAPE,
+                      "axes[%d] = %" PRId64 " is out of range for rank %d", k, axes[k], x->ndim);
+        KILN_OP_CHECK(c, !seen[a], KILN_ERR_SHAPE, "axis %" PRId64 " is given twice", a);
+        seen[a] = true;
+        p->begin[a] = pads[k];
+        p->end[a] = pads[na + k];
+        int64_t dim = x->dims[a] + pads[k] + pads[na + k];
+        KILN_OP_CHECK(c, dim >= 0, KILN_ERR_SHAPE,
+                      "pads %" PRId64 " and %" PRId64 " leave axis %" PRId64 " of size %" PRId64
+                      " with a negative size",
+                      pads[k], pads[na + k], a, x->dims[a]);
+        KILN_OP_CHECK(c, p->mode == PAD_CONSTANT || x->dims[a] > 0 || dim == 0, KILN_ERR_SHAPE,
+                      "mode '%s' cannot pad the empty axis %" PRId64, mode, a);
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    pad_plan p;
+    kiln_status st = plan(c, &p);
+    if (st != KILN_OK) return st;
+    const kiln_tensor *v = c->n_in > 2 ? c->in[2] : NULL;
+    if (v) {
+        KILN_OP_CHECK(c, v->dtype == x->dtype, KILN_ERR_TYPE,
+                      "constant_value has dtype %s, data has %s", kiln_dtype_name(v->dtype),
+                      kiln_dtype_name(x->dtype));
+        KILN_OP_CHECK(c, kiln_tensor_numel(v) <= 1, KILN_ERR_SHAPE,
+                      "constant_value must be a scalar");
+    }
+    int64_t dims[KILN_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) dims[d] = x->dims[d] + p.begin[d] + p.end[d];
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, dims);
+    return KILN_OK;
+}
+
+static size_t workspace(const kiln_op_ctx *c) {
+    return kiln_axis_maps_bytes(c->out[0]->ndim, c->out[0]->dims);
+}
+
+/* The source index of padded position q (already shifted by the begin pad) on an axis of
+ * size n, or -1 for the constant. */
+static int64_t source(pad_mode mode, int64_t q, int64_t n) {
+    if (q >= 0 && q < n) return q;
+    switch (mode) {
+    case PAD_CONSTANT: return -1;
+    case PAD_EDGE: return q < 0 ? 0 : n - 1;
+    case PAD_WRAP: return ((q % n) + n) % n;
+    case PAD_REFLECT: {
+        if (n == 1) return 0;
+        int64_t period = 2 * (n - 1), m = ((q % period) + period) % period;
+        return m < n ? m : period - m;
+    }
+    }
+    return -1;
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    if (kiln_tensor_numel(y) == 0) return KILN_OK;
+    pad_plan p;
+    kiln_status st = plan(c, &p);
+    if (st != KILN_OK) return st;
+    int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
+    kiln_strides(x->ndim, x->dims, stride);
+    kiln_axis_maps_carve(maps, c->workspace, y->ndim, y->dims);
+    for (int d = 0; d < y->ndim; d++)
+        for (int64_t j = 0; j < y->dims[d]; j++) {
+            int64_t s = source(p.mode, j - p.begin[d], x->dims[d]);
+            maps[d][j] = s < 0 ? -1 : s * stride[d];
+        }
+    uint64_t zero = 0;
+    const kiln_tensor *v = c->n_in > 2 ? c->in[2] : NULL;
+    const void *fill = v && kiln_tensor_numel(v) == 1 ? v->data : &zero;
+    kiln_gather_axes(y->data, x->data, kiln_dtype_size(x->dtype), y->ndim, y->dims,
+                     (const int64_t *const *)maps, fill);
+    return KILN_OK;
+}
+
+static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, KT_DIMS(n), v); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[4], *y;
+    const double v[] = {0, 1, 2, 3, 4, 5};
+    /* expected values from numpy.pad(np.arange(6).reshape(2, 3), ...) */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(4, KT_VALS(1, 2, 0, 1));
+    in[2] = kt_scalar(KILN_F32, 9);
+    y = kt_make(KILN_F32, 2, KT_DIMS(3, 6), KT_VALS(9, 9, 9, 9, 9, 9, 9, 9, 0, 1, 2, 9, 9, 9,
+                                                    3, 4, 5, 9));
+    fails += kiln_optest("Pad", "mode=constant", 3, in, 1, &y, 0, 0, "pad constant 9");
+
+    in[0] = kt_make(KILN_I32, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(4, KT_VALS(1, 2, 2, 4));
+    y = kt_make(KILN_I32, 2, KT_DIMS(5, 9),
+                KT_VALS(5, 4, 3, 4, 5, 4, 3, 4, 5, 2, 1, 0, 1, 2, 1, 0, 1, 2, 5, 4, 3, 4, 5, 4,
+                        3, 4, 5, 2, 1, 0, 1, 2, 1, 0, 1, 2, 5, 4, 3, 4, 5, 4, 3, 4, 5));
+    fails += kiln_optest("Pad", "mode=reflect", 2, in, 1, &y, 0, 0, "pad reflect past a period");
+
+    in[0] = kt_make(KILN_F16, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(4, KT_VALS(0, 2, 1, 1));
+    y = kt_make(KILN_F16, 2, KT_DIMS(3, 6),
+                KT_VALS(0, 0, 0, 1, 2, 2, 3, 3, 3, 4, 5, 5, 3, 3, 3, 4, 5, 5));
+    fails += kiln_optest("Pad", "mode=edge", 2, in, 1, &y, 0, 0, "pad edge f16");
+
+    in[0] = kt_make(KILN_I64, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(4, KT_VALS(1, 2, 1, 4));
+    y = kt_make(KILN_I64, 2, KT_DIMS(4, 9),
+                KT_VALS(4, 5, 3, 4, 5, 3, 4, 5, 3, 1, 2, 0, 1, 2, 0, 1, 2, 0, 4, 5, 3, 4, 5, 3,
+                        4, 5, 3, 1, 2, 0, 1, 2, 0, 1, 2, 0));
+    fails += kiln_optest("Pad", "mode=wrap", 2, in, 1, &y, 0, 0, "pad wrap");
+
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(4, KT_VALS(-1, 0, 0, 1));
+    in[2] = NULL;
+    y = kt_make(KILN_F64, 2, KT_DIMS(1, 4), KT_VALS(3, 4, 5, 0));
+    fails += kiln_optest("Pad", "", 3, in, 1, &y, 0, 0, "pad negative crops, default zero");
+
+    in[0] = kt_make(KILN_U8, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(2, KT_VALS(2, 1));
+    in[2] = kt_scalar(KILN_U8, 9);
+    in[3] = ints(1, KT_VALS(-1));
+    y = kt_make(KILN_U8, 2, KT_DIMS(2, 6), KT_VALS(9, 9, 0, 1, 2, 9, 9, 9, 3, 4, 5, 9));
+    fails += kiln_optest("Pad", "", 4, in, 1, &y, 0, 0, "pad opset 18 axes");
+
+    /* big enough for the threaded path: expected values from a naive loop over y */
+    in[0] = kt_rand(KILN_I16, 3, KT_DIMS(3, 100, 250), -1000, 1000, 3);
+    in[1] = ints(6, KT_VALS(1, -2, 3, 0, 5, -4));
+    in[2] = kt_scalar(KILN_I16, -7);
+    y = kt_make(KILN_I16, 3, KT_DIMS(4, 103, 249), NULL);
+    const int16_t *xp = in[0]->data; // (3,100,250)
+    int16_t *yp = y->data;           // (4,103,249): x[i-1, j+2, k-3] inside, -7 outside
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 103; j++)
+            for (int k = 0; k < 249; k++) {
+                int si = i - 1, sj = j + 2, sk = k - 3;
+                bool inside = si >= 0 && si < 3 && sj < 100 && sk >= 0 && sk < 250;
+                yp[(i * 103 + j) * 249 + k] = inside ? xp[(si * 100 + sj) * 250 + sk] : -7;
+            }
+    fails += kiln_optest("Pad", "", 3, in, 1, &y, 0, 0, "pad large, mixed crop and pad");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(2, KT_VALS(1, 1));
+    fails += kiln_optest_fails("Pad", "", 2, in, 1, KILN_ERR_SHAPE, "pad 2 values for rank 2");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(4, KT_VALS(0, -2, 0, -2));
+    fails += kiln_optest_fails("Pad", "", 2, in, 1, KILN_ERR_SHAPE, "pad crops below zero");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(4, KT_VALS(0, 0, 0, 0));
+    fails += kiln_optest_fails("Pad", "mode=mirror", 2, in, 1, KILN_ERR_UNSUPPORTED,
+                               "pad unknown mode");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(0, 3), NULL);
+    in[1] = ints(4, KT_VALS(1, 0, 0, 0));
+    fails += kiln_optest_fails("Pad", "mode=edge", 2, in, 1, KILN_ERR_SHAPE,
+                               "pad edge of an empty axis");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(4, KT_VALS(0, 0, 0, 0));
+    in[2] = kt_scalar(KILN_F64, 1);
+    fails += kiln_optest_fails("Pad", "", 3, in, 1, KILN_ERR_TYPE, "pad f64 constant for f32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_pad = {
+    .name = "Pad", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
+    .value_inputs = (1u << 1) | (1u << 3), .nondiff_inputs = 1u << 2, .infer = infer,
+    .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+};

@@ -1,0 +1,187 @@
+/* slice.c — Slice (opsets 11..21, the input form of opset 10+): data[starts:ends:steps]
+ * along `axes`. starts/ends/axes/steps are int32 or int64 1-D inputs; axes default to
+ * 0..len(starts)-1 and may be negative, steps default to 1 and may be negative (not 0).
+ * Per the spec, negative starts/ends add the dim, then starts/ends are clamped to [0, dim]
+ * for positive steps and to [0, dim-1] / [-1, dim-1] for negative steps, so out-of-range
+ * values select nothing or everything instead of failing. Any dtype. */
+#include "../core/optest.h"
+#include "movement.h"
+
+#include <inttypes.h>
+
+/* Per axis of data: first index, step and element count of the slice. */
+typedef struct slice_plan {
+    int64_t start[KILN_MAX_DIMS], step[KILN_MAX_DIMS], count[KILN_MAX_DIMS];
+} slice_plan;
+
+static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static kiln_status plan(kiln_op_ctx *c, slice_plan *p) {
+    const kiln_tensor *x = c->in[0];
+    int64_t starts[KILN_MAX_DIMS], ends[KILN_MAX_DIMS], axes[KILN_MAX_DIMS], steps[KILN_MAX_DIMS];
+    int ns, ne, na, nst;
+    kiln_status st = kiln_read_ints(c, 1, "starts", starts, KILN_MAX_DIMS, &ns);
+    if (st == KILN_OK) st = kiln_read_ints(c, 2, "ends", ends, KILN_MAX_DIMS, &ne);
+    if (st != KILN_OK) return st;
+    KILN_OP_CHECK(c, ns == ne, KILN_ERR_SHAPE, "starts has %d values but ends has %d", ns, ne);
+    if (c->n_in > 3 && c->in[3]) {
+        st = kiln_read_ints(c, 3, "axes", axes, KILN_MAX_DIMS, &na);
+        if (st != KILN_OK) return st;
+        KILN_OP_CHECK(c, na == ns, KILN_ERR_SHAPE, "axes has %d values but starts has %d", na,
+                      ns);
+    } else {
+        for (int k = 0; k < ns; k++) axes[k] = k;
+    }
+    if (c->n_in > 4 && c->in[4]) {
+        st = kiln_read_ints(c, 4, "steps", steps, KILN_MAX_DIMS, &nst);
+        if (st != KILN_OK) return st;
+        KILN_OP_CHECK(c, nst == ns, KILN_ERR_SHAPE, "steps has %d values but starts has %d",
+                      nst, ns);
+    } else {
+        for (int k = 0; k < ns; k++) steps[k] = 1;
+    }
+    bool seen[KILN_MAX_DIMS] = {false};
+    for (int d = 0; d < x->ndim; d++) {
+        p->start[d] = 0;
+        p->step[d] = 1;
+        p->count[d] = x->dims[d];
+    }
+    for (int k = 0; k < ns; k++) {
+        int64_t a = axes[k];
+        KILN_OP_CHECK(c, kiln_norm_axis(&a, x->ndim), KILN_ERR_SHAPE,
+                      "axes[%d] = %" PRId64 " is out of range for rank %d", k, axes[k], x->ndim);
+        KILN_OP_CHECK(c, !seen[a], KILN_ERR_SHAPE, "axis %" PRId64 " is given twice", a);
+        seen[a] = true;
+        KILN_OP_CHECK(c, steps[k] != 0, KILN_ERR_SHAPE, "steps[%d] is 0", k);
+        int64_t dim = x->dims[a], s = starts[k], e = ends[k];
+        /* a step beyond -INT64_MAX could not be negated; it takes one element either way */
+        int64_t step = steps[k] < -INT64_MAX ? -INT64_MAX : steps[k];
+        if (s < 0) s += dim;
+        if (e < 0) e += dim;
+        int64_t count;
+        if (step > 0) {
+            s = clamp(s, 0, dim);
+            e = clamp(e, 0, dim);
+            count = e > s ? (e - s - 1) / step + 1 : 0;
+        } else {
+            s = clamp(s, 0, dim - 1);
+            e = clamp(e, -1, dim - 1);
+            count = s > e ? (s - e - 1) / -step + 1 : 0;
+        }
+        p->start[a] = count > 0 ? s : 0;
+        p->step[a] = step;
+        p->count[a] = count;
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    slice_plan p;
+    kiln_status st = plan(c, &p);
+    if (st != KILN_OK) return st;
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, p.count);
+    return KILN_OK;
+}
+
+static size_t workspace(const kiln_op_ctx *c) {
+    return kiln_axis_maps_bytes(c->out[0]->ndim, c->out[0]->dims);
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    if (kiln_tensor_numel(y) == 0) return KILN_OK;
+    slice_plan p;
+    kiln_status st = plan(c, &p);
+    if (st != KILN_OK) return st;
+    int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
+    kiln_strides(x->ndim, x->dims, stride);
+    kiln_axis_maps_carve(maps, c->workspace, y->ndim, y->dims);
+    for (int d = 0; d < y->ndim; d++)
+        for (int64_t j = 0; j < y->dims[d]; j++)
+            maps[d][j] = (p.start[d] + j * p.step[d]) * stride[d];
+    kiln_gather_axes(y->data, x->data, kiln_dtype_size(x->dtype), y->ndim, y->dims,
+                     (const int64_t *const *)maps, NULL);
+    return KILN_OK;
+}
+
+static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, KT_DIMS(n), v); }
+
+static int test(void) {
+    int fails = 0;
+    const double v[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+                        19, 20, 21, 22, 23};
+    kiln_tensor *in[5], *y;
+    /* expected values from numpy on np.arange(24).reshape(2,3,4) */
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v); /* x[:, 2:0:-1, ::2] */
+    in[1] = ints(2, KT_VALS(2, 0));
+    in[2] = ints(2, KT_VALS(0, 1000000));
+    in[3] = ints(2, KT_VALS(1, 2));
+    in[4] = ints(2, KT_VALS(-1, 2));
+    y = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(8, 10, 4, 6, 20, 22, 16, 18));
+    fails += kiln_optest("Slice", "", 5, in, 1, &y, 0, 0, "slice negative step");
+
+    in[0] = kt_make(KILN_I32, 3, KT_DIMS(2, 3, 4), v); /* x[1:1000, :, -1:-5:-3] */
+    in[1] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1, -1));
+    in[2] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1000, -5));
+    in[3] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(0, -1));
+    in[4] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1, -3));
+    y = kt_make(KILN_I32, 3, KT_DIMS(1, 3, 2), KT_VALS(15, 12, 19, 16, 23, 20));
+    fails += kiln_optest("Slice", "", 5, in, 1, &y, 0, 0, "slice int32 inputs, clamped ends");
+
+    in[0] = kt_make(KILN_BOOL, 3, KT_DIMS(2, 3, 4), KT_VALS(1, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1,
+                                                            1, 0, 1, 1, 0, 1, 1, 0, 0, 1, 0,
+                                                            0, 1));
+    in[1] = ints(3, KT_VALS(0, -10, 1)); /* x[0:2, -10:100, 1:3], default axes and steps */
+    in[2] = ints(3, KT_VALS(2, 100, 3));
+    in[3] = NULL;
+    in[4] = NULL;
+    y = kt_make(KILN_BOOL, 3, KT_DIMS(2, 3, 2), KT_VALS(0, 0, 0, 1, 0, 1, 1, 1, 1, 0, 0, 0));
+    fails += kiln_optest("Slice", "", 5, in, 1, &y, 0, 0, "slice bool default axes");
+
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    in[1] = ints(1, KT_VALS(5));
+    in[2] = ints(1, KT_VALS(10));
+    in[3] = ints(1, KT_VALS(-1));
+    y = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 0), NULL);
+    fails += kiln_optest("Slice", "", 4, in, 1, &y, 0, 0, "slice start past the end");
+
+    in[0] = kt_make(KILN_F64, 1, KT_DIMS(5), KT_VALS(0, 1, 2, 3, 4)); /* x[::-INT64_MIN] */
+    in[1] = ints(1, KT_VALS(-1));
+    in[2] = ints(1, KT_VALS(-9223372036854775808.0));
+    in[3] = NULL;
+    in[4] = ints(1, KT_VALS(-1));
+    y = kt_make(KILN_F64, 1, KT_DIMS(5), KT_VALS(4, 3, 2, 1, 0));
+    fails += kiln_optest("Slice", "", 5, in, 1, &y, 0, 0, "slice reverse to INT64_MIN");
+
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    in[1] = ints(1, KT_VALS(0));
+    in[2] = ints(1, KT_VALS(1));
+    in[3] = ints(1, KT_VALS(0));
+    in[4] = ints(1, KT_VALS(0));
+    fails += kiln_optest_fails("Slice", "", 5, in, 1, KILN_ERR_SHAPE, "slice step 0");
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    in[1] = ints(2, KT_VALS(0, 0));
+    in[2] = ints(1, KT_VALS(1));
+    fails += kiln_optest_fails("Slice", "", 3, in, 1, KILN_ERR_SHAPE, "slice ends too short");
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    in[1] = ints(1, KT_VALS(0));
+    in[2] = ints(1, KT_VALS(1));
+    in[3] = ints(1, KT_VALS(3));
+    fails += kiln_optest_fails("Slice", "", 4, in, 1, KILN_ERR_SHAPE, "slice axis 3");
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    in[1] = ints(2, KT_VALS(0, 0));
+    in[2] = ints(2, KT_VALS(1, 1));
+    in[3] = ints(2, KT_VALS(1, -2));
+    fails += kiln_optest_fails("Slice", "", 4, in, 1, KILN_ERR_SHAPE, "slice repeated axis");
+    return fails;
+}
+
+const kiln_op_def kiln_op_slice = {
+    .name = "Slice", .min_inputs = 3, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
+    .value_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), .infer = infer,
+    .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+};

@@ -1,0 +1,184 @@
+/* split.c — Split: cuts input along `axis` (default 0, may be negative) into one part per
+ * output (opsets 11..21). Part sizes come from the `split` attribute before opset 13, from
+ * the optional int32/int64 input 1 from opset 13, or, when neither is given, are equal
+ * (the dim must divide evenly). From opset 18 the `num_outputs` attribute asks for
+ * ceil(dim / num_outputs) per part with a smaller last part. Zero-size parts are allowed.
+ * Any dtype. */
+#include "../core/optest.h"
+#include "movement.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* Where the part sizes come from. */
+typedef struct split_spec {
+    int64_t axis, dim;
+    const kiln_tensor *split_in; /* opset 13+: sizes in input 1 */
+    const int64_t *split_attr;   /* before 13: sizes in the attribute */
+    int64_t chunk;               /* otherwise: every part has chunk elements, the last
+                                    one what remains */
+} split_spec;
+
+static int64_t part_size(const split_spec *s, int k, int n) {
+    if (s->split_in) return kiln_get_i64(s->split_in, k);
+    if (s->split_attr) return s->split_attr[k];
+    int64_t left = s->dim - (int64_t)k * s->chunk;
+    return k == n - 1 ? left : s->chunk;
+}
+
+static kiln_status get_spec(kiln_op_ctx *c, split_spec *s) {
+    const kiln_tensor *x = c->in[0];
+    const kiln_node *node = c->node;
+    int n = c->n_out;
+    memset(s, 0, sizeof *s);
+    s->axis = kiln_attr_int(node, "axis", 0);
+    KILN_OP_CHECK(c, kiln_norm_axis(&s->axis, x->ndim), KILN_ERR_SHAPE,
+                  "axis %" PRId64 " is out of range for rank %d", kiln_attr_int(node, "axis", 0),
+                  x->ndim);
+    s->dim = x->dims[s->axis];
+    int count = -1;
+    if (node->opset >= 13 && c->n_in > 1 && c->in[1]) {
+        const kiln_tensor *t = c->in[1];
+        KILN_OP_CHECK(c, t->dtype == KILN_I64 || t->dtype == KILN_I32, KILN_ERR_TYPE,
+                      "split must be int32 or int64, not %s", kiln_dtype_name(t->dtype));
+        KILN_OP_CHECK(c, t->ndim <= 1, KILN_ERR_SHAPE, "split must be 1-D, not of rank %d",
+                      t->ndim);
+        KILN_OP_CHECK(c, kiln_tensor_numel(t) == 0 || t->data, KILN_ERR_UNSUPPORTED,
+                      "the values of split must be known when the plan is built");
+        s->split_in = t;
+        count = (int)kiln_tensor_numel(t);
+    } else if (node->opset < 13 && kiln_node_attr(node, "split")) {
+        s->split_attr = kiln_attr_ints(node, "split", &count);
+    }
+    if (count >= 0) {
+        KILN_OP_CHECK(c, count == n, KILN_ERR_SHAPE, "split has %d sizes for %d outputs", count,
+                      n);
+        int64_t total = 0;
+        for (int k = 0; k < n; k++) {
+            int64_t sz = part_size(s, k, n);
+            KILN_OP_CHECK(c, sz >= 0, KILN_ERR_SHAPE, "split[%d] = %" PRId64 " is negative", k,
+                          sz);
+            total += sz;
+        }
+        KILN_OP_CHECK(c, total == s->dim, KILN_ERR_SHAPE,
+                      "split sizes add up to %" PRId64 ", but axis %" PRId64 " has %" PRId64,
+                      total, s->axis, s->dim);
+        return KILN_OK;
+    }
+    if (node->opset >= 18 && kiln_node_attr(node, "num_outputs")) {
+        int64_t num = kiln_attr_int(node, "num_outputs", 0);
+        KILN_OP_CHECK(c, num == n, KILN_ERR_SHAPE,
+                      "num_outputs is %" PRId64 " but the node has %d outputs", num, n);
+        s->chunk = (s->dim + n - 1) / n;
+        KILN_OP_CHECK(c, s->dim == 0 || (int64_t)(n - 1) * s->chunk < s->dim, KILN_ERR_SHAPE,
+                      "cannot split %" PRId64 " into %d parts of at most %" PRId64, s->dim, n,
+                      s->chunk);
+        return KILN_OK;
+    }
+    KILN_OP_CHECK(c, s->dim % n == 0, KILN_ERR_SHAPE,
+                  "axis %" PRId64 " of size %" PRId64 " does not split into %d equal parts",
+                  s->axis, s->dim, n);
+    s->chunk = s->dim / n;
+    return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, x->ndim > 0, KILN_ERR_SHAPE, "cannot split a scalar");
+    split_spec s;
+    kiln_status st = get_spec(c, &s);
+    if (st != KILN_OK) return st;
+    int64_t dims[KILN_MAX_DIMS];
+    memcpy(dims, x->dims, sizeof dims);
+    for (int k = 0; k < c->n_out; k++) {
+        if (!c->out[k]) continue;
+        dims[s.axis] = part_size(&s, k, c->n_out);
+        kiln_tensor_set_shape(c->out[k], x->dtype, x->ndim, dims);
+    }
+    return KILN_OK;
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    split_spec s;
+    kiln_status st = get_spec(c, &s);
+    if (st != KILN_OK) return st;
+    size_t es = kiln_dtype_size(x->dtype);
+    /* x viewed as (outer, dim * inner); part k takes a block of each row */
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < s.axis; d++) outer *= x->dims[d];
+    for (int d = (int)s.axis + 1; d < x->ndim; d++) inner *= x->dims[d];
+    size_t row = (size_t)(s.dim * inner) * es, at = 0;
+    for (int k = 0; k < c->n_out; k++) {
+        size_t block = (size_t)(part_size(&s, k, c->n_out) * inner) * es;
+        kiln_tensor *y = c->out[k];
+        if (y && block > 0) {
+            const char *src = (const char *)x->data + at;
+            char *dst = y->data;
+            for (int64_t o = 0; o < outer; o++) memcpy(dst + o * block, src + o * row, block);
+        }
+        at += block;
+    }
+    return KILN_OK;
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[2], *y[3];
+    const double v[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    /* expected values from numpy.split(np.arange(12).reshape(2, 6), [2, 5], axis=1) */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 1));
+    y[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(0, 1, 6, 7));
+    y[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(2, 3, 4, 8, 9, 10));
+    y[2] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(5, 11));
+    fails += kiln_optest("Split", "axis=-1", 2, in, 3, y, 0, 0, "split variable parts");
+
+    in[0] = kt_make(KILN_I8, 2, KT_DIMS(2, 6), v);
+    y[0] = kt_make(KILN_I8, 2, KT_DIMS(1, 6), KT_VALS(0, 1, 2, 3, 4, 5));
+    y[1] = kt_make(KILN_I8, 2, KT_DIMS(1, 6), KT_VALS(6, 7, 8, 9, 10, 11));
+    fails += kiln_optest("Split", "", 1, in, 2, y, 0, 0, "split equal default axis");
+
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 6), v);
+    y[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(0, 1, 6, 7));
+    y[1] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(2, 3, 8, 9));
+    y[2] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(4, 5, 10, 11));
+    fails += kiln_optest_opset("Split", "axis=1;split=[2,2,2]", 11, 1, in, 3, y, 0, 0,
+                               "split opset 11 attribute");
+
+    /* opset 18 num_outputs: 7 -> 3, 3, 1 */
+    in[0] = kt_make(KILN_BOOL, 1, KT_DIMS(7), KT_VALS(1, 0, 1, 1, 0, 0, 1));
+    y[0] = kt_make(KILN_BOOL, 1, KT_DIMS(3), KT_VALS(1, 0, 1));
+    y[1] = kt_make(KILN_BOOL, 1, KT_DIMS(3), KT_VALS(1, 0, 0));
+    y[2] = kt_make(KILN_BOOL, 1, KT_DIMS(1), KT_VALS(1));
+    fails += kiln_optest_opset("Split", "num_outputs=3", 18, 1, in, 3, y, 0, 0,
+                               "split num_outputs uneven");
+
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 3));
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(0, 3, 0));
+    y[0] = kt_make(KILN_F32, 1, KT_DIMS(0), NULL);
+    y[1] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 3));
+    y[2] = kt_make(KILN_F32, 1, KT_DIMS(0), NULL);
+    fails += kiln_optest("Split", "", 2, in, 3, y, 0, 0, "split zero-size parts");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 3));
+    fails += kiln_optest_fails("Split", "axis=1", 2, in, 2, KILN_ERR_SHAPE, "split sum 5 of 6");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 4));
+    fails += kiln_optest_fails("Split", "axis=1", 2, in, 3, KILN_ERR_SHAPE,
+                               "split 2 sizes for 3 outputs");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
+    fails += kiln_optest_fails("Split", "axis=1", 1, in, 4, KILN_ERR_SHAPE,
+                               "split 6 into 4 equal parts");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
+    fails += kiln_optest_fails("Split", "axis=2", 1, in, 2, KILN_ERR_SHAPE, "split axis 2");
+    return fails;
+}
+
+const kiln_op_def kiln_op_split = {
+    .name = "Split", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = -1,
+    .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+};

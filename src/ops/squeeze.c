@@ -1,0 +1,93 @@
+/* squeeze.c — Squeeze: removes dims of size 1 (opsets 11..21). The axes to remove come
+ * from the `axes` attribute before opset 13 and from the optional int64 input 1 from
+ * opset 13; negative axes count from the end; without axes every size-1 dim goes.
+ * Naming a dim whose size is not 1 is an error. Any dtype; the output may share the
+ * input's storage. */
+#include "../core/optest.h"
+#include "movement.h"
+
+#include <inttypes.h>
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    int64_t axes[KILN_MAX_DIMS];
+    int n = 0;
+    if (c->node->opset >= 13) {
+        if (c->n_in > 1 && c->in[1]) {
+            kiln_status st = kiln_read_ints(c, 1, "axes", axes, KILN_MAX_DIMS, &n);
+            if (st != KILN_OK) return st;
+        }
+    } else {
+        const int64_t *a = kiln_attr_ints(c->node, "axes", &n);
+        KILN_OP_CHECK(c, n <= KILN_MAX_DIMS, KILN_ERR_SHAPE, "%d axes are too many", n);
+        for (int k = 0; k < n; k++) axes[k] = a[k];
+    }
+    bool drop[KILN_MAX_DIMS] = {false};
+    for (int k = 0; k < n; k++) {
+        int64_t a = axes[k];
+        KILN_OP_CHECK(c, kiln_norm_axis(&a, x->ndim), KILN_ERR_SHAPE,
+                      "axes[%d] = %" PRId64 " is out of range for rank %d", k, axes[k], x->ndim);
+        KILN_OP_CHECK(c, !drop[a], KILN_ERR_SHAPE, "axis %" PRId64 " is given twice", a);
+        KILN_OP_CHECK(c, x->dims[a] == 1, KILN_ERR_SHAPE,
+                      "cannot squeeze axis %" PRId64 " of size %" PRId64, a, x->dims[a]);
+        drop[a] = true;
+    }
+    int64_t dims[KILN_MAX_DIMS];
+    int r = 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (!(n > 0 ? drop[d] : x->dims[d] == 1)) dims[r++] = x->dims[d];
+    kiln_tensor_set_shape(c->out[0], x->dtype, r, dims);
+    return KILN_OK;
+}
+
+static kiln_status forward(kiln_op_ctx *c) { return kiln_copy_input0(c); }
+
+static int test(void) {
+    int fails = 0;
+    const double v[] = {0, 1, 2, 3, 4, 5};
+    kiln_tensor *in[2], *y;
+
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 3), v);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0));
+    y = kt_make(KILN_F32, 3, KT_DIMS(2, 1, 3), v);
+    fails += kiln_optest("Squeeze", "", 2, in, 1, &y, 0, 0, "squeeze axis 0");
+
+    in[0] = kt_make(KILN_U8, 4, KT_DIMS(1, 2, 1, 3), v);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-2, 0));
+    y = kt_make(KILN_U8, 2, KT_DIMS(2, 3), v);
+    fails += kiln_optest("Squeeze", "", 2, in, 1, &y, 0, 0, "squeeze negative axes");
+
+    in[0] = kt_make(KILN_F64, 4, KT_DIMS(1, 2, 1, 3), v);
+    in[1] = NULL;
+    y = kt_make(KILN_F64, 2, KT_DIMS(2, 3), v);
+    fails += kiln_optest("Squeeze", "", 2, in, 1, &y, 0, 0, "squeeze all ones");
+
+    in[0] = kt_make(KILN_BOOL, 4, KT_DIMS(1, 2, 1, 3), v);
+    y = kt_make(KILN_BOOL, 3, KT_DIMS(1, 2, 3), v);
+    fails += kiln_optest_opset("Squeeze", "axes=[2]", 11, 1, in, 1, &y, 0, 0,
+                               "squeeze opset 11 attribute");
+
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 1, 1), KT_VALS(7));
+    in[1] = NULL;
+    y = kt_scalar(KILN_F32, 7);
+    fails += kiln_optest("Squeeze", "", 2, in, 1, &y, 0, 0, "squeeze to scalar");
+
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 3), v);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
+    fails += kiln_optest_fails("Squeeze", "", 2, in, 1, KILN_ERR_SHAPE, "squeeze size-2 axis");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 3), v);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(4));
+    fails += kiln_optest_fails("Squeeze", "", 2, in, 1, KILN_ERR_SHAPE, "squeeze axis 4");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 3), v);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, -4));
+    fails += kiln_optest_fails("Squeeze", "", 2, in, 1, KILN_ERR_SHAPE, "squeeze repeated axis");
+    return fails;
+}
+
+const kiln_op_def kiln_op_squeeze = {
+    .name = "Squeeze", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .alias_outputs = 1,
+};

@@ -1,0 +1,116 @@
+/* transpose.c — Transpose: output dim d is input dim perm[d] (opsets 11..21); perm
+ * defaults to the reversed axes and must be a permutation of 0..r-1. Any dtype. */
+#include "../core/optest.h"
+#include "movement.h"
+
+#include <inttypes.h>
+
+/* perm from the attribute (or reversed), validated. */
+static kiln_status get_perm(kiln_op_ctx *c, int64_t *perm) {
+    const kiln_tensor *x = c->in[0];
+    int n;
+    const int64_t *p = kiln_attr_ints(c->node, "perm", &n);
+    if (!p) {
+        for (int d = 0; d < x->ndim; d++) perm[d] = x->ndim - 1 - d;
+        return KILN_OK;
+    }
+    KILN_OP_CHECK(c, n == x->ndim, KILN_ERR_SHAPE, "perm has %d entries for rank %d", n,
+                  x->ndim);
+    bool seen[KILN_MAX_DIMS] = {false};
+    for (int d = 0; d < n; d++) {
+        KILN_OP_CHECK(c, p[d] >= 0 && p[d] < n && !seen[p[d]], KILN_ERR_SHAPE,
+                      "perm is not a permutation of 0..%d (perm[%d] = %" PRId64 ")", n - 1, d,
+                      p[d]);
+        seen[p[d]] = true;
+        perm[d] = p[d];
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    int64_t perm[KILN_MAX_DIMS], dims[KILN_MAX_DIMS];
+    kiln_status st = get_perm(c, perm);
+    if (st != KILN_OK) return st;
+    for (int d = 0; d < x->ndim; d++) dims[d] = x->dims[perm[d]];
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, dims);
+    return KILN_OK;
+}
+
+static size_t workspace(const kiln_op_ctx *c) {
+    return kiln_axis_maps_bytes(c->out[0]->ndim, c->out[0]->dims);
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    int64_t perm[KILN_MAX_DIMS], stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
+    kiln_status st = get_perm(c, perm);
+    if (st != KILN_OK) return st;
+    kiln_strides(x->ndim, x->dims, stride);
+    kiln_axis_maps_carve(maps, c->workspace, y->ndim, y->dims);
+    for (int d = 0; d < y->ndim; d++)
+        for (int64_t j = 0; j < y->dims[d]; j++) maps[d][j] = j * stride[perm[d]];
+    kiln_gather_axes(y->data, x->data, kiln_dtype_size(x->dtype), y->ndim, y->dims,
+                     (const int64_t *const *)maps, NULL);
+    return KILN_OK;
+}
+
+static int test(void) {
+    int fails = 0;
+    const double v[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+                        19, 20, 21, 22, 23};
+    kiln_tensor *x, *y;
+    /* expected values from numpy: np.arange(24).reshape(2,3,4).transpose(...) */
+    x = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    y = kt_make(KILN_F32, 3, KT_DIMS(3, 4, 2),
+                KT_VALS(0, 12, 1, 13, 2, 14, 3, 15, 4, 16, 5, 17, 6, 18, 7, 19, 8, 20, 9, 21,
+                        10, 22, 11, 23));
+    fails += kiln_optest("Transpose", "perm=[1,2,0]", 1, &x, 1, &y, 0, 0, "transpose 1,2,0");
+    x = kt_make(KILN_I64, 3, KT_DIMS(2, 3, 4), v);
+    y = kt_make(KILN_I64, 3, KT_DIMS(4, 3, 2),
+                KT_VALS(0, 12, 4, 16, 8, 20, 1, 13, 5, 17, 9, 21, 2, 14, 6, 18, 10, 22, 3, 15,
+                        7, 19, 11, 23));
+    fails += kiln_optest("Transpose", "", 1, &x, 1, &y, 0, 0, "transpose default reverse");
+    x = kt_make(KILN_F16, 3, KT_DIMS(2, 3, 4), v);
+    y = kt_make(KILN_F16, 3, KT_DIMS(2, 4, 3),
+                KT_VALS(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, 12, 16, 20, 13, 17, 21, 14, 18,
+                        22, 15, 19, 23));
+    fails += kiln_optest("Transpose", "perm=[0,2,1]", 1, &x, 1, &y, 0, 0, "transpose f16 0,2,1");
+    x = kt_make(KILN_BOOL, 2, KT_DIMS(2, 3), KT_VALS(1, 0, 0, 1, 1, 0));
+    y = kt_make(KILN_BOOL, 2, KT_DIMS(3, 2), KT_VALS(1, 1, 0, 1, 0, 0));
+    fails += kiln_optest("Transpose", "", 1, &x, 1, &y, 0, 0, "transpose bool");
+    x = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    y = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    fails += kiln_optest("Transpose", "perm=[0,1,2]", 1, &x, 1, &y, 0, 0, "transpose identity");
+    x = kt_scalar(KILN_F32, 5);
+    y = kt_scalar(KILN_F32, 5);
+    fails += kiln_optest("Transpose", "", 1, &x, 1, &y, 0, 0, "transpose scalar");
+
+    /* big enough for the threaded path: expected values from a naive loop over y */
+    x = kt_rand(KILN_F32, 4, KT_DIMS(6, 50, 7, 40), -1, 1, 7);
+    y = kt_make(KILN_F32, 4, KT_DIMS(7, 6, 40, 50), NULL);
+    const float *xp = x->data; // (6,50,7,40)
+    float *yp = y->data;       // (7,6,40,50)
+    for (int a = 0; a < 7; a++)
+        for (int b = 0; b < 6; b++)
+            for (int cc = 0; cc < 40; cc++)
+                for (int d = 0; d < 50; d++)
+                    yp[((a * 6 + b) * 40 + cc) * 50 + d] = xp[((b * 50 + d) * 7 + a) * 40 + cc];
+    fails += kiln_optest("Transpose", "perm=[2,0,3,1]", 1, &x, 1, &y, 0, 0, "transpose large 4-D");
+
+    x = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    fails += kiln_optest_fails("Transpose", "perm=[0,0,1]", 1, &x, 1, KILN_ERR_SHAPE,
+                               "transpose repeated perm");
+    x = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    fails += kiln_optest_fails("Transpose", "perm=[1,0]", 1, &x, 1, KILN_ERR_SHAPE,
+                               "transpose short perm");
+    return fails;
+}
+
+const kiln_op_def kiln_op_transpose = {
+    .name = "Transpose", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+};

@@ -1,0 +1,13 @@
+# Fails when the C example in README.md differs from tests/example_readme.c.
+file(READ ${README} readme)
+file(READ ${EXAMPLE} example)
+string(FIND "${readme}" "```c\n" start)
+math(EXPR start "${start} + 5")
+string(SUBSTRING "${readme}" ${start} -1 rest)
+string(FIND "${rest}" "```" stop)
+string(SUBSTRING "${rest}" 0 ${stop} code)
+string(FIND "${example}" "${code}" where)
+if(where EQUAL -1)
+  message(FATAL_ERROR "README.md's C example and tests/example_readme.c differ")
+endif()
+message(STATUS "README example in sync")
