@@ -251,17 +251,23 @@ static kiln_status gb_forward(kiln_op_ctx *c) {
     const int64_t O = N > 0 && M > 0 ? kiln_tensor_numel(dy) / (N * M) : 0;
 #pragma omp parallel for schedule(static) if (N * M * O > 65536)
     for (int64_t m = 0; m < M; m++) {
-        double sum = 0;
+        /* four running sums, so the f32 loop need not wait on one double add per element */
+        double sum[4] = {0, 0, 0, 0};
         for (int64_t n = 0; n < N; n++) {
             const int64_t base = (n * M + m) * O;
-            if (dy->dtype == KILN_F32)
-                for (int64_t o = 0; o < O; o++) sum += ((const float *)dy->data)[base + o];
-            else if (dy->dtype == KILN_F64)
-                for (int64_t o = 0; o < O; o++) sum += ((const double *)dy->data)[base + o];
-            else
-                for (int64_t o = 0; o < O; o++) sum += kiln_get_f64(dy, base + o);
+            if (dy->dtype == KILN_F32) {
+                const float *p = (const float *)dy->data + base;
+                int64_t o = 0;
+                for (; o + 4 <= O; o += 4)
+                    for (int k = 0; k < 4; k++) sum[k] += p[o + k];
+                for (; o < O; o++) sum[0] += p[o];
+            } else if (dy->dtype == KILN_F64) {
+                for (int64_t o = 0; o < O; o++) sum[o & 3] += ((const double *)dy->data)[base + o];
+            } else {
+                for (int64_t o = 0; o < O; o++) sum[o & 3] += kiln_get_f64(dy, base + o);
+            }
         }
-        kiln_set_f64(c->out[0], m, sum);
+        kiln_set_f64(c->out[0], m, (sum[0] + sum[1]) + (sum[2] + sum[3]));
     }
     return KILN_OK;
 }

@@ -17,6 +17,7 @@
 #include "conv_common.h"
 
 #include <math.h>
+#include <string.h>
 
 /* One template for float and double. ind (NC, G) receives flat indices when non-NULL. */
 #define DEFINE_MAXPOOL(NAME, T)                                                              \
@@ -133,7 +134,8 @@ static kiln_status grad(kiln_grad_ctx *g) {
     return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
 }
 
-/* dx (NC, I) = 0, then dy of each window added at its argmax; (n, c) planes in parallel. */
+/* dx (NC, I) = 0, then dy of each window added at its argmax; (n, c) planes in parallel.
+ * The tap ranges of the outer dims are found once per row of windows. */
 #define DEFINE_MAXPOOL_GRAD(NAME, T)                                                         \
     static void NAME(const kiln_window *w, int64_t NC, const T *x, const T *dy, T *dx) {    \
         const int64_t I1 = w->img[1], I2 = w->img[2];                                        \
@@ -143,18 +145,20 @@ static kiln_status grad(kiln_grad_ctx *g) {
         for (int64_t nc = 0; nc < NC; nc++) {                                                \
             const T *xp = x + nc * I, *dyp = dy + nc * G;                                    \
             T *dxp = dx + nc * I;                                                            \
-            for (int64_t i = 0; i < I; i++) dxp[i] = 0;                                      \
-            for (int64_t g0 = 0; g0 < G0; g0++)                                              \
-                for (int64_t g1 = 0; g1 < G1; g1++)                                          \
+            memset(dxp, 0, (size_t)I * sizeof(T));                                          \
+            for (int64_t g0 = 0; g0 < G0; g0++) {                                            \
+                int64_t lo0, hi0;                                                            \
+                kiln_window_taps(w, 0, g0, &lo0, &hi0);                                      \
+                const int64_t b0 = g0 * w->s[0] - w->pb[0];                                  \
+                for (int64_t g1 = 0; g1 < G1; g1++) {                                        \
+                    int64_t lo1, hi1;                                                        \
+                    kiln_window_taps(w, 1, g1, &lo1, &hi1);                                  \
+                    const int64_t b1 = g1 * w->s[1] - w->pb[1];                              \
                     for (int64_t g2 = 0; g2 < G2; g2++, dyp++) {                             \
-                        int64_t lo0, hi0, lo1, hi1, lo2, hi2;                                \
-                        kiln_window_taps(w, 0, g0, &lo0, &hi0);                              \
-                        kiln_window_taps(w, 1, g1, &lo1, &hi1);                              \
+                        int64_t lo2, hi2;                                                    \
                         kiln_window_taps(w, 2, g2, &lo2, &hi2);                              \
-                        const int64_t b0 = g0 * w->s[0] - w->pb[0];                          \
-                        const int64_t b1 = g1 * w->s[1] - w->pb[1];                          \
-                        const int64_t b2 = g2 * w->s[2] - w->pb[2];                          \
                         if (lo0 == hi0 || lo1 == hi1 || lo2 == hi2) continue;                \
+                        const int64_t b2 = g2 * w->s[2] - w->pb[2];                          \
                         /* the first maximum, or the first NaN; selects, not branches */      \
                         int64_t at = ((b0 + lo0 * w->d[0]) * I1 + b1 + lo1 * w->d[1]) * I2 + \
                                      b2 + lo2 * w->d[2];                                     \
@@ -175,6 +179,8 @@ static kiln_status grad(kiln_grad_ctx *g) {
                             }                                                                \
                         dxp[at] += *dyp;                                                     \
                     }                                                                        \
+                }                                                                            \
+            }                                                                                \
         }                                                                                    \
     }
 
