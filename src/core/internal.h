@@ -305,6 +305,19 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in,
 kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
                                     int n_outputs, const kiln_tensor **outputs);
 
+/* Benchmark one input shape (kiln bench): `warmup` runs, then `iters` timed runs. On the
+ * CPU each timed run is a whole run; on CUDA compute times are device events around graph
+ * replays with the inputs resident, and transfers are timed once each. Arrays are owned
+ * by the caller (iters entries). */
+typedef struct kiln_bench_times {
+    double first_ms;    /* the first run: planning, autotuning, upload of constants, the run */
+    double *run_ms;     /* (iters) end-to-end run: upload + compute + download + sync */
+    double *compute_ms; /* (iters) compute only (CUDA: events; CPU: same as run_ms) */
+    double h2d_ms, d2h_ms;
+} kiln_bench_times;
+kiln_status kiln_session_bench(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
+                               kiln_bench_times *t);
+
 /* --------------------------------------------------------------- threading */
 
 /* Number of threads CPU kernels should use (the context setting, or all cores). */

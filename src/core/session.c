@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_PLANS 8
 
@@ -146,4 +147,33 @@ kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out) {
     if (!s->n_plans) return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT, "the session has not run yet");
     kiln_plan_get_stats(host_plan((session_plan *)&s->plans[0]), out);
     return KILN_OK;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+kiln_status kiln_session_bench(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
+                               kiln_bench_times *t) {
+    if (!s || !t || iters < 1 || warmup < 0) return KILN_ERR_INVALID_ARGUMENT;
+    const kiln_tensor *outs[64];
+    int n_out = s->m->n_outputs < 64 ? s->m->n_outputs : 64;
+    double t0 = now_ms();
+    kiln_status st = kiln_session_run(s, n_inputs, inputs, n_out, outs);
+    t->first_ms = now_ms() - t0;
+    for (int i = 0; i < warmup && !st; i++) st = kiln_session_run(s, n_inputs, inputs, n_out, outs);
+    for (int i = 0; i < iters && !st; i++) {
+        t0 = now_ms();
+        st = kiln_session_run(s, n_inputs, inputs, n_out, outs);
+        t->run_ms[i] = now_ms() - t0;
+        t->compute_ms[i] = t->run_ms[i];
+    }
+    t->h2d_ms = t->d2h_ms = 0;
+#ifdef KILN_HAVE_CUDA
+    if (!st && s->plans[0].cuda)
+        st = kiln_cuda_plan_time(s->plans[0].cuda, inputs, iters, t->compute_ms, &t->h2d_ms, &t->d2h_ms);
+#endif
+    return st;
 }

@@ -259,3 +259,65 @@ kiln_plan *kiln_cuda_plan_host(kiln_cuda_plan *cp) { return cp->p; }
 bool kiln_cuda_plan_matches(const kiln_cuda_plan *cp, kiln_tensor *const *inputs) {
     return kiln_plan_matches(cp->p, inputs);
 }
+
+/* Device-side timing for benchmarks: inputs uploaded once (timed), then `iters` replays
+ * of the captured graph each between two events (compute only, inputs resident), then
+ * the outputs downloaded once (timed). Needs one warm run first (capture happens on the
+ * second enqueue). */
+kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int iters, double *compute_ms,
+                                double *h2d_ms, double *d2h_ms) {
+    kiln_context *ctx = cp->m->ctx;
+    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(cp->cu);
+    if (!cp->exec) {
+        kiln_status st = kiln_cuda_plan_enqueue(cp, inputs, true); /* warm + capture */
+        if (!st) st = kiln_cuda_plan_enqueue(cp, inputs, true);
+        if (!st) st = kiln_cuda_sync(cp->cu);
+        if (st) return st;
+    }
+    cudaEvent_t *ev = calloc((size_t)iters + 3, sizeof *ev);
+    if (!ev) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for timing events");
+    kiln_status st = KILN_OK;
+    int made = 0;
+    for (; made < iters + 3; made++)
+        if (cudaEventCreate(&ev[made]) != cudaSuccess) {
+            st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventCreate failed");
+            break;
+        }
+    const kiln_model *m = cp->m;
+    if (!st) {
+        cudaEventRecord(ev[0], s);
+        for (int i = 0; i < m->n_inputs && !st; i++) {
+            size_t nb = kiln_tensor_nbytes(inputs[i]);
+            if (nb) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
+        }
+        cudaEventRecord(ev[1], s);
+    }
+    for (int i = 0; i < iters && !st; i++) {
+        cudaError_t ce = cudaGraphLaunch(cp->exec, s);
+        if (ce != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaGraphLaunch: %s", cudaGetErrorString(ce));
+        cudaEventRecord(ev[2 + i], s);
+    }
+    if (!st) {
+        for (int j = 0; j < m->n_outputs && !st; j++) {
+            kiln_tensor *h = &cp->host_out[j];
+            size_t nb = kiln_tensor_nbytes(h);
+            if (nb) st = kiln_cuda_download(cp->cu, h->data, cp->dvt[m->outputs[j]].data, nb);
+        }
+        cudaEventRecord(ev[iters + 2], s);
+    }
+    if (!st) st = kiln_cuda_sync(cp->cu);
+    if (!st) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, ev[0], ev[1]);
+        *h2d_ms = ms;
+        for (int i = 0; i < iters; i++) {
+            cudaEventElapsedTime(&ms, ev[1 + i], ev[2 + i]);
+            compute_ms[i] = ms;
+        }
+        cudaEventElapsedTime(&ms, ev[iters + 1], ev[iters + 2]);
+        *d2h_ms = ms;
+    }
+    for (int i = 0; i < made; i++) cudaEventDestroy(ev[i]);
+    free(ev);
+    return st;
+}

@@ -24,6 +24,10 @@ kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *input
 kiln_status kiln_cuda_plan_run(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
                                const kiln_tensor **outputs);
 
+/* Benchmark timing (see cuda_plan.c): compute_ms has iters entries. */
+kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int iters, double *compute_ms,
+                                double *h2d_ms, double *d2h_ms);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,31 @@
+/* ceil.c — Ceil: y = smallest integer >= x. Float dtypes; opsets 6 and 13 (bf16). */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+static double ceil_fn(double x, const kiln_unary_args *a) { return ceil(x); }
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, ceil_fn, NULL, NULL); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(7), KT_VALS(-1.5, -1, -0.2, 0, 0.2, 1.5, 2.5));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(7), KT_VALS(-1, -1, 0, 0, 1, 2, 3));
+    fails += kiln_optest("Ceil", "", 1, &x, 1, &y, 0, 0, "ceil f32");
+    x = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(4503599627370495.5, -0.999999, 1e-300));
+    y = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(4503599627370496, 0, 1));
+    fails += kiln_optest("Ceil", "", 1, &x, 1, &y, 0, 0, "ceil f64");
+    x = kt_make(KILN_BF16, 1, KT_DIMS(3), KT_VALS(-2.75, 0.5, 100.5));
+    y = kt_make(KILN_BF16, 1, KT_DIMS(3), KT_VALS(-2, 1, 101));
+    fails += kiln_optest("Ceil", "", 1, &x, 1, &y, 0, 0, "ceil bf16");
+    x = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2));
+    fails += kiln_optest_fails("Ceil", "", 1, &x, 1, KILN_ERR_TYPE, "ceil rejects i64");
+    return fails;
+}
+
+const kiln_op_def kiln_op_ceil = {
+    .name = "Ceil", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,43 @@
+/* celu.c — Celu: y = max(0, x) + min(0, alpha * (exp(x / alpha) - 1)) (alpha default 1.0,
+ * must be non-zero). Opset 12. The spec lists f32 only; every float dtype is accepted. */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+/* For x > 0 the exp term is positive and min() drops it; for x <= 0 max() is 0. */
+static double celu(double x, const kiln_unary_args *a) {
+    return x > 0 ? x : a->alpha * expm1(x / a->alpha);
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    float alpha = kiln_attr_float(c->node, "alpha", 1.0f);
+    KILN_OP_CHECK(c, alpha != 0, KILN_ERR_UNSUPPORTED, "attribute alpha must be non-zero");
+    return kiln_unary_infer(c, false);
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_unary_args a = {.alpha = kiln_attr_float(c->node, "alpha", 1.0f)};
+    return kiln_unary_forward_args(c, celu, NULL, &a);
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-3, -1, 0, 1, 2.5));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-0.950212955, -0.63212055, 0, 1, 2.5));
+    fails += kiln_optest("Celu", "", 1, &x, 1, &y, 1e-7, 1e-6, "celu default alpha");
+    x = kt_make(KILN_F64, 1, KT_DIMS(4), KT_VALS(-3, -1, 0, 1));
+    y = kt_make(KILN_F64, 1, KT_DIMS(4), KT_VALS(-1.5537396797031404, -0.78693868057473315, 0, 1));
+    fails += kiln_optest("Celu", "alpha=2.0", 1, &x, 1, &y, 0, 1e-13, "celu f64 alpha=2");
+    x = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("Celu", "alpha=0.0", 1, &x, 1, KILN_ERR_UNSUPPORTED,
+                               "celu rejects alpha=0");
+    x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("Celu", "", 1, &x, 1, KILN_ERR_TYPE, "celu rejects i32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_celu = {
+    .name = "Celu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

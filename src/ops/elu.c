@@ -1,0 +1,34 @@
+/* elu.c — Elu: y = x for x >= 0, alpha * (exp(x) - 1) otherwise (alpha default 1.0).
+ * Float dtypes; opset 6. expm1 keeps small negative x accurate. */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+static double elu(double x, const kiln_unary_args *a) { return x < 0 ? a->alpha * expm1(x) : x; }
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_unary_args a = {.alpha = kiln_attr_float(c->node, "alpha", 1.0f)};
+    return kiln_unary_forward_args(c, elu, NULL, &a);
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-3, -1, -1e-4, 0, 2));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(5),
+                             KT_VALS(-0.950212955, -0.63212055, -9.99949989e-05, 0, 2));
+    fails += kiln_optest("Elu", "", 1, &x, 1, &y, 1e-7, 1e-6, "elu default alpha");
+    x = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(-3, -1, 0.5));
+    y = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(-1.9004258632642721, -1.2642411176571153, 0.5));
+    fails += kiln_optest("Elu", "alpha=2.0", 1, &x, 1, &y, 0, 1e-13, "elu f64 alpha=2");
+    x = kt_make(KILN_I8, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("Elu", "", 1, &x, 1, KILN_ERR_TYPE, "elu rejects i8");
+    return fails;
+}
+
+const kiln_op_def kiln_op_elu = {
+    .name = "Elu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,33 @@
+/* erf.c — Erf: y = erf(x). Float dtypes; opsets 9 and 13 (bf16). The spec also lists
+ * integer dtypes, whose results would only be -1, 0 or 1 after truncation; kiln rejects
+ * them (no exporter emits them). */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+static double erf_fn(double x, const kiln_unary_args *a) { return erf(x); }
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, erf_fn, NULL, NULL); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(7), KT_VALS(-3, -1, -0.5, 0, 0.5, 1, 3));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(7),
+                             KT_VALS(-0.999977887, -0.842700779, -0.520499885, 0, 0.520499885,
+                                     0.842700779, 0.999977887));
+    fails += kiln_optest("Erf", "", 1, &x, 1, &y, 1e-7, 1e-6, "erf f32");
+    x = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(-0.1, 1e-5, 2));
+    y = kt_make(KILN_F64, 1, KT_DIMS(3),
+                KT_VALS(-0.1124629160182849, 1.1283791670579e-05, 0.99532226501895271));
+    fails += kiln_optest("Erf", "", 1, &x, 1, &y, 0, 1e-13, "erf f64");
+    x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("Erf", "", 1, &x, 1, KILN_ERR_TYPE, "erf rejects i32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_erf = {
+    .name = "Erf", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

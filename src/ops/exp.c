@@ -1,0 +1,32 @@
+/* exp.c — Exp: y = exp(x). Float dtypes; opsets 6 and 13 (bf16). Overflow gives inf. */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+static double exp_fn(double x, const kiln_unary_args *a) { return exp(x); }
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, exp_fn, NULL, NULL); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-2, 0, 0.5, 1, 10));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(5),
+                             KT_VALS(0.135335281, 1, 1.64872122, 2.71828175, 22026.4648));
+    fails += kiln_optest("Exp", "", 1, &x, 1, &y, 1e-7, 1e-6, "exp f32");
+    x = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(-0.5, 700));
+    y = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(0.60653065971263342, 1.0142320547350045e+304));
+    fails += kiln_optest("Exp", "", 1, &x, 1, &y, 0, 1e-13, "exp f64");
+    x = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(-1, 0, 2));
+    y = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0.367879441, 1, 7.3890561));
+    fails += kiln_optest("Exp", "", 1, &x, 1, &y, 0, 1e-3, "exp f16");
+    x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("Exp", "", 1, &x, 1, KILN_ERR_TYPE, "exp rejects i32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_exp = {
+    .name = "Exp", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

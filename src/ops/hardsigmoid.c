@@ -1,0 +1,43 @@
+/* hardsigmoid.c — HardSigmoid: y = max(0, min(1, alpha * x + beta)) (alpha default 0.2,
+ * beta 0.5). Float dtypes; opset 6. NaN stays NaN. */
+#include "../core/optest.h"
+#include "unary.h"
+
+static double hardsigmoid(double x, const kiln_unary_args *a) {
+    double v = a->alpha * x + a->beta;
+    return v < 0 ? 0 : v > 1 ? 1 : v; /* not fmin/fmax: they would turn NaN into 0 or 1 */
+}
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_unary_args a = {
+        .alpha = kiln_attr_float(c->node, "alpha", 0.2f),
+        .beta = kiln_attr_float(c->node, "beta", 0.5f),
+    };
+    return kiln_unary_forward_args(c, hardsigmoid, NULL, &a);
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-3, -1, 0, 1, 3));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(0, 0.3, 0.5, 0.7, 1));
+    fails += kiln_optest("HardSigmoid", "", 1, &x, 1, &y, 1e-7, 1e-6, "hardsigmoid defaults");
+    /* alpha 0.5f, beta 0.6f = 0.600000024 as floats */
+    x = kt_make(KILN_F64, 1, KT_DIMS(5), KT_VALS(-2, -1, 0, 0.5, 1));
+    y = kt_make(KILN_F64, 1, KT_DIMS(5), KT_VALS(0, 0.100000024, 0.600000024, 0.850000024, 1));
+    fails += kiln_optest("HardSigmoid", "alpha=0.5;beta=0.6", 1, &x, 1, &y, 1e-9, 1e-7,
+                         "hardsigmoid f64 alpha beta");
+    x = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(-4, 1.5, 4));
+    y = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0, 0.8, 1));
+    fails += kiln_optest("HardSigmoid", "", 1, &x, 1, &y, 0, 1e-3, "hardsigmoid f16");
+    x = kt_make(KILN_I16, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("HardSigmoid", "", 1, &x, 1, KILN_ERR_TYPE,
+                               "hardsigmoid rejects i16");
+    return fails;
+}
+
+const kiln_op_def kiln_op_hardsigmoid = {
+    .name = "HardSigmoid", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

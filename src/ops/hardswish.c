@@ -1,0 +1,33 @@
+/* hardswish.c — HardSwish: y = x * max(0, min(1, x/6 + 1/2)). Float dtypes; opset 14. */
+#include "../core/optest.h"
+#include "unary.h"
+
+static double hardswish(double x, const kiln_unary_args *a) {
+    double v = x / 6 + 0.5;
+    return x * (v < 0 ? 0 : v > 1 ? 1 : v);
+}
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+static kiln_status forward(kiln_op_ctx *c) {
+    return kiln_unary_forward_args(c, hardswish, NULL, NULL);
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(7), KT_VALS(-4, -3, -1, 0, 1, 3, 4));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(7),
+                             KT_VALS(0, 0, -0.333333343, 0, 0.666666687, 3, 4));
+    fails += kiln_optest("HardSwish", "", 1, &x, 1, &y, 1e-7, 1e-6, "hardswish f32");
+    x = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(-2.5, 0.5, 2.9));
+    y = kt_make(KILN_F64, 1, KT_DIMS(3),
+                KT_VALS(-0.20833333333333329, 0.29166666666666669, 2.8516666666666666));
+    fails += kiln_optest("HardSwish", "", 1, &x, 1, &y, 0, 1e-14, "hardswish f64");
+    x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("HardSwish", "", 1, &x, 1, KILN_ERR_TYPE, "hardswish rejects i32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_hardswish = {
+    .name = "HardSwish", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,33 @@
+/* leakyrelu.c — LeakyRelu: y = x for x >= 0, alpha * x otherwise (alpha default 0.01).
+ * Float dtypes (f16, bf16, f32, f64); opsets 6 and 16 (16 only added bf16). */
+#include "../core/optest.h"
+#include "unary.h"
+
+static double leakyrelu(double x, const kiln_unary_args *a) { return x < 0 ? a->alpha * x : x; }
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_unary_args a = {.alpha = kiln_attr_float(c->node, "alpha", 0.01f)};
+    return kiln_unary_forward_args(c, leakyrelu, NULL, &a);
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-2, -0.5, 0, 1.5, 3));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(5),
+                             KT_VALS(-0.0199999996, -0.00499999989, 0, 1.5, 3));
+    fails += kiln_optest("LeakyRelu", "", 1, &x, 1, &y, 1e-7, 1e-6, "leakyrelu default alpha");
+    x = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(-2, -0.5, 0, 1.5));
+    y = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(-0.2, -0.05, 0, 1.5));
+    /* alpha is a float attribute: 0.1f differs from 0.1 by 1.5e-9 relative */
+    fails += kiln_optest("LeakyRelu", "alpha=0.1", 1, &x, 1, &y, 0, 1e-7, "leakyrelu f64 alpha");
+    x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("LeakyRelu", "", 1, &x, 1, KILN_ERR_TYPE, "leakyrelu rejects i32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_leakyrelu = {
+    .name = "LeakyRelu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

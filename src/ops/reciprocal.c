@@ -1,0 +1,28 @@
+/* reciprocal.c — Reciprocal: y = 1 / x. Float dtypes; opsets 6 and 13 (bf16). 1/0 = inf. */
+#include "../core/optest.h"
+#include "unary.h"
+
+static double reciprocal(double x, const kiln_unary_args *a) { return 1.0 / x; }
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+static kiln_status forward(kiln_op_ctx *c) {
+    return kiln_unary_forward_args(c, reciprocal, NULL, NULL);
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(-4, 0.5, 3, 1e-3));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(-0.25, 2, 0.333333343, 1000));
+    fails += kiln_optest("Reciprocal", "", 1, &x, 1, &y, 1e-7, 1e-6, "reciprocal f32");
+    x = kt_make(KILN_BF16, 1, KT_DIMS(3), KT_VALS(-8, 0.25, 3));
+    y = kt_make(KILN_BF16, 1, KT_DIMS(3), KT_VALS(-0.125, 4, 0.333333333));
+    fails += kiln_optest("Reciprocal", "", 1, &x, 1, &y, 0, 0, "reciprocal bf16");
+    x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1, 2));
+    fails += kiln_optest_fails("Reciprocal", "", 1, &x, 1, KILN_ERR_TYPE, "reciprocal rejects i32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_reciprocal = {
+    .name = "Reciprocal", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

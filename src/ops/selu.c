@@ -1,0 +1,45 @@
+/* selu.c — Selu: y = gamma * x for x > 0, gamma * alpha * (exp(x) - 1) otherwise.
+ * Defaults alpha 1.67326319217681884765625, gamma 1.05070102214813232421875 (the float
+ * values the spec gives). Float dtypes; opset 6. */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+static double selu(double x, const kiln_unary_args *a) {
+    return x > 0 ? a->gamma * x : a->gamma * a->alpha * expm1(x);
+}
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_unary_args a = {
+        .alpha = kiln_attr_float(c->node, "alpha", 1.67326319217681884765625f),
+        .gamma = kiln_attr_float(c->node, "gamma", 1.05070102214813232421875f),
+    };
+    return kiln_unary_forward_args(c, selu, NULL, &a);
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-3, -1, 0, 1, 2.5));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(5),
+                             KT_VALS(-1.6705687, -1.11133075, 0, 1.05070102, 2.62675261));
+    fails += kiln_optest("Selu", "", 1, &x, 1, &y, 1e-7, 1e-6, "selu defaults");
+    x = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(-1, 0, 1));
+    y = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(-3.79272342, 0, 3));
+    fails += kiln_optest("Selu", "alpha=2.0;gamma=3.0", 1, &x, 1, &y, 1e-7, 1e-6,
+                         "selu alpha=2 gamma=3");
+    x = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(-10, -0.5, 0.5));
+    y = kt_make(KILN_F64, 1, KT_DIMS(3),
+                KT_VALS(-1.7580195287561911, -0.69175818996524263, 0.52535051107406616));
+    fails += kiln_optest("Selu", "", 1, &x, 1, &y, 0, 1e-13, "selu f64");
+    x = kt_make(KILN_U8, 1, KT_DIMS(2), KT_VALS(1, 2));
+    fails += kiln_optest_fails("Selu", "", 1, &x, 1, KILN_ERR_TYPE, "selu rejects u8");
+    return fails;
+}
+
+const kiln_op_def kiln_op_selu = {
+    .name = "Selu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

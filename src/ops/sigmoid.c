@@ -1,0 +1,40 @@
+/* sigmoid.c — Sigmoid: y = 1 / (1 + exp(-x)). Float dtypes; opsets 6 and 13 (bf16).
+ * exp is only ever taken of a non-positive argument, so very negative x gives the
+ * tiny positive result (down to subnormals) instead of 1 / (1 + inf) = 0. */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+static double sigmoid(double x, const kiln_unary_args *a) {
+    if (x >= 0) return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, sigmoid, NULL, NULL); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(-20, -1, 0, 0.5, 1, 20));
+    kiln_tensor *y = kt_make(KILN_F32, 2, KT_DIMS(2, 3),
+                             KT_VALS(2.06115369e-09, 0.268941432, 0.5, 0.622459352, 0.731058598, 1));
+    fails += kiln_optest("Sigmoid", "", 1, &x, 1, &y, 1e-7, 1e-6, "sigmoid f32");
+    /* -720: exp(720) overflows double, the careful form still gives exp(-720) */
+    x = kt_make(KILN_F64, 1, KT_DIMS(5), KT_VALS(-720, -30, 0, 2, 720));
+    y = kt_make(KILN_F64, 1, KT_DIMS(5), KT_VALS(2.0322308024183599e-313, 9.3576229688393001e-14,
+                                                 0.5, 0.88079707797788231, 1));
+    fails += kiln_optest("Sigmoid", "", 1, &x, 1, &y, 0, 1e-9, "sigmoid f64 extremes");
+    x = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(-3, 0, 2));
+    y = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(0.0474258736, 0.5, 0.880797088));
+    fails += kiln_optest("Sigmoid", "", 1, &x, 1, &y, 0, 1e-3, "sigmoid f16");
+    x = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("Sigmoid", "", 1, &x, 1, KILN_ERR_TYPE, "sigmoid rejects i64");
+    return fails;
+}
+
+const kiln_op_def kiln_op_sigmoid = {
+    .name = "Sigmoid", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

@@ -1,0 +1,34 @@
+/* softsign.c — Softsign: y = x / (1 + |x|). Float dtypes; opset 1 (unchanged since).
+ * +-inf give +-1, the limit, rather than inf / inf. */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+static double softsign(double x, const kiln_unary_args *a) {
+    return isinf(x) ? copysign(1.0, x) : x / (1 + fabs(x));
+}
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+static kiln_status forward(kiln_op_ctx *c) {
+    return kiln_unary_forward_args(c, softsign, NULL, NULL);
+}
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(6), KT_VALS(-3, -1, 0, 0.5, 100, INFINITY));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(6),
+                             KT_VALS(-0.75, -0.5, 0, 0.333333343, 0.990099013, 1));
+    fails += kiln_optest("Softsign", "", 1, &x, 1, &y, 1e-7, 1e-6, "softsign f32");
+    x = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(-3, 1, 7));
+    y = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(-0.75, 0.5, 0.875));
+    fails += kiln_optest("Softsign", "", 1, &x, 1, &y, 0, 0, "softsign f16");
+    x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
+    fails += kiln_optest_fails("Softsign", "", 1, &x, 1, KILN_ERR_TYPE, "softsign rejects i32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_softsign = {
+    .name = "Softsign", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};

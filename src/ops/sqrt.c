@@ -1,0 +1,31 @@
+/* sqrt.c — Sqrt: y = sqrt(x). Float dtypes; opsets 6 and 13 (bf16). Negative x gives NaN. */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+static double sqrt_fn(double x, const kiln_unary_args *a) { return sqrt(x); }
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, sqrt_fn, NULL, NULL); }
+
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(0, 0.25, 2, 9, 1e6));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(0, 0.5, 1.41421354, 3, 1000));
+    fails += kiln_optest("Sqrt", "", 1, &x, 1, &y, 1e-7, 1e-6, "sqrt f32");
+    x = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(2, 1e-300));
+    y = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(1.4142135623730951, 1e-150));
+    fails += kiln_optest("Sqrt", "", 1, &x, 1, &y, 0, 1e-15, "sqrt f64");
+    x = kt_make(KILN_BF16, 1, KT_DIMS(3), KT_VALS(4, 0.0625, 256));
+    y = kt_make(KILN_BF16, 1, KT_DIMS(3), KT_VALS(2, 0.25, 16));
+    fails += kiln_optest("Sqrt", "", 1, &x, 1, &y, 0, 0, "sqrt bf16");
+    x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(4, 9));
+    fails += kiln_optest_fails("Sqrt", "", 1, &x, 1, KILN_ERR_TYPE, "sqrt rejects i32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_sqrt = {
+    .name = "Sqrt", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = test,
+};
