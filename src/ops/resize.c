@@ -527,9 +527,7 @@ static int resize_gradcheck(const char *attrs, int opset, kiln_tensor *x, int n,
     kiln_tensor *in[4] = {x, NULL, NULL, NULL};
     if (scales) in[2] = kt_make(KILN_F32, 1, KT_DIMS(n), scales);
     if (sizes) in[3] = kt_make(KILN_I64, 1, KT_DIMS(n), sizes);
-    /* scales is float but never trained (nondiff_inputs); the rule refuses it */
-    return kiln_gradcheck("Resize", attrs, opset, 4, in, (const bool[]){true, false, false, false},
-                          label);
+    return kiln_gradcheck("Resize", attrs, opset, 4, in, NULL, label);
 }
 
 static int test(void) {
