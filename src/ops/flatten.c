@@ -56,6 +56,12 @@ static int test(void) {
     fails += kiln_gradcheck("Flatten", "axis=0", 11, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 2)},
                             NULL, "flatten grad axis 0, opset 11");
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(6, 4), -1, 1, 3);
+    y = kiln_tensor_clone(NULL, r);
+    if (y) kiln_tensor_set_shape(y, KILN_F64, 3, KT_DIMS(2, 3, 4));
+    x = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 4);
+    fails += kiln_grad_route_check("Flatten", "axis=2", 0, 1, &x, 1, 0, r, y, true,
+                                   "flatten grad is a view of dY");
     return fails;
 }
 

@@ -37,6 +37,10 @@ static int test(void) {
     fails += kiln_gradcheck("Identity", "", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1)}, NULL,
                             "identity grad");
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 2);
+    x = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 3);
+    fails += kiln_grad_route_check("Identity", "", 0, 1, &x, 1, 0, r, kiln_tensor_clone(NULL, r),
+                                   true, "identity grad is dY itself");
     return fails;
 }
 

@@ -2,9 +2,11 @@
 #include "movement.h"
 
 #include "../core/optest.h"
+#include "../train/autograd.h"
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 kiln_status kiln_read_ints(kiln_op_ctx *c, int i, const char *what, int64_t *vals, int max,
@@ -260,4 +262,77 @@ void kiln_scatter_add_axes(kiln_tensor *dst, const kiln_tensor *src, const int64
     }
     if (accd && accd != dst->data)
         for (int64_t i = 0; i < nd; i++) kiln_set_f64(dst, i, accd[i]);
+}
+
+int kiln_grad_route_check(const char *op, const char *attrs, int opset, int n_in,
+                          kiln_tensor **in, int n_out, int used, kiln_tensor *r,
+                          kiln_tensor *want, bool view, const char *label) {
+    kiln_context *ctx = NULL;
+    kiln_model *base = NULL, *m = NULL;
+    kiln_session *sess = NULL;
+    kiln_node *node = NULL;
+    int fails = 1;
+    char in_names[8][8], out_names[8][8];
+    const char *ins[8], *outs[8];
+    if (n_in > 8 || n_out > 8 || kiln_context_create(&ctx) || kiln_model_create(ctx, &base))
+        goto out;
+    kiln_tensor *x = in[0];
+    for (int i = 0; i < n_in; i++) {
+        snprintf(in_names[i], sizeof in_names[i], "x%d", i);
+        ins[i] = in[i] ? in_names[i] : "";
+    }
+    for (int k = 0; k < n_out; k++) {
+        snprintf(out_names[k], sizeof out_names[k], "y%d", k);
+        outs[k] = out_names[k];
+    }
+    /* R is an input too: as a constant, dL/dY would fold when the plan is built */
+    if (kiln_model_add_input(base, "x0", x->dtype, x->ndim, x->dims) ||
+        kiln_model_add_input(base, "r", r->dtype, r->ndim, r->dims))
+        goto out;
+    for (int i = 1; i < n_in; i++)
+        if (in[i] && kiln_model_add_initializer(base, ins[i], in[i])) goto out;
+    if (kiln_model_add_node(base, op, "op", n_in, ins, n_out, outs, &node)) goto out;
+    node->opset = opset ? opset : 21;
+    if (kiln_attrs_parse(ctx, attrs, &node->attrs, &node->n_attrs)) goto out;
+    int64_t axis = kiln_attr_int(node, "axis", 0);
+    if (used < 0) {
+        const char *cat[1] = {"cat"};
+        if (kiln_model_add_node(base, "Concat", "concat", n_out, outs, 1, cat, &node) ||
+            kiln_node_set_int(node, "axis", axis))
+            goto out;
+    }
+    const char *lin[2] = {used >= 0 ? outs[used] : "cat", "r"}, *lout[1] = {"loss"};
+    if (kiln_model_add_node(base, "GradCheckLoss", "loss", 2, lin, 1, lout, &node)) goto out;
+    free(node->domain);
+    node->domain = kiln_strdup(ctx, "kiln");
+    if (kiln_model_add_output(base, "loss") || kiln_model_finalize(base) ||
+        kiln_model_clone(base, &m))
+        goto out;
+    int xv = kiln_model_find_value(m, "x0"), gx, dy = -1;
+    if (kiln_autograd(m, kiln_model_find_value(m, "loss"), 1, &xv, &gx)) goto out;
+    for (int i = 0; i < m->n_nodes; i++)
+        if (strcmp(m->nodes[i].op_type, "GradCheckLossGrad") == 0) dy = m->nodes[i].out[0];
+    if (dy < 0 || kiln_model_add_output(m, m->values[gx].name) ||
+        kiln_model_add_output(m, m->values[dy].name) || kiln_model_finalize(m) ||
+        kiln_session_create(m, NULL, &sess))
+        goto out;
+    const kiln_tensor *got[3];
+    kiln_tensor *feed[2] = {x, r};
+    if (kiln_session_run(sess, 2, feed, 3, got)) goto out;
+    fails = kiln_tensor_compare(got[1], want, 0, 0, label);
+    if (!fails && view && got[1]->data != got[2]->data) {
+        printf("FAIL %s: dX is a copy of dY, not a view\n", label);
+        fails = 1;
+    }
+out:
+    if (fails && ctx && kiln_context_message(ctx)[0])
+        printf("FAIL %s: %s\n", label, kiln_context_message(ctx));
+    kiln_session_free(sess);
+    kiln_model_free(m);
+    kiln_model_free(base);
+    kiln_context_free(ctx);
+    for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
+    kiln_tensor_free(r);
+    kiln_tensor_free(want);
+    return fails ? 1 : 0;
 }

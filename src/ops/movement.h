@@ -74,4 +74,14 @@ size_t kiln_scatter_add_bytes(const kiln_tensor *dst);
 void kiln_scatter_add_axes(kiln_tensor *dst, const kiln_tensor *src, const int64_t *const *maps,
                            void *ws);
 
+/* Test helper for gradient rules, through autograd and a session: op (newest opset when
+ * opset is 0) runs on in[0] (a graph input, the one differentiated) and in[1..n_in)
+ * (initializers; NULL: missing) with n_out outputs; only output `used` reaches the loss
+ * sum(Y_used * R) (used = -1: every output, concatenated back along the node's `axis`
+ * first). dL/d(in[0]) must equal want exactly; with `view` it must also share the bytes
+ * of dL/dY (the rule made no copy). Frees in[], r and want. Returns 0 on success. */
+int kiln_grad_route_check(const char *op, const char *attrs, int opset, int n_in,
+                          kiln_tensor **in, int n_out, int used, kiln_tensor *r,
+                          kiln_tensor *want, bool view, const char *label);
+
 #endif

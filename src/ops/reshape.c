@@ -130,6 +130,14 @@ static int test(void) {
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(1, 6), -1, 1, 2);
     in[1] = shape_of(3, KT_VALS(3, 1, 2));
     fails += kiln_gradcheck("Reshape", "", 13, 2, in, NULL, "reshape grad opset 13");
+    /* dL/dX = R reshaped, and a view of dL/dY: no bytes move */
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(4, 6), -1, 1, 3), *want;
+    want = kiln_tensor_clone(NULL, r);
+    if (want) kiln_tensor_set_shape(want, KILN_F64, 3, KT_DIMS(2, 3, 4));
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 4);
+    in[1] = shape_of(2, KT_VALS(4, 6));
+    fails += kiln_grad_route_check("Reshape", "", 0, 2, in, 1, 0, r, want, true,
+                                   "reshape grad is a view of dY");
     return fails;
 }
 

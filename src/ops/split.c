@@ -10,11 +10,9 @@
  * each present dY_k into its part of dX and zeros where dY_k is missing. Only X's shape
  * is read. Any dtype. */
 #include "../core/optest.h"
-#include "../train/autograd.h"
 #include "movement.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 #include <inttypes.h>
 #include <string.h>
@@ -215,63 +213,6 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
-/* Only output `used` of Split(x) reaches the loss sum(Y_used * R): autograd must give
- * dL/dx = R in that part and zeros elsewhere (the kiln.SplitGrad path of the rule). With
- * used = -1 every output reaches it through Concat(Y_0, ..., Y_n-1) along the same axis,
- * which gives x back: dL/dx = R (the Concat path of the rule). */
-static int check_partial_grad(const char *attrs_text, int opset, kiln_tensor *x,
-                              kiln_tensor *split, int parts, int used, kiln_tensor *r,
-                              kiln_tensor *want, const char *label) {
-    kiln_context *ctx = NULL;
-    kiln_model *base = NULL, *m = NULL;
-    kiln_session *sess = NULL;
-    int fails = 1;
-    const char *yn[8] = {"y0", "y1", "y2", "y3", "y4", "y5", "y6", "y7"};
-    const char *in[2] = {"x", split ? "split" : ""};
-    kiln_node *node = NULL;
-    if (kiln_context_create(&ctx) || kiln_model_create(ctx, &base) ||
-        kiln_model_add_input(base, "x", x->dtype, x->ndim, x->dims) ||
-        (split && kiln_model_add_initializer(base, "split", split)) ||
-        kiln_model_add_initializer(base, "r", r) ||
-        kiln_model_add_node(base, "Split", "split", split ? 2 : 1, in, parts, yn, &node))
-        goto out;
-    node->opset = opset;
-    if (kiln_attrs_parse(ctx, attrs_text, &node->attrs, &node->n_attrs)) goto out;
-    const char *lin[2] = {used >= 0 ? yn[used] : "cat", "r"}, *lout[1] = {"loss"};
-    if (used < 0) {
-        const char *cat[1] = {"cat"};
-        if (kiln_model_add_node(base, "Concat", "concat", parts, yn, 1, cat, &node) ||
-            kiln_node_set_int(node, "axis", kiln_attr_int(&base->nodes[0], "axis", 0)))
-            goto out;
-    }
-    if (kiln_model_add_node(base, "GradCheckLoss", "loss", 2, lin, 1, lout, &node)) goto out;
-    free(node->domain);
-    node->domain = kiln_strdup(ctx, "kiln");
-    if (kiln_model_add_output(base, "loss") || kiln_model_finalize(base) ||
-        kiln_model_clone(base, &m))
-        goto out;
-    int xv = kiln_model_find_value(m, "x"), gx;
-    if (kiln_autograd(m, kiln_model_find_value(m, "loss"), 1, &xv, &gx) ||
-        kiln_model_add_output(m, m->values[gx].name) || kiln_model_finalize(m) ||
-        kiln_session_create(m, NULL, &sess))
-        goto out;
-    const kiln_tensor *outs[2];
-    if (kiln_session_run(sess, 1, &x, 2, outs)) goto out;
-    fails = kiln_tensor_compare(outs[1], want, 0, 0, label);
-out:
-    if (fails && ctx && kiln_context_message(ctx)[0])
-        printf("FAIL %s: %s\n", label, kiln_context_message(ctx));
-    kiln_session_free(sess);
-    kiln_model_free(m);
-    kiln_model_free(base);
-    kiln_context_free(ctx);
-    kiln_tensor_free(x);
-    kiln_tensor_free(split);
-    kiln_tensor_free(r);
-    kiln_tensor_free(want);
-    return fails ? 1 : 0;
-}
-
 static int test_grad(void) {
     int fails = 0;
     kiln_tensor *in[5], *want;
@@ -302,23 +243,26 @@ static int test_grad(void) {
     fails += kiln_optest_fails("SplitGrad", "axis=1", 4, in, 1, KILN_ERR_SHAPE,
                                "split grad dY of the wrong shape");
 
-    /* expected: R in the part that reaches the loss, zeros elsewhere */
-    fails += check_partial_grad(
-        "axis=1", 13, kt_rand(KILN_F64, 2, KT_DIMS(2, 6), -1, 1, 1),
-        kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 1)), 3, 1,
+    /* through autograd: R in the part that reaches the loss sum(Y_k * R), zeros elsewhere
+     * (kiln.SplitGrad); every output concatenated back gives R (the Concat path) */
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 6), -1, 1, 1);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 1));
+    fails += kiln_grad_route_check(
+        "Split", "axis=1", 13, 2, in, 3, 1,
         kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 4, 5, 6)),
-        kt_make(KILN_F64, 2, KT_DIMS(2, 6), KT_VALS(0, 0, 1, 2, 3, 0, 0, 0, 4, 5, 6, 0)),
+        kt_make(KILN_F64, 2, KT_DIMS(2, 6), KT_VALS(0, 0, 1, 2, 3, 0, 0, 0, 4, 5, 6, 0)), false,
         "split grad through autograd, only output 1 used");
-    fails += check_partial_grad(
-        "", 11, kt_rand(KILN_F64, 2, KT_DIMS(4, 2), -1, 1, 2), NULL, 2, 0,
-        kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(-1, 2, -3, 4)),
-        kt_make(KILN_F64, 2, KT_DIMS(4, 2), KT_VALS(-1, 2, -3, 4, 0, 0, 0, 0)),
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(4, 2), -1, 1, 2);
+    fails += kiln_grad_route_check(
+        "Split", "", 11, 1, in, 2, 0, kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(-1, 2, -3, 4)),
+        kt_make(KILN_F64, 2, KT_DIMS(4, 2), KT_VALS(-1, 2, -3, 4, 0, 0, 0, 0)), false,
         "split grad through autograd, opset 11, only output 0 used");
     kiln_tensor *r = kt_rand(KILN_F64, 3, KT_DIMS(2, 5, 2), -1, 1, 3);
-    fails += check_partial_grad("axis=-2", 13, kt_rand(KILN_F64, 3, KT_DIMS(2, 5, 2), -1, 1, 4),
-                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 0, 3)), 3, -1, r,
-                                kiln_tensor_clone(NULL, r),
-                                "split grad through autograd, all outputs concatenated back");
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 5, 2), -1, 1, 4);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 0, 3));
+    fails += kiln_grad_route_check("Split", "axis=-2", 13, 2, in, 3, -1, r,
+                                   kiln_tensor_clone(NULL, r), false,
+                                   "split grad through autograd, all outputs concatenated back");
     return fails;
 }
 

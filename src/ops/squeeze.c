@@ -96,6 +96,13 @@ static int test(void) {
     fails += kiln_gradcheck("Squeeze", "", 0, 2, in, NULL, "squeeze grad axis -2");
     in[0] = kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 1, 3), -1, 1, 2);
     fails += kiln_gradcheck("Squeeze", "", 11, 1, in, NULL, "squeeze grad all ones, opset 11");
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 3);
+    y = kiln_tensor_clone(NULL, r);
+    if (y) kiln_tensor_set_shape(y, KILN_F64, 4, KT_DIMS(1, 2, 1, 3));
+    in[0] = kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 1, 3), -1, 1, 4);
+    in[1] = NULL;
+    fails += kiln_grad_route_check("Squeeze", "", 0, 2, in, 1, 0, r, y, true,
+                                   "squeeze grad is a view of dY");
     return fails;
 }
 

@@ -92,6 +92,13 @@ static int test(void) {
     in[0] = kt_scalar(KILN_F64, 0.75);
     fails += kiln_gradcheck("Unsqueeze", "axes=[0]", 11, 1, in, NULL,
                             "unsqueeze grad scalar, opset 11");
+    kiln_tensor *r = kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 3);
+    y = kiln_tensor_clone(NULL, r);
+    if (y) kiln_tensor_set_shape(y, KILN_F64, 2, KT_DIMS(2, 3));
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 4);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
+    fails += kiln_grad_route_check("Unsqueeze", "", 0, 2, in, 1, 0, r, y, true,
+                                   "unsqueeze grad is a view of dY");
     return fails;
 }
 
