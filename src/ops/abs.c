@@ -1,6 +1,7 @@
 /* abs.c — Abs: y = |x|. Float and all integer dtypes; opsets 6 and 13 (bf16). Integers are
  * exact (no trip through double); like numpy, the most negative signed value maps to
- * itself, and unsigned inputs are copied. */
+ * itself, and unsigned inputs are copied.
+ * Gradient: dY * sign(X) (0 at X = 0). */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -17,6 +18,9 @@ static kiln_status forward(kiln_op_ctx *c) {
     bool is_signed = kiln_dtype_is_signed(c->in[0]->dtype);
     return kiln_unary_forward_args(c, abs_fn, is_signed ? abs_int : identity, NULL);
 }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return x > 0 ? 1 : x < 0 ? -1 : 0; }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_X, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -37,10 +41,13 @@ static int test(void) {
     fails += kiln_optest("Abs", "", 1, &x, 1, &y, 0, 0, "abs f16");
     x = kt_make(KILN_BOOL, 1, KT_DIMS(2), KT_VALS(0, 1));
     fails += kiln_optest_fails("Abs", "", 1, &x, 1, KILN_ERR_TYPE, "abs rejects bool");
+    fails += kiln_unary_gradcheck("Abs", "", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "abs grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_abs = {
     .name = "Abs", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

@@ -2,6 +2,7 @@
  * add.c — Add: C = A + B with numpy (multidirectional) broadcasting, opsets 7..14.
  * A and B have one dtype: any float (f16, bf16, f32, f64) or integer dtype. Integer sums
  * wrap modulo 2^bits (two's complement), as in C on unsigned values and numpy.
+ * Gradient: dA = dY and dB = dY, each summed back to its input's shape.
  */
 #include "../core/optest.h"
 #include "binary.h"
@@ -17,6 +18,11 @@ static kiln_status infer(kiln_op_ctx *c) {
     return kiln_binary_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
 }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_binary_forward(c, &kernels); }
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_binary_grad_check(g);
+    return st ? st : kiln_binary_grad_all(g, g->dy[0]);
+}
 
 static int check(const char *label, kiln_tensor *a, kiln_tensor *b, kiln_tensor *want) {
     kiln_tensor *in[2] = {a, b};
@@ -90,10 +96,21 @@ static int test(void) {
     in[0] = kt_make(KILN_BOOL, 1, KT_DIMS(2), NULL);
     in[1] = kt_make(KILN_BOOL, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Add", "", 2, in, 1, KILN_ERR_TYPE, "add bool rejected");
+
+    fails += kiln_gradcheck("Add", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1),
+                            kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 2)}, NULL, "add grad (2,3)+(2,3)");
+    fails += kiln_gradcheck("Add", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 3),
+                            kt_rand(KILN_F64, 2, KT_DIMS(4, 1), -1, 1, 4)}, NULL, "add grad (2,1,3)+(4,1)");
+    fails += kiln_gradcheck("Add", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, 0.5),
+                            kt_rand(KILN_F64, 2, KT_DIMS(3, 2), -1, 1, 5)}, NULL, "add grad ()+(3,2)");
+    /* a constant operand needs no gradient */
+    fails += kiln_gradcheck("Add", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 6),
+                            kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 7)}, (const bool[]){true, false},
+                            "add grad (2,3)+(3) w.r.t. A only");
     return fails;
 }
 
 const kiln_op_def kiln_op_add = {
     .name = "Add", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

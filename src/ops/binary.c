@@ -1,7 +1,11 @@
-/* binary.c — broadcast plans and shared infer/forward for elementwise ops; see binary.h. */
+/* binary.c — broadcast plans, shared infer/forward and gradient pieces for elementwise
+ * ops; see binary.h. */
 #include "binary.h"
 
+#include "../core/optest.h"
+
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Output elements per chunk: long enough that the per-chunk bookkeeping and the kernel
@@ -231,4 +235,176 @@ kiln_status kiln_variadic_forward(kiln_op_ctx *c, const kiln_binary_kernels *k) 
     kiln_binary_apply(k, c->in[0], c->in[1], y);
     for (int i = 2; i < c->n_in; i++) kiln_binary_apply(k, y, c->in[i], y);
     return KILN_OK;
+}
+
+/* ------------------------------------------------------------ gradients */
+
+kiln_status kiln_binary_grad_input(kiln_grad_ctx *g, int k, int grad) {
+    if (grad < 0) return KILN_ERR_OUT_OF_MEMORY;
+    g->dx[k] = kiln_grad_unbroadcast(g, grad, KILN_GRAD_IN(g, k));
+    return g->dx[k] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+kiln_status kiln_binary_grad_all(kiln_grad_ctx *g, int grad) {
+    for (int k = 0; k < KILN_GRAD_NODE(g)->n_in; k++) {
+        if (!g->need[k]) continue;
+        kiln_status st = kiln_binary_grad_input(g, k, grad);
+        if (st) return st;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_binary_grad_check(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    for (int k = 0; k < n->n_in; k++) {
+        if (!g->need[k]) continue;
+        const kiln_value *v = &g->m->values[n->in[k]];
+        if (v->dtype && !kiln_dtype_is_float(v->dtype))
+            return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                             "%s node '%s': input %d ('%s') is %s and has no gradient", n->op_type,
+                             n->name, k, v->name, kiln_dtype_name(v->dtype));
+    }
+    return KILN_OK;
+}
+
+int kiln_binary_grad_scalar(kiln_grad_ctx *g, double v, int like) {
+    kiln_model *m = g->m;
+    kiln_tensor *t = kiln_tensor_new(m->ctx, KILN_F64, 0, NULL);
+    if (!t) return -1;
+    kiln_set_f64(t, 0, v);
+    char name[64];
+    snprintf(name, sizeof name, "grad:const#%d", m->n_values);
+    kiln_status st = kiln_model_add_initializer(m, name, t);
+    kiln_tensor_free(t);
+    if (st) return -1;
+    int in[2] = {kiln_model_find_value(m, name), like};
+    return kiln_grad_emit(g, NULL, "CastLike", 2, in, 1, NULL, false, NULL);
+}
+
+kiln_status kiln_select_grad_rule(kiln_grad_ctx *g, const char *grad_op) {
+    kiln_status st = kiln_binary_grad_check(g);
+    if (st) return st;
+    const int n_in = KILN_GRAD_NODE(g)->n_in;
+    int in[2 + 16];
+    in[0] = g->dy[0];
+    in[1] = KILN_GRAD_OUT(g, 0);
+    for (int k = 0; k < n_in; k++) in[2 + k] = KILN_GRAD_IN(g, k);
+    for (int k = 0; k < n_in; k++) {
+        if (!g->need[k]) continue;
+        char attr[32];
+        snprintf(attr, sizeof attr, "index=%d", k);
+        /* inputs after X_k are not read: leave them out so they need not stay alive */
+        st = kiln_binary_grad_input(g, k, kiln_grad_emit(g, "kiln", grad_op, 3 + k, in, 1, NULL,
+                                                          false, attr));
+        if (st) return st;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_select_grad_infer(kiln_op_ctx *c) {
+    KILN_OP_CHECK(c, c->n_in >= 3, KILN_ERR_INVALID_ARGUMENT, "needs dY, Y and inputs");
+    const kiln_tensor *dy = c->in[0], *y = c->in[1];
+    const int64_t k = kiln_attr_int(c->node, "index", -1);
+    KILN_OP_CHECK(c, k >= 0 && k < c->n_in - 2, KILN_ERR_INVALID_ARGUMENT,
+                  "attribute 'index' = %lld names no input (%d given)", (long long)k, c->n_in - 2);
+    KILN_OP_CHECK(c, kiln_dtype_is_float(dy->dtype), KILN_ERR_TYPE, "dY must be a float tensor");
+    KILN_OP_CHECK(c, y->ndim == dy->ndim && kiln_numel(y->ndim, y->dims) == kiln_tensor_numel(dy) &&
+                     memcmp(y->dims, dy->dims, sizeof(int64_t) * (size_t)y->ndim) == 0,
+                  KILN_ERR_SHAPE, "dY and Y must have one shape");
+    for (int i = 2; i < c->n_in; i++) {
+        const kiln_tensor *x = c->in[i];
+        KILN_OP_CHECK(c, x && x->dtype == y->dtype, KILN_ERR_TYPE, "input %d must have Y's dtype", i);
+        int nd;
+        int64_t dims[KILN_MAX_DIMS];
+        bool ok = kiln_broadcast_shape(x->ndim, x->dims, y->ndim, y->dims, &nd, dims) &&
+                  nd == y->ndim && memcmp(dims, y->dims, sizeof(int64_t) * (size_t)nd) == 0;
+        KILN_OP_CHECK(c, ok, KILN_ERR_SHAPE, "input %d does not broadcast to Y's shape", i);
+    }
+    kiln_tensor_set_shape(c->out[0], dy->dtype, dy->ndim, dy->dims);
+    return KILN_OK;
+}
+
+/* Selected: x is Y's value; NaN selects the NaN inputs, which is what the forward kept. */
+static inline bool selected(double x, double y) { return x == y || (x != x && y != y); }
+
+typedef struct select_job {
+    const kiln_tensor *dy, *y, *x;
+    kiln_tensor *out;
+} select_job;
+
+/* out = X_k selected ? dY : 0 (inputs dY, Y, X_k) */
+static void select_first(const kiln_bcast_chunk *ch, void *arg) {
+    const select_job *j = arg;
+    if (j->dy->dtype == KILN_F32 && j->x->dtype == KILN_F32) {
+        const float *dyp = (const float *)j->dy->data + ch->off[0];
+        const float *yp = (const float *)j->y->data + ch->off[1];
+        const float *xp = (const float *)j->x->data + ch->off[2];
+        float *op = (float *)j->out->data + ch->y;
+        for (int64_t i = 0; i < ch->n; i++) {
+            const float x = xp[i * ch->inc[2]], y = yp[i * ch->inc[1]];
+            op[i] = (x == y || (x != x && y != y)) ? dyp[i * ch->inc[0]] : 0.0f;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < ch->n; i++) {
+        double x = kiln_get_f64(j->x, ch->off[2] + i * ch->inc[2]);
+        double y = kiln_get_f64(j->y, ch->off[1] + i * ch->inc[1]);
+        kiln_set_f64(j->out, ch->y + i,
+                     selected(x, y) ? kiln_get_f64(j->dy, ch->off[0] + i * ch->inc[0]) : 0.0);
+    }
+}
+
+/* out = X_j selected ? 0 : out, for an earlier input j (inputs Y, X_j) */
+static void select_clear(const kiln_bcast_chunk *ch, void *arg) {
+    const select_job *j = arg;
+    if (j->out->dtype == KILN_F32 && j->x->dtype == KILN_F32) {
+        const float *yp = (const float *)j->y->data + ch->off[0];
+        const float *xp = (const float *)j->x->data + ch->off[1];
+        float *op = (float *)j->out->data + ch->y;
+        for (int64_t i = 0; i < ch->n; i++) {
+            const float x = xp[i * ch->inc[1]], y = yp[i * ch->inc[0]];
+            if (x == y || (x != x && y != y)) op[i] = 0.0f;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < ch->n; i++) {
+        double x = kiln_get_f64(j->x, ch->off[1] + i * ch->inc[1]);
+        double y = kiln_get_f64(j->y, ch->off[0] + i * ch->inc[0]);
+        if (selected(x, y)) kiln_set_f64(j->out, ch->y + i, 0.0);
+    }
+}
+
+kiln_status kiln_select_grad_forward(kiln_op_ctx *c) {
+    const int k = (int)kiln_attr_int(c->node, "index", 0);
+    kiln_tensor *out = c->out[0];
+    select_job j = {c->in[0], c->in[1], c->in[2 + k], out};
+    kiln_bcast p;
+    const kiln_tensor *first[3] = {j.dy, j.y, j.x};
+    kiln_bcast_init(&p, out->ndim, out->dims, 3, first);
+    kiln_bcast_run(&p, select_first, &j);
+    /* ties go to the first input: drop the elements an earlier input already takes */
+    for (int i = 0; i < k; i++) {
+        j.x = c->in[2 + i];
+        const kiln_tensor *earlier[2] = {j.y, j.x};
+        kiln_bcast_init(&p, out->ndim, out->dims, 2, earlier);
+        kiln_bcast_run(&p, select_clear, &j);
+    }
+    return KILN_OK;
+}
+
+kiln_tensor *kiln_binary_rand_signed(int ndim, const int64_t *dims, double lo, double hi,
+                                     uint64_t seed) {
+    kiln_tensor *t = kt_rand(KILN_F64, ndim, dims, lo, hi, seed);
+    kiln_tensor *s = kt_rand(KILN_F64, ndim, dims, -1, 1, seed ^ 0x5bd1e995u);
+    if (!t || !s) {
+        kiln_tensor_free(t);
+        kiln_tensor_free(s);
+        return NULL;
+    }
+    double *tp = t->data;
+    const double *sp = s->data;
+    for (int64_t i = 0; i < kiln_tensor_numel(t); i++)
+        if (sp[i] < 0) tp[i] = -tp[i];
+    kiln_tensor_free(s);
+    return t;
 }

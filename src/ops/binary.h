@@ -13,6 +13,10 @@
  *     semantics as a kiln_binary_kernels table defined in the op's own file: an f32 row
  *     kernel (fast path, generated with KILN_ROW_F32), a double function for the other
  *     float dtypes and an integer function for integer and bool dtypes.
+ *
+ * And the pieces their gradient rules share: summing a broadcast gradient back to an
+ * input, scalar constants in a dtype not yet known, and the selection gradient of Min
+ * and Max (kiln.MinGrad / kiln.MaxGrad, defined in min.c and max.c).
  */
 #ifndef KILN_OPS_BINARY_H
 #define KILN_OPS_BINARY_H
@@ -133,5 +137,33 @@ kiln_status kiln_variadic_forward(kiln_op_ctx *c, const kiln_binary_kernels *k);
  * shape). y's dtype is the op's output dtype. */
 void kiln_binary_apply(const kiln_binary_kernels *k, const kiln_tensor *a,
                        const kiln_tensor *b, kiln_tensor *y);
+
+/* ------------------------------------------------------------ gradients */
+
+/* dx[k] = grad (shaped like the op's output) summed back to input k's shape. */
+kiln_status kiln_binary_grad_input(kiln_grad_ctx *g, int k, int grad);
+/* dx[k] = grad summed back to input k's shape for every needed input k. */
+kiln_status kiln_binary_grad_all(kiln_grad_ctx *g, int grad);
+/* Fail with KILN_ERR_UNSUPPORTED, naming the input, when a needed input's dtype is known
+ * and is not a float (integer inputs have no gradient). */
+kiln_status kiln_binary_grad_check(kiln_grad_ctx *g);
+/* The scalar constant v in like's dtype: CastLike of an f64 initializer, folded by the
+ * planner (CastLike reads only like's dtype). Rules cannot name the dtype themselves: it
+ * is unknown until a plan when the graph has symbolic dims. Returns a value or -1. */
+int kiln_binary_grad_scalar(kiln_grad_ctx *g, double v, int like);
+
+/* Min and Max: input k's gradient is dY where X_k is the selected input, i.e. equals Y
+ * (both NaN counts as equal), and no earlier input does: ties go to the first input.
+ * Emits grad_op ("MinGrad" or "MaxGrad") per needed input, then sums it back. */
+kiln_status kiln_select_grad_rule(kiln_grad_ctx *g, const char *grad_op);
+/* kiln.MinGrad / kiln.MaxGrad(dY, Y, X_0, ..., X_{n-1}), attribute index = k: the
+ * gradient of X_k before it is summed back, with dY's shape and dtype. */
+kiln_status kiln_select_grad_infer(kiln_op_ctx *c);
+kiln_status kiln_select_grad_forward(kiln_op_ctx *c);
+
+/* Test inputs for gradient checks: f64 with |v| in [lo, hi) and random signs, so that
+ * kinks at 0 (PRelu) are avoided. */
+kiln_tensor *kiln_binary_rand_signed(int ndim, const int64_t *dims, double lo, double hi,
+                                     uint64_t seed);
 
 #endif

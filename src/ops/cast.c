@@ -11,10 +11,18 @@
  *   - to bool: nonzero (NaN included) is true; bool -> anything: 0 or 1.
  *   - `saturate` (opset 19) only affects float8 targets, which kiln lacks: accepted and
  *     ignored. STRING (8) and other dtypes kiln lacks are KILN_ERR_UNSUPPORTED.
+ * Gradient: a float -> float cast passes dY back through a cast to X's dtype (CastLike:
+ * X's dtype may be unknown while the backward graph is built). Casts to integers or bool
+ * are steps, casts from them have no float input: neither has a gradient, and a rule
+ * asked for one fails with KILN_ERR_UNSUPPORTED.
  */
 #include "../core/optest.h"
+#include "../train/autograd.h"
+#include "cast.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ONNX dtypes kiln has no storage for, named in the error. */
@@ -153,13 +161,11 @@ static void store(kiln_tensor *y, int64_t i, const scalar *s) {
     }
 }
 
-static kiln_status forward(kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0];
-    kiln_tensor *y = c->out[0];
+void kiln_cast_convert(const kiln_tensor *x, kiln_tensor *y) {
     const int64_t n = kiln_tensor_numel(x);
     if (x->dtype == y->dtype) {
         memcpy(y->data, x->data, kiln_tensor_nbytes(x));
-        return KILN_OK;
+        return;
     }
     /* Typed loops for the casts of mixed-precision graphs; the rest goes element by
      * element through scalar. */
@@ -193,7 +199,123 @@ static kiln_status forward(kiln_op_ctx *c) {
             store(y, i, &s);
         }
     }
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_cast_convert(c->in[0], c->out[0]);
     return KILN_OK;
+}
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    const kiln_value *x = &g->m->values[n->in[0]];
+    const int64_t to = kiln_attr_int(n, "to", 0);
+    const bool to_float = to > 0 && to <= 64 && kiln_dtype_valid((kiln_dtype)to) &&
+                          kiln_dtype_is_float((kiln_dtype)to);
+    if (!to_float || (x->dtype && !kiln_dtype_is_float(x->dtype)))
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "Cast node '%s': only float to float casts have a gradient, this one "
+                         "casts '%s' (%s) to %s", n->name, x->name,
+                         x->dtype ? kiln_dtype_name(x->dtype) : "dtype not yet known",
+                         to_float ? kiln_dtype_name((kiln_dtype)to) : "a non-float dtype");
+    int in[2] = {g->dy[0], n->in[0]};
+    g->dx[0] = kiln_grad_emit(g, NULL, "CastLike", 2, in, 1, NULL, false, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+/* The gradient through a chain of casts x -> Cast(to[0]) -> ... -> Cast(to[n-1]), with
+ * loss sum(Y * R): dL/dx must be R cast back through the chain's dtypes to x's, or, when
+ * the chain passes through an integer dtype (no gradient flows), zeros; or autograd must
+ * fail with want_fail.
+ * Built by hand: kiln_gradcheck only perturbs f64 inputs of f64 graphs. */
+static int grad_case(const char *label, kiln_dtype xdt, int n, const int64_t *to,
+                     kiln_status want_fail) {
+    kiln_context *ctx = NULL;
+    kiln_model *m = NULL, *t = NULL;
+    kiln_session *s = NULL;
+    kiln_tensor *x = kt_rand(xdt, 1, KT_DIMS(5), -4, 4, 21);
+    kiln_tensor *r = kt_rand((kiln_dtype)to[n - 1], 1, KT_DIMS(5), -4, 4, 22);
+    kiln_tensor *want = NULL;
+    int fails = 1;
+    kiln_status st = x && r ? kiln_context_create(&ctx) : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_model_create(ctx, &m);
+    if (!st) st = kiln_model_add_input(m, "x", xdt, 1, KT_DIMS(5));
+    if (!st) st = kiln_model_add_initializer(m, "r", r);
+    char names[8][8] = {"x"};
+    for (int i = 0; i < n && !st; i++) {
+        kiln_node *node = NULL;
+        snprintf(names[i + 1], sizeof names[i + 1], "y%d", i);
+        const char *in[1] = {names[i]}, *out[1] = {names[i + 1]};
+        st = kiln_model_add_node(m, "Cast", names[i + 1], 1, in, 1, out, &node);
+        if (!st) st = kiln_node_set_int(node, "to", to[i]);
+    }
+    kiln_node *loss = NULL;
+    if (!st) st = kiln_model_add_node(m, "GradCheckLoss", "loss", 2, (const char *[]){names[n], "r"}, 1,
+                                      (const char *[]){"loss"}, &loss);
+    if (!st) {
+        free(loss->domain);
+        loss->domain = kiln_strdup(ctx, "kiln");
+        st = loss->domain ? kiln_model_add_output(m, "loss") : KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (!st) st = kiln_model_finalize(m);
+    if (!st) st = kiln_model_clone(m, &t);
+    int xv = t ? kiln_model_find_value(t, "x") : -1, gv = -1;
+    if (!st) st = kiln_autograd(t, kiln_model_find_value(t, "loss"), 1, &xv, &gv);
+    if (want_fail) {
+        if (st == want_fail && kiln_context_message(ctx)[0]) {
+            printf("ok   %s: autograd refused: %s\n", label, kiln_context_message(ctx));
+            fails = 0;
+        } else {
+            printf("FAIL %s: autograd gave %s, want %s\n", label, kiln_status_name(st),
+                   kiln_status_name(want_fail));
+        }
+        goto out;
+    }
+    if (!st) st = kiln_model_add_output(t, t->values[gv].name);
+    if (!st) st = kiln_model_finalize(t);
+    if (!st) st = kiln_session_create(t, NULL, &s);
+    const kiln_tensor *outs[2] = {NULL, NULL};
+    if (!st) st = kiln_session_run(s, 1, &x, 2, outs);
+    if (st) {
+        printf("FAIL %s: %s\n", label, ctx ? kiln_context_message(ctx) : "out of memory");
+        goto out;
+    }
+    /* R converted back through each cast's input dtype, as the gradient travels */
+    bool through_int = false;
+    for (int i = 0; i < n; i++) through_int |= !kiln_dtype_is_float((kiln_dtype)to[i]);
+    want = kiln_tensor_clone(NULL, r);
+    if (through_int) {
+        kiln_tensor_free(want);
+        want = kiln_tensor_new(NULL, xdt, 1, KT_DIMS(5));
+    }
+    for (int i = n - 1; i >= 0 && want && !through_int; i--) {
+        kiln_tensor *prev = kiln_tensor_new(NULL, i ? (kiln_dtype)to[i - 1] : xdt, 1, KT_DIMS(5));
+        if (prev) kiln_cast_convert(want, prev);
+        kiln_tensor_free(want);
+        want = prev;
+    }
+    fails = want ? kiln_tensor_compare(outs[1], want, 0, 0, label) : 1;
+out:
+    kiln_session_free(s);
+    kiln_model_free(t);
+    kiln_model_free(m);
+    kiln_context_free(ctx);
+    kiln_tensor_free(x);
+    kiln_tensor_free(r);
+    kiln_tensor_free(want);
+    return fails;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    fails += kiln_gradcheck("Cast", "to=11", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1)}, NULL,
+                            "cast f64->f64 gradient");
+    fails += grad_case("cast f64->f32 gradient is R in f64", KILN_F64, 1, KT_DIMS(1), 0);
+    fails += grad_case("cast f32->f16->f64 gradient is R in f32", KILN_F32, 2, KT_DIMS(10, 11), 0);
+    fails += grad_case("cast bf16->f32 gradient is R in bf16", KILN_BF16, 1, KT_DIMS(1), 0);
+    fails += grad_case("cast f64->i64->f64 passes no gradient (zeros)", KILN_F64, 2, KT_DIMS(7, 11), 0);
+    return fails;
 }
 
 static int check(const char *label, const char *attrs, kiln_tensor *x, kiln_tensor *want) {
@@ -293,10 +415,11 @@ static int test(void) {
     x = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Cast", "", 1, &x, 1, KILN_ERR_INVALID_ARGUMENT,
                                "cast without 'to' rejected");
+    fails += test_grad();
     return fails;
 }
 
 const kiln_op_def kiln_op_cast = {
     .name = "Cast", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

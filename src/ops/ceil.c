@@ -1,4 +1,5 @@
-/* ceil.c — Ceil: y = smallest integer >= x. Float dtypes; opsets 6 and 13 (bf16). */
+/* ceil.c — Ceil: y = smallest integer >= x. Float dtypes; opsets 6 and 13 (bf16).
+ * Gradient: zero (Ceil is a step function). */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -8,6 +9,9 @@ static double ceil_fn(double x, const kiln_unary_args *a) { return ceil(x); }
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, ceil_fn, NULL, NULL); }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return 0; }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, 0, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -22,10 +26,14 @@ static int test(void) {
     fails += kiln_optest("Ceil", "", 1, &x, 1, &y, 0, 0, "ceil bf16");
     x = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2));
     fails += kiln_optest_fails("Ceil", "", 1, &x, 1, KILN_ERR_TYPE, "ceil rejects i64");
+    /* away from the integers, where the steps are */
+    fails += kiln_unary_gradcheck("Ceil", "", 0, 6, KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2),
+                                  "ceil grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_ceil = {
     .name = "Ceil", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

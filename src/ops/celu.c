@@ -1,5 +1,6 @@
 /* celu.c — Celu: y = max(0, x) + min(0, alpha * (exp(x / alpha) - 1)) (alpha default 1.0,
- * must be non-zero). Opset 12. The spec lists f32 only; every float dtype is accepted. */
+ * must be non-zero). Opset 12. The spec lists f32 only; every float dtype is accepted.
+ * Gradient: dY for X > 0, dY * exp(X / alpha) otherwise. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -10,6 +11,10 @@ static double celu(double x, const kiln_unary_args *a) {
     return x > 0 ? x : a->alpha * expm1(x / a->alpha);
 }
 
+static kiln_unary_args args(const kiln_node *n) {
+    return (kiln_unary_args){.alpha = kiln_attr_float(n, "alpha", 1.0f)};
+}
+
 static kiln_status infer(kiln_op_ctx *c) {
     float alpha = kiln_attr_float(c->node, "alpha", 1.0f);
     KILN_OP_CHECK(c, alpha != 0, KILN_ERR_UNSUPPORTED, "attribute alpha must be non-zero");
@@ -17,9 +22,12 @@ static kiln_status infer(kiln_op_ctx *c) {
 }
 
 static kiln_status forward(kiln_op_ctx *c) {
-    kiln_unary_args a = {.alpha = kiln_attr_float(c->node, "alpha", 1.0f)};
+    kiln_unary_args a = args(c->node);
     return kiln_unary_forward_args(c, celu, NULL, &a);
 }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return x > 0 ? 1 : exp(x / a->alpha); }
+static const kiln_unary_grad_def grad_def = {deriv, args, KILN_UNARY_X, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -34,10 +42,15 @@ static int test(void) {
                                "celu rejects alpha=0");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Celu", "", 1, &x, 1, KILN_ERR_TYPE, "celu rejects i32");
+    fails += kiln_unary_gradcheck("Celu", "", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "celu grad");
+    fails += kiln_unary_gradcheck("Celu", "alpha=2.5", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "celu grad alpha 2.5");
     return fails;
 }
 
 const kiln_op_def kiln_op_celu = {
     .name = "Celu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

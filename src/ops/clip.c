@@ -6,6 +6,8 @@
  * min > max every element becomes max, as numpy.clip and the opset-13 spec do.
  * Float dtypes and (opset 12+) all integer dtypes, compared exactly in their own domain:
  * signed as int64, unsigned as uint64. NaN elements stay NaN.
+ * Gradient: dY where min <= X <= max, i.e. where Y = X (NaN passes), else 0;
+ * the bounds get none (asking fails with KILN_ERR_UNSUPPORTED) and are never trained.
  */
 #include "../core/optest.h"
 #include "unary.h"
@@ -94,6 +96,9 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+static double deriv(double x, double y, const kiln_unary_args *a) { return x == y || x != x ? 1 : 0; }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_X | KILN_UNARY_Y, NULL};
+
 static int test(void) {
     int fails = 0;
     kiln_tensor *in[3];
@@ -158,10 +163,26 @@ static int test(void) {
     fails += kiln_optest_fails("Clip", "", 3, in, 1, KILN_ERR_SHAPE, "clip rejects 2-element max");
     in[0] = kt_make(KILN_BOOL, 1, KT_DIMS(2), KT_VALS(0, 1));
     fails += kiln_optest_fails("Clip", "", 1, in, 1, KILN_ERR_TYPE, "clip rejects bool");
+    /* away from the bounds */
+    fails += kiln_gradcheck("Clip", "", 0, 3,
+                            (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(6),
+                                                      KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2)),
+                                              kt_scalar(KILN_F64, -1),
+                                              kt_scalar(KILN_F64, 1)},
+                            (const bool[]){true, false, false}, "clip grad min -1 max 1");
+    fails += kiln_gradcheck("Clip", "", 0, 2,
+                            (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(6),
+                                                      KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2)),
+                                              NULL,
+                                              kt_scalar(KILN_F64, 0.5)},
+                            (const bool[]){true, false, false}, "clip grad max 0.5 only");
+    fails += kiln_unary_gradcheck("Clip", "min=-0.5;max=1.0", 6, 6, KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2),
+                                  "clip grad opset 6 attributes");
     return fails;
 }
 
 const kiln_op_def kiln_op_clip = {
     .name = "Clip", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .nondiff_inputs = 6, .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

@@ -6,6 +6,8 @@
  *     would floor to -4). For unsigned dtypes both agree (test_div_uint8).
  *   - Integer division by zero is undefined in ONNX and traps in C; kiln defines it as 0.
  *   - INT_MIN / -1 overflows; it wraps like the other integer ops (INT8 -128 / -1 = -128).
+ * Gradient (floats): with T = dY / B, dA = T and dB = -T * C (= -dY * A / B^2), each
+ * summed back to its input's shape.
  */
 #include "../core/optest.h"
 #include "binary.h"
@@ -26,6 +28,22 @@ static kiln_status infer(kiln_op_ctx *c) {
     return kiln_binary_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
 }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_binary_forward(c, &kernels); }
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_binary_grad_check(g);
+    if (st) return st;
+    int in[2] = {g->dy[0], KILN_GRAD_IN(g, 1)};
+    int t = kiln_grad_emit(g, NULL, "Div", 2, in, 1, NULL, false, NULL);
+    if (g->need[0]) st = kiln_binary_grad_input(g, 0, t);
+    if (!st && g->need[1]) {
+        int tc[2] = {t, KILN_GRAD_OUT(g, 0)};
+        st = kiln_binary_grad_input(g, 1, t < 0 ? -1 : kiln_grad_emit(g, NULL, "Mul", 2, tc, 1, NULL, false, NULL));
+        int summed = g->dx[1];
+        if (!st) g->dx[1] = kiln_grad_emit(g, NULL, "Neg", 1, &summed, 1, NULL, false, NULL);
+        if (!st && g->dx[1] < 0) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    return st;
+}
 
 static int check(const char *label, kiln_tensor *a, kiln_tensor *b, kiln_tensor *want) {
     kiln_tensor *in[2] = {a, b};
@@ -85,10 +103,21 @@ static int test(void) {
     in[0] = kt_make(KILN_U8, 1, KT_DIMS(2), NULL);
     in[1] = kt_make(KILN_I8, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Div", "", 2, in, 1, KILN_ERR_TYPE, "div u8/i8 rejected");
+
+    /* divisors away from 0 */
+    fails += kiln_gradcheck("Div", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1),
+                            kiln_binary_rand_signed(2, KT_DIMS(2, 3), 0.5, 2, 2)}, NULL, "div grad (2,3)/(2,3)");
+    fails += kiln_gradcheck("Div", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 3),
+                            kiln_binary_rand_signed(2, KT_DIMS(4, 1), 0.5, 2, 4)}, NULL, "div grad (2,1,3)/(4,1)");
+    fails += kiln_gradcheck("Div", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 2), -1, 1, 5),
+                            kt_scalar(KILN_F64, -0.75)}, NULL, "div grad (3,2)/()");
+    fails += kiln_gradcheck("Div", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, 2.5),
+                            kiln_binary_rand_signed(1, KT_DIMS(4), 0.5, 2, 6)}, (const bool[]){false, true},
+                            "div grad ()/(4) w.r.t. B only");
     return fails;
 }
 
 const kiln_op_def kiln_op_div = {
     .name = "Div", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

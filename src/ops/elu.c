@@ -1,5 +1,6 @@
 /* elu.c — Elu: y = x for x >= 0, alpha * (exp(x) - 1) otherwise (alpha default 1.0).
- * Float dtypes; opset 6. expm1 keeps small negative x accurate. */
+ * Float dtypes; opset 6. expm1 keeps small negative x accurate.
+ * Gradient: dY for X >= 0, dY * alpha * exp(X) otherwise. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -7,12 +8,19 @@
 
 static double elu(double x, const kiln_unary_args *a) { return x < 0 ? a->alpha * expm1(x) : x; }
 
+static kiln_unary_args args(const kiln_node *n) {
+    return (kiln_unary_args){.alpha = kiln_attr_float(n, "alpha", 1.0f)};
+}
+
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 
 static kiln_status forward(kiln_op_ctx *c) {
-    kiln_unary_args a = {.alpha = kiln_attr_float(c->node, "alpha", 1.0f)};
+    kiln_unary_args a = args(c->node);
     return kiln_unary_forward_args(c, elu, NULL, &a);
 }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return x < 0 ? a->alpha * exp(x) : 1; }
+static const kiln_unary_grad_def grad_def = {deriv, args, KILN_UNARY_X, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -25,10 +33,15 @@ static int test(void) {
     fails += kiln_optest("Elu", "alpha=2.0", 1, &x, 1, &y, 0, 1e-13, "elu f64 alpha=2");
     x = kt_make(KILN_I8, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Elu", "", 1, &x, 1, KILN_ERR_TYPE, "elu rejects i8");
+    fails += kiln_unary_gradcheck("Elu", "", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "elu grad");
+    fails += kiln_unary_gradcheck("Elu", "alpha=0.5", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "elu grad alpha 0.5");
     return fails;
 }
 
 const kiln_op_def kiln_op_elu = {
     .name = "Elu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

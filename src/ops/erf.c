@@ -1,6 +1,7 @@
 /* erf.c — Erf: y = erf(x). Float dtypes; opsets 9 and 13 (bf16). The spec also lists
  * integer dtypes, whose results would only be -1, 0 or 1 after truncation; kiln rejects
- * them (no exporter emits them). */
+ * them (no exporter emits them).
+ * Gradient: dY * 2 / sqrt(pi) * exp(-X^2). */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -10,6 +11,11 @@ static double erf_fn(double x, const kiln_unary_args *a) { return erf(x); }
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, erf_fn, NULL, NULL); }
+
+static double deriv(double x, double y, const kiln_unary_args *a) {
+    return 1.12837916709551257390 * exp(-x * x); /* 2 / sqrt(pi) */
+}
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_X, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -24,10 +30,14 @@ static int test(void) {
     fails += kiln_optest("Erf", "", 1, &x, 1, &y, 0, 1e-13, "erf f64");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Erf", "", 1, &x, 1, KILN_ERR_TYPE, "erf rejects i32");
+    fails += kiln_gradcheck("Erf", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)},
+                            NULL, "erf grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_erf = {
     .name = "Erf", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

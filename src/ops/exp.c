@@ -1,4 +1,5 @@
-/* exp.c — Exp: y = exp(x). Float dtypes; opsets 6 and 13 (bf16). Overflow gives inf. */
+/* exp.c — Exp: y = exp(x). Float dtypes; opsets 6 and 13 (bf16). Overflow gives inf.
+ * Gradient: dY * Y. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -8,6 +9,9 @@ static double exp_fn(double x, const kiln_unary_args *a) { return exp(x); }
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, exp_fn, NULL, NULL); }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return y; }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_Y, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -23,10 +27,14 @@ static int test(void) {
     fails += kiln_optest("Exp", "", 1, &x, 1, &y, 0, 1e-3, "exp f16");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Exp", "", 1, &x, 1, KILN_ERR_TYPE, "exp rejects i32");
+    fails += kiln_gradcheck("Exp", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)},
+                            NULL, "exp grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_exp = {
     .name = "Exp", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

@@ -1,4 +1,5 @@
-/* floor.c — Floor: y = largest integer <= x. Float dtypes; opsets 6 and 13 (bf16). */
+/* floor.c — Floor: y = largest integer <= x. Float dtypes; opsets 6 and 13 (bf16).
+ * Gradient: zero (Floor is a step function). */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -8,6 +9,9 @@ static double floor_fn(double x, const kiln_unary_args *a) { return floor(x); }
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, floor_fn, NULL, NULL); }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return 0; }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, 0, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -23,10 +27,14 @@ static int test(void) {
     fails += kiln_optest("Floor", "", 1, &x, 1, &y, 0, 0, "floor f16");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1, 2));
     fails += kiln_optest_fails("Floor", "", 1, &x, 1, KILN_ERR_TYPE, "floor rejects i32");
+    /* away from the integers, where the steps are */
+    fails += kiln_unary_gradcheck("Floor", "", 0, 6, KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2),
+                                  "floor grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_floor = {
     .name = "Floor", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

@@ -1,7 +1,10 @@
 /* gelu.c — Gelu (opset 20): approximate="none" (default): y = x/2 * (1 + erf(x / sqrt(2)));
  * approximate="tanh": y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))). Float dtypes.
  * Both are evaluated in forms without the cancellation of 1 + (-1 + tiny) for negative x:
- * 1 + erf(z) = erfc(-z), and 1 + tanh(u) = 2 / (1 + exp(-2u)). */
+ * 1 + erf(z) = erfc(-z), and 1 + tanh(u) = 2 / (1 + exp(-2u)).
+ * Gradient: dY * (Phi(X) + X * phi(X)) (phi the standard normal density, Phi = 1/2 +
+ * erf(X / sqrt(2)) / 2), or for the tanh form, with s = sigmoid(u2) and u2 = 2 sqrt(2/pi)
+ * (X + 0.044715 X^3): dY * (s + X s (1 - s) u2'). */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -37,6 +40,25 @@ static kiln_status forward(kiln_op_ctx *c) {
     return kiln_unary_forward_args(c, tanh_form ? gelu_tanh : gelu_erf, NULL, NULL);
 }
 
+/* The derivative's args: alpha is 1 for the tanh form, 0 for erf. */
+static kiln_unary_args args(const kiln_node *n) {
+    return (kiln_unary_args){.alpha = strcmp(kiln_attr_string(n, "approximate", "none"), "tanh") == 0};
+}
+
+static double sigmoid(double u) {
+    if (u >= 0) return 1 / (1 + exp(-u));
+    const double e = exp(u);
+    return e / (1 + e);
+}
+
+static double deriv(double x, double y, const kiln_unary_args *a) {
+    if (isinf(x)) return x > 0 ? 1 : 0; /* the limits; the formulas give inf * 0 */
+    if (a->alpha == 0) return 0.5 * erfc(-x * SQRT1_2) + x * exp(-0.5 * x * x) * 0.39894228040143267794;
+    const double s = sigmoid(2 * SQRT_2_PI * (x + 0.044715 * x * x * x));
+    return s + x * s * (1 - s) * 2 * SQRT_2_PI * (1 + 3 * 0.044715 * x * x);
+}
+static const kiln_unary_grad_def grad_def = {deriv, args, KILN_UNARY_X, NULL};
+
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(7), KT_VALS(-3, -1, -0.5, 0, 0.5, 1, 3));
@@ -64,10 +86,16 @@ static int test(void) {
                                "gelu rejects approximate=fast");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Gelu", "", 1, &x, 1, KILN_ERR_TYPE, "gelu rejects i32");
+    fails += kiln_gradcheck("Gelu", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 4), -3, 3, 1)},
+                            NULL, "gelu grad");
+    fails += kiln_gradcheck("Gelu", "approximate=tanh", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 4), -3, 3, 2)}, NULL,
+                            "gelu grad tanh form");
     return fails;
 }
 
 const kiln_op_def kiln_op_gelu = {
     .name = "Gelu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

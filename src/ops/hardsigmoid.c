@@ -1,5 +1,6 @@
 /* hardsigmoid.c — HardSigmoid: y = max(0, min(1, alpha * x + beta)) (alpha default 0.2,
- * beta 0.5). Float dtypes; opset 6. NaN stays NaN. */
+ * beta 0.5). Float dtypes; opset 6. NaN stays NaN.
+ * Gradient: alpha * dY where 0 < alpha * X + beta < 1, else 0. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -8,15 +9,25 @@ static double hardsigmoid(double x, const kiln_unary_args *a) {
     return v < 0 ? 0 : v > 1 ? 1 : v; /* not fmin/fmax: they would turn NaN into 0 or 1 */
 }
 
+static kiln_unary_args args(const kiln_node *n) {
+    return (kiln_unary_args){
+        .alpha = kiln_attr_float(n, "alpha", 0.2f),
+        .beta = kiln_attr_float(n, "beta", 0.5f),
+    };
+}
+
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 
 static kiln_status forward(kiln_op_ctx *c) {
-    kiln_unary_args a = {
-        .alpha = kiln_attr_float(c->node, "alpha", 0.2f),
-        .beta = kiln_attr_float(c->node, "beta", 0.5f),
-    };
+    kiln_unary_args a = args(c->node);
     return kiln_unary_forward_args(c, hardsigmoid, NULL, &a);
 }
+
+static double deriv(double x, double y, const kiln_unary_args *a) {
+    const double v = a->alpha * x + a->beta;
+    return v > 0 && v < 1 ? a->alpha : 0;
+}
+static const kiln_unary_grad_def grad_def = {deriv, args, KILN_UNARY_X, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -34,10 +45,16 @@ static int test(void) {
     x = kt_make(KILN_I16, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("HardSigmoid", "", 1, &x, 1, KILN_ERR_TYPE,
                                "hardsigmoid rejects i16");
+    /* away from the kinks at alpha * X + beta = 0 and 1 */
+    fails += kiln_unary_gradcheck("HardSigmoid", "", 0, 6, KT_VALS(-3.5, -2, -0.7, 0.4, 1.9, 3.2),
+                                  "hardsigmoid grad");
+    fails += kiln_unary_gradcheck("HardSigmoid", "alpha=0.5;beta=0.25", 0, 6, KT_VALS(-1.5, -0.3, 0.1, 0.9, 1.4, 2),
+                                  "hardsigmoid grad alpha beta");
     return fails;
 }
 
 const kiln_op_def kiln_op_hardsigmoid = {
     .name = "HardSigmoid", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

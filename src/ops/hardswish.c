@@ -1,4 +1,5 @@
-/* hardswish.c — HardSwish: y = x * max(0, min(1, x/6 + 1/2)). Float dtypes; opset 14. */
+/* hardswish.c — HardSwish: y = x * max(0, min(1, x/6 + 1/2)). Float dtypes; opset 14.
+ * Gradient: dY * (X / 3 + 1/2) for -3 < X < 3, dY above, 0 below. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -12,6 +13,11 @@ static kiln_status forward(kiln_op_ctx *c) {
     return kiln_unary_forward_args(c, hardswish, NULL, NULL);
 }
 
+static double deriv(double x, double y, const kiln_unary_args *a) {
+    return x <= -3 ? 0 : x >= 3 ? 1 : x / 3 + 0.5;
+}
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_X, NULL};
+
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(7), KT_VALS(-4, -3, -1, 0, 1, 3, 4));
@@ -24,10 +30,14 @@ static int test(void) {
     fails += kiln_optest("HardSwish", "", 1, &x, 1, &y, 0, 1e-14, "hardswish f64");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("HardSwish", "", 1, &x, 1, KILN_ERR_TYPE, "hardswish rejects i32");
+    /* away from the kinks at -3 and 3 */
+    fails += kiln_unary_gradcheck("HardSwish", "", 0, 6, KT_VALS(-4, -2.5, -0.5, 0.8, 2.2, 3.7),
+                                  "hardswish grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_hardswish = {
     .name = "HardSwish", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

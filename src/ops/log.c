@@ -1,5 +1,6 @@
 /* log.c — Log: y = ln(x). Float dtypes; opsets 6 and 13 (bf16). log(0) = -inf and
- * log of a negative number is NaN, as in IEEE arithmetic. */
+ * log of a negative number is NaN, as in IEEE arithmetic.
+ * Gradient: dY / X. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -9,6 +10,9 @@ static double log_fn(double x, const kiln_unary_args *a) { return log(x); }
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, log_fn, NULL, NULL); }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return 1 / x; }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_X, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -22,10 +26,14 @@ static int test(void) {
     fails += kiln_optest("Log", "", 1, &x, 1, &y, 0, 1e-13, "log f64");
     x = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2));
     fails += kiln_optest_fails("Log", "", 1, &x, 1, KILN_ERR_TYPE, "log rejects i64");
+    fails += kiln_gradcheck("Log", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), 0.3, 3, 1)},
+                            NULL, "log grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_log = {
     .name = "Log", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

@@ -2,10 +2,14 @@
  * max.c — Max: elementwise largest of 1..N inputs with numpy (multidirectional)
  * broadcasting, opsets 8..13. One dtype for all inputs: any float or integer dtype
  * (integers from opset 12). A NaN in any input gives NaN, as numpy's np.maximum does.
+ * Gradient: dY goes to the input that was selected (the one equal to the output),
+ * through kiln.MaxGrad, then is summed back to its shape. Where several inputs hold
+ * the maximum (ties) it goes to the first of them only.
  */
 #include "../core/optest.h"
 #include "binary.h"
 
+#include <math.h>
 #include <string.h>
 
 KILN_ROW_F32(max_f32, float, (a > b || a != a) ? a : b)
@@ -20,6 +24,37 @@ static kiln_status infer(kiln_op_ctx *c) {
     return kiln_variadic_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
 }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_variadic_forward(c, &kernels); }
+
+static kiln_status grad(kiln_grad_ctx *g) { return kiln_select_grad_rule(g, "MaxGrad"); }
+
+static int test_grad(void) {
+    int fails = 0;
+    /* dY = (1, 2, 3), X0 = (5, 6, 7), X1 = 7 (a scalar): Y = (7, 7, 7); the tie
+     * at element 2 goes to X0 */
+    kiln_tensor *in[4] = {kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 3)),
+                          kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(7, 7, 7)),
+                          kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(5, 6, 7)), kt_scalar(KILN_F32, 7)};
+    kiln_tensor *want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0, 0, 3));
+    fails += kiln_optest("MaxGrad", "index=0", 4, in, 1, &want, 0, 0, "maxgrad index 0 takes the tie");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 3));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(7, 7, 7));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(5, 6, 7));
+    in[3] = kt_scalar(KILN_F32, 7);
+    want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 0));
+    fails += kiln_optest("MaxGrad", "index=1", 4, in, 1, &want, 0, 0, "maxgrad index 1 broadcast, no tie");
+    /* f64, NaN: the output is NaN where an input is, and the first NaN input gets dY */
+    in[0] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.5, -1, 2));
+    in[1] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(NAN, 4, NAN));
+    in[2] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(1, 3, NAN));
+    in[3] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(NAN, 4, NAN));
+    want = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.5, -1, 0));
+    fails += kiln_optest("MaxGrad", "index=1", 4, in, 1, &want, 0, 0, "maxgrad f64 NaN");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    fails += kiln_optest_fails("MaxGrad", "index=1", 3, in, 1, KILN_ERR_INVALID_ARGUMENT, "maxgrad index out of range");
+    return fails;
+}
 
 /* UINT64 values above INT64_MAX must compare as unsigned. Raw bits: doubles cannot hold
  * them. */
@@ -73,10 +108,27 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
     in[1] = kt_make(KILN_BOOL, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Max", "", 2, in, 1, KILN_ERR_TYPE, "max f32,bool rejected");
+
+    /* random inputs: no ties */
+    fails += kiln_gradcheck("Max", "", 0, 3, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1),
+                            kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 2), kt_rand(KILN_F64, 2, KT_DIMS(2, 1), -1, 1, 3)},
+                            NULL, "max grad (2,3),(3),(2,1)");
+    fails += kiln_gradcheck("Max", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 4),
+                            kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 5)}, NULL, "max grad (3,4),(3,4)");
+    fails += kiln_gradcheck("Max", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, 0.1),
+                            kt_rand(KILN_F64, 2, KT_DIMS(2, 4), -1, 1, 6)}, NULL, "max grad (),(2,4)");
+    fails += kiln_gradcheck("Max", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 7)},
+                            NULL, "max grad one input");
     return fails;
 }
 
+const kiln_op_def kiln_op_max_grad = {
+    .name = "MaxGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = -1, .min_outputs = 1,
+    .max_outputs = 1, .infer = kiln_select_grad_infer, .cpu_forward = kiln_select_grad_forward,
+    .test = test_grad,
+};
+
 const kiln_op_def kiln_op_max = {
     .name = "Max", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

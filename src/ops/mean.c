@@ -3,6 +3,7 @@
  * broadcasting, opsets 8..13. Float dtypes only (f16, bf16, f32, f64), one for all
  * inputs. As in the ONNX reference, the inputs are summed left to right in the dtype,
  * then divided by N.
+ * Gradient: dY / N summed back to each input's shape.
  */
 #include "../core/optest.h"
 #include "binary.h"
@@ -12,6 +13,19 @@ static double add_f64(double a, double b) { return a + b; }
 static const kiln_binary_kernels kernels = {add_f32, add_f64, NULL};
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_variadic_infer(c, KILN_BIN_FLOAT); }
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_binary_grad_check(g);
+    if (st) return st;
+    const int n = KILN_GRAD_NODE(g)->n_in;
+    int d = g->dy[0];
+    if (n > 1) {
+        /* divided once, before the per-input sums */
+        int in[2] = {d, kiln_binary_grad_scalar(g, n, d)};
+        d = in[1] < 0 ? -1 : kiln_grad_emit(g, NULL, "Div", 2, in, 1, NULL, false, NULL);
+    }
+    return kiln_binary_grad_all(g, d);
+}
 
 static kiln_status forward(kiln_op_ctx *c) {
     kiln_status st = kiln_variadic_forward(c, &kernels);
@@ -60,10 +74,18 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
     fails += kiln_optest_fails("Mean", "", 2, in, 1, KILN_ERR_SHAPE, "mean (2),(3) rejected");
+
+    fails += kiln_gradcheck("Mean", "", 0, 3, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1),
+                            kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 2), kt_rand(KILN_F64, 2, KT_DIMS(2, 1), -1, 1, 3)},
+                            NULL, "mean grad (2,3),(3),(2,1)");
+    fails += kiln_gradcheck("Mean", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(4), -1, 1, 4),
+                            kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 5)}, NULL, "mean grad (4),(3,4)");
+    fails += kiln_gradcheck("Mean", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 2), -1, 1, 6)},
+                            NULL, "mean grad one input");
     return fails;
 }
 
 const kiln_op_def kiln_op_mean = {
     .name = "Mean", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -2,10 +2,14 @@
  * min.c — Min: elementwise smallest of 1..N inputs with numpy (multidirectional)
  * broadcasting, opsets 8..13. One dtype for all inputs: any float or integer dtype
  * (integers from opset 12). A NaN in any input gives NaN, as numpy's np.minimum does.
+ * Gradient: dY goes to the input that was selected (the one equal to the output),
+ * through kiln.MinGrad, then is summed back to its shape. Where several inputs hold
+ * the minimum (ties) it goes to the first of them only.
  */
 #include "../core/optest.h"
 #include "binary.h"
 
+#include <math.h>
 #include <string.h>
 
 KILN_ROW_F32(min_f32, float, (a < b || a != a) ? a : b)
@@ -20,6 +24,37 @@ static kiln_status infer(kiln_op_ctx *c) {
     return kiln_variadic_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
 }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_variadic_forward(c, &kernels); }
+
+static kiln_status grad(kiln_grad_ctx *g) { return kiln_select_grad_rule(g, "MinGrad"); }
+
+static int test_grad(void) {
+    int fails = 0;
+    /* dY = (1, 2, 3), X0 = (9, 8, 7), X1 = 7 (a scalar): Y = (7, 7, 7); the tie
+     * at element 2 goes to X0 */
+    kiln_tensor *in[4] = {kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 3)),
+                          kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(7, 7, 7)),
+                          kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(9, 8, 7)), kt_scalar(KILN_F32, 7)};
+    kiln_tensor *want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0, 0, 3));
+    fails += kiln_optest("MinGrad", "index=0", 4, in, 1, &want, 0, 0, "mingrad index 0 takes the tie");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 3));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(7, 7, 7));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(9, 8, 7));
+    in[3] = kt_scalar(KILN_F32, 7);
+    want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 0));
+    fails += kiln_optest("MinGrad", "index=1", 4, in, 1, &want, 0, 0, "mingrad index 1 broadcast, no tie");
+    /* f64, NaN: the output is NaN where an input is, and the first NaN input gets dY */
+    in[0] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.5, -1, 2));
+    in[1] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(NAN, -4, NAN));
+    in[2] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(1, 3, NAN));
+    in[3] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(NAN, -4, NAN));
+    want = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.5, -1, 0));
+    fails += kiln_optest("MinGrad", "index=1", 4, in, 1, &want, 0, 0, "mingrad f64 NaN");
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    fails += kiln_optest_fails("MinGrad", "index=1", 3, in, 1, KILN_ERR_INVALID_ARGUMENT, "mingrad index out of range");
+    return fails;
+}
 
 /* UINT64 values above INT64_MAX must compare as unsigned. Raw bits: doubles cannot hold
  * them. */
@@ -72,10 +107,27 @@ static int test(void) {
     in[1] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
     in[2] = kt_make(KILN_I64, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Min", "", 3, in, 1, KILN_ERR_TYPE, "min i32,i32,i64 rejected");
+
+    /* random inputs: no ties */
+    fails += kiln_gradcheck("Min", "", 0, 3, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1),
+                            kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 2), kt_rand(KILN_F64, 2, KT_DIMS(2, 1), -1, 1, 3)},
+                            NULL, "min grad (2,3),(3),(2,1)");
+    fails += kiln_gradcheck("Min", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 4),
+                            kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 5)}, NULL, "min grad (3,4),(3,4)");
+    fails += kiln_gradcheck("Min", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, 0.1),
+                            kt_rand(KILN_F64, 2, KT_DIMS(2, 4), -1, 1, 6)}, NULL, "min grad (),(2,4)");
+    fails += kiln_gradcheck("Min", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 7)},
+                            NULL, "min grad one input");
     return fails;
 }
 
+const kiln_op_def kiln_op_min_grad = {
+    .name = "MinGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = -1, .min_outputs = 1,
+    .max_outputs = 1, .infer = kiln_select_grad_infer, .cpu_forward = kiln_select_grad_forward,
+    .test = test_grad,
+};
+
 const kiln_op_def kiln_op_min = {
     .name = "Min", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

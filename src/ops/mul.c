@@ -2,6 +2,7 @@
  * mul.c — Mul: C = A * B with numpy (multidirectional) broadcasting, opsets 7..14.
  * A and B have one dtype: any float or integer dtype. Integer products wrap modulo
  * 2^bits, as in numpy.
+ * Gradient: dA = dY * B, dB = dY * A, each summed back to its input's shape.
  */
 #include "../core/optest.h"
 #include "binary.h"
@@ -17,6 +18,16 @@ static kiln_status infer(kiln_op_ctx *c) {
     return kiln_binary_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
 }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_binary_forward(c, &kernels); }
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_binary_grad_check(g);
+    for (int k = 0; k < 2 && !st; k++) {
+        if (!g->need[k]) continue;
+        int in[2] = {g->dy[0], KILN_GRAD_IN(g, 1 - k)};
+        st = kiln_binary_grad_input(g, k, kiln_grad_emit(g, NULL, "Mul", 2, in, 1, NULL, false, NULL));
+    }
+    return st;
+}
 
 static int check(const char *label, kiln_tensor *a, kiln_tensor *b, kiln_tensor *want) {
     kiln_tensor *in[2] = {a, b};
@@ -51,10 +62,17 @@ static int test(void) {
     in[0] = kt_make(KILN_F16, 1, KT_DIMS(2), NULL);
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Mul", "", 2, in, 1, KILN_ERR_TYPE, "mul f16*f32 rejected");
+
+    fails += kiln_gradcheck("Mul", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1),
+                            kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 2)}, NULL, "mul grad (2,3)*(2,3)");
+    fails += kiln_gradcheck("Mul", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 1), -1, 1, 3),
+                            kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 4), -1, 1, 4)}, NULL, "mul grad (3,1)*(2,1,4)");
+    fails += kiln_gradcheck("Mul", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, -1.5),
+                            kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 5)}, NULL, "mul grad ()*(2,3)");
     return fails;
 }
 
 const kiln_op_def kiln_op_mul = {
     .name = "Mul", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -1,6 +1,7 @@
 /* neg.c — Neg: y = -x. Float and signed integer dtypes (unsigned are rejected, as in the
  * spec); opsets 6 and 13 (bf16). Integers are exact; like numpy, the most negative value
- * maps to itself. */
+ * maps to itself.
+ * Gradient: -dY. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -18,6 +19,9 @@ static kiln_status infer(kiln_op_ctx *c) {
 
 static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, neg, neg_int, NULL); }
 
+static double deriv(double x, double y, const kiln_unary_args *a) { return -1; }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, 0, NULL};
+
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(-1.5, 0, 2.25, 3e38));
@@ -34,10 +38,14 @@ static int test(void) {
     fails += kiln_optest("Neg", "", 1, &x, 1, &y, 0, 0, "neg f64");
     x = kt_make(KILN_U8, 1, KT_DIMS(2), KT_VALS(1, 2));
     fails += kiln_optest_fails("Neg", "", 1, &x, 1, KILN_ERR_TYPE, "neg rejects u8");
+    fails += kiln_gradcheck("Neg", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)},
+                            NULL, "neg grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_neg = {
     .name = "Neg", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

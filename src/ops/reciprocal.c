@@ -1,4 +1,5 @@
-/* reciprocal.c — Reciprocal: y = 1 / x. Float dtypes; opsets 6 and 13 (bf16). 1/0 = inf. */
+/* reciprocal.c — Reciprocal: y = 1 / x. Float dtypes; opsets 6 and 13 (bf16). 1/0 = inf.
+ * Gradient: -dY * Y^2, read from Y. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -8,6 +9,9 @@ static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) {
     return kiln_unary_forward_args(c, reciprocal, NULL, NULL);
 }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return -y * y; }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_Y, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -19,10 +23,13 @@ static int test(void) {
     fails += kiln_optest("Reciprocal", "", 1, &x, 1, &y, 0, 0, "reciprocal bf16");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1, 2));
     fails += kiln_optest_fails("Reciprocal", "", 1, &x, 1, KILN_ERR_TYPE, "reciprocal rejects i32");
+    fails += kiln_unary_gradcheck("Reciprocal", "", 0, 6, KT_VALS(-2, -0.7, -0.4, 0.5, 1.1, 3),
+                                  "reciprocal grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_reciprocal = {
     .name = "Reciprocal", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

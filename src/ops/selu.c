@@ -1,6 +1,7 @@
 /* selu.c — Selu: y = gamma * x for x > 0, gamma * alpha * (exp(x) - 1) otherwise.
  * Defaults alpha 1.67326319217681884765625, gamma 1.05070102214813232421875 (the float
- * values the spec gives). Float dtypes; opset 6. */
+ * values the spec gives). Float dtypes; opset 6.
+ * Gradient: gamma * dY for X > 0, gamma * alpha * exp(X) * dY otherwise. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -10,15 +11,24 @@ static double selu(double x, const kiln_unary_args *a) {
     return x > 0 ? a->gamma * x : a->gamma * a->alpha * expm1(x);
 }
 
+static kiln_unary_args args(const kiln_node *n) {
+    return (kiln_unary_args){
+        .alpha = kiln_attr_float(n, "alpha", 1.67326319217681884765625f),
+        .gamma = kiln_attr_float(n, "gamma", 1.05070102214813232421875f),
+    };
+}
+
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 
 static kiln_status forward(kiln_op_ctx *c) {
-    kiln_unary_args a = {
-        .alpha = kiln_attr_float(c->node, "alpha", 1.67326319217681884765625f),
-        .gamma = kiln_attr_float(c->node, "gamma", 1.05070102214813232421875f),
-    };
+    kiln_unary_args a = args(c->node);
     return kiln_unary_forward_args(c, selu, NULL, &a);
 }
+
+static double deriv(double x, double y, const kiln_unary_args *a) {
+    return x > 0 ? a->gamma : a->gamma * a->alpha * exp(x);
+}
+static const kiln_unary_grad_def grad_def = {deriv, args, KILN_UNARY_X, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -36,10 +46,15 @@ static int test(void) {
     fails += kiln_optest("Selu", "", 1, &x, 1, &y, 0, 1e-13, "selu f64");
     x = kt_make(KILN_U8, 1, KT_DIMS(2), KT_VALS(1, 2));
     fails += kiln_optest_fails("Selu", "", 1, &x, 1, KILN_ERR_TYPE, "selu rejects u8");
+    fails += kiln_unary_gradcheck("Selu", "", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "selu grad");
+    fails += kiln_unary_gradcheck("Selu", "alpha=2.0;gamma=0.5", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "selu grad alpha 2 gamma 0.5");
     return fails;
 }
 
 const kiln_op_def kiln_op_selu = {
     .name = "Selu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

@@ -1,6 +1,7 @@
 /* sigmoid.c — Sigmoid: y = 1 / (1 + exp(-x)). Float dtypes; opsets 6 and 13 (bf16).
  * exp is only ever taken of a non-positive argument, so very negative x gives the
- * tiny positive result (down to subnormals) instead of 1 / (1 + inf) = 0. */
+ * tiny positive result (down to subnormals) instead of 1 / (1 + inf) = 0.
+ * Gradient: dY * Y * (1 - Y), read from Y. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -14,6 +15,9 @@ static double sigmoid(double x, const kiln_unary_args *a) {
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, sigmoid, NULL, NULL); }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return y * (1 - y); }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_Y, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -31,10 +35,14 @@ static int test(void) {
     fails += kiln_optest("Sigmoid", "", 1, &x, 1, &y, 0, 1e-3, "sigmoid f16");
     x = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Sigmoid", "", 1, &x, 1, KILN_ERR_TYPE, "sigmoid rejects i64");
+    fails += kiln_gradcheck("Sigmoid", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -3, 3, 1)},
+                            NULL, "sigmoid grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_sigmoid = {
     .name = "Sigmoid", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

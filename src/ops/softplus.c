@@ -1,6 +1,7 @@
 /* softplus.c — Softplus: y = log(1 + exp(x)). Float dtypes; opset 1 (unchanged since).
  * Written as max(x, 0) + log1p(exp(-|x|)), so exp never overflows (x = 1000 gives 1000,
- * not inf) and tiny results for very negative x keep their precision. */
+ * not inf) and tiny results for very negative x keep their precision.
+ * Gradient: dY * sigmoid(X). */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -14,6 +15,13 @@ static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) {
     return kiln_unary_forward_args(c, softplus, NULL, NULL);
 }
+
+static double deriv(double x, double y, const kiln_unary_args *a) {
+    if (x >= 0) return 1 / (1 + exp(-x));
+    const double e = exp(x);
+    return e / (1 + e);
+}
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_X, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -29,10 +37,14 @@ static int test(void) {
     fails += kiln_optest("Softplus", "", 1, &x, 1, &y, 0, 1e-13, "softplus f64 extremes");
     x = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Softplus", "", 1, &x, 1, KILN_ERR_TYPE, "softplus rejects i64");
+    fails += kiln_gradcheck("Softplus", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -3, 3, 1)},
+                            NULL, "softplus grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_softplus = {
     .name = "Softplus", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

@@ -1,5 +1,6 @@
 /* softsign.c — Softsign: y = x / (1 + |x|). Float dtypes; opset 1 (unchanged since).
- * +-inf give +-1, the limit, rather than inf / inf. */
+ * +-inf give +-1, the limit, rather than inf / inf.
+ * Gradient: dY / (1 + |X|)^2. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -14,6 +15,12 @@ static kiln_status forward(kiln_op_ctx *c) {
     return kiln_unary_forward_args(c, softsign, NULL, NULL);
 }
 
+static double deriv(double x, double y, const kiln_unary_args *a) {
+    const double d = 1 + fabs(x);
+    return 1 / (d * d);
+}
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_X, NULL};
+
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(6), KT_VALS(-3, -1, 0, 0.5, 100, INFINITY));
@@ -25,10 +32,14 @@ static int test(void) {
     fails += kiln_optest("Softsign", "", 1, &x, 1, &y, 0, 0, "softsign f16");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(-1, 1));
     fails += kiln_optest_fails("Softsign", "", 1, &x, 1, KILN_ERR_TYPE, "softsign rejects i32");
+    /* away from the kink of |X| at 0 (the derivative is smooth there, its own is not) */
+    fails += kiln_unary_gradcheck("Softsign", "", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
+                                  "softsign grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_softsign = {
     .name = "Softsign", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

@@ -1,4 +1,5 @@
-/* sqrt.c — Sqrt: y = sqrt(x). Float dtypes; opsets 6 and 13 (bf16). Negative x gives NaN. */
+/* sqrt.c — Sqrt: y = sqrt(x). Float dtypes; opsets 6 and 13 (bf16). Negative x gives NaN.
+ * Gradient: dY / (2 Y), read from Y. */
 #include "../core/optest.h"
 #include "unary.h"
 
@@ -8,6 +9,9 @@ static double sqrt_fn(double x, const kiln_unary_args *a) { return sqrt(x); }
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, sqrt_fn, NULL, NULL); }
+
+static double deriv(double x, double y, const kiln_unary_args *a) { return 0.5 / y; }
+static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_Y, NULL};
 
 static int test(void) {
     int fails = 0;
@@ -22,10 +26,14 @@ static int test(void) {
     fails += kiln_optest("Sqrt", "", 1, &x, 1, &y, 0, 0, "sqrt bf16");
     x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(4, 9));
     fails += kiln_optest_fails("Sqrt", "", 1, &x, 1, KILN_ERR_TYPE, "sqrt rejects i32");
+    fails += kiln_gradcheck("Sqrt", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), 0.3, 3, 1)},
+                            NULL, "sqrt grad");
     return fails;
 }
 
 const kiln_op_def kiln_op_sqrt = {
     .name = "Sqrt", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .family = &grad_def,
 };

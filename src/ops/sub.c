@@ -2,6 +2,7 @@
  * sub.c — Sub: C = A - B with numpy (multidirectional) broadcasting, opsets 7..14.
  * A and B have one dtype: any float or integer dtype. Integer differences wrap modulo
  * 2^bits (unsigned 3 - 5 is 254 in u8), as in numpy.
+ * Gradient: dA = dY, dB = -dY, each summed back to its input's shape.
  */
 #include "../core/optest.h"
 #include "binary.h"
@@ -17,6 +18,19 @@ static kiln_status infer(kiln_op_ctx *c) {
     return kiln_binary_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
 }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_binary_forward(c, &kernels); }
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_binary_grad_check(g);
+    if (!st && g->need[0]) st = kiln_binary_grad_input(g, 0, g->dy[0]);
+    if (!st && g->need[1]) st = kiln_binary_grad_input(g, 1, g->dy[0]);
+    if (!st && g->need[1]) {
+        /* negated after summing back: the summed tensor is the smaller one */
+        int summed = g->dx[1];
+        g->dx[1] = kiln_grad_emit(g, NULL, "Neg", 1, &summed, 1, NULL, false, NULL);
+        if (g->dx[1] < 0) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    return st;
+}
 
 static int check(const char *label, kiln_tensor *a, kiln_tensor *b, kiln_tensor *want) {
     kiln_tensor *in[2] = {a, b};
@@ -52,10 +66,20 @@ static int test(void) {
     in[0] = kt_make(KILN_I64, 1, KT_DIMS(2), NULL);
     in[1] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Sub", "", 2, in, 1, KILN_ERR_TYPE, "sub i64-i32 rejected");
+
+    fails += kiln_gradcheck("Sub", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1),
+                            kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 2)}, NULL, "sub grad (2,3)-(2,3)");
+    fails += kiln_gradcheck("Sub", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(4, 1), -1, 1, 3),
+                            kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 4)}, NULL, "sub grad (4,1)-(2,1,3)");
+    fails += kiln_gradcheck("Sub", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 2), -1, 1, 5),
+                            kt_scalar(KILN_F64, 0.25)}, NULL, "sub grad (3,2)-()");
+    fails += kiln_gradcheck("Sub", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 6),
+                            kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 7)}, (const bool[]){false, true},
+                            "sub grad (3)-(2,3) w.r.t. B only");
     return fails;
 }
 
 const kiln_op_def kiln_op_sub = {
     .name = "Sub", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

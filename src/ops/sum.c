@@ -3,6 +3,7 @@
  * broadcasting, opsets 8..13. One dtype for all inputs: floats (the spec's types) and,
  * as an extension, integers (wrapping like Add). Inputs are added left to right with the
  * result rounded to the dtype at each step, as the ONNX reference (numpy) does.
+ * Gradient: dY summed back to each input's shape.
  */
 #include "../core/optest.h"
 #include "binary.h"
@@ -18,6 +19,11 @@ static kiln_status infer(kiln_op_ctx *c) {
     return kiln_variadic_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT);
 }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_variadic_forward(c, &kernels); }
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_binary_grad_check(g);
+    return st ? st : kiln_binary_grad_all(g, g->dy[0]);
+}
 
 static int test(void) {
     int fails = 0;
@@ -59,10 +65,18 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
     in[1] = kt_make(KILN_F64, 1, KT_DIMS(3), NULL);
     fails += kiln_optest_fails("Sum", "", 2, in, 1, KILN_ERR_TYPE, "sum f32+f64 rejected");
+
+    fails += kiln_gradcheck("Sum", "", 0, 3, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1),
+                            kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 2), kt_rand(KILN_F64, 2, KT_DIMS(2, 1), -1, 1, 3)},
+                            NULL, "sum grad (2,3)+(3)+(2,1)");
+    fails += kiln_gradcheck("Sum", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, 0.5),
+                            kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 4)}, NULL, "sum grad ()+(2,1,3)");
+    fails += kiln_gradcheck("Sum", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 2), -1, 1, 5)},
+                            NULL, "sum grad one input");
     return fails;
 }
 
 const kiln_op_def kiln_op_sum = {
     .name = "Sum", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -4,6 +4,15 @@
  * integer semantics, an exact int64 function) and calls one of the forwards below from
  * its cpu_forward. Floats are computed in double and rounded to the output dtype, so
  * f16/bf16 inputs see the same values as the reference.
+ *
+ * Gradients: every op of the family shares one rule, kiln_unary_grad, which emits
+ * kiln.UnaryGrad(dY, X, Y) (defined in unary.c) with attribute op naming the forward op.
+ * Its kernel finds that op in the registry and evaluates the derivative the op file hands
+ * over in a kiln_unary_grad_def, through the kiln_op_def's `family`:
+ *
+ *     static double deriv(double x, double y, const kiln_unary_args *a) { return 1 - y * y; }
+ *     static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_Y, NULL};
+ *     const kiln_op_def kiln_op_tanh = {..., .grad = kiln_unary_grad, .family = &grad_def};
  */
 #ifndef KILN_OPS_UNARY_H
 #define KILN_OPS_UNARY_H
@@ -35,5 +44,36 @@ kiln_status kiln_unary_forward(kiln_op_ctx *c, kiln_unary_fn fn);
  * fn through double). Large tensors are split over the CPU threads. a may be NULL. */
 kiln_status kiln_unary_forward_args(kiln_op_ctx *c, kiln_unary_argfn fn, kiln_unary_intfn ifn,
                                     const kiln_unary_args *a);
+
+/* ---------------------------------------------------------------- gradients */
+
+/* dy/dx at x, where y is the forward's output at x; a as the op's args() gives it. */
+typedef double (*kiln_unary_derivfn)(double x, double y, const kiln_unary_args *a);
+/* f32 fast path: dx[i] = dy[i] * dy/dx at (x[i], y[i]) for i < n. x or y is NULL when the
+ * op's `uses` leaves it out. */
+typedef void (*kiln_unary_grad_f32fn)(const float *x, const float *y, const float *dy, float *dx,
+                                      int64_t n, const kiln_unary_args *a);
+
+/* Which forward values deriv reads: the rule passes only those to kiln.UnaryGrad, so
+ * the others need not be kept alive until the backward pass. */
+enum { KILN_UNARY_X = 1, KILN_UNARY_Y = 2 };
+
+typedef struct kiln_unary_grad_def {
+    kiln_unary_derivfn deriv;
+    /* The attribute constants deriv reads, from the forward node's attributes (which
+     * kiln.UnaryGrad carries). NULL: deriv reads none. */
+    kiln_unary_args (*args)(const kiln_node *n);
+    unsigned uses; /* KILN_UNARY_X | KILN_UNARY_Y */
+    kiln_unary_grad_f32fn f32; /* NULL: deriv per element */
+} kiln_unary_grad_def;
+
+/* The gradient rule of the family: dX = kiln.UnaryGrad(dY, X, Y) (X, Y as `uses` says),
+ * where the derivative is 0 the result is 0 even for an infinite or NaN dY (Relu, Clip,
+ * Floor: the gradient does not flow there at all). Inputs other than X (Clip's bounds)
+ * get no gradient: asking for one fails with KILN_ERR_UNSUPPORTED. */
+kiln_status kiln_unary_grad(kiln_grad_ctx *g);
+/* For the ops' tests: kiln_gradcheck of op on the f64 vector vals (n elements). */
+int kiln_unary_gradcheck(const char *op, const char *attrs, int opset, int n, const double *vals,
+                         const char *label);
 
 #endif

@@ -2,6 +2,8 @@
  * where.c — Where: output = condition ? X : Y elementwise, with numpy (multidirectional)
  * broadcasting of all three inputs, opsets 9..16. condition is bool (any nonzero byte
  * counts as true); X and Y have one dtype, any kiln dtype (elements are copied as bytes).
+ * Gradient: dX = condition ? dY : 0 and dY_Y = condition ? 0 : dY (Where with a zero
+ * constant), each summed back to its input's shape; the condition has none.
  */
 #include "../core/optest.h"
 #include "binary.h"
@@ -58,6 +60,22 @@ static kiln_status forward(kiln_op_ctx *c) {
     job j = {c->in[0], c->in[1], c->in[2], c->out[0]};
     kiln_bcast_run(&p, chunk, &j);
     return KILN_OK;
+}
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    if (g->need[0])
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED, "Where node '%s': the condition ('%s') is bool and has no gradient",
+                         n->name, g->m->values[n->in[0]].name);
+    kiln_status st = kiln_binary_grad_check(g);
+    if (st) return st;
+    int zero = kiln_binary_grad_scalar(g, 0, g->dy[0]);
+    for (int k = 1; k < 3 && !st; k++) {
+        if (!g->need[k]) continue;
+        int in[3] = {KILN_GRAD_IN(g, 0), k == 1 ? g->dy[0] : zero, k == 1 ? zero : g->dy[0]};
+        st = kiln_binary_grad_input(g, k, zero < 0 ? -1 : kiln_grad_emit(g, NULL, "Where", 3, in, 1, NULL, false, NULL));
+    }
+    return st;
 }
 
 static int check(const char *label, kiln_tensor *cond, kiln_tensor *x, kiln_tensor *y,
@@ -135,10 +153,20 @@ static int test(void) {
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
     in[2] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Where", "", 3, in, 1, KILN_ERR_TYPE, "where X f32, Y i32 rejected");
+
+    kiln_tensor *cond = kt_make(KILN_BOOL, 2, KT_DIMS(2, 3), KT_VALS(1, 0, 0, 1, 1, 0));
+    fails += kiln_gradcheck("Where", "", 0, 3, (kiln_tensor *[]){cond, kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1),
+                            kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 2)}, NULL, "where grad (2,3) all same shape");
+    cond = kt_make(KILN_BOOL, 2, KT_DIMS(2, 3), KT_VALS(1, 0, 0, 1, 1, 0));
+    fails += kiln_gradcheck("Where", "", 0, 3, (kiln_tensor *[]){cond, kt_rand(KILN_F64, 2, KT_DIMS(2, 1), -1, 1, 3),
+                            kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 4)}, NULL, "where grad cond (2,3), X (2,1), Y (3)");
+    cond = kt_make(KILN_BOOL, 3, KT_DIMS(2, 1, 3), KT_VALS(0, 1, 1, 1, 0, 1));
+    fails += kiln_gradcheck("Where", "", 0, 3, (kiln_tensor *[]){cond, kt_scalar(KILN_F64, 0.5),
+                            kt_rand(KILN_F64, 2, KT_DIMS(4, 1), -1, 1, 5)}, NULL, "where grad cond (2,1,3), X (), Y (4,1)");
     return fails;
 }
 
 const kiln_op_def kiln_op_where = {
     .name = "Where", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -20,17 +20,22 @@ pack)
   for t in test_cuda_ops test_cuda_context; do
     strip --strip-debug -o "$dest/$t" "$build/tests/$t"
   done
-  for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+  strip --strip-debug -o "$dest/kiln" "$build/kiln"
+  for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libgomp.so.1; do
     path=$(ldd "$dest/test_cuda_ops" | awk -v l="$lib" '$1 == l { print $3 }')
     if [ -n "$path" ]; then cp -L "$path" "$dest/lib/"; fi
   done
   du -sh "$dest"
   ;;
-run)
-  [ -x "$dest/test_cuda_ops" ] || { echo "device.sh: run 'pack' first and carry .carry" >&2; exit 2; }
+env)
+  # print the export line that makes the carried binaries find their libraries
   dirs=$(find /usr/local /usr/lib /opt -xdev \( -name 'libcudnn.so.9' -o -name 'libcublasLt.so.13' \
            -o -name 'libnvrtc.so.13' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
-  export LD_LIBRARY_PATH="$dest/lib:${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "export LD_LIBRARY_PATH=$PWD/$dest/lib:${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  ;;
+run)
+  [ -x "$dest/test_cuda_ops" ] || { echo "device.sh: run 'pack' first and carry .carry" >&2; exit 2; }
+  eval "$("$0" env)"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   nvidia-smi -L || true
   if ldd "$dest/test_cuda_ops" | grep 'not found'; then exit 3; fi
@@ -40,7 +45,7 @@ run)
   exit $rc
   ;;
 *)
-  echo "usage: tests/gpu/device.sh pack [BUILD_DIR] | run" >&2
+  echo "usage: tests/gpu/device.sh pack [BUILD_DIR] | env | run" >&2
   exit 2
   ;;
 esac
