@@ -200,10 +200,36 @@ typedef enum kiln_device {
     KILN_DEVICE_CUDA = 1
 } kiln_device;
 
+/* Arithmetic precision of a session's plan. FP16 and BF16 keep fp32 accumulation in
+ * matrix products and fp32 where numerics need it (softmax, normalization statistics,
+ * losses); inputs and outputs keep the model's dtypes. */
+typedef enum kiln_precision {
+    KILN_PRECISION_FP32 = 0,
+    KILN_PRECISION_FP16 = 1,
+    KILN_PRECISION_BF16 = 2
+} kiln_precision;
+
+/* The graph rewrites a session applies before planning. All are on by default; each bit
+ * in kiln_session_options.disable_passes turns one off, to measure what it is worth.
+ * Every pass computes the same function (tested on the CPU backend). */
+enum {
+    KILN_PASS_DEAD_NODES = 1 << 0,    /* drop nodes no graph output depends on */
+    KILN_PASS_FOLD_BN = 1 << 1,       /* BatchNormalization folded into the Conv/Gemm before it */
+    KILN_PASS_FUSE_CONV = 1 << 2,     /* conv/gemm + bias + activation (+ residual add) as one op */
+    KILN_PASS_FUSE_ELTWISE = 1 << 3,  /* chains of elementwise ops as one generated kernel */
+    KILN_PASS_NHWC = 1 << 4,          /* channels_last for convolutions (CUDA) */
+    KILN_PASS_PAD_CHANNELS = 1 << 5,  /* channels padded to a multiple of 8 (CUDA, fp16/bf16) */
+    KILN_PASS_CUDA_GRAPH = 1 << 6,    /* replay each plan as a captured CUDA graph (CUDA) */
+    KILN_PASS_AUTOTUNE = 1 << 7       /* time cuDNN's algorithms per shape (else its heuristic) */
+};
+
 typedef struct kiln_session_options {
-    kiln_device device; /* KILN_DEVICE_CPU (default) */
-    int threads;        /* CPU threads; 0: the context's setting */
-    int no_fold;        /* 1: fold only shape computations (outputs of <= 64 elements) */
+    kiln_device device;        /* KILN_DEVICE_CPU (default) */
+    int threads;               /* CPU threads; 0: the context's setting */
+    int no_fold;               /* 1: fold only shape computations (outputs of <= 64 elements) */
+    kiln_precision precision;  /* KILN_PRECISION_FP32 (default) */
+    unsigned disable_passes;   /* KILN_PASS_* bits to turn off */
+    int deterministic;         /* 1: only deterministic algorithms (CUDA) */
 } kiln_session_options;
 
 /* A session runs a model on one device. It builds one plan per input shape (shape

@@ -249,9 +249,8 @@ typedef struct kiln_op_def {
     /* Bit i set: only input i's shape and dtype are read, never its data (Shape). The
      * planner folds such a node once its shape is known, whatever the input's data. */
     uint32_t shape_only_inputs;
-    /* Bit i set: input i is never trained, even when it is a float initializer on the
-     * loss's path (Dropout's ratio, a loss's class weights, BatchNormalization's running
-     * statistics, which the trainer updates as state instead). */
+    /* Bit i set: input i is never trained and gets no gradient, even when it is a float
+     * initializer on the loss's path (Dropout's ratio, a loss's class weights). */
     uint32_t nondiff_inputs;
     /* Autograd: emit the nodes computing dL/d(inputs) from dL/d(outputs); see
      * kiln_grad_ctx. NULL: the op is not differentiable. */

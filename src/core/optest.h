@@ -51,7 +51,7 @@ int kiln_tensor_compare(const kiln_tensor *got, const kiln_tensor *want, double 
 /* Finite-difference check of op's gradient rule in float64 on the CPU. The op runs on
  * in[] (f64 tensors; integer inputs such as indices may be any dtype); the loss is
  * sum_k sum(Y_k * R_k) over the op's float outputs with fixed random R_k. For every input
- * with wrt[i] (NULL: every float input), the gradient built by autograd is compared with
+ * with wrt[i] (NULL: every float input not in the op's nondiff_inputs), the gradient built by autograd is compared with
  * central differences (eps 1e-6) as |a - n| <= 1e-6 + 1e-5 |n| on up to 64 elements per
  * input. Prints the share of the error budget used. Returns 0 on success. Frees in[]. */
 int kiln_gradcheck(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,

@@ -1,6 +1,7 @@
 /* session.c — sessions: a model bound to a device, with one cached plan per input shape. */
 #include "internal.h"
 #include "plan.h"
+#include "../passes/passes.h"
 #ifdef KILN_HAVE_CUDA
 #include "../cuda/cuda_plan.h"
 #endif
@@ -20,7 +21,8 @@ typedef struct session_plan {
 } session_plan;
 
 struct kiln_session {
-    kiln_model *m;
+    kiln_model *m;          /* what plans are built from: the optimized copy */
+    kiln_model *optimized;  /* owned: the user's model after the passes */
     kiln_session_options opts;
     session_plan plans[MAX_PLANS]; /* most recently used first */
     int n_plans;
@@ -59,14 +61,24 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
         return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "this kiln was built without the CUDA backend (no nvcc at build time)");
 #endif
     if (o.threads < 0) return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "threads must be >= 0");
+    if (o.precision != KILN_PRECISION_FP32 && o.precision != KILN_PRECISION_FP16 && o.precision != KILN_PRECISION_BF16)
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)o.precision);
     kiln_session *s = kiln_calloc(m->ctx, 1, sizeof *s, "a session");
     if (!s) return KILN_ERR_OUT_OF_MEMORY;
     s->m = m;
     s->opts = o;
+    kiln_pass_options po = {.device = o.device, .precision = o.precision, .disabled = o.disable_passes};
+    kiln_status pst = kiln_passes_apply(m, &po, &s->optimized);
+    if (pst) {
+        free(s);
+        return pst;
+    }
+    s->m = s->optimized;
 #ifdef KILN_HAVE_CUDA
     if (o.device == KILN_DEVICE_CUDA) {
         kiln_status st = kiln_cuda_create(m->ctx, NULL, &s->cu);
         if (st) {
+            kiln_model_free(s->optimized);
             free(s);
             return st;
         }
@@ -82,6 +94,7 @@ void kiln_session_free(kiln_session *s) {
 #ifdef KILN_HAVE_CUDA
     kiln_cuda_free(s->cu);
 #endif
+    kiln_model_free(s->optimized);
     free(s);
 }
 

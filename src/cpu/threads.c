@@ -1,8 +1,8 @@
-/* threads.c — how many threads CPU kernels use: one setting for OpenMP loops and
- * OpenBLAS products, so the two do not oversubscribe the cores together. */
+/* threads.c — how many threads CPU kernels use: the OpenMP setting. OpenBLAS runs
+ * single-threaded (conv_common's kiln_gemm splits big products over OpenMP threads), so
+ * that one pool of threads serves every kernel. */
 #include "../core/internal.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 static int threads_setting;
@@ -14,5 +14,4 @@ void kiln_cpu_set_threads(int n) {
     threads_setting = n;
     int t = kiln_cpu_threads();
     omp_set_num_threads(t);
-    openblas_set_num_threads(t);
 }

@@ -10,6 +10,8 @@
  *   without any counted element gives NaN (0/0); only dilations can produce one.
  *   Dtypes: f32 and f64; f16 and bf16 through f32 scratch. Sums in double.
  * Parallel over the (n, c) planes with OpenMP.
+ * Gradient: kiln.AveragePoolGrad(dY, X) adds dY / divisor to each window's taps inside X
+ *   (only X's shape is read).
  */
 #include "../core/optest.h"
 #include "conv_common.h"
@@ -86,6 +88,82 @@ static kiln_status forward(kiln_op_ctx *c) {
     if (x->dtype == KILN_F64) avgpool_f64(&w, NC, X, Y, include_pad);
     else avgpool_f32(&w, NC, X, Y, include_pad);
     kiln_stage_finish(c->out[0], Y);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ gradient */
+
+/* dL/dX = kiln.AveragePoolGrad(dY, X): each window's dY / divisor is added to the window's
+ * elements inside X (the same divisor as the forward pass). Only X's shape is read. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    g->dx[0] = kiln_grad_emit(g, "kiln", "AveragePoolGrad", 2,
+                              (int[]){g->dy[0], KILN_GRAD_IN(g, 0)}, 1, NULL, true, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+/* dx (NC, I) = 0, then each window's share added; (n, c) planes in parallel. */
+#define DEFINE_AVGPOOL_GRAD(NAME, T)                                                         \
+    static void NAME(const kiln_window *w, int64_t NC, const T *dy, T *dx, bool include_pad) {\
+        const int64_t I1 = w->img[1], I2 = w->img[2];                                        \
+        const int64_t G0 = w->grid[0], G1 = w->grid[1], G2 = w->grid[2];                     \
+        const int64_t I = w->img[0] * I1 * I2, G = G0 * G1 * G2;                             \
+        _Pragma("omp parallel for schedule(static) if (NC * G > 4096)")                     \
+        for (int64_t nc = 0; nc < NC; nc++) {                                                \
+            const T *dyp = dy + nc * G;                                                      \
+            T *dxp = dx + nc * I;                                                            \
+            for (int64_t i = 0; i < I; i++) dxp[i] = 0;                                      \
+            for (int64_t g0 = 0; g0 < G0; g0++)                                              \
+                for (int64_t g1 = 0; g1 < G1; g1++)                                          \
+                    for (int64_t g2 = 0; g2 < G2; g2++, dyp++) {                             \
+                        int64_t lo0, hi0, lo1, hi1, lo2, hi2;                                \
+                        kiln_window_taps(w, 0, g0, &lo0, &hi0);                              \
+                        kiln_window_taps(w, 1, g1, &lo1, &hi1);                              \
+                        kiln_window_taps(w, 2, g2, &lo2, &hi2);                              \
+                        int64_t count = (hi0 - lo0) * (hi1 - lo1) * (hi2 - lo2);             \
+                        if (include_pad)                                                     \
+                            count = taps_in_padded(w, 0, g0) * taps_in_padded(w, 1, g1) *    \
+                                    taps_in_padded(w, 2, g2);                                \
+                        if (!count) continue;                                                \
+                        const T share = (T)(*dyp / (double)count);                           \
+                        const int64_t b0 = g0 * w->s[0] - w->pb[0];                          \
+                        const int64_t b1 = g1 * w->s[1] - w->pb[1];                          \
+                        const int64_t b2 = g2 * w->s[2] - w->pb[2];                          \
+                        for (int64_t j0 = lo0; j0 < hi0; j0++)                               \
+                            for (int64_t j1 = lo1; j1 < hi1; j1++) {                         \
+                                const int64_t row =                                          \
+                                    ((b0 + j0 * w->d[0]) * I1 + b1 + j1 * w->d[1]) * I2 + b2;\
+                                for (int64_t j2 = lo2; j2 < hi2; j2++)                       \
+                                    dxp[row + j2 * w->d[2]] += share;                        \
+                            }                                                                \
+                    }                                                                        \
+        }                                                                                    \
+    }
+
+DEFINE_AVGPOOL_GRAD(avgpool_grad_f32, float)
+DEFINE_AVGPOOL_GRAD(avgpool_grad_f64, double)
+
+static kiln_status grad_infer(kiln_op_ctx *c) {
+    kiln_window w;
+    return kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
+}
+
+static size_t grad_workspace(const kiln_op_ctx *c) {
+    return kiln_stage_size(c->in[0]) + kiln_stage_size(c->out[0]);
+}
+
+static kiln_status grad_forward(kiln_op_ctx *c) {
+    kiln_window w;
+    kiln_status st = kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
+    if (st != KILN_OK) return st;
+    const kiln_tensor *x = c->in[1];
+    char *ws = c->workspace;
+    const void *dY = kiln_stage_in(c->in[0], &ws);  // (N*C, O...)
+    void *dX = kiln_stage_out(c->out[0], &ws);      // (N*C, D...)
+    const bool include_pad = kiln_attr_int(c->node, "count_include_pad", 0) != 0;
+    const int64_t NC = x->dims[0] * x->dims[1];
+    if (x->dtype == KILN_F64) avgpool_grad_f64(&w, NC, dY, dX, include_pad);
+    else avgpool_grad_f32(&w, NC, dY, dX, include_pad);
+    kiln_stage_finish(c->out[0], dX);
     return KILN_OK;
 }
 
@@ -261,6 +339,31 @@ static int test(void) {
                              "count_include_pad=1",
                              1, in, 1, want, 0, 0, "averagepool empty window count_include_pad");
     }
+    /* Gradient rule against finite differences. */
+    static const struct {
+        const char *label, *attrs;
+        int ndim;
+        int64_t dims[5];
+    } gc[] = {
+        {"averagepool grad pads count_include_pad=0",
+         "kernel_shape=[3,2];strides=[1,2];pads=[1,0,2,1];count_include_pad=0", 4, {2, 2, 4, 5}},
+        {"averagepool grad pads count_include_pad=1",
+         "kernel_shape=[3,2];strides=[1,2];pads=[1,0,2,1];count_include_pad=1", 4, {2, 2, 4, 5}},
+        {"averagepool grad ceil_mode count_include_pad=1",
+         "kernel_shape=[2,3];strides=[2,2];pads=[1,0,0,1];ceil_mode=1;count_include_pad=1", 4,
+         {1, 2, 6, 6}},
+        {"averagepool grad ceil_mode count_include_pad=0",
+         "kernel_shape=[2,3];strides=[2,2];ceil_mode=1", 4, {1, 2, 5, 6}},
+        {"averagepool grad 1-D SAME_LOWER", "kernel_shape=[3];strides=[2];auto_pad=SAME_LOWER", 3,
+         {2, 2, 8}},
+        {"averagepool grad 3-D dilations",
+         "kernel_shape=[2,2,2];dilations=[1,2,1];pads=[0,1,1,1,0,0]", 5, {1, 2, 3, 4, 3}},
+    };
+    for (size_t i = 0; i < sizeof gc / sizeof gc[0]; i++) {
+        kiln_tensor *x = kt_rand(KILN_F64, gc[i].ndim, gc[i].dims, -1, 1, 900 + i);
+        fails += kiln_gradcheck("AveragePool", gc[i].attrs, 0, 1, &x, NULL, gc[i].label);
+    }
+
     /* errors */
     kiln_tensor *in[1];
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL);
@@ -281,5 +384,44 @@ static int test(void) {
 const kiln_op_def kiln_op_average_pool = {
     .name = "AveragePool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
-    .test = test,
+    .test = test, .grad = grad,
+};
+
+/* AveragePoolGrad; expected values from a direct numpy loop over the windows, adding
+ * dY / divisor to each tap inside X (divisor: taps inside X, or with count_include_pad taps
+ * inside the padded input). */
+static int test_grad(void) {
+    int fails = 0;
+    static const double dy[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), dy),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL)};
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3),
+                                KT_VALS(0.25, 0.75, 2, 1.25, 3, 6.25, 4.5, 9.75, 17.25));
+    fails += kiln_optest("AveragePoolGrad", "kernel_shape=[2,2];pads=[0,0,1,1]", 2, in, 1, &want,
+                         1e-6, 1e-6, "averagepool dX end pads count_include_pad=0");
+    in[0] = kt_make(KILN_F64, 4, KT_DIMS(1, 1, 3, 3), dy);
+    in[1] = kt_make(KILN_F64, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    want = kt_make(KILN_F64, 4, KT_DIMS(1, 1, 3, 3),
+                   KT_VALS(0.25, 0.75, 1.25, 1.25, 3, 4, 2.75, 6, 7));
+    fails += kiln_optest("AveragePoolGrad", "kernel_shape=[2,2];pads=[0,0,1,1];count_include_pad=1",
+                         2, in, 1, &want, 1e-12, 0, "averagepool dX end pads count_include_pad=1");
+    /* ceil_mode: the last window reaches past the input and its (zero) end pad, so it
+     * counts its one tap inside even with count_include_pad */
+    in[0] = kt_make(KILN_F16, 3, KT_DIMS(1, 1, 3), KT_VALS(1, 2, 3));
+    in[1] = kt_make(KILN_F16, 3, KT_DIMS(1, 1, 5), NULL);
+    want = kt_make(KILN_F16, 3, KT_DIMS(1, 1, 5), KT_VALS(0.5, 0.5, 1, 1, 3));
+    fails += kiln_optest("AveragePoolGrad",
+                         "kernel_shape=[2];strides=[2];ceil_mode=1;count_include_pad=1", 2, in, 1,
+                         &want, 0, 0, "averagepool dX ceil_mode f16");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    fails += kiln_optest_fails("AveragePoolGrad", "kernel_shape=[2,2]", 2, in, 1, KILN_ERR_SHAPE,
+                               "averagepool dX with dY of the wrong shape");
+    return fails;
+}
+
+const kiln_op_def kiln_op_average_pool_grad = {
+    .name = "AveragePoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2,
+    .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = grad_infer,
+    .cpu_forward = grad_forward, .cpu_workspace = grad_workspace, .test = test_grad,
 };

@@ -372,7 +372,7 @@ static int test_grad(void) {
 
 const kiln_op_def kiln_op_batch_normalization = {
     .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5,
-    .min_outputs = 1, .max_outputs = 5, .nondiff_inputs = (1u << 3) | (1u << 4),
+    .min_outputs = 1, .max_outputs = 5,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 

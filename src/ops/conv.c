@@ -7,30 +7,31 @@
  *   f32 in the workspace, computed there and rounded back.
  * Method: for each image n and group g, im2col of X[n, g] into the workspace, then
  *   Y[n, g] (Mg, O) = W[g] (Mg, Cg*K) @ col (Cg*K, O), with Y pre-filled by the bias.
- *   1x1 kernels with unit strides and no pads use X[n, g] as col directly. When one product
- *   is too small for OpenBLAS to thread (depthwise, small images), the (n, g) jobs run in
- *   parallel with OpenMP, each thread with its own col buffer; otherwise they run in turn
- *   and OpenBLAS threads each product.
+ *   1x1 kernels with unit strides and no pads use X[n, g] as col directly. The (n, g) jobs
+ *   run side by side with OpenMP, each thread with its own col buffer, unless a few big
+ *   products are better split one after the other (conv_common's img2grid and
+ *   kiln_gemm_job_threads).
+ * Gradient (internal ops in domain "kiln", same attributes, same threading policy):
+ *   ConvGradInput(dY, W, X) -> dX: col2im(W[g]^T @ dY[n, g]) per image and group;
+ *   ConvGradWeight(X, dY, W) -> dW: sum over n of dY[n, g] @ im2col(X[n, g])^T, the batch
+ *   accumulated by the gemm (per-thread partial sums when products run side by side);
+ *   ConvGradBias(dY) -> dB: dY summed over all dims but 1 (also ConvTranspose's).
+ *   X and W are read for their shapes only where their values are not needed.
  */
 #include "../core/optest.h"
 #include "conv_common.h"
 
-#include <omp.h>
 #include <stdio.h>
 
 typedef struct conv_shape {
-    kiln_window w;
+    kiln_conv_geom g; /* img: X, grid: Y, ci = C/group, cg = M/group */
     int64_t N, C, M, G, Cg, Mg;
-    int64_t K;  /* kernel elements per channel (K1*...*Kk) */
-    int64_t I;  /* image elements per channel */
-    int64_t O;  /* output elements per channel */
 } conv_shape;
 
-/* Validate inputs and attributes and compute the geometry. Used by infer, workspace sizing
- * and forward, so all three agree. */
-static kiln_status conv_shape_get(kiln_op_ctx *c, conv_shape *s) {
-    const kiln_tensor *x = c->in[0], *w = c->in[1];
-    const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL;
+/* Validate X, W, B (B may be NULL) and the attributes and compute the geometry. Used by
+ * infer, workspace sizing and forward of Conv and of its gradient ops, so all agree. */
+static kiln_status conv_shape_get(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                                  const kiln_tensor *b, conv_shape *s) {
     char xs[128], ws[128];
     KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
                   "X dtype %s is not supported (float dtypes only)", kiln_dtype_name(x->dtype));
@@ -61,84 +62,213 @@ static kiln_status conv_shape_get(kiln_op_ctx *c, conv_shape *s) {
                   (long long)s->M);
     KILN_OP_CHECK(c, !b || (b->ndim == 1 && b->dims[0] == s->M), KILN_ERR_SHAPE,
                   "B must have shape (%lld), one value per output channel", (long long)s->M);
-    kiln_status st = kiln_window_forward(c, x, w->dims + 2, false, &s->w);
+    kiln_status st = kiln_window_forward(c, x, w->dims + 2, false, &s->g.w);
     if (st != KILN_OK) return st;
     s->Cg = s->C / s->G;
     s->Mg = s->M / s->G;
-    s->K = s->w.k[0] * s->w.k[1] * s->w.k[2];
-    s->I = s->w.img[0] * s->w.img[1] * s->w.img[2];
-    s->O = s->w.grid[0] * s->w.grid[1] * s->w.grid[2];
-    KILN_OP_CHECK(c, kiln_blas_fits(s->Mg) && kiln_blas_fits(s->O) &&
-                         kiln_blas_fits(s->Cg * s->K),
+    s->g.N = s->N;
+    s->g.G = s->G;
+    s->g.ci = s->Cg;
+    s->g.cg = s->Mg;
+    kiln_conv_geom_finish(&s->g);
+    KILN_OP_CHECK(c, kiln_blas_fits(s->Mg) && kiln_blas_fits(s->g.grid_n) &&
+                         kiln_blas_fits(s->Cg * s->g.K),
                   KILN_ERR_UNSUPPORTED, "products of (%lld, %lld, %lld) exceed the BLAS int range",
-                  (long long)s->Mg, (long long)s->O, (long long)(s->Cg * s->K));
+                  (long long)s->Mg, (long long)s->g.grid_n, (long long)(s->Cg * s->g.K));
     return KILN_OK;
+}
+
+/* Y's dims (N, M, O1..Ok) for the geometry. */
+static void y_dims(const conv_shape *s, int64_t *dims) {
+    dims[0] = s->N;
+    dims[1] = s->M;
+    for (int i = 0; i < s->g.w.nd; i++) dims[2 + i] = s->g.w.grid[KILN_WIN_SLOT(&s->g.w, i)];
 }
 
 static kiln_status infer(kiln_op_ctx *c) {
     conv_shape s;
-    kiln_status st = conv_shape_get(c, &s);
+    kiln_status st = conv_shape_get(c, c->in[0], c->in[1], c->n_in > 2 ? c->in[2] : NULL, &s);
     if (st != KILN_OK) return st;
-    int64_t dims[KILN_MAX_DIMS] = {s.N, s.M};
-    for (int i = 0; i < s.w.nd; i++) dims[2 + i] = s.w.grid[KILN_WIN_SLOT(&s.w, i)];
+    int64_t dims[KILN_MAX_DIMS];
+    y_dims(&s, dims);
     kiln_tensor_set_shape(c->out[0], c->in[0]->dtype, c->in[0]->ndim, dims);
     return KILN_OK;
-}
-
-/* Bytes of one col buffer (0 when im2col is skipped). */
-static size_t col_bytes(const conv_shape *s, bool dbl) {
-    if (kiln_window_is_identity(&s->w)) return 0;
-    return kiln_align64((size_t)(s->Cg * s->K * s->O) * (dbl ? sizeof(double) : sizeof(float)));
 }
 
 static size_t workspace(const kiln_op_ctx *c) {
     kiln_op_ctx tmp = *c;
     conv_shape s;
-    if (conv_shape_get(&tmp, &s) != KILN_OK) return 0;
-    bool dbl = c->in[0]->dtype == KILN_F64;
-    int nt = kiln_gemm_job_threads(s.N * s.G, s.Mg, s.O, s.Cg * s.K);
-    size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) +
-                   (c->n_in > 2 ? kiln_stage_size(c->in[2]) : 0) + kiln_stage_size(c->out[0]);
-    return stage + (size_t)nt * col_bytes(&s, dbl);
+    const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL;
+    if (conv_shape_get(&tmp, c->in[0], c->in[1], b, &s) != KILN_OK) return 0;
+    size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) + kiln_stage_size(b) +
+                   kiln_stage_size(c->out[0]);
+    return stage + kiln_conv_workspace(KILN_CONV_IMG2GRID, c->in[0]->dtype == KILN_F64, &s.g);
+}
+
+static size_t ws_left(const kiln_op_ctx *c, const char *ws) {
+    return c->workspace_size - (size_t)(ws - (char *)c->workspace);
 }
 
 static kiln_status forward(kiln_op_ctx *c) {
     conv_shape s;
-    kiln_status st = conv_shape_get(c, &s);
+    const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL;
+    kiln_status st = conv_shape_get(c, c->in[0], c->in[1], b, &s);
     if (st != KILN_OK) return st;
-    const bool dbl = c->in[0]->dtype == KILN_F64;
-    const size_t esz = dbl ? sizeof(double) : sizeof(float);
     char *ws = c->workspace;
-    const char *X = kiln_stage_in(c->in[0], &ws);                        // (N, C, I)
-    const char *W = kiln_stage_in(c->in[1], &ws);                        // (M, Cg, K)
-    const char *B = kiln_stage_in(c->n_in > 2 ? c->in[2] : NULL, &ws);   // (M) or NULL
-    char *Y = kiln_stage_out(c->out[0], &ws);                            // (N, M, O)
-    char *col = ws;                                                      // nt x (Cg*K, O)
-    const size_t cb = col_bytes(&s, dbl);
-    const size_t left = c->workspace_size - (size_t)(ws - (char *)c->workspace);
-    int nt = kiln_gemm_job_threads(s.N * s.G, s.Mg, s.O, s.Cg * s.K);
-    if (cb && (size_t)nt > left / cb) nt = (int)(left / cb);
-    if (cb && nt < 1)
+    const void *X = kiln_stage_in(c->in[0], &ws);  // (N, C, I)
+    const void *W = kiln_stage_in(c->in[1], &ws);  // (M, Cg, K)
+    const void *B = kiln_stage_in(b, &ws);         // (M) or NULL
+    void *Y = kiln_stage_out(c->out[0], &ws);      // (N, M, O)
+    if (!kiln_conv_img2grid(c->in[0]->dtype == KILN_F64, &s.g, W, X, B, Y, ws, ws_left(c, ws)))
         return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small",
                             c->workspace_size);
-    const int64_t jobs = s.N * s.G, CgK = s.Cg * s.K;
-
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t j = 0; j < jobs; j++) {
-        const int64_t n = j / s.G, g = j % s.G;
-        const char *xg = X + (size_t)((n * s.C + g * s.Cg) * s.I) * esz;  // (Cg, I)
-        char *yg = Y + (size_t)((n * s.M + g * s.Mg) * s.O) * esz;        // (Mg, O)
-        const void *src = xg;
-        if (cb) {
-            char *mycol = col + (size_t)omp_get_thread_num() * cb;
-            kiln_im2col(dbl, &s.w, s.Cg, xg, mycol);
-            src = mycol;
-        }
-        if (B) kiln_fill_rows(dbl, yg, s.Mg, s.O, B + (size_t)(g * s.Mg) * esz);
-        kiln_gemm(dbl, false, false, s.Mg, s.O, CgK, 1.0, W + (size_t)(g * s.Mg * CgK) * esz,
-                  CgK, src, s.O, B ? 1.0 : 0.0, yg, s.O);
-    }
     kiln_stage_finish(c->out[0], Y);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ gradient */
+
+/* dL/dX = kiln.ConvGradInput(dY, W, X), dL/dW = kiln.ConvGradWeight(X, dY, W), dL/dB =
+ * kiln.ConvGradBias(dY); the grad ops carry Conv's attributes and read only the shape of
+ * their last input. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    const int x = KILN_GRAD_IN(g, 0), w = KILN_GRAD_IN(g, 1), dy = g->dy[0];
+    if (g->need[0]) {
+        g->dx[0] = kiln_grad_emit(g, "kiln", "ConvGradInput", 3, (int[]){dy, w, x}, 1, NULL,
+                                  true, NULL);
+        if (g->dx[0] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (g->need[1]) {
+        g->dx[1] = kiln_grad_emit(g, "kiln", "ConvGradWeight", 3, (int[]){x, dy, w}, 1, NULL,
+                                  true, NULL);
+        if (g->dx[1] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (KILN_GRAD_NODE(g)->n_in > 2 && g->need[2]) {
+        g->dx[2] = kiln_grad_emit(g, "kiln", "ConvGradBias", 1, &dy, 1, NULL, false, NULL);
+        if (g->dx[2] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    return KILN_OK;
+}
+
+/* The geometry of a grad op from X and W (whichever are inputs), checking that dY has the
+ * shape and dtype Conv gives Y. */
+static kiln_status grad_shape_get(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                                  const kiln_tensor *dy, conv_shape *s) {
+    kiln_status st = conv_shape_get(c, x, w, NULL, s);
+    if (st != KILN_OK) return st;
+    int64_t dims[KILN_MAX_DIMS];
+    y_dims(s, dims);
+    KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY must have X's dtype %s",
+                  kiln_dtype_name(x->dtype));
+    bool same = dy->ndim == x->ndim;
+    for (int i = 0; same && i < dy->ndim; i++) same = dy->dims[i] == dims[i];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have Conv's output shape");
+    return KILN_OK;
+}
+
+/* kiln.ConvGradInput(dY, W, X) -> dX: col2im(W^T @ dY) per image and group. */
+static kiln_status gi_infer(kiln_op_ctx *c) {
+    conv_shape s;
+    kiln_status st = grad_shape_get(c, c->in[2], c->in[1], c->in[0], &s);
+    if (st != KILN_OK) return st;
+    kiln_tensor_set_shape(c->out[0], c->in[2]->dtype, c->in[2]->ndim, c->in[2]->dims);
+    return KILN_OK;
+}
+
+static size_t gi_workspace(const kiln_op_ctx *c) {
+    kiln_op_ctx tmp = *c;
+    conv_shape s;
+    if (grad_shape_get(&tmp, c->in[2], c->in[1], c->in[0], &s) != KILN_OK) return 0;
+    size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) +
+                   kiln_stage_size(c->out[0]);
+    return stage + kiln_conv_workspace(KILN_CONV_GRID2IMG, c->in[0]->dtype == KILN_F64, &s.g);
+}
+
+static kiln_status gi_forward(kiln_op_ctx *c) {
+    conv_shape s;
+    kiln_status st = grad_shape_get(c, c->in[2], c->in[1], c->in[0], &s);
+    if (st != KILN_OK) return st;
+    char *ws = c->workspace;
+    const void *dY = kiln_stage_in(c->in[0], &ws);  // (N, M, O)
+    const void *W = kiln_stage_in(c->in[1], &ws);   // (M, Cg, K)
+    void *dX = kiln_stage_out(c->out[0], &ws);      // (N, C, I)
+    if (!kiln_conv_grid2img(c->in[0]->dtype == KILN_F64, &s.g, W, dY, NULL, dX, ws,
+                            ws_left(c, ws)))
+        return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small",
+                            c->workspace_size);
+    kiln_stage_finish(c->out[0], dX);
+    return KILN_OK;
+}
+
+/* kiln.ConvGradWeight(X, dY, W) -> dW: sum over images of dY @ im2col(X)^T per group. */
+static kiln_status gw_infer(kiln_op_ctx *c) {
+    conv_shape s;
+    kiln_status st = grad_shape_get(c, c->in[0], c->in[2], c->in[1], &s);
+    if (st != KILN_OK) return st;
+    kiln_tensor_set_shape(c->out[0], c->in[2]->dtype, c->in[2]->ndim, c->in[2]->dims);
+    return KILN_OK;
+}
+
+static size_t gw_workspace(const kiln_op_ctx *c) {
+    kiln_op_ctx tmp = *c;
+    conv_shape s;
+    if (grad_shape_get(&tmp, c->in[0], c->in[2], c->in[1], &s) != KILN_OK) return 0;
+    size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) +
+                   kiln_stage_size(c->out[0]);
+    return stage + kiln_conv_workspace(KILN_CONV_WGRAD, c->in[0]->dtype == KILN_F64, &s.g);
+}
+
+static kiln_status gw_forward(kiln_op_ctx *c) {
+    conv_shape s;
+    kiln_status st = grad_shape_get(c, c->in[0], c->in[2], c->in[1], &s);
+    if (st != KILN_OK) return st;
+    char *ws = c->workspace;
+    const void *X = kiln_stage_in(c->in[0], &ws);   // (N, C, I)
+    const void *dY = kiln_stage_in(c->in[1], &ws);  // (N, M, O)
+    void *dW = kiln_stage_out(c->out[0], &ws);      // (M, Cg, K)
+    if (!kiln_conv_weight_grad(c->in[0]->dtype == KILN_F64, &s.g, dY, X, dW, ws,
+                               ws_left(c, ws)))
+        return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small",
+                            c->workspace_size);
+    kiln_stage_finish(c->out[0], dW);
+    return KILN_OK;
+}
+
+/* kiln.ConvGradBias(dY) -> dB (M): dY (N, M, spatial...) summed over all dims but 1, in
+ * double. Also the bias gradient of ConvTranspose. */
+static kiln_status gb_infer(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(dy->dtype), KILN_ERR_TYPE,
+                  "dY dtype %s is not supported (float dtypes only)", kiln_dtype_name(dy->dtype));
+    KILN_OP_CHECK(c, dy->ndim >= 2, KILN_ERR_SHAPE, "dY must have rank >= 2 (N, M, ...)");
+    kiln_tensor_set_shape(c->out[0], dy->dtype, 1, &dy->dims[1]);
+    return KILN_OK;
+}
+
+static kiln_status gb_forward(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    const int64_t N = dy->dims[0], M = dy->dims[1];
+    const int64_t O = N > 0 && M > 0 ? kiln_tensor_numel(dy) / (N * M) : 0;
+#pragma omp parallel for schedule(static) if (N * M * O > 65536)
+    for (int64_t m = 0; m < M; m++) {
+        /* four running sums, so the f32 loop need not wait on one double add per element */
+        double sum[4] = {0, 0, 0, 0};
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t base = (n * M + m) * O;
+            if (dy->dtype == KILN_F32) {
+                const float *p = (const float *)dy->data + base;
+                int64_t o = 0;
+                for (; o + 4 <= O; o += 4)
+                    for (int k = 0; k < 4; k++) sum[k] += p[o + k];
+                for (; o < O; o++) sum[0] += p[o];
+            } else if (dy->dtype == KILN_F64) {
+                for (int64_t o = 0; o < O; o++) sum[o & 3] += ((const double *)dy->data)[base + o];
+            } else {
+                for (int64_t o = 0; o < O; o++) sum[o & 3] += kiln_get_f64(dy, base + o);
+            }
+        }
+        kiln_set_f64(c->out[0], m, (sum[0] + sum[1]) + (sum[2] + sum[3]));
+    }
     return KILN_OK;
 }
 
@@ -152,24 +282,24 @@ typedef struct rand_conv {
     bool bias;
 } rand_conv;
 
-/* The oracle for the BLAS path: a direct loop over outputs, input channels and kernel
- * taps in double. x (N,C,in...), w (M,C/G,k...), b (M) or NULL. */
-static kiln_tensor *direct(const rand_conv *p, const int64_t *out, const kiln_tensor *x,
-                           const kiln_tensor *w, const kiln_tensor *b) {
+/* The oracle for the BLAS paths: a direct loop over outputs, input channels and kernel
+ * taps in double. x (N,C,in...), w (M,C/G,k...), b (M) or NULL. Computes y (when non-NULL)
+ * and, from dy (when non-NULL), dx and dw (zeroed tensors shaped like x and w). */
+static void oracle(const rand_conv *p, const int64_t *out, const kiln_tensor *x,
+                   const kiln_tensor *w, const kiln_tensor *b, kiln_tensor *y,
+                   const kiln_tensor *dy, kiln_tensor *dx, kiln_tensor *dw) {
     const int nd = p->nd;
-    int64_t ydims[5] = {p->N, p->M}, O = 1, K = 1;
+    int64_t O = 1, K = 1;
     for (int i = 0; i < nd; i++) {
-        ydims[2 + i] = out[i];
         O *= out[i];
         K *= p->k[i];
     }
-    kiln_tensor *y = kt_make(KILN_F32, 2 + nd, ydims, NULL);
-    if (!y) return NULL;
     const int64_t Cg = p->C / p->G, Mg = p->M / p->G;
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t m = 0; m < p->M; m++)
             for (int64_t o = 0; o < O; o++) {
-                double acc = b ? kiln_get_f64(b, m) : 0;
+                const int64_t yi = (n * p->M + m) * O + o;
+                double acc = b ? kiln_get_f64(b, m) : 0, g = dy ? kiln_get_f64(dy, yi) : 0;
                 for (int64_t cc = 0; cc < Cg; cc++)
                     for (int64_t kk = 0; kk < K; kk++) {
                         /* Unravel o and kk over the nd dims (last fastest). */
@@ -190,35 +320,93 @@ static kiln_tensor *direct(const rand_conv *p, const int64_t *out, const kiln_te
                             xi = xi * p->in[i] + at;
                             wi = wi * p->k[i] + tap[i];
                         }
-                        if (inside) acc += kiln_get_f64(x, xi) * kiln_get_f64(w, wi);
+                        if (!inside) continue;
+                        const double xv = kiln_get_f64(x, xi), wv = kiln_get_f64(w, wi);
+                        acc += xv * wv;
+                        if (dx) kiln_set_f64(dx, xi, kiln_get_f64(dx, xi) + g * wv);
+                        if (dw) kiln_set_f64(dw, wi, kiln_get_f64(dw, wi) + g * xv);
                     }
-                kiln_set_f64(y, (n * p->M + m) * O + o, acc);
+                if (y) kiln_set_f64(y, yi, acc);
             }
-    return y;
+}
+
+/* Attribute text, X / W / Y dims and the kernel size of a random case. */
+static void case_setup(const rand_conv *p, char *attrs, size_t size, int64_t *xd, int64_t *wd,
+                       int64_t *yd, int64_t *K) {
+    const int nd = p->nd;
+    snprintf(attrs, size, "group=%lld", (long long)p->G);
+    kiln_attr_text_ints(attrs, size, "strides", nd, p->s, NULL, 1);
+    kiln_attr_text_ints(attrs, size, "dilations", nd, p->d, NULL, 1);
+    kiln_attr_text_ints(attrs, size, "pads", nd, p->pb, p->pe, 0);
+    xd[0] = yd[0] = p->N;
+    xd[1] = p->C;
+    wd[0] = yd[1] = p->M;
+    wd[1] = p->C / p->G;
+    *K = p->C / p->G;
+    for (int i = 0; i < nd; i++) {
+        int64_t s = p->s[i] ? p->s[i] : 1, d = p->d[i] ? p->d[i] : 1;
+        yd[2 + i] = (p->in[i] + p->pb[i] + p->pe[i] - ((p->k[i] - 1) * d + 1)) / s + 1;
+        xd[2 + i] = p->in[i];
+        wd[2 + i] = p->k[i];
+        *K *= p->k[i];
+    }
 }
 
 static int random_case(const char *label, const rand_conv *p, uint64_t seed) {
     const int nd = p->nd;
     char attrs[256];
-    snprintf(attrs, sizeof attrs, "group=%lld", (long long)p->G);
-    kiln_attr_text_ints(attrs, sizeof attrs, "strides", nd, p->s, NULL, 1);
-    kiln_attr_text_ints(attrs, sizeof attrs, "dilations", nd, p->d, NULL, 1);
-    kiln_attr_text_ints(attrs, sizeof attrs, "pads", nd, p->pb, p->pe, 0);
-    int64_t xd[5] = {p->N, p->C}, wd[5] = {p->M, p->C / p->G}, out[3], K = p->C / p->G;
-    for (int i = 0; i < nd; i++) {
-        int64_t s = p->s[i] ? p->s[i] : 1, d = p->d[i] ? p->d[i] : 1;
-        out[i] = (p->in[i] + p->pb[i] + p->pe[i] - ((p->k[i] - 1) * d + 1)) / s + 1;
-        xd[2 + i] = p->in[i];
-        wd[2 + i] = p->k[i];
-        K *= p->k[i];
-    }
+    int64_t xd[5], wd[5], yd[5], K;
+    case_setup(p, attrs, sizeof attrs, xd, wd, yd, &K);
     kiln_tensor *in[3] = {kt_rand(KILN_F32, 2 + nd, xd, -1, 1, seed),
                           kt_rand(KILN_F32, 2 + nd, wd, -1, 1, seed + 1),
                           p->bias ? kt_rand(KILN_F32, 1, KT_DIMS(p->M), -1, 1, seed + 2)
                                   : NULL};
-    kiln_tensor *want = direct(p, out, in[0], in[1], in[2]);
+    kiln_tensor *want = kt_make(KILN_F32, 2 + nd, yd, NULL);
+    if (want) oracle(p, yd + 2, in[0], in[1], in[2], want, NULL, NULL, NULL);
     /* f32 sums of K products of values in [-1, 1): error grows like sqrt(K) ulps. */
     return kiln_optest("Conv", attrs, 3, in, 1, &want, 1e-6 * (double)K, 1e-5, label);
+}
+
+/* ConvGradInput (which 0) or ConvGradWeight (which 1) in f32 against the oracle. */
+static int random_grad_case(const char *label, const rand_conv *p, int which, uint64_t seed) {
+    const int nd = p->nd;
+    char attrs[256];
+    int64_t xd[5], wd[5], yd[5], K;
+    case_setup(p, attrs, sizeof attrs, xd, wd, yd, &K);
+    kiln_tensor *x = kt_rand(KILN_F32, 2 + nd, xd, -1, 1, seed);
+    kiln_tensor *w = kt_rand(KILN_F32, 2 + nd, wd, -1, 1, seed + 1);
+    kiln_tensor *dy = kt_rand(KILN_F32, 2 + nd, yd, -1, 1, seed + 2);
+    kiln_tensor *want = which ? kt_make(KILN_F32, 2 + nd, wd, NULL)
+                              : kt_make(KILN_F32, 2 + nd, xd, NULL);
+    if (x && w && dy && want)
+        oracle(p, yd + 2, x, w, NULL, NULL, dy, which ? NULL : want, which ? want : NULL);
+    /* dX sums up to M/G*K products, dW N*O of them */
+    double terms = which ? (double)kiln_tensor_numel(dy) / (double)p->M
+                         : (double)(p->M / p->G * K / (p->C / p->G));
+    if (which)
+        return kiln_optest("ConvGradWeight", attrs, 3, (kiln_tensor *[]){x, dy, w}, 1, &want,
+                           1e-6 * terms, 1e-5, label);
+    return kiln_optest("ConvGradInput", attrs, 3, (kiln_tensor *[]){dy, w, x}, 1, &want,
+                       1e-6 * terms, 1e-5, label);
+}
+
+/* Finite-difference check of Conv's gradient rule (f64) on a random case. */
+static int gradcheck_case(const char *label, const rand_conv *p, const char *extra,
+                          uint64_t seed) {
+    const int nd = p->nd;
+    char attrs[300];
+    int64_t xd[5], wd[5], yd[5], K;
+    case_setup(p, attrs, sizeof attrs, xd, wd, yd, &K);
+    if (extra) {
+        /* auto_pad cases: the explicit pads are dropped (they may not be combined) */
+        snprintf(attrs, sizeof attrs, "group=%lld;%s", (long long)p->G, extra);
+        kiln_attr_text_ints(attrs, sizeof attrs, "strides", nd, p->s, NULL, 1);
+    }
+    kiln_tensor *in[3] = {kt_rand(KILN_F64, 2 + nd, xd, -1, 1, seed),
+                          kt_rand(KILN_F64, 2 + nd, wd, -1, 1, seed + 1),
+                          p->bias ? kt_rand(KILN_F64, 1, KT_DIMS(p->M), -1, 1, seed + 2)
+                                  : NULL};
+    return kiln_gradcheck("Conv", attrs, 0, 3, in, NULL, label);
 }
 
 static int test(void) {
@@ -350,9 +538,9 @@ static int test(void) {
                          &(rand_conv){.nd = 2, .N = 2, .C = 8, .M = 8, .G = 8, .in = {12, 10},
                                       .k = {3, 3}, .pb = {1, 1}, .pe = {1, 1}, .bias = true},
                          21);
-    /* One product big enough for OpenBLAS to thread it: jobs run in turn. */
+    /* Three big products: on two threads they run in turn, each split by kiln_gemm. */
     fails += random_case("conv random large",
-                         &(rand_conv){.nd = 2, .N = 2, .C = 16, .M = 32, .G = 1, .in = {32, 32},
+                         &(rand_conv){.nd = 2, .N = 3, .C = 16, .M = 32, .G = 1, .in = {32, 32},
                                       .k = {3, 3}, .pb = {1, 1}, .pe = {1, 1}},
                          31);
     fails += random_case("conv random 1x1 (no im2col)",
@@ -369,6 +557,46 @@ static int test(void) {
                                       .k = {2, 3, 2}, .s = {2, 1, 1}, .d = {1, 2, 1},
                                       .pb = {1, 0, 1}, .bias = true},
                          61);
+
+    /* Gradient rule against finite differences: every input, assorted geometries. */
+    fails += gradcheck_case("conv grad 2-D grouped, strides, dilations, asymmetric pads, bias",
+                            &(rand_conv){.nd = 2, .N = 2, .C = 4, .M = 4, .G = 2, .in = {5, 6},
+                                         .k = {3, 2}, .s = {2, 1}, .d = {1, 2}, .pb = {1, 0},
+                                         .pe = {0, 1}, .bias = true},
+                            NULL, 71);
+    fails += gradcheck_case("conv grad 1-D strides, dilations, pads, no bias",
+                            &(rand_conv){.nd = 1, .N = 2, .C = 3, .M = 2, .G = 1, .in = {11},
+                                         .k = {3}, .s = {2}, .d = {2}, .pb = {2}, .pe = {1}},
+                            NULL, 72);
+    fails += gradcheck_case("conv grad depthwise 3x3 pads 1, bias",
+                            &(rand_conv){.nd = 2, .N = 2, .C = 3, .M = 3, .G = 3, .in = {5, 4},
+                                         .k = {3, 3}, .pb = {1, 1}, .pe = {1, 1}, .bias = true},
+                            NULL, 73);
+    fails += gradcheck_case("conv grad depthwise multiplier 2 (M = 2C), strides 2",
+                            &(rand_conv){.nd = 2, .N = 1, .C = 2, .M = 4, .G = 2, .in = {6, 5},
+                                         .k = {2, 2}, .s = {2, 2}, .bias = true},
+                            NULL, 74);
+    fails += gradcheck_case("conv grad SAME_UPPER strides 2",
+                            &(rand_conv){.nd = 2, .N = 1, .C = 2, .M = 3, .G = 1, .in = {5, 6},
+                                         .k = {3, 2}, .s = {2, 2}, .bias = true},
+                            "auto_pad=SAME_UPPER", 75);
+    fails += gradcheck_case("conv grad SAME_LOWER 1-D",
+                            &(rand_conv){.nd = 1, .N = 2, .C = 2, .M = 2, .G = 1, .in = {7},
+                                         .k = {4}, .s = {2}},
+                            "auto_pad=SAME_LOWER", 76);
+    fails += gradcheck_case("conv grad 1x1 (no im2col), bias",
+                            &(rand_conv){.nd = 2, .N = 2, .C = 3, .M = 2, .G = 1, .in = {3, 4},
+                                         .k = {1, 1}, .bias = true},
+                            NULL, 77);
+    fails += gradcheck_case("conv grad 3-D",
+                            &(rand_conv){.nd = 3, .N = 1, .C = 2, .M = 2, .G = 1, .in = {3, 4, 3},
+                                         .k = {2, 2, 2}, .s = {1, 2, 1}, .pb = {1, 0, 0},
+                                         .pe = {0, 1, 1}, .bias = true},
+                            NULL, 78);
+    fails += gradcheck_case("conv grad stride larger than kernel (skipped pixels)",
+                            &(rand_conv){.nd = 2, .N = 1, .C = 2, .M = 2, .G = 1, .in = {7, 7},
+                                         .k = {2, 2}, .s = {3, 3}},
+                            NULL, 79);
 
     /* errors */
     kiln_tensor *in[3];
@@ -407,4 +635,142 @@ static int test(void) {
 const kiln_op_def kiln_op_conv = {
     .name = "Conv", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+    .grad = grad,
+};
+
+/* Tiny cases for the grad ops. Expected values: the 3x3 case by hand (dW[i,j] = sum of
+ * dY * X shifted by (i,j); dX is the full convolution of dY with W), the grouped case with
+ * a direct numpy loop over (n, m, o, c, k) accumulating dY*W into dX and dY*X into dW. */
+#define GX3 KT_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9)
+#define GXG KT_VALS(1, 2, -3, 2, 0, 0, 1, -1, 3, -3, -2, -1, 0, -1, -3, -3, -3, -3, -2, 3, -2, \
+    1, 2, -2, -2, 0, -2, 3, -2, 3, 2, 2, -3, -1, 1, 0, 1, 1, 1, -3, 3, 0, 3, -2, -1, 3, -2, -3)
+#define GWG KT_VALS(-1, 1, -2, 2, -1, -1, 0, 2, 2, 2, -1, -2, 1, 1, 1, -2)
+#define GDYG KT_VALS(-2, 0, -1, 0, 2, -1, 0, -1, -1, 2, -2, -1)
+#define GATTRS "strides=[2,1];pads=[1,0,0,1];group=2"
+
+static int test_grad_input(void) {
+    int fails = 0;
+    kiln_tensor *in[3] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4)),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4)),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), GX3)};
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3),
+                                KT_VALS(1, 4, 4, 6, 20, 16, 9, 24, 16));
+    fails += kiln_optest("ConvGradInput", "", 3, in, 1, &want, 0, 0, "conv dX 3x3 by hand");
+    in[0] = kt_make(KILN_F64, 4, KT_DIMS(1, 2, 2, 3), GDYG);
+    in[1] = kt_make(KILN_F64, 4, KT_DIMS(2, 2, 2, 2), GWG);
+    in[2] = kt_make(KILN_F64, 4, KT_DIMS(1, 4, 4, 3), NULL);
+    want = kt_make(KILN_F64, 4, KT_DIMS(1, 4, 4, 3), KT_VALS(4, -4, 2, 0, -2, 3, 0, -4, 6, 0,
+        0, 0, 0, -4, 0, 0, -2, -1, 0, 0, 4, 0, 0, 0, 0, 1, 3, 4, 0, -6, -2, -2, 5, 0, 0, 0, 0,
+        -1, 1, 2, 0, -3, 2, -6, 3, 0, 0, 0));
+    fails += kiln_optest("ConvGradInput", GATTRS, 3, in, 1, &want, 0, 0,
+                         "conv dX grouped strides pads f64");
+    in[0] = kt_make(KILN_F16, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4));
+    in[1] = kt_make(KILN_F16, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4));
+    in[2] = kt_make(KILN_F16, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    want = kt_make(KILN_F16, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(1, 4, 4, 6, 20, 16, 9, 24, 16));
+    fails += kiln_optest("ConvGradInput", "", 3, in, 1, &want, 0, 0, "conv dX f16");
+    /* BLAS paths against the direct loop: products run side by side (depthwise), in turn
+     * (three big products: in turn on two threads), and without col2im (1x1). */
+    fails += random_grad_case("conv dX random depthwise",
+                              &(rand_conv){.nd = 2, .N = 3, .C = 8, .M = 8, .G = 8,
+                                           .in = {9, 10}, .k = {3, 3}, .s = {2, 1},
+                                           .pb = {1, 1}, .pe = {1, 0}},
+                              0, 81);
+    fails += random_grad_case("conv dX random large",
+                              &(rand_conv){.nd = 2, .N = 3, .C = 32, .M = 64, .G = 1,
+                                           .in = {14, 14}, .k = {3, 3}},
+                              0, 82);
+    fails += random_grad_case("conv dX random 1x1",
+                              &(rand_conv){.nd = 2, .N = 2, .C = 5, .M = 3, .G = 1,
+                                           .in = {4, 6}, .k = {1, 1}},
+                              0, 83);
+    fails += random_grad_case("conv dX random 1-D dilated",
+                              &(rand_conv){.nd = 1, .N = 2, .C = 4, .M = 6, .G = 2,
+                                           .in = {19}, .k = {3}, .s = {2}, .d = {3},
+                                           .pb = {2}, .pe = {1}},
+                              0, 84);
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 2), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    fails += kiln_optest_fails("ConvGradInput", "", 3, in, 1, KILN_ERR_SHAPE,
+                               "conv dX with dY of the wrong shape");
+    return fails;
+}
+
+static int test_grad_weight(void) {
+    int fails = 0;
+    kiln_tensor *in[3] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), GX3),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4)),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL)};
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(37, 47, 67, 77));
+    fails += kiln_optest("ConvGradWeight", "", 3, in, 1, &want, 0, 0, "conv dW 3x3 by hand");
+    in[0] = kt_make(KILN_F64, 4, KT_DIMS(1, 4, 4, 3), GXG);
+    in[1] = kt_make(KILN_F64, 4, KT_DIMS(1, 2, 2, 3), GDYG);
+    in[2] = kt_make(KILN_F64, 4, KT_DIMS(2, 2, 2, 2), NULL);
+    want = kt_make(KILN_F64, 4, KT_DIMS(2, 2, 2, 2),
+                   KT_VALS(0, 0, -4, 2, -3, -6, 11, -2, 7, -10, 5, 12, -12, 6, 9, -3));
+    fails += kiln_optest("ConvGradWeight", GATTRS, 3, in, 1, &want, 0, 0,
+                         "conv dW grouped strides pads f64");
+    in[0] = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 3, 3), GX3);
+    in[1] = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4));
+    in[2] = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    want = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(37, 47, 67, 77));
+    fails += kiln_optest("ConvGradWeight", "", 3, in, 1, &want, 0, 0, "conv dW bf16");
+    /* Accumulation over the batch: per-thread partial sums (small products side by side),
+     * one dW summed in turn (big products), no im2col (1x1), grouped. */
+    fails += random_grad_case("conv dW random batch 16 small products",
+                              &(rand_conv){.nd = 2, .N = 16, .C = 1, .M = 8, .G = 1,
+                                           .in = {10, 10}, .k = {3, 3}},
+                              1, 91);
+    fails += random_grad_case("conv dW random large",
+                              &(rand_conv){.nd = 2, .N = 3, .C = 32, .M = 64, .G = 1,
+                                           .in = {14, 14}, .k = {3, 3}},
+                              1, 92);
+    fails += random_grad_case("conv dW random 1x1",
+                              &(rand_conv){.nd = 2, .N = 3, .C = 5, .M = 3, .G = 1,
+                                           .in = {4, 6}, .k = {1, 1}},
+                              1, 93);
+    fails += random_grad_case("conv dW random depthwise dilated",
+                              &(rand_conv){.nd = 2, .N = 4, .C = 6, .M = 6, .G = 6,
+                                           .in = {9, 8}, .k = {3, 2}, .d = {2, 1},
+                                           .pb = {2, 0}, .pe = {1, 1}},
+                              1, 94);
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    in[1] = kt_make(KILN_F64, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    fails += kiln_optest_fails("ConvGradWeight", "", 3, in, 1, KILN_ERR_TYPE,
+                               "conv dW with dY of another dtype");
+    return fails;
+}
+
+static int test_grad_bias(void) {
+    int fails = 0;
+    kiln_tensor *in[1] = {kt_make(KILN_F32, 4, KT_DIMS(2, 2, 1, 2),
+                                  KT_VALS(1, 2, 3, 4, 5, 6, 7, 8))};
+    kiln_tensor *want = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(14, 22));
+    fails += kiln_optest("ConvGradBias", "", 1, in, 1, &want, 0, 0, "conv dB 2-D");
+    in[0] = kt_make(KILN_F16, 3, KT_DIMS(1, 3, 2), KT_VALS(1, -2, 0.5, 0.25, 3, 3));
+    want = kt_make(KILN_F16, 1, KT_DIMS(3), KT_VALS(-1, 0.75, 6));
+    fails += kiln_optest("ConvGradBias", "", 1, in, 1, &want, 0, 0, "conv dB 1-D f16");
+    in[0] = kt_make(KILN_I32, 3, KT_DIMS(1, 3, 2), NULL);
+    fails += kiln_optest_fails("ConvGradBias", "", 1, in, 1, KILN_ERR_TYPE, "conv dB int32");
+    return fails;
+}
+
+const kiln_op_def kiln_op_conv_grad_input = {
+    .name = "ConvGradInput", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gi_infer,
+    .cpu_forward = gi_forward, .cpu_workspace = gi_workspace, .test = test_grad_input,
+};
+
+const kiln_op_def kiln_op_conv_grad_weight = {
+    .name = "ConvGradWeight", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gw_infer,
+    .cpu_forward = gw_forward, .cpu_workspace = gw_workspace, .test = test_grad_weight,
+};
+
+const kiln_op_def kiln_op_conv_grad_bias = {
+    .name = "ConvGradBias", .domain = "kiln", .min_inputs = 1, .max_inputs = 1,
+    .min_outputs = 1, .max_outputs = 1, .infer = gb_infer, .cpu_forward = gb_forward,
+    .test = test_grad_bias,
 };

@@ -4,6 +4,8 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -135,14 +137,16 @@ static void valid_range(int64_t G, int64_t s, int64_t off, int64_t size, int64_t
 }
 
 /* One template for float and double: the loops are identical, only the element type
- * changes. Rows of col are (c, j0, j1, j2); columns are grid positions (g0, g1, g2). */
+ * changes. Rows of col are (c, j0, j1, j2); columns are grid positions (g0, g1, g2).
+ * Both run on the calling thread: they are called inside the (n, g) jobs' parallel loop,
+ * or between products that kiln_gemm splits over the threads, where many short OpenMP
+ * regions would cost more than they save. */
 #define DEFINE_IM2COL(NAME, T)                                                               \
     static void NAME(const kiln_window *w, int64_t C, const T *img, T *col) {               \
         const int64_t I0 = w->img[0], I1 = w->img[1], I2 = w->img[2];                        \
         const int64_t G0 = w->grid[0], G1 = w->grid[1], G2 = w->grid[2];                     \
         const int64_t K1 = w->k[1], K2 = w->k[2], KK = w->k[0] * K1 * K2;                    \
         const int64_t rows = C * KK, G = G0 * G1 * G2;                                       \
-        _Pragma("omp parallel for schedule(static) if (rows * G > 32768)")                  \
         for (int64_t r = 0; r < rows; r++) {                                                 \
             const int64_t kk = r % KK, j0 = kk / (K1 * K2), j1 = kk / K2 % K1, j2 = kk % K2; \
             const T *src = img + r / KK * I0 * I1 * I2;                                      \
@@ -167,15 +171,13 @@ static void valid_range(int64_t G, int64_t s, int64_t off, int64_t size, int64_t
         }                                                                                    \
     }
 
-/* Scatter-add; parallel over channels, since all rows of one channel touch the same
- * image plane. */
+/* Scatter-add, channel by channel. */
 #define DEFINE_COL2IM(NAME, T)                                                               \
     static void NAME(const kiln_window *w, int64_t C, const T *col, T *img) {               \
         const int64_t I0 = w->img[0], I1 = w->img[1], I2 = w->img[2];                        \
         const int64_t G0 = w->grid[0], G1 = w->grid[1], G2 = w->grid[2];                     \
         const int64_t K1 = w->k[1], K2 = w->k[2], KK = w->k[0] * K1 * K2;                    \
         const int64_t G = G0 * G1 * G2;                                                      \
-        _Pragma("omp parallel for schedule(static) if (C * KK * G > 32768)")                \
         for (int64_t ch = 0; ch < C; ch++) {                                                 \
             T *dst = img + ch * I0 * I1 * I2;                                                \
             for (int64_t kk = 0; kk < KK; kk++) {                                            \
@@ -235,6 +237,31 @@ void kiln_fill_rows(bool dbl, void *y, int64_t rows, int64_t cols, const void *v
 
 bool kiln_blas_fits(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
 
+/* OpenBLAS runs single-threaded: kiln threads products itself with OpenMP. OpenBLAS's
+ * pthread pool and OpenMP's threads would otherwise take turns on the same cores, each
+ * spinning while the other works (measured on 2 idle cores, a mnist-net training step's
+ * convolutions and products: 45-65 ms with OpenBLAS threading each product, 19-20 ms with
+ * OpenMP only). */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_single_threaded(void) { openblas_set_num_threads(1); }
+
+/* Products up to this many multiply-adds run on one thread (OpenBLAS's own threshold,
+ * 65536 * GEMM_MULTITHREAD_THRESHOLD in interface/gemm.c). */
+#define GEMM_SPLIT_MNK (65536.0 * 4)
+
+static void gemm1(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+                  double beta, void *C, int64_t ldc) {
+    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+    if (dbl)
+        cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
+                    (int)ldb, beta, C, (int)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, (float)alpha, A, (int)lda,
+                    B, (int)ldb, (float)beta, C, (int)ldc);
+}
+
 void kiln_gemm(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
                double beta, void *C, int64_t ldc) {
@@ -253,28 +280,187 @@ void kiln_gemm(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
             }
         return;
     }
-    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-    if (dbl)
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
-                    (int)ldb, beta, C, (int)ldc);
-    else
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, (float)alpha, A, (int)lda,
-                    B, (int)ldb, (float)beta, C, (int)ldc);
+    pthread_once(&blas_once, blas_single_threaded);
+    int nt = omp_in_parallel() ? 1 : kiln_cpu_threads();
+    if (nt < 2 || (double)M * (double)N * (double)K <= GEMM_SPLIT_MNK) {
+        gemm1(dbl, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    /* Split the larger of M and N into nt blocks, one product per thread. Row block
+     * [a, b) of op(A) starts at row a of A, or column a when transposed; column block of
+     * op(B) likewise. */
+    const bool rows = M >= N;
+    const int64_t D = rows ? M : N;
+    const size_t esz = dbl ? sizeof(double) : sizeof(float);
+    if (nt > D) nt = (int)D;
+    const char *Ab = A, *Bb = B;
+    char *Cb = C;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        const int64_t a = D * t / nt, b = D * (t + 1) / nt;
+        if (rows)
+            gemm1(dbl, trans_a, trans_b, b - a, N, K, alpha,
+                  Ab + (size_t)(trans_a ? a : a * lda) * esz, lda, B, ldb, beta,
+                  Cb + (size_t)(a * ldc) * esz, ldc);
+        else
+            gemm1(dbl, trans_a, trans_b, M, b - a, K, alpha, A, lda,
+                  Bb + (size_t)(trans_b ? a * ldb : a) * esz, ldb, beta, Cb + (size_t)a * esz,
+                  ldc);
+    }
 }
 
-#ifndef OPENBLAS_GEMM_MULTITHREAD_THRESHOLD
-#define OPENBLAS_GEMM_MULTITHREAD_THRESHOLD 4
-#endif
-
 int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K) {
-    /* OpenBLAS (interface/gemm.c) runs a product on one thread when
-     * M*N*K <= 65536 * GEMM_MULTITHREAD_THRESHOLD; above that it threads the product. */
-    double mnk = (double)M * (double)N * (double)K;
-    if (jobs < 2 || mnk > 65536.0 * OPENBLAS_GEMM_MULTITHREAD_THRESHOLD) return 1;
     int t = kiln_cpu_threads();
-    if (t < 1) t = 1;
-    return jobs < t ? (int)jobs : t;
+    if (jobs < 2 || t < 2) return 1;
+    /* Small products cannot be split: run them side by side. Big ones too when the jobs
+     * share out evenly over the threads; otherwise one after the other, each split by
+     * kiln_gemm. */
+    if ((double)M * (double)N * (double)K <= GEMM_SPLIT_MNK || jobs % t == 0 || jobs >= 4 * t)
+        return jobs < t ? (int)jobs : t;
+    return 1;
+}
+
+/* ------------------------------------------------------- convolution products */
+
+void kiln_conv_geom_finish(kiln_conv_geom *g) {
+    g->K = g->w.k[0] * g->w.k[1] * g->w.k[2];
+    g->img_n = g->w.img[0] * g->w.img[1] * g->w.img[2];
+    g->grid_n = g->w.grid[0] * g->w.grid[1] * g->w.grid[2];
+}
+
+/* Threads for the (n, g) products of a kind, each (rows, cols, inner). */
+static int conv_threads(kiln_conv_kind kind, const kiln_conv_geom *g) {
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K;
+    switch (kind) {
+    case KILN_CONV_IMG2GRID: return kiln_gemm_job_threads(jobs, g->cg, g->grid_n, ciK);
+    case KILN_CONV_GRID2IMG: return kiln_gemm_job_threads(jobs, ciK, g->grid_n, g->cg);
+    default: return kiln_gemm_job_threads(jobs, g->cg, ciK, g->grid_n);
+    }
+}
+
+/* Bytes of one col buffer (ci*K, O); 0 when the window is the identity. */
+static size_t conv_col_bytes(const kiln_conv_geom *g, size_t esz) {
+    if (kiln_window_is_identity(&g->w)) return 0;
+    return kiln_align64((size_t)(g->ci * g->K * g->grid_n) * esz);
+}
+
+/* Bytes of one copy of dW (G*cg, ci*K). */
+static size_t conv_weight_bytes(const kiln_conv_geom *g, size_t esz) {
+    return kiln_align64((size_t)(g->G * g->cg * g->ci * g->K) * esz);
+}
+
+/* Bytes for nt threads of a kind. */
+static size_t conv_ws_for(kiln_conv_kind kind, const kiln_conv_geom *g, size_t esz, int nt) {
+    size_t b = (size_t)nt * conv_col_bytes(g, esz);
+    if (kind == KILN_CONV_WGRAD && nt > 1) b += (size_t)(nt - 1) * conv_weight_bytes(g, esz);
+    return b;
+}
+
+size_t kiln_conv_workspace(kiln_conv_kind kind, bool dbl, const kiln_conv_geom *g) {
+    return conv_ws_for(kind, g, dbl ? sizeof(double) : sizeof(float), conv_threads(kind, g));
+}
+
+/* The threads the workspace allows (at least the asked-for count fits when the workspace
+ * came from kiln_conv_workspace); 0 when not even one thread fits. */
+static int conv_fit_threads(kiln_conv_kind kind, const kiln_conv_geom *g, size_t esz,
+                            size_t ws_size) {
+    int nt = conv_threads(kind, g);
+    while (nt > 0 && conv_ws_for(kind, g, esz, nt) > ws_size) nt--;
+    return nt;
+}
+
+bool kiln_conv_img2grid(bool dbl, const kiln_conv_geom *g, const void *W, const void *img,
+                        const void *bias, void *grid, void *ws, size_t ws_size) {
+    const size_t esz = dbl ? sizeof(double) : sizeof(float), cb = conv_col_bytes(g, esz);
+    const int nt = conv_fit_threads(KILN_CONV_IMG2GRID, g, esz, ws_size);
+    if (nt < 1) return false;
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K, gn = g->grid_n, imn = g->img_n;
+    const char *Wb = W, *X = img, *B = bias;
+    char *Y = grid, *col = ws;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t j = 0; j < jobs; j++) {
+        const int64_t n = j / g->G, gr = j % g->G;
+        const char *xg = X + (size_t)((n * g->G + gr) * g->ci * imn) * esz;  // (ci, I)
+        char *yg = Y + (size_t)((n * g->G + gr) * g->cg * gn) * esz;        // (cg, O)
+        const void *src = xg;
+        if (cb) {
+            char *mycol = col + (size_t)omp_get_thread_num() * cb;
+            kiln_im2col(dbl, &g->w, g->ci, xg, mycol);
+            src = mycol;
+        }
+        if (B) kiln_fill_rows(dbl, yg, g->cg, gn, B + (size_t)(gr * g->cg) * esz);
+        kiln_gemm(dbl, false, false, g->cg, gn, ciK, 1.0, Wb + (size_t)(gr * g->cg * ciK) * esz,
+                  ciK, src, gn, B ? 1.0 : 0.0, yg, gn);
+    }
+    return true;
+}
+
+bool kiln_conv_grid2img(bool dbl, const kiln_conv_geom *g, const void *W, const void *grid,
+                        const void *bias, void *img, void *ws, size_t ws_size) {
+    const size_t esz = dbl ? sizeof(double) : sizeof(float), cb = conv_col_bytes(g, esz);
+    const int nt = conv_fit_threads(KILN_CONV_GRID2IMG, g, esz, ws_size);
+    if (nt < 1) return false;
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K, gn = g->grid_n, imn = g->img_n;
+    const char *Wb = W, *X = grid, *B = bias;
+    char *Y = img, *col = ws;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t j = 0; j < jobs; j++) {
+        const int64_t n = j / g->G, gr = j % g->G;
+        const char *xg = X + (size_t)((n * g->G + gr) * g->cg * gn) * esz;  // (cg, O)
+        const char *wg = Wb + (size_t)(gr * g->cg * ciK) * esz;              // (cg, ci*K)
+        char *yg = Y + (size_t)((n * g->G + gr) * g->ci * imn) * esz;        // (ci, I)
+        if (B) kiln_fill_rows(dbl, yg, g->ci, imn, B + (size_t)(gr * g->ci) * esz);
+        else memset(yg, 0, (size_t)(g->ci * imn) * esz);
+        if (!cb) {
+            /* 1x1, unit strides, no pads: col is img[n, g] itself. */
+            kiln_gemm(dbl, true, false, ciK, gn, g->cg, 1.0, wg, ciK, xg, gn, 1.0, yg, gn);
+            continue;
+        }
+        char *mycol = col + (size_t)omp_get_thread_num() * cb;
+        kiln_gemm(dbl, true, false, ciK, gn, g->cg, 1.0, wg, ciK, xg, gn, 0.0, mycol, gn);
+        kiln_col2im(dbl, &g->w, g->ci, mycol, yg);
+    }
+    return true;
+}
+
+bool kiln_conv_weight_grad(bool dbl, const kiln_conv_geom *g, const void *grid,
+                           const void *img, void *dW, void *ws, size_t ws_size) {
+    const size_t esz = dbl ? sizeof(double) : sizeof(float), cb = conv_col_bytes(g, esz);
+    const size_t wb = conv_weight_bytes(g, esz);
+    const int nt = conv_fit_threads(KILN_CONV_WGRAD, g, esz, ws_size);
+    if (nt < 1) return false;
+    const int64_t jobs = g->N * g->G, ciK = g->ci * g->K, nw = g->G * g->cg * ciK;
+    const int64_t gn = g->grid_n, imn = g->img_n;
+    const char *X = img, *D = grid;
+    char *col = ws, *part = col + (size_t)nt * cb; /* nt-1 partial sums of dW */
+    memset(dW, 0, (size_t)nw * esz);
+    if (nt > 1) memset(part, 0, (size_t)(nt - 1) * wb);
+    /* Every product accumulates (beta = 1) into its thread's copy of dW: thread 0 into dW
+     * itself, the others into their partial sums, added up at the end. */
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t j = 0; j < jobs; j++) {
+        const int64_t n = j / g->G, gr = j % g->G;
+        const int t = omp_get_thread_num();
+        const char *xg = X + (size_t)((n * g->G + gr) * g->ci * imn) * esz;  // (ci, I)
+        const char *dg = D + (size_t)((n * g->G + gr) * g->cg * gn) * esz;  // (cg, O)
+        char *target = t == 0 ? dW : part + (size_t)(t - 1) * wb;
+        const void *src = xg;
+        if (cb) {
+            char *mycol = col + (size_t)t * cb;
+            kiln_im2col(dbl, &g->w, g->ci, xg, mycol);
+            src = mycol;
+        }
+        kiln_gemm(dbl, false, true, g->cg, ciK, gn, 1.0, dg, gn, src, gn, 1.0,
+                  target + (size_t)(gr * g->cg * ciK) * esz, ciK);
+    }
+    for (int t = 1; t < nt; t++) {
+        const char *p = part + (size_t)(t - 1) * wb;
+        if (dbl)
+            for (int64_t i = 0; i < nw; i++) ((double *)dW)[i] += ((const double *)p)[i];
+        else
+            for (int64_t i = 0; i < nw; i++) ((float *)dW)[i] += ((const float *)p)[i];
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------------- staging */
@@ -377,6 +563,49 @@ kiln_status kiln_global_pool_infer(kiln_op_ctx *c) {
     for (int i = 0; i < x->ndim; i++) dims[i] = i < 2 ? x->dims[i] : 1;
     kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, dims);
     return KILN_OK;
+}
+
+/* dY's dtype and shape against the output y the forward pool gives for X. */
+static kiln_status check_dy(kiln_op_ctx *c, const kiln_tensor *dy, const kiln_tensor *y) {
+    char ys[128];
+    KILN_OP_CHECK(c, dy->dtype == y->dtype, KILN_ERR_TYPE, "dY must have X's dtype %s",
+                  kiln_dtype_name(y->dtype));
+    bool same = dy->ndim == y->ndim;
+    for (int i = 0; same && i < dy->ndim; i++) same = dy->dims[i] == y->dims[i];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have the pool's output shape %s",
+                  kiln_shape_str(y, ys, sizeof ys));
+    return KILN_OK;
+}
+
+kiln_status kiln_pool_grad_infer(kiln_op_ctx *c, bool ceil_mode, kiln_window *w) {
+    kiln_tensor y = {0};
+    kiln_tensor *xin[1] = {c->in[1]}, *yout[1] = {&y};
+    kiln_op_ctx fwd = *c;
+    fwd.n_in = fwd.n_out = 1;
+    fwd.in = xin;
+    fwd.out = yout;
+    KILN_OP_CHECK(c, kiln_dtype_is_float(c->in[1]->dtype), KILN_ERR_TYPE,
+                  "X dtype %s is not supported (float dtypes only)",
+                  kiln_dtype_name(c->in[1]->dtype));
+    kiln_status st = kiln_pool_infer(&fwd, false, ceil_mode, w);
+    if (st == KILN_OK) st = check_dy(c, c->in[0], &y);
+    if (st == KILN_OK)
+        kiln_tensor_set_shape(c->out[0], c->in[1]->dtype, c->in[1]->ndim, c->in[1]->dims);
+    return st;
+}
+
+kiln_status kiln_global_pool_grad_infer(kiln_op_ctx *c) {
+    kiln_tensor y = {0};
+    kiln_tensor *xin[1] = {c->in[1]}, *yout[1] = {&y};
+    kiln_op_ctx fwd = *c;
+    fwd.n_in = fwd.n_out = 1;
+    fwd.in = xin;
+    fwd.out = yout;
+    kiln_status st = kiln_global_pool_infer(&fwd);
+    if (st == KILN_OK) st = check_dy(c, c->in[0], &y);
+    if (st == KILN_OK)
+        kiln_tensor_set_shape(c->out[0], c->in[1]->dtype, c->in[1]->ndim, c->in[1]->dims);
+    return st;
 }
 
 void kiln_attr_text_ints(char *buf, size_t size, const char *name, int n, const int64_t *a,

@@ -3,9 +3,9 @@
  *   - window geometry (kernel, strides, dilations, pads, auto_pad, ceil_mode) for 1 to 3
  *     spatial dims, with the ONNX output-size formulas;
  *   - im2col / col2im over that geometry;
- *   - BLAS dispatch (cblas_sgemm / cblas_dgemm) and the rule that decides whether
- *     independent products run in parallel with OpenMP or one by one with OpenBLAS
- *     threading each product;
+ *   - BLAS dispatch (cblas_sgemm / cblas_dgemm, OpenBLAS single-threaded, big products
+ *     split over OpenMP threads) and the rule that decides whether independent products
+ *     run side by side or one by one;
  *   - staging of f16 / bf16 (and for pools, int8 / uint8) tensors through f32 scratch.
  *
  * Compute precision: f64 tensors are computed in f64, every other float dtype in f32.
@@ -79,7 +79,8 @@ kiln_status kiln_window_attrs(kiln_op_ctx *c, int nd, const int64_t *kernel, kil
 kiln_status kiln_window_forward(kiln_op_ctx *c, const kiln_tensor *x, const int64_t *kernel,
                                 bool ceil_mode, kiln_window *w);
 
-/* col (C*k0*k1*k2, g0*g1*g2) from img (C, i0, i1, i2), zeros where a window leaves img. */
+/* col (C*k0*k1*k2, g0*g1*g2) from img (C, i0, i1, i2), zeros where a window leaves img.
+ * im2col and col2im run on the calling thread. */
 void kiln_im2col(bool dbl, const kiln_window *w, int64_t C, const void *img, void *col);
 /* img (C, i0, i1, i2) += col (C*k0*k1*k2, g0*g1*g2) scattered back; what falls outside
  * img is dropped. */
@@ -93,17 +94,69 @@ void kiln_fill_rows(bool dbl, void *y, int64_t rows, int64_t cols, const void *v
 
 /* Row-major C = alpha * op(A) op(B) + beta * C through cblas_sgemm / cblas_dgemm. op(A) is
  * (M,K), op(B) is (K,N). Empty products are handled here (K == 0 scales C by beta), so
- * callers need no special cases. Sizes must fit in int (see kiln_blas_fits). */
+ * callers need no special cases. Sizes must fit in int (see kiln_blas_fits).
+ * Threading: OpenBLAS is kept single-threaded (one pool of threads, OpenMP's, for all of
+ * kiln); called outside a parallel region, a product bigger than 65536*4 multiply-adds is
+ * split over the kernel threads (blocks of rows or columns of C), inside one it runs on
+ * the calling thread. */
 void kiln_gemm(bool dbl, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
                double beta, void *C, int64_t ldc);
 /* Whether v can be passed to the BLAS (32-bit int interface). */
 bool kiln_blas_fits(int64_t v);
 
-/* Threads for running `jobs` independent (M,N,K) products side by side with OpenMP: 1
- * when one product is big enough that OpenBLAS threads it itself (then running products
- * in parallel would only oversubscribe the cores); otherwise up to the kernel threads. */
+/* Threads for running `jobs` independent (M,N,K) products side by side with OpenMP (each
+ * product then on one thread): up to the kernel threads when the products are too small
+ * to split or the jobs share out evenly; 1 (one product after the other, each split by
+ * kiln_gemm) for a few big products. */
 int kiln_gemm_job_threads(int64_t jobs, int64_t M, int64_t N, int64_t K);
+
+/*
+ * Convolution over N images in G groups, shared by Conv, ConvTranspose and their
+ * gradients. The window w reads "img" and slides over "grid"; per group, img has ci
+ * channels and grid cg channels, both tensors are (N, G*channels, spatial...), and the
+ * weights of group g are the (cg, ci*K) matrix at W + g*cg*ci*K:
+ *   Conv:          img = X, grid = Y, ci = C/group, cg = M/group, W (M, C/group, k...);
+ *   ConvTranspose: img = Y, grid = X, ci = M/group, cg = C/group, W (C, M/group, k...).
+ * Three products cover both ops in both directions:
+ *   img2grid:    grid[n,g] = W[g] @ im2col(img[n,g])          (Conv, dX of ConvTranspose)
+ *   grid2img:    img[n,g]  = col2im(W[g]^T @ grid[n,g])       (ConvTranspose, dX of Conv)
+ *   weight_grad: dW[g]     = sum_n grid[n,g] @ im2col(img[n,g])^T          (both dW)
+ * Each runs its (n, g) products side by side with OpenMP as kiln_gemm_job_threads says
+ * (with a batch, nearly always), with per-thread col buffers (and for weight_grad
+ * per-thread partial sums of dW) in the workspace; otherwise one job after the other,
+ * kiln_gemm splitting each product. 1x1 windows with unit strides and no pads skip
+ * im2col / col2im.
+ */
+typedef struct kiln_conv_geom {
+    kiln_window w;
+    int64_t N, G, ci, cg;
+    int64_t K;      /* kernel taps per channel */
+    int64_t img_n;  /* img elements per channel */
+    int64_t grid_n; /* grid elements per channel (no field is called I: cblas.h pulls in
+                       <complex.h>, which defines it) */
+} kiln_conv_geom;
+
+typedef enum kiln_conv_kind {
+    KILN_CONV_IMG2GRID,
+    KILN_CONV_GRID2IMG,
+    KILN_CONV_WGRAD
+} kiln_conv_kind;
+
+/* Fill K, img_n and grid_n from w. */
+void kiln_conv_geom_finish(kiln_conv_geom *g);
+/* Workspace bytes the kind of product needs (besides any staging). */
+size_t kiln_conv_workspace(kiln_conv_kind kind, bool dbl, const kiln_conv_geom *g);
+/* grid (N, G*cg, O) = W @ im2col(img) (+ bias (G*cg) per channel, NULL: none). false when
+ * ws_size is below what kiln_conv_workspace asked for. */
+bool kiln_conv_img2grid(bool dbl, const kiln_conv_geom *g, const void *W, const void *img,
+                        const void *bias, void *grid, void *ws, size_t ws_size);
+/* img (N, G*ci, I) = col2im(W^T @ grid) (+ bias (G*ci), NULL: none). */
+bool kiln_conv_grid2img(bool dbl, const kiln_conv_geom *g, const void *W, const void *grid,
+                        const void *bias, void *img, void *ws, size_t ws_size);
+/* dW (G*cg, ci*K) = sum over n of grid[n] @ im2col(img[n])^T. */
+bool kiln_conv_weight_grad(bool dbl, const kiln_conv_geom *g, const void *grid,
+                           const void *img, void *dW, void *ws, size_t ws_size);
 
 /* Staging through f32 scratch. f32 and f64 tensors are used in place; other dtypes
  * (f16, bf16; for the pools also int8 / uint8) are converted. Sizes are rounded up to 64
@@ -126,6 +179,13 @@ kiln_status kiln_pool_infer(kiln_op_ctx *c, bool allow_int8, bool ceil_mode, kil
 /* Shared infer for GlobalAveragePool / GlobalMaxPool: x (N,C,d...) rank >= 3, float;
  * out[0] is (N,C,1,...,1). */
 kiln_status kiln_global_pool_infer(kiln_op_ctx *c);
+
+/* Shared infer for the pools' gradient ops, inputs (dY, X) with the pool's attributes:
+ * X float, dY of X's dtype and of the pool's output shape; sets w from X and out[0] to
+ * X's shape. */
+kiln_status kiln_pool_grad_infer(kiln_op_ctx *c, bool ceil_mode, kiln_window *w);
+/* The same for the global pools' gradient ops: dY must be (N, C, 1, ..., 1). */
+kiln_status kiln_global_pool_grad_infer(kiln_op_ctx *c);
 
 /* For self-tests: append ";name=[v0,...]" to the attribute text in buf, with the n values of
  * a followed by the n values of b when b is non-NULL (pads); zeros print as dflt. */

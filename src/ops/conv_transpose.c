@@ -13,25 +13,29 @@
  *   Dtypes: f32 and f64 through cblas_sgemm / cblas_dgemm; f16 / bf16 computed in f32.
  * Method: for each image n and group g,
  *   col (Mg*K, D) = W[g]^T (Mg*K, Cg) @ X[n, g] (Cg, D), then col2im adds col into Y[n, g]
- *   (pre-filled with the bias). The (n, g) jobs run in parallel with OpenMP only when one
- *   product is too small for OpenBLAS to thread.
+ *   (pre-filled with the bias). The (n, g) jobs run side by side with OpenMP unless a few
+ *   big products are better split one after the other (conv_common's grid2img).
+ * Gradient (internal ops in domain "kiln", same attributes):
+ *   ConvTransposeGradInput(dY, W, X) -> dX: W[g] @ im2col(dY[n, g]), a convolution;
+ *   ConvTransposeGradWeight(X, dY, W) -> dW: sum over n of X[n, g] @ im2col(dY[n, g])^T;
+ *   dB through kiln.ConvGradBias.
  */
 #include "../core/optest.h"
 #include "conv_common.h"
 
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct convt_shape {
-    kiln_window w; /* img: Y's spatial dims; grid: X's */
-    int64_t N, C, M, G, Cg, Mg, K, I /* X elements per channel */, O /* Y's */;
+    kiln_conv_geom g; /* img: Y, grid: X, ci = M/group, cg = C/group */
+    int64_t N, C, M, G, Cg, Mg;
 } convt_shape;
 
-static kiln_status shape_get(kiln_op_ctx *c, convt_shape *s) {
-    const kiln_tensor *x = c->in[0], *w = c->in[1];
-    const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL;
+/* Validate X, W, B (B may be NULL) and the attributes and compute the geometry; shared by
+ * ConvTranspose and its gradient ops. */
+static kiln_status shape_get(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                             const kiln_tensor *b, convt_shape *s) {
     char xs[128], ws[128];
     KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
                   "X dtype %s is not supported (float dtypes only)", kiln_dtype_name(x->dtype));
@@ -63,7 +67,7 @@ static kiln_status shape_get(kiln_op_ctx *c, convt_shape *s) {
 
     const int nd = x->ndim - 2;
     kiln_auto_pad ap;
-    kiln_status st = kiln_window_attrs(c, nd, w->dims + 2, &s->w, &ap);
+    kiln_status st = kiln_window_attrs(c, nd, w->dims + 2, &s->g.w, &ap);
     if (st != KILN_OK) return st;
     int64_t opad[KILN_WIN_MAX] = {0};
     int n_op = 0, n_os = 0;
@@ -75,113 +79,204 @@ static kiln_status shape_get(kiln_op_ctx *c, convt_shape *s) {
                   "attribute output_shape has %d values, expected %d (or %d with N and C)", n_os,
                   nd, nd + 2);
     if (os) os += n_os - nd; /* the spatial part of a full shape */
+    kiln_window *win = &s->g.w;
     for (int i = 0; i < nd; i++) {
         if (op) opad[i] = op[i];
         KILN_OP_CHECK(c, opad[i] >= 0, KILN_ERR_SHAPE, "output_padding[%d] = %lld is negative",
                       i, (long long)opad[i]);
-        int t = KILN_WIN_SLOT(&s->w, i);
+        int t = KILN_WIN_SLOT(win, i);
         const int64_t in = x->dims[2 + i];
-        const int64_t full = s->w.s[t] * (in - 1) + opad[i] + (s->w.k[t] - 1) * s->w.d[t] + 1;
+        const int64_t full = win->s[t] * (in - 1) + opad[i] + (win->k[t] - 1) * win->d[t] + 1;
         int64_t out;
         if (os || ap == KILN_PAD_SAME_UPPER || ap == KILN_PAD_SAME_LOWER) {
-            out = os ? os[i] : in * s->w.s[t];
+            out = os ? os[i] : in * win->s[t];
             int64_t total = full - out;
             if (total < 0) {
-                s->w.pb[t] = 0;
-                s->w.pe[t] = total;
+                win->pb[t] = 0;
+                win->pe[t] = total;
             } else if (ap == KILN_PAD_SAME_UPPER) {
-                s->w.pb[t] = total / 2;
-                s->w.pe[t] = total - total / 2;
+                win->pb[t] = total / 2;
+                win->pe[t] = total - total / 2;
             } else {
-                s->w.pb[t] = total - total / 2;
-                s->w.pe[t] = total / 2;
+                win->pb[t] = total - total / 2;
+                win->pe[t] = total / 2;
             }
         } else {
-            if (ap == KILN_PAD_VALID) s->w.pb[t] = s->w.pe[t] = 0;
-            out = full - s->w.pb[t] - s->w.pe[t];
+            if (ap == KILN_PAD_VALID) win->pb[t] = win->pe[t] = 0;
+            out = full - win->pb[t] - win->pe[t];
         }
         KILN_OP_CHECK(c, out >= 1 || (in == 0 && out >= 0), KILN_ERR_SHAPE,
                       "spatial dim %d: output size %lld (pads %lld+%lld) is not positive", i,
-                      (long long)out, (long long)s->w.pb[t], (long long)s->w.pe[t]);
-        s->w.grid[t] = in;
-        s->w.img[t] = out;
+                      (long long)out, (long long)win->pb[t], (long long)win->pe[t]);
+        win->grid[t] = in;
+        win->img[t] = out;
     }
-    s->K = s->w.k[0] * s->w.k[1] * s->w.k[2];
-    s->I = s->w.grid[0] * s->w.grid[1] * s->w.grid[2];
-    s->O = s->w.img[0] * s->w.img[1] * s->w.img[2];
-    KILN_OP_CHECK(c, kiln_blas_fits(s->Mg * s->K) && kiln_blas_fits(s->I) &&
+    s->g.N = s->N;
+    s->g.G = s->G;
+    s->g.ci = s->Mg;
+    s->g.cg = s->Cg;
+    kiln_conv_geom_finish(&s->g);
+    KILN_OP_CHECK(c, kiln_blas_fits(s->Mg * s->g.K) && kiln_blas_fits(s->g.grid_n) &&
                          kiln_blas_fits(s->Cg),
                   KILN_ERR_UNSUPPORTED, "products of (%lld, %lld, %lld) exceed the BLAS int range",
-                  (long long)(s->Mg * s->K), (long long)s->I, (long long)s->Cg);
+                  (long long)(s->Mg * s->g.K), (long long)s->g.grid_n, (long long)s->Cg);
     return KILN_OK;
+}
+
+/* Y's dims (N, M, O1..Ok) for the geometry. */
+static void y_dims(const convt_shape *s, int64_t *dims) {
+    dims[0] = s->N;
+    dims[1] = s->M;
+    for (int i = 0; i < s->g.w.nd; i++) dims[2 + i] = s->g.w.img[KILN_WIN_SLOT(&s->g.w, i)];
 }
 
 static kiln_status infer(kiln_op_ctx *c) {
     convt_shape s;
-    kiln_status st = shape_get(c, &s);
+    kiln_status st = shape_get(c, c->in[0], c->in[1], c->n_in > 2 ? c->in[2] : NULL, &s);
     if (st != KILN_OK) return st;
-    int64_t dims[KILN_MAX_DIMS] = {s.N, s.M};
-    for (int i = 0; i < s.w.nd; i++) dims[2 + i] = s.w.img[KILN_WIN_SLOT(&s.w, i)];
+    int64_t dims[KILN_MAX_DIMS];
+    y_dims(&s, dims);
     kiln_tensor_set_shape(c->out[0], c->in[0]->dtype, c->in[0]->ndim, dims);
     return KILN_OK;
-}
-
-/* Bytes of one col buffer (0 when the product can be written into Y directly). */
-static size_t col_bytes(const convt_shape *s, bool dbl) {
-    if (kiln_window_is_identity(&s->w)) return 0;
-    return kiln_align64((size_t)(s->Mg * s->K * s->I) * (dbl ? sizeof(double) : sizeof(float)));
 }
 
 static size_t workspace(const kiln_op_ctx *c) {
     kiln_op_ctx tmp = *c;
     convt_shape s;
-    if (shape_get(&tmp, &s) != KILN_OK) return 0;
-    bool dbl = c->in[0]->dtype == KILN_F64;
-    int nt = kiln_gemm_job_threads(s.N * s.G, s.Mg * s.K, s.I, s.Cg);
-    size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) +
-                   (c->n_in > 2 ? kiln_stage_size(c->in[2]) : 0) + kiln_stage_size(c->out[0]);
-    return stage + (size_t)nt * col_bytes(&s, dbl);
+    const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL;
+    if (shape_get(&tmp, c->in[0], c->in[1], b, &s) != KILN_OK) return 0;
+    size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) + kiln_stage_size(b) +
+                   kiln_stage_size(c->out[0]);
+    return stage + kiln_conv_workspace(KILN_CONV_GRID2IMG, c->in[0]->dtype == KILN_F64, &s.g);
+}
+
+static size_t ws_left(const kiln_op_ctx *c, const char *ws) {
+    return c->workspace_size - (size_t)(ws - (char *)c->workspace);
 }
 
 static kiln_status forward(kiln_op_ctx *c) {
     convt_shape s;
-    kiln_status st = shape_get(c, &s);
+    const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL;
+    kiln_status st = shape_get(c, c->in[0], c->in[1], b, &s);
     if (st != KILN_OK) return st;
-    const bool dbl = c->in[0]->dtype == KILN_F64;
-    const size_t esz = dbl ? sizeof(double) : sizeof(float);
     char *ws = c->workspace;
-    const char *X = kiln_stage_in(c->in[0], &ws);                        // (N, C, I)
-    const char *W = kiln_stage_in(c->in[1], &ws);                        // (C, Mg, K)
-    const char *B = kiln_stage_in(c->n_in > 2 ? c->in[2] : NULL, &ws);   // (M) or NULL
-    char *Y = kiln_stage_out(c->out[0], &ws);                            // (N, M, O)
-    char *col = ws;                                                      // nt x (Mg*K, I)
-    const size_t cb = col_bytes(&s, dbl);
-    const size_t left = c->workspace_size - (size_t)(ws - (char *)c->workspace);
-    const int64_t MgK = s.Mg * s.K, jobs = s.N * s.G;
-    int nt = kiln_gemm_job_threads(jobs, MgK, s.I, s.Cg);
-    if (cb && (size_t)nt > left / cb) nt = (int)(left / cb);
-    if (cb && nt < 1)
+    const void *X = kiln_stage_in(c->in[0], &ws);  // (N, C, I)
+    const void *W = kiln_stage_in(c->in[1], &ws);  // (C, Mg, K)
+    const void *B = kiln_stage_in(b, &ws);         // (M) or NULL
+    void *Y = kiln_stage_out(c->out[0], &ws);      // (N, M, O)
+    if (!kiln_conv_grid2img(c->in[0]->dtype == KILN_F64, &s.g, W, X, B, Y, ws, ws_left(c, ws)))
         return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small",
                             c->workspace_size);
-
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t j = 0; j < jobs; j++) {
-        const int64_t n = j / s.G, g = j % s.G;
-        const char *xg = X + (size_t)((n * s.C + g * s.Cg) * s.I) * esz;  // (Cg, I)
-        const char *wg = W + (size_t)(g * s.Cg * MgK) * esz;              // (Cg, Mg*K)
-        char *yg = Y + (size_t)((n * s.M + g * s.Mg) * s.O) * esz;        // (Mg, O)
-        if (B) kiln_fill_rows(dbl, yg, s.Mg, s.O, B + (size_t)(g * s.Mg) * esz);
-        else memset(yg, 0, (size_t)(s.Mg * s.O) * esz);
-        if (!cb) {
-            /* 1x1, unit strides, no pads: col is Y[n, g] itself. */
-            kiln_gemm(dbl, true, false, MgK, s.I, s.Cg, 1.0, wg, MgK, xg, s.I, 1.0, yg, s.I);
-            continue;
-        }
-        char *mycol = col + (size_t)omp_get_thread_num() * cb;
-        kiln_gemm(dbl, true, false, MgK, s.I, s.Cg, 1.0, wg, MgK, xg, s.I, 0.0, mycol, s.I);
-        kiln_col2im(dbl, &s.w, s.Mg, mycol, yg);
-    }
     kiln_stage_finish(c->out[0], Y);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ gradient */
+
+/* dL/dX = kiln.ConvTransposeGradInput(dY, W, X) (a convolution of dY with W), dL/dW =
+ * kiln.ConvTransposeGradWeight(X, dY, W), dL/dB = kiln.ConvGradBias(dY). The grad ops
+ * carry ConvTranspose's attributes and read only the shape of their last input. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    const int x = KILN_GRAD_IN(g, 0), w = KILN_GRAD_IN(g, 1), dy = g->dy[0];
+    if (g->need[0]) {
+        g->dx[0] = kiln_grad_emit(g, "kiln", "ConvTransposeGradInput", 3, (int[]){dy, w, x}, 1,
+                                  NULL, true, NULL);
+        if (g->dx[0] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (g->need[1]) {
+        g->dx[1] = kiln_grad_emit(g, "kiln", "ConvTransposeGradWeight", 3, (int[]){x, dy, w}, 1,
+                                  NULL, true, NULL);
+        if (g->dx[1] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (KILN_GRAD_NODE(g)->n_in > 2 && g->need[2]) {
+        g->dx[2] = kiln_grad_emit(g, "kiln", "ConvGradBias", 1, &dy, 1, NULL, false, NULL);
+        if (g->dx[2] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    return KILN_OK;
+}
+
+/* The geometry of a grad op from X and W, checking that dY has the shape and dtype
+ * ConvTranspose gives Y. */
+static kiln_status grad_shape_get(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                                  const kiln_tensor *dy, convt_shape *s) {
+    kiln_status st = shape_get(c, x, w, NULL, s);
+    if (st != KILN_OK) return st;
+    KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY must have X's dtype %s",
+                  kiln_dtype_name(x->dtype));
+    int64_t dims[KILN_MAX_DIMS];
+    y_dims(s, dims);
+    bool same = dy->ndim == x->ndim;
+    for (int i = 0; same && i < dy->ndim; i++) same = dy->dims[i] == dims[i];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have ConvTranspose's output shape");
+    return KILN_OK;
+}
+
+/* kiln.ConvTransposeGradInput(dY, W, X) -> dX: W @ im2col(dY) per image and group. */
+static kiln_status gi_infer(kiln_op_ctx *c) {
+    convt_shape s;
+    kiln_status st = grad_shape_get(c, c->in[2], c->in[1], c->in[0], &s);
+    if (st != KILN_OK) return st;
+    kiln_tensor_set_shape(c->out[0], c->in[2]->dtype, c->in[2]->ndim, c->in[2]->dims);
+    return KILN_OK;
+}
+
+static size_t gi_workspace(const kiln_op_ctx *c) {
+    kiln_op_ctx tmp = *c;
+    convt_shape s;
+    if (grad_shape_get(&tmp, c->in[2], c->in[1], c->in[0], &s) != KILN_OK) return 0;
+    size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) +
+                   kiln_stage_size(c->out[0]);
+    return stage + kiln_conv_workspace(KILN_CONV_IMG2GRID, c->in[0]->dtype == KILN_F64, &s.g);
+}
+
+static kiln_status gi_forward(kiln_op_ctx *c) {
+    convt_shape s;
+    kiln_status st = grad_shape_get(c, c->in[2], c->in[1], c->in[0], &s);
+    if (st != KILN_OK) return st;
+    char *ws = c->workspace;
+    const void *dY = kiln_stage_in(c->in[0], &ws);  // (N, M, O)
+    const void *W = kiln_stage_in(c->in[1], &ws);   // (C, Mg, K)
+    void *dX = kiln_stage_out(c->out[0], &ws);      // (N, C, I)
+    if (!kiln_conv_img2grid(c->in[0]->dtype == KILN_F64, &s.g, W, dY, NULL, dX, ws,
+                            ws_left(c, ws)))
+        return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small",
+                            c->workspace_size);
+    kiln_stage_finish(c->out[0], dX);
+    return KILN_OK;
+}
+
+/* kiln.ConvTransposeGradWeight(X, dY, W) -> dW: sum over images of X @ im2col(dY)^T per
+ * group. */
+static kiln_status gw_infer(kiln_op_ctx *c) {
+    convt_shape s;
+    kiln_status st = grad_shape_get(c, c->in[0], c->in[2], c->in[1], &s);
+    if (st != KILN_OK) return st;
+    kiln_tensor_set_shape(c->out[0], c->in[2]->dtype, c->in[2]->ndim, c->in[2]->dims);
+    return KILN_OK;
+}
+
+static size_t gw_workspace(const kiln_op_ctx *c) {
+    kiln_op_ctx tmp = *c;
+    convt_shape s;
+    if (grad_shape_get(&tmp, c->in[0], c->in[2], c->in[1], &s) != KILN_OK) return 0;
+    size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) +
+                   kiln_stage_size(c->out[0]);
+    return stage + kiln_conv_workspace(KILN_CONV_WGRAD, c->in[0]->dtype == KILN_F64, &s.g);
+}
+
+static kiln_status gw_forward(kiln_op_ctx *c) {
+    convt_shape s;
+    kiln_status st = grad_shape_get(c, c->in[0], c->in[2], c->in[1], &s);
+    if (st != KILN_OK) return st;
+    char *ws = c->workspace;
+    const void *X = kiln_stage_in(c->in[0], &ws);   // (N, C, I)
+    const void *dY = kiln_stage_in(c->in[1], &ws);  // (N, M, O)
+    void *dW = kiln_stage_out(c->out[0], &ws);      // (C, Mg, K)
+    if (!kiln_conv_weight_grad(c->in[0]->dtype == KILN_F64, &s.g, X, dY, dW, ws,
+                               ws_left(c, ws)))
+        return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small",
+                            c->workspace_size);
+    kiln_stage_finish(c->out[0], dW);
     return KILN_OK;
 }
 
@@ -195,22 +290,22 @@ typedef struct rand_convt {
     bool bias;
 } rand_convt;
 
-/* The oracle for the BLAS path: every input pixel scatters its products with W into the
- * full (unpadded) output, which is then cropped by the pads, in double. */
-static kiln_tensor *direct(const rand_convt *p, const int64_t *out, const kiln_tensor *x,
-                           const kiln_tensor *w, const kiln_tensor *b) {
+/* The oracle for the BLAS paths: every input pixel scatters its products with W into the
+ * full (unpadded) output, cropped by the pads, in double. x (N,C,in...), w (C,M/G,k...),
+ * b (M) or NULL. Computes y (when non-NULL) and, from dy (when non-NULL), dx and dw
+ * (zeroed tensors shaped like x and w). */
+static void oracle(const rand_convt *p, const int64_t *out, const kiln_tensor *x,
+                   const kiln_tensor *w, const kiln_tensor *b, kiln_tensor *y,
+                   const kiln_tensor *dy, kiln_tensor *dx, kiln_tensor *dw) {
     const int nd = p->nd;
-    int64_t ydims[5] = {p->N, p->M}, O = 1, I = 1, K = 1;
+    int64_t O = 1, I = 1, K = 1;
     for (int i = 0; i < nd; i++) {
-        ydims[2 + i] = out[i];
         O *= out[i];
         I *= p->in[i];
         K *= p->k[i];
     }
-    kiln_tensor *y = kt_make(KILN_F32, 2 + nd, ydims, NULL);
-    if (!y) return NULL;
-    double *acc = calloc((size_t)(p->N * p->M * O), sizeof(double));
-    if (!acc) return y;
+    double *acc = calloc((size_t)(p->N * p->M * O) + 1, sizeof(double));
+    if (!acc) return;
     const int64_t Cg = p->C / p->G, Mg = p->M / p->G;
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t ch = 0; ch < p->C; ch++)
@@ -232,38 +327,98 @@ static kiln_tensor *direct(const rand_convt *p, const int64_t *out, const kiln_t
                             inside = inside && at >= 0 && at < out[i];
                             yi = yi * out[i] + at;
                         }
-                        if (inside)
-                            acc[yi] += kiln_get_f64(x, (n * p->C + ch) * I + q) *
-                                       kiln_get_f64(w, (ch * Mg + mm) * K + kk);
+                        if (!inside) continue;
+                        const int64_t xi = (n * p->C + ch) * I + q, wi = (ch * Mg + mm) * K + kk;
+                        const double xv = kiln_get_f64(x, xi), wv = kiln_get_f64(w, wi);
+                        acc[yi] += xv * wv;
+                        const double g = dy ? kiln_get_f64(dy, yi) : 0;
+                        if (dx) kiln_set_f64(dx, xi, kiln_get_f64(dx, xi) + g * wv);
+                        if (dw) kiln_set_f64(dw, wi, kiln_get_f64(dw, wi) + g * xv);
                     }
-    for (int64_t i = 0; i < p->N * p->M * O; i++)
+    for (int64_t i = 0; y && i < p->N * p->M * O; i++)
         kiln_set_f64(y, i, acc[i] + (b ? kiln_get_f64(b, i / O % p->M) : 0));
     free(acc);
-    return y;
+}
+
+/* Attribute text, X / W / Y dims and the kernel size of a random case. */
+static void case_setup(const rand_convt *p, char *attrs, size_t size, int64_t *xd,
+                       int64_t *wd, int64_t *yd, int64_t *K) {
+    const int nd = p->nd;
+    snprintf(attrs, size, "group=%lld", (long long)p->G);
+    kiln_attr_text_ints(attrs, size, "strides", nd, p->s, NULL, 1);
+    kiln_attr_text_ints(attrs, size, "dilations", nd, p->d, NULL, 1);
+    kiln_attr_text_ints(attrs, size, "pads", nd, p->pb, p->pe, 0);
+    kiln_attr_text_ints(attrs, size, "output_padding", nd, p->op, NULL, 0);
+    xd[0] = yd[0] = p->N;
+    xd[1] = wd[0] = p->C;
+    wd[1] = p->M / p->G;
+    yd[1] = p->M;
+    *K = p->C / p->G;
+    for (int i = 0; i < nd; i++) {
+        int64_t s = p->s[i] ? p->s[i] : 1, d = p->d[i] ? p->d[i] : 1;
+        yd[2 + i] = s * (p->in[i] - 1) + p->op[i] + (p->k[i] - 1) * d + 1 - p->pb[i] - p->pe[i];
+        xd[2 + i] = p->in[i];
+        wd[2 + i] = p->k[i];
+        *K *= p->k[i];
+    }
 }
 
 static int random_case(const char *label, const rand_convt *p, uint64_t seed) {
     const int nd = p->nd;
     char attrs[300];
-    snprintf(attrs, sizeof attrs, "group=%lld", (long long)p->G);
-    kiln_attr_text_ints(attrs, sizeof attrs, "strides", nd, p->s, NULL, 1);
-    kiln_attr_text_ints(attrs, sizeof attrs, "dilations", nd, p->d, NULL, 1);
-    kiln_attr_text_ints(attrs, sizeof attrs, "pads", nd, p->pb, p->pe, 0);
-    kiln_attr_text_ints(attrs, sizeof attrs, "output_padding", nd, p->op, NULL, 0);
-    int64_t xd[5] = {p->N, p->C}, wd[5] = {p->C, p->M / p->G}, out[3], K = p->C / p->G;
-    for (int i = 0; i < nd; i++) {
-        int64_t s = p->s[i] ? p->s[i] : 1, d = p->d[i] ? p->d[i] : 1;
-        out[i] = s * (p->in[i] - 1) + p->op[i] + (p->k[i] - 1) * d + 1 - p->pb[i] - p->pe[i];
-        xd[2 + i] = p->in[i];
-        wd[2 + i] = p->k[i];
-        K *= p->k[i];
-    }
+    int64_t xd[5], wd[5], yd[5], K;
+    case_setup(p, attrs, sizeof attrs, xd, wd, yd, &K);
     kiln_tensor *in[3] = {kt_rand(KILN_F32, 2 + nd, xd, -1, 1, seed),
                           kt_rand(KILN_F32, 2 + nd, wd, -1, 1, seed + 1),
                           p->bias ? kt_rand(KILN_F32, 1, KT_DIMS(p->M), -1, 1, seed + 2)
                                   : NULL};
-    kiln_tensor *want = direct(p, out, in[0], in[1], in[2]);
+    kiln_tensor *want = kt_make(KILN_F32, 2 + nd, yd, NULL);
+    if (want) oracle(p, yd + 2, in[0], in[1], in[2], want, NULL, NULL, NULL);
     return kiln_optest("ConvTranspose", attrs, 3, in, 1, &want, 1e-6 * (double)K, 1e-5, label);
+}
+
+/* ConvTransposeGradInput (which 0) or ConvTransposeGradWeight (which 1) in f32 against
+ * the oracle. */
+static int random_grad_case(const char *label, const rand_convt *p, int which, uint64_t seed) {
+    const int nd = p->nd;
+    char attrs[300];
+    int64_t xd[5], wd[5], yd[5], K;
+    case_setup(p, attrs, sizeof attrs, xd, wd, yd, &K);
+    kiln_tensor *x = kt_rand(KILN_F32, 2 + nd, xd, -1, 1, seed);
+    kiln_tensor *w = kt_rand(KILN_F32, 2 + nd, wd, -1, 1, seed + 1);
+    kiln_tensor *dy = kt_rand(KILN_F32, 2 + nd, yd, -1, 1, seed + 2);
+    kiln_tensor *want = which ? kt_make(KILN_F32, 2 + nd, wd, NULL)
+                              : kt_make(KILN_F32, 2 + nd, xd, NULL);
+    if (x && w && dy && want)
+        oracle(p, yd + 2, x, w, NULL, NULL, dy, which ? NULL : want, which ? want : NULL);
+    /* dX sums up to M/G*K products, dW N*I of them */
+    double terms = which ? (double)kiln_tensor_numel(x) / (double)p->C
+                         : (double)(p->M / p->G * K / (p->C / p->G));
+    if (which)
+        return kiln_optest("ConvTransposeGradWeight", attrs, 3, (kiln_tensor *[]){x, dy, w}, 1,
+                           &want, 1e-6 * terms, 1e-5, label);
+    return kiln_optest("ConvTransposeGradInput", attrs, 3, (kiln_tensor *[]){dy, w, x}, 1,
+                       &want, 1e-6 * terms, 1e-5, label);
+}
+
+/* Finite-difference check of ConvTranspose's gradient rule (f64). extra: attribute text
+ * replacing pads and output_padding (output_shape, auto_pad). */
+static int gradcheck_case(const char *label, const rand_convt *p, const char *extra,
+                          uint64_t seed) {
+    const int nd = p->nd;
+    char attrs[300];
+    int64_t xd[5], wd[5], yd[5], K;
+    case_setup(p, attrs, sizeof attrs, xd, wd, yd, &K);
+    if (extra) {
+        snprintf(attrs, sizeof attrs, "group=%lld;%s", (long long)p->G, extra);
+        kiln_attr_text_ints(attrs, sizeof attrs, "strides", nd, p->s, NULL, 1);
+        kiln_attr_text_ints(attrs, sizeof attrs, "dilations", nd, p->d, NULL, 1);
+    }
+    kiln_tensor *in[3] = {kt_rand(KILN_F64, 2 + nd, xd, -1, 1, seed),
+                          kt_rand(KILN_F64, 2 + nd, wd, -1, 1, seed + 1),
+                          p->bias ? kt_rand(KILN_F64, 1, KT_DIMS(p->M), -1, 1, seed + 2)
+                                  : NULL};
+    return kiln_gradcheck("ConvTranspose", attrs, 0, 3, in, NULL, label);
 }
 
 static int test(void) {
@@ -435,6 +590,36 @@ static int test(void) {
                                        .pe = {1, 1, 0}, .bias = true},
                          121);
 
+    /* Gradient rule against finite differences. */
+    fails += gradcheck_case("convtranspose grad 2-D grouped, strides, dilations, pads, "
+                            "output_padding, bias",
+                            &(rand_convt){.nd = 2, .N = 2, .C = 4, .M = 4, .G = 2, .in = {3, 4},
+                                          .k = {3, 2}, .s = {2, 3}, .d = {1, 2}, .pb = {1, 0},
+                                          .pe = {0, 2}, .op = {1, 0}, .bias = true},
+                            NULL, 131);
+    fails += gradcheck_case("convtranspose grad depthwise strides 2",
+                            &(rand_convt){.nd = 2, .N = 1, .C = 3, .M = 3, .G = 3, .in = {3, 3},
+                                          .k = {3, 3}, .s = {2, 2}, .pb = {1, 1}, .pe = {1, 1},
+                                          .bias = true},
+                            NULL, 132);
+    fails += gradcheck_case("convtranspose grad 1-D, no bias",
+                            &(rand_convt){.nd = 1, .N = 2, .C = 2, .M = 3, .G = 1, .in = {5},
+                                          .k = {3}, .s = {2}, .d = {2}, .pb = {2}, .pe = {1},
+                                          .op = {1}},
+                            NULL, 133);
+    fails += gradcheck_case("convtranspose grad output_shape larger than natural",
+                            &(rand_convt){.nd = 2, .N = 1, .C = 2, .M = 2, .G = 1, .in = {3, 3},
+                                          .k = {2, 2}, .s = {2, 2}, .bias = true},
+                            "output_shape=[7,8]", 134);
+    fails += gradcheck_case("convtranspose grad SAME_UPPER",
+                            &(rand_convt){.nd = 2, .N = 1, .C = 2, .M = 2, .G = 1, .in = {3, 2},
+                                          .k = {3, 3}, .s = {2, 2}},
+                            "auto_pad=SAME_UPPER", 135);
+    fails += gradcheck_case("convtranspose grad 1x1 (no col2im)",
+                            &(rand_convt){.nd = 2, .N = 2, .C = 3, .M = 2, .G = 1, .in = {3, 4},
+                                          .k = {1, 1}, .bias = true},
+                            NULL, 136);
+
     /* errors */
     kiln_tensor *in[3];
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 5, 5), NULL);
@@ -464,5 +649,102 @@ static int test(void) {
 const kiln_op_def kiln_op_conv_transpose = {
     .name = "ConvTranspose", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
-    .test = test,
+    .test = test, .grad = grad,
+};
+
+/* Tiny cases for the grad ops. The 3x3 case by hand: ConvTranspose of a 2x2 X with a 2x2 W
+ * gives a 3x3 Y, so dX[i,j] = sum over taps of dY[i+a, j+b] * W[a,b] and dW[a,b] = sum of
+ * X[i,j] * dY[i+a, j+b]. The grouped case: a direct numpy loop over (n, c, pixel, m, tap)
+ * accumulating dY*W into dX and X*dY into dW. */
+#define GDY3 KT_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9)
+#define GXG KT_VALS(-2, -2, 1, 0, 0, 1, 1, -2, 0, -2, 0, 2, 0, -2, 0, -2, 1, 2, 2, 1, 2, -1, \
+    -2, 0)
+#define GWG KT_VALS(0, 1, 2, -1, 2, -2, -1, 1, -1, 1, 0, 0, 2, 2, 2, 0, 2, 2, -2, -1, -1, 0, 2, \
+    0, 2, -1, 2, 0, 1, -1, 0, 2, 2, 2, 2, -2, 1, 0, 1, -1, -2, -2, 2, 2, -1, 0, -1, -2)
+#define GDYG KT_VALS(2, 1, -2, -1, 0, 2, 2, -1, 1, -2, -2, -1, 0, -1, 1, 0, -1, 2, 1, 1, 1, -1, \
+    2, -2, -1, -2, -2, 2, -2, 0, 2, 1, 2, -2, 0, -2, -2, 2, -2, 0, -2, -1, 2, -1, -1, -2, 1, \
+    -2, 0, -2, -2, 2, -2, 0, 0, -2, 1, 1, 2, -2, 2, -2, -2, 0, 2, 2, 1, -2, 0, 2, 0, -2)
+#define GDXG_WANT KT_VALS(2, 6, -5, 3, -5, 5, 3, -1, -10, -1, 5, 12, 0, 0, -8, 16, -1, 0, -6, \
+    2, -4, 2, 0, -2)
+#define GDWG_WANT KT_VALS(2, 0, -7, 2, 2, 0, 4, 0, 0, 0, 6, 8, 6, 0, -2, 7, 4, 2, 2, -5, -4, 4, \
+    3, 0, -4, 3, -11, 5, -6, 4, 4, 9, 6, -2, 0, 8, 4, 4, -6, 5, 2, 2, -2, -6, -4, -6, 1, -4)
+#define GATTRS "strides=[2,1];pads=[1,0,0,1];output_padding=[1,0];group=2;kernel_shape=[2,2]"
+
+static int test_grad_input(void) {
+    int fails = 0;
+    kiln_tensor *in[3] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), GDY3),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4)),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL)};
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(37, 47, 67, 77));
+    fails += kiln_optest("ConvTransposeGradInput", "", 3, in, 1, &want, 0, 0,
+                         "convtranspose dX 2x2 by hand");
+    in[0] = kt_make(KILN_F64, 4, KT_DIMS(1, 6, 4, 3), GDYG);
+    in[1] = kt_make(KILN_F64, 4, KT_DIMS(4, 3, 2, 2), GWG);
+    in[2] = kt_make(KILN_F64, 4, KT_DIMS(1, 4, 2, 3), NULL);
+    want = kt_make(KILN_F64, 4, KT_DIMS(1, 4, 2, 3), GDXG_WANT);
+    fails += kiln_optest("ConvTransposeGradInput", GATTRS, 3, in, 1, &want, 0, 0,
+                         "convtranspose dX grouped strides pads output_padding f64");
+    fails += random_grad_case("convtranspose dX random depthwise",
+                              &(rand_convt){.nd = 2, .N = 3, .C = 6, .M = 6, .G = 6,
+                                            .in = {5, 6}, .k = {3, 3}, .s = {2, 2},
+                                            .pb = {1, 1}, .pe = {1, 0}, .op = {1, 0}},
+                              0, 141);
+    fails += random_grad_case("convtranspose dX random large",
+                              &(rand_convt){.nd = 2, .N = 3, .C = 32, .M = 32, .G = 1,
+                                            .in = {12, 12}, .k = {4, 4}, .s = {2, 2},
+                                            .pb = {1, 1}, .pe = {1, 1}},
+                              0, 142);
+    fails += random_grad_case("convtranspose dX random 1x1",
+                              &(rand_convt){.nd = 2, .N = 2, .C = 3, .M = 4, .G = 1,
+                                            .in = {4, 5}, .k = {1, 1}},
+                              0, 143);
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 2), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    fails += kiln_optest_fails("ConvTransposeGradInput", "", 3, in, 1, KILN_ERR_SHAPE,
+                               "convtranspose dX with dY of the wrong shape");
+    return fails;
+}
+
+static int test_grad_weight(void) {
+    int fails = 0;
+    kiln_tensor *in[3] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4)),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), GDY3),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL)};
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(37, 47, 67, 77));
+    fails += kiln_optest("ConvTransposeGradWeight", "", 3, in, 1, &want, 0, 0,
+                         "convtranspose dW 2x2 by hand");
+    in[0] = kt_make(KILN_F64, 4, KT_DIMS(1, 4, 2, 3), GXG);
+    in[1] = kt_make(KILN_F64, 4, KT_DIMS(1, 6, 4, 3), GDYG);
+    in[2] = kt_make(KILN_F64, 4, KT_DIMS(4, 3, 2, 2), NULL);
+    want = kt_make(KILN_F64, 4, KT_DIMS(4, 3, 2, 2), GDWG_WANT);
+    fails += kiln_optest("ConvTransposeGradWeight", GATTRS, 3, in, 1, &want, 0, 0,
+                         "convtranspose dW grouped strides pads output_padding f64");
+    fails += random_grad_case("convtranspose dW random batch 16 small products",
+                              &(rand_convt){.nd = 2, .N = 16, .C = 4, .M = 2, .G = 1,
+                                            .in = {5, 5}, .k = {3, 3}, .s = {2, 2}},
+                              1, 151);
+    fails += random_grad_case("convtranspose dW random large",
+                              &(rand_convt){.nd = 2, .N = 2, .C = 32, .M = 32, .G = 1,
+                                            .in = {12, 12}, .k = {4, 4}, .s = {2, 2},
+                                            .pb = {1, 1}, .pe = {1, 1}},
+                              1, 152);
+    fails += random_grad_case("convtranspose dW random 1-D grouped",
+                              &(rand_convt){.nd = 1, .N = 3, .C = 4, .M = 6, .G = 2,
+                                            .in = {9}, .k = {3}, .s = {3}, .d = {2},
+                                            .pb = {2}, .pe = {1}, .op = {2}},
+                              1, 153);
+    return fails;
+}
+
+const kiln_op_def kiln_op_conv_transpose_grad_input = {
+    .name = "ConvTransposeGradInput", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gi_infer,
+    .cpu_forward = gi_forward, .cpu_workspace = gi_workspace, .test = test_grad_input,
+};
+
+const kiln_op_def kiln_op_conv_transpose_grad_weight = {
+    .name = "ConvTransposeGradWeight", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gw_infer,
+    .cpu_forward = gw_forward, .cpu_workspace = gw_workspace, .test = test_grad_weight,
 };

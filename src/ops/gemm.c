@@ -7,11 +7,14 @@
  *   Integer Gemm is rejected (KILN_ERR_TYPE): float alpha/beta have no agreed integer
  *   meaning and no exporter emits it.
  * Method: Y is filled with beta * C (broadcast), then one gemm with beta = 1 adds the
- *   product; OpenBLAS threads it.
+ *   product, split over the threads by kiln_gemm.
+ * Gradient: dA and dB are Gemm nodes (transA / transB absorb the transposes), dC is
+ *   kiln.ReduceSumTo(dY, C) when beta = 1, else kiln.GemmGradC(dY, C) = beta * that sum.
  */
 #include "../core/optest.h"
 #include "conv_common.h"
 
+#include <math.h>
 #include <stdio.h>
 
 typedef struct gemm_shape {
@@ -101,6 +104,94 @@ static kiln_status forward(kiln_op_ctx *c) {
     kiln_gemm(dbl, s.ta, s.tb, s.M, s.N, s.K, alpha, A, s.ta ? s.M : s.K, B, s.tb ? s.K : s.N,
               use_c ? 1.0 : 0.0, Y, s.N);
     kiln_stage_finish(c->out[0], Y);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ gradient */
+
+/* With A' = op(A), B' = op(B): dA' = alpha dY B'^T and dB' = alpha A'^T dY, each one Gemm
+ * whose transA / transB absorb the transposes (dA = dA'^T when transA, dB likewise):
+ *   dA = Gemm(dY, B, transB = !transB)            dA = Gemm(B, dY, transA = transB, transB = 1)
+ *   dB = Gemm(A, dY, transA = !transA)            dB = Gemm(dY, A, transA = 1, transB = transA)
+ * (left: without the transpose, right: with it). dC = beta dY summed over C's broadcast
+ * dims: kiln.ReduceSumTo when beta = 1, else kiln.GemmGradC. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    const bool ta = kiln_attr_int(n, "transA", 0) != 0, tb = kiln_attr_int(n, "transB", 0) != 0;
+    const double alpha = kiln_attr_float(n, "alpha", 1.0f);
+    const double beta = kiln_attr_float(n, "beta", 1.0f);
+    const int a = n->in[0], b = n->in[1], c = n->n_in > 2 ? n->in[2] : -1, dy = g->dy[0];
+    char attrs[96];
+    if (g->need[0]) {
+        snprintf(attrs, sizeof attrs, "alpha=%.9g;transA=%d;transB=%d", alpha, ta ? tb : 0,
+                 ta ? 1 : !tb);
+        g->dx[0] = kiln_grad_emit(g, NULL, "Gemm", 2, ta ? (int[]){b, dy} : (int[]){dy, b}, 1,
+                                  NULL, false, attrs);
+        if (g->dx[0] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (g->need[1]) {
+        snprintf(attrs, sizeof attrs, "alpha=%.9g;transA=%d;transB=%d", alpha, tb ? 1 : !ta,
+                 tb ? ta : 0);
+        g->dx[1] = kiln_grad_emit(g, NULL, "Gemm", 2, tb ? (int[]){dy, a} : (int[]){a, dy}, 1,
+                                  NULL, false, attrs);
+        if (g->dx[1] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (c >= 0 && g->need[2]) {
+        if (beta == 1) {
+            g->dx[2] = kiln_grad_unbroadcast(g, dy, c);
+        } else {
+            snprintf(attrs, sizeof attrs, "beta=%.9g", beta);
+            g->dx[2] = kiln_grad_emit(g, "kiln", "GemmGradC", 2, (int[]){dy, c}, 1, NULL, false,
+                                      attrs);
+        }
+        if (g->dx[2] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    return KILN_OK;
+}
+
+/* kiln.GemmGradC(dY, C) -> dC = beta * dY (M, N) summed down to C's shape (C broadcasts
+ * to (M, N) as Gemm allows; only C's shape is read). Sums in double. */
+static kiln_status gc_infer(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *cc = c->in[1];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(dy->dtype) && cc->dtype == dy->dtype, KILN_ERR_TYPE,
+                  "dY and C must have the same float dtype");
+    KILN_OP_CHECK(c, dy->ndim == 2 && cc->ndim <= 2, KILN_ERR_SHAPE,
+                  "dY must be a matrix and C have rank <= 2");
+    const int64_t M = dy->dims[0], N = dy->dims[1];
+    bool ok = true;
+    if (cc->ndim >= 1) ok = cc->dims[cc->ndim - 1] == 1 || cc->dims[cc->ndim - 1] == N;
+    if (cc->ndim == 2) ok = ok && (cc->dims[0] == 1 || cc->dims[0] == M);
+    KILN_OP_CHECK(c, ok, KILN_ERR_SHAPE, "C does not broadcast to dY's (%lld, %lld)",
+                  (long long)M, (long long)N);
+    kiln_tensor_set_shape(c->out[0], dy->dtype, cc->ndim, cc->dims);
+    return KILN_OK;
+}
+
+static size_t gc_workspace(const kiln_op_ctx *c) {
+    return (size_t)kiln_tensor_numel(c->in[1]) * sizeof(double);
+}
+
+static kiln_status gc_forward(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *cc = c->in[1];
+    const int64_t M = dy->dims[0], N = dy->dims[1], nc = kiln_tensor_numel(cc);
+    const double beta = kiln_attr_float(c->node, "beta", 1.0f);
+    /* C's strides over (M, N), 0 along broadcast dims (as fill_c reads it) */
+    int64_t rs = 0, cs = 0;
+    if (cc->ndim >= 1 && cc->dims[cc->ndim - 1] == N && N > 1) cs = 1;
+    if (cc->ndim == 2 && cc->dims[0] == M && M > 1) rs = cc->dims[1];
+    double *acc = c->workspace;
+    for (int64_t k = 0; k < nc; k++) acc[k] = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            const int64_t e = i * N + j;
+            const double v = dy->dtype == KILN_F32   ? ((const float *)dy->data)[e]
+                             : dy->dtype == KILN_F64 ? ((const double *)dy->data)[e]
+                                                     : kiln_get_f64(dy, e);
+            acc[i * rs + j * cs] += v;
+        }
+    /* beta = 0: the forward never read C, so its gradient is exactly 0 (even where dY is
+     * not finite) */
+    for (int64_t k = 0; k < nc; k++) kiln_set_f64(c->out[0], k, beta == 0 ? 0 : beta * acc[k]);
     return KILN_OK;
 }
 
@@ -263,6 +354,46 @@ static int test(void) {
     fails += random_case("gemm random", 37, 29, 53, false, false, 1.0, 1.0, 2, 201);
     fails += random_case("gemm random transposed", 70, 45, 130, true, true, 0.75, -1.5, 1, 211);
     fails += random_case("gemm random large", 192, 160, 256, false, true, 1.0, 0.0, 0, 221);
+    /* wider than tall: kiln_gemm splits the columns of C (blocks of B's rows or columns) */
+    fails += random_case("gemm random wide", 40, 150, 100, false, false, 1.0, 1.0, 2, 231);
+    fails += random_case("gemm random wide transposed", 40, 150, 100, true, true, 0.5, 2.0, 1,
+                         241);
+    /* Gradient rule against finite differences: all transposes, alpha and beta (beta = 1
+     * sums C's gradient with ReduceSumTo, other values with GemmGradC), every C shape. */
+    static const struct {
+        bool ta, tb;
+        const char *ab;
+        int c_rank;
+        int64_t c0, c1;
+    } gc[] = {
+        {false, false, "", 2, 3, 4},
+        {true, false, "alpha=0.5;beta=-1.5", 2, 3, 4},
+        {false, true, "alpha=-2.0", 1, 4, 0},
+        {true, true, "alpha=1.25;beta=0.75", 2, 1, 4},
+        {false, false, "beta=2.0", 2, 3, 1},
+        {false, true, "alpha=0.5", 2, 1, 1},
+        {true, false, "beta=0.0", 0, 0, 0},
+        {false, false, "alpha=1.5", -1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof gc / sizeof gc[0]; i++) {
+        const int64_t M = 3, N = 4, K = 5;
+        char attrs[96], label[128];
+        snprintf(attrs, sizeof attrs, "transA=%d;transB=%d%s%s", gc[i].ta, gc[i].tb,
+                 gc[i].ab[0] ? ";" : "", gc[i].ab);
+        static const char *const c_shape[] = {"no C", "scalar C", "C (N)", "C 2-D"};
+        snprintf(label, sizeof label, "gemm grad %s, %s (%lld,%lld)", attrs,
+                 c_shape[gc[i].c_rank + 1], (long long)gc[i].c0, (long long)gc[i].c1);
+        kiln_tensor *in[3] = {
+            gc[i].ta ? kt_rand(KILN_F64, 2, KT_DIMS(K, M), -1, 1, 300 + i)
+                     : kt_rand(KILN_F64, 2, KT_DIMS(M, K), -1, 1, 300 + i),
+            gc[i].tb ? kt_rand(KILN_F64, 2, KT_DIMS(N, K), -1, 1, 400 + i)
+                     : kt_rand(KILN_F64, 2, KT_DIMS(K, N), -1, 1, 400 + i),
+            gc[i].c_rank < 0 ? NULL
+                             : kt_rand(KILN_F64, gc[i].c_rank, KT_DIMS(gc[i].c0, gc[i].c1), -1, 1,
+                                       500 + i)};
+        fails += kiln_gradcheck("Gemm", attrs, 0, 3, in, NULL, label);
+    }
+
     /* errors */
     kiln_tensor *in[3];
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
@@ -284,4 +415,43 @@ static int test(void) {
 const kiln_op_def kiln_op_gemm = {
     .name = "Gemm", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+    .grad = grad,
+};
+
+/* GemmGradC; expected values by hand: beta times the row / column / total sums of dY. */
+static int test_grad_c(void) {
+    int fails = 0;
+    static const double dy[] = {1, 2, 3, 4, 5, 6}; /* (2, 3) */
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 2, KT_DIMS(2, 3), dy),
+                          kt_make(KILN_F32, 1, KT_DIMS(3), NULL)};
+    kiln_tensor *want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(10, 14, 18));
+    fails += kiln_optest("GemmGradC", "beta=2.0", 2, in, 1, &want, 0, 0, "gemm dC (N)");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 3), dy);
+    in[1] = kt_make(KILN_F64, 2, KT_DIMS(2, 1), NULL);
+    want = kt_make(KILN_F64, 2, KT_DIMS(2, 1), KT_VALS(-3, -7.5));
+    fails += kiln_optest("GemmGradC", "beta=-0.5", 2, in, 1, &want, 0, 0, "gemm dC (M,1) f64");
+    in[0] = kt_make(KILN_F16, 2, KT_DIMS(2, 3), dy);
+    in[1] = kt_make(KILN_F16, 0, NULL, NULL);
+    want = kt_make(KILN_F16, 0, NULL, KT_VALS(5.25));
+    fails += kiln_optest("GemmGradC", "beta=0.25", 2, in, 1, &want, 0, 0, "gemm dC scalar f16");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), dy);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(3, 6, 9, 12, 15, 18));
+    fails += kiln_optest("GemmGradC", "beta=3", 2, in, 1, &want, 0, 0, "gemm dC (M,N)");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, INFINITY, 3, 4, 5, 6));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
+    want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0, 0, 0));
+    fails += kiln_optest("GemmGradC", "beta=0.0", 2, in, 1, &want, 0, 0,
+                         "gemm dC is 0 for beta = 0, whatever dY");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    fails += kiln_optest_fails("GemmGradC", "", 2, in, 1, KILN_ERR_SHAPE,
+                               "gemm dC not broadcastable");
+    return fails;
+}
+
+const kiln_op_def kiln_op_gemm_grad_c = {
+    .name = "GemmGradC", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
+    .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = gc_infer, .cpu_forward = gc_forward,
+    .cpu_workspace = gc_workspace, .test = test_grad_c,
 };

@@ -3,6 +3,7 @@
  * dims. X (N, C, D1..Dk), any k >= 1  ->  Y (N, C, 1, ..., 1) of X's rank.
  * Dtypes: f32 and f64 typed; f16 and bf16 through f32 scratch. Sums in double.
  * Parallel over the (n, c) planes with OpenMP.
+ * Gradient: kiln.GlobalAveragePoolGrad(dY, X) = dY / (D1*...*Dk) over each plane.
  */
 #include "../core/optest.h"
 #include "conv_common.h"
@@ -31,6 +32,33 @@ static kiln_status forward(kiln_op_ctx *c) {
         else ((float *)Y)[nc] = (float)(sum / (double)S);
     }
     kiln_stage_finish(c->out[0], Y);
+    return KILN_OK;
+}
+
+/* dL/dX = kiln.GlobalAveragePoolGrad(dY, X) = dY / S broadcast over each (n, c) plane of
+ * S elements. Only X's shape is read. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    g->dx[0] = kiln_grad_emit(g, "kiln", "GlobalAveragePoolGrad", 2,
+                              (int[]){g->dy[0], KILN_GRAD_IN(g, 0)}, 1, NULL, false, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status grad_infer(kiln_op_ctx *c) { return kiln_global_pool_grad_infer(c); }
+
+static kiln_status grad_forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[1], *dy = c->in[0];
+    kiln_tensor *dx = c->out[0];
+    const int64_t NC = x->dims[0] * x->dims[1], S = NC ? kiln_tensor_numel(x) / NC : 0;
+#pragma omp parallel for schedule(static) if (NC * S > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const double share = kiln_get_f64(dy, nc) / (double)S;
+        if (dx->dtype == KILN_F32)
+            for (int64_t i = 0; i < S; i++) ((float *)dx->data)[nc * S + i] = (float)share;
+        else if (dx->dtype == KILN_F64)
+            for (int64_t i = 0; i < S; i++) ((double *)dx->data)[nc * S + i] = share;
+        else
+            for (int64_t i = 0; i < S; i++) kiln_set_f64(dx, nc * S + i, share);
+    }
     return KILN_OK;
 }
 
@@ -80,7 +108,18 @@ static int test(void) {
         fails += kiln_optest("GlobalAveragePool", "", 1, in, 1, want, 0, 0,
                              "globalaveragepool f16");
     }
-    kiln_tensor *in[1] = {kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL)};
+    /* Gradient rule against finite differences, 1-D to 3-D spatial. */
+    kiln_tensor *in[1];
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 5), -1, 1, 1001);
+    fails += kiln_gradcheck("GlobalAveragePool", "", 0, 1, in, NULL,
+                            "globalaveragepool grad 1-D spatial");
+    in[0] = kt_rand(KILN_F64, 4, KT_DIMS(2, 2, 3, 4), -1, 1, 1002);
+    fails += kiln_gradcheck("GlobalAveragePool", "", 0, 1, in, NULL,
+                            "globalaveragepool grad 2-D spatial");
+    in[0] = kt_rand(KILN_F64, 5, KT_DIMS(1, 2, 2, 3, 2), -1, 1, 1003);
+    fails += kiln_gradcheck("GlobalAveragePool", "", 0, 1, in, NULL,
+                            "globalaveragepool grad 3-D spatial");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     fails += kiln_optest_fails("GlobalAveragePool", "", 1, in, 1, KILN_ERR_SHAPE,
                                "globalaveragepool rank 2");
     in[0] = kt_make(KILN_I32, 3, KT_DIMS(1, 2, 3), NULL);
@@ -92,5 +131,32 @@ static int test(void) {
 const kiln_op_def kiln_op_global_average_pool = {
     .name = "GlobalAveragePool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
-    .test = test,
+    .test = test, .grad = grad,
+};
+
+/* GlobalAveragePoolGrad, by hand: each plane gets its dY divided by the plane's size. */
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 1), KT_VALS(4, -2)),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL)};
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2),
+                                KT_VALS(1, 1, 1, 1, -0.5, -0.5, -0.5, -0.5));
+    fails += kiln_optest("GlobalAveragePoolGrad", "", 2, in, 1, &want, 0, 0,
+                         "globalaveragepool dX");
+    in[0] = kt_make(KILN_F16, 3, KT_DIMS(2, 1, 1), KT_VALS(3, 1.5));
+    in[1] = kt_make(KILN_F16, 3, KT_DIMS(2, 1, 3), NULL);
+    want = kt_make(KILN_F16, 3, KT_DIMS(2, 1, 3), KT_VALS(1, 1, 1, 0.5, 0.5, 0.5));
+    fails += kiln_optest("GlobalAveragePoolGrad", "", 2, in, 1, &want, 0, 0,
+                         "globalaveragepool dX f16");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 2), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL);
+    fails += kiln_optest_fails("GlobalAveragePoolGrad", "", 2, in, 1, KILN_ERR_SHAPE,
+                               "globalaveragepool dX with dY of the wrong shape");
+    return fails;
+}
+
+const kiln_op_def kiln_op_global_average_pool_grad = {
+    .name = "GlobalAveragePoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2,
+    .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = grad_infer,
+    .cpu_forward = grad_forward, .test = test_grad,
 };

@@ -3,6 +3,7 @@
  * X (N, C, D1..Dk), any k >= 1  ->  Y (N, C, 1, ..., 1) of X's rank. NaN wins, as in
  * numpy.max. Dtypes: f32 and f64 typed; f16 and bf16 through f32 scratch.
  * Parallel over the (n, c) planes with OpenMP.
+ * Gradient: kiln.GlobalMaxPoolGrad(dY, X) puts dY on each plane's first maximum (or NaN).
  */
 #include "../core/optest.h"
 #include "conv_common.h"
@@ -35,6 +36,51 @@ static kiln_status forward(kiln_op_ctx *c) {
         else ((float *)Y)[nc] = (float)best;
     }
     kiln_stage_finish(c->out[0], Y);
+    return KILN_OK;
+}
+
+/* dL/dX = kiln.GlobalMaxPoolGrad(dY, X): each plane's dY goes to the element the forward
+ * pass picked (the first maximum, or the first NaN), recomputed from X. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    g->dx[0] = kiln_grad_emit(g, "kiln", "GlobalMaxPoolGrad", 2,
+                              (int[]){g->dy[0], KILN_GRAD_IN(g, 0)}, 1, NULL, false, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status grad_infer(kiln_op_ctx *c) { return kiln_global_pool_grad_infer(c); }
+
+static size_t grad_workspace(const kiln_op_ctx *c) {
+    return kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) + kiln_stage_size(c->out[0]);
+}
+
+static kiln_status grad_forward(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[1];
+    char *ws = c->workspace;
+    const void *dY = kiln_stage_in(c->in[0], &ws);  // (N*C)
+    const void *X = kiln_stage_in(x, &ws);          // (N*C, S)
+    void *dX = kiln_stage_out(c->out[0], &ws);      // (N*C, S)
+    const int64_t NC = x->dims[0] * x->dims[1], S = NC ? kiln_tensor_numel(x) / NC : 0;
+    const bool dbl = x->dtype == KILN_F64;
+#pragma omp parallel for schedule(static) if (NC * S > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        double best = -INFINITY;
+        int64_t at = -1;
+        for (int64_t i = 0; i < S; i++) {
+            double v = dbl ? ((const double *)X)[nc * S + i] : ((const float *)X)[nc * S + i];
+            if (at < 0 || v > best || isnan(v)) {
+                best = v;
+                at = i;
+            }
+            if (isnan(v)) break;
+        }
+        for (int64_t i = 0; i < S; i++) {
+            const double v = i == at ? (dbl ? ((const double *)dY)[nc] : ((const float *)dY)[nc])
+                                     : 0.0;
+            if (dbl) ((double *)dX)[nc * S + i] = v;
+            else ((float *)dX)[nc * S + i] = (float)v;
+        }
+    }
+    kiln_stage_finish(c->out[0], dX);
     return KILN_OK;
 }
 
@@ -89,7 +135,14 @@ static int test(void) {
         kiln_tensor *want[1] = {kt_make(KILN_F32, 3, KT_DIMS(1, 2, 1), KT_VALS(NAN, -1))};
         fails += kiln_optest("GlobalMaxPool", "", 1, in, 1, want, 0, 0, "globalmaxpool NaN");
     }
-    kiln_tensor *in[1] = {kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL)};
+    /* Gradient rule against finite differences (random inputs: no ties). */
+    kiln_tensor *in[1] = {kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 5), -1, 1, 1101)};
+    fails += kiln_gradcheck("GlobalMaxPool", "", 0, 1, in, NULL, "globalmaxpool grad 1-D spatial");
+    in[0] = kt_rand(KILN_F64, 4, KT_DIMS(2, 2, 3, 4), -1, 1, 1102);
+    fails += kiln_gradcheck("GlobalMaxPool", "", 0, 1, in, NULL, "globalmaxpool grad 2-D spatial");
+    in[0] = kt_rand(KILN_F64, 5, KT_DIMS(1, 2, 2, 3, 2), -1, 1, 1103);
+    fails += kiln_gradcheck("GlobalMaxPool", "", 0, 1, in, NULL, "globalmaxpool grad 3-D spatial");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     fails += kiln_optest_fails("GlobalMaxPool", "", 1, in, 1, KILN_ERR_SHAPE,
                                "globalmaxpool rank 2");
     return fails;
@@ -98,5 +151,32 @@ static int test(void) {
 const kiln_op_def kiln_op_global_max_pool = {
     .name = "GlobalMaxPool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
-    .test = test,
+    .test = test, .grad = grad,
+};
+
+/* GlobalMaxPoolGrad, by hand: dY lands on each plane's first maximum (or first NaN). */
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 3, KT_DIMS(1, 3, 1), KT_VALS(5, -1, 2)),
+                          kt_make(KILN_F32, 3, KT_DIMS(1, 3, 4),
+                                  KT_VALS(1, 7, 3, 7, -2, -1, -3, -1, 0, NAN, 4, NAN))};
+    kiln_tensor *want = kt_make(KILN_F32, 3, KT_DIMS(1, 3, 4),
+                                KT_VALS(0, 5, 0, 0, 0, -1, 0, 0, 0, 2, 0, 0));
+    fails += kiln_optest("GlobalMaxPoolGrad", "", 2, in, 1, &want, 0, 0,
+                         "globalmaxpool dX first maximum, first NaN");
+    in[0] = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 1, 1), KT_VALS(0.5));
+    in[1] = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(-4, -3, -8, -5));
+    want = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(0, 0.5, 0, 0));
+    fails += kiln_optest("GlobalMaxPoolGrad", "", 2, in, 1, &want, 0, 0, "globalmaxpool dX bf16");
+    in[0] = kt_make(KILN_F64, 3, KT_DIMS(1, 3, 1), NULL);
+    in[1] = kt_make(KILN_F32, 3, KT_DIMS(1, 3, 4), NULL);
+    fails += kiln_optest_fails("GlobalMaxPoolGrad", "", 2, in, 1, KILN_ERR_TYPE,
+                               "globalmaxpool dX with dY of another dtype");
+    return fails;
+}
+
+const kiln_op_def kiln_op_global_max_pool_grad = {
+    .name = "GlobalMaxPoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2,
+    .min_outputs = 1, .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward,
+    .cpu_workspace = grad_workspace, .test = test_grad,
 };

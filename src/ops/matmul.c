@@ -7,13 +7,17 @@
  *   integer dtypes through a plain loop accumulating in int64 (wrapping to the dtype).
  * Method: when B has no batch (or all its batch dims are 1) and A is not broadcast, A's
  *   batch folds into M and one gemm does everything. Otherwise one gemm per batch entry;
- *   the entries run in parallel with OpenMP only when one product is too small for
- *   OpenBLAS to thread.
+ *   the entries run side by side with OpenMP unless a few big products are better split
+ *   one after the other (kiln_gemm_job_threads).
+ * Gradient: kiln.MatMulGradA(dY, A, B) = dY @ B^T and kiln.MatMulGradB(dY, A, B) = A^T @ dY
+ *   per batch entry, summed over the entries that broadcast the operand, in its shape
+ *   (1-D included); with a shared B and an unbroadcast A each is one folded gemm.
  */
 #include "../core/optest.h"
 #include "conv_common.h"
 
 #include <stdio.h>
+#include <string.h>
 
 typedef struct mm_shape {
     int64_t M, N, K;
@@ -25,8 +29,9 @@ typedef struct mm_shape {
     int64_t ydims[KILN_MAX_DIMS];
 } mm_shape;
 
-static kiln_status shape_get(kiln_op_ctx *c, mm_shape *s) {
-    const kiln_tensor *a = c->in[0], *b = c->in[1];
+/* Validate A and B and compute the geometry; shared by MatMul and its gradient ops. */
+static kiln_status shape_get(kiln_op_ctx *c, const kiln_tensor *a, const kiln_tensor *b,
+                             mm_shape *s) {
     char as[128], bs[128];
     KILN_OP_CHECK(c, kiln_dtype_is_float(a->dtype) || kiln_dtype_is_int(a->dtype), KILN_ERR_TYPE,
                   "A dtype %s is not supported", kiln_dtype_name(a->dtype));
@@ -67,7 +72,7 @@ static kiln_status shape_get(kiln_op_ctx *c, mm_shape *s) {
 
 static kiln_status infer(kiln_op_ctx *c) {
     mm_shape s;
-    kiln_status st = shape_get(c, &s);
+    kiln_status st = shape_get(c, c->in[0], c->in[1], &s);
     if (st != KILN_OK) return st;
     kiln_tensor_set_shape(c->out[0], c->in[0]->dtype, s.ydim, s.ydims);
     return KILN_OK;
@@ -109,7 +114,7 @@ static void forward_int(const mm_shape *s, const kiln_tensor *a, const kiln_tens
 
 static kiln_status forward(kiln_op_ctx *c) {
     mm_shape s;
-    kiln_status st = shape_get(c, &s);
+    kiln_status st = shape_get(c, c->in[0], c->in[1], &s);
     if (st != KILN_OK) return st;
     if (!kiln_dtype_is_float(c->in[0]->dtype)) {
         forward_int(&s, c->in[0], c->in[1], c->out[0]);
@@ -136,6 +141,134 @@ static kiln_status forward(kiln_op_ctx *c) {
         }
     }
     kiln_stage_finish(c->out[0], Y);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ gradient */
+
+/* dL/dA = kiln.MatMulGradA(dY, A, B) = dY @ B^T per batch entry, dL/dB = kiln.MatMulGradB(dY,
+ * A, B) = A^T @ dY, each summed over the batch entries that broadcast its operand and
+ * shaped like it (1-D operands included). They are internal ops rather than MatMul nodes:
+ * the transposes and the unbroadcasting depend on the ranks, which a rule does not know. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    const int a = KILN_GRAD_IN(g, 0), b = KILN_GRAD_IN(g, 1), in[3] = {g->dy[0], a, b};
+    if (g->need[0]) {
+        g->dx[0] = kiln_grad_emit(g, "kiln", "MatMulGradA", 3, in, 1, NULL, false, NULL);
+        if (g->dx[0] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (g->need[1]) {
+        g->dx[1] = kiln_grad_emit(g, "kiln", "MatMulGradB", 3, in, 1, NULL, false, NULL);
+        if (g->dx[1] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    return KILN_OK;
+}
+
+/* Shared infer of the grad ops (which: 0 for dA, 1 for dB): float dtypes, dY shaped like Y. */
+static kiln_status grad_shape_get(kiln_op_ctx *c, mm_shape *s, int which) {
+    const kiln_tensor *dy = c->in[0], *a = c->in[1], *b = c->in[2];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(a->dtype) && dy->dtype == a->dtype, KILN_ERR_TYPE,
+                  "dY, A and B must have the same float dtype");
+    kiln_status st = shape_get(c, a, b, s);
+    if (st != KILN_OK) return st;
+    bool same = dy->ndim == s->ydim;
+    for (int i = 0; same && i < dy->ndim; i++) same = dy->dims[i] == s->ydims[i];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have MatMul's output shape");
+    const kiln_tensor *like = which ? b : a;
+    kiln_tensor_set_shape(c->out[0], like->dtype, like->ndim, like->dims);
+    return KILN_OK;
+}
+
+static kiln_status ga_infer(kiln_op_ctx *c) {
+    mm_shape s;
+    return grad_shape_get(c, &s, 0);
+}
+
+static kiln_status gb_infer(kiln_op_ctx *c) {
+    mm_shape s;
+    return grad_shape_get(c, &s, 1);
+}
+
+static size_t ga_workspace(const kiln_op_ctx *c) {
+    return kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[2]) + kiln_stage_size(c->out[0]);
+}
+
+static size_t gb_workspace(const kiln_op_ctx *c) {
+    return kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) + kiln_stage_size(c->out[0]);
+}
+
+/* dA (batch_a, M, K) from dY (batch, M, N) and B (batch_b, K, N). */
+static kiln_status ga_forward(kiln_op_ctx *c) {
+    mm_shape s;
+    kiln_status st = grad_shape_get(c, &s, 0);
+    if (st != KILN_OK) return st;
+    const bool dbl = c->in[0]->dtype == KILN_F64;
+    const size_t esz = dbl ? sizeof(double) : sizeof(float);
+    char *ws = c->workspace;
+    const char *dY = kiln_stage_in(c->in[0], &ws);
+    const char *B = kiln_stage_in(c->in[2], &ws);
+    char *dA = kiln_stage_out(c->out[0], &ws);
+    const int64_t M = s.M, N = s.N, K = s.K;
+    if (s.batch_b == 1 && s.batch_a == s.batch) {
+        /* One B for all entries and dA unbroadcast: one (batch*M, K) product. */
+        kiln_gemm(dbl, false, true, s.batch * M, K, N, 1.0, dY, N, B, N, 0.0, dA, K);
+    } else if (s.batch_a == s.batch) {
+        /* Every entry writes its own slice of dA. */
+        const int nt = kiln_gemm_job_threads(s.batch, M, K, N);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+        for (int64_t j = 0; j < s.batch; j++) {
+            int64_t oa, ob;
+            batch_offsets(&s, j, &oa, &ob);
+            kiln_gemm(dbl, false, true, M, K, N, 1.0, dY + (size_t)(j * M * N) * esz, N,
+                      B + (size_t)(ob * K * N) * esz, N, 0.0, dA + (size_t)(oa * M * K) * esz, K);
+        }
+    } else {
+        /* A is broadcast: entries sharing a slice of dA add into it in turn. */
+        memset(dA, 0, (size_t)(s.batch_a * M * K) * esz);
+        for (int64_t j = 0; j < s.batch; j++) {
+            int64_t oa, ob;
+            batch_offsets(&s, j, &oa, &ob);
+            kiln_gemm(dbl, false, true, M, K, N, 1.0, dY + (size_t)(j * M * N) * esz, N,
+                      B + (size_t)(ob * K * N) * esz, N, 1.0, dA + (size_t)(oa * M * K) * esz, K);
+        }
+    }
+    kiln_stage_finish(c->out[0], dA);
+    return KILN_OK;
+}
+
+/* dB (batch_b, K, N) from A (batch_a, M, K) and dY (batch, M, N). */
+static kiln_status gb_forward(kiln_op_ctx *c) {
+    mm_shape s;
+    kiln_status st = grad_shape_get(c, &s, 1);
+    if (st != KILN_OK) return st;
+    const bool dbl = c->in[0]->dtype == KILN_F64;
+    const size_t esz = dbl ? sizeof(double) : sizeof(float);
+    char *ws = c->workspace;
+    const char *dY = kiln_stage_in(c->in[0], &ws);
+    const char *A = kiln_stage_in(c->in[1], &ws);
+    char *dB = kiln_stage_out(c->out[0], &ws);
+    const int64_t M = s.M, N = s.N, K = s.K;
+    if (s.batch_b == 1 && s.batch_a == s.batch) {
+        /* The batch folds into the inner dim: dB = A^T (K, batch*M) @ dY (batch*M, N). */
+        kiln_gemm(dbl, true, false, K, N, s.batch * M, 1.0, A, K, dY, N, 0.0, dB, N);
+    } else if (s.batch_b == s.batch) {
+        const int nt = kiln_gemm_job_threads(s.batch, K, N, M);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+        for (int64_t j = 0; j < s.batch; j++) {
+            int64_t oa, ob;
+            batch_offsets(&s, j, &oa, &ob);
+            kiln_gemm(dbl, true, false, K, N, M, 1.0, A + (size_t)(oa * M * K) * esz, K,
+                      dY + (size_t)(j * M * N) * esz, N, 0.0, dB + (size_t)(ob * K * N) * esz, N);
+        }
+    } else {
+        memset(dB, 0, (size_t)(s.batch_b * K * N) * esz);
+        for (int64_t j = 0; j < s.batch; j++) {
+            int64_t oa, ob;
+            batch_offsets(&s, j, &oa, &ob);
+            kiln_gemm(dbl, true, false, K, N, M, 1.0, A + (size_t)(oa * M * K) * esz, K,
+                      dY + (size_t)(j * M * N) * esz, N, 1.0, dB + (size_t)(ob * K * N) * esz, N);
+        }
+    }
+    kiln_stage_finish(c->out[0], dB);
     return KILN_OK;
 }
 
@@ -337,6 +470,33 @@ static int test(void) {
                          96, 321);
     fails += random_case("matmul random large folded", KT_DIMS(0, 2), KT_DIMS(0, 1), 96, 112,
                          128, 331);
+    /* Gradient rule against finite differences: 1-D promotion on either side, batches
+     * folded into one product, per-entry products, and broadcast operands whose gradient
+     * sums over entries. */
+    static const struct {
+        const char *label;
+        int ra, rb;
+        int64_t a[4], b[4];
+    } gc[] = {
+        {"matmul grad 2-D x 2-D", 2, 2, {3, 4}, {4, 2}},
+        {"matmul grad 1-D x 2-D", 1, 2, {4}, {4, 3}},
+        {"matmul grad 2-D x 1-D", 2, 1, {3, 4}, {4}},
+        {"matmul grad 1-D x 1-D", 1, 1, {5}, {5}},
+        {"matmul grad 3-D x 3-D same batch", 3, 3, {2, 3, 4}, {2, 4, 2}},
+        {"matmul grad 3-D x 2-D (shared B, folded)", 3, 2, {3, 2, 4}, {4, 3}},
+        {"matmul grad 2-D x 3-D (shared A)", 2, 3, {3, 4}, {3, 4, 2}},
+        {"matmul grad 4-D broadcast both ways", 4, 4, {2, 1, 2, 3}, {1, 3, 3, 2}},
+        {"matmul grad 1-D x 3-D", 1, 3, {3}, {2, 3, 4}},
+        {"matmul grad 3-D x 1-D", 3, 1, {2, 3, 4}, {4}},
+        {"matmul grad 4-D x 3-D, B broadcast over the outer batch", 4, 3, {2, 2, 2, 3},
+         {2, 3, 2}},
+    };
+    for (size_t i = 0; i < sizeof gc / sizeof gc[0]; i++) {
+        kiln_tensor *in[2] = {kt_rand(KILN_F64, gc[i].ra, gc[i].a, -1, 1, 600 + i),
+                              kt_rand(KILN_F64, gc[i].rb, gc[i].b, -1, 1, 700 + i)};
+        fails += kiln_gradcheck("MatMul", "", 0, 2, in, NULL, gc[i].label);
+    }
+
     /* errors */
     kiln_tensor *in[2];
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
@@ -357,4 +517,75 @@ static int test(void) {
 const kiln_op_def kiln_op_matmul = {
     .name = "MatMul", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+    .grad = grad,
+};
+
+/* Tiny cases for the grad ops, by hand: dA = dY @ B^T and dB = A^T @ dY per entry; in the
+ * 1-D x 3-D case A (3) meets both B entries, so dA sums dY_j @ B_j^T over j. */
+#define GA KT_VALS(1, 2, 3, 4, 5, 6)             /* (2, 3) */
+#define GB KT_VALS(1, 0, 0, 1, 1, 1)             /* (3, 2) */
+#define GDY KT_VALS(1, -1, 2, 0)                 /* (2, 2) */
+#define GB3 KT_VALS(1, 2, 3, 4, 5, 6, -1, 0, 0, -1, 2, 2) /* (2, 3, 2) */
+#define GDY3 KT_VALS(1, 0, 0, 1)                 /* (2, 2) */
+
+static int test_grad_a(void) {
+    int fails = 0;
+    kiln_tensor *in[3] = {kt_make(KILN_F32, 2, KT_DIMS(2, 2), GDY),
+                          kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL),
+                          kt_make(KILN_F32, 2, KT_DIMS(3, 2), GB)};
+    kiln_tensor *want = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, -1, 0, 2, 0, 2));
+    fails += kiln_optest("MatMulGradA", "", 3, in, 1, &want, 0, 0, "matmul dA 2-D");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), GDY3);
+    in[1] = kt_make(KILN_F64, 1, KT_DIMS(3), NULL);
+    in[2] = kt_make(KILN_F64, 3, KT_DIMS(2, 3, 2), GB3);
+    want = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(1, 2, 7));
+    fails += kiln_optest("MatMulGradA", "", 3, in, 1, &want, 0, 0,
+                         "matmul dA 1-D x 3-D sums over the batch");
+    in[0] = kt_make(KILN_BF16, 2, KT_DIMS(2, 2), GDY);
+    in[1] = kt_make(KILN_BF16, 2, KT_DIMS(2, 3), NULL);
+    in[2] = kt_make(KILN_BF16, 2, KT_DIMS(3, 2), GB);
+    want = kt_make(KILN_BF16, 2, KT_DIMS(2, 3), KT_VALS(1, -1, 0, 2, 0, 2));
+    fails += kiln_optest("MatMulGradA", "", 3, in, 1, &want, 0, 0, "matmul dA bf16");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = kt_make(KILN_F32, 2, KT_DIMS(3, 2), NULL);
+    fails += kiln_optest_fails("MatMulGradA", "", 3, in, 1, KILN_ERR_SHAPE,
+                               "matmul dA with dY of the wrong shape");
+    in[0] = kt_make(KILN_I32, 2, KT_DIMS(2, 2), NULL);
+    in[1] = kt_make(KILN_I32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = kt_make(KILN_I32, 2, KT_DIMS(3, 2), NULL);
+    fails += kiln_optest_fails("MatMulGradA", "", 3, in, 1, KILN_ERR_TYPE, "matmul dA int32");
+    return fails;
+}
+
+static int test_grad_b(void) {
+    int fails = 0;
+    kiln_tensor *in[3] = {kt_make(KILN_F32, 2, KT_DIMS(2, 2), GDY),
+                          kt_make(KILN_F32, 2, KT_DIMS(2, 3), GA),
+                          kt_make(KILN_F32, 2, KT_DIMS(3, 2), NULL)};
+    kiln_tensor *want = kt_make(KILN_F32, 2, KT_DIMS(3, 2), KT_VALS(9, -1, 12, -2, 15, -3));
+    fails += kiln_optest("MatMulGradB", "", 3, in, 1, &want, 0, 0, "matmul dB 2-D");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), GDY3);
+    in[1] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(1, 2, 3));
+    in[2] = kt_make(KILN_F64, 3, KT_DIMS(2, 3, 2), NULL);
+    want = kt_make(KILN_F64, 3, KT_DIMS(2, 3, 2), KT_VALS(1, 0, 2, 0, 3, 0, 0, 1, 0, 2, 0, 3));
+    fails += kiln_optest("MatMulGradB", "", 3, in, 1, &want, 0, 0, "matmul dB 1-D x 3-D");
+    in[0] = kt_make(KILN_F16, 2, KT_DIMS(2, 2), GDY);
+    in[1] = kt_make(KILN_F16, 2, KT_DIMS(2, 3), GA);
+    in[2] = kt_make(KILN_F16, 2, KT_DIMS(3, 2), NULL);
+    want = kt_make(KILN_F16, 2, KT_DIMS(3, 2), KT_VALS(9, -1, 12, -2, 15, -3));
+    fails += kiln_optest("MatMulGradB", "", 3, in, 1, &want, 0, 0, "matmul dB f16");
+    return fails;
+}
+
+const kiln_op_def kiln_op_matmul_grad_a = {
+    .name = "MatMulGradA", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = ga_infer,
+    .cpu_forward = ga_forward, .cpu_workspace = ga_workspace, .test = test_grad_a,
+};
+
+const kiln_op_def kiln_op_matmul_grad_b = {
+    .name = "MatMulGradB", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
+    .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gb_infer,
+    .cpu_forward = gb_forward, .cpu_workspace = gb_workspace, .test = test_grad_b,
 };

@@ -10,11 +10,14 @@
  *   Pads are skipped, never read as values. NaN wins (as numpy's max). A window that covers
  *   no input element (possible only with dilations) yields the dtype's lowest value.
  * Parallel over the (n, c) planes with OpenMP.
+ * Gradient: kiln.MaxPoolGrad(dY, X) adds each window's dY at the element the forward pass
+ *   picks (first maximum, or first NaN), recomputed from X; Indices has no gradient.
  */
 #include "../core/optest.h"
 #include "conv_common.h"
 
 #include <math.h>
+#include <string.h>
 
 /* One template for float and double. ind (NC, G) receives flat indices when non-NULL. */
 #define DEFINE_MAXPOOL(NAME, T)                                                              \
@@ -114,6 +117,98 @@ static kiln_status forward(kiln_op_ctx *c) {
     if (x->dtype == KILN_F64) maxpool_f64(&w, NC, X, Y, ind, colmajor);
     else maxpool_f32(&w, NC, X, Y, ind, colmajor);
     kiln_stage_finish(c->out[0], Y);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ gradient */
+
+/* dL/dX = kiln.MaxPoolGrad(dY, X): each window's dY goes to the element the forward pass
+ * picked (the first maximum, or the first NaN), recomputed from X; the Indices output, if
+ * any, has no gradient. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    if (g->dy[0] < 0)
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "MaxPool: only Y has a gradient (Indices are integers)");
+    g->dx[0] = kiln_grad_emit(g, "kiln", "MaxPoolGrad", 2, (int[]){g->dy[0], KILN_GRAD_IN(g, 0)},
+                              1, NULL, true, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+/* dx (NC, I) = 0, then dy of each window added at its argmax; (n, c) planes in parallel.
+ * The tap ranges of the outer dims are found once per row of windows. */
+#define DEFINE_MAXPOOL_GRAD(NAME, T)                                                         \
+    static void NAME(const kiln_window *w, int64_t NC, const T *x, const T *dy, T *dx) {    \
+        const int64_t I1 = w->img[1], I2 = w->img[2];                                        \
+        const int64_t G0 = w->grid[0], G1 = w->grid[1], G2 = w->grid[2];                     \
+        const int64_t I = w->img[0] * I1 * I2, G = G0 * G1 * G2;                             \
+        _Pragma("omp parallel for schedule(static) if (NC * G > 4096)")                     \
+        for (int64_t nc = 0; nc < NC; nc++) {                                                \
+            const T *xp = x + nc * I, *dyp = dy + nc * G;                                    \
+            T *dxp = dx + nc * I;                                                            \
+            memset(dxp, 0, (size_t)I * sizeof(T));                                          \
+            for (int64_t g0 = 0; g0 < G0; g0++) {                                            \
+                int64_t lo0, hi0;                                                            \
+                kiln_window_taps(w, 0, g0, &lo0, &hi0);                                      \
+                const int64_t b0 = g0 * w->s[0] - w->pb[0];                                  \
+                for (int64_t g1 = 0; g1 < G1; g1++) {                                        \
+                    int64_t lo1, hi1;                                                        \
+                    kiln_window_taps(w, 1, g1, &lo1, &hi1);                                  \
+                    const int64_t b1 = g1 * w->s[1] - w->pb[1];                              \
+                    for (int64_t g2 = 0; g2 < G2; g2++, dyp++) {                             \
+                        int64_t lo2, hi2;                                                    \
+                        kiln_window_taps(w, 2, g2, &lo2, &hi2);                              \
+                        if (lo0 == hi0 || lo1 == hi1 || lo2 == hi2) continue;                \
+                        const int64_t b2 = g2 * w->s[2] - w->pb[2];                          \
+                        /* the first maximum, or the first NaN; selects, not branches */      \
+                        int64_t at = ((b0 + lo0 * w->d[0]) * I1 + b1 + lo1 * w->d[1]) * I2 + \
+                                     b2 + lo2 * w->d[2];                                     \
+                        T best = xp[at];                                                     \
+                        bool nan = best != best;                                             \
+                        for (int64_t j0 = lo0; j0 < hi0; j0++)                               \
+                            for (int64_t j1 = lo1; j1 < hi1; j1++) {                         \
+                                const int64_t row =                                          \
+                                    ((b0 + j0 * w->d[0]) * I1 + b1 + j1 * w->d[1]) * I2 + b2;\
+                                for (int64_t j2 = lo2; j2 < hi2; j2++) {                     \
+                                    const int64_t off = row + j2 * w->d[2];                  \
+                                    const T v = xp[off];                                     \
+                                    const bool take = (v > best) | ((v != v) & !nan);        \
+                                    best = take ? v : best;                                  \
+                                    at = take ? off : at;                                    \
+                                    nan |= v != v;                                           \
+                                }                                                            \
+                            }                                                                \
+                        dxp[at] += *dyp;                                                     \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+DEFINE_MAXPOOL_GRAD(maxpool_grad_f32, float)
+DEFINE_MAXPOOL_GRAD(maxpool_grad_f64, double)
+
+static kiln_status grad_infer(kiln_op_ctx *c) {
+    kiln_window w;
+    return kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
+}
+
+static size_t grad_workspace(const kiln_op_ctx *c) {
+    return kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) + kiln_stage_size(c->out[0]);
+}
+
+static kiln_status grad_forward(kiln_op_ctx *c) {
+    kiln_window w;
+    kiln_status st = kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
+    if (st != KILN_OK) return st;
+    const kiln_tensor *x = c->in[1];
+    char *ws = c->workspace;
+    const void *dY = kiln_stage_in(c->in[0], &ws);  // (N*C, O...)
+    const void *X = kiln_stage_in(x, &ws);          // (N*C, D...)
+    void *dX = kiln_stage_out(c->out[0], &ws);      // (N*C, D...)
+    const int64_t NC = x->dims[0] * x->dims[1];
+    if (x->dtype == KILN_F64) maxpool_grad_f64(&w, NC, X, dY, dX);
+    else maxpool_grad_f32(&w, NC, X, dY, dX);
+    kiln_stage_finish(c->out[0], dX);
     return KILN_OK;
 }
 
@@ -283,6 +378,35 @@ static int test(void) {
         fails += kiln_optest("MaxPool", "kernel_shape=[2];dilations=[4];auto_pad=SAME_UPPER", 1,
                              in, 1, want, 0, 0, "maxpool empty window uint8");
     }
+    /* Gradient rule against finite differences (random inputs: no ties within a window). */
+    static const struct {
+        const char *label, *attrs;
+        int ndim;
+        int64_t dims[5];
+    } gc[] = {
+        {"maxpool grad 2x2 strides 2 (MNIST)", "kernel_shape=[2,2];strides=[2,2]", 4,
+         {2, 2, 4, 6}},
+        {"maxpool grad 3x3 strides 2 pads 1 (overlapping windows)",
+         "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 4, {1, 2, 5, 6}},
+        {"maxpool grad ceil_mode asymmetric pads",
+         "kernel_shape=[2,3];strides=[2,2];pads=[0,1,1,0];ceil_mode=1", 4, {1, 2, 5, 6}},
+        {"maxpool grad dilations", "kernel_shape=[2,2];dilations=[2,1];strides=[1,2]", 4,
+         {1, 2, 5, 5}},
+        {"maxpool grad 1-D SAME_UPPER", "kernel_shape=[3];strides=[2];auto_pad=SAME_UPPER", 3,
+         {2, 3, 9}},
+        {"maxpool grad 3-D", "kernel_shape=[2,2,2];strides=[1,2,1];pads=[0,1,0,1,0,1]", 5,
+         {1, 2, 3, 4, 3}},
+    };
+    for (size_t i = 0; i < sizeof gc / sizeof gc[0]; i++) {
+        kiln_tensor *x = kt_rand(KILN_F64, gc[i].ndim, gc[i].dims, -1, 1, 800 + i);
+        fails += kiln_gradcheck("MaxPool", gc[i].attrs, 0, 1, &x, NULL, gc[i].label);
+    }
+    {
+        kiln_tensor *x = kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 4, 5), -1, 1, 810);
+        fails += kiln_gradcheck_ex("MaxPool", "kernel_shape=[2,2];strides=[1,2]", 0, 1, &x, NULL,
+                                   2, 1.0, "maxpool grad with the Indices output");
+    }
+
     /* errors */
     kiln_tensor *in[1];
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL);
@@ -306,4 +430,44 @@ static int test(void) {
 const kiln_op_def kiln_op_max_pool = {
     .name = "MaxPool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 2,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+    .grad = grad,
+};
+
+/* MaxPoolGrad, by hand. 3x3 X, 2x2 windows at stride 1: the maxima are 5 at (0,1), 9 at
+ * (1,2) (twice: its dY adds up) and 8 at (2,1). Ties go to the first maximum. */
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[2] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4)),
+                          kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3),
+                                  KT_VALS(1, 5, 2, 4, 3, 9, 0, 8, 7))};
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3),
+                                KT_VALS(0, 1, 0, 0, 0, 6, 0, 3, 0));
+    fails += kiln_optest("MaxPoolGrad", "kernel_shape=[2,2]", 2, in, 1, &want, 0, 0,
+                         "maxpool dX overlapping windows");
+    in[0] = kt_make(KILN_F64, 3, KT_DIMS(1, 2, 2), KT_VALS(1, 2, 3, 4));
+    in[1] = kt_make(KILN_F64, 3, KT_DIMS(1, 2, 4), KT_VALS(2, 2, -1, -1, 0, 7, 7, 7));
+    want = kt_make(KILN_F64, 3, KT_DIMS(1, 2, 4), KT_VALS(1, 0, 2, 0, 0, 3, 4, 0));
+    fails += kiln_optest("MaxPoolGrad", "kernel_shape=[2];strides=[2]", 2, in, 1, &want, 0, 0,
+                         "maxpool dX ties go to the first maximum f64");
+    /* pads are never picked: the window over (pad, 1, -2) routes to 1 */
+    in[0] = kt_make(KILN_F16, 3, KT_DIMS(1, 1, 2), KT_VALS(0.5, 0.25));
+    in[1] = kt_make(KILN_F16, 3, KT_DIMS(1, 1, 3), KT_VALS(-3, 1, -2));
+    want = kt_make(KILN_F16, 3, KT_DIMS(1, 1, 3), KT_VALS(0, 0.75, 0));
+    fails += kiln_optest("MaxPoolGrad", "kernel_shape=[3];strides=[2];pads=[1,1]", 2, in, 1,
+                         &want, 0, 0, "maxpool dX pads f16");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    fails += kiln_optest_fails("MaxPoolGrad", "kernel_shape=[2,2]", 2, in, 1, KILN_ERR_SHAPE,
+                               "maxpool dX with dY of the wrong shape");
+    in[0] = kt_make(KILN_U8, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[1] = kt_make(KILN_U8, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    fails += kiln_optest_fails("MaxPoolGrad", "kernel_shape=[2,2]", 2, in, 1, KILN_ERR_TYPE,
+                               "maxpool dX uint8");
+    return fails;
+}
+
+const kiln_op_def kiln_op_max_pool_grad = {
+    .name = "MaxPoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
+    .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward,
+    .cpu_workspace = grad_workspace, .test = test_grad,
 };

@@ -76,30 +76,31 @@ int kiln_grad_unbroadcast(kiln_grad_ctx *g, int grad, int like) {
     return kiln_grad_emit(g, "kiln", "ReduceSumTo", 2, in, 1, NULL, false, NULL);
 }
 
-/* dL/dloss = 1, shaped like the loss: ConstantOfShape(Shape(loss)), folded by the planner. */
-static int seed_gradient(kiln_grad_ctx *g, int loss) {
+/* A constant shaped like value v, in v's dtype: ConstantOfShape(Shape(v)) with `fill`,
+ * folded by the planner. dL/dloss = 1; a parameter the loss does not reach gets 0. */
+static int constant_like(kiln_grad_ctx *g, int v, double fill) {
     kiln_model *m = g->m;
-    int shape = kiln_grad_emit(g, NULL, "Shape", 1, &loss, 1, NULL, false, NULL);
+    int shape = kiln_grad_emit(g, NULL, "Shape", 1, &v, 1, NULL, false, NULL);
     if (shape < 0) return -1;
-    int ones = kiln_grad_emit(g, NULL, "ConstantOfShape", 1, &shape, 1, NULL, false, NULL);
-    if (ones < 0) return -1;
+    int c = kiln_grad_emit(g, NULL, "ConstantOfShape", 1, &shape, 1, NULL, false, NULL);
+    if (c < 0) return -1;
     kiln_node *n = &m->nodes[m->n_nodes - 1];
     kiln_attr *a = realloc(n->attrs, sizeof *a * (size_t)(n->n_attrs + 1));
     if (!a) return -1;
     n->attrs = a;
-    kiln_attr *v = &a[n->n_attrs];
-    memset(v, 0, sizeof *v);
-    v->type = KILN_ATTR_TENSOR;
-    v->name = kiln_strdup(m->ctx, "value");
-    kiln_dtype dt = m->values[loss].dtype ? m->values[loss].dtype : KILN_F32;
-    v->t = kiln_tensor_new(m->ctx, dt, 1, (int64_t[]){1});
-    if (!v->name || !v->t) {
-        kiln_attr_clear(v);
+    kiln_attr *val = &a[n->n_attrs];
+    memset(val, 0, sizeof *val);
+    val->type = KILN_ATTR_TENSOR;
+    val->name = kiln_strdup(m->ctx, "value");
+    kiln_dtype dt = kiln_dtype_is_float(m->values[v].dtype) ? m->values[v].dtype : KILN_F32;
+    val->t = kiln_tensor_new(m->ctx, dt, 1, (int64_t[]){1});
+    if (!val->name || !val->t) {
+        kiln_attr_clear(val);
         return -1;
     }
-    kiln_set_f64(v->t, 0, 1.0);
+    kiln_set_f64(val->t, 0, fill);
     n->n_attrs++;
-    return ones;
+    return c;
 }
 
 kiln_status kiln_autograd(kiln_model *m, int loss, int n_params, const int *params, int *grads) {
@@ -119,11 +120,19 @@ kiln_status kiln_autograd(kiln_model *m, int loss, int n_params, const int *para
         goto out;
     }
     for (int i = 0; i < n_params; i++) needs[params[i]] = true;
+    /* A value needs a gradient when it depends on a parameter through a differentiable
+     * input, and is not known to be an integer or bool (comparisons, ArgMax, Shape). */
     for (int i = 0; i < n_fwd; i++) {
         const kiln_node *n = &m->nodes[i];
+        const kiln_op_def *d = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
         bool any = false;
-        for (int k = 0; k < n->n_in; k++) any |= n->in[k] >= 0 && needs[n->in[k]];
-        for (int k = 0; any && k < n->n_out; k++) needs[n->out[k]] = true;
+        for (int k = 0; k < n->n_in; k++)
+            any |= n->in[k] >= 0 && needs[n->in[k]] && !(d && k < 32 && (d->nondiff_inputs & (1u << k))) &&
+                   !(d && k < 32 && (d->shape_only_inputs & (1u << k)));
+        for (int k = 0; any && k < n->n_out; k++) {
+            kiln_dtype dt = m->values[n->out[k]].dtype;
+            needs[n->out[k]] = dt == KILN_DTYPE_UNDEFINED || kiln_dtype_is_float(dt);
+        }
     }
     reaches[loss] = true;
     for (int i = n_fwd - 1; i >= 0; i--) {
@@ -146,7 +155,7 @@ kiln_status kiln_autograd(kiln_model *m, int loss, int n_params, const int *para
         goto out;
     }
     g.node = m->values[loss].producer >= 0 ? m->values[loss].producer : 0;
-    grad[loss] = seed_gradient(&g, loss);
+    grad[loss] = constant_like(&g, loss, 1.0);
     if (grad[loss] < 0) {
         st = ctx->msg[0] ? KILN_ERR_OUT_OF_MEMORY : kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "autograd: out of memory");
         goto out;
@@ -164,8 +173,10 @@ kiln_status kiln_autograd(kiln_model *m, int loss, int n_params, const int *para
             dy[k] = grad[n->out[k]];
             any_dy |= dy[k] >= 0;
         }
+        const kiln_op_def *dd = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
         for (int k = 0; k < n->n_in; k++) {
-            need[k] = n->in[k] >= 0 && needs[n->in[k]];
+            need[k] = n->in[k] >= 0 && needs[n->in[k]] && !(dd && (dd->nondiff_inputs & (1u << k))) &&
+                      !(dd && (dd->shape_only_inputs & (1u << k)));
             any_need |= need[k];
             dx[k] = -1;
         }
@@ -211,8 +222,7 @@ kiln_status kiln_autograd(kiln_model *m, int loss, int n_params, const int *para
         if (grad[p] < 0) {
             /* A parameter that does not reach the loss gets a zero gradient. */
             g.node = 0;
-            int shape = kiln_grad_emit(&g, NULL, "Shape", 1, &p, 1, NULL, false, NULL);
-            int z = shape < 0 ? -1 : kiln_grad_emit(&g, NULL, "ConstantOfShape", 1, &shape, 1, NULL, false, NULL);
+            int z = constant_like(&g, p, 0.0);
             if (z < 0) {
                 st = KILN_ERR_OUT_OF_MEMORY;
                 goto out;

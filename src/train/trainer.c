@@ -144,13 +144,20 @@ static kiln_status lift_initializer(kiln_model *m, int v, kiln_tensor **owned) {
     return push_int(&m->inputs, &m->n_inputs, v) ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
 }
 
+/* BatchNormalization's running mean and variance (inputs 3 and 4) are state the trainer
+ * updates from the node's outputs, not parameters. */
+static bool is_bn_state_use(const kiln_node *n, int k) {
+    return strcmp(n->op_type, "BatchNormalization") == 0 && (k == 3 || k == 4);
+}
+
 /* Is value v consumed by some node at an input the op trains (not nondiff_inputs)? */
 static bool trainable_use(const kiln_model *m, int v) {
     for (int i = 0; i < m->n_nodes; i++) {
         const kiln_node *n = &m->nodes[i];
         const kiln_op_def *d = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
         for (int k = 0; k < n->n_in; k++)
-            if (n->in[k] == v && !(d && k < 32 && (d->nondiff_inputs & (1u << k)))) return true;
+            if (n->in[k] == v && !(d && k < 32 && (d->nondiff_inputs & (1u << k))) && !is_bn_state_use(n, k))
+                return true;
     }
     return false;
 }
@@ -281,7 +288,9 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     for (int i = 0; lv >= 0 && i < fwd->n_outputs; i++) is_out |= fwd->outputs[i] == lv;
     if (!is_out) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "'%s' is not an output of the model", loss);
     const kiln_value *lval = &fwd->values[lv];
-    if (lval->ndim > 1 || (lval->ndim == 1 && lval->dims[0] != 1) || !kiln_dtype_is_float(lval->dtype))
+    /* Checked here when static inference knew the loss; otherwise when the plan is built. */
+    if (lval->ndim > 1 || (lval->ndim == 1 && lval->dims[0] != 1) ||
+        (lval->dtype != KILN_DTYPE_UNDEFINED && !kiln_dtype_is_float(lval->dtype)))
         return kiln_fail(ctx, KILN_ERR_SHAPE, "the loss '%s' must be a float scalar", loss);
     kiln_trainer *t = kiln_calloc(ctx, 1, sizeof *t, "a trainer");
     if (!t) return KILN_ERR_OUT_OF_MEMORY;

@@ -483,6 +483,7 @@ static const double RESHAPE_TO[] = {6, -1};
 
 static void movement_cases(void) {
     any_dtype("Identity", "", 0, "", INPUTS(X(3, 5, 7)));
+    floats("Dropout", "", 0, false, 0, 0, "inference passes X through", INPUTS(X(3, 5, 7)));
     any_dtype("Flatten", "axis=2", 0, "axis 2", INPUTS(X(2, 3, 4, 5)));
     any_dtype("Reshape", "", 0, "to (6,-1)", INPUTS(X(2, 3, 4, 5), XV(KILN_I64, RESHAPE_TO, 2)));
     any_dtype("Concat", "axis=1", 0, "axis 1", INPUTS(X(2, 3, 4), X(2, 5, 4), X(2, 1, 4)));
