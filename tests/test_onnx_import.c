@@ -33,11 +33,14 @@ static const char *data_dir, *node_dir, *tmp_dir;
         }                                                                  \
     } while (0)
 
+/* a/b in one of four rotating buffers (a may itself be an earlier result). */
 static char *path_of(const char *a, const char *b) {
     static char buf[4][1024];
     static int k;
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s/%s", a, b);
     char *p = buf[k++ % 4];
-    snprintf(p, sizeof buf[0], "%s/%s", a, b);
+    memcpy(p, tmp, sizeof tmp);
     return p;
 }
 
