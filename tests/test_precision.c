@@ -190,6 +190,22 @@ static kiln_model *pad_model(kiln_context *ctx) {
     return finalize(m);
 }
 
+/* A Reshape to a fixed shape that only a batch of 4 fits: type inference with the batch
+ * taken as 1 fails there and falls back to its table of dtypes. */
+static kiln_model *fixed_reshape_model(kiln_context *ctx) {
+    kiln_model *m = NULL;
+    if (kiln_model_create(ctx, &m)) return NULL;
+    kiln_model_add_input(m, "x", KILN_F32, 3, KT_DIMS(-1, 2, 2));
+    init(m, "shape", kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(4, 4)));
+    init(m, "w", kt_rand(KILN_F32, 2, KT_DIMS(4, 3), -1, 1, 41));
+    node(m, "Reshape", "reshape", IN("x", "shape"), OUT("r"), NULL);
+    node(m, "MatMul", "matmul", IN("r", "w"), OUT("mm"), NULL);
+    node(m, "Relu", "relu", IN("mm"), OUT("h"), NULL);
+    node(m, "Softmax", "softmax", IN("h"), OUT("y"), NULL);
+    kiln_model_add_output(m, "y");
+    return finalize(m);
+}
+
 /* ------------------------------------------------------------------- running */
 
 /* Run m with these options; outputs are copies (n_out of them). */
@@ -405,6 +421,8 @@ static void check_shapes_graph(kiln_model *m, kiln_precision prec) {
     CHECK(g >= 0 && r.m->values[g].init && r.m->values[g].init->dtype == KILN_F32, "shared g keeps its f32 original");
     CHECK_DT(in_dtype(&r, "exp", 0), KILN_F32, "Exp feeding ReduceSum reads f32");
     CHECK_DT(out_dtype(&r, "exp", 0), KILN_F32, "Exp feeding ReduceSum stays f32");
+    CHECK_DT(out_dtype(&r, "scaled", 0), KILN_F32, "the Mul computing only Exp's argument stays f32");
+    CHECK_DT(in_dtype(&r, "scaled", 0), KILN_F32, "... reading d through a Cast");
     CHECK_DT(out_dtype(&r, "sum", 0), KILN_F32, "ReduceSum");
     CHECK_DT(out_dtype(&r, "normalize", 0), low, "Div");
     CHECK_DT(in_dtype(&r, "argmax", 0), low, "ArgMax reads what it gets");
@@ -470,6 +488,23 @@ static void test_shapes(kiln_context *ctx) {
     check_shapes_graph(m, KILN_PRECISION_BF16);
     kiln_tensor_free(in[0]);
     kiln_tensor_free(in[1]);
+    kiln_model_free(m);
+}
+
+static void test_fixed_reshape(kiln_context *ctx) {
+    kiln_model *m = fixed_reshape_model(ctx);
+    if (!m) return;
+    kiln_tensor *x = kt_rand(KILN_F32, 3, KT_DIMS(4, 2, 2), -2, 2, 5);
+    compare_precisions(m, "reshape to a fixed batch", 1, &x, 1, NULL);
+    rewritten r;
+    if (rewrite(m, KILN_DEVICE_CPU, KILN_PRECISION_FP16, &r)) {
+        check_boundaries(&r, m);
+        CHECK_DT(r.vt[kiln_model_find_value(r.m, "r")].dtype, KILN_F16, "the Reshape's output (inferred by the table)");
+        CHECK_DT(in_dtype(&r, "reshape", 0), KILN_F16, "x is cast before the Reshape (its reader computes low)");
+        CHECK_DT(in_dtype(&r, "softmax", 0), KILN_F32, "softmax input");
+        rewritten_free(&r);
+    }
+    kiln_tensor_free(x);
     kiln_model_free(m);
 }
 
@@ -547,6 +582,7 @@ int main(int argc, char **argv) {
     test_tiny_cnn(ctx, argv[1]);
     test_cnn(ctx);
     test_shapes(ctx);
+    test_fixed_reshape(ctx);
     test_pad_channels(ctx);
     kiln_context_free(ctx);
     if (fails) printf("%d check(s) failed\n", fails);

@@ -13,7 +13,8 @@
  *           and Split, whose outputs are smaller), else f32. Moving or selecting is exact.
  *   fp32    Softmax, LogSoftmax, Layer/InstanceNormalization, ReduceSum/ReduceMean (they sum
  *           many terms), the losses, and every op this file does not name: f32 in and out;
- *           Exp and Log feeding one of them stay f32 too (exp overflows f16 past 11).
+ *           Exp and Log feeding one of them stay f32 too (exp overflows f16 past 11), and
+ *           so does the arithmetic computing only such an Exp's argument.
  *   any     Shape, Size, ArgMax/ArgMin, Cast, CastLike: read whatever dtype they get.
  *   keep    nodes that only compute plan-time constants (shape computations such as
  *           Shape -> Cast -> Mul -> Floor -> Resize's sizes, weights derived from weights):
@@ -48,6 +49,7 @@ static const char *const follow_ops[] = {
     "Identity", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
     "Slice", "Gather", "Expand", "Tile", "Pad", "Dropout", "Where", "Equal", "Less", "Greater",
     "Range"};
+static const char *const exp_arg_ops[] = {"Add", "Sub", "Mul", "Div", "Neg"};
 static const char *const shrinking_ops[] = {"Slice", "Gather", "Split"};
 static const char *const any_ops[] = {"Shape", "Size", "ArgMax", "ArgMin", "Cast", "CastLike"};
 static const char *const kiln_low_ops[] = {"FusedConv", "FusedGemm", "FusedElementwise"};
@@ -456,16 +458,32 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
             if (n->out[k] >= 0) cst[n->out[k]] = c;
     }
     for (int i = 0; i < s.n0; i++) s.c[i] = classify(&m->nodes[i], vt, cst);
-    /* Exp/Log chains feeding fp32 ops stay fp32 (readers come later in the order). */
+    /* Exp/Log chains feeding fp32 ops stay fp32 (readers come later in the order), and so
+     * does arithmetic that only computes an fp32 Exp's argument: exp turns an absolute
+     * error in x into a relative one in exp(x) (x - max(x) in a written-out softmax). */
+    bool *exp_arg = calloc((size_t)s.n0 + 1, sizeof *exp_arg);
+    if (!exp_arg) {
+        st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
     for (int oi = s.n0 - 1; oi >= 0; oi--) {
         int i = order[oi];
         const kiln_node *n = &m->nodes[i];
-        if (s.c[i] != C_LOW || !onnx_domain(n) || (strcmp(n->op_type, "Exp") != 0 && strcmp(n->op_type, "Log") != 0))
-            continue;
+        if (s.c[i] != C_LOW || !onnx_domain(n) || n->out[0] < 0) continue;
         int v = n->out[0];
-        for (int c = cstart[v]; c < cstart[v + 1]; c++)
-            if (s.c[cons[c]] == C_FP32) s.c[i] = C_FP32;
+        if (strcmp(n->op_type, "Exp") == 0 || strcmp(n->op_type, "Log") == 0) {
+            for (int c = cstart[v]; c < cstart[v + 1]; c++)
+                if (s.c[cons[c]] == C_FP32) s.c[i] = C_FP32;
+        } else if (IN_LIST(n->op_type, exp_arg_ops) && cstart[v] < cstart[v + 1] && !m->values[v].is_output) {
+            bool all = true;
+            for (int c = cstart[v]; c < cstart[v + 1]; c++) {
+                const kiln_node *r = &m->nodes[cons[c]];
+                all = all && s.c[cons[c]] == C_FP32 && (exp_arg[cons[c]] || strcmp(r->op_type, "Exp") == 0);
+            }
+            if (all) s.c[i] = C_FP32, exp_arg[i] = true;
+        }
     }
+    free(exp_arg);
     /* Which values become L, in order. */
     for (int oi = 0; oi < s.n0; oi++) {
         int i = order[oi];
