@@ -206,6 +206,22 @@ static kiln_model *fixed_reshape_model(kiln_context *ctx) {
     return finalize(m);
 }
 
+/* softmax written out: exp(x - max(x)) / sum(...), for inputs around 1000 where f16's
+ * spacing (0.5) would make exp's argument off by up to 0.25. */
+static kiln_model *written_softmax_model(kiln_context *ctx) {
+    kiln_model *m = NULL;
+    if (kiln_model_create(ctx, &m)) return NULL;
+    kiln_model_add_input(m, "x", KILN_F32, 2, KT_DIMS(-1, 8));
+    init(m, "axis1", kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1)));
+    node(m, "ReduceMax", "max", IN("x", "axis1"), OUT("mx"), NULL);
+    node(m, "Sub", "shift", IN("x", "mx"), OUT("d"), NULL);
+    node(m, "Exp", "exp", IN("d"), OUT("e"), NULL);
+    node(m, "ReduceSum", "sum", IN("e", "axis1"), OUT("s"), NULL);
+    node(m, "Div", "normalize", IN("e", "s"), OUT("y"), NULL);
+    kiln_model_add_output(m, "y");
+    return finalize(m);
+}
+
 /* ------------------------------------------------------------------- running */
 
 /* Run m with these options; outputs are copies (n_out of them). */
@@ -291,8 +307,11 @@ typedef struct rewritten {
     kiln_tensor *vt; /* inferred dtypes of the rewritten graph */
 } rewritten;
 
-static bool rewrite(kiln_model *src, kiln_device dev, kiln_precision prec, rewritten *r) {
-    kiln_pass_options o = {.device = dev, .precision = prec};
+/* The graph checks that name nodes run without the passes that fuse or fold them away. */
+#define NO_FUSION (KILN_PASS_FOLD_BN | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_ELTWISE)
+
+static bool rewrite(kiln_model *src, kiln_device dev, kiln_precision prec, unsigned disabled, rewritten *r) {
+    kiln_pass_options o = {.device = dev, .precision = prec, .disabled = disabled};
     r->m = NULL;
     r->vt = NULL;
     kiln_status st = kiln_passes_apply(src, &o, &r->m);
@@ -355,10 +374,29 @@ static void check_boundaries(const rewritten *r, kiln_model *src) {
     free(svt);
 }
 
+/* With every pass on (fused ops or not): convolutions, matrix products and fused kernels
+ * compute in low precision, Softmax in f32; at least min_low values are low. */
+static void check_compute_low(const rewritten *r, kiln_dtype low, int min_low) {
+    static const char *const compute[] = {"Conv", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedElementwise"};
+    int n_low = 0, n_compute = 0;
+    for (int v = 0; v < r->m->n_values; v++) n_low += r->vt[v].dtype == low;
+    CHECK(n_low >= min_low, "only %d %s values", n_low, kiln_dtype_name(low));
+    for (int i = 0; i < r->m->n_nodes; i++) {
+        const kiln_node *n = &r->m->nodes[i];
+        for (size_t k = 0; k < sizeof compute / sizeof compute[0]; k++)
+            if (strcmp(n->op_type, compute[k]) == 0) {
+                n_compute++;
+                CHECK_DT(r->vt[n->out[0]].dtype, low, n->op_type);
+            }
+        if (strcmp(n->op_type, "Softmax") == 0) CHECK_DT(r->vt[n->in[0]].dtype, KILN_F32, "Softmax input");
+    }
+    CHECK(n_compute > 0, "no compute nodes found");
+}
+
 static void check_cnn_graph(kiln_model *m, kiln_precision prec) {
     kiln_dtype low = prec == KILN_PRECISION_FP16 ? KILN_F16 : KILN_BF16;
     rewritten r;
-    if (!rewrite(m, KILN_DEVICE_CPU, prec, &r)) return;
+    if (!rewrite(m, KILN_DEVICE_CPU, prec, NO_FUSION, &r)) return;
     check_boundaries(&r, m);
     CHECK_DT(in_dtype(&r, "conv1", 0), low, "conv1 X");
     CHECK_DT(in_dtype(&r, "conv1", 1), low, "conv1 W");
@@ -385,7 +423,7 @@ static void check_cnn_graph(kiln_model *m, kiln_precision prec) {
 static void check_shapes_graph(kiln_model *m, kiln_precision prec) {
     kiln_dtype low = prec == KILN_PRECISION_FP16 ? KILN_F16 : KILN_BF16;
     rewritten r;
-    if (!rewrite(m, KILN_DEVICE_CPU, prec, &r)) return;
+    if (!rewrite(m, KILN_DEVICE_CPU, prec, NO_FUSION, &r)) return;
     check_boundaries(&r, m);
     /* the shape computation is untouched */
     const kiln_node *n = find_node(r.m, "hw_float");
@@ -442,17 +480,9 @@ static void test_tiny_cnn(kiln_context *ctx, const char *srcdir) {
     kiln_tensor *x = kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 32, 32), -1, 1, 1);
     compare_precisions(m, "tiny_cnn.onnx (probabilities)", 1, &x, 1, NULL);
     rewritten r;
-    if (rewrite(m, KILN_DEVICE_CPU, KILN_PRECISION_FP16, &r)) {
+    if (rewrite(m, KILN_DEVICE_CPU, KILN_PRECISION_FP16, 0, &r)) {
         check_boundaries(&r, m);
-        int f16 = 0;
-        for (int v = 0; v < r.m->n_values; v++) f16 += r.vt[v].dtype == KILN_F16;
-        CHECK(f16 >= 10, "only %d f16 values", f16);
-        for (int i = 0; i < r.m->n_nodes; i++) {
-            const kiln_node *n = &r.m->nodes[i];
-            if (strcmp(n->op_type, "Conv") == 0 || strcmp(n->op_type, "Gemm") == 0)
-                CHECK_DT(r.vt[n->out[0]].dtype, KILN_F16, n->op_type);
-            if (strcmp(n->op_type, "Softmax") == 0) CHECK_DT(r.vt[n->in[0]].dtype, KILN_F32, "Softmax input");
-        }
+        check_compute_low(&r, KILN_F16, 7);
         /* the rewritten model runs as it is (an fp32 session of it) */
         kiln_tensor *ref = NULL, *got = NULL;
         if (!run(m, KILN_PRECISION_FP16, KILN_DEVICE_CPU, 1, &x, 1, &ref) &&
@@ -473,6 +503,12 @@ static void test_cnn(kiln_context *ctx) {
     compare_precisions(m, "conv-bn-relu-pool-conv+residual-gap-gemm-softmax", 1, &x, 2, NULL);
     check_cnn_graph(m, KILN_PRECISION_FP16);
     check_cnn_graph(m, KILN_PRECISION_BF16);
+    rewritten r;
+    if (rewrite(m, KILN_DEVICE_CPU, KILN_PRECISION_BF16, 0, &r)) {
+        check_boundaries(&r, m);
+        check_compute_low(&r, KILN_BF16, 6);
+        rewritten_free(&r);
+    }
     kiln_tensor_free(x);
     kiln_model_free(m);
 }
@@ -497,11 +533,40 @@ static void test_fixed_reshape(kiln_context *ctx) {
     kiln_tensor *x = kt_rand(KILN_F32, 3, KT_DIMS(4, 2, 2), -2, 2, 5);
     compare_precisions(m, "reshape to a fixed batch", 1, &x, 1, NULL);
     rewritten r;
-    if (rewrite(m, KILN_DEVICE_CPU, KILN_PRECISION_FP16, &r)) {
+    if (rewrite(m, KILN_DEVICE_CPU, KILN_PRECISION_FP16, NO_FUSION, &r)) {
         check_boundaries(&r, m);
         CHECK_DT(r.vt[kiln_model_find_value(r.m, "r")].dtype, KILN_F16, "the Reshape's output (inferred by the table)");
         CHECK_DT(in_dtype(&r, "reshape", 0), KILN_F16, "x is cast before the Reshape (its reader computes low)");
         CHECK_DT(in_dtype(&r, "softmax", 0), KILN_F32, "softmax input");
+        rewritten_free(&r);
+    }
+    kiln_tensor_free(x);
+    kiln_model_free(m);
+}
+
+static void test_written_softmax(kiln_context *ctx) {
+    kiln_model *m = written_softmax_model(ctx);
+    if (!m) return;
+    kiln_tensor *x = kt_rand(KILN_F32, 2, KT_DIMS(16, 8), 1000, 1004, 6);
+    compare_precisions(m, "softmax written out, x ~ 1000", 1, &x, 1, NULL);
+    rewritten r;
+    if (rewrite(m, KILN_DEVICE_CPU, KILN_PRECISION_FP16, NO_FUSION, &r)) {
+        CHECK_DT(in_dtype(&r, "shift", 0), KILN_F32, "x - max reads x in f32");
+        CHECK_DT(out_dtype(&r, "exp", 0), KILN_F32, "exp");
+        rewritten_free(&r);
+    }
+    /* the same with fusion on: whatever computes Exp's argument reads x in f32 */
+    if (rewrite(m, KILN_DEVICE_CPU, KILN_PRECISION_FP16, 0, &r)) {
+        int x_low = 0;
+        for (int i = 0; i < r.m->n_nodes; i++) {
+            const kiln_node *n = &r.m->nodes[i];
+            if (strcmp(n->op_type, "Cast") == 0 && n->in[0] == r.m->inputs[0]) {
+                for (int j = 0; j < r.m->n_nodes; j++)
+                    for (int k = 0; k < r.m->nodes[j].n_in; k++)
+                        x_low += r.m->nodes[j].in[k] == n->out[0] && strcmp(r.m->nodes[j].op_type, "ReduceMax") != 0;
+            }
+        }
+        CHECK(x_low == 0, "%d nodes other than ReduceMax read x cast to f16", x_low);
         rewritten_free(&r);
     }
     kiln_tensor_free(x);
@@ -546,7 +611,7 @@ static void test_pad_channels(kiln_context *ctx) {
     const kiln_precision precs[] = {KILN_PRECISION_FP16, KILN_PRECISION_BF16};
     for (int p = 0; p < 2; p++) {
         rewritten r;
-        if (!rewrite(m, KILN_DEVICE_CUDA, precs[p], &r)) continue;
+        if (!rewrite(m, KILN_DEVICE_CUDA, precs[p], 0, &r)) continue;
         CHECK(count_op(r.m, "Pad") == 2, "CUDA %s plan pads", p ? "bf16" : "fp16");
         CHECK_DT(in_dtype(&r, "stem", 0), p ? KILN_BF16 : KILN_F16, "padded stem input");
         CHECK_DT(in_dtype(&r, "pad_channels_x", 0), p ? KILN_BF16 : KILN_F16, "x is cast before the Pad");
@@ -583,6 +648,7 @@ int main(int argc, char **argv) {
     test_cnn(ctx);
     test_shapes(ctx);
     test_fixed_reshape(ctx);
+    test_written_softmax(ctx);
     test_pad_channels(ctx);
     kiln_context_free(ctx);
     if (fails) printf("%d check(s) failed\n", fails);

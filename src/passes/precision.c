@@ -13,8 +13,9 @@
  *           and Split, whose outputs are smaller), else f32. Moving or selecting is exact.
  *   fp32    Softmax, LogSoftmax, Layer/InstanceNormalization, ReduceSum/ReduceMean (they sum
  *           many terms), the losses, and every op this file does not name: f32 in and out;
- *           Exp and Log feeding one of them stay f32 too (exp overflows f16 past 11), and
- *           so does the arithmetic computing only such an Exp's argument.
+ *           Exp and Log (also within a kiln.FusedElementwise) feeding one of them stay f32
+ *           too (exp overflows f16 past 11), and so does the arithmetic computing only such
+ *           an Exp's argument (x - max(x) of a written-out softmax).
  *   any     Shape, Size, ArgMax/ArgMin, Cast, CastLike: read whatever dtype they get.
  *   keep    nodes that only compute plan-time constants (shape computations such as
  *           Shape -> Cast -> Mul -> Floor -> Resize's sizes, weights derived from weights):
@@ -72,6 +73,20 @@ static bool exempt(const kiln_node *n, int k) {
     if (strcmp(n->op_type, "BatchNormalization") == 0) return k >= 1;
     if (strcmp(n->op_type, "Resize") == 0) return k == 1 || k == 2;
     if (strcmp(n->op_type, "Dropout") == 0) return k == 1;
+    return false;
+}
+
+/* Exp or Log, also inside a fused elementwise program ("... Exp ..."). */
+static bool exp_or_log(const kiln_node *n) {
+    if (onnx_domain(n)) return strcmp(n->op_type, "Exp") == 0 || strcmp(n->op_type, "Log") == 0;
+    if (strcmp(n->domain, "kiln") != 0 || strcmp(n->op_type, "FusedElementwise") != 0) return false;
+    const char *p = kiln_attr_string(n, "program", "");
+    while (*p) {
+        size_t len = strcspn(p, " ");
+        if ((len == 3 && (strncmp(p, "Exp", 3) == 0 || strncmp(p, "Log", 3) == 0))) return true;
+        p += len;
+        p += strspn(p, " ");
+    }
     return false;
 }
 
@@ -469,17 +484,16 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
     for (int oi = s.n0 - 1; oi >= 0; oi--) {
         int i = order[oi];
         const kiln_node *n = &m->nodes[i];
-        if (s.c[i] != C_LOW || !onnx_domain(n) || n->out[0] < 0) continue;
+        if (s.c[i] != C_LOW || n->out[0] < 0) continue;
         int v = n->out[0];
-        if (strcmp(n->op_type, "Exp") == 0 || strcmp(n->op_type, "Log") == 0) {
+        if (exp_or_log(n)) {
             for (int c = cstart[v]; c < cstart[v + 1]; c++)
                 if (s.c[cons[c]] == C_FP32) s.c[i] = C_FP32;
-        } else if (IN_LIST(n->op_type, exp_arg_ops) && cstart[v] < cstart[v + 1] && !m->values[v].is_output) {
+        } else if (onnx_domain(n) && IN_LIST(n->op_type, exp_arg_ops) && cstart[v] < cstart[v + 1] &&
+                   !m->values[v].is_output) {
             bool all = true;
-            for (int c = cstart[v]; c < cstart[v + 1]; c++) {
-                const kiln_node *r = &m->nodes[cons[c]];
-                all = all && s.c[cons[c]] == C_FP32 && (exp_arg[cons[c]] || strcmp(r->op_type, "Exp") == 0);
-            }
+            for (int c = cstart[v]; c < cstart[v + 1]; c++)
+                all = all && s.c[cons[c]] == C_FP32 && (exp_arg[cons[c]] || exp_or_log(&m->nodes[cons[c]]));
             if (all) s.c[i] = C_FP32, exp_arg[i] = true;
         }
     }
