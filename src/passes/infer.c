@@ -86,10 +86,23 @@ kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) {
     kiln_tensor *vt = calloc((size_t)nv + 1, sizeof *vt);
     kiln_tensor **held = calloc((size_t)nv + 1, sizeof *held); /* folded shape values (owned) */
     int *order = malloc(((size_t)nn + 1) * sizeof *order);
-    if (!vt || !held || !order) {
+    int max_io = 1;
+    for (int i = 0; i < nn; i++) {
+        if (m->nodes[i].n_in > max_io) max_io = m->nodes[i].n_in;
+        if (m->nodes[i].n_out > max_io) max_io = m->nodes[i].n_out;
+    }
+    /* one node's operands: inputs, output shapes, pointers to them, folded outputs */
+    kiln_tensor **ins = calloc((size_t)max_io, sizeof *ins), **outs = calloc((size_t)max_io, sizeof *outs);
+    kiln_tensor **folded = calloc((size_t)max_io, sizeof *folded);
+    kiln_tensor *shapes = calloc((size_t)max_io, sizeof *shapes);
+    if (!vt || !held || !order || !ins || !outs || !folded || !shapes) {
         free(vt);
         free(held);
         free(order);
+        free(ins);
+        free(outs);
+        free(folded);
+        free(shapes);
         return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     kiln_status st = kiln_pass_topo_order(m, order);
@@ -109,8 +122,7 @@ kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) {
         kiln_node *n = &m->nodes[order[oi]];
         n->op = kiln_op_index_domain(n->domain, n->op_type);
         const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
-        kiln_tensor *ins[64], shapes[16], *outs[16];
-        bool ok = d && n->n_in <= 64 && n->n_out <= 16;
+        bool ok = d != NULL;
         for (int k = 0; ok && k < n->n_in; k++) {
             int v = n->in[k];
             ins[k] = v >= 0 ? &vt[v] : NULL;
@@ -119,7 +131,7 @@ kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) {
             ok = kiln_dtype_valid(vt[v].dtype) && vt[v].ndim >= 0 && (!needs_data || vt[v].data);
         }
         if (ok) {
-            memset(shapes, 0, sizeof shapes);
+            memset(shapes, 0, (size_t)n->n_out * sizeof *shapes);
             for (int k = 0; k < n->n_out; k++) outs[k] = &shapes[k];
             kiln_op_ctx c = {.kctx = ctx, .node = n, .n_in = n->n_in, .in = ins, .n_out = n->n_out, .out = outs};
             ok = d->infer(&c) == KILN_OK;
@@ -140,7 +152,7 @@ kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) {
             fold = n->in[k] < 0 || vt[n->in[k]].data || shape_only;
         }
         for (int k = 0; k < n->n_out && fold; k++) fold = kiln_tensor_numel(&shapes[k]) <= 64;
-        kiln_tensor *folded[16] = {0};
+        memset(folded, 0, (size_t)n->n_out * sizeof *folded);
         /* Small constants are computed: shapes downstream (Reshape's shape...) need them. */
         if (fold && kiln_op_eval(ctx, n, n->n_in, ins, n->n_out, folded) != KILN_OK) fold = false;
         for (int k = 0; k < n->n_out; k++) {
@@ -166,6 +178,10 @@ kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) {
     }
     free(held);
     free(order);
+    free(ins);
+    free(outs);
+    free(folded);
+    free(shapes);
     if (st) {
         free(vt);
         return st;
