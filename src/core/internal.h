@@ -213,6 +213,11 @@ typedef struct kiln_op_ctx {
     void *workspace;   /* forward: cpu_workspace() bytes of scratch, 64-byte aligned */
     size_t workspace_size;
     uint64_t seed;     /* random ops (Dropout in training): seed for this run */
+    /* Device backends only (NULL elsewhere): there in[] are device tensors, and
+     * host_in[i] is input i's host tensor in the plan (dtype, shape, and data where the
+     * value is known when the plan is built: constants, value inputs), for kernels that
+     * need such values on the host (Pad's pads). See src/cuda/cuda_backend.h. */
+    kiln_tensor *const *host_in;
 } kiln_op_ctx;
 
 /* Fail with a message that names the op, the node and the input shapes:

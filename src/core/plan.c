@@ -478,6 +478,9 @@ kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold
             p->key_values[i] = kiln_malloc(m->ctx, nb + 1, "plan key");
             if (!p->key_values[i]) st = KILN_ERR_OUT_OF_MEMORY;
             else memcpy(p->key_values[i], inputs[i]->data, nb);
+            /* the plan's own copy: device backends read these values when they launch
+             * kernels (kiln_op_ctx.host_in), after the caller's buffer may be gone */
+            if (p->key_values[i] && !p->staging[i]) p->vt[v].data = p->key_values[i];
         }
     }
     if (!st) st = walk(p, false, fold);

@@ -11,6 +11,17 @@
  *     The difference: every c->in[k]->data, c->out[k]->data and c->workspace is a DEVICE
  *     pointer. Inputs whose values shape the graph (Reshape's shape, ...) are device
  *     pointers too: kernels never read device memory from the host.
+ *   - Values on the host: kernels that need such values when they launch (Pad's pads,
+ *     Slice's starts / ends / axes / steps, Resize's scales / sizes and a constant roi, the
+ *     reductions' axes, Range's start and delta) read them from c->host_in[i], the host
+ *     tensor of input i in the host plan, whose data is set for every value known when
+ *     the plan is built (constants, folded values, value inputs). The CUDA plan sets
+ *     host_in from its host contexts (cuda_plan.c); callers that build contexts by hand
+ *     (tests) point it at their host tensors; a kernel that needs it and finds it NULL
+ *     fails with KILN_ERR_INTERNAL. The values are read at launch and passed by value,
+ *     so a captured CUDA graph replays them. kiln_cuda_supports is called either on the
+ *     planner's host context (host_in NULL, in[] the host tensors) or on a device context
+ *     with host_in set, and reads values through whichever holds them.
  *   - Work goes on the kiln_cuda's one compute stream. Kernels return without waiting
  *     for the device; results are ready once kiln_cuda_sync (or a later download)
  *     returns. Kernels never allocate device or pinned memory and never synchronize,

@@ -196,6 +196,18 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
 KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
 #undef KILN_CUDA_DECLARE
 
+/* Values known when the plan is built (kiln_op_ctx.host_in, see cuda_backend.h). */
+/* The host tensors of c's inputs, for kiln_cuda_supports: c->host_in on a device context,
+ * c->in on the planner's host context (host_in NULL). Kernels read c->host_in only. */
+kiln_tensor *const *kiln_cuda_host_inputs(const kiln_op_ctx *c);
+/* KILN_ERR_INTERNAL with a message when a kernel that needs host values has no
+ * c->host_in. */
+kiln_status kiln_cuda_need_host(kiln_op_ctx *c);
+/* The values of host tensor t (int32 or int64, rank 0 or 1, data known, at most max) into
+ * vals[0..*n). t NULL: no values. false, with a reason in why, when they cannot be read. */
+bool kiln_cuda_host_ints(const kiln_tensor *t, const char *what, int64_t *vals, int max, int *n,
+                         char *why, size_t wn);
+
 /* Workspace functions (kernels not listed need none). */
 kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_batchnorm(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);

@@ -131,6 +131,7 @@ kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tenso
         const kiln_node *n = hc->node;
         kiln_op_ctx *c = &cp->ctx[e];
         *c = *hc;
+        c->host_in = hc->in; /* the host plan's tensors: constants keep their host data */
         c->in = cp->ptrs + used;
         c->out = cp->ptrs + used + n->n_in;
         used += (size_t)(n->n_in + n->n_out);

@@ -109,3 +109,33 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     }
     return true;
 }
+
+kiln_tensor *const *kiln_cuda_host_inputs(const kiln_op_ctx *c) { return c->host_in ? c->host_in : c->in; }
+
+kiln_status kiln_cuda_need_host(kiln_op_ctx *c) {
+    if (c->host_in) return KILN_OK;
+    return kiln_fail(c->kctx, KILN_ERR_INTERNAL,
+                     "the kernel needs the host copies of its value inputs (kiln_op_ctx.host_in)");
+}
+
+bool kiln_cuda_host_ints(const kiln_tensor *t, const char *what, int64_t *vals, int max, int *n,
+                         char *why, size_t wn) {
+    *n = 0;
+    if (!t) return true;
+    if ((t->dtype != KILN_I64 && t->dtype != KILN_I32) || t->ndim > 1) {
+        snprintf(why, wn, "%s must be int32 or int64 of rank <= 1", what);
+        return false;
+    }
+    const int64_t count = kiln_tensor_numel(t);
+    if (count > max) {
+        snprintf(why, wn, "%s has %lld values, at most %d fit", what, (long long)count, max);
+        return false;
+    }
+    if (count > 0 && !t->data) {
+        snprintf(why, wn, "the values of %s are not known when the plan is built", what);
+        return false;
+    }
+    for (int64_t k = 0; k < count; k++) vals[k] = kiln_get_i64(t, k);
+    *n = (int)count;
+    return true;
+}
