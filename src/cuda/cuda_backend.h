@@ -34,8 +34,8 @@
  *     256-byte aligned, and sets c->workspace_size. Kernels check the size they are given.
  *   - Data buffers must be aligned to their element size; kernels take 16-byte vector
  *     paths only where pointers and counts allow, so any such alignment is correct.
- *   - Outputs of Reshape / Flatten / Identity may share input 0's storage (the op's
- *     alias_outputs); the kernel then copies nothing.
+ *   - Outputs of Reshape / Flatten / Identity / Squeeze / Unsqueeze may share input 0's
+ *     storage (the op's alias_outputs); the kernel then copies nothing.
  *   - Errors come back as statuses with a message on c->kctx (kiln_cuda_run prefixes the
  *     op and node). Every CUDA runtime, cuDNN, cuBLASLt and NVRTC call and every launch
  *     is checked; device allocation failures are KILN_ERR_OUT_OF_MEMORY, other failures
@@ -48,8 +48,9 @@
  *     products and convolutions with f32 accumulation) and rounded once to nearest even.
  *   - A kiln_cuda is used by one host thread at a time.
  *
- * Dtypes: the kernels take f32, f16 and bf16 (data movement ops: any dtype). What each
- * op supports beyond that is checked by kiln_cuda_supports, which names what is missing.
+ * Dtypes: the kernels take f32, f16 and bf16 (data movement ops, Cast, comparisons and
+ * Where: any dtype). What each op supports beyond that is checked by kiln_cuda_supports,
+ * which names what is missing.
  */
 #ifndef KILN_CUDA_BACKEND_H
 #define KILN_CUDA_BACKEND_H

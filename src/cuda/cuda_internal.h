@@ -187,10 +187,25 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(batchnorm)   /* norm.cu: BatchNormalization, inference */                           \
     X(softmax)     /* norm.cu: Softmax */                                                 \
     X(logsoftmax)  /* norm.cu: LogSoftmax */                                              \
-    X(copy)        /* movement.cu: Flatten Reshape Identity */                            \
+    X(copy)        /* movement.cu: Flatten Reshape Identity Squeeze Unsqueeze Dropout */                            \
     X(concat)      /* movement.cu */                                                      \
     X(transpose)   /* movement.cu */                                                      \
-    X(gather)      /* movement.cu */
+    X(gather)      /* movement.cu */                                                      \
+    X(cast)        /* convert.cu: Cast between any two dtypes */                          \
+    X(compare)     /* compare.cu: Equal Less Greater (bool outputs) */                    \
+    X(where)       /* compare.cu */                                                       \
+    X(slice)       /* slicing.cu */                                                       \
+    X(expand)      /* slicing.cu */                                                       \
+    X(tile)        /* slicing.cu */                                                       \
+    X(pad)         /* slicing.cu: constant, reflect, edge, wrap */                        \
+    X(split)       /* slicing.cu */                                                       \
+    X(shape)       /* generate.cu: Shape */                                               \
+    X(constant)    /* generate.cu: Constant */                                            \
+    X(constant_of_shape) /* generate.cu */                                                \
+    X(range)       /* generate.cu */                                                      \
+    X(resize)      /* resize.cu: nearest, linear, cubic */                                \
+    X(reduce)      /* reduce.cu: ReduceSum ReduceMean ReduceMax ReduceMin */              \
+    X(layernorm)   /* layernorm.cu: LayerNormalization */
 
 #define KILN_CUDA_DECLARE(name) kiln_status kiln_cuda_k_##name(kiln_cuda *cu, kiln_op_ctx *c);
 KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
@@ -207,6 +222,21 @@ kiln_status kiln_cuda_need_host(kiln_op_ctx *c);
  * vals[0..*n). t NULL: no values. false, with a reason in why, when they cannot be read. */
 bool kiln_cuda_host_ints(const kiln_tensor *t, const char *what, int64_t *vals, int max, int *n,
                          char *why, size_t wn);
+
+/* Host-side plans of kernels that read values, shared by the kernels and the supports
+ * checks (hin: the host tensors, see kiln_cuda_host_inputs). Each returns false with a
+ * reason in why when it cannot plan c. */
+/* Slice: first index and step per axis of data. */
+bool kiln_cuda_slice_plan(const kiln_op_ctx *c, kiln_tensor *const *hin, int64_t *start, int64_t *step,
+                          char *why, size_t wn);
+/* Pad: elements added before each axis of data (negative: cropped), and the mode. */
+bool kiln_cuda_pad_plan(const kiln_op_ctx *c, kiln_tensor *const *hin, int64_t *begin, int *mode, char *why,
+                        size_t wn);
+/* Resize: whether its modes, scales / sizes (and roi) can be planned. */
+bool kiln_cuda_resize_check(const kiln_op_ctx *c, kiln_tensor *const *hin, char *why, size_t wn);
+/* Reduce*: the dims reduced, or noop (noop_with_empty_axes with empty axes). */
+bool kiln_cuda_reduce_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, bool *reduced, bool *noop, char *why,
+                           size_t wn);
 
 /* Workspace functions (kernels not listed need none). */
 kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);

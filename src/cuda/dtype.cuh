@@ -2,7 +2,7 @@
  * dtype.cuh — device-side element types shared by the .cu files: conversion of f32,
  * f16 and bf16 to and from float (round to nearest even, as the CPU reference's
  * kiln_f32_to_f16 / kiln_f32_to_bf16), 16-byte vectors, a grid-stride index, and the
- * dispatch of a templated launch over the float dtypes.
+ * dispatch of a templated launch over the float dtypes or over element sizes.
  */
 #ifndef KILN_CUDA_DTYPE_CUH
 #define KILN_CUDA_DTYPE_CUH
@@ -71,6 +71,19 @@ __device__ __forceinline__ double load_any(const void *p, int dtype, int64_t i) 
         default:                                                                            \
             (st) = kiln_fail((ctx), KILN_ERR_UNSUPPORTED, "dtype %s has no CUDA kernel",    \
                              kiln_dtype_name(dt));                                          \
+        }                                                                                   \
+    } while (0)
+
+/* Run F<E> with E the unsigned type of element size es. */
+#define KILN_CU_SIZE_DISPATCH(st, ctx, es, F, ...)                                          \
+    do {                                                                                    \
+        switch (es) {                                                                       \
+        case 1: (st) = F<uint8_t>(__VA_ARGS__); break;                                      \
+        case 2: (st) = F<uint16_t>(__VA_ARGS__); break;                                     \
+        case 4: (st) = F<uint32_t>(__VA_ARGS__); break;                                     \
+        case 8: (st) = F<uint64_t>(__VA_ARGS__); break;                                     \
+        default:                                                                            \
+            (st) = kiln_fail((ctx), KILN_ERR_UNSUPPORTED, "elements of %zu bytes", (size_t)(es)); \
         }                                                                                   \
     } while (0)
 

@@ -2,8 +2,9 @@
  * movement.cu — data movement on the device. These ops never look at values, so they
  * take every dtype as opaque elements of 1, 2, 4 or 8 bytes (bool included).
  *
- *   Flatten / Reshape / Identity: one device-to-device copy, or nothing when the planner
- *     made the output share the input's storage.
+ *   Flatten / Reshape / Identity / Squeeze / Unsqueeze (and Dropout at inference): one
+ *     device-to-device copy, or nothing when the planner made the output share the
+ *     input's storage.
  *   Concat along `axis`: the output viewed as (outer, dims[axis] * inner); each input is
  *     one strided 2-D copy (cudaMemcpy2DAsync) into its column block.
  *   Transpose (perm, default reversed): size-1 dims dropped and runs of input dims that
@@ -54,19 +55,6 @@ kiln_status launch_transpose(kiln_cuda *cu, kiln_context *ctx, const void *x, vo
     KILN_CUDA_LAUNCHED(ctx, "transpose_kernel");
     return KILN_OK;
 }
-
-/* Run F<E> with E the unsigned type of element size es. */
-#define KILN_CU_SIZE_DISPATCH(st, ctx, es, F, ...)                                          \
-    do {                                                                                    \
-        switch (es) {                                                                       \
-        case 1: (st) = F<uint8_t>(__VA_ARGS__); break;                                      \
-        case 2: (st) = F<uint16_t>(__VA_ARGS__); break;                                     \
-        case 4: (st) = F<uint32_t>(__VA_ARGS__); break;                                     \
-        case 8: (st) = F<uint64_t>(__VA_ARGS__); break;                                     \
-        default:                                                                            \
-            (st) = kiln_fail((ctx), KILN_ERR_UNSUPPORTED, "elements of %zu bytes", (size_t)(es)); \
-        }                                                                                   \
-    } while (0)
 
 /* --------------------------------------------------------------------- gather */
 

@@ -203,6 +203,118 @@ static bool sup_gather(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* Cast, comparisons, Where: any kiln dtype. */
+static bool sup_cast(const kiln_op_ctx *c, char *why, size_t n) {
+    if (kiln_dtype_size(c->in[0]->dtype) > 0 && kiln_dtype_size(c->out[0]->dtype) > 0) return true;
+    snprintf(why, n, "a cast from %s to %s", kiln_dtype_name(c->in[0]->dtype), kiln_dtype_name(c->out[0]->dtype));
+    return false;
+}
+
+static bool sup_compare(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!present(c, 1)) {
+        snprintf(why, n, "input 1 is missing");
+        return false;
+    }
+    if (c->in[0]->dtype != c->in[1]->dtype || kiln_dtype_size(c->in[0]->dtype) == 0) {
+        snprintf(why, n, "inputs of dtypes %s and %s", kiln_dtype_name(c->in[0]->dtype),
+                 kiln_dtype_name(c->in[1]->dtype));
+        return false;
+    }
+    return true;
+}
+
+static bool sup_where(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!present(c, 1) || !present(c, 2) || c->in[0]->dtype != KILN_BOOL ||
+        c->in[1]->dtype != c->in[2]->dtype) {
+        snprintf(why, n, "Where needs a bool condition and X, Y of one dtype");
+        return false;
+    }
+    return sup_any(c, why, n);
+}
+
+/* Slice, Pad, Resize, Range and the reductions plan from values known when the plan is
+ * built: the checks read them from the host tensors (kiln_cuda_host_inputs). */
+static bool sup_slice(const kiln_op_ctx *c, char *why, size_t n) {
+    int64_t start[KILN_MAX_DIMS], step[KILN_MAX_DIMS];
+    return sup_elements(c, why, n) && kiln_cuda_slice_plan(c, kiln_cuda_host_inputs(c), start, step, why, n);
+}
+
+static bool sup_pad(const kiln_op_ctx *c, char *why, size_t n) {
+    int64_t begin[KILN_MAX_DIMS];
+    int mode;
+    if (!sup_elements(c, why, n) || !kiln_cuda_pad_plan(c, kiln_cuda_host_inputs(c), begin, &mode, why, n))
+        return false;
+    if (present(c, 2) && kiln_tensor_numel(c->in[2]) > 1) {
+        snprintf(why, n, "constant_value of %lld elements", (long long)kiln_tensor_numel(c->in[2]));
+        return false;
+    }
+    return true;
+}
+
+static bool sup_split(const kiln_op_ctx *c, char *why, size_t n) {
+    for (int k = 0; k < c->n_out; k++)
+        if (!has_out(c, k)) {
+            snprintf(why, n, "output %d is missing", k);
+            return false;
+        }
+    return sup_elements(c, why, n);
+}
+
+static bool sup_range(const kiln_op_ctx *c, char *why, size_t n) {
+    kiln_tensor *const *hin = kiln_cuda_host_inputs(c);
+    const kiln_dtype t = c->out[0]->dtype;
+    if (!kiln_dtype_is_float(t) && !kiln_dtype_is_int(t)) {
+        snprintf(why, n, "dtype %s", kiln_dtype_name(t));
+        return false;
+    }
+    if (!present(c, 2) || !hin[0] || !hin[2] || !hin[0]->data || !hin[2]->data) {
+        snprintf(why, n, "the values of start and delta are not known when the plan is built");
+        return false;
+    }
+    return true;
+}
+
+static bool sup_resize(const kiln_op_ctx *c, char *why, size_t n) {
+    return sup_elements(c, why, n) && kiln_cuda_resize_check(c, kiln_cuda_host_inputs(c), why, n);
+}
+
+static bool sup_reduce(const kiln_op_ctx *c, char *why, size_t n) {
+    bool reduced[KILN_MAX_DIMS], noop;
+    return float_input(c, 0, why, n) &&
+           kiln_cuda_reduce_axes(c, kiln_cuda_host_inputs(c), reduced, &noop, why, n);
+}
+
+/* Scale and B: one value per element of a row (dims[axis:]) or one value in all. */
+static bool sup_layernorm(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    const kiln_tensor *x = c->in[0];
+    int64_t axis = kiln_attr_int(c->node, "axis", -1);
+    if (!kiln_norm_axis(&axis, x->ndim)) {
+        snprintf(why, n, "axis out of range");
+        return false;
+    }
+    for (int i = 1; i < 3; i++) {
+        if (!present(c, i)) continue;
+        const kiln_tensor *p = c->in[i];
+        bool ok = kiln_cuda_float_dtype(p->dtype) || p->dtype == KILN_F64;
+        for (int d = 0; ok && kiln_tensor_numel(p) != 1 && d < p->ndim; d++) {
+            const int xd = x->ndim - p->ndim + d;
+            ok = xd < axis ? p->dims[d] == 1 : p->dims[d] == x->dims[xd];
+        }
+        if (!ok) {
+            snprintf(why, n, "input %d must be a float tensor with one value per row element, or one value", i);
+            return false;
+        }
+    }
+    for (int k = 1; k < 3; k++)
+        if (has_out(c, k) && c->out[k]->dtype != KILN_F32) {
+            snprintf(why, n, "output %d of dtype %s (stash_type f32 is supported)", k,
+                     kiln_dtype_name(c->out[k]->dtype));
+            return false;
+        }
+    return true;
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL}
@@ -232,6 +344,28 @@ static const entry table[] = {
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL},
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL},
+    {"Cast", kiln_cuda_k_cast, sup_cast, NULL},
+    {"Equal", kiln_cuda_k_compare, sup_compare, NULL},
+    {"Less", kiln_cuda_k_compare, sup_compare, NULL},
+    {"Greater", kiln_cuda_k_compare, sup_compare, NULL},
+    {"Where", kiln_cuda_k_where, sup_where, NULL},
+    {"Squeeze", kiln_cuda_k_copy, sup_any, NULL},
+    {"Unsqueeze", kiln_cuda_k_copy, sup_any, NULL},
+    {"Slice", kiln_cuda_k_slice, sup_slice, NULL},
+    {"Expand", kiln_cuda_k_expand, sup_elements, NULL},
+    {"Tile", kiln_cuda_k_tile, sup_elements, NULL},
+    {"Pad", kiln_cuda_k_pad, sup_pad, NULL},
+    {"Split", kiln_cuda_k_split, sup_split, NULL},
+    {"Shape", kiln_cuda_k_shape, sup_any, NULL},
+    {"Constant", kiln_cuda_k_constant, sup_any, NULL},
+    {"ConstantOfShape", kiln_cuda_k_constant_of_shape, sup_any, NULL},
+    {"Range", kiln_cuda_k_range, sup_range, NULL},
+    {"Resize", kiln_cuda_k_resize, sup_resize, NULL},
+    {"ReduceSum", kiln_cuda_k_reduce, sup_reduce, NULL},
+    {"ReduceMean", kiln_cuda_k_reduce, sup_reduce, NULL},
+    {"ReduceMax", kiln_cuda_k_reduce, sup_reduce, NULL},
+    {"ReduceMin", kiln_cuda_k_reduce, sup_reduce, NULL},
+    {"LayerNormalization", kiln_cuda_k_layernorm, sup_layernorm, NULL},
 };
 
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))
@@ -261,7 +395,8 @@ kiln_status kiln_cuda_supports(kiln_op_ctx *c) {
         return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
                          c->node->op_type, c->node->name);
     char why[256] = "";
-    if (c->n_in < 1 || !c->in[0] || c->n_out < 1 || !c->out[0])
+    const bool needs_input = kiln_op_get(c->node->op)->min_inputs > 0; /* not Constant */
+    if ((needs_input && (c->n_in < 1 || !c->in[0])) || c->n_out < 1 || !c->out[0])
         return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "not supported on cuda: missing input 0 or output 0");
     if (!e->supports(c, why, sizeof why))
         return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "not supported on cuda: %s", why);

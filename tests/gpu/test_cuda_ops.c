@@ -19,7 +19,9 @@
  * runs and kiln_cuda_supports must accept it.
  */
 #include "core/optest.h"
+#include "core/plan.h"
 #include "cuda/cuda_backend.h"
+#include "passes/passes.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -171,11 +173,23 @@ static kiln_status device_copy(const kiln_tensor *h, size_t offset, bool upload,
     return st;
 }
 
+/* Per-case settings the helpers below leave at their defaults (set them around the
+ * cases that need them): case_outputs, the node's output count (Split; every output is
+ * compared); exact, compare with no tolerance whatever the dtype (Cast); tensor_attr, a
+ * TENSOR attribute named tensor_attr_name added to the parsed ones (ConstantOfShape). */
+static int case_outputs = 1;
+static bool exact;
+static const kiln_tensor *tensor_attr;
+static const char *tensor_attr_name;
+
+#define MAX_OUT 4
+
 static void run_case(const char *op, const char *attrs, int opset, kiln_dtype dt, bool misalign,
                      double atol, double rtol, const char *label, const inp *specs, int n_in) {
     char lab[256];
     snprintf(lab, sizeof lab, "%s %s %s%s", op, label, kiln_dtype_name(dt), misalign ? " misaligned" : "");
     cover(op);
+    const int n_out = case_outputs;
     kiln_node node;
     memset(&node, 0, sizeof node);
     node.op_type = (char *)op;
@@ -184,19 +198,30 @@ static void run_case(const char *op, const char *attrs, int opset, kiln_dtype dt
     node.op = kiln_op_index(op);
     node.opset = opset ? opset : 21;
     node.n_in = n_in;
-    node.n_out = 1;
+    node.n_out = n_out;
     if (node.op < 0) {
         printf("SKIP %s: no CPU reference for %s in this build\n", lab, op);
         skipped++;
         return;
     }
-    kiln_tensor *in[8] = {0}, *ref = NULL, *got = NULL;
-    kiln_tensor din[8], dout;
-    kiln_tensor *dinp[8] = {0}, *doutp = &dout;
+    kiln_tensor *in[8] = {0}, *ref[MAX_OUT] = {0}, *got[MAX_OUT] = {0};
+    kiln_tensor din[8], dout[MAX_OUT];
+    kiln_tensor *dinp[8] = {0}, *doutp[MAX_OUT] = {0};
     if (cu) kiln_cuda_arena_reset(cu);
     if (kiln_attrs_parse(ctx, attrs, &node.attrs, &node.n_attrs)) {
         fail(lab, "attributes: %s", kiln_context_message(ctx));
         goto done;
+    }
+    if (tensor_attr) {
+        kiln_attr *grown = realloc(node.attrs, (size_t)(node.n_attrs + 1) * sizeof *grown);
+        kiln_attr a = {.name = (char *)tensor_attr_name, .type = KILN_ATTR_TENSOR, .t = (kiln_tensor *)tensor_attr};
+        if (!grown || kiln_attr_copy(ctx, &grown[node.n_attrs], &a)) {
+            if (grown) node.attrs = grown;
+            fail(lab, "%s", "could not add the tensor attribute");
+            goto done;
+        }
+        node.attrs = grown;
+        node.n_attrs++;
     }
     for (int i = 0; i < n_in; i++) {
         in[i] = make_input(&specs[i], dt, 1000u * (uint64_t)n_in + 17u * (uint64_t)i + (uint64_t)dt);
@@ -206,21 +231,27 @@ static void run_case(const char *op, const char *attrs, int opset, kiln_dtype dt
         }
     }
     /* the reference */
-    if (kiln_op_eval(ctx, &node, n_in, in, 1, &ref) != KILN_OK) {
+    if (kiln_op_eval(ctx, &node, n_in, in, n_out, ref) != KILN_OK) {
         fail(lab, "the CPU reference failed: %s", kiln_context_message(ctx));
         goto done;
     }
     if (!cu) { /* --dry-run: the CPU reference ran; does the CUDA table take the case? */
-        kiln_tensor shp[8], shout = *ref;
-        kiln_tensor *shpp[8] = {0}, *shoutp = &shout;
+        kiln_tensor shp[8], shout[MAX_OUT];
+        kiln_tensor *shpp[8] = {0}, *shoutp[MAX_OUT] = {0};
         for (int i = 0; i < n_in; i++)
             if (in[i]) {
                 shp[i] = *in[i];
                 shp[i].data = NULL;
                 shpp[i] = &shp[i];
             }
-        shout.data = NULL;
-        kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = n_in, .in = shpp, .n_out = 1, .out = &shoutp};
+        for (int k = 0; k < n_out; k++) {
+            shout[k] = *ref[k];
+            shout[k].data = NULL;
+            shoutp[k] = &shout[k];
+        }
+        /* as on the device: data only through host_in */
+        kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = n_in, .in = shpp, .n_out = n_out, .out = shoutp,
+                         .host_in = in};
         if (kiln_cuda_supports(&c) != KILN_OK) {
             fail(lab, "%s", kiln_context_message(ctx));
         } else {
@@ -239,10 +270,13 @@ static void run_case(const char *op, const char *attrs, int opset, kiln_dtype dt
         }
         dinp[i] = &din[i];
     }
-    if (device_copy(ref, misalign ? kiln_dtype_size(ref->dtype) : 0, false, &dout) ||
-        kiln_cuda_fill_bytes(cu, dout.data, 0xFF, kiln_tensor_nbytes(ref))) {
-        fail(lab, "output buffer: %s", kiln_context_message(ctx));
-        goto done;
+    for (int k = 0; k < n_out; k++) {
+        if (device_copy(ref[k], misalign ? kiln_dtype_size(ref[k]->dtype) : 0, false, &dout[k]) ||
+            kiln_cuda_fill_bytes(cu, dout[k].data, 0xFF, kiln_tensor_nbytes(ref[k]))) {
+            fail(lab, "output buffer: %s", kiln_context_message(ctx));
+            goto done;
+        }
+        doutp[k] = &dout[k];
     }
     kiln_op_ctx c;
     memset(&c, 0, sizeof c);
@@ -250,8 +284,9 @@ static void run_case(const char *op, const char *attrs, int opset, kiln_dtype dt
     c.node = &node;
     c.n_in = n_in;
     c.in = dinp;
-    c.n_out = 1;
-    c.out = &doutp;
+    c.n_out = n_out;
+    c.out = doutp;
+    c.host_in = in; /* what the CUDA plan passes: the host tensors, values known */
     if (kiln_cuda_supports(&c) != KILN_OK) {
         fail(lab, "%s", kiln_context_message(ctx));
         goto done;
@@ -267,21 +302,30 @@ static void run_case(const char *op, const char *attrs, int opset, kiln_dtype dt
         fail(lab, "%s", kiln_context_message(ctx));
         goto done;
     }
-    got = kiln_tensor_new(ctx, ref->dtype, ref->ndim, ref->dims);
-    if (!got || kiln_cuda_download(cu, got->data, dout.data, kiln_tensor_nbytes(ref))) {
-        fail(lab, "download: %s", kiln_context_message(ctx));
-        goto done;
+    int bad = 0;
+    for (int k = 0; k < n_out; k++) {
+        got[k] = kiln_tensor_new(ctx, ref[k]->dtype, ref[k]->ndim, ref[k]->dims);
+        if (!got[k] || kiln_cuda_download(cu, got[k]->data, dout[k].data, kiln_tensor_nbytes(ref[k]))) {
+            fail(lab, "download: %s", kiln_context_message(ctx));
+            goto done;
+        }
+        double a = 0, r = 0;
+        if (!exact) tolerances(dt, atol, rtol, ref[k], &a, &r);
+        char olab[300];
+        if (n_out > 1) snprintf(olab, sizeof olab, "%s output %d", lab, k);
+        else snprintf(olab, sizeof olab, "%s", lab);
+        bad += compare(got[k], ref[k], a, r, olab);
     }
-    double a, r;
-    tolerances(dt, atol, rtol, ref, &a, &r);
-    if (compare(got, ref, a, r, lab)) failed++;
+    if (bad) failed++;
     else passed++;
 done:
     for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
     free(node.attrs);
     for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
-    kiln_tensor_free(ref);
-    kiln_tensor_free(got);
+    for (int k = 0; k < n_out; k++) {
+        kiln_tensor_free(ref[k]);
+        kiln_tensor_free(got[k]);
+    }
 }
 
 static const kiln_dtype FLOATS[] = {KILN_F32, KILN_F16, KILN_BF16};
@@ -501,6 +545,413 @@ static void movement_cases(void) {
     any_dtype("Gather", "axis=-1", 0, "last axis", INPUTS(X(2, 9), XT(KILN_I64, 0, 9, 4, 2)));
 }
 
+/* ------------------------------------------- ops of fp16 / bf16 plans and exported CNNs */
+
+#define XVS(vals_) {.dims = {-1}, .vals = (vals_)} /* a scalar of the case's dtype */
+#define XVT(dt_, vals_) {.dims = {-1}, .dt = (dt_), .vals = (vals_)}
+
+static const kiln_dtype CAST_TYPES[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_F64, KILN_I64,
+                                        KILN_I32, KILN_I8,  KILN_U8,   KILN_BOOL};
+#define N_CAST_TYPES ((int)(sizeof CAST_TYPES / sizeof CAST_TYPES[0]))
+
+/* Values where casts differ if done wrong: halfway cases of f16 (1 + 2^-11, 1 + 3*2^-11)
+ * and bf16 (1 + 2^-8, 1 + 3*2^-8) rounding, a double just above an f16 halfway case
+ * that a double -> float -> f16 cast would round down (1 + 2^-11 + 2^-40), -0, ±inf,
+ * beyond f16's range, beyond int8/uint8/int32 limits, fractions to truncate. */
+static const double CAST_SPECIAL[] = {
+    1.00048828125, 1.00146484375, 1.00390625, 1.01171875, 1.0004882812509095, -1.00048828125,
+    -0.0, 0.0, INFINITY, -INFINITY, 70000.0, -70000.0, 127.9, -128.9, 128.0, -129.0,
+    255.5, 256.0, -0.5, 0.5, 2.5, -2.5, 3e9, -3e9, 1e19, -1e19, 65519.0, 65520.0};
+/* ... and NaN, for targets that are integers or bool (a float NaN never compares equal) */
+static const double CAST_NAN[] = {NAN, -NAN, 1.5, -7.25, 0.0, 300.0};
+
+static void cast_cases(void) {
+    exact = true;
+    for (int a = 0; a < N_CAST_TYPES; a++)
+        for (int b = 0; b < N_CAST_TYPES; b++) {
+            const kiln_dtype from = CAST_TYPES[a], to = CAST_TYPES[b];
+            char attrs[32], label[64];
+            snprintf(attrs, sizeof attrs, "to=%d", (int)to);
+            snprintf(label, sizeof label, "to %s", kiln_dtype_name(to));
+            run_case("Cast", attrs, 0, from, false, 0, 0, label, INPUTS(XR(-300, 300, 3, 37)));
+            snprintf(label, sizeof label, "to %s, wide range", kiln_dtype_name(to));
+            run_case("Cast", attrs, 0, from, false, 0, 0, label, INPUTS(XR(-6e9, 6e9, 65)));
+            snprintf(label, sizeof label, "to %s, special values", kiln_dtype_name(to));
+            run_case("Cast", attrs, 0, from, false, 0, 0, label,
+                     INPUTS(XV(0, CAST_SPECIAL, (int64_t)(sizeof CAST_SPECIAL / sizeof(double)))));
+            if (!kiln_dtype_is_float(to)) {
+                snprintf(label, sizeof label, "to %s, NaN", kiln_dtype_name(to));
+                run_case("Cast", attrs, 0, from, false, 0, 0, label,
+                         INPUTS(XV(0, CAST_NAN, (int64_t)(sizeof CAST_NAN / sizeof(double)))));
+            }
+        }
+    exact = false;
+}
+
+/* Comparisons see ties, NaN and -0: values from a small set. */
+static const double CMP_A[] = {0, 1, 2, -1, NAN, 1, 2, 2, 0, -0.0, 3, -2,
+                               1, 1, NAN, 0, -1, 2, 3, 3, -2, 0, 1, 2};
+static const double CMP_B[] = {1, NAN, 0, 2};
+static const double CMP_C[] = {-0.0, 2, 1};
+
+static void compare_cases(void) {
+    static const kiln_dtype types[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_F64, KILN_I64,
+                                       KILN_I32, KILN_I8,  KILN_U8,   KILN_U64, KILN_BOOL};
+    static const char *const ops[] = {"Equal", "Less", "Greater"};
+    for (int o = 0; o < 3; o++)
+        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+            if (types[k] == KILN_BOOL && o > 0) continue; /* Less / Greater take no bool */
+            const char *op = ops[o];
+            run_case(op, "", 0, types[k], false, 0, 0, "(2,3,4) and (4)",
+                     INPUTS(XV(0, CMP_A, 2, 3, 4), XV(0, CMP_B, 4)));
+            run_case(op, "", 0, types[k], false, 0, 0, "(3,1) and (2,3,4)",
+                     INPUTS(XV(0, CMP_C, 3, 1), XV(0, CMP_A, 2, 3, 4)));
+            run_case(op, "", 0, types[k], false, 0, 0, "same shape",
+                     INPUTS(XV(0, CMP_A, 21), XV(0, CMP_A + 3, 21)));
+        }
+    static const kiln_dtype any[] = {KILN_F32, KILN_F16, KILN_I64, KILN_U8, KILN_BOOL};
+    for (size_t k = 0; k < sizeof any / sizeof any[0]; k++) {
+        run_case("Where", "", 0, any[k], false, 0, 0, "broadcast",
+                 INPUTS(XT(KILN_BOOL, -1, 1, 2, 1, 4), X(3, 1), X(2, 3, 4)));
+        run_case("Where", "", 0, any[k], false, 0, 0, "same shape",
+                 INPUTS(XT(KILN_BOOL, -1, 1, 5, 7), X(5, 7), X(5, 7)));
+        run_case("Where", "", 0, any[k], false, 0, 0, "scalar condition",
+                 INPUTS(SCALART(KILN_BOOL, -1, 1), X(3, 4), X(4)));
+    }
+}
+
+/* value inputs (shapes, pads, axes...) */
+#define I64S(...) ((const double[]){__VA_ARGS__})
+#define IV(n_, ...) XV(KILN_I64, I64S(__VA_ARGS__), n_)
+#define IV32(n_, ...) XV(KILN_I32, I64S(__VA_ARGS__), n_)
+
+static void slicing_cases(void) {
+    any_dtype("Slice", "", 0, "2-D", INPUTS(X(5, 7), IV(2, 1, 2), IV(2, 4, 6)));
+    any_dtype("Slice", "", 0, "negative steps and axes",
+              INPUTS(X(4, 6, 5), IV(2, -1, 4), IV(2, -100, 0), IV(2, 2, 1), IV(2, -2, -1)));
+    any_dtype("Slice", "", 0, "i32, end past the dim, step 3",
+              INPUTS(X(3, 4, 10), IV32(1, 1), IV32(1, 1000), IV32(1, -1), IV32(1, 3)));
+    any_dtype("Slice", "", 0, "inner contiguous block", INPUTS(X(6, 8), IV(1, 2), IV(1, 5)));
+    any_dtype("Slice", "", 0, "empty", INPUTS(X(4, 5), IV(1, 3), IV(1, 1), IV(1, 0)));
+    any_dtype("Expand", "", 0, "(3,1) to (2,3,4)", INPUTS(X(3, 1), IV(3, 2, 3, 4)));
+    any_dtype("Expand", "", 0, "(1,4) with shape (3,1)", INPUTS(X(1, 4), IV(2, 3, 1)));
+    any_dtype("Expand", "", 0, "(2,1,3) to (2,5,3)", INPUTS(X(2, 1, 3), IV(3, 2, 5, 3)));
+    any_dtype("Expand", "", 0, "same shape", INPUTS(X(3, 4), IV(2, 3, 4)));
+    any_dtype("Tile", "", 0, "(2,3) by (2,2)", INPUTS(X(2, 3), IV(2, 2, 2)));
+    any_dtype("Tile", "", 0, "(2,1,3) by (1,4,2)", INPUTS(X(2, 1, 3), IV(3, 1, 4, 2)));
+    any_dtype("Tile", "", 0, "(3,4) by (3,1)", INPUTS(X(3, 4), IV(2, 3, 1)));
+    any_dtype("Tile", "", 0, "a zero repeat", INPUTS(X(3, 4), IV(2, 0, 2)));
+    any_dtype("Pad", "", 0, "constant, value input",
+              INPUTS(X(2, 3, 4), IV(6, 0, 1, 2, 1, 0, 1), SCALAR(-5, 5)));
+    any_dtype("Pad", "", 0, "constant 0", INPUTS(X(1, 2, 5, 6), IV(8, 0, 0, 1, 2, 0, 0, 2, 1)));
+    any_dtype("Pad", "mode=reflect", 0, "reflect, past one period",
+              INPUTS(X(1, 2, 5, 3), IV(8, 0, 0, 3, 7, 0, 0, 2, 5)));
+    any_dtype("Pad", "mode=edge", 0, "edge", INPUTS(X(3, 4), IV(4, 2, 3, 1, 0)));
+    any_dtype("Pad", "mode=wrap", 19, "wrap", INPUTS(X(3, 4), IV(4, 1, 2, 5, 6)));
+    any_dtype("Pad", "", 0, "negative pads crop", INPUTS(X(4, 5, 6), IV(6, -1, 0, 2, 1, -2, -1)));
+    any_dtype("Pad", "mode=edge", 18, "axes input",
+              INPUTS(X(2, 3, 4, 5), IV(4, 1, 2, 3, 4), NONE, IV(2, 1, -1)));
+    any_dtype("Pad", "mode=reflect", 0, "8-D",
+              INPUTS(X(2, 1, 2, 1, 3, 1, 2, 3), IV(16, 0, 0, 1, 0, 2, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 2)));
+    any_dtype("Squeeze", "", 0, "axes input", INPUTS(X(2, 1, 3, 1), IV(2, 1, 3)));
+    any_dtype("Squeeze", "", 0, "every size-1 dim", INPUTS(X(1, 3, 1, 4)));
+    any_dtype("Unsqueeze", "", 0, "axes input", INPUTS(X(2, 3), IV(2, 0, 3)));
+    any_dtype("Unsqueeze", "axes=[-1]", 11, "axes attribute", INPUTS(X(2, 3)));
+    case_outputs = 3;
+    any_dtype("Split", "axis=1", 0, "split input", INPUTS(X(2, 9, 4), IV(3, 2, 3, 4)));
+    any_dtype("Split", "", 0, "equal parts", INPUTS(X(6, 5)));
+    any_dtype("Split", "axis=-1;num_outputs=3", 18, "num_outputs, smaller last part", INPUTS(X(2, 3, 7)));
+    any_dtype("Split", "axis=2", 0, "a zero-size part", INPUTS(X(2, 3, 9), IV(3, 0, 5, 4)));
+    case_outputs = 2;
+    any_dtype("Split", "axis=0;split=[1,2]", 11, "split attribute", INPUTS(X(3, 4)));
+    case_outputs = 1;
+}
+
+static void generate_cases(void) {
+    exact = true; /* computed the same way on both sides */
+    any_dtype("Shape", "", 0, "", INPUTS(X(2, 3, 4, 5)));
+    any_dtype("Shape", "start=1;end=-1", 0, "start and end", INPUTS(X(2, 3, 4, 5)));
+    run_case("Constant", "value_floats=[1.5,-2.25,3.0]", 0, KILN_F32, false, 0, 0, "value_floats", NULL, 0);
+    run_case("Constant", "value_ints=[5,-6,7000000000]", 0, KILN_I64, false, 0, 0, "value_ints", NULL, 0);
+    run_case("Constant", "value_float=2.5", 0, KILN_F32, false, 0, 0, "value_float", NULL, 0);
+    run_case("Constant", "value_int=-9", 0, KILN_I64, false, 0, 0, "value_int", NULL, 0);
+    /* more than one kernel-parameter chunk */
+    char big[16384];
+    size_t at = (size_t)snprintf(big, sizeof big, "value_ints=[");
+    for (int i = 0; i < 1500; i++) at += (size_t)snprintf(big + at, sizeof big - at, i ? ",%d" : "%d", 7 * i - 3000);
+    snprintf(big + at, sizeof big - at, "]");
+    run_case("Constant", big, 0, KILN_I64, false, 0, 0, "1500 value_ints", NULL, 0);
+    at = (size_t)snprintf(big, sizeof big, "value_floats=[");
+    for (int i = 0; i < 1100; i++)
+        at += (size_t)snprintf(big + at, sizeof big - at, i ? ",%.2f" : "%.2f", 0.25 * i - 100.5);
+    snprintf(big + at, sizeof big - at, "]");
+    run_case("Constant", big, 0, KILN_F32, false, 0, 0, "1100 value_floats", NULL, 0);
+    kiln_tensor *v = kt_rand(KILN_F16, 2, KT_DIMS(3, 5), -2, 2, 5);
+    tensor_attr = v;
+    tensor_attr_name = "value";
+    run_case("Constant", "", 0, KILN_F16, false, 0, 0, "value tensor", NULL, 0);
+    kiln_tensor_free(v);
+    static const kiln_dtype fills[] = {KILN_F32, KILN_F16, KILN_I64, KILN_BOOL, KILN_U8};
+    for (size_t k = 0; k < sizeof fills / sizeof fills[0]; k++) {
+        v = kt_make(fills[k], 1, KT_DIMS(1), KT_VALS(-5000000000.0));
+        if (fills[k] != KILN_I64) kiln_set_f64(v, 0, 1.5);
+        tensor_attr = v;
+        run_case("ConstantOfShape", "", 0, fills[k], false, 0, 0, "value", INPUTS(IV(3, 2, 3, 4)));
+        kiln_tensor_free(v);
+    }
+    tensor_attr = NULL;
+    tensor_attr_name = NULL;
+    run_case("ConstantOfShape", "", 0, KILN_F32, false, 0, 0, "default 0", INPUTS(IV(2, 5, 7)));
+    static const double f_start[] = {1.5}, f_limit[] = {40}, f_delta[] = {0.7};
+    static const double d_start[] = {10}, d_limit[] = {-50}, d_delta[] = {-3};
+    static const kiln_dtype ranges[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_F64, KILN_I64, KILN_I32, KILN_I16};
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+        if (kiln_dtype_is_float(ranges[k]))
+            run_case("Range", "", 0, ranges[k], false, 0, 0, "1.5 to 40 by 0.7",
+                     INPUTS(XVS(f_start), XVS(f_limit), XVS(f_delta)));
+        run_case("Range", "", 0, ranges[k], false, 0, 0, "10 down to -50 by 3",
+                 INPUTS(XVS(d_start), XVS(d_limit), XVS(d_delta)));
+    }
+    exact = false;
+}
+
+#define F32V(n_, ...) XV(KILN_F32, I64S(__VA_ARGS__), n_)
+
+static void resize_cases(void) {
+    /* nearest moves elements: any dtype, exact */
+    any_dtype("Resize", "", 13, "nearest x2 scales", INPUTS(X(1, 2, 3, 4), NONE, F32V(4, 1, 1, 2, 2)));
+    any_dtype("Resize", "nearest_mode=floor;coordinate_transformation_mode=asymmetric", 13,
+              "nearest floor asymmetric sizes", INPUTS(X(1, 1, 5, 7), NONE, NONE, IV(4, 1, 1, 8, 3)));
+    any_dtype("Resize", "nearest_mode=round_prefer_ceil;coordinate_transformation_mode=align_corners", 13,
+              "nearest prefer ceil align_corners", INPUTS(X(2, 3, 4, 6), NONE, NONE, IV(4, 2, 3, 7, 5)));
+    any_dtype("Resize", "nearest_mode=ceil;coordinate_transformation_mode=tf_half_pixel_for_nn", 13,
+              "nearest ceil tf_half_pixel_for_nn", INPUTS(X(1, 2, 6, 5), NONE, F32V(4, 1, 1, 0.5, 1.6)));
+    any_dtype("Resize", "coordinate_transformation_mode=tf_crop_and_resize;extrapolation_value=7.0", 13,
+              "nearest tf_crop_and_resize", INPUTS(X(1, 1, 4, 5), F32V(8, 0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3),
+                                                  NONE, IV(4, 1, 1, 6, 7)));
+    any_dtype("Resize", "axes=[2,3]", 18, "nearest axes attribute", INPUTS(X(1, 2, 3, 4), NONE, F32V(2, 2.5, 1.5)));
+    /* linear and cubic: floats, sums in double */
+    const double at = 1e-6, rt = 1e-5;
+    floats("Resize", "mode=linear", 13, false, at, rt, "linear half_pixel scales",
+           INPUTS(X(1, 2, 5, 6), NONE, F32V(4, 1, 1, 1.5, 2)));
+    floats("Resize", "mode=linear;coordinate_transformation_mode=align_corners", 13, false, at, rt,
+           "linear align_corners sizes", INPUTS(X(2, 3, 4, 5), NONE, NONE, IV(4, 2, 3, 7, 9)));
+    floats("Resize", "mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 13, false, at, rt,
+           "linear pytorch_half_pixel down", INPUTS(X(1, 2, 9, 10), NONE, F32V(4, 1, 1, 0.6, 0.35)));
+    floats("Resize", "mode=linear;coordinate_transformation_mode=half_pixel_symmetric", 19, false, at, rt,
+           "linear half_pixel_symmetric", INPUTS(X(1, 1, 5, 7), NONE, NONE, IV(4, 1, 1, 8, 4)));
+    floats("Resize", "mode=linear;coordinate_transformation_mode=asymmetric", 13, false, at, rt,
+           "linear asymmetric x2 (whole coordinates on even outputs)",
+           INPUTS(X(1, 3, 4, 4), NONE, F32V(4, 1, 1, 2, 2)));
+    floats("Resize", "mode=linear", 13, false, at, rt, "trilinear 5-D",
+           INPUTS(X(1, 2, 3, 4, 5), NONE, F32V(5, 1, 1, 2, 1.5, 0.5)));
+    floats("Resize", "mode=linear;exclude_outside=1", 13, false, at, rt, "linear exclude_outside 1-D",
+           INPUTS(X(2, 9), NONE, F32V(2, 1, 2.3)));
+    floats("Resize", "mode=cubic", 13, false, at, rt, "cubic x2", INPUTS(X(1, 2, 4, 5), NONE, F32V(4, 1, 1, 2, 2)));
+    floats("Resize", "mode=cubic;exclude_outside=1;cubic_coeff_a=-0.5", 13, false, at, rt,
+           "cubic exclude_outside a=-0.5", INPUTS(X(1, 1, 6, 7), NONE, NONE, IV(4, 1, 1, 9, 4)));
+    floats("Resize",
+           "mode=linear;coordinate_transformation_mode=tf_crop_and_resize;extrapolation_value=10.0", 13,
+           false, at, rt, "linear tf_crop_and_resize",
+           INPUTS(X(1, 1, 4, 5), F32V(8, 0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3), NONE, IV(4, 1, 1, 6, 7)));
+    floats("Resize", "mode=linear;keep_aspect_ratio_policy=not_larger;axes=[2,3]", 18, false, at, rt,
+           "linear not_larger", INPUTS(X(1, 2, 4, 6), NONE, NONE, IV(2, 9, 9)));
+}
+
+static void reduce_cases(void) {
+    const double at = 1e-5, rt = 1e-5;
+    static const char *const ops[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"};
+    for (int o = 0; o < 4; o++) {
+        const char *op = ops[o];
+        const int in_opset = o == 0 ? 13 : 18; /* axes become an input */
+        floats(op, "", in_opset, false, at, rt, "middle axis input", INPUTS(X(3, 5, 7), IV(1, 1)));
+        floats(op, "keepdims=0", in_opset, false, at, rt, "outer and inner axes", INPUTS(X(3, 5, 7), IV(2, 0, -1)));
+        floats(op, "", in_opset, false, at, rt, "last axis", INPUTS(X(4, 6, 33), IV(1, -1)));
+        floats(op, "", in_opset, false, at, rt, "all axes", INPUTS(X(4, 6, 9)));
+        floats(op, "noop_with_empty_axes=1", in_opset, false, 0, 0, "noop", INPUTS(X(4, 6)));
+        floats(op, "axes=[2,3]", in_opset - 2, false, at, rt, "axes attribute, NCHW spatial",
+               INPUTS(X(2, 3, 5, 6)));
+        floats(op, "keepdims=0", in_opset, false, 1e-4, rt, "long rows", INPUTS(X(3, 3000), IV(1, 1)));
+        /* one thread sums each column in float: error ~ sqrt(2000) roundings of ~50 */
+        floats(op, "", in_opset, false, 2e-3, rt, "long columns", INPUTS(X(2000, 5), IV(1, 0)));
+        if (o != 1) /* a mean over nothing is NaN, which never compares equal */
+            floats(op, "", in_opset, false, at, rt, "an empty axis", INPUTS(X(3, 0, 4), IV(1, 1)));
+    }
+}
+
+static void layernorm_cases(void) {
+    const double at = 1e-5, rt = 1e-5;
+    floats("LayerNormalization", "", 17, false, at, rt, "last axis", INPUTS(X(4, 33), X(33), X(33)));
+    floats("LayerNormalization", "axis=2;epsilon=0.001", 17, false, at, rt, "two axes, (1,4,5) parameters",
+           INPUTS(X(2, 3, 4, 5), X(1, 4, 5), X(4, 5)));
+    floats("LayerNormalization", "", 17, false, at, rt, "no B", INPUTS(X(6, 16), X(16)));
+    floats("LayerNormalization", "", 17, false, at, rt, "one scale value", INPUTS(X(3, 8), X(1), X(1)));
+    floats("LayerNormalization", "", 17, false, at, rt, "f32 parameters",
+           INPUTS(X(5, 40), XT(KILN_F32, -2, 2, 40), XT(KILN_F32, -2, 2, 40)));
+    floats("LayerNormalization", "", 17, false, at, rt, "long rows, offset values",
+           INPUTS(XR(3, 5, 3, 1000), X(1000), X(1000)));
+    case_outputs = 3;
+    floats("LayerNormalization", "axis=1", 17, false, at, rt, "Mean and InvStdDev outputs",
+           INPUTS(X(3, 4, 6), X(4, 6), X(4, 6)));
+    case_outputs = 1;
+}
+
+/* ------------------------------------------------------------ whole plans */
+
+static kiln_status add_init(kiln_model *m, const char *name, kiln_dtype dt, int ndim, const int64_t *dims,
+                            const double *vals) {
+    kiln_tensor *t = kt_make(dt, ndim, dims, vals);
+    kiln_status st = t ? kiln_model_add_initializer(m, name, t) : KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor_free(t);
+    return st;
+}
+
+static kiln_status add_node(kiln_model *m, const char *op, int n_in, const char *const *in, const char *out,
+                            kiln_node **node) {
+    return kiln_model_add_node(m, op, out, n_in, in, 1, &out, node);
+}
+
+#define NODE(op, out, ...)                                                                                \
+    do {                                                                                                  \
+        const char *in_[] = {__VA_ARGS__};                                                                \
+        if (!st) st = add_node(m, op, (int)(sizeof in_ / sizeof in_[0]), in_, out, &n);                   \
+    } while (0)
+
+/* X (1,2,5,6) and P (8 pads) -> Y0 (1,2,9,10), Y1 (1,2,8,9) through the ops above, with
+ * every value input but P an initializer. */
+static kiln_model *plan_model(void) {
+    kiln_model *m = NULL;
+    kiln_node *n = NULL;
+    kiln_status st = kiln_model_create(ctx, &m);
+    const int64_t xd[4] = {1, 2, 5, 6}, pd[1] = {8};
+    if (!st) st = kiln_model_add_input(m, "X", KILN_F32, 4, xd);
+    if (!st) st = kiln_model_add_input(m, "P", KILN_I64, 1, pd);
+    double consts[144];
+    float constf[144];
+    for (int i = 0; i < 144; i++) constf[i] = (float)(consts[i] = sin(0.37 * i));
+    if (!st) st = add_init(m, "starts", KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 0));
+    if (!st) st = add_init(m, "ends", KILN_I64, 1, KT_DIMS(2), KT_VALS(7, 9));
+    if (!st) st = add_init(m, "axes", KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 3));
+    if (!st) st = add_init(m, "steps", KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2));
+    if (!st) st = add_init(m, "scales", KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 1.5, 2));
+    if (!st) st = add_init(m, "raxes", KILN_I64, 1, KT_DIMS(1), KT_VALS(3));
+    if (!st) st = add_init(m, "lns", KILN_F32, 1, KT_DIMS(10), consts);
+    if (!st) st = add_init(m, "lnb", KILN_F32, 1, KT_DIMS(10), consts + 10);
+    if (!st) st = add_init(m, "r0", KILN_F32, 0, NULL, KT_VALS(0));
+    if (!st) st = add_init(m, "r1", KILN_F32, 0, NULL, KT_VALS(144));
+    if (!st) st = add_init(m, "r2", KILN_F32, 0, NULL, KT_VALS(1));
+    if (!st) st = add_init(m, "thr", KILN_F32, 0, NULL, KT_VALS(70.5));
+    NODE("Pad", "xp", "X", "P");
+    if (!st) st = kiln_node_set_string(n, "mode", "reflect");
+    NODE("Slice", "sl", "xp", "starts", "ends", "axes", "steps");
+    NODE("Resize", "rs", "sl", "", "scales");
+    if (!st) st = kiln_node_set_string(n, "mode", "linear");
+    NODE("ReduceMean", "rm", "rs", "raxes");
+    NODE("Sub", "cen", "rs", "rm");
+    NODE("LayerNormalization", "ln", "cen", "lns", "lnb");
+    NODE("Cast", "h", "ln");
+    if (!st) st = kiln_node_set_int(n, "to", KILN_F16);
+    NODE("Cast", "Y0", "h");
+    if (!st) st = kiln_node_set_int(n, "to", KILN_F32);
+    NODE("Shape", "shp", "xp");
+    NODE("ConstantOfShape", "zeros", "shp");
+    NODE("Range", "rg", "r0", "r1", "r2");
+    NODE("Reshape", "rgr", "rg", "shp");
+    if (!st) st = kiln_model_add_node(m, "Constant", "cst", 0, NULL, 1, (const char *[]){"cst"}, &n);
+    if (!st) st = kiln_node_set_floats(n, "value_floats", 144, constf);
+    NODE("Reshape", "cstr", "cst", "shp");
+    NODE("Add", "a1", "xp", "zeros");
+    NODE("Add", "a2", "a1", "rgr");
+    NODE("Add", "a3", "a2", "cstr");
+    NODE("Greater", "g", "rgr", "thr");
+    NODE("Where", "Y1", "g", "a3", "xp");
+    if (!st) st = kiln_model_add_output(m, "Y0");
+    if (!st) st = kiln_model_add_output(m, "Y1");
+    if (!st) st = kiln_model_finalize(m);
+    if (st) {
+        fail("plan model", "%s", kiln_context_message(ctx));
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The model through sessions on the CPU and on CUDA, fp32 and fp16, with folding off (so
+ * ConstantOfShape, Range and Constant of 144 elements stay in the run list): three runs
+ * with new data (the first launches kernels one by one, the second is captured into a
+ * CUDA graph, the third replays it) must match the CPU. Pad's pads is a graph input, whose
+ * value the plan keeps: each run passes a new tensor and frees the last one. --dry-run:
+ * every node of the planned run list must be supported on CUDA. */
+static void plan_checks(void) {
+    kiln_model *m = plan_model();
+    if (!m) return;
+    static const double pads[8] = {0, 0, 1, 2, 0, 0, 2, 1};
+    for (int prec = 0; prec < 2; prec++) {
+        char label[96];
+        snprintf(label, sizeof label, "plan with folding off, %s", prec ? "fp16" : "fp32");
+        kiln_session_options o = {.device = KILN_DEVICE_CPU, .no_fold = 1,
+                                  .precision = prec ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32};
+        kiln_tensor *in[2] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 6), -2, 2, 77),
+                              kt_make(KILN_I64, 1, KT_DIMS(8), pads)};
+        if (!cu) {
+            kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = o.precision};
+            kiln_model *opt = NULL;
+            kiln_plan *p = NULL;
+            kiln_status st = kiln_passes_apply(m, &po, &opt);
+            if (!st) st = kiln_plan_build(opt, in, false, false, &p);
+            kiln_plan_view_t v;
+            if (!st) kiln_plan_view(p, &v);
+            char ops[512] = "";
+            size_t at = 0;
+            for (int e = 0; !st && e < v.n_exec; e++) {
+                kiln_op_ctx hc = *kiln_plan_exec_op_ctx(&v, e);
+                st = kiln_cuda_supports(&hc);
+                if (at < sizeof ops) at += (size_t)snprintf(ops + at, sizeof ops - at, " %s", hc.node->op_type);
+            }
+            if (st) fail(label, "%s", kiln_context_message(ctx));
+            else {
+                printf("ok   %s: run list%s, all supported on cuda (dry run)\n", label, ops);
+                passed++;
+            }
+            kiln_plan_free(p);
+            kiln_model_free(opt);
+            for (int i = 0; i < 2; i++) kiln_tensor_free(in[i]);
+            continue;
+        }
+        kiln_session *scpu = NULL, *sgpu = NULL;
+        kiln_status st = kiln_session_create(m, &o, &scpu);
+        o.device = KILN_DEVICE_CUDA;
+        if (!st) st = kiln_session_create(m, &o, &sgpu);
+        for (int r = 0; r < 3 && !st; r++) {
+            if (r > 0) { /* new tensors, the old ones freed */
+                for (int i = 0; i < 2; i++) kiln_tensor_free(in[i]);
+                in[0] = kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 6), -2, 2, 77 + (uint64_t)r);
+                in[1] = kt_make(KILN_I64, 1, KT_DIMS(8), pads);
+            }
+            const kiln_tensor *want[2], *got[2];
+            st = kiln_session_run(scpu, 2, in, 2, want);
+            kiln_tensor *keep[2] = {NULL, NULL};
+            for (int k = 0; !st && k < 2; k++)
+                if (!(keep[k] = kiln_tensor_clone(ctx, want[k]))) st = KILN_ERR_OUT_OF_MEMORY;
+            if (!st) st = kiln_session_run(sgpu, 2, in, 2, got);
+            for (int k = 0; !st && k < 2; k++) {
+                char olab[160];
+                snprintf(olab, sizeof olab, "%s, run %d, output %d", label, r + 1, k);
+                /* Y0 goes through f16; fp16 plans compute in f16 */
+                const double tol = prec ? 2e-2 : k == 0 ? 4e-3 : 1e-5;
+                if (compare(got[k], keep[k], tol, tol, olab)) failed++;
+                else passed++;
+            }
+            for (int k = 0; k < 2; k++) kiln_tensor_free(keep[k]);
+        }
+        if (st) fail(label, "%s", kiln_context_message(ctx));
+        kiln_session_free(scpu);
+        kiln_session_free(sgpu);
+        for (int i = 0; i < 2; i++) kiln_tensor_free(in[i]);
+    }
+    kiln_model_free(m);
+}
+
 /* ------------------------------------------------------------ other checks */
 
 static void check(bool ok, const char *label, const char *detail) {
@@ -675,6 +1126,14 @@ int main(int argc, char **argv) {
     pool_cases();
     norm_cases();
     movement_cases();
+    cast_cases();
+    compare_cases();
+    slicing_cases();
+    generate_cases();
+    resize_cases();
+    reduce_cases();
+    layernorm_cases();
+    plan_checks();
     supports_checks();
     if (cu) {
         gather_bad_index();

@@ -1,0 +1,395 @@
+/*
+ * resize.cu — Resize (opsets 11..21) on the device, by the rules of src/ops/resize.c:
+ * nearest (any dtype, elements copied), linear and cubic (f32, f16, bf16; sums in double,
+ * rounded once through float as the CPU reference stores them) over every axis of a
+ * tensor of rank 1..8.
+ *
+ * The plan (modes, per-axis scale, unrounded output length, roi) is computed on the host
+ * from the attributes and the host values of scales / sizes (c->host_in; roi too for
+ * tf_crop_and_resize, which must then be a constant) exactly as the CPU plan does, and
+ * passed by value. Each thread computes, per axis, the source coordinate of its output
+ * position by `coordinate_transformation_mode` and then the nearest index or the taps
+ * (2 for linear, 4 for Keys' cubic, edge-clamped or with `exclude_outside` renormalized),
+ * in double with every product rounded before it is added (no fused multiply-adds), so
+ * the coordinates, indices and weights equal the CPU's bit for bit. Axes on which every
+ * source coordinate is a whole number take a single tap, as on the CPU. The taps of all
+ * axes but the last are enumerated in the CPU's order, each combination's weight product
+ * skipped when 0, and the last axis's taps summed per combination, so the double sums
+ * match as well. tf_crop_and_resize positions outside the roi get extrapolation_value.
+ */
+#include "dtype.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+using namespace kiln_cu;
+
+namespace {
+
+constexpr int THREADS = 256;
+
+enum InterpMode { NEAREST, LINEAR, CUBIC };
+enum CoordMode {
+    HALF_PIXEL, HALF_PIXEL_SYMMETRIC, PYTORCH_HALF_PIXEL, ALIGN_CORNERS, ASYMMETRIC,
+    TF_HALF_PIXEL_FOR_NN, TF_CROP_AND_RESIZE
+};
+enum NearestMode { ROUND_PREFER_FLOOR, ROUND_PREFER_CEIL, FLOOR_MODE, CEIL_MODE };
+
+struct ResizeArgs {
+    int nd, mode, coord, nearest;
+    bool exclude_outside;
+    double cubic_a, extrapolation;
+    uint64_t extrap_bits;        /* nearest: extrapolation_value in the dtype */
+    int64_t in[KILN_MAX_DIMS], out[KILN_MAX_DIMS], stride[KILN_MAX_DIMS];
+    int k[KILN_MAX_DIMS];        /* taps per axis: 1 (whole coordinates), 2 or 4 */
+    double scale[KILN_MAX_DIMS], length[KILN_MAX_DIMS];
+    double roi_start[KILN_MAX_DIMS], roi_end[KILN_MAX_DIMS];
+};
+
+int pick(const char *s, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+
+/* The plan of resize.c's plan(): false with a reason on anything not computable. */
+bool plan(const kiln_op_ctx *c, kiln_tensor *const *hin, ResizeArgs *p, char *why, size_t wn) {
+    const kiln_node *node = c->node;
+    const kiln_tensor *x = c->in[0];
+    const int r = x->ndim;
+    memset(p, 0, sizeof *p);
+    static const char *const modes[] = {"nearest", "linear", "cubic"};
+    static const char *const coords[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                                         "align_corners", "asymmetric", "tf_half_pixel_for_nn",
+                                         "tf_crop_and_resize"};
+    static const char *const nearests[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+    p->mode = pick(kiln_attr_string(node, "mode", "nearest"), modes, 3);
+    p->coord = pick(kiln_attr_string(node, "coordinate_transformation_mode", "half_pixel"), coords, 7);
+    p->nearest = pick(kiln_attr_string(node, "nearest_mode", "round_prefer_floor"), nearests, 4);
+    if (p->mode < 0 || p->coord < 0 || p->nearest < 0) {
+        snprintf(why, wn, "an unknown mode, coordinate_transformation_mode or nearest_mode");
+        return false;
+    }
+    p->cubic_a = kiln_attr_float(node, "cubic_coeff_a", -0.75f);
+    p->exclude_outside = kiln_attr_int(node, "exclude_outside", 0) != 0;
+    p->extrapolation = kiln_attr_float(node, "extrapolation_value", 0.0f);
+    if (r < 1 || r > KILN_MAX_DIMS) {
+        snprintf(why, wn, "rank %d", r);
+        return false;
+    }
+    p->nd = r;
+
+    int64_t axes[KILN_MAX_DIMS];
+    int na = r, n_attr = 0;
+    const int64_t *axes_attr = node->opset >= 18 ? kiln_attr_ints(node, "axes", &n_attr) : NULL;
+    if (axes_attr) {
+        na = n_attr;
+        for (int i = 0; i < na; i++) {
+            axes[i] = axes_attr[i];
+            if (!kiln_norm_axis(&axes[i], r)) {
+                snprintf(why, wn, "axes[%d] is out of range", i);
+                return false;
+            }
+        }
+    } else {
+        for (int i = 0; i < r; i++) axes[i] = i;
+    }
+    for (int d = 0; d < r; d++) {
+        p->roi_start[d] = 0;
+        p->roi_end[d] = 1;
+        p->scale[d] = 1;
+        p->length[d] = (double)x->dims[d];
+        p->in[d] = x->dims[d];
+        p->out[d] = x->dims[d];
+    }
+    if (p->coord == TF_CROP_AND_RESIZE) {
+        const kiln_tensor *roi = c->n_in > 1 ? hin[1] : NULL;
+        if (!roi || kiln_tensor_numel(roi) != 2 * (int64_t)na || !roi->data || !kiln_dtype_is_float(roi->dtype)) {
+            snprintf(why, wn, "tf_crop_and_resize needs roi values known when the plan is built");
+            return false;
+        }
+        for (int i = 0; i < na; i++) {
+            p->roi_start[axes[i]] = kiln_get_f64(roi, i);
+            p->roi_end[axes[i]] = kiln_get_f64(roi, na + i);
+        }
+    }
+    const kiln_tensor *scales = c->n_in > 2 ? hin[2] : NULL, *sizes = c->n_in > 3 ? hin[3] : NULL;
+    if (scales && kiln_tensor_numel(scales) == 0) scales = NULL;
+    if (sizes && kiln_tensor_numel(sizes) == 0) sizes = NULL;
+    if ((scales != NULL) == (sizes != NULL)) {
+        snprintf(why, wn, "exactly one of scales and sizes must be given");
+        return false;
+    }
+    if (scales) {
+        if (!scales->data || !kiln_dtype_is_float(scales->dtype) || kiln_tensor_numel(scales) != na) {
+            snprintf(why, wn, "the values of scales are not known when the plan is built");
+            return false;
+        }
+        for (int i = 0; i < na; i++) {
+            const int64_t d = axes[i];
+            const double s = kiln_get_f64(scales, i);
+            p->scale[d] = s;
+            p->length[d] = (double)x->dims[d] * s;
+            p->out[d] = (int64_t)floor(p->length[d]);
+        }
+    } else {
+        int64_t want[KILN_MAX_DIMS];
+        int n;
+        if (!kiln_cuda_host_ints(sizes, "sizes", want, KILN_MAX_DIMS, &n, why, wn)) return false;
+        if (n != na) {
+            snprintf(why, wn, "sizes has %d values for %d axes", n, na);
+            return false;
+        }
+        for (int i = 0; i < na; i++) {
+            const int64_t d = axes[i];
+            p->scale[d] = (double)want[i] / (double)x->dims[d];
+            p->length[d] = (double)want[i];
+            p->out[d] = want[i];
+        }
+        const char *policy = kiln_attr_string(node, "keep_aspect_ratio_policy", "stretch");
+        if (node->opset >= 18 && strcmp(policy, "stretch") != 0) {
+            const bool larger = strcmp(policy, "not_smaller") == 0;
+            double s = p->scale[axes[0]];
+            for (int i = 1; i < na; i++) s = larger ? fmax(s, p->scale[axes[i]]) : fmin(s, p->scale[axes[i]]);
+            for (int i = 0; i < na; i++) {
+                const int64_t d = axes[i];
+                p->scale[d] = s;
+                p->length[d] = s * (double)x->dims[d];
+                p->out[d] = (int64_t)(p->length[d] + 0.5);
+            }
+        }
+    }
+    for (int d = 0; d < r; d++)
+        if (p->out[d] != c->out[0]->dims[d]) {
+            snprintf(why, wn, "the output shape does not follow from scales / sizes");
+            return false;
+        }
+    if (p->mode != NEAREST && !kiln_cuda_float_dtype(x->dtype)) {
+        snprintf(why, wn, "%s mode on %s (f32, f16 and bf16 are supported)", modes[p->mode],
+                 kiln_dtype_name(x->dtype));
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------- coordinates (host and device) */
+
+/* Rounded double arithmetic that the compiler may not fuse into multiply-adds, so the
+ * device computes what the CPU reference computes. */
+__host__ __device__ __forceinline__ double mul(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+__host__ __device__ __forceinline__ double add(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+/* resize.c's source_coord(). */
+__host__ __device__ double source_coord(const ResizeArgs &p, int d, int64_t j, bool *outside) {
+    const double s = p.scale[d], x = (double)j;
+    const int64_t in = p.in[d];
+    *outside = false;
+    switch (p.coord) {
+    case HALF_PIXEL: return (x + 0.5) / s - 0.5;
+    case HALF_PIXEL_SYMMETRIC: {
+        const double adjustment = (double)p.out[d] / p.length[d], center = (double)in / 2;
+        return add(mul(center, 1 - adjustment), (x + 0.5) / s) - 0.5;
+    }
+    case PYTORCH_HALF_PIXEL: return p.out[d] > 1 ? (x + 0.5) / s - 0.5 : 0;
+    case ALIGN_CORNERS: return p.length[d] == 1 ? 0 : mul(x, (double)(in - 1)) / (p.length[d] - 1);
+    case ASYMMETRIC: return x / s;
+    case TF_HALF_PIXEL_FOR_NN: return (x + 0.5) / s;
+    default: { /* TF_CROP_AND_RESIZE */
+        const double a = p.roi_start[d], b = p.roi_end[d], span = (double)(in - 1);
+        const double xo = p.length[d] == 1 ? mul(mul(0.5, a + b), span)
+                                           : add(mul(a, span), mul(mul(x, b - a), span) / (p.length[d] - 1));
+        *outside = !(xo >= 0 && xo <= span);
+        return xo;
+    }
+    }
+}
+
+__device__ int64_t nearest_index(const ResizeArgs &p, double xo, int64_t in) {
+    if (xo < -1) return 0;
+    if (xo > (double)in) return in - 1;
+    const double fl = floor(xo), ratio = xo - fl;
+    double i = fl;
+    if (ratio != 0) {
+        switch (p.nearest) {
+        case ROUND_PREFER_FLOOR: i = ratio <= 0.5 ? fl : fl + 1; break;
+        case ROUND_PREFER_CEIL: i = ratio < 0.5 ? fl : fl + 1; break;
+        case FLOOR_MODE: i = fl; break;
+        default: i = fl + 1; break;
+        }
+    }
+    return i <= 0 ? 0 : i >= (double)(in - 1) ? in - 1 : (int64_t)i;
+}
+
+__device__ __forceinline__ double cubic_near(double a, double s) {
+    return add(mul(mul(add(mul(a + 2, s), -(a + 3)), s), s), 1);
+}
+__device__ __forceinline__ double cubic_far(double a, double s) {
+    return add(mul(add(mul(add(mul(a, s), -mul(5, a)), s), mul(8, a)), s), -mul(4, a));
+}
+
+/* resize.c's axis_taps(): k offsets and weights of source coordinate xo. */
+__device__ void axis_taps(const ResizeArgs &p, double xo, int64_t in, int64_t stride, int k, int64_t *off,
+                          double *w) {
+    xo = xo < -2 ? -2 : xo > (double)(in + 1) ? (double)(in + 1) : xo;
+    const double fl = floor(xo), f = xo - fl, a = p.cubic_a;
+    const int64_t first = (int64_t)fl - (k == 4 ? 1 : 0);
+    if (k == 1) {
+        w[0] = 1;
+    } else if (k == 2) {
+        w[0] = 1 - f;
+        w[1] = f;
+    } else {
+        w[0] = cubic_far(a, f + 1);
+        w[1] = cubic_near(a, f);
+        w[2] = cubic_near(a, 1 - f);
+        w[3] = cubic_far(a, 2 - f);
+    }
+    double kept = 0;
+    for (int t = 0; t < k; t++)
+        if (first + t >= 0 && first + t < in) kept += w[t];
+    const bool exclude = p.exclude_outside && kept != 0;
+    for (int t = 0; t < k; t++) {
+        const int64_t i = first + t;
+        if (exclude) w[t] = i >= 0 && i < in ? w[t] / kept : 0;
+        off[t] = (i < 0 ? 0 : i >= in ? in - 1 : i) * stride;
+    }
+}
+
+/* ------------------------------------------------------------------- kernels */
+
+template <typename E> __global__ void resize_nearest(const E *x, E *y, int64_t n, ResizeArgs p) {
+    E fill;
+    memcpy(&fill, &p.extrap_bits, sizeof fill);
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        int64_t r = i, off = 0;
+        bool outside = false;
+        for (int d = p.nd - 1; d >= 0; d--) {
+            const int64_t j = r % p.out[d];
+            r /= p.out[d];
+            bool o;
+            const double xo = source_coord(p, d, j, &o);
+            outside |= o;
+            if (!o) off += nearest_index(p, xo, p.in[d]) * p.stride[d];
+        }
+        y[i] = outside ? fill : x[off];
+    }
+}
+
+template <typename T> __global__ void resize_interp(const T *x, T *y, int64_t n, ResizeArgs p) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        int64_t off[KILN_MAX_DIMS][4];
+        double w[KILN_MAX_DIMS][4];
+        int64_t r = i;
+        bool outside = false;
+        for (int d = p.nd - 1; d >= 0; d--) {
+            const int64_t j = r % p.out[d];
+            r /= p.out[d];
+            bool o;
+            const double xo = source_coord(p, d, j, &o);
+            outside |= o;
+            if (!o) axis_taps(p, xo, p.in[d], p.stride[d], p.k[d], off[d], w[d]);
+        }
+        if (outside) {
+            y[i] = from_f<T>((float)p.extrapolation);
+            continue;
+        }
+        /* outer axes' tap combinations in the CPU's order; the last axis summed inside */
+        const int no = p.nd - 1, kl = p.k[no];
+        int t[KILN_MAX_DIMS] = {0};
+        double acc = 0;
+        for (;;) {
+            int64_t base = 0;
+            double wp = 1;
+            for (int d = 0; d < no; d++) {
+                base += off[d][t[d]];
+                wp *= w[d][t[d]];
+            }
+            if (wp != 0) {
+                double s = 0;
+                for (int u = 0; u < kl; u++) s = add(s, mul(w[no][u], (double)to_f(x[base + off[no][u]])));
+                acc = add(acc, mul(wp, s));
+            }
+            int d = no - 1;
+            for (; d >= 0; d--) {
+                if (++t[d] < p.k[d]) break;
+                t[d] = 0;
+            }
+            if (d < 0) break;
+        }
+        y[i] = from_f<T>((float)acc);
+    }
+}
+
+template <typename E>
+kiln_status launch_nearest(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n,
+                           const ResizeArgs &p) {
+    resize_nearest<E><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((const E *)x, (E *)y, n, p);
+    KILN_CUDA_LAUNCHED(ctx, "resize_nearest");
+    return KILN_OK;
+}
+
+template <typename T>
+kiln_status launch_interp(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n,
+                          const ResizeArgs &p) {
+    resize_interp<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((const T *)x, (T *)y, n, p);
+    KILN_CUDA_LAUNCHED(ctx, "resize_interp");
+    return KILN_OK;
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ entry points */
+
+extern "C" bool kiln_cuda_resize_check(const kiln_op_ctx *c, kiln_tensor *const *hin, char *why, size_t wn) {
+    ResizeArgs p;
+    return plan(c, hin, &p, why, wn);
+}
+
+extern "C" kiln_status kiln_cuda_k_resize(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    const int64_t n = kiln_tensor_numel(y);
+    if (n == 0) return KILN_OK;
+    kiln_status st = kiln_cuda_need_host(c);
+    if (st) return st;
+    ResizeArgs p;
+    char why[160];
+    if (!plan(c, c->host_in, &p, why, sizeof why)) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "%s", why);
+    kiln_strides(x->ndim, x->dims, p.stride);
+    if (p.mode == NEAREST) {
+        kiln_tensor fill;
+        memset(&fill, 0, sizeof fill);
+        fill.dtype = x->dtype;
+        fill.data = &p.extrap_bits;
+        kiln_set_f64(&fill, 0, p.extrapolation);
+        KILN_CU_SIZE_DISPATCH(st, c->kctx, kiln_dtype_size(x->dtype), launch_nearest, cu, c->kctx, x->data,
+                              y->data, n, p);
+        return st;
+    }
+    /* one tap on axes where every source coordinate is whole (or extrapolated) */
+    const int kmax = p.mode == CUBIC ? 4 : 2;
+    for (int d = 0; d < p.nd; d++) {
+        bool whole = true;
+        for (int64_t j = 0; j < p.out[d] && whole; j++) {
+            bool outside;
+            const double xo = source_coord(p, d, j, &outside);
+            whole = outside || xo == floor(xo);
+        }
+        p.k[d] = whole ? 1 : kmax;
+    }
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_interp, cu, c->kctx, x->data, y->data, n, p);
+    return st;
+}
