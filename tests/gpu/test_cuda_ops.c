@@ -12,7 +12,13 @@
  * element off 16-byte alignment, to cover the scalar paths.
  *
  * Ops whose CPU reference is not registered in this build are reported as skipped. Every
- * kernel in the table must have at least one case here. Besides the op cases: device
+ * kernel in the table must have at least one case here.
+ *
+ * Training: the kernels of kiln's gradient ops (cases may have several outputs and a run
+ * seed), the fused optimizer against the CPU trainer's kiln_optimizer_update, fp16 loss
+ * scaling, the device run seed inside a captured graph, and mnist-net's whole training
+ * graph (every node supported; on a device, run as a CUDA plan against the CPU plan).
+ * Usage: test_cuda_ops [--dry-run] [FILTER] (FILTER: a substring of case labels). Besides the op cases: device
  * errors (a Gather index out of range), kiln_cuda_supports, staged copies larger than the
  * staging buffer, and NVRTC. Exits non-zero on any failure; the last line is
  * "N passed, N failed". With --dry-run it needs no device: each case's CPU reference
@@ -39,6 +45,10 @@ static int passed, failed, skipped;
 static double atol_scale;
 static kiln_cuda *cu;
 static kiln_context *ctx;
+
+/* Only the cases and checks whose op or name contains this (NULL: all). */
+static const char *only;
+static bool wanted(const char *name) { return !only || strstr(name, only) != NULL; }
 
 /* kernels (table names) that at least one case exercised or tried */
 static const char *covered[256];
@@ -223,6 +233,10 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
     char lab[256];
     snprintf(lab, sizeof lab, "%s %s %s%s", op, label, kiln_dtype_name(dt), misalign ? " misaligned" : "");
     cover(op);
+    if (!wanted(lab)) {
+        for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
+        return;
+    }
     const bool internal = strncmp(op, "kiln.", 5) == 0;
     const int n_out = n_outputs;
     int out_values[4] = {7, 8, 9, 10};
@@ -730,13 +744,14 @@ static void conv_grad_cases(void) {
 static void sum_down_cases(void) {
     const double at = 1e-4, rt = 1e-5;
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "2-D", INPUTS(X(2, 5, 7, 9)));
-    floats("kiln.ConvGradBias", "", 0, false, at, rt, "mnist conv2 (batch 8), partial sums", INPUTS(X(8, 64, 24, 24)));
+    floats("kiln.ConvGradBias", "", 0, false, at, rt, "mnist conv2 (batch 32), partial sums", INPUTS(X(32, 64, 24, 24)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "rank 2", INPUTS(X(3, 4)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "1-D", INPUTS(X(2, 3, 20)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "one channel", INPUTS(X(4, 1, 5, 5)));
     floats("kiln.ReduceSumTo", "", 0, false, at, rt, "mnist fc2 bias", INPUTS(X(64, 10), X(10)));
     floats("kiln.ReduceSumTo", "", 0, false, at, rt, "mnist fc1 bias", INPUTS(X(64, 128), X(128)));
-    floats("kiln.ReduceSumTo", "", 0, false, at, rt, "tall columns, partial sums", INPUTS(X(5000, 40), X(40)));
+    /* the f32 reference sums 16384 rows in order: its own error is ~1e-3 */
+    floats("kiln.ReduceSumTo", "", 0, false, 2e-3, rt, "tall columns, partial sums", INPUTS(X(16384, 40), X(40)));
     floats("kiln.ReduceSumTo", "", 0, false, at, rt, "kept, summed, kept", INPUTS(X(2, 3, 4, 5), X(3, 1, 5)));
     floats("kiln.ReduceSumTo", "", 0, false, at, rt, "per channel", INPUTS(X(2, 3, 4, 5), X(1, 3, 1, 1)));
     floats("kiln.ReduceSumTo", "", 0, false, at, rt, "row sums", INPUTS(X(6, 7), X(6, 1)));
@@ -1492,8 +1507,14 @@ static void rtc_checks(void) {
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     /* --dry-run: no device needed; checks that every case's CPU reference runs and that
-     * kiln_cuda_supports accepts it, before GPU time is spent */
-    const bool dry = argc > 1 && strcmp(argv[1], "--dry-run") == 0;
+     * kiln_cuda_supports accepts it, before GPU time is spent. Any other argument: run
+     * only the cases and checks whose op or name contains it (e.g. kiln.Conv, optimizer,
+     * mnist). */
+    bool dry = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--dry-run") == 0) dry = true;
+        else only = argv[i];
+    }
     kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20};
     if (!dry && kiln_cuda_create(ctx, &o, &cu) != KILN_OK) {
         printf("FAIL: no usable CUDA device: %s\n", kiln_context_message(ctx));
@@ -1522,19 +1543,19 @@ int main(int argc, char **argv) {
     softmax_grad_cases();
     loss_cases();
     misc_training_cases();
-    supports_checks();
-    mnist_training_graph();
+    if (wanted("supports")) supports_checks();
+    if (wanted("mnist")) mnist_training_graph();
     if (cu) {
-        gather_bad_index();
-        nll_bad_target();
-        staging_checks();
-        rtc_checks();
-        optimizer_checks();
-        loss_scaling_checks();
-        rng_checks();
+        if (wanted("gather")) gather_bad_index();
+        if (wanted("nll")) nll_bad_target();
+        if (wanted("staging")) staging_checks();
+        if (wanted("rtc")) rtc_checks();
+        if (wanted("optimizer")) optimizer_checks();
+        if (wanted("loss scaling")) loss_scaling_checks();
+        if (wanted("rng")) rng_checks();
     }
 
-    for (int i = 0; i < kiln_cuda_kernel_count(); i++) {
+    for (int i = 0; i < kiln_cuda_kernel_count() && !only; i++) {
         const char *name = kiln_cuda_kernel_name(i);
         bool found = false;
         for (int k = 0; k < n_covered && !found; k++) found = strcmp(covered[k], name) == 0;
@@ -1542,7 +1563,7 @@ int main(int argc, char **argv) {
     }
     kiln_cuda_free(cu);
     kiln_context_free(ctx);
-    printf("%d skipped (no CPU reference in this build)\n", skipped);
+    printf("%d skipped\n", skipped);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
