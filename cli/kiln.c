@@ -446,22 +446,35 @@ static int cmd_train(int argc, char **argv) {
     for (; epoch < a.epochs; epoch++, step = 0) {
         double te = now_ms(), last = 0;
         float loss = 0;
-        for (; step < steps; step++) {
+        if (o.device == KILN_DEVICE_CUDA) {
+            /* the data set lives on the GPU; each step gathers its batch there. Read the
+             * loss (a synchronization) only every 100 steps. */
+            while (step < steps) {
+                int64_t end = step + 100 < steps ? step + 100 : steps;
+                if (a.max_steps && done + (end - step) > a.max_steps) end = step + (a.max_steps - done);
+                if (kiln_trainer_train_epoch(t, d.train_images, d.train_labels, a.batch, a.seed, epoch, step, end, &loss)) {
+                    rc = fail(ctx, "training");
+                    goto out;
+                }
+                done += end - step;
+                step = end;
+                double now = now_ms();
+                progress(tty, epoch, a.epochs, step, steps, (double)step * 1000.0 / (now - te + 1e-9), loss, step == steps);
+                if (a.max_steps && done >= a.max_steps) break;
+            }
+        }
+        for (; o.device == KILN_DEVICE_CPU && step < steps; step++) {
             const kiln_batch *b = NULL;
             kiln_tensor *in[2];
             if (kiln_loader_next(l, &b)) { rc = fail(ctx, "loader"); goto out; }
             in[0] = b->x;
             in[1] = b->y;
-            /* On CUDA reading the loss waits for the device: only when it is printed. */
-            bool want = o.device == KILN_DEVICE_CPU || (step + 1) % 100 == 0 || step + 1 == steps;
-            kiln_status st = kiln_trainer_step(t, 2, in, want ? &loss : NULL);
+            kiln_status st = kiln_trainer_step(t, 2, in, &loss);
             kiln_loader_release(l, b);
             if (st) { rc = fail(ctx, "training step"); goto out; }
             done++;
             double now = now_ms();
-            bool print = o.device == KILN_DEVICE_CPU ? (tty && now - last > 100) || (step + 1) % 100 == 0
-                                                     : (step + 1) % 100 == 0;
-            if (print || step + 1 == steps) {
+            if ((tty && now - last > 100) || (step + 1) % 100 == 0 || step + 1 == steps) {
                 progress(tty, epoch, a.epochs, step + 1, steps, (double)(step + 1) * 1000.0 / (now - te + 1e-9), loss,
                          step + 1 == steps);
                 last = now;

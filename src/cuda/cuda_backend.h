@@ -251,6 +251,14 @@ typedef struct kiln_cuda_scaler {
 kiln_status kiln_cuda_train_step_end(kiln_cuda *cu, const kiln_cuda_scaler *scaler,
                                      const kiln_train_options *schedule, kiln_cuda_train_state *state);
 
+/* --- data resident on the device (data.cu): x (batch, sample) f32 and y (batch) i64
+ * gathered from images (n, sample) and labels (n) at perm[*pos .. *pos + batch); pos is
+ * device memory, advanced by kiln_cuda_advance, so both are capturable. */
+kiln_status kiln_cuda_gather_batch(kiln_cuda *cu, const float *images, const int64_t *labels,
+                                   const int64_t *perm, const int64_t *pos, int64_t n, int64_t batch,
+                                   int64_t sample, float *x, int64_t *y);
+kiln_status kiln_cuda_advance(kiln_cuda *cu, int64_t *pos, int64_t by);
+
 /* ------------------------------------------------------------------- NVRTC */
 
 /* Runtime-compiled CUDA C: source compiled by NVRTC to a cubin for this device, loaded
