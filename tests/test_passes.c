@@ -324,7 +324,7 @@ static void test_fold_bn(void) {
 /* ---------------------------------------------------------------- fuse-conv */
 
 /* ResNet's basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + x), batch symbolic or not. */
-static kiln_model *resnet_block(bool symbolic) {
+static kiln_model *resnet_block(bool symbolic, const char *add) {
     kiln_model *m = new_model();
     input(m, "x", KILN_F32, 4, KT_DIMS(symbolic ? -1 : 2, 4, 6, 6));
     init(m, "w1", KILN_F32, 4, KT_DIMS(4, 4, 3, 3), -0.5, 0.5, 70);
@@ -336,7 +336,7 @@ static kiln_model *resnet_block(bool symbolic) {
     c = node(m, "Conv", "r1,w2", "c2");
     if (c) kiln_node_set_ints(c, "pads", 4, KT_DIMS(1, 1, 1, 1));
     bn(m, "bn2", KILN_F32, 4, "c2", "n2", 73);
-    node(m, "Add", "n2,x", "s");
+    node(m, add, "n2,x", "s");
     node(m, "Relu", "s", "y");
     output(m, "y");
     finalize(m);
@@ -345,8 +345,10 @@ static kiln_model *resnet_block(bool symbolic) {
 
 static void test_fuse_conv(void) {
     /* residual block: two FusedConv, the second with Z = x */
-    check("ResNet block, all passes", resnet_block(false), ALL, 2, 1e-5, 1e-5, 7, 2);
-    kiln_model *m = resnet_block(false);
+    check("ResNet block, all passes", resnet_block(false, "Add"), ALL, 2, 1e-5, 1e-5, 7, 2);
+    /* Caffe2-converted ResNets write the residual as a Sum of two */
+    check("ResNet block with a Sum residual", resnet_block(false, "Sum"), ALL, 2, 1e-5, 1e-5, 7, 2);
+    kiln_model *m = resnet_block(false, "Add");
     kiln_model *o = optimized(m, ALL);
     const kiln_node *last = o && o->n_nodes == 2 ? &o->nodes[1] : NULL;
     int npads = 0;
@@ -361,8 +363,8 @@ static void test_fuse_conv(void) {
     kiln_model_free(m);
     /* a symbolic batch hides the residual's shape: the Add is not taken by the conv but
      * the Add + Relu still fuse as elementwise ops */
-    check("ResNet block, symbolic batch", resnet_block(true), ALL, 3, 1e-5, 1e-5, 7, 3);
-    m = resnet_block(true);
+    check("ResNet block, symbolic batch", resnet_block(true, "Add"), ALL, 3, 1e-5, 1e-5, 7, 3);
+    m = resnet_block(true, "Add");
     o = optimized(m, ALL);
     CHECK(o && count(o, "FusedConv") == 1 && count(o, "Conv") == 1 && count(o, "FusedElementwise") == 1,
           "ResNet block, symbolic batch: FusedConv, Conv, FusedElementwise");

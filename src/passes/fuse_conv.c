@@ -1,4 +1,5 @@
 /* fuse_conv.c — convolutions and Gemms with their epilogues as one op (FUSED.md):
+ * (Add below also means a Sum of two inputs.)
  *   1. Conv + Add of a per-channel constant (a bias some exporters write as a separate
  *      Add: shape (M), (M,1,1), (1,M,1,1)... or one element) -> Conv with that bias added
  *      to its own;
@@ -64,12 +65,17 @@ static kiln_status set_activation(kiln_model *m, int i, const act_attrs *a, bool
     }
     return st;
 }
+/* Add, or Sum of two inputs (Caffe2-converted ResNets write their residuals so). */
+static bool is_add(const kiln_node *n) {
+    return (kiln_pass_is(n, "Add") || kiln_pass_is(n, "Sum")) && n->n_in == 2 && n->n_out == 1;
+}
+
 /* Stage 1: Conv ci followed by Add of a per-channel constant. */
 static kiln_status absorb_bias(kiln_model *m, int *prod, int ci, bool *dead, bool *done) {
     *done = false;
     const kiln_node *cv = &m->nodes[ci];
     const int y = cv->out[0], r = kiln_pass_single_consumer(m, y);
-    if (r < 0 || dead[r] || !kiln_pass_is(&m->nodes[r], "Add") || m->nodes[r].n_in != 2) return KILN_OK;
+    if (r < 0 || dead[r] || !is_add(&m->nodes[r])) return KILN_OK;
     const kiln_node *add = &m->nodes[r];
     const int other = add->in[0] == y ? add->in[1] : add->in[0];
     const kiln_tensor *c = kiln_pass_constant(m, prod, other);
@@ -123,7 +129,7 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, int ci, bool gemm,
     int y = cv->out[0], last = ci, add = -1, resid = -1;
     act_attrs act = {{0}, 0, 0, 0, 0};
     int r = kiln_pass_single_consumer(m, y);
-    if (!gemm && r >= 0 && !dead[r] && kiln_pass_is(&m->nodes[r], "Add") && m->nodes[r].n_in == 2) {
+    if (!gemm && r >= 0 && !dead[r] && is_add(&m->nodes[r])) {
         const kiln_node *a = &m->nodes[r];
         const int z = a->in[0] == y ? a->in[1] : a->in[0];
         if (z >= 0 && z != y && same_known_shape(&m->values[z], &m->values[y])) {

@@ -2,7 +2,7 @@
  *
  * Ops: the unary Relu Sigmoid Tanh Exp Log Sqrt Reciprocal Abs Neg Erf Floor Ceil Softplus
  * Softsign HardSwish LeakyRelu Elu HardSigmoid Clip (constant bounds) and the binary Add
- * Sub Mul Div Pow Max Min (two inputs), on one float dtype (operands and result alike;
+ * Sub Mul Div Pow Max Min (two inputs; also Sum of two, as Add), on one float dtype (operands and result alike;
  * dtypes from kiln_pass_value_types). Nodes are visited from the last: each one not yet
  * taken roots a tree, which grows into the producers of its operands while the value
  * between them has exactly one reader (and is no graph output) and the tree keeps at most
@@ -24,7 +24,7 @@
 static const char *const unary[] = {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal",
                                     "Abs", "Neg", "Erf", "Floor", "Ceil", "Softplus", "Softsign",
                                     "HardSwish", "LeakyRelu", "Elu", "HardSigmoid", "Clip"};
-static const char *const binary[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"};
+static const char *const binary[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum"};
 
 typedef struct ctx {
     kiln_model *m;
@@ -52,7 +52,9 @@ static bool in_list(const char *name, const char *const *l, size_t n) {
 }
 
 /* Operands of an elementwise node: input 0 for unary ops (Clip's bounds are parameters). */
-static int n_operands(const kiln_node *n) { return in_list(n->op_type, binary, 7) ? 2 : 1; }
+static int n_operands(const kiln_node *n) {
+    return in_list(n->op_type, binary, sizeof binary / sizeof binary[0]) ? 2 : 1;
+}
 
 /* Clip's bounds, when constants (or attributes before opset 11). */
 static bool clip_bounds(const ctx *c, const kiln_node *n, double *lo, double *hi) {
@@ -179,7 +181,7 @@ static void gen(ctx *c, int v) {
             snprintf(b, sizeof b, f, hi);
             snprintf(tok, sizeof tok, "Clip@%s@%s", a, b);
         } else {
-            snprintf(tok, sizeof tok, "%s", n->op_type);
+            snprintf(tok, sizeof tok, "%s", kiln_pass_is(n, "Sum") ? "Add" : n->op_type);
         }
         emit(c, "%s", tok);
         c->sp -= ops - 1;
