@@ -2,8 +2,9 @@
  *
  * Ops: the unary Relu Sigmoid Tanh Exp Log Sqrt Reciprocal Abs Neg Erf Floor Ceil Softplus
  * Softsign HardSwish LeakyRelu Elu HardSigmoid Clip (constant bounds) and the binary Add
- * Sub Mul Div Pow Max Min (two inputs; also Sum of two, as Add), on one float dtype (operands and result alike;
- * dtypes from kiln_pass_value_types). Nodes are visited from the last: each one not yet
+ * Sub Mul Div Pow Max Min (two inputs; also Sum of two, as Add), on one float dtype
+ * (operands and result alike; dtypes and ranks from kiln_pass_infer_types, which also
+ * knows them under symbolic dims). Nodes are visited from the last: each one not yet
  * taken roots a tree, which grows into the producers of its operands while the value
  * between them has exactly one reader (and is no graph output) and the tree keeps at most
  * 8 distinct inputs. Trees of two ops or more become one node at the root's place (so the
@@ -259,7 +260,13 @@ kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bo
         st = KILN_ERR_OUT_OF_MEMORY;
         goto out;
     }
-    kiln_pass_value_types(m, c.dt, c.rank);
+    kiln_tensor *vt = NULL;
+    if ((st = kiln_pass_infer_types(m, &vt))) goto out;
+    for (int v = 0; v < m->n_values; v++) {
+        c.dt[v] = vt[v].dtype;
+        c.rank[v] = vt[v].ndim;
+    }
+    free(vt);
     for (int i = 0; i < m->n_nodes; i++)
         for (int k = 0; k < m->nodes[i].n_in; k++)
             if (m->nodes[i].in[k] >= 0) c.uses[m->nodes[i].in[k]]++;

@@ -16,12 +16,14 @@ static const kiln_pass passes[] = {
     {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
     {"fuse-conv", KILN_PASS_FUSE_CONV, kiln_pass_fuse_conv},
     {"fuse-eltwise", KILN_PASS_FUSE_ELTWISE, kiln_pass_fuse_eltwise},
+    /* after fusion (it pads kiln.FusedConv too), before the layout pass */
+    {"pad-channels", KILN_PASS_PAD_CHANNELS, kiln_pass_pad_channels},
+    /* last: it classifies the final op mix; not switchable (the session asked for it) */
+    {"precision", 0, kiln_pass_precision},
 };
 
 kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o, kiln_model **out) {
     *out = NULL;
-    if (o->precision != KILN_PRECISION_FP32)
-        return kiln_fail(src->ctx, KILN_ERR_UNSUPPORTED, "fp16/bf16 plans need the precision pass, which this build lacks");
     kiln_model *m = NULL;
     kiln_status st = kiln_model_clone(src, &m);
     if (st) return st;
@@ -116,71 +118,6 @@ const kiln_tensor *kiln_pass_constant(const kiln_model *m, const int *producer, 
     if (p < 0 || !kiln_pass_is(&m->nodes[p], "Constant")) return NULL;
     const kiln_attr *a = kiln_node_attr(&m->nodes[p], "value");
     return a && a->type == KILN_ATTR_TENSOR ? a->t : NULL;
-}
-
-/* Ops whose output 0 (and any other outputs) have input 0's dtype and rank. */
-static const char *const same_as_x[] = {
-    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid",
-    "HardSwish", "Softplus", "Softsign", "Clip", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs",
-    "Neg", "Floor", "Ceil", "Identity", "Dropout", "Softmax", "LogSoftmax", "Conv", "ConvTranspose",
-    "BatchNormalization", "InstanceNormalization", "LayerNormalization", "MaxPool", "AveragePool",
-    "GlobalAveragePool", "GlobalMaxPool", "Pad", "Resize", "Transpose", "Slice", "Tile", "Split",
-    "Concat", "PRelu", "FusedConv",
-};
-/* Elementwise ops with numpy broadcasting: input 0's dtype, the largest rank. */
-static const char *const broadcasting[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum",
-                                           "Mean", "FusedElementwise"};
-
-static bool in_list(const char *name, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(list[i], name) == 0) return true;
-    return false;
-}
-
-void kiln_pass_value_types(const kiln_model *m, kiln_dtype *dtype, int *rank) {
-    for (int v = 0; v < m->n_values; v++) {
-        const kiln_value *val = &m->values[v];
-        dtype[v] = val->init ? val->init->dtype : val->dtype;
-        rank[v] = val->init ? val->init->ndim : val->ndim;
-    }
-    /* nodes are in topological order (the model was finalized, and passes keep the order) */
-    for (int i = 0; i < m->n_nodes; i++) {
-        const kiln_node *n = &m->nodes[i];
-        const char *op = n->op_type;
-        const int x = n->n_in > 0 ? n->in[0] : -1;
-        kiln_dtype dt = x >= 0 ? dtype[x] : KILN_DTYPE_UNDEFINED;
-        int r = x >= 0 ? rank[x] : -1;
-        if (in_list(op, same_as_x, sizeof same_as_x / sizeof same_as_x[0])) {
-        } else if (in_list(op, broadcasting, sizeof broadcasting / sizeof broadcasting[0])) {
-            for (int k = 0; k < n->n_in; k++) {
-                const int rk = n->in[k] >= 0 ? rank[n->in[k]] : -1;
-                r = r < 0 || rk < 0 ? -1 : rk > r ? rk : r;
-            }
-        } else if (!strcmp(op, "Gemm") || !strcmp(op, "FusedGemm") || !strcmp(op, "Flatten")) {
-            r = 2;
-        } else if (!strcmp(op, "MatMul")) {
-            const int r1 = n->n_in > 1 && n->in[1] >= 0 ? rank[n->in[1]] : -1;
-            r = r >= 2 && r1 >= 2 ? (r > r1 ? r : r1) : -1;
-        } else if (!strcmp(op, "Cast")) {
-            dt = (kiln_dtype)kiln_attr_int(n, "to", 0);
-        } else if (!strcmp(op, "Constant")) {
-            const kiln_attr *a = kiln_node_attr(n, "value");
-            dt = a && a->t ? a->t->dtype : KILN_DTYPE_UNDEFINED;
-            r = a && a->t ? a->t->ndim : -1;
-        } else {
-            continue;
-        }
-        if (!kiln_dtype_valid(dt)) dt = KILN_DTYPE_UNDEFINED;
-        /* output 0 only (MaxPool's indices and Dropout's mask have other dtypes), except
-         * Split's, which are all pieces of X */
-        const int n_out = !strcmp(op, "Split") ? n->n_out : n->n_out > 0;
-        for (int k = 0; k < n_out; k++) {
-            const int o = n->out[k];
-            if (o < 0) continue;
-            if (!dtype[o]) dtype[o] = dt;
-            if (rank[o] < 0) rank[o] = r;
-        }
-    }
 }
 
 bool kiln_pass_device_has(const kiln_pass_options *o, const char *op) {

@@ -40,6 +40,14 @@ void kiln_pass_replace_uses(kiln_model *m, int from, int to);
 void kiln_pass_remove_nodes(kiln_model *m, const bool *dead);
 /* A new value named after hint (unique); -1 on OOM. */
 int kiln_pass_new_value(kiln_model *m, const char *hint);
+/* The nodes of m in a topological order (order: n_nodes entries), whatever order passes
+ * left them in. */
+kiln_status kiln_pass_topo_order(const kiln_model *m, int *order);
+/* Dtype and shape of every value of m (an array of n_values shape-only tensors, to free()),
+ * also where the graph inputs have symbolic dims, which count as 1 here (shapes are then
+ * indicative; dtypes do not depend on them). Unknown: dtype UNDEFINED, ndim -1. Sets each
+ * node's op index. */
+kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out);
 
 /* Whether node n is the ONNX (default-domain) op op_type. Nodes of a model being
  * rewritten have no registry index yet (n->op is set at finalize), so passes match names. */
@@ -50,12 +58,6 @@ int *kiln_pass_producers(const kiln_model *m);
 /* The value of v when it is known before any run: its initializer or the `value` tensor of
  * the Constant node producing it (producer from kiln_pass_producers); NULL otherwise. */
 const kiln_tensor *kiln_pass_constant(const kiln_model *m, const int *producer, int v);
-/* Dtype and rank of every value as far as they can be told without input shapes: what
- * static inference stored (complete when the inputs' shapes are static), else propagated
- * through ops whose output dtype and rank follow from their inputs' (elementwise ops,
- * Conv, Gemm, pools, normalizations, Cast, Constant...). 0 / -1 where unknown. Arrays of
- * n_values entries, filled by the call. */
-void kiln_pass_value_types(const kiln_model *m, kiln_dtype *dtype, int *rank);
 /* Whether the session's device has a kernel for the internal op `op` (domain "kiln"): the
  * CPU always does; on CUDA, fusions wait for their kernels in src/cuda/table.c. */
 bool kiln_pass_device_has(const kiln_pass_options *o, const char *op);
@@ -85,5 +87,7 @@ kiln_status kiln_pass_dead_nodes(kiln_model *m, const kiln_pass_options *o, bool
 kiln_status kiln_pass_fold_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed);
 
 #endif
