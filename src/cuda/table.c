@@ -1,9 +1,11 @@
 /*
- * table.c — the CUDA kernel table: for each ONNX op with a CUDA kernel, the kernel, the
+ * table.c — the CUDA kernel table: for each op with a CUDA kernel, the kernel, the
  * check of what it supports (dtypes, ranks, attributes) and its workspace function.
- * kiln_cuda_kernel_for maps a registry index to its entry by name, so the table does not
- * depend on the order of ops.def (nor on which op files a build has). An op missing here
- * is an explicit "not supported on cuda" error, never a silent fallback to the CPU.
+ * kiln_cuda_kernel_for maps a registry index to its entry by domain and name, so the
+ * table does not depend on the order of ops.def (nor on which op files a build has).
+ * kiln's internal ops (domain "kiln": the gradient ops autograd emits) are listed as
+ * "kiln.<name>". An op missing here is an explicit "not supported on cuda" error, never a
+ * silent fallback to the CPU.
  */
 #include "cuda_internal.h"
 
@@ -56,27 +58,54 @@ static bool sup_binary(const kiln_op_ctx *c, char *why, size_t n) {
     return same_float(c, why, n);
 }
 
-static bool sup_conv(const kiln_op_ctx *c, char *why, size_t n) {
+/* A convolution of x by w giving y (Conv, or the tensors a gradient op has in those roles). */
+static bool conv_check(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                       const kiln_tensor *y, char *why, size_t n) {
     if (!same_float(c, why, n)) return false;
-    if (c->in[0]->ndim != 3 && c->in[0]->ndim != 4) {
-        snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", c->in[0]->ndim - 2);
+    if (x->ndim != 3 && x->ndim != 4) {
+        snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", x->ndim - 2);
         return false;
     }
-    kiln_cuda_window w;
-    if (!kiln_cuda_window_get(c, c->in[0], c->out[0], c->in[1]->dims + 2, &w, why, n)) return false;
-    const int64_t sizes[] = {kiln_tensor_numel(c->in[0]), kiln_tensor_numel(c->in[1]),
-                             kiln_tensor_numel(c->out[0])};
+    if (w->ndim != x->ndim || y->ndim != x->ndim) {
+        snprintf(why, n, "W and Y must have X's rank %d", x->ndim);
+        return false;
+    }
+    kiln_cuda_window win;
+    if (!kiln_cuda_window_get(c, x, y, w->dims + 2, &win, why, n)) return false;
+    const int64_t sizes[] = {kiln_tensor_numel(x), kiln_tensor_numel(w), kiln_tensor_numel(y)};
     for (int i = 0; i < 3; i++)
         if (sizes[i] == 0) {
             snprintf(why, n, "empty tensors");
             return false;
         }
-    for (int d = 0; d < c->in[0]->ndim; d++)
-        if (c->in[0]->dims[d] > INT_MAX / 2 || c->out[0]->dims[d] > INT_MAX / 2) {
+    for (int d = 0; d < x->ndim; d++)
+        if (x->dims[d] > INT_MAX / 2 || y->dims[d] > INT_MAX / 2) {
             snprintf(why, n, "dims beyond cuDNN's int range");
             return false;
         }
     return true;
+}
+
+static bool sup_conv(const kiln_op_ctx *c, char *why, size_t n) {
+    return conv_check(c, c->in[0], c->in[1], c->out[0], why, n);
+}
+
+/* kiln.ConvGradInput(dY, W, X) */
+static bool sup_conv_grad_input(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
+        snprintf(why, n, "inputs dY, W and X are required");
+        return false;
+    }
+    return conv_check(c, c->in[2], c->in[1], c->in[0], why, n);
+}
+
+/* kiln.ConvGradWeight(X, dY, W) */
+static bool sup_conv_grad_weight(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
+        snprintf(why, n, "inputs X, dY and W are required");
+        return false;
+    }
+    return conv_check(c, c->in[0], c->in[2], c->in[1], why, n);
 }
 
 static bool fits_products(const int64_t *v, int count, char *why, size_t n) {
@@ -165,17 +194,92 @@ static bool sup_any(const kiln_op_ctx *c, char *why, size_t n) {
     return false;
 }
 
-/* Dropout at inference (no training_mode, or a constant false one) passes X through. */
+static bool bool_scalar(const kiln_op_ctx *c, int i, const char *what, char *why, size_t n) {
+    if (!present(c, i) || (c->in[i]->dtype == KILN_BOOL && kiln_tensor_numel(c->in[i]) == 1)) return true;
+    snprintf(why, n, "%s must be a bool scalar", what);
+    return false;
+}
+
+/* A float scalar of any float dtype (read on the device), or absent. */
+static bool float_scalar(const kiln_op_ctx *c, int i, const char *what, char *why, size_t n) {
+    if (!present(c, i)) return true;
+    const kiln_dtype t = c->in[i]->dtype;
+    if ((kiln_cuda_float_dtype(t) || t == KILN_F64) && kiln_tensor_numel(c->in[i]) == 1) return true;
+    snprintf(why, n, "%s must be a float scalar", what);
+    return false;
+}
+
+/* Dropout: ratio and training_mode are read on the device; the mask output is bool. */
 static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
-    if (c->n_out > 1) {
-        snprintf(why, n, "the mask output is only computed on the CPU");
+    if (!float_input(c, 0, why, n)) return false;
+    if (has_out(c, 1) && c->out[1]->dtype != KILN_BOOL) {
+        snprintf(why, n, "the mask output must be bool");
         return false;
     }
-    if (present(c, 2) && (!c->in[2]->data || ((const uint8_t *)c->in[2]->data)[0])) {
-        snprintf(why, n, "training mode runs on the CPU only");
+    return float_scalar(c, 1, "ratio", why, n) && bool_scalar(c, 2, "training_mode", why, n);
+}
+
+/* kiln.DropoutGrad(dY, mask, ratio?, training_mode?) */
+static bool sup_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (!present(c, 1) || c->in[1]->dtype != KILN_BOOL) {
+        snprintf(why, n, "the mask must be bool");
         return false;
     }
-    return sup_any(c, why, n);
+    return float_scalar(c, 2, "ratio", why, n) && bool_scalar(c, 3, "training_mode", why, n);
+}
+
+static bool sup_unary_grad(const kiln_op_ctx *c, char *why, size_t n);
+
+static bool sup_softmax_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 2 || !present(c, 1)) {
+        snprintf(why, n, "inputs Y and dY are required");
+        return false;
+    }
+    return same_float(c, why, n);
+}
+
+/* kiln.MaxPoolGrad(dY, X) */
+static bool sup_maxpool_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 2 || !present(c, 1)) {
+        snprintf(why, n, "inputs dY and X are required");
+        return false;
+    }
+    if (!same_float(c, why, n)) return false;
+    kiln_cuda_window w;
+    return kiln_cuda_window_get(c, c->in[1], c->in[0], NULL, &w, why, n);
+}
+
+/* A sum of dY (input 0) down to a smaller shape: ConvGradBias, ReduceSumTo, GemmGradC. */
+static bool sup_sum_down(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (c->out[0]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "the output must have the input's dtype");
+        return false;
+    }
+    return true;
+}
+
+/* NegativeLogLikelihoodLoss and its gradient: integer targets of 32 or 64 bits. */
+static bool sup_nll(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (!present(c, 1) || (c->in[1]->dtype != KILN_I32 && c->in[1]->dtype != KILN_I64)) {
+        snprintf(why, n, "targets must be int32 or int64");
+        return false;
+    }
+    if (present(c, 2) && !kiln_cuda_float_dtype(c->in[2]->dtype) && c->in[2]->dtype != KILN_F64) {
+        snprintf(why, n, "weight has dtype %s", kiln_dtype_name(c->in[2]->dtype));
+        return false;
+    }
+    if (present(c, 3) && c->in[3]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "dLoss must have the input's dtype");
+        return false;
+    }
+    if (c->n_in > 4) {
+        snprintf(why, n, "%d inputs (at most 4)", c->n_in);
+        return false;
+    }
+    return true;
 }
 
 static bool sup_concat(const kiln_op_ctx *c, char *why, size_t n) {
@@ -327,7 +431,7 @@ static const entry table[] = {
     UNARY("Log"), UNARY("Sqrt"), UNARY("Reciprocal"), UNARY("Abs"), UNARY("Neg"),
     UNARY("Floor"), UNARY("Ceil"),
     BINARY("Add"), BINARY("Sub"), BINARY("Mul"), BINARY("Div"), BINARY("Pow"), BINARY("Max"),
-    BINARY("Min"),
+    BINARY("Min"), BINARY("Sum"),
     {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv},
     {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul},
     {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul},
@@ -340,7 +444,7 @@ static const entry table[] = {
     {"Flatten", kiln_cuda_k_copy, sup_any, NULL},
     {"Reshape", kiln_cuda_k_copy, sup_any, NULL},
     {"Identity", kiln_cuda_k_copy, sup_any, NULL},
-    {"Dropout", kiln_cuda_k_copy, sup_dropout, NULL},
+    {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL},
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL},
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL},
@@ -366,17 +470,49 @@ static const entry table[] = {
     {"ReduceMax", kiln_cuda_k_reduce, sup_reduce, NULL},
     {"ReduceMin", kiln_cuda_k_reduce, sup_reduce, NULL},
     {"LayerNormalization", kiln_cuda_k_layernorm, sup_layernorm, NULL},
+    {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL},
+    /* kiln's gradient ops */
+    {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL},
+    {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL},
+    {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input},
+    {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight},
+    {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_sum_down, kiln_cuda_ws_channel_sum},
+    {"kiln.ReduceSumTo", kiln_cuda_k_reduce_sum_to, sup_sum_down, kiln_cuda_ws_channel_sum},
+    {"kiln.GemmGradC", kiln_cuda_k_gemm_grad_c, sup_sum_down, kiln_cuda_ws_channel_sum},
+    {"kiln.MaxPoolGrad", kiln_cuda_k_maxpool_grad, sup_maxpool_grad, NULL},
+    {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL},
+    {"kiln.LogSoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL},
+    {"kiln.NegativeLogLikelihoodLossGrad", kiln_cuda_k_nll_grad, sup_nll, kiln_cuda_ws_nll_grad},
 };
 
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))
 
+/* kiln.UnaryGrad runs where the forward op named by attribute `op` has a unary kernel. */
+static bool sup_unary_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    const char *op = kiln_attr_string(c->node, "op", "");
+    bool known = false;
+    for (int i = 0; i < N_ENTRIES && !known; i++)
+        known = table[i].run == kiln_cuda_k_unary && strcmp(table[i].name, op) == 0;
+    if (!known) {
+        snprintf(why, n, "op=%s has no CUDA derivative", op);
+        return false;
+    }
+    return same_float(c, why, n);
+}
+
+/* The registry's domain of a table name: "kiln.X" is X of domain "kiln". */
+static bool entry_is(const entry *e, const char *domain, const char *name) {
+    const bool internal = strncmp(e->name, "kiln.", 5) == 0;
+    if (internal != (strcmp(domain, "kiln") == 0)) return false;
+    return strcmp(internal ? e->name + 5 : e->name, name) == 0;
+}
+
 static const entry *entry_for(int op) {
     const kiln_op_def *d = kiln_op_get(op);
-    /* ONNX's ops only: kiln's internal ones (domain "kiln") have no CUDA kernels yet */
-    if (!d || (d->domain && d->domain[0])) return NULL;
-    const char *name = d->name;
+    if (!d) return NULL;
+    const char *domain = d->domain ? d->domain : "";
     for (int i = 0; i < N_ENTRIES; i++)
-        if (strcmp(table[i].name, name) == 0) return &table[i];
+        if (entry_is(&table[i], domain, d->name)) return &table[i];
     return NULL;
 }
 

@@ -13,6 +13,7 @@
  */
 #include "../core/internal.h"
 #include "../core/plan.h"
+#include "../data/data.h"
 #include "autograd.h"
 #include "trainer_internal.h"
 
@@ -39,11 +40,14 @@ static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the step schedule needs step_size > 0");
     if (o->schedule == KILN_SCHEDULE_COSINE && o->total_steps <= 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the cosine schedule needs total_steps > 0");
-    if (o->device != KILN_DEVICE_CPU)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "training on device %d is not available in this build; use the CPU",
-                         (int)o->device);
+    if (o->device != KILN_DEVICE_CPU && o->device != KILN_DEVICE_CUDA)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)o->device);
+#ifndef KILN_HAVE_CUDA
+    if (o->device == KILN_DEVICE_CUDA)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "this kiln was built without the CUDA backend (no nvcc at build time)");
+#endif
     if (o->amp != KILN_AMP_OFF)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "mixed precision (amp) needs the CUDA device");
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "mixed precision (amp) training is not available yet: use --amp off");
     return KILN_OK;
 }
 
@@ -303,7 +307,7 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         t->fwd->finalized = true;
         st = build_training_graph(t, lv);
     }
-    if (!st) {
+    if (!st && o.device == KILN_DEVICE_CPU) {
         kiln_session_options so = {.device = KILN_DEVICE_CPU, .threads = o.threads};
         st = kiln_session_create(t->train, &so, &t->sess);
     }
@@ -330,12 +334,24 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     for (int k = 0; k < t->n_params; k++) t->feeds[t->n_data_inputs + k] = t->params[k].value;
     for (int k = 0; k < t->n_states; k++) t->feeds[t->n_data_inputs + t->n_params + k] = t->states[k].value;
     t->loss_scale = 1;
+#ifdef KILN_HAVE_CUDA
+    if (o.device == KILN_DEVICE_CUDA) {
+        st = kiln_trainer_cuda_create(t, &t->cuda);
+        if (st) {
+            kiln_trainer_free(t);
+            return st;
+        }
+    }
+#endif
     *out = t;
     return KILN_OK;
 }
 
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t) return;
+#ifdef KILN_HAVE_CUDA
+    kiln_trainer_cuda_free(t->cuda);
+#endif
     for (int k = 0; k < t->n_params; k++) {
         kiln_tensor_free(t->params[k].value);
         free(t->params[k].state[0]);
@@ -361,6 +377,9 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
     if (n_inputs != t->n_data_inputs || (n_inputs && !inputs))
         return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given", t->n_data_inputs, n_inputs);
     for (int i = 0; i < n_inputs; i++) t->feeds[i] = inputs[i];
+#ifdef KILN_HAVE_CUDA
+    if (t->cuda) return kiln_trainer_cuda_step(t->cuda, loss);
+#endif
     int nf = t->n_data_inputs + t->n_params + t->n_states, no = 1 + t->n_params + t->n_states;
     /* dropout masks depend only on (seed, micro-step): a resumed run draws the same ones */
     uint64_t seed = t->opts.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t->micro_steps;
@@ -394,6 +413,59 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
     return KILN_OK;
 }
 
+kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
+                                     int64_t batch, uint64_t seed, int64_t epoch, int64_t start_step,
+                                     int64_t end_step, float *last_loss) {
+    if (!t || !images || !labels) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_context *ctx = t->ctx;
+    const int64_t n = images->ndim ? images->dims[0] : 0;
+    if (t->n_data_inputs != 2)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_train_epoch needs a model with two inputs (data, labels)");
+    if (images->dtype != KILN_F32 || labels->dtype != KILN_I64 || labels->ndim != 1 || labels->dims[0] != n || n < 1)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "images must be f32 (N, ...) and labels i64 (N) with N >= 1");
+    if (batch < 1 || epoch < 0 || start_step < 0)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "batch must be >= 1, epoch and start_step >= 0");
+#ifdef KILN_HAVE_CUDA
+    if (t->cuda) return kiln_trainer_cuda_epoch(t->cuda, images, labels, batch, seed, epoch, start_step, end_step, last_loss);
+#endif
+    const int64_t steps = (n + batch - 1) / batch, sample = kiln_tensor_numel(images) / n;
+    if (end_step < 0 || end_step > steps) end_step = steps;
+    int64_t *perm = kiln_malloc(ctx, sizeof(int64_t) * (size_t)n, "the epoch's order");
+    float *x = kiln_malloc(ctx, sizeof(float) * (size_t)(batch * sample), "a batch");
+    int64_t *y = kiln_malloc(ctx, sizeof(int64_t) * (size_t)batch, "a batch");
+    kiln_status st = perm && x && y ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) kiln_loader_permutation(perm, n, seed, epoch);
+    for (int64_t s = start_step; s < end_step && !st; s++) {
+        const int64_t b = s == steps - 1 ? n - s * batch : batch;
+        for (int64_t i = 0; i < b; i++) {
+            const int64_t idx = perm[s * batch + i];
+            memcpy(x + i * sample, (const float *)images->data + idx * sample, sizeof(float) * (size_t)sample);
+            y[i] = ((const int64_t *)labels->data)[idx];
+        }
+        int64_t xd[KILN_MAX_DIMS] = {0};
+        xd[0] = b;
+        for (int d = 1; d < images->ndim; d++) xd[d] = images->dims[d];
+        kiln_tensor xt = {.dtype = KILN_F32, .ndim = images->ndim, .data = x}, yt = {.dtype = KILN_I64, .ndim = 1, .data = y};
+        memcpy(xt.dims, xd, sizeof xd);
+        yt.dims[0] = b;
+        kiln_tensor *in[2] = {&xt, &yt};
+        st = kiln_trainer_step(t, 2, in, s + 1 == end_step ? last_loss : NULL);
+    }
+    free(perm);
+    free(x);
+    free(y);
+    return st;
+}
+
+/* On CUDA the weights live on the device: bring the host copies up to date. */
+kiln_status kiln_trainer_sync_host(kiln_trainer *t) {
+#ifdef KILN_HAVE_CUDA
+    if (t->cuda) return kiln_trainer_cuda_download(t->cuda);
+#endif
+    (void)t;
+    return KILN_OK;
+}
+
 kiln_status kiln_trainer_stats(const kiln_trainer *t, kiln_train_stats *out) {
     if (!t || !out) return KILN_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -413,6 +485,8 @@ kiln_status kiln_trainer_export(kiln_trainer *t, const char *output, kiln_model 
     if (!t || !output || !out) return KILN_ERR_INVALID_ARGUMENT;
     *out = NULL;
     kiln_context *ctx = t->ctx;
+    kiln_status sst = kiln_trainer_sync_host(t);
+    if (sst) return sst;
     const kiln_model *f = t->fwd;
     int ov = kiln_model_find_value(f, output);
     bool is_out = false;
