@@ -73,6 +73,8 @@ struct kiln_cuda {
 
     kiln_conv_algo *conv_algos;
     int n_conv_algos, cap_conv_algos;
+
+    struct kiln_fused_cache *fused; /* generated kernels (fused_elementwise.c), or NULL */
 };
 
 /* Record a failed call (see the macros) and return the status it maps to. */
@@ -190,11 +192,46 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(copy)        /* movement.cu: Flatten Reshape Identity */                            \
     X(concat)      /* movement.cu */                                                      \
     X(transpose)   /* movement.cu */                                                      \
-    X(gather)      /* movement.cu */
+    X(gather)      /* movement.cu */                                                      \
+    X(fused_elementwise) /* fused_elementwise.c: kiln.FusedElementwise, NVRTC-generated */ \
+    X(fused_gemm)  /* matmul.c: kiln.FusedGemm through cuBLASLt epilogues */
 
 #define KILN_CUDA_DECLARE(name) kiln_status kiln_cuda_k_##name(kiln_cuda *cu, kiln_op_ctx *c);
 KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
 #undef KILN_CUDA_DECLARE
+
+/* kiln.FusedElementwise (fused_elementwise.c): what it supports, its prepare hook (compile
+ * and cache the generated kernel) and the release of the cache (kiln_cuda_free). */
+bool kiln_cuda_sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_prep_fused_elementwise(kiln_cuda *cu, kiln_op_ctx *c);
+void kiln_cuda_fused_cache_free(kiln_cuda *cu);
+
+/* Activations of the fused ops (kiln.FusedGemm, kiln.FusedConv; FUSED.md). */
+typedef enum kiln_cuda_act_kind {
+    KILN_ACT_NONE = 0,
+    KILN_ACT_RELU,
+    KILN_ACT_LEAKYRELU,   /* a: alpha */
+    KILN_ACT_CLIP,        /* a, b: min, max */
+    KILN_ACT_SIGMOID,
+    KILN_ACT_HARDSWISH,
+    KILN_ACT_HARDSIGMOID, /* a, b: alpha, beta */
+    KILN_ACT_TANH
+} kiln_cuda_act_kind;
+typedef struct kiln_cuda_act {
+    kiln_cuda_act_kind kind;
+    float a, b;
+} kiln_cuda_act;
+/* A fused node's `activation` and its parameters: LeakyRelu's alpha and HardSigmoid's
+ * alpha and beta from attributes `alpha`/`beta`, or — for kiln.FusedGemm, whose alpha and
+ * beta are Gemm's — from `act_alpha`/`act_beta`; Clip's bounds from `act_min`/`act_max`;
+ * ONNX's defaults where absent. false (with a reason) for an unknown activation. */
+bool kiln_cuda_act_get(const kiln_node *n, bool gemm, kiln_cuda_act *act, char *why, size_t wn);
+/* y (n elements of float dtype dt) = act(y), in place (elementwise.cu). */
+kiln_status kiln_cuda_act_inplace(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y, int64_t n,
+                                  const kiln_cuda_act *act);
+
+/* Keep the stream busy for us microseconds (delay.cu; the per-node profile). */
+kiln_status kiln_cuda_delay(kiln_cuda *cu, double us);
 
 /* Workspace functions (kernels not listed need none). */
 kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);

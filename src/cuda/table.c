@@ -2,7 +2,8 @@
  * table.c — the CUDA kernel table: for each ONNX op with a CUDA kernel, the kernel, the
  * check of what it supports (dtypes, ranks, attributes) and its workspace function.
  * kiln_cuda_kernel_for maps a registry index to its entry by name, so the table does not
- * depend on the order of ops.def (nor on which op files a build has). An op missing here
+ * depend on the order of ops.def (nor on which op files a build has). Internal ops (domain
+ * "kiln": the fused kernels) are listed with their domain. An op missing here
  * is an explicit "not supported on cuda" error, never a silent fallback to the CPU.
  */
 #include "cuda_internal.h"
@@ -13,12 +14,15 @@
 
 typedef bool (*supports_fn)(const kiln_op_ctx *c, char *why, size_t n);
 typedef kiln_status (*workspace_fn)(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+typedef kiln_status (*prepare_fn)(kiln_cuda *cu, kiln_op_ctx *c);
 
 typedef struct entry {
     const char *name;
     kiln_cuda_fn run;
     supports_fn supports;
     workspace_fn workspace; /* NULL: none */
+    prepare_fn prepare;     /* NULL: nothing to do before the first run */
+    const char *domain;     /* NULL: ONNX's default domain; "kiln": internal ops */
 } entry;
 
 /* ------------------------------------------------------------------ checks */
@@ -101,6 +105,12 @@ static bool sup_gemm(const kiln_op_ctx *c, char *why, size_t n) {
     }
     const int64_t v[] = {a->dims[0], a->dims[1], b->dims[0], b->dims[1]};
     return fits_products(v, 4, why, n);
+}
+
+/* kiln.FusedGemm: Gemm's checks and a known activation. */
+static bool sup_fused_gemm(const kiln_op_ctx *c, char *why, size_t n) {
+    kiln_cuda_act act;
+    return sup_gemm(c, why, n) && kiln_cuda_act_get(c->node, true, &act, why, n);
 }
 
 static bool sup_matmul(const kiln_op_ctx *c, char *why, size_t n) {
@@ -205,8 +215,8 @@ static bool sup_gather(const kiln_op_ctx *c, char *why, size_t n) {
 
 /* -------------------------------------------------------------------- table */
 
-#define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL}
-#define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL}
+#define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, NULL, NULL}
+#define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL, NULL, NULL}
 
 static const entry table[] = {
     UNARY("Relu"), UNARY("LeakyRelu"), UNARY("Sigmoid"), UNARY("Tanh"), UNARY("Elu"),
@@ -216,34 +226,49 @@ static const entry table[] = {
     UNARY("Floor"), UNARY("Ceil"),
     BINARY("Add"), BINARY("Sub"), BINARY("Mul"), BINARY("Div"), BINARY("Pow"), BINARY("Max"),
     BINARY("Min"),
-    {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv},
-    {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul},
-    {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul},
-    {"MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL},
-    {"AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL},
-    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL},
-    {"BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm},
-    {"Softmax", kiln_cuda_k_softmax, sup_softmax, NULL},
-    {"LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL},
-    {"Flatten", kiln_cuda_k_copy, sup_any, NULL},
-    {"Reshape", kiln_cuda_k_copy, sup_any, NULL},
-    {"Identity", kiln_cuda_k_copy, sup_any, NULL},
-    {"Dropout", kiln_cuda_k_copy, sup_dropout, NULL},
-    {"Concat", kiln_cuda_k_concat, sup_concat, NULL},
-    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL},
-    {"Gather", kiln_cuda_k_gather, sup_gather, NULL},
+    {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv, NULL, NULL},
+    {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul, NULL, NULL},
+    {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul, NULL, NULL},
+    {"MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL, NULL, NULL},
+    {"AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL, NULL, NULL},
+    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL, NULL, NULL},
+    {"BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm, NULL, NULL},
+    {"Softmax", kiln_cuda_k_softmax, sup_softmax, NULL, NULL, NULL},
+    {"LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL, NULL, NULL},
+    {"Flatten", kiln_cuda_k_copy, sup_any, NULL, NULL, NULL},
+    {"Reshape", kiln_cuda_k_copy, sup_any, NULL, NULL, NULL},
+    {"Identity", kiln_cuda_k_copy, sup_any, NULL, NULL, NULL},
+    {"Dropout", kiln_cuda_k_copy, sup_dropout, NULL, NULL, NULL},
+    {"Concat", kiln_cuda_k_concat, sup_concat, NULL, NULL, NULL},
+    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, NULL, NULL},
+    {"Gather", kiln_cuda_k_gather, sup_gather, NULL, NULL, NULL},
+    {"FusedElementwise", kiln_cuda_k_fused_elementwise, kiln_cuda_sup_fused_elementwise, NULL,
+     kiln_cuda_prep_fused_elementwise, "kiln"},
+    {"FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul, NULL, "kiln"},
 };
 
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))
 
+static bool default_domain(const char *d) { return !d || !*d || strcmp(d, "ai.onnx") == 0; }
+
+static const entry *entry_named(const char *domain, const char *name) {
+    for (int i = 0; i < N_ENTRIES; i++) {
+        const bool dom = default_domain(domain) ? table[i].domain == NULL
+                                                : table[i].domain && strcmp(table[i].domain, domain) == 0;
+        if (dom && strcmp(table[i].name, name) == 0) return &table[i];
+    }
+    return NULL;
+}
+
 static const entry *entry_for(int op) {
     const kiln_op_def *d = kiln_op_get(op);
-    /* ONNX's ops only: kiln's internal ones (domain "kiln") have no CUDA kernels yet */
-    if (!d || (d->domain && d->domain[0])) return NULL;
-    const char *name = d->name;
-    for (int i = 0; i < N_ENTRIES; i++)
-        if (strcmp(table[i].name, name) == 0) return &table[i];
-    return NULL;
+    return d ? entry_named(d->domain, d->name) : NULL;
+}
+
+/* By the registry when the node's op is registered; by its names otherwise (tests of a
+ * kiln op's kernel in a build without its CPU reference). */
+static const entry *entry_for_node(const kiln_node *n) {
+    return n->op >= 0 ? entry_for(n->op) : entry_named(n->domain, n->op_type);
 }
 
 int kiln_cuda_kernel_count(void) { return N_ENTRIES; }
@@ -256,7 +281,7 @@ kiln_cuda_fn kiln_cuda_kernel_for(int op) {
 }
 
 kiln_status kiln_cuda_supports(kiln_op_ctx *c) {
-    const entry *e = entry_for(c->node->op);
+    const entry *e = entry_for_node(c->node);
     if (!e)
         return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
                          c->node->op_type, c->node->name);
@@ -270,7 +295,7 @@ kiln_status kiln_cuda_supports(kiln_op_ctx *c) {
 
 kiln_status kiln_cuda_workspace_size(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     *bytes = 0;
-    const entry *e = entry_for(c->node->op);
+    const entry *e = entry_for_node(c->node);
     if (!e)
         return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
                          c->node->op_type, c->node->name);
@@ -280,8 +305,21 @@ kiln_status kiln_cuda_workspace_size(kiln_cuda *cu, kiln_op_ctx *c, size_t *byte
     return st;
 }
 
+kiln_status kiln_cuda_prepare(kiln_cuda *cu, kiln_op_ctx *c) {
+    const entry *e = entry_for_node(c->node);
+    if (!e)
+        return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
+                         c->node->op_type, c->node->name);
+    if (!e->prepare) return KILN_OK;
+    kiln_status st = KILN_OK;
+    KILN_CUDA_TRY(st, c->kctx, cudaSetDevice(cu->device));
+    if (st == KILN_OK) st = e->prepare(cu, c);
+    if (st) kiln_msg_prefix(c->kctx, "%s node '%s' on cuda (prepare): ", c->node->op_type, c->node->name);
+    return st;
+}
+
 kiln_status kiln_cuda_run(kiln_cuda *cu, kiln_op_ctx *c) {
-    const entry *e = entry_for(c->node->op);
+    const entry *e = entry_for_node(c->node);
     if (!e)
         return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
                          c->node->op_type, c->node->name);
