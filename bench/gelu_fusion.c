@@ -13,6 +13,12 @@
  * result against the CPU reference of the five ops.
  *
  *   gelu_fusion [--rows 2000] [--cols 3000] [--iters 200] [--warmup 20] [--dtype f32|f16|bf16|all]
+ *               [--sweep]
+ *
+ * --sweep also times the fused kernel for each choice of loads in flight per thread
+ * (unroll 1, 2, 4, 8) and grid cap (blocks per SM: 32, i.e. one pass over the data; 8, a
+ * persistent grid of one full wave at 256 threads; 16), to choose the generator's
+ * defaults (kiln_cuda_fused_tune).
  *
  * PyTorch on an H200 (../shared/bench-reference/README.md): eager 68.8 us, torch.jit.script
  * 22.7, torch.compile 20.6, F.gelu 12.8; floor (4,271 GB/s copy) 11.2 us for f32.
@@ -182,7 +188,7 @@ static int check_result(const kiln_tensor *x, const void *dev_y, kiln_dtype dt) 
     return bad ? 1 : 0;
 }
 
-static int bench_dtype(kiln_dtype dt, int64_t rows, int64_t cols, int warmup, int iters) {
+static int bench_dtype(kiln_dtype dt, int64_t rows, int64_t cols, int warmup, int iters, bool sweep) {
     const int64_t dims[2] = {rows, cols};
     const int64_t n = rows * cols;
     kiln_tensor *hx = kt_rand(dt, 2, dims, -5, 5, 7);
@@ -256,6 +262,21 @@ static int bench_dtype(kiln_dtype dt, int64_t rows, int64_t cols, int warmup, in
         row("the same 5 ops as 5 kernels", med, mn, io, floor_us);
     if (!rc && !(rc = time_it("gelu", run_chain, &gc, 1, warmup, iters, &med, &mn)))
         row("hand-written Gelu kernel (F.gelu analogue)", med, mn, io, floor_us);
+    static const int unrolls[] = {1, 2, 4, 8}, per_sm[] = {32, 8, 16};
+    for (int u = 0; sweep && !rc && u < 4; u++)
+        for (int g = 0; !rc && g < 3; g++) {
+            op tuned;
+            memset(&tuned, 0, sizeof tuned);
+            char what[64];
+            snprintf(what, sizeof what, "fused, unroll %d, grid cap %d blocks/SM", unrolls[u], per_sm[g]);
+            rc = kiln_cuda_fused_tune(cu, unrolls[u], per_sm[g]) != KILN_OK ||
+                 op_init(&tuned, "kiln", "FusedElementwise", "program=" GELU5, 1, &x, NULL, &y);
+            chain tc = {&tuned, 1};
+            if (!rc && !(rc = time_it(what, run_chain, &tc, 1, warmup, iters, &med, &mn))) row(what, med, mn, io, floor_us);
+            if (!rc) rc = check_result(hx, y.data, dt);
+            op_free(&tuned);
+        }
+    if (sweep) kiln_cuda_fused_tune(cu, 0, 0);
     op_free(&fusedop);
     op_free(&gelu);
     for (int i = 0; i < 5; i++) op_free(&eager[i]);
@@ -267,8 +288,13 @@ int main(int argc, char **argv) {
     int64_t rows = 2000, cols = 3000;
     int iters = 200, warmup = 20;
     const char *dts = "all";
+    bool sweep = false;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--sweep") == 0) {
+            sweep = true;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "gelu_fusion: %s needs a value\n", o);
             return 2;
@@ -280,7 +306,8 @@ int main(int argc, char **argv) {
         else if (strcmp(o, "--warmup") == 0) warmup = atoi(v);
         else if (strcmp(o, "--dtype") == 0) dts = v;
         else {
-            fprintf(stderr, "usage: gelu_fusion [--rows R] [--cols C] [--iters N] [--warmup N] [--dtype f32|f16|bf16|all]\n");
+            fprintf(stderr, "usage: gelu_fusion [--rows R] [--cols C] [--iters N] [--warmup N] "
+                            "[--dtype f32|f16|bf16|all] [--sweep]\n");
             return 2;
         }
     }
@@ -299,7 +326,7 @@ int main(int argc, char **argv) {
     static const kiln_dtype all[] = {KILN_F32, KILN_F16, KILN_BF16};
     for (int k = 0; k < 3; k++)
         if (strcmp(dts, "all") == 0 || strcmp(dts, kiln_dtype_name(all[k])) == 0)
-            rc |= bench_dtype(all[k], rows, cols, warmup, iters);
+            rc |= bench_dtype(all[k], rows, cols, warmup, iters, sweep);
     kiln_cuda_free(cu);
     kiln_context_free(ctx);
     return rc;

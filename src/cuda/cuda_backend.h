@@ -17,7 +17,9 @@
  *     with one exception: Conv searches for its cuDNN algorithm
  *     (cudnnFindConvolutionForwardAlgorithmEx, which times kernels and waits) the first
  *     time it meets a shape; the choice is cached on the kiln_cuda. Run a plan once
- *     before capturing it into a CUDA graph.
+ *     before capturing it into a CUDA graph. Generated kernels (kiln.FusedElementwise) are
+ *     compiled by NVRTC and loaded once per pattern in kiln_cuda_prepare (or on their
+ *     first run when nothing prepared them), and cached on the kiln_cuda as well.
  *   - Scratch: kiln_cuda_workspace_size says how many bytes of c->workspace a kernel
  *     needs for the shapes in c (0 for most); the caller provides at least that many,
  *     256-byte aligned, and sets c->workspace_size. Kernels check the size they are given.

@@ -205,6 +205,10 @@ KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
 bool kiln_cuda_sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_prep_fused_elementwise(kiln_cuda *cu, kiln_op_ctx *c);
 void kiln_cuda_fused_cache_free(kiln_cuda *cu);
+/* Benchmark knobs for kernels generated afterwards on cu (bench/gelu_fusion --sweep):
+ * loads in flight per thread (grid-stride steps, 0: the default 2) and the grid's cap in
+ * blocks per SM (0: the default 32, i.e. one pass over the data for most sizes). */
+kiln_status kiln_cuda_fused_tune(kiln_cuda *cu, int unroll, int blocks_per_sm);
 
 /* Activations of the fused ops (kiln.FusedGemm, kiln.FusedConv; FUSED.md). */
 typedef enum kiln_cuda_act_kind {
