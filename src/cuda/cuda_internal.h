@@ -209,6 +209,12 @@ void kiln_cuda_fused_cache_free(kiln_cuda *cu);
  * loads in flight per thread (grid-stride steps, 0: the default 2) and the grid's cap in
  * blocks per SM (0: the default 32, i.e. one pass over the data for most sizes). */
 kiln_status kiln_cuda_fused_tune(kiln_cuda *cu, int unroll, int blocks_per_sm);
+/* The host side of a kiln.FusedElementwise launch for c's shapes and data pointers, for
+ * tools that run the generated source elsewhere (an emulator on the host): the kernel
+ * argument struct (args, at least size bytes: 1,296 today), whether k_v (else k_s) runs,
+ * and the grid for sm_count SMs. unroll and blocks_per_sm as kiln_cuda_fused_tune. */
+kiln_status kiln_cuda_fused_launch_args(kiln_op_ctx *c, int unroll, int sm_count, int blocks_per_sm, void *args,
+                                        size_t size, bool *vec, unsigned *blocks, unsigned *threads);
 
 /* Activations of the fused ops (kiln.FusedGemm, kiln.FusedConv; FUSED.md). */
 typedef enum kiln_cuda_act_kind {

@@ -860,6 +860,54 @@ kiln_status kiln_cuda_prep_fused_elementwise(kiln_cuda *cu, kiln_op_ctx *c) {
 
 static bool aligned16(const void *q) { return (uintptr_t)q % 16 == 0; }
 
+/* The host side of a launch: kernel arguments for c's pointers, whether the vector kernel
+ * runs (it exists and every pointer it vector-accesses is 16-byte aligned), the grid. */
+static void launch_args(const kiln_op_ctx *c, const pattern *p, unsigned used, int sm_count, int blocks_per_sm,
+                        fused_args *a, bool *vec, unsigned *blocks) {
+    memset(a, 0, sizeof *a);
+    a->y = c->out[0]->data;
+    a->n = p->n;
+    *vec = p->vec && aligned16(a->y);
+    for (int i = 0; i < p->nin; i++) {
+        a->x[i] = c->in[i]->data;
+        if ((used & (1u << i)) && p->kind[i] != K_SCALAR && !aligned16(a->x[i])) *vec = false;
+        for (int d = 0; d < p->nd; d++) a->st[i][d] = p->st[i][d];
+    }
+    for (int d = 0; d < p->nd; d++) {
+        const uint64_t dv = (uint64_t)p->dims[d];
+        a->dims[d] = p->dims[d];
+        if (!p->idx32 || dv == 0) continue;
+        /* n / dv == (umulhi(n, magic) + n) >> shift for n, dv < 2^31 (as PyTorch's IntDivider) */
+        unsigned sh = 0;
+        while (sh < 32 && ((uint64_t)1 << sh) < dv) sh++;
+        a->shift[d] = sh;
+        a->magic[d] = (unsigned)((((uint64_t)1 << 32) * (((uint64_t)1 << sh) - dv)) / dv + 1);
+    }
+    const int64_t items = *vec ? p->n / p->vw : p->n;
+    const int64_t per_block = (int64_t)THREADS * p->unroll;
+    int64_t b = (items + per_block - 1) / per_block;
+    const int64_t cap = (int64_t)sm_count * (blocks_per_sm > 0 ? blocks_per_sm : 32);
+    if (b > cap) b = cap;
+    *blocks = b < 1 ? 1u : (unsigned)b;
+}
+
+kiln_status kiln_cuda_fused_launch_args(kiln_op_ctx *c, int unroll, int sm_count, int blocks_per_sm, void *args,
+                                        size_t size, bool *vec, unsigned *blocks, unsigned *threads) {
+    program pr;
+    pattern p;
+    char *key = NULL;
+    if (size < sizeof(fused_args))
+        return kiln_fail(c->kctx, KILN_ERR_INVALID_ARGUMENT, "%zu bytes for the %zu-byte kernel arguments", size,
+                         sizeof(fused_args));
+    kiln_status st = describe(c, unroll, &pr, &p, &key);
+    if (st) return st;
+    launch_args(c, &p, pr.used, sm_count, blocks_per_sm, args, vec, blocks);
+    *threads = THREADS;
+    free(pr.t);
+    free(key);
+    return KILN_OK;
+}
+
 kiln_status kiln_cuda_k_fused_elementwise(kiln_cuda *cu, kiln_op_ctx *c) {
     pattern p;
     unsigned used;
@@ -868,32 +916,9 @@ kiln_status kiln_cuda_k_fused_elementwise(kiln_cuda *cu, kiln_op_ctx *c) {
     if (st) return st;
     if (p.n == 0) return KILN_OK;
     fused_args a;
-    memset(&a, 0, sizeof a);
-    a.y = c->out[0]->data;
-    a.n = p.n;
-    bool vec = k->fn_v != NULL && aligned16(a.y);
-    for (int i = 0; i < p.nin; i++) {
-        a.x[i] = c->in[i]->data;
-        if ((used & (1u << i)) && p.kind[i] != K_SCALAR && !aligned16(a.x[i])) vec = false;
-        for (int d = 0; d < p.nd; d++) a.st[i][d] = p.st[i][d];
-    }
-    for (int d = 0; d < p.nd; d++) {
-        const uint64_t dv = (uint64_t)p.dims[d];
-        a.dims[d] = p.dims[d];
-        if (!p.idx32) continue;
-        /* n / dv == (umulhi(n, magic) + n) >> shift for n, dv < 2^31 (as PyTorch's IntDivider) */
-        unsigned s = 0;
-        while (s < 32 && ((uint64_t)1 << s) < dv) s++;
-        a.shift[d] = s;
-        a.magic[d] = (unsigned)((((uint64_t)1 << 32) * (((uint64_t)1 << s) - dv)) / dv + 1);
-    }
-    const int64_t items = vec ? p.n / p.vw : p.n;
-    const int64_t per_block = (int64_t)THREADS * p.unroll;
-    int64_t blocks = (items + per_block - 1) / per_block;
-    const int per_sm = cu->fused && cu->fused->blocks_per_sm ? cu->fused->blocks_per_sm : 32;
-    const int64_t cap = (int64_t)cu->props.sm_count * per_sm;
-    if (blocks > cap) blocks = cap;
-    if (blocks < 1) blocks = 1;
+    bool vec;
+    unsigned blocks;
+    launch_args(c, &p, used, cu->props.sm_count, cu->fused ? cu->fused->blocks_per_sm : 0, &a, &vec, &blocks);
     void *args[] = {&a};
-    return kiln_cuda_module_launch(cu, vec ? k->fn_v : k->fn_s, (unsigned)blocks, THREADS, 0, args);
+    return kiln_cuda_module_launch(cu, vec ? k->fn_v : k->fn_s, blocks, THREADS, 0, args);
 }
