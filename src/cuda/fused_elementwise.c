@@ -6,8 +6,7 @@
  *   Program: space-separated tokens; `i<k>` pushes input k, `c<float>` a constant; unary
  *   ops (Relu Sigmoid Tanh Exp Log Sqrt Reciprocal Abs Neg Erf Floor Ceil Softplus
  *   Softsign HardSwish, and LeakyRelu@alpha Elu@alpha HardSigmoid@alpha@beta Clip@lo@hi
- *   with their attributes after `@`; missing ones take ONNX's defaults) pop one value and
- *   push one; binary ops (Add Sub Mul Div Pow Max Min) pop the right then the left operand.
+ *   with their parameters, all required, after `@`) pop one value and push one; binary ops (Add Sub Mul Div Pow Max Min) pop the right then the left operand.
  *   Exactly one value is left: y0. The program becomes one straight-line __device__
  *   function of the inputs' values (each input loaded once however often it is pushed).
  *
@@ -41,7 +40,6 @@
  */
 #include "cuda_internal.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,18 +59,14 @@ typedef enum { T_INPUT, T_CONST, T_UNARY, T_BINARY } tok_kind;
 typedef struct ufn {
     const char *name;
     int nparams;
-    float dflt[2];
 } ufn;
 
 /* Unary ops: the device function k_<name> in the prelude takes (x, p0, p1). */
 static const ufn UNARY[] = {
-    {"Relu", 0, {0, 0}},        {"Sigmoid", 0, {0, 0}},     {"Tanh", 0, {0, 0}},
-    {"Exp", 0, {0, 0}},         {"Log", 0, {0, 0}},         {"Sqrt", 0, {0, 0}},
-    {"Reciprocal", 0, {0, 0}},  {"Abs", 0, {0, 0}},         {"Neg", 0, {0, 0}},
-    {"Erf", 0, {0, 0}},         {"Floor", 0, {0, 0}},       {"Ceil", 0, {0, 0}},
-    {"Softplus", 0, {0, 0}},    {"Softsign", 0, {0, 0}},    {"HardSwish", 0, {0, 0}},
-    {"LeakyRelu", 1, {0.01f, 0}}, {"Elu", 1, {1.0f, 0}},  {"HardSigmoid", 2, {0.2f, 0.5f}},
-    {"Clip", 2, {-INFINITY, INFINITY}},
+    {"Relu", 0},     {"Sigmoid", 0},    {"Tanh", 0},      {"Exp", 0},       {"Log", 0},
+    {"Sqrt", 0},     {"Reciprocal", 0}, {"Abs", 0},       {"Neg", 0},       {"Erf", 0},
+    {"Floor", 0},    {"Ceil", 0},       {"Softplus", 0},  {"Softsign", 0},  {"HardSwish", 0},
+    {"LeakyRelu", 1}, {"Elu", 1},       {"HardSigmoid", 2}, {"Clip", 2},
 };
 #define N_UNARY ((int)(sizeof UNARY / sizeof UNARY[0]))
 
@@ -97,7 +91,8 @@ static bool parse_float(const char *s, size_t len, float *out) {
     memcpy(buf, s, len);
     buf[len] = 0;
     char *end = NULL;
-    *out = strtof(buf, &end);
+    /* through double, as the CPU reference reads it (strtod, then the compute type) */
+    *out = (float)strtod(buf, &end);
     return end == buf + len;
 }
 
@@ -157,18 +152,18 @@ static bool parse(const kiln_op_ctx *c, program *p, char *why, size_t wn) {
             if (u >= 0) {
                 t.kind = T_UNARY;
                 t.op = u;
-                t.v[0] = UNARY[u].dflt[0];
-                t.v[1] = UNARY[u].dflt[1];
                 int np = 0;
-                for (const char *q = at; q && q < e; np++) {
+                bool ok = true;
+                for (const char *q = at; q && q < e && ok; np++) {
                     const char *qe = memchr(q + 1, '@', (size_t)(e - q - 1));
                     if (!qe) qe = e;
-                    if (np >= UNARY[u].nparams || !parse_float(q + 1, (size_t)(qe - q - 1), &t.v[np])) {
-                        snprintf(why, wn, "program token '%.*s': %s takes %d numeric attribute(s)", (int)len, s,
-                                 UNARY[u].name, UNARY[u].nparams);
-                        goto bad;
-                    }
+                    ok = np < UNARY[u].nparams && parse_float(q + 1, (size_t)(qe - q - 1), &t.v[np]);
                     q = qe < e ? qe : NULL;
+                }
+                if (!ok || np != UNARY[u].nparams) {
+                    snprintf(why, wn, "program token '%.*s': %s takes %d numeric parameter(s) after '@'", (int)len,
+                             s, UNARY[u].name, UNARY[u].nparams);
+                    goto bad;
                 }
                 if (depth < 1) {
                     snprintf(why, wn, "program token '%.*s' pops an empty stack", (int)len, s);
