@@ -14,7 +14,8 @@
  *     [-dim, dim) zeroes its output elements and raises the device error flag, which the
  *     next kiln_cuda_sync reports (the CPU reference rejects it before writing anything).
  *
- *   Helper for conv.c: zero padding of an NCHW tensor.
+ *   Helpers for conv.c: zero padding of an NCHW tensor, and its inverse (the interior of
+ *   a padded tensor).
  */
 #include "dtype.cuh"
 
@@ -119,6 +120,25 @@ kiln_status launch_pad(kiln_cuda *cu, kiln_context *ctx, const void *src, void *
     pad_kernel<E><<<kiln_cuda_blocks(cu, total, THREADS), THREADS, 0, cu->stream>>>(
         (const E *)src, (E *)dst, total, H, W, Ho, Wo, pt, pl);
     KILN_CUDA_LAUNCHED(ctx, "pad_kernel");
+    return KILN_OK;
+}
+
+// src: (NC, H + pt + pb, W + pl + pr); dst: (NC, H, W)
+template <typename E>
+__global__ void crop_kernel(const E *src, E *dst, int64_t total, int64_t H, int64_t W, int64_t Hp,
+                            int64_t Wp, int64_t pt, int64_t pl) {
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
+        const int64_t w = i % W, h = (i / W) % H, nc = i / (W * H);
+        dst[i] = src[(nc * Hp + h + pt) * Wp + w + pl];
+    }
+}
+
+template <typename E>
+kiln_status launch_crop(kiln_cuda *cu, kiln_context *ctx, const void *src, void *dst, int64_t total,
+                        int64_t H, int64_t W, int64_t Hp, int64_t Wp, int64_t pt, int64_t pl) {
+    crop_kernel<E><<<kiln_cuda_blocks(cu, total, THREADS), THREADS, 0, cu->stream>>>(
+        (const E *)src, (E *)dst, total, H, W, Hp, Wp, pt, pl);
+    KILN_CUDA_LAUNCHED(ctx, "crop_kernel");
     return KILN_OK;
 }
 
@@ -227,5 +247,16 @@ extern "C" kiln_status kiln_cuda_pad_nchw(kiln_cuda *cu, kiln_context *ctx, kiln
     kiln_status st;
     KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(dt), launch_pad, cu, ctx, src, dst, total, H, W, Ho,
                           Wo, pt, pl);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_crop_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
+                                           const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
+                                           int64_t pt, int64_t pb, int64_t pl, int64_t pr) {
+    const int64_t total = N * C * H * W;
+    if (total == 0) return KILN_OK;
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(dt), launch_crop, cu, ctx, src, dst, total, H, W,
+                          H + pt + pb, W + pl + pr, pt, pl);
     return st;
 }

@@ -1,10 +1,12 @@
 /*
- * table.c — the CUDA kernel table: for each ONNX op with a CUDA kernel, the kernel, the
+ * table.c — the CUDA kernel table: for each op with a CUDA kernel, the kernel, the
  * check of what it supports (dtypes, ranks, attributes) and its workspace function.
- * kiln_cuda_kernel_for maps a registry index to its entry by name, so the table does not
- * depend on the order of ops.def (nor on which op files a build has). Internal ops (domain
- * "kiln": the fused kernels) are listed with their domain. An op missing here
- * is an explicit "not supported on cuda" error, never a silent fallback to the CPU.
+ * kiln_cuda_kernel_for maps a registry index to its entry by domain and name, so the
+ * table does not depend on the order of ops.def (nor on which op files a build has).
+ * kiln's internal ops (domain "kiln": the gradient ops autograd emits, the fused ops the
+ * passes make) are listed as "kiln.<name>". An op missing here is an explicit "not
+ * supported on cuda" error, never a silent fallback to the CPU. Kernels with one-time work
+ * per shape (compiling generated code) also have a prepare hook (the `prepares` table).
  */
 #include "cuda_internal.h"
 
@@ -21,8 +23,6 @@ typedef struct entry {
     kiln_cuda_fn run;
     supports_fn supports;
     workspace_fn workspace; /* NULL: none */
-    prepare_fn prepare;     /* NULL: nothing to do before the first run */
-    const char *domain;     /* NULL: ONNX's default domain; "kiln": internal ops */
 } entry;
 
 /* ------------------------------------------------------------------ checks */
@@ -60,27 +60,54 @@ static bool sup_binary(const kiln_op_ctx *c, char *why, size_t n) {
     return same_float(c, why, n);
 }
 
-static bool sup_conv(const kiln_op_ctx *c, char *why, size_t n) {
+/* A convolution of x by w giving y (Conv, or the tensors a gradient op has in those roles). */
+static bool conv_check(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                       const kiln_tensor *y, char *why, size_t n) {
     if (!same_float(c, why, n)) return false;
-    if (c->in[0]->ndim != 3 && c->in[0]->ndim != 4) {
-        snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", c->in[0]->ndim - 2);
+    if (x->ndim != 3 && x->ndim != 4) {
+        snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", x->ndim - 2);
         return false;
     }
-    kiln_cuda_window w;
-    if (!kiln_cuda_window_get(c, c->in[0], c->out[0], c->in[1]->dims + 2, &w, why, n)) return false;
-    const int64_t sizes[] = {kiln_tensor_numel(c->in[0]), kiln_tensor_numel(c->in[1]),
-                             kiln_tensor_numel(c->out[0])};
+    if (w->ndim != x->ndim || y->ndim != x->ndim) {
+        snprintf(why, n, "W and Y must have X's rank %d", x->ndim);
+        return false;
+    }
+    kiln_cuda_window win;
+    if (!kiln_cuda_window_get(c, x, y, w->dims + 2, &win, why, n)) return false;
+    const int64_t sizes[] = {kiln_tensor_numel(x), kiln_tensor_numel(w), kiln_tensor_numel(y)};
     for (int i = 0; i < 3; i++)
         if (sizes[i] == 0) {
             snprintf(why, n, "empty tensors");
             return false;
         }
-    for (int d = 0; d < c->in[0]->ndim; d++)
-        if (c->in[0]->dims[d] > INT_MAX / 2 || c->out[0]->dims[d] > INT_MAX / 2) {
+    for (int d = 0; d < x->ndim; d++)
+        if (x->dims[d] > INT_MAX / 2 || y->dims[d] > INT_MAX / 2) {
             snprintf(why, n, "dims beyond cuDNN's int range");
             return false;
         }
     return true;
+}
+
+static bool sup_conv(const kiln_op_ctx *c, char *why, size_t n) {
+    return conv_check(c, c->in[0], c->in[1], c->out[0], why, n);
+}
+
+/* kiln.ConvGradInput(dY, W, X) */
+static bool sup_conv_grad_input(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
+        snprintf(why, n, "inputs dY, W and X are required");
+        return false;
+    }
+    return conv_check(c, c->in[2], c->in[1], c->in[0], why, n);
+}
+
+/* kiln.ConvGradWeight(X, dY, W) */
+static bool sup_conv_grad_weight(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
+        snprintf(why, n, "inputs X, dY and W are required");
+        return false;
+    }
+    return conv_check(c, c->in[0], c->in[2], c->in[1], why, n);
 }
 
 static bool fits_products(const int64_t *v, int count, char *why, size_t n) {
@@ -175,17 +202,92 @@ static bool sup_any(const kiln_op_ctx *c, char *why, size_t n) {
     return false;
 }
 
-/* Dropout at inference (no training_mode, or a constant false one) passes X through. */
+static bool bool_scalar(const kiln_op_ctx *c, int i, const char *what, char *why, size_t n) {
+    if (!present(c, i) || (c->in[i]->dtype == KILN_BOOL && kiln_tensor_numel(c->in[i]) == 1)) return true;
+    snprintf(why, n, "%s must be a bool scalar", what);
+    return false;
+}
+
+/* A float scalar of any float dtype (read on the device), or absent. */
+static bool float_scalar(const kiln_op_ctx *c, int i, const char *what, char *why, size_t n) {
+    if (!present(c, i)) return true;
+    const kiln_dtype t = c->in[i]->dtype;
+    if ((kiln_cuda_float_dtype(t) || t == KILN_F64) && kiln_tensor_numel(c->in[i]) == 1) return true;
+    snprintf(why, n, "%s must be a float scalar", what);
+    return false;
+}
+
+/* Dropout: ratio and training_mode are read on the device; the mask output is bool. */
 static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
-    if (c->n_out > 1) {
-        snprintf(why, n, "the mask output is only computed on the CPU");
+    if (!float_input(c, 0, why, n)) return false;
+    if (has_out(c, 1) && c->out[1]->dtype != KILN_BOOL) {
+        snprintf(why, n, "the mask output must be bool");
         return false;
     }
-    if (present(c, 2) && (!c->in[2]->data || ((const uint8_t *)c->in[2]->data)[0])) {
-        snprintf(why, n, "training mode runs on the CPU only");
+    return float_scalar(c, 1, "ratio", why, n) && bool_scalar(c, 2, "training_mode", why, n);
+}
+
+/* kiln.DropoutGrad(dY, mask, ratio?, training_mode?) */
+static bool sup_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (!present(c, 1) || c->in[1]->dtype != KILN_BOOL) {
+        snprintf(why, n, "the mask must be bool");
         return false;
     }
-    return sup_any(c, why, n);
+    return float_scalar(c, 2, "ratio", why, n) && bool_scalar(c, 3, "training_mode", why, n);
+}
+
+static bool sup_unary_grad(const kiln_op_ctx *c, char *why, size_t n);
+
+static bool sup_softmax_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 2 || !present(c, 1)) {
+        snprintf(why, n, "inputs Y and dY are required");
+        return false;
+    }
+    return same_float(c, why, n);
+}
+
+/* kiln.MaxPoolGrad(dY, X) */
+static bool sup_maxpool_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 2 || !present(c, 1)) {
+        snprintf(why, n, "inputs dY and X are required");
+        return false;
+    }
+    if (!same_float(c, why, n)) return false;
+    kiln_cuda_window w;
+    return kiln_cuda_window_get(c, c->in[1], c->in[0], NULL, &w, why, n);
+}
+
+/* A sum of dY (input 0) down to a smaller shape: ConvGradBias, ReduceSumTo, GemmGradC. */
+static bool sup_sum_down(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (c->out[0]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "the output must have the input's dtype");
+        return false;
+    }
+    return true;
+}
+
+/* NegativeLogLikelihoodLoss and its gradient: integer targets of 32 or 64 bits. */
+static bool sup_nll(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (!present(c, 1) || (c->in[1]->dtype != KILN_I32 && c->in[1]->dtype != KILN_I64)) {
+        snprintf(why, n, "targets must be int32 or int64");
+        return false;
+    }
+    if (present(c, 2) && !kiln_cuda_float_dtype(c->in[2]->dtype) && c->in[2]->dtype != KILN_F64) {
+        snprintf(why, n, "weight has dtype %s", kiln_dtype_name(c->in[2]->dtype));
+        return false;
+    }
+    if (present(c, 3) && c->in[3]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "dLoss must have the input's dtype");
+        return false;
+    }
+    if (c->n_in > 4) {
+        snprintf(why, n, "%d inputs (at most 4)", c->n_in);
+        return false;
+    }
+    return true;
 }
 
 static bool sup_concat(const kiln_op_ctx *c, char *why, size_t n) {
@@ -215,8 +317,8 @@ static bool sup_gather(const kiln_op_ctx *c, char *why, size_t n) {
 
 /* -------------------------------------------------------------------- table */
 
-#define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, NULL, NULL}
-#define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL, NULL, NULL}
+#define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL}
+#define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL}
 
 static const entry table[] = {
     UNARY("Relu"), UNARY("LeakyRelu"), UNARY("Sigmoid"), UNARY("Tanh"), UNARY("Elu"),
@@ -225,38 +327,75 @@ static const entry table[] = {
     UNARY("Log"), UNARY("Sqrt"), UNARY("Reciprocal"), UNARY("Abs"), UNARY("Neg"),
     UNARY("Floor"), UNARY("Ceil"),
     BINARY("Add"), BINARY("Sub"), BINARY("Mul"), BINARY("Div"), BINARY("Pow"), BINARY("Max"),
-    BINARY("Min"),
-    {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv, NULL, NULL},
-    {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul, NULL, NULL},
-    {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul, NULL, NULL},
-    {"MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL, NULL, NULL},
-    {"AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL, NULL, NULL},
-    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL, NULL, NULL},
-    {"BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm, NULL, NULL},
-    {"Softmax", kiln_cuda_k_softmax, sup_softmax, NULL, NULL, NULL},
-    {"LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL, NULL, NULL},
-    {"Flatten", kiln_cuda_k_copy, sup_any, NULL, NULL, NULL},
-    {"Reshape", kiln_cuda_k_copy, sup_any, NULL, NULL, NULL},
-    {"Identity", kiln_cuda_k_copy, sup_any, NULL, NULL, NULL},
-    {"Dropout", kiln_cuda_k_copy, sup_dropout, NULL, NULL, NULL},
-    {"Concat", kiln_cuda_k_concat, sup_concat, NULL, NULL, NULL},
-    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, NULL, NULL},
-    {"Gather", kiln_cuda_k_gather, sup_gather, NULL, NULL, NULL},
-    {"FusedElementwise", kiln_cuda_k_fused_elementwise, kiln_cuda_sup_fused_elementwise, NULL,
-     kiln_cuda_prep_fused_elementwise, "kiln"},
-    {"FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul, NULL, "kiln"},
+    BINARY("Min"), BINARY("Sum"),
+    {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv},
+    {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul},
+    {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul},
+    {"MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL},
+    {"AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL},
+    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL},
+    {"BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm},
+    {"Softmax", kiln_cuda_k_softmax, sup_softmax, NULL},
+    {"LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL},
+    {"Flatten", kiln_cuda_k_copy, sup_any, NULL},
+    {"Reshape", kiln_cuda_k_copy, sup_any, NULL},
+    {"Identity", kiln_cuda_k_copy, sup_any, NULL},
+    {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL},
+    {"Concat", kiln_cuda_k_concat, sup_concat, NULL},
+    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL},
+    {"Gather", kiln_cuda_k_gather, sup_gather, NULL},
+    {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL},
+    /* kiln's gradient ops */
+    {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL},
+    {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL},
+    {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input},
+    {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight},
+    {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_sum_down, kiln_cuda_ws_channel_sum},
+    {"kiln.ReduceSumTo", kiln_cuda_k_reduce_sum_to, sup_sum_down, kiln_cuda_ws_channel_sum},
+    {"kiln.GemmGradC", kiln_cuda_k_gemm_grad_c, sup_sum_down, kiln_cuda_ws_channel_sum},
+    {"kiln.MaxPoolGrad", kiln_cuda_k_maxpool_grad, sup_maxpool_grad, NULL},
+    {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL},
+    {"kiln.LogSoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL},
+    {"kiln.NegativeLogLikelihoodLossGrad", kiln_cuda_k_nll_grad, sup_nll, kiln_cuda_ws_nll_grad},
+    /* kiln's fused ops (FUSED.md) */
+    {"kiln.FusedElementwise", kiln_cuda_k_fused_elementwise, kiln_cuda_sup_fused_elementwise, NULL},
+    {"kiln.FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul},
+};
+
+/* Prepare hooks of the entries that have one-time work per shape and attributes, run by
+ * kiln_cuda_prepare before the first run (the planner calls it when a plan is created). */
+static const struct {
+    const char *name;
+    prepare_fn prepare;
+} prepares[] = {
+    {"kiln.FusedElementwise", kiln_cuda_prep_fused_elementwise},
 };
 
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))
 
-static bool default_domain(const char *d) { return !d || !*d || strcmp(d, "ai.onnx") == 0; }
+/* kiln.UnaryGrad runs where the forward op named by attribute `op` has a unary kernel. */
+static bool sup_unary_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    const char *op = kiln_attr_string(c->node, "op", "");
+    bool known = false;
+    for (int i = 0; i < N_ENTRIES && !known; i++)
+        known = table[i].run == kiln_cuda_k_unary && strcmp(table[i].name, op) == 0;
+    if (!known) {
+        snprintf(why, n, "op=%s has no CUDA derivative", op);
+        return false;
+    }
+    return same_float(c, why, n);
+}
+
+/* The registry's domain of a table name: "kiln.X" is X of domain "kiln". */
+static bool entry_is(const entry *e, const char *domain, const char *name) {
+    const bool internal = strncmp(e->name, "kiln.", 5) == 0;
+    if (internal != (strcmp(domain, "kiln") == 0)) return false;
+    return strcmp(internal ? e->name + 5 : e->name, name) == 0;
+}
 
 static const entry *entry_named(const char *domain, const char *name) {
-    for (int i = 0; i < N_ENTRIES; i++) {
-        const bool dom = default_domain(domain) ? table[i].domain == NULL
-                                                : table[i].domain && strcmp(table[i].domain, domain) == 0;
-        if (dom && strcmp(table[i].name, name) == 0) return &table[i];
-    }
+    for (int i = 0; i < N_ENTRIES; i++)
+        if (entry_is(&table[i], domain ? domain : "", name)) return &table[i];
     return NULL;
 }
 
@@ -265,8 +404,8 @@ static const entry *entry_for(int op) {
     return d ? entry_named(d->domain, d->name) : NULL;
 }
 
-/* By the registry when the node's op is registered; by its names otherwise (tests of a
- * kiln op's kernel in a build without its CPU reference). */
+/* By the registry when the node's op is registered; by its domain and op_type otherwise
+ * (tests of a kiln op's kernel in a build without the op's CPU reference). */
 static const entry *entry_for_node(const kiln_node *n) {
     return n->op >= 0 ? entry_for(n->op) : entry_named(n->domain, n->op_type);
 }
@@ -310,12 +449,15 @@ kiln_status kiln_cuda_prepare(kiln_cuda *cu, kiln_op_ctx *c) {
     if (!e)
         return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
                          c->node->op_type, c->node->name);
-    if (!e->prepare) return KILN_OK;
-    kiln_status st = KILN_OK;
-    KILN_CUDA_TRY(st, c->kctx, cudaSetDevice(cu->device));
-    if (st == KILN_OK) st = e->prepare(cu, c);
-    if (st) kiln_msg_prefix(c->kctx, "%s node '%s' on cuda (prepare): ", c->node->op_type, c->node->name);
-    return st;
+    for (size_t i = 0; i < sizeof prepares / sizeof prepares[0]; i++) {
+        if (strcmp(prepares[i].name, e->name) != 0) continue;
+        kiln_status st = KILN_OK;
+        KILN_CUDA_TRY(st, c->kctx, cudaSetDevice(cu->device));
+        if (st == KILN_OK) st = prepares[i].prepare(cu, c);
+        if (st) kiln_msg_prefix(c->kctx, "%s node '%s' on cuda (prepare): ", c->node->op_type, c->node->name);
+        return st;
+    }
+    return KILN_OK;
 }
 
 kiln_status kiln_cuda_run(kiln_cuda *cu, kiln_op_ctx *c) {

@@ -4,7 +4,7 @@
 #
 #   here:   tests/gpu/device.sh pack [BUILD_DIR]   copies the test binaries, kiln, the
 #           gelu_fusion benchmark and the shared libraries they need that a CUDA machine may
-#           lack (OpenBLAS and its Fortran runtime) into .carry/gpu/ (ignored by git; ~50 MB)
+#           lack into .carry/gpu/ (ignored by git)
 #   there:  tests/gpu/device.sh run                finds cuDNN, cuBLASLt and NVRTC where
 #           that machine has them (CUDA toolkit or the Python wheels), then runs
 #           test_cuda_context and test_cuda_ops; exits non-zero if either fails
@@ -22,7 +22,8 @@ pack)
   done
   strip --strip-debug -o "$dest/kiln" "$build/kiln"
   if [ -x "$build/gelu_fusion" ]; then strip --strip-debug -o "$dest/gelu_fusion" "$build/gelu_fusion"; fi
-  for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libgomp.so.1; do
+  # The GPU machine has OpenBLAS (and its Fortran runtime); libgomp may be missing.
+  for lib in libgomp.so.1; do
     path=$(ldd "$dest/test_cuda_ops" | awk -v l="$lib" '$1 == l { print $3 }')
     if [ -n "$path" ]; then cp -L "$path" "$dest/lib/"; fi
   done
