@@ -30,7 +30,7 @@ static int usage(FILE *f) {
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
             "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
-            "        [--max-steps N] [--no-dropout] [--threads N]\n"
+            "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32]\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy.\n"
             "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--iters N] [--warmup N]\n"
@@ -398,7 +398,7 @@ typedef struct train_args {
     int64_t epochs, batch, accumulate, max_steps;
     uint64_t seed;
     float lr;
-    int dropout, threads;
+    int dropout, threads, strict_fp32;
 } train_args;
 
 /* Test accuracy of the exported inference model over the test split, in chunks. */
@@ -464,6 +464,7 @@ static int cmd_train(int argc, char **argv) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (o[0] != '-' && !a.model) { a.model = o; continue; }
         if (strcmp(o, "--no-dropout") == 0) { a.dropout = 0; continue; }
+        if (strcmp(o, "--strict-fp32") == 0) { a.strict_fp32 = 1; continue; }
         if (!v) { fprintf(stderr, "kiln train: %s needs a value\n", o); return 2; }
         i++;
         if (strcmp(o, "--data") == 0) a.data = v;
@@ -490,7 +491,8 @@ static int cmd_train(int argc, char **argv) {
         return 2;
     }
     kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = a.lr > 0 ? a.lr : 1.0f, .schedule = KILN_SCHEDULE_STEP,
-                            .gamma = 0.7f, .accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads};
+                            .gamma = 0.7f, .accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads,
+                            .strict_fp32 = a.strict_fp32};
     if (strcmp(a.device, "cpu") == 0) o.device = KILN_DEVICE_CPU;
     else if (strcmp(a.device, "cuda") == 0) o.device = KILN_DEVICE_CUDA;
     else { fprintf(stderr, "kiln train: unknown device '%s'\n", a.device); return 2; }

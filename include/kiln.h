@@ -301,6 +301,8 @@ typedef struct kiln_train_options {
     int accumulate;      /* micro-batches per optimizer step (0 or 1: none); gradients are averaged */
     uint64_t seed;       /* dropout */
     int threads;         /* CPU threads (0: the context's setting) */
+    int strict_fp32;     /* CUDA: 1 keeps f32 convolutions and products off TF32 tensor cores;
+                            0 (default) allows TF32, as PyTorch does for convolutions */
 } kiln_train_options;
 
 /* A trainer holds the training graph (the forward graph, the backward graph autograd

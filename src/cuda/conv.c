@@ -125,7 +125,7 @@ static kiln_status set_descriptors(kiln_cuda *cu, kiln_context *ctx, const conv_
                                                           CUDNN_DATA_FLOAT));
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionGroupCount(cu->dnn_conv, (int)g->G));
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(
-                              cu->dnn_conv, dt == KILN_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+                              cu->dnn_conv, dt == KILN_F32 && !cu->allow_tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
     KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_y, CUDNN_TENSOR_NCHW, t, (int)g->N,
                                                      (int)g->M, (int)g->OH, (int)g->OW));
     int od[4] = {0, 0, 0, 0};
@@ -239,8 +239,8 @@ static kiln_status store_pick(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, c
     int pick = -1;
     for (int i = 0; i < got && pick < 0; i++) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ws_bytes) continue;
-        /* f32: no TF32 tensor-core algorithms */
-        if (dt == KILN_F32 && (perf[i].math == CUDNN_TENSOR_OP_MATH ||
+        /* f32: no TF32 tensor-core algorithms unless allowed */
+        if (dt == KILN_F32 && !cu->allow_tf32 && (perf[i].math == CUDNN_TENSOR_OP_MATH ||
                                perf[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
             continue;
         pick = i;
@@ -259,7 +259,7 @@ static kiln_status store_pick(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, c
     kiln_conv_algo *a = &cu->conv_algos[cu->n_conv_algos++];
     memcpy(a->key, key, sizeof a->key);
     a->algo = perf[pick].algo;
-    a->math = dt == KILN_F32 ? (int)CUDNN_FMA_MATH : perf[pick].math;
+    a->math = dt == KILN_F32 && !cu->allow_tf32 ? (int)CUDNN_FMA_MATH : perf[pick].math;
     a->bytes = perf[pick].memory;
     *out = a;
     return KILN_OK;

@@ -73,6 +73,8 @@ typedef struct kiln_cuda_options {
     size_t arena_bytes;     /* the device arena, one cudaMalloc (0: none) */
     size_t workspace_bytes; /* the device workspace to start with (0: none; see reserve) */
     size_t staging_bytes;   /* pinned host staging for copies (0: 8 MiB) */
+    int allow_tf32;         /* 1: f32 convolutions and matrix products may use TF32 tensor
+                               cores (PyTorch's default for convolutions); 0: strict f32 */
 } kiln_cuda_options;
 
 typedef struct kiln_cuda_props {
