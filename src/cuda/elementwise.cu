@@ -27,7 +27,9 @@
  *   f' is 0 even for an infinite or NaN dY, as the reference (src/ops/unary.c). One
  *   templated kernel, the derivative chosen at compile time.
  *
- *   Helpers for other files: per-channel bias add (Conv) and 2-D broadcast (Gemm's C).
+ *   Helpers for other files: per-channel bias add (Conv), 2-D broadcast (Gemm's C), and
+ *   the activation of a fused op applied in place (kiln.FusedGemm's epilogue when
+ *   cuBLASLt's own epilogues do not apply), through the unary kernels above.
  */
 #include "dtype.cuh"
 
@@ -562,6 +564,27 @@ extern "C" kiln_status kiln_cuda_add_channel_bias(kiln_cuda *cu, kiln_context *c
                                                   int64_t S) {
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_channel_bias, cu, ctx, y, bias, N, C, S);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_act_inplace(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
+                                             int64_t n, const kiln_cuda_act *act) {
+    UnaryParams p = {act->a, act->b, 0.f, nullptr, nullptr};
+    int op;
+    switch (act->kind) {
+    case KILN_ACT_NONE: return KILN_OK;
+    case KILN_ACT_RELU: op = U_RELU; break;
+    case KILN_ACT_LEAKYRELU: op = U_LEAKYRELU; break;
+    case KILN_ACT_CLIP: op = U_CLIP; break;
+    case KILN_ACT_SIGMOID: op = U_SIGMOID; break;
+    case KILN_ACT_HARDSWISH: op = U_HARDSWISH; break;
+    case KILN_ACT_HARDSIGMOID: op = U_HARDSIGMOID; break;
+    case KILN_ACT_TANH: op = U_TANH; break;
+    default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "activation %d has no CUDA kernel", (int)act->kind);
+    }
+    /* in place: each element is read before it is written, by the same thread */
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_unary, cu, ctx, op, y, y, n, p);
     return st;
 }
 
