@@ -9,6 +9,8 @@
  * precision come last so they see the final op mix. */
 static const kiln_pass passes[] = {
     {"dead-nodes", KILN_PASS_DEAD_NODES, kiln_pass_dead_nodes},
+    /* last: it lays out the final op mix and initializers */
+    {"layout", KILN_PASS_NHWC, kiln_pass_layout},
 };
 
 kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o, kiln_model **out) {

@@ -43,5 +43,6 @@ int kiln_pass_new_value(kiln_model *m, const char *hint);
 
 /* The passes (one file each in src/passes/). */
 kiln_status kiln_pass_dead_nodes(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed);
 
 #endif
