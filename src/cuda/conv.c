@@ -1,8 +1,20 @@
 /*
- * conv.c — Conv through cuDNN 9's convolution API (cudnnConvolutionForward), NCHW.
+ * conv.c — Conv and kiln.FusedConv through cuDNN 9's convolution API, NCHW or NHWC.
  *   X (N, C, W) or (N, C, H, W), W (M, C/group, kW) or (M, C/group, kH, kW), optional
  *   B (M): 1-D and 2-D convolutions (1-D as 2-D with H = 1), groups (depthwise too),
  *   strides, dilations, explicit pads or auto_pad, f32 / f16 / bf16.
+ *
+ *   Layouts: 2-D convolutions take X, W and Y (and Z) all NCHW or all NHWC (W then KRSC,
+ *   what cuDNN's NHWC kernels read); 1-D ones NCHW.
+ *
+ *   kiln.FusedConv(X, W, B?, Z?) = act(conv(X, W) + B + Z) (FUSED.md). With activation
+ *   Relu or none, one call to cudnnConvolutionBiasActivationForward computes all of it
+ *   (alpha2 = 0 and z = y when there is no Z; a zeroed bias in the workspace when there
+ *   is no B). cuDNN's identity activation only runs with IMPLICIT_PRECOMP_GEMM, so without
+ *   an activation that algorithm is weighed against the fastest one plus a separate
+ *   epilogue kernel (its time estimated from the bytes it moves). Other activations, and
+ *   any combination cuDNN refuses (it is asked once per choice, and the answer kept), run
+ *   the convolution and then one epilogue kernel y = act(y + B + Z).
  *
  *   Pads are computed by the CPU reference's rules (kiln_cuda_window_get). cuDNN pads both
  *   sides of a dim by one amount; when begin and end pads differ (SAME_* with an odd
@@ -10,23 +22,34 @@
  *   zero border and convolved with no padding.
  *
  *   Precision: f32 runs with CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would let Ampere and
- *   Hopper use TF32); f16 / bf16 use tensor cores with f32 accumulation (compute type
- *   CUDNN_DATA_FLOAT). The bias is added by a per-channel kernel afterwards.
+ *   Hopper use TF32); f16 / bf16 use tensor cores (CUDNN_TENSOR_OP_MATH) with f32
+ *   accumulation (compute type CUDNN_DATA_FLOAT).
  *
- *   Algorithm: chosen by cudnnFindConvolutionForwardAlgorithmEx the first time a shape
- *   (and workspace size) is seen, with the caller's buffers and workspace, and cached on
- *   the kiln_cuda. Workspace (kiln_cuda_ws_conv): the padded copy of X, if any, plus the
- *   most any algorithm needs for the shape, up to CONV_WS_CAP.
+ *   Algorithm: the first time a problem is met (shapes, dtype, layout, group, pads,
+ *   strides, dilations, math type, workspace cap, alignment, determinism) it is timed by
+ *   cudnnFindConvolutionForwardAlgorithmEx on the caller's buffers, or with autotuning
+ *   off chosen by cudnnGetConvolutionForwardAlgorithm_v7 without timing; deterministic
+ *   mode keeps only algorithms cuDNN reports deterministic. Choices are kept on the
+ *   kiln_cuda, and timed ones in the disk cache (algo_cache.c) for later processes.
+ *   Workspace (kiln_cuda_ws_conv): the padded copy of X, if any, a zero bias for a
+ *   FusedConv without B, plus the most any algorithm needs for the shape, up to
+ *   CONV_WS_CAP.
  */
 #include "cuda_internal.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CONV_WS_CAP ((size_t)512 << 20)
+/* Weighing a separate epilogue kernel against a slower fused algorithm: it reads and
+ * writes Y and reads Z at about this rate (bytes per ms: 3 TB/s, what a simple
+ * elementwise kernel reaches on an H100 / H200), after a launch of this many ms. */
+#define EPILOGUE_BYTES_PER_MS 3.0e9
+#define EPILOGUE_LAUNCH_MS 0.003
 
 typedef struct conv_geo {
     int64_t N, C, H, W; /* X as cuDNN sees it: padded when `padded` */
@@ -37,11 +60,21 @@ typedef struct conv_geo {
     bool padded;          /* X goes through a padded copy */
     int64_t pt, pb, pl, pr; /* that copy's border */
     int64_t H0, W0;       /* X's own spatial dims */
+    kiln_format fmt;      /* of X, W, Y and Z */
 } conv_geo;
+
+typedef struct conv_act {
+    int kind; /* KILN_CUDA_ACT_* */
+    float a, b;
+} conv_act;
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+static kiln_format fmt_of(const kiln_tensor *t) { return t->ndim == 4 ? t->format : KILN_FORMAT_NCHW; }
+
+static const char *fmt_name(kiln_format f) { return f == KILN_FORMAT_NHWC ? "NHWC" : "NCHW"; }
 
 /* Geometry of c's convolution, or false with a reason. */
 static bool conv_geo_get(const kiln_op_ctx *c, conv_geo *g, char *why, size_t n) {
@@ -49,6 +82,16 @@ static bool conv_geo_get(const kiln_op_ctx *c, conv_geo *g, char *why, size_t n)
     memset(g, 0, sizeof *g);
     if (x->ndim != 3 && x->ndim != 4) {
         snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", x->ndim - 2);
+        return false;
+    }
+    if (w->ndim != x->ndim) {
+        snprintf(why, n, "W has rank %d, X %d", w->ndim, x->ndim);
+        return false;
+    }
+    g->fmt = fmt_of(x);
+    if (fmt_of(w) != g->fmt || fmt_of(y) != g->fmt) {
+        snprintf(why, n, "layouts X %s, W %s, Y %s (one layout for all three)", fmt_name(fmt_of(x)),
+                 fmt_name(fmt_of(w)), fmt_name(fmt_of(y)));
         return false;
     }
     kiln_cuda_window win;
@@ -87,7 +130,7 @@ static bool conv_geo_get(const kiln_op_ctx *c, conv_geo *g, char *why, size_t n)
     const int64_t all[] = {g->N, g->C, g->H, g->W, g->M, g->Cg, g->G, g->kh, g->kw, g->sh,
                            g->sw, g->dh, g->dw, g->ph, g->pw, g->OH, g->OW};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (!fits_int(all[i])) {
+        if (!fits_int(all[i]) || all[i] > INT_MAX / 2) {
             snprintf(why, n, "a size does not fit cuDNN's int arguments");
             return false;
         }
@@ -98,18 +141,79 @@ static bool conv_geo_get(const kiln_op_ctx *c, conv_geo *g, char *why, size_t n)
     return true;
 }
 
+/* kiln.FusedConv's activation and its attributes (FUSED.md; ONNX's defaults). */
+static bool act_get(const kiln_node *node, conv_act *a, char *why, size_t n) {
+    const char *s = kiln_attr_string(node, "activation", "");
+    a->a = a->b = 0.f;
+    if (!*s) a->kind = KILN_CUDA_ACT_NONE;
+    else if (strcmp(s, "Relu") == 0) a->kind = KILN_CUDA_ACT_RELU;
+    else if (strcmp(s, "LeakyRelu") == 0) {
+        a->kind = KILN_CUDA_ACT_LEAKYRELU;
+        a->a = kiln_attr_float(node, "alpha", 0.01f);
+    } else if (strcmp(s, "Clip") == 0) {
+        a->kind = KILN_CUDA_ACT_CLIP;
+        a->a = kiln_attr_float(node, "act_min", -INFINITY);
+        a->b = kiln_attr_float(node, "act_max", INFINITY);
+    } else if (strcmp(s, "Sigmoid") == 0) a->kind = KILN_CUDA_ACT_SIGMOID;
+    else if (strcmp(s, "HardSwish") == 0) a->kind = KILN_CUDA_ACT_HARDSWISH;
+    else if (strcmp(s, "HardSigmoid") == 0) {
+        a->kind = KILN_CUDA_ACT_HARDSIGMOID;
+        a->a = kiln_attr_float(node, "alpha", 0.2f);
+        a->b = kiln_attr_float(node, "beta", 0.5f);
+    } else if (strcmp(s, "Tanh") == 0) a->kind = KILN_CUDA_ACT_TANH;
+    else {
+        snprintf(why, n, "activation '%s'", s);
+        return false;
+    }
+    return true;
+}
+
+static const kiln_tensor *input(const kiln_op_ctx *c, int i) { return i < c->n_in ? c->in[i] : NULL; }
+
+bool kiln_cuda_conv_supported(const kiln_op_ctx *c, bool fused, char *why, size_t n) {
+    conv_geo g;
+    if (c->n_in < 2 || !c->in[1]) {
+        snprintf(why, n, "W is missing");
+        return false;
+    }
+    if (!conv_geo_get(c, &g, why, n)) return false;
+    const kiln_tensor *b = input(c, 2), *z = fused ? input(c, 3) : NULL, *y = c->out[0];
+    if (b && (b->ndim != 1 || b->dims[0] != g.M)) {
+        snprintf(why, n, "B must have M = %lld elements", (long long)g.M);
+        return false;
+    }
+    if (!fused) return true;
+    conv_act act;
+    if (!act_get(c->node, &act, why, n)) return false;
+    if (z) {
+        bool same = z->ndim == y->ndim && z->dtype == y->dtype && fmt_of(z) == fmt_of(y);
+        for (int d = 0; same && d < y->ndim; d++) same = z->dims[d] == y->dims[d];
+        if (!same) {
+            snprintf(why, n, "Z must have Y's dtype, shape and layout");
+            return false;
+        }
+    }
+    return true;
+}
+
 static cudnnDataType_t dnn_type(kiln_dtype t) {
     return t == KILN_F16 ? CUDNN_DATA_HALF : t == KILN_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
-/* Describe the convolution on cu's reusable descriptors. */
+static cudnnTensorFormat_t dnn_format(kiln_format f) {
+    return f == KILN_FORMAT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+/* Describe the convolution on cu's reusable descriptors (dims in NCHW order, whatever
+ * the layout). */
 static kiln_status set_descriptors(kiln_cuda *cu, kiln_context *ctx, const conv_geo *g,
                                    kiln_dtype dt) {
     const cudnnDataType_t t = dnn_type(dt);
-    KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_x, CUDNN_TENSOR_NCHW, t, (int)g->N,
-                                                     (int)g->C, (int)g->H, (int)g->W));
-    KILN_CUDNN_CHECK(ctx, cudnnSetFilter4dDescriptor(cu->dnn_w, t, CUDNN_TENSOR_NCHW, (int)g->M,
-                                                     (int)g->Cg, (int)g->kh, (int)g->kw));
+    const cudnnTensorFormat_t f = dnn_format(g->fmt);
+    KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_x, f, t, (int)g->N, (int)g->C, (int)g->H,
+                                                     (int)g->W));
+    KILN_CUDNN_CHECK(ctx, cudnnSetFilter4dDescriptor(cu->dnn_w, t, f, (int)g->M, (int)g->Cg, (int)g->kh,
+                                                     (int)g->kw));
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolution2dDescriptor(cu->dnn_conv, (int)g->ph, (int)g->pw,
                                                           (int)g->sh, (int)g->sw, (int)g->dh,
                                                           (int)g->dw, CUDNN_CROSS_CORRELATION,
@@ -117,8 +221,8 @@ static kiln_status set_descriptors(kiln_cuda *cu, kiln_context *ctx, const conv_
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionGroupCount(cu->dnn_conv, (int)g->G));
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(
                               cu->dnn_conv, dt == KILN_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
-    KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_y, CUDNN_TENSOR_NCHW, t, (int)g->N,
-                                                     (int)g->M, (int)g->OH, (int)g->OW));
+    KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_y, f, t, (int)g->N, (int)g->M, (int)g->OH,
+                                                     (int)g->OW));
     int od[4] = {0, 0, 0, 0};
     KILN_CUDNN_CHECK(ctx, cudnnGetConvolution2dForwardOutputDim(cu->dnn_conv, cu->dnn_x, cu->dnn_w,
                                                                 &od[0], &od[1], &od[2], &od[3]));
@@ -134,6 +238,13 @@ static size_t pad_bytes(const conv_geo *g, kiln_dtype dt) {
     return g->padded ? align256((size_t)(g->N * g->C * g->H * g->W) * kiln_dtype_size(dt)) : 0;
 }
 
+/* A zeroed bias for cuDNN's fused call when kiln.FusedConv has no B. */
+static size_t zero_bias_bytes(const kiln_op_ctx *c, bool fused, const conv_geo *g, kiln_dtype dt) {
+    return fused && !input(c, 2) ? align256((size_t)g->M * kiln_dtype_size(dt)) : 0;
+}
+
+static bool is_fused(const kiln_op_ctx *c) { return strcmp(c->node->op_type, "FusedConv") == 0; }
+
 kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     kiln_context *ctx = c->kctx;
     *bytes = 0;
@@ -143,7 +254,8 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
-    if ((st = set_descriptors(cu, ctx, &g, c->in[0]->dtype)) != KILN_OK) return st;
+    const kiln_dtype dt = c->in[0]->dtype;
+    if ((st = set_descriptors(cu, ctx, &g, dt)) != KILN_OK) return st;
     size_t most = 0;
     for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; a++) {
         size_t sz = 0;
@@ -152,7 +264,7 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
             h, cu->dnn_x, cu->dnn_w, cu->dnn_conv, cu->dnn_y, (cudnnConvolutionFwdAlgo_t)a, &sz);
         if (e == CUDNN_STATUS_SUCCESS && sz <= CONV_WS_CAP && sz > most) most = sz;
     }
-    *bytes = pad_bytes(&g, c->in[0]->dtype) + align256(most);
+    *bytes = pad_bytes(&g, dt) + zero_bias_bytes(c, is_fused(c), &g, dt) + align256(most);
     return KILN_OK;
 }
 
@@ -165,105 +277,199 @@ static int align_class(const void *a, const void *b, const void *c) {
     return k;
 }
 
-/* The cache key of a convolution: everything Find depends on. */
-static void make_key(const conv_geo *g, kiln_dtype dt, size_t ws, int align, int key[24]) {
-    memset(key, 0, 24 * sizeof(int));
-    const int64_t v[] = {dt, g->N, g->C, g->H, g->W, g->M, g->Cg, g->G, g->kh, g->kw, g->sh,
-                         g->sw, g->dh, g->dw, g->ph, g->pw, g->OH, g->OW};
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) key[i] = (int)v[i];
-    key[20] = (int)(ws & 0x7fffffff);
-    key[21] = (int)((ws >> 31) & 0x7fffffff);
-    key[22] = align;
+/* The cache key: everything the choice depends on, readable in the disk cache. */
+static void make_key(const kiln_cuda *cu, const conv_geo *g, kiln_dtype dt, int align, bool identity,
+                     char *key, size_t n) {
+    const char *f = fmt_name(g->fmt);
+    snprintf(key, n,
+             "fwd %s x=%s:%lldx%lldx%lldx%lld w=%s:%lldx%lldx%lldx%lld y=%s:%lldx%lldx%lldx%lld g=%lld "
+             "pad=%lld,%lld stride=%lld,%lld dil=%lld,%lld math=%s ws<=%zu align=%d det=%d tune=%s%s",
+             kiln_dtype_name(dt), f, (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W, f,
+             (long long)g->M, (long long)g->Cg, (long long)g->kh, (long long)g->kw, f, (long long)g->N,
+             (long long)g->M, (long long)g->OH, (long long)g->OW, (long long)g->G, (long long)g->ph,
+             (long long)g->pw, (long long)g->sh, (long long)g->sw, (long long)g->dh, (long long)g->dw,
+             dt == KILN_F32 ? "fma" : "tensor", CONV_WS_CAP, align, cu->deterministic ? 1 : 0,
+             cu->autotune ? "find" : "heuristic", identity ? " epilogue=identity" : "");
 }
 
-static const kiln_conv_algo *find_cached(const kiln_cuda *cu, const int key[24]) {
-    for (int i = 0; i < cu->n_conv_algos; i++)
-        if (memcmp(cu->conv_algos[i].key, key, 24 * sizeof(int)) == 0) return &cu->conv_algos[i];
-    return NULL;
+static bool usable(const kiln_cuda *cu, const cudnnConvolutionFwdAlgoPerf_t *p, kiln_dtype dt, size_t ws_bytes) {
+    if (p->status != CUDNN_STATUS_SUCCESS || p->memory > ws_bytes || p->memory > CONV_WS_CAP) return false;
+    if ((int)p->algo < 0 || (int)p->algo >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT) return false;
+    /* f32: no TF32 tensor-core algorithms */
+    if (dt == KILN_F32 &&
+        (p->mathType == CUDNN_TENSOR_OP_MATH || p->mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        return false;
+    return !cu->deterministic || p->determinism == CUDNN_DETERMINISTIC;
 }
 
-/* Time the algorithms on the real buffers and keep the fastest that fits and respects the
- * precision rules. */
-static kiln_status search(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, kiln_dtype dt,
-                          const void *x, const void *w, void *y, void *ws, size_t ws_bytes,
-                          const int key[24], const kiln_conv_algo **out) {
+static bool entry_valid(const kiln_algo_entry *a, size_t ws_bytes) {
+    return a->algo >= 0 && a->algo < CUDNN_CONVOLUTION_FWD_ALGO_COUNT && a->bytes <= ws_bytes &&
+           (a->math == CUDNN_DEFAULT_MATH || a->math == CUDNN_TENSOR_OP_MATH ||
+            a->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || a->math == CUDNN_FMA_MATH);
+}
+
+/* The algorithm for this problem: cached, or timed (autotune) / cuDNN's heuristic, then
+ * cached. identity: the choice for a FusedConv without activation, which runs fused only
+ * with IMPLICIT_PRECOMP_GEMM (else split into convolution and epilogue). */
+static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, const conv_geo *g, kiln_dtype dt,
+                             const void *x, const void *w, void *y, void *ws, size_t ws_bytes, bool identity,
+                             kiln_algo_entry **out) {
+    char key[KILN_ALGO_KEY];
+    make_key(cu, g, dt, align_class(x, w, y), identity, key, sizeof key);
+    kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    if (a && entry_valid(a, ws_bytes)) {
+        *out = a;
+        return KILN_OK;
+    }
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0;
-    KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionForwardAlgorithmEx(
-                              h, cu->dnn_x, x, cu->dnn_w, w, cu->dnn_conv, cu->dnn_y, y,
-                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, ws, ws_bytes));
-    int pick = -1;
-    for (int i = 0; i < got && pick < 0; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ws_bytes) continue;
-        /* f32: no TF32 tensor-core algorithms */
-        if (dt == KILN_F32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                               perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-            continue;
-        pick = i;
+    if (cu->autotune)
+        KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionForwardAlgorithmEx(
+                                  h, cu->dnn_x, x, cu->dnn_w, w, cu->dnn_conv, cu->dnn_y, y,
+                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, ws, ws_bytes));
+    else
+        KILN_CUDNN_CHECK(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, cu->dnn_x, cu->dnn_w, cu->dnn_conv,
+                                                                     cu->dnn_y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                                     &got, perf));
+    /* Both lists come fastest first. */
+    int best = -1, precomp = -1;
+    for (int i = 0; i < got; i++) {
+        if (!usable(cu, &perf[i], dt, ws_bytes)) continue;
+        if (best < 0) best = i;
+        if (precomp < 0 && perf[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) precomp = i;
     }
-    if (pick < 0)
+    if (best < 0)
         return kiln_fail(ctx, KILN_ERR_DEVICE,
-                         "cuDNN found no convolution algorithm for this shape within %zu bytes of workspace "
-                         "(%d candidates)", ws_bytes, got);
-    if (cu->n_conv_algos == cu->cap_conv_algos) {
-        int cap = cu->cap_conv_algos ? 2 * cu->cap_conv_algos : 16;
-        kiln_conv_algo *grown = realloc(cu->conv_algos, (size_t)cap * sizeof *grown);
-        if (!grown) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the conv algorithm cache");
-        cu->conv_algos = grown;
-        cu->cap_conv_algos = cap;
+                         "cuDNN %s no convolution algorithm for this shape within %zu bytes of workspace%s "
+                         "(%d candidates)", cu->autotune ? "found" : "suggests", ws_bytes,
+                         cu->deterministic ? " that is deterministic" : "", got);
+    int pick = best;
+    if (identity && precomp >= 0 && precomp != best) {
+        /* fused: one kernel; split: the fastest convolution, then Y read, written and Z
+         * read once more. The heuristic gives no times: take the single kernel. */
+        const double es = (double)kiln_dtype_size(dt);
+        const double epilogue_ms =
+            EPILOGUE_LAUNCH_MS + 3.0 * (double)(g->N * g->M * g->OH * g->OW) * es / EPILOGUE_BYTES_PER_MS;
+        if (!cu->autotune || perf[precomp].time <= perf[best].time + epilogue_ms) pick = precomp;
     }
-    kiln_conv_algo *a = &cu->conv_algos[cu->n_conv_algos++];
-    memcpy(a->key, key, sizeof a->key);
-    a->algo = (int)perf[pick].algo;
-    a->math = dt == KILN_F32 ? (int)CUDNN_FMA_MATH : (int)perf[pick].mathType;
-    a->bytes = perf[pick].memory;
+    kiln_algo_entry e;
+    memset(&e, 0, sizeof e);
+    memcpy(e.key, key, sizeof e.key);
+    e.algo = (int)perf[pick].algo;
+    e.math = dt == KILN_F32 ? (int)CUDNN_FMA_MATH : (int)perf[pick].mathType;
+    e.bytes = perf[pick].memory;
+    e.ms = cu->autotune ? perf[pick].time : 0.f;
+    e.fused = -1;
+    a = kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e);
+    if (!a) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
+    if (cu->autotune) {
+        cu->stats.algos_timed++;
+        /* a cache that cannot be written costs the next process a search, nothing more */
+        if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0)
+            cu->stats.algos_written++;
+    } else {
+        cu->stats.algos_heuristic++;
+    }
     *out = a;
     return KILN_OK;
 }
 
-kiln_status kiln_cuda_k_conv(kiln_cuda *cu, kiln_op_ctx *c) {
+/* cuDNN's answer when a fused call cannot run this combination: a refusal, not a fault. */
+static bool refusal(cudnnStatus_t e) {
+    const int category = (int)e / 1000; /* cuDNN 9: 2xxx bad parameter, 3xxx not supported */
+    return category == 2 || category == 3;
+}
+
+/* Conv, or kiln.FusedConv when fused. */
+static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     kiln_context *ctx = c->kctx;
     const kiln_tensor *x = c->in[0], *w = c->in[1]; // (N,C,[H,]W), (M,C/G,[kH,]kW)
-    const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL; // (M)
-    kiln_tensor *y = c->out[0]; // (N,M,[OH,]OW)
+    const kiln_tensor *b = input(c, 2);              // (M)
+    const kiln_tensor *z = fused ? input(c, 3) : NULL; // like y
+    kiln_tensor *y = c->out[0];                       // (N,M,[OH,]OW)
     const kiln_dtype dt = x->dtype;
     conv_geo g;
+    conv_act act = {KILN_CUDA_ACT_NONE, 0.f, 0.f};
     char why[256];
-    if (!conv_geo_get(c, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    if (!conv_geo_get(c, &g, why, sizeof why) || (fused && !act_get(c->node, &act, why, sizeof why)))
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     if ((st = set_descriptors(cu, ctx, &g, dt)) != KILN_OK) return st;
 
-    const size_t pbytes = pad_bytes(&g, dt);
-    if (c->workspace_size < pbytes || (pbytes && !c->workspace))
-        return kiln_fail(ctx, KILN_ERR_INTERNAL, "Conv needs at least %zu bytes of workspace, got %zu",
-                         pbytes, c->workspace_size);
+    /* workspace: padded X | zero bias | the algorithm's */
+    const size_t pbytes = pad_bytes(&g, dt), zbytes = zero_bias_bytes(c, fused, &g, dt);
+    if (c->workspace_size < pbytes + zbytes || ((pbytes || zbytes) && !c->workspace))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "%s needs at least %zu bytes of workspace, got %zu",
+                         c->node->op_type, pbytes + zbytes, c->workspace_size);
     const void *xin = x->data;
     if (g.padded) {
-        st = kiln_cuda_pad_nchw(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt,
-                                g.pb, g.pl, g.pr);
+        st = g.fmt == KILN_FORMAT_NHWC
+                 ? kiln_cuda_pad_nhwc(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr)
+                 : kiln_cuda_pad_nchw(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
         if (st) return st;
         xin = c->workspace;
     }
-    void *ws = (char *)c->workspace + pbytes;
-    const size_t ws_bytes = c->workspace_size - pbytes;
+    void *zero_bias = (char *)c->workspace + pbytes;
+    void *ws = (char *)c->workspace + pbytes + zbytes;
+    const size_t ws_bytes = c->workspace_size - pbytes - zbytes;
+    /* the epilogue's view of Y: (N, M, OH*OW) or, NHWC, (N*OH*OW, M, 1) */
+    const bool nhwc = g.fmt == KILN_FORMAT_NHWC;
+    const int64_t rows = nhwc ? g.N * g.OH * g.OW : g.N, inner = nhwc ? 1 : g.OH * g.OW;
 
-    int key[24];
-    make_key(&g, dt, ws_bytes, align_class(xin, w->data, y->data), key);
-    const kiln_conv_algo *a = find_cached(cu, key);
-    if (!a && (st = search(cu, ctx, h, dt, xin, w->data, y->data, ws_bytes ? ws : NULL, ws_bytes,
-                           key, &a)) != KILN_OK)
+    const bool cudnn_act = fused && (act.kind == KILN_CUDA_ACT_NONE || act.kind == KILN_CUDA_ACT_RELU);
+    kiln_algo_entry *a = NULL;
+    if ((st = pick_algo(cu, ctx, h, &g, dt, xin, w->data, y->data, ws_bytes ? ws : NULL, ws_bytes,
+                        cudnn_act && act.kind == KILN_CUDA_ACT_NONE, &a)) != KILN_OK)
         return st;
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(cu->dnn_conv, (cudnnMathType_t)a->math));
     const float one = 1.f, zero = 0.f; /* f32 scaling for every data type */
+    if (cudnn_act && a->fused != 0 &&
+        (act.kind == KILN_CUDA_ACT_RELU || a->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)) {
+        const void *bias = b ? b->data : zero_bias;
+        if (!b) KILN_CUDA_CHECK(ctx, cudaMemsetAsync(zero_bias, 0, zbytes, cu->stream));
+        KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_b, dnn_format(g.fmt), dnn_type(dt), 1, (int)g.M, 1, 1));
+        KILN_CUDNN_CHECK(ctx, cudnnSetActivationDescriptor(
+                                  cu->dnn_act, act.kind == KILN_CUDA_ACT_RELU ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                                  CUDNN_NOT_PROPAGATE_NAN, 0.0));
+        /* without Z, alpha2 = 0 and z is y itself (cuDNN does not read it then) */
+        const cudnnStatus_t e = cudnnConvolutionBiasActivationForward(
+            h, &one, cu->dnn_x, xin, cu->dnn_w, w->data, cu->dnn_conv, (cudnnConvolutionFwdAlgo_t)a->algo,
+            a->bytes ? ws : NULL, a->bytes, z ? &one : &zero, cu->dnn_y, z ? z->data : y->data, cu->dnn_b, bias,
+            cu->dnn_act, cu->dnn_y, y->data);
+        (void)cudaGetLastError(); /* as after every cuDNN call: its probes are not our errors */
+        if (e == CUDNN_STATUS_SUCCESS) {
+            a->fused = 1;
+            cu->stats.fused_calls++;
+            return KILN_OK;
+        }
+        if (a->fused == 1 || !refusal(e))
+            return kiln_cuda_dnn_error(ctx, e, "cudnnConvolutionBiasActivationForward(...)", __FILE__, __LINE__);
+        /* refused once for this choice: split it from now on */
+        char detail[200];
+        cudnnGetLastErrorString(detail, sizeof detail);
+        snprintf(cu->stats.fused_refused, sizeof cu->stats.fused_refused, "%s %s: %s: %s", kiln_dtype_name(dt),
+                 fmt_name(g.fmt), cudnnGetErrorString(e), detail);
+        a->fused = 0;
+    }
     KILN_CUDNN_CHECK(ctx, cudnnConvolutionForward(h, &one, cu->dnn_x, xin, cu->dnn_w, w->data,
                                                   cu->dnn_conv, (cudnnConvolutionFwdAlgo_t)a->algo,
                                                   a->bytes ? ws : NULL, a->bytes, &zero, cu->dnn_y,
                                                   y->data));
-    /* cuDNN may leave a recoverable runtime error behind (it probes); the bias launch's
+    /* cuDNN may leave a recoverable runtime error behind (it probes); the next launch's
      * check must only see its own. Faults of earlier kernels are sticky and still show. */
     (void)cudaGetLastError();
-    if (b) return kiln_cuda_add_channel_bias(cu, ctx, dt, y->data, b->data, g.N, g.M, g.OH * g.OW);
+    if (fused) {
+        cu->stats.fused_split++;
+        if (!b && !z && act.kind == KILN_CUDA_ACT_NONE) return KILN_OK;
+        return kiln_cuda_conv_epilogue(cu, ctx, dt, y->data, b ? b->data : NULL, z ? z->data : NULL, rows, g.M,
+                                       inner, act.kind, act.a, act.b);
+    }
+    if (b) return kiln_cuda_add_channel_bias(cu, ctx, dt, y->data, b->data, rows, g.M, inner);
     return KILN_OK;
 }
+
+kiln_status kiln_cuda_k_conv(kiln_cuda *cu, kiln_op_ctx *c) { return conv_run(cu, c, false); }
+
+kiln_status kiln_cuda_k_fused_conv(kiln_cuda *cu, kiln_op_ctx *c) { return conv_run(cu, c, true); }

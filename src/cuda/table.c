@@ -1,9 +1,15 @@
 /*
- * table.c — the CUDA kernel table: for each ONNX op with a CUDA kernel, the kernel, the
- * check of what it supports (dtypes, ranks, attributes) and its workspace function.
- * kiln_cuda_kernel_for maps a registry index to its entry by name, so the table does not
- * depend on the order of ops.def (nor on which op files a build has). An op missing here
- * is an explicit "not supported on cuda" error, never a silent fallback to the CPU.
+ * table.c — the CUDA kernel table: for each op with a CUDA kernel (ONNX's, and kiln's
+ * internal ones of domain "kiln"), the kernel, the check of what it supports (dtypes,
+ * ranks, attributes, layouts) and its workspace function. Entries are found by domain and
+ * name, so the table does not depend on the order of ops.def (nor on which op files a
+ * build has; a node whose op is not registered is looked up by its op_type and domain,
+ * which lets tests run a kernel whose CPU reference lives on another branch). An op
+ * missing here is an explicit "not supported on cuda" error, never a silent fallback to
+ * the CPU.
+ *
+ * Layouts: entries marked NHWC handle 4-D NHWC tensors (their supports functions check
+ * how); for every other entry a 4-D NHWC input or output is "not supported".
  */
 #include "cuda_internal.h"
 
@@ -15,10 +21,12 @@ typedef bool (*supports_fn)(const kiln_op_ctx *c, char *why, size_t n);
 typedef kiln_status (*workspace_fn)(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 
 typedef struct entry {
+    const char *domain;     /* "" for ONNX's ops, "kiln" for internal ones */
     const char *name;
     kiln_cuda_fn run;
     supports_fn supports;
     workspace_fn workspace; /* NULL: none */
+    bool nhwc;              /* takes 4-D NHWC tensors (its supports function checks how) */
 } entry;
 
 /* ------------------------------------------------------------------ checks */
@@ -45,37 +53,101 @@ static bool same_float(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
-static bool sup_unary(const kiln_op_ctx *c, char *why, size_t n) { return same_float(c, why, n); }
+/* ---------------------------------------------------------------- layouts */
 
+static bool is_nhwc(const kiln_tensor *t) { return t && t->ndim == 4 && t->format == KILN_FORMAT_NHWC; }
+
+static const char *layout_name(const kiln_tensor *t) { return is_nhwc(t) ? "NHWC" : "NCHW"; }
+
+/* The first 4-D NHWC input or output, for kernels that read NCHW only. */
+static bool nchw_only(const kiln_op_ctx *c, char *why, size_t n) {
+    for (int i = 0; i < c->n_in; i++)
+        if (present(c, i) && is_nhwc(c->in[i])) {
+            snprintf(why, n, "input %d is laid out NHWC (this kernel reads NCHW only)", i);
+            return false;
+        }
+    for (int i = 0; i < c->n_out; i++)
+        if (has_out(c, i) && is_nhwc(c->out[i])) {
+            snprintf(why, n, "output %d is laid out NHWC (this kernel writes NCHW only)", i);
+            return false;
+        }
+    return true;
+}
+
+/* Input 0 and output 0 in one layout (elementwise kernels, pools, BatchNormalization). */
+static bool same_layout(const kiln_op_ctx *c, char *why, size_t n) {
+    if (is_nhwc(c->in[0]) == is_nhwc(c->out[0])) return true;
+    snprintf(why, n, "input 0 is %s and output 0 %s", layout_name(c->in[0]), layout_name(c->out[0]));
+    return false;
+}
+
+static bool sup_unary(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!same_float(c, why, n) || !same_layout(c, why, n)) return false;
+    for (int i = 1; i < c->n_in; i++) /* Clip's bounds */
+        if (present(c, i) && is_nhwc(c->in[i])) {
+            snprintf(why, n, "input %d is laid out NHWC", i);
+            return false;
+        }
+    return true;
+}
+
+/* An NHWC output is walked in its physical order (N, H, W, C): every operand must be
+ * 4-D NHWC or have the same bytes in both layouts (right-aligned to 4-D: C == 1 or
+ * H*W == 1). An NCHW output takes NCHW operands only. */
 static bool sup_binary(const kiln_op_ctx *c, char *why, size_t n) {
     for (int i = 0; i < c->n_in; i++)
         if (!present(c, i)) {
             snprintf(why, n, "input %d is missing", i);
             return false;
         }
-    return same_float(c, why, n);
+    if (!same_float(c, why, n)) return false;
+    const bool nhwc = is_nhwc(c->out[0]);
+    for (int i = 0; i < c->n_in; i++) {
+        const kiln_tensor *t = c->in[i];
+        if (!nhwc && is_nhwc(t)) {
+            snprintf(why, n, "input %d is laid out NHWC and the output NCHW", i);
+            return false;
+        }
+        if (!nhwc || is_nhwc(t)) continue;
+        int64_t a[4] = {1, 1, 1, 1};
+        if (t->ndim > 4) {
+            snprintf(why, n, "input %d has rank %d for an NHWC output", i, t->ndim);
+            return false;
+        }
+        for (int d = 0; d < t->ndim; d++) a[4 - t->ndim + d] = t->dims[d];
+        if (a[1] != 1 && a[2] * a[3] != 1) {
+            snprintf(why, n, "input %d is laid out NCHW and broadcast into an NHWC output", i);
+            return false;
+        }
+    }
+    return true;
 }
 
 static bool sup_conv(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!same_float(c, why, n)) return false;
-    if (c->in[0]->ndim != 3 && c->in[0]->ndim != 4) {
-        snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", c->in[0]->ndim - 2);
+    return same_float(c, why, n) && kiln_cuda_conv_supported(c, false, why, n);
+}
+
+static bool sup_fused_conv(const kiln_op_ctx *c, char *why, size_t n) {
+    return same_float(c, why, n) && kiln_cuda_conv_supported(c, true, why, n);
+}
+
+/* kiln.ToNHWC: NCHW in, NHWC out; kiln.ToNCHW the other way; 4-D, any element size. */
+static bool sup_layout(const kiln_op_ctx *c, char *why, size_t n) {
+    const bool to_nhwc = strcmp(c->node->op_type, "ToNHWC") == 0;
+    const kiln_tensor *x = c->in[0], *y = c->out[0];
+    const size_t es = kiln_dtype_size(x->dtype);
+    if (x->ndim != 4 || y->ndim != 4) {
+        snprintf(why, n, "rank %d (layouts are for 4-D tensors)", x->ndim);
         return false;
     }
-    kiln_cuda_window w;
-    if (!kiln_cuda_window_get(c, c->in[0], c->out[0], c->in[1]->dims + 2, &w, why, n)) return false;
-    const int64_t sizes[] = {kiln_tensor_numel(c->in[0]), kiln_tensor_numel(c->in[1]),
-                             kiln_tensor_numel(c->out[0])};
-    for (int i = 0; i < 3; i++)
-        if (sizes[i] == 0) {
-            snprintf(why, n, "empty tensors");
-            return false;
-        }
-    for (int d = 0; d < c->in[0]->ndim; d++)
-        if (c->in[0]->dims[d] > INT_MAX / 2 || c->out[0]->dims[d] > INT_MAX / 2) {
-            snprintf(why, n, "dims beyond cuDNN's int range");
-            return false;
-        }
+    if (es != 1 && es != 2 && es != 4 && es != 8) {
+        snprintf(why, n, "dtype %s", kiln_dtype_name(x->dtype));
+        return false;
+    }
+    if (is_nhwc(x) == to_nhwc || is_nhwc(y) != to_nhwc) {
+        snprintf(why, n, "input %s and output %s", layout_name(x), layout_name(y));
+        return false;
+    }
     return true;
 }
 
@@ -122,7 +194,7 @@ static bool sup_matmul(const kiln_op_ctx *c, char *why, size_t n) {
 }
 
 static bool sup_pool(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!float_input(c, 0, why, n)) return false;
+    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
     if (has_out(c, 1)) {
         snprintf(why, n, "the Indices output");
         return false;
@@ -131,6 +203,7 @@ static bool sup_pool(const kiln_op_ctx *c, char *why, size_t n) {
     return kiln_cuda_window_get(c, c->in[0], c->out[0], NULL, &w, why, n);
 }
 
+/* Y (N, C, 1, 1) has the same bytes in both layouts: any X layout, any Y label. */
 static bool sup_gap(const kiln_op_ctx *c, char *why, size_t n) {
     if (!float_input(c, 0, why, n)) return false;
     if (c->in[0]->ndim < 3) {
@@ -141,7 +214,7 @@ static bool sup_gap(const kiln_op_ctx *c, char *why, size_t n) {
 }
 
 static bool sup_batchnorm(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!float_input(c, 0, why, n)) return false;
+    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
     for (int i = 1; i < 5; i++) {
         kiln_dtype t = present(c, i) ? c->in[i]->dtype : KILN_DTYPE_UNDEFINED;
         if (!kiln_cuda_float_dtype(t) && t != KILN_F64) {
@@ -165,8 +238,14 @@ static bool sup_any(const kiln_op_ctx *c, char *why, size_t n) {
     return false;
 }
 
+/* Identity copies bytes: any layout, as long as Y is labelled like X. */
+static bool sup_same_bytes(const kiln_op_ctx *c, char *why, size_t n) {
+    return same_layout(c, why, n) && sup_any(c, why, n);
+}
+
 /* Dropout at inference (no training_mode, or a constant false one) passes X through. */
 static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!same_layout(c, why, n)) return false;
     if (c->n_out > 1) {
         snprintf(why, n, "the mask output is only computed on the CPU");
         return false;
@@ -205,8 +284,8 @@ static bool sup_gather(const kiln_op_ctx *c, char *why, size_t n) {
 
 /* -------------------------------------------------------------------- table */
 
-#define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL}
-#define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL}
+#define UNARY(name) {"", name, kiln_cuda_k_unary, sup_unary, NULL, true}
+#define BINARY(name) {"", name, kiln_cuda_k_binary, sup_binary, NULL, true}
 
 static const entry table[] = {
     UNARY("Relu"), UNARY("LeakyRelu"), UNARY("Sigmoid"), UNARY("Tanh"), UNARY("Elu"),
@@ -216,34 +295,46 @@ static const entry table[] = {
     UNARY("Floor"), UNARY("Ceil"),
     BINARY("Add"), BINARY("Sub"), BINARY("Mul"), BINARY("Div"), BINARY("Pow"), BINARY("Max"),
     BINARY("Min"),
-    {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv},
-    {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul},
-    {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul},
-    {"MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL},
-    {"AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL},
-    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL},
-    {"BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm},
-    {"Softmax", kiln_cuda_k_softmax, sup_softmax, NULL},
-    {"LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL},
-    {"Flatten", kiln_cuda_k_copy, sup_any, NULL},
-    {"Reshape", kiln_cuda_k_copy, sup_any, NULL},
-    {"Identity", kiln_cuda_k_copy, sup_any, NULL},
-    {"Dropout", kiln_cuda_k_copy, sup_dropout, NULL},
-    {"Concat", kiln_cuda_k_concat, sup_concat, NULL},
-    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL},
-    {"Gather", kiln_cuda_k_gather, sup_gather, NULL},
+    {"", "Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv, true},
+    {"", "Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul, false},
+    {"", "MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul, false},
+    {"", "MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL, true},
+    {"", "AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL, true},
+    {"", "GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL, true},
+    {"", "BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm, true},
+    {"", "Softmax", kiln_cuda_k_softmax, sup_softmax, NULL, false},
+    {"", "LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL, false},
+    {"", "Flatten", kiln_cuda_k_copy, sup_any, NULL, false},
+    {"", "Reshape", kiln_cuda_k_copy, sup_any, NULL, false},
+    {"", "Identity", kiln_cuda_k_copy, sup_same_bytes, NULL, true},
+    {"", "Dropout", kiln_cuda_k_copy, sup_dropout, NULL, true},
+    {"", "Concat", kiln_cuda_k_concat, sup_concat, NULL, false},
+    {"", "Transpose", kiln_cuda_k_transpose, sup_elements, NULL, false},
+    {"", "Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
+    {"kiln", "FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
+    {"kiln", "ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
+    {"kiln", "ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
 };
 
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))
 
+static bool default_domain(const char *d) { return !d || !d[0] || strcmp(d, "ai.onnx") == 0; }
+
+static const entry *lookup(const char *domain, const char *name) {
+    for (int i = 0; i < N_ENTRIES; i++) {
+        const bool same = default_domain(domain) ? !table[i].domain[0] : strcmp(table[i].domain, domain) == 0;
+        if (same && strcmp(table[i].name, name) == 0) return &table[i];
+    }
+    return NULL;
+}
+
 static const entry *entry_for(int op) {
     const kiln_op_def *d = kiln_op_get(op);
-    /* ONNX's ops only: kiln's internal ones (domain "kiln") have no CUDA kernels yet */
-    if (!d || (d->domain && d->domain[0])) return NULL;
-    const char *name = d->name;
-    for (int i = 0; i < N_ENTRIES; i++)
-        if (strcmp(table[i].name, name) == 0) return &table[i];
-    return NULL;
+    return d ? lookup(d->domain, d->name) : NULL;
+}
+
+static const entry *entry_for_node(const kiln_node *node) {
+    return node->op >= 0 ? entry_for(node->op) : lookup(node->domain, node->op_type);
 }
 
 int kiln_cuda_kernel_count(void) { return N_ENTRIES; }
@@ -256,21 +347,21 @@ kiln_cuda_fn kiln_cuda_kernel_for(int op) {
 }
 
 kiln_status kiln_cuda_supports(kiln_op_ctx *c) {
-    const entry *e = entry_for(c->node->op);
+    const entry *e = entry_for_node(c->node);
     if (!e)
         return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
                          c->node->op_type, c->node->name);
     char why[256] = "";
     if (c->n_in < 1 || !c->in[0] || c->n_out < 1 || !c->out[0])
         return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "not supported on cuda: missing input 0 or output 0");
-    if (!e->supports(c, why, sizeof why))
+    if ((!e->nhwc && !nchw_only(c, why, sizeof why)) || !e->supports(c, why, sizeof why))
         return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "not supported on cuda: %s", why);
     return KILN_OK;
 }
 
 kiln_status kiln_cuda_workspace_size(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     *bytes = 0;
-    const entry *e = entry_for(c->node->op);
+    const entry *e = entry_for_node(c->node);
     if (!e)
         return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
                          c->node->op_type, c->node->name);
@@ -281,7 +372,7 @@ kiln_status kiln_cuda_workspace_size(kiln_cuda *cu, kiln_op_ctx *c, size_t *byte
 }
 
 kiln_status kiln_cuda_run(kiln_cuda *cu, kiln_op_ctx *c) {
-    const entry *e = entry_for(c->node->op);
+    const entry *e = entry_for_node(c->node);
     if (!e)
         return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
                          c->node->op_type, c->node->name);
