@@ -113,7 +113,9 @@ static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, sessio
     session_plan p = {0};
     kiln_status st;
 #ifdef KILN_HAVE_CUDA
-    if (s->cu) st = kiln_cuda_plan_create(s->cu, s->m, inputs, !s->opts.no_fold, &p.cuda);
+    if (s->cu)
+        st = kiln_cuda_plan_create_bound(s->cu, s->m, inputs, !s->opts.no_fold, NULL,
+                                         !(s->opts.disable_passes & KILN_PASS_CUDA_GRAPH), &p.cuda);
     else
 #endif
         st = kiln_plan_build(s->m, inputs, !s->opts.no_fold, true, &p.cpu);

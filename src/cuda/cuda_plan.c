@@ -39,6 +39,10 @@ struct kiln_cuda_plan {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     int runs;
+    bool use_graph;
+    void **bound;           /* (n_inputs) resident device memory of bound inputs, or NULL */
+    kiln_status (*epilogue)(void *arg);
+    void *epilogue_arg;
 };
 
 static size_t up(size_t n) { return (n + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1); }
@@ -54,6 +58,7 @@ void kiln_cuda_plan_free(kiln_cuda_plan *cp) {
     if (cp->host_out)
         for (int i = 0; i < cp->m->n_outputs; i++) free(cp->host_out[i].data);
     free(cp->host_out);
+    free(cp->bound);
     free(cp->dvt);
     free(cp->ptrs);
     free(cp->ctx);
@@ -63,6 +68,11 @@ void kiln_cuda_plan_free(kiln_cuda_plan *cp) {
 
 kiln_status kiln_cuda_plan_create(kiln_cuda *cu, kiln_model *m, kiln_tensor *const *inputs, bool fold,
                                   kiln_cuda_plan **out) {
+    return kiln_cuda_plan_create_bound(cu, m, inputs, fold, NULL, true, out);
+}
+
+kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tensor *const *inputs, bool fold,
+                                        void *const *bound, bool use_graph, kiln_cuda_plan **out) {
     kiln_context *ctx = m->ctx;
     *out = NULL;
     for (int i = 0; i < m->n_inputs; i++)
@@ -73,8 +83,16 @@ kiln_status kiln_cuda_plan_create(kiln_cuda *cu, kiln_model *m, kiln_tensor *con
     if (!cp) return KILN_ERR_OUT_OF_MEMORY;
     cp->cu = cu;
     cp->m = m;
+    cp->use_graph = use_graph;
+    cp->bound = kiln_calloc(ctx, (size_t)m->n_inputs + 1, sizeof *cp->bound, "a CUDA plan");
+    if (!cp->bound) {
+        free(cp);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; bound && i < m->n_inputs; i++) cp->bound[i] = bound[i];
     kiln_status st = kiln_plan_build(m, inputs, fold, false, &cp->p);
     if (st) {
+        free(cp->bound);
         free(cp);
         return st;
     }
@@ -143,6 +161,7 @@ kiln_status kiln_cuda_plan_create(kiln_cuda *cu, kiln_model *m, kiln_tensor *con
             total += up(kiln_tensor_nbytes(&v.vt[x]));
         }
     for (int i = 0; i < m->n_inputs && !st; i++) {
+        if (cp->bound[i]) continue;
         coff[m->inputs[i]] = total;
         total += up(kiln_tensor_nbytes(&v.vt[m->inputs[i]]));
     }
@@ -158,7 +177,10 @@ kiln_status kiln_cuda_plan_create(kiln_cuda *cu, kiln_model *m, kiln_tensor *con
     }
     /* Bind device memory, then upload the constants once: host constants are NCHW bytes,
      * converted for those the layout pass made NHWC (conv weights, folded values). */
+    for (int i = 0; i < m->n_inputs && !st; i++)
+        if (cp->bound[i]) cp->dvt[m->inputs[i]].data = cp->bound[i];
     for (int x = 0; x < nv && !st; x++) {
+        if (cp->dvt[x].data) continue; /* a bound input */
         if (v.offset[x] != SIZE_MAX) cp->dvt[x].data = (char *)cp->dev + v.offset[x];
         else if (needed[x] || v.m->values[x].is_input) cp->dvt[x].data = (char *)cp->dev + coff[x];
         const size_t nb = kiln_tensor_nbytes(&v.vt[x]);
@@ -203,7 +225,18 @@ static kiln_status launch_all(kiln_cuda_plan *cp) {
         kiln_status st = kiln_cuda_run(cp->cu, &cp->ctx[e]);
         if (st) return st;
     }
-    return KILN_OK;
+    return cp->epilogue ? cp->epilogue(cp->epilogue_arg) : KILN_OK;
+}
+
+void *kiln_cuda_plan_value_ptr(kiln_cuda_plan *cp, int v) {
+    kiln_plan_view_t pv;
+    kiln_plan_view(cp->p, &pv);
+    return v >= 0 && v < pv.n_values ? cp->dvt[v].data : NULL;
+}
+
+void kiln_cuda_plan_set_epilogue(kiln_cuda_plan *cp, kiln_status (*fn)(void *arg), void *arg) {
+    cp->epilogue = fn;
+    cp->epilogue_arg = arg;
 }
 
 /* Record the run list into a CUDA graph (nothing executes while capturing). */
@@ -236,9 +269,10 @@ kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *input
     kiln_status st = KILN_OK;
     for (int i = 0; i < m->n_inputs && !st; i++) {
         size_t nb = kiln_tensor_nbytes(inputs[i]);
-        if (nb) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
+        if (nb && !cp->bound[i]) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
     }
     if (st) return st;
+    use_graph = use_graph && cp->use_graph;
     if (use_graph && cp->runs >= 1 && !cp->exec) {
         st = capture(cp);
         if (st) return st;
@@ -281,7 +315,7 @@ kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, 
                                 double *h2d_ms, double *d2h_ms) {
     kiln_context *ctx = cp->m->ctx;
     cudaStream_t s = (cudaStream_t)kiln_cuda_stream(cp->cu);
-    if (!cp->exec) {
+    if (!cp->exec && cp->use_graph) {
         kiln_status st = kiln_cuda_plan_enqueue(cp, inputs, true); /* warm + capture */
         if (!st) st = kiln_cuda_plan_enqueue(cp, inputs, true);
         if (!st) st = kiln_cuda_sync(cp->cu);
@@ -301,13 +335,17 @@ kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, 
         cudaEventRecord(ev[0], s);
         for (int i = 0; i < m->n_inputs && !st; i++) {
             size_t nb = kiln_tensor_nbytes(inputs[i]);
-            if (nb) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
+            if (nb && !cp->bound[i]) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
         }
         cudaEventRecord(ev[1], s);
     }
     for (int i = 0; i < iters && !st; i++) {
-        cudaError_t ce = cudaGraphLaunch(cp->exec, s);
-        if (ce != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaGraphLaunch: %s", cudaGetErrorString(ce));
+        if (cp->exec) {
+            cudaError_t ce = cudaGraphLaunch(cp->exec, s);
+            if (ce != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaGraphLaunch: %s", cudaGetErrorString(ce));
+        } else {
+            st = launch_all(cp); /* CUDA graphs switched off: one launch per node */
+        }
         cudaEventRecord(ev[2 + i], s);
     }
     if (!st) {

@@ -14,6 +14,16 @@ typedef struct kiln_cuda_plan kiln_cuda_plan;
  * allocate the plan's device memory, upload its constants. */
 kiln_status kiln_cuda_plan_create(kiln_cuda *cu, kiln_model *m, kiln_tensor *const *inputs, bool fold,
                                   kiln_cuda_plan **out);
+/* The same, with graph input i read from resident device memory bound[i] (a trainer's
+ * weights) where bound[i] is not NULL: no slot is allocated for it and runs never upload
+ * it. use_graph false: never capture (every run launches the kernels one by one). */
+kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tensor *const *inputs, bool fold,
+                                        void *const *bound, bool use_graph, kiln_cuda_plan **out);
+/* Device address of value v's data in this plan (NULL when it has none). */
+void *kiln_cuda_plan_value_ptr(kiln_cuda_plan *cp, int v);
+/* Work enqueued after the run list on every run, and captured with it into the CUDA
+ * graph (e.g. the optimizer update): fn must only enqueue on the stream. */
+void kiln_cuda_plan_set_epilogue(kiln_cuda_plan *cp, kiln_status (*fn)(void *arg), void *arg);
 void kiln_cuda_plan_free(kiln_cuda_plan *cp);
 bool kiln_cuda_plan_matches(const kiln_cuda_plan *cp, kiln_tensor *const *inputs);
 struct kiln_plan *kiln_cuda_plan_host(kiln_cuda_plan *cp);

@@ -290,35 +290,22 @@ static ProtobufCMessage *unpack_checked(kiln_context *ctx, const ProtobufCMessag
     return msg;
 }
 
-/* The payload of the last length-delimited unknown field `id` of msg (protobuf keeps the
- * last of a repeated scalar). Returns false when absent or malformed. */
-static bool unknown_bytes(const ProtobufCMessage *msg, uint32_t id, unsigned index,
-                          const uint8_t **data, size_t *len) {
-    unsigned seen = 0;
-    for (unsigned i = 0; i < msg->n_unknown_fields; i++) {
-        const ProtobufCMessageUnknownField *u = &msg->unknown_fields[i];
-        if (u->tag != id || u->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED) continue;
-        if (seen++ != index) continue;
-        /* protobuf-c keeps the length prefix in data */
-        const uint8_t *p = u->data, *end = u->data + u->len;
-        uint64_t n;
-        if (!read_varint(&p, end, &n) || n != (uint64_t)(end - p)) return false;
-        *data = p;
-        *len = (size_t)n;
-        return true;
-    }
-    return false;
-}
-
-/* A string unknown field (overload), "" when absent; NULL on OOM. */
+/* A string kept as an unknown field (an overload name): the last occurrence wins, as
+ * protobuf does for a non-repeated field. "" when absent or malformed; NULL on OOM. */
 static char *unknown_string(const ProtobufCMessage *msg, uint32_t id) {
     const uint8_t *d = NULL;
     size_t n = 0;
-    unsigned count = 0;
-    for (unsigned i = 0; i < msg->n_unknown_fields; i++)
-        if (msg->unknown_fields[i].tag == id) count++;
-    /* the last occurrence wins, as protobuf does for a non-repeated field */
-    if (count == 0 || !unknown_bytes(msg, id, count - 1, &d, &n)) return concat("", "");
+    for (unsigned i = 0; i < msg->n_unknown_fields; i++) {
+        const ProtobufCMessageUnknownField *u = &msg->unknown_fields[i];
+        if (u->tag != id || u->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED) continue;
+        /* protobuf-c keeps the length prefix in data */
+        const uint8_t *p = u->data, *end = u->data + u->len;
+        uint64_t len;
+        if (read_varint(&p, end, &len) && len == (uint64_t)(end - p)) {
+            d = p;
+            n = (size_t)len;
+        }
+    }
     char *s = malloc(n + 1);
     if (!s) return NULL;
     if (n) memcpy(s, d, n);

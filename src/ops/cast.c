@@ -241,7 +241,7 @@ static int grad_case(const char *label, kiln_dtype xdt, int n, const int64_t *to
     if (!st) st = kiln_model_create(ctx, &m);
     if (!st) st = kiln_model_add_input(m, "x", xdt, 1, KT_DIMS(5));
     if (!st) st = kiln_model_add_initializer(m, "r", r);
-    char names[8][8] = {"x"};
+    char names[8][16] = {"x"};
     for (int i = 0; i < n && !st; i++) {
         kiln_node *node = NULL;
         snprintf(names[i + 1], sizeof names[i + 1], "y%d", i);

@@ -1,14 +1,20 @@
 /* concat.c — Concat: joins its inputs along `axis` (required; negative from opset 11).
  * Every input has the same dtype and rank and the same dims except on axis; inputs with
- * a zero-size axis are allowed. Any dtype (opsets 11..21). */
+ * a zero-size axis are allowed. Any dtype (opsets 11..21).
+ *
+ * Gradient: kiln.ConcatGrad(dY, X0, ..., Xn-1) -> (dX0, ..., dXn-1) cuts dY along axis
+ * into blocks shaped like the Xi, reading only the Xi's shapes. Any dtype. */
 #include "../core/optest.h"
 #include "movement.h"
 
 #include <inttypes.h>
 #include <string.h>
 
-static kiln_status infer(kiln_op_ctx *c) {
-    const kiln_tensor *x0 = c->in[0];
+/* Validate inputs first..c->n_in-1 (the concatenated tensors) and give the output's dims
+ * and the normalized axis. */
+static kiln_status concat_shape(kiln_op_ctx *c, int first, int64_t *dims, int64_t *axis_out) {
+    const kiln_tensor *x0 = c->in[first];
+    KILN_OP_CHECK(c, x0 != NULL, KILN_ERR_SHAPE, "input %d is missing", first);
     KILN_OP_CHECK(c, kiln_dtype_size(x0->dtype) > 0, KILN_ERR_TYPE,
                   "input dtype %s is not supported", kiln_dtype_name(x0->dtype));
     KILN_OP_CHECK(c, kiln_node_attr(c->node, "axis") != NULL, KILN_ERR_SHAPE,
@@ -18,25 +24,32 @@ static kiln_status infer(kiln_op_ctx *c) {
     KILN_OP_CHECK(c, kiln_norm_axis(&axis, x0->ndim), KILN_ERR_SHAPE,
                   "axis %" PRId64 " is out of range for rank %d",
                   kiln_attr_int(c->node, "axis", 0), x0->ndim);
-    int64_t dims[KILN_MAX_DIMS];
-    memcpy(dims, x0->dims, sizeof dims);
+    memcpy(dims, x0->dims, sizeof x0->dims);
     dims[axis] = 0;
-    for (int i = 0; i < c->n_in; i++) {
+    for (int i = first; i < c->n_in; i++) {
         const kiln_tensor *x = c->in[i];
         KILN_OP_CHECK(c, x != NULL, KILN_ERR_SHAPE, "input %d is missing", i);
         KILN_OP_CHECK(c, x->dtype == x0->dtype, KILN_ERR_TYPE,
-                      "input %d has dtype %s, input 0 has %s", i, kiln_dtype_name(x->dtype),
-                      kiln_dtype_name(x0->dtype));
+                      "input %d has dtype %s, input %d has %s", i, kiln_dtype_name(x->dtype),
+                      first, kiln_dtype_name(x0->dtype));
         KILN_OP_CHECK(c, x->ndim == x0->ndim, KILN_ERR_SHAPE,
-                      "input %d has rank %d, input 0 has rank %d", i, x->ndim, x0->ndim);
+                      "input %d has rank %d, input %d has rank %d", i, x->ndim, first, x0->ndim);
         for (int d = 0; d < x0->ndim; d++)
             KILN_OP_CHECK(c, d == axis || x->dims[d] == x0->dims[d], KILN_ERR_SHAPE,
-                          "input %d has dim %d = %" PRId64 " but input 0 has %" PRId64
+                          "input %d has dim %d = %" PRId64 " but input %d has %" PRId64
                           " (only axis %" PRId64 " may differ)",
-                          i, d, x->dims[d], x0->dims[d], axis);
+                          i, d, x->dims[d], first, x0->dims[d], axis);
         dims[axis] += x->dims[axis];
     }
-    kiln_tensor_set_shape(c->out[0], x0->dtype, x0->ndim, dims);
+    *axis_out = axis;
+    return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    int64_t dims[KILN_MAX_DIMS], axis;
+    kiln_status st = concat_shape(c, 0, dims, &axis);
+    if (st != KILN_OK) return st;
+    kiln_tensor_set_shape(c->out[0], c->in[0]->dtype, c->in[0]->ndim, dims);
     return KILN_OK;
 }
 
@@ -61,6 +74,111 @@ static kiln_status forward(kiln_op_ctx *c) {
         at += block;
     }
     return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- gradient */
+
+/* One ConcatGrad node gives every input's gradient; a single input's is dY itself. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    int nx = n->n_in;
+    if (nx == 1) {
+        g->dx[0] = g->dy[0];
+        return KILN_OK;
+    }
+    if (nx > 16)
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "Concat node '%s': the gradient of more than 16 inputs is not supported",
+                         n->name);
+    int in[17], outs[16];
+    in[0] = g->dy[0];
+    for (int k = 0; k < nx; k++) in[1 + k] = n->in[k];
+    if (kiln_grad_emit(g, "kiln", "ConcatGrad", nx + 1, in, nx, outs, true, NULL) < 0)
+        return KILN_ERR_OUT_OF_MEMORY;
+    for (int k = 0; k < nx; k++)
+        if (g->need[k]) g->dx[k] = outs[k];
+    return KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    KILN_OP_CHECK(c, c->n_in >= 2 && c->n_out == c->n_in - 1, KILN_ERR_SHAPE,
+                  "%d outputs for %d inputs X: one output per X", c->n_out, c->n_in - 1);
+    int64_t dims[KILN_MAX_DIMS], axis;
+    kiln_status st = concat_shape(c, 1, dims, &axis);
+    if (st != KILN_OK) return st;
+    const kiln_tensor *x0 = c->in[1];
+    KILN_OP_CHECK(c, dy->dtype == x0->dtype, KILN_ERR_TYPE, "dY has dtype %s, X has %s",
+                  kiln_dtype_name(dy->dtype), kiln_dtype_name(x0->dtype));
+    bool same = dy->ndim == x0->ndim;
+    for (int d = 0; same && d < dy->ndim; d++) same = dy->dims[d] == dims[d];
+    char want[160];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have the concatenation's shape %s",
+                  kiln_dims_str(x0->ndim, dims, want, sizeof want));
+    for (int k = 0; k < c->n_out; k++)
+        kiln_tensor_set_shape(c->out[k], dy->dtype, c->in[1 + k]->ndim, c->in[1 + k]->dims);
+    return KILN_OK;
+}
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    int64_t axis = kiln_attr_int(c->node, "axis", 0);
+    kiln_norm_axis(&axis, dy->ndim);
+    size_t es = kiln_dtype_size(dy->dtype);
+    /* dY viewed as (outer, dims[axis] * inner); output k takes a block of each row */
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= dy->dims[d];
+    for (int d = (int)axis + 1; d < dy->ndim; d++) inner *= dy->dims[d];
+    size_t row = (size_t)(dy->dims[axis] * inner) * es;
+    size_t at = 0;
+    for (int k = 0; k < c->n_out; k++) {
+        kiln_tensor *dx = c->out[k];
+        size_t block = (size_t)(dx->dims[axis] * inner) * es;
+        if (block == 0) continue;
+        const char *src = (const char *)dy->data + at;
+        char *dst = dx->data;
+        for (int64_t o = 0; o < outer; o++) memcpy(dst + o * block, src + o * row, block);
+        at += block;
+    }
+    return KILN_OK;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[4], *want[3];
+    const double v[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    /* dY = arange(12).reshape(2, 6) cut at columns 3 and 5 */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), NULL);
+    in[3] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), NULL);
+    want[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(0, 1, 2, 6, 7, 8));
+    want[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(3, 4, 9, 10));
+    want[2] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(5, 11));
+    fails += kiln_optest("ConcatGrad", "axis=-1", 4, in, 3, want, 0, 0, "concat grad axis -1");
+
+    /* dY = arange(12).reshape(3, 2, 2) cut along axis 0 into 0, 1 and 2 rows */
+    in[0] = kt_make(KILN_F64, 3, KT_DIMS(3, 2, 2), v);
+    in[1] = kt_make(KILN_F64, 3, KT_DIMS(0, 2, 2), NULL);
+    in[2] = kt_make(KILN_F64, 3, KT_DIMS(1, 2, 2), NULL);
+    in[3] = kt_make(KILN_F64, 3, KT_DIMS(2, 2, 2), NULL);
+    want[0] = kt_make(KILN_F64, 3, KT_DIMS(0, 2, 2), NULL);
+    want[1] = kt_make(KILN_F64, 3, KT_DIMS(1, 2, 2), KT_VALS(0, 1, 2, 3));
+    want[2] = kt_make(KILN_F64, 3, KT_DIMS(2, 2, 2), KT_VALS(4, 5, 6, 7, 8, 9, 10, 11));
+    fails += kiln_optest("ConcatGrad", "axis=0", 4, in, 3, want, 0, 0,
+                         "concat grad axis 0, an empty part");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 5), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    fails += kiln_optest_fails("ConcatGrad", "axis=1", 3, in, 2, KILN_ERR_SHAPE,
+                               "concat grad dY of the wrong shape");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    fails += kiln_optest_fails("ConcatGrad", "axis=1", 3, in, 3, KILN_ERR_SHAPE,
+                               "concat grad output count");
+    return fails;
 }
 
 static int test(void) {
@@ -103,10 +221,28 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
     fails += kiln_optest_fails("Concat", "axis=2", 2, in, 1, KILN_ERR_SHAPE, "concat axis 2");
+
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1);
+    in[1] = kt_rand(KILN_F64, 2, KT_DIMS(2, 2), -1, 1, 2);
+    in[2] = kt_rand(KILN_F64, 2, KT_DIMS(2, 1), -1, 1, 3);
+    fails += kiln_gradcheck("Concat", "axis=1", 0, 3, in, NULL, "concat grad axis 1");
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(1, 2, 3), -1, 1, 4);
+    in[1] = kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -1, 1, 5);
+    in[2] = kt_rand(KILN_F64, 3, KT_DIMS(3, 2, 3), -1, 1, 6);
+    fails += kiln_gradcheck("Concat", "axis=-3", 0, 3, in, (const bool[]){true, false, true},
+                            "concat grad axis -3, a constant input");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 7);
+    fails += kiln_gradcheck("Concat", "axis=0", 0, 1, in, NULL, "concat grad one input");
     return fails;
 }
 
 const kiln_op_def kiln_op_concat = {
     .name = "Concat", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_concat_grad = {
+    .name = "ConcatGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = -1,
+    .min_outputs = 1, .max_outputs = -1, .shape_only_inputs = ~1u, .infer = infer_grad,
+    .cpu_forward = forward_grad, .test = test_grad,
 };

@@ -42,6 +42,14 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* dX: dY summed over the broadcast dims back to X's shape (kiln.ReduceSumTo). */
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_grad_refuse(g, 1, "shape");
+    if (st != KILN_OK || !g->need[0]) return st;
+    g->dx[0] = kiln_grad_unbroadcast(g, g->dy[0], KILN_GRAD_IN(g, 0));
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
 static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, KT_DIMS(n), v); }
 
 static int test(void) {
@@ -71,11 +79,24 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(3, 4), NULL);
     in[1] = ints(2, KT_VALS(2, 3));
     fails += kiln_optest_fails("Expand", "", 2, in, 1, KILN_ERR_SHAPE, "expand 3x4 to 2x3");
+
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(3, 1), -1, 1, 1);
+    in[1] = ints(3, KT_VALS(2, 1, 4));
+    fails += kiln_gradcheck("Expand", "", 0, 2, in, NULL, "expand grad new and widened dims");
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 2);
+    in[1] = ints(2, KT_VALS(4, 1));
+    fails += kiln_gradcheck("Expand", "", 0, 2, in, NULL, "expand grad shape shorter than X");
+    in[0] = kt_scalar(KILN_F64, 0.5);
+    in[1] = ints(2, KT_VALS(2, 3));
+    fails += kiln_gradcheck("Expand", "", 0, 2, in, NULL, "expand grad scalar");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 3);
+    in[1] = ints(1, KT_VALS(1));
+    fails += kiln_gradcheck("Expand", "", 0, 2, in, NULL, "expand grad no broadcast");
     return fails;
 }
 
 const kiln_op_def kiln_op_expand = {
     .name = "Expand", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward,
-    .cpu_workspace = workspace, .test = test,
+    .cpu_workspace = workspace, .test = test, .grad = grad,
 };

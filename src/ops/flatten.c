@@ -22,6 +22,11 @@ static kiln_status infer(kiln_op_ctx *c) {
 
 static kiln_status forward(kiln_op_ctx *c) { return kiln_copy_input0(c); }
 
+static kiln_status grad(kiln_grad_ctx *g) {
+    g->dx[0] = kiln_grad_reshape_like(g, g->dy[0], KILN_GRAD_IN(g, 0));
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
 static int test(void) {
     int fails = 0;
     const double v[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
@@ -45,10 +50,23 @@ static int test(void) {
     fails += kiln_optest_fails("Flatten", "axis=4", 1, &x, 1, KILN_ERR_SHAPE, "flatten axis 4");
     x = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
     fails += kiln_optest_fails("Flatten", "axis=-4", 1, &x, 1, KILN_ERR_SHAPE, "flatten axis -4");
+    fails += kiln_gradcheck("Flatten", "axis=2", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 1)},
+                            NULL, "flatten grad axis 2");
+    fails += kiln_gradcheck("Flatten", "axis=0", 11, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 2)},
+                            NULL, "flatten grad axis 0, opset 11");
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(6, 4), -1, 1, 3);
+    y = kiln_tensor_clone(NULL, r);
+    if (y) kiln_tensor_set_shape(y, KILN_F64, 3, KT_DIMS(2, 3, 4));
+    x = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 4);
+    fails += kiln_grad_route_check("Flatten", "axis=2", 0, 1, &x, 1, 0, r, y, true,
+                                   "flatten grad is a view of dY");
     return fails;
 }
 
 const kiln_op_def kiln_op_flatten = {
     .name = "Flatten", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .alias_outputs = 1,
+    .grad = grad,
 };

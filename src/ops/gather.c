@@ -2,7 +2,11 @@
  * int32 or int64 indices (opsets 11..21). Output shape: data.shape[:axis] + indices.shape
  * + data.shape[axis+1:]. Negative indices count from the end; an index outside
  * [-dim, dim) is an error at run time (KILN_ERR_INVALID_ARGUMENT), checked before any
- * output is written. Any data dtype. */
+ * output is written. Any data dtype.
+ *
+ * Gradient w.r.t. data: kiln.GatherGrad(dY, data, indices) (attribute axis) adds each
+ * slice of dY into dData at its index, so repeated indices accumulate; data is read
+ * shape-only. Float dtypes: f32 and f64 accumulate in place, f16/bf16 in doubles. */
 #include "../core/optest.h"
 #include "movement.h"
 
@@ -32,6 +36,21 @@ static kiln_status infer(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* Every index within [-dim, dim) of the axis, before anything is written. */
+static kiln_status check_indices(kiln_op_ctx *c, const kiln_tensor *ix, int64_t dim,
+                                 int64_t axis) {
+    const int64_t *i64 = ix->dtype == KILN_I64 ? ix->data : NULL;
+    const int32_t *i32 = ix->dtype == KILN_I32 ? ix->data : NULL;
+    for (int64_t k = 0; k < kiln_tensor_numel(ix); k++) {
+        int64_t i = i64 ? i64[k] : i32[k];
+        KILN_OP_CHECK(c, i >= -dim && i < dim, KILN_ERR_INVALID_ARGUMENT,
+                      "indices[%" PRId64 "] = %" PRId64 " is out of range [-%" PRId64
+                      ", %" PRId64 ") of axis %" PRId64,
+                      k, i, dim, dim, axis);
+    }
+    return KILN_OK;
+}
+
 static kiln_status forward(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0], *ix = c->in[1];
     kiln_tensor *y = c->out[0];
@@ -40,13 +59,8 @@ static kiln_status forward(kiln_op_ctx *c) {
     int64_t dim = x->dims[axis], n = kiln_tensor_numel(ix);
     const int64_t *i64 = ix->dtype == KILN_I64 ? ix->data : NULL;
     const int32_t *i32 = ix->dtype == KILN_I32 ? ix->data : NULL;
-    for (int64_t k = 0; k < n; k++) {
-        int64_t i = i64 ? i64[k] : i32[k];
-        KILN_OP_CHECK(c, i >= -dim && i < dim, KILN_ERR_INVALID_ARGUMENT,
-                      "indices[%" PRId64 "] = %" PRId64 " is out of range [-%" PRId64
-                      ", %" PRId64 ") of axis %" PRId64,
-                      k, i, dim, dim, axis);
-    }
+    kiln_status st = check_indices(c, ix, dim, axis);
+    if (st != KILN_OK) return st;
     /* x viewed as (outer, dim, inner), y as (outer, n, inner) */
     size_t es = kiln_dtype_size(x->dtype);
     int64_t outer = 1, inner = 1;
@@ -65,6 +79,115 @@ static kiln_status forward(kiln_op_ctx *c) {
         }
     }
     return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- gradient */
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_grad_refuse(g, 1, "indices");
+    if (st != KILN_OK || !g->need[0]) return st;
+    int in[3] = {g->dy[0], KILN_GRAD_IN(g, 0), KILN_GRAD_IN(g, 1)};
+    g->dx[0] = kiln_grad_emit(g, "kiln", "GatherGrad", 3, in, 1, NULL, true, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
+                  "data must be a float tensor, not %s", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY has dtype %s, data has %s",
+                  kiln_dtype_name(dy->dtype), kiln_dtype_name(x->dtype));
+    /* the forward's inference on (data, indices) gives the shape dY must have */
+    kiln_tensor fwd_out = {0}, *fwd_outp = &fwd_out;
+    kiln_op_ctx f = *c;
+    f.in = c->in + 1;
+    f.n_in = 2;
+    f.out = &fwd_outp;
+    f.n_out = 1;
+    kiln_status st = infer(&f);
+    if (st != KILN_OK) return st;
+    bool same = dy->ndim == fwd_out.ndim;
+    for (int d = 0; same && d < dy->ndim; d++) same = dy->dims[d] == fwd_out.dims[d];
+    char want[160];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have the gather's shape %s",
+                  kiln_dims_str(fwd_out.ndim, fwd_out.dims, want, sizeof want));
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+static size_t workspace_grad(const kiln_op_ctx *c) { return kiln_scatter_add_bytes(c->out[0]); }
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *ix = c->in[2];
+    kiln_tensor *dx = c->out[0];
+    int64_t axis = kiln_attr_int(c->node, "axis", 0);
+    kiln_norm_axis(&axis, dx->ndim);
+    int64_t dim = dx->dims[axis], n = kiln_tensor_numel(ix), nx = kiln_tensor_numel(dx);
+    kiln_status st = check_indices(c, ix, dim, axis);
+    if (st != KILN_OK) return st;
+    if (nx == 0) return KILN_OK;
+    const int64_t *i64 = ix->dtype == KILN_I64 ? ix->data : NULL;
+    const int32_t *i32 = ix->dtype == KILN_I32 ? ix->data : NULL;
+    float *af = dx->dtype == KILN_F32 ? dx->data : NULL; // (outer, dim, inner)
+    double *ad = af ? NULL : dx->dtype == KILN_F64 ? dx->data : c->workspace;
+    if (af) memset(af, 0, (size_t)nx * sizeof *af);
+    else memset(ad, 0, (size_t)nx * sizeof *ad);
+    /* dY viewed as (outer, n, inner); rows of different `outer` never meet, so threads
+     * split that axis */
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= dx->dims[d];
+    for (int d = (int)axis + 1; d < dx->ndim; d++) inner *= dx->dims[d];
+#pragma omp parallel for if (outer > 1 && outer * n * inner > (1 << 16))
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < n; k++) {
+            int64_t i = i64 ? i64[k] : i32[k];
+            if (i < 0) i += dim;
+            int64_t to = (o * dim + i) * inner, from = (o * n + k) * inner;
+            if (af) {
+                const float *s = (const float *)dy->data + from;
+                for (int64_t t = 0; t < inner; t++) af[to + t] += s[t];
+            } else if (dy->dtype == KILN_F64) {
+                const double *s = (const double *)dy->data + from;
+                for (int64_t t = 0; t < inner; t++) ad[to + t] += s[t];
+            } else {
+                for (int64_t t = 0; t < inner; t++) ad[to + t] += kiln_get_f64(dy, from + t);
+            }
+        }
+    if (ad && ad != dx->data)
+        for (int64_t i = 0; i < nx; i++) kiln_set_f64(dx, i, ad[i]);
+    return KILN_OK;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *want;
+    /* expected values from numpy: dx = zeros(data.shape); np.add.at(dx, indices, dY) */
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 4),
+                    KT_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16));
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(3, 4), NULL);
+    in[2] = kt_make(KILN_I64, 2, KT_DIMS(2, 2), KT_VALS(0, 2, -1, 0));
+    want = kt_make(KILN_F32, 2, KT_DIMS(3, 4), KT_VALS(14, 16, 18, 20, 0, 0, 0, 0, 14, 16, 18, 20));
+    fails += kiln_optest("GatherGrad", "", 3, in, 1, &want, 0, 0,
+                         "gather grad axis 0, repeated indices");
+
+    in[0] = kt_make(KILN_F16, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 4, 5, 6));
+    in[1] = kt_make(KILN_F16, 2, KT_DIMS(2, 4), NULL);
+    in[2] = kt_make(KILN_I32, 1, KT_DIMS(3), KT_VALS(3, -1, 1));
+    want = kt_make(KILN_F16, 2, KT_DIMS(2, 4), KT_VALS(0, 3, 0, 3, 0, 6, 0, 9));
+    fails += kiln_optest("GatherGrad", "axis=1", 3, in, 1, &want, 0, 0,
+                         "gather grad axis 1 f16, int32 indices, -1 repeats 3");
+
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(3, 4), NULL);
+    in[2] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 3));
+    fails += kiln_optest_fails("GatherGrad", "", 3, in, 1, KILN_ERR_SHAPE,
+                               "gather grad dY of the wrong shape");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 4), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(3, 4), NULL);
+    in[2] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 3));
+    fails += kiln_optest_fails("GatherGrad", "", 3, in, 1, KILN_ERR_INVALID_ARGUMENT,
+                               "gather grad index 3 of 3");
+    return fails;
 }
 
 static int test(void) {
@@ -107,10 +230,26 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(3, 4), v);
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0));
     fails += kiln_optest_fails("Gather", "axis=2", 2, in, 1, KILN_ERR_SHAPE, "gather axis 2");
+
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(4, 3), -1, 1, 1);
+    in[1] = kt_make(KILN_I64, 2, KT_DIMS(2, 3), KT_VALS(0, 2, -1, 2, 2, 0));
+    fails += kiln_gradcheck("Gather", "", 0, 2, in, NULL, "gather grad axis 0, repeated indices");
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 5, 3), -1, 1, 2);
+    in[1] = kt_make(KILN_I32, 1, KT_DIMS(4), KT_VALS(4, -5, 1, 4));
+    fails += kiln_gradcheck("Gather", "axis=1", 0, 2, in, NULL, "gather grad axis 1, int32");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 3);
+    in[1] = kt_scalar(KILN_I64, -2);
+    fails += kiln_gradcheck("Gather", "axis=-1", 0, 2, in, NULL, "gather grad scalar index");
     return fails;
 }
 
 const kiln_op_def kiln_op_gather = {
     .name = "Gather", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_gather_grad = {
+    .name = "GatherGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1,
+    .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = infer_grad,
+    .cpu_forward = forward_grad, .cpu_workspace = workspace_grad, .test = test_grad,
 };

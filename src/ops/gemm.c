@@ -58,7 +58,7 @@ static kiln_status shape_get(kiln_op_ctx *c, gemm_shape *s) {
 }
 
 static kiln_status infer(kiln_op_ctx *c) {
-    gemm_shape s;
+    gemm_shape s = {0};
     kiln_status st = shape_get(c, &s);
     if (st != KILN_OK) return st;
     kiln_tensor_set_shape(c->out[0], c->in[0]->dtype, 2, KT_DIMS(s.M, s.N));
@@ -86,7 +86,7 @@ static void fill_c(bool dbl, void *y, const void *cp, const kiln_tensor *ct, int
 }
 
 static kiln_status forward(kiln_op_ctx *c) {
-    gemm_shape s;
+    gemm_shape s = {0};
     kiln_status st = shape_get(c, &s);
     if (st != KILN_OK) return st;
     const bool dbl = c->in[0]->dtype == KILN_F64;

@@ -14,6 +14,12 @@ static kiln_status infer(kiln_op_ctx *c) {
 
 static kiln_status forward(kiln_op_ctx *c) { return kiln_copy_input0(c); }
 
+/* dX = dY itself: no node at all. */
+static kiln_status grad(kiln_grad_ctx *g) {
+    g->dx[0] = g->dy[0];
+    return KILN_OK;
+}
+
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(-1, 0, 2, -3, 4.5, -0.5));
@@ -28,10 +34,18 @@ static int test(void) {
     x = kt_make(KILN_F16, 2, KT_DIMS(0, 4), NULL);
     y = kt_make(KILN_F16, 2, KT_DIMS(0, 4), NULL);
     fails += kiln_optest("Identity", "", 1, &x, 1, &y, 0, 0, "identity empty f16");
+    fails += kiln_gradcheck("Identity", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1)}, NULL,
+                            "identity grad");
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 2);
+    x = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 3);
+    fails += kiln_grad_route_check("Identity", "", 0, 1, &x, 1, 0, r, kiln_tensor_clone(NULL, r),
+                                   true, "identity grad is dY itself");
     return fails;
 }
 
 const kiln_op_def kiln_op_identity = {
     .name = "Identity", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .alias_outputs = 1,
+    .grad = grad,
 };

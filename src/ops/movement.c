@@ -2,9 +2,11 @@
 #include "movement.h"
 
 #include "../core/optest.h"
+#include "../train/autograd.h"
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 kiln_status kiln_read_ints(kiln_op_ctx *c, int i, const char *what, int64_t *vals, int max,
@@ -177,4 +179,160 @@ done:
     for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
     kiln_context_free(ctx);
     return fails;
+}
+
+/* ---------------------------------------------------------------- gradients */
+
+int kiln_grad_reshape_like(kiln_grad_ctx *g, int grad, int like) {
+    int shape = kiln_grad_emit(g, NULL, "Shape", 1, &like, 1, NULL, false, NULL);
+    if (shape < 0) return -1;
+    int in[2] = {grad, shape};
+    int y = kiln_grad_emit(g, NULL, "Reshape", 2, in, 1, NULL, false, "allowzero=1");
+    if (y < 0) return -1;
+    /* allowzero (opset 14) keeps a zero-size dim of `like` instead of copying grad's dim */
+    kiln_node *n = &g->m->nodes[g->m->n_nodes - 1];
+    if (n->opset < 14) n->opset = 14;
+    return y;
+}
+
+kiln_status kiln_grad_refuse(kiln_grad_ctx *g, int k, const char *what) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    if (k >= n->n_in || !g->need[k]) return KILN_OK;
+    return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                     "%s node '%s': input %d (%s) has no gradient", n->op_type, n->name, k, what);
+}
+
+size_t kiln_scatter_add_bytes(const kiln_tensor *dst) {
+    bool in_place = dst->dtype == KILN_F32 || dst->dtype == KILN_F64;
+    return in_place ? 0 : (size_t)kiln_tensor_numel(dst) * sizeof(double);
+}
+
+/* Add one row of src (the last axis) into the accumulator at base + last[j]. */
+static void add_row(float *accf, double *accd, const kiln_tensor *src, int64_t at, int64_t base,
+                    int64_t inner, const int64_t *last) {
+    if (accf) {
+        const float *s = (const float *)src->data + at;
+        for (int64_t j = 0; j < inner; j++)
+            if (last[j] >= 0) accf[base + last[j]] += s[j];
+    } else if (src->dtype == KILN_F64) {
+        const double *s = (const double *)src->data + at;
+        for (int64_t j = 0; j < inner; j++)
+            if (last[j] >= 0) accd[base + last[j]] += s[j];
+    } else {
+        for (int64_t j = 0; j < inner; j++)
+            if (last[j] >= 0) accd[base + last[j]] += kiln_get_f64(src, at + j);
+    }
+}
+
+void kiln_scatter_add_axes(kiln_tensor *dst, const kiln_tensor *src, const int64_t *const *maps,
+                           void *ws) {
+    int64_t nd = kiln_tensor_numel(dst), ns = kiln_tensor_numel(src);
+    float *accf = dst->dtype == KILN_F32 ? dst->data : NULL;
+    double *accd = accf ? NULL : dst->dtype == KILN_F64 ? dst->data : ws;
+    if (nd == 0) return;
+    if (accf) memset(accf, 0, (size_t)nd * sizeof *accf);
+    else memset(accd, 0, (size_t)nd * sizeof *accd);
+    int ndim = src->ndim;
+    if (ns > 0 && ndim == 0) {
+        add_row(accf, accd, src, 0, 0, 1, (const int64_t[]){0});
+    } else if (ns > 0) {
+        /* rows of the last axis; the outer multi-index advances like an odometer, as in
+         * gather_rows, keeping the base offset and the count of outer axes outside dst */
+        int64_t idx[KILN_MAX_DIMS] = {0};
+        int64_t inner = src->dims[ndim - 1], rows = ns / inner, base = 0;
+        int outside = 0;
+        for (int d = 0; d < ndim - 1; d++) {
+            if (maps[d][0] < 0) outside++;
+            else base += maps[d][0];
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            if (!outside) add_row(accf, accd, src, r * inner, base, inner, maps[ndim - 1]);
+            for (int d = ndim - 2; d >= 0; d--) {
+                int64_t o = maps[d][idx[d]];
+                if (o < 0) outside--;
+                else base -= o;
+                bool carry = ++idx[d] == src->dims[d];
+                if (carry) idx[d] = 0;
+                o = maps[d][idx[d]];
+                if (o < 0) outside++;
+                else base += o;
+                if (!carry) break;
+            }
+        }
+    }
+    if (accd && accd != dst->data)
+        for (int64_t i = 0; i < nd; i++) kiln_set_f64(dst, i, accd[i]);
+}
+
+int kiln_grad_route_check(const char *op, const char *attrs, int opset, int n_in,
+                          kiln_tensor **in, int n_out, int used, kiln_tensor *r,
+                          kiln_tensor *want, bool view, const char *label) {
+    kiln_context *ctx = NULL;
+    kiln_model *base = NULL, *m = NULL;
+    kiln_session *sess = NULL;
+    kiln_node *node = NULL;
+    int fails = 1;
+    char in_names[8][8], out_names[8][8];
+    const char *ins[8], *outs[8];
+    if (n_in > 8 || n_out > 8 || kiln_context_create(&ctx) || kiln_model_create(ctx, &base))
+        goto out;
+    kiln_tensor *x = in[0];
+    for (int i = 0; i < n_in; i++) {
+        snprintf(in_names[i], sizeof in_names[i], "x%d", i);
+        ins[i] = in[i] ? in_names[i] : "";
+    }
+    for (int k = 0; k < n_out; k++) {
+        snprintf(out_names[k], sizeof out_names[k], "y%d", k);
+        outs[k] = out_names[k];
+    }
+    /* R is an input too: as a constant, dL/dY would fold when the plan is built */
+    if (kiln_model_add_input(base, "x0", x->dtype, x->ndim, x->dims) ||
+        kiln_model_add_input(base, "r", r->dtype, r->ndim, r->dims))
+        goto out;
+    for (int i = 1; i < n_in; i++)
+        if (in[i] && kiln_model_add_initializer(base, ins[i], in[i])) goto out;
+    if (kiln_model_add_node(base, op, "op", n_in, ins, n_out, outs, &node)) goto out;
+    node->opset = opset ? opset : 21;
+    if (kiln_attrs_parse(ctx, attrs, &node->attrs, &node->n_attrs)) goto out;
+    int64_t axis = kiln_attr_int(node, "axis", 0);
+    if (used < 0) {
+        const char *cat[1] = {"cat"};
+        if (kiln_model_add_node(base, "Concat", "concat", n_out, outs, 1, cat, &node) ||
+            kiln_node_set_int(node, "axis", axis))
+            goto out;
+    }
+    const char *lin[2] = {used >= 0 ? outs[used] : "cat", "r"}, *lout[1] = {"loss"};
+    if (kiln_model_add_node(base, "GradCheckLoss", "loss", 2, lin, 1, lout, &node)) goto out;
+    free(node->domain);
+    node->domain = kiln_strdup(ctx, "kiln");
+    if (kiln_model_add_output(base, "loss") || kiln_model_finalize(base) ||
+        kiln_model_clone(base, &m))
+        goto out;
+    int xv = kiln_model_find_value(m, "x0"), gx, dy = -1;
+    if (kiln_autograd(m, kiln_model_find_value(m, "loss"), 1, &xv, &gx)) goto out;
+    for (int i = 0; i < m->n_nodes; i++)
+        if (strcmp(m->nodes[i].op_type, "GradCheckLossGrad") == 0) dy = m->nodes[i].out[0];
+    if (dy < 0 || kiln_model_add_output(m, m->values[gx].name) ||
+        kiln_model_add_output(m, m->values[dy].name) || kiln_model_finalize(m) ||
+        kiln_session_create(m, NULL, &sess))
+        goto out;
+    const kiln_tensor *got[3];
+    kiln_tensor *feed[2] = {x, r};
+    if (kiln_session_run(sess, 2, feed, 3, got)) goto out;
+    fails = kiln_tensor_compare(got[1], want, 0, 0, label);
+    if (!fails && view && got[1]->data != got[2]->data) {
+        printf("FAIL %s: dX is a copy of dY, not a view\n", label);
+        fails = 1;
+    }
+out:
+    if (fails && ctx && kiln_context_message(ctx)[0])
+        printf("FAIL %s: %s\n", label, kiln_context_message(ctx));
+    kiln_session_free(sess);
+    kiln_model_free(m);
+    kiln_model_free(base);
+    kiln_context_free(ctx);
+    for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
+    kiln_tensor_free(r);
+    kiln_tensor_free(want);
+    return fails ? 1 : 0;
 }

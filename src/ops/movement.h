@@ -51,4 +51,37 @@ int kiln_optest_tensor_attr(const char *op, const char *attr, kiln_tensor *value
                             kiln_tensor **in, kiln_tensor *expect, kiln_status want,
                             const char *label);
 
+/* ---------------------------------------------------------------- gradients */
+
+/* The gradient of an op that only reshapes `like` (Reshape, Flatten, Squeeze, Unsqueeze):
+ * Reshape(grad, Shape(like)). Shape folds when the plan is built and Reshape is a view, so
+ * no bytes move. Returns the value index, or -1 (message on the context). */
+int kiln_grad_reshape_like(kiln_grad_ctx *g, int grad, int like);
+
+/* KILN_ERR_UNSUPPORTED naming input k (`what`: "shape", "indices"...) when the rule is
+ * asked for its gradient: such inputs are integers that pick elements or shapes. */
+kiln_status kiln_grad_refuse(kiln_grad_ctx *g, int k, const char *what);
+
+/* Bytes of workspace kiln_scatter_add_axes needs for dst: f16 and bf16 accumulate in
+ * doubles (one per element of dst), f32 and f64 in place. */
+size_t kiln_scatter_add_bytes(const kiln_tensor *dst);
+
+/* The adjoint of kiln_gather_axes, for the gradients of ops that read an input element
+ * several times (Tile, Pad reflect/edge/wrap): dst = 0, then every element (j0..jn-1) of
+ * src (row-major, contiguous) with all maps[d][jd] >= 0 is added to dst at offset
+ * sum_d maps[d][jd]. src and dst have the same float dtype; maps has one table per axis
+ * of src. ws: kiln_scatter_add_bytes(dst) bytes. */
+void kiln_scatter_add_axes(kiln_tensor *dst, const kiln_tensor *src, const int64_t *const *maps,
+                           void *ws);
+
+/* Test helper for gradient rules, through autograd and a session: op (newest opset when
+ * opset is 0) runs on in[0] (a graph input, the one differentiated) and in[1..n_in)
+ * (initializers; NULL: missing) with n_out outputs; only output `used` reaches the loss
+ * sum(Y_used * R) (used = -1: every output, concatenated back along the node's `axis`
+ * first). dL/d(in[0]) must equal want exactly; with `view` it must also share the bytes
+ * of dL/dY (the rule made no copy). Frees in[], r and want. Returns 0 on success. */
+int kiln_grad_route_check(const char *op, const char *attrs, int opset, int n_in,
+                          kiln_tensor **in, int n_out, int used, kiln_tensor *r,
+                          kiln_tensor *want, bool view, const char *label);
+
 #endif

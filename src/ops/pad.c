@@ -3,7 +3,12 @@
  * or, from opset 18, those of the optional `axes` input (negative allowed). Negative pads
  * crop. `mode`: constant (the optional scalar constant_value input, same dtype as data,
  * default 0), reflect (mirrors without repeating the edge, as numpy.pad does, also past
- * one period), edge (repeats the edge) and wrap (opset 19: periodic). Any dtype. */
+ * one period), edge (repeats the edge) and wrap (opset 19: periodic). Any dtype.
+ *
+ * Gradient w.r.t. data: kiln.PadGrad(dY, X, pads, <unused>, axes) with Pad's mode and
+ * opset (X read shape-only). Constant mode copies the interior of dY back (zeros where
+ * Pad cropped); reflect, edge and wrap add every padded element into the input element
+ * it copied. Float dtypes. */
 #include "../core/optest.h"
 #include "movement.h"
 
@@ -18,8 +23,10 @@ typedef struct pad_plan {
     int64_t begin[KILN_MAX_DIMS], end[KILN_MAX_DIMS];
 } pad_plan;
 
-static kiln_status plan(kiln_op_ctx *c, pad_plan *p) {
-    const kiln_tensor *x = c->in[0];
+/* The padding of data = c->in[at] by the pads (at + 1) and axes (at + 3) inputs (Pad: at
+ * 0; PadGrad: 1). */
+static kiln_status plan(kiln_op_ctx *c, int at, pad_plan *p) {
+    const kiln_tensor *x = c->in[at];
     KILN_OP_CHECK(c, c->node->opset >= 11, KILN_ERR_UNSUPPORTED,
                   "Pad before opset 11 (pads as an attribute) is not supported");
     const char *mode = kiln_attr_string(c->node, "mode", "constant");
@@ -31,12 +38,12 @@ static kiln_status plan(kiln_op_ctx *c, pad_plan *p) {
 
     int64_t pads[2 * KILN_MAX_DIMS], axes[KILN_MAX_DIMS];
     int np, na;
-    kiln_status st = kiln_read_ints(c, 1, "pads", pads, 2 * KILN_MAX_DIMS, &np);
+    kiln_status st = kiln_read_ints(c, at + 1, "pads", pads, 2 * KILN_MAX_DIMS, &np);
     if (st != KILN_OK) return st;
-    if (c->n_in > 3 && c->in[3]) {
+    if (c->n_in > at + 3 && c->in[at + 3]) {
         KILN_OP_CHECK(c, c->node->opset >= 18, KILN_ERR_SHAPE,
                       "input axes exists from opset 18 on");
-        st = kiln_read_ints(c, 3, "axes", axes, KILN_MAX_DIMS, &na);
+        st = kiln_read_ints(c, at + 3, "axes", axes, KILN_MAX_DIMS, &na);
         if (st != KILN_OK) return st;
     } else {
         na = x->ndim;
@@ -70,7 +77,7 @@ static kiln_status infer(kiln_op_ctx *c) {
     KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
                   "input dtype %s is not supported", kiln_dtype_name(x->dtype));
     pad_plan p;
-    kiln_status st = plan(c, &p);
+    kiln_status st = plan(c, 0, &p);
     if (st != KILN_OK) return st;
     const kiln_tensor *v = c->n_in > 2 ? c->in[2] : NULL;
     if (v) {
@@ -112,7 +119,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     kiln_tensor *y = c->out[0];
     if (kiln_tensor_numel(y) == 0) return KILN_OK;
     pad_plan p;
-    kiln_status st = plan(c, &p);
+    kiln_status st = plan(c, 0, &p);
     if (st != KILN_OK) return st;
     int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
     kiln_strides(x->ndim, x->dims, stride);
@@ -130,7 +137,141 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* ---------------------------------------------------------------- gradient */
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    static const char *const what[4] = {"data", "pads", "constant_value", "axes"};
+    for (int k = 1; k < 4; k++) {
+        kiln_status st = kiln_grad_refuse(g, k, what[k]);
+        if (st != KILN_OK) return st;
+    }
+    if (!g->need[0]) return KILN_OK;
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    int in[5] = {g->dy[0], n->in[0], n->in[1], -1, n->n_in > 3 ? n->in[3] : -1};
+    g->dx[0] = kiln_grad_emit(g, "kiln", "PadGrad", in[4] >= 0 ? 5 : 3, in, 1, NULL, true, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
+                  "X must be a float tensor, not %s", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY has dtype %s, X has %s",
+                  kiln_dtype_name(dy->dtype), kiln_dtype_name(x->dtype));
+    pad_plan p;
+    kiln_status st = plan(c, 1, &p);
+    if (st != KILN_OK) return st;
+    int64_t dims[KILN_MAX_DIMS];
+    bool same = dy->ndim == x->ndim;
+    for (int d = 0; d < x->ndim; d++) {
+        dims[d] = x->dims[d] + p.begin[d] + p.end[d];
+        same = same && dy->dims[d] == dims[d];
+    }
+    char want[160];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have the padded shape %s",
+                  kiln_dims_str(x->ndim, dims, want, sizeof want));
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+static bool constant_mode(const kiln_node *n) {
+    return strcmp(kiln_attr_string(n, "mode", "constant"), "constant") == 0;
+}
+
+/* constant: offset tables over dX's axes; otherwise over dY's, then the accumulator */
+static size_t workspace_grad(const kiln_op_ctx *c) {
+    if (constant_mode(c->node)) return kiln_axis_maps_bytes(c->out[0]->ndim, c->out[0]->dims);
+    return kiln_axis_maps_bytes(c->in[0]->ndim, c->in[0]->dims) +
+           kiln_scatter_add_bytes(c->out[0]);
+}
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    kiln_tensor *dx = c->out[0];
+    if (kiln_tensor_numel(dx) == 0) return KILN_OK;
+    pad_plan p;
+    kiln_status st = plan(c, 1, &p);
+    if (st != KILN_OK) return st;
+    int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
+    if (p.mode == PAD_CONSTANT) {
+        /* each element of X was copied once, to begin positions further on (or cropped) */
+        kiln_strides(dy->ndim, dy->dims, stride);
+        kiln_axis_maps_carve(maps, c->workspace, dx->ndim, dx->dims);
+        for (int d = 0; d < dx->ndim; d++)
+            for (int64_t i = 0; i < dx->dims[d]; i++) {
+                int64_t q = i + p.begin[d];
+                maps[d][i] = q >= 0 && q < dy->dims[d] ? q * stride[d] : -1;
+            }
+        const uint64_t zero = 0;
+        kiln_gather_axes(dx->data, dy->data, kiln_dtype_size(dx->dtype), dx->ndim, dx->dims,
+                         (const int64_t *const *)maps, &zero);
+        return KILN_OK;
+    }
+    kiln_strides(dx->ndim, dx->dims, stride);
+    kiln_axis_maps_carve(maps, c->workspace, dy->ndim, dy->dims);
+    for (int d = 0; d < dy->ndim; d++)
+        for (int64_t j = 0; j < dy->dims[d]; j++)
+            maps[d][j] = source(p.mode, j - p.begin[d], dx->dims[d]) * stride[d];
+    char *acc = (char *)c->workspace + kiln_axis_maps_bytes(dy->ndim, dy->dims);
+    kiln_scatter_add_axes(dx, dy, (const int64_t *const *)maps, acc);
+    return KILN_OK;
+}
+
 static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, KT_DIMS(n), v); }
+
+static kiln_tensor *arange(kiln_dtype dt, int64_t rows, int64_t cols) {
+    kiln_tensor *t = kt_make(dt, 2, KT_DIMS(rows, cols), NULL);
+    for (int64_t i = 0; t && i < rows * cols; i++) kiln_set_f64(t, i, (double)(i + 1));
+    return t;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[5], *want;
+    /* expected values from numpy: dX[i] = sum(np.pad(e_i, pads, mode) * dY) over the unit
+     * tensors e_i of X's shape, dY = 1, 2, 3... */
+    in[0] = arange(KILN_F32, 3, 3);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(4, KT_VALS(1, -1, 0, 1));
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(0, 4, 5, 0, 7, 8));
+    fails += kiln_optest("PadGrad", "mode=constant", 3, in, 1, &want, 0, 0,
+                         "pad grad constant, one axis cropped");
+
+    in[0] = arange(KILN_F64, 5, 9);
+    in[1] = kt_make(KILN_F64, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(4, KT_VALS(1, 2, 2, 4));
+    want = kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(92, 184, 138, 138, 276, 207));
+    fails += kiln_optest("PadGrad", "mode=reflect", 3, in, 1, &want, 0, 0,
+                         "pad grad reflect past a period");
+
+    in[0] = arange(KILN_F16, 3, 6);
+    in[1] = kt_make(KILN_F16, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(4, KT_VALS(0, 2, 1, 1));
+    want = kt_make(KILN_F16, 2, KT_DIMS(2, 3), KT_VALS(6, 4, 11, 66, 26, 58));
+    fails += kiln_optest("PadGrad", "mode=edge", 3, in, 1, &want, 0, 0, "pad grad edge f16");
+
+    in[0] = arange(KILN_F32, 4, 9);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(4, KT_VALS(1, 2, 1, 4));
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(144, 132, 138, 90, 78, 84));
+    fails += kiln_optest("PadGrad", "mode=wrap", 3, in, 1, &want, 0, 0, "pad grad wrap");
+
+    /* opset 18 axes: only the last axis, padded by 2 before and 1 after */
+    in[0] = arange(KILN_F32, 2, 6);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(2, KT_VALS(2, 1));
+    in[3] = NULL;
+    in[4] = ints(1, KT_VALS(-1));
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(3, 4, 5, 9, 10, 11));
+    fails += kiln_optest("PadGrad", "", 5, in, 1, &want, 0, 0, "pad grad opset 18 axes");
+
+    in[0] = arange(KILN_F32, 3, 5);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(4, KT_VALS(1, 1, 0, 0));
+    fails += kiln_optest_fails("PadGrad", "", 3, in, 1, KILN_ERR_SHAPE,
+                               "pad grad dY of the wrong shape");
+    return fails;
+}
 
 static int test(void) {
     int fails = 0;
@@ -211,11 +352,37 @@ static int test(void) {
     in[1] = ints(4, KT_VALS(0, 0, 0, 0));
     in[2] = kt_scalar(KILN_F64, 1);
     fails += kiln_optest_fails("Pad", "", 3, in, 1, KILN_ERR_TYPE, "pad f64 constant for f32");
+
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 1);
+    in[1] = ints(6, KT_VALS(1, 0, -1, 0, 2, 2));
+    in[2] = kt_scalar(KILN_F64, 0.5);
+    fails += kiln_gradcheck("Pad", "", 0, 3, in, NULL, "pad grad constant, crop and pad");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 2);
+    in[1] = ints(4, KT_VALS(2, 5, 3, 1));
+    fails += kiln_gradcheck("Pad", "mode=reflect", 0, 2, in, NULL, "pad grad reflect");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 3);
+    in[1] = ints(4, KT_VALS(1, -1, 2, 3));
+    fails += kiln_gradcheck("Pad", "mode=edge", 0, 2, in, NULL, "pad grad edge with a crop");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 4);
+    in[1] = ints(4, KT_VALS(3, 1, 1, 5));
+    fails += kiln_gradcheck("Pad", "mode=wrap", 19, 2, in, NULL, "pad grad wrap");
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 2), -1, 1, 5);
+    in[1] = ints(2, KT_VALS(1, 2));
+    in[2] = NULL;
+    in[3] = ints(1, KT_VALS(1));
+    fails += kiln_gradcheck("Pad", "mode=reflect", 18, 4, in, NULL, "pad grad opset 18 axes");
     return fails;
 }
 
 const kiln_op_def kiln_op_pad = {
     .name = "Pad", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 3), .nondiff_inputs = 1u << 2, .infer = infer,
-    .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+    .cpu_forward = forward, .cpu_workspace = workspace, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_pad_grad = {
+    .name = "PadGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 5, .min_outputs = 1,
+    .max_outputs = 1, .value_inputs = (1u << 2) | (1u << 4), .shape_only_inputs = 1u << 1,
+    .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,
+    .test = test_grad,
 };

@@ -61,6 +61,13 @@ static kiln_status infer(kiln_op_ctx *c) {
 
 static kiln_status forward(kiln_op_ctx *c) { return kiln_copy_input0(c); }
 
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_grad_refuse(g, 1, "shape");
+    if (st != KILN_OK || !g->need[0]) return st;
+    g->dx[0] = kiln_grad_reshape_like(g, g->dy[0], KILN_GRAD_IN(g, 0));
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
 static kiln_tensor *shape_of(int n, const double *v) {
     return kt_make(KILN_I64, 1, KT_DIMS(n), v);
 }
@@ -116,11 +123,26 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(4, 6));
     fails += kiln_optest_fails("Reshape", "", 2, in, 1, KILN_ERR_TYPE, "reshape f32 shape");
+
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 1);
+    in[1] = shape_of(3, KT_VALS(4, 0, -1));
+    fails += kiln_gradcheck("Reshape", "", 0, 2, in, NULL, "reshape grad 0 and -1");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(1, 6), -1, 1, 2);
+    in[1] = shape_of(3, KT_VALS(3, 1, 2));
+    fails += kiln_gradcheck("Reshape", "", 13, 2, in, NULL, "reshape grad opset 13");
+    /* dL/dX = R reshaped, and a view of dL/dY: no bytes move */
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(4, 6), -1, 1, 3), *want;
+    want = kiln_tensor_clone(NULL, r);
+    if (want) kiln_tensor_set_shape(want, KILN_F64, 3, KT_DIMS(2, 3, 4));
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 4);
+    in[1] = shape_of(2, KT_VALS(4, 6));
+    fails += kiln_grad_route_check("Reshape", "", 0, 2, in, 1, 0, r, want, true,
+                                   "reshape grad is a view of dY");
     return fails;
 }
 
 const kiln_op_def kiln_op_reshape = {
     .name = "Reshape", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
-    .alias_outputs = 1,
+    .alias_outputs = 1, .grad = grad,
 };

@@ -32,7 +32,12 @@
  * get weight 0 and the remaining weights are scaled to sum to 1; the weights of the axes
  * multiply (separable, as ONNX's reference composes 1-D interpolations); sums are taken
  * in double; float dtypes only. Antialiased (opset 18) linear / cubic downsampling is
- * rejected with KILN_ERR_UNSUPPORTED. */
+ * rejected with KILN_ERR_UNSUPPORTED.
+ *
+ * Gradient w.r.t. X: kiln.ResizeGrad(dY, X, roi, scales, sizes) with Resize's attributes
+ * and opset (X read shape-only) adds every element of dY into the input elements it was
+ * computed from, times their weights: the transpose of the resize (extrapolated elements
+ * contribute nothing). Float dtypes; f16/bf16 accumulate in doubles. */
 #include "../core/optest.h"
 #include "movement.h"
 
@@ -101,13 +106,14 @@ static kiln_status parse_modes(kiln_op_ctx *c, resize_plan *p) {
 
 /* roi (input 1) for tf_crop_and_resize: 2*na floats, starts then ends, for axes[0..na).
  * Its values are read when known (always in forward; infer may see the shape only). */
-static kiln_status parse_roi(kiln_op_ctx *c, resize_plan *p, const int64_t *axes, int na) {
+static kiln_status parse_roi(kiln_op_ctx *c, int at, resize_plan *p, const int64_t *axes,
+                             int na) {
     for (int d = 0; d < KILN_MAX_DIMS; d++) {
         p->roi_start[d] = 0;
         p->roi_end[d] = 1;
     }
     if (p->coord != TF_CROP_AND_RESIZE) return KILN_OK;
-    const kiln_tensor *roi = c->n_in > 1 ? c->in[1] : NULL;
+    const kiln_tensor *roi = c->n_in > at + 1 ? c->in[at + 1] : NULL;
     KILN_OP_CHECK(c, roi && kiln_tensor_numel(roi) > 0, KILN_ERR_SHAPE,
                   "coordinate_transformation_mode tf_crop_and_resize needs the roi input");
     KILN_OP_CHECK(c, kiln_dtype_is_float(roi->dtype), KILN_ERR_TYPE,
@@ -125,8 +131,10 @@ static kiln_status parse_roi(kiln_op_ctx *c, resize_plan *p, const int64_t *axes
     return KILN_OK;
 }
 
-static kiln_status plan(kiln_op_ctx *c, resize_plan *p) {
-    const kiln_tensor *x = c->in[0];
+/* The resize of X = c->in[at] by the roi, scales and sizes inputs that follow it (Resize:
+ * at 0; ResizeGrad: 1). */
+static kiln_status plan(kiln_op_ctx *c, int at, resize_plan *p) {
+    const kiln_tensor *x = c->in[at];
     const kiln_node *node = c->node;
     int r = x->ndim;
     kiln_status st = parse_modes(c, p);
@@ -154,11 +162,11 @@ static kiln_status plan(kiln_op_ctx *c, resize_plan *p) {
     } else {
         for (int i = 0; i < r; i++) axes[i] = i;
     }
-    st = parse_roi(c, p, axes, na);
+    st = parse_roi(c, at, p, axes, na);
     if (st != KILN_OK) return st;
 
-    const kiln_tensor *scales = c->n_in > 2 ? c->in[2] : NULL;
-    const kiln_tensor *sizes = c->n_in > 3 ? c->in[3] : NULL;
+    const kiln_tensor *scales = c->n_in > at + 2 ? c->in[at + 2] : NULL;
+    const kiln_tensor *sizes = c->n_in > at + 3 ? c->in[at + 3] : NULL;
     if (scales && kiln_tensor_numel(scales) == 0) scales = NULL;
     if (sizes && kiln_tensor_numel(sizes) == 0) sizes = NULL;
     KILN_OP_CHECK(c, (scales != NULL) != (sizes != NULL), KILN_ERR_SHAPE,
@@ -192,7 +200,7 @@ static kiln_status plan(kiln_op_ctx *c, resize_plan *p) {
     } else {
         int64_t want[KILN_MAX_DIMS];
         int n;
-        st = kiln_read_ints(c, 3, "sizes", want, KILN_MAX_DIMS, &n);
+        st = kiln_read_ints(c, at + 3, "sizes", want, KILN_MAX_DIMS, &n);
         if (st != KILN_OK) return st;
         KILN_OP_CHECK(c, n == na, KILN_ERR_SHAPE, "sizes has %d values for %d axes", n, na);
         for (int i = 0; i < na; i++) {
@@ -235,7 +243,7 @@ static kiln_status infer(kiln_op_ctx *c) {
                   "input dtype %s is not supported", kiln_dtype_name(x->dtype));
     KILN_OP_CHECK(c, x->ndim >= 1, KILN_ERR_SHAPE, "cannot resize a scalar");
     resize_plan p;
-    kiln_status st = plan(c, &p);
+    kiln_status st = plan(c, 0, &p);
     if (st != KILN_OK) return st;
     KILN_OP_CHECK(c, p.mode == NEAREST || kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
                   "mode %s needs a float input, not %s", p.mode == CUBIC ? "cubic" : "linear",
@@ -306,18 +314,26 @@ static size_t workspace(const kiln_op_ctx *c) {
     return per * kiln_axis_maps_bytes(c->out[0]->ndim, c->out[0]->dims);
 }
 
+/* Per output axis: the offset of the input element each output position copies, -1 where
+ * tf_crop_and_resize extrapolates. */
+static void nearest_tables(int64_t **maps, const resize_plan *p, int nd, const int64_t *xdims,
+                           const int64_t *ydims, void *ws) {
+    int64_t stride[KILN_MAX_DIMS];
+    kiln_strides(nd, xdims, stride);
+    kiln_axis_maps_carve(maps, ws, nd, ydims);
+    for (int d = 0; d < nd; d++)
+        for (int64_t j = 0; j < ydims[d]; j++) {
+            bool outside;
+            double xo = source_coord(p, d, j, xdims[d], &outside);
+            maps[d][j] = outside ? -1 : nearest_index(p, xo, xdims[d]) * stride[d];
+        }
+}
+
 static kiln_status forward_nearest(kiln_op_ctx *c, const resize_plan *p) {
     const kiln_tensor *x = c->in[0];
     kiln_tensor *y = c->out[0];
-    int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
-    kiln_strides(x->ndim, x->dims, stride);
-    kiln_axis_maps_carve(maps, c->workspace, y->ndim, y->dims);
-    for (int d = 0; d < y->ndim; d++)
-        for (int64_t j = 0; j < y->dims[d]; j++) {
-            bool outside;
-            double xo = source_coord(p, d, j, x->dims[d], &outside);
-            maps[d][j] = outside ? -1 : nearest_index(p, xo, x->dims[d]) * stride[d];
-        }
+    int64_t *maps[KILN_MAX_DIMS];
+    nearest_tables(maps, p, y->ndim, x->dims, y->dims, c->workspace);
     /* extrapolation_value in the dtype of x; only read where an offset is -1 */
     uint64_t fill_bits = 0;
     kiln_tensor fill = {.dtype = x->dtype, .ndim = 0, .data = &fill_bits};
@@ -518,9 +534,118 @@ static kiln_status forward_interp(kiln_op_ctx *c, const resize_plan *p) {
 static kiln_status forward(kiln_op_ctx *c) {
     if (kiln_tensor_numel(c->out[0]) == 0) return KILN_OK;
     resize_plan p;
-    kiln_status st = plan(c, &p);
+    kiln_status st = plan(c, 0, &p);
     if (st != KILN_OK) return st;
     return p.mode == NEAREST ? forward_nearest(c, &p) : forward_interp(c, &p);
+}
+
+/* ---------------------------------------------------------------- gradient */
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    static const char *const what[4] = {"X", "roi", "scales", "sizes"};
+    for (int k = 1; k < 4; k++) {
+        kiln_status st = kiln_grad_refuse(g, k, what[k]);
+        if (st != KILN_OK) return st;
+    }
+    if (!g->need[0]) return KILN_OK;
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    int in[5] = {g->dy[0], -1, -1, -1, -1};
+    for (int k = 0; k < n->n_in; k++) in[1 + k] = n->in[k];
+    g->dx[0] = kiln_grad_emit(g, "kiln", "ResizeGrad", n->n_in + 1, in, 1, NULL, true, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
+                  "X must be a float tensor, not %s", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, x->ndim >= 1, KILN_ERR_SHAPE, "cannot resize a scalar");
+    KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY has dtype %s, X has %s",
+                  kiln_dtype_name(dy->dtype), kiln_dtype_name(x->dtype));
+    resize_plan p;
+    kiln_status st = plan(c, 1, &p);
+    if (st != KILN_OK) return st;
+    bool same = dy->ndim == x->ndim;
+    for (int d = 0; same && d < x->ndim; d++) same = dy->dims[d] == p.out[d];
+    char want[160];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have the resized shape %s",
+                  kiln_dims_str(x->ndim, p.out, want, sizeof want));
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+/* the forward's tables over dY's axes, then the accumulator */
+static size_t workspace_grad(const kiln_op_ctx *c) {
+    int k = mode_taps(mode_of(c->node));
+    size_t per = k == 1 ? 1 : 2 * (size_t)k + 1;
+    return per * kiln_axis_maps_bytes(c->in[0]->ndim, c->in[0]->dims) +
+           kiln_scatter_add_bytes(c->out[0]);
+}
+
+/* Every element of dY times each tap combination's weight, added into that combination's
+ * element of dX; elements outside the roi add nothing. One thread: taps of different
+ * outputs meet. */
+static void interp_grad(const kiln_tensor *dy, float *accf, double *accd,
+                        const interp_taps *tp) {
+    int nd = dy->ndim;
+    int64_t idx[KILN_MAX_DIMS] = {0}, n = kiln_tensor_numel(dy);
+    const float *df = dy->dtype == KILN_F32 ? dy->data : NULL;
+    for (int64_t i = 0; i < n; i++) {
+        bool outside = false;
+        for (int d = 0; d < nd; d++) outside |= tp->out[d][idx[d]] != 0;
+        double g = outside ? 0 : df ? (double)df[i] : kiln_get_f64(dy, i);
+        int t[KILN_MAX_DIMS] = {0};
+        while (g != 0) {
+            int64_t off = 0;
+            double w = g;
+            for (int d = 0; d < nd; d++) {
+                int64_t q = idx[d] * tp->k[d] + t[d];
+                off += tp->off[d][q];
+                w *= tp->w[d][q];
+            }
+            if (accf) accf[off] += (float)w;
+            else accd[off] += w;
+            int d = nd - 1;
+            for (; d >= 0; d--) {
+                if (++t[d] < tp->k[d]) break;
+                t[d] = 0;
+            }
+            if (d < 0) break;
+        }
+        for (int d = nd - 1; d >= 0 && ++idx[d] == dy->dims[d]; d--) idx[d] = 0;
+    }
+}
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    kiln_tensor *dx = c->out[0];
+    int64_t nx = kiln_tensor_numel(dx);
+    if (nx == 0) return KILN_OK;
+    resize_plan p;
+    kiln_status st = plan(c, 1, &p);
+    if (st != KILN_OK) return st;
+    int nd = dx->ndim;
+    int k = mode_taps(p.mode);
+    size_t tables = (k == 1 ? 1 : 2 * (size_t)k + 1) * kiln_axis_maps_bytes(nd, dy->dims);
+    char *acc_ws = (char *)c->workspace + tables;
+    if (p.mode == NEAREST) {
+        int64_t *maps[KILN_MAX_DIMS];
+        nearest_tables(maps, &p, nd, dx->dims, dy->dims, c->workspace);
+        kiln_scatter_add_axes(dx, dy, (const int64_t *const *)maps, acc_ws);
+        return KILN_OK;
+    }
+    interp_taps tp;
+    build_taps(&p, dx, dy, c->workspace, &tp);
+    /* f32 and f64 accumulate in dX, f16 and bf16 in doubles after the tables */
+    float *accf = dx->dtype == KILN_F32 ? dx->data : NULL;
+    double *accd = dx->dtype == KILN_F64 ? dx->data : NULL;
+    if (!accf && !accd) accd = (double *)(void *)acc_ws;
+    if (accf) memset(accf, 0, (size_t)nx * sizeof *accf);
+    else memset(accd, 0, (size_t)nx * sizeof *accd);
+    interp_grad(dy, accf, accd, &tp);
+    if (accd && accd != dx->data)
+        for (int64_t i = 0; i < nx; i++) kiln_set_f64(dx, i, accd[i]);
+    return KILN_OK;
 }
 
 /* Runs Resize on x with roi (f32, 2n values) when non-NULL and scales (f32) or sizes (int64),
@@ -556,6 +681,53 @@ static double cubic_x2(const double *v, int64_t step, int n, int o) {
         s += keys_half[t] * v[k * step];
     }
     return s;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[5], *want;
+    /* nearest x2, x3: each input element sums its 2x3 block of dY = 1..24 */
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 6), NULL);
+    for (int i = 0; in[0] && i < 24; i++) kiln_set_f64(in[0], i, i + 1);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 3));
+    in[4] = NULL;
+    want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(30, 48, 102, 120));
+    fails += kiln_optest("ResizeGrad", "mode=nearest", 5, in, 1, &want, 0, 0,
+                         "resize grad nearest upsample");
+
+    /* bilinear half_pixel 2x2 -> 4x4: per axis W = [[1,0],[.75,.25],[.25,.75],[0,1]], so
+     * dX = W^T dY W (numpy) for dY = 1..16 */
+    in[0] = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 4, 4), NULL);
+    for (int i = 0; in[0] && i < 16; i++) kiln_set_f64(in[0], i, i + 1);
+    in[1] = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[2] = NULL;
+    in[3] = NULL;
+    in[4] = kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 4, 4));
+    want = kt_make(KILN_BF16, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(16.5, 23.5, 44.5, 51.5));
+    fails += kiln_optest("ResizeGrad", "mode=linear", 5, in, 1, &want, 0, 0,
+                         "resize grad bilinear bf16 sizes");
+
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 5), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2));
+    fails += kiln_optest_fails("ResizeGrad", "mode=linear", 4, in, 1, KILN_ERR_SHAPE,
+                               "resize grad dY of the wrong shape");
+    return fails;
+}
+
+/* A gradient check of Resize w.r.t. x, resized by scales (f32) or sizes (int64), with roi
+ * (f32, 2n values) when non-NULL. */
+static int resize_gradcheck(const char *attrs, int opset, kiln_tensor *x, int n,
+                            const double *roi, const double *scales, const double *sizes,
+                            const char *label) {
+    kiln_tensor *in[4] = {x, NULL, NULL, NULL};
+    if (roi) in[1] = kt_make(KILN_F32, 1, KT_DIMS(2 * n), roi);
+    if (scales) in[2] = kt_make(KILN_F32, 1, KT_DIMS(n), scales);
+    if (sizes) in[3] = kt_make(KILN_I64, 1, KT_DIMS(n), sizes);
+    return kiln_gradcheck("Resize", attrs, opset, 4, in, NULL, label);
 }
 
 static int test(void) {
@@ -866,6 +1038,39 @@ static int test(void) {
     in[2] = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2));
     fails += kiln_optest_fails("Resize", "mode=linear", 3, in, 1, KILN_ERR_TYPE,
                                "resize linear int32");
+
+    fails += resize_gradcheck("mode=nearest", 0,
+                              kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 2, 3), -1, 1, 1), 4, NULL,
+                              KT_VALS(1, 1, 2, 1.5), NULL, "resize grad nearest upsample");
+    fails += resize_gradcheck("mode=nearest;nearest_mode=ceil", 0,
+                              kt_rand(KILN_F64, 3, KT_DIMS(2, 5, 4), -1, 1, 2), 3, NULL, NULL,
+                              KT_VALS(2, 3, 2), "resize grad nearest downsample");
+    fails += resize_gradcheck("mode=linear", 0,
+                              kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 3, 2), -1, 1, 3), 4, NULL,
+                              KT_VALS(1, 1, 2, 2), NULL, "resize grad bilinear half_pixel");
+    fails += resize_gradcheck("mode=linear;coordinate_transformation_mode=align_corners", 0,
+                              kt_rand(KILN_F64, 4, KT_DIMS(1, 1, 3, 3), -1, 1, 4), 4, NULL, NULL,
+                              KT_VALS(1, 1, 5, 4), "resize grad bilinear align_corners");
+    fails += resize_gradcheck("mode=linear;coordinate_transformation_mode=asymmetric", 0,
+                              kt_rand(KILN_F64, 2, KT_DIMS(5, 6), -1, 1, 5), 2, NULL,
+                              KT_VALS(0.6, 0.5), NULL, "resize grad linear downsample");
+    fails += resize_gradcheck("mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 0,
+                              kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 2), -1, 1, 6), 3, NULL, NULL,
+                              KT_VALS(3, 1, 5), "resize grad trilinear pytorch_half_pixel");
+    fails += resize_gradcheck("mode=cubic", 0, kt_rand(KILN_F64, 2, KT_DIMS(4, 3), -1, 1, 7), 2,
+                              NULL, KT_VALS(1.5, 2), NULL, "resize grad bicubic half_pixel");
+    fails += resize_gradcheck("mode=cubic;exclude_outside=1;cubic_coeff_a=-0.5", 0,
+                              kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 8), 2, NULL, NULL,
+                              KT_VALS(5, 3), "resize grad bicubic exclude_outside");
+    fails += resize_gradcheck("mode=linear;coordinate_transformation_mode=tf_crop_and_resize;"
+                              "extrapolation_value=2.5",
+                              0, kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 9), 2,
+                              KT_VALS(-0.2, 0.1, 1.1, 0.8), NULL, KT_VALS(4, 5),
+                              "resize grad tf_crop_and_resize, extrapolated corners");
+    fails += resize_gradcheck("mode=nearest;coordinate_transformation_mode=tf_crop_and_resize",
+                              0, kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 10), 2,
+                              KT_VALS(-0.2, 0.1, 1.1, 0.8), NULL, KT_VALS(4, 5),
+                              "resize grad nearest tf_crop_and_resize");
     return fails;
 }
 
@@ -873,5 +1078,12 @@ const kiln_op_def kiln_op_resize = {
     .name = "Resize", .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 2) | (1u << 3), .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward,
-    .cpu_workspace = workspace, .test = test,
+    .cpu_workspace = workspace, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_resize_grad = {
+    .name = "ResizeGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1,
+    .max_outputs = 1, .value_inputs = (1u << 3) | (1u << 4), .shape_only_inputs = 1u << 1,
+    .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,
+    .test = test_grad,
 };

@@ -3,7 +3,10 @@
  * 0..len(starts)-1 and may be negative, steps default to 1 and may be negative (not 0).
  * Per the spec, negative starts/ends add the dim, then starts/ends are clamped to [0, dim]
  * for positive steps and to [0, dim-1] / [-1, dim-1] for negative steps, so out-of-range
- * values select nothing or everything instead of failing. Any dtype. */
+ * values select nothing or everything instead of failing. Any dtype.
+ *
+ * Gradient: kiln.SliceGrad(dY, X, starts, ends, axes, steps) puts dY back where the slice
+ * took it from in a dX of X's shape (X is read shape-only), zeros elsewhere. Any dtype. */
 #include "../core/optest.h"
 #include "movement.h"
 
@@ -16,24 +19,25 @@ typedef struct slice_plan {
 
 static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-static kiln_status plan(kiln_op_ctx *c, slice_plan *p) {
-    const kiln_tensor *x = c->in[0];
+/* The slice of data = c->in[at] by the inputs that follow it (Slice: at 0; SliceGrad: 1). */
+static kiln_status plan(kiln_op_ctx *c, int at, slice_plan *p) {
+    const kiln_tensor *x = c->in[at];
     int64_t starts[KILN_MAX_DIMS], ends[KILN_MAX_DIMS], axes[KILN_MAX_DIMS], steps[KILN_MAX_DIMS];
     int ns, ne, na, nst;
-    kiln_status st = kiln_read_ints(c, 1, "starts", starts, KILN_MAX_DIMS, &ns);
-    if (st == KILN_OK) st = kiln_read_ints(c, 2, "ends", ends, KILN_MAX_DIMS, &ne);
+    kiln_status st = kiln_read_ints(c, at + 1, "starts", starts, KILN_MAX_DIMS, &ns);
+    if (st == KILN_OK) st = kiln_read_ints(c, at + 2, "ends", ends, KILN_MAX_DIMS, &ne);
     if (st != KILN_OK) return st;
     KILN_OP_CHECK(c, ns == ne, KILN_ERR_SHAPE, "starts has %d values but ends has %d", ns, ne);
-    if (c->n_in > 3 && c->in[3]) {
-        st = kiln_read_ints(c, 3, "axes", axes, KILN_MAX_DIMS, &na);
+    if (c->n_in > at + 3 && c->in[at + 3]) {
+        st = kiln_read_ints(c, at + 3, "axes", axes, KILN_MAX_DIMS, &na);
         if (st != KILN_OK) return st;
         KILN_OP_CHECK(c, na == ns, KILN_ERR_SHAPE, "axes has %d values but starts has %d", na,
                       ns);
     } else {
         for (int k = 0; k < ns; k++) axes[k] = k;
     }
-    if (c->n_in > 4 && c->in[4]) {
-        st = kiln_read_ints(c, 4, "steps", steps, KILN_MAX_DIMS, &nst);
+    if (c->n_in > at + 4 && c->in[at + 4]) {
+        st = kiln_read_ints(c, at + 4, "steps", steps, KILN_MAX_DIMS, &nst);
         if (st != KILN_OK) return st;
         KILN_OP_CHECK(c, nst == ns, KILN_ERR_SHAPE, "steps has %d values but starts has %d",
                       nst, ns);
@@ -80,7 +84,7 @@ static kiln_status infer(kiln_op_ctx *c) {
     KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
                   "input dtype %s is not supported", kiln_dtype_name(x->dtype));
     slice_plan p;
-    kiln_status st = plan(c, &p);
+    kiln_status st = plan(c, 0, &p);
     if (st != KILN_OK) return st;
     kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, p.count);
     return KILN_OK;
@@ -95,7 +99,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     kiln_tensor *y = c->out[0];
     if (kiln_tensor_numel(y) == 0) return KILN_OK;
     slice_plan p;
-    kiln_status st = plan(c, &p);
+    kiln_status st = plan(c, 0, &p);
     if (st != KILN_OK) return st;
     int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
     kiln_strides(x->ndim, x->dims, stride);
@@ -108,7 +112,118 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* ---------------------------------------------------------------- gradient */
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    static const char *const what[5] = {"data", "starts", "ends", "axes", "steps"};
+    for (int k = 1; k < 5; k++) {
+        kiln_status st = kiln_grad_refuse(g, k, what[k]);
+        if (st != KILN_OK) return st;
+    }
+    if (!g->need[0]) return KILN_OK;
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    int in[6] = {g->dy[0], -1, -1, -1, -1, -1};
+    for (int k = 0; k < n->n_in; k++) in[1 + k] = n->in[k];
+    g->dx[0] = kiln_grad_emit(g, "kiln", "SliceGrad", n->n_in + 1, in, 1, NULL, false, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1];
+    KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY has dtype %s, X has %s",
+                  kiln_dtype_name(dy->dtype), kiln_dtype_name(x->dtype));
+    slice_plan p;
+    kiln_status st = plan(c, 1, &p);
+    if (st != KILN_OK) return st;
+    bool same = dy->ndim == x->ndim;
+    for (int d = 0; same && d < x->ndim; d++) same = dy->dims[d] == p.count[d];
+    char want[160];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have the slice's shape %s",
+                  kiln_dims_str(x->ndim, p.count, want, sizeof want));
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+/* A gather again, from dY into dX: position i of an axis of X is slice element
+ * (i - start) / step when that divides evenly and falls inside the slice, else a zero. */
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    kiln_tensor *dx = c->out[0];
+    if (kiln_tensor_numel(dx) == 0) return KILN_OK;
+    slice_plan p;
+    kiln_status st = plan(c, 1, &p);
+    if (st != KILN_OK) return st;
+    int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
+    kiln_strides(dy->ndim, dy->dims, stride);
+    kiln_axis_maps_carve(maps, c->workspace, dx->ndim, dx->dims);
+    for (int d = 0; d < dx->ndim; d++) {
+        int64_t step = p.step[d], mag = step > 0 ? step : -step;
+        for (int64_t i = 0; i < dx->dims[d]; i++) {
+            int64_t q = step > 0 ? i - p.start[d] : p.start[d] - i;
+            bool hit = q >= 0 && q % mag == 0 && q / mag < p.count[d];
+            maps[d][i] = hit ? q / mag * stride[d] : -1;
+        }
+    }
+    const uint64_t zero = 0;
+    kiln_gather_axes(dx->data, dy->data, kiln_dtype_size(dx->dtype), dx->ndim, dx->dims,
+                     (const int64_t *const *)maps, &zero);
+    return KILN_OK;
+}
+
 static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, KT_DIMS(n), v); }
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[6], *want;
+    /* expected values from numpy: dx = zeros(X.shape); dx[slice] += dY */
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(1, 2, 3, 4, 5, 6, 7, 8));
+    in[1] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), NULL); /* dx[:, 2:0:-1, ::2] */
+    in[2] = ints(2, KT_VALS(2, 0));
+    in[3] = ints(2, KT_VALS(0, 1000000));
+    in[4] = ints(2, KT_VALS(1, 2));
+    in[5] = ints(2, KT_VALS(-1, 2));
+    want = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4),
+                   KT_VALS(0, 0, 0, 0, 3, 0, 4, 0, 1, 0, 2, 0, 0, 0, 0, 0, 7, 0, 8, 0, 5, 0, 6, 0));
+    fails += kiln_optest("SliceGrad", "", 6, in, 1, &want, 0, 0, "slice grad negative step");
+
+    in[0] = kt_make(KILN_I32, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, 4));
+    in[1] = kt_make(KILN_I32, 2, KT_DIMS(3, 4), NULL); /* dx[1:1000, -1:-5:-3] */
+    in[2] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1, -1));
+    in[3] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1000, -5));
+    in[4] = NULL;
+    in[5] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1, -3));
+    want = kt_make(KILN_I32, 2, KT_DIMS(3, 4), KT_VALS(0, 0, 0, 0, 2, 0, 0, 1, 4, 0, 0, 3));
+    fails += kiln_optest("SliceGrad", "", 6, in, 1, &want, 0, 0,
+                         "slice grad int32 inputs, default axes, clamped ends");
+
+    in[0] = kt_make(KILN_F64, 1, KT_DIMS(5), KT_VALS(1, 2, 3, 4, 5)); /* dx[::-1] */
+    in[1] = kt_make(KILN_F64, 1, KT_DIMS(5), NULL);
+    in[2] = ints(1, KT_VALS(-1));
+    in[3] = ints(1, KT_VALS(-9223372036854775808.0));
+    in[4] = NULL;
+    in[5] = ints(1, KT_VALS(-1));
+    want = kt_make(KILN_F64, 1, KT_DIMS(5), KT_VALS(5, 4, 3, 2, 1));
+    fails += kiln_optest("SliceGrad", "", 6, in, 1, &want, 0, 0, "slice grad reversed");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 0), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(1, KT_VALS(5));
+    in[3] = ints(1, KT_VALS(10));
+    in[4] = ints(1, KT_VALS(-1));
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(0, 0, 0, 0, 0, 0));
+    fails += kiln_optest("SliceGrad", "", 5, in, 1, &want, 0, 0, "slice grad empty slice");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(1, KT_VALS(0));
+    in[3] = ints(1, KT_VALS(1));
+    in[4] = ints(1, KT_VALS(1));
+    fails += kiln_optest_fails("SliceGrad", "", 5, in, 1, KILN_ERR_SHAPE,
+                               "slice grad dY of the wrong shape");
+    return fails;
+}
 
 static int test(void) {
     int fails = 0;
@@ -177,11 +292,35 @@ static int test(void) {
     in[2] = ints(2, KT_VALS(1, 1));
     in[3] = ints(2, KT_VALS(1, -2));
     fails += kiln_optest_fails("Slice", "", 4, in, 1, KILN_ERR_SHAPE, "slice repeated axis");
+
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 1);
+    in[1] = ints(2, KT_VALS(2, 0));
+    in[2] = ints(2, KT_VALS(0, 1000000));
+    in[3] = ints(2, KT_VALS(1, 2));
+    in[4] = ints(2, KT_VALS(-1, 2));
+    fails += kiln_gradcheck("Slice", "", 0, 5, in, NULL, "slice grad negative and even steps");
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(3, 4, 2), -1, 1, 2);
+    in[1] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(1, -10));
+    in[2] = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(3, 3));
+    fails += kiln_gradcheck("Slice", "", 0, 3, in, NULL, "slice grad default axes, int32");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(4, 7), -1, 1, 3);
+    in[1] = ints(1, KT_VALS(-1));
+    in[2] = ints(1, KT_VALS(-9223372036854775808.0));
+    in[3] = ints(1, KT_VALS(-1));
+    in[4] = ints(1, KT_VALS(-3));
+    fails += kiln_gradcheck("Slice", "", 0, 5, in, NULL, "slice grad reversed by 3");
     return fails;
 }
 
 const kiln_op_def kiln_op_slice = {
     .name = "Slice", .min_inputs = 3, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), .infer = infer,
-    .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+    .cpu_forward = forward, .cpu_workspace = workspace, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_slice_grad = {
+    .name = "SliceGrad", .domain = "kiln", .min_inputs = 4, .max_inputs = 6, .min_outputs = 1,
+    .max_outputs = 1, .value_inputs = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5),
+    .shape_only_inputs = 1u << 1, .infer = infer_grad, .cpu_forward = forward_grad,
+    .cpu_workspace = workspace, .test = test_grad,
 };

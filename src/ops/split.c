@@ -3,9 +3,16 @@
  * the optional int32/int64 input 1 from opset 13, or, when neither is given, are equal
  * (the dim must divide evenly). From opset 18 the `num_outputs` attribute asks for
  * ceil(dim / num_outputs) per part with a smaller last part. Zero-size parts are allowed.
- * Any dtype. */
+ * Any dtype.
+ *
+ * Gradient: Concat of the dY_k when every output reaches the loss; otherwise
+ * kiln.SplitGrad(X, split, dY_0, ..., dY_n-1) (attributes and opset of the Split) writes
+ * each present dY_k into its part of dX and zeros where dY_k is missing. Only X's shape
+ * is read. Any dtype. */
 #include "../core/optest.h"
 #include "movement.h"
+
+#include <stdio.h>
 
 #include <inttypes.h>
 #include <string.h>
@@ -26,10 +33,10 @@ static int64_t part_size(const split_spec *s, int k, int n) {
     return k == n - 1 ? left : s->chunk;
 }
 
-static kiln_status get_spec(kiln_op_ctx *c, split_spec *s) {
+/* X is input 0 and the optional sizes input 1, for Split and SplitGrad alike; n parts. */
+static kiln_status get_spec(kiln_op_ctx *c, int n, split_spec *s) {
     const kiln_tensor *x = c->in[0];
     const kiln_node *node = c->node;
-    int n = c->n_out;
     memset(s, 0, sizeof *s);
     s->axis = kiln_attr_int(node, "axis", 0);
     KILN_OP_CHECK(c, kiln_norm_axis(&s->axis, x->ndim), KILN_ERR_SHAPE,
@@ -88,7 +95,7 @@ static kiln_status infer(kiln_op_ctx *c) {
                   "input dtype %s is not supported", kiln_dtype_name(x->dtype));
     KILN_OP_CHECK(c, x->ndim > 0, KILN_ERR_SHAPE, "cannot split a scalar");
     split_spec s;
-    kiln_status st = get_spec(c, &s);
+    kiln_status st = get_spec(c, c->n_out, &s);
     if (st != KILN_OK) return st;
     int64_t dims[KILN_MAX_DIMS];
     memcpy(dims, x->dims, sizeof dims);
@@ -103,7 +110,7 @@ static kiln_status infer(kiln_op_ctx *c) {
 static kiln_status forward(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0];
     split_spec s;
-    kiln_status st = get_spec(c, &s);
+    kiln_status st = get_spec(c, c->n_out, &s);
     if (st != KILN_OK) return st;
     size_t es = kiln_dtype_size(x->dtype);
     /* x viewed as (outer, dim * inner); part k takes a block of each row */
@@ -122,6 +129,141 @@ static kiln_status forward(kiln_op_ctx *c) {
         at += block;
     }
     return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- gradient */
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_grad_refuse(g, 1, "split");
+    if (st != KILN_OK || !g->need[0]) return st;
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    int parts = n->n_out;
+    bool all = true;
+    for (int k = 0; k < parts; k++) all = all && g->dy[k] >= 0;
+    if (all && parts == 1) {
+        g->dx[0] = g->dy[0];
+        return KILN_OK;
+    }
+    if (all) {
+        char attrs[48];
+        snprintf(attrs, sizeof attrs, "axis=%" PRId64, kiln_attr_int(n, "axis", 0));
+        g->dx[0] = kiln_grad_emit(g, NULL, "Concat", parts, g->dy, 1, NULL, false, attrs);
+        return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+    }
+    if (parts > 16)
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "Split node '%s': the gradient of more than 16 outputs is not supported",
+                         n->name);
+    int in[18];
+    in[0] = n->in[0];
+    in[1] = n->n_in > 1 ? n->in[1] : -1;
+    for (int k = 0; k < parts; k++) in[2 + k] = g->dy[k];
+    g->dx[0] = kiln_grad_emit(g, "kiln", "SplitGrad", parts + 2, in, 1, NULL, true, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    int n = c->n_in - 2;
+    KILN_OP_CHECK(c, n >= 1, KILN_ERR_SHAPE, "SplitGrad takes X, split and at least one dY");
+    KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, x->ndim > 0, KILN_ERR_SHAPE, "X cannot be a scalar");
+    split_spec s;
+    kiln_status st = get_spec(c, n, &s);
+    if (st != KILN_OK) return st;
+    for (int k = 0; k < n; k++) {
+        const kiln_tensor *dy = c->in[2 + k];
+        if (!dy) continue;
+        KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY_%d has dtype %s, X has %s", k,
+                      kiln_dtype_name(dy->dtype), kiln_dtype_name(x->dtype));
+        bool same = dy->ndim == x->ndim;
+        for (int d = 0; same && d < x->ndim; d++)
+            same = dy->dims[d] == (d == s.axis ? part_size(&s, k, n) : x->dims[d]);
+        KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY_%d must have the shape of output %d", k, k);
+    }
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *dx = c->out[0];
+    int n = c->n_in - 2;
+    split_spec s;
+    kiln_status st = get_spec(c, n, &s);
+    if (st != KILN_OK) return st;
+    size_t es = kiln_dtype_size(x->dtype);
+    /* dX viewed as (outer, dim * inner); part k is a block of each row */
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < s.axis; d++) outer *= x->dims[d];
+    for (int d = (int)s.axis + 1; d < x->ndim; d++) inner *= x->dims[d];
+    size_t row = (size_t)(s.dim * inner) * es, at = 0;
+    for (int k = 0; k < n; k++) {
+        size_t block = (size_t)(part_size(&s, k, n) * inner) * es;
+        const kiln_tensor *dy = c->in[2 + k];
+        char *dst = (char *)dx->data + at;
+        if (block > 0)
+            for (int64_t o = 0; o < outer; o++) {
+                if (dy) memcpy(dst + o * row, (const char *)dy->data + o * block, block);
+                else memset(dst + o * row, 0, block);
+            }
+        at += block;
+    }
+    return KILN_OK;
+}
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[5], *want;
+    /* parts of 2, 3 and 1 columns; the middle dY is missing */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), NULL);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 1));
+    in[2] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, 4));
+    in[3] = NULL;
+    in[4] = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(5, 6));
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 6), KT_VALS(1, 2, 0, 0, 0, 5, 3, 4, 0, 0, 0, 6));
+    fails += kiln_optest("SplitGrad", "axis=1", 5, in, 1, &want, 0, 0,
+                         "split grad middle dY missing");
+
+    /* opset 18 num_outputs: 7 -> 3, 3, 1, the first dY missing */
+    in[0] = kt_make(KILN_F64, 1, KT_DIMS(7), NULL);
+    in[1] = NULL;
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(1, 2, 3));
+    in[4] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(4));
+    want = kt_make(KILN_F64, 1, KT_DIMS(7), KT_VALS(0, 0, 0, 1, 2, 3, 4));
+    fails += kiln_optest_opset("SplitGrad", "num_outputs=3", 18, 5, in, 1, &want, 0, 0,
+                               "split grad num_outputs, first dY missing");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), NULL);
+    in[1] = NULL;
+    in[2] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), NULL);
+    in[3] = NULL;
+    fails += kiln_optest_fails("SplitGrad", "axis=1", 4, in, 1, KILN_ERR_SHAPE,
+                               "split grad dY of the wrong shape");
+
+    /* through autograd: R in the part that reaches the loss sum(Y_k * R), zeros elsewhere
+     * (kiln.SplitGrad); every output concatenated back gives R (the Concat path) */
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 6), -1, 1, 1);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 1));
+    fails += kiln_grad_route_check(
+        "Split", "axis=1", 13, 2, in, 3, 1,
+        kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 4, 5, 6)),
+        kt_make(KILN_F64, 2, KT_DIMS(2, 6), KT_VALS(0, 0, 1, 2, 3, 0, 0, 0, 4, 5, 6, 0)), false,
+        "split grad through autograd, only output 1 used");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(4, 2), -1, 1, 2);
+    fails += kiln_grad_route_check(
+        "Split", "", 11, 1, in, 2, 0, kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(-1, 2, -3, 4)),
+        kt_make(KILN_F64, 2, KT_DIMS(4, 2), KT_VALS(-1, 2, -3, 4, 0, 0, 0, 0)), false,
+        "split grad through autograd, opset 11, only output 0 used");
+    kiln_tensor *r = kt_rand(KILN_F64, 3, KT_DIMS(2, 5, 2), -1, 1, 3);
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 5, 2), -1, 1, 4);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 0, 3));
+    fails += kiln_grad_route_check("Split", "axis=-2", 13, 2, in, 3, -1, r,
+                                   kiln_tensor_clone(NULL, r), false,
+                                   "split grad through autograd, all outputs concatenated back");
+    return fails;
 }
 
 static int test(void) {
@@ -175,10 +317,33 @@ static int test(void) {
                                "split 6 into 4 equal parts");
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
     fails += kiln_optest_fails("Split", "axis=2", 1, in, 2, KILN_ERR_SHAPE, "split axis 2");
+
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 5);
+    fails += kiln_gradcheck_ex("Split", "", 13, 1, in, NULL, 1, 1.0, "split grad one part");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 6), -1, 1, 1);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 1));
+    fails += kiln_gradcheck_ex("Split", "axis=-1", 13, 2, in, NULL, 3, 1.0,
+                               "split grad variable parts");
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(4, 2, 3), -1, 1, 2);
+    fails += kiln_gradcheck_ex("Split", "", 13, 1, in, NULL, 2, 1.0,
+                               "split grad equal parts axis 0");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 3);
+    fails += kiln_gradcheck_ex("Split", "axis=1;split=[1,3]", 11, 1, in, NULL, 2, 1.0,
+                               "split grad opset 11 attribute");
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 7), -1, 1, 4);
+    fails += kiln_gradcheck_ex("Split", "axis=1;num_outputs=3", 18, 1, in, NULL, 3, 1.0,
+                               "split grad num_outputs uneven");
     return fails;
 }
 
 const kiln_op_def kiln_op_split = {
     .name = "Split", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = -1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .grad = grad,
+};
+
+const kiln_op_def kiln_op_split_grad = {
+    .name = "SplitGrad", .domain = "kiln", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1,
+    .max_outputs = 1, .value_inputs = 1u << 1, .shape_only_inputs = 1u << 0,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

@@ -44,6 +44,13 @@ static kiln_status infer(kiln_op_ctx *c) {
 
 static kiln_status forward(kiln_op_ctx *c) { return kiln_copy_input0(c); }
 
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_grad_refuse(g, 1, "axes");
+    if (st != KILN_OK || !g->need[0]) return st;
+    g->dx[0] = kiln_grad_reshape_like(g, g->dy[0], KILN_GRAD_IN(g, 0));
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
 static int test(void) {
     int fails = 0;
     const double v[] = {0, 1, 2, 3, 4, 5};
@@ -83,11 +90,24 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 3), v);
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, -4));
     fails += kiln_optest_fails("Squeeze", "", 2, in, 1, KILN_ERR_SHAPE, "squeeze repeated axis");
+
+    in[0] = kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 1, 3), -1, 1, 1);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-2));
+    fails += kiln_gradcheck("Squeeze", "", 0, 2, in, NULL, "squeeze grad axis -2");
+    in[0] = kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 1, 3), -1, 1, 2);
+    fails += kiln_gradcheck("Squeeze", "", 11, 1, in, NULL, "squeeze grad all ones, opset 11");
+    kiln_tensor *r = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 3);
+    y = kiln_tensor_clone(NULL, r);
+    if (y) kiln_tensor_set_shape(y, KILN_F64, 4, KT_DIMS(1, 2, 1, 3));
+    in[0] = kt_rand(KILN_F64, 4, KT_DIMS(1, 2, 1, 3), -1, 1, 4);
+    in[1] = NULL;
+    fails += kiln_grad_route_check("Squeeze", "", 0, 2, in, 1, 0, r, y, true,
+                                   "squeeze grad is a view of dY");
     return fails;
 }
 
 const kiln_op_def kiln_op_squeeze = {
     .name = "Squeeze", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
-    .alias_outputs = 1,
+    .alias_outputs = 1, .grad = grad,
 };

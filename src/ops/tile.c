@@ -1,17 +1,21 @@
 /* tile.c — Tile: repeats the input `repeats[d]` times along each dim d (opsets 11..21);
- * repeats is an int64 1-D input with one non-negative value per input dim. Any dtype. */
+ * repeats is an int64 1-D input with one non-negative value per input dim. Any dtype.
+ *
+ * Gradient: kiln.TileGrad(dY, X, repeats) sums dY over the tiles into X's shape (X read
+ * shape-only). Float dtypes. */
 #include "../core/optest.h"
 #include "movement.h"
 
 #include <inttypes.h>
 
-static kiln_status infer(kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0];
+/* The tiled shape of x = c->in[at] by the repeats input that follows it. */
+static kiln_status tiled_shape(kiln_op_ctx *c, int at, int64_t *dims) {
+    const kiln_tensor *x = c->in[at];
     KILN_OP_CHECK(c, kiln_dtype_size(x->dtype) > 0, KILN_ERR_TYPE,
                   "input dtype %s is not supported", kiln_dtype_name(x->dtype));
-    int64_t rep[KILN_MAX_DIMS], dims[KILN_MAX_DIMS];
+    int64_t rep[KILN_MAX_DIMS];
     int n;
-    kiln_status st = kiln_read_ints(c, 1, "repeats", rep, KILN_MAX_DIMS, &n);
+    kiln_status st = kiln_read_ints(c, at + 1, "repeats", rep, KILN_MAX_DIMS, &n);
     if (st != KILN_OK) return st;
     KILN_OP_CHECK(c, n == x->ndim, KILN_ERR_SHAPE, "repeats has %d values for rank %d", n,
                   x->ndim);
@@ -20,7 +24,14 @@ static kiln_status infer(kiln_op_ctx *c) {
                       d, rep[d]);
         dims[d] = x->dims[d] * rep[d];
     }
-    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, dims);
+    return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    int64_t dims[KILN_MAX_DIMS];
+    kiln_status st = tiled_shape(c, 0, dims);
+    if (st != KILN_OK) return st;
+    kiln_tensor_set_shape(c->out[0], c->in[0]->dtype, c->in[0]->ndim, dims);
     return KILN_OK;
 }
 
@@ -42,7 +53,85 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* ---------------------------------------------------------------- gradient */
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    kiln_status st = kiln_grad_refuse(g, 1, "repeats");
+    if (st != KILN_OK || !g->need[0]) return st;
+    int in[3] = {g->dy[0], KILN_GRAD_IN(g, 0), KILN_GRAD_IN(g, 1)};
+    g->dx[0] = kiln_grad_emit(g, "kiln", "TileGrad", 3, in, 1, NULL, false, NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+static kiln_status infer_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
+                  "X must be a float tensor, not %s", kiln_dtype_name(x->dtype));
+    KILN_OP_CHECK(c, dy->dtype == x->dtype, KILN_ERR_TYPE, "dY has dtype %s, X has %s",
+                  kiln_dtype_name(dy->dtype), kiln_dtype_name(x->dtype));
+    int64_t dims[KILN_MAX_DIMS];
+    kiln_status st = tiled_shape(c, 1, dims);
+    if (st != KILN_OK) return st;
+    bool same = dy->ndim == x->ndim;
+    for (int d = 0; same && d < x->ndim; d++) same = dy->dims[d] == dims[d];
+    char want[160];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have the tiled shape %s",
+                  kiln_dims_str(x->ndim, dims, want, sizeof want));
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+/* offset tables over dY's axes, then the accumulator */
+static size_t workspace_grad(const kiln_op_ctx *c) {
+    return kiln_axis_maps_bytes(c->in[0]->ndim, c->in[0]->dims) +
+           kiln_scatter_add_bytes(c->out[0]);
+}
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    kiln_tensor *dx = c->out[0];
+    int64_t stride[KILN_MAX_DIMS], *maps[KILN_MAX_DIMS];
+    kiln_strides(dx->ndim, dx->dims, stride);
+    kiln_axis_maps_carve(maps, c->workspace, dy->ndim, dy->dims);
+    for (int d = 0; d < dy->ndim; d++)
+        for (int64_t j = 0; j < dy->dims[d]; j++) maps[d][j] = (j % dx->dims[d]) * stride[d];
+    char *acc = (char *)c->workspace + kiln_axis_maps_bytes(dy->ndim, dy->dims);
+    kiln_scatter_add_axes(dx, dy, (const int64_t *const *)maps, acc);
+    return KILN_OK;
+}
+
 static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, KT_DIMS(n), v); }
+
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *want;
+    /* expected values from numpy: dY.reshape(2, 2, 2, 3).sum(axis=(0, 2)) */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(4, 6), NULL);
+    for (int i = 0; in[0] && i < 24; i++) kiln_set_f64(in[0], i, i);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(2, KT_VALS(2, 2));
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(30, 34, 38, 54, 58, 62));
+    fails += kiln_optest("TileGrad", "", 3, in, 1, &want, 0, 0, "tile grad 2x2");
+
+    in[0] = kt_make(KILN_BF16, 1, KT_DIMS(6), KT_VALS(1, 2, 3, 4, 5, 6));
+    in[1] = kt_make(KILN_BF16, 1, KT_DIMS(2), NULL);
+    in[2] = ints(1, KT_VALS(3));
+    want = kt_make(KILN_BF16, 1, KT_DIMS(2), KT_VALS(9, 12));
+    fails += kiln_optest("TileGrad", "", 3, in, 1, &want, 0, 0, "tile grad bf16 1-D");
+
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 0), NULL);
+    in[1] = kt_make(KILN_F64, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(2, KT_VALS(1, 0));
+    want = kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(0, 0, 0, 0, 0, 0));
+    fails += kiln_optest("TileGrad", "", 3, in, 1, &want, 0, 0, "tile grad zero repeats");
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(4, 3), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[2] = ints(2, KT_VALS(2, 2));
+    fails += kiln_optest_fails("TileGrad", "", 3, in, 1, KILN_ERR_SHAPE,
+                               "tile grad dY of the wrong shape");
+    return fails;
+}
 
 static int test(void) {
     int fails = 0;
@@ -76,11 +165,28 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
     in[1] = ints(2, KT_VALS(2, -1));
     fails += kiln_optest_fails("Tile", "", 2, in, 1, KILN_ERR_SHAPE, "tile negative repeat");
+
+    in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1);
+    in[1] = ints(2, KT_VALS(2, 3));
+    fails += kiln_gradcheck("Tile", "", 0, 2, in, NULL, "tile grad 2x3");
+    in[0] = kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 2);
+    in[1] = ints(3, KT_VALS(1, 3, 2));
+    fails += kiln_gradcheck("Tile", "", 0, 2, in, NULL, "tile grad 3-D with a size-1 dim");
+    in[0] = kt_rand(KILN_F64, 1, KT_DIMS(4), -1, 1, 3);
+    in[1] = ints(1, KT_VALS(1));
+    fails += kiln_gradcheck("Tile", "", 0, 2, in, NULL, "tile grad one repeat");
     return fails;
 }
 
 const kiln_op_def kiln_op_tile = {
     .name = "Tile", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward,
-    .cpu_workspace = workspace, .test = test,
+    .cpu_workspace = workspace, .test = test, .grad = grad,
+};
+
+const kiln_op_def kiln_op_tile_grad = {
+    .name = "TileGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1,
+    .max_outputs = 1, .value_inputs = 1u << 2, .shape_only_inputs = 1u << 1,
+    .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,
+    .test = test_grad,
 };

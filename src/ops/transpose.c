@@ -4,6 +4,7 @@
 #include "movement.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 
 /* perm from the attribute (or reversed), validated. */
 static kiln_status get_perm(kiln_op_ctx *c, int64_t *perm) {
@@ -58,6 +59,35 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* dX = Transpose(dY) by the inverse permutation (the default reversal is its own). */
+static kiln_status grad(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    int np;
+    const int64_t *p = kiln_attr_ints(n, "perm", &np);
+    char attrs[32 + 24 * KILN_MAX_DIMS] = "";
+    if (p) {
+        int64_t inv[KILN_MAX_DIMS];
+        /* inference accepted the node, so perm is a permutation of 0..np-1 */
+        if (np > KILN_MAX_DIMS)
+            return kiln_fail(g->m->ctx, KILN_ERR_SHAPE, "Transpose node '%s': perm is too long",
+                             n->name);
+        for (int d = 0; d < np; d++) {
+            if (p[d] < 0 || p[d] >= np)
+                return kiln_fail(g->m->ctx, KILN_ERR_SHAPE,
+                                 "Transpose node '%s': perm is not a permutation", n->name);
+            inv[p[d]] = d;
+        }
+        size_t at = (size_t)snprintf(attrs, sizeof attrs, "perm=[");
+        for (int d = 0; d < np; d++)
+            at += (size_t)snprintf(attrs + at, sizeof attrs - at, d ? ",%" PRId64 : "%" PRId64,
+                                   inv[d]);
+        snprintf(attrs + at, sizeof attrs - at, "]");
+    }
+    int dy = g->dy[0];
+    g->dx[0] = kiln_grad_emit(g, NULL, "Transpose", 1, &dy, 1, NULL, false, p ? attrs : NULL);
+    return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
 static int test(void) {
     int fails = 0;
     const double v[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
@@ -107,10 +137,21 @@ static int test(void) {
     x = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
     fails += kiln_optest_fails("Transpose", "perm=[1,0]", 1, &x, 1, KILN_ERR_SHAPE,
                                "transpose short perm");
+
+    fails += kiln_gradcheck("Transpose", "perm=[1,2,0]", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 1)},
+                            NULL, "transpose grad 1,2,0");
+    fails += kiln_gradcheck("Transpose", "perm=[2,0,3,1]", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 4, KT_DIMS(2, 3, 2, 4), -1, 1, 2)},
+                            NULL, "transpose grad 2,0,3,1");
+    fails += kiln_gradcheck("Transpose", "", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 3)},
+                            NULL, "transpose grad default reverse");
     return fails;
 }
 
 const kiln_op_def kiln_op_transpose = {
     .name = "Transpose", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+    .grad = grad,
 };

@@ -288,7 +288,9 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     for (int i = 0; lv >= 0 && i < fwd->n_outputs; i++) is_out |= fwd->outputs[i] == lv;
     if (!is_out) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "'%s' is not an output of the model", loss);
     const kiln_value *lval = &fwd->values[lv];
-    if (lval->ndim > 1 || (lval->ndim == 1 && lval->dims[0] != 1) || !kiln_dtype_is_float(lval->dtype))
+    /* Checked here when static inference knew the loss; otherwise when the plan is built. */
+    if (lval->ndim > 1 || (lval->ndim == 1 && lval->dims[0] != 1) ||
+        (lval->dtype != KILN_DTYPE_UNDEFINED && !kiln_dtype_is_float(lval->dtype)))
         return kiln_fail(ctx, KILN_ERR_SHAPE, "the loss '%s' must be a float scalar", loss);
     kiln_trainer *t = kiln_calloc(ctx, 1, sizeof *t, "a trainer");
     if (!t) return KILN_ERR_OUT_OF_MEMORY;

@@ -203,3 +203,22 @@ save_bad("bad_legacy_broadcast", [legacy],
          outputs=[helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3, 4])],
          inits=[helper.make_tensor("B", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])],
          opsets=[helper.make_opsetid("", 6)])
+
+# --- overload.onnx: a function told apart by its overload (IR 10), called twice; a
+# same-named function without the overload must not be picked.
+wrong = helper.make_function("pkg.torch", "Act", ["x"], ["y"],
+                             [helper.make_node("LeakyRelu", ["x"], ["y"])],
+                             [helper.make_opsetid("", 18)])
+right = helper.make_function("pkg.torch", "Act", ["x"], ["y"],
+                             [helper.make_node("Relu", ["x"], ["y"], name="r")],
+                             [helper.make_opsetid("", 18)], overload="v2")
+c1 = helper.make_node("Act", ["X"], ["H"], name="a1", domain="pkg.torch")
+c1.overload = "v2"
+c2 = helper.make_node("Act", ["H"], ["Y"], name="a2", domain="pkg.torch")
+c2.overload = "v2"
+g = helper.make_graph([c1, c2], "overload",
+                      [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["B", 8])],
+                      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["B", 8])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18),
+                                              helper.make_opsetid("pkg.torch", 1)],
+                            functions=[wrong, right], ir_version=10), "overload.onnx")

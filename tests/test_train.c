@@ -1,0 +1,304 @@
+/* test_train.c — training on the CPU: optimizer updates against hand-computed PyTorch
+ * formulas, gradient accumulation equal to the large batch, BatchNormalization running
+ * statistics, checkpoints (exact resume; a save killed midway leaves the previous
+ * checkpoint loadable), and a short mnist-net run on Fashion-MNIST that must learn.
+ * Usage: test_train TMPDIR [FASHION_MNIST_DIR] */
+#include "core/internal.h"
+#include "data/data.h"
+#include "io/safetensors.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int fails;
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+            fails++;                                    \
+        }                                               \
+    } while (0)
+
+/* y = x·W ((B,2) x (2,1)), loss = ReduceSum((y - t)^2): small enough to compute every
+ * update by hand. */
+static kiln_model *linear_model(kiln_context *ctx, const float w0[2]) {
+    kiln_model *m = NULL;
+    kiln_model_create(ctx, &m);
+    kiln_model_add_input(m, "x", KILN_F32, 2, (int64_t[]){-1, 2});
+    kiln_model_add_input(m, "t", KILN_F32, 2, (int64_t[]){-1, 1});
+    kiln_tensor *w = NULL;
+    kiln_tensor_wrap(ctx, KILN_F32, 2, (int64_t[]){2, 1}, (void *)w0, &w);
+    kiln_model_add_initializer(m, "w", w);
+    kiln_tensor_free(w);
+    kiln_model_add_node(m, "MatMul", "mm", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"y"}, NULL);
+    kiln_model_add_node(m, "Sub", "sub", 2, (const char *[]){"y", "t"}, 1, (const char *[]){"d"}, NULL);
+    kiln_model_add_node(m, "Mul", "sq", 2, (const char *[]){"d", "d"}, 1, (const char *[]){"d2"}, NULL);
+    kiln_node *n = NULL;
+    kiln_model_add_node(m, "ReduceSum", "sum", 1, (const char *[]){"d2"}, 1, (const char *[]){"loss"}, &n);
+    kiln_node_set_int(n, "keepdims", 0);
+    kiln_model_add_output(m, "loss");
+    if (kiln_model_finalize(m)) {
+        printf("linear model: %s\n", kiln_context_message(ctx));
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* One step from w = (0.5, -0.25) on x = (1, 2), t = 1: y = 0, d = -1, loss 1,
+ * dL/dw = 2 d x = (-2, -4). */
+static void test_optimizers(kiln_context *ctx) {
+    const float w0[2] = {0.5f, -0.25f}, x[2] = {1, 2}, t[1] = {1};
+    kiln_tensor *xt = NULL, *tt = NULL;
+    kiln_tensor_wrap(ctx, KILN_F32, 2, (int64_t[]){1, 2}, (void *)x, &xt);
+    kiln_tensor_wrap(ctx, KILN_F32, 2, (int64_t[]){1, 1}, (void *)t, &tt);
+    kiln_tensor *in[2] = {xt, tt};
+    const double g[2] = {-2, -4};
+    struct {
+        const char *name;
+        kiln_train_options o;
+        double want[2]; /* w after one step, from PyTorch's update formulas */
+    } cases[] = {
+        {"sgd", {.optimizer = KILN_OPTIM_SGD, .lr = 0.1f}, {0.5 + 0.2, -0.25 + 0.4}},
+        {"sgd weight decay", {.optimizer = KILN_OPTIM_SGD, .lr = 0.1f, .weight_decay = 0.5f},
+         {0.5 - 0.1 * (-2 + 0.25), -0.25 - 0.1 * (-4 - 0.125)}},
+        /* Adam step 1: m = (1-b1) g, v = (1-b2) g^2, mhat = g, vhat = g^2: w -= lr * g/(|g|+eps) */
+        {"adam", {.optimizer = KILN_OPTIM_ADAM, .lr = 0.01f}, {0.5 + 0.01, -0.25 + 0.01}},
+        {"adamw", {.optimizer = KILN_OPTIM_ADAMW, .lr = 0.01f, .weight_decay = 0.1f},
+         {0.5 * (1 - 0.001) + 0.01, -0.25 * (1 - 0.001) + 0.01}},
+        /* Adadelta step 1 (rho 0.9, eps 1e-6): sq = 0.1 g^2; delta = sqrt(eps)/sqrt(sq+eps) g */
+        {"adadelta", {.optimizer = KILN_OPTIM_ADADELTA, .lr = 1.0f},
+         {0.5 - sqrt(1e-6) / sqrt(0.1 * 4 + 1e-6) * -2, -0.25 - sqrt(1e-6) / sqrt(0.1 * 16 + 1e-6) * -4}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kiln_model *m = linear_model(ctx, w0);
+        kiln_trainer *tr = NULL;
+        float loss = -1;
+        CHECK(m && kiln_trainer_create(m, "loss", &cases[c].o, &tr) == KILN_OK, "%s: %s", cases[c].name,
+              kiln_context_message(ctx));
+        if (tr) {
+            CHECK(kiln_trainer_step(tr, 2, in, &loss) == KILN_OK, "%s step: %s", cases[c].name, kiln_context_message(ctx));
+            CHECK(fabsf(loss - 1.0f) < 1e-6f, "%s: loss %g, want 1", cases[c].name, loss);
+            kiln_model *e = NULL;
+            CHECK(kiln_trainer_export(tr, "loss", &e) == KILN_OK, "export");
+            const kiln_tensor *w = NULL;
+            for (int v = 0; e && v < e->n_values; v++)
+                if (strcmp(e->values[v].name, "w") == 0) w = e->values[v].init;
+            CHECK(w != NULL, "exported weights");
+            for (int i = 0; w && i < 2; i++) {
+                double got = ((const float *)w->data)[i];
+                CHECK(fabs(got - cases[c].want[i]) <= 1e-6 + 1e-5 * fabs(cases[c].want[i]), "%s: w[%d] = %.9g, want %.9g (g %g)",
+                      cases[c].name, i, got, cases[c].want[i], g[i]);
+            }
+            kiln_model_free(e);
+        }
+        kiln_trainer_free(tr);
+        kiln_model_free(m);
+    }
+    kiln_tensor_free(xt);
+    kiln_tensor_free(tt);
+}
+
+/* Two micro-batches with accumulate 2 take one SGD step with the mean of their
+ * gradients (computed by hand here). */
+static void test_accumulation(kiln_context *ctx) {
+    const float w0[2] = {0.1f, 0.2f};
+    const float xa[4] = {1, 0, 0, 1}, ta[2] = {1, 2}, xb[4] = {2, 1, 1, 3}, tb[2] = {0, -1};
+    kiln_tensor *x1 = NULL, *t1 = NULL, *x2 = NULL, *t2 = NULL;
+    kiln_tensor_wrap(ctx, KILN_F32, 2, (int64_t[]){2, 2}, (void *)xa, &x1);
+    kiln_tensor_wrap(ctx, KILN_F32, 2, (int64_t[]){2, 1}, (void *)ta, &t1);
+    kiln_tensor_wrap(ctx, KILN_F32, 2, (int64_t[]){2, 2}, (void *)xb, &x2);
+    kiln_tensor_wrap(ctx, KILN_F32, 2, (int64_t[]){2, 1}, (void *)tb, &t2);
+    /* gradient of sum((xw - t)^2) = 2 x^T (xw - t) per micro-batch, averaged over the two */
+    double grad[2] = {0, 0};
+    const float *xs[2] = {xa, xb}, *ts[2] = {ta, tb};
+    for (int b = 0; b < 2; b++)
+        for (int r = 0; r < 2; r++) {
+            double d = xs[b][2 * r] * w0[0] + xs[b][2 * r + 1] * w0[1] - ts[b][r];
+            grad[0] += 2 * d * xs[b][2 * r] / 2;
+            grad[1] += 2 * d * xs[b][2 * r + 1] / 2;
+        }
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .lr = 0.05f, .accumulate = 2};
+    kiln_model *m = linear_model(ctx, w0);
+    kiln_trainer *tr = NULL;
+    CHECK(m && kiln_trainer_create(m, "loss", &o, &tr) == KILN_OK, "accumulate: %s", kiln_context_message(ctx));
+    if (tr) {
+        kiln_train_stats s;
+        kiln_tensor *in1[2] = {x1, t1}, *in2[2] = {x2, t2};
+        kiln_trainer_step(tr, 2, in1, NULL);
+        kiln_trainer_stats(tr, &s);
+        CHECK(s.steps == 0 && s.micro_steps == 1, "no update after the first micro-batch");
+        kiln_trainer_step(tr, 2, in2, NULL);
+        kiln_trainer_stats(tr, &s);
+        CHECK(s.steps == 1, "one update after two micro-batches");
+        kiln_model *e = NULL;
+        kiln_trainer_export(tr, "loss", &e);
+        for (int v = 0; e && v < e->n_values; v++)
+            if (strcmp(e->values[v].name, "w") == 0)
+                for (int i = 0; i < 2; i++) {
+                    double got = ((const float *)e->values[v].init->data)[i], want = w0[i] - 0.05 * grad[i];
+                    CHECK(fabs(got - want) < 1e-6, "accumulated step w[%d] = %.9g, want %.9g", i, got, want);
+                }
+        kiln_model_free(e);
+        CHECK(kiln_trainer_save(tr, "/nonexistent-dir/x.safetensors", 0, 0) == KILN_ERR_IO, "unwritable path is an I/O error");
+        kiln_trainer_step(tr, 2, in1, NULL);
+        CHECK(kiln_trainer_save(tr, "/tmp/never.safetensors", 0, 0) == KILN_ERR_INVALID_ARGUMENT,
+              "saving between micro-batches is refused: %s", kiln_context_message(ctx));
+    }
+    kiln_trainer_free(tr);
+    kiln_model_free(m);
+    kiln_tensor_free(x1);
+    kiln_tensor_free(t1);
+    kiln_tensor_free(x2);
+    kiln_tensor_free(t2);
+}
+
+/* ---------------------------------------------------------------- mnist-net */
+
+static int train_steps(kiln_trainer *t, kiln_loader *l, int n, float *losses) {
+    for (int i = 0; i < n; i++) {
+        const kiln_batch *b = NULL;
+        if (kiln_loader_next(l, &b)) return 1;
+        kiln_tensor *in[2] = {b->x, b->y};
+        kiln_status st = kiln_trainer_step(t, 2, in, losses ? &losses[i] : NULL);
+        kiln_loader_release(l, b);
+        if (st) return 1;
+    }
+    return 0;
+}
+
+static double accuracy(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, int64_t n) {
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    kiln_tensor *x = NULL;
+    const kiln_tensor *y = NULL;
+    double acc = -1;
+    if (!kiln_trainer_export(t, "logprobs", &m) && !kiln_session_create(m, NULL, &s) &&
+        !kiln_tensor_wrap(ctx, KILN_F32, 4, (int64_t[]){n, 1, 28, 28}, d->test_images->data, &x) &&
+        !kiln_session_run(s, 1, &x, 1, &y)) {
+        const float *p = y->data;
+        const int64_t *lab = d->test_labels->data;
+        int64_t ok = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int best = 0;
+            for (int c = 1; c < 10; c++)
+                if (p[i * 10 + c] > p[i * 10 + best]) best = c;
+            ok += best == lab[i];
+        }
+        acc = (double)ok / (double)n;
+    }
+    kiln_tensor_free(x);
+    kiln_session_free(s);
+    kiln_model_free(m);
+    return acc;
+}
+
+static volatile int pause_now;
+static int pause_fd = -1;
+/* In the child: tell the parent the save is under way, then wait to be killed. */
+static void slow_save_hook(size_t done, size_t total) {
+    if (done * 2 < total || pause_now) return;
+    pause_now = 1;
+    if (write(pause_fd, "x", 1) != 1) _exit(3);
+    for (;;) pause();
+}
+
+static void test_mnist(kiln_context *ctx, const char *tmp, const char *data) {
+    kiln_mnist d = {0};
+    if (kiln_mnist_load(ctx, data, KILN_F32, KILN_FASHION_MNIST_MEAN, KILN_FASHION_MNIST_STD, &d)) {
+        printf("SKIP mnist-net: %s\n", kiln_context_message(ctx));
+        return;
+    }
+    const int steps = 120;
+    kiln_loader_options lo = kiln_loader_options_default();
+    lo.seed = 5;
+    kiln_loader *l = NULL;
+    kiln_model *m = NULL;
+    kiln_trainer *t = NULL, *t2 = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = 1.0f, .seed = 7};
+    float losses[120];
+    char ck[1024];
+    snprintf(ck, sizeof ck, "%s/mnist.safetensors", tmp);
+    CHECK(!kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l), "loader: %s", kiln_context_message(ctx));
+    CHECK(!kiln_model_mnist_net(ctx, -1, 3, 1, &m) && !kiln_trainer_create(m, "loss", &o, &t), "mnist-net: %s",
+          kiln_context_message(ctx));
+    if (!l || !t) goto out;
+    CHECK(!train_steps(t, l, 60, losses), "train: %s", kiln_context_message(ctx));
+    CHECK(!kiln_trainer_save(t, ck, 0, 60), "save: %s", kiln_context_message(ctx));
+    CHECK(!train_steps(t, l, steps - 60, losses + 60), "train: %s", kiln_context_message(ctx));
+    double first = 0, last = 0;
+    for (int i = 0; i < 20; i++) {
+        first += losses[i] / 20;
+        last += losses[steps - 20 + i] / 20;
+    }
+    CHECK(last < 0.6 * first, "mnist-net learns: mean loss of the first 20 steps %.3f, of the last 20 %.3f", first, last);
+    double acc = accuracy(ctx, t, &d, 2000);
+    printf("     mnist-net after %d steps: loss %.3f -> %.3f, test accuracy on 2000 images %.4f\n", steps, first, last, acc);
+    CHECK(acc > 0.6, "test accuracy %.4f after %d steps", acc, steps);
+
+    /* Resume from the step-60 checkpoint: the next 60 losses repeat exactly (same weights,
+     * optimizer state, dropout seeds, batches). */
+    int64_t ep = -1, st = -1;
+    kiln_loader_free(l);
+    l = NULL;
+    CHECK(!kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l), "loader");
+    CHECK(!kiln_trainer_create(m, "loss", &o, &t2), "second trainer");
+    CHECK(t2 && !kiln_trainer_load(t2, ck, &ep, &st) && ep == 0 && st == 60, "load: %s", kiln_context_message(ctx));
+    if (t2 && l && !kiln_loader_seek(l, ep, st)) {
+        float again[60];
+        CHECK(!train_steps(t2, l, 60, again), "resumed training");
+        double worst = 0;
+        for (int i = 0; i < 60; i++) worst = fmax(worst, fabs(again[i] - losses[60 + i]));
+        CHECK(worst <= 1e-5, "resumed losses differ from the uninterrupted run by up to %g", worst);
+    }
+
+    /* A save killed halfway leaves the previous checkpoint loadable and unchanged. */
+    int fd[2];
+    CHECK(pipe(fd) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        pause_fd = fd[1];
+        kiln_safetensors_write_hook = slow_save_hook;
+        kiln_trainer_save(t, ck, 0, 120); /* t has moved on: different weights */
+        _exit(4);                         /* not reached: killed inside the save */
+    }
+    close(fd[1]);
+    char c;
+    CHECK(pid > 0 && read(fd[0], &c, 1) == 1, "child reached the middle of its save");
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(fd[0]);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child was killed mid-save");
+    kiln_trainer *t3 = NULL;
+    CHECK(!kiln_trainer_create(m, "loss", &o, &t3), "third trainer");
+    CHECK(t3 && !kiln_trainer_load(t3, ck, &ep, &st) && st == 60,
+          "the checkpoint saved before the killed save still loads, at step %lld: %s", (long long)st, kiln_context_message(ctx));
+    kiln_trainer_free(t3);
+out:
+    kiln_trainer_free(t);
+    kiln_trainer_free(t2);
+    kiln_model_free(m);
+    kiln_loader_free(l);
+    kiln_mnist_free(&d);
+}
+
+int main(int argc, char **argv) {
+    kiln_context *ctx = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    const char *tmp = argc > 1 ? argv[1] : "/tmp";
+    test_optimizers(ctx);
+    test_accumulation(ctx);
+    if (argc > 2) test_mnist(ctx, tmp, argv[2]);
+    kiln_context_free(ctx);
+    printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}
