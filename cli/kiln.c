@@ -33,7 +33,7 @@ static int usage(FILE *f) {
             "        [--max-steps N] [--no-dropout] [--threads N]\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy.\n"
-            "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32] [--iters N] [--warmup N]\n"
+            "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--iters N] [--warmup N]\n"
             "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
             "      throughput, latency percentiles, transfers, one-time cost.\n"
             "  info MODEL.onnx     Inputs, outputs, nodes and op counts of a model.\n"
@@ -212,11 +212,10 @@ static int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (o[0] != '-' && !path) path = o;
-        else if (strcmp(o, "--fp32") == 0) continue;
-        else if (strcmp(o, "--fp16") == 0 || strcmp(o, "--bf16") == 0) {
-            fprintf(stderr, "kiln bench: %s is not available yet (the precision pass has not landed); use --fp32\n", o);
-            return 2;
-        } else if (!v) { fprintf(stderr, "kiln bench: %s needs a value\n", o); return 2; }
+        else if (strcmp(o, "--fp32") == 0) so.precision = KILN_PRECISION_FP32;
+        else if (strcmp(o, "--fp16") == 0) so.precision = KILN_PRECISION_FP16;
+        else if (strcmp(o, "--bf16") == 0) so.precision = KILN_PRECISION_BF16;
+        else if (!v) { fprintf(stderr, "kiln bench: %s needs a value\n", o); return 2; }
         else if (strcmp(o, "--batch") == 0) batch = atoll(argv[++i]);
         else if (strcmp(o, "--iters") == 0) iters = atoi(argv[++i]);
         else if (strcmp(o, "--warmup") == 0) warmup = atoi(argv[++i]);
@@ -270,8 +269,10 @@ static int cmd_bench(int argc, char **argv) {
     kiln_plan_stats ps;
     kiln_session_stats(s, &ps);
     double med = pct(comp, iters, 0.5);
-    printf("model: %s  batch %lld  device %s  fp32  (%d nodes run, %d folded; arena %.1f MiB)\n", path, (long long)batch,
-           so.device == KILN_DEVICE_CUDA ? "cuda" : "cpu", ps.nodes, ps.folded, ps.arena_bytes / 1048576.0);
+    static const char *const prec_names[] = {"fp32", "fp16", "bf16"};
+    printf("model: %s  batch %lld  device %s  %s  (%d nodes run, %d folded; arena %.1f MiB)\n", path, (long long)batch,
+           so.device == KILN_DEVICE_CUDA ? "cuda" : "cpu", prec_names[so.precision], ps.nodes, ps.folded,
+           ps.arena_bytes / 1048576.0);
     printf("one-time: import %.1f ms, plan + first run (folding, autotuning, upload, graph capture) %.1f ms\n", t_import,
            bt.first_ms);
     printf("latency (end to end, ms): min %.4f  median %.4f  p90 %.4f  p95 %.4f  p99 %.4f\n", run[0], pct(run, iters, 0.5),

@@ -9,14 +9,18 @@
  * precision come last so they see the final op mix. */
 static const kiln_pass passes[] = {
     {"dead-nodes", KILN_PASS_DEAD_NODES, kiln_pass_dead_nodes},
-    /* last: it lays out the final op mix and initializers */
+    /* after fusion (it pads kiln.FusedConv too), before the layout pass */
+    {"pad-channels", KILN_PASS_PAD_CHANNELS, kiln_pass_pad_channels},
+    /* after fusion: it classifies the final op mix; not switchable (the session asked for
+     * it). Only the layout pass comes later, since precision adds values (Casts, converted
+     * initializers) that would not carry a layout. */
+    {"precision", 0, kiln_pass_precision},
+    /* last: it lays out the final op mix, dtypes and initializers */
     {"layout", KILN_PASS_NHWC, kiln_pass_layout},
 };
 
 kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o, kiln_model **out) {
     *out = NULL;
-    if (o->precision != KILN_PRECISION_FP32)
-        return kiln_fail(src->ctx, KILN_ERR_UNSUPPORTED, "fp16/bf16 plans need the precision pass, which this build lacks");
     kiln_model *m = NULL;
     kiln_status st = kiln_model_clone(src, &m);
     if (st) return st;

@@ -40,9 +40,19 @@ void kiln_pass_replace_uses(kiln_model *m, int from, int to);
 void kiln_pass_remove_nodes(kiln_model *m, const bool *dead);
 /* A new value named after hint (unique); -1 on OOM. */
 int kiln_pass_new_value(kiln_model *m, const char *hint);
+/* The nodes of m in a topological order (order: n_nodes entries), whatever order passes
+ * left them in. */
+kiln_status kiln_pass_topo_order(const kiln_model *m, int *order);
+/* Dtype and shape of every value of m (an array of n_values shape-only tensors, to free()),
+ * also where the graph inputs have symbolic dims, which count as 1 here (shapes are then
+ * indicative; dtypes do not depend on them). Unknown: dtype UNDEFINED, ndim -1. Sets each
+ * node's op index. */
+kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out);
 
 /* The passes (one file each in src/passes/). */
 kiln_status kiln_pass_dead_nodes(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed);
 
 #endif

@@ -1,0 +1,114 @@
+/*
+ * pad_channels.c — input channels of convolutions padded to a multiple of 8 (CUDA with
+ * fp16/bf16 only: tensor-core kernels want channel counts in multiples of 8 halves, and
+ * cuDNN otherwise falls back to slower ones; the 3-channel stem conv is the usual case).
+ *
+ * For a Conv (or kiln.FusedConv) with group 1 whose weight W (M, C, k...) is an initializer
+ * and whose C is not a multiple of 8: W becomes a new initializer (M, C8, k...) with zeros
+ * in channels C..C8-1, and X is read through Pad(X, pads) adding C8-C zero channels at the
+ * end of dim 1 (one Pad per X and width, shared by the convs reading it). The added
+ * channels multiply zero weights, so Y is unchanged (exactly: the products are +0). Output
+ * channels are left alone: padding them would change Y's shape for its readers.
+ */
+#include "passes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_conv(const kiln_node *n) {
+    bool onnx = !n->domain[0] || strcmp(n->domain, "ai.onnx") == 0;
+    return (onnx && strcmp(n->op_type, "Conv") == 0) || (strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, "FusedConv") == 0);
+}
+
+/* A new initializer value named after hint; takes t over. -1 on OOM. */
+static int new_initializer(kiln_model *m, const char *hint, kiln_tensor *t) {
+    int v = t ? kiln_pass_new_value(m, hint) : -1;
+    if (v < 0) {
+        kiln_tensor_free(t);
+        return -1;
+    }
+    kiln_value *val = &m->values[v];
+    val->init = t;
+    val->dtype = t->dtype;
+    val->ndim = t->ndim;
+    memcpy(val->dims, t->dims, sizeof val->dims);
+    return v;
+}
+
+/* W (M, C, k...) with zero channels C..c8-1 appended. */
+static kiln_tensor *pad_weight(kiln_context *ctx, const kiln_tensor *w, int64_t c8) {
+    int64_t dims[KILN_MAX_DIMS];
+    memcpy(dims, w->dims, sizeof dims);
+    dims[1] = c8;
+    kiln_tensor *p = kiln_tensor_new(ctx, w->dtype, w->ndim, dims);
+    if (!p) return NULL;
+    size_t es = kiln_dtype_size(w->dtype);
+    int64_t k = 1;
+    for (int d = 2; d < w->ndim; d++) k *= w->dims[d];
+    size_t row = (size_t)(w->dims[1] * k) * es, prow = (size_t)(c8 * k) * es; /* one output channel */
+    for (int64_t o = 0; o < w->dims[0]; o++)
+        memcpy((char *)p->data + (size_t)o * prow, (const char *)w->data + (size_t)o * row, row);
+    return p;
+}
+
+kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    if (o->device != KILN_DEVICE_CUDA || o->precision == KILN_PRECISION_FP32) return KILN_OK;
+    kiln_context *ctx = m->ctx;
+    int n0 = m->n_nodes;
+    /* Pads already inserted: (X value, padded width) -> padded value. */
+    int *pad_x = calloc((size_t)n0 + 1, sizeof *pad_x), *pad_c = calloc((size_t)n0 + 1, sizeof *pad_c);
+    int *pad_out = calloc((size_t)n0 + 1, sizeof *pad_out);
+    int n_pads = 0;
+    kiln_status st = KILN_OK;
+    if (!pad_x || !pad_c || !pad_out) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < n0 && !st; i++) {
+        const kiln_node *n = &m->nodes[i];
+        if (!is_conv(n) || n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0 || kiln_attr_int(n, "group", 1) != 1) continue;
+        int x = n->in[0], w = n->in[1];
+        const kiln_tensor *wt = m->values[w].init;
+        if (!wt || !kiln_dtype_is_float(wt->dtype) || wt->ndim < 3) continue;
+        int64_t c = wt->dims[1], c8 = (c + 7) / 8 * 8;
+        if (c % 8 == 0) continue;
+        char hint[200];
+        snprintf(hint, sizeof hint, "%.150s_pad%d", m->values[w].name, (int)c8);
+        int wp = new_initializer(m, hint, pad_weight(ctx, wt, c8));
+        int xp = -1;
+        for (int p = 0; p < n_pads && xp < 0; p++)
+            if (pad_x[p] == x && pad_c[p] == c8) xp = pad_out[p];
+        if (wp >= 0 && xp < 0) {
+            int rank = wt->ndim;
+            int64_t pads[2 * KILN_MAX_DIMS] = {0};
+            pads[rank + 1] = c8 - c; /* the end of dim 1 */
+            kiln_tensor *pt = kiln_tensor_new(ctx, KILN_I64, 1, (int64_t[]){2 * rank});
+            if (pt) memcpy(pt->data, pads, (size_t)(2 * rank) * sizeof(int64_t));
+            snprintf(hint, sizeof hint, "%.150s_pads", m->values[x].name);
+            int pv = new_initializer(m, hint, pt);
+            snprintf(hint, sizeof hint, "%.150s_pad%d", m->values[x].name, (int)c8);
+            xp = pv >= 0 ? kiln_pass_new_value(m, hint) : -1;
+            char name[220];
+            snprintf(name, sizeof name, "pad_channels_%.150s", m->values[x].name);
+            int idx = xp >= 0 ? kiln_model_add_node_raw(m, "Pad", name, "", 2, (int[]){x, pv}, 1, &xp, 0, NULL) : -1;
+            if (idx >= 0 && m->nodes[idx].opset < 11) m->nodes[idx].opset = 11; /* pads as an input */
+            if (idx < 0) xp = -1;
+            pad_x[n_pads] = x;
+            pad_c[n_pads] = (int)c8;
+            pad_out[n_pads++] = xp;
+        }
+        if (wp < 0 || xp < 0) {
+            st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        m->nodes[i].in[0] = xp;
+        m->nodes[i].in[1] = wp;
+        if (!kiln_pass_uses(m, w) && !m->values[w].is_input) {
+            kiln_tensor_free(m->values[w].init);
+            m->values[w].init = NULL;
+        }
+        *changed = true;
+    }
+    free(pad_x);
+    free(pad_c);
+    free(pad_out);
+    return st;
+}

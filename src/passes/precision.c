@@ -1,0 +1,557 @@
+/*
+ * precision.c — the fp16/bf16 rewrite (kiln_pass_options.precision != FP32): float32
+ * arithmetic moves to the low dtype L (f16 or bf16) except where numerics need fp32.
+ *
+ * Every node gets a class:
+ *   low     compute ops (Conv, Gemm, MatMul, pools, elementwise math, Resize, inference
+ *           BatchNormalization, the fused kiln ops): f32 inputs are read as L, f32 outputs
+ *           become L. BatchNormalization's scale/B/mean/var stay f32 (the op takes mixed
+ *           float dtypes, as opset 15 allows): statistics keep their precision.
+ *   follow  data movement and selection (Reshape, Concat, Slice, Gather, Pad, Where,
+ *           comparisons...): L when any of their f32 inputs is L, or when every reader
+ *           computes in L (then the Cast moves before them, except before Slice, Gather
+ *           and Split, whose outputs are smaller), else f32. Moving or selecting is exact.
+ *   fp32    Softmax, LogSoftmax, Layer/InstanceNormalization, ReduceSum/ReduceMean (they sum
+ *           many terms), the losses, and every op this file does not name: f32 in and out;
+ *           Exp and Log (also within a kiln.FusedElementwise) feeding one of them stay f32
+ *           too (exp overflows f16 past 11), and so does the arithmetic computing only such
+ *           an Exp's argument (x - max(x) of a written-out softmax).
+ *   any     Shape, Size, ArgMax/ArgMin, Cast, CastLike: read whatever dtype they get.
+ *   keep    nodes that only compute plan-time constants (shape computations such as
+ *           Shape -> Cast -> Mul -> Floor -> Resize's sizes, weights derived from weights):
+ *           untouched, so sizes computed in float stay exact; a Cast to L where a low node
+ *           reads one is folded by the planner.
+ *   source  Cast to FLOAT, Constant and ConstantOfShape giving f32: retargeted to L (the
+ *           `to` attribute, the value tensor converted) when every reader wants L.
+ * Then, per input slot, a Cast is inserted where the reader wants another dtype than the
+ * value has (one Cast per value and dtype, shared by its readers); initializers read as L
+ * are converted into new initializers named <name>_f16/_bf16 (the f32 original is dropped
+ * when nothing reads it any more). Graph inputs and outputs keep their dtypes: a low output
+ * is computed under a new name and cast back to f32 under its own. Integer, bool, f64 and
+ * original f16/bf16 values are never touched. The function is the fp32 graph's up to the
+ * rounding of L (tests/test_precision.c measures it on the CPU).
+ */
+#include "passes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum cls { C_KEEP, C_LOW, C_FOLLOW, C_FP32, C_ANY, C_SOURCE } cls;
+typedef enum want { W_ANY, W_LOW, W_F32 } want;
+
+static const char *const low_ops[] = {
+    "Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
+    "GlobalMaxPool", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Celu", "Gelu",
+    "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Clip", "Erf", "Exp", "Log", "Sqrt",
+    "Reciprocal", "Abs", "Neg", "Floor", "Ceil", "Add", "Sub", "Mul", "Div", "Pow", "PRelu",
+    "Sum", "Mean", "Min", "Max", "BatchNormalization", "Resize", "ReduceMax", "ReduceMin"};
+static const char *const follow_ops[] = {
+    "Identity", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
+    "Slice", "Gather", "Expand", "Tile", "Pad", "Dropout", "Where", "Equal", "Less", "Greater",
+    "Range"};
+static const char *const exp_arg_ops[] = {"Add", "Sub", "Mul", "Div", "Neg"};
+static const char *const shrinking_ops[] = {"Slice", "Gather", "Split"};
+static const char *const any_ops[] = {"Shape", "Size", "ArgMax", "ArgMin", "Cast", "CastLike"};
+static const char *const kiln_low_ops[] = {"FusedConv", "FusedGemm", "FusedElementwise"};
+static const char *const kiln_follow_ops[] = {"ToNHWC", "ToNCHW"};
+
+#define IN_LIST(s, list) in_list((s), (list), sizeof(list) / sizeof((list)[0]))
+
+static bool in_list(const char *s, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s, list[i]) == 0) return true;
+    return false;
+}
+
+static bool onnx_domain(const kiln_node *n) { return !n->domain[0] || strcmp(n->domain, "ai.onnx") == 0; }
+
+/* Float inputs that keep their dtype whatever the node computes in: BN's statistics and
+ * affine parameters, Resize's roi and scales, Dropout's ratio. */
+static bool exempt(const kiln_node *n, int k) {
+    if (!onnx_domain(n)) return false;
+    if (strcmp(n->op_type, "BatchNormalization") == 0) return k >= 1;
+    if (strcmp(n->op_type, "Resize") == 0) return k == 1 || k == 2;
+    if (strcmp(n->op_type, "Dropout") == 0) return k == 1;
+    return false;
+}
+
+/* Exp or Log, also inside a fused elementwise program ("... Exp ..."). */
+static bool exp_or_log(const kiln_node *n) {
+    if (onnx_domain(n)) return strcmp(n->op_type, "Exp") == 0 || strcmp(n->op_type, "Log") == 0;
+    if (strcmp(n->domain, "kiln") != 0 || strcmp(n->op_type, "FusedElementwise") != 0) return false;
+    const char *p = kiln_attr_string(n, "program", "");
+    while (*p) {
+        size_t len = strcspn(p, " ");
+        if ((len == 3 && (strncmp(p, "Exp", 3) == 0 || strncmp(p, "Log", 3) == 0))) return true;
+        p += len;
+        p += strspn(p, " ");
+    }
+    return false;
+}
+
+typedef struct state {
+    kiln_model *m;
+    kiln_dtype low;
+    const kiln_tensor *vt; /* (nv0) inferred dtypes and shapes */
+    int nv0, n0;
+    bool *f32v;            /* (cap values) the value is float32 in the input graph */
+    bool *is_low;          /* (cap values) the value is L after the rewrite */
+    int *low_of, *f32_of;  /* (cap values) its L / f32 twin, or -1 */
+    int *key;              /* (cap nodes) position of each node in the final order */
+    cls *c;                /* (n0) */
+    bool *node_low;        /* (n0) follow nodes that compute in L */
+    int casts;
+} state;
+
+static want want_of(const state *s, int i, int k) {
+    const kiln_node *n = &s->m->nodes[i];
+    switch (s->c[i]) {
+    case C_LOW: return exempt(n, k) ? W_F32 : W_LOW;
+    case C_FOLLOW: return exempt(n, k) || !s->node_low[i] ? W_F32 : W_LOW;
+    case C_FP32: return W_F32;
+    case C_KEEP: { /* Shape(x) and friends read x's shape only */
+        const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
+        return d && k < 32 && (d->shape_only_inputs & (1u << k)) ? W_ANY : W_F32;
+    }
+    case C_ANY: return strcmp(n->op_type, "CastLike") == 0 && k == 1 ? W_F32 : W_ANY;
+    case C_SOURCE: return W_ANY;
+    }
+    return W_ANY;
+}
+
+static kiln_tensor *convert(kiln_context *ctx, const kiln_tensor *t, kiln_dtype low) {
+    kiln_tensor *r = kiln_tensor_new(ctx, low, t->ndim, t->dims);
+    if (!r) return NULL;
+    const float *src = t->data;   // (numel)
+    uint16_t *dst = r->data;      // (numel)
+    int64_t n = kiln_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) dst[i] = low == KILN_F16 ? kiln_f32_to_f16(src[i]) : kiln_f32_to_bf16(src[i]);
+    return r;
+}
+
+/* A new value for a copy of v in dtype dt, named after v. */
+static int twin_value(state *s, int v, kiln_dtype dt) {
+    char hint[200];
+    snprintf(hint, sizeof hint, "%.150s_%s", s->m->values[v].name, kiln_dtype_name(dt));
+    int t = kiln_pass_new_value(s->m, hint);
+    if (t < 0) return -1;
+    kiln_value *tv = &s->m->values[t];
+    const kiln_value *src = &s->m->values[v];
+    tv->dtype = dt;
+    tv->ndim = src->ndim;
+    memcpy(tv->dims, src->dims, sizeof tv->dims);
+    return t;
+}
+
+/* Cast v to dt into a new value; the Cast gets order key `key`. -1 on OOM. */
+static int add_cast(state *s, int v, kiln_dtype dt, int key) {
+    int t = twin_value(s, v, dt);
+    if (t < 0) return -1;
+    kiln_attr *a = calloc(1, sizeof *a);
+    if (!a) return -1;
+    a->name = kiln_strdup(s->m->ctx, "to");
+    a->type = KILN_ATTR_INT;
+    a->i = dt;
+    if (!a->name) {
+        free(a);
+        return -1;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "precision_cast_%d", s->casts++);
+    int idx = kiln_model_add_node_raw(s->m, "Cast", name, "", 1, &v, 1, &t, 1, a);
+    if (idx < 0) return -1;
+    s->key[idx] = key;
+    return t;
+}
+
+/* v as the reader at order key `key` wants it; -1 on OOM. */
+static int as_low(state *s, int v, int key) {
+    if (s->low_of[v] >= 0) return s->low_of[v];
+    kiln_value *val = &s->m->values[v];
+    int t;
+    if (val->init) {
+        t = twin_value(s, v, s->low);
+        if (t < 0) return -1;
+        kiln_tensor *c = convert(s->m->ctx, s->m->values[v].init, s->low);
+        if (!c) return -1;
+        s->m->values[t].init = c;
+    } else {
+        t = add_cast(s, v, s->low, key);
+        if (t < 0) return -1;
+    }
+    s->is_low[t] = true;
+    s->low_of[v] = t;
+    s->f32_of[t] = v;
+    return t;
+}
+
+static int as_f32(state *s, int v, int key) {
+    if (s->f32_of[v] >= 0) return s->f32_of[v];
+    int t = add_cast(s, v, KILN_F32, key);
+    if (t < 0) return -1;
+    s->f32_of[v] = t;
+    s->low_of[t] = v;
+    return t;
+}
+
+/* Replace (or add) a node's tensor attribute `value` by t (taken over). */
+static kiln_status set_value_attr(kiln_model *m, int i, kiln_tensor *t) {
+    kiln_node *n = &m->nodes[i];
+    for (int a = 0; a < n->n_attrs; a++)
+        if (strcmp(n->attrs[a].name, "value") == 0 || strncmp(n->attrs[a].name, "value_float", 11) == 0) {
+            kiln_attr_clear(&n->attrs[a]);
+            n->attrs[a].name = kiln_strdup(m->ctx, "value");
+            n->attrs[a].type = KILN_ATTR_TENSOR;
+            n->attrs[a].t = t;
+            return n->attrs[a].name ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+        }
+    kiln_attr *p = realloc(n->attrs, (size_t)(n->n_attrs + 1) * sizeof *p);
+    if (!p) {
+        kiln_tensor_free(t);
+        return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    n->attrs = p;
+    memset(&p[n->n_attrs], 0, sizeof *p);
+    p[n->n_attrs].name = kiln_strdup(m->ctx, "value");
+    p[n->n_attrs].type = KILN_ATTR_TENSOR;
+    p[n->n_attrs].t = t;
+    n->n_attrs++;
+    return p[n->n_attrs - 1].name ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+}
+
+/* Make a Cast-to-FLOAT, Constant or ConstantOfShape node produce L. */
+static kiln_status retarget(state *s, int i) {
+    kiln_model *m = s->m;
+    kiln_node *n = &m->nodes[i];
+    if (strcmp(n->op_type, "Cast") == 0) return kiln_node_set_int(n, "to", s->low);
+    const kiln_attr *a = NULL;
+    for (int k = 0; k < n->n_attrs && !a; k++)
+        if (strcmp(n->attrs[k].name, "value") == 0 || strncmp(n->attrs[k].name, "value_float", 11) == 0)
+            a = &n->attrs[k];
+    kiln_tensor *t = NULL;
+    if (!a) { /* ConstantOfShape's default value: f32 zero */
+        t = kiln_tensor_new(m->ctx, s->low, 1, (int64_t[]){1});
+    } else if (a->type == KILN_ATTR_TENSOR) {
+        t = a->t ? convert(m->ctx, a->t, s->low) : NULL;
+    } else if (a->type == KILN_ATTR_FLOAT) {
+        kiln_tensor f = {.dtype = KILN_F32, .ndim = 0, .data = (void *)&a->f};
+        t = convert(m->ctx, &f, s->low);
+    } else if (a->type == KILN_ATTR_FLOATS) {
+        kiln_tensor f = {.dtype = KILN_F32, .ndim = 1, .dims = {a->n}, .data = a->floats};
+        t = convert(m->ctx, &f, s->low);
+    }
+    if (!t) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    return set_value_attr(m, i, t);
+}
+
+static cls classify(const kiln_node *n, const kiln_tensor *vt, const bool *cst) {
+    const char *op = n->op_type;
+    if (onnx_domain(n)) {
+        int o = n->n_out > 0 ? n->out[0] : -1;
+        bool f32_out = o >= 0 && vt[o].dtype == KILN_F32;
+        if (strcmp(op, "Cast") == 0 && kiln_attr_int(n, "to", 0) == KILN_F32) return C_SOURCE;
+        if ((strcmp(op, "Constant") == 0 || strcmp(op, "ConstantOfShape") == 0) && f32_out) return C_SOURCE;
+    }
+    bool all_const = n->n_out > 0;
+    for (int k = 0; k < n->n_out; k++) all_const = all_const && n->out[k] >= 0 && cst[n->out[k]];
+    if (all_const) return C_KEEP;
+    if (onnx_domain(n)) {
+        if (strcmp(op, "BatchNormalization") == 0 && kiln_attr_int(n, "training_mode", 0) != 0) return C_FP32;
+        if (IN_LIST(op, low_ops)) return C_LOW;
+        if (IN_LIST(op, follow_ops)) return C_FOLLOW;
+        if (IN_LIST(op, any_ops)) return C_ANY;
+    } else if (strcmp(n->domain, "kiln") == 0) {
+        if (IN_LIST(op, kiln_low_ops)) return C_LOW;
+        if (IN_LIST(op, kiln_follow_ops)) return C_FOLLOW;
+    }
+    return C_FP32;
+}
+
+typedef struct keyed {
+    int key, idx;
+} keyed;
+
+static int cmp_keyed(const void *a, const void *b) {
+    const keyed *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+static kiln_status rewrite(state *s, const int *order, const int *cstart, const int *cons, bool *changed) {
+    kiln_model *m = s->m;
+    kiln_status st = KILN_OK;
+    int *pos = calloc((size_t)s->n0 + 1, sizeof *pos);
+    if (!pos) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int oi = 0; oi < s->n0; oi++) {
+        pos[order[oi]] = oi;
+        s->key[order[oi]] = 3 * oi + 1;
+    }
+    /* Sources every reader wants in L. */
+    for (int i = 0; i < s->n0 && !st; i++) {
+        if (s->c[i] != C_SOURCE) continue;
+        int v = m->nodes[i].out[0];
+        if (v < 0 || !s->f32v[v] || m->values[v].is_output) continue;
+        bool low = false, f32 = false;
+        for (int c = cstart[v]; c < cstart[v + 1]; c++) {
+            const kiln_node *r = &m->nodes[cons[c]];
+            for (int k = 0; k < r->n_in; k++)
+                if (r->in[k] == v) {
+                    want w = want_of(s, cons[c], k);
+                    low |= w == W_LOW;
+                    f32 |= w == W_F32;
+                }
+        }
+        if (!low || f32) continue;
+        st = retarget(s, i);
+        s->is_low[v] = true;
+        *changed = true;
+    }
+    /* Graph outputs computed in L: computed under a new name, cast back under their own. */
+    for (int j = 0; j < m->n_outputs && !st; j++) {
+        int v = m->outputs[j];
+        if (!s->is_low[v] || s->f32_of[v] >= 0) continue; /* f32_of set: v listed twice */
+        int p = -1, pk = -1;
+        for (int i = 0; i < s->n0 && p < 0; i++)
+            for (int k = 0; k < m->nodes[i].n_out; k++)
+                if (m->nodes[i].out[k] == v) p = i, pk = k;
+        if (p < 0) continue;
+        int t = twin_value(s, v, s->low);
+        if (t < 0) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        m->nodes[p].out[pk] = t;
+        for (int i = 0; i < s->n0; i++)
+            for (int k = 0; k < m->nodes[i].n_in; k++)
+                if (m->nodes[i].in[k] == v) m->nodes[i].in[k] = t;
+        s->f32v[t] = true;
+        s->is_low[t] = true;
+        s->is_low[v] = false;
+        s->f32_of[t] = v;
+        s->low_of[v] = t;
+        kiln_attr *a = calloc(1, sizeof *a);
+        if (!a || !(a->name = kiln_strdup(m->ctx, "to"))) {
+            free(a);
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        a->type = KILN_ATTR_INT;
+        a->i = KILN_F32;
+        char name[64];
+        snprintf(name, sizeof name, "precision_cast_%d", s->casts++);
+        int idx = kiln_model_add_node_raw(m, "Cast", name, "", 1, &t, 1, &v, 1, a);
+        if (idx < 0) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        s->key[idx] = 3 * pos[p] + 2;
+        *changed = true;
+    }
+    /* Every input slot gets the dtype its reader wants. */
+    for (int i = 0; i < s->n0 && !st; i++) {
+        for (int k = 0; k < m->nodes[i].n_in && !st; k++) {
+            int v = m->nodes[i].in[k];
+            if (v < 0 || !s->f32v[v]) continue;
+            want w = want_of(s, i, k);
+            if (w == W_ANY || (w == W_LOW) == s->is_low[v]) continue;
+            int t = w == W_LOW ? as_low(s, v, 3 * pos[i]) : as_f32(s, v, 3 * pos[i]);
+            if (t < 0) {
+                st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+                break;
+            }
+            m->nodes[i].in[k] = t;
+            *changed = true;
+        }
+    }
+    for (int v = 0; v < s->nv0; v++)
+        if (s->is_low[v]) m->values[v].dtype = s->low;
+    free(pos);
+    return st;
+}
+
+/* Nodes in their final order: each inserted Cast right before its first reader (or right
+ * after the producer of the output it restores), so lifetimes stay short. */
+static kiln_status reorder(state *s) {
+    kiln_model *m = s->m;
+    keyed *kd = malloc(((size_t)m->n_nodes + 1) * sizeof *kd);
+    kiln_node *tmp = malloc(((size_t)m->n_nodes + 1) * sizeof *tmp);
+    if (!kd || !tmp) {
+        free(kd);
+        free(tmp);
+        return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int i = 0; i < m->n_nodes; i++) kd[i] = (keyed){s->key[i], i};
+    qsort(kd, (size_t)m->n_nodes, sizeof *kd, cmp_keyed);
+    for (int i = 0; i < m->n_nodes; i++) tmp[i] = m->nodes[kd[i].idx];
+    memcpy(m->nodes, tmp, (size_t)m->n_nodes * sizeof *tmp);
+    free(kd);
+    free(tmp);
+    return KILN_OK;
+}
+
+/* Initializers whose every reader now reads the converted copy are dropped. */
+static void drop_unread_initializers(state *s) {
+    kiln_model *m = s->m;
+    int *uses = calloc((size_t)m->n_values + 1, sizeof *uses);
+    if (!uses) return; /* keeping them is only wasteful */
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++)
+            if (m->nodes[i].in[k] >= 0) uses[m->nodes[i].in[k]]++;
+    for (int j = 0; j < m->n_outputs; j++) uses[m->outputs[j]]++;
+    for (int v = 0; v < s->nv0; v++) {
+        kiln_value *val = &m->values[v];
+        if (val->init && s->low_of[v] >= 0 && !uses[v] && !val->is_input) {
+            kiln_tensor_free(val->init);
+            val->init = NULL;
+        }
+    }
+    free(uses);
+}
+
+kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    if (o->precision == KILN_PRECISION_FP32) return KILN_OK;
+    if (o->precision != KILN_PRECISION_FP16 && o->precision != KILN_PRECISION_BF16)
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)o->precision);
+    kiln_tensor *vt = NULL;
+    kiln_status st = kiln_pass_infer_types(m, &vt);
+    if (st) return st;
+    state s = {.m = m, .low = o->precision == KILN_PRECISION_FP16 ? KILN_F16 : KILN_BF16, .vt = vt,
+               .nv0 = m->n_values, .n0 = m->n_nodes};
+    size_t slots = 0;
+    for (int i = 0; i < m->n_nodes; i++) slots += (size_t)m->nodes[i].n_in;
+    /* Each input slot adds at most one value and one Cast, each graph output one of each. */
+    size_t capv = (size_t)s.nv0 + slots + (size_t)m->n_outputs + 1;
+    size_t capn = (size_t)s.n0 + slots + (size_t)m->n_outputs + 1;
+    s.f32v = calloc(capv, sizeof *s.f32v);
+    s.is_low = calloc(capv, sizeof *s.is_low);
+    s.low_of = malloc(capv * sizeof *s.low_of);
+    s.f32_of = malloc(capv * sizeof *s.f32_of);
+    s.key = calloc(capn, sizeof *s.key);
+    s.c = calloc((size_t)s.n0 + 1, sizeof *s.c);
+    s.node_low = calloc((size_t)s.n0 + 1, sizeof *s.node_low);
+    bool *cst = calloc((size_t)s.nv0 + 1, sizeof *cst);
+    int *order = malloc(((size_t)s.n0 + 1) * sizeof *order);
+    int *cstart = calloc((size_t)s.nv0 + 2, sizeof *cstart);
+    int *cons = malloc((slots + 1) * sizeof *cons);
+    int *fill = calloc((size_t)s.nv0 + 1, sizeof *fill);
+    if (!s.f32v || !s.is_low || !s.low_of || !s.f32_of || !s.key || !s.c || !s.node_low || !cst || !order ||
+        !cstart || !cons || !fill) {
+        st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
+    for (size_t v = 0; v < capv; v++) s.low_of[v] = s.f32_of[v] = -1;
+    for (int v = 0; v < s.nv0; v++) s.f32v[v] = vt[v].dtype == KILN_F32;
+    if ((st = kiln_pass_topo_order(m, order))) goto out;
+    /* readers of each value (CSR), counted once per node */
+    for (int i = 0; i < s.n0; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++) {
+            int v = m->nodes[i].in[k];
+            bool first = v >= 0;
+            for (int q = 0; q < k && first; q++) first = m->nodes[i].in[q] != v;
+            if (first) cstart[v + 1]++;
+        }
+    for (int v = 0; v < s.nv0; v++) cstart[v + 1] += cstart[v];
+    for (int i = 0; i < s.n0; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++) {
+            int v = m->nodes[i].in[k];
+            bool first = v >= 0;
+            for (int q = 0; q < k && first; q++) first = m->nodes[i].in[q] != v;
+            if (first) cons[cstart[v] + fill[v]++] = i;
+        }
+    /* plan-time constants: initializers and what only they (and shapes) determine */
+    for (int v = 0; v < s.nv0; v++) cst[v] = m->values[v].init != NULL;
+    for (int oi = 0; oi < s.n0; oi++) {
+        const kiln_node *n = &m->nodes[order[oi]];
+        const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
+        bool c = d && strcmp(n->op_type, "Dropout") != 0;
+        for (int k = 0; k < n->n_in && c; k++) {
+            bool shape_only = k < 32 && (d->shape_only_inputs & (1u << k));
+            c = n->in[k] < 0 || cst[n->in[k]] || shape_only;
+        }
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0) cst[n->out[k]] = c;
+    }
+    for (int i = 0; i < s.n0; i++) s.c[i] = classify(&m->nodes[i], vt, cst);
+    /* Exp/Log chains feeding fp32 ops stay fp32 (readers come later in the order), and so
+     * does arithmetic that only computes an fp32 Exp's argument: exp turns an absolute
+     * error in x into a relative one in exp(x) (x - max(x) in a written-out softmax). */
+    bool *exp_arg = calloc((size_t)s.n0 + 1, sizeof *exp_arg);
+    if (!exp_arg) {
+        st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
+    for (int oi = s.n0 - 1; oi >= 0; oi--) {
+        int i = order[oi];
+        const kiln_node *n = &m->nodes[i];
+        if (s.c[i] != C_LOW || n->out[0] < 0) continue;
+        int v = n->out[0];
+        if (exp_or_log(n)) {
+            for (int c = cstart[v]; c < cstart[v + 1]; c++)
+                if (s.c[cons[c]] == C_FP32) s.c[i] = C_FP32;
+        } else if (onnx_domain(n) && IN_LIST(n->op_type, exp_arg_ops) && cstart[v] < cstart[v + 1] &&
+                   !m->values[v].is_output) {
+            bool all = true;
+            for (int c = cstart[v]; c < cstart[v + 1]; c++)
+                all = all && s.c[cons[c]] == C_FP32 && (exp_arg[cons[c]] || exp_or_log(&m->nodes[cons[c]]));
+            if (all) s.c[i] = C_FP32, exp_arg[i] = true;
+        }
+    }
+    free(exp_arg);
+    /* Which values become L, in order. */
+    for (int oi = 0; oi < s.n0; oi++) {
+        int i = order[oi];
+        const kiln_node *n = &m->nodes[i];
+        bool low = s.c[i] == C_LOW;
+        if (s.c[i] == C_FOLLOW) {
+            for (int k = 0; k < n->n_in; k++)
+                if (n->in[k] >= 0 && !exempt(n, k) && s.is_low[n->in[k]]) low = true;
+            s.node_low[i] = low;
+        }
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0 && s.f32v[n->out[k]]) s.is_low[n->out[k]] = low;
+    }
+    /* Data movement whose every reader computes in L moves to L too, so the Cast happens
+     * before it: before a Pad, Expand or Concat it touches fewer bytes, and sources behind
+     * it can be retargeted. Not for ops whose output is smaller than their input. */
+    for (int oi = s.n0 - 1; oi >= 0; oi--) {
+        int i = order[oi];
+        const kiln_node *n = &m->nodes[i];
+        if (s.c[i] != C_FOLLOW || s.node_low[i] || IN_LIST(n->op_type, shrinking_ops)) continue;
+        bool low = false, f32 = false;
+        for (int k = 0; k < n->n_out; k++) {
+            int v = n->out[k];
+            if (v < 0 || !s.f32v[v]) continue;
+            f32 |= m->values[v].is_output;
+            for (int c = cstart[v]; c < cstart[v + 1]; c++)
+                for (int q = 0; q < m->nodes[cons[c]].n_in; q++)
+                    if (m->nodes[cons[c]].in[q] == v) {
+                        want w = want_of(&s, cons[c], q);
+                        low |= w == W_LOW;
+                        f32 |= w == W_F32;
+                    }
+        }
+        if (!low || f32) continue;
+        s.node_low[i] = true;
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0 && s.f32v[n->out[k]]) s.is_low[n->out[k]] = true;
+    }
+    if ((st = rewrite(&s, order, cstart, cons, changed))) goto out;
+    if ((st = reorder(&s))) goto out;
+    drop_unread_initializers(&s);
+out:
+    free(vt);
+    free(s.f32v);
+    free(s.is_low);
+    free(s.low_of);
+    free(s.f32_of);
+    free(s.key);
+    free(s.c);
+    free(s.node_low);
+    free(cst);
+    free(order);
+    free(cstart);
+    free(cons);
+    free(fill);
+    return st;
+}
