@@ -166,14 +166,20 @@ static bool run_cpu(kiln_model *m, int64_t batch, kiln_tensor **out, int n_out) 
     return ok;
 }
 
-/* The pass alone (others off) on M for a CUDA plan: conversions, formats, output names,
- * same function on the CPU; then device- and host-style plans of the result. */
-static void check_graph(const char *label, const expect *e, int64_t batch) {
-    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .disabled = ~(unsigned)KILN_PASS_NHWC};
-    kiln_model *opt = NULL;
+/* The pass (with `also` the only other switchable passes on, and the precision pass,
+ * which always runs) on M for a CUDA plan: conversions, formats, output names, the same
+ * function on the CPU as without the layout pass; then device- and host-style plans of
+ * the result. */
+static void check_graph_ex(const char *label, const expect *e, int64_t batch, kiln_precision prec, unsigned also) {
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec,
+                            .disabled = ~(unsigned)(KILN_PASS_NHWC | also)};
+    kiln_pass_options base = po;
+    base.disabled |= KILN_PASS_NHWC;
+    kiln_model *opt = NULL, *ref = NULL;
     printf("-- %s\n", label);
-    if (kiln_passes_apply(M, &po, &opt) != KILN_OK) {
+    if (kiln_passes_apply(M, &po, &opt) != KILN_OK || kiln_passes_apply(M, &base, &ref) != KILN_OK) {
         CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+        kiln_model_free(opt);
         return;
     }
     const int a = count_op(opt, "ToNHWC"), b = count_op(opt, "ToNCHW");
@@ -192,7 +198,7 @@ static void check_graph(const char *label, const expect *e, int64_t batch) {
     /* the same function: conversions are copies on the CPU, everything else unchanged */
     kiln_tensor *want[4] = {0}, *got[4] = {0};
     const int n_out = M->n_outputs;
-    if (run_cpu(M, batch, want, n_out) && run_cpu(opt, batch, got, n_out))
+    if (run_cpu(ref, batch, want, n_out) && run_cpu(opt, batch, got, n_out))
         for (int j = 0; j < n_out; j++) {
             char l[128];
             snprintf(l, sizeof l, "%s output %d unchanged", label, j);
@@ -240,6 +246,11 @@ static void check_graph(const char *label, const expect *e, int64_t batch) {
         kiln_model_free(o2);
     }
     kiln_model_free(opt);
+    kiln_model_free(ref);
+}
+
+static void check_graph(const char *label, const expect *e, int64_t batch) {
+    check_graph_ex(label, e, batch, KILN_PRECISION_FP32, 0);
 }
 
 /* ------------------------------------------------------------------ graphs */
@@ -342,6 +353,15 @@ int main(void) {
     /* an NHWC feature map as a second output: converted into its own name */
     resnet_like(2, true);
     check_graph("resnet-like with a feature output", &(expect){1, 1, {"stem", "b1"}, {"b2", "gap"}}, 2);
+    kiln_model_free(M);
+
+    /* after the precision pass: the input is cast to f16 first, then converted once; the
+     * f16 weights the precision pass made are the ones marked NHWC */
+    resnet_like(2, false);
+    check_graph_ex("resnet-like, fp16", &(expect){1, 0, {"stem", "b2"}, {"gap"}}, 2, KILN_PRECISION_FP16, 0);
+    /* with the stem's 3 channels padded to 8 (a Pad before the stem, NCHW) */
+    check_graph_ex("resnet-like, bf16, channels padded", &(expect){1, 0, {"stem", "b2"}, {"gap"}}, 2,
+                   KILN_PRECISION_BF16, KILN_PASS_PAD_CHANNELS);
     kiln_model_free(M);
 
     mobilenet_like(2);
