@@ -411,16 +411,19 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
         if (st) return st;
         xin = c->workspace;
     }
-    void *zero_bias = (char *)c->workspace + pbytes;
-    void *ws = (char *)c->workspace + pbytes + zbytes;
-    const size_t ws_bytes = c->workspace_size - pbytes - zbytes;
+    char *base = c->workspace; /* may be NULL when nothing needs workspace */
+    void *zero_bias = base ? base + pbytes : NULL;
+    const size_t ws_bytes = base ? c->workspace_size - pbytes - zbytes : 0;
+    void *ws = ws_bytes ? base + pbytes + zbytes : NULL;
     /* the epilogue's view of Y: (N, M, OH*OW) or, NHWC, (N*OH*OW, M, 1) */
     const bool nhwc = g.fmt == KILN_FORMAT_NHWC;
     const int64_t rows = nhwc ? g.N * g.OH * g.OW : g.N, inner = nhwc ? 1 : g.OH * g.OW;
 
-    const bool cudnn_act = fused && (act.kind == KILN_CUDA_ACT_NONE || act.kind == KILN_CUDA_ACT_RELU);
+    /* cuDNN's fused call: Relu, or nothing to apply but a bias or a residual (with neither,
+     * a FusedConv is a plain convolution) */
+    const bool cudnn_act = fused && (act.kind == KILN_CUDA_ACT_RELU || (act.kind == KILN_CUDA_ACT_NONE && (b || z)));
     kiln_algo_entry *a = NULL;
-    if ((st = pick_algo(cu, ctx, h, &g, dt, xin, w->data, y->data, ws_bytes ? ws : NULL, ws_bytes,
+    if ((st = pick_algo(cu, ctx, h, &g, dt, xin, w->data, y->data, ws, ws_bytes,
                         cudnn_act && act.kind == KILN_CUDA_ACT_NONE, &a)) != KILN_OK)
         return st;
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(cu->dnn_conv, (cudnnMathType_t)a->math));
