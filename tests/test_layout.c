@@ -308,6 +308,25 @@ static void mobilenet_like(int64_t batch) {
     finalize(outs, 1);
 }
 
+/* A squeeze-and-excitation block: GAP -> 1x1 convs -> Sigmoid -> Mul back into the
+ * features; the first GAP's (N,C,1,1) feeds a convolution and is labelled NHWC. */
+static void se_like(void) {
+    begin();
+    input("x", 2, 3, 8, 8);
+    conv("x", "c1", 3, 16, 3, 1, 1, false, "Relu");
+    add("GlobalAveragePool", "c1", "squeeze", "");
+    conv("squeeze", "se1", 16, 4, 1, 1, 1, false, "Relu");
+    conv("se1", "se2", 4, 16, 1, 1, 1, false, NULL);
+    add("Sigmoid", "se2", "gate", "");
+    add("Mul", "c1,gate", "excited", "");
+    add("GlobalAveragePool", "excited", "gap", "");
+    add("Flatten", "gap", "flat", "");
+    init_rand("fc.w", 2, (int64_t[]){16, 5}, -0.5, 0.5);
+    add("Gemm", "flat,fc.w", "y", "");
+    const char *outs[1] = {"y"};
+    finalize(outs, 1);
+}
+
 /* VGG-like head: pooled NHWC features flattened straight away need one ToNCHW */
 static void vgg_like(void) {
     begin();
@@ -369,6 +388,10 @@ int main(void) {
     kiln_model_free(M);
     mobilenet_like(-1);
     check_graph("mobilenet-like, symbolic batch", &(expect){1, 0, {"dw2", "res2"}, {"gap"}}, 4);
+    kiln_model_free(M);
+
+    se_like();
+    check_graph("squeeze-and-excitation", &(expect){1, 0, {"c1", "squeeze", "gate", "excited"}, {"gap", "flat"}}, 2);
     kiln_model_free(M);
 
     vgg_like();

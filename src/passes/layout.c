@@ -22,8 +22,9 @@
  *     layouts: rank <= 4 right-aligned to (N, C, H, W) with C == 1 or H*W == 1 (scalars,
  *     per-channel vectors (C,1,1), (N,1,H,W) maps); a full 4-D one is converted.
  *   - GlobalAveragePool reads NHWC and writes (N, C, 1, 1), whose bytes are the same in
- *     both layouts: its output is NCHW, so ResNet's GlobalAveragePool -> Flatten -> Gemm
- *     head needs no conversion at all.
+ *     both layouts: its output is labelled NCHW, so ResNet's GlobalAveragePool -> Flatten
+ *     -> Gemm head needs no conversion at all, or NHWC when only convolutions read it
+ *     (squeeze-and-excitation blocks).
  * Everything else reads NCHW: Flatten, Reshape, Gemm, Concat, Softmax... get a
  * kiln.ToNCHW (one per value, shared by all such readers); shape-only readers (Shape)
  * need none. Graph inputs are NCHW (one kiln.ToNHWC before the first convolution, shared)
@@ -256,6 +257,16 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
         }
         nhwc[i] = go;
         if (go && k != K_GAP && y >= 0) L.fmt[y] = KILN_FORMAT_NHWC;
+        /* GlobalAveragePool's (N, C, 1, 1) is labelled for its readers: NHWC when only
+         * convolutions read it (a squeeze-and-excitation block), else NCHW */
+        if (go && k == K_GAP && y >= 0 && !m->values[y].is_output) {
+            bool convs_only = true;
+            for (int j = 0; j < nn && convs_only; j++)
+                for (int t = 0; t < m->nodes[j].n_in; t++)
+                    if (m->nodes[j].in[t] == y && (kind_of(m, &m->nodes[j]) != K_CONV || !data_input(K_CONV, t)))
+                        convs_only = false;
+            if (convs_only) L.fmt[y] = KILN_FORMAT_NHWC;
+        }
         /* the model is open: node->op is not resolved yet */
         const kiln_op_def *d = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
         for (int j = 0; j < n->n_in; j++) {
