@@ -303,12 +303,13 @@ typedef struct train_args {
 } train_args;
 
 /* Test accuracy of the exported inference model over the test split, in chunks. */
-static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, double *acc) {
+static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, kiln_device dev, double *acc) {
     kiln_model *m = NULL;
     kiln_session *s = NULL;
     kiln_tensor *x = NULL;
     int rc = 0;
-    if (kiln_trainer_export(t, "logprobs", &m) || kiln_session_create(m, NULL, &s)) {
+    kiln_session_options so = {.device = dev};
+    if (kiln_trainer_export(t, "logprobs", &m) || kiln_session_create(m, &so, &s)) {
         rc = fail(ctx, "evaluation model");
         goto out;
     }
@@ -449,12 +450,16 @@ static int cmd_train(int argc, char **argv) {
             if (kiln_loader_next(l, &b)) { rc = fail(ctx, "loader"); goto out; }
             in[0] = b->x;
             in[1] = b->y;
-            kiln_status st = kiln_trainer_step(t, 2, in, &loss);
+            /* On CUDA reading the loss waits for the device: only when it is printed. */
+            bool want = o.device == KILN_DEVICE_CPU || (step + 1) % 100 == 0 || step + 1 == steps;
+            kiln_status st = kiln_trainer_step(t, 2, in, want ? &loss : NULL);
             kiln_loader_release(l, b);
             if (st) { rc = fail(ctx, "training step"); goto out; }
             done++;
             double now = now_ms();
-            if ((tty && now - last > 100) || (!tty && (step + 1) % 100 == 0) || step + 1 == steps) {
+            bool print = o.device == KILN_DEVICE_CPU ? (tty && now - last > 100) || (step + 1) % 100 == 0
+                                                     : (step + 1) % 100 == 0;
+            if (print || step + 1 == steps) {
                 progress(tty, epoch, a.epochs, step + 1, steps, (double)(step + 1) * 1000.0 / (now - te + 1e-9), loss,
                          step + 1 == steps);
                 last = now;
@@ -472,7 +477,7 @@ static int cmd_train(int argc, char **argv) {
                 goto out;
             }
         }
-        if (evaluate(ctx, t, &d, &acc)) { rc = 1; goto out; }
+        if (evaluate(ctx, t, &d, o.device, &acc)) { rc = 1; goto out; }
         printf("epoch %lld: %.2f s, last loss %.4f, test accuracy %.4f\n", (long long)epoch + 1, secs, loss, acc);
         if (a.max_steps && done >= a.max_steps) break;
     }

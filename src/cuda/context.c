@@ -131,6 +131,8 @@ static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
         KILN_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&cu->staged[i], cudaEventDisableTiming));
     KILN_CUDA_CHECK(ctx, cudaMalloc((void **)&cu->flag, sizeof(kiln_cuda_flag)));
     KILN_CUDA_CHECK(ctx, cudaMemsetAsync(cu->flag, 0, sizeof(kiln_cuda_flag), cu->stream));
+    KILN_CUDA_CHECK(ctx, cudaMalloc((void **)&cu->rng_seed, sizeof(uint64_t)));
+    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(cu->rng_seed, 0, sizeof(uint64_t), cu->stream));
     cu->staging_bytes = o->staging_bytes ? o->staging_bytes : STAGING_DEFAULT;
     if (cu->staging_bytes < ((size_t)64 << 10)) cu->staging_bytes = (size_t)64 << 10;
     cu->staging_bytes &= ~(size_t)255; /* two equal, aligned halves */
@@ -187,6 +189,7 @@ void kiln_cuda_free(kiln_cuda *cu) {
     if (cu->arena) cudaFree(cu->arena);
     if (cu->workspace) cudaFree(cu->workspace);
     if (cu->flag) cudaFree(cu->flag);
+    if (cu->rng_seed) cudaFree(cu->rng_seed);
     if (cu->staging) cudaFreeHost(cu->staging);
     for (int i = 0; i < 2; i++)
         if (cu->staged[i]) cudaEventDestroy(cu->staged[i]);
@@ -359,6 +362,16 @@ kiln_status kiln_cuda_sync(kiln_cuda *cu) {
                          "Gather on cuda: index %lld is out of range (found on the device; "
                          "those output elements were set to zero)",
                          f.value);
+    if (f.code == KILN_CUDA_FLAG_TARGET_RANGE)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "a loss on cuda: class target %lld is outside [0, C) (found on the device; "
+                         "it was left out of the loss and its gradient)",
+                         f.value);
+    if (f.code == KILN_CUDA_FLAG_DROPOUT_RATIO)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "Dropout on cuda: ratio %g is outside [0, 1) in training mode (found on the "
+                         "device; the output was zeroed)",
+                         (double)f.value * 1e-6);
     return kiln_fail(ctx, KILN_ERR_INTERNAL, "a CUDA kernel raised unknown error flag %d", f.code);
 }
 

@@ -1,39 +1,47 @@
 /*
- * conv.c — Conv and kiln.FusedConv through cuDNN 9's convolution API, NCHW or NHWC.
+ * conv.c — Conv, kiln.FusedConv and the convolution gradients through cuDNN 9's
+ * convolution API.
  *   X (N, C, W) or (N, C, H, W), W (M, C/group, kW) or (M, C/group, kH, kW), optional
  *   B (M): 1-D and 2-D convolutions (1-D as 2-D with H = 1), groups (depthwise too),
  *   strides, dilations, explicit pads or auto_pad, f32 / f16 / bf16.
+ *   kiln.ConvGradInput(dY, W, X) -> dX (cudnnConvolutionBackwardData) and
+ *   kiln.ConvGradWeight(X, dY, W) -> dW (cudnnConvolutionBackwardFilter) carry Conv's
+ *   attributes and read only the shape of their last input; ConvGradBias is a plain sum
+ *   (reduce_sum.cu).
  *
- *   Layouts: 2-D convolutions take X, W and Y (and Z) all NCHW or all NHWC (W then KRSC,
- *   what cuDNN's NHWC kernels read); 1-D ones NCHW.
+ *   Layouts: 2-D forward convolutions take X, W and Y (and Z) all NCHW or all NHWC (W
+ *   then KRSC, what cuDNN's NHWC kernels read); 1-D ones and the gradients NCHW.
  *
  *   kiln.FusedConv(X, W, B?, Z?) = act(conv(X, W) + B + Z) (FUSED.md). With activation
- *   Relu or none, one call to cudnnConvolutionBiasActivationForward computes all of it
- *   (alpha2 = 0 and z = y when there is no Z; a zeroed bias in the workspace when there
- *   is no B). cuDNN's identity activation only runs with IMPLICIT_PRECOMP_GEMM, so without
- *   an activation that algorithm is weighed against the fastest one plus a separate
- *   epilogue kernel (its time estimated from the bytes it moves). Other activations, and
- *   any combination cuDNN refuses (it is asked once per choice, and the answer kept), run
- *   the convolution and then one epilogue kernel y = act(y + B + Z).
+ *   Relu, or none with a B or Z to add, one call to cudnnConvolutionBiasActivationForward
+ *   computes all of it (alpha2 = 0 and z = y when there is no Z; a zeroed bias in the
+ *   workspace when there is no B). cuDNN's identity activation only runs with
+ *   IMPLICIT_PRECOMP_GEMM, so without an activation that algorithm is weighed against the
+ *   fastest one plus a separate epilogue kernel (its time estimated from the bytes it
+ *   moves). Other activations, and any combination cuDNN refuses (it is asked once per
+ *   choice, and the answer kept), run the convolution and then one epilogue kernel
+ *   y = act(y + B + Z).
  *
  *   Pads are computed by the CPU reference's rules (kiln_cuda_window_get). cuDNN pads both
  *   sides of a dim by one amount; when begin and end pads differ (SAME_* with an odd
  *   total, or explicit asymmetric pads) X is first copied into the workspace with its
- *   zero border and convolved with no padding.
+ *   zero border and convolved with no padding (the input gradient: computed for the
+ *   padded X, cropped into dX afterwards).
  *
  *   Precision: f32 runs with CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would let Ampere and
  *   Hopper use TF32); f16 / bf16 use tensor cores (CUDNN_TENSOR_OP_MATH) with f32
  *   accumulation (compute type CUDNN_DATA_FLOAT).
  *
- *   Algorithm: the first time a problem is met (shapes, dtype, layout, group, pads,
- *   strides, dilations, math type, workspace cap, alignment, determinism) it is timed by
- *   cudnnFindConvolutionForwardAlgorithmEx on the caller's buffers, or with autotuning
- *   off chosen by cudnnGetConvolutionForwardAlgorithm_v7 without timing; deterministic
- *   mode keeps only algorithms cuDNN reports deterministic. Choices are kept on the
- *   kiln_cuda, and timed ones in the disk cache (algo_cache.c) for later processes.
- *   Workspace (kiln_cuda_ws_conv): the padded copy of X, if any, a zero bias for a
- *   FusedConv without B, plus the most any algorithm needs for the shape, up to
- *   CONV_WS_CAP.
+ *   Algorithm: the first time a problem is met (direction, shapes, dtype, layout, group,
+ *   pads, strides, dilations, math type, workspace cap, alignment, determinism) it is
+ *   timed by cudnnFindConvolution{Forward,BackwardData,BackwardFilter}AlgorithmEx on the
+ *   caller's buffers, or with autotuning off chosen by cuDNN's heuristic
+ *   (cudnnGetConvolution*Algorithm_v7) without timing. Deterministic mode keeps only
+ *   algorithms cuDNN reports deterministic (backward algorithms 0 and 3 add with atomics).
+ *   Choices are kept on the kiln_cuda, and timed ones in the disk cache (algo_cache.c)
+ *   for later processes. Workspace: the padded copy of X or dX, if any, a zero bias for a
+ *   FusedConv without B, plus the most any algorithm of the direction needs for the shape,
+ *   up to CONV_WS_CAP.
  */
 #include "cuda_internal.h"
 
@@ -76,9 +84,10 @@ static kiln_format fmt_of(const kiln_tensor *t) { return t->ndim == 4 ? t->forma
 
 static const char *fmt_name(kiln_format f) { return f == KILN_FORMAT_NHWC ? "NHWC" : "NCHW"; }
 
-/* Geometry of c's convolution, or false with a reason. */
-static bool conv_geo_get(const kiln_op_ctx *c, conv_geo *g, char *why, size_t n) {
-    const kiln_tensor *x = c->in[0], *w = c->in[1], *y = c->out[0];
+/* Geometry of the convolution of x by w giving y (c: the node, for its attributes), or
+ * false with a reason. */
+static bool conv_geo_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                         const kiln_tensor *y, conv_geo *g, char *why, size_t n) {
     memset(g, 0, sizeof *g);
     if (x->ndim != 3 && x->ndim != 4) {
         snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", x->ndim - 2);
@@ -176,7 +185,7 @@ bool kiln_cuda_conv_supported(const kiln_op_ctx *c, bool fused, char *why, size_
         snprintf(why, n, "W is missing");
         return false;
     }
-    if (!conv_geo_get(c, &g, why, n)) return false;
+    if (!conv_geo_get(c, c->in[0], c->in[1], c->out[0], &g, why, n)) return false;
     const kiln_tensor *b = input(c, 2), *z = fused ? input(c, 3) : NULL, *y = c->out[0];
     if (b && (b->ndim != 1 || b->dims[0] != g.M)) {
         snprintf(why, n, "B must have M = %lld elements", (long long)g.M);
@@ -245,27 +254,62 @@ static size_t zero_bias_bytes(const kiln_op_ctx *c, bool fused, const conv_geo *
 
 static bool is_fused(const kiln_op_ctx *c) { return strcmp(c->node->op_type, "FusedConv") == 0; }
 
-kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+/* The directions of a convolution, each with its own algorithms. */
+enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
+
+static int algo_count(int dir) {
+    return dir == DIR_FWD        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+           : dir == DIR_BWD_DATA ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                 : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+}
+
+/* The most workspace any algorithm of direction dir needs (descriptors set), up to the cap. */
+static size_t most_workspace(kiln_cuda *cu, cudnnHandle_t h, int dir) {
+    size_t most = 0;
+    for (int a = 0; a < algo_count(dir); a++) {
+        size_t sz = 0;
+        /* an algorithm that cannot run this convolution says so here; it is skipped */
+        cudnnStatus_t e;
+        if (dir == DIR_FWD)
+            e = cudnnGetConvolutionForwardWorkspaceSize(h, cu->dnn_x, cu->dnn_w, cu->dnn_conv, cu->dnn_y,
+                                                        (cudnnConvolutionFwdAlgo_t)a, &sz);
+        else if (dir == DIR_BWD_DATA)
+            e = cudnnGetConvolutionBackwardDataWorkspaceSize(h, cu->dnn_w, cu->dnn_y, cu->dnn_conv, cu->dnn_x,
+                                                             (cudnnConvolutionBwdDataAlgo_t)a, &sz);
+        else
+            e = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, cu->dnn_x, cu->dnn_y, cu->dnn_conv, cu->dnn_w,
+                                                               (cudnnConvolutionBwdFilterAlgo_t)a, &sz);
+        if (e == CUDNN_STATUS_SUCCESS && sz <= CONV_WS_CAP && sz > most) most = sz;
+    }
+    return most;
+}
+
+/* Workspace of direction dir for the convolution of x by w giving y, plus extra bytes. */
+static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                                 const kiln_tensor *y, int dir, bool fused, size_t *bytes) {
     kiln_context *ctx = c->kctx;
     *bytes = 0;
     conv_geo g;
     char why[256];
-    if (!conv_geo_get(c, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    if (!conv_geo_get(c, x, w, y, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
-    const kiln_dtype dt = c->in[0]->dtype;
-    if ((st = set_descriptors(cu, ctx, &g, dt)) != KILN_OK) return st;
-    size_t most = 0;
-    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; a++) {
-        size_t sz = 0;
-        /* an algorithm that cannot run this convolution says so here; it is skipped */
-        cudnnStatus_t e = cudnnGetConvolutionForwardWorkspaceSize(
-            h, cu->dnn_x, cu->dnn_w, cu->dnn_conv, cu->dnn_y, (cudnnConvolutionFwdAlgo_t)a, &sz);
-        if (e == CUDNN_STATUS_SUCCESS && sz <= CONV_WS_CAP && sz > most) most = sz;
-    }
-    *bytes = pad_bytes(&g, dt) + zero_bias_bytes(c, is_fused(c), &g, dt) + align256(most);
+    if ((st = set_descriptors(cu, ctx, &g, x->dtype)) != KILN_OK) return st;
+    *bytes = pad_bytes(&g, x->dtype) + zero_bias_bytes(c, fused, &g, x->dtype) + align256(most_workspace(cu, h, dir));
     return KILN_OK;
+}
+
+kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    return workspace_for(cu, c, c->in[0], c->in[1], c->out[0], DIR_FWD, is_fused(c), bytes);
+}
+
+kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    return workspace_for(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, false, bytes);
+}
+
+kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    return workspace_for(cu, c, c->in[0], c->in[2], c->in[1], DIR_BWD_FILTER, false, bytes);
 }
 
 /* The largest power of two up to 16 dividing every address (tensor-core algorithms
@@ -278,13 +322,14 @@ static int align_class(const void *a, const void *b, const void *c) {
 }
 
 /* The cache key: everything the choice depends on, readable in the disk cache. */
-static void make_key(const kiln_cuda *cu, const conv_geo *g, kiln_dtype dt, int align, bool identity,
+static void make_key(const kiln_cuda *cu, const conv_geo *g, kiln_dtype dt, int align, int dir, bool identity,
                      char *key, size_t n) {
+    static const char *const dirs[] = {"fwd", "bwd-data", "bwd-filter"};
     const char *f = fmt_name(g->fmt);
     snprintf(key, n,
-             "fwd %s x=%s:%lldx%lldx%lldx%lld w=%s:%lldx%lldx%lldx%lld y=%s:%lldx%lldx%lldx%lld g=%lld "
+             "%s %s x=%s:%lldx%lldx%lldx%lld w=%s:%lldx%lldx%lldx%lld y=%s:%lldx%lldx%lldx%lld g=%lld "
              "pad=%lld,%lld stride=%lld,%lld dil=%lld,%lld math=%s ws<=%zu align=%d det=%d tune=%s%s",
-             kiln_dtype_name(dt), f, (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W, f,
+             dirs[dir], kiln_dtype_name(dt), f, (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W, f,
              (long long)g->M, (long long)g->Cg, (long long)g->kh, (long long)g->kw, f, (long long)g->N,
              (long long)g->M, (long long)g->OH, (long long)g->OW, (long long)g->G, (long long)g->ph,
              (long long)g->pw, (long long)g->sh, (long long)g->sw, (long long)g->dh, (long long)g->dw,
@@ -292,84 +337,133 @@ static void make_key(const kiln_cuda *cu, const conv_geo *g, kiln_dtype dt, int 
              cu->autotune ? "find" : "heuristic", identity ? " epilogue=identity" : "");
 }
 
-static bool usable(const kiln_cuda *cu, const cudnnConvolutionFwdAlgoPerf_t *p, kiln_dtype dt, size_t ws_bytes) {
+/* One result of a Find or heuristic call, whatever the direction. */
+typedef struct found_algo {
+    int algo, math;
+    cudnnStatus_t status;
+    size_t memory;
+    float ms;
+    bool deterministic;
+} found_algo;
+
+static bool usable(const kiln_cuda *cu, const found_algo *p, kiln_dtype dt, int dir, size_t ws_bytes) {
     if (p->status != CUDNN_STATUS_SUCCESS || p->memory > ws_bytes || p->memory > CONV_WS_CAP) return false;
-    if ((int)p->algo < 0 || (int)p->algo >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT) return false;
+    if (p->algo < 0 || p->algo >= algo_count(dir)) return false;
     /* f32: no TF32 tensor-core algorithms */
-    if (dt == KILN_F32 &&
-        (p->mathType == CUDNN_TENSOR_OP_MATH || p->mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+    if (dt == KILN_F32 && (p->math == CUDNN_TENSOR_OP_MATH || p->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
         return false;
-    return !cu->deterministic || p->determinism == CUDNN_DETERMINISTIC;
+    return !cu->deterministic || p->deterministic;
 }
 
-static bool entry_valid(const kiln_algo_entry *a, size_t ws_bytes) {
-    return a->algo >= 0 && a->algo < CUDNN_CONVOLUTION_FWD_ALGO_COUNT && a->bytes <= ws_bytes &&
+static bool entry_valid(const kiln_algo_entry *a, int dir, size_t ws_bytes) {
+    return a->algo >= 0 && a->algo < algo_count(dir) && a->bytes <= ws_bytes &&
            (a->math == CUDNN_DEFAULT_MATH || a->math == CUDNN_TENSOR_OP_MATH ||
             a->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || a->math == CUDNN_FMA_MATH);
 }
 
-/* The algorithm for this problem: cached, or timed (autotune) / cuDNN's heuristic, then
- * cached. identity: the choice for a FusedConv without activation, which runs fused only
+#define FOUND(p) \
+    (found_algo) { (int)(p).algo, (int)(p).mathType, (p).status, (p).memory, (p).time, (p).determinism == CUDNN_DETERMINISTIC }
+
+/* cuDNN's candidates for direction dir (descriptors set), fastest first: timed on the
+ * buffers (autotune; the direction's output, y / x / w, is overwritten) or its heuristic. */
+static kiln_status candidates(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, int dir, const void *x,
+                              const void *w, const void *y, void *ws, size_t ws_bytes, found_algo *found, int *got) {
+    int n = 0;
+    *got = 0;
+    if (dir == DIR_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        if (cu->autotune)
+            KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionForwardAlgorithmEx(h, cu->dnn_x, x, cu->dnn_w, w, cu->dnn_conv,
+                                                                         cu->dnn_y, (void *)y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                                         &n, p, ws, ws_bytes));
+        else
+            KILN_CUDNN_CHECK(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, cu->dnn_x, cu->dnn_w, cu->dnn_conv, cu->dnn_y,
+                                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, p));
+        for (int i = 0; i < n && i < 16; i++) found[i] = FOUND(p[i]);
+    } else if (dir == DIR_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        if (cu->autotune)
+            KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionBackwardDataAlgorithmEx(
+                                      h, cu->dnn_w, w, cu->dnn_y, y, cu->dnn_conv, cu->dnn_x, (void *)x,
+                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, p, ws, ws_bytes));
+        else
+            KILN_CUDNN_CHECK(ctx, cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                      h, cu->dnn_w, cu->dnn_y, cu->dnn_conv, cu->dnn_x,
+                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, p));
+        for (int i = 0; i < n && i < 16; i++) found[i] = FOUND(p[i]);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        if (cu->autotune)
+            KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                                      h, cu->dnn_x, x, cu->dnn_y, y, cu->dnn_conv, cu->dnn_w, (void *)w,
+                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, p, ws, ws_bytes));
+        else
+            KILN_CUDNN_CHECK(ctx, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                                      h, cu->dnn_x, cu->dnn_y, cu->dnn_conv, cu->dnn_w,
+                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, p));
+        for (int i = 0; i < n && i < 16; i++) found[i] = FOUND(p[i]);
+    }
+    *got = n < 16 ? n : 16;
+    return KILN_OK;
+}
+
+/* The algorithm for this problem in direction dir: cached, or timed (autotune) / cuDNN's
+ * heuristic, then cached; the math type set on the descriptor. x, w, y: the data cuDNN
+ * sees for dnn_x, dnn_w and dnn_y (the direction's output is overwritten by a search).
+ * identity: the forward choice for a FusedConv without activation, which runs fused only
  * with IMPLICIT_PRECOMP_GEMM (else split into convolution and epilogue). */
 static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, const conv_geo *g, kiln_dtype dt,
-                             const void *x, const void *w, void *y, void *ws, size_t ws_bytes, bool identity,
-                             kiln_algo_entry **out) {
+                             int dir, const void *x, const void *w, const void *y, void *ws, size_t ws_bytes,
+                             bool identity, kiln_algo_entry **out) {
     char key[KILN_ALGO_KEY];
-    make_key(cu, g, dt, align_class(x, w, y), identity, key, sizeof key);
+    make_key(cu, g, dt, align_class(x, w, y), dir, identity, key, sizeof key);
     kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
-    if (a && entry_valid(a, ws_bytes)) {
-        *out = a;
-        return KILN_OK;
+    if (!a || !entry_valid(a, dir, ws_bytes)) {
+        found_algo found[16];
+        int got = 0;
+        kiln_status st = candidates(cu, ctx, h, dir, x, w, y, ws, ws_bytes, found, &got);
+        if (st) return st;
+        int best = -1, precomp = -1;
+        for (int i = 0; i < got; i++) {
+            if (!usable(cu, &found[i], dt, dir, ws_bytes)) continue;
+            if (best < 0) best = i;
+            if (precomp < 0 && found[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) precomp = i;
+        }
+        if (best < 0)
+            return kiln_fail(ctx, KILN_ERR_DEVICE,
+                             "cuDNN %s no convolution algorithm (%s) for this shape within %zu bytes of workspace%s "
+                             "(%d candidates)", cu->autotune ? "found" : "suggests",
+                             dir == DIR_FWD ? "forward" : dir == DIR_BWD_DATA ? "backward data" : "backward filter",
+                             ws_bytes, cu->deterministic ? " that is deterministic" : "", got);
+        int pick = best;
+        if (identity && precomp >= 0 && precomp != best) {
+            /* fused: one kernel; split: the fastest convolution, then Y read, written and Z
+             * read once more. The heuristic gives no times: take the single kernel. */
+            const double es = (double)kiln_dtype_size(dt);
+            const double epilogue_ms =
+                EPILOGUE_LAUNCH_MS + 3.0 * (double)(g->N * g->M * g->OH * g->OW) * es / EPILOGUE_BYTES_PER_MS;
+            if (!cu->autotune || found[precomp].ms <= found[best].ms + epilogue_ms) pick = precomp;
+        }
+        kiln_algo_entry e;
+        memset(&e, 0, sizeof e);
+        memcpy(e.key, key, sizeof e.key);
+        e.algo = found[pick].algo;
+        e.math = dt == KILN_F32 ? (int)CUDNN_FMA_MATH : found[pick].math;
+        e.bytes = found[pick].memory;
+        e.ms = cu->autotune ? found[pick].ms : 0.f;
+        e.fused = -1;
+        a = kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e);
+        if (!a) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
+        if (cu->autotune) {
+            cu->stats.algos_timed++;
+            /* a cache that cannot be written costs the next process a search, nothing more */
+            if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0)
+                cu->stats.algos_written++;
+        } else {
+            cu->stats.algos_heuristic++;
+        }
     }
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int got = 0;
-    if (cu->autotune)
-        KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionForwardAlgorithmEx(
-                                  h, cu->dnn_x, x, cu->dnn_w, w, cu->dnn_conv, cu->dnn_y, y,
-                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, ws, ws_bytes));
-    else
-        KILN_CUDNN_CHECK(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, cu->dnn_x, cu->dnn_w, cu->dnn_conv,
-                                                                     cu->dnn_y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                                     &got, perf));
-    /* Both lists come fastest first. */
-    int best = -1, precomp = -1;
-    for (int i = 0; i < got; i++) {
-        if (!usable(cu, &perf[i], dt, ws_bytes)) continue;
-        if (best < 0) best = i;
-        if (precomp < 0 && perf[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) precomp = i;
-    }
-    if (best < 0)
-        return kiln_fail(ctx, KILN_ERR_DEVICE,
-                         "cuDNN %s no convolution algorithm for this shape within %zu bytes of workspace%s "
-                         "(%d candidates)", cu->autotune ? "found" : "suggests", ws_bytes,
-                         cu->deterministic ? " that is deterministic" : "", got);
-    int pick = best;
-    if (identity && precomp >= 0 && precomp != best) {
-        /* fused: one kernel; split: the fastest convolution, then Y read, written and Z
-         * read once more. The heuristic gives no times: take the single kernel. */
-        const double es = (double)kiln_dtype_size(dt);
-        const double epilogue_ms =
-            EPILOGUE_LAUNCH_MS + 3.0 * (double)(g->N * g->M * g->OH * g->OW) * es / EPILOGUE_BYTES_PER_MS;
-        if (!cu->autotune || perf[precomp].time <= perf[best].time + epilogue_ms) pick = precomp;
-    }
-    kiln_algo_entry e;
-    memset(&e, 0, sizeof e);
-    memcpy(e.key, key, sizeof e.key);
-    e.algo = (int)perf[pick].algo;
-    e.math = dt == KILN_F32 ? (int)CUDNN_FMA_MATH : (int)perf[pick].mathType;
-    e.bytes = perf[pick].memory;
-    e.ms = cu->autotune ? perf[pick].time : 0.f;
-    e.fused = -1;
-    a = kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e);
-    if (!a) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
-    if (cu->autotune) {
-        cu->stats.algos_timed++;
-        /* a cache that cannot be written costs the next process a search, nothing more */
-        if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0)
-            cu->stats.algos_written++;
-    } else {
-        cu->stats.algos_heuristic++;
-    }
+    KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(cu->dnn_conv, (cudnnMathType_t)a->math));
     *out = a;
     return KILN_OK;
 }
@@ -391,7 +485,7 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     conv_geo g;
     conv_act act = {KILN_CUDA_ACT_NONE, 0.f, 0.f};
     char why[256];
-    if (!conv_geo_get(c, &g, why, sizeof why) || (fused && !act_get(c->node, &act, why, sizeof why)))
+    if (!conv_geo_get(c, x, w, y, &g, why, sizeof why) || (fused && !act_get(c->node, &act, why, sizeof why)))
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
@@ -423,10 +517,9 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
      * a FusedConv is a plain convolution) */
     const bool cudnn_act = fused && (act.kind == KILN_CUDA_ACT_RELU || (act.kind == KILN_CUDA_ACT_NONE && (b || z)));
     kiln_algo_entry *a = NULL;
-    if ((st = pick_algo(cu, ctx, h, &g, dt, xin, w->data, y->data, ws, ws_bytes,
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_FWD, xin, w->data, y->data, ws, ws_bytes,
                         cudnn_act && act.kind == KILN_CUDA_ACT_NONE, &a)) != KILN_OK)
         return st;
-    KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(cu->dnn_conv, (cudnnMathType_t)a->math));
     const float one = 1.f, zero = 0.f; /* f32 scaling for every data type */
     if (cudnn_act && a->fused != 0 &&
         (act.kind == KILN_CUDA_ACT_RELU || a->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)) {
@@ -476,3 +569,78 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
 kiln_status kiln_cuda_k_conv(kiln_cuda *cu, kiln_op_ctx *c) { return conv_run(cu, c, false); }
 
 kiln_status kiln_cuda_k_fused_conv(kiln_cuda *cu, kiln_op_ctx *c) { return conv_run(cu, c, true); }
+
+/* kiln.ConvGradInput(dY, W, X) -> dX, like X (whose values are not read). */
+kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_context *ctx = c->kctx;
+    const kiln_tensor *dy = c->in[0], *w = c->in[1], *x = c->in[2]; // (N,M,..), (M,C/G,..), (N,C,..)
+    kiln_tensor *dx = c->out[0]; // like x
+    const kiln_dtype dt = dy->dtype;
+    conv_geo g;
+    char why[256];
+    if (!conv_geo_get(c, x, w, dy, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    cudnnHandle_t h;
+    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
+    if (st) return st;
+    if ((st = set_descriptors(cu, ctx, &g, dt)) != KILN_OK) return st;
+    /* asymmetric pads: the gradient of the padded X, cropped afterwards */
+    const size_t pbytes = pad_bytes(&g, dt);
+    if (c->workspace_size < pbytes || (pbytes && !c->workspace))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "ConvGradInput needs at least %zu bytes of workspace, got %zu",
+                         pbytes, c->workspace_size);
+    char *base = c->workspace;
+    void *dxout = g.padded ? c->workspace : dx->data;
+    const size_t ws_bytes = base ? c->workspace_size - pbytes : 0;
+    void *ws = ws_bytes ? base + pbytes : NULL;
+    kiln_algo_entry *a = NULL;
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_DATA, dxout, w->data, dy->data, ws, ws_bytes, false, &a)) !=
+        KILN_OK)
+        return st;
+    const float one = 1.f, zero = 0.f;
+    KILN_CUDNN_CHECK(ctx, cudnnConvolutionBackwardData(h, &one, cu->dnn_w, w->data, cu->dnn_y, dy->data,
+                                                       cu->dnn_conv, (cudnnConvolutionBwdDataAlgo_t)a->algo,
+                                                       a->bytes ? ws : NULL, a->bytes, &zero, cu->dnn_x, dxout));
+    (void)cudaGetLastError();
+    if (g.padded)
+        return kiln_cuda_crop_nchw(cu, ctx, dt, dx->data, dxout, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
+    return KILN_OK;
+}
+
+/* kiln.ConvGradWeight(X, dY, W) -> dW, like W (whose values are not read). */
+kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_context *ctx = c->kctx;
+    const kiln_tensor *x = c->in[0], *dy = c->in[1], *w = c->in[2]; // (N,C,..), (N,M,..), (M,C/G,..)
+    kiln_tensor *dw = c->out[0]; // like w
+    const kiln_dtype dt = x->dtype;
+    conv_geo g;
+    char why[256];
+    if (!conv_geo_get(c, x, w, dy, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    cudnnHandle_t h;
+    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
+    if (st) return st;
+    if ((st = set_descriptors(cu, ctx, &g, dt)) != KILN_OK) return st;
+    const size_t pbytes = pad_bytes(&g, dt);
+    if (c->workspace_size < pbytes || (pbytes && !c->workspace))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "ConvGradWeight needs at least %zu bytes of workspace, got %zu",
+                         pbytes, c->workspace_size);
+    const void *xin = x->data;
+    if (g.padded) {
+        st = kiln_cuda_pad_nchw(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
+        if (st) return st;
+        xin = c->workspace;
+    }
+    char *base = c->workspace;
+    const size_t ws_bytes = base ? c->workspace_size - pbytes : 0;
+    void *ws = ws_bytes ? base + pbytes : NULL;
+    kiln_algo_entry *a = NULL;
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_FILTER, xin, dw->data, dy->data, ws, ws_bytes, false, &a)) !=
+        KILN_OK)
+        return st;
+    const float one = 1.f, zero = 0.f;
+    KILN_CUDNN_CHECK(ctx, cudnnConvolutionBackwardFilter(h, &one, cu->dnn_x, xin, cu->dnn_y, dy->data,
+                                                         cu->dnn_conv, (cudnnConvolutionBwdFilterAlgo_t)a->algo,
+                                                         a->bytes ? ws : NULL, a->bytes, &zero, cu->dnn_w,
+                                                         dw->data));
+    (void)cudaGetLastError();
+    return KILN_OK;
+}

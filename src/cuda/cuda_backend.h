@@ -14,10 +14,15 @@
  *   - Work goes on the kiln_cuda's one compute stream. Kernels return without waiting
  *     for the device; results are ready once kiln_cuda_sync (or a later download)
  *     returns. Kernels never allocate device or pinned memory and never synchronize,
- *     with one exception: Conv searches for its cuDNN algorithm
- *     (cudnnFindConvolutionForwardAlgorithmEx, which times kernels and waits) the first
- *     time it meets a shape; the choice is cached on the kiln_cuda and on disk (see
- *     kiln_cuda_options). Run a plan once before capturing it into a CUDA graph.
+ *     with one exception: Conv, kiln.FusedConv, kiln.ConvGradInput and kiln.ConvGradWeight
+ *     search for their cuDNN algorithm (cudnnFindConvolution*AlgorithmEx, which times
+ *     kernels and waits) the first time they meet a shape; the choice is cached on the
+ *     kiln_cuda and on disk (see kiln_cuda_options). Run a plan once before capturing it
+ *     into a CUDA graph.
+ *   - Scalars a kernel reads at run time (Dropout's ratio and training_mode, a loss
+ *     gradient's dLoss, Clip's bounds) are read on the device, so a captured graph
+ *     replays with whatever they hold. Random kernels read the run seed from the
+ *     kiln_cuda's device seed (kiln_cuda_rng_*), not c->seed.
  *   - Scratch: kiln_cuda_workspace_size says how many bytes of c->workspace a kernel
  *     needs for the shapes in c (0 for most); the caller provides at least that many,
  *     256-byte aligned, and sets c->workspace_size. Kernels check the size they are given.
@@ -35,8 +40,9 @@
  *     op and node). Every CUDA runtime, cuDNN, cuBLASLt and NVRTC call and every launch
  *     is checked; device allocation failures are KILN_ERR_OUT_OF_MEMORY, other failures
  *     KILN_ERR_DEVICE, naming the call, the library's error string, file and line.
- *     Failures that depend on data and are found on the device (a Gather index out of
- *     range) are reported by the next kiln_cuda_sync as KILN_ERR_INVALID_ARGUMENT.
+ *     Failures that depend on data and are found on the device (a Gather index or a
+ *     loss's class target out of range, a training Dropout ratio outside [0, 1)) are
+ *     reported by the next kiln_cuda_sync as KILN_ERR_INVALID_ARGUMENT.
  *   - Precision: f32 is computed in f32 without TF32 (cuBLASLt CUBLAS_COMPUTE_32F,
  *     cuDNN CUDNN_FMA_MATH), so results match the CPU reference to ~1e-5 relative
  *     (reductions over K terms: ~1e-4). f16 and bf16 are read, computed in f32 (matrix
@@ -45,6 +51,10 @@
  *
  * Dtypes: the kernels take f32, f16 and bf16 (data movement ops: any dtype). What each
  * op supports beyond that is checked by kiln_cuda_supports, which names what is missing.
+ *
+ * Ops: the ONNX ops of the table in table.c and kiln's internal gradient ops that a
+ * training graph runs (UnaryGrad, DropoutGrad, ConvGradInput / Weight / Bias, MaxPoolGrad,
+ * SoftmaxGrad, LogSoftmaxGrad, NegativeLogLikelihoodLossGrad, ReduceSumTo, GemmGradC).
  */
 #ifndef KILN_CUDA_BACKEND_H
 #define KILN_CUDA_BACKEND_H
@@ -161,9 +171,115 @@ kiln_status kiln_cuda_workspace_size(kiln_cuda *cu, kiln_op_ctx *c, size_t *byte
 /* Run c->node's kernel (checks that one exists), prefixing failures with op and node. */
 kiln_status kiln_cuda_run(kiln_cuda *cu, kiln_op_ctx *c);
 
-/* The table itself, for tests: entry i's ONNX op name (NULL when out of range). */
+/* The table itself, for tests: entry i's op name, "kiln.<name>" for kiln's internal ops
+ * (NULL when out of range). */
 int kiln_cuda_kernel_count(void);
 const char *kiln_cuda_kernel_name(int i);
+
+/* ---------------------------------------------------------------- training
+ *
+ * What a training step needs on the device besides the op kernels, so that one captured
+ * CUDA graph per step runs forward, backward and the update with no host synchronization:
+ * the run seed of Dropout, the optimizer over all parameters in one launch, and fp16
+ * loss scaling. Everything here is enqueued on the compute stream and is capturable
+ * unless it says otherwise; values that change from step to step (learning rate, step
+ * count, loss scale, seed) live in device memory and are read there.
+ *
+ * A step, as the trainer would capture it:
+ *     kiln_cuda_rng_next(cu, seed_base, micro_step_counter)    new Dropout masks
+ *     (the forward and backward kernels of the plan)           dLoss input bound to &state->loss_scale
+ *     kiln_cuda_grad_check(cu, table, ...)                     fp16 only: inf/NaN -> found_inf
+ *     kiln_cuda_optimizer_step(cu, &opts, table, ...)          skipped when found_inf
+ *     kiln_cuda_train_step_end(cu, &scaler or NULL, &opts, state)
+ */
+
+/* --- the run seed. Random kernels (Dropout in training) read a uint64 seed from device
+ * memory on the kiln_cuda rather than c->seed, so a captured graph draws new masks on each
+ * replay. For the same seed value they draw exactly the CPU reference's masks (the CPU
+ * run's kiln_op_ctx.seed). It starts at 0. */
+/* The device address of the seed (8 bytes). */
+uint64_t *kiln_cuda_rng_seed(kiln_cuda *cu);
+/* seed := value. The value travels as a kernel argument: inside a capture it is frozen
+ * into the graph; use kiln_cuda_rng_next there. */
+kiln_status kiln_cuda_rng_set(kiln_cuda *cu, uint64_t value);
+/* seed := base + *counter, then *counter += 1 (counter: device int64). Capturable: each
+ * replay draws the next seed. The CPU trainer's seed of micro-step k is
+ * opts.seed * 0x9E3779B97F4A7C15 + k: pass that product as base and a counter holding k. */
+kiln_status kiln_cuda_rng_next(kiln_cuda *cu, uint64_t base, int64_t *counter);
+
+/* --- device-side training state: one struct in device memory (8-byte aligned), written
+ * only by the kernels below (and kiln_cuda_train_state_init). */
+typedef struct kiln_cuda_train_state {
+    float lr;            /* learning rate of the next update */
+    float loss_scale;    /* the factor on the loss (fp16 loss scaling; 1 otherwise). An f32
+                            scalar in device memory: bind &state->loss_scale as the f32 dLoss
+                            input of the loss's gradient op and the scaling costs nothing */
+    int32_t found_inf;   /* set by kiln_cuda_grad_check, cleared by kiln_cuda_train_step_end */
+    int32_t clean_steps; /* steps without inf/NaN since the loss scale last changed */
+    int64_t step;        /* updates applied: the optimizer's step count (Adam's bias
+                            correction, SGD momentum's first step, the schedule) */
+    int64_t skipped;     /* updates skipped for inf/NaN gradients */
+} kiln_cuda_train_state;
+
+/* Upload the initial state: lr = kiln_trainer_lr_at(o, 0) (o NULL: 0), the given loss
+ * scale (1 without scaling; PyTorch's GradScaler starts at 65536), counters 0. Enqueued
+ * through the staging buffer: not for use inside a capture. */
+kiln_status kiln_cuda_train_state_init(kiln_cuda *cu, const kiln_train_options *o, float loss_scale,
+                                       kiln_cuda_train_state *state);
+
+/* --- the parameter table: one entry per trained tensor, in device memory. The update
+ * walks the parameters in chunks of KILN_CUDA_OPTIM_CHUNK elements, one block a chunk. */
+#define KILN_CUDA_OPTIM_CHUNK 4096
+typedef struct kiln_cuda_optim_entry {
+    float *param;   /* (n) f32 (master) weights, updated in place */
+    void *grad;     /* (n) gradient, of the dtype given to the step (f32, f16 or bf16) */
+    float *state0;  /* (n) SGD: momentum buffer (momentum != 0); Adam/AdamW: exp_avg;
+                       Adadelta: square_avg. NULL where the optimizer keeps none */
+    float *state1;  /* (n) Adam/AdamW: exp_avg_sq; Adadelta: acc_delta; else NULL */
+    void *copy;     /* (n) the updated weights rounded to the step's copy dtype (the f16 /
+                       bf16 weights a reduced-precision graph reads), or NULL */
+    int64_t n;
+    int64_t first_chunk; /* set by kiln_cuda_optim_table_prepare */
+} kiln_cuda_optim_entry;
+/* Fill first_chunk of each of the n entries of a HOST copy of the table; returns the total
+ * number of chunks (pass it to the calls below). Then upload the table. */
+int64_t kiln_cuda_optim_table_prepare(kiln_cuda_optim_entry *table, int n);
+
+/* One launch over all gradients: any inf or NaN sets state->found_inf. unscale: also
+ * multiply every gradient in place by 1 / state->loss_scale (rounded to float, as
+ * PyTorch's GradScaler.unscale_; sensible for f32 gradients; for f16 ones leave them
+ * scaled and pass unscale to the optimizer instead). table: device memory. */
+kiln_status kiln_cuda_grad_check(kiln_cuda *cu, const kiln_cuda_optim_entry *table, int n, int64_t chunks,
+                                 kiln_dtype grad_dtype, bool unscale, kiln_cuda_train_state *state);
+
+/* One launch updating every parameter of the device table (n entries, `chunks` from
+ * kiln_cuda_optim_table_prepare) with the optimizer and hyper-parameters of o (optimizer,
+ * momentum, nesterov, weight_decay, beta1, beta2, eps, rho; lr and the step come from
+ * state), exactly as the CPU trainer's kiln_optimizer_update. Nothing happens when
+ * state->found_inf is set. grad_dtype: the gradients' dtype; unscale: multiply each
+ * gradient by 1 / state->loss_scale as it is read; copy_dtype: the dtype of the entries'
+ * weight copies (KILN_DTYPE_UNDEFINED when there are none). The step counter is not
+ * advanced here (kiln_cuda_train_step_end does it). */
+kiln_status kiln_cuda_optimizer_step(kiln_cuda *cu, const kiln_train_options *o,
+                                     const kiln_cuda_optim_entry *table, int n, int64_t chunks,
+                                     kiln_dtype grad_dtype, kiln_dtype copy_dtype, bool unscale,
+                                     kiln_cuda_train_state *state);
+
+/* Dynamic loss scaling as PyTorch's GradScaler: defaults 2, 0.5, 2000. */
+typedef struct kiln_cuda_scaler {
+    float growth_factor;  /* > 1 */
+    float backoff_factor; /* in (0, 1) */
+    int growth_interval;  /* clean steps between growths, >= 1 */
+} kiln_cuda_scaler;
+
+/* One thread, after the update: found_inf ? skipped++ : step++; with a scaler, the loss
+ * scale x backoff on inf/NaN, or x growth once growth_interval clean steps have passed
+ * (kept when the result would be infinite); found_inf cleared; with a schedule (the
+ * options' lr, schedule, step_size, gamma, total_steps, warmup_steps), state->lr =
+ * kiln_trainer_lr_at(schedule, new step) computed on the device (NULL: lr is left as the
+ * host wrote it). */
+kiln_status kiln_cuda_train_step_end(kiln_cuda *cu, const kiln_cuda_scaler *scaler,
+                                     const kiln_train_options *schedule, kiln_cuda_train_state *state);
 
 /* ------------------------------------------------------------------- NVRTC */
 

@@ -36,7 +36,11 @@ typedef struct kiln_cuda_flag {
     long long value;   /* e.g. the offending index */
 } kiln_cuda_flag;
 
-enum { KILN_CUDA_FLAG_GATHER_INDEX = 1 };
+enum {
+    KILN_CUDA_FLAG_GATHER_INDEX = 1,  /* value: the index */
+    KILN_CUDA_FLAG_TARGET_RANGE = 2,  /* a loss's class target outside [0, C); value: the target */
+    KILN_CUDA_FLAG_DROPOUT_RATIO = 3, /* Dropout's ratio outside [0, 1) in training; value: ratio * 1e6 */
+};
 
 struct kiln_cuda {
     kiln_context *ctx;
@@ -64,6 +68,9 @@ struct kiln_cuda {
     bool staged_used[2];
 
     kiln_cuda_flag *flag;   /* device memory */
+    /* The run seed random kernels (Dropout in training) read on the device, so a captured
+     * graph draws new masks on every replay once something advances it (dropout.cu). */
+    uint64_t *rng_seed;     /* device memory */
 
     /* Convolution algorithm choices (conv.c): timed (autotune) or cuDNN's heuristic,
      * deterministic ones only when asked; timed choices are also kept in the file
@@ -193,7 +200,19 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(copy)        /* movement.cu: Flatten Reshape Identity */                            \
     X(concat)      /* movement.cu */                                                      \
     X(transpose)   /* movement.cu */                                                      \
-    X(gather)      /* movement.cu */
+    X(gather)      /* movement.cu */                                                      \
+    X(dropout)     /* dropout.cu: Dropout (inference and training, mask output) */        \
+    X(dropout_grad) /* dropout.cu: kiln.DropoutGrad */                                    \
+    X(unary_grad)  /* elementwise.cu: kiln.UnaryGrad for the unary family */              \
+    X(conv_grad_input)  /* conv.c: kiln.ConvGradInput through cuDNN */                    \
+    X(conv_grad_weight) /* conv.c: kiln.ConvGradWeight through cuDNN */                   \
+    X(conv_grad_bias)   /* reduce_sum.cu: kiln.ConvGradBias */                            \
+    X(reduce_sum_to)    /* reduce_sum.cu: kiln.ReduceSumTo */                             \
+    X(gemm_grad_c)      /* reduce_sum.cu: kiln.GemmGradC */                               \
+    X(maxpool_grad)     /* pool.cu: kiln.MaxPoolGrad */                                   \
+    X(softmax_grad)     /* norm.cu: kiln.SoftmaxGrad and kiln.LogSoftmaxGrad */           \
+    X(nll)              /* loss.cu: NegativeLogLikelihoodLoss */                          \
+    X(nll_grad)         /* loss.cu: kiln.NegativeLogLikelihoodLossGrad */
 
 #define KILN_CUDA_DECLARE(name) kiln_status kiln_cuda_k_##name(kiln_cuda *cu, kiln_op_ctx *c);
 KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
@@ -203,6 +222,10 @@ KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
 kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_batchnorm(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_matmul(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_status kiln_cuda_ws_channel_sum(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes); /* ConvGradBias, ReduceSumTo, GemmGradC */
+kiln_status kiln_cuda_ws_nll_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 
 /* What conv.c supports (Conv, or kiln.FusedConv when fused): geometry, layouts (X, W, Y
  * and Z in one layout), the activation. false with a reason. */
@@ -237,6 +260,10 @@ kiln_status kiln_cuda_add_channel_bias(kiln_cuda *cu, kiln_context *ctx, kiln_dt
 kiln_status kiln_cuda_pad_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
                                const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
                                int64_t pt, int64_t pb, int64_t pl, int64_t pr);
+/* dst (N, C, H, W) = the interior of src (N, C, H+pt+pb, W+pl+pr) (ConvGradInput). */
+kiln_status kiln_cuda_crop_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
+                                const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
+                                int64_t pt, int64_t pb, int64_t pl, int64_t pr);
 /* y (M, N) = c broadcast to (M, N) from a tensor of rank <= 2 (Gemm's C): cdims gives
  * its shape right-aligned to (M, N) (1 on broadcast dims). */
 kiln_status kiln_cuda_broadcast_2d(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,

@@ -10,7 +10,7 @@
  *   erfc for Gelu, exp of non-positive arguments only for Sigmoid/Softplus).
  *   16-byte vector loads and stores when the pointers are aligned.
  *
- *   Binary ops with numpy broadcasting: Add Sub Mul Div Pow, and Max Min with 1..N inputs
+ *   Binary ops with numpy broadcasting: Add Sub Mul Div Pow, and Max Min Sum with 1..N inputs
  *   (folded pairwise into the output, as the CPU reference does). NaN propagates through
  *   Max/Min like numpy's maximum/minimum. The broadcast is planned on the host
  *   (kiln_cuda_bcast_init) and takes one of three kernels: flat (same shape, or one side a
@@ -18,12 +18,21 @@
  *   contiguous, the other indexed by (i / inner) % C, e.g. (N,C,H,W) + (C,1,1)), or
  *   general (index arithmetic over up to 8 merged dims).
  *
+ *   Sum (1..N inputs) is Add folded the same way (rounded after each addition, as the
+ *   reference).
+ *
  *   NHWC: unary ops are indifferent to layout. A binary op whose output is 4-D NHWC walks
  *   the broadcast over the physical order (N, H, W, C): 4-D NHWC operands as laid out,
  *   the others (whose bytes are the same in both layouts: C == 1 or H*W == 1 once right-
  *   aligned to 4-D, as kiln_cuda_supports checks) with their dims permuted the same way.
  *   A per-channel operand then has stride 1 along the innermost dim, which the
  *   per-channel kernel takes with inner = 1.
+ *
+ *   kiln.UnaryGrad(dY, X?, Y?) with attribute op naming a unary op above (and that op's
+ *   attributes): dX = dY * f'(x, y), computed in float from the forward's X or Y (which
+ *   ever the op's derivative reads, as src/ops/<op>.c declares), with dX = 0 wherever
+ *   f' is 0 even for an infinite or NaN dY, as the reference (src/ops/unary.c). One
+ *   templated kernel, the derivative chosen at compile time.
  *
  *   Helpers for other files: per-channel bias add (Conv), kiln.FusedConv's epilogue
  *   y = act(y + bias + z) (either layout), and 2-D broadcast (Gemm's C).
@@ -164,6 +173,134 @@ int unary_op_of(const char *name) {
     UNARY_OPS(X)
 #undef X
     return -1;
+}
+
+/* The attribute constants of unary op `op` (node: the forward node, or kiln.UnaryGrad,
+ * which carries the forward's attributes), with the CPU reference's defaults. Gelu's
+ * tanh form becomes U_GELU_TANH. */
+UnaryParams unary_params(const kiln_node *node, int *op) {
+    UnaryParams p = {0.f, 0.f, 0.f, nullptr, nullptr};
+    switch (*op) {
+    case U_LEAKYRELU: p.a = kiln_attr_float(node, "alpha", 0.01f); break;
+    case U_ELU: p.a = kiln_attr_float(node, "alpha", 1.0f); break;
+    case U_CELU: p.a = kiln_attr_float(node, "alpha", 1.0f); break;
+    case U_SELU:
+        p.a = kiln_attr_float(node, "alpha", 1.67326319217681884765625f);
+        p.g = kiln_attr_float(node, "gamma", 1.05070102214813232421875f);
+        break;
+    case U_HARDSIGMOID:
+        p.a = kiln_attr_float(node, "alpha", 0.2f);
+        p.b = kiln_attr_float(node, "beta", 0.5f);
+        break;
+    case U_GELU:
+        if (strcmp(kiln_attr_string(node, "approximate", "none"), "tanh") == 0) *op = U_GELU_TANH;
+        break;
+    default: break;
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------ unary gradients */
+
+constexpr float TWO_OVER_SQRT_PI = 1.12837916709551257390f;
+constexpr float INV_SQRT_2PI = 0.39894228040143267794f;
+
+__device__ __forceinline__ float sigmoid_f(float u) {
+    if (u >= 0.f) return 1.f / (1.f + expf(-u));
+    const float e = expf(u);
+    return e / (1.f + e);
+}
+
+/* f'(x) where y = f(x), the formulas of the op files' deriv() */
+template <int OP> __device__ __forceinline__ float unary_deriv(float x, float y, float a, float b, float g) {
+    if constexpr (OP == U_RELU) return y > 0.f ? 1.f : 0.f;
+    else if constexpr (OP == U_LEAKYRELU) return x < 0.f ? a : 1.f;
+    else if constexpr (OP == U_SIGMOID) return y * (1.f - y);
+    else if constexpr (OP == U_TANH) return 1.f - y * y;
+    else if constexpr (OP == U_ELU) return x < 0.f ? a * expf(x) : 1.f;
+    else if constexpr (OP == U_SELU) return x > 0.f ? g : g * a * expf(x);
+    else if constexpr (OP == U_CELU) return x > 0.f ? 1.f : expf(x / a);
+    else if constexpr (OP == U_GELU) {
+        if (isinf(x)) return x > 0.f ? 1.f : 0.f;
+        return 0.5f * erfcf(-x * SQRT1_2) + x * expf(-0.5f * x * x) * INV_SQRT_2PI;
+    } else if constexpr (OP == U_GELU_TANH) {
+        if (isinf(x)) return x > 0.f ? 1.f : 0.f;
+        const float s = sigmoid_f(2.f * SQRT_2_PI * (x + 0.044715f * x * x * x));
+        return s + x * s * (1.f - s) * 2.f * SQRT_2_PI * (1.f + 3.f * 0.044715f * x * x);
+    } else if constexpr (OP == U_HARDSIGMOID) {
+        const float v = a * x + b;
+        return v > 0.f && v < 1.f ? a : 0.f;
+    } else if constexpr (OP == U_HARDSWISH) return x <= -3.f ? 0.f : x >= 3.f ? 1.f : x / 3.f + 0.5f;
+    else if constexpr (OP == U_SOFTPLUS) return sigmoid_f(x);
+    else if constexpr (OP == U_SOFTSIGN) {
+        const float d = 1.f + fabsf(x);
+        return 1.f / (d * d);
+    } else if constexpr (OP == U_CLIP) return (x == y || x != x) ? 1.f : 0.f;
+    else if constexpr (OP == U_ERF) return TWO_OVER_SQRT_PI * expf(-x * x);
+    else if constexpr (OP == U_EXP) return y;
+    else if constexpr (OP == U_LOG) return 1.f / x;
+    else if constexpr (OP == U_SQRT) return 0.5f / y;
+    else if constexpr (OP == U_RECIPROCAL) return -y * y;
+    else if constexpr (OP == U_ABS) return x > 0.f ? 1.f : x < 0.f ? -1.f : 0.f;
+    else if constexpr (OP == U_NEG) return -1.f;
+    else return 0.f; /* Floor, Ceil */
+}
+
+template <typename T, int OP>
+__device__ __forceinline__ T unary_grad_one(T dy, T x, T y, float a, float b, float g) {
+    const float d = unary_deriv<OP>(to_f(x), to_f(y), a, b, g);
+    return from_f<T>(d == 0.f ? 0.f : d * to_f(dy));
+}
+
+// dy, dx: (n); x, y: (n) or NULL when the derivative does not read them
+template <typename T, int OP>
+__global__ void unary_grad_kernel(const T *dy, const T *x, const T *y, T *dx, int64_t n, UnaryParams p,
+                                  bool vec) {
+    const float a = p.a, b = p.b, g = p.g;
+    const int64_t stride = grid_stride();
+    int64_t start = thread_index();
+    const T zero = from_f<T>(0.f);
+    if (vec) {
+        using V = typename VecOf<T>::type;
+        constexpr int N = VecOf<T>::N;
+        const int64_t nv = n / N;
+        for (int64_t i = start; i < nv; i += stride) {
+            V u = ((const V *)dy)[i], xv, yv;
+            if (x) xv = ((const V *)x)[i];
+            if (y) yv = ((const V *)y)[i];
+#pragma unroll
+            for (int k = 0; k < N; k++)
+                u.v[k] = unary_grad_one<T, OP>(u.v[k], x ? xv.v[k] : zero, y ? yv.v[k] : zero, a, b, g);
+            ((V *)dx)[i] = u;
+        }
+        start += nv * N;
+    }
+    for (int64_t i = start; i < n; i += stride)
+        dx[i] = unary_grad_one<T, OP>(dy[i], x ? x[i] : zero, y ? y[i] : zero, a, b, g);
+}
+
+template <typename T>
+kiln_status launch_unary_grad(kiln_cuda *cu, kiln_context *ctx, int op, const void *dy, const void *x,
+                              const void *y, void *dx, int64_t n, UnaryParams p) {
+    if (n == 0) return KILN_OK;
+    const bool vec = aligned16(dy, dx) && aligned16(x, y);
+    const unsigned blocks = kiln_cuda_blocks(cu, vec ? n / VecOf<T>::N + 1 : n, THREADS);
+    const T *dyt = (const T *)dy, *xt = (const T *)x, *yt = (const T *)y;
+    T *dxt = (T *)dx;
+    switch (op) {
+#define X(sym, name)                                                                      \
+    case U_##sym:                                                                         \
+        unary_grad_kernel<T, U_##sym><<<blocks, THREADS, 0, cu->stream>>>(dyt, xt, yt, dxt, n, p, vec); \
+        break;
+        UNARY_OPS(X)
+#undef X
+    case U_GELU_TANH:
+        unary_grad_kernel<T, U_GELU_TANH><<<blocks, THREADS, 0, cu->stream>>>(dyt, xt, yt, dxt, n, p, vec);
+        break;
+    default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "unary op %d has no CUDA derivative", op);
+    }
+    KILN_CUDA_LAUNCHED(ctx, "unary_grad_kernel");
+    return KILN_OK;
 }
 
 /* ----------------------------------------------------------------- binary ops */
@@ -323,6 +460,7 @@ int binary_op_of(const char *name) {
     static const char *const names[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"};
     for (int i = 0; i < 7; i++)
         if (strcmp(name, names[i]) == 0) return i;
+    if (strcmp(name, "Sum") == 0) return B_ADD;
     return -1;
 }
 
@@ -463,22 +601,8 @@ extern "C" kiln_status kiln_cuda_k_unary(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_tensor *y = c->out[0];
     int op = unary_op_of(node->op_type);
     if (op < 0) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "op %s is not a unary op", node->op_type);
-    UnaryParams p = {0.f, 0.f, 0.f, nullptr, nullptr};
+    UnaryParams p = unary_params(node, &op);
     switch (op) {
-    case U_LEAKYRELU: p.a = kiln_attr_float(node, "alpha", 0.01f); break;
-    case U_ELU: p.a = kiln_attr_float(node, "alpha", 1.0f); break;
-    case U_CELU: p.a = kiln_attr_float(node, "alpha", 1.0f); break;
-    case U_SELU:
-        p.a = kiln_attr_float(node, "alpha", 1.67326319217681884765625f);
-        p.g = kiln_attr_float(node, "gamma", 1.05070102214813232421875f);
-        break;
-    case U_HARDSIGMOID:
-        p.a = kiln_attr_float(node, "alpha", 0.2f);
-        p.b = kiln_attr_float(node, "beta", 0.5f);
-        break;
-    case U_GELU:
-        if (strcmp(kiln_attr_string(node, "approximate", "none"), "tanh") == 0) op = U_GELU_TANH;
-        break;
     case U_CLIP:
         p.a = -INFINITY;
         p.b = INFINITY;
@@ -494,6 +618,20 @@ extern "C" kiln_status kiln_cuda_k_unary(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_unary, cu, c->kctx, op, x->data, y->data,
                            kiln_tensor_numel(x), p);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_unary_grad(kiln_cuda *cu, kiln_op_ctx *c) {
+    const char *name = kiln_attr_string(c->node, "op", "");
+    int op = unary_op_of(name);
+    if (op < 0) return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op=%s has no CUDA derivative", name);
+    const UnaryParams p = unary_params(c->node, &op);
+    const kiln_tensor *dy = c->in[0];
+    const void *x = c->n_in > 1 && c->in[1] ? c->in[1]->data : nullptr;
+    const void *y = c->n_in > 2 && c->in[2] ? c->in[2]->data : nullptr;
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_unary_grad, cu, c->kctx, op, dy->data, x, y,
+                           c->out[0]->data, kiln_tensor_numel(dy), p);
     return st;
 }
 

@@ -18,7 +18,8 @@
  *     through 32x32 shared-memory tiles so that reads and writes are both coalesced; a
  *     plain copy when C == 1 or H*W == 1 (the bytes are the same in both layouts).
  *
- *   Helpers for conv.c: zero padding of an NCHW or NHWC tensor.
+ *   Helpers for conv.c: zero padding of an NCHW or NHWC tensor, and its inverse (the
+ *   interior of a padded NCHW tensor).
  */
 #include "dtype.cuh"
 
@@ -135,6 +136,25 @@ __global__ void pad_nhwc_kernel(const E *src, E *dst, int64_t total, int64_t C, 
         const int64_t w = r % Wo - pl, h = (r / Wo) % Ho - pt, n = r / (Wo * Ho);
         dst[i] = (h >= 0 && h < H && w >= 0 && w < W) ? src[((n * H + h) * W + w) * C + c] : (E)0;
     }
+}
+
+// src: (NC, H + pt + pb, W + pl + pr); dst: (NC, H, W)
+template <typename E>
+__global__ void crop_kernel(const E *src, E *dst, int64_t total, int64_t H, int64_t W, int64_t Hp,
+                            int64_t Wp, int64_t pt, int64_t pl) {
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
+        const int64_t w = i % W, h = (i / W) % H, nc = i / (W * H);
+        dst[i] = src[(nc * Hp + h + pt) * Wp + w + pl];
+    }
+}
+
+template <typename E>
+kiln_status launch_crop(kiln_cuda *cu, kiln_context *ctx, const void *src, void *dst, int64_t total,
+                        int64_t H, int64_t W, int64_t Hp, int64_t Wp, int64_t pt, int64_t pl) {
+    crop_kernel<E><<<kiln_cuda_blocks(cu, total, THREADS), THREADS, 0, cu->stream>>>(
+        (const E *)src, (E *)dst, total, H, W, Hp, Wp, pt, pl);
+    KILN_CUDA_LAUNCHED(ctx, "crop_kernel");
+    return KILN_OK;
 }
 
 template <typename E>
@@ -321,5 +341,16 @@ extern "C" kiln_status kiln_cuda_pad_nchw(kiln_cuda *cu, kiln_context *ctx, kiln
     kiln_status st;
     KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(dt), launch_pad, cu, ctx, src, dst, total, H, W, Ho,
                           Wo, pt, pl);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_crop_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
+                                           const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
+                                           int64_t pt, int64_t pb, int64_t pl, int64_t pr) {
+    const int64_t total = N * C * H * W;
+    if (total == 0) return KILN_OK;
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(dt), launch_crop, cu, ctx, src, dst, total, H, W,
+                          H + pt + pb, W + pl + pr, pt, pl);
     return st;
 }

@@ -14,9 +14,16 @@
  *   inner == 1 (the usual last-axis case): one block per row with block reductions;
  *   otherwise one thread per (outer, inner) column, whose neighbours read neighbouring
  *   addresses.
+ *
+ *   kiln.SoftmaxGrad / kiln.LogSoftmaxGrad (Y, dY) -> dX over the same rows (the forward's
+ *   axis and opset), in float:
+ *     Softmax:    dX = Y * (dY - sum(dY * Y))
+ *     LogSoftmax: dX = dY - exp(Y) * sum(dY)
  */
 #include "dtype.cuh"
 #include "reduce.cuh"
+
+#include <string.h>
 
 using namespace kiln_cu;
 
@@ -127,20 +134,93 @@ kiln_status launch_softmax(kiln_cuda *cu, kiln_context *ctx, bool log_out, const
     return KILN_OK;
 }
 
-kiln_status softmax(kiln_cuda *cu, kiln_op_ctx *c, bool log_out) {
-    const kiln_tensor *x = c->in[0];
+/* ---------------------------------------------------------------- softmax grad */
+
+template <bool LOG> __device__ __forceinline__ float sm_grad_term(float y, float dy) {
+    return LOG ? dy : dy * y;
+}
+template <bool LOG> __device__ __forceinline__ float sm_grad_out(float y, float dy, float s) {
+    return LOG ? dy - expf(y) * s : y * (dy - s);
+}
+
+// y, dy, dx: (rows, n)
+template <typename T, bool LOG>
+__global__ void softmax_grad_rows(const T *y, const T *dy, T *dx, int64_t rows, int64_t n) {
+    __shared__ float scratch[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *yr = y + r * n, *gr = dy + r * n;
+        T *xr = dx + r * n;
+        float s = 0.f;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += sm_grad_term<LOG>(to_f(yr[j]), to_f(gr[j]));
+        s = block_reduce<false>(s, scratch);
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            xr[j] = from_f<T>(sm_grad_out<LOG>(to_f(yr[j]), to_f(gr[j]), s));
+    }
+}
+
+// y, dy, dx: (outer, n, inner)
+template <typename T, bool LOG>
+__global__ void softmax_grad_cols(const T *y, const T *dy, T *dx, int64_t outer, int64_t n, int64_t inner) {
+    for (int64_t t = thread_index(); t < outer * inner; t += grid_stride()) {
+        const int64_t base = (t / inner) * n * inner + t % inner;
+        float s = 0.f;
+        for (int64_t k = 0; k < n; k++) s += sm_grad_term<LOG>(to_f(y[base + k * inner]), to_f(dy[base + k * inner]));
+        for (int64_t k = 0; k < n; k++) {
+            const int64_t i = base + k * inner;
+            dx[i] = from_f<T>(sm_grad_out<LOG>(to_f(y[i]), to_f(dy[i]), s));
+        }
+    }
+}
+
+template <typename T>
+kiln_status launch_softmax_grad(kiln_cuda *cu, kiln_context *ctx, bool log_out, const void *yv,
+                                const void *dyv, void *dxv, int64_t outer, int64_t n, int64_t inner) {
+    if (outer * n * inner == 0) return KILN_OK;
+    const T *y = (const T *)yv, *dy = (const T *)dyv;
+    T *dx = (T *)dxv;
+    if (inner == 1) {
+        int threads = 32;
+        while (threads < THREADS && threads < n) threads *= 2;
+        const int64_t blocks = outer < 65535 ? outer : 65535;
+        if (log_out)
+            softmax_grad_rows<T, true><<<(unsigned)blocks, threads, 0, cu->stream>>>(y, dy, dx, outer, n);
+        else
+            softmax_grad_rows<T, false><<<(unsigned)blocks, threads, 0, cu->stream>>>(y, dy, dx, outer, n);
+        KILN_CUDA_LAUNCHED(ctx, "softmax_grad_rows");
+    } else {
+        const unsigned blocks = kiln_cuda_blocks(cu, outer * inner, THREADS);
+        if (log_out)
+            softmax_grad_cols<T, true><<<blocks, THREADS, 0, cu->stream>>>(y, dy, dx, outer, n, inner);
+        else
+            softmax_grad_cols<T, false><<<blocks, THREADS, 0, cu->stream>>>(y, dy, dx, outer, n, inner);
+        KILN_CUDA_LAUNCHED(ctx, "softmax_grad_cols");
+    }
+    return KILN_OK;
+}
+
+/* The rows of Softmax / LogSoftmax and their gradients over x's shape, as
+ * src/ops/softmax_common.c lays them out. */
+kiln_status softmax_layout(kiln_op_ctx *c, const kiln_tensor *x, int64_t *outer, int64_t *n,
+                           int64_t *inner) {
     const bool coerce_2d = c->node->opset < 13;
     int64_t axis = kiln_attr_int(c->node, "axis", coerce_2d ? 1 : -1);
     if (!kiln_norm_axis(&axis, x->ndim))
         return kiln_fail(c->kctx, KILN_ERR_SHAPE, "axis %lld is out of range for rank %d",
                          (long long)axis, x->ndim);
-    int64_t outer = 1, n = 1, inner = 1;
+    *outer = *n = *inner = 1;
     for (int d = 0; d < x->ndim; d++) {
-        if (d < axis) outer *= x->dims[d];
-        else if (d == axis || coerce_2d) n *= x->dims[d];
-        else inner *= x->dims[d];
+        if (d < axis) *outer *= x->dims[d];
+        else if (d == axis || coerce_2d) *n *= x->dims[d];
+        else *inner *= x->dims[d];
     }
-    kiln_status st;
+    return KILN_OK;
+}
+
+kiln_status softmax(kiln_cuda *cu, kiln_op_ctx *c, bool log_out) {
+    const kiln_tensor *x = c->in[0];
+    int64_t outer, n, inner;
+    kiln_status st = softmax_layout(c, x, &outer, &n, &inner);
+    if (st) return st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_softmax, cu, c->kctx, log_out, x->data,
                            c->out[0]->data, outer, n, inner);
     return st;
@@ -190,4 +270,15 @@ extern "C" kiln_status kiln_cuda_k_softmax(kiln_cuda *cu, kiln_op_ctx *c) { retu
 
 extern "C" kiln_status kiln_cuda_k_logsoftmax(kiln_cuda *cu, kiln_op_ctx *c) {
     return softmax(cu, c, true);
+}
+
+extern "C" kiln_status kiln_cuda_k_softmax_grad(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *y = c->in[0], *dy = c->in[1];
+    const bool log_out = strcmp(c->node->op_type, "LogSoftmaxGrad") == 0;
+    int64_t outer, n, inner;
+    kiln_status st = softmax_layout(c, y, &outer, &n, &inner);
+    if (st) return st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, y->dtype, launch_softmax_grad, cu, c->kctx, log_out, y->data, dy->data,
+                           c->out[0]->data, outer, n, inner);
+    return st;
 }

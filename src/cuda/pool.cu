@@ -17,6 +17,15 @@
  *   neighbouring channels; GlobalAveragePool sums 32 channels of an image per block, its
  *   rows splitting H*W, and writes Y (N, C, 1, 1), the same bytes in either layout.
  *
+ *   kiln.MaxPoolGrad(dY, X) -> dX: each window's dY goes to the element the forward picks
+ *   (the first maximum in row-major tap order, or the first NaN), recomputed from X
+ *   exactly as the CPU reference (src/ops/max_pool.c) does. Windows that cannot overlap
+ *   (stride >= dilated kernel in every dim, e.g. 2x2 stride 2): one thread per window
+ *   writes dY at its pick and 0 at its other taps (dX is zeroed first only when some
+ *   input elements lie in no window). Otherwise one thread per input element adds the dY
+ *   of every window that picked it, windows in ascending order as the reference adds
+ *   them: no atomics, the same float sums.
+ *
  * Spatial dims are right-aligned into 3 slots; unused leading slots have size 1.
  */
 #include "dtype.cuh"
@@ -129,28 +138,14 @@ kiln_status launch_pool(kiln_cuda *cu, kiln_context *ctx, bool is_max, const voi
     return KILN_OK;
 }
 
+kiln_status pool_geo(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y, PoolGeo *g);
+
 kiln_status pool(kiln_cuda *cu, kiln_op_ctx *c, bool is_max) {
     const kiln_tensor *x = c->in[0];
     kiln_tensor *y = c->out[0];
-    kiln_cuda_window w;
-    char why[256];
-    if (!kiln_cuda_window_get(c, x, y, NULL, &w, why, sizeof why))
-        return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "%s", why);
     PoolGeo g;
-    for (int t = 0; t < 3; t++) {
-        g.in[t] = g.out[t] = g.k[t] = g.s[t] = g.d[t] = 1;
-        g.pb[t] = g.pe[t] = 0;
-    }
-    for (int i = 0; i < w.nd; i++) {
-        const int t = 3 - w.nd + i;
-        g.in[t] = w.in[i];
-        g.out[t] = w.out[i];
-        g.k[t] = w.k[i];
-        g.s[t] = w.s[i];
-        g.d[t] = w.d[i];
-        g.pb[t] = w.pb[i];
-        g.pe[t] = w.pe[i];
-    }
+    kiln_status gst = pool_geo(c, x, y, &g);
+    if (gst) return gst;
     const bool include_pad = !is_max && kiln_attr_int(c->node, "count_include_pad", 0) != 0;
     /* an NHWC X is 4-D: its two spatial dims are in slots 1 and 2 */
     const int64_t nhwc_c = x->ndim == 4 && x->format == KILN_FORMAT_NHWC ? x->dims[1] : 0;
@@ -158,6 +153,149 @@ kiln_status pool(kiln_cuda *cu, kiln_op_ctx *c, bool is_max) {
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_pool, cu, c->kctx, is_max, x->data,
                            y->data, kiln_tensor_numel(y), g, include_pad, nhwc_c);
     return st;
+}
+
+/* ------------------------------------------------------------------ MaxPoolGrad */
+
+/* Window o's first coordinate along slot t and its taps inside the input, [lo, hi). */
+__device__ __forceinline__ void window_taps(const PoolGeo &g, int t, int64_t o, int64_t *start, int64_t *lo,
+                                            int64_t *hi) {
+    *start = o * g.s[t] - g.pb[t];
+    const int64_t a = *start >= 0 ? 0 : (-*start + g.d[t] - 1) / g.d[t];
+    int64_t b = g.in[t] - *start <= 0 ? 0 : (g.in[t] - *start + g.d[t] - 1) / g.d[t];
+    if (b > g.k[t]) b = g.k[t];
+    *lo = a;
+    *hi = b > a ? b : a;
+}
+
+/* The offset in its (n, c) plane of the element window o picks, or -1 for a window with
+ * no tap inside the input. */
+template <typename T>
+__device__ int64_t window_pick(const T *xp, const PoolGeo &g, const int64_t *o) {
+    int64_t st[3], lo[3], hi[3];
+    for (int t = 0; t < 3; t++) {
+        window_taps(g, t, o[t], &st[t], &lo[t], &hi[t]);
+        if (lo[t] == hi[t]) return -1;
+    }
+    int64_t at = ((st[0] + lo[0] * g.d[0]) * g.in[1] + st[1] + lo[1] * g.d[1]) * g.in[2] + st[2] + lo[2] * g.d[2];
+    float best = to_f(xp[at]);
+    bool nan = best != best;
+    for (int64_t j0 = lo[0]; j0 < hi[0]; j0++)
+        for (int64_t j1 = lo[1]; j1 < hi[1]; j1++) {
+            const int64_t row = ((st[0] + j0 * g.d[0]) * g.in[1] + st[1] + j1 * g.d[1]) * g.in[2] + st[2];
+            for (int64_t j2 = lo[2]; j2 < hi[2]; j2++) {
+                const int64_t off = row + j2 * g.d[2];
+                const float v = to_f(xp[off]);
+                const bool take = v > best || (v != v && !nan);
+                if (take) {
+                    best = v;
+                    at = off;
+                }
+                nan |= v != v;
+            }
+        }
+    return at;
+}
+
+// dy: (NC, out...); x, dx: (NC, in...). One thread per window; windows do not overlap.
+template <typename T>
+__global__ void maxpool_grad_windows(const T *dy, const T *x, T *dx, int64_t total, PoolGeo g) {
+    const int64_t in_sz = g.in[0] * g.in[1] * g.in[2];
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
+        int64_t r = i, o[3];
+        for (int t = 2; t >= 0; t--) {
+            o[t] = r % g.out[t];
+            r /= g.out[t];
+        }
+        const T *xp = x + r * in_sz;
+        T *dxp = dx + r * in_sz;
+        const int64_t at = window_pick(xp, g, o);
+        if (at < 0) continue;
+        const T v = dy[i], zero = from_f<T>(0.f);
+        int64_t st[3], lo[3], hi[3];
+        for (int t = 0; t < 3; t++) window_taps(g, t, o[t], &st[t], &lo[t], &hi[t]);
+        for (int64_t j0 = lo[0]; j0 < hi[0]; j0++)
+            for (int64_t j1 = lo[1]; j1 < hi[1]; j1++) {
+                const int64_t row = ((st[0] + j0 * g.d[0]) * g.in[1] + st[1] + j1 * g.d[1]) * g.in[2] + st[2];
+                for (int64_t j2 = lo[2]; j2 < hi[2]; j2++) {
+                    const int64_t off = row + j2 * g.d[2];
+                    dxp[off] = off == at ? v : zero;
+                }
+            }
+    }
+}
+
+// dy: (NC, out...); x, dx: (NC, in...). One thread per input element.
+template <typename T>
+__global__ void maxpool_grad_gather(const T *dy, const T *x, T *dx, int64_t total, PoolGeo g) {
+    const int64_t in_sz = g.in[0] * g.in[1] * g.in[2], out_sz = g.out[0] * g.out[1] * g.out[2];
+    for (int64_t e = thread_index(); e < total; e += grid_stride()) {
+        const int64_t nc = e / in_sz, me = e % in_sz;
+        const int64_t p[3] = {me / (g.in[1] * g.in[2]), (me / g.in[2]) % g.in[1], me % g.in[2]};
+        const T *xp = x + nc * in_sz;
+        const T *dyp = dy + nc * out_sz;
+        float acc = 0.f;
+        /* windows o containing p: o*s - pb + j*d == p; j from the last tap down gives
+         * ascending o */
+        int64_t o[3];
+        for (int64_t j0 = g.k[0] - 1; j0 >= 0; j0--) {
+            const int64_t q0 = p[0] + g.pb[0] - j0 * g.d[0];
+            if (q0 < 0 || q0 % g.s[0] || (o[0] = q0 / g.s[0]) >= g.out[0]) continue;
+            for (int64_t j1 = g.k[1] - 1; j1 >= 0; j1--) {
+                const int64_t q1 = p[1] + g.pb[1] - j1 * g.d[1];
+                if (q1 < 0 || q1 % g.s[1] || (o[1] = q1 / g.s[1]) >= g.out[1]) continue;
+                for (int64_t j2 = g.k[2] - 1; j2 >= 0; j2--) {
+                    const int64_t q2 = p[2] + g.pb[2] - j2 * g.d[2];
+                    if (q2 < 0 || q2 % g.s[2] || (o[2] = q2 / g.s[2]) >= g.out[2]) continue;
+                    if (window_pick(xp, g, o) == me) acc += to_f(dyp[(o[0] * g.out[1] + o[1]) * g.out[2] + o[2]]);
+                }
+            }
+        }
+        dx[e] = from_f<T>(acc);
+    }
+}
+
+template <typename T>
+kiln_status launch_maxpool_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy, const void *x, void *dx,
+                                int64_t NC, PoolGeo g, bool disjoint, bool covered) {
+    const int64_t in_sz = g.in[0] * g.in[1] * g.in[2], out_sz = g.out[0] * g.out[1] * g.out[2];
+    if (NC * in_sz == 0) return KILN_OK;
+    if (disjoint) {
+        if (!covered) KILN_CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, (size_t)(NC * in_sz) * sizeof(T), cu->stream));
+        if (NC * out_sz == 0) return KILN_OK;
+        maxpool_grad_windows<T><<<kiln_cuda_blocks(cu, NC * out_sz, THREADS), THREADS, 0, cu->stream>>>(
+            (const T *)dy, (const T *)x, (T *)dx, NC * out_sz, g);
+        KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_windows");
+    } else {
+        maxpool_grad_gather<T><<<kiln_cuda_blocks(cu, NC * in_sz, THREADS), THREADS, 0, cu->stream>>>(
+            (const T *)dy, (const T *)x, (T *)dx, NC * in_sz, g);
+        KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_gather");
+    }
+    return KILN_OK;
+}
+
+/* The pooling geometry of c (x: the pooled input, y: the pooled output or its gradient)
+ * in 3 right-aligned slots. */
+kiln_status pool_geo(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y, PoolGeo *g) {
+    kiln_cuda_window w;
+    char why[256];
+    if (!kiln_cuda_window_get(c, x, y, NULL, &w, why, sizeof why))
+        return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    for (int t = 0; t < 3; t++) {
+        g->in[t] = g->out[t] = g->k[t] = g->s[t] = g->d[t] = 1;
+        g->pb[t] = g->pe[t] = 0;
+    }
+    for (int i = 0; i < w.nd; i++) {
+        const int t = 3 - w.nd + i;
+        g->in[t] = w.in[i];
+        g->out[t] = w.out[i];
+        g->k[t] = w.k[i];
+        g->s[t] = w.s[i];
+        g->d[t] = w.d[i];
+        g->pb[t] = w.pb[i];
+        g->pe[t] = w.pe[i];
+    }
+    return KILN_OK;
 }
 
 // x: (rows, S); y: (rows)
@@ -236,5 +374,27 @@ extern "C" kiln_status kiln_cuda_k_gap(kiln_cuda *cu, kiln_op_ctx *c) {
     else
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_gap, cu, c->kctx, x->data, c->out[0]->data,
                                x->dims[0] * x->dims[1], S);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1]; // (N, C, out...), (N, C, in...)
+    PoolGeo g;
+    kiln_status st = pool_geo(c, x, dy, &g);
+    if (st) return st;
+    /* disjoint windows, and whether together they cover every input element */
+    bool disjoint = true, covered = true;
+    for (int t = 0; t < 3; t++) {
+        if (g.s[t] < (g.k[t] - 1) * g.d[t] + 1) disjoint = false;
+        int64_t inside = 0;
+        for (int64_t o = 0; o < g.out[t] && disjoint; o++)
+            for (int64_t j = 0; j < g.k[t]; j++) {
+                const int64_t p = o * g.s[t] - g.pb[t] + j * g.d[t];
+                inside += p >= 0 && p < g.in[t];
+            }
+        if (inside != g.in[t]) covered = false;
+    }
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_maxpool_grad, cu, c->kctx, dy->data, x->data,
+                           c->out[0]->data, x->dims[0] * x->dims[1], g, disjoint, covered);
     return st;
 }

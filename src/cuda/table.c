@@ -1,14 +1,14 @@
 /*
- * table.c — the CUDA kernel table: for each op with a CUDA kernel (ONNX's, and kiln's
- * internal ones of domain "kiln"), the kernel, the check of what it supports (dtypes,
- * ranks, attributes, layouts) and its workspace function. Entries are found by domain and
- * name, so the table does not depend on the order of ops.def (nor on which op files a
- * build has; a node whose op is not registered is looked up by its op_type and domain,
- * which lets tests run a kernel whose CPU reference lives on another branch). An op
- * missing here is an explicit "not supported on cuda" error, never a silent fallback to
- * the CPU.
+ * table.c — the CUDA kernel table: for each op with a CUDA kernel, the kernel, the
+ * check of what it supports (dtypes, ranks, attributes) and its workspace function.
+ * kiln_cuda_kernel_for maps a registry index to its entry by domain and name, so the
+ * table does not depend on the order of ops.def (nor on which op files a build has).
+ * kiln's internal ops (domain "kiln": the gradient ops autograd emits) are listed as
+ * "kiln.<name>". A node whose op is not registered (a test of a kernel whose CPU reference
+ * lives on another branch) is looked up by its domain and op_type. An op missing here is
+ * an explicit "not supported on cuda" error, never a silent fallback to the CPU.
  *
- * Layouts: entries marked NHWC handle 4-D NHWC tensors (their supports functions check
+ * Layouts: entries marked nhwc handle 4-D NHWC tensors (their supports functions check
  * how); for every other entry a 4-D NHWC input or output is "not supported".
  */
 #include "cuda_internal.h"
@@ -21,7 +21,6 @@ typedef bool (*supports_fn)(const kiln_op_ctx *c, char *why, size_t n);
 typedef kiln_status (*workspace_fn)(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 
 typedef struct entry {
-    const char *domain;     /* "" for ONNX's ops, "kiln" for internal ones */
     const char *name;
     kiln_cuda_fn run;
     supports_fn supports;
@@ -123,6 +122,35 @@ static bool sup_binary(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+
+/* A convolution of x by w giving y (Conv, or the tensors a gradient op has in those roles). */
+static bool conv_check(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                       const kiln_tensor *y, char *why, size_t n) {
+    if (!same_float(c, why, n)) return false;
+    if (x->ndim != 3 && x->ndim != 4) {
+        snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", x->ndim - 2);
+        return false;
+    }
+    if (w->ndim != x->ndim || y->ndim != x->ndim) {
+        snprintf(why, n, "W and Y must have X's rank %d", x->ndim);
+        return false;
+    }
+    kiln_cuda_window win;
+    if (!kiln_cuda_window_get(c, x, y, w->dims + 2, &win, why, n)) return false;
+    const int64_t sizes[] = {kiln_tensor_numel(x), kiln_tensor_numel(w), kiln_tensor_numel(y)};
+    for (int i = 0; i < 3; i++)
+        if (sizes[i] == 0) {
+            snprintf(why, n, "empty tensors");
+            return false;
+        }
+    for (int d = 0; d < x->ndim; d++)
+        if (x->dims[d] > INT_MAX / 2 || y->dims[d] > INT_MAX / 2) {
+            snprintf(why, n, "dims beyond cuDNN's int range");
+            return false;
+        }
+    return true;
+}
+
 static bool sup_conv(const kiln_op_ctx *c, char *why, size_t n) {
     return same_float(c, why, n) && kiln_cuda_conv_supported(c, false, why, n);
 }
@@ -149,6 +177,24 @@ static bool sup_layout(const kiln_op_ctx *c, char *why, size_t n) {
         return false;
     }
     return true;
+}
+
+/* kiln.ConvGradInput(dY, W, X) */
+static bool sup_conv_grad_input(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
+        snprintf(why, n, "inputs dY, W and X are required");
+        return false;
+    }
+    return conv_check(c, c->in[2], c->in[1], c->in[0], why, n);
+}
+
+/* kiln.ConvGradWeight(X, dY, W) */
+static bool sup_conv_grad_weight(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
+        snprintf(why, n, "inputs X, dY and W are required");
+        return false;
+    }
+    return conv_check(c, c->in[0], c->in[2], c->in[1], why, n);
 }
 
 static bool fits_products(const int64_t *v, int count, char *why, size_t n) {
@@ -238,23 +284,103 @@ static bool sup_any(const kiln_op_ctx *c, char *why, size_t n) {
     return false;
 }
 
+static bool bool_scalar(const kiln_op_ctx *c, int i, const char *what, char *why, size_t n) {
+    if (!present(c, i) || (c->in[i]->dtype == KILN_BOOL && kiln_tensor_numel(c->in[i]) == 1)) return true;
+    snprintf(why, n, "%s must be a bool scalar", what);
+    return false;
+}
+
+/* A float scalar of any float dtype (read on the device), or absent. */
+static bool float_scalar(const kiln_op_ctx *c, int i, const char *what, char *why, size_t n) {
+    if (!present(c, i)) return true;
+    const kiln_dtype t = c->in[i]->dtype;
+    if ((kiln_cuda_float_dtype(t) || t == KILN_F64) && kiln_tensor_numel(c->in[i]) == 1) return true;
+    snprintf(why, n, "%s must be a float scalar", what);
+    return false;
+}
+
 /* Identity copies bytes: any layout, as long as Y is labelled like X. */
 static bool sup_same_bytes(const kiln_op_ctx *c, char *why, size_t n) {
     return same_layout(c, why, n) && sup_any(c, why, n);
 }
 
-/* Dropout at inference (no training_mode, or a constant false one) passes X through. */
+/* Dropout: ratio and training_mode are read on the device; the mask output is bool. An
+ * NHWC X is walked as laid out: Y follows it, at inference only (no training_mode). */
 static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!same_layout(c, why, n)) return false;
-    if (c->n_out > 1) {
-        snprintf(why, n, "the mask output is only computed on the CPU");
+    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
+    if (is_nhwc(c->in[0]) && (has_out(c, 1) || present(c, 2))) {
+        /* training draws its mask by flat index, the reference's NCHW order */
+        snprintf(why, n, "a mask output or a training_mode input with an NHWC input");
         return false;
     }
-    if (present(c, 2) && (!c->in[2]->data || ((const uint8_t *)c->in[2]->data)[0])) {
-        snprintf(why, n, "training mode runs on the CPU only");
+    if (has_out(c, 1) && c->out[1]->dtype != KILN_BOOL) {
+        snprintf(why, n, "the mask output must be bool");
         return false;
     }
-    return sup_any(c, why, n);
+    return float_scalar(c, 1, "ratio", why, n) && bool_scalar(c, 2, "training_mode", why, n);
+}
+
+/* kiln.DropoutGrad(dY, mask, ratio?, training_mode?) */
+static bool sup_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (!present(c, 1) || c->in[1]->dtype != KILN_BOOL) {
+        snprintf(why, n, "the mask must be bool");
+        return false;
+    }
+    return float_scalar(c, 2, "ratio", why, n) && bool_scalar(c, 3, "training_mode", why, n);
+}
+
+static bool sup_unary_grad(const kiln_op_ctx *c, char *why, size_t n);
+
+static bool sup_softmax_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 2 || !present(c, 1)) {
+        snprintf(why, n, "inputs Y and dY are required");
+        return false;
+    }
+    return same_float(c, why, n);
+}
+
+/* kiln.MaxPoolGrad(dY, X) */
+static bool sup_maxpool_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 2 || !present(c, 1)) {
+        snprintf(why, n, "inputs dY and X are required");
+        return false;
+    }
+    if (!same_float(c, why, n)) return false;
+    kiln_cuda_window w;
+    return kiln_cuda_window_get(c, c->in[1], c->in[0], NULL, &w, why, n);
+}
+
+/* A sum of dY (input 0) down to a smaller shape: ConvGradBias, ReduceSumTo, GemmGradC. */
+static bool sup_sum_down(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (c->out[0]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "the output must have the input's dtype");
+        return false;
+    }
+    return true;
+}
+
+/* NegativeLogLikelihoodLoss and its gradient: integer targets of 32 or 64 bits. */
+static bool sup_nll(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (!present(c, 1) || (c->in[1]->dtype != KILN_I32 && c->in[1]->dtype != KILN_I64)) {
+        snprintf(why, n, "targets must be int32 or int64");
+        return false;
+    }
+    if (present(c, 2) && !kiln_cuda_float_dtype(c->in[2]->dtype) && c->in[2]->dtype != KILN_F64) {
+        snprintf(why, n, "weight has dtype %s", kiln_dtype_name(c->in[2]->dtype));
+        return false;
+    }
+    if (present(c, 3) && c->in[3]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "dLoss must have the input's dtype");
+        return false;
+    }
+    if (c->n_in > 4) {
+        snprintf(why, n, "%d inputs (at most 4)", c->n_in);
+        return false;
+    }
+    return true;
 }
 
 static bool sup_concat(const kiln_op_ctx *c, char *why, size_t n) {
@@ -284,8 +410,8 @@ static bool sup_gather(const kiln_op_ctx *c, char *why, size_t n) {
 
 /* -------------------------------------------------------------------- table */
 
-#define UNARY(name) {"", name, kiln_cuda_k_unary, sup_unary, NULL, true}
-#define BINARY(name) {"", name, kiln_cuda_k_binary, sup_binary, NULL, true}
+#define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
+#define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL, true}
 
 static const entry table[] = {
     UNARY("Relu"), UNARY("LeakyRelu"), UNARY("Sigmoid"), UNARY("Tanh"), UNARY("Elu"),
@@ -294,37 +420,67 @@ static const entry table[] = {
     UNARY("Log"), UNARY("Sqrt"), UNARY("Reciprocal"), UNARY("Abs"), UNARY("Neg"),
     UNARY("Floor"), UNARY("Ceil"),
     BINARY("Add"), BINARY("Sub"), BINARY("Mul"), BINARY("Div"), BINARY("Pow"), BINARY("Max"),
-    BINARY("Min"),
-    {"", "Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv, true},
-    {"", "Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul, false},
-    {"", "MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul, false},
-    {"", "MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL, true},
-    {"", "AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL, true},
-    {"", "GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL, true},
-    {"", "BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm, true},
-    {"", "Softmax", kiln_cuda_k_softmax, sup_softmax, NULL, false},
-    {"", "LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL, false},
-    {"", "Flatten", kiln_cuda_k_copy, sup_any, NULL, false},
-    {"", "Reshape", kiln_cuda_k_copy, sup_any, NULL, false},
-    {"", "Identity", kiln_cuda_k_copy, sup_same_bytes, NULL, true},
-    {"", "Dropout", kiln_cuda_k_copy, sup_dropout, NULL, true},
-    {"", "Concat", kiln_cuda_k_concat, sup_concat, NULL, false},
-    {"", "Transpose", kiln_cuda_k_transpose, sup_elements, NULL, false},
-    {"", "Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
-    {"kiln", "FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
-    {"kiln", "ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
-    {"kiln", "ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
+    BINARY("Min"), BINARY("Sum"),
+    {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv, true},
+    {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul, false},
+    {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul, false},
+    {"MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL, true},
+    {"AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL, true},
+    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL, true},
+    {"BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm, true},
+    {"Softmax", kiln_cuda_k_softmax, sup_softmax, NULL, false},
+    {"LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL, false},
+    {"Flatten", kiln_cuda_k_copy, sup_any, NULL, false},
+    {"Reshape", kiln_cuda_k_copy, sup_any, NULL, false},
+    {"Identity", kiln_cuda_k_copy, sup_same_bytes, NULL, true},
+    {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL, true},
+    {"Concat", kiln_cuda_k_concat, sup_concat, NULL, false},
+    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, false},
+    {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
+    {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL, false},
+    /* kiln's fused ops and layout conversions (FUSED.md) */
+    {"kiln.FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
+    {"kiln.ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
+    {"kiln.ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
+    /* kiln's gradient ops */
+    {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, false},
+    {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, false},
+    {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input, false},
+    {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight, false},
+    {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_sum_down, kiln_cuda_ws_channel_sum, false},
+    {"kiln.ReduceSumTo", kiln_cuda_k_reduce_sum_to, sup_sum_down, kiln_cuda_ws_channel_sum, false},
+    {"kiln.GemmGradC", kiln_cuda_k_gemm_grad_c, sup_sum_down, kiln_cuda_ws_channel_sum, false},
+    {"kiln.MaxPoolGrad", kiln_cuda_k_maxpool_grad, sup_maxpool_grad, NULL, false},
+    {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
+    {"kiln.LogSoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
+    {"kiln.NegativeLogLikelihoodLossGrad", kiln_cuda_k_nll_grad, sup_nll, kiln_cuda_ws_nll_grad, false},
 };
 
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))
 
-static bool default_domain(const char *d) { return !d || !d[0] || strcmp(d, "ai.onnx") == 0; }
+/* kiln.UnaryGrad runs where the forward op named by attribute `op` has a unary kernel. */
+static bool sup_unary_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    const char *op = kiln_attr_string(c->node, "op", "");
+    bool known = false;
+    for (int i = 0; i < N_ENTRIES && !known; i++)
+        known = table[i].run == kiln_cuda_k_unary && strcmp(table[i].name, op) == 0;
+    if (!known) {
+        snprintf(why, n, "op=%s has no CUDA derivative", op);
+        return false;
+    }
+    return same_float(c, why, n);
+}
+
+/* The registry's domain of a table name: "kiln.X" is X of domain "kiln". */
+static bool entry_is(const entry *e, const char *domain, const char *name) {
+    const bool internal = strncmp(e->name, "kiln.", 5) == 0;
+    if (internal != (strcmp(domain, "kiln") == 0)) return false;
+    return strcmp(internal ? e->name + 5 : e->name, name) == 0;
+}
 
 static const entry *lookup(const char *domain, const char *name) {
-    for (int i = 0; i < N_ENTRIES; i++) {
-        const bool same = default_domain(domain) ? !table[i].domain[0] : strcmp(table[i].domain, domain) == 0;
-        if (same && strcmp(table[i].name, name) == 0) return &table[i];
-    }
+    for (int i = 0; i < N_ENTRIES; i++)
+        if (entry_is(&table[i], domain ? domain : "", name)) return &table[i];
     return NULL;
 }
 

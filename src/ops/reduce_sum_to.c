@@ -37,14 +37,21 @@ static kiln_status forward(kiln_op_ctx *c) {
         }
         return KILN_OK;
     }
-    /* other floats: accumulate in double in the workspace-free way: one pass per output */
-    for (int64_t i = 0; i < ny; i++) kiln_set_f64(y, i, 0);
+    /* other floats: accumulate in double in the workspace, round once at the end (summing
+     * into an f16/bf16 output would round every partial sum) */
+    double *acc = c->workspace;
+    for (int64_t i = 0; i < ny; i++) acc[i] = 0;
     int64_t idx[KILN_MAX_DIMS] = {0}, off[1] = {0};
     for (int64_t i = 0; i < nx; i++) {
-        kiln_set_f64(y, off[0], kiln_get_f64(y, off[0]) + kiln_get_f64(x, i));
+        acc[off[0]] += kiln_get_f64(x, i);
         kiln_index_next(x->ndim, x->dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])st, off);
     }
+    for (int64_t i = 0; i < ny; i++) kiln_set_f64(y, i, acc[i]);
     return KILN_OK;
+}
+
+static size_t workspace(const kiln_op_ctx *c) {
+    return c->in[0]->dtype == KILN_F32 ? 0 : sizeof(double) * (size_t)kiln_tensor_numel(c->out[0]);
 }
 
 static int test(void) {
@@ -61,6 +68,13 @@ static int test(void) {
     in[1] = kt_make(KILN_F64, 0, NULL, NULL);
     want = kt_make(KILN_F64, 0, NULL, KT_VALS(10));
     fails += kiln_optest("ReduceSumTo", "", 2, in, 1, &want, 0, 0, "sum to a scalar (f64)");
+    /* 3000 terms of 1/3 in f16: a running sum kept in f16 stops growing near 512 (its ulp
+     * there exceeds the term); accumulating in double and rounding once gives 1000 */
+    in[0] = kt_make(KILN_F16, 2, KT_DIMS(3000, 1), NULL);
+    for (int64_t i = 0; i < 3000; i++) kiln_set_f64(in[0], i, 1.0 / 3.0);
+    in[1] = kt_make(KILN_F16, 1, KT_DIMS(1), NULL);
+    want = kt_make(KILN_F16, 1, KT_DIMS(1), KT_VALS(3000 * (double)kiln_f16_to_f32(kiln_f32_to_f16(1.0f / 3.0f))));
+    fails += kiln_optest("ReduceSumTo", "", 2, in, 1, &want, 0, 1e-3, "f16 sum of 3000 terms rounds once");
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("ReduceSumTo", "", 2, in, 1, KILN_ERR_SHAPE, "shapes that do not broadcast");
@@ -69,5 +83,6 @@ static int test(void) {
 
 const kiln_op_def kiln_op_reduce_sum_to = {
     .name = "ReduceSumTo", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
-    .max_outputs = 1, .shape_only_inputs = 2, .infer = infer, .cpu_forward = forward, .test = test,
+    .max_outputs = 1, .shape_only_inputs = 2, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
+    .test = test,
 };

@@ -60,13 +60,10 @@ static const char *const UNARY_OPS[] = {
     "Abs", "Neg", "Floor", "Ceil", "Identity", NULL};
 static const char *const BINARY_OPS[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", NULL};
 
-/* Dropout passes X through on CUDA only at inference: no mask output and no training_mode
- * input, or a constant false one. */
-static bool inference_dropout(const kiln_model *m, const kiln_node *n) {
-    if (n->n_out > 1) return false;
-    if (n->n_in < 3 || n->in[2] < 0) return true;
-    const kiln_tensor *t = m->values[n->in[2]].init;
-    return t && kiln_tensor_numel(t) == 1 && kiln_get_i64(t, 0) == 0;
+/* Dropout is elementwise only at inference: no mask output and no training_mode input
+ * (training draws its mask by flat index, in the reference's NCHW order). */
+static bool inference_dropout(const kiln_node *n) {
+    return n->n_out == 1 && (n->n_in < 3 || n->in[2] < 0);
 }
 
 static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
@@ -79,7 +76,7 @@ static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
     if (strcmp(op, "BatchNormalization") == 0)
         return n->n_out == 1 && (n->opset < 14 || kiln_attr_int(n, "training_mode", 0) == 0) ? K_BN : K_NONE;
     if (strcmp(op, "GlobalAveragePool") == 0) return K_GAP;
-    if (strcmp(op, "Dropout") == 0) return inference_dropout(m, n) ? K_UNARY : K_NONE;
+    if (strcmp(op, "Dropout") == 0) return inference_dropout(n) ? K_UNARY : K_NONE;
     if (in_list(op, UNARY_OPS)) return K_UNARY;
     if (in_list(op, BINARY_OPS)) return K_BINARY;
     return K_NONE;

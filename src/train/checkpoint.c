@@ -26,6 +26,8 @@ kiln_status kiln_trainer_save(kiln_trainer *t, const char *path, int64_t epoch, 
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
                          "checkpoint between micro-batches of an accumulated step: save after step %" PRId64 " completes",
                          t->steps);
+    kiln_status sst = kiln_trainer_sync_host(t);
+    if (sst) return sst;
     const int ns = n_opt_states(&t->opts);
     const int n = t->n_params * (1 + ns) + t->n_states;
     char **names = kiln_calloc(ctx, (size_t)n + 1, sizeof(char *), "checkpoint");
@@ -159,6 +161,9 @@ kiln_status kiln_trainer_load(kiln_trainer *t, const char *path, int64_t *epoch,
         t->loss_scale = ls ? strtof(ls, NULL) : 1.0f;
         if (epoch) *epoch = ep;
         if (step_in_epoch) *step_in_epoch = sie;
+#ifdef KILN_HAVE_CUDA
+        if (t->cuda) st = kiln_trainer_cuda_upload(t->cuda);
+#endif
     }
     kiln_safetensors_free(s);
     return st;

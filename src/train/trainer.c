@@ -39,11 +39,14 @@ static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the step schedule needs step_size > 0");
     if (o->schedule == KILN_SCHEDULE_COSINE && o->total_steps <= 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the cosine schedule needs total_steps > 0");
-    if (o->device != KILN_DEVICE_CPU)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "training on device %d is not available in this build; use the CPU",
-                         (int)o->device);
+    if (o->device != KILN_DEVICE_CPU && o->device != KILN_DEVICE_CUDA)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)o->device);
+#ifndef KILN_HAVE_CUDA
+    if (o->device == KILN_DEVICE_CUDA)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "this kiln was built without the CUDA backend (no nvcc at build time)");
+#endif
     if (o->amp != KILN_AMP_OFF)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "mixed precision (amp) needs the CUDA device");
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "mixed precision (amp) training is not available yet: use --amp off");
     return KILN_OK;
 }
 
@@ -303,7 +306,7 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         t->fwd->finalized = true;
         st = build_training_graph(t, lv);
     }
-    if (!st) {
+    if (!st && o.device == KILN_DEVICE_CPU) {
         kiln_session_options so = {.device = KILN_DEVICE_CPU, .threads = o.threads};
         st = kiln_session_create(t->train, &so, &t->sess);
     }
@@ -330,12 +333,24 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     for (int k = 0; k < t->n_params; k++) t->feeds[t->n_data_inputs + k] = t->params[k].value;
     for (int k = 0; k < t->n_states; k++) t->feeds[t->n_data_inputs + t->n_params + k] = t->states[k].value;
     t->loss_scale = 1;
+#ifdef KILN_HAVE_CUDA
+    if (o.device == KILN_DEVICE_CUDA) {
+        st = kiln_trainer_cuda_create(t, &t->cuda);
+        if (st) {
+            kiln_trainer_free(t);
+            return st;
+        }
+    }
+#endif
     *out = t;
     return KILN_OK;
 }
 
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t) return;
+#ifdef KILN_HAVE_CUDA
+    kiln_trainer_cuda_free(t->cuda);
+#endif
     for (int k = 0; k < t->n_params; k++) {
         kiln_tensor_free(t->params[k].value);
         free(t->params[k].state[0]);
@@ -361,6 +376,9 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
     if (n_inputs != t->n_data_inputs || (n_inputs && !inputs))
         return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given", t->n_data_inputs, n_inputs);
     for (int i = 0; i < n_inputs; i++) t->feeds[i] = inputs[i];
+#ifdef KILN_HAVE_CUDA
+    if (t->cuda) return kiln_trainer_cuda_step(t->cuda, loss);
+#endif
     int nf = t->n_data_inputs + t->n_params + t->n_states, no = 1 + t->n_params + t->n_states;
     /* dropout masks depend only on (seed, micro-step): a resumed run draws the same ones */
     uint64_t seed = t->opts.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t->micro_steps;
@@ -394,6 +412,15 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
     return KILN_OK;
 }
 
+/* On CUDA the weights live on the device: bring the host copies up to date. */
+kiln_status kiln_trainer_sync_host(kiln_trainer *t) {
+#ifdef KILN_HAVE_CUDA
+    if (t->cuda) return kiln_trainer_cuda_download(t->cuda);
+#endif
+    (void)t;
+    return KILN_OK;
+}
+
 kiln_status kiln_trainer_stats(const kiln_trainer *t, kiln_train_stats *out) {
     if (!t || !out) return KILN_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -413,6 +440,8 @@ kiln_status kiln_trainer_export(kiln_trainer *t, const char *output, kiln_model 
     if (!t || !output || !out) return KILN_ERR_INVALID_ARGUMENT;
     *out = NULL;
     kiln_context *ctx = t->ctx;
+    kiln_status sst = kiln_trainer_sync_host(t);
+    if (sst) return sst;
     const kiln_model *f = t->fwd;
     int ov = kiln_model_find_value(f, output);
     bool is_out = false;

@@ -24,6 +24,9 @@ typedef struct kiln_state {
     kiln_tensor *value; /* owned */
 } kiln_state;
 
+/* The CUDA side of a trainer (trainer_cuda.c); NULL for CPU training. */
+typedef struct kiln_trainer_cuda kiln_trainer_cuda;
+
 struct kiln_trainer {
     kiln_context *ctx;
     kiln_train_options opts;
@@ -40,9 +43,23 @@ struct kiln_trainer {
     const kiln_tensor **outs;
     int64_t micro_steps, steps, skipped_steps, param_count;
     float loss_scale;
+    kiln_trainer_cuda *cuda;
 };
 
 float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step);
+/* CUDA training: copy weights and state to the host copies (no-op on the CPU). */
+kiln_status kiln_trainer_sync_host(kiln_trainer *t);
+
+#ifdef KILN_HAVE_CUDA
+/* trainer_cuda.c: weights resident on the device, one captured CUDA graph per step. */
+kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out);
+void kiln_trainer_cuda_free(kiln_trainer_cuda *tc);
+/* A step on t->feeds (data inputs set by the caller); *loss (may be NULL) synchronizes. */
+kiln_status kiln_trainer_cuda_step(kiln_trainer_cuda *tc, float *loss);
+/* Host copies of weights and state from the device, and back. */
+kiln_status kiln_trainer_cuda_download(kiln_trainer_cuda *tc);
+kiln_status kiln_trainer_cuda_upload(kiln_trainer_cuda *tc);
+#endif
 /* One optimizer step over every parameter (the fused update). */
 void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
 

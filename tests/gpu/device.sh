@@ -21,7 +21,8 @@ pack)
     strip --strip-debug -o "$dest/$t" "$build/tests/$t"
   done
   strip --strip-debug -o "$dest/kiln" "$build/kiln"
-  for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libgomp.so.1; do
+  # The GPU machine has OpenBLAS (and its Fortran runtime); libgomp may be missing.
+  for lib in libgomp.so.1; do
     path=$(ldd "$dest/test_cuda_ops" | awk -v l="$lib" '$1 == l { print $3 }')
     if [ -n "$path" ]; then cp -L "$path" "$dest/lib/"; fi
   done

@@ -1,0 +1,211 @@
+/*
+ * dropout.cu — Dropout (inference and training, with the mask output), kiln.DropoutGrad,
+ * and the device-side run seed random kernels read. f32, f16 and bf16.
+ *
+ *   Dropout (opset 12+): inputs data, optional ratio (float scalar, default 0.5) and
+ *   optional training_mode (bool scalar, default false), both read ON THE DEVICE, so one
+ *   captured graph serves whatever values they hold. Not training, or ratio 0: Y = X and
+ *   the mask is all true. Training: element i is kept when u_i >= ratio, where u_i is the
+ *   top 53 bits of splitmix64(key + (i + 1) * golden) over 2^53 and
+ *       key = mix64(seed); key = mix64(key ^ mix64(attr_seed + golden)) if the node has a
+ *       `seed` attribute; key = mix64(key ^ node->out[0]) when the node has outputs,
+ *   bit for bit the counter-based stream of the CPU reference (src/ops/dropout.c), so the
+ *   CPU and the GPU draw the same masks for the same run seed. Y = X * scale with scale
+ *   = 1 / (1 - ratio) in double, rounded to float and then to the dtype (as the
+ *   reference's kiln_set_f64 does). A training ratio outside [0, 1) zeroes Y and raises
+ *   the device error flag (the reference fails before writing). Opsets < 12: Y = X.
+ *
+ *   The run seed is not c->seed (a host value that a captured graph would freeze) but a
+ *   uint64 in device memory on the kiln_cuda: kiln_cuda_rng_set writes it, and
+ *   kiln_cuda_rng_next advances it from a device counter inside a captured graph (see
+ *   cuda_backend.h).
+ *
+ *   kiln.DropoutGrad(dY, mask, ratio?, training_mode?): training: dX = mask ? dY * scale
+ *   : 0 (f32: dY times the float-rounded scale, as the reference; other dtypes through
+ *   double); otherwise dX = dY.
+ *
+ * One thread per element, grid-stride; the mask is one byte per element (bool).
+ */
+#include "dtype.cuh"
+
+#include <string.h>
+
+using namespace kiln_cu;
+
+namespace {
+
+constexpr int THREADS = 256;
+constexpr uint64_t GOLDEN = 0x9E3779B97F4A7C15ull;
+
+__host__ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* What the host knows about a Dropout node; the rest is read on the device. */
+struct DropoutArgs {
+    const void *ratio;   /* scalar of ratio_dt, or NULL (0.5) */
+    int ratio_dt;
+    const uint8_t *train; /* bool scalar, or NULL (false) */
+    bool legacy;         /* opset < 12: always the identity */
+    bool has_attr_seed;
+    uint64_t attr_mix;   /* mix64(seed attribute + golden) */
+    bool has_out;
+    uint64_t out0;       /* node->out[0] */
+    const uint64_t *seed; /* the run seed */
+};
+
+__device__ __forceinline__ double read_ratio(const void *p, int dt) { return p ? load_any(p, dt, 0) : 0.5; }
+
+// x, y: (n); mask: (n) or NULL
+template <typename T>
+__global__ void dropout_kernel(const T *x, T *y, uint8_t *mask, int64_t n, DropoutArgs a,
+                               kiln_cuda_flag *flag) {
+    const double ratio = read_ratio(a.ratio, a.ratio_dt);
+    const bool train = !a.legacy && a.train && *a.train && ratio != 0;
+    if (!train) {
+        for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+            if (y != x) y[i] = x[i];
+            if (mask) mask[i] = 1;
+        }
+        return;
+    }
+    if (!(ratio > 0 && ratio < 1)) {
+        for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+            y[i] = from_f<T>(0.f);
+            if (mask) mask[i] = 0;
+        }
+        if (thread_index() == 0 && atomicCAS(&flag->code, 0, KILN_CUDA_FLAG_DROPOUT_RATIO) == 0)
+            flag->value = (long long)(ratio * 1e6);
+        return;
+    }
+    uint64_t key = mix64(*a.seed);
+    if (a.has_attr_seed) key = mix64(key ^ a.attr_mix);
+    if (a.has_out) key = mix64(key ^ a.out0);
+    const double scale = 1.0 / (1.0 - ratio);
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        const double u = (double)(mix64(key + ((uint64_t)i + 1) * GOLDEN) >> 11) * 0x1.0p-53;
+        const bool keep = u >= ratio;
+        if (mask) mask[i] = keep;
+        y[i] = from_f<T>(keep ? (float)((double)to_f(x[i]) * scale) : 0.f);
+    }
+}
+
+template <typename T>
+kiln_status launch_dropout(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, uint8_t *mask,
+                           int64_t n, DropoutArgs a) {
+    if (n == 0) return KILN_OK;
+    dropout_kernel<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+        (const T *)x, (T *)y, mask, n, a, cu->flag);
+    KILN_CUDA_LAUNCHED(ctx, "dropout_kernel");
+    return KILN_OK;
+}
+
+// dy, dx: (n); mask: (n)
+template <typename T>
+__global__ void dropout_grad_kernel(const T *dy, const uint8_t *mask, T *dx, int64_t n,
+                                    const void *ratio_p, int ratio_dt, const uint8_t *train_p,
+                                    kiln_cuda_flag *flag) {
+    const double ratio = read_ratio(ratio_p, ratio_dt);
+    if (!(train_p && *train_p)) {
+        if (dx != dy)
+            for (int64_t i = thread_index(); i < n; i += grid_stride()) dx[i] = dy[i];
+        return;
+    }
+    if (!(ratio >= 0 && ratio < 1)) {
+        for (int64_t i = thread_index(); i < n; i += grid_stride()) dx[i] = from_f<T>(0.f);
+        if (thread_index() == 0 && atomicCAS(&flag->code, 0, KILN_CUDA_FLAG_DROPOUT_RATIO) == 0)
+            flag->value = (long long)(ratio * 1e6);
+        return;
+    }
+    const double scale = 1.0 / (1.0 - ratio);
+    const float sf = (float)scale;
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        float v;
+        if constexpr (sizeof(T) == 4) v = mask[i] ? __fmul_rn(to_f(dy[i]), sf) : 0.f;
+        else v = mask[i] ? (float)((double)to_f(dy[i]) * scale) : 0.f;
+        dx[i] = from_f<T>(v);
+    }
+}
+
+template <typename T>
+kiln_status launch_dropout_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy, const uint8_t *mask,
+                                void *dx, int64_t n, const void *ratio, int ratio_dt,
+                                const uint8_t *train) {
+    if (n == 0) return KILN_OK;
+    dropout_grad_kernel<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+        (const T *)dy, mask, (T *)dx, n, ratio, ratio_dt, train, cu->flag);
+    KILN_CUDA_LAUNCHED(ctx, "dropout_grad_kernel");
+    return KILN_OK;
+}
+
+__global__ void rng_set_kernel(uint64_t *seed, uint64_t value) { *seed = value; }
+
+__global__ void rng_next_kernel(uint64_t *seed, uint64_t base, int64_t *counter) {
+    const int64_t k = *counter;
+    *seed = base + (uint64_t)k;
+    *counter = k + 1;
+}
+
+bool present(const kiln_op_ctx *c, int i) { return i < c->n_in && c->in[i] != NULL; }
+
+} // namespace
+
+/* ------------------------------------------------------------------ entry points */
+
+extern "C" kiln_status kiln_cuda_k_dropout(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    uint8_t *mask = c->n_out > 1 && c->out[1] ? (uint8_t *)c->out[1]->data : nullptr;
+    DropoutArgs a;
+    memset(&a, 0, sizeof a);
+    a.legacy = c->node->opset < 12;
+    if (present(c, 1)) {
+        a.ratio = c->in[1]->data;
+        a.ratio_dt = c->in[1]->dtype;
+    }
+    if (present(c, 2)) a.train = (const uint8_t *)c->in[2]->data;
+    const kiln_attr *sa = kiln_node_attr(c->node, "seed");
+    if (sa) {
+        a.has_attr_seed = true;
+        a.attr_mix = mix64((uint64_t)sa->i + GOLDEN);
+    }
+    if (c->node->out && c->node->n_out > 0) {
+        a.has_out = true;
+        a.out0 = (uint64_t)c->node->out[0];
+    }
+    a.seed = cu->rng_seed;
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_dropout, cu, c->kctx, x->data, y->data, mask,
+                           kiln_tensor_numel(x), a);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_dropout_grad(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *mask = c->in[1];
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_dropout_grad, cu, c->kctx, dy->data,
+                           (const uint8_t *)mask->data, c->out[0]->data, kiln_tensor_numel(dy),
+                           present(c, 2) ? c->in[2]->data : nullptr,
+                           present(c, 2) ? (int)c->in[2]->dtype : 0,
+                           present(c, 3) ? (const uint8_t *)c->in[3]->data : nullptr);
+    return st;
+}
+
+extern "C" uint64_t *kiln_cuda_rng_seed(kiln_cuda *cu) { return cu->rng_seed; }
+
+extern "C" kiln_status kiln_cuda_rng_set(kiln_cuda *cu, uint64_t seed) {
+    KILN_CUDA_CHECK(cu->ctx, cudaSetDevice(cu->device));
+    rng_set_kernel<<<1, 1, 0, cu->stream>>>(cu->rng_seed, seed);
+    KILN_CUDA_LAUNCHED(cu->ctx, "rng_set_kernel");
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_rng_next(kiln_cuda *cu, uint64_t base, int64_t *counter) {
+    if (!counter) return kiln_fail(cu->ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_rng_next: counter is NULL");
+    KILN_CUDA_CHECK(cu->ctx, cudaSetDevice(cu->device));
+    rng_next_kernel<<<1, 1, 0, cu->stream>>>(cu->rng_seed, base, counter);
+    KILN_CUDA_LAUNCHED(cu->ctx, "rng_next_kernel");
+    return KILN_OK;
+}

@@ -1,0 +1,362 @@
+/*
+ * optim.cu — the training step's tail on the device, with nothing read back to the host:
+ *
+ *   kiln_cuda_optimizer_step: one launch updates every parameter (SGD with momentum /
+ *     Nesterov / weight decay, Adam, AdamW, Adadelta), walking a device table of
+ *     (param, grad, state0, state1, copy, n) entries in chunks of KILN_CUDA_OPTIM_CHUNK
+ *     elements: block b takes chunk b (grid-stride), finds its entry by binary search
+ *     over the entries' first chunks, and updates that slice with 16-byte accesses when
+ *     the entry's pointers allow. The learning rate and the step count are read from the
+ *     device state (kiln_cuda_train_state), so a captured graph replays with a schedule
+ *     moving the learning rate, without re-capture. The arithmetic is that of the CPU
+ *     update (kiln_optimizer_update in src/train/trainer.c) operation for operation, in
+ *     float with round-to-nearest intrinsics so that the compiler fuses nothing into FMAs
+ *     (the CPU build does not contract either): results match the CPU bit for bit but for
+ *     Adam's bias corrections (double pow on the device, 1-2 ulp of double apart).
+ *   kiln_cuda_grad_check: one launch over the same table: any inf/NaN gradient sets the
+ *     state's found_inf (and optionally unscales the gradients in place by 1/loss_scale).
+ *     The optimizer skips its update when found_inf is set.
+ *   kiln_cuda_train_step_end: one thread: step or skipped-step counters, PyTorch
+ *     GradScaler's dynamic loss scale (x backoff on inf/NaN; x growth after
+ *     growth_interval clean steps, if the result is finite), found_inf cleared, and the
+ *     learning rate of the next step from the schedule (kiln_trainer_lr_at, in double).
+ */
+#include "dtype.cuh"
+
+#include <math.h>
+#include <string.h>
+
+using namespace kiln_cu;
+
+/* src/train/trainer.c (declared in trainer_internal.h, a C header) */
+extern "C" float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step);
+
+namespace {
+
+constexpr int THREADS = 256;
+
+/* What the update reads besides the table and the state. */
+struct Hyper {
+    int opt;
+    float wd, mom, b1, b2, eps, rho;
+    bool nesterov;
+    bool unscale;
+};
+
+/* The entry holding chunk c: the last with first_chunk <= c. */
+__device__ __forceinline__ int entry_of(const kiln_cuda_optim_entry *t, int n, int64_t c) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (t[mid].first_chunk <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Per-step constants shared by every element. */
+struct StepConst {
+    float lr, inv_scale;
+    bool first;      /* step 0: SGD momentum takes the gradient */
+    double bc1, bc2; /* Adam's bias corrections */
+};
+
+/* One element, as kiln_optimizer_update computes it; state s0 / s1 per the optimizer. */
+__device__ __forceinline__ void update1(const Hyper &h, const StepConst &k, float &w, float g, float &s0, float &s1) {
+    if (h.unscale) g = __fmul_rn(g, k.inv_scale);
+    switch (h.opt) {
+    case KILN_OPTIM_SGD: {
+        float d = __fadd_rn(g, __fmul_rn(h.wd, w));
+        if (h.mom != 0.f) {
+            s0 = k.first ? d : __fadd_rn(__fmul_rn(h.mom, s0), d);
+            d = h.nesterov ? __fadd_rn(d, __fmul_rn(h.mom, s0)) : s0;
+        }
+        w = __fsub_rn(w, __fmul_rn(k.lr, d));
+        break;
+    }
+    case KILN_OPTIM_ADAM:
+    case KILN_OPTIM_ADAMW: {
+        float d = g;
+        if (h.opt == KILN_OPTIM_ADAMW) w = __fmul_rn(w, __fsub_rn(1.f, __fmul_rn(k.lr, h.wd)));
+        else d = __fadd_rn(d, __fmul_rn(h.wd, w));
+        s0 = __fadd_rn(__fmul_rn(h.b1, s0), __fmul_rn(__fsub_rn(1.f, h.b1), d));
+        s1 = __fadd_rn(__fmul_rn(h.b2, s1), __fmul_rn(__fmul_rn(__fsub_rn(1.f, h.b2), d), d));
+        const float mhat = __double2float_rn(__ddiv_rn((double)s0, k.bc1));
+        const float vhat = __double2float_rn(__ddiv_rn((double)s1, k.bc2));
+        w = __fsub_rn(w, __fdiv_rn(__fmul_rn(k.lr, mhat), __fadd_rn(__fsqrt_rn(vhat), h.eps)));
+        break;
+    }
+    default: { /* Adadelta */
+        const float d = __fadd_rn(g, __fmul_rn(h.wd, w));
+        const float one_m = __fsub_rn(1.f, h.rho);
+        s0 = __fadd_rn(__fmul_rn(h.rho, s0), __fmul_rn(__fmul_rn(one_m, d), d));
+        const float delta = __fmul_rn(__fdiv_rn(__fsqrt_rn(__fadd_rn(s1, h.eps)), __fsqrt_rn(__fadd_rn(s0, h.eps))), d);
+        s1 = __fadd_rn(__fmul_rn(h.rho, s1), __fmul_rn(__fmul_rn(one_m, delta), delta));
+        w = __fsub_rn(w, __fmul_rn(k.lr, delta));
+        break;
+    }
+    }
+}
+
+template <typename C> __device__ __forceinline__ void store_copy(void *copy, int64_t i, float w) {
+    ((C *)copy)[i] = from_f<C>(w);
+}
+
+/* 4 gradients from element i (i a multiple of 4, the pointer 16-byte aligned). */
+template <typename G> __device__ __forceinline__ void load4(const void *p, int64_t i, float *g) {
+    if constexpr (sizeof(G) == 4) {
+        const float4 v = *(const float4 *)((const float *)p + i);
+        g[0] = v.x;
+        g[1] = v.y;
+        g[2] = v.z;
+        g[3] = v.w;
+    } else {
+        struct alignas(8) Q {
+            G v[4];
+        };
+        const Q q = *(const Q *)((const G *)p + i);
+#pragma unroll
+        for (int k = 0; k < 4; k++) g[k] = to_f(q.v[k]);
+    }
+}
+
+template <typename G, typename C>
+__global__ void optimizer_kernel(const kiln_cuda_optim_entry *table, int n, int64_t chunks, Hyper h,
+                                 const kiln_cuda_train_state *state) {
+    if (state->found_inf) return; /* a skipped step (inf/NaN gradients) */
+    StepConst k;
+    k.lr = state->lr;
+    k.first = state->step == 0;
+    k.inv_scale = h.unscale ? __double2float_rn(1.0 / (double)state->loss_scale) : 1.f;
+    k.bc1 = k.bc2 = 1;
+    if (h.opt == KILN_OPTIM_ADAM || h.opt == KILN_OPTIM_ADAMW) {
+        const double t = (double)(state->step + 1);
+        k.bc1 = 1.0 - pow((double)h.b1, t);
+        k.bc2 = 1.0 - pow((double)h.b2, t);
+    }
+    const bool two_states = h.opt != KILN_OPTIM_SGD;
+    const bool one_state = two_states || h.mom != 0.f;
+    for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+        const kiln_cuda_optim_entry e = table[entry_of(table, n, c)];
+        const int64_t begin = (c - e.first_chunk) * KILN_CUDA_OPTIM_CHUNK;
+        int64_t end = begin + KILN_CUDA_OPTIM_CHUNK;
+        if (end > e.n) end = e.n;
+        float *w = e.param, *s0 = e.state0, *s1 = e.state1;
+        float dummy0 = 0.f, dummy1 = 0.f;
+        const bool vec = ((uintptr_t)w % 16 == 0) && ((uintptr_t)e.grad % (4 * sizeof(G)) == 0) &&
+                         (!one_state || (uintptr_t)s0 % 16 == 0) && (!two_states || (uintptr_t)s1 % 16 == 0);
+        int64_t i = begin + threadIdx.x * 4;
+        if (vec) {
+            for (; i + 4 <= end; i += 4 * blockDim.x) {
+                float4 wv = *(float4 *)(w + i), a = make_float4(0, 0, 0, 0), b = a;
+                if (one_state) a = *(float4 *)(s0 + i);
+                if (two_states) b = *(float4 *)(s1 + i);
+                float g[4];
+                load4<G>(e.grad, i, g);
+                update1(h, k, wv.x, g[0], a.x, b.x);
+                update1(h, k, wv.y, g[1], a.y, b.y);
+                update1(h, k, wv.z, g[2], a.z, b.z);
+                update1(h, k, wv.w, g[3], a.w, b.w);
+                *(float4 *)(w + i) = wv;
+                if (one_state) *(float4 *)(s0 + i) = a;
+                if (two_states) *(float4 *)(s1 + i) = b;
+                if (e.copy) {
+                    store_copy<C>(e.copy, i, wv.x);
+                    store_copy<C>(e.copy, i + 1, wv.y);
+                    store_copy<C>(e.copy, i + 2, wv.z);
+                    store_copy<C>(e.copy, i + 3, wv.w);
+                }
+            }
+            /* the chunk's tail (an entry's last, partial group of 4): one element each */
+            i = (end - begin) / 4 * 4 + begin + threadIdx.x;
+        } else {
+            i = begin + threadIdx.x;
+        }
+        for (; i < end; i += blockDim.x) {
+            float wi = w[i];
+            float &a = one_state ? s0[i] : dummy0;
+            float &b = two_states ? s1[i] : dummy1;
+            update1(h, k, wi, to_f(((const G *)e.grad)[i]), a, b);
+            w[i] = wi;
+            if (e.copy) store_copy<C>(e.copy, i, wi);
+        }
+    }
+}
+
+template <typename G>
+__global__ void grad_check_kernel(const kiln_cuda_optim_entry *table, int n, int64_t chunks, bool unscale,
+                                  kiln_cuda_train_state *state) {
+    const float inv = unscale ? __double2float_rn(1.0 / (double)state->loss_scale) : 1.f;
+    bool bad = false;
+    for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+        const kiln_cuda_optim_entry e = table[entry_of(table, n, c)];
+        const int64_t begin = (c - e.first_chunk) * KILN_CUDA_OPTIM_CHUNK;
+        int64_t end = begin + KILN_CUDA_OPTIM_CHUNK;
+        if (end > e.n) end = e.n;
+        G *g = (G *)e.grad;
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            const float v = to_f(g[i]);
+            bad |= !isfinite(v);
+            if (unscale) g[i] = from_f<G>(__fmul_rn(v, inv));
+        }
+    }
+    if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) state->found_inf = 1;
+}
+
+/* kiln_trainer_lr_at, in double as on the host. */
+__device__ float lr_at(const kiln_train_options &o, int64_t step) {
+    double lr = o.lr;
+    if (o.schedule == KILN_SCHEDULE_STEP) lr *= pow((double)o.gamma, (double)(step / o.step_size));
+    else if (o.schedule == KILN_SCHEDULE_COSINE)
+        lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step < o.total_steps ? step : o.total_steps) /
+                             (double)o.total_steps));
+    if (o.warmup_steps > 0 && step < o.warmup_steps) lr *= (double)(step + 1) / (double)o.warmup_steps;
+    return (float)lr;
+}
+
+__global__ void step_end_kernel(kiln_cuda_train_state *s, kiln_cuda_scaler sc, bool dynamic, kiln_train_options o,
+                                bool schedule) {
+    const bool inf = s->found_inf != 0;
+    if (inf) s->skipped++;
+    else s->step++;
+    if (dynamic) {
+        if (inf) {
+            s->loss_scale = s->loss_scale * sc.backoff_factor;
+            s->clean_steps = 0;
+        } else if (s->clean_steps + 1 >= sc.growth_interval) {
+            const float grown = s->loss_scale * sc.growth_factor;
+            if (isfinite(grown)) s->loss_scale = grown;
+            s->clean_steps = 0;
+        } else {
+            s->clean_steps++;
+        }
+    }
+    s->found_inf = 0;
+    if (schedule) s->lr = lr_at(o, s->step);
+}
+
+template <typename G, typename C>
+kiln_status launch_opt(kiln_cuda *cu, kiln_context *ctx, const kiln_cuda_optim_entry *table, int n, int64_t chunks,
+                       Hyper h, const kiln_cuda_train_state *state) {
+    const int64_t cap = (int64_t)cu->props.sm_count * 8;
+    const unsigned blocks = (unsigned)(chunks < cap ? chunks : cap > 0 ? cap : 1);
+    optimizer_kernel<G, C><<<blocks, THREADS, 0, cu->stream>>>(table, n, chunks, h, state);
+    KILN_CUDA_LAUNCHED(ctx, "optimizer_kernel");
+    return KILN_OK;
+}
+
+template <typename G>
+kiln_status launch_opt_copy(kiln_cuda *cu, kiln_context *ctx, kiln_dtype copy_dtype,
+                            const kiln_cuda_optim_entry *table, int n, int64_t chunks, Hyper h,
+                            const kiln_cuda_train_state *state) {
+    switch (copy_dtype) {
+    case KILN_F16: return launch_opt<G, __half>(cu, ctx, table, n, chunks, h, state);
+    case KILN_BF16: return launch_opt<G, __nv_bfloat16>(cu, ctx, table, n, chunks, h, state);
+    default: return launch_opt<G, float>(cu, ctx, table, n, chunks, h, state);
+    }
+}
+
+template <typename G>
+kiln_status launch_check(kiln_cuda *cu, kiln_context *ctx, const kiln_cuda_optim_entry *table, int n,
+                         int64_t chunks, bool unscale, kiln_cuda_train_state *state) {
+    const int64_t cap = (int64_t)cu->props.sm_count * 8;
+    const unsigned blocks = (unsigned)(chunks < cap ? chunks : cap > 0 ? cap : 1);
+    grad_check_kernel<G><<<blocks, THREADS, 0, cu->stream>>>(table, n, chunks, unscale, state);
+    KILN_CUDA_LAUNCHED(ctx, "grad_check_kernel");
+    return KILN_OK;
+}
+
+kiln_status check_table(kiln_context *ctx, const void *table, int n, int64_t chunks, const void *state) {
+    if (!table || n < 1 || chunks < 1 || !state)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "optimizer table: %d entries, %lld chunks, table %p, state %p (all required)", n,
+                         (long long)chunks, table, state);
+    return KILN_OK;
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ entry points */
+
+extern "C" int64_t kiln_cuda_optim_table_prepare(kiln_cuda_optim_entry *table, int n) {
+    int64_t chunks = 0;
+    for (int k = 0; k < n; k++) {
+        table[k].first_chunk = chunks;
+        chunks += (table[k].n + KILN_CUDA_OPTIM_CHUNK - 1) / KILN_CUDA_OPTIM_CHUNK;
+    }
+    return chunks;
+}
+
+extern "C" kiln_status kiln_cuda_train_state_init(kiln_cuda *cu, const kiln_train_options *o, float loss_scale,
+                                                  kiln_cuda_train_state *state) {
+    kiln_cuda_train_state s;
+    memset(&s, 0, sizeof s);
+    s.lr = o ? kiln_trainer_lr_at(o, 0) : 0.f;
+    s.loss_scale = loss_scale;
+    return kiln_cuda_upload(cu, state, &s, sizeof s);
+}
+
+extern "C" kiln_status kiln_cuda_grad_check(kiln_cuda *cu, const kiln_cuda_optim_entry *table, int n,
+                                            int64_t chunks, kiln_dtype grad_dtype, bool unscale,
+                                            kiln_cuda_train_state *state) {
+    kiln_context *ctx = cu->ctx;
+    kiln_status st = check_table(ctx, table, n, chunks, state);
+    if (st) return st;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    KILN_CU_FLOAT_DISPATCH(st, ctx, grad_dtype, launch_check, cu, ctx, table, n, chunks, unscale, state);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_optimizer_step(kiln_cuda *cu, const kiln_train_options *o,
+                                                const kiln_cuda_optim_entry *table, int n, int64_t chunks,
+                                                kiln_dtype grad_dtype, kiln_dtype copy_dtype, bool unscale,
+                                                kiln_cuda_train_state *state) {
+    kiln_context *ctx = cu->ctx;
+    kiln_status st = check_table(ctx, table, n, chunks, state);
+    if (st) return st;
+    if (!o || o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_ADADELTA)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "optimizer step: unknown optimizer");
+    if (copy_dtype != KILN_DTYPE_UNDEFINED && copy_dtype != KILN_F16 && copy_dtype != KILN_BF16 &&
+        copy_dtype != KILN_F32)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "optimizer step: weight copies of dtype %s",
+                         kiln_dtype_name(copy_dtype));
+    Hyper h;
+    memset(&h, 0, sizeof h);
+    h.opt = o->optimizer;
+    h.wd = o->weight_decay;
+    h.mom = o->momentum;
+    h.nesterov = o->nesterov != 0;
+    h.b1 = o->beta1;
+    h.b2 = o->beta2;
+    h.eps = o->eps;
+    h.rho = o->rho;
+    h.unscale = unscale;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    KILN_CU_FLOAT_DISPATCH(st, ctx, grad_dtype, launch_opt_copy, cu, ctx, copy_dtype, table, n, chunks, h, state);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_train_step_end(kiln_cuda *cu, const kiln_cuda_scaler *scaler,
+                                                const kiln_train_options *schedule, kiln_cuda_train_state *state) {
+    kiln_context *ctx = cu->ctx;
+    if (!state) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "step end: state is NULL");
+    kiln_cuda_scaler sc = {2.f, 0.5f, 2000};
+    if (scaler) sc = *scaler;
+    if (scaler && (!(sc.growth_factor > 1.f) || !(sc.backoff_factor > 0.f && sc.backoff_factor < 1.f) ||
+                   sc.growth_interval < 1))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "loss scaler: growth %g, backoff %g, interval %d (want > 1, in (0, 1), >= 1)",
+                         sc.growth_factor, sc.backoff_factor, sc.growth_interval);
+    kiln_train_options o;
+    memset(&o, 0, sizeof o);
+    if (schedule) {
+        o = *schedule;
+        if ((o.schedule == KILN_SCHEDULE_STEP && o.step_size <= 0) ||
+            (o.schedule == KILN_SCHEDULE_COSINE && o.total_steps <= 0))
+            return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "step end: the schedule needs step_size / total_steps > 0");
+    }
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    step_end_kernel<<<1, 1, 0, cu->stream>>>(state, sc, scaler != nullptr, o, schedule != nullptr);
+    KILN_CUDA_LAUNCHED(ctx, "step_end_kernel");
+    return KILN_OK;
+}

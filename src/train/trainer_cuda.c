@@ -1,0 +1,286 @@
+/*
+ * trainer_cuda.c — training steps on CUDA.
+ *
+ * The training graph is the CPU trainer's (forward + backward); here it is lowered onto
+ * CUDA with the weights, optimizer state and BatchNormalization statistics resident on the
+ * device (bound graph inputs, never uploaded), and each step is ONE captured CUDA graph:
+ *   the forward and backward kernels, the running statistics copied back, the fused
+ *   optimizer over every parameter (learning rate and step count read from device memory),
+ *   the schedule's next learning rate, and the next Dropout seed.
+ * The host only uploads the batch (pinned staging, asynchronous) and launches the graph:
+ * no synchronization inside a step. The loss is copied into a device ring and read only
+ * when asked for.
+ */
+#include "trainer_internal.h"
+
+#ifdef KILN_HAVE_CUDA
+#include "../core/plan.h"
+#include "../cuda/cuda_plan.h"
+
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SHAPES 4
+#define LOSS_RING 4096
+
+typedef struct cuda_shape_plan {
+    kiln_cuda_plan *cp;
+    kiln_cuda_optim_entry *table; /* device */
+    int64_t chunks;
+    const float *loss;            /* device address of this plan's loss */
+    void **bn_out;                /* (n_states) device addresses of the updated statistics */
+} cuda_shape_plan;
+
+struct kiln_trainer_cuda {
+    kiln_trainer *t;
+    kiln_cuda *cu;
+    void *dev;                 /* one allocation: parameters, optimizer state, BN state, ... */
+    void **bound;              /* (n_inputs of the training graph) */
+    float **param, **s0, **s1; /* (n_params) device */
+    void **bn;                 /* (n_states) device */
+    kiln_cuda_train_state *state;
+    int64_t *counter;          /* Dropout seed counter */
+    float *loss_ring;          /* (LOSS_RING) device */
+    cuda_shape_plan plans[MAX_SHAPES];
+    int n_plans;
+    cuda_shape_plan *running;  /* the plan whose epilogue is being enqueued */
+    bool host_stale;           /* device weights newer than the host copies */
+};
+
+static size_t up(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static int n_states_of(const kiln_train_options *o) {
+    return o->optimizer == KILN_OPTIM_SGD ? (o->momentum != 0) : 2;
+}
+
+static kiln_status cuda_err(kiln_context *ctx, cudaError_t e, const char *what) {
+    return kiln_fail(ctx, e == cudaErrorMemoryAllocation ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_DEVICE, "%s: %s", what,
+                     cudaGetErrorString(e));
+}
+
+void kiln_trainer_cuda_free(kiln_trainer_cuda *tc) {
+    if (!tc) return;
+    for (int i = 0; i < tc->n_plans; i++) {
+        kiln_cuda_plan_free(tc->plans[i].cp);
+        free(tc->plans[i].bn_out);
+        if (tc->plans[i].table) cudaFree(tc->plans[i].table);
+    }
+    if (tc->dev) cudaFree(tc->dev);
+    free(tc->bound);
+    free(tc->param);
+    free(tc->s0);
+    free(tc->s1);
+    free(tc->bn);
+    kiln_cuda_free(tc->cu);
+    free(tc);
+}
+
+/* Upload weights, optimizer state and statistics from the host copies; reset the device
+ * counters to the host's (after create and after loading a checkpoint). */
+kiln_status kiln_trainer_cuda_upload(kiln_trainer_cuda *tc) {
+    kiln_trainer *t = tc->t;
+    kiln_status st = KILN_OK;
+    const int ns = n_states_of(&t->opts);
+    for (int k = 0; k < t->n_params && !st; k++) {
+        kiln_param *p = &t->params[k];
+        size_t nb = sizeof(float) * (size_t)p->numel;
+        st = kiln_cuda_upload(tc->cu, tc->param[k], p->value->data, nb);
+        if (!st && ns > 0) st = kiln_cuda_upload(tc->cu, tc->s0[k], p->state[0], nb);
+        if (!st && ns > 1) st = kiln_cuda_upload(tc->cu, tc->s1[k], p->state[1], nb);
+    }
+    for (int k = 0; k < t->n_states && !st; k++)
+        st = kiln_cuda_upload(tc->cu, tc->bn[k], t->states[k].value->data, kiln_tensor_nbytes(t->states[k].value));
+    if (!st) st = kiln_cuda_train_state_init(tc->cu, &t->opts, 1.0f, tc->state);
+    if (!st) {
+        /* the state's step and the seed counter continue from the host's counters */
+        int64_t step = t->steps, counter = t->micro_steps;
+        st = kiln_cuda_upload(tc->cu, &tc->state->step, &step, sizeof step);
+        if (!st) {
+            float lr = kiln_trainer_lr_at(&t->opts, t->steps);
+            st = kiln_cuda_upload(tc->cu, &tc->state->lr, &lr, sizeof lr);
+        }
+        if (!st) st = kiln_cuda_upload(tc->cu, tc->counter, &counter, sizeof counter);
+        if (!st) st = kiln_cuda_rng_next(tc->cu, t->opts.seed * 0x9E3779B97F4A7C15ull, tc->counter);
+    }
+    if (!st) st = kiln_cuda_sync(tc->cu);
+    tc->host_stale = false;
+    return st;
+}
+
+kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
+    kiln_context *ctx = t->ctx;
+    *out = NULL;
+    if (t->opts.accumulate > 1)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "gradient accumulation runs on the CPU only for now");
+    kiln_trainer_cuda *tc = kiln_calloc(ctx, 1, sizeof *tc, "a CUDA trainer");
+    if (!tc) return KILN_ERR_OUT_OF_MEMORY;
+    tc->t = t;
+    kiln_status st = kiln_cuda_create(ctx, NULL, &tc->cu);
+    const int np = t->n_params, nb = t->n_states, ns = n_states_of(&t->opts);
+    const int n_in = t->train->n_inputs;
+    if (!st) {
+        tc->bound = kiln_calloc(ctx, (size_t)n_in + 1, sizeof *tc->bound, "a CUDA trainer");
+        tc->param = kiln_calloc(ctx, (size_t)np + 1, sizeof *tc->param, "a CUDA trainer");
+        tc->s0 = kiln_calloc(ctx, (size_t)np + 1, sizeof *tc->s0, "a CUDA trainer");
+        tc->s1 = kiln_calloc(ctx, (size_t)np + 1, sizeof *tc->s1, "a CUDA trainer");
+        tc->bn = kiln_calloc(ctx, (size_t)nb + 1, sizeof *tc->bn, "a CUDA trainer");
+        if (!tc->bound || !tc->param || !tc->s0 || !tc->s1 || !tc->bn) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    /* layout: train state | counter | loss ring | params | state0 | state1 | bn */
+    size_t total = up(sizeof(kiln_cuda_train_state)) + up(sizeof(int64_t)) + up(sizeof(float) * LOSS_RING);
+    for (int k = 0; k < np; k++) total += (size_t)(1 + ns) * up(sizeof(float) * (size_t)t->params[k].numel);
+    for (int k = 0; k < nb; k++) total += up(kiln_tensor_nbytes(t->states[k].value));
+    if (!st) {
+        cudaError_t ce = cudaMalloc(&tc->dev, total);
+        if (ce != cudaSuccess) {
+            tc->dev = NULL;
+            st = cuda_err(ctx, ce, "cudaMalloc of the trainer's weights and state");
+        }
+    }
+    if (!st) {
+        char *p = tc->dev;
+        tc->state = (kiln_cuda_train_state *)p;
+        p += up(sizeof(kiln_cuda_train_state));
+        tc->counter = (int64_t *)p;
+        p += up(sizeof(int64_t));
+        tc->loss_ring = (float *)p;
+        p += up(sizeof(float) * LOSS_RING);
+        for (int k = 0; k < np; k++) {
+            size_t b = up(sizeof(float) * (size_t)t->params[k].numel);
+            tc->param[k] = (float *)p;
+            p += b;
+            if (ns > 0) { tc->s0[k] = (float *)p; p += b; }
+            if (ns > 1) { tc->s1[k] = (float *)p; p += b; }
+        }
+        for (int k = 0; k < nb; k++) {
+            tc->bn[k] = p;
+            p += up(kiln_tensor_nbytes(t->states[k].value));
+        }
+        /* the training graph's inputs: data, then parameters, then BN statistics */
+        for (int k = 0; k < np; k++) tc->bound[t->n_data_inputs + k] = tc->param[k];
+        for (int k = 0; k < nb; k++) tc->bound[t->n_data_inputs + np + k] = tc->bn[k];
+        st = kiln_trainer_cuda_upload(tc);
+    }
+    if (st) {
+        kiln_trainer_cuda_free(tc);
+        return st;
+    }
+    *out = tc;
+    return KILN_OK;
+}
+
+/* Captured after the run list: running statistics back into the state, the optimizer,
+ * the step's bookkeeping (next lr on the device), the next Dropout seed. */
+static kiln_status epilogue(void *arg) {
+    kiln_trainer_cuda *tc = arg;
+    kiln_trainer *t = tc->t;
+    cuda_shape_plan *sp = tc->running;
+    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(tc->cu);
+    for (int k = 0; k < t->n_states; k++) {
+        cudaError_t ce = cudaMemcpyAsync(tc->bn[k], sp->bn_out[k], kiln_tensor_nbytes(t->states[k].value),
+                                         cudaMemcpyDeviceToDevice, s);
+        if (ce != cudaSuccess) return cuda_err(t->ctx, ce, "copying BatchNormalization statistics");
+    }
+    kiln_status st = kiln_cuda_optimizer_step(tc->cu, &t->opts, sp->table, t->n_params, sp->chunks, KILN_F32,
+                                              KILN_DTYPE_UNDEFINED, false, tc->state);
+    if (!st) st = kiln_cuda_train_step_end(tc->cu, NULL, &t->opts, tc->state);
+    if (!st) st = kiln_cuda_rng_next(tc->cu, t->opts.seed * 0x9E3779B97F4A7C15ull, tc->counter);
+    return st;
+}
+
+static kiln_status find_plan(kiln_trainer_cuda *tc, kiln_tensor *const *feeds, cuda_shape_plan **out) {
+    kiln_trainer *t = tc->t;
+    for (int i = 0; i < tc->n_plans; i++)
+        if (kiln_cuda_plan_matches(tc->plans[i].cp, feeds)) {
+            *out = &tc->plans[i];
+            return KILN_OK;
+        }
+    if (tc->n_plans == MAX_SHAPES)
+        return kiln_fail(t->ctx, KILN_ERR_UNSUPPORTED, "more than %d batch shapes in one CUDA training run", MAX_SHAPES);
+    cuda_shape_plan *sp = &tc->plans[tc->n_plans];
+    memset(sp, 0, sizeof *sp);
+    kiln_status st = kiln_cuda_plan_create_bound(tc->cu, t->train, feeds, true, tc->bound, true, &sp->cp);
+    if (st) return st;
+    tc->n_plans++;
+    sp->loss = kiln_cuda_plan_value_ptr(sp->cp, t->train->outputs[0]);
+    sp->bn_out = kiln_calloc(t->ctx, (size_t)t->n_states + 1, sizeof *sp->bn_out, "a CUDA trainer");
+    kiln_cuda_optim_entry *host = kiln_calloc(t->ctx, (size_t)t->n_params + 1, sizeof *host, "the optimizer table");
+    if (!sp->bn_out || !host) {
+        free(host);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int k = 0; k < t->n_states; k++) sp->bn_out[k] = kiln_cuda_plan_value_ptr(sp->cp, t->states[k].out_value);
+    for (int k = 0; k < t->n_params; k++) {
+        host[k].param = tc->param[k];
+        host[k].grad = kiln_cuda_plan_value_ptr(sp->cp, t->params[k].grad_value);
+        host[k].state0 = tc->s0[k];
+        host[k].state1 = tc->s1[k];
+        host[k].n = t->params[k].numel;
+        if (!host[k].grad) st = kiln_fail(t->ctx, KILN_ERR_INTERNAL, "parameter %d has no gradient on the device", k);
+    }
+    sp->chunks = kiln_cuda_optim_table_prepare(host, t->n_params);
+    size_t tb = sizeof *host * (size_t)(t->n_params ? t->n_params : 1);
+    cudaError_t ce = st ? cudaSuccess : cudaMalloc((void **)&sp->table, tb);
+    if (ce != cudaSuccess) {
+        sp->table = NULL;
+        st = cuda_err(t->ctx, ce, "cudaMalloc of the optimizer table");
+    }
+    if (!st) st = kiln_cuda_upload(tc->cu, sp->table, host, tb);
+    free(host);
+    if (st) return st;
+    kiln_cuda_plan_set_epilogue(sp->cp, epilogue, tc);
+    *out = sp;
+    return KILN_OK;
+}
+
+kiln_status kiln_trainer_cuda_step(kiln_trainer_cuda *tc, float *loss) {
+    kiln_trainer *t = tc->t;
+    cuda_shape_plan *sp = NULL;
+    kiln_status st = find_plan(tc, t->feeds, &sp);
+    if (st) return st;
+    tc->running = sp;
+    st = kiln_cuda_plan_enqueue(sp->cp, t->feeds, true);
+    if (st) return st;
+    float *slot = tc->loss_ring + t->micro_steps % LOSS_RING;
+    cudaError_t ce = cudaMemcpyAsync(slot, sp->loss, sizeof(float), cudaMemcpyDeviceToDevice,
+                                     (cudaStream_t)kiln_cuda_stream(tc->cu));
+    if (ce != cudaSuccess) return cuda_err(t->ctx, ce, "copying the loss");
+    tc->host_stale = true;
+    t->micro_steps++;
+    t->steps++;
+    if (loss) {
+        st = kiln_cuda_download(tc->cu, loss, slot, sizeof(float));
+        if (!st) st = kiln_cuda_sync(tc->cu);
+    }
+    return st;
+}
+
+/* Bring the host copies (weights, optimizer state, statistics, counters) up to date. */
+kiln_status kiln_trainer_cuda_download(kiln_trainer_cuda *tc) {
+    kiln_trainer *t = tc->t;
+    if (!tc->host_stale) return KILN_OK;
+    kiln_status st = KILN_OK;
+    const int ns = n_states_of(&t->opts);
+    for (int k = 0; k < t->n_params && !st; k++) {
+        kiln_param *p = &t->params[k];
+        size_t nb = sizeof(float) * (size_t)p->numel;
+        st = kiln_cuda_download(tc->cu, p->value->data, tc->param[k], nb);
+        if (!st && ns > 0) st = kiln_cuda_download(tc->cu, p->state[0], tc->s0[k], nb);
+        if (!st && ns > 1) st = kiln_cuda_download(tc->cu, p->state[1], tc->s1[k], nb);
+    }
+    for (int k = 0; k < t->n_states && !st; k++)
+        st = kiln_cuda_download(tc->cu, t->states[k].value->data, tc->bn[k], kiln_tensor_nbytes(t->states[k].value));
+    kiln_cuda_train_state ds;
+    if (!st) st = kiln_cuda_download(tc->cu, &ds, tc->state, sizeof ds);
+    if (!st) st = kiln_cuda_sync(tc->cu);
+    if (!st) {
+        t->steps = ds.step;
+        t->skipped_steps = ds.skipped;
+        t->loss_scale = ds.loss_scale;
+        tc->host_stale = false;
+    }
+    return st;
+}
+
+#endif
