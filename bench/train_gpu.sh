@@ -18,9 +18,13 @@ if [ -x .carry/gpu/test_cuda_ops ]; then
   tail -1 "$O/test_cuda_ops.log"
 fi
 for i in 1 2; do
-  echo "== kiln train mnist-net --device cuda (run $i)"
-  /usr/bin/time -f "wall %e s" $K train mnist-net --data $D --device cuda --epochs 1 --seed $i 2>&1 | tail -4 || rc=1
+  echo "== kiln train mnist-net --device cuda (run $i; TF32 convolutions as PyTorch's default)"
+  /usr/bin/time -f "wall %e s" $K train mnist-net --data $D --device cuda --epochs 1 --seed $i 2>&1 | tail -3 || rc=1
 done
+echo "== kiln train mnist-net --device cuda --strict-fp32"
+$K train mnist-net --data $D --device cuda --epochs 1 --seed 1 --strict-fp32 2>&1 | tail -2 || rc=1
+echo "== kiln train mnist-net --device cuda --epochs 3"
+$K train mnist-net --data $D --device cuda --epochs 3 --seed 1 2>&1 | grep -E "^epoch [0-9]+:|accuracy:" || rc=1
 echo "== kiln train mnist-net --device cpu, 16 cores (for reference)"
 /usr/bin/time -f "wall %e s" $K train mnist-net --data $D --device cpu --epochs 1 --seed 1 2>&1 | tail -3
 echo "== PyTorch reference (bench/reference/torch_train.py, a copy of ../shared/bench-reference)"

@@ -30,7 +30,7 @@ static int usage(FILE *f) {
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
             "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
-            "        [--max-steps N] [--no-dropout] [--threads N]\n"
+            "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32]\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy.\n"
             "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--iters N] [--warmup N]\n"
@@ -299,7 +299,7 @@ typedef struct train_args {
     int64_t epochs, batch, accumulate, max_steps;
     uint64_t seed;
     float lr;
-    int dropout, threads;
+    int dropout, threads, strict_fp32;
 } train_args;
 
 /* Test accuracy of the exported inference model over the test split, in chunks. */
@@ -365,6 +365,7 @@ static int cmd_train(int argc, char **argv) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (o[0] != '-' && !a.model) { a.model = o; continue; }
         if (strcmp(o, "--no-dropout") == 0) { a.dropout = 0; continue; }
+        if (strcmp(o, "--strict-fp32") == 0) { a.strict_fp32 = 1; continue; }
         if (!v) { fprintf(stderr, "kiln train: %s needs a value\n", o); return 2; }
         i++;
         if (strcmp(o, "--data") == 0) a.data = v;
@@ -391,7 +392,8 @@ static int cmd_train(int argc, char **argv) {
         return 2;
     }
     kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = a.lr > 0 ? a.lr : 1.0f, .schedule = KILN_SCHEDULE_STEP,
-                            .gamma = 0.7f, .accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads};
+                            .gamma = 0.7f, .accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads,
+                            .strict_fp32 = a.strict_fp32};
     if (strcmp(a.device, "cpu") == 0) o.device = KILN_DEVICE_CPU;
     else if (strcmp(a.device, "cuda") == 0) o.device = KILN_DEVICE_CUDA;
     else { fprintf(stderr, "kiln train: unknown device '%s'\n", a.device); return 2; }
@@ -444,22 +446,35 @@ static int cmd_train(int argc, char **argv) {
     for (; epoch < a.epochs; epoch++, step = 0) {
         double te = now_ms(), last = 0;
         float loss = 0;
-        for (; step < steps; step++) {
+        if (o.device == KILN_DEVICE_CUDA) {
+            /* the data set lives on the GPU; each step gathers its batch there. Read the
+             * loss (a synchronization) only every 100 steps. */
+            while (step < steps) {
+                int64_t end = step + 100 < steps ? step + 100 : steps;
+                if (a.max_steps && done + (end - step) > a.max_steps) end = step + (a.max_steps - done);
+                if (kiln_trainer_train_epoch(t, d.train_images, d.train_labels, a.batch, a.seed, epoch, step, end, &loss)) {
+                    rc = fail(ctx, "training");
+                    goto out;
+                }
+                done += end - step;
+                step = end;
+                double now = now_ms();
+                progress(tty, epoch, a.epochs, step, steps, (double)step * 1000.0 / (now - te + 1e-9), loss, step == steps);
+                if (a.max_steps && done >= a.max_steps) break;
+            }
+        }
+        for (; o.device == KILN_DEVICE_CPU && step < steps; step++) {
             const kiln_batch *b = NULL;
             kiln_tensor *in[2];
             if (kiln_loader_next(l, &b)) { rc = fail(ctx, "loader"); goto out; }
             in[0] = b->x;
             in[1] = b->y;
-            /* On CUDA reading the loss waits for the device: only when it is printed. */
-            bool want = o.device == KILN_DEVICE_CPU || (step + 1) % 100 == 0 || step + 1 == steps;
-            kiln_status st = kiln_trainer_step(t, 2, in, want ? &loss : NULL);
+            kiln_status st = kiln_trainer_step(t, 2, in, &loss);
             kiln_loader_release(l, b);
             if (st) { rc = fail(ctx, "training step"); goto out; }
             done++;
             double now = now_ms();
-            bool print = o.device == KILN_DEVICE_CPU ? (tty && now - last > 100) || (step + 1) % 100 == 0
-                                                     : (step + 1) % 100 == 0;
-            if (print || step + 1 == steps) {
+            if ((tty && now - last > 100) || (step + 1) % 100 == 0 || step + 1 == steps) {
                 progress(tty, epoch, a.epochs, step + 1, steps, (double)(step + 1) * 1000.0 / (now - te + 1e-9), loss,
                          step + 1 == steps);
                 last = now;

@@ -304,6 +304,8 @@ typedef struct kiln_train_options {
     int accumulate;      /* micro-batches per optimizer step (0 or 1: none); gradients are averaged */
     uint64_t seed;       /* dropout */
     int threads;         /* CPU threads (0: the context's setting) */
+    int strict_fp32;     /* CUDA: 1 keeps f32 convolutions and products off TF32 tensor cores;
+                            0 (default) allows TF32, as PyTorch does for convolutions */
 } kiln_train_options;
 
 /* A trainer holds the training graph (the forward graph, the backward graph autograd
@@ -323,6 +325,16 @@ void kiln_trainer_free(kiln_trainer *t);
  * NULL) receives this micro-batch's loss. */
 kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const *inputs,
                               float *loss);
+
+/* Steps [start_step, end_step) (end_step -1: to the end) of epoch `epoch` over a whole
+ * data set: images f32 (N, ...) and labels i64 (N) bind the model's first two inputs,
+ * batches of `batch` (the last one partial) in the order the batch loader gives for
+ * (seed, epoch) with shuffling. On CUDA the data set is copied to the device once and every
+ * step gathers its batch there, inside the step's CUDA graph: the host only launches.
+ * *last_loss (may be NULL) receives the last step's loss. */
+kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
+                                     int64_t batch, uint64_t seed, int64_t epoch, int64_t start_step,
+                                     int64_t end_step, float *last_loss);
 
 /* An inference model with the current weights computing `output` (a graph output of the
  * training model): nodes that do not lead to it (the loss) and inputs it does not need

@@ -378,6 +378,12 @@ int main(void) {
      * f16 weights the precision pass made are the ones marked NHWC */
     resnet_like(2, false);
     check_graph_ex("resnet-like, fp16", &(expect){1, 0, {"stem", "b2"}, {"gap"}}, 2, KILN_PRECISION_FP16, 0);
+    /* after the fusion passes: kiln.FusedConv chains, one conversion still */
+    const unsigned fusion = KILN_PASS_FOLD_BN | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_ELTWISE;
+    check_graph_ex("resnet-like, fused", &(expect){1, 0, {"stem", "pool", "b1", "b2"}, {"gap"}}, 2,
+                   KILN_PRECISION_FP32, fusion);
+    check_graph_ex("resnet-like, fused, fp16", &(expect){1, 0, {"stem", "b2"}, {"gap"}}, 2, KILN_PRECISION_FP16,
+                   fusion | KILN_PASS_PAD_CHANNELS);
     /* with the stem's 3 channels padded to 8 (a Pad before the stem, NCHW) */
     check_graph_ex("resnet-like, bf16, channels padded", &(expect){1, 0, {"stem", "b2"}, {"gap"}}, 2,
                    KILN_PRECISION_BF16, KILN_PASS_PAD_CHANNELS);
@@ -385,6 +391,10 @@ int main(void) {
 
     mobilenet_like(2);
     check_graph("mobilenet-like", &(expect){1, 0, {"stem", "dw1", "res2", "head", "dw2.w"}, {"gap", "flat", "zero"}}, 2);
+    kiln_model_free(M);
+    mobilenet_like(2);
+    check_graph_ex("mobilenet-like, fused", &(expect){1, 0, {"stem", "dw1", "res2", "head"}, {"gap", "flat"}}, 2,
+                   KILN_PRECISION_FP32, KILN_PASS_FOLD_BN | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_ELTWISE);
     kiln_model_free(M);
     mobilenet_like(-1);
     check_graph("mobilenet-like, symbolic batch", &(expect){1, 0, {"dw2", "res2"}, {"gap"}}, 4);

@@ -259,6 +259,16 @@ static void test_mnist(kiln_context *ctx, const char *tmp, const char *data) {
         CHECK(worst <= 1e-5, "resumed losses differ from the uninterrupted run by up to %g", worst);
     }
 
+    /* kiln_trainer_train_epoch gathers the same batches as the loader: from the step-60
+     * checkpoint its next 10 steps end on the same loss as the loader-driven run. */
+    kiln_trainer *t4 = NULL;
+    float last4 = -1;
+    CHECK(!kiln_trainer_create(m, "loss", &o, &t4) && !kiln_trainer_load(t4, ck, &ep, &st), "fourth trainer");
+    CHECK(t4 && !kiln_trainer_train_epoch(t4, d.train_images, d.train_labels, 64, lo.seed, 0, 60, 70, &last4),
+          "train_epoch: %s", kiln_context_message(ctx));
+    CHECK(fabsf(last4 - losses[69]) <= 1e-5f, "train_epoch step 69 loss %.7g, loader-driven %.7g", last4, losses[69]);
+    kiln_trainer_free(t4);
+
     /* A save killed halfway leaves the previous checkpoint loadable and unchanged. */
     int fd[2];
     CHECK(pipe(fd) == 0, "pipe");

@@ -134,6 +134,7 @@ static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
     KILN_CUDA_CHECK(ctx, cudaMalloc((void **)&cu->rng_seed, sizeof(uint64_t)));
     KILN_CUDA_CHECK(ctx, cudaMemsetAsync(cu->rng_seed, 0, sizeof(uint64_t), cu->stream));
     cu->staging_bytes = o->staging_bytes ? o->staging_bytes : STAGING_DEFAULT;
+    cu->allow_tf32 = o->allow_tf32 != 0;
     if (cu->staging_bytes < ((size_t)64 << 10)) cu->staging_bytes = (size_t)64 << 10;
     cu->staging_bytes &= ~(size_t)255; /* two equal, aligned halves */
     KILN_CUDA_CHECK(ctx, cudaMallocHost((void **)&cu->staging, cu->staging_bytes));

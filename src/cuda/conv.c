@@ -29,8 +29,9 @@
  *   padded X, cropped into dX afterwards).
  *
  *   Precision: f32 runs with CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would let Ampere and
- *   Hopper use TF32); f16 / bf16 use tensor cores (CUDNN_TENSOR_OP_MATH) with f32
- *   accumulation (compute type CUDNN_DATA_FLOAT).
+ *   Hopper use TF32) unless the kiln_cuda allows TF32 (training's default); f16 / bf16
+ *   use tensor cores (CUDNN_TENSOR_OP_MATH) with f32 accumulation (compute type
+ *   CUDNN_DATA_FLOAT).
  *
  *   Algorithm: the first time a problem is met (direction, shapes, dtype, layout, group,
  *   pads, strides, dilations, math type, workspace cap, alignment, determinism) it is
@@ -229,7 +230,7 @@ static kiln_status set_descriptors(kiln_cuda *cu, kiln_context *ctx, const conv_
                                                           CUDNN_DATA_FLOAT));
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionGroupCount(cu->dnn_conv, (int)g->G));
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(
-                              cu->dnn_conv, dt == KILN_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+                              cu->dnn_conv, dt == KILN_F32 && !cu->allow_tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
     KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_y, f, t, (int)g->N, (int)g->M, (int)g->OH,
                                                      (int)g->OW));
     int od[4] = {0, 0, 0, 0};
@@ -333,7 +334,7 @@ static void make_key(const kiln_cuda *cu, const conv_geo *g, kiln_dtype dt, int 
              (long long)g->M, (long long)g->Cg, (long long)g->kh, (long long)g->kw, f, (long long)g->N,
              (long long)g->M, (long long)g->OH, (long long)g->OW, (long long)g->G, (long long)g->ph,
              (long long)g->pw, (long long)g->sh, (long long)g->sw, (long long)g->dh, (long long)g->dw,
-             dt == KILN_F32 ? "fma" : "tensor", CONV_WS_CAP, align, cu->deterministic ? 1 : 0,
+             dt != KILN_F32 ? "tensor" : cu->allow_tf32 ? "tf32" : "fma", CONV_WS_CAP, align, cu->deterministic ? 1 : 0,
              cu->autotune ? "find" : "heuristic", identity ? " epilogue=identity" : "");
 }
 
@@ -349,8 +350,9 @@ typedef struct found_algo {
 static bool usable(const kiln_cuda *cu, const found_algo *p, kiln_dtype dt, int dir, size_t ws_bytes) {
     if (p->status != CUDNN_STATUS_SUCCESS || p->memory > ws_bytes || p->memory > CONV_WS_CAP) return false;
     if (p->algo < 0 || p->algo >= algo_count(dir)) return false;
-    /* f32: no TF32 tensor-core algorithms */
-    if (dt == KILN_F32 && (p->math == CUDNN_TENSOR_OP_MATH || p->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+    /* f32: no TF32 tensor-core algorithms unless allowed */
+    if (dt == KILN_F32 && !cu->allow_tf32 &&
+        (p->math == CUDNN_TENSOR_OP_MATH || p->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
         return false;
     return !cu->deterministic || p->deterministic;
 }
@@ -448,7 +450,7 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
         memset(&e, 0, sizeof e);
         memcpy(e.key, key, sizeof e.key);
         e.algo = found[pick].algo;
-        e.math = dt == KILN_F32 ? (int)CUDNN_FMA_MATH : found[pick].math;
+        e.math = dt == KILN_F32 && !cu->allow_tf32 ? (int)CUDNN_FMA_MATH : found[pick].math;
         e.bytes = found[pick].memory;
         e.ms = cu->autotune ? found[pick].ms : 0.f;
         e.fused = -1;

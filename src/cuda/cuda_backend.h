@@ -77,6 +77,8 @@ typedef struct kiln_cuda_options {
     size_t arena_bytes;     /* the device arena, one cudaMalloc (0: none) */
     size_t workspace_bytes; /* the device workspace to start with (0: none; see reserve) */
     size_t staging_bytes;   /* pinned host staging for copies (0: 8 MiB) */
+    int allow_tf32;         /* 1: f32 convolutions and matrix products may use TF32 tensor
+                               cores (PyTorch's default for convolutions); 0: strict f32 */
     /* Convolution algorithms. Zero: cuDNN's algorithms are timed per shape the first
      * time it is met (cudnnFindConvolutionForwardAlgorithmEx), and the choices are kept
      * in memory and on disk. no_autotune: cuDNN's heuristic picks instead
@@ -280,6 +282,14 @@ typedef struct kiln_cuda_scaler {
  * host wrote it). */
 kiln_status kiln_cuda_train_step_end(kiln_cuda *cu, const kiln_cuda_scaler *scaler,
                                      const kiln_train_options *schedule, kiln_cuda_train_state *state);
+
+/* --- data resident on the device (data.cu): x (batch, sample) f32 and y (batch) i64
+ * gathered from images (n, sample) and labels (n) at perm[*pos .. *pos + batch); pos is
+ * device memory, advanced by kiln_cuda_advance, so both are capturable. */
+kiln_status kiln_cuda_gather_batch(kiln_cuda *cu, const float *images, const int64_t *labels,
+                                   const int64_t *perm, const int64_t *pos, int64_t n, int64_t batch,
+                                   int64_t sample, float *x, int64_t *y);
+kiln_status kiln_cuda_advance(kiln_cuda *cu, int64_t *pos, int64_t by);
 
 /* ------------------------------------------------------------------- NVRTC */
 

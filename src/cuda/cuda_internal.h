@@ -45,6 +45,7 @@ enum {
 struct kiln_cuda {
     kiln_context *ctx;
     int device;
+    bool allow_tf32;        /* f32 convolutions / products may use TF32 tensor cores */
     kiln_cuda_props props;
     cudaStream_t stream;
 

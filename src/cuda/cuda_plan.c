@@ -43,6 +43,8 @@ struct kiln_cuda_plan {
     void **bound;           /* (n_inputs) resident device memory of bound inputs, or NULL */
     kiln_status (*epilogue)(void *arg);
     void *epilogue_arg;
+    kiln_status (*prologue)(void *arg);
+    void *prologue_arg;
 };
 
 static size_t up(size_t n) { return (n + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1); }
@@ -221,6 +223,10 @@ kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tenso
 }
 
 static kiln_status launch_all(kiln_cuda_plan *cp) {
+    if (cp->prologue) {
+        kiln_status st = cp->prologue(cp->prologue_arg);
+        if (st) return st;
+    }
     for (int e = 0; e < cp->n_exec; e++) {
         kiln_status st = kiln_cuda_run(cp->cu, &cp->ctx[e]);
         if (st) return st;
@@ -237,6 +243,11 @@ void *kiln_cuda_plan_value_ptr(kiln_cuda_plan *cp, int v) {
 void kiln_cuda_plan_set_epilogue(kiln_cuda_plan *cp, kiln_status (*fn)(void *arg), void *arg) {
     cp->epilogue = fn;
     cp->epilogue_arg = arg;
+}
+
+void kiln_cuda_plan_set_prologue(kiln_cuda_plan *cp, kiln_status (*fn)(void *arg), void *arg) {
+    cp->prologue = fn;
+    cp->prologue_arg = arg;
 }
 
 /* Record the run list into a CUDA graph (nothing executes while capturing). */
@@ -267,7 +278,7 @@ static kiln_status capture(kiln_cuda_plan *cp) {
 kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *inputs, bool use_graph) {
     const kiln_model *m = cp->m;
     kiln_status st = KILN_OK;
-    for (int i = 0; i < m->n_inputs && !st; i++) {
+    for (int i = 0; inputs && i < m->n_inputs && !st; i++) {
         size_t nb = kiln_tensor_nbytes(inputs[i]);
         if (nb && !cp->bound[i]) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
     }

@@ -24,11 +24,15 @@ void *kiln_cuda_plan_value_ptr(kiln_cuda_plan *cp, int v);
 /* Work enqueued after the run list on every run, and captured with it into the CUDA
  * graph (e.g. the optimizer update): fn must only enqueue on the stream. */
 void kiln_cuda_plan_set_epilogue(kiln_cuda_plan *cp, kiln_status (*fn)(void *arg), void *arg);
+/* Work enqueued before the run list on every run and captured with it (e.g. gathering the
+ * batch from a data set on the device into the input slots). */
+void kiln_cuda_plan_set_prologue(kiln_cuda_plan *cp, kiln_status (*fn)(void *arg), void *arg);
 void kiln_cuda_plan_free(kiln_cuda_plan *cp);
 bool kiln_cuda_plan_matches(const kiln_cuda_plan *cp, kiln_tensor *const *inputs);
 struct kiln_plan *kiln_cuda_plan_host(kiln_cuda_plan *cp);
 /* Upload inputs and enqueue the run (replaying the captured CUDA graph from the second run
- * on when use_graph); returns without waiting for the device. */
+ * on when use_graph); returns without waiting for the device. inputs NULL: upload nothing
+ * (a prologue fills the input slots). */
 kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *inputs, bool use_graph);
 /* Enqueue, download the outputs into host buffers owned by the plan, and wait. */
 kiln_status kiln_cuda_plan_run(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,

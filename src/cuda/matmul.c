@@ -75,7 +75,8 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
 
     cublasLtMatmulDescOpaque_t op_store;
     cublasLtMatmulDesc_t op = &op_store;
-    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescInit(op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasComputeType_t ct = m->dt == KILN_F32 && cu->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescInit(op, ct, CUDA_R_32F));
     const int32_t op_a = m->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our B */
     const int32_t op_b = m->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));

@@ -80,6 +80,10 @@ typedef struct kiln_loader_options {
     int64_t *const *slot_labels;
 } kiln_loader_options;
 
+/* The sample order of epoch `epoch` for `seed` (shuffle on): what the loader uses, for
+ * callers that gather batches themselves (a dataset resident on the GPU). */
+void kiln_loader_permutation(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
+
 /* The defaults above. */
 kiln_loader_options kiln_loader_options_default(void);
 

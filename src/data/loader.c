@@ -85,7 +85,7 @@ static uint64_t below(uint64_t *s, uint64_t n) {
 }
 
 /* Fisher-Yates over the identity with a stream seeded by (seed, epoch). */
-static void make_perm(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
+void kiln_loader_permutation(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
     uint64_t h = seed;
     uint64_t s = splitmix64(&h) + (uint64_t)epoch * 0xD6E8FEB86659FD93ull;
     splitmix64(&s);
@@ -101,7 +101,7 @@ static void make_perm(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
 /* Called with the lock held, before anyone gathers a batch of epoch e. */
 static void prepare_epoch(kiln_loader *l, int64_t e) {
     if (!l->o.shuffle || l->perm_epoch[e & 1] == e) return;
-    make_perm(l->perm[e & 1], l->n, l->o.seed, e);
+    kiln_loader_permutation(l->perm[e & 1], l->n, l->o.seed, e);
     l->perm_epoch[e & 1] = e;
 }
 

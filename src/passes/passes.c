@@ -1,6 +1,10 @@
 /* passes.c — the pass table, the driver and helpers shared by passes; see passes.h. */
 #include "passes.h"
 
+#ifdef KILN_HAVE_CUDA
+#include "../cuda/cuda_backend.h"
+#endif
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +13,9 @@
  * precision come last so they see the final op mix. */
 static const kiln_pass passes[] = {
     {"dead-nodes", KILN_PASS_DEAD_NODES, kiln_pass_dead_nodes},
+    {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
+    {"fuse-conv", KILN_PASS_FUSE_CONV, kiln_pass_fuse_conv},
+    {"fuse-eltwise", KILN_PASS_FUSE_ELTWISE, kiln_pass_fuse_eltwise},
     /* after fusion (it pads kiln.FusedConv too), before the layout pass */
     {"pad-channels", KILN_PASS_PAD_CHANNELS, kiln_pass_pad_channels},
     /* after fusion: it classifies the final op mix; not switchable (the session asked for
@@ -92,4 +99,164 @@ int kiln_pass_new_value(kiln_model *m, const char *hint) {
     char name[256];
     snprintf(name, sizeof name, "%s#%d", hint, m->n_values);
     return kiln_model_get_value(m, name);
+}
+
+bool kiln_pass_is(const kiln_node *n, const char *op_type) {
+    return (!n->domain[0] || strcmp(n->domain, "ai.onnx") == 0) && strcmp(n->op_type, op_type) == 0;
+}
+
+int *kiln_pass_producers(const kiln_model *m) {
+    int *p = kiln_malloc(m->ctx, ((size_t)m->n_values + 1) * sizeof *p, "a pass's producer table");
+    if (!p) return NULL;
+    for (int v = 0; v < m->n_values; v++) p[v] = -1;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_out; k++)
+            if (m->nodes[i].out[k] >= 0) p[m->nodes[i].out[k]] = i;
+    return p;
+}
+
+const kiln_tensor *kiln_pass_constant(const kiln_model *m, const int *producer, int v) {
+    if (v < 0) return NULL;
+    if (m->values[v].init) return m->values[v].init;
+    const int p = producer[v];
+    if (p < 0 || !kiln_pass_is(&m->nodes[p], "Constant")) return NULL;
+    const kiln_attr *a = kiln_node_attr(&m->nodes[p], "value");
+    return a && a->type == KILN_ATTR_TENSOR ? a->t : NULL;
+}
+
+bool kiln_pass_device_has(const kiln_pass_options *o, const char *op) {
+    if (o->device == KILN_DEVICE_CPU) return true;
+#ifdef KILN_HAVE_CUDA
+    return kiln_cuda_kernel_for(kiln_op_index_domain("kiln", op)) != NULL;
+#else
+    (void)op;
+    return false;
+#endif
+}
+
+int kiln_pass_add_initializer(kiln_model *m, const char *hint, kiln_tensor *t) {
+    int v = kiln_pass_new_value(m, hint);
+    if (v < 0) {
+        kiln_tensor_free(t);
+        return -1;
+    }
+    kiln_value *val = &m->values[v];
+    val->init = t;
+    val->dtype = t->dtype;
+    val->ndim = t->ndim;
+    memcpy(val->dims, t->dims, sizeof val->dims);
+    return v;
+}
+
+void kiln_pass_drop_if_unused(kiln_model *m, int v) {
+    if (v < 0 || !m->values[v].init || m->values[v].is_input || kiln_pass_uses(m, v)) return;
+    kiln_tensor_free(m->values[v].init);
+    m->values[v].init = NULL;
+}
+
+kiln_status kiln_pass_set_input(kiln_model *m, int node, int k, int v) {
+    kiln_node *n = &m->nodes[node];
+    if (k >= n->n_in) {
+        int *in = realloc(n->in, ((size_t)k + 2) * sizeof *in);
+        if (!in) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for node inputs");
+        for (int j = n->n_in; j <= k; j++) in[j] = -1;
+        n->in = in;
+        n->n_in = k + 1;
+    }
+    n->in[k] = v;
+    return KILN_OK;
+}
+
+/* The attribute called name of node (added, cleared, when absent); NULL on OOM. */
+static kiln_attr *attr_slot(kiln_model *m, int node, const char *name) {
+    kiln_node *n = &m->nodes[node];
+    for (int a = 0; a < n->n_attrs; a++)
+        if (strcmp(n->attrs[a].name, name) == 0) {
+            kiln_attr_clear(&n->attrs[a]);
+            n->attrs[a].name = kiln_strdup(m->ctx, name);
+            return n->attrs[a].name ? &n->attrs[a] : NULL;
+        }
+    kiln_attr *attrs = realloc(n->attrs, ((size_t)n->n_attrs + 1) * sizeof *attrs);
+    if (!attrs) return NULL;
+    n->attrs = attrs;
+    kiln_attr *a = &attrs[n->n_attrs];
+    memset(a, 0, sizeof *a);
+    a->name = kiln_strdup(m->ctx, name);
+    if (!a->name) return NULL;
+    n->n_attrs++;
+    return a;
+}
+
+kiln_status kiln_pass_set_float(kiln_model *m, int node, const char *name, float v) {
+    kiln_attr *a = attr_slot(m, node, name);
+    if (!a) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for an attribute");
+    a->type = KILN_ATTR_FLOAT;
+    a->f = v;
+    return KILN_OK;
+}
+
+kiln_status kiln_pass_set_string(kiln_model *m, int node, const char *name, const char *v) {
+    kiln_attr *a = attr_slot(m, node, name);
+    if (!a || !(a->s = kiln_strdup(m->ctx, v)))
+        return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for an attribute");
+    a->type = KILN_ATTR_STRING;
+    return KILN_OK;
+}
+
+kiln_status kiln_pass_rewrite(kiln_model *m, int i, const char *domain, const char *op_type,
+                              int n_in, const int *in, const kiln_node *src) {
+    kiln_context *ctx = m->ctx;
+    const int na = src ? src->n_attrs : 0;
+    kiln_attr *attrs = na ? kiln_calloc(ctx, (size_t)na, sizeof *attrs, "attributes") : NULL;
+    int *ins = kiln_calloc(ctx, (size_t)n_in + 1, sizeof *ins, "node inputs");
+    char *dom = kiln_strdup(ctx, domain), *op = kiln_strdup(ctx, op_type);
+    bool ok = (attrs || !na) && ins && dom && op;
+    int copied = 0;
+    for (; ok && copied < na; copied++) ok = kiln_attr_copy(ctx, &attrs[copied], &src->attrs[copied]) == KILN_OK;
+    if (!ok) {
+        for (int a = 0; a < copied; a++) kiln_attr_clear(&attrs[a]);
+        free(attrs);
+        free(ins);
+        free(dom);
+        free(op);
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory rewriting a node");
+    }
+    kiln_node *n = &m->nodes[i];
+    for (int a = 0; a < n->n_attrs; a++) kiln_attr_clear(&n->attrs[a]);
+    free(n->attrs);
+    free(n->in);
+    free(n->domain);
+    free(n->op_type);
+    memcpy(ins, in, (size_t)n_in * sizeof *ins);
+    n->attrs = attrs;
+    n->n_attrs = na;
+    n->in = ins;
+    n->n_in = n_in;
+    n->domain = dom;
+    n->op_type = op;
+    n->op = -1;
+    return KILN_OK;
+}
+
+kiln_status kiln_pass_drop_unread_constants(kiln_model *m, bool *changed) {
+    int *uses = kiln_calloc(m->ctx, (size_t)m->n_values + 1, sizeof *uses, "a pass");
+    bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
+    if (!uses || !dead) {
+        free(uses);
+        free(dead);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++)
+            if (m->nodes[i].in[k] >= 0) uses[m->nodes[i].in[k]]++;
+    for (int i = 0; i < m->n_outputs; i++) uses[m->outputs[i]]++;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        dead[i] = kiln_pass_is(n, "Constant") && n->n_out == 1 && n->out[0] >= 0 && !uses[n->out[0]];
+        *changed |= dead[i];
+    }
+    kiln_pass_remove_nodes(m, dead);
+    free(uses);
+    free(dead);
+    return KILN_OK;
 }

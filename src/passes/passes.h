@@ -49,8 +49,44 @@ kiln_status kiln_pass_topo_order(const kiln_model *m, int *order);
  * node's op index. */
 kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out);
 
+/* Whether node n is the ONNX (default-domain) op op_type. Nodes of a model being
+ * rewritten have no registry index yet (n->op is set at finalize), so passes match names. */
+bool kiln_pass_is(const kiln_node *n, const char *op_type);
+/* producer[v]: the node computing value v, or -1 (graph inputs, initializers). A new array
+ * (n_values entries) the caller frees; NULL on OOM (message on the context). */
+int *kiln_pass_producers(const kiln_model *m);
+/* The value of v when it is known before any run: its initializer or the `value` tensor of
+ * the Constant node producing it (producer from kiln_pass_producers); NULL otherwise. */
+const kiln_tensor *kiln_pass_constant(const kiln_model *m, const int *producer, int v);
+/* Whether the session's device has a kernel for the internal op `op` (domain "kiln"): the
+ * CPU always does; on CUDA, fusions wait for their kernels in src/cuda/table.c. */
+bool kiln_pass_device_has(const kiln_pass_options *o, const char *op);
+
+/* A new initializer value holding t (taken over, also on failure) named after hint;
+ * -1 on OOM. */
+int kiln_pass_add_initializer(kiln_model *m, const char *hint, kiln_tensor *t);
+/* Free v's initializer data when nothing reads v any more (after a fold replaced it). */
+void kiln_pass_drop_if_unused(kiln_model *m, int v);
+/* Remove Constant nodes nothing reads any more (their values became literals or were
+ * folded into new initializers); sets *changed when it removed any. */
+kiln_status kiln_pass_drop_unread_constants(kiln_model *m, bool *changed);
+/* Set node's input k to v, growing the input list with missing inputs (-1) as needed. */
+kiln_status kiln_pass_set_input(kiln_model *m, int node, int k, int v);
+/* Set (add or replace) a FLOAT / STRING attribute of a node. */
+kiln_status kiln_pass_set_float(kiln_model *m, int node, const char *name, float v);
+kiln_status kiln_pass_set_string(kiln_model *m, int node, const char *name, const char *v);
+/* Turn node i into domain/op_type with inputs in[] (n_in) and its attributes replaced by
+ * copies of src's (src may be i itself, or NULL: none); its outputs, name and opset stay.
+ * Used to put a fused op where the last node of the chain it replaces was, so the node
+ * order stays topological. */
+kiln_status kiln_pass_rewrite(kiln_model *m, int i, const char *domain, const char *op_type,
+                              int n_in, const int *in, const kiln_node *src);
+
 /* The passes (one file each in src/passes/). */
 kiln_status kiln_pass_dead_nodes(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_fold_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed);

@@ -13,6 +13,7 @@
  */
 #include "../core/internal.h"
 #include "../core/plan.h"
+#include "../data/data.h"
 #include "autograd.h"
 #include "trainer_internal.h"
 
@@ -410,6 +411,50 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
         t->steps++;
     }
     return KILN_OK;
+}
+
+kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
+                                     int64_t batch, uint64_t seed, int64_t epoch, int64_t start_step,
+                                     int64_t end_step, float *last_loss) {
+    if (!t || !images || !labels) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_context *ctx = t->ctx;
+    const int64_t n = images->ndim ? images->dims[0] : 0;
+    if (t->n_data_inputs != 2)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_train_epoch needs a model with two inputs (data, labels)");
+    if (images->dtype != KILN_F32 || labels->dtype != KILN_I64 || labels->ndim != 1 || labels->dims[0] != n || n < 1)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "images must be f32 (N, ...) and labels i64 (N) with N >= 1");
+    if (batch < 1 || epoch < 0 || start_step < 0)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "batch must be >= 1, epoch and start_step >= 0");
+#ifdef KILN_HAVE_CUDA
+    if (t->cuda) return kiln_trainer_cuda_epoch(t->cuda, images, labels, batch, seed, epoch, start_step, end_step, last_loss);
+#endif
+    const int64_t steps = (n + batch - 1) / batch, sample = kiln_tensor_numel(images) / n;
+    if (end_step < 0 || end_step > steps) end_step = steps;
+    int64_t *perm = kiln_malloc(ctx, sizeof(int64_t) * (size_t)n, "the epoch's order");
+    float *x = kiln_malloc(ctx, sizeof(float) * (size_t)(batch * sample), "a batch");
+    int64_t *y = kiln_malloc(ctx, sizeof(int64_t) * (size_t)batch, "a batch");
+    kiln_status st = perm && x && y ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) kiln_loader_permutation(perm, n, seed, epoch);
+    for (int64_t s = start_step; s < end_step && !st; s++) {
+        const int64_t b = s == steps - 1 ? n - s * batch : batch;
+        for (int64_t i = 0; i < b; i++) {
+            const int64_t idx = perm[s * batch + i];
+            memcpy(x + i * sample, (const float *)images->data + idx * sample, sizeof(float) * (size_t)sample);
+            y[i] = ((const int64_t *)labels->data)[idx];
+        }
+        int64_t xd[KILN_MAX_DIMS] = {0};
+        xd[0] = b;
+        for (int d = 1; d < images->ndim; d++) xd[d] = images->dims[d];
+        kiln_tensor xt = {.dtype = KILN_F32, .ndim = images->ndim, .data = x}, yt = {.dtype = KILN_I64, .ndim = 1, .data = y};
+        memcpy(xt.dims, xd, sizeof xd);
+        yt.dims[0] = b;
+        kiln_tensor *in[2] = {&xt, &yt};
+        st = kiln_trainer_step(t, 2, in, s + 1 == end_step ? last_loss : NULL);
+    }
+    free(perm);
+    free(x);
+    free(y);
+    return st;
 }
 
 /* On CUDA the weights live on the device: bring the host copies up to date. */

@@ -16,6 +16,7 @@
 #ifdef KILN_HAVE_CUDA
 #include "../core/plan.h"
 #include "../cuda/cuda_plan.h"
+#include "../data/data.h"
 
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -26,6 +27,8 @@
 
 typedef struct cuda_shape_plan {
     kiln_cuda_plan *cp;
+    bool resident;                /* batches gathered on the device (prologue) */
+    int64_t batch;
     kiln_cuda_optim_entry *table; /* device */
     int64_t chunks;
     const float *loss;            /* device address of this plan's loss */
@@ -44,6 +47,12 @@ struct kiln_trainer_cuda {
     float *loss_ring;          /* (LOSS_RING) device */
     cuda_shape_plan plans[MAX_SHAPES];
     int n_plans;
+    /* a data set resident on the device (kiln_trainer_train_epoch) */
+    const void *data_key;      /* host images pointer it was uploaded from */
+    int64_t data_n, sample;
+    float *images;             /* (n, sample) */
+    int64_t *labels, *perm, *pos;
+    kiln_tensor *shape_x[MAX_SHAPES], *shape_y[MAX_SHAPES];
     cuda_shape_plan *running;  /* the plan whose epilogue is being enqueued */
     bool host_stale;           /* device weights newer than the host copies */
 };
@@ -67,6 +76,11 @@ void kiln_trainer_cuda_free(kiln_trainer_cuda *tc) {
         if (tc->plans[i].table) cudaFree(tc->plans[i].table);
     }
     if (tc->dev) cudaFree(tc->dev);
+    if (tc->images) cudaFree(tc->images);
+    for (int i = 0; i < MAX_SHAPES; i++) {
+        kiln_tensor_free(tc->shape_x[i]);
+        kiln_tensor_free(tc->shape_y[i]);
+    }
     free(tc->bound);
     free(tc->param);
     free(tc->s0);
@@ -116,7 +130,8 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
     kiln_trainer_cuda *tc = kiln_calloc(ctx, 1, sizeof *tc, "a CUDA trainer");
     if (!tc) return KILN_ERR_OUT_OF_MEMORY;
     tc->t = t;
-    kiln_status st = kiln_cuda_create(ctx, NULL, &tc->cu);
+    kiln_cuda_options co = {.allow_tf32 = !t->opts.strict_fp32};
+    kiln_status st = kiln_cuda_create(ctx, &co, &tc->cu);
     const int np = t->n_params, nb = t->n_states, ns = n_states_of(&t->opts);
     const int n_in = t->train->n_inputs;
     if (!st) {
@@ -186,13 +201,25 @@ static kiln_status epilogue(void *arg) {
                                               KILN_DTYPE_UNDEFINED, false, tc->state);
     if (!st) st = kiln_cuda_train_step_end(tc->cu, NULL, &t->opts, tc->state);
     if (!st) st = kiln_cuda_rng_next(tc->cu, t->opts.seed * 0x9E3779B97F4A7C15ull, tc->counter);
+    if (!st && sp->resident) st = kiln_cuda_advance(tc->cu, tc->pos, sp->batch);
     return st;
 }
 
-static kiln_status find_plan(kiln_trainer_cuda *tc, kiln_tensor *const *feeds, cuda_shape_plan **out) {
+/* Captured before the run list of a resident plan: this step's batch from the device copy. */
+static kiln_status prologue(void *arg) {
+    kiln_trainer_cuda *tc = arg;
+    cuda_shape_plan *sp = tc->running;
+    kiln_trainer *t = tc->t;
+    float *x = kiln_cuda_plan_value_ptr(sp->cp, t->train->inputs[0]);
+    int64_t *y = kiln_cuda_plan_value_ptr(sp->cp, t->train->inputs[1]);
+    return kiln_cuda_gather_batch(tc->cu, tc->images, tc->labels, tc->perm, tc->pos, tc->data_n, sp->batch, tc->sample, x,
+                                  y);
+}
+
+static kiln_status find_plan(kiln_trainer_cuda *tc, kiln_tensor *const *feeds, bool resident, cuda_shape_plan **out) {
     kiln_trainer *t = tc->t;
     for (int i = 0; i < tc->n_plans; i++)
-        if (kiln_cuda_plan_matches(tc->plans[i].cp, feeds)) {
+        if (tc->plans[i].resident == resident && kiln_cuda_plan_matches(tc->plans[i].cp, feeds)) {
             *out = &tc->plans[i];
             return KILN_OK;
         }
@@ -203,6 +230,8 @@ static kiln_status find_plan(kiln_trainer_cuda *tc, kiln_tensor *const *feeds, c
     kiln_status st = kiln_cuda_plan_create_bound(tc->cu, t->train, feeds, true, tc->bound, true, &sp->cp);
     if (st) return st;
     tc->n_plans++;
+    sp->resident = resident;
+    sp->batch = feeds[0]->ndim > 0 ? feeds[0]->dims[0] : 1;
     sp->loss = kiln_cuda_plan_value_ptr(sp->cp, t->train->outputs[0]);
     sp->bn_out = kiln_calloc(t->ctx, (size_t)t->n_states + 1, sizeof *sp->bn_out, "a CUDA trainer");
     kiln_cuda_optim_entry *host = kiln_calloc(t->ctx, (size_t)t->n_params + 1, sizeof *host, "the optimizer table");
@@ -230,17 +259,20 @@ static kiln_status find_plan(kiln_trainer_cuda *tc, kiln_tensor *const *feeds, c
     free(host);
     if (st) return st;
     kiln_cuda_plan_set_epilogue(sp->cp, epilogue, tc);
+    if (resident) kiln_cuda_plan_set_prologue(sp->cp, prologue, tc);
     *out = sp;
     return KILN_OK;
 }
 
-kiln_status kiln_trainer_cuda_step(kiln_trainer_cuda *tc, float *loss) {
+/* Enqueue one step (resident: the batch comes from the device copy), copy its loss into
+ * the ring, and read it when asked. */
+static kiln_status step(kiln_trainer_cuda *tc, bool resident, float *loss) {
     kiln_trainer *t = tc->t;
     cuda_shape_plan *sp = NULL;
-    kiln_status st = find_plan(tc, t->feeds, &sp);
+    kiln_status st = find_plan(tc, t->feeds, resident, &sp);
     if (st) return st;
     tc->running = sp;
-    st = kiln_cuda_plan_enqueue(sp->cp, t->feeds, true);
+    st = kiln_cuda_plan_enqueue(sp->cp, resident ? NULL : t->feeds, true);
     if (st) return st;
     float *slot = tc->loss_ring + t->micro_steps % LOSS_RING;
     cudaError_t ce = cudaMemcpyAsync(slot, sp->loss, sizeof(float), cudaMemcpyDeviceToDevice,
@@ -252,6 +284,70 @@ kiln_status kiln_trainer_cuda_step(kiln_trainer_cuda *tc, float *loss) {
     if (loss) {
         st = kiln_cuda_download(tc->cu, loss, slot, sizeof(float));
         if (!st) st = kiln_cuda_sync(tc->cu);
+    }
+    return st;
+}
+
+kiln_status kiln_trainer_cuda_step(kiln_trainer_cuda *tc, float *loss) { return step(tc, false, loss); }
+
+kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
+                                    int64_t batch, uint64_t seed, int64_t epoch, int64_t start, int64_t end,
+                                    float *last_loss) {
+    kiln_trainer *t = tc->t;
+    kiln_context *ctx = t->ctx;
+    const int64_t n = images->dims[0], sample = kiln_tensor_numel(images) / (n ? n : 1);
+    kiln_status st = KILN_OK;
+    if (tc->data_key != images->data || tc->data_n != n || tc->sample != sample) {
+        /* one allocation: images, labels, the permutation, the position */
+        if (tc->images) cudaFree(tc->images);
+        tc->images = NULL;
+        size_t bytes = up(sizeof(float) * (size_t)(n * sample)) + 2 * up(sizeof(int64_t) * (size_t)n) + up(sizeof(int64_t));
+        cudaError_t ce = cudaMalloc((void **)&tc->images, bytes);
+        if (ce != cudaSuccess) {
+            tc->images = NULL;
+            return cuda_err(ctx, ce, "cudaMalloc of the resident data set");
+        }
+        char *p = (char *)tc->images + up(sizeof(float) * (size_t)(n * sample));
+        tc->labels = (int64_t *)p;
+        p += up(sizeof(int64_t) * (size_t)n);
+        tc->perm = (int64_t *)p;
+        p += up(sizeof(int64_t) * (size_t)n);
+        tc->pos = (int64_t *)p;
+        st = kiln_cuda_upload(tc->cu, tc->images, images->data, sizeof(float) * (size_t)(n * sample));
+        if (!st) st = kiln_cuda_upload(tc->cu, tc->labels, labels->data, sizeof(int64_t) * (size_t)n);
+        if (st) return st;
+        tc->data_key = images->data;
+        tc->data_n = n;
+        tc->sample = sample;
+    }
+    int64_t *perm = kiln_malloc(ctx, sizeof(int64_t) * (size_t)(n ? n : 1), "the epoch's order");
+    if (!perm) return KILN_ERR_OUT_OF_MEMORY;
+    kiln_loader_permutation(perm, n, seed, epoch);
+    int64_t pos = start * batch;
+    st = kiln_cuda_upload(tc->cu, tc->perm, perm, sizeof(int64_t) * (size_t)n);
+    if (!st) st = kiln_cuda_upload(tc->cu, tc->pos, &pos, sizeof pos);
+    free(perm);
+    const int64_t steps = (n + batch - 1) / batch;
+    if (end < 0 || end > steps) end = steps;
+    for (int64_t s = start; s < end && !st; s++) {
+        const int64_t b = s == steps - 1 ? n - s * batch : batch; /* PyTorch keeps the last partial batch */
+        int slot = -1;
+        for (int i = 0; i < MAX_SHAPES && slot < 0; i++)
+            if (tc->shape_x[i] && tc->shape_x[i]->dims[0] == b) slot = i;
+        for (int i = 0; i < MAX_SHAPES && slot < 0; i++)
+            if (!tc->shape_x[i]) {
+                int64_t xd[KILN_MAX_DIMS] = {0};
+                xd[0] = b;
+                for (int d = 1; d < images->ndim; d++) xd[d] = images->dims[d];
+                tc->shape_x[i] = kiln_tensor_new(ctx, KILN_F32, images->ndim, xd);
+                tc->shape_y[i] = kiln_tensor_new(ctx, KILN_I64, 1, &b);
+                if (!tc->shape_x[i] || !tc->shape_y[i]) return KILN_ERR_OUT_OF_MEMORY;
+                slot = i;
+            }
+        if (slot < 0) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "too many batch shapes");
+        t->feeds[0] = tc->shape_x[slot];
+        t->feeds[1] = tc->shape_y[slot];
+        st = step(tc, true, s + 1 == end ? last_loss : NULL);
     }
     return st;
 }

@@ -59,6 +59,10 @@ kiln_status kiln_trainer_cuda_step(kiln_trainer_cuda *tc, float *loss);
 /* Host copies of weights and state from the device, and back. */
 kiln_status kiln_trainer_cuda_download(kiln_trainer_cuda *tc);
 kiln_status kiln_trainer_cuda_upload(kiln_trainer_cuda *tc);
+/* Steps [start, end) of an epoch over a data set copied to the device once. */
+kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
+                                    int64_t batch, uint64_t seed, int64_t epoch, int64_t start, int64_t end,
+                                    float *last_loss);
 #endif
 /* One optimizer step over every parameter (the fused update). */
 void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);

@@ -1,0 +1,219 @@
+/*
+ * fused_conv.c — kiln.FusedConv(X, W, B?, Z?) -> Y = act(conv(X, W) + B + Z), an internal op
+ * the fuse-conv pass (src/passes/fuse_conv.c) makes from Conv [+ Add] [+ activation].
+ *   X, W, B and every Conv attribute (kernel_shape, strides, pads, auto_pad, dilations,
+ *   group) as ONNX Conv (opsets 11..21); Z, the residual, has Y's shape and dtype and is
+ *   added before the activation (ResNet's relu(bn(conv(x)) + identity), which is what
+ *   cuDNN's cudnnConvolutionBiasActivationForward computes). `activation` and its
+ *   parameters (alpha, beta, act_min, act_max) as fused.h lists them.
+ *   Dtypes: Conv's (f32, f64; f16 / bf16 computed in f32 by Conv, then the epilogue).
+ * Method: Conv's own CPU kernel (conv.c, on conv_common's im2col + BLAS) computes
+ *   conv(X, W) without the bias, then one pass over Y adds bias and residual and applies
+ *   the activation while the output is in cache row by row.
+ * No gradient: the op exists only in inference plans.
+ */
+#include "../core/optest.h"
+#include "fused.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+extern const kiln_op_def kiln_op_conv;
+
+/* The context Conv's kernel sees: X, W only (the bias is added by the epilogue). */
+static kiln_op_ctx conv_view(const kiln_op_ctx *c) {
+    kiln_op_ctx v = *c;
+    if (v.n_in > 2) v.n_in = 2;
+    return v;
+}
+
+static const kiln_tensor *bias_in(const kiln_op_ctx *c) { return c->n_in > 2 ? c->in[2] : NULL; }
+static const kiln_tensor *z_in(const kiln_op_ctx *c) { return c->n_in > 3 ? c->in[3] : NULL; }
+
+static kiln_status infer(kiln_op_ctx *c) {
+    kiln_fused_act a;
+    kiln_status st = kiln_fused_act_get(c, "alpha", "beta", &a);
+    if (st) return st;
+    /* Conv checks X, W, B and the attributes (B is checked with the view including it). */
+    kiln_op_ctx v = *c;
+    if (v.n_in > 3) v.n_in = 3;
+    if ((st = kiln_op_conv.infer(&v))) return st;
+    const kiln_tensor *y = c->out[0], *z = z_in(c);
+    if (z) {
+        char ys[128];
+        KILN_OP_CHECK(c, z->dtype == y->dtype, KILN_ERR_TYPE, "residual Z must have X's dtype %s",
+                      kiln_dtype_name(y->dtype));
+        bool same = z->ndim == y->ndim;
+        for (int i = 0; same && i < y->ndim; i++) same = z->dims[i] == y->dims[i];
+        KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "residual Z must have the output's shape %s",
+                      kiln_shape_str(y, ys, sizeof ys));
+    }
+    return KILN_OK;
+}
+
+static size_t workspace(const kiln_op_ctx *c) {
+    kiln_op_ctx v = conv_view(c);
+    return kiln_op_conv.cpu_workspace(&v);
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_fused_act a;
+    kiln_status st = kiln_fused_act_get(c, "alpha", "beta", &a);
+    if (st) return st;
+    kiln_op_ctx v = conv_view(c);
+    if ((st = kiln_op_conv.cpu_forward(&v))) return st;
+    kiln_tensor *y = c->out[0]; // (N, M, O...)
+    const int64_t M = y->dims[1];
+    const int64_t inner = y->dims[0] * M > 0 ? kiln_tensor_numel(y) / (y->dims[0] * M) : 0;
+    kiln_fused_epilogue(&a, y, M, inner, bias_in(c), z_in(c));
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------- tests */
+
+/* The unfused graph, op by op through the registry's reference kernels: Conv, Add of the
+ * residual, then the activation as its ONNX op. */
+static kiln_tensor *unfused(const char *conv_attrs, const char *act, const char *act_attrs,
+                            double lo, double hi, kiln_tensor *x, kiln_tensor *w, kiln_tensor *b,
+                            kiln_tensor *z) {
+    kiln_tensor *y = kiln_fused_test_eval("Conv", conv_attrs, 3, (kiln_tensor *[]){x, w, b});
+    if (y && z) {
+        kiln_tensor *s = kiln_fused_test_eval("Add", "", 2, (kiln_tensor *[]){y, z});
+        kiln_tensor_free(y);
+        y = s;
+    }
+    if (y && act[0]) {
+        kiln_tensor *bounds[2] = {kt_scalar(y->dtype, lo), kt_scalar(y->dtype, hi)};
+        const bool clip = strcmp(act, "Clip") == 0;
+        kiln_tensor *r = kiln_fused_test_eval(act, act_attrs, clip ? 3 : 1,
+                                              (kiln_tensor *[]){y, bounds[0], bounds[1]});
+        kiln_tensor_free(bounds[0]);
+        kiln_tensor_free(bounds[1]);
+        kiln_tensor_free(y);
+        y = r;
+    }
+    return y;
+}
+
+/* A random case against the unfused graph. */
+static int random_case(const char *label, kiln_dtype dt, const int64_t *xd, const int64_t *wd,
+                       bool bias, bool resid, const char *conv_attrs, const char *act,
+                       const char *act_attrs, const char *fused_act_attrs, uint64_t seed) {
+    kiln_tensor *x = kt_rand(dt, 4, xd, -1, 1, seed);
+    kiln_tensor *w = kt_rand(dt, 4, wd, -1, 1, seed + 1);
+    kiln_tensor *b = bias ? kt_rand(dt, 1, wd, -1, 1, seed + 2) : NULL;
+    kiln_tensor *probe = kiln_fused_test_eval("Conv", conv_attrs, 2, (kiln_tensor *[]){x, w});
+    kiln_tensor *z = resid && probe ? kt_rand(dt, probe->ndim, probe->dims, -1, 1, seed + 3) : NULL;
+    const double lo = -0.25, hi = 0.75;
+    kiln_tensor *want = unfused(conv_attrs, act, act_attrs, lo, hi, x, w, b, z);
+    kiln_tensor_free(probe);
+    if (!want) {
+        printf("FAIL %s: the reference could not be computed\n", label);
+        kiln_tensor_free(x);
+        kiln_tensor_free(w);
+        kiln_tensor_free(b);
+        kiln_tensor_free(z);
+        return 1;
+    }
+    char attrs[512];
+    snprintf(attrs, sizeof attrs, "%s%sactivation=%s%s%s%s", conv_attrs, conv_attrs[0] ? ";" : "",
+             act, fused_act_attrs[0] ? ";" : "", fused_act_attrs,
+             strcmp(act, "Clip") == 0 ? ";act_min=-0.25;act_max=0.75" : "");
+    const double tol = dt == KILN_F16 ? 2e-3 : dt == KILN_F64 ? 1e-12 : 1e-5;
+    return kiln_optest("FusedConv", attrs, 4, (kiln_tensor *[]){x, w, b, z}, 1, &want, tol, tol,
+                       label);
+}
+
+static int test(void) {
+    int fails = 0;
+    /* By hand: X = 1..9 (3x3), W0 = [[1,0],[0,-1]] gives x[i,j] - x[i+1,j+1] = -4, W1 = 0.5
+     * everywhere gives half of each 2x2 window's sum: 6, 8, 12, 14. B = (1, -10), Z =
+     * (1,2,3,4 | -1,-2,-3,-4): pre-activation (-2,-1,0,1 | -5,-4,-1,0), LeakyRelu 0.1. */
+    kiln_tensor *in[4];
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9));
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), KT_VALS(1, 0, 0, -1, 0.5, 0.5, 0.5, 0.5));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, -10));
+    in[3] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), KT_VALS(1, 2, 3, 4, -1, -2, -3, -4));
+    kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2),
+                                KT_VALS(-0.2, -0.1, 0, 1, -0.5, -0.4, -0.1, 0));
+    fails += kiln_optest("FusedConv", "activation=LeakyRelu;alpha=0.1", 4, in, 1, &want, 1e-7, 0,
+                         "fusedconv by hand: bias, residual, LeakyRelu");
+    /* Same without Z, Clip -1..6 (ReLU6-like): (-3 x4 | -4,-2,2,4) -> (-1 x4 | -1,-1,2,4). */
+    in[0] = kt_make(KILN_F64, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9));
+    in[1] = kt_make(KILN_F64, 4, KT_DIMS(2, 1, 2, 2), KT_VALS(1, 0, 0, -1, 0.5, 0.5, 0.5, 0.5));
+    in[2] = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(1, -10));
+    want = kt_make(KILN_F64, 4, KT_DIMS(1, 2, 2, 2), KT_VALS(-1, -1, -1, -1, -1, -1, 2, 4));
+    fails += kiln_optest("FusedConv", "activation=Clip;act_min=-1.0;act_max=6.0", 3, in, 1, &want,
+                         0, 0, "fusedconv by hand: bias, Clip, f64");
+    /* Residual without bias (input 2 missing), no activation: (-3,-2,-1,0 | 5,6,9,10). */
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9));
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), KT_VALS(1, 0, 0, -1, 0.5, 0.5, 0.5, 0.5));
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), KT_VALS(1, 2, 3, 4, -1, -2, -3, -4));
+    want = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), KT_VALS(-3, -2, -1, 0, 5, 6, 9, 10));
+    fails += kiln_optest("FusedConv", "", 4, in, 1, &want, 0, 0,
+                         "fusedconv by hand: residual, no bias, no activation");
+
+    /* Against the unfused ops, every activation, with Conv's geometry options. */
+    static const struct {
+        const char *act, *attrs, *fused;
+    } acts[] = {
+        {"", "", ""},
+        {"Relu", "", ""},
+        {"LeakyRelu", "alpha=0.2", "alpha=0.2"},
+        {"Clip", "", ""},
+        {"Sigmoid", "", ""},
+        {"HardSwish", "", ""},
+        {"HardSigmoid", "alpha=0.3;beta=0.4", "alpha=0.3;beta=0.4"},
+        {"Tanh", "", ""},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        char label[128];
+        snprintf(label, sizeof label, "fusedconv random %s, residual, grouped, strided",
+                 acts[i].act[0] ? acts[i].act : "no activation");
+        fails += random_case(label, KILN_F32, KT_DIMS(2, 4, 9, 8), KT_DIMS(6, 2, 3, 3), true,
+                             true, "group=2;strides=[2,1];pads=[1,1,0,1]", acts[i].act,
+                             acts[i].attrs, acts[i].fused, 100 + i);
+    }
+    fails += random_case("fusedconv random Relu, bias only, large (threaded epilogue)", KILN_F32,
+                         KT_DIMS(2, 8, 40, 40), KT_DIMS(16, 8, 3, 3), true, false, "pads=[1,1,1,1]",
+                         "Relu", "", "", 120);
+    fails += random_case("fusedconv random HardSwish, residual, no bias, 1x1", KILN_F32,
+                         KT_DIMS(1, 5, 6, 7), KT_DIMS(3, 5, 1, 1), false, true, "", "HardSwish",
+                         "", "", 121);
+    fails += random_case("fusedconv random f64 Sigmoid, residual, dilated", KILN_F64,
+                         KT_DIMS(1, 3, 9, 9), KT_DIMS(4, 3, 3, 3), true, true,
+                         "dilations=[2,2];auto_pad=SAME_UPPER", "Sigmoid", "", "", 122);
+    fails += random_case("fusedconv random f16 Relu, residual", KILN_F16, KT_DIMS(1, 2, 5, 5),
+                         KT_DIMS(3, 2, 3, 3), true, true, "", "Relu", "", "", 123);
+
+    /* errors */
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), NULL);
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 3, 3), NULL);
+    fails += kiln_optest_fails("FusedConv", "", 4, in, 1, KILN_ERR_SHAPE,
+                               "fusedconv residual of the wrong shape");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), NULL);
+    in[2] = NULL;
+    in[3] = kt_make(KILN_F64, 4, KT_DIMS(1, 2, 2, 2), NULL);
+    fails += kiln_optest_fails("FusedConv", "", 4, in, 1, KILN_ERR_TYPE,
+                               "fusedconv residual of another dtype");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), NULL);
+    fails += kiln_optest_fails("FusedConv", "activation=Gelu", 2, in, 1, KILN_ERR_UNSUPPORTED,
+                               "fusedconv unknown activation");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 3, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), NULL);
+    fails += kiln_optest_fails("FusedConv", "activation=Relu", 2, in, 1, KILN_ERR_SHAPE,
+                               "fusedconv channel mismatch (Conv's checks)");
+    return fails;
+}
+
+const kiln_op_def kiln_op_fused_conv = {
+    .name = "FusedConv", .domain = "kiln", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1,
+    .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
+    .test = test,
+};

@@ -1,0 +1,135 @@
+/*
+ * fused_gemm.c — kiln.FusedGemm(A, B, C?) -> Y = act(alpha * A' @ B' + beta * C), an internal
+ * op the fuse-conv pass (src/passes/fuse_conv.c) makes from Gemm + activation.
+ *   A, B, C and Gemm's attributes (alpha, beta, transA, transB) as ONNX Gemm (opsets
+ *   11..21); `activation` as fused.h lists it, with its parameters in act_alpha / act_beta
+ *   (LeakyRelu, HardSigmoid) and act_min / act_max (Clip): Gemm's alpha and beta already
+ *   name the product's scales.
+ *   Dtypes: Gemm's (f32, f64; f16 / bf16 computed in f32 by Gemm, then the epilogue).
+ * Method: Gemm's own CPU kernel (gemm.c, BLAS) writes alpha A'B' + beta C, then one pass
+ *   over Y applies the activation.
+ * No gradient: the op exists only in inference plans.
+ */
+#include "../core/optest.h"
+#include "fused.h"
+
+#include <stdio.h>
+#include <string.h>
+
+extern const kiln_op_def kiln_op_gemm;
+
+static kiln_status infer(kiln_op_ctx *c) {
+    kiln_fused_act a;
+    kiln_status st = kiln_fused_act_get(c, "act_alpha", "act_beta", &a);
+    if (st) return st;
+    return kiln_op_gemm.infer(c);
+}
+
+static size_t workspace(const kiln_op_ctx *c) { return kiln_op_gemm.cpu_workspace(c); }
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_fused_act a;
+    kiln_status st = kiln_fused_act_get(c, "act_alpha", "act_beta", &a);
+    if (st || (st = kiln_op_gemm.cpu_forward(c))) return st;
+    kiln_fused_epilogue(&a, c->out[0], 1, kiln_tensor_numel(c->out[0]), NULL, NULL);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------- tests */
+
+/* A random case against Gemm then the activation's ONNX op (the registry's kernels). */
+static int random_case(const char *label, kiln_dtype dt, int64_t M, int64_t N, int64_t K,
+                       const char *gemm_attrs, bool tb, int c_rank, const char *act,
+                       const char *act_attrs, const char *fused_act_attrs, uint64_t seed) {
+    kiln_tensor *a = kt_rand(dt, 2, KT_DIMS(M, K), -1, 1, seed);
+    kiln_tensor *b = tb ? kt_rand(dt, 2, KT_DIMS(N, K), -1, 1, seed + 1)
+                        : kt_rand(dt, 2, KT_DIMS(K, N), -1, 1, seed + 1);
+    kiln_tensor *cc = c_rank == 2   ? kt_rand(dt, 2, KT_DIMS(M, N), -1, 1, seed + 2)
+                      : c_rank == 1 ? kt_rand(dt, 1, KT_DIMS(N), -1, 1, seed + 2)
+                                    : NULL;
+    char attrs[512];
+    snprintf(attrs, sizeof attrs, "%s;transB=%d", gemm_attrs, tb);
+    kiln_tensor *want = kiln_fused_test_eval("Gemm", attrs, 3, (kiln_tensor *[]){a, b, cc});
+    if (want && act[0]) {
+        const bool clip = strcmp(act, "Clip") == 0;
+        kiln_tensor *bounds[2] = {kt_scalar(dt, -0.5), kt_scalar(dt, 0.5)};
+        kiln_tensor *r = kiln_fused_test_eval(act, act_attrs, clip ? 3 : 1,
+                                              (kiln_tensor *[]){want, bounds[0], bounds[1]});
+        kiln_tensor_free(bounds[0]);
+        kiln_tensor_free(bounds[1]);
+        kiln_tensor_free(want);
+        want = r;
+    }
+    if (!want) {
+        printf("FAIL %s: the reference could not be computed\n", label);
+        kiln_tensor_free(a);
+        kiln_tensor_free(b);
+        kiln_tensor_free(cc);
+        return 1;
+    }
+    size_t k = strlen(attrs);
+    snprintf(attrs + k, sizeof attrs - k, ";activation=%s%s%s%s", act, fused_act_attrs[0] ? ";" : "",
+             fused_act_attrs, strcmp(act, "Clip") == 0 ? ";act_min=-0.5;act_max=0.5" : "");
+    const double tol = dt == KILN_F64 ? 1e-12 : 1e-5;
+    return kiln_optest("FusedGemm", attrs, 3, (kiln_tensor *[]){a, b, cc}, 1, &want, tol, tol,
+                       label);
+}
+
+static int test(void) {
+    int fails = 0;
+    /* By hand: A = [[1,2],[3,4]], B = [[1,-1],[0,1]]: A @ B = [[1,1],[3,1]]; alpha 2 and
+     * C = (-3, 1) give [[-1,3],[3,3]]; LeakyRelu with act_alpha 0.5 (Gemm's alpha must not
+     * be taken for it). */
+    kiln_tensor *in[3] = {kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, 4)),
+                          kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, -1, 0, 1)),
+                          kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(-3, 1))};
+    kiln_tensor *want = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(-0.5, 3, 3, 3));
+    fails += kiln_optest("FusedGemm", "alpha=2.0;activation=LeakyRelu;act_alpha=0.5", 3, in, 1,
+                         &want, 0, 0, "fusedgemm by hand: alpha, C, LeakyRelu");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, 4));
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, -1, 0, 1));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(-3, 1));
+    want = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(0, 3, 3, 3));
+    fails += kiln_optest("FusedGemm", "alpha=2.0;activation=Relu", 3, in, 1, &want, 0, 0,
+                         "fusedgemm by hand: Relu");
+
+    static const struct {
+        const char *act, *attrs, *fused;
+    } acts[] = {
+        {"Relu", "", ""},
+        {"LeakyRelu", "alpha=0.2", "act_alpha=0.2"},
+        {"Clip", "", ""},
+        {"Sigmoid", "", ""},
+        {"HardSwish", "", ""},
+        {"HardSigmoid", "alpha=0.3;beta=0.4", "act_alpha=0.3;act_beta=0.4"},
+        {"Tanh", "", ""},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        char label[128];
+        snprintf(label, sizeof label, "fusedgemm random %s, transB, C (N)", acts[i].act);
+        fails += random_case(label, KILN_F32, 7, 9, 5, "alpha=0.5;beta=2.0", true, 1,
+                             acts[i].act, acts[i].attrs, acts[i].fused, 200 + i);
+    }
+    fails += random_case("fusedgemm random Relu large (threaded epilogue), C (M,N)", KILN_F32, 256,
+                         192, 64, "beta=0.5", false, 2, "Relu", "", "", 220);
+    fails += random_case("fusedgemm random f64 Tanh, no C", KILN_F64, 6, 4, 3, "alpha=1.5", false,
+                         0, "Tanh", "", "", 221);
+
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), NULL);
+    in[2] = NULL;
+    fails += kiln_optest_fails("FusedGemm", "activation=Relu", 3, in, 1, KILN_ERR_SHAPE,
+                               "fusedgemm inner dims differ (Gemm's checks)");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), NULL);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), NULL);
+    in[2] = NULL;
+    fails += kiln_optest_fails("FusedGemm", "activation=Swish", 3, in, 1, KILN_ERR_UNSUPPORTED,
+                               "fusedgemm unknown activation");
+    return fails;
+}
+
+const kiln_op_def kiln_op_fused_gemm = {
+    .name = "FusedGemm", .domain = "kiln", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1,
+    .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
+    .test = test,
+};

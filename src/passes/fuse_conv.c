@@ -1,0 +1,195 @@
+/* fuse_conv.c — convolutions and Gemms with their epilogues as one op (FUSED.md):
+ * (Add below also means a Sum of two inputs.)
+ *   1. Conv + Add of a per-channel constant (a bias some exporters write as a separate
+ *      Add: shape (M), (M,1,1), (1,M,1,1)... or one element) -> Conv with that bias added
+ *      to its own;
+ *   2. Conv [+ Add(residual)] [+ activation] -> kiln.FusedConv(X, W, B, Z), where the
+ *      residual Z is the Add's other operand and must have exactly the conv output's
+ *      shape, which is checked on the shapes static inference stored (the fusion is
+ *      skipped where they are unknown, e.g. with a symbolic batch);
+ *   3. Gemm + activation -> kiln.FusedGemm.
+ * Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSwish, HardSigmoid,
+ * Tanh. Every intermediate value must have a single reader and not be a graph output. The
+ * fused node takes the place of the chain's last node, so the order stays topological
+ * (a residual may be computed after the conv, but always before the Add). Fusions into
+ * internal ops happen only on devices that have their kernels (kiln_pass_device_has). */
+#include "passes.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An activation node in the form the fused ops take it. */
+typedef struct act_attrs {
+    char name[16];
+    double alpha, beta, lo, hi;
+} act_attrs;
+
+/* Whether node a is one of the activations with constant parameters; fills *out. */
+static bool get_activation(const kiln_model *m, const int *prod, const kiln_node *a, act_attrs *out) {
+    static const char *const acts[] = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSwish", "HardSigmoid", "Tanh"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++) known |= kiln_pass_is(a, acts[k]);
+    if (!known || a->n_out != 1 || a->n_in < 1) return false;
+    snprintf(out->name, sizeof out->name, "%s", a->op_type);
+    const bool hs = kiln_pass_is(a, "HardSigmoid");
+    out->alpha = kiln_attr_float(a, "alpha", hs ? 0.2f : 0.01f);
+    out->beta = kiln_attr_float(a, "beta", 0.5f);
+    out->lo = -INFINITY;
+    out->hi = INFINITY;
+    if (!kiln_pass_is(a, "Clip")) return a->n_in == 1;
+    if (a->opset < 11) {
+        out->lo = kiln_attr_float(a, "min", -INFINITY);
+        out->hi = kiln_attr_float(a, "max", INFINITY);
+        return a->n_in == 1;
+    }
+    for (int k = 1; k < a->n_in; k++) {
+        if (a->in[k] < 0) continue;
+        const kiln_tensor *t = kiln_pass_constant(m, prod, a->in[k]);
+        if (!t || kiln_tensor_numel(t) != 1 || !kiln_dtype_is_float(t->dtype)) return false;
+        *(k == 1 ? &out->lo : &out->hi) = kiln_get_f64(t, 0);
+    }
+    return true;
+}
+
+static kiln_status set_activation(kiln_model *m, int i, const act_attrs *a, bool gemm) {
+    kiln_status st = kiln_pass_set_string(m, i, "activation", a->name);
+    const char *an = gemm ? "act_alpha" : "alpha", *bn = gemm ? "act_beta" : "beta";
+    if (!st && (!strcmp(a->name, "LeakyRelu") || !strcmp(a->name, "HardSigmoid")))
+        st = kiln_pass_set_float(m, i, an, (float)a->alpha);
+    if (!st && !strcmp(a->name, "HardSigmoid")) st = kiln_pass_set_float(m, i, bn, (float)a->beta);
+    if (!st && !strcmp(a->name, "Clip")) {
+        st = kiln_pass_set_float(m, i, "act_min", (float)a->lo);
+        if (!st) st = kiln_pass_set_float(m, i, "act_max", (float)a->hi);
+    }
+    return st;
+}
+/* Add, or Sum of two inputs (Caffe2-converted ResNets write their residuals so). */
+static bool is_add(const kiln_node *n) {
+    return (kiln_pass_is(n, "Add") || kiln_pass_is(n, "Sum")) && n->n_in == 2 && n->n_out == 1;
+}
+
+/* Stage 1: Conv ci followed by Add of a per-channel constant. */
+static kiln_status absorb_bias(kiln_model *m, int *prod, int ci, bool *dead, bool *done) {
+    *done = false;
+    const kiln_node *cv = &m->nodes[ci];
+    const int y = cv->out[0], r = kiln_pass_single_consumer(m, y);
+    if (r < 0 || dead[r] || !is_add(&m->nodes[r])) return KILN_OK;
+    const kiln_node *add = &m->nodes[r];
+    const int other = add->in[0] == y ? add->in[1] : add->in[0];
+    const kiln_tensor *c = kiln_pass_constant(m, prod, other);
+    const int wv = cv->n_in > 1 ? cv->in[1] : -1;
+    if (!c || other == y || wv < 0) return KILN_OK;
+    /* M and the output rank from W: (M, C/group, k...) */
+    const kiln_value *w = &m->values[wv];
+    const kiln_tensor *wt = w->init;
+    const int rank = wt ? wt->ndim : w->ndim;
+    const int64_t M = rank > 0 ? (wt ? wt->dims[0] : w->dims[0]) : -1;
+    const kiln_dtype dt = wt ? wt->dtype : w->dtype;
+    if (M < 1 || rank < 3 || c->dtype != dt || c->ndim > rank) return KILN_OK;
+    /* every dim of c is 1 but the one aligned with the channel dim (1), which is 1 or M */
+    for (int j = 0; j < c->ndim; j++) {
+        const bool channel = rank - c->ndim + j == 1;
+        if (!(c->dims[j] == 1 || (channel && c->dims[j] == M))) return KILN_OK;
+    }
+    const int bias_v = cv->n_in > 2 ? cv->in[2] : -1;
+    const kiln_tensor *b = kiln_pass_constant(m, prod, bias_v);
+    if (bias_v >= 0 && (!b || kiln_tensor_numel(b) != M)) return KILN_OK;
+    kiln_tensor *nb = kiln_tensor_new(m->ctx, dt, 1, &M);
+    if (!nb) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a bias");
+    const bool per_channel = kiln_tensor_numel(c) == M && M > 1;
+    for (int64_t k = 0; k < M; k++)
+        kiln_set_f64(nb, k, (b ? kiln_get_f64(b, k) : 0.0) + kiln_get_f64(c, per_channel ? k : 0));
+    char hint[200];
+    snprintf(hint, sizeof hint, "%s.bias", m->nodes[ci].name);
+    const int nv = kiln_pass_add_initializer(m, hint, nb);
+    if (nv < 0) return KILN_ERR_OUT_OF_MEMORY;
+    kiln_status st = kiln_pass_set_input(m, ci, 2, nv);
+    if (st) return st;
+    const int out = m->nodes[r].out[0];
+    m->nodes[ci].out[0] = out;
+    prod[out] = ci;
+    dead[r] = true;
+    *done = true;
+    return KILN_OK;
+}
+
+static bool same_known_shape(const kiln_value *a, const kiln_value *b) {
+    if (a->ndim < 0 || a->ndim != b->ndim || !a->dtype || a->dtype != b->dtype) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dims[d] < 0 || a->dims[d] != b->dims[d]) return false;
+    return true;
+}
+
+/* Stages 2 and 3 from Conv / Gemm node ci. */
+static kiln_status fuse_chain(kiln_model *m, const int *prod, int ci, bool gemm, bool *dead, bool *done) {
+    *done = false;
+    const kiln_node *cv = &m->nodes[ci];
+    int y = cv->out[0], last = ci, add = -1, resid = -1;
+    act_attrs act = {{0}, 0, 0, 0, 0};
+    int r = kiln_pass_single_consumer(m, y);
+    if (!gemm && r >= 0 && !dead[r] && is_add(&m->nodes[r])) {
+        const kiln_node *a = &m->nodes[r];
+        const int z = a->in[0] == y ? a->in[1] : a->in[0];
+        if (z >= 0 && z != y && same_known_shape(&m->values[z], &m->values[y])) {
+            resid = z;
+            add = last = r;
+            y = a->out[0];
+            r = kiln_pass_single_consumer(m, y);
+        }
+    }
+    if (r >= 0 && !dead[r] && get_activation(m, prod, &m->nodes[r], &act)) last = r;
+    if (last == ci) return KILN_OK;
+    /* inputs: Conv's X, W, B (-1 when absent), then Z; Gemm's A, B, C */
+    int in[4] = {-1, -1, -1, resid};
+    for (int k = 0; k < cv->n_in && k < 3; k++) in[k] = cv->in[k];
+    const int n_in = resid >= 0 ? 4 : cv->n_in < 3 ? cv->n_in : 3;
+    char *name = kiln_strdup(m->ctx, cv->name);
+    if (!name) return KILN_ERR_OUT_OF_MEMORY;
+    /* the fused node sits where the chain's last node was and keeps its output */
+    kiln_status st = kiln_pass_rewrite(m, last, "kiln", gemm ? "FusedGemm" : "FusedConv", n_in, in, cv);
+    if (!st && act.name[0]) st = set_activation(m, last, &act, gemm);
+    if (st) {
+        free(name);
+        return st;
+    }
+    free(m->nodes[last].name);
+    m->nodes[last].name = name;
+    m->nodes[last].opset = m->nodes[ci].opset;
+    dead[ci] = true;
+    if (add >= 0 && add != last) dead[add] = true;
+    *done = true;
+    return KILN_OK;
+}
+
+kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    int *prod = kiln_pass_producers(m);
+    bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
+    kiln_status st = prod && dead ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    /* 1: bias Adds, repeatedly (an exporter may write several) */
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        if (dead[i] || !kiln_pass_is(&m->nodes[i], "Conv") || m->nodes[i].n_out != 1) continue;
+        bool done = true;
+        while (done && !st) {
+            st = absorb_bias(m, prod, i, dead, &done);
+            *changed |= done;
+        }
+    }
+    /* 2, 3: into the fused ops */
+    const bool conv_ok = kiln_pass_device_has(o, "FusedConv"), gemm_ok = kiln_pass_device_has(o, "FusedGemm");
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        const kiln_node *n = &m->nodes[i];
+        if (dead[i] || n->n_out != 1) continue;
+        const bool conv = conv_ok && kiln_pass_is(n, "Conv"), gemm = gemm_ok && kiln_pass_is(n, "Gemm");
+        if (!conv && !gemm) continue;
+        bool done = false;
+        st = fuse_chain(m, prod, i, gemm, dead, &done);
+        *changed |= done;
+    }
+    if (!st) kiln_pass_remove_nodes(m, dead);
+    if (!st) st = kiln_pass_drop_unread_constants(m, changed);
+    free(prod);
+    free(dead);
+    return st;
+}

@@ -1,0 +1,289 @@
+/* fuse_eltwise.c — trees of elementwise ops as one kiln.FusedElementwise (FUSED.md).
+ *
+ * Ops: the unary Relu Sigmoid Tanh Exp Log Sqrt Reciprocal Abs Neg Erf Floor Ceil Softplus
+ * Softsign HardSwish LeakyRelu Elu HardSigmoid Clip (constant bounds) and the binary Add
+ * Sub Mul Div Pow Max Min (two inputs; also Sum of two, as Add), on one float dtype
+ * (operands and result alike; dtypes and ranks from kiln_pass_infer_types, which also
+ * knows them under symbolic dims). Nodes are visited from the last: each one not yet
+ * taken roots a tree, which grows into the producers of its operands while the value
+ * between them has exactly one reader (and is no graph output) and the tree keeps at most
+ * 8 distinct inputs. Trees of two ops or more become one node at the root's place (so the
+ * order stays topological), with the postfix program of the tree: operands in order,
+ * then the op. A constant operand of one element becomes a literal `c<value>` (%.9g, which
+ * round-trips f32; %.17g for f64) when dropping its shape cannot change the output's:
+ * rank 0, or another input of the tree has a known rank at least its own. */
+#include "passes.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_INPUTS 8
+#define MAX_DEPTH 32 /* the op's stack */
+
+static const char *const unary[] = {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal",
+                                    "Abs", "Neg", "Erf", "Floor", "Ceil", "Softplus", "Softsign",
+                                    "HardSwish", "LeakyRelu", "Elu", "HardSigmoid", "Clip"};
+static const char *const binary[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum"};
+
+typedef struct ctx {
+    kiln_model *m;
+    int *prod;
+    kiln_dtype *dt;
+    int *rank;
+    int *uses;   /* readers per value (counted once; only ever too high after rewrites) */
+    bool *taken; /* node is in some tree already */
+    bool *in_tree;
+    /* the tree being built */
+    int *tree, n_tree;
+    int leaves[64], n_leaves; /* distinct non-literal leaves, in program order */
+    kiln_dtype tdt;
+    /* the program */
+    char *prog;
+    size_t len, cap;
+    int sp, depth;
+    bool oom;
+} ctx;
+
+static bool in_list(const char *name, const char *const *l, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(l[i], name)) return true;
+    return false;
+}
+
+/* Operands of an elementwise node: input 0 for unary ops (Clip's bounds are parameters). */
+static int n_operands(const kiln_node *n) {
+    return in_list(n->op_type, binary, sizeof binary / sizeof binary[0]) ? 2 : 1;
+}
+
+/* Clip's bounds, when constants (or attributes before opset 11). */
+static bool clip_bounds(const ctx *c, const kiln_node *n, double *lo, double *hi) {
+    *lo = -INFINITY;
+    *hi = INFINITY;
+    if (n->opset < 11) {
+        *lo = kiln_attr_float(n, "min", -INFINITY);
+        *hi = kiln_attr_float(n, "max", INFINITY);
+        return n->n_in == 1;
+    }
+    for (int k = 1; k < n->n_in; k++) {
+        if (n->in[k] < 0) continue;
+        const kiln_tensor *t = kiln_pass_constant(c->m, c->prod, n->in[k]);
+        if (!t || kiln_tensor_numel(t) != 1 || !kiln_dtype_is_float(t->dtype)) return false;
+        *(k == 1 ? lo : hi) = kiln_get_f64(t, 0);
+    }
+    return true;
+}
+
+static bool eligible(const ctx *c, int i) {
+    const kiln_node *n = &c->m->nodes[i];
+    if (n->domain[0] && strcmp(n->domain, "ai.onnx") != 0) return false;
+    const bool un = in_list(n->op_type, unary, sizeof unary / sizeof unary[0]);
+    const bool bin = in_list(n->op_type, binary, sizeof binary / sizeof binary[0]);
+    if ((!un && !bin) || n->n_out != 1 || n->out[0] < 0) return false;
+    if ((bin && n->n_in != 2) || (un && !kiln_pass_is(n, "Clip") && n->n_in != 1)) return false;
+    const kiln_dtype dt = c->dt[n->out[0]];
+    if (!kiln_dtype_is_float(dt)) return false;
+    for (int k = 0; k < n_operands(n); k++)
+        if (n->in[k] < 0 || c->dt[n->in[k]] != dt) return false;
+    double lo, hi;
+    return !kiln_pass_is(n, "Clip") || clip_bounds(c, n, &lo, &hi);
+}
+
+/* A one-element constant of the tree's dtype, for a literal. */
+static const kiln_tensor *scalar_const(const ctx *c, int v) {
+    const kiln_tensor *t = kiln_pass_constant(c->m, c->prod, v);
+    return t && t->dtype == c->tdt && kiln_tensor_numel(t) == 1 ? t : NULL;
+}
+
+static bool internal(const ctx *c, int v) { return c->prod[v] >= 0 && c->in_tree[c->prod[v]]; }
+
+/* Leaves of the tree (plus node extra, -1: none), literal candidates counted apart. */
+static int count_inputs(ctx *c, int extra) {
+    int seen[64], n = 0;
+    for (int t = 0; t <= c->n_tree; t++) {
+        const int i = t < c->n_tree ? c->tree[t] : extra;
+        if (i < 0) continue;
+        const kiln_node *nd = &c->m->nodes[i];
+        for (int k = 0; k < n_operands(nd); k++) {
+            const int v = nd->in[k];
+            if ((c->prod[v] >= 0 && (c->in_tree[c->prod[v]] || c->prod[v] == extra)) || scalar_const(c, v)) continue;
+            bool dup = false;
+            for (int j = 0; j < n; j++) dup |= seen[j] == v;
+            if (!dup && n < 64) seen[n++] = v;
+        }
+    }
+    return n;
+}
+
+static void emit(ctx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
+static void emit(ctx *c, const char *fmt, ...) {
+    char tok[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tok, sizeof tok, fmt, ap);
+    va_end(ap);
+    if (k < 0 || c->oom) return;
+    if (c->len + (size_t)k + 2 > c->cap) {
+        size_t cap = (c->cap + (size_t)k + 2) * 2;
+        char *p = realloc(c->prog, cap);
+        if (!p) {
+            c->oom = true;
+            return;
+        }
+        c->prog = p;
+        c->cap = cap;
+    }
+    if (c->len) c->prog[c->len++] = ' ';
+    memcpy(c->prog + c->len, tok, (size_t)k + 1);
+    c->len += (size_t)k;
+}
+
+static const char *num_fmt(const ctx *c) { return c->tdt == KILN_F64 ? "%.17g" : "%.9g"; }
+
+static void push(ctx *c) {
+    if (++c->sp > c->depth) c->depth = c->sp;
+}
+
+/* Whether a one-element constant may be a literal: see the file comment. */
+static bool literal_ok(const ctx *c, const kiln_tensor *t) {
+    if (t->ndim == 0) return true;
+    for (int t2 = 0; t2 < c->n_tree; t2++) {
+        const kiln_node *nd = &c->m->nodes[c->tree[t2]];
+        for (int k = 0; k < n_operands(nd); k++) {
+            const int v = nd->in[k];
+            if (!internal(c, v) && !scalar_const(c, v) && c->rank[v] >= t->ndim) return true;
+        }
+    }
+    return false;
+}
+
+/* The postfix program of value v. */
+static void gen(ctx *c, int v) {
+    if (internal(c, v)) {
+        const kiln_node *n = &c->m->nodes[c->prod[v]];
+        const int ops = n_operands(n);
+        for (int k = 0; k < ops; k++) gen(c, n->in[k]);
+        char tok[160];
+        const char *f = num_fmt(c);
+        char a[40] = "", b[40] = "";
+        if (kiln_pass_is(n, "LeakyRelu") || kiln_pass_is(n, "Elu") || kiln_pass_is(n, "HardSigmoid")) {
+            const double alpha = kiln_attr_float(n, "alpha", kiln_pass_is(n, "LeakyRelu") ? 0.01f
+                                                            : kiln_pass_is(n, "Elu")     ? 1.0f
+                                                                                           : 0.2f);
+            snprintf(a, sizeof a, f, alpha);
+            snprintf(b, sizeof b, f, (double)kiln_attr_float(n, "beta", 0.5f));
+            if (kiln_pass_is(n, "HardSigmoid")) snprintf(tok, sizeof tok, "%s@%s@%s", n->op_type, a, b);
+            else snprintf(tok, sizeof tok, "%s@%s", n->op_type, a);
+        } else if (kiln_pass_is(n, "Clip")) {
+            double lo, hi;
+            clip_bounds(c, n, &lo, &hi);
+            snprintf(a, sizeof a, f, lo);
+            snprintf(b, sizeof b, f, hi);
+            snprintf(tok, sizeof tok, "Clip@%s@%s", a, b);
+        } else {
+            snprintf(tok, sizeof tok, "%s", kiln_pass_is(n, "Sum") ? "Add" : n->op_type);
+        }
+        emit(c, "%s", tok);
+        c->sp -= ops - 1;
+        return;
+    }
+    const kiln_tensor *t = scalar_const(c, v);
+    if (t && literal_ok(c, t)) {
+        char num[40];
+        snprintf(num, sizeof num, num_fmt(c), kiln_get_f64(t, 0));
+        emit(c, "c%s", num);
+        push(c);
+        return;
+    }
+    int k = 0;
+    while (k < c->n_leaves && c->leaves[k] != v) k++;
+    if (k == c->n_leaves && c->n_leaves < 64) c->leaves[c->n_leaves++] = v;
+    emit(c, "i%d", k);
+    push(c);
+}
+
+/* Grow the tree rooted at node r; rewrite it when it has two ops or more. */
+static kiln_status grow_and_fuse(ctx *c, int r, bool *dead, bool *changed) {
+    kiln_model *m = c->m;
+    c->n_tree = 0;
+    c->tree[c->n_tree++] = r;
+    c->in_tree[r] = true;
+    c->tdt = c->dt[m->nodes[r].out[0]];
+    for (int t = 0; t < c->n_tree; t++) {
+        const kiln_node *n = &m->nodes[c->tree[t]];
+        for (int k = 0; k < n_operands(n); k++) {
+            const int v = n->in[k], p = c->prod[v];
+            if (p < 0 || c->in_tree[p] || c->taken[p] || dead[p] || c->uses[v] != 1 || !eligible(c, p)) continue;
+            if (count_inputs(c, p) > MAX_INPUTS) continue;
+            c->tree[c->n_tree++] = p;
+            c->in_tree[p] = true;
+        }
+    }
+    for (int t = 0; t < c->n_tree; t++) c->taken[c->tree[t]] = true;
+    kiln_status st = KILN_OK;
+    if (c->n_tree >= 2) {
+        c->len = 0;
+        c->sp = c->depth = 0;
+        c->n_leaves = 0;
+        gen(c, m->nodes[r].out[0]);
+        if (c->oom) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a program");
+        /* an input count over the limit (a constant kept as an input) or too deep a
+         * stack: left unfused */
+        if (!st && c->n_leaves >= 1 && c->n_leaves <= MAX_INPUTS && c->depth <= MAX_DEPTH) {
+            st = kiln_pass_rewrite(m, r, "kiln", "FusedElementwise", c->n_leaves, c->leaves, NULL);
+            if (!st) st = kiln_pass_set_string(m, r, "program", c->prog);
+            if (!st) {
+                for (int t = 1; t < c->n_tree; t++) dead[c->tree[t]] = true;
+                *changed = true;
+            }
+        }
+    }
+    for (int t = 0; t < c->n_tree; t++) c->in_tree[c->tree[t]] = false;
+    return st;
+}
+
+kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    if (!kiln_pass_device_has(o, "FusedElementwise")) return KILN_OK;
+    const size_t nv = (size_t)m->n_values + 1, nn = (size_t)m->n_nodes + 1;
+    ctx c = {.m = m};
+    c.prod = kiln_pass_producers(m);
+    c.dt = kiln_calloc(m->ctx, nv, sizeof *c.dt, "a pass");
+    c.rank = kiln_calloc(m->ctx, nv, sizeof *c.rank, "a pass");
+    c.uses = kiln_calloc(m->ctx, nv, sizeof *c.uses, "a pass");
+    c.taken = kiln_calloc(m->ctx, nn, sizeof *c.taken, "a pass");
+    c.in_tree = kiln_calloc(m->ctx, nn, sizeof *c.in_tree, "a pass");
+    c.tree = kiln_calloc(m->ctx, nn, sizeof *c.tree, "a pass");
+    bool *dead = kiln_calloc(m->ctx, nn, sizeof *dead, "a pass");
+    kiln_status st = KILN_OK;
+    if (!c.prod || !c.dt || !c.rank || !c.uses || !c.taken || !c.in_tree || !c.tree || !dead) {
+        st = KILN_ERR_OUT_OF_MEMORY;
+        goto out;
+    }
+    kiln_tensor *vt = NULL;
+    if ((st = kiln_pass_infer_types(m, &vt))) goto out;
+    for (int v = 0; v < m->n_values; v++) {
+        c.dt[v] = vt[v].dtype;
+        c.rank[v] = vt[v].ndim;
+    }
+    free(vt);
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++)
+            if (m->nodes[i].in[k] >= 0) c.uses[m->nodes[i].in[k]]++;
+    for (int i = 0; i < m->n_outputs; i++) c.uses[m->outputs[i]]++;
+    for (int r = m->n_nodes - 1; r >= 0 && !st; r--)
+        if (!c.taken[r] && eligible(&c, r)) st = grow_and_fuse(&c, r, dead, changed);
+    if (!st) kiln_pass_remove_nodes(m, dead);
+    if (!st) st = kiln_pass_drop_unread_constants(m, changed);
+out:
+    free(c.prod);
+    free(c.dt);
+    free(c.rank);
+    free(c.uses);
+    free(c.taken);
+    free(c.in_tree);
+    free(c.tree);
+    free(c.prog);
+    free(dead);
+    return st;
+}

@@ -1,0 +1,615 @@
+/* test_passes.c — the graph passes compute the same function. Every case builds a model
+ * with the C builder, runs it on the CPU with all passes off and with some on, on the same
+ * random inputs, compares the outputs, and checks that the passes did change the plan
+ * (its node count, and where it matters the optimized graph itself), so that no case can
+ * pass by the pass doing nothing.
+ * Usage: test_passes SOURCE_DIR (for examples/tiny_cnn.onnx). */
+#include "core/optest.h"
+#include "ops/fused.h"
+#include "passes/passes.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+            printf(__VA_ARGS__);                          \
+            printf("\n");                                 \
+            fails++;                                      \
+        }                                                 \
+    } while (0)
+
+#define NONE 0xffffffffu /* disable_passes: every pass off */
+#define ALL_OFF_BUT(bits) (NONE & ~(unsigned)(bits))
+#define ALL (KILN_PASS_DEAD_NODES | KILN_PASS_FOLD_BN | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_ELTWISE)
+
+static kiln_context *ctx;
+
+/* ------------------------------------------------------------ model building */
+
+static kiln_model *new_model(void) {
+    kiln_model *m = NULL;
+    CHECK(kiln_model_create(ctx, &m) == KILN_OK, "create");
+    return m;
+}
+
+static void input(kiln_model *m, const char *name, kiln_dtype dt, int nd, const int64_t *dims) {
+    CHECK(kiln_model_add_input(m, name, dt, nd, dims) == KILN_OK, "input %s: %s", name, kiln_context_message(ctx));
+}
+
+/* An initializer of uniform random values in [lo, hi). */
+static void init(kiln_model *m, const char *name, kiln_dtype dt, int nd, const int64_t *dims, double lo, double hi,
+                 uint64_t seed) {
+    kiln_tensor *t = kt_rand(dt, nd, dims, lo, hi, seed);
+    CHECK(t && kiln_model_add_initializer(m, name, t) == KILN_OK, "initializer %s", name);
+    kiln_tensor_free(t);
+}
+
+static void init_scalar(kiln_model *m, const char *name, kiln_dtype dt, double v) {
+    kiln_tensor *t = kt_scalar(dt, v);
+    CHECK(t && kiln_model_add_initializer(m, name, t) == KILN_OK, "initializer %s", name);
+    kiln_tensor_free(t);
+}
+
+/* A node with inputs given as "a,b,,c" (empty: missing) and one output. */
+static kiln_node *node(kiln_model *m, const char *op, const char *ins, const char *out) {
+    char buf[256], *save = NULL;
+    const char *in[8];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", ins);
+    /* strtok would skip empty fields: split by hand */
+    char *p = buf;
+    for (;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = 0;
+        in[n++] = p;
+        if (!comma || n == 8) break;
+        p = comma + 1;
+    }
+    (void)save;
+    kiln_node *nd = NULL;
+    CHECK(kiln_model_add_node(m, op, out, n, in, 1, &out, &nd) == KILN_OK, "node %s: %s", op,
+          kiln_context_message(ctx));
+    return nd;
+}
+
+/* A Constant node holding t (taken over). */
+static void constant(kiln_model *m, const char *out, kiln_tensor *t) {
+    kiln_node *nd = NULL;
+    CHECK(kiln_model_add_node(m, "Constant", out, 0, NULL, 1, &out, &nd) == KILN_OK, "constant");
+    kiln_attr *a = realloc(nd->attrs, sizeof *a * (size_t)(nd->n_attrs + 1));
+    if (!a || !t) {
+        kiln_tensor_free(t);
+        fails++;
+        return;
+    }
+    nd->attrs = a;
+    memset(&a[nd->n_attrs], 0, sizeof *a);
+    a[nd->n_attrs].name = strdup("value");
+    a[nd->n_attrs].type = KILN_ATTR_TENSOR;
+    a[nd->n_attrs].t = t;
+    nd->n_attrs++;
+}
+
+static void output(kiln_model *m, const char *name) {
+    CHECK(kiln_model_add_output(m, name) == KILN_OK, "output %s", name);
+}
+
+static bool finalize(kiln_model *m) {
+    kiln_status st = kiln_model_finalize(m);
+    CHECK(st == KILN_OK, "finalize: %s", kiln_context_message(ctx));
+    return st == KILN_OK;
+}
+
+/* ------------------------------------------------------------------ running */
+
+/* Run m with disable_passes = off on inputs; copies of the outputs into outs, the plan's
+ * executed node count into *nodes. false on failure. */
+static bool run(kiln_model *m, unsigned off, int n_in, kiln_tensor **in, kiln_tensor **outs, int *nodes) {
+    kiln_session_options o = {0};
+    o.disable_passes = off;
+    kiln_session *s = NULL;
+    const int n_out = kiln_model_num_outputs(m);
+    const kiln_tensor *y[8] = {0};
+    kiln_plan_stats stats = {0};
+    bool ok = kiln_session_create(m, &o, &s) == KILN_OK && kiln_session_run(s, n_in, in, n_out, y) == KILN_OK &&
+              kiln_session_stats(s, &stats) == KILN_OK;
+    if (!ok) printf("FAIL run (disable_passes %#x): %s\n", off, kiln_context_message(ctx));
+    for (int k = 0; k < n_out; k++) outs[k] = ok ? kiln_tensor_clone(ctx, y[k]) : NULL;
+    *nodes = stats.nodes;
+    kiln_session_free(s);
+    return ok;
+}
+
+/* Random inputs for m's graph inputs (shapes as declared; -1 dims become batch), at
+ * most 16. */
+static int make_inputs(kiln_model *m, int64_t batch, kiln_tensor **in, uint64_t seed) {
+    const int n = kiln_model_num_inputs(m) < 16 ? kiln_model_num_inputs(m) : 16;
+    for (int i = 0; i < n; i++) {
+        kiln_dtype dt;
+        int nd;
+        int64_t dims[KILN_MAX_DIMS];
+        kiln_model_input_info(m, i, &dt, &nd, dims);
+        for (int d = 0; d < nd; d++)
+            if (dims[d] < 0) dims[d] = batch;
+        in[i] = kt_rand(dt, nd, dims, -2, 2, seed + (uint64_t)i);
+    }
+    return n;
+}
+
+/* Run m with every pass off and with `on` on (others off), compare all outputs within
+ * (atol, rtol), and check the executed node counts: ref_nodes without passes, want_nodes
+ * with them. Frees m. */
+static void check(const char *label, kiln_model *m, unsigned on, int64_t batch, double atol, double rtol,
+                  int ref_nodes, int want_nodes) {
+    kiln_tensor *in[16] = {0}, *ref[8] = {0}, *got[8] = {0};
+    const int n_in = make_inputs(m, batch, in, 1234);
+    const int n_out = kiln_model_num_outputs(m);
+    int n_ref = -1, n_got = -1;
+    bool ok = run(m, NONE, n_in, in, ref, &n_ref) && run(m, ALL_OFF_BUT(on), n_in, in, got, &n_got);
+    if (!ok) fails++;
+    for (int k = 0; ok && k < n_out; k++) {
+        char lab[200];
+        snprintf(lab, sizeof lab, "%s: output %d with passes %#x vs none", label, k, on);
+        fails += kiln_tensor_compare(got[k], ref[k], atol, rtol, lab);
+    }
+    CHECK(!ok || n_ref == ref_nodes, "%s: %d nodes without passes, expected %d", label, n_ref, ref_nodes);
+    CHECK(!ok || n_got == want_nodes, "%s: %d nodes with passes %#x, expected %d", label, n_got, on, want_nodes);
+    for (int k = 0; k < 16; k++) kiln_tensor_free(in[k]);
+    for (int k = 0; k < 8; k++) {
+        kiln_tensor_free(ref[k]);
+        kiln_tensor_free(got[k]);
+    }
+    kiln_model_free(m);
+}
+
+/* The optimized graph of m with passes `on`, for looking at it (caller frees). */
+static kiln_model *optimized(const kiln_model *m, unsigned on) {
+    kiln_pass_options o = {.device = KILN_DEVICE_CPU, .precision = KILN_PRECISION_FP32, .disabled = ALL_OFF_BUT(on)};
+    kiln_model *out = NULL;
+    CHECK(kiln_passes_apply(m, &o, &out) == KILN_OK, "passes: %s", kiln_context_message(ctx));
+    return out;
+}
+
+/* The first node of op_type in m, or NULL. */
+static const kiln_node *find(const kiln_model *m, const char *op_type) {
+    for (int i = 0; m && i < m->n_nodes; i++)
+        if (!strcmp(m->nodes[i].op_type, op_type)) return &m->nodes[i];
+    return NULL;
+}
+
+static int count(const kiln_model *m, const char *op_type) {
+    int n = 0;
+    for (int i = 0; m && i < m->n_nodes; i++) n += !strcmp(m->nodes[i].op_type, op_type);
+    return n;
+}
+
+/* ---------------------------------------------------------------- fold-bn */
+
+/* BN over channel count C reading x, output y: scale, B, mean, var initializers (var > 0,
+ * so the fold has real work to do). */
+static void bn(kiln_model *m, const char *pre, kiln_dtype dt, int64_t C, const char *x, const char *y,
+               uint64_t seed) {
+    char s[4][64], ins[300];
+    static const char *const names[4] = {"scale", "bias", "mean", "var"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(s[k], sizeof s[k], "%s_%s", pre, names[k]);
+        init(m, s[k], dt, 1, &C, k == 3 ? 0.5 : -1.5, k == 3 ? 2.0 : 1.5, seed + (uint64_t)k);
+    }
+    snprintf(ins, sizeof ins, "%s,%s,%s,%s,%s", x, s[0], s[1], s[2], s[3]);
+    kiln_node *n = node(m, "BatchNormalization", ins, y);
+    if (n) kiln_node_set_float(n, "epsilon", 1e-3f);
+}
+
+/* x (2,3,8,8) -> Conv 3->4 (3x3, pads 1, bias?) -> BN [-> Relu] */
+static kiln_model *conv_bn(kiln_dtype dt, bool bias, bool relu) {
+    kiln_model *m = new_model();
+    input(m, "x", dt, 4, KT_DIMS(2, 3, 8, 8));
+    init(m, "w", dt, 4, KT_DIMS(4, 3, 3, 3), -1, 1, 10);
+    if (bias) init(m, "b", dt, 1, KT_DIMS(4), -1, 1, 11);
+    kiln_node *c = node(m, "Conv", bias ? "x,w,b" : "x,w", "c");
+    if (c) kiln_node_set_ints(c, "pads", 4, KT_DIMS(1, 1, 1, 1));
+    bn(m, "bn", dt, 4, "c", relu ? "n" : "y", 20);
+    if (relu) node(m, "Relu", "n", "y");
+    output(m, "y");
+    finalize(m);
+    return m;
+}
+
+static void test_fold_bn(void) {
+    check("Conv-BN", conv_bn(KILN_F32, true, false), KILN_PASS_FOLD_BN, 2, 1e-5, 1e-5, 2, 1);
+    check("Conv without bias-BN", conv_bn(KILN_F32, false, false), KILN_PASS_FOLD_BN, 2, 1e-5, 1e-5, 2, 1);
+    check("Conv-BN-Relu, fold only", conv_bn(KILN_F32, true, true), KILN_PASS_FOLD_BN, 2, 1e-5, 1e-5, 3, 2);
+    check("Conv-BN-Relu, all passes", conv_bn(KILN_F32, true, true), ALL, 2, 1e-5, 1e-5, 3, 1);
+    check("Conv-BN f64", conv_bn(KILN_F64, true, false), KILN_PASS_FOLD_BN, 2, 1e-12, 1e-12, 2, 1);
+    /* f16 weights: folded in double, rounded once; the unfused graph rounds twice */
+    check("Conv-BN f16", conv_bn(KILN_F16, true, false), KILN_PASS_FOLD_BN, 2, 2e-2, 1e-2, 2, 1);
+
+    /* the fold really is in the weights: one Conv left, reading new initializers */
+    kiln_model *m = conv_bn(KILN_F32, false, false);
+    kiln_model *o = optimized(m, KILN_PASS_FOLD_BN);
+    const kiln_node *c = find(o, "Conv");
+    CHECK(o && o->n_nodes == 1 && c && c->n_in == 3 && o->values[c->in[1]].init && o->values[c->in[2]].init &&
+              strcmp(o->values[c->in[1]].name, "w") != 0,
+          "fold-bn: one Conv with a new W and a bias");
+    kiln_model_free(o);
+    kiln_model_free(m);
+
+    /* ConvTranspose (grouped) - BN */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(2, 4, 5, 5));
+    init(m, "w", KILN_F32, 4, KT_DIMS(4, 3, 3, 3), -1, 1, 30); /* C=4, M/g=3, group 2: M=6 */
+    init(m, "b", KILN_F32, 1, KT_DIMS(6), -1, 1, 31);
+    kiln_node *n = node(m, "ConvTranspose", "x,w,b", "c");
+    if (n) {
+        kiln_node_set_int(n, "group", 2);
+        kiln_node_set_ints(n, "strides", 2, KT_DIMS(2, 2));
+    }
+    bn(m, "bn", KILN_F32, 6, "c", "y", 32);
+    output(m, "y");
+    finalize(m);
+    check("ConvTranspose (group 2)-BN", m, KILN_PASS_FOLD_BN, 2, 1e-5, 1e-5, 2, 1);
+
+    /* Gemm (transB, C (N), alpha, beta) - BN over (N, C) */
+    for (int tb = 0; tb < 2; tb++) {
+        m = new_model();
+        input(m, "x", KILN_F32, 2, KT_DIMS(5, 6));
+        init(m, "w", KILN_F32, 2, tb ? KT_DIMS(4, 6) : KT_DIMS(6, 4), -1, 1, 40);
+        if (tb) init(m, "c", KILN_F32, 1, KT_DIMS(4), -1, 1, 41);
+        else init(m, "c", KILN_F32, 2, KT_DIMS(5, 1), -1, 1, 41);
+        n = node(m, "Gemm", "x,w,c", "g");
+        if (n) {
+            kiln_node_set_int(n, "transB", tb);
+            kiln_node_set_float(n, "alpha", 0.75f);
+            kiln_node_set_float(n, "beta", 1.5f);
+        }
+        bn(m, "bn", KILN_F32, 4, "g", "y", 42);
+        output(m, "y");
+        finalize(m);
+        check(tb ? "Gemm transB, C (N) - BN" : "Gemm, C (M,1) - BN", m, KILN_PASS_FOLD_BN, 2, 1e-5, 1e-5, 2, 1);
+    }
+
+    /* Shared weights: Conv1 (then BN) and Conv2 (no BN) read the same W and B. Folding
+     * must leave them alone for Conv2, in the session's copy and in the user's model. */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(1, 3, 6, 6));
+    init(m, "w", KILN_F32, 4, KT_DIMS(4, 3, 3, 3), -1, 1, 50);
+    init(m, "b", KILN_F32, 1, KT_DIMS(4), -1, 1, 51);
+    node(m, "Conv", "x,w,b", "c1");
+    node(m, "Conv", "x,w,b", "y2");
+    bn(m, "bn", KILN_F32, 4, "c1", "y1", 52);
+    output(m, "y1");
+    output(m, "y2");
+    finalize(m);
+    const kiln_tensor *w0 = m->values[kiln_model_find_value(m, "w")].init;
+    kiln_tensor *w_copy = kiln_tensor_clone(ctx, w0);
+    kiln_tensor *in[1] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 6, 6), -1, 1, 53)};
+    kiln_tensor *y[2] = {0};
+    int nodes = 0;
+    if (run(m, ALL_OFF_BUT(KILN_PASS_FOLD_BN), 1, in, y, &nodes)) {
+        /* y2 against Conv with the original weights, computed here */
+        kiln_tensor *want = kiln_fused_test_eval(
+            "Conv", "", 3, (kiln_tensor *[]){in[0], w_copy, m->values[kiln_model_find_value(m, "b")].init});
+        fails += kiln_tensor_compare(y[1], want, 1e-6, 1e-6, "shared weights: the other Conv still sees W");
+        kiln_tensor_free(want);
+    }
+    fails += kiln_tensor_compare(w0, w_copy, 0, 0, "shared weights: the user's W is unchanged");
+    kiln_tensor_free(y[0]);
+    kiln_tensor_free(y[1]);
+    kiln_tensor_free(in[0]);
+    kiln_tensor_free(w_copy);
+    check("shared weights Conv-BN + Conv", m, KILN_PASS_FOLD_BN, 1, 1e-5, 1e-5, 3, 2);
+
+    /* Not folded: the Conv's output has another reader. */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(2, 3, 5, 5));
+    init(m, "w", KILN_F32, 4, KT_DIMS(3, 3, 1, 1), -1, 1, 60);
+    node(m, "Conv", "x,w", "c");
+    bn(m, "bn", KILN_F32, 3, "c", "y", 61);
+    node(m, "Relu", "c", "r");
+    output(m, "y");
+    output(m, "r");
+    finalize(m);
+    o = optimized(m, ALL);
+    CHECK(o && count(o, "BatchNormalization") == 1, "fold-bn: a conv output with two readers is not folded");
+    kiln_model_free(o);
+    kiln_model_free(m);
+}
+
+/* ---------------------------------------------------------------- fuse-conv */
+
+/* ResNet's basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + x), batch symbolic or not. */
+static kiln_model *resnet_block(bool symbolic, const char *add) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(symbolic ? -1 : 2, 4, 6, 6));
+    init(m, "w1", KILN_F32, 4, KT_DIMS(4, 4, 3, 3), -0.5, 0.5, 70);
+    init(m, "w2", KILN_F32, 4, KT_DIMS(4, 4, 3, 3), -0.5, 0.5, 71);
+    kiln_node *c = node(m, "Conv", "x,w1", "c1");
+    if (c) kiln_node_set_ints(c, "pads", 4, KT_DIMS(1, 1, 1, 1));
+    bn(m, "bn1", KILN_F32, 4, "c1", "n1", 72);
+    node(m, "Relu", "n1", "r1");
+    c = node(m, "Conv", "r1,w2", "c2");
+    if (c) kiln_node_set_ints(c, "pads", 4, KT_DIMS(1, 1, 1, 1));
+    bn(m, "bn2", KILN_F32, 4, "c2", "n2", 73);
+    node(m, add, "n2,x", "s");
+    node(m, "Relu", "s", "y");
+    output(m, "y");
+    finalize(m);
+    return m;
+}
+
+static void test_fuse_conv(void) {
+    /* residual block: two FusedConv, the second with Z = x */
+    check("ResNet block, all passes", resnet_block(false, "Add"), ALL, 2, 1e-5, 1e-5, 7, 2);
+    /* Caffe2-converted ResNets write the residual as a Sum of two */
+    check("ResNet block with a Sum residual", resnet_block(false, "Sum"), ALL, 2, 1e-5, 1e-5, 7, 2);
+    kiln_model *m = resnet_block(false, "Add");
+    kiln_model *o = optimized(m, ALL);
+    const kiln_node *last = o && o->n_nodes == 2 ? &o->nodes[1] : NULL;
+    int npads = 0;
+    if (last) kiln_attr_ints(last, "pads", &npads);
+    CHECK(last && !strcmp(last->op_type, "FusedConv") && !strcmp(last->domain, "kiln") && last->n_in == 4 &&
+              !strcmp(o->values[last->in[3]].name, "x") &&
+              !strcmp(kiln_attr_string(last, "activation", ""), "Relu") &&
+              !strcmp(kiln_attr_string(&o->nodes[0], "activation", ""), "Relu") &&
+              npads == 4,
+          "ResNet block: FusedConv(X, W, B, Z=x) with Relu and Conv's attributes");
+    kiln_model_free(o);
+    kiln_model_free(m);
+    /* a symbolic batch hides the residual's shape: the Add is not taken by the conv but
+     * the Add + Relu still fuse as elementwise ops */
+    check("ResNet block, symbolic batch", resnet_block(true, "Add"), ALL, 3, 1e-5, 1e-5, 7, 3);
+    m = resnet_block(true, "Add");
+    o = optimized(m, ALL);
+    CHECK(o && count(o, "FusedConv") == 1 && count(o, "Conv") == 1 && count(o, "FusedElementwise") == 1,
+          "ResNet block, symbolic batch: FusedConv, Conv, FusedElementwise");
+    kiln_model_free(o);
+    kiln_model_free(m);
+
+    /* Gemm + Relu, Gemm + LeakyRelu (FusedGemm's act_alpha next to Gemm's alpha) */
+    static const char *const acts[] = {"Relu", "LeakyRelu", "HardSigmoid"};
+    for (int a = 0; a < 3; a++) {
+        m = new_model();
+        input(m, "x", KILN_F32, 2, KT_DIMS(5, 6));
+        init(m, "w", KILN_F32, 2, KT_DIMS(4, 6), -1, 1, 80);
+        init(m, "c", KILN_F32, 1, KT_DIMS(4), -1, 1, 81);
+        kiln_node *g = node(m, "Gemm", "x,w,c", "g");
+        if (g) {
+            kiln_node_set_int(g, "transB", 1);
+            kiln_node_set_float(g, "alpha", 2.0f);
+        }
+        kiln_node *r = node(m, acts[a], "g", "y");
+        if (r && a > 0) kiln_node_set_float(r, "alpha", 0.3f);
+        output(m, "y");
+        finalize(m);
+        char label[64];
+        snprintf(label, sizeof label, "Gemm-%s", acts[a]);
+        check(label, m, KILN_PASS_FUSE_CONV, 1, 1e-5, 1e-5, 2, 1);
+    }
+
+    /* Conv + bias as a separate Add of a (1,M,1,1) constant + Clip 0..6 from Constant nodes
+     * (ReLU6): one FusedConv */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(2, 3, 7, 7));
+    init(m, "w", KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -1, 1, 90);
+    init(m, "bias", KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -1, 1, 91);
+    constant(m, "lo", kt_scalar(KILN_F32, 0));
+    constant(m, "hi", kt_scalar(KILN_F32, 1.5));
+    node(m, "Conv", "x,w", "c");
+    node(m, "Add", "bias,c", "a");
+    node(m, "Clip", "a,lo,hi", "y");
+    output(m, "y");
+    finalize(m);
+    check("Conv + bias Add + Clip", m, KILN_PASS_FUSE_CONV, 2, 1e-5, 1e-5, 3, 1);
+
+    /* a scalar Add also counts as a bias, and an existing bias is kept */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(1, 2, 5, 5));
+    init(m, "w", KILN_F32, 4, KT_DIMS(3, 2, 3, 3), -1, 1, 92);
+    init(m, "b", KILN_F32, 1, KT_DIMS(3), -1, 1, 93);
+    init_scalar(m, "k", KILN_F32, 0.625);
+    node(m, "Conv", "x,w,b", "c");
+    node(m, "Add", "c,k", "y");
+    output(m, "y");
+    finalize(m);
+    check("Conv(bias) + scalar Add", m, KILN_PASS_FUSE_CONV, 1, 1e-5, 1e-5, 2, 1);
+
+    /* Conv + residual Add, no activation; Conv + Sigmoid */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(2, 3, 5, 5));
+    input(m, "z", KILN_F32, 4, KT_DIMS(2, 4, 5, 5));
+    init(m, "w", KILN_F32, 4, KT_DIMS(4, 3, 1, 1), -1, 1, 94);
+    node(m, "Conv", "x,w", "c");
+    node(m, "Add", "z,c", "s");
+    node(m, "Sigmoid", "s", "y");
+    output(m, "y");
+    finalize(m);
+    check("Conv + residual + Sigmoid", m, KILN_PASS_FUSE_CONV, 1, 1e-5, 1e-5, 3, 1);
+
+    /* Not fused: the conv output is also a graph output */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(1, 3, 5, 5));
+    init(m, "w", KILN_F32, 4, KT_DIMS(4, 3, 3, 3), -1, 1, 95);
+    node(m, "Conv", "x,w", "c");
+    node(m, "Relu", "c", "y");
+    output(m, "c");
+    output(m, "y");
+    finalize(m);
+    o = optimized(m, ALL);
+    CHECK(o && count(o, "Conv") == 1 && count(o, "Relu") == 1 && count(o, "FusedConv") == 0,
+          "fuse-conv: a conv output that is a graph output is not fused");
+    kiln_model_free(o);
+    check("Conv (graph output) + Relu", m, ALL, 1, 0, 0, 2, 2);
+}
+
+/* ------------------------------------------------------------- fuse-eltwise */
+
+/* gelu as PyTorch exports it: x * 0.5 * (1 + erf(x / sqrt(2))), with the constants as a
+ * rank-0 initializer and Constant nodes */
+static kiln_model *gelu(kiln_dtype dt, bool out_intermediate) {
+    kiln_model *m = new_model();
+    input(m, "x", dt, 2, KT_DIMS(3, 7));
+    init_scalar(m, "sqrt2", dt, 1.41421);
+    constant(m, "one", kt_scalar(dt, 1));
+    constant(m, "half", kt_scalar(dt, 0.5));
+    node(m, "Div", "x,sqrt2", "d");
+    node(m, "Erf", "d", "e");
+    node(m, "Add", "e,one", "a");
+    node(m, "Mul", "x,a", "p");
+    node(m, "Mul", "p,half", "y");
+    output(m, "y");
+    if (out_intermediate) output(m, "e");
+    finalize(m);
+    return m;
+}
+
+static void test_fuse_eltwise(void) {
+    check("gelu (5 ops)", gelu(KILN_F32, false), KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 5, 1);
+    check("gelu f64", gelu(KILN_F64, false), KILN_PASS_FUSE_ELTWISE, 1, 1e-14, 1e-13, 5, 1);
+    check("gelu f16", gelu(KILN_F16, false), KILN_PASS_FUSE_ELTWISE, 1, 2e-3, 2e-3, 5, 1);
+    kiln_model *m = gelu(KILN_F32, false);
+    kiln_model *o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    const kiln_node *f = find(o, "FusedElementwise");
+    char want[200];
+    snprintf(want, sizeof want, "i0 i0 c%.9g Div Erf c1 Add Mul c0.5 Mul", (double)1.41421f);
+    CHECK(f && o->n_nodes == 1 && f->n_in == 1 && !strcmp(kiln_attr_string(f, "program", ""), want),
+          "gelu program '%s', expected '%s'", f ? kiln_attr_string(f, "program", "") : "(none)", want);
+    kiln_model_free(o);
+    kiln_model_free(m);
+
+    /* the Erf output is a graph output: Div + Erf fuse, Add + Mul + Mul fuse, apart */
+    check("gelu with an intermediate graph output", gelu(KILN_F32, true), KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5,
+          5, 2);
+    m = gelu(KILN_F32, true);
+    o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    bool e_by_fused = false;
+    snprintf(want, sizeof want, "i0 c%.9g Div Erf", (double)1.41421f);
+    for (int i = 0; o && i < o->n_nodes; i++)
+        e_by_fused |= !strcmp(o->values[o->nodes[i].out[0]].name, "e") &&
+                      !strcmp(o->nodes[i].op_type, "FusedElementwise") &&
+                      !strcmp(kiln_attr_string(&o->nodes[i], "program", ""), want);
+    CHECK(o && o->n_nodes == 2 && e_by_fused, "intermediate graph output: the Erf output is still computed");
+    kiln_model_free(o);
+    kiln_model_free(m);
+
+    /* a chain of 3 ops whose middle value is a graph output does not fuse across it */
+    m = new_model();
+    input(m, "x", KILN_F32, 2, KT_DIMS(4, 5));
+    input(m, "z", KILN_F32, 1, KT_DIMS(5));
+    node(m, "Exp", "x", "t");
+    node(m, "Mul", "t,z", "u");
+    node(m, "Tanh", "u", "y");
+    output(m, "y");
+    output(m, "t");
+    finalize(m);
+    check("chain with an intermediate graph output", m, KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 3, 2);
+
+    /* a sum of 10 inputs (broadcasting) splits into trees of at most 8 inputs */
+    m = new_model();
+    char name[16], ins[64], prev[16] = "x0";
+    for (int k = 0; k < 10; k++) {
+        snprintf(name, sizeof name, "x%d", k);
+        input(m, name, KILN_F32, 2, k % 2 ? KT_DIMS(3, 4) : KT_DIMS(1, 4));
+    }
+    for (int k = 1; k < 10; k++) {
+        char out[16];
+        snprintf(out, sizeof out, k == 9 ? "y" : "s%d", k);
+        snprintf(ins, sizeof ins, "%s,x%d", prev, k);
+        node(m, k % 3 ? "Add" : "Max", ins, out);
+        snprintf(prev, sizeof prev, "%s", out);
+    }
+    output(m, "y");
+    finalize(m);
+    o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    bool small = o != NULL;
+    for (int i = 0; o && i < o->n_nodes; i++) small &= o->nodes[i].n_in <= 8;
+    CHECK(o && o->n_nodes == 2 && count(o, "FusedElementwise") == 2 && small,
+          "10-input chain: two fused nodes of at most 8 inputs (got %d nodes)", o ? o->n_nodes : -1);
+    kiln_model_free(o);
+    check("10-input chain", m, KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 9, 2);
+
+    /* tree with a shared leaf, unary ops with attributes, Clip from Constant bounds, and a
+     * per-channel constant as a regular input */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(2, 3, 4, 4));
+    init(m, "s", KILN_F32, 4, KT_DIMS(1, 3, 1, 1), 0.5, 1.5, 100);
+    constant(m, "lo", kt_scalar(KILN_F32, -0.5));
+    constant(m, "hi", kt_scalar(KILN_F32, 0.75));
+    kiln_node *n = node(m, "LeakyRelu", "x", "l");
+    if (n) kiln_node_set_float(n, "alpha", 0.2f);
+    node(m, "Mul", "l,s", "p");
+    n = node(m, "HardSigmoid", "x", "h");
+    if (n) {
+        kiln_node_set_float(n, "alpha", 0.3f);
+        kiln_node_set_float(n, "beta", 0.4f);
+    }
+    node(m, "Sub", "p,h", "d");
+    node(m, "Clip", "d,lo,hi", "y");
+    output(m, "y");
+    finalize(m);
+    check("tree: shared leaf, LeakyRelu, HardSigmoid, Clip, per-channel input", m, KILN_PASS_FUSE_ELTWISE, 2,
+          1e-6, 1e-5, 5, 1);
+
+    /* not fused: integer ops; a single op */
+    m = new_model();
+    input(m, "x", KILN_I32, 1, KT_DIMS(6));
+    input(m, "z", KILN_F32, 1, KT_DIMS(6));
+    node(m, "Add", "x,x", "a");
+    node(m, "Mul", "a,x", "yi");
+    node(m, "Relu", "z", "yf");
+    output(m, "yi");
+    output(m, "yf");
+    finalize(m);
+    o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    CHECK(o && o->n_nodes == 3 && count(o, "FusedElementwise") == 0, "fuse-eltwise: no integer trees, no single ops");
+    kiln_model_free(o);
+    kiln_model_free(m);
+}
+
+/* ---------------------------------------------------------------- tiny_cnn */
+
+static void test_tiny_cnn(const char *src) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/examples/tiny_cnn.onnx", src);
+    kiln_model *m = NULL;
+    kiln_tensor *x = NULL;
+    if (kiln_model_load_onnx(ctx, path, &m) != KILN_OK) {
+        CHECK(0, "load %s: %s", path, kiln_context_message(ctx));
+        return;
+    }
+    snprintf(path, sizeof path, "%s/examples/tiny_cnn_x.npy", src);
+    CHECK(kiln_tensor_load_npy(ctx, path, &x) == KILN_OK, "load x: %s", kiln_context_message(ctx));
+    kiln_tensor *ref[1] = {0}, *got[1] = {0};
+    int n_ref = 0, n_got = 0;
+    if (x && run(m, NONE, 1, &x, ref, &n_ref) && run(m, 0, 1, &x, got, &n_got)) {
+        fails += kiln_tensor_compare(got[0], ref[0], 1e-6, 1e-5, "tiny_cnn: all passes vs none");
+        /* Conv+BN+Relu and Conv+Relu each become one FusedConv (symbolic batch: shapes
+         * are unknown to the passes, dtypes are propagated) */
+        CHECK(n_ref == 10 && n_got == 7, "tiny_cnn: %d nodes without passes, %d with (expected 10, 7)", n_ref, n_got);
+    } else {
+        fails++;
+    }
+    kiln_model *o = optimized(m, ALL);
+    CHECK(o && count(o, "FusedConv") == 2 && count(o, "BatchNormalization") == 0, "tiny_cnn: two FusedConv, no BN");
+    kiln_model_free(o);
+    kiln_tensor_free(ref[0]);
+    kiln_tensor_free(got[0]);
+    kiln_tensor_free(x);
+    kiln_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    test_fold_bn();
+    test_fuse_conv();
+    test_fuse_eltwise();
+    test_tiny_cnn(argc > 1 ? argv[1] : ".");
+    kiln_context_free(ctx);
+    printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
+    return fails != 0;
+}
