@@ -34,8 +34,13 @@ static int usage(FILE *f) {
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy.\n"
             "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--iters N] [--warmup N]\n"
+            "        [--profile] [--trace FILE.json] [--nvtx]\n"
             "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
-            "      throughput, latency percentiles, transfers, one-time cost.\n"
+            "      throughput, latency percentiles, transfers, one-time cost. --profile adds a\n"
+            "      per-layer table (each node timed on its own: CUDA events, or the host clock\n"
+            "      on the CPU), sorted by time, with TFLOP/s of convolutions and products and\n"
+            "      GB/s of every node; --trace writes one pass as a Chrome trace (implies\n"
+            "      --profile); --nvtx names each node's launch for Nsight (as KILN_NVTX=1).\n"
             "  info MODEL.onnx     Inputs, outputs, nodes and op counts of a model.\n"
             "  onnx-test DIR...    Run ONNX backend test cases (model.onnx + test_data_set_*)\n"
             "      [--ops-in-registry] [--min-pass-rate R] [--quiet]\n"
@@ -204,10 +209,87 @@ static double pct(const double *sorted, int n, double q) {
     return sorted[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
+/* JSON string contents: quotes, backslashes and control characters escaped. */
+static void json_str(FILE *f, const char *s) {
+    for (; *s; s++) {
+        const unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+}
+
+/* One pass of the profile as Chrome trace events (chrome://tracing, Perfetto). */
+static int write_trace(const kiln_profile *p, const char *path, bool cuda) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "kiln bench: cannot write %s\n", path);
+        return 1;
+    }
+    fprintf(f, "[\n");
+    for (int e = 0; e < p->n; e++) {
+        const kiln_profile_node *pn = &p->nodes[e];
+        fprintf(f, "  {\"name\": \"");
+        json_str(f, pn->name[0] ? pn->name : pn->op_type);
+        fprintf(f, "\", \"cat\": \"");
+        json_str(f, pn->op_type);
+        fprintf(f, "\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": 1, \"tid\": %d, \"args\": {\"op\": \"",
+                pn->start_ms * 1e3, pn->dur_ms * 1e3, cuda ? 2 : 1);
+        json_str(f, pn->op_type);
+        fprintf(f, "\", \"shapes\": \"");
+        json_str(f, pn->shapes);
+        fprintf(f, "\", \"flops\": %.0f, \"bytes\": %.0f, \"median_us\": %.3f}}%s\n", pn->flops, pn->bytes,
+                pn->ms * 1e3, e + 1 < p->n ? "," : "");
+    }
+    fprintf(f, "]\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, "kiln bench: error writing %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+static const kiln_profile *sort_prof;
+
+static int cmp_node_time(const void *a, const void *b) {
+    const double x = sort_prof->nodes[*(const int *)a].ms, y = sort_prof->nodes[*(const int *)b].ms;
+    return (x < y) - (x > y);
+}
+
+/* The per-layer table, slowest first. */
+static int print_profile(const kiln_profile *p, double graph_ms, bool cuda) {
+    int *order = malloc(((size_t)p->n + 1) * sizeof *order);
+    if (!order) {
+        fprintf(stderr, "kiln bench: out of memory\n");
+        return 1;
+    }
+    for (int e = 0; e < p->n; e++) order[e] = e;
+    sort_prof = p;
+    qsort(order, (size_t)p->n, sizeof *order, cmp_node_time);
+    printf("\nper-layer profile (%s, each node run on its own; median of %d passes):\n",
+           cuda ? "CUDA events" : "host clock", p->iters);
+    printf("  sum of nodes %.4f ms; whole run %.4f ms%s\n", p->total_ms, graph_ms,
+           cuda ? " (graph replay: no launch gaps, so it can be below the sum)" : "");
+    printf("  %4s %10s %6s %8s %8s  %-20s %-28s %s\n", "#", "time ms", "share", "TFLOP/s", "GB/s", "op", "node",
+           "shapes (inputs -> outputs)");
+    for (int r = 0; r < p->n; r++) {
+        const kiln_profile_node *pn = &p->nodes[order[r]];
+        const double sec = pn->ms * 1e-3;
+        char tf[32] = "-", gb[32] = "-";
+        if (sec > 0 && pn->flops > 0) snprintf(tf, sizeof tf, "%.2f", pn->flops / sec / 1e12);
+        if (sec > 0 && pn->bytes > 0) snprintf(gb, sizeof gb, "%.1f", pn->bytes / sec / 1e9);
+        printf("  %4d %10.4f %5.1f%% %8s %8s  %-20.20s %-28.28s %s\n", r + 1, pn->ms,
+               p->total_ms > 0 ? 100.0 * pn->ms / p->total_ms : 0.0, tf, gb, pn->op_type, pn->name, pn->shapes);
+    }
+    free(order);
+    return 0;
+}
+
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int64_t batch = 1;
-    int iters = 50, warmup = 10, threads = 0;
+    const char *trace = NULL;
+    int iters = 50, warmup = 10, threads = 0, profile = 0;
     kiln_session_options so = {0};
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -215,11 +297,17 @@ static int cmd_bench(int argc, char **argv) {
         else if (strcmp(o, "--fp32") == 0) so.precision = KILN_PRECISION_FP32;
         else if (strcmp(o, "--fp16") == 0) so.precision = KILN_PRECISION_FP16;
         else if (strcmp(o, "--bf16") == 0) so.precision = KILN_PRECISION_BF16;
+        else if (strcmp(o, "--profile") == 0) profile = 1;
+        else if (strcmp(o, "--nvtx") == 0) setenv("KILN_NVTX", "1", 1);
         else if (!v) { fprintf(stderr, "kiln bench: %s needs a value\n", o); return 2; }
         else if (strcmp(o, "--batch") == 0) batch = atoll(argv[++i]);
         else if (strcmp(o, "--iters") == 0) iters = atoi(argv[++i]);
         else if (strcmp(o, "--warmup") == 0) warmup = atoi(argv[++i]);
         else if (strcmp(o, "--threads") == 0) threads = atoi(argv[++i]);
+        else if (strcmp(o, "--trace") == 0) {
+            trace = argv[++i];
+            profile = 1;
+        }
         else if (strcmp(o, "--device") == 0) {
             const char *d = argv[++i];
             if (strcmp(d, "cuda") == 0) so.device = KILN_DEVICE_CUDA;
@@ -282,6 +370,17 @@ static int cmd_bench(int argc, char **argv) {
                "host-to-device %.4f  device-to-host %.4f\n",
                comp[0], med, pct(comp, iters, 0.9), pct(comp, iters, 0.99), bt.h2d_ms, bt.d2h_ms);
     printf("throughput: %.1f img/s\n", (double)batch * 1000.0 / med);
+    if (profile) {
+        kiln_profile prof;
+        if (kiln_session_profile(s, n_in, in, 1, iters, &prof)) { rc = fail(ctx, "profile"); goto out; }
+        const bool cuda = so.device == KILN_DEVICE_CUDA;
+        rc = print_profile(&prof, med, cuda);
+        if (!rc && trace) {
+            rc = write_trace(&prof, trace, cuda);
+            if (!rc) printf("trace of one pass (%d nodes) written to %s\n", prof.n, trace);
+        }
+        kiln_profile_free(&prof);
+    }
 out:
     free(run);
     free(comp);

@@ -1,6 +1,8 @@
 /* test_core.c — the core without any particular op beyond Relu: tensors, dtypes, the
- * builder, validation errors, plans (folding, memory planning, symbolic dims), npy. */
+ * builder, validation errors, plans (folding, memory planning, symbolic dims), the
+ * per-node profile, npy. */
 #include "core/internal.h"
+#include "core/plan.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -292,6 +294,71 @@ static void test_npy(kiln_context *ctx, const char *dir) {
     remove(path);
 }
 
+/* kiln_op_cost's FLOPs from shapes alone (the op ctx of a node that is never run). */
+static double flops_of(const char *op, const char *attr, int64_t attr_v, const int64_t *a, int na,
+                       const int64_t *b, int nb, const int64_t *y, int ny, double *bytes) {
+    kiln_attr at = {.name = (char *)attr, .type = KILN_ATTR_INT, .i = attr_v};
+    kiln_node node = {.op_type = (char *)op, .name = (char *)"n", .domain = (char *)"", .op = -1,
+                      .n_attrs = attr ? 1 : 0, .attrs = attr ? &at : NULL};
+    kiln_tensor ta = {.dtype = KILN_F32}, tb = ta, ty = ta;
+    kiln_tensor_set_shape(&ta, KILN_F32, na, a);
+    kiln_tensor_set_shape(&tb, KILN_F32, nb, b);
+    kiln_tensor_set_shape(&ty, KILN_F32, ny, y);
+    kiln_tensor *in[2] = {&ta, &tb}, *out[1] = {&ty};
+    kiln_op_ctx c = {.node = &node, .n_in = 2, .in = in, .n_out = 1, .out = out};
+    double flops = 0;
+    kiln_op_cost(&c, &flops, bytes);
+    return flops;
+}
+
+static void test_profile(kiln_context *ctx) {
+    double bytes = 0;
+    const int64_t a[2] = {4, 6}, at[2] = {6, 4}, w[2] = {6, 5}, y[2] = {4, 5};
+    CHECK(flops_of("Gemm", NULL, 0, a, 2, w, 2, y, 2, &bytes) == 2 * 4 * 5 * 6 && bytes == (24 + 30 + 20) * 4,
+          "Gemm: 2*M*N*K FLOPs, bytes of A, B and Y (%g)", bytes);
+    CHECK(flops_of("FusedGemm", "transA", 1, at, 2, w, 2, y, 2, &bytes) == 2 * 4 * 5 * 6, "FusedGemm, transA");
+    const int64_t x4[4] = {2, 8, 10, 10}, w4[4] = {16, 4, 3, 3}, y4[4] = {2, 16, 8, 8};
+    CHECK(flops_of("Conv", "group", 2, x4, 4, w4, 4, y4, 4, &bytes) == 2.0 * (2 * 16 * 8 * 8) * (4 * 3 * 3),
+          "Conv: 2 * outputs * C/group * kernel");
+    const int64_t ma[3] = {3, 7, 9}, mb[2] = {9, 2}, my[3] = {3, 7, 2};
+    CHECK(flops_of("MatMul", NULL, 0, ma, 3, mb, 2, my, 3, &bytes) == 2.0 * 3 * 7 * 2 * 9, "MatMul batched");
+    const int64_t tx[4] = {1, 8, 5, 5}, tw[4] = {8, 3, 2, 2}, ty[4] = {1, 3, 10, 10};
+    CHECK(flops_of("ConvTranspose", NULL, 0, tx, 4, tw, 4, ty, 4, &bytes) == 2.0 * (8 * 5 * 5) * (3 * 2 * 2),
+          "ConvTranspose: 2 * inputs * M/group * kernel");
+    CHECK(flops_of("Relu", NULL, 0, a, 2, a, 2, a, 2, &bytes) == 0 && bytes == 3 * 24 * 4, "Relu: no FLOPs counted");
+
+    /* the host-clock profile of a plan: one entry per run node, in run order, consistent */
+    kiln_model *m = relu_chain(ctx, 1000);
+    kiln_session *s = NULL;
+    kiln_session_options o = {.disable_passes = ~0u};
+    kiln_tensor *x = NULL;
+    kiln_profile p = {0};
+    CHECK(m && kiln_session_create(m, &o, &s) == KILN_OK, "session: %s", kiln_context_message(ctx));
+    CHECK(kiln_tensor_create(ctx, KILN_F32, 2, (int64_t[]){8, 1000}, &x) == KILN_OK, "input");
+    if (s && x) {
+        CHECK(kiln_session_profile(s, 1, &x, 1, 5, &p) == KILN_OK, "profile: %s", kiln_context_message(ctx));
+        kiln_plan_stats ps;
+        kiln_session_stats(s, &ps);
+        CHECK(p.n == ps.nodes && p.n == 4 && p.iters == 5, "one entry per run node (%d, %d)", p.n, ps.nodes);
+        double sum = 0;
+        for (int e = 0; e < p.n; e++) {
+            const kiln_profile_node *pn = &p.nodes[e];
+            sum += pn->ms;
+            CHECK(strcmp(pn->op_type, "Relu") == 0 && pn->ms >= 0 && pn->dur_ms >= 0 && pn->bytes == 2 * 8000 * 4 &&
+                      strcmp(pn->shapes, "f32[8,1000] -> f32[8,1000]") == 0,
+                  "node %d: %s %g ms, %g bytes, '%s'", e, pn->op_type, pn->ms, pn->bytes, pn->shapes);
+            if (e) CHECK(pn->start_ms >= p.nodes[e - 1].start_ms + p.nodes[e - 1].dur_ms, "node %d starts after the last", e);
+        }
+        CHECK(fabs(sum - p.total_ms) < 1e-9, "total is the sum of the medians");
+        CHECK(kiln_session_profile(s, 1, &x, 0, 0, &p) == KILN_ERR_INVALID_ARGUMENT, "iters must be >= 1");
+    }
+    kiln_profile_free(&p);
+    kiln_profile_free(&p);
+    kiln_tensor_free(x);
+    kiln_session_free(s);
+    kiln_model_free(m);
+}
+
 int main(int argc, char **argv) {
     kiln_context *ctx = NULL;
     if (kiln_context_create(&ctx)) return 1;
@@ -301,6 +368,7 @@ int main(int argc, char **argv) {
     test_plan(ctx);
     test_nhwc_input(ctx);
     test_graph_errors(ctx);
+    test_profile(ctx);
     test_npy(ctx, argc > 1 ? argv[1] : ".");
     kiln_context_free(ctx);
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);

@@ -269,6 +269,31 @@ static void test_mnist(kiln_context *ctx, const char *tmp, const char *data) {
     CHECK(fabsf(last4 - losses[69]) <= 1e-5f, "train_epoch step 69 loss %.7g, loader-driven %.7g", last4, losses[69]);
     kiln_trainer_free(t4);
 
+    /* Mixed precision: fp16 with dynamic loss scaling and bf16 train the same network. */
+    for (int amp = KILN_AMP_FP16; amp <= KILN_AMP_BF16; amp++) {
+        kiln_train_options oa = o;
+        oa.amp = (kiln_amp)amp;
+        kiln_trainer *ta = NULL;
+        float la[40];
+        CHECK(!kiln_trainer_create(m, "loss", &oa, &ta), "amp %d trainer: %s", amp, kiln_context_message(ctx));
+        if (!ta) continue;
+        CHECK(!kiln_loader_seek(l, 0, 0) && !train_steps(ta, l, 40, la), "amp %d training: %s", amp, kiln_context_message(ctx));
+        double a0 = 0, a1 = 0;
+        for (int i = 0; i < 10; i++) {
+            a0 += la[i] / 10;
+            a1 += la[30 + i] / 10;
+        }
+        kiln_train_stats ts;
+        kiln_trainer_stats(ta, &ts);
+        printf("     amp %s: loss %.3f -> %.3f, %lld steps taken, %lld skipped, loss scale %g\n", amp == KILN_AMP_FP16 ? "fp16" : "bf16",
+               a0, a1, (long long)ts.steps, (long long)ts.skipped_steps, ts.loss_scale);
+        CHECK(a1 < 0.8 * a0, "amp %d learns: %.3f -> %.3f", amp, a0, a1);
+        CHECK(ts.steps + ts.skipped_steps == 40 && ts.skipped_steps < 10, "amp %d: %lld steps, %lld skipped", amp,
+              (long long)ts.steps, (long long)ts.skipped_steps);
+        CHECK(amp == KILN_AMP_BF16 ? ts.loss_scale == 1.0f : ts.loss_scale <= 65536.0f, "amp %d loss scale %g", amp, ts.loss_scale);
+        kiln_trainer_free(ta);
+    }
+
     /* A save killed halfway leaves the previous checkpoint loadable and unchanged. */
     int fd[2];
     CHECK(pipe(fd) == 0, "pipe");

@@ -325,6 +325,28 @@ typedef struct kiln_bench_times {
 kiln_status kiln_session_bench(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
                                kiln_bench_times *t);
 
+/* Per-node profile (kiln bench --profile): every run-list node of the plan for these
+ * inputs timed on its own over `iters` passes after `warmup` whole runs. On CUDA the
+ * nodes run one by one (no graph) with events around each, the GPU held while the host
+ * enqueues a pass so that launch overhead stays out; on the CPU with the host clock.
+ * Names point into the session's model (valid while the session lives). */
+typedef struct kiln_profile_node {
+    const char *op_type, *name;
+    char shapes[256];     /* "f32[1,3,224,224] f32[64,3,7,7] -> f32[1,64,112,112]" */
+    double ms;            /* median over the passes */
+    double start_ms, dur_ms; /* in the traced pass (the pass of median total time) */
+    double flops, bytes;  /* kiln_op_cost: products' FLOPs (0 for other ops), bytes in + out */
+} kiln_profile_node;
+typedef struct kiln_profile {
+    int n;
+    kiln_profile_node *nodes; /* (n) in run order */
+    int iters;
+    double total_ms;      /* sum of the nodes' medians */
+} kiln_profile;
+kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
+                                 kiln_profile *out);
+void kiln_profile_free(kiln_profile *p);
+
 /* --------------------------------------------------------------- threading */
 
 /* Number of threads CPU kernels should use (the context setting, or all cores). */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define ARENA_ALIGN 64
 
@@ -518,27 +519,93 @@ bool kiln_plan_matches(const kiln_plan *p, kiln_tensor *const *inputs) {
     return true;
 }
 
-kiln_status kiln_plan_run_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t seed,
-                              int n_outputs, const kiln_tensor **outputs) {
+static void bind_run_inputs(kiln_plan *p, kiln_tensor *const *inputs) {
     kiln_model *m = p->m;
-    kiln_context *ctx = mctx(m);
     for (int i = 0; i < m->n_inputs; i++) {
         if (p->staging[i]) kiln_layout_convert(inputs[i], p->staging[i], KILN_FORMAT_NCHW);
         p->vt[m->inputs[i]].data = p->staging[i] ? p->staging[i] : inputs[i]->data;
     }
+}
+
+static kiln_status run_node(kiln_plan *p, int e, uint64_t seed) {
+    kiln_context *ctx = mctx(p->m);
+    exec_node *x = &p->exec[e];
+    const kiln_op_def *d = kiln_op_get(x->c.node->op);
+    x->c.seed = seed;
+    kiln_clear_error(ctx);
+    kiln_status st = d->cpu_forward(&x->c);
+    if (st && !ctx->msg[0]) kiln_op_fail(&x->c, st, "CPU kernel failed");
+    return st;
+}
+
+kiln_status kiln_plan_run_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t seed,
+                              int n_outputs, const kiln_tensor **outputs) {
+    kiln_model *m = p->m;
+    bind_run_inputs(p, inputs);
     for (int e = 0; e < p->n_exec; e++) {
-        exec_node *x = &p->exec[e];
-        const kiln_op_def *d = kiln_op_get(x->c.node->op);
-        x->c.seed = seed;
-        kiln_clear_error(ctx);
-        kiln_status st = d->cpu_forward(&x->c);
-        if (st) {
-            if (!ctx->msg[0]) kiln_op_fail(&x->c, st, "CPU kernel failed");
-            return st;
-        }
+        kiln_status st = run_node(p, e, seed);
+        if (st) return st;
     }
     for (int j = 0; j < n_outputs && j < m->n_outputs; j++) outputs[j] = &p->vt[m->outputs[j]];
     return KILN_OK;
+}
+
+static double host_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+kiln_status kiln_plan_profile_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t seed, int iters,
+                                  double *ms, double *start_ms) {
+    const int n = p->n_exec;
+    for (int it = 0; it < iters; it++) {
+        bind_run_inputs(p, inputs);
+        const double t0 = host_ms();
+        for (int e = 0; e < n; e++) {
+            const double t = host_ms();
+            kiln_status st = run_node(p, e, seed);
+            if (st) return st;
+            start_ms[(size_t)it * n + e] = t - t0;
+            ms[(size_t)it * n + e] = host_ms() - t;
+        }
+    }
+    return KILN_OK;
+}
+
+/* The product's K (reduced dim), or 0 when c's op is not a matrix product or convolution
+ * kiln counts FLOPs for. */
+static double macs_per_output(const kiln_op_ctx *c) {
+    const char *op = c->node->op_type;
+    const kiln_tensor *a = c->n_in > 0 ? c->in[0] : NULL, *b = c->n_in > 1 ? c->in[1] : NULL;
+    if (!a || !b) return 0;
+    if (strcmp(op, "Conv") == 0 || strcmp(op, "FusedConv") == 0) {
+        /* W (M, C/group, k...): each output of channel m sums C/group * prod(k) products */
+        return b->ndim >= 1 && b->dims[0] > 0 ? (double)kiln_tensor_numel(b) / (double)b->dims[0] : 0;
+    }
+    if (strcmp(op, "Gemm") == 0 || strcmp(op, "FusedGemm") == 0) {
+        if (a->ndim != 2) return 0;
+        return (double)(kiln_attr_int(c->node, "transA", 0) ? a->dims[0] : a->dims[1]);
+    }
+    if (strcmp(op, "MatMul") == 0) return a->ndim >= 1 ? (double)a->dims[a->ndim - 1] : 0;
+    return 0;
+}
+
+void kiln_op_cost(const kiln_op_ctx *c, double *flops, double *bytes) {
+    *flops = 0;
+    *bytes = 0;
+    for (int k = 0; k < c->n_in; k++)
+        if (c->in[k]) *bytes += (double)kiln_tensor_nbytes(c->in[k]);
+    for (int k = 0; k < c->n_out; k++)
+        if (c->out[k]) *bytes += (double)kiln_tensor_nbytes(c->out[k]);
+    const char *op = c->node->op_type;
+    if (strcmp(op, "ConvTranspose") == 0 && c->n_in > 1 && c->in[1] && c->in[1]->dims[0] > 0) {
+        /* W (C, M/group, k...): each input element feeds M/group * prod(k) products */
+        const kiln_tensor *w = c->in[1];
+        *flops = 2.0 * (double)kiln_tensor_numel(c->in[0]) * (double)kiln_tensor_numel(w) / (double)w->dims[0];
+        return;
+    }
+    if (c->n_out > 0 && c->out[0]) *flops = 2.0 * (double)kiln_tensor_numel(c->out[0]) * macs_per_output(c);
 }
 
 void kiln_plan_view(const kiln_plan *p, kiln_plan_view_t *v) {

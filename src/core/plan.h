@@ -44,5 +44,13 @@ bool kiln_plan_matches(const kiln_plan *p, kiln_tensor *const *inputs);
 kiln_status kiln_plan_run_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t seed,
                               int n_outputs, const kiln_tensor **outputs);
 void kiln_plan_get_stats(const kiln_plan *p, kiln_plan_stats *out);
+/* Per-node host timing on the CPU (kiln bench --profile): `iters` passes of the run list;
+ * ms[i * n_exec + e] is node e's time in pass i, start_ms its start from the pass's. */
+kiln_status kiln_plan_profile_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t seed, int iters,
+                                  double *ms, double *start_ms);
+/* What a node with c's shapes computes and moves: FLOPs of convolutions and matrix
+ * products (Conv, ConvTranspose, Gemm, MatMul and kiln's FusedConv / FusedGemm: 2 per
+ * multiply-add; 0 for other ops) and the bytes of its inputs and outputs. */
+void kiln_op_cost(const kiln_op_ctx *c, double *flops, double *bytes);
 
 #endif

@@ -6,6 +6,7 @@
 #include "../cuda/cuda_plan.h"
 #endif
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -193,5 +194,90 @@ kiln_status kiln_session_bench(kiln_session *s, int n_inputs, kiln_tensor *const
     if (!st && s->plans[0].cuda)
         st = kiln_cuda_plan_time(s->plans[0].cuda, inputs, iters, t->compute_ms, &t->h2d_ms, &t->d2h_ms);
 #endif
+    return st;
+}
+
+static int cmp_ms(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void kiln_profile_free(kiln_profile *p) {
+    if (!p) return;
+    free(p->nodes);
+    memset(p, 0, sizeof *p);
+}
+
+static void shapes_str(const kiln_op_ctx *c, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->n_in + c->n_out && k + 1 < n; i++) {
+        const kiln_tensor *t = i < c->n_in ? c->in[i] : c->out[i - c->n_in];
+        char sh[160];
+        if (t) kiln_shape_str(t, sh, sizeof sh);
+        else snprintf(sh, sizeof sh, "-");
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i == c->n_in ? " -> " : i ? " " : "", sh);
+    }
+}
+
+kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
+                                 kiln_profile *out) {
+    if (!s || !out || iters < 1 || warmup < 0) return KILN_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    kiln_context *ctx = s->m->ctx;
+    const kiln_tensor *outs[64];
+    const int n_out = s->m->n_outputs < 64 ? s->m->n_outputs : 64;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < warmup + 1 && !st; i++) st = kiln_session_run(s, n_inputs, inputs, n_out, outs);
+    if (st) return st;
+    session_plan *sp = &s->plans[0]; /* the run just now moved its plan to the front */
+    kiln_plan *hp = host_plan(sp);
+    kiln_plan_view_t v;
+    kiln_plan_view(hp, &v);
+    const int n = v.n_exec;
+    double *ms = kiln_calloc(ctx, (size_t)iters * n + 1, sizeof *ms, "profile times");
+    double *start = kiln_calloc(ctx, (size_t)iters * n + 1, sizeof *start, "profile times");
+    double *col = kiln_calloc(ctx, (size_t)iters + 1, sizeof *col, "profile times");
+    double *tot = kiln_calloc(ctx, (size_t)iters + 1, sizeof *tot, "profile times");
+    out->nodes = kiln_calloc(ctx, (size_t)n + 1, sizeof *out->nodes, "profile nodes");
+    if (!ms || !start || !col || !tot || !out->nodes) st = KILN_ERR_OUT_OF_MEMORY;
+#ifdef KILN_HAVE_CUDA
+    if (!st && sp->cuda) st = kiln_cuda_plan_profile(sp->cuda, inputs, iters, ms, start);
+    else
+#endif
+        if (!st) st = kiln_plan_profile_cpu(hp, inputs, s->runs, iters, ms, start);
+    if (!st) {
+        /* the traced pass: the one whose total is the median */
+        int traced = 0;
+        for (int i = 0; i < iters; i++) {
+            tot[i] = 0;
+            for (int e = 0; e < n; e++) tot[i] += ms[(size_t)i * n + e];
+            col[i] = tot[i];
+        }
+        qsort(col, (size_t)iters, sizeof *col, cmp_ms);
+        for (int i = 0; i < iters; i++)
+            if (tot[i] == col[iters / 2]) traced = i;
+        out->n = n;
+        out->iters = iters;
+        for (int e = 0; e < n; e++) {
+            kiln_profile_node *pn = &out->nodes[e];
+            const kiln_op_ctx *c = kiln_plan_exec_op_ctx(&v, e);
+            pn->op_type = c->node->op_type;
+            pn->name = c->node->name;
+            shapes_str(c, pn->shapes, sizeof pn->shapes);
+            kiln_op_cost(c, &pn->flops, &pn->bytes);
+            for (int i = 0; i < iters; i++) col[i] = ms[(size_t)i * n + e];
+            qsort(col, (size_t)iters, sizeof *col, cmp_ms);
+            pn->ms = iters % 2 ? col[iters / 2] : 0.5 * (col[iters / 2 - 1] + col[iters / 2]);
+            pn->start_ms = start[(size_t)traced * n + e];
+            pn->dur_ms = ms[(size_t)traced * n + e];
+            out->total_ms += pn->ms;
+        }
+    }
+    free(ms);
+    free(start);
+    free(col);
+    free(tot);
+    if (st) kiln_profile_free(out);
     return st;
 }

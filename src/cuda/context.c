@@ -187,6 +187,7 @@ void kiln_cuda_free(kiln_cuda *cu) {
     if (cu->dnn_y) cudnnDestroyTensorDescriptor(cu->dnn_y);
     if (cu->dnn) cudnnDestroy(cu->dnn);
     if (cu->lt) cublasLtDestroy(cu->lt);
+    kiln_cuda_fused_cache_free(cu);
     if (cu->arena) cudaFree(cu->arena);
     if (cu->workspace) cudaFree(cu->workspace);
     if (cu->flag) cudaFree(cu->flag);

@@ -72,11 +72,6 @@ typedef struct conv_geo {
     kiln_format fmt;      /* of X, W, Y and Z */
 } conv_geo;
 
-typedef struct conv_act {
-    int kind; /* KILN_CUDA_ACT_* */
-    float a, b;
-} conv_act;
-
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -151,33 +146,6 @@ static bool conv_geo_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_
     return true;
 }
 
-/* kiln.FusedConv's activation and its attributes (FUSED.md; ONNX's defaults). */
-static bool act_get(const kiln_node *node, conv_act *a, char *why, size_t n) {
-    const char *s = kiln_attr_string(node, "activation", "");
-    a->a = a->b = 0.f;
-    if (!*s) a->kind = KILN_CUDA_ACT_NONE;
-    else if (strcmp(s, "Relu") == 0) a->kind = KILN_CUDA_ACT_RELU;
-    else if (strcmp(s, "LeakyRelu") == 0) {
-        a->kind = KILN_CUDA_ACT_LEAKYRELU;
-        a->a = kiln_attr_float(node, "alpha", 0.01f);
-    } else if (strcmp(s, "Clip") == 0) {
-        a->kind = KILN_CUDA_ACT_CLIP;
-        a->a = kiln_attr_float(node, "act_min", -INFINITY);
-        a->b = kiln_attr_float(node, "act_max", INFINITY);
-    } else if (strcmp(s, "Sigmoid") == 0) a->kind = KILN_CUDA_ACT_SIGMOID;
-    else if (strcmp(s, "HardSwish") == 0) a->kind = KILN_CUDA_ACT_HARDSWISH;
-    else if (strcmp(s, "HardSigmoid") == 0) {
-        a->kind = KILN_CUDA_ACT_HARDSIGMOID;
-        a->a = kiln_attr_float(node, "alpha", 0.2f);
-        a->b = kiln_attr_float(node, "beta", 0.5f);
-    } else if (strcmp(s, "Tanh") == 0) a->kind = KILN_CUDA_ACT_TANH;
-    else {
-        snprintf(why, n, "activation '%s'", s);
-        return false;
-    }
-    return true;
-}
-
 static const kiln_tensor *input(const kiln_op_ctx *c, int i) { return i < c->n_in ? c->in[i] : NULL; }
 
 bool kiln_cuda_conv_supported(const kiln_op_ctx *c, bool fused, char *why, size_t n) {
@@ -193,8 +161,8 @@ bool kiln_cuda_conv_supported(const kiln_op_ctx *c, bool fused, char *why, size_
         return false;
     }
     if (!fused) return true;
-    conv_act act;
-    if (!act_get(c->node, &act, why, n)) return false;
+    kiln_cuda_act act;
+    if (!kiln_cuda_act_get(c->node, false, &act, why, n)) return false;
     if (z) {
         bool same = z->ndim == y->ndim && z->dtype == y->dtype && fmt_of(z) == fmt_of(y);
         for (int d = 0; same && d < y->ndim; d++) same = z->dims[d] == y->dims[d];
@@ -485,9 +453,10 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     kiln_tensor *y = c->out[0];                       // (N,M,[OH,]OW)
     const kiln_dtype dt = x->dtype;
     conv_geo g;
-    conv_act act = {KILN_CUDA_ACT_NONE, 0.f, 0.f};
+    kiln_cuda_act act = {KILN_ACT_NONE, 0.f, 0.f};
     char why[256];
-    if (!conv_geo_get(c, x, w, y, &g, why, sizeof why) || (fused && !act_get(c->node, &act, why, sizeof why)))
+    if (!conv_geo_get(c, x, w, y, &g, why, sizeof why) ||
+        (fused && !kiln_cuda_act_get(c->node, false, &act, why, sizeof why)))
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
@@ -517,19 +486,19 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
 
     /* cuDNN's fused call: Relu, or nothing to apply but a bias or a residual (with neither,
      * a FusedConv is a plain convolution) */
-    const bool cudnn_act = fused && (act.kind == KILN_CUDA_ACT_RELU || (act.kind == KILN_CUDA_ACT_NONE && (b || z)));
+    const bool cudnn_act = fused && (act.kind == KILN_ACT_RELU || (act.kind == KILN_ACT_NONE && (b || z)));
     kiln_algo_entry *a = NULL;
     if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_FWD, xin, w->data, y->data, ws, ws_bytes,
-                        cudnn_act && act.kind == KILN_CUDA_ACT_NONE, &a)) != KILN_OK)
+                        cudnn_act && act.kind == KILN_ACT_NONE, &a)) != KILN_OK)
         return st;
     const float one = 1.f, zero = 0.f; /* f32 scaling for every data type */
     if (cudnn_act && a->fused != 0 &&
-        (act.kind == KILN_CUDA_ACT_RELU || a->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)) {
+        (act.kind == KILN_ACT_RELU || a->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)) {
         const void *bias = b ? b->data : zero_bias;
         if (!b) KILN_CUDA_CHECK(ctx, cudaMemsetAsync(zero_bias, 0, zbytes, cu->stream));
         KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_b, dnn_format(g.fmt), dnn_type(dt), 1, (int)g.M, 1, 1));
         KILN_CUDNN_CHECK(ctx, cudnnSetActivationDescriptor(
-                                  cu->dnn_act, act.kind == KILN_CUDA_ACT_RELU ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                                  cu->dnn_act, act.kind == KILN_ACT_RELU ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
                                   CUDNN_NOT_PROPAGATE_NAN, 0.0));
         /* without Z, alpha2 = 0 and z is y itself (cuDNN does not read it then) */
         const cudnnStatus_t e = cudnnConvolutionBiasActivationForward(
@@ -560,9 +529,9 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     (void)cudaGetLastError();
     if (fused) {
         cu->stats.fused_split++;
-        if (!b && !z && act.kind == KILN_CUDA_ACT_NONE) return KILN_OK;
+        if (!b && !z && act.kind == KILN_ACT_NONE) return KILN_OK;
         return kiln_cuda_conv_epilogue(cu, ctx, dt, y->data, b ? b->data : NULL, z ? z->data : NULL, rows, g.M,
-                                       inner, act.kind, act.a, act.b);
+                                       inner, &act);
     }
     if (b) return kiln_cuda_add_channel_bias(cu, ctx, dt, y->data, b->data, rows, g.M, inner);
     return KILN_OK;

@@ -18,7 +18,9 @@
  *     search for their cuDNN algorithm (cudnnFindConvolution*AlgorithmEx, which times
  *     kernels and waits) the first time they meet a shape; the choice is cached on the
  *     kiln_cuda and on disk (see kiln_cuda_options). Run a plan once before capturing it
- *     into a CUDA graph.
+ *     into a CUDA graph. Generated kernels (kiln.FusedElementwise) are compiled by NVRTC
+ *     and loaded once per pattern in kiln_cuda_prepare (or on their first run when nothing
+ *     prepared them), and cached on the kiln_cuda as well.
  *   - Scalars a kernel reads at run time (Dropout's ratio and training_mode, a loss
  *     gradient's dLoss, Clip's bounds) are read on the device, so a captured graph
  *     replays with whatever they hold. Random kernels read the run seed from the
@@ -162,7 +164,10 @@ kiln_status kiln_cuda_sync(kiln_cuda *cu);
 
 typedef kiln_status (*kiln_cuda_fn)(kiln_cuda *cu, kiln_op_ctx *c);
 
-/* The kernel of op (a registry index), or NULL when the op has none. */
+/* The kernel of op (a registry index), or NULL when the op has none. Internal ops (domain
+ * "kiln", e.g. kiln.FusedElementwise) have entries too. The other functions find a node's
+ * entry by its op, or by its domain and op_type when node->op is -1 (a kiln op whose CPU
+ * reference this build does not register: tests of its kernel). */
 kiln_cuda_fn kiln_cuda_kernel_for(int op);
 /* KILN_OK when op c->node, with the dtypes, shapes and attributes in c (after infer;
  * data not needed), runs on CUDA; otherwise KILN_ERR_UNSUPPORTED and a message
@@ -170,6 +175,12 @@ kiln_cuda_fn kiln_cuda_kernel_for(int op);
 kiln_status kiln_cuda_supports(kiln_op_ctx *c);
 /* Device workspace bytes the kernel needs for c's shapes. */
 kiln_status kiln_cuda_workspace_size(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+/* Work a kernel does once per shape before its first run, such as compiling generated
+ * code (kiln.FusedElementwise). Planners call it when a plan is created, so that nothing
+ * compiles inside a captured CUDA graph or a timed run; kernels that have such work do it
+ * on their first run otherwise. KILN_OK for kernels with nothing to prepare. Needs c's
+ * shapes and attributes, not its data. */
+kiln_status kiln_cuda_prepare(kiln_cuda *cu, kiln_op_ctx *c);
 /* Run c->node's kernel (checks that one exists), prefixing failures with op and node. */
 kiln_status kiln_cuda_run(kiln_cuda *cu, kiln_op_ctx *c);
 
@@ -308,6 +319,25 @@ kiln_status kiln_cuda_module_kernel(kiln_cuda *cu, kiln_cuda_module *m, const ch
 kiln_status kiln_cuda_module_launch(kiln_cuda *cu, void *fn, unsigned grid, unsigned block,
                                     size_t smem, void **args);
 void kiln_cuda_module_free(kiln_cuda_module *m);
+/* kiln_cuda_module_compile with extra NVRTC options (at most 14), e.g. "--fmad=false". */
+kiln_status kiln_cuda_module_compile_opts(kiln_cuda *cu, const char *name, const char *source, int n_opts,
+                                          const char *const *opts, kiln_cuda_module **out);
+/* NVRTC alone, no device needed: source -> a cubin for compute capability cc (malloc'd,
+ * the caller frees it). kiln_cuda_rtc_check only compiles and reports (the compile log is
+ * in the message on failure): --dry-run tests check generated code with it. */
+kiln_status kiln_cuda_rtc_compile(kiln_context *ctx, const char *name, const char *source, int cc_major,
+                                  int cc_minor, int n_opts, const char *const *opts, char **cubin,
+                                  size_t *size);
+kiln_status kiln_cuda_rtc_check(kiln_context *ctx, const char *name, const char *source, int cc_major,
+                                int cc_minor);
+
+/* ------------------------------------------------------- generated kernels */
+
+/* kiln.FusedElementwise (fused_elementwise.c): the CUDA C source generated for c's program,
+ * dtype and broadcast pattern (shapes in c; data not needed), malloc'd (the caller frees
+ * it), with the NVRTC options it is compiled with in *opts (static strings, *n_opts of
+ * them). For tests and tools: kernels generate, compile and cache it themselves. */
+kiln_status kiln_cuda_fused_source(kiln_op_ctx *c, char **source, int *n_opts, const char *const **opts);
 
 #ifdef __cplusplus
 }

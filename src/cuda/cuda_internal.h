@@ -82,6 +82,8 @@ struct kiln_cuda {
     kiln_algo_entry *algos;
     int n_algos, cap_algos;
     kiln_cuda_stats stats;
+
+    struct kiln_fused_cache *fused; /* generated kernels (fused_elementwise.c), or NULL */
 };
 
 /* Record a failed call (see the macros) and return the status it maps to. */
@@ -213,11 +215,56 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(maxpool_grad)     /* pool.cu: kiln.MaxPoolGrad */                                   \
     X(softmax_grad)     /* norm.cu: kiln.SoftmaxGrad and kiln.LogSoftmaxGrad */           \
     X(nll)              /* loss.cu: NegativeLogLikelihoodLoss */                          \
-    X(nll_grad)         /* loss.cu: kiln.NegativeLogLikelihoodLossGrad */
+    X(nll_grad)         /* loss.cu: kiln.NegativeLogLikelihoodLossGrad */                 \
+    X(fused_elementwise) /* fused_elementwise.c: kiln.FusedElementwise, NVRTC-generated */ \
+    X(fused_gemm)       /* matmul.c: kiln.FusedGemm through cuBLASLt epilogues */
 
 #define KILN_CUDA_DECLARE(name) kiln_status kiln_cuda_k_##name(kiln_cuda *cu, kiln_op_ctx *c);
 KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
 #undef KILN_CUDA_DECLARE
+
+/* kiln.FusedElementwise (fused_elementwise.c): what it supports, its prepare hook (compile
+ * and cache the generated kernel) and the release of the cache (kiln_cuda_free). */
+bool kiln_cuda_sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_prep_fused_elementwise(kiln_cuda *cu, kiln_op_ctx *c);
+void kiln_cuda_fused_cache_free(kiln_cuda *cu);
+/* Benchmark knobs for kernels generated afterwards on cu (bench/gelu_fusion --sweep):
+ * loads in flight per thread (grid-stride steps, 0: the default 2) and the grid's cap in
+ * blocks per SM (0: the default 32, i.e. one pass over the data for most sizes). */
+kiln_status kiln_cuda_fused_tune(kiln_cuda *cu, int unroll, int blocks_per_sm);
+/* The host side of a kiln.FusedElementwise launch for c's shapes and data pointers, for
+ * tools that run the generated source elsewhere (an emulator on the host): the kernel
+ * argument struct (args, at least size bytes: 1,296 today), whether k_v (else k_s) runs,
+ * and the grid for sm_count SMs. unroll and blocks_per_sm as kiln_cuda_fused_tune. */
+kiln_status kiln_cuda_fused_launch_args(kiln_op_ctx *c, int unroll, int sm_count, int blocks_per_sm, void *args,
+                                        size_t size, bool *vec, unsigned *blocks, unsigned *threads);
+
+/* Activations of the fused ops (kiln.FusedGemm, kiln.FusedConv; FUSED.md). */
+typedef enum kiln_cuda_act_kind {
+    KILN_ACT_NONE = 0,
+    KILN_ACT_RELU,
+    KILN_ACT_LEAKYRELU,   /* a: alpha */
+    KILN_ACT_CLIP,        /* a, b: min, max */
+    KILN_ACT_SIGMOID,
+    KILN_ACT_HARDSWISH,
+    KILN_ACT_HARDSIGMOID, /* a, b: alpha, beta */
+    KILN_ACT_TANH
+} kiln_cuda_act_kind;
+typedef struct kiln_cuda_act {
+    kiln_cuda_act_kind kind;
+    float a, b;
+} kiln_cuda_act;
+/* A fused node's `activation` and its parameters: LeakyRelu's alpha and HardSigmoid's
+ * alpha and beta from attributes `alpha`/`beta`, or — for kiln.FusedGemm, whose alpha and
+ * beta are Gemm's — from `act_alpha`/`act_beta`; Clip's bounds from `act_min`/`act_max`;
+ * ONNX's defaults where absent. false (with a reason) for an unknown activation. */
+bool kiln_cuda_act_get(const kiln_node *n, bool gemm, kiln_cuda_act *act, char *why, size_t wn);
+/* y (n elements of float dtype dt) = act(y), in place (elementwise.cu). */
+kiln_status kiln_cuda_act_inplace(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y, int64_t n,
+                                  const kiln_cuda_act *act);
+
+/* Keep the stream busy for us microseconds (delay.cu; the per-node profile). */
+kiln_status kiln_cuda_delay(kiln_cuda *cu, double us);
 
 /* Workspace functions (kernels not listed need none). */
 kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
@@ -232,24 +279,12 @@ kiln_status kiln_cuda_ws_nll_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
  * and Z in one layout), the activation. false with a reason. */
 bool kiln_cuda_conv_supported(const kiln_op_ctx *c, bool fused, char *why, size_t n);
 
-/* The activations of kiln.FusedConv's epilogue (FUSED.md). */
-enum {
-    KILN_CUDA_ACT_NONE,
-    KILN_CUDA_ACT_RELU,
-    KILN_CUDA_ACT_LEAKYRELU,   /* a: alpha */
-    KILN_CUDA_ACT_CLIP,        /* a, b: act_min, act_max */
-    KILN_CUDA_ACT_SIGMOID,
-    KILN_CUDA_ACT_HARDSWISH,
-    KILN_CUDA_ACT_HARDSIGMOID, /* a, b: alpha, beta */
-    KILN_CUDA_ACT_TANH
-};
-
 /* Helpers that kernels in one file provide to others. */
 /* y (rows, C, S) = act(y + bias[c] + z): bias (C) and z (like y) may be NULL. NCHW tensors
  * are (N, C, H*W); NHWC ones (N*H*W, C, 1). */
 kiln_status kiln_cuda_conv_epilogue(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
                                     const void *bias, const void *z, int64_t rows, int64_t C,
-                                    int64_t S, int act, float a, float b);
+                                    int64_t S, const kiln_cuda_act *act);
 /* dst (N, H+pt+pb, W+pl+pr, C) = src (N, H, W, C) surrounded by zeros. */
 kiln_status kiln_cuda_pad_nhwc(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
                                const void *src, int64_t N, int64_t C, int64_t H, int64_t W,

@@ -12,15 +12,26 @@
  *     later run replays it: one launch, no host synchronization until outputs are read.
  * Inputs are uploaded through pinned staging; outputs are downloaded into host buffers
  * the plan owns (valid until the next run).
+ *
+ * Kernels with one-time work per shape (NVRTC compilation of generated kernels) do it in
+ * kiln_cuda_prepare when the plan is created: never inside a capture or a timed run.
+ *
+ * Profiling: kiln_cuda_plan_profile runs the nodes one by one (no graph) with an event
+ * pair around each. With KILN_NVTX=1 in the environment (read when the plan is created)
+ * every node's launch in eager runs, captures and profiles is an NVTX range named
+ * "<op> <node>", for Nsight Systems; otherwise no NVTX call is made.
  */
 #include "cuda_internal.h"
 #include "../core/plan.h"
 #include "cuda_plan.h"
 
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DEV_ALIGN 256
 
@@ -39,6 +50,7 @@ struct kiln_cuda_plan {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     int runs;
+    bool nvtx;              /* NVTX ranges around node launches (KILN_NVTX=1) */
     bool use_graph;
     void **bound;           /* (n_inputs) resident device memory of bound inputs, or NULL */
     kiln_status (*epilogue)(void *arg);
@@ -85,6 +97,8 @@ kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tenso
     if (!cp) return KILN_ERR_OUT_OF_MEMORY;
     cp->cu = cu;
     cp->m = m;
+    const char *nvtx = getenv("KILN_NVTX");
+    cp->nvtx = nvtx && nvtx[0] && strcmp(nvtx, "0") != 0;
     cp->use_graph = use_graph;
     cp->bound = kiln_calloc(ctx, (size_t)m->n_inputs + 1, sizeof *cp->bound, "a CUDA plan");
     if (!cp->bound) {
@@ -141,6 +155,8 @@ kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tenso
         size_t ws = 0;
         st = kiln_cuda_workspace_size(cu, c, &ws);
         if (ws > cp->workspace) cp->workspace = ws;
+        /* one-time work per shape (NVRTC compilation) now, not in a capture or timed run */
+        if (!st) st = kiln_cuda_prepare(cu, c);
     }
     /* Device layout: arena, this plan's own workspace (a captured graph keeps pointing at
      * it, so it is never shared or regrown), constants read by the run list, inputs. */
@@ -222,13 +238,26 @@ kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tenso
     return KILN_OK;
 }
 
+static void range_push(const kiln_cuda_plan *cp, int e) {
+    if (!cp->nvtx) return;
+    char label[256];
+    snprintf(label, sizeof label, "%s %s", cp->ctx[e].node->op_type, cp->ctx[e].node->name);
+    nvtxRangePushA(label);
+}
+
+static void range_pop(const kiln_cuda_plan *cp) {
+    if (cp->nvtx) nvtxRangePop();
+}
+
 static kiln_status launch_all(kiln_cuda_plan *cp) {
     if (cp->prologue) {
         kiln_status st = cp->prologue(cp->prologue_arg);
         if (st) return st;
     }
     for (int e = 0; e < cp->n_exec; e++) {
+        range_push(cp, e);
         kiln_status st = kiln_cuda_run(cp->cu, &cp->ctx[e]);
+        range_pop(cp);
         if (st) return st;
     }
     return cp->epilogue ? cp->epilogue(cp->epilogue_arg) : KILN_OK;
@@ -378,6 +407,68 @@ kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, 
         }
         cudaEventElapsedTime(&ms, ev[iters + 1], ev[iters + 2]);
         *d2h_ms = ms;
+    }
+    for (int i = 0; i < made; i++) cudaEventDestroy(ev[i]);
+    free(ev);
+    return st;
+}
+
+static double host_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Per-node timing (kiln bench --profile): inputs uploaded once, then `iters` passes that
+ * run the nodes one by one with events around each. A delay kernel ahead of each pass
+ * holds the GPU while the host enqueues it (longer than the previous pass took to
+ * enqueue, measured on an untimed first pass), so the nodes run back to back and an event
+ * pair measures GPU time, not launch overhead. ms[i * n_exec + e]: node e's time in pass
+ * i; start_ms: its start from the pass's first event. */
+kiln_status kiln_cuda_plan_profile(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int iters, double *ms,
+                                   double *start_ms) {
+    kiln_context *ctx = cp->m->ctx;
+    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(cp->cu);
+    const int n = cp->n_exec;
+    kiln_status st = KILN_OK;
+    if (cp->runs == 0) { /* first-run work (cuDNN's algorithm search) outside the timing */
+        st = kiln_cuda_plan_enqueue(cp, inputs, false);
+        if (!st) st = kiln_cuda_sync(cp->cu);
+        if (st) return st;
+    }
+    const kiln_model *m = cp->m;
+    for (int i = 0; i < m->n_inputs && !st; i++) {
+        size_t nb = kiln_tensor_nbytes(inputs[i]);
+        if (nb && !cp->bound[i]) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
+    }
+    cudaEvent_t *ev = calloc((size_t)2 * n + 1, sizeof *ev);
+    if (!ev) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for profiling events");
+    int made = 0;
+    for (; !st && made < 2 * n + 1; made++)
+        KILN_CUDA_TRY(st, ctx, cudaEventCreate(&ev[made]));
+    double hold_us = 1000;
+    for (int it = -1; it < iters && !st; it++) { /* pass -1: calibrates the hold */
+        const double t0 = host_ms();
+        st = kiln_cuda_delay(cp->cu, hold_us);
+        KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[0], s));
+        for (int e = 0; e < n && !st; e++) {
+            range_push(cp, e);
+            KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[1 + 2 * e], s));
+            if (!st) st = kiln_cuda_run(cp->cu, &cp->ctx[e]);
+            KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[2 + 2 * e], s));
+            range_pop(cp);
+        }
+        const double enqueue_ms = host_ms() - t0;
+        if (!st) st = kiln_cuda_sync(cp->cu);
+        hold_us = 1.5 * enqueue_ms * 1e3 + 200;
+        if (hold_us > 2e5) hold_us = 2e5;
+        for (int e = 0; e < n && !st && it >= 0; e++) {
+            float a = 0, b = 0;
+            KILN_CUDA_TRY(st, ctx, cudaEventElapsedTime(&a, ev[0], ev[1 + 2 * e]));
+            KILN_CUDA_TRY(st, ctx, cudaEventElapsedTime(&b, ev[1 + 2 * e], ev[2 + 2 * e]));
+            start_ms[(size_t)it * n + e] = a;
+            ms[(size_t)it * n + e] = b;
+        }
     }
     for (int i = 0; i < made; i++) cudaEventDestroy(ev[i]);
     free(ev);

@@ -42,6 +42,12 @@ kiln_status kiln_cuda_plan_run(kiln_cuda_plan *cp, kiln_tensor *const *inputs, i
 kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int iters, double *compute_ms,
                                 double *h2d_ms, double *d2h_ms);
 
+/* Per-node profile: `iters` passes running the nodes one by one with events around each;
+ * ms and start_ms have iters * n_exec entries (pass-major), start_ms from the pass start.
+ * Nodes are the host plan's run list (kiln_plan_view of kiln_cuda_plan_host). */
+kiln_status kiln_cuda_plan_profile(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int iters, double *ms,
+                                   double *start_ms);
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,7 +35,9 @@
  *   templated kernel, the derivative chosen at compile time.
  *
  *   Helpers for other files: per-channel bias add (Conv), kiln.FusedConv's epilogue
- *   y = act(y + bias + z) (either layout), and 2-D broadcast (Gemm's C).
+ *   y = act(y + bias + z) (either layout), 2-D broadcast (Gemm's C), and the activation of
+ *   a fused op applied in place (kiln.FusedGemm's epilogue when cuBLASLt's own epilogues
+ *   do not apply), through the unary kernels above.
  */
 #include "dtype.cuh"
 
@@ -485,13 +487,13 @@ kiln_status launch_channel_bias(kiln_cuda *cu, kiln_context *ctx, void *y, const
 }
 
 template <int ACT> __device__ __forceinline__ float epilogue_act(float v, float a, float b) {
-    if constexpr (ACT == KILN_CUDA_ACT_RELU) return unary_op<U_RELU>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_CUDA_ACT_LEAKYRELU) return unary_op<U_LEAKYRELU>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_CUDA_ACT_CLIP) return unary_op<U_CLIP>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_CUDA_ACT_SIGMOID) return unary_op<U_SIGMOID>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_CUDA_ACT_HARDSWISH) return unary_op<U_HARDSWISH>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_CUDA_ACT_HARDSIGMOID) return unary_op<U_HARDSIGMOID>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_CUDA_ACT_TANH) return unary_op<U_TANH>(v, a, b, 0.f);
+    if constexpr (ACT == KILN_ACT_RELU) return unary_op<U_RELU>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_LEAKYRELU) return unary_op<U_LEAKYRELU>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_CLIP) return unary_op<U_CLIP>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_SIGMOID) return unary_op<U_SIGMOID>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_HARDSWISH) return unary_op<U_HARDSWISH>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_HARDSIGMOID) return unary_op<U_HARDSIGMOID>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_TANH) return unary_op<U_TANH>(v, a, b, 0.f);
     else return v;
 }
 
@@ -543,14 +545,14 @@ kiln_status launch_conv_epilogue(kiln_cuda *cu, kiln_context *ctx, void *yv, con
     switch (act) {
 #define EPI(A)                                                                                            \
     case A: conv_epilogue_kernel<T, A><<<blocks, THREADS, 0, cu->stream>>>(y, bias, z, n, S, C, a, b, vec); break;
-        EPI(KILN_CUDA_ACT_NONE)
-        EPI(KILN_CUDA_ACT_RELU)
-        EPI(KILN_CUDA_ACT_LEAKYRELU)
-        EPI(KILN_CUDA_ACT_CLIP)
-        EPI(KILN_CUDA_ACT_SIGMOID)
-        EPI(KILN_CUDA_ACT_HARDSWISH)
-        EPI(KILN_CUDA_ACT_HARDSIGMOID)
-        EPI(KILN_CUDA_ACT_TANH)
+        EPI(KILN_ACT_NONE)
+        EPI(KILN_ACT_RELU)
+        EPI(KILN_ACT_LEAKYRELU)
+        EPI(KILN_ACT_CLIP)
+        EPI(KILN_ACT_SIGMOID)
+        EPI(KILN_ACT_HARDSWISH)
+        EPI(KILN_ACT_HARDSIGMOID)
+        EPI(KILN_ACT_TANH)
 #undef EPI
     default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "epilogue activation %d has no CUDA kernel", act);
     }
@@ -676,9 +678,31 @@ extern "C" kiln_status kiln_cuda_add_channel_bias(kiln_cuda *cu, kiln_context *c
 
 extern "C" kiln_status kiln_cuda_conv_epilogue(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
                                                const void *bias, const void *z, int64_t rows, int64_t C,
-                                               int64_t S, int act, float a, float b) {
+                                               int64_t S, const kiln_cuda_act *act) {
     kiln_status st;
-    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_conv_epilogue, cu, ctx, y, bias, z, rows, C, S, act, a, b);
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_conv_epilogue, cu, ctx, y, bias, z, rows, C, S, (int)act->kind,
+                           act->a, act->b);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_act_inplace(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
+                                             int64_t n, const kiln_cuda_act *act) {
+    UnaryParams p = {act->a, act->b, 0.f, nullptr, nullptr};
+    int op;
+    switch (act->kind) {
+    case KILN_ACT_NONE: return KILN_OK;
+    case KILN_ACT_RELU: op = U_RELU; break;
+    case KILN_ACT_LEAKYRELU: op = U_LEAKYRELU; break;
+    case KILN_ACT_CLIP: op = U_CLIP; break;
+    case KILN_ACT_SIGMOID: op = U_SIGMOID; break;
+    case KILN_ACT_HARDSWISH: op = U_HARDSWISH; break;
+    case KILN_ACT_HARDSIGMOID: op = U_HARDSIGMOID; break;
+    case KILN_ACT_TANH: op = U_TANH; break;
+    default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "activation %d has no CUDA kernel", (int)act->kind);
+    }
+    /* in place: each element is read before it is written, by the same thread */
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_unary, cu, ctx, op, y, y, n, p);
     return st;
 }
 

@@ -11,7 +11,12 @@
  *
  *   Gemm (opsets 11+): Y = alpha * op(A) op(B) + beta * C, A (M,K) or (K,M) with transA,
  *   B (K,N) or (N,K) with transB, C optional and broadcastable to (M,N) (rank 0, 1 or 2).
- *   C is first broadcast into Y, which cuBLASLt then reads as its C with beta.
+ *   A row-vector C (N) or (1,N) with beta = 1 is the bias of cuBLASLt's BIAS epilogue;
+ *   any other C is first broadcast into Y, which cuBLASLt then reads as its C with beta.
+ *
+ *   kiln.FusedGemm (FUSED.md): Gemm's attributes plus `activation`: Y = act(Gemm). Relu
+ *   rides on cuBLASLt's RELU_BIAS / RELU epilogues; the other activations (and Relu when
+ *   neither applies) run as an in-place kernel on Y after the product.
  *
  *   MatMul: numpy semantics. 1-D A is (1,K) and 1-D B is (K,1) (the 1 is dropped from
  *   the output); batch dims broadcast. Each operand's batch is either full (stride M*K /
@@ -40,6 +45,8 @@ typedef struct mm {
     int64_t batch;
     int64_t sA, sB, sY; /* batch strides in elements (0: shared) */
     float alpha, beta;  /* beta != 0: Y holds the C term already */
+    cublasLtEpilogue_t epilogue; /* 0 (left unset: cuBLASLt's DEFAULT) or BIAS / RELU / RELU_BIAS */
+    const void *bias;   /* (N): added to every row of Y by the *_BIAS epilogues */
 } mm;
 
 /* The largest power of two up to 256 that divides the address and the batch stride. */
@@ -81,6 +88,15 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
     const int32_t op_b = m->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    if (m->epilogue != 0) {
+        /* in the column-major view Y is (N, M): the bias runs along its N rows, i.e. it is
+           indexed by our column, as a row vector C broadcast over Y's rows */
+        KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &m->epilogue,
+                                                                sizeof m->epilogue));
+        if (m->bias)
+            KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &m->bias,
+                                                                    sizeof m->bias));
+    }
 
     /* column-major views: our B as (N,K) [or (K,N) to transpose], our A as (K,M) [or
      * (M,K)], Y as (N,M) */
@@ -135,7 +151,12 @@ kiln_status kiln_cuda_ws_matmul(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     return KILN_OK;
 }
 
-kiln_status kiln_cuda_k_gemm(kiln_cuda *cu, kiln_op_ctx *c) {
+/* Gemm and kiln.FusedGemm: Y = act(alpha * op(A) op(B) + beta * C). With C a row vector
+ * (N) or (1, N) and beta = 1, C goes to cuBLASLt as the bias of its BIAS / RELU_BIAS
+ * epilogue (no broadcast of C into Y first); without C (or beta = 0) a Relu is the RELU
+ * epilogue. Otherwise, or when cuBLASLt offers no algorithm with the epilogue, C is
+ * broadcast into Y and read back with beta, and the activation runs in place after. */
+static kiln_status gemm(kiln_cuda *cu, kiln_op_ctx *c, const kiln_cuda_act *act) {
     kiln_context *ctx = c->kctx;
     const kiln_tensor *a = c->in[0], *b = c->in[1]; // (M,K) or (K,M); (K,N) or (N,K)
     const kiln_tensor *cc = c->n_in > 2 ? c->in[2] : NULL;
@@ -155,6 +176,23 @@ kiln_status kiln_cuda_k_gemm(kiln_cuda *cu, kiln_op_ctx *c) {
     m.Y = y->data;
     m.batch = 1;
     if (m.M * m.N == 0) return KILN_OK;
+    if (!cc) m.beta = 0.f;
+    const bool row = cc && ((cc->ndim == 1 && cc->dims[0] == m.N) ||
+                            (cc->ndim == 2 && cc->dims[0] == 1 && cc->dims[1] == m.N));
+    const bool plain = act->kind == KILN_ACT_NONE, relu = act->kind == KILN_ACT_RELU;
+    if ((plain || relu) && row && m.beta == 1.f && (uintptr_t)cc->data % 16 == 0 /* cuBLASLt may reject a less aligned bias */) {
+        mm e = m;
+        e.epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+        e.bias = cc->data;
+        e.beta = 0.f;
+        kiln_status st = lt_matmul(cu, ctx, &e, c->workspace, c->workspace_size);
+        if (st != KILN_ERR_UNSUPPORTED) return st;
+    } else if (relu && m.beta == 0.f) {
+        mm e = m;
+        e.epilogue = CUBLASLT_EPILOGUE_RELU;
+        kiln_status st = lt_matmul(cu, ctx, &e, c->workspace, c->workspace_size);
+        if (st != KILN_ERR_UNSUPPORTED) return st;
+    }
     if (cc && m.beta != 0.f) {
         const int64_t cm = cc->ndim == 2 ? cc->dims[0] : 1;
         const int64_t cn = cc->ndim >= 1 ? cc->dims[cc->ndim - 1] : 1;
@@ -163,7 +201,22 @@ kiln_status kiln_cuda_k_gemm(kiln_cuda *cu, kiln_op_ctx *c) {
     } else {
         m.beta = 0.f; /* without C, Y is not read */
     }
-    return lt_matmul(cu, ctx, &m, c->workspace, c->workspace_size);
+    kiln_status st = lt_matmul(cu, ctx, &m, c->workspace, c->workspace_size);
+    if (!st) st = kiln_cuda_act_inplace(cu, ctx, m.dt, y->data, m.M * m.N, act);
+    return st;
+}
+
+kiln_status kiln_cuda_k_gemm(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_cuda_act none = {KILN_ACT_NONE, 0.f, 0.f};
+    return gemm(cu, c, &none);
+}
+
+kiln_status kiln_cuda_k_fused_gemm(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_cuda_act act;
+    char why[128];
+    if (!kiln_cuda_act_get(c->node, true, &act, why, sizeof why))
+        return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    return gemm(cu, c, &act);
 }
 
 /* How operand batch strides (in matrices, over the output's batch dims) map to one

@@ -1,10 +1,12 @@
 /*
  * shapes.c — host-side shape arithmetic shared by the CUDA kernels: broadcast plans with
  * merged dims (elementwise ops) and sliding-window geometry (Conv, pools), computed by
- * the same rules as the CPU reference so both backends agree on every index.
+ * the same rules as the CPU reference so both backends agree on every index; and the
+ * activation of a fused op (kiln.FusedGemm, kiln.FusedConv) read from its attributes.
  */
 #include "cuda_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -108,4 +110,36 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
         }
     }
     return true;
+}
+
+bool kiln_cuda_act_get(const kiln_node *n, bool gemm, kiln_cuda_act *act, char *why, size_t wn) {
+    static const struct {
+        const char *name;
+        kiln_cuda_act_kind kind;
+        float a, b; /* ONNX's defaults */
+    } acts[] = {
+        {"", KILN_ACT_NONE, 0, 0},
+        {"Relu", KILN_ACT_RELU, 0, 0},
+        {"LeakyRelu", KILN_ACT_LEAKYRELU, 0.01f, 0},
+        {"Clip", KILN_ACT_CLIP, -INFINITY, INFINITY},
+        {"Sigmoid", KILN_ACT_SIGMOID, 0, 0},
+        {"HardSwish", KILN_ACT_HARDSWISH, 0, 0},
+        {"HardSigmoid", KILN_ACT_HARDSIGMOID, 0.2f, 0.5f},
+        {"Tanh", KILN_ACT_TANH, 0, 0},
+    };
+    const char *name = kiln_attr_string(n, "activation", "");
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        if (strcmp(acts[i].name, name) != 0) continue;
+        act->kind = acts[i].kind;
+        if (act->kind == KILN_ACT_CLIP) {
+            act->a = kiln_attr_float(n, "act_min", acts[i].a);
+            act->b = kiln_attr_float(n, "act_max", acts[i].b);
+        } else {
+            act->a = kiln_attr_float(n, gemm ? "act_alpha" : "alpha", acts[i].a);
+            act->b = kiln_attr_float(n, gemm ? "act_beta" : "beta", acts[i].b);
+        }
+        return true;
+    }
+    snprintf(why, wn, "activation '%s' is unknown", name);
+    return false;
 }

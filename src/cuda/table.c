@@ -3,10 +3,12 @@
  * check of what it supports (dtypes, ranks, attributes) and its workspace function.
  * kiln_cuda_kernel_for maps a registry index to its entry by domain and name, so the
  * table does not depend on the order of ops.def (nor on which op files a build has).
- * kiln's internal ops (domain "kiln": the gradient ops autograd emits) are listed as
- * "kiln.<name>". A node whose op is not registered (a test of a kernel whose CPU reference
- * lives on another branch) is looked up by its domain and op_type. An op missing here is
- * an explicit "not supported on cuda" error, never a silent fallback to the CPU.
+ * kiln's internal ops (domain "kiln": the gradient ops autograd emits, the fused ops the
+ * passes make, the layout conversions) are listed as "kiln.<name>"; a node whose op is not
+ * registered (a test of a kernel whose CPU reference lives on another branch) is looked
+ * up by its domain and op_type. An op missing here is an explicit "not supported on cuda"
+ * error, never a silent fallback to the CPU. Kernels with one-time work per shape
+ * (compiling generated code) also have a prepare hook (the `prepares` table).
  *
  * Layouts: entries marked nhwc handle 4-D NHWC tensors (their supports functions check
  * how); for every other entry a 4-D NHWC input or output is "not supported".
@@ -19,6 +21,7 @@
 
 typedef bool (*supports_fn)(const kiln_op_ctx *c, char *why, size_t n);
 typedef kiln_status (*workspace_fn)(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+typedef kiln_status (*prepare_fn)(kiln_cuda *cu, kiln_op_ctx *c);
 
 typedef struct entry {
     const char *name;
@@ -219,6 +222,12 @@ static bool sup_gemm(const kiln_op_ctx *c, char *why, size_t n) {
     }
     const int64_t v[] = {a->dims[0], a->dims[1], b->dims[0], b->dims[1]};
     return fits_products(v, 4, why, n);
+}
+
+/* kiln.FusedGemm: Gemm's checks and a known activation. */
+static bool sup_fused_gemm(const kiln_op_ctx *c, char *why, size_t n) {
+    kiln_cuda_act act;
+    return sup_gemm(c, why, n) && kiln_cuda_act_get(c->node, true, &act, why, n);
 }
 
 static bool sup_matmul(const kiln_op_ctx *c, char *why, size_t n) {
@@ -438,10 +447,6 @@ static const entry table[] = {
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, false},
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
     {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL, false},
-    /* kiln's fused ops and layout conversions (FUSED.md) */
-    {"kiln.FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
-    {"kiln.ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
-    {"kiln.ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
     /* kiln's gradient ops */
     {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, false},
     {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, false},
@@ -454,6 +459,21 @@ static const entry table[] = {
     {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
     {"kiln.LogSoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
     {"kiln.NegativeLogLikelihoodLossGrad", kiln_cuda_k_nll_grad, sup_nll, kiln_cuda_ws_nll_grad, false},
+    /* kiln's fused ops and layout conversions (FUSED.md) */
+    {"kiln.FusedElementwise", kiln_cuda_k_fused_elementwise, kiln_cuda_sup_fused_elementwise, NULL, false},
+    {"kiln.FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul, false},
+    {"kiln.FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
+    {"kiln.ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
+    {"kiln.ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
+};
+
+/* Prepare hooks of the entries that have one-time work per shape and attributes, run by
+ * kiln_cuda_prepare before the first run (the planner calls it when a plan is created). */
+static const struct {
+    const char *name;
+    prepare_fn prepare;
+} prepares[] = {
+    {"kiln.FusedElementwise", kiln_cuda_prep_fused_elementwise},
 };
 
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))
@@ -478,7 +498,7 @@ static bool entry_is(const entry *e, const char *domain, const char *name) {
     return strcmp(internal ? e->name + 5 : e->name, name) == 0;
 }
 
-static const entry *lookup(const char *domain, const char *name) {
+static const entry *entry_named(const char *domain, const char *name) {
     for (int i = 0; i < N_ENTRIES; i++)
         if (entry_is(&table[i], domain ? domain : "", name)) return &table[i];
     return NULL;
@@ -486,11 +506,13 @@ static const entry *lookup(const char *domain, const char *name) {
 
 static const entry *entry_for(int op) {
     const kiln_op_def *d = kiln_op_get(op);
-    return d ? lookup(d->domain, d->name) : NULL;
+    return d ? entry_named(d->domain, d->name) : NULL;
 }
 
-static const entry *entry_for_node(const kiln_node *node) {
-    return node->op >= 0 ? entry_for(node->op) : lookup(node->domain, node->op_type);
+/* By the registry when the node's op is registered; by its domain and op_type otherwise
+ * (tests of a kiln op's kernel in a build without the op's CPU reference). */
+static const entry *entry_for_node(const kiln_node *n) {
+    return n->op >= 0 ? entry_for(n->op) : entry_named(n->domain, n->op_type);
 }
 
 int kiln_cuda_kernel_count(void) { return N_ENTRIES; }
@@ -525,6 +547,22 @@ kiln_status kiln_cuda_workspace_size(kiln_cuda *cu, kiln_op_ctx *c, size_t *byte
     kiln_status st = e->workspace(cu, c, bytes);
     if (st) kiln_msg_prefix(c->kctx, "%s node '%s' on cuda (workspace): ", c->node->op_type, c->node->name);
     return st;
+}
+
+kiln_status kiln_cuda_prepare(kiln_cuda *cu, kiln_op_ctx *c) {
+    const entry *e = entry_for_node(c->node);
+    if (!e)
+        return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "op %s (node '%s') is not supported on cuda",
+                         c->node->op_type, c->node->name);
+    for (size_t i = 0; i < sizeof prepares / sizeof prepares[0]; i++) {
+        if (strcmp(prepares[i].name, e->name) != 0) continue;
+        kiln_status st = KILN_OK;
+        KILN_CUDA_TRY(st, c->kctx, cudaSetDevice(cu->device));
+        if (st == KILN_OK) st = prepares[i].prepare(cu, c);
+        if (st) kiln_msg_prefix(c->kctx, "%s node '%s' on cuda (prepare): ", c->node->op_type, c->node->name);
+        return st;
+    }
+    return KILN_OK;
 }
 
 kiln_status kiln_cuda_run(kiln_cuda *cu, kiln_op_ctx *c) {

@@ -104,6 +104,10 @@ static int constant_like(kiln_grad_ctx *g, int v, double fill) {
 }
 
 kiln_status kiln_autograd(kiln_model *m, int loss, int n_params, const int *params, int *grads) {
+    return kiln_autograd_seeded(m, loss, -1, n_params, params, grads);
+}
+
+kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params, const int *params, int *grads) {
     kiln_context *ctx = m->ctx;
     const int n_fwd = m->n_nodes;
     int nv0 = m->n_values;
@@ -155,7 +159,7 @@ kiln_status kiln_autograd(kiln_model *m, int loss, int n_params, const int *para
         goto out;
     }
     g.node = m->values[loss].producer >= 0 ? m->values[loss].producer : 0;
-    grad[loss] = constant_like(&g, loss, 1.0);
+    grad[loss] = seed >= 0 ? seed : constant_like(&g, loss, 1.0);
     if (grad[loss] < 0) {
         st = ctx->msg[0] ? KILN_ERR_OUT_OF_MEMORY : kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "autograd: out of memory");
         goto out;

@@ -14,6 +14,7 @@
 #include "../core/internal.h"
 #include "../core/plan.h"
 #include "../data/data.h"
+#include "../passes/passes.h"
 #include "autograd.h"
 #include "trainer_internal.h"
 
@@ -46,8 +47,10 @@ static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
     if (o->device == KILN_DEVICE_CUDA)
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "this kiln was built without the CUDA backend (no nvcc at build time)");
 #endif
-    if (o->amp != KILN_AMP_OFF)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "mixed precision (amp) training is not available yet: use --amp off");
+    if (o->amp != KILN_AMP_OFF && o->amp != KILN_AMP_FP16 && o->amp != KILN_AMP_BF16)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown amp mode %d", (int)o->amp);
+    if (o->amp != KILN_AMP_OFF && o->accumulate > 1)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "mixed precision with gradient accumulation is not supported yet");
     return KILN_OK;
 }
 
@@ -257,7 +260,14 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
     int *grads = st ? NULL : kiln_calloc(ctx, (size_t)t->n_params + 1, sizeof(int), "gradients");
     if (!st && !grads) st = KILN_ERR_OUT_OF_MEMORY;
     if (!st && t->n_params == 0) st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model has no float initializer that reaches the loss");
-    if (!st) st = kiln_autograd(m, loss_fwd, t->n_params, params, grads);
+    /* Mixed precision: dL/dloss is a graph input, the loss scale (the last input). */
+    int seed = -1;
+    if (!st && t->opts.amp != KILN_AMP_OFF) {
+        static const int64_t none[1] = {0};
+        st = kiln_model_add_input(m, "kiln:loss_scale", KILN_F32, 0, none);
+        seed = st ? -1 : kiln_model_find_value(m, "kiln:loss_scale");
+    }
+    if (!st) st = kiln_autograd_seeded(m, loss_fwd, seed, t->n_params, params, grads);
     /* outputs: loss, gradients, updated running statistics */
     if (!st) {
         m->n_outputs = 0;
@@ -270,6 +280,19 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         for (int k = 0; k < t->n_states && !st; k++) st = kiln_model_add_output(m, m->values[t->states[k].out_value].name);
     }
     if (!st) st = kiln_model_finalize(m);
+    if (!st && t->opts.amp != KILN_AMP_OFF) {
+        /* Forward and backward in fp16/bf16 where the precision pass allows; the weights
+         * (graph inputs), the loss and the gradients (graph outputs) stay f32. */
+        kiln_pass_options po = {.device = t->opts.device,
+                                .precision = t->opts.amp == KILN_AMP_FP16 ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16,
+                                .disabled = ~0u};
+        kiln_model *low = NULL;
+        st = kiln_passes_apply(m, &po, &low);
+        if (!st) {
+            kiln_model_free(t->train);
+            t->train = low;
+        }
+    }
     free(params);
     free(grads);
     return st;
@@ -321,7 +344,11 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
             st = KILN_ERR_OUT_OF_MEMORY;
         t->param_count += p->numel;
     }
-    int nf = t->n_data_inputs + t->n_params + t->n_states, no = 1 + t->n_params + t->n_states;
+    int nf = t->n_data_inputs + t->n_params + t->n_states + (o.amp != KILN_AMP_OFF), no = 1 + t->n_params + t->n_states;
+    if (!st && o.amp != KILN_AMP_OFF) {
+        t->scale_input = kiln_tensor_new(ctx, KILN_F32, 0, NULL);
+        if (!t->scale_input) st = KILN_ERR_OUT_OF_MEMORY;
+    }
     if (!st) {
         t->feeds = kiln_calloc(ctx, (size_t)nf, sizeof *t->feeds, "trainer inputs");
         t->outs = kiln_calloc(ctx, (size_t)no, sizeof *t->outs, "trainer outputs");
@@ -333,7 +360,9 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     }
     for (int k = 0; k < t->n_params; k++) t->feeds[t->n_data_inputs + k] = t->params[k].value;
     for (int k = 0; k < t->n_states; k++) t->feeds[t->n_data_inputs + t->n_params + k] = t->states[k].value;
-    t->loss_scale = 1;
+    /* GradScaler's initial scale for fp16; bf16 has fp32's range and needs none */
+    t->loss_scale = o.amp == KILN_AMP_FP16 ? 65536.0f : 1.0f;
+    if (t->scale_input) t->feeds[nf - 1] = t->scale_input;
 #ifdef KILN_HAVE_CUDA
     if (o.device == KILN_DEVICE_CUDA) {
         st = kiln_trainer_cuda_create(t, &t->cuda);
@@ -360,6 +389,7 @@ void kiln_trainer_free(kiln_trainer *t) {
     }
     for (int k = 0; k < t->n_states; k++) kiln_tensor_free(t->states[k].value);
     kiln_session_free(t->sess);
+    kiln_tensor_free(t->scale_input);
     kiln_model_free(t->train);
     kiln_model_free(t->fwd);
     free(t->params);
@@ -372,6 +402,37 @@ void kiln_trainer_free(kiln_trainer *t) {
 
 /* ---------------------------------------------------------------- stepping */
 
+/* PyTorch's GradScaler on the CPU: gradients of the scaled loss are checked for inf/NaN;
+ * a bad step is skipped and the scale halved; otherwise the gradients are unscaled (into
+ * the accumulation-free grad pointers' own memory: they belong to this run) and, after
+ * 2000 clean steps, the scale doubles. Returns whether the update should happen. */
+static bool grad_scaler_unscale(kiln_trainer *t) {
+    const float inv = 1.0f / t->loss_scale;
+    bool finite = true;
+    for (int k = 0; k < t->n_params && finite; k++)
+        for (int64_t i = 0; i < t->params[k].numel; i++)
+            if (!isfinite(t->params[k].grad[i])) {
+                finite = false;
+                break;
+            }
+    if (!finite) {
+        if (t->opts.amp == KILN_AMP_FP16) t->loss_scale *= 0.5f;
+        t->clean_steps = 0;
+        t->skipped_steps++;
+        return false;
+    }
+    for (int k = 0; k < t->n_params; k++) {
+        float *g = (float *)t->params[k].grad;
+        for (int64_t i = 0; i < t->params[k].numel; i++) g[i] *= inv;
+    }
+    if (t->opts.amp == KILN_AMP_FP16 && ++t->clean_steps >= 2000) {
+        float grown = t->loss_scale * 2.0f;
+        if (isfinite(grown)) t->loss_scale = grown;
+        t->clean_steps = 0;
+    }
+    return true;
+}
+
 kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const *inputs, float *loss) {
     if (!t) return KILN_ERR_INVALID_ARGUMENT;
     if (n_inputs != t->n_data_inputs || (n_inputs && !inputs))
@@ -380,7 +441,8 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
 #ifdef KILN_HAVE_CUDA
     if (t->cuda) return kiln_trainer_cuda_step(t->cuda, loss);
 #endif
-    int nf = t->n_data_inputs + t->n_params + t->n_states, no = 1 + t->n_params + t->n_states;
+    int nf = t->n_data_inputs + t->n_params + t->n_states + (t->scale_input != NULL), no = 1 + t->n_params + t->n_states;
+    if (t->scale_input) ((float *)t->scale_input->data)[0] = t->loss_scale;
     /* dropout masks depend only on (seed, micro-step): a resumed run draws the same ones */
     uint64_t seed = t->opts.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t->micro_steps;
     kiln_status st = kiln_session_run_seeded(t->sess, seed, nf, t->feeds, no, t->outs);
@@ -406,6 +468,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
     if (loss) *loss = (float)kiln_get_f64(t->outs[0], 0);
     t->micro_steps++;
     if (micro == K - 1) {
+        if (t->scale_input && !grad_scaler_unscale(t)) return KILN_OK; /* inf/NaN: step skipped */
         float lr = kiln_trainer_lr_at(&t->opts, t->steps);
         kiln_optimizer_update(&t->opts, t->steps, lr, t->n_params, t->params);
         t->steps++;

@@ -105,7 +105,7 @@ kiln_status kiln_trainer_cuda_upload(kiln_trainer_cuda *tc) {
     }
     for (int k = 0; k < t->n_states && !st; k++)
         st = kiln_cuda_upload(tc->cu, tc->bn[k], t->states[k].value->data, kiln_tensor_nbytes(t->states[k].value));
-    if (!st) st = kiln_cuda_train_state_init(tc->cu, &t->opts, 1.0f, tc->state);
+    if (!st) st = kiln_cuda_train_state_init(tc->cu, &t->opts, t->loss_scale, tc->state);
     if (!st) {
         /* the state's step and the seed counter continue from the host's counters */
         int64_t step = t->steps, counter = t->micro_steps;
@@ -175,6 +175,8 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
         /* the training graph's inputs: data, then parameters, then BN statistics */
         for (int k = 0; k < np; k++) tc->bound[t->n_data_inputs + k] = tc->param[k];
         for (int k = 0; k < nb; k++) tc->bound[t->n_data_inputs + np + k] = tc->bn[k];
+        /* mixed precision: dL/dloss is the device-side loss scale, so scaling costs nothing */
+        if (t->scale_input) tc->bound[t->n_data_inputs + np + nb] = &tc->state->loss_scale;
         st = kiln_trainer_cuda_upload(tc);
     }
     if (st) {
@@ -197,9 +199,17 @@ static kiln_status epilogue(void *arg) {
                                          cudaMemcpyDeviceToDevice, s);
         if (ce != cudaSuccess) return cuda_err(t->ctx, ce, "copying BatchNormalization statistics");
     }
-    kiln_status st = kiln_cuda_optimizer_step(tc->cu, &t->opts, sp->table, t->n_params, sp->chunks, KILN_F32,
-                                              KILN_DTYPE_UNDEFINED, false, tc->state);
-    if (!st) st = kiln_cuda_train_step_end(tc->cu, NULL, &t->opts, tc->state);
+    const bool scaled = t->scale_input != NULL;
+    kiln_status st = KILN_OK;
+    /* fp16/bf16: gradients of the scaled loss are checked for inf/NaN (the step is then
+     * skipped) and unscaled as the optimizer reads them */
+    if (scaled) st = kiln_cuda_grad_check(tc->cu, sp->table, t->n_params, sp->chunks, KILN_F32, false, tc->state);
+    if (!st)
+        st = kiln_cuda_optimizer_step(tc->cu, &t->opts, sp->table, t->n_params, sp->chunks, KILN_F32,
+                                      KILN_DTYPE_UNDEFINED, scaled, tc->state);
+    const kiln_cuda_scaler scaler = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .growth_interval = 2000};
+    if (!st)
+        st = kiln_cuda_train_step_end(tc->cu, t->opts.amp == KILN_AMP_FP16 ? &scaler : NULL, &t->opts, tc->state);
     if (!st) st = kiln_cuda_rng_next(tc->cu, t->opts.seed * 0x9E3779B97F4A7C15ull, tc->counter);
     if (!st && sp->resident) st = kiln_cuda_advance(tc->cu, tc->pos, sp->batch);
     return st;

@@ -42,7 +42,9 @@ struct kiln_trainer {
     kiln_tensor **feeds; /* data inputs, then parameters, then states */
     const kiln_tensor **outs;
     int64_t micro_steps, steps, skipped_steps, param_count;
-    float loss_scale;
+    float loss_scale;         /* fp16: the dynamic loss scale (GradScaler); 1 otherwise */
+    int64_t clean_steps;      /* fp16: steps since the scale last changed */
+    kiln_tensor *scale_input; /* fp16/bf16: the scalar fed as dL/dloss (the loss scale) */
     kiln_trainer_cuda *cuda;
 };
 

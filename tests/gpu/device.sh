@@ -2,9 +2,9 @@
 # device.sh — run the GPU tests on a machine that has a GPU but not kiln's build
 # dependencies (the lent GPU machine: no OpenBLAS, protobuf-c or ONNX headers there).
 #
-#   here:   tests/gpu/device.sh pack [BUILD_DIR]   copies the test binaries and the shared
-#           libraries they need that a CUDA machine may lack (OpenBLAS and its Fortran
-#           runtime) into .carry/gpu/ (ignored by git; about 50 MB)
+#   here:   tests/gpu/device.sh pack [BUILD_DIR]   copies the test binaries, kiln, the
+#           gelu_fusion benchmark and the shared libraries they need that a CUDA machine may
+#           lack into .carry/gpu/ (ignored by git)
 #   there:  tests/gpu/device.sh run                finds cuDNN, cuBLASLt and NVRTC where
 #           that machine has them (CUDA toolkit or the Python wheels), then runs
 #           test_cuda_context and test_cuda_ops; exits non-zero if either fails
@@ -21,6 +21,7 @@ pack)
     strip --strip-debug -o "$dest/$t" "$build/tests/$t"
   done
   strip --strip-debug -o "$dest/kiln" "$build/kiln"
+  if [ -x "$build/gelu_fusion" ]; then strip --strip-debug -o "$dest/gelu_fusion" "$build/gelu_fusion"; fi
   # The GPU machine has OpenBLAS (and its Fortran runtime); libgomp may be missing.
   for lib in libgomp.so.1; do
     path=$(ldd "$dest/test_cuda_ops" | awk -v l="$lib" '$1 == l { print $3 }')

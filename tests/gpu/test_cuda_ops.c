@@ -15,12 +15,17 @@
  * (converted on the host on the way in and out); the CPU reference, which reads NCHW
  * only, runs on the same logical values.
  *
- * kiln.FusedConv is checked against the composition Conv -> Add(Z) -> activation of the
- * CPU references (and, where this build registers kiln.FusedConv's own CPU reference,
- * that one against the composition too).
- *
  * Ops whose CPU reference is not registered in this build are reported as skipped. Every
  * kernel in the table must have at least one case here.
+ *
+ * kiln's fused ops (kiln.FusedElementwise, kiln.FusedGemm, kiln.FusedConv: Conv, Add(Z),
+ * activation) are checked against the
+ * composition of the ONNX ops they stand for, each run by its CPU reference in f32 on the
+ * same (rounded) inputs and the result rounded once to the case's dtype — the fused
+ * contract of FUSED.md — and, where this build registers the fused op's own CPU reference,
+ * that reference is checked against the composition too. In --dry-run mode the source
+ * generated for every kiln.FusedElementwise case is also compiled by NVRTC for sm_90
+ * (NVRTC needs no device). A small CNN lowered onto CUDA is profiled node by node.
  *
  * Training: the kernels of kiln's gradient ops (cases may have several outputs and a run
  * seed), the fused optimizer against the CPU trainer's kiln_optimizer_update, fp16 loss
@@ -58,17 +63,20 @@ static double atol_scale;
 static kiln_cuda *cu;
 static kiln_context *ctx;
 
+/* For kiln's fused ops, the reference: the composition of ONNX ops the node stands for,
+ * computed in f32 and rounded once to dt (NULL: the op's own CPU reference). */
+typedef kiln_status (*compose_fn)(const kiln_node *node, int n_in, kiln_tensor **in, kiln_dtype dt,
+                                  kiln_tensor **out);
+static compose_fn case_compose;
+
+static void check(bool ok, const char *label, const char *detail);
+
 /* Layout of the current cases: bit i (NHWC_IN(i)) lays 4-D input i out NHWC on the
  * device, NHWC_OUT the outputs. 0 elsewhere. */
 #define NHWC_IN(i) (1u << (i))
 #define NHWC_OUT (1u << 8)
 #define NHWC_X_Y (NHWC_IN(0) | NHWC_OUT)
 static unsigned layout;
-
-/* The reference of the current cases when it is not the op's own CPU reference (NULL):
- * computes out (one output) from the node's inputs, as kiln_op_eval does. */
-typedef kiln_status (*reference_fn)(const kiln_node *node, int n_in, kiln_tensor **in, kiln_tensor **out);
-static reference_fn reference;
 
 /* Only the cases and checks whose op or name contains this (NULL: all). */
 static const char *only;
@@ -260,6 +268,31 @@ static kiln_status eval_ref(const kiln_node *node, int n_in, kiln_tensor **in, i
     return st;
 }
 
+/* --dry-run: the source generated for c compiles with NVRTC for sm_90 (each distinct
+ * source once). */
+static bool generated_compiles(kiln_op_ctx *c) {
+    static uint64_t seen[1024];
+    static int n_seen;
+    char *src = NULL;
+    int n_opts = 0;
+    const char *const *opts = NULL;
+    if (kiln_cuda_fused_source(c, &src, &n_opts, &opts)) return false;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *q = src; *q; q++) h = (h ^ (unsigned char)*q) * 1099511628211ull;
+    bool ok = true;
+    bool known = false;
+    for (int i = 0; i < n_seen && !known; i++) known = seen[i] == h;
+    if (!known) {
+        char *cubin = NULL;
+        size_t size = 0;
+        ok = kiln_cuda_rtc_compile(ctx, "fused.cu", src, 9, 0, n_opts, opts, &cubin, &size) == KILN_OK && size > 0;
+        free(cubin);
+        if (ok && n_seen < 1024) seen[n_seen++] = h;
+    }
+    free(src);
+    return ok;
+}
+
 /* One case on ready host tensors (freed here): the node op (ONNX, or "kiln.<name>" for
  * kiln's internal ops) with n_in inputs (NULL: missing) and n_outputs outputs, the CPU
  * reference against the kernel. dt picks the tolerances. */
@@ -289,7 +322,7 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
     kiln_tensor *ref[4] = {0}, *got = NULL;
     kiln_tensor din[8], dout[4];
     kiln_tensor *dinp[8] = {0}, *doutp[4] = {0};
-    if (node.op < 0 && !reference) {
+    if (node.op < 0 && !case_compose) {
         printf("SKIP %s: no CPU reference for %s in this build\n", lab, op);
         skipped++;
         goto done;
@@ -300,21 +333,21 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
         goto done;
     }
     /* the reference */
-    if ((reference ? reference(&node, n_in, in, &ref[0]) : eval_ref(&node, n_in, in, n_out, ref, run_seed)) !=
-        KILN_OK) {
+    if (case_compose ? case_compose(&node, n_in, in, dt, &ref[0]) != KILN_OK
+                     : eval_ref(&node, n_in, in, n_out, ref, run_seed) != KILN_OK) {
         fail(lab, "the CPU reference failed: %s", kiln_context_message(ctx));
         goto done;
     }
-    if (reference && node.op >= 0) { /* the op's own CPU reference must agree */
-        kiln_tensor *own[4] = {0};
-        char l2[300];
-        snprintf(l2, sizeof l2, "%s: registered CPU reference vs composition", lab);
+    if (case_compose && node.op >= 0) { /* the fused op's own CPU reference, when registered */
+        kiln_tensor *own = NULL;
+        char lab2[300];
+        snprintf(lab2, sizeof lab2, "%s: CPU %s vs the composition", lab, op);
         double a, r;
         tolerances(dt, atol, rtol, ref[0], &a, &r);
-        if (eval_ref(&node, n_in, in, 1, own, run_seed) != KILN_OK) fail(l2, "%s", kiln_context_message(ctx));
-        else if (compare(own[0], ref[0], a, r, l2)) failed++;
+        if (eval_ref(&node, n_in, in, 1, &own, run_seed) != KILN_OK) fail(lab2, "%s", kiln_context_message(ctx));
+        else if (compare(own, ref[0], a, r, lab2)) failed++;
         else passed++;
-        kiln_tensor_free(own[0]);
+        kiln_tensor_free(own);
     }
     if (!cu) { /* --dry-run: the CPU reference ran; does the CUDA table take the case? */
         kiln_tensor shp[8], shout[4];
@@ -335,6 +368,8 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
         kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = n_in, .in = shpp, .n_out = n_out, .out = shoutp};
         if (kiln_cuda_supports(&c) != KILN_OK) {
             fail(lab, "%s", kiln_context_message(ctx));
+        } else if (strcmp(op, "kiln.FusedElementwise") == 0 && !generated_compiles(&c)) {
+            fail(lab, "generated source: %s", kiln_context_message(ctx));
         } else {
             printf("ok   %s: CPU reference and CUDA supports agree (dry run)\n", lab);
             passed++;
@@ -370,6 +405,10 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
     c.out = doutp;
     if (kiln_cuda_supports(&c) != KILN_OK) {
         fail(lab, "%s", kiln_context_message(ctx));
+        goto done;
+    }
+    if (kiln_cuda_prepare(cu, &c)) {
+        fail(lab, "prepare: %s", kiln_context_message(ctx));
         goto done;
     }
     size_t ws = 0;
@@ -931,6 +970,318 @@ static void misc_training_cases(void) {
     atol_scale = 0;
 }
 
+/* ------------------------------------------------------------ fused ops */
+
+/* A copy of t in dtype dt (values converted through double). */
+static kiln_tensor *as_dtype(const kiln_tensor *t, kiln_dtype dt) {
+    kiln_tensor *r = kiln_tensor_new(ctx, dt, t->ndim, t->dims);
+    for (int64_t i = 0; r && i < kiln_tensor_numel(t); i++) kiln_set_f64(r, i, kiln_get_f64(t, i));
+    return r;
+}
+
+/* One ONNX op by its CPU reference (opset 13: Clip's bounds are inputs). */
+static kiln_status eval_op(const char *op, const char *attrs, int n_in, kiln_tensor **in, kiln_tensor **out) {
+    kiln_node node;
+    memset(&node, 0, sizeof node);
+    node.op_type = (char *)op;
+    node.name = (char *)"composition";
+    node.domain = (char *)"";
+    node.op = kiln_op_index(op);
+    node.opset = 13;
+    node.n_in = n_in;
+    node.n_out = 1;
+    *out = NULL;
+    if (node.op < 0) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "no CPU %s in this build", op);
+    kiln_status st = kiln_attrs_parse(ctx, attrs, &node.attrs, &node.n_attrs);
+    if (!st) st = kiln_op_eval(ctx, &node, n_in, in, 1, out);
+    for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
+    free(node.attrs);
+    return st;
+}
+
+/* act(x) for an activation name and its two parameters, as ONNX ops; x is consumed. */
+static kiln_status eval_act(const char *act, bool has_a, float a, bool has_b, float b, kiln_tensor *x,
+                            kiln_tensor **out) {
+    char attrs[128] = "";
+    kiln_tensor *in[3] = {x, NULL, NULL};
+    int n_in = 1;
+    kiln_status st;
+    *out = NULL;
+    if (!act[0]) {
+        *out = x;
+        return KILN_OK;
+    }
+    if (strcmp(act, "Clip") == 0) {
+        in[1] = has_a ? kt_scalar(KILN_F32, a) : NULL;
+        in[2] = has_b ? kt_scalar(KILN_F32, b) : NULL;
+        n_in = 3;
+    } else if (strcmp(act, "LeakyRelu") == 0 || strcmp(act, "Elu") == 0) {
+        if (has_a) snprintf(attrs, sizeof attrs, "alpha=%.9e", (double)a);
+    } else if (strcmp(act, "HardSigmoid") == 0) {
+        if (has_a && has_b) snprintf(attrs, sizeof attrs, "alpha=%.9e;beta=%.9e", (double)a, (double)b);
+        else if (has_a) snprintf(attrs, sizeof attrs, "alpha=%.9e", (double)a);
+    }
+    st = eval_op(act, attrs, n_in, in, out);
+    for (int i = 0; i < 3; i++) kiln_tensor_free(in[i]);
+    return st;
+}
+
+/* kiln.FusedElementwise as the ONNX ops of its program, in f32, rounded once to dt. An
+ * interpreter of its own (not the CUDA side's parser): stack of f32 tensors. */
+static kiln_status compose_elementwise(const kiln_node *node, int n_in, kiln_tensor **in, kiln_dtype dt,
+                                       kiln_tensor **out) {
+    static const char *const binary[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"};
+    const char *prog = kiln_attr_string(node, "program", "");
+    char *buf = strdup(prog);
+    kiln_tensor *stack[64] = {0};
+    int sp = 0;
+    kiln_status st = buf ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    *out = NULL;
+    for (char *save = NULL, *t = buf ? strtok_r(buf, " ", &save) : NULL; t && !st; t = strtok_r(NULL, " ", &save)) {
+        if (sp >= 63) st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "stack overflow");
+        else if (t[0] == 'i' && t[1] >= '0' && t[1] <= '9') {
+            const int k = atoi(t + 1);
+            stack[sp] = k < n_in && in[k] ? as_dtype(in[k], KILN_F32) : NULL;
+            if (!stack[sp++]) st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "bad input %s", t);
+        } else if (t[0] == 'c') {
+            stack[sp++] = kt_scalar(KILN_F32, (float)strtod(t + 1, NULL));
+        } else {
+            char *at = strchr(t, '@');
+            float p[2] = {0, 0};
+            int np = 0;
+            for (char *q = at; q && np < 2; q = strchr(q + 1, '@')) p[np++] = (float)strtod(q + 1, NULL);
+            if (at) *at = 0;
+            bool bin = false;
+            for (int b = 0; b < 7; b++) bin = bin || strcmp(t, binary[b]) == 0;
+            kiln_tensor *r = NULL;
+            if (bin) {
+                if (sp < 2) st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "stack underflow at %s", t);
+                else {
+                    st = eval_op(t, "", 2, &stack[sp - 2], &r);
+                    kiln_tensor_free(stack[--sp]);
+                    kiln_tensor_free(stack[--sp]);
+                }
+            } else if (sp < 1) {
+                st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "stack underflow at %s", t);
+            } else {
+                st = eval_act(t, np > 0, p[0], np > 1, p[1], stack[--sp], &r);
+            }
+            if (r) stack[sp++] = r;
+        }
+    }
+    if (!st && sp != 1) st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "program leaves %d values", sp);
+    if (!st) {
+        /* the output has the inputs' broadcast shape even when the program ignores some */
+        int nd = 0;
+        int64_t dims[KILN_MAX_DIMS];
+        nd = stack[0]->ndim;
+        memcpy(dims, stack[0]->dims, sizeof dims);
+        for (int k = 0; k < n_in; k++) {
+            int64_t next[KILN_MAX_DIMS];
+            if (!kiln_broadcast_shape(nd, dims, in[k]->ndim, in[k]->dims, &nd, next)) {
+                st = kiln_fail(ctx, KILN_ERR_SHAPE, "inputs do not broadcast");
+                break;
+            }
+            memcpy(dims, next, sizeof dims);
+        }
+        *out = st ? NULL : kiln_tensor_new(ctx, dt, nd, dims);
+        int64_t idx[KILN_MAX_DIMS] = {0}, off[1] = {0};
+        int64_t strides[1][KILN_MAX_DIMS];
+        kiln_broadcast_strides(stack[0]->ndim, stack[0]->dims, nd, dims, strides[0]);
+        for (int64_t i = 0; *out && i < kiln_tensor_numel(*out); i++) {
+            kiln_set_f64(*out, i, kiln_get_f64(stack[0], off[0]));
+            kiln_index_next(nd, dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])strides, off);
+        }
+        if (!*out && !st) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < sp; i++) kiln_tensor_free(stack[i]);
+    free(buf);
+    return st;
+}
+
+/* kiln.FusedGemm as Gemm then its activation, in f32, rounded once to dt. */
+static kiln_status compose_gemm(const kiln_node *node, int n_in, kiln_tensor **in, kiln_dtype dt,
+                                kiln_tensor **out) {
+    kiln_tensor *f[3] = {0}, *g = NULL, *y = NULL;
+    kiln_status st = KILN_OK;
+    *out = NULL;
+    for (int i = 0; i < n_in && i < 3; i++)
+        if (in[i] && !(f[i] = as_dtype(in[i], KILN_F32))) st = KILN_ERR_OUT_OF_MEMORY;
+    char attrs[160];
+    snprintf(attrs, sizeof attrs, "transA=%d;transB=%d;alpha=%.9e;beta=%.9e",
+             (int)kiln_attr_int(node, "transA", 0), (int)kiln_attr_int(node, "transB", 0),
+             (double)kiln_attr_float(node, "alpha", 1.0f), (double)kiln_attr_float(node, "beta", 1.0f));
+    if (!st) st = eval_op("Gemm", attrs, n_in, f, &g);
+    const char *act = kiln_attr_string(node, "activation", "");
+    const bool clip = strcmp(act, "Clip") == 0;
+    const char *an = clip ? "act_min" : "act_alpha", *bn = clip ? "act_max" : "act_beta";
+    if (!st)
+        st = eval_act(act, kiln_node_attr(node, an) != NULL, kiln_attr_float(node, an, 0),
+                      kiln_node_attr(node, bn) != NULL, kiln_attr_float(node, bn, 0), g, &y);
+    else
+        kiln_tensor_free(g);
+    if (!st && !(*out = as_dtype(y, dt))) st = KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor_free(y);
+    for (int i = 0; i < 3; i++) kiln_tensor_free(f[i]);
+    return st;
+}
+
+/* Cases after this are checked against f (NULL: back to the ops' own references). */
+static void fused_reference(compose_fn f) { case_compose = f; }
+
+#define GELU5 "program=i0 c0.5 Mul c1 i0 c1.41421 Div Erf Add Mul"
+
+static void fused_elementwise_cases(void) {
+    const char *op = "kiln.FusedElementwise";
+    const double at = 2e-6, rt = 1e-5;
+    fused_reference(compose_elementwise);
+    floats(op, GELU5, 0, true, at, rt, "gelu as 5 ops, odd size", INPUTS(XR(-5, 5, 37, 61)));
+    floats(op, GELU5, 0, true, at, rt, "gelu as 5 ops, vectors", INPUTS(XR(-5, 5, 64, 96)));
+    floats(op, GELU5, 0, false, at, rt, "gelu as 5 ops, 5 elements", INPUTS(XR(-5, 5, 5)));
+    /* each op's generated code */
+    static const struct {
+        const char *prog;
+        double lo, hi;
+    } u[] = {
+        {"i0 Relu", -2, 2}, {"i0 Sigmoid", -9, 9}, {"i0 Tanh", -3, 3}, {"i0 Exp", -6, 6},
+        {"i0 Log", 0.05, 6}, {"i0 Sqrt", 0.05, 6}, {"i0 Reciprocal", 0.2, 3}, {"i0 Abs", -2, 2},
+        {"i0 Neg", -2, 2}, {"i0 Erf", -3, 3}, {"i0 Floor", -5, 5}, {"i0 Ceil", -5, 5},
+        {"i0 Softplus", -12, 12}, {"i0 Softsign", -5, 5}, {"i0 HardSwish", -5, 5},
+        {"i0 LeakyRelu@0.2", -2, 2}, {"i0 Elu@0.5", -3, 3}, {"i0 HardSigmoid@0.3@0.6", -4, 4},
+        {"i0 Clip@-0.5@0.7", -2, 2}, {"i0 Clip@0@6", -3, 9}, {"i0 Clip@-inf@0.5", -2, 2},
+    };
+    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
+        char attrs[96];
+        snprintf(attrs, sizeof attrs, "program=%s", u[i].prog);
+        floats(op, attrs, 0, true, at, rt, u[i].prog, INPUTS(XR(u[i].lo, u[i].hi, 3, 33)));
+    }
+    static const struct {
+        const char *op;
+        double alo, ahi, blo, bhi, rt;
+    } b[] = {
+        {"Add", -2, 2, -2, 2, 1e-6}, {"Sub", -2, 2, -2, 2, 1e-6}, {"Mul", -2, 2, -2, 2, 1e-6},
+        {"Div", -2, 2, 0.5, 2, 1e-6}, {"Pow", 0.5, 2, -2, 2, 3e-6}, {"Max", -2, 2, -2, 2, 0},
+        {"Min", -2, 2, -2, 2, 0},
+    };
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+        char attrs[64];
+        snprintf(attrs, sizeof attrs, "program=i0 i1 %s", b[i].op);
+        const double al = b[i].alo, ah = b[i].ahi, bl = b[i].blo, bh = b[i].bhi, r = b[i].rt;
+        floats(op, attrs, 0, true, 1e-6, r, b[i].op, INPUTS(XR(al, ah, 2, 3, 5, 7), XR(bl, bh, 2, 3, 5, 7)));
+        floats(op, attrs, 0, true, 1e-6, r, b[i].op, INPUTS(XR(al, ah, 3, 7), SCALAR(bl, bh)));
+    }
+    /* broadcast patterns: vector path with a row (inner stride 1) or channel (inner stride
+     * 0) input, the step path where the inner dim is not a multiple of the vector */
+    floats(op, "program=i0 i1 Add Relu", 0, true, at, rt, "bias + relu, row of 16", INPUTS(X(6, 16), X(16)));
+    floats(op, "program=i0 i1 Add Relu", 0, false, at, rt, "bias + relu, row of 5", INPUTS(X(4, 5), X(5)));
+    floats(op, "program=i0 i1 Add Clip@0@6", 0, true, at, rt, "channel bias + relu6, 4x4 planes",
+           INPUTS(XR(-3, 9, 2, 16, 4, 4), X(16, 1, 1)));
+    floats(op, "program=i0 i1 Add Clip@0@6", 0, true, at, rt, "channel bias + relu6, 5x7 planes",
+           INPUTS(XR(-3, 9, 2, 3, 5, 7), X(3, 1, 1)));
+    floats(op, "program=i1 i0 Sub", 0, false, at, rt, "channel first, swapped", INPUTS(X(3, 1, 1), X(2, 3, 5, 8)));
+    floats(op, "program=i0 i1 Mul i2 Add Sigmoid", 0, true, at, rt, "three inputs, outer product and scalar",
+           INPUTS(X(4, 1, 5), X(3, 1), SCALAR(-1, 1)));
+    floats(op, "program=i0 i1 Mul i1 Add", 0, false, at, rt, "5-D general",
+           INPUTS(X(2, 1, 3, 1, 8), X(1, 4, 3, 6, 1)));
+    floats(op, "program=i0 i0 Mul c-1e-3 Mul i1 Add Tanh", 0, true, at, rt, "an input twice, a negative constant",
+           INPUTS(X(5, 40), X(5, 40)));
+    floats(op, "program=i0 HardSwish i1 Mul c2 Max", 0, false, at, rt, "hardswish gate", INPUTS(X(8, 24), X(8, 24)));
+    floats(op, "program=i0", 0, false, 0, 0, "a copy", INPUTS(X(7, 9)));
+    floats(op, "program=c2.5", 0, false, 0, 0, "a constant broadcast to the inputs' shape", INPUTS(X(3, 4)));
+    floats(op, "program=i1 Neg", 0, false, 0, 0, "an unused input still shapes the output", INPUTS(X(3, 1), X(4)));
+    floats(op, "program=i0 i1 Add", 0, false, at, rt, "scalars", INPUTS(SCALAR(-2, 2), SCALAR(-2, 2)));
+    floats(op, "program=i0 Relu", 0, false, 0, 0, "empty", INPUTS(X(0, 5)));
+    fused_reference(NULL);
+}
+
+static void fused_gemm_cases(void) {
+    const char *op = "kiln.FusedGemm";
+    const double at = 2e-5, rt = 1e-4;
+    fused_reference(compose_gemm);
+    atol_scale = 1e-5;
+    floats(op, "activation=", 0, false, at, rt, "bias epilogue", INPUTS(X(5, 7), X(7, 3), X(3)));
+    floats(op, "activation=Relu", 0, false, at, rt, "relu+bias epilogue", INPUTS(X(33, 17), X(17, 45), X(45)));
+    floats(op, "activation=Relu;transA=1;transB=1;alpha=0.5", 0, false, at, rt, "relu+bias, transposed, alpha",
+           INPUTS(X(17, 33), X(45, 17), X(1, 45)));
+    floats(op, "activation=Relu", 0, false, at, rt, "relu epilogue, no C", INPUTS(X(9, 16), X(16, 24)));
+    floats(op, "activation=Relu;beta=0.0", 0, false, at, rt, "relu epilogue, beta 0", INPUTS(X(9, 16), X(16, 24), X(24)));
+    floats(op, "activation=Relu", 0, false, at, rt, "relu after a full C", INPUTS(X(6, 8), X(8, 10), X(6, 10)));
+    floats(op, "activation=Relu;beta=0.5", 0, false, at, rt, "relu, row C with beta 0.5",
+           INPUTS(X(6, 8), X(8, 10), X(10)));
+    floats(op, "activation=LeakyRelu;act_alpha=0.2", 0, false, at, rt, "leaky relu", INPUTS(X(12, 20), X(20, 16), X(16)));
+    floats(op, "activation=Clip;act_min=0.0;act_max=6.0", 0, false, at, rt, "relu6",
+           INPUTS(X(12, 20), XR(0, 2, 20, 16), X(16)));
+    floats(op, "activation=Sigmoid", 0, false, at, rt, "sigmoid", INPUTS(X(12, 20), X(20, 16), X(16)));
+    floats(op, "activation=HardSwish", 0, false, at, rt, "hardswish", INPUTS(X(12, 20), X(20, 16), X(16)));
+    floats(op, "activation=HardSigmoid;act_alpha=0.25;act_beta=0.4", 0, false, at, rt, "hardsigmoid",
+           INPUTS(X(12, 20), X(20, 16), X(16)));
+    floats(op, "activation=Tanh;transB=1", 0, false, at, rt, "tanh", INPUTS(X(12, 20), X(16, 20), X(16)));
+    floats(op, "activation=Relu;transA=1", 0, false, 5e-5, rt, "larger", INPUTS(X(96, 64), X(96, 80), X(80)));
+    atol_scale = 0;
+    fused_reference(NULL);
+}
+
+static void fused_node(kiln_node *node, const char *program, int n_in) {
+    memset(node, 0, sizeof *node);
+    node->op_type = (char *)"FusedElementwise";
+    node->name = (char *)"probe";
+    node->domain = (char *)"kiln";
+    node->op = kiln_op_index_domain("kiln", "FusedElementwise");
+    node->opset = 1;
+    node->n_in = n_in;
+    node->n_out = 1;
+    char attrs[96];
+    snprintf(attrs, sizeof attrs, "program=%s", program);
+    if (program[0] && kiln_attrs_parse(ctx, attrs, &node->attrs, &node->n_attrs)) node->n_attrs = 0;
+}
+
+static void free_node(kiln_node *node) {
+    for (int k = 0; k < node->n_attrs; k++) kiln_attr_clear(&node->attrs[k]);
+    free(node->attrs);
+}
+
+/* Programs the CUDA side must reject by name, before any compilation; and the 64-bit
+ * index arithmetic of outputs of 2^31 elements or more, compiled (shapes only). */
+static void fused_static_checks(void) {
+    static const char *const bad[] = {
+        "i0 Add", "i0 i0", "i2 Relu", "i0 Foo", "i0 Relu@1", "i0 LeakyRelu@1@2", "i0 LeakyRelu", "i0 Clip@0",
+        "i0 Clip@0@", "i0 c", "i0 cx Mul", "",
+    };
+    const int64_t d[2] = {2, 3};
+    kiln_tensor x = {.dtype = KILN_F32, .ndim = 2}, y = x;
+    memcpy(x.dims, d, sizeof d);
+    memcpy(y.dims, d, sizeof d);
+    kiln_tensor *in[2] = {&x, &x}, *out[1] = {&y};
+    kiln_node node;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char label[160];
+        fused_node(&node, bad[i], 2);
+        kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = 2, .in = in, .n_out = 1, .out = out};
+        const kiln_status st = kiln_cuda_supports(&c);
+        snprintf(label, sizeof label, "kiln.FusedElementwise program '%s' is rejected", bad[i]);
+        check(st == KILN_ERR_UNSUPPORTED && strstr(kiln_context_message(ctx), "program"), label,
+              kiln_context_message(ctx));
+        free_node(&node);
+    }
+    const int64_t big[3] = {3, (int64_t)1 << 30, 2}, col[3] = {3, 1, 1};
+    kiln_tensor a = {.dtype = KILN_BF16, .ndim = 3}, b = a, z = a;
+    memcpy(a.dims, big, sizeof big);
+    memcpy(z.dims, big, sizeof big);
+    memcpy(b.dims, col, sizeof col);
+    kiln_tensor *in2[2] = {&a, &b}, *out2[1] = {&z};
+    fused_node(&node, "i0 i1 Mul Sigmoid", 2);
+    kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = 2, .in = in2, .n_out = 1, .out = out2};
+    char *src = NULL;
+    bool ok = kiln_cuda_supports(&c) == KILN_OK && generated_compiles(&c);
+    if (ok && kiln_cuda_fused_source(&c, &src, &(int){0}, &(const char *const *){NULL}) == KILN_OK)
+        ok = strstr(src, "typedef long long IDX;") != NULL;
+    check(ok, "kiln.FusedElementwise with 6.4e9 outputs generates 64-bit indexing that compiles",
+          kiln_context_message(ctx));
+    free(src);
+    free_node(&node);
+    cover("kiln.FusedElementwise");
+}
+
 /* --------------------------------------------------------------- layouts */
 
 /* The kernels that honour NHWC, with 4-D data laid out NHWC on the device. */
@@ -1018,81 +1369,48 @@ static void nhwc_cases(void) {
 
 /* ---------------------------------------------------------------- FusedConv */
 
-/* kiln.FusedConv's attributes other than its activation's are Conv's. */
-static bool act_attr(const char *name) {
-    return strcmp(name, "activation") == 0 || strcmp(name, "alpha") == 0 || strcmp(name, "beta") == 0 ||
-           strcmp(name, "act_min") == 0 || strcmp(name, "act_max") == 0;
-}
-
-/* One node of the composition on owning tensors; *out replaces (and frees) *io when
- * io_owned. */
-static kiln_status eval_step(const char *op, int opset, kiln_attr *attrs, int n_attrs, int n_in, kiln_tensor **in,
-                             kiln_tensor **out) {
-    kiln_node n;
-    memset(&n, 0, sizeof n);
-    n.op_type = (char *)op;
-    n.name = (char *)"composition";
-    n.domain = (char *)"";
-    n.op = kiln_op_index(op);
-    n.opset = opset;
-    n.n_in = n_in;
-    n.n_out = 1;
-    n.attrs = attrs;
-    n.n_attrs = n_attrs;
-    if (n.op < 0) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "no CPU %s in this build", op);
-    return kiln_op_eval(ctx, &n, n_in, in, 1, out);
-}
-
-/* act(Conv(X, W, B) + Z) from the CPU references of Conv, Add and the activation op,
- * each rounding to the dtype as a separate kernel would. */
-static kiln_status fused_reference(const kiln_node *node, int n_in, kiln_tensor **in, kiln_tensor **out) {
+/* kiln.FusedConv as Conv, Add(Z) and its activation, in f32, rounded once to dt. */
+static kiln_status compose_conv(const kiln_node *node, int n_in, kiln_tensor **in, kiln_dtype dt, kiln_tensor **out) {
+    static const char *const conv_attrs[] = {"kernel_shape", "strides", "pads", "auto_pad", "dilations", "group"};
+    kiln_tensor *f[4] = {0}, *y = NULL, *t = NULL;
+    kiln_status st = KILN_OK;
     *out = NULL;
-    kiln_attr conv_attrs[16];
-    int n_conv = 0;
-    for (int i = 0; i < node->n_attrs && n_conv < 16; i++)
-        if (!act_attr(node->attrs[i].name)) conv_attrs[n_conv++] = node->attrs[i]; /* borrowed */
-    kiln_tensor *y = NULL, *t = NULL;
-    kiln_tensor *cin[3] = {in[0], in[1], n_in > 2 ? in[2] : NULL};
-    kiln_status st = eval_step("Conv", 21, conv_attrs, n_conv, n_in > 2 && in[2] ? 3 : 2, cin, &y);
-    if (!st && n_in > 3 && in[3]) {
-        kiln_tensor *ain[2] = {y, in[3]};
-        st = eval_step("Add", 21, NULL, 0, 2, ain, &t);
+    for (int i = 0; i < n_in && i < 4; i++)
+        if (in[i] && !(f[i] = as_dtype(in[i], KILN_F32))) st = KILN_ERR_OUT_OF_MEMORY;
+    /* Conv's attributes as text, from the node's */
+    char attrs[512] = "";
+    size_t k = 0;
+    for (size_t a = 0; a < sizeof conv_attrs / sizeof conv_attrs[0] && k < sizeof attrs; a++) {
+        const kiln_attr *at = kiln_node_attr(node, conv_attrs[a]);
+        if (!at) continue;
+        k += (size_t)snprintf(attrs + k, sizeof attrs - k, "%s%s=", k ? ";" : "", at->name);
+        if (at->type == KILN_ATTR_STRING) k += (size_t)snprintf(attrs + k, sizeof attrs - k, "%s", at->s);
+        else if (at->type == KILN_ATTR_INT) k += (size_t)snprintf(attrs + k, sizeof attrs - k, "%lld", (long long)at->i);
+        else
+            for (int j = 0; j < at->n && k < sizeof attrs; j++)
+                k += (size_t)snprintf(attrs + k, sizeof attrs - k, "%s%lld%s", j ? "," : "[", (long long)at->ints[j],
+                                      j == at->n - 1 ? "]" : "");
+    }
+    if (!st) st = eval_op("Conv", attrs, f[2] ? 3 : 2, f, &y);
+    if (!st && f[3]) {
+        kiln_tensor *ain[2] = {y, f[3]};
+        st = eval_op("Add", "", 2, ain, &t);
         kiln_tensor_free(y);
         y = t;
-        t = NULL;
     }
     const char *act = kiln_attr_string(node, "activation", "");
-    if (!st && *act) {
-        char text[128] = "";
-        kiln_tensor *ain[3] = {y, NULL, NULL};
-        int nin = 1;
-        if (strcmp(act, "LeakyRelu") == 0)
-            snprintf(text, sizeof text, "alpha=%.9e", (double)kiln_attr_float(node, "alpha", 0.01f));
-        if (strcmp(act, "HardSigmoid") == 0)
-            snprintf(text, sizeof text, "alpha=%.9e;beta=%.9e", (double)kiln_attr_float(node, "alpha", 0.2f),
-                     (double)kiln_attr_float(node, "beta", 0.5f));
-        if (strcmp(act, "Clip") == 0) {
-            ain[1] = kt_scalar(y->dtype, kiln_attr_float(node, "act_min", -INFINITY));
-            ain[2] = kt_scalar(y->dtype, kiln_attr_float(node, "act_max", INFINITY));
-            nin = 3;
-        }
-        kiln_attr *attrs = NULL;
-        int na = 0;
-        st = kiln_attrs_parse(ctx, text, &attrs, &na);
-        if (!st) st = eval_step(act, 21, attrs, na, nin, ain, &t);
-        for (int i = 0; i < na; i++) kiln_attr_clear(&attrs[i]);
-        free(attrs);
-        kiln_tensor_free(ain[1]);
-        kiln_tensor_free(ain[2]);
+    const bool clip = strcmp(act, "Clip") == 0;
+    const char *an = clip ? "act_min" : "alpha", *bn = clip ? "act_max" : "beta";
+    t = NULL;
+    if (!st)
+        st = eval_act(act, kiln_node_attr(node, an) != NULL, kiln_attr_float(node, an, 0),
+                      kiln_node_attr(node, bn) != NULL, kiln_attr_float(node, bn, 0), y, &t);
+    else
         kiln_tensor_free(y);
-        y = t;
-    }
-    if (st) {
-        kiln_tensor_free(y);
-        return st;
-    }
-    *out = y;
-    return KILN_OK;
+    if (!st && !(*out = as_dtype(t, dt))) st = KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor_free(t);
+    for (int i = 0; i < 4; i++) kiln_tensor_free(f[i]);
+    return st;
 }
 
 /* Every activation, with and without B and Z, both layouts; then how many cases cuDNN ran
@@ -1117,7 +1435,7 @@ static void fused_conv_cases(void) {
         {"pads=[1,1,1,1];activation=HardSigmoid;alpha=0.3;beta=0.4", "hardsigmoid, bias", true, false},
         {"pads=[1,1,1,1];activation=Tanh", "tanh, bias", true, false},
     };
-    reference = fused_reference;
+    fused_reference(compose_conv);
     atol_scale = 1e-5;
     for (int nhwc = 0; nhwc < 2; nhwc++) {
         layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(3) | NHWC_OUT : 0;
@@ -1141,7 +1459,7 @@ static void fused_conv_cases(void) {
     floats("kiln.FusedConv", "pads=[2,2];activation=Relu", 0, false, at, rt, "1-D, residual",
            INPUTS(X(2, 3, 20), X(4, 3, 5), X(4), X(2, 4, 20)));
     atol_scale = 0;
-    reference = NULL;
+    fused_reference(NULL);
     if (cu) {
         kiln_cuda_stats st;
         kiln_cuda_get_stats(cu, &st);
@@ -1820,6 +2138,66 @@ static void staging_checks(void) {
     kiln_cuda_free(small);
 }
 
+/* A small CNN lowered onto CUDA, profiled node by node: one entry per run node, GPU times
+ * > 0 in run order within the traced pass, FLOPs from shapes. */
+static void profile_checks(void) {
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    kiln_tensor *x = NULL, *w = NULL, *fw = NULL, *fb = NULL;
+    kiln_profile p = {0};
+    kiln_status st = kiln_model_create(ctx, &m);
+    w = kt_rand(KILN_F32, 4, KT_DIMS(16, 3, 3, 3), -1, 1, 5);
+    fw = kt_rand(KILN_F32, 2, KT_DIMS(10, 16), -1, 1, 6);
+    fb = kt_rand(KILN_F32, 1, KT_DIMS(10), -1, 1, 7);
+    x = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 32, 32), -1, 1, 8);
+    if (!st && (!w || !fw || !fb || !x)) st = KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_model_add_input(m, "x", KILN_F32, 4, KT_DIMS(2, 3, 32, 32));
+    if (!st) st = kiln_model_add_initializer(m, "w", w);
+    if (!st) st = kiln_model_add_initializer(m, "fw", fw);
+    if (!st) st = kiln_model_add_initializer(m, "fb", fb);
+    kiln_node *n = NULL;
+    const char *conv_in[] = {"x", "w"}, *gemm_in[] = {"f", "fw", "fb"};
+    if (!st) st = kiln_model_add_node(m, "Conv", "conv", 2, conv_in, 1, (const char *[]){"c"}, &n);
+    if (!st) st = kiln_node_set_ints(n, "pads", 4, KT_DIMS(1, 1, 1, 1));
+    if (!st) st = kiln_model_add_node(m, "Relu", "relu", 1, (const char *[]){"c"}, 1, (const char *[]){"r"}, NULL);
+    if (!st)
+        st = kiln_model_add_node(m, "GlobalAveragePool", "gap", 1, (const char *[]){"r"}, 1, (const char *[]){"g"},
+                                 NULL);
+    if (!st) st = kiln_model_add_node(m, "Flatten", "flat", 1, (const char *[]){"g"}, 1, (const char *[]){"f"}, NULL);
+    if (!st) st = kiln_model_add_node(m, "Gemm", "fc", 3, gemm_in, 1, (const char *[]){"y"}, &n);
+    if (!st) st = kiln_node_set_int(n, "transB", 1);
+    if (!st) st = kiln_model_add_output(m, "y");
+    if (!st) st = kiln_model_finalize(m);
+    kiln_session_options o = {.device = KILN_DEVICE_CUDA, .disable_passes = ~0u};
+    if (!st) st = kiln_session_create(m, &o, &s);
+    if (!st) st = kiln_session_profile(s, 1, &x, 2, 9, &p);
+    check(!st, "a CUDA plan profiles", kiln_context_message(ctx));
+    if (!st) {
+        bool ok = p.n == 5 && p.iters == 9;
+        for (int e = 0; ok && e < p.n; e++) {
+            const kiln_profile_node *pn = &p.nodes[e];
+            /* Flatten is a view: nothing runs between its events */
+            ok = pn->ms >= 0 && pn->dur_ms >= 0 && (e == 0 || pn->start_ms >= p.nodes[e - 1].start_ms);
+        }
+        ok = ok && p.nodes[0].ms > 0 && p.nodes[4].ms > 0;
+        check(ok, "one GPU time per node, in run order", "times or order wrong");
+        check(p.n == 5 && strcmp(p.nodes[0].op_type, "Conv") == 0 &&
+                  p.nodes[0].flops == 2.0 * (2 * 16 * 32 * 32) * (3 * 3 * 3) &&
+                  strcmp(p.nodes[4].op_type, "Gemm") == 0 && p.nodes[4].flops == 2.0 * 2 * 10 * 16,
+              "FLOPs of the convolution and the product", "wrong FLOPs");
+        printf("     profile: conv %.4f ms, relu %.4f, gap %.4f, flatten %.4f, fc %.4f (sum %.4f)\n",
+               p.nodes[0].ms, p.n > 1 ? p.nodes[1].ms : 0, p.n > 2 ? p.nodes[2].ms : 0,
+               p.n > 3 ? p.nodes[3].ms : 0, p.n > 4 ? p.nodes[4].ms : 0, p.total_ms);
+    }
+    kiln_profile_free(&p);
+    kiln_session_free(s);
+    kiln_model_free(m);
+    kiln_tensor_free(x);
+    kiln_tensor_free(w);
+    kiln_tensor_free(fw);
+    kiln_tensor_free(fb);
+}
+
 static const char *RTC_SRC =
     "extern \"C\" __global__ void axpb(float *x, float a, float b, int n) {\n"
     "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -2102,6 +2480,9 @@ int main(int argc, char **argv) {
     softmax_grad_cases();
     loss_cases();
     misc_training_cases();
+    fused_elementwise_cases();
+    fused_gemm_cases();
+    if (wanted("kiln.FusedElementwise")) fused_static_checks();
     if (wanted("supports")) supports_checks();
     if (wanted("supports") || wanted("layout")) layout_supports_checks();
     if (wanted("mnist")) mnist_training_graph();
@@ -2115,6 +2496,7 @@ int main(int argc, char **argv) {
         if (wanted("rng")) rng_checks();
         if (have_dir && wanted("algo cache")) algo_cache_checks(dir);
         if (wanted("small ResNet")) session_checks();
+        if (wanted("profile")) profile_checks();
     }
 
     for (int i = 0; i < kiln_cuda_kernel_count() && !only; i++) {
