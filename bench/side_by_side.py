@@ -52,9 +52,9 @@ def torch_time(model, x, iters):
     return times[len(times) // 2]
 
 
-def kiln_bench(kiln, path, batch, iters):
+def kiln_bench(kiln, path, batch, iters, prec="--fp32"):
     r = subprocess.run([kiln, "bench", path, "--batch", str(batch), "--device", "cuda", "--iters", str(iters),
-                        "--warmup", "5"], capture_output=True, text=True)
+                        "--warmup", "5", prec], capture_output=True, text=True)
     if r.returncode:
         return None, r.stderr.strip()[-300:]
     m = re.search(r"GPU compute \(ms, inputs resident\): min [\d.]+\s+median ([\d.]+)", r.stdout)
@@ -62,10 +62,10 @@ def kiln_bench(kiln, path, batch, iters):
     return (float(m.group(1)) if m else None), (r.stdout.strip().splitlines() if m else r.stdout[-300:])
 
 
-def kiln_run(kiln, path, x, device, tmp):
+def kiln_run(kiln, path, x, device, tmp, prec="--fp32"):
     xi, yo = os.path.join(tmp, "x.npy"), os.path.join(tmp, f"y_{device}.npy")
     np.save(xi, x)
-    r = subprocess.run([kiln, "run", path, "--input", xi, "--output", yo, "--device", device],
+    r = subprocess.run([kiln, "run", path, "--input", xi, "--output", yo, "--device", device, prec],
                        capture_output=True, text=True)
     if r.returncode:
         return None, r.stderr.strip()[-400:]
@@ -83,6 +83,8 @@ def main():
     ap.add_argument("--dynamo", action="store_true", help="also export with dynamo=True")
     ap.add_argument("--cpu", action="store_true", help="also run kiln on the CPU")
     ap.add_argument("--no-time", action="store_true")
+    ap.add_argument("--fp16", action="store_true", help="also fp16: agreement on 256 inputs, timing vs torch fp16")
+    ap.add_argument("--compile", default="", help="models to also time with torch.compile (fp16, channels_last)")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -111,6 +113,18 @@ def main():
                 else:
                     row[f"{dev}_max_rel_err"] = rel(y, ref)
                     row[f"{dev}_top1_agree"] = float((y.argmax(1) == ref.argmax(1)).mean())
+            if a.fp16 and not dynamo:
+                x256 = np.random.default_rng(2).standard_normal((256, 3, 224, 224)).astype(np.float32)
+                with torch.inference_mode():
+                    ref256 = torch.cat([model.cuda()(torch.from_numpy(x256[i:i + 64]).cuda()).float().cpu()
+                                        for i in range(0, 256, 64)]).numpy()
+                y16, err = kiln_run(a.kiln, path, x256, "cuda", tmp, "--fp16")
+                if y16 is None:
+                    row["fp16_error"] = err
+                else:
+                    row["fp16_max_rel_err"] = rel(y16, ref256)
+                    row["fp16_top1_agree"] = float((y16.argmax(1) == ref256.argmax(1)).mean())
+                model.cpu()
             if not a.no_time and not dynamo:
                 m = model.cuda()
                 for bs in (1, BIG.get(name, 64)):
@@ -125,10 +139,30 @@ def main():
                         row[f"bs{bs}_kiln_error"] = info
                     if bs == 1 and k_ms:
                         row["kiln_bench_bs1"] = info
+                    if a.fp16:
+                        mh = model.half().cuda().to(memory_format=torch.channels_last)
+                        xh = xt.half().to(memory_format=torch.channels_last)
+                        row[f"bs{bs}_torch16_ms"] = round(torch_time(mh, xh, 20 if bs > 1 else 100), 4)
+                        if name in a.compile.split(","):
+                            mc = torch.compile(mh)
+                            row[f"bs{bs}_compile16_ms"] = round(torch_time(mc, xh, 20 if bs > 1 else 100), 4)
+                        k16, info16 = kiln_bench(a.kiln, path, bs, 20 if bs > 1 else 100, "--fp16")
+                        row[f"bs{bs}_kiln16_ms"] = k16
+                        if not k16:
+                            row[f"bs{bs}_kiln16_error"] = info16
+                        elif bs > 1:
+                            row["kiln16_big_info"] = info16
+                        model.float()
                 model.cpu()
             rows.append(row)
             print(json.dumps(row), flush=True)
             json.dump(rows, open(os.path.join(OUT, "side_by_side.json"), "w"), indent=1)
+    if a.fp16:
+        print("\nfp16: model, max rel err vs torch fp32, top-1 agreement (256 inputs); ms torch fp16 cl / compile / kiln fp16 at bs 1 and large")
+        for r in rows:
+            ks = [k for k in r if k.endswith("_kiln16_ms")]
+            print(r["model"], r.get("fp16_max_rel_err"), r.get("fp16_top1_agree"), r.get("fp16_error", ""),
+                  *[f"{k[:-10]}: {r.get(k[:-10] + '_torch16_ms')} / {r.get(k[:-10] + '_compile16_ms', '-')} / {r.get(k)}" for k in ks])
     print("\nmodel                     cuda rel err  top1   bs1 torch/kiln ms (x)     big torch/kiln ms (x)")
     for r in rows:
         big = [k for k in r if k.startswith("bs") and k.endswith("_torch_ms") and not k.startswith("bs1_")]

@@ -25,7 +25,7 @@ static int usage(FILE *f) {
             "usage: kiln <command> [options]\n"
             "\n"
             "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
-            "        [--device cpu] [--threads N] [--no-fold] [--stats]\n"
+            "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--threads N] [--no-fold] [--stats]\n"
             "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
@@ -107,6 +107,9 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(a, "--output") == 0 && i + 1 < argc && n_out < MAX_IO) out_paths[n_out++] = argv[++i];
         else if (strcmp(a, "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(a, "--no-fold") == 0) opts.no_fold = 1;
+        else if (strcmp(a, "--fp32") == 0) opts.precision = KILN_PRECISION_FP32;
+        else if (strcmp(a, "--fp16") == 0) opts.precision = KILN_PRECISION_FP16;
+        else if (strcmp(a, "--bf16") == 0) opts.precision = KILN_PRECISION_BF16;
         else if (strcmp(a, "--stats") == 0) stats = 1;
         else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
             const char *d = argv[++i];
