@@ -222,6 +222,9 @@ enum {
     KILN_PASS_CUDA_GRAPH = 1 << 6,    /* replay each plan as a captured CUDA graph (CUDA) */
     KILN_PASS_AUTOTUNE = 1 << 7       /* time cuDNN's algorithms per shape (else its heuristic) */
 };
+/* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
+ * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),
+ * one line per problem, scoped to the GPU model and cuDNN version; safe to delete. */
 
 typedef struct kiln_session_options {
     kiln_device device;        /* KILN_DEVICE_CPU (default) */

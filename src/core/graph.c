@@ -267,8 +267,13 @@ kiln_status kiln_model_add_initializer(kiln_model *m, const char *name, const ki
         return kiln_fail(m->ctx, KILN_ERR_GRAPH, "initializer '%s' is defined twice", name);
     int v = kiln_model_get_value(m, name);
     if (v < 0) return KILN_ERR_OUT_OF_MEMORY;
-    kiln_tensor *c = kiln_tensor_clone(m->ctx, t);
-    if (!c) return KILN_ERR_OUT_OF_MEMORY;
+    /* Host data is NCHW throughout (kernels read that); an NHWC tensor is converted. */
+    kiln_tensor *c = NULL;
+    if (t->ndim == 4 && t->format == KILN_FORMAT_NHWC) {
+        if ((st = kiln_tensor_to_format(m->ctx, t, KILN_FORMAT_NCHW, &c)) != KILN_OK) return st;
+    } else if (!(c = kiln_tensor_clone(m->ctx, t))) {
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
     m->values[v].init = c;
     m->values[v].dtype = c->dtype;
     m->values[v].ndim = c->ndim;
@@ -620,6 +625,7 @@ kiln_status kiln_model_clone(const kiln_model *src, kiln_model **out) {
         memcpy(b->dims, a->dims, sizeof b->dims);
         b->is_input = a->is_input;
         b->is_output = a->is_output;
+        b->format = a->format;
         for (int d = 0; d < KILN_MAX_DIMS && !st; d++)
             if (a->dim_param[d] && !(b->dim_param[d] = kiln_strdup(m->ctx, a->dim_param[d]))) st = KILN_ERR_OUT_OF_MEMORY;
         if (!st && a->init && !(b->init = kiln_tensor_clone(m->ctx, a->init))) st = KILN_ERR_OUT_OF_MEMORY;

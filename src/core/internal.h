@@ -144,6 +144,11 @@ typedef struct kiln_value {
     int producer;      /* node index, or -1 (graph input / initializer) */
     bool is_input;
     bool is_output;
+    /* Memory layout of a 4-D value on a device backend, set by the layout pass
+     * (src/passes/layout.c); device plans copy it into their tensors. The CPU backend
+     * keeps every tensor NCHW whatever this says: host data, initializers and folded
+     * constants included, are always NCHW bytes (a device converts them on upload). */
+    kiln_format format;
 } kiln_value;
 
 struct kiln_node {

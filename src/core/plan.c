@@ -112,6 +112,8 @@ static kiln_status alloc_tables(kiln_plan *p) {
         if (val->init) {
             p->vt[v] = *val->init;
             p->vt[v].owns_data = false;
+            /* the bytes are NCHW; a device plan uploads them in the value's layout */
+            p->vt[v].format = !p->host_memory && val->init->ndim == 4 ? val->format : KILN_FORMAT_NCHW;
             p->known[v] = true;
             p->inferred[v] = true;
         }
@@ -195,6 +197,9 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
                 return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d has %lld elements", k,
                                     (long long)kiln_tensor_numel(t));
             p->inferred[n->out[k]] = true;
+            /* Device plans lay values out as the layout pass decided; on the host every
+             * tensor is NCHW (the CPU references read no other layout). */
+            t->format = !p->host_memory && t->ndim == 4 ? m->values[n->out[k]].format : KILN_FORMAT_NCHW;
         }
         /* Shape computations (small outputs) always fold: later nodes may need their values.
          * Larger constant subgraphs fold unless the session asked for no folding. */

@@ -98,6 +98,24 @@ static kiln_status read_props(kiln_cuda *cu) {
     return KILN_OK;
 }
 
+/* Algorithm choices: the search mode, and the timed choices the disk cache holds for this
+ * GPU model and cuDNN version. An unreadable cache is an empty one. */
+static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
+    cu->autotune = !o->no_autotune;
+    cu->deterministic = o->deterministic != 0;
+    cu->algo_path[0] = '\0';
+    if (o->algo_cache) {
+        if ((size_t)snprintf(cu->algo_path, sizeof cu->algo_path, "%s", o->algo_cache) >= sizeof cu->algo_path)
+            cu->algo_path[0] = '\0';
+    } else if (!kiln_algo_cache_default_path(cu->algo_path, sizeof cu->algo_path)) {
+        cu->algo_path[0] = '\0';
+    }
+    kiln_algo_cache_prefix(cu->algo_prefix, sizeof cu->algo_prefix, cu->props.name, (long)cudnnGetVersion());
+    if (!cu->autotune || !cu->algo_path[0]) return;
+    int added = kiln_algo_cache_load(cu->algo_path, cu->algo_prefix, &cu->algos, &cu->n_algos, &cu->cap_algos);
+    if (added > 0) cu->stats.algos_loaded = added;
+}
+
 /* Everything create sets up after the struct exists; kiln_cuda_free undoes any part. */
 static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
     kiln_context *ctx = cu->ctx;
@@ -129,6 +147,7 @@ static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
         cu->workspace_bytes = o->workspace_bytes;
     }
     KILN_CUDA_CHECK(ctx, cudaStreamSynchronize(cu->stream));
+    load_algos(cu, o);
     return KILN_OK;
 }
 
@@ -161,6 +180,8 @@ void kiln_cuda_free(kiln_cuda *cu) {
      * kernel still uses what is freed. cudaGetLastError clears what they leave. */
     if (cudaSetDevice(cu->device) == cudaSuccess && cu->stream) cudaStreamSynchronize(cu->stream);
     if (cu->dnn_conv) cudnnDestroyConvolutionDescriptor(cu->dnn_conv);
+    if (cu->dnn_act) cudnnDestroyActivationDescriptor(cu->dnn_act);
+    if (cu->dnn_b) cudnnDestroyTensorDescriptor(cu->dnn_b);
     if (cu->dnn_w) cudnnDestroyFilterDescriptor(cu->dnn_w);
     if (cu->dnn_x) cudnnDestroyTensorDescriptor(cu->dnn_x);
     if (cu->dnn_y) cudnnDestroyTensorDescriptor(cu->dnn_y);
@@ -176,11 +197,12 @@ void kiln_cuda_free(kiln_cuda *cu) {
         if (cu->staged[i]) cudaEventDestroy(cu->staged[i]);
     if (cu->stream) cudaStreamDestroy(cu->stream);
     cudaGetLastError();
-    free(cu->conv_algos);
+    free(cu->algos);
     free(cu);
 }
 
 const kiln_cuda_props *kiln_cuda_get_props(const kiln_cuda *cu) { return &cu->props; }
+void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out) { *out = cu->stats; }
 kiln_context *kiln_cuda_context(const kiln_cuda *cu) { return cu->ctx; }
 void *kiln_cuda_stream(const kiln_cuda *cu) { return (void *)cu->stream; }
 
@@ -200,10 +222,12 @@ kiln_status kiln_cuda_dnn(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t *out) 
         /* descriptors that conv.c sets per call, so that no call allocates */
         KILN_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&cu->dnn_x));
         KILN_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&cu->dnn_y));
+        KILN_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&cu->dnn_b));
         KILN_CUDNN_CHECK(ctx, cudnnCreateFilterDescriptor(&cu->dnn_w));
         KILN_CUDNN_CHECK(ctx, cudnnCreateConvolutionDescriptor(&cu->dnn_conv));
+        KILN_CUDNN_CHECK(ctx, cudnnCreateActivationDescriptor(&cu->dnn_act));
     }
-    if (!cu->dnn_x || !cu->dnn_y || !cu->dnn_w || !cu->dnn_conv)
+    if (!cu->dnn_x || !cu->dnn_y || !cu->dnn_b || !cu->dnn_w || !cu->dnn_conv || !cu->dnn_act)
         return kiln_fail(ctx, KILN_ERR_DEVICE, "cuDNN descriptors could not be created earlier");
     *out = cu->dnn;
     return KILN_OK;

@@ -1,40 +1,64 @@
 /*
- * conv.c — Conv and its gradients through cuDNN 9's convolution API, NCHW:
- *   Conv (cudnnConvolutionForward), kiln.ConvGradInput(dY, W, X) -> dX
- *   (cudnnConvolutionBackwardData) and kiln.ConvGradWeight(X, dY, W) -> dW
- *   (cudnnConvolutionBackwardFilter). The gradient ops carry Conv's attributes and read
- *   only the shape of their last input; ConvGradBias is a plain sum (reduce_sum.cu).
+ * conv.c — Conv, kiln.FusedConv and the convolution gradients through cuDNN 9's
+ * convolution API.
  *   X (N, C, W) or (N, C, H, W), W (M, C/group, kW) or (M, C/group, kH, kW), optional
  *   B (M): 1-D and 2-D convolutions (1-D as 2-D with H = 1), groups (depthwise too),
  *   strides, dilations, explicit pads or auto_pad, f32 / f16 / bf16.
+ *   kiln.ConvGradInput(dY, W, X) -> dX (cudnnConvolutionBackwardData) and
+ *   kiln.ConvGradWeight(X, dY, W) -> dW (cudnnConvolutionBackwardFilter) carry Conv's
+ *   attributes and read only the shape of their last input; ConvGradBias is a plain sum
+ *   (reduce_sum.cu).
+ *
+ *   Layouts: 2-D forward convolutions take X, W and Y (and Z) all NCHW or all NHWC (W
+ *   then KRSC, what cuDNN's NHWC kernels read); 1-D ones and the gradients NCHW.
+ *
+ *   kiln.FusedConv(X, W, B?, Z?) = act(conv(X, W) + B + Z) (FUSED.md). With activation
+ *   Relu, or none with a B or Z to add, one call to cudnnConvolutionBiasActivationForward
+ *   computes all of it (alpha2 = 0 and z = y when there is no Z; a zeroed bias in the
+ *   workspace when there is no B). cuDNN's identity activation only runs with
+ *   IMPLICIT_PRECOMP_GEMM, so without an activation that algorithm is weighed against the
+ *   fastest one plus a separate epilogue kernel (its time estimated from the bytes it
+ *   moves). Other activations, and any combination cuDNN refuses (it is asked once per
+ *   choice, and the answer kept), run the convolution and then one epilogue kernel
+ *   y = act(y + B + Z).
  *
  *   Pads are computed by the CPU reference's rules (kiln_cuda_window_get). cuDNN pads both
  *   sides of a dim by one amount; when begin and end pads differ (SAME_* with an odd
  *   total, or explicit asymmetric pads) X is first copied into the workspace with its
- *   zero border and convolved with no padding.
+ *   zero border and convolved with no padding (the input gradient: computed for the
+ *   padded X, cropped into dX afterwards).
  *
  *   Precision: f32 runs with CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would let Ampere and
- *   Hopper use TF32); f16 / bf16 use tensor cores with f32 accumulation (compute type
- *   CUDNN_DATA_FLOAT). The bias is added by a per-channel kernel afterwards.
+ *   Hopper use TF32) unless the kiln_cuda allows TF32 (training's default); f16 / bf16
+ *   use tensor cores (CUDNN_TENSOR_OP_MATH) with f32 accumulation (compute type
+ *   CUDNN_DATA_FLOAT).
  *
- *   Algorithm: chosen by cudnnFindConvolution{Forward,BackwardData,BackwardFilter}
- *   AlgorithmEx the first time a shape (and workspace size, and direction) is seen, with
- *   the caller's buffers and workspace, and cached on the kiln_cuda. Workspace
- *   (kiln_cuda_ws_conv and the gradients' own): the padded copy of X (forward, weight
- *   gradient) or of dX (input gradient, cropped into dX afterwards), if any, plus the most
- *   any algorithm of that direction needs for the shape, up to CONV_WS_CAP. The fastest
- *   algorithm is taken, deterministic or not (cuDNN's backward algorithms 0 and 3 add with
- *   atomics).
+ *   Algorithm: the first time a problem is met (direction, shapes, dtype, layout, group,
+ *   pads, strides, dilations, math type, workspace cap, alignment, determinism) it is
+ *   timed by cudnnFindConvolution{Forward,BackwardData,BackwardFilter}AlgorithmEx on the
+ *   caller's buffers, or with autotuning off chosen by cuDNN's heuristic
+ *   (cudnnGetConvolution*Algorithm_v7) without timing. Deterministic mode keeps only
+ *   algorithms cuDNN reports deterministic (backward algorithms 0 and 3 add with atomics).
+ *   Choices are kept on the kiln_cuda, and timed ones in the disk cache (algo_cache.c)
+ *   for later processes. Workspace: the padded copy of X or dX, if any, a zero bias for a
+ *   FusedConv without B, plus the most any algorithm of the direction needs for the shape,
+ *   up to CONV_WS_CAP.
  */
 #include "cuda_internal.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CONV_WS_CAP ((size_t)512 << 20)
+/* Weighing a separate epilogue kernel against a slower fused algorithm: it reads and
+ * writes Y and reads Z at about this rate (bytes per ms: 3 TB/s, what a simple
+ * elementwise kernel reaches on an H100 / H200), after a launch of this many ms. */
+#define EPILOGUE_BYTES_PER_MS 3.0e9
+#define EPILOGUE_LAUNCH_MS 0.003
 
 typedef struct conv_geo {
     int64_t N, C, H, W; /* X as cuDNN sees it: padded when `padded` */
@@ -45,11 +69,16 @@ typedef struct conv_geo {
     bool padded;          /* X goes through a padded copy */
     int64_t pt, pb, pl, pr; /* that copy's border */
     int64_t H0, W0;       /* X's own spatial dims */
+    kiln_format fmt;      /* of X, W, Y and Z */
 } conv_geo;
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+static kiln_format fmt_of(const kiln_tensor *t) { return t->ndim == 4 ? t->format : KILN_FORMAT_NCHW; }
+
+static const char *fmt_name(kiln_format f) { return f == KILN_FORMAT_NHWC ? "NHWC" : "NCHW"; }
 
 /* Geometry of the convolution of x by w giving y (c: the node, for its attributes), or
  * false with a reason. */
@@ -58,6 +87,16 @@ static bool conv_geo_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_
     memset(g, 0, sizeof *g);
     if (x->ndim != 3 && x->ndim != 4) {
         snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", x->ndim - 2);
+        return false;
+    }
+    if (w->ndim != x->ndim) {
+        snprintf(why, n, "W has rank %d, X %d", w->ndim, x->ndim);
+        return false;
+    }
+    g->fmt = fmt_of(x);
+    if (fmt_of(w) != g->fmt || fmt_of(y) != g->fmt) {
+        snprintf(why, n, "layouts X %s, W %s, Y %s (one layout for all three)", fmt_name(fmt_of(x)),
+                 fmt_name(fmt_of(w)), fmt_name(fmt_of(y)));
         return false;
     }
     kiln_cuda_window win;
@@ -96,7 +135,7 @@ static bool conv_geo_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_
     const int64_t all[] = {g->N, g->C, g->H, g->W, g->M, g->Cg, g->G, g->kh, g->kw, g->sh,
                            g->sw, g->dh, g->dw, g->ph, g->pw, g->OH, g->OW};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (!fits_int(all[i])) {
+        if (!fits_int(all[i]) || all[i] > INT_MAX / 2) {
             snprintf(why, n, "a size does not fit cuDNN's int arguments");
             return false;
         }
@@ -107,18 +146,52 @@ static bool conv_geo_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_
     return true;
 }
 
+static const kiln_tensor *input(const kiln_op_ctx *c, int i) { return i < c->n_in ? c->in[i] : NULL; }
+
+bool kiln_cuda_conv_supported(const kiln_op_ctx *c, bool fused, char *why, size_t n) {
+    conv_geo g;
+    if (c->n_in < 2 || !c->in[1]) {
+        snprintf(why, n, "W is missing");
+        return false;
+    }
+    if (!conv_geo_get(c, c->in[0], c->in[1], c->out[0], &g, why, n)) return false;
+    const kiln_tensor *b = input(c, 2), *z = fused ? input(c, 3) : NULL, *y = c->out[0];
+    if (b && (b->ndim != 1 || b->dims[0] != g.M)) {
+        snprintf(why, n, "B must have M = %lld elements", (long long)g.M);
+        return false;
+    }
+    if (!fused) return true;
+    kiln_cuda_act act;
+    if (!kiln_cuda_act_get(c->node, false, &act, why, n)) return false;
+    if (z) {
+        bool same = z->ndim == y->ndim && z->dtype == y->dtype && fmt_of(z) == fmt_of(y);
+        for (int d = 0; same && d < y->ndim; d++) same = z->dims[d] == y->dims[d];
+        if (!same) {
+            snprintf(why, n, "Z must have Y's dtype, shape and layout");
+            return false;
+        }
+    }
+    return true;
+}
+
 static cudnnDataType_t dnn_type(kiln_dtype t) {
     return t == KILN_F16 ? CUDNN_DATA_HALF : t == KILN_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
-/* Describe the convolution on cu's reusable descriptors. */
+static cudnnTensorFormat_t dnn_format(kiln_format f) {
+    return f == KILN_FORMAT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+/* Describe the convolution on cu's reusable descriptors (dims in NCHW order, whatever
+ * the layout). */
 static kiln_status set_descriptors(kiln_cuda *cu, kiln_context *ctx, const conv_geo *g,
                                    kiln_dtype dt) {
     const cudnnDataType_t t = dnn_type(dt);
-    KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_x, CUDNN_TENSOR_NCHW, t, (int)g->N,
-                                                     (int)g->C, (int)g->H, (int)g->W));
-    KILN_CUDNN_CHECK(ctx, cudnnSetFilter4dDescriptor(cu->dnn_w, t, CUDNN_TENSOR_NCHW, (int)g->M,
-                                                     (int)g->Cg, (int)g->kh, (int)g->kw));
+    const cudnnTensorFormat_t f = dnn_format(g->fmt);
+    KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_x, f, t, (int)g->N, (int)g->C, (int)g->H,
+                                                     (int)g->W));
+    KILN_CUDNN_CHECK(ctx, cudnnSetFilter4dDescriptor(cu->dnn_w, t, f, (int)g->M, (int)g->Cg, (int)g->kh,
+                                                     (int)g->kw));
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolution2dDescriptor(cu->dnn_conv, (int)g->ph, (int)g->pw,
                                                           (int)g->sh, (int)g->sw, (int)g->dh,
                                                           (int)g->dw, CUDNN_CROSS_CORRELATION,
@@ -126,8 +199,8 @@ static kiln_status set_descriptors(kiln_cuda *cu, kiln_context *ctx, const conv_
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionGroupCount(cu->dnn_conv, (int)g->G));
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(
                               cu->dnn_conv, dt == KILN_F32 && !cu->allow_tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
-    KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_y, CUDNN_TENSOR_NCHW, t, (int)g->N,
-                                                     (int)g->M, (int)g->OH, (int)g->OW));
+    KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_y, f, t, (int)g->N, (int)g->M, (int)g->OH,
+                                                     (int)g->OW));
     int od[4] = {0, 0, 0, 0};
     KILN_CUDNN_CHECK(ctx, cudnnGetConvolution2dForwardOutputDim(cu->dnn_conv, cu->dnn_x, cu->dnn_w,
                                                                 &od[0], &od[1], &od[2], &od[3]));
@@ -143,16 +216,26 @@ static size_t pad_bytes(const conv_geo *g, kiln_dtype dt) {
     return g->padded ? align256((size_t)(g->N * g->C * g->H * g->W) * kiln_dtype_size(dt)) : 0;
 }
 
-/* The directions of a convolution, each with its own algorithms (key[23] of the cache). */
+/* A zeroed bias for cuDNN's fused call when kiln.FusedConv has no B. */
+static size_t zero_bias_bytes(const kiln_op_ctx *c, bool fused, const conv_geo *g, kiln_dtype dt) {
+    return fused && !input(c, 2) ? align256((size_t)g->M * kiln_dtype_size(dt)) : 0;
+}
+
+static bool is_fused(const kiln_op_ctx *c) { return strcmp(c->node->op_type, "FusedConv") == 0; }
+
+/* The directions of a convolution, each with its own algorithms. */
 enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
+
+static int algo_count(int dir) {
+    return dir == DIR_FWD        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+           : dir == DIR_BWD_DATA ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                 : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+}
 
 /* The most workspace any algorithm of direction dir needs (descriptors set), up to the cap. */
 static size_t most_workspace(kiln_cuda *cu, cudnnHandle_t h, int dir) {
     size_t most = 0;
-    const int count = dir == DIR_FWD        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
-                      : dir == DIR_BWD_DATA ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
-                                            : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-    for (int a = 0; a < count; a++) {
+    for (int a = 0; a < algo_count(dir); a++) {
         size_t sz = 0;
         /* an algorithm that cannot run this convolution says so here; it is skipped */
         cudnnStatus_t e;
@@ -170,9 +253,9 @@ static size_t most_workspace(kiln_cuda *cu, cudnnHandle_t h, int dir) {
     return most;
 }
 
-/* Workspace of direction dir for the convolution of x by w giving y. */
+/* Workspace of direction dir for the convolution of x by w giving y, plus extra bytes. */
 static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
-                                 const kiln_tensor *y, int dir, size_t *bytes) {
+                                 const kiln_tensor *y, int dir, bool fused, size_t *bytes) {
     kiln_context *ctx = c->kctx;
     *bytes = 0;
     conv_geo g;
@@ -182,20 +265,20 @@ static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tenso
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     if ((st = set_descriptors(cu, ctx, &g, x->dtype)) != KILN_OK) return st;
-    *bytes = pad_bytes(&g, x->dtype) + align256(most_workspace(cu, h, dir));
+    *bytes = pad_bytes(&g, x->dtype) + zero_bias_bytes(c, fused, &g, x->dtype) + align256(most_workspace(cu, h, dir));
     return KILN_OK;
 }
 
 kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
-    return workspace_for(cu, c, c->in[0], c->in[1], c->out[0], DIR_FWD, bytes);
+    return workspace_for(cu, c, c->in[0], c->in[1], c->out[0], DIR_FWD, is_fused(c), bytes);
 }
 
 kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
-    return workspace_for(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, bytes);
+    return workspace_for(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, false, bytes);
 }
 
 kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
-    return workspace_for(cu, c, c->in[0], c->in[2], c->in[1], DIR_BWD_FILTER, bytes);
+    return workspace_for(cu, c, c->in[0], c->in[2], c->in[1], DIR_BWD_FILTER, false, bytes);
 }
 
 /* The largest power of two up to 16 dividing every address (tensor-core algorithms
@@ -207,155 +290,256 @@ static int align_class(const void *a, const void *b, const void *c) {
     return k;
 }
 
-/* The cache key of a convolution: everything Find depends on. */
-static void make_key(const conv_geo *g, kiln_dtype dt, size_t ws, int align, int dir, int key[24]) {
-    memset(key, 0, 24 * sizeof(int));
-    const int64_t v[] = {dt, g->N, g->C, g->H, g->W, g->M, g->Cg, g->G, g->kh, g->kw, g->sh,
-                         g->sw, g->dh, g->dw, g->ph, g->pw, g->OH, g->OW};
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) key[i] = (int)v[i];
-    key[20] = (int)(ws & 0x7fffffff);
-    key[21] = (int)((ws >> 31) & 0x7fffffff);
-    key[22] = align;
-    key[23] = dir;
+/* The cache key: everything the choice depends on, readable in the disk cache. */
+static void make_key(const kiln_cuda *cu, const conv_geo *g, kiln_dtype dt, int align, int dir, bool identity,
+                     char *key, size_t n) {
+    static const char *const dirs[] = {"fwd", "bwd-data", "bwd-filter"};
+    const char *f = fmt_name(g->fmt);
+    snprintf(key, n,
+             "%s %s x=%s:%lldx%lldx%lldx%lld w=%s:%lldx%lldx%lldx%lld y=%s:%lldx%lldx%lldx%lld g=%lld "
+             "pad=%lld,%lld stride=%lld,%lld dil=%lld,%lld math=%s ws<=%zu align=%d det=%d tune=%s%s",
+             dirs[dir], kiln_dtype_name(dt), f, (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W, f,
+             (long long)g->M, (long long)g->Cg, (long long)g->kh, (long long)g->kw, f, (long long)g->N,
+             (long long)g->M, (long long)g->OH, (long long)g->OW, (long long)g->G, (long long)g->ph,
+             (long long)g->pw, (long long)g->sh, (long long)g->sw, (long long)g->dh, (long long)g->dw,
+             dt != KILN_F32 ? "tensor" : cu->allow_tf32 ? "tf32" : "fma", CONV_WS_CAP, align, cu->deterministic ? 1 : 0,
+             cu->autotune ? "find" : "heuristic", identity ? " epilogue=identity" : "");
 }
 
-static const kiln_conv_algo *find_cached(const kiln_cuda *cu, const int key[24]) {
-    for (int i = 0; i < cu->n_conv_algos; i++)
-        if (memcmp(cu->conv_algos[i].key, key, 24 * sizeof(int)) == 0) return &cu->conv_algos[i];
-    return NULL;
-}
-
-/* One result of a Find call, whatever the direction. */
+/* One result of a Find or heuristic call, whatever the direction. */
 typedef struct found_algo {
     int algo, math;
     cudnnStatus_t status;
     size_t memory;
+    float ms;
+    bool deterministic;
 } found_algo;
 
-/* Keep the fastest of the results (cuDNN sorts them by time) that ran, fits and respects
- * the precision rules, in the cache. */
-static kiln_status store_pick(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, const found_algo *perf, int got,
-                              size_t ws_bytes, const int key[24], const kiln_conv_algo **out) {
-    int pick = -1;
-    for (int i = 0; i < got && pick < 0; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ws_bytes) continue;
-        /* f32: no TF32 tensor-core algorithms unless allowed */
-        if (dt == KILN_F32 && !cu->allow_tf32 && (perf[i].math == CUDNN_TENSOR_OP_MATH ||
-                               perf[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-            continue;
-        pick = i;
+static bool usable(const kiln_cuda *cu, const found_algo *p, kiln_dtype dt, int dir, size_t ws_bytes) {
+    if (p->status != CUDNN_STATUS_SUCCESS || p->memory > ws_bytes || p->memory > CONV_WS_CAP) return false;
+    if (p->algo < 0 || p->algo >= algo_count(dir)) return false;
+    /* f32: no TF32 tensor-core algorithms unless allowed */
+    if (dt == KILN_F32 && !cu->allow_tf32 &&
+        (p->math == CUDNN_TENSOR_OP_MATH || p->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        return false;
+    return !cu->deterministic || p->deterministic;
+}
+
+static bool entry_valid(const kiln_algo_entry *a, int dir, size_t ws_bytes) {
+    return a->algo >= 0 && a->algo < algo_count(dir) && a->bytes <= ws_bytes &&
+           (a->math == CUDNN_DEFAULT_MATH || a->math == CUDNN_TENSOR_OP_MATH ||
+            a->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || a->math == CUDNN_FMA_MATH);
+}
+
+#define FOUND(p) \
+    (found_algo) { (int)(p).algo, (int)(p).mathType, (p).status, (p).memory, (p).time, (p).determinism == CUDNN_DETERMINISTIC }
+
+/* cuDNN's candidates for direction dir (descriptors set), fastest first: timed on the
+ * buffers (autotune; the direction's output, y / x / w, is overwritten) or its heuristic. */
+static kiln_status candidates(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, int dir, const void *x,
+                              const void *w, const void *y, void *ws, size_t ws_bytes, found_algo *found, int *got) {
+    int n = 0;
+    *got = 0;
+    if (dir == DIR_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        if (cu->autotune)
+            KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionForwardAlgorithmEx(h, cu->dnn_x, x, cu->dnn_w, w, cu->dnn_conv,
+                                                                         cu->dnn_y, (void *)y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                                         &n, p, ws, ws_bytes));
+        else
+            KILN_CUDNN_CHECK(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, cu->dnn_x, cu->dnn_w, cu->dnn_conv, cu->dnn_y,
+                                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, p));
+        for (int i = 0; i < n && i < 16; i++) found[i] = FOUND(p[i]);
+    } else if (dir == DIR_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        if (cu->autotune)
+            KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionBackwardDataAlgorithmEx(
+                                      h, cu->dnn_w, w, cu->dnn_y, y, cu->dnn_conv, cu->dnn_x, (void *)x,
+                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, p, ws, ws_bytes));
+        else
+            KILN_CUDNN_CHECK(ctx, cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                      h, cu->dnn_w, cu->dnn_y, cu->dnn_conv, cu->dnn_x,
+                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, p));
+        for (int i = 0; i < n && i < 16; i++) found[i] = FOUND(p[i]);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        if (cu->autotune)
+            KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                                      h, cu->dnn_x, x, cu->dnn_y, y, cu->dnn_conv, cu->dnn_w, (void *)w,
+                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, p, ws, ws_bytes));
+        else
+            KILN_CUDNN_CHECK(ctx, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                                      h, cu->dnn_x, cu->dnn_y, cu->dnn_conv, cu->dnn_w,
+                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, p));
+        for (int i = 0; i < n && i < 16; i++) found[i] = FOUND(p[i]);
     }
-    if (pick < 0)
-        return kiln_fail(ctx, KILN_ERR_DEVICE,
-                         "cuDNN found no convolution algorithm (direction %d) for this shape within %zu bytes "
-                         "of workspace (%d candidates)", key[23], ws_bytes, got);
-    if (cu->n_conv_algos == cu->cap_conv_algos) {
-        int cap = cu->cap_conv_algos ? 2 * cu->cap_conv_algos : 16;
-        kiln_conv_algo *grown = realloc(cu->conv_algos, (size_t)cap * sizeof *grown);
-        if (!grown) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the conv algorithm cache");
-        cu->conv_algos = grown;
-        cu->cap_conv_algos = cap;
+    *got = n < 16 ? n : 16;
+    return KILN_OK;
+}
+
+/* The algorithm for this problem in direction dir: cached, or timed (autotune) / cuDNN's
+ * heuristic, then cached; the math type set on the descriptor. x, w, y: the data cuDNN
+ * sees for dnn_x, dnn_w and dnn_y (the direction's output is overwritten by a search).
+ * identity: the forward choice for a FusedConv without activation, which runs fused only
+ * with IMPLICIT_PRECOMP_GEMM (else split into convolution and epilogue). */
+static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, const conv_geo *g, kiln_dtype dt,
+                             int dir, const void *x, const void *w, const void *y, void *ws, size_t ws_bytes,
+                             bool identity, kiln_algo_entry **out) {
+    char key[KILN_ALGO_KEY];
+    make_key(cu, g, dt, align_class(x, w, y), dir, identity, key, sizeof key);
+    kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    if (!a || !entry_valid(a, dir, ws_bytes)) {
+        found_algo found[16];
+        int got = 0;
+        kiln_status st = candidates(cu, ctx, h, dir, x, w, y, ws, ws_bytes, found, &got);
+        if (st) return st;
+        int best = -1, precomp = -1;
+        for (int i = 0; i < got; i++) {
+            if (!usable(cu, &found[i], dt, dir, ws_bytes)) continue;
+            if (best < 0) best = i;
+            if (precomp < 0 && found[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) precomp = i;
+        }
+        if (best < 0)
+            return kiln_fail(ctx, KILN_ERR_DEVICE,
+                             "cuDNN %s no convolution algorithm (%s) for this shape within %zu bytes of workspace%s "
+                             "(%d candidates)", cu->autotune ? "found" : "suggests",
+                             dir == DIR_FWD ? "forward" : dir == DIR_BWD_DATA ? "backward data" : "backward filter",
+                             ws_bytes, cu->deterministic ? " that is deterministic" : "", got);
+        int pick = best;
+        if (identity && precomp >= 0 && precomp != best) {
+            /* fused: one kernel; split: the fastest convolution, then Y read, written and Z
+             * read once more. The heuristic gives no times: take the single kernel. */
+            const double es = (double)kiln_dtype_size(dt);
+            const double epilogue_ms =
+                EPILOGUE_LAUNCH_MS + 3.0 * (double)(g->N * g->M * g->OH * g->OW) * es / EPILOGUE_BYTES_PER_MS;
+            if (!cu->autotune || found[precomp].ms <= found[best].ms + epilogue_ms) pick = precomp;
+        }
+        kiln_algo_entry e;
+        memset(&e, 0, sizeof e);
+        memcpy(e.key, key, sizeof e.key);
+        e.algo = found[pick].algo;
+        e.math = dt == KILN_F32 && !cu->allow_tf32 ? (int)CUDNN_FMA_MATH : found[pick].math;
+        e.bytes = found[pick].memory;
+        e.ms = cu->autotune ? found[pick].ms : 0.f;
+        e.fused = -1;
+        a = kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e);
+        if (!a) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
+        if (cu->autotune) {
+            cu->stats.algos_timed++;
+            /* a cache that cannot be written costs the next process a search, nothing more */
+            if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0)
+                cu->stats.algos_written++;
+        } else {
+            cu->stats.algos_heuristic++;
+        }
     }
-    kiln_conv_algo *a = &cu->conv_algos[cu->n_conv_algos++];
-    memcpy(a->key, key, sizeof a->key);
-    a->algo = perf[pick].algo;
-    a->math = dt == KILN_F32 && !cu->allow_tf32 ? (int)CUDNN_FMA_MATH : perf[pick].math;
-    a->bytes = perf[pick].memory;
+    KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(cu->dnn_conv, (cudnnMathType_t)a->math));
     *out = a;
     return KILN_OK;
 }
 
-/* Time the algorithms of direction dir on the real buffers (descriptors set) and cache
- * the choice. x, w, y: the data of dnn_x, dnn_w and dnn_y (the output of the direction
- * is overwritten). */
-static kiln_status search(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, kiln_dtype dt, int dir,
-                          void *x, void *w, void *y, void *ws, size_t ws_bytes, const int key[24],
-                          const kiln_conv_algo **out) {
-    found_algo found[16];
-    int got = 0;
-    if (dir == DIR_FWD) {
-        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionForwardAlgorithmEx(
-                                  h, cu->dnn_x, x, cu->dnn_w, w, cu->dnn_conv, cu->dnn_y, y,
-                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, ws, ws_bytes));
-        for (int i = 0; i < got && i < 16; i++)
-            found[i] = (found_algo){(int)perf[i].algo, (int)perf[i].mathType, perf[i].status, perf[i].memory};
-    } else if (dir == DIR_BWD_DATA) {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionBackwardDataAlgorithmEx(
-                                  h, cu->dnn_w, w, cu->dnn_y, y, cu->dnn_conv, cu->dnn_x, x,
-                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf, ws, ws_bytes));
-        for (int i = 0; i < got && i < 16; i++)
-            found[i] = (found_algo){(int)perf[i].algo, (int)perf[i].mathType, perf[i].status, perf[i].memory};
-    } else {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        KILN_CUDNN_CHECK(ctx, cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                                  h, cu->dnn_x, x, cu->dnn_y, y, cu->dnn_conv, cu->dnn_w, w,
-                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf, ws, ws_bytes));
-        for (int i = 0; i < got && i < 16; i++)
-            found[i] = (found_algo){(int)perf[i].algo, (int)perf[i].mathType, perf[i].status, perf[i].memory};
-    }
-    return store_pick(cu, ctx, dt, found, got < 16 ? got : 16, ws_bytes, key, out);
+/* cuDNN's answer when a fused call cannot run this combination: a refusal, not a fault. */
+static bool refusal(cudnnStatus_t e) {
+    const int category = (int)e / 1000; /* cuDNN 9: 2xxx bad parameter, 3xxx not supported */
+    return category == 2 || category == 3;
 }
 
-/* Descriptors, handle and the cached (or found) algorithm of direction dir for the
- * convolution of x by w giving y; the data pointers are those cuDNN will see (x padded
- * when g->padded). */
-static kiln_status prepare(kiln_cuda *cu, kiln_context *ctx, const conv_geo *g, kiln_dtype dt, int dir,
-                           void *x, void *w, void *y, void *ws, size_t ws_bytes, cudnnHandle_t h,
-                           const kiln_conv_algo **a) {
-    int key[24];
-    make_key(g, dt, ws_bytes, align_class(x, w, y), dir, key);
-    *a = find_cached(cu, key);
-    if (!*a) {
-        kiln_status st = search(cu, ctx, h, dt, dir, x, w, y, ws_bytes ? ws : NULL, ws_bytes, key, a);
-        if (st) return st;
-    }
-    KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(cu->dnn_conv, (cudnnMathType_t)(*a)->math));
-    return KILN_OK;
-}
-
-kiln_status kiln_cuda_k_conv(kiln_cuda *cu, kiln_op_ctx *c) {
+/* Conv, or kiln.FusedConv when fused. */
+static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     kiln_context *ctx = c->kctx;
     const kiln_tensor *x = c->in[0], *w = c->in[1]; // (N,C,[H,]W), (M,C/G,[kH,]kW)
-    const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL; // (M)
-    kiln_tensor *y = c->out[0]; // (N,M,[OH,]OW)
+    const kiln_tensor *b = input(c, 2);              // (M)
+    const kiln_tensor *z = fused ? input(c, 3) : NULL; // like y
+    kiln_tensor *y = c->out[0];                       // (N,M,[OH,]OW)
     const kiln_dtype dt = x->dtype;
     conv_geo g;
+    kiln_cuda_act act = {KILN_ACT_NONE, 0.f, 0.f};
     char why[256];
-    if (!conv_geo_get(c, x, w, y, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    if (!conv_geo_get(c, x, w, y, &g, why, sizeof why) ||
+        (fused && !kiln_cuda_act_get(c->node, false, &act, why, sizeof why)))
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     if ((st = set_descriptors(cu, ctx, &g, dt)) != KILN_OK) return st;
 
-    const size_t pbytes = pad_bytes(&g, dt);
-    if (c->workspace_size < pbytes || (pbytes && !c->workspace))
-        return kiln_fail(ctx, KILN_ERR_INTERNAL, "Conv needs at least %zu bytes of workspace, got %zu",
-                         pbytes, c->workspace_size);
-    void *xin = x->data;
+    /* workspace: padded X | zero bias | the algorithm's */
+    const size_t pbytes = pad_bytes(&g, dt), zbytes = zero_bias_bytes(c, fused, &g, dt);
+    if (c->workspace_size < pbytes + zbytes || ((pbytes || zbytes) && !c->workspace))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "%s needs at least %zu bytes of workspace, got %zu",
+                         c->node->op_type, pbytes + zbytes, c->workspace_size);
+    const void *xin = x->data;
     if (g.padded) {
-        st = kiln_cuda_pad_nchw(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt,
-                                g.pb, g.pl, g.pr);
+        st = g.fmt == KILN_FORMAT_NHWC
+                 ? kiln_cuda_pad_nhwc(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr)
+                 : kiln_cuda_pad_nchw(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
         if (st) return st;
         xin = c->workspace;
     }
-    void *ws = (char *)c->workspace + pbytes;
-    const size_t ws_bytes = c->workspace_size - pbytes;
-    const kiln_conv_algo *a = NULL;
-    if ((st = prepare(cu, ctx, &g, dt, DIR_FWD, xin, w->data, y->data, ws, ws_bytes, h, &a)) != KILN_OK)
+    char *base = c->workspace; /* may be NULL when nothing needs workspace */
+    void *zero_bias = base ? base + pbytes : NULL;
+    const size_t ws_bytes = base ? c->workspace_size - pbytes - zbytes : 0;
+    void *ws = ws_bytes ? base + pbytes + zbytes : NULL;
+    /* the epilogue's view of Y: (N, M, OH*OW) or, NHWC, (N*OH*OW, M, 1) */
+    const bool nhwc = g.fmt == KILN_FORMAT_NHWC;
+    const int64_t rows = nhwc ? g.N * g.OH * g.OW : g.N, inner = nhwc ? 1 : g.OH * g.OW;
+
+    /* cuDNN's fused call: Relu, or nothing to apply but a bias or a residual (with neither,
+     * a FusedConv is a plain convolution) */
+    const bool cudnn_act = fused && (act.kind == KILN_ACT_RELU || (act.kind == KILN_ACT_NONE && (b || z)));
+    kiln_algo_entry *a = NULL;
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_FWD, xin, w->data, y->data, ws, ws_bytes,
+                        cudnn_act && act.kind == KILN_ACT_NONE, &a)) != KILN_OK)
         return st;
     const float one = 1.f, zero = 0.f; /* f32 scaling for every data type */
+    if (cudnn_act && a->fused != 0 &&
+        (act.kind == KILN_ACT_RELU || a->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)) {
+        const void *bias = b ? b->data : zero_bias;
+        if (!b) KILN_CUDA_CHECK(ctx, cudaMemsetAsync(zero_bias, 0, zbytes, cu->stream));
+        KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_b, dnn_format(g.fmt), dnn_type(dt), 1, (int)g.M, 1, 1));
+        KILN_CUDNN_CHECK(ctx, cudnnSetActivationDescriptor(
+                                  cu->dnn_act, act.kind == KILN_ACT_RELU ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                                  CUDNN_NOT_PROPAGATE_NAN, 0.0));
+        /* without Z, alpha2 = 0 and z is y itself (cuDNN does not read it then) */
+        const cudnnStatus_t e = cudnnConvolutionBiasActivationForward(
+            h, &one, cu->dnn_x, xin, cu->dnn_w, w->data, cu->dnn_conv, (cudnnConvolutionFwdAlgo_t)a->algo,
+            a->bytes ? ws : NULL, a->bytes, z ? &one : &zero, cu->dnn_y, z ? z->data : y->data, cu->dnn_b, bias,
+            cu->dnn_act, cu->dnn_y, y->data);
+        (void)cudaGetLastError(); /* as after every cuDNN call: its probes are not our errors */
+        if (e == CUDNN_STATUS_SUCCESS) {
+            a->fused = 1;
+            cu->stats.fused_calls++;
+            return KILN_OK;
+        }
+        if (a->fused == 1 || !refusal(e))
+            return kiln_cuda_dnn_error(ctx, e, "cudnnConvolutionBiasActivationForward(...)", __FILE__, __LINE__);
+        /* refused once for this choice: split it from now on */
+        char detail[200];
+        cudnnGetLastErrorString(detail, sizeof detail);
+        snprintf(cu->stats.fused_refused, sizeof cu->stats.fused_refused, "%s %s: %s: %s", kiln_dtype_name(dt),
+                 fmt_name(g.fmt), cudnnGetErrorString(e), detail);
+        a->fused = 0;
+    }
     KILN_CUDNN_CHECK(ctx, cudnnConvolutionForward(h, &one, cu->dnn_x, xin, cu->dnn_w, w->data,
                                                   cu->dnn_conv, (cudnnConvolutionFwdAlgo_t)a->algo,
                                                   a->bytes ? ws : NULL, a->bytes, &zero, cu->dnn_y,
                                                   y->data));
-    /* cuDNN may leave a recoverable runtime error behind (it probes); the bias launch's
+    /* cuDNN may leave a recoverable runtime error behind (it probes); the next launch's
      * check must only see its own. Faults of earlier kernels are sticky and still show. */
     (void)cudaGetLastError();
-    if (b) return kiln_cuda_add_channel_bias(cu, ctx, dt, y->data, b->data, g.N, g.M, g.OH * g.OW);
+    if (fused) {
+        cu->stats.fused_split++;
+        if (!b && !z && act.kind == KILN_ACT_NONE) return KILN_OK;
+        return kiln_cuda_conv_epilogue(cu, ctx, dt, y->data, b ? b->data : NULL, z ? z->data : NULL, rows, g.M,
+                                       inner, &act);
+    }
+    if (b) return kiln_cuda_add_channel_bias(cu, ctx, dt, y->data, b->data, rows, g.M, inner);
     return KILN_OK;
 }
+
+kiln_status kiln_cuda_k_conv(kiln_cuda *cu, kiln_op_ctx *c) { return conv_run(cu, c, false); }
+
+kiln_status kiln_cuda_k_fused_conv(kiln_cuda *cu, kiln_op_ctx *c) { return conv_run(cu, c, true); }
 
 /* kiln.ConvGradInput(dY, W, X) -> dX, like X (whose values are not read). */
 kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
@@ -375,11 +559,13 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     if (c->workspace_size < pbytes || (pbytes && !c->workspace))
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "ConvGradInput needs at least %zu bytes of workspace, got %zu",
                          pbytes, c->workspace_size);
+    char *base = c->workspace;
     void *dxout = g.padded ? c->workspace : dx->data;
-    void *ws = (char *)c->workspace + pbytes;
-    const size_t ws_bytes = c->workspace_size - pbytes;
-    const kiln_conv_algo *a = NULL;
-    if ((st = prepare(cu, ctx, &g, dt, DIR_BWD_DATA, dxout, w->data, dy->data, ws, ws_bytes, h, &a)) != KILN_OK)
+    const size_t ws_bytes = base ? c->workspace_size - pbytes : 0;
+    void *ws = ws_bytes ? base + pbytes : NULL;
+    kiln_algo_entry *a = NULL;
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_DATA, dxout, w->data, dy->data, ws, ws_bytes, false, &a)) !=
+        KILN_OK)
         return st;
     const float one = 1.f, zero = 0.f;
     KILN_CUDNN_CHECK(ctx, cudnnConvolutionBackwardData(h, &one, cu->dnn_w, w->data, cu->dnn_y, dy->data,
@@ -408,16 +594,18 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
     if (c->workspace_size < pbytes || (pbytes && !c->workspace))
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "ConvGradWeight needs at least %zu bytes of workspace, got %zu",
                          pbytes, c->workspace_size);
-    void *xin = x->data;
+    const void *xin = x->data;
     if (g.padded) {
         st = kiln_cuda_pad_nchw(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
         if (st) return st;
         xin = c->workspace;
     }
-    void *ws = (char *)c->workspace + pbytes;
-    const size_t ws_bytes = c->workspace_size - pbytes;
-    const kiln_conv_algo *a = NULL;
-    if ((st = prepare(cu, ctx, &g, dt, DIR_BWD_FILTER, xin, dw->data, dy->data, ws, ws_bytes, h, &a)) != KILN_OK)
+    char *base = c->workspace;
+    const size_t ws_bytes = base ? c->workspace_size - pbytes : 0;
+    void *ws = ws_bytes ? base + pbytes : NULL;
+    kiln_algo_entry *a = NULL;
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_FILTER, xin, dw->data, dy->data, ws, ws_bytes, false, &a)) !=
+        KILN_OK)
         return st;
     const float one = 1.f, zero = 0.f;
     KILN_CUDNN_CHECK(ctx, cudnnConvolutionBackwardFilter(h, &one, cu->dnn_x, xin, cu->dnn_y, dy->data,

@@ -25,13 +25,13 @@
  *   - Work goes on the kiln_cuda's one compute stream. Kernels return without waiting
  *     for the device; results are ready once kiln_cuda_sync (or a later download)
  *     returns. Kernels never allocate device or pinned memory and never synchronize,
- *     with one exception: Conv, kiln.ConvGradInput and kiln.ConvGradWeight search for
- *     their cuDNN algorithm (cudnnFindConvolution*AlgorithmEx, which times kernels and
- *     waits) the first time they meet a shape; the choice is cached on the kiln_cuda.
- *     Run a plan once before capturing it into a CUDA graph. Generated kernels
- *     (kiln.FusedElementwise) are compiled by NVRTC and loaded once per pattern in
- *     kiln_cuda_prepare (or on their first run when nothing prepared them), and cached on
- *     the kiln_cuda as well.
+ *     with one exception: Conv, kiln.FusedConv, kiln.ConvGradInput and kiln.ConvGradWeight
+ *     search for their cuDNN algorithm (cudnnFindConvolution*AlgorithmEx, which times
+ *     kernels and waits) the first time they meet a shape; the choice is cached on the
+ *     kiln_cuda and on disk (see kiln_cuda_options). Run a plan once before capturing it
+ *     into a CUDA graph. Generated kernels (kiln.FusedElementwise) are compiled by NVRTC
+ *     and loaded once per pattern in kiln_cuda_prepare (or on their first run when nothing
+ *     prepared them), and cached on the kiln_cuda as well.
  *   - Scalars a kernel reads at run time (Dropout's ratio and training_mode, a loss
  *     gradient's dLoss, Clip's bounds) are read on the device, so a captured graph
  *     replays with whatever they hold. Random kernels read the run seed from the
@@ -43,6 +43,12 @@
  *     paths only where pointers and counts allow, so any such alignment is correct.
  *   - Outputs of Reshape / Flatten / Identity / Squeeze / Unsqueeze may share input 0's
  *     storage (the op's alias_outputs); the kernel then copies nothing.
+ *   - Layouts: dims are always logical NCHW; a 4-D tensor's `format` says whether its
+ *     bytes are NCHW or NHWC (set by the layout pass, src/passes/layout.c). Kernels that
+ *     honour NHWC read the formats of their inputs and outputs: Conv, kiln.FusedConv,
+ *     MaxPool, AveragePool, GlobalAveragePool, BatchNormalization, the unary and binary
+ *     elementwise ops, Identity, Dropout and the conversions kiln.ToNHWC / kiln.ToNCHW.
+ *     Every other kernel's supports check rejects a 4-D NHWC tensor.
  *   - Errors come back as statuses with a message on c->kctx (kiln_cuda_run prefixes the
  *     op and node). Every CUDA runtime, cuDNN, cuBLASLt and NVRTC call and every launch
  *     is checked; device allocation failures are KILN_ERR_OUT_OF_MEMORY, other failures
@@ -87,6 +93,19 @@ typedef struct kiln_cuda_options {
     size_t staging_bytes;   /* pinned host staging for copies (0: 8 MiB) */
     int allow_tf32;         /* 1: f32 convolutions and matrix products may use TF32 tensor
                                cores (PyTorch's default for convolutions); 0: strict f32 */
+    /* Convolution algorithms. Zero: cuDNN's algorithms are timed per shape the first
+     * time it is met (cudnnFindConvolutionForwardAlgorithmEx), and the choices are kept
+     * in memory and on disk. no_autotune: cuDNN's heuristic picks instead
+     * (cudnnGetConvolutionForwardAlgorithm_v7): no timing, nothing read or written on
+     * disk. deterministic: only algorithms cuDNN reports as deterministic. */
+    int no_autotune;
+    int deterministic;
+    /* The on-disk cache of timed choices: NULL for the default
+     * ($KILN_CACHE_DIR/cudnn-algos.txt, else $XDG_CACHE_HOME/kiln/cudnn-algos.txt, else
+     * ~/.cache/kiln/cudnn-algos.txt; none when KILN_CACHE_DIR is set empty), "" for none,
+     * or a file path. Read when the kiln_cuda is created; rewritten (temporary file and
+     * rename) whenever a new choice is timed. Failing to write it is not an error. */
+    const char *algo_cache;
 } kiln_cuda_options;
 
 typedef struct kiln_cuda_props {
@@ -109,6 +128,18 @@ kiln_status kiln_cuda_create(kiln_context *ctx, const kiln_cuda_options *opts, k
 void kiln_cuda_free(kiln_cuda *cu);
 
 const kiln_cuda_props *kiln_cuda_get_props(const kiln_cuda *cu);
+
+/* What the convolution kernels did so far (tests, profiles). */
+typedef struct kiln_cuda_stats {
+    int algos_loaded;     /* choices read from the disk cache at creation */
+    int algos_timed;      /* shapes whose algorithms were timed (cudnnFind) */
+    int algos_heuristic;  /* shapes whose algorithm cuDNN's heuristic chose */
+    int algos_written;    /* timed choices written to the disk cache */
+    int fused_calls;      /* kiln.FusedConv run by cudnnConvolutionBiasActivationForward */
+    int fused_split;      /* kiln.FusedConv run as a convolution and an epilogue kernel */
+    char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */
+} kiln_cuda_stats;
+void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out);
 kiln_context *kiln_cuda_context(const kiln_cuda *cu);
 /* The compute stream, a cudaStream_t. */
 void *kiln_cuda_stream(const kiln_cuda *cu);

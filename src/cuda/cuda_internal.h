@@ -17,6 +17,7 @@
 #ifndef KILN_CUDA_INTERNAL_H
 #define KILN_CUDA_INTERNAL_H
 
+#include "algo_cache.h"
 #include "cuda_backend.h"
 
 #include <cublasLt.h>
@@ -27,14 +28,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* One cached cuDNN convolution algorithm choice (see conv.c). */
-typedef struct kiln_conv_algo {
-    int key[24];  /* key[23]: the direction, 0 forward, 1 backward data, 2 backward filter */
-    int algo;     /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
-    int math;     /* cudnnMathType_t */
-    size_t bytes; /* workspace it needs */
-} kiln_conv_algo;
 
 /* What kernels found wrong on the device, read by kiln_cuda_sync. */
 typedef struct kiln_cuda_flag {
@@ -59,9 +52,10 @@ struct kiln_cuda {
     /* Created on first use (kiln_cuda_dnn / kiln_cuda_lt): loading the libraries takes
      * time that ops without convolutions or matrix products should not pay. */
     cudnnHandle_t dnn;
-    cudnnTensorDescriptor_t dnn_x, dnn_y;
+    cudnnTensorDescriptor_t dnn_x, dnn_y, dnn_b; /* dnn_b: a fused convolution's bias */
     cudnnFilterDescriptor_t dnn_w;
     cudnnConvolutionDescriptor_t dnn_conv;
+    cudnnActivationDescriptor_t dnn_act;
     cublasLtHandle_t lt;
 
     void *arena;
@@ -79,8 +73,15 @@ struct kiln_cuda {
      * graph draws new masks on every replay once something advances it (dropout.cu). */
     uint64_t *rng_seed;     /* device memory */
 
-    kiln_conv_algo *conv_algos;
-    int n_conv_algos, cap_conv_algos;
+    /* Convolution algorithm choices (conv.c): timed (autotune) or cuDNN's heuristic,
+     * deterministic ones only when asked; timed choices are also kept in the file
+     * algo_path (empty: none) under the line prefix algo_prefix (GPU name, cuDNN version). */
+    bool autotune, deterministic;
+    char algo_path[1024];
+    char algo_prefix[320];
+    kiln_algo_entry *algos;
+    int n_algos, cap_algos;
+    kiln_cuda_stats stats;
 
     struct kiln_fused_cache *fused; /* generated kernels (fused_elementwise.c), or NULL */
 };
@@ -189,6 +190,8 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(unary)       /* elementwise.cu: the unary family and Clip */                        \
     X(binary)      /* elementwise.cu: Add Sub Mul Div Pow, Max Min (variadic) */          \
     X(conv)        /* conv.c: Conv through cuDNN */                                       \
+    X(fused_conv)  /* conv.c: kiln.FusedConv, act(conv + B + Z) */                        \
+    X(layout)      /* movement.cu: kiln.ToNHWC, kiln.ToNCHW */                            \
     X(gemm)        /* matmul.c: Gemm through cuBLASLt */                                  \
     X(matmul)      /* matmul.c: MatMul through cuBLASLt */                                \
     X(maxpool)     /* pool.cu */                                                          \
@@ -314,7 +317,20 @@ kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t 
 kiln_status kiln_cuda_ws_channel_sum(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes); /* ConvGradBias, ReduceSumTo, GemmGradC */
 kiln_status kiln_cuda_ws_nll_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 
+/* What conv.c supports (Conv, or kiln.FusedConv when fused): geometry, layouts (X, W, Y
+ * and Z in one layout), the activation. false with a reason. */
+bool kiln_cuda_conv_supported(const kiln_op_ctx *c, bool fused, char *why, size_t n);
+
 /* Helpers that kernels in one file provide to others. */
+/* y (rows, C, S) = act(y + bias[c] + z): bias (C) and z (like y) may be NULL. NCHW tensors
+ * are (N, C, H*W); NHWC ones (N*H*W, C, 1). */
+kiln_status kiln_cuda_conv_epilogue(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
+                                    const void *bias, const void *z, int64_t rows, int64_t C,
+                                    int64_t S, const kiln_cuda_act *act);
+/* dst (N, H+pt+pb, W+pl+pr, C) = src (N, H, W, C) surrounded by zeros. */
+kiln_status kiln_cuda_pad_nhwc(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
+                               const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
+                               int64_t pt, int64_t pb, int64_t pl, int64_t pr);
 /* y (N, C, S) += bias[c] (bias: C elements of y's dtype). */
 kiln_status kiln_cuda_add_channel_bias(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
                                        const void *bias, int64_t N, int64_t C, int64_t S);

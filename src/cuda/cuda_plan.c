@@ -194,15 +194,28 @@ kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tenso
         }
         cp->dev_bytes = total;
     }
-    /* Bind device memory, then upload the constants once. */
+    /* Bind device memory, then upload the constants once: host constants are NCHW bytes,
+     * converted for those the layout pass made NHWC (conv weights, folded values). */
     for (int i = 0; i < m->n_inputs && !st; i++)
         if (cp->bound[i]) cp->dvt[m->inputs[i]].data = cp->bound[i];
     for (int x = 0; x < nv && !st; x++) {
         if (cp->dvt[x].data) continue; /* a bound input */
         if (v.offset[x] != SIZE_MAX) cp->dvt[x].data = (char *)cp->dev + v.offset[x];
         else if (needed[x] || v.m->values[x].is_input) cp->dvt[x].data = (char *)cp->dev + coff[x];
-        if (needed[x] && kiln_tensor_nbytes(&v.vt[x]))
-            st = kiln_cuda_upload(cu, cp->dvt[x].data, v.vt[x].data, kiln_tensor_nbytes(&v.vt[x]));
+        const size_t nb = kiln_tensor_nbytes(&v.vt[x]);
+        if (!needed[x] || !nb) continue;
+        if (v.vt[x].ndim == 4 && v.vt[x].format == KILN_FORMAT_NHWC) {
+            void *tmp = kiln_malloc(ctx, nb, "an NHWC copy of a constant");
+            if (!tmp) {
+                st = KILN_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            kiln_layout_convert(&v.vt[x], tmp, KILN_FORMAT_NHWC);
+            st = kiln_cuda_upload(cu, cp->dvt[x].data, tmp, nb);
+            free(tmp);
+        } else {
+            st = kiln_cuda_upload(cu, cp->dvt[x].data, v.vt[x].data, nb);
+        }
     }
     free(needed);
     free(coff);

@@ -21,15 +21,23 @@
  *   Sum (1..N inputs) is Add folded the same way (rounded after each addition, as the
  *   reference).
  *
+ *   NHWC: unary ops are indifferent to layout. A binary op whose output is 4-D NHWC walks
+ *   the broadcast over the physical order (N, H, W, C): 4-D NHWC operands as laid out,
+ *   the others (whose bytes are the same in both layouts: C == 1 or H*W == 1 once right-
+ *   aligned to 4-D, as kiln_cuda_supports checks) with their dims permuted the same way.
+ *   A per-channel operand then has stride 1 along the innermost dim, which the
+ *   per-channel kernel takes with inner = 1.
+ *
  *   kiln.UnaryGrad(dY, X?, Y?) with attribute op naming a unary op above (and that op's
  *   attributes): dX = dY * f'(x, y), computed in float from the forward's X or Y (which
  *   ever the op's derivative reads, as src/ops/<op>.c declares), with dX = 0 wherever
  *   f' is 0 even for an infinite or NaN dY, as the reference (src/ops/unary.c). One
  *   templated kernel, the derivative chosen at compile time.
  *
- *   Helpers for other files: per-channel bias add (Conv), 2-D broadcast (Gemm's C), and
- *   the activation of a fused op applied in place (kiln.FusedGemm's epilogue when
- *   cuBLASLt's own epilogues do not apply), through the unary kernels above.
+ *   Helpers for other files: per-channel bias add (Conv), kiln.FusedConv's epilogue
+ *   y = act(y + bias + z) (either layout), 2-D broadcast (Gemm's C), and the activation of
+ *   a fused op applied in place (kiln.FusedGemm's epilogue when cuBLASLt's own epilogues
+ *   do not apply), through the unary kernels above.
  */
 #include "dtype.cuh"
 
@@ -478,6 +486,94 @@ kiln_status launch_channel_bias(kiln_cuda *cu, kiln_context *ctx, void *y, const
     return KILN_OK;
 }
 
+template <int ACT> __device__ __forceinline__ float epilogue_act(float v, float a, float b) {
+    if constexpr (ACT == KILN_ACT_RELU) return unary_op<U_RELU>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_LEAKYRELU) return unary_op<U_LEAKYRELU>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_CLIP) return unary_op<U_CLIP>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_SIGMOID) return unary_op<U_SIGMOID>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_HARDSWISH) return unary_op<U_HARDSWISH>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_HARDSIGMOID) return unary_op<U_HARDSIGMOID>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_TANH) return unary_op<U_TANH>(v, a, b, 0.f);
+    else return v;
+}
+
+// y, z: (rows, C, S); bias: (C). bias and z may be null. vec: 16-byte accesses, each vector
+// within one channel (S a multiple of its length) or, NHWC (S == 1), over consecutive
+// channels (C a multiple of it).
+template <typename T, int ACT>
+__global__ void conv_epilogue_kernel(T *y, const T *bias, const T *z, int64_t n, int64_t S, int64_t C, float a,
+                                     float b, bool vec) {
+    const int64_t stride = grid_stride();
+    int64_t start = thread_index();
+    if (vec) {
+        using V = typename VecOf<T>::type;
+        constexpr int N = VecOf<T>::N;
+        const int64_t nv = n / N;
+        for (int64_t i = start; i < nv; i += stride) {
+            V u = ((const V *)y)[i], w;
+            if (z) w = ((const V *)z)[i];
+            const int64_t c0 = (S == 1 ? i * N : i * N / S) % C;
+#pragma unroll
+            for (int k = 0; k < N; k++) {
+                float v = to_f(u.v[k]);
+                if (bias) v += to_f(bias[S == 1 ? c0 + k : c0]);
+                if (z) v += to_f(w.v[k]);
+                u.v[k] = from_f<T>(epilogue_act<ACT>(v, a, b));
+            }
+            ((V *)y)[i] = u;
+        }
+        start += nv * N;
+    }
+    for (int64_t i = start; i < n; i += stride) {
+        float v = to_f(y[i]);
+        if (bias) v += to_f(bias[(i / S) % C]);
+        if (z) v += to_f(z[i]);
+        y[i] = from_f<T>(epilogue_act<ACT>(v, a, b));
+    }
+}
+
+template <typename T>
+kiln_status launch_conv_epilogue(kiln_cuda *cu, kiln_context *ctx, void *yv, const void *biasv, const void *zv,
+                                 int64_t rows, int64_t C, int64_t S, int act, float a, float b) {
+    const int64_t n = rows * C * S;
+    if (n == 0) return KILN_OK;
+    T *y = (T *)yv;
+    const T *bias = (const T *)biasv, *z = (const T *)zv;
+    constexpr int N = VecOf<T>::N;
+    const bool vec = aligned16(y, z) && (S == 1 ? C % N == 0 && aligned16(bias) : S % N == 0);
+    const unsigned blocks = kiln_cuda_blocks(cu, vec ? n / N + 1 : n, THREADS);
+    switch (act) {
+#define EPI(A)                                                                                            \
+    case A: conv_epilogue_kernel<T, A><<<blocks, THREADS, 0, cu->stream>>>(y, bias, z, n, S, C, a, b, vec); break;
+        EPI(KILN_ACT_NONE)
+        EPI(KILN_ACT_RELU)
+        EPI(KILN_ACT_LEAKYRELU)
+        EPI(KILN_ACT_CLIP)
+        EPI(KILN_ACT_SIGMOID)
+        EPI(KILN_ACT_HARDSWISH)
+        EPI(KILN_ACT_HARDSIGMOID)
+        EPI(KILN_ACT_TANH)
+#undef EPI
+    default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "epilogue activation %d has no CUDA kernel", act);
+    }
+    KILN_CUDA_LAUNCHED(ctx, "conv_epilogue_kernel");
+    return KILN_OK;
+}
+
+/* t as its bytes are walked when the output is 4-D NHWC: (N, H, W, C) dims, t right-
+ * aligned to 4-D first (its bytes are the same in both layouts unless it is 4-D NHWC,
+ * which it then is as laid out). */
+void physical_nhwc(const kiln_tensor *t, kiln_tensor *out) {
+    *out = *t;
+    int64_t a[4] = {1, 1, 1, 1};
+    for (int d = 0; d < t->ndim; d++) a[4 - t->ndim + d] = t->dims[d];
+    out->ndim = 4;
+    out->dims[0] = a[0];
+    out->dims[1] = a[2];
+    out->dims[2] = a[3];
+    out->dims[3] = a[1];
+}
+
 // y: (M, N); c: (cm, cn) with cm in {1, M}, cn in {1, N}
 template <typename T>
 __global__ void broadcast_2d_kernel(T *y, const T *c, int64_t M, int64_t N, int64_t cm, int64_t cn) {
@@ -551,11 +647,24 @@ extern "C" kiln_status kiln_cuda_k_binary(kiln_cuda *cu, kiln_op_ctx *c) {
                                                  cudaMemcpyDeviceToDevice, cu->stream));
         return KILN_OK;
     }
-    kiln_status st;
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, y->dtype, launch_binary, cu, c->kctx, op, c->in[0], c->in[1], y);
+    /* NHWC output: every operand seen in the physical order (N, H, W, C) */
+    const bool nhwc = y->ndim == 4 && y->format == KILN_FORMAT_NHWC;
+    kiln_tensor py;
+    const kiln_tensor *in[2];
+    kiln_tensor pin[2];
+    if (nhwc) physical_nhwc(y, &py);
+    kiln_tensor *yy = nhwc ? &py : y;
+    kiln_status st = KILN_OK;
     /* Variadic Max / Min: y's shape covers every input's, so later inputs fold into y. */
-    for (int i = 2; i < c->n_in && st == KILN_OK; i++)
-        KILN_CU_FLOAT_DISPATCH(st, c->kctx, y->dtype, launch_binary, cu, c->kctx, op, y, c->in[i], y);
+    for (int i = 1; i < c->n_in && st == KILN_OK; i++) {
+        in[0] = i == 1 ? c->in[0] : y;
+        in[1] = c->in[i];
+        for (int k = 0; nhwc && k < 2; k++) {
+            physical_nhwc(in[k], &pin[k]);
+            in[k] = &pin[k];
+        }
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, y->dtype, launch_binary, cu, c->kctx, op, in[0], in[1], yy);
+    }
     return st;
 }
 
@@ -564,6 +673,15 @@ extern "C" kiln_status kiln_cuda_add_channel_bias(kiln_cuda *cu, kiln_context *c
                                                   int64_t S) {
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_channel_bias, cu, ctx, y, bias, N, C, S);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_conv_epilogue(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
+                                               const void *bias, const void *z, int64_t rows, int64_t C,
+                                               int64_t S, const kiln_cuda_act *act) {
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_conv_epilogue, cu, ctx, y, bias, z, rows, C, S, (int)act->kind,
+                           act->a, act->b);
     return st;
 }
 

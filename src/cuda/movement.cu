@@ -15,8 +15,12 @@
  *     [-dim, dim) zeroes its output elements and raises the device error flag, which the
  *     next kiln_cuda_sync reports (the CPU reference rejects it before writing anything).
  *
- *   Helpers for conv.c: zero padding of an NCHW tensor, and its inverse (the interior of
- *   a padded tensor).
+ *   kiln.ToNHWC / kiln.ToNCHW: a batch of 2-D transposes, (N, C, H*W) <-> (N, H*W, C),
+ *     through 32x32 shared-memory tiles so that reads and writes are both coalesced; a
+ *     plain copy when C == 1 or H*W == 1 (the bytes are the same in both layouts).
+ *
+ *   Helpers for conv.c: zero padding of an NCHW or NHWC tensor, and its inverse (the
+ *   interior of a padded NCHW tensor).
  */
 #include "dtype.cuh"
 
@@ -111,6 +115,17 @@ kiln_status launch_pad(kiln_cuda *cu, kiln_context *ctx, const void *src, void *
     return KILN_OK;
 }
 
+// src: (N, H, W, C); dst: (N, H + pt + pb, W + pl + pr, C)
+template <typename E>
+__global__ void pad_nhwc_kernel(const E *src, E *dst, int64_t total, int64_t C, int64_t H, int64_t W,
+                                int64_t Ho, int64_t Wo, int64_t pt, int64_t pl) {
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
+        const int64_t c = i % C, r = i / C;
+        const int64_t w = r % Wo - pl, h = (r / Wo) % Ho - pt, n = r / (Wo * Ho);
+        dst[i] = (h >= 0 && h < H && w >= 0 && w < W) ? src[((n * H + h) * W + w) * C + c] : (E)0;
+    }
+}
+
 // src: (NC, H + pt + pb, W + pl + pr); dst: (NC, H, W)
 template <typename E>
 __global__ void crop_kernel(const E *src, E *dst, int64_t total, int64_t H, int64_t W, int64_t Hp,
@@ -130,9 +145,88 @@ kiln_status launch_crop(kiln_cuda *cu, kiln_context *ctx, const void *src, void 
     return KILN_OK;
 }
 
+template <typename E>
+kiln_status launch_pad_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *src, void *dst, int64_t total,
+                            int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo, int64_t pt, int64_t pl) {
+    pad_nhwc_kernel<E><<<kiln_cuda_blocks(cu, total, THREADS), THREADS, 0, cu->stream>>>(
+        (const E *)src, (E *)dst, total, C, H, W, Ho, Wo, pt, pl);
+    KILN_CUDA_LAUNCHED(ctx, "pad_nhwc_kernel");
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------- layout changes */
+
+constexpr int TILE = 32, TILE_ROWS = 8;
+
+// x: (N, A, B) -> y: (N, B, A). A block moves one 32x32 tile of one matrix: rows of x
+// read along B and rows of y written along A, both coalesced; the +1 column keeps the
+// column reads of the tile off a single shared-memory bank.
+template <typename E>
+__global__ void tile_transpose_kernel(const E *x, E *y, int64_t N, int64_t A, int64_t B) {
+    __shared__ E tile[TILE][TILE + 1];
+    const int64_t a0 = (int64_t)blockIdx.y * TILE, b0 = (int64_t)blockIdx.x * TILE;
+    for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+        const E *xn = x + n * A * B;
+        E *yn = y + n * A * B;
+        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
+            const int64_t a = a0 + k, b = b0 + threadIdx.x;
+            if (a < A && b < B) tile[k][threadIdx.x] = xn[a * B + b];
+        }
+        __syncthreads();
+        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
+            const int64_t b = b0 + k, a = a0 + threadIdx.x;
+            if (a < A && b < B) yn[b * A + a] = tile[threadIdx.x][k];
+        }
+        __syncthreads();
+    }
+}
+
+template <typename E>
+kiln_status launch_tile_transpose(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t N,
+                                  int64_t A, int64_t B) {
+    const int64_t gx = (B + TILE - 1) / TILE, gy = (A + TILE - 1) / TILE;
+    const int64_t gz = N < 65535 ? N : 65535;
+    if (gx > 0x7fffffff || gy > 65535)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "a layout change of a (%lld, %lld) matrix", (long long)A,
+                         (long long)B);
+    tile_transpose_kernel<E><<<dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), dim3(TILE, TILE_ROWS), 0,
+                               cu->stream>>>((const E *)x, (E *)y, N, A, B);
+    KILN_CUDA_LAUNCHED(ctx, "tile_transpose_kernel");
+    return KILN_OK;
+}
+
 } // namespace
 
 /* ------------------------------------------------------------------ entry points */
+
+extern "C" kiln_status kiln_cuda_k_layout(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0]; // (N, C, H, W) in one layout
+    kiln_tensor *y = c->out[0];      // the same in the other
+    const int64_t N = x->dims[0], C = x->dims[1], S = x->dims[2] * x->dims[3];
+    const size_t es = kiln_dtype_size(x->dtype), bytes = kiln_tensor_nbytes(x);
+    if (bytes == 0) return KILN_OK;
+    if (C == 1 || S == 1) {
+        if (y->data != x->data)
+            KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, bytes, cudaMemcpyDeviceToDevice, cu->stream));
+        return KILN_OK;
+    }
+    const bool to_nhwc = y->format == KILN_FORMAT_NHWC;
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_tile_transpose, cu, c->kctx, x->data, y->data, N,
+                          to_nhwc ? C : S, to_nhwc ? S : C);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_pad_nhwc(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
+                                          const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
+                                          int64_t pt, int64_t pb, int64_t pl, int64_t pr) {
+    const int64_t Ho = H + pt + pb, Wo = W + pl + pr, total = N * Ho * Wo * C;
+    if (total == 0) return KILN_OK;
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(dt), launch_pad_nhwc, cu, ctx, src, dst, total, C, H, W, Ho,
+                          Wo, pt, pl);
+    return st;
+}
 
 extern "C" kiln_status kiln_cuda_k_copy(kiln_cuda *cu, kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0];

@@ -5,7 +5,7 @@
  *     y = x * a[c] + b[c], a = scale / sqrt(var + epsilon), b = B - mean * a.
  *     A first tiny kernel computes a and b per channel in double from parameters of any
  *     float dtype (f64 included, as opset 15 allows) into 2*C floats of workspace; the
- *     second applies them over X (N, C, D1..Dn).
+ *     second applies them over X (N, C, D1..Dn), or a 4-D X laid out NHWC.
  *
  *   Softmax / LogSoftmax over the layout the CPU reference uses (src/ops/softmax_common.c):
  *     opset 13+: along `axis` (default -1), the input viewed as (outer, n, inner);
@@ -259,8 +259,10 @@ extern "C" kiln_status kiln_cuda_k_batchnorm(kiln_cuda *cu, kiln_op_ctx *c) {
     bn_prepare<<<kiln_cuda_blocks(cu, C, THREADS), THREADS, 0, cu->stream>>>(p, ab, C);
     KILN_CUDA_LAUNCHED(c->kctx, "bn_prepare");
     kiln_status st;
+    /* NHWC: the channel is the innermost dim, (N*H*W, C) with a stride of 1 */
+    const bool nhwc = x->ndim == 4 && x->format == KILN_FORMAT_NHWC;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_bn_apply, cu, c->kctx, x->data, y->data, ab,
-                           N * C * S, C, S);
+                           N * C * S, C, nhwc ? 1 : S);
     return st;
 }
 

@@ -4,9 +4,14 @@
  * kiln_cuda_kernel_for maps a registry index to its entry by domain and name, so the
  * table does not depend on the order of ops.def (nor on which op files a build has).
  * kiln's internal ops (domain "kiln": the gradient ops autograd emits, the fused ops the
- * passes make) are listed as "kiln.<name>". An op missing here is an explicit "not
- * supported on cuda" error, never a silent fallback to the CPU. Kernels with one-time work
- * per shape (compiling generated code) also have a prepare hook (the `prepares` table).
+ * passes make, the layout conversions) are listed as "kiln.<name>"; a node whose op is not
+ * registered (a test of a kernel whose CPU reference lives on another branch) is looked
+ * up by its domain and op_type. An op missing here is an explicit "not supported on cuda"
+ * error, never a silent fallback to the CPU. Kernels with one-time work per shape
+ * (compiling generated code) also have a prepare hook (the `prepares` table).
+ *
+ * Layouts: entries marked nhwc handle 4-D NHWC tensors (their supports functions check
+ * how); for every other entry a 4-D NHWC input or output is "not supported".
  */
 #include "cuda_internal.h"
 
@@ -23,6 +28,7 @@ typedef struct entry {
     kiln_cuda_fn run;
     supports_fn supports;
     workspace_fn workspace; /* NULL: none */
+    bool nhwc;              /* takes 4-D NHWC tensors (its supports function checks how) */
 } entry;
 
 /* ------------------------------------------------------------------ checks */
@@ -49,16 +55,76 @@ static bool same_float(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
-static bool sup_unary(const kiln_op_ctx *c, char *why, size_t n) { return same_float(c, why, n); }
+/* ---------------------------------------------------------------- layouts */
 
+static bool is_nhwc(const kiln_tensor *t) { return t && t->ndim == 4 && t->format == KILN_FORMAT_NHWC; }
+
+static const char *layout_name(const kiln_tensor *t) { return is_nhwc(t) ? "NHWC" : "NCHW"; }
+
+/* The first 4-D NHWC input or output, for kernels that read NCHW only. */
+static bool nchw_only(const kiln_op_ctx *c, char *why, size_t n) {
+    for (int i = 0; i < c->n_in; i++)
+        if (present(c, i) && is_nhwc(c->in[i])) {
+            snprintf(why, n, "input %d is laid out NHWC (this kernel reads NCHW only)", i);
+            return false;
+        }
+    for (int i = 0; i < c->n_out; i++)
+        if (has_out(c, i) && is_nhwc(c->out[i])) {
+            snprintf(why, n, "output %d is laid out NHWC (this kernel writes NCHW only)", i);
+            return false;
+        }
+    return true;
+}
+
+/* Input 0 and output 0 in one layout (elementwise kernels, pools, BatchNormalization). */
+static bool same_layout(const kiln_op_ctx *c, char *why, size_t n) {
+    if (is_nhwc(c->in[0]) == is_nhwc(c->out[0])) return true;
+    snprintf(why, n, "input 0 is %s and output 0 %s", layout_name(c->in[0]), layout_name(c->out[0]));
+    return false;
+}
+
+static bool sup_unary(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!same_float(c, why, n) || !same_layout(c, why, n)) return false;
+    for (int i = 1; i < c->n_in; i++) /* Clip's bounds */
+        if (present(c, i) && is_nhwc(c->in[i])) {
+            snprintf(why, n, "input %d is laid out NHWC", i);
+            return false;
+        }
+    return true;
+}
+
+/* An NHWC output is walked in its physical order (N, H, W, C): every operand must be
+ * 4-D NHWC or have the same bytes in both layouts (right-aligned to 4-D: C == 1 or
+ * H*W == 1). An NCHW output takes NCHW operands only. */
 static bool sup_binary(const kiln_op_ctx *c, char *why, size_t n) {
     for (int i = 0; i < c->n_in; i++)
         if (!present(c, i)) {
             snprintf(why, n, "input %d is missing", i);
             return false;
         }
-    return same_float(c, why, n);
+    if (!same_float(c, why, n)) return false;
+    const bool nhwc = is_nhwc(c->out[0]);
+    for (int i = 0; i < c->n_in; i++) {
+        const kiln_tensor *t = c->in[i];
+        if (!nhwc && is_nhwc(t)) {
+            snprintf(why, n, "input %d is laid out NHWC and the output NCHW", i);
+            return false;
+        }
+        if (!nhwc || is_nhwc(t)) continue;
+        int64_t a[4] = {1, 1, 1, 1};
+        if (t->ndim > 4) {
+            snprintf(why, n, "input %d has rank %d for an NHWC output", i, t->ndim);
+            return false;
+        }
+        for (int d = 0; d < t->ndim; d++) a[4 - t->ndim + d] = t->dims[d];
+        if (a[1] != 1 && a[2] * a[3] != 1) {
+            snprintf(why, n, "input %d is laid out NCHW and broadcast into an NHWC output", i);
+            return false;
+        }
+    }
+    return true;
 }
+
 
 /* A convolution of x by w giving y (Conv, or the tensors a gradient op has in those roles). */
 static bool conv_check(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
@@ -89,7 +155,31 @@ static bool conv_check(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_te
 }
 
 static bool sup_conv(const kiln_op_ctx *c, char *why, size_t n) {
-    return conv_check(c, c->in[0], c->in[1], c->out[0], why, n);
+    return same_float(c, why, n) && kiln_cuda_conv_supported(c, false, why, n);
+}
+
+static bool sup_fused_conv(const kiln_op_ctx *c, char *why, size_t n) {
+    return same_float(c, why, n) && kiln_cuda_conv_supported(c, true, why, n);
+}
+
+/* kiln.ToNHWC: NCHW in, NHWC out; kiln.ToNCHW the other way; 4-D, any element size. */
+static bool sup_layout(const kiln_op_ctx *c, char *why, size_t n) {
+    const bool to_nhwc = strcmp(c->node->op_type, "ToNHWC") == 0;
+    const kiln_tensor *x = c->in[0], *y = c->out[0];
+    const size_t es = kiln_dtype_size(x->dtype);
+    if (x->ndim != 4 || y->ndim != 4) {
+        snprintf(why, n, "rank %d (layouts are for 4-D tensors)", x->ndim);
+        return false;
+    }
+    if (es != 1 && es != 2 && es != 4 && es != 8) {
+        snprintf(why, n, "dtype %s", kiln_dtype_name(x->dtype));
+        return false;
+    }
+    if (is_nhwc(x) == to_nhwc || is_nhwc(y) != to_nhwc) {
+        snprintf(why, n, "input %s and output %s", layout_name(x), layout_name(y));
+        return false;
+    }
+    return true;
 }
 
 /* kiln.ConvGradInput(dY, W, X) */
@@ -159,7 +249,7 @@ static bool sup_matmul(const kiln_op_ctx *c, char *why, size_t n) {
 }
 
 static bool sup_pool(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!float_input(c, 0, why, n)) return false;
+    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
     if (has_out(c, 1)) {
         snprintf(why, n, "the Indices output");
         return false;
@@ -168,6 +258,7 @@ static bool sup_pool(const kiln_op_ctx *c, char *why, size_t n) {
     return kiln_cuda_window_get(c, c->in[0], c->out[0], NULL, &w, why, n);
 }
 
+/* Y (N, C, 1, 1) has the same bytes in both layouts: any X layout, any Y label. */
 static bool sup_gap(const kiln_op_ctx *c, char *why, size_t n) {
     if (!float_input(c, 0, why, n)) return false;
     if (c->in[0]->ndim < 3) {
@@ -178,7 +269,7 @@ static bool sup_gap(const kiln_op_ctx *c, char *why, size_t n) {
 }
 
 static bool sup_batchnorm(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!float_input(c, 0, why, n)) return false;
+    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
     for (int i = 1; i < 5; i++) {
         kiln_dtype t = present(c, i) ? c->in[i]->dtype : KILN_DTYPE_UNDEFINED;
         if (!kiln_cuda_float_dtype(t) && t != KILN_F64) {
@@ -217,9 +308,20 @@ static bool float_scalar(const kiln_op_ctx *c, int i, const char *what, char *wh
     return false;
 }
 
-/* Dropout: ratio and training_mode are read on the device; the mask output is bool. */
+/* Identity copies bytes: any layout, as long as Y is labelled like X. */
+static bool sup_same_bytes(const kiln_op_ctx *c, char *why, size_t n) {
+    return same_layout(c, why, n) && sup_any(c, why, n);
+}
+
+/* Dropout: ratio and training_mode are read on the device; the mask output is bool. An
+ * NHWC X is walked as laid out: Y follows it, at inference only (no training_mode). */
 static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!float_input(c, 0, why, n)) return false;
+    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
+    if (is_nhwc(c->in[0]) && (has_out(c, 1) || present(c, 2))) {
+        /* training draws its mask by flat index, the reference's NCHW order */
+        snprintf(why, n, "a mask output or a training_mode input with an NHWC input");
+        return false;
+    }
     if (has_out(c, 1) && c->out[1]->dtype != KILN_BOOL) {
         snprintf(why, n, "the mask output must be bool");
         return false;
@@ -429,8 +531,8 @@ static bool sup_layernorm(const kiln_op_ctx *c, char *why, size_t n) {
 
 /* -------------------------------------------------------------------- table */
 
-#define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL}
-#define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL}
+#define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
+#define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL, true}
 
 static const entry table[] = {
     UNARY("Relu"), UNARY("LeakyRelu"), UNARY("Sigmoid"), UNARY("Tanh"), UNARY("Elu"),
@@ -440,60 +542,63 @@ static const entry table[] = {
     UNARY("Floor"), UNARY("Ceil"),
     BINARY("Add"), BINARY("Sub"), BINARY("Mul"), BINARY("Div"), BINARY("Pow"), BINARY("Max"),
     BINARY("Min"), BINARY("Sum"),
-    {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv},
-    {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul},
-    {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul},
-    {"MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL},
-    {"AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL},
-    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL},
-    {"BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm},
-    {"Softmax", kiln_cuda_k_softmax, sup_softmax, NULL},
-    {"LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL},
-    {"Flatten", kiln_cuda_k_copy, sup_any, NULL},
-    {"Reshape", kiln_cuda_k_copy, sup_any, NULL},
-    {"Identity", kiln_cuda_k_copy, sup_any, NULL},
-    {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL},
-    {"Concat", kiln_cuda_k_concat, sup_concat, NULL},
-    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL},
-    {"Gather", kiln_cuda_k_gather, sup_gather, NULL},
-    {"Cast", kiln_cuda_k_cast, sup_cast, NULL},
-    {"Equal", kiln_cuda_k_compare, sup_compare, NULL},
-    {"Less", kiln_cuda_k_compare, sup_compare, NULL},
-    {"Greater", kiln_cuda_k_compare, sup_compare, NULL},
-    {"Where", kiln_cuda_k_where, sup_where, NULL},
-    {"Squeeze", kiln_cuda_k_copy, sup_any, NULL},
-    {"Unsqueeze", kiln_cuda_k_copy, sup_any, NULL},
-    {"Slice", kiln_cuda_k_slice, sup_slice, NULL},
-    {"Expand", kiln_cuda_k_expand, sup_elements, NULL},
-    {"Tile", kiln_cuda_k_tile, sup_elements, NULL},
-    {"Pad", kiln_cuda_k_pad, sup_pad, NULL},
-    {"Split", kiln_cuda_k_split, sup_split, NULL},
-    {"Shape", kiln_cuda_k_shape, sup_any, NULL},
-    {"Constant", kiln_cuda_k_constant, sup_any, NULL},
-    {"ConstantOfShape", kiln_cuda_k_constant_of_shape, sup_any, NULL},
-    {"Range", kiln_cuda_k_range, sup_range, NULL},
-    {"Resize", kiln_cuda_k_resize, sup_resize, NULL},
-    {"ReduceSum", kiln_cuda_k_reduce, sup_reduce, NULL},
-    {"ReduceMean", kiln_cuda_k_reduce, sup_reduce, NULL},
-    {"ReduceMax", kiln_cuda_k_reduce, sup_reduce, NULL},
-    {"ReduceMin", kiln_cuda_k_reduce, sup_reduce, NULL},
-    {"LayerNormalization", kiln_cuda_k_layernorm, sup_layernorm, NULL},
-    {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL},
+    {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv, true},
+    {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul, false},
+    {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul, false},
+    {"MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL, true},
+    {"AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL, true},
+    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL, true},
+    {"BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm, true},
+    {"Softmax", kiln_cuda_k_softmax, sup_softmax, NULL, false},
+    {"LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL, false},
+    {"Flatten", kiln_cuda_k_copy, sup_any, NULL, false},
+    {"Reshape", kiln_cuda_k_copy, sup_any, NULL, false},
+    {"Identity", kiln_cuda_k_copy, sup_same_bytes, NULL, true},
+    {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL, true},
+    {"Concat", kiln_cuda_k_concat, sup_concat, NULL, false},
+    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, false},
+    {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
+    {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL, false},
+    {"Cast", kiln_cuda_k_cast, sup_cast, NULL, false},
+    {"Equal", kiln_cuda_k_compare, sup_compare, NULL, false},
+    {"Less", kiln_cuda_k_compare, sup_compare, NULL, false},
+    {"Greater", kiln_cuda_k_compare, sup_compare, NULL, false},
+    {"Where", kiln_cuda_k_where, sup_where, NULL, false},
+    {"Squeeze", kiln_cuda_k_copy, sup_any, NULL, false},
+    {"Unsqueeze", kiln_cuda_k_copy, sup_any, NULL, false},
+    {"Slice", kiln_cuda_k_slice, sup_slice, NULL, false},
+    {"Expand", kiln_cuda_k_expand, sup_elements, NULL, false},
+    {"Tile", kiln_cuda_k_tile, sup_elements, NULL, false},
+    {"Pad", kiln_cuda_k_pad, sup_pad, NULL, false},
+    {"Split", kiln_cuda_k_split, sup_split, NULL, false},
+    {"Shape", kiln_cuda_k_shape, sup_any, NULL, false},
+    {"Constant", kiln_cuda_k_constant, sup_any, NULL, false},
+    {"ConstantOfShape", kiln_cuda_k_constant_of_shape, sup_any, NULL, false},
+    {"Range", kiln_cuda_k_range, sup_range, NULL, false},
+    {"Resize", kiln_cuda_k_resize, sup_resize, NULL, false},
+    {"ReduceSum", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"ReduceMean", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"ReduceMax", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"ReduceMin", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"LayerNormalization", kiln_cuda_k_layernorm, sup_layernorm, NULL, false},
     /* kiln's gradient ops */
-    {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL},
-    {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL},
-    {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input},
-    {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight},
-    {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_sum_down, kiln_cuda_ws_channel_sum},
-    {"kiln.ReduceSumTo", kiln_cuda_k_reduce_sum_to, sup_sum_down, kiln_cuda_ws_channel_sum},
-    {"kiln.GemmGradC", kiln_cuda_k_gemm_grad_c, sup_sum_down, kiln_cuda_ws_channel_sum},
-    {"kiln.MaxPoolGrad", kiln_cuda_k_maxpool_grad, sup_maxpool_grad, NULL},
-    {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL},
-    {"kiln.LogSoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL},
-    {"kiln.NegativeLogLikelihoodLossGrad", kiln_cuda_k_nll_grad, sup_nll, kiln_cuda_ws_nll_grad},
-    /* kiln's fused ops (FUSED.md) */
-    {"kiln.FusedElementwise", kiln_cuda_k_fused_elementwise, kiln_cuda_sup_fused_elementwise, NULL},
-    {"kiln.FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul},
+    {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, false},
+    {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, false},
+    {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input, false},
+    {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight, false},
+    {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_sum_down, kiln_cuda_ws_channel_sum, false},
+    {"kiln.ReduceSumTo", kiln_cuda_k_reduce_sum_to, sup_sum_down, kiln_cuda_ws_channel_sum, false},
+    {"kiln.GemmGradC", kiln_cuda_k_gemm_grad_c, sup_sum_down, kiln_cuda_ws_channel_sum, false},
+    {"kiln.MaxPoolGrad", kiln_cuda_k_maxpool_grad, sup_maxpool_grad, NULL, false},
+    {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
+    {"kiln.LogSoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
+    {"kiln.NegativeLogLikelihoodLossGrad", kiln_cuda_k_nll_grad, sup_nll, kiln_cuda_ws_nll_grad, false},
+    /* kiln's fused ops and layout conversions (FUSED.md) */
+    {"kiln.FusedElementwise", kiln_cuda_k_fused_elementwise, kiln_cuda_sup_fused_elementwise, NULL, false},
+    {"kiln.FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul, false},
+    {"kiln.FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
+    {"kiln.ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
+    {"kiln.ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
 };
 
 /* Prepare hooks of the entries that have one-time work per shape and attributes, run by
@@ -562,7 +667,7 @@ kiln_status kiln_cuda_supports(kiln_op_ctx *c) {
     const bool needs_input = kiln_op_get(c->node->op)->min_inputs > 0; /* not Constant */
     if ((needs_input && (c->n_in < 1 || !c->in[0])) || c->n_out < 1 || !c->out[0])
         return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "not supported on cuda: missing input 0 or output 0");
-    if (!e->supports(c, why, sizeof why))
+    if ((!e->nhwc && !nchw_only(c, why, sizeof why)) || !e->supports(c, why, sizeof why))
         return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "not supported on cuda: %s", why);
     return KILN_OK;
 }

@@ -18,8 +18,12 @@ static const kiln_pass passes[] = {
     {"fuse-eltwise", KILN_PASS_FUSE_ELTWISE, kiln_pass_fuse_eltwise},
     /* after fusion (it pads kiln.FusedConv too), before the layout pass */
     {"pad-channels", KILN_PASS_PAD_CHANNELS, kiln_pass_pad_channels},
-    /* last: it classifies the final op mix; not switchable (the session asked for it) */
+    /* after fusion: it classifies the final op mix; not switchable (the session asked for
+     * it). Only the layout pass comes later, since precision adds values (Casts, converted
+     * initializers) that would not carry a layout. */
     {"precision", 0, kiln_pass_precision},
+    /* last: it lays out the final op mix, dtypes and initializers */
+    {"layout", KILN_PASS_NHWC, kiln_pass_layout},
 };
 
 kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o, kiln_model **out) {

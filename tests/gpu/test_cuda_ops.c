@@ -11,10 +11,15 @@
  * f32, f16, i64 and u8. f32 unary and binary cases also run with every device pointer one
  * element off 16-byte alignment, to cover the scalar paths.
  *
+ * Layouts: cases marked NHWC give the device some 4-D inputs and the outputs laid out NHWC
+ * (converted on the host on the way in and out); the CPU reference, which reads NCHW
+ * only, runs on the same logical values.
+ *
  * Ops whose CPU reference is not registered in this build are reported as skipped. Every
  * kernel in the table must have at least one case here.
  *
- * kiln's fused ops (kiln.FusedElementwise, kiln.FusedGemm) are checked against the
+ * kiln's fused ops (kiln.FusedElementwise, kiln.FusedGemm, kiln.FusedConv: Conv, Add(Z),
+ * activation) are checked against the
  * composition of the ONNX ops they stand for, each run by its CPU reference in f32 on the
  * same (rounded) inputs and the result rounded once to the case's dtype — the fused
  * contract of FUSED.md — and, where this build registers the fused op's own CPU reference,
@@ -34,11 +39,13 @@
  * seed), the fused optimizer against the CPU trainer's kiln_optimizer_update, fp16 loss
  * scaling, the device run seed inside a captured graph, and mnist-net's whole training
  * graph (every node supported; on a device, run as a CUDA plan against the CPU plan).
- * Usage: test_cuda_ops [--dry-run] [FILTER] (FILTER: a substring of case labels). Besides the op cases: device
- * errors (a Gather index out of range), kiln_cuda_supports, staged copies larger than the
- * staging buffer, and NVRTC. Exits non-zero on any failure; the last line is
- * "N passed, N failed". With --dry-run it needs no device: each case's CPU reference
- * runs and kiln_cuda_supports must accept it.
+ * Usage: test_cuda_ops [--dry-run] [FILTER] (FILTER: a substring of case labels). Besides
+ * the op cases: device errors (a Gather index out of range), kiln_cuda_supports (layouts
+ * included), staged copies larger than the staging buffer, NVRTC, the convolution
+ * algorithm cache on disk (autotuned, heuristic, deterministic, corrupt files), and whole
+ * models through sessions (the layout pass and NHWC weights uploaded by a plan). Exits
+ * non-zero on any failure; the last line is "N passed, N failed". With --dry-run it needs
+ * no device: each case's CPU reference runs and kiln_cuda_supports must accept it.
  */
 #include "core/optest.h"
 #include "core/plan.h"
@@ -54,6 +61,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int passed, failed, skipped;
 /* Products and convolutions: atol grows by this share of max|ref| (times the dtype's
@@ -70,6 +79,13 @@ typedef kiln_status (*compose_fn)(const kiln_node *node, int n_in, kiln_tensor *
 static compose_fn case_compose;
 
 static void check(bool ok, const char *label, const char *detail);
+
+/* Layout of the current cases: bit i (NHWC_IN(i)) lays 4-D input i out NHWC on the
+ * device, NHWC_OUT the outputs. 0 elsewhere. */
+#define NHWC_IN(i) (1u << (i))
+#define NHWC_OUT (1u << 8)
+#define NHWC_X_Y (NHWC_IN(0) | NHWC_OUT)
+static unsigned layout;
 
 /* Only the cases and checks whose op or name contains this (NULL: all). */
 static const char *only;
@@ -200,17 +216,28 @@ static void tolerances(kiln_dtype dt, double atol, double rtol, const kiln_tenso
 }
 
 /* Device copy of host tensor h (shape, dtype; data uploaded unless upload is false) at
- * `offset` bytes past a 256-byte boundary. */
-static kiln_status device_copy(const kiln_tensor *h, size_t offset, bool upload, kiln_tensor *d) {
+ * `offset` bytes past a 256-byte boundary, laid out as fmt (h is NCHW). */
+static kiln_status device_copy(const kiln_tensor *h, size_t offset, bool upload, kiln_format fmt, kiln_tensor *d) {
     *d = *h;
     d->owns_data = false;
+    d->format = fmt;
     const size_t bytes = kiln_tensor_nbytes(h);
     void *p = NULL;
     kiln_status st = kiln_cuda_arena_alloc(cu, bytes + offset + 16, &p);
     if (st) return st;
     d->data = (char *)p + offset;
-    if (upload && bytes) st = kiln_cuda_upload(cu, d->data, h->data, bytes);
+    if (!upload || !bytes) return st;
+    if (fmt == KILN_FORMAT_NCHW) return kiln_cuda_upload(cu, d->data, h->data, bytes);
+    void *tmp = malloc(bytes);
+    if (!tmp) return KILN_ERR_OUT_OF_MEMORY;
+    kiln_layout_convert(h, tmp, KILN_FORMAT_NHWC);
+    st = kiln_cuda_upload(cu, d->data, tmp, bytes);
+    free(tmp);
     return st;
+}
+
+static kiln_format fmt_for(unsigned bit, int ndim) {
+    return (layout & bit) && ndim == 4 ? KILN_FORMAT_NHWC : KILN_FORMAT_NCHW;
 }
 
 /* Case knobs besides the arguments (set by a case, reset after it): outputs of the node
@@ -286,7 +313,8 @@ static bool generated_compiles(kiln_op_ctx *c) {
 static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype dt, bool misalign, double atol,
                         double rtol, const char *label, kiln_tensor **in, int n_in) {
     char lab[256];
-    snprintf(lab, sizeof lab, "%s %s %s%s", op, label, kiln_dtype_name(dt), misalign ? " misaligned" : "");
+    snprintf(lab, sizeof lab, "%s %s %s%s%s", op, label, kiln_dtype_name(dt), misalign ? " misaligned" : "",
+             layout ? " NHWC" : "");
     cover(op);
     if (!wanted(lab)) {
         for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
@@ -352,11 +380,13 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
             if (in[i]) {
                 shp[i] = *in[i];
                 shp[i].data = NULL;
+                shp[i].format = fmt_for(NHWC_IN(i), in[i]->ndim);
                 shpp[i] = &shp[i];
             }
         for (int k = 0; k < n_out; k++) {
             shout[k] = *ref[k];
             shout[k].data = NULL;
+            shout[k].format = fmt_for(NHWC_OUT, ref[k]->ndim);
             shoutp[k] = &shout[k];
         }
         /* as on the device: values only through host_in */
@@ -376,14 +406,15 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
     for (int i = 0; i < n_in; i++) {
         if (!in[i]) continue;
         const size_t off = misalign ? kiln_dtype_size(in[i]->dtype) : 0;
-        if (device_copy(in[i], off, true, &din[i])) {
+        if (device_copy(in[i], off, true, fmt_for(NHWC_IN(i), in[i]->ndim), &din[i])) {
             fail(lab, "upload: %s", kiln_context_message(ctx));
             goto done;
         }
         dinp[i] = &din[i];
     }
     for (int k = 0; k < n_out; k++) {
-        if (device_copy(ref[k], misalign ? kiln_dtype_size(ref[k]->dtype) : 0, false, &dout[k]) ||
+        if (device_copy(ref[k], misalign ? kiln_dtype_size(ref[k]->dtype) : 0, false,
+                        fmt_for(NHWC_OUT, ref[k]->ndim), &dout[k]) ||
             kiln_cuda_fill_bytes(cu, dout[k].data, 0xFF, kiln_tensor_nbytes(ref[k]))) {
             fail(lab, "output buffer: %s", kiln_context_message(ctx));
             goto done;
@@ -424,6 +455,16 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
         if (!got || kiln_cuda_download(cu, got->data, dout[k].data, kiln_tensor_nbytes(ref[k]))) {
             fail(lab, "download: %s", kiln_context_message(ctx));
             goto done;
+        }
+        if (dout[k].format == KILN_FORMAT_NHWC) { /* back to NCHW to compare */
+            kiln_tensor *nchw = kiln_tensor_new(ctx, ref[k]->dtype, ref[k]->ndim, ref[k]->dims);
+            if (!nchw) {
+                fail(lab, "%s", "out of memory");
+                goto done;
+            }
+            kiln_layout_convert(got, nchw->data, KILN_FORMAT_NCHW);
+            kiln_tensor_free(got);
+            got = nchw;
         }
         double a = 0, r = 0;
         if (!exact) tolerances(ref[k]->dtype, atol, rtol, ref[k], &a, &r);
@@ -1674,6 +1715,194 @@ static void fused_static_checks(void) {
     cover("kiln.FusedElementwise");
 }
 
+/* --------------------------------------------------------------- layouts */
+
+/* The kernels that honour NHWC, with 4-D data laid out NHWC on the device. */
+static void nhwc_cases(void) {
+    const double at = 1e-6, rt = 1e-5;
+    layout = NHWC_X_Y;
+    floats("Relu", "", 0, false, at, rt, "", INPUTS(X(2, 5, 6, 7)));
+    floats("Sigmoid", "", 0, false, at, rt, "", INPUTS(XR(-6, 6, 2, 3, 4, 5)));
+    floats("Clip", "", 13, false, 0, 0, "bounds as inputs", INPUTS(X(2, 6, 5, 3), SCALAR(-1, -0.5), SCALAR(0.5, 1)));
+    floats("Identity", "", 0, false, 0, 0, "", INPUTS(X(2, 3, 4, 5)));
+    floats("Dropout", "", 0, false, 0, 0, "inference", INPUTS(X(2, 3, 4, 5)));
+    /* binary: both operands NHWC */
+    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT;
+    floats("Add", "", 0, false, at, rt, "same shape", INPUTS(X(2, 5, 6, 7), X(2, 5, 6, 7)));
+    floats("Sub", "", 0, false, at, rt, "both NHWC, broadcast batch", INPUTS(X(3, 4, 5, 6), X(1, 4, 5, 6)));
+    floats("Max", "", 0, false, 0, 0, "three inputs, a per-channel one",
+           INPUTS(X(2, 3, 4, 5), X(2, 3, 4, 5), X(3, 1, 1)));
+    floats("Min", "", 0, false, 0, 0, "two inputs", INPUTS(X(2, 3, 4, 5), X(2, 3, 4, 5)));
+    /* binary: the other operand NCHW with the same bytes in both layouts */
+    layout = NHWC_X_Y;
+    floats("Mul", "", 0, false, at, rt, "per channel (C,1,1)", INPUTS(X(2, 8, 5, 7), X(8, 1, 1)));
+    floats("Add", "", 0, false, at, rt, "per channel (1,C,1,1)", INPUTS(X(2, 16, 3, 3), X(1, 16, 1, 1)));
+    floats("Div", "", 0, false, at, rt, "scalar", INPUTS(X(2, 3, 4, 5), SCALAR(0.5, 2)));
+    floats("Sub", "", 0, false, at, rt, "(N,1,H,W) map", INPUTS(X(2, 6, 4, 5), X(2, 1, 4, 5)));
+    floats("Pow", "", 0, false, at, 3e-6, "per channel", INPUTS(XR(0.5, 2, 2, 4, 3, 3), X(4, 1, 1)));
+    layout = NHWC_IN(1) | NHWC_OUT;
+    floats("Sub", "", 0, false, at, rt, "per channel on the left", INPUTS(X(5, 1, 1), X(2, 5, 4, 3)));
+    /* pools */
+    layout = NHWC_X_Y;
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "3x3 s2 p1",
+           INPUTS(X(2, 3, 11, 10)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "ceil_mode",
+           INPUTS(X(1, 4, 10, 10)));
+    floats("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, false, 0, 0, "dilations", INPUTS(X(1, 3, 9, 8)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0, "SAME_UPPER",
+           INPUTS(X(1, 2, 10, 9)));
+    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, false, at, rt, "exclude pad",
+           INPUTS(X(2, 3, 9, 7)));
+    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, false, at, rt,
+           "include pad", INPUTS(X(2, 3, 9, 7)));
+    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0,
+           false, at, rt, "ceil_mode include pad", INPUTS(X(1, 2, 10, 10)));
+    floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads",
+           INPUTS(X(1, 3, 7, 8)));
+    /* GlobalAveragePool: Y (N,C,1,1) labelled NCHW (what the layout pass does) or NHWC */
+    layout = NHWC_IN(0);
+    floats("GlobalAveragePool", "", 0, false, at, rt, "7x9", INPUTS(X(2, 5, 7, 9)));
+    floats("GlobalAveragePool", "", 0, false, at, rt, "70 channels", INPUTS(X(3, 70, 5, 5)));
+    floats("GlobalAveragePool", "", 0, false, at, 2e-5, "64x64", INPUTS(X(1, 3, 64, 64)));
+    layout = NHWC_X_Y;
+    floats("GlobalAveragePool", "", 0, false, at, rt, "1x1, NHWC output", INPUTS(X(2, 33, 1, 1)));
+    floats("BatchNormalization", "", 0, false, 1e-5, 1e-5, "4-D",
+           INPUTS(X(2, 6, 4, 5), X(6), X(6), X(6), XR(0.5, 2, 6)));
+    /* layout conversions: all dtypes, partial tiles, and the two copies */
+    const struct {
+        const char *label;
+        int64_t n, c, h, w;
+    } shapes[] = {{"small", 2, 3, 5, 7}, {"several tiles", 2, 40, 33, 35}, {"C = 1", 2, 1, 4, 4},
+                  {"H*W = 1", 3, 8, 1, 1}};
+    for (int k = 0; k < 4; k++) {
+        layout = NHWC_OUT;
+        any_dtype("kiln.ToNHWC", "", 0, shapes[k].label, INPUTS(X(shapes[k].n, shapes[k].c, shapes[k].h, shapes[k].w)));
+        layout = NHWC_IN(0);
+        any_dtype("kiln.ToNCHW", "", 0, shapes[k].label, INPUTS(X(shapes[k].n, shapes[k].c, shapes[k].h, shapes[k].w)));
+    }
+    /* convolutions: X, W and Y NHWC */
+    const double cat = 2e-5, crt = 1e-4;
+    atol_scale = 1e-5;
+    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT;
+    floats("Conv", "pads=[1,1,1,1]", 0, false, cat, crt, "3x3 pad 1 bias", INPUTS(X(2, 8, 9, 11), X(16, 8, 3, 3), X(16)));
+    floats("Conv", "kernel_shape=[3,3];strides=[2,2]", 0, false, cat, crt, "stride 2", INPUTS(X(1, 4, 10, 9), X(6, 4, 3, 3)));
+    floats("Conv", "dilations=[2,2];pads=[2,2,2,2]", 0, false, cat, crt, "dilation 2",
+           INPUTS(X(1, 8, 12, 10), X(8, 8, 3, 3), X(8)));
+    floats("Conv", "group=2;pads=[1,1,1,1]", 0, false, cat, crt, "2 groups", INPUTS(X(2, 8, 7, 7), X(16, 4, 3, 3), X(16)));
+    floats("Conv", "group=16;pads=[1,1,1,1]", 0, false, cat, crt, "depthwise", INPUTS(X(2, 16, 12, 12), X(16, 1, 3, 3)));
+    floats("Conv", "pads=[0,1,2,1]", 0, false, cat, crt, "asymmetric pads", INPUTS(X(1, 3, 8, 8), X(5, 3, 3, 3), X(5)));
+    floats("Conv", "auto_pad=SAME_UPPER;strides=[2,2]", 0, false, cat, crt, "SAME_UPPER stride 2",
+           INPUTS(X(1, 8, 9, 9), X(8, 8, 4, 4)));
+    floats("Conv", "", 0, false, cat, crt, "1x1 bias", INPUTS(X(2, 16, 5, 5), X(8, 16, 1, 1), X(8)));
+    floats("Conv", "pads=[1,1,1,1];strides=[1,2]", 0, false, 5e-5, crt, "wider",
+           INPUTS(X(2, 32, 14, 14), X(48, 32, 3, 3), X(48)));
+    atol_scale = 0;
+    layout = 0;
+}
+
+/* ---------------------------------------------------------------- FusedConv */
+
+/* kiln.FusedConv as Conv, Add(Z) and its activation, in f32, rounded once to dt. */
+static kiln_status compose_conv(const kiln_node *node, int n_in, kiln_tensor **in, kiln_dtype dt, kiln_tensor **out) {
+    static const char *const conv_attrs[] = {"kernel_shape", "strides", "pads", "auto_pad", "dilations", "group"};
+    kiln_tensor *f[4] = {0}, *y = NULL, *t = NULL;
+    kiln_status st = KILN_OK;
+    *out = NULL;
+    for (int i = 0; i < n_in && i < 4; i++)
+        if (in[i] && !(f[i] = as_dtype(in[i], KILN_F32))) st = KILN_ERR_OUT_OF_MEMORY;
+    /* Conv's attributes as text, from the node's */
+    char attrs[512] = "";
+    size_t k = 0;
+    for (size_t a = 0; a < sizeof conv_attrs / sizeof conv_attrs[0] && k < sizeof attrs; a++) {
+        const kiln_attr *at = kiln_node_attr(node, conv_attrs[a]);
+        if (!at) continue;
+        k += (size_t)snprintf(attrs + k, sizeof attrs - k, "%s%s=", k ? ";" : "", at->name);
+        if (at->type == KILN_ATTR_STRING) k += (size_t)snprintf(attrs + k, sizeof attrs - k, "%s", at->s);
+        else if (at->type == KILN_ATTR_INT) k += (size_t)snprintf(attrs + k, sizeof attrs - k, "%lld", (long long)at->i);
+        else
+            for (int j = 0; j < at->n && k < sizeof attrs; j++)
+                k += (size_t)snprintf(attrs + k, sizeof attrs - k, "%s%lld%s", j ? "," : "[", (long long)at->ints[j],
+                                      j == at->n - 1 ? "]" : "");
+    }
+    if (!st) st = eval_op("Conv", attrs, f[2] ? 3 : 2, f, &y);
+    if (!st && f[3]) {
+        kiln_tensor *ain[2] = {y, f[3]};
+        st = eval_op("Add", "", 2, ain, &t);
+        kiln_tensor_free(y);
+        y = t;
+    }
+    const char *act = kiln_attr_string(node, "activation", "");
+    const bool clip = strcmp(act, "Clip") == 0;
+    const char *an = clip ? "act_min" : "alpha", *bn = clip ? "act_max" : "beta";
+    t = NULL;
+    if (!st)
+        st = eval_act(act, kiln_node_attr(node, an) != NULL, kiln_attr_float(node, an, 0),
+                      kiln_node_attr(node, bn) != NULL, kiln_attr_float(node, bn, 0), y, &t);
+    else
+        kiln_tensor_free(y);
+    if (!st && !(*out = as_dtype(t, dt))) st = KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor_free(t);
+    for (int i = 0; i < 4; i++) kiln_tensor_free(f[i]);
+    return st;
+}
+
+/* Every activation, with and without B and Z, both layouts; then how many cases cuDNN ran
+ * fused (a note: that is speed, not correctness). */
+static void fused_conv_cases(void) {
+    const double at = 2e-5, rt = 1e-4;
+    static const struct {
+        const char *attrs, *label;
+        bool bias, z;
+    } v[] = {
+        {"pads=[1,1,1,1];activation=Relu", "relu, bias", true, false},
+        {"pads=[1,1,1,1];activation=Relu", "relu, bias, residual", true, true},
+        {"pads=[1,1,1,1]", "no activation, bias", true, false},
+        {"pads=[1,1,1,1]", "no activation, bias, residual", true, true},
+        {"pads=[1,1,1,1]", "no activation, residual, no bias", false, true},
+        {"pads=[1,1,1,1];activation=Relu", "relu, no bias", false, false},
+        {"pads=[1,1,1,1];activation=LeakyRelu;alpha=0.1", "leaky relu, bias, residual", true, true},
+        {"pads=[1,1,1,1];activation=Clip;act_min=0.0;act_max=6.0", "relu6, bias", true, false},
+        {"pads=[1,1,1,1];activation=Clip;act_min=-0.5;act_max=0.5", "clip, bias, residual", true, true},
+        {"pads=[1,1,1,1];activation=Sigmoid", "sigmoid, bias", true, false},
+        {"pads=[1,1,1,1];activation=HardSwish", "hardswish, bias, residual", true, true},
+        {"pads=[1,1,1,1];activation=HardSigmoid;alpha=0.3;beta=0.4", "hardsigmoid, bias", true, false},
+        {"pads=[1,1,1,1];activation=Tanh", "tanh, bias", true, false},
+    };
+    fused_reference(compose_conv);
+    atol_scale = 1e-5;
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(3) | NHWC_OUT : 0;
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+            const inp spec[4] = {X(2, 8, 9, 9), X(16, 8, 3, 3), X(16), X(2, 16, 9, 9)};
+            inp use[4];
+            memcpy(use, spec, sizeof use);
+            if (!v[i].bias) use[2] = (inp)NONE;
+            floats("kiln.FusedConv", v[i].attrs, 0, false, at, rt, v[i].label, use, v[i].z ? 4 : 3);
+        }
+        floats("kiln.FusedConv", "strides=[2,2];activation=Relu", 0, false, at, rt, "1x1 stride 2 projection",
+               INPUTS(X(2, 16, 8, 8), X(32, 16, 1, 1), X(32)));
+        floats("kiln.FusedConv", "group=16;pads=[1,1,1,1];activation=Clip;act_min=0.0;act_max=6.0", 0, false, at, rt,
+               "depthwise relu6", INPUTS(X(2, 16, 10, 10), X(16, 1, 3, 3), X(16)));
+        floats("kiln.FusedConv", "pads=[0,1,2,1];activation=Relu", 0, false, at, rt, "asymmetric pads, residual",
+               INPUTS(X(1, 4, 8, 8), X(8, 4, 3, 3), X(8), X(1, 8, 8, 8)));
+        floats("kiln.FusedConv", "pads=[1,1,1,1]", 0, false, 5e-5, rt, "wider, no activation, residual",
+               INPUTS(X(2, 32, 14, 14), X(64, 32, 3, 3), X(64), X(2, 64, 14, 14)));
+    }
+    layout = 0;
+    floats("kiln.FusedConv", "pads=[2,2];activation=Relu", 0, false, at, rt, "1-D, residual",
+           INPUTS(X(2, 3, 20), X(4, 3, 5), X(4), X(2, 4, 20)));
+    atol_scale = 0;
+    fused_reference(NULL);
+    if (cu) {
+        kiln_cuda_stats st;
+        kiln_cuda_get_stats(cu, &st);
+        printf("note FusedConv: %d cases ran fused in cuDNN (cudnnConvolutionBiasActivationForward), %d as "
+               "convolution + epilogue%s%s\n",
+               st.fused_calls, st.fused_split, st.fused_refused[0] ? "; cuDNN last refused a fused call: " : "",
+               st.fused_refused);
+    }
+}
+
 /* ------------------------------------------------------------ other checks */
 
 static void check(bool ok, const char *label, const char *detail) {
@@ -2089,11 +2318,11 @@ static void rng_checks(void) {
                            kt_scalar(KILN_BOOL, 1)};
     kiln_tensor din[3], dy, dm;
     kiln_tensor *dinp[3] = {&din[0], &din[1], &din[2]}, *doutp[2] = {&dy, &dm};
-    for (int i = 0; i < 3 && !st; i++) st = device_copy(hin[i], 0, true, &din[i]);
+    for (int i = 0; i < 3 && !st; i++) st = device_copy(hin[i], 0, true, KILN_FORMAT_NCHW, &din[i]);
     kiln_tensor *ref[2] = {0};
     if (!st) st = eval_ref(&node, 3, hin, 2, ref, base);
-    if (!st) st = device_copy(ref[0], 0, false, &dy);
-    if (!st) st = device_copy(ref[1], 0, false, &dm);
+    if (!st) st = device_copy(ref[0], 0, false, KILN_FORMAT_NCHW, &dy);
+    if (!st) st = device_copy(ref[1], 0, false, KILN_FORMAT_NCHW, &dm);
     kiln_tensor_free(ref[0]);
     kiln_tensor_free(ref[1]);
     const int64_t zero = 0;
@@ -2250,6 +2479,72 @@ static void supports_checks(void) {
     }
 }
 
+static kiln_tensor shape4(kiln_dtype dt, int ndim, const int64_t *dims, kiln_format f) {
+    kiln_tensor t;
+    memset(&t, 0, sizeof t);
+    kiln_tensor_set_shape(&t, dt, ndim, dims);
+    t.format = f;
+    return t;
+}
+
+/* Kernels that read NCHW only reject NHWC tensors; layout-aware ones reject combinations
+ * they do not handle, and take the ones the layout pass produces. */
+static void layout_supports_checks(void) {
+    const kiln_format C = KILN_FORMAT_NCHW, H = KILN_FORMAT_NHWC;
+    static const struct {
+        const char *domain, *op, *what;
+        int n_in;
+        int64_t in_dims[3][5]; /* rank, dims... */
+        kiln_format in_fmt[3];
+        int64_t out_dims[5];
+        kiln_format out_fmt;
+        bool ok;
+    } t[] = {
+        {"", "Flatten", "Flatten of an NHWC tensor", 1, {{4, 2, 3, 4, 5}}, {H}, {2, 2, 60}, C, false},
+        {"", "Softmax", "Softmax over NHWC", 1, {{4, 2, 3, 4, 5}}, {H}, {4, 2, 3, 4, 5}, H, false},
+        {"", "Conv", "Conv with an NCHW weight and NHWC data", 2, {{4, 1, 3, 8, 8}, {4, 4, 3, 3, 3}}, {H, C},
+         {4, 1, 4, 6, 6}, H, false},
+        {"", "Conv", "Conv with NHWC data and weight", 2, {{4, 1, 3, 8, 8}, {4, 4, 3, 3, 3}}, {H, H},
+         {4, 1, 4, 6, 6}, H, true},
+        {"", "Add", "Add of a full NCHW operand into NHWC", 2, {{4, 2, 3, 4, 5}, {4, 2, 3, 4, 5}}, {H, C},
+         {4, 2, 3, 4, 5}, H, false},
+        {"", "Add", "Add of a per-channel NCHW operand into NHWC", 2, {{4, 2, 3, 4, 5}, {3, 3, 1, 1}}, {H, C},
+         {4, 2, 3, 4, 5}, H, true},
+        {"", "Add", "Add of an NHWC operand into NCHW", 2, {{4, 2, 3, 4, 5}, {4, 2, 3, 4, 5}}, {H, C},
+         {4, 2, 3, 4, 5}, C, false},
+        {"", "Relu", "Relu from NHWC to NCHW", 1, {{4, 2, 3, 4, 5}}, {H}, {4, 2, 3, 4, 5}, C, false},
+        {"", "MaxPool", "MaxPool from NCHW to NHWC", 1, {{4, 2, 3, 4, 5}}, {C}, {4, 2, 3, 4, 5}, H, false},
+        {"kiln", "ToNHWC", "ToNHWC of an NHWC tensor", 1, {{4, 2, 3, 4, 5}}, {H}, {4, 2, 3, 4, 5}, H, false},
+        {"kiln", "ToNCHW", "ToNCHW into NHWC", 1, {{4, 2, 3, 4, 5}}, {H}, {4, 2, 3, 4, 5}, H, false},
+        {"kiln", "ToNCHW", "ToNCHW", 1, {{4, 2, 3, 4, 5}}, {H}, {4, 2, 3, 4, 5}, C, true},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        kiln_tensor in[3], out, *inps[3], *outp = &out;
+        for (int k = 0; k < t[i].n_in; k++) {
+            in[k] = shape4(KILN_F32, (int)t[i].in_dims[k][0], t[i].in_dims[k] + 1, t[i].in_fmt[k]);
+            inps[k] = &in[k];
+        }
+        out = shape4(KILN_F32, (int)t[i].out_dims[0], t[i].out_dims + 1, t[i].out_fmt);
+        kiln_node node;
+        memset(&node, 0, sizeof node);
+        node.op_type = (char *)t[i].op;
+        node.name = (char *)"probe";
+        node.domain = (char *)t[i].domain;
+        node.op = kiln_op_index_domain(t[i].domain, t[i].op);
+        node.opset = 21;
+        node.n_in = t[i].n_in;
+        node.n_out = 1;
+        kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = t[i].n_in, .in = inps, .n_out = 1, .out = &outp};
+        kiln_clear_error(ctx);
+        const kiln_status st = kiln_cuda_supports(&c);
+        char label[160];
+        snprintf(label, sizeof label, "%s is %s on cuda", t[i].what, t[i].ok ? "supported" : "rejected");
+        if (t[i].ok) check(st == KILN_OK, label, kiln_context_message(ctx));
+        else check(st == KILN_ERR_UNSUPPORTED && strstr(kiln_context_message(ctx), "not supported on cuda"), label,
+                   st == KILN_OK ? "accepted" : kiln_context_message(ctx));
+    }
+}
+
 /* Copies larger than a small staging buffer round-trip exactly. */
 static void staging_checks(void) {
     kiln_cuda *small = NULL;
@@ -2368,6 +2663,210 @@ static void rtc_checks(void) {
           "an NVRTC compile error comes back with its log", kiln_context_message(ctx));
 }
 
+/* ------------------------------------------------ algorithm cache on disk */
+
+/* One f16 Conv case run on kiln_cuda k. */
+static void conv_on(kiln_cuda *k, const char *label) {
+    kiln_cuda *saved = cu;
+    cu = k;
+    atol_scale = 1e-5;
+    run_case("Conv", "pads=[1,1,1,1]", 0, KILN_F16, false, 2e-5, 1e-4, label,
+             INPUTS(X(2, 16, 9, 9), X(32, 16, 3, 3), X(32)));
+    atol_scale = 0;
+    cu = saved;
+}
+
+static kiln_cuda_stats stats_of(const kiln_cuda *k) {
+    kiln_cuda_stats st;
+    kiln_cuda_get_stats(k, &st);
+    return st;
+}
+
+static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* Timed choices are written to the cache file and read back by the next kiln_cuda, which
+ * then times nothing; a corrupt file costs nothing but its bad lines; the heuristic times
+ * and writes nothing; deterministic mode runs. */
+static void algo_cache_checks(const char *dir) {
+    char path[1024], path2[1024];
+    snprintf(path, sizeof path, "%s/algos/cudnn-algos.txt", dir);
+    snprintf(path2, sizeof path2, "%s/heuristic.txt", dir);
+    kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)64 << 20, .algo_cache = path};
+    kiln_cuda *k = NULL;
+    if (kiln_cuda_create(ctx, &o, &k)) {
+        fail("algo cache", "create: %s", kiln_context_message(ctx));
+        return;
+    }
+    conv_on(k, "algo cache: timed");
+    kiln_cuda_stats st = stats_of(k);
+    check(st.algos_timed >= 1 && st.algos_written >= 1 && file_exists(path),
+          "a timed convolution algorithm is written to the cache file (directories created)", path);
+    kiln_cuda_free(k);
+    k = NULL;
+    if (kiln_cuda_create(ctx, &o, &k)) {
+        fail("algo cache", "create: %s", kiln_context_message(ctx));
+        return;
+    }
+    conv_on(k, "algo cache: reused");
+    st = stats_of(k);
+    const int loaded = st.algos_loaded;
+    check(loaded >= 1 && st.algos_timed == 0, "the next kiln_cuda reads it and times nothing", path);
+    kiln_cuda_free(k);
+    k = NULL;
+    FILE *f = fopen(path, "a");
+    if (f) {
+        fputs("garbage\n\x01\x02|||\nNVIDIA|x|fwd|algo=1 math=0 bytes=0 ms=0\n", f);
+        fputs("NVIDIA H200|91900|fwd f16 truncated|algo=1 math=1 byt", f);
+        fclose(f);
+    }
+    if (kiln_cuda_create(ctx, &o, &k)) {
+        fail("algo cache", "create with a corrupt file: %s", kiln_context_message(ctx));
+        return;
+    }
+    conv_on(k, "algo cache: corrupt file");
+    st = stats_of(k);
+    check(st.algos_loaded == loaded && st.algos_timed == 0, "bad lines in the cache file are ignored", path);
+    kiln_cuda_free(k);
+    k = NULL;
+    remove(path2);
+    kiln_cuda_options h = {.device = 0, .arena_bytes = (size_t)64 << 20, .algo_cache = path2, .no_autotune = 1};
+    if (!kiln_cuda_create(ctx, &h, &k)) {
+        conv_on(k, "heuristic algorithm");
+        st = stats_of(k);
+        check(st.algos_heuristic >= 1 && st.algos_timed == 0 && st.algos_loaded == 0 && !file_exists(path2),
+              "without autotuning cuDNN's heuristic chooses, nothing is timed or written", path2);
+        kiln_cuda_free(k);
+        k = NULL;
+    }
+    kiln_cuda_options d = {.device = 0, .arena_bytes = (size_t)64 << 20, .algo_cache = "", .deterministic = 1};
+    if (!kiln_cuda_create(ctx, &d, &k)) {
+        conv_on(k, "deterministic algorithm");
+        st = stats_of(k);
+        check(st.algos_timed >= 1 && st.algos_written == 0, "deterministic choices are timed; \"\" writes no cache",
+              "");
+        kiln_cuda_free(k);
+    }
+}
+
+/* ----------------------------------------------------------- whole models */
+
+static kiln_model *SM;
+
+static void s_init(const char *name, int ndim, const int64_t *dims, double lo, double hi) {
+    kiln_tensor *t = kt_rand(KILN_F32, ndim, dims, lo, hi, 4242 + (uint64_t)SM->n_values);
+    if (!t || kiln_model_add_initializer(SM, name, t)) fail("model", "initializer %s", name);
+    kiln_tensor_free(t);
+}
+
+static void s_node(const char *op, int n_in, const char *const *in, const char *out, const char *attrs) {
+    kiln_node *node = NULL;
+    if (kiln_model_add_node(SM, op, out, n_in, in, 1, &out, &node)) {
+        fail("model", "node: %s", kiln_context_message(ctx));
+        return;
+    }
+    kiln_attr *a = NULL;
+    int na = 0;
+    kiln_attrs_parse(ctx, attrs, &a, &na);
+    for (int i = 0; i < na; i++) {
+        if (a[i].type == KILN_ATTR_INTS) kiln_node_set_ints(node, a[i].name, a[i].n, a[i].ints);
+        if (a[i].type == KILN_ATTR_INT) kiln_node_set_int(node, a[i].name, a[i].i);
+        kiln_attr_clear(&a[i]);
+    }
+    free(a);
+}
+
+/* stem conv + BN + Relu, MaxPool, a residual block, GAP, Flatten, Gemm; the block's
+ * output is a second graph output (NHWC inside, converted back under its own name). */
+static kiln_model *small_resnet(void) {
+    if (kiln_model_create(ctx, &SM)) return NULL;
+    kiln_model_add_input(SM, "x", KILN_F32, 4, (int64_t[]){-1, 3, 16, 16});
+    s_init("w1", 4, (int64_t[]){16, 3, 3, 3}, -0.5, 0.5);
+    s_init("b1", 1, (int64_t[]){16}, -0.5, 0.5);
+    s_init("s", 1, (int64_t[]){16}, 0.5, 1.5);
+    s_init("o", 1, (int64_t[]){16}, -0.5, 0.5);
+    s_init("m", 1, (int64_t[]){16}, -0.5, 0.5);
+    s_init("v", 1, (int64_t[]){16}, 0.5, 2);
+    s_init("w2", 4, (int64_t[]){16, 16, 3, 3}, -0.2, 0.2);
+    s_init("fc", 2, (int64_t[]){16, 10}, -0.5, 0.5);
+    s_node("Conv", 3, (const char *[]){"x", "w1", "b1"}, "c1", "pads=[1,1,1,1];strides=[2,2]");
+    s_node("BatchNormalization", 5, (const char *[]){"c1", "s", "o", "m", "v"}, "bn1", "");
+    s_node("Relu", 1, (const char *[]){"bn1"}, "r1", "");
+    s_node("MaxPool", 1, (const char *[]){"r1"}, "p1", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]");
+    s_node("Conv", 2, (const char *[]){"p1", "w2"}, "c2", "pads=[1,1,1,1]");
+    s_node("Add", 2, (const char *[]){"c2", "p1"}, "sum", "");
+    s_node("Relu", 1, (const char *[]){"sum"}, "feat", "");
+    s_node("GlobalAveragePool", 1, (const char *[]){"feat"}, "gap", "");
+    s_node("Flatten", 1, (const char *[]){"gap"}, "flat", "");
+    s_node("MatMul", 2, (const char *[]){"flat", "fc"}, "logits", "");
+    kiln_model_add_output(SM, "logits");
+    kiln_model_add_output(SM, "feat");
+    if (kiln_model_finalize(SM)) {
+        fail("model", "finalize: %s", kiln_context_message(ctx));
+        kiln_model_free(SM);
+        return NULL;
+    }
+    return SM;
+}
+
+/* The model through CUDA sessions (layout pass on and off, autotuned or heuristic,
+ * deterministic, fp32 / fp16 / bf16) against CPU sessions of the same precision (the CPU
+ * runs the graph the precision pass makes, with its roundings). A low-precision variant
+ * whose graph needs an op this build has no CUDA kernel for is reported as skipped. */
+static void session_checks(void) {
+    kiln_model *m = small_resnet();
+    if (!m) return;
+    kiln_tensor *x = kt_rand(KILN_F32, 4, (int64_t[]){3, 3, 16, 16}, -1, 1, 99);
+    static const struct {
+        const char *label;
+        kiln_precision prec;
+        unsigned off;
+        int det;
+        double tol;
+    } v[] = {{"NHWC, autotuned", KILN_PRECISION_FP32, 0, 0, 1e-4},
+             {"NCHW (layout pass off)", KILN_PRECISION_FP32, KILN_PASS_NHWC, 0, 1e-4},
+             {"NHWC, heuristic algorithms", KILN_PRECISION_FP32, KILN_PASS_AUTOTUNE, 0, 1e-4},
+             {"NHWC, deterministic", KILN_PRECISION_FP32, 0, 1, 1e-4},
+             {"NHWC, fp16", KILN_PRECISION_FP16, 0, 0, 2e-2},
+             {"NHWC, bf16", KILN_PRECISION_BF16, 0, 0, 1e-1}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        kiln_session_options co = {.precision = v[i].prec};
+        kiln_session_options o = {.device = KILN_DEVICE_CUDA, .precision = v[i].prec, .disable_passes = v[i].off,
+                                  .deterministic = v[i].det};
+        kiln_session *cpu = NULL, *s = NULL;
+        const kiln_tensor *want[2] = {0}, *got[2] = {0};
+        char label[160];
+        snprintf(label, sizeof label, "small ResNet on cuda, %s", v[i].label);
+        if (kiln_session_create(m, &co, &cpu) || kiln_session_run(cpu, 1, &x, 2, want)) {
+            fail(label, "CPU: %s", kiln_context_message(ctx));
+            kiln_session_free(cpu);
+            continue;
+        }
+        for (int run = 0; run < 2; run++) { /* the second run replays the captured graph */
+            snprintf(label, sizeof label, "small ResNet on cuda, %s, run %d", v[i].label, run + 1);
+            if ((!s && kiln_session_create(m, &o, &s)) || kiln_session_run(s, 1, &x, 2, got)) {
+                const char *msg = kiln_context_message(ctx);
+                if (v[i].prec != KILN_PRECISION_FP32 && strstr(msg, "not supported on cuda")) {
+                    printf("SKIP %s: %s\n", label, msg);
+                    skipped++;
+                } else {
+                    fail(label, "%s", msg);
+                }
+                break;
+            }
+            for (int j = 0; j < 2; j++) {
+                char l2[200];
+                snprintf(l2, sizeof l2, "%s, output %d", label, j);
+                if (compare(got[j], want[j], v[i].tol, v[i].tol, l2)) failed++;
+                else passed++;
+            }
+        }
+        kiln_session_free(s);
+        kiln_session_free(cpu);
+    }
+    kiln_tensor_free(x);
+    kiln_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     /* --dry-run: no device needed; checks that every case's CPU reference runs and that
@@ -2392,6 +2891,11 @@ int main(int argc, char **argv) {
                p->cc_minor);
     }
 
+    /* choices timed here go to a scratch cache, not the user's */
+    char dir[] = "/tmp/kiln-cuda-test-XXXXXX";
+    const bool have_dir = cu && mkdtemp(dir) != NULL;
+    if (have_dir && !getenv("KILN_CACHE_DIR")) setenv("KILN_CACHE_DIR", dir, 1);
+
     unary_cases();
     binary_cases();
     conv_cases();
@@ -2407,6 +2911,8 @@ int main(int argc, char **argv) {
     reduce_cases();
     layernorm_cases();
     if (wanted("plan with folding off")) plan_checks();
+    nhwc_cases();
+    fused_conv_cases();
     unary_grad_cases();
     dropout_cases();
     conv_grad_cases();
@@ -2419,6 +2925,7 @@ int main(int argc, char **argv) {
     fused_gemm_cases();
     if (wanted("kiln.FusedElementwise")) fused_static_checks();
     if (wanted("supports")) supports_checks();
+    if (wanted("supports") || wanted("layout")) layout_supports_checks();
     if (wanted("mnist")) mnist_training_graph();
     if (cu) {
         if (wanted("gather")) gather_bad_index();
@@ -2428,6 +2935,8 @@ int main(int argc, char **argv) {
         if (wanted("optimizer")) optimizer_checks();
         if (wanted("loss scaling")) loss_scaling_checks();
         if (wanted("rng")) rng_checks();
+        if (have_dir && wanted("algo cache")) algo_cache_checks(dir);
+        if (wanted("small ResNet")) session_checks();
         if (wanted("profile")) profile_checks();
     }
 
@@ -2439,6 +2948,14 @@ int main(int argc, char **argv) {
     }
     kiln_cuda_free(cu);
     kiln_context_free(ctx);
+    if (have_dir) {
+        const char *files[] = {"algos/cudnn-algos.txt", "algos", "heuristic.txt", "cudnn-algos.txt", ""};
+        for (int i = 0; i < 5; i++) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+            remove(path);
+        }
+    }
     printf("%d skipped\n", skipped);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -1,0 +1,371 @@
+/*
+ * layout.c — the layout pass (KILN_PASS_NHWC; CUDA only): chains of convolutions and the
+ * ops around them are laid out NHWC (channels_last), with the fewest conversions.
+ *
+ * Why: cuDNN's tensor-core convolutions read and write NHWC; given NCHW they transpose
+ * internally, around every convolution. Here the layout is chosen once per value, and
+ * kiln.ToNHWC / kiln.ToNCHW nodes (src/ops/layout_convert.c) move bytes only where a
+ * chain meets code that reads NCHW. Dims stay logical NCHW everywhere; a value's
+ * `format` says how a device lays it out (device plans copy it into their tensors).
+ *
+ * Which ops run NHWC (their CUDA kernels read the format; the table in src/cuda/table.c
+ * must agree):
+ *   - Conv and kiln.FusedConv on 4-D tensors: always. X and the residual Z are NHWC; the
+ *     weight W too (KRSC, what cuDNN's NHWC kernels read): a weight initializer read only
+ *     by such convolutions is marked NHWC itself (a device converts it when uploading:
+ *     no node), any other weight goes through a kiln.ToNHWC (folded when constant).
+ *   - MaxPool (no Indices output), AveragePool, BatchNormalization (inference), the
+ *     unary elementwise ops (Relu, Clip, Sigmoid, ..., Identity, inference Dropout) and
+ *     the binary ones (Add Sub Mul Div Pow Max Min) on 4-D data: when their data input is
+ *     already NHWC, so a chain that starts at a convolution continues through them.
+ *     A binary op's other operands may stay NCHW when their bytes are the same in both
+ *     layouts: rank <= 4 right-aligned to (N, C, H, W) with C == 1 or H*W == 1 (scalars,
+ *     per-channel vectors (C,1,1), (N,1,H,W) maps); a full 4-D one is converted.
+ *   - GlobalAveragePool reads NHWC and writes (N, C, 1, 1), whose bytes are the same in
+ *     both layouts: its output is labelled NCHW, so ResNet's GlobalAveragePool -> Flatten
+ *     -> Gemm head needs no conversion at all, or NHWC when only convolutions read it
+ *     (squeeze-and-excitation blocks).
+ * Everything else reads NCHW: Flatten, Reshape, Gemm, Concat, Softmax... get a
+ * kiln.ToNCHW (one per value, shared by all such readers); shape-only readers (Shape)
+ * need none. Graph inputs are NCHW (one kiln.ToNHWC before the first convolution, shared)
+ * and graph outputs stay NCHW with their names: an NHWC output is computed under a new
+ * name and converted into the original one.
+ *
+ * Ranks come from static inference where the graph's inputs are static, otherwise from
+ * the ops (a 2-D convolution's X has its 4-D weight's rank, elementwise ops keep ranks),
+ * so symbolic batch dims do not turn the pass off. Run it last: it must see the final op
+ * mix and initializers (after fusion and precision).
+ */
+#include "passes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum kind { K_NONE, K_CONV, K_POOL, K_BN, K_GAP, K_UNARY, K_BINARY };
+
+#define WANT_ANY (-1)
+
+static bool is_onnx(const kiln_node *n) { return !n->domain[0] || strcmp(n->domain, "ai.onnx") == 0; }
+
+static bool in_list(const char *s, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(s, *list) == 0) return true;
+    return false;
+}
+
+static const char *const UNARY_OPS[] = {
+    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid",
+    "HardSwish", "Softplus", "Softsign", "Clip", "Erf", "Exp", "Log", "Sqrt", "Reciprocal",
+    "Abs", "Neg", "Floor", "Ceil", "Identity", NULL};
+static const char *const BINARY_OPS[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", NULL};
+
+/* Dropout is elementwise only at inference: no mask output and no training_mode input
+ * (training draws its mask by flat index, in the reference's NCHW order). */
+static bool inference_dropout(const kiln_node *n) {
+    return n->n_out == 1 && (n->n_in < 3 || n->in[2] < 0);
+}
+
+static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
+    if (strcmp(n->domain, "kiln") == 0) return strcmp(n->op_type, "FusedConv") == 0 ? K_CONV : K_NONE;
+    if (!is_onnx(n)) return K_NONE;
+    const char *op = n->op_type;
+    if (strcmp(op, "Conv") == 0) return K_CONV;
+    if (strcmp(op, "MaxPool") == 0) return n->n_out == 1 ? K_POOL : K_NONE;
+    if (strcmp(op, "AveragePool") == 0) return K_POOL;
+    if (strcmp(op, "BatchNormalization") == 0)
+        return n->n_out == 1 && (n->opset < 14 || kiln_attr_int(n, "training_mode", 0) == 0) ? K_BN : K_NONE;
+    if (strcmp(op, "GlobalAveragePool") == 0) return K_GAP;
+    if (strcmp(op, "Dropout") == 0) return inference_dropout(n) ? K_UNARY : K_NONE;
+    if (in_list(op, UNARY_OPS)) return K_UNARY;
+    if (in_list(op, BINARY_OPS)) return K_BINARY;
+    return K_NONE;
+}
+
+/* Input k of a node of this kind carries the layout-following data (X, Z, binary operands). */
+static bool data_input(enum kind k, int i) {
+    switch (k) {
+    case K_CONV: return i == 0 || i == 3;
+    case K_BINARY: return true;
+    case K_POOL: case K_BN: case K_GAP: case K_UNARY: return i == 0;
+    default: return false;
+    }
+}
+
+/* Bytes of value v are the same in NCHW and NHWC: static shape of rank <= 4 which, right-
+ * aligned to (N, C, H, W), has C == 1 or H*W == 1. */
+static bool layout_free(const kiln_value *v) {
+    if (v->ndim < 0 || v->ndim > 4) return false;
+    int64_t a[4] = {1, 1, 1, 1};
+    for (int d = 0; d < v->ndim; d++) a[4 - v->ndim + d] = v->dims[d];
+    if (a[1] < 0 || a[2] < 0 || a[3] < 0) return false;
+    return a[1] == 1 || a[2] * a[3] == 1;
+}
+
+/* Node indices in topological order (earlier passes may have appended nodes anywhere):
+ * Kahn's algorithm over consumer lists; ready nodes keep the file's order. */
+static bool topo_order(const kiln_model *m, const int *prod, int *order) {
+    const int nn = m->n_nodes, nv = m->n_values;
+    size_t edges = 0;
+    for (int i = 0; i < nn; i++) edges += (size_t)m->nodes[i].n_in;
+    int *pending = calloc((size_t)nn + 1, sizeof *pending);
+    int *start = calloc((size_t)nv + 2, sizeof *start);
+    int *fill = calloc((size_t)nv + 1, sizeof *fill);
+    int *cons = calloc(edges + 1, sizeof *cons);
+    bool ok = pending && start && fill && cons;
+    for (int i = 0; ok && i < nn; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++) {
+            const int v = m->nodes[i].in[k];
+            if (v >= 0 && prod[v] >= 0) {
+                start[v + 1]++;
+                pending[i]++;
+            }
+        }
+    for (int v = 0; ok && v < nv; v++) start[v + 1] += start[v];
+    for (int i = 0; ok && i < nn; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++) {
+            const int v = m->nodes[i].in[k];
+            if (v >= 0 && prod[v] >= 0) cons[start[v] + fill[v]++] = i;
+        }
+    int head = 0, tail = 0;
+    for (int i = 0; ok && i < nn; i++)
+        if (!pending[i]) order[tail++] = i;
+    while (ok && head < tail) {
+        const kiln_node *n = &m->nodes[order[head++]];
+        for (int k = 0; k < n->n_out; k++) {
+            const int v = n->out[k];
+            if (v < 0) continue;
+            for (int c = start[v]; c < start[v + 1]; c++)
+                if (--pending[cons[c]] == 0) order[tail++] = cons[c];
+        }
+    }
+    free(pending);
+    free(start);
+    free(fill);
+    free(cons);
+    return ok && tail == nn;
+}
+
+typedef struct layout {
+    kiln_model *m;
+    int nv;              /* values before the pass (arrays below cover renamed outputs too) */
+    int *rank;           /* (cap) known or derived rank, -1 unknown */
+    kiln_format *fmt;    /* (cap) layout of each value */
+    int *to_nhwc, *to_nchw; /* (cap) converted copy of a value, -1 none yet */
+    int cap;
+} layout;
+
+/* The value holding v in layout `to`: v's converted copy (created once, then shared). */
+static int convert(layout *L, int v, kiln_format to) {
+    int *cache = to == KILN_FORMAT_NHWC ? L->to_nhwc : L->to_nchw;
+    if (v < L->cap && cache[v] >= 0) return cache[v];
+    kiln_model *m = L->m;
+    char name[256];
+    snprintf(name, sizeof name, "%s/%s", m->values[v].name, to == KILN_FORMAT_NHWC ? "nhwc" : "nchw");
+    int nv = kiln_pass_new_value(m, name);
+    if (nv < 0) return -1;
+    kiln_value *src = &m->values[v], *dst = &m->values[nv];
+    dst->dtype = src->dtype;
+    dst->ndim = src->ndim;
+    memcpy(dst->dims, src->dims, sizeof dst->dims);
+    dst->format = to;
+    if (kiln_model_add_node_raw(m, to == KILN_FORMAT_NHWC ? "ToNHWC" : "ToNCHW", name, "kiln", 1, &v, 1, &nv, 0,
+                                NULL) < 0)
+        return -1;
+    if (v < L->cap) cache[v] = nv;
+    return nv;
+}
+
+kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    if (o->device != KILN_DEVICE_CUDA) return KILN_OK;
+    const int nv = m->n_values, nn = m->n_nodes;
+    size_t edges = 0;
+    for (int i = 0; i < nn; i++) edges += (size_t)m->nodes[i].n_in;
+    layout L = {.m = m, .nv = nv, .cap = nv + m->n_outputs};
+    L.rank = calloc((size_t)L.cap + 1, sizeof *L.rank);
+    L.fmt = calloc((size_t)L.cap + 1, sizeof *L.fmt);
+    L.to_nhwc = calloc((size_t)L.cap + 1, sizeof *L.to_nhwc);
+    L.to_nchw = calloc((size_t)L.cap + 1, sizeof *L.to_nchw);
+    int *prod = calloc((size_t)nv + 1, sizeof *prod);
+    int *order = calloc((size_t)nn + 1, sizeof *order);
+    int *edge0 = calloc((size_t)nn + 1, sizeof *edge0);   /* first edge of each node */
+    int *want = calloc(edges + 1, sizeof *want);          /* layout each edge reads */
+    bool *nhwc = calloc((size_t)nn + 1, sizeof *nhwc);    /* node runs NHWC */
+    kiln_status st = KILN_OK;
+    if (!L.rank || !L.fmt || !L.to_nhwc || !L.to_nchw || !prod || !order || !edge0 || !want || !nhwc) {
+        st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
+    for (int v = 0; v < L.cap; v++) {
+        L.rank[v] = v < nv ? m->values[v].ndim : -1;
+        L.to_nhwc[v] = L.to_nchw[v] = -1;
+    }
+    for (int v = 0; v < nv; v++) prod[v] = -1;
+    for (int i = 0, e = 0; i < nn; i++) {
+        edge0[i] = e;
+        e += m->nodes[i].n_in;
+        for (int k = 0; k < m->nodes[i].n_out; k++)
+            if (m->nodes[i].out[k] >= 0) prod[m->nodes[i].out[k]] = i;
+    }
+    if (!topo_order(m, prod, order)) {
+        st = kiln_fail(m->ctx, KILN_ERR_GRAPH, "the graph has a cycle");
+        goto out;
+    }
+
+    /* 1. Forward: ranks, which nodes run NHWC, the layout of every value, and what each
+     *    edge needs. */
+    for (int q = 0; q < nn; q++) {
+        const int i = order[q];
+        const kiln_node *n = &m->nodes[i];
+        const enum kind k = kind_of(m, n);
+        const int x = n->n_in > 0 ? n->in[0] : -1, y = n->out[0];
+        /* the output's rank: a convolution's is its weight's, elementwise ops keep it */
+        int r = x >= 0 ? L.rank[x] : -1;
+        if (k == K_CONV && n->n_in > 1 && n->in[1] >= 0 && L.rank[n->in[1]] >= 0) r = L.rank[n->in[1]];
+        if (k == K_NONE) r = -1;
+        if (k == K_BINARY)
+            for (int j = 0; j < n->n_in; j++) {
+                const int rj = n->in[j] >= 0 ? L.rank[n->in[j]] : -1;
+                if (rj < 0) {
+                    r = -1;
+                    break;
+                }
+                if (rj > r) r = rj;
+            }
+        if (y >= 0 && L.rank[y] < 0) L.rank[y] = r;
+        bool go = false;
+        if (k == K_CONV) {
+            go = x >= 0 && r == 4;
+        } else if (k == K_BINARY) {
+            go = r == 4;
+            bool any = false;
+            for (int j = 0; go && j < n->n_in; j++) {
+                const int v = n->in[j];
+                if (v < 0) {
+                    go = false;
+                    break;
+                }
+                any |= L.fmt[v] == KILN_FORMAT_NHWC;
+                go = L.fmt[v] == KILN_FORMAT_NHWC || layout_free(&m->values[v]) || L.rank[v] == 4;
+            }
+            go = go && any;
+        } else if (k != K_NONE) {
+            go = x >= 0 && r == 4 && L.fmt[x] == KILN_FORMAT_NHWC;
+        }
+        nhwc[i] = go;
+        if (go && k != K_GAP && y >= 0) L.fmt[y] = KILN_FORMAT_NHWC;
+        /* GlobalAveragePool's (N, C, 1, 1) is labelled for its readers: NHWC when only
+         * convolutions read it (a squeeze-and-excitation block), else NCHW */
+        if (go && k == K_GAP && y >= 0 && !m->values[y].is_output) {
+            bool convs_only = true;
+            for (int j = 0; j < nn && convs_only; j++)
+                for (int t = 0; t < m->nodes[j].n_in; t++)
+                    if (m->nodes[j].in[t] == y && (kind_of(m, &m->nodes[j]) != K_CONV || !data_input(K_CONV, t)))
+                        convs_only = false;
+            if (convs_only) L.fmt[y] = KILN_FORMAT_NHWC;
+        }
+        /* the model is open: node->op is not resolved yet */
+        const kiln_op_def *d = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
+        for (int j = 0; j < n->n_in; j++) {
+            const int v = n->in[j];
+            int *w = &want[edge0[i] + j];
+            *w = WANT_ANY;
+            if (v < 0) continue;
+            if (go && data_input(k, j))
+                /* only the binary kernels take operands whose bytes are the same in both
+                 * layouts as they are; the others read the format of every input */
+                *w = k != K_BINARY || L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v])
+                         ? KILN_FORMAT_NHWC
+                         : WANT_ANY;
+            else if (go && k == K_CONV && j == 1)
+                *w = KILN_FORMAT_NHWC;
+            else if (!go && !(d && j < 32 && (d->shape_only_inputs & (1u << j))))
+                *w = KILN_FORMAT_NCHW;
+        }
+    }
+
+    /* 2. Weight initializers read only as the weight of NHWC convolutions are NHWC
+     *    themselves (a device converts them on upload). */
+    {
+        /* 1: read as an NHWC convolution's weight; 2: read any other way */
+        unsigned char *use = calloc((size_t)nv + 1, 1);
+        if (!use) {
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            goto out;
+        }
+        for (int i = 0; i < nn; i++) {
+            const bool conv = nhwc[i] && kind_of(m, &m->nodes[i]) == K_CONV;
+            for (int q = 0; q < m->nodes[i].n_in; q++) {
+                const int v = m->nodes[i].in[q];
+                if (v >= 0) use[v] |= conv && q == 1 ? 1 : 2;
+            }
+        }
+        for (int v = 0; v < nv; v++)
+            if (use[v] == 1 && m->values[v].init && m->values[v].init->ndim == 4 && !m->values[v].is_output) {
+                L.fmt[v] = KILN_FORMAT_NHWC;
+                *changed = true;
+            }
+        free(use);
+    }
+    for (int v = 0; v < nv; v++)
+        if (L.fmt[v] == KILN_FORMAT_NHWC) m->values[v].format = KILN_FORMAT_NHWC;
+
+    /* 3. NHWC graph outputs: computed under a new name, converted into the original one. */
+    for (int g = 0; g < m->n_outputs; g++) {
+        const int v = m->outputs[g];
+        if (v >= nv || L.fmt[v] != KILN_FORMAT_NHWC || prod[v] < 0) continue;
+        char name[256];
+        snprintf(name, sizeof name, "%s/nhwc", m->values[v].name);
+        const int v2 = kiln_pass_new_value(m, name);
+        if (v2 < 0) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            goto out;
+        }
+        kiln_value *a = &m->values[v], *b = &m->values[v2];
+        b->dtype = a->dtype;
+        b->ndim = a->ndim;
+        memcpy(b->dims, a->dims, sizeof b->dims);
+        b->format = KILN_FORMAT_NHWC;
+        a->format = KILN_FORMAT_NCHW;
+        kiln_node *p = &m->nodes[prod[v]];
+        for (int k = 0; k < p->n_out; k++)
+            if (p->out[k] == v) p->out[k] = v2;
+        for (int i = 0; i < nn; i++)
+            for (int k = 0; k < m->nodes[i].n_in; k++)
+                if (m->nodes[i].in[k] == v) m->nodes[i].in[k] = v2;
+        if (kiln_model_add_node_raw(m, "ToNCHW", name, "kiln", 1, &v2, 1, &v, 0, NULL) < 0) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            goto out;
+        }
+        L.fmt[v2] = KILN_FORMAT_NHWC;
+        L.fmt[v] = KILN_FORMAT_NCHW;
+        L.rank[v2] = L.rank[v];
+        L.to_nchw[v2] = v;
+        *changed = true;
+    }
+
+    /* 4. Conversions where an edge needs the other layout. */
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < m->nodes[i].n_in; j++) {
+            const int v = m->nodes[i].in[j], w = want[edge0[i] + j];
+            if (v < 0 || w == WANT_ANY || (kiln_format)w == L.fmt[v]) continue;
+            const int cv = convert(&L, v, (kiln_format)w);
+            if (cv < 0) {
+                st = KILN_ERR_OUT_OF_MEMORY;
+                goto out;
+            }
+            m->nodes[i].in[j] = cv; /* m->nodes may have moved: index, no pointer */
+            *changed = true;
+        }
+out:
+    free(L.rank);
+    free(L.fmt);
+    free(L.to_nhwc);
+    free(L.to_nchw);
+    free(prod);
+    free(order);
+    free(edge0);
+    free(want);
+    free(nhwc);
+    return st;
+}

@@ -1,0 +1,418 @@
+/* test_layout.c — the layout pass (src/passes/layout.c) on builder graphs, on the CPU.
+ *
+ * For a ResNet-like and a MobileNet-like network and a few boundary cases: the pass,
+ * asked for a CUDA plan, inserts exactly the conversions expected (kiln.ToNHWC /
+ * kiln.ToNCHW nodes), marks the values expected NHWC, keeps output names, and the
+ * rewritten graph computes the same function — bit for bit on the CPU backend, where the
+ * conversions are copies. Device-style plans (host_memory false) carry the formats into
+ * their tensors; host plans stay NCHW. Exits non-zero on any failure. */
+#include "core/optest.h"
+#include "core/plan.h"
+#include "passes/passes.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+static kiln_context *ctx;
+static kiln_model *M;
+static uint64_t seed = 1;
+
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+            printf(__VA_ARGS__);                          \
+            printf("\n");                                 \
+            fails++;                                      \
+        }                                                 \
+    } while (0)
+
+/* ------------------------------------------------------------ graph building */
+
+static void begin(void) {
+    M = NULL;
+    CHECK(kiln_model_create(ctx, &M) == KILN_OK, "create");
+}
+
+static void input(const char *name, int64_t n, int64_t c, int64_t h, int64_t w) {
+    CHECK(kiln_model_add_input(M, name, KILN_F32, 4, (int64_t[]){n, c, h, w}) == KILN_OK, "input %s", name);
+}
+
+static void init_rand(const char *name, int ndim, const int64_t *dims, double lo, double hi) {
+    kiln_tensor *t = kt_rand(KILN_F32, ndim, dims, lo, hi, seed++);
+    CHECK(t && kiln_model_add_initializer(M, name, t) == KILN_OK, "initializer %s: %s", name,
+          kiln_context_message(ctx));
+    kiln_tensor_free(t);
+}
+
+static void init_vals(const char *name, kiln_dtype dt, int ndim, const int64_t *dims, const double *v) {
+    kiln_tensor *t = kt_make(dt, ndim, dims, v);
+    CHECK(t && kiln_model_add_initializer(M, name, t) == KILN_OK, "initializer %s", name);
+    kiln_tensor_free(t);
+}
+
+/* A node: inputs as "a,b,,c" (empty: missing), one output, attributes as optest text. */
+static void add(const char *op, const char *ins, const char *out, const char *attrs) {
+    char buf[256], *names[8];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", ins);
+    for (char *p = buf; n < 8;) {
+        names[n++] = p;
+        char *comma = strchr(p, ',');
+        if (!comma) break;
+        *comma = '\0';
+        p = comma + 1;
+    }
+    kiln_node *node = NULL;
+    const char *outs[1] = {out};
+    CHECK(kiln_model_add_node(M, op, out, n, (const char *const *)names, 1, outs, &node) == KILN_OK,
+          "add %s: %s", op, kiln_context_message(ctx));
+    kiln_attr *a = NULL;
+    int na = 0;
+    CHECK(kiln_attrs_parse(ctx, attrs, &a, &na) == KILN_OK, "attrs %s", attrs);
+    for (int i = 0; node && i < na; i++) {
+        switch (a[i].type) {
+        case KILN_ATTR_INT: kiln_node_set_int(node, a[i].name, a[i].i); break;
+        case KILN_ATTR_FLOAT: kiln_node_set_float(node, a[i].name, a[i].f); break;
+        case KILN_ATTR_STRING: kiln_node_set_string(node, a[i].name, a[i].s); break;
+        case KILN_ATTR_INTS: kiln_node_set_ints(node, a[i].name, a[i].n, a[i].ints); break;
+        case KILN_ATTR_FLOATS: kiln_node_set_floats(node, a[i].name, a[i].n, a[i].floats); break;
+        default: break;
+        }
+    }
+    for (int i = 0; i < na; i++) kiln_attr_clear(&a[i]);
+    free(a);
+}
+
+/* conv (+ BN) (+ activation) named after `out`: weights (m, c/group, k, k). */
+static void conv(const char *x, const char *out, int64_t c, int64_t m, int64_t k, int64_t stride,
+                 int64_t group, bool bn, const char *act) {
+    char w[64], cv[64], bnv[64], ins[512], attrs[128];
+    snprintf(w, sizeof w, "%s.w", out);
+    init_rand(w, 4, (int64_t[]){m, c / group, k, k}, -0.5, 0.5);
+    const bool last = !bn && !act;
+    snprintf(cv, sizeof cv, last ? "%s" : "%s.conv", out);
+    snprintf(ins, sizeof ins, "%s,%s", x, w);
+    snprintf(attrs, sizeof attrs, "pads=[%lld,%lld,%lld,%lld];strides=[%lld,%lld];group=%lld", (long long)(k / 2),
+             (long long)(k / 2), (long long)(k / 2), (long long)(k / 2), (long long)stride, (long long)stride,
+             (long long)group);
+    add("Conv", ins, cv, attrs);
+    const char *cur = cv;
+    if (bn) {
+        const char *suffix[4] = {"s", "b", "m", "v"};
+        char p[4][64];
+        for (int i = 0; i < 4; i++) {
+            snprintf(p[i], sizeof p[i], "%s.bn%s", out, suffix[i]);
+            init_rand(p[i], 1, (int64_t[]){m}, i == 3 ? 0.5 : -1, i == 3 ? 2 : 1);
+        }
+        snprintf(bnv, sizeof bnv, act ? "%s.bn" : "%s", out);
+        snprintf(ins, sizeof ins, "%s,%s,%s,%s,%s", cv, p[0], p[1], p[2], p[3]);
+        add("BatchNormalization", ins, bnv, "");
+        cur = bnv;
+    }
+    if (act && strcmp(act, "Relu") == 0) add("Relu", cur, out, "");
+    if (act && strcmp(act, "Relu6") == 0) {
+        snprintf(ins, sizeof ins, "%s,zero,six", cur);
+        add("Clip", ins, out, "");
+    }
+}
+
+static void finalize(const char *const *outputs, int n) {
+    for (int i = 0; i < n; i++) CHECK(kiln_model_add_output(M, outputs[i]) == KILN_OK, "output %s", outputs[i]);
+    CHECK(kiln_model_finalize(M) == KILN_OK, "finalize: %s", kiln_context_message(ctx));
+}
+
+/* ---------------------------------------------------------------- checking */
+
+typedef struct expect {
+    int to_nhwc, to_nchw;
+    const char *nhwc[8];  /* values that must be NHWC (NULL-terminated) */
+    const char *nchw[8];  /* values that must stay NCHW */
+} expect;
+
+static int count_op(const kiln_model *m, const char *op) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        n += strcmp(m->nodes[i].op_type, op) == 0 && strcmp(m->nodes[i].domain, "kiln") == 0;
+    return n;
+}
+
+static kiln_format format_of(const kiln_model *m, const char *name) {
+    int v = kiln_model_find_value(m, name);
+    return v >= 0 ? m->values[v].format : (kiln_format)-1;
+}
+
+/* Run m on the CPU with inputs of batch `batch`; outputs copied into out[]. */
+static bool run_cpu(kiln_model *m, int64_t batch, kiln_tensor **out, int n_out) {
+    kiln_session *s = NULL;
+    kiln_tensor *in[4] = {0};
+    bool ok = kiln_session_create(m, NULL, &s) == KILN_OK;
+    CHECK(ok, "session: %s", kiln_context_message(ctx));
+    for (int i = 0; ok && i < m->n_inputs; i++) {
+        const kiln_value *v = &m->values[m->inputs[i]];
+        int64_t dims[KILN_MAX_DIMS];
+        for (int d = 0; d < v->ndim; d++) dims[d] = v->dims[d] < 0 ? batch : v->dims[d];
+        in[i] = kt_rand(v->dtype, v->ndim, dims, -1, 1, 777 + (uint64_t)i);
+    }
+    const kiln_tensor *o[8] = {0};
+    ok = ok && kiln_session_run(s, m->n_inputs, in, n_out, o) == KILN_OK;
+    CHECK(ok, "run: %s", kiln_context_message(ctx));
+    for (int j = 0; ok && j < n_out; j++) out[j] = kiln_tensor_clone(ctx, o[j]);
+    for (int i = 0; i < 4; i++) kiln_tensor_free(in[i]);
+    kiln_session_free(s);
+    return ok;
+}
+
+/* The pass (with `also` the only other switchable passes on, and the precision pass,
+ * which always runs) on M for a CUDA plan: conversions, formats, output names, the same
+ * function on the CPU as without the layout pass; then device- and host-style plans of
+ * the result. */
+static void check_graph_ex(const char *label, const expect *e, int64_t batch, kiln_precision prec, unsigned also) {
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec,
+                            .disabled = ~(unsigned)(KILN_PASS_NHWC | also)};
+    kiln_pass_options base = po;
+    base.disabled |= KILN_PASS_NHWC;
+    kiln_model *opt = NULL, *ref = NULL;
+    printf("-- %s\n", label);
+    if (kiln_passes_apply(M, &po, &opt) != KILN_OK || kiln_passes_apply(M, &base, &ref) != KILN_OK) {
+        CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+        kiln_model_free(opt);
+        return;
+    }
+    const int a = count_op(opt, "ToNHWC"), b = count_op(opt, "ToNCHW");
+    CHECK(a == e->to_nhwc && b == e->to_nchw, "%s: %d ToNHWC and %d ToNCHW, expected %d and %d", label, a, b,
+          e->to_nhwc, e->to_nchw);
+    for (int i = 0; i < 8 && e->nhwc[i]; i++)
+        CHECK(format_of(opt, e->nhwc[i]) == KILN_FORMAT_NHWC, "%s: %s is not NHWC", label, e->nhwc[i]);
+    for (int i = 0; i < 8 && e->nchw[i]; i++)
+        CHECK(format_of(opt, e->nchw[i]) == KILN_FORMAT_NCHW, "%s: %s is not NCHW", label, e->nchw[i]);
+    CHECK(opt->n_outputs == M->n_outputs, "%s: output count", label);
+    for (int i = 0; i < M->n_outputs && i < opt->n_outputs; i++) {
+        CHECK(strcmp(kiln_model_output_name(opt, i), kiln_model_output_name(M, i)) == 0, "%s: output %d renamed to %s",
+              label, i, kiln_model_output_name(opt, i));
+        CHECK(opt->values[opt->outputs[i]].format == KILN_FORMAT_NCHW, "%s: output %d is not NCHW", label, i);
+    }
+    /* the same function: conversions are copies on the CPU, everything else unchanged */
+    kiln_tensor *want[4] = {0}, *got[4] = {0};
+    const int n_out = M->n_outputs;
+    if (run_cpu(ref, batch, want, n_out) && run_cpu(opt, batch, got, n_out))
+        for (int j = 0; j < n_out; j++) {
+            char l[128];
+            snprintf(l, sizeof l, "%s output %d unchanged", label, j);
+            fails += kiln_tensor_compare(got[j], want[j], 0, 0, l);
+        }
+    /* formats reach device plans' tensors; host plans stay NCHW */
+    kiln_tensor *in[4] = {0};
+    for (int i = 0; i < opt->n_inputs; i++) {
+        const kiln_value *v = &opt->values[opt->inputs[i]];
+        int64_t dims[KILN_MAX_DIMS];
+        for (int d = 0; d < v->ndim; d++) dims[d] = v->dims[d] < 0 ? batch : v->dims[d];
+        in[i] = kt_rand(v->dtype, v->ndim, dims, -1, 1, 5);
+    }
+    for (int host = 0; host < 2; host++) {
+        kiln_plan *p = NULL;
+        if (kiln_plan_build(opt, in, true, host, &p) != KILN_OK) {
+            CHECK(0, "%s: plan: %s", label, kiln_context_message(ctx));
+            continue;
+        }
+        kiln_plan_view_t v;
+        kiln_plan_view(p, &v);
+        for (int i = 0; i < 8 && e->nhwc[i]; i++) {
+            int x = kiln_model_find_value(opt, e->nhwc[i]);
+            if (x < 0) continue;
+            kiln_format want_fmt = host || v.vt[x].ndim != 4 ? KILN_FORMAT_NCHW : KILN_FORMAT_NHWC;
+            CHECK(v.vt[x].format == want_fmt, "%s: %s plan tensor of %s has format %d", label,
+                  host ? "host" : "device", e->nhwc[i], (int)v.vt[x].format);
+        }
+        kiln_plan_free(p);
+    }
+    for (int i = 0; i < 4; i++) {
+        kiln_tensor_free(in[i]);
+        kiln_tensor_free(want[i]);
+        kiln_tensor_free(got[i]);
+    }
+    /* CPU sessions and a switched-off pass leave the graph alone */
+    kiln_pass_options cpu = {.device = KILN_DEVICE_CPU, .disabled = ~(unsigned)KILN_PASS_NHWC};
+    kiln_pass_options off = {.device = KILN_DEVICE_CUDA, .disabled = ~0u};
+    for (int k = 0; k < 2; k++) {
+        kiln_model *o2 = NULL;
+        CHECK(kiln_passes_apply(M, k ? &off : &cpu, &o2) == KILN_OK, "passes");
+        if (o2)
+            CHECK(count_op(o2, "ToNHWC") + count_op(o2, "ToNCHW") == 0 && o2->n_nodes == M->n_nodes,
+                  "%s: the pass ran %s", label, k ? "switched off" : "for a CPU plan");
+        kiln_model_free(o2);
+    }
+    kiln_model_free(opt);
+    kiln_model_free(ref);
+}
+
+static void check_graph(const char *label, const expect *e, int64_t batch) {
+    check_graph_ex(label, e, batch, KILN_PRECISION_FP32, 0);
+}
+
+/* ------------------------------------------------------------------ graphs */
+
+static void clip_bounds(void) {
+    init_vals("zero", KILN_F32, 0, NULL, KT_VALS(0));
+    init_vals("six", KILN_F32, 0, NULL, KT_VALS(6));
+}
+
+/* stem, a basic block, a downsampling block with a 1x1 shortcut, GAP, Flatten, Gemm */
+static void resnet_like(int64_t batch, bool feature_output) {
+    begin();
+    input("x", batch, 3, 16, 16);
+    conv("x", "stem", 3, 8, 3, 2, 1, true, "Relu");
+    add("MaxPool", "stem", "pool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]");
+    conv("pool", "b1a", 8, 8, 3, 1, 1, true, "Relu");
+    conv("b1a", "b1b", 8, 8, 3, 1, 1, true, NULL);
+    add("Add", "b1b,pool", "b1sum", "");
+    add("Relu", "b1sum", "b1", "");
+    conv("b1", "b2a", 8, 16, 3, 2, 1, true, "Relu");
+    conv("b2a", "b2b", 16, 16, 3, 1, 1, true, NULL);
+    conv("b1", "b2s", 8, 16, 1, 2, 1, true, NULL);
+    add("Add", "b2b,b2s", "b2sum", "");
+    add("Relu", "b2sum", "b2", "");
+    add("GlobalAveragePool", "b2", "gap", "");
+    add("Flatten", "gap", "flat", "");
+    init_rand("fc.w", 2, (int64_t[]){10, 16}, -0.5, 0.5);
+    init_rand("fc.b", 1, (int64_t[]){10}, -0.5, 0.5);
+    add("Gemm", "flat,fc.w,fc.b", "logits", "transB=1");
+    const char *outs[2] = {"logits", "b2"};
+    finalize(outs, feature_output ? 2 : 1);
+}
+
+/* MobileNet-v2-like: ReLU6 (Clip with bound inputs), depthwise convolutions, an inverted
+ * residual block with a linear bottleneck and a residual Add, GAP, Reshape, Gemm, Softmax */
+static void mobilenet_like(int64_t batch) {
+    begin();
+    input("x", batch, 3, 16, 16);
+    clip_bounds();
+    conv("x", "stem", 3, 8, 3, 2, 1, true, "Relu6");
+    conv("stem", "dw1", 8, 8, 3, 1, 8, true, "Relu6");
+    conv("dw1", "pw1", 8, 16, 1, 1, 1, true, NULL);
+    conv("pw1", "ex2", 16, 32, 1, 1, 1, true, "Relu6");
+    conv("ex2", "dw2", 32, 32, 3, 1, 32, true, "Relu6");
+    conv("dw2", "pw2", 32, 16, 1, 1, 1, true, NULL);
+    add("Add", "pw2,pw1", "res2", "");
+    conv("res2", "head", 16, 32, 1, 1, 1, true, "Relu6");
+    add("GlobalAveragePool", "head", "gap", "");
+    init_vals("shape", KILN_I64, 1, (int64_t[]){2}, KT_VALS(0, -1));
+    add("Reshape", "gap,shape", "flat", "");
+    init_rand("fc.w", 2, (int64_t[]){32, 10}, -0.5, 0.5);
+    add("Gemm", "flat,fc.w", "fc", "");
+    add("Softmax", "fc", "prob", "axis=1");
+    const char *outs[1] = {"prob"};
+    finalize(outs, 1);
+}
+
+/* A squeeze-and-excitation block: GAP -> 1x1 convs -> Sigmoid -> Mul back into the
+ * features; the first GAP's (N,C,1,1) feeds a convolution and is labelled NHWC. */
+static void se_like(void) {
+    begin();
+    input("x", 2, 3, 8, 8);
+    conv("x", "c1", 3, 16, 3, 1, 1, false, "Relu");
+    add("GlobalAveragePool", "c1", "squeeze", "");
+    conv("squeeze", "se1", 16, 4, 1, 1, 1, false, "Relu");
+    conv("se1", "se2", 4, 16, 1, 1, 1, false, NULL);
+    add("Sigmoid", "se2", "gate", "");
+    add("Mul", "c1,gate", "excited", "");
+    add("GlobalAveragePool", "excited", "gap", "");
+    add("Flatten", "gap", "flat", "");
+    init_rand("fc.w", 2, (int64_t[]){16, 5}, -0.5, 0.5);
+    add("Gemm", "flat,fc.w", "y", "");
+    const char *outs[1] = {"y"};
+    finalize(outs, 1);
+}
+
+/* VGG-like head: pooled NHWC features flattened straight away need one ToNCHW */
+static void vgg_like(void) {
+    begin();
+    input("x", 2, 3, 8, 8);
+    conv("x", "c1", 3, 4, 3, 1, 1, false, "Relu");
+    add("MaxPool", "c1", "p1", "kernel_shape=[2,2];strides=[2,2]");
+    add("Flatten", "p1", "flat", "");
+    init_rand("fc.w", 2, (int64_t[]){64, 5}, -0.5, 0.5);
+    add("Gemm", "flat,fc.w", "y", "");
+    const char *outs[1] = {"y"};
+    finalize(outs, 1);
+}
+
+/* Binary ops: a per-channel scale (free), a full 4-D NCHW operand (converted), Concat
+ * and Softmax over channels (NCHW readers, one shared ToNCHW per value), Shape (none). */
+static void mixed(void) {
+    begin();
+    input("x", 2, 3, 6, 6);
+    input("skip", 2, 4, 6, 6);
+    conv("x", "c1", 3, 4, 3, 1, 1, false, NULL);
+    init_rand("scale", 3, (int64_t[]){4, 1, 1}, 0.5, 1.5);
+    add("Mul", "c1,scale", "scaled", "");
+    add("Add", "scaled,skip", "sum", "");
+    add("Concat", "sum,c1", "cat", "axis=1");
+    add("Softmax", "sum", "soft", "axis=1");
+    add("Shape", "sum", "shape", "");
+    const char *outs[3] = {"cat", "soft", "shape"};
+    finalize(outs, 3);
+}
+
+int main(void) {
+    if (kiln_context_create(&ctx) != KILN_OK) return 1;
+
+    resnet_like(2, false);
+    check_graph("resnet-like", &(expect){1, 0, {"stem", "pool", "b1sum", "b2", "stem.w", "b2s.w"}, {"gap", "flat", "x"}},
+                2);
+    kiln_model_free(M);
+    /* symbolic batch: ranks come from the ops, not from static inference */
+    resnet_like(-1, false);
+    printf("symbolic batch: rank of b1 known to static inference: %d\n", M->values[kiln_model_find_value(M, "b1")].ndim);
+    check_graph("resnet-like, symbolic batch", &(expect){1, 0, {"stem", "b1", "b2", "b2a.w"}, {"gap"}}, 3);
+    kiln_model_free(M);
+    /* an NHWC feature map as a second output: converted into its own name */
+    resnet_like(2, true);
+    check_graph("resnet-like with a feature output", &(expect){1, 1, {"stem", "b1"}, {"b2", "gap"}}, 2);
+    kiln_model_free(M);
+
+    /* after the precision pass: the input is cast to f16 first, then converted once; the
+     * f16 weights the precision pass made are the ones marked NHWC */
+    resnet_like(2, false);
+    check_graph_ex("resnet-like, fp16", &(expect){1, 0, {"stem", "b2"}, {"gap"}}, 2, KILN_PRECISION_FP16, 0);
+    /* after the fusion passes: kiln.FusedConv chains, one conversion still */
+    const unsigned fusion = KILN_PASS_FOLD_BN | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_ELTWISE;
+    check_graph_ex("resnet-like, fused", &(expect){1, 0, {"stem", "pool", "b1", "b2"}, {"gap"}}, 2,
+                   KILN_PRECISION_FP32, fusion);
+    check_graph_ex("resnet-like, fused, fp16", &(expect){1, 0, {"stem", "b2"}, {"gap"}}, 2, KILN_PRECISION_FP16,
+                   fusion | KILN_PASS_PAD_CHANNELS);
+    /* with the stem's 3 channels padded to 8 (a Pad before the stem, NCHW) */
+    check_graph_ex("resnet-like, bf16, channels padded", &(expect){1, 0, {"stem", "b2"}, {"gap"}}, 2,
+                   KILN_PRECISION_BF16, KILN_PASS_PAD_CHANNELS);
+    kiln_model_free(M);
+
+    mobilenet_like(2);
+    check_graph("mobilenet-like", &(expect){1, 0, {"stem", "dw1", "res2", "head", "dw2.w"}, {"gap", "flat", "zero"}}, 2);
+    kiln_model_free(M);
+    mobilenet_like(2);
+    check_graph_ex("mobilenet-like, fused", &(expect){1, 0, {"stem", "dw1", "res2", "head"}, {"gap", "flat"}}, 2,
+                   KILN_PRECISION_FP32, KILN_PASS_FOLD_BN | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_ELTWISE);
+    kiln_model_free(M);
+    mobilenet_like(-1);
+    check_graph("mobilenet-like, symbolic batch", &(expect){1, 0, {"dw2", "res2"}, {"gap"}}, 4);
+    kiln_model_free(M);
+
+    se_like();
+    check_graph("squeeze-and-excitation", &(expect){1, 0, {"c1", "squeeze", "gate", "excited"}, {"gap", "flat"}}, 2);
+    kiln_model_free(M);
+
+    vgg_like();
+    check_graph("vgg-like", &(expect){1, 1, {"c1", "p1"}, {"flat"}}, 2);
+    kiln_model_free(M);
+
+    mixed();
+    check_graph("mixed", &(expect){2, 2, {"c1", "scaled", "sum"}, {"scale", "cat", "soft"}}, 2);
+    kiln_model_free(M);
+
+    kiln_context_free(ctx);
+    printf("%s\n", fails ? "FAILED" : "all layout checks passed");
+    return fails ? 1 : 0;
+}
