@@ -26,6 +26,8 @@ static int usage(FILE *f) {
             "\n"
             "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
             "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--threads N] [--no-fold] [--stats]\n"
+            "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise nhwc pad-channels\n"
+            "                                cuda-graph autotune, or all)\n"
             "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
@@ -97,6 +99,34 @@ out:
     return rc;
 }
 
+/* --disable a,b,c: the passes (and CUDA techniques) to switch off, by name. */
+static const struct { const char *name; unsigned flag; } pass_names[] = {
+    {"dead-nodes", KILN_PASS_DEAD_NODES}, {"fold-bn", KILN_PASS_FOLD_BN},
+    {"fuse-conv", KILN_PASS_FUSE_CONV},   {"fuse-eltwise", KILN_PASS_FUSE_ELTWISE},
+    {"nhwc", KILN_PASS_NHWC},             {"pad-channels", KILN_PASS_PAD_CHANNELS},
+    {"cuda-graph", KILN_PASS_CUDA_GRAPH}, {"autotune", KILN_PASS_AUTOTUNE},
+};
+
+static int parse_disable(const char *list, unsigned *out) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        bool found = false;
+        for (size_t i = 0; i < sizeof pass_names / sizeof pass_names[0]; i++)
+            if (strcmp(tok, pass_names[i].name) == 0 || strcmp(tok, "all") == 0) {
+                *out |= strcmp(tok, "all") == 0 ? ~0u : pass_names[i].flag;
+                found = true;
+            }
+        if (!found) {
+            fprintf(stderr, "kiln: unknown pass '%s'; one of: all", tok);
+            for (size_t i = 0; i < sizeof pass_names / sizeof pass_names[0]; i++) fprintf(stderr, ", %s", pass_names[i].name);
+            fprintf(stderr, "\n");
+            return 2;
+        }
+    }
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *in_paths[MAX_IO], *out_paths[MAX_IO];
     int n_in = 0, n_out = 0, threads = 0, stats = 0;
@@ -107,6 +137,9 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(a, "--output") == 0 && i + 1 < argc && n_out < MAX_IO) out_paths[n_out++] = argv[++i];
         else if (strcmp(a, "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(a, "--no-fold") == 0) opts.no_fold = 1;
+        else if (strcmp(a, "--disable") == 0 && i + 1 < argc) {
+            if (parse_disable(argv[++i], &opts.disable_passes)) return 2;
+        }
         else if (strcmp(a, "--fp32") == 0) opts.precision = KILN_PRECISION_FP32;
         else if (strcmp(a, "--fp16") == 0) opts.precision = KILN_PRECISION_FP16;
         else if (strcmp(a, "--bf16") == 0) opts.precision = KILN_PRECISION_BF16;
@@ -305,6 +338,9 @@ static int cmd_bench(int argc, char **argv) {
         else if (!v) { fprintf(stderr, "kiln bench: %s needs a value\n", o); return 2; }
         else if (strcmp(o, "--batch") == 0) batch = atoll(argv[++i]);
         else if (strcmp(o, "--iters") == 0) iters = atoi(argv[++i]);
+        else if (strcmp(o, "--disable") == 0) {
+            if (parse_disable(argv[++i], &so.disable_passes)) return 2;
+        }
         else if (strcmp(o, "--warmup") == 0) warmup = atoi(argv[++i]);
         else if (strcmp(o, "--threads") == 0) threads = atoi(argv[++i]);
         else if (strcmp(o, "--trace") == 0) {
