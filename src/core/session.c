@@ -69,6 +69,9 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
     s->m = m;
     s->opts = o;
     kiln_pass_options po = {.device = o.device, .precision = o.precision, .disabled = o.disable_passes};
+    /* NHWC pays off with tensor cores (fp16/bf16): on the H200 fp32 NHWC made ResNet-50 at
+     * batch 256 1.5x slower than NCHW (bench/NOTES.md) */
+    if (o.precision == KILN_PRECISION_FP32) po.disabled |= KILN_PASS_NHWC;
     kiln_status pst = kiln_passes_apply(m, &po, &s->optimized);
     if (pst) {
         free(s);

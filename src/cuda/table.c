@@ -534,6 +534,26 @@ static bool sup_layernorm(const kiln_op_ctx *c, char *why, size_t n) {
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
 #define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL, true}
 
+/* A fused elementwise program computes position by position. In NHWC it takes only inputs
+ * of exactly the output's dims and layout (no broadcasting: the generated indexing is
+ * logical NCHW), so the bytes line up element for element. */
+static bool sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n) {
+    bool any_nhwc = is_nhwc(c->out[0]);
+    for (int i = 0; i < c->n_in; i++) any_nhwc |= present(c, i) && is_nhwc(c->in[i]);
+    if (any_nhwc)
+        for (int i = 0; i < c->n_in; i++) {
+            const kiln_tensor *t = c->in[i];
+            if (!present(c, i)) continue;
+            bool same = t->ndim == c->out[0]->ndim && is_nhwc(t) == is_nhwc(c->out[0]);
+            for (int d = 0; same && d < t->ndim; d++) same = t->dims[d] == c->out[0]->dims[d];
+            if (!same) {
+                snprintf(why, n, "in NHWC every input must have the output's dims and layout (input %d does not)", i);
+                return false;
+            }
+        }
+    return kiln_cuda_sup_fused_elementwise(c, why, n);
+}
+
 static const entry table[] = {
     UNARY("Relu"), UNARY("LeakyRelu"), UNARY("Sigmoid"), UNARY("Tanh"), UNARY("Elu"),
     UNARY("Selu"), UNARY("Celu"), UNARY("Gelu"), UNARY("HardSigmoid"), UNARY("HardSwish"),
@@ -594,7 +614,7 @@ static const entry table[] = {
     {"kiln.LogSoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
     {"kiln.NegativeLogLikelihoodLossGrad", kiln_cuda_k_nll_grad, sup_nll, kiln_cuda_ws_nll_grad, false},
     /* kiln's fused ops and layout conversions (FUSED.md) */
-    {"kiln.FusedElementwise", kiln_cuda_k_fused_elementwise, kiln_cuda_sup_fused_elementwise, NULL, false},
+    {"kiln.FusedElementwise", kiln_cuda_k_fused_elementwise, sup_fused_elementwise, NULL, true},
     {"kiln.FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul, false},
     {"kiln.FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
     {"kiln.ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},

@@ -66,8 +66,28 @@ static bool inference_dropout(const kiln_node *n) {
     return n->n_out == 1 && (n->n_in < 3 || n->in[2] < 0);
 }
 
+/* A fused elementwise node follows NHWC only when every input has the output's dims
+ * (symbolic dims compared as equal): its generated kernel indexes logically, so it can
+ * only run on NHWC bytes position by position. */
+static bool same_shape_inputs(const kiln_model *m, const kiln_node *n) {
+    const kiln_value *y = &m->values[n->out[0]];
+    if (y->ndim != 4) return false;
+    for (int k = 0; k < n->n_in; k++) {
+        if (n->in[k] < 0) return false;
+        const kiln_value *x = &m->values[n->in[k]];
+        if (x->ndim != 4) return false;
+        for (int d = 0; d < 4; d++)
+            if (x->dims[d] != y->dims[d]) return false;
+    }
+    return true;
+}
+
 static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
-    if (strcmp(n->domain, "kiln") == 0) return strcmp(n->op_type, "FusedConv") == 0 ? K_CONV : K_NONE;
+    if (strcmp(n->domain, "kiln") == 0) {
+        if (strcmp(n->op_type, "FusedConv") == 0) return K_CONV;
+        if (strcmp(n->op_type, "FusedElementwise") == 0 && same_shape_inputs(m, n)) return K_BINARY;
+        return K_NONE;
+    }
     if (!is_onnx(n)) return K_NONE;
     const char *op = n->op_type;
     if (strcmp(op, "Conv") == 0) return K_CONV;
@@ -177,9 +197,7 @@ static int convert(layout *L, int v, kiln_format to) {
 }
 
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed) {
-    /* NHWC pays off with tensor cores (fp16/bf16); measured on the H200, fp32 NHWC made
-     * ResNet-50 at batch 256 1.8x slower than NCHW (bench/NOTES.md, v1). */
-    if (o->device != KILN_DEVICE_CUDA || o->precision == KILN_PRECISION_FP32) return KILN_OK;
+    if (o->device != KILN_DEVICE_CUDA) return KILN_OK;
     const int nv = m->n_values, nn = m->n_nodes;
     size_t edges = 0;
     for (int i = 0; i < nn; i++) edges += (size_t)m->nodes[i].n_in;
