@@ -9,6 +9,7 @@
 #include "kiln.h"
 #include "core/internal.h"
 #include "data/data.h"
+#include "io/safetensors.h"
 #include "io/onnx_test.h"
 
 #include <math.h>
@@ -32,7 +33,9 @@ static int usage(FILE *f) {
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
             "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
-            "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32]\n"
+            "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle]\n"
+            "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
+            "        step's loss written to FILE, CPU)\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy.\n"
             "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--iters N] [--warmup N]\n"
@@ -433,11 +436,11 @@ out:
 /* ------------------------------------------------------------------ train */
 
 typedef struct train_args {
-    const char *model, *data, *save, *resume, *device, *amp;
+    const char *model, *data, *save, *resume, *device, *amp, *init, *losses;
     int64_t epochs, batch, accumulate, max_steps;
     uint64_t seed;
     float lr;
-    int dropout, threads, strict_fp32;
+    int dropout, threads, strict_fp32, no_shuffle;
 } train_args;
 
 /* Test accuracy of the exported inference model over the test split, in chunks. */
@@ -504,6 +507,7 @@ static int cmd_train(int argc, char **argv) {
         if (o[0] != '-' && !a.model) { a.model = o; continue; }
         if (strcmp(o, "--no-dropout") == 0) { a.dropout = 0; continue; }
         if (strcmp(o, "--strict-fp32") == 0) { a.strict_fp32 = 1; continue; }
+        if (strcmp(o, "--no-shuffle") == 0) { a.no_shuffle = 1; continue; }
         if (!v) { fprintf(stderr, "kiln train: %s needs a value\n", o); return 2; }
         i++;
         if (strcmp(o, "--data") == 0) a.data = v;
@@ -518,6 +522,8 @@ static int cmd_train(int argc, char **argv) {
         else if (strcmp(o, "--amp") == 0) a.amp = v;
         else if (strcmp(o, "--max-steps") == 0) a.max_steps = atoll(v);
         else if (strcmp(o, "--threads") == 0) a.threads = atoi(v);
+        else if (strcmp(o, "--init") == 0) a.init = v;
+        else if (strcmp(o, "--losses") == 0) a.losses = v;
         else { fprintf(stderr, "kiln train: unknown option '%s'\n", o); return usage(stderr); }
     }
     if (!a.model || strcmp(a.model, "mnist-net") != 0) {
@@ -545,6 +551,7 @@ static int cmd_train(int argc, char **argv) {
     kiln_model *m = NULL;
     kiln_trainer *t = NULL;
     kiln_loader *l = NULL;
+    FILE *lf = NULL;
     int rc = 0;
     if (kiln_context_create(&ctx)) return 1;
     if (a.threads > 0) kiln_context_set_threads(ctx, a.threads);
@@ -556,14 +563,41 @@ static int cmd_train(int argc, char **argv) {
     kiln_loader_options lo = kiln_loader_options_default();
     lo.batch_size = a.batch;
     lo.seed = a.seed;
+    lo.shuffle = !a.no_shuffle;
     if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) {
         rc = fail(ctx, "loader");
         goto out;
     }
     const int64_t steps = kiln_loader_steps_per_epoch(l);
     o.step_size = (steps + a.accumulate - 1) / a.accumulate; /* StepLR steps once per epoch */
-    if (kiln_model_mnist_net(ctx, -1, a.seed, a.dropout, &m) || kiln_trainer_create(m, "loss", &o, &t)) {
+    if (kiln_model_mnist_net(ctx, -1, a.seed, a.dropout, &m)) {
         rc = fail(ctx, "mnist-net");
+        goto out;
+    }
+    if (a.init) {
+        /* starting weights by name (e.g. PyTorch's state_dict saved as safetensors) */
+        kiln_safetensors *w = NULL;
+        int loaded = 0;
+        if (kiln_safetensors_load(ctx, a.init, &w)) {
+            rc = fail(ctx, a.init);
+            goto out;
+        }
+        for (int v = 0; v < m->n_values && !rc; v++) {
+            if (!m->values[v].init || !kiln_safetensors_find(w, m->values[v].name)) continue;
+            if (kiln_safetensors_copy_to(w, m->values[v].name, m->values[v].init)) rc = fail(ctx, a.init);
+            loaded++;
+        }
+        kiln_safetensors_free(w);
+        if (rc) goto out;
+        printf("initial weights: %d tensors from %s\n", loaded, a.init);
+    }
+    if (kiln_trainer_create(m, "loss", &o, &t)) {
+        rc = fail(ctx, "mnist-net");
+        goto out;
+    }
+    if (a.losses && !(lf = fopen(a.losses, "w"))) {
+        fprintf(stderr, "kiln train: cannot write %s\n", a.losses);
+        rc = 1;
         goto out;
     }
     int64_t epoch = 0, step = 0;
@@ -609,6 +643,7 @@ static int cmd_train(int argc, char **argv) {
             in[1] = b->y;
             kiln_status st = kiln_trainer_step(t, 2, in, &loss);
             kiln_loader_release(l, b);
+            if (lf && !st) fprintf(lf, "%.9g\n", loss);
             if (st) { rc = fail(ctx, "training step"); goto out; }
             done++;
             double now = now_ms();
@@ -636,6 +671,7 @@ static int cmd_train(int argc, char **argv) {
     }
     printf("test accuracy: %.4f\n", acc);
 out:
+    if (lf) fclose(lf);
     kiln_loader_free(l);
     kiln_trainer_free(t);
     kiln_model_free(m);
