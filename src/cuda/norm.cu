@@ -218,7 +218,7 @@ kiln_status softmax_layout(kiln_op_ctx *c, const kiln_tensor *x, int64_t *outer,
 
 kiln_status softmax(kiln_cuda *cu, kiln_op_ctx *c, bool log_out) {
     const kiln_tensor *x = c->in[0];
-    int64_t outer, n, inner;
+    int64_t outer = 0, n = 0, inner = 0;
     kiln_status st = softmax_layout(c, x, &outer, &n, &inner);
     if (st) return st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_softmax, cu, c->kctx, log_out, x->data,
@@ -275,7 +275,7 @@ extern "C" kiln_status kiln_cuda_k_logsoftmax(kiln_cuda *cu, kiln_op_ctx *c) {
 extern "C" kiln_status kiln_cuda_k_softmax_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     const kiln_tensor *y = c->in[0], *dy = c->in[1];
     const bool log_out = strcmp(c->node->op_type, "LogSoftmaxGrad") == 0;
-    int64_t outer, n, inner;
+    int64_t outer = 0, n = 0, inner = 0;
     kiln_status st = softmax_layout(c, y, &outer, &n, &inner);
     if (st) return st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, y->dtype, launch_softmax_grad, cu, c->kctx, log_out, y->data, dy->data,
