@@ -11,15 +11,7 @@
 #include <unistd.h>
 
 static int fails;
-#define CHECK(cond, ...)                                  \
-    do {                                                  \
-        if (!(cond)) {                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-            printf(__VA_ARGS__);                          \
-            printf("\n");                                 \
-            fails++;                                      \
-        }                                                 \
-    } while (0)
+#include "check.h"
 
 static void test_dtypes(void) {
     CHECK(kiln_f32_to_f16(1.0f) == 0x3c00, "f16(1)");

@@ -16,15 +16,7 @@
 #include <unistd.h>
 
 static int fails;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            fails++;                                    \
-        }                                               \
-    } while (0)
+#include "check.h"
 
 /* y = x·W ((B,2) x (2,1)), loss = ReduceSum((y - t)^2): small enough to compute every
  * update by hand. */
