@@ -39,7 +39,7 @@ static int usage(FILE *f) {
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy.\n"
             "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--iters N] [--warmup N]\n"
-            "        [--profile] [--trace FILE.json] [--nvtx]\n"
+            "        [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
             "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
             "      throughput, latency percentiles, transfers, one-time cost. --profile adds a\n"
             "      per-layer table (each node timed on its own: CUDA events, or the host clock\n"
@@ -328,7 +328,7 @@ static int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int64_t batch = 1;
     const char *trace = NULL;
-    int iters = 50, warmup = 10, threads = 0, profile = 0;
+    int iters = 50, warmup = 10, threads = 0, profile = 0, ablate = 0;
     kiln_session_options so = {0};
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -337,6 +337,7 @@ static int cmd_bench(int argc, char **argv) {
         else if (strcmp(o, "--fp16") == 0) so.precision = KILN_PRECISION_FP16;
         else if (strcmp(o, "--bf16") == 0) so.precision = KILN_PRECISION_BF16;
         else if (strcmp(o, "--profile") == 0) profile = 1;
+        else if (strcmp(o, "--ablate") == 0) ablate = 1;
         else if (strcmp(o, "--nvtx") == 0) setenv("KILN_NVTX", "1", 1);
         else if (!v) { fprintf(stderr, "kiln bench: %s needs a value\n", o); return 2; }
         else if (strcmp(o, "--batch") == 0) batch = atoll(argv[++i]);
@@ -388,10 +389,35 @@ static int cmd_bench(int argc, char **argv) {
             else kiln_set_i64(in[i], e, (int64_t)(u * 10));
         }
     }
-    if (kiln_session_create(m, &so, &s)) { rc = fail(ctx, "session"); goto out; }
     run = calloc((size_t)iters, sizeof *run);
     comp = calloc((size_t)iters, sizeof *comp);
     if (!run || !comp) { fprintf(stderr, "kiln bench: out of memory\n"); rc = 1; goto out; }
+    if (ablate) {
+        /* Each technique alone off, all on, all off: what each is worth on this model. */
+        const size_t np = sizeof pass_names / sizeof pass_names[0];
+        double base = 0, all_on = 0;
+        printf("ablation: %s batch %lld, median GPU compute of %d runs (CPU: run time)\n", path, (long long)batch, iters);
+        for (size_t k = 0; k <= np + 1 && !rc; k++) {
+            kiln_session_options o = so;
+            o.disable_passes = k == np + 1 ? ~0u : k == np ? 0 : pass_names[k].flag;
+            kiln_session *as = NULL;
+            kiln_bench_times bt = {.run_ms = run, .compute_ms = comp};
+            if (kiln_session_create(m, &o, &as) || kiln_session_bench(as, n_in, in, warmup, iters, &bt)) {
+                rc = fail(ctx, "ablation");
+                kiln_session_free(as);
+                break;
+            }
+            qsort(comp, (size_t)iters, sizeof *comp, cmp_double);
+            double ips = (double)batch * 1000.0 / pct(comp, iters, 0.5);
+            if (k == np) all_on = ips;
+            if (k == np + 1) base = ips;
+            printf("  %-28s %12.1f img/s\n", k == np ? "all on" : k == np + 1 ? "all off" : pass_names[k].name, ips);
+            kiln_session_free(as);
+        }
+        if (!rc && base > 0) printf("all techniques together: %.2fx the plain plan\n", all_on / base);
+        goto out;
+    }
+    if (kiln_session_create(m, &so, &s)) { rc = fail(ctx, "session"); goto out; }
     kiln_bench_times bt = {.run_ms = run, .compute_ms = comp};
     if (kiln_session_bench(s, n_in, in, warmup, iters, &bt)) { rc = fail(ctx, "bench"); goto out; }
     qsort(run, (size_t)iters, sizeof *run, cmp_double);
