@@ -72,12 +72,6 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
     /* NHWC pays off with tensor cores (fp16/bf16): on the H200 fp32 NHWC made ResNet-50 at
      * batch 256 1.5x slower than NCHW (bench/NOTES.md) */
     if (o.precision == KILN_PRECISION_FP32) po.disabled |= KILN_PASS_NHWC;
-    /* In NHWC plans a fused elementwise node whose shapes the layout pass cannot prove
-     * equal (a symbolic batch) stays NCHW and costs two conversions; ResNet-50 fp16 ran
-     * 1.6x faster with elementwise fusion off (13.3k vs 8.2k img/s, bench/NOTES.md). Until
-     * the layout pass handles it, NHWC plans do not fuse elementwise chains. */
-    if (o.device == KILN_DEVICE_CUDA && o.precision != KILN_PRECISION_FP32 && !(po.disabled & KILN_PASS_NHWC))
-        po.disabled |= KILN_PASS_FUSE_ELTWISE;
     kiln_status pst = kiln_passes_apply(m, &po, &s->optimized);
     if (pst) {
         free(s);

@@ -32,6 +32,7 @@ typedef struct ctx {
     int *prod;
     kiln_dtype *dt;
     int *rank;
+    kiln_tensor *vt; /* indicative shapes (symbolic dims as 1) */
     int *uses;   /* readers per value (counted once; only ever too high after rewrites) */
     bool *taken; /* node is in some tree already */
     bool *in_tree;
@@ -158,6 +159,21 @@ static bool literal_ok(const ctx *c, const kiln_tensor *t) {
     return false;
 }
 
+/* Every leaf is a computed value (not a constant, which may broadcast) with y's indicative
+ * shape: the fused node then works position by position, in any memory layout. Marked
+ * `same_shape=1` for the layout pass; the CUDA kernel still checks the real shapes. */
+static bool same_shape_leaves(const ctx *c, int y) {
+    const kiln_tensor *ty = &c->vt[y];
+    if (ty->ndim < 0) return false;
+    for (int i = 0; i < c->n_leaves; i++) {
+        const kiln_tensor *t = &c->vt[c->leaves[i]];
+        if (c->m->values[c->leaves[i]].init || t->ndim != ty->ndim) return false;
+        for (int d = 0; d < t->ndim; d++)
+            if (t->dims[d] != ty->dims[d]) return false;
+    }
+    return true;
+}
+
 /* The postfix program of value v. */
 static void gen(ctx *c, int v) {
     if (internal(c, v)) {
@@ -233,6 +249,7 @@ static kiln_status grow_and_fuse(ctx *c, int r, bool *dead, bool *changed) {
         if (!st && c->n_leaves >= 1 && c->n_leaves <= MAX_INPUTS && c->depth <= MAX_DEPTH) {
             st = kiln_pass_rewrite(m, r, "kiln", "FusedElementwise", c->n_leaves, c->leaves, NULL);
             if (!st) st = kiln_pass_set_string(m, r, "program", c->prog);
+            if (!st && same_shape_leaves(c, m->nodes[r].out[0])) st = kiln_node_set_int(&m->nodes[r], "same_shape", 1);
             if (!st) {
                 for (int t = 1; t < c->n_tree; t++) dead[c->tree[t]] = true;
                 *changed = true;
@@ -260,13 +277,11 @@ kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bo
         st = KILN_ERR_OUT_OF_MEMORY;
         goto out;
     }
-    kiln_tensor *vt = NULL;
-    if ((st = kiln_pass_infer_types(m, &vt))) goto out;
+    if ((st = kiln_pass_infer_types(m, &c.vt))) goto out;
     for (int v = 0; v < m->n_values; v++) {
-        c.dt[v] = vt[v].dtype;
-        c.rank[v] = vt[v].ndim;
+        c.dt[v] = c.vt[v].dtype;
+        c.rank[v] = c.vt[v].ndim;
     }
-    free(vt);
     for (int i = 0; i < m->n_nodes; i++)
         for (int k = 0; k < m->nodes[i].n_in; k++)
             if (m->nodes[i].in[k] >= 0) c.uses[m->nodes[i].in[k]]++;
@@ -279,6 +294,7 @@ out:
     free(c.prod);
     free(c.dt);
     free(c.rank);
+    free(c.vt);
     free(c.uses);
     free(c.taken);
     free(c.in_tree);

@@ -66,26 +66,15 @@ static bool inference_dropout(const kiln_node *n) {
     return n->n_out == 1 && (n->n_in < 3 || n->in[2] < 0);
 }
 
-/* A fused elementwise node follows NHWC only when every input has the output's dims
- * (symbolic dims compared as equal): its generated kernel indexes logically, so it can
- * only run on NHWC bytes position by position. */
-static bool same_shape_inputs(const kiln_model *m, const kiln_node *n) {
-    const kiln_value *y = &m->values[n->out[0]];
-    if (y->ndim != 4) return false;
-    for (int k = 0; k < n->n_in; k++) {
-        if (n->in[k] < 0) return false;
-        const kiln_value *x = &m->values[n->in[k]];
-        if (x->ndim != 4) return false;
-        for (int d = 0; d < 4; d++)
-            if (x->dims[d] != y->dims[d]) return false;
-    }
-    return true;
-}
+/* A fused elementwise node follows NHWC only when its inputs have the output's shape
+ * (the fusion pass marks it same_shape=1): its generated kernel indexes logically, so it
+ * can run on NHWC bytes position by position only. */
+static bool same_shape_inputs(const kiln_node *n) { return kiln_attr_int(n, "same_shape", 0) == 1; }
 
 static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
     if (strcmp(n->domain, "kiln") == 0) {
         if (strcmp(n->op_type, "FusedConv") == 0) return K_CONV;
-        if (strcmp(n->op_type, "FusedElementwise") == 0 && same_shape_inputs(m, n)) return K_BINARY;
+        if (strcmp(n->op_type, "FusedElementwise") == 0 && same_shape_inputs(n)) return K_BINARY;
         return K_NONE;
     }
     if (!is_onnx(n)) return K_NONE;
