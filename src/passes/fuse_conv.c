@@ -5,8 +5,8 @@
  *      to its own;
  *   2. Conv [+ Add(residual)] [+ activation] -> kiln.FusedConv(X, W, B, Z), where the
  *      residual Z is the Add's other operand and must have exactly the conv output's
- *      shape, which is checked on the shapes static inference stored (the fusion is
- *      skipped where they are unknown, e.g. with a symbolic batch);
+ *      shape: the shapes static inference stored, or, with a symbolic batch, the same
+ *      shape under two probe values of the symbolic dims (kiln_pass_same_shape);
  *   3. Gemm + activation -> kiln.FusedGemm.
  * Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSwish, HardSigmoid,
  * Tanh. Every intermediate value must have a single reader and not be a graph output. The
@@ -123,7 +123,8 @@ static bool same_known_shape(const kiln_value *a, const kiln_value *b) {
 }
 
 /* Stages 2 and 3 from Conv / Gemm node ci. */
-static kiln_status fuse_chain(kiln_model *m, const int *prod, int ci, bool gemm, bool *dead, bool *done) {
+static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int ci, bool gemm,
+                              bool *dead, bool *done) {
     *done = false;
     const kiln_node *cv = &m->nodes[ci];
     int y = cv->out[0], last = ci, add = -1, resid = -1;
@@ -132,7 +133,8 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, int ci, bool gemm,
     if (!gemm && r >= 0 && !dead[r] && is_add(&m->nodes[r])) {
         const kiln_node *a = &m->nodes[r];
         const int z = a->in[0] == y ? a->in[1] : a->in[0];
-        if (z >= 0 && z != y && same_known_shape(&m->values[z], &m->values[y])) {
+        if (z >= 0 && z != y &&
+            (same_known_shape(&m->values[z], &m->values[y]) || (probes && kiln_pass_same_shape(probes, z, y)))) {
             resid = z;
             add = last = r;
             y = a->out[0];
@@ -176,7 +178,15 @@ kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool 
             *changed |= done;
         }
     }
-    /* 2, 3: into the fused ops */
+    /* 2, 3: into the fused ops; residual shapes under a symbolic batch from two probes */
+    kiln_shape_probes probes;
+    memset(&probes, 0, sizeof probes);
+    bool have_probes = false;
+    if (!st) {
+        st = kiln_pass_shape_probes(m, &probes);
+        have_probes = st == KILN_OK;
+        if (st != KILN_ERR_OUT_OF_MEMORY) st = KILN_OK; /* uninferable: static shapes decide */
+    }
     const bool conv_ok = kiln_pass_device_has(o, "FusedConv"), gemm_ok = kiln_pass_device_has(o, "FusedGemm");
     for (int i = 0; i < m->n_nodes && !st; i++) {
         const kiln_node *n = &m->nodes[i];
@@ -184,9 +194,10 @@ kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool 
         const bool conv = conv_ok && kiln_pass_is(n, "Conv"), gemm = gemm_ok && kiln_pass_is(n, "Gemm");
         if (!conv && !gemm) continue;
         bool done = false;
-        st = fuse_chain(m, prod, i, gemm, dead, &done);
+        st = fuse_chain(m, prod, have_probes ? &probes : NULL, i, gemm, dead, &done);
         *changed |= done;
     }
+    kiln_pass_shape_probes_free(&probes);
     if (!st) kiln_pass_remove_nodes(m, dead);
     if (!st) st = kiln_pass_drop_unread_constants(m, changed);
     free(prod);

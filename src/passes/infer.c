@@ -79,7 +79,9 @@ static kiln_dtype rule_dtype(const kiln_node *n, int k, const kiln_tensor *vt) {
     return in0;
 }
 
-kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) {
+kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) { return kiln_pass_infer_shapes(m, 1, out); }
+
+kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor **out) {
     *out = NULL;
     kiln_context *ctx = m->ctx;
     int nv = m->n_values, nn = m->n_nodes;
@@ -115,7 +117,7 @@ kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) {
         } else if (val->is_input) {
             vt[v].dtype = val->dtype;
             vt[v].ndim = val->ndim;
-            for (int d = 0; d < val->ndim && d < KILN_MAX_DIMS; d++) vt[v].dims[d] = val->dims[d] < 0 ? 1 : val->dims[d];
+            for (int d = 0; d < val->ndim && d < KILN_MAX_DIMS; d++) vt[v].dims[d] = val->dims[d] < 0 ? symbolic : val->dims[d];
         }
     }
     for (int oi = 0; oi < nn && !st; oi++) {
@@ -188,4 +190,31 @@ kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) {
     }
     *out = vt;
     return KILN_OK;
+}
+
+kiln_status kiln_pass_shape_probes(kiln_model *m, kiln_shape_probes *out) {
+    memset(out, 0, sizeof *out);
+    out->n = m->n_values;
+    kiln_status st = kiln_pass_infer_shapes(m, 1, &out->one);
+    if (!st) st = kiln_pass_infer_shapes(m, 3, &out->three);
+    if (st) kiln_pass_shape_probes_free(out);
+    return st;
+}
+
+void kiln_pass_shape_probes_free(kiln_shape_probes *p) {
+    free(p->one);
+    free(p->three);
+    memset(p, 0, sizeof *p);
+}
+
+static bool same_dims(const kiln_tensor *a, const kiln_tensor *b) {
+    if (a->ndim < 0 || a->ndim != b->ndim || a->dtype != b->dtype || !kiln_dtype_valid(a->dtype)) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dims[d] != b->dims[d]) return false;
+    return true;
+}
+
+bool kiln_pass_same_shape(const kiln_shape_probes *p, int a, int b) {
+    if (a < 0 || b < 0 || a >= p->n || b >= p->n) return false;
+    return same_dims(&p->one[a], &p->one[b]) && same_dims(&p->three[a], &p->three[b]);
 }

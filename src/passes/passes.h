@@ -48,6 +48,22 @@ kiln_status kiln_pass_topo_order(const kiln_model *m, int *order);
  * indicative; dtypes do not depend on them). Unknown: dtype UNDEFINED, ndim -1. Sets each
  * node's op index. */
 kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out);
+/* The same with symbolic dims taking the value `symbolic`. */
+kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor **out);
+
+/* Whether two values have the same shape whatever the graph inputs' symbolic dims are:
+ * shapes are inferred twice, with symbolic dims as 1 and as 3, and must agree both times
+ * (a dim that is 1 by broadcasting against a symbolic dim shows up as 1 vs 3). Shapes that
+ * depend on a symbolic dim in other ways than through the ops' shape rules (a value read
+ * at run time) have no inferred shape and never count as the same. Values created after
+ * the probes were taken never count as the same either. */
+typedef struct kiln_shape_probes {
+    kiln_tensor *one, *three; /* (n) */
+    int n;
+} kiln_shape_probes;
+kiln_status kiln_pass_shape_probes(kiln_model *m, kiln_shape_probes *out);
+void kiln_pass_shape_probes_free(kiln_shape_probes *p);
+bool kiln_pass_same_shape(const kiln_shape_probes *p, int a, int b);
 
 /* Whether node n is the ONNX (default-domain) op op_type. Nodes of a model being
  * rewritten have no registry index yet (n->op is set at finalize), so passes match names. */
