@@ -254,6 +254,14 @@ static size_t most_workspace(kiln_cuda *cu, cudnnHandle_t h, int dir) {
 }
 
 /* Workspace of direction dir for the convolution of x by w giving y, plus extra bytes. */
+/* A 1x1 convolution with stride 1, no padding and one group over NHWC tensors is the
+ * product Y (N*H*W, M) = X (N*H*W, C) W^T with W stored (M, C) (KRSC with R = S = 1):
+ * cuBLASLt runs it with the bias, Relu and the residual in its epilogue. */
+static bool gemm_shaped(const kiln_cuda *cu, const conv_geo *g) {
+    return cu->conv_gemm && g->fmt == KILN_FORMAT_NHWC && g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 &&
+           g->ph == 0 && g->pw == 0 && !g->padded && g->G == 1 && g->OH == g->H0 && g->OW == g->W0;
+}
+
 static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
                                  const kiln_tensor *y, int dir, bool fused, size_t *bytes) {
     kiln_context *ctx = c->kctx;
@@ -266,6 +274,7 @@ static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tenso
     if (st) return st;
     if ((st = set_descriptors(cu, ctx, &g, x->dtype)) != KILN_OK) return st;
     *bytes = pad_bytes(&g, x->dtype) + zero_bias_bytes(c, fused, &g, x->dtype) + align256(most_workspace(cu, h, dir));
+    if (dir == DIR_FWD && gemm_shaped(cu, &g) && *bytes < KILN_CUDA_GEMM_WS) *bytes = KILN_CUDA_GEMM_WS;
     return KILN_OK;
 }
 
@@ -458,6 +467,19 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     if (!conv_geo_get(c, x, w, y, &g, why, sizeof why) ||
         (fused && !kiln_cuda_act_get(c->node, false, &act, why, sizeof why)))
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    if (gemm_shaped(cu, &g)) {
+        /* Relu rides on the epilogue; other activations run in place after it */
+        const bool relu = act.kind == KILN_ACT_RELU;
+        kiln_status gs = kiln_cuda_gemm_nt(cu, ctx, dt, g.N * g.OH * g.OW, g.M, g.C, x->data, w->data, b ? b->data : NULL,
+                                           z ? z->data : NULL, relu, y->data, c->workspace, c->workspace_size);
+        if (!gs && !relu && act.kind != KILN_ACT_NONE)
+            gs = kiln_cuda_act_inplace(cu, ctx, dt, y->data, g.N * g.OH * g.OW * g.M, &act);
+        if (gs != KILN_ERR_UNSUPPORTED) {
+            if (!gs) cu->stats.conv_gemm_calls++;
+            return gs;
+        }
+        /* cuBLASLt has no algorithm for it: cuDNN's convolution below */
+    }
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;

@@ -100,6 +100,9 @@ typedef struct kiln_cuda_options {
      * disk. deterministic: only algorithms cuDNN reports as deterministic. */
     int no_autotune;
     int deterministic;
+    /* no_conv_gemm: 1x1 convolutions always go to cuDNN (else those with stride 1, no
+     * padding, one group, in NHWC are cuBLASLt products: conv.c) */
+    int no_conv_gemm;
     /* The on-disk cache of timed choices: NULL for the default
      * ($KILN_CACHE_DIR/cudnn-algos.txt, else $XDG_CACHE_HOME/kiln/cudnn-algos.txt, else
      * ~/.cache/kiln/cudnn-algos.txt; none when KILN_CACHE_DIR is set empty), "" for none,
@@ -137,6 +140,7 @@ typedef struct kiln_cuda_stats {
     int algos_written;    /* timed choices written to the disk cache */
     int fused_calls;      /* kiln.FusedConv run by cudnnConvolutionBiasActivationForward */
     int fused_split;      /* kiln.FusedConv run as a convolution and an epilogue kernel */
+    int conv_gemm_calls;  /* 1x1 convolutions run as cuBLASLt products */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */
 } kiln_cuda_stats;
 void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out);

@@ -77,6 +77,7 @@ struct kiln_cuda {
      * deterministic ones only when asked; timed choices are also kept in the file
      * algo_path (empty: none) under the line prefix algo_prefix (GPU name, cuDNN version). */
     bool autotune, deterministic;
+    bool conv_gemm;         /* 1x1 NHWC convolutions through cuBLASLt (conv.c) */
     char algo_path[1024];
     char algo_prefix[320];
     kiln_algo_entry *algos;
@@ -312,6 +313,14 @@ kiln_status kiln_cuda_delay(kiln_cuda *cu, double us);
 kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_batchnorm(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_matmul(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+/* Y (rows, n) = act(X (rows, k) W^T + bias + Z), row-major, W stored (n, k): one cuBLASLt
+ * call, the bias (n, 16-byte aligned, or NULL) and Relu in its epilogue and Z (rows, n, or
+ * NULL) read as its C with beta = 1 (the epilogue applies after the sum, so
+ * relu(XW^T + bias + Z)). KILN_ERR_UNSUPPORTED when cuBLASLt has no algorithm for it. */
+kiln_status kiln_cuda_gemm_nt(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, int64_t rows, int64_t n, int64_t k,
+                              const void *x, const void *w, const void *bias, const void *z, bool relu, void *y,
+                              void *ws, size_t ws_bytes);
+#define KILN_CUDA_GEMM_WS ((size_t)32 << 20)
 kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_channel_sum(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes); /* ConvGradBias, ReduceSumTo, GemmGradC */

@@ -34,7 +34,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MATMUL_WS ((size_t)32 << 20)
+#define MATMUL_WS KILN_CUDA_GEMM_WS
 
 typedef struct mm {
     kiln_dtype dt;
@@ -44,7 +44,8 @@ typedef struct mm {
     void *Y;
     int64_t batch;
     int64_t sA, sB, sY; /* batch strides in elements (0: shared) */
-    float alpha, beta;  /* beta != 0: Y holds the C term already */
+    float alpha, beta;  /* beta != 0: C (Y itself when C is NULL) is added */
+    const void *C;      /* (M,N) like Y, read with beta; NULL: Y holds the C term already */
     cublasLtEpilogue_t epilogue; /* 0 (left unset: cuBLASLt's DEFAULT) or BIAS / RELU / RELU_BIAS */
     const void *bias;   /* (N): added to every row of Y by the *_BIAS epilogues */
 } mm;
@@ -122,12 +123,13 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
     const uint32_t al_a = align_of(m->B, batched ? m->sB * es : 0);
     const uint32_t al_b = align_of(m->A, batched ? m->sA * es : 0);
     const uint32_t al_y = align_of(m->Y, batched ? m->sY * es : 0);
+    const uint32_t al_c = m->C ? align_of(m->C, batched ? m->sY * es : 0) : al_y;
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                                   &al_a, sizeof al_a));
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                                   &al_b, sizeof al_b));
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                                  &al_y, sizeof al_y));
+                                                                  &al_c, sizeof al_c));
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                                   &al_y, sizeof al_y));
 
@@ -141,9 +143,34 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
                          "%zu bytes of workspace)",
                          kiln_dtype_name(m->dt), (long long)M, (long long)N, (long long)K,
                          (long long)m->batch, ws_bytes);
-    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmul(lt, op, &m->alpha, m->B, la, m->A, lb, &m->beta, m->Y, ly,
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmul(lt, op, &m->alpha, m->B, la, m->A, lb, &m->beta, m->C ? m->C : m->Y, ly,
                                             m->Y, ly, &res.algo, ws, ws ? ws_bytes : 0, cu->stream));
     return KILN_OK;
+}
+
+kiln_status kiln_cuda_gemm_nt(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, int64_t rows, int64_t n, int64_t k,
+                              const void *x, const void *w, const void *bias, const void *z, bool relu, void *y,
+                              void *ws, size_t ws_bytes) {
+    if (rows == 0 || n == 0) return KILN_OK;
+    mm m;
+    memset(&m, 0, sizeof m);
+    m.dt = dt;
+    m.M = rows;
+    m.N = n;
+    m.K = k;
+    m.tb = true;
+    m.A = x;
+    m.B = w;
+    m.Y = y;
+    m.batch = 1;
+    m.alpha = 1.f;
+    m.beta = z ? 1.f : 0.f;
+    m.C = z;
+    m.bias = bias;
+    m.epilogue = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                      : (relu ? CUBLASLT_EPILOGUE_RELU : (cublasLtEpilogue_t)0);
+    if (bias && (uintptr_t)bias % 16) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "a bias at a less than 16-byte aligned address");
+    return lt_matmul(cu, ctx, &m, ws, ws_bytes);
 }
 
 kiln_status kiln_cuda_ws_matmul(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {

@@ -1794,6 +1794,11 @@ static void nhwc_cases(void) {
     floats("Conv", "auto_pad=SAME_UPPER;strides=[2,2]", 0, false, cat, crt, "SAME_UPPER stride 2",
            INPUTS(X(1, 8, 9, 9), X(8, 8, 4, 4)));
     floats("Conv", "", 0, false, cat, crt, "1x1 bias", INPUTS(X(2, 16, 5, 5), X(8, 16, 1, 1), X(8)));
+    /* 1x1 stride 1: cuBLASLt products (conv-gemm), odd sizes too */
+    floats("Conv", "", 0, false, cat, crt, "1x1 no bias", INPUTS(X(3, 24, 7, 5), X(40, 24, 1, 1)));
+    floats("Conv", "", 0, false, cat, crt, "1x1 odd channels", INPUTS(X(2, 3, 5, 5), X(5, 3, 1, 1), X(5)));
+    floats("Conv", "", 0, false, 5e-5, crt, "1x1 wide", INPUTS(X(4, 64, 14, 14), X(128, 64, 1, 1), X(128)));
+    floats("Conv", "strides=[2,2]", 0, false, cat, crt, "1x1 stride 2 (cuDNN)", INPUTS(X(2, 16, 8, 8), X(32, 16, 1, 1), X(32)));
     floats("Conv", "pads=[1,1,1,1];strides=[1,2]", 0, false, 5e-5, crt, "wider",
            INPUTS(X(2, 32, 14, 14), X(48, 32, 3, 3), X(48)));
     atol_scale = 0;
@@ -1878,6 +1883,17 @@ static void fused_conv_cases(void) {
             memcpy(use, spec, sizeof use);
             if (!v[i].bias) use[2] = (inp)NONE;
             floats("kiln.FusedConv", v[i].attrs, 0, false, at, rt, v[i].label, use, v[i].z ? 4 : 3);
+            if (!nhwc) continue;
+            /* the same as a 1x1 stride-1 NHWC convolution: a cuBLASLt product with the
+             * bias, Relu and residual in its epilogue (conv-gemm) */
+            const char *rest = strstr(v[i].attrs, "pads=[1,1,1,1]") + strlen("pads=[1,1,1,1]");
+            char attrs1[200], label1[160];
+            snprintf(attrs1, sizeof attrs1, "%s", *rest == ';' ? rest + 1 : rest);
+            snprintf(label1, sizeof label1, "1x1, %s", v[i].label);
+            const inp spec1[4] = {X(2, 24, 7, 5), X(16, 24, 1, 1), X(16), X(2, 16, 7, 5)};
+            memcpy(use, spec1, sizeof use);
+            if (!v[i].bias) use[2] = (inp)NONE;
+            floats("kiln.FusedConv", attrs1, 0, false, at, rt, label1, use, v[i].z ? 4 : 3);
         }
         floats("kiln.FusedConv", "strides=[2,2];activation=Relu", 0, false, at, rt, "1x1 stride 2 projection",
                INPUTS(X(2, 16, 8, 8), X(32, 16, 1, 1), X(32)));
@@ -1897,9 +1913,9 @@ static void fused_conv_cases(void) {
         kiln_cuda_stats st;
         kiln_cuda_get_stats(cu, &st);
         printf("note FusedConv: %d cases ran fused in cuDNN (cudnnConvolutionBiasActivationForward), %d as "
-               "convolution + epilogue%s%s\n",
-               st.fused_calls, st.fused_split, st.fused_refused[0] ? "; cuDNN last refused a fused call: " : "",
-               st.fused_refused);
+               "convolution + epilogue, %d convolutions as cuBLASLt products%s%s\n",
+               st.fused_calls, st.fused_split, st.conv_gemm_calls,
+               st.fused_refused[0] ? "; cuDNN last refused a fused call: " : "", st.fused_refused);
     }
 }
 
