@@ -5,6 +5,9 @@
  *
  *   NVIDIA H200|91900|fwd f16 x=NHWC:256x64x56x56 w=NHWC:... ws<=536870912 ...|algo=1 math=1 bytes=0 ms=0.0412
  *
+ * Choices timed on cuDNN's fused call (conv + bias + activation + residual) end with
+ * " fused=1" (run fused) or " fused=0" (run as a convolution and an epilogue kernel).
+ *
  * GPU model | cuDNN version | problem | choice. Finding an algorithm times every candidate
  * (a second or more for a ResNet), so choices outlive the process; the GPU name and the
  * library version scope them, since either changes which algorithm is fastest. Lines
@@ -87,11 +90,17 @@ static bool parse_line(const char *line, size_t *key_at, kiln_algo_entry *e) {
     int consumed = 0;
     if (sscanf(bar3 + 1, "algo=%d math=%d bytes=%llu ms=%f%n", &e->algo, &e->math, &bytes, &e->ms, &consumed) != 4)
         return false;
-    if (bar3[1 + consumed] != '\0') return false;
+    e->fused = -1;
+    const char *rest = bar3 + 1 + consumed;
+    if (*rest) {
+        int fused = -1, more = 0;
+        if (sscanf(rest, " fused=%d%n", &fused, &more) != 1 || rest[more] != '\0' || (fused != 0 && fused != 1))
+            return false;
+        e->fused = fused;
+    }
     if (e->algo < 0 || e->algo > 63 || e->math < 0 || e->math > 7 || !(e->ms >= 0) || bytes > (1ull << 48))
         return false;
     e->bytes = (size_t)bytes;
-    e->fused = -1;
     *key_at = (size_t)(bar2 + 1 - line);
     return true;
 }
@@ -196,9 +205,11 @@ int kiln_algo_cache_store(const char *path, const char *prefix, const kiln_algo_
         if (r == 0) r = each_line(in, copy_one, &a);
         fclose(in);
     }
-    if (r == 0 && fprintf(out, "%s%s|algo=%d math=%d bytes=%llu ms=%.6g\n", prefix, e->key, e->algo, e->math,
+    if (r == 0 && fprintf(out, "%s%s|algo=%d math=%d bytes=%llu ms=%.6g", prefix, e->key, e->algo, e->math,
                           (unsigned long long)e->bytes, (double)e->ms) < 0)
         r = -1;
+    if (r == 0 && e->fused >= 0 && fprintf(out, " fused=%d", e->fused > 0) < 0) r = -1;
+    if (r == 0 && fputc('\n', out) == EOF) r = -1;
     if (fflush(out) != 0) r = -1;
     if (r == 0 && fsync(fileno(out)) != 0) r = -1;
     if (fclose(out) != 0) r = -1;

@@ -24,8 +24,8 @@ typedef struct kiln_algo_entry {
     int math;      /* cudnnMathType_t */
     size_t bytes;  /* workspace the algorithm needs */
     float ms;      /* time cuDNN measured (0 for heuristic choices) */
-    int fused;     /* in memory only: cudnnConvolutionBiasActivationForward works with this
-                      choice (1), does not (0), not tried yet (-1) */
+    int fused;     /* cudnnConvolutionBiasActivationForward runs this choice (1), does not or
+                      is slower than a split (0), not tried yet (-1); stored on disk when >= 0 */
 } kiln_algo_entry;
 
 /* The cache file: $KILN_CACHE_DIR/cudnn-algos.txt, else

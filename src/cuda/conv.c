@@ -386,6 +386,58 @@ static kiln_status candidates(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h,
     return KILN_OK;
 }
 
+/* cuDNN's answer when a fused call cannot run this combination: a refusal, not a fault. */
+static bool refusal(cudnnStatus_t e) {
+    const int category = (int)e / 1000; /* cuDNN 9: 2xxx bad parameter, 3xxx not supported */
+    return category == 2 || category == 3;
+}
+
+/* Everything cudnnConvolutionBiasActivationForward needs besides the algorithm (the bias
+ * and activation descriptors already set on cu): the fused call of a kiln.FusedConv. */
+typedef struct fused_call {
+    const void *x, *w, *bias, *z; /* z NULL: none (alpha2 = 0, y passed in its place) */
+    void *y;
+} fused_call;
+
+static cudnnStatus_t run_fused(kiln_cuda *cu, cudnnHandle_t h, const fused_call *fc, int algo, void *ws, size_t bytes) {
+    const float one = 1.f, zero = 0.f; /* f32 scaling for every data type */
+    cudnnStatus_t e = cudnnConvolutionBiasActivationForward(
+        h, &one, cu->dnn_x, fc->x, cu->dnn_w, fc->w, cu->dnn_conv, (cudnnConvolutionFwdAlgo_t)algo, bytes ? ws : NULL,
+        bytes, fc->z ? &one : &zero, cu->dnn_y, fc->z ? fc->z : fc->y, cu->dnn_b, fc->bias, cu->dnn_act, cu->dnn_y, fc->y);
+    (void)cudaGetLastError(); /* as after every cuDNN call: its probes are not our errors */
+    return e;
+}
+
+/* Time the fused call with one candidate (its math type set on the descriptor): the best
+ * of three calls after a warm-up, in ms; INFINITY when cuDNN refuses the combination. */
+static kiln_status time_fused(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, const fused_call *fc,
+                              const found_algo *f, void *ws, float *ms) {
+    *ms = INFINITY;
+    KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(cu->dnn_conv, (cudnnMathType_t)f->math));
+    cudnnStatus_t e = run_fused(cu, h, fc, f->algo, ws, f->memory);
+    if (e != CUDNN_STATUS_SUCCESS) {
+        if (refusal(e)) return KILN_OK;
+        return kiln_cuda_dnn_error(ctx, e, "cudnnConvolutionBiasActivationForward(...)", __FILE__, __LINE__);
+    }
+    cudaEvent_t ev[2] = {NULL, NULL};
+    KILN_CUDA_CHECK(ctx, cudaEventCreate(&ev[0]));
+    kiln_status st = KILN_OK;
+    if (cudaEventCreate(&ev[1]) != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventCreate failed");
+    for (int r = 0; r < 3 && !st; r++) {
+        float t = 0.f;
+        if (cudaEventRecord(ev[0], cu->stream) != cudaSuccess ||
+            (e = run_fused(cu, h, fc, f->algo, ws, f->memory)) != CUDNN_STATUS_SUCCESS ||
+            cudaEventRecord(ev[1], cu->stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+            cudaEventElapsedTime(&t, ev[0], ev[1]) != cudaSuccess)
+            st = kiln_fail(ctx, KILN_ERR_DEVICE, "timing cuDNN's fused convolution (algorithm %d) failed", f->algo);
+        else if (t < *ms)
+            *ms = t;
+    }
+    cudaEventDestroy(ev[0]);
+    if (ev[1]) cudaEventDestroy(ev[1]);
+    return st;
+}
+
 /* The algorithm for this problem in direction dir: cached, or timed (autotune) / cuDNN's
  * heuristic, then cached; the math type set on the descriptor. x, w, y: the data cuDNN
  * sees for dnn_x, dnn_w and dnn_y (the direction's output is overwritten by a search).
@@ -393,9 +445,11 @@ static kiln_status candidates(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h,
  * with IMPLICIT_PRECOMP_GEMM (else split into convolution and epilogue). */
 static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, const conv_geo *g, kiln_dtype dt,
                              int dir, const void *x, const void *w, const void *y, void *ws, size_t ws_bytes,
-                             bool identity, kiln_algo_entry **out) {
+                             bool identity, const fused_call *fc, kiln_algo_entry **out) {
     char key[KILN_ALGO_KEY];
     make_key(cu, g, dt, align_class(x, w, y), dir, identity, key, sizeof key);
+    /* choices timed on the fused call are their own entries (they also say fused or split) */
+    if (fc && cu->autotune && strlen(key) + 11 < sizeof key) strcat(key, " call=fused");
     kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
     if (!a || !entry_valid(a, dir, ws_bytes)) {
         found_algo found[16];
@@ -414,13 +468,33 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
                              "(%d candidates)", cu->autotune ? "found" : "suggests",
                              dir == DIR_FWD ? "forward" : dir == DIR_BWD_DATA ? "backward data" : "backward filter",
                              ws_bytes, cu->deterministic ? " that is deterministic" : "", got);
-        int pick = best;
-        if (identity && precomp >= 0 && precomp != best) {
+        int pick = best, fused = -1;
+        const double es = (double)kiln_dtype_size(dt);
+        const double epilogue_ms =
+            EPILOGUE_LAUNCH_MS + 3.0 * (double)(g->N * g->M * g->OH * g->OW) * es / EPILOGUE_BYTES_PER_MS;
+        if (fc && cu->autotune) {
+            /* cuDNN timed the plain convolution; the fused call may run another kernel (or
+             * split internally) for the same algorithm, so the fastest few are timed as fused
+             * calls and weighed against the fastest plain one plus an epilogue kernel */
+            float best_ms = INFINITY;
+            int tried = 0;
+            for (int i = 0; i < got && tried < 6; i++) {
+                if (!usable(cu, &found[i], dt, dir, ws_bytes)) continue;
+                if (identity && found[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) continue;
+                tried++;
+                float t;
+                kiln_status ts = time_fused(cu, ctx, h, fc, &found[i], ws, &t);
+                if (ts) return ts;
+                if (t < best_ms) {
+                    best_ms = t;
+                    pick = i;
+                }
+            }
+            fused = best_ms <= found[best].ms + epilogue_ms ? 1 : 0;
+            if (!fused) pick = best;
+        } else if (identity && precomp >= 0 && precomp != best) {
             /* fused: one kernel; split: the fastest convolution, then Y read, written and Z
              * read once more. The heuristic gives no times: take the single kernel. */
-            const double es = (double)kiln_dtype_size(dt);
-            const double epilogue_ms =
-                EPILOGUE_LAUNCH_MS + 3.0 * (double)(g->N * g->M * g->OH * g->OW) * es / EPILOGUE_BYTES_PER_MS;
             if (!cu->autotune || found[precomp].ms <= found[best].ms + epilogue_ms) pick = precomp;
         }
         kiln_algo_entry e;
@@ -430,7 +504,7 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
         e.math = dt == KILN_F32 && !cu->allow_tf32 ? (int)CUDNN_FMA_MATH : found[pick].math;
         e.bytes = found[pick].memory;
         e.ms = cu->autotune ? found[pick].ms : 0.f;
-        e.fused = -1;
+        e.fused = fused;
         a = kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e);
         if (!a) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
         if (cu->autotune) {
@@ -445,12 +519,6 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
     KILN_CUDNN_CHECK(ctx, cudnnSetConvolutionMathType(cu->dnn_conv, (cudnnMathType_t)a->math));
     *out = a;
     return KILN_OK;
-}
-
-/* cuDNN's answer when a fused call cannot run this combination: a refusal, not a fault. */
-static bool refusal(cudnnStatus_t e) {
-    const int category = (int)e / 1000; /* cuDNN 9: 2xxx bad parameter, 3xxx not supported */
-    return category == 2 || category == 3;
 }
 
 /* Conv, or kiln.FusedConv when fused. */
@@ -509,25 +577,23 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     /* cuDNN's fused call: Relu, or nothing to apply but a bias or a residual (with neither,
      * a FusedConv is a plain convolution) */
     const bool cudnn_act = fused && (act.kind == KILN_ACT_RELU || (act.kind == KILN_ACT_NONE && (b || z)));
-    kiln_algo_entry *a = NULL;
-    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_FWD, xin, w->data, y->data, ws, ws_bytes,
-                        cudnn_act && act.kind == KILN_ACT_NONE, &a)) != KILN_OK)
-        return st;
-    const float one = 1.f, zero = 0.f; /* f32 scaling for every data type */
-    if (cudnn_act && a->fused != 0 &&
-        (act.kind == KILN_ACT_RELU || a->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)) {
-        const void *bias = b ? b->data : zero_bias;
+    fused_call fc = {xin, w->data, b ? b->data : zero_bias, z ? z->data : NULL, y->data};
+    if (cudnn_act) {
         if (!b) KILN_CUDA_CHECK(ctx, cudaMemsetAsync(zero_bias, 0, zbytes, cu->stream));
         KILN_CUDNN_CHECK(ctx, cudnnSetTensor4dDescriptor(cu->dnn_b, dnn_format(g.fmt), dnn_type(dt), 1, (int)g.M, 1, 1));
         KILN_CUDNN_CHECK(ctx, cudnnSetActivationDescriptor(
                                   cu->dnn_act, act.kind == KILN_ACT_RELU ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
                                   CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    }
+    kiln_algo_entry *a = NULL;
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_FWD, xin, w->data, y->data, ws, ws_bytes,
+                        cudnn_act && act.kind == KILN_ACT_NONE, cudnn_act ? &fc : NULL, &a)) != KILN_OK)
+        return st;
+    const float one = 1.f, zero = 0.f; /* f32 scaling for every data type */
+    if (cudnn_act && a->fused != 0 &&
+        (act.kind == KILN_ACT_RELU || a->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)) {
         /* without Z, alpha2 = 0 and z is y itself (cuDNN does not read it then) */
-        const cudnnStatus_t e = cudnnConvolutionBiasActivationForward(
-            h, &one, cu->dnn_x, xin, cu->dnn_w, w->data, cu->dnn_conv, (cudnnConvolutionFwdAlgo_t)a->algo,
-            a->bytes ? ws : NULL, a->bytes, z ? &one : &zero, cu->dnn_y, z ? z->data : y->data, cu->dnn_b, bias,
-            cu->dnn_act, cu->dnn_y, y->data);
-        (void)cudaGetLastError(); /* as after every cuDNN call: its probes are not our errors */
+        const cudnnStatus_t e = run_fused(cu, h, &fc, a->algo, ws, a->bytes);
         if (e == CUDNN_STATUS_SUCCESS) {
             a->fused = 1;
             cu->stats.fused_calls++;
@@ -586,7 +652,7 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     const size_t ws_bytes = base ? c->workspace_size - pbytes : 0;
     void *ws = ws_bytes ? base + pbytes : NULL;
     kiln_algo_entry *a = NULL;
-    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_DATA, dxout, w->data, dy->data, ws, ws_bytes, false, &a)) !=
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_DATA, dxout, w->data, dy->data, ws, ws_bytes, false, NULL, &a)) !=
         KILN_OK)
         return st;
     const float one = 1.f, zero = 0.f;
@@ -626,7 +692,7 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
     const size_t ws_bytes = base ? c->workspace_size - pbytes : 0;
     void *ws = ws_bytes ? base + pbytes : NULL;
     kiln_algo_entry *a = NULL;
-    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_FILTER, xin, dw->data, dy->data, ws, ws_bytes, false, &a)) !=
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_FILTER, xin, dw->data, dy->data, ws, ws_bytes, false, NULL, &a)) !=
         KILN_OK)
         return st;
     const float one = 1.f, zero = 0.f;

@@ -85,6 +85,32 @@ static void test_file(const char *dir) {
           "entry round trip");
     a = kiln_algo_cache_find(list, n, e2.key);
     CHECK(a && a->algo == 6 && a->math == 3 && a->bytes == 0, "second entry round trip");
+    /* choices timed on the fused call keep whether to run fused or split */
+    kiln_algo_entry ef = entry("fwd f16 x=NHWC:2x16x9x9 call=fused", 1, 1, 0, 0.25f), es = ef;
+    ef.fused = 1;
+    snprintf(es.key, sizeof es.key, "fwd f16 x=NHWC:4x16x9x9 call=fused");
+    es.fused = 0;
+    CHECK(kiln_algo_cache_store(path, me, &ef) == 0 && kiln_algo_cache_store(path, me, &es) == 0, "store fused choices");
+    n = 0;
+    CHECK(kiln_algo_cache_load(path, me, &list, &n, &cap) == 4 && n == 4, "four entries, %d", n);
+    a = kiln_algo_cache_find(list, n, ef.key);
+    CHECK(a && a->fused == 1, "fused=1 round trip");
+    a = kiln_algo_cache_find(list, n, es.key);
+    CHECK(a && a->fused == 0, "fused=0 round trip");
+    a = kiln_algo_cache_find(list, n, e2.key);
+    CHECK(a && a->fused == -1, "no fused field: not tried");
+    /* back to the two plain entries for the checks below */
+    {
+        FILE *g = fopen(path, "r");
+        char lines[8][1024];
+        int k = 0;
+        while (g && k < 8 && fgets(lines[k], sizeof lines[k], g))
+            if (!strstr(lines[k], "call=fused")) k++;
+        if (g) fclose(g);
+        g = fopen(path, "w");
+        for (int i = 0; g && i < k; i++) fputs(lines[i], g);
+        if (g) fclose(g);
+    }
 
     /* the same key again replaces the line */
     kiln_algo_entry e1b = entry(e1.key, 0, 1, 8192, 0.0625f);
@@ -106,6 +132,8 @@ static void test_file(const char *dir) {
         fputs("NVIDIA H200|91900|fwd bad algo|algo=999 math=1 bytes=0 ms=0\n", f);
         fputs("NVIDIA H200|91900|fwd bad ms|algo=1 math=1 bytes=0 ms=nan\n", f);
         fputs("NVIDIA H200|91900|fwd trailing|algo=1 math=1 bytes=0 ms=0 extra\n", f);
+        fputs("NVIDIA H200|91900|fwd bad fused|algo=1 math=1 bytes=0 ms=0 fused=2\n", f);
+        fputs("NVIDIA H200|91900|fwd fused trailing|algo=1 math=1 bytes=0 ms=0 fused=1 x\n", f);
         fputs("NVIDIA H200|9a900|fwd bad version|algo=1 math=1 bytes=0 ms=0\n", f);
         fputs("NVIDIA H200|91900|fwd two|keys|algo=1 math=1 bytes=0 ms=0\n", f);
         for (int i = 0; i < 3000; i++) fputc('x', f);
