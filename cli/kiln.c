@@ -33,11 +33,15 @@ static int usage(FILE *f) {
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
             "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
-            "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle]\n"
+            "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
             "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
             "        step's loss written to FILE, CPU)\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
-            "      StepLR gamma 0.7 per epoch) and report the test accuracy.\n"
+            "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
+            "      one training step, slowest first: each node of the forward + backward on its\n"
+            "      own, the batch gather (prologue) and the optimizer (epilogue), their sum, and\n"
+            "      the whole step as a CUDA graph replay (median of 200; CPU: host clock); the\n"
+            "      trained state is left as it was.\n"
             "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--iters N] [--warmup N]\n"
             "        [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
             "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
@@ -296,30 +300,30 @@ static int cmp_node_time(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-/* The per-layer table, slowest first. */
-static int print_profile(const kiln_profile *p, double graph_ms, bool cuda) {
+/* The per-node table, slowest first (kiln bench --profile, kiln train --profile): a title
+ * line, the caller's summary lines, then one row per node; times in ms, or in us. */
+static int print_profile(const kiln_profile *p, const char *title, const char *summary, bool us) {
     int *order = malloc(((size_t)p->n + 1) * sizeof *order);
     if (!order) {
-        fprintf(stderr, "kiln bench: out of memory\n");
+        fprintf(stderr, "kiln: out of memory\n");
         return 1;
     }
     for (int e = 0; e < p->n; e++) order[e] = e;
     sort_prof = p;
     qsort(order, (size_t)p->n, sizeof *order, cmp_node_time);
-    printf("\nper-layer profile (%s, each node run on its own; median of %d passes):\n",
-           cuda ? "CUDA events" : "host clock", p->iters);
-    printf("  sum of nodes %.4f ms; whole run %.4f ms%s\n", p->total_ms, graph_ms,
-           cuda ? " (graph replay: no launch gaps, so it can be below the sum)" : "");
-    printf("  %4s %10s %6s %8s %8s  %-20s %-28s %s\n", "#", "time ms", "share", "TFLOP/s", "GB/s", "op", "node",
-           "shapes (inputs -> outputs)");
+    printf("\n%s:\n%s", title, summary);
+    printf("  %4s %10s %6s %8s %8s  %-20s %-28s %s\n", "#", us ? "time us" : "time ms", "share", "TFLOP/s", "GB/s", "op",
+           "node", "shapes (inputs -> outputs)");
     for (int r = 0; r < p->n; r++) {
         const kiln_profile_node *pn = &p->nodes[order[r]];
         const double sec = pn->ms * 1e-3;
         char tf[32] = "-", gb[32] = "-";
         if (sec > 0 && pn->flops > 0) snprintf(tf, sizeof tf, "%.2f", pn->flops / sec / 1e12);
         if (sec > 0 && pn->bytes > 0) snprintf(gb, sizeof gb, "%.1f", pn->bytes / sec / 1e9);
-        printf("  %4d %10.4f %5.1f%% %8s %8s  %-20.20s %-28.28s %s\n", r + 1, pn->ms,
-               p->total_ms > 0 ? 100.0 * pn->ms / p->total_ms : 0.0, tf, gb, pn->op_type, pn->name, pn->shapes);
+        printf(us ? "  %4d %10.2f %5.1f%% %8s %8s  %-20.20s %-28.28s %s\n"
+                  : "  %4d %10.4f %5.1f%% %8s %8s  %-20.20s %-28.28s %s\n",
+               r + 1, us ? pn->ms * 1e3 : pn->ms, p->total_ms > 0 ? 100.0 * pn->ms / p->total_ms : 0.0, tf, gb,
+               pn->op_type, pn->name, pn->shapes);
     }
     free(order);
     return 0;
@@ -443,7 +447,12 @@ static int cmd_bench(int argc, char **argv) {
         kiln_profile prof;
         if (kiln_session_profile(s, n_in, in, 1, iters, &prof)) { rc = fail(ctx, "profile"); goto out; }
         const bool cuda = so.device == KILN_DEVICE_CUDA;
-        rc = print_profile(&prof, med, cuda);
+        char title[160], summary[256];
+        snprintf(title, sizeof title, "per-layer profile (%s, each node run on its own; median of %d passes)",
+                 cuda ? "CUDA events" : "host clock", prof.iters);
+        snprintf(summary, sizeof summary, "  sum of nodes %.4f ms; whole run %.4f ms%s\n", prof.total_ms, med,
+                 cuda ? " (graph replay: no launch gaps, so it can be below the sum)" : "");
+        rc = print_profile(&prof, title, summary, false);
         if (!rc && trace) {
             rc = write_trace(&prof, trace, cuda);
             if (!rc) printf("trace of one pass (%d nodes) written to %s\n", prof.n, trace);
@@ -467,8 +476,33 @@ typedef struct train_args {
     int64_t epochs, batch, accumulate, max_steps;
     uint64_t seed;
     float lr;
-    int dropout, threads, strict_fp32, no_shuffle;
+    int dropout, threads, strict_fp32, no_shuffle, profile;
 } train_args;
+
+/* kiln train --profile: one step of the trained model, node by node (see kiln_trainer_profile),
+ * with what the whole step takes beside it. */
+static int profile_step(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, int64_t batch, bool cuda) {
+    const int passes = cuda ? 50 : 5, replays = cuda ? 200 : 10;
+    kiln_profile prof;
+    double step_ms = 0;
+    if (kiln_trainer_profile(t, d->train_images, d->train_labels, batch, passes, replays, &prof, &step_ms))
+        return fail(ctx, "profile");
+    char title[200], summary[512];
+    snprintf(title, sizeof title,
+             "per-node profile of one training step (%s, each node run on its own; median of %d passes; batch %lld)",
+             cuda ? "CUDA events" : "host clock", prof.iters, (long long)batch);
+    snprintf(summary, sizeof summary,
+             "  sum of all rows %.2f us\n"
+             "  whole step      %.2f us (median of %d %s)\n"
+             "  step - sum      %+.2f us (%s)\n",
+             prof.total_ms * 1e3, step_ms * 1e3, replays,
+             cuda ? "replays of the step's CUDA graph, events between back-to-back replays" : "steps, host clock",
+             (step_ms - prof.total_ms) * 1e3,
+             cuda ? "launch gaps and serialization inside the graph" : "what running the nodes together adds");
+    int rc = print_profile(&prof, title, summary, true);
+    kiln_profile_free(&prof);
+    return rc;
+}
 
 /* Test accuracy of the exported inference model over the test split, in chunks. */
 static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, kiln_device dev, double *acc) {
@@ -535,6 +569,7 @@ static int cmd_train(int argc, char **argv) {
         if (strcmp(o, "--no-dropout") == 0) { a.dropout = 0; continue; }
         if (strcmp(o, "--strict-fp32") == 0) { a.strict_fp32 = 1; continue; }
         if (strcmp(o, "--no-shuffle") == 0) { a.no_shuffle = 1; continue; }
+        if (strcmp(o, "--profile") == 0) { a.profile = 1; continue; }
         if (!v) { fprintf(stderr, "kiln train: %s needs a value\n", o); return 2; }
         i++;
         if (strcmp(o, "--data") == 0) a.data = v;
@@ -697,6 +732,10 @@ static int cmd_train(int argc, char **argv) {
         if (a.max_steps && done >= a.max_steps) break;
     }
     printf("test accuracy: %.4f\n", acc);
+    fflush(stdout);
+    /* after the accuracy is reported: the profile restores the state, but nothing it does
+     * can reach the numbers above */
+    if (a.profile) rc = profile_step(ctx, t, &d, a.batch, o.device == KILN_DEVICE_CUDA);
 out:
     if (lf) fclose(lf);
     kiln_loader_free(l);

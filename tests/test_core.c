@@ -318,6 +318,25 @@ static void test_profile(kiln_context *ctx) {
     CHECK(flops_of("ConvTranspose", NULL, 0, tx, 4, tw, 4, ty, 4, &bytes) == 2.0 * (8 * 5 * 5) * (3 * 2 * 2),
           "ConvTranspose: 2 * inputs * M/group * kernel");
     CHECK(flops_of("Relu", NULL, 0, a, 2, a, 2, a, 2, &bytes) == 0 && bytes == 3 * 24 * 4, "Relu: no FLOPs counted");
+    /* a convolution's gradients: as many products as the convolution x4 * w4 -> y4 above */
+    {
+        kiln_node gi = {.op_type = (char *)"ConvGradInput", .name = (char *)"gi", .domain = (char *)"kiln", .op = -1};
+        kiln_node gw = gi;
+        gw.op_type = (char *)"ConvGradWeight";
+        kiln_tensor gx = {.dtype = KILN_F32}, gwt = gx, gdy = gx;
+        kiln_tensor_set_shape(&gx, KILN_F32, 4, x4);
+        kiln_tensor_set_shape(&gwt, KILN_F32, 4, w4);
+        kiln_tensor_set_shape(&gdy, KILN_F32, 4, y4);
+        kiln_tensor *in_i[3] = {&gdy, &gwt, &gx}, *out_i[1] = {&gx}, *in_w[3] = {&gx, &gdy, &gwt}, *out_w[1] = {&gwt};
+        kiln_op_ctx ci = {.node = &gi, .n_in = 3, .in = in_i, .n_out = 1, .out = out_i};
+        kiln_op_ctx cw = {.node = &gw, .n_in = 3, .in = in_w, .n_out = 1, .out = out_w};
+        double fi = 0, fw = 0, bi = 0, bw = 0;
+        kiln_op_cost(&ci, &fi, &bi);
+        kiln_op_cost(&cw, &fw, &bw);
+        const double conv = 2.0 * (2 * 16 * 8 * 8) * (4 * 3 * 3);
+        CHECK(fi == conv && fw == conv, "ConvGradInput %g and ConvGradWeight %g FLOPs, want %g each", fi, fw, conv);
+        CHECK(bi == 4.0 * (2 * 16 * 8 * 8 + 16 * 4 * 3 * 3 + 2 * 2 * 8 * 10 * 10), "ConvGradInput bytes %g", bi);
+    }
 
     /* the host-clock profile of a plan: one entry per run node, in run order, consistent */
     kiln_model *m = relu_chain(ctx, 1000);

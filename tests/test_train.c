@@ -6,6 +6,7 @@
 #include "core/internal.h"
 #include "data/data.h"
 #include "io/safetensors.h"
+#include "train/trainer_internal.h"
 
 #include <math.h>
 #include <signal.h>
@@ -150,6 +151,119 @@ static void test_accumulation(kiln_context *ctx) {
     kiln_tensor_free(t1);
     kiln_tensor_free(x2);
     kiln_tensor_free(t2);
+}
+
+/* ------------------------------------------------------------------ profile */
+
+/* kiln_trainer_profile on the CPU (kiln train --profile): one row per run-list node and one
+ * for the update, consistent sums, and the trainer's state untouched: a trainer profiled
+ * between two steps ends bit for bit where an unprofiled twin does (weights, losses,
+ * counters), with Adadelta, and with SGD momentum mid-accumulation (the update must leave
+ * the accumulated gradient alone). */
+static void test_profile(kiln_context *ctx) {
+    const int64_t n = 12, batch = 4;
+    kiln_tensor *images = NULL, *labels = NULL, *flabels = NULL;
+    kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){n, 1, 28, 28}, &images);
+    kiln_tensor_create(ctx, KILN_I64, 1, &n, &labels);
+    kiln_tensor_create(ctx, KILN_F32, 1, &n, &flabels);
+    if (!images || !labels || !flabels) {
+        CHECK(0, "profile: tensors");
+        return;
+    }
+    uint64_t r = 88172645463325252ull;
+    float *px = kiln_tensor_data(images);
+    for (int64_t i = 0; i < n * 28 * 28; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        px[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2 - 1);
+    }
+    for (int64_t i = 0; i < n; i++) ((int64_t *)kiln_tensor_data(labels))[i] = (i * 7) % 10;
+    const struct {
+        const char *name;
+        kiln_train_options o;
+        int states;
+    } cases[] = {
+        {"adadelta", {.optimizer = KILN_OPTIM_ADADELTA, .lr = 1.0f, .seed = 3}, 2},
+        {"sgd momentum, accumulate 2", {.optimizer = KILN_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .accumulate = 2, .seed = 3}, 1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kiln_model *ma = NULL, *mb = NULL;
+        kiln_trainer *a = NULL, *b = NULL;
+        kiln_profile p = {0};
+        double step_ms = -1;
+        kiln_model_mnist_net(ctx, -1, 1, 1, &ma);
+        kiln_model_mnist_net(ctx, -1, 1, 1, &mb);
+        CHECK(ma && mb && kiln_trainer_create(ma, "loss", &cases[c].o, &a) == KILN_OK &&
+                  kiln_trainer_create(mb, "loss", &cases[c].o, &b) == KILN_OK,
+              "%s: trainers: %s", cases[c].name, kiln_context_message(ctx));
+        if (!a || !b) goto next;
+        float la = 0, lb = 0;
+        CHECK(kiln_trainer_train_epoch(a, images, labels, batch, 5, 0, 0, 1, &la) == KILN_OK &&
+                  kiln_trainer_train_epoch(b, images, labels, batch, 5, 0, 0, 1, &lb) == KILN_OK,
+              "%s: first step: %s", cases[c].name, kiln_context_message(ctx));
+        kiln_status st = kiln_trainer_profile(a, images, labels, batch, 3, 2, &p, &step_ms);
+        CHECK(st == KILN_OK, "%s: profile: %s", cases[c].name, kiln_context_message(ctx));
+        if (!st) {
+            kiln_plan_stats ps;
+            kiln_session_stats(a->sess, &ps); /* the plan just profiled: the session's most recent */
+            CHECK(p.n == ps.nodes + 1 && p.iters == 3, "%s: one row per run node (%d) and the update: %d rows",
+                  cases[c].name, ps.nodes, p.n);
+            double sum = 0;
+            bool ok = true;
+            for (int e = 0; e < p.n; e++) {
+                sum += p.nodes[e].ms;
+                ok = ok && p.nodes[e].ms >= 0 && p.nodes[e].op_type && p.nodes[e].name;
+            }
+            CHECK(ok, "%s: every row timed and named", cases[c].name);
+            CHECK(fabs(sum - p.total_ms) <= 1e-9 * (1 + sum), "%s: total %g is the sum of the rows %g", cases[c].name,
+                  p.total_ms, sum);
+            const kiln_profile_node *u = &p.nodes[p.n - 1];
+            kiln_train_stats ts;
+            kiln_trainer_stats(a, &ts);
+            /* weight, gradient and each state read; weight and states written */
+            const double want = 4.0 * (3 + 2 * cases[c].states) * (double)ts.param_count;
+            CHECK(strcmp(u->op_type, "optimizer") == 0 && u->bytes == want, "%s: update row '%s', %g bytes (want %g)",
+                  cases[c].name, u->op_type, u->bytes, want);
+            CHECK(step_ms > 0, "%s: a whole step takes time (%g ms)", cases[c].name, step_ms);
+        }
+        kiln_profile_free(&p);
+        CHECK(kiln_trainer_train_epoch(a, images, labels, batch, 5, 0, 1, 2, &la) == KILN_OK &&
+                  kiln_trainer_train_epoch(b, images, labels, batch, 5, 0, 1, 2, &lb) == KILN_OK,
+              "%s: second step: %s", cases[c].name, kiln_context_message(ctx));
+        CHECK(la == lb, "%s: the profiled trainer's next loss %.9g, the twin's %.9g", cases[c].name, la, lb);
+        for (int k = 0; k < a->n_params && k < b->n_params; k++) {
+            const size_t nb = sizeof(float) * (size_t)a->params[k].numel;
+            CHECK(memcmp(a->params[k].value->data, b->params[k].value->data, nb) == 0, "%s: parameter %d differs from the twin's",
+                  cases[c].name, k);
+            for (int j = 0; j < cases[c].states; j++)
+                CHECK(memcmp(a->params[k].state[j], b->params[k].state[j], nb) == 0, "%s: parameter %d's state %d differs",
+                      cases[c].name, k, j);
+        }
+        kiln_train_stats sa, sb;
+        kiln_trainer_stats(a, &sa);
+        kiln_trainer_stats(b, &sb);
+        CHECK(sa.steps == sb.steps && sa.micro_steps == sb.micro_steps && sa.micro_steps == 2,
+              "%s: counters %lld/%lld, twin %lld/%lld", cases[c].name, (long long)sa.steps, (long long)sa.micro_steps,
+              (long long)sb.steps, (long long)sb.micro_steps);
+        if (c == 0) {
+            CHECK(kiln_trainer_profile(a, images, labels, batch, 0, 2, &p, &step_ms) == KILN_ERR_INVALID_ARGUMENT,
+                  "no passes: refused");
+            CHECK(kiln_trainer_profile(a, images, labels, 0, 3, 2, &p, &step_ms) == KILN_ERR_INVALID_ARGUMENT,
+                  "batch 0: refused");
+            CHECK(kiln_trainer_profile(a, images, flabels, batch, 3, 2, &p, &step_ms) == KILN_ERR_INVALID_ARGUMENT,
+                  "float labels: refused");
+            CHECK(kiln_trainer_profile(a, images, labels, batch, 3, 2, &p, NULL) == KILN_ERR_INVALID_ARGUMENT,
+                  "no step time: refused");
+            CHECK(p.n == 0 && p.nodes == NULL, "a refused profile is empty");
+        }
+    next:
+        kiln_trainer_free(a);
+        kiln_trainer_free(b);
+        kiln_model_free(ma);
+        kiln_model_free(mb);
+    }
+    kiln_tensor_free(images);
+    kiln_tensor_free(labels);
+    kiln_tensor_free(flabels);
 }
 
 /* ---------------------------------------------------------------- mnist-net */
@@ -324,6 +438,7 @@ int main(int argc, char **argv) {
     const char *tmp = argc > 1 ? argv[1] : "/tmp";
     test_optimizers(ctx);
     test_accumulation(ctx);
+    test_profile(ctx);
     if (argc > 2) test_mnist(ctx, tmp, argv[2]);
     kiln_context_free(ctx);
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);

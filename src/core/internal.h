@@ -351,6 +351,36 @@ typedef struct kiln_profile {
 kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
                                  kiln_profile *out);
 void kiln_profile_free(kiln_profile *p);
+/* Append a row timed outside the run list (a training step's prologue or epilogue):
+ * op_type and name must outlive p (string literals); ms holds `count` times and is sorted
+ * in place; the row's time is their median (start_ms 0, dur_ms the median), added to
+ * total_ms. */
+kiln_status kiln_profile_add_row(kiln_context *ctx, kiln_profile *p, const char *op_type, const char *name,
+                                 const char *shapes, double *ms, int count, double flops, double bytes);
+/* The median of v[0..n) (0 when n < 1); sorts v in place. */
+double kiln_median(double *v, int n);
+
+/* Profile of one training step (kiln train --profile) on a batch of `batch` samples of the
+ * data set (images (N, ...) f32, labels (N) i64, as kiln_trainer_train_epoch takes):
+ *   out: the forward + backward run list, node by node (median of `iters` passes, as
+ *        kiln_session_profile), then one row per part of the step outside it;
+ *        out->total_ms is the sum of all rows;
+ *   *step_ms: the median of `replays` whole steps.
+ * On CUDA: the rows are "prologue" (the batch gathered from the data set on the device)
+ * and "epilogue" (the fused optimizer, loss scaling, schedule, next Dropout seed), each
+ * between CUDA events in the same passes as the nodes; a whole step is one replay of the
+ * step's captured CUDA graph, timed with events between back-to-back replays, so
+ * step_ms - total_ms is what launches and serialization add. The data set is made
+ * resident (as kiln_trainer_train_epoch does) and one untimed step builds the plan.
+ * On the CPU: one "optimizer" row (the update, host clock) and whole steps on the host
+ * clock (the run plus the update) on the first `batch` samples.
+ * The trainer's state is left as it was: weights, optimizer state, statistics, step
+ * counters, learning rate, loss scale and Dropout seed are restored afterwards (the
+ * device state is copied aside before and back after). Scratch memory is allocated
+ * before the timed passes, never inside them. Names point into the trainer's models
+ * and string literals (valid while the trainer lives). */
+kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
+                                 int iters, int replays, kiln_profile *out, double *step_ms);
 
 /* --------------------------------------------------------------- threading */
 

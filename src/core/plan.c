@@ -608,6 +608,16 @@ void kiln_op_cost(const kiln_op_ctx *c, double *flops, double *bytes) {
         *flops = 2.0 * (double)kiln_tensor_numel(c->in[0]) * (double)kiln_tensor_numel(w) / (double)w->dims[0];
         return;
     }
+    /* a convolution's gradients take as many products as the convolution: every element of
+     * dy (N, M, ...) meets C/group * prod(k) weights. ConvGradInput (dy, W, x) and
+     * ConvGradWeight (x, dy, W). */
+    const bool grad_input = strcmp(op, "ConvGradInput") == 0, grad_weight = strcmp(op, "ConvGradWeight") == 0;
+    if ((grad_input || grad_weight) && c->n_in > 2) {
+        const kiln_tensor *dy = c->in[grad_input ? 0 : 1], *w = c->in[grad_input ? 1 : 2];
+        if (dy && w && w->ndim >= 1 && w->dims[0] > 0)
+            *flops = 2.0 * (double)kiln_tensor_numel(dy) * (double)kiln_tensor_numel(w) / (double)w->dims[0];
+        return;
+    }
     if (c->n_out > 0 && c->out[0]) *flops = 2.0 * (double)kiln_tensor_numel(c->out[0]) * macs_per_output(c);
 }
 

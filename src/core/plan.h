@@ -48,9 +48,16 @@ void kiln_plan_get_stats(const kiln_plan *p, kiln_plan_stats *out);
  * ms[i * n_exec + e] is node e's time in pass i, start_ms its start from the pass's. */
 kiln_status kiln_plan_profile_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t seed, int iters,
                                   double *ms, double *start_ms);
+/* A profile (kiln_session_profile's) from `iters` passes over hp's run list: ms and
+ * start_ms pass-major (iters * n_exec), as kiln_plan_profile_cpu and
+ * kiln_cuda_plan_profile write them. Each node's time is its median; the traced pass
+ * (start_ms, dur_ms) is the one of median total. */
+kiln_status kiln_profile_from_passes(kiln_context *ctx, kiln_plan *hp, int iters, const double *ms,
+                                     const double *start_ms, kiln_profile *out);
 /* What a node with c's shapes computes and moves: FLOPs of convolutions and matrix
- * products (Conv, ConvTranspose, Gemm, MatMul and kiln's FusedConv / FusedGemm: 2 per
- * multiply-add; 0 for other ops) and the bytes of its inputs and outputs. */
+ * products (Conv, ConvTranspose, Gemm, MatMul, kiln's FusedConv / FusedGemm, and the
+ * convolution gradients ConvGradInput / ConvGradWeight: 2 per multiply-add; 0 for other
+ * ops) and the bytes of its inputs and outputs. */
 void kiln_op_cost(const kiln_op_ctx *c, double *flops, double *bytes);
 
 #endif

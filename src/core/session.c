@@ -206,6 +206,12 @@ static int cmp_ms(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+double kiln_median(double *v, int n) {
+    if (n < 1) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_ms);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 void kiln_profile_free(kiln_profile *p) {
     if (!p) return;
     free(p->nodes);
@@ -222,6 +228,69 @@ static void shapes_str(const kiln_op_ctx *c, char *buf, size_t n) {
         else snprintf(sh, sizeof sh, "-");
         k += (size_t)snprintf(buf + k, n - k, "%s%s", i == c->n_in ? " -> " : i ? " " : "", sh);
     }
+}
+
+kiln_status kiln_profile_from_passes(kiln_context *ctx, kiln_plan *hp, int iters, const double *ms,
+                                     const double *start_ms, kiln_profile *out) {
+    memset(out, 0, sizeof *out);
+    kiln_plan_view_t v;
+    kiln_plan_view(hp, &v);
+    const int n = v.n_exec;
+    double *col = kiln_calloc(ctx, (size_t)iters + 1, sizeof *col, "profile times");
+    double *tot = kiln_calloc(ctx, (size_t)iters + 1, sizeof *tot, "profile times");
+    out->nodes = kiln_calloc(ctx, (size_t)n + 1, sizeof *out->nodes, "profile nodes");
+    if (!col || !tot || !out->nodes) {
+        free(col);
+        free(tot);
+        kiln_profile_free(out);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    /* the traced pass: the one whose total is the median */
+    int traced = 0;
+    for (int i = 0; i < iters; i++) {
+        tot[i] = 0;
+        for (int e = 0; e < n; e++) tot[i] += ms[(size_t)i * n + e];
+        col[i] = tot[i];
+    }
+    qsort(col, (size_t)iters, sizeof *col, cmp_ms);
+    for (int i = 0; i < iters; i++)
+        if (tot[i] == col[iters / 2]) traced = i;
+    out->n = n;
+    out->iters = iters;
+    for (int e = 0; e < n; e++) {
+        kiln_profile_node *pn = &out->nodes[e];
+        const kiln_op_ctx *c = kiln_plan_exec_op_ctx(&v, e);
+        pn->op_type = c->node->op_type;
+        pn->name = c->node->name;
+        shapes_str(c, pn->shapes, sizeof pn->shapes);
+        kiln_op_cost(c, &pn->flops, &pn->bytes);
+        for (int i = 0; i < iters; i++) col[i] = ms[(size_t)i * n + e];
+        pn->ms = kiln_median(col, iters);
+        pn->start_ms = start_ms[(size_t)traced * n + e];
+        pn->dur_ms = ms[(size_t)traced * n + e];
+        out->total_ms += pn->ms;
+    }
+    free(col);
+    free(tot);
+    return KILN_OK;
+}
+
+kiln_status kiln_profile_add_row(kiln_context *ctx, kiln_profile *p, const char *op_type, const char *name,
+                                 const char *shapes, double *ms, int count, double flops, double bytes) {
+    kiln_profile_node *grown = realloc(p->nodes, ((size_t)p->n + 1) * sizeof *grown);
+    if (!grown) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a profile row");
+    p->nodes = grown;
+    kiln_profile_node *pn = &p->nodes[p->n++];
+    memset(pn, 0, sizeof *pn);
+    pn->op_type = op_type;
+    pn->name = name;
+    snprintf(pn->shapes, sizeof pn->shapes, "%s", shapes);
+    pn->ms = kiln_median(ms, count);
+    pn->dur_ms = pn->ms;
+    pn->flops = flops;
+    pn->bytes = bytes;
+    p->total_ms += pn->ms;
+    return KILN_OK;
 }
 
 kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
@@ -241,47 +310,14 @@ kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *con
     const int n = v.n_exec;
     double *ms = kiln_calloc(ctx, (size_t)iters * n + 1, sizeof *ms, "profile times");
     double *start = kiln_calloc(ctx, (size_t)iters * n + 1, sizeof *start, "profile times");
-    double *col = kiln_calloc(ctx, (size_t)iters + 1, sizeof *col, "profile times");
-    double *tot = kiln_calloc(ctx, (size_t)iters + 1, sizeof *tot, "profile times");
-    out->nodes = kiln_calloc(ctx, (size_t)n + 1, sizeof *out->nodes, "profile nodes");
-    if (!ms || !start || !col || !tot || !out->nodes) st = KILN_ERR_OUT_OF_MEMORY;
+    if (!ms || !start) st = KILN_ERR_OUT_OF_MEMORY;
 #ifdef KILN_HAVE_CUDA
-    if (!st && sp->cuda) st = kiln_cuda_plan_profile(sp->cuda, inputs, iters, ms, start);
+    if (!st && sp->cuda) st = kiln_cuda_plan_profile(sp->cuda, inputs, iters, ms, start, NULL, NULL);
     else
 #endif
         if (!st) st = kiln_plan_profile_cpu(hp, inputs, s->runs, iters, ms, start);
-    if (!st) {
-        /* the traced pass: the one whose total is the median */
-        int traced = 0;
-        for (int i = 0; i < iters; i++) {
-            tot[i] = 0;
-            for (int e = 0; e < n; e++) tot[i] += ms[(size_t)i * n + e];
-            col[i] = tot[i];
-        }
-        qsort(col, (size_t)iters, sizeof *col, cmp_ms);
-        for (int i = 0; i < iters; i++)
-            if (tot[i] == col[iters / 2]) traced = i;
-        out->n = n;
-        out->iters = iters;
-        for (int e = 0; e < n; e++) {
-            kiln_profile_node *pn = &out->nodes[e];
-            const kiln_op_ctx *c = kiln_plan_exec_op_ctx(&v, e);
-            pn->op_type = c->node->op_type;
-            pn->name = c->node->name;
-            shapes_str(c, pn->shapes, sizeof pn->shapes);
-            kiln_op_cost(c, &pn->flops, &pn->bytes);
-            for (int i = 0; i < iters; i++) col[i] = ms[(size_t)i * n + e];
-            qsort(col, (size_t)iters, sizeof *col, cmp_ms);
-            pn->ms = iters % 2 ? col[iters / 2] : 0.5 * (col[iters / 2 - 1] + col[iters / 2]);
-            pn->start_ms = start[(size_t)traced * n + e];
-            pn->dur_ms = ms[(size_t)traced * n + e];
-            out->total_ms += pn->ms;
-        }
-    }
+    if (!st) st = kiln_profile_from_passes(ctx, hp, iters, ms, start, out);
     free(ms);
     free(start);
-    free(col);
-    free(tot);
-    if (st) kiln_profile_free(out);
     return st;
 }

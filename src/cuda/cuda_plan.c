@@ -17,9 +17,10 @@
  * kiln_cuda_prepare when the plan is created: never inside a capture or a timed run.
  *
  * Profiling: kiln_cuda_plan_profile runs the nodes one by one (no graph) with an event
- * pair around each. With KILN_NVTX=1 in the environment (read when the plan is created)
- * every node's launch in eager runs, captures and profiles is an NVTX range named
- * "<op> <node>", for Nsight Systems; otherwise no NVTX call is made.
+ * pair around each (and around the prologue and epilogue when asked). With KILN_NVTX=1 in
+ * the environment (read when the plan is created) every node's launch in eager runs,
+ * captures and profiles is an NVTX range named "<op> <node>", for Nsight Systems;
+ * otherwise no NVTX call is made.
  */
 #include "cuda_internal.h"
 #include "../core/plan.h"
@@ -351,7 +352,7 @@ bool kiln_cuda_plan_matches(const kiln_cuda_plan *cp, kiln_tensor *const *inputs
 /* Device-side timing for benchmarks: inputs uploaded once (timed), then `iters` replays
  * of the captured graph each between two events (compute only, inputs resident), then
  * the outputs downloaded once (timed). Needs one warm run first (capture happens on the
- * second enqueue). */
+ * second enqueue). inputs NULL: nothing uploaded (a prologue fills the input slots). */
 kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int iters, double *compute_ms,
                                 double *h2d_ms, double *d2h_ms) {
     kiln_context *ctx = cp->m->ctx;
@@ -374,7 +375,7 @@ kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, 
     const kiln_model *m = cp->m;
     if (!st) {
         cudaEventRecord(ev[0], s);
-        for (int i = 0; i < m->n_inputs && !st; i++) {
+        for (int i = 0; inputs && i < m->n_inputs && !st; i++) {
             size_t nb = kiln_tensor_nbytes(inputs[i]);
             if (nb && !cp->bound[i]) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
         }
@@ -425,9 +426,12 @@ static double host_ms(void) {
  * holds the GPU while the host enqueues it (longer than the previous pass took to
  * enqueue, measured on an untimed first pass), so the nodes run back to back and an event
  * pair measures GPU time, not launch overhead. ms[i * n_exec + e]: node e's time in pass
- * i; start_ms: its start from the pass's first event. */
+ * i; start_ms: its start from the pass's first event. With pro_ms / epi_ms (iters
+ * entries each) the plan's prologue / epilogue run in every pass, before / after the
+ * nodes, between events of their own (a training step: the batch gather, the optimizer);
+ * NULL, or a plan without one: it is not run. */
 kiln_status kiln_cuda_plan_profile(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int iters, double *ms,
-                                   double *start_ms) {
+                                   double *start_ms, double *pro_ms, double *epi_ms) {
     kiln_context *ctx = cp->m->ctx;
     cudaStream_t s = (cudaStream_t)kiln_cuda_stream(cp->cu);
     const int n = cp->n_exec;
@@ -438,26 +442,40 @@ kiln_status kiln_cuda_plan_profile(kiln_cuda_plan *cp, kiln_tensor *const *input
         if (st) return st;
     }
     const kiln_model *m = cp->m;
-    for (int i = 0; i < m->n_inputs && !st; i++) {
+    for (int i = 0; inputs && i < m->n_inputs && !st; i++) {
         size_t nb = kiln_tensor_nbytes(inputs[i]);
         if (nb && !cp->bound[i]) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
     }
-    cudaEvent_t *ev = calloc((size_t)2 * n + 1, sizeof *ev);
+    const bool pro = pro_ms && cp->prologue, epi = epi_ms && cp->epilogue;
+    /* ev[0]: the pass's start; ev[1 + 2e], ev[2 + 2e]: around node e; then the prologue's
+     * pair and the epilogue's */
+    const int n_ev = 2 * n + 5, ev_pro = 2 * n + 1, ev_epi = 2 * n + 3;
+    cudaEvent_t *ev = calloc((size_t)n_ev, sizeof *ev);
     if (!ev) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for profiling events");
     int made = 0;
-    for (; !st && made < 2 * n + 1; made++)
+    for (; !st && made < n_ev; made++)
         KILN_CUDA_TRY(st, ctx, cudaEventCreate(&ev[made]));
     double hold_us = 1000;
     for (int it = -1; it < iters && !st; it++) { /* pass -1: calibrates the hold */
         const double t0 = host_ms();
         st = kiln_cuda_delay(cp->cu, hold_us);
         KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[0], s));
+        if (pro) {
+            KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[ev_pro], s));
+            if (!st) st = cp->prologue(cp->prologue_arg);
+            KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[ev_pro + 1], s));
+        }
         for (int e = 0; e < n && !st; e++) {
             range_push(cp, e);
             KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[1 + 2 * e], s));
             if (!st) st = kiln_cuda_run(cp->cu, &cp->ctx[e]);
             KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[2 + 2 * e], s));
             range_pop(cp);
+        }
+        if (epi) {
+            KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[ev_epi], s));
+            if (!st) st = cp->epilogue(cp->epilogue_arg);
+            KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[ev_epi + 1], s));
         }
         const double enqueue_ms = host_ms() - t0;
         if (!st) st = kiln_cuda_sync(cp->cu);
@@ -469,6 +487,15 @@ kiln_status kiln_cuda_plan_profile(kiln_cuda_plan *cp, kiln_tensor *const *input
             KILN_CUDA_TRY(st, ctx, cudaEventElapsedTime(&b, ev[1 + 2 * e], ev[2 + 2 * e]));
             start_ms[(size_t)it * n + e] = a;
             ms[(size_t)it * n + e] = b;
+        }
+        float b = 0;
+        if (pro && !st && it >= 0) {
+            KILN_CUDA_TRY(st, ctx, cudaEventElapsedTime(&b, ev[ev_pro], ev[ev_pro + 1]));
+            pro_ms[it] = b;
+        }
+        if (epi && !st && it >= 0) {
+            KILN_CUDA_TRY(st, ctx, cudaEventElapsedTime(&b, ev[ev_epi], ev[ev_epi + 1]));
+            epi_ms[it] = b;
         }
     }
     for (int i = 0; i < made; i++) cudaEventDestroy(ev[i]);

@@ -38,15 +38,18 @@ kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *input
 kiln_status kiln_cuda_plan_run(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
                                const kiln_tensor **outputs);
 
-/* Benchmark timing (see cuda_plan.c): compute_ms has iters entries. */
+/* Benchmark timing (see cuda_plan.c): compute_ms has iters entries. inputs NULL: nothing
+ * uploaded (a prologue fills the input slots). */
 kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int iters, double *compute_ms,
                                 double *h2d_ms, double *d2h_ms);
 
 /* Per-node profile: `iters` passes running the nodes one by one with events around each;
  * ms and start_ms have iters * n_exec entries (pass-major), start_ms from the pass start.
- * Nodes are the host plan's run list (kiln_plan_view of kiln_cuda_plan_host). */
+ * Nodes are the host plan's run list (kiln_plan_view of kiln_cuda_plan_host). pro_ms /
+ * epi_ms (iters entries, or NULL): the prologue / epilogue run in each pass too, timed on
+ * their own (inputs NULL: nothing uploaded, the prologue fills the input slots). */
 kiln_status kiln_cuda_plan_profile(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int iters, double *ms,
-                                   double *start_ms);
+                                   double *start_ms, double *pro_ms, double *epi_ms);
 
 #ifdef __cplusplus
 }

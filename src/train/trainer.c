@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
     if (o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_ADADELTA)
@@ -518,6 +519,142 @@ kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images,
     free(x);
     free(y);
     return st;
+}
+
+/* ---------------------------------------------------------------- profiling */
+
+const char *kiln_optimizer_name(kiln_optimizer o) {
+    switch (o) {
+    case KILN_OPTIM_SGD: return "sgd";
+    case KILN_OPTIM_ADAM: return "adam";
+    case KILN_OPTIM_ADAMW: return "adamw";
+    case KILN_OPTIM_ADADELTA: return "adadelta";
+    }
+    return "?";
+}
+
+double kiln_trainer_update_bytes(const kiln_trainer *t) {
+    const int ns = t->opts.optimizer == KILN_OPTIM_SGD ? (t->opts.momentum != 0) : 2;
+    /* per element: the weight, the gradient and each state read; the weight and the states
+     * written; with loss scaling the gradient is read once more (the inf/NaN check) */
+    double per = 4.0 * (3 + 2 * ns) + (t->scale_input ? 4.0 : 0.0);
+    double bytes = per * (double)t->param_count;
+    for (int k = 0; k < t->n_states; k++) bytes += 2.0 * (double)kiln_tensor_nbytes(t->states[k].value);
+    return bytes;
+}
+
+static double host_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The CPU side of kiln_trainer_profile: the run list through the session's profile, the
+ * update (and whole steps) on the host clock. The update changes weights and optimizer
+ * state: both are copied aside first and back afterwards. It reads the gradients of the
+ * profile's own run, never the accumulation buffers (mid-accumulation they hold the
+ * running sum); the parameters' grad pointers are put back as they were. */
+static kiln_status profile_cpu(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
+                               int iters, int replays, kiln_profile *out, double *step_ms) {
+    kiln_context *ctx = t->ctx;
+    const int64_t n = images->dims[0], b = batch < n ? batch : n;
+    const int ns = t->opts.optimizer == KILN_OPTIM_SGD ? (t->opts.momentum != 0) : 2;
+    const int nf = t->n_data_inputs + t->n_params + t->n_states + (t->scale_input != NULL),
+              no = 1 + t->n_params + t->n_states;
+    int64_t xd[KILN_MAX_DIMS] = {0};
+    memcpy(xd, images->dims, sizeof xd);
+    xd[0] = b;
+    kiln_tensor *x = kiln_tensor_new(ctx, images->dtype, images->ndim, xd);
+    kiln_tensor *y = kiln_tensor_new(ctx, labels->dtype, 1, &b);
+    const float **grads = kiln_calloc(ctx, (size_t)t->n_params + 1, sizeof *grads, "the profile's saved state");
+    float *saved = kiln_malloc(ctx, sizeof(float) * (size_t)(t->param_count * (1 + ns)) + 1, "the profile's saved state");
+    double *upd = kiln_calloc(ctx, (size_t)iters, sizeof *upd, "profile times");
+    double *whole = kiln_calloc(ctx, (size_t)replays, sizeof *whole, "profile times");
+    kiln_tensor *feeds0[2] = {t->feeds[0], t->feeds[1]};
+    kiln_status st = x && y && grads && saved && upd && whole ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) {
+        /* the first b samples, in the data set's order */
+        memcpy(x->data, images->data, kiln_tensor_nbytes(x));
+        memcpy(y->data, labels->data, kiln_tensor_nbytes(y));
+        t->feeds[0] = x;
+        t->feeds[1] = y;
+        if (t->scale_input) ((float *)t->scale_input->data)[0] = t->loss_scale;
+        st = kiln_session_profile(t->sess, nf, t->feeds, 1, iters, out);
+    }
+    if (!st) {
+        float *p = saved;
+        for (int k = 0; k < t->n_params; k++) {
+            const kiln_param *pk = &t->params[k];
+            const size_t nb = sizeof(float) * (size_t)pk->numel;
+            memcpy(p, pk->value->data, nb);
+            p += pk->numel;
+            for (int j = 0; j < ns; j++, p += pk->numel) memcpy(p, pk->state[j], nb);
+            grads[k] = pk->grad;
+        }
+        const float lr = kiln_trainer_lr_at(&t->opts, t->steps);
+        const uint64_t seed = t->opts.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t->micro_steps;
+        st = kiln_session_run_seeded(t->sess, seed, nf, t->feeds, no, t->outs);
+        for (int k = 0; k < t->n_params && !st; k++) t->params[k].grad = t->outs[1 + k]->data;
+        for (int i = 0; i < iters && !st; i++) {
+            const double t0 = host_ms();
+            kiln_optimizer_update(&t->opts, t->steps, lr, t->n_params, t->params);
+            upd[i] = host_ms() - t0;
+        }
+        for (int i = 0; i < replays && !st; i++) {
+            const double t0 = host_ms();
+            st = kiln_session_run_seeded(t->sess, seed, nf, t->feeds, no, t->outs);
+            for (int k = 0; k < t->n_params && !st; k++) t->params[k].grad = t->outs[1 + k]->data;
+            if (!st) kiln_optimizer_update(&t->opts, t->steps, lr, t->n_params, t->params);
+            whole[i] = host_ms() - t0;
+        }
+        p = saved;
+        for (int k = 0; k < t->n_params; k++) {
+            kiln_param *pk = &t->params[k];
+            const size_t nb = sizeof(float) * (size_t)pk->numel;
+            memcpy(pk->value->data, p, nb);
+            p += pk->numel;
+            for (int j = 0; j < ns; j++, p += pk->numel) memcpy(pk->state[j], p, nb);
+            pk->grad = grads[k];
+        }
+    }
+    if (!st) {
+        char shapes[160];
+        snprintf(shapes, sizeof shapes, "%lld parameters in %d tensors, %s", (long long)t->param_count, t->n_params,
+                 kiln_optimizer_name(t->opts.optimizer));
+        st = kiln_profile_add_row(ctx, out, "optimizer", "update", shapes, upd, iters, 0, kiln_trainer_update_bytes(t));
+    }
+    if (!st) *step_ms = kiln_median(whole, replays);
+    t->feeds[0] = feeds0[0];
+    t->feeds[1] = feeds0[1];
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+    free(grads);
+    free(saved);
+    free(upd);
+    free(whole);
+    if (st) kiln_profile_free(out);
+    return st;
+}
+
+kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
+                                 int iters, int replays, kiln_profile *out, double *step_ms) {
+    if (!t || !images || !labels || !out || !step_ms) return KILN_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    *step_ms = 0;
+    kiln_context *ctx = t->ctx;
+    const int64_t n = images->ndim ? images->dims[0] : 0;
+    if (t->n_data_inputs != 2)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_profile needs a model with two inputs (data, labels)");
+    if (images->dtype != KILN_F32 || labels->dtype != KILN_I64 || labels->ndim != 1 || labels->dims[0] != n || n < 1 ||
+        !images->data || !labels->data)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "images must be f32 (N, ...) and labels i64 (N) with N >= 1");
+    if (batch < 1 || iters < 1 || replays < 1)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "profile: batch, passes and replays must be >= 1 (%lld, %d, %d)",
+                         (long long)batch, iters, replays);
+#ifdef KILN_HAVE_CUDA
+    if (t->cuda) return kiln_trainer_cuda_profile(t->cuda, images, labels, batch, iters, replays, out, step_ms);
+#endif
+    return profile_cpu(t, images, labels, batch, iters, replays, out, step_ms);
 }
 
 /* On CUDA the weights live on the device: bring the host copies up to date. */

@@ -10,6 +10,10 @@
  * The host only uploads the batch (pinned staging, asynchronous) and launches the graph:
  * no synchronization inside a step. The loss is copied into a device ring and read only
  * when asked for.
+ *
+ * kiln_trainer_cuda_profile (kiln train --profile) times one step's parts: the nodes one
+ * by one with the prologue and epilogue between events of their own, then replays of the
+ * captured graph; all of the device state is copied aside first and back afterwards.
  */
 #include "trainer_internal.h"
 
@@ -19,6 +23,7 @@
 #include "../data/data.h"
 
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +44,7 @@ struct kiln_trainer_cuda {
     kiln_trainer *t;
     kiln_cuda *cu;
     void *dev;                 /* one allocation: parameters, optimizer state, BN state, ... */
+    size_t dev_bytes;          /* its size: all of the training state on the device */
     void **bound;              /* (n_inputs of the training graph) */
     float **param, **s0, **s1; /* (n_params) device */
     void **bn;                 /* (n_states) device */
@@ -152,6 +158,7 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
             tc->dev = NULL;
             st = cuda_err(ctx, ce, "cudaMalloc of the trainer's weights and state");
         }
+        tc->dev_bytes = total;
     }
     if (!st) {
         char *p = tc->dev;
@@ -359,6 +366,99 @@ kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *im
         t->feeds[1] = tc->shape_y[slot];
         st = step(tc, true, s + 1 == end ? last_loss : NULL);
     }
+    return st;
+}
+
+/* kiln_trainer_profile on CUDA (see internal.h). Every bit of training state on the device
+ * lives in tc->dev (weights, optimizer and BN state, the train state with step, lr and
+ * loss scale, the Dropout counter, the loss ring): it is copied aside and restored, with
+ * the host's step counters; the epoch's permutation and position are uploaded again by
+ * every kiln_trainer_cuda_epoch call and need no saving. */
+kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
+                                      int64_t batch, int iters, int replays, kiln_profile *out, double *step_ms) {
+    kiln_trainer *t = tc->t;
+    kiln_context *ctx = t->ctx;
+    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(tc->cu);
+    const int64_t n = images->dims[0];
+    if (batch > n) batch = n;
+    const int64_t steps0 = t->steps, micro0 = t->micro_steps, skipped0 = t->skipped_steps;
+    const bool stale0 = tc->host_stale;
+    kiln_tensor *feeds0[2] = {t->feeds[0], t->feeds[1]};
+    void *saved = NULL;
+    double *ms = NULL, *start = NULL, *pro = NULL, *epi = NULL, *rep = NULL;
+    cuda_shape_plan *sp = NULL;
+    int n_exec = 0;
+    kiln_status st;
+    cudaError_t ce = cudaMalloc(&saved, tc->dev_bytes);
+    if (ce != cudaSuccess) {
+        saved = NULL;
+        return cuda_err(ctx, ce, "cudaMalloc of a copy of the training state");
+    }
+    ce = cudaMemcpyAsync(saved, tc->dev, tc->dev_bytes, cudaMemcpyDeviceToDevice, s);
+    if (ce != cudaSuccess) {
+        cudaFree(saved);
+        return cuda_err(ctx, ce, "copying the training state aside");
+    }
+    /* one untimed step: the data set resident, this batch's plan built and run once */
+    st = kiln_trainer_cuda_epoch(tc, images, labels, batch, t->opts.seed, 0, 0, 1, NULL);
+    if (!st) st = find_plan(tc, t->feeds, true, &sp);
+    kiln_tensor *const bx = t->feeds[0], *const by = t->feeds[1]; /* the batch's shapes */
+    if (!st) {
+        kiln_plan_view_t v;
+        kiln_plan_view(kiln_cuda_plan_host(sp->cp), &v);
+        n_exec = v.n_exec;
+        ms = kiln_calloc(ctx, (size_t)iters * n_exec + 1, sizeof *ms, "profile times");
+        start = kiln_calloc(ctx, (size_t)iters * n_exec + 1, sizeof *start, "profile times");
+        pro = kiln_calloc(ctx, (size_t)iters, sizeof *pro, "profile times");
+        epi = kiln_calloc(ctx, (size_t)iters, sizeof *epi, "profile times");
+        rep = kiln_calloc(ctx, (size_t)replays, sizeof *rep, "profile times");
+        if (!ms || !start || !pro || !epi || !rep) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    /* the batches of the first steps of epoch 0, whatever the position the step left */
+    const int64_t zero = 0;
+    if (!st) {
+        tc->running = sp;
+        st = kiln_cuda_upload(tc->cu, tc->pos, &zero, sizeof zero);
+    }
+    if (!st) st = kiln_cuda_plan_profile(sp->cp, NULL, iters, ms, start, pro, epi);
+    if (!st) st = kiln_cuda_upload(tc->cu, tc->pos, &zero, sizeof zero);
+    double h2d = 0, d2h = 0;
+    if (!st) st = kiln_cuda_plan_time(sp->cp, NULL, replays, rep, &h2d, &d2h);
+    /* restore the state whatever happened above (the device may be mid-step on failure) */
+    cudaStreamSynchronize(s);
+    ce = cudaMemcpyAsync(tc->dev, saved, tc->dev_bytes, cudaMemcpyDeviceToDevice, s);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
+    if (!st && ce != cudaSuccess) st = cuda_err(ctx, ce, "restoring the training state");
+    cudaFree(saved);
+    t->steps = steps0;
+    t->micro_steps = micro0;
+    t->skipped_steps = skipped0;
+    tc->host_stale = stale0;
+    t->feeds[0] = feeds0[0];
+    t->feeds[1] = feeds0[1];
+    if (!st) st = kiln_profile_from_passes(ctx, kiln_cuda_plan_host(sp->cp), iters, ms, start, out);
+    if (!st) {
+        /* the gather reads the samples, labels and indices and writes the batch */
+        char a[96], b[96], c[96], d[96], shapes[400];
+        snprintf(shapes, sizeof shapes, "%s %s -> %s %s", kiln_shape_str(images, a, sizeof a),
+                 kiln_shape_str(labels, b, sizeof b), kiln_shape_str(bx, c, sizeof c), kiln_shape_str(by, d, sizeof d));
+        const double gather = 2.0 * (double)kiln_tensor_nbytes(bx) + 3.0 * (double)kiln_tensor_nbytes(by);
+        st = kiln_profile_add_row(ctx, out, "prologue", "batch gather", shapes, pro, iters, 0, gather);
+    }
+    if (!st) {
+        char shapes[160];
+        snprintf(shapes, sizeof shapes, "%lld parameters in %d tensors, %s%s", (long long)t->param_count, t->n_params,
+                 kiln_optimizer_name(t->opts.optimizer), t->scale_input ? ", loss scaling" : "");
+        st = kiln_profile_add_row(ctx, out, "epilogue", "optimizer + step end", shapes, epi, iters, 0,
+                                  kiln_trainer_update_bytes(t));
+    }
+    if (!st) *step_ms = kiln_median(rep, replays);
+    free(ms);
+    free(start);
+    free(pro);
+    free(epi);
+    free(rep);
+    if (st) kiln_profile_free(out);
     return st;
 }
 

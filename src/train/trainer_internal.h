@@ -65,7 +65,15 @@ kiln_status kiln_trainer_cuda_upload(kiln_trainer_cuda *tc);
 kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
                                     int64_t batch, uint64_t seed, int64_t epoch, int64_t start, int64_t end,
                                     float *last_loss);
+/* kiln_trainer_profile on CUDA (arguments checked by the caller). */
+kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
+                                      int64_t batch, int iters, int replays, kiln_profile *out, double *step_ms);
 #endif
+/* "adadelta"... for messages and profiles. */
+const char *kiln_optimizer_name(kiln_optimizer o);
+/* Bytes one optimizer update moves (weights, gradients, states; the statistics copied):
+ * for a profile's GB/s. */
+double kiln_trainer_update_bytes(const kiln_trainer *t);
 /* One optimizer step over every parameter (the fused update). */
 void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
 

@@ -38,7 +38,8 @@
  * Training: the kernels of kiln's gradient ops (cases may have several outputs and a run
  * seed), the fused optimizer against the CPU trainer's kiln_optimizer_update, fp16 loss
  * scaling, the device run seed inside a captured graph, and mnist-net's whole training
- * graph (every node supported; on a device, run as a CUDA plan against the CPU plan).
+ * graph (every node supported; on a device, run as a CUDA plan against the CPU plan), and
+ * the training step's profile (kiln train --profile: rows, times, the state left as it was).
  * Usage: test_cuda_ops [--dry-run] [FILTER] (FILTER: a substring of case labels). Besides
  * the op cases: device errors (a Gather index out of range), kiln_cuda_supports (layouts
  * included), staged copies larger than the staging buffer, NVRTC, the convolution
@@ -2473,6 +2474,95 @@ static kiln_op_ctx shape_ctx(kiln_node *node, const char *op, kiln_tensor **in, 
 }
 
 /* What the planner relies on: explicit "not supported on cuda" errors. */
+/* kiln_trainer_profile on CUDA (kiln train --profile): one row per run-list node plus the
+ * prologue (batch gather) and the epilogue (optimizer), GPU times, a whole-step replay time;
+ * and the trainer's state untouched: a trainer profiled between steps goes on as an
+ * unprofiled twin does (the profile runs ~75 optimizer steps, restored afterwards). */
+static void train_profile_checks(void) {
+    const int64_t n = 256, batch = 64;
+    kiln_model *ma = NULL, *mb = NULL;
+    kiln_trainer *a = NULL, *b = NULL;
+    kiln_plan *hp = NULL;
+    kiln_profile p = {0};
+    kiln_tensor *images = kt_rand(KILN_F32, 4, KT_DIMS(n, 1, 28, 28), -1, 1, 21);
+    kiln_tensor *labels = kt_rand(KILN_I64, 1, KT_DIMS(n), 0, 10, 22);
+    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = 1.0f, .seed = 3, .device = KILN_DEVICE_CUDA,
+                            .strict_fp32 = 1};
+    kiln_status st = images && labels ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &ma);
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &mb);
+    if (!st) st = kiln_trainer_create(ma, "loss", &o, &a);
+    if (!st) st = kiln_trainer_create(mb, "loss", &o, &b);
+    float la = 0, lb = 0;
+    if (!st) st = kiln_trainer_train_epoch(a, images, labels, batch, 5, 0, 0, 2, &la);
+    if (!st) st = kiln_trainer_train_epoch(b, images, labels, batch, 5, 0, 0, 2, &lb);
+    double step_ms = 0;
+    if (!st) st = kiln_trainer_profile(a, images, labels, batch, 5, 20, &p, &step_ms);
+    check(!st, "train profile: a CUDA training step profiles", kiln_context_message(ctx));
+    if (st) goto out;
+    /* the run list of b's step (the same graph and batch shape) counted from its host plan */
+    st = kiln_plan_build(b->train, b->feeds, true, false, &hp);
+    if (!st) {
+        kiln_plan_view_t v;
+        kiln_plan_view(hp, &v);
+        int pro = -1, epi = -1;
+        bool times = true;
+        double sum = 0;
+        for (int e = 0; e < p.n; e++) {
+            if (strcmp(p.nodes[e].op_type, "prologue") == 0) pro = e;
+            if (strcmp(p.nodes[e].op_type, "epilogue") == 0) epi = e;
+            times = times && p.nodes[e].ms >= 0;
+            sum += p.nodes[e].ms;
+        }
+        char detail[200];
+        snprintf(detail, sizeof detail, "%d rows for %d nodes; prologue row %d, epilogue row %d", p.n, v.n_exec, pro, epi);
+        check(p.n == v.n_exec + 2 && pro == v.n_exec && epi == v.n_exec + 1 && times,
+              "train profile: a row per node, then the prologue and the epilogue", detail);
+        snprintf(detail, sizeof detail, "prologue %g ms, epilogue %g ms, step %g ms, sum %g / total %g", pro >= 0 ? p.nodes[pro].ms : -1,
+                 epi >= 0 ? p.nodes[epi].ms : -1, step_ms, sum, p.total_ms);
+        check(pro >= 0 && epi >= 0 && p.nodes[pro].ms > 0 && p.nodes[epi].ms > 0 && step_ms > 0 &&
+                  fabs(sum - p.total_ms) <= 1e-9 * (1 + sum),
+              "train profile: GPU times for the gather, the optimizer and the whole step", detail);
+        printf("     train profile: %d nodes, gather %.1f us, epilogue %.1f us, sum %.1f us, replay %.1f us\n",
+               v.n_exec, pro >= 0 ? p.nodes[pro].ms * 1e3 : -1, epi >= 0 ? p.nodes[epi].ms * 1e3 : -1,
+               p.total_ms * 1e3, step_ms * 1e3);
+    }
+    if (!st) st = kiln_trainer_train_epoch(a, images, labels, batch, 5, 0, 2, 4, &la);
+    if (!st) st = kiln_trainer_train_epoch(b, images, labels, batch, 5, 0, 2, 4, &lb);
+    if (!st) st = kiln_trainer_sync_host(a);
+    if (!st) st = kiln_trainer_sync_host(b);
+    if (!st) {
+        /* cuDNN may sum in a different order run to run: equal within rounding, while a
+         * state left behind by the profile's steps would be far off */
+        double worst = 0;
+        for (int k = 0; k < a->n_params; k++)
+            for (int64_t i = 0; i < a->params[k].numel; i++) {
+                const double d = fabs((double)((const float *)a->params[k].value->data)[i] -
+                                      (double)((const float *)b->params[k].value->data)[i]);
+                if (d > worst) worst = d;
+            }
+        kiln_train_stats sa, sb;
+        kiln_trainer_stats(a, &sa);
+        kiln_trainer_stats(b, &sb);
+        char detail[200];
+        snprintf(detail, sizeof detail, "loss %.9g vs the twin's %.9g, weights differ by up to %.3g, steps %lld vs %lld", la,
+                 lb, worst, (long long)sa.steps, (long long)sb.steps);
+        check(fabs(la - lb) <= 1e-5 * fabs(lb) && worst <= 1e-5 && sa.steps == 4 && sb.steps == 4 &&
+                  sa.micro_steps == sb.micro_steps,
+              "train profile: the trainer goes on as its unprofiled twin", detail);
+    }
+out:
+    if (st) fail("train profile", "%s", kiln_context_message(ctx));
+    kiln_profile_free(&p);
+    kiln_plan_free(hp);
+    kiln_trainer_free(a);
+    kiln_trainer_free(b);
+    kiln_model_free(ma);
+    kiln_model_free(mb);
+    kiln_tensor_free(images);
+    kiln_tensor_free(labels);
+}
+
 static void supports_checks(void) {
     const int64_t d[2] = {2, 3};
     kiln_tensor xi = {.dtype = KILN_I32, .ndim = 2}, yi = xi;
@@ -2954,6 +3044,7 @@ int main(int argc, char **argv) {
         if (have_dir && wanted("algo cache")) algo_cache_checks(dir);
         if (wanted("small ResNet")) session_checks();
         if (wanted("profile")) profile_checks();
+        if (wanted("train profile")) train_profile_checks();
     }
 
     for (int i = 0; i < kiln_cuda_kernel_count() && !only; i++) {
