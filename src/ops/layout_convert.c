@@ -12,13 +12,14 @@
  * kiln.ToNHWC also takes two optional attributes, so that the chain at a network's input
  * (Cast to f16, Pad adding zero channels for the tensor cores, the conversion) is one pass
  * over the data (the layout pass folds such a Cast and Pad into the conversion):
- *   to        the output dtype (default: X's): elements are converted by Cast's rules
- *             (src/ops/cast.c; floats round to nearest even);
- *   channels  the output's channel count Cy >= C (default C): channels C..Cy-1 are zeros
- *             (all bits zero: +0 for floats), as Pad with a zero constant at the end of
- *             dim 1 gives.
- * So Y (N, Cy, H, W) of dtype `to` = Pad(Cast(X, to), zero channels). kiln.ToNCHW takes
- * neither (rejected: nothing needs the inverse).
+ *   to             the output dtype (default: X's): elements are converted by Cast's
+ *                  rules (src/ops/cast.c; floats round to nearest even);
+ *   zero_channels  Z >= 0 channels appended to dim 1 (default 0), all bits zero (+0 for
+ *                  floats), as Pad with a zero constant at the end of dim 1 gives. A count
+ *                  rather than the padded total, like Pad's pads: folding a Pad needs no
+ *                  static channel count.
+ * So Y (N, C + Z, H, W) of dtype `to` = Pad(Cast(X, to), Z zero channels at the end of
+ * dim 1). kiln.ToNCHW takes neither (rejected: nothing needs the inverse).
  */
 #include "../core/optest.h"
 #include "cast.h"
@@ -36,9 +37,9 @@ static kiln_status infer(kiln_op_ctx *c) {
                   kiln_dtype_name(x->dtype));
     KILN_OP_CHECK(c, x->ndim == 4, KILN_ERR_SHAPE, "input has rank %d; layouts are defined for 4-D tensors",
                   x->ndim);
-    const kiln_attr *to = kiln_node_attr(c->node, "to"), *ch = kiln_node_attr(c->node, "channels");
-    KILN_OP_CHECK(c, is_to_nhwc(c->node) || (!to && !ch), KILN_ERR_INVALID_ARGUMENT,
-                  "attributes 'to' and 'channels' belong to kiln.ToNHWC");
+    const kiln_attr *to = kiln_node_attr(c->node, "to"), *zc = kiln_node_attr(c->node, "zero_channels");
+    KILN_OP_CHECK(c, is_to_nhwc(c->node) || (!to && !zc), KILN_ERR_INVALID_ARGUMENT,
+                  "attributes 'to' and 'zero_channels' belong to kiln.ToNHWC");
     kiln_dtype dt = x->dtype;
     if (to) {
         KILN_OP_CHECK(c, to->type == KILN_ATTR_INT, KILN_ERR_INVALID_ARGUMENT, "attribute 'to' must be an integer");
@@ -47,13 +48,10 @@ static kiln_status infer(kiln_op_ctx *c) {
         dt = (kiln_dtype)to->i;
     }
     int64_t dims[4] = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
-    if (ch) {
-        KILN_OP_CHECK(c, ch->type == KILN_ATTR_INT, KILN_ERR_INVALID_ARGUMENT,
-                      "attribute 'channels' must be an integer");
-        KILN_OP_CHECK(c, ch->i >= x->dims[1], KILN_ERR_SHAPE,
-                      "attribute 'channels' = %lld is below the input's %lld channels", (long long)ch->i,
-                      (long long)x->dims[1]);
-        dims[1] = ch->i;
+    if (zc) {
+        KILN_OP_CHECK(c, zc->type == KILN_ATTR_INT && zc->i >= 0 && zc->i <= INT32_MAX, KILN_ERR_INVALID_ARGUMENT,
+                      "attribute 'zero_channels' must be an integer in [0, 2^31)");
+        dims[1] += zc->i;
     }
     kiln_tensor_set_shape(c->out[0], dt, 4, dims);
     return KILN_OK;
@@ -114,7 +112,7 @@ static int test_op(const char *op) {
     return fails;
 }
 
-/* ToNHWC's `to` and `channels`: expected values worked out by hand (round to nearest even
+/* ToNHWC's `to` and `zero_channels`: expected values worked out by hand (round to nearest even
  * in the target format), every one exactly representable there. */
 static int test_to_nhwc(void) {
     int fails = test_op("ToNHWC");
@@ -126,7 +124,7 @@ static int test_to_nhwc(void) {
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 3), KT_VALS(1.0 / 3, -2.5, 65519, 1e-8, 0.1, 70000));
     want[0] = kt_make(KILN_F16, 4, KT_DIMS(1, 4, 1, 3),
                       KT_VALS(1365.0 / 4096, -2.5, 65504, 0, 1638.0 / 16384, INFINITY, 0, 0, 0, 0, 0, 0));
-    fails += kiln_optest_opset("ToNHWC", "to=10;channels=4", 0, 1, in, 1, want, 0, 0, "ToNHWC f32 to f16, 2 to 4 channels");
+    fails += kiln_optest_opset("ToNHWC", "to=10;zero_channels=2", 0, 1, in, 1, want, 0, 0, "ToNHWC f32 to f16, 2 to 4 channels");
     /* f32 -> bf16: 1/3 keeps 7 bits 0101010, the rest 1010..b is above half: up, 171/512;
      * 1 + 2^-8 is a tie between 1 and 1 + 2^-7: to even, 1; 1 + 3 x 2^-8 is a tie: up
      * to the even 1 + 2^-6. Two images (the zero planes follow each). */
@@ -134,7 +132,7 @@ static int test_to_nhwc(void) {
                     KT_VALS(1.0 / 3, 1 + 1.0 / 256, 1 + 3.0 / 256, -4, 0.5, -0.125));
     want[0] = kt_make(KILN_BF16, 4, KT_DIMS(2, 3, 1, 3),
                       KT_VALS(171.0 / 512, 1, 1 + 1.0 / 64, 0, 0, 0, 0, 0, 0, -4, 0.5, -0.125, 0, 0, 0, 0, 0, 0));
-    fails += kiln_optest_opset("ToNHWC", "to=16;channels=3", 0, 1, in, 1, want, 0, 0, "ToNHWC f32 to bf16, 1 to 3 channels");
+    fails += kiln_optest_opset("ToNHWC", "to=16;zero_channels=2", 0, 1, in, 1, want, 0, 0, "ToNHWC f32 to bf16, 1 to 3 channels");
     /* f16 -> f32 is exact; channels stay */
     in[0] = kt_make(KILN_F16, 4, KT_DIMS(1, 2, 2, 1), KT_VALS(1638.0 / 16384, -65504, 3.0 / 1024, 7));
     want[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 1), KT_VALS(1638.0 / 16384, -65504, 3.0 / 1024, 7));
@@ -142,9 +140,10 @@ static int test_to_nhwc(void) {
     /* channels only, an integer dtype */
     in[0] = kt_make(KILN_I64, 4, KT_DIMS(2, 2, 1, 2), KT_VALS(1, -2, 3, 4, 5, 6, -7, 8));
     want[0] = kt_make(KILN_I64, 4, KT_DIMS(2, 3, 1, 2), KT_VALS(1, -2, 3, 4, 0, 0, 5, 6, -7, 8, 0, 0));
-    fails += kiln_optest_opset("ToNHWC", "channels=3", 0, 1, in, 1, want, 0, 0, "ToNHWC i64, 2 to 3 channels");
+    fails += kiln_optest_opset("ToNHWC", "zero_channels=1", 0, 1, in, 1, want, 0, 0, "ToNHWC i64, 2 to 3 channels");
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 2, 2), NULL);
-    fails += kiln_optest_fails("ToNHWC", "channels=2", 1, in, 1, KILN_ERR_SHAPE, "ToNHWC rejects fewer channels");
+    fails += kiln_optest_fails("ToNHWC", "zero_channels=-1", 1, in, 1, KILN_ERR_INVALID_ARGUMENT,
+                               "ToNHWC rejects a negative count");
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 2, 2), NULL);
     fails += kiln_optest_fails("ToNHWC", "to=8", 1, in, 1, KILN_ERR_UNSUPPORTED, "ToNHWC rejects to=STRING");
     return fails;
@@ -153,8 +152,8 @@ static int test_to_nhwc(void) {
 static int test_to_nchw(void) {
     int fails = test_op("ToNCHW");
     kiln_tensor *x = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 2, 2), NULL);
-    fails += kiln_optest_fails("ToNCHW", "channels=8", 1, &x, 1, KILN_ERR_INVALID_ARGUMENT,
-                               "ToNCHW rejects channels");
+    fails += kiln_optest_fails("ToNCHW", "zero_channels=5", 1, &x, 1, KILN_ERR_INVALID_ARGUMENT,
+                               "ToNCHW rejects zero_channels");
     return fails;
 }
 
