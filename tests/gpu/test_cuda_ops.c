@@ -1759,6 +1759,32 @@ static void nhwc_cases(void) {
            false, at, rt, "ceil_mode include pad", INPUTS(X(1, 2, 10, 10)));
     floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads",
            INPUTS(X(1, 3, 7, 8)));
+    /* the fast path: channels a multiple of 16 bytes (8 halves, 4 floats), 16-byte vectors;
+     * 12 channels take it in f32 only; the misaligned f32 runs take the general path */
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, true, 0, 0, "3x3 s2 p1, 16 channels",
+           INPUTS(X(2, 16, 11, 10)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, true, 0, 0, "3x3 s2 p1, 12 channels",
+           INPUTS(X(2, 12, 9, 9)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "stem-like, 64 channels",
+           INPUTS(X(2, 64, 28, 28)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "ceil_mode, 8 channels",
+           INPUTS(X(1, 8, 10, 10)));
+    floats("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, true, 0, 0, "dilations, 24 channels",
+           INPUTS(X(1, 24, 9, 8)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0,
+           "SAME_UPPER, 8 channels", INPUTS(X(1, 8, 10, 9)));
+    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, true, at, rt, "exclude pad, 8 channels",
+           INPUTS(X(2, 8, 9, 7)));
+    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, true, at, rt,
+           "include pad, 16 channels", INPUTS(X(2, 16, 9, 7)));
+    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0,
+           false, at, rt, "ceil_mode include pad, 8 channels", INPUTS(X(1, 8, 10, 10)));
+    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1", 0, false, at, rt,
+           "ceil_mode exclude pad, 8 channels", INPUTS(X(1, 8, 10, 10)));
+    floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads, 24 channels",
+           INPUTS(X(1, 24, 7, 8)));
+    floats("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, false, at, rt, "2x2 s2, 32 channels",
+           INPUTS(X(2, 32, 8, 6)));
     /* GlobalAveragePool: Y (N,C,1,1) labelled NCHW (what the layout pass does) or NHWC */
     layout = NHWC_IN(0);
     floats("GlobalAveragePool", "", 0, false, at, rt, "7x9", INPUTS(X(2, 5, 7, 9)));
