@@ -5,7 +5,9 @@
  * kiln.ToNCHW nodes), marks the values expected NHWC, keeps output names, and the
  * rewritten graph computes the same function — bit for bit on the CPU backend, where the
  * conversions are copies. Device-style plans (host_memory false) carry the formats into
- * their tensors; host plans stay NCHW. Exits non-zero on any failure. */
+ * their tensors; host plans stay NCHW. After the precision and pad-channels passes the
+ * input's Cast and channel Pad are folded into its kiln.ToNHWC (to, zero_channels), and
+ * stay where another node reads their output. Exits non-zero on any failure. */
 #include "core/optest.h"
 #include "core/plan.h"
 #include "passes/passes.h"
