@@ -5,7 +5,9 @@
  * kiln.ToNCHW nodes), marks the values expected NHWC, keeps output names, and the
  * rewritten graph computes the same function — bit for bit on the CPU backend, where the
  * conversions are copies. Device-style plans (host_memory false) carry the formats into
- * their tensors; host plans stay NCHW. Exits non-zero on any failure. */
+ * their tensors; host plans stay NCHW. After the precision and pad-channels passes the
+ * input's Cast and channel Pad are folded into its kiln.ToNHWC (to, zero_channels), and
+ * stay where another node reads their output. Exits non-zero on any failure. */
 #include "core/optest.h"
 #include "core/plan.h"
 #include "passes/passes.h"
@@ -249,6 +251,50 @@ static void check_graph_ex(const char *label, const expect *e, int64_t batch, ki
     kiln_model_free(ref);
 }
 
+static int count_onnx(const kiln_model *m, const char *op) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) n += kiln_pass_is(&m->nodes[i], op);
+    return n;
+}
+
+/* The conversion at the input after the pad-channels and precision passes: one kiln.ToNHWC
+ * reading the graph input `x` itself (reads_x) or else the Cast of x, with the Cast and the
+ * channel Pad folded into its `to` and `zero_channels` (0: no such attribute), and n_cast
+ * Casts / no Pad left (the function is checked by check_graph_ex on the same options). */
+static void check_input_chain(const char *label, kiln_precision prec, unsigned also, bool reads_x, kiln_dtype to,
+                              int64_t zeros, int n_cast) {
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec,
+                            .disabled = ~(unsigned)(KILN_PASS_NHWC | also)};
+    kiln_model *opt = NULL;
+    const int fails0 = fails;
+    if (kiln_passes_apply(M, &po, &opt) != KILN_OK) {
+        CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+        return;
+    }
+    const int x = kiln_model_find_value(opt, "x");
+    int conv = -1;
+    for (int i = 0; i < opt->n_nodes; i++)
+        if (strcmp(opt->nodes[i].domain, "kiln") == 0 && strcmp(opt->nodes[i].op_type, "ToNHWC") == 0) conv = i;
+    int src = conv >= 0 ? opt->nodes[conv].in[0] : -1;
+    if (!reads_x) /* through the Cast of x */
+        for (int i = 0; i < opt->n_nodes && src != x; i++)
+            if (opt->nodes[i].out[0] == src && kiln_pass_is(&opt->nodes[i], "Cast")) src = opt->nodes[i].in[0];
+    CHECK(src == x && x >= 0, "%s: the conversion does not read %s", label, reads_x ? "x" : "x's Cast");
+    if (conv >= 0) {
+        const kiln_node *n = &opt->nodes[conv];
+        CHECK(kiln_attr_int(n, "to", 0) == (int64_t)to, "%s: to=%lld, expected %d", label,
+              (long long)kiln_attr_int(n, "to", 0), (int)to);
+        CHECK(kiln_attr_int(n, "zero_channels", 0) == zeros, "%s: zero_channels=%lld, expected %lld", label,
+              (long long)kiln_attr_int(n, "zero_channels", 0), (long long)zeros);
+    }
+    CHECK(count_onnx(opt, "Pad") == 0, "%s: %d Pad nodes left", label, count_onnx(opt, "Pad"));
+    CHECK(count_onnx(opt, "Cast") == n_cast, "%s: %d Cast nodes, expected %d", label, count_onnx(opt, "Cast"), n_cast);
+    if (fails == fails0)
+        printf("ok   %s: one conversion reads %s (to=%d, zero_channels=%lld)\n", label, reads_x ? "x" : "x's Cast",
+               (int)to, (long long)zeros);
+    kiln_model_free(opt);
+}
+
 static void check_graph(const char *label, const expect *e, int64_t batch) {
     check_graph_ex(label, e, batch, KILN_PRECISION_FP32, 0);
 }
@@ -340,6 +386,16 @@ static void vgg_like(void) {
     finalize(outs, 1);
 }
 
+/* The input read by the stem convolution and by a GlobalAveragePool; both are outputs. */
+static void shared_input(void) {
+    begin();
+    input("x", 2, 3, 8, 8);
+    conv("x", "c1", 3, 8, 3, 1, 1, false, NULL);
+    add("GlobalAveragePool", "x", "gx", "");
+    const char *outs[2] = {"c1", "gx"};
+    finalize(outs, 2);
+}
+
 /* Binary ops: a per-channel scale (free), a full 4-D NCHW operand (converted), Concat
  * and Softmax over channels (NCHW readers, one shared ToNCHW per value), Shape (none). */
 static void mixed(void) {
@@ -387,6 +443,30 @@ int main(void) {
     /* with the stem's 3 channels padded to 8 (a Pad before the stem, NCHW) */
     check_graph_ex("resnet-like, bf16, channels padded", &(expect){1, 0, {"stem", "b2"}, {"gap"}}, 2,
                    KILN_PRECISION_BF16, KILN_PASS_PAD_CHANNELS);
+    /* the Cast (and the Pad) in front of the conversion are folded into it; the Cast back
+     * to f32 of the logits stays */
+    check_input_chain("resnet-like, fp16: input chain", KILN_PRECISION_FP16, 0, true, KILN_F16, 0, 1);
+    check_input_chain("resnet-like, bf16, channels padded: input chain", KILN_PRECISION_BF16, KILN_PASS_PAD_CHANNELS,
+                      true, KILN_BF16, 5, 1);
+    check_input_chain("resnet-like, fused, fp16, channels padded: input chain", KILN_PRECISION_FP16,
+                      fusion | KILN_PASS_PAD_CHANNELS, true, KILN_F16, 5, 1);
+    check_input_chain("resnet-like, fp32: input chain", KILN_PRECISION_FP32, 0, true, KILN_DTYPE_UNDEFINED, 0, 0);
+    kiln_model_free(M);
+
+    /* symbolic batch: the channel count comes from the Pad, not from static shapes */
+    resnet_like(-1, false);
+    check_graph_ex("resnet-like, symbolic batch, fused, fp16, channels padded", &(expect){1, 0, {"stem", "b2"}, {"gap"}},
+                   3, KILN_PRECISION_FP16, fusion | KILN_PASS_PAD_CHANNELS);
+    check_input_chain("resnet-like, symbolic batch, fused, fp16, channels padded: input chain", KILN_PRECISION_FP16,
+                      fusion | KILN_PASS_PAD_CHANNELS, true, KILN_F16, 5, 1);
+    kiln_model_free(M);
+
+    /* x's Cast has a second reader (GlobalAveragePool of x): it stays, the Pad is folded */
+    shared_input();
+    check_graph_ex("input read twice, fp16, channels padded", &(expect){1, 1, {NULL}, {"gx", "c1"}}, 2,
+                   KILN_PRECISION_FP16, KILN_PASS_PAD_CHANNELS);
+    check_input_chain("input read twice, fp16, channels padded: input chain", KILN_PRECISION_FP16,
+                      KILN_PASS_PAD_CHANNELS, false, KILN_DTYPE_UNDEFINED, 5, 3);
     kiln_model_free(M);
 
     /* symbolic batch + fusion: the residual Add + Relu cannot join the FusedConv (its

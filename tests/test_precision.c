@@ -607,20 +607,34 @@ static void test_pad_channels(kiln_context *ctx) {
         got = NULL;
     }
     kiln_model_free(c);
-    /* every pass a CUDA fp16/bf16 session applies, run on the CPU */
+    /* every pass a CUDA fp16/bf16 session applies, run on the CPU: without the layout pass
+     * (the Pads and the Cast before them), then with it, which folds each channel Pad
+     * (and x's Cast) into the kiln.ToNHWC reading it */
     const kiln_precision precs[] = {KILN_PRECISION_FP16, KILN_PRECISION_BF16};
-    for (int p = 0; p < 2; p++) {
-        rewritten r;
-        if (!rewrite(m, KILN_DEVICE_CUDA, precs[p], 0, &r)) continue;
-        CHECK(count_op(r.m, "Pad") == 2, "CUDA %s plan pads", p ? "bf16" : "fp16");
-        CHECK_DT(in_dtype(&r, "stem", 0), p ? KILN_BF16 : KILN_F16, "padded stem input");
-        CHECK_DT(in_dtype(&r, "pad_channels_x", 0), p ? KILN_BF16 : KILN_F16, "x is cast before the Pad");
-        if (ref && !run(r.m, KILN_PRECISION_FP32, KILN_DEVICE_CPU, 1, &x, 1, &got))
-            compare(p ? "padded, bf16" : "padded, fp16", got, ref, p ? 5e-2 : 1e-2);
-        kiln_tensor_free(got);
-        got = NULL;
-        rewritten_free(&r);
-    }
+    for (int p = 0; p < 2; p++)
+        for (int layout = 0; layout < 2; layout++) {
+            rewritten r;
+            if (!rewrite(m, KILN_DEVICE_CUDA, precs[p], layout ? 0 : KILN_PASS_NHWC, &r)) continue;
+            const kiln_dtype low = p ? KILN_BF16 : KILN_F16;
+            char label[64];
+            snprintf(label, sizeof label, "padded, %s%s", p ? "bf16" : "fp16", layout ? ", NHWC" : "");
+            CHECK(count_op(r.m, "Pad") == (layout ? 0 : 2), "%s: %d Pads", label, count_op(r.m, "Pad"));
+            CHECK_DT(in_dtype(&r, "stem", 0), low, "padded stem input");
+            if (!layout) {
+                CHECK_DT(in_dtype(&r, "pad_channels_x", 0), low, "x is cast before the Pad");
+            } else {
+                const kiln_node *stem = find_node(r.m, "stem");
+                const kiln_node *cv = stem ? producer(&r, stem->in[0]) : NULL;
+                CHECK(cv && strcmp(cv->op_type, "ToNHWC") == 0 && cv->in[0] == kiln_model_find_value(r.m, "x") &&
+                          kiln_attr_int(cv, "to", 0) == (int64_t)low && kiln_attr_int(cv, "zero_channels", 0) == 5,
+                      "%s: the stem reads x through one ToNHWC (to=%d, zero_channels=5)", label, (int)low);
+            }
+            if (ref && !run(r.m, KILN_PRECISION_FP32, KILN_DEVICE_CPU, 1, &x, 1, &got))
+                compare(label, got, ref, p ? 5e-2 : 1e-2);
+            kiln_tensor_free(got);
+            got = NULL;
+            rewritten_free(&r);
+        }
     /* the CPU and fp32 CUDA plans do not pad */
     kiln_pass_options cpu = {.device = KILN_DEVICE_CPU, .precision = KILN_PRECISION_FP16};
     kiln_pass_options f32 = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP32};

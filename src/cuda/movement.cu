@@ -15,9 +15,14 @@
  *     [-dim, dim) zeroes its output elements and raises the device error flag, which the
  *     next kiln_cuda_sync reports (the CPU reference rejects it before writing anything).
  *
- *   kiln.ToNHWC / kiln.ToNCHW: a batch of 2-D transposes, (N, C, H*W) <-> (N, H*W, C),
- *     through 32x32 shared-memory tiles so that reads and writes are both coalesced; a
- *     plain copy when C == 1 or H*W == 1 (the bytes are the same in both layouts).
+ *   kiln.ToNHWC / kiln.ToNCHW: a batch of 2-D transposes, (N, C, H*W) <-> (N, H*W, C). A
+ *     pixel's channels up to 64 bytes (a network's 3- or 8-channel input): one thread per
+ *     pixel, its channels as 16-byte vectors where sizes and alignment allow, its planes
+ *     read (or written) at neighbouring addresses by neighbouring threads. Wider: 32x32
+ *     shared-memory tiles so that reads and writes are both coalesced. A plain copy when
+ *     C == 1 or H*W == 1 (the bytes are the same in both layouts). ToNHWC's `to` (among
+ *     f32, f16, bf16; Cast's rounding) and `zero_channels` happen on the way, in the same
+ *     pass.
  *
  *   Helpers for conv.c: zero padding of an NCHW or NHWC tensor, and its inverse (the
  *   interior of a padded NCHW tensor).
@@ -25,6 +30,7 @@
 #include "dtype.cuh"
 
 #include <string.h>
+#include <type_traits>
 
 using namespace kiln_cu;
 
@@ -156,43 +162,201 @@ kiln_status launch_pad_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *src, v
 
 /* ------------------------------------------------------------- layout changes */
 
+/* Element formats of the layout kernels: S is the storage type (bits). Same formats copy
+ * bits; f32 / f16 / bf16 convert through float, round to nearest even: Cast's rules for
+ * these (one rounding, convert.cu's typed path). */
+template <typename E> struct Raw {
+    using S = E;
+};
+struct F32 {
+    using S = uint32_t;
+    static __device__ __forceinline__ float get(S v) { return __uint_as_float(v); }
+    static __device__ __forceinline__ S put(float f) { return __float_as_uint(f); }
+};
+struct F16 {
+    using S = uint16_t;
+    static __device__ __forceinline__ float get(S v) { return __half2float(__ushort_as_half(v)); }
+    static __device__ __forceinline__ S put(float f) { return __half_as_ushort(__float2half_rn(f)); }
+};
+struct BF16 {
+    using S = uint16_t;
+    static __device__ __forceinline__ float get(S v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
+    static __device__ __forceinline__ S put(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+};
+
+template <typename I, typename O> __device__ __forceinline__ typename O::S convert(typename I::S v) {
+    if constexpr (std::is_same<I, O>::value) return v;
+    else return O::put(I::get(v));
+}
+
 constexpr int TILE = 32, TILE_ROWS = 8;
 
-// x: (N, A, B) -> y: (N, B, A). A block moves one 32x32 tile of one matrix: rows of x
+// x: (N, Ai, B) -> y: (N, B, Ao), Ao >= Ai, y's columns Ai..Ao-1 zero (ToNHWC's zero
+// channels; Ai == Ao elsewhere). A block moves one 32x32 tile of one matrix: rows of x
 // read along B and rows of y written along A, both coalesced; the +1 column keeps the
-// column reads of the tile off a single shared-memory bank.
-template <typename E>
-__global__ void tile_transpose_kernel(const E *x, E *y, int64_t N, int64_t A, int64_t B) {
-    __shared__ E tile[TILE][TILE + 1];
+// column reads of the tile off a single shared-memory bank. The tile holds O's bits.
+template <typename I, typename O>
+__global__ void tile_transpose_kernel(const typename I::S *__restrict__ x, typename O::S *__restrict__ y, int64_t N,
+                                      int64_t Ai, int64_t Ao, int64_t B) {
+    using So = typename O::S;
+    __shared__ So tile[TILE][TILE + 1];
     const int64_t a0 = (int64_t)blockIdx.y * TILE, b0 = (int64_t)blockIdx.x * TILE;
     for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
-        const E *xn = x + n * A * B;
-        E *yn = y + n * A * B;
+        const typename I::S *xn = x + n * Ai * B;
+        So *yn = y + n * Ao * B;
         for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
             const int64_t a = a0 + k, b = b0 + threadIdx.x;
-            if (a < A && b < B) tile[k][threadIdx.x] = xn[a * B + b];
+            if (a < Ao && b < B) tile[k][threadIdx.x] = a < Ai ? convert<I, O>(xn[a * B + b]) : (So)0;
         }
         __syncthreads();
         for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
             const int64_t b = b0 + k, a = a0 + threadIdx.x;
-            if (a < A && b < B) yn[b * A + a] = tile[threadIdx.x][k];
+            if (a < Ao && b < B) yn[b * Ao + a] = tile[threadIdx.x][k];
         }
         __syncthreads();
     }
 }
 
-template <typename E>
-kiln_status launch_tile_transpose(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t N,
-                                  int64_t A, int64_t B) {
-    const int64_t gx = (B + TILE - 1) / TILE, gy = (A + TILE - 1) / TILE;
+/* VB bytes of elements S, one vector access. */
+template <typename S, int VB> struct alignas(VB) Pack {
+    static constexpr int N = VB / (int)sizeof(S);
+    S v[N];
+};
+
+// x: (N, Cx, S) -> y: (N, S, Cy), channels Cx..Cy-1 zero; Cy * sizeof(O::S) a multiple of
+// VB, y VB-aligned, every index below 2^31. For few channels (a network's input): one
+// thread per pixel (n, s) writes its Cy channels as VB-byte vectors, so a warp writes one
+// contiguous run, and reads element s of each of its image's Cx planes, which neighbouring
+// threads read at neighbouring addresses. No shared memory: a 32x32 tile would leave most
+// of its rows empty (ResNet's padded input has 8 channels).
+template <typename I, typename O, int VB>
+__global__ void to_nhwc_narrow_kernel(const typename I::S *__restrict__ x, typename O::S *__restrict__ y,
+                                      uint32_t pixels, uint32_t S, uint32_t Cx, uint32_t Cy) {
+    using So = typename O::S;
+    using V = Pack<So, VB>;
+    const uint32_t chunks = Cy / V::N;
+    for (uint32_t p = blockIdx.x * blockDim.x + threadIdx.x; p < pixels; p += gridDim.x * blockDim.x) {
+        const uint32_t n = p / S, s = p - n * S;
+        const typename I::S *xp = x + n * Cx * S + s;
+        V *yp = reinterpret_cast<V *>(y + p * Cy);
+        for (uint32_t k = 0; k < chunks; k++) {
+            V v;
+#pragma unroll
+            for (int j = 0; j < V::N; j++) {
+                const uint32_t c = k * V::N + j;
+                v.v[j] = c < Cx ? convert<I, O>(xp[c * S]) : (So)0;
+            }
+            yp[k] = v;
+        }
+    }
+}
+
+// x: (N, S, C) -> y: (N, C, S), same element format; C * sizeof(E) a multiple of VB, x
+// VB-aligned, every index below 2^31. The mirror of to_nhwc_narrow_kernel: one thread per
+// pixel reads its C channels as vectors and writes element s of each plane.
+template <typename E, int VB>
+__global__ void to_nchw_narrow_kernel(const E *__restrict__ x, E *__restrict__ y, uint32_t pixels, uint32_t S,
+                                      uint32_t C) {
+    using V = Pack<E, VB>;
+    const uint32_t chunks = C / V::N;
+    for (uint32_t p = blockIdx.x * blockDim.x + threadIdx.x; p < pixels; p += gridDim.x * blockDim.x) {
+        const uint32_t n = p / S, s = p - n * S;
+        const V *xp = reinterpret_cast<const V *>(x + p * C);
+        E *yp = y + n * C * S + s;
+        for (uint32_t k = 0; k < chunks; k++) {
+            const V v = xp[k];
+#pragma unroll
+            for (int j = 0; j < V::N; j++) yp[(k * V::N + j) * S] = v.v[j];
+        }
+    }
+}
+
+/* Bytes of one pixel's channels up to which the narrow kernels run: a thread then stores
+ * (or loads) at most four 16-byte vectors. Wider pixels take the tiles. */
+constexpr int64_t NARROW_BYTES = 64;
+
+/* The widest vector (16, 8 or 4 bytes, else one element) dividing a pixel's `bytes` whose
+ * alignment p has. */
+static int vector_bytes(const void *p, int64_t bytes, size_t es) {
+    for (int vb = 16; vb >= 4 && vb > (int)es; vb /= 2)
+        if (bytes % vb == 0 && (uintptr_t)p % (uintptr_t)vb == 0) return vb;
+    return (int)es;
+}
+
+static bool fits32(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
+
+template <typename I, typename O, int VB>
+kiln_status launch_to_nhwc_narrow(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t N, int64_t Cx,
+                                  int64_t Cy, int64_t S) {
+    const int64_t pixels = N * S;
+    to_nhwc_narrow_kernel<I, O, VB><<<kiln_cuda_blocks(cu, pixels, THREADS), THREADS, 0, cu->stream>>>(
+        (const typename I::S *)x, (typename O::S *)y, (uint32_t)pixels, (uint32_t)S, (uint32_t)Cx, (uint32_t)Cy);
+    KILN_CUDA_LAUNCHED(ctx, "to_nhwc_narrow_kernel");
+    return KILN_OK;
+}
+
+template <typename E, int VB>
+kiln_status launch_to_nchw_narrow(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t N, int64_t C,
+                                  int64_t S) {
+    const int64_t pixels = N * S;
+    to_nchw_narrow_kernel<E, VB><<<kiln_cuda_blocks(cu, pixels, THREADS), THREADS, 0, cu->stream>>>(
+        (const E *)x, (E *)y, (uint32_t)pixels, (uint32_t)S, (uint32_t)C);
+    KILN_CUDA_LAUNCHED(ctx, "to_nchw_narrow_kernel");
+    return KILN_OK;
+}
+
+template <typename I, typename O>
+kiln_status launch_tile_transpose(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t N, int64_t Ai,
+                                  int64_t Ao, int64_t B) {
+    const int64_t gx = (B + TILE - 1) / TILE, gy = (Ao + TILE - 1) / TILE;
     const int64_t gz = N < 65535 ? N : 65535;
     if (gx > 0x7fffffff || gy > 65535)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "a layout change of a (%lld, %lld) matrix", (long long)A,
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "a layout change of a (%lld, %lld) matrix", (long long)Ao,
                          (long long)B);
-    tile_transpose_kernel<E><<<dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), dim3(TILE, TILE_ROWS), 0,
-                               cu->stream>>>((const E *)x, (E *)y, N, A, B);
+    tile_transpose_kernel<I, O><<<dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), dim3(TILE, TILE_ROWS), 0,
+                                  cu->stream>>>((const typename I::S *)x, (typename O::S *)y, N, Ai, Ao, B);
     KILN_CUDA_LAUNCHED(ctx, "tile_transpose_kernel");
     return KILN_OK;
+}
+
+/* A layout change from element format I to O (the same unless ToNHWC converts): x (N, Cx,
+ * S) in one layout, y (N, Cy, S) in the other, Cy >= Cx (ToNHWC's zero channels). */
+template <typename I, typename O>
+kiln_status launch_layout(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t N, int64_t Cx, int64_t Cy,
+                          int64_t S, bool to_nhwc) {
+    using Si = typename I::S;
+    using So = typename O::S;
+    if (to_nhwc) {
+        const int64_t bytes = Cy * (int64_t)sizeof(So);
+        if (bytes <= NARROW_BYTES && fits32(N * Cx * S) && fits32(N * Cy * S)) {
+            switch (vector_bytes(y, bytes, sizeof(So))) {
+            case 16: return launch_to_nhwc_narrow<I, O, 16>(cu, ctx, x, y, N, Cx, Cy, S);
+            case 8: return launch_to_nhwc_narrow<I, O, (sizeof(So) > 8 ? sizeof(So) : 8)>(cu, ctx, x, y, N, Cx, Cy, S);
+            case 4: return launch_to_nhwc_narrow<I, O, (sizeof(So) > 4 ? sizeof(So) : 4)>(cu, ctx, x, y, N, Cx, Cy, S);
+            default: return launch_to_nhwc_narrow<I, O, sizeof(So)>(cu, ctx, x, y, N, Cx, Cy, S);
+            }
+        }
+        return launch_tile_transpose<I, O>(cu, ctx, x, y, N, Cx, Cy, S);
+    }
+    if constexpr (std::is_same<I, O>::value) { /* ToNCHW: Cx == Cy */
+        const int64_t bytes = Cx * (int64_t)sizeof(Si);
+        if (bytes <= NARROW_BYTES && fits32(N * Cx * S)) {
+            switch (vector_bytes(x, bytes, sizeof(Si))) {
+            case 16: return launch_to_nchw_narrow<Si, 16>(cu, ctx, x, y, N, Cx, S);
+            case 8: return launch_to_nchw_narrow<Si, (sizeof(Si) > 8 ? sizeof(Si) : 8)>(cu, ctx, x, y, N, Cx, S);
+            case 4: return launch_to_nchw_narrow<Si, (sizeof(Si) > 4 ? sizeof(Si) : 4)>(cu, ctx, x, y, N, Cx, S);
+            default: return launch_to_nchw_narrow<Si, sizeof(Si)>(cu, ctx, x, y, N, Cx, S);
+            }
+        }
+        return launch_tile_transpose<I, O>(cu, ctx, x, y, N, S, S, Cx);
+    }
+    return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "kiln.ToNCHW converts no dtypes");
+}
+
+template <typename E>
+kiln_status launch_layout_raw(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t N, int64_t Cx,
+                              int64_t Cy, int64_t S, bool to_nhwc) {
+    return launch_layout<Raw<E>, Raw<E>>(cu, ctx, x, y, N, Cx, Cy, S, to_nhwc);
 }
 
 } // namespace
@@ -200,21 +364,35 @@ kiln_status launch_tile_transpose(kiln_cuda *cu, kiln_context *ctx, const void *
 /* ------------------------------------------------------------------ entry points */
 
 extern "C" kiln_status kiln_cuda_k_layout(kiln_cuda *cu, kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0]; // (N, C, H, W) in one layout
-    kiln_tensor *y = c->out[0];      // the same in the other
-    const int64_t N = x->dims[0], C = x->dims[1], S = x->dims[2] * x->dims[3];
-    const size_t es = kiln_dtype_size(x->dtype), bytes = kiln_tensor_nbytes(x);
-    if (bytes == 0) return KILN_OK;
-    if (C == 1 || S == 1) {
+    const kiln_tensor *x = c->in[0]; // (N, Cx, H, W) in one layout
+    kiln_tensor *y = c->out[0];      // (N, Cy, H, W) in the other (ToNHWC: Cy >= Cx, maybe another dtype)
+    const int64_t N = x->dims[0], Cx = x->dims[1], Cy = y->dims[1], S = x->dims[2] * x->dims[3];
+    if (kiln_tensor_numel(y) == 0) return KILN_OK;
+    const bool to_nhwc = y->format == KILN_FORMAT_NHWC;
+    const kiln_dtype a = x->dtype, b = y->dtype;
+    if (a == b && Cx == Cy && (Cx == 1 || S == 1)) {
         if (y->data != x->data)
-            KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, bytes, cudaMemcpyDeviceToDevice, cu->stream));
+            KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, kiln_tensor_nbytes(x), cudaMemcpyDeviceToDevice,
+                                                     cu->stream));
         return KILN_OK;
     }
-    const bool to_nhwc = y->format == KILN_FORMAT_NHWC;
     kiln_status st;
-    KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_tile_transpose, cu, c->kctx, x->data, y->data, N,
-                          to_nhwc ? C : S, to_nhwc ? S : C);
-    return st;
+    if (a == b) {
+        KILN_CU_SIZE_DISPATCH(st, c->kctx, kiln_dtype_size(a), launch_layout_raw, cu, c->kctx, x->data, y->data, N, Cx,
+                              Cy, S, to_nhwc);
+        return st;
+    }
+#define KILN_LAYOUT_PAIR(A, B, I, O) \
+    if (a == A && b == B) return launch_layout<I, O>(cu, c->kctx, x->data, y->data, N, Cx, Cy, S, to_nhwc);
+    KILN_LAYOUT_PAIR(KILN_F32, KILN_F16, F32, F16)
+    KILN_LAYOUT_PAIR(KILN_F32, KILN_BF16, F32, BF16)
+    KILN_LAYOUT_PAIR(KILN_F16, KILN_F32, F16, F32)
+    KILN_LAYOUT_PAIR(KILN_BF16, KILN_F32, BF16, F32)
+    KILN_LAYOUT_PAIR(KILN_F16, KILN_BF16, F16, BF16)
+    KILN_LAYOUT_PAIR(KILN_BF16, KILN_F16, BF16, F16)
+#undef KILN_LAYOUT_PAIR
+    return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "a layout change from %s to %s", kiln_dtype_name(a),
+                     kiln_dtype_name(b));
 }
 
 extern "C" kiln_status kiln_cuda_pad_nhwc(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,

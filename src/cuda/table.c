@@ -162,7 +162,8 @@ static bool sup_fused_conv(const kiln_op_ctx *c, char *why, size_t n) {
     return same_float(c, why, n) && kiln_cuda_conv_supported(c, true, why, n);
 }
 
-/* kiln.ToNHWC: NCHW in, NHWC out; kiln.ToNCHW the other way; 4-D, any element size. */
+/* kiln.ToNHWC: NCHW in, NHWC out; kiln.ToNCHW the other way; 4-D, any element size.
+ * ToNHWC may also append zero channels and convert among f32, f16 and bf16. */
 static bool sup_layout(const kiln_op_ctx *c, char *why, size_t n) {
     const bool to_nhwc = strcmp(c->node->op_type, "ToNHWC") == 0;
     const kiln_tensor *x = c->in[0], *y = c->out[0];
@@ -171,8 +172,14 @@ static bool sup_layout(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "rank %d (layouts are for 4-D tensors)", x->ndim);
         return false;
     }
-    if (es != 1 && es != 2 && es != 4 && es != 8) {
-        snprintf(why, n, "dtype %s", kiln_dtype_name(x->dtype));
+    if (x->dtype == y->dtype ? es != 1 && es != 2 && es != 4 && es != 8
+                             : !to_nhwc || !kiln_cuda_float_dtype(x->dtype) || !kiln_cuda_float_dtype(y->dtype)) {
+        snprintf(why, n, "dtype %s to %s", kiln_dtype_name(x->dtype), kiln_dtype_name(y->dtype));
+        return false;
+    }
+    if (y->dims[0] != x->dims[0] || y->dims[2] != x->dims[2] || y->dims[3] != x->dims[3] ||
+        y->dims[1] < x->dims[1] || (!to_nhwc && y->dims[1] != x->dims[1])) {
+        snprintf(why, n, "output channels %lld for input channels %lld", (long long)y->dims[1], (long long)x->dims[1]);
         return false;
     }
     if (is_nhwc(x) == to_nhwc || is_nhwc(y) != to_nhwc) {

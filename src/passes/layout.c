@@ -31,6 +31,15 @@
  * and graph outputs stay NCHW with their names: an NHWC output is computed under a new
  * name and converted into the original one.
  *
+ * A kiln.ToNHWC then takes over what stands between it and its source when that is a
+ * channel padding and a precision change (the chain at a CNN's input after the
+ * pad-channels and precision passes: x f32 -> Cast f16 -> Pad 3 to 8 channels ->
+ * ToNHWC): a Pad in constant mode adding only zeros (+0) at the end of dim 1 becomes its
+ * `zero_channels`, a Cast among f32 / f16 / bf16 its `to`, in either order, each when the
+ * conversion is its output's only reader and that output is no graph output. One kernel
+ * then reads x once and writes the padded NHWC f16 tensor once (ResNet-50 at batch 256:
+ * three kernels and two intermediate tensors fewer).
+ *
  * Ranks come from static inference where the graph's inputs are static, otherwise from
  * the ops (a 2-D convolution's X has its 4-D weight's rank, elementwise ops keep ranks),
  * so symbolic batch dims do not turn the pass off. Run it last: it must see the final op
@@ -38,6 +47,7 @@
  */
 #include "passes.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +193,103 @@ static int convert(layout *L, int v, kiln_format to) {
         return -1;
     if (v < L->cap) cache[v] = nv;
     return nv;
+}
+
+
+static bool low_or_f32(kiln_dtype t) { return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16; }
+
+/* The zero channels Pad node p appends at the end of dim 1 of a 4-D tensor, when that is
+ * all it does (constant mode, pads known, constant_value absent or +0, no axes); else -1. */
+static int64_t channel_zeros(const kiln_model *m, const int *prod, const kiln_tensor *vt, const kiln_node *p) {
+    if (!kiln_pass_is(p, "Pad") || p->opset < 11 || p->n_in < 2 || p->in[0] < 0 || vt[p->in[0]].ndim != 4) return -1;
+    if (strcmp(kiln_attr_string(p, "mode", "constant"), "constant") != 0) return -1;
+    if (p->n_in > 3 && p->in[3] >= 0) return -1;
+    const kiln_tensor *pads = kiln_pass_constant(m, prod, p->in[1]);
+    if (!pads || !pads->data || pads->ndim != 1 || pads->dims[0] != 8 || kiln_dtype_is_float(pads->dtype)) return -1;
+    for (int k = 0; k < 8; k++) {
+        const int64_t v = kiln_get_i64(pads, k);
+        if (k == 5 ? v < 0 || v > INT32_MAX : v != 0) return -1; /* 5: the end of dim 1 */
+    }
+    if (p->n_in > 2 && p->in[2] >= 0) {
+        const kiln_tensor *cv = kiln_pass_constant(m, prod, p->in[2]);
+        if (!cv || !cv->data || kiln_tensor_numel(cv) != 1) return -1;
+        const double z = kiln_get_f64(cv, 0);
+        if (z != 0 || signbit(z)) return -1;
+    }
+    return kiln_get_i64(pads, 5);
+}
+
+/* The dtype a Cast among f32 / f16 / bf16 converts to (0: p is no such Cast). */
+static kiln_dtype float_cast(const kiln_tensor *vt, const kiln_node *p) {
+    if (!kiln_pass_is(p, "Cast") || p->n_in < 1 || p->in[0] < 0) return KILN_DTYPE_UNDEFINED;
+    const kiln_dtype to = (kiln_dtype)kiln_attr_int(p, "to", 0);
+    const kiln_tensor *x = &vt[p->in[0]];
+    return x->ndim == 4 && low_or_f32(x->dtype) && low_or_f32(to) ? to : KILN_DTYPE_UNDEFINED;
+}
+
+/* Whether node i is the only reader of v (no graph output) once the nodes marked dead are
+ * gone. */
+static bool only_reader(const kiln_model *m, int v, int i, const bool *dead) {
+    for (int g = 0; g < m->n_outputs; g++)
+        if (m->outputs[g] == v) return false;
+    for (int j = 0; j < m->n_nodes; j++)
+        for (int k = 0; k < m->nodes[j].n_in; k++)
+            if (m->nodes[j].in[k] == v && j != i && !dead[j]) return false;
+    return true;
+}
+
+/* 5. Each kiln.ToNHWC takes over a channel Pad and a Cast in front of it (the opening
+ *    comment says when). */
+static kiln_status absorb_into_conversions(kiln_model *m, bool *changed) {
+    const int nn = m->n_nodes;
+    kiln_tensor *vt = NULL;
+    int *prod = kiln_pass_producers(m);
+    bool *dead = calloc((size_t)nn + 1, sizeof *dead);
+    int *unread = calloc(2 * (size_t)nn + 1, sizeof *unread); /* absorbed Pads' constant inputs */
+    int n_unread = 0;
+    kiln_status st = prod && dead && unread ? kiln_pass_infer_types(m, &vt)
+                                            : kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < nn && !st; i++) {
+        const kiln_node *t = &m->nodes[i];
+        if (strcmp(t->domain, "kiln") != 0 || strcmp(t->op_type, "ToNHWC") != 0 || t->n_in != 1 || t->in[0] < 0 ||
+            kiln_node_attr(t, "to") || kiln_node_attr(t, "zero_channels"))
+            continue;
+        int src = t->in[0];
+        int64_t zeros = -1;
+        kiln_dtype to = KILN_DTYPE_UNDEFINED;
+        for (int step = 0; step < 2; step++) {
+            const int p = prod[src];
+            if (p < 0 || dead[p] || !only_reader(m, src, i, dead)) break;
+            const kiln_node *pn = &m->nodes[p];
+            const int64_t z = zeros < 0 ? channel_zeros(m, prod, vt, pn) : -1;
+            const kiln_dtype c = z < 0 && !to ? float_cast(vt, pn) : KILN_DTYPE_UNDEFINED;
+            if (z >= 0) {
+                zeros = z;
+                unread[n_unread++] = pn->in[1];
+                unread[n_unread++] = pn->n_in > 2 ? pn->in[2] : -1;
+            } else if (c) {
+                to = c;
+            } else {
+                break;
+            }
+            dead[p] = true;
+            src = pn->in[0];
+        }
+        if (src == t->in[0]) continue;
+        m->nodes[i].in[0] = src;
+        if (zeros > 0) st = kiln_pass_set_int(m, i, "zero_channels", zeros);
+        if (!st && to) st = kiln_pass_set_int(m, i, "to", (int64_t)to);
+        *changed = true;
+    }
+    if (!st) {
+        kiln_pass_remove_nodes(m, dead);
+        for (int k = 0; k < n_unread; k++) kiln_pass_drop_if_unused(m, unread[k]);
+    }
+    free(vt);
+    free(prod);
+    free(dead);
+    free(unread);
+    return st;
 }
 
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed) {
@@ -366,6 +473,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             m->nodes[i].in[j] = cv; /* m->nodes may have moved: index, no pointer */
             *changed = true;
         }
+    st = absorb_into_conversions(m, changed);
 out:
     free(L.rank);
     free(L.fmt);

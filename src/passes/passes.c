@@ -195,6 +195,14 @@ kiln_status kiln_pass_set_float(kiln_model *m, int node, const char *name, float
     return KILN_OK;
 }
 
+kiln_status kiln_pass_set_int(kiln_model *m, int node, const char *name, int64_t v) {
+    kiln_attr *a = attr_slot(m, node, name);
+    if (!a) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for an attribute");
+    a->type = KILN_ATTR_INT;
+    a->i = v;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_set_string(kiln_model *m, int node, const char *name, const char *v) {
     kiln_attr *a = attr_slot(m, node, name);
     if (!a || !(a->s = kiln_strdup(m->ctx, v)))

@@ -88,7 +88,8 @@ void kiln_pass_drop_if_unused(kiln_model *m, int v);
 kiln_status kiln_pass_drop_unread_constants(kiln_model *m, bool *changed);
 /* Set node's input k to v, growing the input list with missing inputs (-1) as needed. */
 kiln_status kiln_pass_set_input(kiln_model *m, int node, int k, int v);
-/* Set (add or replace) a FLOAT / STRING attribute of a node. */
+/* Set (add or replace) an INT / FLOAT / STRING attribute of a node. */
+kiln_status kiln_pass_set_int(kiln_model *m, int node, const char *name, int64_t v);
 kiln_status kiln_pass_set_float(kiln_model *m, int node, const char *name, float v);
 kiln_status kiln_pass_set_string(kiln_model *m, int node, const char *name, const char *v);
 /* Turn node i into domain/op_type with inputs in[] (n_in) and its attributes replaced by

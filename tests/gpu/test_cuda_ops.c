@@ -1760,6 +1760,32 @@ static void nhwc_cases(void) {
            false, at, rt, "ceil_mode include pad", INPUTS(X(1, 2, 10, 10)));
     floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads",
            INPUTS(X(1, 3, 7, 8)));
+    /* the fast path: channels a multiple of 16 bytes (8 halves, 4 floats), 16-byte vectors;
+     * 12 channels take it in f32 only; the misaligned f32 runs take the general path */
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, true, 0, 0, "3x3 s2 p1, 16 channels",
+           INPUTS(X(2, 16, 11, 10)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, true, 0, 0, "3x3 s2 p1, 12 channels",
+           INPUTS(X(2, 12, 9, 9)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "stem-like, 64 channels",
+           INPUTS(X(2, 64, 28, 28)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "ceil_mode, 8 channels",
+           INPUTS(X(1, 8, 10, 10)));
+    floats("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, true, 0, 0, "dilations, 24 channels",
+           INPUTS(X(1, 24, 9, 8)));
+    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0,
+           "SAME_UPPER, 8 channels", INPUTS(X(1, 8, 10, 9)));
+    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, true, at, rt, "exclude pad, 8 channels",
+           INPUTS(X(2, 8, 9, 7)));
+    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, true, at, rt,
+           "include pad, 16 channels", INPUTS(X(2, 16, 9, 7)));
+    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0,
+           false, at, rt, "ceil_mode include pad, 8 channels", INPUTS(X(1, 8, 10, 10)));
+    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1", 0, false, at, rt,
+           "ceil_mode exclude pad, 8 channels", INPUTS(X(1, 8, 10, 10)));
+    floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads, 24 channels",
+           INPUTS(X(1, 24, 7, 8)));
+    floats("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, false, at, rt, "2x2 s2, 32 channels",
+           INPUTS(X(2, 32, 8, 6)));
     /* GlobalAveragePool: Y (N,C,1,1) labelled NCHW (what the layout pass does) or NHWC */
     layout = NHWC_IN(0);
     floats("GlobalAveragePool", "", 0, false, at, rt, "7x9", INPUTS(X(2, 5, 7, 9)));
@@ -1774,13 +1800,54 @@ static void nhwc_cases(void) {
         const char *label;
         int64_t n, c, h, w;
     } shapes[] = {{"small", 2, 3, 5, 7}, {"several tiles", 2, 40, 33, 35}, {"C = 1", 2, 1, 4, 4},
-                  {"H*W = 1", 3, 8, 1, 1}};
-    for (int k = 0; k < 4; k++) {
+                  {"H*W = 1", 3, 8, 1, 1}, {"C = 8", 3, 8, 9, 13}, {"C = 16", 2, 16, 7, 11},
+                  {"C = 33, one tile row", 2, 33, 3, 5}};
+    const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int k = 0; k < n_shapes; k++) {
         layout = NHWC_OUT;
         any_dtype("kiln.ToNHWC", "", 0, shapes[k].label, INPUTS(X(shapes[k].n, shapes[k].c, shapes[k].h, shapes[k].w)));
         layout = NHWC_IN(0);
         any_dtype("kiln.ToNCHW", "", 0, shapes[k].label, INPUTS(X(shapes[k].n, shapes[k].c, shapes[k].h, shapes[k].w)));
     }
+    /* ToNHWC with zero channels and a dtype change (a network's input: f32 NCHW with 3
+     * channels -> f16 NHWC with 8), compared exactly: the conversion rounds once, as
+     * Cast does. One thread per pixel with 16-, 8- and 4-byte vectors or elements (the
+     * misaligned runs), and the tiles past 64 bytes a pixel. */
+    exact = true;
+    layout = NHWC_OUT;
+    const struct {
+        kiln_dtype from, to;
+        int zeros;
+        int64_t n, c, h, w;
+        const char *label;
+    } conv_cases[] = {
+        {KILN_F32, KILN_F16, 5, 4, 3, 17, 19, "stem, 3 to 8 channels"},
+        {KILN_F32, KILN_BF16, 5, 2, 3, 9, 10, "stem, 3 to 8 channels"},
+        {KILN_F32, KILN_F16, 0, 2, 3, 5, 7, "3 channels"},
+        {KILN_F16, KILN_F32, 0, 2, 3, 5, 7, "3 channels, 4-byte pixels"},
+        {KILN_BF16, KILN_F16, 1, 2, 3, 6, 5, "3 to 4 channels, 8-byte pixels"},
+        {KILN_F16, KILN_BF16, 13, 1, 3, 4, 9, "3 to 16 channels, two vectors"},
+        {KILN_F32, KILN_F16, 8, 2, 40, 33, 35, "40 to 48 channels, tiles"},
+        {KILN_BF16, KILN_F32, 3, 1, 29, 6, 40, "29 to 32 channels, tiles"},
+    };
+    for (size_t k = 0; k < sizeof conv_cases / sizeof conv_cases[0]; k++) {
+        char attrs[64], label[96];
+        snprintf(attrs, sizeof attrs, "to=%d;zero_channels=%d", (int)conv_cases[k].to, conv_cases[k].zeros);
+        snprintf(label, sizeof label, "[%s] %s", attrs, conv_cases[k].label);
+        for (int mis = 0; mis < 2; mis++)
+            run_case("kiln.ToNHWC", attrs, 0, conv_cases[k].from, mis, 0, 0, label,
+                     INPUTS(XR(-300, 300, conv_cases[k].n, conv_cases[k].c, conv_cases[k].h, conv_cases[k].w)));
+    }
+    /* the rounding cases of Cast (ties, overflow to inf, -0) through the conversion */
+    run_case("kiln.ToNHWC", "to=10;zero_channels=7", 0, KILN_F32, false, 0, 0, "[to f16] Cast's special values",
+             INPUTS(XV(0, CAST_SPECIAL, 1, 1, 1, (int64_t)(sizeof CAST_SPECIAL / sizeof(double)))));
+    run_case("kiln.ToNHWC", "to=16;zero_channels=7", 0, KILN_F32, false, 0, 0, "[to bf16] Cast's special values",
+             INPUTS(XV(0, CAST_SPECIAL, 1, 1, 1, (int64_t)(sizeof CAST_SPECIAL / sizeof(double)))));
+    /* zero channels alone, every element size */
+    any_dtype("kiln.ToNHWC", "zero_channels=5", 0, "3 to 8 channels", INPUTS(X(2, 3, 6, 7)));
+    any_dtype("kiln.ToNHWC", "zero_channels=2", 0, "3 to 5 channels", INPUTS(X(2, 3, 6, 7)));
+    any_dtype("kiln.ToNHWC", "zero_channels=30", 0, "10 to 40 channels", INPUTS(X(2, 10, 6, 7)));
+    exact = false;
     /* convolutions: X, W and Y NHWC */
     const double cat = 2e-5, crt = 1e-4;
     atol_scale = 1e-5;
