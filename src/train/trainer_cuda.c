@@ -372,8 +372,9 @@ kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *im
 /* kiln_trainer_profile on CUDA (see internal.h). Every bit of training state on the device
  * lives in tc->dev (weights, optimizer and BN state, the train state with step, lr and
  * loss scale, the Dropout counter, the loss ring): it is copied aside and restored, with
- * the host's step counters; the epoch's permutation and position are uploaded again by
- * every kiln_trainer_cuda_epoch call and need no saving. */
+ * the host's step counters, and so is the seed the next step's Dropout reads (kept on the
+ * kiln_cuda, advanced by every step's epilogue); the epoch's permutation and position are
+ * uploaded again by every kiln_trainer_cuda_epoch call and need no saving. */
 kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
                                       int64_t batch, int iters, int replays, kiln_profile *out, double *step_ms) {
     kiln_trainer *t = tc->t;
@@ -394,7 +395,10 @@ kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *
         saved = NULL;
         return cuda_err(ctx, ce, "cudaMalloc of a copy of the training state");
     }
+    uint64_t *seed = kiln_cuda_rng_seed(tc->cu), seed0 = 0;
     ce = cudaMemcpyAsync(saved, tc->dev, tc->dev_bytes, cudaMemcpyDeviceToDevice, s);
+    if (ce == cudaSuccess) ce = cudaMemcpyAsync(&seed0, seed, sizeof seed0, cudaMemcpyDeviceToHost, s);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
     if (ce != cudaSuccess) {
         cudaFree(saved);
         return cuda_err(ctx, ce, "copying the training state aside");
@@ -427,6 +431,7 @@ kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *
     /* restore the state whatever happened above (the device may be mid-step on failure) */
     cudaStreamSynchronize(s);
     ce = cudaMemcpyAsync(tc->dev, saved, tc->dev_bytes, cudaMemcpyDeviceToDevice, s);
+    if (ce == cudaSuccess) ce = cudaMemcpyAsync(seed, &seed0, sizeof seed0, cudaMemcpyHostToDevice, s);
     if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
     if (!st && ce != cudaSuccess) st = cuda_err(ctx, ce, "restoring the training state");
     cudaFree(saved);
