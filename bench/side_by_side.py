@@ -85,9 +85,10 @@ def main():
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--fp16", action="store_true", help="also fp16: agreement on 256 inputs, timing vs torch fp16")
     ap.add_argument("--compile", default="", help="models to also time with torch.compile (fp16, channels_last)")
-    ap.add_argument("--init-bn-stats", action="store_true",
-                    help="set BatchNorm running statistics by training-mode passes on random inputs (random "
-                         "weights otherwise): trained-network activation scales, which fp16 needs for mobilenet_v2")
+    ap.add_argument("--init-bn-stats", default="",
+                    help="models whose BatchNorm running statistics are set by training-mode passes on random "
+                         "inputs (weights stay random): trained-network activation scales, which fp16 needs for "
+                         "mobilenet_v2 (its outputs are ~3e-9 with torchvision's initial statistics)")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -97,7 +98,7 @@ def main():
     for name in a.models.split(","):
         torch.manual_seed(0)
         model = getattr(torchvision.models, name)()
-        if a.init_bn_stats and any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules()):
+        if name in a.init_bn_stats.split(",") and any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules()):
             # torchvision's initial statistics (mean 0, var 1) leave mobilenet_v2's outputs at
             # ~3e-9, below fp16's smallest subnormal; statistics measured on inputs give every
             # layer the unit scale a trained network has. Weights stay random.
@@ -136,6 +137,16 @@ def main():
                 with torch.inference_mode():
                     ref256 = torch.cat([model.cuda()(torch.from_numpy(x256[i:i + 64]).cuda()).float().cpu()
                                         for i in range(0, 256, 64)]).numpy()
+                if not dynamo:
+                    # PyTorch's own fp16 (channels_last) against its fp32, for scale
+                    mh = model.half().cuda().to(memory_format=torch.channels_last)
+                    with torch.inference_mode():
+                        t16 = torch.cat([mh(torch.from_numpy(x256[i:i + 64]).cuda().half()
+                                            .to(memory_format=torch.channels_last)).float().cpu()
+                                         for i in range(0, 256, 64)]).numpy()
+                    model.float()
+                    row["torch16_max_rel_err"] = rel(t16, ref256)
+                    row["torch16_top1_agree"] = float((t16.argmax(1) == ref256.argmax(1)).mean())
                 y16, err = kiln_run(a.kiln, path, x256, "cuda", tmp, "--fp16")
                 if y16 is None:
                     row["fp16_error"] = err
@@ -183,10 +194,11 @@ def main():
             print(json.dumps(row), flush=True)
             json.dump(rows, open(os.path.join(OUT, "side_by_side.json"), "w"), indent=1)
     if a.fp16:
-        print("\nfp16: model, max rel err vs torch fp32, top-1 agreement (256 inputs); ms torch fp16 cl / compile / kiln fp16 at bs 1 and large")
+        print("\nfp16: model, kiln max rel err vs torch fp32, top-1 agreement (256 inputs), [torch fp16's own]; ms torch fp16 cl / compile / kiln fp16 at bs 1 and large")
         for r in rows:
             ks = [k for k in r if k.endswith("_kiln16_ms")]
             print(r["model"], r.get("fp16_max_rel_err"), r.get("fp16_top1_agree"), r.get("fp16_error", ""),
+                  f"[{r.get('torch16_max_rel_err')}, {r.get('torch16_top1_agree')}]",
                   *[f"{k[:-10]}: {r.get(k[:-10] + '_torch16_ms')} / {r.get(k[:-10] + '_compile16_ms', '-')} / {r.get(k)}" for k in ks])
     print("\nmodel                     cuda rel err  top1   bs1 torch/kiln ms (x)     big torch/kiln ms (x)")
     for r in rows:

@@ -141,6 +141,7 @@ typedef struct kiln_cuda_stats {
     int fused_calls;      /* kiln.FusedConv run by cudnnConvolutionBiasActivationForward */
     int fused_split;      /* kiln.FusedConv run as a convolution and an epilogue kernel */
     int conv_gemm_calls;  /* 1x1 convolutions run as cuBLASLt products */
+    int gemms_timed;      /* matrix product shapes whose cuBLASLt algorithms were timed */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */
 } kiln_cuda_stats;
 void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out);

@@ -27,14 +27,24 @@
  *
  *   Pointer alignment is passed to the heuristic (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so
  *   buffers at any element-aligned offset are handled. Workspace: up to MATMUL_WS bytes.
+ *
+ *   Algorithm: with autotuning on (the kiln_cuda's, as for convolutions), the first call
+ *   of a problem outside a stream capture times the heuristic's first LT_CANDIDATES
+ *   algorithms on the caller's buffers (a warm-up, then the best of three) and keeps the
+ *   rank of the fastest, in memory and in the disk cache beside the convolutions' choices
+ *   (the key names cuBLASLt's version: the heuristic's order is the library's); the
+ *   heuristic's first otherwise, and when C is Y itself (timing would add C again).
  */
 #include "cuda_internal.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define MATMUL_WS KILN_CUDA_GEMM_WS
+#define LT_CANDIDATES 8
 
 typedef struct mm {
     kiln_dtype dt;
@@ -133,18 +143,77 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                                   &al_y, sizeof al_y));
 
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
+    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
+    memset(res, 0, sizeof res);
     int found = 0;
-    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ly, ly, pref, 1, &res, &found));
-    if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+    const bool tune = cu->autotune && (m->C || m->beta == 0.f);
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ly, ly, pref, tune ? LT_CANDIDATES : 1,
+                                                            res, &found));
+    if (found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS)
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
                          "cuBLASLt has no algorithm for a %s product (M=%lld N=%lld K=%lld batch=%lld, "
                          "%zu bytes of workspace)",
                          kiln_dtype_name(m->dt), (long long)M, (long long)N, (long long)K,
                          (long long)m->batch, ws_bytes);
-    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmul(lt, op, &m->alpha, m->B, la, m->A, lb, &m->beta, m->C ? m->C : m->Y, ly,
-                                            m->Y, ly, &res.algo, ws, ws ? ws_bytes : 0, cu->stream));
+    const void *c_in = m->C ? m->C : m->Y;
+    int pick = 0;
+    if (tune && found > 1) {
+        char key[KILN_ALGO_KEY];
+        snprintf(key, sizeof key, "gemm cublasLt=%zu %s M=%lld N=%lld K=%lld ta=%d tb=%d batch=%lld ep=%d bias=%d beta=%g "
+                 "align=%u,%u,%u,%u ws<=%zu",
+                 cublasLtGetVersion(), kiln_dtype_name(m->dt), (long long)M, (long long)N, (long long)K, m->ta, m->tb,
+                 (long long)m->batch, (int)m->epilogue, m->bias != NULL, (double)m->beta, al_a, al_b, al_c, al_y,
+                 (size_t)wsb);
+        kiln_algo_entry *e = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (e && e->algo < found) {
+            pick = e->algo;
+        } else if (!e && cudaStreamIsCapturing(cu->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
+            float best = INFINITY;
+            cudaEvent_t ev[2];
+            KILN_CUDA_CHECK(ctx, cudaEventCreate(&ev[0]));
+            if (cudaEventCreate(&ev[1]) != cudaSuccess) {
+                cudaEventDestroy(ev[0]);
+                return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventCreate failed");
+            }
+            for (int i = 0; i < found; i++) {
+                if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+                float t_best = INFINITY;
+                for (int r = 0; r < 4; r++) { /* the first run warms up */
+                    float ms = 0.f;
+                    if (cudaEventRecord(ev[0], cu->stream) != cudaSuccess ||
+                        cublasLtMatmul(lt, op, &m->alpha, m->B, la, m->A, lb, &m->beta, c_in, ly, m->Y, ly, &res[i].algo,
+                                       ws, ws ? ws_bytes : 0, cu->stream) != CUBLAS_STATUS_SUCCESS ||
+                        cudaEventRecord(ev[1], cu->stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+                        cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess) {
+                        t_best = INFINITY;
+                        (void)cudaGetLastError();
+                        break;
+                    }
+                    if (r > 0 && ms < t_best) t_best = ms;
+                }
+                if (t_best < best) {
+                    best = t_best;
+                    pick = i;
+                }
+            }
+            cudaEventDestroy(ev[0]);
+            cudaEventDestroy(ev[1]);
+            kiln_algo_entry ne;
+            memset(&ne, 0, sizeof ne);
+            memcpy(ne.key, key, sizeof ne.key);
+            ne.algo = pick;
+            ne.ms = best < INFINITY ? best : 0.f;
+            ne.fused = -1;
+            if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &ne))
+                return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the matrix product algorithm cache");
+            cu->stats.gemms_timed++;
+            if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &ne) == 0)
+                cu->stats.algos_written++;
+        }
+    }
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmul(lt, op, &m->alpha, m->B, la, m->A, lb, &m->beta, c_in, ly, m->Y, ly,
+                                            &res[pick].algo, ws, ws ? ws_bytes : 0, cu->stream));
     return KILN_OK;
 }
 
