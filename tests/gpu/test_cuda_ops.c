@@ -1291,6 +1291,11 @@ static void sum_down_cases(void) {
     const double at = 1e-4, rt = 1e-5;
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "2-D", INPUTS(X(2, 5, 7, 9)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "mnist conv2 (batch 32), partial sums", INPUTS(X(32, 64, 24, 24)));
+    /* 16-byte loads (f32: 676 is a multiple of 4, f16/bf16: not of 8) and, misaligned,
+     * element loads; partial sums over row chunks */
+    floats("kiln.ConvGradBias", "", 0, true, at, rt, "mnist conv1 (batch 16)", INPUTS(X(16, 32, 26, 26)));
+    floats("kiln.ConvGradBias", "", 0, true, at, rt, "mnist conv2 (batch 8), one block a channel",
+           INPUTS(X(8, 64, 24, 24)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "rank 2", INPUTS(X(3, 4)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "1-D", INPUTS(X(2, 3, 20)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "one channel", INPUTS(X(4, 1, 5, 5)));
