@@ -24,7 +24,9 @@
  *   : 0 (f32: dY times the float-rounded scale, as the reference; other dtypes through
  *   double); otherwise dX = dY.
  *
- * One thread per element, grid-stride; the mask is one byte per element (bool).
+ * Grid-stride; the mask is one byte per element (bool). When the data are aligned to 4
+ * elements and the mask to 4 bytes, a thread takes 4 elements (vector loads and stores, a
+ * 4-byte mask word, 32-bit indices); otherwise one element per thread.
  */
 #include "dtype.cuh"
 
@@ -58,8 +60,21 @@ struct DropoutArgs {
 
 __device__ __forceinline__ double read_ratio(const void *p, int dt) { return p ? load_any(p, dt, 0) : 0.5; }
 
-// x, y: (n); mask: (n) or NULL
-template <typename T>
+/* Four elements of T in one aligned access (16 bytes of f32, 8 of f16). */
+template <typename T> struct alignas(4 * sizeof(T)) Quad {
+    T v[4];
+};
+
+/* Whether element i is kept: u_i >= ratio, u_i from the counter-based stream. */
+__device__ __forceinline__ bool kept(uint64_t key, uint64_t i, double ratio) {
+    const double u = (double)(mix64(key + (i + 1) * GOLDEN) >> 11) * 0x1.0p-53;
+    return u >= ratio;
+}
+
+// x, y: (n); mask: (n) or NULL. QUAD: x, y and mask aligned to 4 elements; a thread
+// takes 4 neighbouring elements (one vector load and store, one 4-byte mask store), the
+// same stream position per element, so the same mask.
+template <typename T, bool QUAD>
 __global__ void dropout_kernel(const T *x, T *y, uint8_t *mask, int64_t n, DropoutArgs a,
                                kiln_cuda_flag *flag) {
     const double ratio = read_ratio(a.ratio, a.ratio_dt);
@@ -84,26 +99,61 @@ __global__ void dropout_kernel(const T *x, T *y, uint8_t *mask, int64_t n, Dropo
     if (a.has_attr_seed) key = mix64(key ^ a.attr_mix);
     if (a.has_out) key = mix64(key ^ a.out0);
     const double scale = 1.0 / (1.0 - ratio);
-    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
-        const double u = (double)(mix64(key + ((uint64_t)i + 1) * GOLDEN) >> 11) * 0x1.0p-53;
-        const bool keep = u >= ratio;
+    int64_t start = thread_index();
+    if constexpr (QUAD) {
+        const uint32_t nq = (uint32_t)(n / 4);
+        for (uint32_t q = blockIdx.x * blockDim.x + threadIdx.x; q < nq; q += gridDim.x * blockDim.x) {
+            const Quad<T> xv = reinterpret_cast<const Quad<T> *>(x)[q];
+            Quad<T> yv;
+            uint32_t bits = 0;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const bool keep = kept(key, (uint64_t)q * 4 + e, ratio);
+                bits |= (uint32_t)keep << (8 * e); /* byte e of a little-endian word */
+                yv.v[e] = from_f<T>(keep ? (float)((double)to_f(xv.v[e]) * scale) : 0.f);
+            }
+            if (mask) reinterpret_cast<uint32_t *>(mask)[q] = bits;
+            reinterpret_cast<Quad<T> *>(y)[q] = yv;
+        }
+        start += (int64_t)nq * 4;
+    }
+    for (int64_t i = start; i < n; i += grid_stride()) {
+        const bool keep = kept(key, (uint64_t)i, ratio);
         if (mask) mask[i] = keep;
         y[i] = from_f<T>(keep ? (float)((double)to_f(x[i]) * scale) : 0.f);
     }
+}
+
+/* Whether the 4-element path may take n elements at these pointers (each NULL or aligned to
+ * 4 elements of its type; indices of quads within 32 bits). */
+template <typename T> bool quad_ok(const void *a, const void *b, const void *mask, int64_t n) {
+    const uintptr_t al = 4 * sizeof(T);
+    return n / 4 <= 0x7fffffff && (uintptr_t)a % al == 0 && (uintptr_t)b % al == 0 && (uintptr_t)mask % 4 == 0;
 }
 
 template <typename T>
 kiln_status launch_dropout(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, uint8_t *mask,
                            int64_t n, DropoutArgs a) {
     if (n == 0) return KILN_OK;
-    dropout_kernel<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
-        (const T *)x, (T *)y, mask, n, a, cu->flag);
+    if (quad_ok<T>(x, y, mask, n))
+        dropout_kernel<T, true><<<kiln_cuda_blocks(cu, n / 4 + 1, THREADS), THREADS, 0, cu->stream>>>(
+            (const T *)x, (T *)y, mask, n, a, cu->flag);
+    else
+        dropout_kernel<T, false><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+            (const T *)x, (T *)y, mask, n, a, cu->flag);
     KILN_CUDA_LAUNCHED(ctx, "dropout_kernel");
     return KILN_OK;
 }
 
-// dy, dx: (n); mask: (n)
-template <typename T>
+/* One element of dX in float: f32 is dY times the float-rounded scale, as the reference;
+ * other dtypes go through double. */
+template <typename T> __device__ __forceinline__ float dropout_grad_one(float g, unsigned keep, double scale, float sf) {
+    if constexpr (sizeof(T) == 4) return keep ? __fmul_rn(g, sf) : 0.f;
+    else return keep ? (float)((double)g * scale) : 0.f;
+}
+
+// dy, dx: (n); mask: (n). QUAD as in dropout_kernel.
+template <typename T, bool QUAD>
 __global__ void dropout_grad_kernel(const T *dy, const uint8_t *mask, T *dx, int64_t n,
                                     const void *ratio_p, int ratio_dt, const uint8_t *train_p,
                                     kiln_cuda_flag *flag) {
@@ -121,12 +171,22 @@ __global__ void dropout_grad_kernel(const T *dy, const uint8_t *mask, T *dx, int
     }
     const double scale = 1.0 / (1.0 - ratio);
     const float sf = (float)scale;
-    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
-        float v;
-        if constexpr (sizeof(T) == 4) v = mask[i] ? __fmul_rn(to_f(dy[i]), sf) : 0.f;
-        else v = mask[i] ? (float)((double)to_f(dy[i]) * scale) : 0.f;
-        dx[i] = from_f<T>(v);
+    int64_t start = thread_index();
+    if constexpr (QUAD) {
+        const uint32_t nq = (uint32_t)(n / 4);
+        for (uint32_t q = blockIdx.x * blockDim.x + threadIdx.x; q < nq; q += gridDim.x * blockDim.x) {
+            const Quad<T> g = reinterpret_cast<const Quad<T> *>(dy)[q];
+            const uint32_t bits = reinterpret_cast<const uint32_t *>(mask)[q];
+            Quad<T> out;
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                out.v[e] = from_f<T>(dropout_grad_one<T>(to_f(g.v[e]), (bits >> (8 * e)) & 0xffu, scale, sf));
+            reinterpret_cast<Quad<T> *>(dx)[q] = out;
+        }
+        start += (int64_t)nq * 4;
     }
+    for (int64_t i = start; i < n; i += grid_stride())
+        dx[i] = from_f<T>(dropout_grad_one<T>(to_f(dy[i]), mask[i], scale, sf));
 }
 
 template <typename T>
@@ -134,8 +194,12 @@ kiln_status launch_dropout_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy
                                 void *dx, int64_t n, const void *ratio, int ratio_dt,
                                 const uint8_t *train) {
     if (n == 0) return KILN_OK;
-    dropout_grad_kernel<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
-        (const T *)dy, mask, (T *)dx, n, ratio, ratio_dt, train, cu->flag);
+    if (quad_ok<T>(dy, dx, mask, n))
+        dropout_grad_kernel<T, true><<<kiln_cuda_blocks(cu, n / 4 + 1, THREADS), THREADS, 0, cu->stream>>>(
+            (const T *)dy, mask, (T *)dx, n, ratio, ratio_dt, train, cu->flag);
+    else
+        dropout_grad_kernel<T, false><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+            (const T *)dy, mask, (T *)dx, n, ratio, ratio_dt, train, cu->flag);
     KILN_CUDA_LAUNCHED(ctx, "dropout_grad_kernel");
     return KILN_OK;
 }

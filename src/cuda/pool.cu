@@ -3,7 +3,10 @@
  * spatial dims.
  *
  *   MaxPool (Y only; the Indices output is not supported) and AveragePool: one thread per
- *   output element. Geometry (kernel_shape, strides, dilations, pads, auto_pad, and the
+ *   output element, its index math in 32 bits when every index fits (64-bit division is
+ *   what bounds these kernels). 2x2 windows of stride 2 with no padding taken (the usual
+ *   pooling layer, NCHW): a fixed four-tap kernel, each input row's two taps in one load
+ *   when the row length is even and X aligned. Geometry (kernel_shape, strides, dilations, pads, auto_pad, and the
  *   output size infer chose with ceil_mode) comes from kiln_cuda_window_get, the rules of
  *   the CPU reference. Window positions outside the input are skipped; MaxPool lets NaN
  *   through. AveragePool divides by the positions inside the input (count_include_pad=0)
@@ -27,7 +30,8 @@
  *   exactly as the CPU reference (src/ops/max_pool.c) does. Windows that cannot overlap
  *   (stride >= dilated kernel in every dim, e.g. 2x2 stride 2): one thread per window
  *   writes dY at its pick and 0 at its other taps (dX is zeroed first only when some
- *   input elements lie in no window). Otherwise one thread per input element adds the dY
+ *   input elements lie in no window); 2x2 stride 2 as in the forward, with two-element
+ *   loads and stores. Otherwise one thread per input element adds the dY
  *   of every window that picked it, windows in ascending order as the reference adds
  *   them: no atomics, the same float sums.
  *
@@ -42,49 +46,81 @@ namespace {
 
 constexpr int THREADS = 256;
 
-struct PoolGeo {
-    int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
+/* The geometry in I (int64_t, or int when every index fits: 32-bit division and
+ * multiplication are several times cheaper than 64-bit, which these kernels are bound by). */
+template <typename I> struct PoolGeoT {
+    I in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
 };
+using PoolGeo = PoolGeoT<int64_t>;
+using PoolGeo32 = PoolGeoT<int>;
+
+/* Whether every element index of X (NC planes of in) and Y (total elements), and every
+ * window coordinate, fits in an int with a factor 2 spare (window math adds a few such
+ * terms); if so, g32 gets the geometry. */
+static bool geo_fits32(const PoolGeo &g, int64_t total_in, int64_t total_out, PoolGeo32 *g32) {
+    const int64_t lim = 0x3fffffff;
+    if (total_in > lim || total_out > lim) return false;
+    for (int t = 0; t < 3; t++) {
+        const int64_t span = g.out[t] * g.s[t] + g.k[t] * g.d[t] + g.pb[t] + g.pe[t] + g.in[t];
+        if (span > lim || g.k[t] > lim || g.s[t] > lim || g.d[t] > lim || g.pb[t] > lim || g.pe[t] > lim)
+            return false;
+        g32->in[t] = (int)g.in[t];
+        g32->out[t] = (int)g.out[t];
+        g32->k[t] = (int)g.k[t];
+        g32->s[t] = (int)g.s[t];
+        g32->d[t] = (int)g.d[t];
+        g32->pb[t] = (int)g.pb[t];
+        g32->pe[t] = (int)g.pe[t];
+    }
+    return true;
+}
+
+/* A grid-stride loop index in I (I = int: the bound is below 2^30 and the grid stride
+ * below 2^31 - 2^30, so i never overflows). */
+template <typename I> __device__ __forceinline__ I first_index() {
+    return (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x;
+}
+template <typename I> __device__ __forceinline__ I index_stride() { return (I)gridDim.x * (I)blockDim.x; }
 
 /* The window of output coordinate o along slot t: its first input coordinate, the taps j
  * with 0 <= start + j*d < in as [lo, hi), and how many taps fall inside the padded input
  * [-pad_begin, in + pad_end) (AveragePool's count_include_pad divisor). */
-__device__ __forceinline__ int64_t window(const PoolGeo &g, int t, int64_t o, int64_t *start, int64_t *lo,
-                                          int64_t *hi) {
+template <typename I>
+__device__ __forceinline__ I window(const PoolGeoT<I> &g, int t, I o, I *start, I *lo, I *hi) {
     *start = o * g.s[t] - g.pb[t];
-    int64_t inside_pad = 0;
-    for (int64_t j = 0; j < g.k[t]; j++) {
-        const int64_t p = *start + j * g.d[t];
+    I inside_pad = 0;
+    for (I j = 0; j < g.k[t]; j++) {
+        const I p = *start + j * g.d[t];
         if (p >= -g.pb[t] && p < g.in[t] + g.pe[t]) inside_pad++;
     }
-    const int64_t a = *start >= 0 ? 0 : (-*start + g.d[t] - 1) / g.d[t];
-    int64_t b = g.in[t] - *start <= 0 ? 0 : (g.in[t] - *start + g.d[t] - 1) / g.d[t];
+    const I a = *start >= 0 ? 0 : (-*start + g.d[t] - 1) / g.d[t];
+    I b = g.in[t] - *start <= 0 ? 0 : (g.in[t] - *start + g.d[t] - 1) / g.d[t];
     if (b > g.k[t]) b = g.k[t];
     *lo = a;
     *hi = b > a ? b : a;
     return inside_pad;
 }
 
-template <typename T, bool MAX>
-__global__ void pool_kernel(const T *x, T *y, int64_t total, PoolGeo g, bool include_pad) {
-    const int64_t in_sz = g.in[0] * g.in[1] * g.in[2];
-    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
-        int64_t r = i, o[3];
+template <typename T, bool MAX, typename I>
+__global__ void pool_kernel(const T *x, T *y, I total, PoolGeoT<I> g, bool include_pad) {
+    const I in_sz = g.in[0] * g.in[1] * g.in[2];
+    for (I i = first_index<I>(); i < total; i += index_stride<I>()) {
+        I r = i, o[3];
         for (int t = 2; t >= 0; t--) {
             o[t] = r % g.out[t];
             r /= g.out[t];
         }
         const T *xp = x + r * in_sz; /* r is now the (n, c) row */
-        int64_t start[3], lo[3], hi[3], padded = 1;
+        I start[3], lo[3], hi[3], padded = 1;
         for (int t = 0; t < 3; t++) padded *= window(g, t, o[t], &start[t], &lo[t], &hi[t]);
         float acc = MAX ? -INFINITY : 0.f;
-        int64_t count = 0;
-        for (int64_t j0 = lo[0]; j0 < hi[0]; j0++) {
-            const int64_t i0 = start[0] + j0 * g.d[0];
-            for (int64_t j1 = lo[1]; j1 < hi[1]; j1++) {
-                const int64_t i1 = start[1] + j1 * g.d[1];
+        I count = 0;
+        for (I j0 = lo[0]; j0 < hi[0]; j0++) {
+            const I i0 = start[0] + j0 * g.d[0];
+            for (I j1 = lo[1]; j1 < hi[1]; j1++) {
+                const I i1 = start[1] + j1 * g.d[1];
                 const T *row = xp + (i0 * g.in[1] + i1) * g.in[2];
-                for (int64_t j2 = lo[2]; j2 < hi[2]; j2++) {
+                for (I j2 = lo[2]; j2 < hi[2]; j2++) {
                     const float v = to_f(row[start[2] + j2 * g.d[2]]);
                     if constexpr (MAX) acc = nan_max(acc, v);
                     else acc += v;
@@ -95,6 +131,68 @@ __global__ void pool_kernel(const T *x, T *y, int64_t total, PoolGeo g, bool inc
         if constexpr (MAX) y[i] = from_f<T>(acc);
         else y[i] = from_f<T>(acc / (float)(include_pad ? padded : count));
     }
+}
+
+/* Two neighbouring elements of T in one aligned access (8 bytes of f32, 4 of f16). */
+template <typename T> struct alignas(2 * sizeof(T)) Pair {
+    T v[2];
+};
+
+/* The four taps of the 2x2 window at x[at] (row length W), in row-major tap order. PAIR:
+ * each row's two taps in one access (at even, W even, x aligned to a Pair). */
+template <typename T, bool PAIR>
+__device__ __forceinline__ void load2x2(const T *__restrict__ x, uint32_t at, uint32_t W, float *v) {
+    if constexpr (PAIR) {
+        const Pair<T> r0 = *reinterpret_cast<const Pair<T> *>(x + at);
+        const Pair<T> r1 = *reinterpret_cast<const Pair<T> *>(x + at + W);
+        v[0] = to_f(r0.v[0]);
+        v[1] = to_f(r0.v[1]);
+        v[2] = to_f(r1.v[0]);
+        v[3] = to_f(r1.v[1]);
+    } else {
+        v[0] = to_f(x[at]);
+        v[1] = to_f(x[at + 1]);
+        v[2] = to_f(x[at + W]);
+        v[3] = to_f(x[at + W + 1]);
+    }
+}
+
+// x: (NC, H, W), y: (NC, OH, OW) with 2*OH <= H and 2*OW <= W: 2x2 windows, stride 2, no
+// padding taken, every window inside X (so AveragePool's divisor is 4 either way). The
+// fast path of pool_kernel for the usual pooling layer: 32-bit indices, the taps in the
+// same order and the same float arithmetic, so the same bits.
+template <typename T, bool MAX, bool PAIR>
+__global__ void pool2x2_kernel(const T *__restrict__ x, T *__restrict__ y, uint32_t total, uint32_t OH,
+                               uint32_t OW, uint32_t H, uint32_t W) {
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const uint32_t ow = i % OW, r = i / OW, oh = r % OH, nc = r / OH;
+        float v[4];
+        load2x2<T, PAIR>(x, (nc * H + 2 * oh) * W + 2 * ow, W, v);
+        float acc = MAX ? -INFINITY : 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if constexpr (MAX) acc = nan_max(acc, v[e]);
+            else acc += v[e];
+        }
+        if constexpr (MAX) y[i] = from_f<T>(acc);
+        else y[i] = from_f<T>(acc / 4.f);
+    }
+}
+
+/* Whether pool2x2_kernel (or maxpool_grad_2x2) takes geometry g: 2-D, 2x2 windows of
+ * stride 2 and dilation 1 starting at 0, each inside the input, and 32-bit indices. */
+static bool is_2x2(const PoolGeo &g, int64_t NC) {
+    if (g.in[0] != 1 || g.out[0] != 1) return false;
+    for (int t = 1; t < 3; t++)
+        if (g.k[t] != 2 || g.s[t] != 2 || g.d[t] != 1 || g.pb[t] != 0 || 2 * g.out[t] > g.in[t]) return false;
+    const int64_t lim = 0x3fffffff;
+    return NC * g.in[1] * g.in[2] <= lim;
+}
+
+/* Whether the 2x2 kernels may read (and write) rows in Pairs. */
+template <typename T> static bool pair_ok(const PoolGeo &g, const void *a, const void *b) {
+    const uintptr_t al = 2 * sizeof(T);
+    return g.in[2] % 2 == 0 && (uintptr_t)a % al == 0 && (uintptr_t)b % al == 0;
 }
 
 // x: (N, H, W, C), y: (N, OH, OW, C); 2-D windows in slots 1 and 2. Neighbouring threads
@@ -238,14 +336,41 @@ kiln_status launch_pool(kiln_cuda *cu, kiln_context *ctx, bool is_max, const voi
         KILN_CUDA_LAUNCHED(ctx, "pool_nhwc_vec_kernel");
         return KILN_OK;
     }
-    if (nhwc_c && is_max)
-        pool_nhwc_kernel<T, true><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, total, nhwc_c, g, include_pad);
-    else if (nhwc_c)
-        pool_nhwc_kernel<T, false><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, total, nhwc_c, g, include_pad);
-    else if (is_max)
-        pool_kernel<T, true><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, total, g, include_pad);
-    else
-        pool_kernel<T, false><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, total, g, include_pad);
+    if (nhwc_c) {
+        if (is_max)
+            pool_nhwc_kernel<T, true><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, total, nhwc_c, g, include_pad);
+        else
+            pool_nhwc_kernel<T, false><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, total, nhwc_c, g, include_pad);
+        KILN_CUDA_LAUNCHED(ctx, "pool_nhwc_kernel");
+        return KILN_OK;
+    }
+    const int64_t out_sz = g.out[0] * g.out[1] * g.out[2], NC = total / out_sz;
+    if (is_2x2(g, NC)) {
+        const uint32_t t32 = (uint32_t)total, OH = (uint32_t)g.out[1], OW = (uint32_t)g.out[2];
+        const uint32_t H = (uint32_t)g.in[1], W = (uint32_t)g.in[2];
+        const bool pair = pair_ok<T>(g, x, x);
+        if (is_max && pair)
+            pool2x2_kernel<T, true, true><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, t32, OH, OW, H, W);
+        else if (is_max)
+            pool2x2_kernel<T, true, false><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, t32, OH, OW, H, W);
+        else if (pair)
+            pool2x2_kernel<T, false, true><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, t32, OH, OW, H, W);
+        else
+            pool2x2_kernel<T, false, false><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, t32, OH, OW, H, W);
+        KILN_CUDA_LAUNCHED(ctx, "pool2x2_kernel");
+        return KILN_OK;
+    }
+    PoolGeo32 g32;
+    if (geo_fits32(g, NC * g.in[0] * g.in[1] * g.in[2], total, &g32)) {
+        if (is_max)
+            pool_kernel<T, true, int><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, (int)total, g32, include_pad);
+        else
+            pool_kernel<T, false, int><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, (int)total, g32, include_pad);
+    } else if (is_max) {
+        pool_kernel<T, true, int64_t><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, total, g, include_pad);
+    } else {
+        pool_kernel<T, false, int64_t><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, total, g, include_pad);
+    }
     KILN_CUDA_LAUNCHED(ctx, "pool_kernel");
     return KILN_OK;
 }
@@ -270,11 +395,11 @@ kiln_status pool(kiln_cuda *cu, kiln_op_ctx *c, bool is_max) {
 /* ------------------------------------------------------------------ MaxPoolGrad */
 
 /* Window o's first coordinate along slot t and its taps inside the input, [lo, hi). */
-__device__ __forceinline__ void window_taps(const PoolGeo &g, int t, int64_t o, int64_t *start, int64_t *lo,
-                                            int64_t *hi) {
+template <typename I>
+__device__ __forceinline__ void window_taps(const PoolGeoT<I> &g, int t, I o, I *start, I *lo, I *hi) {
     *start = o * g.s[t] - g.pb[t];
-    const int64_t a = *start >= 0 ? 0 : (-*start + g.d[t] - 1) / g.d[t];
-    int64_t b = g.in[t] - *start <= 0 ? 0 : (g.in[t] - *start + g.d[t] - 1) / g.d[t];
+    const I a = *start >= 0 ? 0 : (-*start + g.d[t] - 1) / g.d[t];
+    I b = g.in[t] - *start <= 0 ? 0 : (g.in[t] - *start + g.d[t] - 1) / g.d[t];
     if (b > g.k[t]) b = g.k[t];
     *lo = a;
     *hi = b > a ? b : a;
@@ -282,21 +407,21 @@ __device__ __forceinline__ void window_taps(const PoolGeo &g, int t, int64_t o, 
 
 /* The offset in its (n, c) plane of the element window o picks, or -1 for a window with
  * no tap inside the input. */
-template <typename T>
-__device__ int64_t window_pick(const T *xp, const PoolGeo &g, const int64_t *o) {
-    int64_t st[3], lo[3], hi[3];
+template <typename T, typename I>
+__device__ I window_pick(const T *xp, const PoolGeoT<I> &g, const I *o) {
+    I st[3], lo[3], hi[3];
     for (int t = 0; t < 3; t++) {
         window_taps(g, t, o[t], &st[t], &lo[t], &hi[t]);
         if (lo[t] == hi[t]) return -1;
     }
-    int64_t at = ((st[0] + lo[0] * g.d[0]) * g.in[1] + st[1] + lo[1] * g.d[1]) * g.in[2] + st[2] + lo[2] * g.d[2];
+    I at = ((st[0] + lo[0] * g.d[0]) * g.in[1] + st[1] + lo[1] * g.d[1]) * g.in[2] + st[2] + lo[2] * g.d[2];
     float best = to_f(xp[at]);
     bool nan = best != best;
-    for (int64_t j0 = lo[0]; j0 < hi[0]; j0++)
-        for (int64_t j1 = lo[1]; j1 < hi[1]; j1++) {
-            const int64_t row = ((st[0] + j0 * g.d[0]) * g.in[1] + st[1] + j1 * g.d[1]) * g.in[2] + st[2];
-            for (int64_t j2 = lo[2]; j2 < hi[2]; j2++) {
-                const int64_t off = row + j2 * g.d[2];
+    for (I j0 = lo[0]; j0 < hi[0]; j0++)
+        for (I j1 = lo[1]; j1 < hi[1]; j1++) {
+            const I row = ((st[0] + j0 * g.d[0]) * g.in[1] + st[1] + j1 * g.d[1]) * g.in[2] + st[2];
+            for (I j2 = lo[2]; j2 < hi[2]; j2++) {
+                const I off = row + j2 * g.d[2];
                 const float v = to_f(xp[off]);
                 const bool take = v > best || (v != v && !nan);
                 if (take) {
@@ -310,27 +435,27 @@ __device__ int64_t window_pick(const T *xp, const PoolGeo &g, const int64_t *o) 
 }
 
 // dy: (NC, out...); x, dx: (NC, in...). One thread per window; windows do not overlap.
-template <typename T>
-__global__ void maxpool_grad_windows(const T *dy, const T *x, T *dx, int64_t total, PoolGeo g) {
-    const int64_t in_sz = g.in[0] * g.in[1] * g.in[2];
-    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
-        int64_t r = i, o[3];
+template <typename T, typename I>
+__global__ void maxpool_grad_windows(const T *dy, const T *x, T *dx, I total, PoolGeoT<I> g) {
+    const I in_sz = g.in[0] * g.in[1] * g.in[2];
+    for (I i = first_index<I>(); i < total; i += index_stride<I>()) {
+        I r = i, o[3];
         for (int t = 2; t >= 0; t--) {
             o[t] = r % g.out[t];
             r /= g.out[t];
         }
         const T *xp = x + r * in_sz;
         T *dxp = dx + r * in_sz;
-        const int64_t at = window_pick(xp, g, o);
+        const I at = window_pick(xp, g, o);
         if (at < 0) continue;
         const T v = dy[i], zero = from_f<T>(0.f);
-        int64_t st[3], lo[3], hi[3];
+        I st[3], lo[3], hi[3];
         for (int t = 0; t < 3; t++) window_taps(g, t, o[t], &st[t], &lo[t], &hi[t]);
-        for (int64_t j0 = lo[0]; j0 < hi[0]; j0++)
-            for (int64_t j1 = lo[1]; j1 < hi[1]; j1++) {
-                const int64_t row = ((st[0] + j0 * g.d[0]) * g.in[1] + st[1] + j1 * g.d[1]) * g.in[2] + st[2];
-                for (int64_t j2 = lo[2]; j2 < hi[2]; j2++) {
-                    const int64_t off = row + j2 * g.d[2];
+        for (I j0 = lo[0]; j0 < hi[0]; j0++)
+            for (I j1 = lo[1]; j1 < hi[1]; j1++) {
+                const I row = ((st[0] + j0 * g.d[0]) * g.in[1] + st[1] + j1 * g.d[1]) * g.in[2] + st[2];
+                for (I j2 = lo[2]; j2 < hi[2]; j2++) {
+                    const I off = row + j2 * g.d[2];
                     dxp[off] = off == at ? v : zero;
                 }
             }
@@ -338,26 +463,26 @@ __global__ void maxpool_grad_windows(const T *dy, const T *x, T *dx, int64_t tot
 }
 
 // dy: (NC, out...); x, dx: (NC, in...). One thread per input element.
-template <typename T>
-__global__ void maxpool_grad_gather(const T *dy, const T *x, T *dx, int64_t total, PoolGeo g) {
-    const int64_t in_sz = g.in[0] * g.in[1] * g.in[2], out_sz = g.out[0] * g.out[1] * g.out[2];
-    for (int64_t e = thread_index(); e < total; e += grid_stride()) {
-        const int64_t nc = e / in_sz, me = e % in_sz;
-        const int64_t p[3] = {me / (g.in[1] * g.in[2]), (me / g.in[2]) % g.in[1], me % g.in[2]};
+template <typename T, typename I>
+__global__ void maxpool_grad_gather(const T *dy, const T *x, T *dx, I total, PoolGeoT<I> g) {
+    const I in_sz = g.in[0] * g.in[1] * g.in[2], out_sz = g.out[0] * g.out[1] * g.out[2];
+    for (I e = first_index<I>(); e < total; e += index_stride<I>()) {
+        const I nc = e / in_sz, me = e % in_sz;
+        const I p[3] = {me / (g.in[1] * g.in[2]), (me / g.in[2]) % g.in[1], me % g.in[2]};
         const T *xp = x + nc * in_sz;
         const T *dyp = dy + nc * out_sz;
         float acc = 0.f;
         /* windows o containing p: o*s - pb + j*d == p; j from the last tap down gives
          * ascending o */
-        int64_t o[3];
-        for (int64_t j0 = g.k[0] - 1; j0 >= 0; j0--) {
-            const int64_t q0 = p[0] + g.pb[0] - j0 * g.d[0];
+        I o[3];
+        for (I j0 = g.k[0] - 1; j0 >= 0; j0--) {
+            const I q0 = p[0] + g.pb[0] - j0 * g.d[0];
             if (q0 < 0 || q0 % g.s[0] || (o[0] = q0 / g.s[0]) >= g.out[0]) continue;
-            for (int64_t j1 = g.k[1] - 1; j1 >= 0; j1--) {
-                const int64_t q1 = p[1] + g.pb[1] - j1 * g.d[1];
+            for (I j1 = g.k[1] - 1; j1 >= 0; j1--) {
+                const I q1 = p[1] + g.pb[1] - j1 * g.d[1];
                 if (q1 < 0 || q1 % g.s[1] || (o[1] = q1 / g.s[1]) >= g.out[1]) continue;
-                for (int64_t j2 = g.k[2] - 1; j2 >= 0; j2--) {
-                    const int64_t q2 = p[2] + g.pb[2] - j2 * g.d[2];
+                for (I j2 = g.k[2] - 1; j2 >= 0; j2--) {
+                    const I q2 = p[2] + g.pb[2] - j2 * g.d[2];
                     if (q2 < 0 || q2 % g.s[2] || (o[2] = q2 / g.s[2]) >= g.out[2]) continue;
                     if (window_pick(xp, g, o) == me) acc += to_f(dyp[(o[0] * g.out[1] + o[1]) * g.out[2] + o[2]]);
                 }
@@ -367,20 +492,81 @@ __global__ void maxpool_grad_gather(const T *dy, const T *x, T *dx, int64_t tota
     }
 }
 
+/* Store a, b at dx[at], dx[at + 1] (one Pair access when PAIR). */
+template <typename T, bool PAIR> __device__ __forceinline__ void store2(T *__restrict__ dx, uint32_t at, T a, T b) {
+    if constexpr (PAIR) {
+        Pair<T> p;
+        p.v[0] = a;
+        p.v[1] = b;
+        *reinterpret_cast<Pair<T> *>(dx + at) = p;
+    } else {
+        dx[at] = a;
+        dx[at + 1] = b;
+    }
+}
+
+// dy: (NC, OH, OW); x, dx: (NC, H, W); the geometry of pool2x2_kernel. One thread per
+// window: it picks as window_pick does (the first maximum in row-major tap order, or the
+// first NaN) and writes all four taps, dY at the pick and 0 elsewhere.
+template <typename T, bool PAIR>
+__global__ void maxpool_grad_2x2(const T *__restrict__ dy, const T *__restrict__ x, T *__restrict__ dx,
+                                 uint32_t total, uint32_t OH, uint32_t OW, uint32_t H, uint32_t W) {
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const uint32_t ow = i % OW, r = i / OW, oh = r % OH, nc = r / OH;
+        const uint32_t at = (nc * H + 2 * oh) * W + 2 * ow;
+        float v[4];
+        load2x2<T, PAIR>(x, at, W, v);
+        int pick = 0;
+        float best = v[0];
+        bool nan = best != best;
+#pragma unroll
+        for (int e = 1; e < 4; e++) {
+            if (v[e] > best || (v[e] != v[e] && !nan)) {
+                best = v[e];
+                pick = e;
+            }
+            nan |= v[e] != v[e];
+        }
+        const T g = dy[i], zero = from_f<T>(0.f);
+        store2<T, PAIR>(dx, at, pick == 0 ? g : zero, pick == 1 ? g : zero);
+        store2<T, PAIR>(dx, at + W, pick == 2 ? g : zero, pick == 3 ? g : zero);
+    }
+}
+
 template <typename T>
 kiln_status launch_maxpool_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy, const void *x, void *dx,
                                 int64_t NC, PoolGeo g, bool disjoint, bool covered) {
     const int64_t in_sz = g.in[0] * g.in[1] * g.in[2], out_sz = g.out[0] * g.out[1] * g.out[2];
     if (NC * in_sz == 0) return KILN_OK;
+    const T *dyt = (const T *)dy, *xt = (const T *)x;
+    T *dxt = (T *)dx;
+    PoolGeo32 g32;
+    const bool fits = geo_fits32(g, NC * in_sz, NC * out_sz, &g32);
     if (disjoint) {
         if (!covered) KILN_CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, (size_t)(NC * in_sz) * sizeof(T), cu->stream));
         if (NC * out_sz == 0) return KILN_OK;
-        maxpool_grad_windows<T><<<kiln_cuda_blocks(cu, NC * out_sz, THREADS), THREADS, 0, cu->stream>>>(
-            (const T *)dy, (const T *)x, (T *)dx, NC * out_sz, g);
+        const unsigned blocks = kiln_cuda_blocks(cu, NC * out_sz, THREADS);
+        if (is_2x2(g, NC)) {
+            const uint32_t t32 = (uint32_t)(NC * out_sz), OH = (uint32_t)g.out[1], OW = (uint32_t)g.out[2];
+            const uint32_t H = (uint32_t)g.in[1], W = (uint32_t)g.in[2];
+            if (pair_ok<T>(g, x, dx))
+                maxpool_grad_2x2<T, true><<<blocks, THREADS, 0, cu->stream>>>(dyt, xt, dxt, t32, OH, OW, H, W);
+            else
+                maxpool_grad_2x2<T, false><<<blocks, THREADS, 0, cu->stream>>>(dyt, xt, dxt, t32, OH, OW, H, W);
+            KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_2x2");
+            return KILN_OK;
+        }
+        if (fits)
+            maxpool_grad_windows<T, int><<<blocks, THREADS, 0, cu->stream>>>(dyt, xt, dxt, (int)(NC * out_sz), g32);
+        else
+            maxpool_grad_windows<T, int64_t><<<blocks, THREADS, 0, cu->stream>>>(dyt, xt, dxt, NC * out_sz, g);
         KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_windows");
     } else {
-        maxpool_grad_gather<T><<<kiln_cuda_blocks(cu, NC * in_sz, THREADS), THREADS, 0, cu->stream>>>(
-            (const T *)dy, (const T *)x, (T *)dx, NC * in_sz, g);
+        const unsigned blocks = kiln_cuda_blocks(cu, NC * in_sz, THREADS);
+        if (fits)
+            maxpool_grad_gather<T, int><<<blocks, THREADS, 0, cu->stream>>>(dyt, xt, dxt, (int)(NC * in_sz), g32);
+        else
+            maxpool_grad_gather<T, int64_t><<<blocks, THREADS, 0, cu->stream>>>(dyt, xt, dxt, NC * in_sz, g);
         KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_gather");
     }
     return KILN_OK;

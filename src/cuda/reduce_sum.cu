@@ -12,7 +12,9 @@
  *     B == 1 (column sums, e.g. a Gemm bias): threads along M read neighbouring
  *       addresses, the rows shared out over the block's other dimension;
  *     B > 1 (channel sums, e.g. a Conv bias): a block per channel walks (a, b) with b
- *       fastest, so each warp reads one contiguous run.
+ *       fastest, so each warp reads one contiguous run; 16-byte loads when B is a
+ *       multiple of a vector and X aligned, several loads in flight per thread, 32-bit
+ *       indices when they fit.
  *   When there are few kept elements the rows are split over P blocks per kept element,
  *   whose partial sums (workspace: P * M floats) a second kernel adds in a fixed order:
  *   the result does not depend on scheduling (no atomics). Other patterns (kept, summed,
@@ -157,18 +159,46 @@ __global__ void column_sum(const T *x, T *y, float *part, int64_t A, int64_t M, 
 }
 
 /* x (A, M, B) -> partials (M, P) (or y (M) when P == 1): block (m, p) sums rows
- * [A*p/P, A*(p+1)/P) of channel m. */
-template <typename T>
-__global__ void channel_sum(const T *x, T *y, float *part, int64_t A, int64_t M, int64_t B, int64_t P,
-                            float scale) {
+ * [A*p/P, A*(p+1)/P) of channel m, walked as one run j = (row, b) with b fastest. B and
+ * the indices are in units of V (VecOf<T> when every row starts 16-byte aligned, else
+ * T); I is int when every index fits. Each thread keeps UNROLL loads in flight into
+ * separate accumulators (a serial loop leaves one load in flight and waits out its
+ * latency per element), then adds them and the block in a fixed order: deterministic. */
+constexpr int UNROLL = 4;
+
+template <typename T, typename I, bool VEC>
+__global__ void channel_sum(const T *x, T *y, float *part, I A, I M, I B, I P, float scale) {
+    using V = typename VecOf<T>::type;
+    constexpr int N = VEC ? VecOf<T>::N : 1;
     __shared__ float scratch[32];
-    const int64_t m = blockIdx.x, p = blockIdx.y;
-    const int64_t lo = A * p / P, hi = A * (p + 1) / P;
-    float s = 0.f;
-    for (int64_t a = lo; a < hi; a++) {
-        const T *row = x + (a * M + m) * B;
-        for (int64_t b = threadIdx.x; b < B; b += blockDim.x) s += to_f(row[b]);
+    const I m = blockIdx.x, p = blockIdx.y;
+    const I lo = (I)((int64_t)A * p / P), hi = (I)((int64_t)A * (p + 1) / P);
+    const I n = (hi - lo) * B, step = blockDim.x;
+    float acc[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) acc[u] = 0.f;
+    for (I j = threadIdx.x; j < n; j += UNROLL * step) {
+        float v[UNROLL][N];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const I k = j + u * step, at = ((lo + k / B) * M + m) * B + k % B;
+#pragma unroll
+            for (int e = 0; e < N; e++) v[u][e] = 0.f;
+            if (k >= n) continue;
+            if constexpr (VEC) {
+                const V w = reinterpret_cast<const V *>(x)[at];
+#pragma unroll
+                for (int e = 0; e < N; e++) v[u][e] = to_f(w.v[e]);
+            } else {
+                v[u][0] = to_f(x[at]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++)
+#pragma unroll
+            for (int e = 0; e < N; e++) acc[u] += v[u][e];
     }
+    float s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     s = block_reduce<false>(s, scratch);
     if (threadIdx.x == 0) {
         if (P == 1) y[m] = from_f<T>(s * scale);
@@ -264,10 +294,26 @@ kiln_status launch_sum(kiln_cuda *cu, kiln_context *ctx, const SumPlan &p, const
         KILN_CUDA_LAUNCHED(ctx, "column_sum");
     } else {
         if (p.M > INT32_MAX) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%lld channels", (long long)p.M);
+        const int64_t vec = VecOf<T>::N;
+        const bool vx = p.B % vec == 0 && aligned16(x);
+        const int64_t Bu = vx ? p.B / vec : p.B;
+        /* enough threads for one pass over a block's share of the rows, 32 to 256 */
+        const int64_t chunk = (p.A + p.P - 1) / p.P * Bu;
         int threads = 32;
-        while (threads < THREADS && threads < p.B) threads *= 2;
-        channel_sum<T><<<dim3((unsigned)p.M, (unsigned)p.P), threads, 0, cu->stream>>>(x, y, part, p.A, p.M,
-                                                                                     p.B, p.P, scale);
+        while (threads < THREADS && threads < chunk) threads *= 2;
+        const dim3 grid((unsigned)p.M, (unsigned)p.P);
+        if (p.A * p.M * Bu <= 0x3fffffff) {
+            if (vx)
+                channel_sum<T, int, true><<<grid, threads, 0, cu->stream>>>(x, y, part, (int)p.A, (int)p.M, (int)Bu,
+                                                                           (int)p.P, scale);
+            else
+                channel_sum<T, int, false><<<grid, threads, 0, cu->stream>>>(x, y, part, (int)p.A, (int)p.M,
+                                                                            (int)Bu, (int)p.P, scale);
+        } else if (vx) {
+            channel_sum<T, int64_t, true><<<grid, threads, 0, cu->stream>>>(x, y, part, p.A, p.M, Bu, p.P, scale);
+        } else {
+            channel_sum<T, int64_t, false><<<grid, threads, 0, cu->stream>>>(x, y, part, p.A, p.M, Bu, p.P, scale);
+        }
         KILN_CUDA_LAUNCHED(ctx, "channel_sum");
     }
     if (p.P > 1) {

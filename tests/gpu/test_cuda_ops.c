@@ -669,8 +669,20 @@ static void pool_cases(void) {
            0, false, at, rt, "ceil_mode include pad", INPUTS(X(1, 2, 10, 10)));
     floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads",
            INPUTS(X(1, 3, 7, 8)));
-    floats("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, false, at, rt, "2x2 s2",
+    floats("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, true, at, rt, "2x2 s2",
            INPUTS(X(2, 4, 16, 16)));
+    /* the 2x2 stride-2 kernel: rows read in pairs (even W, aligned), one by one (odd W,
+     * the misaligned f32 run), and the general kernel where a ceil_mode window leaves X */
+    floats("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 12, true, 0, 0, "2x2 s2 mnist pool (batch 2)",
+           INPUTS(X(2, 64, 24, 24)));
+    floats("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 12, true, 0, 0, "2x2 s2 odd sizes",
+           INPUTS(X(2, 3, 9, 7)));
+    floats("MaxPool", "kernel_shape=[2,2];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "2x2 s2 ceil_mode",
+           INPUTS(X(1, 2, 9, 7)));
+    floats("MaxPool", "kernel_shape=[2,2];strides=[2,2];pads=[1,1,0,0]", 12, false, 0, 0, "2x2 s2 padded",
+           INPUTS(X(1, 2, 8, 8)));
+    floats("AveragePool", "kernel_shape=[2,2];strides=[2,2];count_include_pad=1", 0, true, at, rt,
+           "2x2 s2 odd sizes include pad", INPUTS(X(2, 3, 7, 9)));
     floats("GlobalAveragePool", "", 0, false, at, rt, "7x9", INPUTS(X(2, 5, 7, 9)));
     floats("GlobalAveragePool", "", 0, false, at, rt, "1x1", INPUTS(X(1, 3, 1, 1)));
     floats("GlobalAveragePool", "", 0, false, at, rt, "1-D", INPUTS(X(2, 4, 33)));
@@ -1215,13 +1227,14 @@ static void dropout_cases(void) {
     n_outputs = 2;
     floats("Dropout", "", 0, false, 0, 0, "training, ratio 0.25, mask",
            INPUTS(X(3, 5, 7), SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ONE)));
-    floats("Dropout", "", 0, false, 0, 0, "mnist dropout1",
+    /* 4 elements a thread; misaligned (f32): one element a thread */
+    floats("Dropout", "", 0, true, 0, 0, "mnist dropout1",
            INPUTS(X(64, 64, 12, 12), SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ONE)));
     run_seed = 123456789;
     with_out_values = true;
     floats("Dropout", "seed=7", 0, false, 0, 0, "training, run seed, seed attribute, output values",
            INPUTS(X(64, 128), SCALARV(KILN_F32, RATIO_50), SCALARV(KILN_BOOL, ONE)));
-    floats("Dropout", "", 0, false, 0, 0, "training, f64 ratio, run seed",
+    floats("Dropout", "", 0, true, 0, 0, "training, f64 ratio, run seed",
            INPUTS(X(1001), SCALARV(KILN_F64, RATIO_25), SCALARV(KILN_BOOL, ONE)));
     with_out_values = false;
     run_seed = 0;
@@ -1234,13 +1247,13 @@ static void dropout_cases(void) {
     floats("Dropout", "", 0, false, 0, 0, "training, no mask output",
            INPUTS(X(5, 77), NONE, SCALARV(KILN_BOOL, ONE)));
 
-    floats("kiln.DropoutGrad", "", 0, false, 0, 0, "training, ratio 0.25",
+    floats("kiln.DropoutGrad", "", 0, true, 0, 0, "training, ratio 0.25",
            INPUTS(X(64, 128), XT(KILN_BOOL, 0, 2, 64, 128), SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ONE)));
     floats("kiln.DropoutGrad", "", 0, false, 0, 0, "training false",
            INPUTS(X(3, 50), XT(KILN_BOOL, 0, 2, 3, 50), SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ZERO)));
     floats("kiln.DropoutGrad", "", 0, false, 0, 0, "default ratio",
            INPUTS(X(3, 50), XT(KILN_BOOL, 0, 2, 3, 50), NONE, SCALARV(KILN_BOOL, ONE)));
-    floats("kiln.DropoutGrad", "", 0, false, 0, 0, "ratio f64",
+    floats("kiln.DropoutGrad", "", 0, true, 0, 0, "ratio f64",
            INPUTS(X(1001), XT(KILN_BOOL, 0, 2, 1001), SCALARV(KILN_F64, RATIO_50), SCALARV(KILN_BOOL, ONE)));
 }
 
@@ -1279,6 +1292,11 @@ static void sum_down_cases(void) {
     const double at = 1e-4, rt = 1e-5;
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "2-D", INPUTS(X(2, 5, 7, 9)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "mnist conv2 (batch 32), partial sums", INPUTS(X(32, 64, 24, 24)));
+    /* 16-byte loads (f32: 676 is a multiple of 4, f16/bf16: not of 8) and, misaligned,
+     * element loads; partial sums over row chunks */
+    floats("kiln.ConvGradBias", "", 0, true, at, rt, "mnist conv1 (batch 16)", INPUTS(X(16, 32, 26, 26)));
+    floats("kiln.ConvGradBias", "", 0, true, at, rt, "mnist conv2 (batch 8), one block a channel",
+           INPUTS(X(8, 64, 24, 24)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "rank 2", INPUTS(X(3, 4)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "1-D", INPUTS(X(2, 3, 20)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "one channel", INPUTS(X(4, 1, 5, 5)));
@@ -1307,6 +1325,15 @@ static void maxpool_ties(kiln_dtype dt) {
     in[0] = kt_rand(dt, 4, KT_DIMS(1, 2, 5, 5), -2, 2, 6);
     in[1] = kt_make(dt, 4, KT_DIMS(1, 2, 6, 6), v);
     run_tensors("kiln.MaxPoolGrad", "kernel_shape=[2,2]", 12, dt, false, 0, 0, "ties, overlapping", in, 2);
+    /* NaN in X: the first NaN of a window takes its gradient (dX stays finite) */
+    double w[72];
+    for (int i = 0; i < 72; i++) w[i] = i % 5 == 1 || i % 7 == 3 ? NAN : v[i];
+    in[0] = kt_rand(dt, 4, KT_DIMS(1, 2, 3, 3), -2, 2, 7);
+    in[1] = kt_make(dt, 4, KT_DIMS(1, 2, 6, 6), w);
+    run_tensors("kiln.MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2]", 12, dt, false, 0, 0, "NaN, disjoint", in, 2);
+    in[0] = kt_rand(dt, 4, KT_DIMS(1, 2, 5, 5), -2, 2, 8);
+    in[1] = kt_make(dt, 4, KT_DIMS(1, 2, 6, 6), w);
+    run_tensors("kiln.MaxPoolGrad", "kernel_shape=[2,2]", 12, dt, false, 0, 0, "NaN, overlapping", in, 2);
 }
 
 static void maxpool_grad_cases(void) {
@@ -1325,6 +1352,12 @@ static void maxpool_grad_cases(void) {
     floats(op, "kernel_shape=[3];strides=[2]", 12, false, 0, 0, "1-D", INPUTS(X(2, 3, 7), X(2, 3, 15)));
     floats(op, "kernel_shape=[2,2,2];strides=[2,2,2]", 12, false, 0, 0, "3-D",
            INPUTS(X(1, 2, 2, 3, 2), X(1, 2, 4, 6, 5)));
+    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, true, 0, 0, "2x2 s2 pairs and misaligned",
+           INPUTS(X(2, 5, 4, 6), X(2, 5, 8, 12)));
+    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, false, 0, 0, "2x2 s2 even W, uncovered row",
+           INPUTS(X(2, 3, 3, 4), X(2, 3, 7, 8)));
+    floats(op, "kernel_shape=[2,2];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "2x2 s2 ceil_mode (general)",
+           INPUTS(X(1, 2, 5, 4), X(1, 2, 9, 7)));
     for (int k = 0; k < 3; k++) maxpool_ties(FLOATS[k]);
 }
 
