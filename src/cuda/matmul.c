@@ -33,7 +33,8 @@
  *   algorithms on the caller's buffers (a warm-up, then the best of three) and keeps the
  *   rank of the fastest, in memory and in the disk cache beside the convolutions' choices
  *   (the key names cuBLASLt's version: the heuristic's order is the library's); the
- *   heuristic's first otherwise, and when C is Y itself (timing would add C again).
+ *   heuristic's first otherwise, when C is Y itself (timing would add C again), and for
+ *   products under LT_TUNE_MIN_FLOPS (launch-bound: their single-call times are noise).
  */
 #include "cuda_internal.h"
 
@@ -45,6 +46,7 @@
 
 #define MATMUL_WS KILN_CUDA_GEMM_WS
 #define LT_CANDIDATES 8
+#define LT_TUNE_MIN_FLOPS 1e8
 
 typedef struct mm {
     kiln_dtype dt;
@@ -146,7 +148,11 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
     cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
     memset(res, 0, sizeof res);
     int found = 0;
-    const bool tune = cu->autotune && (m->C || m->beta == 0.f);
+    /* small products are launch-bound: single-call times of a few µs rank algorithms by
+     * noise (run13: mnist-net's 64x10x128 products got 3 µs slower), so they keep the
+     * heuristic's first */
+    const double flops = 2.0 * (double)M * (double)N * (double)K * (double)(m->batch > 1 ? m->batch : 1);
+    const bool tune = cu->autotune && (m->C || m->beta == 0.f) && flops >= LT_TUNE_MIN_FLOPS;
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ly, ly, pref, tune ? LT_CANDIDATES : 1,
                                                             res, &found));
     if (found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS)
