@@ -22,6 +22,12 @@
  *   choice, and the answer kept), run the convolution and then one epilogue kernel
  *   y = act(y + B + Z).
  *
+ *   1x1 convolutions with stride 1, no padding and one group over NHWC tensors (the
+ *   bottleneck convolutions of ResNets, MobileNets' pointwise ones) are matrix products:
+ *   one cuBLASLt call each (kiln_cuda_gemm_nt) with bias, Relu and the residual in its
+ *   epilogue, other activations in place after it; cuDNN takes them when cuBLASLt has no
+ *   algorithm, and all of them with the kiln_cuda's conv_gemm off (--disable conv-gemm).
+ *
  *   Pads are computed by the CPU reference's rules (kiln_cuda_window_get). cuDNN pads both
  *   sides of a dim by one amount; when begin and end pads differ (SAME_* with an odd
  *   total, or explicit asymmetric pads) X is first copied into the workspace with its
@@ -39,6 +45,10 @@
  *   caller's buffers, or with autotuning off chosen by cuDNN's heuristic
  *   (cudnnGetConvolution*Algorithm_v7) without timing. Deterministic mode keeps only
  *   algorithms cuDNN reports deterministic (backward algorithms 0 and 3 add with atomics).
+ *   The fused call of a kiln.FusedConv may run other kernels than the plain call of the
+ *   same algorithm, so with autotuning its problem is its own entry: the fastest few
+ *   candidates are timed as fused calls and the best is weighed against the fastest plain
+ *   convolution plus an epilogue kernel; the entry says fused or split.
  *   Choices are kept on the kiln_cuda, and timed ones in the disk cache (algo_cache.c)
  *   for later processes. Workspace: the padded copy of X or dX, if any, a zero bias for a
  *   FusedConv without B, plus the most any algorithm of the direction needs for the shape,
@@ -253,7 +263,6 @@ static size_t most_workspace(kiln_cuda *cu, cudnnHandle_t h, int dir) {
     return most;
 }
 
-/* Workspace of direction dir for the convolution of x by w giving y, plus extra bytes. */
 /* A 1x1 convolution with stride 1, no padding and one group over NHWC tensors is the
  * product Y (N*H*W, M) = X (N*H*W, C) W^T with W stored (M, C) (KRSC with R = S = 1):
  * cuBLASLt runs it with the bias, Relu and the residual in its epilogue. */
@@ -262,6 +271,7 @@ static bool gemm_shaped(const kiln_cuda *cu, const conv_geo *g) {
            g->ph == 0 && g->pw == 0 && !g->padded && g->G == 1 && g->OH == g->H0 && g->OW == g->W0;
 }
 
+/* Workspace of direction dir for the convolution of x by w giving y, plus extra bytes. */
 static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
                                  const kiln_tensor *y, int dir, bool fused, size_t *bytes) {
     kiln_context *ctx = c->kctx;
