@@ -7,7 +7,7 @@
  * its own 3 and 1.24 ms with 8 (bench/NOTES.md, run11).
  *
  * For a Conv (or kiln.FusedConv) with group 1 whose weight W (M, C, k...) is an initializer
- * and whose C is not a multiple of 8: W becomes a new initializer (M, C8, k...) with zeros
+ * and whose C is not already its padded count C8: W becomes a new initializer (M, C8, k...) with zeros
  * in channels C..C8-1, and X is read through Pad(X, pads) adding C8-C zero channels at the
  * end of dim 1 (one Pad per X and width, shared by the convs reading it). The added
  * channels multiply zero weights, so Y is unchanged (exactly: the products are +0). Output
