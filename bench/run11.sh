@@ -2,9 +2,9 @@
 # GPU kernel tests (incl. the training profile's restore), the stem-padding experiment
 # (KILN_PAD_SMALL=none|4|8), the training step profile, kiln's epoch next to PyTorch's
 # reference script, and the loss comparison with PyTorch's own spread.
-# KILN_PAD_SMALL was a temporary switch of the pad-channels pass for this one experiment
-# (removed in f4d6fc0, "pad-channels: 1 to 4 channels are padded to 4"), so
-# the three stem runs now measure the same thing. Results: bench/NOTES.md, results/run11/.
+# KILN_PAD_SMALL was a temporary switch of the pad-channels pass, built for this one
+# experiment and never committed (f4d6fc0 made its answer, 4 channels, the rule), so the
+# three stem runs now measure the same thing. Results: bench/NOTES.md, results/run11/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 eval "$(tests/gpu/device.sh env)"
