@@ -85,19 +85,27 @@ template <typename I> __device__ __forceinline__ I index_stride() { return (I)gr
 /* The window of output coordinate o along slot t: its first input coordinate, the taps j
  * with 0 <= start + j*d < in as [lo, hi), and how many taps fall inside the padded input
  * [-pad_begin, in + pad_end) (AveragePool's count_include_pad divisor). */
+/* Window o's first coordinate along slot t and its taps inside the input, [lo, hi). */
 template <typename I>
-__device__ __forceinline__ I window(const PoolGeoT<I> &g, int t, I o, I *start, I *lo, I *hi) {
+__device__ __forceinline__ void window_taps(const PoolGeoT<I> &g, int t, I o, I *start, I *lo, I *hi) {
     *start = o * g.s[t] - g.pb[t];
-    I inside_pad = 0;
-    for (I j = 0; j < g.k[t]; j++) {
-        const I p = *start + j * g.d[t];
-        if (p >= -g.pb[t] && p < g.in[t] + g.pe[t]) inside_pad++;
-    }
     const I a = *start >= 0 ? 0 : (-*start + g.d[t] - 1) / g.d[t];
     I b = g.in[t] - *start <= 0 ? 0 : (g.in[t] - *start + g.d[t] - 1) / g.d[t];
     if (b > g.k[t]) b = g.k[t];
     *lo = a;
     *hi = b > a ? b : a;
+}
+
+/* window_taps, returning how many taps lie inside the padded input (AveragePool's
+ * include_pad divisor). */
+template <typename I>
+__device__ __forceinline__ I window(const PoolGeoT<I> &g, int t, I o, I *start, I *lo, I *hi) {
+    window_taps(g, t, o, start, lo, hi);
+    I inside_pad = 0;
+    for (I j = 0; j < g.k[t]; j++) {
+        const I p = *start + j * g.d[t];
+        if (p >= -g.pb[t] && p < g.in[t] + g.pe[t]) inside_pad++;
+    }
     return inside_pad;
 }
 
@@ -222,29 +230,6 @@ __global__ void pool_nhwc_kernel(const T *x, T *y, int64_t total, int64_t C, Poo
     }
 }
 
-/* Slots 1 and 2 of a PoolGeo (the two spatial dims of an NHWC X) in 32-bit ints. */
-struct PoolGeo2 {
-    int in[2], out[2], k[2], s[2], d[2], pb[2], pe[2];
-};
-
-/* window() in 32-bit arithmetic; the count inside the padded input only when asked (it
- * loops over the taps). */
-__device__ __forceinline__ int window32(const PoolGeo2 &g, int t, int o, bool count, int *start, int *lo, int *hi) {
-    *start = o * g.s[t] - g.pb[t];
-    int inside_pad = 0;
-    if (count)
-        for (int j = 0; j < g.k[t]; j++) {
-            const int p = *start + j * g.d[t];
-            if (p >= -g.pb[t] && p < g.in[t] + g.pe[t]) inside_pad++;
-        }
-    const int a = *start >= 0 ? 0 : (-*start + g.d[t] - 1) / g.d[t];
-    int b = g.in[t] - *start <= 0 ? 0 : (g.in[t] - *start + g.d[t] - 1) / g.d[t];
-    if (b > g.k[t]) b = g.k[t];
-    *lo = a;
-    *hi = b > a ? b : a;
-    return inside_pad;
-}
-
 // x: (N, H, W, C), y: (N, OH, OW, C), C a multiple of VEC = 16 / sizeof(T), x and y
 // 16-byte aligned, every element index below 2^31. The fast path of pool_nhwc_kernel: a
 // thread takes VEC neighbouring channels of one output position (16-byte loads and
@@ -252,7 +237,7 @@ __device__ __forceinline__ int window32(const PoolGeo2 &g, int t, int o, bool co
 // float accumulation, so the results are the same bits.
 template <typename T, bool MAX>
 __global__ void pool_nhwc_vec_kernel(const T *__restrict__ x, T *__restrict__ y, uint32_t total, uint32_t CV,
-                                     PoolGeo2 g, bool include_pad) {
+                                     PoolGeo32 g, bool include_pad) {
     using V = typename VecOf<T>::type;
     constexpr int VEC = VecOf<T>::N;
     const V *xv = reinterpret_cast<const V *>(x);
@@ -260,20 +245,24 @@ __global__ void pool_nhwc_vec_kernel(const T *__restrict__ x, T *__restrict__ y,
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const uint32_t cv = i % CV;
         uint32_t r = i / CV;
-        const uint32_t ow = r % (uint32_t)g.out[1];
-        r /= (uint32_t)g.out[1];
-        const uint32_t oh = r % (uint32_t)g.out[0], n = r / (uint32_t)g.out[0];
-        int sh, lh, hh, sw, lw, hw;
-        const bool count = !MAX && include_pad;
-        const int padded = window32(g, 0, (int)oh, count, &sh, &lh, &hh) * window32(g, 1, (int)ow, count, &sw, &lw, &hw);
-        const V *xp = xv + n * (uint32_t)(g.in[0] * g.in[1]) * CV + cv;
+        const uint32_t ow = r % (uint32_t)g.out[2];
+        r /= (uint32_t)g.out[2];
+        const uint32_t oh = r % (uint32_t)g.out[1], n = r / (uint32_t)g.out[1];
+        int sh, lh, hh, sw, lw, hw, padded = 0;
+        if (!MAX && include_pad) { /* the divisor counts taps in the padding: a loop over them */
+            padded = window(g, 1, (int)oh, &sh, &lh, &hh) * window(g, 2, (int)ow, &sw, &lw, &hw);
+        } else {
+            window_taps(g, 1, (int)oh, &sh, &lh, &hh);
+            window_taps(g, 2, (int)ow, &sw, &lw, &hw);
+        }
+        const V *xp = xv + n * (uint32_t)(g.in[1] * g.in[2]) * CV + cv;
         float acc[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; e++) acc[e] = MAX ? -INFINITY : 0.f;
         for (int j1 = lh; j1 < hh; j1++) {
-            const V *row = xp + (uint32_t)((sh + j1 * g.d[0]) * g.in[1]) * CV;
+            const V *row = xp + (uint32_t)((sh + j1 * g.d[1]) * g.in[2]) * CV;
             for (int j2 = lw; j2 < hw; j2++) {
-                const V v = row[(uint32_t)(sw + j2 * g.d[1]) * CV];
+                const V v = row[(uint32_t)(sw + j2 * g.d[2]) * CV];
 #pragma unroll
                 for (int e = 0; e < VEC; e++) {
                     const float f = to_f(v.v[e]);
@@ -293,27 +282,13 @@ __global__ void pool_nhwc_vec_kernel(const T *__restrict__ x, T *__restrict__ y,
     }
 }
 
-/* Whether the NHWC fast path takes these: 2-D windows (slots 0 unused), C a multiple of
- * the vector, aligned pointers, every element index and window coordinate within int. */
+/* Whether the NHWC fast path takes these: 2-D windows (slot 0 unused), C a multiple of
+ * the vector, aligned pointers, every index within int (geo_fits32). */
 template <typename T>
-static bool nhwc_vec_ok(const void *x, const void *y, int64_t total, int64_t C, const PoolGeo &g, PoolGeo2 *g2) {
-    const int64_t vec = VecOf<T>::N;
-    if (C % vec != 0 || !aligned16(x, y) || g.in[0] != 1 || g.out[0] != 1) return false;
+static bool nhwc_vec_ok(const void *x, const void *y, int64_t total, int64_t C, const PoolGeo &g, PoolGeo32 *g32) {
+    if (C % VecOf<T>::N != 0 || !aligned16(x, y) || g.in[0] != 1 || g.out[0] != 1) return false;
     const int64_t in_total = total / (g.out[1] * g.out[2] > 0 ? g.out[1] * g.out[2] : 1) * g.in[1] * g.in[2];
-    const int64_t lim = 0x3fffffff; /* window math adds a few such terms: keep a factor 2 spare */
-    if (total > lim || in_total > lim) return false;
-    for (int t = 1; t < 3; t++) {
-        const int64_t span = g.out[t] * g.s[t] + g.k[t] * g.d[t] + g.pb[t] + g.pe[t] + g.in[t];
-        if (span > lim || g.k[t] > lim || g.pb[t] > lim || g.pe[t] > lim) return false;
-        g2->in[t - 1] = (int)g.in[t];
-        g2->out[t - 1] = (int)g.out[t];
-        g2->k[t - 1] = (int)g.k[t];
-        g2->s[t - 1] = (int)g.s[t];
-        g2->d[t - 1] = (int)g.d[t];
-        g2->pb[t - 1] = (int)g.pb[t];
-        g2->pe[t - 1] = (int)g.pe[t];
-    }
-    return true;
+    return geo_fits32(g, in_total, total, g32);
 }
 
 template <typename T>
@@ -323,7 +298,7 @@ kiln_status launch_pool(kiln_cuda *cu, kiln_context *ctx, bool is_max, const voi
     const unsigned blocks = kiln_cuda_blocks(cu, total, THREADS);
     const T *xt = (const T *)x;
     T *yt = (T *)y;
-    PoolGeo2 g2;
+    PoolGeo32 g2;
     if (nhwc_c && nhwc_vec_ok<T>(x, y, total, nhwc_c, g, &g2)) {
         const int64_t vec = VecOf<T>::N, tv = total / vec;
         const unsigned vblocks = kiln_cuda_blocks(cu, tv, THREADS);
@@ -393,17 +368,6 @@ kiln_status pool(kiln_cuda *cu, kiln_op_ctx *c, bool is_max) {
 }
 
 /* ------------------------------------------------------------------ MaxPoolGrad */
-
-/* Window o's first coordinate along slot t and its taps inside the input, [lo, hi). */
-template <typename I>
-__device__ __forceinline__ void window_taps(const PoolGeoT<I> &g, int t, I o, I *start, I *lo, I *hi) {
-    *start = o * g.s[t] - g.pb[t];
-    const I a = *start >= 0 ? 0 : (-*start + g.d[t] - 1) / g.d[t];
-    I b = g.in[t] - *start <= 0 ? 0 : (g.in[t] - *start + g.d[t] - 1) / g.d[t];
-    if (b > g.k[t]) b = g.k[t];
-    *lo = a;
-    *hi = b > a ? b : a;
-}
 
 /* The offset in its (n, c) plane of the element window o picks, or -1 for a window with
  * no tap inside the input. */
