@@ -35,7 +35,7 @@ static int usage(FILE *f) {
             "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
             "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
             "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
-            "        step's loss written to FILE, CPU)\n"
+            "        step's loss written to FILE, CPU) [--disable nhwc,autotune,conv-gemm] (CUDA)\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
             "      one training step, slowest first: each node of the forward + backward on its\n"
@@ -477,6 +477,7 @@ typedef struct train_args {
     uint64_t seed;
     float lr;
     int dropout, threads, strict_fp32, no_shuffle, profile;
+    unsigned disable;
 } train_args;
 
 /* kiln train --profile: one step of the trained model, node by node (see kiln_trainer_profile),
@@ -586,7 +587,9 @@ static int cmd_train(int argc, char **argv) {
         else if (strcmp(o, "--threads") == 0) a.threads = atoi(v);
         else if (strcmp(o, "--init") == 0) a.init = v;
         else if (strcmp(o, "--losses") == 0) a.losses = v;
-        else { fprintf(stderr, "kiln train: unknown option '%s'\n", o); return usage(stderr); }
+        else if (strcmp(o, "--disable") == 0) {
+            if (parse_disable(v, &a.disable)) return 2;
+        } else { fprintf(stderr, "kiln train: unknown option '%s'\n", o); return usage(stderr); }
     }
     if (!a.model || strcmp(a.model, "mnist-net") != 0) {
         fprintf(stderr, "kiln train: the model must be 'mnist-net' (the one kiln builds today)\n");
@@ -599,7 +602,7 @@ static int cmd_train(int argc, char **argv) {
     }
     kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = a.lr > 0 ? a.lr : 1.0f, .schedule = KILN_SCHEDULE_STEP,
                             .gamma = 0.7f, .accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads,
-                            .strict_fp32 = a.strict_fp32};
+                            .strict_fp32 = a.strict_fp32, .disable_passes = a.disable};
     if (strcmp(a.device, "cpu") == 0) o.device = KILN_DEVICE_CPU;
     else if (strcmp(a.device, "cuda") == 0) o.device = KILN_DEVICE_CUDA;
     else { fprintf(stderr, "kiln train: unknown device '%s'\n", a.device); return 2; }

@@ -308,6 +308,10 @@ typedef struct kiln_train_options {
     int threads;         /* CPU threads (0: the context's setting) */
     int strict_fp32;     /* CUDA: 1 keeps f32 convolutions and products off TF32 tensor cores;
                             0 (default) allows TF32, as PyTorch does for convolutions */
+    unsigned disable_passes; /* KILN_PASS_* bits to turn off; CUDA training honours
+                                KILN_PASS_NHWC (convolution chains and their gradients
+                                NHWC unless strict_fp32), KILN_PASS_AUTOTUNE and
+                                KILN_PASS_CONV_GEMM */
 } kiln_train_options;
 
 /* A trainer holds the training graph (the forward graph, the backward graph autograd

@@ -7,10 +7,13 @@
  * conversions are copies. Device-style plans (host_memory false) carry the formats into
  * their tensors; host plans stay NCHW. After the precision and pad-channels passes the
  * input's Cast and channel Pad are folded into its kiln.ToNHWC (to, zero_channels), and
- * stay where another node reads their output. Exits non-zero on any failure. */
+ * stay where another node reads their output. mnist-net's training graph (forward and
+ * backward): the convolution chain and its gradients NHWC with four conversions, the same
+ * loss and gradients bit for bit. Exits non-zero on any failure. */
 #include "core/optest.h"
 #include "core/plan.h"
 #include "passes/passes.h"
+#include "train/trainer_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -413,8 +416,117 @@ static void mixed(void) {
     finalize(outs, 3);
 }
 
+/* The node of m producing value `name` (-1 none). */
+static const kiln_node *producer(const kiln_model *m, const char *name) {
+    const int v = kiln_model_find_value(m, name);
+    for (int i = 0; v >= 0 && i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_out; k++)
+            if (m->nodes[i].out[k] == v) return &m->nodes[i];
+    return NULL;
+}
+
+/* Whether every node of type op in m with a 4-D output writes it in format f; *count:
+ * how many there are. */
+static bool outputs_are(const kiln_model *m, const char *op, kiln_format f, int *count) {
+    bool all = true;
+    *count = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        if (strcmp(n->op_type, op) != 0 || n->out[0] < 0 || m->values[n->out[0]].ndim != 4) continue;
+        (*count)++;
+        all &= m->values[n->out[0]].format == f;
+    }
+    return all;
+}
+
+/* mnist-net's training graph (the CPU trainer's: forward, backward, loss) through the
+ * layout pass for a CUDA plan: conv2's weight converted once for its three readers, the
+ * chain leaving NHWC before training Dropout and coming back before MaxPoolGrad, conv2's
+ * weight gradient converted at the graph output; the one-channel input and conv1's weight
+ * and weight gradient read as they are. On the CPU the rewritten graph gives the same loss
+ * and gradients, bit for bit, with the same Dropout seed. */
+static void mnist_training(kiln_precision prec) {
+    kiln_model *m = NULL;
+    kiln_trainer *t = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA};
+    const char *label = prec == KILN_PRECISION_FP32 ? "mnist-net training graph" : "mnist-net training graph, fp16";
+    printf("-- %s\n", label);
+    if (kiln_model_mnist_net(ctx, 64, 1, 1, &m) || kiln_trainer_create(m, "loss", &o, &t)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        kiln_model_free(m);
+        return;
+    }
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec, .disabled = ~(unsigned)KILN_PASS_NHWC};
+    kiln_pass_options base = po;
+    base.disabled = ~0u;
+    kiln_model *opt = NULL, *ref = NULL;
+    if (kiln_passes_apply(t->train, &po, &opt) || kiln_passes_apply(t->train, &base, &ref)) {
+        CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    const int a = count_op(opt, "ToNHWC"), b = count_op(opt, "ToNCHW");
+    CHECK(a == 2 && b == 2, "%s: %d ToNHWC and %d ToNCHW, expected 2 and 2", label, a, b);
+    int k = 0;
+    CHECK(outputs_are(opt, "ConvGradInput", KILN_FORMAT_NHWC, &k) && k == 1, "%s: ConvGradInput NHWC (%d)", label, k);
+    CHECK(outputs_are(opt, "MaxPoolGrad", KILN_FORMAT_NHWC, &k) && k == 1, "%s: MaxPoolGrad NHWC (%d)", label, k);
+    CHECK(outputs_are(opt, "UnaryGrad", KILN_FORMAT_NHWC, &k) && k == 2, "%s: conv UnaryGrads NHWC (%d)", label, k);
+    CHECK(outputs_are(opt, "Conv", KILN_FORMAT_NHWC, &k) && k == 2, "%s: Convs NHWC", label);
+    /* ConvGradWeight: conv2's dW NHWC (KRSC), conv1's (32,1,3,3) labelled NCHW */
+    int nhwc_w = 0, nchw_w = 0;
+    for (int i = 0; i < opt->n_nodes; i++)
+        if (strcmp(opt->nodes[i].op_type, "ConvGradWeight") == 0) {
+            const kiln_value *v = &opt->values[opt->nodes[i].out[0]];
+            if (v->format == KILN_FORMAT_NHWC) nhwc_w += v->dims[1] == 32;
+            else nchw_w += v->dims[1] == 1;
+        }
+    CHECK(nhwc_w == 1 && nchw_w == 1, "%s: weight gradients' layouts (%d NHWC of conv2, %d NCHW of conv1)", label,
+          nhwc_w, nchw_w);
+    const kiln_node *d = producer(opt, "dropout1");
+    CHECK(!d || (d->in[0] >= 0 && opt->values[d->in[0]].format == KILN_FORMAT_NCHW),
+          "%s: training Dropout reads NCHW", label);
+    CHECK(opt->n_outputs == t->train->n_outputs, "%s: output count", label);
+    for (int i = 0; i < opt->n_outputs; i++)
+        CHECK(opt->values[opt->outputs[i]].format == KILN_FORMAT_NCHW &&
+                  strcmp(kiln_model_output_name(opt, i), kiln_model_output_name(t->train, i)) == 0,
+              "%s: output %d (%s) renamed or not NCHW", label, i, kiln_model_output_name(opt, i));
+    /* the same function on the CPU: loss, gradients and statistics */
+    kiln_tensor *image = kt_rand(KILN_F32, 4, (int64_t[]){64, 1, 28, 28}, 0, 1, 11);
+    kiln_tensor *lab = kt_rand(KILN_I64, 1, (int64_t[]){64}, 0, 10, 12);
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    const int no = opt->n_outputs;
+    const kiln_tensor **want = calloc((size_t)no, sizeof *want), **got = calloc((size_t)no, sizeof *got);
+    kiln_plan *pr = NULL, *po2 = NULL;
+    kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_plan_build(ref, t->feeds, true, true, &pr);
+    if (!st) st = kiln_plan_build(opt, t->feeds, true, true, &po2);
+    if (!st) st = kiln_plan_run_cpu(pr, t->feeds, 77, no, want);
+    if (!st) st = kiln_plan_run_cpu(po2, t->feeds, 77, no, got);
+    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
+    for (int j = 0; !st && j < no; j++) {
+        char l[200];
+        snprintf(l, sizeof l, "%s: %s unchanged", label, kiln_model_output_name(opt, j));
+        fails += kiln_tensor_compare(got[j], want[j], 0, 0, l);
+    }
+    kiln_plan_free(pr);
+    kiln_plan_free(po2);
+    free(want);
+    free(got);
+    t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+out:
+    kiln_model_free(opt);
+    kiln_model_free(ref);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+}
+
 int main(void) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
+
+    mnist_training(KILN_PRECISION_FP32);
+    mnist_training(KILN_PRECISION_FP16);
 
     resnet_like(2, false);
     check_graph("resnet-like", &(expect){1, 0, {"stem", "pool", "b1sum", "b2", "stem.w", "b2s.w"}, {"gap", "flat", "x"}},

@@ -9,8 +9,9 @@
  *   attributes and read only the shape of their last input; ConvGradBias is a plain sum
  *   (reduce_sum.cu).
  *
- *   Layouts: 2-D forward convolutions take X, W and Y (and Z) all NCHW or all NHWC (W
- *   then KRSC, what cuDNN's NHWC kernels read); 1-D ones and the gradients NCHW.
+ *   Layouts: 2-D convolutions and their gradients take X, W and Y (and Z) all NCHW or all
+ *   NHWC (W then KRSC, what cuDNN's NHWC kernels read); a tensor whose bytes are the same
+ *   in both layouts (one channel, or 1x1 spatial) may carry either label. 1-D ones NCHW.
  *
  *   kiln.FusedConv(X, W, B?, Z?) = act(conv(X, W) + B + Z) (FUSED.md). With activation
  *   Relu, or none with a B or Z to add, one call to cudnnConvolutionBiasActivationForward
@@ -90,6 +91,12 @@ static kiln_format fmt_of(const kiln_tensor *t) { return t->ndim == 4 ? t->forma
 
 static const char *fmt_name(kiln_format f) { return f == KILN_FORMAT_NHWC ? "NHWC" : "NCHW"; }
 
+/* t is laid out f, or is 4-D with bytes that are the same in both layouts (C == 1 or
+ * H*W == 1). */
+static bool fmt_fits(const kiln_tensor *t, kiln_format f) {
+    return fmt_of(t) == f || (t->ndim == 4 && (t->dims[1] == 1 || t->dims[2] * t->dims[3] == 1));
+}
+
 /* Geometry of the convolution of x by w giving y (c: the node, for its attributes), or
  * false with a reason. */
 static bool conv_geo_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
@@ -103,8 +110,12 @@ static bool conv_geo_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_
         snprintf(why, n, "W has rank %d, X %d", w->ndim, x->ndim);
         return false;
     }
-    g->fmt = fmt_of(x);
-    if (fmt_of(w) != g->fmt || fmt_of(y) != g->fmt) {
+    /* NHWC when any of them is; a tensor whose bytes are the same in both layouts (one
+     * channel, or 1x1 spatial: the first layer's X on one-channel images) goes either way */
+    g->fmt = fmt_of(x) == KILN_FORMAT_NHWC || fmt_of(w) == KILN_FORMAT_NHWC || fmt_of(y) == KILN_FORMAT_NHWC
+                 ? KILN_FORMAT_NHWC
+                 : KILN_FORMAT_NCHW;
+    if (!fmt_fits(x, g->fmt) || !fmt_fits(w, g->fmt) || !fmt_fits(y, g->fmt)) {
         snprintf(why, n, "layouts X %s, W %s, Y %s (one layout for all three)", fmt_name(fmt_of(x)),
                  fmt_name(fmt_of(w)), fmt_name(fmt_of(y)));
         return false;
@@ -671,7 +682,9 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
                                                        a->bytes ? ws : NULL, a->bytes, &zero, cu->dnn_x, dxout));
     (void)cudaGetLastError();
     if (g.padded)
-        return kiln_cuda_crop_nchw(cu, ctx, dt, dx->data, dxout, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
+        return g.fmt == KILN_FORMAT_NHWC
+                   ? kiln_cuda_crop_nhwc(cu, ctx, dt, dx->data, dxout, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr)
+                   : kiln_cuda_crop_nchw(cu, ctx, dt, dx->data, dxout, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
     return KILN_OK;
 }
 
@@ -694,7 +707,9 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
                          pbytes, c->workspace_size);
     const void *xin = x->data;
     if (g.padded) {
-        st = kiln_cuda_pad_nchw(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
+        st = g.fmt == KILN_FORMAT_NHWC
+                 ? kiln_cuda_pad_nhwc(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr)
+                 : kiln_cuda_pad_nchw(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
         if (st) return st;
         xin = c->workspace;
     }

@@ -351,6 +351,10 @@ kiln_status kiln_cuda_pad_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, 
 kiln_status kiln_cuda_crop_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
                                 const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
                                 int64_t pt, int64_t pb, int64_t pl, int64_t pr);
+/* dst (N, H, W, C) = the interior of src (N, H+pt+pb, W+pl+pr, C) (NHWC ConvGradInput). */
+kiln_status kiln_cuda_crop_nhwc(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
+                                const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
+                                int64_t pt, int64_t pb, int64_t pl, int64_t pr);
 /* y (M, N) = c broadcast to (M, N) from a tensor of rank <= 2 (Gemm's C): cdims gives
  * its shape right-aligned to (M, N) (1 on broadcast dims). */
 kiln_status kiln_cuda_broadcast_2d(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,

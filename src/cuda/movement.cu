@@ -151,6 +151,26 @@ kiln_status launch_crop(kiln_cuda *cu, kiln_context *ctx, const void *src, void 
     return KILN_OK;
 }
 
+// src: (N, H + pt + pb, W + pl + pr, C); dst: (N, H, W, C)
+template <typename E>
+__global__ void crop_nhwc_kernel(const E *src, E *dst, int64_t total, int64_t C, int64_t H, int64_t W,
+                                 int64_t Hp, int64_t Wp, int64_t pt, int64_t pl) {
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
+        const int64_t c = i % C, r = i / C;
+        const int64_t w = r % W, h = (r / W) % H, n = r / (W * H);
+        dst[i] = src[((n * Hp + h + pt) * Wp + w + pl) * C + c];
+    }
+}
+
+template <typename E>
+kiln_status launch_crop_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *src, void *dst, int64_t total,
+                             int64_t C, int64_t H, int64_t W, int64_t Hp, int64_t Wp, int64_t pt, int64_t pl) {
+    crop_nhwc_kernel<E><<<kiln_cuda_blocks(cu, total, THREADS), THREADS, 0, cu->stream>>>(
+        (const E *)src, (E *)dst, total, C, H, W, Hp, Wp, pt, pl);
+    KILN_CUDA_LAUNCHED(ctx, "crop_nhwc_kernel");
+    return KILN_OK;
+}
+
 template <typename E>
 kiln_status launch_pad_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *src, void *dst, int64_t total,
                             int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo, int64_t pt, int64_t pl) {
@@ -517,6 +537,17 @@ extern "C" kiln_status kiln_cuda_crop_nchw(kiln_cuda *cu, kiln_context *ctx, kil
     if (total == 0) return KILN_OK;
     kiln_status st;
     KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(dt), launch_crop, cu, ctx, src, dst, total, H, W,
+                          H + pt + pb, W + pl + pr, pt, pl);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_crop_nhwc(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
+                                           const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
+                                           int64_t pt, int64_t pb, int64_t pl, int64_t pr) {
+    const int64_t total = N * H * W * C;
+    if (total == 0) return KILN_OK;
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(dt), launch_crop_nhwc, cu, ctx, src, dst, total, C, H, W,
                           H + pt + pb, W + pl + pr, pt, pl);
     return st;
 }

@@ -33,7 +33,8 @@
  *   input elements lie in no window); 2x2 stride 2 as in the forward, with two-element
  *   loads and stores. Otherwise one thread per input element adds the dY
  *   of every window that picked it, windows in ascending order as the reference adds
- *   them: no atomics, the same float sums.
+ *   them: no atomics, the same float sums. NHWC (4-D): the same two ways, one thread per
+ *   window and channel or per input element, neighbouring threads on neighbouring channels.
  *
  * Spatial dims are right-aligned into 3 slots; unused leading slots have size 1.
  */
@@ -497,6 +498,111 @@ __global__ void maxpool_grad_2x2(const T *__restrict__ dy, const T *__restrict__
     }
 }
 
+/* The spatial offset h*W + w of the element window (oh, ow) picks for one channel of an
+ * NHWC image (xp: the image's first element of that channel, C apart), by window_pick's
+ * rule; -1 for a window with no tap inside the input. 2-D: slots 1 and 2. */
+template <typename T>
+__device__ int64_t window_pick_nhwc(const T *xp, const PoolGeo &g, int64_t C, int64_t oh, int64_t ow) {
+    int64_t sh, lh, hh, sw, lw, hw;
+    window_taps(g, 1, oh, &sh, &lh, &hh);
+    window_taps(g, 2, ow, &sw, &lw, &hw);
+    if (lh == hh || lw == hw) return -1;
+    int64_t at = (sh + lh * g.d[1]) * g.in[2] + sw + lw * g.d[2];
+    float best = to_f(xp[at * C]);
+    bool nan = best != best;
+    for (int64_t j1 = lh; j1 < hh; j1++) {
+        const int64_t row = (sh + j1 * g.d[1]) * g.in[2] + sw;
+        for (int64_t j2 = lw; j2 < hw; j2++) {
+            const int64_t off = row + j2 * g.d[2];
+            const float v = to_f(xp[off * C]);
+            if (v > best || (v != v && !nan)) {
+                best = v;
+                at = off;
+            }
+            nan |= v != v;
+        }
+    }
+    return at;
+}
+
+// dy: (N, OH, OW, C); x, dx: (N, H, W, C). One thread per window and channel (neighbouring
+// threads: neighbouring channels, coalesced); windows do not overlap.
+template <typename T>
+__global__ void maxpool_grad_nhwc_windows(const T *dy, const T *x, T *dx, int64_t total, int64_t C, PoolGeo g) {
+    const int64_t plane = g.in[1] * g.in[2] * C;
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
+        const int64_t c = i % C;
+        int64_t r = i / C;
+        const int64_t ow = r % g.out[2];
+        r /= g.out[2];
+        const int64_t oh = r % g.out[1], n = r / g.out[1];
+        const T *xp = x + n * plane + c;
+        T *dxp = dx + n * plane + c;
+        const int64_t at = window_pick_nhwc(xp, g, C, oh, ow);
+        if (at < 0) continue;
+        const T v = dy[i], zero = from_f<T>(0.f);
+        int64_t sh, lh, hh, sw, lw, hw;
+        window_taps(g, 1, oh, &sh, &lh, &hh);
+        window_taps(g, 2, ow, &sw, &lw, &hw);
+        for (int64_t j1 = lh; j1 < hh; j1++) {
+            const int64_t row = (sh + j1 * g.d[1]) * g.in[2] + sw;
+            for (int64_t j2 = lw; j2 < hw; j2++) {
+                const int64_t off = row + j2 * g.d[2];
+                dxp[off * C] = off == at ? v : zero;
+            }
+        }
+    }
+}
+
+// dy: (N, OH, OW, C); x, dx: (N, H, W, C). One thread per input element: the dY of every
+// window that picked it, windows in ascending order (maxpool_grad_gather's sums).
+template <typename T>
+__global__ void maxpool_grad_nhwc_gather(const T *dy, const T *x, T *dx, int64_t total, int64_t C, PoolGeo g) {
+    const int64_t plane = g.in[1] * g.in[2] * C, oplane = g.out[1] * g.out[2] * C;
+    for (int64_t e = thread_index(); e < total; e += grid_stride()) {
+        const int64_t c = e % C;
+        int64_t r = e / C;
+        const int64_t w = r % g.in[2];
+        r /= g.in[2];
+        const int64_t h = r % g.in[1], n = r / g.in[1];
+        const T *xp = x + n * plane + c;
+        const T *dyp = dy + n * oplane + c;
+        const int64_t me = h * g.in[2] + w;
+        float acc = 0.f;
+        for (int64_t j1 = g.k[1] - 1; j1 >= 0; j1--) {
+            const int64_t q1 = h + g.pb[1] - j1 * g.d[1];
+            int64_t o1;
+            if (q1 < 0 || q1 % g.s[1] || (o1 = q1 / g.s[1]) >= g.out[1]) continue;
+            for (int64_t j2 = g.k[2] - 1; j2 >= 0; j2--) {
+                const int64_t q2 = w + g.pb[2] - j2 * g.d[2];
+                int64_t o2;
+                if (q2 < 0 || q2 % g.s[2] || (o2 = q2 / g.s[2]) >= g.out[2]) continue;
+                if (window_pick_nhwc(xp, g, C, o1, o2) == me) acc += to_f(dyp[(o1 * g.out[2] + o2) * C]);
+            }
+        }
+        dx[e] = from_f<T>(acc);
+    }
+}
+
+template <typename T>
+kiln_status launch_maxpool_grad_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *dy, const void *x, void *dx,
+                                     int64_t N, int64_t C, PoolGeo g, bool disjoint, bool covered) {
+    const int64_t in_n = N * g.in[1] * g.in[2] * C, out_n = N * g.out[1] * g.out[2] * C;
+    if (in_n == 0) return KILN_OK;
+    if (disjoint) {
+        if (!covered) KILN_CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, (size_t)in_n * sizeof(T), cu->stream));
+        if (out_n == 0) return KILN_OK;
+        maxpool_grad_nhwc_windows<T><<<kiln_cuda_blocks(cu, out_n, THREADS), THREADS, 0, cu->stream>>>(
+            (const T *)dy, (const T *)x, (T *)dx, out_n, C, g);
+        KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_nhwc_windows");
+    } else {
+        maxpool_grad_nhwc_gather<T><<<kiln_cuda_blocks(cu, in_n, THREADS), THREADS, 0, cu->stream>>>(
+            (const T *)dy, (const T *)x, (T *)dx, in_n, C, g);
+        KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_nhwc_gather");
+    }
+    return KILN_OK;
+}
+
 template <typename T>
 kiln_status launch_maxpool_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy, const void *x, void *dx,
                                 int64_t NC, PoolGeo g, bool disjoint, bool covered) {
@@ -656,7 +762,11 @@ extern "C" kiln_status kiln_cuda_k_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c) {
             }
         if (inside != g.in[t]) covered = false;
     }
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_maxpool_grad, cu, c->kctx, dy->data, x->data,
-                           c->out[0]->data, x->dims[0] * x->dims[1], g, disjoint, covered);
+    if (x->ndim == 4 && x->format == KILN_FORMAT_NHWC)
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_maxpool_grad_nhwc, cu, c->kctx, dy->data, x->data,
+                               c->out[0]->data, x->dims[0], x->dims[1], g, disjoint, covered);
+    else
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_maxpool_grad, cu, c->kctx, dy->data, x->data,
+                               c->out[0]->data, x->dims[0] * x->dims[1], g, disjoint, covered);
     return st;
 }

@@ -1,7 +1,8 @@
 /*
  * reduce_sum.cu — sums of a tensor down to a smaller shape, the tail of most gradients:
  *
- *   kiln.ConvGradBias(dY) -> dB (M): dY (N, M, spatial...) summed over all dims but 1;
+ *   kiln.ConvGradBias(dY) -> dB (M): dY (N, M, spatial...) summed over all dims but 1
+ *     (an NHWC dY: as (N*H*W, M), column sums);
  *   kiln.ReduceSumTo(X, Like) -> X summed over the dims along which Like's shape
  *     (right-aligned, size 1 or missing) was broadcast to X's;
  *   kiln.GemmGradC(dY, C) -> beta * dY (M, N) summed down to C's shape (beta 0: exactly 0,
@@ -337,10 +338,24 @@ void bias_shape(const kiln_tensor *dy, int *yr, int64_t *yd) {
     for (int d = 0; d < *yr; d++) yd[d] = d == 0 ? dy->dims[1] : 1;
 }
 
+/* dY of an NHWC ConvGradBias seen as (N*H*W, M): the sum keeps its last dim. */
+bool nhwc_bias(const kiln_op_ctx *c, int64_t *xd, int *yr, int64_t *yd) {
+    const kiln_tensor *x = c->in[0];
+    if (x->ndim != 4 || x->format != KILN_FORMAT_NHWC || strcmp(c->node->op_type, "ConvGradBias") != 0) return false;
+    xd[0] = x->dims[0] * x->dims[2] * x->dims[3];
+    xd[1] = x->dims[1];
+    *yr = 1;
+    yd[0] = x->dims[1];
+    return true;
+}
+
 kiln_status run_sum(kiln_cuda *cu, kiln_op_ctx *c, int yr, const int64_t *yd, float scale) {
     const kiln_tensor *x = c->in[0];
     SumPlan p;
-    plan_sum(cu, x->ndim, x->dims, yr, yd, &p);
+    int64_t xd[2], nyd[1];
+    int nyr = 0;
+    if (nhwc_bias(c, xd, &nyr, nyd)) plan_sum(cu, 2, xd, nyr, nyd, &p);
+    else plan_sum(cu, x->ndim, x->dims, yr, yd, &p);
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_sum, cu, c->kctx, p, x->data, c->out[0]->data,
                            c->workspace, c->workspace_size, scale);
@@ -359,7 +374,9 @@ extern "C" kiln_status kiln_cuda_ws_channel_sum(kiln_cuda *cu, kiln_op_ctx *c, s
     if (c->node->op >= 0 && strcmp(c->node->op_type, "ConvGradBias") == 0) bias_shape(x, &yr, yd);
     else target_shape(c, &yr, &ydp);
     SumPlan p;
-    plan_sum(cu, x->ndim, x->dims, yr, ydp, &p);
+    int64_t xd[2];
+    if (nhwc_bias(c, xd, &yr, yd)) plan_sum(cu, 2, xd, yr, yd, &p);
+    else plan_sum(cu, x->ndim, x->dims, yr, ydp, &p);
     *bytes = partial_bytes(p);
     return KILN_OK;
 }

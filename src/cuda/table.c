@@ -138,6 +138,16 @@ static bool conv_check(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_te
         snprintf(why, n, "W and Y must have X's rank %d", x->ndim);
         return false;
     }
+    /* one layout for the three, except that a tensor with the same bytes in both (C == 1 or
+     * H*W == 1) may carry either label */
+    const bool nhwc = is_nhwc(x) || is_nhwc(w) || is_nhwc(y);
+    const kiln_tensor *const t3[3] = {x, w, y};
+    for (int i = 0; nhwc && i < 3; i++)
+        if (!is_nhwc(t3[i]) && !(t3[i]->ndim == 4 && (t3[i]->dims[1] == 1 || t3[i]->dims[2] * t3[i]->dims[3] == 1))) {
+            snprintf(why, n, "X is %s, W %s and Y %s (one layout for all three)", layout_name(x), layout_name(w),
+                     layout_name(y));
+            return false;
+        }
     kiln_cuda_window win;
     if (!kiln_cuda_window_get(c, x, y, w->dims + 2, &win, why, n)) return false;
     const int64_t sizes[] = {kiln_tensor_numel(x), kiln_tensor_numel(w), kiln_tensor_numel(y)};
@@ -363,6 +373,11 @@ static bool sup_maxpool_grad(const kiln_op_ctx *c, char *why, size_t n) {
         return false;
     }
     if (!same_float(c, why, n)) return false;
+    if (is_nhwc(c->in[0]) != is_nhwc(c->in[1]) || is_nhwc(c->out[0]) != is_nhwc(c->in[1])) {
+        snprintf(why, n, "dY is %s, X %s and dX %s (one layout for all three)", layout_name(c->in[0]),
+                 layout_name(c->in[1]), layout_name(c->out[0]));
+        return false;
+    }
     kiln_cuda_window w;
     return kiln_cuda_window_get(c, c->in[1], c->in[0], NULL, &w, why, n);
 }
@@ -372,6 +387,16 @@ static bool sup_sum_down(const kiln_op_ctx *c, char *why, size_t n) {
     if (!float_input(c, 0, why, n)) return false;
     if (c->out[0]->dtype != c->in[0]->dtype) {
         snprintf(why, n, "the output must have the input's dtype");
+        return false;
+    }
+    return true;
+}
+
+/* kiln.ConvGradBias(dY): dY NCHW, or NHWC (summed as (N*H*W, M)). */
+static bool sup_conv_grad_bias(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!sup_sum_down(c, why, n)) return false;
+    if (c->in[0]->ndim < 2) {
+        snprintf(why, n, "dY has rank %d (at least 2)", c->in[0]->ndim);
         return false;
     }
     return true;
@@ -609,14 +634,14 @@ static const entry table[] = {
     {"ReduceMin", kiln_cuda_k_reduce, sup_reduce, NULL, false},
     {"LayerNormalization", kiln_cuda_k_layernorm, sup_layernorm, NULL, false},
     /* kiln's gradient ops */
-    {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, false},
+    {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, true},
     {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, false},
-    {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input, false},
-    {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight, false},
-    {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_sum_down, kiln_cuda_ws_channel_sum, false},
+    {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input, true},
+    {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight, true},
+    {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_conv_grad_bias, kiln_cuda_ws_channel_sum, true},
     {"kiln.ReduceSumTo", kiln_cuda_k_reduce_sum_to, sup_sum_down, kiln_cuda_ws_channel_sum, false},
     {"kiln.GemmGradC", kiln_cuda_k_gemm_grad_c, sup_sum_down, kiln_cuda_ws_channel_sum, false},
-    {"kiln.MaxPoolGrad", kiln_cuda_k_maxpool_grad, sup_maxpool_grad, NULL, false},
+    {"kiln.MaxPoolGrad", kiln_cuda_k_maxpool_grad, sup_maxpool_grad, NULL, true},
     {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
     {"kiln.LogSoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
     {"kiln.NegativeLogLikelihoodLossGrad", kiln_cuda_k_nll_grad, sup_nll, kiln_cuda_ws_nll_grad, false},
@@ -649,7 +674,15 @@ static bool sup_unary_grad(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "op=%s has no CUDA derivative", op);
         return false;
     }
-    return same_float(c, why, n);
+    if (!same_float(c, why, n)) return false;
+    /* elementwise over the bytes: dY, X, Y and dX in one layout */
+    for (int i = 0; i < c->n_in; i++)
+        if (present(c, i) && is_nhwc(c->in[i]) != is_nhwc(c->out[0])) {
+            snprintf(why, n, "input %d is %s and dX %s (one layout for all)", i, layout_name(c->in[i]),
+                     layout_name(c->out[0]));
+            return false;
+        }
+    return true;
 }
 
 /* The registry's domain of a table name: "kiln.X" is X of domain "kiln". */

@@ -21,6 +21,15 @@
  *     A binary op's other operands may stay NCHW when their bytes are the same in both
  *     layouts: rank <= 4 right-aligned to (N, C, H, W) with C == 1 or H*W == 1 (scalars,
  *     per-channel vectors (C,1,1), (N,1,H,W) maps); a full 4-D one is converted.
+ *     A convolution's X and W whose bytes are the same in both layouts (one channel: the
+ *     first layer on grayscale images) are read as they are, with no conversion.
+ *   - Training's gradients follow their forward ops (CUDA training runs this pass too):
+ *     kiln.ConvGradInput(dY, W, X) when dY is NHWC, kiln.ConvGradWeight(X, dY, W) and
+ *     kiln.MaxPoolGrad(dY, X) and kiln.UnaryGrad(dY, X?, Y?) when any data input is,
+ *     kiln.ConvGradBias(dY) when dY is (its (M) output has no layout). A weight gradient
+ *     is NHWC (KRSC) like its weight, converted to NCHW at the graph output, unless its
+ *     bytes are the same in both layouts. Training Dropout (its mask is drawn by NCHW flat
+ *     index) and Flatten read NCHW, so mnist-net's convolution chain ends at its MaxPool.
  *   - GlobalAveragePool reads NHWC and writes (N, C, 1, 1), whose bytes are the same in
  *     both layouts: its output is labelled NCHW, so ResNet's GlobalAveragePool -> Flatten
  *     -> Gemm head needs no conversion at all, or NHWC when only convolutions read it
@@ -52,7 +61,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_NONE, K_CONV, K_POOL, K_BN, K_GAP, K_UNARY, K_BINARY };
+enum kind {
+    K_NONE, K_CONV, K_POOL, K_BN, K_GAP, K_UNARY, K_BINARY,
+    /* training's gradient ops (autograd.c): kiln.ConvGradInput, kiln.ConvGradWeight,
+     * kiln.ConvGradBias, kiln.MaxPoolGrad, kiln.UnaryGrad */
+    K_CGRAD_IN, K_CGRAD_W, K_CGRAD_B, K_PGRAD, K_UGRAD
+};
 
 #define WANT_ANY (-1)
 
@@ -85,6 +99,11 @@ static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
     if (strcmp(n->domain, "kiln") == 0) {
         if (strcmp(n->op_type, "FusedConv") == 0) return K_CONV;
         if (strcmp(n->op_type, "FusedElementwise") == 0 && same_shape_inputs(n)) return K_BINARY;
+        if (strcmp(n->op_type, "ConvGradInput") == 0) return K_CGRAD_IN;
+        if (strcmp(n->op_type, "ConvGradWeight") == 0) return K_CGRAD_W;
+        if (strcmp(n->op_type, "ConvGradBias") == 0) return K_CGRAD_B;
+        if (strcmp(n->op_type, "MaxPoolGrad") == 0) return K_PGRAD;
+        if (strcmp(n->op_type, "UnaryGrad") == 0) return K_UGRAD;
         return K_NONE;
     }
     if (!is_onnx(n)) return K_NONE;
@@ -106,7 +125,10 @@ static bool data_input(enum kind k, int i) {
     switch (k) {
     case K_CONV: return i == 0 || i == 3;
     case K_BINARY: return true;
-    case K_POOL: case K_BN: case K_GAP: case K_UNARY: return i == 0;
+    case K_POOL: case K_BN: case K_GAP: case K_UNARY: case K_CGRAD_B: return i == 0;
+    case K_CGRAD_IN: return i == 0 || i == 2; /* dY, X (its shape) */
+    case K_CGRAD_W: return i == 0 || i == 1;  /* X, dY */
+    case K_PGRAD: case K_UGRAD: return true;
     default: return false;
     }
 }
@@ -338,6 +360,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
         /* the output's rank: a convolution's is its weight's, elementwise ops keep it */
         int r = x >= 0 ? L.rank[x] : -1;
         if (k == K_CONV && n->n_in > 1 && n->in[1] >= 0 && L.rank[n->in[1]] >= 0) r = L.rank[n->in[1]];
+        if ((k == K_CGRAD_W || k == K_PGRAD) && n->n_in > 1 && n->in[1] >= 0) r = L.rank[n->in[1]];
+        const int r_out = k == K_CGRAD_B ? 1 : r;
         if (k == K_NONE) r = -1;
         if (k == K_BINARY)
             for (int j = 0; j < n->n_in; j++) {
@@ -348,7 +372,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 }
                 if (rj > r) r = rj;
             }
-        if (y >= 0 && L.rank[y] < 0) L.rank[y] = r;
+        if (y >= 0 && L.rank[y] < 0) L.rank[y] = r_out;
         bool go = false;
         if (k == K_CONV) {
             go = x >= 0 && r == 4;
@@ -365,11 +389,23 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 go = L.fmt[v] == KILN_FORMAT_NHWC || layout_free(&m->values[v]) || L.rank[v] == 4;
             }
             go = go && any;
+        } else if (k == K_CGRAD_W || k == K_PGRAD || k == K_UGRAD) {
+            /* the gradient follows the forward: NHWC when its activation or dY is */
+            go = r == 4;
+            bool any = false;
+            for (int j = 0; go && j < n->n_in; j++)
+                if (n->in[j] >= 0 && data_input(k, j)) any |= L.fmt[n->in[j]] == KILN_FORMAT_NHWC;
+            go = go && any;
         } else if (k != K_NONE) {
             go = x >= 0 && r == 4 && L.fmt[x] == KILN_FORMAT_NHWC;
         }
         nhwc[i] = go;
-        if (go && k != K_GAP && y >= 0) L.fmt[y] = KILN_FORMAT_NHWC;
+        /* ConvGradBias's (M) has no layout; a weight gradient whose bytes are the same in
+         * both layouts (one input channel, 1x1 kernels) keeps NCHW: no conversion at the
+         * graph output */
+        if (go && k != K_GAP && k != K_CGRAD_B && y >= 0 &&
+            !(k == K_CGRAD_W && layout_free(&m->values[y])))
+            L.fmt[y] = KILN_FORMAT_NHWC;
         /* GlobalAveragePool's (N, C, 1, 1) is labelled for its readers: NHWC when only
          * convolutions read it (a squeeze-and-excitation block), else NCHW */
         if (go && k == K_GAP && y >= 0 && !m->values[y].is_output) {
@@ -387,14 +423,18 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             int *w = &want[edge0[i] + j];
             *w = WANT_ANY;
             if (v < 0) continue;
+            const bool conv_like = k == K_CONV || k == K_CGRAD_IN || k == K_CGRAD_W;
+            /* (a residual Z must have Y's layout label: cuDNN reads it as Y) */
+            const bool lenient = conv_like && !(k == K_CONV && j == 3);
             if (go && data_input(k, j))
-                /* only the binary kernels take operands whose bytes are the same in both
-                 * layouts as they are; the others read the format of every input */
-                *w = k != K_BINARY || L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v])
+                /* the binary kernels and the convolutions take operands whose bytes are the
+                 * same in both layouts as they are (a one-channel image); the others read
+                 * the format of every input */
+                *w = (k != K_BINARY && !lenient) || L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v])
                          ? KILN_FORMAT_NHWC
                          : WANT_ANY;
-            else if (go && k == K_CONV && j == 1)
-                *w = KILN_FORMAT_NHWC;
+            else if (go && conv_like && j == (k == K_CGRAD_W ? 2 : 1))
+                *w = L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v]) ? KILN_FORMAT_NHWC : WANT_ANY;
             else if (!go && !(d && j < 32 && (d->shape_only_inputs & (1u << j))))
                 *w = KILN_FORMAT_NCHW;
         }

@@ -4,10 +4,12 @@
  *
  * Every node gets a class:
  *   low     compute ops (Conv, Gemm, MatMul, pools, elementwise math, Resize, inference
- *           BatchNormalization, the fused kiln ops): f32 inputs are read as L, f32 outputs
+ *           BatchNormalization, the fused kiln ops, training's ConvGradInput/Weight/Bias,
+ *           MaxPoolGrad and UnaryGrad): f32 inputs are read as L, f32 outputs
  *           become L. BatchNormalization's scale/B/mean/var stay f32 (the op takes mixed
  *           float dtypes, as opset 15 allows): statistics keep their precision.
  *   follow  data movement and selection (Reshape, Concat, Slice, Gather, Pad, Where,
+ *           kiln.DropoutGrad,
  *           comparisons...): L when any of their f32 inputs is L, or when every reader
  *           computes in L (then the Cast moves before them, except before Slice, Gather
  *           and Split, whose outputs are smaller), else f32. Moving or selecting is exact.
@@ -53,8 +55,12 @@ static const char *const follow_ops[] = {
 static const char *const exp_arg_ops[] = {"Add", "Sub", "Mul", "Div", "Neg"};
 static const char *const shrinking_ops[] = {"Slice", "Gather", "Split"};
 static const char *const any_ops[] = {"Shape", "Size", "ArgMax", "ArgMin", "Cast", "CastLike"};
-static const char *const kiln_low_ops[] = {"FusedConv", "FusedGemm", "FusedElementwise"};
-static const char *const kiln_follow_ops[] = {"ToNHWC", "ToNCHW"};
+/* and training's gradients of low ops, as PyTorch's autocast runs a backward in the
+ * forward's dtype (f32 accumulation inside; the weight gradients cast to f32 for the
+ * optimizer at the graph outputs) */
+static const char *const kiln_low_ops[] = {"FusedConv",     "FusedGemm",  "FusedElementwise", "ConvGradInput",
+                                           "ConvGradWeight", "ConvGradBias", "MaxPoolGrad",     "UnaryGrad"};
+static const char *const kiln_follow_ops[] = {"ToNHWC", "ToNCHW", "DropoutGrad"};
 
 #define IN_LIST(s, list) in_list((s), (list), sizeof(list) / sizeof((list)[0]))
 
@@ -69,6 +75,7 @@ static bool onnx_domain(const kiln_node *n) { return !n->domain[0] || strcmp(n->
 /* Float inputs that keep their dtype whatever the node computes in: BN's statistics and
  * affine parameters, Resize's roi and scales, Dropout's ratio. */
 static bool exempt(const kiln_node *n, int k) {
+    if (strcmp(n->domain, "kiln") == 0) return strcmp(n->op_type, "DropoutGrad") == 0 && k >= 2;
     if (!onnx_domain(n)) return false;
     if (strcmp(n->op_type, "BatchNormalization") == 0) return k >= 1;
     if (strcmp(n->op_type, "Resize") == 0) return k == 1 || k == 2;

@@ -281,12 +281,19 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         for (int k = 0; k < t->n_states && !st; k++) st = kiln_model_add_output(m, m->values[t->states[k].out_value].name);
     }
     if (!st) st = kiln_model_finalize(m);
-    if (!st && t->opts.amp != KILN_AMP_OFF) {
+    /* CUDA: convolution chains NHWC (forward and backward), as inference lays them out,
+     * unless switched off or strict fp32 (cuDNN's NHWC kernels are tensor-core ones; the
+     * inference session keeps fp32 NCHW for the same reason) */
+    const bool nhwc = t->opts.device == KILN_DEVICE_CUDA && !(t->opts.disable_passes & KILN_PASS_NHWC) &&
+                      (t->opts.amp != KILN_AMP_OFF || !t->opts.strict_fp32);
+    if (!st && (t->opts.amp != KILN_AMP_OFF || nhwc)) {
         /* Forward and backward in fp16/bf16 where the precision pass allows; the weights
          * (graph inputs), the loss and the gradients (graph outputs) stay f32. */
         kiln_pass_options po = {.device = t->opts.device,
-                                .precision = t->opts.amp == KILN_AMP_FP16 ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16,
-                                .disabled = ~0u};
+                                .precision = t->opts.amp == KILN_AMP_FP16   ? KILN_PRECISION_FP16
+                                             : t->opts.amp == KILN_AMP_BF16 ? KILN_PRECISION_BF16
+                                                                            : KILN_PRECISION_FP32,
+                                .disabled = nhwc ? ~(unsigned)KILN_PASS_NHWC : ~0u};
         kiln_model *low = NULL;
         st = kiln_passes_apply(m, &po, &low);
         if (!st) {

@@ -136,7 +136,9 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
     kiln_trainer_cuda *tc = kiln_calloc(ctx, 1, sizeof *tc, "a CUDA trainer");
     if (!tc) return KILN_ERR_OUT_OF_MEMORY;
     tc->t = t;
-    kiln_cuda_options co = {.allow_tf32 = !t->opts.strict_fp32};
+    kiln_cuda_options co = {.allow_tf32 = !t->opts.strict_fp32,
+                            .no_autotune = (t->opts.disable_passes & KILN_PASS_AUTOTUNE) != 0,
+                            .no_conv_gemm = (t->opts.disable_passes & KILN_PASS_CONV_GEMM) != 0};
     kiln_status st = kiln_cuda_create(ctx, &co, &tc->cu);
     const int np = t->n_params, nb = t->n_states, ns = n_states_of(&t->opts);
     const int n_in = t->train->n_inputs;

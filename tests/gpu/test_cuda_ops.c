@@ -1220,6 +1220,13 @@ static void unary_grad_cases(void) {
             unary_grad_case(u[i].op, u[i].attrs, u[i].opset, u[i].lo, u[i].hi, FLOATS[k], odd, 1, "7 elements");
         }
     for (int k = 0; k < 3; k++) unary_grad_case("Relu", "", 0, -2, 2, FLOATS[k], mnist, 4, "mnist relu1");
+    /* NHWC (training's layout pass): dY, X, Y and dX all NHWC */
+    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_OUT;
+    for (int k = 0; k < 3; k++) {
+        unary_grad_case("Relu", "", 0, -2, 2, FLOATS[k], mnist, 4, "mnist relu1 NHWC");
+        unary_grad_case("Sigmoid", "", 0, -9, 9, FLOATS[k], dims, 4, "odd size NHWC");
+    }
+    layout = 0;
 }
 
 static void dropout_cases(void) {
@@ -1284,6 +1291,21 @@ static void conv_grad_cases(void) {
         const inp gi[3] = {y, w, x}, gw[3] = {x, y, w};
         floats("kiln.ConvGradInput", c[i].attrs, 0, false, at, rt, c[i].label, gi, 3);
         floats("kiln.ConvGradWeight", c[i].attrs, 0, false, at, rt, c[i].label, gw, 3);
+        if (c[i].x[4] >= 0 || c[i].x[3] < 0) continue; /* NHWC: 2-D only */
+        /* NHWC, as the layout pass lays out training graphs (asymmetric pads: padded X and
+         * cropped dX in NHWC) */
+        char lab[160];
+        snprintf(lab, sizeof lab, "%s NHWC", c[i].label);
+        layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_OUT;
+        floats("kiln.ConvGradInput", c[i].attrs, 0, false, at, rt, lab, gi, 3);
+        floats("kiln.ConvGradWeight", c[i].attrs, 0, false, at, rt, lab, gw, 3);
+        /* a one-channel X labelled NCHW, the rest NHWC (the first layer of mnist-net) */
+        if (c[i].x[1] == 1) {
+            snprintf(lab, sizeof lab, "%s, X NCHW, dY NHWC", c[i].label);
+            layout = NHWC_IN(1) | NHWC_OUT;
+            floats("kiln.ConvGradWeight", c[i].attrs, 0, false, at, rt, lab, gw, 3);
+        }
+        layout = 0;
     }
     atol_scale = 0;
 }
@@ -1300,6 +1322,12 @@ static void sum_down_cases(void) {
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "rank 2", INPUTS(X(3, 4)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "1-D", INPUTS(X(2, 3, 20)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "one channel", INPUTS(X(4, 1, 5, 5)));
+    /* NHWC dY: column sums of (N*H*W, M) */
+    layout = NHWC_IN(0);
+    floats("kiln.ConvGradBias", "", 0, false, at, rt, "NHWC mnist conv2 (batch 32)", INPUTS(X(32, 64, 24, 24)));
+    floats("kiln.ConvGradBias", "", 0, true, at, rt, "NHWC mnist conv1 (batch 16)", INPUTS(X(16, 32, 26, 26)));
+    floats("kiln.ConvGradBias", "", 0, false, at, rt, "NHWC odd", INPUTS(X(3, 5, 7, 9)));
+    layout = 0;
     floats("kiln.ReduceSumTo", "", 0, false, at, rt, "mnist fc2 bias", INPUTS(X(64, 10), X(10)));
     floats("kiln.ReduceSumTo", "", 0, false, at, rt, "mnist fc1 bias", INPUTS(X(64, 128), X(128)));
     /* the f32 reference sums 16384 rows in order: its own error is ~1e-3 */
@@ -1359,6 +1387,20 @@ static void maxpool_grad_cases(void) {
     floats(op, "kernel_shape=[2,2];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "2x2 s2 ceil_mode (general)",
            INPUTS(X(1, 2, 5, 4), X(1, 2, 9, 7)));
     for (int k = 0; k < 3; k++) maxpool_ties(FLOATS[k]);
+    /* NHWC: dY, X and dX all NHWC */
+    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT;
+    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, false, 0, 0, "NHWC mnist pool (batch 2)",
+           INPUTS(X(2, 64, 12, 12), X(2, 64, 24, 24)));
+    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, false, 0, 0, "NHWC odd size, uncovered elements",
+           INPUTS(X(1, 2, 4, 3), X(1, 2, 9, 7)));
+    floats(op, "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "NHWC 3x3 s2 p1 overlapping",
+           INPUTS(X(2, 3, 6, 5), X(2, 3, 11, 10)));
+    floats(op, "kernel_shape=[2,2];dilations=[2,2]", 12, false, 0, 0, "NHWC dilations",
+           INPUTS(X(1, 3, 7, 6), X(1, 3, 9, 8)));
+    floats(op, "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0, "NHWC SAME_UPPER",
+           INPUTS(X(1, 2, 5, 5), X(1, 2, 10, 9)));
+    for (int k = 0; k < 3; k++) maxpool_ties(FLOATS[k]);
+    layout = 0;
 }
 
 /* kiln.SoftmaxGrad / LogSoftmaxGrad (Y, dY) with Y the CPU forward of a random X. */
@@ -2485,14 +2527,26 @@ static void rng_checks(void) {
  * node of the training graph's run list must have a CUDA kernel; with a device, the whole
  * graph (forward and backward) runs as a CUDA plan, twice (the second a graph replay), and
  * the loss and every gradient match the CPU plan with the same Dropout seed. */
-static void mnist_training_graph(void) {
-    kiln_model *m = NULL;
+static void mnist_training_graph(kiln_precision prec, bool nhwc) {
+    kiln_model *m = NULL, *g = NULL;
     kiln_trainer *t = NULL;
     kiln_train_options o = {0};
     o.optimizer = KILN_OPTIM_ADADELTA;
+    char what[120];
+    snprintf(what, sizeof what, "mnist-net training graph%s%s", nhwc ? ", NHWC" : "",
+             prec == KILN_PRECISION_FP16 ? ", fp16" : prec == KILN_PRECISION_BF16 ? ", bf16" : "");
     if (kiln_model_mnist_net(ctx, 64, 1, 1, &m) || kiln_trainer_create(m, "loss", &o, &t)) {
-        printf("SKIP mnist-net training graph: %s\n", kiln_context_message(ctx));
+        printf("SKIP %s: %s\n", what, kiln_context_message(ctx));
         skipped++;
+        kiln_model_free(m);
+        return;
+    }
+    /* the CPU trainer's graph through the passes a CUDA trainer applies (layout, precision) */
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec,
+                            .disabled = nhwc ? ~(unsigned)KILN_PASS_NHWC : ~0u};
+    if (kiln_passes_apply(t->train, &po, &g)) {
+        fail(what, "passes: %s", kiln_context_message(ctx));
+        kiln_trainer_free(t);
         kiln_model_free(m);
         return;
     }
@@ -2501,34 +2555,36 @@ static void mnist_training_graph(void) {
     t->feeds[0] = image;
     t->feeds[1] = label;
     kiln_plan *p = NULL;
-    kiln_status st = kiln_plan_build(t->train, t->feeds, true, true, &p);
+    kiln_status st = kiln_plan_build(g, t->feeds, true, true, &p);
     if (st) {
-        fail("mnist-net training graph", "plan: %s", kiln_context_message(ctx));
+        fail(what, "plan: %s", kiln_context_message(ctx));
         goto out;
     }
     kiln_plan_view_t v;
     kiln_plan_view(p, &v);
-    printf("mnist-net training run list (%d nodes):", v.n_exec);
+    printf("%s: run list (%d nodes):", what, v.n_exec);
     bool all = true;
     for (int e = 0; e < v.n_exec; e++) {
         kiln_op_ctx hc = *kiln_plan_exec_op_ctx(&v, e);
         printf(" %s%s", hc.node->domain[0] ? "kiln." : "", hc.node->op_type);
         if (kiln_cuda_supports(&hc) != KILN_OK) {
             printf("\n");
-            fail("mnist-net training graph", "%s", kiln_context_message(ctx));
+            fail(what, "%s", kiln_context_message(ctx));
             all = false;
         }
     }
     printf("\n");
-    check(all, "every node of mnist-net's training graph has a CUDA kernel", "see above");
+    char lab0[200];
+    snprintf(lab0, sizeof lab0, "every node of the %s has a CUDA kernel", what);
+    check(all, lab0, "see above");
     if (!cu || !all) goto out;
 
-    const int no = t->train->n_outputs;
+    const int no = g->n_outputs;
     const uint64_t seed = 0x9E3779B97F4A7C15ull * 3 + 1;
     const kiln_tensor **want = calloc((size_t)no, sizeof *want), **got = calloc((size_t)no, sizeof *got);
     kiln_cuda_plan *cp = NULL;
     st = want && got ? kiln_plan_run_cpu(p, t->feeds, seed, no, want) : KILN_ERR_OUT_OF_MEMORY;
-    if (!st) st = kiln_cuda_plan_create(cu, t->train, t->feeds, true, &cp);
+    if (!st) st = kiln_cuda_plan_create(cu, g, t->feeds, true, &cp);
     for (int run = 0; run < 2 && !st; run++) {
         st = kiln_cuda_rng_set(cu, seed);
         if (!st) st = kiln_cuda_plan_run(cp, t->feeds, no, got);
@@ -2537,17 +2593,19 @@ static void mnist_training_graph(void) {
         int bad = 0;
         for (int j = 0; j < no; j++) {
             char lab[200];
-            snprintf(lab, sizeof lab, "mnist-net training graph on cuda (run %d%s): %s", run + 1,
-                     run ? ", graph replay" : "", t->train->values[t->train->outputs[j]].name);
+            snprintf(lab, sizeof lab, "%s on cuda (run %d%s): %s", what, run + 1, run ? ", graph replay" : "",
+                     g->values[g->outputs[j]].name);
             double a, r;
-            tolerances(KILN_F32, 1e-6, 1e-4, want[j], &a, &r);
+            /* low precision: f16 / bf16 activations and gradients, rounded in another order */
+            tolerances(prec == KILN_PRECISION_FP16 ? KILN_F16 : prec == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32,
+                       1e-6, 1e-4, want[j], &a, &r);
             bad += compare(got[j], want[j], a, r, lab);
         }
         atol_scale = 0;
         if (bad) failed++;
         else passed++;
     }
-    if (st) fail("mnist-net training graph on cuda", "%s", kiln_context_message(ctx));
+    if (st) fail(what, "on cuda: %s", kiln_context_message(ctx));
     kiln_cuda_plan_free(cp);
     free(want);
     free(got);
@@ -2557,6 +2615,7 @@ out:
     kiln_tensor_free(image);
     kiln_tensor_free(label);
     kiln_trainer_free(t);
+    kiln_model_free(g);
     kiln_model_free(m);
 }
 
@@ -3132,7 +3191,12 @@ int main(int argc, char **argv) {
     if (wanted("kiln.FusedElementwise")) fused_static_checks();
     if (wanted("supports")) supports_checks();
     if (wanted("supports") || wanted("layout")) layout_supports_checks();
-    if (wanted("mnist")) mnist_training_graph();
+    if (wanted("mnist")) {
+        mnist_training_graph(KILN_PRECISION_FP32, false);
+        mnist_training_graph(KILN_PRECISION_FP32, true);
+        mnist_training_graph(KILN_PRECISION_FP16, true);
+        mnist_training_graph(KILN_PRECISION_BF16, true);
+    }
     if (cu) {
         if (wanted("gather")) gather_bad_index();
         if (wanted("nll")) nll_bad_target();
