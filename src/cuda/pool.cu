@@ -34,7 +34,8 @@
  *   loads and stores. Otherwise one thread per input element adds the dY
  *   of every window that picked it, windows in ascending order as the reference adds
  *   them: no atomics, the same float sums. NHWC (4-D): the same two ways, one thread per
- *   window and channel or per input element, neighbouring threads on neighbouring channels.
+ *   window and channel or per input element, neighbouring threads on neighbouring channels;
+ *   2x2 stride 2 with 16 bytes of channels per thread when C and the pointers allow.
  *
  * Spatial dims are right-aligned into 3 slots; unused leading slots have size 1.
  */
@@ -584,6 +585,56 @@ __global__ void maxpool_grad_nhwc_gather(const T *dy, const T *x, T *dx, int64_t
     }
 }
 
+// dy: (N, OH, OW, C); x, dx: (N, H, W, C); 2x2 windows of stride 2 (is_2x2), C a multiple
+// of VEC = 16 / sizeof(T), every pointer 16-byte aligned, indices below 2^31: a thread
+// takes VEC channels of one window, with 16-byte loads and stores and 32-bit index math,
+// and picks per channel as window_pick does.
+template <typename T>
+__global__ void maxpool_grad_2x2_nhwc_vec(const T *__restrict__ dy, const T *__restrict__ x, T *__restrict__ dx,
+                                          uint32_t total, uint32_t CV, uint32_t OH, uint32_t OW, uint32_t H,
+                                          uint32_t W) {
+    using V = typename VecOf<T>::type;
+    constexpr int VEC = VecOf<T>::N;
+    const V *xv = reinterpret_cast<const V *>(x);
+    const V *dyv = reinterpret_cast<const V *>(dy);
+    V *dxv = reinterpret_cast<V *>(dx);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const uint32_t cv = i % CV;
+        uint32_t r = i / CV;
+        const uint32_t ow = r % OW;
+        r /= OW;
+        const uint32_t oh = r % OH, n = r / OH;
+        const uint32_t at[4] = {((n * H + 2 * oh) * W + 2 * ow) * CV + cv, ((n * H + 2 * oh) * W + 2 * ow + 1) * CV + cv,
+                                ((n * H + 2 * oh + 1) * W + 2 * ow) * CV + cv,
+                                ((n * H + 2 * oh + 1) * W + 2 * ow + 1) * CV + cv};
+        V v[4];
+#pragma unroll
+        for (int t = 0; t < 4; t++) v[t] = xv[at[t]];
+        const V g = dyv[i];
+        V out[4];
+        const T zero = from_f<T>(0.f);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            int pick = 0;
+            float best = to_f(v[0].v[e]);
+            bool nan = best != best;
+#pragma unroll
+            for (int t = 1; t < 4; t++) {
+                const float f = to_f(v[t].v[e]);
+                if (f > best || (f != f && !nan)) {
+                    best = f;
+                    pick = t;
+                }
+                nan |= f != f;
+            }
+#pragma unroll
+            for (int t = 0; t < 4; t++) out[t].v[e] = t == pick ? g.v[e] : zero;
+        }
+#pragma unroll
+        for (int t = 0; t < 4; t++) dxv[at[t]] = out[t];
+    }
+}
+
 template <typename T>
 kiln_status launch_maxpool_grad_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *dy, const void *x, void *dx,
                                      int64_t N, int64_t C, PoolGeo g, bool disjoint, bool covered) {
@@ -592,6 +643,15 @@ kiln_status launch_maxpool_grad_nhwc(kiln_cuda *cu, kiln_context *ctx, const voi
     if (disjoint) {
         if (!covered) KILN_CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, (size_t)in_n * sizeof(T), cu->stream));
         if (out_n == 0) return KILN_OK;
+        constexpr int64_t VEC = VecOf<T>::N;
+        if (is_2x2(g, N * C) && C % VEC == 0 && aligned16(dy, x, dx) && in_n <= 0x3fffffff) {
+            const int64_t tv = out_n / VEC;
+            maxpool_grad_2x2_nhwc_vec<T><<<kiln_cuda_blocks(cu, tv, THREADS), THREADS, 0, cu->stream>>>(
+                (const T *)dy, (const T *)x, (T *)dx, (uint32_t)tv, (uint32_t)(C / VEC), (uint32_t)g.out[1],
+                (uint32_t)g.out[2], (uint32_t)g.in[1], (uint32_t)g.in[2]);
+            KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_2x2_nhwc_vec");
+            return KILN_OK;
+        }
         maxpool_grad_nhwc_windows<T><<<kiln_cuda_blocks(cu, out_n, THREADS), THREADS, 0, cu->stream>>>(
             (const T *)dy, (const T *)x, (T *)dx, out_n, C, g);
         KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_nhwc_windows");

@@ -93,7 +93,8 @@ void plan_sum(const kiln_cuda *cu, int xr, const int64_t *xd, int yr, const int6
         const int64_t first = p->B == 1 ? (p->M + 31) / 32 : p->M;
         const int64_t target = 4 * (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 1);
         int64_t P = first >= target ? 1 : (target + first - 1) / first;
-        const int64_t per_elem = p->A * p->B;
+        /* a column-sum block (B == 1) takes 32 columns at once */
+        const int64_t per_elem = p->A * p->B * (p->B == 1 ? (p->M < 32 ? p->M : 32) : 1);
         const int64_t by_work = per_elem / 4096 > 0 ? per_elem / 4096 : 1;
         if (P > by_work) P = by_work;
         if (P > p->A) P = p->A;
@@ -217,6 +218,22 @@ __global__ void finish_sum(const float *part, T *y, int64_t M, int64_t P, bool c
     }
 }
 
+/* finish_sum for many partials (a thread's serial walk over hundreds of them waits out an
+ * L2 latency each): a block per output element, its threads taking the partials in a fixed
+ * stride and a fixed-order block reduction after: deterministic too. */
+constexpr int FINISH_THREADS = 128;
+
+template <typename T>
+__global__ void finish_sum_wide(const float *part, T *y, int64_t M, int64_t P, bool col, float scale) {
+    __shared__ float scratch[32];
+    for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+        float s = 0.f;
+        for (int64_t p = threadIdx.x; p < P; p += FINISH_THREADS) s += col ? part[p * M + m] : part[m * P + p];
+        s = block_reduce<false>(s, scratch);
+        if (threadIdx.x == 0) y[m] = from_f<T>(s * scale);
+    }
+}
+
 struct Runs {
     int nk, nr;
     int64_t kdim[MAX_RUNS], kstride[MAX_RUNS], rdim[MAX_RUNS], rstride[MAX_RUNS];
@@ -317,7 +334,10 @@ kiln_status launch_sum(kiln_cuda *cu, kiln_context *ctx, const SumPlan &p, const
         }
         KILN_CUDA_LAUNCHED(ctx, "channel_sum");
     }
-    if (p.P > 1) {
+    if (p.P > 32 && p.M <= 65535) {
+        finish_sum_wide<T><<<(unsigned)p.M, FINISH_THREADS, 0, cu->stream>>>(part, y, p.M, p.P, p.B == 1, scale);
+        KILN_CUDA_LAUNCHED(ctx, "finish_sum_wide");
+    } else if (p.P > 1) {
         finish_sum<T><<<kiln_cuda_blocks(cu, p.M, THREADS), THREADS, 0, cu->stream>>>(part, y, p.M, p.P,
                                                                                      p.B == 1, scale);
         KILN_CUDA_LAUNCHED(ctx, "finish_sum");
