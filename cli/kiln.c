@@ -28,7 +28,7 @@ static int usage(FILE *f) {
             "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
             "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--threads N] [--no-fold] [--stats]\n"
             "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise nhwc pad-channels\n"
-            "                                cuda-graph autotune conv-gemm, or all)\n"
+            "                                cuda-graph autotune conv-gemm conv-direct, or all)\n"
             "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
@@ -112,7 +112,7 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"fuse-conv", KILN_PASS_FUSE_CONV},   {"fuse-eltwise", KILN_PASS_FUSE_ELTWISE},
     {"nhwc", KILN_PASS_NHWC},             {"pad-channels", KILN_PASS_PAD_CHANNELS},
     {"cuda-graph", KILN_PASS_CUDA_GRAPH}, {"autotune", KILN_PASS_AUTOTUNE},
-    {"conv-gemm", KILN_PASS_CONV_GEMM},
+    {"conv-gemm", KILN_PASS_CONV_GEMM},   {"conv-direct", KILN_PASS_CONV_DIRECT},
 };
 
 static int parse_disable(const char *list, unsigned *out) {

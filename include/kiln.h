@@ -221,8 +221,11 @@ enum {
     KILN_PASS_PAD_CHANNELS = 1 << 5,  /* channels padded to a multiple of 8 (CUDA, fp16/bf16) */
     KILN_PASS_CUDA_GRAPH = 1 << 6,    /* replay each plan as a captured CUDA graph (CUDA) */
     KILN_PASS_AUTOTUNE = 1 << 7,      /* time cuDNN's algorithms per shape (else its heuristic) */
-    KILN_PASS_CONV_GEMM = 1 << 8      /* 1x1 stride-1 NHWC convolutions as cuBLASLt products with
+    KILN_PASS_CONV_GEMM = 1 << 8,     /* 1x1 stride-1 NHWC convolutions as cuBLASLt products with
                                          bias, activation and residual in the epilogue (CUDA) */
+    KILN_PASS_CONV_DIRECT = 1 << 9    /* convolutions with one input channel (a network's first
+                                         layer on grey images) and their weight gradients by
+                                         kiln's own kernels instead of cuDNN (CUDA) */
 };
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),

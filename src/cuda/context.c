@@ -103,6 +103,7 @@ static kiln_status read_props(kiln_cuda *cu) {
 static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     cu->autotune = !o->no_autotune;
     cu->conv_gemm = !o->no_conv_gemm;
+    cu->conv_direct = !o->no_conv_direct;
     cu->deterministic = o->deterministic != 0;
     cu->algo_path[0] = '\0';
     if (o->algo_cache) {

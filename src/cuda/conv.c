@@ -29,6 +29,12 @@
  *   epilogue, other activations in place after it; cuDNN takes them when cuBLASLt has no
  *   algorithm, and all of them with the kiln_cuda's conv_gemm off (--disable conv-gemm).
  *
+ *   Convolutions with one input channel and one group (a network's first layer on grey
+ *   images) run on conv_direct.cu's kernels, forward (with the bias, and a FusedConv's Relu
+ *   when it has no residual) and kiln.ConvGradWeight, with no workspace but the weight
+ *   gradient's partial sums: cuDNN is slow at them. All of them go to cuDNN with the
+ *   kiln_cuda's conv_direct off (--disable conv-direct).
+ *
  *   Pads are computed by the CPU reference's rules (kiln_cuda_window_get). cuDNN pads both
  *   sides of a dim by one amount; when begin and end pads differ (SAME_* with an odd
  *   total, or explicit asymmetric pads) X is first copied into the workspace with its
@@ -282,6 +288,25 @@ static bool gemm_shaped(const kiln_cuda *cu, const conv_geo *g) {
            g->ph == 0 && g->pw == 0 && !g->padded && g->G == 1 && g->OH == g->H0 && g->OW == g->W0;
 }
 
+/* One input channel and one group: conv_direct.cu's kernels (d: their geometry), unless
+ * the kiln_cuda's conv_direct is off (--disable conv-direct) or they cannot take the shape. */
+static bool direct_shaped(const kiln_cuda *cu, const conv_geo *g, kiln_cuda_direct_geo *d) {
+    if (!cu->conv_direct || g->G != 1 || g->C != 1) return false;
+    *d = (kiln_cuda_direct_geo){.N = g->N, .H = g->H0, .W = g->W0, .M = g->M, .OH = g->OH, .OW = g->OW,
+                                .kh = g->kh, .kw = g->kw, .sh = g->sh, .sw = g->sw, .dh = g->dh, .dw = g->dw,
+                                .pt = g->pt, .pl = g->pl, .nhwc = g->fmt == KILN_FORMAT_NHWC};
+    char why[160];
+    return kiln_cuda_conv_direct_fits(d, why, sizeof why);
+}
+
+/* The forward of c on the direct kernels: its shape qualifies and a kiln.FusedConv adds
+ * no residual and applies no activation but Relu. */
+static bool direct_forward(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, bool fused,
+                           const kiln_cuda_act *act, kiln_cuda_direct_geo *d) {
+    if (fused && (input(c, 3) || (act->kind != KILN_ACT_NONE && act->kind != KILN_ACT_RELU))) return false;
+    return direct_shaped(cu, g, d);
+}
+
 /* Workspace of direction dir for the convolution of x by w giving y, plus extra bytes. */
 static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
                                  const kiln_tensor *y, int dir, bool fused, size_t *bytes) {
@@ -300,7 +325,18 @@ static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tenso
 }
 
 kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
-    return workspace_for(cu, c, c->in[0], c->in[1], c->out[0], DIR_FWD, is_fused(c), bytes);
+    conv_geo g;
+    kiln_cuda_act act = {KILN_ACT_NONE, 0.f, 0.f};
+    kiln_cuda_direct_geo d;
+    char why[256];
+    const bool fused = is_fused(c);
+    if (conv_geo_get(c, c->in[0], c->in[1], c->out[0], &g, why, sizeof why) &&
+        (!fused || kiln_cuda_act_get(c->node, false, &act, why, sizeof why)) &&
+        direct_forward(cu, c, &g, fused, &act, &d)) {
+        *bytes = 0; /* the direct kernel needs none */
+        return KILN_OK;
+    }
+    return workspace_for(cu, c, c->in[0], c->in[1], c->out[0], DIR_FWD, fused, bytes);
 }
 
 kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
@@ -308,6 +344,13 @@ kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *
 }
 
 kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    conv_geo g;
+    kiln_cuda_direct_geo d;
+    char why[256];
+    if (conv_geo_get(c, c->in[0], c->in[2], c->in[1], &g, why, sizeof why) && direct_shaped(cu, &g, &d)) {
+        *bytes = kiln_cuda_conv_direct_wgrad_ws(&d); /* the partial sums of its chunks */
+        return KILN_OK;
+    }
     return workspace_for(cu, c, c->in[0], c->in[2], c->in[1], DIR_BWD_FILTER, false, bytes);
 }
 
@@ -556,6 +599,13 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     if (!conv_geo_get(c, x, w, y, &g, why, sizeof why) ||
         (fused && !kiln_cuda_act_get(c->node, false, &act, why, sizeof why)))
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    kiln_cuda_direct_geo d;
+    if (direct_forward(cu, c, &g, fused, &act, &d)) {
+        const kiln_status ds = kiln_cuda_conv_direct_forward(cu, ctx, dt, &d, x->data, w->data, b ? b->data : NULL,
+                                                             act.kind == KILN_ACT_RELU, y->data);
+        if (!ds) cu->stats.conv_direct_calls++;
+        return ds;
+    }
     if (gemm_shaped(cu, &g)) {
         /* Relu rides on the epilogue; other activations run in place after it */
         const bool relu = act.kind == KILN_ACT_RELU;
@@ -697,6 +747,13 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
     conv_geo g;
     char why[256];
     if (!conv_geo_get(c, x, w, dy, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    kiln_cuda_direct_geo d;
+    if (direct_shaped(cu, &g, &d)) {
+        const kiln_status ds =
+            kiln_cuda_conv_direct_wgrad(cu, ctx, dt, &d, x->data, dy->data, dw->data, c->workspace, c->workspace_size);
+        if (!ds) cu->stats.conv_direct_calls++;
+        return ds;
+    }
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;

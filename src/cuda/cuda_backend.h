@@ -103,6 +103,10 @@ typedef struct kiln_cuda_options {
     /* no_conv_gemm: 1x1 convolutions always go to cuDNN (else those with stride 1, no
      * padding, one group, in NHWC are cuBLASLt products: conv.c) */
     int no_conv_gemm;
+    /* no_conv_direct: convolutions with one input channel and one group (forward, and
+     * kiln.ConvGradWeight) always go to cuDNN (else kiln's direct kernels run them:
+     * conv_direct.cu) */
+    int no_conv_direct;
     /* The on-disk cache of timed choices: NULL for the default
      * ($KILN_CACHE_DIR/cudnn-algos.txt, else $XDG_CACHE_HOME/kiln/cudnn-algos.txt, else
      * ~/.cache/kiln/cudnn-algos.txt; none when KILN_CACHE_DIR is set empty), "" for none,
@@ -141,6 +145,8 @@ typedef struct kiln_cuda_stats {
     int fused_calls;      /* kiln.FusedConv run by cudnnConvolutionBiasActivationForward */
     int fused_split;      /* kiln.FusedConv run as a convolution and an epilogue kernel */
     int conv_gemm_calls;  /* 1x1 convolutions run as cuBLASLt products */
+    int conv_direct_calls; /* one-input-channel convolutions and weight gradients run by
+                              conv_direct.cu's kernels */
     int gemms_timed;      /* matrix product shapes whose cuBLASLt algorithms were timed */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */
 } kiln_cuda_stats;

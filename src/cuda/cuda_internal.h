@@ -78,6 +78,7 @@ struct kiln_cuda {
      * algo_path (empty: none) under the line prefix algo_prefix (GPU name, cuDNN version). */
     bool autotune, deterministic;
     bool conv_gemm;         /* 1x1 NHWC convolutions through cuBLASLt (conv.c) */
+    bool conv_direct;       /* one-input-channel convolutions by conv_direct.cu */
     char algo_path[1024];
     char algo_prefix[320];
     kiln_algo_entry *algos;
@@ -325,6 +326,34 @@ kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *
 kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_channel_sum(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes); /* ConvGradBias, ReduceSumTo, GemmGradC */
 kiln_status kiln_cuda_ws_nll_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+
+/* Direct kernels for convolutions with one input channel and one group (conv_direct.cu),
+ * which cuDNN runs badly (mnist-net's Conv(1->32, 3x3): ~21 us forward, ~35 us weight
+ * gradient on an H200, for a few MB of data). X (N, 1, H, W), W (M, 1, kh, kw) and dW
+ * have the same bytes in both layouts; Y and dY (N, M, OH, OW) are NCHW or NHWC. Pads
+ * at the beginning of each dim (pt, pl) place the window; taps outside X read zero, so
+ * asymmetric pads need no padded copy (the end pads only shape OH and OW). 1-D
+ * convolutions are 2-D ones with H = kh = 1. */
+typedef struct kiln_cuda_direct_geo {
+    int64_t N, H, W, M, OH, OW;
+    int64_t kh, kw, sh, sw, dh, dw, pt, pl;
+    bool nhwc; /* Y / dY laid out NHWC */
+} kiln_cuda_direct_geo;
+/* Whether the kernels take g (kh*kw <= 49, weights in shared memory, indices in range);
+ * false with a reason. */
+bool kiln_cuda_conv_direct_fits(const kiln_cuda_direct_geo *g, char *why, size_t n);
+/* y = act(conv(x, w) + b): b (M) may be NULL; relu: Relu, else no activation. */
+kiln_status kiln_cuda_conv_direct_forward(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                          const kiln_cuda_direct_geo *g, const void *x, const void *w,
+                                          const void *b, bool relu, void *y);
+/* Workspace of the weight gradient: per-chunk partial sums (f32), 0 when one chunk. */
+size_t kiln_cuda_conv_direct_wgrad_ws(const kiln_cuda_direct_geo *g);
+/* dW (M, 1, kh, kw) = sum over n, oh, ow of dY[n, m, oh, ow] * X[n, 0, ih, iw]: per-chunk
+ * partial sums in the workspace (kiln_cuda_conv_direct_wgrad_ws bytes) added in a fixed
+ * order by a second kernel — no atomics, the same bits on every run. */
+kiln_status kiln_cuda_conv_direct_wgrad(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                        const kiln_cuda_direct_geo *g, const void *x, const void *dy, void *dw,
+                                        void *ws, size_t ws_bytes);
 
 /* What conv.c supports (Conv, or kiln.FusedConv when fused): geometry, layouts (X, W, Y
  * and Z in one layout), the activation. false with a reason. */

@@ -27,6 +27,11 @@
  * generated for every kiln.FusedElementwise case is also compiled by NVRTC for sm_90
  * (NVRTC needs no device). A small CNN lowered onto CUDA is profiled node by node.
  *
+ * Convolutions with one input channel (conv_direct.cu: Conv, kiln.FusedConv with Relu,
+ * kiln.ConvGradWeight): each group of cases must have gone through the direct kernels
+ * (stats.conv_direct_calls against the cases run), and the same cases match again on a
+ * kiln_cuda with conv_direct off (cuDNN); the weight gradient gives the same bits twice.
+ *
  * Inference ops of fp16 / bf16 plans and exported CNNs: every Cast pair compared exactly
  * (rounding ties, NaN, inf, saturation), comparisons and Where, Slice / Expand / Tile /
  * Pad / Split / Squeeze / Unsqueeze, Shape / Constant / ConstantOfShape / Range, Resize in
@@ -253,6 +258,11 @@ static bool with_out_values;
 static bool exact;
 static const kiln_tensor *tensor_attr;
 static const char *tensor_attr_name;
+/* Cases whose kernel ran on the device (kiln_cuda_run returned KILN_OK), for checks of
+ * which path a group of cases took; keep_out, when set, receives a case's output 0 as
+ * downloaded (NCHW) instead of it being freed (the caller frees it). */
+static int device_runs;
+static kiln_tensor **keep_out;
 
 /* The CPU reference on owning tensors: kiln_op_eval with a run seed. */
 static kiln_status eval_ref(const kiln_node *node, int n_in, kiln_tensor **in, int n_out, kiln_tensor **out,
@@ -450,6 +460,7 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
         fail(lab, "%s", kiln_context_message(ctx));
         goto done;
     }
+    device_runs++;
     bool bad = false;
     for (int k = 0; k < n_out; k++) {
         got = kiln_tensor_new(ctx, ref[k]->dtype, ref[k]->ndim, ref[k]->dims);
@@ -473,7 +484,8 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
         snprintf(olab, sizeof olab, "%s%s", lab, k ? " (output 1)" : "");
         if (n_out > 1 && k == 0) snprintf(olab, sizeof olab, "%s (output 0)", lab);
         bad |= compare(got, ref[k], a, r, olab) != 0;
-        kiln_tensor_free(got);
+        if (k == 0 && keep_out) *keep_out = got;
+        else kiln_tensor_free(got);
         got = NULL;
     }
     if (bad) failed++;
@@ -2592,6 +2604,8 @@ static void mnist_training_graph(kiln_precision prec, bool nhwc) {
     const uint64_t seed = 0x9E3779B97F4A7C15ull * 3 + 1;
     const kiln_tensor **want = calloc((size_t)no, sizeof *want), **got = calloc((size_t)no, sizeof *got);
     kiln_cuda_plan *cp = NULL;
+    kiln_cuda_stats s0;
+    kiln_cuda_get_stats(cu, &s0);
     st = want && got ? kiln_plan_run_cpu(p, t->feeds, seed, no, want) : KILN_ERR_OUT_OF_MEMORY;
     if (!st) st = kiln_cuda_plan_create(cu, g, t->feeds, true, &cp);
     for (int run = 0; run < 2 && !st; run++) {
@@ -2615,6 +2629,16 @@ static void mnist_training_graph(kiln_precision prec, bool nhwc) {
         else passed++;
     }
     if (st) fail(what, "on cuda: %s", kiln_context_message(ctx));
+    if (!st) {
+        /* conv1 (one input channel): its forward and its weight gradient, on the host at
+         * least once each whether the plan ran them eagerly or captured them */
+        kiln_cuda_stats s1;
+        kiln_cuda_get_stats(cu, &s1);
+        char lab1[240], detail[120];
+        snprintf(lab1, sizeof lab1, "%s: conv1 and its weight gradient ran on the direct kernels", what);
+        snprintf(detail, sizeof detail, "stats.conv_direct_calls rose by %d", s1.conv_direct_calls - s0.conv_direct_calls);
+        check(s1.conv_direct_calls - s0.conv_direct_calls >= 2, lab1, detail);
+    }
     kiln_cuda_plan_free(cp);
     free(want);
     free(got);
@@ -3022,6 +3046,188 @@ static void algo_cache_checks(const char *dir) {
     }
 }
 
+/* ------------------------------------------------- direct convolutions */
+
+/* Convolutions with one input channel and one group, which conv_direct.cu runs instead of
+ * cuDNN: 1, 3x3, 5x5, 1x7 and 7x7 kernels, strides, dilations, symmetric and asymmetric
+ * pads (SAME_UPPER too), with and without bias, 1-D, channel counts that are and are not
+ * a multiple of 8 (NHWC's vector stores), mnist-net's conv1 at batch 64. */
+typedef struct direct_shape {
+    const char *attrs, *label;
+    int64_t x[5], w[5], y[5]; /* dims ended by -1 */
+    bool bias;
+} direct_shape;
+
+static const direct_shape DIRECT[] = {
+    {"pads=[1,1,1,1]", "3x3 pad 1 bias", {2, 1, 9, 11, -1}, {4, 1, 3, 3, -1}, {2, 4, 9, 11, -1}, true},
+    {"", "5x5 no pad, no bias", {2, 1, 12, 10, -1}, {6, 1, 5, 5, -1}, {2, 6, 8, 6, -1}, false},
+    {"pads=[0,3,0,3]", "1x7 pad 3", {2, 1, 6, 15, -1}, {8, 1, 1, 7, -1}, {2, 8, 6, 15, -1}, true},
+    {"kernel_shape=[3,3];strides=[2,2]", "stride 2", {3, 1, 13, 10, -1}, {16, 1, 3, 3, -1}, {3, 16, 6, 4, -1}, true},
+    {"dilations=[2,2];pads=[2,2,2,2]", "dilation 2, no bias", {2, 1, 12, 10, -1}, {8, 1, 3, 3, -1},
+     {2, 8, 12, 10, -1}, false},
+    {"pads=[0,1,2,1]", "asymmetric pads", {2, 1, 8, 8, -1}, {5, 1, 3, 3, -1}, {2, 5, 8, 8, -1}, true},
+    {"auto_pad=SAME_UPPER;strides=[2,2]", "SAME_UPPER stride 2, 4x4", {1, 1, 9, 9, -1}, {8, 1, 4, 4, -1},
+     {1, 8, 5, 5, -1}, true},
+    {"strides=[2,1];pads=[3,3,3,3]", "7x7 strides (2,1) pad 3", {2, 1, 11, 9, -1}, {12, 1, 7, 7, -1},
+     {2, 12, 6, 9, -1}, true},
+    {"", "1x1", {2, 1, 5, 7, -1}, {3, 1, 1, 1, -1}, {2, 3, 5, 7, -1}, true},
+    {"kernel_shape=[3,3]", "mnist conv1 (batch 64)", {64, 1, 28, 28, -1}, {32, 1, 3, 3, -1}, {64, 32, 26, 26, -1},
+     true},
+    {"pads=[1,1,1,1]", "odd: 5 channels, 17x13", {3, 1, 17, 13, -1}, {5, 1, 3, 3, -1}, {3, 5, 17, 13, -1}, true},
+    {"pads=[2,2]", "1-D", {2, 1, 20, -1}, {4, 1, 5, -1}, {2, 4, 20, -1}, true},
+    /* the weight gradient in several chunks of 1,024 positions, the last one partial */
+    {"pads=[2,2,2,2]", "5x5, 11 chunks", {7, 1, 40, 37, -1}, {3, 1, 5, 5, -1}, {7, 3, 40, 37, -1}, true},
+    {"pads=[3,3,3,3]", "7x7, 4 chunks", {4, 1, 30, 30, -1}, {6, 1, 7, 7, -1}, {4, 6, 30, 30, -1}, false},
+};
+#define N_DIRECT ((int)(sizeof DIRECT / sizeof DIRECT[0]))
+
+static inp dims_of(const int64_t *d) {
+    inp r = {.missing = false};
+    memcpy(r.dims, d, 5 * sizeof *d);
+    return r;
+}
+
+/* Conv on every shape: all NCHW, all NHWC, and X and W labelled NCHW with Y NHWC (the
+ * same bytes for one channel). tag: a word for the labels. */
+static void direct_forward_cases(const char *tag) {
+    const unsigned layouts[] = {0, NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT, NHWC_OUT};
+    atol_scale = 1e-5;
+    for (int l = 0; l < 3; l++) {
+        layout = layouts[l];
+        for (int i = 0; i < N_DIRECT; i++) {
+            char label[160];
+            snprintf(label, sizeof label, "%s C=1 %s%s", tag, DIRECT[i].label, l == 2 ? ", X NCHW, Y NHWC" : "");
+            const inp spec[3] = {dims_of(DIRECT[i].x), dims_of(DIRECT[i].w), XR(-1, 1, DIRECT[i].w[0])};
+            floats("Conv", DIRECT[i].attrs, 0, false, 2e-5, 1e-4, label, spec, DIRECT[i].bias ? 3 : 2);
+        }
+    }
+    layout = 0;
+    atol_scale = 0;
+}
+
+/* kiln.ConvGradWeight on every shape (NCHW: the table's gradients read NCHW only). */
+static void direct_wgrad_cases(const char *tag) {
+    atol_scale = 1e-5;
+    for (int i = 0; i < N_DIRECT; i++) {
+        char label[160];
+        snprintf(label, sizeof label, "%s C=1 %s", tag, DIRECT[i].label);
+        const inp gw[3] = {dims_of(DIRECT[i].x), dims_of(DIRECT[i].y), dims_of(DIRECT[i].w)};
+        floats("kiln.ConvGradWeight", DIRECT[i].attrs, 0, false, 2e-5, 1e-4, label, gw, 3);
+    }
+    atol_scale = 0;
+}
+
+/* kiln.FusedConv that the direct kernels take: Relu or no activation, with or without
+ * bias, no residual; both layouts. */
+static void direct_fused_cases(const char *tag) {
+    char label[160];
+    fused_reference(compose_conv);
+    atol_scale = 1e-5;
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT : 0;
+        snprintf(label, sizeof label, "%s C=1 relu, bias", tag);
+        floats("kiln.FusedConv", "pads=[1,1,1,1];activation=Relu", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 1, 9, 9), X(16, 1, 3, 3), X(16)));
+        snprintf(label, sizeof label, "%s C=1 relu, no bias, asymmetric pads", tag);
+        floats("kiln.FusedConv", "pads=[1,0,0,2];activation=Relu", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 1, 9, 9), X(5, 1, 3, 3)));
+        snprintf(label, sizeof label, "%s C=1 no activation, bias", tag);
+        floats("kiln.FusedConv", "pads=[2,2,2,2]", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 1, 8, 10), X(8, 1, 5, 5), X(8)));
+        snprintf(label, sizeof label, "%s C=1 mnist conv1 relu (batch 64)", tag);
+        floats("kiln.FusedConv", "kernel_shape=[3,3];activation=Relu", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(64, 1, 28, 28), X(32, 1, 3, 3), X(32)));
+    }
+    layout = 0;
+    atol_scale = 0;
+    fused_reference(NULL);
+}
+
+/* One-channel kiln.FusedConv the direct kernels leave to cuDNN: another activation, or a
+ * residual. */
+static void direct_fallback_cases(const char *tag) {
+    char label[160];
+    fused_reference(compose_conv);
+    atol_scale = 1e-5;
+    snprintf(label, sizeof label, "%s C=1 sigmoid (cuDNN)", tag);
+    floats("kiln.FusedConv", "pads=[1,1,1,1];activation=Sigmoid", 0, false, 2e-5, 1e-4, label,
+           INPUTS(X(2, 1, 9, 9), X(8, 1, 3, 3), X(8)));
+    snprintf(label, sizeof label, "%s C=1 relu, residual (cuDNN)", tag);
+    floats("kiln.FusedConv", "pads=[1,1,1,1];activation=Relu", 0, false, 2e-5, 1e-4, label,
+           INPUTS(X(2, 1, 9, 9), X(8, 1, 3, 3), X(8), X(2, 8, 9, 9)));
+    atol_scale = 0;
+    fused_reference(NULL);
+}
+
+/* Run a group of cases on the current kiln_cuda and check from its counter that all of
+ * its device runs (want_direct) or none of them went through the direct kernels. */
+static void direct_counted(void (*group)(const char *), const char *tag, const char *what, bool want_direct) {
+    const int runs0 = device_runs, calls0 = cu ? stats_of(cu).conv_direct_calls : 0;
+    group(tag);
+    if (!cu || device_runs == runs0) return; /* dry run, or filtered out */
+    const int runs = device_runs - runs0, calls = stats_of(cu).conv_direct_calls - calls0;
+    char label[200], detail[120];
+    snprintf(label, sizeof label, "%s %s: %d of %d device runs went through the direct kernels (want %s)", tag, what,
+             calls, runs, want_direct ? "all" : "none");
+    snprintf(detail, sizeof detail, "stats.conv_direct_calls rose by %d", calls);
+    check(calls == (want_direct ? runs : 0), label, detail);
+}
+
+/* The weight gradient twice on the same inputs: the same bits (no atomics; the chunks
+ * are added in a fixed order), in every dtype, for mnist-net's conv1, the odd shape and
+ * the shapes of several chunks. */
+static void direct_determinism(void) {
+    for (int i = 0; cu && i < N_DIRECT; i++) {
+        const char *l = DIRECT[i].label;
+        if (!strstr(l, "mnist") && !strstr(l, "odd") && !strstr(l, "chunks")) continue;
+        for (int k = 0; k < 3; k++) {
+            kiln_tensor *got[2] = {NULL, NULL};
+            const inp gw[3] = {dims_of(DIRECT[i].x), dims_of(DIRECT[i].y), dims_of(DIRECT[i].w)};
+            atol_scale = 1e-5;
+            for (int r = 0; r < 2; r++) {
+                char label[160];
+                snprintf(label, sizeof label, "[direct] C=1 %s, determinism run %d", DIRECT[i].label, r + 1);
+                keep_out = &got[r];
+                run_case("kiln.ConvGradWeight", DIRECT[i].attrs, 0, FLOATS[k], false, 2e-5, 1e-4, label, gw, 3);
+                keep_out = NULL;
+            }
+            atol_scale = 0;
+            char label[200];
+            snprintf(label, sizeof label, "kiln.ConvGradWeight [direct] C=1 %s %s: bit-identical dW in two runs",
+                     DIRECT[i].label, kiln_dtype_name(FLOATS[k]));
+            if (got[0] || got[1]) /* else filtered out */
+                check(got[0] && got[1] && memcmp(got[0]->data, got[1]->data, kiln_tensor_nbytes(got[0])) == 0, label,
+                      "the two runs differ");
+            kiln_tensor_free(got[0]);
+            kiln_tensor_free(got[1]);
+        }
+    }
+}
+
+/* Every one-channel case through the direct kernels (cu has conv_direct on), then on a
+ * kiln_cuda with it off (kiln_cuda_options.no_conv_direct, --disable conv-direct): cuDNN,
+ * the same references. */
+static void direct_cases(void) {
+    direct_counted(direct_forward_cases, "[direct]", "Conv", true);
+    direct_counted(direct_wgrad_cases, "[direct]", "kiln.ConvGradWeight", true);
+    direct_counted(direct_fused_cases, "[direct]", "kiln.FusedConv", true);
+    direct_counted(direct_fallback_cases, "[direct]", "kiln.FusedConv", false);
+    direct_determinism();
+    if (!cu) return;
+    kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20, .no_conv_direct = 1};
+    kiln_cuda *off = NULL, *saved = cu;
+    if (kiln_cuda_create(ctx, &o, &off)) {
+        fail("conv-direct off", "create: %s", kiln_context_message(ctx));
+        return;
+    }
+    cu = off;
+    direct_counted(direct_forward_cases, "[cuDNN]", "Conv", false);
+    direct_counted(direct_wgrad_cases, "[cuDNN]", "kiln.ConvGradWeight", false);
+    direct_counted(direct_fused_cases, "[cuDNN]", "kiln.FusedConv", false);
+    cu = saved;
+    kiln_cuda_free(off);
+}
+
 /* ----------------------------------------------------------- whole models */
 
 static kiln_model *SM;
@@ -3190,6 +3396,7 @@ int main(int argc, char **argv) {
     unary_grad_cases();
     dropout_cases();
     conv_grad_cases();
+    direct_cases();
     sum_down_cases();
     maxpool_grad_cases();
     softmax_grad_cases();
