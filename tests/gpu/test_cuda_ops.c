@@ -2804,6 +2804,12 @@ static void layout_supports_checks(void) {
          {4, 1, 4, 6, 6}, H, false},
         {"", "Conv", "Conv with NHWC data and weight", 2, {{4, 1, 3, 8, 8}, {4, 4, 3, 3, 3}}, {H, H},
          {4, 1, 4, 6, 6}, H, true},
+        {"", "Conv", "Conv of one channel with X and W labelled NCHW into NHWC", 2,
+         {{4, 2, 1, 8, 8}, {4, 4, 1, 3, 3}}, {C, C}, {4, 2, 4, 6, 6}, H, true},
+        {"", "Conv", "Conv of one channel with NHWC X and W into NCHW", 2, {{4, 2, 1, 8, 8}, {4, 4, 1, 3, 3}},
+         {H, H}, {4, 2, 4, 6, 6}, C, true},
+        {"", "Conv", "Conv of three channels with NCHW X into NHWC", 2, {{4, 2, 3, 8, 8}, {4, 4, 3, 3, 3}}, {C, H},
+         {4, 2, 4, 6, 6}, H, false},
         {"", "Add", "Add of a full NCHW operand into NHWC", 2, {{4, 2, 3, 4, 5}, {4, 2, 3, 4, 5}}, {H, C},
          {4, 2, 3, 4, 5}, H, false},
         {"", "Add", "Add of a per-channel NCHW operand into NHWC", 2, {{4, 2, 3, 4, 5}, {3, 3, 1, 1}}, {H, C},
@@ -3088,7 +3094,8 @@ static inp dims_of(const int64_t *d) {
 }
 
 /* Conv on every shape: all NCHW, all NHWC, and X and W labelled NCHW with Y NHWC (the
- * same bytes for one channel). tag: a word for the labels. */
+ * same bytes for one channel); f32 also with every pointer off 16-byte alignment (NHWC's
+ * scalar stores). tag: a word for the labels. */
 static void direct_forward_cases(const char *tag) {
     const unsigned layouts[] = {0, NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT, NHWC_OUT};
     atol_scale = 1e-5;
@@ -3098,21 +3105,22 @@ static void direct_forward_cases(const char *tag) {
             char label[160];
             snprintf(label, sizeof label, "%s C=1 %s%s", tag, DIRECT[i].label, l == 2 ? ", X NCHW, Y NHWC" : "");
             const inp spec[3] = {dims_of(DIRECT[i].x), dims_of(DIRECT[i].w), XR(-1, 1, DIRECT[i].w[0])};
-            floats("Conv", DIRECT[i].attrs, 0, false, 2e-5, 1e-4, label, spec, DIRECT[i].bias ? 3 : 2);
+            floats("Conv", DIRECT[i].attrs, 0, true, 2e-5, 1e-4, label, spec, DIRECT[i].bias ? 3 : 2);
         }
     }
     layout = 0;
     atol_scale = 0;
 }
 
-/* kiln.ConvGradWeight on every shape (NCHW: the table's gradients read NCHW only). */
+/* kiln.ConvGradWeight on every shape, f32 also misaligned (NCHW: the table's gradients
+ * read NCHW only). */
 static void direct_wgrad_cases(const char *tag) {
     atol_scale = 1e-5;
     for (int i = 0; i < N_DIRECT; i++) {
         char label[160];
         snprintf(label, sizeof label, "%s C=1 %s", tag, DIRECT[i].label);
         const inp gw[3] = {dims_of(DIRECT[i].x), dims_of(DIRECT[i].y), dims_of(DIRECT[i].w)};
-        floats("kiln.ConvGradWeight", DIRECT[i].attrs, 0, false, 2e-5, 1e-4, label, gw, 3);
+        floats("kiln.ConvGradWeight", DIRECT[i].attrs, 0, true, 2e-5, 1e-4, label, gw, 3);
     }
     atol_scale = 0;
 }
