@@ -15,7 +15,7 @@
  *   channels of one output pixel. Its kh*kw taps of X are loaded into registers once (the
  *   tap loop unrolled to KMAX = 9, 25 or 49, so the loads issue together), the weights
  *   (as [tap][channel], padded to whole groups of 8 channels with zeros) and the bias sit
- *   in shared memory and are read as float4, the same address across a warp. Stores are
+ *   in shared memory and are read as float4 (NCHW: one address across a warp). Stores are
  *   what bounds it (mnist-net: 5.5 MB written, 0.2 MB read), so they are laid out to be
  *   coalesced: NCHW, neighbouring threads take neighbouring pixels of one channel group
  *   and each of their 8 stores covers one contiguous run of a channel plane; NHWC,
@@ -31,8 +31,8 @@
  *   halves its values between lane pairs while their count is even (each step moves half
  *   of them, instead of a shuffle tree per value) and ends on plain shuffle trees, the
  *   warps meet in shared memory and are added in warp order. Each chunk writes its f32
- *   partial sums to the workspace; a second kernel adds the chunks in chunk order, a warp
- *   per weight. No atomics anywhere: the same inputs give the same bits on every run,
+ *   partial sums to the workspace; a second kernel adds the chunks, a warp per weight, its
+ *   lanes over every 32nd chunk and then a shuffle tree. No atomics anywhere: the same inputs give the same bits on every run,
  *   and the chunking depends on the shape only, not on the device. One chunk writes dW
  *   directly.
  *
@@ -343,8 +343,8 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
-/* dW[o] = the sum of part[c][o] over chunks c, in order of lanes then a shuffle tree: a
- * warp per weight. */
+/* dW[o] = the sum of part[c][o] over chunks c, a warp per weight: lane l adds chunks l,
+ * l + 32, ... in order, then a shuffle tree (a fixed order). */
 template <typename T>
 __global__ void wgrad_finish(const float *__restrict__ part, T *__restrict__ dw, int MK, int chunks) {
     const int lane = threadIdx.x & 31;
