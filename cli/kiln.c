@@ -35,7 +35,7 @@ static int usage(FILE *f) {
             "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
             "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
             "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
-            "        step's loss written to FILE, CPU) [--disable nhwc,autotune,conv-gemm] (CUDA)\n"
+            "        step's loss written to FILE, CPU) [--disable nhwc,autotune,conv-gemm,conv-direct] (CUDA)\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
             "      one training step, slowest first: each node of the forward + backward on its\n"

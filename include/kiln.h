@@ -313,8 +313,8 @@ typedef struct kiln_train_options {
                             0 (default) allows TF32, as PyTorch does for convolutions */
     unsigned disable_passes; /* KILN_PASS_* bits to turn off; CUDA training honours
                                 KILN_PASS_NHWC (convolution chains and their gradients
-                                NHWC unless strict_fp32), KILN_PASS_AUTOTUNE and
-                                KILN_PASS_CONV_GEMM */
+                                NHWC unless strict_fp32), KILN_PASS_AUTOTUNE,
+                                KILN_PASS_CONV_GEMM and KILN_PASS_CONV_DIRECT */
 } kiln_train_options;
 
 /* A trainer holds the training graph (the forward graph, the backward graph autograd
