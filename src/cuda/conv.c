@@ -97,11 +97,12 @@ static kiln_format fmt_of(const kiln_tensor *t) { return t->ndim == 4 ? t->forma
 
 static const char *fmt_name(kiln_format f) { return f == KILN_FORMAT_NHWC ? "NHWC" : "NCHW"; }
 
-/* t is laid out f, or is 4-D with bytes that are the same in both layouts (C == 1 or
- * H*W == 1). */
-static bool fmt_fits(const kiln_tensor *t, kiln_format f) {
-    return fmt_of(t) == f || (t->ndim == 4 && (t->dims[1] == 1 || t->dims[2] * t->dims[3] == 1));
+bool kiln_cuda_layout_free(const kiln_tensor *t) {
+    return t->ndim == 4 && (t->dims[1] == 1 || t->dims[2] * t->dims[3] == 1);
 }
+
+/* t is laid out f, or has the same bytes in both layouts. */
+static bool fmt_fits(const kiln_tensor *t, kiln_format f) { return fmt_of(t) == f || kiln_cuda_layout_free(t); }
 
 /* Geometry of the convolution of x by w giving y (c: the node, for its attributes), or
  * false with a reason. */

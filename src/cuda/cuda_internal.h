@@ -380,6 +380,9 @@ kiln_status kiln_cuda_pad_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, 
 kiln_status kiln_cuda_crop_nchw(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
                                 const void *src, int64_t N, int64_t C, int64_t H, int64_t W,
                                 int64_t pt, int64_t pb, int64_t pl, int64_t pr);
+/* t is 4-D with the same bytes in NCHW and NHWC (C == 1 or H*W == 1): a convolution takes
+ * it under either label (conv.c). */
+bool kiln_cuda_layout_free(const kiln_tensor *t);
 /* dst (N, H, W, C) = the interior of src (N, H+pt+pb, W+pl+pr, C) (NHWC ConvGradInput). */
 kiln_status kiln_cuda_crop_nhwc(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *dst,
                                 const void *src, int64_t N, int64_t C, int64_t H, int64_t W,

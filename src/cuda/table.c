@@ -143,7 +143,7 @@ static bool conv_check(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_te
     const bool nhwc = is_nhwc(x) || is_nhwc(w) || is_nhwc(y);
     const kiln_tensor *const t3[3] = {x, w, y};
     for (int i = 0; nhwc && i < 3; i++)
-        if (!is_nhwc(t3[i]) && !(t3[i]->ndim == 4 && (t3[i]->dims[1] == 1 || t3[i]->dims[2] * t3[i]->dims[3] == 1))) {
+        if (!is_nhwc(t3[i]) && !kiln_cuda_layout_free(t3[i])) {
             snprintf(why, n, "X is %s, W %s and Y %s (one layout for all three)", layout_name(x), layout_name(w),
                      layout_name(y));
             return false;
