@@ -43,6 +43,10 @@ struct kiln_plan {
     kiln_tensor *key;   /* (n_inputs) shapes of the inputs */
     void **key_values;  /* (n_inputs) copied data of inputs whose values shape the graph */
     void **staging;     /* (n_inputs) NCHW copies of inputs given in NHWC, or NULL */
+    /* Side streams (kiln_plan_build_ex): stream[e] of run-list node e (0: the main one),
+     * waits[wait_at[e] .. wait_at[e + 1]) the nodes on other streams e waits for. */
+    int n_streams;
+    int *stream, *wait_at, *waits;
 };
 
 static kiln_context *mctx(const kiln_model *m) { return m->ctx; }
@@ -138,6 +142,9 @@ void kiln_plan_free(kiln_plan *p) {
     free(p->arena);
     free(p->offset);
     free(p->workspace);
+    free(p->stream);
+    free(p->wait_at);
+    free(p->waits);
     free(p);
 }
 
@@ -285,7 +292,133 @@ static int cmp_slot_size(const void *a, const void *b) {
 
 static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1); }
 
-static kiln_status plan_memory(kiln_plan *p) {
+/* ------------------------------------------------------------ side streams */
+
+/* A node's rough time on a GPU in µs: launch latency, bytes at 2 TB/s, FLOPs at 50
+ * TFLOP/s. Only the ranking of paths matters (which chain is the longest). */
+static double node_cost(const kiln_op_ctx *c) {
+    double flops, bytes;
+    kiln_op_cost(c, &flops, &bytes);
+    return 3.0 + bytes / 2e6 + flops / 5e7;
+}
+
+/* A node goes to a side stream when the longest path through it is shorter than the run
+ * list's by at least this much (µs of node_cost): of two siblings of about the same cost
+ * that both end the run (a convolution's weight and bias gradients), one goes aside. */
+#define SIDE_SLACK 0.1
+
+/* Stream assignment for a device that replays the run list as a captured graph
+ * (kiln_plan_build_ex with side streams): the longest path by node_cost stays on the main
+ * stream (0); every other node goes to the side stream (1..side) where a list schedule
+ * would start it first. Each node then waits only for the producers of its inputs on other
+ * streams, less those a vector clock shows done already (p->waits). start[e] / join[e]:
+ * the last main-stream node known finished before e starts (-1: none) and the first one
+ * that waits for e, directly or through a later node (n_exec: none; the device joins every
+ * stream at the end of the run). Only nodes of the main stream in (start, join) can run
+ * alongside e: plan_memory keeps e's values alive over that range. */
+static kiln_status assign_streams(kiln_plan *p, int side, int *start, int *join) {
+    kiln_model *m = p->m;
+    kiln_context *ctx = mctx(m);
+    const int n = p->n_exec, S = side + 1;
+    int *prod = kiln_calloc(ctx, (size_t)p->n_values + 1, sizeof(int), "stream plan");
+    double *cost = kiln_calloc(ctx, (size_t)n + 1, sizeof(double), "stream plan");
+    double *head = kiln_calloc(ctx, (size_t)n + 1, sizeof(double), "stream plan");
+    double *tail = kiln_calloc(ctx, (size_t)n + 1, sizeof(double), "stream plan");
+    double *finish = kiln_calloc(ctx, (size_t)n + 1, sizeof(double), "stream plan");
+    double *clock = kiln_calloc(ctx, (size_t)S, sizeof(double), "stream plan");
+    int *vc = kiln_calloc(ctx, (size_t)S * (size_t)S, sizeof(int), "stream plan");     /* per stream */
+    int *vcn = kiln_calloc(ctx, (size_t)n * (size_t)S + 1, sizeof(int), "stream plan"); /* after node */
+    int nw = 0;
+    for (int e = 0; e < n; e++) nw += m->nodes[p->exec[e].node].n_in;
+    p->stream = kiln_calloc(ctx, (size_t)n + 1, sizeof(int), "stream plan");
+    p->wait_at = kiln_calloc(ctx, (size_t)n + 2, sizeof(int), "stream plan");
+    p->waits = kiln_calloc(ctx, (size_t)nw + 1, sizeof(int), "stream plan");
+    kiln_status st = KILN_OK;
+    if (!prod || !cost || !head || !tail || !finish || !clock || !vc || !vcn || !p->stream || !p->wait_at || !p->waits) {
+        st = KILN_ERR_OUT_OF_MEMORY;
+        goto out;
+    }
+    p->n_streams = S;
+    for (int v = 0; v < p->n_values; v++) prod[v] = -1;
+    for (int e = 0; e < n; e++) {
+        const kiln_node *nd = &m->nodes[p->exec[e].node];
+        for (int k = 0; k < nd->n_out; k++) prod[nd->out[k]] = e;
+        cost[e] = node_cost(&p->exec[e].c);
+    }
+    /* longest paths into (head) and out of (tail) every node, each counting the node */
+    double longest = 0;
+    for (int e = 0; e < n; e++) {
+        const kiln_node *nd = &m->nodes[p->exec[e].node];
+        double h = 0;
+        for (int k = 0; k < nd->n_in; k++)
+            if (nd->in[k] >= 0 && prod[nd->in[k]] >= 0 && head[prod[nd->in[k]]] > h) h = head[prod[nd->in[k]]];
+        head[e] = h + cost[e];
+        tail[e] = cost[e];
+        if (head[e] > longest) longest = head[e];
+    }
+    for (int e = n - 1; e >= 0; e--) {
+        const kiln_node *nd = &m->nodes[p->exec[e].node];
+        for (int k = 0; k < nd->n_in; k++) {
+            const int q = nd->in[k] >= 0 ? prod[nd->in[k]] : -1;
+            if (q >= 0 && cost[q] + tail[e] > tail[q]) tail[q] = cost[q] + tail[e];
+        }
+    }
+    /* list schedule: off the longest path, the side stream that would start the node first */
+    for (int e = 0; e < n; e++) {
+        const kiln_node *nd = &m->nodes[p->exec[e].node];
+        double ready = 0;
+        for (int k = 0; k < nd->n_in; k++) {
+            const int q = nd->in[k] >= 0 ? prod[nd->in[k]] : -1;
+            if (q >= 0 && finish[q] > ready) ready = finish[q];
+        }
+        int s = 0;
+        if (side > 0 && longest - (head[e] + tail[e] - cost[e]) >= SIDE_SLACK) {
+            s = 1;
+            for (int c = 2; c <= side; c++)
+                if ((clock[c] > ready ? clock[c] : ready) < (clock[s] > ready ? clock[s] : ready)) s = c;
+        }
+        p->stream[e] = s;
+        finish[e] = (clock[s] > ready ? clock[s] : ready) + cost[e];
+        clock[s] = finish[e];
+    }
+    /* waits, pruned by vector clocks: vc[s * S + t] is the last node of stream t known
+     * finished at this point of stream s (-1: none) */
+    for (int i = 0; i < S * S; i++) vc[i] = -1;
+    nw = 0;
+    for (int e = 0; e < n; e++) {
+        const kiln_node *nd = &m->nodes[p->exec[e].node];
+        const int s = p->stream[e];
+        int *mine = vc + (size_t)s * S;
+        p->wait_at[e] = nw;
+        for (int k = 0; k < nd->n_in; k++) {
+            const int q = nd->in[k] >= 0 ? prod[nd->in[k]] : -1;
+            if (q < 0 || p->stream[q] == s || mine[p->stream[q]] >= q) continue;
+            p->waits[nw++] = q;
+            for (int t = 0; t < S; t++)
+                if (vcn[(size_t)q * S + t] > mine[t]) mine[t] = vcn[(size_t)q * S + t];
+        }
+        start[e] = mine[0];
+        join[e] = n;
+        if (s == 0) /* the side nodes this main node now knows finished join here */
+            for (int k = 0; k < e; k++)
+                if (p->stream[k] != 0 && join[k] == n && k <= mine[p->stream[k]]) join[k] = e;
+        mine[s] = e;
+        memcpy(vcn + (size_t)e * S, mine, (size_t)S * sizeof(int));
+    }
+    p->wait_at[n] = nw;
+out:
+    free(prod);
+    free(cost);
+    free(head);
+    free(tail);
+    free(finish);
+    free(clock);
+    free(vc);
+    free(vcn);
+    return st;
+}
+
+static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) {
     kiln_model *m = p->m;
     kiln_context *ctx = mctx(m);
     int nv = p->n_values;
@@ -325,6 +458,19 @@ static kiln_status plan_memory(kiln_plan *p) {
     for (int i = 0; i < m->n_outputs; i++) {
         int v = m->outputs[i];
         if (root[v] >= 0) last[root[v]] = p->n_exec;
+    }
+    /* A side-stream node may run alongside the main stream's nodes in (start, join): the
+     * values it reads and writes stay alive over all of [start, join]. */
+    for (int e = 0; start && e < p->n_exec; e++) {
+        if (!p->stream[e]) continue;
+        const kiln_node *n = &m->nodes[p->exec[e].node];
+        const int lo = start[e] > 0 ? start[e] : 0;
+        for (int k = 0; k < n->n_in + n->n_out; k++) {
+            const int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+            if (v < 0 || root[v] < 0) continue;
+            if (first[root[v]] > lo) first[root[v]] = lo;
+            if (last[root[v]] < join[e]) last[root[v]] = join[e];
+        }
     }
     int ns = 0;
     for (int v = 0; v < nv; v++) {
@@ -448,7 +594,15 @@ static kiln_status bind_inputs(kiln_plan *p, kiln_tensor *const *inputs) {
 
 kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory,
                             kiln_plan **out) {
+    return kiln_plan_build_ex(m, inputs, fold, host_memory, 0, out);
+}
+
+kiln_status kiln_plan_build_ex(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory,
+                               int side_streams, kiln_plan **out) {
     *out = NULL;
+    if (side_streams < 0 || side_streams > KILN_PLAN_MAX_SIDE_STREAMS)
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "side streams must be 0 to %d, got %d",
+                         KILN_PLAN_MAX_SIDE_STREAMS, side_streams);
     if (!m->finalized)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model is not finalized");
     kiln_plan *p = kiln_calloc(m->ctx, 1, sizeof *p, "a plan");
@@ -490,7 +644,15 @@ kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold
         }
     }
     if (!st) st = walk(p, false, fold);
-    if (!st) st = plan_memory(p);
+    int *start = NULL, *join = NULL;
+    if (!st && side_streams > 0) {
+        start = kiln_calloc(m->ctx, (size_t)p->n_exec + 1, sizeof(int), "stream plan");
+        join = kiln_calloc(m->ctx, (size_t)p->n_exec + 1, sizeof(int), "stream plan");
+        st = start && join ? assign_streams(p, side_streams, start, join) : KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (!st) st = plan_memory(p, start, join);
+    free(start);
+    free(join);
     if (!st) {
         for (int v = 0; v < p->n_values; v++)
             if (p->known[v]) p->constant_bytes += kiln_tensor_nbytes(&p->vt[v]);
@@ -631,6 +793,10 @@ void kiln_plan_view(const kiln_plan *p, kiln_plan_view_t *v) {
     v->n_exec = p->n_exec;
     v->exec = p->exec;
     v->exec_stride = sizeof(exec_node);
+    v->n_streams = p->stream ? p->n_streams : 1;
+    v->stream = p->stream;
+    v->wait_at = p->wait_at;
+    v->waits = p->waits;
 }
 
 int kiln_plan_exec_node(const kiln_plan_view_t *v, int i) {

@@ -18,6 +18,15 @@ kiln_status kiln_infer_static(kiln_model *m);
  * backend passes false and lays out its own arena from the plan's offsets. */
 kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory,
                             kiln_plan **out);
+/* The same, for a device that replays the run list as one captured graph over a main
+ * stream and side_streams more (0..KILN_PLAN_MAX_SIDE_STREAMS): nodes off the run list's
+ * longest path are assigned to side streams, each node lists the nodes on other streams it
+ * must wait for, and the memory plan keeps every value a side node reads or writes alive
+ * for as long as that node may run alongside the main stream. The run list's order, and
+ * so a one-stream run of it, is unchanged. */
+#define KILN_PLAN_MAX_SIDE_STREAMS 4
+kiln_status kiln_plan_build_ex(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory,
+                               int side_streams, kiln_plan **out);
 
 /* What a device backend reads from a plan (all owned by the plan). */
 typedef struct kiln_plan_view_t {
@@ -30,6 +39,12 @@ typedef struct kiln_plan_view_t {
     int n_exec;             /* nodes a run executes, in order */
     const void *exec;
     size_t exec_stride;
+    /* Streams (kiln_plan_build_ex): n_streams (1: no side streams, stream NULL); stream[e]
+     * of run-list node e (0: the main stream); e waits, before it starts, for the nodes
+     * waits[wait_at[e] .. wait_at[e + 1]) (on other streams) to finish. Every stream
+     * starts after the run's start and is joined into the main stream at its end. */
+    int n_streams;
+    const int *stream, *wait_at, *waits;
 } kiln_plan_view_t;
 void kiln_plan_view(const kiln_plan *p, kiln_plan_view_t *v);
 /* Node index and (host) op context of run-list entry i: the context's tensors carry shapes

@@ -84,7 +84,8 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
         kiln_cuda_options co = {.no_autotune = (o.disable_passes & KILN_PASS_AUTOTUNE) != 0,
                                 .deterministic = o.deterministic != 0,
                                 .no_conv_gemm = (o.disable_passes & KILN_PASS_CONV_GEMM) != 0,
-                                .no_conv_direct = (o.disable_passes & KILN_PASS_CONV_DIRECT) != 0};
+                                .no_conv_direct = (o.disable_passes & KILN_PASS_CONV_DIRECT) != 0,
+                                .no_streams = (o.disable_passes & KILN_PASS_STREAMS) != 0};
         kiln_status st = kiln_cuda_create(m->ctx, &co, &s->cu);
         if (st) {
             kiln_model_free(s->optimized);

@@ -118,6 +118,17 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     if (added > 0) cu->stats.algos_loaded = added;
 }
 
+/* Side streams for captured plans: KILN_SIDE_STREAMS (0 to KILN_CUDA_MAX_SIDE_STREAMS)
+ * when set, for experiments; else 2. */
+static int side_streams_wanted(void) {
+    const char *e = getenv("KILN_SIDE_STREAMS");
+    if (!e || !*e) return 2;
+    char *end = NULL;
+    const long n = strtol(e, &end, 10);
+    if (*end || n < 0) return 2;
+    return n > KILN_CUDA_MAX_SIDE_STREAMS ? KILN_CUDA_MAX_SIDE_STREAMS : (int)n;
+}
+
 /* Everything create sets up after the struct exists; kiln_cuda_free undoes any part. */
 static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
     kiln_context *ctx = cu->ctx;
@@ -129,6 +140,10 @@ static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
                          "CUDA device %d (%s) has compute capability %d.%d; kiln needs 8.0 or newer",
                          cu->device, cu->props.name, cu->props.cc_major, cu->props.cc_minor);
     KILN_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
+    cu->main_stream = cu->stream;
+    cu->n_side = o->no_streams ? 0 : side_streams_wanted();
+    for (int i = 0; i < cu->n_side; i++)
+        KILN_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&cu->side[i], cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++)
         KILN_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&cu->staged[i], cudaEventDisableTiming));
     KILN_CUDA_CHECK(ctx, cudaMalloc((void **)&cu->flag, sizeof(kiln_cuda_flag)));
@@ -197,7 +212,9 @@ void kiln_cuda_free(kiln_cuda *cu) {
     if (cu->staging) cudaFreeHost(cu->staging);
     for (int i = 0; i < 2; i++)
         if (cu->staged[i]) cudaEventDestroy(cu->staged[i]);
-    if (cu->stream) cudaStreamDestroy(cu->stream);
+    for (int i = 0; i < cu->n_side; i++)
+        if (cu->side[i]) cudaStreamDestroy(cu->side[i]);
+    if (cu->main_stream) cudaStreamDestroy(cu->main_stream);
     cudaGetLastError();
     free(cu->algos);
     free(cu);
@@ -207,6 +224,23 @@ const kiln_cuda_props *kiln_cuda_get_props(const kiln_cuda *cu) { return &cu->pr
 void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out) { *out = cu->stats; }
 kiln_context *kiln_cuda_context(const kiln_cuda *cu) { return cu->ctx; }
 void *kiln_cuda_stream(const kiln_cuda *cu) { return (void *)cu->stream; }
+int kiln_cuda_side_streams(const kiln_cuda *cu) { return cu->n_side; }
+void kiln_cuda_count_side(kiln_cuda *cu) { cu->stats.side_captured++; }
+
+kiln_status kiln_cuda_use_stream(kiln_cuda *cu, int i) {
+    if (i < 0 || i > cu->n_side)
+        return kiln_fail(cu->ctx, KILN_ERR_INTERNAL, "stream %d asked for; this context has %d side streams", i,
+                         cu->n_side);
+    cudaStream_t s = i ? cu->side[i - 1] : cu->main_stream;
+    if (s == cu->stream) return KILN_OK;
+    cu->stream = s;
+    if (cu->dnn) KILN_CUDNN_CHECK(cu->ctx, cudnnSetStream(cu->dnn, s));
+    return KILN_OK;
+}
+
+void *kiln_cuda_side_stream(const kiln_cuda *cu, int i) {
+    return i <= 0 ? (void *)cu->main_stream : i <= cu->n_side ? (void *)cu->side[i - 1] : NULL;
+}
 
 /* ---------------------------------------------------------------- handles */
 

@@ -107,6 +107,10 @@ typedef struct kiln_cuda_options {
      * kiln.ConvGradWeight) always go to cuDNN (else kiln's direct kernels run them:
      * conv_direct.cu) */
     int no_conv_direct;
+    /* no_streams: a captured plan runs every node on the one stream (else the nodes off
+     * its longest path run on side streams, joined into the captured graph as parallel
+     * branches: cuda_plan.c) */
+    int no_streams;
     /* The on-disk cache of timed choices: NULL for the default
      * ($KILN_CACHE_DIR/cudnn-algos.txt, else $XDG_CACHE_HOME/kiln/cudnn-algos.txt, else
      * ~/.cache/kiln/cudnn-algos.txt; none when KILN_CACHE_DIR is set empty), "" for none,
@@ -148,12 +152,21 @@ typedef struct kiln_cuda_stats {
     int conv_direct_calls; /* one-input-channel convolutions and weight gradients run by
                               conv_direct.cu's kernels */
     int gemms_timed;      /* matrix product shapes whose cuBLASLt algorithms were timed */
+    int side_captured;    /* nodes captured on side streams (parallel branches of a graph) */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */
 } kiln_cuda_stats;
 void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out);
 kiln_context *kiln_cuda_context(const kiln_cuda *cu);
 /* The compute stream, a cudaStream_t. */
 void *kiln_cuda_stream(const kiln_cuda *cu);
+/* Side streams (kiln_cuda_options.no_streams): how many this context has (at most
+ * KILN_CUDA_MAX_SIDE_STREAMS), stream i as a cudaStream_t (0: the main one), and which one
+ * kernels are enqueued on from now (kiln_cuda_stream returns it; cuDNN's handle follows). */
+#define KILN_CUDA_MAX_SIDE_STREAMS 4
+int kiln_cuda_side_streams(const kiln_cuda *cu);
+void *kiln_cuda_side_stream(const kiln_cuda *cu, int i);
+kiln_status kiln_cuda_use_stream(kiln_cuda *cu, int i);
+void kiln_cuda_count_side(kiln_cuda *cu); /* stats.side_captured, for cuda_plan.c */
 
 /* ------------------------------------------------------------------- memory */
 

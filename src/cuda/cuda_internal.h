@@ -47,7 +47,11 @@ struct kiln_cuda {
     int device;
     bool allow_tf32;        /* f32 convolutions / products may use TF32 tensor cores */
     kiln_cuda_props props;
-    cudaStream_t stream;
+    cudaStream_t stream;    /* where kernels go now: main, or a side stream (kiln_cuda_use_stream) */
+    cudaStream_t main_stream;
+    /* Side streams a captured plan runs its off-critical-path nodes on (cuda_plan.c) */
+    cudaStream_t side[KILN_CUDA_MAX_SIDE_STREAMS];
+    int n_side;
 
     /* Created on first use (kiln_cuda_dnn / kiln_cuda_lt): loading the libraries takes
      * time that ops without convolutions or matrix products should not pay. */

@@ -58,7 +58,14 @@ struct kiln_cuda_plan {
     void *epilogue_arg;
     kiln_status (*prologue)(void *arg);
     void *prologue_arg;
+    /* Side streams (kiln_plan_build_ex): captures run node e on stream[e], after the
+     * events of the nodes it waits for; ev[e] is recorded after a node others wait for. */
+    int n_streams;
+    cudaEvent_t *ev;        /* (n_exec), NULL where no node waits */
+    cudaEvent_t ev_start, ev_end[KILN_CUDA_MAX_SIDE_STREAMS];
 };
+
+_Static_assert(KILN_PLAN_MAX_SIDE_STREAMS >= KILN_CUDA_MAX_SIDE_STREAMS, "a plan takes every side stream a context has");
 
 static size_t up(size_t n) { return (n + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1); }
 
@@ -70,6 +77,12 @@ void kiln_cuda_plan_free(kiln_cuda_plan *cp) {
         cudaStreamSynchronize((cudaStream_t)kiln_cuda_stream(cp->cu));
         cudaFree(cp->dev);
     }
+    for (int e = 0; cp->ev && e < cp->n_exec; e++)
+        if (cp->ev[e]) cudaEventDestroy(cp->ev[e]);
+    free(cp->ev);
+    if (cp->ev_start) cudaEventDestroy(cp->ev_start);
+    for (int i = 0; i < KILN_CUDA_MAX_SIDE_STREAMS; i++)
+        if (cp->ev_end[i]) cudaEventDestroy(cp->ev_end[i]);
     if (cp->host_out)
         for (int i = 0; i < cp->m->n_outputs; i++) free(cp->host_out[i].data);
     free(cp->host_out);
@@ -79,6 +92,22 @@ void kiln_cuda_plan_free(kiln_cuda_plan *cp) {
     free(cp->ctx);
     kiln_plan_free(cp->p);
     free(cp);
+}
+
+/* Events for a capture over side streams: one after each node another stream waits for,
+ * one for the run's start, one per side stream for its end. */
+static kiln_status create_events(kiln_cuda_plan *cp, const kiln_plan_view_t *v) {
+    kiln_context *ctx = cp->m->ctx;
+    cp->ev = kiln_calloc(ctx, (size_t)v->n_exec + 1, sizeof *cp->ev, "CUDA plan events");
+    if (!cp->ev) return KILN_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < v->wait_at[v->n_exec]; i++) {
+        cudaEvent_t *e = &cp->ev[v->waits[i]];
+        if (!*e) KILN_CUDA_CHECK(ctx, cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    }
+    KILN_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&cp->ev_start, cudaEventDisableTiming));
+    for (int i = 0; i < v->n_streams - 1; i++)
+        KILN_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&cp->ev_end[i], cudaEventDisableTiming));
+    return KILN_OK;
 }
 
 kiln_status kiln_cuda_plan_create(kiln_cuda *cu, kiln_model *m, kiln_tensor *const *inputs, bool fold,
@@ -107,7 +136,8 @@ kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tenso
         return KILN_ERR_OUT_OF_MEMORY;
     }
     for (int i = 0; bound && i < m->n_inputs; i++) cp->bound[i] = bound[i];
-    kiln_status st = kiln_plan_build(m, inputs, fold, false, &cp->p);
+    /* side streams only pay off in a captured graph: eager runs go one node at a time */
+    kiln_status st = kiln_plan_build_ex(m, inputs, fold, false, use_graph ? kiln_cuda_side_streams(cu) : 0, &cp->p);
     if (st) {
         free(cp->bound);
         free(cp);
@@ -165,8 +195,10 @@ kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tenso
     bool *needed = kiln_calloc(ctx, (size_t)nv + 1, sizeof(bool), "CUDA plan");
     size_t *coff = kiln_calloc(ctx, (size_t)nv + 1, sizeof(size_t), "CUDA plan");
     if (!st && (!needed || !coff)) st = KILN_ERR_OUT_OF_MEMORY;
+    /* one workspace per stream: nodes of different streams may run at once */
+    cp->n_streams = v.n_streams;
     size_t total = up(v.arena_bytes), ws_off = total;
-    total += up(cp->workspace);
+    total += up(cp->workspace) * (size_t)v.n_streams;
     for (int e = 0; e < v.n_exec && !st; e++) {
         const kiln_op_ctx *hc = kiln_plan_exec_op_ctx(&v, e);
         const kiln_node *n = hc->node;
@@ -221,9 +253,11 @@ kiln_status kiln_cuda_plan_create_bound(kiln_cuda *cu, kiln_model *m, kiln_tenso
     free(needed);
     free(coff);
     for (int e = 0; e < v.n_exec && !st; e++) {
-        cp->ctx[e].workspace = cp->workspace ? (char *)cp->dev + ws_off : NULL;
+        const size_t own = v.stream ? up(cp->workspace) * (size_t)v.stream[e] : 0;
+        cp->ctx[e].workspace = cp->workspace ? (char *)cp->dev + ws_off + own : NULL;
         cp->ctx[e].workspace_size = cp->workspace;
     }
+    if (!st && v.n_streams > 1) st = create_events(cp, &v);
     for (int i = 0; i < m->n_outputs && !st; i++) {
         kiln_tensor *h = &cp->host_out[i];
         *h = v.vt[m->outputs[i]];
@@ -251,16 +285,66 @@ static void range_pop(const kiln_cuda_plan *cp) {
     if (cp->nvtx) nvtxRangePop();
 }
 
-static kiln_status launch_all(kiln_cuda_plan *cp) {
+/* The run list over the plan's streams, for a capture: every side stream forks from the
+ * main one after the prologue, each node first waits for the events of the nodes on other
+ * streams it needs (kiln_plan_view_t.waits), and every side stream joins the main one
+ * before the epilogue. In the captured graph these become edges: parallel branches. */
+static kiln_status launch_streams(kiln_cuda_plan *cp) {
+    kiln_context *ctx = cp->m->ctx;
+    kiln_cuda *cu = cp->cu;
+    kiln_plan_view_t v;
+    kiln_plan_view(cp->p, &v);
+    const int side = cp->n_streams - 1;
+    KILN_CUDA_CHECK(ctx, cudaEventRecord(cp->ev_start, (cudaStream_t)kiln_cuda_side_stream(cu, 0)));
+    for (int i = 1; i <= side; i++)
+        KILN_CUDA_CHECK(ctx, cudaStreamWaitEvent((cudaStream_t)kiln_cuda_side_stream(cu, i), cp->ev_start, 0));
+    kiln_status st = KILN_OK;
+    for (int e = 0; e < cp->n_exec && !st; e++) {
+        cudaStream_t s = (cudaStream_t)kiln_cuda_side_stream(cu, v.stream[e]);
+        for (int w = v.wait_at[e]; w < v.wait_at[e + 1]; w++) {
+            cudaError_t ce = cudaStreamWaitEvent(s, cp->ev[v.waits[w]], 0);
+            if (ce != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamWaitEvent: %s", cudaGetErrorString(ce));
+        }
+        if (!st) st = kiln_cuda_use_stream(cu, v.stream[e]);
+        range_push(cp, e);
+        if (!st) st = kiln_cuda_run(cu, &cp->ctx[e]);
+        range_pop(cp);
+        if (!st && v.stream[e]) kiln_cuda_count_side(cu);
+        const kiln_status back = kiln_cuda_use_stream(cu, 0);
+        if (!st) st = back;
+        if (!st && cp->ev[e]) {
+            cudaError_t ce = cudaEventRecord(cp->ev[e], s);
+            if (ce != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventRecord: %s", cudaGetErrorString(ce));
+        }
+    }
+    /* joined even after a failure, so that the capture ends cleanly */
+    for (int i = 1; i <= side; i++) {
+        cudaError_t ce = cudaEventRecord(cp->ev_end[i - 1], (cudaStream_t)kiln_cuda_side_stream(cu, i));
+        if (ce == cudaSuccess)
+            ce = cudaStreamWaitEvent((cudaStream_t)kiln_cuda_side_stream(cu, 0), cp->ev_end[i - 1], 0);
+        if (ce != cudaSuccess && !st)
+            st = kiln_fail(ctx, KILN_ERR_DEVICE, "joining side stream %d: %s", i, cudaGetErrorString(ce));
+    }
+    return st;
+}
+
+/* concurrent: over the plan's streams (captures only); else one node after another on
+ * the main stream. */
+static kiln_status launch_all(kiln_cuda_plan *cp, bool concurrent) {
     if (cp->prologue) {
         kiln_status st = cp->prologue(cp->prologue_arg);
         if (st) return st;
     }
-    for (int e = 0; e < cp->n_exec; e++) {
-        range_push(cp, e);
-        kiln_status st = kiln_cuda_run(cp->cu, &cp->ctx[e]);
-        range_pop(cp);
+    if (concurrent && cp->n_streams > 1) {
+        kiln_status st = launch_streams(cp);
         if (st) return st;
+    } else {
+        for (int e = 0; e < cp->n_exec; e++) {
+            range_push(cp, e);
+            kiln_status st = kiln_cuda_run(cp->cu, &cp->ctx[e]);
+            range_pop(cp);
+            if (st) return st;
+        }
     }
     return cp->epilogue ? cp->epilogue(cp->epilogue_arg) : KILN_OK;
 }
@@ -288,7 +372,7 @@ static kiln_status capture(kiln_cuda_plan *cp) {
     cudaError_t ce = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
     if (ce != cudaSuccess)
         return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamBeginCapture: %s", cudaGetErrorString(ce));
-    kiln_status st = launch_all(cp);
+    kiln_status st = launch_all(cp, true);
     cudaGraph_t g = NULL;
     ce = cudaStreamEndCapture(s, &g);
     if (st) {
@@ -323,7 +407,7 @@ kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *input
         cudaError_t ce = cudaGraphLaunch(cp->exec, (cudaStream_t)kiln_cuda_stream(cp->cu));
         if (ce != cudaSuccess) return kiln_fail(m->ctx, KILN_ERR_DEVICE, "cudaGraphLaunch: %s", cudaGetErrorString(ce));
     } else {
-        st = launch_all(cp);
+        st = launch_all(cp, false);
     }
     cp->runs++;
     return st;
@@ -386,7 +470,7 @@ kiln_status kiln_cuda_plan_time(kiln_cuda_plan *cp, kiln_tensor *const *inputs, 
             cudaError_t ce = cudaGraphLaunch(cp->exec, s);
             if (ce != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaGraphLaunch: %s", cudaGetErrorString(ce));
         } else {
-            st = launch_all(cp); /* CUDA graphs switched off: one launch per node */
+            st = launch_all(cp, false); /* CUDA graphs switched off: one launch per node */
         }
         cudaEventRecord(ev[2 + i], s);
     }

@@ -286,14 +286,18 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
      * inference session keeps fp32 NCHW for the same reason) */
     const bool nhwc = t->opts.device == KILN_DEVICE_CUDA && !(t->opts.disable_passes & KILN_PASS_NHWC) &&
                       (t->opts.amp != KILN_AMP_OFF || !t->opts.strict_fp32);
-    if (!st && (t->opts.amp != KILN_AMP_OFF || nhwc)) {
+    /* CUDA: convolutions and products with their activations as one kernel (the
+     * activation's gradient reads its output, which the fused op still writes) */
+    const unsigned fuse = t->opts.device == KILN_DEVICE_CUDA ? KILN_PASS_FUSE_CONV : 0u;
+    const unsigned wanted = (fuse | (nhwc ? (unsigned)KILN_PASS_NHWC : 0u)) & ~t->opts.disable_passes;
+    if (!st && (t->opts.amp != KILN_AMP_OFF || wanted)) {
         /* Forward and backward in fp16/bf16 where the precision pass allows; the weights
          * (graph inputs), the loss and the gradients (graph outputs) stay f32. */
         kiln_pass_options po = {.device = t->opts.device,
                                 .precision = t->opts.amp == KILN_AMP_FP16   ? KILN_PRECISION_FP16
                                              : t->opts.amp == KILN_AMP_BF16 ? KILN_PRECISION_BF16
                                                                             : KILN_PRECISION_FP32,
-                                .disabled = nhwc ? ~(unsigned)KILN_PASS_NHWC : ~0u};
+                                .disabled = ~wanted};
         kiln_model *low = NULL;
         st = kiln_passes_apply(m, &po, &low);
         if (!st) {

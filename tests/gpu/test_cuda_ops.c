@@ -2554,9 +2554,10 @@ static void mnist_training_graph(kiln_precision prec, bool nhwc) {
         kiln_model_free(m);
         return;
     }
-    /* the CPU trainer's graph through the passes a CUDA trainer applies (layout, precision) */
+    /* the CPU trainer's graph through the passes a CUDA trainer applies (fusion, layout,
+     * precision) */
     kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec,
-                            .disabled = nhwc ? ~(unsigned)KILN_PASS_NHWC : ~0u};
+                            .disabled = ~(unsigned)(KILN_PASS_FUSE_CONV | (nhwc ? KILN_PASS_NHWC : 0))};
     if (kiln_passes_apply(t->train, &po, &g)) {
         fail(what, "passes: %s", kiln_context_message(ctx));
         kiln_trainer_free(t);
@@ -2608,7 +2609,9 @@ static void mnist_training_graph(kiln_precision prec, bool nhwc) {
     kiln_cuda_get_stats(cu, &s0);
     st = want && got ? kiln_plan_run_cpu(p, t->feeds, seed, no, want) : KILN_ERR_OUT_OF_MEMORY;
     if (!st) st = kiln_cuda_plan_create(cu, g, t->feeds, true, &cp);
-    for (int run = 0; run < 2 && !st; run++) {
+    /* run 1 eager, run 2 captures (side streams: parallel branches) and replays, run 3
+     * replays */
+    for (int run = 0; run < 3 && !st; run++) {
         st = kiln_cuda_rng_set(cu, seed);
         if (!st) st = kiln_cuda_plan_run(cp, t->feeds, no, got);
         if (st) break;
@@ -2638,6 +2641,10 @@ static void mnist_training_graph(kiln_precision prec, bool nhwc) {
         snprintf(lab1, sizeof lab1, "%s: conv1 and its weight gradient ran on the direct kernels", what);
         snprintf(detail, sizeof detail, "stats.conv_direct_calls rose by %d", s1.conv_direct_calls - s0.conv_direct_calls);
         check(s1.conv_direct_calls - s0.conv_direct_calls >= 2, lab1, detail);
+        snprintf(lab1, sizeof lab1, "%s: the capture put nodes off the longest path on side streams", what);
+        snprintf(detail, sizeof detail, "stats.side_captured rose by %d (side streams: %d)",
+                 s1.side_captured - s0.side_captured, kiln_cuda_side_streams(cu));
+        check(kiln_cuda_side_streams(cu) == 0 || s1.side_captured - s0.side_captured >= 4, lab1, detail);
     }
     kiln_cuda_plan_free(cp);
     free(want);
@@ -2747,6 +2754,62 @@ out:
     if (st) fail("train profile", "%s", kiln_context_message(ctx));
     kiln_profile_free(&p);
     kiln_plan_free(hp);
+    kiln_trainer_free(a);
+    kiln_trainer_free(b);
+    kiln_model_free(ma);
+    kiln_model_free(mb);
+    kiln_tensor_free(images);
+    kiln_tensor_free(labels);
+}
+
+/* A CUDA trainer whose captured step runs over side streams against a twin on one stream
+ * (--disable streams), from the same weights and seed, f32 (TF32 off) and fp16 AMP: the
+ * same losses and weights within rounding after 12 steps (the step is captured from its
+ * second run on), and the side streams actually used. */
+static void train_streams_checks(kiln_amp amp) {
+    const int64_t n = 768, batch = 64;
+    const char *what = amp == KILN_AMP_FP16 ? "train streams, fp16" : "train streams, f32";
+    kiln_model *ma = NULL, *mb = NULL;
+    kiln_trainer *a = NULL, *b = NULL;
+    kiln_tensor *images = kt_rand(KILN_F32, 4, KT_DIMS(n, 1, 28, 28), 0, 1, 31);
+    kiln_tensor *labels = kt_rand(KILN_I64, 1, KT_DIMS(n), 0, 10, 32);
+    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = 1.0f, .seed = 5, .device = KILN_DEVICE_CUDA,
+                            .amp = amp, .strict_fp32 = amp == KILN_AMP_OFF};
+    kiln_train_options ob = o;
+    ob.disable_passes = KILN_PASS_STREAMS;
+    kiln_status st = images && labels ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &ma);
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &mb);
+    if (!st) st = kiln_trainer_create(ma, "loss", &o, &a);
+    if (!st) st = kiln_trainer_create(mb, "loss", &ob, &b);
+    float la = 0, lb = 0;
+    if (!st) st = kiln_trainer_train_epoch(a, images, labels, batch, 7, 0, 0, -1, &la);
+    if (!st) st = kiln_trainer_train_epoch(b, images, labels, batch, 7, 0, 0, -1, &lb);
+    if (!st) st = kiln_trainer_sync_host(a);
+    if (!st) st = kiln_trainer_sync_host(b);
+    if (st) {
+        fail(what, "%s", kiln_context_message(ctx));
+        goto out;
+    }
+    double worst = 0, scale = 0;
+    for (int k = 0; k < a->n_params; k++)
+        for (int64_t i = 0; i < a->params[k].numel; i++) {
+            const double x = (double)((const float *)a->params[k].value->data)[i];
+            const double d = fabs(x - (double)((const float *)b->params[k].value->data)[i]);
+            if (d > worst) worst = d;
+            if (fabs(x) > scale) scale = fabs(x);
+        }
+    kiln_train_stats sa, sb;
+    kiln_trainer_stats(a, &sa);
+    kiln_trainer_stats(b, &sb);
+    char detail[240];
+    snprintf(detail, sizeof detail, "loss %.9g vs %.9g on one stream, weights differ by up to %.3g (largest %.3g), steps %lld/%lld",
+             la, lb, worst, scale, (long long)sa.steps, (long long)sb.steps);
+    /* cuDNN and atomics may sum in another order: fp16 rounding differences grow over steps */
+    const double tol = amp == KILN_AMP_FP16 ? 2e-3 : 1e-5;
+    check(fabs(la - lb) <= tol * (1 + fabs(lb)) && worst <= tol * (1 + scale) && sa.steps == 12 && sb.steps == 12,
+          what, detail);
+out:
     kiln_trainer_free(a);
     kiln_trainer_free(b);
     kiln_model_free(ma);
@@ -3437,6 +3500,10 @@ int main(int argc, char **argv) {
         if (wanted("small ResNet")) session_checks();
         if (wanted("profile")) profile_checks();
         if (wanted("train profile")) train_profile_checks();
+        if (wanted("train streams")) {
+            train_streams_checks(KILN_AMP_OFF);
+            train_streams_checks(KILN_AMP_FP16);
+        }
     }
 
     for (int i = 0; i < kiln_cuda_kernel_count() && !only; i++) {
