@@ -2410,6 +2410,95 @@ static void optimizer_checks(void) {
         }
 }
 
+/* A table of more than 32 entries: the entry of a chunk is looked up 32 entries at a time
+ * (find_entry in optim.cu), so the later groups, an entry of no elements and chunks that
+ * fall in the last entry of a group are all reached. SGD with momentum, 2 steps, with the
+ * step ended by the update's last block, against kiln_optimizer_update. */
+static void optimizer_many_checks(void) {
+    enum { N = 70 };
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+    kiln_param ps[N];
+    kiln_cuda_optim_entry e[N];
+    float *grads[N];
+    memset(ps, 0, sizeof ps);
+    memset(e, 0, sizeof e);
+    memset(grads, 0, sizeof grads);
+    kiln_cuda_arena_reset(cu);
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < N && !st; k++) {
+        /* entry 33 is empty; 31 and 63 (the last of their groups) span several chunks */
+        const int64_t n = k == 33 ? 0 : k == 31 || k == 63 ? 9000 : 1 + (k * 997) % 5000;
+        const int64_t dn = n ? n : 1;
+        ps[k].numel = n;
+        ps[k].value = kt_rand(KILN_F32, 1, &dn, -1, 1, 400 + (uint64_t)k);
+        kiln_tensor *g = kt_rand(KILN_F32, 1, &dn, -1, 1, 500 + (uint64_t)k);
+        ps[k].state[0] = calloc((size_t)dn, sizeof(float));
+        grads[k] = g ? malloc(sizeof(float) * (size_t)dn) : NULL;
+        if (!ps[k].value || !g || !ps[k].state[0] || !grads[k]) {
+            kiln_tensor_free(g);
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        memcpy(grads[k], g->data, sizeof(float) * (size_t)dn);
+        kiln_tensor_free(g);
+        ps[k].grad = grads[k];
+        const size_t fb = sizeof(float) * (size_t)dn;
+        void *pw = NULL, *pg = NULL, *p0 = NULL;
+        st = kiln_cuda_arena_alloc(cu, fb, &pw);
+        if (!st) st = kiln_cuda_arena_alloc(cu, fb, &pg);
+        if (!st) st = kiln_cuda_arena_alloc(cu, fb, &p0);
+        if (!st) st = kiln_cuda_upload(cu, pw, ps[k].value->data, fb);
+        if (!st) st = kiln_cuda_upload(cu, pg, grads[k], fb);
+        if (!st) st = kiln_cuda_upload(cu, p0, ps[k].state[0], fb);
+        e[k] = (kiln_cuda_optim_entry){.param = pw, .grad = pg, .state0 = p0, .n = n};
+    }
+    const int64_t chunks = kiln_cuda_optim_table_prepare(e, N);
+    void *table = NULL, *state = NULL;
+    if (!st) st = kiln_cuda_arena_alloc(cu, sizeof e, &table);
+    if (!st) st = kiln_cuda_arena_alloc(cu, sizeof(kiln_cuda_train_state), &state);
+    if (!st) st = kiln_cuda_upload(cu, table, e, sizeof e);
+    if (!st) st = kiln_cuda_train_state_init(cu, &o, 1.f, state);
+    const kiln_cuda_step_tail tail = {.schedule = &o};
+    for (int64_t step = 0; step < 2 && !st; step++) {
+        kiln_optimizer_update(&o, step, kiln_trainer_lr_at(&o, step), N, ps);
+        st = kiln_cuda_optimizer_step(cu, &o, table, N, chunks, KILN_F32, KILN_DTYPE_UNDEFINED, false, state, &tail);
+    }
+    kiln_cuda_train_state s = {0};
+    if (!st) st = kiln_cuda_download(cu, &s, state, sizeof s);
+    double worst = 0;
+    int where = -1;
+    for (int k = 0; k < N && !st; k++) {
+        if (!ps[k].numel) continue;
+        const size_t fb = sizeof(float) * (size_t)ps[k].numel;
+        float *w = malloc(fb), *m = malloc(fb);
+        if (!w || !m) st = KILN_ERR_OUT_OF_MEMORY;
+        if (!st) st = kiln_cuda_download(cu, w, e[k].param, fb);
+        if (!st) st = kiln_cuda_download(cu, m, e[k].state0, fb);
+        for (int64_t i = 0; !st && i < ps[k].numel; i++) {
+            const float want[2] = {((const float *)ps[k].value->data)[i], ps[k].state[0][i]}, got[2] = {w[i], m[i]};
+            for (int a = 0; a < 2; a++) {
+                const double err = fabs((double)got[a] - want[a]) / (1e-9 + fabs(want[a]));
+                if (!(err <= worst)) {
+                    worst = err;
+                    where = k;
+                }
+            }
+        }
+        free(w);
+        free(m);
+    }
+    char detail[200];
+    snprintf(detail, sizeof detail, "%s; %lld chunks; max relative difference %.3g (entry %d); step %lld arrived %u",
+             st ? kiln_context_message(ctx) : "", (long long)chunks, worst, where, (long long)s.step, s.arrived);
+    check(!st && worst <= 1e-6 && s.step == 2 && s.arrived == 0,
+          "optimizer over 70 entries (later groups of 32, an empty entry): 2 steps match kiln_optimizer_update", detail);
+    for (int k = 0; k < N; k++) {
+        kiln_tensor_free(ps[k].value);
+        free(ps[k].state[0]);
+        free(grads[k]);
+    }
+}
+
 /* fp16 steps as the trainer enqueues them: the gradient check, then the update; the step
  * ended by kiln_cuda_train_step_end or (fused) by the update's last block, which also draws
  * the next Dropout seed and moves the batch position. Clean steps of the fused path are one
@@ -3593,6 +3682,7 @@ int main(int argc, char **argv) {
         if (wanted("staging")) staging_checks();
         if (wanted("rtc")) rtc_checks();
         if (wanted("optimizer")) optimizer_checks();
+        if (wanted("optimizer")) optimizer_many_checks();
         if (wanted("loss scaling")) loss_scaling_checks();
         if (wanted("rng")) rng_checks();
         if (have_dir && wanted("algo cache")) algo_cache_checks(dir);
