@@ -234,12 +234,16 @@ const char *kiln_cuda_kernel_name(int i);
  * unless it says otherwise; values that change from step to step (learning rate, step
  * count, loss scale, seed) live in device memory and are read there.
  *
- * A step, as the trainer would capture it:
- *     kiln_cuda_rng_next(cu, seed_base, micro_step_counter)    new Dropout masks
+ * Before the first step: kiln_cuda_rng_next(cu, seed_base, counter), the first Dropout seed.
+ * A step, as the trainer captures it:
  *     (the forward and backward kernels of the plan)           dLoss input bound to &state->loss_scale
  *     kiln_cuda_grad_check(cu, table, ...)                     fp16 only: inf/NaN -> found_inf
- *     kiln_cuda_optimizer_step(cu, &opts, table, ...)          skipped when found_inf
- *     kiln_cuda_train_step_end(cu, &scaler or NULL, &opts, state)
+ *     kiln_cuda_optimizer_step(cu, &opts, table, ..., &tail)   skipped when found_inf; its last
+ *                                                              block then does the step end, the
+ *                                                              next Dropout seed and the batch
+ *                                                              position (kiln_cuda_step_tail)
+ * The step end, the seed and the position also exist as launches of their own
+ * (kiln_cuda_train_step_end, kiln_cuda_rng_next, kiln_cuda_advance), with the same effect.
  */
 
 /* --- the run seed. Random kernels (Dropout in training) read a uint64 seed from device
@@ -268,6 +272,9 @@ typedef struct kiln_cuda_train_state {
     int64_t step;        /* updates applied: the optimizer's step count (Adam's bias
                             correction, SGD momentum's first step, the schedule) */
     int64_t skipped;     /* updates skipped for inf/NaN gradients */
+    uint32_t arrived;    /* blocks of a kiln_cuda_optimizer_step with a tail that have
+                            finished; 0 between launches (its last block resets it) */
+    uint32_t reserved;
 } kiln_cuda_train_state;
 
 /* Upload the initial state: lr = kiln_trainer_lr_at(o, 0) (o NULL: 0), the given loss
@@ -301,25 +308,43 @@ int64_t kiln_cuda_optim_table_prepare(kiln_cuda_optim_entry *table, int n);
 kiln_status kiln_cuda_grad_check(kiln_cuda *cu, const kiln_cuda_optim_entry *table, int n, int64_t chunks,
                                  kiln_dtype grad_dtype, bool unscale, kiln_cuda_train_state *state);
 
-/* One launch updating every parameter of the device table (n entries, `chunks` from
- * kiln_cuda_optim_table_prepare) with the optimizer and hyper-parameters of o (optimizer,
- * momentum, nesterov, weight_decay, beta1, beta2, eps, rho; lr and the step come from
- * state), exactly as the CPU trainer's kiln_optimizer_update. Nothing happens when
- * state->found_inf is set. grad_dtype: the gradients' dtype; unscale: multiply each
- * gradient by 1 / state->loss_scale as it is read; copy_dtype: the dtype of the entries'
- * weight copies (KILN_DTYPE_UNDEFINED when there are none). The step counter is not
- * advanced here (kiln_cuda_train_step_end does it). */
-kiln_status kiln_cuda_optimizer_step(kiln_cuda *cu, const kiln_train_options *o,
-                                     const kiln_cuda_optim_entry *table, int n, int64_t chunks,
-                                     kiln_dtype grad_dtype, kiln_dtype copy_dtype, bool unscale,
-                                     kiln_cuda_train_state *state);
-
 /* Dynamic loss scaling as PyTorch's GradScaler: defaults 2, 0.5, 2000. */
 typedef struct kiln_cuda_scaler {
     float growth_factor;  /* > 1 */
     float backoff_factor; /* in (0, 1) */
     int growth_interval;  /* clean steps between growths, >= 1 */
 } kiln_cuda_scaler;
+
+/* The step's one-thread bookkeeping, done at the end of kiln_cuda_optimizer_step by the
+ * last of its blocks to finish, in this order:
+ *   kiln_cuda_train_step_end(cu, scaler, schedule, state)  always (see below)
+ *   kiln_cuda_rng_next(cu, rng_base, rng_counter)          when rng_counter is set
+ *   kiln_cuda_advance(cu, pos, pos_by)                     when pos is set
+ * with exactly their effects, saving their three launches. The pointers are copied at the
+ * call (the structs they point to need not outlive it); counter and pos: device memory. */
+typedef struct kiln_cuda_step_tail {
+    const kiln_cuda_scaler *scaler;     /* NULL: a fixed loss scale */
+    const kiln_train_options *schedule; /* NULL: state->lr left as it is */
+    int64_t *rng_counter;               /* NULL: the run seed is left */
+    uint64_t rng_base;
+    int64_t *pos;                       /* NULL: no batch position */
+    int64_t pos_by;
+} kiln_cuda_step_tail;
+
+/* One launch updating every parameter of the device table (n entries, `chunks` from
+ * kiln_cuda_optim_table_prepare) with the optimizer and hyper-parameters of o (optimizer,
+ * momentum, nesterov, weight_decay, beta1, beta2, eps, rho; lr and the step come from
+ * state), exactly as the CPU trainer's kiln_optimizer_update. Nothing is updated when
+ * state->found_inf is set. grad_dtype: the gradients' dtype; unscale: multiply each
+ * gradient by 1 / state->loss_scale as it is read; copy_dtype: the dtype of the entries'
+ * weight copies (KILN_DTYPE_UNDEFINED when there are none). tail NULL: the step counter is
+ * not advanced here (kiln_cuda_train_step_end does it); otherwise the same launch ends the
+ * step as described above (state->arrived must be 0, as kiln_cuda_train_state_init leaves
+ * it). */
+kiln_status kiln_cuda_optimizer_step(kiln_cuda *cu, const kiln_train_options *o,
+                                     const kiln_cuda_optim_entry *table, int n, int64_t chunks,
+                                     kiln_dtype grad_dtype, kiln_dtype copy_dtype, bool unscale,
+                                     kiln_cuda_train_state *state, const kiln_cuda_step_tail *tail);
 
 /* One thread, after the update: found_inf ? skipped++ : step++; with a scaler, the loss
  * scale x backoff on inf/NaN, or x growth once growth_interval clean steps have passed
@@ -332,7 +357,8 @@ kiln_status kiln_cuda_train_step_end(kiln_cuda *cu, const kiln_cuda_scaler *scal
 
 /* --- data resident on the device (data.cu): x (batch, sample) f32 and y (batch) i64
  * gathered from images (n, sample) and labels (n) at perm[*pos .. *pos + batch); pos is
- * device memory, advanced by kiln_cuda_advance, so both are capturable. */
+ * device memory, advanced by kiln_cuda_advance (or a kiln_cuda_step_tail), so both are
+ * capturable. */
 kiln_status kiln_cuda_gather_batch(kiln_cuda *cu, const float *images, const int64_t *labels,
                                    const int64_t *perm, const int64_t *pos, int64_t n, int64_t batch,
                                    int64_t sample, float *x, int64_t *y);

@@ -5,8 +5,8 @@
  * CUDA with the weights, optimizer state and BatchNormalization statistics resident on the
  * device (bound graph inputs, never uploaded), and each step is ONE captured CUDA graph:
  *   the forward and backward kernels, the running statistics copied back, the fused
- *   optimizer over every parameter (learning rate and step count read from device memory),
- *   the schedule's next learning rate, and the next Dropout seed.
+ *   optimizer over every parameter (learning rate and step count read from device memory)
+ *   whose last block also sets the schedule's next learning rate and the next Dropout seed.
  * The host only uploads the batch (pinned staging, asynchronous) and launches the graph:
  * no synchronization inside a step. The loss is copied into a device ring and read only
  * when asked for.
@@ -198,8 +198,11 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
     return KILN_OK;
 }
 
-/* Captured after the run list: running statistics back into the state, the optimizer,
- * the step's bookkeeping (next lr on the device), the next Dropout seed. */
+/* Captured after the run list: running statistics back into the state, then (fp16) the
+ * gradient check and the optimizer, whose last block also ends the step: step counters and
+ * loss scale, the next lr on the device, the next Dropout seed, the batch position
+ * (kiln_cuda_step_tail). One launch (two with the check) where there were four (five):
+ * each launch in the graph costs ~2-3 us of the step. */
 static kiln_status epilogue(void *arg) {
     kiln_trainer_cuda *tc = arg;
     kiln_trainer *t = tc->t;
@@ -215,14 +218,16 @@ static kiln_status epilogue(void *arg) {
     /* fp16/bf16: gradients of the scaled loss are checked for inf/NaN (the step is then
      * skipped) and unscaled as the optimizer reads them */
     if (scaled) st = kiln_cuda_grad_check(tc->cu, sp->table, t->n_params, sp->chunks, KILN_F32, false, tc->state);
+    const kiln_cuda_scaler scaler = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .growth_interval = 2000};
+    const kiln_cuda_step_tail tail = {.scaler = t->opts.amp == KILN_AMP_FP16 ? &scaler : NULL,
+                                      .schedule = &t->opts,
+                                      .rng_counter = tc->counter,
+                                      .rng_base = t->opts.seed * 0x9E3779B97F4A7C15ull,
+                                      .pos = sp->resident ? tc->pos : NULL,
+                                      .pos_by = sp->batch};
     if (!st)
         st = kiln_cuda_optimizer_step(tc->cu, &t->opts, sp->table, t->n_params, sp->chunks, KILN_F32,
-                                      KILN_DTYPE_UNDEFINED, scaled, tc->state);
-    const kiln_cuda_scaler scaler = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .growth_interval = 2000};
-    if (!st)
-        st = kiln_cuda_train_step_end(tc->cu, t->opts.amp == KILN_AMP_FP16 ? &scaler : NULL, &t->opts, tc->state);
-    if (!st) st = kiln_cuda_rng_next(tc->cu, t->opts.seed * 0x9E3779B97F4A7C15ull, tc->counter);
-    if (!st && sp->resident) st = kiln_cuda_advance(tc->cu, tc->pos, sp->batch);
+                                      KILN_DTYPE_UNDEFINED, scaled, tc->state, &tail);
     return st;
 }
 

@@ -2332,8 +2332,12 @@ static void optimizer_checks(void) {
         {"Adadelta (mnist)", KILN_OPTIM_ADADELTA, 1.0f, 0, 0, 0, KILN_SCHEDULE_STEP},
     };
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
-        for (int variant = 0; variant < 2; variant++) {
-            /* variant 1: f16 gradients scaled by 1024, unscaled by the optimizer, f16 weight copies */
+        for (int variant = 0; variant < 4; variant++) {
+            /* variant & 1: f16 gradients scaled by 1024, unscaled by the optimizer, f16 weight
+             * copies; variant & 2: the step ended by the update's last block (a tail with the
+             * schedule, the Dropout seed and a batch position) instead of kiln_cuda_train_step_end */
+            const bool fused = (variant & 2) != 0;
+            const int half = variant & 1;
             kiln_train_options o = {0};
             o.optimizer = cfg[c].opt;
             o.lr = cfg[c].lr;
@@ -2349,21 +2353,36 @@ static void optimizer_checks(void) {
             o.gamma = 0.5f;
             o.total_steps = 5;
             o.warmup_steps = c == 0 ? 2 : 0;
-            char label[160];
-            snprintf(label, sizeof label, "optimizer %s%s: 3 steps match kiln_optimizer_update", cfg[c].label,
-                     variant ? " (f16 gradients x1024, unscaled in the update; f16 weight copies)" : "");
+            char label[240];
+            snprintf(label, sizeof label, "optimizer %s%s%s: 3 steps match kiln_optimizer_update", cfg[c].label,
+                     half ? " (f16 gradients x1024, unscaled in the update; f16 weight copies)" : "",
+                     fused ? " (step ended by the update's last block)" : "");
             opt_fixture f;
-            const kiln_dtype gdt = variant ? KILN_F16 : KILN_F32;
-            const float scale = variant ? 1024.f : 1.f;
-            kiln_status st = fixture_make(&f, &o, gdt, scale, variant == 1);
+            const kiln_dtype gdt = half ? KILN_F16 : KILN_F32;
+            const float scale = half ? 1024.f : 1.f;
+            kiln_status st = fixture_make(&f, &o, gdt, scale, half == 1);
+            /* the tail's seed counter and batch position, from values of their own */
+            const uint64_t base = 0x9E3779B97F4A7C15ull * (c + 5);
+            const int64_t counter0 = 7, pos0 = 100, by = 64;
+            int64_t *dev = NULL;
+            if (!st) st = kiln_cuda_arena_alloc(cu, 2 * sizeof(int64_t), (void **)&dev);
+            if (!st) st = kiln_cuda_upload(cu, &dev[0], &counter0, sizeof counter0);
+            if (!st) st = kiln_cuda_upload(cu, &dev[1], &pos0, sizeof pos0);
+            const kiln_cuda_step_tail tail = {.schedule = &o, .rng_counter = dev ? &dev[0] : NULL, .rng_base = base,
+                                              .pos = dev ? &dev[1] : NULL, .pos_by = by};
             for (int64_t step = 0; step < 3 && !st; step++) {
                 kiln_optimizer_update(&o, step, kiln_trainer_lr_at(&o, step), f.n, f.ps);
-                st = kiln_cuda_optimizer_step(cu, &o, f.table, f.n, f.chunks, gdt, variant ? KILN_F16 : KILN_DTYPE_UNDEFINED,
-                                              variant == 1, f.state);
-                if (!st) st = kiln_cuda_train_step_end(cu, NULL, &o, f.state);
+                st = kiln_cuda_optimizer_step(cu, &o, f.table, f.n, f.chunks, gdt, half ? KILN_F16 : KILN_DTYPE_UNDEFINED,
+                                              half == 1, f.state, fused ? &tail : NULL);
+                if (!st && !fused) st = kiln_cuda_train_step_end(cu, NULL, &o, f.state);
             }
             kiln_cuda_train_state s = {0};
+            int64_t counter = 0, pos = 0;
+            uint64_t seed = 0;
             if (!st) st = kiln_cuda_download(cu, &s, f.state, sizeof s);
+            if (!st) st = kiln_cuda_download(cu, &counter, &dev[0], sizeof counter);
+            if (!st) st = kiln_cuda_download(cu, &pos, &dev[1], sizeof pos);
+            if (!st) st = kiln_cuda_download(cu, &seed, kiln_cuda_rng_seed(cu), sizeof seed);
             if (!st) st = kiln_cuda_sync(cu);
             if (st) {
                 fail(label, "%s", kiln_context_message(ctx));
@@ -2372,11 +2391,18 @@ static void optimizer_checks(void) {
             }
             bool bad = false;
             const char *what = "";
-            const double worst = fixture_compare(&f, &o, 1e-6, variant ? KILN_F16 : KILN_DTYPE_UNDEFINED, &bad, &what);
-            char detail[200];
-            snprintf(detail, sizeof detail, "max relative difference %.3g (%s); step %lld, lr %g (CPU lr %g)", worst,
-                     what, (long long)s.step, s.lr, kiln_trainer_lr_at(&o, 3));
-            bad |= s.step != 3 || s.lr != kiln_trainer_lr_at(&o, 3);
+            const double worst = fixture_compare(&f, &o, 1e-6, half ? KILN_F16 : KILN_DTYPE_UNDEFINED, &bad, &what);
+            char detail[320];
+            snprintf(detail, sizeof detail,
+                     "max relative difference %.3g (%s); step %lld skipped %lld, lr %g (CPU lr %g), arrived %u; "
+                     "seed base+%lld, counter %lld, pos %lld",
+                     worst, what, (long long)s.step, (long long)s.skipped, s.lr, kiln_trainer_lr_at(&o, 3), s.arrived,
+                     (long long)(seed - base), (long long)counter, (long long)pos);
+            bad |= s.step != 3 || s.skipped != 0 || s.found_inf != 0 || s.arrived != 0 || s.lr != kiln_trainer_lr_at(&o, 3);
+            /* the tail drew the seeds of counters 7, 8, 9 and moved 3 batches; without it
+             * neither moves */
+            if (fused) bad |= seed != base + 9 || counter != counter0 + 3 || pos != pos0 + 3 * by;
+            else bad |= counter != counter0 || pos != pos0;
             char full[400];
             snprintf(full, sizeof full, "%s (max relative difference %.3g)", label, worst);
             check(!bad, full, detail);
@@ -2384,77 +2410,242 @@ static void optimizer_checks(void) {
         }
 }
 
+/* A table of more than 32 entries: the entry of a chunk is looked up 32 entries at a time
+ * (find_entry in optim.cu), so the later groups, an entry of no elements and chunks that
+ * fall in the last entry of a group are all reached. SGD with momentum, 2 steps, with the
+ * step ended by the update's last block, against kiln_optimizer_update. */
+static void optimizer_many_checks(void) {
+    enum { N = 70 };
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+    kiln_param ps[N];
+    kiln_cuda_optim_entry e[N];
+    float *grads[N];
+    memset(ps, 0, sizeof ps);
+    memset(e, 0, sizeof e);
+    memset(grads, 0, sizeof grads);
+    kiln_cuda_arena_reset(cu);
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < N && !st; k++) {
+        /* entry 33 is empty; 31 and 63 (the last of their groups) span several chunks */
+        const int64_t n = k == 33 ? 0 : k == 31 || k == 63 ? 9000 : 1 + (k * 997) % 5000;
+        const int64_t dn = n ? n : 1;
+        ps[k].numel = n;
+        ps[k].value = kt_rand(KILN_F32, 1, &dn, -1, 1, 400 + (uint64_t)k);
+        kiln_tensor *g = kt_rand(KILN_F32, 1, &dn, -1, 1, 500 + (uint64_t)k);
+        ps[k].state[0] = calloc((size_t)dn, sizeof(float));
+        grads[k] = g ? malloc(sizeof(float) * (size_t)dn) : NULL;
+        if (!ps[k].value || !g || !ps[k].state[0] || !grads[k]) {
+            kiln_tensor_free(g);
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        memcpy(grads[k], g->data, sizeof(float) * (size_t)dn);
+        kiln_tensor_free(g);
+        ps[k].grad = grads[k];
+        const size_t fb = sizeof(float) * (size_t)dn;
+        void *pw = NULL, *pg = NULL, *p0 = NULL;
+        st = kiln_cuda_arena_alloc(cu, fb, &pw);
+        if (!st) st = kiln_cuda_arena_alloc(cu, fb, &pg);
+        if (!st) st = kiln_cuda_arena_alloc(cu, fb, &p0);
+        if (!st) st = kiln_cuda_upload(cu, pw, ps[k].value->data, fb);
+        if (!st) st = kiln_cuda_upload(cu, pg, grads[k], fb);
+        if (!st) st = kiln_cuda_upload(cu, p0, ps[k].state[0], fb);
+        e[k] = (kiln_cuda_optim_entry){.param = pw, .grad = pg, .state0 = p0, .n = n};
+    }
+    const int64_t chunks = kiln_cuda_optim_table_prepare(e, N);
+    void *table = NULL, *state = NULL;
+    if (!st) st = kiln_cuda_arena_alloc(cu, sizeof e, &table);
+    if (!st) st = kiln_cuda_arena_alloc(cu, sizeof(kiln_cuda_train_state), &state);
+    if (!st) st = kiln_cuda_upload(cu, table, e, sizeof e);
+    if (!st) st = kiln_cuda_train_state_init(cu, &o, 1.f, state);
+    const kiln_cuda_step_tail tail = {.schedule = &o};
+    for (int64_t step = 0; step < 2 && !st; step++) {
+        kiln_optimizer_update(&o, step, kiln_trainer_lr_at(&o, step), N, ps);
+        st = kiln_cuda_optimizer_step(cu, &o, table, N, chunks, KILN_F32, KILN_DTYPE_UNDEFINED, false, state, &tail);
+    }
+    kiln_cuda_train_state s = {0};
+    if (!st) st = kiln_cuda_download(cu, &s, state, sizeof s);
+    double worst = 0;
+    int where = -1;
+    for (int k = 0; k < N && !st; k++) {
+        if (!ps[k].numel) continue;
+        const size_t fb = sizeof(float) * (size_t)ps[k].numel;
+        float *w = malloc(fb), *m = malloc(fb);
+        if (!w || !m) st = KILN_ERR_OUT_OF_MEMORY;
+        if (!st) st = kiln_cuda_download(cu, w, e[k].param, fb);
+        if (!st) st = kiln_cuda_download(cu, m, e[k].state0, fb);
+        for (int64_t i = 0; !st && i < ps[k].numel; i++) {
+            const float want[2] = {((const float *)ps[k].value->data)[i], ps[k].state[0][i]}, got[2] = {w[i], m[i]};
+            for (int a = 0; a < 2; a++) {
+                const double err = fabs((double)got[a] - want[a]) / (1e-9 + fabs(want[a]));
+                if (!(err <= worst)) {
+                    worst = err;
+                    where = k;
+                }
+            }
+        }
+        free(w);
+        free(m);
+    }
+    char detail[200];
+    snprintf(detail, sizeof detail, "%s; %lld chunks; max relative difference %.3g (entry %d); step %lld arrived %u",
+             st ? kiln_context_message(ctx) : "", (long long)chunks, worst, where, (long long)s.step, s.arrived);
+    check(!st && worst <= 1e-6 && s.step == 2 && s.arrived == 0,
+          "optimizer over 70 entries (later groups of 32, an empty entry): 2 steps match kiln_optimizer_update", detail);
+    for (int k = 0; k < N; k++) {
+        kiln_tensor_free(ps[k].value);
+        free(ps[k].state[0]);
+        free(grads[k]);
+    }
+}
+
+/* fp16 steps as the trainer enqueues them: the gradient check, then the update; the step
+ * ended by kiln_cuda_train_step_end or (fused) by the update's last block, which also draws
+ * the next Dropout seed and moves the batch position. Clean steps of the fused path are one
+ * captured CUDA graph replayed, as in training (the finished-block count must return to 0
+ * for the next replay). */
+static kiln_status scaled_step(opt_fixture *f, const kiln_train_options *o, const kiln_cuda_scaler *sc,
+                               const kiln_cuda_step_tail *tail) {
+    kiln_status st = kiln_cuda_grad_check(cu, f->table, f->n, f->chunks, KILN_F16, false, f->state);
+    if (!st)
+        st = kiln_cuda_optimizer_step(cu, o, f->table, f->n, f->chunks, KILN_F16, KILN_DTYPE_UNDEFINED, true, f->state,
+                                      tail);
+    if (!st && !tail) st = kiln_cuda_train_step_end(cu, sc, o, f->state);
+    return st;
+}
+
 /* Dynamic loss scaling: an inf or NaN gradient skips the update, halves the scale and
- * counts a skipped step; growth_interval clean steps double it. */
+ * counts a skipped step (the schedule's lr stays); growth_interval clean steps double it. */
 static void loss_scaling_checks(void) {
     kiln_train_options o = {0};
     o.optimizer = KILN_OPTIM_ADADELTA;
     o.lr = 1.0f;
     o.eps = 1e-6f;
     o.rho = 0.9f;
+    o.schedule = KILN_SCHEDULE_STEP; /* lr 1, 1, 0.5, 0.5: the skipped step must not advance it */
+    o.step_size = 2;
+    o.gamma = 0.5f;
     const kiln_cuda_scaler sc = {2.f, 0.5f, 3};
-    for (int kind = 0; kind < 2; kind++) {
-        const char *bad_name = kind ? "NaN" : "inf";
+    for (int fused = 0; fused < 2; fused++)
+        for (int kind = 0; kind < 2; kind++) {
+            const char *bad_name = kind ? "NaN" : "inf";
+            const char *how = fused ? " (fused step end, clean steps as graph replays)" : "";
+            opt_fixture f;
+            kiln_status st = fixture_make(&f, &o, KILN_F16, 1024.f, false);
+            const uint64_t base = 0x9E3779B97F4A7C15ull * 11;
+            const int64_t zero = 0, by = 32;
+            int64_t *dev = NULL;
+            if (!st) st = kiln_cuda_arena_alloc(cu, 2 * sizeof(int64_t), (void **)&dev);
+            if (!st) st = kiln_cuda_upload(cu, &dev[0], &zero, sizeof zero);
+            if (!st) st = kiln_cuda_upload(cu, &dev[1], &zero, sizeof zero);
+            const kiln_cuda_step_tail tail = {.scaler = &sc, .schedule = &o, .rng_counter = dev ? &dev[0] : NULL,
+                                              .rng_base = base, .pos = dev ? &dev[1] : NULL, .pos_by = by};
+            const kiln_cuda_step_tail *tp = fused ? &tail : NULL;
+            /* one bad gradient element: inf in a full chunk of tensor 3 (the check's vector
+             * path), NaN in tensor 1 (misaligned: element by element) */
+            const uint16_t badv = kind ? 0x7E00 : 0x7C00;
+            void *at = kind ? (char *)f.e[1].grad + 2 * 4000 : (char *)f.e[3].grad + 2 * 12345;
+            uint16_t keep = 0;
+            if (!st) st = kiln_cuda_download(cu, &keep, at, 2);
+            if (!st) st = kiln_cuda_upload(cu, at, &badv, 2);
+            /* step 1: skipped */
+            if (!st) st = scaled_step(&f, &o, &sc, tp);
+            kiln_cuda_train_state s = {0};
+            if (!st) st = kiln_cuda_download(cu, &s, f.state, sizeof s);
+            bool bad = false;
+            const char *what = "";
+            if (!st) fixture_compare(&f, &o, 0, KILN_DTYPE_UNDEFINED, &bad, &what);
+            char label[200], detail[320];
+            snprintf(label, sizeof label, "loss scaling: an %s gradient skips the step, halves the scale%s", bad_name, how);
+            snprintf(detail, sizeof detail,
+                     "%s; weights changed: %d (%s); step %lld skipped %lld scale %g found_inf %d lr %g arrived %u",
+                     st ? kiln_context_message(ctx) : "", bad, what, (long long)s.step, (long long)s.skipped,
+                     s.loss_scale, s.found_inf, s.lr, s.arrived);
+            check(!st && !bad && s.step == 0 && s.skipped == 1 && s.loss_scale == 512.f && s.found_inf == 0 &&
+                      s.lr == kiln_trainer_lr_at(&o, 0) && s.arrived == 0,
+                  label, detail);
+            /* steps 2..4: clean (the gradients are now scaled by 1024 but the scale is 512:
+             * rescale them on the host copy so the CPU sees what the device unscales) */
+            if (!st) st = kiln_cuda_upload(cu, at, &keep, 2);
+            for (int k = 0; k < f.n && !st; k++)
+                for (int64_t i = 0; i < f.ps[k].numel; i++) f.grads[k][i] *= 2.f;
+            cudaStream_t sm = (cudaStream_t)kiln_cuda_stream(cu);
+            cudaGraph_t graph = NULL;
+            cudaGraphExec_t exec = NULL;
+            if (!st && fused) {
+                st = kiln_cuda_sync(cu);
+                if (!st && cudaStreamBeginCapture(sm, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+                    st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamBeginCapture failed");
+                else if (!st) {
+                    kiln_status s1 = scaled_step(&f, &o, &sc, tp);
+                    cudaError_t ce = cudaStreamEndCapture(sm, &graph);
+                    st = s1 ? s1
+                         : ce != cudaSuccess
+                             ? kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamEndCapture: %s", cudaGetErrorString(ce))
+                             : KILN_OK;
+                    if (!st && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+                        st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaGraphInstantiate failed");
+                }
+            }
+            for (int64_t step = 0; step < 3 && !st; step++) {
+                kiln_optimizer_update(&o, step, kiln_trainer_lr_at(&o, step), f.n, f.ps);
+                if (fused && cudaGraphLaunch(exec, sm) != cudaSuccess)
+                    st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaGraphLaunch failed");
+                else if (!fused)
+                    st = scaled_step(&f, &o, &sc, tp);
+            }
+            int64_t counter = 0, pos = 0;
+            uint64_t seed = 0;
+            if (!st) st = kiln_cuda_download(cu, &s, f.state, sizeof s);
+            if (!st) st = kiln_cuda_download(cu, &counter, &dev[0], sizeof counter);
+            if (!st) st = kiln_cuda_download(cu, &pos, &dev[1], sizeof pos);
+            if (!st) st = kiln_cuda_download(cu, &seed, kiln_cuda_rng_seed(cu), sizeof seed);
+            if (!st) st = kiln_cuda_sync(cu);
+            if (exec) cudaGraphExecDestroy(exec);
+            if (graph) cudaGraphDestroy(graph);
+            bad = false;
+            double worst = INFINITY;
+            if (!st) worst = fixture_compare(&f, &o, 1e-6, KILN_DTYPE_UNDEFINED, &bad, &what);
+            snprintf(label, sizeof label, "loss scaling: after the %s, 3 clean steps update and double the scale%s",
+                     bad_name, how);
+            snprintf(detail, sizeof detail,
+                     "%s; max relative difference %.3g (%s); step %lld skipped %lld scale %g clean %d lr %g (CPU %g) "
+                     "arrived %u; seed base+%lld counter %lld pos %lld",
+                     st ? kiln_context_message(ctx) : "", worst, what, (long long)s.step, (long long)s.skipped,
+                     s.loss_scale, s.clean_steps, s.lr, kiln_trainer_lr_at(&o, 3), s.arrived, (long long)(seed - base),
+                     (long long)counter, (long long)pos);
+            bool ok = !st && !bad && s.step == 3 && s.skipped == 1 && s.loss_scale == 1024.f && s.clean_steps == 0 &&
+                      s.found_inf == 0 && s.lr == kiln_trainer_lr_at(&o, 3) && s.arrived == 0;
+            /* fused: 4 steps (the skipped one too) drew seeds base+0..3 and moved 4 batches */
+            if (fused) ok = ok && seed == base + 3 && counter == 4 && pos == 4 * by;
+            else ok = ok && counter == 0 && pos == 0;
+            check(ok, label, detail);
+            fixture_free(&f);
+        }
+    /* in-place unscaling of f32 and f16 gradients (x 1/256: exact), every tensor: full
+     * chunks on the vector path, misaligned and partial ones element by element */
+    for (int half = 0; half < 2; half++) {
         opt_fixture f;
-        kiln_status st = fixture_make(&f, &o, KILN_F16, 1024.f, false);
-        /* one bad gradient element in tensor 3 */
-        const uint16_t badv = kind ? 0x7E00 : 0x7C00;
-        void *at = (char *)f.e[3].grad + 2 * 12345;
-        uint16_t keep = 0;
-        if (!st) st = kiln_cuda_download(cu, &keep, at, 2);
-        if (!st) st = kiln_cuda_upload(cu, at, &badv, 2);
-        /* step 1: skipped */
-        if (!st) st = kiln_cuda_grad_check(cu, f.table, f.n, f.chunks, KILN_F16, false, f.state);
-        if (!st) st = kiln_cuda_optimizer_step(cu, &o, f.table, f.n, f.chunks, KILN_F16, KILN_DTYPE_UNDEFINED, true, f.state);
-        if (!st) st = kiln_cuda_train_step_end(cu, &sc, &o, f.state);
+        const kiln_dtype gdt = half ? KILN_F16 : KILN_F32;
+        kiln_status st = fixture_make(&f, &o, gdt, 256.f, false);
+        if (!st) st = kiln_cuda_grad_check(cu, f.table, f.n, f.chunks, gdt, true, f.state);
         kiln_cuda_train_state s = {0};
         if (!st) st = kiln_cuda_download(cu, &s, f.state, sizeof s);
-        bool bad = false;
-        const char *what = "";
-        if (!st) fixture_compare(&f, &o, 0, KILN_DTYPE_UNDEFINED, &bad, &what);
-        char label[160], detail[256];
-        snprintf(label, sizeof label, "loss scaling: an %s gradient skips the step, halves the scale", bad_name);
-        snprintf(detail, sizeof detail, "%s; weights changed: %d (%s); step %lld skipped %lld scale %g found_inf %d",
-                 st ? kiln_context_message(ctx) : "", bad, what, (long long)s.step, (long long)s.skipped,
-                 s.loss_scale, s.found_inf);
-        check(!st && !bad && s.step == 0 && s.skipped == 1 && s.loss_scale == 512.f && s.found_inf == 0, label, detail);
-        /* steps 2..4: clean (the gradients are now scaled by 1024 but the scale is 512:
-         * rescale them on the host copy so the CPU sees what the device unscales) */
-        if (!st) st = kiln_cuda_upload(cu, at, &keep, 2);
-        for (int k = 0; k < f.n && !st; k++)
-            for (int64_t i = 0; i < f.ps[k].numel; i++) f.grads[k][i] *= 2.f;
-        for (int64_t step = 0; step < 3 && !st; step++) {
-            kiln_optimizer_update(&o, step, kiln_trainer_lr_at(&o, step), f.n, f.ps);
-            st = kiln_cuda_grad_check(cu, f.table, f.n, f.chunks, KILN_F16, false, f.state);
-            if (!st) st = kiln_cuda_optimizer_step(cu, &o, f.table, f.n, f.chunks, KILN_F16, KILN_DTYPE_UNDEFINED, true, f.state);
-            if (!st) st = kiln_cuda_train_step_end(cu, &sc, &o, f.state);
+        bool same = !st;
+        for (int k = 0; k < f.n && same; k++) {
+            const int64_t n = f.ps[k].numel;
+            void *g = malloc(kiln_dtype_size(gdt) * (size_t)n);
+            same = g && !kiln_cuda_download(cu, g, f.e[k].grad, kiln_dtype_size(gdt) * (size_t)n);
+            for (int64_t i = 0; same && i < n; i++)
+                same = half ? ((const uint16_t *)g)[i] == kiln_f32_to_f16(f.grads[k][i])
+                            : ((const float *)g)[i] == f.grads[k][i];
+            free(g);
         }
-        if (!st) st = kiln_cuda_download(cu, &s, f.state, sizeof s);
-        bad = false;
-        double worst = INFINITY;
-        if (!st) worst = fixture_compare(&f, &o, 1e-6, KILN_DTYPE_UNDEFINED, &bad, &what);
-        snprintf(label, sizeof label, "loss scaling: after the %s, 3 clean steps update and double the scale", bad_name);
-        snprintf(detail, sizeof detail, "%s; max relative difference %.3g (%s); step %lld skipped %lld scale %g clean %d",
-                 st ? kiln_context_message(ctx) : "", worst, what, (long long)s.step, (long long)s.skipped,
-                 s.loss_scale, s.clean_steps);
-        check(!st && !bad && s.step == 3 && s.skipped == 1 && s.loss_scale == 1024.f && s.clean_steps == 0, label,
-              detail);
+        char label[120];
+        snprintf(label, sizeof label, "grad check unscales %s gradients in place (x 1/256, exact)", half ? "f16" : "f32");
+        check(same && s.found_inf == 0, label, st ? kiln_context_message(ctx) : "unscaled values differ or found_inf set");
         fixture_free(&f);
     }
-    /* in-place unscaling of f32 gradients, and the check's NaN detection */
-    opt_fixture f;
-    kiln_status st = fixture_make(&f, &o, KILN_F32, 256.f, false);
-    if (!st) st = kiln_cuda_grad_check(cu, f.table, f.n, f.chunks, KILN_F32, true, f.state);
-    float *g = malloc(sizeof(float) * 70001);
-    if (!st && g) st = kiln_cuda_download(cu, g, f.e[3].grad, sizeof(float) * 70001);
-    kiln_cuda_train_state s = {0};
-    if (!st) st = kiln_cuda_download(cu, &s, f.state, sizeof s);
-    bool same = !st && g;
-    for (int64_t i = 0; same && i < 70001; i++) same = g[i] == f.grads[3][i];
-    check(same && s.found_inf == 0, "grad check unscales f32 gradients in place (x 1/256, exact)",
-          st ? kiln_context_message(ctx) : "unscaled values differ or found_inf set");
-    free(g);
-    fixture_free(&f);
 }
 
 /* The device seed: rng_next, and a captured graph that draws new Dropout masks on each
@@ -2810,6 +3001,66 @@ static void train_streams_checks(kiln_amp amp) {
     check(fabs(la - lb) <= tol * (1 + fabs(lb)) && worst <= tol * (1 + scale) && sa.steps == 12 && sb.steps == 12,
           what, detail);
 out:
+    kiln_trainer_free(a);
+    kiln_trainer_free(b);
+    kiln_model_free(ma);
+    kiln_model_free(mb);
+    kiln_tensor_free(images);
+    kiln_tensor_free(labels);
+}
+
+/* CUDA training against the CPU trainer, whole steps: mnist-net with Dropout, Adadelta on a
+ * step schedule that halves lr every step, data resident on the device with a last
+ * partial batch (a second plan), then a second epoch. The step's end (counters and lr),
+ * the next Dropout seed and the batch position come from the update's last block: a wrong
+ * lr, mask or batch moves weights by ~1e-3 (Adadelta's first steps are ~3e-3 whatever the
+ * gradient's size), while cuDNN against the CPU rounds to ~1e-7. */
+static void train_vs_cpu_checks(void) {
+    const int64_t n = 200, batch = 64; /* steps of 64, 64, 64, 8 */
+    kiln_model *ma = NULL, *mb = NULL;
+    kiln_trainer *a = NULL, *b = NULL;
+    kiln_tensor *images = kt_rand(KILN_F32, 4, KT_DIMS(n, 1, 28, 28), 0, 1, 31);
+    kiln_tensor *labels = kt_rand(KILN_I64, 1, KT_DIMS(n), 0, 10, 32);
+    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = 1.0f, .seed = 7, .schedule = KILN_SCHEDULE_STEP,
+                            .step_size = 1, .gamma = 0.5f, .strict_fp32 = 1};
+    kiln_status st = images && labels ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &ma);
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &mb);
+    if (!st) st = kiln_trainer_create(ma, "loss", &o, &a);
+    o.device = KILN_DEVICE_CUDA;
+    if (!st) st = kiln_trainer_create(mb, "loss", &o, &b);
+    float la[2] = {0}, lb[2] = {0};
+    for (int e = 0; e < 2 && !st; e++) {
+        const int64_t end = e ? 2 : -1;
+        st = kiln_trainer_train_epoch(a, images, labels, batch, 5, e, 0, end, &la[e]);
+        if (!st) st = kiln_trainer_train_epoch(b, images, labels, batch, 5, e, 0, end, &lb[e]);
+    }
+    if (!st) st = kiln_trainer_sync_host(b);
+    if (st) {
+        fail("cuda training against the CPU trainer", "%s", kiln_context_message(ctx));
+    } else {
+        double worst = 0;
+        for (int k = 0; k < a->n_params; k++)
+            for (int64_t i = 0; i < a->params[k].numel; i++) {
+                const double d = fabs((double)((const float *)a->params[k].value->data)[i] -
+                                      (double)((const float *)b->params[k].value->data)[i]);
+                if (!(d <= worst)) worst = d;
+            }
+        kiln_train_stats sa, sb;
+        kiln_trainer_stats(a, &sa);
+        kiln_trainer_stats(b, &sb);
+        char detail[320];
+        snprintf(detail, sizeof detail,
+                 "losses %.9g, %.9g vs the CPU's %.9g, %.9g; weights differ by up to %.3g; steps %lld vs %lld, "
+                 "micro-steps %lld vs %lld, lr %g vs %g",
+                 lb[0], lb[1], la[0], la[1], worst, (long long)sb.steps, (long long)sa.steps, (long long)sb.micro_steps,
+                 (long long)sa.micro_steps, sb.lr, sa.lr);
+        check(fabs(la[0] - lb[0]) <= 1e-4 * fabs(la[0]) && fabs(la[1] - lb[1]) <= 1e-4 * fabs(la[1]) &&
+                  worst <= 1e-4 && sa.steps == 6 && sb.steps == 6 && sb.micro_steps == sa.micro_steps &&
+                  sb.lr == sa.lr,
+              "cuda training matches the CPU trainer: 6 steps over 2 epochs (seeds, lr schedule, batch positions)",
+              detail);
+    }
     kiln_trainer_free(a);
     kiln_trainer_free(b);
     kiln_model_free(ma);
@@ -3494,6 +3745,7 @@ int main(int argc, char **argv) {
         if (wanted("staging")) staging_checks();
         if (wanted("rtc")) rtc_checks();
         if (wanted("optimizer")) optimizer_checks();
+        if (wanted("optimizer")) optimizer_many_checks();
         if (wanted("loss scaling")) loss_scaling_checks();
         if (wanted("rng")) rng_checks();
         if (have_dir && wanted("algo cache")) algo_cache_checks(dir);
@@ -3504,6 +3756,7 @@ int main(int argc, char **argv) {
             train_streams_checks(KILN_AMP_OFF);
             train_streams_checks(KILN_AMP_FP16);
         }
+        if (wanted("train vs cpu")) train_vs_cpu_checks();
     }
 
     for (int i = 0; i < kiln_cuda_kernel_count() && !only; i++) {
