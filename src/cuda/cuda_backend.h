@@ -329,6 +329,13 @@ typedef struct kiln_cuda_step_tail {
     uint64_t rng_base;
     int64_t *pos;                       /* NULL: no batch position */
     int64_t pos_by;
+    /* The step's loss (device f32 scalar) copied to loss_ring[*ring_at % ring_size], then
+     * *ring_at += 1 (device int64), so the host reads any step's loss later without a copy
+     * of its own between steps. loss NULL: none. */
+    const float *loss;
+    float *loss_ring;
+    int64_t *ring_at;
+    int64_t ring_size;
 } kiln_cuda_step_tail;
 
 /* One launch updating every parameter of the device table (n entries, `chunks` from

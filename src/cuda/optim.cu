@@ -147,6 +147,10 @@ struct Tail {
     uint64_t base;
     int64_t *pos;        /* the batch position (kiln_cuda_advance), or NULL */
     int64_t by;
+    const float *loss;   /* the step's loss into ring[*ring_at % ring_size], or NULL */
+    float *ring;
+    int64_t *ring_at;
+    int64_t ring_size;
 };
 
 __device__ void step_end(kiln_cuda_train_state *s, const Tail &t) {
@@ -173,6 +177,11 @@ __device__ void step_end(kiln_cuda_train_state *s, const Tail &t) {
         *t.counter = k + 1;
     }
     if (t.pos) *t.pos += t.by; /* as advance_kernel in data.cu */
+    if (t.loss) {
+        const int64_t k = *t.ring_at;
+        t.ring[k % t.ring_size] = *t.loss;
+        *t.ring_at = k + 1;
+    }
 }
 
 template <typename C> __device__ __forceinline__ void store_copy(void *copy, int64_t i, float w) {
@@ -473,6 +482,12 @@ extern "C" kiln_status kiln_cuda_optimizer_step(kiln_cuda *cu, const kiln_train_
         }
         t.pos = tail->pos;
         t.by = tail->pos_by;
+        if (tail->loss && (!tail->loss_ring || !tail->ring_at || tail->ring_size < 1))
+            return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "optimizer step: a loss without a ring to copy it into");
+        t.loss = tail->loss;
+        t.ring = tail->loss_ring;
+        t.ring_at = tail->ring_at;
+        t.ring_size = tail->ring_size;
     }
     Hyper h;
     memset(&h, 0, sizeof h);

@@ -50,7 +50,8 @@ struct kiln_trainer_cuda {
     void **bn;                 /* (n_states) device */
     kiln_cuda_train_state *state;
     int64_t *counter;          /* Dropout seed counter */
-    float *loss_ring;          /* (LOSS_RING) device */
+    float *loss_ring;          /* (LOSS_RING) device: step k's loss at k % LOSS_RING */
+    int64_t *ring_at;          /* device: the micro-step whose loss the next step end writes */
     cuda_shape_plan plans[MAX_SHAPES];
     int n_plans;
     /* a data set resident on the device (kiln_trainer_train_epoch) */
@@ -121,6 +122,7 @@ kiln_status kiln_trainer_cuda_upload(kiln_trainer_cuda *tc) {
             st = kiln_cuda_upload(tc->cu, &tc->state->lr, &lr, sizeof lr);
         }
         if (!st) st = kiln_cuda_upload(tc->cu, tc->counter, &counter, sizeof counter);
+        if (!st) st = kiln_cuda_upload(tc->cu, tc->ring_at, &counter, sizeof counter);
         if (!st) st = kiln_cuda_rng_next(tc->cu, t->opts.seed * 0x9E3779B97F4A7C15ull, tc->counter);
     }
     if (!st) st = kiln_cuda_sync(tc->cu);
@@ -152,8 +154,8 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
         tc->bn = kiln_calloc(ctx, (size_t)nb + 1, sizeof *tc->bn, "a CUDA trainer");
         if (!tc->bound || !tc->param || !tc->s0 || !tc->s1 || !tc->bn) st = KILN_ERR_OUT_OF_MEMORY;
     }
-    /* layout: train state | counter | loss ring | params | state0 | state1 | bn */
-    size_t total = up(sizeof(kiln_cuda_train_state)) + up(sizeof(int64_t)) + up(sizeof(float) * LOSS_RING);
+    /* layout: train state | counter | ring position | loss ring | params | state0 | state1 | bn */
+    size_t total = up(sizeof(kiln_cuda_train_state)) + 2 * up(sizeof(int64_t)) + up(sizeof(float) * LOSS_RING);
     for (int k = 0; k < np; k++) total += (size_t)(1 + ns) * up(sizeof(float) * (size_t)t->params[k].numel);
     for (int k = 0; k < nb; k++) total += up(kiln_tensor_nbytes(t->states[k].value));
     if (!st) {
@@ -169,6 +171,8 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
         tc->state = (kiln_cuda_train_state *)p;
         p += up(sizeof(kiln_cuda_train_state));
         tc->counter = (int64_t *)p;
+        p += up(sizeof(int64_t));
+        tc->ring_at = (int64_t *)p;
         p += up(sizeof(int64_t));
         tc->loss_ring = (float *)p;
         p += up(sizeof(float) * LOSS_RING);
@@ -224,7 +228,11 @@ static kiln_status epilogue(void *arg) {
                                       .rng_counter = tc->counter,
                                       .rng_base = t->opts.seed * 0x9E3779B97F4A7C15ull,
                                       .pos = sp->resident ? tc->pos : NULL,
-                                      .pos_by = sp->batch};
+                                      .pos_by = sp->batch,
+                                      .loss = sp->loss,
+                                      .loss_ring = tc->loss_ring,
+                                      .ring_at = tc->ring_at,
+                                      .ring_size = LOSS_RING};
     if (!st)
         st = kiln_cuda_optimizer_step(tc->cu, &t->opts, sp->table, t->n_params, sp->chunks, KILN_F32,
                                       KILN_DTYPE_UNDEFINED, scaled, tc->state, &tail);
@@ -290,8 +298,8 @@ static kiln_status find_plan(kiln_trainer_cuda *tc, kiln_tensor *const *feeds, b
     return KILN_OK;
 }
 
-/* Enqueue one step (resident: the batch comes from the device copy), copy its loss into
- * the ring, and read it when asked. */
+/* Enqueue one step (resident: the batch comes from the device copy; the step's end copies
+ * its loss into the ring), and read the loss when asked. */
 static kiln_status step(kiln_trainer_cuda *tc, bool resident, float *loss) {
     kiln_trainer *t = tc->t;
     cuda_shape_plan *sp = NULL;
@@ -301,9 +309,6 @@ static kiln_status step(kiln_trainer_cuda *tc, bool resident, float *loss) {
     st = kiln_cuda_plan_enqueue(sp->cp, resident ? NULL : t->feeds, true);
     if (st) return st;
     float *slot = tc->loss_ring + t->micro_steps % LOSS_RING;
-    cudaError_t ce = cudaMemcpyAsync(slot, sp->loss, sizeof(float), cudaMemcpyDeviceToDevice,
-                                     (cudaStream_t)kiln_cuda_stream(tc->cu));
-    if (ce != cudaSuccess) return cuda_err(t->ctx, ce, "copying the loss");
     tc->host_stale = true;
     t->micro_steps++;
     t->steps++;
