@@ -27,15 +27,15 @@ static int usage(FILE *f) {
             "\n"
             "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
             "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--threads N] [--no-fold] [--stats]\n"
-            "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise nhwc pad-channels\n"
-            "                                cuda-graph autotune conv-gemm conv-direct, or all)\n"
+            "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
+            "                                pad-channels cuda-graph autotune conv-gemm conv-direct, or all)\n"
             "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
             "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
             "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
             "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
-            "        step's loss written to FILE, CPU) [--disable nhwc,autotune,conv-gemm,conv-direct] (CUDA)\n"
+            "        step's loss written to FILE, CPU) [--disable nhwc,autotune,conv-gemm,conv-direct,fuse-loss]\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
             "      one training step, slowest first: each node of the forward + backward on its\n"
@@ -113,6 +113,7 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"nhwc", KILN_PASS_NHWC},             {"pad-channels", KILN_PASS_PAD_CHANNELS},
     {"cuda-graph", KILN_PASS_CUDA_GRAPH}, {"autotune", KILN_PASS_AUTOTUNE},
     {"conv-gemm", KILN_PASS_CONV_GEMM},   {"conv-direct", KILN_PASS_CONV_DIRECT},
+    {"fuse-loss", KILN_PASS_FUSE_LOSS},
 };
 
 static int parse_disable(const char *list, unsigned *out) {

@@ -223,9 +223,12 @@ enum {
     KILN_PASS_AUTOTUNE = 1 << 7,      /* time cuDNN's algorithms per shape (else its heuristic) */
     KILN_PASS_CONV_GEMM = 1 << 8,     /* 1x1 stride-1 NHWC convolutions as cuBLASLt products with
                                          bias, activation and residual in the epilogue (CUDA) */
-    KILN_PASS_CONV_DIRECT = 1 << 9    /* convolutions with one input channel (a network's first
+    KILN_PASS_CONV_DIRECT = 1 << 9,   /* convolutions with one input channel (a network's first
                                          layer on grey images) and their weight gradients by
                                          kiln's own kernels instead of cuDNN (CUDA) */
+    KILN_PASS_FUSE_LOSS = 1 << 10     /* LogSoftmax -> NegativeLogLikelihoodLoss (mean/sum) on
+                                         (N, C) and, in a training graph, its gradient pair as
+                                         one op each, reading an fp16/bf16 X as it is */
 };
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),
@@ -314,7 +317,9 @@ typedef struct kiln_train_options {
     unsigned disable_passes; /* KILN_PASS_* bits to turn off; CUDA training honours
                                 KILN_PASS_NHWC (convolution chains and their gradients
                                 NHWC unless strict_fp32), KILN_PASS_AUTOTUNE,
-                                KILN_PASS_CONV_GEMM and KILN_PASS_CONV_DIRECT */
+                                KILN_PASS_CONV_GEMM, KILN_PASS_CONV_DIRECT and
+                                KILN_PASS_FUSE_LOSS; CPU training passes them all to
+                                its session */
 } kiln_train_options;
 
 /* A trainer holds the training graph (the forward graph, the backward graph autograd

@@ -18,6 +18,13 @@
  *           Exp and Log (also within a kiln.FusedElementwise) feeding one of them stay f32
  *           too (exp overflows f16 past 11), and so does the arithmetic computing only such
  *           an Exp's argument (x - max(x) of a written-out softmax).
+ *   mixed   the fused loss kiln.LogSoftmaxNLL and its gradient kiln.LogSoftmaxNLLGrad
+ *           (src/passes/fuse_loss.c): X (input 0) is read in whatever dtype it has, f32
+ *           or L (their kernels compute in f32 either way), so the logits of a low Gemm
+ *           reach the loss with no Cast; weight, dLoss and dLogProb are read as f32. The
+ *           loss (and log_prob) stay f32; the gradient dX is L exactly when X is, so it
+ *           reaches the low backward of the logits' producer with no Cast either. Exp and
+ *           Log feeding X stay f32, as they do before an fp32 op.
  *   any     Shape, Size, ArgMax/ArgMin, Cast, CastLike: read whatever dtype they get.
  *   keep    nodes that only compute plan-time constants (shape computations such as
  *           Shape -> Cast -> Mul -> Floor -> Resize's sizes, weights derived from weights):
@@ -39,7 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum cls { C_KEEP, C_LOW, C_FOLLOW, C_FP32, C_ANY, C_SOURCE } cls;
+typedef enum cls { C_KEEP, C_LOW, C_FOLLOW, C_FP32, C_ANY, C_SOURCE, C_MIXED } cls;
 typedef enum want { W_ANY, W_LOW, W_F32 } want;
 
 static const char *const low_ops[] = {
@@ -61,6 +68,7 @@ static const char *const any_ops[] = {"Shape", "Size", "ArgMax", "ArgMin", "Cast
 static const char *const kiln_low_ops[] = {"FusedConv",     "FusedGemm",  "FusedElementwise", "ConvGradInput",
                                            "ConvGradWeight", "ConvGradBias", "MaxPoolGrad",     "UnaryGrad"};
 static const char *const kiln_follow_ops[] = {"ToNHWC", "ToNCHW", "DropoutGrad"};
+static const char *const kiln_mixed_ops[] = {"LogSoftmaxNLL", "LogSoftmaxNLLGrad"};
 
 #define IN_LIST(s, list) in_list((s), (list), sizeof(list) / sizeof((list)[0]))
 
@@ -123,6 +131,7 @@ static want want_of(const state *s, int i, int k) {
     }
     case C_ANY: return strcmp(n->op_type, "CastLike") == 0 && k == 1 ? W_F32 : W_ANY;
     case C_SOURCE: return W_ANY;
+    case C_MIXED: return k == 0 ? W_ANY : W_F32;
     }
     return W_ANY;
 }
@@ -271,6 +280,7 @@ static cls classify(const kiln_node *n, const kiln_tensor *vt, const bool *cst) 
     } else if (strcmp(n->domain, "kiln") == 0) {
         if (IN_LIST(op, kiln_low_ops)) return C_LOW;
         if (IN_LIST(op, kiln_follow_ops)) return C_FOLLOW;
+        if (IN_LIST(op, kiln_mixed_ops)) return C_MIXED;
     }
     return C_FP32;
 }
@@ -495,7 +505,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         int v = n->out[0];
         if (exp_or_log(n)) {
             for (int c = cstart[v]; c < cstart[v + 1]; c++)
-                if (s.c[cons[c]] == C_FP32) s.c[i] = C_FP32;
+                if (s.c[cons[c]] == C_FP32 || s.c[cons[c]] == C_MIXED) s.c[i] = C_FP32;
         } else if (onnx_domain(n) && IN_LIST(n->op_type, exp_arg_ops) && cstart[v] < cstart[v + 1] &&
                    !m->values[v].is_output) {
             bool all = true;
@@ -510,6 +520,9 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         int i = order[oi];
         const kiln_node *n = &m->nodes[i];
         bool low = s.c[i] == C_LOW;
+        /* the fused loss's gradient: dX in X's dtype; the forward's outputs stay f32 */
+        if (s.c[i] == C_MIXED)
+            low = strcmp(n->op_type, "LogSoftmaxNLLGrad") == 0 && n->n_in > 0 && n->in[0] >= 0 && s.is_low[n->in[0]];
         if (s.c[i] == C_FOLLOW) {
             for (int k = 0; k < n->n_in; k++)
                 if (n->in[k] >= 0 && !exempt(n, k) && s.is_low[n->in[k]]) low = true;

@@ -286,14 +286,19 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
      * inference session keeps fp32 NCHW for the same reason) */
     const bool nhwc = t->opts.device == KILN_DEVICE_CUDA && !(t->opts.disable_passes & KILN_PASS_NHWC) &&
                       (t->opts.amp != KILN_AMP_OFF || !t->opts.strict_fp32);
-    if (!st && (t->opts.amp != KILN_AMP_OFF || nhwc)) {
+    /* LogSoftmax -> NegativeLogLikelihoodLoss and its gradient pair as one op each, on every
+     * device: before the precision pass, so under AMP the logits and their gradient stay
+     * fp16/bf16 with no Casts (src/passes/fuse_loss.c) */
+    const bool fuse_loss = !(t->opts.disable_passes & KILN_PASS_FUSE_LOSS);
+    if (!st && (t->opts.amp != KILN_AMP_OFF || nhwc || fuse_loss)) {
         /* Forward and backward in fp16/bf16 where the precision pass allows; the weights
          * (graph inputs), the loss and the gradients (graph outputs) stay f32. */
         kiln_pass_options po = {.device = t->opts.device,
                                 .precision = t->opts.amp == KILN_AMP_FP16   ? KILN_PRECISION_FP16
                                              : t->opts.amp == KILN_AMP_BF16 ? KILN_PRECISION_BF16
                                                                             : KILN_PRECISION_FP32,
-                                .disabled = nhwc ? ~(unsigned)KILN_PASS_NHWC : ~0u};
+                                .disabled = ~((nhwc ? (unsigned)KILN_PASS_NHWC : 0u) |
+                                              (fuse_loss ? (unsigned)KILN_PASS_FUSE_LOSS : 0u))};
         kiln_model *low = NULL;
         st = kiln_passes_apply(m, &po, &low);
         if (!st) {
@@ -339,7 +344,7 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         st = build_training_graph(t, lv);
     }
     if (!st && o.device == KILN_DEVICE_CPU) {
-        kiln_session_options so = {.device = KILN_DEVICE_CPU, .threads = o.threads};
+        kiln_session_options so = {.device = KILN_DEVICE_CPU, .threads = o.threads, .disable_passes = o.disable_passes};
         st = kiln_session_create(t->train, &so, &t->sess);
     }
     /* optimizer state and accumulation buffers: one allocation per parameter, made now */
