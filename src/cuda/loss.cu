@@ -25,7 +25,8 @@
  * kiln.LogSoftmaxNLL(X, target, weight?) -> loss, log_prob? and its gradient
  * kiln.LogSoftmaxNLLGrad(X, target, weight?, dLoss?, dLogProb?) -> dX
  * (src/ops/log_softmax_nll.c; made by the fuse-loss pass): X (N, C) in f32, f16 or bf16,
- * read as it is; loss, log_prob, dLoss and dLogProb f32; dX in X's dtype. One warp per
+ * read as it is; loss, log_prob, dLoss and dLogProb f32; dX in X's dtype (and, when asked
+ * for, the same values in f32 as a second output, rounded once each). One warp per
  * row: the row's max and sum of exponentials in f32 (warp shuffles), log_prob = (x - max)
  * - log(sum), p = exp(x - max) / sum; per-row losses and the weights summed in double as
  * above. dX = coef * (p - [k = t]) + dLogProb - p * sum(dLogProb), coef as for the NLL
@@ -315,8 +316,8 @@ __global__ void lsn_forward(const T *x, float *loss, float *logp, NllArgs a, kil
 /* dX of rows first, first + step, ... (warp-global indices), given the shared factor g
  * (dLoss for a sum, dLoss over the weight sum for a mean, 0 without dLoss). */
 template <typename T>
-__device__ __forceinline__ void lsn_grad_rows(const T *x, T *dx, const float *dlp, NllArgs a, double g, int64_t first,
-                                              int64_t step, int lane, kiln_cuda_flag *flag) {
+__device__ __forceinline__ void lsn_grad_rows(const T *x, T *dx, float *dx32, const float *dlp, NllArgs a, double g,
+                                              int64_t first, int64_t step, int lane, kiln_cuda_flag *flag) {
     for (int64_t n = first; n < a.N; n += step) {
         const T *row = x + n * a.C;
         float mx, sum;
@@ -335,6 +336,7 @@ __device__ __forceinline__ void lsn_grad_rows(const T *x, T *dx, const float *dl
             float r = coef * (p - (k == t ? 1.0f : 0.0f));
             if (dlp) r += dlp[n * a.C + k] - p * sdlp;
             dx[n * a.C + k] = from_f<T>(r);
+            if (dx32) dx32[n * a.C + k] = r;
         }
     }
 }
@@ -343,7 +345,8 @@ __device__ __forceinline__ double dloss_of(const float *dl) { return dl ? (doubl
 
 /* One block: the weight sum (mean), then every row. */
 template <typename T>
-__global__ void lsn_grad_fused(const T *x, const float *dl, const float *dlp, T *dx, NllArgs a, kiln_cuda_flag *flag) {
+__global__ void lsn_grad_fused(const T *x, const float *dl, const float *dlp, T *dx, float *dx32, NllArgs a,
+                               kiln_cuda_flag *flag) {
     __shared__ double scratch[32];
     double g = dloss_of(dl);
     if (a.red == RED_MEAN) {
@@ -354,7 +357,7 @@ __global__ void lsn_grad_fused(const T *x, const float *dl, const float *dlp, T 
         }
         g /= block_sum_d(ws, scratch);
     }
-    lsn_grad_rows<T>(x, dx, dlp, a, g, threadIdx.x >> 5, blockDim.x >> 5, threadIdx.x & 31, flag);
+    lsn_grad_rows<T>(x, dx, dx32, dlp, a, g, threadIdx.x >> 5, blockDim.x >> 5, threadIdx.x & 31, flag);
 }
 
 /* One block: dLoss over the weight sum into *g (a large mean). */
@@ -371,10 +374,10 @@ __global__ void lsn_grad_factor(const float *dl, double *g, NllArgs a, kiln_cuda
 
 /* A grid of warps over the rows; the factor from *g (mean) or dLoss (sum). */
 template <typename T>
-__global__ void lsn_grad_grid(const T *x, const float *dl, const double *g, const float *dlp, T *dx, NllArgs a,
-                              kiln_cuda_flag *flag) {
+__global__ void lsn_grad_grid(const T *x, const float *dl, const double *g, const float *dlp, T *dx, float *dx32,
+                              NllArgs a, kiln_cuda_flag *flag) {
     const double gv = g ? *g : dloss_of(dl);
-    lsn_grad_rows<T>(x, dx, dlp, a, gv, thread_index() >> 5, grid_stride() >> 5, threadIdx.x & 31, flag);
+    lsn_grad_rows<T>(x, dx, dx32, dlp, a, gv, thread_index() >> 5, grid_stride() >> 5, threadIdx.x & 31, flag);
 }
 
 /* Threads of a one-block kernel with a warp per row: up to RED_THREADS. */
@@ -395,10 +398,10 @@ kiln_status launch_lsn(kiln_cuda *cu, kiln_context *ctx, const void *x, float *l
 
 template <typename T>
 kiln_status launch_lsn_grad(kiln_cuda *cu, kiln_context *ctx, const void *x, const float *dl, const float *dlp, void *dx,
-                            NllArgs a, void *ws, size_t ws_bytes) {
+                            float *dx32, NllArgs a, void *ws, size_t ws_bytes) {
     if (a.N * a.C == 0) return KILN_OK;
     if (lsn_grad_one_block(a)) {
-        lsn_grad_fused<T><<<1, row_threads(a.N), 0, cu->stream>>>((const T *)x, dl, dlp, (T *)dx, a, cu->flag);
+        lsn_grad_fused<T><<<1, row_threads(a.N), 0, cu->stream>>>((const T *)x, dl, dlp, (T *)dx, dx32, a, cu->flag);
         KILN_CUDA_LAUNCHED(ctx, "lsn_grad_fused");
         return KILN_OK;
     }
@@ -414,7 +417,7 @@ kiln_status launch_lsn_grad(kiln_cuda *cu, kiln_context *ctx, const void *x, con
         KILN_CUDA_LAUNCHED(ctx, "lsn_grad_factor");
     }
     lsn_grad_grid<T><<<kiln_cuda_blocks(cu, a.N * 32, THREADS), THREADS, 0, cu->stream>>>((const T *)x, dl, g, dlp,
-                                                                                        (T *)dx, a, cu->flag);
+                                                                                        (T *)dx, dx32, a, cu->flag);
     KILN_CUDA_LAUNCHED(ctx, "lsn_grad_grid");
     return KILN_OK;
 }
@@ -467,8 +470,9 @@ extern "C" kiln_status kiln_cuda_ws_logsoftmax_nll_grad(kiln_cuda *cu, kiln_op_c
 
 extern "C" kiln_status kiln_cuda_k_logsoftmax_nll_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     const NllArgs a = args_of(c);
+    float *dx32 = c->n_out > 1 && c->out[1] ? (float *)c->out[1]->data : nullptr;
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, c->in[0]->dtype, launch_lsn_grad, cu, c->kctx, c->in[0]->data, f32_in(c, 3),
-                           f32_in(c, 4), c->out[0]->data, a, c->workspace, c->workspace_size);
+                           f32_in(c, 4), c->out[0]->data, dx32, a, c->workspace, c->workspace_size);
     return st;
 }

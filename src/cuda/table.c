@@ -426,7 +426,7 @@ static bool sup_nll(const kiln_op_ctx *c, char *why, size_t n) {
 
 /* kiln.LogSoftmaxNLL(X, target, weight?) and kiln.LogSoftmaxNLLGrad(X, target, weight?,
  * dLoss?, dLogProb?): X (N, C) of a float dtype, targets int32/int64, the loss side (dLoss,
- * dLogProb, and the forward's outputs by its shape rule) f32. */
+ * dLogProb, the forward's outputs and the gradient's dX_f32) f32, dX in X's dtype. */
 static bool sup_logsoftmax_nll(const kiln_op_ctx *c, char *why, size_t n) {
     if (!float_input(c, 0, why, n)) return false;
     if (c->in[0]->ndim != 2) {
@@ -449,7 +449,7 @@ static bool sup_logsoftmax_nll(const kiln_op_ctx *c, char *why, size_t n) {
         }
     const bool grad = strcmp(c->node->op_type, "LogSoftmaxNLLGrad") == 0; /* dX in X's dtype */
     for (int i = 0; i < c->n_out; i++)
-        if (has_out(c, i) && c->out[i]->dtype != (grad ? c->in[0]->dtype : KILN_F32)) {
+        if (has_out(c, i) && c->out[i]->dtype != (grad && i == 0 ? c->in[0]->dtype : KILN_F32)) {
             snprintf(why, n, "output %d has dtype %s", i, kiln_dtype_name(c->out[i]->dtype));
             return false;
         }

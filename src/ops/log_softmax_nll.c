@@ -13,7 +13,9 @@
  *   in f16/bf16 with no Cast, and the loss keeps f32's precision. log_prob is only an
  *   output where something else reads it.
  *
- * kiln.LogSoftmaxNLLGrad(X, target, weight?, dLoss?, dLogProb?) -> dX, in X's dtype
+ * kiln.LogSoftmaxNLLGrad(X, target, weight?, dLoss?, dLogProb?) -> dX in X's dtype,
+ *   dX_f32? (the same values in f32, for the precision pass: where an fp32 op also reads
+ *   a low dX, the bias gradient's sum, this output replaces a Cast back to f32)
  *   (the input order and the rule of kiln.SoftmaxCrossEntropyLossGrad, loss_common.h):
  *   dX[n,k] = coef[n] * (p[n,k] - [k = t]) + dLogProb[n,k] - p[n,k] * sum_k dLogProb[n,k]
  *   with p = softmax(X) recomputed from X (X is what the forward read, so the backward
@@ -104,10 +106,21 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
         KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dLogProb must be %s (N, C) like log_prob", kiln_dtype_name(dt));
     }
     kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    if (c->n_out > 1 && c->out[1]) kiln_tensor_set_shape(c->out[1], dt, x->ndim, x->dims);
     return KILN_OK;
 }
 
-static kiln_status forward_grad(kiln_op_ctx *c) { return kiln_nll_grad_forward(c, true); }
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    if (c->n_out < 2 || !c->out[1]) return kiln_nll_grad_forward(c, true);
+    /* dX_f32 first (rounded once from double), then dX from it */
+    kiln_op_ctx wide = *c;
+    wide.out = &c->out[1];
+    wide.n_out = 1;
+    kiln_status st = kiln_nll_grad_forward(&wide, true);
+    for (int64_t i = 0; !st && i < kiln_tensor_numel(c->out[0]); i++)
+        kiln_set_f64(c->out[0], i, kiln_get_f64(c->out[1], i));
+    return st;
+}
 
 /* ---------------------------------------------------------------- tests */
 
@@ -216,6 +229,17 @@ static int test_grad(void) {
     in[3] = kt_scalar(KILN_F32, 4);
     dx = kt_make(KILN_F16, 2, KT_DIMS(2, 2), KT_VALS(-1.5, 1.5, 1, -1));
     fails += kiln_optest("LogSoftmaxNLLGrad", "", 4, in, 1, &dx, 1e-3, 1e-3, "logsoftmax-nll grad f16 mean");
+    /* the f32 copy: X = (0, ln 3) in bf16 is (0, 1.1015625), p = (0.24945..., 0.75054...);
+     * coef 2 (dLoss 4 over 2 rows) */
+    const double p0 = 1 / (1 + exp(1.1015625));
+    kiln_tensor *outs[2];
+    in[0] = x22(KILN_BF16);
+    in[1] = t22();
+    in[2] = NULL;
+    in[3] = kt_scalar(KILN_F32, 4);
+    outs[0] = kt_make(KILN_BF16, 2, KT_DIMS(2, 2), KT_VALS(2 * (p0 - 1), 2 * (1 - p0), 1, -1));
+    outs[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(2 * (p0 - 1), 2 * (1 - p0), 1, -1));
+    fails += kiln_optest("LogSoftmaxNLLGrad", "", 4, in, 2, outs, 1e-7, 1e-6, "logsoftmax-nll grad bf16 with dX_f32");
     in[0] = x22(KILN_BF16);
     in[1] = t22();
     in[2] = NULL;
@@ -257,5 +281,5 @@ const kiln_op_def kiln_op_log_softmax_nll = {
 
 const kiln_op_def kiln_op_log_softmax_nll_grad = {
     .name = "LogSoftmaxNLLGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1,
-    .max_outputs = 1, .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
+    .max_outputs = 2, .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

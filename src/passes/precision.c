@@ -23,8 +23,10 @@
  *           or L (their kernels compute in f32 either way), so the logits of a low Gemm
  *           reach the loss with no Cast; weight, dLoss and dLogProb are read as f32. The
  *           loss (and log_prob) stay f32; the gradient dX is L exactly when X is, so it
- *           reaches the low backward of the logits' producer with no Cast either. Exp and
- *           Log feeding X stay f32, as they do before an fp32 op.
+ *           reaches the low backward of the logits' producer with no Cast either; where an
+ *           fp32 op reads dX too (the bias gradient's sum), the op's optional second
+ *           output, dX in f32, serves it instead of a Cast. Exp and Log feeding X stay
+ *           f32, as they do before an fp32 op.
  *   any     Shape, Size, ArgMax/ArgMin, Cast, CastLike: read whatever dtype they get.
  *   keep    nodes that only compute plan-time constants (shape computations such as
  *           Shape -> Cast -> Mul -> Floor -> Resize's sizes, weights derived from weights):
@@ -363,6 +365,32 @@ static kiln_status rewrite(state *s, const int *order, const int *cstart, const 
             break;
         }
         s->key[idx] = 3 * pos[p] + 2;
+        *changed = true;
+    }
+    /* The fused loss's gradient in L also read by an fp32 op (the bias gradient's sum):
+     * the op writes an f32 copy as its second output, which takes the place of the Cast. */
+    for (int i = 0; i < s->n0 && !st; i++) {
+        kiln_node *n = &m->nodes[i];
+        const int v = n->n_out == 1 ? n->out[0] : -1;
+        if (s->c[i] != C_MIXED || strcmp(n->op_type, "LogSoftmaxNLLGrad") != 0 || v < 0 || v >= s->nv0 ||
+            !s->is_low[v] || s->f32_of[v] >= 0)
+            continue;
+        bool f32 = false;
+        for (int c = cstart[v]; c < cstart[v + 1]; c++)
+            for (int k = 0; k < m->nodes[cons[c]].n_in; k++)
+                f32 |= m->nodes[cons[c]].in[k] == v && want_of(s, cons[c], k) == W_F32;
+        if (!f32) continue;
+        int t = twin_value(s, v, KILN_F32);
+        int *out = t >= 0 ? realloc(n->out, 2 * sizeof *out) : NULL;
+        if (!out) {
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        out[1] = t;
+        n->out = out;
+        n->n_out = 2;
+        s->f32_of[v] = t;
+        s->low_of[t] = v;
         *changed = true;
     }
     /* Every input slot gets the dtype its reader wants. */
