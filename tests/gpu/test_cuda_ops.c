@@ -2178,19 +2178,21 @@ static void gather_bad_index(void) {
 }
 
 /* A loss's class target out of range is found on the device and reported by sync. */
-static void nll_bad_target(void) {
+/* NegativeLogLikelihoodLoss, or the fused kiln.LogSoftmaxNLL (domain "kiln"), with a
+ * target of 5 for 3 classes. */
+static void nll_bad_target(const char *op, const char *domain) {
     kiln_cuda_arena_reset(cu);
     kiln_node node;
     memset(&node, 0, sizeof node);
-    node.op_type = (char *)"NegativeLogLikelihoodLoss";
+    node.op_type = (char *)op;
     node.name = (char *)"bad target";
-    node.domain = (char *)"";
-    node.op = kiln_op_index("NegativeLogLikelihoodLoss");
+    node.domain = (char *)domain;
+    node.op = kiln_op_index_domain(domain, op);
     node.opset = 13;
     node.n_in = 2;
     node.n_out = 1;
     if (node.op < 0) {
-        printf("SKIP nll target out of range: no CPU NegativeLogLikelihoodLoss in this build\n");
+        printf("SKIP nll target out of range: no CPU %s in this build\n", op);
         skipped++;
         return;
     }
@@ -2212,8 +2214,9 @@ static void nll_bad_target(void) {
         return;
     }
     st = kiln_cuda_sync(cu);
-    check(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_context_message(ctx), "5"),
-          "an NLL target out of range is reported by sync", kiln_context_message(ctx));
+    char lab[128];
+    snprintf(lab, sizeof lab, "a%s NLL target out of range is reported by sync", domain[0] ? " fused" : "n");
+    check(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_context_message(ctx), "5"), lab, kiln_context_message(ctx));
 }
 
 /* ------------------------------------------------------------ the optimizer */
@@ -3475,7 +3478,10 @@ int main(int argc, char **argv) {
     }
     if (cu) {
         if (wanted("gather")) gather_bad_index();
-        if (wanted("nll")) nll_bad_target();
+        if (wanted("nll")) {
+            nll_bad_target("NegativeLogLikelihoodLoss", "");
+            nll_bad_target("LogSoftmaxNLL", "kiln");
+        }
         if (wanted("staging")) staging_checks();
         if (wanted("rtc")) rtc_checks();
         if (wanted("optimizer")) optimizer_checks();
