@@ -27,16 +27,17 @@ static int usage(FILE *f) {
             "\n"
             "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
             "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--threads N] [--no-fold] [--stats]\n"
-            "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise nhwc pad-channels\n"
-            "                                cuda-graph autotune conv-gemm conv-direct streams, or all)\n"
+            "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
+            "                                pad-channels cuda-graph autotune conv-gemm conv-direct streams,\n"
+            "                                or all)\n"
             "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
             "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
             "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
             "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
-            "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,autotune,conv-gemm,\n"
-            "        conv-direct,streams] (CUDA)\n"
+            "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,autotune,\n"
+            "        conv-gemm,conv-direct,streams] (CUDA; fuse-loss on the CPU too)\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
             "      one training step, slowest first: each node of the forward + backward on its\n"
@@ -114,7 +115,7 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"nhwc", KILN_PASS_NHWC},             {"pad-channels", KILN_PASS_PAD_CHANNELS},
     {"cuda-graph", KILN_PASS_CUDA_GRAPH}, {"autotune", KILN_PASS_AUTOTUNE},
     {"conv-gemm", KILN_PASS_CONV_GEMM},   {"conv-direct", KILN_PASS_CONV_DIRECT},
-    {"streams", KILN_PASS_STREAMS},
+    {"fuse-loss", KILN_PASS_FUSE_LOSS},   {"streams", KILN_PASS_STREAMS},
 };
 
 static int parse_disable(const char *list, unsigned *out) {

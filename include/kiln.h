@@ -226,6 +226,9 @@ enum {
     KILN_PASS_CONV_DIRECT = 1 << 9,   /* convolutions with one input channel (a network's first
                                          layer on grey images) and their weight gradients by
                                          kiln's own kernels instead of cuDNN (CUDA) */
+    KILN_PASS_FUSE_LOSS = 1 << 10,    /* LogSoftmax -> NegativeLogLikelihoodLoss (mean/sum) on
+                                         (N, C) and, in a training graph, its gradient pair as
+                                         one op each, reading an fp16/bf16 X as it is */
     KILN_PASS_STREAMS = 1 << 11       /* a captured graph runs the nodes off its longest path
                                          (weight gradients, independent branches) on side
                                          streams, as parallel branches (CUDA) */
@@ -319,7 +322,8 @@ typedef struct kiln_train_options {
                                 NHWC unless strict_fp32), KILN_PASS_AUTOTUNE,
                                 KILN_PASS_CONV_GEMM, KILN_PASS_CONV_DIRECT,
                                 KILN_PASS_FUSE_CONV (conv / product + activation as one
-                                kernel) and KILN_PASS_STREAMS */
+                                kernel), KILN_PASS_STREAMS and KILN_PASS_FUSE_LOSS;
+                                CPU training passes them all to its session */
 } kiln_train_options;
 
 /* A trainer holds the training graph (the forward graph, the backward graph autograd

@@ -222,6 +222,8 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(softmax_grad)     /* norm.cu: kiln.SoftmaxGrad and kiln.LogSoftmaxGrad */           \
     X(nll)              /* loss.cu: NegativeLogLikelihoodLoss */                          \
     X(nll_grad)         /* loss.cu: kiln.NegativeLogLikelihoodLossGrad */                 \
+    X(logsoftmax_nll)   /* loss.cu: kiln.LogSoftmaxNLL (the fused loss) */                \
+    X(logsoftmax_nll_grad) /* loss.cu: kiln.LogSoftmaxNLLGrad */                          \
     X(fused_elementwise) /* fused_elementwise.c: kiln.FusedElementwise, NVRTC-generated */ \
     X(fused_gemm)       /* matmul.c: kiln.FusedGemm through cuBLASLt epilogues */         \
     X(cast)        /* convert.cu: Cast between any two dtypes */                          \
@@ -330,6 +332,7 @@ kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *
 kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_channel_sum(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes); /* ConvGradBias, ReduceSumTo, GemmGradC */
 kiln_status kiln_cuda_ws_nll_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_status kiln_cuda_ws_logsoftmax_nll_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 
 /* Direct kernels for convolutions with one input channel and one group (conv_direct.cu),
  * which cuDNN runs badly (mnist-net's Conv(1->32, 3x3): ~21 us forward, ~35 us weight

@@ -21,6 +21,20 @@
  *   The reductions use one block (the batch of a loss is small); the gradient of a mean
  *   is one kernel when dX is small (the block finds the weight sum, then writes dX), or
  *   a one-block kernel for the scale (8 bytes of workspace) and an elementwise kernel.
+ *
+ * kiln.LogSoftmaxNLL(X, target, weight?) -> loss, log_prob? and its gradient
+ * kiln.LogSoftmaxNLLGrad(X, target, weight?, dLoss?, dLogProb?) -> dX
+ * (src/ops/log_softmax_nll.c; made by the fuse-loss pass): X (N, C) in f32, f16 or bf16,
+ * read as it is; loss, log_prob, dLoss and dLogProb f32; dX in X's dtype (and, when asked
+ * for, the same values in f32 as a second output, rounded once each). One warp per
+ * row: the row's max and sum of exponentials in f32 (warp shuffles), log_prob = (x - max)
+ * - log(sum), p = exp(x - max) / sum; per-row losses and the weights summed in double as
+ * above. dX = coef * (p - [k = t]) + dLogProb - p * sum(dLogProb), coef as for the NLL
+ * gradient. The forward is one block (warps stride over the rows); the gradient is one
+ * block when dX is small or the reduction is a sum (no weight sum to find first: rows
+ * spread over a grid), else the one-block scale kernel above then a grid over the rows.
+ * A NaN in a row gives that row's max NaN, so its loss and gradient are NaN, as in the
+ * reference.
  */
 #include "dtype.cuh"
 
@@ -242,6 +256,172 @@ kiln_status launch_nll_grad(kiln_cuda *cu, kiln_context *ctx, const void *dl, vo
     return KILN_OK;
 }
 
+
+/* ----------------------------------------------- kiln.LogSoftmaxNLL and its gradient */
+
+/* max that keeps a NaN (the reference's max: v > mx || isnan(v)) */
+__device__ __forceinline__ float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+
+__device__ __forceinline__ float warp_max_nan(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum_f(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The max and the sum of exp(x - max) of row x (C), every lane of the warp taking part. */
+template <typename T>
+__device__ __forceinline__ void row_stats(const T *x, int64_t C, int lane, float *mx, float *sum) {
+    float m = -INFINITY;
+    for (int64_t k = lane; k < C; k += 32) m = max_nan(m, to_f(x[k]));
+    m = warp_max_nan(m);
+    float s = 0;
+    for (int64_t k = lane; k < C; k += 32) s += expf(to_f(x[k]) - m);
+    *mx = m;
+    *sum = warp_sum_f(s);
+}
+
+// x: (N, C); loss: scalar; logp: (N, C) or NULL. One block, a warp per row.
+template <typename T>
+__global__ void lsn_forward(const T *x, float *loss, float *logp, NllArgs a, kiln_cuda_flag *flag) {
+    __shared__ double scratch[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    double ls = 0, ws = 0;
+    for (int64_t n = warp; n < a.N; n += nwarps) {
+        const T *row = x + n * a.C;
+        float mx, sum;
+        row_stats(row, a.C, lane, &mx, &sum);
+        const float lse = logf(sum);
+        if (logp)
+            for (int64_t k = lane; k < a.C; k += 32) logp[n * a.C + k] = (to_f(row[k]) - mx) - lse;
+        if (lane == 0) {
+            int64_t t;
+            const double w = weight_of(a, n, &t, flag);
+            if (t >= 0) {
+                ls += -w * (double)((to_f(row[t]) - mx) - lse);
+                ws += w;
+            }
+        }
+    }
+    ls = block_sum_d(ls, scratch);
+    ws = block_sum_d(ws, scratch);
+    if (threadIdx.x == 0) *loss = (float)(a.red == RED_SUM ? ls : ls / ws);
+}
+
+/* dX of rows first, first + step, ... (warp-global indices), given the shared factor g
+ * (dLoss for a sum, dLoss over the weight sum for a mean, 0 without dLoss). */
+template <typename T>
+__device__ __forceinline__ void lsn_grad_rows(const T *x, T *dx, float *dx32, const float *dlp, NllArgs a, double g,
+                                              int64_t first, int64_t step, int lane, kiln_cuda_flag *flag) {
+    for (int64_t n = first; n < a.N; n += step) {
+        const T *row = x + n * a.C;
+        float mx, sum;
+        row_stats(row, a.C, lane, &mx, &sum);
+        const float inv = 1.0f / sum;
+        int64_t t;
+        const double w = weight_of(a, n, &t, flag);
+        const float coef = t >= 0 ? (float)(w * g) : 0.0f;
+        float sdlp = 0;
+        if (dlp) {
+            for (int64_t k = lane; k < a.C; k += 32) sdlp += dlp[n * a.C + k];
+            sdlp = warp_sum_f(sdlp);
+        }
+        for (int64_t k = lane; k < a.C; k += 32) {
+            const float p = expf(to_f(row[k]) - mx) * inv;
+            float r = coef * (p - (k == t ? 1.0f : 0.0f));
+            if (dlp) r += dlp[n * a.C + k] - p * sdlp;
+            dx[n * a.C + k] = from_f<T>(r);
+            if (dx32) dx32[n * a.C + k] = r;
+        }
+    }
+}
+
+__device__ __forceinline__ double dloss_of(const float *dl) { return dl ? (double)dl[0] : 0.0; }
+
+/* One block: the weight sum (mean), then every row. */
+template <typename T>
+__global__ void lsn_grad_fused(const T *x, const float *dl, const float *dlp, T *dx, float *dx32, NllArgs a,
+                               kiln_cuda_flag *flag) {
+    __shared__ double scratch[32];
+    double g = dloss_of(dl);
+    if (a.red == RED_MEAN) {
+        double ws = 0;
+        for (int64_t i = threadIdx.x; i < a.N; i += blockDim.x) {
+            int64_t t;
+            ws += weight_of(a, i, &t, flag);
+        }
+        g /= block_sum_d(ws, scratch);
+    }
+    lsn_grad_rows<T>(x, dx, dx32, dlp, a, g, threadIdx.x >> 5, blockDim.x >> 5, threadIdx.x & 31, flag);
+}
+
+/* One block: dLoss over the weight sum into *g (a large mean). */
+__global__ void lsn_grad_factor(const float *dl, double *g, NllArgs a, kiln_cuda_flag *flag) {
+    __shared__ double scratch[32];
+    double ws = 0;
+    for (int64_t i = threadIdx.x; i < a.N; i += blockDim.x) {
+        int64_t t;
+        ws += weight_of(a, i, &t, flag);
+    }
+    ws = block_sum_d(ws, scratch);
+    if (threadIdx.x == 0) *g = dloss_of(dl) / ws;
+}
+
+/* A grid of warps over the rows; the factor from *g (mean) or dLoss (sum). */
+template <typename T>
+__global__ void lsn_grad_grid(const T *x, const float *dl, const double *g, const float *dlp, T *dx, float *dx32,
+                              NllArgs a, kiln_cuda_flag *flag) {
+    const double gv = g ? *g : dloss_of(dl);
+    lsn_grad_rows<T>(x, dx, dx32, dlp, a, gv, thread_index() >> 5, grid_stride() >> 5, threadIdx.x & 31, flag);
+}
+
+/* Threads of a one-block kernel with a warp per row: up to RED_THREADS. */
+int row_threads(int64_t rows) {
+    int threads = 32;
+    while (threads < RED_THREADS && threads < rows * 32) threads *= 2;
+    return threads;
+}
+
+bool lsn_grad_one_block(const NllArgs &a) { return a.N * a.C <= FUSED_MAX; }
+
+template <typename T>
+kiln_status launch_lsn(kiln_cuda *cu, kiln_context *ctx, const void *x, float *loss, float *logp, NllArgs a) {
+    lsn_forward<T><<<1, row_threads(a.N), 0, cu->stream>>>((const T *)x, loss, logp, a, cu->flag);
+    KILN_CUDA_LAUNCHED(ctx, "lsn_forward");
+    return KILN_OK;
+}
+
+template <typename T>
+kiln_status launch_lsn_grad(kiln_cuda *cu, kiln_context *ctx, const void *x, const float *dl, const float *dlp, void *dx,
+                            float *dx32, NllArgs a, void *ws, size_t ws_bytes) {
+    if (a.N * a.C == 0) return KILN_OK;
+    if (lsn_grad_one_block(a)) {
+        lsn_grad_fused<T><<<1, row_threads(a.N), 0, cu->stream>>>((const T *)x, dl, dlp, (T *)dx, dx32, a, cu->flag);
+        KILN_CUDA_LAUNCHED(ctx, "lsn_grad_fused");
+        return KILN_OK;
+    }
+    double *g = nullptr;
+    if (a.red == RED_MEAN) {
+        if (!ws || ws_bytes < sizeof(double))
+            return kiln_fail(ctx, KILN_ERR_INTERNAL, "the fused loss gradient needs %zu bytes of workspace, got %zu",
+                             sizeof(double), ws_bytes);
+        g = (double *)ws;
+        int threads = 32;
+        while (threads < RED_THREADS && threads < a.N) threads *= 2;
+        lsn_grad_factor<<<1, threads, 0, cu->stream>>>(dl, g, a, cu->flag);
+        KILN_CUDA_LAUNCHED(ctx, "lsn_grad_factor");
+    }
+    lsn_grad_grid<T><<<kiln_cuda_blocks(cu, a.N * 32, THREADS), THREADS, 0, cu->stream>>>((const T *)x, dl, g, dlp,
+                                                                                        (T *)dx, dx32, a, cu->flag);
+    KILN_CUDA_LAUNCHED(ctx, "lsn_grad_grid");
+    return KILN_OK;
+}
+
 } // namespace
 
 /* ------------------------------------------------------------------ entry points */
@@ -266,5 +446,33 @@ extern "C" kiln_status kiln_cuda_k_nll_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, c->in[0]->dtype, launch_nll_grad, cu, c->kctx, c->in[3]->data,
                            c->out[0]->data, a, c->workspace, c->workspace_size);
+    return st;
+}
+
+static const float *f32_in(const kiln_op_ctx *c, int i) {
+    return c->n_in > i && c->in[i] ? (const float *)c->in[i]->data : nullptr;
+}
+
+extern "C" kiln_status kiln_cuda_k_logsoftmax_nll(kiln_cuda *cu, kiln_op_ctx *c) {
+    const NllArgs a = args_of(c);
+    float *logp = c->n_out > 1 && c->out[1] ? (float *)c->out[1]->data : nullptr;
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, c->in[0]->dtype, launch_lsn, cu, c->kctx, c->in[0]->data,
+                           (float *)c->out[0]->data, logp, a);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_ws_logsoftmax_nll_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    const NllArgs a = args_of(c);
+    *bytes = lsn_grad_one_block(a) || a.red != RED_MEAN ? 0 : 256;
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_logsoftmax_nll_grad(kiln_cuda *cu, kiln_op_ctx *c) {
+    const NllArgs a = args_of(c);
+    float *dx32 = c->n_out > 1 && c->out[1] ? (float *)c->out[1]->data : nullptr;
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, c->in[0]->dtype, launch_lsn_grad, cu, c->kctx, c->in[0]->data, f32_in(c, 3),
+                           f32_in(c, 4), c->out[0]->data, dx32, a, c->workspace, c->workspace_size);
     return st;
 }

@@ -424,6 +424,38 @@ static bool sup_nll(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* kiln.LogSoftmaxNLL(X, target, weight?) and kiln.LogSoftmaxNLLGrad(X, target, weight?,
+ * dLoss?, dLogProb?): X (N, C) of a float dtype, targets int32/int64, the loss side (dLoss,
+ * dLogProb, the forward's outputs and the gradient's dX_f32) f32, dX in X's dtype. */
+static bool sup_logsoftmax_nll(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (c->in[0]->ndim != 2) {
+        snprintf(why, n, "X has rank %d (N, C expected)", c->in[0]->ndim);
+        return false;
+    }
+    if (!present(c, 1) || (c->in[1]->dtype != KILN_I32 && c->in[1]->dtype != KILN_I64)) {
+        snprintf(why, n, "targets must be int32 or int64");
+        return false;
+    }
+    if (present(c, 2) && !kiln_cuda_float_dtype(c->in[2]->dtype) && c->in[2]->dtype != KILN_F64) {
+        snprintf(why, n, "weight has dtype %s", kiln_dtype_name(c->in[2]->dtype));
+        return false;
+    }
+    for (int i = 3; i < c->n_in; i++)
+        if (present(c, i) && c->in[i]->dtype != KILN_F32) {
+            snprintf(why, n, "input %d (%s) has dtype %s (f32 expected)", i, i == 3 ? "dLoss" : "dLogProb",
+                     kiln_dtype_name(c->in[i]->dtype));
+            return false;
+        }
+    const bool grad = strcmp(c->node->op_type, "LogSoftmaxNLLGrad") == 0; /* dX in X's dtype */
+    for (int i = 0; i < c->n_out; i++)
+        if (has_out(c, i) && c->out[i]->dtype != (grad && i == 0 ? c->in[0]->dtype : KILN_F32)) {
+            snprintf(why, n, "output %d has dtype %s", i, kiln_dtype_name(c->out[i]->dtype));
+            return false;
+        }
+    return true;
+}
+
 static bool sup_concat(const kiln_op_ctx *c, char *why, size_t n) {
     for (int i = 0; i < c->n_in; i++)
         if (!present(c, i)) {
@@ -645,10 +677,13 @@ static const entry table[] = {
     {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
     {"kiln.LogSoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
     {"kiln.NegativeLogLikelihoodLossGrad", kiln_cuda_k_nll_grad, sup_nll, kiln_cuda_ws_nll_grad, false},
+    {"kiln.LogSoftmaxNLLGrad", kiln_cuda_k_logsoftmax_nll_grad, sup_logsoftmax_nll, kiln_cuda_ws_logsoftmax_nll_grad,
+     false},
     /* kiln's fused ops and layout conversions (FUSED.md) */
     {"kiln.FusedElementwise", kiln_cuda_k_fused_elementwise, sup_fused_elementwise, NULL, true},
     {"kiln.FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul, false},
     {"kiln.FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
+    {"kiln.LogSoftmaxNLL", kiln_cuda_k_logsoftmax_nll, sup_logsoftmax_nll, NULL, false},
     {"kiln.ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
     {"kiln.ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
 };

@@ -16,6 +16,9 @@ static const kiln_pass passes[] = {
     {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
     {"fuse-conv", KILN_PASS_FUSE_CONV, kiln_pass_fuse_conv},
     {"fuse-eltwise", KILN_PASS_FUSE_ELTWISE, kiln_pass_fuse_eltwise},
+    /* before precision: it matches the fp32 chain, and the precision pass then lets the
+     * fused loss read a low-precision X with no Cast */
+    {"fuse-loss", KILN_PASS_FUSE_LOSS, kiln_pass_fuse_loss},
     /* after fusion (it pads kiln.FusedConv too), before the layout pass */
     {"pad-channels", KILN_PASS_PAD_CHANNELS, kiln_pass_pad_channels},
     /* after fusion: it classifies the final op mix; not switchable (the session asked for

@@ -104,6 +104,7 @@ kiln_status kiln_pass_dead_nodes(kiln_model *m, const kiln_pass_options *o, bool
 kiln_status kiln_pass_fold_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed);

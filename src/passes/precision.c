@@ -18,6 +18,15 @@
  *           Exp and Log (also within a kiln.FusedElementwise) feeding one of them stay f32
  *           too (exp overflows f16 past 11), and so does the arithmetic computing only such
  *           an Exp's argument (x - max(x) of a written-out softmax).
+ *   mixed   the fused loss kiln.LogSoftmaxNLL and its gradient kiln.LogSoftmaxNLLGrad
+ *           (src/passes/fuse_loss.c): X (input 0) is read in whatever dtype it has, f32
+ *           or L (their kernels compute in f32 either way), so the logits of a low Gemm
+ *           reach the loss with no Cast; weight, dLoss and dLogProb are read as f32. The
+ *           loss (and log_prob) stay f32; the gradient dX is L exactly when X is, so it
+ *           reaches the low backward of the logits' producer with no Cast either; where an
+ *           fp32 op reads dX too (the bias gradient's sum), the op's optional second
+ *           output, dX in f32, serves it instead of a Cast. Exp and Log feeding X stay
+ *           f32, as they do before an fp32 op.
  *   any     Shape, Size, ArgMax/ArgMin, Cast, CastLike: read whatever dtype they get.
  *   keep    nodes that only compute plan-time constants (shape computations such as
  *           Shape -> Cast -> Mul -> Floor -> Resize's sizes, weights derived from weights):
@@ -39,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum cls { C_KEEP, C_LOW, C_FOLLOW, C_FP32, C_ANY, C_SOURCE } cls;
+typedef enum cls { C_KEEP, C_LOW, C_FOLLOW, C_FP32, C_ANY, C_SOURCE, C_MIXED } cls;
 typedef enum want { W_ANY, W_LOW, W_F32 } want;
 
 static const char *const low_ops[] = {
@@ -61,6 +70,7 @@ static const char *const any_ops[] = {"Shape", "Size", "ArgMax", "ArgMin", "Cast
 static const char *const kiln_low_ops[] = {"FusedConv",     "FusedGemm",  "FusedElementwise", "ConvGradInput",
                                            "ConvGradWeight", "ConvGradBias", "MaxPoolGrad",     "UnaryGrad"};
 static const char *const kiln_follow_ops[] = {"ToNHWC", "ToNCHW", "DropoutGrad"};
+static const char *const kiln_mixed_ops[] = {"LogSoftmaxNLL", "LogSoftmaxNLLGrad"};
 
 #define IN_LIST(s, list) in_list((s), (list), sizeof(list) / sizeof((list)[0]))
 
@@ -123,6 +133,7 @@ static want want_of(const state *s, int i, int k) {
     }
     case C_ANY: return strcmp(n->op_type, "CastLike") == 0 && k == 1 ? W_F32 : W_ANY;
     case C_SOURCE: return W_ANY;
+    case C_MIXED: return k == 0 ? W_ANY : W_F32;
     }
     return W_ANY;
 }
@@ -271,6 +282,7 @@ static cls classify(const kiln_node *n, const kiln_tensor *vt, const bool *cst) 
     } else if (strcmp(n->domain, "kiln") == 0) {
         if (IN_LIST(op, kiln_low_ops)) return C_LOW;
         if (IN_LIST(op, kiln_follow_ops)) return C_FOLLOW;
+        if (IN_LIST(op, kiln_mixed_ops)) return C_MIXED;
     }
     return C_FP32;
 }
@@ -353,6 +365,32 @@ static kiln_status rewrite(state *s, const int *order, const int *cstart, const 
             break;
         }
         s->key[idx] = 3 * pos[p] + 2;
+        *changed = true;
+    }
+    /* The fused loss's gradient in L also read by an fp32 op (the bias gradient's sum):
+     * the op writes an f32 copy as its second output, which takes the place of the Cast. */
+    for (int i = 0; i < s->n0 && !st; i++) {
+        kiln_node *n = &m->nodes[i];
+        const int v = n->n_out == 1 ? n->out[0] : -1;
+        if (s->c[i] != C_MIXED || strcmp(n->op_type, "LogSoftmaxNLLGrad") != 0 || v < 0 || v >= s->nv0 ||
+            !s->is_low[v] || s->f32_of[v] >= 0)
+            continue;
+        bool f32 = false;
+        for (int c = cstart[v]; c < cstart[v + 1]; c++)
+            for (int k = 0; k < m->nodes[cons[c]].n_in; k++)
+                f32 |= m->nodes[cons[c]].in[k] == v && want_of(s, cons[c], k) == W_F32;
+        if (!f32) continue;
+        int t = twin_value(s, v, KILN_F32);
+        int *out = t >= 0 ? realloc(n->out, 2 * sizeof *out) : NULL;
+        if (!out) {
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        out[1] = t;
+        n->out = out;
+        n->n_out = 2;
+        s->f32_of[v] = t;
+        s->low_of[t] = v;
         *changed = true;
     }
     /* Every input slot gets the dtype its reader wants. */
@@ -495,7 +533,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         int v = n->out[0];
         if (exp_or_log(n)) {
             for (int c = cstart[v]; c < cstart[v + 1]; c++)
-                if (s.c[cons[c]] == C_FP32) s.c[i] = C_FP32;
+                if (s.c[cons[c]] == C_FP32 || s.c[cons[c]] == C_MIXED) s.c[i] = C_FP32;
         } else if (onnx_domain(n) && IN_LIST(n->op_type, exp_arg_ops) && cstart[v] < cstart[v + 1] &&
                    !m->values[v].is_output) {
             bool all = true;
@@ -510,6 +548,9 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         int i = order[oi];
         const kiln_node *n = &m->nodes[i];
         bool low = s.c[i] == C_LOW;
+        /* the fused loss's gradient: dX in X's dtype; the forward's outputs stay f32 */
+        if (s.c[i] == C_MIXED)
+            low = strcmp(n->op_type, "LogSoftmaxNLLGrad") == 0 && n->n_in > 0 && n->in[0] >= 0 && s.is_low[n->in[0]];
         if (s.c[i] == C_FOLLOW) {
             for (int k = 0; k < n->n_in; k++)
                 if (n->in[k] >= 0 && !exempt(n, k) && s.is_low[n->in[k]]) low = true;

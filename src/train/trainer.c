@@ -287,8 +287,12 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
     const bool nhwc = t->opts.device == KILN_DEVICE_CUDA && !(t->opts.disable_passes & KILN_PASS_NHWC) &&
                       (t->opts.amp != KILN_AMP_OFF || !t->opts.strict_fp32);
     /* CUDA: convolutions and products with their activations as one kernel (the
-     * activation's gradient reads its output, which the fused op still writes) */
-    const unsigned fuse = t->opts.device == KILN_DEVICE_CUDA ? KILN_PASS_FUSE_CONV : 0u;
+     * activation's gradient reads its output, which the fused op still writes).
+     * LogSoftmax -> NegativeLogLikelihoodLoss and its gradient pair as one op each, on every
+     * device: before the precision pass, so under AMP the logits and their gradient stay
+     * fp16/bf16 with no Casts (src/passes/fuse_loss.c) */
+    const unsigned fuse = (t->opts.device == KILN_DEVICE_CUDA ? (unsigned)KILN_PASS_FUSE_CONV : 0u) |
+                          (unsigned)KILN_PASS_FUSE_LOSS;
     const unsigned wanted = (fuse | (nhwc ? (unsigned)KILN_PASS_NHWC : 0u)) & ~t->opts.disable_passes;
     if (!st && (t->opts.amp != KILN_AMP_OFF || wanted)) {
         /* Forward and backward in fp16/bf16 where the precision pass allows; the weights
@@ -343,7 +347,7 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         st = build_training_graph(t, lv);
     }
     if (!st && o.device == KILN_DEVICE_CPU) {
-        kiln_session_options so = {.device = KILN_DEVICE_CPU, .threads = o.threads};
+        kiln_session_options so = {.device = KILN_DEVICE_CPU, .threads = o.threads, .disable_passes = o.disable_passes};
         st = kiln_session_create(t->train, &so, &t->sess);
     }
     /* optimizer state and accumulation buffers: one allocation per parameter, made now */

@@ -1151,7 +1151,7 @@ static void plan_checks(void) {
 
 /* ------------------------------------------------------------ training ops */
 
-static const double ONE[] = {1}, ZERO[] = {0};
+static const double ONE[] = {1}, ZERO[] = {0}, LOSS_SCALE[] = {65536};
 static const double RATIO_25[] = {0.25}, RATIO_50[] = {0.5}, RATIO_0[] = {0};
 
 /* kiln.UnaryGrad(dY, X?, Y?) for each unary op with a CUDA kernel: X random, Y the CPU
@@ -1477,6 +1477,53 @@ static void loss_cases(void) {
            INPUTS(X(4, 6, 5), XT(KILN_I32, 0, 6, 4, 5), NONE, X(4, 5)));
     floats(op, "", 13, false, at, rt, "large mean (two kernels)",
            INPUTS(X(64, 10, 30), XT(KILN_I64, 0, 10, 64, 30), NONE, SCALAR(0.5, 2)));
+}
+
+/* kiln.LogSoftmaxNLL (the fused loss, f32 outputs from an X of the case's dtype) and its
+ * gradient (f32 dLoss and dLogProb, dX in X's dtype): rows fewer and more than the warps
+ * of a block, N not a multiple of anything, rows longer than a warp, weights and
+ * ignore_index, both reductions, and the gradient's one-block and grid paths. */
+static void fused_loss_cases(void) {
+    const double at = 2e-6, rt = 1e-5;
+    const char *op = "kiln.LogSoftmaxNLL";
+    floats(op, "", 0, false, at, rt, "mnist", INPUTS(XR(-6, 6, 64, 10), XT(KILN_I64, 0, 10, 64)));
+    n_outputs = 2;
+    floats(op, "reduction=mean", 0, false, at, rt, "mnist with log_prob", INPUTS(XR(-6, 6, 64, 10), XT(KILN_I64, 0, 10, 64)));
+    floats(op, "reduction=sum;ignore_index=3", 0, false, at, rt, "37 rows, weights, ignore_index, log_prob",
+           INPUTS(XR(-6, 6, 37, 10), XT(KILN_I32, 0, 10, 37), XT(KILN_F32, 0.2, 2, 10)));
+    n_outputs = 1;
+    floats(op, "ignore_index=0", 0, false, at, rt, "long rows, f16 weights",
+           INPUTS(XR(-8, 8, 5, 1000), XT(KILN_I64, 0, 1000, 5), XT(KILN_F16, 0.2, 2, 1000)));
+    floats(op, "", 0, false, at, rt, "1000 rows (more than a block's warps)",
+           INPUTS(XR(-6, 6, 1000, 3), XT(KILN_I64, 0, 3, 1000)));
+    floats(op, "", 0, false, at, rt, "one row", INPUTS(XR(-6, 6, 1, 10), XT(KILN_I64, 0, 10, 1)));
+
+    op = "kiln.LogSoftmaxNLLGrad";
+    const double gat = 1e-7, grt = 1e-5;
+    /* p - 1 at the target cancels: an absolute error of p's rounding, times the coefficient */
+    atol_scale = 1e-6;
+    floats(op, "", 0, false, gat, grt, "mnist",
+           INPUTS(XR(-6, 6, 64, 10), XT(KILN_I64, 0, 10, 64), NONE, SCALART(KILN_F32, 0.5, 2)));
+    floats(op, "", 0, false, gat, grt, "mnist, a loss scale of 65536",
+           INPUTS(XR(-6, 6, 64, 10), XT(KILN_I64, 0, 10, 64), NONE, SCALARV(KILN_F32, LOSS_SCALE)));
+    n_outputs = 2; /* dX and its f32 copy */
+    floats(op, "", 0, false, gat, grt, "mnist with dX_f32",
+           INPUTS(XR(-6, 6, 64, 10), XT(KILN_I64, 0, 10, 64), NONE, SCALART(KILN_F32, 0.5, 2)));
+    floats(op, "reduction=sum", 0, false, gat, grt, "large sum with dX_f32 (a grid)",
+           INPUTS(XR(-6, 6, 3001, 7), XT(KILN_I32, 0, 7, 3001), NONE, SCALART(KILN_F32, 0.5, 2)));
+    n_outputs = 1;
+    floats(op, "reduction=sum;ignore_index=3", 0, false, gat, grt, "37 rows, weights, ignore_index",
+           INPUTS(XR(-6, 6, 37, 10), XT(KILN_I32, 0, 10, 37), XT(KILN_F32, 0.2, 2, 10), SCALART(KILN_F32, 0.5, 2)));
+    floats(op, "", 0, false, gat, grt, "long rows, weighted mean, dLogProb",
+           INPUTS(XR(-8, 8, 5, 1000), XT(KILN_I64, 0, 1000, 5), XT(KILN_F32, 0.2, 2, 1000), SCALART(KILN_F32, 0.5, 2),
+                  XT(KILN_F32, -1, 1, 5, 1000)));
+    floats(op, "", 0, false, gat, grt, "dLogProb only",
+           INPUTS(XR(-6, 6, 37, 10), XT(KILN_I64, 0, 10, 37), NONE, NONE, XT(KILN_F32, -1, 1, 37, 10)));
+    floats(op, "ignore_index=1", 0, false, gat, grt, "large mean (scale kernel, then a grid)",
+           INPUTS(XR(-6, 6, 2001, 10), XT(KILN_I64, 0, 10, 2001), XT(KILN_F32, 0.2, 2, 10), SCALART(KILN_F32, 0.5, 2)));
+    floats(op, "reduction=sum", 0, false, gat, grt, "large sum (a grid)",
+           INPUTS(XR(-6, 6, 3001, 7), XT(KILN_I32, 0, 7, 3001), NONE, SCALART(KILN_F32, 0.5, 2)));
+    atol_scale = 0;
 }
 
 static void misc_training_cases(void) {
@@ -2131,19 +2178,21 @@ static void gather_bad_index(void) {
 }
 
 /* A loss's class target out of range is found on the device and reported by sync. */
-static void nll_bad_target(void) {
+/* NegativeLogLikelihoodLoss, or the fused kiln.LogSoftmaxNLL (domain "kiln"), with a
+ * target of 5 for 3 classes. */
+static void nll_bad_target(const char *op, const char *domain) {
     kiln_cuda_arena_reset(cu);
     kiln_node node;
     memset(&node, 0, sizeof node);
-    node.op_type = (char *)"NegativeLogLikelihoodLoss";
+    node.op_type = (char *)op;
     node.name = (char *)"bad target";
-    node.domain = (char *)"";
-    node.op = kiln_op_index("NegativeLogLikelihoodLoss");
+    node.domain = (char *)domain;
+    node.op = kiln_op_index_domain(domain, op);
     node.opset = 13;
     node.n_in = 2;
     node.n_out = 1;
     if (node.op < 0) {
-        printf("SKIP nll target out of range: no CPU NegativeLogLikelihoodLoss in this build\n");
+        printf("SKIP nll target out of range: no CPU %s in this build\n", op);
         skipped++;
         return;
     }
@@ -2165,8 +2214,9 @@ static void nll_bad_target(void) {
         return;
     }
     st = kiln_cuda_sync(cu);
-    check(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_context_message(ctx), "5"),
-          "an NLL target out of range is reported by sync", kiln_context_message(ctx));
+    char lab[128];
+    snprintf(lab, sizeof lab, "a%s NLL target out of range is reported by sync", domain[0] ? " fused" : "n");
+    check(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_context_message(ctx), "5"), lab, kiln_context_message(ctx));
 }
 
 /* ------------------------------------------------------------ the optimizer */
@@ -3727,6 +3777,7 @@ int main(int argc, char **argv) {
     maxpool_grad_cases();
     softmax_grad_cases();
     loss_cases();
+    fused_loss_cases();
     misc_training_cases();
     fused_elementwise_cases();
     fused_gemm_cases();
@@ -3741,7 +3792,10 @@ int main(int argc, char **argv) {
     }
     if (cu) {
         if (wanted("gather")) gather_bad_index();
-        if (wanted("nll")) nll_bad_target();
+        if (wanted("nll")) {
+            nll_bad_target("NegativeLogLikelihoodLoss", "");
+            nll_bad_target("LogSoftmaxNLL", "kiln");
+        }
         if (wanted("staging")) staging_checks();
         if (wanted("rtc")) rtc_checks();
         if (wanted("optimizer")) optimizer_checks();

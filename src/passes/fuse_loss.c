@@ -1,0 +1,144 @@
+/* fuse_loss.c — the training loss chain as two ops (KILN_PASS_FUSE_LOSS; src/ops/log_softmax_nll.c):
+ *
+ *   forward   log_prob = LogSoftmax(X)                          X (N, C) f32, along C
+ *             loss = NegativeLogLikelihoodLoss(log_prob, target, weight?)   mean or sum
+ *          -> loss [, log_prob] = kiln.LogSoftmaxNLL(X, target, weight?)
+ *   backward  (what autograd emits for that pair: the rules in loss_common.c, softmax_common.c)
+ *             dlogp = kiln.NegativeLogLikelihoodLossGrad(log_prob, target, weight?, dLoss)
+ *             dX = kiln.LogSoftmaxGrad(log_prob, dlogp)
+ *          -> dX = kiln.LogSoftmaxNLLGrad(X, target, weight?, dLoss)
+ *
+ * Why: on CUDA the chain was four small kernels on the step's critical path (six under AMP,
+ * with the Casts of the logits to f32 and of their gradient back: the fused ops read a
+ * low-precision X as it is, computing in f32, and the precision pass knows it).
+ *
+ * When: X is f32 (the pass runs before the precision pass) of rank 2, the LogSoftmax is
+ * along C (axis 1 or -1, whatever the opset), the targets are int32/int64 (what both
+ * backends take), the reduction is mean or sum; ignore_index and weights are carried over.
+ * log_prob stays an output of the fused op (f32, as before) when anything besides the
+ * chain reads it, including the graph's outputs. The backward pair is replaced only when
+ * it is exactly that pair on the same log_prob, target, weight and attributes, and the NLL
+ * gradient has no other reader; otherwise it stays as it is, reading the kept log_prob.
+ * Only on devices that have both ops' kernels (kiln_pass_device_has). The nodes are left in
+ * a topological order. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_kiln(const kiln_node *n, const char *op) {
+    return strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, op) == 0;
+}
+
+/* A (Log)Softmax or its gradient node along the class dim of a rank-2 input: axis 1 or -1
+ * (opsets 11/12 coerce to 2-D at axis, which for rank 2 is the same rows). */
+static bool class_axis(const kiln_node *n) {
+    const int64_t axis = kiln_attr_int(n, "axis", n->opset < 13 ? 1 : -1);
+    return axis == 1 || axis == -1;
+}
+
+static bool same_attrs(const kiln_node *a, const kiln_node *b) {
+    const bool ia = kiln_node_attr(a, "ignore_index") != NULL, ib = kiln_node_attr(b, "ignore_index") != NULL;
+    return strcmp(kiln_attr_string(a, "reduction", "mean"), kiln_attr_string(b, "reduction", "mean")) == 0 && ia == ib &&
+           kiln_attr_int(a, "ignore_index", 0) == kiln_attr_int(b, "ignore_index", 0);
+}
+
+static int opt_in(const kiln_node *n, int k) { return k < n->n_in ? n->in[k] : -1; }
+
+/* The NLL gradient g and the LogSoftmaxGrad s autograd emitted for the pair
+ * (ls, nll) reading log_prob; -1 each when they are not there as expected. */
+static void find_backward(const kiln_model *m, const bool *dead, int ls, int nll, int *g_out, int *s_out) {
+    *g_out = *s_out = -1;
+    const kiln_node *l = &m->nodes[nll];
+    const int logp = l->in[0];
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *g = &m->nodes[i];
+        if (dead[i] || !is_kiln(g, "NegativeLogLikelihoodLossGrad") || g->n_in != 4 || g->n_out != 1 || g->in[0] != logp ||
+            g->in[1] != l->in[1] || g->in[2] != opt_in(l, 2) || g->in[3] < 0 || !same_attrs(g, l))
+            continue;
+        const int dlogp = g->out[0], s = dlogp >= 0 ? kiln_pass_single_consumer(m, dlogp) : -1;
+        if (s < 0 || dead[s]) continue;
+        const kiln_node *sn = &m->nodes[s];
+        if (!is_kiln(sn, "LogSoftmaxGrad") || sn->n_in != 2 || sn->n_out != 1 || sn->in[0] != logp ||
+            sn->in[1] != dlogp || !class_axis(sn) || sn->opset != m->nodes[ls].opset)
+            continue;
+        *g_out = i;
+        *s_out = s;
+        return;
+    }
+}
+
+/* Put the nodes in a topological order (the fused forward sits where the NLL was, and a
+ * kept log_prob may have readers before it). */
+static kiln_status sort_nodes(kiln_model *m) {
+    int *order = malloc(((size_t)m->n_nodes + 1) * sizeof *order);
+    kiln_node *tmp = malloc(((size_t)m->n_nodes + 1) * sizeof *tmp);
+    kiln_status st = order && tmp ? kiln_pass_topo_order(m, order) : kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!st) {
+        for (int i = 0; i < m->n_nodes; i++) tmp[i] = m->nodes[order[i]];
+        memcpy(m->nodes, tmp, (size_t)m->n_nodes * sizeof *tmp);
+    }
+    free(order);
+    free(tmp);
+    return st;
+}
+
+kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    if (!kiln_pass_device_has(o, "LogSoftmaxNLL") || !kiln_pass_device_has(o, "LogSoftmaxNLLGrad")) return KILN_OK;
+    kiln_tensor *vt = NULL;
+    int *prod = kiln_pass_producers(m);
+    bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
+    kiln_status st = prod && dead ? kiln_pass_infer_types(m, &vt) : KILN_ERR_OUT_OF_MEMORY;
+    bool any = false;
+    for (int ni = 0; ni < m->n_nodes && !st; ni++) {
+        const kiln_node *l = &m->nodes[ni];
+        if (dead[ni] || !kiln_pass_is(l, "NegativeLogLikelihoodLoss") || l->n_out != 1 || l->n_in < 2 || l->n_in > 3 ||
+            l->in[0] < 0 || l->in[1] < 0)
+            continue;
+        const char *red = kiln_attr_string(l, "reduction", "mean");
+        const kiln_dtype tdt = vt[l->in[1]].dtype;
+        if ((strcmp(red, "mean") != 0 && strcmp(red, "sum") != 0) || (tdt != KILN_I32 && tdt != KILN_I64)) continue;
+        const int logp = l->in[0], ls = prod[logp];
+        if (ls < 0 || dead[ls]) continue;
+        const kiln_node *sm = &m->nodes[ls];
+        if (!kiln_pass_is(sm, "LogSoftmax") || sm->n_in != 1 || sm->n_out != 1 || sm->in[0] < 0 || !class_axis(sm))
+            continue;
+        const int x = sm->in[0];
+        if (vt[x].dtype != KILN_F32 || vt[x].ndim != 2) continue;
+        int g = -1, s = -1;
+        find_backward(m, dead, ls, ni, &g, &s);
+        /* readers of log_prob besides the chain (the graph's outputs count) */
+        const int others = kiln_pass_uses(m, logp) - 1 - (g >= 0 ? 2 : 0);
+        const int target = l->in[1], weight = opt_in(l, 2);
+        const int in[3] = {x, target, weight};
+        st = kiln_pass_rewrite(m, ni, "kiln", "LogSoftmaxNLL", weight >= 0 ? 3 : 2, in, &m->nodes[ni]);
+        if (!st && others > 0) {
+            kiln_node *f = &m->nodes[ni];
+            int *out = realloc(f->out, 2 * sizeof *out);
+            if (!out) {
+                st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+                break;
+            }
+            out[1] = logp;
+            f->out = out;
+            f->n_out = 2;
+            prod[logp] = ni;
+        }
+        if (!st && g >= 0) {
+            const int bin[4] = {x, target, weight, m->nodes[g].in[3]};
+            st = kiln_pass_rewrite(m, s, "kiln", "LogSoftmaxNLLGrad", 4, bin, &m->nodes[g]);
+            dead[g] = true;
+        }
+        dead[ls] = true;
+        any = true;
+    }
+    if (!st && any) {
+        kiln_pass_remove_nodes(m, dead);
+        st = sort_nodes(m);
+        *changed = true;
+    }
+    free(vt);
+    free(prod);
+    free(dead);
+    return st;
+}

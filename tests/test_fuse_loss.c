@@ -1,0 +1,391 @@
+/* test_fuse_loss.c — the fuse-loss pass (src/passes/fuse_loss.c) on the CPU.
+ *
+ *   - mnist-net's training graph (forward, backward, loss; the CPU trainer's, built with the
+ *     pass off): with the pass, one kiln.LogSoftmaxNLL and one kiln.LogSoftmaxNLLGrad
+ *     replace LogSoftmax, NegativeLogLikelihoodLoss and their two gradient ops, and the loss
+ *     and every gradient are the same on random images, labels and the seeded random
+ *     weights, with the same Dropout seed. The references round log-probabilities to f32
+ *     between the ops where the fused ops stay in double: the tolerance is f32's.
+ *   - the same graph under the fp16 precision pass: the fused ops read the f16 logits with
+ *     no Cast, their gradient is f16, and the graph has exactly two Casts fewer than without
+ *     the pass (the logits' Cast to f32 and the gradient's back to f16); the bias gradient's
+ *     sum, an fp32 op, reads the gradient's f32 second output; the same function up to f16
+ *     rounding.
+ *   - a small classifier with class weights and ignore_index, trained (autograd's backward
+ *     of the weighted loss), and a forward-only graph whose log-probabilities are a graph
+ *     output (kept as the fused op's second output): same outputs.
+ *   - no fusion where it would not be the same op: reduction none, LogSoftmax along the
+ *     batch, rank 3, float targets' absence... and with the pass switched off.
+ *   - the trainer: its training graph has the fused ops unless KILN_PASS_FUSE_LOSS is in
+ *     disable_passes (`kiln train --disable fuse-loss`), and a CPU training step gives the
+ *     same loss and updated weights either way.
+ * Exits non-zero on any failure. */
+#include "core/optest.h"
+#include "core/plan.h"
+#include "passes/passes.h"
+#include "train/trainer_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+static kiln_context *ctx;
+
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+            printf(__VA_ARGS__);                          \
+            printf("\n");                                 \
+            fails++;                                      \
+        }                                                 \
+    } while (0)
+
+static const unsigned ONLY_FUSE_LOSS = ~(unsigned)KILN_PASS_FUSE_LOSS;
+
+static int count(const kiln_model *m, const char *domain, const char *op) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        n += strcmp(m->nodes[i].op_type, op) == 0 && strcmp(m->nodes[i].domain, domain) == 0;
+    return n;
+}
+
+static const kiln_node *find(const kiln_model *m, const char *op) {
+    for (int i = 0; i < m->n_nodes; i++)
+        if (strcmp(m->nodes[i].op_type, op) == 0) return &m->nodes[i];
+    return NULL;
+}
+
+static const kiln_node *producer_of(const kiln_model *m, int v) {
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_out; k++)
+            if (m->nodes[i].out[k] == v) return &m->nodes[i];
+    return NULL;
+}
+
+/* Run both graphs on the CPU with the same inputs and Dropout seed; compare every output. */
+static void same_function(const char *label, kiln_model *ref, kiln_model *opt, kiln_tensor *const *feeds, double atol,
+                          double rtol) {
+    const int no = ref->n_outputs;
+    CHECK(opt->n_outputs == no, "%s: %d outputs, expected %d", label, opt->n_outputs, no);
+    const kiln_tensor **want = calloc((size_t)no + 1, sizeof *want), **got = calloc((size_t)no + 1, sizeof *got);
+    kiln_plan *pr = NULL, *po = NULL;
+    kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_plan_build(ref, feeds, true, true, &pr);
+    if (!st) st = kiln_plan_build(opt, feeds, true, true, &po);
+    if (!st) st = kiln_plan_run_cpu(pr, feeds, 77, no, want);
+    if (!st) st = kiln_plan_run_cpu(po, feeds, 77, no, got);
+    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
+    for (int j = 0; !st && j < no; j++) {
+        char l[200];
+        snprintf(l, sizeof l, "%s: %s", label, kiln_model_output_name(ref, j));
+        CHECK(strcmp(kiln_model_output_name(ref, j), kiln_model_output_name(opt, j)) == 0, "%s: output %d renamed", label, j);
+        /* gradients of all-zero weights' neighbours may be exactly 0: never all zeros */
+        double mx = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(want[j]); i++) mx = fmax(mx, fabs(kiln_get_f64(want[j], i)));
+        CHECK(mx > 0, "%s: reference output is all zeros", l);
+        fails += kiln_tensor_compare(got[j], want[j], atol * mx, rtol, l);
+    }
+    kiln_plan_free(pr);
+    kiln_plan_free(po);
+    free(want);
+    free(got);
+}
+
+/* ------------------------------------------------------------------ mnist-net */
+
+static void mnist(kiln_precision prec) {
+    const char *label = prec == KILN_PRECISION_FP32 ? "mnist-net training graph" : "mnist-net training graph, fp16";
+    printf("-- %s\n", label);
+    kiln_model *m = NULL, *opt = NULL, *ref = NULL;
+    kiln_trainer *t = NULL;
+    /* the trainer's graph without the pass: what autograd emitted */
+    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .disable_passes = KILN_PASS_FUSE_LOSS};
+    if (kiln_model_mnist_net(ctx, 64, 3, 1, &m) || kiln_trainer_create(m, "loss", &o, &t)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    CHECK(count(t->train, "", "LogSoftmax") == 1 && count(t->train, "kiln", "LogSoftmaxGrad") == 1 &&
+              count(t->train, "", "NegativeLogLikelihoodLoss") == 1 &&
+              count(t->train, "kiln", "NegativeLogLikelihoodLossGrad") == 1,
+          "%s: the unfused chain is not in the training graph", label);
+    kiln_pass_options on = {.device = KILN_DEVICE_CPU, .precision = prec, .disabled = ONLY_FUSE_LOSS};
+    kiln_pass_options off = {.device = KILN_DEVICE_CPU, .precision = prec, .disabled = ~0u};
+    if (kiln_passes_apply(t->train, &on, &opt) || kiln_passes_apply(t->train, &off, &ref)) {
+        CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    CHECK(count(opt, "kiln", "LogSoftmaxNLL") == 1 && count(opt, "kiln", "LogSoftmaxNLLGrad") == 1,
+          "%s: %d LogSoftmaxNLL and %d LogSoftmaxNLLGrad, expected 1 and 1", label, count(opt, "kiln", "LogSoftmaxNLL"),
+          count(opt, "kiln", "LogSoftmaxNLLGrad"));
+    CHECK(count(opt, "", "LogSoftmax") + count(opt, "kiln", "LogSoftmaxGrad") + count(opt, "", "NegativeLogLikelihoodLoss") +
+                  count(opt, "kiln", "NegativeLogLikelihoodLossGrad") == 0,
+          "%s: parts of the unfused chain are left", label);
+    CHECK(opt->n_nodes == ref->n_nodes - 2 - 2 * (prec != KILN_PRECISION_FP32), "%s: %d nodes, %d without the pass", label,
+          opt->n_nodes, ref->n_nodes);
+    const kiln_node *f = find(opt, "LogSoftmaxNLL"), *g = find(opt, "LogSoftmaxNLLGrad");
+    if (f && g) {
+        CHECK(f->n_out == 1, "%s: log_prob kept as an output though nothing reads it", label);
+        CHECK(g->in[0] == f->in[0] && g->in[1] == f->in[1], "%s: the gradient reads another X or target", label);
+        const kiln_node *xp = producer_of(opt, f->in[0]);
+        CHECK(xp && strcmp(xp->op_type, "Gemm") == 0, "%s: X is not the fc2 Gemm's output (%s)", label,
+              xp ? xp->op_type : "none");
+        const kiln_dtype low = prec == KILN_PRECISION_FP32 ? KILN_F32 : KILN_F16;
+        CHECK(opt->values[f->in[0]].dtype == low && opt->values[g->out[0]].dtype == low,
+              "%s: X is %s and dX %s, expected %s", label, kiln_dtype_name(opt->values[f->in[0]].dtype),
+              kiln_dtype_name(opt->values[g->out[0]].dtype), kiln_dtype_name(low));
+        CHECK(opt->values[f->out[0]].dtype == KILN_F32, "%s: the loss is not f32", label);
+        if (prec != KILN_PRECISION_FP32) {
+            const int casts = count(opt, "", "Cast"), casts_ref = count(ref, "", "Cast");
+            CHECK(casts == casts_ref - 2, "%s: %d Casts, %d without the pass (two fewer expected)", label, casts, casts_ref);
+            CHECK(g->n_out == 2 && opt->values[g->out[1]].dtype == KILN_F32, "%s: no f32 copy of dX", label);
+            /* the copy's readers are the fp32 bias-gradient sum only, dX's the low Gemms */
+            for (int i = 0; g->n_out == 2 && i < opt->n_nodes; i++)
+                for (int k = 0; k < opt->nodes[i].n_in; k++) {
+                    const kiln_node *r = &opt->nodes[i];
+                    if (r->in[k] == g->out[1])
+                        CHECK(strcmp(r->op_type, "ReduceSumTo") == 0, "%s: %s reads dX_f32", label, r->op_type);
+                    if (r->in[k] == g->out[0])
+                        CHECK(strcmp(r->op_type, "Gemm") == 0, "%s: %s reads the f16 dX", label, r->op_type);
+                }
+        } else {
+            CHECK(g->n_out == 1, "%s: an f32 copy of an f32 dX", label);
+        }
+    }
+    kiln_tensor *image = kt_rand(KILN_F32, 4, (int64_t[]){64, 1, 28, 28}, 0, 1, 11);
+    kiln_tensor *lab = kt_rand(KILN_I64, 1, (int64_t[]){64}, 0, 10, 12);
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    if (prec == KILN_PRECISION_FP32) same_function(label, ref, opt, t->feeds, 1e-6, 1e-4);
+    else same_function(label, ref, opt, t->feeds, 2e-3, 2e-2);
+    t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+out:
+    kiln_model_free(opt);
+    kiln_model_free(ref);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+}
+
+/* ----------------------------------------------------------- small graphs */
+
+static kiln_status add_init(kiln_model *m, const char *name, int nd, const int64_t *dims, uint64_t seed) {
+    kiln_tensor *t = kt_rand(KILN_F32, nd, dims, -1, 1, seed);
+    kiln_status st = t ? kiln_model_add_initializer(m, name, t) : KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor_free(t);
+    return st;
+}
+
+typedef struct classifier {
+    const char *reduction;  /* NULL: the default (mean) */
+    int64_t ignore_index;   /* < -1000: none */
+    bool weights;
+    int64_t ls_axis;        /* LogSoftmax's axis */
+    int opset;
+    bool logp_output;       /* log_prob a graph output too */
+    bool rank3;             /* X (N, C, 2) */
+} classifier;
+
+/* x (N, 6) -> Gemm(w (C, 6), b) -> [Reshape to (N, C/2, 2) when rank3] -> LogSoftmax -> NLL */
+static kiln_model *build_classifier(const classifier *c, int64_t N) {
+    kiln_model *m = NULL;
+    kiln_node *n = NULL;
+    const int64_t C = 4;
+    kiln_status st = kiln_model_create(ctx, &m);
+    if (!st) st = kiln_model_add_input(m, "x", KILN_F32, 2, (int64_t[]){N, 6});
+    if (!st) st = kiln_model_add_input(m, "label", KILN_I64, c->rank3 ? 2 : 1, (int64_t[]){N, 2});
+    if (!st) st = add_init(m, "w", 2, (int64_t[]){C, 6}, 21);
+    if (!st) st = add_init(m, "b", 1, (int64_t[]){C}, 22);
+    if (!st && c->weights) {
+        kiln_tensor *cw = kt_make(KILN_F32, 1, KT_DIMS(c->rank3 ? 2 : 4), KT_VALS(0.5, 2.0, 1.0, 0.25));
+        st = cw ? kiln_model_add_initializer(m, "cw", cw) : KILN_ERR_OUT_OF_MEMORY;
+        kiln_tensor_free(cw);
+    }
+    if (!st) st = kiln_model_add_node(m, "Gemm", "fc", 3, (const char *[]){"x", "w", "b"}, 1, (const char *[]){"logits"}, &n);
+    if (!st) st = kiln_node_set_int(n, "transB", 1);
+    const char *scores = "logits";
+    if (!st && c->rank3) {
+        kiln_tensor *shape = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(0, 2, 2));
+        st = shape ? kiln_model_add_initializer(m, "shape3", shape) : KILN_ERR_OUT_OF_MEMORY;
+        kiln_tensor_free(shape);
+        if (!st)
+            st = kiln_model_add_node(m, "Reshape", "r3", 2, (const char *[]){"logits", "shape3"}, 1, (const char *[]){"s3"}, NULL);
+        scores = "s3";
+    }
+    if (!st)
+        st = kiln_model_add_node(m, "LogSoftmax", "ls", 1, (const char *[]){scores}, 1, (const char *[]){"logp"}, &n);
+    if (!st) {
+        st = kiln_node_set_int(n, "axis", c->ls_axis);
+        n->opset = c->opset;
+    }
+    if (!st)
+        st = kiln_model_add_node(m, "NegativeLogLikelihoodLoss", "nll", c->weights ? 3 : 2,
+                                 (const char *[]){"logp", "label", "cw"}, 1, (const char *[]){"loss"}, &n);
+    if (!st && c->reduction) st = kiln_node_set_string(n, "reduction", c->reduction);
+    if (!st && c->ignore_index >= -1000) st = kiln_node_set_int(n, "ignore_index", c->ignore_index);
+    if (!st && c->logp_output) st = kiln_model_add_output(m, "logp");
+    if (!st) st = kiln_model_add_output(m, "loss");
+    if (!st) st = kiln_model_finalize(m);
+    if (st) {
+        CHECK(0, "classifier: %s", kiln_context_message(ctx));
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Labels in [0, C) with some equal to ignore_index (1 here), never all ignored. */
+static kiln_tensor *labels(int64_t N, bool rank3) {
+    kiln_tensor *l = rank3 ? kt_rand(KILN_I64, 2, (int64_t[]){N, 2}, 0, 2, 31) : kt_rand(KILN_I64, 1, (int64_t[]){N}, 0, 4, 31);
+    if (l) ((int64_t *)l->data)[0] = 0;
+    return l;
+}
+
+/* The forward graph (inference: log_prob a graph output) through the pass. */
+static void forward_case(const char *label, const classifier *c, int fused) {
+    printf("-- %s\n", label);
+    const int64_t N = 37;
+    kiln_model *m = build_classifier(c, N), *opt = NULL, *ref = NULL;
+    kiln_pass_options on = {.device = KILN_DEVICE_CPU, .disabled = ONLY_FUSE_LOSS};
+    kiln_pass_options off = {.device = KILN_DEVICE_CPU, .disabled = ~0u};
+    if (!m || kiln_passes_apply(m, &on, &opt) || kiln_passes_apply(m, &off, &ref)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    CHECK(count(opt, "kiln", "LogSoftmaxNLL") == fused, "%s: %d LogSoftmaxNLL, expected %d", label,
+          count(opt, "kiln", "LogSoftmaxNLL"), fused);
+    if (fused) {
+        const kiln_node *f = find(opt, "LogSoftmaxNLL");
+        CHECK(f && f->n_out == (c->logp_output ? 2 : 1), "%s: log_prob %s", label,
+              c->logp_output ? "not kept for the graph output" : "kept with no reader");
+    } else {
+        CHECK(opt->n_nodes == ref->n_nodes, "%s: the graph changed", label);
+    }
+    kiln_tensor *in[2] = {kt_rand(KILN_F32, 2, (int64_t[]){N, 6}, -2, 2, 30), labels(N, c->rank3)};
+    same_function(label, ref, opt, in, 1e-7, 1e-6);
+    kiln_tensor_free(in[0]);
+    kiln_tensor_free(in[1]);
+out:
+    kiln_model_free(opt);
+    kiln_model_free(ref);
+    kiln_model_free(m);
+}
+
+/* The classifier's training graph (the CPU trainer's, without the pass) through the pass. */
+static void training_case(const char *label, const classifier *c) {
+    printf("-- %s\n", label);
+    const int64_t N = 37;
+    kiln_model *m = build_classifier(c, N), *opt = NULL, *ref = NULL;
+    kiln_trainer *t = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .disable_passes = KILN_PASS_FUSE_LOSS};
+    kiln_pass_options on = {.device = KILN_DEVICE_CPU, .disabled = ONLY_FUSE_LOSS};
+    kiln_pass_options off = {.device = KILN_DEVICE_CPU, .disabled = ~0u};
+    if (!m || kiln_trainer_create(m, "loss", &o, &t) || kiln_passes_apply(t->train, &on, &opt) ||
+        kiln_passes_apply(t->train, &off, &ref)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    CHECK(count(opt, "kiln", "LogSoftmaxNLL") == 1 && count(opt, "kiln", "LogSoftmaxNLLGrad") == 1,
+          "%s: not fused (%d, %d)", label, count(opt, "kiln", "LogSoftmaxNLL"), count(opt, "kiln", "LogSoftmaxNLLGrad"));
+    kiln_tensor *x = kt_rand(KILN_F32, 2, (int64_t[]){N, 6}, -2, 2, 30), *l = labels(N, false);
+    t->feeds[0] = x;
+    t->feeds[1] = l;
+    same_function(label, ref, opt, t->feeds, 1e-6, 1e-5);
+    t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(x);
+    kiln_tensor_free(l);
+out:
+    kiln_model_free(opt);
+    kiln_model_free(ref);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+}
+
+/* The trainer applies the pass unless told not to; one step gives the same loss and
+ * weights either way. */
+static void trainer_case(void) {
+    printf("-- trainer\n");
+    const int64_t N = 37;
+    const classifier c = {.ignore_index = -2000, .ls_axis = 1, .opset = 13};
+    kiln_trainer *t[2] = {0};
+    kiln_model *m = build_classifier(&c, N);
+    kiln_tensor *x = kt_rand(KILN_F32, 2, (int64_t[]){N, 6}, -2, 2, 30), *l = labels(N, false);
+    float loss[2] = {0, 0};
+    for (int k = 0; k < 2 && m; k++) {
+        kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .lr = 0.5f, .disable_passes = k ? KILN_PASS_FUSE_LOSS : 0};
+        if (kiln_trainer_create(m, "loss", &o, &t[k]) ||
+            kiln_trainer_step(t[k], 2, (kiln_tensor *[]){x, l}, &loss[k])) {
+            CHECK(0, "trainer %d: %s", k, kiln_context_message(ctx));
+            goto out;
+        }
+        const int fused = count(t[k]->train, "kiln", "LogSoftmaxNLL") + count(t[k]->train, "kiln", "LogSoftmaxNLLGrad");
+        CHECK(fused == (k ? 0 : 2), "trainer %s: %d fused loss ops in its training graph", k ? "with fuse-loss disabled" : "",
+              fused);
+    }
+    CHECK(fabsf(loss[0] - loss[1]) <= 1e-6f * fabsf(loss[1]) && loss[1] > 0, "trainer: loss %.9g fused, %.9g not",
+          (double)loss[0], (double)loss[1]);
+    for (int p = 0; p < t[0]->n_params; p++)
+        fails += kiln_tensor_compare(t[0]->params[p].value, t[1]->params[p].value, 1e-6, 1e-5, "trainer: weights after a step");
+out:
+    kiln_trainer_free(t[0]);
+    kiln_trainer_free(t[1]);
+    kiln_tensor_free(x);
+    kiln_tensor_free(l);
+    kiln_model_free(m);
+}
+
+int main(void) {
+    if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    mnist(KILN_PRECISION_FP32);
+    mnist(KILN_PRECISION_FP16);
+
+    const classifier plain = {.ignore_index = -2000, .ls_axis = 1, .opset = 13};
+    classifier c = plain;
+    c.logp_output = true;
+    forward_case("forward, log_prob a graph output", &c, 1);
+    c = plain;
+    forward_case("forward, log_prob unread", &c, 1);
+    c = plain;
+    c.reduction = "sum";
+    c.weights = true;
+    c.ignore_index = 1;
+    c.ls_axis = -1;
+    forward_case("forward, weighted sum, ignore_index, axis -1", &c, 1);
+    c = plain;
+    c.opset = 11; /* coerced 2-D at axis 1: the same rows */
+    forward_case("forward, opset 11", &c, 1);
+    c = plain;
+    c.reduction = "none";
+    forward_case("not fused: reduction none", &c, 0);
+    c = plain;
+    c.ls_axis = 0;
+    forward_case("not fused: LogSoftmax along the batch", &c, 0);
+    c = plain;
+    c.rank3 = true;
+    forward_case("not fused: rank 3", &c, 0);
+
+    c = plain;
+    c.weights = true;
+    c.ignore_index = 1;
+    training_case("training, weighted mean, ignore_index", &c);
+    c = plain;
+    c.reduction = "sum";
+    training_case("training, sum", &c);
+
+    trainer_case();
+
+    /* switched off, nothing changes */
+    kiln_model *m = build_classifier(&plain, 5), *o2 = NULL;
+    kiln_pass_options off = {.device = KILN_DEVICE_CPU, .disabled = ~0u};
+    CHECK(m && !kiln_passes_apply(m, &off, &o2) && o2 && count(o2, "kiln", "LogSoftmaxNLL") == 0,
+          "the pass ran switched off");
+    kiln_model_free(o2);
+    kiln_model_free(m);
+
+    kiln_context_free(ctx);
+    printf("%s: %d failure(s)\n", fails ? "FAIL" : "ok", fails);
+    return fails ? 1 : 0;
+}
