@@ -95,6 +95,13 @@ static bool inference_dropout(const kiln_node *n) {
  * can run on NHWC bytes position by position only. */
 static bool same_shape_inputs(const kiln_node *n) { return kiln_attr_int(n, "same_shape", 0) == 1; }
 
+/* A Dropout that is not elementwise (a mask output or a training_mode input): given an
+ * NHWC X, its CUDA kernel reads X as it is and writes Y and the mask NCHW, the mask drawn
+ * by NCHW index as the reference does. */
+static bool nchw_dropout(const kiln_node *n) {
+    return is_onnx(n) && strcmp(n->op_type, "Dropout") == 0 && !inference_dropout(n);
+}
+
 static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
     if (strcmp(n->domain, "kiln") == 0) {
         if (strcmp(n->op_type, "FusedConv") == 0) return K_CONV;
@@ -314,6 +321,36 @@ static kiln_status absorb_into_conversions(kiln_model *m, bool *changed) {
     return st;
 }
 
+/* 6. A kiln.DropoutGrad whose output only a kiln.ToNHWC reads (no graph output) writes the
+ *    conversion's NHWC output itself; the conversion goes. */
+static kiln_status fold_dropout_grads(kiln_model *m, bool *changed) {
+    const int nn = m->n_nodes;
+    int *prod = kiln_pass_producers(m);
+    bool *dead = calloc((size_t)nn + 1, sizeof *dead);
+    if (!prod || !dead) {
+        free(prod);
+        free(dead);
+        return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int i = 0; i < nn; i++) {
+        const kiln_node *t = &m->nodes[i];
+        if (strcmp(t->domain, "kiln") != 0 || strcmp(t->op_type, "ToNHWC") != 0 || t->n_in != 1 || t->n_out != 1 ||
+            t->in[0] < 0 || t->out[0] < 0 || kiln_node_attr(t, "to") || kiln_node_attr(t, "zero_channels"))
+            continue;
+        const int v = t->in[0], p = prod[v];
+        if (p < 0 || strcmp(m->nodes[p].domain, "kiln") != 0 ||
+            strcmp(m->nodes[p].op_type, "DropoutGrad") != 0 || m->nodes[p].out[0] != v || !only_reader(m, v, i, dead))
+            continue;
+        m->nodes[p].out[0] = t->out[0]; /* labelled NHWC by convert() */
+        dead[i] = true;
+        *changed = true;
+    }
+    kiln_pass_remove_nodes(m, dead);
+    free(prod);
+    free(dead);
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (o->device != KILN_DEVICE_CUDA) return KILN_OK;
     const int nv = m->n_values, nn = m->n_nodes;
@@ -435,6 +472,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                          : WANT_ANY;
             else if (go && conv_like && j == (k == K_CGRAD_W ? 2 : 1))
                 *w = L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v]) ? KILN_FORMAT_NHWC : WANT_ANY;
+            else if (j == 0 && nchw_dropout(n) && L.rank[v] == 4 && L.fmt[v] == KILN_FORMAT_NHWC)
+                *w = WANT_ANY; /* read as it is; Y and the mask stay NCHW */
             else if (!go && !(d && j < 32 && (d->shape_only_inputs & (1u << j))))
                 *w = KILN_FORMAT_NCHW;
         }
@@ -514,6 +553,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             *changed = true;
         }
     st = absorb_into_conversions(m, changed);
+    if (!st) st = fold_dropout_grads(m, changed);
 out:
     free(L.rank);
     free(L.fmt);
