@@ -8,8 +8,10 @@
  * their tensors; host plans stay NCHW. After the precision and pad-channels passes the
  * input's Cast and channel Pad are folded into its kiln.ToNHWC (to, zero_channels), and
  * stay where another node reads their output. mnist-net's training graph (forward and
- * backward): the convolution chain and its gradients NHWC with four conversions, the same
- * loss and gradients bit for bit. Exits non-zero on any failure. */
+ * backward): the convolution chain and its gradients NHWC with two conversions (conv2's
+ * weight and its gradient; training Dropout reads the NHWC pool output, its gradient
+ * writes NHWC), the same loss and gradients bit for bit; a kiln.DropoutGrad writes NHWC
+ * only where a conversion is its output's only reader. Exits non-zero on any failure. */
 #include "core/optest.h"
 #include "core/plan.h"
 #include "passes/passes.h"
@@ -502,10 +504,10 @@ static bool outputs_are(const kiln_model *m, const char *op, kiln_format f, int 
 }
 
 /* mnist-net's training graph (the CPU trainer's: forward, backward, loss) through the
- * layout pass for a CUDA plan: conv2's weight converted once for its three readers, the
- * chain leaving NHWC before training Dropout and coming back before MaxPoolGrad, conv2's
- * weight gradient converted at the graph output; the one-channel input and conv1's weight
- * and weight gradient read as they are. On the CPU the rewritten graph gives the same loss
+ * layout pass for a CUDA plan: conv2's weight converted once for its three readers,
+ * training Dropout reading the pool's NHWC output into NCHW, its gradient writing NHWC for
+ * MaxPoolGrad (no conversion either way), conv2's weight gradient converted at the graph
+ * output; the one-channel input and conv1's weight and weight gradient read as they are. On the CPU the rewritten graph gives the same loss
  * and gradients, bit for bit, with the same Dropout seed. */
 static void mnist_training(kiln_precision prec) {
     kiln_model *m = NULL;

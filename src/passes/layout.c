@@ -28,8 +28,12 @@
  *     kiln.MaxPoolGrad(dY, X) and kiln.UnaryGrad(dY, X?, Y?) when any data input is,
  *     kiln.ConvGradBias(dY) when dY is (its (M) output has no layout). A weight gradient
  *     is NHWC (KRSC) like its weight, converted to NCHW at the graph output, unless its
- *     bytes are the same in both layouts. Training Dropout (its mask is drawn by NCHW flat
- *     index) and Flatten read NCHW, so mnist-net's convolution chain ends at its MaxPool.
+ *     bytes are the same in both layouts.
+ *   - Training Dropout (a mask output or a training_mode input; its mask is drawn by NCHW
+ *     flat index) writes Y and the mask NCHW, but reads a 4-D NHWC X as it is: its CUDA
+ *     kernel changes the layout on the way, drawing each element's mask by its NCHW index,
+ *     so no kiln.ToNCHW stands in front of it. mnist-net's convolution chain ends at its
+ *     MaxPool, whose output Dropout reads; Flatten then reads Dropout's NCHW Y.
  *   - GlobalAveragePool reads NHWC and writes (N, C, 1, 1), whose bytes are the same in
  *     both layouts: its output is labelled NCHW, so ResNet's GlobalAveragePool -> Flatten
  *     -> Gemm head needs no conversion at all, or NHWC when only convolutions read it
@@ -48,6 +52,12 @@
  * conversion is its output's only reader and that output is no graph output. One kernel
  * then reads x once and writes the padded NHWC f16 tensor once (ResNet-50 at batch 256:
  * three kernels and two intermediate tensors fewer).
+ *
+ * Likewise a kiln.DropoutGrad (dY and the mask NCHW) whose output only a kiln.ToNHWC reads
+ * (that output no graph output; in mnist-net's backward, MaxPoolGrad's dY) writes the
+ * conversion's NHWC output itself, and the conversion goes: its CUDA kernel writes dX
+ * NHWC. Training mnist-net thus has two conversions on its step's critical path fewer,
+ * and only conv2's weight (to KRSC) and its gradient (back) are converted.
  *
  * Ranks come from static inference where the graph's inputs are static, otherwise from
  * the ops (a 2-D convolution's X has its 4-D weight's rank, elementwise ops keep ranks),
