@@ -47,8 +47,10 @@
  *     bytes are NCHW or NHWC (set by the layout pass, src/passes/layout.c). Kernels that
  *     honour NHWC read the formats of their inputs and outputs: Conv, kiln.FusedConv,
  *     MaxPool, AveragePool, GlobalAveragePool, BatchNormalization, the unary and binary
- *     elementwise ops, Identity, Dropout and the conversions kiln.ToNHWC / kiln.ToNCHW.
- *     Every other kernel's supports check rejects a 4-D NHWC tensor.
+ *     elementwise ops, Identity, Dropout (an NHWC X also into an NCHW Y and mask),
+ *     kiln.DropoutGrad (an NHWC dX from NCHW dY and mask), the gradients of the NHWC ops
+ *     and the conversions kiln.ToNHWC / kiln.ToNCHW. Every other kernel's supports check
+ *     rejects a 4-D NHWC tensor.
  *   - Errors come back as statuses with a message on c->kctx (kiln_cuda_run prefixes the
  *     op and node). Every CUDA runtime, cuDNN, cuBLASLt and NVRTC call and every launch
  *     is checked; device allocation failures are KILN_ERR_OUT_OF_MEMORY, other failures

@@ -27,6 +27,22 @@
  * Grid-stride; the mask is one byte per element (bool). When the data are aligned to 4
  * elements and the mask to 4 bytes, a thread takes 4 elements (vector loads and stores, a
  * 4-byte mask word, 32-bit indices); otherwise one element per thread.
+ *
+ * Across layouts (the layout pass, src/passes/layout.c: the conversion next to Dropout in
+ * a CNN's training step folded into it). Dims are logical NCHW, as everywhere:
+ *   Dropout with a 4-D NHWC X, Y and the mask NCHW (any mode): element i of the NCHW
+ *     outputs is X's element at logical position i, and the mask is drawn by that NCHW
+ *     index i, so Y and the mask are bit for bit those of the NCHW kernel on ToNCHW(X).
+ *   kiln.DropoutGrad with dY and the mask NCHW and a 4-D NHWC dX: dX = ToNHWC of the NCHW
+ *     result, bit for bit.
+ *   Both move 32x32 tiles through shared memory, (N, H*W, C) <-> (N, C, H*W), as
+ *   kiln.ToNCHW / kiln.ToNHWC do for more than a few channels, so that NHWC and NCHW
+ *   accesses are both coalesced. A plain gather (one thread per NCHW element reading X at
+ *   stride C) would touch one 32-byte sector per element on the NHWC side: at mnist-net's
+ *   64 channels that is 8 (f32) to 16 (f16) times the memory transactions of a coalesced
+ *   walk over the same bytes, for a kernel whose point is to cost no more than the
+ *   elementwise one; the tile costs two __syncthreads per 32x32 block of work. The random
+ *   stream (two 64-bit mixes per element) runs in the NCHW phase of either kernel.
  */
 #include "dtype.cuh"
 
@@ -145,6 +161,79 @@ kiln_status launch_dropout(kiln_cuda *cu, kiln_context *ctx, const void *x, void
     return KILN_OK;
 }
 
+constexpr int TILE = 32, TILE_ROWS = 8;
+
+// x: (N, S, C) NHWC -> y, mask (or NULL): (N, C, S) NCHW, S = H*W. Block (TILE, TILE_ROWS)
+// takes the tile of pixels s0.. (blockIdx.x) and channels c0.. (blockIdx.y) of images
+// blockIdx.z, +gridDim.z...: X's rows read along C into the tile, Y and the mask written
+// along S, each element's mask drawn by its NCHW index. The +1 column keeps the tile's
+// column reads off a single bank. Modes as dropout_kernel's, decided once per launch.
+template <typename T>
+__global__ void dropout_nhwc_in_kernel(const T *__restrict__ x, T *__restrict__ y, uint8_t *__restrict__ mask,
+                                       int64_t N, int64_t C, int64_t S, DropoutArgs a, kiln_cuda_flag *flag) {
+    __shared__ T tile[TILE][TILE + 1];
+    const double ratio = read_ratio(a.ratio, a.ratio_dt);
+    const bool train = !a.legacy && a.train && *a.train && ratio != 0;
+    const bool bad = train && !(ratio > 0 && ratio < 1); /* Y and the mask zero, the flag raised */
+    if (bad && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0 && threadIdx.y == 0 &&
+        atomicCAS(&flag->code, 0, KILN_CUDA_FLAG_DROPOUT_RATIO) == 0)
+        flag->value = (long long)(ratio * 1e6);
+    uint64_t key = mix64(*a.seed);
+    if (a.has_attr_seed) key = mix64(key ^ a.attr_mix);
+    if (a.has_out) key = mix64(key ^ a.out0);
+    const double scale = 1.0 / (1.0 - ratio);
+    const int64_t s0 = (int64_t)blockIdx.x * TILE, c0 = (int64_t)blockIdx.y * TILE;
+    for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+        const T *xn = x + n * S * C;
+        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
+            const int64_t s = s0 + k, c = c0 + threadIdx.x;
+            if (s < S && c < C) tile[k][threadIdx.x] = xn[s * C + c];
+        }
+        __syncthreads();
+        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
+            const int64_t c = c0 + k, s = s0 + threadIdx.x;
+            if (c >= C || s >= S) continue;
+            const int64_t i = (n * C + c) * S + s; /* the NCHW index: the mask's stream position */
+            T v = tile[threadIdx.x][k];
+            bool keep = true;
+            if (bad) {
+                keep = false;
+                v = from_f<T>(0.f);
+            } else if (train) {
+                keep = kept(key, (uint64_t)i, ratio);
+                v = from_f<T>(keep ? (float)((double)to_f(v) * scale) : 0.f);
+            }
+            y[i] = v;
+            if (mask) mask[i] = keep;
+        }
+        __syncthreads();
+    }
+}
+
+/* Grid of the tiled kernels over (N, C, S): pixels' tiles on x (up to 2^31 - 1), channels'
+ * on y (up to 65535), images on z (a loop past 65535). */
+kiln_status tile_grid(kiln_context *ctx, const char *what, int64_t N, int64_t C, int64_t S, dim3 *grid) {
+    const int64_t gx = (S + TILE - 1) / TILE, gy = (C + TILE - 1) / TILE, gz = N < 65535 ? N : 65535;
+    if (gx > 0x7fffffff || gy > 65535)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s across layouts with %lld channels of %lld pixels", what,
+                         (long long)C, (long long)S);
+    *grid = dim3((unsigned)gx, (unsigned)gy, (unsigned)gz);
+    return KILN_OK;
+}
+
+template <typename T>
+kiln_status launch_dropout_nhwc_in(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, uint8_t *mask,
+                                   int64_t N, int64_t C, int64_t S, DropoutArgs a) {
+    if (N == 0 || C == 0 || S == 0) return KILN_OK;
+    dim3 grid;
+    const kiln_status st = tile_grid(ctx, "Dropout", N, C, S, &grid);
+    if (st) return st;
+    dropout_nhwc_in_kernel<T><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>((const T *)x, (T *)y, mask, N, C, S,
+                                                                              a, cu->flag);
+    KILN_CUDA_LAUNCHED(ctx, "dropout_nhwc_in_kernel");
+    return KILN_OK;
+}
+
 /* One element of dX in float: f32 is dY times the float-rounded scale, as the reference;
  * other dtypes go through double. */
 template <typename T> __device__ __forceinline__ float dropout_grad_one(float g, unsigned keep, double scale, float sf) {
@@ -204,6 +293,58 @@ kiln_status launch_dropout_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy
     return KILN_OK;
 }
 
+// dy, mask: (N, C, S) NCHW -> dx: (N, S, C) NHWC, S = H*W. The mirror of
+// dropout_nhwc_in_kernel: dY and the mask read along S into the tile (dX computed on the
+// way in, as dropout_grad_kernel does), dX written along C.
+template <typename T>
+__global__ void dropout_grad_nhwc_out_kernel(const T *__restrict__ dy, const uint8_t *__restrict__ mask,
+                                             T *__restrict__ dx, int64_t N, int64_t C, int64_t S,
+                                             const void *ratio_p, int ratio_dt, const uint8_t *train_p,
+                                             kiln_cuda_flag *flag) {
+    __shared__ T tile[TILE][TILE + 1];
+    const double ratio = read_ratio(ratio_p, ratio_dt);
+    const bool train = train_p && *train_p;
+    const bool bad = train && !(ratio >= 0 && ratio < 1); /* dX zero, the flag raised */
+    if (bad && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0 && threadIdx.y == 0 &&
+        atomicCAS(&flag->code, 0, KILN_CUDA_FLAG_DROPOUT_RATIO) == 0)
+        flag->value = (long long)(ratio * 1e6);
+    const double scale = 1.0 / (1.0 - ratio);
+    const float sf = (float)scale;
+    const int64_t s0 = (int64_t)blockIdx.x * TILE, c0 = (int64_t)blockIdx.y * TILE;
+    for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
+            const int64_t c = c0 + k, s = s0 + threadIdx.x;
+            if (c >= C || s >= S) continue;
+            const int64_t i = (n * C + c) * S + s;
+            T v = dy[i];
+            if (bad) v = from_f<T>(0.f);
+            else if (train) v = from_f<T>(dropout_grad_one<T>(to_f(v), mask[i], scale, sf));
+            tile[k][threadIdx.x] = v;
+        }
+        __syncthreads();
+        T *dxn = dx + n * S * C;
+        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
+            const int64_t s = s0 + k, c = c0 + threadIdx.x;
+            if (s < S && c < C) dxn[s * C + c] = tile[threadIdx.x][k];
+        }
+        __syncthreads();
+    }
+}
+
+template <typename T>
+kiln_status launch_dropout_grad_nhwc_out(kiln_cuda *cu, kiln_context *ctx, const void *dy, const uint8_t *mask,
+                                         void *dx, int64_t N, int64_t C, int64_t S, const void *ratio, int ratio_dt,
+                                         const uint8_t *train) {
+    if (N == 0 || C == 0 || S == 0) return KILN_OK;
+    dim3 grid;
+    const kiln_status st = tile_grid(ctx, "kiln.DropoutGrad", N, C, S, &grid);
+    if (st) return st;
+    dropout_grad_nhwc_out_kernel<T><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
+        (const T *)dy, mask, (T *)dx, N, C, S, ratio, ratio_dt, train, cu->flag);
+    KILN_CUDA_LAUNCHED(ctx, "dropout_grad_nhwc_out_kernel");
+    return KILN_OK;
+}
+
 __global__ void rng_set_kernel(uint64_t *seed, uint64_t value) { *seed = value; }
 
 __global__ void rng_next_kernel(uint64_t *seed, uint64_t base, int64_t *counter) {
@@ -213,6 +354,8 @@ __global__ void rng_next_kernel(uint64_t *seed, uint64_t base, int64_t *counter)
 }
 
 bool present(const kiln_op_ctx *c, int i) { return i < c->n_in && c->in[i] != NULL; }
+
+bool nhwc4(const kiln_tensor *t) { return t->ndim == 4 && t->format == KILN_FORMAT_NHWC; }
 
 } // namespace
 
@@ -241,6 +384,11 @@ extern "C" kiln_status kiln_cuda_k_dropout(kiln_cuda *cu, kiln_op_ctx *c) {
     }
     a.seed = cu->rng_seed;
     kiln_status st;
+    if (nhwc4(x) && !nhwc4(y)) { /* Y and the mask NCHW (kiln_cuda_supports checked the mask) */
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_dropout_nhwc_in, cu, c->kctx, x->data, y->data, mask,
+                               x->dims[0], x->dims[1], x->dims[2] * x->dims[3], a);
+        return st;
+    }
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_dropout, cu, c->kctx, x->data, y->data, mask,
                            kiln_tensor_numel(x), a);
     return st;
@@ -248,7 +396,16 @@ extern "C" kiln_status kiln_cuda_k_dropout(kiln_cuda *cu, kiln_op_ctx *c) {
 
 extern "C" kiln_status kiln_cuda_k_dropout_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     const kiln_tensor *dy = c->in[0], *mask = c->in[1];
+    kiln_tensor *dx = c->out[0];
     kiln_status st;
+    if (nhwc4(dx)) { /* dY and the mask NCHW (kiln_cuda_supports checked) */
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_dropout_grad_nhwc_out, cu, c->kctx, dy->data,
+                               (const uint8_t *)mask->data, dx->data, dx->dims[0], dx->dims[1],
+                               dx->dims[2] * dx->dims[3], present(c, 2) ? c->in[2]->data : nullptr,
+                               present(c, 2) ? (int)c->in[2]->dtype : 0,
+                               present(c, 3) ? (const uint8_t *)c->in[3]->data : nullptr);
+        return st;
+    }
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_dropout_grad, cu, c->kctx, dy->data,
                            (const uint8_t *)mask->data, c->out[0]->data, kiln_tensor_numel(dy),
                            present(c, 2) ? c->in[2]->data : nullptr,

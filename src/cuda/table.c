@@ -330,13 +330,23 @@ static bool sup_same_bytes(const kiln_op_ctx *c, char *why, size_t n) {
     return same_layout(c, why, n) && sup_any(c, why, n);
 }
 
-/* Dropout: ratio and training_mode are read on the device; the mask output is bool. An
- * NHWC X is walked as laid out: Y follows it, at inference only (no training_mode). */
+/* Dropout: ratio and training_mode are read on the device; the mask output is bool, and
+ * NCHW (drawn by NCHW flat index, the reference's order). An NHWC X is walked as laid out
+ * with Y following it at inference only (no mask output, no training_mode input), or
+ * read into an NCHW Y and mask in any mode (the layout pass's fold of a kiln.ToNCHW). */
 static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
-    if (is_nhwc(c->in[0]) && (has_out(c, 1) || present(c, 2))) {
-        /* training draws its mask by flat index, the reference's NCHW order */
-        snprintf(why, n, "a mask output or a training_mode input with an NHWC input");
+    if (!float_input(c, 0, why, n)) return false;
+    const bool x_nhwc = is_nhwc(c->in[0]), y_nhwc = is_nhwc(c->out[0]);
+    if (y_nhwc && !x_nhwc) {
+        snprintf(why, n, "input 0 is NCHW and output 0 NHWC");
+        return false;
+    }
+    if (has_out(c, 1) && is_nhwc(c->out[1])) {
+        snprintf(why, n, "the mask output is laid out NHWC (it is written NCHW)");
+        return false;
+    }
+    if (y_nhwc && (has_out(c, 1) || present(c, 2))) {
+        snprintf(why, n, "a mask output or a training_mode input with an NHWC output");
         return false;
     }
     if (has_out(c, 1) && c->out[1]->dtype != KILN_BOOL) {
@@ -346,13 +356,19 @@ static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
     return float_scalar(c, 1, "ratio", why, n) && bool_scalar(c, 2, "training_mode", why, n);
 }
 
-/* kiln.DropoutGrad(dY, mask, ratio?, training_mode?) */
+/* kiln.DropoutGrad(dY, mask, ratio?, training_mode?): dY and the mask NCHW; dX NCHW, or
+ * NHWC (the layout pass's fold of a kiln.ToNHWC). */
 static bool sup_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) {
     if (!float_input(c, 0, why, n)) return false;
     if (!present(c, 1) || c->in[1]->dtype != KILN_BOOL) {
         snprintf(why, n, "the mask must be bool");
         return false;
     }
+    for (int i = 0; i < 2; i++)
+        if (is_nhwc(c->in[i])) {
+            snprintf(why, n, "input %d is laid out NHWC (dY and the mask are read NCHW)", i);
+            return false;
+        }
     return float_scalar(c, 2, "ratio", why, n) && bool_scalar(c, 3, "training_mode", why, n);
 }
 
@@ -667,7 +683,7 @@ static const entry table[] = {
     {"LayerNormalization", kiln_cuda_k_layernorm, sup_layernorm, NULL, false},
     /* kiln's gradient ops */
     {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, true},
-    {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, false},
+    {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, true},
     {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input, true},
     {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight, true},
     {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_conv_grad_bias, kiln_cuda_ws_channel_sum, true},

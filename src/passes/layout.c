@@ -28,8 +28,12 @@
  *     kiln.MaxPoolGrad(dY, X) and kiln.UnaryGrad(dY, X?, Y?) when any data input is,
  *     kiln.ConvGradBias(dY) when dY is (its (M) output has no layout). A weight gradient
  *     is NHWC (KRSC) like its weight, converted to NCHW at the graph output, unless its
- *     bytes are the same in both layouts. Training Dropout (its mask is drawn by NCHW flat
- *     index) and Flatten read NCHW, so mnist-net's convolution chain ends at its MaxPool.
+ *     bytes are the same in both layouts.
+ *   - Training Dropout (a mask output or a training_mode input; its mask is drawn by NCHW
+ *     flat index) writes Y and the mask NCHW, but reads a 4-D NHWC X as it is: its CUDA
+ *     kernel changes the layout on the way, drawing each element's mask by its NCHW index,
+ *     so no kiln.ToNCHW stands in front of it. mnist-net's convolution chain ends at its
+ *     MaxPool, whose output Dropout reads; Flatten then reads Dropout's NCHW Y.
  *   - GlobalAveragePool reads NHWC and writes (N, C, 1, 1), whose bytes are the same in
  *     both layouts: its output is labelled NCHW, so ResNet's GlobalAveragePool -> Flatten
  *     -> Gemm head needs no conversion at all, or NHWC when only convolutions read it
@@ -48,6 +52,12 @@
  * conversion is its output's only reader and that output is no graph output. One kernel
  * then reads x once and writes the padded NHWC f16 tensor once (ResNet-50 at batch 256:
  * three kernels and two intermediate tensors fewer).
+ *
+ * Likewise a kiln.DropoutGrad (dY and the mask NCHW) whose output only a kiln.ToNHWC reads
+ * (that output no graph output; in mnist-net's backward, MaxPoolGrad's dY) writes the
+ * conversion's NHWC output itself, and the conversion goes: its CUDA kernel writes dX
+ * NHWC. Training mnist-net thus has two conversions on its step's critical path fewer,
+ * and only conv2's weight (to KRSC) and its gradient (back) are converted.
  *
  * Ranks come from static inference where the graph's inputs are static, otherwise from
  * the ops (a 2-D convolution's X has its 4-D weight's rank, elementwise ops keep ranks),
@@ -94,6 +104,13 @@ static bool inference_dropout(const kiln_node *n) {
  * (the fusion pass marks it same_shape=1): its generated kernel indexes logically, so it
  * can run on NHWC bytes position by position only. */
 static bool same_shape_inputs(const kiln_node *n) { return kiln_attr_int(n, "same_shape", 0) == 1; }
+
+/* A Dropout that is not elementwise (a mask output or a training_mode input): given an
+ * NHWC X, its CUDA kernel reads X as it is and writes Y and the mask NCHW, the mask drawn
+ * by NCHW index as the reference does. */
+static bool nchw_dropout(const kiln_node *n) {
+    return is_onnx(n) && strcmp(n->op_type, "Dropout") == 0 && !inference_dropout(n);
+}
 
 static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
     if (strcmp(n->domain, "kiln") == 0) {
@@ -314,6 +331,36 @@ static kiln_status absorb_into_conversions(kiln_model *m, bool *changed) {
     return st;
 }
 
+/* 6. A kiln.DropoutGrad whose output only a kiln.ToNHWC reads (no graph output) writes the
+ *    conversion's NHWC output itself; the conversion goes. */
+static kiln_status fold_dropout_grads(kiln_model *m, bool *changed) {
+    const int nn = m->n_nodes;
+    int *prod = kiln_pass_producers(m);
+    bool *dead = calloc((size_t)nn + 1, sizeof *dead);
+    if (!prod || !dead) {
+        free(prod);
+        free(dead);
+        return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int i = 0; i < nn; i++) {
+        const kiln_node *t = &m->nodes[i];
+        if (strcmp(t->domain, "kiln") != 0 || strcmp(t->op_type, "ToNHWC") != 0 || t->n_in != 1 || t->n_out != 1 ||
+            t->in[0] < 0 || t->out[0] < 0 || kiln_node_attr(t, "to") || kiln_node_attr(t, "zero_channels"))
+            continue;
+        const int v = t->in[0], p = prod[v];
+        if (p < 0 || strcmp(m->nodes[p].domain, "kiln") != 0 ||
+            strcmp(m->nodes[p].op_type, "DropoutGrad") != 0 || m->nodes[p].out[0] != v || !only_reader(m, v, i, dead))
+            continue;
+        m->nodes[p].out[0] = t->out[0]; /* labelled NHWC by convert() */
+        dead[i] = true;
+        *changed = true;
+    }
+    kiln_pass_remove_nodes(m, dead);
+    free(prod);
+    free(dead);
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (o->device != KILN_DEVICE_CUDA) return KILN_OK;
     const int nv = m->n_values, nn = m->n_nodes;
@@ -435,6 +482,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                          : WANT_ANY;
             else if (go && conv_like && j == (k == K_CGRAD_W ? 2 : 1))
                 *w = L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v]) ? KILN_FORMAT_NHWC : WANT_ANY;
+            else if (j == 0 && nchw_dropout(n) && L.rank[v] == 4 && L.fmt[v] == KILN_FORMAT_NHWC)
+                *w = WANT_ANY; /* read as it is; Y and the mask stay NCHW */
             else if (!go && !(d && j < 32 && (d->shape_only_inputs & (1u << j))))
                 *w = KILN_FORMAT_NCHW;
         }
@@ -514,6 +563,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             *changed = true;
         }
     st = absorb_into_conversions(m, changed);
+    if (!st) st = fold_dropout_grads(m, changed);
 out:
     free(L.rank);
     free(L.fmt);

@@ -1274,6 +1274,42 @@ static void dropout_cases(void) {
            INPUTS(X(3, 50), XT(KILN_BOOL, 0, 2, 3, 50), NONE, SCALARV(KILN_BOOL, ONE)));
     floats("kiln.DropoutGrad", "", 0, true, 0, 0, "ratio f64",
            INPUTS(X(1001), XT(KILN_BOOL, 0, 2, 1001), SCALARV(KILN_F64, RATIO_50), SCALARV(KILN_BOOL, ONE)));
+
+    /* across layouts (the layout pass's folds of a conversion): an NHWC X into an NCHW Y
+     * and mask, the mask the CPU's bit for bit (drawn by NCHW index); NCHW dY and mask into
+     * an NHWC dX. Tiles cut off on both sides: 144 and 63 pixels, 13 and 40 channels. */
+    layout = NHWC_IN(0);
+    n_outputs = 2;
+    floats("Dropout", "", 0, true, 0, 0, "training, NHWC X, mnist dropout1",
+           INPUTS(X(64, 64, 12, 12), SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ONE)));
+    floats("Dropout", "", 0, false, 0, 0, "training, NHWC X, 13 channels, 7x9",
+           INPUTS(X(3, 13, 7, 9), SCALARV(KILN_F32, RATIO_50), SCALARV(KILN_BOOL, ONE)));
+    run_seed = 987654321;
+    with_out_values = true;
+    floats("Dropout", "seed=11", 0, false, 0, 0, "training, NHWC X, run seed, seed attribute, output values",
+           INPUTS(X(2, 40, 5, 5), SCALARV(KILN_F64, RATIO_25), SCALARV(KILN_BOOL, ONE)));
+    with_out_values = false;
+    run_seed = 0;
+    floats("Dropout", "", 0, false, 0, 0, "training false, NHWC X: a layout change, mask all true",
+           INPUTS(X(3, 13, 7, 9), SCALARV(KILN_F32, RATIO_50), SCALARV(KILN_BOOL, ZERO)));
+    floats("Dropout", "", 0, false, 0, 0, "ratio 0 in training, NHWC X",
+           INPUTS(X(2, 40, 5, 5), SCALARV(KILN_F32, RATIO_0), SCALARV(KILN_BOOL, ONE)));
+    n_outputs = 1;
+    floats("Dropout", "", 0, false, 0, 0, "training, NHWC X, no mask output",
+           INPUTS(X(2, 37, 3, 11), NONE, SCALARV(KILN_BOOL, ONE)));
+    layout = NHWC_OUT;
+    floats("kiln.DropoutGrad", "", 0, true, 0, 0, "training, NHWC dX, mnist dropout1",
+           INPUTS(X(64, 64, 12, 12), XT(KILN_BOOL, 0, 2, 64, 64, 12, 12), SCALARV(KILN_F32, RATIO_25),
+                  SCALARV(KILN_BOOL, ONE)));
+    floats("kiln.DropoutGrad", "", 0, false, 0, 0, "training, NHWC dX, 13 channels, 7x9",
+           INPUTS(X(3, 13, 7, 9), XT(KILN_BOOL, 0, 2, 3, 13, 7, 9), SCALARV(KILN_F64, RATIO_50),
+                  SCALARV(KILN_BOOL, ONE)));
+    floats("kiln.DropoutGrad", "", 0, false, 0, 0, "training false, NHWC dX: a layout change",
+           INPUTS(X(2, 40, 5, 5), XT(KILN_BOOL, 0, 2, 2, 40, 5, 5), SCALARV(KILN_F32, RATIO_25),
+                  SCALARV(KILN_BOOL, ZERO)));
+    floats("kiln.DropoutGrad", "", 0, false, 0, 0, "default ratio, NHWC dX",
+           INPUTS(X(2, 37, 3, 11), XT(KILN_BOOL, 0, 2, 2, 37, 3, 11), NONE, SCALARV(KILN_BOOL, ONE)));
+    layout = 0;
 }
 
 static void conv_grad_cases(void) {
@@ -3211,6 +3247,81 @@ static void layout_supports_checks(void) {
     }
 }
 
+/* Dropout and kiln.DropoutGrad across layouts: Dropout takes an NHWC X into an NCHW Y and
+ * mask in any mode, or into an NHWC Y at inference; DropoutGrad takes NCHW dY and mask
+ * into an NCHW or NHWC dX; nothing else. */
+static void dropout_layout_supports_checks(void) {
+    const int C = KILN_FORMAT_NCHW, H = KILN_FORMAT_NHWC, NO = -1;
+    static const struct {
+        const char *op, *what;
+        int x, y, mask; /* formats of X (dY), Y (dX) and the mask (NO: none) */
+        bool training;  /* a training_mode input */
+        bool ok;
+    } t[] = {
+        {"Dropout", "Dropout from NHWC into NCHW Y and mask, training", H, C, C, true, true},
+        {"Dropout", "Dropout from NHWC into NCHW, no mask, no training_mode", H, C, NO, false, true},
+        {"Dropout", "Dropout from NHWC into NCHW, training, no mask", H, C, NO, true, true},
+        {"Dropout", "Dropout NHWC to NHWC at inference", H, H, NO, false, true},
+        {"Dropout", "Dropout NCHW, training", C, C, C, true, true},
+        {"Dropout", "Dropout NHWC to NHWC with a mask", H, H, C, true, false},
+        {"Dropout", "Dropout NHWC to NHWC with training_mode", H, H, NO, true, false},
+        {"Dropout", "Dropout with an NHWC mask", H, C, H, true, false},
+        {"Dropout", "Dropout with an NHWC mask and NCHW X", C, C, H, true, false},
+        {"Dropout", "Dropout from NCHW into NHWC", C, H, NO, false, false},
+        {"DropoutGrad", "DropoutGrad from NCHW into NHWC dX", C, H, C, true, true},
+        {"DropoutGrad", "DropoutGrad NCHW", C, C, C, true, true},
+        {"DropoutGrad", "DropoutGrad from NHWC dY", H, H, C, true, false},
+        {"DropoutGrad", "DropoutGrad with an NHWC mask", C, H, H, true, false},
+        {"DropoutGrad", "DropoutGrad NHWC throughout", H, H, H, true, false},
+        {"DropoutGrad", "DropoutGrad from NHWC dY into NCHW", H, C, C, true, false},
+    };
+    const int64_t dims[4] = {2, 3, 4, 5}, one[1] = {1};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        const bool grad = strcmp(t[i].op, "DropoutGrad") == 0;
+        kiln_tensor x = shape4(KILN_F32, 4, dims, (kiln_format)t[i].x);
+        kiln_tensor y = shape4(KILN_F32, 4, dims, (kiln_format)t[i].y);
+        kiln_tensor mask = shape4(KILN_BOOL, 4, dims, t[i].mask == H ? KILN_FORMAT_NHWC : KILN_FORMAT_NCHW);
+        kiln_tensor ratio = shape4(KILN_F32, 0, one, KILN_FORMAT_NCHW);
+        kiln_tensor train = shape4(KILN_BOOL, 0, one, KILN_FORMAT_NCHW);
+        /* Dropout(X, ratio, training_mode?) -> Y, mask?; DropoutGrad(dY, mask, ratio, training_mode) -> dX */
+        kiln_tensor *in[4] = {&x, NULL, NULL, NULL}, *out[2] = {&y, NULL};
+        int n_in = 2, n_out = 1;
+        if (grad) {
+            in[1] = &mask;
+            in[2] = &ratio;
+            in[3] = &train;
+            n_in = 4;
+        } else {
+            in[1] = &ratio;
+            if (t[i].training) {
+                in[2] = &train;
+                n_in = 3;
+            }
+            if (t[i].mask != NO) {
+                out[1] = &mask;
+                n_out = 2;
+            }
+        }
+        kiln_node node;
+        memset(&node, 0, sizeof node);
+        node.op_type = (char *)t[i].op;
+        node.name = (char *)"probe";
+        node.domain = (char *)(grad ? "kiln" : "");
+        node.op = kiln_op_index_domain(node.domain, t[i].op);
+        node.opset = 21;
+        node.n_in = n_in;
+        node.n_out = n_out;
+        kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = n_in, .in = in, .n_out = n_out, .out = out};
+        kiln_clear_error(ctx);
+        const kiln_status st = kiln_cuda_supports(&c);
+        char label[200];
+        snprintf(label, sizeof label, "%s is %s on cuda", t[i].what, t[i].ok ? "supported" : "rejected");
+        if (t[i].ok) check(st == KILN_OK, label, kiln_context_message(ctx));
+        else check(st == KILN_ERR_UNSUPPORTED && strstr(kiln_context_message(ctx), "not supported on cuda"), label,
+                   st == KILN_OK ? "accepted" : kiln_context_message(ctx));
+    }
+}
+
 /* Copies larger than a small staging buffer round-trip exactly. */
 static void staging_checks(void) {
     kiln_cuda *small = NULL;
@@ -3784,6 +3895,7 @@ int main(int argc, char **argv) {
     if (wanted("kiln.FusedElementwise")) fused_static_checks();
     if (wanted("supports")) supports_checks();
     if (wanted("supports") || wanted("layout")) layout_supports_checks();
+    if (wanted("supports") || wanted("layout") || wanted("Dropout")) dropout_layout_supports_checks();
     if (wanted("mnist")) {
         mnist_training_graph(KILN_PRECISION_FP32, false);
         mnist_training_graph(KILN_PRECISION_FP32, true);
