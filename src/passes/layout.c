@@ -160,6 +160,18 @@ static bool layout_free(const kiln_value *v) {
     return a[1] == 1 || a[2] * a[3] == 1;
 }
 
+/* layout_free for a weight: v, or what v was cast from (the precision pass's f16 copy of
+ * a weight has no static shape when the batch is symbolic; the weight itself has). */
+static bool weight_layout_free(const kiln_model *m, const int *prod, int v) {
+    for (int hops = 0; v >= 0 && hops < 4; hops++) {
+        if (m->values[v].ndim >= 0) return layout_free(&m->values[v]);
+        const kiln_node *p = prod[v] >= 0 ? &m->nodes[prod[v]] : NULL;
+        if (!p || strcmp(p->op_type, "Cast") != 0 || p->domain[0] || p->n_in < 1) return false;
+        v = p->in[0];
+    }
+    return false;
+}
+
 /* Node indices in topological order (earlier passes may have appended nodes anywhere):
  * Kahn's algorithm over consumer lists; ready nodes keep the file's order. */
 static bool topo_order(const kiln_model *m, const int *prod, int *order) {
@@ -449,9 +461,10 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
         nhwc[i] = go;
         /* ConvGradBias's (M) has no layout; a weight gradient whose bytes are the same in
          * both layouts (one input channel, 1x1 kernels) keeps NCHW: no conversion at the
-         * graph output */
-        if (go && k != K_GAP && k != K_CGRAD_B && y >= 0 &&
-            !(k == K_CGRAD_W && layout_free(&m->values[y])))
+         * graph output. It has its weight's shape, known when the batch is symbolic. */
+        const bool free_dw = k == K_CGRAD_W && y >= 0 &&
+                             (layout_free(&m->values[y]) || (n->n_in > 2 && weight_layout_free(m, prod, n->in[2])));
+        if (go && k != K_GAP && k != K_CGRAD_B && y >= 0 && !free_dw)
             L.fmt[y] = KILN_FORMAT_NHWC;
         /* GlobalAveragePool's (N, C, 1, 1) is labelled for its readers: NHWC when only
          * convolutions read it (a squeeze-and-excitation block), else NCHW */
