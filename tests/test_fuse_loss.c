@@ -20,6 +20,7 @@
  *     disable_passes (`kiln train --disable fuse-loss`), and a CPU training step gives the
  *     same loss and updated weights either way.
  * Exits non-zero on any failure. */
+#include "check.h"
 #include "core/optest.h"
 #include "core/plan.h"
 #include "passes/passes.h"
@@ -32,16 +33,6 @@
 
 static int fails;
 static kiln_context *ctx;
-
-#define CHECK(cond, ...)                                  \
-    do {                                                  \
-        if (!(cond)) {                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-            printf(__VA_ARGS__);                          \
-            printf("\n");                                 \
-            fails++;                                      \
-        }                                                 \
-    } while (0)
 
 static const unsigned ONLY_FUSE_LOSS = ~(unsigned)KILN_PASS_FUSE_LOSS;
 

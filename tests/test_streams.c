@@ -13,6 +13,7 @@
  *   - the plan computes the same outputs, bit for bit, as the one-stream plan when its run
  *     list runs on the CPU (same order, another memory layout).
  * Exits non-zero on any failure. */
+#include "check.h"
 #include "core/optest.h"
 #include "core/plan.h"
 #include "passes/passes.h"
@@ -24,16 +25,6 @@
 
 static int fails;
 static kiln_context *ctx;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            fails++;                                    \
-        }                                               \
-    } while (0)
 
 /* before[a * n + b]: node a finishes before node b starts (a != b). */
 static bool *happens_before(const kiln_plan_view_t *v, bool use_waits) {
