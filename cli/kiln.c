@@ -37,7 +37,7 @@ static int usage(FILE *f) {
             "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
             "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
             "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,autotune,\n"
-            "        conv-gemm,conv-direct,streams] (CUDA; fuse-loss on the CPU too)\n"
+            "        conv-gemm,conv-direct,streams] (CUDA)\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
             "      one training step, slowest first: each node of the forward + backward on its\n"

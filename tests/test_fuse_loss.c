@@ -16,9 +16,8 @@
  *     output (kept as the fused op's second output): same outputs.
  *   - no fusion where it would not be the same op: reduction none, LogSoftmax along the
  *     batch, rank 3, float targets' absence... and with the pass switched off.
- *   - the trainer: its training graph has the fused ops unless KILN_PASS_FUSE_LOSS is in
- *     disable_passes (`kiln train --disable fuse-loss`), and a CPU training step gives the
- *     same loss and updated weights either way.
+ *   - the CPU trainer's training graph keeps the unfused chain, PyTorch's op sequence whose
+ *     rounding its fp32 loss is compared with (the CUDA trainer fuses; tests/gpu).
  * Exits non-zero on any failure. */
 #include "check.h"
 #include "core/optest.h"
@@ -295,36 +294,27 @@ out:
     kiln_model_free(m);
 }
 
-/* The trainer applies the pass unless told not to; one step gives the same loss and
- * weights either way. */
+/* The CPU trainer keeps the unfused chain (PyTorch's op sequence, which its fp32 loss is
+ * compared with), with or without the flag; the CUDA trainer's graph is checked on the GPU
+ * (tests/gpu/test_cuda_ops.c). */
 static void trainer_case(void) {
     printf("-- trainer\n");
     const int64_t N = 37;
     const classifier c = {.ignore_index = -2000, .ls_axis = 1, .opset = 13};
     kiln_trainer *t[2] = {0};
     kiln_model *m = build_classifier(&c, N);
-    kiln_tensor *x = kt_rand(KILN_F32, 2, (int64_t[]){N, 6}, -2, 2, 30), *l = labels(N, false);
-    float loss[2] = {0, 0};
     for (int k = 0; k < 2 && m; k++) {
         kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .lr = 0.5f, .disable_passes = k ? KILN_PASS_FUSE_LOSS : 0};
-        if (kiln_trainer_create(m, "loss", &o, &t[k]) ||
-            kiln_trainer_step(t[k], 2, (kiln_tensor *[]){x, l}, &loss[k])) {
+        if (kiln_trainer_create(m, "loss", &o, &t[k])) {
             CHECK(0, "trainer %d: %s", k, kiln_context_message(ctx));
-            goto out;
+            break;
         }
         const int fused = count(t[k]->train, "kiln", "LogSoftmaxNLL") + count(t[k]->train, "kiln", "LogSoftmaxNLLGrad");
-        CHECK(fused == (k ? 0 : 2), "trainer %s: %d fused loss ops in its training graph", k ? "with fuse-loss disabled" : "",
+        CHECK(fused == 0, "CPU trainer%s: %d fused loss ops in its training graph", k ? " with fuse-loss disabled" : "",
               fused);
     }
-    CHECK(fabsf(loss[0] - loss[1]) <= 1e-6f * fabsf(loss[1]) && loss[1] > 0, "trainer: loss %.9g fused, %.9g not",
-          (double)loss[0], (double)loss[1]);
-    for (int p = 0; p < t[0]->n_params; p++)
-        fails += kiln_tensor_compare(t[0]->params[p].value, t[1]->params[p].value, 1e-6, 1e-5, "trainer: weights after a step");
-out:
     kiln_trainer_free(t[0]);
     kiln_trainer_free(t[1]);
-    kiln_tensor_free(x);
-    kiln_tensor_free(l);
     kiln_model_free(m);
 }
 

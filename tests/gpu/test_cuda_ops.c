@@ -2831,10 +2831,11 @@ static void mnist_training_graph(kiln_precision prec, bool nhwc) {
         kiln_model_free(m);
         return;
     }
-    /* the CPU trainer's graph through the passes a CUDA trainer applies (fusion, layout,
-     * precision) */
+    /* the CPU trainer's graph through the passes a CUDA trainer applies (fusion, the fused
+     * loss, layout, precision) */
     kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec,
-                            .disabled = ~(unsigned)(KILN_PASS_FUSE_CONV | (nhwc ? KILN_PASS_NHWC : 0))};
+                            .disabled = ~(unsigned)(KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS |
+                                                    (nhwc ? KILN_PASS_NHWC : 0))};
     if (kiln_passes_apply(t->train, &po, &g)) {
         fail(what, "passes: %s", kiln_context_message(ctx));
         kiln_trainer_free(t);
