@@ -225,7 +225,6 @@ void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out) { *out = cu-
 kiln_context *kiln_cuda_context(const kiln_cuda *cu) { return cu->ctx; }
 void *kiln_cuda_stream(const kiln_cuda *cu) { return (void *)cu->stream; }
 int kiln_cuda_side_streams(const kiln_cuda *cu) { return cu->n_side; }
-void kiln_cuda_count_side(kiln_cuda *cu) { cu->stats.side_captured++; }
 
 kiln_status kiln_cuda_use_stream(kiln_cuda *cu, int i) {
     if (i < 0 || i > cu->n_side)
@@ -236,10 +235,6 @@ kiln_status kiln_cuda_use_stream(kiln_cuda *cu, int i) {
     cu->stream = s;
     if (cu->dnn) KILN_CUDNN_CHECK(cu->ctx, cudnnSetStream(cu->dnn, s));
     return KILN_OK;
-}
-
-void *kiln_cuda_side_stream(const kiln_cuda *cu, int i) {
-    return i <= 0 ? (void *)cu->main_stream : i <= cu->n_side ? (void *)cu->side[i - 1] : NULL;
 }
 
 /* ---------------------------------------------------------------- handles */

@@ -162,13 +162,11 @@ kiln_context *kiln_cuda_context(const kiln_cuda *cu);
 /* The compute stream, a cudaStream_t. */
 void *kiln_cuda_stream(const kiln_cuda *cu);
 /* Side streams (kiln_cuda_options.no_streams): how many this context has (at most
- * KILN_CUDA_MAX_SIDE_STREAMS), stream i as a cudaStream_t (0: the main one), and which one
- * kernels are enqueued on from now (kiln_cuda_stream returns it; cuDNN's handle follows). */
+ * KILN_CUDA_MAX_SIDE_STREAMS), and which one kernels are enqueued on from now (0: the main
+ * one; kiln_cuda_stream returns it; cuDNN's handle follows). */
 #define KILN_CUDA_MAX_SIDE_STREAMS 4
 int kiln_cuda_side_streams(const kiln_cuda *cu);
-void *kiln_cuda_side_stream(const kiln_cuda *cu, int i);
 kiln_status kiln_cuda_use_stream(kiln_cuda *cu, int i);
-void kiln_cuda_count_side(kiln_cuda *cu); /* stats.side_captured, for cuda_plan.c */
 
 /* ------------------------------------------------------------------- memory */
 

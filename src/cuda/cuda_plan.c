@@ -295,12 +295,12 @@ static kiln_status launch_streams(kiln_cuda_plan *cp) {
     kiln_plan_view_t v;
     kiln_plan_view(cp->p, &v);
     const int side = cp->n_streams - 1;
-    KILN_CUDA_CHECK(ctx, cudaEventRecord(cp->ev_start, (cudaStream_t)kiln_cuda_side_stream(cu, 0)));
+    KILN_CUDA_CHECK(ctx, cudaEventRecord(cp->ev_start, cu->main_stream));
     for (int i = 1; i <= side; i++)
-        KILN_CUDA_CHECK(ctx, cudaStreamWaitEvent((cudaStream_t)kiln_cuda_side_stream(cu, i), cp->ev_start, 0));
+        KILN_CUDA_CHECK(ctx, cudaStreamWaitEvent(cu->side[i - 1], cp->ev_start, 0));
     kiln_status st = KILN_OK;
     for (int e = 0; e < cp->n_exec && !st; e++) {
-        cudaStream_t s = (cudaStream_t)kiln_cuda_side_stream(cu, v.stream[e]);
+        cudaStream_t s = v.stream[e] ? cu->side[v.stream[e] - 1] : cu->main_stream;
         for (int w = v.wait_at[e]; w < v.wait_at[e + 1]; w++) {
             cudaError_t ce = cudaStreamWaitEvent(s, cp->ev[v.waits[w]], 0);
             if (ce != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamWaitEvent: %s", cudaGetErrorString(ce));
@@ -309,7 +309,7 @@ static kiln_status launch_streams(kiln_cuda_plan *cp) {
         range_push(cp, e);
         if (!st) st = kiln_cuda_run(cu, &cp->ctx[e]);
         range_pop(cp);
-        if (!st && v.stream[e]) kiln_cuda_count_side(cu);
+        if (!st && v.stream[e]) cu->stats.side_captured++;
         const kiln_status back = kiln_cuda_use_stream(cu, 0);
         if (!st) st = back;
         if (!st && cp->ev[e]) {
@@ -319,9 +319,9 @@ static kiln_status launch_streams(kiln_cuda_plan *cp) {
     }
     /* joined even after a failure, so that the capture ends cleanly */
     for (int i = 1; i <= side; i++) {
-        cudaError_t ce = cudaEventRecord(cp->ev_end[i - 1], (cudaStream_t)kiln_cuda_side_stream(cu, i));
+        cudaError_t ce = cudaEventRecord(cp->ev_end[i - 1], cu->side[i - 1]);
         if (ce == cudaSuccess)
-            ce = cudaStreamWaitEvent((cudaStream_t)kiln_cuda_side_stream(cu, 0), cp->ev_end[i - 1], 0);
+            ce = cudaStreamWaitEvent(cu->main_stream, cp->ev_end[i - 1], 0);
         if (ce != cudaSuccess && !st)
             st = kiln_fail(ctx, KILN_ERR_DEVICE, "joining side stream %d: %s", i, cudaGetErrorString(ce));
     }
