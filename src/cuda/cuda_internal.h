@@ -224,6 +224,8 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(nll_grad)         /* loss.cu: kiln.NegativeLogLikelihoodLossGrad */                 \
     X(logsoftmax_nll)   /* loss.cu: kiln.LogSoftmaxNLL (the fused loss) */                \
     X(logsoftmax_nll_grad) /* loss.cu: kiln.LogSoftmaxNLLGrad */                          \
+    X(maxpool_dropout)  /* dropout.cu: kiln.MaxPoolDropout (the fused pool) */            \
+    X(maxpool_dropout_grad) /* dropout.cu: kiln.MaxPoolDropoutGrad */                     \
     X(fused_elementwise) /* fused_elementwise.c: kiln.FusedElementwise, NVRTC-generated */ \
     X(fused_gemm)       /* matmul.c: kiln.FusedGemm through cuBLASLt epilogues */         \
     X(cast)        /* convert.cu: Cast between any two dtypes */                          \

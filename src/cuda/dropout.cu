@@ -163,14 +163,64 @@ kiln_status launch_dropout(kiln_cuda *cu, kiln_context *ctx, const void *x, void
 
 constexpr int TILE = 32, TILE_ROWS = 8;
 
+/* The pool of kiln.MaxPoolDropout / kiln.MaxPoolDropoutGrad in front of the tiled kernels:
+ * windows kh x kw at stride (kh, kw), no padding, X's H and W multiples of them, so the
+ * pooled pixel s = oh * ow_count + ow covers X's rows oh*kh.. and columns ow*kw... */
+struct Pool {
+    int kh, kw;
+    int64_t ow_count; /* the pooled width */
+    bool relu;        /* the gradient goes on through the Relu whose output X is */
+};
+
+/* Flat NHWC offset, within one image of C channels, of element j (row-major in the
+ * window) of pooled pixel s's window. */
+__device__ __forceinline__ int64_t window_at(const Pool &p, int64_t s, int j, int64_t C, int64_t c) {
+    const int64_t W = p.ow_count * p.kw;
+    const int64_t h = s / p.ow_count * p.kh + j / p.kw, w = s % p.ow_count * p.kw + j % p.kw;
+    return (h * W + w) * C + c;
+}
+
+/* MaxPool's value of a window: NaN when any element is NaN, else the maximum (exact). */
+template <typename T> __device__ __forceinline__ T window_max(const T *xn, const Pool &p, int64_t s, int64_t C, int64_t c) {
+    float best = -INFINITY;
+    bool nan = false;
+    for (int j = 0; j < p.kh * p.kw; j++) {
+        const float v = to_f(xn[window_at(p, s, j, C, c)]);
+        best = v > best ? v : best;
+        nan |= v != v;
+    }
+    return from_f<T>(nan ? NAN : best);
+}
+
+/* The element of the window MaxPoolGrad gives the gradient: the first maximum, or the
+ * first NaN, in row-major window order (pool.cu's window_pick, the reference's rule). */
+template <typename T> __device__ __forceinline__ int window_pick(const T *xn, const Pool &p, int64_t s, int64_t C, int64_t c, float *picked) {
+    float best = to_f(xn[window_at(p, s, 0, C, c)]);
+    bool nan = best != best;
+    int at = 0;
+    for (int j = 1; j < p.kh * p.kw; j++) {
+        const float v = to_f(xn[window_at(p, s, j, C, c)]);
+        if (v > best || (v != v && !nan)) {
+            best = v;
+            at = j;
+        }
+        nan |= v != v;
+    }
+    *picked = best;
+    return at;
+}
+
 // x: (N, S, C) NHWC -> y, mask (or NULL): (N, C, S) NCHW, S = H*W. Block (TILE, TILE_ROWS)
 // takes the tile of pixels s0.. (blockIdx.x) and channels c0.. (blockIdx.y) of images
 // blockIdx.z, +gridDim.z...: X's rows read along C into the tile, Y and the mask written
 // along S, each element's mask drawn by its NCHW index. The +1 column keeps the tile's
 // column reads off a single bank. Modes as dropout_kernel's, decided once per launch.
-template <typename T>
+// POOL (kiln.MaxPoolDropout): X is (N, S*kh*kw, C) and a tile element is its window's
+// maximum, read along C as well.
+template <typename T, bool POOL>
 __global__ void dropout_nhwc_in_kernel(const T *__restrict__ x, T *__restrict__ y, uint8_t *__restrict__ mask,
-                                       int64_t N, int64_t C, int64_t S, DropoutArgs a, kiln_cuda_flag *flag) {
+                                       int64_t N, int64_t C, int64_t S, Pool p, DropoutArgs a,
+                                       kiln_cuda_flag *flag) {
     __shared__ T tile[TILE][TILE + 1];
     const double ratio = read_ratio(a.ratio, a.ratio_dt);
     const bool train = !a.legacy && a.train && *a.train && ratio != 0;
@@ -184,10 +234,12 @@ __global__ void dropout_nhwc_in_kernel(const T *__restrict__ x, T *__restrict__ 
     const double scale = 1.0 / (1.0 - ratio);
     const int64_t s0 = (int64_t)blockIdx.x * TILE, c0 = (int64_t)blockIdx.y * TILE;
     for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
-        const T *xn = x + n * S * C;
+        const T *xn = x + n * S * C * (POOL ? p.kh * p.kw : 1);
         for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
             const int64_t s = s0 + k, c = c0 + threadIdx.x;
-            if (s < S && c < C) tile[k][threadIdx.x] = xn[s * C + c];
+            if (s >= S || c >= C) continue;
+            if constexpr (POOL) tile[k][threadIdx.x] = window_max(xn, p, s, C, c);
+            else tile[k][threadIdx.x] = xn[s * C + c];
         }
         __syncthreads();
         for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
@@ -221,15 +273,20 @@ kiln_status tile_grid(kiln_context *ctx, const char *what, int64_t N, int64_t C,
     return KILN_OK;
 }
 
+/* pool.kh == 0: plain Dropout. */
 template <typename T>
 kiln_status launch_dropout_nhwc_in(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, uint8_t *mask,
-                                   int64_t N, int64_t C, int64_t S, DropoutArgs a) {
+                                   int64_t N, int64_t C, int64_t S, Pool pool, DropoutArgs a) {
     if (N == 0 || C == 0 || S == 0) return KILN_OK;
     dim3 grid;
-    const kiln_status st = tile_grid(ctx, "Dropout", N, C, S, &grid);
+    const kiln_status st = tile_grid(ctx, pool.kh ? "kiln.MaxPoolDropout" : "Dropout", N, C, S, &grid);
     if (st) return st;
-    dropout_nhwc_in_kernel<T><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>((const T *)x, (T *)y, mask, N, C, S,
-                                                                              a, cu->flag);
+    if (pool.kh)
+        dropout_nhwc_in_kernel<T, true><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
+            (const T *)x, (T *)y, mask, N, C, S, pool, a, cu->flag);
+    else
+        dropout_nhwc_in_kernel<T, false><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
+            (const T *)x, (T *)y, mask, N, C, S, pool, a, cu->flag);
     KILN_CUDA_LAUNCHED(ctx, "dropout_nhwc_in_kernel");
     return KILN_OK;
 }
@@ -296,11 +353,15 @@ kiln_status launch_dropout_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy
 // dy, mask: (N, C, S) NCHW -> dx: (N, S, C) NHWC, S = H*W. The mirror of
 // dropout_nhwc_in_kernel: dY and the mask read along S into the tile (dX computed on the
 // way in, as dropout_grad_kernel does), dX written along C.
-template <typename T>
+// POOL (kiln.MaxPoolDropoutGrad): x and dx are (N, S*kh*kw, C); each tile element goes to
+// the element of its window that MaxPoolGrad picks from X, and through the Relu (X > 0)
+// when p.relu; the window's other elements get zero. Windows tile X, so every element of
+// dX is written once.
+template <typename T, bool POOL>
 __global__ void dropout_grad_nhwc_out_kernel(const T *__restrict__ dy, const uint8_t *__restrict__ mask,
-                                             T *__restrict__ dx, int64_t N, int64_t C, int64_t S,
-                                             const void *ratio_p, int ratio_dt, const uint8_t *train_p,
-                                             kiln_cuda_flag *flag) {
+                                             const T *__restrict__ x, T *__restrict__ dx, int64_t N, int64_t C,
+                                             int64_t S, Pool p, const void *ratio_p, int ratio_dt,
+                                             const uint8_t *train_p, kiln_cuda_flag *flag) {
     __shared__ T tile[TILE][TILE + 1];
     const double ratio = read_ratio(ratio_p, ratio_dt);
     const bool train = train_p && *train_p;
@@ -322,25 +383,40 @@ __global__ void dropout_grad_nhwc_out_kernel(const T *__restrict__ dy, const uin
             tile[k][threadIdx.x] = v;
         }
         __syncthreads();
-        T *dxn = dx + n * S * C;
+        const int64_t per_image = S * C * (POOL ? p.kh * p.kw : 1);
+        T *dxn = dx + n * per_image;
         for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
             const int64_t s = s0 + k, c = c0 + threadIdx.x;
-            if (s < S && c < C) dxn[s * C + c] = tile[threadIdx.x][k];
+            if (s >= S || c >= C) continue;
+            if constexpr (POOL) {
+                const T *xn = x + n * per_image, zero = from_f<T>(0.f);
+                float picked;
+                const int at = window_pick(xn, p, s, C, c, &picked);
+                const T g = !p.relu || picked > 0.f ? tile[threadIdx.x][k] : zero;
+                for (int j = 0; j < p.kh * p.kw; j++) dxn[window_at(p, s, j, C, c)] = j == at ? g : zero;
+            } else {
+                dxn[s * C + c] = tile[threadIdx.x][k];
+            }
         }
         __syncthreads();
     }
 }
 
+/* pool.kh == 0: plain kiln.DropoutGrad (x unused). */
 template <typename T>
 kiln_status launch_dropout_grad_nhwc_out(kiln_cuda *cu, kiln_context *ctx, const void *dy, const uint8_t *mask,
-                                         void *dx, int64_t N, int64_t C, int64_t S, const void *ratio, int ratio_dt,
-                                         const uint8_t *train) {
+                                         const void *x, void *dx, int64_t N, int64_t C, int64_t S, Pool pool,
+                                         const void *ratio, int ratio_dt, const uint8_t *train) {
     if (N == 0 || C == 0 || S == 0) return KILN_OK;
     dim3 grid;
-    const kiln_status st = tile_grid(ctx, "kiln.DropoutGrad", N, C, S, &grid);
+    const kiln_status st = tile_grid(ctx, pool.kh ? "kiln.MaxPoolDropoutGrad" : "kiln.DropoutGrad", N, C, S, &grid);
     if (st) return st;
-    dropout_grad_nhwc_out_kernel<T><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
-        (const T *)dy, mask, (T *)dx, N, C, S, ratio, ratio_dt, train, cu->flag);
+    if (pool.kh)
+        dropout_grad_nhwc_out_kernel<T, true><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
+            (const T *)dy, mask, (const T *)x, (T *)dx, N, C, S, pool, ratio, ratio_dt, train, cu->flag);
+    else
+        dropout_grad_nhwc_out_kernel<T, false><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
+            (const T *)dy, mask, (const T *)x, (T *)dx, N, C, S, pool, ratio, ratio_dt, train, cu->flag);
     KILN_CUDA_LAUNCHED(ctx, "dropout_grad_nhwc_out_kernel");
     return KILN_OK;
 }
@@ -357,17 +433,12 @@ bool present(const kiln_op_ctx *c, int i) { return i < c->n_in && c->in[i] != NU
 
 bool nhwc4(const kiln_tensor *t) { return t->ndim == 4 && t->format == KILN_FORMAT_NHWC; }
 
-} // namespace
-
-/* ------------------------------------------------------------------ entry points */
-
-extern "C" kiln_status kiln_cuda_k_dropout(kiln_cuda *cu, kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0];
-    kiln_tensor *y = c->out[0];
-    uint8_t *mask = c->n_out > 1 && c->out[1] ? (uint8_t *)c->out[1]->data : nullptr;
+/* What the host knows of a Dropout or kiln.MaxPoolDropout node (ratio input 1, training_mode
+ * input 2; the mask stream keyed by the node's seed attribute and first output). */
+DropoutArgs dropout_args(kiln_cuda *cu, const kiln_op_ctx *c, bool legacy) {
     DropoutArgs a;
     memset(&a, 0, sizeof a);
-    a.legacy = c->node->opset < 12;
+    a.legacy = legacy;
     if (present(c, 1)) {
         a.ratio = c->in[1]->data;
         a.ratio_dt = c->in[1]->dtype;
@@ -383,10 +454,34 @@ extern "C" kiln_status kiln_cuda_k_dropout(kiln_cuda *cu, kiln_op_ctx *c) {
         a.out0 = (uint64_t)c->node->out[0];
     }
     a.seed = cu->rng_seed;
+    return a;
+}
+
+/* The pool of a fused node from X's dims and the pooled dims (table.c checked the
+ * windows: kernel == strides, no padding, dilations 1, H and W multiples of the kernel). */
+Pool pool_of(const kiln_tensor *x, const kiln_tensor *pooled, bool relu) {
+    Pool p;
+    p.kh = (int)(x->dims[2] / pooled->dims[2]);
+    p.kw = (int)(x->dims[3] / pooled->dims[3]);
+    p.ow_count = pooled->dims[3];
+    p.relu = relu;
+    return p;
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ entry points */
+
+extern "C" kiln_status kiln_cuda_k_dropout(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    uint8_t *mask = c->n_out > 1 && c->out[1] ? (uint8_t *)c->out[1]->data : nullptr;
+    const DropoutArgs a = dropout_args(cu, c, c->node->opset < 12);
     kiln_status st;
     if (nhwc4(x) && !nhwc4(y)) { /* Y and the mask NCHW (kiln_cuda_supports checked the mask) */
+        const Pool none = {0, 0, 0, false};
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_dropout_nhwc_in, cu, c->kctx, x->data, y->data, mask,
-                               x->dims[0], x->dims[1], x->dims[2] * x->dims[3], a);
+                               x->dims[0], x->dims[1], x->dims[2] * x->dims[3], none, a);
         return st;
     }
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_dropout, cu, c->kctx, x->data, y->data, mask,
@@ -399,9 +494,10 @@ extern "C" kiln_status kiln_cuda_k_dropout_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_tensor *dx = c->out[0];
     kiln_status st;
     if (nhwc4(dx)) { /* dY and the mask NCHW (kiln_cuda_supports checked) */
+        const Pool none = {0, 0, 0, false};
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_dropout_grad_nhwc_out, cu, c->kctx, dy->data,
-                               (const uint8_t *)mask->data, dx->data, dx->dims[0], dx->dims[1],
-                               dx->dims[2] * dx->dims[3], present(c, 2) ? c->in[2]->data : nullptr,
+                               (const uint8_t *)mask->data, nullptr, dx->data, dx->dims[0], dx->dims[1],
+                               dx->dims[2] * dx->dims[3], none, present(c, 2) ? c->in[2]->data : nullptr,
                                present(c, 2) ? (int)c->in[2]->dtype : 0,
                                present(c, 3) ? (const uint8_t *)c->in[3]->data : nullptr);
         return st;
@@ -411,6 +507,33 @@ extern "C" kiln_status kiln_cuda_k_dropout_grad(kiln_cuda *cu, kiln_op_ctx *c) {
                            present(c, 2) ? c->in[2]->data : nullptr,
                            present(c, 2) ? (int)c->in[2]->dtype : 0,
                            present(c, 3) ? (const uint8_t *)c->in[3]->data : nullptr);
+    return st;
+}
+
+/* kiln.MaxPoolDropout(X, ratio?, training_mode?) -> Y, mask?: X NHWC, Y and the mask NCHW. */
+extern "C" kiln_status kiln_cuda_k_maxpool_dropout(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    uint8_t *mask = c->n_out > 1 && c->out[1] ? (uint8_t *)c->out[1]->data : nullptr;
+    const DropoutArgs a = dropout_args(cu, c, false);
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_dropout_nhwc_in, cu, c->kctx, x->data, y->data, mask,
+                           y->dims[0], y->dims[1], y->dims[2] * y->dims[3], pool_of(x, y, false), a);
+    return st;
+}
+
+/* kiln.MaxPoolDropoutGrad(dY, X, mask, ratio?, training_mode?) -> dX: dY and the mask NCHW,
+ * X and dX NHWC. */
+extern "C" kiln_status kiln_cuda_k_maxpool_dropout_grad(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1], *mask = c->in[2];
+    kiln_tensor *dx = c->out[0];
+    const bool relu = kiln_attr_int(c->node, "relu", 0) != 0;
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_dropout_grad_nhwc_out, cu, c->kctx, dy->data,
+                           (const uint8_t *)mask->data, x->data, dx->data, dy->dims[0], dy->dims[1],
+                           dy->dims[2] * dy->dims[3], pool_of(x, dy, relu), present(c, 3) ? c->in[3]->data : nullptr,
+                           present(c, 3) ? (int)c->in[3]->dtype : 0,
+                           present(c, 4) ? (const uint8_t *)c->in[4]->data : nullptr);
     return st;
 }
 

@@ -617,6 +617,56 @@ static bool sup_layernorm(const kiln_op_ctx *c, char *why, size_t n) {
 /* A fused elementwise program computes position by position. In NHWC it takes only inputs
  * of exactly the output's dims and layout (no broadcasting: the generated indexing is
  * logical NCHW), so the bytes line up element for element. */
+/* The pool of kiln.MaxPoolDropout(Grad) (dropout.cu): 2-D, X NHWC, the pooled tensor
+ * NCHW, windows that tile X exactly (kernel == strides, no padding, dilations 1). */
+static bool fused_pool_window(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *pooled, char *why,
+                              size_t n) {
+    if (!is_nhwc(x) || pooled->ndim != 4 || is_nhwc(pooled)) {
+        snprintf(why, n, "X is %s and the pooled tensor %s of rank %d (X NHWC, pooled NCHW, 2-D)", layout_name(x),
+                 layout_name(pooled), pooled->ndim);
+        return false;
+    }
+    kiln_cuda_window w;
+    if (!kiln_cuda_window_get(c, x, pooled, NULL, &w, why, n)) return false;
+    for (int t = 0; t < 2; t++)
+        if (w.k[t] != w.s[t] || w.d[t] != 1 || w.pb[t] != 0 || w.pe[t] != 0 || w.out[t] * w.k[t] != w.in[t]) {
+            snprintf(why, n, "windows that do not tile X (kernel %lld, stride %lld, dilation %lld, pads %lld/%lld, "
+                             "%lld -> %lld)", (long long)w.k[t], (long long)w.s[t], (long long)w.d[t],
+                     (long long)w.pb[t], (long long)w.pe[t], (long long)w.in[t], (long long)w.out[t]);
+            return false;
+        }
+    return true;
+}
+
+/* kiln.MaxPoolDropout(X, ratio?, training_mode?) -> Y, mask? */
+static bool sup_maxpool_dropout(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n) || !fused_pool_window(c, c->in[0], c->out[0], why, n)) return false;
+    if (has_out(c, 1) && (c->out[1]->dtype != KILN_BOOL || is_nhwc(c->out[1]))) {
+        snprintf(why, n, "the mask output must be bool and NCHW");
+        return false;
+    }
+    return float_scalar(c, 1, "ratio", why, n) && bool_scalar(c, 2, "training_mode", why, n);
+}
+
+/* kiln.MaxPoolDropoutGrad(dY, X, mask, ratio?, training_mode?) -> dX */
+static bool sup_maxpool_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
+        snprintf(why, n, "inputs dY, X and the mask are required");
+        return false;
+    }
+    if (!float_input(c, 0, why, n)) return false;
+    if (c->in[1]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "X has dtype %s, dY %s", kiln_dtype_name(c->in[1]->dtype), kiln_dtype_name(c->in[0]->dtype));
+        return false;
+    }
+    if (!fused_pool_window(c, c->in[1], c->in[0], why, n)) return false;
+    if (c->in[2]->dtype != KILN_BOOL || is_nhwc(c->in[2]) || !is_nhwc(c->out[0])) {
+        snprintf(why, n, "the mask must be bool and NCHW, dX NHWC (it is %s)", layout_name(c->out[0]));
+        return false;
+    }
+    return float_scalar(c, 3, "ratio", why, n) && bool_scalar(c, 4, "training_mode", why, n);
+}
+
 static bool sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n) {
     bool any_nhwc = is_nhwc(c->out[0]);
     for (int i = 0; i < c->n_in; i++) any_nhwc |= present(c, i) && is_nhwc(c->in[i]);
@@ -700,6 +750,8 @@ static const entry table[] = {
     {"kiln.FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul, false},
     {"kiln.FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
     {"kiln.LogSoftmaxNLL", kiln_cuda_k_logsoftmax_nll, sup_logsoftmax_nll, NULL, false},
+    {"kiln.MaxPoolDropout", kiln_cuda_k_maxpool_dropout, sup_maxpool_dropout, NULL, true},
+    {"kiln.MaxPoolDropoutGrad", kiln_cuda_k_maxpool_dropout_grad, sup_maxpool_dropout_grad, NULL, true},
     {"kiln.ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
     {"kiln.ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
 };

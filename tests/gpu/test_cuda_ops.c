@@ -1309,6 +1309,39 @@ static void dropout_cases(void) {
                   SCALARV(KILN_BOOL, ZERO)));
     floats("kiln.DropoutGrad", "", 0, false, 0, 0, "default ratio, NHWC dX",
            INPUTS(X(2, 37, 3, 11), XT(KILN_BOOL, 0, 2, 2, 37, 3, 11), NONE, SCALARV(KILN_BOOL, ONE)));
+
+    /* the fuse-pool pass's ops: MaxPool on an NHWC X into Dropout's NCHW Y and mask (the
+     * mask the CPU's bit for bit), and back from NCHW dY and mask through the pool (and the
+     * Relu whose output X is) into an NHWC dX; tiles cut off as above */
+    layout = NHWC_IN(0);
+    n_outputs = 2;
+    floats("kiln.MaxPoolDropout", "kernel_shape=[2,2];strides=[2,2]", 0, false, 0, 0, "training, mnist pool + dropout1",
+           INPUTS(X(64, 64, 24, 24), SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ONE)));
+    run_seed = 55555;
+    with_out_values = true;
+    floats("kiln.MaxPoolDropout", "kernel_shape=[3,2];strides=[3,2];seed=3", 0, false, 0, 0,
+           "training, 3x2 windows, 13 channels, run seed, seed attribute, output values",
+           INPUTS(X(3, 13, 9, 8), SCALARV(KILN_F64, RATIO_50), SCALARV(KILN_BOOL, ONE)));
+    with_out_values = false;
+    run_seed = 0;
+    floats("kiln.MaxPoolDropout", "kernel_shape=[2,2];strides=[2,2]", 0, false, 0, 0, "training false: the pool alone",
+           INPUTS(X(2, 40, 6, 10), SCALARV(KILN_F32, RATIO_50), SCALARV(KILN_BOOL, ZERO)));
+    n_outputs = 1;
+    floats("kiln.MaxPoolDropout", "kernel_shape=[2,2];strides=[2,2]", 0, false, 0, 0, "training, no mask output",
+           INPUTS(X(2, 37, 4, 22), NONE, SCALARV(KILN_BOOL, ONE)));
+    layout = NHWC_IN(1) | NHWC_OUT;
+    floats("kiln.MaxPoolDropoutGrad", "kernel_shape=[2,2];strides=[2,2];relu=1", 0, false, 0, 0,
+           "training, mnist dropout1 -> pool -> relu2",
+           INPUTS(X(64, 64, 12, 12), XR(-1, 1, 64, 64, 24, 24), XT(KILN_BOOL, 0, 2, 64, 64, 12, 12),
+                  SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ONE)));
+    floats("kiln.MaxPoolDropoutGrad", "kernel_shape=[3,2];strides=[3,2]", 0, false, 0, 0,
+           "training, 3x2 windows, no relu, 13 channels",
+           INPUTS(X(3, 13, 3, 4), XR(-1, 1, 3, 13, 9, 8), XT(KILN_BOOL, 0, 2, 3, 13, 3, 4), SCALARV(KILN_F64, RATIO_50),
+                  SCALARV(KILN_BOOL, ONE)));
+    floats("kiln.MaxPoolDropoutGrad", "kernel_shape=[2,2];strides=[2,2];relu=1", 0, false, 0, 0,
+           "training false, default ratio",
+           INPUTS(X(2, 40, 3, 5), XR(-1, 1, 2, 40, 6, 10), XT(KILN_BOOL, 0, 2, 2, 40, 3, 5), NONE,
+                  SCALARV(KILN_BOOL, ZERO)));
     layout = 0;
 }
 
