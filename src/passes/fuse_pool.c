@@ -135,6 +135,13 @@ static int trimmed(const int *in, int n) {
 
 kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "MaxPoolDropout") || !kiln_pass_device_has(o, "MaxPoolDropoutGrad")) return KILN_OK;
+    /* no pool over an NHWC input (every CPU plan): no shape inference either */
+    bool candidate = false;
+    for (int i = 0; i < m->n_nodes && !candidate; i++) {
+        const kiln_node *n = &m->nodes[i];
+        candidate = kiln_pass_is(n, "MaxPool") && n->n_in == 1 && n->in[0] >= 0 && fmt(m, n->in[0]) == KILN_FORMAT_NHWC;
+    }
+    if (!candidate) return KILN_OK;
     kiln_shape_probes sp = {0};
     bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
     kiln_status st = dead ? kiln_pass_shape_probes(m, &sp) : KILN_ERR_OUT_OF_MEMORY;
