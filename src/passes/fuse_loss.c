@@ -68,21 +68,6 @@ static void find_backward(const kiln_model *m, const bool *dead, int ls, int nll
     }
 }
 
-/* Put the nodes in a topological order (the fused forward sits where the NLL was, and a
- * kept log_prob may have readers before it). */
-static kiln_status sort_nodes(kiln_model *m) {
-    int *order = malloc(((size_t)m->n_nodes + 1) * sizeof *order);
-    kiln_node *tmp = malloc(((size_t)m->n_nodes + 1) * sizeof *tmp);
-    kiln_status st = order && tmp ? kiln_pass_topo_order(m, order) : kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if (!st) {
-        for (int i = 0; i < m->n_nodes; i++) tmp[i] = m->nodes[order[i]];
-        memcpy(m->nodes, tmp, (size_t)m->n_nodes * sizeof *tmp);
-    }
-    free(order);
-    free(tmp);
-    return st;
-}
-
 kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "LogSoftmaxNLL") || !kiln_pass_device_has(o, "LogSoftmaxNLLGrad")) return KILN_OK;
     kiln_tensor *vt = NULL;
@@ -134,7 +119,9 @@ kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool 
     }
     if (!st && any) {
         kiln_pass_remove_nodes(m, dead);
-        st = sort_nodes(m);
+        /* the fused forward sits where the NLL was, and a kept log_prob may have readers
+         * before it */
+        st = kiln_pass_sort_nodes(m);
         *changed = true;
     }
     free(vt);
