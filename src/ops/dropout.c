@@ -19,10 +19,18 @@
  * training_mode) computes dX = dY * mask / (1 - ratio) when training_mode is true at run
  * time and dY otherwise, from the forward's mask output (the trainer adds that output;
  * without it the rule refuses). ratio has no gradient.
+ *
+ * kiln.DropoutGrad(dY, mask, ratio?, training_mode?, Y?), attribute relu (0/1, default 0):
+ * with relu = 1 the op also applies the gradient of a Relu in front of the Dropout, whose
+ * output Y (input 4, dY's shape and dtype) it reads: dX = kiln.UnaryGrad(g, -, Y) op=Relu
+ * = Y > 0 ? g : 0 (also where g is NaN or inf), g the relu = 0 result in dY's dtype, bit
+ * for bit the two ops in sequence (the fuse-pool pass, src/passes/fuse_pool.c, folds such
+ * a UnaryGrad into the DropoutGrad before it). The gradient rule above emits relu = 0.
  */
 #include "dropout.h"
 
 #include "../core/optest.h"
+#include "unary.h"
 #include "../train/autograd.h"
 
 #include <math.h>
@@ -147,6 +155,22 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
                   "mask must be bool, shaped like dY");
     kiln_status st = kiln_dropout_check_args(c, has_in(c, 2) ? c->in[2] : NULL, has_in(c, 3) ? c->in[3] : NULL);
     if (st) return st;
+    const int64_t relu = kiln_attr_int(c->node, "relu", 0);
+    KILN_OP_CHECK(c, relu == 0 || relu == 1, KILN_ERR_INVALID_ARGUMENT, "attribute relu = %lld must be 0 or 1",
+                  (long long)relu);
+    KILN_OP_CHECK(c, relu || !has_in(c, 4), KILN_ERR_INVALID_ARGUMENT,
+                  "input 4 (Y) is given but attribute relu is 0 (Y is read only with relu = 1)");
+    if (relu) {
+        KILN_OP_CHECK(c, has_in(c, 4), KILN_ERR_INVALID_ARGUMENT,
+                      "attribute relu = 1 needs input 4, the Relu's output Y");
+        const kiln_tensor *y = c->in[4];
+        char ys[128], ds[128];
+        KILN_OP_CHECK(c, y->dtype == dy->dtype, KILN_ERR_TYPE, "Y dtype %s is not dY's %s", kiln_dtype_name(y->dtype),
+                      kiln_dtype_name(dy->dtype));
+        KILN_OP_CHECK(c, y->ndim == dy->ndim && memcmp(y->dims, dy->dims, sizeof(int64_t) * (size_t)dy->ndim) == 0,
+                      KILN_ERR_SHAPE, "Y %s must have dY's shape %s", kiln_shape_str(y, ys, sizeof ys),
+                      kiln_shape_str(dy, ds, sizeof ds));
+    }
     kiln_tensor_set_shape(c->out[0], dy->dtype, dy->ndim, dy->dims);
     return KILN_OK;
 }
@@ -172,11 +196,21 @@ kiln_status kiln_dropout_grad_apply(kiln_op_ctx *c, const kiln_tensor *dy, const
     return KILN_OK;
 }
 
+/* g into dX in dY's dtype (where the unfused DropoutGrad writes it, so rounded as there),
+ * then, with relu, the Relu's gradient over dX in place. */
 static kiln_status forward_grad(kiln_op_ctx *c) {
     double ratio;
     bool train;
     kiln_dropout_mode(has_in(c, 2) ? c->in[2] : NULL, has_in(c, 3) ? c->in[3] : NULL, &ratio, &train);
-    return kiln_dropout_grad_apply(c, c->in[0], c->in[1]->data, c->out[0], ratio, train);
+    kiln_status st = kiln_dropout_grad_apply(c, c->in[0], c->in[1]->data, c->out[0], ratio, train);
+    if (st || !kiln_attr_int(c->node, "relu", 0)) return st;
+    /* Relu's derivative reads its output Y */
+    const kiln_op_def *relu = kiln_op_find("Relu");
+    const kiln_unary_grad_def *gd = relu ? relu->family : NULL;
+    if (!gd) return kiln_op_fail(c, KILN_ERR_INTERNAL, "Relu's derivative is not registered");
+    const kiln_unary_args a = {0};
+    kiln_unary_grad_apply(gd, &a, c->out[0], NULL, c->in[4], c->out[0]);
+    return KILN_OK;
 }
 
 /* Training mode through autograd and a seeded session, where finite differences see the
@@ -263,6 +297,155 @@ out:
     return fails;
 }
 
+/* relu = 1: dX = Y > 0 ? g : 0 with g the relu = 0 result, by hand. */
+static int test_grad_relu_hand(void) {
+    int fails = 0;
+    kiln_tensor *in[5], *dx;
+    /* ratio 0.75 (scale 4): g = 4 dY where kept; Y zero, -0, negative or NaN give 0 whatever
+     * g is (NaN, inf), Y > 0 passes g (NaN, inf and a dropped 0 too) */
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(11), KT_VALS(1, 2, -3, 4, NAN, NAN, INFINITY, INFINITY, 5, -0.5, 7));
+    in[1] = kt_make(KILN_BOOL, 1, KT_DIMS(11), KT_VALS(1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1));
+    in[2] = kt_scalar(KILN_F32, 0.75);
+    in[3] = kt_scalar(KILN_BOOL, 1);
+    in[4] = kt_make(KILN_F32, 1, KT_DIMS(11), KT_VALS(0, -1, 2, 3, 1, 0, 0.5, -2, NAN, 1e-30, -0.0));
+    dx = kt_make(KILN_F32, 1, KT_DIMS(11), KT_VALS(0, 0, -12, 0, NAN, 0, INFINITY, 0, 0, -2, 0));
+    fails += kiln_optest("DropoutGrad", "relu=1", 5, in, 1, &dx, 0, 0,
+                         "dropout grad relu: Y zero, negative, NaN; g NaN and inf");
+    /* training_mode false: the mask is not read, dX = Y > 0 ? dY : 0 */
+    in[0] = kt_make(KILN_F16, 2, KT_DIMS(2, 2), KT_VALS(1, -2, 3, 4));
+    in[1] = kt_make(KILN_BOOL, 2, KT_DIMS(2, 2), KT_VALS(0, 0, 1, 1));
+    in[2] = kt_scalar(KILN_F32, 0.5);
+    in[3] = kt_scalar(KILN_BOOL, 0);
+    in[4] = kt_make(KILN_F16, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 0, -1));
+    dx = kt_make(KILN_F16, 2, KT_DIMS(2, 2), KT_VALS(1, -2, 0, 0));
+    fails += kiln_optest("DropoutGrad", "relu=1", 5, in, 1, &dx, 0, 0, "dropout grad relu training_mode false f16");
+    /* training with ratio 0: scale 1, the mask still applies */
+    in[0] = kt_make(KILN_BF16, 1, KT_DIMS(4), KT_VALS(1.5, -2, 3, 4));
+    in[1] = kt_make(KILN_BOOL, 1, KT_DIMS(4), KT_VALS(1, 0, 1, 1));
+    in[2] = kt_scalar(KILN_F64, 0);
+    in[3] = kt_scalar(KILN_BOOL, 1);
+    in[4] = kt_make(KILN_BF16, 1, KT_DIMS(4), KT_VALS(1, 1, 1, -1));
+    dx = kt_make(KILN_BF16, 1, KT_DIMS(4), KT_VALS(1.5, 0, 3, 0));
+    fails += kiln_optest("DropoutGrad", "relu=1", 5, in, 1, &dx, 0, 0, "dropout grad relu training ratio 0 bf16");
+    /* default ratio 0.5 (scale 2) */
+    in[0] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(1, -2, 3));
+    in[1] = kt_make(KILN_BOOL, 1, KT_DIMS(3), KT_VALS(1, 1, 0));
+    in[2] = NULL;
+    in[3] = kt_scalar(KILN_BOOL, 1);
+    in[4] = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(2, 3, 4));
+    dx = kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(2, -4, 0));
+    fails += kiln_optest("DropoutGrad", "relu=1", 5, in, 1, &dx, 0, 0, "dropout grad relu default ratio f64");
+    /* neither ratio nor training_mode: inference form, the Relu alone */
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, -2));
+    in[1] = kt_make(KILN_BOOL, 1, KT_DIMS(2), KT_VALS(0, 0));
+    in[2] = in[3] = NULL;
+    in[4] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(-1, 5));
+    dx = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(0, -2));
+    fails += kiln_optest("DropoutGrad", "relu=1", 5, in, 1, &dx, 0, 0, "dropout grad relu inference form");
+
+    /* rejected: relu without Y, Y of another shape (also of dY's size) or dtype, Y without
+     * relu, relu = 2 */
+    static const struct {
+        const char *attrs, *label;
+        int n_in;
+        kiln_dtype ydt;
+        int64_t ydims[2];
+        int yndim;
+        kiln_status want;
+    } bad[] = {
+        {"relu=1", "dropout grad relu=1 without Y", 4, KILN_F32, {2, 2}, 2, KILN_ERR_INVALID_ARGUMENT},
+        {"relu=1", "dropout grad relu Y (3) for dY (2, 2)", 5, KILN_F32, {3}, 1, KILN_ERR_SHAPE},
+        {"relu=1", "dropout grad relu Y (4) for dY (2, 2)", 5, KILN_F32, {4}, 1, KILN_ERR_SHAPE},
+        {"relu=1", "dropout grad relu Y f16 for dY f32", 5, KILN_F16, {2, 2}, 2, KILN_ERR_TYPE},
+        {"", "dropout grad Y without relu", 5, KILN_F32, {2, 2}, 2, KILN_ERR_INVALID_ARGUMENT},
+        {"relu=2", "dropout grad relu=2", 5, KILN_F32, {2, 2}, 2, KILN_ERR_INVALID_ARGUMENT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), NULL);
+        in[1] = kt_make(KILN_BOOL, 2, KT_DIMS(2, 2), NULL);
+        in[2] = kt_scalar(KILN_F32, 0.5);
+        in[3] = kt_scalar(KILN_BOOL, 1);
+        in[4] = bad[i].n_in > 4 ? kt_make(bad[i].ydt, bad[i].yndim, bad[i].ydims, NULL) : NULL;
+        fails += kiln_optest_fails("DropoutGrad", bad[i].attrs, bad[i].n_in, in, 1, bad[i].want, bad[i].label);
+    }
+    return fails;
+}
+
+/* One kiln-domain node through kiln_op_eval; false on failure (printed). */
+static bool eval_kiln(const char *op, const char *attrs, int n_in, kiln_tensor **in, kiln_tensor **out,
+                      const char *label) {
+    kiln_context ctx = {0};
+    kiln_node node = {.op_type = (char *)op, .name = (char *)label, .domain = (char *)"kiln", .opset = 1,
+                      .n_in = n_in, .n_out = 1};
+    node.op = kiln_op_index_domain("kiln", op);
+    bool ok = node.op >= 0 && kiln_attrs_parse(&ctx, attrs, &node.attrs, &node.n_attrs) == KILN_OK &&
+              kiln_op_eval(&ctx, &node, n_in, in, 1, out) == KILN_OK;
+    if (!ok) printf("FAIL %s: kiln.%s: %s\n", label, op, ctx.msg);
+    for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
+    free(node.attrs);
+    return ok;
+}
+
+/* relu = 1 against kiln.DropoutGrad then kiln.UnaryGrad op=Relu, bit for bit (a compare
+ * by value would pass -0 for +0), on random dY, mask and Y of both signs, in every float
+ * dtype, training on and off, sizes the 4-wide loops do and do not divide. */
+static int test_grad_relu_random(void) {
+    static const kiln_dtype dts[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_F64};
+    static const struct {
+        int ndim;
+        int64_t dims[3];
+    } shapes[] = {{2, {64, 128}}, {3, {3, 5, 7}}};
+    int fails = 0;
+    uint64_t rs = 300;
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int train = 0; train < 2; train++) {
+                const kiln_dtype dt = dts[d];
+                char label[160];
+                snprintf(label, sizeof label, "dropout grad relu %s %lld elements%s vs DropoutGrad, UnaryGrad",
+                         kiln_dtype_name(dt), (long long)(shapes[s].dims[0] * shapes[s].dims[1] *
+                                                          (shapes[s].ndim > 2 ? shapes[s].dims[2] : 1)),
+                         train ? ", training" : ", training_mode false");
+                kiln_tensor *dy = kt_rand(dt, shapes[s].ndim, shapes[s].dims, -3, 3, rs++);
+                kiln_tensor *mask = kt_rand(KILN_BOOL, shapes[s].ndim, shapes[s].dims, 0, 2, rs++);
+                kiln_tensor *y = kt_rand(dt, shapes[s].ndim, shapes[s].dims, -1, 1, rs++);
+                kiln_tensor *r = kt_scalar(KILN_F32, 0.3), *t = kt_scalar(KILN_BOOL, train);
+                kiln_tensor *g = NULL, *want = NULL, *got = NULL;
+                bool ok = dy && mask && y && r && t &&
+                          eval_kiln("DropoutGrad", "", 4, (kiln_tensor *[]){dy, mask, r, t}, &g, label) &&
+                          eval_kiln("UnaryGrad", "op=Relu", 3, (kiln_tensor *[]){g, NULL, y}, &want, label) &&
+                          eval_kiln("DropoutGrad", "relu=1", 5, (kiln_tensor *[]){dy, mask, r, t, y}, &got, label);
+                if (ok && kiln_tensor_compare(got, want, 0, 0, label)) ok = false;
+                else if (ok && memcmp(got->data, want->data, kiln_tensor_nbytes(want)) != 0) {
+                    printf("FAIL %s: equal values but different bits\n", label);
+                    ok = false;
+                }
+                if (ok) { /* the case can fail: the Relu zeroes some of g and passes others */
+                    int64_t passed = 0, zeroed = 0;
+                    for (int64_t i = 0; i < kiln_tensor_numel(g); i++) {
+                        const double gi = kiln_get_f64(g, i), wi = kiln_get_f64(want, i);
+                        passed += gi != 0 && wi == gi;
+                        zeroed += gi != 0 && wi == 0;
+                    }
+                    if (!passed || !zeroed) {
+                        printf("FAIL %s: degenerate case (%lld passed, %lld zeroed)\n", label, (long long)passed,
+                               (long long)zeroed);
+                        ok = false;
+                    }
+                }
+                fails += !ok;
+                kiln_tensor_free(dy);
+                kiln_tensor_free(mask);
+                kiln_tensor_free(y);
+                kiln_tensor_free(r);
+                kiln_tensor_free(t);
+                kiln_tensor_free(g);
+                kiln_tensor_free(want);
+                kiln_tensor_free(got);
+            }
+    return fails;
+}
+
 static int test_grad(void) {
     int fails = 0;
     kiln_tensor *in[4], *dx;
@@ -287,7 +470,7 @@ static int test_grad(void) {
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
     fails += kiln_optest_fails("DropoutGrad", "", 2, in, 1, KILN_ERR_SHAPE, "dropout grad float mask");
-    return fails;
+    return fails + test_grad_relu_hand() + test_grad_relu_random();
 }
 
 /* Training-mode run outside the optest harness, so that the seed can be chosen. Returns
@@ -430,6 +613,6 @@ const kiln_op_def kiln_op_dropout = {
 };
 
 const kiln_op_def kiln_op_dropout_grad = {
-    .name = "DropoutGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
+    .name = "DropoutGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

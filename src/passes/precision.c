@@ -85,7 +85,8 @@ static bool onnx_domain(const kiln_node *n) { return !n->domain[0] || strcmp(n->
 /* Float inputs that keep their dtype whatever the node computes in: BN's statistics and
  * affine parameters, Resize's roi and scales, Dropout's ratio. */
 static bool exempt(const kiln_node *n, int k) {
-    if (strcmp(n->domain, "kiln") == 0) return strcmp(n->op_type, "DropoutGrad") == 0 && k >= 2;
+    /* DropoutGrad's ratio and training_mode; its Y (input 4, relu = 1) follows dY */
+    if (strcmp(n->domain, "kiln") == 0) return strcmp(n->op_type, "DropoutGrad") == 0 && (k == 2 || k == 3);
     if (!onnx_domain(n)) return false;
     if (strcmp(n->op_type, "BatchNormalization") == 0) return k >= 1;
     if (strcmp(n->op_type, "Resize") == 0) return k == 1 || k == 2;
