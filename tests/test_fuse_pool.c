@@ -8,7 +8,12 @@
  *     Dropout, after fc1, stays); the nodes are in a topological order; and the loss and
  *     every gradient are the same bit for bit as without the pass, with Dropout on (the
  *     same run seed; another seed gives another loss, so the masks matter). In fp32 and
- *     after the fp16 precision pass, with a static and a symbolic batch.
+ *     after the fp16 precision pass, with a static and a symbolic batch. The second
+ *     Dropout's gradient takes relu3's: one kiln.DropoutGrad with relu=1 reading fc1's
+ *     Relu output and writing what relu3's UnaryGrad wrote, which is gone.
+ *   - that fold on a DropoutGrad -> UnaryGrad op=Relu graph: folded, the same outputs bit
+ *     for bit; not folded where g has a second reader, g is a graph output, or the
+ *     UnaryGrad is another op's gradient.
  *   - a small Conv -> Relu -> MaxPool -> Dropout graph: fused (forward only: there is no
  *     backward) with the same outputs, Y and the mask, bit for bit; and not fused where the
  *     pool output has a second reader, the windows overlap (kernel 3, stride 2), the
@@ -137,12 +142,35 @@ static void mnist(kiln_precision prec, int64_t batch) {
     CHECK(count(opt, "kiln", "MaxPoolDropout") == 1 && count(opt, "kiln", "MaxPoolDropoutGrad") == 1,
           "%s: %d MaxPoolDropout and %d MaxPoolDropoutGrad, expected 1 and 1", label,
           count(opt, "kiln", "MaxPoolDropout"), count(opt, "kiln", "MaxPoolDropoutGrad"));
-    /* left: fc1's Dropout and its gradient, relu1's and relu3's gradients */
+    /* left: fc1's Dropout and its gradient (with relu3's), relu1's gradient */
     CHECK(count(opt, "", "MaxPool") == 0 && count(opt, "kiln", "MaxPoolGrad") == 0 && count(opt, "", "Dropout") == 1 &&
-              count(opt, "kiln", "DropoutGrad") == 1 && count(opt, "kiln", "UnaryGrad") == 2,
-          "%s: parts of the unfused chain are left", label);
-    CHECK(opt->n_nodes == laid->n_nodes - 3, "%s: %d nodes, %d without the pass (3 fewer expected)", label,
+              count(opt, "kiln", "DropoutGrad") == 1 && count(opt, "kiln", "UnaryGrad") == 1,
+          "%s: parts of the unfused chains are left (%d DropoutGrad, %d UnaryGrad; 1 and 1 expected)", label,
+          count(opt, "kiln", "DropoutGrad"), count(opt, "kiln", "UnaryGrad"));
+    CHECK(opt->n_nodes == laid->n_nodes - 4, "%s: %d nodes, %d without the pass (4 fewer expected)", label,
           opt->n_nodes, laid->n_nodes);
+    /* relu3's gradient in the laid-out graph: the UnaryGrad op=Relu reading a DropoutGrad's
+     * output; in the optimized graph the DropoutGrad reads its Y and writes its dX */
+    const char *y3 = NULL, *dx3 = NULL;
+    for (int i = 0; i < laid->n_nodes; i++) {
+        const kiln_node *u = &laid->nodes[i];
+        if (strcmp(u->op_type, "UnaryGrad") != 0 || u->n_in != 3 || u->in[0] < 0 || u->in[2] < 0) continue;
+        const int p = laid->values[u->in[0]].producer;
+        if (p >= 0 && strcmp(laid->nodes[p].op_type, "DropoutGrad") == 0 &&
+            strcmp(kiln_attr_string(u, "op", ""), "Relu") == 0) {
+            CHECK(!y3, "%s: two UnaryGrad op=Relu read a DropoutGrad in the laid-out graph", label);
+            y3 = laid->values[u->in[2]].name;
+            dx3 = laid->values[u->out[0]].name;
+        }
+    }
+    const kiln_node *dg = find(opt, "DropoutGrad");
+    CHECK(y3 && dg && kiln_attr_int(dg, "relu", 0) == 1 && dg->n_in == 5 && dg->in[4] >= 0 &&
+              strcmp(opt->values[dg->in[4]].name, y3) == 0 && strcmp(opt->values[dg->out[0]].name, dx3) == 0,
+          "%s: the DropoutGrad left does not take relu3's gradient (relu=1, Y %s, dX %s)", label, y3 ? y3 : "?",
+          dx3 ? dx3 : "?");
+    if (dg && prec != KILN_PRECISION_FP32)
+        CHECK(opt->values[dg->in[0]].dtype == KILN_F16 && dg->n_in == 5 && opt->values[dg->in[4]].dtype == KILN_F16,
+              "%s: the folded DropoutGrad is not on the fp16 chain", label);
     CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
     const kiln_node *f = find(opt, "MaxPoolDropout"), *g = find(opt, "MaxPoolDropoutGrad");
     const kiln_node *d = find(opt, "Dropout");
@@ -272,6 +300,84 @@ out:
     kiln_model_free(m);
 }
 
+/* ------------------------------------------ DropoutGrad -> Relu's UnaryGrad */
+
+typedef struct relu_variant {
+    const char *label;
+    const char *op;  /* the UnaryGrad's op */
+    int g_reader;    /* 0: the UnaryGrad only; 1: also a Neg (a graph output); 2: g a graph output */
+    bool fuses;
+} relu_variant;
+
+/* dy, mask, y (64, 128) -> g = kiln.DropoutGrad(dy, mask, 0.3, true) -> dx =
+ * kiln.UnaryGrad(g, -, y) op=<op>: outputs dx (and the second reader's output or g). */
+static kiln_status relu_net(const relu_variant *v, kiln_model **out) {
+    kiln_model *m = NULL;
+    kiln_node *n = NULL;
+    const int64_t dims[2] = {64, 128};
+    kiln_status st = kiln_model_create(ctx, &m);
+    if (!st) st = kiln_model_add_input(m, "dy", KILN_F32, 2, dims);
+    if (!st) st = kiln_model_add_input(m, "mask", KILN_BOOL, 2, dims);
+    if (!st) st = kiln_model_add_input(m, "y", KILN_F32, 2, dims);
+    if (!st) st = add_init(m, "ratio", kt_scalar(KILN_F32, 0.3));
+    if (!st) st = add_init(m, "train", kt_scalar(KILN_BOOL, 1));
+    if (!st)
+        st = kiln_model_add_node(m, "DropoutGrad", "dgrad", 4, (const char *[]){"dy", "mask", "ratio", "train"}, 1,
+                                 (const char *[]){"g"}, &n);
+    if (!st) {
+        free(n->domain);
+        n->domain = kiln_strdup(ctx, "kiln");
+        st = n->domain ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (!st) st = kiln_model_add_node(m, "UnaryGrad", "ugrad", 3, (const char *[]){"g", "", "y"}, 1,
+                                      (const char *[]){"dx"}, &n);
+    if (!st) {
+        free(n->domain);
+        n->domain = kiln_strdup(ctx, "kiln");
+        st = n->domain ? kiln_node_set_string(n, "op", v->op) : KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (!st && v->g_reader == 1)
+        st = kiln_model_add_node(m, "Neg", "again", 1, (const char *[]){"g"}, 1, (const char *[]){"ng"}, NULL);
+    if (!st) st = kiln_model_add_output(m, "dx");
+    if (!st && v->g_reader == 1) st = kiln_model_add_output(m, "ng");
+    if (!st && v->g_reader == 2) st = kiln_model_add_output(m, "g");
+    if (!st) st = kiln_model_finalize(m);
+    if (st) {
+        kiln_model_free(m);
+        m = NULL;
+    }
+    *out = m;
+    return st;
+}
+
+static void relu_fold(const relu_variant *v) {
+    printf("-- %s\n", v->label);
+    kiln_model *m = NULL, *opt = NULL;
+    kiln_tensor *in[3] = {0};
+    bool changed = !v->fuses;
+    if (relu_net(v, &m) || fuse(m, &opt, &changed)) {
+        CHECK(0, "%s: %s", v->label, kiln_context_message(ctx));
+        goto out;
+    }
+    const kiln_node *d = find(opt, "DropoutGrad");
+    const int folded = count(opt, "kiln", "UnaryGrad") == 0;
+    CHECK(folded == v->fuses && changed == v->fuses && d && kiln_attr_int(d, "relu", 0) == v->fuses,
+          "%s: folded %d (changed %d), expected %d", v->label, folded, changed, v->fuses);
+    if (d && v->fuses)
+        CHECK(d->n_in == 5 && d->in[4] == kiln_model_find_value(opt, "y") &&
+                  d->out[0] == kiln_model_find_value(opt, "dx") && opt->n_nodes == 1,
+              "%s: the DropoutGrad does not read y and write dx alone", v->label);
+    CHECK(topological(opt), "%s: the nodes are not in a topological order", v->label);
+    in[0] = kt_rand(KILN_F32, 2, (int64_t[]){64, 128}, -2, 2, 41);
+    in[1] = kt_rand(KILN_BOOL, 2, (int64_t[]){64, 128}, 0, 2, 42);
+    in[2] = kt_rand(KILN_F32, 2, (int64_t[]){64, 128}, -1, 1, 43);
+    same_function(v->label, m, opt, in, NULL);
+out:
+    for (int i = 0; i < 3; i++) kiln_tensor_free(in[i]);
+    kiln_model_free(opt);
+    kiln_model_free(m);
+}
+
 int main(void) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
 
@@ -290,6 +396,14 @@ int main(void) {
         {"X NCHW (no layout pass): not fused", 2, 2, 8, true, false, false, false},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) small(&vs[i]);
+
+    static const relu_variant rv[] = {
+        {"DropoutGrad -> Relu's UnaryGrad: folded", "Relu", 0, true},
+        {"g read twice: not folded", "Relu", 1, false},
+        {"g a graph output: not folded", "Relu", 2, false},
+        {"Sigmoid's UnaryGrad: not folded", "Sigmoid", 0, false},
+    };
+    for (size_t i = 0; i < sizeof rv / sizeof rv[0]; i++) relu_fold(&rv[i]);
 
     kiln_context_free(ctx);
     printf("%s\n", fails ? "FAILED" : "all fuse-pool checks passed");

@@ -30,7 +30,22 @@
  * (a Relu's gradient reads its output Y, here x), it folds too (relu=1). dy and the mask
  * NCHW, dx NHWC. The fused gradient takes the DropoutGrad's ratio and training_mode.
  * Only on devices that have both ops' kernels (kiln_pass_device_has). The nodes are left in
- * a topological order. */
+ * a topological order.
+ *
+ * Then, wherever the pass runs (not only after a pool), a Relu's gradient after a training
+ * Dropout's (mnist-net's dropout2 after fc1's Relu: two tiny dependent kernels on the
+ * step's critical path):
+ *
+ *             g = kiln.DropoutGrad(dy, mask, ratio?, training_mode?)   relu = 0, dX not NHWC
+ *             dx = kiln.UnaryGrad(g, -, y) op=Relu
+ *          -> dx = kiln.DropoutGrad(dy, mask, ratio?, training_mode?, y) relu=1
+ *
+ * when g has no other reader and is no graph output, and y, g and dx have one format, not
+ * NHWC (the CUDA kernel reads and writes all of them elementwise; the tiled NHWC-dX kernel
+ * has no Relu). The DropoutGrad node (its name) stays and writes dx; the UnaryGrad goes; g
+ * is no longer written. UnaryGrad's own checks (Y of dY's dtype and shape) are those
+ * relu = 1 asks for. Only where the device has kiln.DropoutGrad's kernel; nodes re-sorted
+ * (y may be computed after the DropoutGrad's place). */
 #include "passes.h"
 
 #include <stdlib.h>
@@ -133,7 +148,8 @@ static int trimmed(const int *in, int n) {
     return n;
 }
 
-kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+/* The pools (see the file's opening comment). */
+static kiln_status fuse_pools(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "MaxPoolDropout") || !kiln_pass_device_has(o, "MaxPoolDropoutGrad")) return KILN_OK;
     /* no pool over an NHWC input (every CPU plan): no shape inference either */
     bool candidate = false;
@@ -190,4 +206,53 @@ kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool 
     kiln_pass_shape_probes_free(&sp);
     free(dead);
     return st;
+}
+
+/* The Relu UnaryGrad reading (g, absent, y) folded into the kiln.DropoutGrad writing g (see
+ * the file's opening comment). */
+static kiln_status fold_relu_grads(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    if (!kiln_pass_device_has(o, "DropoutGrad")) return KILN_OK;
+    bool any = false;
+    for (int i = 0; i < m->n_nodes && !any; i++) any = is_kiln(&m->nodes[i], "UnaryGrad");
+    if (!any) return KILN_OK;
+    int *prod = kiln_pass_producers(m);
+    bool *dead = prod ? kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass") : NULL;
+    if (!dead) {
+        free(prod);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    kiln_status st = KILN_OK;
+    any = false;
+    for (int ui = 0; ui < m->n_nodes && !st; ui++) {
+        const kiln_node *u = &m->nodes[ui];
+        if (!is_kiln(u, "UnaryGrad") || strcmp(kiln_attr_string(u, "op", ""), "Relu") != 0 || u->n_in != 3 ||
+            u->in[0] < 0 || u->in[1] >= 0 || u->in[2] < 0 || u->n_out != 1 || u->out[0] < 0)
+            continue;
+        const int g = u->in[0], y = u->in[2], dx = u->out[0], di = prod[g];
+        if (di < 0 || dead[di] || kiln_pass_single_consumer(m, g) != ui) continue;
+        const kiln_node *d = &m->nodes[di];
+        if (!is_kiln(d, "DropoutGrad") || d->n_in < 2 || d->n_in > 4 || d->n_out != 1 || d->out[0] != g ||
+            kiln_attr_int(d, "relu", 0) != 0)
+            continue;
+        if (fmt(m, g) == KILN_FORMAT_NHWC || fmt(m, y) != fmt(m, g) || fmt(m, dx) != fmt(m, g)) continue;
+        st = kiln_pass_set_input(m, di, 4, y);
+        if (!st) st = kiln_pass_set_int(m, di, "relu", 1);
+        if (st) break;
+        m->nodes[di].out[0] = dx;
+        dead[ui] = true;
+        any = true;
+    }
+    if (!st && any) {
+        kiln_pass_remove_nodes(m, dead);
+        st = kiln_pass_sort_nodes(m);
+        *changed = true;
+    }
+    free(prod);
+    free(dead);
+    return st;
+}
+
+kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    kiln_status st = fuse_pools(m, o, changed);
+    return st ? st : fold_relu_grads(m, o, changed);
 }
