@@ -20,13 +20,16 @@
  *   kiln_cuda_rng_next advances it from a device counter inside a captured graph (see
  *   cuda_backend.h).
  *
- *   kiln.DropoutGrad(dY, mask, ratio?, training_mode?): training: dX = mask ? dY * scale
+ *   kiln.DropoutGrad(dY, mask, ratio?, training_mode?, Y?): training: g = mask ? dY * scale
  *   : 0 (f32: dY times the float-rounded scale, as the reference; other dtypes through
- *   double); otherwise dX = dY.
+ *   double); otherwise g = dY. dX = g, or with attribute relu = 1 (the fuse-pool pass's
+ *   fold of a Relu's kiln.UnaryGrad) dX = Y > 0 ? g : 0, g rounded to the dtype first and
+ *   passed as it is (NaN and inf too) where Y > 0, as the two unfused kernels write it. A
+ *   training ratio outside [0, 1) zeroes dX and raises the device error flag.
  *
- * Grid-stride; the mask is one byte per element (bool). When the data are aligned to 4
- * elements and the mask to 4 bytes, a thread takes 4 elements (vector loads and stores, a
- * 4-byte mask word, 32-bit indices); otherwise one element per thread.
+ * Grid-stride; the mask is one byte per element (bool). When the data (Y too) are aligned
+ * to 4 elements and the mask to 4 bytes, a thread takes 4 elements (vector loads and
+ * stores, a 4-byte mask word, 32-bit indices); otherwise one element per thread.
  *
  * Across layouts (the layout pass, src/passes/layout.c: the conversion next to Dropout in
  * a CNN's training step folded into it). Dims are logical NCHW, as everywhere:
@@ -34,7 +37,8 @@
  *     outputs is X's element at logical position i, and the mask is drawn by that NCHW
  *     index i, so Y and the mask are bit for bit those of the NCHW kernel on ToNCHW(X).
  *   kiln.DropoutGrad with dY and the mask NCHW and a 4-D NHWC dX: dX = ToNHWC of the NCHW
- *     result, bit for bit.
+ *     result, bit for bit. Not with relu = 1 (table.c refuses it; the fuse-pool pass folds
+ *     the Relu only where dY, the mask, Y and dX are all NCHW).
  *   Both move 32x32 tiles through shared memory, (N, H*W, C) <-> (N, C, H*W), as
  *   kiln.ToNCHW / kiln.ToNHWC do for more than a few channels, so that NHWC and NCHW
  *   accesses are both coalesced. A plain gather (one thread per NCHW element reading X at
@@ -147,11 +151,14 @@ __global__ void dropout_kernel(const T *x, T *y, uint8_t *mask, int64_t n, Dropo
     }
 }
 
-/* Whether the 4-element path may take n elements at these pointers (each NULL or aligned to
- * 4 elements of its type; indices of quads within 32 bits). */
-template <typename T> bool quad_ok(const void *a, const void *b, const void *mask, int64_t n) {
+/* Whether the 4-element path may take n elements at these pointers (a, b and c each NULL
+ * or aligned to 4 elements of its type, the mask to 4 bytes; indices of quads within 32
+ * bits). */
+template <typename T>
+bool quad_ok(const void *a, const void *b, const void *mask, int64_t n, const void *c = nullptr) {
     const uintptr_t al = 4 * sizeof(T);
-    return n / 4 <= 0x7fffffff && (uintptr_t)a % al == 0 && (uintptr_t)b % al == 0 && (uintptr_t)mask % 4 == 0;
+    return n / 4 <= 0x7fffffff && (uintptr_t)a % al == 0 && (uintptr_t)b % al == 0 && (uintptr_t)c % al == 0 &&
+           (uintptr_t)mask % 4 == 0;
 }
 
 template <typename T>
@@ -319,15 +326,23 @@ template <typename T> __device__ __forceinline__ float dropout_grad_one(float g,
     else return keep ? (float)((double)g * scale) : 0.f;
 }
 
-// dy, dx: (n); mask: (n). QUAD as in dropout_kernel.
-template <typename T, bool QUAD>
-__global__ void dropout_grad_kernel(const T *dy, const uint8_t *mask, T *dx, int64_t n,
+/* The Relu's gradient after the dropout's (kiln.DropoutGrad relu = 1): g where the Relu's
+ * output y is positive, else zero whatever g is. */
+template <typename T> __device__ __forceinline__ T relu_grad(T g, T y) { return to_f(y) > 0.f ? g : from_f<T>(0.f); }
+
+// dy, dx: (n); mask: (n); y: (n), read when RELU (relu = 1). QUAD as in dropout_kernel
+// (y then aligned as dy and dx are).
+template <typename T, bool QUAD, bool RELU>
+__global__ void dropout_grad_kernel(const T *dy, const uint8_t *mask, const T *y, T *dx, int64_t n,
                                     const void *ratio_p, int ratio_dt, const uint8_t *train_p,
                                     kiln_cuda_flag *flag) {
     const double ratio = read_ratio(ratio_p, ratio_dt);
     if (!(train_p && *train_p)) {
-        if (dx != dy)
+        if constexpr (RELU) {
+            for (int64_t i = thread_index(); i < n; i += grid_stride()) dx[i] = relu_grad<T>(dy[i], y[i]);
+        } else if (dx != dy) {
             for (int64_t i = thread_index(); i < n; i += grid_stride()) dx[i] = dy[i];
+        }
         return;
     }
     if (!(ratio >= 0 && ratio < 1)) {
@@ -348,25 +363,40 @@ __global__ void dropout_grad_kernel(const T *dy, const uint8_t *mask, T *dx, int
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 out.v[e] = from_f<T>(dropout_grad_one<T>(to_f(g.v[e]), (bits >> (8 * e)) & 0xffu, scale, sf));
+            if constexpr (RELU) {
+                const Quad<T> yv = reinterpret_cast<const Quad<T> *>(y)[q];
+#pragma unroll
+                for (int e = 0; e < 4; e++) out.v[e] = relu_grad<T>(out.v[e], yv.v[e]);
+            }
             reinterpret_cast<Quad<T> *>(dx)[q] = out;
         }
         start += (int64_t)nq * 4;
     }
-    for (int64_t i = start; i < n; i += grid_stride())
-        dx[i] = from_f<T>(dropout_grad_one<T>(to_f(dy[i]), mask[i], scale, sf));
+    for (int64_t i = start; i < n; i += grid_stride()) {
+        const T g = from_f<T>(dropout_grad_one<T>(to_f(dy[i]), mask[i], scale, sf));
+        if constexpr (RELU) dx[i] = relu_grad<T>(g, y[i]);
+        else dx[i] = g;
+    }
 }
 
+template <typename T, bool QUAD, bool RELU>
+void start_dropout_grad(kiln_cuda *cu, const void *dy, const uint8_t *mask, const void *y, void *dx, int64_t n,
+                        const void *ratio, int ratio_dt, const uint8_t *train) {
+    dropout_grad_kernel<T, QUAD, RELU><<<kiln_cuda_blocks(cu, QUAD ? n / 4 + 1 : n, THREADS), THREADS, 0, cu->stream>>>(
+        (const T *)dy, mask, (const T *)y, (T *)dx, n, ratio, ratio_dt, train, cu->flag);
+}
+
+/* y: the Relu's output (relu = 1), or NULL. */
 template <typename T>
 kiln_status launch_dropout_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy, const uint8_t *mask,
-                                void *dx, int64_t n, const void *ratio, int ratio_dt,
+                                const void *y, void *dx, int64_t n, const void *ratio, int ratio_dt,
                                 const uint8_t *train) {
     if (n == 0) return KILN_OK;
-    if (quad_ok<T>(dy, dx, mask, n))
-        dropout_grad_kernel<T, true><<<kiln_cuda_blocks(cu, n / 4 + 1, THREADS), THREADS, 0, cu->stream>>>(
-            (const T *)dy, mask, (T *)dx, n, ratio, ratio_dt, train, cu->flag);
-    else
-        dropout_grad_kernel<T, false><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
-            (const T *)dy, mask, (T *)dx, n, ratio, ratio_dt, train, cu->flag);
+    const bool quad = quad_ok<T>(dy, dx, mask, n, y);
+    if (y && quad) start_dropout_grad<T, true, true>(cu, dy, mask, y, dx, n, ratio, ratio_dt, train);
+    else if (y) start_dropout_grad<T, false, true>(cu, dy, mask, y, dx, n, ratio, ratio_dt, train);
+    else if (quad) start_dropout_grad<T, true, false>(cu, dy, mask, y, dx, n, ratio, ratio_dt, train);
+    else start_dropout_grad<T, false, false>(cu, dy, mask, y, dx, n, ratio, ratio_dt, train);
     KILN_CUDA_LAUNCHED(ctx, "dropout_grad_kernel");
     return KILN_OK;
 }
@@ -513,7 +543,7 @@ extern "C" kiln_status kiln_cuda_k_dropout_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     const kiln_tensor *dy = c->in[0], *mask = c->in[1];
     kiln_tensor *dx = c->out[0];
     kiln_status st;
-    if (nhwc4(dx)) { /* dY and the mask NCHW (kiln_cuda_supports checked) */
+    if (nhwc4(dx)) { /* dY and the mask NCHW, relu = 0 (kiln_cuda_supports checked) */
         const Pool none = {0, 0, 0, false};
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_dropout_grad_nhwc_out, cu, c->kctx, dy->data,
                                (const uint8_t *)mask->data, nullptr, dx->data, dx->dims[0], dx->dims[1],
@@ -522,8 +552,10 @@ extern "C" kiln_status kiln_cuda_k_dropout_grad(kiln_cuda *cu, kiln_op_ctx *c) {
                                present(c, 3) ? (const uint8_t *)c->in[3]->data : nullptr);
         return st;
     }
+    /* relu = 1: Y is input 4, NCHW like the rest (kiln_cuda_supports checked) */
+    const void *y = kiln_attr_int(c->node, "relu", 0) != 0 && present(c, 4) ? c->in[4]->data : nullptr;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_dropout_grad, cu, c->kctx, dy->data,
-                           (const uint8_t *)mask->data, c->out[0]->data, kiln_tensor_numel(dy),
+                           (const uint8_t *)mask->data, y, c->out[0]->data, kiln_tensor_numel(dy),
                            present(c, 2) ? c->in[2]->data : nullptr,
                            present(c, 2) ? (int)c->in[2]->dtype : 0,
                            present(c, 3) ? (const uint8_t *)c->in[3]->data : nullptr);

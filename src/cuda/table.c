@@ -356,8 +356,10 @@ static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
     return float_scalar(c, 1, "ratio", why, n) && bool_scalar(c, 2, "training_mode", why, n);
 }
 
-/* kiln.DropoutGrad(dY, mask, ratio?, training_mode?): dY and the mask NCHW; dX NCHW, or
- * NHWC (the layout pass's fold of a kiln.ToNHWC). */
+/* kiln.DropoutGrad(dY, mask, ratio?, training_mode?, Y?): dY and the mask NCHW; dX NCHW, or
+ * NHWC (the layout pass's fold of a kiln.ToNHWC). With relu = 1 (the fuse-pool pass's fold
+ * of a Relu's gradient) Y of dY's dtype, and all four of dY, the mask, Y and dX NCHW: the
+ * tiled kernel that writes an NHWC dX applies no Relu. */
 static bool sup_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) {
     if (!float_input(c, 0, why, n)) return false;
     if (!present(c, 1) || c->in[1]->dtype != KILN_BOOL) {
@@ -369,6 +371,17 @@ static bool sup_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) {
             snprintf(why, n, "input %d is laid out NHWC (dY and the mask are read NCHW)", i);
             return false;
         }
+    if (kiln_attr_int(c->node, "relu", 0) != 0) {
+        if (!present(c, 4) || c->in[4]->dtype != c->in[0]->dtype) {
+            snprintf(why, n, "relu = 1 needs input 4, Y, of dY's dtype");
+            return false;
+        }
+        if (is_nhwc(c->in[4]) || is_nhwc(c->out[0])) {
+            snprintf(why, n, "relu = 1 with %s laid out NHWC (the Relu is applied with dY, the mask, Y and dX all NCHW)",
+                     is_nhwc(c->in[4]) ? "Y" : "dX");
+            return false;
+        }
+    }
     return float_scalar(c, 2, "ratio", why, n) && bool_scalar(c, 3, "training_mode", why, n);
 }
 

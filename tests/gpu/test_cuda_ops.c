@@ -1274,6 +1274,25 @@ static void dropout_cases(void) {
            INPUTS(X(3, 50), XT(KILN_BOOL, 0, 2, 3, 50), NONE, SCALARV(KILN_BOOL, ONE)));
     floats("kiln.DropoutGrad", "", 0, true, 0, 0, "ratio f64",
            INPUTS(X(1001), XT(KILN_BOOL, 0, 2, 1001), SCALARV(KILN_F64, RATIO_50), SCALARV(KILN_BOOL, ONE)));
+    /* relu = 1 (the fuse-pool pass's fold of a Relu's gradient): dX = Y > 0 ? g : 0 with Y
+     * input 4, against the op's CPU reference (DropoutGrad then UnaryGrad op=Relu, bit for
+     * bit, in its optests); 4 elements a thread (Y's vector load), and misaligned (f32: every
+     * input one element off, one element a thread) */
+    floats("kiln.DropoutGrad", "relu=1", 0, true, 0, 0, "relu, training, ratio 0.25, mnist dropout2",
+           INPUTS(X(64, 128), XT(KILN_BOOL, 0, 2, 64, 128), SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ONE),
+                  X(64, 128)));
+    floats("kiln.DropoutGrad", "relu=1", 0, true, 0, 0, "relu, training false",
+           INPUTS(X(3, 50), XT(KILN_BOOL, 0, 2, 3, 50), SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ZERO),
+                  X(3, 50)));
+    floats("kiln.DropoutGrad", "relu=1", 0, true, 0, 0, "relu, ratio f64, odd size",
+           INPUTS(X(1001), XT(KILN_BOOL, 0, 2, 1001), SCALARV(KILN_F64, RATIO_50), SCALARV(KILN_BOOL, ONE),
+                  X(1001)));
+    floats("kiln.DropoutGrad", "relu=1", 0, false, 0, 0, "relu, ratio 0 in training",
+           INPUTS(X(4, 9), XT(KILN_BOOL, 0, 2, 4, 9), SCALARV(KILN_F32, RATIO_0), SCALARV(KILN_BOOL, ONE), X(4, 9)));
+    floats("kiln.DropoutGrad", "relu=1", 0, false, 0, 0, "relu, default ratio",
+           INPUTS(X(3, 50), XT(KILN_BOOL, 0, 2, 3, 50), NONE, SCALARV(KILN_BOOL, ONE), X(3, 50)));
+    floats("kiln.DropoutGrad", "relu=1", 0, false, 0, 0, "relu, no ratio, no training_mode",
+           INPUTS(X(7), XT(KILN_BOOL, 0, 2, 7), NONE, NONE, X(7)));
 
     /* across layouts (the layout pass's folds of a conversion): an NHWC X into an NCHW Y
      * and mask, the mask the CPU's bit for bit (drawn by NCHW index); NCHW dY and mask into
@@ -3283,7 +3302,7 @@ static void layout_supports_checks(void) {
 
 /* Dropout and kiln.DropoutGrad across layouts: Dropout takes an NHWC X into an NCHW Y and
  * mask in any mode, or into an NHWC Y at inference; DropoutGrad takes NCHW dY and mask
- * into an NCHW or NHWC dX; nothing else. */
+ * into an NCHW or NHWC dX, and with relu = 1 only an NCHW Y into an NCHW dX; nothing else. */
 static void dropout_layout_supports_checks(void) {
     const int C = KILN_FORMAT_NCHW, H = KILN_FORMAT_NHWC, NO = -1;
     static const struct {
@@ -3291,23 +3310,28 @@ static void dropout_layout_supports_checks(void) {
         int x, y, mask; /* formats of X (dY), Y (dX) and the mask (NO: none) */
         bool training;  /* a training_mode input */
         bool ok;
+        bool relu;      /* DropoutGrad relu = 1, with input Y of format y_fmt */
+        int y_fmt;
     } t[] = {
-        {"Dropout", "Dropout from NHWC into NCHW Y and mask, training", H, C, C, true, true},
-        {"Dropout", "Dropout from NHWC into NCHW, no mask, no training_mode", H, C, NO, false, true},
-        {"Dropout", "Dropout from NHWC into NCHW, training, no mask", H, C, NO, true, true},
-        {"Dropout", "Dropout NHWC to NHWC at inference", H, H, NO, false, true},
-        {"Dropout", "Dropout NCHW, training", C, C, C, true, true},
-        {"Dropout", "Dropout NHWC to NHWC with a mask", H, H, C, true, false},
-        {"Dropout", "Dropout NHWC to NHWC with training_mode", H, H, NO, true, false},
-        {"Dropout", "Dropout with an NHWC mask", H, C, H, true, false},
-        {"Dropout", "Dropout with an NHWC mask and NCHW X", C, C, H, true, false},
-        {"Dropout", "Dropout from NCHW into NHWC", C, H, NO, false, false},
-        {"DropoutGrad", "DropoutGrad from NCHW into NHWC dX", C, H, C, true, true},
-        {"DropoutGrad", "DropoutGrad NCHW", C, C, C, true, true},
-        {"DropoutGrad", "DropoutGrad from NHWC dY", H, H, C, true, false},
-        {"DropoutGrad", "DropoutGrad with an NHWC mask", C, H, H, true, false},
-        {"DropoutGrad", "DropoutGrad NHWC throughout", H, H, H, true, false},
-        {"DropoutGrad", "DropoutGrad from NHWC dY into NCHW", H, C, C, true, false},
+        {"Dropout", "Dropout from NHWC into NCHW Y and mask, training", H, C, C, true, true, false, C},
+        {"Dropout", "Dropout from NHWC into NCHW, no mask, no training_mode", H, C, NO, false, true, false, C},
+        {"Dropout", "Dropout from NHWC into NCHW, training, no mask", H, C, NO, true, true, false, C},
+        {"Dropout", "Dropout NHWC to NHWC at inference", H, H, NO, false, true, false, C},
+        {"Dropout", "Dropout NCHW, training", C, C, C, true, true, false, C},
+        {"Dropout", "Dropout NHWC to NHWC with a mask", H, H, C, true, false, false, C},
+        {"Dropout", "Dropout NHWC to NHWC with training_mode", H, H, NO, true, false, false, C},
+        {"Dropout", "Dropout with an NHWC mask", H, C, H, true, false, false, C},
+        {"Dropout", "Dropout with an NHWC mask and NCHW X", C, C, H, true, false, false, C},
+        {"Dropout", "Dropout from NCHW into NHWC", C, H, NO, false, false, false, C},
+        {"DropoutGrad", "DropoutGrad from NCHW into NHWC dX", C, H, C, true, true, false, C},
+        {"DropoutGrad", "DropoutGrad NCHW", C, C, C, true, true, false, C},
+        {"DropoutGrad", "DropoutGrad from NHWC dY", H, H, C, true, false, false, C},
+        {"DropoutGrad", "DropoutGrad with an NHWC mask", C, H, H, true, false, false, C},
+        {"DropoutGrad", "DropoutGrad NHWC throughout", H, H, H, true, false, false, C},
+        {"DropoutGrad", "DropoutGrad from NHWC dY into NCHW", H, C, C, true, false, false, C},
+        {"DropoutGrad", "DropoutGrad relu=1 NCHW throughout", C, C, C, true, true, true, C},
+        {"DropoutGrad", "DropoutGrad relu=1 into NHWC dX", C, H, C, true, false, true, C},
+        {"DropoutGrad", "DropoutGrad relu=1 with an NHWC Y", C, C, C, true, false, true, H},
     };
     const int64_t dims[4] = {2, 3, 4, 5}, one[1] = {1};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -3317,14 +3341,16 @@ static void dropout_layout_supports_checks(void) {
         kiln_tensor mask = shape4(KILN_BOOL, 4, dims, t[i].mask == H ? KILN_FORMAT_NHWC : KILN_FORMAT_NCHW);
         kiln_tensor ratio = shape4(KILN_F32, 0, one, KILN_FORMAT_NCHW);
         kiln_tensor train = shape4(KILN_BOOL, 0, one, KILN_FORMAT_NCHW);
-        /* Dropout(X, ratio, training_mode?) -> Y, mask?; DropoutGrad(dY, mask, ratio, training_mode) -> dX */
-        kiln_tensor *in[4] = {&x, NULL, NULL, NULL}, *out[2] = {&y, NULL};
+        kiln_tensor relu_y = shape4(KILN_F32, 4, dims, (kiln_format)t[i].y_fmt);
+        /* Dropout(X, ratio, training_mode?) -> Y, mask?; DropoutGrad(dY, mask, ratio, training_mode, Y?) -> dX */
+        kiln_tensor *in[5] = {&x, NULL, NULL, NULL, NULL}, *out[2] = {&y, NULL};
         int n_in = 2, n_out = 1;
         if (grad) {
             in[1] = &mask;
             in[2] = &ratio;
             in[3] = &train;
-            n_in = 4;
+            in[4] = &relu_y;
+            n_in = t[i].relu ? 5 : 4;
         } else {
             in[1] = &ratio;
             if (t[i].training) {
@@ -3345,9 +3371,15 @@ static void dropout_layout_supports_checks(void) {
         node.opset = 21;
         node.n_in = n_in;
         node.n_out = n_out;
+        if (t[i].relu && kiln_attrs_parse(ctx, "relu=1", &node.attrs, &node.n_attrs)) {
+            fail(t[i].what, "attributes: %s", kiln_context_message(ctx));
+            continue;
+        }
         kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = n_in, .in = in, .n_out = n_out, .out = out};
         kiln_clear_error(ctx);
         const kiln_status st = kiln_cuda_supports(&c);
+        for (int a = 0; a < node.n_attrs; a++) kiln_attr_clear(&node.attrs[a]);
+        free(node.attrs);
         char label[200];
         snprintf(label, sizeof label, "%s is %s on cuda", t[i].what, t[i].ok ? "supported" : "rejected");
         if (t[i].ok) check(st == KILN_OK, label, kiln_context_message(ctx));
