@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# v1.7 (all of it): side streams, fused activations, fused loss, the epilogue in one
-# launch, Dropout across layouts, the loss ring written on the device:
-# GPU kernel tests, epochs and step profiles with each technique on and off, AMP,
-# PyTorch's reference script in the same call, and ResNet-50 inference (no regression).
+# Runs 19-21 (v1.7) and later: GPU kernel tests, epochs and step profiles with each
+# technique on and off, AMP, PyTorch's reference script in the same call, and ResNet-50
+# inference (no regression).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 eval "$(tests/gpu/device.sh env)"
@@ -23,9 +22,9 @@ run() {
 run
 run --amp fp16
 run --amp bf16
+# each technique off in turn (ABLATE="fuse-pool streams", say; QUICK=1 runs none)
 if [ -z "${QUICK:-}" ]; then
-  run --amp fp16 --disable streams
-  run --amp fp16 --disable fuse-loss
+  for a in ${ABLATE:-streams fuse-loss}; do run --amp fp16 --disable $a; done
 fi
 echo "== PyTorch reference (same call)"
 PYTHONUNBUFFERED=1 python3 bench/reference/torch_train.py $D 2>&1 | grep -v Warning | grep mnist

@@ -28,16 +28,16 @@ static int usage(FILE *f) {
             "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
             "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--threads N] [--no-fold] [--stats]\n"
             "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
-            "                                pad-channels cuda-graph autotune conv-gemm conv-direct streams,\n"
-            "                                or all)\n"
+            "                                fuse-pool pad-channels cuda-graph autotune conv-gemm conv-direct\n"
+            "                                streams, or all)\n"
             "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
             "      order (fewer --output than graph outputs is fine).\n"
             "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
             "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
             "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
             "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
-            "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,autotune,\n"
-            "        conv-gemm,conv-direct,streams] (CUDA)\n"
+            "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,fuse-pool,\n"
+            "        autotune,conv-gemm,conv-direct,streams] (CUDA)\n"
             "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
             "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
             "      one training step, slowest first: each node of the forward + backward on its\n"
@@ -116,6 +116,7 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"cuda-graph", KILN_PASS_CUDA_GRAPH}, {"autotune", KILN_PASS_AUTOTUNE},
     {"conv-gemm", KILN_PASS_CONV_GEMM},   {"conv-direct", KILN_PASS_CONV_DIRECT},
     {"fuse-loss", KILN_PASS_FUSE_LOSS},   {"streams", KILN_PASS_STREAMS},
+    {"fuse-pool", KILN_PASS_FUSE_POOL},
 };
 
 static int parse_disable(const char *list, unsigned *out) {

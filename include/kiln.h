@@ -229,9 +229,13 @@ enum {
     KILN_PASS_FUSE_LOSS = 1 << 10,    /* LogSoftmax -> NegativeLogLikelihoodLoss (mean/sum) on
                                          (N, C) and, in a training graph, its gradient pair as
                                          one op each, reading an fp16/bf16 X as it is */
-    KILN_PASS_STREAMS = 1 << 11       /* a captured graph runs the nodes off its longest path
+    KILN_PASS_STREAMS = 1 << 11,      /* a captured graph runs the nodes off its longest path
                                          (weight gradients, independent branches) on side
                                          streams, as parallel branches (CUDA) */
+    KILN_PASS_FUSE_POOL = 1 << 12     /* MaxPool -> training Dropout over an NHWC image
+                                         (non-overlapping 2-D windows) and, in a training
+                                         graph, its gradient chain (with the Relu's before
+                                         the pool) as one op each (CUDA, after nhwc) */
 };
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),
@@ -322,7 +326,8 @@ typedef struct kiln_train_options {
                                 NHWC unless strict_fp32), KILN_PASS_AUTOTUNE,
                                 KILN_PASS_CONV_GEMM, KILN_PASS_CONV_DIRECT,
                                 KILN_PASS_FUSE_CONV (conv / product + activation as one
-                                kernel), KILN_PASS_STREAMS and KILN_PASS_FUSE_LOSS;
+                                kernel), KILN_PASS_STREAMS, KILN_PASS_FUSE_LOSS and
+                                KILN_PASS_FUSE_POOL (with NHWC);
                                 CPU training passes them all to its session */
 } kiln_train_options;
 

@@ -20,6 +20,8 @@
  * time and dY otherwise, from the forward's mask output (the trainer adds that output;
  * without it the rule refuses). ratio has no gradient.
  */
+#include "dropout.h"
+
 #include "../core/optest.h"
 #include "../train/autograd.h"
 
@@ -39,41 +41,28 @@ static uint64_t mix64(uint64_t z) {
 static bool has_in(const kiln_op_ctx *c, int i) { return c->n_in > i && c->in[i] != NULL; }
 static bool has_out(const kiln_op_ctx *c, int i) { return c->n_out > i && c->out[i] != NULL; }
 
-static kiln_status infer(kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0];
-    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
-                  "input data dtype %s is not supported", kiln_dtype_name(x->dtype));
-    if (c->node->opset < 12) {
-        KILN_OP_CHECK(c, !has_in(c, 1) && !has_in(c, 2), KILN_ERR_UNSUPPORTED,
-                      "Dropout-%d takes one input (ratio is an attribute before opset 12)",
-                      c->node->opset);
+kiln_status kiln_dropout_check_args(kiln_op_ctx *c, const kiln_tensor *ratio, const kiln_tensor *training_mode) {
+    if (ratio) {
+        KILN_OP_CHECK(c, kiln_dtype_is_float(ratio->dtype), KILN_ERR_TYPE, "input ratio dtype %s is not a float type",
+                      kiln_dtype_name(ratio->dtype));
+        KILN_OP_CHECK(c, kiln_tensor_numel(ratio) == 1, KILN_ERR_SHAPE, "input ratio must be a scalar");
     }
-    if (has_in(c, 1)) {
-        const kiln_tensor *r = c->in[1];
-        KILN_OP_CHECK(c, kiln_dtype_is_float(r->dtype), KILN_ERR_TYPE,
-                      "input ratio dtype %s is not a float type", kiln_dtype_name(r->dtype));
-        KILN_OP_CHECK(c, kiln_tensor_numel(r) == 1, KILN_ERR_SHAPE, "input ratio must be a scalar");
+    if (training_mode) {
+        KILN_OP_CHECK(c, training_mode->dtype == KILN_BOOL, KILN_ERR_TYPE, "input training_mode dtype %s is not bool",
+                      kiln_dtype_name(training_mode->dtype));
+        KILN_OP_CHECK(c, kiln_tensor_numel(training_mode) == 1, KILN_ERR_SHAPE, "input training_mode must be a scalar");
     }
-    if (has_in(c, 2)) {
-        const kiln_tensor *t = c->in[2];
-        KILN_OP_CHECK(c, t->dtype == KILN_BOOL, KILN_ERR_TYPE,
-                      "input training_mode dtype %s is not bool", kiln_dtype_name(t->dtype));
-        KILN_OP_CHECK(c, kiln_tensor_numel(t) == 1, KILN_ERR_SHAPE,
-                      "input training_mode must be a scalar");
-    }
-    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
-    if (has_out(c, 1)) kiln_tensor_set_shape(c->out[1], KILN_BOOL, x->ndim, x->dims);
     return KILN_OK;
 }
 
-static kiln_status forward(kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0];
-    kiln_tensor *y = c->out[0];
-    bool *mask = has_out(c, 1) ? c->out[1]->data : NULL; // like x
-    int64_t n = kiln_tensor_numel(x);
-    bool train = c->node->opset >= 12 && has_in(c, 2) && *(const bool *)c->in[2]->data;
-    double ratio = has_in(c, 1) ? kiln_get_f64(c->in[1], 0) : 0.5;
+void kiln_dropout_mode(const kiln_tensor *ratio, const kiln_tensor *training_mode, double *r, bool *train) {
+    *r = ratio ? kiln_get_f64(ratio, 0) : 0.5;
+    *train = training_mode && *(const bool *)training_mode->data;
+}
 
+kiln_status kiln_dropout_apply(kiln_op_ctx *c, const kiln_tensor *x, kiln_tensor *y, bool *mask, double ratio,
+                               bool train) {
+    int64_t n = kiln_tensor_numel(x);
     if (!train || ratio == 0) {
         if (y->data != x->data) memcpy(y->data, x->data, (size_t)n * kiln_dtype_size(x->dtype));
         if (mask) memset(mask, 1, (size_t)n);
@@ -100,6 +89,31 @@ static kiln_status forward(kiln_op_ctx *c) {
         else kiln_set_f64(y, i, keep ? kiln_get_f64(x, i) * scale : 0.0);
     }
     return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE,
+                  "input data dtype %s is not supported", kiln_dtype_name(x->dtype));
+    if (c->node->opset < 12) {
+        KILN_OP_CHECK(c, !has_in(c, 1) && !has_in(c, 2), KILN_ERR_UNSUPPORTED,
+                      "Dropout-%d takes one input (ratio is an attribute before opset 12)",
+                      c->node->opset);
+    }
+    kiln_status st = kiln_dropout_check_args(c, has_in(c, 1) ? c->in[1] : NULL, has_in(c, 2) ? c->in[2] : NULL);
+    if (st) return st;
+    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    if (has_out(c, 1)) kiln_tensor_set_shape(c->out[1], KILN_BOOL, x->ndim, x->dims);
+    return KILN_OK;
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    double ratio;
+    bool train;
+    /* before opset 12 the op is always in inference form */
+    kiln_dropout_mode(has_in(c, 1) ? c->in[1] : NULL, c->node->opset >= 12 && has_in(c, 2) ? c->in[2] : NULL, &ratio,
+                      &train);
+    return kiln_dropout_apply(c, c->in[0], c->out[0], has_out(c, 1) ? c->out[1]->data : NULL, ratio, train);
 }
 
 /* ----------------------------------------------------------------- gradient */
@@ -131,21 +145,15 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
                   kiln_dtype_name(dy->dtype));
     KILN_OP_CHECK(c, mask->dtype == KILN_BOOL && kiln_tensor_numel(mask) == kiln_tensor_numel(dy), KILN_ERR_SHAPE,
                   "mask must be bool, shaped like dY");
-    KILN_OP_CHECK(c, !has_in(c, 2) || (kiln_dtype_is_float(c->in[2]->dtype) && kiln_tensor_numel(c->in[2]) == 1),
-                  KILN_ERR_TYPE, "ratio must be a float scalar");
-    KILN_OP_CHECK(c, !has_in(c, 3) || (c->in[3]->dtype == KILN_BOOL && kiln_tensor_numel(c->in[3]) == 1),
-                  KILN_ERR_TYPE, "training_mode must be a bool scalar");
+    kiln_status st = kiln_dropout_check_args(c, has_in(c, 2) ? c->in[2] : NULL, has_in(c, 3) ? c->in[3] : NULL);
+    if (st) return st;
     kiln_tensor_set_shape(c->out[0], dy->dtype, dy->ndim, dy->dims);
     return KILN_OK;
 }
 
-static kiln_status forward_grad(kiln_op_ctx *c) {
-    const kiln_tensor *dy = c->in[0];
-    const bool *mask = c->in[1]->data; // like dY
-    kiln_tensor *dx = c->out[0];
+kiln_status kiln_dropout_grad_apply(kiln_op_ctx *c, const kiln_tensor *dy, const bool *mask, kiln_tensor *dx,
+                                    double ratio, bool train) {
     int64_t n = kiln_tensor_numel(dy);
-    bool train = has_in(c, 3) && *(const bool *)c->in[3]->data;
-    double ratio = has_in(c, 2) ? kiln_get_f64(c->in[2], 0) : 0.5;
     if (!train) {
         if (dx->data != dy->data) memcpy(dx->data, dy->data, (size_t)n * kiln_dtype_size(dy->dtype));
         return KILN_OK;
@@ -162,6 +170,13 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
         for (int64_t i = 0; i < n; i++) kiln_set_f64(dx, i, mask[i] ? kiln_get_f64(dy, i) * scale : 0.0);
     }
     return KILN_OK;
+}
+
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    double ratio;
+    bool train;
+    kiln_dropout_mode(has_in(c, 2) ? c->in[2] : NULL, has_in(c, 3) ? c->in[3] : NULL, &ratio, &train);
+    return kiln_dropout_grad_apply(c, c->in[0], c->in[1]->data, c->out[0], ratio, train);
 }
 
 /* Training mode through autograd and a seeded session, where finite differences see the

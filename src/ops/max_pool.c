@@ -13,8 +13,9 @@
  * Gradient: kiln.MaxPoolGrad(dY, X) adds each window's dY at the element the forward pass
  *   picks (first maximum, or first NaN), recomputed from X; Indices has no gradient.
  */
+#include "max_pool.h"
+
 #include "../core/optest.h"
-#include "conv_common.h"
 
 #include <math.h>
 #include <string.h>
@@ -99,24 +100,29 @@ static kiln_status infer(kiln_op_ctx *c) {
     return shape_get(c, &w);
 }
 
-static size_t workspace(const kiln_op_ctx *c) {
-    return kiln_stage_size(c->in[0]) + kiln_stage_size(c->out[0]);
+size_t kiln_max_pool_workspace(const kiln_tensor *x, const kiln_tensor *y) {
+    return kiln_stage_size(x) + kiln_stage_size(y);
 }
+
+void kiln_max_pool_run(const kiln_window *w, const kiln_tensor *x, kiln_tensor *y, int64_t *ind, bool colmajor,
+                       char *ws) {
+    const void *X = kiln_stage_in(x, &ws);  // (N*C, D...)
+    void *Y = kiln_stage_out(y, &ws);       // (N*C, O...)
+    const int64_t NC = x->dims[0] * x->dims[1];
+    if (x->dtype == KILN_F64) maxpool_f64(w, NC, X, Y, ind, colmajor);
+    else maxpool_f32(w, NC, X, Y, ind, colmajor);
+    kiln_stage_finish(y, Y);
+}
+
+static size_t workspace(const kiln_op_ctx *c) { return kiln_max_pool_workspace(c->in[0], c->out[0]); }
 
 static kiln_status forward(kiln_op_ctx *c) {
     kiln_window w;
     kiln_status st = shape_get(c, &w);
     if (st != KILN_OK) return st;
-    const kiln_tensor *x = c->in[0];
-    char *ws = c->workspace;
-    const void *X = kiln_stage_in(x, &ws);      // (N*C, D...)
-    void *Y = kiln_stage_out(c->out[0], &ws);   // (N*C, O...)
     int64_t *ind = c->n_out > 1 && c->out[1] ? c->out[1]->data : NULL;
     const bool colmajor = kiln_attr_int(c->node, "storage_order", 0) == 1;
-    const int64_t NC = x->dims[0] * x->dims[1];
-    if (x->dtype == KILN_F64) maxpool_f64(&w, NC, X, Y, ind, colmajor);
-    else maxpool_f32(&w, NC, X, Y, ind, colmajor);
-    kiln_stage_finish(c->out[0], Y);
+    kiln_max_pool_run(&w, c->in[0], c->out[0], ind, colmajor, c->workspace);
     return KILN_OK;
 }
 
@@ -192,23 +198,30 @@ static kiln_status grad_infer(kiln_op_ctx *c) {
     return kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
 }
 
+size_t kiln_max_pool_grad_workspace(const kiln_tensor *dy, const kiln_tensor *x, const kiln_tensor *dx) {
+    return kiln_stage_size(dy) + kiln_stage_size(x) + kiln_stage_size(dx);
+}
+
+void kiln_max_pool_grad_run(const kiln_window *w, const kiln_tensor *dy, const kiln_tensor *x, kiln_tensor *dx,
+                            char *ws) {
+    const void *dY = kiln_stage_in(dy, &ws);  // (N*C, O...)
+    const void *X = kiln_stage_in(x, &ws);    // (N*C, D...)
+    void *dX = kiln_stage_out(dx, &ws);       // (N*C, D...)
+    const int64_t NC = x->dims[0] * x->dims[1];
+    if (x->dtype == KILN_F64) maxpool_grad_f64(w, NC, X, dY, dX);
+    else maxpool_grad_f32(w, NC, X, dY, dX);
+    kiln_stage_finish(dx, dX);
+}
+
 static size_t grad_workspace(const kiln_op_ctx *c) {
-    return kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) + kiln_stage_size(c->out[0]);
+    return kiln_max_pool_grad_workspace(c->in[0], c->in[1], c->out[0]);
 }
 
 static kiln_status grad_forward(kiln_op_ctx *c) {
     kiln_window w;
     kiln_status st = kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
     if (st != KILN_OK) return st;
-    const kiln_tensor *x = c->in[1];
-    char *ws = c->workspace;
-    const void *dY = kiln_stage_in(c->in[0], &ws);  // (N*C, O...)
-    const void *X = kiln_stage_in(x, &ws);          // (N*C, D...)
-    void *dX = kiln_stage_out(c->out[0], &ws);      // (N*C, D...)
-    const int64_t NC = x->dims[0] * x->dims[1];
-    if (x->dtype == KILN_F64) maxpool_grad_f64(&w, NC, X, dY, dX);
-    else maxpool_grad_f32(&w, NC, X, dY, dX);
-    kiln_stage_finish(c->out[0], dX);
+    kiln_max_pool_grad_run(&w, c->in[0], c->in[1], c->out[0], c->workspace);
     return KILN_OK;
 }
 

@@ -125,13 +125,9 @@ static kiln_status grad_infer(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status grad_forward(kiln_op_ctx *c) {
-    const kiln_unary_grad_def *gd = grad_def(c->node);
-    const kiln_unary_args a = gd->args ? gd->args(c->node) : (kiln_unary_args){0};
-    const kiln_tensor *dy = c->in[0];
-    const kiln_tensor *x = (gd->uses & KILN_UNARY_X) ? c->in[1] : NULL;
-    const kiln_tensor *y = (gd->uses & KILN_UNARY_Y) ? c->in[2] : NULL;
-    kiln_tensor *dx = c->out[0];
+void kiln_unary_grad_apply(const kiln_unary_grad_def *gd, const kiln_unary_args *args, const kiln_tensor *dy,
+                           const kiln_tensor *x, const kiln_tensor *y, kiln_tensor *dx) {
+    const kiln_unary_args a = *args;
     const int64_t n = kiln_tensor_numel(dy);
     const int nt = n >= KILN_UNARY_PAR_MIN ? kiln_cpu_threads() : 1;
     if (dy->dtype == KILN_F32) {
@@ -145,7 +141,7 @@ static kiln_status grad_forward(kiln_op_ctx *c) {
                 const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
                 gd->f32(xp ? xp + lo : NULL, yp ? yp + lo : NULL, dyp + lo, dxp + lo, hi - lo, &a);
             }
-            return KILN_OK;
+            return;
         }
 #pragma omp parallel for if (nt > 1) num_threads(nt)
         for (int64_t i = 0; i < n; i++) {
@@ -168,6 +164,13 @@ static kiln_status grad_forward(kiln_op_ctx *c) {
             kiln_set_f64(dx, i, d == 0 ? 0.0 : d * kiln_get_f64(dy, i));
         }
     }
+}
+
+static kiln_status grad_forward(kiln_op_ctx *c) {
+    const kiln_unary_grad_def *gd = grad_def(c->node);
+    const kiln_unary_args a = gd->args ? gd->args(c->node) : (kiln_unary_args){0};
+    kiln_unary_grad_apply(gd, &a, c->in[0], (gd->uses & KILN_UNARY_X) ? c->in[1] : NULL,
+                          (gd->uses & KILN_UNARY_Y) ? c->in[2] : NULL, c->out[0]);
     return KILN_OK;
 }
 

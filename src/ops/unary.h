@@ -72,6 +72,12 @@ typedef struct kiln_unary_grad_def {
  * Floor: the gradient does not flow there at all). Inputs other than X (Clip's bounds)
  * get no gradient: asking for one fails with KILN_ERR_UNSUPPORTED. */
 kiln_status kiln_unary_grad(kiln_grad_ctx *g);
+/* What kiln.UnaryGrad computes: dx = dy * dy/dx at (x, y) elementwise in dy's dtype (0
+ * where the derivative is 0, whatever dy), with the derivative gd and its constants args;
+ * x or y NULL where gd's `uses` leaves it out. dx may be dy (in place). For fused ops that
+ * end in an activation's gradient (src/ops/max_pool_dropout.c). */
+void kiln_unary_grad_apply(const kiln_unary_grad_def *gd, const kiln_unary_args *args, const kiln_tensor *dy,
+                           const kiln_tensor *x, const kiln_tensor *y, kiln_tensor *dx);
 /* For the ops' tests: kiln_gradcheck of op on the f64 vector vals (n elements). */
 int kiln_unary_gradcheck(const char *op, const char *attrs, int opset, int n, const double *vals,
                          const char *label);

@@ -84,21 +84,6 @@ static void find_backward(const kiln_model *m, const bool *dead, int ls, int nll
     }
 }
 
-/* Put the nodes in a topological order (the fused forward sits where the NLL was, and a
- * kept log_prob may have readers before it). */
-static kiln_status sort_nodes(kiln_model *m) {
-    int *order = malloc(((size_t)m->n_nodes + 1) * sizeof *order);
-    kiln_node *tmp = malloc(((size_t)m->n_nodes + 1) * sizeof *tmp);
-    kiln_status st = order && tmp ? kiln_pass_topo_order(m, order) : kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if (!st) {
-        for (int i = 0; i < m->n_nodes; i++) tmp[i] = m->nodes[order[i]];
-        memcpy(m->nodes, tmp, (size_t)m->n_nodes * sizeof *tmp);
-    }
-    free(order);
-    free(tmp);
-    return st;
-}
-
 /* Readers of v among the live nodes, and the graph outputs. */
 static int live_uses(const kiln_model *m, const bool *dead, int v) {
     int n = 0;
@@ -242,7 +227,10 @@ kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool 
     }
     if (!st && any) {
         kiln_pass_remove_nodes(m, dead);
-        st = sort_nodes(m);
+        /* the fused forward sits where the NLL was, and a kept log_prob may have readers
+         * before it; a merged gradient where the forward was may read a dLoss computed
+         * after it */
+        st = kiln_pass_sort_nodes(m);
         *changed = true;
     }
     free(vt);

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Order matters: folding BN before fusing lets the fused conv absorb it; layout and
- * precision come last so they see the final op mix. */
+/* Order matters: folding BN before fusing lets the fused conv absorb it; precision and
+ * layout come late so they see the final op mix. */
 static const kiln_pass passes[] = {
     {"dead-nodes", KILN_PASS_DEAD_NODES, kiln_pass_dead_nodes},
     {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
@@ -25,8 +25,10 @@ static const kiln_pass passes[] = {
      * it). Only the layout pass comes later, since precision adds values (Casts, converted
      * initializers) that would not carry a layout. */
     {"precision", 0, kiln_pass_precision},
-    /* last: it lays out the final op mix, dtypes and initializers */
+    /* it lays out the final op mix, dtypes and initializers */
     {"layout", KILN_PASS_NHWC, kiln_pass_layout},
+    /* after layout: it fuses only where the layout pass made the pool's input NHWC */
+    {"fuse-pool", KILN_PASS_FUSE_POOL, kiln_pass_fuse_pool},
 };
 
 kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o, kiln_model **out) {
@@ -96,6 +98,19 @@ void kiln_pass_remove_nodes(kiln_model *m, const bool *dead) {
         free(n->attrs);
     }
     m->n_nodes = w;
+}
+
+kiln_status kiln_pass_sort_nodes(kiln_model *m) {
+    int *order = malloc(((size_t)m->n_nodes + 1) * sizeof *order);
+    kiln_node *tmp = malloc(((size_t)m->n_nodes + 1) * sizeof *tmp);
+    kiln_status st = order && tmp ? kiln_pass_topo_order(m, order) : kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!st) {
+        for (int i = 0; i < m->n_nodes; i++) tmp[i] = m->nodes[order[i]];
+        memcpy(m->nodes, tmp, (size_t)m->n_nodes * sizeof *tmp);
+    }
+    free(order);
+    free(tmp);
+    return st;
 }
 
 int kiln_pass_new_value(kiln_model *m, const char *hint) {

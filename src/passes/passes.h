@@ -43,6 +43,9 @@ int kiln_pass_new_value(kiln_model *m, const char *hint);
 /* The nodes of m in a topological order (order: n_nodes entries), whatever order passes
  * left them in. */
 kiln_status kiln_pass_topo_order(const kiln_model *m, int *order);
+/* Reorder m's nodes into a topological order (after a fusion put a node where the last
+ * node of its chain was, while a kept output may have readers before it). */
+kiln_status kiln_pass_sort_nodes(kiln_model *m);
 /* Dtype and shape of every value of m (an array of n_values shape-only tensors, to free()),
  * also where the graph inputs have symbolic dims, which count as 1 here (shapes are then
  * indicative; dtypes do not depend on them). Unknown: dtype UNDEFINED, ndim -1. Sets each
@@ -108,5 +111,6 @@ kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool 
 kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
 
 #endif

@@ -1,0 +1,193 @@
+/* fuse_pool.c — a CNN's pool and training Dropout as one op each way (KILN_PASS_FUSE_POOL;
+ * src/ops/max_pool_dropout.c):
+ *
+ *   forward   p = MaxPool(x)                                   x NHWC, p NHWC
+ *             y, mask = Dropout(p, ratio?, training_mode?)     y, mask NCHW
+ *          -> y, mask = kiln.MaxPoolDropout(x, ratio?, training_mode?)
+ *   backward  (what autograd emits for that pair and the Relu in front of the pool)
+ *             g = kiln.DropoutGrad(dy, mask, ratio?, training_mode?)   dy NCHW, g NHWC
+ *             dp = kiln.MaxPoolGrad(g, x)                              NHWC
+ *             dx = kiln.UnaryGrad(dp, -, x) op=Relu  (when there)      NHWC
+ *          -> dx = kiln.MaxPoolDropoutGrad(dy, x, mask, ratio?, training_mode?) relu=0/1
+ *
+ * Why: in mnist-net's CUDA training step, after the layout pass, the chain around the
+ * pool is five small kernels on the step's critical path; fused it is one each way, and
+ * neither p nor g nor dp is written and read back.
+ *
+ * When (what the CUDA kernels do): a default-domain MaxPool with one output (no Indices)
+ * over a 4-D x, 2-D windows with kernel_shape == strides, no pads, dilations 1, auto_pad
+ * NOTSET or VALID, H and W known whatever the batch (two shape probes) and divisible by
+ * the kernel; x laid out NHWC by the layout pass (so this pass runs after it and never
+ * fires on the CPU, where nothing is NHWC); p read by nothing but a Dropout of opset >= 12
+ * in training form (a mask output or a training_mode input) and no graph output; the
+ * Dropout's y and mask NCHW. The fused node keeps the Dropout's outputs (its first output
+ * keys the mask stream, so the masks are bit for bit the unfused graph's), its name and
+ * its ratio / training_mode inputs, and carries the pool's attributes, the Dropout's
+ * `seed` and dropout_opset.
+ * The backward is folded only with its forward: the kiln.DropoutGrad reading that mask,
+ * whose output only a kiln.MaxPoolGrad of the same pool attributes and the same x reads,
+ * whose output only is read; if that reader is kiln.UnaryGrad op=Relu on (dp, absent, x)
+ * (a Relu's gradient reads its output Y, here x), it folds too (relu=1). dy and the mask
+ * NCHW, dx NHWC. The fused gradient takes the DropoutGrad's ratio and training_mode.
+ * Only on devices that have both ops' kernels (kiln_pass_device_has). The nodes are left in
+ * a topological order. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_kiln(const kiln_node *n, const char *op) {
+    return strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, op) == 0;
+}
+
+static int opt_in(const kiln_node *n, int k) { return k < n->n_in ? n->in[k] : -1; }
+
+/* The (kH, kW) of a pool node whose windows tile the image: 2-D, kernel == strides, no
+ * pads, unit dilations, auto_pad NOTSET or VALID; false otherwise. */
+static bool tiling_pool(const kiln_node *n, int64_t k[2]) {
+    int nk = 0, ns = 0, np = 0, nd = 0;
+    const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &nk), *s = kiln_attr_ints(n, "strides", &ns);
+    const int64_t *pads = kiln_attr_ints(n, "pads", &np), *dil = kiln_attr_ints(n, "dilations", &nd);
+    const char *ap = kiln_attr_string(n, "auto_pad", "NOTSET");
+    if (nk != 2 || ns != 2 || (np != 0 && np != 4) || (nd != 0 && nd != 2)) return false;
+    if (strcmp(ap, "NOTSET") != 0 && strcmp(ap, "VALID") != 0) return false;
+    for (int i = 0; i < np; i++)
+        if (pads[i] != 0) return false;
+    for (int i = 0; i < nd; i++)
+        if (dil[i] != 1) return false;
+    for (int i = 0; i < 2; i++) {
+        if (ks[i] < 1 || s[i] != ks[i]) return false;
+        k[i] = ks[i];
+    }
+    return true;
+}
+
+/* The pool attributes of n and p describe the same windows (for tiling pools). */
+static bool same_pool(const kiln_node *n, const kiln_node *p) {
+    int64_t a[2], b[2];
+    return tiling_pool(n, a) && tiling_pool(p, b) && a[0] == b[0] && a[1] == b[1] &&
+           kiln_attr_int(n, "ceil_mode", 0) == kiln_attr_int(p, "ceil_mode", 0);
+}
+
+static kiln_format fmt(const kiln_model *m, int v) { return m->values[v].format; }
+
+/* H and W of 4-D value v, the same under both probes (not symbolic), divisible by k. */
+static bool tiles(const kiln_shape_probes *sp, int v, const int64_t k[2]) {
+    const kiln_tensor *a = &sp->one[v], *b = &sp->three[v];
+    if (a->ndim != 4 || b->ndim != 4) return false;
+    for (int i = 0; i < 2; i++) {
+        const int64_t d = a->dims[2 + i];
+        if (d < 1 || d != b->dims[2 + i] || d % k[i] != 0) return false;
+    }
+    return true;
+}
+
+/* The Dropout reading p, when it is p's only reader, of opset >= 12 and in training form,
+ * with its outputs NCHW; -1 otherwise. */
+static int training_dropout(const kiln_model *m, int p) {
+    const int d = kiln_pass_single_consumer(m, p);
+    if (d < 0 || kiln_pass_uses(m, p) != 1) return -1;
+    const kiln_node *n = &m->nodes[d];
+    if (!kiln_pass_is(n, "Dropout") || n->opset < 12 || n->n_in < 1 || n->in[0] != p || n->n_out < 1 ||
+        n->out[0] < 0 || n->n_in > 3 || n->n_out > 2)
+        return -1;
+    const int mask = n->n_out > 1 ? n->out[1] : -1;
+    if (mask < 0 && opt_in(n, 2) < 0) return -1; /* inference form */
+    if (fmt(m, n->out[0]) != KILN_FORMAT_NCHW || (mask >= 0 && fmt(m, mask) != KILN_FORMAT_NCHW)) return -1;
+    return d;
+}
+
+/* The backward chain of pool node `pool` (input x) and its Dropout's mask: the
+ * DropoutGrad *dg, the MaxPoolGrad *mg and the Relu UnaryGrad *ug (-1 when absent); false
+ * when the chain is not there as expected. */
+static bool find_backward(const kiln_model *m, int pool, int x, int mask, int *dg, int *mg, int *ug) {
+    *dg = *mg = *ug = -1;
+    for (int i = 0; i < m->n_nodes && mask >= 0; i++) {
+        const kiln_node *n = &m->nodes[i];
+        if (!is_kiln(n, "DropoutGrad") || n->n_in < 2 || n->n_in > 4 || n->in[1] != mask || n->in[0] < 0 ||
+            n->n_out != 1 || n->out[0] < 0)
+            continue;
+        const int g = n->out[0], q = kiln_pass_single_consumer(m, g);
+        if (fmt(m, n->in[0]) != KILN_FORMAT_NCHW || q < 0) return false;
+        const kiln_node *pg = &m->nodes[q];
+        if (!is_kiln(pg, "MaxPoolGrad") || pg->n_in != 2 || pg->in[0] != g || pg->in[1] != x || pg->n_out != 1 ||
+            pg->out[0] < 0 || !same_pool(pg, &m->nodes[pool]))
+            return false;
+        const int dp = pg->out[0], r = kiln_pass_single_consumer(m, dp);
+        const kiln_node *u = r >= 0 ? &m->nodes[r] : NULL;
+        const bool relu = u && is_kiln(u, "UnaryGrad") && strcmp(kiln_attr_string(u, "op", ""), "Relu") == 0 &&
+                          u->n_in == 3 && u->in[0] == dp && u->in[1] < 0 && u->in[2] == x && u->n_out == 1 &&
+                          u->out[0] >= 0;
+        if (fmt(m, relu ? u->out[0] : dp) != KILN_FORMAT_NHWC) return false;
+        *dg = i;
+        *mg = q;
+        *ug = relu ? r : -1;
+        return true;
+    }
+    return false;
+}
+
+/* How many of the n inputs in[] are left once the trailing missing ones are dropped. */
+static int trimmed(const int *in, int n) {
+    while (n > 0 && in[n - 1] < 0) n--;
+    return n;
+}
+
+kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    if (!kiln_pass_device_has(o, "MaxPoolDropout") || !kiln_pass_device_has(o, "MaxPoolDropoutGrad")) return KILN_OK;
+    /* no pool over an NHWC input (every CPU plan): no shape inference either */
+    bool candidate = false;
+    for (int i = 0; i < m->n_nodes && !candidate; i++) {
+        const kiln_node *n = &m->nodes[i];
+        candidate = kiln_pass_is(n, "MaxPool") && n->n_in == 1 && n->in[0] >= 0 && fmt(m, n->in[0]) == KILN_FORMAT_NHWC;
+    }
+    if (!candidate) return KILN_OK;
+    kiln_shape_probes sp = {0};
+    bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
+    kiln_status st = dead ? kiln_pass_shape_probes(m, &sp) : KILN_ERR_OUT_OF_MEMORY;
+    bool any = false;
+    for (int pi = 0; pi < m->n_nodes && !st; pi++) {
+        const kiln_node *pool = &m->nodes[pi];
+        int64_t k[2];
+        if (dead[pi] || !kiln_pass_is(pool, "MaxPool") || pool->n_in != 1 || pool->in[0] < 0 || pool->n_out != 1 ||
+            pool->out[0] < 0 || !tiling_pool(pool, k))
+            continue;
+        const int x = pool->in[0], p = pool->out[0];
+        if (fmt(m, x) != KILN_FORMAT_NHWC || !tiles(&sp, x, k) || !kiln_dtype_is_float(sp.one[x].dtype)) continue;
+        const int di = training_dropout(m, p);
+        if (di < 0 || dead[di]) continue;
+        const kiln_node *d = &m->nodes[di];
+        const int mask = d->n_out > 1 ? d->out[1] : -1, opset = d->opset;
+        const kiln_attr *seed = kiln_node_attr(d, "seed");
+        const bool has_seed = seed != NULL;
+        const int64_t seed_v = has_seed ? seed->i : 0;
+        int dg, mg, ug;
+        const bool backward = find_backward(m, pi, x, mask, &dg, &mg, &ug);
+
+        /* forward: the Dropout node becomes the fused op (its outputs stay) */
+        const int fin[3] = {x, opt_in(d, 1), opt_in(d, 2)};
+        st = kiln_pass_rewrite(m, di, "kiln", "MaxPoolDropout", trimmed(fin, 3), fin, &m->nodes[pi]);
+        if (!st) st = kiln_pass_set_int(m, di, "dropout_opset", opset);
+        if (!st && has_seed) st = kiln_pass_set_int(m, di, "seed", seed_v);
+        if (!st && backward) {
+            /* backward: the last node of the chain becomes the fused gradient */
+            const kiln_node *g = &m->nodes[dg];
+            const int last = ug >= 0 ? ug : mg;
+            const int bin[5] = {g->in[0], x, mask, opt_in(g, 2), opt_in(g, 3)};
+            st = kiln_pass_rewrite(m, last, "kiln", "MaxPoolDropoutGrad", trimmed(bin, 5), bin, &m->nodes[pi]);
+            if (!st) st = kiln_pass_set_int(m, last, "relu", ug >= 0);
+            dead[dg] = true;
+            if (ug >= 0) dead[mg] = true;
+        }
+        dead[pi] = true;
+        any = true;
+    }
+    if (!st && any) {
+        kiln_pass_remove_nodes(m, dead);
+        st = kiln_pass_sort_nodes(m);
+        *changed = true;
+    }
+    kiln_pass_shape_probes_free(&sp);
+    free(dead);
+    return st;
+}

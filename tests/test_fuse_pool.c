@@ -1,0 +1,297 @@
+/* test_fuse_pool.c — the fuse-pool pass (src/passes/fuse_pool.c) on the CPU.
+ *
+ *   - mnist-net's training graph (forward, backward, loss; the CPU trainer's) through the
+ *     layout pass for a CUDA plan, as tests/test_layout.c does, then kiln_pass_fuse_pool
+ *     for the CPU (which has every kernel; the formats are the layout pass's): exactly one
+ *     kiln.MaxPoolDropout and one kiln.MaxPoolDropoutGrad with relu=1 replace the MaxPool,
+ *     its Dropout, the DropoutGrad, the MaxPoolGrad and relu2's UnaryGrad (the second
+ *     Dropout, after fc1, stays); the nodes are in a topological order; and the loss and
+ *     every gradient are the same bit for bit as without the pass, with Dropout on (the
+ *     same run seed; another seed gives another loss, so the masks matter). In fp32 and
+ *     after the fp16 precision pass, with a static and a symbolic batch.
+ *   - a small Conv -> Relu -> MaxPool -> Dropout graph: fused (forward only: there is no
+ *     backward) with the same outputs, Y and the mask, bit for bit; and not fused where the
+ *     pool output has a second reader, the windows overlap (kernel 3, stride 2), the
+ *     Dropout is in inference form, H is not divisible by the kernel, or the layout pass
+ *     did not run (X NCHW).
+ * Exits non-zero on any failure. */
+#include "check.h"
+#include "core/optest.h"
+#include "core/plan.h"
+#include "passes/passes.h"
+#include "train/trainer_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+static kiln_context *ctx;
+
+static int count(const kiln_model *m, const char *domain, const char *op) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        n += strcmp(m->nodes[i].op_type, op) == 0 && strcmp(m->nodes[i].domain, domain) == 0;
+    return n;
+}
+
+static const kiln_node *find(const kiln_model *m, const char *op) {
+    for (int i = 0; i < m->n_nodes; i++)
+        if (strcmp(m->nodes[i].op_type, op) == 0) return &m->nodes[i];
+    return NULL;
+}
+
+/* Every node input is a graph input, an initializer or an earlier node's output. */
+static bool topological(const kiln_model *m) {
+    bool *ready = calloc((size_t)m->n_values + 1, sizeof *ready);
+    bool ok = ready != NULL;
+    for (int v = 0; ok && v < m->n_values; v++) ready[v] = m->values[v].is_input || m->values[v].init;
+    for (int i = 0; ok && i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        for (int k = 0; k < n->n_in; k++) ok &= n->in[k] < 0 || ready[n->in[k]];
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0) ready[n->out[k]] = true;
+    }
+    free(ready);
+    return ok;
+}
+
+/* opt = a finalized copy of `laid` (a graph after the layout pass) with kiln_pass_fuse_pool
+ * applied for the CPU; *changed says whether it changed anything. */
+static kiln_status fuse(const kiln_model *laid, kiln_model **opt, bool *changed) {
+    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU};
+    *changed = false;
+    kiln_status st = kiln_model_clone(laid, opt);
+    if (!st) st = kiln_pass_fuse_pool(*opt, &cpu, changed);
+    if (!st) st = kiln_model_finalize(*opt);
+    return st;
+}
+
+/* Run both graphs on the CPU with the same inputs and run seed (77); every output bit for
+ * bit. out0 (when non-NULL) receives output 0 of opt's runs with seeds 77 and 78. */
+static void same_function(const char *label, kiln_model *ref, kiln_model *opt, kiln_tensor *const *feeds,
+                          double out0[2]) {
+    const int no = ref->n_outputs;
+    CHECK(opt->n_outputs == no, "%s: %d outputs, expected %d", label, opt->n_outputs, no);
+    const kiln_tensor **want = calloc((size_t)no + 1, sizeof *want), **got = calloc((size_t)no + 1, sizeof *got);
+    kiln_plan *pr = NULL, *po = NULL;
+    kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_plan_build(ref, feeds, true, true, &pr);
+    if (!st) st = kiln_plan_build(opt, feeds, true, true, &po);
+    if (!st) st = kiln_plan_run_cpu(pr, feeds, 77, no, want);
+    if (!st) st = kiln_plan_run_cpu(po, feeds, 77, no, got);
+    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
+    for (int j = 0; !st && j < no; j++) {
+        char l[200];
+        snprintf(l, sizeof l, "%s: %s", label, kiln_model_output_name(ref, j));
+        CHECK(strcmp(kiln_model_output_name(ref, j), kiln_model_output_name(opt, j)) == 0, "%s: output %d renamed", label,
+              j);
+        /* never all zeros: a gradient that does not flow would compare equal */
+        double mx = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(want[j]); i++) mx = fmax(mx, fabs(kiln_get_f64(want[j], i)));
+        CHECK(mx > 0 || want[j]->dtype == KILN_BOOL, "%s: reference output is all zeros", l);
+        const int bad = kiln_tensor_compare(got[j], want[j], 0, 0, l); /* (-0 equals +0 there) */
+        fails += bad;
+        const size_t bytes = (size_t)kiln_tensor_numel(want[j]) * kiln_dtype_size(want[j]->dtype);
+        CHECK(bad || memcmp(got[j]->data, want[j]->data, bytes) == 0, "%s: equal values but different bits", l);
+    }
+    if (!st && out0) {
+        out0[0] = kiln_get_f64(got[0], 0);
+        st = kiln_plan_run_cpu(po, feeds, 78, 1, got);
+        CHECK(!st, "%s: run with another seed: %s", label, kiln_context_message(ctx));
+        if (!st) out0[1] = kiln_get_f64(got[0], 0);
+    }
+    kiln_plan_free(pr);
+    kiln_plan_free(po);
+    free(want);
+    free(got);
+}
+
+/* ------------------------------------------------------------------ mnist-net */
+
+static void mnist(kiln_precision prec, int64_t batch) {
+    char label[120];
+    snprintf(label, sizeof label, "mnist-net training graph%s%s", prec == KILN_PRECISION_FP32 ? "" : ", fp16",
+             batch < 0 ? ", symbolic batch" : "");
+    printf("-- %s\n", label);
+    kiln_model *m = NULL, *laid = NULL, *opt = NULL;
+    kiln_trainer *t = NULL;
+    kiln_tensor *image = NULL, *lab = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA};
+    if (kiln_model_mnist_net(ctx, batch, 1, 1, &m) || kiln_trainer_create(m, "loss", &o, &t)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    /* the layout pass for a CUDA plan (only it), as tests/test_layout.c runs it */
+    const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec, .disabled = ~(unsigned)KILN_PASS_NHWC};
+    bool changed = false;
+    if (kiln_passes_apply(t->train, &po, &laid) || fuse(laid, &opt, &changed)) {
+        CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    CHECK(changed, "%s: the pass reports no change", label);
+    CHECK(count(laid, "", "MaxPool") == 1 && count(laid, "", "Dropout") == 2 && count(laid, "kiln", "DropoutGrad") == 2 &&
+              count(laid, "kiln", "MaxPoolGrad") == 1 && count(laid, "kiln", "UnaryGrad") == 3,
+          "%s: the unfused chain is not in the laid-out graph", label);
+    CHECK(count(opt, "kiln", "MaxPoolDropout") == 1 && count(opt, "kiln", "MaxPoolDropoutGrad") == 1,
+          "%s: %d MaxPoolDropout and %d MaxPoolDropoutGrad, expected 1 and 1", label,
+          count(opt, "kiln", "MaxPoolDropout"), count(opt, "kiln", "MaxPoolDropoutGrad"));
+    /* left: fc1's Dropout and its gradient, relu1's and relu3's gradients */
+    CHECK(count(opt, "", "MaxPool") == 0 && count(opt, "kiln", "MaxPoolGrad") == 0 && count(opt, "", "Dropout") == 1 &&
+              count(opt, "kiln", "DropoutGrad") == 1 && count(opt, "kiln", "UnaryGrad") == 2,
+          "%s: parts of the unfused chain are left", label);
+    CHECK(opt->n_nodes == laid->n_nodes - 3, "%s: %d nodes, %d without the pass (3 fewer expected)", label,
+          opt->n_nodes, laid->n_nodes);
+    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    const kiln_node *f = find(opt, "MaxPoolDropout"), *g = find(opt, "MaxPoolDropoutGrad");
+    const kiln_node *d = find(opt, "Dropout");
+    if (f && g && d) {
+        const int x = f->in[0];
+        CHECK(f->n_out == 2 && f->out[0] == kiln_model_find_value(opt, "d1") && f->out[0] == kiln_model_find_value(laid, "d1"),
+              "%s: the fused op does not write the Dropout's outputs", label);
+        CHECK(opt->values[x].format == KILN_FORMAT_NHWC && opt->values[f->out[0]].format == KILN_FORMAT_NCHW &&
+                  opt->values[f->out[1]].format == KILN_FORMAT_NCHW,
+              "%s: formats of X / Y / mask", label);
+        CHECK(f->n_in == 3 && f->in[2] >= 0 && kiln_attr_int(f, "dropout_opset", 0) >= 12,
+              "%s: the fused forward lost the training_mode input or the Dropout's opset", label);
+        int nk = 0;
+        const int64_t *ks = kiln_attr_ints(f, "kernel_shape", &nk);
+        CHECK(nk == 2 && ks[0] == 2 && ks[1] == 2, "%s: the pool's kernel_shape is not carried over", label);
+        CHECK(g->n_in >= 3 && g->in[1] == x && g->in[2] == f->out[1] && kiln_attr_int(g, "relu", 0) == 1,
+              "%s: the fused gradient reads another X or mask, or relu is not 1", label);
+        CHECK(opt->values[g->in[0]].format == KILN_FORMAT_NCHW && opt->values[g->out[0]].format == KILN_FORMAT_NHWC,
+              "%s: the fused gradient's dY / dX formats", label);
+        CHECK(d->in[0] != x, "%s: the Dropout left is the pool's", label);
+        for (int i = 0; i < opt->n_nodes; i++)
+            if (strcmp(opt->nodes[i].op_type, "UnaryGrad") == 0)
+                CHECK(opt->nodes[i].n_in < 3 || opt->nodes[i].in[2] != x, "%s: relu2's UnaryGrad is left", label);
+        if (prec != KILN_PRECISION_FP32)
+            CHECK(opt->values[x].dtype == KILN_F16 && opt->values[g->in[0]].dtype == KILN_F16,
+                  "%s: the fused ops are not on the fp16 chain", label);
+    }
+    /* the same function on the CPU: loss, every gradient, statistics */
+    image = kt_rand(KILN_F32, 4, (int64_t[]){64, 1, 28, 28}, 0, 1, 11);
+    lab = kt_rand(KILN_I64, 1, (int64_t[]){64}, 0, 10, 12);
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    double loss[2] = {NAN, NAN};
+    same_function(label, laid, opt, t->feeds, loss);
+    /* output 0 is the loss; Dropout on: another seed draws other masks */
+    CHECK(strcmp(kiln_model_output_name(opt, 0), "loss") == 0, "%s: output 0 is %s, not the loss", label,
+          kiln_model_output_name(opt, 0));
+    CHECK(isfinite(loss[0]) && isfinite(loss[1]) && loss[0] != loss[1],
+          "%s: the loss does not depend on the Dropout seed (%g, %g)", label, loss[0], loss[1]);
+    t->feeds[0] = t->feeds[1] = NULL;
+out:
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+    kiln_model_free(opt);
+    kiln_model_free(laid);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+}
+
+/* ------------------------------------------------------ a small graph, variants */
+
+typedef struct variant {
+    const char *label;
+    int64_t k, s, h;   /* pool kernel and stride (square), image height and width */
+    bool training;     /* the Dropout has training_mode and a mask output */
+    bool read_twice;   /* p also read by a Relu whose output is a graph output */
+    bool layout;       /* the layout pass ran */
+    bool fuses;
+} variant;
+
+static kiln_status add_init(kiln_model *m, const char *name, kiln_tensor *t) {
+    kiln_status st = t ? kiln_model_add_initializer(m, name, t) : KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor_free(t);
+    return st;
+}
+
+/* x (2, 3, h, h) -> Conv 3x3 pad 1 (4 channels) -> Relu -> MaxPool -> Dropout: outputs y
+ * (and the mask in training form). */
+static kiln_status small_net(const variant *v, kiln_model **out) {
+    kiln_model *m = NULL;
+    kiln_node *n = NULL;
+    kiln_status st = kiln_model_create(ctx, &m);
+    if (!st) st = kiln_model_add_input(m, "x", KILN_F32, 4, (int64_t[]){2, 3, v->h, v->h});
+    if (!st) st = add_init(m, "w", kt_rand(KILN_F32, 4, (int64_t[]){4, 3, 3, 3}, -0.5, 0.5, 31));
+    if (!st) st = add_init(m, "ratio", kt_scalar(KILN_F32, 0.4));
+    if (!st) st = add_init(m, "train", kt_scalar(KILN_BOOL, 1));
+    if (!st) st = kiln_model_add_node(m, "Conv", "conv", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"c"}, &n);
+    if (!st) st = kiln_node_set_ints(n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    if (!st) st = kiln_model_add_node(m, "Relu", "relu", 1, (const char *[]){"c"}, 1, (const char *[]){"r"}, NULL);
+    if (!st) st = kiln_model_add_node(m, "MaxPool", "pool", 1, (const char *[]){"r"}, 1, (const char *[]){"p"}, &n);
+    if (!st) st = kiln_node_set_ints(n, "kernel_shape", 2, (int64_t[]){v->k, v->k});
+    if (!st) st = kiln_node_set_ints(n, "strides", 2, (int64_t[]){v->s, v->s});
+    if (!st && v->training)
+        st = kiln_model_add_node(m, "Dropout", "drop", 3, (const char *[]){"p", "ratio", "train"}, 2,
+                                 (const char *[]){"y", "mask"}, &n);
+    else if (!st)
+        st = kiln_model_add_node(m, "Dropout", "drop", 2, (const char *[]){"p", "ratio"}, 1, (const char *[]){"y"}, &n);
+    if (!st) st = kiln_node_set_int(n, "seed", 9);
+    if (!st && v->read_twice)
+        st = kiln_model_add_node(m, "Relu", "again", 1, (const char *[]){"p"}, 1, (const char *[]){"p2"}, NULL);
+    if (!st) st = kiln_model_add_output(m, "y");
+    if (!st && v->training) st = kiln_model_add_output(m, "mask");
+    if (!st && v->read_twice) st = kiln_model_add_output(m, "p2");
+    if (!st) st = kiln_model_finalize(m);
+    if (st) {
+        kiln_model_free(m);
+        m = NULL;
+    }
+    *out = m;
+    return st;
+}
+
+static void small(const variant *v) {
+    printf("-- %s\n", v->label);
+    kiln_model *m = NULL, *laid = NULL, *opt = NULL;
+    kiln_tensor *x = NULL;
+    const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .disabled = ~(unsigned)KILN_PASS_NHWC};
+    const kiln_pass_options none = {.device = KILN_DEVICE_CUDA, .disabled = ~0u};
+    bool changed = true;
+    if (small_net(v, &m) || kiln_passes_apply(m, v->layout ? &po : &none, &laid) || fuse(laid, &opt, &changed)) {
+        CHECK(0, "%s: %s", v->label, kiln_context_message(ctx));
+        goto out;
+    }
+    const int p = kiln_model_find_value(laid, "r");
+    CHECK(p >= 0 && laid->values[p].format == (v->layout ? KILN_FORMAT_NHWC : KILN_FORMAT_NCHW),
+          "%s: the pool's input is not %s", v->label, v->layout ? "NHWC" : "NCHW");
+    const int fused = count(opt, "kiln", "MaxPoolDropout");
+    CHECK(fused == v->fuses && changed == v->fuses && count(opt, "", "MaxPool") == !v->fuses &&
+              count(opt, "kiln", "MaxPoolDropoutGrad") == 0,
+          "%s: %d fused ops (changed %d), expected %d", v->label, fused, changed, v->fuses);
+    x = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, v->h, v->h}, -1, 1, 32);
+    same_function(v->label, laid, opt, &x, NULL);
+out:
+    kiln_tensor_free(x);
+    kiln_model_free(opt);
+    kiln_model_free(laid);
+    kiln_model_free(m);
+}
+
+int main(void) {
+    if (kiln_context_create(&ctx) != KILN_OK) return 1;
+
+    mnist(KILN_PRECISION_FP32, 64);
+    mnist(KILN_PRECISION_FP16, 64);
+    mnist(KILN_PRECISION_FP32, -1);
+    mnist(KILN_PRECISION_FP16, -1);
+
+    static const variant vs[] = {
+        {"small graph: fused", 2, 2, 8, true, false, true, true},
+        {"small graph, kernel 4: fused", 4, 4, 8, true, false, true, true},
+        {"pool output read twice: not fused", 2, 2, 8, true, true, true, false},
+        {"overlapping windows (kernel 3, stride 2): not fused", 3, 2, 9, true, false, true, false},
+        {"Dropout in inference form: not fused", 2, 2, 8, false, false, true, false},
+        {"H not divisible by the kernel: not fused", 2, 2, 7, true, false, true, false},
+        {"X NCHW (no layout pass): not fused", 2, 2, 8, true, false, false, false},
+    };
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) small(&vs[i]);
+
+    kiln_context_free(ctx);
+    printf("%s\n", fails ? "FAILED" : "all fuse-pool checks passed");
+    return fails ? 1 : 0;
+}
