@@ -81,10 +81,16 @@ template <typename T> struct alignas(4 * sizeof(T)) Quad {
     T v[4];
 };
 
-/* Whether element i is kept: u_i >= ratio, u_i from the counter-based stream. */
-__device__ __forceinline__ bool kept(uint64_t key, uint64_t i, double ratio) {
-    const double u = (double)(mix64(key + (i + 1) * GOLDEN) >> 11) * 0x1.0p-53;
-    return u >= ratio;
+/* Whether element i is kept: u_i >= ratio, u_i = m_i / 2^53 from the counter-based
+ * stream (m_i the top 53 bits). As integers: m_i >= thr = ceil(ratio * 2^53), exact (both
+ * sides are integers scaled by a power of two), with no conversion to double per element. */
+__device__ __forceinline__ uint64_t keep_threshold(double ratio) {
+    if (!(ratio > 0)) return 0;                  /* everything kept (NaN too: callers zero that case) */
+    if (ratio >= 1) return 1ull << 53;          /* nothing kept: m_i < 2^53 */
+    return (uint64_t)ceil(ratio * 0x1.0p53);
+}
+__device__ __forceinline__ bool kept(uint64_t key, uint64_t i, uint64_t thr) {
+    return (mix64(key + (i + 1) * GOLDEN) >> 11) >= thr;
 }
 
 // x, y: (n); mask: (n) or NULL. QUAD: x, y and mask aligned to 4 elements; a thread
@@ -115,6 +121,7 @@ __global__ void dropout_kernel(const T *x, T *y, uint8_t *mask, int64_t n, Dropo
     if (a.has_attr_seed) key = mix64(key ^ a.attr_mix);
     if (a.has_out) key = mix64(key ^ a.out0);
     const double scale = 1.0 / (1.0 - ratio);
+    const uint64_t thr = keep_threshold(ratio);
     int64_t start = thread_index();
     if constexpr (QUAD) {
         const uint32_t nq = (uint32_t)(n / 4);
@@ -124,7 +131,7 @@ __global__ void dropout_kernel(const T *x, T *y, uint8_t *mask, int64_t n, Dropo
             uint32_t bits = 0;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const bool keep = kept(key, (uint64_t)q * 4 + e, ratio);
+                const bool keep = kept(key, (uint64_t)q * 4 + e, thr);
                 bits |= (uint32_t)keep << (8 * e); /* byte e of a little-endian word */
                 yv.v[e] = from_f<T>(keep ? (float)((double)to_f(xv.v[e]) * scale) : 0.f);
             }
@@ -134,7 +141,7 @@ __global__ void dropout_kernel(const T *x, T *y, uint8_t *mask, int64_t n, Dropo
         start += (int64_t)nq * 4;
     }
     for (int64_t i = start; i < n; i += grid_stride()) {
-        const bool keep = kept(key, (uint64_t)i, ratio);
+        const bool keep = kept(key, (uint64_t)i, thr);
         if (mask) mask[i] = keep;
         y[i] = from_f<T>(keep ? (float)((double)to_f(x[i]) * scale) : 0.f);
     }
@@ -165,49 +172,61 @@ constexpr int TILE = 32, TILE_ROWS = 8;
 
 /* The pool of kiln.MaxPoolDropout / kiln.MaxPoolDropoutGrad in front of the tiled kernels:
  * windows kh x kw at stride (kh, kw), no padding, X's H and W multiples of them, so the
- * pooled pixel s = oh * ow_count + ow covers X's rows oh*kh.. and columns ow*kw... */
+ * pooled pixel s = oh * ow_count + ow covers X's rows oh*kh.. and columns ow*kw... One
+ * image of X has fewer than 2^31 elements (table.c checks), so window positions are 32-bit
+ * integer arithmetic: one division per window, none per element. The kernels' POOL
+ * template argument: 0 no pool (plain Dropout / DropoutGrad), 2 windows of 2x2 (unrolled),
+ * 1 any other size. */
 struct Pool {
     int kh, kw;
-    int64_t ow_count; /* the pooled width */
-    bool relu;        /* the gradient goes on through the Relu whose output X is */
+    int ow_count; /* the pooled width */
+    bool relu;    /* the gradient goes on through the Relu whose output X is */
 };
 
-/* Flat NHWC offset, within one image of C channels, of element j (row-major in the
- * window) of pooled pixel s's window. */
-__device__ __forceinline__ int64_t window_at(const Pool &p, int64_t s, int j, int64_t C, int64_t c) {
-    const int64_t W = p.ow_count * p.kw;
-    const int64_t h = s / p.ow_count * p.kh + j / p.kw, w = s % p.ow_count * p.kw + j % p.kw;
-    return (h * W + w) * C + c;
+template <int P> __device__ __forceinline__ int pool_kh(const Pool &p) { return P == 2 ? 2 : p.kh; }
+template <int P> __device__ __forceinline__ int pool_kw(const Pool &p) { return P == 2 ? 2 : p.kw; }
+
+/* NHWC offset, within one image of C channels, of channel c of the first element of pooled
+ * pixel s's window; element (i, j) of the window is at + (i * W + j) * C more. */
+template <int P> __device__ __forceinline__ int window_base(const Pool &p, int s, int C, int c) {
+    const int oh = s / p.ow_count, ow = s - oh * p.ow_count;
+    return (oh * pool_kh<P>(p) * p.ow_count * pool_kw<P>(p) + ow * pool_kw<P>(p)) * C + c;
 }
 
 /* MaxPool's value of a window: NaN when any element is NaN, else the maximum (exact). */
-template <typename T> __device__ __forceinline__ T window_max(const T *xn, const Pool &p, int64_t s, int64_t C, int64_t c) {
+template <typename T, int P> __device__ __forceinline__ T window_max(const T *xn, const Pool &p, int s, int C, int c) {
+    const int kh = pool_kh<P>(p), kw = pool_kw<P>(p), base = window_base<P>(p, s, C, c), row = p.ow_count * kw * C;
     float best = -INFINITY;
     bool nan = false;
-    for (int j = 0; j < p.kh * p.kw; j++) {
-        const float v = to_f(xn[window_at(p, s, j, C, c)]);
-        best = v > best ? v : best;
-        nan |= v != v;
-    }
+    for (int i = 0; i < kh; i++)
+        for (int j = 0; j < kw; j++) {
+            const float v = to_f(xn[base + i * row + j * C]);
+            best = v > best ? v : best;
+            nan |= v != v;
+        }
     return from_f<T>(nan ? NAN : best);
 }
 
-/* The element of the window MaxPoolGrad gives the gradient: the first maximum, or the
- * first NaN, in row-major window order (pool.cu's window_pick, the reference's rule). */
-template <typename T> __device__ __forceinline__ int window_pick(const T *xn, const Pool &p, int64_t s, int64_t C, int64_t c, float *picked) {
-    float best = to_f(xn[window_at(p, s, 0, C, c)]);
+/* kiln.MaxPoolDropoutGrad's write of one window: g to the element MaxPoolGrad picks (the
+ * first maximum, or the first NaN, in row-major window order: pool.cu's window_pick, the
+ * reference's rule), through the Relu (the pick > 0) when p.relu; zero to the others. */
+template <typename T, int P> __device__ __forceinline__ void window_scatter(const T *xn, T *dxn, const Pool &p, int s, int C, int c, T g) {
+    const int kh = pool_kh<P>(p), kw = pool_kw<P>(p), base = window_base<P>(p, s, C, c), row = p.ow_count * kw * C;
+    float best = to_f(xn[base]);
     bool nan = best != best;
     int at = 0;
-    for (int j = 1; j < p.kh * p.kw; j++) {
-        const float v = to_f(xn[window_at(p, s, j, C, c)]);
-        if (v > best || (v != v && !nan)) {
-            best = v;
-            at = j;
+    for (int i = 0; i < kh; i++)
+        for (int j = 0; j < kw; j++) {
+            const float v = to_f(xn[base + i * row + j * C]);
+            if (v > best || (v != v && !nan)) {
+                best = v;
+                at = i * kw + j;
+            }
+            nan |= v != v;
         }
-        nan |= v != v;
-    }
-    *picked = best;
-    return at;
+    const T zero = from_f<T>(0.f), out = !p.relu || best > 0.f ? g : zero;
+    for (int i = 0; i < kh; i++)
+        for (int j = 0; j < kw; j++) dxn[base + i * row + j * C] = i * kw + j == at ? out : zero;
 }
 
 // x: (N, S, C) NHWC -> y, mask (or NULL): (N, C, S) NCHW, S = H*W. Block (TILE, TILE_ROWS)
@@ -217,7 +236,7 @@ template <typename T> __device__ __forceinline__ int window_pick(const T *xn, co
 // column reads off a single bank. Modes as dropout_kernel's, decided once per launch.
 // POOL (kiln.MaxPoolDropout): X is (N, S*kh*kw, C) and a tile element is its window's
 // maximum, read along C as well.
-template <typename T, bool POOL>
+template <typename T, int POOL>
 __global__ void dropout_nhwc_in_kernel(const T *__restrict__ x, T *__restrict__ y, uint8_t *__restrict__ mask,
                                        int64_t N, int64_t C, int64_t S, Pool p, DropoutArgs a,
                                        kiln_cuda_flag *flag) {
@@ -232,13 +251,14 @@ __global__ void dropout_nhwc_in_kernel(const T *__restrict__ x, T *__restrict__ 
     if (a.has_attr_seed) key = mix64(key ^ a.attr_mix);
     if (a.has_out) key = mix64(key ^ a.out0);
     const double scale = 1.0 / (1.0 - ratio);
+    const uint64_t thr = keep_threshold(ratio);
     const int64_t s0 = (int64_t)blockIdx.x * TILE, c0 = (int64_t)blockIdx.y * TILE;
     for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
-        const T *xn = x + n * S * C * (POOL ? p.kh * p.kw : 1);
+        const T *xn = x + n * S * C * (POOL ? pool_kh<POOL>(p) * pool_kw<POOL>(p) : 1);
         for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
             const int64_t s = s0 + k, c = c0 + threadIdx.x;
             if (s >= S || c >= C) continue;
-            if constexpr (POOL) tile[k][threadIdx.x] = window_max(xn, p, s, C, c);
+            if constexpr (POOL != 0) tile[k][threadIdx.x] = window_max<T, POOL>(xn, p, (int)s, (int)C, (int)c);
             else tile[k][threadIdx.x] = xn[s * C + c];
         }
         __syncthreads();
@@ -252,7 +272,7 @@ __global__ void dropout_nhwc_in_kernel(const T *__restrict__ x, T *__restrict__ 
                 keep = false;
                 v = from_f<T>(0.f);
             } else if (train) {
-                keep = kept(key, (uint64_t)i, ratio);
+                keep = kept(key, (uint64_t)i, thr);
                 v = from_f<T>(keep ? (float)((double)to_f(v) * scale) : 0.f);
             }
             y[i] = v;
@@ -281,12 +301,13 @@ kiln_status launch_dropout_nhwc_in(kiln_cuda *cu, kiln_context *ctx, const void 
     dim3 grid;
     const kiln_status st = tile_grid(ctx, pool.kh ? "kiln.MaxPoolDropout" : "Dropout", N, C, S, &grid);
     if (st) return st;
-    if (pool.kh)
-        dropout_nhwc_in_kernel<T, true><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
-            (const T *)x, (T *)y, mask, N, C, S, pool, a, cu->flag);
+    const dim3 block(TILE, TILE_ROWS);
+    if (pool.kh == 2 && pool.kw == 2)
+        dropout_nhwc_in_kernel<T, 2><<<grid, block, 0, cu->stream>>>((const T *)x, (T *)y, mask, N, C, S, pool, a, cu->flag);
+    else if (pool.kh)
+        dropout_nhwc_in_kernel<T, 1><<<grid, block, 0, cu->stream>>>((const T *)x, (T *)y, mask, N, C, S, pool, a, cu->flag);
     else
-        dropout_nhwc_in_kernel<T, false><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
-            (const T *)x, (T *)y, mask, N, C, S, pool, a, cu->flag);
+        dropout_nhwc_in_kernel<T, 0><<<grid, block, 0, cu->stream>>>((const T *)x, (T *)y, mask, N, C, S, pool, a, cu->flag);
     KILN_CUDA_LAUNCHED(ctx, "dropout_nhwc_in_kernel");
     return KILN_OK;
 }
@@ -357,7 +378,7 @@ kiln_status launch_dropout_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy
 // the element of its window that MaxPoolGrad picks from X, and through the Relu (X > 0)
 // when p.relu; the window's other elements get zero. Windows tile X, so every element of
 // dX is written once.
-template <typename T, bool POOL>
+template <typename T, int POOL>
 __global__ void dropout_grad_nhwc_out_kernel(const T *__restrict__ dy, const uint8_t *__restrict__ mask,
                                              const T *__restrict__ x, T *__restrict__ dx, int64_t N, int64_t C,
                                              int64_t S, Pool p, const void *ratio_p, int ratio_dt,
@@ -383,20 +404,15 @@ __global__ void dropout_grad_nhwc_out_kernel(const T *__restrict__ dy, const uin
             tile[k][threadIdx.x] = v;
         }
         __syncthreads();
-        const int64_t per_image = S * C * (POOL ? p.kh * p.kw : 1);
+        const int64_t per_image = S * C * (POOL ? pool_kh<POOL>(p) * pool_kw<POOL>(p) : 1);
         T *dxn = dx + n * per_image;
         for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
             const int64_t s = s0 + k, c = c0 + threadIdx.x;
             if (s >= S || c >= C) continue;
-            if constexpr (POOL) {
-                const T *xn = x + n * per_image, zero = from_f<T>(0.f);
-                float picked;
-                const int at = window_pick(xn, p, s, C, c, &picked);
-                const T g = !p.relu || picked > 0.f ? tile[threadIdx.x][k] : zero;
-                for (int j = 0; j < p.kh * p.kw; j++) dxn[window_at(p, s, j, C, c)] = j == at ? g : zero;
-            } else {
+            if constexpr (POOL != 0)
+                window_scatter<T, POOL>(x + n * per_image, dxn, p, (int)s, (int)C, (int)c, tile[threadIdx.x][k]);
+            else
                 dxn[s * C + c] = tile[threadIdx.x][k];
-            }
         }
         __syncthreads();
     }
@@ -411,11 +427,15 @@ kiln_status launch_dropout_grad_nhwc_out(kiln_cuda *cu, kiln_context *ctx, const
     dim3 grid;
     const kiln_status st = tile_grid(ctx, pool.kh ? "kiln.MaxPoolDropoutGrad" : "kiln.DropoutGrad", N, C, S, &grid);
     if (st) return st;
-    if (pool.kh)
-        dropout_grad_nhwc_out_kernel<T, true><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
+    const dim3 block(TILE, TILE_ROWS);
+    if (pool.kh == 2 && pool.kw == 2)
+        dropout_grad_nhwc_out_kernel<T, 2><<<grid, block, 0, cu->stream>>>(
+            (const T *)dy, mask, (const T *)x, (T *)dx, N, C, S, pool, ratio, ratio_dt, train, cu->flag);
+    else if (pool.kh)
+        dropout_grad_nhwc_out_kernel<T, 1><<<grid, block, 0, cu->stream>>>(
             (const T *)dy, mask, (const T *)x, (T *)dx, N, C, S, pool, ratio, ratio_dt, train, cu->flag);
     else
-        dropout_grad_nhwc_out_kernel<T, false><<<grid, dim3(TILE, TILE_ROWS), 0, cu->stream>>>(
+        dropout_grad_nhwc_out_kernel<T, 0><<<grid, block, 0, cu->stream>>>(
             (const T *)dy, mask, (const T *)x, (T *)dx, N, C, S, pool, ratio, ratio_dt, train, cu->flag);
     KILN_CUDA_LAUNCHED(ctx, "dropout_grad_nhwc_out_kernel");
     return KILN_OK;
@@ -463,7 +483,7 @@ Pool pool_of(const kiln_tensor *x, const kiln_tensor *pooled, bool relu) {
     Pool p;
     p.kh = (int)(x->dims[2] / pooled->dims[2]);
     p.kw = (int)(x->dims[3] / pooled->dims[3]);
-    p.ow_count = pooled->dims[3];
+    p.ow_count = (int)pooled->dims[3];
     p.relu = relu;
     return p;
 }

@@ -626,6 +626,10 @@ static bool fused_pool_window(const kiln_op_ctx *c, const kiln_tensor *x, const 
                  layout_name(pooled), pooled->ndim);
         return false;
     }
+    if (x->dims[1] * x->dims[2] * x->dims[3] > INT32_MAX) {
+        snprintf(why, n, "an image of X has more than 2^31 - 1 elements");
+        return false;
+    }
     kiln_cuda_window w;
     if (!kiln_cuda_window_get(c, x, pooled, NULL, &w, why, n)) return false;
     for (int t = 0; t < 2; t++)

@@ -1317,19 +1317,19 @@ static void dropout_cases(void) {
      * Relu whose output X is) into an NHWC dX; tiles cut off as above */
     layout = NHWC_IN(0);
     n_outputs = 2;
-    floats("kiln.MaxPoolDropout", "kernel_shape=[2,2];strides=[2,2]", 0, false, 0, 0, "training, mnist pool + dropout1",
+    floats("kiln.MaxPoolDropout", "kernel_shape=[2,2];strides=[2,2];dropout_opset=13", 0, false, 0, 0, "training, mnist pool + dropout1",
            INPUTS(X(64, 64, 24, 24), SCALARV(KILN_F32, RATIO_25), SCALARV(KILN_BOOL, ONE)));
     run_seed = 55555;
     with_out_values = true;
-    floats("kiln.MaxPoolDropout", "kernel_shape=[3,2];strides=[3,2];seed=3", 0, false, 0, 0,
+    floats("kiln.MaxPoolDropout", "kernel_shape=[3,2];strides=[3,2];seed=3;dropout_opset=13", 0, false, 0, 0,
            "training, 3x2 windows, 13 channels, run seed, seed attribute, output values",
            INPUTS(X(3, 13, 9, 8), SCALARV(KILN_F64, RATIO_50), SCALARV(KILN_BOOL, ONE)));
     with_out_values = false;
     run_seed = 0;
-    floats("kiln.MaxPoolDropout", "kernel_shape=[2,2];strides=[2,2]", 0, false, 0, 0, "training false: the pool alone",
+    floats("kiln.MaxPoolDropout", "kernel_shape=[2,2];strides=[2,2];dropout_opset=13", 0, false, 0, 0, "training false: the pool alone",
            INPUTS(X(2, 40, 6, 10), SCALARV(KILN_F32, RATIO_50), SCALARV(KILN_BOOL, ZERO)));
     n_outputs = 1;
-    floats("kiln.MaxPoolDropout", "kernel_shape=[2,2];strides=[2,2]", 0, false, 0, 0, "training, no mask output",
+    floats("kiln.MaxPoolDropout", "kernel_shape=[2,2];strides=[2,2];dropout_opset=13", 0, false, 0, 0, "training, no mask output",
            INPUTS(X(2, 37, 4, 22), NONE, SCALARV(KILN_BOOL, ONE)));
     layout = NHWC_IN(1) | NHWC_OUT;
     floats("kiln.MaxPoolDropoutGrad", "kernel_shape=[2,2];strides=[2,2];relu=1", 0, false, 0, 0,
