@@ -195,6 +195,35 @@ static kiln_tensor **feeds_for(const kiln_trainer *t, const kiln_model *g, kiln_
 
 /* ------------------------------------------------------------------ mnist-net */
 
+/* The trainer's graph as the CLI builds it: a symbolic batch, where only the passes'
+ * inference knows the loss's dtype and rank. f32's seed must still become the scalar
+ * initializer, and the forward go (an earlier version read the dtype off the value, unset
+ * with a symbolic batch, and kept both ops on the CUDA trainer's f32 step). Structure only:
+ * the numbers are checked above with a static batch. */
+static void mnist_symbolic(kiln_precision prec) {
+    const char *label = prec == KILN_PRECISION_FP32 ? "mnist-net, symbolic batch" : "mnist-net, symbolic batch, fp16";
+    printf("-- %s\n", label);
+    kiln_model *m = NULL, *opt = NULL;
+    kiln_trainer *t = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .disable_passes = KILN_PASS_FUSE_LOSS};
+    kiln_pass_options on = {.device = KILN_DEVICE_CPU, .precision = prec, .disabled = ONLY_FUSE_LOSS};
+    if (kiln_model_mnist_net(ctx, -1, 1, 1, &m) || kiln_trainer_create(m, "loss", &o, &t) ||
+        kiln_passes_apply(t->train, &on, &opt)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+    } else {
+        CHECK(count(opt, "kiln", "LogSoftmaxNLL") == 0 && count(opt, "kiln", "LogSoftmaxNLLGrad") == 1,
+              "%s: %d LogSoftmaxNLL and %d LogSoftmaxNLLGrad, expected 0 and 1", label,
+              count(opt, "kiln", "LogSoftmaxNLL"), count(opt, "kiln", "LogSoftmaxNLLGrad"));
+        const kiln_node *b = merged(opt);
+        const kiln_tensor *s = b ? opt->values[b->in[3]].init : NULL;
+        CHECK(s && s->dtype == KILN_F32 && s->ndim == 0 && kiln_get_f64(s, 0) == 1.0,
+              "%s: dLoss is not a scalar f32 initializer 1", label);
+    }
+    kiln_model_free(opt);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+}
+
 static void mnist(kiln_precision prec, bool amp_seed) {
     char label[120];
     snprintf(label, sizeof label, "mnist-net training graph%s%s", prec == KILN_PRECISION_FP32 ? "" : ", fp16",
@@ -500,6 +529,8 @@ int main(void) {
     mnist(KILN_PRECISION_FP32, false);
     mnist(KILN_PRECISION_FP16, false);
     mnist(KILN_PRECISION_FP16, true);
+    mnist_symbolic(KILN_PRECISION_FP32);
+    mnist_symbolic(KILN_PRECISION_FP16);
 
     const classifier plain = {.ignore_index = -2000, .ls_axis = 1, .opset = 13};
     classifier c = plain;

@@ -125,7 +125,7 @@ static kiln_status depends_on(const kiln_model *m, const int *prod, int nv0, int
 /* f32 training's seed dL/dloss = ConstantOfShape(Shape(loss)) (src/train/autograd.c),
  * value v: the ConstantOfShape node (its Shape in *shape), or -1. The loss of a mean or
  * sum is a scalar, so the seed is the scalar of the ConstantOfShape's value. */
-static int loss_seed(const kiln_model *m, const int *prod, int nv0, int v, int loss, int *shape) {
+static int loss_seed(const kiln_model *m, const int *prod, const kiln_tensor *vt, int nv0, int v, int loss, int *shape) {
     const int c = v >= 0 && v < nv0 ? prod[v] : -1;
     if (c < 0 || !kiln_pass_is(&m->nodes[c], "ConstantOfShape") || m->nodes[c].n_in != 1 || m->nodes[c].n_out != 1)
         return -1;
@@ -134,7 +134,7 @@ static int loss_seed(const kiln_model *m, const int *prod, int nv0, int v, int l
         return -1;
     const kiln_attr *a = kiln_node_attr(&m->nodes[c], "value");
     if (!a || a->type != KILN_ATTR_TENSOR || !a->t || kiln_tensor_numel(a->t) != 1 ||
-        a->t->dtype != m->values[loss].dtype)
+        a->t->dtype != vt[loss].dtype)
         return -1;
     *shape = sh;
     return c;
@@ -146,7 +146,7 @@ static int loss_seed(const kiln_model *m, const int *prod, int nv0, int v, int l
 static kiln_status merge(kiln_model *m, int *prod, int nv0, bool *dead, const kiln_tensor *vt, int f, int b) {
     const int loss = m->nodes[f].out[0], dl = m->nodes[b].in[3];
     int shape = -1;
-    const int seed = loss_seed(m, prod, nv0, dl, loss, &shape);
+    const int seed = loss_seed(m, prod, vt, nv0, dl, loss, &shape);
     bool dep = false;
     kiln_status st = seed < 0 ? depends_on(m, prod, nv0, dl, f, &dep) : KILN_OK;
     if (st || dep || vt[loss].ndim != 0) return st;
