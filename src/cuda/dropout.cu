@@ -259,43 +259,60 @@ __global__ void dropout_nhwc_in_kernel(const T *__restrict__ x, T *__restrict__ 
     if (a.has_out) key = mix64(key ^ a.out0);
     const double scale = 1.0 / (1.0 - ratio);
     const uint64_t thr = keep_threshold(ratio);
-    const int64_t s0 = (int64_t)blockIdx.x * TILE, c0 = (int64_t)blockIdx.y * TILE;
+    /* tile_grid checked that an image's offsets fit in 32 bits; indices into the whole
+     * tensor, and the stream positions, are 64-bit, stepped per row rather than multiplied */
+    const int Ci = (int)C, Si = (int)S, s0 = blockIdx.x * TILE, c0 = blockIdx.y * TILE;
+    const int64_t rowstep = (int64_t)TILE_ROWS * S; /* Y's NCHW index from channel c to c + TILE_ROWS */
+    const uint64_t zstep = (uint64_t)rowstep * GOLDEN;
+    const int64_t per_image = S * C * (POOL ? pool_kh<POOL>(p) * pool_kw<POOL>(p) : 1);
     for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
-        const T *xn = x + n * S * C * (POOL ? pool_kh<POOL>(p) * pool_kw<POOL>(p) : 1);
-        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
-            const int64_t s = s0 + k, c = c0 + threadIdx.x;
-            if (s >= S || c >= C) continue;
-            if constexpr (POOL != 0) tile[k][threadIdx.x] = window_max<T, POOL>(xn, p, (int)s, (int)C, (int)c);
-            else tile[k][threadIdx.x] = xn[s * C + c];
+        const T *xn = x + n * per_image;
+        if (c0 + (int)threadIdx.x < Ci) {
+#pragma unroll
+            for (int r = 0; r < TILE / TILE_ROWS; r++) {
+                const int k = threadIdx.y + r * TILE_ROWS, s = s0 + k, c = c0 + threadIdx.x;
+                if (s >= Si) break;
+                if constexpr (POOL != 0) tile[k][threadIdx.x] = window_max<T, POOL>(xn, p, s, Ci, c);
+                else tile[k][threadIdx.x] = xn[s * Ci + c];
+            }
         }
         __syncthreads();
-        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
-            const int64_t c = c0 + k, s = s0 + threadIdx.x;
-            if (c >= C || s >= S) continue;
-            const int64_t i = (n * C + c) * S + s; /* the NCHW index: the mask's stream position */
-            T v = tile[threadIdx.x][k];
-            bool keep = true;
-            if (bad) {
-                keep = false;
-                v = from_f<T>(0.f);
-            } else if (train) {
-                keep = kept(key, (uint64_t)i, thr);
-                v = from_f<T>(keep ? (float)((double)to_f(v) * scale) : 0.f);
+        if (s0 + (int)threadIdx.x < Si) {
+            /* element (n, c0 + threadIdx.y, s): the NCHW index, the mask's stream position */
+            const int64_t i0 = (n * C + c0 + threadIdx.y) * S + s0 + threadIdx.x;
+            uint64_t z = key + (uint64_t)(i0 + 1) * GOLDEN; /* kept()'s argument, stepped */
+            T *yp = y + i0;
+            uint8_t *mp = mask ? mask + i0 : nullptr;
+#pragma unroll
+            for (int r = 0; r < TILE / TILE_ROWS; r++) {
+                const int k = threadIdx.y + r * TILE_ROWS;
+                if (c0 + k >= Ci) break;
+                T v = tile[threadIdx.x][k];
+                bool keep = true;
+                if (bad) {
+                    keep = false;
+                    v = from_f<T>(0.f);
+                } else if (train) {
+                    keep = (mix64(z) >> 11) >= thr;
+                    v = from_f<T>(keep ? (float)((double)to_f(v) * scale) : 0.f);
+                }
+                yp[r * rowstep] = v;
+                if (mp) mp[r * rowstep] = keep;
+                z += zstep;
             }
-            y[i] = v;
-            if (mask) mask[i] = keep;
         }
         __syncthreads();
     }
 }
 
-/* Grid of the tiled kernels over (N, C, S): pixels' tiles on x (up to 2^31 - 1), channels'
- * on y (up to 65535), images on z (a loop past 65535). */
-kiln_status tile_grid(kiln_context *ctx, const char *what, int64_t N, int64_t C, int64_t S, dim3 *grid) {
+/* Grid of the tiled kernels over (N, C, S): pixels' tiles on x, channels' on y (up to
+ * 65535), images on z (a loop past 65535). One image (S * C elements, times kk = the pool's
+ * window for X) must fit 32-bit offsets. */
+kiln_status tile_grid(kiln_context *ctx, const char *what, int64_t N, int64_t C, int64_t S, int64_t kk, dim3 *grid) {
     const int64_t gx = (S + TILE - 1) / TILE, gy = (C + TILE - 1) / TILE, gz = N < 65535 ? N : 65535;
-    if (gx > 0x7fffffff || gy > 65535)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s across layouts with %lld channels of %lld pixels", what,
-                         (long long)C, (long long)S);
+    if (gy > 65535 || S * C * kk > INT32_MAX - TILE)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s across layouts with %lld channels of %lld pixels%s", what,
+                         (long long)C, (long long)S, gy > 65535 ? "" : " (an image past 2^31 elements)");
     *grid = dim3((unsigned)gx, (unsigned)gy, (unsigned)gz);
     return KILN_OK;
 }
@@ -306,7 +323,7 @@ kiln_status launch_dropout_nhwc_in(kiln_cuda *cu, kiln_context *ctx, const void 
                                    int64_t N, int64_t C, int64_t S, Pool pool, DropoutArgs a) {
     if (N == 0 || C == 0 || S == 0) return KILN_OK;
     dim3 grid;
-    const kiln_status st = tile_grid(ctx, pool.kh ? "kiln.MaxPoolDropout" : "Dropout", N, C, S, &grid);
+    const kiln_status st = tile_grid(ctx, pool.kh ? "kiln.MaxPoolDropout" : "Dropout", N, C, S, pool.kh ? pool.kh * pool.kw : 1, &grid);
     if (st) return st;
     const dim3 block(TILE, TILE_ROWS);
     if (pool.kh == 2 && pool.kw == 2)
@@ -422,27 +439,38 @@ __global__ void dropout_grad_nhwc_out_kernel(const T *__restrict__ dy, const uin
         flag->value = (long long)(ratio * 1e6);
     const double scale = 1.0 / (1.0 - ratio);
     const float sf = (float)scale;
-    const int64_t s0 = (int64_t)blockIdx.x * TILE, c0 = (int64_t)blockIdx.y * TILE;
+    /* as in dropout_nhwc_in_kernel: 32-bit offsets within an image, 64-bit row steps */
+    const int Ci = (int)C, Si = (int)S, s0 = blockIdx.x * TILE, c0 = blockIdx.y * TILE;
+    const int64_t rowstep = (int64_t)TILE_ROWS * S;
+    const int64_t per_image = S * C * (POOL ? pool_kh<POOL>(p) * pool_kw<POOL>(p) : 1);
     for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
-        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
-            const int64_t c = c0 + k, s = s0 + threadIdx.x;
-            if (c >= C || s >= S) continue;
-            const int64_t i = (n * C + c) * S + s;
-            T v = dy[i];
-            if (bad) v = from_f<T>(0.f);
-            else if (train) v = from_f<T>(dropout_grad_one<T>(to_f(v), mask[i], scale, sf));
-            tile[k][threadIdx.x] = v;
+        if (s0 + (int)threadIdx.x < Si) {
+            const int64_t i0 = (n * C + c0 + threadIdx.y) * S + s0 + threadIdx.x;
+            const T *dyp = dy + i0;
+            const uint8_t *mp = mask + i0;
+#pragma unroll
+            for (int r = 0; r < TILE / TILE_ROWS; r++) {
+                const int k = threadIdx.y + r * TILE_ROWS;
+                if (c0 + k >= Ci) break;
+                T v = dyp[r * rowstep];
+                if (bad) v = from_f<T>(0.f);
+                else if (train) v = from_f<T>(dropout_grad_one<T>(to_f(v), mp[r * rowstep], scale, sf));
+                tile[k][threadIdx.x] = v;
+            }
         }
         __syncthreads();
-        const int64_t per_image = S * C * (POOL ? pool_kh<POOL>(p) * pool_kw<POOL>(p) : 1);
         T *dxn = dx + n * per_image;
-        for (int k = threadIdx.y; k < TILE; k += TILE_ROWS) {
-            const int64_t s = s0 + k, c = c0 + threadIdx.x;
-            if (s >= S || c >= C) continue;
-            if constexpr (POOL != 0)
-                window_scatter<T, POOL>(x + n * per_image, dxn, p, (int)s, (int)C, (int)c, tile[threadIdx.x][k]);
-            else
-                dxn[s * C + c] = tile[threadIdx.x][k];
+        const int c = c0 + threadIdx.x;
+        if (c < Ci) {
+#pragma unroll
+            for (int r = 0; r < TILE / TILE_ROWS; r++) {
+                const int k = threadIdx.y + r * TILE_ROWS, s = s0 + k;
+                if (s >= Si) break;
+                if constexpr (POOL != 0)
+                    window_scatter<T, POOL>(x + n * per_image, dxn, p, s, Ci, c, tile[threadIdx.x][k]);
+                else
+                    dxn[s * Ci + c] = tile[threadIdx.x][k];
+            }
         }
         __syncthreads();
     }
@@ -455,7 +483,8 @@ kiln_status launch_dropout_grad_nhwc_out(kiln_cuda *cu, kiln_context *ctx, const
                                          const void *ratio, int ratio_dt, const uint8_t *train) {
     if (N == 0 || C == 0 || S == 0) return KILN_OK;
     dim3 grid;
-    const kiln_status st = tile_grid(ctx, pool.kh ? "kiln.MaxPoolDropoutGrad" : "kiln.DropoutGrad", N, C, S, &grid);
+    const kiln_status st = tile_grid(ctx, pool.kh ? "kiln.MaxPoolDropoutGrad" : "kiln.DropoutGrad", N, C, S, pool.kh ? pool.kh * pool.kw : 1,
+                                     &grid);
     if (st) return st;
     const dim3 block(TILE, TILE_ROWS);
     if (pool.kh == 2 && pool.kw == 2)

@@ -23,7 +23,7 @@
  *   a one-block kernel for the scale (8 bytes of workspace) and an elementwise kernel.
  *
  * kiln.LogSoftmaxNLL(X, target, weight?) -> loss, log_prob? and its gradient
- * kiln.LogSoftmaxNLLGrad(X, target, weight?, dLoss?, dLogProb?) -> dX
+ * kiln.LogSoftmaxNLLGrad(X, target, weight?, dLoss?, dLogProb?) -> dX, dX_f32?, loss?
  * (src/ops/log_softmax_nll.c; made by the fuse-loss pass): X (N, C) in f32, f16 or bf16,
  * read as it is; loss, log_prob, dLoss and dLogProb f32; dX in X's dtype (and, when asked
  * for, the same values in f32 as a second output, rounded once each). One warp per
@@ -33,6 +33,11 @@
  * gradient. The forward is one block (warps stride over the rows); the gradient is one
  * block when dX is small or the reduction is a sum (no weight sum to find first: rows
  * spread over a grid), else the one-block scale kernel above then a grid over the rows.
+ * The gradient's loss output (where fuse-loss merged the forward into it, so the step has
+ * one dependent kernel fewer) is the forward's bit for bit: the one-block gradient runs
+ * with the forward's thread count, and its warps add the same rows' shares (loss_row) in
+ * the same order and sum them as the forward does (loss_store); the grid path, and an
+ * empty X, launch lsn_forward itself first.
  * A NaN in a row gives that row's max NaN, so its loss and gradient are NaN, as in the
  * reference.
  */
@@ -286,6 +291,22 @@ __device__ __forceinline__ void row_stats(const T *x, int64_t C, int lane, float
     *sum = warp_sum_f(s);
 }
 
+/* Row n's share of the loss, added to lane 0's running sums: the same code in the forward
+ * and in the one-block gradient, so their losses agree to the bit (rows go to the same
+ * warps in the same order; explicit roundings, nothing for the compiler to contract
+ * differently in either kernel). */
+__device__ __forceinline__ void loss_row(float xt, float mx, float lse, double w, double *ls, double *ws) {
+    *ls = __dadd_rn(*ls, __dmul_rn(-w, (double)__fsub_rn(__fsub_rn(xt, mx), lse)));
+    *ws = __dadd_rn(*ws, w);
+}
+
+/* The loss of a block's summed row shares. Every thread of the block calls it. */
+__device__ __forceinline__ void loss_store(double ls, double ws, float *loss, const NllArgs &a, double *scratch) {
+    ls = block_sum_d(ls, scratch);
+    ws = block_sum_d(ws, scratch);
+    if (threadIdx.x == 0) *loss = (float)(a.red == RED_SUM ? ls : ls / ws);
+}
+
 // x: (N, C); loss: scalar; logp: (N, C) or NULL. One block, a warp per row.
 template <typename T>
 __global__ void lsn_forward(const T *x, float *loss, float *logp, NllArgs a, kiln_cuda_flag *flag) {
@@ -302,22 +323,19 @@ __global__ void lsn_forward(const T *x, float *loss, float *logp, NllArgs a, kil
         if (lane == 0) {
             int64_t t;
             const double w = weight_of(a, n, &t, flag);
-            if (t >= 0) {
-                ls += -w * (double)((to_f(row[t]) - mx) - lse);
-                ws += w;
-            }
+            if (t >= 0) loss_row(to_f(row[t]), mx, lse, w, &ls, &ws);
         }
     }
-    ls = block_sum_d(ls, scratch);
-    ws = block_sum_d(ws, scratch);
-    if (threadIdx.x == 0) *loss = (float)(a.red == RED_SUM ? ls : ls / ws);
+    loss_store(ls, ws, loss, a, scratch);
 }
 
 /* dX of rows first, first + step, ... (warp-global indices), given the shared factor g
- * (dLoss for a sum, dLoss over the weight sum for a mean, 0 without dLoss). */
+ * (dLoss for a sum, dLoss over the weight sum for a mean, 0 without dLoss). ls, ws (lane
+ * 0's, or NULL): the rows' loss shares added as lsn_forward adds them. */
 template <typename T>
 __device__ __forceinline__ void lsn_grad_rows(const T *x, T *dx, float *dx32, const float *dlp, NllArgs a, double g,
-                                              int64_t first, int64_t step, int lane, kiln_cuda_flag *flag) {
+                                              int64_t first, int64_t step, int lane, double *ls, double *ws,
+                                              kiln_cuda_flag *flag) {
     for (int64_t n = first; n < a.N; n += step) {
         const T *row = x + n * a.C;
         float mx, sum;
@@ -325,6 +343,7 @@ __device__ __forceinline__ void lsn_grad_rows(const T *x, T *dx, float *dx32, co
         const float inv = 1.0f / sum;
         int64_t t;
         const double w = weight_of(a, n, &t, flag);
+        if (ls && lane == 0 && t >= 0) loss_row(to_f(row[t]), mx, logf(sum), w, ls, ws);
         const float coef = t >= 0 ? (float)(w * g) : 0.0f;
         float sdlp = 0;
         if (dlp) {
@@ -343,10 +362,11 @@ __device__ __forceinline__ void lsn_grad_rows(const T *x, T *dx, float *dx32, co
 
 __device__ __forceinline__ double dloss_of(const float *dl) { return dl ? (double)dl[0] : 0.0; }
 
-/* One block: the weight sum (mean), then every row. */
+/* One block: the weight sum (mean), then every row; with loss (not NULL) also the loss,
+ * as lsn_forward computes it when launched with as many threads (row_threads). */
 template <typename T>
-__global__ void lsn_grad_fused(const T *x, const float *dl, const float *dlp, T *dx, float *dx32, NllArgs a,
-                               kiln_cuda_flag *flag) {
+__global__ void lsn_grad_fused(const T *x, const float *dl, const float *dlp, T *dx, float *dx32, float *loss,
+                               NllArgs a, kiln_cuda_flag *flag) {
     __shared__ double scratch[32];
     double g = dloss_of(dl);
     if (a.red == RED_MEAN) {
@@ -357,7 +377,10 @@ __global__ void lsn_grad_fused(const T *x, const float *dl, const float *dlp, T 
         }
         g /= block_sum_d(ws, scratch);
     }
-    lsn_grad_rows<T>(x, dx, dx32, dlp, a, g, threadIdx.x >> 5, blockDim.x >> 5, threadIdx.x & 31, flag);
+    double ls = 0, ws = 0;
+    lsn_grad_rows<T>(x, dx, dx32, dlp, a, g, threadIdx.x >> 5, blockDim.x >> 5, threadIdx.x & 31, loss ? &ls : nullptr,
+                     &ws, flag);
+    if (loss) loss_store(ls, ws, loss, a, scratch);
 }
 
 /* One block: dLoss over the weight sum into *g (a large mean). */
@@ -377,7 +400,8 @@ template <typename T>
 __global__ void lsn_grad_grid(const T *x, const float *dl, const double *g, const float *dlp, T *dx, float *dx32,
                               NllArgs a, kiln_cuda_flag *flag) {
     const double gv = g ? *g : dloss_of(dl);
-    lsn_grad_rows<T>(x, dx, dx32, dlp, a, gv, thread_index() >> 5, grid_stride() >> 5, threadIdx.x & 31, flag);
+    lsn_grad_rows<T>(x, dx, dx32, dlp, a, gv, thread_index() >> 5, grid_stride() >> 5, threadIdx.x & 31, nullptr,
+                     nullptr, flag);
 }
 
 /* Threads of a one-block kernel with a warp per row: up to RED_THREADS. */
@@ -396,12 +420,20 @@ kiln_status launch_lsn(kiln_cuda *cu, kiln_context *ctx, const void *x, float *l
     return KILN_OK;
 }
 
+/* loss (or NULL): the forward's loss too, in the one-block kernel, else by lsn_forward
+ * first (a large batch, or nothing to differentiate). */
 template <typename T>
 kiln_status launch_lsn_grad(kiln_cuda *cu, kiln_context *ctx, const void *x, const float *dl, const float *dlp, void *dx,
-                            float *dx32, NllArgs a, void *ws, size_t ws_bytes) {
+                            float *dx32, float *loss, NllArgs a, void *ws, size_t ws_bytes) {
+    if (loss && (a.N * a.C == 0 || !lsn_grad_one_block(a))) {
+        kiln_status st = launch_lsn<T>(cu, ctx, x, loss, nullptr, a);
+        if (st) return st;
+        loss = nullptr;
+    }
     if (a.N * a.C == 0) return KILN_OK;
     if (lsn_grad_one_block(a)) {
-        lsn_grad_fused<T><<<1, row_threads(a.N), 0, cu->stream>>>((const T *)x, dl, dlp, (T *)dx, dx32, a, cu->flag);
+        lsn_grad_fused<T><<<1, row_threads(a.N), 0, cu->stream>>>((const T *)x, dl, dlp, (T *)dx, dx32, loss, a,
+                                                                  cu->flag);
         KILN_CUDA_LAUNCHED(ctx, "lsn_grad_fused");
         return KILN_OK;
     }
@@ -471,8 +503,9 @@ extern "C" kiln_status kiln_cuda_ws_logsoftmax_nll_grad(kiln_cuda *cu, kiln_op_c
 extern "C" kiln_status kiln_cuda_k_logsoftmax_nll_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     const NllArgs a = args_of(c);
     float *dx32 = c->n_out > 1 && c->out[1] ? (float *)c->out[1]->data : nullptr;
+    float *loss = c->n_out > 2 && c->out[2] ? (float *)c->out[2]->data : nullptr;
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, c->in[0]->dtype, launch_lsn_grad, cu, c->kctx, c->in[0]->data, f32_in(c, 3),
-                           f32_in(c, 4), c->out[0]->data, dx32, a, c->workspace, c->workspace_size);
+                           f32_in(c, 4), c->out[0]->data, dx32, loss, a, c->workspace, c->workspace_size);
     return st;
 }

@@ -455,7 +455,7 @@ static bool sup_nll(const kiln_op_ctx *c, char *why, size_t n) {
 
 /* kiln.LogSoftmaxNLL(X, target, weight?) and kiln.LogSoftmaxNLLGrad(X, target, weight?,
  * dLoss?, dLogProb?): X (N, C) of a float dtype, targets int32/int64, the loss side (dLoss,
- * dLogProb, the forward's outputs and the gradient's dX_f32) f32, dX in X's dtype. */
+ * dLogProb, the forward's outputs and the gradient's dX_f32 and loss) f32, dX in X's dtype. */
 static bool sup_logsoftmax_nll(const kiln_op_ctx *c, char *why, size_t n) {
     if (!float_input(c, 0, why, n)) return false;
     if (c->in[0]->ndim != 2) {

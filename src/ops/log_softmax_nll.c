@@ -15,7 +15,11 @@
  *
  * kiln.LogSoftmaxNLLGrad(X, target, weight?, dLoss?, dLogProb?) -> dX in X's dtype,
  *   dX_f32? (the same values in f32, for the precision pass: where an fp32 op also reads
- *   a low dX, the bias gradient's sum, this output replaces a Cast back to f32)
+ *   a low dX, the bias gradient's sum, this output replaces a Cast back to f32),
+ *   loss? (the forward's loss, bit for bit what kiln.LogSoftmaxNLL computes from the same
+ *   X, target, weight and attributes, by the same code: where the forward keeps no
+ *   log_prob and dLoss does not depend on the loss, the fuse-loss pass drops the forward
+ *   node and takes the loss from here, one kernel instead of two on the step's path)
  *   (the input order and the rule of kiln.SoftmaxCrossEntropyLossGrad, loss_common.h):
  *   dX[n,k] = coef[n] * (p[n,k] - [k = t]) + dLogProb[n,k] - p[n,k] * sum_k dLogProb[n,k]
  *   with p = softmax(X) recomputed from X (X is what the forward read, so the backward
@@ -30,6 +34,8 @@
 #include "loss_common.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* f32 outputs, f64 for an f64 X. */
@@ -65,10 +71,12 @@ static kiln_status infer(kiln_op_ctx *c) {
 
 static size_t workspace(const kiln_op_ctx *c) { return (size_t)kiln_tensor_numel(c->in[0]) * sizeof(double); }
 
-static kiln_status forward(kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0]; // (N, C)
+/* The loss of X (N, C) into `loss`, with log_prob = LogSoftmax(X) in double left in lp
+ * (N, C): what kiln.LogSoftmaxNLL computes, and the gradient's output 2 with it, bit for
+ * bit (inputs X, target, weight?; c's attributes). */
+static kiln_status loss_of(kiln_op_ctx *c, kiln_tensor *loss, double *lp) {
+    const kiln_tensor *x = c->in[0];
     const int64_t N = x->dims[0], C = x->dims[1];
-    double *lp = c->workspace; // (N, C)
 
     #pragma omp parallel for if (N * C > (1 << 15)) schedule(static)
     for (int64_t n = 0; n < N; n++) {
@@ -82,10 +90,20 @@ static kiln_status forward(kiln_op_ctx *c) {
         /* (v - mx) first, as LogSoftmax's reference does */
         for (int64_t k = 0; k < C; k++) lp[n * C + k] = (kiln_get_f64(x, n * C + k) - mx) - log_sum;
     }
-    if (c->n_out > 1 && c->out[1])
-        for (int64_t i = 0; i < N * C; i++) kiln_set_f64(c->out[1], i, lp[i]);
     kiln_tensor view = {.dtype = KILN_F64, .ndim = 2, .dims = {N, C}, .data = lp};
-    return kiln_nll_forward(c, &view);
+    kiln_op_ctx fwd = *c;
+    fwd.n_in = c->n_in < 3 ? c->n_in : 3;
+    fwd.n_out = 1;
+    fwd.out = &loss;
+    return kiln_nll_forward(&fwd, &view);
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    double *lp = c->workspace; // (N, C)
+    kiln_status st = loss_of(c, c->out[0], lp);
+    if (!st && c->n_out > 1 && c->out[1])
+        for (int64_t i = 0; i < kiln_tensor_numel(c->in[0]); i++) kiln_set_f64(c->out[1], i, lp[i]);
+    return st;
 }
 
 /* The rule: kiln.LogSoftmaxNLLGrad(X, target, weight, dLoss, dLogProb). */
@@ -107,10 +125,20 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
     }
     kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
     if (c->n_out > 1 && c->out[1]) kiln_tensor_set_shape(c->out[1], dt, x->ndim, x->dims);
+    if (c->n_out > 2 && c->out[2]) kiln_tensor_set_shape(c->out[2], dt, 0, NULL);
     return KILN_OK;
 }
 
+static bool wants_loss(const kiln_op_ctx *c) { return c->n_out > 2 && c->out[2]; }
+
+/* the forward's log_prob scratch, when the loss is asked for */
+static size_t workspace_grad(const kiln_op_ctx *c) { return wants_loss(c) ? workspace(c) : 0; }
+
 static kiln_status forward_grad(kiln_op_ctx *c) {
+    if (wants_loss(c)) {
+        kiln_status st = loss_of(c, c->out[2], c->workspace);
+        if (st) return st;
+    }
     if (c->n_out < 2 || !c->out[1]) return kiln_nll_grad_forward(c, true);
     /* dX_f32 first (rounded once from double), then dX from it */
     kiln_op_ctx wide = *c;
@@ -209,6 +237,81 @@ static int test(void) {
     return fails;
 }
 
+/* Run op (domain kiln) on in[] with the outputs marked in want[] (the others absent, as a
+ * graph's -1 slots reach the op: out[k] NULL); out[k] new tensors or NULL. */
+static kiln_status eval_slots(const char *op, const char *attrs, int n_in, kiln_tensor **in, int n_out,
+                              const bool *want, kiln_tensor **out) {
+    kiln_context ctx = {0};
+    kiln_node node = {.op_type = (char *)op, .name = (char *)"case", .domain = (char *)"kiln", .opset = 21,
+                      .n_in = n_in, .n_out = n_out};
+    node.op = kiln_op_index_domain("kiln", op);
+    const kiln_op_def *d = kiln_op_get(node.op);
+    kiln_tensor shapes[3] = {{0}}, *o[3];
+    void *ws = NULL;
+    for (int k = 0; k < n_out; k++) {
+        out[k] = NULL;
+        o[k] = want[k] ? &shapes[k] : NULL;
+    }
+    kiln_op_ctx c = {.kctx = &ctx, .node = &node, .n_in = n_in, .in = in, .n_out = n_out, .out = o};
+    kiln_status st = d && n_out <= 3 ? kiln_attrs_parse(&ctx, attrs, &node.attrs, &node.n_attrs) : KILN_ERR_INTERNAL;
+    if (!st) st = d->infer(&c);
+    for (int k = 0; k < n_out && !st; k++)
+        if (want[k] && !(o[k] = out[k] = kiln_tensor_new(&ctx, shapes[k].dtype, shapes[k].ndim, shapes[k].dims)))
+            st = KILN_ERR_OUT_OF_MEMORY;
+    const size_t bytes = !st && d->cpu_workspace ? (d->cpu_workspace(&c) + 63) / 64 * 64 : 0;
+    if (bytes && !(ws = aligned_alloc(64, bytes))) st = KILN_ERR_OUT_OF_MEMORY;
+    c.workspace = ws;
+    c.workspace_size = bytes;
+    if (!st) st = d->cpu_forward(&c);
+    if (st) printf("     %s: %s: %s\n", op, kiln_status_name(st), ctx.msg);
+    free(ws);
+    for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
+    free(node.attrs);
+    return st;
+}
+
+/* kiln.LogSoftmaxNLLGrad's loss output against kiln.LogSoftmaxNLL on the same random X,
+ * targets (two of them ignore_index 2 where given) and weight: equal to the last bit; dX
+ * (and dX_f32 where asked for) equal to the last bit to those of the gradient without the
+ * loss output. dx32: -1 absent (slot 1 empty), else asked for. */
+static int loss_output_case(kiln_dtype dt, const char *attrs, bool weighted, bool dx32, uint64_t seed,
+                            const char *label) {
+    enum { N = 6, C = 5 };
+    const kiln_dtype lt = out_dtype(dt);
+    kiln_tensor *in[4] = {kt_rand(dt, 2, KT_DIMS(N, C), -4, 4, seed),
+                          kt_make(KILN_I64, 1, KT_DIMS(N), KT_VALS(2, 0, 4, 2, 1, 3)),
+                          weighted ? kt_make(KILN_F32, 1, KT_DIMS(C), KT_VALS(0.5, 2, 1, 0.25, 3)) : NULL,
+                          kt_scalar(lt, 0.75)};
+    kiln_tensor *fwd[1] = {0}, *with[3] = {0}, *without[2] = {0};
+    int fails = 0;
+    kiln_status st = in[0] && in[1] && in[3] && (!weighted || in[2]) ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = eval_slots("LogSoftmaxNLL", attrs, weighted ? 3 : 2, in, 1, (const bool[]){true}, fwd);
+    if (!st) st = eval_slots("LogSoftmaxNLLGrad", attrs, 4, in, 3, (const bool[]){true, dx32, true}, with);
+    if (!st) st = eval_slots("LogSoftmaxNLLGrad", attrs, 4, in, 2, (const bool[]){true, dx32}, without);
+    if (st) {
+        printf("FAIL %s: the ops failed\n", label);
+        fails = 1;
+    } else {
+        char l[200];
+        snprintf(l, sizeof l, "%s: loss", label);
+        fails += with[2]->dtype != lt || with[2]->ndim != 0;
+        fails += kiln_tensor_compare(with[2], fwd[0], 0, 0, l);
+        snprintf(l, sizeof l, "%s: dX", label);
+        fails += kiln_tensor_compare(with[0], without[0], 0, 0, l);
+        snprintf(l, sizeof l, "%s: dX_f32", label);
+        if (dx32) fails += kiln_tensor_compare(with[1], without[1], 0, 0, l);
+        else fails += with[1] != NULL;
+        /* a loss that is a number, not 0: the case can tell a wrong one */
+        fails += !(fabs(kiln_get_f64(fwd[0], 0)) > 0.01);
+        if (fails) printf("FAIL %s\n", label);
+    }
+    for (int i = 0; i < 4; i++) kiln_tensor_free(in[i]);
+    kiln_tensor_free(fwd[0]);
+    for (int k = 0; k < 3; k++) kiln_tensor_free(with[k]);
+    for (int k = 0; k < 2; k++) kiln_tensor_free(without[k]);
+    return fails ? 1 : 0;
+}
+
 static int test_grad(void) {
     int fails = 0;
     kiln_tensor *in[5], *dx;
@@ -270,6 +373,34 @@ static int test_grad(void) {
     in[0] = x22(KILN_F32);
     in[1] = t22();
     fails += kiln_optest_fails("LogSoftmaxNLLGrad", "", 2, in, 1, KILN_ERR_SHAPE, "logsoftmax-nll grad no dLoss");
+
+    /* the loss as output 2: row 0 loses ln 4, row 1 ln 2 (x22); mean, dLoss 1: dX as above
+     * over 2 rows */
+    kiln_tensor *outs3[3];
+    in[0] = x22(KILN_F32);
+    in[1] = t22();
+    in[2] = NULL;
+    in[3] = kt_scalar(KILN_F32, 1);
+    outs3[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(-0.375, 0.375, 0.25, -0.25));
+    outs3[1] = NULL;
+    outs3[2] = kt_scalar(KILN_F32, (1.3862943611198906 + 0.6931471805599453) / 2);
+    fails += kiln_optest("LogSoftmaxNLLGrad", "", 4, in, 3, outs3, 1e-7, 1e-6, "logsoftmax-nll grad with the loss");
+    in[0] = x22(KILN_F32);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 2));
+    in[2] = NULL;
+    in[3] = kt_scalar(KILN_F32, 1);
+    fails += kiln_optest_fails("LogSoftmaxNLLGrad", "", 4, in, 3, KILN_ERR_INVALID_ARGUMENT,
+                               "logsoftmax-nll grad with the loss, target out of range");
+    fails += loss_output_case(KILN_F32, "", false, false, 41, "logsoftmax-nll grad loss f32 mean, dX_f32 slot empty");
+    fails += loss_output_case(KILN_F32, "reduction=sum;ignore_index=2", true, false, 42,
+                              "logsoftmax-nll grad loss f32 weighted sum ignore_index, dX_f32 slot empty");
+    fails += loss_output_case(KILN_F16, "ignore_index=2", true, true, 43,
+                              "logsoftmax-nll grad loss f16 weighted mean ignore_index with dX_f32");
+    fails += loss_output_case(KILN_F16, "reduction=sum", false, false, 44,
+                              "logsoftmax-nll grad loss f16 sum, dX_f32 slot empty");
+    fails += loss_output_case(KILN_BF16, "", true, true, 45, "logsoftmax-nll grad loss bf16 weighted mean with dX_f32");
+    fails += loss_output_case(KILN_F64, "reduction=mean;ignore_index=2", false, false, 46,
+                              "logsoftmax-nll grad loss f64 mean ignore_index, dX_f32 slot empty");
     return fails;
 }
 
@@ -281,5 +412,6 @@ const kiln_op_def kiln_op_log_softmax_nll = {
 
 const kiln_op_def kiln_op_log_softmax_nll_grad = {
     .name = "LogSoftmaxNLLGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1,
-    .max_outputs = 2, .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
+    .max_outputs = 3, .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,
+    .test = test_grad,
 };

@@ -74,7 +74,9 @@ static kiln_dtype rule_dtype(const kiln_node *n, int k, const kiln_tensor *vt) {
         }
         return strcmp(op, "ConstantOfShape") == 0 ? KILN_F32 : KILN_DTYPE_UNDEFINED;
     }
-    if (strcmp(op, "LogSoftmaxNLL") == 0) return in0 == KILN_F64 ? KILN_F64 : KILN_F32; /* f32 whatever X's float */
+    /* f32 whatever X's float: the fused loss's outputs, its gradient's dX_f32 and loss */
+    if (strcmp(op, "LogSoftmaxNLL") == 0 || (k >= 1 && strcmp(op, "LogSoftmaxNLLGrad") == 0))
+        return in0 == KILN_F64 ? KILN_F64 : KILN_F32;
     if (k == 1 && strcmp(op, "MaxPool") == 0) return KILN_I64;
     if (k == 1 && strcmp(op, "Dropout") == 0) return KILN_BOOL;
     return in0;

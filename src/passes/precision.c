@@ -25,7 +25,8 @@
  *           loss (and log_prob) stay f32; the gradient dX is L exactly when X is, so it
  *           reaches the low backward of the logits' producer with no Cast either; where an
  *           fp32 op reads dX too (the bias gradient's sum), the op's optional second
- *           output, dX in f32, serves it instead of a Cast. Exp and Log feeding X stay
+ *           output, dX in f32, serves it instead of a Cast. The gradient's optional
+ *           third output, the loss, stays f32. Exp and Log feeding X stay
  *           f32, as they do before an fp32 op.
  *   any     Shape, Size, ArgMax/ArgMin, Cast, CastLike: read whatever dtype they get.
  *   keep    nodes that only compute plan-time constants (shape computations such as
@@ -372,7 +373,9 @@ static kiln_status rewrite(state *s, const int *order, const int *cstart, const 
      * the op writes an f32 copy as its second output, which takes the place of the Cast. */
     for (int i = 0; i < s->n0 && !st; i++) {
         kiln_node *n = &m->nodes[i];
-        const int v = n->n_out == 1 ? n->out[0] : -1;
+        /* dX alone, or with the loss as output 2 (fuse-loss merged the forward) */
+        const bool free_slot = n->n_out == 1 || (n->n_out == 3 && n->out[1] < 0);
+        const int v = free_slot ? n->out[0] : -1;
         if (s->c[i] != C_MIXED || strcmp(n->op_type, "LogSoftmaxNLLGrad") != 0 || v < 0 || v >= s->nv0 ||
             !s->is_low[v] || s->f32_of[v] >= 0)
             continue;
@@ -382,14 +385,14 @@ static kiln_status rewrite(state *s, const int *order, const int *cstart, const 
                 f32 |= m->nodes[cons[c]].in[k] == v && want_of(s, cons[c], k) == W_F32;
         if (!f32) continue;
         int t = twin_value(s, v, KILN_F32);
-        int *out = t >= 0 ? realloc(n->out, 2 * sizeof *out) : NULL;
+        int *out = t >= 0 ? realloc(n->out, (n->n_out < 2 ? 2 : (size_t)n->n_out) * sizeof *out) : NULL;
         if (!out) {
             st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
             break;
         }
         out[1] = t;
         n->out = out;
-        n->n_out = 2;
+        if (n->n_out < 2) n->n_out = 2;
         s->f32_of[v] = t;
         s->low_of[t] = v;
         *changed = true;
@@ -549,7 +552,8 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         int i = order[oi];
         const kiln_node *n = &m->nodes[i];
         bool low = s.c[i] == C_LOW;
-        /* the fused loss's gradient: dX in X's dtype; the forward's outputs stay f32 */
+        /* the fused loss's gradient: dX in X's dtype; the forward's outputs, and the loss
+         * the gradient writes as its output 2, stay f32 */
         if (s.c[i] == C_MIXED)
             low = strcmp(n->op_type, "LogSoftmaxNLLGrad") == 0 && n->n_in > 0 && n->in[0] >= 0 && s.is_low[n->in[0]];
         if (s.c[i] == C_FOLLOW) {
@@ -557,7 +561,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
                 if (n->in[k] >= 0 && !exempt(n, k) && s.is_low[n->in[k]]) low = true;
             s.node_low[i] = low;
         }
-        for (int k = 0; k < n->n_out; k++)
+        for (int k = 0; k < (s.c[i] == C_MIXED ? 1 : n->n_out); k++)
             if (n->out[k] >= 0 && s.f32v[n->out[k]]) s.is_low[n->out[k]] = low;
     }
     /* Data movement whose every reader computes in L moves to L too, so the Cast happens

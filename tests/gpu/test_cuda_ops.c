@@ -259,10 +259,12 @@ static bool exact;
 static const kiln_tensor *tensor_attr;
 static const char *tensor_attr_name;
 /* Cases whose kernel ran on the device (kiln_cuda_run returned KILN_OK), for checks of
- * which path a group of cases took; keep_out, when set, receives a case's output 0 as
- * downloaded (NCHW) instead of it being freed (the caller frees it). */
+ * which path a group of cases took; keep_out, when set, receives a case's output
+ * keep_index (0 unless set) as downloaded (NCHW) instead of it being freed (the caller
+ * frees it). */
 static int device_runs;
 static kiln_tensor **keep_out;
+static int keep_index;
 
 /* The CPU reference on owning tensors: kiln_op_eval with a run seed. */
 static kiln_status eval_ref(const kiln_node *node, int n_in, kiln_tensor **in, int n_out, kiln_tensor **out,
@@ -481,10 +483,10 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
         double a = 0, r = 0;
         if (!exact) tolerances(ref[k]->dtype, atol, rtol, ref[k], &a, &r);
         char olab[300];
-        snprintf(olab, sizeof olab, "%s%s", lab, k ? " (output 1)" : "");
-        if (n_out > 1 && k == 0) snprintf(olab, sizeof olab, "%s (output 0)", lab);
+        if (n_out > 1) snprintf(olab, sizeof olab, "%s (output %d)", lab, k);
+        else snprintf(olab, sizeof olab, "%s", lab);
         bad |= compare(got, ref[k], a, r, olab) != 0;
-        if (k == 0 && keep_out) *keep_out = got;
+        if (k == keep_index && keep_out) *keep_out = got;
         else kiln_tensor_free(got);
         got = NULL;
     }
@@ -1567,10 +1569,48 @@ static void loss_cases(void) {
            INPUTS(X(64, 10, 30), XT(KILN_I64, 0, 10, 64, 30), NONE, SCALAR(0.5, 2)));
 }
 
+/* kiln.LogSoftmaxNLLGrad's loss output (X, target, weight?, dLoss) against
+ * kiln.LogSoftmaxNLL's loss, both run on the device on the very same inputs, in f32, f16
+ * and bf16: equal to the last bit (the fuse-loss pass swaps one for the other). Each run
+ * is also a case against the CPU reference. */
+static void loss_output_bits(const char *attrs, const char *label, const inp *specs, int n_in) {
+    for (int d = 0; d < 3; d++) {
+        const kiln_dtype dt = FLOATS[d];
+        kiln_tensor *in[2][4] = {{0}}, *fwd = NULL, *from_grad = NULL;
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < n_in && i < 4; i++) in[r][i] = make_input(&specs[i], dt, 4000u + 17u * (uint64_t)i + (uint64_t)dt);
+        char lab[256];
+        snprintf(lab, sizeof lab, "%s (the forward's loss)", label);
+        const int saved = n_outputs;
+        keep_out = &fwd;
+        n_outputs = 1;
+        run_tensors("kiln.LogSoftmaxNLL", attrs, 0, dt, false, 2e-6, 1e-5, lab, in[0], 3);
+        kiln_tensor_free(in[0][3]); /* dLoss: not the forward's */
+        snprintf(lab, sizeof lab, "%s (the gradient's loss)", label);
+        keep_out = &from_grad;
+        keep_index = 2;
+        n_outputs = 3;
+        run_tensors("kiln.LogSoftmaxNLLGrad", attrs, 0, dt, false, 1e-7, 1e-5, lab, in[1], n_in);
+        keep_out = NULL;
+        keep_index = 0;
+        n_outputs = saved;
+        if (fwd && from_grad) { /* both ran on the device (not filtered out, no dry run) */
+            snprintf(lab, sizeof lab, "kiln.LogSoftmaxNLLGrad %s %s: loss output bit for bit the forward's", label,
+                     kiln_dtype_name(dt));
+            if (compare(from_grad, fwd, 0, 0, lab)) failed++;
+            else passed++;
+        }
+        kiln_tensor_free(fwd);
+        kiln_tensor_free(from_grad);
+    }
+}
+
 /* kiln.LogSoftmaxNLL (the fused loss, f32 outputs from an X of the case's dtype) and its
  * gradient (f32 dLoss and dLogProb, dX in X's dtype): rows fewer and more than the warps
  * of a block, N not a multiple of anything, rows longer than a warp, weights and
- * ignore_index, both reductions, and the gradient's one-block and grid paths. */
+ * ignore_index, both reductions, and the gradient's one-block and grid paths; the
+ * gradient's loss output (fuse-loss's merged form) in both paths, against the CPU and bit
+ * for bit against the forward's kernel. */
 static void fused_loss_cases(void) {
     const double at = 2e-6, rt = 1e-5;
     const char *op = "kiln.LogSoftmaxNLL";
@@ -1611,6 +1651,27 @@ static void fused_loss_cases(void) {
            INPUTS(XR(-6, 6, 2001, 10), XT(KILN_I64, 0, 10, 2001), XT(KILN_F32, 0.2, 2, 10), SCALART(KILN_F32, 0.5, 2)));
     floats(op, "reduction=sum", 0, false, gat, grt, "large sum (a grid)",
            INPUTS(XR(-6, 6, 3001, 7), XT(KILN_I32, 0, 7, 3001), NONE, SCALART(KILN_F32, 0.5, 2)));
+    /* dX, dX_f32 and the loss (output 2): the one-block kernel computes the loss itself;
+     * the grid path launches the forward's kernel first */
+    n_outputs = 3;
+    floats(op, "", 0, false, gat, grt, "mnist with the loss",
+           INPUTS(XR(-6, 6, 64, 10), XT(KILN_I64, 0, 10, 64), NONE, SCALART(KILN_F32, 0.5, 2)));
+    floats(op, "reduction=sum;ignore_index=3", 0, false, gat, grt, "37 rows, weights, ignore_index, with the loss",
+           INPUTS(XR(-6, 6, 37, 10), XT(KILN_I32, 0, 10, 37), XT(KILN_F32, 0.2, 2, 10), SCALART(KILN_F32, 0.5, 2)));
+    floats(op, "ignore_index=1", 0, false, gat, grt, "large weighted mean with the loss (forward, scale, grid)",
+           INPUTS(XR(-6, 6, 2001, 10), XT(KILN_I64, 0, 10, 2001), XT(KILN_F32, 0.2, 2, 10), SCALART(KILN_F32, 0.5, 2)));
+    floats(op, "reduction=sum", 0, false, gat, grt, "large sum with the loss (forward, grid)",
+           INPUTS(XR(-6, 6, 3001, 7), XT(KILN_I32, 0, 7, 3001), NONE, SCALART(KILN_F32, 0.5, 2)));
+    n_outputs = 1;
+    loss_output_bits("", "mnist", INPUTS(XR(-6, 6, 64, 10), XT(KILN_I64, 0, 10, 64), NONE, SCALARV(KILN_F32, LOSS_SCALE)));
+    loss_output_bits("reduction=sum;ignore_index=3", "37 rows, weights, ignore_index",
+                     INPUTS(XR(-6, 6, 37, 10), XT(KILN_I32, 0, 10, 37), XT(KILN_F32, 0.2, 2, 10), SCALART(KILN_F32, 0.5, 2)));
+    loss_output_bits("ignore_index=0", "long rows, weighted mean, ignore_index",
+                     INPUTS(XR(-8, 8, 5, 1000), XT(KILN_I64, 0, 1000, 5), XT(KILN_F32, 0.2, 2, 1000), SCALART(KILN_F32, 0.5, 2)));
+    loss_output_bits("", "1000 rows (more than a block's warps)",
+                     INPUTS(XR(-6, 6, 1000, 3), XT(KILN_I64, 0, 3, 1000), NONE, SCALART(KILN_F32, 0.5, 2)));
+    loss_output_bits("ignore_index=1", "large weighted mean (a grid)",
+                     INPUTS(XR(-6, 6, 2001, 10), XT(KILN_I64, 0, 10, 2001), XT(KILN_F32, 0.2, 2, 10), SCALART(KILN_F32, 0.5, 2)));
     atol_scale = 0;
 }
 
