@@ -235,7 +235,9 @@ enum {
     KILN_PASS_FUSE_POOL = 1 << 12     /* MaxPool -> training Dropout over an NHWC image
                                          (non-overlapping 2-D windows) and, in a training
                                          graph, its gradient chain (with the Relu's before
-                                         the pool) as one op each (CUDA, after nhwc) */
+                                         the pool) as one op each (CUDA, after nhwc); and a
+                                         Relu's gradient after any Dropout's gradient
+                                         folded into it */
 };
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),

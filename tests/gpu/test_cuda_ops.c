@@ -2945,9 +2945,9 @@ static void mnist_training_graph(kiln_precision prec, bool nhwc) {
         return;
     }
     /* the CPU trainer's graph through the passes a CUDA trainer applies (fusion, the fused
-     * loss, layout, precision) */
+     * loss, layout, precision, the fused pool and dropout gradients) */
     kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec,
-                            .disabled = ~(unsigned)(KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS |
+                            .disabled = ~(unsigned)(KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS | KILN_PASS_FUSE_POOL |
                                                     (nhwc ? KILN_PASS_NHWC : 0))};
     if (kiln_passes_apply(t->train, &po, &g)) {
         fail(what, "passes: %s", kiln_context_message(ctx));
