@@ -7,10 +7,7 @@
  *   kiln.ConvGradInput(dY, W, X) -> dX (cudnnConvolutionBackwardData) and
  *   kiln.ConvGradWeight(X, dY, W) -> dW (cudnnConvolutionBackwardFilter) carry Conv's
  *   attributes and read only the shape of their last input; ConvGradBias is a plain sum
- *   (reduce_sum.cu). kiln.ConvGradWeight(X, dY, W, Y) relu=1 (a Relu's gradient folded
- *   in by the fuse-conv pass) takes Y > 0 ? dY : 0 for dY: the direct kernel below applies
- *   the mask as it reads dY; every other path first writes the masked dY into the
- *   workspace with kiln.UnaryGrad's kernel (kiln_cuda_relu_grad) and runs on it.
+ *   (reduce_sum.cu).
  *
  *   Layouts: 2-D convolutions and their gradients take X, W and Y (and Z) all NCHW or all
  *   NHWC (W then KRSC, what cuDNN's NHWC kernels read); a tensor whose bytes are the same
@@ -347,27 +344,15 @@ kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *
     return workspace_for(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, false, bytes);
 }
 
-/* The Y of a kiln.ConvGradWeight with a Relu's gradient folded in (relu=1), else NULL. */
-static const kiln_tensor *relu_y(const kiln_op_ctx *c) {
-    return kiln_attr_int(c->node, "relu", 0) && c->n_in > 3 ? c->in[3] : NULL;
-}
-
-/* Bytes of the masked dY that the paths other than the direct kernel read (relu=1). */
-static size_t masked_bytes(const kiln_op_ctx *c) {
-    return relu_y(c) ? align256(kiln_tensor_nbytes(c->in[1])) : 0;
-}
-
 kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     conv_geo g;
     kiln_cuda_direct_geo d;
     char why[256];
     if (conv_geo_get(c, c->in[0], c->in[2], c->in[1], &g, why, sizeof why) && direct_shaped(cu, &g, &d)) {
-        *bytes = kiln_cuda_conv_direct_wgrad_ws(&d); /* the partial sums of its chunks (it masks dY itself) */
+        *bytes = kiln_cuda_conv_direct_wgrad_ws(&d); /* the partial sums of its chunks */
         return KILN_OK;
     }
-    kiln_status st = workspace_for(cu, c, c->in[0], c->in[2], c->in[1], DIR_BWD_FILTER, false, bytes);
-    if (!st) *bytes += masked_bytes(c); /* the masked dY first, then the rest */
-    return st;
+    return workspace_for(cu, c, c->in[0], c->in[2], c->in[1], DIR_BWD_FILTER, false, bytes);
 }
 
 /* The largest power of two up to 16 dividing every address (tensor-core algorithms
@@ -754,13 +739,10 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     return KILN_OK;
 }
 
-/* kiln.ConvGradWeight(X, dY, W, Y?) -> dW, like W (whose values are not read). relu=1: dY
- * masked by Y > 0, by the direct kernel as it reads dY, elsewhere by UnaryGrad's kernel
- * into the workspace first (Y has dY's layout: table.c checks it). */
+/* kiln.ConvGradWeight(X, dY, W) -> dW, like W (whose values are not read). */
 kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_context *ctx = c->kctx;
     const kiln_tensor *x = c->in[0], *dy = c->in[1], *w = c->in[2]; // (N,C,..), (N,M,..), (M,C/G,..)
-    const kiln_tensor *y = relu_y(c);                                // like dY, or NULL
     kiln_tensor *dw = c->out[0]; // like w
     const kiln_dtype dt = x->dtype;
     conv_geo g;
@@ -768,53 +750,36 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
     if (!conv_geo_get(c, x, w, dy, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
     kiln_cuda_direct_geo d;
     if (direct_shaped(cu, &g, &d)) {
-        const kiln_status ds = kiln_cuda_conv_direct_wgrad(cu, ctx, dt, &d, x->data, dy->data, y ? y->data : NULL,
-                                                           dw->data, c->workspace, c->workspace_size);
+        const kiln_status ds =
+            kiln_cuda_conv_direct_wgrad(cu, ctx, dt, &d, x->data, dy->data, dw->data, c->workspace, c->workspace_size);
         if (!ds) cu->stats.conv_direct_calls++;
         return ds;
     }
-    /* the masked dY at the start of the workspace, the rest after it */
-    char *wbase = c->workspace;
-    size_t wsize = c->workspace_size;
-    const void *dyin = dy->data;
-    kiln_status st;
-    if (y) {
-        const size_t mbytes = masked_bytes(c);
-        if (wsize < mbytes || !wbase)
-            return kiln_fail(ctx, KILN_ERR_INTERNAL, "ConvGradWeight needs at least %zu bytes of workspace, got %zu",
-                             mbytes, wsize);
-        if ((st = kiln_cuda_relu_grad(cu, ctx, dt, dy->data, y->data, wbase, kiln_tensor_numel(dy))) != KILN_OK)
-            return st;
-        dyin = wbase;
-        wbase += mbytes;
-        wsize -= mbytes;
-        if (!wsize) wbase = NULL;
-    }
     cudnnHandle_t h;
-    st = kiln_cuda_dnn(cu, ctx, &h);
+    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     if ((st = set_descriptors(cu, ctx, &g, dt)) != KILN_OK) return st;
     const size_t pbytes = pad_bytes(&g, dt);
-    if (wsize < pbytes || (pbytes && !wbase))
+    if (c->workspace_size < pbytes || (pbytes && !c->workspace))
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "ConvGradWeight needs at least %zu bytes of workspace, got %zu",
-                         pbytes + masked_bytes(c), c->workspace_size);
+                         pbytes, c->workspace_size);
     const void *xin = x->data;
     if (g.padded) {
         st = g.fmt == KILN_FORMAT_NHWC
-                 ? kiln_cuda_pad_nhwc(cu, ctx, dt, wbase, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr)
-                 : kiln_cuda_pad_nchw(cu, ctx, dt, wbase, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
+                 ? kiln_cuda_pad_nhwc(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr)
+                 : kiln_cuda_pad_nchw(cu, ctx, dt, c->workspace, x->data, g.N, g.C, g.H0, g.W0, g.pt, g.pb, g.pl, g.pr);
         if (st) return st;
-        xin = wbase;
+        xin = c->workspace;
     }
-    char *base = wbase;
-    const size_t ws_bytes = base ? wsize - pbytes : 0;
+    char *base = c->workspace;
+    const size_t ws_bytes = base ? c->workspace_size - pbytes : 0;
     void *ws = ws_bytes ? base + pbytes : NULL;
     kiln_algo_entry *a = NULL;
-    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_FILTER, xin, dw->data, dyin, ws, ws_bytes, false, NULL, &a)) !=
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_BWD_FILTER, xin, dw->data, dy->data, ws, ws_bytes, false, NULL, &a)) !=
         KILN_OK)
         return st;
     const float one = 1.f, zero = 0.f;
-    KILN_CUDNN_CHECK(ctx, cudnnConvolutionBackwardFilter(h, &one, cu->dnn_x, xin, cu->dnn_y, dyin,
+    KILN_CUDNN_CHECK(ctx, cudnnConvolutionBackwardFilter(h, &one, cu->dnn_x, xin, cu->dnn_y, dy->data,
                                                          cu->dnn_conv, (cudnnConvolutionBwdFilterAlgo_t)a->algo,
                                                          a->bytes ? ws : NULL, a->bytes, &zero, cu->dnn_w,
                                                          dw->data));

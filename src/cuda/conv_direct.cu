@@ -34,11 +34,7 @@
  *   partial sums to the workspace; a second kernel adds the chunks, a warp per weight, its
  *   lanes over every 32nd chunk and then a shuffle tree. No atomics anywhere: the same inputs give the same bits on every run,
  *   and the chunking depends on the shape only, not on the device. One chunk writes dW
- *   directly. With a Relu's gradient folded in (kiln.ConvGradWeight relu=1), the kernel
- *   reads Y (dY's shape and layout) beside dY and takes Y > 0 ? dY : 0 (0 also for a NaN
- *   or inf dY), what kiln.UnaryGrad op=Relu would have written; the sums are the same
- *   ones in the same order, so results are bit for bit the two kernels', and without Y
- *   unchanged. The bias gradient is reduce_sum.cu's (it applies the same mask).
+ *   directly.
  *
  *   Indices are 32-bit (the shape must fit: kiln_cuda_conv_direct_fits), offsets into Y
  *   and dY 64-bit.
@@ -300,8 +296,8 @@ __host__ __device__ constexpr int warp_sum_left(int L, int O) {
  * dW directly. */
 template <typename T, int KMAX, int MB, bool NHWC>
 __global__ void __launch_bounds__(THREADS)
-    wgrad_partial(const T *__restrict__ x, const T *__restrict__ dy, const T *__restrict__ y,
-                  float *__restrict__ part, T *__restrict__ dw, Geo g, int per_chunk, bool direct) {
+    wgrad_partial(const T *__restrict__ x, const T *__restrict__ dy, float *__restrict__ part, T *__restrict__ dw,
+                  Geo g, int per_chunk, bool direct) {
     constexpr int V = MB * KMAX;
     constexpr int R = warp_sum_left(V, 16);
     __shared__ float red[THREADS / 32][V];
@@ -320,12 +316,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int j = 0; j < MB; j++) {
             const int m = m0 + j;
             d[j] = 0.f;
-            if (m < g.M) {
-                const size_t at = NHWC ? (size_t)p * g.M + m : ((size_t)n * g.M + m) * g.S + s;
-                d[j] = to_f(dy[at]);
-                /* a folded Relu's gradient: Y > 0 ? dY : 0, as kiln.UnaryGrad writes it */
-                if (y && !(to_f(y[at]) > 0.f)) d[j] = 0.f;
-            }
+            if (m < g.M) d[j] = to_f(dy[NHWC ? (size_t)p * g.M + m : ((size_t)n * g.M + m) * g.S + s]);
         }
 #pragma unroll
         for (int j = 0; j < MB; j++)
@@ -369,16 +360,16 @@ __global__ void wgrad_finish(const float *__restrict__ part, T *__restrict__ dw,
 
 template <typename T, int KMAX>
 kiln_status launch_wgrad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const WgradPlan &pl, bool nhwc,
-                         const void *x, const void *dy, const void *y, void *dw, float *part) {
+                         const void *x, const void *dy, void *dw, float *part) {
     constexpr int MB = mb_of(KMAX);
     const dim3 grid((unsigned)pl.chunks, (unsigned)pl.groups);
     const bool direct = pl.chunks == 1;
     if (nhwc)
         wgrad_partial<T, KMAX, MB, true><<<grid, THREADS, 0, cu->stream>>>(
-            (const T *)x, (const T *)dy, (const T *)y, part, (T *)dw, g, (int)pl.per_chunk, direct);
+            (const T *)x, (const T *)dy, part, (T *)dw, g, (int)pl.per_chunk, direct);
     else
         wgrad_partial<T, KMAX, MB, false><<<grid, THREADS, 0, cu->stream>>>(
-            (const T *)x, (const T *)dy, (const T *)y, part, (T *)dw, g, (int)pl.per_chunk, direct);
+            (const T *)x, (const T *)dy, part, (T *)dw, g, (int)pl.per_chunk, direct);
     KILN_CUDA_LAUNCHED(ctx, "wgrad_partial (direct)");
     if (direct) return KILN_OK;
     const int MK = g.M * g.kk;
@@ -390,11 +381,11 @@ kiln_status launch_wgrad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const W
 
 template <typename T>
 kiln_status wgrad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const WgradPlan &pl, bool nhwc, const void *x,
-                  const void *dy, const void *y, void *dw, float *part) {
+                  const void *dy, void *dw, float *part) {
     switch (kmax_of(g.kk)) {
-    case 9: return launch_wgrad<T, 9>(cu, ctx, g, pl, nhwc, x, dy, y, dw, part);
-    case 25: return launch_wgrad<T, 25>(cu, ctx, g, pl, nhwc, x, dy, y, dw, part);
-    default: return launch_wgrad<T, 49>(cu, ctx, g, pl, nhwc, x, dy, y, dw, part);
+    case 9: return launch_wgrad<T, 9>(cu, ctx, g, pl, nhwc, x, dy, dw, part);
+    case 25: return launch_wgrad<T, 25>(cu, ctx, g, pl, nhwc, x, dy, dw, part);
+    default: return launch_wgrad<T, 49>(cu, ctx, g, pl, nhwc, x, dy, dw, part);
     }
 }
 
@@ -455,7 +446,7 @@ extern "C" size_t kiln_cuda_conv_direct_wgrad_ws(const kiln_cuda_direct_geo *g) 
 
 extern "C" kiln_status kiln_cuda_conv_direct_wgrad(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
                                                    const kiln_cuda_direct_geo *g, const void *x, const void *dy,
-                                                   const void *y, void *dw, void *ws, size_t ws_bytes) {
+                                                   void *dw, void *ws, size_t ws_bytes) {
     char why[160];
     if (!kiln_cuda_conv_direct_fits(g, why, sizeof why))
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "direct weight gradient: %s", why);
@@ -469,6 +460,6 @@ extern "C" kiln_status kiln_cuda_conv_direct_wgrad(kiln_cuda *cu, kiln_context *
                          (long long)p.chunks, (long long)p.groups);
     const Geo g32 = geo32(g);
     kiln_status st;
-    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, wgrad, cu, ctx, g32, p, g->nhwc, x, dy, y, dw, (float *)ws);
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, wgrad, cu, ctx, g32, p, g->nhwc, x, dy, dw, (float *)ws);
     return st;
 }

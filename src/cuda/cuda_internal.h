@@ -359,14 +359,10 @@ kiln_status kiln_cuda_conv_direct_forward(kiln_cuda *cu, kiln_context *ctx, kiln
 size_t kiln_cuda_conv_direct_wgrad_ws(const kiln_cuda_direct_geo *g);
 /* dW (M, 1, kh, kw) = sum over n, oh, ow of dY[n, m, oh, ow] * X[n, 0, ih, iw]: per-chunk
  * partial sums in the workspace (kiln_cuda_conv_direct_wgrad_ws bytes) added in a fixed
- * order by a second kernel — no atomics, the same bits on every run. y (dY's shape and
- * layout) or NULL: with y, dY is read as y > 0 ? dY : 0 (a Relu's gradient folded in). */
+ * order by a second kernel — no atomics, the same bits on every run. */
 kiln_status kiln_cuda_conv_direct_wgrad(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
-                                        const kiln_cuda_direct_geo *g, const void *x, const void *dy,
-                                        const void *y, void *dw, void *ws, size_t ws_bytes);
-/* dx = kiln.UnaryGrad(dy, -, y) op=Relu over n elements (elementwise.cu: UnaryGrad's kernel). */
-kiln_status kiln_cuda_relu_grad(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, const void *dy, const void *y,
-                                void *dx, int64_t n);
+                                        const kiln_cuda_direct_geo *g, const void *x, const void *dy, void *dw,
+                                        void *ws, size_t ws_bytes);
 
 /* What conv.c supports (Conv, or kiln.FusedConv when fused): geometry, layouts (X, W, Y
  * and Z in one layout), the activation. false with a reason. */

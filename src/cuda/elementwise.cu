@@ -21,9 +21,6 @@
  *   Sum (1..N inputs) is Add folded the same way (rounded after each addition, as the
  *   reference).
  *
- *   kiln_cuda_relu_grad: kiln.UnaryGrad op=Relu on raw pointers (the masked dY of a conv
- *   weight gradient with a Relu's gradient folded in, src/cuda/conv.c).
- *
  *   NHWC: unary ops are indifferent to layout. A binary op whose output is 4-D NHWC walks
  *   the broadcast over the physical order (N, H, W, C): 4-D NHWC operands as laid out,
  *   the others (whose bytes are the same in both layouts: C == 1 or H*W == 1 once right-
@@ -637,17 +634,6 @@ extern "C" kiln_status kiln_cuda_k_unary_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_unary_grad, cu, c->kctx, op, dy->data, x, y,
                            c->out[0]->data, kiln_tensor_numel(dy), p);
-    return st;
-}
-
-/* dx = kiln.UnaryGrad(dy, -, y) op=Relu over n elements, by UnaryGrad's own kernel: the
- * masked dY of a weight gradient with relu=1 that does not apply the mask as it reads
- * (conv.c). */
-extern "C" kiln_status kiln_cuda_relu_grad(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, const void *dy,
-                                           const void *y, void *dx, int64_t n) {
-    const UnaryParams p = {0.f, 0.f, 0.f, nullptr, nullptr};
-    kiln_status st;
-    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_unary_grad, cu, ctx, (int)U_RELU, dy, nullptr, y, dx, n, p);
     return st;
 }
 

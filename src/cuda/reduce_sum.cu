@@ -1,11 +1,8 @@
 /*
  * reduce_sum.cu — sums of a tensor down to a smaller shape, the tail of most gradients:
  *
- *   kiln.ConvGradBias(dY, Y?) -> dB (M): dY (N, M, spatial...) summed over all dims but 1
- *     (an NHWC dY: as (N*H*W, M), column sums); with relu=1 (a Relu's gradient folded in
- *     by the fuse-conv pass) every kernel reads Y (dY's shape and layout) beside dY and
- *     sums Y > 0 ? dY : 0, what kiln.UnaryGrad op=Relu would have written (0 also for a
- *     NaN or inf dY): the same sums in the same order as on that output;
+ *   kiln.ConvGradBias(dY) -> dB (M): dY (N, M, spatial...) summed over all dims but 1
+ *     (an NHWC dY: as (N*H*W, M), column sums);
  *   kiln.ReduceSumTo(X, Like) -> X summed over the dims along which Like's shape
  *     (right-aligned, size 1 or missing) was broadcast to X's;
  *   kiln.GemmGradC(dY, C) -> beta * dY (M, N) summed down to C's shape (beta 0: exactly 0,
@@ -141,23 +138,17 @@ size_t partial_bytes(const SumPlan &p) {
     return ((size_t)(p.P * p.M) * sizeof(float) + 255) & ~(size_t)255;
 }
 
-/* x, or 0 where the Relu mask ym (x's shape; NULL: none) is not > 0. */
-template <typename T> __device__ __forceinline__ float masked(float xv, const T *ym, int64_t at) {
-    return ym && !(to_f(ym[at]) > 0.f) ? 0.f : xv;
-}
-
 /* x (A, M) -> out (P, M) partials (or y (M) when P == 1), block (32, 8): threadIdx.x along
  * M, threadIdx.y and blockIdx.y share the rows out. */
 template <typename T>
-__global__ void column_sum(const T *x, const T *ym, T *y, float *part, int64_t A, int64_t M, int64_t P,
-                           float scale) {
+__global__ void column_sum(const T *x, T *y, float *part, int64_t A, int64_t M, int64_t P, float scale) {
     __shared__ float acc[8][33];
     const int64_t m = (int64_t)blockIdx.x * 32 + threadIdx.x;
     const int64_t p = blockIdx.y;
     const int64_t lo = A * p / P, hi = A * (p + 1) / P;
     float s = 0.f;
     if (m < M)
-        for (int64_t a = lo + threadIdx.y; a < hi; a += 8) s += masked(to_f(x[a * M + m]), ym, a * M + m);
+        for (int64_t a = lo + threadIdx.y; a < hi; a += 8) s += to_f(x[a * M + m]);
     acc[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && m < M) {
@@ -178,7 +169,7 @@ __global__ void column_sum(const T *x, const T *ym, T *y, float *part, int64_t A
 constexpr int UNROLL = 4;
 
 template <typename T, typename I, bool VEC>
-__global__ void channel_sum(const T *x, const T *ym, T *y, float *part, I A, I M, I B, I P, float scale) {
+__global__ void channel_sum(const T *x, T *y, float *part, I A, I M, I B, I P, float scale) {
     using V = typename VecOf<T>::type;
     constexpr int N = VEC ? VecOf<T>::N : 1;
     __shared__ float scratch[32];
@@ -200,14 +191,8 @@ __global__ void channel_sum(const T *x, const T *ym, T *y, float *part, I A, I M
                 const V w = reinterpret_cast<const V *>(x)[at];
 #pragma unroll
                 for (int e = 0; e < N; e++) v[u][e] = to_f(w.v[e]);
-                if (ym) {
-                    const V q = reinterpret_cast<const V *>(ym)[at];
-#pragma unroll
-                    for (int e = 0; e < N; e++)
-                        if (!(to_f(q.v[e]) > 0.f)) v[u][e] = 0.f;
-                }
             } else {
-                v[u][0] = masked(to_f(x[at]), ym, at);
+                v[u][0] = to_f(x[at]);
             }
         }
 #pragma unroll
@@ -256,7 +241,7 @@ struct Runs {
 
 /* One thread per output element, walking the summed runs. */
 template <typename T>
-__global__ void general_sum(const T *x, const T *ym, T *y, int64_t nout, int64_t nred, Runs r, float scale) {
+__global__ void general_sum(const T *x, T *y, int64_t nout, int64_t nred, Runs r, float scale) {
     for (int64_t o = thread_index(); o < nout; o += grid_stride()) {
         int64_t rest = o, base = 0;
         for (int d = r.nk - 1; d >= 0; d--) {
@@ -270,21 +255,21 @@ __global__ void general_sum(const T *x, const T *ym, T *y, int64_t nout, int64_t
                 off += (q % r.rdim[d]) * r.rstride[d];
                 q /= r.rdim[d];
             }
-            s += masked(to_f(x[off]), ym, off);
+            s += to_f(x[off]);
         }
         y[o] = from_f<T>(s * scale);
     }
 }
 
 // y = scale * x elementwise (nothing is summed)
-template <typename T> __global__ void scale_copy(const T *x, const T *ym, T *y, int64_t n, float scale) {
-    for (int64_t i = thread_index(); i < n; i += grid_stride()) y[i] = from_f<T>(masked(to_f(x[i]), ym, i) * scale);
+template <typename T> __global__ void scale_copy(const T *x, T *y, int64_t n, float scale) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) y[i] = from_f<T>(to_f(x[i]) * scale);
 }
 
 template <typename T>
-kiln_status launch_sum(kiln_cuda *cu, kiln_context *ctx, const SumPlan &p, const void *xv, const void *mv,
-                       void *yv, void *ws, size_t ws_bytes, float scale) {
-    const T *x = (const T *)xv, *ym = (const T *)mv;
+kiln_status launch_sum(kiln_cuda *cu, kiln_context *ctx, const SumPlan &p, const void *xv, void *yv,
+                       void *ws, size_t ws_bytes, float scale) {
+    const T *x = (const T *)xv;
     T *y = (T *)yv;
     if (p.nout == 0) return KILN_OK;
     if (p.nred == 0) { /* an empty sum */
@@ -304,13 +289,13 @@ kiln_status launch_sum(kiln_cuda *cu, kiln_context *ctx, const SumPlan &p, const
             r.rdim[i] = p.rdim[i];
             r.rstride[i] = p.rstride[i];
         }
-        general_sum<T><<<kiln_cuda_blocks(cu, p.nout, THREADS), THREADS, 0, cu->stream>>>(x, ym, y, p.nout,
-                                                                                          p.nred, r, scale);
+        general_sum<T><<<kiln_cuda_blocks(cu, p.nout, THREADS), THREADS, 0, cu->stream>>>(x, y, p.nout, p.nred,
+                                                                                          r, scale);
         KILN_CUDA_LAUNCHED(ctx, "general_sum");
         return KILN_OK;
     }
     if (p.A == 1 && p.B == 1) { /* nothing summed */
-        scale_copy<T><<<kiln_cuda_blocks(cu, p.M, THREADS), THREADS, 0, cu->stream>>>(x, ym, y, p.M, scale);
+        scale_copy<T><<<kiln_cuda_blocks(cu, p.M, THREADS), THREADS, 0, cu->stream>>>(x, y, p.M, scale);
         KILN_CUDA_LAUNCHED(ctx, "scale_copy");
         return KILN_OK;
     }
@@ -322,13 +307,13 @@ kiln_status launch_sum(kiln_cuda *cu, kiln_context *ctx, const SumPlan &p, const
     if (p.B == 1) {
         const int64_t gx = (p.M + 31) / 32;
         if (gx > INT32_MAX) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%lld columns", (long long)p.M);
-        column_sum<T><<<dim3((unsigned)gx, (unsigned)p.P), dim3(32, 8), 0, cu->stream>>>(x, ym, y, part, p.A,
-                                                                                       p.M, p.P, scale);
+        column_sum<T><<<dim3((unsigned)gx, (unsigned)p.P), dim3(32, 8), 0, cu->stream>>>(x, y, part, p.A, p.M,
+                                                                                       p.P, scale);
         KILN_CUDA_LAUNCHED(ctx, "column_sum");
     } else {
         if (p.M > INT32_MAX) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%lld channels", (long long)p.M);
         const int64_t vec = VecOf<T>::N;
-        const bool vx = p.B % vec == 0 && aligned16(x, ym);
+        const bool vx = p.B % vec == 0 && aligned16(x);
         const int64_t Bu = vx ? p.B / vec : p.B;
         /* enough threads for one pass over a block's share of the rows, 32 to 256 */
         const int64_t chunk = (p.A + p.P - 1) / p.P * Bu;
@@ -337,15 +322,15 @@ kiln_status launch_sum(kiln_cuda *cu, kiln_context *ctx, const SumPlan &p, const
         const dim3 grid((unsigned)p.M, (unsigned)p.P);
         if (p.A * p.M * Bu <= 0x3fffffff) {
             if (vx)
-                channel_sum<T, int, true><<<grid, threads, 0, cu->stream>>>(x, ym, y, part, (int)p.A, (int)p.M,
-                                                                           (int)Bu, (int)p.P, scale);
+                channel_sum<T, int, true><<<grid, threads, 0, cu->stream>>>(x, y, part, (int)p.A, (int)p.M, (int)Bu,
+                                                                           (int)p.P, scale);
             else
-                channel_sum<T, int, false><<<grid, threads, 0, cu->stream>>>(x, ym, y, part, (int)p.A,
-                                                                            (int)p.M, (int)Bu, (int)p.P, scale);
+                channel_sum<T, int, false><<<grid, threads, 0, cu->stream>>>(x, y, part, (int)p.A, (int)p.M,
+                                                                            (int)Bu, (int)p.P, scale);
         } else if (vx) {
-            channel_sum<T, int64_t, true><<<grid, threads, 0, cu->stream>>>(x, ym, y, part, p.A, p.M, Bu, p.P, scale);
+            channel_sum<T, int64_t, true><<<grid, threads, 0, cu->stream>>>(x, y, part, p.A, p.M, Bu, p.P, scale);
         } else {
-            channel_sum<T, int64_t, false><<<grid, threads, 0, cu->stream>>>(x, ym, y, part, p.A, p.M, Bu, p.P, scale);
+            channel_sum<T, int64_t, false><<<grid, threads, 0, cu->stream>>>(x, y, part, p.A, p.M, Bu, p.P, scale);
         }
         KILN_CUDA_LAUNCHED(ctx, "channel_sum");
     }
@@ -392,12 +377,7 @@ kiln_status run_sum(kiln_cuda *cu, kiln_op_ctx *c, int yr, const int64_t *yd, fl
     if (nhwc_bias(c, xd, &nyr, nyd)) plan_sum(cu, 2, xd, nyr, nyd, &p);
     else plan_sum(cu, x->ndim, x->dims, yr, yd, &p);
     kiln_status st;
-    /* a ConvGradBias with a Relu's gradient folded in: its Y, read at dY's offsets */
-    const void *ym = strcmp(c->node->op_type, "ConvGradBias") == 0 && kiln_attr_int(c->node, "relu", 0) &&
-                             c->n_in > 1 && c->in[1]
-                         ? c->in[1]->data
-                         : nullptr;
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_sum, cu, c->kctx, p, x->data, ym, c->out[0]->data,
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_sum, cu, c->kctx, p, x->data, c->out[0]->data,
                            c->workspace, c->workspace_size, scale);
     return st;
 }

@@ -208,45 +208,13 @@ static bool sup_conv_grad_input(const kiln_op_ctx *c, char *why, size_t n) {
     return conv_check(c, c->in[2], c->in[1], c->in[0], why, n);
 }
 
-/* A conv gradient's folded Relu gradient (attribute relu, Y at input yi): relu 0 with no
- * Y, or 1 with Y of dY's dtype and shape in dY's layout (or one whose bytes are the same
- * in both: the kernels read Y at dY's offsets). */
-static bool relu_y_ok(const kiln_op_ctx *c, const kiln_tensor *dy, int yi, char *why, size_t n) {
-    const int64_t relu = kiln_attr_int(c->node, "relu", 0);
-    if (relu != 0 && relu != 1) {
-        snprintf(why, n, "attribute relu = %lld (0 or 1)", (long long)relu);
-        return false;
-    }
-    if (!relu) {
-        if (!present(c, yi)) return true;
-        snprintf(why, n, "input Y without relu=1");
-        return false;
-    }
-    if (!present(c, yi)) {
-        snprintf(why, n, "relu=1 without input Y");
-        return false;
-    }
-    const kiln_tensor *y = c->in[yi];
-    bool same = y->dtype == dy->dtype && y->ndim == dy->ndim;
-    for (int d = 0; same && d < y->ndim; d++) same = y->dims[d] == dy->dims[d];
-    if (!same) {
-        snprintf(why, n, "Y must have dY's dtype and shape");
-        return false;
-    }
-    if (is_nhwc(y) != is_nhwc(dy) && !kiln_cuda_layout_free(dy)) {
-        snprintf(why, n, "Y is %s and dY %s (Y is read at dY's offsets)", layout_name(y), layout_name(dy));
-        return false;
-    }
-    return true;
-}
-
-/* kiln.ConvGradWeight(X, dY, W, Y?) */
+/* kiln.ConvGradWeight(X, dY, W) */
 static bool sup_conv_grad_weight(const kiln_op_ctx *c, char *why, size_t n) {
     if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
         snprintf(why, n, "inputs X, dY and W are required");
         return false;
     }
-    return conv_check(c, c->in[0], c->in[2], c->in[1], why, n) && relu_y_ok(c, c->in[1], 3, why, n);
+    return conv_check(c, c->in[0], c->in[2], c->in[1], why, n);
 }
 
 static bool fits_products(const int64_t *v, int count, char *why, size_t n) {
@@ -453,15 +421,14 @@ static bool sup_sum_down(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
-/* kiln.ConvGradBias(dY, Y?): dY NCHW, or NHWC (summed as (N*H*W, M)); Y (relu=1) in dY's
- * layout. */
+/* kiln.ConvGradBias(dY): dY NCHW, or NHWC (summed as (N*H*W, M)). */
 static bool sup_conv_grad_bias(const kiln_op_ctx *c, char *why, size_t n) {
     if (!sup_sum_down(c, why, n)) return false;
     if (c->in[0]->ndim < 2) {
         snprintf(why, n, "dY has rank %d (at least 2)", c->in[0]->ndim);
         return false;
     }
-    return relu_y_ok(c, c->in[0], 1, why, n);
+    return true;
 }
 
 /* NegativeLogLikelihoodLoss and its gradient: integer targets of 32 or 64 bits. */

@@ -17,24 +17,11 @@
  *   accumulated by the gemm (per-thread partial sums when products run side by side);
  *   ConvGradBias(dY) -> dB: dY summed over all dims but 1 (also ConvTranspose's).
  *   X and W are read for their shapes only where their values are not needed.
- *   A Relu's gradient folded in (the fuse-conv pass, src/passes/fuse_conv.c, for a conv
- *   whose output is read through a Relu and which has no input gradient): attribute relu
- *   (0/1, default 0) and an optional last input Y, the Relu's output, of dY's shape and
- *   dtype:
- *     ConvGradWeight(X, dY, W, Y) relu=1 = ConvGradWeight(X, UnaryGrad(dY, -, Y) op=Relu, W)
- *     ConvGradBias(dY, Y) relu=1         = ConvGradBias(UnaryGrad(dY, -, Y) op=Relu)
- *   bit for bit: the masked dY (Y > 0 ? dY : 0, also where dY is NaN or inf) is written in
- *   dY's dtype into the workspace by UnaryGrad's own code (kiln_unary_grad_apply), then the
- *   unchanged gradient runs on it.
  */
 #include "../core/optest.h"
 #include "conv_common.h"
-#include "unary.h"
 
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 typedef struct conv_shape {
     kiln_conv_geom g; /* img: X, grid: Y, ci = C/group, cg = M/group */
@@ -213,57 +200,10 @@ static kiln_status gi_forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
-/* ------------------------------------------- a Relu's gradient folded in */
-
-/* The relu attribute and the Y it needs (input yi): relu=1 needs Y of dY's shape and
- * dtype, relu=0 takes no Y. *y: Y, or NULL without relu. */
-static kiln_status relu_check(kiln_op_ctx *c, const kiln_tensor *dy, int yi, const kiln_tensor **y) {
-    *y = NULL;
-    const int64_t relu = kiln_attr_int(c->node, "relu", 0);
-    KILN_OP_CHECK(c, relu == 0 || relu == 1, KILN_ERR_INVALID_ARGUMENT, "attribute relu = %lld must be 0 or 1",
-                  (long long)relu);
-    const kiln_tensor *t = yi < c->n_in ? c->in[yi] : NULL;
-    *y = relu ? t : NULL;
-    KILN_OP_CHECK(c, relu || !t, KILN_ERR_INVALID_ARGUMENT, "input Y is read only with relu=1");
-    KILN_OP_CHECK(c, !relu || t, KILN_ERR_INVALID_ARGUMENT, "relu=1 needs input Y (the Relu's output)");
-    if (!relu) return KILN_OK;
-    char ys[128], ds[128];
-    bool same = t->ndim == dy->ndim && t->dtype == dy->dtype;
-    for (int i = 0; same && i < t->ndim; i++) same = t->dims[i] == dy->dims[i];
-    KILN_OP_CHECK(c, same, t->dtype == dy->dtype ? KILN_ERR_SHAPE : KILN_ERR_TYPE,
-                  "Y %s %s must have dY's shape %s and dtype %s", kiln_dtype_name(t->dtype),
-                  kiln_shape_str(t, ys, sizeof ys), kiln_shape_str(dy, ds, sizeof ds), kiln_dtype_name(dy->dtype));
-    return KILN_OK;
-}
-
-/* Bytes of the masked dY in the workspace (0 without relu). */
-static size_t masked_bytes(const kiln_op_ctx *c, const kiln_tensor *dy) {
-    if (!kiln_attr_int(c->node, "relu", 0)) return 0;
-    return kiln_align64((size_t)kiln_tensor_numel(dy) * kiln_dtype_size(dy->dtype));
-}
-
-/* *g = UnaryGrad(dY, -, Y) op=Relu in dY's dtype, its data at *ws (advanced past it). */
-static kiln_status mask_dy(kiln_op_ctx *c, const kiln_tensor *dy, const kiln_tensor *y, kiln_tensor *g,
-                           char **ws) {
-    const kiln_op_def *relu = kiln_op_find("Relu");
-    const kiln_unary_grad_def *gd = relu ? relu->family : NULL;
-    if (!gd) return kiln_op_fail(c, KILN_ERR_INTERNAL, "Relu's derivative is not registered");
-    *g = *dy;
-    g->data = *ws;
-    g->owns_data = false;
-    *ws += kiln_align64((size_t)kiln_tensor_numel(dy) * kiln_dtype_size(dy->dtype));
-    const kiln_unary_args a = {0};
-    kiln_unary_grad_apply(gd, &a, dy, NULL, y, g);
-    return KILN_OK;
-}
-
-/* kiln.ConvGradWeight(X, dY, W, Y?) -> dW: sum over images of dY @ im2col(X)^T per group
- * (dY masked by Y > 0 with relu=1). */
+/* kiln.ConvGradWeight(X, dY, W) -> dW: sum over images of dY @ im2col(X)^T per group. */
 static kiln_status gw_infer(kiln_op_ctx *c) {
     conv_shape s;
     kiln_status st = grad_shape_get(c, c->in[0], c->in[2], c->in[1], &s);
-    const kiln_tensor *y = NULL;
-    if (!st) st = relu_check(c, c->in[1], 3, &y);
     if (st != KILN_OK) return st;
     kiln_tensor_set_shape(c->out[0], c->in[2]->dtype, c->in[2]->ndim, c->in[2]->dims);
     return KILN_OK;
@@ -275,25 +215,16 @@ static size_t gw_workspace(const kiln_op_ctx *c) {
     if (grad_shape_get(&tmp, c->in[0], c->in[2], c->in[1], &s) != KILN_OK) return 0;
     size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) +
                    kiln_stage_size(c->out[0]);
-    return masked_bytes(c, c->in[1]) + stage +
-           kiln_conv_workspace(KILN_CONV_WGRAD, c->in[0]->dtype == KILN_F64, &s.g);
+    return stage + kiln_conv_workspace(KILN_CONV_WGRAD, c->in[0]->dtype == KILN_F64, &s.g);
 }
 
 static kiln_status gw_forward(kiln_op_ctx *c) {
     conv_shape s;
     kiln_status st = grad_shape_get(c, c->in[0], c->in[2], c->in[1], &s);
-    const kiln_tensor *y = NULL;
-    if (!st) st = relu_check(c, c->in[1], 3, &y);
     if (st != KILN_OK) return st;
     char *ws = c->workspace;
-    kiln_tensor masked;
-    const kiln_tensor *dyt = c->in[1];
-    if (y) {
-        if ((st = mask_dy(c, dyt, y, &masked, &ws)) != KILN_OK) return st;
-        dyt = &masked;
-    }
     const void *X = kiln_stage_in(c->in[0], &ws);   // (N, C, I)
-    const void *dY = kiln_stage_in(dyt, &ws);       // (N, M, O)
+    const void *dY = kiln_stage_in(c->in[1], &ws);  // (N, M, O)
     void *dW = kiln_stage_out(c->out[0], &ws);      // (M, Cg, K)
     if (!kiln_conv_weight_grad(c->in[0]->dtype == KILN_F64, &s.g, dY, X, dW, ws,
                                ws_left(c, ws)))
@@ -303,33 +234,19 @@ static kiln_status gw_forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
-/* kiln.ConvGradBias(dY, Y?) -> dB (M): dY (N, M, spatial...) summed over all dims but 1,
- * in double (dY masked by Y > 0 with relu=1). Also the bias gradient of ConvTranspose. */
+/* kiln.ConvGradBias(dY) -> dB (M): dY (N, M, spatial...) summed over all dims but 1, in
+ * double. Also the bias gradient of ConvTranspose. */
 static kiln_status gb_infer(kiln_op_ctx *c) {
-    const kiln_tensor *dy = c->in[0], *y = NULL;
+    const kiln_tensor *dy = c->in[0];
     KILN_OP_CHECK(c, kiln_dtype_is_float(dy->dtype), KILN_ERR_TYPE,
                   "dY dtype %s is not supported (float dtypes only)", kiln_dtype_name(dy->dtype));
     KILN_OP_CHECK(c, dy->ndim >= 2, KILN_ERR_SHAPE, "dY must have rank >= 2 (N, M, ...)");
-    kiln_status st = relu_check(c, dy, 1, &y);
-    if (st != KILN_OK) return st;
     kiln_tensor_set_shape(c->out[0], dy->dtype, 1, &dy->dims[1]);
     return KILN_OK;
 }
 
-static size_t gb_workspace(const kiln_op_ctx *c) { return masked_bytes(c, c->in[0]); }
-
 static kiln_status gb_forward(kiln_op_ctx *c) {
-    const kiln_tensor *dy = c->in[0], *y = NULL;
-    kiln_status st = relu_check(c, dy, 1, &y);
-    if (st != KILN_OK) return st;
-    kiln_tensor masked;
-    if (y) {
-        char *ws = c->workspace;
-        if (c->workspace_size < masked_bytes(c, dy) || !ws)
-            return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small", c->workspace_size);
-        if ((st = mask_dy(c, dy, y, &masked, &ws)) != KILN_OK) return st;
-        dy = &masked;
-    }
+    const kiln_tensor *dy = c->in[0];
     const int64_t N = dy->dims[0], M = dy->dims[1];
     const int64_t O = N > 0 && M > 0 ? kiln_tensor_numel(dy) / (N * M) : 0;
 #pragma omp parallel for schedule(static) if (N * M * O > 65536)
@@ -840,179 +757,6 @@ static int test_grad_bias(void) {
     return fails;
 }
 
-/* ------------------------------------------- tests of the folded Relu gradient */
-
-/* Hand cases. ConvGradWeight: X 1..9 (3x3), dY (1, NaN, inf, 4) and Y (1, -1, 0, 2):
- * masked dY (1, 0, 0, 4), so dW[r][s] = X[r][s] + 4 X[r+1][s+1] = (21, 26, 36, 41); the
- * NaN and inf sit where Y <= 0 and must not reach dW. ConvGradBias: dY (2, 2, 1, 2) 1..8
- * with dY[1] NaN, Y (1, -1, 0.5, 0, -2, 3, 1, 1): masked (1, 0, 3, 0, 0, 6, 7, 8), sums
- * (1 + 0 + 0 + 6, 3 + 0 + 7 + 8) = (7, 18). */
-static int test_relu_hand(void) {
-    int fails = 0;
-    static const kiln_dtype dts[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_F64};
-    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
-        const kiln_dtype dt = dts[d];
-        char label[120];
-        snprintf(label, sizeof label, "conv dW relu by hand %s", kiln_dtype_name(dt));
-        kiln_tensor *in[4] = {kt_make(dt, 4, KT_DIMS(1, 1, 3, 3), GX3),
-                              kt_make(dt, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, NAN, INFINITY, 4)),
-                              kt_make(dt, 4, KT_DIMS(1, 1, 2, 2), NULL),
-                              kt_make(dt, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, -1, 0, 2))};
-        kiln_tensor *want = kt_make(dt, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(21, 26, 36, 41));
-        fails += kiln_optest("ConvGradWeight", "relu=1", 4, in, 1, &want, 0, 0, label);
-        snprintf(label, sizeof label, "conv dB relu by hand %s", kiln_dtype_name(dt));
-        kiln_tensor *bin[2] = {kt_make(dt, 4, KT_DIMS(2, 2, 1, 2), KT_VALS(1, NAN, 3, 4, 5, 6, 7, 8)),
-                               kt_make(dt, 4, KT_DIMS(2, 2, 1, 2), KT_VALS(1, -1, 0.5, 0, -2, 3, 1, 1))};
-        want = kt_make(dt, 1, KT_DIMS(2), KT_VALS(7, 18));
-        fails += kiln_optest("ConvGradBias", "relu=1", 2, bin, 1, &want, 0, 0, label);
-    }
-    /* Y given with relu=0 (default), relu=1 without Y, Y of another shape or dtype, relu=2 */
-    kiln_tensor *in[4];
-    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
-    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    in[3] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    fails += kiln_optest_fails("ConvGradWeight", "", 4, in, 1, KILN_ERR_INVALID_ARGUMENT, "conv dW Y without relu");
-    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
-    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    fails += kiln_optest_fails("ConvGradWeight", "relu=1", 3, in, 1, KILN_ERR_INVALID_ARGUMENT,
-                               "conv dW relu=1 without Y");
-    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
-    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    in[3] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 1), NULL);
-    fails += kiln_optest_fails("ConvGradWeight", "relu=1", 4, in, 1, KILN_ERR_SHAPE,
-                               "conv dW relu Y of dY's size but another shape");
-    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
-    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    in[3] = kt_make(KILN_F16, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    fails += kiln_optest_fails("ConvGradWeight", "relu=1", 4, in, 1, KILN_ERR_TYPE, "conv dW relu Y f16, dY f32");
-    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
-    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    in[3] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
-    fails += kiln_optest_fails("ConvGradWeight", "relu=2", 4, in, 1, KILN_ERR_INVALID_ARGUMENT, "conv dW relu=2");
-    in[0] = kt_make(KILN_F32, 4, KT_DIMS(2, 2, 1, 2), NULL);
-    in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 2, 2, 1), NULL);
-    fails += kiln_optest_fails("ConvGradBias", "relu=1", 2, in, 1, KILN_ERR_SHAPE, "conv dB relu Y of another shape");
-    in[0] = kt_make(KILN_F32, 4, KT_DIMS(2, 2, 1, 2), NULL);
-    fails += kiln_optest_fails("ConvGradBias", "relu=1", 1, in, 1, KILN_ERR_INVALID_ARGUMENT,
-                               "conv dB relu=1 without Y");
-    in[0] = kt_make(KILN_F32, 4, KT_DIMS(2, 2, 1, 2), NULL);
-    in[1] = kt_make(KILN_BF16, 4, KT_DIMS(2, 2, 1, 2), NULL);
-    fails += kiln_optest_fails("ConvGradBias", "relu=1", 2, in, 1, KILN_ERR_TYPE, "conv dB relu Y bf16, dY f32");
-    return fails;
-}
-
-/* One kiln node through kiln_op_eval; false on failure (printed). */
-static bool eval_kiln(const char *op, const char *attrs, int n_in, kiln_tensor **in, kiln_tensor **out,
-                      const char *label) {
-    kiln_context ctx = {0};
-    int outs[1] = {17};
-    kiln_node node = {.op_type = (char *)op, .name = (char *)label, .domain = (char *)"kiln", .opset = 1,
-                      .n_in = n_in, .n_out = 1, .out = outs};
-    node.op = kiln_op_index_domain("kiln", op);
-    bool ok = node.op >= 0 && kiln_attrs_parse(&ctx, attrs, &node.attrs, &node.n_attrs) == KILN_OK &&
-              kiln_op_eval(&ctx, &node, n_in, in, 1, out) == KILN_OK;
-    if (!ok) printf("FAIL %s: kiln.%s: %s\n", label, op, ctx.msg);
-    for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
-    free(node.attrs);
-    return ok;
-}
-
-/* Bit for bit (kiln_tensor_compare would pass -0 for +0). */
-static int same_bits(const kiln_tensor *got, const kiln_tensor *want, const char *label) {
-    if (kiln_tensor_compare(got, want, 0, 0, label)) return 1;
-    const size_t n = (size_t)kiln_tensor_numel(want) * kiln_dtype_size(want->dtype);
-    if (memcmp(got->data, want->data, n) == 0) return 0;
-    printf("FAIL %s: equal values but different bits\n", label);
-    return 1;
-}
-
-/* Random cases: ConvGradWeight(X, dY, W, Y) relu=1 and ConvGradBias(dY, Y) relu=1 against
- * UnaryGrad(dY, -, Y) op=Relu then the plain op, bit for bit, in four dtypes; dY has a NaN
- * and an inf where Y < 0 (they must not reach the results). Y is in [-1, 1), so about half
- * of dY is masked: the result must also differ from the unmasked gradient, or the check
- * could not fail. */
-static int test_relu_random(void) {
-    static const struct {
-        const char *label;
-        rand_conv p;
-    } cases[] = {
-        {"mnist conv1-like (C = 1, 3x3)", {.nd = 2, .N = 3, .C = 1, .M = 8, .G = 1, .in = {8, 9}, .k = {3, 3}}},
-        {"grouped, strided, dilated, padded",
-         {.nd = 2, .N = 2, .C = 4, .M = 6, .G = 2, .in = {7, 8}, .k = {3, 2}, .s = {2, 1}, .d = {1, 2},
-          .pb = {1, 0}, .pe = {0, 1}}},
-        {"depthwise strides 2", {.nd = 2, .N = 2, .C = 3, .M = 3, .G = 3, .in = {6, 7}, .k = {3, 3}, .s = {2, 2},
-                                 .pb = {1, 1}, .pe = {1, 1}}},
-        {"1-D", {.nd = 1, .N = 2, .C = 2, .M = 4, .G = 1, .in = {11}, .k = {3}, .s = {2}}},
-    };
-    static const kiln_dtype dts[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_F64};
-    int fails = 0;
-    uint64_t seed = 700;
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
-            const rand_conv *p = &cases[ci].p;
-            const kiln_dtype dt = dts[d];
-            char attrs[256], ra[300], label[200];
-            int64_t xd[5], wd[5], yd[5], K;
-            case_setup(p, attrs, sizeof attrs, xd, wd, yd, &K);
-            snprintf(ra, sizeof ra, "%s;relu=1", attrs);
-            snprintf(label, sizeof label, "conv relu grads %s %s vs UnaryGrad then the op", cases[ci].label,
-                     kiln_dtype_name(dt));
-            const int r = 2 + p->nd;
-            kiln_tensor *x = kt_rand(dt, r, xd, -1, 1, seed++), *w = kt_make(dt, r, wd, NULL);
-            kiln_tensor *dy = kt_rand(dt, r, yd, -1, 1, seed++), *y = kt_rand(dt, r, yd, -1, 1, seed++);
-            kiln_tensor *g[1] = {0}, *ref_w[1] = {0}, *ref_b[1] = {0}, *got_w[1] = {0}, *got_b[1] = {0};
-            kiln_tensor *raw_w[1] = {0};
-            bool ok = x && w && dy && y;
-            if (ok) {
-                /* a NaN and an inf where Y < 0, an exact 0 in Y (masked: Relu's gradient is 0 there) */
-                const int64_t n = kiln_tensor_numel(y);
-                int placed = 0;
-                for (int64_t i = 0; i < n && placed < 2; i++)
-                    if (kiln_get_f64(y, i) < 0) kiln_set_f64(dy, i, placed++ ? INFINITY : NAN);
-                kiln_set_f64(y, n - 1, 0);
-                ok = placed == 2;
-            }
-            ok = ok && eval_kiln("UnaryGrad", "op=Relu", 3, (kiln_tensor *[]){dy, NULL, y}, g, label) &&
-                 eval_kiln("ConvGradWeight", attrs, 3, (kiln_tensor *[]){x, g[0], w}, ref_w, label) &&
-                 eval_kiln("ConvGradBias", "", 1, (kiln_tensor *[]){g[0]}, ref_b, label) &&
-                 eval_kiln("ConvGradWeight", ra, 4, (kiln_tensor *[]){x, dy, w, y}, got_w, label) &&
-                 eval_kiln("ConvGradBias", "relu=1", 2, (kiln_tensor *[]){dy, y}, got_b, label);
-            if (ok) {
-                char l[240];
-                snprintf(l, sizeof l, "%s: dW", label);
-                fails += same_bits(got_w[0], ref_w[0], l);
-                snprintf(l, sizeof l, "%s: dB", label);
-                fails += same_bits(got_b[0], ref_b[0], l);
-                /* dY with its NaN and inf replaced (they are masked anyway): unmasked, dW differs */
-                for (int64_t i = 0; i < kiln_tensor_numel(dy); i++)
-                    if (!isfinite(kiln_get_f64(dy, i))) kiln_set_f64(dy, i, 0.5);
-                ok = eval_kiln("ConvGradWeight", attrs, 3, (kiln_tensor *[]){x, dy, w}, raw_w, label);
-                bool differs = false;
-                for (int64_t i = 0; ok && i < kiln_tensor_numel(ref_w[0]); i++) {
-                    const double a = kiln_get_f64(raw_w[0], i), b = kiln_get_f64(ref_w[0], i);
-                    differs |= fabs(a - b) > 1e-2 * (1 + fabs(b));
-                }
-                if (ok && !differs) {
-                    printf("FAIL %s: the mask changes nothing\n", label);
-                    fails++;
-                }
-            }
-            fails += !ok;
-            kiln_tensor *all[] = {x, w, dy, y, g[0], ref_w[0], ref_b[0], got_w[0], got_b[0], raw_w[0]};
-            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_free(all[i]);
-        }
-    return fails;
-}
-
-static int test_grad_weight_all(void) { return test_grad_weight() + test_relu_random(); }
-
-static int test_grad_bias_all(void) { return test_grad_bias() + test_relu_hand(); }
-
 const kiln_op_def kiln_op_conv_grad_input = {
     .name = "ConvGradInput", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gi_infer,
@@ -1020,13 +764,13 @@ const kiln_op_def kiln_op_conv_grad_input = {
 };
 
 const kiln_op_def kiln_op_conv_grad_weight = {
-    .name = "ConvGradWeight", .domain = "kiln", .min_inputs = 3, .max_inputs = 4,
+    .name = "ConvGradWeight", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gw_infer,
-    .cpu_forward = gw_forward, .cpu_workspace = gw_workspace, .test = test_grad_weight_all,
+    .cpu_forward = gw_forward, .cpu_workspace = gw_workspace, .test = test_grad_weight,
 };
 
 const kiln_op_def kiln_op_conv_grad_bias = {
-    .name = "ConvGradBias", .domain = "kiln", .min_inputs = 1, .max_inputs = 2,
+    .name = "ConvGradBias", .domain = "kiln", .min_inputs = 1, .max_inputs = 1,
     .min_outputs = 1, .max_outputs = 1, .infer = gb_infer, .cpu_forward = gb_forward,
-    .cpu_workspace = gb_workspace, .test = test_grad_bias_all,
+    .test = test_grad_bias,
 };

@@ -12,17 +12,7 @@
  * Tanh. Every intermediate value must have a single reader and not be a graph output. The
  * fused node takes the place of the chain's last node, so the order stays topological
  * (a residual may be computed after the conv, but always before the Add). Fusions into
- * internal ops happen only on devices that have their kernels (kiln_pass_device_has).
- *   4. (training graphs) A Relu's gradient into the weight and bias gradients of the conv
- *      before it: d1 = kiln.UnaryGrad(d, -, y) op=Relu whose output is no graph output and
- *      is read only as the dY of kiln.ConvGradWeight(X, d1, W) and kiln.ConvGradBias(d1)
- *      nodes (at least one, none with relu already) -> each reads d and y instead, with
- *      relu=1 (src/ops/conv.c: bit for bit the two ops in sequence), and the UnaryGrad
- *      goes. Any other reader of d1 (a kiln.ConvGradInput: the conv has an input gradient)
- *      keeps it. Why: mnist-net's conv1 has no input gradient, and its Relu's gradient was
- *      one more dependent kernel at the end of the training step's critical path, a mask
- *      both gradients can apply as they read dY. The readers keep their places (d and y are
- *      computed before the UnaryGrad was). */
+ * internal ops happen only on devices that have their kernels (kiln_pass_device_has). */
 #include "passes.h"
 
 #include <math.h>
@@ -175,54 +165,6 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_p
     return KILN_OK;
 }
 
-static bool is_kiln(const kiln_node *n, const char *op) {
-    return strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, op) == 0;
-}
-
-/* Stage 4 from node ui: fold it when it is a Relu's gradient read only as the dY of
- * weight and bias gradients (the opening comment says when). */
-static kiln_status fold_relu_grad(kiln_model *m, int ui, bool *dead, bool *done) {
-    *done = false;
-    const kiln_node *u = &m->nodes[ui];
-    if (!is_kiln(u, "UnaryGrad") || strcmp(kiln_attr_string(u, "op", ""), "Relu") != 0 || u->n_in != 3 ||
-        u->in[0] < 0 || u->in[1] >= 0 || u->in[2] < 0 || u->n_out != 1 || u->out[0] < 0)
-        return KILN_OK;
-    const int d = u->in[0], y = u->in[2], d1 = u->out[0];
-    for (int g = 0; g < m->n_outputs; g++)
-        if (m->outputs[g] == d1) return KILN_OK;
-    int readers = 0;
-    for (int i = 0; i < m->n_nodes; i++) {
-        const kiln_node *n = &m->nodes[i];
-        int uses = 0, slot = -1;
-        for (int k = 0; k < n->n_in; k++)
-            if (n->in[k] == d1) {
-                uses++;
-                slot = k;
-            }
-        if (!uses) continue;
-        if (dead[i] || uses != 1 || kiln_attr_int(n, "relu", 0) != 0) return KILN_OK;
-        const bool wgrad = is_kiln(n, "ConvGradWeight") && n->n_in == 3 && slot == 1;
-        const bool bgrad = is_kiln(n, "ConvGradBias") && n->n_in == 1 && slot == 0;
-        if (!wgrad && !bgrad) return KILN_OK;
-        readers++;
-    }
-    if (!readers) return KILN_OK;
-    for (int i = 0; i < m->n_nodes; i++) {
-        const kiln_node *n = &m->nodes[i];
-        const bool wgrad = is_kiln(n, "ConvGradWeight") && n->n_in == 3 && n->in[1] == d1;
-        const bool bgrad = is_kiln(n, "ConvGradBias") && n->n_in == 1 && n->in[0] == d1;
-        if (!wgrad && !bgrad) continue;
-        const int slot = wgrad ? 1 : 0;
-        m->nodes[i].in[slot] = d;
-        kiln_status st = kiln_pass_set_input(m, i, wgrad ? 3 : 1, y); /* Y */
-        if (!st) st = kiln_pass_set_int(m, i, "relu", 1);
-        if (st) return st;
-    }
-    dead[ui] = true;
-    *done = true;
-    return KILN_OK;
-}
-
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     int *prod = kiln_pass_producers(m);
     bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
@@ -256,14 +198,6 @@ kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool 
         *changed |= done;
     }
     kiln_pass_shape_probes_free(&probes);
-    /* 4: Relu gradients into the conv gradients after them */
-    const bool grads_ok = kiln_pass_device_has(o, "ConvGradWeight") && kiln_pass_device_has(o, "ConvGradBias");
-    for (int i = 0; i < m->n_nodes && !st && grads_ok; i++) {
-        if (dead[i]) continue;
-        bool done = false;
-        st = fold_relu_grad(m, i, dead, &done);
-        *changed |= done;
-    }
     if (!st) kiln_pass_remove_nodes(m, dead);
     if (!st) st = kiln_pass_drop_unread_constants(m, changed);
     free(prod);

@@ -24,12 +24,9 @@
  *     A convolution's X and W whose bytes are the same in both layouts (one channel: the
  *     first layer on grayscale images) are read as they are, with no conversion.
  *   - Training's gradients follow their forward ops (CUDA training runs this pass too):
- *     kiln.ConvGradInput(dY, W, X) when dY is NHWC, kiln.ConvGradWeight(X, dY, W, Y?) and
+ *     kiln.ConvGradInput(dY, W, X) when dY is NHWC, kiln.ConvGradWeight(X, dY, W) and
  *     kiln.MaxPoolGrad(dY, X) and kiln.UnaryGrad(dY, X?, Y?) when any data input is,
- *     kiln.ConvGradBias(dY, Y?) when dY is (its (M) output has no layout). The Y of a
- *     gradient with a Relu's gradient folded in (relu=1: src/passes/fuse_conv.c) is a data
- *     input: it takes dY's layout (a ConvGradWeight's, like its X and dY, as it is where
- *     its bytes are the same in both layouts). A weight gradient
+ *     kiln.ConvGradBias(dY) when dY is (its (M) output has no layout). A weight gradient
  *     is NHWC (KRSC) like its weight, converted to NCHW at the graph output, unless its
  *     bytes are the same in both layouts.
  *   - Training Dropout (a mask output or a training_mode input; its mask is drawn by NCHW
@@ -145,10 +142,9 @@ static bool data_input(enum kind k, int i) {
     switch (k) {
     case K_CONV: return i == 0 || i == 3;
     case K_BINARY: return true;
-    case K_POOL: case K_BN: case K_GAP: case K_UNARY: return i == 0;
-    case K_CGRAD_B: return i == 0 || i == 1;  /* dY, Y (relu=1) */
+    case K_POOL: case K_BN: case K_GAP: case K_UNARY: case K_CGRAD_B: return i == 0;
     case K_CGRAD_IN: return i == 0 || i == 2; /* dY, X (its shape) */
-    case K_CGRAD_W: return i == 0 || i == 1 || i == 3; /* X, dY, Y (relu=1) */
+    case K_CGRAD_W: return i == 0 || i == 1;  /* X, dY */
     case K_PGRAD: case K_UGRAD: return true;
     default: return false;
     }

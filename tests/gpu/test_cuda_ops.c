@@ -1390,16 +1390,9 @@ static void conv_grad_cases(void) {
         memcpy(x.dims, c[i].x, sizeof c[i].x);
         memcpy(w.dims, c[i].w, sizeof c[i].w);
         memcpy(y.dims, c[i].y, sizeof c[i].y);
-        const inp gi[3] = {y, w, x}, gw[3] = {x, y, w}, gwr[4] = {x, y, w, y};
-        /* relu=1: a Relu's gradient folded in, Y (dY's shape and layout) masks dY: the
-         * direct kernel for one channel, UnaryGrad's kernel into the workspace before
-         * cuDNN otherwise (after the padded X's room, with asymmetric pads) */
-        char ra[200], rl[200];
-        snprintf(ra, sizeof ra, "%s;relu=1", c[i].attrs);
-        snprintf(rl, sizeof rl, "%s, relu=1", c[i].label);
+        const inp gi[3] = {y, w, x}, gw[3] = {x, y, w};
         floats("kiln.ConvGradInput", c[i].attrs, 0, false, at, rt, c[i].label, gi, 3);
         floats("kiln.ConvGradWeight", c[i].attrs, 0, false, at, rt, c[i].label, gw, 3);
-        floats("kiln.ConvGradWeight", ra, 0, true, at, rt, rl, gwr, 4);
         if (c[i].x[4] >= 0 || c[i].x[3] < 0) continue; /* NHWC: 2-D only */
         /* NHWC, as the layout pass lays out training graphs (asymmetric pads: padded X and
          * cropped dX in NHWC) */
@@ -1408,17 +1401,11 @@ static void conv_grad_cases(void) {
         layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_OUT;
         floats("kiln.ConvGradInput", c[i].attrs, 0, false, at, rt, lab, gi, 3);
         floats("kiln.ConvGradWeight", c[i].attrs, 0, false, at, rt, lab, gw, 3);
-        snprintf(rl, sizeof rl, "%s NHWC, relu=1", c[i].label);
-        layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_IN(3) | NHWC_OUT;
-        floats("kiln.ConvGradWeight", ra, 0, true, at, rt, rl, gwr, 4);
         /* a one-channel X labelled NCHW, the rest NHWC (the first layer of mnist-net) */
         if (c[i].x[1] == 1) {
             snprintf(lab, sizeof lab, "%s, X NCHW, dY NHWC", c[i].label);
             layout = NHWC_IN(1) | NHWC_OUT;
             floats("kiln.ConvGradWeight", c[i].attrs, 0, false, at, rt, lab, gw, 3);
-            snprintf(rl, sizeof rl, "%s, X NCHW, dY and Y NHWC, relu=1", c[i].label);
-            layout = NHWC_IN(1) | NHWC_IN(3) | NHWC_OUT;
-            floats("kiln.ConvGradWeight", ra, 0, true, at, rt, rl, gwr, 4);
         }
         layout = 0;
     }
@@ -1443,20 +1430,6 @@ static void sum_down_cases(void) {
            INPUTS(X(32, 64, 24, 24)));
     floats("kiln.ConvGradBias", "", 0, true, at, rt, "NHWC mnist conv1 (batch 16)", INPUTS(X(16, 32, 26, 26)));
     floats("kiln.ConvGradBias", "", 0, false, at, rt, "NHWC odd", INPUTS(X(3, 5, 7, 9)));
-    /* relu=1 (a Relu's gradient folded in): Y, of dY's shape and layout, masks dY in every
-     * kernel: channel sums (16-byte loads of dY and Y, and misaligned element loads),
-     * column sums (NHWC, rank 2), partial sums, a plain copy (nothing summed) */
-    layout = 0;
-    floats("kiln.ConvGradBias", "relu=1", 0, true, at, rt, "relu=1 mnist conv1 (batch 16)",
-           INPUTS(X(16, 32, 26, 26), X(16, 32, 26, 26)));
-    floats("kiln.ConvGradBias", "relu=1", 0, false, at, rt, "relu=1 mnist conv2 (batch 32), partial sums",
-           INPUTS(X(32, 64, 24, 24), X(32, 64, 24, 24)));
-    floats("kiln.ConvGradBias", "relu=1", 0, false, at, rt, "relu=1 rank 2", INPUTS(X(3, 4), X(3, 4)));
-    floats("kiln.ConvGradBias", "relu=1", 0, false, at, rt, "relu=1 nothing summed", INPUTS(X(1, 7), X(1, 7)));
-    layout = NHWC_IN(0) | NHWC_IN(1);
-    floats("kiln.ConvGradBias", "relu=1", 0, true, at, rt, "relu=1 NHWC mnist conv1 (batch 16)",
-           INPUTS(X(16, 32, 26, 26), X(16, 32, 26, 26)));
-    floats("kiln.ConvGradBias", "relu=1", 0, false, at, rt, "relu=1 NHWC odd", INPUTS(X(3, 5, 7, 9), X(3, 5, 7, 9)));
     layout = 0;
     floats("kiln.ReduceSumTo", "", 0, false, at, rt, "mnist fc2 bias", INPUTS(X(64, 10), X(10)));
     floats("kiln.ReduceSumTo", "", 0, false, at, rt, "mnist fc1 bias", INPUTS(X(64, 128), X(128)));
@@ -3741,7 +3714,7 @@ static void direct_forward_cases(const char *tag) {
 
 /* kiln.ConvGradWeight on every shape, f32 also misaligned: all NCHW, all NHWC, and X
  * and W labelled NCHW with dY and dW NHWC (the first layer of a training graph the
- * layout pass made NHWC); each also with relu=1 and Y beside dY. */
+ * layout pass made NHWC). */
 static void direct_wgrad_cases(const char *tag) {
     const unsigned layouts[] = {0, NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_OUT, NHWC_IN(1) | NHWC_OUT};
     atol_scale = 1e-5;
@@ -3752,16 +3725,6 @@ static void direct_wgrad_cases(const char *tag) {
             snprintf(label, sizeof label, "%s C=1 %s%s", tag, DIRECT[i].label, l == 2 ? ", X NCHW, dY NHWC" : "");
             const inp gw[3] = {dims_of(DIRECT[i].x), dims_of(DIRECT[i].y), dims_of(DIRECT[i].w)};
             floats("kiln.ConvGradWeight", DIRECT[i].attrs, 0, true, 2e-5, 1e-4, label, gw, 3);
-            /* relu=1: Y (dY's shape and layout) masks dY as the kernel reads it ([direct]),
-             * or UnaryGrad's kernel writes the masked dY before cuDNN ([cuDNN]) */
-            char ra[200];
-            snprintf(ra, sizeof ra, "%s;relu=1", DIRECT[i].attrs);
-            snprintf(label, sizeof label, "%s C=1 %s%s, relu=1", tag, DIRECT[i].label, l == 2 ? ", X NCHW, dY NHWC" : "");
-            const inp gwr[4] = {gw[0], gw[1], gw[2], gw[1]};
-            const unsigned saved = layout;
-            if (layout & NHWC_IN(1)) layout |= NHWC_IN(3);
-            floats("kiln.ConvGradWeight", ra, 0, true, 2e-5, 1e-4, label, gwr, 4);
-            layout = saved;
         }
     }
     layout = 0;
