@@ -42,9 +42,10 @@
  *   padded X, cropped into dX afterwards).
  *
  *   Precision: f32 runs with CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would let Ampere and
- *   Hopper use TF32) unless the kiln_cuda allows TF32 (training's default); f16 / bf16
- *   use tensor cores (CUDNN_TENSOR_OP_MATH) with f32 accumulation (compute type
- *   CUDNN_DATA_FLOAT).
+ *   Hopper use TF32) unless the kiln_cuda allows TF32 (training's default), and then
+ *   also without the FFT and non-fused Winograd algorithms, whose error on f32 data is of
+ *   TF32's order; f16 / bf16 use tensor cores (CUDNN_TENSOR_OP_MATH) with f32
+ *   accumulation (compute type CUDNN_DATA_FLOAT).
  *
  *   Algorithm: the first time a problem is met (direction, shapes, dtype, layout, group,
  *   pads, strides, dilations, math type, workspace cap, alignment, determinism) it is
@@ -389,12 +390,28 @@ typedef struct found_algo {
     bool deterministic;
 } found_algo;
 
+/* The transform algorithms (FFT, FFT tiling, non-fused Winograd) round in their transformed
+ * domain: on f32 data their results are ~1e-3 relative off, TF32's order (seen: a 5x5
+ * weight gradient 1.7e-3 off, picked by the timing search on some runs and not others). */
+static bool transform_algo(int dir, int algo) {
+    if (dir == DIR_FWD)
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT || algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    if (dir == DIR_BWD_DATA)
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+           algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 static bool usable(const kiln_cuda *cu, const found_algo *p, kiln_dtype dt, int dir, size_t ws_bytes) {
     if (p->status != CUDNN_STATUS_SUCCESS || p->memory > ws_bytes || p->memory > CONV_WS_CAP) return false;
     if (p->algo < 0 || p->algo >= algo_count(dir)) return false;
-    /* f32: no TF32 tensor-core algorithms unless allowed */
+    /* strict f32 (TF32 not allowed): neither TF32 tensor-core algorithms nor the transform
+     * ones, whose error is of the same order */
     if (dt == KILN_F32 && !cu->allow_tf32 &&
-        (p->math == CUDNN_TENSOR_OP_MATH || p->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        (p->math == CUDNN_TENSOR_OP_MATH || p->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
+         transform_algo(dir, p->algo)))
         return false;
     return !cu->deterministic || p->deterministic;
 }
@@ -516,7 +533,8 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
     /* choices timed on the fused call are their own entries (they also say fused or split) */
     if (fc && cu->autotune && strlen(key) + 11 < sizeof key) strcat(key, " call=fused");
     kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
-    if (!a || !entry_valid(a, dir, ws_bytes)) {
+    /* a strict-f32 choice cached before transform algorithms were refused is searched again */
+    if (!a || !entry_valid(a, dir, ws_bytes) || (dt == KILN_F32 && !cu->allow_tf32 && transform_algo(dir, a->algo))) {
         found_algo found[16];
         int got = 0;
         kiln_status st = candidates(cu, ctx, h, dir, x, w, y, ws, ws_bytes, found, &got);
