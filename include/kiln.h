@@ -361,6 +361,16 @@ kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images,
                                      int64_t batch, uint64_t seed, int64_t epoch, int64_t start_step,
                                      int64_t end_step, float *last_loss);
 
+/* The one-time work of kiln_trainer_train_epoch over this data set and batch size, done
+ * now rather than inside the first epoch: on CUDA the data set is copied to the device and,
+ * for each batch shape an epoch takes (the full batch and the last partial one), the step's
+ * plan is built, run once (cuDNN's and cuBLASLt's algorithm searches), captured into its
+ * CUDA graph and replayed once; every bit of training state (weights, optimizer state,
+ * statistics, counters, the Dropout seed) is then put back as it was, so training goes on
+ * exactly as without the call. On the CPU there is nothing to do. */
+kiln_status kiln_trainer_warmup(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
+                                int64_t batch);
+
 /* An inference model with the current weights computing `output` (a graph output of the
  * training model): nodes that do not lead to it (the loss) and inputs it does not need
  * (the labels) are dropped; BatchNormalization uses running statistics, Dropout passes

@@ -498,6 +498,22 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
     return KILN_OK;
 }
 
+kiln_status kiln_trainer_warmup(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
+                                int64_t batch) {
+    if (!t || !images || !labels) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_context *ctx = t->ctx;
+    const int64_t n = images->ndim ? images->dims[0] : 0;
+    if (t->n_data_inputs != 2)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_warmup needs a model with two inputs (data, labels)");
+    if (images->dtype != KILN_F32 || labels->dtype != KILN_I64 || labels->ndim != 1 || labels->dims[0] != n || n < 1)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "images must be f32 (N, ...) and labels i64 (N) with N >= 1");
+    if (batch < 1) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "batch must be >= 1");
+#ifdef KILN_HAVE_CUDA
+    if (t->cuda) return kiln_trainer_cuda_warmup(t->cuda, images, labels, batch);
+#endif
+    return KILN_OK;
+}
+
 kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
                                      int64_t batch, uint64_t seed, int64_t epoch, int64_t start_step,
                                      int64_t end_step, float *last_loss) {

@@ -383,40 +383,100 @@ kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *im
     return st;
 }
 
-/* kiln_trainer_profile on CUDA (see internal.h). Every bit of training state on the device
- * lives in tc->dev (weights, optimizer and BN state, the train state with step, lr and
- * loss scale, the Dropout counter, the loss ring): it is copied aside and restored, with
- * the host's step counters, and so is the seed the next step's Dropout reads (kept on the
- * kiln_cuda, advanced by every step's epilogue); the epoch's permutation and position are
- * uploaded again by every kiln_trainer_cuda_epoch call and need no saving. */
+/* Every bit of training state a step changes, set aside by state_save and put back by
+ * state_restore: the device state (tc->dev: weights, optimizer and BN state, the train
+ * state with step, lr and loss scale, the Dropout counter, the loss ring), the seed the
+ * next step's Dropout reads (on the kiln_cuda), the host's counters and the feeds. The
+ * epoch's permutation and position are uploaded by every kiln_trainer_cuda_epoch call. */
+typedef struct saved_state {
+    void *dev;
+    uint64_t seed;
+    int64_t steps, micro, skipped;
+    bool stale;
+    kiln_tensor *feeds[2];
+} saved_state;
+
+static kiln_status state_save(kiln_trainer_cuda *tc, saved_state *sv) {
+    kiln_trainer *t = tc->t;
+    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(tc->cu);
+    memset(sv, 0, sizeof *sv);
+    sv->steps = t->steps;
+    sv->micro = t->micro_steps;
+    sv->skipped = t->skipped_steps;
+    sv->stale = tc->host_stale;
+    sv->feeds[0] = t->feeds[0];
+    sv->feeds[1] = t->feeds[1];
+    cudaError_t ce = cudaMalloc(&sv->dev, tc->dev_bytes);
+    if (ce != cudaSuccess) {
+        sv->dev = NULL;
+        return cuda_err(t->ctx, ce, "cudaMalloc of a copy of the training state");
+    }
+    ce = cudaMemcpyAsync(sv->dev, tc->dev, tc->dev_bytes, cudaMemcpyDeviceToDevice, s);
+    if (ce == cudaSuccess) ce = cudaMemcpyAsync(&sv->seed, kiln_cuda_rng_seed(tc->cu), sizeof sv->seed, cudaMemcpyDeviceToHost, s);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
+    if (ce != cudaSuccess) {
+        cudaFree(sv->dev);
+        sv->dev = NULL;
+        return cuda_err(t->ctx, ce, "copying the training state aside");
+    }
+    return KILN_OK;
+}
+
+/* Put the state back whatever happened since (the device may be mid-step after a failure);
+ * returns st, or the restore's own failure. */
+static kiln_status state_restore(kiln_trainer_cuda *tc, saved_state *sv, kiln_status st) {
+    kiln_trainer *t = tc->t;
+    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(tc->cu);
+    cudaStreamSynchronize(s);
+    cudaError_t ce = cudaMemcpyAsync(tc->dev, sv->dev, tc->dev_bytes, cudaMemcpyDeviceToDevice, s);
+    if (ce == cudaSuccess) ce = cudaMemcpyAsync(kiln_cuda_rng_seed(tc->cu), &sv->seed, sizeof sv->seed, cudaMemcpyHostToDevice, s);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
+    if (!st && ce != cudaSuccess) st = cuda_err(t->ctx, ce, "restoring the training state");
+    cudaFree(sv->dev);
+    sv->dev = NULL;
+    t->steps = sv->steps;
+    t->micro_steps = sv->micro;
+    t->skipped_steps = sv->skipped;
+    tc->host_stale = sv->stale;
+    t->feeds[0] = sv->feeds[0];
+    t->feeds[1] = sv->feeds[1];
+    return st;
+}
+
+/* kiln_trainer_warmup on CUDA: the data set made resident, then for each batch shape an
+ * epoch takes (the full batch from step 0, the last partial one) two steps, the first run
+ * eagerly (cuDNN's and cuBLASLt's algorithm searches, lazy kernel loading) and the second
+ * captured into the shape's CUDA graph and replayed, all inside state_save/state_restore:
+ * the training state is left bit for bit as it was. */
+kiln_status kiln_trainer_cuda_warmup(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
+                                     int64_t batch) {
+    kiln_trainer *t = tc->t;
+    const int64_t n = images->dims[0], steps = (n + batch - 1) / batch;
+    saved_state sv;
+    kiln_status st = state_save(tc, &sv);
+    if (st) return st;
+    const int64_t at[2] = {0, steps - 1};
+    const int shapes = steps > 1 && n % batch ? 2 : 1;
+    for (int k = 0; k < shapes && !st; k++)
+        for (int rep = 0; rep < 2 && !st; rep++)
+            st = kiln_trainer_cuda_epoch(tc, images, labels, batch, t->opts.seed, 0, at[k], at[k] + 1, NULL);
+    if (!st) st = kiln_cuda_sync(tc->cu);
+    return state_restore(tc, &sv, st);
+}
+
+/* kiln_trainer_profile on CUDA (see internal.h), between state_save and state_restore. */
 kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
                                       int64_t batch, int iters, int replays, kiln_profile *out, double *step_ms) {
     kiln_trainer *t = tc->t;
     kiln_context *ctx = t->ctx;
-    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(tc->cu);
     const int64_t n = images->dims[0];
     if (batch > n) batch = n;
-    const int64_t steps0 = t->steps, micro0 = t->micro_steps, skipped0 = t->skipped_steps;
-    const bool stale0 = tc->host_stale;
-    kiln_tensor *feeds0[2] = {t->feeds[0], t->feeds[1]};
-    void *saved = NULL;
     double *ms = NULL, *start = NULL, *pro = NULL, *epi = NULL, *rep = NULL;
     cuda_shape_plan *sp = NULL;
     int n_exec = 0;
-    kiln_status st;
-    cudaError_t ce = cudaMalloc(&saved, tc->dev_bytes);
-    if (ce != cudaSuccess) {
-        saved = NULL;
-        return cuda_err(ctx, ce, "cudaMalloc of a copy of the training state");
-    }
-    uint64_t *seed = kiln_cuda_rng_seed(tc->cu), seed0 = 0;
-    ce = cudaMemcpyAsync(saved, tc->dev, tc->dev_bytes, cudaMemcpyDeviceToDevice, s);
-    if (ce == cudaSuccess) ce = cudaMemcpyAsync(&seed0, seed, sizeof seed0, cudaMemcpyDeviceToHost, s);
-    if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
-    if (ce != cudaSuccess) {
-        cudaFree(saved);
-        return cuda_err(ctx, ce, "copying the training state aside");
-    }
+    saved_state sv;
+    kiln_status st = state_save(tc, &sv);
+    if (st) return st;
     /* one untimed step: the data set resident, this batch's plan built and run once */
     st = kiln_trainer_cuda_epoch(tc, images, labels, batch, t->opts.seed, 0, 0, 1, NULL);
     if (!st) st = find_plan(tc, t->feeds, true, &sp);
@@ -442,19 +502,7 @@ kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *
     if (!st) st = kiln_cuda_upload(tc->cu, tc->pos, &zero, sizeof zero);
     double h2d = 0, d2h = 0;
     if (!st) st = kiln_cuda_plan_time(sp->cp, NULL, replays, rep, &h2d, &d2h);
-    /* restore the state whatever happened above (the device may be mid-step on failure) */
-    cudaStreamSynchronize(s);
-    ce = cudaMemcpyAsync(tc->dev, saved, tc->dev_bytes, cudaMemcpyDeviceToDevice, s);
-    if (ce == cudaSuccess) ce = cudaMemcpyAsync(seed, &seed0, sizeof seed0, cudaMemcpyHostToDevice, s);
-    if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
-    if (!st && ce != cudaSuccess) st = cuda_err(ctx, ce, "restoring the training state");
-    cudaFree(saved);
-    t->steps = steps0;
-    t->micro_steps = micro0;
-    t->skipped_steps = skipped0;
-    tc->host_stale = stale0;
-    t->feeds[0] = feeds0[0];
-    t->feeds[1] = feeds0[1];
+    st = state_restore(tc, &sv, st);
     if (!st) st = kiln_profile_from_passes(ctx, kiln_cuda_plan_host(sp->cp), iters, ms, start, out);
     if (!st) {
         /* the gather reads the samples, labels and indices and writes the batch */

@@ -65,6 +65,9 @@ kiln_status kiln_trainer_cuda_upload(kiln_trainer_cuda *tc);
 kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
                                     int64_t batch, uint64_t seed, int64_t epoch, int64_t start, int64_t end,
                                     float *last_loss);
+/* kiln_trainer_warmup on CUDA (arguments checked by the caller). */
+kiln_status kiln_trainer_cuda_warmup(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
+                                     int64_t batch);
 /* kiln_trainer_profile on CUDA (arguments checked by the caller). */
 kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
                                       int64_t batch, int iters, int replays, kiln_profile *out, double *step_ms);
