@@ -498,20 +498,28 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
     return KILN_OK;
 }
 
-kiln_status kiln_trainer_warmup(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
-                                int64_t batch) {
-    if (!t || !images || !labels) return KILN_ERR_INVALID_ARGUMENT;
+/* The checks kiln_trainer_warmup and kiln_trainer_train_epoch share, naming the caller. */
+static kiln_status data_set_args(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
+                                 const char *who) {
     kiln_context *ctx = t->ctx;
     const int64_t n = images->ndim ? images->dims[0] : 0;
     if (t->n_data_inputs != 2)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_warmup needs a model with two inputs (data, labels)");
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s needs a model with two inputs (data, labels)", who);
     if (images->dtype != KILN_F32 || labels->dtype != KILN_I64 || labels->ndim != 1 || labels->dims[0] != n || n < 1)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "images must be f32 (N, ...) and labels i64 (N) with N >= 1");
-    if (batch < 1) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "batch must be >= 1");
-#ifdef KILN_HAVE_CUDA
-    if (t->cuda) return kiln_trainer_cuda_warmup(t->cuda, images, labels, batch);
-#endif
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: images must be f32 (N, ...) and labels i64 (N) with N >= 1",
+                         who);
+    if (batch < 1) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: batch must be >= 1", who);
     return KILN_OK;
+}
+
+kiln_status kiln_trainer_warmup(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
+                                int64_t batch) {
+    if (!t || !images || !labels) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_status st = data_set_args(t, images, labels, batch, "kiln_trainer_warmup");
+#ifdef KILN_HAVE_CUDA
+    if (!st && t->cuda) st = kiln_trainer_cuda_warmup(t->cuda, images, labels, batch);
+#endif
+    return st;
 }
 
 kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
@@ -520,12 +528,10 @@ kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images,
     if (!t || !images || !labels) return KILN_ERR_INVALID_ARGUMENT;
     kiln_context *ctx = t->ctx;
     const int64_t n = images->ndim ? images->dims[0] : 0;
-    if (t->n_data_inputs != 2)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_train_epoch needs a model with two inputs (data, labels)");
-    if (images->dtype != KILN_F32 || labels->dtype != KILN_I64 || labels->ndim != 1 || labels->dims[0] != n || n < 1)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "images must be f32 (N, ...) and labels i64 (N) with N >= 1");
-    if (batch < 1 || epoch < 0 || start_step < 0)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "batch must be >= 1, epoch and start_step >= 0");
+    kiln_status ast = data_set_args(t, images, labels, batch, "kiln_trainer_train_epoch");
+    if (ast) return ast;
+    if (epoch < 0 || start_step < 0)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_train_epoch: epoch and start_step must be >= 0");
 #ifdef KILN_HAVE_CUDA
     if (t->cuda) return kiln_trainer_cuda_epoch(t->cuda, images, labels, batch, seed, epoch, start_step, end_step, last_loss);
 #endif
