@@ -42,10 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_kiln(const kiln_node *n, const char *op) {
-    return strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, op) == 0;
-}
-
 /* A (Log)Softmax or its gradient node along the class dim of a rank-2 input: axis 1 or -1
  * (opsets 11/12 coerce to 2-D at axis, which for rank 2 is the same rows). */
 static bool class_axis(const kiln_node *n) {
@@ -59,8 +55,6 @@ static bool same_attrs(const kiln_node *a, const kiln_node *b) {
            kiln_attr_int(a, "ignore_index", 0) == kiln_attr_int(b, "ignore_index", 0);
 }
 
-static int opt_in(const kiln_node *n, int k) { return k < n->n_in ? n->in[k] : -1; }
-
 /* The NLL gradient g and the LogSoftmaxGrad s autograd emitted for the pair
  * (ls, nll) reading log_prob; -1 each when they are not there as expected. */
 static void find_backward(const kiln_model *m, const bool *dead, int ls, int nll, int *g_out, int *s_out) {
@@ -69,13 +63,13 @@ static void find_backward(const kiln_model *m, const bool *dead, int ls, int nll
     const int logp = l->in[0];
     for (int i = 0; i < m->n_nodes; i++) {
         const kiln_node *g = &m->nodes[i];
-        if (dead[i] || !is_kiln(g, "NegativeLogLikelihoodLossGrad") || g->n_in != 4 || g->n_out != 1 || g->in[0] != logp ||
-            g->in[1] != l->in[1] || g->in[2] != opt_in(l, 2) || g->in[3] < 0 || !same_attrs(g, l))
+        if (dead[i] || !kiln_pass_is_kiln(g, "NegativeLogLikelihoodLossGrad") || g->n_in != 4 || g->n_out != 1 || g->in[0] != logp ||
+            g->in[1] != l->in[1] || g->in[2] != kiln_pass_opt_in(l, 2) || g->in[3] < 0 || !same_attrs(g, l))
             continue;
         const int dlogp = g->out[0], s = dlogp >= 0 ? kiln_pass_single_consumer(m, dlogp) : -1;
         if (s < 0 || dead[s]) continue;
         const kiln_node *sn = &m->nodes[s];
-        if (!is_kiln(sn, "LogSoftmaxGrad") || sn->n_in != 2 || sn->n_out != 1 || sn->in[0] != logp ||
+        if (!kiln_pass_is_kiln(sn, "LogSoftmaxGrad") || sn->n_in != 2 || sn->n_out != 1 || sn->in[0] != logp ||
             sn->in[1] != dlogp || !class_axis(sn) || sn->opset != m->nodes[ls].opset)
             continue;
         *g_out = i;
@@ -201,7 +195,7 @@ kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool 
         find_backward(m, dead, ls, ni, &g, &s);
         /* readers of log_prob besides the chain (the graph's outputs count) */
         const int others = kiln_pass_uses(m, logp) - 1 - (g >= 0 ? 2 : 0);
-        const int target = l->in[1], weight = opt_in(l, 2);
+        const int target = l->in[1], weight = kiln_pass_opt_in(l, 2);
         const int in[3] = {x, target, weight};
         st = kiln_pass_rewrite(m, ni, "kiln", "LogSoftmaxNLL", weight >= 0 ? 3 : 2, in, &m->nodes[ni]);
         if (!st && others > 0) {

@@ -51,12 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_kiln(const kiln_node *n, const char *op) {
-    return strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, op) == 0;
-}
-
-static int opt_in(const kiln_node *n, int k) { return k < n->n_in ? n->in[k] : -1; }
-
 /* The (kH, kW) of a pool node whose windows tile the image: 2-D, kernel == strides, no
  * pads, unit dilations, auto_pad NOTSET or VALID; false otherwise. */
 static bool tiling_pool(const kiln_node *n, int64_t k[2]) {
@@ -107,7 +101,7 @@ static int training_dropout(const kiln_model *m, int p) {
         n->out[0] < 0 || n->n_in > 3 || n->n_out > 2)
         return -1;
     const int mask = n->n_out > 1 ? n->out[1] : -1;
-    if (mask < 0 && opt_in(n, 2) < 0) return -1; /* inference form */
+    if (mask < 0 && kiln_pass_opt_in(n, 2) < 0) return -1; /* inference form */
     if (fmt(m, n->out[0]) != KILN_FORMAT_NCHW || (mask >= 0 && fmt(m, mask) != KILN_FORMAT_NCHW)) return -1;
     return d;
 }
@@ -119,18 +113,18 @@ static bool find_backward(const kiln_model *m, int pool, int x, int mask, int *d
     *dg = *mg = *ug = -1;
     for (int i = 0; i < m->n_nodes && mask >= 0; i++) {
         const kiln_node *n = &m->nodes[i];
-        if (!is_kiln(n, "DropoutGrad") || n->n_in < 2 || n->n_in > 4 || n->in[1] != mask || n->in[0] < 0 ||
+        if (!kiln_pass_is_kiln(n, "DropoutGrad") || n->n_in < 2 || n->n_in > 4 || n->in[1] != mask || n->in[0] < 0 ||
             n->n_out != 1 || n->out[0] < 0)
             continue;
         const int g = n->out[0], q = kiln_pass_single_consumer(m, g);
         if (fmt(m, n->in[0]) != KILN_FORMAT_NCHW || q < 0) return false;
         const kiln_node *pg = &m->nodes[q];
-        if (!is_kiln(pg, "MaxPoolGrad") || pg->n_in != 2 || pg->in[0] != g || pg->in[1] != x || pg->n_out != 1 ||
+        if (!kiln_pass_is_kiln(pg, "MaxPoolGrad") || pg->n_in != 2 || pg->in[0] != g || pg->in[1] != x || pg->n_out != 1 ||
             pg->out[0] < 0 || !same_pool(pg, &m->nodes[pool]))
             return false;
         const int dp = pg->out[0], r = kiln_pass_single_consumer(m, dp);
         const kiln_node *u = r >= 0 ? &m->nodes[r] : NULL;
-        const bool relu = u && is_kiln(u, "UnaryGrad") && strcmp(kiln_attr_string(u, "op", ""), "Relu") == 0 &&
+        const bool relu = u && kiln_pass_is_kiln(u, "UnaryGrad") && strcmp(kiln_attr_string(u, "op", ""), "Relu") == 0 &&
                           u->n_in == 3 && u->in[0] == dp && u->in[1] < 0 && u->in[2] == x && u->n_out == 1 &&
                           u->out[0] >= 0;
         if (fmt(m, relu ? u->out[0] : dp) != KILN_FORMAT_NHWC) return false;
@@ -181,7 +175,7 @@ static kiln_status fuse_pools(kiln_model *m, const kiln_pass_options *o, bool *c
         const bool backward = find_backward(m, pi, x, mask, &dg, &mg, &ug);
 
         /* forward: the Dropout node becomes the fused op (its outputs stay) */
-        const int fin[3] = {x, opt_in(d, 1), opt_in(d, 2)};
+        const int fin[3] = {x, kiln_pass_opt_in(d, 1), kiln_pass_opt_in(d, 2)};
         st = kiln_pass_rewrite(m, di, "kiln", "MaxPoolDropout", trimmed(fin, 3), fin, &m->nodes[pi]);
         if (!st) st = kiln_pass_set_int(m, di, "dropout_opset", opset);
         if (!st && has_seed) st = kiln_pass_set_int(m, di, "seed", seed_v);
@@ -189,7 +183,7 @@ static kiln_status fuse_pools(kiln_model *m, const kiln_pass_options *o, bool *c
             /* backward: the last node of the chain becomes the fused gradient */
             const kiln_node *g = &m->nodes[dg];
             const int last = ug >= 0 ? ug : mg;
-            const int bin[5] = {g->in[0], x, mask, opt_in(g, 2), opt_in(g, 3)};
+            const int bin[5] = {g->in[0], x, mask, kiln_pass_opt_in(g, 2), kiln_pass_opt_in(g, 3)};
             st = kiln_pass_rewrite(m, last, "kiln", "MaxPoolDropoutGrad", trimmed(bin, 5), bin, &m->nodes[pi]);
             if (!st) st = kiln_pass_set_int(m, last, "relu", ug >= 0);
             dead[dg] = true;
@@ -213,7 +207,7 @@ static kiln_status fuse_pools(kiln_model *m, const kiln_pass_options *o, bool *c
 static kiln_status fold_relu_grads(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "DropoutGrad")) return KILN_OK;
     bool any = false;
-    for (int i = 0; i < m->n_nodes && !any; i++) any = is_kiln(&m->nodes[i], "UnaryGrad");
+    for (int i = 0; i < m->n_nodes && !any; i++) any = kiln_pass_is_kiln(&m->nodes[i], "UnaryGrad");
     if (!any) return KILN_OK;
     int *prod = kiln_pass_producers(m);
     bool *dead = prod ? kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass") : NULL;
@@ -225,13 +219,13 @@ static kiln_status fold_relu_grads(kiln_model *m, const kiln_pass_options *o, bo
     any = false;
     for (int ui = 0; ui < m->n_nodes && !st; ui++) {
         const kiln_node *u = &m->nodes[ui];
-        if (!is_kiln(u, "UnaryGrad") || strcmp(kiln_attr_string(u, "op", ""), "Relu") != 0 || u->n_in != 3 ||
+        if (!kiln_pass_is_kiln(u, "UnaryGrad") || strcmp(kiln_attr_string(u, "op", ""), "Relu") != 0 || u->n_in != 3 ||
             u->in[0] < 0 || u->in[1] >= 0 || u->in[2] < 0 || u->n_out != 1 || u->out[0] < 0)
             continue;
         const int g = u->in[0], y = u->in[2], dx = u->out[0], di = prod[g];
         if (di < 0 || dead[di] || kiln_pass_single_consumer(m, g) != ui) continue;
         const kiln_node *d = &m->nodes[di];
-        if (!is_kiln(d, "DropoutGrad") || d->n_in < 2 || d->n_in > 4 || d->n_out != 1 || d->out[0] != g ||
+        if (!kiln_pass_is_kiln(d, "DropoutGrad") || d->n_in < 2 || d->n_in > 4 || d->n_out != 1 || d->out[0] != g ||
             kiln_attr_int(d, "relu", 0) != 0)
             continue;
         if (fmt(m, g) == KILN_FORMAT_NHWC || fmt(m, y) != fmt(m, g) || fmt(m, dx) != fmt(m, g)) continue;

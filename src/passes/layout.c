@@ -361,8 +361,7 @@ static kiln_status fold_dropout_grads(kiln_model *m, bool *changed) {
             continue;
         const int v = t->in[0], p = prod[v];
         if (p < 0 || strcmp(m->nodes[p].domain, "kiln") != 0 ||
-            strcmp(m->nodes[p].op_type, "DropoutGrad") != 0 || m->nodes[p].out[0] != v || !only_reader(m, v, i, dead) ||
-            kiln_attr_int(&m->nodes[p], "relu", 0) != 0) /* (the CUDA kernel writes relu's dX NCHW only) */
+            strcmp(m->nodes[p].op_type, "DropoutGrad") != 0 || m->nodes[p].out[0] != v || !only_reader(m, v, i, dead))
             continue;
         m->nodes[p].out[0] = t->out[0]; /* labelled NHWC by convert() */
         dead[i] = true;

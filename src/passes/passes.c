@@ -119,6 +119,12 @@ int kiln_pass_new_value(kiln_model *m, const char *hint) {
     return kiln_model_get_value(m, name);
 }
 
+bool kiln_pass_is_kiln(const kiln_node *n, const char *op_type) {
+    return strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, op_type) == 0;
+}
+
+int kiln_pass_opt_in(const kiln_node *n, int k) { return k < n->n_in ? n->in[k] : -1; }
+
 bool kiln_pass_is(const kiln_node *n, const char *op_type) {
     return (!n->domain[0] || strcmp(n->domain, "ai.onnx") == 0) && strcmp(n->op_type, op_type) == 0;
 }

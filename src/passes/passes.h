@@ -71,6 +71,10 @@ bool kiln_pass_same_shape(const kiln_shape_probes *p, int a, int b);
 /* Whether node n is the ONNX (default-domain) op op_type. Nodes of a model being
  * rewritten have no registry index yet (n->op is set at finalize), so passes match names. */
 bool kiln_pass_is(const kiln_node *n, const char *op_type);
+/* Whether n is kiln's internal op op_type (domain "kiln": gradients, fused ops). */
+bool kiln_pass_is_kiln(const kiln_node *n, const char *op_type);
+/* Input k of n, or -1 when n has fewer inputs (optional inputs left out at the end). */
+int kiln_pass_opt_in(const kiln_node *n, int k);
 /* producer[v]: the node computing value v, or -1 (graph inputs, initializers). A new array
  * (n_values entries) the caller frees; NULL on OOM (message on the context). */
 int *kiln_pass_producers(const kiln_model *m);
