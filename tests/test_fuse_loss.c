@@ -43,6 +43,8 @@
 static int fails;
 static kiln_context *ctx;
 
+#include "same_function.h"
+
 static const unsigned ONLY_FUSE_LOSS = ~(unsigned)KILN_PASS_FUSE_LOSS;
 
 static int count(const kiln_model *m, const char *domain, const char *op) {
@@ -63,35 +65,6 @@ static const kiln_node *producer_of(const kiln_model *m, int v) {
         for (int k = 0; k < m->nodes[i].n_out; k++)
             if (m->nodes[i].out[k] == v) return &m->nodes[i];
     return NULL;
-}
-
-/* Run both graphs on the CPU with the same inputs and Dropout seed; compare every output. */
-static void same_function(const char *label, kiln_model *ref, kiln_model *opt, kiln_tensor *const *feeds, double atol,
-                          double rtol) {
-    const int no = ref->n_outputs;
-    CHECK(opt->n_outputs == no, "%s: %d outputs, expected %d", label, opt->n_outputs, no);
-    const kiln_tensor **want = calloc((size_t)no + 1, sizeof *want), **got = calloc((size_t)no + 1, sizeof *got);
-    kiln_plan *pr = NULL, *po = NULL;
-    kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    if (!st) st = kiln_plan_build(ref, feeds, true, true, &pr);
-    if (!st) st = kiln_plan_build(opt, feeds, true, true, &po);
-    if (!st) st = kiln_plan_run_cpu(pr, feeds, 77, no, want);
-    if (!st) st = kiln_plan_run_cpu(po, feeds, 77, no, got);
-    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
-    for (int j = 0; !st && j < no; j++) {
-        char l[200];
-        snprintf(l, sizeof l, "%s: %s", label, kiln_model_output_name(ref, j));
-        CHECK(strcmp(kiln_model_output_name(ref, j), kiln_model_output_name(opt, j)) == 0, "%s: output %d renamed", label, j);
-        /* gradients of all-zero weights' neighbours may be exactly 0: never all zeros */
-        double mx = 0;
-        for (int64_t i = 0; i < kiln_tensor_numel(want[j]); i++) mx = fmax(mx, fabs(kiln_get_f64(want[j], i)));
-        CHECK(mx > 0, "%s: reference output is all zeros", l);
-        fails += kiln_tensor_compare(got[j], want[j], atol * mx, rtol, l);
-    }
-    kiln_plan_free(pr);
-    kiln_plan_free(po);
-    free(want);
-    free(got);
 }
 
 /* --------------------------------------------------------------- graph edits */
@@ -312,12 +285,12 @@ static void mnist(kiln_precision prec, bool amp_seed) {
     t->feeds[0] = image;
     t->feeds[1] = lab;
     feeds = feeds_for(t, g, scale);
-    if (feeds && prec == KILN_PRECISION_FP32) same_function(label, ref, opt, feeds, 1e-6, 1e-4);
-    else if (feeds) same_function(label, ref, opt, feeds, 2e-3, 2e-2);
+    if (feeds && prec == KILN_PRECISION_FP32) same_function(label, ref, opt, feeds, 1e-6, 1e-4, NULL);
+    else if (feeds) same_function(label, ref, opt, feeds, 2e-3, 2e-2, NULL);
     if (feeds && pair) {
         CHECK(count(pair, "kiln", "LogSoftmaxNLL") == 1 && !merged(pair), "%s: the split graph is not split", label);
         snprintf(label + strlen(label), sizeof label - strlen(label), ", merged vs not, bit for bit");
-        same_function(label, pair, opt, feeds, 0, 0);
+        same_function(label, pair, opt, feeds, 0, 0, NULL);
     }
     t->feeds[0] = t->feeds[1] = NULL;
     kiln_tensor_free(image);
@@ -437,7 +410,7 @@ static void forward_case(const char *label, const classifier *c, int fused) {
         CHECK(opt->n_nodes == ref->n_nodes, "%s: the graph changed", label);
     }
     kiln_tensor *in[2] = {kt_rand(KILN_F32, 2, (int64_t[]){N, 6}, -2, 2, 30), labels(N, c->rank3)};
-    same_function(label, ref, opt, in, 1e-7, 1e-6);
+    same_function(label, ref, opt, in, 1e-7, 1e-6, NULL);
     kiln_tensor_free(in[0]);
     kiln_tensor_free(in[1]);
 out:
@@ -480,11 +453,11 @@ static void training_case(const char *label, const classifier *c, int edit_as, b
     t->feeds[0] = x;
     t->feeds[1] = l;
     kiln_tensor **feeds = feeds_for(t, g, scale);
-    if (feeds) same_function(label, ref, opt, feeds, 1e-6, 1e-5);
+    if (feeds) same_function(label, ref, opt, feeds, 1e-6, 1e-5, NULL);
     if (feeds && merge && (pair = unmerge(opt)) != NULL) {
         char l2[200];
         snprintf(l2, sizeof l2, "%s, merged vs not, bit for bit", label);
-        same_function(l2, pair, opt, feeds, 0, 0);
+        same_function(l2, pair, opt, feeds, 0, 0, NULL);
     }
     free(feeds);
     t->feeds[0] = t->feeds[1] = NULL;

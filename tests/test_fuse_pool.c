@@ -34,6 +34,8 @@
 static int fails;
 static kiln_context *ctx;
 
+#include "same_function.h"
+
 static int count(const kiln_model *m, const char *domain, const char *op) {
     int n = 0;
     for (int i = 0; i < m->n_nodes; i++)
@@ -71,46 +73,6 @@ static kiln_status fuse(const kiln_model *laid, kiln_model **opt, bool *changed)
     if (!st) st = kiln_pass_fuse_pool(*opt, &cpu, changed);
     if (!st) st = kiln_model_finalize(*opt);
     return st;
-}
-
-/* Run both graphs on the CPU with the same inputs and run seed (77); every output bit for
- * bit. out0 (when non-NULL) receives output 0 of opt's runs with seeds 77 and 78. */
-static void same_function(const char *label, kiln_model *ref, kiln_model *opt, kiln_tensor *const *feeds,
-                          double out0[2]) {
-    const int no = ref->n_outputs;
-    CHECK(opt->n_outputs == no, "%s: %d outputs, expected %d", label, opt->n_outputs, no);
-    const kiln_tensor **want = calloc((size_t)no + 1, sizeof *want), **got = calloc((size_t)no + 1, sizeof *got);
-    kiln_plan *pr = NULL, *po = NULL;
-    kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    if (!st) st = kiln_plan_build(ref, feeds, true, true, &pr);
-    if (!st) st = kiln_plan_build(opt, feeds, true, true, &po);
-    if (!st) st = kiln_plan_run_cpu(pr, feeds, 77, no, want);
-    if (!st) st = kiln_plan_run_cpu(po, feeds, 77, no, got);
-    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
-    for (int j = 0; !st && j < no; j++) {
-        char l[200];
-        snprintf(l, sizeof l, "%s: %s", label, kiln_model_output_name(ref, j));
-        CHECK(strcmp(kiln_model_output_name(ref, j), kiln_model_output_name(opt, j)) == 0, "%s: output %d renamed", label,
-              j);
-        /* never all zeros: a gradient that does not flow would compare equal */
-        double mx = 0;
-        for (int64_t i = 0; i < kiln_tensor_numel(want[j]); i++) mx = fmax(mx, fabs(kiln_get_f64(want[j], i)));
-        CHECK(mx > 0 || want[j]->dtype == KILN_BOOL, "%s: reference output is all zeros", l);
-        const int bad = kiln_tensor_compare(got[j], want[j], 0, 0, l); /* (-0 equals +0 there) */
-        fails += bad;
-        const size_t bytes = (size_t)kiln_tensor_numel(want[j]) * kiln_dtype_size(want[j]->dtype);
-        CHECK(bad || memcmp(got[j]->data, want[j]->data, bytes) == 0, "%s: equal values but different bits", l);
-    }
-    if (!st && out0) {
-        out0[0] = kiln_get_f64(got[0], 0);
-        st = kiln_plan_run_cpu(po, feeds, 78, 1, got);
-        CHECK(!st, "%s: run with another seed: %s", label, kiln_context_message(ctx));
-        if (!st) out0[1] = kiln_get_f64(got[0], 0);
-    }
-    kiln_plan_free(pr);
-    kiln_plan_free(po);
-    free(want);
-    free(got);
 }
 
 /* ------------------------------------------------------------------ mnist-net */
@@ -204,7 +166,7 @@ static void mnist(kiln_precision prec, int64_t batch) {
     t->feeds[0] = image;
     t->feeds[1] = lab;
     double loss[2] = {NAN, NAN};
-    same_function(label, laid, opt, t->feeds, loss);
+    same_function(label, laid, opt, t->feeds, 0, 0, loss);
     /* output 0 is the loss; Dropout on: another seed draws other masks */
     CHECK(strcmp(kiln_model_output_name(opt, 0), "loss") == 0, "%s: output 0 is %s, not the loss", label,
           kiln_model_output_name(opt, 0));
@@ -292,7 +254,7 @@ static void small(const variant *v) {
               count(opt, "kiln", "MaxPoolDropoutGrad") == 0,
           "%s: %d fused ops (changed %d), expected %d", v->label, fused, changed, v->fuses);
     x = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, v->h, v->h}, -1, 1, 32);
-    same_function(v->label, laid, opt, &x, NULL);
+    same_function(v->label, laid, opt, &x, 0, 0, NULL);
 out:
     kiln_tensor_free(x);
     kiln_model_free(opt);
@@ -371,7 +333,7 @@ static void relu_fold(const relu_variant *v) {
     in[0] = kt_rand(KILN_F32, 2, (int64_t[]){64, 128}, -2, 2, 41);
     in[1] = kt_rand(KILN_BOOL, 2, (int64_t[]){64, 128}, 0, 2, 42);
     in[2] = kt_rand(KILN_F32, 2, (int64_t[]){64, 128}, -1, 1, 43);
-    same_function(v->label, m, opt, in, NULL);
+    same_function(v->label, m, opt, in, 0, 0, NULL);
 out:
     for (int i = 0; i < 3; i++) kiln_tensor_free(in[i]);
     kiln_model_free(opt);

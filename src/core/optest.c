@@ -234,6 +234,32 @@ done:
     return fails ? 1 : 0;
 }
 
+bool kiln_optest_eval(const char *domain, const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
+                      int n_out, kiln_tensor **out, const char *label) {
+    kiln_context ctx = {0};
+    int outs[4] = {17, 18, 19, 20};
+    if (n_out > 4) {
+        printf("FAIL %s: kiln_optest_eval takes up to 4 outputs\n", label);
+        return false;
+    }
+    kiln_node node = {.op_type = (char *)op, .name = (char *)label, .domain = (char *)domain, .opset = opset,
+                      .n_in = n_in, .n_out = n_out, .out = outs};
+    node.op = kiln_op_index_domain(domain, op);
+    bool ok = node.op >= 0 && kiln_attrs_parse(&ctx, attrs, &node.attrs, &node.n_attrs) == KILN_OK &&
+              kiln_op_eval(&ctx, &node, n_in, in, n_out, out) == KILN_OK;
+    if (!ok) printf("FAIL %s: %s%s%s: %s\n", label, domain, domain[0] ? "." : "", op, ctx.msg);
+    for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
+    free(node.attrs);
+    return ok;
+}
+
+int kiln_tensor_same_bits(const kiln_tensor *got, const kiln_tensor *want, const char *label) {
+    if (kiln_tensor_compare(got, want, 0, 0, label)) return 1;
+    if (memcmp(got->data, want->data, kiln_tensor_nbytes(want)) == 0) return 0;
+    printf("FAIL %s: equal values but different bits\n", label);
+    return 1;
+}
+
 int kiln_optest_opset(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
                       int n_out, kiln_tensor **expect, double atol, double rtol, const char *label) {
     return run_case(op, attrs, opset, n_in, in, n_out, expect, atol, rtol, label, false, KILN_OK);

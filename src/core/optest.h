@@ -60,6 +60,17 @@ int kiln_gradcheck(const char *op, const char *attrs, int opset, int n_in, kiln_
 int kiln_gradcheck_ex(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
                       const bool *wrt, int n_out, double tol_scale, const char *label);
 
+/* One node of op in domain ("" for ONNX, "kiln") run on in[] (NULL entries: missing
+ * optional inputs; kept) into freshly allocated out[] (the caller frees them). Its outputs
+ * are the value indices 17, 18, ..., which ops keyed by their first output (Dropout's mask
+ * stream) read: two calls draw the same masks. For tests that compose ops. Returns false
+ * on failure, after printing a FAIL line. */
+bool kiln_optest_eval(const char *domain, const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
+                      int n_out, kiln_tensor **out, const char *label);
+/* kiln_tensor_compare with no tolerance, then the bytes too (a compare by value passes -0
+ * for +0): 0 when got is want bit for bit. */
+int kiln_tensor_same_bits(const kiln_tensor *got, const kiln_tensor *want, const char *label);
+
 /* Parse attribute text into a freshly allocated array (NULL + *n=0 for ""). */
 kiln_status kiln_attrs_parse(kiln_context *ctx, const char *text, kiln_attr **out, int *n);
 

@@ -249,32 +249,6 @@ static int test_hand_grad(void) {
     return fails;
 }
 
-/* One node run through kiln_op_eval, its outputs the value indices 17 and 18 (the Dropout
- * mask's key reads the first); false on failure (printed). */
-static bool eval(const char *domain, const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
-                 int n_out, kiln_tensor **out, const char *label) {
-    kiln_context ctx = {0};
-    int outs[2] = {17, 18};
-    kiln_node node = {.op_type = (char *)op, .name = (char *)label, .domain = (char *)domain, .opset = opset,
-                      .n_in = n_in, .n_out = n_out, .out = outs};
-    node.op = kiln_op_index_domain(domain, op);
-    bool ok = node.op >= 0 && kiln_attrs_parse(&ctx, attrs, &node.attrs, &node.n_attrs) == KILN_OK &&
-              kiln_op_eval(&ctx, &node, n_in, in, n_out, out) == KILN_OK;
-    if (!ok) printf("FAIL %s: %s %s: %s\n", label, domain, op, ctx.msg);
-    for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
-    free(node.attrs);
-    return ok;
-}
-
-/* Bit for bit (kiln_tensor_compare would pass -0 for +0). */
-static int same_bits(const kiln_tensor *got, const kiln_tensor *want, const char *label) {
-    if (kiln_tensor_compare(got, want, 0, 0, label)) return 1;
-    const size_t n = (size_t)kiln_tensor_numel(want) * kiln_dtype_size(want->dtype);
-    if (memcmp(got->data, want->data, n) == 0) return 0;
-    printf("FAIL %s: equal values but different bits\n", label);
-    return 1;
-}
-
 /* Random cases against the unfused ops' references in sequence, with the same node keys
  * and run seed: forward Dropout(MaxPool(X)), backward UnaryGrad(MaxPoolGrad(DropoutGrad(dY,
  * mask), X), -, X) with the forward's mask. */
@@ -310,13 +284,13 @@ static int test_random(void) {
                 kiln_tensor *p[1] = {0}, *ref[2] = {0}, *got[2] = {0}, *g[1] = {0}, *dp[1] = {0}, *dx_ref[1] = {0},
                             *dx[1] = {0}, *dy = NULL;
                 bool ok = x && r && t &&
-                          eval("", "MaxPool", shapes[s].pool, 21, 1, (kiln_tensor *[]){x}, 1, p, label) &&
-                          eval("", "Dropout", relu ? "seed=6" : "seed=5", 13, 3, (kiln_tensor *[]){p[0], r, t}, 2, ref,
+                          kiln_optest_eval("", "MaxPool", shapes[s].pool, 21, 1, (kiln_tensor *[]){x}, 1, p, label) &&
+                          kiln_optest_eval("", "Dropout", relu ? "seed=6" : "seed=5", 13, 3, (kiln_tensor *[]){p[0], r, t}, 2, ref,
                                label) &&
-                          eval("kiln", "MaxPoolDropout", fattrs, 1, 3, (kiln_tensor *[]){x, r, t}, 2, got, label);
+                          kiln_optest_eval("kiln", "MaxPoolDropout", fattrs, 1, 3, (kiln_tensor *[]){x, r, t}, 2, got, label);
                 if (ok) {
-                    fails += same_bits(got[0], ref[0], label);
-                    fails += same_bits(got[1], ref[1], label);
+                    fails += kiln_tensor_same_bits(got[0], ref[0], label);
+                    fails += kiln_tensor_same_bits(got[1], ref[1], label);
                     /* a mask with kept and dropped elements, so the check can fail */
                     const bool *mk = ref[1]->data;
                     int64_t kept = 0, n = kiln_tensor_numel(ref[1]);
@@ -326,16 +300,16 @@ static int test_random(void) {
                         fails++;
                     }
                     dy = kt_rand(dt, ref[0]->ndim, ref[0]->dims, -2, 2, rs++);
-                    ok = dy && eval("kiln", "DropoutGrad", "", 1, 4, (kiln_tensor *[]){dy, ref[1], r, t}, 1, g, label) &&
-                         eval("kiln", "MaxPoolGrad", shapes[s].pool, 1, 2, (kiln_tensor *[]){g[0], x}, 1, dp, label) &&
-                         (!relu || eval("kiln", "UnaryGrad", "op=Relu", 1, 3, (kiln_tensor *[]){dp[0], NULL, x}, 1,
+                    ok = dy && kiln_optest_eval("kiln", "DropoutGrad", "", 1, 4, (kiln_tensor *[]){dy, ref[1], r, t}, 1, g, label) &&
+                         kiln_optest_eval("kiln", "MaxPoolGrad", shapes[s].pool, 1, 2, (kiln_tensor *[]){g[0], x}, 1, dp, label) &&
+                         (!relu || kiln_optest_eval("kiln", "UnaryGrad", "op=Relu", 1, 3, (kiln_tensor *[]){dp[0], NULL, x}, 1,
                                         dx_ref, label)) &&
-                         eval("kiln", "MaxPoolDropoutGrad", gattrs, 1, 5, (kiln_tensor *[]){dy, x, ref[1], r, t}, 1, dx,
+                         kiln_optest_eval("kiln", "MaxPoolDropoutGrad", gattrs, 1, 5, (kiln_tensor *[]){dy, x, ref[1], r, t}, 1, dx,
                               label);
                     if (ok) {
                         char gl[220];
                         snprintf(gl, sizeof gl, "%s, backward", label);
-                        fails += same_bits(dx[0], relu ? dx_ref[0] : dp[0], gl);
+                        fails += kiln_tensor_same_bits(dx[0], relu ? dx_ref[0] : dp[0], gl);
                     }
                 }
                 fails += !ok;

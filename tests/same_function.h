@@ -1,0 +1,57 @@
+/* same_function.h — the check the pass tests share: two graphs, before and after a rewrite,
+ * run on the CPU with the same feeds and run seed (77, which keys Dropout's masks), compute
+ * the same outputs under the same names. Include it after check.h in a test program that
+ * defines `static int fails;` and `static kiln_context *ctx;`. */
+#ifndef KILN_TEST_SAME_FUNCTION_H
+#define KILN_TEST_SAME_FUNCTION_H
+
+#include "check.h"
+#include "core/optest.h"
+#include "core/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every output within atol * max|reference| + rtol * |reference|; with atol and rtol both 0,
+ * bit for bit (a compare by value would pass -0 for +0). No reference output may be all
+ * zeros (a gradient that does not flow would compare equal), bool ones (masks) aside.
+ * out0 (when non-NULL) receives output 0 of opt's runs with seeds 77 and 78, for tests
+ * that check the seed reaches the graph. */
+static void same_function(const char *label, kiln_model *ref, kiln_model *opt, kiln_tensor *const *feeds, double atol,
+                          double rtol, double out0[2]) {
+    const int no = ref->n_outputs;
+    CHECK(opt->n_outputs == no, "%s: %d outputs, expected %d", label, opt->n_outputs, no);
+    const kiln_tensor **want = calloc((size_t)no + 1, sizeof *want), **got = calloc((size_t)no + 1, sizeof *got);
+    kiln_plan *pr = NULL, *po = NULL;
+    kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_plan_build(ref, feeds, true, true, &pr);
+    if (!st) st = kiln_plan_build(opt, feeds, true, true, &po);
+    if (!st) st = kiln_plan_run_cpu(pr, feeds, 77, no, want);
+    if (!st) st = kiln_plan_run_cpu(po, feeds, 77, no, got);
+    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
+    for (int j = 0; !st && j < no; j++) {
+        char l[200];
+        snprintf(l, sizeof l, "%s: %s", label, kiln_model_output_name(ref, j));
+        CHECK(strcmp(kiln_model_output_name(ref, j), kiln_model_output_name(opt, j)) == 0, "%s: output %d renamed", label,
+              j);
+        double mx = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(want[j]); i++) mx = fmax(mx, fabs(kiln_get_f64(want[j], i)));
+        CHECK(mx > 0 || want[j]->dtype == KILN_BOOL, "%s: reference output is all zeros", l);
+        fails += atol == 0 && rtol == 0 ? kiln_tensor_same_bits(got[j], want[j], l)
+                                        : kiln_tensor_compare(got[j], want[j], atol * mx, rtol, l);
+    }
+    if (!st && out0) {
+        out0[0] = kiln_get_f64(got[0], 0);
+        st = kiln_plan_run_cpu(po, feeds, 78, 1, got);
+        CHECK(!st, "%s: run with another seed: %s", label, kiln_context_message(ctx));
+        if (!st) out0[1] = kiln_get_f64(got[0], 0);
+    }
+    kiln_plan_free(pr);
+    kiln_plan_free(po);
+    free(want);
+    free(got);
+}
+
+#endif
