@@ -49,6 +49,7 @@
  *   stream (two 64-bit mixes per element) runs in the NCHW phase of either kernel.
  */
 #include "dtype.cuh"
+#include "reduce.cuh"
 
 #include <string.h>
 
@@ -93,9 +94,9 @@ __device__ __forceinline__ uint64_t keep_threshold(double ratio) {
     if (ratio >= 1) return 1ull << 53;          /* nothing kept: m_i < 2^53 */
     return (uint64_t)ceil(ratio * 0x1.0p53);
 }
-__device__ __forceinline__ bool kept(uint64_t key, uint64_t i, uint64_t thr) {
-    return (mix64(key + (i + 1) * GOLDEN) >> 11) >= thr;
-}
+/* z: the stream position of element i, key + (i + 1) * golden (kernels walking rows step it) */
+__device__ __forceinline__ bool kept_at(uint64_t z, uint64_t thr) { return (mix64(z) >> 11) >= thr; }
+__device__ __forceinline__ bool kept(uint64_t key, uint64_t i, uint64_t thr) { return kept_at(key + (i + 1) * GOLDEN, thr); }
 
 // x, y: (n); mask: (n) or NULL. QUAD: x, y and mask aligned to 4 elements; a thread
 // takes 4 neighbouring elements (one vector load and store, one 4-byte mask store), the
@@ -200,18 +201,14 @@ template <int P> __device__ __forceinline__ int window_base(const Pool &p, int s
     return (oh * pool_kh<P>(p) * p.ow_count * pool_kw<P>(p) + ow * pool_kw<P>(p)) * C + c;
 }
 
-/* MaxPool's value of a window: NaN when any element is NaN, else the maximum (exact). */
+/* MaxPool's value of a window, as pool.cu's kernels take it (reduce.cuh's nan_max: NaN
+ * when any element is NaN, else the maximum, exact). */
 template <typename T, int P> __device__ __forceinline__ T window_max(const T *xn, const Pool &p, int s, int C, int c) {
     const int kh = pool_kh<P>(p), kw = pool_kw<P>(p), base = window_base<P>(p, s, C, c), row = p.ow_count * kw * C;
     float best = -INFINITY;
-    bool nan = false;
     for (int i = 0; i < kh; i++)
-        for (int j = 0; j < kw; j++) {
-            const float v = to_f(xn[base + i * row + j * C]);
-            best = v > best ? v : best;
-            nan |= v != v;
-        }
-    return from_f<T>(nan ? NAN : best);
+        for (int j = 0; j < kw; j++) best = nan_max(best, to_f(xn[base + i * row + j * C]));
+    return from_f<T>(best);
 }
 
 /* kiln.MaxPoolDropoutGrad's write of one window: g to the element MaxPoolGrad picks (the
@@ -293,7 +290,7 @@ __global__ void dropout_nhwc_in_kernel(const T *__restrict__ x, T *__restrict__ 
                     keep = false;
                     v = from_f<T>(0.f);
                 } else if (train) {
-                    keep = (mix64(z) >> 11) >= thr;
+                    keep = kept_at(z, thr);
                     v = from_f<T>(keep ? (float)((double)to_f(v) * scale) : 0.f);
                 }
                 yp[r * rowstep] = v;

@@ -627,9 +627,6 @@ static bool sup_layernorm(const kiln_op_ctx *c, char *why, size_t n) {
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
 #define BINARY(name) {name, kiln_cuda_k_binary, sup_binary, NULL, true}
 
-/* A fused elementwise program computes position by position. In NHWC it takes only inputs
- * of exactly the output's dims and layout (no broadcasting: the generated indexing is
- * logical NCHW), so the bytes line up element for element. */
 /* The pool of kiln.MaxPoolDropout(Grad) (dropout.cu): 2-D, X NHWC, the pooled tensor
  * NCHW, windows that tile X exactly (kernel == strides, no padding, dilations 1). */
 static bool fused_pool_window(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *pooled, char *why,
@@ -684,6 +681,9 @@ static bool sup_maxpool_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) 
     return float_scalar(c, 3, "ratio", why, n) && bool_scalar(c, 4, "training_mode", why, n);
 }
 
+/* A fused elementwise program computes position by position. In NHWC it takes only inputs
+ * of exactly the output's dims and layout (no broadcasting: the generated indexing is
+ * logical NCHW), so the bytes line up element for element. */
 static bool sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n) {
     bool any_nhwc = is_nhwc(c->out[0]);
     for (int i = 0; i < c->n_in; i++) any_nhwc |= present(c, i) && is_nhwc(c->in[i]);
