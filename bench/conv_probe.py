@@ -7,7 +7,6 @@ kiln's step can be set against the best a graph-captured PyTorch step gets from 
     python3 bench/conv_probe.py
 """
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 torch.backends.cudnn.benchmark = True
@@ -65,19 +64,7 @@ def conv_case(name, x_shape, w_shape, dgrad=True):
     torch.backends.cudnn.allow_tf32 = True
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(torch.flatten(x, 1)))
-        return F.log_softmax(self.fc2(x), dim=1)
+from mnist_net import Net  # noqa: E402 (bench/, the script's own folder, is on sys.path)
 
 
 def step_case(label, amp, cl):

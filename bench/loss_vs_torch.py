@@ -27,7 +27,7 @@ Two more measurements say what the free-running gap means:
 """
 import argparse, copy, gzip, os, subprocess, tempfile, time
 import numpy as np
-import torch, torch.nn as nn, torch.nn.functional as F
+import torch, torch.nn.functional as F
 from safetensors.torch import save_file
 
 ap = argparse.ArgumentParser()
@@ -39,19 +39,7 @@ ap.add_argument("--check", type=int, default=20, help="steps checked one at a ti
 a = ap.parse_args()
 
 
-class Net(nn.Module):  # pytorch/examples mnist/main.py, dropout left out (off in both)
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(torch.flatten(x, 1)))
-        return F.log_softmax(self.fc2(x), dim=1)
+from mnist_net import Net  # noqa: E402 (bench/, the script's own folder, is on sys.path)
 
 
 def idx(path):
