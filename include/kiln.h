@@ -323,6 +323,10 @@ typedef struct kiln_train_options {
     int threads;         /* CPU threads (0: the context's setting) */
     int strict_fp32;     /* CUDA: 1 keeps f32 convolutions and products off TF32 tensor cores;
                             0 (default) allows TF32, as PyTorch does for convolutions */
+    int deterministic;   /* CUDA: 1 takes only the cuDNN algorithms cuDNN reports
+                            deterministic (no atomic sums), so the same inputs give the same
+                            bits on every run whatever the timing search picks (PyTorch's
+                            use_deterministic_algorithms); 0 (default): the fastest */
     unsigned disable_passes; /* KILN_PASS_* bits to turn off; CUDA training honours
                                 KILN_PASS_NHWC (convolution chains and their gradients
                                 NHWC unless strict_fp32), KILN_PASS_AUTOTUNE,

@@ -142,7 +142,8 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
                             .no_autotune = (t->opts.disable_passes & KILN_PASS_AUTOTUNE) != 0,
                             .no_conv_gemm = (t->opts.disable_passes & KILN_PASS_CONV_GEMM) != 0,
                             .no_conv_direct = (t->opts.disable_passes & KILN_PASS_CONV_DIRECT) != 0,
-                            .no_streams = (t->opts.disable_passes & KILN_PASS_STREAMS) != 0};
+                            .no_streams = (t->opts.disable_passes & KILN_PASS_STREAMS) != 0,
+                            .deterministic = t->opts.deterministic != 0};
     kiln_status st = kiln_cuda_create(ctx, &co, &tc->cu);
     const int np = t->n_params, nb = t->n_states, ns = n_states_of(&t->opts);
     const int n_in = t->train->n_inputs;
