@@ -6,10 +6,10 @@ outputs (max relative error, top-1 agreement), then time both at batch 1 and a l
 batch (kiln bench: device events around CUDA-graph replays, inputs resident; PyTorch: events
 around eager calls, inputs resident, as ../shared/bench-reference/torch_infer.py does).
 
-    python3 bench/side_by_side.py --kiln .carry/gpu/kiln [--models resnet18,resnet50] [--dynamo]
+    python3 bench/side_by_side.py --kiln KILN [--models resnet18,resnet50] [--dynamo]
 
-Prints one table; JSON to $OUT/side_by_side.json. Run it through bench/gpu_check.sh,
-which sets the library path for the carried binaries.
+Prints one table; JSON to $OUT/side_by_side.json. Run it through `bench/gpu.sh side`
+(arguments in SIDE_ARGS), which unpacks the carried kiln and sets its library path.
 """
 import argparse, json, os, re, subprocess, sys, tempfile, time
 

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# gpu.sh — one call on the GPU machine: kiln's GPU tests, ResNet-50 inference, mnist-net
+# training, and PyTorch next to kiln, each part chosen on the command line.
+#
+# Here (a machine with kiln's build dependencies), after a CUDA build:
+#   bench/gpu.sh pack [BUILD_DIR]   packs kiln, the gpu-labelled tests (as `ctest -L gpu` runs
+#                                   them), gelu_fusion if built (-DKILN_BENCH=ON) and
+#                                   Fashion-MNIST into .carry/ (default BUILD_DIR build-cuda)
+# On the GPU machine, with .carry carried:
+#   bench/gpu.sh [PART...]          default: tests r50 train torch
+# Parts:
+#   tests   every gpu-labelled test of the build (exit status non-zero if one fails)
+#   r50     ResNet-50 fp16 at batch 256 and 1 (`kiln bench`; PROFILE=1 adds per-layer
+#           profiles, ABLATE_R50=1 the value of each technique at batch 256)
+#   train   mnist-net on CUDA, 2 epochs, each configuration of TRAIN_CONFIGS (separated by
+#           '|'; default f32, --amp fp16, --amp bf16), then --amp fp16 with each technique
+#           of ABLATE (e.g. ABLATE="fuse-pool streams") switched off; PROFILE=1 adds the step
+#           profile
+#   torch   bench/reference/torch_train.py: PyTorch's mnist-net epoch (as shipped, tuned,
+#           expert) and ResNet-50 training, on the same data
+#   side    bench/side_by_side.py: kiln next to PyTorch eager / torch.compile on torchvision
+#           models, arguments from SIDE_ARGS (default "--models resnet50,resnet18 --fp16
+#           --compile resnet50,resnet18")
+#   gelu    gelu_fusion: generated elementwise fusion against the copy floor
+#   loss    bench/loss_vs_torch.py: kiln's losses against PyTorch's from the same weights
+#   diag    bench/diag_fp16.py: a torchvision model (DIAG_MODEL, default mobilenet_v2) in
+#           fp16, pass by pass, against fp32
+# Environment: K=.carry/kiln (the pack, or a build directory), DATA=.carry/data,
+# R50=/tmp/r50.onnx. Full logs go to $OUT/gpu-logs.tar.gz; the summary is printed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+. bench/common.sh
+
+if [ "${1:-}" = pack ]; then
+  kiln_pack "${2:-build-cuda}" .carry/kiln && kiln_pack_data .carry/data || exit 1
+  du -sh .carry
+  exit 0
+fi
+
+K=${K:-.carry/kiln}
+DATA=${DATA:-.carry/data}
+R50=${R50:-/tmp/r50.onnx}
+O=${OUT:-/tmp}
+LOGS=$(mktemp -d /tmp/gpu-logs.XXXXXX)
+mkdir -p "$O"
+kiln_env "$K"
+KILN=$(kiln_unpack "$K" kiln) || exit 2
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null
+[ $# -eq 0 ] && set -- tests r50 train torch
+rc=0
+
+part_tests() {
+  [ -f "$K/gpu_tests.txt" ] || { echo "no $K/gpu_tests.txt (bench/gpu.sh pack)"; rc=1; return; }
+  local name cmd prog args
+  while IFS=$'\t' read -r name cmd; do
+    prog=$(kiln_unpack "$K" "${cmd%% *}") || { rc=1; continue; }
+    args=${cmd#"${cmd%% *}"}
+    echo "== test $name"
+    # shellcheck disable=SC2086
+    "$prog" $args > "$LOGS/test-$name.log" 2>&1 || rc=1
+    grep -E "^FAIL" "$LOGS/test-$name.log" | head -30
+    tail -1 "$LOGS/test-$name.log"
+  done < "$K/gpu_tests.txt"
+}
+
+part_r50() {
+  r50_onnx "$R50" || { rc=1; return; }
+  local b iters warm log prof=
+  [ "${PROFILE:-0}" = 1 ] && prof=--profile
+  for b in 256 1; do
+    iters=50 warm=5
+    [ $b = 1 ] && iters=200 warm=20
+    log=$LOGS/r50-b$b.log
+    # shellcheck disable=SC2086
+    "$KILN" bench "$R50" --device cuda --batch $b --iters $iters --warmup $warm --fp16 $prof > "$log" 2>&1 || rc=1
+    echo "resnet50 fp16 bs$b: $(grep -E '^one-time|^latency|^GPU compute|^throughput|kiln:' "$log" | cut -c1-110 | tr '\n' ' ')"
+    [ -n "$prof" ] && sed -n '/per-layer/,$p' "$log" | head -24 | cut -c1-170
+  done
+  if [ "${ABLATE_R50:-0}" = 1 ]; then
+    echo "== ResNet-50 fp16 bs 256, each technique off in turn"
+    "$KILN" bench "$R50" --device cuda --batch 256 --iters 20 --warmup 3 --fp16 --ablate 2>&1 | tail -16
+  fi
+}
+
+train_run() {
+  local log prof=
+  log=$LOGS/train$(echo "$*" | tr -d ' -').log
+  [ "${PROFILE:-0}" = 1 ] && prof=--profile
+  echo "== kiln train mnist-net --device cuda --epochs 2 --seed 1 $prof $*"
+  # shellcheck disable=SC2086
+  "$KILN" train mnist-net --data "$DATA" --device cuda --epochs 2 --seed 1 $prof "$@" > "$log" 2>&1 || rc=1
+  grep -E '^warm-up|^epoch [0-9]+:|^epoch [0-9]+/[0-9]+ step ([0-9]+)/\1 |accuracy:|skipped|whole step|sum of all|kiln' "$log" |
+    cut -c1-150
+  [ -n "$prof" ] && sed -n '/per-node profile/,$p' "$log" | sed -n 5,14p | cut -c1-150
+}
+
+part_train() {
+  [ -f "$DATA/train-images-idx3-ubyte.gz" ] || { echo "no Fashion-MNIST in $DATA"; rc=1; return; }
+  local cfg a
+  IFS='|' read -r -a cfgs <<< "${TRAIN_CONFIGS:-|--amp fp16|--amp bf16}"
+  for cfg in "${cfgs[@]}"; do
+    # shellcheck disable=SC2086
+    train_run $cfg
+  done
+  for a in ${ABLATE:-}; do train_run --amp fp16 --disable "$a"; done
+}
+
+part_torch() {
+  echo "== PyTorch reference (bench/reference/torch_train.py)"
+  PYTHONUNBUFFERED=1 python3 bench/reference/torch_train.py "$DATA" > "$LOGS/torch_train.log" 2>&1 || rc=1
+  grep -v Warning "$LOGS/torch_train.log" | tail -8
+}
+
+part_side() {
+  echo "== side by side"
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 python3 bench/side_by_side.py --kiln "$KILN" ${SIDE_ARGS:---models resnet50,resnet18 --fp16 --compile resnet50,resnet18} \
+    > "$LOGS/side_by_side.log" 2>&1 || rc=1
+  grep -v -i warn "$LOGS/side_by_side.log" | grep -v "torch.onnx.export\|^\s*$" | tail -16
+}
+
+part_gelu() {
+  local g
+  g=$(kiln_unpack "$K" gelu_fusion 2>/dev/null) || { echo "no gelu_fusion in $K (build with -DKILN_BENCH=ON)"; return; }
+  echo "== gelu as five ops, fused by NVRTC codegen, vs the copy floor"
+  "$g" 2>&1 | tail -12
+}
+
+part_loss() {
+  echo "== loss vs PyTorch from the same weights"
+  PYTHONUNBUFFERED=1 python3 bench/loss_vs_torch.py --kiln "$KILN" --data "$DATA" > "$LOGS/loss_vs_torch.log" 2>&1 || rc=1
+  tail -30 "$LOGS/loss_vs_torch.log"
+}
+
+part_diag() {
+  echo "== fp16 pass by pass: ${DIAG_MODEL:-mobilenet_v2}"
+  PYTHONUNBUFFERED=1 python3 bench/diag_fp16.py --kiln "$KILN" --model "${DIAG_MODEL:-mobilenet_v2}" 2>&1 |
+    grep -v Warn | grep -v torch.onnx.export || rc=1
+}
+
+for part in "$@"; do
+  case $part in
+  tests | r50 | train | torch | side | gelu | loss | diag) "part_$part" ;;
+  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side gelu loss diag)" >&2; rc=2 ;;
+  esac
+done
+tar -czf "$O/gpu-logs.tar.gz" -C "$LOGS" . 2>/dev/null
+exit $rc
