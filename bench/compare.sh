@@ -20,8 +20,8 @@
 #   TESTS=0            1: run each build's GPU tests (gpu_tests.txt) before timing
 #   CACHE=fresh        fresh: every run searches its cuDNN/cuBLASLt algorithms anew in an
 #                      empty cache (one run's unlucky pick cannot carry over to the others,
-#                      as happened in run28); shared: one cache per build, filled by an
-#                      untimed first run
+#                      as a cached slow choice once did: NOTES.md); shared: one cache per
+#                      build, filled by an untimed first run
 #   BENCH_ARGS_A, BENCH_ARGS_B, TRAIN_ARGS_A, TRAIN_ARGS_B   extra arguments for one build
 #                      (the defaults are flags both bc8aa92's CLI and later ones take)
 # Writes $OUT/compare.txt (the table) and $OUT/compare-logs.tar.gz (every run's output).

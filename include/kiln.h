@@ -13,7 +13,7 @@
  *     shapes and failed allocations come back as statuses.
  *   - Objects created from a context must be freed before the context.
  *
- * A complete program (compiled by the test suite as tests/example_api.c):
+ * In outline (tests/example_readme.c is a complete program, compiled and run by the tests):
  *
  *     kiln_context *ctx = NULL;
  *     kiln_model *model = NULL;

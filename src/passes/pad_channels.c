@@ -4,7 +4,7 @@
  * cuDNN otherwise falls back to slower ones), except that 1 to 4 channels (the image
  * input of a CNN's stem) are padded to 4: cuDNN has NHWC kernels for 4 channels, and on
  * the H200 ResNet-50's fp16 stem at batch 256 took 0.41 ms with 4 channels, 0.56 ms with
- * its own 3 and 1.24 ms with 8 (bench/NOTES.md, run11).
+ * its own 3 and 1.24 ms with 8 (bench/NOTES.md, "How many channels for the stem").
  *
  * For a Conv (or kiln.FusedConv) with group 1 whose weight W (M, C, k...) is an initializer
  * and whose C is not already its padded count C8: W becomes a new initializer (M, C8, k...) with zeros
