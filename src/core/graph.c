@@ -1,7 +1,7 @@
 /* graph.c — the static graph: values, nodes, attributes, the C builder API, and
- * finalization (reference checks, topological order, op lookup, static inference). */
+ * the graph checks of finalization (references, topological order, op lookup); the static
+ * inference that completes kiln_model_finalize is the planner's (plan.c). */
 #include "internal.h"
-#include "plan.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -534,7 +534,7 @@ static kiln_status check_ops(kiln_model *m) {
     return KILN_OK;
 }
 
-kiln_status kiln_model_finalize(kiln_model *m) {
+kiln_status kiln_model_check_graph(kiln_model *m) {
     kiln_status st = check_open(m);
     if (st) return st;
     if (m->n_outputs == 0) return kiln_fail(m->ctx, KILN_ERR_GRAPH, "the graph has no outputs");
@@ -542,11 +542,7 @@ kiln_status kiln_model_finalize(kiln_model *m) {
         (st = check_ops(m)))
         return st;
     m->finalized = true;
-    /* Shapes and dtypes are checked now where the inputs' shapes are static; symbolic dims
-     * defer the rest to the first plan. */
-    st = kiln_infer_static(m);
-    if (st) m->finalized = false;
-    return st;
+    return KILN_OK;
 }
 
 int kiln_model_num_inputs(const kiln_model *m) { return m ? m->n_inputs : 0; }

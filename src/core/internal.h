@@ -195,6 +195,10 @@ void kiln_attr_clear(kiln_attr *a);
 kiln_status kiln_attr_copy(kiln_context *ctx, kiln_attr *dst, const kiln_attr *src);
 /* A deep, open (not finalized) copy of a model, e.g. to extend it with a backward graph. */
 kiln_status kiln_model_clone(const kiln_model *src, kiln_model **out);
+/* The graph half of kiln_model_finalize (graph.c): names, references, topological order
+ * and each node's op and arity checked, the model marked finalized. kiln_model_finalize
+ * (plan.c, a layer above) adds the static shape and dtype inference. */
+kiln_status kiln_model_check_graph(kiln_model *m);
 
 /* Attribute lookup for ops. The typed getters return dflt when absent. */
 const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name);

@@ -275,6 +275,17 @@ kiln_status kiln_infer_static(kiln_model *m) {
     return st;
 }
 
+/* Here rather than in graph.c: the graph (core) does not call the planner above it. */
+kiln_status kiln_model_finalize(kiln_model *m) {
+    kiln_status st = kiln_model_check_graph(m);
+    if (st) return st;
+    /* Shapes and dtypes are checked now where the inputs' shapes are static; symbolic dims
+     * defer the rest to the first plan. */
+    st = kiln_infer_static(m);
+    if (st) m->finalized = false;
+    return st;
+}
+
 /* ------------------------------------------------------------ memory plan */
 
 typedef struct slot {
