@@ -204,16 +204,6 @@ const int64_t *kiln_attr_ints(const kiln_node *n, const char *name, int *count) 
     return NULL;
 }
 
-const float *kiln_attr_floats(const kiln_node *n, const char *name, int *count) {
-    const kiln_attr *a = kiln_node_attr(n, name);
-    if (a && (a->type == KILN_ATTR_FLOATS || a->type == KILN_ATTR_FLOAT)) {
-        *count = a->type == KILN_ATTR_FLOAT ? 1 : a->n;
-        return a->type == KILN_ATTR_FLOAT ? &a->f : a->floats;
-    }
-    *count = 0;
-    return NULL;
-}
-
 /* ------------------------------------------------------------ builder API */
 
 static kiln_status check_open(kiln_model *m) {

@@ -79,8 +79,6 @@ double kiln_get_f64(const kiln_tensor *t, int64_t i);
 void kiln_set_f64(kiln_tensor *t, int64_t i, double v);
 int64_t kiln_get_i64(const kiln_tensor *t, int64_t i);
 void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v);
-/* Copy element i of src (any dtype) to element j of dst (same dtype). */
-void kiln_copy_elem(kiln_tensor *dst, int64_t j, const kiln_tensor *src, int64_t i);
 
 /* Copy a 4-D tensor's elements into dst laid out as `to` (src is in the other layout). */
 void kiln_layout_convert(const kiln_tensor *src, void *dst, kiln_format to);
@@ -207,7 +205,6 @@ float kiln_attr_float(const kiln_node *n, const char *name, float dflt);
 const char *kiln_attr_string(const kiln_node *n, const char *name, const char *dflt);
 /* INTS: count in *count (0 and NULL when absent). */
 const int64_t *kiln_attr_ints(const kiln_node *n, const char *name, int *count);
-const float *kiln_attr_floats(const kiln_node *n, const char *name, int *count);
 
 /* --------------------------------------------------------------------- ops */
 

@@ -810,10 +810,6 @@ void kiln_plan_view(const kiln_plan *p, kiln_plan_view_t *v) {
     v->waits = p->waits;
 }
 
-int kiln_plan_exec_node(const kiln_plan_view_t *v, int i) {
-    return ((const exec_node *)((const char *)v->exec + (size_t)i * v->exec_stride))->node;
-}
-
 const kiln_op_ctx *kiln_plan_exec_op_ctx(const kiln_plan_view_t *v, int i) {
     return &((const exec_node *)((const char *)v->exec + (size_t)i * v->exec_stride))->c;
 }

@@ -47,9 +47,8 @@ typedef struct kiln_plan_view_t {
     const int *stream, *wait_at, *waits;
 } kiln_plan_view_t;
 void kiln_plan_view(const kiln_plan *p, kiln_plan_view_t *v);
-/* Node index and (host) op context of run-list entry i: the context's tensors carry shapes
- * and host constants; a device backend builds its own with device pointers. */
-int kiln_plan_exec_node(const kiln_plan_view_t *v, int i);
+/* The (host) op context of run-list entry i: the context's tensors carry shapes and host
+ * constants; a device backend builds its own with device pointers. */
 const kiln_op_ctx *kiln_plan_exec_op_ctx(const kiln_plan_view_t *v, int i);
 void kiln_plan_free(kiln_plan *p);
 /* True if the plan was built for inputs of these shapes (and, for inputs whose values

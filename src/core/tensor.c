@@ -209,11 +209,6 @@ void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v) {
     }
 }
 
-void kiln_copy_elem(kiln_tensor *dst, int64_t j, const kiln_tensor *src, int64_t i) {
-    size_t es = kiln_dtype_size(src->dtype);
-    memcpy((char *)dst->data + (size_t)j * es, (const char *)src->data + (size_t)i * es, es);
-}
-
 /* ------------------------------------------------------ shapes and iteration */
 
 void kiln_strides(int ndim, const int64_t *dims, int64_t *strides) {

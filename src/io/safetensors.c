@@ -877,10 +877,6 @@ const char *kiln_safetensors_meta_key(const kiln_safetensors *st, int i) {
     return st && i >= 0 && i < st->n_meta ? st->keys[i] : NULL;
 }
 
-const char *kiln_safetensors_meta_value(const kiln_safetensors *st, int i) {
-    return st && i >= 0 && i < st->n_meta ? st->vals[i] : NULL;
-}
-
 const char *kiln_safetensors_meta(const kiln_safetensors *st, const char *key) {
     if (!st || !key) return NULL;
     for (int i = 0; i < st->n_meta; i++)

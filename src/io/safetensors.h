@@ -50,10 +50,9 @@ const kiln_tensor *kiln_safetensors_find(const kiln_safetensors *st, const char 
  * of a checkpoint. Errors (on the loading context) name the file, the tensor and shapes. */
 kiln_status kiln_safetensors_copy_to(const kiln_safetensors *st, const char *name, kiln_tensor *dst);
 
-/* Metadata pairs in file order, and lookup by key (NULL when absent). */
+/* Metadata keys in file order, and lookup by key (NULL when absent). */
 int kiln_safetensors_meta_count(const kiln_safetensors *st);
 const char *kiln_safetensors_meta_key(const kiln_safetensors *st, int i);
-const char *kiln_safetensors_meta_value(const kiln_safetensors *st, int i);
 const char *kiln_safetensors_meta(const kiln_safetensors *st, const char *key);
 
 /* Tests only: when set, called after each chunk (1 MiB) of tensor data is written, with

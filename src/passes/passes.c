@@ -72,14 +72,6 @@ int kiln_pass_single_consumer(const kiln_model *m, int v) {
     return n == 1 ? who : -1;
 }
 
-void kiln_pass_replace_uses(kiln_model *m, int from, int to) {
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int k = 0; k < m->nodes[i].n_in; k++)
-            if (m->nodes[i].in[k] == from) m->nodes[i].in[k] = to;
-    for (int i = 0; i < m->n_outputs; i++)
-        if (m->outputs[i] == from) m->outputs[i] = to;
-}
-
 void kiln_pass_remove_nodes(kiln_model *m, const bool *dead) {
     int w = 0;
     for (int i = 0; i < m->n_nodes; i++) {

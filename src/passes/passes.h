@@ -34,8 +34,6 @@ kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o,
 int kiln_pass_uses(const kiln_model *m, int v);
 /* The only node reading v, or -1 when none or several do (or v is a graph output). */
 int kiln_pass_single_consumer(const kiln_model *m, int v);
-/* Make every reader of value `from` (nodes and graph outputs) read `to` instead. */
-void kiln_pass_replace_uses(kiln_model *m, int from, int to);
 /* Remove the nodes marked in dead[] (n_nodes entries), keeping order. */
 void kiln_pass_remove_nodes(kiln_model *m, const bool *dead);
 /* A new value named after hint (unique); -1 on OOM. */
