@@ -7,10 +7,8 @@
  *   kiln ops | version
  */
 #include "kiln.h"
-#include "core/internal.h"
-#include "data/data.h"
-#include "io/safetensors.h"
-#include "io/onnx_test.h"
+#include "kiln_tools.h"
+#include "onnx_test.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -647,19 +645,11 @@ static int cmd_train(int argc, char **argv) {
     }
     if (a.init) {
         /* starting weights by name (e.g. PyTorch's state_dict saved as safetensors) */
-        kiln_safetensors *w = NULL;
         int loaded = 0;
-        if (kiln_safetensors_load(ctx, a.init, &w)) {
+        if (kiln_model_load_weights(m, a.init, &loaded)) {
             rc = fail(ctx, a.init);
             goto out;
         }
-        for (int v = 0; v < m->n_values && !rc; v++) {
-            if (!m->values[v].init || !kiln_safetensors_find(w, m->values[v].name)) continue;
-            if (kiln_safetensors_copy_to(w, m->values[v].name, m->values[v].init)) rc = fail(ctx, a.init);
-            loaded++;
-        }
-        kiln_safetensors_free(w);
-        if (rc) goto out;
         printf("initial weights: %d tensors from %s\n", loaded, a.init);
     }
     if (kiln_trainer_create(m, "loss", &o, &t)) {

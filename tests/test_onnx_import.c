@@ -10,6 +10,7 @@
  */
 #include "core/internal.h"
 #include "io/onnx_test.h"
+#include "../cli/onnx_test.h"
 
 #include "onnx.pb-c.h"
 

@@ -7,6 +7,7 @@
 #define KILN_INTERNAL_H
 
 #include "kiln.h"
+#include "kiln_tools.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -41,7 +42,6 @@ char *kiln_strdup(kiln_context *ctx, const char *s);
 /* -------------------------------------------------------------------- dtype */
 
 bool kiln_dtype_valid(kiln_dtype t);
-bool kiln_dtype_is_float(kiln_dtype t);   /* f16 bf16 f32 f64 */
 bool kiln_dtype_is_int(kiln_dtype t);     /* signed and unsigned integers (not bool) */
 bool kiln_dtype_is_signed(kiln_dtype t);  /* floats and signed integers */
 
@@ -72,13 +72,8 @@ char *kiln_shape_str(const kiln_tensor *t, char *buf, size_t n);
 kiln_tensor *kiln_tensor_new(kiln_context *ctx, kiln_dtype dtype, int ndim, const int64_t *dims);
 /* A deep copy (NULL on OOM). */
 kiln_tensor *kiln_tensor_clone(kiln_context *ctx, const kiln_tensor *t);
-
-/* Element access in any dtype, converting through double / int64. Written for clarity,
- * for reference kernels; fast kernels use typed pointers. Index is the flat index. */
-double kiln_get_f64(const kiln_tensor *t, int64_t i);
-void kiln_set_f64(kiln_tensor *t, int64_t i, double v);
-int64_t kiln_get_i64(const kiln_tensor *t, int64_t i);
-void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v);
+/* Element access in any dtype (kiln_get_f64 / kiln_set_f64 / kiln_get_i64 / kiln_set_i64)
+ * and kiln_dtype_is_float: include/kiln_tools.h. */
 
 /* Copy a 4-D tensor's elements into dst laid out as `to` (src is in the other layout). */
 void kiln_layout_convert(const kiln_tensor *src, void *dst, kiln_format to);
@@ -318,40 +313,8 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in,
 kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
                                     int n_outputs, const kiln_tensor **outputs);
 
-/* Benchmark one input shape (kiln bench): `warmup` runs, then `iters` timed runs. On the
- * CPU each timed run is a whole run; on CUDA compute times are device events around graph
- * replays with the inputs resident, and transfers are timed once each. Arrays are owned
- * by the caller (iters entries). */
-typedef struct kiln_bench_times {
-    double first_ms;    /* the first run: planning, autotuning, upload of constants, the run */
-    double *run_ms;     /* (iters) end-to-end run: upload + compute + download + sync */
-    double *compute_ms; /* (iters) compute only (CUDA: events; CPU: same as run_ms) */
-    double h2d_ms, d2h_ms;
-} kiln_bench_times;
-kiln_status kiln_session_bench(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
-                               kiln_bench_times *t);
-
-/* Per-node profile (kiln bench --profile): every run-list node of the plan for these
- * inputs timed on its own over `iters` passes after `warmup` whole runs. On CUDA the
- * nodes run one by one (no graph) with events around each, the GPU held while the host
- * enqueues a pass so that launch overhead stays out; on the CPU with the host clock.
- * Names point into the session's model (valid while the session lives). */
-typedef struct kiln_profile_node {
-    const char *op_type, *name;
-    char shapes[256];     /* "f32[1,3,224,224] f32[64,3,7,7] -> f32[1,64,112,112]" */
-    double ms;            /* median over the passes */
-    double start_ms, dur_ms; /* in the traced pass (the pass of median total time) */
-    double flops, bytes;  /* kiln_op_cost: products' FLOPs (0 for other ops), bytes in + out */
-} kiln_profile_node;
-typedef struct kiln_profile {
-    int n;
-    kiln_profile_node *nodes; /* (n) in run order */
-    int iters;
-    double total_ms;      /* sum of the nodes' medians */
-} kiln_profile;
-kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
-                                 kiln_profile *out);
-void kiln_profile_free(kiln_profile *p);
+/* Benchmarks and profiles (kiln_session_bench, kiln_session_profile, kiln_profile,
+ * kiln_trainer_profile) are declared in include/kiln_tools.h. */
 /* Append a row timed outside the run list (a training step's prologue or epilogue):
  * op_type and name must outlive p (string literals); ms holds `count` times and is sorted
  * in place; the row's time is their median (start_ms 0, dur_ms the median), added to
@@ -360,28 +323,6 @@ kiln_status kiln_profile_add_row(kiln_context *ctx, kiln_profile *p, const char 
                                  const char *shapes, double *ms, int count, double flops, double bytes);
 /* The median of v[0..n) (0 when n < 1); sorts v in place. */
 double kiln_median(double *v, int n);
-
-/* Profile of one training step (kiln train --profile) on a batch of `batch` samples of the
- * data set (images (N, ...) f32, labels (N) i64, as kiln_trainer_train_epoch takes):
- *   out: the forward + backward run list, node by node (median of `iters` passes, as
- *        kiln_session_profile), then one row per part of the step outside it;
- *        out->total_ms is the sum of all rows;
- *   *step_ms: the median of `replays` whole steps.
- * On CUDA: the rows are "prologue" (the batch gathered from the data set on the device)
- * and "epilogue" (the fused optimizer, loss scaling, schedule, next Dropout seed), each
- * between CUDA events in the same passes as the nodes; a whole step is one replay of the
- * step's captured CUDA graph, timed with events between back-to-back replays, so
- * step_ms - total_ms is what launches and serialization add. The data set is made
- * resident (as kiln_trainer_train_epoch does) and one untimed step builds the plan.
- * On the CPU: one "optimizer" row (the update, host clock) and whole steps on the host
- * clock (the run plus the update) on the first `batch` samples.
- * The trainer's state is left as it was: weights, optimizer state, statistics, step
- * counters, learning rate, loss scale and Dropout seed are restored afterwards (the
- * device state is copied aside before and back after). Scratch memory is allocated
- * before the timed passes, never inside them. Names point into the trainer's models
- * and string literals (valid while the trainer lives). */
-kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
-                                 int iters, int replays, kiln_profile *out, double *step_ms);
 
 /* --------------------------------------------------------------- threading */
 

@@ -1,14 +1,15 @@
 /*
- * onnx_test.c — `kiln onnx-test`: runs ONNX backend test cases (ONNX's node tests in
- * Debian's libonnx-testdata, or any folder laid out the same way) through a CPU session
- * and compares with the expected outputs.
+ * onnx_test.c — the library part of `kiln onnx-test` (its command line is cli/onnx_test.c):
+ * runs one ONNX backend test case (ONNX's node tests in Debian's libonnx-testdata, or any
+ * folder laid out the same way) through a CPU session and compares with the expected
+ * outputs, and lists the cases a folder holds (kiln_tools.h).
  *
  * A case is a folder with model.onnx and test_data_set_N/{input_K,output_K}.pb; input_K
  * binds graph input K and output_K is compared with graph output K. A folder without a
  * model.onnx is expanded to its subfolders that have one, sorted by name.
  *
  * Outcome of a case: PASS; SKIP only when kiln reports KILN_ERR_UNSUPPORTED because of
- * an op missing from the registry or a STRING tensor (or, with --ops-in-registry, when a
+ * an op missing from the registry or a STRING tensor (or, with ops_in_registry, when a
  * node's op is not in the registry); FAIL for everything else, with kiln's message or the
  * output, max errors and the share of the error budget used.
  */
@@ -18,17 +19,15 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-typedef enum { CASE_PASS, CASE_FAIL, CASE_SKIP } case_result;
-
-typedef struct options {
-    bool ops_in_registry;
-    double min_pass_rate; /* < 0: any failure fails the run */
-    const char *list_failures;
-} options;
+typedef kiln_onnx_case_result case_result;
+#define CASE_PASS KILN_ONNX_CASE_PASS
+#define CASE_FAIL KILN_ONNX_CASE_FAIL
+#define CASE_SKIP KILN_ONNX_CASE_SKIP
 
 typedef struct str_list {
     int n, cap;
@@ -306,7 +305,7 @@ done:
     return r;
 }
 
-static case_result run_case(case_state *cs, const char *dir, const options *o) {
+static case_result run_case(case_state *cs, const char *dir, bool ops_in_registry) {
     char *model_path = join(dir, "model.onnx");
     kiln_model *m = NULL;
     kiln_session *s = NULL;
@@ -332,7 +331,7 @@ static case_result run_case(case_state *cs, const char *dir, const options *o) {
         kiln_model_free(m);
         m = NULL;
     }
-    if (o->ops_in_registry && cs->missing_ops.n) {
+    if (ops_in_registry && cs->missing_ops.n) {
         snprintf(cs->why, sizeof cs->why, "op %s not in registry", cs->missing_ops.s[0]);
         r = CASE_SKIP;
         goto done;
@@ -379,112 +378,49 @@ done:
     return r;
 }
 
-/* The cases named by one argument: the folder itself or its subfolders with a model. */
-static bool collect(const char *arg, str_list *cases) {
-    char *model = join(arg, "model.onnx");
-    bool ok = model != NULL;
+kiln_onnx_case_result kiln_onnx_test_case(const char *dir, bool ops_in_registry, char *why, size_t why_size) {
+    case_state cs = {0};
+    case_result r;
+    if (kiln_context_create(&cs.ctx) != KILN_OK) {
+        snprintf(cs.why, sizeof cs.why, "cannot create a context");
+        r = CASE_FAIL;
+    } else {
+        r = run_case(&cs, dir, ops_in_registry);
+    }
+    if (why && why_size) snprintf(why, why_size, "%s", r == CASE_PASS ? "" : cs.why);
+    list_free(&cs.missing_ops);
+    kiln_context_free(cs.ctx);
+    return r;
+}
+
+kiln_status kiln_onnx_test_list(const char *dir, char ***cases, int *n) {
+    *cases = NULL;
+    *n = 0;
+    str_list found = {0};
+    char *model = join(dir, "model.onnx");
+    bool ok = model != NULL, oom = !ok;
     if (ok && is_file(model)) {
-        ok = list_add(cases, arg);
+        ok = list_add(&found, dir);
+        oom = !ok;
     } else if (ok) {
         str_list subs = {0};
-        ok = list_dir(arg, "", &subs);
-        int before = cases->n;
+        ok = list_dir(dir, "", &subs);
         for (int i = 0; ok && i < subs.n; i++) {
-            char *sub = join(arg, subs.s[i]);
+            char *sub = join(dir, subs.s[i]);
             char *sub_model = sub ? join(sub, "model.onnx") : NULL;
-            if (!sub_model) ok = false;
-            else if (is_dir(sub) && is_file(sub_model)) ok = list_add(cases, sub);
+            if (!sub_model) ok = false, oom = true;
+            else if (is_dir(sub) && is_file(sub_model)) ok = list_add(&found, sub), oom = !ok;
             free(sub);
             free(sub_model);
         }
         list_free(&subs);
-        if (ok && cases->n == before) ok = false;
     }
     free(model);
-    return ok;
-}
-
-static int usage(FILE *out) {
-    fprintf(out, "usage: kiln onnx-test [--ops-in-registry] [--min-pass-rate R] "
-                 "[--list-failures FILE] DIR...\n");
-    return 2;
-}
-
-int kiln_onnx_test_main(int argc, char **argv, FILE *out) {
-    options o = {.min_pass_rate = -1};
-    str_list cases = {0};
-    int i = 1;
-    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
-        if (strcmp(argv[i], "--") == 0) {
-            i++;
-            break;
-        } else if (strcmp(argv[i], "--ops-in-registry") == 0) {
-            o.ops_in_registry = true;
-        } else if (strcmp(argv[i], "--min-pass-rate") == 0 && i + 1 < argc) {
-            char *end;
-            o.min_pass_rate = strtod(argv[++i], &end);
-            if (*end || !(o.min_pass_rate >= 0 && o.min_pass_rate <= 1)) return usage(out);
-        } else if (strcmp(argv[i], "--list-failures") == 0 && i + 1 < argc) {
-            o.list_failures = argv[++i];
-        } else {
-            return usage(out);
-        }
+    if (!ok || found.n == 0) {
+        list_free(&found);
+        return oom ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_IO;
     }
-    if (i >= argc) return usage(out);
-    int passed = 0, n_failed = 0, skipped = 0;
-    str_list failures = {0};
-    for (; i < argc; i++)
-        if (!collect(argv[i], &cases)) {
-            fprintf(out, "FAIL %s: no model.onnx in it or its subfolders\n", base_name(argv[i]));
-            n_failed++;
-            list_add(&failures, base_name(argv[i]));
-        }
-    for (int c = 0; c < cases.n; c++) {
-        case_state cs = {0};
-        const char *name = base_name(cases.s[c]);
-        case_result r;
-        if (kiln_context_create(&cs.ctx) != KILN_OK) {
-            snprintf(cs.why, sizeof cs.why, "cannot create a context");
-            r = CASE_FAIL;
-        } else {
-            r = run_case(&cs, cases.s[c], &o);
-        }
-        if (r == CASE_PASS) {
-            fprintf(out, "PASS %s\n", name);
-            passed++;
-        } else if (r == CASE_SKIP) {
-            fprintf(out, "SKIP %s: %s\n", name, cs.why);
-            skipped++;
-        } else {
-            fprintf(out, "FAIL %s: %s\n", name, cs.why);
-            n_failed++;
-            list_add(&failures, name);
-        }
-        fflush(out);
-        list_free(&cs.missing_ops);
-        kiln_context_free(cs.ctx);
-    }
-    bool write_err = false;
-    if (o.list_failures) {
-        FILE *f = fopen(o.list_failures, "w");
-        if (f) {
-            for (int k = 0; k < failures.n; k++) fprintf(f, "%s\n", failures.s[k]);
-            fclose(f);
-        } else {
-            fprintf(out, "cannot write %s\n", o.list_failures);
-            write_err = true;
-        }
-    }
-    int rc = n_failed > 0 || write_err;
-    if (o.min_pass_rate >= 0) {
-        int ran = passed + n_failed;
-        double rate = ran ? (double)passed / ran : 0;
-        fprintf(out, "pass rate %.1f%% of %d cases run (required %.1f%%)\n", 100 * rate, ran,
-                100 * o.min_pass_rate);
-        rc = ran == 0 || rate < o.min_pass_rate || write_err;
-    }
-    fprintf(out, "%d passed, %d failed, %d skipped\n", passed, n_failed, skipped);
-    list_free(&cases);
-    list_free(&failures);
-    return rc;
+    *cases = found.s;
+    *n = found.n;
+    return KILN_OK;
 }

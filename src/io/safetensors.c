@@ -883,3 +883,19 @@ const char *kiln_safetensors_meta(const kiln_safetensors *st, const char *key) {
         if (strcmp(st->keys[i], key) == 0) return st->vals[i];
     return NULL;
 }
+
+kiln_status kiln_model_load_weights(kiln_model *m, const char *path, int *loaded) {
+    if (loaded) *loaded = 0;
+    if (!m || !path) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_safetensors *w = NULL;
+    kiln_status st = kiln_safetensors_load(m->ctx, path, &w);
+    int n = 0;
+    for (int v = 0; !st && v < m->n_values; v++) {
+        if (!m->values[v].init || !kiln_safetensors_find(w, m->values[v].name)) continue;
+        st = kiln_safetensors_copy_to(w, m->values[v].name, m->values[v].init);
+        if (!st) n++;
+    }
+    kiln_safetensors_free(w);
+    if (loaded) *loaded = n;
+    return st;
+}

@@ -1,0 +1,243 @@
+/*
+ * kiln_tools.h — what kiln's own tools (the `kiln` command, the benchmarks) use beyond
+ * kiln.h: benchmark and profile entry points, the MNIST-format data set and the batch
+ * loader, element access in any dtype, starting weights from a safetensors file, and the
+ * library part of the ONNX conformance runner.
+ *
+ * kiln.h's conventions hold (statuses with a message on the context, _free(NULL) does
+ * nothing, the library never exits). This header follows what the tools need and may
+ * change more often than kiln.h; a program that only loads, runs or trains models needs
+ * kiln.h alone.
+ */
+#ifndef KILN_TOOLS_H
+#define KILN_TOOLS_H
+
+#include "kiln.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- tensors */
+
+bool kiln_dtype_is_float(kiln_dtype t); /* f16 bf16 f32 f64 */
+
+/* Element access in any dtype, converting through double / int64. Written for clarity,
+ * for reference kernels; fast kernels use typed pointers. Index is the flat index. */
+double kiln_get_f64(const kiln_tensor *t, int64_t i);
+void kiln_set_f64(kiln_tensor *t, int64_t i, double v);
+int64_t kiln_get_i64(const kiln_tensor *t, int64_t i);
+void kiln_set_i64(kiln_tensor *t, int64_t i, int64_t v);
+
+/* ------------------------------------------------------ bench and profile */
+
+/* Benchmark one input shape (kiln bench): `warmup` runs, then `iters` timed runs. On the
+ * CPU each timed run is a whole run; on CUDA compute times are device events around graph
+ * replays with the inputs resident, and transfers are timed once each. Arrays are owned
+ * by the caller (iters entries). */
+typedef struct kiln_bench_times {
+    double first_ms;    /* the first run: planning, autotuning, upload of constants, the run */
+    double *run_ms;     /* (iters) end-to-end run: upload + compute + download + sync */
+    double *compute_ms; /* (iters) compute only (CUDA: events; CPU: same as run_ms) */
+    double h2d_ms, d2h_ms;
+} kiln_bench_times;
+kiln_status kiln_session_bench(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
+                               kiln_bench_times *t);
+
+/* Per-node profile (kiln bench --profile): every run-list node of the plan for these
+ * inputs timed on its own over `iters` passes after `warmup` whole runs. On CUDA the
+ * nodes run one by one (no graph) with events around each, the GPU held while the host
+ * enqueues a pass so that launch overhead stays out; on the CPU with the host clock.
+ * Names point into the session's model (valid while the session lives). */
+typedef struct kiln_profile_node {
+    const char *op_type, *name;
+    char shapes[256];     /* "f32[1,3,224,224] f32[64,3,7,7] -> f32[1,64,112,112]" */
+    double ms;            /* median over the passes */
+    double start_ms, dur_ms; /* in the traced pass (the pass of median total time) */
+    double flops, bytes;  /* kiln_op_cost: products' FLOPs (0 for other ops), bytes in + out */
+} kiln_profile_node;
+typedef struct kiln_profile {
+    int n;
+    kiln_profile_node *nodes; /* (n) in run order */
+    int iters;
+    double total_ms;      /* sum of the nodes' medians */
+} kiln_profile;
+kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int warmup, int iters,
+                                 kiln_profile *out);
+void kiln_profile_free(kiln_profile *p);
+
+/* Profile of one training step (kiln train --profile) on a batch of `batch` samples of the
+ * data set (images (N, ...) f32, labels (N) i64, as kiln_trainer_train_epoch takes):
+ *   out: the forward + backward run list, node by node (median of `iters` passes, as
+ *        kiln_session_profile), then one row per part of the step outside it;
+ *        out->total_ms is the sum of all rows;
+ *   *step_ms: the median of `replays` whole steps.
+ * On CUDA: the rows are "prologue" (the batch gathered from the data set on the device)
+ * and "epilogue" (the fused optimizer, loss scaling, schedule, next Dropout seed), each
+ * between CUDA events in the same passes as the nodes; a whole step is one replay of the
+ * step's captured CUDA graph, timed with events between back-to-back replays, so
+ * step_ms - total_ms is what launches and serialization add. The data set is made
+ * resident (as kiln_trainer_train_epoch does) and one untimed step builds the plan.
+ * On the CPU: one "optimizer" row (the update, host clock) and whole steps on the host
+ * clock (the run plus the update) on the first `batch` samples.
+ * The trainer's state is left as it was: weights, optimizer state, statistics, step
+ * counters, learning rate, loss scale and Dropout seed are restored afterwards (the
+ * device state is copied aside before and back after). Scratch memory is allocated
+ * before the timed passes, never inside them. Names point into the trainer's models
+ * and string literals (valid while the trainer lives). */
+kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
+                                 int iters, int replays, kiln_profile *out, double *step_ms);
+
+/* ------------------------------------------------------------ data sets */
+
+/* The normalization PyTorch's examples use: x_f32 = (x_u8 / 255 - mean) / std. */
+#define KILN_MNIST_MEAN 0.1307f
+#define KILN_MNIST_STD 0.3081f
+#define KILN_FASHION_MNIST_MEAN 0.2860f
+#define KILN_FASHION_MNIST_STD 0.3530f
+
+/* An MNIST-format dataset: the train and test splits. */
+typedef struct kiln_mnist {
+    kiln_tensor *train_images; /* (60000,1,28,28) f32 normalized, or u8 as in the file */
+    kiln_tensor *train_labels; /* (60000) i64, each < 10 */
+    kiln_tensor *test_images;  /* (10000,1,28,28) */
+    kiln_tensor *test_labels;  /* (10000) i64 */
+} kiln_mnist;
+
+/* Load DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz (or without .gz when only the
+ * plain file exists). image_dtype KILN_F32 normalizes with mean/std (see above);
+ * KILN_U8 keeps the raw pixels (a loader can normalize them per batch) and ignores
+ * mean/std. Checks that images are 3-D u8, that image and label counts agree and that
+ * labels are < 10. On failure *out is left zeroed. */
+kiln_status kiln_mnist_load(kiln_context *ctx, const char *dir, kiln_dtype image_dtype,
+                            float mean, float std, kiln_mnist *out);
+/* Free the four tensors and zero the struct (a zeroed struct is fine). */
+void kiln_mnist_free(kiln_mnist *d);
+
+/* ----------------------------------------------------------------- loader */
+
+/* Batch order. Epoch e uses the Fisher-Yates permutation drawn from a splitmix64 stream
+ * seeded by (seed, e); step s of epoch e holds samples perm[s*B .. s*B+B). So (seed, e, s)
+ * alone determine a batch: runs are reproducible whatever the number of workers, and a
+ * run resumes exactly with kiln_loader_seek. Without shuffle, perm is the identity. */
+typedef struct kiln_loader_options {
+    int64_t batch_size; /* B >= 1 (default 64) */
+    bool shuffle;       /* default true */
+    uint64_t seed;      /* default 0 */
+    bool drop_last;     /* drop the last partial batch (default false, as PyTorch) */
+    int workers;        /* threads gathering batches; 0: next() gathers on the caller's thread
+                           (default 2) */
+    int slots;          /* K batches in the ring, >= 1; at most K-1 are prefetched while the
+                           consumer holds one (0: 2*workers + 2) */
+    float mean, std;    /* u8 images become (x/255 - mean)/std; f32 images are copied as
+                           they are (defaults 0 and 1) */
+    /* Optional caller memory for the ring (e.g. pinned host memory for CUDA copies):
+     * slot_images[k] holds B * sample_numel floats and slot_labels[k] B int64s, for
+     * k < slots. NULL: the loader allocates its own. The caller frees them after
+     * kiln_loader_free. */
+    float *const *slot_images;
+    int64_t *const *slot_labels;
+} kiln_loader_options;
+
+/* The sample order of epoch `epoch` for `seed` (shuffle on): what the loader uses, for
+ * callers that gather batches themselves (a dataset resident on the GPU). */
+void kiln_loader_permutation(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
+
+/* The defaults above. */
+kiln_loader_options kiln_loader_options_default(void);
+
+/* A batch, living in ring slot `slot` from kiln_loader_next until kiln_loader_release. */
+typedef struct kiln_batch {
+    int64_t epoch, step;   /* its place in the stream */
+    int64_t size;          /* samples: B, or fewer for the last batch of an epoch */
+    int slot;              /* ring slot (lets a CUDA caller keep per-slot events/buffers) */
+    float *images;         /* (size, <sample dims>) f32, in slot memory */
+    int64_t *labels;       /* (size) */
+    const int64_t *indices;/* (size) dataset index of each sample */
+    kiln_tensor *x;        /* views of images and labels with dims (size, ...) / (size) */
+    kiln_tensor *y;
+} kiln_batch;
+
+/*
+ * A prefetching batch loader.
+ *
+ * Threads: the loader's workers only read the dataset tensors and write ring slots. The
+ * dataset tensors must outlive the loader and not change while it runs. kiln_loader_next,
+ * kiln_loader_seek and kiln_loader_free are called from one consumer thread at a time;
+ * kiln_loader_release may be called from any thread (e.g. a CUDA host callback that runs
+ * once a batch's copy to the device is done), as long as it is not racing the batch's
+ * own next or the loader's free. Errors write the context's message, which is not
+ * synchronized: give the loader a context no other thread uses at the same time.
+ *
+ * Memory: everything is allocated by kiln_loader_create; next and release allocate
+ * nothing and never fail except on misuse.
+ */
+typedef struct kiln_loader kiln_loader;
+
+/* images: (N, ...) f32 or u8; labels: (N) i64 or u8. The sample shape is images' dims
+ * after the first. Fails when the options are out of range or no batch can be formed. */
+kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images,
+                               const kiln_tensor *labels, const kiln_loader_options *opts,
+                               kiln_loader **out);
+/* Stop the workers (waiting for a batch being gathered) and free everything, including
+ * the batches still held: their memory must not be used afterwards. */
+void kiln_loader_free(kiln_loader *l);
+
+/* Batches per epoch: ceil(N/B), or floor(N/B) with drop_last. */
+int64_t kiln_loader_steps_per_epoch(const kiln_loader *l);
+/* Where the next kiln_loader_next is (epoch and step). */
+void kiln_loader_position(const kiln_loader *l, int64_t *epoch, int64_t *step);
+
+/* The next batch of the stream (epoch 0 step 0, step 1, ..., then epoch 1 step 0, ...),
+ * waiting for a worker if it is not ready. Fails (KILN_ERR_INVALID_ARGUMENT) when the
+ * caller already holds every slot. */
+kiln_status kiln_loader_next(kiln_loader *l, const kiln_batch **out);
+/* Give a batch's slot back to the workers. */
+kiln_status kiln_loader_release(kiln_loader *l, const kiln_batch *b);
+/* Continue the stream at (epoch, step): for resuming a run. Batches prefetched so far are
+ * dropped. The caller must hold no batch. */
+kiln_status kiln_loader_seek(kiln_loader *l, int64_t epoch, int64_t step);
+
+/* ------------------------------------------------------- starting weights */
+
+/* Copy every tensor of the safetensors file at path whose name is an initializer of m
+ * into that initializer (same dtype and dims required): starting weights by name, e.g.
+ * PyTorch's state_dict saved as safetensors. Tensors that name no initializer are left
+ * out; *loaded (may be NULL) counts the ones copied. Errors, on m's context, name the file,
+ * the tensor and the shapes. */
+kiln_status kiln_model_load_weights(kiln_model *m, const char *path, int *loaded);
+
+/* ------------------------------------------------ ONNX conformance runner */
+
+/* One ONNX backend test case: a folder with model.onnx and test_data_set_N/ folders of
+ * input_K.pb (bound to graph input K) and output_K.pb (compared with graph output K),
+ * run through a CPU session on a context of its own.
+ *   PASS; SKIP only when kiln reports KILN_ERR_UNSUPPORTED because of an op missing from
+ *   the registry or a STRING tensor (or, with ops_in_registry, when a node's op is not in
+ *   the registry, before anything runs); FAIL for everything else.
+ * why (why_size bytes) receives the reason of a SKIP or FAIL: kiln's message, or the
+ * output, its max errors, where, and the share of the error budget used. Tolerances by
+ * dtype: |x - ref| <= atol + rtol*|ref| with f32 1e-5 / 1e-4, f64 1e-7 / 1e-6, f16
+ * 1e-3 / 1e-3, bf16 1e-2 / 1e-2, integers and bool exact; NaN matches only NaN. */
+typedef enum kiln_onnx_case_result {
+    KILN_ONNX_CASE_PASS,
+    KILN_ONNX_CASE_FAIL,
+    KILN_ONNX_CASE_SKIP
+} kiln_onnx_case_result;
+kiln_onnx_case_result kiln_onnx_test_case(const char *dir, bool ops_in_registry, char *why, size_t why_size);
+
+/* The cases a folder names: the folder itself when it holds a model.onnx, else its
+ * subfolders that do, sorted by name. *cases is a malloc'd array of *n malloc'd paths
+ * (free each, then the array). KILN_ERR_IO when the folder holds no case or cannot be
+ * listed, KILN_ERR_OUT_OF_MEMORY; *cases is NULL and *n 0 on failure. */
+kiln_status kiln_onnx_test_list(const char *dir, char ***cases, int *n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_TOOLS_H */
