@@ -20,10 +20,11 @@
  * persistent grid of one full wave at 256 threads; 16), to choose the generator's
  * defaults (kiln_cuda_fused_tune).
  *
- * PyTorch on an H200 (../shared/bench-reference/README.md): eager 68.8 us, torch.jit.script
- * 22.7, torch.compile 20.6, F.gelu 12.8; floor (4,271 GB/s copy) 11.2 us for f32.
- * Built only with the CUDA backend. Exits non-zero when a kernel fails or the fused result
- * is wrong.
+ * PyTorch on an H200 (the project's reference measurements, bench/NOTES.md): eager
+ * 68.8 us, torch.jit.script 22.7, torch.compile 20.6, F.gelu 12.8; floor (4,271 GB/s
+ * copy) 11.2 us for f32.
+ * Built only with the CUDA backend and -DKILN_BENCH=ON. Exits non-zero when a kernel
+ * fails or the fused result is wrong.
  */
 #include "core/optest.h"
 #include "cuda/cuda_internal.h"

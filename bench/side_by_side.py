@@ -4,7 +4,7 @@ For each torchvision model (random weights): export to ONNX with PyTorch's expor
 run PyTorch (fp32, TF32 off) and kiln (CPU and CUDA) on the same random inputs, compare
 outputs (max relative error, top-1 agreement), then time both at batch 1 and a large
 batch (kiln bench: device events around CUDA-graph replays, inputs resident; PyTorch: events
-around eager calls, inputs resident, as ../shared/bench-reference/torch_infer.py does).
+around eager calls, inputs resident, as bench/reference/torch_infer.py does).
 
     python3 bench/side_by_side.py --kiln KILN [--models resnet18,resnet50] [--dynamo]
 
