@@ -6,11 +6,18 @@
 # for ROUNDS rounds, so drift of the card's clocks or temperature falls on both; the table
 # gives each build's median, its spread and B/A.
 #
-# Here (a machine with kiln's build dependencies):
-#   bench/compare.sh pack BUILD_A BUILD_B     packs both builds into .carry/cmp/{a,b} and
-#                                             the data set into .carry/data (~45 MB)
-# On the GPU machine, with .carry carried:
-#   bench/compare.sh [A B]                    default A=.carry/cmp/a B=.carry/cmp/b
+# Here (a machine with kiln's build dependencies), e.g. for the commit before a change (A)
+# and the working tree (B):
+#   git worktree add /tmp/kiln-a COMMIT
+#   cmake -S /tmp/kiln-a -B /tmp/kiln-a/build-cuda -DCMAKE_BUILD_TYPE=Release \
+#         -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build /tmp/kiln-a/build-cuda -j2
+#   (the same for this tree into build-cuda)
+#   bench/compare.sh pack /tmp/kiln-a/build-cuda build-cuda
+#                     packs both builds into .carry/cmp/{a,b} (kiln and the gpu-labelled
+#                     tests, gzipped) and Fashion-MNIST into .carry/data: ~45 MB
+# On the GPU machine, in one call with .carry carried:
+#   bench/compare.sh [A B]      default A=.carry/cmp/a B=.carry/cmp/b; ~2-3 minutes at
+#                               ROUNDS=5
 # A and B may also be build directories (kiln at the top, tests under tests/).
 #
 # Environment:
@@ -24,6 +31,8 @@
 #                      build, filled by an untimed first run
 #   BENCH_ARGS_A, BENCH_ARGS_B, TRAIN_ARGS_A, TRAIN_ARGS_B   extra arguments for one build
 #                      (the defaults are flags both bc8aa92's CLI and later ones take)
+#   DEVICE=cuda        cpu tries the script's plumbing on a machine without a GPU (with a
+#                      small R50 model and TRAIN_ARGS_*="--max-steps 20")
 # Writes $OUT/compare.txt (the table) and $OUT/compare-logs.tar.gz (every run's output).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
