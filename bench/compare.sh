@@ -15,7 +15,8 @@
 #   bench/compare.sh pack /tmp/kiln-a/build-cuda build-cuda
 #                     packs both builds into .carry/cmp/{a,b} (kiln and the gpu-labelled
 #                     tests, gzipped) and Fashion-MNIST into .carry/data: ~45 MB
-# On the GPU machine, in one call with .carry carried:
+# On the GPU machine, in one call carrying .carry/cmp and .carry/data (the working tree
+# and the carried paths travel together within 64 MiB):
 #   bench/compare.sh [A B]      default A=.carry/cmp/a B=.carry/cmp/b; ~2-3 minutes at
 #                               ROUNDS=5
 # A and B may also be build directories (kiln at the top, tests under tests/).
