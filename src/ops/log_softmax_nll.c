@@ -412,7 +412,7 @@ const kiln_op_def kiln_op_log_softmax_nll = {
 };
 
 const kiln_op_def kiln_op_log_softmax_nll_grad = {
-    .precision = KILN_PREC_MIXED, .out_dtype = {KILN_DT_IN0, KILN_DT_F32, KILN_DT_F32},
+    .precision = KILN_PREC_MIXED, .prec_flags = KILN_PREC_LIKE_X, .out_dtype = {KILN_DT_IN0, KILN_DT_F32, KILN_DT_F32},
     .name = "LogSoftmaxNLLGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1,
     .max_outputs = 3, .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,
     .test = test_grad,

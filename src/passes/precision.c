@@ -2,7 +2,8 @@
  * precision.c — the fp16/bf16 rewrite (kiln_pass_options.precision != FP32): float32
  * arithmetic moves to the low dtype L (f16 or bf16) except where numerics need fp32.
  *
- * Every node gets a class:
+ * Every node gets a class, declared by its op (kiln_op_def.precision, .f32_inputs and
+ * .prec_flags in the op's file; the ops named below are examples):
  *   low     compute ops (Conv, Gemm, MatMul, pools, elementwise math, Resize, inference
  *           BatchNormalization, the fused kiln ops, training's ConvGradInput/Weight/Bias,
  *           MaxPoolGrad and UnaryGrad): f32 inputs are read as L, f32 outputs
@@ -219,7 +220,7 @@ static kiln_status set_value_attr(kiln_model *m, int i, kiln_tensor *t) {
 static kiln_status retarget(state *s, int i) {
     kiln_model *m = s->m;
     kiln_node *n = &m->nodes[i];
-    if (strcmp(n->op_type, "Cast") == 0) return kiln_node_set_int(n, "to", s->low);
+    if (kiln_node_attr(n, "to")) return kiln_node_set_int(n, "to", s->low); /* Cast */
     const kiln_attr *a = NULL;
     for (int k = 0; k < n->n_attrs && !a; k++)
         if (strcmp(n->attrs[k].name, "value") == 0 || strncmp(n->attrs[k].name, "value_float", 11) == 0)
@@ -348,7 +349,7 @@ static kiln_status rewrite(state *s, const int *order, const int *cstart, const 
         /* dX alone, or with the loss as output 2 (fuse-loss merged the forward) */
         const bool free_slot = n->n_out == 1 || (n->n_out == 3 && n->out[1] < 0);
         const int v = free_slot ? n->out[0] : -1;
-        if (s->c[i] != C_MIXED || strcmp(n->op_type, "LogSoftmaxNLLGrad") != 0 || v < 0 || v >= s->nv0 ||
+        if (s->c[i] != C_MIXED || !(prec_flags(n) & KILN_PREC_LIKE_X) || v < 0 || v >= s->nv0 ||
             !s->is_low[v] || s->f32_of[v] >= 0)
             continue;
         bool f32 = false;
@@ -527,7 +528,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         /* the fused loss's gradient: dX in X's dtype; the forward's outputs, and the loss
          * the gradient writes as its output 2, stay f32 */
         if (s.c[i] == C_MIXED)
-            low = strcmp(n->op_type, "LogSoftmaxNLLGrad") == 0 && n->n_in > 0 && n->in[0] >= 0 && s.is_low[n->in[0]];
+            low = (prec_flags(n) & KILN_PREC_LIKE_X) && n->n_in > 0 && n->in[0] >= 0 && s.is_low[n->in[0]];
         if (s.c[i] == C_FOLLOW) {
             for (int k = 0; k < n->n_in; k++)
                 if (n->in[k] >= 0 && !exempt(n, k) && s.is_low[n->in[k]]) low = true;
