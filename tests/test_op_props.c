@@ -7,7 +7,8 @@
  *   test_op_props --lint DIR no op-name list in DIR's .c files outside ops/ and the CUDA
  *                            kernel table (cuda/table.c): two or more registry op names
  *                            as string literals in one statement or brace initializer,
- *                            or in consecutive statements (an if/strcmp chain). A pass
+ *                            or in consecutive statements that compare names (an
+ *                            if/strcmp chain; building a graph node by node is no list). A pass
  *                            that matches a fixed PATTERN of ops (LogSoftmax ->
  *                            NegativeLogLikelihoodLoss) marks those statements with a
  *                            comment holding `op-pattern`.
@@ -120,6 +121,7 @@ typedef struct lint {
     char **names;
     int n_names;
     int found;
+    bool quiet; /* the self-test: count, do not fail */
 } lint;
 
 static bool is_op_name(const lint *L, const char *s, size_t len) {
@@ -133,14 +135,16 @@ typedef struct stmt {
     int n, line;
     char first[64], second[64];
     bool pattern;
+    bool compares; /* holds strcmp / kiln_pass_is: a chain of such statements is a list */
 } stmt;
 
 static void report(lint *L, const char *path, const stmt *a, const stmt *b) {
     const stmt *s = b ? b : a;
+    L->found++;
+    if (L->quiet) return;
     printf("FAIL %s:%d: op-name list (%s, %s) outside src/ops/ and the kernel tables: declare it as op "
            "properties (HACKING.md)\n",
            path, a->line, a->first, b ? b->first : s->second);
-    L->found++;
     fails++;
 }
 
@@ -222,6 +226,8 @@ static void lint_file(lint *L, const char *path) {
             last = '"';
             continue;
         }
+        if (strncmp(p, "strcmp(", 7) == 0 || strncmp(p, "strncmp(", 8) == 0 || strncmp(p, "kiln_pass_is", 12) == 0)
+            cur.compares = true;
         bool end = false;
         if (*p == '(') paren++;
         if (*p == ')') paren--;
@@ -230,7 +236,8 @@ static void lint_file(lint *L, const char *path) {
         if (*p == ';' && paren <= 0 && in_init == 0) end = true;
         if (*p == '{') {
             const bool outer_block = depth == 0 || (depth <= (int)sizeof braces && braces[depth - 1] == 'b');
-            const bool block = outer_block && (last == ')' || last == 0 || last == ';' || last == '{' || last == '}' ||
+            /* inside parentheses: a compound literal, (const char *[]){"a", "b"} */
+            const bool block = outer_block && paren <= 0 && (last == ')' || last == 0 || last == ';' || last == '{' || last == '}' ||
                                                last == 'e' || last == 'o' || last == ':');
             if (depth < (int)sizeof braces) braces[depth] = block ? 'b' : 'i';
             if (depth < (int)sizeof braces && block) header[depth] = cur;
@@ -244,7 +251,8 @@ static void lint_file(lint *L, const char *path) {
         }
         if (end) {
             if (cur.n >= 2 && !cur.pattern) report(L, path, &cur, NULL);
-            else if (cur.n >= 1 && prev.n >= 1 && !cur.pattern && !prev.pattern) report(L, path, &prev, &cur);
+            else if (cur.n >= 1 && prev.n >= 1 && cur.compares && prev.compares && !cur.pattern && !prev.pattern)
+                report(L, path, &prev, &cur);
             prev = cur;
             if (*p == '{') prev.n = 0; /* a block's first statement starts a chain */
             if (close) {
@@ -290,6 +298,51 @@ static void lint_dir(lint *L, const char *dir, const char *rel) {
     closedir(d);
 }
 
+/* The checker on snippets: lists it must find, and code it must let pass. */
+static void lint_selftest(void) {
+    static const struct {
+        const char *src;
+        int want;
+    } cases[] = {
+        {"static const char *const l[] = {\"Relu\", \"Sigmoid\"};\n", 1},
+        {"static const struct { const char *n; int k; } t[] = {\n {\"Relu\", 1},\n {\"Tanh\", 2},\n};\n", 1},
+        {"int f(const char *op) {\n    if (strcmp(op, \"Relu\") == 0) return 1;\n"
+         "    if (strcmp(op, \"Sigmoid\") == 0) return 2;\n    return 0;\n}\n", 1},
+        {"void f(const char *op) {\n    if (strcmp(op, \"Relu\") == 0) {\n        g();\n"
+         "    } else if (strcmp(op, \"Dropout\") == 0) {\n        h();\n    }\n}\n", 1},
+        {"bool f(const kiln_node *n) { return kiln_pass_is(n, \"Add\") || kiln_pass_is(n, \"Sum\"); }\n", 1},
+        /* a pattern, marked */
+        {"void f(void) {\n    /* op-pattern: Conv -> Relu */\n"
+         "    if (kiln_pass_is(a, \"Conv\") && kiln_pass_is(b, \"Relu\")) g();\n}\n", 0},
+        /* one name per statement, no comparison chain: building a graph */
+        {"void f(void) {\n    node(m, \"Conv\", (const char *[]){\"x\", \"w\"});\n"
+         "    node(m, \"Relu\", (const char *[]){\"c\"});\n}\n", 0},
+        /* names in comments and non-op strings */
+        {"/* Relu, Sigmoid, Tanh */\nstatic const char *s[] = {\"relu\", \"x\"};\n", 0},
+    };
+    lint L = {.quiet = true};
+    L.names = calloc((size_t)kiln_op_count(), sizeof *L.names);
+    for (int i = 0; i < kiln_op_count(); i++) L.names[L.n_names++] = (char *)kiln_op_get(i)->name;
+    const char *path = "test_op_props_lint_case.c";
+    const int fails0 = fails;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "wb");
+        if (!f) {
+            CHECK(0, "cannot write %s", path);
+            break;
+        }
+        fputs(cases[i].src, f);
+        fclose(f);
+        L.found = 0;
+        lint_file(&L, path);
+        CHECK(L.found == cases[i].want, "lint self-test %d: %d finding(s), want %d in:\n%s", (int)i, L.found,
+              cases[i].want, cases[i].src);
+    }
+    remove(path);
+    free(L.names);
+    printf("lint self-test: %s\n", fails == fails0 ? "ok" : "FAILED");
+}
+
 static void run_lint(const char *dir) {
     lint L = {0};
     L.names = calloc((size_t)kiln_op_count(), sizeof *L.names);
@@ -301,6 +354,7 @@ static void run_lint(const char *dir) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--lint") == 0) {
+        lint_selftest();
         run_lint(argv[2]);
     } else if (argc == 3 && strcmp(argv[1], "--lint-file") == 0) { /* for checking the checker */
         lint L = {0};
