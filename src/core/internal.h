@@ -231,11 +231,107 @@ kiln_status kiln_op_fail(kiln_op_ctx *c, kiln_status st, const char *fmt, ...) K
 
 typedef struct kiln_grad_ctx kiln_grad_ctx;
 
+/* ------------------------------------------------------- op properties
+ * What passes, the planner, the trainer and the profiler know about an op: declared in
+ * the op's own kiln_op_def (HACKING.md), never in lists elsewhere. */
+
+/* How the fp16/bf16 pass (src/passes/precision.c) treats the op. Every op declares one
+ * (tests/test_op_props.c fails on KILN_PREC_UNDECLARED). */
+typedef enum kiln_prec_class {
+    KILN_PREC_UNDECLARED = 0,
+    KILN_PREC_LOW,    /* computes in L: f32 inputs read as L, f32 outputs become L */
+    KILN_PREC_FOLLOW, /* moves or selects data: L when an input is L or every reader wants L */
+    KILN_PREC_ANY,    /* reads whatever dtype it gets (Shape, ArgMax, Cast) */
+    KILN_PREC_FP32,   /* f32 in and out (sums of many terms, losses, normalizations) */
+    KILN_PREC_MIXED   /* input 0 in any float dtype, the others f32; outputs f32 (fused loss) */
+} kiln_prec_class;
+
+/* kiln_op_def.prec_flags */
+enum {
+    KILN_PREC_EXP_LOG = 1u << 0,  /* exp/log: stays f32 when it feeds an fp32 op */
+    KILN_PREC_EXP_ARG = 1u << 1,  /* arithmetic that stays f32 when it only computes such an
+                                     exp's argument (x - max(x) of a written-out softmax) */
+    KILN_PREC_SHRINKS = 1u << 2,  /* output smaller than its input: a Cast is not moved before it */
+    KILN_PREC_SOURCE = 1u << 3,   /* an f32 output may be retargeted to L (Cast to f32, Constant) */
+    KILN_PREC_TRAINING_FP32 = 1u << 4, /* f32 in its training form (BatchNormalization) */
+    KILN_PREC_LIKE_X = 1u << 5    /* mixed: output 0 in input 0's dtype, and its optional output 1
+                                     an f32 copy for f32 readers (the fused loss's gradient) */
+};
+
+/* Which NHWC rule of the layout pass (src/passes/layout.c) the op follows. */
+typedef enum kiln_layout_kind {
+    KILN_LAYOUT_NONE = 0,
+    KILN_LAYOUT_CONV,       /* X, W (and FusedConv's Z) */
+    KILN_LAYOUT_POOL,       /* input 0 */
+    KILN_LAYOUT_BN,         /* input 0, inference form */
+    KILN_LAYOUT_GAP,        /* input 0, output (N, C, 1, 1) */
+    KILN_LAYOUT_UNARY,      /* input 0, position by position */
+    KILN_LAYOUT_BINARY,     /* every input, broadcasting */
+    KILN_LAYOUT_SAME_SHAPE, /* every input, when the node says same_shape=1 */
+    KILN_LAYOUT_CONV_GRAD_INPUT,
+    KILN_LAYOUT_CONV_GRAD_WEIGHT,
+    KILN_LAYOUT_CONV_GRAD_BIAS,
+    KILN_LAYOUT_POOL_GRAD,
+    KILN_LAYOUT_UNARY_GRAD
+} kiln_layout_kind;
+
+/* Output dtypes when shape inference cannot run (src/passes/infer.c). */
+typedef enum kiln_dtype_rule {
+    KILN_DT_IN0 = 0,       /* input 0's */
+    KILN_DT_IN1,           /* input 1's (CastLike, Where) */
+    KILN_DT_I64,
+    KILN_DT_BOOL,
+    KILN_DT_ATTR_TO,       /* the `to` attribute (Cast) */
+    KILN_DT_VALUE,         /* the value attribute's (Constant) */
+    KILN_DT_VALUE_OR_F32,  /* the value attribute's, f32 without one (ConstantOfShape) */
+    KILN_DT_F32            /* f32 (f64 when input 0 is f64): the fused loss's f32 outputs */
+} kiln_dtype_rule;
+
+/* How the trainer (src/train/trainer.c) turns the op into its training form. */
+typedef struct kiln_op_training {
+    const char *mode_attr;  /* int attribute set to 1 (BatchNormalization's training_mode) */
+    int min_opset;          /* the training form's opset (0: any) */
+    int mode_input;         /* input set to a constant true (Dropout's training_mode); 0: none */
+    int n_outputs;          /* outputs of the training form (added as needed) */
+    const char *output_names[4]; /* names of added outputs, by index */
+    uint32_t state_inputs;  /* running statistics: initializers the trainer updates, not trains */
+    int state_output;       /* the output updating the first state input; the next ones follow */
+} kiln_op_training;
+
+/* An elementwise op that kiln.FusedElementwise programs (src/passes/fuse_eltwise.c, the
+ * CPU interpreter src/ops/fused_elementwise.c, the CUDA generator
+ * src/cuda/fused_elementwise.c) and the fused convolutions' epilogues can hold. */
+typedef struct kiln_eltwise {
+    int arity;              /* operands: 1 (x) or 2 (a, b) */
+    const char *token;      /* the program's token; NULL: the op's name (Sum of two: "Add") */
+    int n_params;           /* numbers after '@' in the token (p0, p1) */
+    const char *param_attr[2];  /* attribute each parameter comes from ... */
+    float param_default[2];     /* ... and its default */
+    bool bounds_from_inputs; /* Clip: p0, p1 are inputs 1 and 2 (attributes min / max before opset 11) */
+    bool conv_epilogue;     /* kiln.FusedConv / FusedGemm apply it as their activation */
+    /* CUDA body of `float k_<token>(float x, float p0, float p1)` (unary) or
+     * `float k_<token>(float a, float b)` (binary), computing in f32. */
+    const char *cuda;
+} kiln_eltwise;
+
+/* The op's FLOPs for these shapes (the profile's column); NULL: 0. */
+typedef double (*kiln_op_flops_fn)(const kiln_op_ctx *c);
+
 typedef struct kiln_op_def {
     const char *name;            /* ONNX op_type */
     /* NULL: ONNX's default domain. Internal ops (gradients, fused kernels) use "kiln" and
      * are not reachable from ONNX files. */
     const char *domain;
+    /* Properties (see above): every op declares .precision; the rest default to none. */
+    kiln_prec_class precision;
+    uint32_t f32_inputs;         /* bit k: input k stays f32 whatever the op computes in */
+    uint32_t prec_flags;         /* KILN_PREC_EXP_LOG ... */
+    kiln_layout_kind layout;
+    bool random;                 /* draws random numbers in its training form: never folded */
+    const kiln_op_training *training; /* NULL: the same op trains */
+    const kiln_eltwise *eltwise; /* NULL: not fusable */
+    kiln_op_flops_fn flops;
+    unsigned char out_dtype[4];  /* kiln_dtype_rule per output (0: input 0's) */
     int min_inputs, max_inputs;  /* max -1: variadic */
     int min_outputs, max_outputs;
     /* Bit i set: input i's data must be known when the plan is built (Reshape's shape,
@@ -302,6 +398,13 @@ const kiln_op_def *kiln_op_find(const char *name); /* NULL if unknown (default d
 int kiln_op_index(const char *name);                /* -1 if unknown (default domain) */
 /* Lookup in a domain: "" or "ai.onnx" for ONNX's ops, "kiln" for internal ones. */
 int kiln_op_index_domain(const char *domain, const char *name);
+/* The node's op (n->op when set, else looked up by domain and name); NULL if unknown. */
+const kiln_op_def *kiln_node_def(const kiln_node *n);
+/* The node is in its op's training form (kiln_op_training: mode attribute non-zero or
+ * mode input present). */
+bool kiln_node_training_form(const kiln_node *n);
+/* The program token of an elementwise op (eltwise->token or its name); NULL if none. */
+const char *kiln_eltwise_token(const kiln_op_def *d);
 
 /* Run one op's infer on shape-only tensors then its forward (used by tests, constant
  * folding). Outputs are new owning tensors. */

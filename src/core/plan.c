@@ -89,7 +89,7 @@ static int missing_value_input(const kiln_plan *p, const kiln_node *n, const kil
 }
 
 static bool foldable(const kiln_plan *p, const kiln_node *n, const kiln_op_def *d) {
-    if (strcmp(n->op_type, "Dropout") == 0) return false; /* random in training mode */
+    if (d->random) return false; /* a new draw every run (Dropout in training mode) */
     for (int k = 0; k < n->n_in; k++) {
         bool shape_only = k < 32 && (d->shape_only_inputs & (1u << k));
         if (n->in[k] >= 0 && !p->known[n->in[k]] && !shape_only) return false;
@@ -749,24 +749,6 @@ kiln_status kiln_plan_profile_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint
     return KILN_OK;
 }
 
-/* The product's K (reduced dim), or 0 when c's op is not a matrix product or convolution
- * kiln counts FLOPs for. */
-static double macs_per_output(const kiln_op_ctx *c) {
-    const char *op = c->node->op_type;
-    const kiln_tensor *a = c->n_in > 0 ? c->in[0] : NULL, *b = c->n_in > 1 ? c->in[1] : NULL;
-    if (!a || !b) return 0;
-    if (strcmp(op, "Conv") == 0 || strcmp(op, "FusedConv") == 0) {
-        /* W (M, C/group, k...): each output of channel m sums C/group * prod(k) products */
-        return b->ndim >= 1 && b->dims[0] > 0 ? (double)kiln_tensor_numel(b) / (double)b->dims[0] : 0;
-    }
-    if (strcmp(op, "Gemm") == 0 || strcmp(op, "FusedGemm") == 0) {
-        if (a->ndim != 2) return 0;
-        return (double)(kiln_attr_int(c->node, "transA", 0) ? a->dims[0] : a->dims[1]);
-    }
-    if (strcmp(op, "MatMul") == 0) return a->ndim >= 1 ? (double)a->dims[a->ndim - 1] : 0;
-    return 0;
-}
-
 void kiln_op_cost(const kiln_op_ctx *c, double *flops, double *bytes) {
     *flops = 0;
     *bytes = 0;
@@ -774,24 +756,9 @@ void kiln_op_cost(const kiln_op_ctx *c, double *flops, double *bytes) {
         if (c->in[k]) *bytes += (double)kiln_tensor_nbytes(c->in[k]);
     for (int k = 0; k < c->n_out; k++)
         if (c->out[k]) *bytes += (double)kiln_tensor_nbytes(c->out[k]);
-    const char *op = c->node->op_type;
-    if (strcmp(op, "ConvTranspose") == 0 && c->n_in > 1 && c->in[1] && c->in[1]->dims[0] > 0) {
-        /* W (C, M/group, k...): each input element feeds M/group * prod(k) products */
-        const kiln_tensor *w = c->in[1];
-        *flops = 2.0 * (double)kiln_tensor_numel(c->in[0]) * (double)kiln_tensor_numel(w) / (double)w->dims[0];
-        return;
-    }
-    /* a convolution's gradients take as many products as the convolution: every element of
-     * dy (N, M, ...) meets C/group * prod(k) weights. ConvGradInput (dy, W, x) and
-     * ConvGradWeight (x, dy, W). */
-    const bool grad_input = strcmp(op, "ConvGradInput") == 0, grad_weight = strcmp(op, "ConvGradWeight") == 0;
-    if ((grad_input || grad_weight) && c->n_in > 2) {
-        const kiln_tensor *dy = c->in[grad_input ? 0 : 1], *w = c->in[grad_input ? 1 : 2];
-        if (dy && w && w->ndim >= 1 && w->dims[0] > 0)
-            *flops = 2.0 * (double)kiln_tensor_numel(dy) * (double)kiln_tensor_numel(w) / (double)w->dims[0];
-        return;
-    }
-    if (c->n_out > 0 && c->out[0]) *flops = 2.0 * (double)kiln_tensor_numel(c->out[0]) * macs_per_output(c);
+    /* the op's own count (products of convolutions and matrix products; 0 for others) */
+    const kiln_op_def *d = kiln_node_def(c->node);
+    if (d && d->flops) *flops = d->flops(c);
 }
 
 void kiln_plan_view(const kiln_plan *p, kiln_plan_view_t *v) {

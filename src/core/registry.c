@@ -40,3 +40,21 @@ int kiln_op_index_domain(const char *domain, const char *name) {
 int kiln_op_index(const char *name) { return kiln_op_index_domain(NULL, name); }
 
 const kiln_op_def *kiln_op_find(const char *name) { return kiln_op_get(kiln_op_index(name)); }
+
+const kiln_op_def *kiln_node_def(const kiln_node *n) {
+    /* by name: passes rewrite nodes in place, so a cached n->op may be stale */
+    return n ? kiln_op_get(kiln_op_index_domain(n->domain, n->op_type)) : NULL;
+}
+
+bool kiln_node_training_form(const kiln_node *n) {
+    const kiln_op_def *d = kiln_node_def(n);
+    if (!d || !d->training) return false;
+    const kiln_op_training *t = d->training;
+    if (t->mode_attr && kiln_attr_int(n, t->mode_attr, 0) != 0) return true;
+    return t->mode_input > 0 && n->n_in > t->mode_input && n->in[t->mode_input] >= 0;
+}
+
+const char *kiln_eltwise_token(const kiln_op_def *d) {
+    if (!d || !d->eltwise) return NULL;
+    return d->eltwise->token ? d->eltwise->token : d->name;
+}

@@ -307,7 +307,7 @@ kiln_status launch_unary_grad(kiln_cuda *cu, kiln_context *ctx, int op, const vo
 
 /* ----------------------------------------------------------------- binary ops */
 
-enum BinaryOp { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN };
+enum BinaryOp { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_MOD, B_MOD_FLOOR };
 
 template <int OP> __device__ __forceinline__ float binary_op(float a, float b) {
     if constexpr (OP == B_ADD) return a + b;
@@ -316,7 +316,11 @@ template <int OP> __device__ __forceinline__ float binary_op(float a, float b) {
     else if constexpr (OP == B_DIV) return a / b;
     else if constexpr (OP == B_POW) return powf(a, b);
     else if constexpr (OP == B_MAX) return (a > b || a != a) ? a : b;
-    else return (a < b || a != a) ? a : b;
+    else if constexpr (OP == B_MOD) return fmodf(a, b); /* Mod fmod=1: A's sign */
+    else if constexpr (OP == B_MOD_FLOOR) {             /* Mod fmod=0: B's sign (src/ops/mod.c) */
+        const float r = fmodf(a, b);
+        return r != 0.f && ((r < 0.f) != (b < 0.f)) ? r + b : r;
+    } else return (a < b || a != a) ? a : b;
 }
 
 /* y[i] = op(a[i*sa], b[i*sb]), sa and sb 0 or 1. y may be a or b (in-place folding of
@@ -454,13 +458,15 @@ kiln_status launch_binary(kiln_cuda *cu, kiln_context *ctx, int op, const kiln_t
     case B_POW: return launch_binary_op<T, B_POW>(cu, ctx, a, b, y);
     case B_MAX: return launch_binary_op<T, B_MAX>(cu, ctx, a, b, y);
     case B_MIN: return launch_binary_op<T, B_MIN>(cu, ctx, a, b, y);
+    case B_MOD: return launch_binary_op<T, B_MOD>(cu, ctx, a, b, y);
+    case B_MOD_FLOOR: return launch_binary_op<T, B_MOD_FLOOR>(cu, ctx, a, b, y);
     }
     return kiln_fail(ctx, KILN_ERR_INTERNAL, "binary op %d has no CUDA kernel", op);
 }
 
 int binary_op_of(const char *name) {
-    static const char *const names[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"};
-    for (int i = 0; i < 7; i++)
+    static const char *const names[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod"};
+    for (int i = 0; i < 8; i++)
         if (strcmp(name, names[i]) == 0) return i;
     if (strcmp(name, "Sum") == 0) return B_ADD;
     return -1;
@@ -638,7 +644,8 @@ extern "C" kiln_status kiln_cuda_k_unary_grad(kiln_cuda *cu, kiln_op_ctx *c) {
 }
 
 extern "C" kiln_status kiln_cuda_k_binary(kiln_cuda *cu, kiln_op_ctx *c) {
-    const int op = binary_op_of(c->node->op_type);
+    int op = binary_op_of(c->node->op_type);
+    if (op == B_MOD && kiln_attr_int(c->node, "fmod", 0) == 0) op = B_MOD_FLOOR;
     if (op < 0)
         return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "op %s is not a binary op", c->node->op_type);
     kiln_tensor *y = c->out[0];

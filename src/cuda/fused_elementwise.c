@@ -56,26 +56,24 @@
 
 typedef enum { T_INPUT, T_CONST, T_UNARY, T_BINARY } tok_kind;
 
-typedef struct ufn {
-    const char *name;
-    int nparams;
-} ufn;
+/* The elementwise op (kiln_op_def.eltwise with a CUDA form) of this token and arity:
+ * a registry index, or -1. */
+static int find_op(const char *name, size_t len, int arity) {
+    for (int o = 0; o < kiln_op_count(); o++) {
+        const kiln_op_def *d = kiln_op_get(o);
+        const char *tok = kiln_eltwise_token(d);
+        if (tok && d->eltwise->cuda && d->eltwise->arity == arity && strlen(tok) == len && strncmp(tok, name, len) == 0)
+            return o;
+    }
+    return -1;
+}
 
-/* Unary ops: the device function k_<name> in the prelude takes (x, p0, p1). */
-static const ufn UNARY[] = {
-    {"Relu", 0},     {"Sigmoid", 0},    {"Tanh", 0},      {"Exp", 0},       {"Log", 0},
-    {"Sqrt", 0},     {"Reciprocal", 0}, {"Abs", 0},       {"Neg", 0},       {"Erf", 0},
-    {"Floor", 0},    {"Ceil", 0},       {"Softplus", 0},  {"Softsign", 0},  {"HardSwish", 0},
-    {"LeakyRelu", 1}, {"Elu", 1},       {"HardSigmoid", 2}, {"Clip", 2},
-};
-#define N_UNARY ((int)(sizeof UNARY / sizeof UNARY[0]))
-
-static const char *const BINARY[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"};
-#define N_BINARY ((int)(sizeof BINARY / sizeof BINARY[0]))
+static const char *op_token(int o) { return kiln_eltwise_token(kiln_op_get(o)); }
+static int op_nparams(int o) { return kiln_op_get(o)->eltwise->n_params; }
 
 typedef struct tok {
     tok_kind kind;
-    int op;         /* input index, or index into UNARY / BINARY */
+    int op;         /* input index, or the op's registry index */
     float v[2];     /* constant value; unary params */
 } tok;
 
@@ -144,11 +142,7 @@ static bool parse(const kiln_op_ctx *c, program *p, char *why, size_t wn) {
         } else {
             const char *at = memchr(s, '@', len);
             const size_t nlen = at ? (size_t)(at - s) : len;
-            int u = -1, b = -1;
-            for (int k = 0; k < N_UNARY && u < 0; k++)
-                if (strlen(UNARY[k].name) == nlen && strncmp(UNARY[k].name, s, nlen) == 0) u = k;
-            for (int k = 0; k < N_BINARY && b < 0 && !at; k++)
-                if (strlen(BINARY[k]) == nlen && strncmp(BINARY[k], s, nlen) == 0) b = k;
+            const int u = find_op(s, nlen, 1), b = at ? -1 : find_op(s, nlen, 2);
             if (u >= 0) {
                 t.kind = T_UNARY;
                 t.op = u;
@@ -157,12 +151,12 @@ static bool parse(const kiln_op_ctx *c, program *p, char *why, size_t wn) {
                 for (const char *q = at; q && q < e && ok; np++) {
                     const char *qe = memchr(q + 1, '@', (size_t)(e - q - 1));
                     if (!qe) qe = e;
-                    ok = np < UNARY[u].nparams && parse_float(q + 1, (size_t)(qe - q - 1), &t.v[np]);
+                    ok = np < op_nparams(u) && parse_float(q + 1, (size_t)(qe - q - 1), &t.v[np]);
                     q = qe < e ? qe : NULL;
                 }
-                if (!ok || np != UNARY[u].nparams) {
+                if (!ok || np != op_nparams(u)) {
                     snprintf(why, wn, "program token '%.*s': %s takes %d numeric parameter(s) after '@'", (int)len,
-                             s, UNARY[u].name, UNARY[u].nparams);
+                             s, op_token(u), op_nparams(u));
                     goto bad;
                 }
                 if (depth < 1) {
@@ -315,54 +309,12 @@ static void put_float(sbuf *b, float v) {
     put(b, "__int_as_float(0x%08x)", (unsigned)u);
 }
 
-/* Device-side float forms of the ops: those of elementwise.cu's unary_op / binary_op, so a
- * fused chain computes what the unfused kernels compute (save the f16/bf16 roundings in
- * between). NaN: Relu gives 0 (x > 0 is false), Max/Min propagate it, Clip keeps it. */
+/* The device-side float forms of the ops, k_<token>, come from their kiln_op_def.eltwise
+ * (put_ops): those of elementwise.cu's unary_op / binary_op, so a fused chain computes what
+ * the unfused kernels compute (save the f16/bf16 roundings in between). NaN: Relu gives 0
+ * (x > 0 is false), Max/Min propagate it, Clip keeps it. */
 static const char *PRELUDE =
     "#define KINF __int_as_float(0x7f800000)\n"
-    "__device__ __forceinline__ float k_Relu(float x, float, float) { return x > 0.f ? x : 0.f; }\n"
-    "__device__ __forceinline__ float k_Sigmoid(float x, float, float) {\n"
-    "    if (x >= 0.f) return 1.f / (1.f + expf(-x));\n"
-    "    const float e = expf(x);\n"
-    "    return e / (1.f + e);\n"
-    "}\n"
-    "__device__ __forceinline__ float k_Tanh(float x, float, float) { return tanhf(x); }\n"
-    "__device__ __forceinline__ float k_Exp(float x, float, float) { return expf(x); }\n"
-    "__device__ __forceinline__ float k_Log(float x, float, float) { return logf(x); }\n"
-    "__device__ __forceinline__ float k_Sqrt(float x, float, float) { return sqrtf(x); }\n"
-    "__device__ __forceinline__ float k_Reciprocal(float x, float, float) { return 1.f / x; }\n"
-    "__device__ __forceinline__ float k_Abs(float x, float, float) { return fabsf(x); }\n"
-    "__device__ __forceinline__ float k_Neg(float x, float, float) { return -x; }\n"
-    "__device__ __forceinline__ float k_Erf(float x, float, float) { return erff(x); }\n"
-    "__device__ __forceinline__ float k_Floor(float x, float, float) { return floorf(x); }\n"
-    "__device__ __forceinline__ float k_Ceil(float x, float, float) { return ceilf(x); }\n"
-    "__device__ __forceinline__ float k_Softplus(float x, float, float) {\n"
-    "    return x > 0.f ? x + log1pf(expf(-x)) : log1pf(expf(x));\n"
-    "}\n"
-    "__device__ __forceinline__ float k_Softsign(float x, float, float) {\n"
-    "    return fabsf(x) == KINF ? copysignf(1.f, x) : x / (1.f + fabsf(x));\n"
-    "}\n"
-    "__device__ __forceinline__ float k_HardSwish(float x, float, float) {\n"
-    "    const float v = x / 6.f + 0.5f;\n"
-    "    return x * (v < 0.f ? 0.f : v > 1.f ? 1.f : v);\n"
-    "}\n"
-    "__device__ __forceinline__ float k_LeakyRelu(float x, float a, float) { return x < 0.f ? a * x : x; }\n"
-    "__device__ __forceinline__ float k_Elu(float x, float a, float) { return x < 0.f ? a * expm1f(x) : x; }\n"
-    "__device__ __forceinline__ float k_HardSigmoid(float x, float a, float b) {\n"
-    "    const float v = a * x + b;\n"
-    "    return v < 0.f ? 0.f : v > 1.f ? 1.f : v;\n"
-    "}\n"
-    "__device__ __forceinline__ float k_Clip(float x, float lo, float hi) {\n"
-    "    const float v = x < lo ? lo : x;\n"
-    "    return v > hi ? hi : v;\n"
-    "}\n"
-    "__device__ __forceinline__ float k_Add(float a, float b) { return a + b; }\n"
-    "__device__ __forceinline__ float k_Sub(float a, float b) { return a - b; }\n"
-    "__device__ __forceinline__ float k_Mul(float a, float b) { return a * b; }\n"
-    "__device__ __forceinline__ float k_Div(float a, float b) { return a / b; }\n"
-    "__device__ __forceinline__ float k_Pow(float a, float b) { return powf(a, b); }\n"
-    "__device__ __forceinline__ float k_Max(float a, float b) { return (a > b || a != a) ? a : b; }\n"
-    "__device__ __forceinline__ float k_Min(float a, float b) { return (a < b || a != a) ? a : b; }\n"
     "__device__ __forceinline__ unsigned k_div(unsigned n, unsigned magic, unsigned shift) {\n"
     "    return (__umulhi(n, magic) + n) >> shift;\n"
     "}\n";
@@ -434,7 +386,7 @@ static void put_function(sbuf *b, const program *pr) {
         }
         const int nargs = t->kind == T_UNARY ? 1 : 2;
         const int *args = &stack[sp - nargs];
-        put(b, "    const float t%d = k_%s(", temps, t->kind == T_UNARY ? UNARY[t->op].name : BINARY[t->op]);
+        put(b, "    const float t%d = k_%s(", temps, op_token(t->op));
         for (int a = 0; a < nargs; a++) {
             if (a) put(b, ", ");
             if (args[a] >= CONST_BASE) put_float(b, pr->t[args[a] - CONST_BASE].v[0]);
@@ -613,9 +565,20 @@ static void put_key(sbuf *b, const pattern *p, const program *pr) {
         const tok *t = &pr->t[i];
         if (t->kind == T_INPUT) put(b, " i%d", t->op);
         else if (t->kind == T_CONST) put(b, " c%a", (double)t->v[0]);
-        else if (t->kind == T_BINARY) put(b, " %s", BINARY[t->op]);
-        else if (UNARY[t->op].nparams == 0) put(b, " %s", UNARY[t->op].name);
-        else put(b, " %s@%a@%a", UNARY[t->op].name, (double)t->v[0], (double)t->v[1]);
+        else if (t->kind == T_BINARY || op_nparams(t->op) == 0) put(b, " %s", op_token(t->op));
+        else put(b, " %s@%a@%a", op_token(t->op), (double)t->v[0], (double)t->v[1]);
+    }
+}
+
+/* k_<token> of every elementwise op with a CUDA form. */
+static void put_ops(sbuf *b) {
+    for (int o = 0; o < kiln_op_count(); o++) {
+        const kiln_op_def *d = kiln_op_get(o);
+        const kiln_eltwise *e = d->eltwise;
+        if (!e || !e->cuda || find_op(op_token(o), strlen(op_token(o)), e->arity) != o) continue;
+        if (e->arity == 1) put(b, "__device__ __forceinline__ float k_%s(float x, float p0, float p1) {\n", op_token(o));
+        else put(b, "__device__ __forceinline__ float k_%s(float a, float b) {\n", op_token(o));
+        put(b, "    %s\n}\n", e->cuda);
     }
 }
 
@@ -629,6 +592,7 @@ static void put_source(sbuf *b, const pattern *p, const program *pr, const char 
            "    long long st[%d][%d];\n    unsigned magic[%d];\n    unsigned shift[%d];\n};\n",
         MAX_IN, KILN_MAX_DIMS, MAX_IN, KILN_MAX_DIMS, KILN_MAX_DIMS, KILN_MAX_DIMS);
     put(b, "%s", PRELUDE);
+    put_ops(b);
     put_function(b, pr);
     put_scalar_kernel(b, p, pr->used);
     if (p->vec) put_vector_kernel(b, p, pr->used);

@@ -113,6 +113,7 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
 }
 
 bool kiln_cuda_act_get(const kiln_node *n, bool gemm, kiln_cuda_act *act, char *why, size_t wn) {
+    /* kernel-table: the epilogue kernels by activation (tests/test_op_props.c) */
     static const struct {
         const char *name;
         kiln_cuda_act_kind kind;

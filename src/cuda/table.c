@@ -709,6 +709,7 @@ static const entry table[] = {
     UNARY("Floor"), UNARY("Ceil"),
     BINARY("Add"), BINARY("Sub"), BINARY("Mul"), BINARY("Div"), BINARY("Pow"), BINARY("Max"),
     BINARY("Min"), BINARY("Sum"),
+    BINARY("Mod"),
     {"Conv", kiln_cuda_k_conv, sup_conv, kiln_cuda_ws_conv, true},
     {"Gemm", kiln_cuda_k_gemm, sup_gemm, kiln_cuda_ws_matmul, false},
     {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul, false},

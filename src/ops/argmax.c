@@ -109,6 +109,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_argmax = {
+    .precision = KILN_PREC_ANY, .out_dtype = {KILN_DT_I64},
     .name = "ArgMax", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test,
 };

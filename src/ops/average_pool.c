@@ -382,6 +382,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_average_pool = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_POOL,
     .name = "AveragePool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = test, .grad = grad,
@@ -421,6 +422,7 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_average_pool_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "AveragePoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = grad_infer,
     .cpu_forward = grad_forward, .cpu_workspace = grad_workspace, .test = test_grad,

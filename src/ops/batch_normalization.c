@@ -370,13 +370,24 @@ static int test_grad(void) {
     return fails;
 }
 
+/* Training: training_mode = 1 (opset 15), the running mean and variance (inputs 3, 4;
+ * initializers) updated from outputs 1, 2. */
+static const kiln_op_training training_form = {
+    .mode_attr = "training_mode", .min_opset = 15, .n_outputs = 3,
+    .output_names = {NULL, "running_mean", "running_var"}, .state_inputs = 0x18u, .state_output = 1,
+};
+
 const kiln_op_def kiln_op_batch_normalization = {
+    .precision = KILN_PREC_LOW,
+    .f32_inputs = 0x1Eu /* scale, B, mean, var: statistics keep their precision */,
+    .prec_flags = KILN_PREC_TRAINING_FP32, .layout = KILN_LAYOUT_BN, .training = &training_form,
     .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5,
     .min_outputs = 1, .max_outputs = 5,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_batch_norm_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "BatchNormGrad", .domain = "kiln", .min_inputs = 6, .max_inputs = 6,
     .min_outputs = 3, .max_outputs = 5,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,

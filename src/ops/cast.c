@@ -420,6 +420,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_cast = {
+    .precision = KILN_PREC_ANY, .prec_flags = KILN_PREC_SOURCE, .out_dtype = {KILN_DT_ATTR_TO},
     .name = "Cast", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

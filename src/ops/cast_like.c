@@ -86,6 +86,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_cast_like = {
+    .precision = KILN_PREC_ANY, .f32_inputs = 0x2u /* the dtype's example */, .out_dtype = {KILN_DT_IN1},
     .name = "CastLike", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .shape_only_inputs = 2, .nondiff_inputs = 2, .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -181,7 +181,15 @@ static int test(void) {
     return fails;
 }
 
+/* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
+static const kiln_eltwise eltwise = {
+    .arity = 1, .n_params = 2, .bounds_from_inputs = true, .conv_epilogue = true,
+    .cuda = "const float v = x < p0 ? p0 : x;\n"
+            "    return v > p1 ? p1 : v;",
+};
+
 const kiln_op_def kiln_op_clip = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "Clip", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .nondiff_inputs = 6, .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
     .family = &grad_def,

@@ -237,11 +237,13 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_concat = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "Concat", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_concat_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "ConcatGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = -1,
     .min_outputs = 1, .max_outputs = -1, .shape_only_inputs = ~1u, .infer = infer_grad,
     .cpu_forward = forward_grad, .test = test_grad,

@@ -115,6 +115,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_constant = {
+    .precision = KILN_PREC_FP32, .prec_flags = KILN_PREC_SOURCE, .out_dtype = {KILN_DT_VALUE},
     .name = "Constant", .min_inputs = 0, .max_inputs = 0, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test,
 };

@@ -96,6 +96,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_constant_of_shape = {
+    .precision = KILN_PREC_FP32, .prec_flags = KILN_PREC_SOURCE, .out_dtype = {KILN_DT_VALUE_OR_F32},
     .name = "ConstantOfShape", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = 1u << 0, .infer = infer, .cpu_forward = forward,
     .test = test,

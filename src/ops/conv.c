@@ -632,7 +632,15 @@ static int test(void) {
     return fails;
 }
 
+/* Profile FLOPs: each output of channel m sums C/group * prod(k) products of W (M, C/group, k...). */
+static double conv_flops(const kiln_op_ctx *c) {
+    const kiln_tensor *w = c->n_in > 1 ? c->in[1] : NULL, *y = c->n_out > 0 ? c->out[0] : NULL;
+    if (!c->in[0] || !w || !y || w->ndim < 1 || w->dims[0] <= 0) return 0;
+    return 2.0 * (double)kiln_tensor_numel(y) * (double)kiln_tensor_numel(w) / (double)w->dims[0];
+}
+
 const kiln_op_def kiln_op_conv = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV, .flops = conv_flops,
     .name = "Conv", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
     .grad = grad,
@@ -757,19 +765,31 @@ static int test_grad_bias(void) {
     return fails;
 }
 
+/* A convolution's gradients take as many products as the convolution: every element of dy
+ * (N, M, ...) meets C/group * prod(k) weights. */
+static double grad_flops(const kiln_tensor *dy, const kiln_tensor *w) {
+    if (!dy || !w || w->ndim < 1 || w->dims[0] <= 0) return 0;
+    return 2.0 * (double)kiln_tensor_numel(dy) * (double)kiln_tensor_numel(w) / (double)w->dims[0];
+}
+static double grad_input_flops(const kiln_op_ctx *c) { return c->n_in > 2 ? grad_flops(c->in[0], c->in[1]) : 0; } /* (dy, W, x) */
+static double grad_weight_flops(const kiln_op_ctx *c) { return c->n_in > 2 ? grad_flops(c->in[1], c->in[2]) : 0; } /* (x, dy, W) */
+
 const kiln_op_def kiln_op_conv_grad_input = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV_GRAD_INPUT, .flops = grad_input_flops,
     .name = "ConvGradInput", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gi_infer,
     .cpu_forward = gi_forward, .cpu_workspace = gi_workspace, .test = test_grad_input,
 };
 
 const kiln_op_def kiln_op_conv_grad_weight = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV_GRAD_WEIGHT, .flops = grad_weight_flops,
     .name = "ConvGradWeight", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gw_infer,
     .cpu_forward = gw_forward, .cpu_workspace = gw_workspace, .test = test_grad_weight,
 };
 
 const kiln_op_def kiln_op_conv_grad_bias = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV_GRAD_BIAS,
     .name = "ConvGradBias", .domain = "kiln", .min_inputs = 1, .max_inputs = 1,
     .min_outputs = 1, .max_outputs = 1, .infer = gb_infer, .cpu_forward = gb_forward,
     .test = test_grad_bias,

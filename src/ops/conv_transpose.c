@@ -646,7 +646,15 @@ static int test(void) {
     return fails;
 }
 
+/* Profile FLOPs: W (C, M/group, k...): each input element feeds M/group * prod(k) products. */
+static double flops(const kiln_op_ctx *c) {
+    const kiln_tensor *w = c->n_in > 1 ? c->in[1] : NULL;
+    if (!c->in[0] || !w || w->ndim < 1 || w->dims[0] <= 0) return 0;
+    return 2.0 * (double)kiln_tensor_numel(c->in[0]) * (double)kiln_tensor_numel(w) / (double)w->dims[0];
+}
+
 const kiln_op_def kiln_op_conv_transpose = {
+    .precision = KILN_PREC_LOW, .flops = flops,
     .name = "ConvTranspose", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = test, .grad = grad,
@@ -738,12 +746,14 @@ static int test_grad_weight(void) {
 }
 
 const kiln_op_def kiln_op_conv_transpose_grad_input = {
+    .precision = KILN_PREC_FP32,
     .name = "ConvTransposeGradInput", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gi_infer,
     .cpu_forward = gi_forward, .cpu_workspace = gi_workspace, .test = test_grad_input,
 };
 
 const kiln_op_def kiln_op_conv_transpose_grad_weight = {
+    .precision = KILN_PREC_FP32,
     .name = "ConvTransposeGradWeight", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gw_infer,
     .cpu_forward = gw_forward, .cpu_workspace = gw_workspace, .test = test_grad_weight,

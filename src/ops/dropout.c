@@ -590,13 +590,19 @@ static int test(void) {
     return fails;
 }
 
+/* Training: training_mode (input 2) a constant true, the mask (output 1) for the gradient. */
+static const kiln_op_training training_form = {.mode_input = 2, .n_outputs = 2, .output_names = {NULL, "mask"}};
+
 const kiln_op_def kiln_op_dropout = {
+    .precision = KILN_PREC_FOLLOW, .f32_inputs = 0x2u /* ratio */, .layout = KILN_LAYOUT_UNARY,
+    .random = true, .training = &training_form, .out_dtype = {KILN_DT_IN0, KILN_DT_BOOL},
     .name = "Dropout", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 2,
     .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_dropout_grad = {
+    .precision = KILN_PREC_FOLLOW, .f32_inputs = 0xCu /* ratio, training_mode */,
     .name = "DropoutGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

@@ -40,7 +40,14 @@ static int test(void) {
     return fails;
 }
 
+/* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
+static const kiln_eltwise eltwise = {
+    .arity = 1, .n_params = 1, .param_attr = {"alpha"}, .param_default = {1.0f},
+    .cuda = "return x < 0.f ? p0 * expm1f(x) : x;",
+};
+
 const kiln_op_def kiln_op_elu = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "Elu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
     .family = &grad_def,

@@ -96,6 +96,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_expand = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "Expand", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward,
     .cpu_workspace = workspace, .test = test, .grad = grad,

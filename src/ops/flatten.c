@@ -66,6 +66,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_flatten = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "Flatten", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .alias_outputs = 1,
     .grad = grad,

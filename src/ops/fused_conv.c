@@ -212,7 +212,10 @@ static int test(void) {
     return fails;
 }
 
+static double flops(const kiln_op_ctx *c) { return kiln_op_conv.flops(c); } /* Conv's */
+
 const kiln_op_def kiln_op_fused_conv = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV, .flops = flops,
     .name = "FusedConv", .domain = "kiln", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = test,

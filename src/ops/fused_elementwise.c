@@ -547,6 +547,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_fused_elementwise = {
+    .precision = KILN_PREC_LOW, .prec_flags = KILN_PREC_EXP_LOG, .layout = KILN_LAYOUT_SAME_SHAPE,
     .name = "FusedElementwise", .domain = "kiln", .min_inputs = 1, .max_inputs = FE_MAX_IN,
     .min_outputs = 1, .max_outputs = 1, .infer = infer, .cpu_forward = forward, .test = test,
 };

@@ -412,7 +412,15 @@ static int test(void) {
     return fails;
 }
 
+/* Profile FLOPs: 2 * outputs * K. */
+static double flops(const kiln_op_ctx *c) {
+    const kiln_tensor *a = c->n_in > 0 ? c->in[0] : NULL, *y = c->n_out > 0 ? c->out[0] : NULL;
+    if (!a || c->n_in < 2 || !c->in[1] || !y || a->ndim != 2) return 0;
+    return 2.0 * (double)kiln_tensor_numel(y) * (double)(kiln_attr_int(c->node, "transA", 0) ? a->dims[0] : a->dims[1]);
+}
+
 const kiln_op_def kiln_op_gemm = {
+    .precision = KILN_PREC_LOW, .flops = flops,
     .name = "Gemm", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
     .grad = grad,
@@ -451,6 +459,7 @@ static int test_grad_c(void) {
 }
 
 const kiln_op_def kiln_op_gemm_grad_c = {
+    .precision = KILN_PREC_FP32,
     .name = "GemmGradC", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
     .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = gc_infer, .cpu_forward = gc_forward,
     .cpu_workspace = gc_workspace, .test = test_grad_c,

@@ -129,6 +129,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_global_average_pool = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_GAP,
     .name = "GlobalAveragePool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = test, .grad = grad,
@@ -156,6 +157,7 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_global_average_pool_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "GlobalAveragePoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = grad_infer,
     .cpu_forward = grad_forward, .test = test_grad,

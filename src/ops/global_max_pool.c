@@ -149,6 +149,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_global_max_pool = {
+    .precision = KILN_PREC_LOW,
     .name = "GlobalMaxPool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = test, .grad = grad,
@@ -176,6 +177,7 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_global_max_pool_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "GlobalMaxPoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2,
     .min_outputs = 1, .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward,
     .cpu_workspace = grad_workspace, .test = test_grad,

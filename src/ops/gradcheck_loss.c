@@ -56,11 +56,13 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_gradcheck_loss = {
+    .precision = KILN_PREC_FP32,
     .name = "GradCheckLoss", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_gradcheck_loss_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "GradCheckLossGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
     .max_outputs = 1, .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

@@ -68,6 +68,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_greater = {
+    .precision = KILN_PREC_FOLLOW, .out_dtype = {KILN_DT_BOOL},
     .name = "Greater", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test,
 };

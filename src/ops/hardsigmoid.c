@@ -53,7 +53,15 @@ static int test(void) {
     return fails;
 }
 
+/* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
+static const kiln_eltwise eltwise = {
+    .arity = 1, .n_params = 2, .param_attr = {"alpha", "beta"}, .param_default = {0.2f, 0.5f}, .conv_epilogue = true,
+    .cuda = "const float v = p0 * x + p1;\n"
+            "    return v < 0.f ? 0.f : v > 1.f ? 1.f : v;",
+};
+
 const kiln_op_def kiln_op_hardsigmoid = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "HardSigmoid", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
     .family = &grad_def,

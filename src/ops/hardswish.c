@@ -36,7 +36,15 @@ static int test(void) {
     return fails;
 }
 
+/* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
+static const kiln_eltwise eltwise = {
+    .arity = 1, .conv_epilogue = true,
+    .cuda = "const float v = x / 6.f + 0.5f;\n"
+            "    return x * (v < 0.f ? 0.f : v > 1.f ? 1.f : v);",
+};
+
 const kiln_op_def kiln_op_hardswish = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "HardSwish", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
     .family = &grad_def,

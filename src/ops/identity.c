@@ -45,6 +45,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_identity = {
+    .precision = KILN_PREC_FOLLOW, .layout = KILN_LAYOUT_UNARY,
     .name = "Identity", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .alias_outputs = 1,
     .grad = grad,

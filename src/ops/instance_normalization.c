@@ -225,12 +225,14 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_instance_normalization = {
+    .precision = KILN_PREC_FP32,
     .name = "InstanceNormalization", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_instance_norm_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "InstanceNormGrad", .domain = "kiln", .min_inputs = 4, .max_inputs = 4,
     .min_outputs = 3, .max_outputs = 3,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,

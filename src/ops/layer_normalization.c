@@ -395,6 +395,7 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_layer_normalization = {
+    .precision = KILN_PREC_FP32,
     .name = "LayerNormalization", .min_inputs = 2, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 3,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
@@ -402,6 +403,7 @@ const kiln_op_def kiln_op_layer_normalization = {
 };
 
 const kiln_op_def kiln_op_layer_norm_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "LayerNormGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5,
     .min_outputs = 1, .max_outputs = 2,
     .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad, .test = test_grad,

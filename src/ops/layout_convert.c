@@ -158,11 +158,13 @@ static int test_to_nchw(void) {
 }
 
 const kiln_op_def kiln_op_to_nhwc = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "ToNHWC", .domain = "kiln", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test_to_nhwc,
 };
 
 const kiln_op_def kiln_op_to_nchw = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "ToNCHW", .domain = "kiln", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .test = test_to_nchw,
 };

@@ -48,7 +48,14 @@ static int test(void) {
     return fails;
 }
 
+/* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
+static const kiln_eltwise eltwise = {
+    .arity = 1, .n_params = 1, .param_attr = {"alpha"}, .param_default = {0.01f}, .conv_epilogue = true,
+    .cuda = "return x < 0.f ? p0 * x : x;",
+};
+
 const kiln_op_def kiln_op_leakyrelu = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "LeakyRelu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
     .family = &grad_def,

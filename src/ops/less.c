@@ -69,6 +69,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_less = {
+    .precision = KILN_PREC_FOLLOW, .out_dtype = {KILN_DT_BOOL},
     .name = "Less", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test,
 };

@@ -405,12 +405,14 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_log_softmax_nll = {
+    .precision = KILN_PREC_MIXED, .out_dtype = {KILN_DT_F32, KILN_DT_F32},
     .name = "LogSoftmaxNLL", .domain = "kiln", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 2, .nondiff_inputs = (1u << 1) | (1u << 2), .infer = infer, .cpu_forward = forward,
     .cpu_workspace = workspace, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_log_softmax_nll_grad = {
+    .precision = KILN_PREC_MIXED, .prec_flags = KILN_PREC_LIKE_X, .out_dtype = {KILN_DT_IN0, KILN_DT_F32, KILN_DT_F32},
     .name = "LogSoftmaxNLLGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1,
     .max_outputs = 3, .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,
     .test = test_grad,

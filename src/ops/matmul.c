@@ -514,7 +514,15 @@ static int test(void) {
     return fails;
 }
 
+/* Profile FLOPs: 2 * outputs * K. */
+static double flops(const kiln_op_ctx *c) {
+    const kiln_tensor *a = c->n_in > 0 ? c->in[0] : NULL, *y = c->n_out > 0 ? c->out[0] : NULL;
+    if (!a || c->n_in < 2 || !c->in[1] || !y || a->ndim < 1) return 0;
+    return 2.0 * (double)kiln_tensor_numel(y) * (double)a->dims[a->ndim - 1];
+}
+
 const kiln_op_def kiln_op_matmul = {
+    .precision = KILN_PREC_LOW, .flops = flops,
     .name = "MatMul", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
     .grad = grad,
@@ -579,12 +587,14 @@ static int test_grad_b(void) {
 }
 
 const kiln_op_def kiln_op_matmul_grad_a = {
+    .precision = KILN_PREC_FP32,
     .name = "MatMulGradA", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = ga_infer,
     .cpu_forward = ga_forward, .cpu_workspace = ga_workspace, .test = test_grad_a,
 };
 
 const kiln_op_def kiln_op_matmul_grad_b = {
+    .precision = KILN_PREC_FP32,
     .name = "MatMulGradB", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gb_infer,
     .cpu_forward = gb_forward, .cpu_workspace = gb_workspace, .test = test_grad_b,

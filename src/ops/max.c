@@ -123,12 +123,20 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_max_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "MaxGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = 1, .infer = kiln_select_grad_infer, .cpu_forward = kiln_select_grad_forward,
     .test = test_grad,
 };
 
+/* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
+static const kiln_eltwise eltwise = {
+    .arity = 2,
+    .cuda = "return (a > b || a != a) ? a : b;",
+};
+
 const kiln_op_def kiln_op_max = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_BINARY, .eltwise = &eltwise,
     .name = "Max", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -441,6 +441,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_max_pool = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_POOL, .out_dtype = {KILN_DT_IN0, KILN_DT_I64},
     .name = "MaxPool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 2,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
     .grad = grad,
@@ -480,6 +481,7 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_max_pool_grad = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_POOL_GRAD,
     .name = "MaxPoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
     .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward,
     .cpu_workspace = grad_workspace, .test = test_grad,

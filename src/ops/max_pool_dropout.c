@@ -333,12 +333,14 @@ static int test_random(void) {
 static int test(void) { return test_hand_forward() + test_random(); }
 
 const kiln_op_def kiln_op_max_pool_dropout = {
+    .precision = KILN_PREC_FP32, .random = true,
     .name = "MaxPoolDropout", .domain = "kiln", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 2, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
 };
 
 /* (the random cases of the backward run with the forward's: they need its masks) */
 const kiln_op_def kiln_op_max_pool_dropout_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "MaxPoolDropoutGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 5, .min_outputs = 1,
     .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward, .cpu_workspace = grad_workspace,
     .test = test_hand_grad,

@@ -86,6 +86,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_mean = {
+    .precision = KILN_PREC_LOW,
     .name = "Mean", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

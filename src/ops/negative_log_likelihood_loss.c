@@ -115,12 +115,14 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_negative_log_likelihood_loss = {
+    .precision = KILN_PREC_FP32,
     .name = "NegativeLogLikelihoodLoss", .min_inputs = 2, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_negative_log_likelihood_loss_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "NegativeLogLikelihoodLossGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 4,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 0,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,

@@ -375,12 +375,14 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_pad = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "Pad", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 3), .nondiff_inputs = 1u << 2, .infer = infer,
     .cpu_forward = forward, .cpu_workspace = workspace, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_pad_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "PadGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 5, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = (1u << 2) | (1u << 4), .shape_only_inputs = 1u << 1,
     .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,

@@ -215,11 +215,19 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_pow_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "PowGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };
 
+/* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
+static const kiln_eltwise eltwise = {
+    .arity = 2,
+    .cuda = "return powf(a, b);",
+};
+
 const kiln_op_def kiln_op_pow = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_BINARY, .eltwise = &eltwise,
     .name = "Pow", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -168,11 +168,13 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_prelu_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "PReluGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 3, .min_outputs = 2,
     .max_outputs = 2, .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };
 
 const kiln_op_def kiln_op_prelu = {
+    .precision = KILN_PREC_LOW,
     .name = "PRelu", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -112,6 +112,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_range = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "Range", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 7, .nondiff_inputs = 7, .infer = infer, .cpu_forward = forward,
     .test = test,

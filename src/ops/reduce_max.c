@@ -102,12 +102,14 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_reduce_max = {
+    .precision = KILN_PREC_LOW,
     .name = "ReduceMax", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
     .grad = grad,
 };
 
 const kiln_op_def kiln_op_reduce_max_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "ReduceMaxGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 4,
     .min_outputs = 1, .max_outputs = 1, .value_inputs = 1u << 3,
     .infer = infer_grad, .cpu_forward = forward_grad,

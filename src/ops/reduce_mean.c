@@ -185,12 +185,14 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_reduce_mean = {
+    .precision = KILN_PREC_FP32,
     .name = "ReduceMean", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
     .grad = grad,
 };
 
 const kiln_op_def kiln_op_reduce_mean_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "ReduceMeanGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .value_inputs = 1u << 2, .shape_only_inputs = 1u << 0,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,

@@ -82,6 +82,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_reduce_sum_to = {
+    .precision = KILN_PREC_FP32,
     .name = "ReduceSumTo", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
     .max_outputs = 1, .shape_only_inputs = 2, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = test,

@@ -142,6 +142,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_reshape = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "Reshape", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
     .alias_outputs = 1, .grad = grad,

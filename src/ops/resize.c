@@ -1075,6 +1075,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_resize = {
+    .precision = KILN_PREC_LOW, .f32_inputs = 0x6u /* roi, scales */,
     .name = "Resize", .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 2) | (1u << 3), .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward,
@@ -1082,6 +1083,7 @@ const kiln_op_def kiln_op_resize = {
 };
 
 const kiln_op_def kiln_op_resize_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "ResizeGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = (1u << 3) | (1u << 4), .shape_only_inputs = 1u << 1,
     .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,

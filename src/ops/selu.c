@@ -54,6 +54,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_selu = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY,
     .name = "Selu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
     .family = &grad_def,

@@ -63,6 +63,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_shape = {
+    .precision = KILN_PREC_ANY, .out_dtype = {KILN_DT_I64},
     .name = "Shape", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .shape_only_inputs = 1u << 0, .infer = infer, .cpu_forward = forward, .test = test,
 };

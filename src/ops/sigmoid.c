@@ -41,7 +41,16 @@ static int test(void) {
     return fails;
 }
 
+/* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
+static const kiln_eltwise eltwise = {
+    .arity = 1, .conv_epilogue = true,
+    .cuda = "if (x >= 0.f) return 1.f / (1.f + expf(-x));\n"
+            "    const float e = expf(x);\n"
+            "    return e / (1.f + e);",
+};
+
 const kiln_op_def kiln_op_sigmoid = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "Sigmoid", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
     .family = &grad_def,

@@ -313,12 +313,14 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_slice = {
+    .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS,
     .name = "Slice", .min_inputs = 3, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), .infer = infer,
     .cpu_forward = forward, .cpu_workspace = workspace, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_slice_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "SliceGrad", .domain = "kiln", .min_inputs = 4, .max_inputs = 6, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5),
     .shape_only_inputs = 1u << 1, .infer = infer_grad, .cpu_forward = forward_grad,

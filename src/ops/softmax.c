@@ -100,11 +100,13 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_softmax = {
+    .precision = KILN_PREC_FP32,
     .name = "Softmax", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_softmax_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "SoftmaxGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
     .max_outputs = 1, .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
 };

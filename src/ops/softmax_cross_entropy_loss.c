@@ -176,6 +176,7 @@ static int test_grad(void) {
 }
 
 const kiln_op_def kiln_op_softmax_cross_entropy_loss = {
+    .precision = KILN_PREC_FP32,
     .name = "SoftmaxCrossEntropyLoss", .min_inputs = 2, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 2, .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
@@ -183,6 +184,7 @@ const kiln_op_def kiln_op_softmax_cross_entropy_loss = {
 };
 
 const kiln_op_def kiln_op_softmax_cross_entropy_loss_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "SoftmaxCrossEntropyLossGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5,
     .min_outputs = 1, .max_outputs = 1,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,

@@ -337,12 +337,14 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_split = {
+    .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS,
     .name = "Split", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = -1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
     .grad = grad,
 };
 
 const kiln_op_def kiln_op_split_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "SplitGrad", .domain = "kiln", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = 1u << 1, .shape_only_inputs = 1u << 0,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,

@@ -76,7 +76,13 @@ static int test(void) {
     return fails;
 }
 
+/* In kiln.FusedElementwise programs (the CUDA form computes in f32; Sum of two inputs is written as Add). */
+static const kiln_eltwise eltwise = {
+    .arity = 2, .token = "Add",
+};
+
 const kiln_op_def kiln_op_sum = {
+    .precision = KILN_PREC_LOW, .eltwise = &eltwise,
     .name = "Sum", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -179,12 +179,14 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_tile = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "Tile", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward,
     .cpu_workspace = workspace, .test = test, .grad = grad,
 };
 
 const kiln_op_def kiln_op_tile_grad = {
+    .precision = KILN_PREC_FP32,
     .name = "TileGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = 1u << 2, .shape_only_inputs = 1u << 1,
     .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,

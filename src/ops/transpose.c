@@ -151,6 +151,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_transpose = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "Transpose", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
     .grad = grad,

@@ -227,6 +227,7 @@ static int grad_test(void) {
 }
 
 const kiln_op_def kiln_op_unary_grad = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY_GRAD,
     .name = "UnaryGrad", .domain = "kiln", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward, .test = grad_test,
 };

@@ -103,6 +103,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_unsqueeze = {
+    .precision = KILN_PREC_FOLLOW,
     .name = "Unsqueeze", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
     .alias_outputs = 1, .grad = grad,

@@ -167,6 +167,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_where = {
+    .precision = KILN_PREC_FOLLOW, .out_dtype = {KILN_DT_IN1},
     .name = "Where", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
 };

@@ -94,6 +94,7 @@ static kiln_status fold_one(kiln_model *m, int *prod, int ci, int bi, int *dropp
     *done = false;
     kiln_context *ctx = m->ctx;
     const kiln_node *cv = &m->nodes[ci];
+    /* op-pattern: Conv / ConvTranspose / Gemm -> BatchNormalization */
     const kind k = kiln_pass_is(cv, "Conv") ? CONV : kiln_pass_is(cv, "ConvTranspose") ? CONV_T : GEMM;
     if (cv->n_in < 2) return KILN_OK;
     const kiln_tensor *w = kiln_pass_constant(m, prod, cv->in[1]);
@@ -174,6 +175,7 @@ kiln_status kiln_pass_fold_bn(kiln_model *m, const kiln_pass_options *o, bool *c
         const int x = bn->in[0], p = x >= 0 ? prod[x] : -1;
         if (extra || p < 0 || dead[p] || kiln_pass_single_consumer(m, x) != i) continue;
         const kiln_node *cv = &m->nodes[p];
+        /* op-pattern */
         if (!(kiln_pass_is(cv, "Conv") || kiln_pass_is(cv, "ConvTranspose") || kiln_pass_is(cv, "Gemm")) ||
             cv->n_out != 1 || cv->out[0] != x)
             continue;

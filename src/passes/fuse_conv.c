@@ -28,17 +28,15 @@ typedef struct act_attrs {
 
 /* Whether node a is one of the activations with constant parameters; fills *out. */
 static bool get_activation(const kiln_model *m, const int *prod, const kiln_node *a, act_attrs *out) {
-    static const char *const acts[] = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSwish", "HardSigmoid", "Tanh"};
-    bool known = false;
-    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++) known |= kiln_pass_is(a, acts[k]);
-    if (!known || a->n_out != 1 || a->n_in < 1) return false;
+    const kiln_op_def *d = kiln_pass_is(a, a->op_type) ? kiln_node_def(a) : NULL; /* ONNX ops */
+    const kiln_eltwise *e = d ? d->eltwise : NULL;
+    if (!e || !e->conv_epilogue || a->n_out != 1 || a->n_in < 1) return false;
     snprintf(out->name, sizeof out->name, "%s", a->op_type);
-    const bool hs = kiln_pass_is(a, "HardSigmoid");
-    out->alpha = kiln_attr_float(a, "alpha", hs ? 0.2f : 0.01f);
-    out->beta = kiln_attr_float(a, "beta", 0.5f);
+    out->alpha = e->n_params > 0 && !e->bounds_from_inputs ? kiln_attr_float(a, e->param_attr[0], e->param_default[0]) : 0.01f;
+    out->beta = e->n_params > 1 && !e->bounds_from_inputs ? kiln_attr_float(a, e->param_attr[1], e->param_default[1]) : 0.5f;
     out->lo = -INFINITY;
     out->hi = INFINITY;
-    if (!kiln_pass_is(a, "Clip")) return a->n_in == 1;
+    if (!e->bounds_from_inputs) return a->n_in == 1;
     if (a->opset < 11) {
         out->lo = kiln_attr_float(a, "min", -INFINITY);
         out->hi = kiln_attr_float(a, "max", INFINITY);
@@ -55,19 +53,23 @@ static bool get_activation(const kiln_model *m, const int *prod, const kiln_node
 
 static kiln_status set_activation(kiln_model *m, int i, const act_attrs *a, bool gemm) {
     kiln_status st = kiln_pass_set_string(m, i, "activation", a->name);
+    const kiln_op_def *d = kiln_op_find(a->name);
+    const kiln_eltwise *e = d ? d->eltwise : NULL;
     const char *an = gemm ? "act_alpha" : "alpha", *bn = gemm ? "act_beta" : "beta";
-    if (!st && (!strcmp(a->name, "LeakyRelu") || !strcmp(a->name, "HardSigmoid")))
-        st = kiln_pass_set_float(m, i, an, (float)a->alpha);
-    if (!st && !strcmp(a->name, "HardSigmoid")) st = kiln_pass_set_float(m, i, bn, (float)a->beta);
-    if (!st && !strcmp(a->name, "Clip")) {
+    if (!e) return st ? st : kiln_fail(m->ctx, KILN_ERR_INTERNAL, "activation %s is not elementwise", a->name);
+    if (!st && e->bounds_from_inputs) {
         st = kiln_pass_set_float(m, i, "act_min", (float)a->lo);
         if (!st) st = kiln_pass_set_float(m, i, "act_max", (float)a->hi);
+        return st;
     }
+    if (!st && e->n_params > 0) st = kiln_pass_set_float(m, i, an, (float)a->alpha);
+    if (!st && e->n_params > 1) st = kiln_pass_set_float(m, i, bn, (float)a->beta);
     return st;
 }
 /* Add, or Sum of two inputs (Caffe2-converted ResNets write their residuals so). */
 static bool is_add(const kiln_node *n) {
-    return (kiln_pass_is(n, "Add") || kiln_pass_is(n, "Sum")) && n->n_in == 2 && n->n_out == 1;
+    const char *tok = kiln_pass_is(n, n->op_type) ? kiln_eltwise_token(kiln_node_def(n)) : NULL;
+    return tok && strcmp(tok, "Add") == 0 && n->n_in == 2 && n->n_out == 1;
 }
 
 /* Stage 1: Conv ci followed by Add of a per-channel constant. */
@@ -150,6 +152,7 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_p
     char *name = kiln_strdup(m->ctx, cv->name);
     if (!name) return KILN_ERR_OUT_OF_MEMORY;
     /* the fused node sits where the chain's last node was and keeps its output */
+    /* op-pattern: Conv -> FusedConv, Gemm -> FusedGemm */
     kiln_status st = kiln_pass_rewrite(m, last, "kiln", gemm ? "FusedGemm" : "FusedConv", n_in, in, cv);
     if (!st && act.name[0]) st = set_activation(m, last, &act, gemm);
     if (st) {
@@ -187,10 +190,12 @@ kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool 
         have_probes = st == KILN_OK;
         if (st != KILN_ERR_OUT_OF_MEMORY) st = KILN_OK; /* uninferable: static shapes decide */
     }
+    /* op-pattern */
     const bool conv_ok = kiln_pass_device_has(o, "FusedConv"), gemm_ok = kiln_pass_device_has(o, "FusedGemm");
     for (int i = 0; i < m->n_nodes && !st; i++) {
         const kiln_node *n = &m->nodes[i];
         if (dead[i] || n->n_out != 1) continue;
+        /* op-pattern */
         const bool conv = conv_ok && kiln_pass_is(n, "Conv"), gemm = gemm_ok && kiln_pass_is(n, "Gemm");
         if (!conv && !gemm) continue;
         bool done = false;

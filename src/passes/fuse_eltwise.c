@@ -1,8 +1,7 @@
 /* fuse_eltwise.c — trees of elementwise ops as one kiln.FusedElementwise (FUSED.md).
  *
- * Ops: the unary Relu Sigmoid Tanh Exp Log Sqrt Reciprocal Abs Neg Erf Floor Ceil Softplus
- * Softsign HardSwish LeakyRelu Elu HardSigmoid Clip (constant bounds) and the binary Add
- * Sub Mul Div Pow Max Min (two inputs; also Sum of two, as Add), on one float dtype
+ * Ops: those whose kiln_op_def has an eltwise description (unary, Clip with constant
+ * bounds; binary with two inputs, Sum of two as Add), on one float dtype
  * (operands and result alike; dtypes and ranks from kiln_pass_infer_types, which also
  * knows them under symbolic dims). Nodes are visited from the last: each one not yet
  * taken roots a tree, which grows into the producers of its operands while the value
@@ -21,11 +20,6 @@
 
 #define MAX_INPUTS 8
 #define MAX_DEPTH 32 /* the op's stack */
-
-static const char *const unary[] = {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal",
-                                    "Abs", "Neg", "Erf", "Floor", "Ceil", "Softplus", "Softsign",
-                                    "HardSwish", "LeakyRelu", "Elu", "HardSigmoid", "Clip"};
-static const char *const binary[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum"};
 
 typedef struct ctx {
     kiln_model *m;
@@ -47,15 +41,17 @@ typedef struct ctx {
     bool oom;
 } ctx;
 
-static bool in_list(const char *name, const char *const *l, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(l[i], name)) return true;
-    return false;
+/* The node's elementwise description (kiln_op_def.eltwise), ONNX ops only; NULL if none. */
+static const kiln_eltwise *elt(const kiln_node *n) {
+    if (n->domain[0] && strcmp(n->domain, "ai.onnx") != 0) return NULL;
+    const kiln_op_def *d = kiln_node_def(n);
+    return d ? d->eltwise : NULL;
 }
 
 /* Operands of an elementwise node: input 0 for unary ops (Clip's bounds are parameters). */
 static int n_operands(const kiln_node *n) {
-    return in_list(n->op_type, binary, sizeof binary / sizeof binary[0]) ? 2 : 1;
+    const kiln_eltwise *e = elt(n);
+    return e && e->arity == 2 ? 2 : 1;
 }
 
 /* Clip's bounds, when constants (or attributes before opset 11). */
@@ -78,17 +74,15 @@ static bool clip_bounds(const ctx *c, const kiln_node *n, double *lo, double *hi
 
 static bool eligible(const ctx *c, int i) {
     const kiln_node *n = &c->m->nodes[i];
-    if (n->domain[0] && strcmp(n->domain, "ai.onnx") != 0) return false;
-    const bool un = in_list(n->op_type, unary, sizeof unary / sizeof unary[0]);
-    const bool bin = in_list(n->op_type, binary, sizeof binary / sizeof binary[0]);
-    if ((!un && !bin) || n->n_out != 1 || n->out[0] < 0) return false;
-    if ((bin && n->n_in != 2) || (un && !kiln_pass_is(n, "Clip") && n->n_in != 1)) return false;
+    const kiln_eltwise *e = elt(n);
+    if (!e || n->n_out != 1 || n->out[0] < 0) return false;
+    if ((e->arity == 2 && n->n_in != 2) || (e->arity == 1 && !e->bounds_from_inputs && n->n_in != 1)) return false;
     const kiln_dtype dt = c->dt[n->out[0]];
     if (!kiln_dtype_is_float(dt)) return false;
     for (int k = 0; k < n_operands(n); k++)
         if (n->in[k] < 0 || c->dt[n->in[k]] != dt) return false;
     double lo, hi;
-    return !kiln_pass_is(n, "Clip") || clip_bounds(c, n, &lo, &hi);
+    return !e->bounds_from_inputs || clip_bounds(c, n, &lo, &hi);
 }
 
 /* A one-element constant of the tree's dtype, for a literal. */
@@ -183,22 +177,21 @@ static void gen(ctx *c, int v) {
         char tok[160];
         const char *f = num_fmt(c);
         char a[40] = "", b[40] = "";
-        if (kiln_pass_is(n, "LeakyRelu") || kiln_pass_is(n, "Elu") || kiln_pass_is(n, "HardSigmoid")) {
-            const double alpha = kiln_attr_float(n, "alpha", kiln_pass_is(n, "LeakyRelu") ? 0.01f
-                                                            : kiln_pass_is(n, "Elu")     ? 1.0f
-                                                                                           : 0.2f);
-            snprintf(a, sizeof a, f, alpha);
-            snprintf(b, sizeof b, f, (double)kiln_attr_float(n, "beta", 0.5f));
-            if (kiln_pass_is(n, "HardSigmoid")) snprintf(tok, sizeof tok, "%s@%s@%s", n->op_type, a, b);
-            else snprintf(tok, sizeof tok, "%s@%s", n->op_type, a);
-        } else if (kiln_pass_is(n, "Clip")) {
+        const kiln_eltwise *e = elt(n);
+        const char *name = kiln_eltwise_token(kiln_node_def(n));
+        if (e->bounds_from_inputs) {
             double lo, hi;
             clip_bounds(c, n, &lo, &hi);
             snprintf(a, sizeof a, f, lo);
             snprintf(b, sizeof b, f, hi);
-            snprintf(tok, sizeof tok, "Clip@%s@%s", a, b);
+            snprintf(tok, sizeof tok, "%s@%s@%s", name, a, b);
+        } else if (e->n_params > 0) {
+            snprintf(a, sizeof a, f, (double)kiln_attr_float(n, e->param_attr[0], e->param_default[0]));
+            if (e->n_params > 1) snprintf(b, sizeof b, f, (double)kiln_attr_float(n, e->param_attr[1], e->param_default[1]));
+            if (e->n_params > 1) snprintf(tok, sizeof tok, "%s@%s@%s", name, a, b);
+            else snprintf(tok, sizeof tok, "%s@%s", name, a);
         } else {
-            snprintf(tok, sizeof tok, "%s", kiln_pass_is(n, "Sum") ? "Add" : n->op_type);
+            snprintf(tok, sizeof tok, "%s", name);
         }
         emit(c, "%s", tok);
         c->sp -= ops - 1;

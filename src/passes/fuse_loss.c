@@ -169,6 +169,7 @@ static kiln_status merge(kiln_model *m, int *prod, int nv0, bool *dead, const ki
 }
 
 kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    /* op-pattern: LogSoftmax -> NegativeLogLikelihoodLoss as kiln.LogSoftmaxNLL(Grad) */
     if (!kiln_pass_device_has(o, "LogSoftmaxNLL") || !kiln_pass_device_has(o, "LogSoftmaxNLLGrad")) return KILN_OK;
     kiln_tensor *vt = NULL;
     int *prod = kiln_pass_producers(m);

@@ -124,6 +124,7 @@ static bool find_backward(const kiln_model *m, int pool, int x, int mask, int *d
             return false;
         const int dp = pg->out[0], r = kiln_pass_single_consumer(m, dp);
         const kiln_node *u = r >= 0 ? &m->nodes[r] : NULL;
+        /* op-pattern: ReluGrad */
         const bool relu = u && kiln_pass_is_kiln(u, "UnaryGrad") && strcmp(kiln_attr_string(u, "op", ""), "Relu") == 0 &&
                           u->n_in == 3 && u->in[0] == dp && u->in[1] < 0 && u->in[2] == x && u->n_out == 1 &&
                           u->out[0] >= 0;
@@ -144,6 +145,7 @@ static int trimmed(const int *in, int n) {
 
 /* The pools (see the file's opening comment). */
 static kiln_status fuse_pools(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    /* op-pattern: MaxPool -> Dropout as kiln.MaxPoolDropout(Grad) */
     if (!kiln_pass_device_has(o, "MaxPoolDropout") || !kiln_pass_device_has(o, "MaxPoolDropoutGrad")) return KILN_OK;
     /* no pool over an NHWC input (every CPU plan): no shape inference either */
     bool candidate = false;
@@ -219,6 +221,7 @@ static kiln_status fold_relu_grads(kiln_model *m, const kiln_pass_options *o, bo
     any = false;
     for (int ui = 0; ui < m->n_nodes && !st; ui++) {
         const kiln_node *u = &m->nodes[ui];
+        /* op-pattern: ReluGrad */
         if (!kiln_pass_is_kiln(u, "UnaryGrad") || strcmp(kiln_attr_string(u, "op", ""), "Relu") != 0 || u->n_in != 3 ||
             u->in[0] < 0 || u->in[1] >= 0 || u->in[2] < 0 || u->n_out != 1 || u->out[0] < 0)
             continue;

@@ -50,35 +50,30 @@ kiln_status kiln_pass_topo_order(const kiln_model *m, int *order) {
     return KILN_OK;
 }
 
-/* Output k's dtype by op when inference cannot run: the table of ops whose outputs do not
- * simply take input 0's dtype. */
+/* Output k's dtype when inference cannot run: the op's out_dtype rule (input 0's by
+ * default, and for ops outside the registry). */
 static kiln_dtype rule_dtype(const kiln_node *n, int k, const kiln_tensor *vt) {
-    const char *op = n->op_type;
     kiln_dtype in0 = n->n_in > 0 && n->in[0] >= 0 ? vt[n->in[0]].dtype : KILN_DTYPE_UNDEFINED;
     kiln_dtype in1 = n->n_in > 1 && n->in[1] >= 0 ? vt[n->in[1]].dtype : KILN_DTYPE_UNDEFINED;
-    static const char *const to_i64[] = {"Shape", "Size", "ArgMax", "ArgMin", "NonZero"};
-    static const char *const to_bool[] = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                          "Not", "And", "Or", "Xor", "IsNaN", "IsInf"};
-    for (size_t i = 0; i < sizeof to_i64 / sizeof to_i64[0]; i++)
-        if (strcmp(op, to_i64[i]) == 0) return KILN_I64;
-    for (size_t i = 0; i < sizeof to_bool / sizeof to_bool[0]; i++)
-        if (strcmp(op, to_bool[i]) == 0) return KILN_BOOL;
-    if (strcmp(op, "Cast") == 0) return (kiln_dtype)kiln_attr_int(n, "to", 0);
-    if (strcmp(op, "CastLike") == 0 || strcmp(op, "Where") == 0) return in1;
-    if (strcmp(op, "Constant") == 0 || strcmp(op, "ConstantOfShape") == 0) {
+    const kiln_op_def *d = kiln_node_def(n);
+    const kiln_dtype_rule r = d && k >= 0 && k < 4 ? (kiln_dtype_rule)d->out_dtype[k] : KILN_DT_IN0;
+    switch (r) {
+    case KILN_DT_IN0: return in0;
+    case KILN_DT_IN1: return in1;
+    case KILN_DT_I64: return KILN_I64;
+    case KILN_DT_BOOL: return KILN_BOOL;
+    case KILN_DT_ATTR_TO: return (kiln_dtype)kiln_attr_int(n, "to", 0);
+    case KILN_DT_VALUE:
+    case KILN_DT_VALUE_OR_F32:
         for (int a = 0; a < n->n_attrs; a++) {
             const kiln_attr *at = &n->attrs[a];
             if (at->type == KILN_ATTR_TENSOR && at->t) return at->t->dtype;
             if (strncmp(at->name, "value_float", 11) == 0) return KILN_F32;
             if (strncmp(at->name, "value_int", 9) == 0) return KILN_I64;
         }
-        return strcmp(op, "ConstantOfShape") == 0 ? KILN_F32 : KILN_DTYPE_UNDEFINED;
+        return r == KILN_DT_VALUE_OR_F32 ? KILN_F32 : KILN_DTYPE_UNDEFINED;
+    case KILN_DT_F32: return in0 == KILN_F64 ? KILN_F64 : KILN_F32;
     }
-    /* f32 whatever X's float: the fused loss's outputs, its gradient's dX_f32 and loss */
-    if (strcmp(op, "LogSoftmaxNLL") == 0 || (k >= 1 && strcmp(op, "LogSoftmaxNLLGrad") == 0))
-        return in0 == KILN_F64 ? KILN_F64 : KILN_F32;
-    if (k == 1 && strcmp(op, "MaxPool") == 0) return KILN_I64;
-    if (k == 1 && strcmp(op, "Dropout") == 0) return KILN_BOOL;
     return in0;
 }
 
@@ -151,7 +146,7 @@ kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor 
                 }
             continue;
         }
-        bool fold = strcmp(n->op_type, "Dropout") != 0;
+        bool fold = !d->random; /* a new draw every run */
         for (int k = 0; k < n->n_in && fold; k++) {
             bool shape_only = k < 32 && (d->shape_only_inputs & (1u << k));
             fold = n->in[k] < 0 || vt[n->in[k]].data || shape_only;

@@ -80,60 +80,42 @@ enum kind {
 
 #define WANT_ANY (-1)
 
-static bool is_onnx(const kiln_node *n) { return !n->domain[0] || strcmp(n->domain, "ai.onnx") == 0; }
-
-static bool in_list(const char *s, const char *const *list) {
-    for (; *list; list++)
-        if (strcmp(s, *list) == 0) return true;
-    return false;
-}
-
-static const char *const UNARY_OPS[] = {
-    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid",
-    "HardSwish", "Softplus", "Softsign", "Clip", "Erf", "Exp", "Log", "Sqrt", "Reciprocal",
-    "Abs", "Neg", "Floor", "Ceil", "Identity", NULL};
-static const char *const BINARY_OPS[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", NULL};
-
-/* Dropout is elementwise only at inference: no mask output and no training_mode input
- * (training draws its mask by flat index, in the reference's NCHW order). */
-static bool inference_dropout(const kiln_node *n) {
-    return n->n_out == 1 && (n->n_in < 3 || n->in[2] < 0);
-}
 
 /* A fused elementwise node follows NHWC only when its inputs have the output's shape
  * (the fusion pass marks it same_shape=1): its generated kernel indexes logically, so it
  * can run on NHWC bytes position by position only. */
 static bool same_shape_inputs(const kiln_node *n) { return kiln_attr_int(n, "same_shape", 0) == 1; }
 
-/* A Dropout that is not elementwise (a mask output or a training_mode input): given an
- * NHWC X, its CUDA kernel reads X as it is and writes Y and the mask NCHW, the mask drawn
- * by NCHW index as the reference does. */
+/* A random op in its training form (Dropout with a training_mode input or a mask output):
+ * given an NHWC X, its CUDA kernel reads X as it is and writes Y and the mask NCHW, the
+ * mask drawn by NCHW index as the reference does. */
 static bool nchw_dropout(const kiln_node *n) {
-    return is_onnx(n) && strcmp(n->op_type, "Dropout") == 0 && !inference_dropout(n);
+    const kiln_op_def *d = kiln_node_def(n);
+    return d && d->random && d->layout != KILN_LAYOUT_NONE && (n->n_out != 1 || kiln_node_training_form(n));
 }
 
+/* The op's layout kind (kiln_op_def.layout). Only single-output nodes in their inference
+ * form take one: MaxPool with indices, BatchNormalization in training mode and Dropout in
+ * training (which draws its mask by flat index, in the reference's NCHW order) do not. */
 static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
-    if (strcmp(n->domain, "kiln") == 0) {
-        if (strcmp(n->op_type, "FusedConv") == 0) return K_CONV;
-        if (strcmp(n->op_type, "FusedElementwise") == 0 && same_shape_inputs(n)) return K_BINARY;
-        if (strcmp(n->op_type, "ConvGradInput") == 0) return K_CGRAD_IN;
-        if (strcmp(n->op_type, "ConvGradWeight") == 0) return K_CGRAD_W;
-        if (strcmp(n->op_type, "ConvGradBias") == 0) return K_CGRAD_B;
-        if (strcmp(n->op_type, "MaxPoolGrad") == 0) return K_PGRAD;
-        if (strcmp(n->op_type, "UnaryGrad") == 0) return K_UGRAD;
-        return K_NONE;
+    (void)m;
+    const kiln_op_def *d = kiln_node_def(n);
+    if (!d || n->n_out != 1 || kiln_node_training_form(n)) return K_NONE;
+    switch (d->layout) {
+    case KILN_LAYOUT_NONE: return K_NONE;
+    case KILN_LAYOUT_CONV: return K_CONV;
+    case KILN_LAYOUT_POOL: return K_POOL;
+    case KILN_LAYOUT_BN: return K_BN;
+    case KILN_LAYOUT_GAP: return K_GAP;
+    case KILN_LAYOUT_UNARY: return K_UNARY;
+    case KILN_LAYOUT_BINARY: return K_BINARY;
+    case KILN_LAYOUT_SAME_SHAPE: return same_shape_inputs(n) ? K_BINARY : K_NONE;
+    case KILN_LAYOUT_CONV_GRAD_INPUT: return K_CGRAD_IN;
+    case KILN_LAYOUT_CONV_GRAD_WEIGHT: return K_CGRAD_W;
+    case KILN_LAYOUT_CONV_GRAD_BIAS: return K_CGRAD_B;
+    case KILN_LAYOUT_POOL_GRAD: return K_PGRAD;
+    case KILN_LAYOUT_UNARY_GRAD: return K_UGRAD;
     }
-    if (!is_onnx(n)) return K_NONE;
-    const char *op = n->op_type;
-    if (strcmp(op, "Conv") == 0) return K_CONV;
-    if (strcmp(op, "MaxPool") == 0) return n->n_out == 1 ? K_POOL : K_NONE;
-    if (strcmp(op, "AveragePool") == 0) return K_POOL;
-    if (strcmp(op, "BatchNormalization") == 0)
-        return n->n_out == 1 && (n->opset < 14 || kiln_attr_int(n, "training_mode", 0) == 0) ? K_BN : K_NONE;
-    if (strcmp(op, "GlobalAveragePool") == 0) return K_GAP;
-    if (strcmp(op, "Dropout") == 0) return inference_dropout(n) ? K_UNARY : K_NONE;
-    if (in_list(op, UNARY_OPS)) return K_UNARY;
-    if (in_list(op, BINARY_OPS)) return K_BINARY;
     return K_NONE;
 }
 
@@ -239,6 +221,7 @@ static int convert(layout *L, int v, kiln_format to) {
     dst->ndim = src->ndim;
     memcpy(dst->dims, src->dims, sizeof dst->dims);
     dst->format = to;
+    /* op-pattern: the pass's own conversions */
     if (kiln_model_add_node_raw(m, to == KILN_FORMAT_NHWC ? "ToNHWC" : "ToNCHW", name, "kiln", 1, &v, 1, &nv, 0,
                                 NULL) < 0)
         return -1;

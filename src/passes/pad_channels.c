@@ -19,9 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A convolution (X, W, ...): the ops of the layout pass's conv kind (Conv, kiln.FusedConv). */
 static bool is_conv(const kiln_node *n) {
-    bool onnx = !n->domain[0] || strcmp(n->domain, "ai.onnx") == 0;
-    return (onnx && strcmp(n->op_type, "Conv") == 0) || (strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, "FusedConv") == 0);
+    const kiln_op_def *d = kiln_node_def(n);
+    return d && d->layout == KILN_LAYOUT_CONV;
 }
 
 /* A new initializer value named after hint; takes t over. -1 on OOM. */

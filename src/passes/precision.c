@@ -2,7 +2,8 @@
  * precision.c — the fp16/bf16 rewrite (kiln_pass_options.precision != FP32): float32
  * arithmetic moves to the low dtype L (f16 or bf16) except where numerics need fp32.
  *
- * Every node gets a class:
+ * Every node gets a class, declared by its op (kiln_op_def.precision, .f32_inputs and
+ * .prec_flags in the op's file; the ops named below are examples):
  *   low     compute ops (Conv, Gemm, MatMul, pools, elementwise math, Resize, inference
  *           BatchNormalization, the fused kiln ops, training's ConvGradInput/Weight/Bias,
  *           MaxPoolGrad and UnaryGrad): f32 inputs are read as L, f32 outputs
@@ -52,58 +53,33 @@
 typedef enum cls { C_KEEP, C_LOW, C_FOLLOW, C_FP32, C_ANY, C_SOURCE, C_MIXED } cls;
 typedef enum want { W_ANY, W_LOW, W_F32 } want;
 
-static const char *const low_ops[] = {
-    "Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
-    "GlobalMaxPool", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Celu", "Gelu",
-    "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Clip", "Erf", "Exp", "Log", "Sqrt",
-    "Reciprocal", "Abs", "Neg", "Floor", "Ceil", "Add", "Sub", "Mul", "Div", "Pow", "PRelu",
-    "Sum", "Mean", "Min", "Max", "BatchNormalization", "Resize", "ReduceMax", "ReduceMin"};
-static const char *const follow_ops[] = {
-    "Identity", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
-    "Slice", "Gather", "Expand", "Tile", "Pad", "Dropout", "Where", "Equal", "Less", "Greater",
-    "Range"};
-static const char *const exp_arg_ops[] = {"Add", "Sub", "Mul", "Div", "Neg"};
-static const char *const shrinking_ops[] = {"Slice", "Gather", "Split"};
-static const char *const any_ops[] = {"Shape", "Size", "ArgMax", "ArgMin", "Cast", "CastLike"};
-/* and training's gradients of low ops, as PyTorch's autocast runs a backward in the
- * forward's dtype (f32 accumulation inside; the weight gradients cast to f32 for the
- * optimizer at the graph outputs) */
-static const char *const kiln_low_ops[] = {"FusedConv",     "FusedGemm",  "FusedElementwise", "ConvGradInput",
-                                           "ConvGradWeight", "ConvGradBias", "MaxPoolGrad",     "UnaryGrad"};
-static const char *const kiln_follow_ops[] = {"ToNHWC", "ToNCHW", "DropoutGrad"};
-static const char *const kiln_mixed_ops[] = {"LogSoftmaxNLL", "LogSoftmaxNLLGrad"};
-
-#define IN_LIST(s, list) in_list((s), (list), sizeof(list) / sizeof((list)[0]))
-
-static bool in_list(const char *s, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(s, list[i]) == 0) return true;
-    return false;
-}
-
-static bool onnx_domain(const kiln_node *n) { return !n->domain[0] || strcmp(n->domain, "ai.onnx") == 0; }
-
-/* Float inputs that keep their dtype whatever the node computes in: BN's statistics and
- * affine parameters, Resize's roi and scales, Dropout's ratio. */
+/* Float inputs that keep their dtype whatever the node computes in (the op's f32_inputs:
+ * BN's statistics and affine parameters, Resize's roi and scales, Dropout's ratio). */
 static bool exempt(const kiln_node *n, int k) {
-    /* DropoutGrad's ratio and training_mode; its Y (input 4, relu = 1) follows dY */
-    if (strcmp(n->domain, "kiln") == 0) return strcmp(n->op_type, "DropoutGrad") == 0 && (k == 2 || k == 3);
-    if (!onnx_domain(n)) return false;
-    if (strcmp(n->op_type, "BatchNormalization") == 0) return k >= 1;
-    if (strcmp(n->op_type, "Resize") == 0) return k == 1 || k == 2;
-    if (strcmp(n->op_type, "Dropout") == 0) return k == 1;
-    return false;
+    const kiln_op_def *d = kiln_node_def(n);
+    return d && k < 32 && (d->f32_inputs & (1u << k));
 }
 
-/* Exp or Log, also inside a fused elementwise program ("... Exp ..."). */
+static uint32_t prec_flags(const kiln_node *n) {
+    const kiln_op_def *d = kiln_node_def(n);
+    return d ? d->prec_flags : 0;
+}
+
+/* An exp/log op (KILN_PREC_EXP_LOG), also inside a fused elementwise program
+ * ("... Exp ..."): a node with a `program` reads its tokens' ops' flags. */
 static bool exp_or_log(const kiln_node *n) {
-    if (onnx_domain(n)) return strcmp(n->op_type, "Exp") == 0 || strcmp(n->op_type, "Log") == 0;
-    if (strcmp(n->domain, "kiln") != 0 || strcmp(n->op_type, "FusedElementwise") != 0) return false;
-    const char *p = kiln_attr_string(n, "program", "");
+    if (!(prec_flags(n) & KILN_PREC_EXP_LOG)) return false;
+    const char *p = kiln_attr_string(n, "program", NULL);
+    if (!p) return true;
     while (*p) {
-        size_t len = strcspn(p, " ");
-        if ((len == 3 && (strncmp(p, "Exp", 3) == 0 || strncmp(p, "Log", 3) == 0))) return true;
-        p += len;
+        size_t len = strcspn(p, " @");
+        for (int o = 0; o < kiln_op_count(); o++) {
+            const kiln_op_def *d = kiln_op_get(o);
+            const char *tok = kiln_eltwise_token(d);
+            if (tok && strlen(tok) == len && strncmp(p, tok, len) == 0 && (d->prec_flags & KILN_PREC_EXP_LOG))
+                return true;
+        }
+        p += strcspn(p, " ");
         p += strspn(p, " ");
     }
     return false;
@@ -133,7 +109,7 @@ static want want_of(const state *s, int i, int k) {
         const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
         return d && k < 32 && (d->shape_only_inputs & (1u << k)) ? W_ANY : W_F32;
     }
-    case C_ANY: return strcmp(n->op_type, "CastLike") == 0 && k == 1 ? W_F32 : W_ANY;
+    case C_ANY: return exempt(n, k) ? W_F32 : W_ANY;
     case C_SOURCE: return W_ANY;
     case C_MIXED: return k == 0 ? W_ANY : W_F32;
     }
@@ -244,7 +220,7 @@ static kiln_status set_value_attr(kiln_model *m, int i, kiln_tensor *t) {
 static kiln_status retarget(state *s, int i) {
     kiln_model *m = s->m;
     kiln_node *n = &m->nodes[i];
-    if (strcmp(n->op_type, "Cast") == 0) return kiln_node_set_int(n, "to", s->low);
+    if (kiln_node_attr(n, "to")) return kiln_node_set_int(n, "to", s->low); /* Cast */
     const kiln_attr *a = NULL;
     for (int k = 0; k < n->n_attrs && !a; k++)
         if (strcmp(n->attrs[k].name, "value") == 0 || strncmp(n->attrs[k].name, "value_float", 11) == 0)
@@ -266,25 +242,22 @@ static kiln_status retarget(state *s, int i) {
 }
 
 static cls classify(const kiln_node *n, const kiln_tensor *vt, const bool *cst) {
-    const char *op = n->op_type;
-    if (onnx_domain(n)) {
+    const kiln_op_def *d = kiln_node_def(n);
+    if (d && (d->prec_flags & KILN_PREC_SOURCE)) {
         int o = n->n_out > 0 ? n->out[0] : -1;
-        bool f32_out = o >= 0 && vt[o].dtype == KILN_F32;
-        if (strcmp(op, "Cast") == 0 && kiln_attr_int(n, "to", 0) == KILN_F32) return C_SOURCE;
-        if ((strcmp(op, "Constant") == 0 || strcmp(op, "ConstantOfShape") == 0) && f32_out) return C_SOURCE;
+        if (o >= 0 && vt[o].dtype == KILN_F32) return C_SOURCE;
     }
     bool all_const = n->n_out > 0;
     for (int k = 0; k < n->n_out; k++) all_const = all_const && n->out[k] >= 0 && cst[n->out[k]];
     if (all_const) return C_KEEP;
-    if (onnx_domain(n)) {
-        if (strcmp(op, "BatchNormalization") == 0 && kiln_attr_int(n, "training_mode", 0) != 0) return C_FP32;
-        if (IN_LIST(op, low_ops)) return C_LOW;
-        if (IN_LIST(op, follow_ops)) return C_FOLLOW;
-        if (IN_LIST(op, any_ops)) return C_ANY;
-    } else if (strcmp(n->domain, "kiln") == 0) {
-        if (IN_LIST(op, kiln_low_ops)) return C_LOW;
-        if (IN_LIST(op, kiln_follow_ops)) return C_FOLLOW;
-        if (IN_LIST(op, kiln_mixed_ops)) return C_MIXED;
+    if (!d) return C_FP32;
+    if ((d->prec_flags & KILN_PREC_TRAINING_FP32) && kiln_node_training_form(n)) return C_FP32;
+    switch (d->precision) {
+    case KILN_PREC_LOW: return C_LOW;
+    case KILN_PREC_FOLLOW: return C_FOLLOW;
+    case KILN_PREC_ANY: return C_ANY;
+    case KILN_PREC_MIXED: return C_MIXED;
+    case KILN_PREC_FP32: case KILN_PREC_UNDECLARED: break;
     }
     return C_FP32;
 }
@@ -376,7 +349,7 @@ static kiln_status rewrite(state *s, const int *order, const int *cstart, const 
         /* dX alone, or with the loss as output 2 (fuse-loss merged the forward) */
         const bool free_slot = n->n_out == 1 || (n->n_out == 3 && n->out[1] < 0);
         const int v = free_slot ? n->out[0] : -1;
-        if (s->c[i] != C_MIXED || strcmp(n->op_type, "LogSoftmaxNLLGrad") != 0 || v < 0 || v >= s->nv0 ||
+        if (s->c[i] != C_MIXED || !(prec_flags(n) & KILN_PREC_LIKE_X) || v < 0 || v >= s->nv0 ||
             !s->is_low[v] || s->f32_of[v] >= 0)
             continue;
         bool f32 = false;
@@ -513,7 +486,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
     for (int oi = 0; oi < s.n0; oi++) {
         const kiln_node *n = &m->nodes[order[oi]];
         const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
-        bool c = d && strcmp(n->op_type, "Dropout") != 0;
+        bool c = d && !d->random;
         for (int k = 0; k < n->n_in && c; k++) {
             bool shape_only = k < 32 && (d->shape_only_inputs & (1u << k));
             c = n->in[k] < 0 || cst[n->in[k]] || shape_only;
@@ -538,7 +511,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         if (exp_or_log(n)) {
             for (int c = cstart[v]; c < cstart[v + 1]; c++)
                 if (s.c[cons[c]] == C_FP32 || s.c[cons[c]] == C_MIXED) s.c[i] = C_FP32;
-        } else if (onnx_domain(n) && IN_LIST(n->op_type, exp_arg_ops) && cstart[v] < cstart[v + 1] &&
+        } else if ((prec_flags(n) & KILN_PREC_EXP_ARG) && cstart[v] < cstart[v + 1] &&
                    !m->values[v].is_output) {
             bool all = true;
             for (int c = cstart[v]; c < cstart[v + 1]; c++)
@@ -555,7 +528,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         /* the fused loss's gradient: dX in X's dtype; the forward's outputs, and the loss
          * the gradient writes as its output 2, stay f32 */
         if (s.c[i] == C_MIXED)
-            low = strcmp(n->op_type, "LogSoftmaxNLLGrad") == 0 && n->n_in > 0 && n->in[0] >= 0 && s.is_low[n->in[0]];
+            low = (prec_flags(n) & KILN_PREC_LIKE_X) && n->n_in > 0 && n->in[0] >= 0 && s.is_low[n->in[0]];
         if (s.c[i] == C_FOLLOW) {
             for (int k = 0; k < n->n_in; k++)
                 if (n->in[k] >= 0 && !exempt(n, k) && s.is_low[n->in[k]]) low = true;
@@ -570,7 +543,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
     for (int oi = s.n0 - 1; oi >= 0; oi--) {
         int i = order[oi];
         const kiln_node *n = &m->nodes[i];
-        if (s.c[i] != C_FOLLOW || s.node_low[i] || IN_LIST(n->op_type, shrinking_ops)) continue;
+        if (s.c[i] != C_FOLLOW || s.node_low[i] || (prec_flags(n) & KILN_PREC_SHRINKS)) continue;
         bool low = false, f32 = false;
         for (int k = 0; k < n->n_out; k++) {
             int v = n->out[k];

@@ -152,10 +152,11 @@ static kiln_status lift_initializer(kiln_model *m, int v, kiln_tensor **owned) {
     return push_int(&m->inputs, &m->n_inputs, v) ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
 }
 
-/* BatchNormalization's running mean and variance (inputs 3 and 4) are state the trainer
- * updates from the node's outputs, not parameters. */
-static bool is_bn_state_use(const kiln_node *n, int k) {
-    return strcmp(n->op_type, "BatchNormalization") == 0 && (k == 3 || k == 4);
+/* Running statistics (the op's training.state_inputs, BatchNormalization's mean and
+ * variance) are state the trainer updates from the node's outputs, not parameters. */
+static bool is_state_use(const kiln_node *n, int k) {
+    const kiln_op_def *d = kiln_node_def(n);
+    return d && d->training && k < 32 && (d->training->state_inputs & (1u << k));
 }
 
 /* Is value v consumed by some node at an input the op trains (not nondiff_inputs)? */
@@ -164,7 +165,7 @@ static bool trainable_use(const kiln_model *m, int v) {
         const kiln_node *n = &m->nodes[i];
         const kiln_op_def *d = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
         for (int k = 0; k < n->n_in; k++)
-            if (n->in[k] == v && !(d && k < 32 && (d->nondiff_inputs & (1u << k))) && !is_bn_state_use(n, k))
+            if (n->in[k] == v && !(d && k < 32 && (d->nondiff_inputs & (1u << k))) && !is_state_use(n, k))
                 return true;
     }
     return false;
@@ -219,26 +220,22 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         params[t->n_params++] = v;
     }
     free(reach);
-    /* BatchNormalization: training mode, running statistics in and out. */
+    /* Training forms (kiln_op_def.training): BatchNormalization's training_mode with its
+     * running statistics in and out, Dropout's training_mode input and mask output. */
     for (int i = 0; i < m->n_nodes && !st; i++) {
         kiln_node *n = &m->nodes[i];
-        if (strcmp(n->op_type, "BatchNormalization") == 0) {
-            if (n->n_in < 5 || !m->values[n->in[3]].init || !m->values[n->in[4]].init) {
-                st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "BatchNormalization node '%s': running statistics must be initializers", n->name);
-                break;
-            }
-            if (n->opset < 15) n->opset = 15;
-            if ((st = set_int_attr(m, i, "training_mode", 1))) break;
-            while (m->nodes[i].n_out < 3 && !st)
-                if (add_node_output(m, i, m->nodes[i].n_out == 1 ? "running_mean" : "running_var") < 0) st = KILN_ERR_OUT_OF_MEMORY;
-            for (int k = 0; k < 2 && !st; k++) {
-                kiln_state *s = &t->states[t->n_states++];
-                s->fwd_value = m->nodes[i].in[3 + k];
-                s->out_value = m->nodes[i].out[1 + k];
-                st = lift_initializer(m, s->fwd_value, &s->value);
-            }
-        } else if (strcmp(n->op_type, "Dropout") == 0) {
-            /* training_mode = true (a constant), ratio defaults to 0.5, the mask feeds the gradient */
+        const kiln_op_def *d = kiln_node_def(n);
+        const kiln_op_training *tf = d ? d->training : NULL;
+        if (!tf) continue;
+        for (int k = 0; k < 32 && !st; k++)
+            if ((tf->state_inputs & (1u << k)) && (n->n_in <= k || n->in[k] < 0 || !m->values[n->in[k]].init))
+                st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s node '%s': running statistics must be initializers",
+                               n->op_type, n->name);
+        if (st) break;
+        if (n->opset < tf->min_opset) n->opset = tf->min_opset;
+        if (tf->mode_attr && (st = set_int_attr(m, i, tf->mode_attr, 1))) break;
+        if (tf->mode_input > 0) {
+            /* a constant true */
             if (t->true_value < 0) {
                 kiln_tensor *tr = kiln_tensor_new(ctx, KILN_BOOL, 0, NULL);
                 if (!tr) { st = KILN_ERR_OUT_OF_MEMORY; break; }
@@ -249,13 +246,25 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
                 m->values[t->true_value].dtype = KILN_BOOL;
                 m->values[t->true_value].ndim = 0;
             }
-            int *in = realloc(n->in, sizeof(int) * 3);
+            n = &m->nodes[i];
+            const int n_in = n->n_in > tf->mode_input + 1 ? n->n_in : tf->mode_input + 1;
+            int *in = realloc(n->in, sizeof(int) * (size_t)n_in);
             if (!in) { st = KILN_ERR_OUT_OF_MEMORY; break; }
             n->in = in;
-            if (n->n_in < 2) in[1] = -1;
-            in[2] = t->true_value;
-            n->n_in = 3;
-            if (n->n_out < 2 && add_node_output(m, i, "mask") < 0) st = KILN_ERR_OUT_OF_MEMORY;
+            for (int k = n->n_in; k < tf->mode_input; k++) in[k] = -1;
+            in[tf->mode_input] = t->true_value;
+            n->n_in = n_in;
+        }
+        while (m->nodes[i].n_out < tf->n_outputs && !st) {
+            const char *nm = tf->output_names[m->nodes[i].n_out < 4 ? m->nodes[i].n_out : 0];
+            if (add_node_output(m, i, nm ? nm : "out") < 0) st = KILN_ERR_OUT_OF_MEMORY;
+        }
+        for (int k = 0, j = 0; k < 32 && !st; k++) {
+            if (!(tf->state_inputs & (1u << k))) continue;
+            kiln_state *s = &t->states[t->n_states++];
+            s->fwd_value = m->nodes[i].in[k];
+            s->out_value = m->nodes[i].out[tf->state_output + j++];
+            st = lift_initializer(m, s->fwd_value, &s->value);
         }
     }
     int *grads = st ? NULL : kiln_calloc(ctx, (size_t)t->n_params + 1, sizeof(int), "gradients");

@@ -606,6 +606,14 @@ static void binary_cases(void) {
         floats(op, "", 0, false, 1e-6, rt, "general 5-D",
                INPUTS(XR(al, ah, 2, 1, 3, 1, 5), XR(bl, bh, 1, 4, 3, 6, 1)));
     }
+    /* Mod: both signs of A and B, both modes (the remainder is exact; fmod=0 adds B once) */
+    for (int f = 0; f < 2; f++) {
+        const char *attrs = f ? "fmod=1" : "fmod=0";
+        floats("Mod", attrs, 13, true, 1e-6, 1e-6, "same shape", INPUTS(XR(-5, 5, 2, 3, 5, 7), XR(0.5, 2, 2, 3, 5, 7)));
+        floats("Mod", attrs, 13, false, 1e-6, 1e-6, "negative divisor, per channel",
+               INPUTS(XR(-5, 5, 2, 3, 5, 7), XR(-2, -0.5, 3, 1, 1)));
+        floats("Mod", attrs, 13, true, 1e-6, 1e-6, "scalar", INPUTS(XR(-5, 5, 3, 7), SCALAR(0.5, 2)));
+    }
     for (int k = 0; k < 2; k++) {
         const char *op = k ? "Min" : "Max";
         floats(op, "", 0, false, 0, 0, "three inputs", INPUTS(X(2, 3, 4), X(3, 1), X(4)));
