@@ -13,6 +13,7 @@
  */
 #include "../core/internal.h"
 #include "../core/plan.h"
+#include "../core/schedule.h"
 #include "../data/data.h"
 #include "../passes/passes.h"
 #include "autograd.h"
@@ -55,14 +56,7 @@ static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
     return KILN_OK;
 }
 
-float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step) {
-    double lr = o->lr;
-    if (o->schedule == KILN_SCHEDULE_STEP) lr *= pow(o->gamma, (double)(step / o->step_size));
-    else if (o->schedule == KILN_SCHEDULE_COSINE)
-        lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step < o->total_steps ? step : o->total_steps) / (double)o->total_steps));
-    if (o->warmup_steps > 0 && step < o->warmup_steps) lr *= (double)(step + 1) / (double)o->warmup_steps;
-    return (float)lr;
-}
+float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step) { return kiln_lr_schedule(o, step); }
 
 /* --------------------------------------------------------- the fused optimizer */
 
