@@ -207,6 +207,9 @@ double kiln_train_update_bytes(const kiln_train_view *v);
 /* Optimizer state tensors per parameter (SGD: 1 with momentum, else 0; Adam, AdamW,
  * Adadelta: 2). */
 int kiln_optimizer_states(const kiln_train_options *o);
+/* The CPU optimizer update, one step over every parameter (src/cpu/train.c; also the
+ * reference CUDA's fused update is tested against). */
+void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
 /* The dropout seed base of a run: micro-step k runs with base + k. */
 static inline uint64_t kiln_train_seed_base(const kiln_train_options *o) {
     return o->seed * 0x9E3779B97F4A7C15ull;

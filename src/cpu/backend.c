@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* training: see train.c */
+extern const kiln_backend_train_i kiln_cpu_train_i; /* train.c */
 
 typedef struct cpu_plan {
     kiln_plan *p;
@@ -133,5 +133,5 @@ const kiln_backend_i kiln_cpu_backend_i = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .sync = cpu_sync,
-    .train = NULL,
+    .train = &kiln_cpu_train_i,
 };

@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-/* training: see train.c */
+extern const kiln_backend_train_i kiln_cuda_train_i; /* train.c */
 
 static kiln_status cu_create(kiln_context *ctx, const kiln_backend_options *o, void **out) {
     kiln_cuda_options co = {.allow_tf32 = o->allow_tf32,
@@ -113,5 +113,5 @@ const kiln_backend_i kiln_cuda_backend_i = {
     .upload = cu_upload,
     .download = cu_download,
     .sync = cu_sync,
-    .train = NULL,
+    .train = &kiln_cuda_train_i,
 };
