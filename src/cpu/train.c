@@ -4,8 +4,10 @@
  * A step runs the training graph (forward + backward) in the trainer's session, copies the
  * updated BatchNormalization statistics back, accumulates gradients over micro-batches and
  * then, as one isolated call, updates every parameter on the host: kiln_optimizer_update
- * (with PyTorch's GradScaler checks first under mixed precision). The batch source gathers
- * each batch of an epoch on the host.
+ * (with PyTorch's GradScaler checks first under mixed precision). The batch source is the
+ * host loader (src/data/loader.c, gathering on the caller's thread): the batches of an
+ * epoch in the order kiln_loader_permutation gives, as the CUDA engine's device-resident
+ * source gathers them.
  */
 #include "../core/backend.h"
 #include "../core/plan.h"
@@ -20,13 +22,13 @@
 
 typedef struct cpu_trainer {
     const kiln_train_view *v;
-    /* the epoch's batch source: the data set, its order, one batch gathered on the host */
+    /* the batch source: a loader over the data set (made again when the data set, the
+     * batch size or the seed change) and the batch the last step read */
+    kiln_loader *loader;
     const kiln_tensor *images, *labels;
-    int64_t n, sample, batch, cap;
-    int64_t *perm;
-    float *x;
-    int64_t *y;
-    kiln_tensor xt, yt;
+    int64_t n, numel, batch;
+    uint64_t seed;
+    const kiln_batch *held;
 } cpu_trainer;
 
 /* --------------------------------------------------------- the fused optimizer */
@@ -93,9 +95,7 @@ static kiln_status cpu_create(const kiln_train_view *v, void **out) {
 static void cpu_free(void *tr) {
     cpu_trainer *ct = tr;
     if (!ct) return;
-    free(ct->perm);
-    free(ct->x);
-    free(ct->y);
+    kiln_loader_free(ct->loader); /* also gives back the batch held */
     free(ct);
 }
 
@@ -182,47 +182,44 @@ static kiln_status cpu_step(void *tr, bool resident, float *loss) {
 static kiln_status cpu_epoch_begin(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
                                    uint64_t seed, int64_t epoch, int64_t start) {
     cpu_trainer *ct = tr;
-    kiln_context *ctx = ct->v->ctx;
-    (void)start; /* batches are gathered by step index */
-    const int64_t n = images->dims[0], sample = kiln_tensor_numel(images) / n;
-    free(ct->perm);
-    free(ct->x);
-    free(ct->y);
-    ct->perm = kiln_malloc(ctx, sizeof(int64_t) * (size_t)n, "the epoch's order");
-    ct->x = kiln_malloc(ctx, sizeof(float) * (size_t)(batch * sample), "a batch");
-    ct->y = kiln_malloc(ctx, sizeof(int64_t) * (size_t)batch, "a batch");
-    if (!ct->perm || !ct->x || !ct->y) return KILN_ERR_OUT_OF_MEMORY;
-    kiln_loader_permutation(ct->perm, n, seed, epoch);
-    ct->images = images;
-    ct->labels = labels;
-    ct->n = n;
-    ct->sample = sample;
-    ct->batch = batch;
-    return KILN_OK;
+    kiln_status st = KILN_OK;
+    if (ct->held) st = kiln_loader_release(ct->loader, ct->held);
+    ct->held = NULL;
+    if (st) return st;
+    if (!ct->loader || ct->images != images || ct->labels != labels || ct->n != images->dims[0] ||
+        ct->numel != kiln_tensor_numel(images) || ct->batch != batch || ct->seed != seed) {
+        kiln_loader_free(ct->loader);
+        ct->loader = NULL;
+        kiln_loader_options lo = kiln_loader_options_default();
+        lo.batch_size = batch;
+        lo.shuffle = true;
+        lo.seed = seed;
+        lo.workers = 0; /* gathered on this thread, between steps */
+        lo.slots = 1;
+        st = kiln_loader_create(ct->v->ctx, images, labels, &lo, &ct->loader);
+        if (st) return st;
+        ct->images = images;
+        ct->labels = labels;
+        ct->n = images->dims[0];
+        ct->numel = kiln_tensor_numel(images);
+        ct->batch = batch;
+        ct->seed = seed;
+    }
+    /* past the epoch's end no batch is drawn */
+    return start < kiln_loader_steps_per_epoch(ct->loader) ? kiln_loader_seek(ct->loader, epoch, start) : KILN_OK;
 }
 
 static kiln_status cpu_epoch_batch(void *tr, int64_t s, int64_t b, bool *resident) {
     cpu_trainer *ct = tr;
-    const kiln_tensor *images = ct->images;
-    const int64_t sample = ct->sample;
-    for (int64_t i = 0; i < b; i++) {
-        const int64_t idx = ct->perm[s * ct->batch + i];
-        memcpy(ct->x + i * sample, (const float *)images->data + idx * sample, sizeof(float) * (size_t)sample);
-        ct->y[i] = ((const int64_t *)ct->labels->data)[idx];
-    }
-    memset(&ct->xt, 0, sizeof ct->xt);
-    memset(&ct->yt, 0, sizeof ct->yt);
-    ct->xt.dtype = KILN_F32;
-    ct->xt.ndim = images->ndim;
-    ct->xt.data = ct->x;
-    ct->xt.dims[0] = b;
-    for (int d = 1; d < images->ndim; d++) ct->xt.dims[d] = images->dims[d];
-    ct->yt.dtype = KILN_I64;
-    ct->yt.ndim = 1;
-    ct->yt.data = ct->y;
-    ct->yt.dims[0] = b;
-    ct->v->feeds[0] = &ct->xt;
-    ct->v->feeds[1] = &ct->yt;
+    kiln_status st = ct->held ? kiln_loader_release(ct->loader, ct->held) : KILN_OK;
+    ct->held = NULL;
+    if (!st) st = kiln_loader_next(ct->loader, &ct->held);
+    if (st) return st;
+    if (ct->held->step != s || ct->held->size != b)
+        return kiln_fail(ct->v->ctx, KILN_ERR_INTERNAL, "the loader gave step %lld (%lld samples) for step %lld (%lld)",
+                         (long long)ct->held->step, (long long)ct->held->size, (long long)s, (long long)b);
+    ct->v->feeds[0] = ct->held->x;
+    ct->v->feeds[1] = ct->held->y;
     *resident = false;
     return KILN_OK;
 }
