@@ -13,7 +13,7 @@
  *     finished blocks in the state) then ends the step on one thread, as
  *     kiln_cuda_train_step_end, kiln_cuda_rng_next and kiln_cuda_advance would in three
  *     launches of their own (~2-3 us of a captured step each). The arithmetic is that of the CPU
- *     update (kiln_optimizer_update in src/train/trainer.c) operation for operation, in
+ *     update (kiln_optimizer_update in src/cpu/train.c) operation for operation, in
  *     float with round-to-nearest intrinsics so that the compiler fuses nothing into FMAs
  *     (the CPU build does not contract either): results match the CPU bit for bit but for
  *     Adam's bias corrections (double pow on the device, 1-2 ulp of double apart).

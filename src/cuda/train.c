@@ -2,8 +2,9 @@
  * train.c — the CUDA backend's training engine (kiln_backend_train_i, src/core/backend.h).
  *
  * The training graph is the trainer's (forward + backward, src/train/trainer.c); here it is
- * lowered onto CUDA, on the trainer's session's kiln_cuda, with the weights, optimizer state and BatchNormalization statistics resident on the
- * device (bound graph inputs, never uploaded), and each step is ONE captured CUDA graph:
+ * lowered onto CUDA, on the trainer's session's kiln_cuda, with the weights, optimizer
+ * state and BatchNormalization statistics resident on the device (bound graph inputs,
+ * never uploaded), and each step is ONE captured CUDA graph:
  *   the forward and backward kernels, the running statistics copied back, the fused
  *   optimizer over every parameter (learning rate and step count read from device memory)
  *   whose last block also sets the schedule's next learning rate and the next Dropout seed.

@@ -1,6 +1,13 @@
 /*
- * trainer.c — training on the CPU: the training graph, the fused optimizer, schedules,
- * gradient accumulation, and export of the trained weights as an inference model.
+ * trainer.c — training on any backend: the training graph, the one step path and epoch
+ * loop, statistics, and export of the trained weights as an inference model.
+ *
+ * A trainer runs its training graph in a session on the device's backend; every step goes
+ * through that backend's training engine (kiln_backend_train_i, src/core/backend.h:
+ * src/cpu/train.c, src/cuda/train.c), which runs forward and backward, then the optimizer
+ * update (the CPU's kiln_optimizer_update, CUDA's fused update captured with the step),
+ * and draws an epoch's batches from its batch source (the host loader, or a data set
+ * resident on the device). The learning-rate schedule is src/core/schedule.h.
  *
  * The training graph is the forward graph with
  *   - every trained initializer turned into a graph input bound to trainer-owned memory
