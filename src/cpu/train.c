@@ -138,6 +138,16 @@ static bool grad_scaler_unscale(const kiln_train_view *t) {
     return true;
 }
 
+/* The optimizer update after the last micro-batch, one isolated call (the place the fused
+ * optimizer op of the training graph takes over): GradScaler's check, the schedule's
+ * learning rate, kiln_optimizer_update over every parameter. */
+static void optimizer_step(const kiln_train_view *t) {
+    if (t->scale_input && !grad_scaler_unscale(t)) return; /* inf/NaN: step skipped */
+    float lr = kiln_lr_schedule(t->opts, t->n->steps);
+    kiln_optimizer_update(t->opts, t->n->steps, lr, t->n_params, t->params);
+    t->n->steps++;
+}
+
 static kiln_status cpu_step(void *tr, bool resident, float *loss) {
     const kiln_train_view *t = ((cpu_trainer *)tr)->v;
     (void)resident; /* the CPU's batches are always in the feeds' host memory */
@@ -167,12 +177,7 @@ static kiln_status cpu_step(void *tr, bool resident, float *loss) {
         memcpy(t->states[k].value->data, t->outs[1 + t->n_params + k]->data, kiln_tensor_nbytes(t->states[k].value));
     if (loss) *loss = (float)kiln_get_f64(t->outs[0], 0);
     t->n->micro_steps++;
-    if (micro == K - 1) {
-        if (t->scale_input && !grad_scaler_unscale(t)) return KILN_OK; /* inf/NaN: step skipped */
-        float lr = kiln_lr_schedule(t->opts, t->n->steps);
-        kiln_optimizer_update(t->opts, t->n->steps, lr, t->n_params, t->params);
-        t->n->steps++;
-    }
+    if (micro == K - 1) optimizer_step(t);
     return KILN_OK;
 }
 
