@@ -101,6 +101,10 @@ typedef struct kiln_backend_i {
 
     /* ---------------------------------------------------------------- training */
     const kiln_backend_train_i *train;
+    /* Whether a trainer's session runs the inference passes over the training graph (the
+     * CPU), or plans it as the trainer already rewrote it for the device (CUDA: fusions
+     * and layout chosen with the backward graph in view). */
+    bool train_session_passes;
 } kiln_backend_i;
 
 /* The backend of a device in this build, or NULL when it was built without it

@@ -134,4 +134,5 @@ const kiln_backend_i kiln_cpu_backend_i = {
     .download = cpu_copy,
     .sync = cpu_sync,
     .train = &kiln_cpu_train_i,
+    .train_session_passes = true,
 };

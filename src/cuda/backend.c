@@ -114,4 +114,5 @@ const kiln_backend_i kiln_cuda_backend_i = {
     .download = cu_download,
     .sync = cu_sync,
     .train = &kiln_cuda_train_i,
+    .train_session_passes = false,
 };

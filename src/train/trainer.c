@@ -300,9 +300,9 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         st = build_training_graph(t, lv);
     }
     if (!st) {
-        /* The session the training graph runs in, on the device's backend. The CPU's runs
-         * the inference passes over it; on CUDA build_training_graph already rewrote it for
-         * the device, and the session plans it as it is. */
+        /* The session the training graph runs in, on the device's backend, which says
+         * whether the session's passes run over it (the CPU) or build_training_graph's
+         * rewrite for the device stands (CUDA). */
         kiln_session_options so = {.device = o.device, .threads = o.threads, .disable_passes = o.disable_passes,
                                    .deterministic = o.deterministic};
         kiln_backend_options bo = {.allow_tf32 = !o.strict_fp32,
@@ -311,7 +311,7 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
                                    .no_conv_direct = (o.disable_passes & KILN_PASS_CONV_DIRECT) != 0,
                                    .no_streams = (o.disable_passes & KILN_PASS_STREAMS) != 0,
                                    .deterministic = o.deterministic != 0};
-        st = kiln_session_create_ex(t->train, &so, &bo, o.device == KILN_DEVICE_CPU, &t->sess);
+        st = kiln_session_create_ex(t->train, &so, &bo, kiln_backend_for(o.device)->train_session_passes, &t->sess);
     }
     /* optimizer state and accumulation buffers: one allocation per parameter, made now */
     int nstate = kiln_optimizer_states(&o);
