@@ -1,10 +1,8 @@
 /* session.c — sessions: a model bound to a device, with one cached plan per input shape. */
 #include "internal.h"
+#include "backend.h"
 #include "plan.h"
 #include "../passes/passes.h"
-#ifdef KILN_HAVE_CUDA
-#include "../cuda/cuda_plan.h"
-#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +11,9 @@
 
 #define MAX_PLANS 8
 
-/* A plan for one input shape: on the CPU, or lowered onto CUDA (which owns its host plan). */
+/* A plan for one input shape, the backend's (which owns its host plan). */
 typedef struct session_plan {
-    kiln_plan *cpu;
-#ifdef KILN_HAVE_CUDA
-    kiln_cuda_plan *cuda;
-#endif
+    void *p;
 } session_plan;
 
 struct kiln_session {
@@ -28,39 +23,45 @@ struct kiln_session {
     session_plan plans[MAX_PLANS]; /* most recently used first */
     int n_plans;
     uint64_t runs;
-#ifdef KILN_HAVE_CUDA
-    kiln_cuda *cu;
-#endif
+    const kiln_backend_i *bi; /* the device's backend */
+    void *be;                 /* its instance */
 };
 
-static kiln_plan *host_plan(session_plan *sp) {
-#ifdef KILN_HAVE_CUDA
-    if (sp->cuda) return kiln_cuda_plan_host(sp->cuda);
-#endif
-    return sp->cpu;
-}
+static kiln_plan *host_plan(const kiln_session *s, const session_plan *sp) { return s->bi->plan_host(sp->p); }
 
-static void free_plan(session_plan *sp) {
-#ifdef KILN_HAVE_CUDA
-    kiln_cuda_plan_free(sp->cuda);
-#endif
-    kiln_plan_free(sp->cpu);
+static void free_plan(kiln_session *s, session_plan *sp) {
+    if (sp->p) s->bi->plan_free(sp->p);
     memset(sp, 0, sizeof *sp);
 }
 
+/* The backend options a session's settings ask for. */
+static kiln_backend_options backend_options(const kiln_session_options *o) {
+    /* autotuning (timed cuDNN algorithms, cached on disk) unless switched off */
+    kiln_backend_options bo = {.no_autotune = (o->disable_passes & KILN_PASS_AUTOTUNE) != 0,
+                               .deterministic = o->deterministic != 0,
+                               .no_conv_gemm = (o->disable_passes & KILN_PASS_CONV_GEMM) != 0,
+                               .no_conv_direct = (o->disable_passes & KILN_PASS_CONV_DIRECT) != 0,
+                               .no_streams = (o->disable_passes & KILN_PASS_STREAMS) != 0};
+    return bo;
+}
+
 kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts, kiln_session **out) {
-    if (!m || !out) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_session_options o = {0};
+    if (opts) o = *opts;
+    kiln_backend_options bo = backend_options(&o);
+    return kiln_session_create_ex(m, &o, &bo, true, out);
+}
+
+kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *opts, const kiln_backend_options *bo,
+                                   bool apply_passes, kiln_session **out) {
+    if (!m || !out || !opts || !bo) return KILN_ERR_INVALID_ARGUMENT;
     *out = NULL;
     if (!m->finalized)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model must be finalized before a session runs it");
-    kiln_session_options o = {0};
-    if (opts) o = *opts;
-    if (o.device != KILN_DEVICE_CPU && o.device != KILN_DEVICE_CUDA)
-        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)o.device);
-#ifndef KILN_HAVE_CUDA
-    if (o.device == KILN_DEVICE_CUDA)
-        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "this kiln was built without the CUDA backend (no nvcc at build time)");
-#endif
+    const kiln_session_options o = *opts;
+    const kiln_backend_i *bi = NULL;
+    kiln_status bst = kiln_backend_get(m->ctx, o.device, &bi);
+    if (bst) return bst;
     if (o.threads < 0) return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "threads must be >= 0");
     if (o.precision != KILN_PRECISION_FP32 && o.precision != KILN_PRECISION_FP16 && o.precision != KILN_PRECISION_BF16)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)o.precision);
@@ -68,49 +69,40 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
     if (!s) return KILN_ERR_OUT_OF_MEMORY;
     s->m = m;
     s->opts = o;
-    kiln_pass_options po = {.device = o.device, .precision = o.precision, .disabled = o.disable_passes};
-    /* NHWC pays off with tensor cores (fp16/bf16): on the H200 fp32 NHWC made ResNet-50 at
-     * batch 256 1.5x slower than NCHW (bench/NOTES.md) */
-    if (o.precision == KILN_PRECISION_FP32) po.disabled |= KILN_PASS_NHWC;
-    kiln_status pst = kiln_passes_apply(m, &po, &s->optimized);
-    if (pst) {
-        free(s);
-        return pst;
-    }
-    s->m = s->optimized;
-#ifdef KILN_HAVE_CUDA
-    if (o.device == KILN_DEVICE_CUDA) {
-        /* autotuning (timed cuDNN algorithms, cached on disk) unless switched off */
-        kiln_cuda_options co = {.no_autotune = (o.disable_passes & KILN_PASS_AUTOTUNE) != 0,
-                                .deterministic = o.deterministic != 0,
-                                .no_conv_gemm = (o.disable_passes & KILN_PASS_CONV_GEMM) != 0,
-                                .no_conv_direct = (o.disable_passes & KILN_PASS_CONV_DIRECT) != 0,
-                                .no_streams = (o.disable_passes & KILN_PASS_STREAMS) != 0};
-        kiln_status st = kiln_cuda_create(m->ctx, &co, &s->cu);
-        if (st) {
-            kiln_model_free(s->optimized);
+    s->bi = bi;
+    if (apply_passes) {
+        kiln_pass_options po = {.device = o.device, .precision = o.precision, .disabled = o.disable_passes};
+        /* NHWC pays off with tensor cores (fp16/bf16): on the H200 fp32 NHWC made ResNet-50 at
+         * batch 256 1.5x slower than NCHW (bench/NOTES.md) */
+        if (o.precision == KILN_PRECISION_FP32) po.disabled |= KILN_PASS_NHWC;
+        kiln_status pst = kiln_passes_apply(m, &po, &s->optimized);
+        if (pst) {
             free(s);
-            return st;
+            return pst;
         }
+        s->m = s->optimized;
     }
-#endif
+    kiln_status st = bi->create(m->ctx, bo, &s->be);
+    if (st) {
+        kiln_model_free(s->optimized);
+        free(s);
+        return st;
+    }
     *out = s;
     return KILN_OK;
 }
 
 void kiln_session_free(kiln_session *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_plans; i++) free_plan(&s->plans[i]);
-#ifdef KILN_HAVE_CUDA
-    kiln_cuda_free(s->cu);
-#endif
+    for (int i = 0; i < s->n_plans; i++) free_plan(s, &s->plans[i]);
+    s->bi->free(s->be);
     kiln_model_free(s->optimized);
     free(s);
 }
 
 static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, session_plan **out) {
     for (int i = 0; i < s->n_plans; i++) {
-        if (!kiln_plan_matches(host_plan(&s->plans[i]), inputs)) continue;
+        if (!kiln_plan_matches(host_plan(s, &s->plans[i]), inputs)) continue;
         session_plan p = s->plans[i];
         memmove(&s->plans[1], &s->plans[0], (size_t)i * sizeof(session_plan));
         s->plans[0] = p;
@@ -118,16 +110,11 @@ static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, sessio
         return KILN_OK;
     }
     session_plan p = {0};
-    kiln_status st;
-#ifdef KILN_HAVE_CUDA
-    if (s->cu)
-        st = kiln_cuda_plan_create_bound(s->cu, s->m, inputs, !s->opts.no_fold, NULL,
-                                         !(s->opts.disable_passes & KILN_PASS_CUDA_GRAPH), &p.cuda);
-    else
-#endif
-        st = kiln_plan_build(s->m, inputs, !s->opts.no_fold, true, &p.cpu);
+    const kiln_backend_plan_options po = {.fold = !s->opts.no_fold,
+                                          .use_graph = !(s->opts.disable_passes & KILN_PASS_CUDA_GRAPH)};
+    kiln_status st = s->bi->plan_create(s->be, s->m, inputs, &po, &p.p);
     if (st) return st;
-    if (s->n_plans == MAX_PLANS) free_plan(&s->plans[--s->n_plans]);
+    if (s->n_plans == MAX_PLANS) free_plan(s, &s->plans[--s->n_plans]);
     memmove(&s->plans[1], &s->plans[0], (size_t)s->n_plans * sizeof(session_plan));
     s->plans[0] = p;
     s->n_plans++;
@@ -161,16 +148,13 @@ kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs
     kiln_status st = find_plan(s, inputs, &p);
     if (st) return st;
     s->runs++;
-#ifdef KILN_HAVE_CUDA
-    if (p->cuda) return kiln_cuda_plan_run(p->cuda, inputs, n_outputs, outputs);
-#endif
-    return kiln_plan_run_cpu(p->cpu, inputs, seed, n_outputs, outputs);
+    return s->bi->plan_run(p->p, inputs, seed, n_outputs, outputs);
 }
 
 kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out) {
     if (!s || !out) return KILN_ERR_INVALID_ARGUMENT;
     if (!s->n_plans) return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT, "the session has not run yet");
-    kiln_plan_get_stats(host_plan((session_plan *)&s->plans[0]), out);
+    kiln_plan_get_stats(host_plan(s, &s->plans[0]), out);
     return KILN_OK;
 }
 
@@ -196,10 +180,8 @@ kiln_status kiln_session_bench(kiln_session *s, int n_inputs, kiln_tensor *const
         t->compute_ms[i] = t->run_ms[i];
     }
     t->h2d_ms = t->d2h_ms = 0;
-#ifdef KILN_HAVE_CUDA
-    if (!st && s->plans[0].cuda)
-        st = kiln_cuda_plan_time(s->plans[0].cuda, inputs, iters, t->compute_ms, &t->h2d_ms, &t->d2h_ms);
-#endif
+    if (!st && s->bi->plan_time)
+        st = s->bi->plan_time(s->plans[0].p, inputs, iters, t->compute_ms, &t->h2d_ms, &t->d2h_ms);
     return st;
 }
 
@@ -306,20 +288,21 @@ kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *con
     for (int i = 0; i < warmup + 1 && !st; i++) st = kiln_session_run(s, n_inputs, inputs, n_out, outs);
     if (st) return st;
     session_plan *sp = &s->plans[0]; /* the run just now moved its plan to the front */
-    kiln_plan *hp = host_plan(sp);
+    kiln_plan *hp = host_plan(s, sp);
     kiln_plan_view_t v;
     kiln_plan_view(hp, &v);
     const int n = v.n_exec;
     double *ms = kiln_calloc(ctx, (size_t)iters * n + 1, sizeof *ms, "profile times");
     double *start = kiln_calloc(ctx, (size_t)iters * n + 1, sizeof *start, "profile times");
     if (!ms || !start) st = KILN_ERR_OUT_OF_MEMORY;
-#ifdef KILN_HAVE_CUDA
-    if (!st && sp->cuda) st = kiln_cuda_plan_profile(sp->cuda, inputs, iters, ms, start, NULL, NULL);
-    else
-#endif
-        if (!st) st = kiln_plan_profile_cpu(hp, inputs, s->runs, iters, ms, start);
+    if (!st) st = s->bi->plan_profile(sp->p, inputs, s->runs, iters, ms, start, NULL, NULL);
     if (!st) st = kiln_profile_from_passes(ctx, hp, iters, ms, start, out);
     free(ms);
     free(start);
     return st;
+}
+
+const kiln_backend_i *kiln_session_backend(kiln_session *s, void **instance) {
+    if (instance) *instance = s->be;
+    return s->bi;
 }

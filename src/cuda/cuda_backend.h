@@ -277,7 +277,7 @@ typedef struct kiln_cuda_train_state {
     uint32_t reserved;
 } kiln_cuda_train_state;
 
-/* Upload the initial state: lr = kiln_trainer_lr_at(o, 0) (o NULL: 0), the given loss
+/* Upload the initial state: lr = kiln_lr_schedule(o, 0) (o NULL: 0), the given loss
  * scale (1 without scaling; PyTorch's GradScaler starts at 65536), counters 0. Enqueued
  * through the staging buffer: not for use inside a capture. */
 kiln_status kiln_cuda_train_state_init(kiln_cuda *cu, const kiln_train_options *o, float loss_scale,
@@ -357,7 +357,7 @@ kiln_status kiln_cuda_optimizer_step(kiln_cuda *cu, const kiln_train_options *o,
  * scale x backoff on inf/NaN, or x growth once growth_interval clean steps have passed
  * (kept when the result would be infinite); found_inf cleared; with a schedule (the
  * options' lr, schedule, step_size, gamma, total_steps, warmup_steps), state->lr =
- * kiln_trainer_lr_at(schedule, new step) computed on the device (NULL: lr is left as the
+ * kiln_lr_schedule(schedule, new step) computed on the device (NULL: lr is left as the
  * host wrote it). */
 kiln_status kiln_cuda_train_step_end(kiln_cuda *cu, const kiln_cuda_scaler *scaler,
                                      const kiln_train_options *schedule, kiln_cuda_train_state *state);

@@ -13,7 +13,7 @@
  *     finished blocks in the state) then ends the step on one thread, as
  *     kiln_cuda_train_step_end, kiln_cuda_rng_next and kiln_cuda_advance would in three
  *     launches of their own (~2-3 us of a captured step each). The arithmetic is that of the CPU
- *     update (kiln_optimizer_update in src/train/trainer.c) operation for operation, in
+ *     update (kiln_optimizer_update in src/cpu/train.c) operation for operation, in
  *     float with round-to-nearest intrinsics so that the compiler fuses nothing into FMAs
  *     (the CPU build does not contract either): results match the CPU bit for bit but for
  *     Adam's bias corrections (double pow on the device, 1-2 ulp of double apart).
@@ -25,17 +25,17 @@
  *   kiln_cuda_train_step_end: one thread: step or skipped-step counters, PyTorch
  *     GradScaler's dynamic loss scale (x backoff on inf/NaN; x growth after
  *     growth_interval clean steps, if the result is finite), found_inf cleared, and the
- *     learning rate of the next step from the schedule (kiln_trainer_lr_at, in double).
+ *     learning rate of the next step from the schedule (kiln_lr_schedule, src/core/schedule.h).
  */
 #include "dtype.cuh"
 
 #include <math.h>
 #include <string.h>
 
-using namespace kiln_cu;
+/* the learning-rate schedule: the host's own function, compiled for the device too */
+#include "../core/schedule.h"
 
-/* src/train/trainer.c (declared in trainer_internal.h, a C header) */
-extern "C" float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step);
+using namespace kiln_cu;
 
 namespace {
 
@@ -124,17 +124,6 @@ __device__ __forceinline__ void update1(const Hyper &h, const StepConst &k, floa
     }
 }
 
-/* kiln_trainer_lr_at, in double as on the host. */
-__device__ float lr_at(const kiln_train_options &o, int64_t step) {
-    double lr = o.lr;
-    if (o.schedule == KILN_SCHEDULE_STEP) lr *= pow((double)o.gamma, (double)(step / o.step_size));
-    else if (o.schedule == KILN_SCHEDULE_COSINE)
-        lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step < o.total_steps ? step : o.total_steps) /
-                             (double)o.total_steps));
-    if (o.warmup_steps > 0 && step < o.warmup_steps) lr *= (double)(step + 1) / (double)o.warmup_steps;
-    return (float)lr;
-}
-
 /* The step's end on one thread: what kiln_cuda_train_step_end, kiln_cuda_rng_next and
  * kiln_cuda_advance do (the last two when seed / pos are set), in that order. */
 struct Tail {
@@ -170,7 +159,7 @@ __device__ void step_end(kiln_cuda_train_state *s, const Tail &t) {
         }
     }
     s->found_inf = 0;
-    if (t.schedule) s->lr = lr_at(t.o, s->step);
+    if (t.schedule) s->lr = kiln_lr_schedule(&t.o, s->step);
     if (t.seed) { /* as rng_next_kernel in dropout.cu */
         const int64_t k = *t.counter;
         *t.seed = t.base + (uint64_t)k;
@@ -432,7 +421,7 @@ extern "C" kiln_status kiln_cuda_train_state_init(kiln_cuda *cu, const kiln_trai
                                                   kiln_cuda_train_state *state) {
     kiln_cuda_train_state s;
     memset(&s, 0, sizeof s);
-    s.lr = o ? kiln_trainer_lr_at(o, 0) : 0.f;
+    s.lr = o ? kiln_lr_schedule(o, 0) : 0.f;
     s.loss_scale = loss_scale;
     return kiln_cuda_upload(cu, state, &s, sizeof s);
 }

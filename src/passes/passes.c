@@ -1,9 +1,6 @@
 /* passes.c — the pass table, the driver and helpers shared by passes; see passes.h. */
 #include "passes.h"
-
-#ifdef KILN_HAVE_CUDA
-#include "../cuda/cuda_backend.h"
-#endif
+#include "../core/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,13 +138,8 @@ const kiln_tensor *kiln_pass_constant(const kiln_model *m, const int *producer, 
 }
 
 bool kiln_pass_device_has(const kiln_pass_options *o, const char *op) {
-    if (o->device == KILN_DEVICE_CPU) return true;
-#ifdef KILN_HAVE_CUDA
-    return kiln_cuda_kernel_for(kiln_op_index_domain("kiln", op)) != NULL;
-#else
-    (void)op;
-    return false;
-#endif
+    const kiln_backend_i *b = kiln_backend_for(o->device);
+    return b && b->has_op(kiln_op_index_domain("kiln", op));
 }
 
 int kiln_pass_add_initializer(kiln_model *m, const char *hint, kiln_tensor *t) {

@@ -80,7 +80,8 @@ int *kiln_pass_producers(const kiln_model *m);
  * the Constant node producing it (producer from kiln_pass_producers); NULL otherwise. */
 const kiln_tensor *kiln_pass_constant(const kiln_model *m, const int *producer, int v);
 /* Whether the session's device has a kernel for the internal op `op` (domain "kiln"): the
- * CPU always does; on CUDA, fusions wait for their kernels in src/cuda/table.c. */
+ * CPU always does; on CUDA, fusions wait for their kernels in src/cuda/table.c. Asked through
+ * the backend interface (kiln_backend_i.has_op). */
 bool kiln_pass_device_has(const kiln_pass_options *o, const char *op);
 
 /* A new initializer value holding t (taken over, also on failure) named after hint;

@@ -22,10 +22,10 @@ static int n_opt_states(const kiln_train_options *o) {
 kiln_status kiln_trainer_save(kiln_trainer *t, const char *path, int64_t epoch, int64_t step_in_epoch) {
     if (!t || !path) return KILN_ERR_INVALID_ARGUMENT;
     kiln_context *ctx = t->ctx;
-    if (t->micro_steps % t->opts.accumulate != 0)
+    if (t->n.micro_steps % t->opts.accumulate != 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
                          "checkpoint between micro-batches of an accumulated step: save after step %" PRId64 " completes",
-                         t->steps);
+                         t->n.steps);
     kiln_status sst = kiln_trainer_sync_host(t);
     if (sst) return sst;
     const int ns = n_opt_states(&t->opts);
@@ -62,10 +62,10 @@ kiln_status kiln_trainer_save(kiln_trainer *t, const char *path, int64_t epoch, 
                                 "loss_scale", "epoch", "step_in_epoch", "seed"};
     snprintf(vals[0], sizeof vals[0], "trainer-1");
     snprintf(vals[1], sizeof vals[1], "%d", (int)t->opts.optimizer);
-    snprintf(vals[2], sizeof vals[2], "%" PRId64, t->steps);
-    snprintf(vals[3], sizeof vals[3], "%" PRId64, t->micro_steps);
-    snprintf(vals[4], sizeof vals[4], "%" PRId64, t->skipped_steps);
-    snprintf(vals[5], sizeof vals[5], "%.9g", t->loss_scale);
+    snprintf(vals[2], sizeof vals[2], "%" PRId64, t->n.steps);
+    snprintf(vals[3], sizeof vals[3], "%" PRId64, t->n.micro_steps);
+    snprintf(vals[4], sizeof vals[4], "%" PRId64, t->n.skipped_steps);
+    snprintf(vals[5], sizeof vals[5], "%.9g", t->n.loss_scale);
     snprintf(vals[6], sizeof vals[6], "%" PRId64, epoch);
     snprintf(vals[7], sizeof vals[7], "%" PRId64, step_in_epoch);
     snprintf(vals[8], sizeof vals[8], "%" PRIu64, t->opts.seed);
@@ -155,15 +155,13 @@ kiln_status kiln_trainer_load(kiln_trainer *t, const char *path, int64_t *epoch,
     }
     if (!st) {
         const char *ls = kiln_safetensors_meta(s, "loss_scale");
-        t->steps = steps;
-        t->micro_steps = micro;
-        t->skipped_steps = skipped;
-        t->loss_scale = ls ? strtof(ls, NULL) : 1.0f;
+        t->n.steps = steps;
+        t->n.micro_steps = micro;
+        t->n.skipped_steps = skipped;
+        t->n.loss_scale = ls ? strtof(ls, NULL) : 1.0f;
         if (epoch) *epoch = ep;
         if (step_in_epoch) *step_in_epoch = sie;
-#ifdef KILN_HAVE_CUDA
-        if (t->cuda) st = kiln_trainer_cuda_upload(t->cuda);
-#endif
+        st = kiln_trainer_sync_device(t);
     }
     kiln_safetensors_free(s);
     return st;

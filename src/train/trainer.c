@@ -1,6 +1,13 @@
 /*
- * trainer.c — training on the CPU: the training graph, the fused optimizer, schedules,
- * gradient accumulation, and export of the trained weights as an inference model.
+ * trainer.c — training on any backend: the training graph, the one step path and epoch
+ * loop, statistics, and export of the trained weights as an inference model.
+ *
+ * A trainer runs its training graph in a session on the device's backend; every step goes
+ * through that backend's training engine (kiln_backend_train_i, src/core/backend.h:
+ * src/cpu/train.c, src/cuda/train.c), which runs forward and backward, then the optimizer
+ * update (the CPU's kiln_optimizer_update, CUDA's fused update captured with the step),
+ * and draws an epoch's batches from its batch source (the host loader, or a data set
+ * resident on the device). The learning-rate schedule is src/core/schedule.h.
  *
  * The training graph is the forward graph with
  *   - every trained initializer turned into a graph input bound to trainer-owned memory
@@ -13,6 +20,7 @@
  */
 #include "../core/internal.h"
 #include "../core/plan.h"
+#include "../core/schedule.h"
 #include "../data/data.h"
 #include "../passes/passes.h"
 #include "autograd.h"
@@ -42,12 +50,9 @@ static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the step schedule needs step_size > 0");
     if (o->schedule == KILN_SCHEDULE_COSINE && o->total_steps <= 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the cosine schedule needs total_steps > 0");
-    if (o->device != KILN_DEVICE_CPU && o->device != KILN_DEVICE_CUDA)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)o->device);
-#ifndef KILN_HAVE_CUDA
-    if (o->device == KILN_DEVICE_CUDA)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "this kiln was built without the CUDA backend (no nvcc at build time)");
-#endif
+    const kiln_backend_i *bi = NULL;
+    kiln_status bst = kiln_backend_get(ctx, o->device, &bi);
+    if (bst) return bst;
     if (o->amp != KILN_AMP_OFF && o->amp != KILN_AMP_FP16 && o->amp != KILN_AMP_BF16)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown amp mode %d", (int)o->amp);
     if (o->amp != KILN_AMP_OFF && o->accumulate > 1)
@@ -55,65 +60,7 @@ static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
     return KILN_OK;
 }
 
-float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step) {
-    double lr = o->lr;
-    if (o->schedule == KILN_SCHEDULE_STEP) lr *= pow(o->gamma, (double)(step / o->step_size));
-    else if (o->schedule == KILN_SCHEDULE_COSINE)
-        lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step < o->total_steps ? step : o->total_steps) / (double)o->total_steps));
-    if (o->warmup_steps > 0 && step < o->warmup_steps) lr *= (double)(step + 1) / (double)o->warmup_steps;
-    return (float)lr;
-}
-
-/* --------------------------------------------------------- the fused optimizer */
-
-void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps) {
-    const float wd = o->weight_decay, mom = o->momentum;
-    const double bc1 = 1 - pow(o->beta1, (double)(step + 1)), bc2 = 1 - pow(o->beta2, (double)(step + 1));
-    for (int k = 0; k < n; k++) {
-        kiln_param *p = &ps[k];
-        float *w = p->value->data, *s0 = p->state[0], *s1 = p->state[1];
-        const float *g = p->grad;
-        const int64_t len = p->numel;
-        switch (o->optimizer) {
-        case KILN_OPTIM_SGD:
-            for (int64_t i = 0; i < len; i++) {
-                float d = g[i] + wd * w[i];
-                if (mom != 0) {
-                    s0[i] = step == 0 ? d : mom * s0[i] + d; /* PyTorch: the first step takes the gradient */
-                    d = o->nesterov ? d + mom * s0[i] : s0[i];
-                }
-                w[i] -= lr * d;
-            }
-            break;
-        case KILN_OPTIM_ADAM:
-        case KILN_OPTIM_ADAMW: {
-            const bool decoupled = o->optimizer == KILN_OPTIM_ADAMW;
-            const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-            for (int64_t i = 0; i < len; i++) {
-                float d = g[i];
-                if (decoupled) w[i] *= 1 - lr * wd;
-                else d += wd * w[i];
-                s0[i] = b1 * s0[i] + (1 - b1) * d;
-                s1[i] = b2 * s1[i] + (1 - b2) * d * d;
-                float mhat = (float)(s0[i] / bc1), vhat = (float)(s1[i] / bc2);
-                w[i] -= lr * mhat / (sqrtf(vhat) + eps);
-            }
-            break;
-        }
-        case KILN_OPTIM_ADADELTA: {
-            const float rho = o->rho, eps = o->eps;
-            for (int64_t i = 0; i < len; i++) {
-                float d = g[i] + wd * w[i];
-                s0[i] = rho * s0[i] + (1 - rho) * d * d;               /* square_avg */
-                float delta = sqrtf(s1[i] + eps) / sqrtf(s0[i] + eps) * d;
-                s1[i] = rho * s1[i] + (1 - rho) * delta * delta;       /* acc_delta */
-                w[i] -= lr * delta;
-            }
-            break;
-        }
-        }
-    }
-}
+float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step) { return kiln_lr_schedule(o, step); }
 
 /* ---------------------------------------------------------- graph rewriting */
 
@@ -361,12 +308,22 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         t->fwd->finalized = true;
         st = build_training_graph(t, lv);
     }
-    if (!st && o.device == KILN_DEVICE_CPU) {
-        kiln_session_options so = {.device = KILN_DEVICE_CPU, .threads = o.threads, .disable_passes = o.disable_passes};
-        st = kiln_session_create(t->train, &so, &t->sess);
+    if (!st) {
+        /* The session the training graph runs in, on the device's backend, which says
+         * whether the session's passes run over it (the CPU) or build_training_graph's
+         * rewrite for the device stands (CUDA). */
+        kiln_session_options so = {.device = o.device, .threads = o.threads, .disable_passes = o.disable_passes,
+                                   .deterministic = o.deterministic};
+        kiln_backend_options bo = {.allow_tf32 = !o.strict_fp32,
+                                   .no_autotune = (o.disable_passes & KILN_PASS_AUTOTUNE) != 0,
+                                   .no_conv_gemm = (o.disable_passes & KILN_PASS_CONV_GEMM) != 0,
+                                   .no_conv_direct = (o.disable_passes & KILN_PASS_CONV_DIRECT) != 0,
+                                   .no_streams = (o.disable_passes & KILN_PASS_STREAMS) != 0,
+                                   .deterministic = o.deterministic != 0};
+        st = kiln_session_create_ex(t->train, &so, &bo, kiln_backend_for(o.device)->train_session_passes, &t->sess);
     }
     /* optimizer state and accumulation buffers: one allocation per parameter, made now */
-    int nstate = o.optimizer == KILN_OPTIM_SGD ? (o.momentum != 0) : 2;
+    int nstate = kiln_optimizer_states(&o);
     for (int k = 0; k < t->n_params && !st; k++) {
         kiln_param *p = &t->params[k];
         for (int s = 0; s < nstate && !st; s++)
@@ -392,26 +349,36 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     for (int k = 0; k < t->n_params; k++) t->feeds[t->n_data_inputs + k] = t->params[k].value;
     for (int k = 0; k < t->n_states; k++) t->feeds[t->n_data_inputs + t->n_params + k] = t->states[k].value;
     /* GradScaler's initial scale for fp16; bf16 has fp32's range and needs none */
-    t->loss_scale = o.amp == KILN_AMP_FP16 ? 65536.0f : 1.0f;
+    t->n.loss_scale = o.amp == KILN_AMP_FP16 ? 65536.0f : 1.0f;
     if (t->scale_input) t->feeds[nf - 1] = t->scale_input;
-#ifdef KILN_HAVE_CUDA
-    if (o.device == KILN_DEVICE_CUDA) {
-        st = kiln_trainer_cuda_create(t, &t->cuda);
-        if (st) {
-            kiln_trainer_free(t);
-            return st;
-        }
+    /* the training engine of the session's backend, and what it sees of this trainer */
+    t->view = (kiln_train_view){.ctx = ctx,
+                                .opts = &t->opts,
+                                .train = t->train,
+                                .sess = t->sess,
+                                .n_data_inputs = t->n_data_inputs,
+                                .n_params = t->n_params,
+                                .n_states = t->n_states,
+                                .params = t->params,
+                                .states = t->states,
+                                .feeds = t->feeds,
+                                .outs = t->outs,
+                                .scale_input = t->scale_input,
+                                .param_count = t->param_count,
+                                .n = &t->n};
+    t->engine = kiln_session_backend(t->sess, NULL)->train;
+    st = t->engine->create(&t->view, &t->tr);
+    if (st) {
+        kiln_trainer_free(t);
+        return st;
     }
-#endif
     *out = t;
     return KILN_OK;
 }
 
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t) return;
-#ifdef KILN_HAVE_CUDA
-    kiln_trainer_cuda_free(t->cuda);
-#endif
+    if (t->engine) t->engine->free(t->tr);
     for (int k = 0; k < t->n_params; k++) {
         kiln_tensor_free(t->params[k].value);
         free(t->params[k].state[0]);
@@ -433,78 +400,14 @@ void kiln_trainer_free(kiln_trainer *t) {
 
 /* ---------------------------------------------------------------- stepping */
 
-/* PyTorch's GradScaler on the CPU: gradients of the scaled loss are checked for inf/NaN;
- * a bad step is skipped and the scale halved; otherwise the gradients are unscaled (into
- * the accumulation-free grad pointers' own memory: they belong to this run) and, after
- * 2000 clean steps, the scale doubles. Returns whether the update should happen. */
-static bool grad_scaler_unscale(kiln_trainer *t) {
-    const float inv = 1.0f / t->loss_scale;
-    bool finite = true;
-    for (int k = 0; k < t->n_params && finite; k++)
-        for (int64_t i = 0; i < t->params[k].numel; i++)
-            if (!isfinite(t->params[k].grad[i])) {
-                finite = false;
-                break;
-            }
-    if (!finite) {
-        if (t->opts.amp == KILN_AMP_FP16) t->loss_scale *= 0.5f;
-        t->clean_steps = 0;
-        t->skipped_steps++;
-        return false;
-    }
-    for (int k = 0; k < t->n_params; k++) {
-        float *g = (float *)t->params[k].grad;
-        for (int64_t i = 0; i < t->params[k].numel; i++) g[i] *= inv;
-    }
-    if (t->opts.amp == KILN_AMP_FP16 && ++t->clean_steps >= 2000) {
-        float grown = t->loss_scale * 2.0f;
-        if (isfinite(grown)) t->loss_scale = grown;
-        t->clean_steps = 0;
-    }
-    return true;
-}
-
+/* One step, whatever the backend: forward and backward, then the optimizer update, in the
+ * engine of the session's backend. */
 kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const *inputs, float *loss) {
     if (!t) return KILN_ERR_INVALID_ARGUMENT;
     if (n_inputs != t->n_data_inputs || (n_inputs && !inputs))
         return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given", t->n_data_inputs, n_inputs);
     for (int i = 0; i < n_inputs; i++) t->feeds[i] = inputs[i];
-#ifdef KILN_HAVE_CUDA
-    if (t->cuda) return kiln_trainer_cuda_step(t->cuda, loss);
-#endif
-    int nf = t->n_data_inputs + t->n_params + t->n_states + (t->scale_input != NULL), no = 1 + t->n_params + t->n_states;
-    if (t->scale_input) ((float *)t->scale_input->data)[0] = t->loss_scale;
-    /* dropout masks depend only on (seed, micro-step): a resumed run draws the same ones */
-    uint64_t seed = t->opts.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t->micro_steps;
-    kiln_status st = kiln_session_run_seeded(t->sess, seed, nf, t->feeds, no, t->outs);
-    if (st) return st;
-    const int K = t->opts.accumulate;
-    const int micro = (int)(t->micro_steps % K);
-    for (int k = 0; k < t->n_params; k++) {
-        kiln_param *p = &t->params[k];
-        const float *g = t->outs[1 + k]->data;
-        if (K == 1) {
-            p->grad = g;
-            continue;
-        }
-        /* the first micro-batch overwrites, later ones add: no zeroing pass */
-        if (micro == 0) memcpy(p->acc, g, sizeof(float) * (size_t)p->numel);
-        else for (int64_t i = 0; i < p->numel; i++) p->acc[i] += g[i];
-        if (micro == K - 1)
-            for (int64_t i = 0; i < p->numel; i++) p->acc[i] /= (float)K;
-        p->grad = p->acc;
-    }
-    for (int k = 0; k < t->n_states; k++)
-        memcpy(t->states[k].value->data, t->outs[1 + t->n_params + k]->data, kiln_tensor_nbytes(t->states[k].value));
-    if (loss) *loss = (float)kiln_get_f64(t->outs[0], 0);
-    t->micro_steps++;
-    if (micro == K - 1) {
-        if (t->scale_input && !grad_scaler_unscale(t)) return KILN_OK; /* inf/NaN: step skipped */
-        float lr = kiln_trainer_lr_at(&t->opts, t->steps);
-        kiln_optimizer_update(&t->opts, t->steps, lr, t->n_params, t->params);
-        t->steps++;
-    }
-    return KILN_OK;
+    return t->engine->step(t->tr, false, loss);
 }
 
 /* The checks kiln_trainer_warmup and kiln_trainer_train_epoch share, naming the caller. */
@@ -525,9 +428,7 @@ kiln_status kiln_trainer_warmup(kiln_trainer *t, const kiln_tensor *images, cons
                                 int64_t batch) {
     if (!t || !images || !labels) return KILN_ERR_INVALID_ARGUMENT;
     kiln_status st = data_set_args(t, images, labels, batch, "kiln_trainer_warmup");
-#ifdef KILN_HAVE_CUDA
-    if (!st && t->cuda) st = kiln_trainer_cuda_warmup(t->cuda, images, labels, batch);
-#endif
+    if (!st && t->engine->warmup) st = t->engine->warmup(t->tr, images, labels, batch);
     return st;
 }
 
@@ -541,152 +442,21 @@ kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images,
     if (ast) return ast;
     if (epoch < 0 || start_step < 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_train_epoch: epoch and start_step must be >= 0");
-#ifdef KILN_HAVE_CUDA
-    if (t->cuda) return kiln_trainer_cuda_epoch(t->cuda, images, labels, batch, seed, epoch, start_step, end_step, last_loss);
-#endif
-    const int64_t steps = (n + batch - 1) / batch, sample = kiln_tensor_numel(images) / n;
+    /* the batch source: the engine's (gathered on the host, or on the device from a data
+     * set resident there), step by step through the one step path */
+    const int64_t steps = (n + batch - 1) / batch;
     if (end_step < 0 || end_step > steps) end_step = steps;
-    int64_t *perm = kiln_malloc(ctx, sizeof(int64_t) * (size_t)n, "the epoch's order");
-    float *x = kiln_malloc(ctx, sizeof(float) * (size_t)(batch * sample), "a batch");
-    int64_t *y = kiln_malloc(ctx, sizeof(int64_t) * (size_t)batch, "a batch");
-    kiln_status st = perm && x && y ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    if (!st) kiln_loader_permutation(perm, n, seed, epoch);
+    kiln_status st = t->engine->epoch_begin(t->tr, images, labels, batch, seed, epoch, start_step);
     for (int64_t s = start_step; s < end_step && !st; s++) {
-        const int64_t b = s == steps - 1 ? n - s * batch : batch;
-        for (int64_t i = 0; i < b; i++) {
-            const int64_t idx = perm[s * batch + i];
-            memcpy(x + i * sample, (const float *)images->data + idx * sample, sizeof(float) * (size_t)sample);
-            y[i] = ((const int64_t *)labels->data)[idx];
-        }
-        int64_t xd[KILN_MAX_DIMS] = {0};
-        xd[0] = b;
-        for (int d = 1; d < images->ndim; d++) xd[d] = images->dims[d];
-        kiln_tensor xt = {.dtype = KILN_F32, .ndim = images->ndim, .data = x}, yt = {.dtype = KILN_I64, .ndim = 1, .data = y};
-        memcpy(xt.dims, xd, sizeof xd);
-        yt.dims[0] = b;
-        kiln_tensor *in[2] = {&xt, &yt};
-        st = kiln_trainer_step(t, 2, in, s + 1 == end_step ? last_loss : NULL);
+        const int64_t b = s == steps - 1 ? n - s * batch : batch; /* PyTorch keeps the last partial batch */
+        bool resident = false;
+        st = t->engine->epoch_batch(t->tr, s, b, &resident);
+        if (!st) st = t->engine->step(t->tr, resident, s + 1 == end_step ? last_loss : NULL);
     }
-    free(perm);
-    free(x);
-    free(y);
     return st;
 }
 
 /* ---------------------------------------------------------------- profiling */
-
-const char *kiln_optimizer_name(kiln_optimizer o) {
-    switch (o) {
-    case KILN_OPTIM_SGD: return "sgd";
-    case KILN_OPTIM_ADAM: return "adam";
-    case KILN_OPTIM_ADAMW: return "adamw";
-    case KILN_OPTIM_ADADELTA: return "adadelta";
-    }
-    return "?";
-}
-
-double kiln_trainer_update_bytes(const kiln_trainer *t) {
-    const int ns = t->opts.optimizer == KILN_OPTIM_SGD ? (t->opts.momentum != 0) : 2;
-    /* per element: the weight, the gradient and each state read; the weight and the states
-     * written; with loss scaling the gradient is read once more (the inf/NaN check) */
-    double per = 4.0 * (3 + 2 * ns) + (t->scale_input ? 4.0 : 0.0);
-    double bytes = per * (double)t->param_count;
-    for (int k = 0; k < t->n_states; k++) bytes += 2.0 * (double)kiln_tensor_nbytes(t->states[k].value);
-    return bytes;
-}
-
-static double host_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* The CPU side of kiln_trainer_profile: the run list through the session's profile, the
- * update (and whole steps) on the host clock. The update changes weights and optimizer
- * state: both are copied aside first and back afterwards. It reads the gradients of the
- * profile's own run, never the accumulation buffers (mid-accumulation they hold the
- * running sum); the parameters' grad pointers are put back as they were. */
-static kiln_status profile_cpu(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
-                               int iters, int replays, kiln_profile *out, double *step_ms) {
-    kiln_context *ctx = t->ctx;
-    const int64_t n = images->dims[0], b = batch < n ? batch : n;
-    const int ns = t->opts.optimizer == KILN_OPTIM_SGD ? (t->opts.momentum != 0) : 2;
-    const int nf = t->n_data_inputs + t->n_params + t->n_states + (t->scale_input != NULL),
-              no = 1 + t->n_params + t->n_states;
-    int64_t xd[KILN_MAX_DIMS] = {0};
-    memcpy(xd, images->dims, sizeof xd);
-    xd[0] = b;
-    kiln_tensor *x = kiln_tensor_new(ctx, images->dtype, images->ndim, xd);
-    kiln_tensor *y = kiln_tensor_new(ctx, labels->dtype, 1, &b);
-    const float **grads = kiln_calloc(ctx, (size_t)t->n_params + 1, sizeof *grads, "the profile's saved state");
-    float *saved = kiln_malloc(ctx, sizeof(float) * (size_t)(t->param_count * (1 + ns)) + 1, "the profile's saved state");
-    double *upd = kiln_calloc(ctx, (size_t)iters, sizeof *upd, "profile times");
-    double *whole = kiln_calloc(ctx, (size_t)replays, sizeof *whole, "profile times");
-    kiln_tensor *feeds0[2] = {t->feeds[0], t->feeds[1]};
-    kiln_status st = x && y && grads && saved && upd && whole ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    if (!st) {
-        /* the first b samples, in the data set's order */
-        memcpy(x->data, images->data, kiln_tensor_nbytes(x));
-        memcpy(y->data, labels->data, kiln_tensor_nbytes(y));
-        t->feeds[0] = x;
-        t->feeds[1] = y;
-        if (t->scale_input) ((float *)t->scale_input->data)[0] = t->loss_scale;
-        st = kiln_session_profile(t->sess, nf, t->feeds, 1, iters, out);
-    }
-    if (!st) {
-        float *p = saved;
-        for (int k = 0; k < t->n_params; k++) {
-            const kiln_param *pk = &t->params[k];
-            const size_t nb = sizeof(float) * (size_t)pk->numel;
-            memcpy(p, pk->value->data, nb);
-            p += pk->numel;
-            for (int j = 0; j < ns; j++, p += pk->numel) memcpy(p, pk->state[j], nb);
-            grads[k] = pk->grad;
-        }
-        const float lr = kiln_trainer_lr_at(&t->opts, t->steps);
-        const uint64_t seed = t->opts.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t->micro_steps;
-        st = kiln_session_run_seeded(t->sess, seed, nf, t->feeds, no, t->outs);
-        for (int k = 0; k < t->n_params && !st; k++) t->params[k].grad = t->outs[1 + k]->data;
-        for (int i = 0; i < iters && !st; i++) {
-            const double t0 = host_ms();
-            kiln_optimizer_update(&t->opts, t->steps, lr, t->n_params, t->params);
-            upd[i] = host_ms() - t0;
-        }
-        for (int i = 0; i < replays && !st; i++) {
-            const double t0 = host_ms();
-            st = kiln_session_run_seeded(t->sess, seed, nf, t->feeds, no, t->outs);
-            for (int k = 0; k < t->n_params && !st; k++) t->params[k].grad = t->outs[1 + k]->data;
-            if (!st) kiln_optimizer_update(&t->opts, t->steps, lr, t->n_params, t->params);
-            whole[i] = host_ms() - t0;
-        }
-        p = saved;
-        for (int k = 0; k < t->n_params; k++) {
-            kiln_param *pk = &t->params[k];
-            const size_t nb = sizeof(float) * (size_t)pk->numel;
-            memcpy(pk->value->data, p, nb);
-            p += pk->numel;
-            for (int j = 0; j < ns; j++, p += pk->numel) memcpy(pk->state[j], p, nb);
-            pk->grad = grads[k];
-        }
-    }
-    if (!st) {
-        char shapes[160];
-        snprintf(shapes, sizeof shapes, "%lld parameters in %d tensors, %s", (long long)t->param_count, t->n_params,
-                 kiln_optimizer_name(t->opts.optimizer));
-        st = kiln_profile_add_row(ctx, out, "optimizer", "update", shapes, upd, iters, 0, kiln_trainer_update_bytes(t));
-    }
-    if (!st) *step_ms = kiln_median(whole, replays);
-    t->feeds[0] = feeds0[0];
-    t->feeds[1] = feeds0[1];
-    kiln_tensor_free(x);
-    kiln_tensor_free(y);
-    free(grads);
-    free(saved);
-    free(upd);
-    free(whole);
-    if (st) kiln_profile_free(out);
-    return st;
-}
 
 kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
                                  int iters, int replays, kiln_profile *out, double *step_ms) {
@@ -703,29 +473,22 @@ kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, con
     if (batch < 1 || iters < 1 || replays < 1)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "profile: batch, passes and replays must be >= 1 (%lld, %d, %d)",
                          (long long)batch, iters, replays);
-#ifdef KILN_HAVE_CUDA
-    if (t->cuda) return kiln_trainer_cuda_profile(t->cuda, images, labels, batch, iters, replays, out, step_ms);
-#endif
-    return profile_cpu(t, images, labels, batch, iters, replays, out, step_ms);
+    return t->engine->profile(t->tr, images, labels, batch, iters, replays, out, step_ms);
 }
 
-/* On CUDA the weights live on the device: bring the host copies up to date. */
-kiln_status kiln_trainer_sync_host(kiln_trainer *t) {
-#ifdef KILN_HAVE_CUDA
-    if (t->cuda) return kiln_trainer_cuda_download(t->cuda);
-#endif
-    (void)t;
-    return KILN_OK;
-}
+/* On a device the weights live there: bring the host copies up to date, and back. */
+kiln_status kiln_trainer_sync_host(kiln_trainer *t) { return t->engine->download(t->tr); }
+
+kiln_status kiln_trainer_sync_device(kiln_trainer *t) { return t->engine->upload(t->tr); }
 
 kiln_status kiln_trainer_stats(const kiln_trainer *t, kiln_train_stats *out) {
     if (!t || !out) return KILN_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    out->micro_steps = t->micro_steps;
-    out->steps = t->steps;
-    out->skipped_steps = t->skipped_steps;
-    out->lr = kiln_trainer_lr_at(&t->opts, t->steps);
-    out->loss_scale = t->loss_scale;
+    out->micro_steps = t->n.micro_steps;
+    out->steps = t->n.steps;
+    out->skipped_steps = t->n.skipped_steps;
+    out->lr = kiln_trainer_lr_at(&t->opts, t->n.steps);
+    out->loss_scale = t->n.loss_scale;
     out->params = t->n_params;
     out->param_count = t->param_count;
     return KILN_OK;

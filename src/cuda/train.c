@@ -1,9 +1,10 @@
 /*
- * trainer_cuda.c — training steps on CUDA.
+ * train.c — the CUDA backend's training engine (kiln_backend_train_i, src/core/backend.h).
  *
- * The training graph is the CPU trainer's (forward + backward); here it is lowered onto
- * CUDA with the weights, optimizer state and BatchNormalization statistics resident on the
- * device (bound graph inputs, never uploaded), and each step is ONE captured CUDA graph:
+ * The training graph is the trainer's (forward + backward, src/train/trainer.c); here it is
+ * lowered onto CUDA, on the trainer's session's kiln_cuda, with the weights, optimizer
+ * state and BatchNormalization statistics resident on the device (bound graph inputs,
+ * never uploaded), and each step is ONE captured CUDA graph:
  *   the forward and backward kernels, the running statistics copied back, the fused
  *   optimizer over every parameter (learning rate and step count read from device memory)
  *   whose last block also sets the schedule's next learning rate and the next Dropout seed.
@@ -11,16 +12,18 @@
  * no synchronization inside a step. The loss is copied into a device ring and read only
  * when asked for.
  *
- * kiln_trainer_cuda_profile (kiln train --profile) times one step's parts: the nodes one
+ * The batch source keeps the data set resident on the device: the batch is gathered there,
+ * by the captured graph's prologue (kiln_cuda_gather_batch).
+ *
+ * cu_train_profile (kiln train --profile) times one step's parts: the nodes one
  * by one with the prologue and epilogue between events of their own, then replays of the
  * captured graph; all of the device state is copied aside first and back afterwards.
  */
-#include "trainer_internal.h"
-
-#ifdef KILN_HAVE_CUDA
+#include "../core/backend.h"
 #include "../core/plan.h"
-#include "../cuda/cuda_plan.h"
+#include "../core/schedule.h"
 #include "../data/data.h"
+#include "cuda_plan.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -40,9 +43,9 @@ typedef struct cuda_shape_plan {
     void **bn_out;                /* (n_states) device addresses of the updated statistics */
 } cuda_shape_plan;
 
-struct kiln_trainer_cuda {
-    kiln_trainer *t;
-    kiln_cuda *cu;
+typedef struct cuda_trainer {
+    const kiln_train_view *t;
+    kiln_cuda *cu;             /* the session's */
     void *dev;                 /* one allocation: parameters, optimizer state, BN state, ... */
     size_t dev_bytes;          /* its size: all of the training state on the device */
     void **bound;              /* (n_inputs of the training graph) */
@@ -62,20 +65,20 @@ struct kiln_trainer_cuda {
     kiln_tensor *shape_x[MAX_SHAPES], *shape_y[MAX_SHAPES];
     cuda_shape_plan *running;  /* the plan whose epilogue is being enqueued */
     bool host_stale;           /* device weights newer than the host copies */
-};
+    const kiln_tensor *ep_images; /* the epoch's data set (cu_epoch_begin): the batches' shapes */
+} cuda_trainer;
 
 static size_t up(size_t n) { return (n + 255) & ~(size_t)255; }
 
-static int n_states_of(const kiln_train_options *o) {
-    return o->optimizer == KILN_OPTIM_SGD ? (o->momentum != 0) : 2;
-}
+static int n_states_of(const kiln_train_options *o) { return kiln_optimizer_states(o); }
 
 static kiln_status cuda_err(kiln_context *ctx, cudaError_t e, const char *what) {
     return kiln_fail(ctx, e == cudaErrorMemoryAllocation ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_DEVICE, "%s: %s", what,
                      cudaGetErrorString(e));
 }
 
-void kiln_trainer_cuda_free(kiln_trainer_cuda *tc) {
+static void cu_train_free(void *tr) {
+    cuda_trainer *tc = tr;
     if (!tc) return;
     for (int i = 0; i < tc->n_plans; i++) {
         kiln_cuda_plan_free(tc->plans[i].cp);
@@ -93,16 +96,16 @@ void kiln_trainer_cuda_free(kiln_trainer_cuda *tc) {
     free(tc->s0);
     free(tc->s1);
     free(tc->bn);
-    kiln_cuda_free(tc->cu);
     free(tc);
 }
 
 /* Upload weights, optimizer state and statistics from the host copies; reset the device
  * counters to the host's (after create and after loading a checkpoint). */
-kiln_status kiln_trainer_cuda_upload(kiln_trainer_cuda *tc) {
-    kiln_trainer *t = tc->t;
+static kiln_status cu_train_upload(void *tr) {
+    cuda_trainer *tc = tr;
+    const kiln_train_view *t = tc->t;
     kiln_status st = KILN_OK;
-    const int ns = n_states_of(&t->opts);
+    const int ns = n_states_of(t->opts);
     for (int k = 0; k < t->n_params && !st; k++) {
         kiln_param *p = &t->params[k];
         size_t nb = sizeof(float) * (size_t)p->numel;
@@ -112,40 +115,38 @@ kiln_status kiln_trainer_cuda_upload(kiln_trainer_cuda *tc) {
     }
     for (int k = 0; k < t->n_states && !st; k++)
         st = kiln_cuda_upload(tc->cu, tc->bn[k], t->states[k].value->data, kiln_tensor_nbytes(t->states[k].value));
-    if (!st) st = kiln_cuda_train_state_init(tc->cu, &t->opts, t->loss_scale, tc->state);
+    if (!st) st = kiln_cuda_train_state_init(tc->cu, t->opts, t->n->loss_scale, tc->state);
     if (!st) {
         /* the state's step and the seed counter continue from the host's counters */
-        int64_t step = t->steps, counter = t->micro_steps;
+        int64_t step = t->n->steps, counter = t->n->micro_steps;
         st = kiln_cuda_upload(tc->cu, &tc->state->step, &step, sizeof step);
         if (!st) {
-            float lr = kiln_trainer_lr_at(&t->opts, t->steps);
+            float lr = kiln_lr_schedule(t->opts, t->n->steps);
             st = kiln_cuda_upload(tc->cu, &tc->state->lr, &lr, sizeof lr);
         }
         if (!st) st = kiln_cuda_upload(tc->cu, tc->counter, &counter, sizeof counter);
         if (!st) st = kiln_cuda_upload(tc->cu, tc->ring_at, &counter, sizeof counter);
-        if (!st) st = kiln_cuda_rng_next(tc->cu, t->opts.seed * 0x9E3779B97F4A7C15ull, tc->counter);
+        if (!st) st = kiln_cuda_rng_next(tc->cu, kiln_train_seed_base(t->opts), tc->counter);
     }
     if (!st) st = kiln_cuda_sync(tc->cu);
     tc->host_stale = false;
     return st;
 }
 
-kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
+/* The engine of a trainer whose session runs on CUDA: its kiln_cuda is the session's. */
+static kiln_status cu_train_create(const kiln_train_view *t, void **out) {
     kiln_context *ctx = t->ctx;
     *out = NULL;
-    if (t->opts.accumulate > 1)
+    if (t->opts->accumulate > 1)
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "gradient accumulation runs on the CPU only for now");
-    kiln_trainer_cuda *tc = kiln_calloc(ctx, 1, sizeof *tc, "a CUDA trainer");
+    cuda_trainer *tc = kiln_calloc(ctx, 1, sizeof *tc, "a CUDA trainer");
     if (!tc) return KILN_ERR_OUT_OF_MEMORY;
     tc->t = t;
-    kiln_cuda_options co = {.allow_tf32 = !t->opts.strict_fp32,
-                            .no_autotune = (t->opts.disable_passes & KILN_PASS_AUTOTUNE) != 0,
-                            .no_conv_gemm = (t->opts.disable_passes & KILN_PASS_CONV_GEMM) != 0,
-                            .no_conv_direct = (t->opts.disable_passes & KILN_PASS_CONV_DIRECT) != 0,
-                            .no_streams = (t->opts.disable_passes & KILN_PASS_STREAMS) != 0,
-                            .deterministic = t->opts.deterministic != 0};
-    kiln_status st = kiln_cuda_create(ctx, &co, &tc->cu);
-    const int np = t->n_params, nb = t->n_states, ns = n_states_of(&t->opts);
+    void *be = NULL;
+    kiln_session_backend(t->sess, &be);
+    tc->cu = be;
+    kiln_status st = KILN_OK;
+    const int np = t->n_params, nb = t->n_states, ns = n_states_of(t->opts);
     const int n_in = t->train->n_inputs;
     if (!st) {
         tc->bound = kiln_calloc(ctx, (size_t)n_in + 1, sizeof *tc->bound, "a CUDA trainer");
@@ -193,10 +194,10 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
         for (int k = 0; k < nb; k++) tc->bound[t->n_data_inputs + np + k] = tc->bn[k];
         /* mixed precision: dL/dloss is the device-side loss scale, so scaling costs nothing */
         if (t->scale_input) tc->bound[t->n_data_inputs + np + nb] = &tc->state->loss_scale;
-        st = kiln_trainer_cuda_upload(tc);
+        st = cu_train_upload(tc);
     }
     if (st) {
-        kiln_trainer_cuda_free(tc);
+        cu_train_free(tc);
         return st;
     }
     *out = tc;
@@ -209,8 +210,8 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
  * (kiln_cuda_step_tail). One launch (two with the check) where there were four (five):
  * each launch in the graph costs ~2-3 us of the step. */
 static kiln_status epilogue(void *arg) {
-    kiln_trainer_cuda *tc = arg;
-    kiln_trainer *t = tc->t;
+    cuda_trainer *tc = arg;
+    const kiln_train_view *t = tc->t;
     cuda_shape_plan *sp = tc->running;
     cudaStream_t s = (cudaStream_t)kiln_cuda_stream(tc->cu);
     for (int k = 0; k < t->n_states; k++) {
@@ -224,10 +225,10 @@ static kiln_status epilogue(void *arg) {
      * skipped) and unscaled as the optimizer reads them */
     if (scaled) st = kiln_cuda_grad_check(tc->cu, sp->table, t->n_params, sp->chunks, KILN_F32, false, tc->state);
     const kiln_cuda_scaler scaler = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .growth_interval = 2000};
-    const kiln_cuda_step_tail tail = {.scaler = t->opts.amp == KILN_AMP_FP16 ? &scaler : NULL,
-                                      .schedule = &t->opts,
+    const kiln_cuda_step_tail tail = {.scaler = t->opts->amp == KILN_AMP_FP16 ? &scaler : NULL,
+                                      .schedule = t->opts,
                                       .rng_counter = tc->counter,
-                                      .rng_base = t->opts.seed * 0x9E3779B97F4A7C15ull,
+                                      .rng_base = kiln_train_seed_base(t->opts),
                                       .pos = sp->resident ? tc->pos : NULL,
                                       .pos_by = sp->batch,
                                       .loss = sp->loss,
@@ -235,24 +236,24 @@ static kiln_status epilogue(void *arg) {
                                       .ring_at = tc->ring_at,
                                       .ring_size = LOSS_RING};
     if (!st)
-        st = kiln_cuda_optimizer_step(tc->cu, &t->opts, sp->table, t->n_params, sp->chunks, KILN_F32,
+        st = kiln_cuda_optimizer_step(tc->cu, t->opts, sp->table, t->n_params, sp->chunks, KILN_F32,
                                       KILN_DTYPE_UNDEFINED, scaled, tc->state, &tail);
     return st;
 }
 
 /* Captured before the run list of a resident plan: this step's batch from the device copy. */
 static kiln_status prologue(void *arg) {
-    kiln_trainer_cuda *tc = arg;
+    cuda_trainer *tc = arg;
     cuda_shape_plan *sp = tc->running;
-    kiln_trainer *t = tc->t;
+    const kiln_train_view *t = tc->t;
     float *x = kiln_cuda_plan_value_ptr(sp->cp, t->train->inputs[0]);
     int64_t *y = kiln_cuda_plan_value_ptr(sp->cp, t->train->inputs[1]);
     return kiln_cuda_gather_batch(tc->cu, tc->images, tc->labels, tc->perm, tc->pos, tc->data_n, sp->batch, tc->sample, x,
                                   y);
 }
 
-static kiln_status find_plan(kiln_trainer_cuda *tc, kiln_tensor *const *feeds, bool resident, cuda_shape_plan **out) {
-    kiln_trainer *t = tc->t;
+static kiln_status find_plan(cuda_trainer *tc, kiln_tensor *const *feeds, bool resident, cuda_shape_plan **out) {
+    const kiln_train_view *t = tc->t;
     for (int i = 0; i < tc->n_plans; i++)
         if (tc->plans[i].resident == resident && kiln_cuda_plan_matches(tc->plans[i].cp, feeds)) {
             *out = &tc->plans[i];
@@ -301,18 +302,18 @@ static kiln_status find_plan(kiln_trainer_cuda *tc, kiln_tensor *const *feeds, b
 
 /* Enqueue one step (resident: the batch comes from the device copy; the step's end copies
  * its loss into the ring), and read the loss when asked. */
-static kiln_status step(kiln_trainer_cuda *tc, bool resident, float *loss) {
-    kiln_trainer *t = tc->t;
+static kiln_status step(cuda_trainer *tc, bool resident, float *loss) {
+    const kiln_train_view *t = tc->t;
     cuda_shape_plan *sp = NULL;
     kiln_status st = find_plan(tc, t->feeds, resident, &sp);
     if (st) return st;
     tc->running = sp;
     st = kiln_cuda_plan_enqueue(sp->cp, resident ? NULL : t->feeds, true);
     if (st) return st;
-    float *slot = tc->loss_ring + t->micro_steps % LOSS_RING;
+    float *slot = tc->loss_ring + t->n->micro_steps % LOSS_RING;
     tc->host_stale = true;
-    t->micro_steps++;
-    t->steps++;
+    t->n->micro_steps++;
+    t->n->steps++;
     if (loss) {
         st = kiln_cuda_download(tc->cu, loss, slot, sizeof(float));
         if (!st) st = kiln_cuda_sync(tc->cu);
@@ -320,12 +321,14 @@ static kiln_status step(kiln_trainer_cuda *tc, bool resident, float *loss) {
     return st;
 }
 
-kiln_status kiln_trainer_cuda_step(kiln_trainer_cuda *tc, float *loss) { return step(tc, false, loss); }
+static kiln_status cu_train_step(void *tr, bool resident, float *loss) { return step(tr, resident, loss); }
 
-kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
-                                    int64_t batch, uint64_t seed, int64_t epoch, int64_t start, int64_t end,
-                                    float *last_loss) {
-    kiln_trainer *t = tc->t;
+/* The batch source: the data set copied to the device once (again only when another one
+ * comes), the epoch's order uploaded, the position set to step `start`'s batch. */
+static kiln_status cu_epoch_begin(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
+                                  uint64_t seed, int64_t epoch, int64_t start) {
+    cuda_trainer *tc = tr;
+    const kiln_train_view *t = tc->t;
     kiln_context *ctx = t->ctx;
     const int64_t n = images->dims[0], sample = kiln_tensor_numel(images) / (n ? n : 1);
     kiln_status st = KILN_OK;
@@ -359,10 +362,19 @@ kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *im
     st = kiln_cuda_upload(tc->cu, tc->perm, perm, sizeof(int64_t) * (size_t)n);
     if (!st) st = kiln_cuda_upload(tc->cu, tc->pos, &pos, sizeof pos);
     free(perm);
-    const int64_t steps = (n + batch - 1) / batch;
-    if (end < 0 || end > steps) end = steps;
-    for (int64_t s = start; s < end && !st; s++) {
-        const int64_t b = s == steps - 1 ? n - s * batch : batch; /* PyTorch keeps the last partial batch */
+    tc->ep_images = images;
+    return st;
+}
+
+/* Step s's batch of b samples: gathered on the device by the step's prologue; the feeds
+ * only carry its shapes (one pair of tensors per batch size). */
+static kiln_status cu_epoch_batch(void *tr, int64_t s, int64_t b, bool *resident) {
+    cuda_trainer *tc = tr;
+    const kiln_train_view *t = tc->t;
+    kiln_context *ctx = t->ctx;
+    const kiln_tensor *images = tc->ep_images;
+    (void)s; /* the device's position advances with every step's end */
+    {
         int slot = -1;
         for (int i = 0; i < MAX_SHAPES && slot < 0; i++)
             if (tc->shape_x[i] && tc->shape_x[i]->dims[0] == b) slot = i;
@@ -379,7 +391,23 @@ kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *im
         if (slot < 0) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "too many batch shapes");
         t->feeds[0] = tc->shape_x[slot];
         t->feeds[1] = tc->shape_y[slot];
-        st = step(tc, true, s + 1 == end ? last_loss : NULL);
+    }
+    *resident = true;
+    return KILN_OK;
+}
+
+/* Steps [start, end) of an epoch (as kiln_trainer_train_epoch runs them): for warm-up and
+ * profiles. */
+static kiln_status run_epoch(cuda_trainer *tc, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
+                             uint64_t seed, int64_t epoch, int64_t start, int64_t end, float *last_loss) {
+    const int64_t n = images->dims[0], steps = (n + batch - 1) / batch;
+    if (end < 0 || end > steps) end = steps;
+    kiln_status st = cu_epoch_begin(tc, images, labels, batch, seed, epoch, start);
+    for (int64_t s = start; s < end && !st; s++) {
+        const int64_t b = s == steps - 1 ? n - s * batch : batch; /* PyTorch keeps the last partial batch */
+        bool resident = false;
+        st = cu_epoch_batch(tc, s, b, &resident);
+        if (!st) st = step(tc, resident, s + 1 == end ? last_loss : NULL);
     }
     return st;
 }
@@ -388,7 +416,7 @@ kiln_status kiln_trainer_cuda_epoch(kiln_trainer_cuda *tc, const kiln_tensor *im
  * state_restore: the device state (tc->dev: weights, optimizer and BN state, the train
  * state with step, lr and loss scale, the Dropout counter, the loss ring), the seed the
  * next step's Dropout reads (on the kiln_cuda), the host's counters and the feeds. The
- * epoch's permutation and position are uploaded by every kiln_trainer_cuda_epoch call. */
+ * epoch's permutation and position are uploaded by every cu_epoch_begin. */
 typedef struct saved_state {
     void *dev;
     uint64_t seed;
@@ -397,13 +425,13 @@ typedef struct saved_state {
     kiln_tensor *feeds[2];
 } saved_state;
 
-static kiln_status state_save(kiln_trainer_cuda *tc, saved_state *sv) {
-    kiln_trainer *t = tc->t;
+static kiln_status state_save(cuda_trainer *tc, saved_state *sv) {
+    const kiln_train_view *t = tc->t;
     cudaStream_t s = (cudaStream_t)kiln_cuda_stream(tc->cu);
     memset(sv, 0, sizeof *sv);
-    sv->steps = t->steps;
-    sv->micro = t->micro_steps;
-    sv->skipped = t->skipped_steps;
+    sv->steps = t->n->steps;
+    sv->micro = t->n->micro_steps;
+    sv->skipped = t->n->skipped_steps;
     sv->stale = tc->host_stale;
     sv->feeds[0] = t->feeds[0];
     sv->feeds[1] = t->feeds[1];
@@ -425,8 +453,8 @@ static kiln_status state_save(kiln_trainer_cuda *tc, saved_state *sv) {
 
 /* Put the state back whatever happened since (the device may be mid-step after a failure);
  * returns st, or the restore's own failure. */
-static kiln_status state_restore(kiln_trainer_cuda *tc, saved_state *sv, kiln_status st) {
-    kiln_trainer *t = tc->t;
+static kiln_status state_restore(cuda_trainer *tc, saved_state *sv, kiln_status st) {
+    const kiln_train_view *t = tc->t;
     cudaStream_t s = (cudaStream_t)kiln_cuda_stream(tc->cu);
     cudaStreamSynchronize(s);
     cudaError_t ce = cudaMemcpyAsync(tc->dev, sv->dev, tc->dev_bytes, cudaMemcpyDeviceToDevice, s);
@@ -435,9 +463,9 @@ static kiln_status state_restore(kiln_trainer_cuda *tc, saved_state *sv, kiln_st
     if (!st && ce != cudaSuccess) st = cuda_err(t->ctx, ce, "restoring the training state");
     cudaFree(sv->dev);
     sv->dev = NULL;
-    t->steps = sv->steps;
-    t->micro_steps = sv->micro;
-    t->skipped_steps = sv->skipped;
+    t->n->steps = sv->steps;
+    t->n->micro_steps = sv->micro;
+    t->n->skipped_steps = sv->skipped;
     tc->host_stale = sv->stale;
     t->feeds[0] = sv->feeds[0];
     t->feeds[1] = sv->feeds[1];
@@ -449,9 +477,9 @@ static kiln_status state_restore(kiln_trainer_cuda *tc, saved_state *sv, kiln_st
  * eagerly (cuDNN's and cuBLASLt's algorithm searches, lazy kernel loading) and the second
  * captured into the shape's CUDA graph and replayed, all inside state_save/state_restore:
  * the training state is left bit for bit as it was. */
-kiln_status kiln_trainer_cuda_warmup(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
-                                     int64_t batch) {
-    kiln_trainer *t = tc->t;
+static kiln_status cu_train_warmup(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch) {
+    cuda_trainer *tc = tr;
+    const kiln_train_view *t = tc->t;
     const int64_t n = images->dims[0], steps = (n + batch - 1) / batch;
     saved_state sv;
     kiln_status st = state_save(tc, &sv);
@@ -460,15 +488,16 @@ kiln_status kiln_trainer_cuda_warmup(kiln_trainer_cuda *tc, const kiln_tensor *i
     const int shapes = steps > 1 && n % batch ? 2 : 1;
     for (int k = 0; k < shapes && !st; k++)
         for (int rep = 0; rep < 2 && !st; rep++)
-            st = kiln_trainer_cuda_epoch(tc, images, labels, batch, t->opts.seed, 0, at[k], at[k] + 1, NULL);
+            st = run_epoch(tc, images, labels, batch, t->opts->seed, 0, at[k], at[k] + 1, NULL);
     if (!st) st = kiln_cuda_sync(tc->cu);
     return state_restore(tc, &sv, st);
 }
 
-/* kiln_trainer_profile on CUDA (see internal.h), between state_save and state_restore. */
-kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *images, const kiln_tensor *labels,
-                                      int64_t batch, int iters, int replays, kiln_profile *out, double *step_ms) {
-    kiln_trainer *t = tc->t;
+/* kiln_trainer_profile on CUDA (see backend.h), between state_save and state_restore. */
+static kiln_status cu_train_profile(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
+                                    int iters, int replays, kiln_profile *out, double *step_ms) {
+    cuda_trainer *tc = tr;
+    const kiln_train_view *t = tc->t;
     kiln_context *ctx = t->ctx;
     const int64_t n = images->dims[0];
     if (batch > n) batch = n;
@@ -479,7 +508,7 @@ kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *
     kiln_status st = state_save(tc, &sv);
     if (st) return st;
     /* one untimed step: the data set resident, this batch's plan built and run once */
-    st = kiln_trainer_cuda_epoch(tc, images, labels, batch, t->opts.seed, 0, 0, 1, NULL);
+    st = run_epoch(tc, images, labels, batch, t->opts->seed, 0, 0, 1, NULL);
     if (!st) st = find_plan(tc, t->feeds, true, &sp);
     kiln_tensor *const bx = t->feeds[0], *const by = t->feeds[1]; /* the batch's shapes */
     if (!st) {
@@ -516,9 +545,9 @@ kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *
     if (!st) {
         char shapes[160];
         snprintf(shapes, sizeof shapes, "%lld parameters in %d tensors, %s%s", (long long)t->param_count, t->n_params,
-                 kiln_optimizer_name(t->opts.optimizer), t->scale_input ? ", loss scaling" : "");
+                 kiln_optimizer_name(t->opts->optimizer), t->scale_input ? ", loss scaling" : "");
         st = kiln_profile_add_row(ctx, out, "epilogue", "optimizer + step end", shapes, epi, iters, 0,
-                                  kiln_trainer_update_bytes(t));
+                                  kiln_train_update_bytes(t));
     }
     if (!st) *step_ms = kiln_median(rep, replays);
     free(ms);
@@ -531,11 +560,12 @@ kiln_status kiln_trainer_cuda_profile(kiln_trainer_cuda *tc, const kiln_tensor *
 }
 
 /* Bring the host copies (weights, optimizer state, statistics, counters) up to date. */
-kiln_status kiln_trainer_cuda_download(kiln_trainer_cuda *tc) {
-    kiln_trainer *t = tc->t;
+static kiln_status cu_train_download(void *tr) {
+    cuda_trainer *tc = tr;
+    const kiln_train_view *t = tc->t;
     if (!tc->host_stale) return KILN_OK;
     kiln_status st = KILN_OK;
-    const int ns = n_states_of(&t->opts);
+    const int ns = n_states_of(t->opts);
     for (int k = 0; k < t->n_params && !st; k++) {
         kiln_param *p = &t->params[k];
         size_t nb = sizeof(float) * (size_t)p->numel;
@@ -549,12 +579,22 @@ kiln_status kiln_trainer_cuda_download(kiln_trainer_cuda *tc) {
     if (!st) st = kiln_cuda_download(tc->cu, &ds, tc->state, sizeof ds);
     if (!st) st = kiln_cuda_sync(tc->cu);
     if (!st) {
-        t->steps = ds.step;
-        t->skipped_steps = ds.skipped;
-        t->loss_scale = ds.loss_scale;
+        t->n->steps = ds.step;
+        t->n->skipped_steps = ds.skipped;
+        t->n->loss_scale = ds.loss_scale;
         tc->host_stale = false;
     }
     return st;
 }
 
-#endif
+const kiln_backend_train_i kiln_cuda_train_i = {
+    .create = cu_train_create,
+    .free = cu_train_free,
+    .upload = cu_train_upload,
+    .download = cu_train_download,
+    .step = cu_train_step,
+    .epoch_begin = cu_epoch_begin,
+    .epoch_batch = cu_epoch_batch,
+    .warmup = cu_train_warmup,
+    .profile = cu_train_profile,
+};

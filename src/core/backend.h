@@ -1,0 +1,225 @@
+/*
+ * backend.h — the one interface every backend implements (as ggml's ggml_backend_i or
+ * SQLite's VFS): a table of functions per backend. Sessions, passes and the trainer hold a
+ * kiln_backend_i pointer and an instance, and never ask which backend it is; the only
+ * place that knows which backends this build has is the registration (src/backend/registry.c).
+ *
+ *   CPU:  src/cpu/backend.c (plans: src/core/plan.c), training: src/cpu/train.c
+ *   CUDA: src/cuda/backend.c (plans: src/cuda/cuda_plan.c), training: src/cuda/train.c
+ *
+ * The dependency goes one way: train -> this interface <- backends. A backend never calls
+ * into src/train/; what it needs of a trainer comes in a kiln_train_view.
+ */
+#ifndef KILN_BACKEND_H
+#define KILN_BACKEND_H
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kiln_plan;
+
+/* How a backend instance is opened (a session's or a trainer's settings). */
+typedef struct kiln_backend_options {
+    int allow_tf32;     /* f32 convolutions and products may use TF32 (CUDA) */
+    int no_autotune;    /* cuDNN's heuristic instead of timing algorithms (CUDA) */
+    int deterministic;  /* only deterministic algorithms (CUDA) */
+    int no_conv_gemm;   /* 1x1 convolutions always through cuDNN (CUDA) */
+    int no_conv_direct; /* one-channel convolutions always through cuDNN (CUDA) */
+    int no_streams;     /* a captured plan on one stream only (CUDA) */
+} kiln_backend_options;
+
+/* How a plan is built. */
+typedef struct kiln_backend_plan_options {
+    bool fold;                /* constant folding */
+    bool use_graph;           /* replay one captured device graph where the backend can */
+    /* graph input i lives, resident, at bound[i] (backend memory) where bound[i] is not
+     * NULL: runs never copy it in (a trainer's weights). NULL: none. The CPU reads every
+     * input from the tensors a run is given. */
+    void *const *bound;
+} kiln_backend_plan_options;
+
+/* Work enqueued before (prologue) and after (epilogue) a plan's run list on every run, and
+ * captured with it where the backend captures: fn must only enqueue work. */
+typedef kiln_status (*kiln_backend_hook)(void *arg);
+
+typedef struct kiln_backend_train_i kiln_backend_train_i;
+
+typedef struct kiln_backend_i {
+    const char *name; /* "cpu", "cuda" */
+    kiln_device device;
+
+    /* ---------------------------------------------------------------- instance */
+    kiln_status (*create)(kiln_context *ctx, const kiln_backend_options *o, void **out);
+    void (*free)(void *be);
+
+    /* --------------------------------------------------------------------- ops */
+    /* Whether op (a registry index) has a kernel at all (passes ask before they rewrite
+     * into an op, e.g. a fusion waiting for its kernel). */
+    bool (*has_op)(int op);
+    /* KILN_OK when node c->node with c's dtypes, shapes and attributes runs here;
+     * otherwise KILN_ERR_UNSUPPORTED with the reason on c->kctx. */
+    kiln_status (*supports)(kiln_op_ctx *c);
+
+    /* ------------------------------------------------------------------- plans */
+    /* A plan for these input shapes: the host plan (kiln_plan_build) lowered onto the
+     * backend, its memory laid out and allocated. */
+    kiln_status (*plan_create)(void *be, kiln_model *m, kiln_tensor *const *inputs,
+                               const kiln_backend_plan_options *o, void **out);
+    void (*plan_free)(void *plan);
+    /* The host plan behind it (shapes, run list, stats, profiles). */
+    struct kiln_plan *(*plan_host)(void *plan);
+    /* Where value v lives during a run (backend memory; NULL when it has none). */
+    void *(*plan_value)(void *plan, int v);
+    void (*plan_set_hooks)(void *plan, kiln_backend_hook prologue, kiln_backend_hook epilogue, void *arg);
+    /* Run and wait; outputs: host tensors owned by the plan, valid until the next run. */
+    kiln_status (*plan_run)(void *plan, kiln_tensor *const *inputs, uint64_t seed, int n_outputs,
+                            const kiln_tensor **outputs);
+    /* Enqueue a run (prologue, run list, epilogue) and return without waiting. inputs
+     * NULL: nothing copied in (a prologue fills the input slots). */
+    kiln_status (*plan_enqueue)(void *plan, kiln_tensor *const *inputs, uint64_t seed);
+    /* Device timing of `iters` runs (kiln_session_bench's compute_ms, h2d_ms, d2h_ms);
+     * NULL: the host clock's times stand. */
+    kiln_status (*plan_time)(void *plan, kiln_tensor *const *inputs, int iters, double *compute_ms, double *h2d_ms,
+                             double *d2h_ms);
+    /* Per-node profile: `iters` passes of the run list node by node; ms and start_ms
+     * pass-major (iters * n_exec); pro_ms / epi_ms (iters, or NULL): the hooks timed on
+     * their own. */
+    kiln_status (*plan_profile)(void *plan, kiln_tensor *const *inputs, uint64_t seed, int iters, double *ms,
+                                double *start_ms, double *pro_ms, double *epi_ms);
+
+    /* ------------------------------------------------------- memory and copies */
+    kiln_status (*alloc)(void *be, size_t bytes, void **out);
+    void (*dealloc)(void *be, void *p);
+    /* Host -> backend memory and back, in order with the work enqueued; download waits. */
+    kiln_status (*upload)(void *be, void *dst, const void *src, size_t bytes);
+    kiln_status (*download)(void *be, void *dst, const void *src, size_t bytes);
+    /* Wait for everything enqueued; report errors found on the device. */
+    kiln_status (*sync)(void *be);
+
+    /* ---------------------------------------------------------------- training */
+    const kiln_backend_train_i *train;
+    /* Whether a trainer's session runs the inference passes over the training graph (the
+     * CPU), or plans it as the trainer already rewrote it for the device (CUDA: fusions
+     * and layout chosen with the backward graph in view). */
+    bool train_session_passes;
+} kiln_backend_i;
+
+/* The backend of a device in this build, or NULL when it was built without it
+ * (src/backend/registry.c: the registration). */
+const kiln_backend_i *kiln_backend_for(kiln_device device);
+/* The same, failing with a message naming the device. */
+kiln_status kiln_backend_get(kiln_context *ctx, kiln_device device, const kiln_backend_i **out);
+
+/* ================================================================== training
+ *
+ * What a backend's training engine sees of a trainer (src/train/trainer.c fills it): the
+ * training graph (forward + backward: src/train/trainer.c's header), the host copies of
+ * the trained tensors, the feeds and the trainer's counters, which the engine advances.
+ */
+
+/* A trained tensor: its value (bound to the training graph as an input), the gradient of
+ * the last step, optimizer state (SGD: momentum buffer; Adam: m, v; Adadelta: square_avg,
+ * acc_delta) and, with accumulation, the summed gradient. */
+typedef struct kiln_param {
+    int fwd_value;      /* value index in the forward model (and its clone) */
+    int grad_value;     /* value index of its gradient in the training graph */
+    kiln_tensor *value; /* f32, owned */
+    int64_t numel;
+    const float *grad;  /* gradient used by the next update (arena or acc) */
+    float *state[2];
+    float *acc;
+} kiln_param;
+
+/* BatchNormalization running statistics: input value and the updated output. */
+typedef struct kiln_state {
+    int fwd_value;
+    int out_value;
+    kiln_tensor *value; /* owned */
+} kiln_state;
+
+/* The trainer's counters, advanced by the engine's steps. */
+typedef struct kiln_train_counters {
+    int64_t micro_steps, steps, skipped_steps;
+    float loss_scale;    /* fp16: the dynamic loss scale (GradScaler); 1 otherwise */
+    int64_t clean_steps; /* fp16: steps since the scale last changed */
+} kiln_train_counters;
+
+typedef struct kiln_train_view {
+    kiln_context *ctx;
+    const kiln_train_options *opts;
+    kiln_model *train;          /* forward + backward: inputs data, parameters, states[, loss scale];
+                                   outputs loss, gradients, updated states */
+    kiln_session *sess;         /* the session the training graph runs in */
+    int n_data_inputs, n_params, n_states;
+    kiln_param *params;
+    kiln_state *states;
+    kiln_tensor **feeds;        /* the training graph's inputs, in its order */
+    const kiln_tensor **outs;   /* its outputs, in its order */
+    kiln_tensor *scale_input;   /* fp16/bf16: the scalar fed as dL/dloss (the loss scale); else NULL */
+    int64_t param_count;
+    kiln_train_counters *n;
+} kiln_train_view;
+
+/* A training engine: one per trainer, on its session's backend instance. */
+struct kiln_backend_train_i {
+    kiln_status (*create)(const kiln_train_view *v, void **out);
+    void (*free)(void *tr);
+    /* Host copies of weights, optimizer state and statistics (and the counters) to the
+     * backend (after create and a checkpoint load), and back (before they are read). */
+    kiln_status (*upload)(void *tr);
+    kiln_status (*download)(void *tr);
+    /* One step: forward, backward, then the optimizer update, isolated per backend (the CPU
+     * loop kiln_optimizer_update; CUDA's fused update captured with the step). The batch is
+     * in v->feeds[0 .. n_data_inputs), or, resident, gathered by the batch source. *loss
+     * (may be NULL) is the step's loss and waits for it. */
+    kiln_status (*step)(void *tr, bool resident, float *loss);
+
+    /* The batch source of kiln_trainer_train_epoch: a data set (images f32 (N, ...),
+     * labels i64 (N)) in the order of one epoch (kiln_loader_permutation). begin takes
+     * the data set and positions it at step `start`; batch(s, b) puts step s's batch of b
+     * samples into v->feeds[0..1] and says whether it is resident (gathered inside the
+     * step: the CUDA engine keeps the data set on the device and gathers there) or in the
+     * feeds' host memory (the CPU engine gathers on the host). */
+    kiln_status (*epoch_begin)(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
+                               uint64_t seed, int64_t epoch, int64_t start);
+    kiln_status (*epoch_batch)(void *tr, int64_t step, int64_t b, bool *resident);
+
+    /* kiln_trainer_warmup (NULL: nothing to warm up) and kiln_trainer_profile, with the
+     * arguments checked; both leave the training state as it was. */
+    kiln_status (*warmup)(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch);
+    kiln_status (*profile)(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch, int iters,
+                           int replays, kiln_profile *out, double *step_ms);
+};
+
+/* The backend and instance a session runs on (the trainer's engine plans on them). */
+const kiln_backend_i *kiln_session_backend(kiln_session *s, void **instance);
+/* A session that plans m as given (no passes: a training graph already rewritten for its
+ * device) or after the passes, on a backend instance opened with bo. */
+kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *opts, const kiln_backend_options *bo,
+                                   bool apply_passes, kiln_session **out);
+
+/* ------------------------------------------- shared by the training engines */
+
+/* "adadelta"... for messages and profiles. */
+const char *kiln_optimizer_name(kiln_optimizer o);
+/* Bytes one optimizer update moves (weights, gradients, states; the statistics copied):
+ * for a profile's GB/s. */
+double kiln_train_update_bytes(const kiln_train_view *v);
+/* Optimizer state tensors per parameter (SGD: 1 with momentum, else 0; Adam, AdamW,
+ * Adadelta: 2). */
+int kiln_optimizer_states(const kiln_train_options *o);
+/* The CPU optimizer update, one step over every parameter (src/cpu/train.c; also the
+ * reference CUDA's fused update is tested against). */
+void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
+/* The dropout seed base of a run: micro-step k runs with base + k. */
+static inline uint64_t kiln_train_seed_base(const kiln_train_options *o) {
+    return o->seed * 0x9E3779B97F4A7C15ull;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
