@@ -167,6 +167,10 @@ int kiln_tensor_compare(const kiln_tensor *got, const kiln_tensor *want, double 
 
 /* ------------------------------------------------------------- run one op */
 
+static kiln_optest_hook_fn sweep_hook;
+
+void kiln_optest_set_hook(kiln_optest_hook_fn fn) { sweep_hook = fn; }
+
 static int run_case(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
                     int n_out, kiln_tensor **expect, double atol, double rtol, const char *label,
                     bool expect_fail, kiln_status want) {
@@ -217,6 +221,7 @@ static int run_case(const char *op, const char *attrs, int opset, int n_in, kiln
         fails = 1;
         goto done;
     }
+    if (sweep_hook) sweep_hook(&node, n_in, in, n_out, out, label);
     for (int k = 0; k < n_out; k++) {
         if (!expect || !expect[k]) continue;
         char lab[256];

@@ -71,6 +71,15 @@ bool kiln_optest_eval(const char *domain, const char *op, const char *attrs, int
  * for +0): 0 when got is want bit for bit. */
 int kiln_tensor_same_bits(const kiln_tensor *got, const kiln_tensor *want, const char *label);
 
+/* The sweep hook (tests/gpu/test_backend_ops.c, ggml's test-backend-ops): when set, every
+ * case of kiln_optest / kiln_optest_opset whose CPU reference ran hands its node, inputs
+ * and CPU outputs to fn before they are compared and freed, so that the same case runs on
+ * the backends under test. The tensors are the helper's (borrowed for the call); label is
+ * the case's. NULL (the default) turns it off. Not thread-safe: tests set it once. */
+typedef void (*kiln_optest_hook_fn)(const kiln_node *node, int n_in, kiln_tensor *const *in, int n_out,
+                                    kiln_tensor *const *out, const char *label);
+void kiln_optest_set_hook(kiln_optest_hook_fn fn);
+
 /* Parse attribute text into a freshly allocated array (NULL + *n=0 for ""). */
 kiln_status kiln_attrs_parse(kiln_context *ctx, const char *text, kiln_attr **out, int *n);
 
