@@ -41,6 +41,13 @@ int kiln_optest_opset(const char *op, const char *attrs, int opset, int n_in, ki
                       const char *label);
 int kiln_optest(const char *op, const char *attrs, int n_in, kiln_tensor **in, int n_out,
                 kiln_tensor **expect, double atol, double rtol, const char *label);
+/* A case for the backend sweep (tests/gpu/test_backend_ops.c): inputs with no expected
+ * values, typically kt_rand tensors of odd sizes and 4-D shapes that the hand-computed
+ * cases are too small to reach (vector tails, several thread blocks, NHWC layouts). On
+ * the CPU it checks that the reference accepts them; the sweep compares every backend
+ * with that reference. Returns 0 on success, 1 on failure. Frees in[]. */
+int kiln_optest_sweep(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in, int n_out,
+                      const char *label);
 /* Expect the op to be rejected with status want (checked at infer or forward), and the
  * message to be non-empty. Returns 0 if it was, 1 otherwise. Frees in[]. */
 int kiln_optest_fails(const char *op, const char *attrs, int n_in, kiln_tensor **in,

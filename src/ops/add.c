@@ -107,6 +107,15 @@ static int test(void) {
     fails += kiln_gradcheck("Add", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 6),
                             kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 7)}, (const bool[]){true, false},
                             "add grad (2,3)+(3) w.r.t. A only");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 141),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 151)},
+                               1, "add random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 161),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 171)},
+                               1, "add random (2,5,7,9) by a channel vector");
     return fails;
 }
 

@@ -378,6 +378,13 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL);
     fails += kiln_optest_fails("AveragePool", "kernel_shape=[2,2];pads=[1,1]", 1, in, 1,
                                KILN_ERR_SHAPE, "averagepool pads count");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 251)},
+                               1, "avgpool random pads excluded");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,2];strides=[1,2];pads=[1,0,1,1];count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 252)},
+                               1, "avgpool random pads included");
     return fails;
 }
 

@@ -320,6 +320,14 @@ static int test(void) {
                             "bn grad inference (N,C,H,W)");
     fails += kiln_gradcheck("BatchNormalization", "epsilon=0.1", 9, 5, bn_rand(2, KT_DIMS(4, 3), 5), NULL,
                             "bn grad inference opset 9");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("BatchNormalization", "epsilon=0.001", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 271),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), 0.5, 2, 272),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -1, 1, 273),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -1, 1, 274),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), 0.5, 2, 275)},
+                               1, "batchnorm random inference 2x5x7x9");
     return fails;
 }
 

@@ -178,6 +178,12 @@ static int test(void) {
                             (const bool[]){true, false, false}, "clip grad max 0.5 only");
     fails += kiln_unary_gradcheck("Clip", "min=-0.5;max=1.0", 6, 6, KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2),
                                   "clip grad opset 6 attributes");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Clip", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 131),
+                                                kt_scalar(KILN_F32, -0.5),
+                                                kt_scalar(KILN_F32, 0.75)},
+                               1, "clip random 2x3x17x19 [-0.5, 0.75]");
     return fails;
 }
 

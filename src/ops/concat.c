@@ -233,6 +233,11 @@ static int test(void) {
                             "concat grad axis -3, a constant input");
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 7);
     fails += kiln_gradcheck("Concat", "axis=0", 0, 1, in, NULL, "concat grad one input");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Concat", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 321),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 17, 19), -2, 2, 322)},
+                               1, "concat random channels 3 + 5");
     return fails;
 }
 

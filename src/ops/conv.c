@@ -629,6 +629,26 @@ static int test(void) {
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
     fails += kiln_optest_fails("Conv", "strides=[1]", 2, in, 1, KILN_ERR_SHAPE,
                                "conv strides count");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Conv", "pads=[1,1,1,1];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 13, 11), -1, 1, 201),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(7, 5, 3, 3), -1, 1, 202),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(7), -1, 1, 203)},
+                               1, "conv random 3x3 stride 2 odd sizes");
+    fails += kiln_optest_sweep("Conv", "group=6;pads=[1,1,1,1]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 6, 9, 13), -1, 1, 204),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 1, 3, 3), -1, 1, 205)},
+                               1, "conv random depthwise");
+    fails += kiln_optest_sweep("Conv", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 17, 7, 9), -1, 1, 206),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(9, 17, 1, 1), -1, 1, 207),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(9), -1, 1, 208)},
+                               1, "conv random 1x1, 17 channels");
+    fails += kiln_optest_sweep("Conv", "pads=[2,2,2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 15, 13), -1, 1, 209),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 1, 5, 5), -1, 1, 210),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), -1, 1, 211)},
+                               1, "conv random one input channel 5x5");
     return fails;
 }
 

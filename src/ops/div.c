@@ -114,6 +114,15 @@ static int test(void) {
     fails += kiln_gradcheck("Div", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, 2.5),
                             kiln_binary_rand_signed(1, KT_DIMS(4), 0.5, 2, 6)}, (const bool[]){false, true},
                             "div grad ()/(4) w.r.t. B only");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 146),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), 0.5, 2, 156)},
+                               1, "div random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 166),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), 0.5, 2, 176)},
+                               1, "div random (2,5,7,9) by a channel vector");
     return fails;
 }
 

@@ -92,6 +92,11 @@ static int test(void) {
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 3);
     in[1] = ints(1, KT_VALS(1));
     fails += kiln_gradcheck("Expand", "", 0, 2, in, NULL, "expand grad no broadcast");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 411),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 17, 19))},
+                               1, "expand random to 2x3x17x19");
     return fails;
 }
 

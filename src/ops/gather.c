@@ -240,6 +240,15 @@ static int test(void) {
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 3);
     in[1] = kt_scalar(KILN_I64, -2);
     fails += kiln_gradcheck("Gather", "axis=-1", 0, 2, in, NULL, "gather grad scalar index");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gather", "axis=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(37, 19), -2, 2, 331),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(5, 3), -37, 37, 332)},
+                               1, "gather random rows, negative indices");
+    fails += kiln_optest_sweep("Gather", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 19), -2, 2, 333),
+                                                kt_rand(KILN_I64, 1, KT_DIMS(7), 0, 17, 334)},
+                               1, "gather random axis 1");
     return fails;
 }
 

@@ -91,6 +91,10 @@ static int test(void) {
     fails += kiln_gradcheck("Gelu", "approximate=tanh", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 4), -3, 3, 2)}, NULL,
                             "gelu grad tanh form");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gelu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 108)},
+                               1, "gelu random 2x3x17x19");
     return fails;
 }
 

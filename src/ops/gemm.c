@@ -409,6 +409,17 @@ static int test(void) {
     in[0] = kt_make(KILN_I32, 2, KT_DIMS(2, 3), NULL);
     in[1] = kt_make(KILN_I32, 2, KT_DIMS(3, 4), NULL);
     fails += kiln_optest_fails("Gemm", "", 2, in, 1, KILN_ERR_TYPE, "gemm int32");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gemm", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(17, 33), -1, 1, 221),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(33, 19), -1, 1, 222),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(19), -1, 1, 223)},
+                               1, "gemm random 17x33x19");
+    fails += kiln_optest_sweep("Gemm", "transA=1;transB=1;alpha=0.5;beta=2.0", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(33, 17), -1, 1, 224),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(19, 33), -1, 1, 225),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(17, 19), -1, 1, 226)},
+                               1, "gemm random transposed, alpha, beta");
     return fails;
 }
 

@@ -125,6 +125,10 @@ static int test(void) {
     in[0] = kt_make(KILN_I32, 3, KT_DIMS(1, 2, 3), NULL);
     fails += kiln_optest_fails("GlobalAveragePool", "", 1, in, 1, KILN_ERR_TYPE,
                                "globalaveragepool int32");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 7, 13, 11), -2, 2, 261)},
+                               1, "global avgpool random 2x7x13x11");
     return fails;
 }
 

@@ -64,6 +64,15 @@ static int test(void) {
     in[0] = kt_make(KILN_U8, 1, KT_DIMS(2), NULL);
     in[1] = kt_make(KILN_I8, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Greater", "", 2, in, 1, KILN_ERR_TYPE, "greater u8,i8 rejected");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Greater", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 363),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 366)},
+                               1, "greater random f32, broadcast");
+    fails += kiln_optest_sweep("Greater", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 369),
+                                                kt_rand(KILN_I64, 1, KT_DIMS(19), -3, 3, 372)},
+                               1, "greater random i64, ties");
     return fails;
 }
 

@@ -363,6 +363,17 @@ static int test(void) {
                                    NULL, 3, 1.0, "layernorm grad with Mean and InvStdDev");
     else
         printf("skip layernorm grad with Mean and InvStdDev: Sum has no gradient rule yet\n");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("LayerNormalization", "axis=-1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 7, 129), -2, 2, 301),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(129), 0.5, 2, 302),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(129), -1, 1, 303)},
+                               1, "layernorm random rows of 129");
+    fails += kiln_optest_sweep("LayerNormalization", "axis=1;epsilon=0.001", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 5, 9), -2, 2, 304),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 9), 0.5, 2, 305),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 9), -1, 1, 306)},
+                               1, "layernorm random axis 1");
     return fails;
 }
 

@@ -65,6 +65,15 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
     in[1] = kt_make(KILN_F64, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Less", "", 2, in, 1, KILN_ERR_TYPE, "less f32,f64 rejected");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Less", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 362),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 365)},
+                               1, "less random f32, broadcast");
+    fails += kiln_optest_sweep("Less", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 368),
+                                                kt_rand(KILN_I64, 1, KT_DIMS(19), -3, 3, 371)},
+                               1, "less random i64, ties");
     return fails;
 }
 

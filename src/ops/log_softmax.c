@@ -65,6 +65,13 @@ static int test(void) {
     fails += kiln_gradcheck("LogSoftmax", "axis=-2", 12, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -2, 2, 15)}, NULL,
                             "logsoftmax grad opset 12 axis -2");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("LogSoftmax", "axis=-1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 1037), -4, 4, 281)},
+                               1, "logsoftmax random rows of 1037");
+    fails += kiln_optest_sweep("LogSoftmax", "axis=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -4, 4, 282)},
+                               1, "logsoftmax random axis 1 of 4-D");
     return fails;
 }
 

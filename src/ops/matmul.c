@@ -511,6 +511,15 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
     in[1] = kt_make(KILN_F16, 1, KT_DIMS(3), NULL);
     fails += kiln_optest_fails("MatMul", "", 2, in, 1, KILN_ERR_TYPE, "matmul dtype mismatch");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 33), -1, 1, 231),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(33, 19), -1, 1, 232)},
+                               1, "matmul random (3,17,33)x(33,19)");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 9, 31), -1, 1, 233),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 31, 5), -1, 1, 234)},
+                               1, "matmul random broadcast batch");
     return fails;
 }
 

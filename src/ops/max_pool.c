@@ -437,6 +437,13 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 5, KT_DIMS(1, 1, 2, 2, 2), NULL);
     fails += kiln_optest_fails("MaxPool", "kernel_shape=[2,2,2];storage_order=1", 1, in, 2,
                                KILN_ERR_UNSUPPORTED, "maxpool 3-D column-major indices");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 241)},
+                               1, "maxpool random 3x3 stride 2 pads");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 16, 18), -2, 2, 242)},
+                               1, "maxpool random 2x2 tiles");
     return fails;
 }
 

@@ -118,6 +118,15 @@ static int test(void) {
                             kt_rand(KILN_F64, 2, KT_DIMS(2, 4), -1, 1, 6)}, NULL, "min grad (),(2,4)");
     fails += kiln_gradcheck("Min", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 7)},
                             NULL, "min grad one input");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 145),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 155)},
+                               1, "min random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 165),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 175)},
+                               1, "min random (2,5,7,9) by a channel vector");
     return fails;
 }
 

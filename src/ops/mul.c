@@ -69,6 +69,15 @@ static int test(void) {
                             kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 4), -1, 1, 4)}, NULL, "mul grad (3,1)*(2,1,4)");
     fails += kiln_gradcheck("Mul", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, -1.5),
                             kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 5)}, NULL, "mul grad ()*(2,3)");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 143),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 153)},
+                               1, "mul random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 163),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 173)},
+                               1, "mul random (2,5,7,9) by a channel vector");
     return fails;
 }
 

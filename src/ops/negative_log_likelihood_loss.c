@@ -85,6 +85,15 @@ static int test(void) {
                                               kt_make(KILN_I64, 3, KT_DIMS(2, 2, 2), KT_VALS(2, 1, 1, 0, 0, 2, 1, 2)),
                                               kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.2, 1.0, 0.7))},
                             x_only, "nll grad (N,C,d1,d2) weighted mean ignore_index");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLoss", "reduction=mean", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(13, 7), -3, 0, 441),
+                                                kt_rand(KILN_I64, 1, KT_DIMS(13), 0, 7, 442)},
+                               1, "nll random mean");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLoss", "reduction=none", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -3, 0, 443),
+                                                kt_rand(KILN_I64, 3, KT_DIMS(2, 7, 9), 0, 5, 444)},
+                               1, "nll random 4-D none");
     return fails;
 }
 

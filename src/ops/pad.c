@@ -371,6 +371,16 @@ static int test(void) {
     in[2] = NULL;
     in[3] = ints(1, KT_VALS(1));
     fails += kiln_gradcheck("Pad", "mode=reflect", 18, 4, in, NULL, "pad grad opset 18 axes");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Pad", "mode=constant", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 391),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 1, 2, 3, 0, 2, 1, 0)),
+                                                kt_scalar(KILN_F32, 0.5)},
+                               1, "pad random constant 0.5");
+    fails += kiln_optest_sweep("Pad", "mode=reflect", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 392),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 2, 3, 0, 0, 1, 2))},
+                               1, "pad random reflect");
     return fails;
 }
 

@@ -211,6 +211,15 @@ static int test(void) {
     fails += kiln_gradcheck("Pow", "", 0, 2, (kiln_tensor *[]){kiln_binary_rand_signed(2, KT_DIMS(2, 3), 0.5, 2, 7),
                             kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, -1))}, NULL,
                             "pow grad (2,3)^i64(3) w.r.t. X");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), 0.5, 2, 147),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 157)},
+                               1, "pow random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), 0.5, 2, 167),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 177)},
+                               1, "pow random (2,5,7,9) by a channel vector");
     return fails;
 }
 

@@ -79,6 +79,14 @@ static int test(void) {
                                    "max grad all axes");
     fails += kiln_reduce_gradcheck("ReduceMax", "axes=[-2]", 11, -1, NULL, 24,
                                    "max grad opset 11 axis -2");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceMax", "keepdims=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 293),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "reducemax random axes 1,3 of 2x3x17x19");
+    fails += kiln_optest_sweep("ReduceMax", "keepdims=0", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1031), -2, 2, 297)},
+                               1, "reducemax random all of 1031");
     return fails;
 }
 

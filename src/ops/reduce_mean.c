@@ -163,6 +163,14 @@ static int test(void) {
                                    "mean grad opset 11 axis -1");
     fails += test_mse(false);
     fails += test_mse(true);
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceMean", "keepdims=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 292),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "reducemean random axes 1,3 of 2x3x17x19");
+    fails += kiln_optest_sweep("ReduceMean", "keepdims=0", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1031), -2, 2, 296)},
+                               1, "reducemean random all of 1031");
     return fails;
 }
 

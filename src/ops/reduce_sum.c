@@ -104,6 +104,14 @@ static int test(void) {
                                    "sum grad opset 11 attribute axes");
     fails += kiln_reduce_gradcheck("ReduceSum", "noop_with_empty_axes=1", 13, -1, NULL, 5,
                                    "sum grad noop with empty axes");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceSum", "keepdims=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 291),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "reducesum random axes 1,3 of 2x3x17x19");
+    fails += kiln_optest_sweep("ReduceSum", "keepdims=0", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1031), -2, 2, 295)},
+                               1, "reducesum random all of 1031");
     return fails;
 }
 

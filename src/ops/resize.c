@@ -1071,6 +1071,18 @@ static int test(void) {
                               0, kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 10), 2,
                               KT_VALS(-0.2, 0.1, 1.1, 0.8), NULL, KT_VALS(4, 5),
                               "resize grad nearest tf_crop_and_resize");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Resize", "mode=linear", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 9, 11), -2, 2, 401),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 1.5))},
+                               1, "resize random linear x2, x1.5");
+    fails += kiln_optest_sweep("Resize", "mode=nearest", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 11), -2, 2, 402),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 17, 23))},
+                               1, "resize random nearest to sizes");
     return fails;
 }
 

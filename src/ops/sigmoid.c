@@ -38,6 +38,10 @@ static int test(void) {
     fails += kiln_gradcheck("Sigmoid", "", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -3, 3, 1)},
                             NULL, "sigmoid grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Sigmoid", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 103)},
+                               1, "sigmoid random 2x3x17x19");
     return fails;
 }
 

@@ -309,6 +309,14 @@ static int test(void) {
     in[3] = ints(1, KT_VALS(-1));
     in[4] = ints(1, KT_VALS(-3));
     fails += kiln_gradcheck("Slice", "", 0, 5, in, NULL, "slice grad reversed by 3");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Slice", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 381),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, -18)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 19)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "slice random axes 1,3 step 3");
     return fails;
 }
 

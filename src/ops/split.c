@@ -333,6 +333,11 @@ static int test(void) {
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 7), -1, 1, 4);
     fails += kiln_gradcheck_ex("Split", "axis=1;num_outputs=3", 18, 1, in, NULL, 3, 1.0,
                                "split grad num_outputs uneven");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Split", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 9, 17), -2, 2, 431),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 4))},
+                               3, "split random 2+3+4");
     return fails;
 }
 

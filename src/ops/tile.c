@@ -175,6 +175,11 @@ static int test(void) {
     in[0] = kt_rand(KILN_F64, 1, KT_DIMS(4), -1, 1, 3);
     in[1] = ints(1, KT_VALS(1));
     fails += kiln_gradcheck("Tile", "", 0, 2, in, NULL, "tile grad one repeat");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 421),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 2, 3, 1))},
+                               1, "tile random 1,2,3,1");
     return fails;
 }
 

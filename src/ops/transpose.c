@@ -147,6 +147,13 @@ static int test(void) {
     fails += kiln_gradcheck("Transpose", "", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 3)},
                             NULL, "transpose grad default reverse");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,3,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 311)},
+                               1, "transpose random to channels last");
+    fails += kiln_optest_sweep("Transpose", "perm=[2,0,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 19), -2, 2, 312)},
+                               1, "transpose random 3-D");
     return fails;
 }
 

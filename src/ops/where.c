@@ -163,6 +163,12 @@ static int test(void) {
     cond = kt_make(KILN_BOOL, 3, KT_DIMS(2, 1, 3), KT_VALS(0, 1, 1, 1, 0, 1));
     fails += kiln_gradcheck("Where", "", 0, 3, (kiln_tensor *[]){cond, kt_scalar(KILN_F64, 0.5),
                             kt_rand(KILN_F64, 2, KT_DIMS(4, 1), -1, 1, 5)}, NULL, "where grad cond (2,1,3), X (), Y (4,1)");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Where", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_BOOL, 4, KT_DIMS(2, 3, 17, 19), 0, 2, 351),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 352),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 353)},
+                               1, "where random, broadcast");
     return fails;
 }
 
