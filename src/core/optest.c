@@ -221,7 +221,7 @@ static int run_case(const char *op, const char *attrs, int opset, int n_in, kiln
         fails = 1;
         goto done;
     }
-    if (sweep_hook) sweep_hook(&node, n_in, in, n_out, out, label);
+    if (sweep_hook) sweep_hook(&node, n_in, in, n_out, out, atol, rtol, label);
     if (!expect) printf("ok   %s: the CPU reference takes it (a case for the backend sweep)\n", label);
     for (int k = 0; k < n_out; k++) {
         if (!expect || !expect[k]) continue;
@@ -279,6 +279,11 @@ int kiln_optest(const char *op, const char *attrs, int n_in, kiln_tensor **in, i
 int kiln_optest_sweep(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in, int n_out,
                       const char *label) {
     return run_case(op, attrs, opset, n_in, in, n_out, NULL, 0, 0, label, false, KILN_OK);
+}
+
+int kiln_optest_sweep_tol(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in, int n_out,
+                          double atol, double rtol, const char *label) {
+    return run_case(op, attrs, opset, n_in, in, n_out, NULL, atol, rtol, label, false, KILN_OK);
 }
 
 int kiln_optest_fails(const char *op, const char *attrs, int n_in, kiln_tensor **in, int n_out,

@@ -385,6 +385,25 @@ static int test(void) {
     fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,2];strides=[1,2];pads=[1,0,1,1];count_include_pad=1", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 252)},
                                1, "avgpool random pads included");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 7), -2, 2, 1266)},
+                               1, "averagepool exclude pad");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 7), -2, 2, 1267)},
+                               1, "averagepool include pad");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 10, 10), -2, 2, 1268)},
+                               1, "averagepool ceil_mode include pad");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 7, 8), -2, 2, 1269)},
+                               1, "averagepool asymmetric pads");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 16, 16), -2, 2, 1270)},
+                               1, "averagepool 2x2 s2");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,2];strides=[2,2];count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 7, 9), -2, 2, 1275)},
+                               1, "averagepool 2x2 s2 odd sizes include pad");
     return fails;
 }
 

@@ -184,6 +184,30 @@ static int test(void) {
                                                 kt_scalar(KILN_F32, -0.5),
                                                 kt_scalar(KILN_F32, 0.75)},
                                1, "clip random 2x3x17x19 [-0.5, 0.75]");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Clip", "min=-0.5;max=0.7", 6, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -2, 2, 1029)},
+                               1, "clip [min=-0.5;max=0.7] odd size");
+    fails += kiln_optest_sweep("Clip", "min=-0.5;max=0.7", 6, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -2, 2, 1030)},
+                               1, "clip [min=-0.5;max=0.7] 7 elements");
+    fails += kiln_optest_sweep("Clip", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 9, 31), -2, 2, 1051),
+                                                kt_rand(KILN_F32, 0, NULL, -1, -0.5, 1052),
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 1, 1053)},
+                               1, "clip min and max inputs");
+    fails += kiln_optest_sweep("Clip", "", 13, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 50), -2, 2, 1054),
+                                                kt_rand(KILN_F32, 0, NULL, -1, -0.5, 1055)},
+                               1, "clip min input only");
+    fails += kiln_optest_sweep("Clip", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 50), -2, 2, 1056),
+                                                NULL,
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 1, 1057)},
+                               1, "clip max input only");
+    fails += kiln_optest_sweep("Clip", "", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 50), -2, 2, 1058)},
+                               1, "clip no bounds");
     return fails;
 }
 

@@ -649,6 +649,58 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 4, KT_DIMS(4, 1, 5, 5), -1, 1, 210),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(4), -1, 1, 211)},
                                1, "conv random one input channel 5x5");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Conv", "pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 11), -2, 2, 1193),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 3, 3), -2, 2, 1194),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), -2, 2, 1195)},
+                               1, "conv 3x3 pad 1 bias");
+    fails += kiln_optest_sweep("Conv", "kernel_shape=[3,3];strides=[2,2]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 4, 10, 9), -2, 2, 1196),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -2, 2, 1197)},
+                               1, "conv stride 2");
+    fails += kiln_optest_sweep("Conv", "dilations=[2,2];pads=[2,2,2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 12, 10), -2, 2, 1198),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -2, 2, 1199),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1200)},
+                               1, "conv dilation 2");
+    fails += kiln_optest_sweep("Conv", "group=2;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 7, 7), -2, 2, 1201),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 2, 3, 3), -2, 2, 1202),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1203)},
+                               1, "conv 2 groups");
+    fails += kiln_optest_sweep("Conv", "group=8;pads=[1,1,1,1]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 1204),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -2, 2, 1205)},
+                               1, "conv depthwise");
+    fails += kiln_optest_sweep("Conv", "pads=[0,1,2,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 8, 8), -2, 2, 1206),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -2, 2, 1207),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1208)},
+                               1, "conv asymmetric pads");
+    fails += kiln_optest_sweep("Conv", "auto_pad=SAME_UPPER;strides=[2,2]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 9, 9), -2, 2, 1209),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 4, 4), -2, 2, 1210)},
+                               1, "conv SAME_UPPER stride 2");
+    fails += kiln_optest_sweep("Conv", "auto_pad=SAME_LOWER", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 6, 7), -2, 2, 1211),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(3, 2, 2, 2), -2, 2, 1212)},
+                               1, "conv SAME_LOWER even kernel");
+    fails += kiln_optest_sweep("Conv", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 5, 5), -2, 2, 1213),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 16, 1, 1), -2, 2, 1214),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(8), -2, 2, 1215)},
+                               1, "conv 1x1 bias");
+    fails += kiln_optest_sweep("Conv", "pads=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 20), -2, 2, 1216),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(4, 3, 5), -2, 2, 1217),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), -2, 2, 1218)},
+                               1, "conv 1-D");
+    fails += kiln_optest_sweep("Conv", "pads=[1,1,1,1];strides=[1,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 32, 14, 14), -2, 2, 1219),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(48, 32, 3, 3), -2, 2, 1220),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(48), -2, 2, 1221)},
+                               1, "conv wider");
     return fails;
 }
 

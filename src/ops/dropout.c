@@ -593,6 +593,10 @@ static int test(void) {
                                                 kt_scalar(KILN_F32, 0.3),
                                                 kt_scalar(KILN_BOOL, 1)},
                                2, "dropout random training, ratio 0.3");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Dropout", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1305)},
+                               1, "dropout inference passes X through");
     return fails;
 }
 

@@ -420,6 +420,41 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 2, KT_DIMS(19, 33), -1, 1, 225),
                                                 kt_rand(KILN_F32, 2, KT_DIMS(17, 19), -1, 1, 226)},
                                1, "gemm random transposed, alpha, beta");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gemm", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 7), -2, 2, 1222),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(7, 3), -2, 2, 1223),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), -2, 2, 1224)},
+                               1, "gemm C row");
+    fails += kiln_optest_sweep("Gemm", "transA=1;transB=1;alpha=0.5;beta=2.0", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(7, 5), -2, 2, 1225),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 7), -2, 2, 1226),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 1227)},
+                               1, "gemm transposed, C full");
+    fails += kiln_optest_sweep("Gemm", "transB=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(6, 4), -2, 2, 1228),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(9, 4), -2, 2, 1229),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(6, 1), -2, 2, 1230)},
+                               1, "gemm C column");
+    fails += kiln_optest_sweep("Gemm", "alpha=1.5", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1231),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(6, 5), -2, 2, 1232),
+                                                kt_rand(KILN_F32, 0, NULL, -2, 2, 1233)},
+                               1, "gemm C scalar");
+    fails += kiln_optest_sweep("Gemm", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(33, 17), -2, 2, 1234),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(17, 45), -2, 2, 1235)},
+                               1, "gemm no C");
+    fails += kiln_optest_sweep("Gemm", "beta=0.0", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(8, 8), -2, 2, 1236),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(8, 8), -2, 2, 1237),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(8), -2, 2, 1238)},
+                               1, "gemm beta 0");
+    fails += kiln_optest_sweep("Gemm", "transA=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(96, 64), -2, 2, 1239),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(96, 80), -2, 2, 1240),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(80), -2, 2, 1241)},
+                               1, "gemm larger");
     return fails;
 }
 

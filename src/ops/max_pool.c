@@ -444,6 +444,37 @@ static int test(void) {
     fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 16, 18), -2, 2, 242)},
                                1, "maxpool random 2x2 tiles");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 11, 10), -2, 2, 1260)},
+                               1, "maxpool 3x3 s2 p1");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 10, 10), -2, 2, 1261)},
+                               1, "maxpool ceil_mode");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 9, 8), -2, 2, 1262)},
+                               1, "maxpool dilations");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 10, 9), -2, 2, 1263)},
+                               1, "maxpool SAME_UPPER");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3];strides=[2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 15), -2, 2, 1264)},
+                               1, "maxpool 1-D");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2,2];strides=[2,2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(1, 2, 4, 6, 5), -2, 2, 1265)},
+                               1, "maxpool 3-D");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 64, 24, 24), -2, 2, 1271)},
+                               1, "maxpool 2x2 s2 mnist pool (batch 2)");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 7), -2, 2, 1272)},
+                               1, "maxpool 2x2 s2 odd sizes");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2];ceil_mode=1", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 9, 7), -2, 2, 1273)},
+                               1, "maxpool 2x2 s2 ceil_mode");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2];pads=[1,1,0,0]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 8, 8), -2, 2, 1274)},
+                               1, "maxpool 2x2 s2 padded");
     return fails;
 }
 

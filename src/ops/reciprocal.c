@@ -29,6 +29,19 @@ static int test(void) {
     fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), 0.25, 4, 121)},
                                1, "reciprocal random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), 0.2, 3, 1039)},
+                               1, "reciprocal [] odd size");
+    fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), 0.2, 3, 1040)},
+                               1, "reciprocal [] 7 elements");
+    fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -3, -0.2, 1041)},
+                               1, "reciprocal [] odd size");
+    fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -3, -0.2, 1042)},
+                               1, "reciprocal [] 7 elements");
     return fails;
 }
 

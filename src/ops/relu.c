@@ -64,6 +64,13 @@ static int test(void) {
     fails += kiln_optest_sweep("Relu", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 101)},
                                1, "relu random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Relu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -2, 2, 1001)},
+                               1, "relu [] odd size");
+    fails += kiln_optest_sweep("Relu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -2, 2, 1002)},
+                               1, "relu [] 7 elements");
     return fails;
 }
 

@@ -84,6 +84,25 @@ static int test(void) {
     fails += kiln_optest_sweep("Softmax", "axis=1", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -4, 4, 282)},
                                1, "softmax random axis 1 of 4-D");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Softmax", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 17), -2, 2, 1290)},
+                               1, "softmax last axis");
+    fails += kiln_optest_sweep("Softmax", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 300), -8, 8, 1291)},
+                               1, "softmax long rows");
+    fails += kiln_optest_sweep("Softmax", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 40), -50, 50, 1292)},
+                               1, "softmax wide range");
+    fails += kiln_optest_sweep("Softmax", "axis=1", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 5, 7), -2, 2, 1293)},
+                               1, "softmax middle axis");
+    fails += kiln_optest_sweep("Softmax", "", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1294)},
+                               1, "softmax opset 11 coerced 2-D");
+    fails += kiln_optest_sweep("Softmax", "axis=0", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1295)},
+                               1, "softmax opset 11 axis 0");
     return fails;
 }
 
