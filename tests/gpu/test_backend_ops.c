@@ -15,21 +15,29 @@
  *     CPU, and every node autograd emitted is swept with the inputs the CPU computed for
  *     it. (kiln_gradcheck itself checks those rules against finite differences.)
  *
- * Each swept node runs on the backend under test (today: cuda) in every dtype the backend
+ * Each swept node runs on the backend under test (today: cuda; CPU is the reference) in
+ * every dtype the backend
  * accepts for it: the case's float inputs (f32 / f64; never value inputs such as Resize's
  * scales) are rounded to f32, f16 and bf16 (if the backend rejects all of them converted,
  * only input 0 is), and the CPU reference is run on the rounded values in the case's own
  * dtype, so both sides see the same inputs (ncnn's rule). Cases without float inputs run
- * once, in their own dtypes. Each dtype runs in NCHW and, where the node has a 4-D
- * tensor and the backend takes NHWC for it, with every 4-D input and output NHWC (else
- * input 0 and output 0 only). The output buffers are poisoned with NaN first.
+ * once, in their own dtypes. Each dtype runs in NCHW where the backend takes it and,
+ * where the node has a 4-D tensor, once more in the layout with the most 4-D tensors NHWC
+ * that the backend takes (4-D inputs one by one, the outputs together: kiln.ToNHWC takes
+ * an NCHW input and an NHWC output only). The output buffers are poisoned with NaN first.
  *
  * Compare: |x - ref| <= atol + rtol*|ref| (NaN passes only against a NaN reference,
  * which the poison never is), the tolerance by the lower precision of the run's dtype and
  * the output's: f32 atol 2e-5 + 1e-5 max|ref|, rtol 1e-4; f16 1e-3 + 1e-3 max|ref|,
  * 4e-3; bf16 1e-2 + 8e-3 max|ref|, 3e-2 (the max|ref| term: products, convolutions and
- * reductions, whose error scales with the output's magnitude); integer and bool outputs
- * exactly. Every line prints the max error and the share of the error budget used.
+ * reductions, whose error scales with the output's magnitude), never less than the case's
+ * own atol / rtol (kiln_optest_sweep_tol: long reductions); an f16 / bf16 output is
+ * compared with the reference rounded once to its dtype; integer and bool outputs
+ * exactly. Failures print the first differing element, the max error and the tolerance;
+ * the table gives each op and dtype the largest share of the error budget its passing
+ * cases used; -v prints every passing line with its share. f32 cases of the
+ * unary and binary elementwise kernels run again with every device pointer one element
+ * off 16-byte alignment (their scalar paths).
  *
  * A case the backend's supports check rejects is counted as unsupported (with the
  * reason), not as a failure. At the end: a table of counts per op and dtype, then the
@@ -43,8 +51,9 @@
  *     kiln.FusedElementwise case is compiled by NVRTC for sm_90; the table of counts
  *     then lists which ops got cases, and the coverage check runs (the CI check).
  *   OP: only the test cases of these ops' files (kiln_op_def names); no coverage check.
- *   -v: print every passing line (default: failures, unsupported reasons once per op,
- *     and one line per op file).
+ *   -v: print every passing line and every unsupported case with its reason (default:
+ *     failures, one line per op file, and the table, which gives the first reason an op
+ *     and dtype was unsupported).
  */
 #include "core/optest.h"
 #include "cuda/cuda_backend.h"
@@ -75,6 +84,7 @@ typedef struct row {
     char dt[8];
     int n[3];
     int nhwc, grad; /* passes in NHWC; passes of nodes from gradient graphs */
+    double budget;  /* the largest share of the error budget a passing case used */
     char why[160];  /* the first reason a case was unsupported */
 } row;
 
@@ -98,9 +108,14 @@ static row *row_for(const char *op, const char *dt) {
     return r;
 }
 
+/* The share of the error budget the last compare used (the worst of a node's outputs). */
+static double case_budget;
+
 static void tally(const char *op, const char *dt, int what, bool nhwc, bool grad, const char *why) {
     row *r = row_for(op, dt);
     if (!r) return;
+    if (what == C_PASS && case_budget > r->budget) r->budget = case_budget;
+    case_budget = 0;
     r->n[what]++;
     if (what == C_PASS && nhwc) r->nhwc++;
     if (what == C_PASS && grad) r->grad++;
@@ -237,6 +252,7 @@ static int compare(const kiln_tensor *got, const kiln_tensor *want, double atol,
     }
     if (verbose)
         printf("ok   %s: %s, max abs err %.3g, %.0f%% of error budget\n", label, shape, max_abs, budget * 100);
+    if (budget > case_budget) case_budget = budget;
     return 0;
 }
 
@@ -777,12 +793,14 @@ int main(int argc, char **argv) {
     kiln_optest_set_hook(NULL);
 
     qsort(rows, (size_t)n_rows, sizeof *rows, cmp_rows);
-    printf("\n%-36s %-5s %7s %7s %7s %6s %6s  %s\n", "op (cuda)", "dtype", dry ? "checked" : "passed", "failed",
-           "unsupp", "NHWC", "grad", "first reason unsupported");
+    printf("\n%-36s %-5s %7s %7s %7s %6s %6s %7s  %s\n", "op (cuda)", "dtype", dry ? "checked" : "passed", "failed",
+           "unsupp", "NHWC", "grad", "budget", "first reason unsupported");
     for (int i = 0; i < n_rows; i++) {
         const row *r = &rows[i];
-        printf("%-36s %-5s %7d %7d %7d %6d %6d  %.100s\n", r->op, r->dt, r->n[C_PASS], r->n[C_FAIL], r->n[C_UNSUP],
-               r->nhwc, r->grad, r->why);
+        char budget[16] = "-";
+        if (!dry && r->n[C_PASS]) snprintf(budget, sizeof budget, "%.0f%%", r->budget * 100);
+        printf("%-36s %-5s %7d %7d %7d %6d %6d %7s  %.100s\n", r->op, r->dt, r->n[C_PASS], r->n[C_FAIL],
+               r->n[C_UNSUP], r->nhwc, r->grad, budget, r->why);
     }
     /* every kernel of the table has at least one case it took */
     int uncovered = 0;
