@@ -455,6 +455,43 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 2, KT_DIMS(96, 80), -2, 2, 1240),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(80), -2, 2, 1241)},
                                1, "gemm larger");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=0.5", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3088),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), -2, 2, 3089)},
+                                   1, 0.0001, 0, "gemmgradc C row");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=2.0", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3090),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 1), -2, 2, 3091)},
+                                   1, 0.0001, 0, "gemmgradc C column");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=-1.5", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3092),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3093)},
+                                   1, 0.0001, 0, "gemmgradc C full");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=0.25", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3094),
+                                                kt_rand(KILN_F32, 0, NULL, 0, 1, 3095)},
+                                   1, 0.0001, 0, "gemmgradc C scalar");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=0.0", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3096),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), -2, 2, 3097)},
+                                   1, 0.0001, 0, "gemmgradc beta 0");
+    fails += kiln_optest_sweep("Gemm", "transB=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 9216), -2, 2, 3157),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(128, 9216), -2, 2, 3158),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(128), -2, 2, 3159)},
+                               1, "gemm mnist fc1");
+    fails += kiln_optest_sweep("Gemm", "alpha=1.0;transA=0;transB=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -2, 2, 3160),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(10, 128), -2, 2, 3161)},
+                               1, "gemm mnist fc2 dX");
+    fails += kiln_optest_sweep("Gemm", "alpha=1.0;transA=1;transB=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -2, 2, 3162),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(64, 128), -2, 2, 3163)},
+                               1, "gemm mnist fc2 dW");
+    fails += kiln_optest_sweep("Gemm", "alpha=1.0;transA=1;transB=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 128), -2, 2, 3164),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(64, 9216), -2, 2, 3165)},
+                               1, "gemm mnist fc1 dW");
     return fails;
 }
 

@@ -91,6 +91,9 @@ static int test(void) {
     fails += kiln_optest_sweep("LogSoftmax", "axis=0", 11, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1301)},
                                1, "logsoftmax opset 11 axis 0");
+    fails += kiln_optest_sweep("LogSoftmax", "axis=1", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -3, 3, 3002)},
+                               1, "logsoftmax mnist log_softmax");
     return fails;
 }
 

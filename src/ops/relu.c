@@ -71,6 +71,9 @@ static int test(void) {
     fails += kiln_optest_sweep("Relu", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -2, 2, 1002)},
                                1, "relu [] 7 elements");
+    fails += kiln_optest_sweep("Relu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(64, 32, 26, 26), -2, 2, 3001)},
+                               1, "relu mnist relu1");
     return fails;
 }
 

@@ -103,6 +103,9 @@ static int test(void) {
     fails += kiln_optest_sweep("Softmax", "axis=0", 11, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1295)},
                                1, "softmax opset 11 axis 0");
+    fails += kiln_optest_sweep("Softmax", "axis=1", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -3, 3, 3003)},
+                               1, "softmax mnist shape");
     return fails;
 }
 

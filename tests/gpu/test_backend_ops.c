@@ -22,9 +22,10 @@
  * only input 0 is), and the CPU reference is run on the rounded values in the case's own
  * dtype, so both sides see the same inputs (ncnn's rule). Cases without float inputs run
  * once, in their own dtypes. Each dtype runs in NCHW where the backend takes it and,
- * where the node has a 4-D tensor, once more in the layout with the most 4-D tensors NHWC
- * that the backend takes (4-D inputs one by one, the outputs together: kiln.ToNHWC takes
- * an NCHW input and an NHWC output only). The output buffers are poisoned with NaN first.
+ * where the node has a 4-D tensor, in every mix of NHWC the backend takes (4-D inputs one
+ * by one, the outputs together: a binary op takes all NHWC or a channel vector NCHW,
+ * kiln.ToNHWC an NCHW input and an NHWC output only). The output buffers are poisoned
+ * with NaN first.
  *
  * Compare: |x - ref| <= atol + rtol*|ref| (NaN passes only against a NaN reference,
  * which the poison never is), the tolerance by the lower precision of the run's dtype and
@@ -67,6 +68,7 @@
 
 #define MAX_IN 16
 #define MAX_OUT 8
+#define MAX_LAYOUTS 32
 
 static kiln_context *ctx;
 static kiln_cuda *cu; /* NULL: --dry-run */
@@ -479,10 +481,10 @@ static int popcount(unsigned v) {
     return n;
 }
 
-/* The layouts to run the node in (returns how many, 0: none the backend takes, its reason
- * in why): NCHW when the backend takes it, and, where the node has a 4-D tensor, the
- * layout with the most 4-D tensors NHWC that the backend takes (the 4-D inputs one by
- * one, the outputs together). */
+/* The layouts to run the node in (returns how many, up to MAX_LAYOUTS; 0: none the
+ * backend takes, its reason in why): NCHW when the backend takes it, and, where the node
+ * has a 4-D tensor, every mix of NHWC the backend takes (the 4-D inputs one by one, the
+ * outputs together), the most NHWC first. */
 static int pick_layouts(const kiln_node *node, int n_in, kiln_tensor **dev, int n_out, kiln_tensor **dshape,
                         unsigned *layouts, char *why, size_t wn) {
     int n = 0;
@@ -502,10 +504,8 @@ static int pick_layouts(const kiln_node *node, int n_in, kiln_tensor **dev, int 
             for (int b = 0; b < n4; b++)
                 if (m & (1u << b)) layout |= 1u << four[b];
             if (out4 && (m & (1u << n4))) layout |= NHWC_OUT;
-            if (backend_supports(node, n_in, dev, n_out, dshape, layout, w2, sizeof w2)) {
+            if (n < MAX_LAYOUTS && backend_supports(node, n_in, dev, n_out, dshape, layout, w2, sizeof w2))
                 layouts[n++] = layout;
-                return n;
-            }
         }
     return n;
 }
@@ -529,7 +529,7 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
         snprintf(dtname, sizeof dtname, "%s",
                  has_float ? kiln_dtype_name(dt) : (n_in && in[0] ? kiln_dtype_name(in[0]->dtype) : "-"));
         bool supported = false;
-        unsigned layouts[2] = {0, 0};
+        unsigned layouts[MAX_LAYOUTS] = {0};
         int n_lay = 0;
         for (int mode = 0; mode < 2 && !supported; mode++) {
             if (mode == 1 && (!has_float || !in[0] || !sweepable_float(in[0]->dtype))) break;
