@@ -153,6 +153,14 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1075),
                                                 kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1076)},
                                1, "add general 5-D");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 6, 7), -2, 2, 5008),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 6, 7), -2, 2, 5009)},
+                               1, "add (NHWC) same shape");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 3, 3), -2, 2, 5019),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 16, 1, 1), -2, 2, 5020)},
+                               1, "add (NHWC) per channel (1,C,1,1)");
     return fails;
 }
 

@@ -404,6 +404,24 @@ static int test(void) {
     fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,2];strides=[2,2];count_include_pad=1", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 7, 9), -2, 2, 1275)},
                                1, "averagepool 2x2 s2 odd sizes include pad");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 8, 9, 7), -2, 2, 5035)},
+                               1, "averagepool (NHWC) exclude pad, 8 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 9, 7), -2, 2, 5036)},
+                               1, "averagepool (NHWC) include pad, 16 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 10), -2, 2, 5037)},
+                               1, "averagepool (NHWC) ceil_mode include pad, 8 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 10), -2, 2, 5038)},
+                               1, "averagepool (NHWC) ceil_mode exclude pad, 8 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 24, 7, 8), -2, 2, 5039)},
+                               1, "averagepool (NHWC) asymmetric pads, 24 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 32, 8, 6), -2, 2, 5040)},
+                               1, "averagepool (NHWC) 2x2 s2, 32 channels");
     return fails;
 }
 

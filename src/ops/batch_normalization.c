@@ -343,6 +343,13 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1288),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(6), 0.5, 2, 1289)},
                                1, "batchnormalization 2-D");
+    fails += kiln_optest_sweep("BatchNormalization", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 4, 5), -2, 2, 5044),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 5045),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 5046),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 5047),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), 0.5, 2, 5048)},
+                               1, "batchnormalization (NHWC) 4-D");
     return fails;
 }
 

@@ -208,6 +208,11 @@ static int test(void) {
     fails += kiln_optest_sweep("Clip", "", 13, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 50), -2, 2, 1058)},
                                1, "clip no bounds");
+    fails += kiln_optest_sweep("Clip", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 5, 3), -2, 2, 5003),
+                                                kt_rand(KILN_F32, 0, NULL, -1, -0.5, 5004),
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 1, 5005)},
+                               1, "clip (NHWC) bounds as inputs");
     return fails;
 }
 

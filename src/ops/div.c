@@ -160,6 +160,10 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1129),
                                                 kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), 0.5, 2, 1130)},
                                1, "div general 5-D");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5021),
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 2, 5022)},
+                               1, "div (NHWC) scalar");
     return fails;
 }
 

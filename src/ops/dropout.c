@@ -597,6 +597,9 @@ static int test(void) {
     fails += kiln_optest_sweep("Dropout", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1305)},
                                1, "dropout inference passes X through");
+    fails += kiln_optest_sweep("Dropout", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5007)},
+                               1, "dropout (NHWC) inference");
     return fails;
 }
 

@@ -142,6 +142,15 @@ static int test(void) {
     fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 64, 64), -2, 2, 1279)},
                                1, "globalaveragepool 64x64");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 70, 5, 5), -2, 2, 5041)},
+                               1, "globalaveragepool (NHWC) 70 channels");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 64, 64), -2, 2, 5042)},
+                               1, "globalaveragepool (NHWC) 64x64");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 33, 1, 1), -2, 2, 5043)},
+                               1, "globalaveragepool (NHWC) 1x1");
     return fails;
 }
 

@@ -51,6 +51,9 @@ static int test(void) {
     fails += kiln_optest_sweep("Identity", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(3, 5, 7), -2, 2, 1304)},
                                1, "identity u8");
+    fails += kiln_optest_sweep("Identity", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5006)},
+                               1, "identity (NHWC) ");
     return fails;
 }
 

@@ -173,6 +173,11 @@ static int test(void) {
     fails += kiln_optest_sweep("Max", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 5), -2, 2, 1188)},
                                1, "max one input");
+    fails += kiln_optest_sweep("Max", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5012),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5013),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 5014)},
+                               1, "max (NHWC) three inputs, a per-channel one");
     return fails;
 }
 

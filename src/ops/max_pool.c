@@ -547,6 +547,24 @@ static int test(void) {
                                                         NAN, 2, NAN, 1, 0, NAN, 2, 0, 1, NAN, NAN, 2, 0, 1, 0, NAN, NAN, 0,
                                                         1, 0, NAN, 2, 0, NAN, 0, NAN, 2, 0, 1, 0, NAN, 2, 0, 1, 0, NAN))},
                                1, "maxpoolgrad NaN, overlapping");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 11, 10), -2, 2, 5029)},
+                               1, "maxpool (NHWC) 3x3 s2 p1, 16 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 12, 9, 9), -2, 2, 5030)},
+                               1, "maxpool (NHWC) 3x3 s2 p1, 12 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 64, 28, 28), -2, 2, 5031)},
+                               1, "maxpool (NHWC) stem-like, 64 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 10), -2, 2, 5032)},
+                               1, "maxpool (NHWC) ceil_mode, 8 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 24, 9, 8), -2, 2, 5033)},
+                               1, "maxpool (NHWC) dilations, 24 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 9), -2, 2, 5034)},
+                               1, "maxpool (NHWC) SAME_UPPER, 8 channels");
     return fails;
 }
 

@@ -172,6 +172,10 @@ static int test(void) {
     fails += kiln_optest_sweep("Min", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 5), -2, 2, 1192)},
                                1, "min one input");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5015),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5016)},
+                               1, "min (NHWC) two inputs");
     return fails;
 }
 

@@ -115,6 +115,10 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1111),
                                                 kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1112)},
                                1, "mul general 5-D");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 8, 5, 7), -2, 2, 5017),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(8, 1, 1), -2, 2, 5018)},
+                               1, "mul (NHWC) per channel (C,1,1)");
     return fails;
 }
 

@@ -257,6 +257,10 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), 0.5, 2, 1147),
                                                 kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1148)},
                                1, "pow general 5-D");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 3, 3), 0.5, 2, 5025),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(4, 1, 1), -2, 2, 5026)},
+                               1, "pow (NHWC) per channel");
     return fails;
 }
 

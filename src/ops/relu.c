@@ -74,6 +74,9 @@ static int test(void) {
     fails += kiln_optest_sweep("Relu", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(64, 32, 26, 26), -2, 2, 3001)},
                                1, "relu mnist relu1");
+    fails += kiln_optest_sweep("Relu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 6, 7), -2, 2, 5001)},
+                               1, "relu (NHWC) ");
     return fails;
 }
 

@@ -49,6 +49,9 @@ static int test(void) {
     fails += kiln_optest_sweep("Sigmoid", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -9, 9, 1008)},
                                1, "sigmoid [] 7 elements");
+    fails += kiln_optest_sweep("Sigmoid", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -6, 6, 5002)},
+                               1, "sigmoid (NHWC) ");
     return fails;
 }
 

@@ -122,6 +122,18 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1093),
                                                 kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1094)},
                                1, "sub general 5-D");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 4, 5, 6), -2, 2, 5010),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 4, 5, 6), -2, 2, 5011)},
+                               1, "sub (NHWC) broadcast batch");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 4, 5), -2, 2, 5023),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 4, 5), -2, 2, 5024)},
+                               1, "sub (NHWC) (N,1,H,W) map");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(5, 1, 1), -2, 2, 5027),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 4, 3), -2, 2, 5028)},
+                               1, "sub (NHWC) per channel on the left");
     return fails;
 }
 

@@ -1357,97 +1357,9 @@ static void fused_static_checks(void) {
 
 /* --------------------------------------------------------------- layouts */
 
-/* The kernels that honour NHWC, with 4-D data laid out NHWC on the device. */
+/* kiln.ToNHWC with a dtype change, compared exactly (the op files' NHWC cases are swept by
+ * test_backend_ops in every layout the kernels take). */
 static void nhwc_cases(void) {
-    const double at = 1e-6, rt = 1e-5;
-    layout = NHWC_X_Y;
-    floats("Relu", "", 0, false, at, rt, "", INPUTS(X(2, 5, 6, 7)));
-    floats("Sigmoid", "", 0, false, at, rt, "", INPUTS(XR(-6, 6, 2, 3, 4, 5)));
-    floats("Clip", "", 13, false, 0, 0, "bounds as inputs", INPUTS(X(2, 6, 5, 3), SCALAR(-1, -0.5), SCALAR(0.5, 1)));
-    floats("Identity", "", 0, false, 0, 0, "", INPUTS(X(2, 3, 4, 5)));
-    floats("Dropout", "", 0, false, 0, 0, "inference", INPUTS(X(2, 3, 4, 5)));
-    /* binary: both operands NHWC */
-    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT;
-    floats("Add", "", 0, false, at, rt, "same shape", INPUTS(X(2, 5, 6, 7), X(2, 5, 6, 7)));
-    floats("Sub", "", 0, false, at, rt, "both NHWC, broadcast batch", INPUTS(X(3, 4, 5, 6), X(1, 4, 5, 6)));
-    floats("Max", "", 0, false, 0, 0, "three inputs, a per-channel one",
-           INPUTS(X(2, 3, 4, 5), X(2, 3, 4, 5), X(3, 1, 1)));
-    floats("Min", "", 0, false, 0, 0, "two inputs", INPUTS(X(2, 3, 4, 5), X(2, 3, 4, 5)));
-    /* binary: the other operand NCHW with the same bytes in both layouts */
-    layout = NHWC_X_Y;
-    floats("Mul", "", 0, false, at, rt, "per channel (C,1,1)", INPUTS(X(2, 8, 5, 7), X(8, 1, 1)));
-    floats("Add", "", 0, false, at, rt, "per channel (1,C,1,1)", INPUTS(X(2, 16, 3, 3), X(1, 16, 1, 1)));
-    floats("Div", "", 0, false, at, rt, "scalar", INPUTS(X(2, 3, 4, 5), SCALAR(0.5, 2)));
-    floats("Sub", "", 0, false, at, rt, "(N,1,H,W) map", INPUTS(X(2, 6, 4, 5), X(2, 1, 4, 5)));
-    floats("Pow", "", 0, false, at, 3e-6, "per channel", INPUTS(XR(0.5, 2, 2, 4, 3, 3), X(4, 1, 1)));
-    layout = NHWC_IN(1) | NHWC_OUT;
-    floats("Sub", "", 0, false, at, rt, "per channel on the left", INPUTS(X(5, 1, 1), X(2, 5, 4, 3)));
-    /* pools */
-    layout = NHWC_X_Y;
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "3x3 s2 p1",
-           INPUTS(X(2, 3, 11, 10)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "ceil_mode",
-           INPUTS(X(1, 4, 10, 10)));
-    floats("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, false, 0, 0, "dilations", INPUTS(X(1, 3, 9, 8)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0, "SAME_UPPER",
-           INPUTS(X(1, 2, 10, 9)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, false, at, rt, "exclude pad",
-           INPUTS(X(2, 3, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, false, at, rt,
-           "include pad", INPUTS(X(2, 3, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0,
-           false, at, rt, "ceil_mode include pad", INPUTS(X(1, 2, 10, 10)));
-    floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads",
-           INPUTS(X(1, 3, 7, 8)));
-    /* the fast path: channels a multiple of 16 bytes (8 halves, 4 floats), 16-byte vectors;
-     * 12 channels take it in f32 only; the misaligned f32 runs take the general path */
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, true, 0, 0, "3x3 s2 p1, 16 channels",
-           INPUTS(X(2, 16, 11, 10)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, true, 0, 0, "3x3 s2 p1, 12 channels",
-           INPUTS(X(2, 12, 9, 9)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "stem-like, 64 channels",
-           INPUTS(X(2, 64, 28, 28)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "ceil_mode, 8 channels",
-           INPUTS(X(1, 8, 10, 10)));
-    floats("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, true, 0, 0, "dilations, 24 channels",
-           INPUTS(X(1, 24, 9, 8)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0,
-           "SAME_UPPER, 8 channels", INPUTS(X(1, 8, 10, 9)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, true, at, rt, "exclude pad, 8 channels",
-           INPUTS(X(2, 8, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, true, at, rt,
-           "include pad, 16 channels", INPUTS(X(2, 16, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0,
-           false, at, rt, "ceil_mode include pad, 8 channels", INPUTS(X(1, 8, 10, 10)));
-    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1", 0, false, at, rt,
-           "ceil_mode exclude pad, 8 channels", INPUTS(X(1, 8, 10, 10)));
-    floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads, 24 channels",
-           INPUTS(X(1, 24, 7, 8)));
-    floats("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, false, at, rt, "2x2 s2, 32 channels",
-           INPUTS(X(2, 32, 8, 6)));
-    /* GlobalAveragePool: Y (N,C,1,1) labelled NCHW (what the layout pass does) or NHWC */
-    layout = NHWC_IN(0);
-    floats("GlobalAveragePool", "", 0, false, at, rt, "7x9", INPUTS(X(2, 5, 7, 9)));
-    floats("GlobalAveragePool", "", 0, false, at, rt, "70 channels", INPUTS(X(3, 70, 5, 5)));
-    floats("GlobalAveragePool", "", 0, false, at, 2e-5, "64x64", INPUTS(X(1, 3, 64, 64)));
-    layout = NHWC_X_Y;
-    floats("GlobalAveragePool", "", 0, false, at, rt, "1x1, NHWC output", INPUTS(X(2, 33, 1, 1)));
-    floats("BatchNormalization", "", 0, false, 1e-5, 1e-5, "4-D",
-           INPUTS(X(2, 6, 4, 5), X(6), X(6), X(6), XR(0.5, 2, 6)));
-    /* layout conversions: all dtypes, partial tiles, and the two copies */
-    const struct {
-        const char *label;
-        int64_t n, c, h, w;
-    } shapes[] = {{"small", 2, 3, 5, 7}, {"several tiles", 2, 40, 33, 35}, {"C = 1", 2, 1, 4, 4},
-                  {"H*W = 1", 3, 8, 1, 1}, {"C = 8", 3, 8, 9, 13}, {"C = 16", 2, 16, 7, 11},
-                  {"C = 33, one tile row", 2, 33, 3, 5}};
-    const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
-    for (int k = 0; k < n_shapes; k++) {
-        layout = NHWC_OUT;
-        any_dtype("kiln.ToNHWC", "", 0, shapes[k].label, INPUTS(X(shapes[k].n, shapes[k].c, shapes[k].h, shapes[k].w)));
-        layout = NHWC_IN(0);
-        any_dtype("kiln.ToNCHW", "", 0, shapes[k].label, INPUTS(X(shapes[k].n, shapes[k].c, shapes[k].h, shapes[k].w)));
-    }
     /* ToNHWC with zero channels and a dtype change (a network's input: f32 NCHW with 3
      * channels -> f16 NHWC with 8), compared exactly: the conversion rounds once, as
      * Cast does. One thread per pixel with 16-, 8- and 4-byte vectors or elements (the
@@ -1482,33 +1394,7 @@ static void nhwc_cases(void) {
              INPUTS(XV(0, CAST_SPECIAL, 1, 1, 1, (int64_t)(sizeof CAST_SPECIAL / sizeof(double)))));
     run_case("kiln.ToNHWC", "to=16;zero_channels=7", 0, KILN_F32, false, 0, 0, "[to bf16] Cast's special values",
              INPUTS(XV(0, CAST_SPECIAL, 1, 1, 1, (int64_t)(sizeof CAST_SPECIAL / sizeof(double)))));
-    /* zero channels alone, every element size */
-    any_dtype("kiln.ToNHWC", "zero_channels=5", 0, "3 to 8 channels", INPUTS(X(2, 3, 6, 7)));
-    any_dtype("kiln.ToNHWC", "zero_channels=2", 0, "3 to 5 channels", INPUTS(X(2, 3, 6, 7)));
-    any_dtype("kiln.ToNHWC", "zero_channels=30", 0, "10 to 40 channels", INPUTS(X(2, 10, 6, 7)));
     exact = false;
-    /* convolutions: X, W and Y NHWC */
-    const double cat = 2e-5, crt = 1e-4;
-    atol_scale = 1e-5;
-    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT;
-    floats("Conv", "pads=[1,1,1,1]", 0, false, cat, crt, "3x3 pad 1 bias", INPUTS(X(2, 8, 9, 11), X(16, 8, 3, 3), X(16)));
-    floats("Conv", "kernel_shape=[3,3];strides=[2,2]", 0, false, cat, crt, "stride 2", INPUTS(X(1, 4, 10, 9), X(6, 4, 3, 3)));
-    floats("Conv", "dilations=[2,2];pads=[2,2,2,2]", 0, false, cat, crt, "dilation 2",
-           INPUTS(X(1, 8, 12, 10), X(8, 8, 3, 3), X(8)));
-    floats("Conv", "group=2;pads=[1,1,1,1]", 0, false, cat, crt, "2 groups", INPUTS(X(2, 8, 7, 7), X(16, 4, 3, 3), X(16)));
-    floats("Conv", "group=16;pads=[1,1,1,1]", 0, false, cat, crt, "depthwise", INPUTS(X(2, 16, 12, 12), X(16, 1, 3, 3)));
-    floats("Conv", "pads=[0,1,2,1]", 0, false, cat, crt, "asymmetric pads", INPUTS(X(1, 3, 8, 8), X(5, 3, 3, 3), X(5)));
-    floats("Conv", "auto_pad=SAME_UPPER;strides=[2,2]", 0, false, cat, crt, "SAME_UPPER stride 2",
-           INPUTS(X(1, 8, 9, 9), X(8, 8, 4, 4)));
-    floats("Conv", "", 0, false, cat, crt, "1x1 bias", INPUTS(X(2, 16, 5, 5), X(8, 16, 1, 1), X(8)));
-    /* 1x1 stride 1: cuBLASLt products (conv-gemm), odd sizes too */
-    floats("Conv", "", 0, false, cat, crt, "1x1 no bias", INPUTS(X(3, 24, 7, 5), X(40, 24, 1, 1)));
-    floats("Conv", "", 0, false, cat, crt, "1x1 odd channels", INPUTS(X(2, 3, 5, 5), X(5, 3, 1, 1), X(5)));
-    floats("Conv", "", 0, false, 5e-5, crt, "1x1 wide", INPUTS(X(4, 64, 14, 14), X(128, 64, 1, 1), X(128)));
-    floats("Conv", "strides=[2,2]", 0, false, cat, crt, "1x1 stride 2 (cuDNN)", INPUTS(X(2, 16, 8, 8), X(32, 16, 1, 1), X(32)));
-    floats("Conv", "pads=[1,1,1,1];strides=[1,2]", 0, false, 5e-5, crt, "wider",
-           INPUTS(X(2, 32, 14, 14), X(48, 32, 3, 3), X(48)));
-    atol_scale = 0;
     layout = 0;
 }
 
