@@ -21,7 +21,7 @@
  * scales) are rounded to f32, f16 and bf16 (if the backend rejects all of them converted,
  * only input 0 is), and the CPU reference is run on the rounded values in the case's own
  * dtype, so both sides see the same inputs (ncnn's rule). Cases without float inputs run
- * once, in their own dtypes. Each dtype runs in NCHW where the backend takes it and,
+ * once, in their own dtypes; f64 cases also in f64. Each dtype runs in NCHW where the backend takes it and,
  * where the node has a 4-D tensor, in every mix of NHWC the backend takes (4-D inputs one
  * by one, the outputs together: a binary op takes all NHWC or a channel vector NCHW,
  * kiln.ToNHWC an NCHW input and an NHWC output only). The output buffers are poisoned
@@ -459,11 +459,6 @@ static bool make_variant(const kiln_node *node, int n_in, kiln_tensor *const *in
             dev[i] = kiln_tensor_clone(ctx, in[i]);
             ref[i] = kiln_tensor_clone(ctx, in[i]);
         }
-        if (dev[i] && in[i]->dtype == KILN_F64 && !conv) { /* the backends take no f64 */
-            kiln_tensor *f = converted(in[i], KILN_F32);
-            kiln_tensor_free(dev[i]);
-            dev[i] = f;
-        }
         ok &= dev[i] && ref[i];
     }
     return ok;
@@ -517,22 +512,30 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
     if (node->op < 0 || !kiln_cuda_kernel_for(node->op)) return; /* no kernel on this backend */
     if (n_in > MAX_IN || n_out > MAX_OUT || n_out < 1) return;
     const kiln_op_def *d = kiln_op_get(node->op);
-    bool has_float = false;
-    for (int i = 0; i < n_in; i++)
-        has_float |= in[i] && sweepable_float(in[i]->dtype) && !(d->value_inputs & (1u << i));
-    static const kiln_dtype FLOATS[] = {KILN_F32, KILN_F16, KILN_BF16};
-    const int n_dt = has_float ? 3 : 1;
+    bool has_float = false, has_f64 = false;
+    for (int i = 0; i < n_in; i++) {
+        const bool eligible = in[i] && sweepable_float(in[i]->dtype) && !(d->value_inputs & (1u << i));
+        has_float |= eligible;
+        has_f64 |= eligible && in[i]->dtype == KILN_F64;
+    }
+    /* f32, f16, bf16; the case's own dtypes when it has no float input to convert, or
+     * (as well) when it is f64 */
+    static const kiln_dtype FLOATS[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_DTYPE_UNDEFINED};
+    const int n_dt = has_float ? 3 + has_f64 : 1;
     for (int t = 0; t < n_dt; t++) {
         const kiln_dtype dt = has_float ? FLOATS[t] : KILN_DTYPE_UNDEFINED;
         kiln_tensor *dev[MAX_IN], *ref[MAX_IN], *dshape[MAX_OUT] = {0}, *rout[MAX_OUT] = {0};
         char dtname[8], why[512] = "", why0[512] = "", lab[600];
         snprintf(dtname, sizeof dtname, "%s",
-                 has_float ? kiln_dtype_name(dt) : (n_in && in[0] ? kiln_dtype_name(in[0]->dtype) : "-"));
+                 dt != KILN_DTYPE_UNDEFINED ? kiln_dtype_name(dt)
+                 : has_f64                  ? "f64"
+                 : n_in && in[0]            ? kiln_dtype_name(in[0]->dtype)
+                                            : "-");
         bool supported = false;
         unsigned layouts[MAX_LAYOUTS] = {0};
         int n_lay = 0;
         for (int mode = 0; mode < 2 && !supported; mode++) {
-            if (mode == 1 && (!has_float || !in[0] || !sweepable_float(in[0]->dtype))) break;
+            if (mode == 1 && (dt == KILN_DTYPE_UNDEFINED || !in[0] || !sweepable_float(in[0]->dtype))) break;
             if (!make_variant(node, n_in, in, dt, mode == 1, dev, ref)) {
                 snprintf(why, sizeof why, "out of memory");
                 free_all(dev, n_in);
@@ -581,7 +584,8 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
                 tally(key, dtname, C_PASS, layouts[l] != 0, grad, NULL);
                 continue;
             }
-            const int bad = device_run(node, n_in, dev, n_out, dshape, rout, layouts[l], false, has_float ? dt : KILN_F32, llab);
+            const int bad = device_run(node, n_in, dev, n_out, dshape, rout, layouts[l], false,
+                                       dt != KILN_DTYPE_UNDEFINED ? dt : KILN_F32, llab);
             tally(key, dtname, bad ? C_FAIL : C_PASS, layouts[l] != 0, grad, NULL);
         }
         /* f32 elementwise kernels again with every pointer one element off 16-byte
