@@ -526,10 +526,13 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
         const kiln_dtype dt = has_float ? FLOATS[t] : KILN_DTYPE_UNDEFINED;
         kiln_tensor *dev[MAX_IN], *ref[MAX_IN], *dshape[MAX_OUT] = {0}, *rout[MAX_OUT] = {0};
         char dtname[8], why[512] = "", why0[512] = "", lab[600];
+        const kiln_tensor *data = NULL; /* as given: the first input that is not a bool condition */
+        for (int i = 0; i < n_in; i++)
+            if (in[i] && (!data || data->dtype == KILN_BOOL)) data = in[i];
         snprintf(dtname, sizeof dtname, "%s",
                  dt != KILN_DTYPE_UNDEFINED ? kiln_dtype_name(dt)
                  : has_f64                  ? "f64"
-                 : n_in && in[0]            ? kiln_dtype_name(in[0]->dtype)
+                 : data                     ? kiln_dtype_name(data->dtype)
                                             : "-");
         bool supported = false;
         unsigned layouts[MAX_LAYOUTS] = {0};

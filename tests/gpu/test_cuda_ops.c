@@ -3,7 +3,7 @@
  * CUDA device). The op cases themselves live in each op file and are swept on the device
  * by tests/gpu/test_backend_ops.c (every kernel of the table, every dtype and layout it
  * takes); what stays here are the cases that need more than an op file's case: exact
- * casts between every dtype pair, special values of comparisons, TENSOR attributes,
+ * casts between every dtype pair, TENSOR attributes,
  * run seeds and masks, the fused ops against the composition of the ops they stand for,
  * the paths a group of cases must take, and everything that is not one node.
  *
@@ -37,10 +37,9 @@
  * kiln_cuda with conv_direct off (cuDNN); the weight gradient gives the same bits twice.
  *
  * Inference ops of fp16 / bf16 plans and exported CNNs: every Cast pair compared exactly
- * (rounding ties, NaN, inf, saturation), comparisons and Where on ties, NaN and -0 in
- * every dtype, Shape / Constant / ConstantOfShape / Range; kernels that read value inputs
- * get the host tensors through kiln_op_ctx.host_in, as the CUDA plan gives them. A small
- * graph of these ops with folding off runs through CPU and CUDA sessions in fp32 and fp16
+ * (rounding ties, NaN, inf, saturation), Shape / Constant / ConstantOfShape / Range;
+ * kernels that read value inputs get the host tensors through kiln_op_ctx.host_in, as the
+ * CUDA plan gives them. A small graph of these ops with folding off runs through CPU and CUDA sessions in fp32 and fp16
  * (eager, captured, replayed).
  *
  * Training: the kernels of kiln's gradient ops (cases may have several outputs and a run
@@ -565,38 +564,6 @@ static void cast_cases(void) {
             }
         }
     exact = false;
-}
-
-/* Comparisons see ties, NaN and -0: values from a small set. */
-static const double CMP_A[] = {0, 1, 2, -1, NAN, 1, 2, 2, 0, -0.0, 3, -2,
-                               1, 1, NAN, 0, -1, 2, 3, 3, -2, 0, 1, 2};
-static const double CMP_B[] = {1, NAN, 0, 2};
-static const double CMP_C[] = {-0.0, 2, 1};
-
-static void compare_cases(void) {
-    static const kiln_dtype types[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_F64, KILN_I64,
-                                       KILN_I32, KILN_I8,  KILN_U8,   KILN_U64, KILN_BOOL};
-    static const char *const ops[] = {"Equal", "Less", "Greater"};
-    for (int o = 0; o < 3; o++)
-        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-            if (types[k] == KILN_BOOL && o > 0) continue; /* Less / Greater take no bool */
-            const char *op = ops[o];
-            run_case(op, "", 0, types[k], false, 0, 0, "(2,3,4) and (4)",
-                     INPUTS(XV(0, CMP_A, 2, 3, 4), XV(0, CMP_B, 4)));
-            run_case(op, "", 0, types[k], false, 0, 0, "(3,1) and (2,3,4)",
-                     INPUTS(XV(0, CMP_C, 3, 1), XV(0, CMP_A, 2, 3, 4)));
-            run_case(op, "", 0, types[k], false, 0, 0, "same shape",
-                     INPUTS(XV(0, CMP_A, 21), XV(0, CMP_A + 3, 21)));
-        }
-    static const kiln_dtype any[] = {KILN_F32, KILN_F16, KILN_I64, KILN_U8, KILN_BOOL};
-    for (size_t k = 0; k < sizeof any / sizeof any[0]; k++) {
-        run_case("Where", "", 0, any[k], false, 0, 0, "broadcast",
-                 INPUTS(XT(KILN_BOOL, -1, 1, 2, 1, 4), X(3, 1), X(2, 3, 4)));
-        run_case("Where", "", 0, any[k], false, 0, 0, "same shape",
-                 INPUTS(XT(KILN_BOOL, -1, 1, 5, 7), X(5, 7), X(5, 7)));
-        run_case("Where", "", 0, any[k], false, 0, 0, "scalar condition",
-                 INPUTS(SCALART(KILN_BOOL, -1, 1), X(3, 4), X(4)));
-    }
 }
 
 /* value inputs (shapes, pads, axes...) */
@@ -3245,7 +3212,6 @@ int main(int argc, char **argv) {
     if (have_dir && !getenv("KILN_CACHE_DIR")) setenv("KILN_CACHE_DIR", dir, 1);
 
     cast_cases();
-    compare_cases();
     generate_cases();
     if (wanted("plan with folding off")) plan_checks();
     nhwc_cases();
