@@ -580,8 +580,15 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
             goto done;
         }
         for (int l = 0; l < n_lay; l++) {
-            char llab[700];
-            snprintf(llab, sizeof llab, "%s%s", lab, layouts[l] ? " NHWC" : "");
+            char llab[700], tag[96] = "";
+            if (layouts[l]) { /* which tensors are NHWC: " NHWC[in 0 2, out]" */
+                size_t at = (size_t)snprintf(tag, sizeof tag, " NHWC[in");
+                for (int i = 0; i < n_in && at < sizeof tag; i++)
+                    if (dev[i] && fmt_in(layouts[l], i, dev[i]) == KILN_FORMAT_NHWC)
+                        at += (size_t)snprintf(tag + at, sizeof tag - at, " %d", i);
+                if (at < sizeof tag) snprintf(tag + at, sizeof tag - at, "%s]", layouts[l] & NHWC_OUT ? ", out" : "");
+            }
+            snprintf(llab, sizeof llab, "%s%s", lab, tag);
             if (!cu) {
                 if (verbose) printf("ok   %s: CPU reference ran, cuda supports it (dry run)\n", llab);
                 tally(key, dtname, C_PASS, layouts[l] != 0, grad, NULL);
