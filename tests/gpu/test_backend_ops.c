@@ -41,7 +41,8 @@
  * off 16-byte alignment (their scalar paths).
  *
  * A case the backend's supports check rejects is counted as unsupported (with the
- * reason), not as a failure. At the end: a table of counts per op and dtype, then the
+ * reason, under -v), not as a failure. At the end: a table of counts per op and dtype
+ * (passed, /failed, ~unsupported), then the
  * check that every kernel of the backend's table (src/cuda/table.c) has at least one case
  * it accepted (FAIL naming the op otherwise), then "N passed, N failed". Exits non-zero
  * on any failure.
@@ -807,14 +808,47 @@ int main(int argc, char **argv) {
     kiln_optest_set_hook(NULL);
 
     qsort(rows, (size_t)n_rows, sizeof *rows, cmp_rows);
-    printf("\n%-36s %-5s %7s %7s %7s %6s %6s %7s  %s\n", "op (cuda)", "dtype", dry ? "checked" : "passed", "failed",
-           "unsupp", "NHWC", "grad", "budget", "first reason unsupported");
-    for (int i = 0; i < n_rows; i++) {
-        const row *r = &rows[i];
-        char budget[16] = "-";
-        if (!dry && r->n[C_PASS]) snprintf(budget, sizeof budget, "%.0f%%", r->budget * 100);
-        printf("%-36s %-5s %7d %7d %7d %6d %6d %7s  %.100s\n", r->op, r->dt, r->n[C_PASS], r->n[C_FAIL],
-               r->n[C_UNSUP], r->nhwc, r->grad, budget, r->why);
+    if (verbose) { /* one row per op and dtype, with the first reason a case was unsupported */
+        printf("\n%-36s %-5s %7s %7s %7s %6s %6s %7s  %s\n", "op (cuda)", "dtype", dry ? "checked" : "passed",
+               "failed", "unsupp", "NHWC", "grad", "budget", "first reason unsupported");
+        for (int i = 0; i < n_rows; i++) {
+            const row *r = &rows[i];
+            char budget[16] = "-";
+            if (!dry && r->n[C_PASS]) snprintf(budget, sizeof budget, "%.0f%%", r->budget * 100);
+            printf("%-36s %-5s %7d %7d %7d %6d %6d %7s  %.100s\n", r->op, r->dt, r->n[C_PASS], r->n[C_FAIL],
+                   r->n[C_UNSUP], r->nhwc, r->grad, budget, r->why);
+        }
+    }
+    /* one line per op: each dtype's cases passed (checked in a dry run), then "/N failed"
+     * and "~N unsupported" where there are any; the NHWC and gradient-graph shares of the
+     * passes; the largest share of the error budget a passing case used */
+    printf("\n%-34s %-11s %-11s %-11s %6s %5s %6s  %s\n", "op (cuda)", "f32", "f16", "bf16", "NHWC", "grad", "budget",
+           "other dtypes");
+    for (int i = 0; i < n_rows;) {
+        int j = i;
+        char cell[3][32] = {"-", "-", "-"}, other[160] = "";
+        int nhwc = 0, grad = 0;
+        double budget = 0;
+        bool any_pass = false;
+        size_t at = 0;
+        for (; j < n_rows && strcmp(rows[j].op, rows[i].op) == 0; j++) {
+            const row *r = &rows[j];
+            char c[32];
+            int w = snprintf(c, sizeof c, "%d", r->n[C_PASS]);
+            if (r->n[C_FAIL]) w += snprintf(c + w, sizeof c - (size_t)w, "/%d", r->n[C_FAIL]);
+            if (r->n[C_UNSUP]) snprintf(c + w, sizeof c - (size_t)w, "~%d", r->n[C_UNSUP]);
+            const int k = strcmp(r->dt, "f32") == 0 ? 0 : strcmp(r->dt, "f16") == 0 ? 1 : strcmp(r->dt, "bf16") == 0 ? 2 : -1;
+            if (k >= 0) snprintf(cell[k], sizeof cell[k], "%s", c);
+            else if (at < sizeof other) at += (size_t)snprintf(other + at, sizeof other - at, "%s%s %s", at ? ", " : "", r->dt, c);
+            nhwc += r->nhwc;
+            grad += r->grad;
+            any_pass |= r->n[C_PASS] > 0;
+            if (r->budget > budget) budget = r->budget;
+        }
+        char b[16] = "-";
+        if (!dry && any_pass) snprintf(b, sizeof b, "%.0f%%", budget * 100);
+        printf("%-34s %-11s %-11s %-11s %6d %5d %6s  %s\n", rows[i].op, cell[0], cell[1], cell[2], nhwc, grad, b, other);
+        i = j;
     }
     /* every kernel of the table has at least one case it took */
     int uncovered = 0;
