@@ -53,9 +53,9 @@
  *     kiln.FusedElementwise case is compiled by NVRTC for sm_90; the table of counts
  *     then lists which ops got cases, and the coverage check runs (the CI check).
  *   OP: only the test cases of these ops' files (kiln_op_def names); no coverage check.
- *   -v: print every passing line and every unsupported case with its reason (default:
- *     failures, one line per op file, and the table, which gives the first reason an op
- *     and dtype was unsupported).
+ *   -v: print every passing line, every unsupported case with its reason, and a table
+ *     row per op and dtype with the first reason a case was unsupported (default:
+ *     failures, one line per op file, and the table of one line per op).
  */
 #include "core/optest.h"
 #include "cuda/cuda_backend.h"
