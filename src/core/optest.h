@@ -41,6 +41,17 @@ int kiln_optest_opset(const char *op, const char *attrs, int opset, int n_in, ki
                       const char *label);
 int kiln_optest(const char *op, const char *attrs, int n_in, kiln_tensor **in, int n_out,
                 kiln_tensor **expect, double atol, double rtol, const char *label);
+/* A case for the backend sweep (tests/gpu/test_backend_ops.c): inputs with no expected
+ * values, typically kt_rand tensors of odd sizes and 4-D shapes that the hand-computed
+ * cases are too small to reach (vector tails, several thread blocks, NHWC layouts). On
+ * the CPU it checks that the reference accepts them; the sweep compares every backend
+ * with that reference, allowing at least atol / rtol in f32 (0, 0: the sweep's
+ * tolerances; give more where the error grows with a reduction's length). Returns 0 on
+ * success, 1 on failure. Frees in[]. */
+int kiln_optest_sweep(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in, int n_out,
+                      const char *label);
+int kiln_optest_sweep_tol(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in, int n_out,
+                          double atol, double rtol, const char *label);
 /* Expect the op to be rejected with status want (checked at infer or forward), and the
  * message to be non-empty. Returns 0 if it was, 1 otherwise. Frees in[]. */
 int kiln_optest_fails(const char *op, const char *attrs, int n_in, kiln_tensor **in,
@@ -70,6 +81,17 @@ bool kiln_optest_eval(const char *domain, const char *op, const char *attrs, int
 /* kiln_tensor_compare with no tolerance, then the bytes too (a compare by value passes -0
  * for +0): 0 when got is want bit for bit. */
 int kiln_tensor_same_bits(const kiln_tensor *got, const kiln_tensor *want, const char *label);
+
+/* The sweep hook (tests/gpu/test_backend_ops.c, ggml's test-backend-ops): when set, every
+ * case of kiln_optest / kiln_optest_opset / kiln_optest_sweep whose CPU reference ran hands
+ * its node, inputs and CPU outputs to fn before they are compared and freed, so that the
+ * same case runs on the backends under test. The tensors are the helper's (borrowed for the
+ * call); atol / rtol are the case's tolerances (the least a backend is allowed in f32;
+ * 0: its defaults); label is the case's. NULL (the default) turns it off. Not
+ * thread-safe: tests set it once. */
+typedef void (*kiln_optest_hook_fn)(const kiln_node *node, int n_in, kiln_tensor *const *in, int n_out,
+                                    kiln_tensor *const *out, double atol, double rtol, const char *label);
+void kiln_optest_set_hook(kiln_optest_hook_fn fn);
 
 /* Parse attribute text into a freshly allocated array (NULL + *n=0 for ""). */
 kiln_status kiln_attrs_parse(kiln_context *ctx, const char *text, kiln_attr **out, int *n);

@@ -43,6 +43,17 @@ static int test(void) {
     fails += kiln_optest_fails("Abs", "", 1, &x, 1, KILN_ERR_TYPE, "abs rejects bool");
     fails += kiln_unary_gradcheck("Abs", "", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
                                   "abs grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Abs", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 114)},
+                               1, "abs random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Abs", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -2, 2, 1043)},
+                               1, "abs [] odd size");
+    fails += kiln_optest_sweep("Abs", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -2, 2, 1044)},
+                               1, "abs [] 7 elements");
     return fails;
 }
 

@@ -107,6 +107,60 @@ static int test(void) {
     fails += kiln_gradcheck("Add", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 6),
                             kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 7)}, (const bool[]){true, false},
                             "add grad (2,3)+(3) w.r.t. A only");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 141),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 151)},
+                               1, "add random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 161),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 171)},
+                               1, "add random (2,5,7,9) by a channel vector");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1059),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1060)},
+                               1, "add same shape");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1061),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1062)},
+                               1, "add same shape odd");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1063),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1064)},
+                               1, "add per channel");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1065),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1066)},
+                               1, "add per channel swapped");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1067),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1068)},
+                               1, "add row vector");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1069),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 1), -2, 2, 1070)},
+                               1, "add column vector");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 7), -2, 2, 1071),
+                                                kt_rand(KILN_F32, 0, NULL, -2, 2, 1072)},
+                               1, "add scalar");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 4), -2, 2, 1073),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 1074)},
+                               1, "add general");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1075),
+                                                kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1076)},
+                               1, "add general 5-D");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 6, 7), -2, 2, 5008),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 6, 7), -2, 2, 5009)},
+                               1, "add (NHWC) same shape");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 3, 3), -2, 2, 5019),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 16, 1, 1), -2, 2, 5020)},
+                               1, "add (NHWC) per channel (1,C,1,1)");
     return fails;
 }
 

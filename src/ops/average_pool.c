@@ -378,6 +378,50 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL);
     fails += kiln_optest_fails("AveragePool", "kernel_shape=[2,2];pads=[1,1]", 1, in, 1,
                                KILN_ERR_SHAPE, "averagepool pads count");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 251)},
+                               1, "avgpool random pads excluded");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,2];strides=[1,2];pads=[1,0,1,1];count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 252)},
+                               1, "avgpool random pads included");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 7), -2, 2, 1266)},
+                               1, "averagepool exclude pad");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 7), -2, 2, 1267)},
+                               1, "averagepool include pad");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 10, 10), -2, 2, 1268)},
+                               1, "averagepool ceil_mode include pad");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 7, 8), -2, 2, 1269)},
+                               1, "averagepool asymmetric pads");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 16, 16), -2, 2, 1270)},
+                               1, "averagepool 2x2 s2");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,2];strides=[2,2];count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 7, 9), -2, 2, 1275)},
+                               1, "averagepool 2x2 s2 odd sizes include pad");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 8, 9, 7), -2, 2, 5035)},
+                               1, "averagepool (NHWC) exclude pad, 8 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 9, 7), -2, 2, 5036)},
+                               1, "averagepool (NHWC) include pad, 16 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 10), -2, 2, 5037)},
+                               1, "averagepool (NHWC) ceil_mode include pad, 8 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 10), -2, 2, 5038)},
+                               1, "averagepool (NHWC) ceil_mode exclude pad, 8 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 24, 7, 8), -2, 2, 5039)},
+                               1, "averagepool (NHWC) asymmetric pads, 24 channels");
+    fails += kiln_optest_sweep("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 32, 8, 6), -2, 2, 5040)},
+                               1, "averagepool (NHWC) 2x2 s2, 32 channels");
     return fails;
 }
 

@@ -320,6 +320,36 @@ static int test(void) {
                             "bn grad inference (N,C,H,W)");
     fails += kiln_gradcheck("BatchNormalization", "epsilon=0.1", 9, 5, bn_rand(2, KT_DIMS(4, 3), 5), NULL,
                             "bn grad inference opset 9");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("BatchNormalization", "epsilon=0.001", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 271),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), 0.5, 2, 272),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -1, 1, 273),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -1, 1, 274),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), 0.5, 2, 275)},
+                               1, "batchnorm random inference 2x5x7x9");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("BatchNormalization", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1280),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), -2, 2, 1281),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), -2, 2, 1282),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), -2, 2, 1283),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), 0.5, 2, 1284)},
+                               1, "batchnormalization 4-D");
+    fails += kiln_optest_sweep("BatchNormalization", "epsilon=0.001", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1285),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1286),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1287),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1288),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), 0.5, 2, 1289)},
+                               1, "batchnormalization 2-D");
+    fails += kiln_optest_sweep("BatchNormalization", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 4, 5), -2, 2, 5044),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 5045),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 5046),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 5047),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), 0.5, 2, 5048)},
+                               1, "batchnormalization (NHWC) 4-D");
     return fails;
 }
 

@@ -416,6 +416,13 @@ static int test(void) {
     fails += kiln_optest_fails("Cast", "", 1, &x, 1, KILN_ERR_INVALID_ARGUMENT,
                                "cast without 'to' rejected");
     fails += test_grad();
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Cast", "to=10", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -70000, 70000, 451)},
+                               1, "cast random f32 to f16, past its range");
+    fails += kiln_optest_sweep("Cast", "to=7", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -100, 100, 452)},
+                               1, "cast random f32 to i64");
     return fails;
 }
 

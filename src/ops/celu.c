@@ -46,6 +46,17 @@ static int test(void) {
                                   "celu grad");
     fails += kiln_unary_gradcheck("Celu", "alpha=2.5", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
                                   "celu grad alpha 2.5");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Celu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 107)},
+                               1, "celu random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Celu", "alpha=2.0", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -4, 3, 1015)},
+                               1, "celu [alpha=2.0] odd size");
+    fails += kiln_optest_sweep("Celu", "alpha=2.0", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -4, 3, 1016)},
+                               1, "celu [alpha=2.0] 7 elements");
     return fails;
 }
 

@@ -178,6 +178,41 @@ static int test(void) {
                             (const bool[]){true, false, false}, "clip grad max 0.5 only");
     fails += kiln_unary_gradcheck("Clip", "min=-0.5;max=1.0", 6, 6, KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2),
                                   "clip grad opset 6 attributes");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Clip", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 131),
+                                                kt_scalar(KILN_F32, -0.5),
+                                                kt_scalar(KILN_F32, 0.75)},
+                               1, "clip random 2x3x17x19 [-0.5, 0.75]");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Clip", "min=-0.5;max=0.7", 6, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -2, 2, 1029)},
+                               1, "clip [min=-0.5;max=0.7] odd size");
+    fails += kiln_optest_sweep("Clip", "min=-0.5;max=0.7", 6, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -2, 2, 1030)},
+                               1, "clip [min=-0.5;max=0.7] 7 elements");
+    fails += kiln_optest_sweep("Clip", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 9, 31), -2, 2, 1051),
+                                                kt_rand(KILN_F32, 0, NULL, -1, -0.5, 1052),
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 1, 1053)},
+                               1, "clip min and max inputs");
+    fails += kiln_optest_sweep("Clip", "", 13, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 50), -2, 2, 1054),
+                                                kt_rand(KILN_F32, 0, NULL, -1, -0.5, 1055)},
+                               1, "clip min input only");
+    fails += kiln_optest_sweep("Clip", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 50), -2, 2, 1056),
+                                                NULL,
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 1, 1057)},
+                               1, "clip max input only");
+    fails += kiln_optest_sweep("Clip", "", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 50), -2, 2, 1058)},
+                               1, "clip no bounds");
+    fails += kiln_optest_sweep("Clip", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 5, 3), -2, 2, 5003),
+                                                kt_rand(KILN_F32, 0, NULL, -1, -0.5, 5004),
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 1, 5005)},
+                               1, "clip (NHWC) bounds as inputs");
     return fails;
 }
 

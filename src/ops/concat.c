@@ -233,6 +233,54 @@ static int test(void) {
                             "concat grad axis -3, a constant input");
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 7);
     fails += kiln_gradcheck("Concat", "axis=0", 0, 1, in, NULL, "concat grad one input");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Concat", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 321),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 17, 19), -2, 2, 322)},
+                               1, "concat random channels 3 + 5");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Concat", "axis=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1312),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(2, 5, 4), -2, 2, 1313),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 4), -2, 2, 1314)},
+                               1, "concat axis 1 f32");
+    fails += kiln_optest_sweep("Concat", "axis=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 4), -2, 2, 1315),
+                                                kt_rand(KILN_I64, 3, KT_DIMS(2, 5, 4), -2, 2, 1316),
+                                                kt_rand(KILN_I64, 3, KT_DIMS(2, 1, 4), -2, 2, 1317)},
+                               1, "concat axis 1 i64");
+    fails += kiln_optest_sweep("Concat", "axis=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 3, 4), -2, 2, 1318),
+                                                kt_rand(KILN_U8, 3, KT_DIMS(2, 5, 4), -2, 2, 1319),
+                                                kt_rand(KILN_U8, 3, KT_DIMS(2, 1, 4), -2, 2, 1320)},
+                               1, "concat axis 1 u8");
+    fails += kiln_optest_sweep("Concat", "axis=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2, 3), -2, 2, 1321),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(1, 3), -2, 2, 1322)},
+                               1, "concat axis 0 f32");
+    fails += kiln_optest_sweep("Concat", "axis=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(2, 3), -2, 2, 1323),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(1, 3), -2, 2, 1324)},
+                               1, "concat axis 0 i64");
+    fails += kiln_optest_sweep("Concat", "axis=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(2, 3), -2, 2, 1325),
+                                                kt_rand(KILN_U8, 2, KT_DIMS(1, 3), -2, 2, 1326)},
+                               1, "concat axis 0 u8");
+    fails += kiln_optest_sweep("Concat", "axis=-1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 1), -2, 2, 1327),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 0), -2, 2, 1328),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 5), -2, 2, 1329)},
+                               1, "concat last axis, an empty input f32");
+    fails += kiln_optest_sweep("Concat", "axis=-1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 1), -2, 2, 1330),
+                                                kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 0), -2, 2, 1331),
+                                                kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 5), -2, 2, 1332)},
+                               1, "concat last axis, an empty input i64");
+    fails += kiln_optest_sweep("Concat", "axis=-1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 3, 1), -2, 2, 1333),
+                                                kt_rand(KILN_U8, 3, KT_DIMS(2, 3, 0), -2, 2, 1334),
+                                                kt_rand(KILN_U8, 3, KT_DIMS(2, 3, 5), -2, 2, 1335)},
+                               1, "concat last axis, an empty input u8");
     return fails;
 }
 

@@ -629,6 +629,202 @@ static int test(void) {
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
     fails += kiln_optest_fails("Conv", "strides=[1]", 2, in, 1, KILN_ERR_SHAPE,
                                "conv strides count");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Conv", "pads=[1,1,1,1];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 13, 11), -1, 1, 201),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(7, 5, 3, 3), -1, 1, 202),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(7), -1, 1, 203)},
+                               1, "conv random 3x3 stride 2 odd sizes");
+    fails += kiln_optest_sweep("Conv", "group=6;pads=[1,1,1,1]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 6, 9, 13), -1, 1, 204),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 1, 3, 3), -1, 1, 205)},
+                               1, "conv random depthwise");
+    fails += kiln_optest_sweep("Conv", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 17, 7, 9), -1, 1, 206),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(9, 17, 1, 1), -1, 1, 207),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(9), -1, 1, 208)},
+                               1, "conv random 1x1, 17 channels");
+    fails += kiln_optest_sweep("Conv", "pads=[2,2,2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 15, 13), -1, 1, 209),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 1, 5, 5), -1, 1, 210),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), -1, 1, 211)},
+                               1, "conv random one input channel 5x5");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Conv", "pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 11), -2, 2, 1193),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 3, 3), -2, 2, 1194),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), -2, 2, 1195)},
+                               1, "conv 3x3 pad 1 bias");
+    fails += kiln_optest_sweep("Conv", "kernel_shape=[3,3];strides=[2,2]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 4, 10, 9), -2, 2, 1196),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -2, 2, 1197)},
+                               1, "conv stride 2");
+    fails += kiln_optest_sweep("Conv", "dilations=[2,2];pads=[2,2,2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 12, 10), -2, 2, 1198),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -2, 2, 1199),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1200)},
+                               1, "conv dilation 2");
+    fails += kiln_optest_sweep("Conv", "group=2;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 7, 7), -2, 2, 1201),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 2, 3, 3), -2, 2, 1202),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1203)},
+                               1, "conv 2 groups");
+    fails += kiln_optest_sweep("Conv", "group=8;pads=[1,1,1,1]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 1204),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -2, 2, 1205)},
+                               1, "conv depthwise");
+    fails += kiln_optest_sweep("Conv", "pads=[0,1,2,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 8, 8), -2, 2, 1206),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -2, 2, 1207),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1208)},
+                               1, "conv asymmetric pads");
+    fails += kiln_optest_sweep("Conv", "auto_pad=SAME_UPPER;strides=[2,2]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 9, 9), -2, 2, 1209),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 4, 4), -2, 2, 1210)},
+                               1, "conv SAME_UPPER stride 2");
+    fails += kiln_optest_sweep("Conv", "auto_pad=SAME_LOWER", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 6, 7), -2, 2, 1211),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(3, 2, 2, 2), -2, 2, 1212)},
+                               1, "conv SAME_LOWER even kernel");
+    fails += kiln_optest_sweep("Conv", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 5, 5), -2, 2, 1213),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 16, 1, 1), -2, 2, 1214),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(8), -2, 2, 1215)},
+                               1, "conv 1x1 bias");
+    fails += kiln_optest_sweep("Conv", "pads=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 20), -2, 2, 1216),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(4, 3, 5), -2, 2, 1217),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), -2, 2, 1218)},
+                               1, "conv 1-D");
+    fails += kiln_optest_sweep("Conv", "pads=[1,1,1,1];strides=[1,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 32, 14, 14), -2, 2, 1219),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(48, 32, 3, 3), -2, 2, 1220),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(48), -2, 2, 1221)},
+                               1, "conv wider");
+    fails += kiln_optest_sweep("ConvGradInput", "kernel_shape=[3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(8, 64, 24, 24), -2, 2, 3004),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(64, 32, 3, 3), -2, 2, 3005),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 32, 26, 26), -2, 2, 3006)},
+                               1, "convgradinput mnist conv2 (batch 8)");
+    fails += kiln_optest_sweep("ConvGradWeight", "kernel_shape=[3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(8, 32, 26, 26), -2, 2, 3007),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 64, 24, 24), -2, 2, 3008),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(64, 32, 3, 3), -2, 2, 3009)},
+                               1, "convgradweight mnist conv2 (batch 8)");
+    fails += kiln_optest_sweep("ConvGradInput", "kernel_shape=[3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(8, 32, 26, 26), -2, 2, 3010),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(32, 1, 3, 3), -2, 2, 3011),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 28, 28), -2, 2, 3012)},
+                               1, "convgradinput mnist conv1 (batch 8)");
+    fails += kiln_optest_sweep("ConvGradWeight", "kernel_shape=[3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 28, 28), -2, 2, 3013),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 32, 26, 26), -2, 2, 3014),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(32, 1, 3, 3), -2, 2, 3015)},
+                               1, "convgradweight mnist conv1 (batch 8)");
+    fails += kiln_optest_sweep("ConvGradInput", "pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 9, 11), -2, 2, 3016),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 3, 3), -2, 2, 3017),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 11), -2, 2, 3018)},
+                               1, "convgradinput 3x3 pad 1");
+    fails += kiln_optest_sweep("ConvGradWeight", "pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 11), -2, 2, 3019),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 9, 11), -2, 2, 3020),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 3, 3), -2, 2, 3021)},
+                               1, "convgradweight 3x3 pad 1");
+    fails += kiln_optest_sweep("ConvGradInput", "kernel_shape=[3,3];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 6, 4, 4), -2, 2, 3022),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -2, 2, 3023),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 4, 10, 9), -2, 2, 3024)},
+                               1, "convgradinput stride 2");
+    fails += kiln_optest_sweep("ConvGradWeight", "kernel_shape=[3,3];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 4, 10, 9), -2, 2, 3025),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 6, 4, 4), -2, 2, 3026),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -2, 2, 3027)},
+                               1, "convgradweight stride 2");
+    fails += kiln_optest_sweep("ConvGradInput", "dilations=[2,2];pads=[2,2,2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 12, 10), -2, 2, 3028),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -2, 2, 3029),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 12, 10), -2, 2, 3030)},
+                               1, "convgradinput dilation 2");
+    fails += kiln_optest_sweep("ConvGradWeight", "dilations=[2,2];pads=[2,2,2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 12, 10), -2, 2, 3031),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 12, 10), -2, 2, 3032),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -2, 2, 3033)},
+                               1, "convgradweight dilation 2");
+    fails += kiln_optest_sweep("ConvGradInput", "group=2;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 7, 7), -2, 2, 3034),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 2, 3, 3), -2, 2, 3035),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 7, 7), -2, 2, 3036)},
+                               1, "convgradinput 2 groups");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=2;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 7, 7), -2, 2, 3037),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 7, 7), -2, 2, 3038),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(6, 2, 3, 3), -2, 2, 3039)},
+                               1, "convgradweight 2 groups");
+    fails += kiln_optest_sweep("ConvGradInput", "group=8;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3040),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -2, 2, 3041),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3042)},
+                               1, "convgradinput depthwise");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=8;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3043),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3044),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -2, 2, 3045)},
+                               1, "convgradweight depthwise");
+    fails += kiln_optest_sweep("ConvGradInput", "pads=[0,1,2,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 8, 8), -2, 2, 3046),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -2, 2, 3047),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 8, 8), -2, 2, 3048)},
+                               1, "convgradinput asymmetric pads");
+    fails += kiln_optest_sweep("ConvGradWeight", "pads=[0,1,2,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 8, 8), -2, 2, 3049),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 8, 8), -2, 2, 3050),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -2, 2, 3051)},
+                               1, "convgradweight asymmetric pads");
+    fails += kiln_optest_sweep("ConvGradInput", "auto_pad=SAME_UPPER;strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 4, 5, 5), -2, 2, 3052),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 4, 4), -2, 2, 3053),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 9, 9), -2, 2, 3054)},
+                               1, "convgradinput SAME_UPPER stride 2");
+    fails += kiln_optest_sweep("ConvGradWeight", "auto_pad=SAME_UPPER;strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 9, 9), -2, 2, 3055),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 4, 5, 5), -2, 2, 3056),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(4, 3, 4, 4), -2, 2, 3057)},
+                               1, "convgradweight SAME_UPPER stride 2");
+    fails += kiln_optest_sweep("ConvGradInput", "pads=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 4, 20), -2, 2, 3058),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(4, 3, 5), -2, 2, 3059),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 20), -2, 2, 3060)},
+                               1, "convgradinput 1-D");
+    fails += kiln_optest_sweep("ConvGradWeight", "pads=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 20), -2, 2, 3061),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(2, 4, 20), -2, 2, 3062),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(4, 3, 5), -2, 2, 3063)},
+                               1, "convgradweight 1-D");
+    fails += kiln_optest_sweep_tol("ConvGradBias", "", 0, 1,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 3064)},
+                                   1, 0.0001, 0, "convgradbias 2-D");
+    fails += kiln_optest_sweep_tol("ConvGradBias", "", 0, 1,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(32, 64, 24, 24), -2, 2, 3065)},
+                                   1, 0.0001, 0, "convgradbias mnist conv2 (batch 32), partial sums");
+    fails += kiln_optest_sweep_tol("ConvGradBias", "", 0, 1,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(16, 32, 26, 26), -2, 2, 3066)},
+                                   1, 0.0001, 0, "convgradbias mnist conv1 (batch 16)");
+    fails += kiln_optest_sweep_tol("ConvGradBias", "", 0, 1,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(8, 64, 24, 24), -2, 2, 3067)},
+                                   1, 0.0001, 0, "convgradbias mnist conv2 (batch 8), one block a channel");
+    fails += kiln_optest_sweep_tol("ConvGradBias", "", 0, 1,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 4), -2, 2, 3068)},
+                                   1, 0.0001, 0, "convgradbias rank 2");
+    fails += kiln_optest_sweep_tol("ConvGradBias", "", 0, 1,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 20), -2, 2, 3069)},
+                                   1, 0.0001, 0, "convgradbias 1-D");
+    fails += kiln_optest_sweep_tol("ConvGradBias", "", 0, 1,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(4, 1, 5, 5), -2, 2, 3070)},
+                                   1, 0.0001, 0, "convgradbias one channel");
+    fails += kiln_optest_sweep_tol("ConvGradBias", "", 0, 1,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 5, 7, 9), -2, 2, 3071)},
+                                   1, 0.0001, 0, "convgradbias odd");
     return fails;
 }
 

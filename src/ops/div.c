@@ -114,6 +114,56 @@ static int test(void) {
     fails += kiln_gradcheck("Div", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, 2.5),
                             kiln_binary_rand_signed(1, KT_DIMS(4), 0.5, 2, 6)}, (const bool[]){false, true},
                             "div grad ()/(4) w.r.t. B only");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 146),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), 0.5, 2, 156)},
+                               1, "div random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 166),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), 0.5, 2, 176)},
+                               1, "div random (2,5,7,9) by a channel vector");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1113),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), 0.5, 2, 1114)},
+                               1, "div same shape");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1115),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1001), 0.5, 2, 1116)},
+                               1, "div same shape odd");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1117),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), 0.5, 2, 1118)},
+                               1, "div per channel");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1119),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), 0.5, 2, 1120)},
+                               1, "div per channel swapped");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1121),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), 0.5, 2, 1122)},
+                               1, "div row vector");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1123),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 1), 0.5, 2, 1124)},
+                               1, "div column vector");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 7), -2, 2, 1125),
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 2, 1126)},
+                               1, "div scalar");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 4), -2, 2, 1127),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), 0.5, 2, 1128)},
+                               1, "div general");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1129),
+                                                kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), 0.5, 2, 1130)},
+                               1, "div general 5-D");
+    fails += kiln_optest_sweep("Div", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5021),
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 2, 5022)},
+                               1, "div (NHWC) scalar");
     return fails;
 }
 

@@ -587,6 +587,19 @@ static int test(void) {
                             (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(5), -1, 1, 4)}, NULL,
                             "dropout grad opset 11");
     fails += test_grad_training();
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Dropout", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 341),
+                                                kt_scalar(KILN_F32, 0.3),
+                                                kt_scalar(KILN_BOOL, 1)},
+                               2, "dropout random training, ratio 0.3");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Dropout", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1305)},
+                               1, "dropout inference passes X through");
+    fails += kiln_optest_sweep("Dropout", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5007)},
+                               1, "dropout (NHWC) inference");
     return fails;
 }
 

@@ -53,6 +53,39 @@ static int test(void) {
     in[0] = kt_make(KILN_I32, 1, KT_DIMS(2), NULL);
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("Equal", "", 2, in, 1, KILN_ERR_TYPE, "equal i32,i64 rejected");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Equal", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 361),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 364)},
+                               1, "equal random f32, broadcast");
+    fails += kiln_optest_sweep("Equal", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 367),
+                                                kt_rand(KILN_I64, 1, KT_DIMS(19), -3, 3, 370)},
+                               1, "equal random i64, ties");
+    /* ties, NaN and -0 in every dtype, for the backend sweep (its f32 cases run in f16 and
+     * bf16 too; integer types read NaN as 5) */
+    {
+        static const double a[24] = {0, 1, 2, -1, NAN, 1, 2, 2, 0, -0.0, 3, -2, 1, 1, NAN, 0, -1, 2, 3, 3, -2, 0, 1, 2};
+        static const double ai[24] = {0, 1, 2, -1, 5, 1, 2, 2, 0, 0, 3, -2, 1, 1, 5, 0, -1, 2, 3, 3, -2, 0, 1, 2};
+        static const double b[4] = {1, NAN, 0, 2}, bi[4] = {1, 5, 0, 2}, c[3] = {-0.0, 2, 1};
+        static const kiln_dtype types[] = {KILN_F32, KILN_F64, KILN_I64, KILN_I32, KILN_I8, KILN_U8, KILN_U64, KILN_BOOL};
+        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+            const kiln_dtype t = types[k];
+            const bool fl = kiln_dtype_is_float(t);
+            fails += kiln_optest_sweep("Equal", "", 0, 2,
+                                       (kiln_tensor *[]){kt_make(t, 3, KT_DIMS(2, 3, 4), fl ? a : ai),
+                                                         kt_make(t, 1, KT_DIMS(4), fl ? b : bi)},
+                                       1, "equal specials, (2,3,4) and (4)");
+            fails += kiln_optest_sweep("Equal", "", 0, 2,
+                                       (kiln_tensor *[]){kt_make(t, 2, KT_DIMS(3, 1), c),
+                                                         kt_make(t, 3, KT_DIMS(2, 3, 4), fl ? a : ai)},
+                                       1, "equal specials, (3,1) and (2,3,4)");
+            fails += kiln_optest_sweep("Equal", "", 0, 2,
+                                       (kiln_tensor *[]){kt_make(t, 1, KT_DIMS(21), fl ? a : ai),
+                                                         kt_make(t, 1, KT_DIMS(21), (fl ? a : ai) + 3)},
+                                       1, "equal specials, same shape");
+        }
+    }
     return fails;
 }
 

@@ -30,6 +30,17 @@ static int test(void) {
     fails += kiln_gradcheck("Exp", "", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)},
                             NULL, "exp grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Exp", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -4, 4, 118)},
+                               1, "exp random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Exp", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -6, 6, 1033)},
+                               1, "exp [] odd size");
+    fails += kiln_optest_sweep("Exp", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -6, 6, 1034)},
+                               1, "exp [] 7 elements");
     return fails;
 }
 

@@ -92,6 +92,60 @@ static int test(void) {
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 3);
     in[1] = ints(1, KT_VALS(1));
     fails += kiln_gradcheck("Expand", "", 0, 2, in, NULL, "expand grad no broadcast");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 411),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 17, 19))},
+                               1, "expand random to 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 1393),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 4))},
+                               1, "expand (3,1) to (2,3,4) f32");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(3, 1), -2, 2, 1394),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 4))},
+                               1, "expand (3,1) to (2,3,4) i64");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(3, 1), -2, 2, 1395),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 4))},
+                               1, "expand (3,1) to (2,3,4) u8");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(1, 4), -2, 2, 1396),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 1))},
+                               1, "expand (1,4) with shape (3,1) f32");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(1, 4), -2, 2, 1397),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 1))},
+                               1, "expand (1,4) with shape (3,1) i64");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(1, 4), -2, 2, 1398),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 1))},
+                               1, "expand (1,4) with shape (3,1) u8");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 3), -2, 2, 1399),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 5, 3))},
+                               1, "expand (2,1,3) to (2,5,3) f32");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 1, 3), -2, 2, 1400),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 5, 3))},
+                               1, "expand (2,1,3) to (2,5,3) i64");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 1, 3), -2, 2, 1401),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 5, 3))},
+                               1, "expand (2,1,3) to (2,5,3) u8");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 4), -2, 2, 1402),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 4))},
+                               1, "expand same shape f32");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(3, 4), -2, 2, 1403),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 4))},
+                               1, "expand same shape i64");
+    fails += kiln_optest_sweep("Expand", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(3, 4), -2, 2, 1404),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 4))},
+                               1, "expand same shape u8");
     return fails;
 }
 

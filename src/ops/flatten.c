@@ -62,6 +62,16 @@ static int test(void) {
     x = kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 4);
     fails += kiln_grad_route_check("Flatten", "axis=2", 0, 1, &x, 1, 0, r, y, true,
                                    "flatten grad is a view of dY");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Flatten", "axis=2", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1306)},
+                               1, "flatten axis 2 f32");
+    fails += kiln_optest_sweep("Flatten", "axis=2", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1307)},
+                               1, "flatten axis 2 i64");
+    fails += kiln_optest_sweep("Flatten", "axis=2", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1308)},
+                               1, "flatten axis 2 u8");
     return fails;
 }
 

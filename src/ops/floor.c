@@ -30,6 +30,17 @@ static int test(void) {
     /* away from the integers, where the steps are */
     fails += kiln_unary_gradcheck("Floor", "", 0, 6, KT_VALS(-1.7, -0.4, 0.3, 0.6, 1.5, 2.2),
                                   "floor grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Floor", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 116)},
+                               1, "floor random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Floor", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -5, 5, 1047)},
+                               1, "floor [] odd size");
+    fails += kiln_optest_sweep("Floor", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -5, 5, 1048)},
+                               1, "floor [] 7 elements");
     return fails;
 }
 

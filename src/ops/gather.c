@@ -240,6 +240,64 @@ static int test(void) {
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 3);
     in[1] = kt_scalar(KILN_I64, -2);
     fails += kiln_gradcheck("Gather", "axis=-1", 0, 2, in, NULL, "gather grad scalar index");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gather", "axis=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(37, 19), -2, 2, 331),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(5, 3), -37, 37, 332)},
+                               1, "gather random rows, negative indices");
+    fails += kiln_optest_sweep("Gather", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 19), -2, 2, 333),
+                                                kt_rand(KILN_I64, 1, KT_DIMS(7), 0, 17, 334)},
+                               1, "gather random axis 1");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gather", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(5, 4, 3), -2, 2, 1354),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(2, 3), -5, 5, 1355)},
+                               1, "gather axis 0, i64 indices f32");
+    fails += kiln_optest_sweep("Gather", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(5, 4, 3), -2, 2, 1356),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(2, 3), -5, 5, 1357)},
+                               1, "gather axis 0, i64 indices i64");
+    fails += kiln_optest_sweep("Gather", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(5, 4, 3), -2, 2, 1358),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(2, 3), -5, 5, 1359)},
+                               1, "gather axis 0, i64 indices u8");
+    fails += kiln_optest_sweep("Gather", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(5, 4, 3), -2, 2, 1360),
+                                                kt_rand(KILN_I32, 1, KT_DIMS(7), -4, 4, 1361)},
+                               1, "gather axis 1, i32 indices f32");
+    fails += kiln_optest_sweep("Gather", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(5, 4, 3), -2, 2, 1362),
+                                                kt_rand(KILN_I32, 1, KT_DIMS(7), -4, 4, 1363)},
+                               1, "gather axis 1, i32 indices i64");
+    fails += kiln_optest_sweep("Gather", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(5, 4, 3), -2, 2, 1364),
+                                                kt_rand(KILN_I32, 1, KT_DIMS(7), -4, 4, 1365)},
+                               1, "gather axis 1, i32 indices u8");
+    fails += kiln_optest_sweep("Gather", "axis=2", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(5, 4, 3), -2, 2, 1366),
+                                                kt_rand(KILN_I64, 0, NULL, -3, 3, 1367)},
+                               1, "gather scalar index f32");
+    fails += kiln_optest_sweep("Gather", "axis=2", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(5, 4, 3), -2, 2, 1368),
+                                                kt_rand(KILN_I64, 0, NULL, -3, 3, 1369)},
+                               1, "gather scalar index i64");
+    fails += kiln_optest_sweep("Gather", "axis=2", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(5, 4, 3), -2, 2, 1370),
+                                                kt_rand(KILN_I64, 0, NULL, -3, 3, 1371)},
+                               1, "gather scalar index u8");
+    fails += kiln_optest_sweep("Gather", "axis=-1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2, 9), -2, 2, 1372),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(4, 2), 0, 9, 1373)},
+                               1, "gather last axis f32");
+    fails += kiln_optest_sweep("Gather", "axis=-1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(2, 9), -2, 2, 1374),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(4, 2), 0, 9, 1375)},
+                               1, "gather last axis i64");
+    fails += kiln_optest_sweep("Gather", "axis=-1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(2, 9), -2, 2, 1376),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(4, 2), 0, 9, 1377)},
+                               1, "gather last axis u8");
     return fails;
 }
 

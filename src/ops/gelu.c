@@ -91,6 +91,23 @@ static int test(void) {
     fails += kiln_gradcheck("Gelu", "approximate=tanh", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 4), -3, 3, 2)}, NULL,
                             "gelu grad tanh form");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gelu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 108)},
+                               1, "gelu random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gelu", "", 20, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -5, 5, 1017)},
+                               1, "gelu [] odd size");
+    fails += kiln_optest_sweep("Gelu", "", 20, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -5, 5, 1018)},
+                               1, "gelu [] 7 elements");
+    fails += kiln_optest_sweep("Gelu", "approximate=tanh", 20, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -5, 5, 1019)},
+                               1, "gelu [approximate=tanh] odd size");
+    fails += kiln_optest_sweep("Gelu", "approximate=tanh", 20, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -5, 5, 1020)},
+                               1, "gelu [approximate=tanh] 7 elements");
     return fails;
 }
 

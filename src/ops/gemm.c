@@ -409,6 +409,89 @@ static int test(void) {
     in[0] = kt_make(KILN_I32, 2, KT_DIMS(2, 3), NULL);
     in[1] = kt_make(KILN_I32, 2, KT_DIMS(3, 4), NULL);
     fails += kiln_optest_fails("Gemm", "", 2, in, 1, KILN_ERR_TYPE, "gemm int32");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gemm", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(17, 33), -1, 1, 221),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(33, 19), -1, 1, 222),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(19), -1, 1, 223)},
+                               1, "gemm random 17x33x19");
+    fails += kiln_optest_sweep("Gemm", "transA=1;transB=1;alpha=0.5;beta=2.0", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(33, 17), -1, 1, 224),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(19, 33), -1, 1, 225),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(17, 19), -1, 1, 226)},
+                               1, "gemm random transposed, alpha, beta");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Gemm", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 7), -2, 2, 1222),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(7, 3), -2, 2, 1223),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), -2, 2, 1224)},
+                               1, "gemm C row");
+    fails += kiln_optest_sweep("Gemm", "transA=1;transB=1;alpha=0.5;beta=2.0", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(7, 5), -2, 2, 1225),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 7), -2, 2, 1226),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 1227)},
+                               1, "gemm transposed, C full");
+    fails += kiln_optest_sweep("Gemm", "transB=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(6, 4), -2, 2, 1228),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(9, 4), -2, 2, 1229),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(6, 1), -2, 2, 1230)},
+                               1, "gemm C column");
+    fails += kiln_optest_sweep("Gemm", "alpha=1.5", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1231),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(6, 5), -2, 2, 1232),
+                                                kt_rand(KILN_F32, 0, NULL, -2, 2, 1233)},
+                               1, "gemm C scalar");
+    fails += kiln_optest_sweep("Gemm", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(33, 17), -2, 2, 1234),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(17, 45), -2, 2, 1235)},
+                               1, "gemm no C");
+    fails += kiln_optest_sweep("Gemm", "beta=0.0", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(8, 8), -2, 2, 1236),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(8, 8), -2, 2, 1237),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(8), -2, 2, 1238)},
+                               1, "gemm beta 0");
+    fails += kiln_optest_sweep("Gemm", "transA=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(96, 64), -2, 2, 1239),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(96, 80), -2, 2, 1240),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(80), -2, 2, 1241)},
+                               1, "gemm larger");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=0.5", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3088),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), -2, 2, 3089)},
+                                   1, 0.0001, 0, "gemmgradc C row");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=2.0", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3090),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 1), -2, 2, 3091)},
+                                   1, 0.0001, 0, "gemmgradc C column");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=-1.5", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3092),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3093)},
+                                   1, 0.0001, 0, "gemmgradc C full");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=0.25", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3094),
+                                                kt_rand(KILN_F32, 0, NULL, 0, 1, 3095)},
+                                   1, 0.0001, 0, "gemmgradc C scalar");
+    fails += kiln_optest_sweep_tol("GemmGradC", "beta=0.0", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 3096),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(3), -2, 2, 3097)},
+                                   1, 0.0001, 0, "gemmgradc beta 0");
+    fails += kiln_optest_sweep("Gemm", "transB=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 9216), -2, 2, 3157),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(128, 9216), -2, 2, 3158),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(128), -2, 2, 3159)},
+                               1, "gemm mnist fc1");
+    fails += kiln_optest_sweep("Gemm", "alpha=1.0;transA=0;transB=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -2, 2, 3160),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(10, 128), -2, 2, 3161)},
+                               1, "gemm mnist fc2 dX");
+    fails += kiln_optest_sweep("Gemm", "alpha=1.0;transA=1;transB=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -2, 2, 3162),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(64, 128), -2, 2, 3163)},
+                               1, "gemm mnist fc2 dW");
+    fails += kiln_optest_sweep("Gemm", "alpha=1.0;transA=1;transB=0", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 128), -2, 2, 3164),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(64, 9216), -2, 2, 3165)},
+                               1, "gemm mnist fc1 dW");
     return fails;
 }
 

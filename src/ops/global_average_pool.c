@@ -125,6 +125,32 @@ static int test(void) {
     in[0] = kt_make(KILN_I32, 3, KT_DIMS(1, 2, 3), NULL);
     fails += kiln_optest_fails("GlobalAveragePool", "", 1, in, 1, KILN_ERR_TYPE,
                                "globalaveragepool int32");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 7, 13, 11), -2, 2, 261)},
+                               1, "global avgpool random 2x7x13x11");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 1276)},
+                               1, "globalaveragepool 7x9");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 1, 1), -2, 2, 1277)},
+                               1, "globalaveragepool 1x1");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 4, 33), -2, 2, 1278)},
+                               1, "globalaveragepool 1-D");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 64, 64), -2, 2, 1279)},
+                               1, "globalaveragepool 64x64");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 70, 5, 5), -2, 2, 5041)},
+                               1, "globalaveragepool (NHWC) 70 channels");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 64, 64), -2, 2, 5042)},
+                               1, "globalaveragepool (NHWC) 64x64");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 33, 1, 1), -2, 2, 5043)},
+                               1, "globalaveragepool (NHWC) 1x1");
     return fails;
 }
 

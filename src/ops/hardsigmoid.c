@@ -50,6 +50,17 @@ static int test(void) {
                                   "hardsigmoid grad");
     fails += kiln_unary_gradcheck("HardSigmoid", "alpha=0.5;beta=0.25", 0, 6, KT_VALS(-1.5, -0.3, 0.1, 0.9, 1.4, 2),
                                   "hardsigmoid grad alpha beta");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("HardSigmoid", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 109)},
+                               1, "hardsigmoid random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("HardSigmoid", "alpha=0.3;beta=0.6", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -4, 4, 1021)},
+                               1, "hardsigmoid [alpha=0.3;beta=0.6] odd size");
+    fails += kiln_optest_sweep("HardSigmoid", "alpha=0.3;beta=0.6", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -4, 4, 1022)},
+                               1, "hardsigmoid [alpha=0.3;beta=0.6] 7 elements");
     return fails;
 }
 

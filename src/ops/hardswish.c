@@ -33,6 +33,17 @@ static int test(void) {
     /* away from the kinks at -3 and 3 */
     fails += kiln_unary_gradcheck("HardSwish", "", 0, 6, KT_VALS(-4, -2.5, -0.5, 0.8, 2.2, 3.7),
                                   "hardswish grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("HardSwish", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 110)},
+                               1, "hardswish random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("HardSwish", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -5, 5, 1023)},
+                               1, "hardswish [] odd size");
+    fails += kiln_optest_sweep("HardSwish", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -5, 5, 1024)},
+                               1, "hardswish [] 7 elements");
     return fails;
 }
 

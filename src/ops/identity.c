@@ -41,6 +41,19 @@ static int test(void) {
     x = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 3);
     fails += kiln_grad_route_check("Identity", "", 0, 1, &x, 1, 0, r, kiln_tensor_clone(NULL, r),
                                    true, "identity grad is dY itself");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Identity", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1302)},
+                               1, "identity f32");
+    fails += kiln_optest_sweep("Identity", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(3, 5, 7), -2, 2, 1303)},
+                               1, "identity i64");
+    fails += kiln_optest_sweep("Identity", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(3, 5, 7), -2, 2, 1304)},
+                               1, "identity u8");
+    fails += kiln_optest_sweep("Identity", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5006)},
+                               1, "identity (NHWC) ");
     return fails;
 }
 

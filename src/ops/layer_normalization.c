@@ -363,6 +363,47 @@ static int test(void) {
                                    NULL, 3, 1.0, "layernorm grad with Mean and InvStdDev");
     else
         printf("skip layernorm grad with Mean and InvStdDev: Sum has no gradient rule yet\n");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("LayerNormalization", "axis=-1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 7, 129), -2, 2, 301),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(129), 0.5, 2, 302),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(129), -1, 1, 303)},
+                               1, "layernorm random rows of 129");
+    fails += kiln_optest_sweep("LayerNormalization", "axis=1;epsilon=0.001", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 5, 9), -2, 2, 304),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 9), 0.5, 2, 305),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 9), -1, 1, 306)},
+                               1, "layernorm random axis 1");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("LayerNormalization", "", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 33), -2, 2, 1535),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(33), -2, 2, 1536),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(33), -2, 2, 1537)},
+                               1, "layernormalization last axis");
+    fails += kiln_optest_sweep("LayerNormalization", "axis=2;epsilon=0.001", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1538),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(1, 4, 5), -2, 2, 1539),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1540)},
+                               1, "layernormalization two axes, (1,4,5) parameters");
+    fails += kiln_optest_sweep("LayerNormalization", "", 17, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(6, 16), -2, 2, 1541),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(16), -2, 2, 1542)},
+                               1, "layernormalization no B");
+    fails += kiln_optest_sweep("LayerNormalization", "", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 8), -2, 2, 1543),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1), -2, 2, 1544),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1), -2, 2, 1545)},
+                               1, "layernormalization one scale value");
+    fails += kiln_optest_sweep("LayerNormalization", "", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 1000), 3, 5, 1546),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1000), -2, 2, 1547),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1000), -2, 2, 1548)},
+                               1, "layernormalization long rows, offset values");
+    fails += kiln_optest_sweep("LayerNormalization", "axis=1", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 4, 6), -2, 2, 1549),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1550),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1551)},
+                               3, "layernormalization Mean and InvStdDev outputs");
     return fails;
 }
 

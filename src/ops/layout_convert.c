@@ -146,6 +146,96 @@ static int test_to_nhwc(void) {
                                "ToNHWC rejects a negative count");
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 2, 2), NULL);
     fails += kiln_optest_fails("ToNHWC", "to=8", 1, in, 1, KILN_ERR_UNSUPPORTED, "ToNHWC rejects to=STRING");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 5049)},
+                               1, "tonhwc small f32");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 5050)},
+                               1, "tonhwc small i64");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 5051)},
+                               1, "tonhwc small u8");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 40, 33, 35), -2, 2, 5055)},
+                               1, "tonhwc several tiles f32");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 40, 33, 35), -2, 2, 5056)},
+                               1, "tonhwc several tiles i64");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 40, 33, 35), -2, 2, 5057)},
+                               1, "tonhwc several tiles u8");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 4, 4), -2, 2, 5061)},
+                               1, "tonhwc C = 1 f32");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 1, 4, 4), -2, 2, 5062)},
+                               1, "tonhwc C = 1 i64");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 1, 4, 4), -2, 2, 5063)},
+                               1, "tonhwc C = 1 u8");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 8, 1, 1), -2, 2, 5067)},
+                               1, "tonhwc H*W = 1 f32");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(3, 8, 1, 1), -2, 2, 5068)},
+                               1, "tonhwc H*W = 1 i64");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(3, 8, 1, 1), -2, 2, 5069)},
+                               1, "tonhwc H*W = 1 u8");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 8, 9, 13), -2, 2, 5073)},
+                               1, "tonhwc C = 8 f32");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(3, 8, 9, 13), -2, 2, 5074)},
+                               1, "tonhwc C = 8 i64");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(3, 8, 9, 13), -2, 2, 5075)},
+                               1, "tonhwc C = 8 u8");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 7, 11), -2, 2, 5079)},
+                               1, "tonhwc C = 16 f32");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 16, 7, 11), -2, 2, 5080)},
+                               1, "tonhwc C = 16 i64");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 16, 7, 11), -2, 2, 5081)},
+                               1, "tonhwc C = 16 u8");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 33, 3, 5), -2, 2, 5085)},
+                               1, "tonhwc C = 33, one tile row f32");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 33, 3, 5), -2, 2, 5086)},
+                               1, "tonhwc C = 33, one tile row i64");
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 33, 3, 5), -2, 2, 5087)},
+                               1, "tonhwc C = 33, one tile row u8");
+    fails += kiln_optest_sweep("ToNHWC", "zero_channels=5", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 6, 7), -2, 2, 5091)},
+                               1, "tonhwc 3 to 8 channels f32");
+    fails += kiln_optest_sweep("ToNHWC", "zero_channels=5", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 6, 7), -2, 2, 5092)},
+                               1, "tonhwc 3 to 8 channels i64");
+    fails += kiln_optest_sweep("ToNHWC", "zero_channels=5", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 3, 6, 7), -2, 2, 5093)},
+                               1, "tonhwc 3 to 8 channels u8");
+    fails += kiln_optest_sweep("ToNHWC", "zero_channels=2", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 6, 7), -2, 2, 5094)},
+                               1, "tonhwc 3 to 5 channels f32");
+    fails += kiln_optest_sweep("ToNHWC", "zero_channels=2", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 6, 7), -2, 2, 5095)},
+                               1, "tonhwc 3 to 5 channels i64");
+    fails += kiln_optest_sweep("ToNHWC", "zero_channels=2", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 3, 6, 7), -2, 2, 5096)},
+                               1, "tonhwc 3 to 5 channels u8");
+    fails += kiln_optest_sweep("ToNHWC", "zero_channels=30", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 10, 6, 7), -2, 2, 5097)},
+                               1, "tonhwc 10 to 40 channels f32");
+    fails += kiln_optest_sweep("ToNHWC", "zero_channels=30", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 10, 6, 7), -2, 2, 5098)},
+                               1, "tonhwc 10 to 40 channels i64");
+    fails += kiln_optest_sweep("ToNHWC", "zero_channels=30", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 10, 6, 7), -2, 2, 5099)},
+                               1, "tonhwc 10 to 40 channels u8");
     return fails;
 }
 
@@ -154,6 +244,69 @@ static int test_to_nchw(void) {
     kiln_tensor *x = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 2, 2), NULL);
     fails += kiln_optest_fails("ToNCHW", "zero_channels=5", 1, &x, 1, KILN_ERR_INVALID_ARGUMENT,
                                "ToNCHW rejects zero_channels");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 5052)},
+                               1, "tonchw small f32");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 5053)},
+                               1, "tonchw small i64");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 5054)},
+                               1, "tonchw small u8");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 40, 33, 35), -2, 2, 5058)},
+                               1, "tonchw several tiles f32");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 40, 33, 35), -2, 2, 5059)},
+                               1, "tonchw several tiles i64");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 40, 33, 35), -2, 2, 5060)},
+                               1, "tonchw several tiles u8");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 4, 4), -2, 2, 5064)},
+                               1, "tonchw C = 1 f32");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 1, 4, 4), -2, 2, 5065)},
+                               1, "tonchw C = 1 i64");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 1, 4, 4), -2, 2, 5066)},
+                               1, "tonchw C = 1 u8");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 8, 1, 1), -2, 2, 5070)},
+                               1, "tonchw H*W = 1 f32");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(3, 8, 1, 1), -2, 2, 5071)},
+                               1, "tonchw H*W = 1 i64");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(3, 8, 1, 1), -2, 2, 5072)},
+                               1, "tonchw H*W = 1 u8");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 8, 9, 13), -2, 2, 5076)},
+                               1, "tonchw C = 8 f32");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(3, 8, 9, 13), -2, 2, 5077)},
+                               1, "tonchw C = 8 i64");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(3, 8, 9, 13), -2, 2, 5078)},
+                               1, "tonchw C = 8 u8");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 7, 11), -2, 2, 5082)},
+                               1, "tonchw C = 16 f32");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 16, 7, 11), -2, 2, 5083)},
+                               1, "tonchw C = 16 i64");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 16, 7, 11), -2, 2, 5084)},
+                               1, "tonchw C = 16 u8");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 33, 3, 5), -2, 2, 5088)},
+                               1, "tonchw C = 33, one tile row f32");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 33, 3, 5), -2, 2, 5089)},
+                               1, "tonchw C = 33, one tile row i64");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 33, 3, 5), -2, 2, 5090)},
+                               1, "tonchw C = 33, one tile row u8");
     return fails;
 }
 

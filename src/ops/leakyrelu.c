@@ -45,6 +45,23 @@ static int test(void) {
                                   "leakyrelu grad default alpha");
     fails += kiln_unary_gradcheck("LeakyRelu", "alpha=-0.5", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
                                   "leakyrelu grad alpha -0.5");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("LeakyRelu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 102)},
+                               1, "leakyrelu random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("LeakyRelu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -2, 2, 1003)},
+                               1, "leakyrelu [] odd size");
+    fails += kiln_optest_sweep("LeakyRelu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -2, 2, 1004)},
+                               1, "leakyrelu [] 7 elements");
+    fails += kiln_optest_sweep("LeakyRelu", "alpha=0.3", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -2, 2, 1005)},
+                               1, "leakyrelu [alpha=0.3] odd size");
+    fails += kiln_optest_sweep("LeakyRelu", "alpha=0.3", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -2, 2, 1006)},
+                               1, "leakyrelu [alpha=0.3] 7 elements");
     return fails;
 }
 

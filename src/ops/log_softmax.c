@@ -65,6 +65,35 @@ static int test(void) {
     fails += kiln_gradcheck("LogSoftmax", "axis=-2", 12, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -2, 2, 15)}, NULL,
                             "logsoftmax grad opset 12 axis -2");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("LogSoftmax", "axis=-1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 1037), -4, 4, 281)},
+                               1, "logsoftmax random rows of 1037");
+    fails += kiln_optest_sweep("LogSoftmax", "axis=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -4, 4, 282)},
+                               1, "logsoftmax random axis 1 of 4-D");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("LogSoftmax", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 17), -2, 2, 1296)},
+                               1, "logsoftmax last axis");
+    fails += kiln_optest_sweep("LogSoftmax", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 300), -8, 8, 1297)},
+                               1, "logsoftmax long rows");
+    fails += kiln_optest_sweep("LogSoftmax", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 40), -50, 50, 1298)},
+                               1, "logsoftmax wide range");
+    fails += kiln_optest_sweep("LogSoftmax", "axis=1", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 5, 7), -2, 2, 1299)},
+                               1, "logsoftmax middle axis");
+    fails += kiln_optest_sweep("LogSoftmax", "", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1300)},
+                               1, "logsoftmax opset 11 coerced 2-D");
+    fails += kiln_optest_sweep("LogSoftmax", "axis=0", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1301)},
+                               1, "logsoftmax opset 11 axis 0");
+    fails += kiln_optest_sweep("LogSoftmax", "axis=1", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -3, 3, 3002)},
+                               1, "logsoftmax mnist log_softmax");
     return fails;
 }
 

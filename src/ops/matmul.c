@@ -511,6 +511,52 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
     in[1] = kt_make(KILN_F16, 1, KT_DIMS(3), NULL);
     fails += kiln_optest_fails("MatMul", "", 2, in, 1, KILN_ERR_TYPE, "matmul dtype mismatch");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 33), -1, 1, 231),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(33, 19), -1, 1, 232)},
+                               1, "matmul random (3,17,33)x(33,19)");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 9, 31), -1, 1, 233),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 31, 5), -1, 1, 234)},
+                               1, "matmul random broadcast batch");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1242),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 6), -2, 2, 1243)},
+                               1, "matmul 2-D");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1244),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 6), -2, 2, 1245)},
+                               1, "matmul batched");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1246),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 6), -2, 2, 1247)},
+                               1, "matmul shared B");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1248),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 6), -2, 2, 1249)},
+                               1, "matmul shared A");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 4, 5), -2, 2, 1250),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 5, 2), -2, 2, 1251)},
+                               1, "matmul mixed broadcast");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1252),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(5, 3), -2, 2, 1253)},
+                               1, "matmul 1-D A");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 4, 5), -2, 2, 1254),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1255)},
+                               1, "matmul 1-D B");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(9), -2, 2, 1256),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(9), -2, 2, 1257)},
+                               1, "matmul 1-D both");
+    fails += kiln_optest_sweep("MatMul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 33), -2, 2, 1258),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 33, 9), -2, 2, 1259)},
+                               1, "matmul odd");
     return fails;
 }
 

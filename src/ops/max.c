@@ -119,6 +119,65 @@ static int test(void) {
                             kt_rand(KILN_F64, 2, KT_DIMS(2, 4), -1, 1, 6)}, NULL, "max grad (),(2,4)");
     fails += kiln_gradcheck("Max", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 7)},
                             NULL, "max grad one input");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 144),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 154)},
+                               1, "max random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 164),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 174)},
+                               1, "max random (2,5,7,9) by a channel vector");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1149),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1150)},
+                               1, "max same shape");
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1151),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1152)},
+                               1, "max same shape odd");
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1153),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1154)},
+                               1, "max per channel");
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1155),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1156)},
+                               1, "max per channel swapped");
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1157),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1158)},
+                               1, "max row vector");
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1159),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 1), -2, 2, 1160)},
+                               1, "max column vector");
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 7), -2, 2, 1161),
+                                                kt_rand(KILN_F32, 0, NULL, -2, 2, 1162)},
+                               1, "max scalar");
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 4), -2, 2, 1163),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 1164)},
+                               1, "max general");
+    fails += kiln_optest_sweep("Max", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1165),
+                                                kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1166)},
+                               1, "max general 5-D");
+    fails += kiln_optest_sweep("Max", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1185),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 1186),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), -2, 2, 1187)},
+                               1, "max three inputs");
+    fails += kiln_optest_sweep("Max", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 5), -2, 2, 1188)},
+                               1, "max one input");
+    fails += kiln_optest_sweep("Max", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5012),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5013),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 5014)},
+                               1, "max (NHWC) three inputs, a per-channel one");
     return fails;
 }
 

@@ -437,6 +437,134 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 5, KT_DIMS(1, 1, 2, 2, 2), NULL);
     fails += kiln_optest_fails("MaxPool", "kernel_shape=[2,2,2];storage_order=1", 1, in, 2,
                                KILN_ERR_UNSUPPORTED, "maxpool 3-D column-major indices");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 241)},
+                               1, "maxpool random 3x3 stride 2 pads");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 16, 18), -2, 2, 242)},
+                               1, "maxpool random 2x2 tiles");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 11, 10), -2, 2, 1260)},
+                               1, "maxpool 3x3 s2 p1");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 10, 10), -2, 2, 1261)},
+                               1, "maxpool ceil_mode");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 9, 8), -2, 2, 1262)},
+                               1, "maxpool dilations");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 10, 9), -2, 2, 1263)},
+                               1, "maxpool SAME_UPPER");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3];strides=[2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 15), -2, 2, 1264)},
+                               1, "maxpool 1-D");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2,2];strides=[2,2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(1, 2, 4, 6, 5), -2, 2, 1265)},
+                               1, "maxpool 3-D");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 64, 24, 24), -2, 2, 1271)},
+                               1, "maxpool 2x2 s2 mnist pool (batch 2)");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 7), -2, 2, 1272)},
+                               1, "maxpool 2x2 s2 odd sizes");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2];ceil_mode=1", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 9, 7), -2, 2, 1273)},
+                               1, "maxpool 2x2 s2 ceil_mode");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];strides=[2,2];pads=[1,1,0,0]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 8, 8), -2, 2, 1274)},
+                               1, "maxpool 2x2 s2 padded");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 64, 12, 12), -2, 2, 3098),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 64, 24, 24), -2, 2, 3099)},
+                               1, "maxpoolgrad mnist pool (batch 2)");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 4, 3), -2, 2, 3100),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 9, 7), -2, 2, 3101)},
+                               1, "maxpoolgrad odd size, uncovered elements");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 6, 5), -2, 2, 3102),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 11, 10), -2, 2, 3103)},
+                               1, "maxpoolgrad 3x3 s2 p1 overlapping");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 5), -2, 2, 3104),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 10, 10), -2, 2, 3105)},
+                               1, "maxpoolgrad ceil_mode");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2];dilations=[2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 7, 6), -2, 2, 3106),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 9, 8), -2, 2, 3107)},
+                               1, "maxpoolgrad dilations");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 5), -2, 2, 3108),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 10, 9), -2, 2, 3109)},
+                               1, "maxpoolgrad SAME_UPPER");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[3];strides=[2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 7), -2, 2, 3110),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 15), -2, 2, 3111)},
+                               1, "maxpoolgrad 1-D");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2,2];strides=[2,2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(1, 2, 2, 3, 2), -2, 2, 3112),
+                                                kt_rand(KILN_F32, 5, KT_DIMS(1, 2, 4, 6, 5), -2, 2, 3113)},
+                               1, "maxpoolgrad 3-D");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 4, 6), -2, 2, 3114),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 8, 12), -2, 2, 3115)},
+                               1, "maxpoolgrad 2x2 s2 pairs");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 3, 4), -2, 2, 3116),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 7, 8), -2, 2, 3117)},
+                               1, "maxpoolgrad 2x2 s2 even W, uncovered row");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2];ceil_mode=1", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 4), -2, 2, 3118),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 9, 7), -2, 2, 3119)},
+                               1, "maxpoolgrad 2x2 s2 ceil_mode (general)");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 3, 3), -2, 2, 3120),
+                                                kt_make(KILN_F32, 4, KT_DIMS(1, 2, 6, 6), KT_VALS(0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2,
+                                                        0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0,
+                                                        1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0,
+                                                        1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1))},
+                               1, "maxpoolgrad ties, disjoint (the first maximum takes it)");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 5), -2, 2, 3121),
+                                                kt_make(KILN_F32, 4, KT_DIMS(1, 2, 6, 6), KT_VALS(0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2,
+                                                        0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0,
+                                                        1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0,
+                                                        1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 0, 1))},
+                               1, "maxpoolgrad ties, overlapping");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 3, 3), -2, 2, 3122),
+                                                kt_make(KILN_F32, 4, KT_DIMS(1, 2, 6, 6), KT_VALS(0, NAN, 2, NAN, 1, 0, NAN, 2, 0, 1, NAN, NAN, 2, 0, 1, 0, NAN, NAN,
+                                                        0, 1, 0, NAN, 2, 0, NAN, 0, NAN, 2, 0, 1, 0, NAN, 2, 0, 1, 0,
+                                                        NAN, 2, NAN, 1, 0, NAN, 2, 0, 1, NAN, NAN, 2, 0, 1, 0, NAN, NAN, 0,
+                                                        1, 0, NAN, 2, 0, NAN, 0, NAN, 2, 0, 1, 0, NAN, 2, 0, 1, 0, NAN))},
+                               1, "maxpoolgrad NaN, disjoint (the first NaN takes it)");
+    fails += kiln_optest_sweep("MaxPoolGrad", "kernel_shape=[2,2]", 12, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 5), -2, 2, 3123),
+                                                kt_make(KILN_F32, 4, KT_DIMS(1, 2, 6, 6), KT_VALS(0, NAN, 2, NAN, 1, 0, NAN, 2, 0, 1, NAN, NAN, 2, 0, 1, 0, NAN, NAN,
+                                                        0, 1, 0, NAN, 2, 0, NAN, 0, NAN, 2, 0, 1, 0, NAN, 2, 0, 1, 0,
+                                                        NAN, 2, NAN, 1, 0, NAN, 2, 0, 1, NAN, NAN, 2, 0, 1, 0, NAN, NAN, 0,
+                                                        1, 0, NAN, 2, 0, NAN, 0, NAN, 2, 0, 1, 0, NAN, 2, 0, 1, 0, NAN))},
+                               1, "maxpoolgrad NaN, overlapping");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 11, 10), -2, 2, 5029)},
+                               1, "maxpool (NHWC) 3x3 s2 p1, 16 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 12, 9, 9), -2, 2, 5030)},
+                               1, "maxpool (NHWC) 3x3 s2 p1, 12 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 64, 28, 28), -2, 2, 5031)},
+                               1, "maxpool (NHWC) stem-like, 64 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 10), -2, 2, 5032)},
+                               1, "maxpool (NHWC) ceil_mode, 8 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 24, 9, 8), -2, 2, 5033)},
+                               1, "maxpool (NHWC) dilations, 24 channels");
+    fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 9), -2, 2, 5034)},
+                               1, "maxpool (NHWC) SAME_UPPER, 8 channels");
     return fails;
 }
 

@@ -118,6 +118,64 @@ static int test(void) {
                             kt_rand(KILN_F64, 2, KT_DIMS(2, 4), -1, 1, 6)}, NULL, "min grad (),(2,4)");
     fails += kiln_gradcheck("Min", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 7)},
                             NULL, "min grad one input");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 145),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 155)},
+                               1, "min random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 165),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 175)},
+                               1, "min random (2,5,7,9) by a channel vector");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1167),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1168)},
+                               1, "min same shape");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1169),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1170)},
+                               1, "min same shape odd");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1171),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1172)},
+                               1, "min per channel");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1173),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1174)},
+                               1, "min per channel swapped");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1175),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1176)},
+                               1, "min row vector");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1177),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 1), -2, 2, 1178)},
+                               1, "min column vector");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 7), -2, 2, 1179),
+                                                kt_rand(KILN_F32, 0, NULL, -2, 2, 1180)},
+                               1, "min scalar");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 4), -2, 2, 1181),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 1182)},
+                               1, "min general");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1183),
+                                                kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1184)},
+                               1, "min general 5-D");
+    fails += kiln_optest_sweep("Min", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1189),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 1190),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), -2, 2, 1191)},
+                               1, "min three inputs");
+    fails += kiln_optest_sweep("Min", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 5), -2, 2, 1192)},
+                               1, "min one input");
+    fails += kiln_optest_sweep("Min", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5015),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 5016)},
+                               1, "min (NHWC) two inputs");
     return fails;
 }
 

@@ -69,6 +69,56 @@ static int test(void) {
                             kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 4), -1, 1, 4)}, NULL, "mul grad (3,1)*(2,1,4)");
     fails += kiln_gradcheck("Mul", "", 0, 2, (kiln_tensor *[]){kt_scalar(KILN_F64, -1.5),
                             kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 5)}, NULL, "mul grad ()*(2,3)");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 143),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 153)},
+                               1, "mul random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 163),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 173)},
+                               1, "mul random (2,5,7,9) by a channel vector");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1095),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1096)},
+                               1, "mul same shape");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1097),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1098)},
+                               1, "mul same shape odd");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1099),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1100)},
+                               1, "mul per channel");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1101),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1102)},
+                               1, "mul per channel swapped");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1103),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1104)},
+                               1, "mul row vector");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1105),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 1), -2, 2, 1106)},
+                               1, "mul column vector");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 7), -2, 2, 1107),
+                                                kt_rand(KILN_F32, 0, NULL, -2, 2, 1108)},
+                               1, "mul scalar");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 4), -2, 2, 1109),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 1110)},
+                               1, "mul general");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1111),
+                                                kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1112)},
+                               1, "mul general 5-D");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 8, 5, 7), -2, 2, 5017),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(8, 1, 1), -2, 2, 5018)},
+                               1, "mul (NHWC) per channel (C,1,1)");
     return fails;
 }
 

@@ -41,6 +41,17 @@ static int test(void) {
     fails += kiln_gradcheck("Neg", "", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -2, 2, 1)},
                             NULL, "neg grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Neg", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 115)},
+                               1, "neg random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Neg", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -2, 2, 1045)},
+                               1, "neg [] odd size");
+    fails += kiln_optest_sweep("Neg", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -2, 2, 1046)},
+                               1, "neg [] 7 elements");
     return fails;
 }
 

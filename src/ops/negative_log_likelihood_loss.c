@@ -85,6 +85,63 @@ static int test(void) {
                                               kt_make(KILN_I64, 3, KT_DIMS(2, 2, 2), KT_VALS(2, 1, 1, 0, 0, 2, 1, 2)),
                                               kt_make(KILN_F64, 1, KT_DIMS(3), KT_VALS(0.2, 1.0, 0.7))},
                             x_only, "nll grad (N,C,d1,d2) weighted mean ignore_index");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLoss", "reduction=mean", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(13, 7), -3, 0, 441),
+                                                kt_rand(KILN_I64, 1, KT_DIMS(13), 0, 7, 442)},
+                               1, "nll random mean");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLoss", "reduction=none", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -3, 0, 443),
+                                                kt_rand(KILN_I64, 3, KT_DIMS(2, 7, 9), 0, 5, 444)},
+                               1, "nll random 4-D none");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLoss", "reduction=mean", 13, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -5, 0, 3124),
+                                                kt_rand(KILN_I64, 1, KT_DIMS(64), 0, 10, 3125)},
+                               1, "negativeloglikelihoodloss mnist nll");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLoss", "reduction=sum", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(6, 4), -5, 0, 3126),
+                                                kt_rand(KILN_I32, 1, KT_DIMS(6), 0, 4, 3127),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), 0.2, 2, 3128)},
+                               1, "negativeloglikelihoodloss i32 targets, weights");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLoss", "reduction=none", 13, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 4, 5), -5, 0, 3129),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(3, 5), 0, 4, 3130)},
+                               1, "negativeloglikelihoodloss none (N,C,d)");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLoss", "ignore_index=3", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 3, 4), -5, 0, 3131),
+                                                kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 4), 0, 5, 3132),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), 0.2, 2, 3133)},
+                               1, "negativeloglikelihoodloss weighted mean, ignore_index, (N,C,d1,d2)");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLossGrad", "reduction=mean", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -2, 2, 3134),
+                                                kt_rand(KILN_I64, 1, KT_DIMS(64), 0, 10, 3135),
+                                                NULL,
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 2, 3136)},
+                               1, "negativeloglikelihoodlossgrad mnist nll");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLossGrad", "ignore_index=3", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 3, 4), -2, 2, 3137),
+                                                kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 4), 0, 5, 3138),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), 0.2, 2, 3139),
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 2, 3140)},
+                               1, "negativeloglikelihoodlossgrad weighted mean, ignore_index");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLossGrad", "reduction=sum", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(6, 4), -2, 2, 3141),
+                                                kt_rand(KILN_I32, 1, KT_DIMS(6), 0, 4, 3142),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), 0.2, 2, 3143),
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 2, 3144)},
+                               1, "negativeloglikelihoodlossgrad sum, i32 targets");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLossGrad", "reduction=none", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 5), -2, 2, 3145),
+                                                kt_rand(KILN_I32, 2, KT_DIMS(4, 5), 0, 6, 3146),
+                                                NULL,
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 3147)},
+                               1, "negativeloglikelihoodlossgrad none");
+    fails += kiln_optest_sweep("NegativeLogLikelihoodLossGrad", "", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(64, 10, 30), -2, 2, 3148),
+                                                kt_rand(KILN_I64, 2, KT_DIMS(64, 30), 0, 10, 3149),
+                                                NULL,
+                                                kt_rand(KILN_F32, 0, NULL, 0.5, 2, 3150)},
+                               1, "negativeloglikelihoodlossgrad large mean (two kernels)");
     return fails;
 }
 

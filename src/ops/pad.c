@@ -371,6 +371,122 @@ static int test(void) {
     in[2] = NULL;
     in[3] = ints(1, KT_VALS(1));
     fails += kiln_gradcheck("Pad", "mode=reflect", 18, 4, in, NULL, "pad grad opset 18 axes");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Pad", "mode=constant", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 391),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 1, 2, 3, 0, 2, 1, 0)),
+                                                kt_scalar(KILN_F32, 0.5)},
+                               1, "pad random constant 0.5");
+    fails += kiln_optest_sweep("Pad", "mode=reflect", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 392),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 2, 3, 0, 0, 1, 2))},
+                               1, "pad random reflect");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Pad", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1417),
+                                                kt_make(KILN_I64, 1, KT_DIMS(6), KT_VALS(0, 1, 2, 1, 0, 1)),
+                                                kt_rand(KILN_F32, 0, NULL, -5, 5, 1418)},
+                               1, "pad constant, value input f32");
+    fails += kiln_optest_sweep("Pad", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 4), -2, 2, 1419),
+                                                kt_make(KILN_I64, 1, KT_DIMS(6), KT_VALS(0, 1, 2, 1, 0, 1)),
+                                                kt_rand(KILN_I64, 0, NULL, -5, 5, 1420)},
+                               1, "pad constant, value input i64");
+    fails += kiln_optest_sweep("Pad", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 3, 4), -2, 2, 1421),
+                                                kt_make(KILN_I64, 1, KT_DIMS(6), KT_VALS(0, 1, 2, 1, 0, 1)),
+                                                kt_rand(KILN_U8, 0, NULL, -5, 5, 1422)},
+                               1, "pad constant, value input u8");
+    fails += kiln_optest_sweep("Pad", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 6), -2, 2, 1423),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 1, 2, 0, 0, 2, 1))},
+                               1, "pad constant 0 f32");
+    fails += kiln_optest_sweep("Pad", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(1, 2, 5, 6), -2, 2, 1424),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 1, 2, 0, 0, 2, 1))},
+                               1, "pad constant 0 i64");
+    fails += kiln_optest_sweep("Pad", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(1, 2, 5, 6), -2, 2, 1425),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 1, 2, 0, 0, 2, 1))},
+                               1, "pad constant 0 u8");
+    fails += kiln_optest_sweep("Pad", "mode=reflect", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 3), -2, 2, 1426),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 3, 7, 0, 0, 2, 5))},
+                               1, "pad reflect, past one period f32");
+    fails += kiln_optest_sweep("Pad", "mode=reflect", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(1, 2, 5, 3), -2, 2, 1427),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 3, 7, 0, 0, 2, 5))},
+                               1, "pad reflect, past one period i64");
+    fails += kiln_optest_sweep("Pad", "mode=reflect", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(1, 2, 5, 3), -2, 2, 1428),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 3, 7, 0, 0, 2, 5))},
+                               1, "pad reflect, past one period u8");
+    fails += kiln_optest_sweep("Pad", "mode=edge", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 4), -2, 2, 1429),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 1, 0))},
+                               1, "pad edge f32");
+    fails += kiln_optest_sweep("Pad", "mode=edge", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(3, 4), -2, 2, 1430),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 1, 0))},
+                               1, "pad edge i64");
+    fails += kiln_optest_sweep("Pad", "mode=edge", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(3, 4), -2, 2, 1431),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 1, 0))},
+                               1, "pad edge u8");
+    fails += kiln_optest_sweep("Pad", "mode=wrap", 19, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 4), -2, 2, 1432),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 2, 5, 6))},
+                               1, "pad wrap f32");
+    fails += kiln_optest_sweep("Pad", "mode=wrap", 19, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(3, 4), -2, 2, 1433),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 2, 5, 6))},
+                               1, "pad wrap i64");
+    fails += kiln_optest_sweep("Pad", "mode=wrap", 19, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(3, 4), -2, 2, 1434),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 2, 5, 6))},
+                               1, "pad wrap u8");
+    fails += kiln_optest_sweep("Pad", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 5, 6), -2, 2, 1435),
+                                                kt_make(KILN_I64, 1, KT_DIMS(6), KT_VALS(-1, 0, 2, 1, -2, -1))},
+                               1, "pad negative pads crop f32");
+    fails += kiln_optest_sweep("Pad", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(4, 5, 6), -2, 2, 1436),
+                                                kt_make(KILN_I64, 1, KT_DIMS(6), KT_VALS(-1, 0, 2, 1, -2, -1))},
+                               1, "pad negative pads crop i64");
+    fails += kiln_optest_sweep("Pad", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(4, 5, 6), -2, 2, 1437),
+                                                kt_make(KILN_I64, 1, KT_DIMS(6), KT_VALS(-1, 0, 2, 1, -2, -1))},
+                               1, "pad negative pads crop u8");
+    fails += kiln_optest_sweep("Pad", "mode=edge", 18, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1438),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 2, 3, 4)),
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, -1))},
+                               1, "pad axes input f32");
+    fails += kiln_optest_sweep("Pad", "mode=edge", 18, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1439),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 2, 3, 4)),
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, -1))},
+                               1, "pad axes input i64");
+    fails += kiln_optest_sweep("Pad", "mode=edge", 18, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1440),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 2, 3, 4)),
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, -1))},
+                               1, "pad axes input u8");
+    fails += kiln_optest_sweep("Pad", "mode=reflect", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 8, KT_DIMS(2, 1, 2, 1, 3, 1, 2, 3), -2, 2, 1441),
+                                                kt_make(KILN_I64, 1, KT_DIMS(16), KT_VALS(0, 0, 1, 0, 2, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 2))},
+                               1, "pad 8-D f32");
+    fails += kiln_optest_sweep("Pad", "mode=reflect", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 8, KT_DIMS(2, 1, 2, 1, 3, 1, 2, 3), -2, 2, 1442),
+                                                kt_make(KILN_I64, 1, KT_DIMS(16), KT_VALS(0, 0, 1, 0, 2, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 2))},
+                               1, "pad 8-D i64");
+    fails += kiln_optest_sweep("Pad", "mode=reflect", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 8, KT_DIMS(2, 1, 2, 1, 3, 1, 2, 3), -2, 2, 1443),
+                                                kt_make(KILN_I64, 1, KT_DIMS(16), KT_VALS(0, 0, 1, 0, 2, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 2))},
+                               1, "pad 8-D u8");
     return fails;
 }
 

@@ -211,6 +211,56 @@ static int test(void) {
     fails += kiln_gradcheck("Pow", "", 0, 2, (kiln_tensor *[]){kiln_binary_rand_signed(2, KT_DIMS(2, 3), 0.5, 2, 7),
                             kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, -1))}, NULL,
                             "pow grad (2,3)^i64(3) w.r.t. X");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), 0.5, 2, 147),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 157)},
+                               1, "pow random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), 0.5, 2, 167),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 177)},
+                               1, "pow random (2,5,7,9) by a channel vector");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), 0.5, 2, 1131),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1132)},
+                               1, "pow same shape");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1001), 0.5, 2, 1133),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1134)},
+                               1, "pow same shape odd");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), 0.5, 2, 1135),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1136)},
+                               1, "pow per channel");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), 0.5, 2, 1137),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1138)},
+                               1, "pow per channel swapped");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), 0.5, 2, 1139),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1140)},
+                               1, "pow row vector");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), 0.5, 2, 1141),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 1), -2, 2, 1142)},
+                               1, "pow column vector");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 7), 0.5, 2, 1143),
+                                                kt_rand(KILN_F32, 0, NULL, -2, 2, 1144)},
+                               1, "pow scalar");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 4), 0.5, 2, 1145),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 1146)},
+                               1, "pow general");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), 0.5, 2, 1147),
+                                                kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1148)},
+                               1, "pow general 5-D");
+    fails += kiln_optest_sweep("Pow", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 3, 3), 0.5, 2, 5025),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(4, 1, 1), -2, 2, 5026)},
+                               1, "pow (NHWC) per channel");
     return fails;
 }
 

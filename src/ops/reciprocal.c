@@ -25,6 +25,23 @@ static int test(void) {
     fails += kiln_optest_fails("Reciprocal", "", 1, &x, 1, KILN_ERR_TYPE, "reciprocal rejects i32");
     fails += kiln_unary_gradcheck("Reciprocal", "", 0, 6, KT_VALS(-2, -0.7, -0.4, 0.5, 1.1, 3),
                                   "reciprocal grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), 0.25, 4, 121)},
+                               1, "reciprocal random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), 0.2, 3, 1039)},
+                               1, "reciprocal [] odd size");
+    fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), 0.2, 3, 1040)},
+                               1, "reciprocal [] 7 elements");
+    fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -3, -0.2, 1041)},
+                               1, "reciprocal [] odd size");
+    fails += kiln_optest_sweep("Reciprocal", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -3, -0.2, 1042)},
+                               1, "reciprocal [] 7 elements");
     return fails;
 }
 

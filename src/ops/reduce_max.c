@@ -79,6 +79,48 @@ static int test(void) {
                                    "max grad all axes");
     fails += kiln_reduce_gradcheck("ReduceMax", "axes=[-2]", 11, -1, NULL, 24,
                                    "max grad opset 11 axis -2");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceMax", "keepdims=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 293),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "reducemax random axes 1,3 of 2x3x17x19");
+    fails += kiln_optest_sweep("ReduceMax", "keepdims=0", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1031), -2, 2, 297)},
+                               1, "reducemax random all of 1031");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceMax", "", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1517),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                               1, "reducemax middle axis input");
+    fails += kiln_optest_sweep("ReduceMax", "keepdims=0", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1518),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, -1))},
+                               1, "reducemax outer and inner axes");
+    fails += kiln_optest_sweep("ReduceMax", "", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 33), -2, 2, 1519),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-1))},
+                               1, "reducemax last axis");
+    fails += kiln_optest_sweep("ReduceMax", "", 18, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 9), -2, 2, 1520)},
+                               1, "reducemax all axes");
+    fails += kiln_optest_sweep("ReduceMax", "noop_with_empty_axes=1", 18, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1521)},
+                               1, "reducemax noop");
+    fails += kiln_optest_sweep("ReduceMax", "axes=[2,3]", 16, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 6), -2, 2, 1522)},
+                               1, "reducemax axes attribute, NCHW spatial");
+    fails += kiln_optest_sweep_tol("ReduceMax", "keepdims=0", 18, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 3000), -2, 2, 1523),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                                   1, 0.0001, 0, "reducemax long rows");
+    fails += kiln_optest_sweep_tol("ReduceMax", "", 18, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2000, 5), -2, 2, 1524),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0))},
+                                   1, 0.002, 0, "reducemax long columns");
+    fails += kiln_optest_sweep("ReduceMax", "", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 0, 4), -2, 2, 1525),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                               1, "reducemax an empty axis");
     return fails;
 }
 

@@ -163,6 +163,44 @@ static int test(void) {
                                    "mean grad opset 11 axis -1");
     fails += test_mse(false);
     fails += test_mse(true);
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceMean", "keepdims=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 292),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "reducemean random axes 1,3 of 2x3x17x19");
+    fails += kiln_optest_sweep("ReduceMean", "keepdims=0", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1031), -2, 2, 296)},
+                               1, "reducemean random all of 1031");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceMean", "", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1509),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                               1, "reducemean middle axis input");
+    fails += kiln_optest_sweep("ReduceMean", "keepdims=0", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1510),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, -1))},
+                               1, "reducemean outer and inner axes");
+    fails += kiln_optest_sweep("ReduceMean", "", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 33), -2, 2, 1511),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-1))},
+                               1, "reducemean last axis");
+    fails += kiln_optest_sweep("ReduceMean", "", 18, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 9), -2, 2, 1512)},
+                               1, "reducemean all axes");
+    fails += kiln_optest_sweep("ReduceMean", "noop_with_empty_axes=1", 18, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1513)},
+                               1, "reducemean noop");
+    fails += kiln_optest_sweep("ReduceMean", "axes=[2,3]", 16, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 6), -2, 2, 1514)},
+                               1, "reducemean axes attribute, NCHW spatial");
+    fails += kiln_optest_sweep_tol("ReduceMean", "keepdims=0", 18, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 3000), -2, 2, 1515),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                                   1, 0.0001, 0, "reducemean long rows");
+    fails += kiln_optest_sweep_tol("ReduceMean", "", 18, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2000, 5), -2, 2, 1516),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0))},
+                                   1, 0.002, 0, "reducemean long columns");
     return fails;
 }
 

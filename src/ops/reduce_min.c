@@ -80,6 +80,48 @@ static int test(void) {
                                    "min grad all axes");
     fails += kiln_reduce_gradcheck("ReduceMin", "axes=[-2]", 11, -1, NULL, 34,
                                    "min grad opset 11 axis -2");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceMin", "keepdims=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 294),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "reducemin random axes 1,3 of 2x3x17x19");
+    fails += kiln_optest_sweep("ReduceMin", "keepdims=0", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1031), -2, 2, 298)},
+                               1, "reducemin random all of 1031");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceMin", "", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1526),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                               1, "reducemin middle axis input");
+    fails += kiln_optest_sweep("ReduceMin", "keepdims=0", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1527),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, -1))},
+                               1, "reducemin outer and inner axes");
+    fails += kiln_optest_sweep("ReduceMin", "", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 33), -2, 2, 1528),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-1))},
+                               1, "reducemin last axis");
+    fails += kiln_optest_sweep("ReduceMin", "", 18, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 9), -2, 2, 1529)},
+                               1, "reducemin all axes");
+    fails += kiln_optest_sweep("ReduceMin", "noop_with_empty_axes=1", 18, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1530)},
+                               1, "reducemin noop");
+    fails += kiln_optest_sweep("ReduceMin", "axes=[2,3]", 16, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 6), -2, 2, 1531)},
+                               1, "reducemin axes attribute, NCHW spatial");
+    fails += kiln_optest_sweep_tol("ReduceMin", "keepdims=0", 18, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 3000), -2, 2, 1532),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                                   1, 0.0001, 0, "reducemin long rows");
+    fails += kiln_optest_sweep_tol("ReduceMin", "", 18, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2000, 5), -2, 2, 1533),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0))},
+                                   1, 0.002, 0, "reducemin long columns");
+    fails += kiln_optest_sweep("ReduceMin", "", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 0, 4), -2, 2, 1534),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                               1, "reducemin an empty axis");
     return fails;
 }
 

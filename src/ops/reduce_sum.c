@@ -104,6 +104,48 @@ static int test(void) {
                                    "sum grad opset 11 attribute axes");
     fails += kiln_reduce_gradcheck("ReduceSum", "noop_with_empty_axes=1", 13, -1, NULL, 5,
                                    "sum grad noop with empty axes");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceSum", "keepdims=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 291),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "reducesum random axes 1,3 of 2x3x17x19");
+    fails += kiln_optest_sweep("ReduceSum", "keepdims=0", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1031), -2, 2, 295)},
+                               1, "reducesum random all of 1031");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("ReduceSum", "", 13, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1500),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                               1, "reducesum middle axis input");
+    fails += kiln_optest_sweep("ReduceSum", "keepdims=0", 13, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 7), -2, 2, 1501),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, -1))},
+                               1, "reducesum outer and inner axes");
+    fails += kiln_optest_sweep("ReduceSum", "", 13, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 33), -2, 2, 1502),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-1))},
+                               1, "reducesum last axis");
+    fails += kiln_optest_sweep("ReduceSum", "", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 9), -2, 2, 1503)},
+                               1, "reducesum all axes");
+    fails += kiln_optest_sweep("ReduceSum", "noop_with_empty_axes=1", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1504)},
+                               1, "reducesum noop");
+    fails += kiln_optest_sweep("ReduceSum", "axes=[2,3]", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 6), -2, 2, 1505)},
+                               1, "reducesum axes attribute, NCHW spatial");
+    fails += kiln_optest_sweep_tol("ReduceSum", "keepdims=0", 13, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 3000), -2, 2, 1506),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                                   1, 0.0001, 0, "reducesum long rows");
+    fails += kiln_optest_sweep_tol("ReduceSum", "", 13, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2000, 5), -2, 2, 1507),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0))},
+                                   1, 0.002, 0, "reducesum long columns");
+    fails += kiln_optest_sweep("ReduceSum", "", 13, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 0, 4), -2, 2, 1508),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                               1, "reducesum an empty axis");
     return fails;
 }
 

@@ -78,6 +78,38 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), NULL);
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
     fails += kiln_optest_fails("ReduceSumTo", "", 2, in, 1, KILN_ERR_SHAPE, "shapes that do not broadcast");
+    fails += kiln_optest_sweep_tol("ReduceSumTo", "", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -2, 2, 3072),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(10), -2, 2, 3073)},
+                                   1, 0.0001, 0, "reducesumto mnist fc2 bias");
+    fails += kiln_optest_sweep_tol("ReduceSumTo", "", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 128), -2, 2, 3074),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(128), -2, 2, 3075)},
+                                   1, 0.0001, 0, "reducesumto mnist fc1 bias");
+    fails += kiln_optest_sweep_tol("ReduceSumTo", "", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(16384, 40), -2, 2, 3076),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(40), -2, 2, 3077)},
+                                   1, 0.002, 0, "reducesumto tall columns, partial sums");
+    fails += kiln_optest_sweep_tol("ReduceSumTo", "", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 3078),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 5), -2, 2, 3079)},
+                                   1, 0.0001, 0, "reducesumto kept, summed, kept");
+    fails += kiln_optest_sweep_tol("ReduceSumTo", "", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 3080),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 1, 1), -2, 2, 3081)},
+                                   1, 0.0001, 0, "reducesumto per channel");
+    fails += kiln_optest_sweep_tol("ReduceSumTo", "", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(6, 7), -2, 2, 3082),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(6, 1), -2, 2, 3083)},
+                                   1, 0.0001, 0, "reducesumto row sums");
+    fails += kiln_optest_sweep_tol("ReduceSumTo", "", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 70), -2, 2, 3084),
+                                                kt_rand(KILN_F32, 0, NULL, 0, 1, 3085)},
+                                   1, 0.0001, 0, "reducesumto to a scalar");
+    fails += kiln_optest_sweep("ReduceSumTo", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(1, 4, 5), -2, 2, 3086),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 3087)},
+                               1, "reducesumto nothing summed");
     return fails;
 }
 

@@ -60,6 +60,23 @@ static int test(void) {
     fails += kiln_gradcheck("Relu", "", 0, 1,
                             (kiln_tensor *[]){kt_make(KILN_F64, 2, KT_DIMS(2, 3), KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6))},
                             NULL, "relu grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Relu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 101)},
+                               1, "relu random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Relu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -2, 2, 1001)},
+                               1, "relu [] odd size");
+    fails += kiln_optest_sweep("Relu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -2, 2, 1002)},
+                               1, "relu [] 7 elements");
+    fails += kiln_optest_sweep("Relu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(64, 32, 26, 26), -2, 2, 3001)},
+                               1, "relu mnist relu1");
+    fails += kiln_optest_sweep("Relu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 6, 7), -2, 2, 5001)},
+                               1, "relu (NHWC) ");
     return fails;
 }
 

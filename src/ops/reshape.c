@@ -138,6 +138,19 @@ static int test(void) {
     in[1] = shape_of(2, KT_VALS(4, 6));
     fails += kiln_grad_route_check("Reshape", "", 0, 2, in, 1, 0, r, want, true,
                                    "reshape grad is a view of dY");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Reshape", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1309),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(6, -1))},
+                               1, "reshape to (6,-1) f32");
+    fails += kiln_optest_sweep("Reshape", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1310),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(6, -1))},
+                               1, "reshape to (6,-1) i64");
+    fails += kiln_optest_sweep("Reshape", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1311),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(6, -1))},
+                               1, "reshape to (6,-1) u8");
     return fails;
 }
 

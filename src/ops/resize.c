@@ -1071,6 +1071,178 @@ static int test(void) {
                               0, kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 10), 2,
                               KT_VALS(-0.2, 0.1, 1.1, 0.8), NULL, KT_VALS(4, 5),
                               "resize grad nearest tf_crop_and_resize");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Resize", "mode=linear", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 9, 11), -2, 2, 401),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 1.5))},
+                               1, "resize random linear x2, x1.5");
+    fails += kiln_optest_sweep("Resize", "mode=nearest", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 11), -2, 2, 402),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 17, 23))},
+                               1, "resize random nearest to sizes");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Resize", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 3, 4), -2, 2, 1471),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2))},
+                               1, "resize nearest x2 scales f32");
+    fails += kiln_optest_sweep("Resize", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(1, 2, 3, 4), -2, 2, 1472),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2))},
+                               1, "resize nearest x2 scales i64");
+    fails += kiln_optest_sweep("Resize", "", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(1, 2, 3, 4), -2, 2, 1473),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2))},
+                               1, "resize nearest x2 scales u8");
+    fails += kiln_optest_sweep("Resize", "nearest_mode=floor;coordinate_transformation_mode=asymmetric", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 1, 5, 7), -2, 2, 1474),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 8, 3))},
+                               1, "resize nearest floor asymmetric sizes f32");
+    fails += kiln_optest_sweep("Resize", "nearest_mode=floor;coordinate_transformation_mode=asymmetric", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(1, 1, 5, 7), -2, 2, 1475),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 8, 3))},
+                               1, "resize nearest floor asymmetric sizes i64");
+    fails += kiln_optest_sweep("Resize", "nearest_mode=floor;coordinate_transformation_mode=asymmetric", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(1, 1, 5, 7), -2, 2, 1476),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 8, 3))},
+                               1, "resize nearest floor asymmetric sizes u8");
+    fails += kiln_optest_sweep("Resize", "nearest_mode=round_prefer_ceil;coordinate_transformation_mode=align_corners", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 6), -2, 2, 1477),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 7, 5))},
+                               1, "resize nearest prefer ceil align_corners f32");
+    fails += kiln_optest_sweep("Resize", "nearest_mode=round_prefer_ceil;coordinate_transformation_mode=align_corners", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 4, 6), -2, 2, 1478),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 7, 5))},
+                               1, "resize nearest prefer ceil align_corners i64");
+    fails += kiln_optest_sweep("Resize", "nearest_mode=round_prefer_ceil;coordinate_transformation_mode=align_corners", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 3, 4, 6), -2, 2, 1479),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 7, 5))},
+                               1, "resize nearest prefer ceil align_corners u8");
+    fails += kiln_optest_sweep("Resize", "nearest_mode=ceil;coordinate_transformation_mode=tf_half_pixel_for_nn", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 6, 5), -2, 2, 1480),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 0.5, 1.6))},
+                               1, "resize nearest ceil tf_half_pixel_for_nn f32");
+    fails += kiln_optest_sweep("Resize", "nearest_mode=ceil;coordinate_transformation_mode=tf_half_pixel_for_nn", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(1, 2, 6, 5), -2, 2, 1481),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 0.5, 1.6))},
+                               1, "resize nearest ceil tf_half_pixel_for_nn i64");
+    fails += kiln_optest_sweep("Resize", "nearest_mode=ceil;coordinate_transformation_mode=tf_half_pixel_for_nn", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(1, 2, 6, 5), -2, 2, 1482),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 0.5, 1.6))},
+                               1, "resize nearest ceil tf_half_pixel_for_nn u8");
+    fails += kiln_optest_sweep("Resize", "coordinate_transformation_mode=tf_crop_and_resize;extrapolation_value=7.0", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 1, 4, 5), -2, 2, 1483),
+                                                kt_make(KILN_F32, 1, KT_DIMS(8), KT_VALS(0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3)),
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 6, 7))},
+                               1, "resize nearest tf_crop_and_resize f32");
+    fails += kiln_optest_sweep("Resize", "coordinate_transformation_mode=tf_crop_and_resize;extrapolation_value=7.0", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(1, 1, 4, 5), -2, 2, 1484),
+                                                kt_make(KILN_F32, 1, KT_DIMS(8), KT_VALS(0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3)),
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 6, 7))},
+                               1, "resize nearest tf_crop_and_resize i64");
+    fails += kiln_optest_sweep("Resize", "coordinate_transformation_mode=tf_crop_and_resize;extrapolation_value=7.0", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(1, 1, 4, 5), -2, 2, 1485),
+                                                kt_make(KILN_F32, 1, KT_DIMS(8), KT_VALS(0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3)),
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 6, 7))},
+                               1, "resize nearest tf_crop_and_resize u8");
+    fails += kiln_optest_sweep("Resize", "axes=[2,3]", 18, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 3, 4), -2, 2, 1486),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(2.5, 1.5))},
+                               1, "resize nearest axes attribute f32");
+    fails += kiln_optest_sweep("Resize", "axes=[2,3]", 18, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(1, 2, 3, 4), -2, 2, 1487),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(2.5, 1.5))},
+                               1, "resize nearest axes attribute i64");
+    fails += kiln_optest_sweep("Resize", "axes=[2,3]", 18, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(1, 2, 3, 4), -2, 2, 1488),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(2.5, 1.5))},
+                               1, "resize nearest axes attribute u8");
+    fails += kiln_optest_sweep("Resize", "mode=linear", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 5, 6), -2, 2, 1489),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 1.5, 2))},
+                               1, "resize linear half_pixel scales");
+    fails += kiln_optest_sweep("Resize", "mode=linear;coordinate_transformation_mode=align_corners", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1490),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 7, 9))},
+                               1, "resize linear align_corners sizes");
+    fails += kiln_optest_sweep("Resize", "mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 9, 10), -2, 2, 1491),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 0.6, 0.35))},
+                               1, "resize linear pytorch_half_pixel down");
+    fails += kiln_optest_sweep("Resize", "mode=linear;coordinate_transformation_mode=half_pixel_symmetric", 19, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 1, 5, 7), -2, 2, 1492),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 8, 4))},
+                               1, "resize linear half_pixel_symmetric");
+    fails += kiln_optest_sweep("Resize", "mode=linear;coordinate_transformation_mode=asymmetric", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 4, 4), -2, 2, 1493),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2))},
+                               1, "resize linear asymmetric x2");
+    fails += kiln_optest_sweep("Resize", "mode=linear", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(1, 2, 3, 4, 5), -2, 2, 1494),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(1, 1, 2, 1.5, 0.5))},
+                               1, "resize trilinear 5-D");
+    fails += kiln_optest_sweep("Resize", "mode=linear;exclude_outside=1", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2, 9), -2, 2, 1495),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, 2.3))},
+                               1, "resize linear exclude_outside 1-D");
+    fails += kiln_optest_sweep("Resize", "mode=cubic", 13, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 4, 5), -2, 2, 1496),
+                                                NULL,
+                                                kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, 2, 2))},
+                               1, "resize cubic x2");
+    fails += kiln_optest_sweep("Resize", "mode=cubic;exclude_outside=1;cubic_coeff_a=-0.5", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 1, 6, 7), -2, 2, 1497),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 9, 4))},
+                               1, "resize cubic exclude_outside a=-0.5");
+    fails += kiln_optest_sweep("Resize", "mode=linear;coordinate_transformation_mode=tf_crop_and_resize;extrapolation_value=10.0", 13, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 1, 4, 5), -2, 2, 1498),
+                                                kt_make(KILN_F32, 1, KT_DIMS(8), KT_VALS(0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3)),
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 1, 6, 7))},
+                               1, "resize linear tf_crop_and_resize");
+    fails += kiln_optest_sweep("Resize", "mode=linear;keep_aspect_ratio_policy=not_larger;axes=[2,3]", 18, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 4, 6), -2, 2, 1499),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(9, 9))},
+                               1, "resize linear not_larger");
     return fails;
 }
 

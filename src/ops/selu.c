@@ -50,6 +50,17 @@ static int test(void) {
                                   "selu grad");
     fails += kiln_unary_gradcheck("Selu", "alpha=2.0;gamma=0.5", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
                                   "selu grad alpha 2 gamma 0.5");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Selu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 106)},
+                               1, "selu random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Selu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -3, 3, 1013)},
+                               1, "selu [] odd size");
+    fails += kiln_optest_sweep("Selu", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -3, 3, 1014)},
+                               1, "selu [] 7 elements");
     return fails;
 }
 

@@ -38,6 +38,20 @@ static int test(void) {
     fails += kiln_gradcheck("Sigmoid", "", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -3, 3, 1)},
                             NULL, "sigmoid grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Sigmoid", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 103)},
+                               1, "sigmoid random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Sigmoid", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -9, 9, 1007)},
+                               1, "sigmoid [] odd size");
+    fails += kiln_optest_sweep("Sigmoid", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -9, 9, 1008)},
+                               1, "sigmoid [] 7 elements");
+    fails += kiln_optest_sweep("Sigmoid", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -6, 6, 5002)},
+                               1, "sigmoid (NHWC) ");
     return fails;
 }
 

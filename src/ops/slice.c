@@ -309,6 +309,105 @@ static int test(void) {
     in[3] = ints(1, KT_VALS(-1));
     in[4] = ints(1, KT_VALS(-3));
     fails += kiln_gradcheck("Slice", "", 0, 5, in, NULL, "slice grad reversed by 3");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Slice", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 381),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, -18)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 19)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "slice random axes 1,3 step 3");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Slice", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 7), -2, 2, 1378),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(4, 6))},
+                               1, "slice 2-D f32");
+    fails += kiln_optest_sweep("Slice", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(5, 7), -2, 2, 1379),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(4, 6))},
+                               1, "slice 2-D i64");
+    fails += kiln_optest_sweep("Slice", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(5, 7), -2, 2, 1380),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(4, 6))},
+                               1, "slice 2-D u8");
+    fails += kiln_optest_sweep("Slice", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 6, 5), -2, 2, 1381),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-1, 4)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-100, 0)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 1)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-2, -1))},
+                               1, "slice negative steps and axes f32");
+    fails += kiln_optest_sweep("Slice", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(4, 6, 5), -2, 2, 1382),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-1, 4)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-100, 0)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 1)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-2, -1))},
+                               1, "slice negative steps and axes i64");
+    fails += kiln_optest_sweep("Slice", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(4, 6, 5), -2, 2, 1383),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-1, 4)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-100, 0)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 1)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(-2, -1))},
+                               1, "slice negative steps and axes u8");
+    fails += kiln_optest_sweep("Slice", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 4, 10), -2, 2, 1384),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(1)),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(1000)),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(-1)),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(3))},
+                               1, "slice i32, end past the dim, step 3 f32");
+    fails += kiln_optest_sweep("Slice", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(3, 4, 10), -2, 2, 1385),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(1)),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(1000)),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(-1)),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(3))},
+                               1, "slice i32, end past the dim, step 3 i64");
+    fails += kiln_optest_sweep("Slice", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(3, 4, 10), -2, 2, 1386),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(1)),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(1000)),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(-1)),
+                                                kt_make(KILN_I32, 1, KT_DIMS(1), KT_VALS(3))},
+                               1, "slice i32, end past the dim, step 3 u8");
+    fails += kiln_optest_sweep("Slice", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(6, 8), -2, 2, 1387),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(2)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(5))},
+                               1, "slice inner contiguous block f32");
+    fails += kiln_optest_sweep("Slice", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(6, 8), -2, 2, 1388),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(2)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(5))},
+                               1, "slice inner contiguous block i64");
+    fails += kiln_optest_sweep("Slice", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(6, 8), -2, 2, 1389),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(2)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(5))},
+                               1, "slice inner contiguous block u8");
+    fails += kiln_optest_sweep("Slice", "", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1390),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(3)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0))},
+                               1, "slice empty f32");
+    fails += kiln_optest_sweep("Slice", "", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(4, 5), -2, 2, 1391),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(3)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0))},
+                               1, "slice empty i64");
+    fails += kiln_optest_sweep("Slice", "", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(4, 5), -2, 2, 1392),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(3)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0))},
+                               1, "slice empty u8");
     return fails;
 }
 

@@ -77,6 +77,35 @@ static int test(void) {
     fails += kiln_gradcheck("Softmax", "", 12, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 2, 3), -2, 2, 5)}, NULL,
                             "softmax grad opset 12 default axis");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Softmax", "axis=-1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 1037), -4, 4, 281)},
+                               1, "softmax random rows of 1037");
+    fails += kiln_optest_sweep("Softmax", "axis=1", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -4, 4, 282)},
+                               1, "softmax random axis 1 of 4-D");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Softmax", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 17), -2, 2, 1290)},
+                               1, "softmax last axis");
+    fails += kiln_optest_sweep("Softmax", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 300), -8, 8, 1291)},
+                               1, "softmax long rows");
+    fails += kiln_optest_sweep("Softmax", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 40), -50, 50, 1292)},
+                               1, "softmax wide range");
+    fails += kiln_optest_sweep("Softmax", "axis=1", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 5, 7), -2, 2, 1293)},
+                               1, "softmax middle axis");
+    fails += kiln_optest_sweep("Softmax", "", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1294)},
+                               1, "softmax opset 11 coerced 2-D");
+    fails += kiln_optest_sweep("Softmax", "axis=0", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1295)},
+                               1, "softmax opset 11 axis 0");
+    fails += kiln_optest_sweep("Softmax", "axis=1", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 10), -3, 3, 3003)},
+                               1, "softmax mnist shape");
     return fails;
 }
 

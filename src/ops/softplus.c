@@ -40,6 +40,17 @@ static int test(void) {
     fails += kiln_gradcheck("Softplus", "", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -3, 3, 1)},
                             NULL, "softplus grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Softplus", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 111)},
+                               1, "softplus random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Softplus", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -12, 12, 1025)},
+                               1, "softplus [] odd size");
+    fails += kiln_optest_sweep("Softplus", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -12, 12, 1026)},
+                               1, "softplus [] 7 elements");
     return fails;
 }
 

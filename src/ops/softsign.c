@@ -35,6 +35,17 @@ static int test(void) {
     /* away from the kink of |X| at 0 (the derivative is smooth there, its own is not) */
     fails += kiln_unary_gradcheck("Softsign", "", 0, 6, KT_VALS(-0.9, 0.4, -0.2, 0.7, 1.3, -1.6),
                                   "softsign grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Softsign", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -3, 3, 112)},
+                               1, "softsign random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Softsign", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), -5, 5, 1027)},
+                               1, "softsign [] odd size");
+    fails += kiln_optest_sweep("Softsign", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -5, 5, 1028)},
+                               1, "softsign [] 7 elements");
     return fails;
 }
 

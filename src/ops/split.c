@@ -333,6 +333,63 @@ static int test(void) {
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 7), -1, 1, 4);
     fails += kiln_gradcheck_ex("Split", "axis=1;num_outputs=3", 18, 1, in, NULL, 3, 1.0,
                                "split grad num_outputs uneven");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Split", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 9, 17), -2, 2, 431),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 4))},
+                               3, "split random 2+3+4");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Split", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 9, 4), -2, 2, 1456),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 4))},
+                               3, "split split input f32");
+    fails += kiln_optest_sweep("Split", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 9, 4), -2, 2, 1457),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 4))},
+                               3, "split split input i64");
+    fails += kiln_optest_sweep("Split", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 9, 4), -2, 2, 1458),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 4))},
+                               3, "split split input u8");
+    fails += kiln_optest_sweep("Split", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(6, 5), -2, 2, 1459)},
+                               3, "split equal parts f32");
+    fails += kiln_optest_sweep("Split", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(6, 5), -2, 2, 1460)},
+                               3, "split equal parts i64");
+    fails += kiln_optest_sweep("Split", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(6, 5), -2, 2, 1461)},
+                               3, "split equal parts u8");
+    fails += kiln_optest_sweep("Split", "axis=-1;num_outputs=3", 18, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 7), -2, 2, 1462)},
+                               3, "split num_outputs, smaller last part f32");
+    fails += kiln_optest_sweep("Split", "axis=-1;num_outputs=3", 18, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 7), -2, 2, 1463)},
+                               3, "split num_outputs, smaller last part i64");
+    fails += kiln_optest_sweep("Split", "axis=-1;num_outputs=3", 18, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 3, 7), -2, 2, 1464)},
+                               3, "split num_outputs, smaller last part u8");
+    fails += kiln_optest_sweep("Split", "axis=2", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 9), -2, 2, 1465),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(0, 5, 4))},
+                               3, "split a zero-size part f32");
+    fails += kiln_optest_sweep("Split", "axis=2", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 9), -2, 2, 1466),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(0, 5, 4))},
+                               3, "split a zero-size part i64");
+    fails += kiln_optest_sweep("Split", "axis=2", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 3, 9), -2, 2, 1467),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(0, 5, 4))},
+                               3, "split a zero-size part u8");
+    fails += kiln_optest_sweep("Split", "axis=0;split=[1,2]", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 4), -2, 2, 1468)},
+                               2, "split split attribute f32");
+    fails += kiln_optest_sweep("Split", "axis=0;split=[1,2]", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(3, 4), -2, 2, 1469)},
+                               2, "split split attribute i64");
+    fails += kiln_optest_sweep("Split", "axis=0;split=[1,2]", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(3, 4), -2, 2, 1470)},
+                               2, "split split attribute u8");
     return fails;
 }
 

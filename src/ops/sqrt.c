@@ -29,6 +29,17 @@ static int test(void) {
     fails += kiln_gradcheck("Sqrt", "", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 3), 0.3, 3, 1)},
                             NULL, "sqrt grad");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Sqrt", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), 0.1, 4, 120)},
+                               1, "sqrt random 2x3x17x19");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Sqrt", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 33, 17), 0.05, 6, 1037)},
+                               1, "sqrt [] odd size");
+    fails += kiln_optest_sweep("Sqrt", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), 0.05, 6, 1038)},
+                               1, "sqrt [] 7 elements");
     return fails;
 }
 

@@ -103,6 +103,28 @@ static int test(void) {
     in[1] = NULL;
     fails += kiln_grad_route_check("Squeeze", "", 0, 2, in, 1, 0, r, y, true,
                                    "squeeze grad is a view of dY");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Squeeze", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 3, 1), -2, 2, 1444),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "squeeze axes input f32");
+    fails += kiln_optest_sweep("Squeeze", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 1, 3, 1), -2, 2, 1445),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "squeeze axes input i64");
+    fails += kiln_optest_sweep("Squeeze", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 1, 3, 1), -2, 2, 1446),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "squeeze axes input u8");
+    fails += kiln_optest_sweep("Squeeze", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 1, 4), -2, 2, 1447)},
+                               1, "squeeze every size-1 dim f32");
+    fails += kiln_optest_sweep("Squeeze", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(1, 3, 1, 4), -2, 2, 1448)},
+                               1, "squeeze every size-1 dim i64");
+    fails += kiln_optest_sweep("Squeeze", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(1, 3, 1, 4), -2, 2, 1449)},
+                               1, "squeeze every size-1 dim u8");
     return fails;
 }
 

@@ -76,6 +76,64 @@ static int test(void) {
     fails += kiln_gradcheck("Sub", "", 0, 2, (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 6),
                             kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 7)}, (const bool[]){false, true},
                             "sub grad (3)-(2,3) w.r.t. B only");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 142),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 152)},
+                               1, "sub random (2,3,17,19) by (3,1,19)");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 162),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 172)},
+                               1, "sub random (2,5,7,9) by a channel vector");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1077),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1078)},
+                               1, "sub same shape");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1079),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(1001), -2, 2, 1080)},
+                               1, "sub same shape odd");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1081),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1082)},
+                               1, "sub per channel");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 1), -2, 2, 1083),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1084)},
+                               1, "sub per channel swapped");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1085),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -2, 2, 1086)},
+                               1, "sub row vector");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(4, 5), -2, 2, 1087),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(4, 1), -2, 2, 1088)},
+                               1, "sub column vector");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 7), -2, 2, 1089),
+                                                kt_rand(KILN_F32, 0, NULL, -2, 2, 1090)},
+                               1, "sub scalar");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 4), -2, 2, 1091),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 1092)},
+                               1, "sub general");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 1, 3, 1, 5), -2, 2, 1093),
+                                                kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 3, 6, 1), -2, 2, 1094)},
+                               1, "sub general 5-D");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 4, 5, 6), -2, 2, 5010),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 4, 5, 6), -2, 2, 5011)},
+                               1, "sub (NHWC) broadcast batch");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 4, 5), -2, 2, 5023),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 4, 5), -2, 2, 5024)},
+                               1, "sub (NHWC) (N,1,H,W) map");
+    fails += kiln_optest_sweep("Sub", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(5, 1, 1), -2, 2, 5027),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 4, 3), -2, 2, 5028)},
+                               1, "sub (NHWC) per channel on the left");
     return fails;
 }
 

@@ -73,6 +73,24 @@ static int test(void) {
                             kt_rand(KILN_F64, 3, KT_DIMS(2, 1, 3), -1, 1, 4)}, NULL, "sum grad ()+(2,1,3)");
     fails += kiln_gradcheck("Sum", "", 0, 1, (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(2, 2), -1, 1, 5)},
                             NULL, "sum grad one input");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Sum", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 181),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(19), -2, 2, 182),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 1), -2, 2, 183)},
+                               1, "sum random of three, broadcast");
+    fails += kiln_optest_sweep("Sum", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 3151),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(3, 1), -2, 2, 3152),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(4), -2, 2, 3153)},
+                               1, "sum three inputs");
+    fails += kiln_optest_sweep("Sum", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(64, 128), -2, 2, 3154),
+                                                kt_rand(KILN_F32, 2, KT_DIMS(64, 128), -2, 2, 3155)},
+                               1, "sum two inputs");
+    fails += kiln_optest_sweep("Sum", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 5), -2, 2, 3156)},
+                               1, "sum one input");
     return fails;
 }
 

@@ -175,6 +175,60 @@ static int test(void) {
     in[0] = kt_rand(KILN_F64, 1, KT_DIMS(4), -1, 1, 3);
     in[1] = ints(1, KT_VALS(1));
     fails += kiln_gradcheck("Tile", "", 0, 2, in, NULL, "tile grad one repeat");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 421),
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 2, 3, 1))},
+                               1, "tile random 1,2,3,1");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2, 3), -2, 2, 1405),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 2))},
+                               1, "tile (2,3) by (2,2) f32");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(2, 3), -2, 2, 1406),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 2))},
+                               1, "tile (2,3) by (2,2) i64");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(2, 3), -2, 2, 1407),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 2))},
+                               1, "tile (2,3) by (2,2) u8");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 3), -2, 2, 1408),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(1, 4, 2))},
+                               1, "tile (2,1,3) by (1,4,2) f32");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 1, 3), -2, 2, 1409),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(1, 4, 2))},
+                               1, "tile (2,1,3) by (1,4,2) i64");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 1, 3), -2, 2, 1410),
+                                                kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(1, 4, 2))},
+                               1, "tile (2,1,3) by (1,4,2) u8");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 4), -2, 2, 1411),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 1))},
+                               1, "tile (3,4) by (3,1) f32");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(3, 4), -2, 2, 1412),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 1))},
+                               1, "tile (3,4) by (3,1) i64");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(3, 4), -2, 2, 1413),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 1))},
+                               1, "tile (3,4) by (3,1) u8");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(3, 4), -2, 2, 1414),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 2))},
+                               1, "tile a zero repeat f32");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(3, 4), -2, 2, 1415),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 2))},
+                               1, "tile a zero repeat i64");
+    fails += kiln_optest_sweep("Tile", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(3, 4), -2, 2, 1416),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 2))},
+                               1, "tile a zero repeat u8");
     return fails;
 }
 

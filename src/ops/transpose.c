@@ -147,6 +147,68 @@ static int test(void) {
     fails += kiln_gradcheck("Transpose", "", 0, 1,
                             (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 3)},
                             NULL, "transpose grad default reverse");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,3,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 311)},
+                               1, "transpose random to channels last");
+    fails += kiln_optest_sweep("Transpose", "perm=[2,0,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 19), -2, 2, 312)},
+                               1, "transpose random 3-D");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Transpose", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1336)},
+                               1, "transpose reversed f32");
+    fails += kiln_optest_sweep("Transpose", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 3, 4), -2, 2, 1337)},
+                               1, "transpose reversed i64");
+    fails += kiln_optest_sweep("Transpose", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 3, 4), -2, 2, 1338)},
+                               1, "transpose reversed u8");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,3,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1339)},
+                               1, "transpose NCHW to NHWC f32");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,3,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1340)},
+                               1, "transpose NCHW to NHWC i64");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,3,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 1341)},
+                               1, "transpose NCHW to NHWC u8");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 7, 9), -2, 2, 1342)},
+                               1, "transpose inner swap f32");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(3, 7, 9), -2, 2, 1343)},
+                               1, "transpose inner swap i64");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(3, 7, 9), -2, 2, 1344)},
+                               1, "transpose inner swap u8");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,1,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 4, 5), -2, 2, 1345)},
+                               1, "transpose identity f32");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,1,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(3, 4, 5), -2, 2, 1346)},
+                               1, "transpose identity i64");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,1,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(3, 4, 5), -2, 2, 1347)},
+                               1, "transpose identity u8");
+    fails += kiln_optest_sweep("Transpose", "perm=[2,1,0]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 1, 3), -2, 2, 1348)},
+                               1, "transpose with a size-1 dim f32");
+    fails += kiln_optest_sweep("Transpose", "perm=[2,1,0]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(2, 1, 3), -2, 2, 1349)},
+                               1, "transpose with a size-1 dim i64");
+    fails += kiln_optest_sweep("Transpose", "perm=[2,1,0]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 3, KT_DIMS(2, 1, 3), -2, 2, 1350)},
+                               1, "transpose with a size-1 dim u8");
+    fails += kiln_optest_sweep("Transpose", "perm=[3,0,5,1,4,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 6, KT_DIMS(2, 3, 2, 4, 1, 3), -2, 2, 1351)},
+                               1, "transpose 6-D f32");
+    fails += kiln_optest_sweep("Transpose", "perm=[3,0,5,1,4,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 6, KT_DIMS(2, 3, 2, 4, 1, 3), -2, 2, 1352)},
+                               1, "transpose 6-D i64");
+    fails += kiln_optest_sweep("Transpose", "perm=[3,0,5,1,4,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 6, KT_DIMS(2, 3, 2, 4, 1, 3), -2, 2, 1353)},
+                               1, "transpose 6-D u8");
     return fails;
 }
 

@@ -99,6 +99,28 @@ static int test(void) {
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
     fails += kiln_grad_route_check("Unsqueeze", "", 0, 2, in, 1, 0, r, y, true,
                                    "unsqueeze grad is a view of dY");
+    /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Unsqueeze", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2, 3), -2, 2, 1450),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 3))},
+                               1, "unsqueeze axes input f32");
+    fails += kiln_optest_sweep("Unsqueeze", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(2, 3), -2, 2, 1451),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 3))},
+                               1, "unsqueeze axes input i64");
+    fails += kiln_optest_sweep("Unsqueeze", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(2, 3), -2, 2, 1452),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 3))},
+                               1, "unsqueeze axes input u8");
+    fails += kiln_optest_sweep("Unsqueeze", "axes=[-1]", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2, 3), -2, 2, 1453)},
+                               1, "unsqueeze axes attribute f32");
+    fails += kiln_optest_sweep("Unsqueeze", "axes=[-1]", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(2, 3), -2, 2, 1454)},
+                               1, "unsqueeze axes attribute i64");
+    fails += kiln_optest_sweep("Unsqueeze", "axes=[-1]", 11, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(2, 3), -2, 2, 1455)},
+                               1, "unsqueeze axes attribute u8");
     return fails;
 }
 

@@ -163,6 +163,34 @@ static int test(void) {
     cond = kt_make(KILN_BOOL, 3, KT_DIMS(2, 1, 3), KT_VALS(0, 1, 1, 1, 0, 1));
     fails += kiln_gradcheck("Where", "", 0, 3, (kiln_tensor *[]){cond, kt_scalar(KILN_F64, 0.5),
                             kt_rand(KILN_F64, 2, KT_DIMS(4, 1), -1, 1, 5)}, NULL, "where grad cond (2,1,3), X (), Y (4,1)");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Where", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_BOOL, 4, KT_DIMS(2, 3, 17, 19), 0, 2, 351),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 352),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 19), -2, 2, 353)},
+                               1, "where random, broadcast");
+    /* every dtype Where moves, for the backend sweep (f32 also runs in f16 and bf16) */
+    {
+        static const kiln_dtype types[] = {KILN_F32, KILN_I64, KILN_U8, KILN_BOOL};
+        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+            const kiln_dtype t = types[k];
+            fails += kiln_optest_sweep("Where", "", 0, 3,
+                                       (kiln_tensor *[]){kt_rand(KILN_BOOL, 3, KT_DIMS(2, 1, 4), -1, 1, 601),
+                                                         kt_rand(t, 2, KT_DIMS(3, 1), -2, 2, 602),
+                                                         kt_rand(t, 3, KT_DIMS(2, 3, 4), -2, 2, 603)},
+                                       1, "where broadcast");
+            fails += kiln_optest_sweep("Where", "", 0, 3,
+                                       (kiln_tensor *[]){kt_rand(KILN_BOOL, 2, KT_DIMS(5, 7), -1, 1, 604),
+                                                         kt_rand(t, 2, KT_DIMS(5, 7), -2, 2, 605),
+                                                         kt_rand(t, 2, KT_DIMS(5, 7), -2, 2, 606)},
+                                       1, "where same shape");
+            fails += kiln_optest_sweep("Where", "", 0, 3,
+                                       (kiln_tensor *[]){kt_rand(KILN_BOOL, 0, NULL, -1, 1, 607),
+                                                         kt_rand(t, 2, KT_DIMS(3, 4), -2, 2, 608),
+                                                         kt_rand(t, 1, KT_DIMS(4), -2, 2, 609)},
+                                       1, "where scalar condition");
+        }
+    }
     return fails;
 }
 

@@ -1,6 +1,11 @@
 /*
- * test_cuda_ops.c — every kernel of the CUDA table against the CPU reference (ctest -L gpu;
- * needs a CUDA device).
+ * test_cuda_ops.c — the CUDA backend's checks beyond one op's cases (ctest -L gpu; needs a
+ * CUDA device). The op cases themselves live in each op file and are swept on the device
+ * by tests/gpu/test_backend_ops.c (every kernel of the table, every dtype and layout it
+ * takes); what stays here are the cases that need more than an op file's case: exact
+ * casts between every dtype pair, TENSOR attributes,
+ * run seeds and masks, the fused ops against the composition of the ops they stand for,
+ * the paths a group of cases must take, and everything that is not one node.
  *
  * Each case builds one node, draws random inputs (never zeros; fixed seeds), runs the CPU
  * reference (kiln_op_eval) on the host tensors and the CUDA kernel on device copies of
@@ -15,8 +20,7 @@
  * (converted on the host on the way in and out); the CPU reference, which reads NCHW
  * only, runs on the same logical values.
  *
- * Ops whose CPU reference is not registered in this build are reported as skipped. Every
- * kernel in the table must have at least one case here.
+ * Ops whose CPU reference is not registered in this build are reported as skipped.
  *
  * kiln's fused ops (kiln.FusedElementwise, kiln.FusedGemm, kiln.FusedConv: Conv, Add(Z),
  * activation) are checked against the
@@ -33,11 +37,9 @@
  * kiln_cuda with conv_direct off (cuDNN); the weight gradient gives the same bits twice.
  *
  * Inference ops of fp16 / bf16 plans and exported CNNs: every Cast pair compared exactly
- * (rounding ties, NaN, inf, saturation), comparisons and Where, Slice / Expand / Tile /
- * Pad / Split / Squeeze / Unsqueeze, Shape / Constant / ConstantOfShape / Range, Resize in
- * each mode, the reductions and LayerNormalization; kernels that read value inputs get
- * the host tensors through kiln_op_ctx.host_in, as the CUDA plan gives them. A small
- * graph of these ops with folding off runs through CPU and CUDA sessions in fp32 and fp16
+ * (rounding ties, NaN, inf, saturation), Shape / Constant / ConstantOfShape / Range;
+ * kernels that read value inputs get the host tensors through kiln_op_ctx.host_in, as the
+ * CUDA plan gives them. A small graph of these ops with folding off runs through CPU and CUDA sessions in fp32 and fp16
  * (eager, captured, replayed).
  *
  * Training: the kernels of kiln's gradient ops (cases may have several outputs and a run
@@ -96,16 +98,6 @@ static unsigned layout;
 /* Only the cases and checks whose op or name contains this (NULL: all). */
 static const char *only;
 static bool wanted(const char *name) { return !only || strstr(name, only) != NULL; }
-
-/* kernels (table names) that at least one case exercised or tried */
-static const char *covered[256];
-static int n_covered;
-
-static void cover(const char *op) {
-    for (int i = 0; i < n_covered; i++)
-        if (strcmp(covered[i], op) == 0) return;
-    if (n_covered < 256) covered[n_covered++] = op;
-}
 
 static void fail(const char *label, const char *fmt, const char *detail) {
     printf("FAIL %s: ", label);
@@ -328,7 +320,6 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
     char lab[256];
     snprintf(lab, sizeof lab, "%s %s %s%s%s", op, label, kiln_dtype_name(dt), misalign ? " misaligned" : "",
              layout ? " NHWC" : "");
-    cover(op);
     if (!wanted(lab)) {
         for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
         return;
@@ -377,7 +368,7 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
     }
     if (case_compose && node.op >= 0) { /* the fused op's own CPU reference, when registered */
         kiln_tensor *own = NULL;
-        char lab2[300];
+        char lab2[400];
         snprintf(lab2, sizeof lab2, "%s: CPU %s vs the composition", lab, op);
         double a, r;
         tolerances(dt, atol, rtol, ref[0], &a, &r);
@@ -533,226 +524,6 @@ static void any_dtype(const char *op, const char *attrs, int opset, const char *
 
 /* ------------------------------------------------------------------ cases */
 
-static void unary_cases(void) {
-    static const struct {
-        const char *op, *attrs;
-        int opset;
-        double lo, hi;
-    } u[] = {
-        {"Relu", "", 0, -2, 2},
-        {"LeakyRelu", "", 0, -2, 2},
-        {"LeakyRelu", "alpha=0.3", 0, -2, 2},
-        {"Sigmoid", "", 0, -9, 9},
-        {"Tanh", "", 0, -3, 3},
-        {"Elu", "alpha=0.5", 0, -3, 3},
-        {"Selu", "", 0, -3, 3},
-        {"Celu", "alpha=2.0", 0, -4, 3},
-        {"Gelu", "", 20, -5, 5},
-        {"Gelu", "approximate=tanh", 20, -5, 5},
-        {"HardSigmoid", "alpha=0.3;beta=0.6", 0, -4, 4},
-        {"HardSwish", "", 0, -5, 5},
-        {"Softplus", "", 0, -12, 12},
-        {"Softsign", "", 0, -5, 5},
-        {"Clip", "min=-0.5;max=0.7", 6, -2, 2},
-        {"Erf", "", 0, -3, 3},
-        {"Exp", "", 0, -6, 6},
-        {"Log", "", 0, 0.05, 6},
-        {"Sqrt", "", 0, 0.05, 6},
-        {"Reciprocal", "", 0, 0.2, 3},
-        {"Reciprocal", "", 0, -3, -0.2},
-        {"Abs", "", 0, -2, 2},
-        {"Neg", "", 0, -2, 2},
-        {"Floor", "", 0, -5, 5},
-        {"Ceil", "", 0, -5, 5},
-    };
-    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
-        char label[96];
-        snprintf(label, sizeof label, "[%s] odd size", u[i].attrs);
-        floats(u[i].op, u[i].attrs, u[i].opset, true, 1e-6, 1e-5, label,
-               INPUTS(XR(u[i].lo, u[i].hi, 2, 3, 33, 17)));
-        snprintf(label, sizeof label, "[%s] 7 elements", u[i].attrs);
-        floats(u[i].op, u[i].attrs, u[i].opset, false, 1e-6, 1e-5, label, INPUTS(XR(u[i].lo, u[i].hi, 7)));
-    }
-    /* Clip's bounds as inputs (opset 11+), read on the device */
-    floats("Clip", "", 13, true, 0, 0, "min and max inputs",
-           INPUTS(X(4, 9, 31), SCALAR(-1, -0.5), SCALAR(0.5, 1)));
-    floats("Clip", "", 13, false, 0, 0, "min input only", INPUTS(X(3, 50), SCALAR(-1, -0.5)));
-    floats("Clip", "", 13, false, 0, 0, "max input only", INPUTS(X(3, 50), NONE, SCALAR(0.5, 1)));
-    floats("Clip", "", 13, false, 0, 0, "no bounds", INPUTS(X(3, 50)));
-}
-
-static void binary_cases(void) {
-    static const struct {
-        const char *op;
-        double alo, ahi, blo, bhi;
-    } b[] = {
-        {"Add", -2, 2, -2, 2}, {"Sub", -2, 2, -2, 2}, {"Mul", -2, 2, -2, 2},
-        {"Div", -2, 2, 0.5, 2}, {"Pow", 0.5, 2, -2, 2}, {"Max", -2, 2, -2, 2},
-        {"Min", -2, 2, -2, 2},
-    };
-    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
-        const char *op = b[i].op;
-        const double al = b[i].alo, ah = b[i].ahi, bl = b[i].blo, bh = b[i].bhi;
-        const double rt = strcmp(op, "Pow") == 0 ? 3e-6 : 1e-6;
-        floats(op, "", 0, true, 1e-6, rt, "same shape", INPUTS(XR(al, ah, 2, 3, 5, 7), XR(bl, bh, 2, 3, 5, 7)));
-        floats(op, "", 0, true, 1e-6, rt, "same shape odd", INPUTS(XR(al, ah, 1001), XR(bl, bh, 1001)));
-        floats(op, "", 0, true, 1e-6, rt, "per channel", INPUTS(XR(al, ah, 2, 3, 5, 7), XR(bl, bh, 3, 1, 1)));
-        floats(op, "", 0, false, 1e-6, rt, "per channel swapped",
-               INPUTS(XR(al, ah, 3, 1, 1), XR(bl, bh, 2, 3, 5, 7)));
-        floats(op, "", 0, false, 1e-6, rt, "row vector", INPUTS(XR(al, ah, 4, 5), XR(bl, bh, 5)));
-        floats(op, "", 0, false, 1e-6, rt, "column vector", INPUTS(XR(al, ah, 4, 5), XR(bl, bh, 4, 1)));
-        floats(op, "", 0, true, 1e-6, rt, "scalar", INPUTS(XR(al, ah, 3, 7), SCALAR(bl, bh)));
-        floats(op, "", 0, true, 1e-6, rt, "general", INPUTS(XR(al, ah, 2, 1, 4), XR(bl, bh, 3, 1)));
-        floats(op, "", 0, false, 1e-6, rt, "general 5-D",
-               INPUTS(XR(al, ah, 2, 1, 3, 1, 5), XR(bl, bh, 1, 4, 3, 6, 1)));
-    }
-    /* Mod: both signs of A and B, both modes (the remainder is exact; fmod=0 adds B once) */
-    for (int f = 0; f < 2; f++) {
-        const char *attrs = f ? "fmod=1" : "fmod=0";
-        floats("Mod", attrs, 13, true, 1e-6, 1e-6, "same shape", INPUTS(XR(-5, 5, 2, 3, 5, 7), XR(0.5, 2, 2, 3, 5, 7)));
-        floats("Mod", attrs, 13, false, 1e-6, 1e-6, "negative divisor, per channel",
-               INPUTS(XR(-5, 5, 2, 3, 5, 7), XR(-2, -0.5, 3, 1, 1)));
-        floats("Mod", attrs, 13, true, 1e-6, 1e-6, "scalar", INPUTS(XR(-5, 5, 3, 7), SCALAR(0.5, 2)));
-    }
-    for (int k = 0; k < 2; k++) {
-        const char *op = k ? "Min" : "Max";
-        floats(op, "", 0, false, 0, 0, "three inputs", INPUTS(X(2, 3, 4), X(3, 1), X(4)));
-        floats(op, "", 0, false, 0, 0, "one input", INPUTS(X(3, 5)));
-    }
-}
-
-static void conv_cases(void) {
-    const double at = 2e-5, rt = 1e-4;
-    atol_scale = 1e-5;
-    floats("Conv", "pads=[1,1,1,1]", 0, false, at, rt, "3x3 pad 1 bias",
-           INPUTS(X(2, 3, 9, 11), X(4, 3, 3, 3), X(4)));
-    floats("Conv", "kernel_shape=[3,3];strides=[2,2]", 0, false, at, rt, "stride 2",
-           INPUTS(X(1, 4, 10, 9), X(6, 4, 3, 3)));
-    floats("Conv", "dilations=[2,2];pads=[2,2,2,2]", 0, false, at, rt, "dilation 2",
-           INPUTS(X(1, 3, 12, 10), X(5, 3, 3, 3), X(5)));
-    floats("Conv", "group=2;pads=[1,1,1,1]", 0, false, at, rt, "2 groups",
-           INPUTS(X(2, 4, 7, 7), X(6, 2, 3, 3), X(6)));
-    floats("Conv", "group=8;pads=[1,1,1,1]", 0, false, at, rt, "depthwise",
-           INPUTS(X(1, 8, 12, 12), X(8, 1, 3, 3)));
-    floats("Conv", "pads=[0,1,2,1]", 0, false, at, rt, "asymmetric pads",
-           INPUTS(X(1, 3, 8, 8), X(5, 3, 3, 3), X(5)));
-    floats("Conv", "auto_pad=SAME_UPPER;strides=[2,2]", 0, false, at, rt, "SAME_UPPER stride 2",
-           INPUTS(X(1, 3, 9, 9), X(4, 3, 4, 4)));
-    floats("Conv", "auto_pad=SAME_LOWER", 0, false, at, rt, "SAME_LOWER even kernel",
-           INPUTS(X(1, 2, 6, 7), X(3, 2, 2, 2)));
-    floats("Conv", "", 0, false, at, rt, "1x1 bias", INPUTS(X(2, 16, 5, 5), X(8, 16, 1, 1), X(8)));
-    floats("Conv", "pads=[2,2]", 0, false, at, rt, "1-D", INPUTS(X(2, 3, 20), X(4, 3, 5), X(4)));
-    floats("Conv", "pads=[1,1,1,1];strides=[1,2]", 0, false, 5e-5, rt, "wider",
-           INPUTS(X(2, 32, 14, 14), X(48, 32, 3, 3), X(48)));
-    atol_scale = 0;
-}
-
-static void matmul_cases(void) {
-    const double at = 2e-5, rt = 1e-4;
-    atol_scale = 1e-5;
-    floats("Gemm", "", 0, false, at, rt, "C row", INPUTS(X(5, 7), X(7, 3), X(3)));
-    floats("Gemm", "transA=1;transB=1;alpha=0.5;beta=2.0", 0, false, at, rt, "transposed, C full",
-           INPUTS(X(7, 5), X(3, 7), X(5, 3)));
-    floats("Gemm", "transB=1", 0, false, at, rt, "C column", INPUTS(X(6, 4), X(9, 4), X(6, 1)));
-    floats("Gemm", "alpha=1.5", 0, false, at, rt, "C scalar", INPUTS(X(4, 6), X(6, 5), SCALAR(-2, 2)));
-    floats("Gemm", "", 0, false, at, rt, "no C", INPUTS(X(33, 17), X(17, 45)));
-    floats("Gemm", "beta=0.0", 0, false, at, rt, "beta 0", INPUTS(X(8, 8), X(8, 8), X(8)));
-    floats("Gemm", "transA=1", 0, false, 5e-5, rt, "larger", INPUTS(X(96, 64), X(96, 80), X(80)));
-    floats("MatMul", "", 0, false, at, rt, "2-D", INPUTS(X(4, 5), X(5, 6)));
-    floats("MatMul", "", 0, false, at, rt, "batched", INPUTS(X(2, 3, 4, 5), X(2, 3, 5, 6)));
-    floats("MatMul", "", 0, false, at, rt, "shared B", INPUTS(X(2, 3, 4, 5), X(5, 6)));
-    floats("MatMul", "", 0, false, at, rt, "shared A", INPUTS(X(4, 5), X(3, 5, 6)));
-    floats("MatMul", "", 0, false, at, rt, "mixed broadcast", INPUTS(X(2, 1, 4, 5), X(1, 3, 5, 2)));
-    floats("MatMul", "", 0, false, at, rt, "1-D A", INPUTS(X(5), X(5, 3)));
-    floats("MatMul", "", 0, false, at, rt, "1-D B", INPUTS(X(2, 4, 5), X(5)));
-    floats("MatMul", "", 0, false, at, rt, "1-D both", INPUTS(X(9), X(9)));
-    floats("MatMul", "", 0, false, at, rt, "odd", INPUTS(X(3, 17, 33), X(3, 33, 9)));
-    atol_scale = 0;
-}
-
-static void pool_cases(void) {
-    const double at = 1e-6, rt = 1e-5;
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "3x3 s2 p1",
-           INPUTS(X(2, 3, 11, 10)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "ceil_mode",
-           INPUTS(X(1, 2, 10, 10)));
-    floats("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, false, 0, 0, "dilations",
-           INPUTS(X(1, 3, 9, 8)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0,
-           "SAME_UPPER", INPUTS(X(1, 2, 10, 9)));
-    floats("MaxPool", "kernel_shape=[3];strides=[2]", 12, false, 0, 0, "1-D", INPUTS(X(2, 3, 15)));
-    floats("MaxPool", "kernel_shape=[2,2,2];strides=[2,2,2]", 12, false, 0, 0, "3-D",
-           INPUTS(X(1, 2, 4, 6, 5)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, false, at, rt, "exclude pad",
-           INPUTS(X(2, 3, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, false, at, rt,
-           "include pad", INPUTS(X(2, 3, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1",
-           0, false, at, rt, "ceil_mode include pad", INPUTS(X(1, 2, 10, 10)));
-    floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads",
-           INPUTS(X(1, 3, 7, 8)));
-    floats("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, true, at, rt, "2x2 s2",
-           INPUTS(X(2, 4, 16, 16)));
-    /* the 2x2 stride-2 kernel: rows read in pairs (even W, aligned), one by one (odd W,
-     * the misaligned f32 run), and the general kernel where a ceil_mode window leaves X */
-    floats("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 12, true, 0, 0, "2x2 s2 mnist pool (batch 2)",
-           INPUTS(X(2, 64, 24, 24)));
-    floats("MaxPool", "kernel_shape=[2,2];strides=[2,2]", 12, true, 0, 0, "2x2 s2 odd sizes",
-           INPUTS(X(2, 3, 9, 7)));
-    floats("MaxPool", "kernel_shape=[2,2];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "2x2 s2 ceil_mode",
-           INPUTS(X(1, 2, 9, 7)));
-    floats("MaxPool", "kernel_shape=[2,2];strides=[2,2];pads=[1,1,0,0]", 12, false, 0, 0, "2x2 s2 padded",
-           INPUTS(X(1, 2, 8, 8)));
-    floats("AveragePool", "kernel_shape=[2,2];strides=[2,2];count_include_pad=1", 0, true, at, rt,
-           "2x2 s2 odd sizes include pad", INPUTS(X(2, 3, 7, 9)));
-    floats("GlobalAveragePool", "", 0, false, at, rt, "7x9", INPUTS(X(2, 5, 7, 9)));
-    floats("GlobalAveragePool", "", 0, false, at, rt, "1x1", INPUTS(X(1, 3, 1, 1)));
-    floats("GlobalAveragePool", "", 0, false, at, rt, "1-D", INPUTS(X(2, 4, 33)));
-    floats("GlobalAveragePool", "", 0, false, at, 2e-5, "64x64", INPUTS(X(1, 2, 64, 64)));
-}
-
-static void norm_cases(void) {
-    const double at = 1e-5, rt = 1e-5;
-    floats("BatchNormalization", "", 0, false, at, rt, "4-D",
-           INPUTS(X(2, 3, 4, 5), X(3), X(3), X(3), XR(0.5, 2, 3)));
-    floats("BatchNormalization", "epsilon=0.001", 0, false, at, rt, "2-D",
-           INPUTS(X(4, 6), X(6), X(6), X(6), XR(0.5, 2, 6)));
-    floats("BatchNormalization", "", 0, false, at, rt, "f32 parameters",
-           INPUTS(X(2, 5, 3, 3), XT(KILN_F32, -2, 2, 5), XT(KILN_F32, -2, 2, 5), XT(KILN_F32, -2, 2, 5),
-                  XT(KILN_F32, 0.5, 2, 5)));
-    for (int k = 0; k < 2; k++) {
-        const char *op = k ? "LogSoftmax" : "Softmax";
-        floats(op, "", 0, false, at, rt, "last axis", INPUTS(X(3, 17)));
-        floats(op, "", 0, false, at, rt, "long rows", INPUTS(XR(-8, 8, 2, 3, 300)));
-        floats(op, "", 0, false, at, rt, "wide range", INPUTS(XR(-50, 50, 4, 40)));
-        floats(op, "axis=1", 13, false, at, rt, "middle axis", INPUTS(X(2, 5, 7)));
-        floats(op, "", 11, false, at, rt, "opset 11 coerced 2-D", INPUTS(X(2, 3, 4)));
-        floats(op, "axis=0", 11, false, at, rt, "opset 11 axis 0", INPUTS(X(2, 3, 4)));
-    }
-}
-
-static const double RESHAPE_TO[] = {6, -1};
-
-static void movement_cases(void) {
-    any_dtype("Identity", "", 0, "", INPUTS(X(3, 5, 7)));
-    floats("Dropout", "", 0, false, 0, 0, "inference passes X through", INPUTS(X(3, 5, 7)));
-    any_dtype("Flatten", "axis=2", 0, "axis 2", INPUTS(X(2, 3, 4, 5)));
-    any_dtype("Reshape", "", 0, "to (6,-1)", INPUTS(X(2, 3, 4, 5), XV(KILN_I64, RESHAPE_TO, 2)));
-    any_dtype("Concat", "axis=1", 0, "axis 1", INPUTS(X(2, 3, 4), X(2, 5, 4), X(2, 1, 4)));
-    any_dtype("Concat", "axis=0", 0, "axis 0", INPUTS(X(2, 3), X(1, 3)));
-    any_dtype("Concat", "axis=-1", 0, "last axis, an empty input", INPUTS(X(2, 3, 1), X(2, 3, 0), X(2, 3, 5)));
-    any_dtype("Transpose", "", 0, "reversed", INPUTS(X(2, 3, 4)));
-    any_dtype("Transpose", "perm=[0,2,3,1]", 0, "NCHW to NHWC", INPUTS(X(2, 3, 4, 5)));
-    any_dtype("Transpose", "perm=[0,2,1]", 0, "inner swap", INPUTS(X(3, 7, 9)));
-    any_dtype("Transpose", "perm=[0,1,2]", 0, "identity", INPUTS(X(3, 4, 5)));
-    any_dtype("Transpose", "perm=[2,1,0]", 0, "with a size-1 dim", INPUTS(X(2, 1, 3)));
-    any_dtype("Transpose", "perm=[3,0,5,1,4,2]", 0, "6-D", INPUTS(X(2, 3, 2, 4, 1, 3)));
-    any_dtype("Gather", "", 0, "axis 0, i64 indices", INPUTS(X(5, 4, 3), XT(KILN_I64, -5, 5, 2, 3)));
-    any_dtype("Gather", "axis=1", 0, "axis 1, i32 indices", INPUTS(X(5, 4, 3), XT(KILN_I32, -4, 4, 7)));
-    any_dtype("Gather", "axis=2", 0, "scalar index", INPUTS(X(5, 4, 3), SCALART(KILN_I64, -3, 3)));
-    any_dtype("Gather", "axis=-1", 0, "last axis", INPUTS(X(2, 9), XT(KILN_I64, 0, 9, 4, 2)));
-}
-
 /* ------------------------------------------- ops of fp16 / bf16 plans and exported CNNs */
 
 #define XVS(vals_) {.dims = {-1}, .vals = (vals_)} /* a scalar of the case's dtype */
@@ -795,84 +566,10 @@ static void cast_cases(void) {
     exact = false;
 }
 
-/* Comparisons see ties, NaN and -0: values from a small set. */
-static const double CMP_A[] = {0, 1, 2, -1, NAN, 1, 2, 2, 0, -0.0, 3, -2,
-                               1, 1, NAN, 0, -1, 2, 3, 3, -2, 0, 1, 2};
-static const double CMP_B[] = {1, NAN, 0, 2};
-static const double CMP_C[] = {-0.0, 2, 1};
-
-static void compare_cases(void) {
-    static const kiln_dtype types[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_F64, KILN_I64,
-                                       KILN_I32, KILN_I8,  KILN_U8,   KILN_U64, KILN_BOOL};
-    static const char *const ops[] = {"Equal", "Less", "Greater"};
-    for (int o = 0; o < 3; o++)
-        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-            if (types[k] == KILN_BOOL && o > 0) continue; /* Less / Greater take no bool */
-            const char *op = ops[o];
-            run_case(op, "", 0, types[k], false, 0, 0, "(2,3,4) and (4)",
-                     INPUTS(XV(0, CMP_A, 2, 3, 4), XV(0, CMP_B, 4)));
-            run_case(op, "", 0, types[k], false, 0, 0, "(3,1) and (2,3,4)",
-                     INPUTS(XV(0, CMP_C, 3, 1), XV(0, CMP_A, 2, 3, 4)));
-            run_case(op, "", 0, types[k], false, 0, 0, "same shape",
-                     INPUTS(XV(0, CMP_A, 21), XV(0, CMP_A + 3, 21)));
-        }
-    static const kiln_dtype any[] = {KILN_F32, KILN_F16, KILN_I64, KILN_U8, KILN_BOOL};
-    for (size_t k = 0; k < sizeof any / sizeof any[0]; k++) {
-        run_case("Where", "", 0, any[k], false, 0, 0, "broadcast",
-                 INPUTS(XT(KILN_BOOL, -1, 1, 2, 1, 4), X(3, 1), X(2, 3, 4)));
-        run_case("Where", "", 0, any[k], false, 0, 0, "same shape",
-                 INPUTS(XT(KILN_BOOL, -1, 1, 5, 7), X(5, 7), X(5, 7)));
-        run_case("Where", "", 0, any[k], false, 0, 0, "scalar condition",
-                 INPUTS(SCALART(KILN_BOOL, -1, 1), X(3, 4), X(4)));
-    }
-}
-
 /* value inputs (shapes, pads, axes...) */
 #define I64S(...) ((const double[]){__VA_ARGS__})
 #define IV(n_, ...) XV(KILN_I64, I64S(__VA_ARGS__), n_)
 #define IV32(n_, ...) XV(KILN_I32, I64S(__VA_ARGS__), n_)
-
-static void slicing_cases(void) {
-    any_dtype("Slice", "", 0, "2-D", INPUTS(X(5, 7), IV(2, 1, 2), IV(2, 4, 6)));
-    any_dtype("Slice", "", 0, "negative steps and axes",
-              INPUTS(X(4, 6, 5), IV(2, -1, 4), IV(2, -100, 0), IV(2, 2, 1), IV(2, -2, -1)));
-    any_dtype("Slice", "", 0, "i32, end past the dim, step 3",
-              INPUTS(X(3, 4, 10), IV32(1, 1), IV32(1, 1000), IV32(1, -1), IV32(1, 3)));
-    any_dtype("Slice", "", 0, "inner contiguous block", INPUTS(X(6, 8), IV(1, 2), IV(1, 5)));
-    any_dtype("Slice", "", 0, "empty", INPUTS(X(4, 5), IV(1, 3), IV(1, 1), IV(1, 0)));
-    any_dtype("Expand", "", 0, "(3,1) to (2,3,4)", INPUTS(X(3, 1), IV(3, 2, 3, 4)));
-    any_dtype("Expand", "", 0, "(1,4) with shape (3,1)", INPUTS(X(1, 4), IV(2, 3, 1)));
-    any_dtype("Expand", "", 0, "(2,1,3) to (2,5,3)", INPUTS(X(2, 1, 3), IV(3, 2, 5, 3)));
-    any_dtype("Expand", "", 0, "same shape", INPUTS(X(3, 4), IV(2, 3, 4)));
-    any_dtype("Tile", "", 0, "(2,3) by (2,2)", INPUTS(X(2, 3), IV(2, 2, 2)));
-    any_dtype("Tile", "", 0, "(2,1,3) by (1,4,2)", INPUTS(X(2, 1, 3), IV(3, 1, 4, 2)));
-    any_dtype("Tile", "", 0, "(3,4) by (3,1)", INPUTS(X(3, 4), IV(2, 3, 1)));
-    any_dtype("Tile", "", 0, "a zero repeat", INPUTS(X(3, 4), IV(2, 0, 2)));
-    any_dtype("Pad", "", 0, "constant, value input",
-              INPUTS(X(2, 3, 4), IV(6, 0, 1, 2, 1, 0, 1), SCALAR(-5, 5)));
-    any_dtype("Pad", "", 0, "constant 0", INPUTS(X(1, 2, 5, 6), IV(8, 0, 0, 1, 2, 0, 0, 2, 1)));
-    any_dtype("Pad", "mode=reflect", 0, "reflect, past one period",
-              INPUTS(X(1, 2, 5, 3), IV(8, 0, 0, 3, 7, 0, 0, 2, 5)));
-    any_dtype("Pad", "mode=edge", 0, "edge", INPUTS(X(3, 4), IV(4, 2, 3, 1, 0)));
-    any_dtype("Pad", "mode=wrap", 19, "wrap", INPUTS(X(3, 4), IV(4, 1, 2, 5, 6)));
-    any_dtype("Pad", "", 0, "negative pads crop", INPUTS(X(4, 5, 6), IV(6, -1, 0, 2, 1, -2, -1)));
-    any_dtype("Pad", "mode=edge", 18, "axes input",
-              INPUTS(X(2, 3, 4, 5), IV(4, 1, 2, 3, 4), NONE, IV(2, 1, -1)));
-    any_dtype("Pad", "mode=reflect", 0, "8-D",
-              INPUTS(X(2, 1, 2, 1, 3, 1, 2, 3), IV(16, 0, 0, 1, 0, 2, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 2)));
-    any_dtype("Squeeze", "", 0, "axes input", INPUTS(X(2, 1, 3, 1), IV(2, 1, 3)));
-    any_dtype("Squeeze", "", 0, "every size-1 dim", INPUTS(X(1, 3, 1, 4)));
-    any_dtype("Unsqueeze", "", 0, "axes input", INPUTS(X(2, 3), IV(2, 0, 3)));
-    any_dtype("Unsqueeze", "axes=[-1]", 11, "axes attribute", INPUTS(X(2, 3)));
-    n_outputs = 3;
-    any_dtype("Split", "axis=1", 0, "split input", INPUTS(X(2, 9, 4), IV(3, 2, 3, 4)));
-    any_dtype("Split", "", 0, "equal parts", INPUTS(X(6, 5)));
-    any_dtype("Split", "axis=-1;num_outputs=3", 18, "num_outputs, smaller last part", INPUTS(X(2, 3, 7)));
-    any_dtype("Split", "axis=2", 0, "a zero-size part", INPUTS(X(2, 3, 9), IV(3, 0, 5, 4)));
-    n_outputs = 2;
-    any_dtype("Split", "axis=0;split=[1,2]", 11, "split attribute", INPUTS(X(3, 4)));
-    n_outputs = 1;
-}
 
 static void generate_cases(void) {
     exact = true; /* computed the same way on both sides */
@@ -923,85 +620,6 @@ static void generate_cases(void) {
 }
 
 #define F32V(n_, ...) XV(KILN_F32, I64S(__VA_ARGS__), n_)
-
-static void resize_cases(void) {
-    /* nearest moves elements: any dtype, exact */
-    any_dtype("Resize", "", 13, "nearest x2 scales", INPUTS(X(1, 2, 3, 4), NONE, F32V(4, 1, 1, 2, 2)));
-    any_dtype("Resize", "nearest_mode=floor;coordinate_transformation_mode=asymmetric", 13,
-              "nearest floor asymmetric sizes", INPUTS(X(1, 1, 5, 7), NONE, NONE, IV(4, 1, 1, 8, 3)));
-    any_dtype("Resize", "nearest_mode=round_prefer_ceil;coordinate_transformation_mode=align_corners", 13,
-              "nearest prefer ceil align_corners", INPUTS(X(2, 3, 4, 6), NONE, NONE, IV(4, 2, 3, 7, 5)));
-    any_dtype("Resize", "nearest_mode=ceil;coordinate_transformation_mode=tf_half_pixel_for_nn", 13,
-              "nearest ceil tf_half_pixel_for_nn", INPUTS(X(1, 2, 6, 5), NONE, F32V(4, 1, 1, 0.5, 1.6)));
-    any_dtype("Resize", "coordinate_transformation_mode=tf_crop_and_resize;extrapolation_value=7.0", 13,
-              "nearest tf_crop_and_resize", INPUTS(X(1, 1, 4, 5), F32V(8, 0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3),
-                                                  NONE, IV(4, 1, 1, 6, 7)));
-    any_dtype("Resize", "axes=[2,3]", 18, "nearest axes attribute", INPUTS(X(1, 2, 3, 4), NONE, F32V(2, 2.5, 1.5)));
-    /* linear and cubic: floats, sums in double */
-    const double at = 1e-6, rt = 1e-5;
-    floats("Resize", "mode=linear", 13, false, at, rt, "linear half_pixel scales",
-           INPUTS(X(1, 2, 5, 6), NONE, F32V(4, 1, 1, 1.5, 2)));
-    floats("Resize", "mode=linear;coordinate_transformation_mode=align_corners", 13, false, at, rt,
-           "linear align_corners sizes", INPUTS(X(2, 3, 4, 5), NONE, NONE, IV(4, 2, 3, 7, 9)));
-    floats("Resize", "mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 13, false, at, rt,
-           "linear pytorch_half_pixel down", INPUTS(X(1, 2, 9, 10), NONE, F32V(4, 1, 1, 0.6, 0.35)));
-    floats("Resize", "mode=linear;coordinate_transformation_mode=half_pixel_symmetric", 19, false, at, rt,
-           "linear half_pixel_symmetric", INPUTS(X(1, 1, 5, 7), NONE, NONE, IV(4, 1, 1, 8, 4)));
-    floats("Resize", "mode=linear;coordinate_transformation_mode=asymmetric", 13, false, at, rt,
-           "linear asymmetric x2 (whole coordinates on even outputs)",
-           INPUTS(X(1, 3, 4, 4), NONE, F32V(4, 1, 1, 2, 2)));
-    floats("Resize", "mode=linear", 13, false, at, rt, "trilinear 5-D",
-           INPUTS(X(1, 2, 3, 4, 5), NONE, F32V(5, 1, 1, 2, 1.5, 0.5)));
-    floats("Resize", "mode=linear;exclude_outside=1", 13, false, at, rt, "linear exclude_outside 1-D",
-           INPUTS(X(2, 9), NONE, F32V(2, 1, 2.3)));
-    floats("Resize", "mode=cubic", 13, false, at, rt, "cubic x2", INPUTS(X(1, 2, 4, 5), NONE, F32V(4, 1, 1, 2, 2)));
-    floats("Resize", "mode=cubic;exclude_outside=1;cubic_coeff_a=-0.5", 13, false, at, rt,
-           "cubic exclude_outside a=-0.5", INPUTS(X(1, 1, 6, 7), NONE, NONE, IV(4, 1, 1, 9, 4)));
-    floats("Resize",
-           "mode=linear;coordinate_transformation_mode=tf_crop_and_resize;extrapolation_value=10.0", 13,
-           false, at, rt, "linear tf_crop_and_resize",
-           INPUTS(X(1, 1, 4, 5), F32V(8, 0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3), NONE, IV(4, 1, 1, 6, 7)));
-    floats("Resize", "mode=linear;keep_aspect_ratio_policy=not_larger;axes=[2,3]", 18, false, at, rt,
-           "linear not_larger", INPUTS(X(1, 2, 4, 6), NONE, NONE, IV(2, 9, 9)));
-}
-
-static void reduce_cases(void) {
-    const double at = 1e-5, rt = 1e-5;
-    static const char *const ops[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"};
-    for (int o = 0; o < 4; o++) {
-        const char *op = ops[o];
-        const int in_opset = o == 0 ? 13 : 18; /* axes become an input */
-        floats(op, "", in_opset, false, at, rt, "middle axis input", INPUTS(X(3, 5, 7), IV(1, 1)));
-        floats(op, "keepdims=0", in_opset, false, at, rt, "outer and inner axes", INPUTS(X(3, 5, 7), IV(2, 0, -1)));
-        floats(op, "", in_opset, false, at, rt, "last axis", INPUTS(X(4, 6, 33), IV(1, -1)));
-        floats(op, "", in_opset, false, at, rt, "all axes", INPUTS(X(4, 6, 9)));
-        floats(op, "noop_with_empty_axes=1", in_opset, false, 0, 0, "noop", INPUTS(X(4, 6)));
-        floats(op, "axes=[2,3]", in_opset - 2, false, at, rt, "axes attribute, NCHW spatial",
-               INPUTS(X(2, 3, 5, 6)));
-        floats(op, "keepdims=0", in_opset, false, 1e-4, rt, "long rows", INPUTS(X(3, 3000), IV(1, 1)));
-        /* one thread sums each column in float: error ~ sqrt(2000) roundings of ~50 */
-        floats(op, "", in_opset, false, 2e-3, rt, "long columns", INPUTS(X(2000, 5), IV(1, 0)));
-        if (o != 1) /* a mean over nothing is NaN, which never compares equal */
-            floats(op, "", in_opset, false, at, rt, "an empty axis", INPUTS(X(3, 0, 4), IV(1, 1)));
-    }
-}
-
-static void layernorm_cases(void) {
-    const double at = 1e-5, rt = 1e-5;
-    floats("LayerNormalization", "", 17, false, at, rt, "last axis", INPUTS(X(4, 33), X(33), X(33)));
-    floats("LayerNormalization", "axis=2;epsilon=0.001", 17, false, at, rt, "two axes, (1,4,5) parameters",
-           INPUTS(X(2, 3, 4, 5), X(1, 4, 5), X(4, 5)));
-    floats("LayerNormalization", "", 17, false, at, rt, "no B", INPUTS(X(6, 16), X(16)));
-    floats("LayerNormalization", "", 17, false, at, rt, "one scale value", INPUTS(X(3, 8), X(1), X(1)));
-    floats("LayerNormalization", "", 17, false, at, rt, "f32 parameters",
-           INPUTS(X(5, 40), XT(KILN_F32, -2, 2, 40), XT(KILN_F32, -2, 2, 40)));
-    floats("LayerNormalization", "", 17, false, at, rt, "long rows, offset values",
-           INPUTS(XR(3, 5, 3, 1000), X(1000), X(1000)));
-    n_outputs = 3;
-    floats("LayerNormalization", "axis=1", 17, false, at, rt, "Mean and InvStdDev outputs",
-           INPUTS(X(3, 4, 6), X(4, 6), X(4, 6)));
-    n_outputs = 1;
-}
 
 /* ------------------------------------------------------------ whole plans */
 
@@ -1164,93 +782,6 @@ static void plan_checks(void) {
 static const double ONE[] = {1}, ZERO[] = {0}, LOSS_SCALE[] = {65536};
 static const double RATIO_25[] = {0.25}, RATIO_50[] = {0.5}, RATIO_0[] = {0};
 
-/* kiln.UnaryGrad(dY, X?, Y?) for each unary op with a CUDA kernel: X random, Y the CPU
- * forward of X, and X / Y passed only where the op's derivative reads them (as autograd
- * emits the node). */
-static void unary_grad_case(const char *fwd, const char *attrs, int opset, double lo, double hi, kiln_dtype dt,
-                            const int64_t *dims, int nd, const char *label) {
-    const kiln_op_def *d = kiln_op_find(fwd);
-    const kiln_unary_grad_def *gd = d && d->grad == kiln_unary_grad ? d->family : NULL;
-    char lab[160], gattrs[160];
-    snprintf(lab, sizeof lab, "op=%s [%s] %s", fwd, attrs, label);
-    if (!gd) {
-        printf("SKIP kiln.UnaryGrad %s: no derivative for %s in this build\n", lab, fwd);
-        skipped++;
-        return;
-    }
-    snprintf(gattrs, sizeof gattrs, "op=%s%s%s", fwd, attrs[0] ? ";" : "", attrs);
-    kiln_tensor *x = kt_rand(dt, nd, dims, lo, hi, 71 + (uint64_t)dt), *y = NULL;
-    kiln_node fn;
-    memset(&fn, 0, sizeof fn);
-    fn.op_type = (char *)fwd;
-    fn.name = (char *)"forward";
-    fn.domain = (char *)"";
-    fn.op = kiln_op_index(fwd);
-    fn.opset = opset ? opset : 21;
-    fn.n_in = fn.n_out = 1;
-    bool ok = x && !kiln_attrs_parse(ctx, attrs, &fn.attrs, &fn.n_attrs) && !kiln_op_eval(ctx, &fn, 1, &x, 1, &y);
-    for (int i = 0; i < fn.n_attrs; i++) kiln_attr_clear(&fn.attrs[i]);
-    free(fn.attrs);
-    if (!ok) {
-        fail(lab, "the forward for Y failed: %s", kiln_context_message(ctx));
-        kiln_tensor_free(x);
-        kiln_tensor_free(y);
-        return;
-    }
-    kiln_tensor *in[3] = {kt_rand(dt, nd, dims, -2, 2, 73 + (uint64_t)dt), NULL, NULL};
-    if (gd->uses & KILN_UNARY_X) in[1] = x;
-    else kiln_tensor_free(x);
-    if (gd->uses & KILN_UNARY_Y) in[2] = y;
-    else kiln_tensor_free(y);
-    run_tensors("kiln.UnaryGrad", gattrs, opset, dt, false, 1e-6, 1e-5, lab, in, 3);
-}
-
-static void unary_grad_cases(void) {
-    static const struct {
-        const char *op, *attrs;
-        int opset;
-        double lo, hi;
-    } u[] = {
-        {"Relu", "", 0, -2, 2},
-        {"LeakyRelu", "alpha=0.3", 0, -2, 2},
-        {"Sigmoid", "", 0, -9, 9},
-        {"Tanh", "", 0, -3, 3},
-        {"Elu", "alpha=0.5", 0, -3, 3},
-        {"Selu", "", 0, -3, 3},
-        {"Celu", "alpha=2.0", 0, -4, 3},
-        {"Gelu", "", 20, -5, 5},
-        {"Gelu", "approximate=tanh", 20, -5, 5},
-        {"HardSigmoid", "alpha=0.3;beta=0.6", 0, -4, 4},
-        {"HardSwish", "", 0, -5, 5},
-        {"Softplus", "", 0, -12, 12},
-        {"Softsign", "", 0, -5, 5},
-        {"Clip", "min=-0.5;max=0.7", 6, -2, 2},
-        {"Erf", "", 0, -3, 3},
-        {"Exp", "", 0, -6, 6},
-        {"Log", "", 0, 0.05, 6},
-        {"Sqrt", "", 0, 0.05, 6},
-        {"Reciprocal", "", 0, 0.2, 3},
-        {"Abs", "", 0, -2, 2},
-        {"Neg", "", 0, -2, 2},
-        {"Floor", "", 0, -5, 5},
-        {"Ceil", "", 0, -5, 5},
-    };
-    const int64_t dims[4] = {2, 3, 33, 17}, mnist[4] = {64, 32, 26, 26}, odd[1] = {7};
-    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++)
-        for (int k = 0; k < 3; k++) {
-            unary_grad_case(u[i].op, u[i].attrs, u[i].opset, u[i].lo, u[i].hi, FLOATS[k], dims, 4, "odd size");
-            unary_grad_case(u[i].op, u[i].attrs, u[i].opset, u[i].lo, u[i].hi, FLOATS[k], odd, 1, "7 elements");
-        }
-    for (int k = 0; k < 3; k++) unary_grad_case("Relu", "", 0, -2, 2, FLOATS[k], mnist, 4, "mnist relu1");
-    /* NHWC (training's layout pass): dY, X, Y and dX all NHWC */
-    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_OUT;
-    for (int k = 0; k < 3; k++) {
-        unary_grad_case("Relu", "", 0, -2, 2, FLOATS[k], mnist, 4, "mnist relu1 NHWC");
-        unary_grad_case("Sigmoid", "", 0, -9, 9, FLOATS[k], dims, 4, "odd size NHWC");
-    }
-    layout = 0;
-}
-
 static void dropout_cases(void) {
     /* Dropout's mask and output match the CPU's bit for bit */
     n_outputs = 2;
@@ -1374,209 +905,6 @@ static void dropout_cases(void) {
     layout = 0;
 }
 
-static void conv_grad_cases(void) {
-    const double at = 2e-5, rt = 1e-4;
-    atol_scale = 1e-5;
-    static const struct {
-        const char *attrs, *label;
-        int64_t x[5], w[5], y[5];
-    } c[] = {
-        {"kernel_shape=[3,3]", "mnist conv2 (batch 8)", {8, 32, 26, 26, -1}, {64, 32, 3, 3, -1}, {8, 64, 24, 24, -1}},
-        {"kernel_shape=[3,3]", "mnist conv1 (batch 8)", {8, 1, 28, 28, -1}, {32, 1, 3, 3, -1}, {8, 32, 26, 26, -1}},
-        {"pads=[1,1,1,1]", "3x3 pad 1", {2, 3, 9, 11, -1}, {4, 3, 3, 3, -1}, {2, 4, 9, 11, -1}},
-        {"kernel_shape=[3,3];strides=[2,2]", "stride 2", {1, 4, 10, 9, -1}, {6, 4, 3, 3, -1}, {1, 6, 4, 4, -1}},
-        {"dilations=[2,2];pads=[2,2,2,2]", "dilation 2", {1, 3, 12, 10, -1}, {5, 3, 3, 3, -1}, {1, 5, 12, 10, -1}},
-        {"group=2;pads=[1,1,1,1]", "2 groups", {2, 4, 7, 7, -1}, {6, 2, 3, 3, -1}, {2, 6, 7, 7, -1}},
-        {"group=8;pads=[1,1,1,1]", "depthwise", {1, 8, 12, 12, -1}, {8, 1, 3, 3, -1}, {1, 8, 12, 12, -1}},
-        {"pads=[0,1,2,1]", "asymmetric pads", {1, 3, 8, 8, -1}, {5, 3, 3, 3, -1}, {1, 5, 8, 8, -1}},
-        {"auto_pad=SAME_UPPER;strides=[2,2]", "SAME_UPPER stride 2", {1, 3, 9, 9, -1}, {4, 3, 4, 4, -1},
-         {1, 4, 5, 5, -1}},
-        {"pads=[2,2]", "1-D", {2, 3, 20, -1}, {4, 3, 5, -1}, {2, 4, 20, -1}},
-    };
-    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        inp x = {.missing = false}, w = x, y = x;
-        memcpy(x.dims, c[i].x, sizeof c[i].x);
-        memcpy(w.dims, c[i].w, sizeof c[i].w);
-        memcpy(y.dims, c[i].y, sizeof c[i].y);
-        const inp gi[3] = {y, w, x}, gw[3] = {x, y, w};
-        floats("kiln.ConvGradInput", c[i].attrs, 0, false, at, rt, c[i].label, gi, 3);
-        floats("kiln.ConvGradWeight", c[i].attrs, 0, false, at, rt, c[i].label, gw, 3);
-        if (c[i].x[4] >= 0 || c[i].x[3] < 0) continue; /* NHWC: 2-D only */
-        /* NHWC, as the layout pass lays out training graphs (asymmetric pads: padded X and
-         * cropped dX in NHWC) */
-        char lab[160];
-        snprintf(lab, sizeof lab, "%s NHWC", c[i].label);
-        layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_OUT;
-        floats("kiln.ConvGradInput", c[i].attrs, 0, false, at, rt, lab, gi, 3);
-        floats("kiln.ConvGradWeight", c[i].attrs, 0, false, at, rt, lab, gw, 3);
-        /* a one-channel X labelled NCHW, the rest NHWC (the first layer of mnist-net) */
-        if (c[i].x[1] == 1) {
-            snprintf(lab, sizeof lab, "%s, X NCHW, dY NHWC", c[i].label);
-            layout = NHWC_IN(1) | NHWC_OUT;
-            floats("kiln.ConvGradWeight", c[i].attrs, 0, false, at, rt, lab, gw, 3);
-        }
-        layout = 0;
-    }
-    atol_scale = 0;
-}
-
-static void sum_down_cases(void) {
-    const double at = 1e-4, rt = 1e-5;
-    floats("kiln.ConvGradBias", "", 0, false, at, rt, "2-D", INPUTS(X(2, 5, 7, 9)));
-    floats("kiln.ConvGradBias", "", 0, false, at, rt, "mnist conv2 (batch 32), partial sums", INPUTS(X(32, 64, 24, 24)));
-    /* 16-byte loads (f32: 676 is a multiple of 4, f16/bf16: not of 8) and, misaligned,
-     * element loads; partial sums over row chunks */
-    floats("kiln.ConvGradBias", "", 0, true, at, rt, "mnist conv1 (batch 16)", INPUTS(X(16, 32, 26, 26)));
-    floats("kiln.ConvGradBias", "", 0, true, at, rt, "mnist conv2 (batch 8), one block a channel",
-           INPUTS(X(8, 64, 24, 24)));
-    floats("kiln.ConvGradBias", "", 0, false, at, rt, "rank 2", INPUTS(X(3, 4)));
-    floats("kiln.ConvGradBias", "", 0, false, at, rt, "1-D", INPUTS(X(2, 3, 20)));
-    floats("kiln.ConvGradBias", "", 0, false, at, rt, "one channel", INPUTS(X(4, 1, 5, 5)));
-    /* NHWC dY: column sums of (N*H*W, M) */
-    layout = NHWC_IN(0);
-    floats("kiln.ConvGradBias", "", 0, false, at, rt, "NHWC mnist conv2 (batch 32), wide partial sums",
-           INPUTS(X(32, 64, 24, 24)));
-    floats("kiln.ConvGradBias", "", 0, true, at, rt, "NHWC mnist conv1 (batch 16)", INPUTS(X(16, 32, 26, 26)));
-    floats("kiln.ConvGradBias", "", 0, false, at, rt, "NHWC odd", INPUTS(X(3, 5, 7, 9)));
-    layout = 0;
-    floats("kiln.ReduceSumTo", "", 0, false, at, rt, "mnist fc2 bias", INPUTS(X(64, 10), X(10)));
-    floats("kiln.ReduceSumTo", "", 0, false, at, rt, "mnist fc1 bias", INPUTS(X(64, 128), X(128)));
-    /* the f32 reference sums 16384 rows in order: its own error is ~1e-3 */
-    floats("kiln.ReduceSumTo", "", 0, false, 2e-3, rt, "tall columns, partial sums", INPUTS(X(16384, 40), X(40)));
-    floats("kiln.ReduceSumTo", "", 0, false, at, rt, "kept, summed, kept", INPUTS(X(2, 3, 4, 5), X(3, 1, 5)));
-    floats("kiln.ReduceSumTo", "", 0, false, at, rt, "per channel", INPUTS(X(2, 3, 4, 5), X(1, 3, 1, 1)));
-    floats("kiln.ReduceSumTo", "", 0, false, at, rt, "row sums", INPUTS(X(6, 7), X(6, 1)));
-    floats("kiln.ReduceSumTo", "", 0, false, at, rt, "to a scalar", INPUTS(X(3, 70), SCALAR(0, 1)));
-    floats("kiln.ReduceSumTo", "", 0, false, 0, 0, "nothing summed", INPUTS(X(1, 4, 5), X(4, 5)));
-    floats("kiln.GemmGradC", "beta=0.5", 0, false, at, rt, "C row", INPUTS(X(5, 3), X(3)));
-    floats("kiln.GemmGradC", "beta=2.0", 0, false, at, rt, "C column", INPUTS(X(5, 3), X(5, 1)));
-    floats("kiln.GemmGradC", "beta=-1.5", 0, false, at, rt, "C full", INPUTS(X(5, 3), X(5, 3)));
-    floats("kiln.GemmGradC", "beta=0.25", 0, false, at, rt, "C scalar", INPUTS(X(5, 3), SCALAR(0, 1)));
-    floats("kiln.GemmGradC", "beta=0.0", 0, false, 0, 0, "beta 0", INPUTS(X(5, 3), X(3)));
-}
-
-/* MaxPoolGrad with ties: X from {0, 1, 2} (the first maximum takes the gradient). */
-static void maxpool_ties(kiln_dtype dt) {
-    double v[72];
-    for (int i = 0; i < 72; i++) v[i] = (double)((i * 7 + i / 5) % 3);
-    kiln_tensor *in[2] = {kt_rand(dt, 4, KT_DIMS(1, 2, 3, 3), -2, 2, 5), kt_make(dt, 4, KT_DIMS(1, 2, 6, 6), v)};
-    run_tensors("kiln.MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2]", 12, dt, false, 0, 0, "ties, disjoint", in, 2);
-    in[0] = kt_rand(dt, 4, KT_DIMS(1, 2, 5, 5), -2, 2, 6);
-    in[1] = kt_make(dt, 4, KT_DIMS(1, 2, 6, 6), v);
-    run_tensors("kiln.MaxPoolGrad", "kernel_shape=[2,2]", 12, dt, false, 0, 0, "ties, overlapping", in, 2);
-    /* NaN in X: the first NaN of a window takes its gradient (dX stays finite) */
-    double w[72];
-    for (int i = 0; i < 72; i++) w[i] = i % 5 == 1 || i % 7 == 3 ? NAN : v[i];
-    in[0] = kt_rand(dt, 4, KT_DIMS(1, 2, 3, 3), -2, 2, 7);
-    in[1] = kt_make(dt, 4, KT_DIMS(1, 2, 6, 6), w);
-    run_tensors("kiln.MaxPoolGrad", "kernel_shape=[2,2];strides=[2,2]", 12, dt, false, 0, 0, "NaN, disjoint", in, 2);
-    in[0] = kt_rand(dt, 4, KT_DIMS(1, 2, 5, 5), -2, 2, 8);
-    in[1] = kt_make(dt, 4, KT_DIMS(1, 2, 6, 6), w);
-    run_tensors("kiln.MaxPoolGrad", "kernel_shape=[2,2]", 12, dt, false, 0, 0, "NaN, overlapping", in, 2);
-}
-
-static void maxpool_grad_cases(void) {
-    const char *op = "kiln.MaxPoolGrad";
-    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, false, 0, 0, "mnist pool (batch 2)",
-           INPUTS(X(2, 64, 12, 12), X(2, 64, 24, 24)));
-    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, false, 0, 0, "odd size, uncovered elements",
-           INPUTS(X(1, 2, 4, 3), X(1, 2, 9, 7)));
-    floats(op, "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "3x3 s2 p1 overlapping",
-           INPUTS(X(2, 3, 6, 5), X(2, 3, 11, 10)));
-    floats(op, "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "ceil_mode",
-           INPUTS(X(1, 2, 5, 5), X(1, 2, 10, 10)));
-    floats(op, "kernel_shape=[2,2];dilations=[2,2]", 12, false, 0, 0, "dilations", INPUTS(X(1, 3, 7, 6), X(1, 3, 9, 8)));
-    floats(op, "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0, "SAME_UPPER",
-           INPUTS(X(1, 2, 5, 5), X(1, 2, 10, 9)));
-    floats(op, "kernel_shape=[3];strides=[2]", 12, false, 0, 0, "1-D", INPUTS(X(2, 3, 7), X(2, 3, 15)));
-    floats(op, "kernel_shape=[2,2,2];strides=[2,2,2]", 12, false, 0, 0, "3-D",
-           INPUTS(X(1, 2, 2, 3, 2), X(1, 2, 4, 6, 5)));
-    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, true, 0, 0, "2x2 s2 pairs and misaligned",
-           INPUTS(X(2, 5, 4, 6), X(2, 5, 8, 12)));
-    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, false, 0, 0, "2x2 s2 even W, uncovered row",
-           INPUTS(X(2, 3, 3, 4), X(2, 3, 7, 8)));
-    floats(op, "kernel_shape=[2,2];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "2x2 s2 ceil_mode (general)",
-           INPUTS(X(1, 2, 5, 4), X(1, 2, 9, 7)));
-    for (int k = 0; k < 3; k++) maxpool_ties(FLOATS[k]);
-    /* NHWC: dY, X and dX all NHWC */
-    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT;
-    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, true, 0, 0, "NHWC mnist pool (batch 2), vectors and misaligned",
-           INPUTS(X(2, 64, 12, 12), X(2, 64, 24, 24)));
-    floats(op, "kernel_shape=[2,2];strides=[2,2]", 12, false, 0, 0, "NHWC odd size, uncovered elements",
-           INPUTS(X(1, 2, 4, 3), X(1, 2, 9, 7)));
-    floats(op, "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "NHWC 3x3 s2 p1 overlapping",
-           INPUTS(X(2, 3, 6, 5), X(2, 3, 11, 10)));
-    floats(op, "kernel_shape=[2,2];dilations=[2,2]", 12, false, 0, 0, "NHWC dilations",
-           INPUTS(X(1, 3, 7, 6), X(1, 3, 9, 8)));
-    floats(op, "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0, "NHWC SAME_UPPER",
-           INPUTS(X(1, 2, 5, 5), X(1, 2, 10, 9)));
-    for (int k = 0; k < 3; k++) maxpool_ties(FLOATS[k]);
-    layout = 0;
-}
-
-/* kiln.SoftmaxGrad / LogSoftmaxGrad (Y, dY) with Y the CPU forward of a random X. */
-static void softmax_grad_case(bool log_out, const char *attrs, int opset, const int64_t *dims, int nd,
-                              const char *label) {
-    const char *fwd = log_out ? "LogSoftmax" : "Softmax";
-    for (int k = 0; k < 3; k++) {
-        const kiln_dtype dt = FLOATS[k];
-        kiln_tensor *x = kt_rand(dt, nd, dims, -3, 3, 91), *y = NULL;
-        kiln_node fn;
-        memset(&fn, 0, sizeof fn);
-        fn.op_type = (char *)fwd;
-        fn.name = (char *)"forward";
-        fn.domain = (char *)"";
-        fn.op = kiln_op_index(fwd);
-        fn.opset = opset ? opset : 21;
-        fn.n_in = fn.n_out = 1;
-        bool ok = x && !kiln_attrs_parse(ctx, attrs, &fn.attrs, &fn.n_attrs) && !kiln_op_eval(ctx, &fn, 1, &x, 1, &y);
-        for (int i = 0; i < fn.n_attrs; i++) kiln_attr_clear(&fn.attrs[i]);
-        free(fn.attrs);
-        kiln_tensor_free(x);
-        if (!ok) {
-            fail(label, "the forward for Y failed: %s", kiln_context_message(ctx));
-            kiln_tensor_free(y);
-            continue;
-        }
-        kiln_tensor *in[2] = {y, kt_rand(dt, nd, dims, -2, 2, 93)};
-        run_tensors(log_out ? "kiln.LogSoftmaxGrad" : "kiln.SoftmaxGrad", attrs, opset, dt, false, 1e-5, 1e-5, label,
-                    in, 2);
-    }
-}
-
-static void softmax_grad_cases(void) {
-    for (int k = 0; k < 2; k++) {
-        softmax_grad_case(k, "axis=1", 13, KT_DIMS(64, 10), 2, "mnist log_softmax");
-        softmax_grad_case(k, "", 0, KT_DIMS(2, 3, 300), 3, "long rows");
-        softmax_grad_case(k, "axis=1", 13, KT_DIMS(2, 5, 7), 3, "middle axis");
-        softmax_grad_case(k, "", 11, KT_DIMS(2, 3, 4), 3, "opset 11 coerced 2-D");
-    }
-}
-
-static void loss_cases(void) {
-    const double at = 1e-7, rt = 1e-6;
-    const char *op = "NegativeLogLikelihoodLoss";
-    floats(op, "reduction=mean", 13, false, at, rt, "mnist nll", INPUTS(XR(-5, 0, 64, 10), XT(KILN_I64, 0, 10, 64)));
-    floats(op, "reduction=sum", 13, false, at, rt, "i32 targets, weights",
-           INPUTS(XR(-5, 0, 6, 4), XT(KILN_I32, 0, 4, 6), XR(0.2, 2, 4)));
-    floats(op, "reduction=none", 13, false, at, rt, "none (N,C,d)",
-           INPUTS(XR(-5, 0, 3, 4, 5), XT(KILN_I64, 0, 4, 3, 5)));
-    floats(op, "ignore_index=3", 13, false, at, rt, "weighted mean, ignore_index, (N,C,d1,d2)",
-           INPUTS(XR(-5, 0, 2, 5, 3, 4), XT(KILN_I64, 0, 5, 2, 3, 4), XR(0.2, 2, 5)));
-    floats(op, "", 13, false, at, rt, "f32 weights", INPUTS(XR(-5, 0, 8, 3), XT(KILN_I64, 0, 3, 8), XT(KILN_F32, 0.5, 1, 3)));
-    op = "kiln.NegativeLogLikelihoodLossGrad";
-    floats(op, "reduction=mean", 13, false, at, rt, "mnist nll",
-           INPUTS(X(64, 10), XT(KILN_I64, 0, 10, 64), NONE, SCALAR(0.5, 2)));
-    floats(op, "ignore_index=3", 13, false, at, rt, "weighted mean, ignore_index",
-           INPUTS(X(2, 5, 3, 4), XT(KILN_I64, 0, 5, 2, 3, 4), XR(0.2, 2, 5), SCALAR(0.5, 2)));
-    floats(op, "reduction=sum", 13, false, at, rt, "sum, i32 targets",
-           INPUTS(X(6, 4), XT(KILN_I32, 0, 4, 6), XR(0.2, 2, 4), SCALAR(0.5, 2)));
-    floats(op, "reduction=none", 13, false, at, rt, "none",
-           INPUTS(X(4, 6, 5), XT(KILN_I32, 0, 6, 4, 5), NONE, X(4, 5)));
-    floats(op, "", 13, false, at, rt, "large mean (two kernels)",
-           INPUTS(X(64, 10, 30), XT(KILN_I64, 0, 10, 64, 30), NONE, SCALAR(0.5, 2)));
-}
-
 /* kiln.LogSoftmaxNLLGrad's loss output (X, target, weight?, dLoss) against
  * kiln.LogSoftmaxNLL's loss, both run on the device on the very same inputs, in f32, f16
  * and bf16: equal to the last bit (the fuse-loss pass swaps one for the other). Each run
@@ -1680,19 +1008,6 @@ static void fused_loss_cases(void) {
                      INPUTS(XR(-6, 6, 1000, 3), XT(KILN_I64, 0, 3, 1000), NONE, SCALART(KILN_F32, 0.5, 2)));
     loss_output_bits("ignore_index=1", "large weighted mean (a grid)",
                      INPUTS(XR(-6, 6, 2001, 10), XT(KILN_I64, 0, 10, 2001), XT(KILN_F32, 0.2, 2, 10), SCALART(KILN_F32, 0.5, 2)));
-    atol_scale = 0;
-}
-
-static void misc_training_cases(void) {
-    floats("Sum", "", 0, true, 1e-6, 1e-6, "three inputs", INPUTS(X(2, 3, 4), X(3, 1), X(4)));
-    floats("Sum", "", 0, false, 1e-6, 1e-6, "two inputs", INPUTS(X(64, 128), X(64, 128)));
-    floats("Sum", "", 0, false, 0, 0, "one input", INPUTS(X(3, 5)));
-    const double at = 2e-5, rt = 1e-4;
-    atol_scale = 1e-5;
-    floats("Gemm", "transB=1", 0, false, 5e-5, rt, "mnist fc1", INPUTS(X(64, 9216), X(128, 9216), X(128)));
-    floats("Gemm", "alpha=1.0;transA=0;transB=0", 0, false, at, rt, "mnist fc2 dX", INPUTS(X(64, 10), X(10, 128)));
-    floats("Gemm", "alpha=1.0;transA=1;transB=0", 0, false, at, rt, "mnist fc2 dW", INPUTS(X(64, 10), X(64, 128)));
-    floats("Gemm", "alpha=1.0;transA=1;transB=0", 0, false, 5e-5, rt, "mnist fc1 dW", INPUTS(X(64, 128), X(64, 9216)));
     atol_scale = 0;
 }
 
@@ -2005,102 +1320,13 @@ static void fused_static_checks(void) {
           kiln_context_message(ctx));
     free(src);
     free_node(&node);
-    cover("kiln.FusedElementwise");
 }
 
 /* --------------------------------------------------------------- layouts */
 
-/* The kernels that honour NHWC, with 4-D data laid out NHWC on the device. */
+/* kiln.ToNHWC with a dtype change, compared exactly (the op files' NHWC cases are swept by
+ * test_backend_ops in every layout the kernels take). */
 static void nhwc_cases(void) {
-    const double at = 1e-6, rt = 1e-5;
-    layout = NHWC_X_Y;
-    floats("Relu", "", 0, false, at, rt, "", INPUTS(X(2, 5, 6, 7)));
-    floats("Sigmoid", "", 0, false, at, rt, "", INPUTS(XR(-6, 6, 2, 3, 4, 5)));
-    floats("Clip", "", 13, false, 0, 0, "bounds as inputs", INPUTS(X(2, 6, 5, 3), SCALAR(-1, -0.5), SCALAR(0.5, 1)));
-    floats("Identity", "", 0, false, 0, 0, "", INPUTS(X(2, 3, 4, 5)));
-    floats("Dropout", "", 0, false, 0, 0, "inference", INPUTS(X(2, 3, 4, 5)));
-    /* binary: both operands NHWC */
-    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT;
-    floats("Add", "", 0, false, at, rt, "same shape", INPUTS(X(2, 5, 6, 7), X(2, 5, 6, 7)));
-    floats("Sub", "", 0, false, at, rt, "both NHWC, broadcast batch", INPUTS(X(3, 4, 5, 6), X(1, 4, 5, 6)));
-    floats("Max", "", 0, false, 0, 0, "three inputs, a per-channel one",
-           INPUTS(X(2, 3, 4, 5), X(2, 3, 4, 5), X(3, 1, 1)));
-    floats("Min", "", 0, false, 0, 0, "two inputs", INPUTS(X(2, 3, 4, 5), X(2, 3, 4, 5)));
-    /* binary: the other operand NCHW with the same bytes in both layouts */
-    layout = NHWC_X_Y;
-    floats("Mul", "", 0, false, at, rt, "per channel (C,1,1)", INPUTS(X(2, 8, 5, 7), X(8, 1, 1)));
-    floats("Add", "", 0, false, at, rt, "per channel (1,C,1,1)", INPUTS(X(2, 16, 3, 3), X(1, 16, 1, 1)));
-    floats("Div", "", 0, false, at, rt, "scalar", INPUTS(X(2, 3, 4, 5), SCALAR(0.5, 2)));
-    floats("Sub", "", 0, false, at, rt, "(N,1,H,W) map", INPUTS(X(2, 6, 4, 5), X(2, 1, 4, 5)));
-    floats("Pow", "", 0, false, at, 3e-6, "per channel", INPUTS(XR(0.5, 2, 2, 4, 3, 3), X(4, 1, 1)));
-    layout = NHWC_IN(1) | NHWC_OUT;
-    floats("Sub", "", 0, false, at, rt, "per channel on the left", INPUTS(X(5, 1, 1), X(2, 5, 4, 3)));
-    /* pools */
-    layout = NHWC_X_Y;
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "3x3 s2 p1",
-           INPUTS(X(2, 3, 11, 10)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "ceil_mode",
-           INPUTS(X(1, 4, 10, 10)));
-    floats("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, false, 0, 0, "dilations", INPUTS(X(1, 3, 9, 8)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0, "SAME_UPPER",
-           INPUTS(X(1, 2, 10, 9)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, false, at, rt, "exclude pad",
-           INPUTS(X(2, 3, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, false, at, rt,
-           "include pad", INPUTS(X(2, 3, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0,
-           false, at, rt, "ceil_mode include pad", INPUTS(X(1, 2, 10, 10)));
-    floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads",
-           INPUTS(X(1, 3, 7, 8)));
-    /* the fast path: channels a multiple of 16 bytes (8 halves, 4 floats), 16-byte vectors;
-     * 12 channels take it in f32 only; the misaligned f32 runs take the general path */
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, true, 0, 0, "3x3 s2 p1, 16 channels",
-           INPUTS(X(2, 16, 11, 10)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, true, 0, 0, "3x3 s2 p1, 12 channels",
-           INPUTS(X(2, 12, 9, 9)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, false, 0, 0, "stem-like, 64 channels",
-           INPUTS(X(2, 64, 28, 28)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];ceil_mode=1", 12, false, 0, 0, "ceil_mode, 8 channels",
-           INPUTS(X(1, 8, 10, 10)));
-    floats("MaxPool", "kernel_shape=[2,2];dilations=[2,2]", 12, true, 0, 0, "dilations, 24 channels",
-           INPUTS(X(1, 24, 9, 8)));
-    floats("MaxPool", "kernel_shape=[3,3];strides=[2,2];auto_pad=SAME_UPPER", 12, false, 0, 0,
-           "SAME_UPPER, 8 channels", INPUTS(X(1, 8, 10, 9)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1]", 0, true, at, rt, "exclude pad, 8 channels",
-           INPUTS(X(2, 8, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];pads=[1,1,1,1];count_include_pad=1", 0, true, at, rt,
-           "include pad, 16 channels", INPUTS(X(2, 16, 9, 7)));
-    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1;count_include_pad=1", 0,
-           false, at, rt, "ceil_mode include pad, 8 channels", INPUTS(X(1, 8, 10, 10)));
-    floats("AveragePool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];ceil_mode=1", 0, false, at, rt,
-           "ceil_mode exclude pad, 8 channels", INPUTS(X(1, 8, 10, 10)));
-    floats("AveragePool", "kernel_shape=[2,3];pads=[0,1,1,0]", 0, false, at, rt, "asymmetric pads, 24 channels",
-           INPUTS(X(1, 24, 7, 8)));
-    floats("AveragePool", "kernel_shape=[2,2];strides=[2,2]", 0, false, at, rt, "2x2 s2, 32 channels",
-           INPUTS(X(2, 32, 8, 6)));
-    /* GlobalAveragePool: Y (N,C,1,1) labelled NCHW (what the layout pass does) or NHWC */
-    layout = NHWC_IN(0);
-    floats("GlobalAveragePool", "", 0, false, at, rt, "7x9", INPUTS(X(2, 5, 7, 9)));
-    floats("GlobalAveragePool", "", 0, false, at, rt, "70 channels", INPUTS(X(3, 70, 5, 5)));
-    floats("GlobalAveragePool", "", 0, false, at, 2e-5, "64x64", INPUTS(X(1, 3, 64, 64)));
-    layout = NHWC_X_Y;
-    floats("GlobalAveragePool", "", 0, false, at, rt, "1x1, NHWC output", INPUTS(X(2, 33, 1, 1)));
-    floats("BatchNormalization", "", 0, false, 1e-5, 1e-5, "4-D",
-           INPUTS(X(2, 6, 4, 5), X(6), X(6), X(6), XR(0.5, 2, 6)));
-    /* layout conversions: all dtypes, partial tiles, and the two copies */
-    const struct {
-        const char *label;
-        int64_t n, c, h, w;
-    } shapes[] = {{"small", 2, 3, 5, 7}, {"several tiles", 2, 40, 33, 35}, {"C = 1", 2, 1, 4, 4},
-                  {"H*W = 1", 3, 8, 1, 1}, {"C = 8", 3, 8, 9, 13}, {"C = 16", 2, 16, 7, 11},
-                  {"C = 33, one tile row", 2, 33, 3, 5}};
-    const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
-    for (int k = 0; k < n_shapes; k++) {
-        layout = NHWC_OUT;
-        any_dtype("kiln.ToNHWC", "", 0, shapes[k].label, INPUTS(X(shapes[k].n, shapes[k].c, shapes[k].h, shapes[k].w)));
-        layout = NHWC_IN(0);
-        any_dtype("kiln.ToNCHW", "", 0, shapes[k].label, INPUTS(X(shapes[k].n, shapes[k].c, shapes[k].h, shapes[k].w)));
-    }
     /* ToNHWC with zero channels and a dtype change (a network's input: f32 NCHW with 3
      * channels -> f16 NHWC with 8), compared exactly: the conversion rounds once, as
      * Cast does. One thread per pixel with 16-, 8- and 4-byte vectors or elements (the
@@ -2135,33 +1361,7 @@ static void nhwc_cases(void) {
              INPUTS(XV(0, CAST_SPECIAL, 1, 1, 1, (int64_t)(sizeof CAST_SPECIAL / sizeof(double)))));
     run_case("kiln.ToNHWC", "to=16;zero_channels=7", 0, KILN_F32, false, 0, 0, "[to bf16] Cast's special values",
              INPUTS(XV(0, CAST_SPECIAL, 1, 1, 1, (int64_t)(sizeof CAST_SPECIAL / sizeof(double)))));
-    /* zero channels alone, every element size */
-    any_dtype("kiln.ToNHWC", "zero_channels=5", 0, "3 to 8 channels", INPUTS(X(2, 3, 6, 7)));
-    any_dtype("kiln.ToNHWC", "zero_channels=2", 0, "3 to 5 channels", INPUTS(X(2, 3, 6, 7)));
-    any_dtype("kiln.ToNHWC", "zero_channels=30", 0, "10 to 40 channels", INPUTS(X(2, 10, 6, 7)));
     exact = false;
-    /* convolutions: X, W and Y NHWC */
-    const double cat = 2e-5, crt = 1e-4;
-    atol_scale = 1e-5;
-    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT;
-    floats("Conv", "pads=[1,1,1,1]", 0, false, cat, crt, "3x3 pad 1 bias", INPUTS(X(2, 8, 9, 11), X(16, 8, 3, 3), X(16)));
-    floats("Conv", "kernel_shape=[3,3];strides=[2,2]", 0, false, cat, crt, "stride 2", INPUTS(X(1, 4, 10, 9), X(6, 4, 3, 3)));
-    floats("Conv", "dilations=[2,2];pads=[2,2,2,2]", 0, false, cat, crt, "dilation 2",
-           INPUTS(X(1, 8, 12, 10), X(8, 8, 3, 3), X(8)));
-    floats("Conv", "group=2;pads=[1,1,1,1]", 0, false, cat, crt, "2 groups", INPUTS(X(2, 8, 7, 7), X(16, 4, 3, 3), X(16)));
-    floats("Conv", "group=16;pads=[1,1,1,1]", 0, false, cat, crt, "depthwise", INPUTS(X(2, 16, 12, 12), X(16, 1, 3, 3)));
-    floats("Conv", "pads=[0,1,2,1]", 0, false, cat, crt, "asymmetric pads", INPUTS(X(1, 3, 8, 8), X(5, 3, 3, 3), X(5)));
-    floats("Conv", "auto_pad=SAME_UPPER;strides=[2,2]", 0, false, cat, crt, "SAME_UPPER stride 2",
-           INPUTS(X(1, 8, 9, 9), X(8, 8, 4, 4)));
-    floats("Conv", "", 0, false, cat, crt, "1x1 bias", INPUTS(X(2, 16, 5, 5), X(8, 16, 1, 1), X(8)));
-    /* 1x1 stride 1: cuBLASLt products (conv-gemm), odd sizes too */
-    floats("Conv", "", 0, false, cat, crt, "1x1 no bias", INPUTS(X(3, 24, 7, 5), X(40, 24, 1, 1)));
-    floats("Conv", "", 0, false, cat, crt, "1x1 odd channels", INPUTS(X(2, 3, 5, 5), X(5, 3, 1, 1), X(5)));
-    floats("Conv", "", 0, false, 5e-5, crt, "1x1 wide", INPUTS(X(4, 64, 14, 14), X(128, 64, 1, 1), X(128)));
-    floats("Conv", "strides=[2,2]", 0, false, cat, crt, "1x1 stride 2 (cuDNN)", INPUTS(X(2, 16, 8, 8), X(32, 16, 1, 1), X(32)));
-    floats("Conv", "pads=[1,1,1,1];strides=[1,2]", 0, false, 5e-5, crt, "wider",
-           INPUTS(X(2, 32, 14, 14), X(48, 32, 3, 3), X(48)));
-    atol_scale = 0;
     layout = 0;
 }
 
@@ -4011,33 +3211,14 @@ int main(int argc, char **argv) {
     const bool have_dir = cu && mkdtemp(dir) != NULL;
     if (have_dir && !getenv("KILN_CACHE_DIR")) setenv("KILN_CACHE_DIR", dir, 1);
 
-    unary_cases();
-    binary_cases();
-    conv_cases();
-    matmul_cases();
-    pool_cases();
-    norm_cases();
-    movement_cases();
     cast_cases();
-    compare_cases();
-    slicing_cases();
     generate_cases();
-    resize_cases();
-    reduce_cases();
-    layernorm_cases();
     if (wanted("plan with folding off")) plan_checks();
     nhwc_cases();
     fused_conv_cases();
-    unary_grad_cases();
     dropout_cases();
-    conv_grad_cases();
     direct_cases();
-    sum_down_cases();
-    maxpool_grad_cases();
-    softmax_grad_cases();
-    loss_cases();
     fused_loss_cases();
-    misc_training_cases();
     fused_elementwise_cases();
     fused_gemm_cases();
     if (wanted("kiln.FusedElementwise")) fused_static_checks();
@@ -4076,12 +3257,6 @@ int main(int argc, char **argv) {
         }
     }
 
-    for (int i = 0; i < kiln_cuda_kernel_count() && !only; i++) {
-        const char *name = kiln_cuda_kernel_name(i);
-        bool found = false;
-        for (int k = 0; k < n_covered && !found; k++) found = strcmp(covered[k], name) == 0;
-        if (!found) fail(name, "%s", "this kernel has no GPU test case");
-    }
     kiln_cuda_free(cu);
     kiln_context_free(ctx);
     if (have_dir) {

@@ -1,0 +1,881 @@
+/*
+ * test_backend_ops.c — every op swept on every backend against the CPU reference, from
+ * the op's own test cases (ggml's test-backend-ops). ctest -L gpu runs it on a device;
+ * ctest -L cpu runs it with --dry-run (no device).
+ *
+ * Where the cases come from: each op file's `test` function (kiln_op_def.test) calls the
+ * helpers of src/core/optest.h. This program installs kiln_optest_set_hook, so every case
+ * of kiln_optest / kiln_optest_opset whose CPU reference ran is handed here with its node
+ * and inputs, and is swept:
+ *
+ *   - forward: the node itself;
+ *   - gradient: when the op has a gradient rule and the case has float inputs it takes
+ *     gradients for, the op alone is extended by autograd (a loss sum(Y_k * R_k) over its
+ *     float outputs, as kiln_gradcheck builds it), the whole graph is evaluated on the
+ *     CPU, and every node autograd emitted is swept with the inputs the CPU computed for
+ *     it. (kiln_gradcheck itself checks those rules against finite differences.)
+ *
+ * Each swept node runs on the backend under test (today: cuda; CPU is the reference) in
+ * every dtype the backend
+ * accepts for it: the case's float inputs (f32 / f64; never value inputs such as Resize's
+ * scales) are rounded to f32, f16 and bf16 (if the backend rejects all of them converted,
+ * only input 0 is), and the CPU reference is run on the rounded values in the case's own
+ * dtype, so both sides see the same inputs (ncnn's rule). Cases without float inputs run
+ * once, in their own dtypes; f64 cases also in f64. Each dtype runs in NCHW where the backend takes it and,
+ * where the node has a 4-D tensor, in every mix of NHWC the backend takes (4-D inputs one
+ * by one, the outputs together: a binary op takes all NHWC or a channel vector NCHW,
+ * kiln.ToNHWC an NCHW input and an NHWC output only). The output buffers are poisoned
+ * with NaN first.
+ *
+ * Compare: |x - ref| <= atol + rtol*|ref| (NaN passes only against a NaN reference,
+ * which the poison never is), the tolerance by the lower precision of the run's dtype and
+ * the output's: f32 atol 2e-5 + 1e-5 max|ref|, rtol 1e-4; f16 1e-3 + 1e-3 max|ref|,
+ * 4e-3; bf16 1e-2 + 8e-3 max|ref|, 3e-2 (the max|ref| term: products, convolutions and
+ * reductions, whose error scales with the output's magnitude), never less than the case's
+ * own atol / rtol (kiln_optest_sweep_tol: long reductions); an f16 / bf16 output is
+ * compared with the reference rounded once to its dtype; integer and bool outputs
+ * exactly. Failures print the first differing element, the max error and the tolerance;
+ * the table gives each op and dtype the largest share of the error budget its passing
+ * cases used; -v prints every passing line with its share. f32 cases of the
+ * unary and binary elementwise kernels run again with every device pointer one element
+ * off 16-byte alignment (their scalar paths).
+ *
+ * A case the backend's supports check rejects is counted as unsupported (with the
+ * reason, under -v), not as a failure. At the end: a table of counts per op and dtype
+ * (passed, /failed, ~unsupported), then the
+ * check that every kernel of the backend's table (src/cuda/table.c) has at least one case
+ * it accepted (FAIL naming the op otherwise), then "N passed, N failed". Exits non-zero
+ * on any failure.
+ *
+ * Usage: test_backend_ops [--dry-run] [OP ...]
+ *   --dry-run (also --record): no device. Every case's CPU reference runs in every dtype,
+ *     the backend's supports check must accept it, and the CUDA C generated for each
+ *     kiln.FusedElementwise case is compiled by NVRTC for sm_90; the table of counts
+ *     then lists which ops got cases, and the coverage check runs (the CI check).
+ *   OP: only the test cases of these ops' files (kiln_op_def names); no coverage check.
+ *   -v: print every passing line, every unsupported case with its reason, and a table
+ *     row per op and dtype with the first reason a case was unsupported (default:
+ *     failures, one line per op file, and the table of one line per op).
+ */
+#include "core/optest.h"
+#include "cuda/cuda_backend.h"
+#include "train/autograd.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_IN 16
+#define MAX_OUT 8
+#define MAX_LAYOUTS 32
+
+static kiln_context *ctx;
+static kiln_cuda *cu; /* NULL: --dry-run */
+static bool verbose;
+static int passed, failed;
+/* The current case's own tolerances (kiln_optest's atol / rtol): the least allowed in f32. */
+static double case_atol, case_rtol;
+
+/* ------------------------------------------------------------------ counts */
+
+enum { C_PASS, C_FAIL, C_UNSUP };
+
+typedef struct row {
+    char op[64];
+    char dt[8];
+    int n[3];
+    int nhwc, grad; /* passes in NHWC; passes of nodes from gradient graphs */
+    double budget;  /* the largest share of the error budget a passing case used */
+    char why[160];  /* the first reason a case was unsupported */
+} row;
+
+static row *rows;
+static int n_rows, cap_rows;
+
+static row *row_for(const char *op, const char *dt) {
+    for (int i = 0; i < n_rows; i++)
+        if (strcmp(rows[i].op, op) == 0 && strcmp(rows[i].dt, dt) == 0) return &rows[i];
+    if (n_rows == cap_rows) {
+        int cap = cap_rows ? 2 * cap_rows : 256;
+        row *grown = realloc(rows, (size_t)cap * sizeof *grown);
+        if (!grown) return NULL;
+        rows = grown;
+        cap_rows = cap;
+    }
+    row *r = &rows[n_rows++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->op, sizeof r->op, "%s", op);
+    snprintf(r->dt, sizeof r->dt, "%s", dt);
+    return r;
+}
+
+/* The share of the error budget the last compare used (the worst of a node's outputs). */
+static double case_budget;
+
+static void tally(const char *op, const char *dt, int what, bool nhwc, bool grad, const char *why) {
+    row *r = row_for(op, dt);
+    if (!r) return;
+    if (what == C_PASS && case_budget > r->budget) r->budget = case_budget;
+    case_budget = 0;
+    r->n[what]++;
+    if (what == C_PASS && nhwc) r->nhwc++;
+    if (what == C_PASS && grad) r->grad++;
+    if (what == C_UNSUP && !r->why[0] && why) snprintf(r->why, sizeof r->why, "%s", why);
+    if (what == C_PASS) passed++;
+    if (what == C_FAIL) failed++;
+}
+
+/* "Conv", or "kiln.ConvGradInput" for kiln's internal ops: the names of the CUDA table. */
+static void op_key(const kiln_node *n, char *buf, size_t size) {
+    const bool internal = n->domain && strcmp(n->domain, "kiln") == 0;
+    snprintf(buf, size, "%s%s", internal ? "kiln." : "", n->op_type);
+}
+
+/* ------------------------------------------------------------------ tensors */
+
+static bool sweepable_float(kiln_dtype t) { return t == KILN_F32 || t == KILN_F64; }
+
+/* A copy of t with dtype `to` (NULL on failure); values go through f64, so a float
+ * rounds once to nearest even. */
+static kiln_tensor *converted(const kiln_tensor *t, kiln_dtype to) {
+    kiln_tensor *c = kiln_tensor_new(ctx, to, t->ndim, t->dims);
+    if (!c) return NULL;
+    const int64_t n = kiln_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        if (kiln_dtype_is_float(to)) kiln_set_f64(c, i, kiln_get_f64(t, i));
+        else kiln_copy_elem(c, i, t, i);
+    }
+    return c;
+}
+
+/* ------------------------------------------------------------------ the CPU reference */
+
+/* infer then the CPU forward on owning tensors, random ops with run seed 0 (the device
+ * draws with seed 0 too). With shapes_only, infer alone, outputs without data. */
+static kiln_status eval_ref(const kiln_node *node, int n_in, kiln_tensor **in, int n_out, kiln_tensor **out,
+                            bool shapes_only) {
+    const kiln_op_def *d = kiln_op_get(node->op);
+    kiln_tensor shapes[MAX_OUT];
+    kiln_tensor *outs[MAX_OUT];
+    memset(shapes, 0, sizeof shapes);
+    for (int k = 0; k < n_out; k++) {
+        outs[k] = &shapes[k];
+        out[k] = NULL;
+    }
+    kiln_op_ctx c = {.kctx = ctx, .node = node, .n_in = n_in, .in = in, .n_out = n_out, .out = outs};
+    kiln_clear_error(ctx);
+    kiln_status st = d ? d->infer(&c) : kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "op %s is not registered", node->op_type);
+    for (int k = 0; k < n_out && !st; k++) {
+        if (shapes_only) { /* no data */
+            out[k] = calloc(1, sizeof *out[k]);
+            if (out[k]) kiln_tensor_set_shape(out[k], shapes[k].dtype, shapes[k].ndim, shapes[k].dims);
+        } else {
+            out[k] = kiln_tensor_new(ctx, shapes[k].dtype, shapes[k].ndim, shapes[k].dims);
+        }
+        if (!out[k]) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "output %d", k);
+        outs[k] = out[k];
+    }
+    if (!st && !shapes_only) {
+        const size_t ws = d->cpu_workspace ? d->cpu_workspace(&c) : 0;
+        void *w = ws ? aligned_alloc(64, (ws + 63) & ~(size_t)63) : NULL;
+        if (ws && !w) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "workspace");
+        c.workspace = w;
+        c.workspace_size = ws;
+        if (!st) st = d->cpu_forward(&c);
+        free(w);
+    }
+    if (st)
+        for (int k = 0; k < n_out; k++) {
+            kiln_tensor_free(out[k]);
+            out[k] = NULL;
+        }
+    return st;
+}
+
+/* ------------------------------------------------------------------ compare */
+
+static void tolerances(kiln_dtype dt, const kiln_tensor *ref, double *a, double *r) {
+    double max_ref = 0;
+    for (int64_t i = 0; i < kiln_tensor_numel(ref); i++) {
+        const double v = fabs(kiln_get_f64(ref, i));
+        if (v > max_ref && !isinf(v) && !isnan(v)) max_ref = v;
+    }
+    switch (dt) {
+    case KILN_F32: *a = 2e-5 + 1e-5 * max_ref; *r = 1e-4; break;
+    case KILN_F16: *a = 1e-3 + 1e-3 * max_ref; *r = 4e-3; break;
+    case KILN_BF16: *a = 1e-2 + 8e-3 * max_ref; *r = 3e-2; break;
+    default: *a = *r = 0; return;
+    }
+    *a = fmax(*a, case_atol);
+    *r = fmax(*r, case_rtol);
+}
+
+/* The lower precision of two dtypes (for the tolerance): bf16 < f16 < f32 < others. */
+static kiln_dtype lower(kiln_dtype a, kiln_dtype b) {
+    static const kiln_dtype order[] = {KILN_BF16, KILN_F16, KILN_F32};
+    for (int i = 0; i < 3; i++)
+        if (a == order[i] || b == order[i]) return order[i];
+    return a;
+}
+
+/* 0 when got matches want (dims equal; dtypes may differ) within tolerance. */
+static int compare(const kiln_tensor *got, const kiln_tensor *want, double atol, double rtol, const char *label) {
+    const int64_t n = kiln_tensor_numel(want);
+    const bool fl = kiln_dtype_is_float(want->dtype) || kiln_dtype_is_float(got->dtype);
+    int64_t bad = 0, first = -1;
+    double max_abs = 0, budget = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fl) {
+            const double g = kiln_get_f64(got, i), w = kiln_get_f64(want, i);
+            const double err = fabs(g - w), tol = atol + rtol * fabs(w);
+            bool ok;
+            if (isnan(w)) ok = isnan(g);
+            else if (isinf(w)) ok = g == w;
+            else ok = !isnan(g) && err <= tol;
+            if (!isinf(w) && !isnan(err)) {
+                if (err > max_abs) max_abs = err;
+                const double used = tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
+                if (used > budget) budget = used;
+            }
+            if (!ok && bad++ == 0) first = i;
+        } else if (kiln_get_i64(got, i) != kiln_get_i64(want, i)) {
+            if (bad++ == 0) first = i;
+        }
+    }
+    char shape[160];
+    kiln_shape_str(want, shape, sizeof shape);
+    if (bad) {
+        printf("FAIL %s: %s, %lld of %lld elements differ; first at %lld: got %.9g want %.9g "
+               "(max abs err %.3g, atol %.2g rtol %.2g)\n",
+               label, shape, (long long)bad, (long long)n, (long long)first, kiln_get_f64(got, first),
+               kiln_get_f64(want, first), max_abs, atol, rtol);
+        return 1;
+    }
+    if (verbose)
+        printf("ok   %s: %s, max abs err %.3g, %.0f%% of error budget\n", label, shape, max_abs, budget * 100);
+    if (budget > case_budget) case_budget = budget;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the cuda backend */
+
+/* --dry-run: the source generated for c compiles with NVRTC for sm_90 (each distinct
+ * source once). */
+static bool generated_compiles(kiln_op_ctx *c) {
+    static uint64_t seen[1024];
+    static int n_seen;
+    char *src = NULL;
+    int n_opts = 0;
+    const char *const *opts = NULL;
+    if (kiln_cuda_fused_source(c, &src, &n_opts, &opts)) return false;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *q = src; *q; q++) h = (h ^ (unsigned char)*q) * 1099511628211ull;
+    bool ok = true, known = false;
+    for (int i = 0; i < n_seen && !known; i++) known = seen[i] == h;
+    if (!known) {
+        char *cubin = NULL;
+        size_t size = 0;
+        ok = kiln_cuda_rtc_compile(ctx, "fused.cu", src, 9, 0, n_opts, opts, &cubin, &size) == KILN_OK && size > 0;
+        free(cubin);
+        if (ok && n_seen < 1024) seen[n_seen++] = h;
+    }
+    free(src);
+    return ok;
+}
+
+/* Device copy of host tensor h (NCHW) laid out as fmt, `offset` bytes past a 256-byte
+ * boundary; data uploaded unless upload is false. */
+static kiln_status device_copy(const kiln_tensor *h, size_t offset, bool upload, kiln_format fmt, kiln_tensor *d) {
+    *d = *h;
+    d->owns_data = false;
+    d->format = fmt;
+    const size_t bytes = kiln_tensor_nbytes(h);
+    void *p = NULL;
+    kiln_status st = kiln_cuda_arena_alloc(cu, bytes + offset + 16, &p);
+    if (st) return st;
+    d->data = (char *)p + offset;
+    if (!upload || !bytes) return st;
+    if (fmt == KILN_FORMAT_NCHW) return kiln_cuda_upload(cu, d->data, h->data, bytes);
+    void *tmp = malloc(bytes);
+    if (!tmp) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "staging");
+    kiln_layout_convert(h, tmp, KILN_FORMAT_NHWC);
+    st = kiln_cuda_upload(cu, d->data, tmp, bytes);
+    free(tmp);
+    return st;
+}
+
+/* Layouts: bit i (i < MAX_IN) lays 4-D input i out NHWC, NHWC_OUT every 4-D output. */
+#define NHWC_OUT (1u << 30)
+static kiln_format fmt_in(unsigned layout, int i, const kiln_tensor *t) {
+    return (layout & (1u << i)) && t->ndim == 4 ? KILN_FORMAT_NHWC : KILN_FORMAT_NCHW;
+}
+static kiln_format fmt_out(unsigned layout, const kiln_tensor *t) {
+    return (layout & NHWC_OUT) && t->ndim == 4 ? KILN_FORMAT_NHWC : KILN_FORMAT_NCHW;
+}
+
+/* Does the backend take the node with inputs in[] (host tensors, values known) and
+ * outputs shaped like out[], in layout? Its reason in why otherwise. */
+static bool backend_supports(const kiln_node *node, int n_in, kiln_tensor **in, int n_out, kiln_tensor **out,
+                             unsigned layout, char *why, size_t wn) {
+    kiln_tensor shp[MAX_IN], shout[MAX_OUT];
+    kiln_tensor *shpp[MAX_IN] = {0}, *shoutp[MAX_OUT] = {0};
+    for (int i = 0; i < n_in; i++)
+        if (in[i]) {
+            shp[i] = *in[i];
+            shp[i].data = NULL;
+            shp[i].owns_data = false;
+            shp[i].format = fmt_in(layout, i, in[i]);
+            shpp[i] = &shp[i];
+        }
+    for (int k = 0; k < n_out; k++) {
+        shout[k] = *out[k];
+        shout[k].data = NULL;
+        shout[k].owns_data = false;
+        shout[k].format = fmt_out(layout, out[k]);
+        shoutp[k] = &shout[k];
+    }
+    /* as on the device: values only through host_in */
+    kiln_op_ctx c = {.kctx = ctx, .node = node, .n_in = n_in, .in = shpp, .n_out = n_out, .out = shoutp, .host_in = in};
+    kiln_clear_error(ctx);
+    if (kiln_cuda_supports(&c) != KILN_OK) {
+        snprintf(why, wn, "%s", kiln_context_message(ctx));
+        return false;
+    }
+    if (!cu && strcmp(node->op_type, "FusedElementwise") == 0 && !generated_compiles(&c)) {
+        snprintf(why, wn, "generated source does not compile: %s", kiln_context_message(ctx));
+        return false; /* reported as a failure by the caller: supports said yes */
+    }
+    return true;
+}
+
+/* Run the node on the device on in[] (host tensors) into outputs shaped like ref[];
+ * compare with ref[] in tolerance dtype dt. 0: passed. */
+static int device_run(const kiln_node *node, int n_in, kiln_tensor **in, int n_out, kiln_tensor **shape_out,
+                      kiln_tensor **ref, unsigned layout, bool misalign, kiln_dtype dt, const char *label) {
+    kiln_tensor din[MAX_IN], dout[MAX_OUT];
+    kiln_tensor *dinp[MAX_IN] = {0}, *doutp[MAX_OUT] = {0};
+    kiln_cuda_arena_reset(cu);
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) continue;
+        if (device_copy(in[i], misalign ? kiln_dtype_size(in[i]->dtype) : 0, true, fmt_in(layout, i, in[i]), &din[i])) {
+            printf("FAIL %s: upload: %s\n", label, kiln_context_message(ctx));
+            return 1;
+        }
+        dinp[i] = &din[i];
+    }
+    for (int k = 0; k < n_out; k++) {
+        if (device_copy(shape_out[k], misalign ? kiln_dtype_size(shape_out[k]->dtype) : 0, false,
+                        fmt_out(layout, shape_out[k]), &dout[k]) ||
+            kiln_cuda_fill_bytes(cu, dout[k].data, 0xFF, kiln_tensor_nbytes(shape_out[k]))) {
+            printf("FAIL %s: output buffer: %s\n", label, kiln_context_message(ctx));
+            return 1;
+        }
+        doutp[k] = &dout[k];
+    }
+    kiln_op_ctx c = {.kctx = ctx, .node = node, .n_in = n_in, .in = dinp, .n_out = n_out, .out = doutp, .host_in = in};
+    size_t ws = 0;
+    kiln_clear_error(ctx);
+    if (kiln_cuda_supports(&c) || kiln_cuda_prepare(cu, &c) || kiln_cuda_workspace_size(cu, &c, &ws) ||
+        kiln_cuda_workspace_reserve(cu, ws)) {
+        printf("FAIL %s: %s\n", label, kiln_context_message(ctx));
+        return 1;
+    }
+    c.workspace = ws ? kiln_cuda_workspace(cu, NULL) : NULL;
+    c.workspace_size = ws;
+    if (kiln_cuda_rng_set(cu, 0) || kiln_cuda_run(cu, &c) || kiln_cuda_sync(cu)) {
+        printf("FAIL %s: %s\n", label, kiln_context_message(ctx));
+        return 1;
+    }
+    int bad = 0;
+    for (int k = 0; k < n_out; k++) {
+        kiln_tensor *got = kiln_tensor_new(ctx, shape_out[k]->dtype, shape_out[k]->ndim, shape_out[k]->dims);
+        if (!got || kiln_cuda_download(cu, got->data, dout[k].data, kiln_tensor_nbytes(got))) {
+            printf("FAIL %s: download: %s\n", label, kiln_context_message(ctx));
+            kiln_tensor_free(got);
+            return 1;
+        }
+        if (dout[k].format == KILN_FORMAT_NHWC) { /* back to NCHW to compare */
+            kiln_tensor *nchw = kiln_tensor_clone(ctx, got);
+            if (nchw) {
+                got->format = KILN_FORMAT_NHWC;
+                kiln_layout_convert(got, nchw->data, KILN_FORMAT_NCHW);
+                nchw->format = KILN_FORMAT_NCHW;
+            }
+            kiln_tensor_free(got);
+            got = nchw;
+            if (!got) {
+                printf("FAIL %s: out of memory\n", label);
+                return 1;
+            }
+        }
+        /* an f16 / bf16 output is the f32 result rounded once: so is the reference
+         * (values past the dtype's range become inf on both sides) */
+        const bool narrow = (got->dtype == KILN_F16 || got->dtype == KILN_BF16) && sweepable_float(ref[k]->dtype);
+        kiln_tensor *want = narrow ? converted(ref[k], got->dtype) : ref[k];
+        if (!want) {
+            printf("FAIL %s: out of memory\n", label);
+            kiln_tensor_free(got);
+            return 1;
+        }
+        double a, r;
+        tolerances(lower(dt, ref[k]->dtype == KILN_F64 ? KILN_F32 : ref[k]->dtype), want, &a, &r);
+        if (!kiln_dtype_is_float(got->dtype) && !kiln_dtype_is_float(ref[k]->dtype)) a = r = 0;
+        char olab[800];
+        if (n_out > 1) snprintf(olab, sizeof olab, "%s (output %d)", label, k);
+        else snprintf(olab, sizeof olab, "%s", label);
+        bad |= compare(got, want, a, r, olab);
+        if (narrow) kiln_tensor_free(want);
+        kiln_tensor_free(got);
+    }
+    return bad;
+}
+
+/* ------------------------------------------------------------------ one node swept */
+
+static void free_all(kiln_tensor **t, int n) {
+    for (int i = 0; i < n; i++) {
+        kiln_tensor_free(t[i]);
+        t[i] = NULL;
+    }
+}
+
+/* The node in the dtype `dt`: dev[] (what the backend gets) and ref[] (the same values in
+ * the case's dtypes, for the CPU reference). only0: convert input 0 alone. False when
+ * nothing would change. */
+static bool make_variant(const kiln_node *node, int n_in, kiln_tensor *const *in, kiln_dtype dt, bool only0,
+                         kiln_tensor **dev, kiln_tensor **ref) {
+    const kiln_op_def *d = kiln_op_get(node->op);
+    bool ok = true;
+    for (int i = 0; i < n_in; i++) {
+        dev[i] = ref[i] = NULL;
+        if (!in[i]) continue;
+        const bool conv = dt != KILN_DTYPE_UNDEFINED && sweepable_float(in[i]->dtype) && !(d->value_inputs & (1u << i)) &&
+                          (!only0 || i == 0);
+        if (conv) {
+            dev[i] = converted(in[i], dt);
+            ref[i] = dev[i] ? converted(dev[i], in[i]->dtype) : NULL;
+        } else {
+            dev[i] = kiln_tensor_clone(ctx, in[i]);
+            ref[i] = kiln_tensor_clone(ctx, in[i]);
+        }
+        ok &= dev[i] && ref[i];
+    }
+    return ok;
+}
+
+/* The node runs on the kernel of the unary or the binary elementwise ops. */
+static bool elementwise_kernel(const kiln_node *node) {
+    const kiln_cuda_fn k = kiln_cuda_kernel_for(node->op);
+    return k && (k == kiln_cuda_kernel_for(kiln_op_index("Relu")) || k == kiln_cuda_kernel_for(kiln_op_index("Add")));
+}
+
+static int popcount(unsigned v) {
+    int n = 0;
+    for (; v; v &= v - 1) n++;
+    return n;
+}
+
+/* The layouts to run the node in (returns how many, up to MAX_LAYOUTS; 0: none the
+ * backend takes, its reason in why): NCHW when the backend takes it, and, where the node
+ * has a 4-D tensor, every mix of NHWC the backend takes (the 4-D inputs one by one, the
+ * outputs together), the most NHWC first. */
+static int pick_layouts(const kiln_node *node, int n_in, kiln_tensor **dev, int n_out, kiln_tensor **dshape,
+                        unsigned *layouts, char *why, size_t wn) {
+    int n = 0;
+    if (backend_supports(node, n_in, dev, n_out, dshape, 0, why, wn)) layouts[n++] = 0;
+    else if (strstr(why, "generated source")) return 0;
+    int four[MAX_IN], n4 = 0;
+    bool out4 = false;
+    for (int i = 0; i < n_in; i++)
+        if (dev[i] && dev[i]->ndim == 4 && n4 < 6) four[n4++] = i;
+    for (int k = 0; k < n_out; k++) out4 |= dshape[k]->ndim == 4;
+    const int bits = n4 + (out4 ? 1 : 0);
+    char w2[512];
+    for (int want = bits; want >= 1; want--)
+        for (unsigned m = 1; m < (1u << bits); m++) {
+            if (popcount(m) != want) continue;
+            unsigned layout = 0;
+            for (int b = 0; b < n4; b++)
+                if (m & (1u << b)) layout |= 1u << four[b];
+            if (out4 && (m & (1u << n4))) layout |= NHWC_OUT;
+            if (n < MAX_LAYOUTS && backend_supports(node, n_in, dev, n_out, dshape, layout, w2, sizeof w2))
+                layouts[n++] = layout;
+        }
+    return n;
+}
+
+static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, int n_out, const char *label,
+                       bool grad) {
+    char key[96];
+    op_key(node, key, sizeof key);
+    if (node->op < 0 || !kiln_cuda_kernel_for(node->op)) return; /* no kernel on this backend */
+    if (n_in > MAX_IN || n_out > MAX_OUT || n_out < 1) return;
+    const kiln_op_def *d = kiln_op_get(node->op);
+    bool has_float = false, has_f64 = false;
+    for (int i = 0; i < n_in; i++) {
+        const bool eligible = in[i] && sweepable_float(in[i]->dtype) && !(d->value_inputs & (1u << i));
+        has_float |= eligible;
+        has_f64 |= eligible && in[i]->dtype == KILN_F64;
+    }
+    /* f32, f16, bf16; the case's own dtypes when it has no float input to convert, or
+     * (as well) when it is f64 */
+    static const kiln_dtype FLOATS[] = {KILN_F32, KILN_F16, KILN_BF16, KILN_DTYPE_UNDEFINED};
+    const int n_dt = has_float ? 3 + has_f64 : 1;
+    for (int t = 0; t < n_dt; t++) {
+        const kiln_dtype dt = has_float ? FLOATS[t] : KILN_DTYPE_UNDEFINED;
+        kiln_tensor *dev[MAX_IN], *ref[MAX_IN], *dshape[MAX_OUT] = {0}, *rout[MAX_OUT] = {0};
+        char dtname[8], why[512] = "", why0[512] = "", lab[600];
+        const kiln_tensor *data = NULL; /* as given: the first input that is not a bool condition */
+        for (int i = 0; i < n_in; i++)
+            if (in[i] && (!data || data->dtype == KILN_BOOL)) data = in[i];
+        snprintf(dtname, sizeof dtname, "%s",
+                 dt != KILN_DTYPE_UNDEFINED ? kiln_dtype_name(dt)
+                 : has_f64                  ? "f64"
+                 : data                     ? kiln_dtype_name(data->dtype)
+                                            : "-");
+        bool supported = false;
+        unsigned layouts[MAX_LAYOUTS] = {0};
+        int n_lay = 0;
+        for (int mode = 0; mode < 2 && !supported; mode++) {
+            if (mode == 1 && (dt == KILN_DTYPE_UNDEFINED || !in[0] || !sweepable_float(in[0]->dtype))) break;
+            if (!make_variant(node, n_in, in, dt, mode == 1, dev, ref)) {
+                snprintf(why, sizeof why, "out of memory");
+                free_all(dev, n_in);
+                free_all(ref, n_in);
+                break;
+            }
+            if (eval_ref(node, n_in, dev, n_out, dshape, true) != KILN_OK) {
+                snprintf(why, sizeof why, "CPU infer rejects the inputs in %s: %s", dtname, kiln_context_message(ctx));
+            } else {
+                n_lay = pick_layouts(node, n_in, dev, n_out, dshape, layouts, why, sizeof why);
+                supported = n_lay > 0;
+                if (!supported && strstr(why, "generated source")) {
+                    snprintf(lab, sizeof lab, "%s %s %s", key, label, dtname);
+                    printf("FAIL %s: %s\n", lab, why);
+                    tally(key, dtname, C_FAIL, false, grad, NULL);
+                    free_all(dshape, n_out);
+                    free_all(dev, n_in);
+                    free_all(ref, n_in);
+                    goto next_dtype;
+                }
+            }
+            if (supported) break;
+            if (mode == 0) snprintf(why0, sizeof why0, "%s", why);
+            free_all(dshape, n_out);
+            free_all(dev, n_in);
+            free_all(ref, n_in);
+        }
+        if (!supported) {
+            if (why0[0]) snprintf(why, sizeof why, "%s", why0); /* the reason with every input converted */
+            if (verbose) printf("skip %s %s %s: %s\n", key, label, dtname, why);
+            tally(key, dtname, C_UNSUP, false, grad, why);
+            continue;
+        }
+        /* the reference on the same (rounded) values */
+        snprintf(lab, sizeof lab, "%s %s %s%s", key, label, dtname, grad ? " (gradient graph)" : "");
+        if (eval_ref(node, n_in, ref, n_out, rout, false) != KILN_OK) {
+            printf("FAIL %s: the CPU reference failed: %s\n", lab, kiln_context_message(ctx));
+            tally(key, dtname, C_FAIL, false, grad, NULL);
+            goto done;
+        }
+        for (int l = 0; l < n_lay; l++) {
+            char llab[700], tag[96] = "";
+            if (layouts[l]) { /* which tensors are NHWC: " NHWC[in 0 2, out]" */
+                size_t at = (size_t)snprintf(tag, sizeof tag, " NHWC[in");
+                for (int i = 0; i < n_in && at < sizeof tag; i++)
+                    if (dev[i] && fmt_in(layouts[l], i, dev[i]) == KILN_FORMAT_NHWC)
+                        at += (size_t)snprintf(tag + at, sizeof tag - at, " %d", i);
+                if (at < sizeof tag) snprintf(tag + at, sizeof tag - at, "%s]", layouts[l] & NHWC_OUT ? ", out" : "");
+            }
+            snprintf(llab, sizeof llab, "%s%s", lab, tag);
+            if (!cu) {
+                if (verbose) printf("ok   %s: CPU reference ran, cuda supports it (dry run)\n", llab);
+                tally(key, dtname, C_PASS, layouts[l] != 0, grad, NULL);
+                continue;
+            }
+            const int bad = device_run(node, n_in, dev, n_out, dshape, rout, layouts[l], false,
+                                       dt != KILN_DTYPE_UNDEFINED ? dt : KILN_F32, llab);
+            tally(key, dtname, bad ? C_FAIL : C_PASS, layouts[l] != 0, grad, NULL);
+        }
+        /* f32 elementwise kernels again with every pointer one element off 16-byte
+         * alignment: their scalar paths */
+        if (cu && dt == KILN_F32 && layouts[0] == 0 && elementwise_kernel(node)) {
+            char mlab[700];
+            snprintf(mlab, sizeof mlab, "%s misaligned", lab);
+            const int bad = device_run(node, n_in, dev, n_out, dshape, rout, 0, true, dt, mlab);
+            tally(key, dtname, bad ? C_FAIL : C_PASS, false, grad, NULL);
+        }
+    done:
+        free_all(rout, n_out);
+        free_all(dshape, n_out);
+        free_all(dev, n_in);
+        free_all(ref, n_in);
+    next_dtype:;
+    }
+}
+
+/* ------------------------------------------------------------------ gradient graphs */
+
+/* The op alone on in[] with a loss sum_k sum(Y_k * R_k), extended by autograd; every
+ * node autograd emitted is swept with the inputs the CPU computes for it. */
+static void sweep_gradients(const kiln_node *node, int n_in, kiln_tensor *const *in, int n_out, const char *label) {
+    const kiln_op_def *d = kiln_op_get(node->op);
+    if (!d || !d->grad || n_in > MAX_IN || n_out > MAX_OUT) return;
+    bool wrt[MAX_IN] = {0}, any = false;
+    for (int i = 0; i < n_in; i++) {
+        const uint32_t bit = 1u << i;
+        wrt[i] = in[i] && sweepable_float(in[i]->dtype) &&
+                 !((d->nondiff_inputs | d->value_inputs | d->shape_only_inputs) & bit);
+        any |= wrt[i];
+    }
+    if (!any) return;
+    kiln_context *mctx = NULL;
+    kiln_model *base = NULL, *m = NULL;
+    kiln_tensor **vals = NULL, *rs[MAX_OUT] = {0};
+    if (kiln_context_create(&mctx) || kiln_model_create(mctx, &base)) goto out;
+    char names[MAX_IN][16], onames[MAX_OUT][16];
+    const char *inp[MAX_IN], *outp[MAX_OUT];
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n_in && !st; i++) {
+        snprintf(names[i], sizeof names[i], "x%d", i);
+        inp[i] = in[i] ? names[i] : "";
+        if (!in[i]) continue;
+        if (wrt[i]) st = kiln_model_add_input(base, names[i], in[i]->dtype, in[i]->ndim, in[i]->dims);
+        else st = kiln_model_add_initializer(base, names[i], in[i]);
+    }
+    for (int k = 0; k < n_out; k++) {
+        snprintf(onames[k], sizeof onames[k], "y%d", k);
+        outp[k] = onames[k];
+    }
+    kiln_node *fw = NULL;
+    if (!st) st = kiln_model_add_node(base, node->op_type, "op", n_in, inp, n_out, outp, &fw);
+    if (!st) {
+        free(fw->domain);
+        fw->domain = kiln_strdup(mctx, node->domain ? node->domain : "");
+        fw->opset = node->opset;
+        fw->attrs = node->n_attrs ? calloc((size_t)node->n_attrs, sizeof *fw->attrs) : NULL;
+        for (int a = 0; a < node->n_attrs && !st; a++) {
+            st = kiln_attr_copy(mctx, &fw->attrs[a], &node->attrs[a]);
+            if (!st) fw->n_attrs = a + 1;
+        }
+    }
+    for (int k = 0; k < n_out && !st; k++) st = kiln_model_add_output(base, onames[k]);
+    if (st || kiln_model_finalize(base) || kiln_model_clone(base, &m)) goto out;
+    /* loss = sum over float outputs of sum(Y_k * R_k) */
+    m->n_outputs = 0;
+    int loss = -1;
+    kiln_dtype loss_dt = KILN_DTYPE_UNDEFINED;
+    for (int k = 0; k < n_out; k++) {
+        const kiln_value *y = &base->values[base->outputs[k]];
+        if (!kiln_dtype_is_float(y->dtype) || y->ndim < 0) continue;
+        if (loss_dt == KILN_DTYPE_UNDEFINED) loss_dt = y->dtype;
+        if (y->dtype != loss_dt) continue; /* Sum takes one dtype (LayerNormalization's f32 statistics) */
+        char rn[16], ln[16], sn[16];
+        snprintf(rn, sizeof rn, "r%d", k);
+        snprintf(ln, sizeof ln, "l%d", k);
+        snprintf(sn, sizeof sn, "s%d", k);
+        rs[k] = kt_rand(y->dtype, y->ndim, y->dims, -1, 1, 1000 + (uint64_t)k);
+        const char *lin[2] = {onames[k], rn}, *lout[1] = {ln};
+        kiln_node *ln_node = NULL;
+        if (!rs[k] || kiln_model_add_initializer(m, rn, rs[k]) ||
+            kiln_model_add_node(m, "GradCheckLoss", ln, 2, lin, 1, lout, &ln_node))
+            goto out;
+        free(ln_node->domain);
+        ln_node->domain = kiln_strdup(mctx, "kiln");
+        const int lv = kiln_model_find_value(m, ln);
+        if (loss < 0) {
+            loss = lv;
+        } else {
+            const char *sin[2] = {m->values[loss].name, ln}, *sout[1] = {sn};
+            if (kiln_model_add_node(m, "Sum", sn, 2, sin, 1, sout, NULL)) goto out;
+            loss = kiln_model_find_value(m, sn);
+        }
+    }
+    if (loss < 0) goto out;
+    int params[MAX_IN], grads[MAX_IN], np = 0;
+    for (int i = 0; i < n_in; i++)
+        if (wrt[i]) params[np++] = kiln_model_find_value(m, names[i]);
+    const int first_bwd = m->n_nodes;
+    if (kiln_autograd(m, loss, np, params, grads)) {
+        if (verbose) printf("note %s: no gradient graph: %s\n", label, kiln_context_message(mctx));
+        goto out;
+    }
+    /* evaluate the graph in node order on the CPU */
+    vals = calloc((size_t)m->n_values, sizeof *vals);
+    if (!vals) goto out;
+    for (int i = 0; i < n_in; i++)
+        if (in[i] && wrt[i]) vals[kiln_model_find_value(m, names[i])] = kiln_tensor_clone(ctx, in[i]);
+    for (int v = 0; v < m->n_values; v++)
+        if (!vals[v] && m->values[v].init) vals[v] = kiln_tensor_clone(ctx, m->values[v].init);
+    for (int j = 0; j < m->n_nodes; j++) {
+        kiln_node *nd = &m->nodes[j];
+        if (nd->op < 0) nd->op = kiln_op_index_domain(nd->domain, nd->op_type);
+        kiln_tensor *nin[MAX_IN] = {0}, *nout[MAX_OUT] = {0};
+        if (nd->op < 0 || nd->n_in > MAX_IN || nd->n_out > MAX_OUT) goto out;
+        for (int i = 0; i < nd->n_in; i++) nin[i] = nd->in[i] >= 0 ? vals[nd->in[i]] : NULL;
+        if (eval_ref(nd, nd->n_in, nin, nd->n_out, nout, false) != KILN_OK) {
+            printf("FAIL %s: the CPU gradient graph failed at %s: %s\n", label, nd->op_type,
+                   kiln_context_message(ctx));
+            failed++;
+            goto out;
+        }
+        if (j >= first_bwd) {
+            char lab[300];
+            snprintf(lab, sizeof lab, "%s (d %s)", label, node->op_type);
+            sweep_node(nd, nd->n_in, nin, nd->n_out, lab, true);
+        }
+        for (int k = 0; k < nd->n_out; k++) {
+            if (nd->out[k] >= 0 && !vals[nd->out[k]]) vals[nd->out[k]] = nout[k];
+            else kiln_tensor_free(nout[k]);
+        }
+    }
+out:
+    if (vals)
+        for (int v = 0; m && v < m->n_values; v++) kiln_tensor_free(vals[v]);
+    free(vals);
+    for (int k = 0; k < MAX_OUT; k++) kiln_tensor_free(rs[k]);
+    kiln_model_free(m);
+    kiln_model_free(base);
+    kiln_context_free(mctx);
+}
+
+/* ------------------------------------------------------------------ the hook */
+
+static void on_case(const kiln_node *node, int n_in, kiln_tensor *const *in, int n_out, kiln_tensor *const *out,
+                    double atol, double rtol, const char *label) {
+    (void)out;
+    case_atol = atol;
+    case_rtol = rtol;
+    kiln_node n = *node;
+    if (n.op < 0) return;
+    if (!n.domain) n.domain = (char *)"";
+    sweep_node(&n, n_in, in, n_out, label, false);
+    sweep_gradients(&n, n_in, in, n_out, label);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int cmp_rows(const void *a, const void *b) {
+    const row *x = a, *y = b;
+    const int c = strcmp(x->op, y->op);
+    return c ? c : strcmp(x->dt, y->dt);
+}
+
+int main(int argc, char **argv) {
+    if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    bool dry = false;
+    int n_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--record") == 0) dry = true;
+        else if (strcmp(argv[i], "-v") == 0) verbose = true;
+        else n_only++;
+    }
+    kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)512 << 20};
+    if (!dry && kiln_cuda_create(ctx, &o, &cu) != KILN_OK) {
+        printf("FAIL: no usable CUDA device: %s\n", kiln_context_message(ctx));
+        printf("0 passed, 1 failed\n");
+        kiln_context_free(ctx);
+        return 1;
+    }
+    if (cu) {
+        const kiln_cuda_props *p = kiln_cuda_get_props(cu);
+        printf("backend cuda: %s, %d SMs, compute capability %d.%d\n", p->name, p->sm_count, p->cc_major, p->cc_minor);
+    } else {
+        printf("backend cuda: dry run (no device): CPU references, supports checks, NVRTC\n");
+    }
+    /* choices timed here go to a scratch cache, not the user's */
+    char dir[] = "/tmp/kiln-sweep-XXXXXX";
+    const bool have_dir = cu && mkdtemp(dir) != NULL;
+    if (have_dir && !getenv("KILN_CACHE_DIR")) setenv("KILN_CACHE_DIR", dir, 1);
+
+    kiln_optest_set_hook(on_case);
+    for (int i = 0; i < kiln_op_count(); i++) {
+        const kiln_op_def *d = kiln_op_get(i);
+        bool selected = n_only == 0;
+        for (int a = 1; a < argc; a++) selected |= strcmp(argv[a], d->name) == 0;
+        if (!selected || !d->test) continue;
+        const int p0 = passed, f0 = failed;
+        const int own = d->test(); /* its CPU cases, swept through the hook */
+        if (own) {
+            printf("FAIL %s: %d of its own CPU test cases failed\n", d->name, own);
+            failed++;
+        }
+        printf("op file %s%s: %d swept cases passed, %d failed\n", d->domain ? "kiln." : "", d->name, passed - p0,
+               failed - f0);
+    }
+    kiln_optest_set_hook(NULL);
+
+    qsort(rows, (size_t)n_rows, sizeof *rows, cmp_rows);
+    if (verbose) { /* one row per op and dtype, with the first reason a case was unsupported */
+        printf("\n%-36s %-5s %7s %7s %7s %6s %6s %7s  %s\n", "op (cuda)", "dtype", dry ? "checked" : "passed",
+               "failed", "unsupp", "NHWC", "grad", "budget", "first reason unsupported");
+        for (int i = 0; i < n_rows; i++) {
+            const row *r = &rows[i];
+            char budget[16] = "-";
+            if (!dry && r->n[C_PASS]) snprintf(budget, sizeof budget, "%.0f%%", r->budget * 100);
+            printf("%-36s %-5s %7d %7d %7d %6d %6d %7s  %.100s\n", r->op, r->dt, r->n[C_PASS], r->n[C_FAIL],
+                   r->n[C_UNSUP], r->nhwc, r->grad, budget, r->why);
+        }
+    }
+    /* one line per op: each dtype's cases passed (checked in a dry run), then "/N failed"
+     * and "~N unsupported" where there are any; the NHWC and gradient-graph shares of the
+     * passes; the largest share of the error budget a passing case used */
+    printf("\n%-34s %-11s %-11s %-11s %6s %5s %6s  %s\n", "op (cuda)", "f32", "f16", "bf16", "NHWC", "grad", "budget",
+           "other dtypes");
+    for (int i = 0; i < n_rows;) {
+        int j = i;
+        char cell[3][32] = {"-", "-", "-"}, other[160] = "";
+        int nhwc = 0, grad = 0;
+        double budget = 0;
+        bool any_pass = false;
+        size_t at = 0;
+        for (; j < n_rows && strcmp(rows[j].op, rows[i].op) == 0; j++) {
+            const row *r = &rows[j];
+            char c[32];
+            int w = snprintf(c, sizeof c, "%d", r->n[C_PASS]);
+            if (r->n[C_FAIL]) w += snprintf(c + w, sizeof c - (size_t)w, "/%d", r->n[C_FAIL]);
+            if (r->n[C_UNSUP]) snprintf(c + w, sizeof c - (size_t)w, "~%d", r->n[C_UNSUP]);
+            const int k = strcmp(r->dt, "f32") == 0 ? 0 : strcmp(r->dt, "f16") == 0 ? 1 : strcmp(r->dt, "bf16") == 0 ? 2 : -1;
+            if (k >= 0) snprintf(cell[k], sizeof cell[k], "%s", c);
+            else if (at < sizeof other) at += (size_t)snprintf(other + at, sizeof other - at, "%s%s %s", at ? ", " : "", r->dt, c);
+            nhwc += r->nhwc;
+            grad += r->grad;
+            any_pass |= r->n[C_PASS] > 0;
+            if (r->budget > budget) budget = r->budget;
+        }
+        char b[16] = "-";
+        if (!dry && any_pass) snprintf(b, sizeof b, "%.0f%%", budget * 100);
+        printf("%-34s %-11s %-11s %-11s %6d %5d %6s  %s\n", rows[i].op, cell[0], cell[1], cell[2], nhwc, grad, b, other);
+        i = j;
+    }
+    /* every kernel of the table has at least one case it took */
+    int uncovered = 0;
+    for (int i = 0; i < kiln_cuda_kernel_count() && n_only == 0; i++) {
+        const char *name = kiln_cuda_kernel_name(i);
+        int took = 0;
+        for (int k = 0; k < n_rows; k++)
+            if (strcmp(rows[k].op, name) == 0) took += rows[k].n[C_PASS] + rows[k].n[C_FAIL];
+        if (!took) {
+            printf("FAIL %s: in the cuda table but no test case of its op file reaches it (add kiln_optest "
+                   "cases to the op file's test function)\n",
+                   name);
+            uncovered++;
+        }
+    }
+    failed += uncovered;
+    kiln_cuda_free(cu);
+    kiln_context_free(ctx);
+    free(rows);
+    if (have_dir) {
+        const char *files[] = {"algos/cudnn-algos.txt", "algos", "heuristic.txt", "cudnn-algos.txt", ""};
+        for (int i = 0; i < 5; i++) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+            remove(path);
+        }
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
