@@ -7,6 +7,7 @@
  *   kiln ops | version
  */
 #include "kiln.h"
+#include "kiln_models.h"
 #include "core/internal.h"
 #include "data/data.h"
 #include "io/safetensors.h"
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <unistd.h>
 
 #define MAX_IO 64
@@ -660,6 +662,17 @@ static int cmd_train(int argc, char **argv) {
         }
         kiln_safetensors_free(w);
         if (rc) goto out;
+        if (!loaded) {
+            /* training from random weights when the file was meant to set them is a silent
+             * wrong answer: refuse, naming what the names should look like */
+            const char *example = "";
+            for (int v = 0; v < m->n_values && !example[0]; v++)
+                if (m->values[v].init) example = m->values[v].name;
+            fprintf(stderr, "kiln train: --init %s: no tensor in the file is named as a weight of mnist-net "
+                            "(its weights are named like '%s')\n", a.init, example);
+            rc = 1;
+            goto out;
+        }
         printf("initial weights: %d tensors from %s\n", loaded, a.init);
     }
     if (kiln_trainer_create(m, "loss", &o, &t)) {
@@ -827,7 +840,19 @@ out:
     return rc;
 }
 
+/* OpenMP's idle threads must sleep, not spin, or a machine whose cores other processes
+ * keep busy makes multi-threaded runs 10-30x slower (kiln.h, "Busy machines"). libgomp
+ * reads OMP_WAIT_POLICY only when it is loaded, so the command line sets it and starts
+ * itself again, unless the caller chose a policy (or the restart is impossible: then it
+ * runs on as it is). */
+static void wait_passively(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv) {
+    wait_passively(argv);
     if (argc < 2) return usage(stderr);
     const char *cmd = argv[1];
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
@@ -837,7 +862,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "onnx-test") == 0) return kiln_onnx_test_main(argc - 1, argv + 1, stdout);
     if (strcmp(cmd, "version") == 0) {
-        printf("kiln %s\n", KILN_VERSION);
+        printf("kiln %s\n", kiln_version());
         return 0;
     }
     if (strcmp(cmd, "ops") == 0) {

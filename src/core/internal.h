@@ -7,6 +7,7 @@
 #define KILN_INTERNAL_H
 
 #include "kiln.h"
+#include "kiln_models.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,9 +22,14 @@
 
 /* ------------------------------------------------------------------ context */
 
+/* Messages are kept per thread (src/core/context.c): a context shared by threads never
+ * has one thread's message written over another's. Read this thread's message with
+ * kiln_context_message(ctx). A zeroed kiln_context (id 0) on the stack is a valid context
+ * for single-threaded internal use. */
+#define KILN_MSG_SIZE 2048
 struct kiln_context {
-    char msg[2048];
-    int threads;
+    uint64_t id;  /* unique per kiln_context_create, the key of the per-thread messages */
+    int threads;  /* kiln_context_set_threads; read and written atomically */
 };
 
 /* Record a message on ctx and return st. Use as `return kiln_fail(ctx, KILN_ERR_IO, ...)`. */
@@ -32,6 +38,8 @@ kiln_status kiln_failv(kiln_context *ctx, kiln_status st, const char *fmt, va_li
 /* Prefix the message already on ctx with more context ("while loading x.onnx: "). */
 void kiln_msg_prefix(kiln_context *ctx, const char *fmt, ...) KILN_PRINTF(2, 3);
 void kiln_clear_error(kiln_context *ctx);
+/* kiln_context_set_threads's setting (0: all cores). */
+int kiln_context_threads(const kiln_context *ctx);
 
 /* Allocation that records an out-of-memory message naming what was allocated. */
 void *kiln_malloc(kiln_context *ctx, size_t n, const char *what);
@@ -384,8 +392,15 @@ kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, con
 
 /* --------------------------------------------------------------- threading */
 
-/* Number of threads CPU kernels should use (the context setting, or all cores). */
+/* Number of threads CPU kernels should use: the setting of the session (or trainer)
+ * running on this thread, else all cores. A run brackets its work with
+ * old = kiln_cpu_threads_enter(n) (n 0: all cores) ... kiln_cpu_threads_leave(old); the
+ * setting is per calling thread, never process-wide (src/cpu/threads.c). */
 int kiln_cpu_threads(void);
-void kiln_cpu_set_threads(int n);
+int kiln_cpu_threads_enter(int n);
+void kiln_cpu_threads_leave(int old);
+/* Whether OpenMP's idle threads sleep rather than spin (OMP_WAIT_POLICY=passive, set by
+ * kiln at start-up unless the program chose a policy; src/cpu/threads.c). */
+bool kiln_cpu_wait_passive(void);
 
 #endif /* KILN_INTERNAL_H */

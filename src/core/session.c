@@ -6,6 +6,7 @@
 #include "../cuda/cuda_plan.h"
 #endif
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,9 @@ struct kiln_session {
     session_plan plans[MAX_PLANS]; /* most recently used first */
     int n_plans;
     uint64_t runs;
+    /* One run at a time (kiln.h's threading rules): runs from several threads take turns.
+     * Held by kiln_session_run_seeded, kiln_session_run_into and kiln_session_stats. */
+    pthread_mutex_t mu;
 #ifdef KILN_HAVE_CUDA
     kiln_cuda *cu;
 #endif
@@ -66,6 +70,10 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)o.precision);
     kiln_session *s = kiln_calloc(m->ctx, 1, sizeof *s, "a session");
     if (!s) return KILN_ERR_OUT_OF_MEMORY;
+    if (pthread_mutex_init(&s->mu, NULL)) {
+        free(s);
+        return kiln_fail(m->ctx, KILN_ERR_INTERNAL, "cannot create the session's mutex");
+    }
     s->m = m;
     s->opts = o;
     kiln_pass_options po = {.device = o.device, .precision = o.precision, .disabled = o.disable_passes};
@@ -74,6 +82,7 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
     if (o.precision == KILN_PRECISION_FP32) po.disabled |= KILN_PASS_NHWC;
     kiln_status pst = kiln_passes_apply(m, &po, &s->optimized);
     if (pst) {
+        pthread_mutex_destroy(&s->mu);
         free(s);
         return pst;
     }
@@ -89,6 +98,7 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
         kiln_status st = kiln_cuda_create(m->ctx, &co, &s->cu);
         if (st) {
             kiln_model_free(s->optimized);
+            pthread_mutex_destroy(&s->mu);
             free(s);
             return st;
         }
@@ -105,6 +115,7 @@ void kiln_session_free(kiln_session *s) {
     kiln_cuda_free(s->cu);
 #endif
     kiln_model_free(s->optimized);
+    pthread_mutex_destroy(&s->mu);
     free(s);
 }
 
@@ -135,15 +146,43 @@ static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, sessio
     return KILN_OK;
 }
 
+static kiln_status run_locked(kiln_session *s, uint64_t seed, kiln_tensor *const *inputs, int n_outputs,
+                              const kiln_tensor **outputs);
+static kiln_status check_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
+                             const kiln_tensor **outputs);
+
 kiln_status kiln_session_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs,
                              int n_outputs, const kiln_tensor **outputs) {
     if (!s) return KILN_ERR_INVALID_ARGUMENT;
-    return kiln_session_run_seeded(s, s->runs, n_inputs, inputs, n_outputs, outputs);
+    kiln_status st = check_run(s, n_inputs, inputs, n_outputs, outputs);
+    if (st) return st;
+    pthread_mutex_lock(&s->mu);
+    st = run_locked(s, s->runs, inputs, n_outputs, outputs); /* the seed: this session's run count */
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* kiln_session_run_seeded with s->mu already held */
+static kiln_status kiln_session_run_seeded_unlocked(kiln_session *s, uint64_t seed, int n_inputs,
+                                                    kiln_tensor *const *inputs, int n_outputs,
+                                                    const kiln_tensor **outputs) {
+    kiln_status st = check_run(s, n_inputs, inputs, n_outputs, outputs);
+    return st ? st : run_locked(s, seed, inputs, n_outputs, outputs);
 }
 
 kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
                                     int n_outputs, const kiln_tensor **outputs) {
     if (!s) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_status st = check_run(s, n_inputs, inputs, n_outputs, outputs);
+    if (st) return st;
+    pthread_mutex_lock(&s->mu);
+    st = run_locked(s, seed, inputs, n_outputs, outputs);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static kiln_status check_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
+                             const kiln_tensor **outputs) {
     kiln_model *m = s->m;
     if (n_inputs != m->n_inputs)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given",
@@ -156,21 +195,78 @@ kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs
         if (!inputs[i] || (!inputs[i]->data && kiln_tensor_numel(inputs[i]) > 0))
             return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "input %d ('%s') has no data", i,
                              kiln_model_input_name(m, i));
-    if (s->opts.threads) kiln_cpu_set_threads(s->opts.threads);
+    return KILN_OK;
+}
+
+/* The CPU threads of this session's runs: its own setting, else the context's (read at
+ * every run), else all cores. Set for the calling thread only (src/cpu/threads.c). */
+static int session_threads(const kiln_session *s) {
+    return s->opts.threads ? s->opts.threads : kiln_context_threads(s->m->ctx);
+}
+
+static kiln_status run_locked(kiln_session *s, uint64_t seed, kiln_tensor *const *inputs, int n_outputs,
+                              const kiln_tensor **outputs) {
+    const int old_threads = kiln_cpu_threads_enter(session_threads(s));
     session_plan *p = NULL;
     kiln_status st = find_plan(s, inputs, &p);
-    if (st) return st;
-    s->runs++;
+    if (!st) {
+        s->runs++;
 #ifdef KILN_HAVE_CUDA
-    if (p->cuda) return kiln_cuda_plan_run(p->cuda, inputs, n_outputs, outputs);
+        if (p->cuda) st = kiln_cuda_plan_run(p->cuda, inputs, n_outputs, outputs);
+        else
 #endif
-    return kiln_plan_run_cpu(p->cpu, inputs, seed, n_outputs, outputs);
+            st = kiln_plan_run_cpu(p->cpu, inputs, seed, n_outputs, outputs);
+    }
+    kiln_cpu_threads_leave(old_threads);
+    return st;
+}
+
+kiln_status kiln_session_run_into(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
+                                  kiln_tensor *const *outputs) {
+    if (!s) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_model *m = s->m;
+    if (n_outputs < 0 || n_outputs > m->n_outputs || (n_outputs && !outputs))
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "asked for %d outputs; the model has %d",
+                         n_outputs, m->n_outputs);
+    for (int j = 0; j < n_outputs; j++)
+        if (!outputs[j] || (!outputs[j]->data && kiln_tensor_numel(outputs[j]) > 0))
+            return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "output %d ('%s') has no tensor to write into", j,
+                             kiln_model_output_name(m, j));
+    const kiln_tensor *res[64];
+    if (n_outputs > 64)
+        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "kiln_session_run_into takes at most 64 outputs, asked for %d",
+                         n_outputs);
+    pthread_mutex_lock(&s->mu);
+    kiln_status st = kiln_session_run_seeded_unlocked(s, s->runs, n_inputs, inputs, n_outputs, res);
+    for (int j = 0; j < n_outputs && !st; j++) {
+        const kiln_tensor *r = res[j];
+        kiln_tensor *o = outputs[j];
+        char want[160], got[160];
+        if (r->dtype != o->dtype)
+            st = kiln_fail(m->ctx, KILN_ERR_TYPE, "output %d ('%s') is %s; the tensor given for it is %s", j,
+                           kiln_model_output_name(m, j), kiln_shape_str(r, want, sizeof want),
+                           kiln_shape_str(o, got, sizeof got));
+        else if (r->ndim != o->ndim || memcmp(r->dims, o->dims, (size_t)r->ndim * sizeof r->dims[0]))
+            st = kiln_fail(m->ctx, KILN_ERR_SHAPE, "output %d ('%s') is %s; the tensor given for it is %s", j,
+                           kiln_model_output_name(m, j), kiln_shape_str(r, want, sizeof want),
+                           kiln_shape_str(o, got, sizeof got));
+        else if (r->ndim == 4 && r->format != o->format)
+            kiln_layout_convert(r, o->data, o->format);
+        else if (kiln_tensor_nbytes(r))
+            memcpy(o->data, r->data, kiln_tensor_nbytes(r));
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
 }
 
 kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out) {
     if (!s || !out) return KILN_ERR_INVALID_ARGUMENT;
-    if (!s->n_plans) return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT, "the session has not run yet");
-    kiln_plan_get_stats(host_plan((session_plan *)&s->plans[0]), out);
+    kiln_session *ms = (kiln_session *)s; /* the lock only */
+    pthread_mutex_lock(&ms->mu);
+    const int n = s->n_plans;
+    if (n) kiln_plan_get_stats(host_plan(&ms->plans[0]), out);
+    pthread_mutex_unlock(&ms->mu);
+    if (!n) return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT, "the session has not run yet");
     return KILN_OK;
 }
 
@@ -317,7 +413,11 @@ kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *con
     if (!st && sp->cuda) st = kiln_cuda_plan_profile(sp->cuda, inputs, iters, ms, start, NULL, NULL);
     else
 #endif
-        if (!st) st = kiln_plan_profile_cpu(hp, inputs, s->runs, iters, ms, start);
+        if (!st) {
+            const int old_threads = kiln_cpu_threads_enter(session_threads(s));
+            st = kiln_plan_profile_cpu(hp, inputs, s->runs, iters, ms, start);
+            kiln_cpu_threads_leave(old_threads);
+        }
     if (!st) st = kiln_profile_from_passes(ctx, hp, iters, ms, start, out);
     free(ms);
     free(start);
