@@ -28,7 +28,7 @@ static int usage(FILE *f) {
             "usage: kiln <command> [options]\n"
             "\n"
             "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
-            "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--threads N] [--no-fold] [--stats]\n"
+            "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32] [--threads N] [--no-fold] [--stats]\n"
             "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
             "                                fuse-pool pad-channels cuda-graph autotune conv-gemm conv-direct\n"
             "                                streams, or all)\n"
@@ -47,7 +47,7 @@ static int usage(FILE *f) {
             "      own, the batch gather (prologue) and the optimizer (epilogue), their sum, and\n"
             "      the whole step as a CUDA graph replay (median of 200; CPU: host clock); the\n"
             "      trained state is left as it was.\n"
-            "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--iters N] [--warmup N]\n"
+            "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--strict-fp32] [--iters N] [--warmup N]\n"
             "        [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
             "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
             "      throughput, latency percentiles, transfers, one-time cost. --profile adds a\n"
@@ -152,6 +152,7 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(a, "--output") == 0 && i + 1 < argc && n_out < MAX_IO) out_paths[n_out++] = argv[++i];
         else if (strcmp(a, "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(a, "--no-fold") == 0) opts.no_fold = 1;
+        else if (strcmp(a, "--strict-fp32") == 0) opts.strict_fp32 = 1;
         else if (strcmp(a, "--disable") == 0 && i + 1 < argc) {
             if (parse_disable(argv[++i], &opts.disable_passes)) return 2;
         }
@@ -350,6 +351,7 @@ static int cmd_bench(int argc, char **argv) {
         else if (strcmp(o, "--bf16") == 0) so.precision = KILN_PRECISION_BF16;
         else if (strcmp(o, "--profile") == 0) profile = 1;
         else if (strcmp(o, "--ablate") == 0) ablate = 1;
+        else if (strcmp(o, "--strict-fp32") == 0) so.strict_fp32 = 1;
         else if (strcmp(o, "--nvtx") == 0) setenv("KILN_NVTX", "1", 1);
         else if (!v) { fprintf(stderr, "kiln bench: %s needs a value\n", o); return 2; }
         else if (strcmp(o, "--batch") == 0) batch = atoll(argv[++i]);

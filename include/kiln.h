@@ -274,6 +274,15 @@ enum {
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),
  * one line per problem, scoped to the GPU model and cuDNN version; safe to delete. */
 
+/* Options of sessions and trainers share one convention: zeroed fields are the defaults,
+ * and a 1 (a set bit of disable_passes) turns a speed-up off or a restriction on.
+ *
+ * TF32 and NHWC, one policy for sessions and trainers (CUDA; the CPU computes f32 in f32
+ * and NCHW): f32 convolutions and matrix products may use TF32 tensor cores (10-bit
+ * mantissa inputs, f32 accumulation; PyTorch's default for convolutions) unless
+ * strict_fp32 is 1; convolution chains are laid out NHWC where tensor cores run them
+ * (fp16/bf16, or f32 with TF32: cuDNN's NHWC kernels are tensor-core ones) unless
+ * KILN_PASS_NHWC is disabled. */
 typedef struct kiln_session_options {
     kiln_device device;        /* KILN_DEVICE_CPU (default) */
     int threads;               /* CPU threads of this session's runs; 0: the context's setting */
@@ -281,6 +290,8 @@ typedef struct kiln_session_options {
     kiln_precision precision;  /* KILN_PRECISION_FP32 (default) */
     unsigned disable_passes;   /* KILN_PASS_* bits to turn off */
     int deterministic;         /* 1: only deterministic algorithms (CUDA) */
+    int strict_fp32;           /* 1: f32 convolutions and products off TF32, and so NCHW (CUDA;
+                                  the policy above) */
 } kiln_session_options;
 
 /* A session runs a model on one device. It builds one plan per input shape (shape
@@ -361,15 +372,16 @@ typedef struct kiln_train_options {
     int accumulate;      /* micro-batches per optimizer step (0 or 1: none); gradients are averaged */
     uint64_t seed;       /* dropout */
     int threads;         /* CPU threads of this trainer's steps (0: the context's setting) */
-    int strict_fp32;     /* CUDA: 1 keeps f32 convolutions and products off TF32 tensor cores;
-                            0 (default) allows TF32, as PyTorch does for convolutions */
+    int strict_fp32;     /* CUDA: 1 keeps f32 convolutions and products off TF32 tensor cores
+                            (and so NCHW without amp); 0 (default) allows TF32, as PyTorch does
+                            for convolutions: the sessions' policy (kiln_session_options) */
     int deterministic;   /* CUDA: 1 takes only the cuDNN algorithms cuDNN reports
                             deterministic (no atomic sums), so the same inputs give the same
                             bits on every run whatever the timing search picks (PyTorch's
                             use_deterministic_algorithms); 0 (default): the fastest */
     unsigned disable_passes; /* KILN_PASS_* bits to turn off; CUDA training honours
                                 KILN_PASS_NHWC (convolution chains and their gradients
-                                NHWC unless strict_fp32), KILN_PASS_AUTOTUNE,
+                                NHWC by the sessions' policy), KILN_PASS_AUTOTUNE,
                                 KILN_PASS_CONV_GEMM, KILN_PASS_CONV_DIRECT,
                                 KILN_PASS_FUSE_CONV (conv / product + activation as one
                                 kernel), KILN_PASS_STREAMS, KILN_PASS_FUSE_LOSS and

@@ -41,6 +41,13 @@ void kiln_clear_error(kiln_context *ctx);
 /* kiln_context_set_threads's setting (0: all cores). */
 int kiln_context_threads(const kiln_context *ctx);
 
+/* The one TF32 / NHWC policy of sessions and trainers (kiln.h, strict_fp32;
+ * src/core/policy.c): f32 convolutions and products may use TF32 unless strict_fp32;
+ * convolution chains run NHWC on CUDA where tensor cores run them (fp16/bf16, or f32 with
+ * TF32) unless KILN_PASS_NHWC is disabled. */
+bool kiln_policy_tf32(int strict_fp32);
+bool kiln_policy_nhwc(kiln_device device, kiln_precision precision, int strict_fp32, unsigned disable_passes);
+
 /* Allocation that records an out-of-memory message naming what was allocated. */
 void *kiln_malloc(kiln_context *ctx, size_t n, const char *what);
 void *kiln_calloc(kiln_context *ctx, size_t count, size_t size, const char *what);
@@ -394,13 +401,14 @@ kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, con
 
 /* Number of threads CPU kernels should use: the setting of the session (or trainer)
  * running on this thread, else all cores. A run brackets its work with
- * old = kiln_cpu_threads_enter(n) (n 0: all cores) ... kiln_cpu_threads_leave(old); the
- * setting is per calling thread, never process-wide (src/cpu/threads.c). */
+ * old = kiln_cpu_threads_enter(n) (n 0: all cores) ... kiln_cpu_threads_leave(old), which
+ * also sets and puts back the thread's OpenMP thread count; the setting is per calling
+ * thread, never process-wide (src/cpu/threads.c). */
+typedef struct kiln_cpu_threads_saved {
+    int setting, icv;
+} kiln_cpu_threads_saved;
 int kiln_cpu_threads(void);
-int kiln_cpu_threads_enter(int n);
-void kiln_cpu_threads_leave(int old);
-/* Whether OpenMP's idle threads sleep rather than spin (OMP_WAIT_POLICY=passive, set by
- * kiln at start-up unless the program chose a policy; src/cpu/threads.c). */
-bool kiln_cpu_wait_passive(void);
+kiln_cpu_threads_saved kiln_cpu_threads_enter(int n);
+void kiln_cpu_threads_leave(kiln_cpu_threads_saved old);
 
 #endif /* KILN_INTERNAL_H */

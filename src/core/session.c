@@ -77,9 +77,8 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
     s->m = m;
     s->opts = o;
     kiln_pass_options po = {.device = o.device, .precision = o.precision, .disabled = o.disable_passes};
-    /* NHWC pays off with tensor cores (fp16/bf16): on the H200 fp32 NHWC made ResNet-50 at
-     * batch 256 1.5x slower than NCHW (bench/NOTES.md) */
-    if (o.precision == KILN_PRECISION_FP32) po.disabled |= KILN_PASS_NHWC;
+    /* NHWC where tensor cores run the convolutions: the trainers' policy too */
+    if (!kiln_policy_nhwc(o.device, o.precision, o.strict_fp32, o.disable_passes)) po.disabled |= KILN_PASS_NHWC;
     kiln_status pst = kiln_passes_apply(m, &po, &s->optimized);
     if (pst) {
         pthread_mutex_destroy(&s->mu);
@@ -90,7 +89,8 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts,
 #ifdef KILN_HAVE_CUDA
     if (o.device == KILN_DEVICE_CUDA) {
         /* autotuning (timed cuDNN algorithms, cached on disk) unless switched off */
-        kiln_cuda_options co = {.no_autotune = (o.disable_passes & KILN_PASS_AUTOTUNE) != 0,
+        kiln_cuda_options co = {.allow_tf32 = kiln_policy_tf32(o.strict_fp32),
+                                .no_autotune = (o.disable_passes & KILN_PASS_AUTOTUNE) != 0,
                                 .deterministic = o.deterministic != 0,
                                 .no_conv_gemm = (o.disable_passes & KILN_PASS_CONV_GEMM) != 0,
                                 .no_conv_direct = (o.disable_passes & KILN_PASS_CONV_DIRECT) != 0,
@@ -206,7 +206,7 @@ static int session_threads(const kiln_session *s) {
 
 static kiln_status run_locked(kiln_session *s, uint64_t seed, kiln_tensor *const *inputs, int n_outputs,
                               const kiln_tensor **outputs) {
-    const int old_threads = kiln_cpu_threads_enter(session_threads(s));
+    const kiln_cpu_threads_saved old_threads = kiln_cpu_threads_enter(session_threads(s));
     session_plan *p = NULL;
     kiln_status st = find_plan(s, inputs, &p);
     if (!st) {
@@ -414,7 +414,7 @@ kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *con
     else
 #endif
         if (!st) {
-            const int old_threads = kiln_cpu_threads_enter(session_threads(s));
+            const kiln_cpu_threads_saved old_threads = kiln_cpu_threads_enter(session_threads(s));
             st = kiln_plan_profile_cpu(hp, inputs, s->runs, iters, ms, start);
             kiln_cpu_threads_leave(old_threads);
         }

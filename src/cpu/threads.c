@@ -18,34 +18,26 @@
  * .preinit_array is not seen either: tried, GOMP_SPINCOUNT stayed 300000), and it has no
  * call to change it later. So the policy is the program's: the kiln command line sets it
  * and restarts itself (cli/kiln.c), scripts/test.sh exports it, and kiln.h tells library
- * users; kiln_cpu_wait_passive() says whether it is in force.
+ * users.
  */
 #include "../core/internal.h"
 
 #include <omp.h>
-#include <stdlib.h>
-#include <string.h>
 
 /* 0: not set by a run on this thread (all cores) */
 static _Thread_local int thread_setting;
 
 int kiln_cpu_threads(void) { return thread_setting > 0 ? thread_setting : omp_get_num_procs(); }
 
-int kiln_cpu_threads_enter(int n) {
-    const int old = thread_setting;
-    if (n < 0) n = 0;
-    thread_setting = n;
-    omp_set_num_threads(kiln_cpu_threads());
+kiln_cpu_threads_saved kiln_cpu_threads_enter(int n) {
+    const kiln_cpu_threads_saved old = {thread_setting, omp_get_max_threads()};
+    thread_setting = n > 0 ? n : 0;
+    const int t = kiln_cpu_threads();
+    if (t != old.icv) omp_set_num_threads(t);
     return old;
 }
 
-void kiln_cpu_threads_leave(int old) {
-    if (old == thread_setting) return;
-    thread_setting = old;
-    omp_set_num_threads(kiln_cpu_threads());
-}
-
-bool kiln_cpu_wait_passive(void) {
-    const char *p = getenv("OMP_WAIT_POLICY");
-    return (p && !strcmp(p, "passive")) || (getenv("GOMP_SPINCOUNT") && !strcmp(getenv("GOMP_SPINCOUNT"), "0"));
+void kiln_cpu_threads_leave(kiln_cpu_threads_saved old) {
+    thread_setting = old.setting;
+    if (omp_get_max_threads() != old.icv) omp_set_num_threads(old.icv);
 }

@@ -281,11 +281,10 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         for (int k = 0; k < t->n_states && !st; k++) st = kiln_model_add_output(m, m->values[t->states[k].out_value].name);
     }
     if (!st) st = kiln_model_finalize(m);
-    /* CUDA: convolution chains NHWC (forward and backward), as inference lays them out,
-     * unless switched off or strict fp32 (cuDNN's NHWC kernels are tensor-core ones; the
-     * inference session keeps fp32 NCHW for the same reason) */
-    const bool nhwc = t->opts.device == KILN_DEVICE_CUDA && !(t->opts.disable_passes & KILN_PASS_NHWC) &&
-                      (t->opts.amp != KILN_AMP_OFF || !t->opts.strict_fp32);
+    /* CUDA: convolution chains NHWC (forward and backward) by the sessions' policy */
+    const bool nhwc = kiln_policy_nhwc(t->opts.device,
+                                       t->opts.amp == KILN_AMP_OFF ? KILN_PRECISION_FP32 : KILN_PRECISION_FP16,
+                                       t->opts.strict_fp32, t->opts.disable_passes);
     /* CUDA: convolutions and products with their activations as one kernel (the
      * activation's gradient reads its output, which the fused op still writes).
      * LogSoftmax -> NegativeLogLikelihoodLoss and its gradient pair as one op each, before

@@ -138,7 +138,7 @@ kiln_status kiln_trainer_cuda_create(kiln_trainer *t, kiln_trainer_cuda **out) {
     kiln_trainer_cuda *tc = kiln_calloc(ctx, 1, sizeof *tc, "a CUDA trainer");
     if (!tc) return KILN_ERR_OUT_OF_MEMORY;
     tc->t = t;
-    kiln_cuda_options co = {.allow_tf32 = !t->opts.strict_fp32,
+    kiln_cuda_options co = {.allow_tf32 = kiln_policy_tf32(t->opts.strict_fp32),
                             .no_autotune = (t->opts.disable_passes & KILN_PASS_AUTOTUNE) != 0,
                             .no_conv_gemm = (t->opts.disable_passes & KILN_PASS_CONV_GEMM) != 0,
                             .no_conv_direct = (t->opts.disable_passes & KILN_PASS_CONV_DIRECT) != 0,
