@@ -1,7 +1,9 @@
 /* test_threads.c — kiln.h's threading rules, exercised: 8 threads at once over one shared
  * model and context.
- *   - 6 threads each create their own session over the shared model (concurrently) and run
+ *   - 5 threads each create their own session over the shared model (concurrently) and run
  *     it, with different CPU thread settings (1, 2 and 0: the context's setting);
+ *   - 1 thread creates a trainer over the same model and takes SGD steps, whose losses
+ *     must be a single-threaded trainer's;
  *   - 2 threads share one session and run it at the same time through
  *     kiln_session_run_into (outputs written into each thread's own tensors);
  *   - every thread now and then makes a call fail on the shared context with a message only
@@ -25,7 +27,9 @@ static int fails;
 #include "check.h"
 
 #define N_THREADS 8
-#define N_OWN 6 /* threads 0..5: a session each; threads 6, 7: one shared session */
+#define N_OWN 5 /* threads 0..4: a session each; thread 5: a trainer; threads 6, 7: one shared session */
+#define TRAINER 5
+#define STEPS 4
 #define N_INPUTS 4
 #define CLASSES 10
 
@@ -35,9 +39,9 @@ static kiln_session *shared;
 static kiln_tensor *images[N_INPUTS], *labels[N_INPUTS];
 static float *ref_logp[N_INPUTS];
 static float ref_loss[N_INPUTS];
+static float ref_train[STEPS]; /* losses of STEPS SGD steps over inputs 0, 1, 2, 3, 0... */
 static int iters = 24, max_threads = 2;
 static pthread_barrier_t start;
-static pthread_mutex_t report = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct worker {
     int id;
@@ -111,6 +115,46 @@ static void *own_session(void *arg) {
         if (it % 4 == 3) check_own_message(w, s, in);
     }
     kiln_session_free(s);
+    return NULL;
+}
+
+/* STEPS SGD steps of a new trainer over the shared model; losses into out. */
+static kiln_status train_steps(float *out) {
+    kiln_train_options o = {0};
+    o.optimizer = KILN_OPTIM_SGD;
+    o.lr = 0.05f;
+    o.momentum = 0.9f;
+    o.threads = 1;
+    kiln_trainer *t = NULL;
+    kiln_status st = kiln_trainer_create(model, "loss", &o, &t);
+    for (int i = 0; i < STEPS && !st; i++) {
+        kiln_tensor *in[2] = {images[i % N_INPUTS], labels[i % N_INPUTS]};
+        st = kiln_trainer_step(t, 2, in, &out[i]);
+    }
+    kiln_trainer_free(t);
+    return st;
+}
+
+static void *trainer_thread(void *arg) {
+    worker *w = arg;
+    pthread_barrier_wait(&start);
+    for (int rep = 0; rep < (iters + 7) / 8; rep++) {
+        float loss[STEPS];
+        kiln_status st = train_steps(loss);
+        if (st) {
+            char buf[512];
+            snprintf(buf, sizeof buf, "trainer: %s: %s", kiln_status_name(st), kiln_context_message(ctx));
+            w->errors++;
+            note(w, buf);
+            break;
+        }
+        for (int i = 0; i < STEPS; i++)
+            if (!(fabsf(loss[i] - ref_train[i]) <= 1e-5f * (1 + fabsf(ref_train[i])))) {
+                w->wrong++;
+                note(w, "a training loss differs from the single-threaded trainer's");
+                break;
+            }
+    }
     return NULL;
 }
 
@@ -215,6 +259,7 @@ int main(int argc, char **argv) {
         }
         kiln_session_free(s);
     }
+    CHECK(!train_steps(ref_train), "reference trainer: %s", kiln_context_message(ctx));
     if (fails) return 1;
     kiln_session_options so = {0};
     so.threads = max_threads;
@@ -228,14 +273,15 @@ int main(int argc, char **argv) {
     pthread_barrier_init(&start, NULL, N_THREADS);
     for (int i = 0; i < N_THREADS; i++) {
         w[i].id = i;
-        CHECK(!pthread_create(&th[i], NULL, i < N_OWN ? own_session : shared_session, &w[i]), "pthread_create");
+        void *(*fn)(void *) = i < N_OWN ? own_session : i == TRAINER ? trainer_thread : shared_session;
+        CHECK(!pthread_create(&th[i], NULL, fn, &w[i]), "pthread_create");
     }
     for (int i = 0; i < N_THREADS; i++) pthread_join(th[i], NULL);
     pthread_barrier_destroy(&start);
-    (void)report;
     for (int i = 0; i < N_THREADS; i++) {
-        printf("thread %d (%s): %d runs, %d wrong, %d errors%s%s\n", i, i < N_OWN ? "own session" : "shared session",
-               iters, w[i].wrong, w[i].errors, w[i].first[0] ? ": first: " : "", w[i].first);
+        printf("thread %d (%s): %d wrong, %d errors%s%s\n", i,
+               i < N_OWN ? "own session" : i == TRAINER ? "trainer" : "shared session", w[i].wrong, w[i].errors,
+               w[i].first[0] ? ": first: " : "", w[i].first);
         CHECK(!w[i].wrong && !w[i].errors, "thread %d", i);
     }
     kiln_session_free(shared);
