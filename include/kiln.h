@@ -392,9 +392,10 @@ typedef struct kiln_train_options {
 /* A trainer holds the training graph (the forward graph, the backward graph autograd
  * derives from it, and the optimizer), the weights, and the optimizer state.
  *
- * The model's output named `loss` must be a scalar. Every float initializer that reaches
- * the loss is trained, except BatchNormalization's running statistics, which are updated
- * with momentum as in PyTorch. Dropout and BatchNormalization run in training mode. */
+ * The model's output named `loss` must be one float whatever the batch (else
+ * kiln_trainer_create fails with KILN_ERR_SHAPE, naming the value and its shape). Every
+ * float initializer that reaches the loss is trained, except BatchNormalization's running
+ * statistics, which are updated with momentum as in PyTorch. Dropout and BatchNormalization run in training mode. */
 typedef struct kiln_trainer kiln_trainer;
 
 kiln_status kiln_trainer_create(kiln_model *m, const char *loss, const kiln_train_options *opts,
