@@ -20,7 +20,8 @@ fi
 if [ "${KILN_SKIP_TSAN:-0}" != 1 ]; then
   # Only the threads test and what it links: libgomp is not instrumented, so the test runs
   # its sessions on 1 CPU thread each (tests/CMakeLists.txt) and the races TSan sees are
-  # kiln's own (8 threads of the test over one model, one session shared by two).
+  # kiln's own (8 threads of the test over one model, one session shared by two). About 40 s
+  # on 2 shared cores, the build of libkiln with -fsanitize=thread included.
   echo "== tests/test_threads.c under ThreadSanitizer =="
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON -DKILN_CUDA=OFF >/dev/null
   cmake --build build-tsan -j"$(nproc)" --target test_threads
