@@ -30,7 +30,7 @@ struct kiln_session {
     int n_plans;
     uint64_t runs;
     /* One run at a time (kiln.h's threading rules): runs from several threads take turns.
-     * Held by kiln_session_run_seeded, kiln_session_run_into and kiln_session_stats. */
+     * Held by every run (kiln_session_run, _run_seeded, _run_into) and kiln_session_stats. */
     pthread_mutex_t mu;
 #ifdef KILN_HAVE_CUDA
     kiln_cuda *cu;
