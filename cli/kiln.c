@@ -7,6 +7,7 @@
  *   kiln ops | version
  */
 #include "kiln.h"
+#include "kiln_models.h"
 #include "kiln_tools.h"
 #include "onnx_test.h"
 
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <unistd.h>
 
 #define MAX_IO 64
 
@@ -24,7 +26,7 @@ static int usage(FILE *f) {
             "usage: kiln <command> [options]\n"
             "\n"
             "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
-            "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--threads N] [--no-fold] [--stats]\n"
+            "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32] [--threads N] [--no-fold] [--stats]\n"
             "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
             "                                fuse-pool pad-channels cuda-graph autotune conv-gemm conv-direct\n"
             "                                streams, or all)\n"
@@ -43,7 +45,7 @@ static int usage(FILE *f) {
             "      own, the batch gather (prologue) and the optimizer (epilogue), their sum, and\n"
             "      the whole step as a CUDA graph replay (median of 200; CPU: host clock); the\n"
             "      trained state is left as it was.\n"
-            "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--iters N] [--warmup N]\n"
+            "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--strict-fp32] [--iters N] [--warmup N]\n"
             "        [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
             "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
             "      throughput, latency percentiles, transfers, one-time cost. --profile adds a\n"
@@ -148,6 +150,7 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(a, "--output") == 0 && i + 1 < argc && n_out < MAX_IO) out_paths[n_out++] = argv[++i];
         else if (strcmp(a, "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(a, "--no-fold") == 0) opts.no_fold = 1;
+        else if (strcmp(a, "--strict-fp32") == 0) opts.strict_fp32 = 1;
         else if (strcmp(a, "--disable") == 0 && i + 1 < argc) {
             if (parse_disable(argv[++i], &opts.disable_passes)) return 2;
         }
@@ -346,6 +349,7 @@ static int cmd_bench(int argc, char **argv) {
         else if (strcmp(o, "--bf16") == 0) so.precision = KILN_PRECISION_BF16;
         else if (strcmp(o, "--profile") == 0) profile = 1;
         else if (strcmp(o, "--ablate") == 0) ablate = 1;
+        else if (strcmp(o, "--strict-fp32") == 0) so.strict_fp32 = 1;
         else if (strcmp(o, "--nvtx") == 0) setenv("KILN_NVTX", "1", 1);
         else if (!v) { fprintf(stderr, "kiln bench: %s needs a value\n", o); return 2; }
         else if (strcmp(o, "--batch") == 0) batch = atoll(argv[++i]);
@@ -650,6 +654,14 @@ static int cmd_train(int argc, char **argv) {
             rc = fail(ctx, a.init);
             goto out;
         }
+        if (!loaded) {
+            /* training from random weights when the file was meant to set them is a silent
+             * wrong answer: refuse */
+            fprintf(stderr, "kiln train: --init %s: no tensor in the file is named as a weight of the model "
+                            "(`kiln info` on an ONNX export lists the names)\n", a.init);
+            rc = 1;
+            goto out;
+        }
         printf("initial weights: %d tensors from %s\n", loaded, a.init);
     }
     if (kiln_trainer_create(m, "loss", &o, &t)) {
@@ -817,7 +829,19 @@ out:
     return rc;
 }
 
+/* OpenMP's idle threads must sleep, not spin, or a machine whose cores other processes
+ * keep busy makes multi-threaded runs 10-30x slower (kiln.h, "Busy machines"). libgomp
+ * reads OMP_WAIT_POLICY only when it is loaded, so the command line sets it and starts
+ * itself again, unless the caller chose a policy (or the restart is impossible: then it
+ * runs on as it is). */
+static void wait_passively(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv) {
+    wait_passively(argv);
     if (argc < 2) return usage(stderr);
     const char *cmd = argv[1];
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
@@ -827,7 +851,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "onnx-test") == 0) return kiln_onnx_test_main(argc - 1, argv + 1, stdout);
     if (strcmp(cmd, "version") == 0) {
-        printf("kiln %s\n", KILN_VERSION);
+        printf("kiln %s\n", kiln_version());
         return 0;
     }
     if (strcmp(cmd, "ops") == 0) {

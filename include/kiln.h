@@ -13,6 +13,31 @@
  *     shapes and failed allocations come back as statuses.
  *   - Objects created from a context must be freed before the context.
  *
+ * Threads (tested by tests/test_threads.c, also under ThreadSanitizer):
+ *   - A context may be shared by any number of threads. Its messages are kept per thread:
+ *     kiln_context_message returns the message of the calling thread's last failed call
+ *     on that context, never another thread's.
+ *   - A finalized model may be shared: any number of threads may create sessions and
+ *     trainers over it and run them at the same time. Building a model (kiln_model_add_*,
+ *     kiln_model_finalize) and freeing it are not thread-safe: finish them first, free it
+ *     after its sessions.
+ *   - A session may be used by several threads: its runs take turns (a mutex), so each
+ *     run computes exactly what it would alone. The outputs kiln_session_run returns
+ *     belong to the session and the next run, from any thread, overwrites them: threads
+ *     sharing a session use kiln_session_run_into, which writes a run's outputs into the
+ *     caller's own tensors before the next run starts.
+ *   - A trainer, and a tensor being written, must be used by one thread at a time.
+ *   - CPU threads are a setting of each session and trainer (options.threads; 0: the
+ *     context's kiln_context_set_threads, read at every run; 0 there too: all cores), never
+ *     of the process: sessions in different threads each run on their own count.
+ *
+ * Busy machines: OpenMP's idle threads spin for a while before they sleep; when other
+ * processes keep every core busy, that spinning makes multi-threaded runs many times
+ * slower than one thread. libgomp reads its wait policy from the environment only when
+ * it is loaded, before a library can set it: run programs that use kiln with
+ * OMP_WAIT_POLICY=passive (the kiln command line sets it for itself, and
+ * scripts/test.sh for the tests).
+ *
  * In outline (tests/example_readme.c is a complete program, compiled and run by the tests):
  *
  *     kiln_context *ctx = NULL;
@@ -44,6 +69,8 @@
 extern "C" {
 #endif
 
+/* The version of kiln.h; kiln_version() gives the library's, for a program to check that
+ * the two agree. */
 #define KILN_VERSION "0.1.0"
 #define KILN_MAX_DIMS 8
 
@@ -65,6 +92,9 @@ typedef enum kiln_status {
 
 /* A short fixed name for a status ("shape error", ...). Never NULL. */
 const char *kiln_status_name(kiln_status s);
+
+/* The version of the library linked in (KILN_VERSION when it was built). */
+const char *kiln_version(void);
 
 /* ------------------------------------------------------------------- dtypes */
 
@@ -105,11 +135,12 @@ typedef struct kiln_context kiln_context;
 kiln_status kiln_context_create(kiln_context **out);
 void kiln_context_free(kiln_context *ctx);
 
-/* The message of the last failed call on this context ("" if none). The pointer stays
- * valid until the next call on the context. */
+/* The message of the calling thread's last failed call on this context ("" if none).
+ * The pointer stays valid until the thread's next call into kiln. */
 const char *kiln_context_message(const kiln_context *ctx);
 
-/* Threads used by CPU kernels (0: all cores, the default). */
+/* Threads used by CPU kernels of the sessions and trainers whose own setting is 0 (0:
+ * all cores, the default). Read at each of their runs. */
 kiln_status kiln_context_set_threads(kiln_context *ctx, int threads);
 
 /* ------------------------------------------------------------------ tensors */
@@ -243,13 +274,24 @@ enum {
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),
  * one line per problem, scoped to the GPU model and cuDNN version; safe to delete. */
 
+/* Options of sessions and trainers share one convention: zeroed fields are the defaults,
+ * and a 1 (a set bit of disable_passes) turns a speed-up off or a restriction on.
+ *
+ * TF32 and NHWC, one policy for sessions and trainers (CUDA; the CPU computes f32 in f32
+ * and NCHW): f32 convolutions and matrix products may use TF32 tensor cores (10-bit
+ * mantissa inputs, f32 accumulation; PyTorch's default for convolutions) unless
+ * strict_fp32 is 1; convolution chains are laid out NHWC where tensor cores run them
+ * (fp16/bf16, or f32 with TF32: cuDNN's NHWC kernels are tensor-core ones) unless
+ * KILN_PASS_NHWC is disabled. */
 typedef struct kiln_session_options {
     kiln_device device;        /* KILN_DEVICE_CPU (default) */
-    int threads;               /* CPU threads; 0: the context's setting */
+    int threads;               /* CPU threads of this session's runs; 0: the context's setting */
     int no_fold;               /* 1: fold only shape computations (outputs of <= 64 elements) */
     kiln_precision precision;  /* KILN_PRECISION_FP32 (default) */
     unsigned disable_passes;   /* KILN_PASS_* bits to turn off */
     int deterministic;         /* 1: only deterministic algorithms (CUDA) */
+    int strict_fp32;           /* 1: f32 convolutions and products off TF32, and so NCHW (CUDA;
+                                  the policy above) */
 } kiln_session_options;
 
 /* A session runs a model on one device. It builds one plan per input shape (shape
@@ -264,9 +306,18 @@ void kiln_session_free(kiln_session *s);
 
 /* Run the model. inputs[i] binds graph input i (in kiln_model_input_name order).
  * outputs[j] receives graph output j: a tensor owned by the session, valid until the
- * next run or the session's free. n_outputs may be smaller than the model's count. */
+ * next run (from any thread) or the session's free. n_outputs may be smaller than the
+ * model's count. */
 kiln_status kiln_session_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs,
                              int n_outputs, const kiln_tensor **outputs);
+
+/* Run the model and copy output j into outputs[j], a tensor of the caller's with the
+ * output's dtype and dims (KILN_ERR_TYPE / KILN_ERR_SHAPE naming the output and both
+ * shapes otherwise; its layout may be NCHW or NHWC). The copy is made before another run
+ * of the session can start, so threads sharing a session each get their own run's
+ * outputs. */
+kiln_status kiln_session_run_into(kiln_session *s, int n_inputs, kiln_tensor *const *inputs,
+                                  int n_outputs, kiln_tensor *const *outputs);
 
 /* Statistics of the plan used by the last run. */
 typedef struct kiln_plan_stats {
@@ -320,16 +371,17 @@ typedef struct kiln_train_options {
     kiln_amp amp;
     int accumulate;      /* micro-batches per optimizer step (0 or 1: none); gradients are averaged */
     uint64_t seed;       /* dropout */
-    int threads;         /* CPU threads (0: the context's setting) */
-    int strict_fp32;     /* CUDA: 1 keeps f32 convolutions and products off TF32 tensor cores;
-                            0 (default) allows TF32, as PyTorch does for convolutions */
+    int threads;         /* CPU threads of this trainer's steps (0: the context's setting) */
+    int strict_fp32;     /* CUDA: 1 keeps f32 convolutions and products off TF32 tensor cores
+                            (and so NCHW without amp); 0 (default) allows TF32, as PyTorch does
+                            for convolutions: the sessions' policy (kiln_session_options) */
     int deterministic;   /* CUDA: 1 takes only the cuDNN algorithms cuDNN reports
                             deterministic (no atomic sums), so the same inputs give the same
                             bits on every run whatever the timing search picks (PyTorch's
                             use_deterministic_algorithms); 0 (default): the fastest */
     unsigned disable_passes; /* KILN_PASS_* bits to turn off; CUDA training honours
                                 KILN_PASS_NHWC (convolution chains and their gradients
-                                NHWC unless strict_fp32), KILN_PASS_AUTOTUNE,
+                                NHWC by the sessions' policy), KILN_PASS_AUTOTUNE,
                                 KILN_PASS_CONV_GEMM, KILN_PASS_CONV_DIRECT,
                                 KILN_PASS_FUSE_CONV (conv / product + activation as one
                                 kernel), KILN_PASS_STREAMS, KILN_PASS_FUSE_LOSS and
@@ -340,9 +392,10 @@ typedef struct kiln_train_options {
 /* A trainer holds the training graph (the forward graph, the backward graph autograd
  * derives from it, and the optimizer), the weights, and the optimizer state.
  *
- * The model's output named `loss` must be a scalar. Every float initializer that reaches
- * the loss is trained, except BatchNormalization's running statistics, which are updated
- * with momentum as in PyTorch. Dropout and BatchNormalization run in training mode. */
+ * The model's output named `loss` must be one float whatever the batch (else
+ * kiln_trainer_create fails with KILN_ERR_SHAPE, naming the value and its shape). Every
+ * float initializer that reaches the loss is trained, except BatchNormalization's running
+ * statistics, which are updated with momentum as in PyTorch. Dropout and BatchNormalization run in training mode. */
 typedef struct kiln_trainer kiln_trainer;
 
 kiln_status kiln_trainer_create(kiln_model *m, const char *loss, const kiln_train_options *opts,
@@ -398,16 +451,7 @@ kiln_status kiln_trainer_stats(const kiln_trainer *t, kiln_train_stats *out);
 kiln_status kiln_trainer_save(kiln_trainer *t, const char *path, int64_t epoch, int64_t step_in_epoch);
 kiln_status kiln_trainer_load(kiln_trainer *t, const char *path, int64_t *epoch, int64_t *step_in_epoch);
 
-/* ------------------------------------------------------------------- models */
-
-/* pytorch/examples mnist/main.py's network: Conv(1->32,3) ReLU Conv(32->64,3) ReLU
- * MaxPool(2) Dropout(0.25) Flatten Linear(9216->128) ReLU Dropout(0.5) Linear(128->10)
- * LogSoftmax. Inputs "image" f32 (batch,1,28,28) and "label" i64 (batch); outputs
- * "logprobs" (batch,10) and "loss" (NLL, mean). batch -1: symbolic. Weights are
- * initialized as PyTorch does (kaiming-uniform with a=sqrt(5), bias uniform 1/sqrt(fan_in))
- * from seed. dropout 0 builds no Dropout nodes. */
-kiln_status kiln_model_mnist_net(kiln_context *ctx, int64_t batch, uint64_t seed, int dropout,
-                                 kiln_model **out);
+/* Model builders (kiln_model_mnist_net...) are declared in kiln_models.h. */
 
 /* -------------------------------------------------------------- op registry */
 

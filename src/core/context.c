@@ -22,31 +22,81 @@ const char *kiln_status_name(kiln_status s) {
     return "unknown status";
 }
 
+const char *kiln_version(void) { return KILN_VERSION; }
+
 kiln_status kiln_context_create(kiln_context **out) {
+    static uint64_t next_id;
     if (!out) return KILN_ERR_INVALID_ARGUMENT;
     *out = calloc(1, sizeof **out);
-    return *out ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!*out) return KILN_ERR_OUT_OF_MEMORY;
+    (*out)->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
+    return KILN_OK;
 }
 
-void kiln_context_free(kiln_context *ctx) { free(ctx); }
+/* The messages of the last failed calls, per thread: a few slots, each keyed by a context
+ * (its address and id), the least recently written one reused when none matches. */
+#define MSG_SLOTS 4
+typedef struct msg_slot {
+    const kiln_context *ctx;
+    uint64_t id;
+    uint64_t used;
+    char msg[KILN_MSG_SIZE];
+} msg_slot;
+static _Thread_local msg_slot msg_slots[MSG_SLOTS];
+static _Thread_local uint64_t msg_clock;
 
-const char *kiln_context_message(const kiln_context *ctx) { return ctx ? ctx->msg : ""; }
+static msg_slot *find_slot(const kiln_context *ctx) {
+    for (int i = 0; i < MSG_SLOTS; i++)
+        if (msg_slots[i].ctx == ctx && msg_slots[i].id == ctx->id) return &msg_slots[i];
+    return NULL;
+}
+
+static msg_slot *slot_for_write(const kiln_context *ctx) {
+    msg_slot *s = find_slot(ctx);
+    if (!s) {
+        s = &msg_slots[0];
+        for (int i = 1; i < MSG_SLOTS; i++)
+            if (msg_slots[i].used < s->used) s = &msg_slots[i];
+        s->ctx = ctx;
+        s->id = ctx->id;
+        s->msg[0] = 0;
+    }
+    s->used = ++msg_clock;
+    return s;
+}
+
+void kiln_context_free(kiln_context *ctx) {
+    if (!ctx) return;
+    msg_slot *s = find_slot(ctx);
+    if (s) memset(s, 0, sizeof *s);
+    free(ctx);
+}
+
+const char *kiln_context_message(const kiln_context *ctx) {
+    if (!ctx) return "";
+    const msg_slot *s = find_slot(ctx);
+    return s ? s->msg : "";
+}
 
 kiln_status kiln_context_set_threads(kiln_context *ctx, int threads) {
     if (!ctx) return KILN_ERR_INVALID_ARGUMENT;
     if (threads < 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "threads must be >= 0, got %d", threads);
-    ctx->threads = threads;
-    kiln_cpu_set_threads(threads);
+    __atomic_store_n(&ctx->threads, threads, __ATOMIC_RELAXED);
     return KILN_OK;
 }
 
+int kiln_context_threads(const kiln_context *ctx) {
+    return ctx ? __atomic_load_n(&ctx->threads, __ATOMIC_RELAXED) : 0;
+}
+
 void kiln_clear_error(kiln_context *ctx) {
-    if (ctx) ctx->msg[0] = 0;
+    msg_slot *s = ctx ? find_slot(ctx) : NULL;
+    if (s) s->msg[0] = 0;
 }
 
 kiln_status kiln_failv(kiln_context *ctx, kiln_status st, const char *fmt, va_list ap) {
-    if (ctx) vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+    if (ctx) vsnprintf(slot_for_write(ctx)->msg, KILN_MSG_SIZE, fmt, ap);
     return st;
 }
 
@@ -60,19 +110,20 @@ kiln_status kiln_fail(kiln_context *ctx, kiln_status st, const char *fmt, ...) {
 
 void kiln_msg_prefix(kiln_context *ctx, const char *fmt, ...) {
     if (!ctx) return;
-    char pre[1024], old[sizeof ctx->msg];
+    char pre[1024], old[KILN_MSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
-    memcpy(old, ctx->msg, sizeof old);
+    char *msg = slot_for_write(ctx)->msg;
+    memcpy(old, msg, sizeof old);
     size_t k = strlen(pre);
-    if (k >= sizeof ctx->msg) k = sizeof ctx->msg - 1;
-    memcpy(ctx->msg, pre, k);
+    if (k >= KILN_MSG_SIZE) k = KILN_MSG_SIZE - 1;
+    memcpy(msg, pre, k);
     size_t rest = strlen(old);
-    if (rest > sizeof ctx->msg - 1 - k) rest = sizeof ctx->msg - 1 - k;
-    memcpy(ctx->msg + k, old, rest);
-    ctx->msg[k + rest] = 0;
+    if (rest > KILN_MSG_SIZE - 1 - k) rest = KILN_MSG_SIZE - 1 - k;
+    memcpy(msg + k, old, rest);
+    msg[k + rest] = 0;
 }
 
 void *kiln_malloc(kiln_context *ctx, size_t n, const char *what) {

@@ -8,6 +8,7 @@
 
 #include "kiln.h"
 #include "kiln_tools.h"
+#include "kiln_models.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -22,9 +23,14 @@
 
 /* ------------------------------------------------------------------ context */
 
+/* Messages are kept per thread (src/core/context.c): a context shared by threads never
+ * has one thread's message written over another's. Read this thread's message with
+ * kiln_context_message(ctx). A zeroed kiln_context (id 0) on the stack is a valid context
+ * for single-threaded internal use. */
+#define KILN_MSG_SIZE 2048
 struct kiln_context {
-    char msg[2048];
-    int threads;
+    uint64_t id;  /* unique per kiln_context_create, the key of the per-thread messages */
+    int threads;  /* kiln_context_set_threads; read and written atomically */
 };
 
 /* Record a message on ctx and return st. Use as `return kiln_fail(ctx, KILN_ERR_IO, ...)`. */
@@ -33,6 +39,15 @@ kiln_status kiln_failv(kiln_context *ctx, kiln_status st, const char *fmt, va_li
 /* Prefix the message already on ctx with more context ("while loading x.onnx: "). */
 void kiln_msg_prefix(kiln_context *ctx, const char *fmt, ...) KILN_PRINTF(2, 3);
 void kiln_clear_error(kiln_context *ctx);
+/* kiln_context_set_threads's setting (0: all cores). */
+int kiln_context_threads(const kiln_context *ctx);
+
+/* The one TF32 / NHWC policy of sessions and trainers (kiln.h, strict_fp32;
+ * src/core/policy.c): f32 convolutions and products may use TF32 unless strict_fp32;
+ * convolution chains run NHWC on CUDA where tensor cores run them (fp16/bf16, or f32 with
+ * TF32) unless KILN_PASS_NHWC is disabled. */
+bool kiln_policy_tf32(int strict_fp32);
+bool kiln_policy_nhwc(kiln_device device, kiln_precision precision, int strict_fp32, unsigned disable_passes);
 
 /* Allocation that records an out-of-memory message naming what was allocated. */
 void *kiln_malloc(kiln_context *ctx, size_t n, const char *what);
@@ -429,8 +444,16 @@ double kiln_median(double *v, int n);
 
 /* --------------------------------------------------------------- threading */
 
-/* Number of threads CPU kernels should use (the context setting, or all cores). */
+/* Number of threads CPU kernels should use: the setting of the session (or trainer)
+ * running on this thread, else all cores. A run brackets its work with
+ * old = kiln_cpu_threads_enter(n) (n 0: all cores) ... kiln_cpu_threads_leave(old), which
+ * also sets and puts back the thread's OpenMP thread count; the setting is per calling
+ * thread, never process-wide (src/cpu/threads.c). */
+typedef struct kiln_cpu_threads_saved {
+    int setting, icv;
+} kiln_cpu_threads_saved;
 int kiln_cpu_threads(void);
-void kiln_cpu_set_threads(int n);
+kiln_cpu_threads_saved kiln_cpu_threads_enter(int n);
+void kiln_cpu_threads_leave(kiln_cpu_threads_saved old);
 
 #endif /* KILN_INTERNAL_H */

@@ -175,6 +175,7 @@ static int run_case(const char *op, const char *attrs, int opset, int n_in, kiln
                     int n_out, kiln_tensor **expect, double atol, double rtol, const char *label,
                     bool expect_fail, kiln_status want) {
     kiln_context ctx = {0};
+    kiln_clear_error(&ctx); /* messages are per thread, keyed by address: start empty */
     kiln_node node = {0};
     kiln_tensor *out[16] = {0};
     int fails = 0;
@@ -201,23 +202,23 @@ static int run_case(const char *op, const char *attrs, int opset, int n_in, kiln
             goto done;
         }
     if (kiln_attrs_parse(&ctx, attrs, &node.attrs, &node.n_attrs)) {
-        printf("FAIL %s: %s\n", label, ctx.msg);
+        printf("FAIL %s: %s\n", label, kiln_context_message(&ctx));
         fails = 1;
         goto done;
     }
     kiln_status st = kiln_op_eval(&ctx, &node, n_in, in, n_out, out);
     if (expect_fail) {
-        if (st != want || !ctx.msg[0]) {
+        if (st != want || !kiln_context_message(&ctx)[0]) {
             printf("FAIL %s: expected status '%s', got '%s' (%s)\n", label, kiln_status_name(want),
-                   kiln_status_name(st), ctx.msg);
+                   kiln_status_name(st), kiln_context_message(&ctx));
             fails = 1;
         } else {
-            printf("ok   %s: rejected as expected: %s\n", label, ctx.msg);
+            printf("ok   %s: rejected as expected: %s\n", label, kiln_context_message(&ctx));
         }
         goto done;
     }
     if (st) {
-        printf("FAIL %s: %s: %s\n", label, kiln_status_name(st), ctx.msg);
+        printf("FAIL %s: %s: %s\n", label, kiln_status_name(st), kiln_context_message(&ctx));
         fails = 1;
         goto done;
     }
@@ -243,6 +244,7 @@ done:
 bool kiln_optest_eval(const char *domain, const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
                       int n_out, kiln_tensor **out, const char *label) {
     kiln_context ctx = {0};
+    kiln_clear_error(&ctx); /* messages are per thread, keyed by address: start empty */
     int outs[4] = {17, 18, 19, 20};
     if (n_out > 4) {
         printf("FAIL %s: kiln_optest_eval takes up to 4 outputs\n", label);
@@ -253,7 +255,7 @@ bool kiln_optest_eval(const char *domain, const char *op, const char *attrs, int
     node.op = kiln_op_index_domain(domain, op);
     bool ok = node.op >= 0 && kiln_attrs_parse(&ctx, attrs, &node.attrs, &node.n_attrs) == KILN_OK &&
               kiln_op_eval(&ctx, &node, n_in, in, n_out, out) == KILN_OK;
-    if (!ok) printf("FAIL %s: %s%s%s: %s\n", label, domain, domain[0] ? "." : "", op, ctx.msg);
+    if (!ok) printf("FAIL %s: %s%s%s: %s\n", label, domain, domain[0] ? "." : "", op, kiln_context_message(&ctx));
     for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
     free(node.attrs);
     return ok;

@@ -189,7 +189,7 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
         kiln_clear_error(ctx);
         kiln_status st = d->infer(&e->c);
         if (st) {
-            if (!ctx->msg[0]) kiln_op_fail(&e->c, st, "shape inference failed");
+            if (!kiln_context_message(ctx)[0]) kiln_op_fail(&e->c, st, "shape inference failed");
             return st;
         }
         for (int k = 0; k < n->n_out; k++) {
@@ -231,7 +231,7 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
             e->c.workspace = NULL;
             e->c.workspace_size = 0;
             if (st) {
-                if (!ctx->msg[0]) kiln_op_fail(&e->c, st, "constant folding failed");
+                if (!kiln_context_message(ctx)[0]) kiln_op_fail(&e->c, st, "constant folding failed");
                 return st;
             }
             for (int k = 0; k < n->n_out; k++) p->known[n->out[k]] = true;
@@ -710,7 +710,7 @@ static kiln_status run_node(kiln_plan *p, int e, uint64_t seed) {
     x->c.seed = seed;
     kiln_clear_error(ctx);
     kiln_status st = d->cpu_forward(&x->c);
-    if (st && !ctx->msg[0]) kiln_op_fail(&x->c, st, "CPU kernel failed");
+    if (st && !kiln_context_message(ctx)[0]) kiln_op_fail(&x->c, st, "CPU kernel failed");
     return st;
 }
 
@@ -808,7 +808,7 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in, kil
     kiln_clear_error(ctx);
     kiln_status st = d->infer(&c);
     if (st) {
-        if (!ctx->msg[0]) kiln_op_fail(&c, st, "shape inference failed");
+        if (!kiln_context_message(ctx)[0]) kiln_op_fail(&c, st, "shape inference failed");
         return st;
     }
     for (int k = 0; k < n_out; k++) {
@@ -831,7 +831,7 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in, kil
     if (!st) st = d->cpu_forward(&c);
     free(w);
     if (st) {
-        if (!ctx->msg[0]) kiln_op_fail(&c, st, "CPU kernel failed");
+        if (!kiln_context_message(ctx)[0]) kiln_op_fail(&c, st, "CPU kernel failed");
         for (int k = 0; k < n_out; k++) {
             kiln_tensor_free(out[k]);
             out[k] = NULL;

@@ -4,6 +4,7 @@
 #include "plan.h"
 #include "../passes/passes.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,9 @@ struct kiln_session {
     uint64_t runs;
     const kiln_backend_i *bi; /* the device's backend */
     void *be;                 /* its instance */
+    /* One run at a time (kiln.h's threading rules): runs from several threads take turns.
+     * Held by every run (kiln_session_run, _run_seeded, _run_into) and kiln_session_stats. */
+    pthread_mutex_t mu;
 };
 
 static kiln_plan *host_plan(const kiln_session *s, const session_plan *sp) { return s->bi->plan_host(sp->p); }
@@ -37,7 +41,8 @@ static void free_plan(kiln_session *s, session_plan *sp) {
 /* The backend options a session's settings ask for. */
 static kiln_backend_options backend_options(const kiln_session_options *o) {
     /* autotuning (timed cuDNN algorithms, cached on disk) unless switched off */
-    kiln_backend_options bo = {.no_autotune = (o->disable_passes & KILN_PASS_AUTOTUNE) != 0,
+    kiln_backend_options bo = {.allow_tf32 = kiln_policy_tf32(o->strict_fp32),
+                               .no_autotune = (o->disable_passes & KILN_PASS_AUTOTUNE) != 0,
                                .deterministic = o->deterministic != 0,
                                .no_conv_gemm = (o->disable_passes & KILN_PASS_CONV_GEMM) != 0,
                                .no_conv_direct = (o->disable_passes & KILN_PASS_CONV_DIRECT) != 0,
@@ -67,16 +72,20 @@ kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *op
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)o.precision);
     kiln_session *s = kiln_calloc(m->ctx, 1, sizeof *s, "a session");
     if (!s) return KILN_ERR_OUT_OF_MEMORY;
+    if (pthread_mutex_init(&s->mu, NULL)) {
+        free(s);
+        return kiln_fail(m->ctx, KILN_ERR_INTERNAL, "cannot create the session's mutex");
+    }
     s->m = m;
     s->opts = o;
     s->bi = bi;
     if (apply_passes) {
         kiln_pass_options po = {.device = o.device, .precision = o.precision, .disabled = o.disable_passes};
-        /* NHWC pays off with tensor cores (fp16/bf16): on the H200 fp32 NHWC made ResNet-50 at
-         * batch 256 1.5x slower than NCHW (bench/NOTES.md) */
-        if (o.precision == KILN_PRECISION_FP32) po.disabled |= KILN_PASS_NHWC;
+        /* NHWC where tensor cores run the convolutions: the trainers' policy too */
+        if (!kiln_policy_nhwc(o.device, o.precision, o.strict_fp32, o.disable_passes)) po.disabled |= KILN_PASS_NHWC;
         kiln_status pst = kiln_passes_apply(m, &po, &s->optimized);
         if (pst) {
+            pthread_mutex_destroy(&s->mu);
             free(s);
             return pst;
         }
@@ -85,6 +94,7 @@ kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *op
     kiln_status st = bi->create(m->ctx, bo, &s->be);
     if (st) {
         kiln_model_free(s->optimized);
+        pthread_mutex_destroy(&s->mu);
         free(s);
         return st;
     }
@@ -97,6 +107,7 @@ void kiln_session_free(kiln_session *s) {
     for (int i = 0; i < s->n_plans; i++) free_plan(s, &s->plans[i]);
     s->bi->free(s->be);
     kiln_model_free(s->optimized);
+    pthread_mutex_destroy(&s->mu);
     free(s);
 }
 
@@ -122,15 +133,43 @@ static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, sessio
     return KILN_OK;
 }
 
+static kiln_status run_locked(kiln_session *s, uint64_t seed, kiln_tensor *const *inputs, int n_outputs,
+                              const kiln_tensor **outputs);
+static kiln_status check_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
+                             const kiln_tensor **outputs);
+
 kiln_status kiln_session_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs,
                              int n_outputs, const kiln_tensor **outputs) {
     if (!s) return KILN_ERR_INVALID_ARGUMENT;
-    return kiln_session_run_seeded(s, s->runs, n_inputs, inputs, n_outputs, outputs);
+    kiln_status st = check_run(s, n_inputs, inputs, n_outputs, outputs);
+    if (st) return st;
+    pthread_mutex_lock(&s->mu);
+    st = run_locked(s, s->runs, inputs, n_outputs, outputs); /* the seed: this session's run count */
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* kiln_session_run_seeded with s->mu already held */
+static kiln_status kiln_session_run_seeded_unlocked(kiln_session *s, uint64_t seed, int n_inputs,
+                                                    kiln_tensor *const *inputs, int n_outputs,
+                                                    const kiln_tensor **outputs) {
+    kiln_status st = check_run(s, n_inputs, inputs, n_outputs, outputs);
+    return st ? st : run_locked(s, seed, inputs, n_outputs, outputs);
 }
 
 kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
                                     int n_outputs, const kiln_tensor **outputs) {
     if (!s) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_status st = check_run(s, n_inputs, inputs, n_outputs, outputs);
+    if (st) return st;
+    pthread_mutex_lock(&s->mu);
+    st = run_locked(s, seed, inputs, n_outputs, outputs);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static kiln_status check_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
+                             const kiln_tensor **outputs) {
     kiln_model *m = s->m;
     if (n_inputs != m->n_inputs)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given",
@@ -143,18 +182,74 @@ kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs
         if (!inputs[i] || (!inputs[i]->data && kiln_tensor_numel(inputs[i]) > 0))
             return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "input %d ('%s') has no data", i,
                              kiln_model_input_name(m, i));
-    if (s->opts.threads) kiln_cpu_set_threads(s->opts.threads);
+    return KILN_OK;
+}
+
+/* The CPU threads of this session's runs: its own setting, else the context's (read at
+ * every run), else all cores. Set for the calling thread only (src/cpu/threads.c). */
+static int session_threads(const kiln_session *s) {
+    return s->opts.threads ? s->opts.threads : kiln_context_threads(s->m->ctx);
+}
+
+static kiln_status run_locked(kiln_session *s, uint64_t seed, kiln_tensor *const *inputs, int n_outputs,
+                              const kiln_tensor **outputs) {
+    const kiln_cpu_threads_saved old_threads = kiln_cpu_threads_enter(session_threads(s));
     session_plan *p = NULL;
     kiln_status st = find_plan(s, inputs, &p);
-    if (st) return st;
-    s->runs++;
-    return s->bi->plan_run(p->p, inputs, seed, n_outputs, outputs);
+    if (!st) {
+        s->runs++;
+        st = s->bi->plan_run(p->p, inputs, seed, n_outputs, outputs);
+    }
+    kiln_cpu_threads_leave(old_threads);
+    return st;
+}
+
+kiln_status kiln_session_run_into(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
+                                  kiln_tensor *const *outputs) {
+    if (!s) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_model *m = s->m;
+    if (n_outputs < 0 || n_outputs > m->n_outputs || (n_outputs && !outputs))
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "asked for %d outputs; the model has %d",
+                         n_outputs, m->n_outputs);
+    for (int j = 0; j < n_outputs; j++)
+        if (!outputs[j] || (!outputs[j]->data && kiln_tensor_numel(outputs[j]) > 0))
+            return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "output %d ('%s') has no tensor to write into", j,
+                             kiln_model_output_name(m, j));
+    const kiln_tensor *res[64];
+    if (n_outputs > 64)
+        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "kiln_session_run_into takes at most 64 outputs, asked for %d",
+                         n_outputs);
+    pthread_mutex_lock(&s->mu);
+    kiln_status st = kiln_session_run_seeded_unlocked(s, s->runs, n_inputs, inputs, n_outputs, res);
+    for (int j = 0; j < n_outputs && !st; j++) {
+        const kiln_tensor *r = res[j];
+        kiln_tensor *o = outputs[j];
+        char want[160], got[160];
+        if (r->dtype != o->dtype)
+            st = kiln_fail(m->ctx, KILN_ERR_TYPE, "output %d ('%s') is %s; the tensor given for it is %s", j,
+                           kiln_model_output_name(m, j), kiln_shape_str(r, want, sizeof want),
+                           kiln_shape_str(o, got, sizeof got));
+        else if (r->ndim != o->ndim || memcmp(r->dims, o->dims, (size_t)r->ndim * sizeof r->dims[0]))
+            st = kiln_fail(m->ctx, KILN_ERR_SHAPE, "output %d ('%s') is %s; the tensor given for it is %s", j,
+                           kiln_model_output_name(m, j), kiln_shape_str(r, want, sizeof want),
+                           kiln_shape_str(o, got, sizeof got));
+        else if (r->ndim == 4 && r->format != o->format)
+            kiln_layout_convert(r, o->data, o->format);
+        else if (kiln_tensor_nbytes(r))
+            memcpy(o->data, r->data, kiln_tensor_nbytes(r));
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
 }
 
 kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out) {
     if (!s || !out) return KILN_ERR_INVALID_ARGUMENT;
-    if (!s->n_plans) return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT, "the session has not run yet");
-    kiln_plan_get_stats(host_plan(s, &s->plans[0]), out);
+    kiln_session *ms = (kiln_session *)s; /* the lock only */
+    pthread_mutex_lock(&ms->mu);
+    const int n = s->n_plans;
+    if (n) kiln_plan_get_stats(host_plan(s, &ms->plans[0]), out);
+    pthread_mutex_unlock(&ms->mu);
+    if (!n) return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT, "the session has not run yet");
     return KILN_OK;
 }
 
@@ -295,7 +390,11 @@ kiln_status kiln_session_profile(kiln_session *s, int n_inputs, kiln_tensor *con
     double *ms = kiln_calloc(ctx, (size_t)iters * n + 1, sizeof *ms, "profile times");
     double *start = kiln_calloc(ctx, (size_t)iters * n + 1, sizeof *start, "profile times");
     if (!ms || !start) st = KILN_ERR_OUT_OF_MEMORY;
-    if (!st) st = s->bi->plan_profile(sp->p, inputs, s->runs, iters, ms, start, NULL, NULL);
+    if (!st) {
+        const kiln_cpu_threads_saved old_threads = kiln_cpu_threads_enter(session_threads(s));
+        st = s->bi->plan_profile(sp->p, inputs, s->runs, iters, ms, start, NULL, NULL);
+        kiln_cpu_threads_leave(old_threads);
+    }
     if (!st) st = kiln_profile_from_passes(ctx, hp, iters, ms, start, out);
     free(ms);
     free(start);

@@ -462,6 +462,7 @@ static int test_grad(void) {
 static bool run_training(uint64_t seed, double ratio, const kiln_tensor *x, kiln_tensor **y,
                          kiln_tensor **mask) {
     kiln_context ctx = {0};
+    kiln_clear_error(&ctx); /* messages are per thread, keyed by address: start empty */
     kiln_node node = {.op_type = (char *)"Dropout", .name = (char *)"t", .domain = (char *)"",
                       .opset = 21, .n_in = 3, .n_out = 2};
     node.op = kiln_op_index("Dropout");
@@ -478,7 +479,7 @@ static bool run_training(uint64_t seed, double ratio, const kiln_tensor *x, kiln
         out[0] = *y;
         out[1] = *mask;
         ok = forward(&c) == KILN_OK;
-        if (!ok) printf("     dropout training: %s\n", ctx.msg);
+        if (!ok) printf("     dropout training: %s\n", kiln_context_message(&ctx));
     }
     kiln_tensor_free(r);
     kiln_tensor_free(t);

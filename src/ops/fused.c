@@ -124,6 +124,7 @@ void kiln_fused_epilogue(const kiln_fused_act *a, kiln_tensor *y, int64_t channe
 
 kiln_tensor *kiln_fused_test_eval(const char *op, const char *attrs, int n_in, kiln_tensor **in) {
     kiln_context ctx = {0};
+    kiln_clear_error(&ctx); /* messages are per thread, keyed by address: start empty */
     kiln_node node = {0};
     kiln_tensor *out = NULL;
     node.op_type = (char *)op;
@@ -142,7 +143,7 @@ kiln_tensor *kiln_fused_test_eval(const char *op, const char *attrs, int n_in, k
         return NULL;
     }
     if (kiln_op_eval(&ctx, &node, n_in, in, 1, &out)) {
-        printf("FAIL reference %s: %s\n", op, ctx.msg);
+        printf("FAIL reference %s: %s\n", op, kiln_context_message(&ctx));
         out = NULL;
     }
     for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);

@@ -242,6 +242,7 @@ static int test(void) {
 static kiln_status eval_slots(const char *op, const char *attrs, int n_in, kiln_tensor **in, int n_out,
                               const bool *want, kiln_tensor **out) {
     kiln_context ctx = {0};
+    kiln_clear_error(&ctx); /* messages are per thread, keyed by address: start empty */
     kiln_node node = {.op_type = (char *)op, .name = (char *)"case", .domain = (char *)"kiln", .opset = 21,
                       .n_in = n_in, .n_out = n_out};
     node.op = kiln_op_index_domain("kiln", op);
@@ -263,7 +264,7 @@ static kiln_status eval_slots(const char *op, const char *attrs, int n_in, kiln_
     c.workspace = ws;
     c.workspace_size = bytes;
     if (!st) st = d->cpu_forward(&c);
-    if (st) printf("     %s: %s: %s\n", op, kiln_status_name(st), ctx.msg);
+    if (st) printf("     %s: %s: %s\n", op, kiln_status_name(st), kiln_context_message(&ctx));
     free(ws);
     for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
     free(node.attrs);

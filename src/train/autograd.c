@@ -161,7 +161,7 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
     g.node = m->values[loss].producer >= 0 ? m->values[loss].producer : 0;
     grad[loss] = seed >= 0 ? seed : constant_like(&g, loss, 1.0);
     if (grad[loss] < 0) {
-        st = ctx->msg[0] ? KILN_ERR_OUT_OF_MEMORY : kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "autograd: out of memory");
+        st = kiln_context_message(ctx)[0] ? KILN_ERR_OUT_OF_MEMORY : kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "autograd: out of memory");
         goto out;
     }
     for (int i = n_fwd - 1; i >= 0; i--) {
@@ -197,7 +197,7 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
         kiln_clear_error(ctx);
         st = d->grad(&g);
         if (st) {
-            if (!ctx->msg[0]) kiln_fail(ctx, st, "autograd: gradient of %s node '%s' failed", n->op_type, n->name);
+            if (!kiln_context_message(ctx)[0]) kiln_fail(ctx, st, "autograd: gradient of %s node '%s' failed", n->op_type, n->name);
             goto out;
         }
         n = &m->nodes[i];

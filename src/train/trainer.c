@@ -237,11 +237,10 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         for (int k = 0; k < t->n_states && !st; k++) st = kiln_model_add_output(m, m->values[t->states[k].out_value].name);
     }
     if (!st) st = kiln_model_finalize(m);
-    /* CUDA: convolution chains NHWC (forward and backward), as inference lays them out,
-     * unless switched off or strict fp32 (cuDNN's NHWC kernels are tensor-core ones; the
-     * inference session keeps fp32 NCHW for the same reason) */
-    const bool nhwc = t->opts.device == KILN_DEVICE_CUDA && !(t->opts.disable_passes & KILN_PASS_NHWC) &&
-                      (t->opts.amp != KILN_AMP_OFF || !t->opts.strict_fp32);
+    /* CUDA: convolution chains NHWC (forward and backward) by the sessions' policy */
+    const bool nhwc = kiln_policy_nhwc(t->opts.device,
+                                       t->opts.amp == KILN_AMP_OFF ? KILN_PRECISION_FP32 : KILN_PRECISION_FP16,
+                                       t->opts.strict_fp32, t->opts.disable_passes);
     /* CUDA: convolutions and products with their activations as one kernel (the
      * activation's gradient reads its output, which the fused op still writes).
      * LogSoftmax -> NegativeLogLikelihoodLoss and its gradient pair as one op each, before
@@ -278,6 +277,34 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
 
 /* ---------------------------------------------------------------- lifecycle */
 
+/* The loss must be one float whatever the graph inputs' symbolic dims (the batch) are:
+ * its shape is inferred with them as 1 and as 3 (a batch of losses shows up as 1 vs 3).
+ * The message names the value and its shape, with '?' for a dim that follows them. */
+static kiln_status check_scalar_loss(kiln_model *m, int lv) {
+    kiln_shape_probes pr;
+    kiln_status st = kiln_pass_shape_probes(m, &pr);
+    if (st) return st;
+    const kiln_tensor *a = &pr.one[lv], *b = &pr.three[lv];
+    bool one = a->ndim >= 0 && a->ndim == b->ndim && kiln_dtype_is_float(a->dtype);
+    for (int d = 0; one && d < a->ndim; d++) one = a->dims[d] == 1 && b->dims[d] == 1;
+    if (!one) {
+        char shape[200];
+        size_t k = (size_t)snprintf(shape, sizeof shape, "%s", a->dtype ? kiln_dtype_name(a->dtype) : "?");
+        if (a->ndim < 0 || a->ndim != b->ndim) snprintf(shape + k, sizeof shape - k, " of a shape unknown before a run");
+        else
+            for (int d = 0; d < a->ndim && k < sizeof shape; d++) {
+                char dim[24];
+                if (a->dims[d] != b->dims[d]) snprintf(dim, sizeof dim, "?");
+                else snprintf(dim, sizeof dim, "%lld", (long long)a->dims[d]);
+                k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%s%s", d ? "," : "[", dim,
+                                      d + 1 == a->ndim ? "]" : "");
+            }
+        st = kiln_fail(m->ctx, KILN_ERR_SHAPE, "the loss '%s' must be a float scalar; it is %s", m->values[lv].name, shape);
+    }
+    kiln_pass_shape_probes_free(&pr);
+    return st;
+}
+
 kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_train_options *opts,
                                 kiln_trainer **out) {
     if (!fwd || !loss || !out) return KILN_ERR_INVALID_ARGUMENT;
@@ -292,11 +319,6 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     bool is_out = false;
     for (int i = 0; lv >= 0 && i < fwd->n_outputs; i++) is_out |= fwd->outputs[i] == lv;
     if (!is_out) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "'%s' is not an output of the model", loss);
-    const kiln_value *lval = &fwd->values[lv];
-    /* Checked here when static inference knew the loss; otherwise when the plan is built. */
-    if (lval->ndim > 1 || (lval->ndim == 1 && lval->dims[0] != 1) ||
-        (lval->dtype != KILN_DTYPE_UNDEFINED && !kiln_dtype_is_float(lval->dtype)))
-        return kiln_fail(ctx, KILN_ERR_SHAPE, "the loss '%s' must be a float scalar", loss);
     kiln_trainer *t = kiln_calloc(ctx, 1, sizeof *t, "a trainer");
     if (!t) return KILN_ERR_OUT_OF_MEMORY;
     t->ctx = ctx;
@@ -304,6 +326,7 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     t->true_value = -1;
     t->loss_name = kiln_strdup(ctx, loss);
     st = t->loss_name ? kiln_model_clone(fwd, &t->fwd) : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = check_scalar_loss(t->fwd, lv);
     if (!st) {
         t->fwd->finalized = true;
         st = build_training_graph(t, lv);

@@ -3145,8 +3145,9 @@ static void session_checks(void) {
              {"NHWC, bf16", KILN_PRECISION_BF16, 0, 0, 1e-1}};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         kiln_session_options co = {.precision = v[i].prec};
+        /* fp32 against the CPU's f32 at 1e-4: no TF32 (kiln.h's policy allows it by default) */
         kiln_session_options o = {.device = KILN_DEVICE_CUDA, .precision = v[i].prec, .disable_passes = v[i].off,
-                                  .deterministic = v[i].det};
+                                  .deterministic = v[i].det, .strict_fp32 = v[i].prec == KILN_PRECISION_FP32};
         kiln_session *cpu = NULL, *s = NULL;
         const kiln_tensor *want[2] = {0}, *got[2] = {0};
         char label[160];
