@@ -145,7 +145,10 @@ static kiln_tensor *converted(const kiln_tensor *t, kiln_dtype to) {
     const int64_t n = kiln_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
         if (kiln_dtype_is_float(to)) kiln_set_f64(c, i, kiln_get_f64(t, i));
-        else kiln_copy_elem(c, i, t, i);
+        else {
+            const size_t es = kiln_dtype_size(t->dtype);
+            memcpy((char *)c->data + (size_t)i * es, (const char *)t->data + (size_t)i * es, es);
+        }
     }
     return c;
 }
