@@ -26,7 +26,12 @@
 #   DATA=.carry/data   Fashion-MNIST's four .gz files
 #   R50=/tmp/r50.onnx  the ResNet-50 model (exported with torchvision if missing)
 #   TESTS=0            1: run each build's GPU tests (gpu_tests.txt) before timing
-#   CACHE=fresh        fresh: every run searches its cuDNN/cuBLASLt algorithms anew in an
+#   CACHE=fresh        seed=DIR: every run starts from a copy of one algorithm cache, DIR's
+#                      cudnn-algos.txt filled further by one untimed run of A per kind, so
+#                      both builds run the same cuDNN/cuBLASLt choices and the table
+#                      compares the code, not the luck of a timing search (NOTES.md: a fresh
+#                      search picks a 10x slower fused convolution on some runs);
+#                      fresh: every run searches its cuDNN/cuBLASLt algorithms anew in an
 #                      empty cache (one run's unlucky pick cannot carry over to the others,
 #                      as a cached slow choice once did: NOTES.md); shared: one cache per
 #                      build, filled by an untimed first run
@@ -83,6 +88,12 @@ measure() {
   if [ "$side" = A ]; then k=$KA; else k=$KB; fi
   cache=$LOGS/cache-$side
   [ "${CACHE:-fresh}" = fresh ] && cache=$LOGS/cache-$side-$kind-$round
+  case ${CACHE:-fresh} in
+  seed=*)
+    cache=$LOGS/cache-$side-$kind-$round
+    if [ "$round" = 0 ]; then cache=$LOGS/seed; else mkdir -p "$cache" && cp "$LOGS/seed/"* "$cache/"; fi
+    ;;
+  esac
   mkdir -p "$cache"
   case $kind in
   b256 | b1)
@@ -108,9 +119,15 @@ measure() {
   fi
 }
 
-if [ "${CACHE:-fresh}" != fresh ]; then
-  for side in A B; do for kind in b256 b1 train; do measure $side $kind 0; done; done
-fi
+case ${CACHE:-fresh} in
+fresh) ;;
+seed=*)
+  mkdir -p "$LOGS/seed"
+  [ -f "${CACHE#seed=}/cudnn-algos.txt" ] && cp "${CACHE#seed=}/cudnn-algos.txt" "$LOGS/seed/"
+  for kind in b256 b1 train; do measure A $kind 0; done
+  ;;
+*) for side in A B; do for kind in b256 b1 train; do measure $side $kind 0; done; done ;;
+esac
 for ((r = 1; r <= ROUNDS; r++)); do
   if ((r % 2)); then order="A B"; else order="B A"; fi
   for kind in b256 b1 train; do
