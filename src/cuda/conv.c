@@ -12,6 +12,7 @@
  *   Layouts: 2-D convolutions and their gradients take X, W and Y (and Z) all NCHW or all
  *   NHWC (W then KRSC, what cuDNN's NHWC kernels read); a tensor whose bytes are the same
  *   in both layouts (one channel, or 1x1 spatial) may carry either label. 1-D ones NCHW.
+ *   A gradient's output (dX, dW) is written in that layout too, so its label must agree.
  *
  *   kiln.FusedConv(X, W, B?, Z?) = act(conv(X, W) + B + Z) (FUSED.md). With activation
  *   Relu, or none with a B or Z to add, one call to cudnnConvolutionBiasActivationForward
@@ -728,6 +729,9 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     conv_geo g;
     char why[256];
     if (!conv_geo_get(c, x, w, dy, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    if (!fmt_fits(dx, g.fmt)) /* dX is written in the convolution's layout (table.c refuses this) */
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "ConvGradInput: dX is laid out %s, the convolution %s",
+                         fmt_name(fmt_of(dx)), fmt_name(g.fmt));
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
@@ -766,6 +770,9 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
     conv_geo g;
     char why[256];
     if (!conv_geo_get(c, x, w, dy, &g, why, sizeof why)) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    if (!fmt_fits(dw, g.fmt)) /* dW is written in the convolution's layout (table.c refuses this) */
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "ConvGradWeight: dW is laid out %s, the convolution %s",
+                         fmt_name(fmt_of(dw)), fmt_name(g.fmt));
     kiln_cuda_direct_geo d;
     if (direct_shaped(cu, &g, &d)) {
         const kiln_status ds =

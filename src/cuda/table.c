@@ -126,9 +126,10 @@ static bool sup_binary(const kiln_op_ctx *c, char *why, size_t n) {
 }
 
 
-/* A convolution of x by w giving y (Conv, or the tensors a gradient op has in those roles). */
+/* A convolution of x by w giving y: the tensors a gradient op has in those roles; its
+ * output 0 (named out_name) is written in their layout. */
 static bool conv_check(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
-                       const kiln_tensor *y, char *why, size_t n) {
+                       const kiln_tensor *y, const char *out_name, char *why, size_t n) {
     if (!same_float(c, why, n)) return false;
     if (x->ndim != 3 && x->ndim != 4) {
         snprintf(why, n, "%d spatial dims (1-D and 2-D convolutions are supported)", x->ndim - 2);
@@ -148,6 +149,14 @@ static bool conv_check(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_te
                      layout_name(y));
             return false;
         }
+    /* conv.c writes the output (dX like X, dW like W) in that layout whatever its label:
+     * one labelled otherwise, unless its bytes are the same in both, would be misread */
+    const kiln_tensor *o = has_out(c, 0) ? c->out[0] : NULL;
+    if (o && is_nhwc(o) != nhwc && !kiln_cuda_layout_free(o)) {
+        snprintf(why, n, "%s is laid out %s and X, W and dY %s (the output takes the convolution's layout)",
+                 out_name, layout_name(o), nhwc ? "NHWC" : "NCHW");
+        return false;
+    }
     kiln_cuda_window win;
     if (!kiln_cuda_window_get(c, x, y, w->dims + 2, &win, why, n)) return false;
     const int64_t sizes[] = {kiln_tensor_numel(x), kiln_tensor_numel(w), kiln_tensor_numel(y)};
@@ -205,7 +214,7 @@ static bool sup_conv_grad_input(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "inputs dY, W and X are required");
         return false;
     }
-    return conv_check(c, c->in[2], c->in[1], c->in[0], why, n);
+    return conv_check(c, c->in[2], c->in[1], c->in[0], "dX", why, n);
 }
 
 /* kiln.ConvGradWeight(X, dY, W) */
@@ -214,7 +223,7 @@ static bool sup_conv_grad_weight(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "inputs X, dY and W are required");
         return false;
     }
-    return conv_check(c, c->in[0], c->in[2], c->in[1], why, n);
+    return conv_check(c, c->in[0], c->in[2], c->in[1], "dW", why, n);
 }
 
 static bool fits_products(const int64_t *v, int count, char *why, size_t n) {
