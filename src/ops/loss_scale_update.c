@@ -34,6 +34,18 @@ static kiln_status read_scaler(kiln_op_ctx *c, scaler *s) {
     return KILN_OK;
 }
 
+int kiln_loss_scale_update_config(struct kiln_op_ctx *c, bool *dynamic, float *growth, float *backoff,
+                                  int64_t *interval) {
+    scaler s;
+    kiln_status st = read_scaler(c, &s);
+    if (st) return st;
+    *dynamic = s.dynamic;
+    *growth = s.growth;
+    *backoff = s.backoff;
+    *interval = s.interval;
+    return KILN_OK;
+}
+
 static kiln_status infer(kiln_op_ctx *c) {
     scaler s;
     kiln_status st = read_scaler(c, &s);

@@ -169,4 +169,18 @@ KILN_OM_FN void kiln_om_scaler_update(bool found, bool dynamic, float growth, fl
     }
 }
 
+/* The attributes of kiln.OptimizerStep (optimizer_step.c) and kiln.LossScaleUpdate
+ * (loss_scale_update.c), read and checked as their CPU references read them (and against the
+ * node's input and output counts), for the CUDA kernels. A kiln_status; a message on c->kctx. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+struct kiln_op_ctx;
+int kiln_optimizer_step_config(struct kiln_op_ctx *c, kiln_om_hyper *h, kiln_om_schedule *s, int *n, int *ns);
+int kiln_loss_scale_update_config(struct kiln_op_ctx *c, bool *dynamic, float *growth, float *backoff,
+                                  int64_t *interval);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

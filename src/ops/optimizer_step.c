@@ -77,6 +77,17 @@ static kiln_status read_config(kiln_op_ctx *c, config *f) {
     return KILN_OK;
 }
 
+int kiln_optimizer_step_config(struct kiln_op_ctx *c, kiln_om_hyper *h, kiln_om_schedule *s, int *n, int *ns) {
+    config f;
+    kiln_status st = read_config(c, &f);
+    if (st) return st;
+    *h = f.h;
+    *s = f.s;
+    *n = f.n;
+    *ns = f.ns;
+    return KILN_OK;
+}
+
 static bool f32_scalar(const kiln_tensor *t) { return t->dtype == KILN_F32 && kiln_tensor_numel(t) == 1; }
 
 static kiln_status infer(kiln_op_ctx *c) {
