@@ -35,19 +35,27 @@ static kiln_tensor *to_device(const kiln_tensor *t) {
     return d;
 }
 
-static bool same_as_device(const kiln_tensor *host, const kiln_tensor *dev) {
+/* Bit for bit; with loose (Adam's bias corrections and the schedules' double pow / cos,
+ * which the device computes within 1-2 ulp of double of the host's libm), f32 outputs
+ * may differ by the rounding that leaves: 1e-6 relative. */
+static bool same_as_device(const kiln_tensor *host, const kiln_tensor *dev, bool loose, const char *label) {
     const size_t nb = kiln_tensor_nbytes(host);
-    void *buf = malloc(nb + 1);
-    kiln_cuda_download(cu, buf, dev->data, nb);
-    const bool same = memcmp(buf, host->data, nb) == 0;
-    free(buf);
+    kiln_tensor *got = kiln_tensor_new(ctx, host->dtype, host->ndim, host->dims);
+    if (!got) return false;
+    kiln_cuda_download(cu, got->data, dev->data, nb);
+    bool same = memcmp(got->data, host->data, nb) == 0;
+    if (!same && loose && host->dtype == KILN_F32) {
+        same = kiln_tensor_compare(got, host, 0, 1e-6, label) == 0;
+        if (same) printf("     %s: not bit for bit, within 1e-6 relative\n", label);
+    }
+    kiln_tensor_free(got);
     return same;
 }
 
 /* Run node on CPU (fresh outputs) and CUDA (outputs `inplace`: the inputs' device tensors
  * per map, else fresh device tensors) for `steps` steps; compare every output's bits. */
 static void compare(const char *op, kiln_attr *attrs, int n_attrs, int n_in, kiln_tensor **in, int n_out,
-                    const int *out_of_in, bool inplace, int steps, const char *label) {
+                    const int *out_of_in, bool inplace, int steps, bool loose, const char *label) {
     kiln_node node = {.op_type = (char *)op, .name = (char *)label, .domain = "kiln", .opset = 1,
                       .op = kiln_op_index_domain("kiln", op), .n_in = n_in, .n_out = n_out, .n_attrs = n_attrs,
                       .attrs = attrs};
@@ -76,7 +84,7 @@ static void compare(const char *op, kiln_attr *attrs, int n_attrs, int n_in, kil
         if (!st) st = kiln_cuda_sync(cu);
         CHECK(st == KILN_OK, "%s: CUDA: %s", label, kiln_context_message(ctx));
         for (int k = 0; k < n_out && !st; k++) {
-            const bool ok = same_as_device(hout[k], dout[k]);
+            const bool ok = same_as_device(hout[k], dout[k], loose, label);
             CHECK(ok, "%s: step %d output %d differs from the CPU reference's bits", label, s, k);
             same &= ok;
         }
@@ -133,7 +141,9 @@ static void optimizer_case(const kiln_train_options *o, int n, kiln_dtype gdt, b
     kiln_attr *attrs = NULL;
     int n_attrs = 0;
     kiln_optim_step_attrs(ctx, o, n, &attrs, &n_attrs);
-    compare("OptimizerStep", attrs, n_attrs, n_in, in, n_out, map, inplace, 4, label);
+    const bool loose = o->optimizer == KILN_OPTIM_ADAM || o->optimizer == KILN_OPTIM_ADAMW ||
+                       o->schedule != KILN_SCHEDULE_CONSTANT;
+    compare("OptimizerStep", attrs, n_attrs, n_in, in, n_out, map, inplace, 4, loose, label);
     for (int a = 0; a < n_attrs; a++) kiln_attr_clear(&attrs[a]);
     free(attrs);
     free(in);
@@ -182,7 +192,7 @@ int main(void) {
             in[1 + k] = kt_rand(KILN_F16, 1, &len, -100, 100, (uint64_t)k);
         }
         if (bad) ((uint16_t *)in[n]->data)[kiln_tensor_numel(in[n]) - 1] = 0x7c00;
-        compare("NonFiniteCheck", NULL, 0, 1 + n, in, 2, NULL, false, 1, bad ? "NonFiniteCheck, an inf" : "NonFiniteCheck");
+        compare("NonFiniteCheck", NULL, 0, 1 + n, in, 2, NULL, false, 1, false, bad ? "NonFiniteCheck, an inf" : "NonFiniteCheck");
     }
     /* LossScaleUpdate, in place: growth at the interval, then a backoff */
     {
@@ -190,10 +200,10 @@ int main(void) {
         kiln_tensor *in[4] = {kt_scalar(KILN_F32, 1024), kt_scalar(KILN_F32, 0), kt_scalar(KILN_I64, 0),
                               kt_scalar(KILN_I64, 0)};
         const int map[3] = {0, 2, 3};
-        compare("LossScaleUpdate", a, 1, 4, in, 3, map, true, 3, "LossScaleUpdate, clean steps");
+        compare("LossScaleUpdate", a, 1, 4, in, 3, map, true, 3, false, "LossScaleUpdate, clean steps");
         kiln_tensor *in2[4] = {kt_scalar(KILN_F32, 1024), kt_scalar(KILN_F32, 1), kt_scalar(KILN_I64, 1),
                                kt_scalar(KILN_I64, 0)};
-        compare("LossScaleUpdate", a, 1, 4, in2, 3, map, true, 2, "LossScaleUpdate, inf steps");
+        compare("LossScaleUpdate", a, 1, 4, in2, 3, map, true, 2, false, "LossScaleUpdate, inf steps");
     }
     kiln_cuda_free(cu);
     kiln_context_free(ctx);
