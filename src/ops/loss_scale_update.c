@@ -106,7 +106,13 @@ static int test(void) {
     return fails;
 }
 
+/* loss_scale' over loss_scale, growth_tracker' and skipped' over theirs */
+static int inplace_input(const kiln_node *n, int out) {
+    (void)n;
+    return out == 0 ? 0 : out == 1 ? 2 : out == 2 ? 3 : -1;
+}
+
 const kiln_op_def kiln_op_loss_scale_update = {
     .name = "LossScaleUpdate", .domain = "kiln", .min_inputs = 4, .max_inputs = 4, .min_outputs = 3,
-    .max_outputs = 3, .infer = infer, .cpu_forward = forward, .test = test,
+    .max_outputs = 3, .infer = infer, .cpu_forward = forward, .test = test, .inplace_input = inplace_input,
 };

@@ -321,7 +321,15 @@ static int test(void) {
     return fails;
 }
 
+/* step' over step, each parameter and state over its input */
+static int inplace_input(const kiln_node *nd, int out) {
+    const int n = (int)kiln_attr_int(nd, "n", 0);
+    const int ns = kiln_om_states((int)kiln_attr_int(nd, "optimizer", KILN_OM_SGD), kiln_attr_float(nd, "momentum", 0.f));
+    if (n < 1 || out < 0 || out >= 1 + n * (1 + ns) || nd->n_in != 3 + n * (2 + ns)) return -1;
+    return out == 0 ? 0 : out <= n ? 2 + out : 2 + n + out;
+}
+
 const kiln_op_def kiln_op_optimizer_step = {
     .name = "OptimizerStep", .domain = "kiln", .min_inputs = 1, .max_inputs = -1, .min_outputs = 2,
-    .max_outputs = -1, .infer = infer, .cpu_forward = forward, .test = test,
+    .max_outputs = -1, .infer = infer, .cpu_forward = forward, .test = test, .inplace_input = inplace_input,
 };
