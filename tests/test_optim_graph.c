@@ -251,24 +251,13 @@ static kiln_status graph_trainer_init(graph_trainer *gt, const kiln_model *fwd, 
     const kiln_optim_graph *g = &gt->g;
     int pairs[2][64], np = 0;
     if (!st) {
-        pairs[0][np] = g->step;
-        pairs[1][np++] = g->step_out;
-        for (int k = 0; k < g->n_params; k++, np++) {
-            pairs[0][np] = gt->params[k];
-            pairs[1][np] = g->param_out[k];
-        }
-        for (int k = 0; k < g->n_params * g->n_states; k++, np++) {
-            pairs[0][np] = g->state_in[k];
-            pairs[1][np] = g->state_out[k];
-        }
-        if (g->loss_scale >= 0) {
-            pairs[0][np] = g->loss_scale;
-            pairs[1][np++] = g->loss_scale_out;
-            pairs[0][np] = g->growth_tracker;
-            pairs[1][np++] = g->growth_tracker_out;
-            pairs[0][np] = g->skipped;
-            pairs[1][np++] = g->skipped_out;
-        }
+        np = kiln_optim_graph_carried(g, NULL, NULL);
+        CHECK(np <= 64, "%d carried values", np);
+        if (np > 64) st = KILN_ERR_INTERNAL;
+    }
+    if (!st) {
+        kiln_optim_graph_carried(g, pairs[0], pairs[1]);
+        CHECK(np == 1 + g->n_params * (1 + g->n_states) + (g->loss_scale >= 0 ? 3 : 0), "carried count %d", np);
         for (int j = 0; j < np && !st; j++) st = kiln_model_add_output(m, m->values[pairs[1][j]].name);
         gt->n_next = np;
         if (!st && extra_output) st = kiln_model_add_output(m, m->values[gt->params[0]].name);

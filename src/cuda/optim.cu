@@ -12,11 +12,12 @@
  *     With a tail (kiln_cuda_step_tail), the last block to finish (an atomic count of
  *     finished blocks in the state) then ends the step on one thread, as
  *     kiln_cuda_train_step_end, kiln_cuda_rng_next and kiln_cuda_advance would in three
- *     launches of their own (~2-3 us of a captured step each). The arithmetic is that of the CPU
- *     update (kiln_optimizer_update in src/train/trainer.c) operation for operation, in
- *     float with round-to-nearest intrinsics so that the compiler fuses nothing into FMAs
- *     (the CPU build does not contract either): results match the CPU bit for bit but for
- *     Adam's bias corrections (double pow on the device, 1-2 ulp of double apart).
+ *     launches of their own (~2-3 us of a captured step each). The arithmetic is
+ *     src/ops/optim_math.h's, the CPU reference's (kiln.OptimizerStep; the trainer's
+ *     kiln_optimizer_update) operation for operation, in float with round-to-nearest
+ *     intrinsics so that the compiler fuses nothing into FMAs (the CPU build does not
+ *     contract either): results match the CPU bit for bit but for Adam's bias corrections
+ *     and the schedule's cos (double pow / cos on the device, 1-2 ulp of double apart).
  *   kiln_cuda_grad_check: one launch over the same table: any inf/NaN gradient sets the
  *     state's found_inf (and optionally unscales the gradients in place by 1/loss_scale).
  *     The optimizer skips its update when found_inf is set. It stays a launch of its own
@@ -26,6 +27,17 @@
  *     GradScaler's dynamic loss scale (x backoff on inf/NaN; x growth after
  *     growth_interval clean steps, if the result is finite), found_inf cleared, and the
  *     learning rate of the next step from the schedule (kiln_trainer_lr_at, in double).
+ *
+ * The same table walk serves the training graph's ops (one table.c line each):
+ *   kiln.OptimizerStep    the update above, its step count, found_inf and 1/loss_scale
+ *                         read from the op's scalar inputs and the learning rate from the
+ *                         schedule at the step (optim_math.h); the step count moves in a
+ *                         one-thread launch after it. The table is a __grid_constant__
+ *                         kernel parameter (OP_GROUP entries a launch).
+ *   kiln.NonFiniteCheck   the inf/NaN check into an f32 found_inf, and 1/loss_scale.
+ *   kiln.LossScaleUpdate  GradScaler.update on one thread.
+ * Outputs may be their inputs' buffers (updated in place); where they are not, the
+ * update copies the inputs into them first.
  */
 #include "dtype.cuh"
 

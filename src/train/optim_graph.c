@@ -12,7 +12,28 @@ void kiln_optim_graph_clear(kiln_optim_graph *g) {
     free(g->state_in);
     free(g->state_out);
     free(g->param_out);
+    free(g->param_in);
     memset(g, 0, sizeof *g);
+}
+
+int kiln_optim_graph_carried(const kiln_optim_graph *g, int *in_values, int *next_values) {
+    int n = 0;
+#define PAIR(a, b)                                  \
+    do {                                            \
+        if (in_values) in_values[n] = (a);          \
+        if (next_values) next_values[n] = (b);      \
+        n++;                                        \
+    } while (0)
+    PAIR(g->step, g->step_out);
+    for (int k = 0; k < g->n_params; k++) PAIR(g->param_in[k], g->param_out[k]);
+    for (int k = 0; k < g->n_params * g->n_states; k++) PAIR(g->state_in[k], g->state_out[k]);
+    if (g->loss_scale >= 0) {
+        PAIR(g->loss_scale, g->loss_scale_out);
+        PAIR(g->growth_tracker, g->growth_tracker_out);
+        PAIR(g->skipped, g->skipped_out);
+    }
+#undef PAIR
+    return n;
 }
 
 static bool put_attr(kiln_context *ctx, kiln_attr *a, const char *name, kiln_attr_type type, float f, int64_t i) {
@@ -127,12 +148,13 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
     out->state_in = kiln_calloc(ctx, (size_t)(n * ns) + 1, sizeof(int), "optimizer graph");
     out->state_out = kiln_calloc(ctx, (size_t)(n * ns) + 1, sizeof(int), "optimizer graph");
     out->param_out = kiln_calloc(ctx, (size_t)n, sizeof(int), "optimizer graph");
+    out->param_in = kiln_calloc(ctx, (size_t)n, sizeof(int), "optimizer graph");
     const int n_in = 3 + n * (2 + ns), n_out = 1 + n * (1 + ns);
     int *in = kiln_calloc(ctx, (size_t)n_in, sizeof(int), "optimizer graph");
     int *outs = kiln_calloc(ctx, (size_t)n_out, sizeof(int), "optimizer graph");
     const char **names = kiln_calloc(ctx, (size_t)n_out, sizeof *names, "optimizer graph");
     char *name_buf = kiln_calloc(ctx, (size_t)n_out, 320, "optimizer graph");
-    kiln_status st = out->state_in && out->state_out && out->param_out && in && outs && names && name_buf
+    kiln_status st = out->state_in && out->state_out && out->param_out && out->param_in && in && outs && names && name_buf
                          ? KILN_OK
                          : KILN_ERR_OUT_OF_MEMORY;
     static const char *state_names[4][2] = {{"momentum_buffer", ""}, {"exp_avg", "exp_avg_sq"},
@@ -198,6 +220,7 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
         if (!st) st = add_node(m, "OptimizerStep", n_in, in, n_out, outs, names, n_attrs, attrs);
     }
     if (!st) {
+        memcpy(out->param_in, params, sizeof(int) * (size_t)n);
         out->step_out = outs[0];
         memcpy(out->param_out, outs + 1, sizeof(int) * (size_t)n);
         memcpy(out->state_out, outs + 1 + n, sizeof(int) * (size_t)(n * ns));

@@ -37,6 +37,7 @@ typedef struct kiln_optim_graph {
     int skipped;         /* i64 scalar: steps skipped for inf/NaN (feed 0) */
     int *state_in;       /* (n_params * n_states): state j of parameter k at k * n_states + j;
                             feed zeros at the start (PyTorch's initial state) */
+    int *param_in;       /* (n_params) the caller's parameters */
     /* the next values (value indices; -1 where absent) */
     int step_out, loss_scale_out, growth_tracker_out, skipped_out;
     int found_inf;       /* f32 scalar: 1 when this step's gradients had inf/NaN */
@@ -55,6 +56,14 @@ typedef struct kiln_optim_graph {
 kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, int n_params, const int *params,
                                     const int *grads, const int *states, int loss_scale, kiln_optim_graph *out);
 void kiln_optim_graph_clear(kiln_optim_graph *g);
+
+/* What one step carries to the next: graph input in_values[i] takes the value of
+ * next_values[i]. Order: step, the parameters, the states, then (with loss scaling) loss
+ * scale, growth tracker, skipped. Returns the count; the arrays (that many entries) may be
+ * NULL to ask for it. Make the next values graph outputs and feed them back (the CPU
+ * planner computes each in its input's buffer, so there is nothing to copy: see
+ * kiln_op_def.inplace_input). */
+int kiln_optim_graph_carried(const kiln_optim_graph *g, int *in_values, int *next_values);
 
 /* The attributes of a kiln.OptimizerStep node for o and n_params (kiln_attr array, owned by
  * the caller: kiln_attr_clear each, then free). For tests that build the node themselves. */
