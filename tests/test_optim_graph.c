@@ -6,7 +6,8 @@
  *   2. a small model trained for several steps: the trainer (kiln_trainer_step) and a
  *      training graph built with autograd + kiln_optim_graph_append run through a session
  *      end with the same weights, optimizer states and losses, with fp32 and with fp16
- *      loss scaling (steps skipped on overflow, the scale backing off). */
+ *      loss scaling (steps skipped on overflow, the scale backing off) and with gradient
+ *      accumulation. */
 #include "core/internal.h"
 #include "core/optest.h"
 #include "passes/passes.h"
@@ -257,7 +258,9 @@ static kiln_status graph_trainer_init(graph_trainer *gt, const kiln_model *fwd, 
     }
     if (!st) {
         kiln_optim_graph_carried(g, pairs[0], pairs[1]);
-        CHECK(np == 1 + g->n_params * (1 + g->n_states) + (g->loss_scale >= 0 ? 3 : 0), "carried count %d", np);
+        CHECK(np == 1 + g->n_params * (1 + g->n_states) + (g->micro >= 0 ? 1 + g->n_params : 0) +
+                        (g->loss_scale >= 0 ? 3 : 0),
+              "carried count %d", np);
         for (int j = 0; j < np && !st; j++) st = kiln_model_add_output(m, m->values[pairs[1][j]].name);
         gt->n_next = np;
         if (!st && extra_output) st = kiln_model_add_output(m, m->values[gt->params[0]].name);
@@ -375,8 +378,9 @@ static void model_vs_trainer(kiln_train_options o, float x_scale, int steps, boo
             printf("     loss scale %g after %lld skipped steps\n", scale, (long long)skipped);
         }
         if (same && same_loss)
-            printf("ok   trained %d steps, graph update = trainer's loop bit for bit: %s amp %d (%d of %d in place)\n",
-                   steps, opt_label(&t->opts), (int)t->opts.amp, gt.inplace, gt.n_next);
+            printf("ok   trained %d steps, graph update = trainer's loop bit for bit: %s amp %d accumulate %d (%d of %d "
+                   "in place)\n",
+                   steps, opt_label(&t->opts), (int)t->opts.amp, t->opts.accumulate, gt.inplace, gt.n_next);
     }
     kiln_tensor_free(x);
     kiln_tensor_free(y);
@@ -414,6 +418,11 @@ int main(void) {
     }
     for (int i = 0; i < n; i++) model_vs_trainer(cfg[i], 1.f, 7, false);
     model_vs_trainer(cfg[3], 1.f, 4, true);
+    for (int i = 1; i < 6; i += 2) { /* gradient accumulation: 7 micro-batches of 3 per step */
+        kiln_train_options acc = cfg[i];
+        acc.accumulate = 3;
+        model_vs_trainer(acc, 1.f, 7, false);
+    }
     kiln_train_options amp = cfg[1];
     amp.amp = KILN_AMP_FP16;
     model_vs_trainer(amp, 3000.f, 8, false);

@@ -143,6 +143,14 @@ KILN_OM_FN void kiln_om_update1(const kiln_om_hyper *h, const kiln_om_step *k, f
     }
 }
 
+/* Gradient accumulation, one element: the first micro-batch of a step (first) takes the
+ * gradient, later ones add it, the last (last) divides the sum by K: the trainer's order. */
+KILN_OM_FN float kiln_om_accumulate1(bool first, bool last, int64_t K, float sum, float g) {
+    float a = first ? g : KILN_OM_ADD(sum, g);
+    if (last) a = KILN_OM_DIV(a, (float)K);
+    return a;
+}
+
 /* Optimizer state tensors per parameter: SGD 1 with momentum (else 0), the others 2. */
 KILN_OM_FN int kiln_om_states(int opt, float momentum) {
     return opt == KILN_OM_SGD ? (momentum != 0.f) : 2;
@@ -177,6 +185,7 @@ extern "C" {
 #endif
 struct kiln_op_ctx;
 int kiln_optimizer_step_config(struct kiln_op_ctx *c, kiln_om_hyper *h, kiln_om_schedule *s, int *n, int *ns);
+int kiln_grad_accumulate_config(struct kiln_op_ctx *c, int *n, int64_t *accumulate);
 int kiln_loss_scale_update_config(struct kiln_op_ctx *c, bool *dynamic, float *growth, float *backoff,
                                   int64_t *interval);
 #ifdef __cplusplus

@@ -13,6 +13,8 @@ void kiln_optim_graph_clear(kiln_optim_graph *g) {
     free(g->state_out);
     free(g->param_out);
     free(g->param_in);
+    free(g->acc_in);
+    free(g->acc_out);
     memset(g, 0, sizeof *g);
 }
 
@@ -27,6 +29,10 @@ int kiln_optim_graph_carried(const kiln_optim_graph *g, int *in_values, int *nex
     PAIR(g->step, g->step_out);
     for (int k = 0; k < g->n_params; k++) PAIR(g->param_in[k], g->param_out[k]);
     for (int k = 0; k < g->n_params * g->n_states; k++) PAIR(g->state_in[k], g->state_out[k]);
+    if (g->micro >= 0) {
+        PAIR(g->micro, g->micro_out);
+        for (int k = 0; k < g->n_params; k++) PAIR(g->acc_in[k], g->acc_out[k]);
+    }
     if (g->loss_scale >= 0) {
         PAIR(g->loss_scale, g->loss_scale_out);
         PAIR(g->growth_tracker, g->growth_tracker_out);
@@ -145,6 +151,10 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
     out->loss_scale = scaled ? loss_scale : -1;
     out->growth_tracker = out->skipped = out->found_inf = -1;
     out->loss_scale_out = out->growth_tracker_out = out->skipped_out = -1;
+    out->micro = out->micro_out = -1;
+    const int K = o->accumulate > 1 ? o->accumulate : 1;
+    if (K > 1 && scaled)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "mixed precision with gradient accumulation is not supported yet");
     out->state_in = kiln_calloc(ctx, (size_t)(n * ns) + 1, sizeof(int), "optimizer graph");
     out->state_out = kiln_calloc(ctx, (size_t)(n * ns) + 1, sizeof(int), "optimizer graph");
     out->param_out = kiln_calloc(ctx, (size_t)n, sizeof(int), "optimizer graph");
@@ -183,6 +193,57 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
     }
     if (!st && (out->step = scalar_input(m, "step", KILN_I64)) < 0) st = KILN_ERR_INVALID_ARGUMENT;
     int check[2] = {-1, -1};
+    const int *step_grads = grads; /* what the update reads: the gradients, or their running mean */
+    if (!st && K > 1) {
+        /* kiln.GradAccumulate(micro, grads..., sums...) -> micro', skip, sums'...; the update
+         * reads the sums and is skipped but on a step's last micro-batch */
+        out->acc_in = kiln_calloc(ctx, (size_t)n, sizeof(int), "optimizer graph");
+        out->acc_out = kiln_calloc(ctx, (size_t)n + 2, sizeof(int), "optimizer graph");
+        int *ain = kiln_calloc(ctx, (size_t)(1 + 2 * n), sizeof(int), "optimizer graph");
+        const char **an = kiln_calloc(ctx, (size_t)(2 + n), sizeof *an, "optimizer graph");
+        char *abuf = kiln_calloc(ctx, (size_t)(2 + n), 320, "optimizer graph");
+        kiln_attr *a = kiln_calloc(ctx, 2, sizeof *a, "accumulation attributes");
+        if (!out->acc_in || !out->acc_out || !ain || !an || !abuf || !a) st = KILN_ERR_OUT_OF_MEMORY;
+        if (!st && (out->micro = scalar_input(m, "micro_step", KILN_I64)) < 0) st = KILN_ERR_INVALID_ARGUMENT;
+        for (int k = 0; k < n && !st; k++) {
+            char nm[300];
+            snprintf(nm, sizeof nm, "kiln:%s:grad_sum", m->values[params[k]].name);
+            const kiln_value *p = &m->values[params[k]];
+            int64_t dims[KILN_MAX_DIMS];
+            memcpy(dims, p->dims, sizeof dims);
+            st = kiln_model_add_input(m, nm, KILN_F32, p->ndim, dims);
+            out->acc_in[k] = st ? -1 : kiln_model_find_value(m, nm);
+            snprintf(abuf + (size_t)(2 + k) * 320, 320, "%s:next", nm);
+            an[2 + k] = abuf + (size_t)(2 + k) * 320;
+        }
+        if (!st) {
+            ain[0] = out->micro;
+            memcpy(ain + 1, grads, sizeof(int) * (size_t)n);
+            memcpy(ain + 1 + n, out->acc_in, sizeof(int) * (size_t)n);
+            an[0] = "kiln:micro_step:next";
+            an[1] = "kiln:accumulating";
+            if (!put_attr(ctx, &a[0], "n", KILN_ATTR_INT, 0, n) ||
+                !put_attr(ctx, &a[1], "accumulate", KILN_ATTR_INT, 0, K)) {
+                kiln_attr_clear(&a[0]);
+                st = KILN_ERR_OUT_OF_MEMORY;
+            }
+        }
+        int *aout = out->acc_out;
+        if (!st) {
+            st = add_node(m, "GradAccumulate", 1 + 2 * n, ain, 2 + n, aout, an, 2, a);
+            a = NULL;
+        }
+        if (!st) {
+            out->micro_out = aout[0];
+            check[0] = aout[1]; /* the update's skip */
+            memmove(aout, aout + 2, sizeof(int) * (size_t)n);
+            step_grads = aout;
+        }
+        free(a);
+        free(ain);
+        free(an);
+        free(abuf);
+    }
     if (!st && scaled) {
         /* found_inf and inv_scale over every gradient */
         int *cin = kiln_calloc(ctx, (size_t)n + 1, sizeof(int), "optimizer graph");
@@ -203,7 +264,7 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
         names[0] = "kiln:step:next";
         for (int k = 0; k < n; k++) {
             in[3 + k] = params[k];
-            in[3 + n + k] = grads[k];
+            in[3 + n + k] = step_grads[k];
             char *nm = name_buf + (size_t)(1 + k) * 320;
             snprintf(nm, 320, "%s:next", m->values[params[k]].name);
             names[1 + k] = nm;

@@ -6,6 +6,10 @@
  *   without loss scaling (amp off, or no loss_scale value given):
  *     kiln.OptimizerStep(step, -, -, params..., grads..., states...)
  *         -> step', params'..., states'...
+ *   with gradient accumulation (accumulate = K > 1; not with loss scaling):
+ *     kiln.GradAccumulate(micro, grads..., sums...) -> micro', skip, sums'...
+ *     kiln.OptimizerStep(step, skip, -, params..., sums'..., states...)
+ *         (the update runs on each step's K-th micro-batch, on the mean of the K gradients)
  *   with loss scaling (loss_scale: the f32 scalar graph input fed as dL/dloss):
  *     kiln.NonFiniteCheck(loss_scale, grads...) -> found_inf, inv_scale
  *     kiln.OptimizerStep(step, found_inf, inv_scale, params..., grads..., states...)
@@ -38,6 +42,11 @@ typedef struct kiln_optim_graph {
     int *state_in;       /* (n_params * n_states): state j of parameter k at k * n_states + j;
                             feed zeros at the start (PyTorch's initial state) */
     int *param_in;       /* (n_params) the caller's parameters */
+    int micro;           /* gradient accumulation (accumulate > 1): i64 scalar, micro-steps
+                            taken (feed 0); else -1 */
+    int *acc_in;         /* (n_params) accumulation: the running sums, f32 (feed anything: the
+                            first micro-batch overwrites them); else NULL */
+    int micro_out, *acc_out;
     /* the next values (value indices; -1 where absent) */
     int step_out, loss_scale_out, growth_tracker_out, skipped_out;
     int found_inf;       /* f32 scalar: 1 when this step's gradients had inf/NaN */
@@ -58,8 +67,9 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
 void kiln_optim_graph_clear(kiln_optim_graph *g);
 
 /* What one step carries to the next: graph input in_values[i] takes the value of
- * next_values[i]. Order: step, the parameters, the states, then (with loss scaling) loss
- * scale, growth tracker, skipped. Returns the count; the arrays (that many entries) may be
+ * next_values[i]. Order: step, the parameters, the states, then (with accumulation)
+ * the micro-step count and the sums, then (with loss scaling) loss scale, growth tracker,
+ * skipped. Returns the count; the arrays (that many entries) may be
  * NULL to ask for it. Make the next values graph outputs and feed them back (the CPU
  * planner computes each in its input's buffer, so there is nothing to copy: see
  * kiln_op_def.inplace_input). */
