@@ -36,6 +36,8 @@
  *                         kernel parameter (OP_GROUP entries a launch).
  *   kiln.NonFiniteCheck   the inf/NaN check into an f32 found_inf, and 1/loss_scale.
  *   kiln.LossScaleUpdate  GradScaler.update on one thread.
+ *   kiln.GradAccumulate   the running sums of accumulated gradients, and the skip flag the
+ *                         update reads between a step's micro-batches.
  * Outputs may be their inputs' buffers (updated in place); where they are not, the
  * update copies the inputs into them first.
  */
@@ -387,6 +389,30 @@ __global__ void op_check_kernel(const __grid_constant__ OpTable tab, int n, int6
     if (inv && blockIdx.x == 0 && threadIdx.x == 0) *inv = scale ? __fdiv_rn(1.f, *scale) : 1.f;
 }
 
+/* Gradient accumulation over the table (param: the running sum, updated in place; grad:
+ * the micro-batch's gradient, f32), as the CPU reference (optim_math.h). */
+__global__ void op_accumulate_kernel(const __grid_constant__ OpTable tab, int n, int64_t chunks, const int64_t *micro,
+                                     int64_t K) {
+    const int64_t m = *micro % K;
+    const bool first = m == 0, last = m == K - 1;
+    for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+        const kiln_cuda_optim_entry e = find_entry(tab.e, n, c);
+        const int64_t begin = (c - e.first_chunk) * KILN_CUDA_OPTIM_CHUNK;
+        int64_t end = begin + KILN_CUDA_OPTIM_CHUNK;
+        if (end > e.n) end = e.n;
+        const float *g = (const float *)e.grad;
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+            e.param[i] = kiln_om_accumulate1(first, last, K, e.param[i], g[i]);
+    }
+}
+
+/* After every group: micro' and the update's skip flag. */
+__global__ void op_micro_kernel(const int64_t *micro, int64_t K, int64_t *micro_out, float *skip) {
+    const int64_t m = *micro;
+    *micro_out = m + 1;
+    *skip = m % K == K - 1 ? 0.f : 1.f;
+}
+
 /* GradScaler.update on one thread: every input read before any output is written. */
 __global__ void op_scaler_kernel(const float *scale, const float *found, const int64_t *tracker,
                                  const int64_t *skipped, float *scale_out, int64_t *tracker_out, int64_t *skipped_out,
@@ -668,6 +694,41 @@ extern "C" kiln_status kiln_cuda_k_non_finite_check(kiln_cuda *cu, kiln_op_ctx *
     return st;
 }
 
+/* kiln.GradAccumulate(micro, grads..., sums...) -> micro', skip, sums'... (sums not in their
+ * inputs' storage get a copy first) */
+extern "C" kiln_status kiln_cuda_k_grad_accumulate(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_context *ctx = cu->ctx;
+    int n = 0;
+    int64_t K = 0;
+    kiln_status st = (kiln_status)kiln_grad_accumulate_config(c, &n, &K);
+    if (st) return st;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    for (int k = 0; k < n; k++) {
+        const kiln_tensor *src = c->in[1 + n + k], *dst = c->out[2 + k];
+        if (dst->data != src->data)
+            KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(dst->data, src->data, kiln_tensor_nbytes(src), cudaMemcpyDeviceToDevice,
+                                                 cu->stream));
+    }
+    const int64_t *micro = (const int64_t *)c->in[0]->data;
+    OpTable tab;
+    for (int k0 = 0; k0 < n; k0 += OP_GROUP) {
+        const int cnt = n - k0 < OP_GROUP ? n - k0 : OP_GROUP;
+        memset(&tab, 0, sizeof tab);
+        for (int j = 0; j < cnt; j++) {
+            tab.e[j].param = (float *)c->out[2 + k0 + j]->data;
+            tab.e[j].grad = c->in[1 + k0 + j]->data;
+            tab.e[j].n = kiln_tensor_numel(c->in[1 + k0 + j]);
+        }
+        const int64_t chunks = kiln_cuda_optim_table_prepare(tab.e, cnt);
+        if (chunks < 1) continue;
+        op_accumulate_kernel<<<grid_for(cu, chunks), THREADS, 0, cu->stream>>>(tab, cnt, chunks, micro, K);
+        KILN_CUDA_LAUNCHED(ctx, "op_accumulate_kernel");
+    }
+    op_micro_kernel<<<1, 1, 0, cu->stream>>>(micro, K, (int64_t *)c->out[0]->data, (float *)c->out[1]->data);
+    KILN_CUDA_LAUNCHED(ctx, "op_micro_kernel");
+    return KILN_OK;
+}
+
 /* kiln.LossScaleUpdate(loss_scale, found_inf, growth_tracker, skipped) -> the three next values */
 extern "C" kiln_status kiln_cuda_k_loss_scale_update(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_context *ctx = cu->ctx;
@@ -717,6 +778,27 @@ extern "C" bool kiln_cuda_sup_non_finite_check(const kiln_op_ctx *c, char *why, 
     if (c->n_in < 2 || !c->in[1] || !kiln_cuda_float_dtype(c->in[1]->dtype)) {
         snprintf(why, wn, "gradients must be f32, f16 or bf16");
         return false;
+    }
+    return true;
+}
+
+/* f32 gradients and sums, each pair in one layout */
+extern "C" bool kiln_cuda_sup_grad_accumulate(const kiln_op_ctx *c, char *why, size_t wn) {
+    const int n = (int)kiln_attr_int(c->node, "n", 0);
+    if (n < 1 || c->n_in != 1 + 2 * n || c->n_out != 2 + n) {
+        snprintf(why, wn, "%d inputs and %d outputs for n=%d", c->n_in, c->n_out, n);
+        return false;
+    }
+    for (int k = 0; k < n; k++) {
+        const kiln_tensor *g = c->in[1 + k], *a = c->in[1 + n + k], *o = c->out[2 + k];
+        if (g->dtype != KILN_F32 || a->dtype != KILN_F32) {
+            snprintf(why, wn, "gradient %d and its sum must be f32", k);
+            return false;
+        }
+        if (is_nhwc(g) != is_nhwc(a) || is_nhwc(o) != is_nhwc(a)) {
+            snprintf(why, wn, "gradient %d and its sum are not in one layout", k);
+            return false;
+        }
     }
     return true;
 }

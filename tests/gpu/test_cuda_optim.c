@@ -1,7 +1,7 @@
 /* test_cuda_optim.c — the training step's ops on the GPU against their CPU references, bit
  * for bit: kiln.OptimizerStep (every optimizer, schedules, unscaling, a skipped step, f32 /
  * f16 / bf16 gradients, in place and out of place, more parameters than one launch's table
- * holds), kiln.NonFiniteCheck and kiln.LossScaleUpdate. Several steps, each step's outputs
+ * holds), kiln.NonFiniteCheck, kiln.LossScaleUpdate and kiln.GradAccumulate. Several steps, each step's outputs
  * feeding the next. Needs a CUDA device (label gpu); without one it fails. */
 #include "core/internal.h"
 #include "core/optest.h"
@@ -204,6 +204,23 @@ int main(void) {
         kiln_tensor *in2[4] = {kt_scalar(KILN_F32, 1024), kt_scalar(KILN_F32, 1), kt_scalar(KILN_I64, 1),
                                kt_scalar(KILN_I64, 0)};
         compare("LossScaleUpdate", a, 1, 4, in2, 3, map, true, 2, false, "LossScaleUpdate, inf steps");
+    }
+    /* GradAccumulate, K = 3, 70 gradients (two launches), in place and not: micro 2..6 */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        const int n = 70;
+        kiln_tensor *in[1 + 2 * 70];
+        int map[2 + 70];
+        in[0] = kt_scalar(KILN_I64, 2);
+        for (int k = 0; k < n; k++) {
+            const int64_t len = 1 + (k * 577) % 6000;
+            in[1 + k] = kt_rand(KILN_F32, 1, &len, -1, 1, (uint64_t)(50 + k));
+            in[1 + n + k] = kt_rand(KILN_F32, 1, &len, -1, 1, (uint64_t)(500 + k));
+            map[2 + k] = 1 + n + k;
+        }
+        map[0] = 0;
+        map[1] = -1;
+        kiln_attr a[2] = {{.name = "n", .type = KILN_ATTR_INT, .i = n}, {.name = "accumulate", .type = KILN_ATTR_INT, .i = 3}};
+        compare("GradAccumulate", a, 2, 1 + 2 * n, in, 2 + n, map, inplace, 5, false, "GradAccumulate, K = 3");
     }
     kiln_cuda_free(cu);
     kiln_context_free(ctx);
