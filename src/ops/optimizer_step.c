@@ -133,6 +133,53 @@ static inline float grad_at(const void *g, kiln_dtype dt, int64_t i) {
     }
 }
 
+static inline float grad_in(const void *g, kiln_dtype dt, int64_t i, bool unscale, float inv) {
+    const float v = grad_at(g, dt, i);
+    return unscale ? KILN_OM_MUL(v, inv) : v;
+}
+
+/* The update of one parameter (w0 -> w1, states a0 -> a1, b0 -> b1), its gradient element
+ * i being GRAD. */
+#define UPDATE_LOOPS(GRAD)                                                                         \
+    do {                                                                                           \
+        switch (f.h.opt) {                                                                         \
+        case KILN_OM_SGD:                                                                          \
+            if (a0)                                                                                \
+                for (int64_t i = 0; i < len; i++) {                                                \
+                    float w = w0[i], a = a0[i];                                                    \
+                    kiln_om_sgd1(&f.h, &k, &w, GRAD, &a);                                          \
+                    w1[i] = w;                                                                     \
+                    a1[i] = a;                                                                     \
+                }                                                                                  \
+            else                                                                                   \
+                for (int64_t i = 0; i < len; i++) {                                                \
+                    float w = w0[i], a = 0.f;                                                      \
+                    kiln_om_sgd1(&f.h, &k, &w, GRAD, &a);                                          \
+                    w1[i] = w;                                                                     \
+                }                                                                                  \
+            break;                                                                                 \
+        case KILN_OM_ADAM:                                                                         \
+        case KILN_OM_ADAMW:                                                                        \
+            for (int64_t i = 0; i < len; i++) {                                                    \
+                float w = w0[i], a = a0[i], b = b0[i];                                             \
+                kiln_om_adam1(&f.h, &k, &w, GRAD, &a, &b);                                         \
+                w1[i] = w;                                                                         \
+                a1[i] = a;                                                                         \
+                b1[i] = b;                                                                         \
+            }                                                                                      \
+            break;                                                                                 \
+        default:                                                                                   \
+            for (int64_t i = 0; i < len; i++) {                                                    \
+                float w = w0[i], a = a0[i], b = b0[i];                                             \
+                kiln_om_adadelta1(&f.h, &k, &w, GRAD, &a, &b);                                     \
+                w1[i] = w;                                                                         \
+                a1[i] = a;                                                                         \
+                b1[i] = b;                                                                         \
+            }                                                                                      \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+
 static void copy_if_apart(kiln_tensor *out, const kiln_tensor *in) {
     if (out->data != in->data) memcpy(out->data, in->data, kiln_tensor_nbytes(in));
 }
@@ -164,38 +211,14 @@ static kiln_status forward(kiln_op_ctx *c) {
         float *w1 = wout->data, *a1 = s0out ? s0out->data : NULL, *b1 = s1out ? s1out->data : NULL;
         const void *g = gt->data;
         const kiln_dtype gdt = gt->dtype;
-        /* each element read before it is written: in place or not, the same */
-        switch (f.h.opt) {
-        case KILN_OM_SGD:
-            for (int64_t i = 0; i < len; i++) {
-                float w = w0[i], a = a0 ? a0[i] : 0.f, gi = grad_at(g, gdt, i);
-                if (unscale) gi = KILN_OM_MUL(gi, inv);
-                kiln_om_sgd1(&f.h, &k, &w, gi, &a);
-                w1[i] = w;
-                if (a1) a1[i] = a;
-            }
-            break;
-        case KILN_OM_ADAM:
-        case KILN_OM_ADAMW:
-            for (int64_t i = 0; i < len; i++) {
-                float w = w0[i], a = a0[i], b = b0[i], gi = grad_at(g, gdt, i);
-                if (unscale) gi = KILN_OM_MUL(gi, inv);
-                kiln_om_adam1(&f.h, &k, &w, gi, &a, &b);
-                w1[i] = w;
-                a1[i] = a;
-                b1[i] = b;
-            }
-            break;
-        default:
-            for (int64_t i = 0; i < len; i++) {
-                float w = w0[i], a = a0[i], b = b0[i], gi = grad_at(g, gdt, i);
-                if (unscale) gi = KILN_OM_MUL(gi, inv);
-                kiln_om_adadelta1(&f.h, &k, &w, gi, &a, &b);
-                w1[i] = w;
-                a1[i] = a;
-                b1[i] = b;
-            }
-            break;
+        /* each element read before it is written: in place or not, the same. f32 gradients
+         * without unscaling (the common case) are read directly; the loops are spelled out
+         * per optimizer so that none tests the dtype or the optimizer per element */
+        if (gdt == KILN_F32 && !unscale) {
+            const float *g32 = g;
+            UPDATE_LOOPS(g32[i]);
+        } else {
+            UPDATE_LOOPS(grad_in(g, gdt, i, unscale, inv));
         }
     }
     ((int64_t *)c->out[0]->data)[0] = skip ? step : step + 1;
