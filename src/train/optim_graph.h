@@ -25,6 +25,18 @@
  * (value indices in kiln_optim_graph); the caller adds those it wants as graph outputs and
  * feeds them back as the next run's inputs. Every op of the tail is written so that an
  * output may share its input's storage (an in-place update), bit for bit the same.
+ *
+ * A trainer uses it so (tests/test_optim_graph.c does exactly this against the trainer):
+ *   1. build the training graph as today (parameters lifted to inputs, "kiln:loss_scale"
+ *      under mixed precision, kiln_autograd_seeded), reset the outputs, add the loss;
+ *   2. kiln_optim_graph_append(m, &opts, n, params, grads, NULL, loss_scale_or_-1, &g);
+ *   3. kiln_optim_graph_carried(&g, in, next): add each next[i] as a graph output (the
+ *      gradients need not be outputs any more), finalize, run the passes, make the session;
+ *   4. feed each in[i] a tensor the trainer owns (zeros, the step count 0, the scale
+ *      65536 under fp16) and run; on the CPU every next value comes back in its input's
+ *      buffer (check outputs[j]->data == the fed tensor's data; copy where not);
+ *   5. the counters (steps, skipped steps, loss scale, growth tracker) are those tensors'
+ *      values: read them for statistics and checkpoints, write them on resume.
  */
 #ifndef KILN_OPTIM_GRAPH_H
 #define KILN_OPTIM_GRAPH_H
