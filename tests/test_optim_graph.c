@@ -291,7 +291,7 @@ static kiln_status graph_trainer_init(graph_trainer *gt, const kiln_model *fwd, 
             if (gt->bound[v]) continue;
             const kiln_value *val = &m->values[v];
             gt->bound[v] = kiln_tensor_new(ctx, val->dtype, val->ndim, val->dims);
-            if (v == g->loss_scale) ((float *)gt->bound[v]->data)[0] = t->loss_scale;
+            if (v == g->loss_scale) ((float *)gt->bound[v]->data)[0] = t->n.loss_scale;
         }
         gt->back[0] = -1;
         for (int j = 1; j < m->n_outputs; j++) gt->back[j] = j <= gt->n_next ? pairs[0][j - 1] : -1;
@@ -366,15 +366,15 @@ static void model_vs_trainer(kiln_train_options o, float x_scale, int steps, boo
         const int want_inplace = gt.n_next - (extra_output ? 1 : 0);
         CHECK(gt.inplace == want_inplace, "%d of %d next values computed in place, want %d", gt.inplace, gt.n_next,
               want_inplace);
-        CHECK(gsteps == t->steps, "%s: %lld steps taken, the trainer %lld", opt_label(&t->opts), (long long)gsteps,
-              (long long)t->steps);
+        CHECK(gsteps == t->n.steps, "%s: %lld steps taken, the trainer %lld", opt_label(&t->opts), (long long)gsteps,
+              (long long)t->n.steps);
         if (g->loss_scale >= 0) {
             const float scale = ((float *)gt.bound[g->loss_scale]->data)[0];
             const int64_t skipped = ((int64_t *)gt.bound[g->skipped]->data)[0];
-            CHECK(scale == t->loss_scale && skipped == t->skipped_steps,
-                  "loss scale %g / skipped %lld, the trainer %g / %lld", scale, (long long)skipped, t->loss_scale,
-                  (long long)t->skipped_steps);
-            CHECK(x_scale <= 1 || t->skipped_steps > 0, "the overflowing steps were not skipped (test too weak)");
+            CHECK(scale == t->n.loss_scale && skipped == t->n.skipped_steps,
+                  "loss scale %g / skipped %lld, the trainer %g / %lld", scale, (long long)skipped, t->n.loss_scale,
+                  (long long)t->n.skipped_steps);
+            CHECK(x_scale <= 1 || t->n.skipped_steps > 0, "the overflowing steps were not skipped (test too weak)");
             printf("     loss scale %g after %lld skipped steps\n", scale, (long long)skipped);
         }
         if (same && same_loss)

@@ -113,6 +113,7 @@ static int inplace_input(const kiln_node *nd, int out) {
 }
 
 const kiln_op_def kiln_op_grad_accumulate = {
+    .precision = KILN_PREC_FP32, /* f32 parameters, states and counters; low-precision gradients are cast up */
     .name = "GradAccumulate", .domain = "kiln", .min_inputs = 1, .max_inputs = -1, .min_outputs = 3,
     .max_outputs = -1, .infer = infer, .cpu_forward = forward, .test = test, .inplace_input = inplace_input,
 };

@@ -113,6 +113,7 @@ static int inplace_input(const kiln_node *n, int out) {
 }
 
 const kiln_op_def kiln_op_loss_scale_update = {
+    .precision = KILN_PREC_FP32, /* f32 parameters, states and counters; low-precision gradients are cast up */
     .name = "LossScaleUpdate", .domain = "kiln", .min_inputs = 4, .max_inputs = 4, .min_outputs = 3,
     .max_outputs = 3, .infer = infer, .cpu_forward = forward, .test = test, .inplace_input = inplace_input,
 };

@@ -85,6 +85,7 @@ static int test(void) {
 }
 
 const kiln_op_def kiln_op_non_finite_check = {
+    .precision = KILN_PREC_FP32, /* f32 parameters, states and counters; low-precision gradients are cast up */
     .name = "NonFiniteCheck", .domain = "kiln", .min_inputs = 0, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = 2, .infer = infer, .cpu_forward = forward, .test = test,
 };

@@ -2,8 +2,8 @@
  * optim_math.h — the training step's arithmetic, written once for the CPU reference
  * (src/ops/optimizer_step.c, loss_scale_update.c) and the CUDA kernels (src/cuda/optim.cu):
  *
- *   kiln_om_lr_at        the learning-rate schedule at a step (PyTorch's StepLR /
- *                        cosine annealing, times a linear warm-up), in double
+ *   kiln_om_lr_at        the learning-rate schedule at a step (kiln_lr_at of
+ *                        src/core/schedule.h: the one formula, shared with the trainer)
  *   kiln_om_update1      one element of SGD (momentum, Nesterov, weight decay), Adam,
  *                        AdamW or Adadelta, PyTorch's formulas
  *   kiln_om_scaler_update  PyTorch GradScaler.update: the dynamic loss scale
@@ -24,6 +24,8 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "../core/schedule.h" /* kiln_lr_at: the schedule's one formula */
 
 #ifdef __CUDACC__
 #define KILN_OM_FN static __host__ __device__ __forceinline__
@@ -65,13 +67,7 @@ typedef struct kiln_om_schedule {
 } kiln_om_schedule;
 
 KILN_OM_FN float kiln_om_lr_at(const kiln_om_schedule *s, int64_t step) {
-    double lr = s->lr;
-    if (s->kind == KILN_OM_STEP) lr *= pow((double)s->gamma, (double)(step / s->step_size));
-    else if (s->kind == KILN_OM_COSINE)
-        lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step < s->total_steps ? step : s->total_steps) /
-                             (double)s->total_steps));
-    if (s->warmup_steps > 0 && step < s->warmup_steps) lr *= (double)(step + 1) / (double)s->warmup_steps;
-    return (float)lr;
+    return kiln_lr_at(s->lr, s->kind, s->step_size, s->gamma, s->total_steps, s->warmup_steps, step);
 }
 
 /* The hyper-parameters an update reads besides the step's. */

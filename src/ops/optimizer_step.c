@@ -353,6 +353,7 @@ static int inplace_input(const kiln_node *nd, int out) {
 }
 
 const kiln_op_def kiln_op_optimizer_step = {
+    .precision = KILN_PREC_FP32, /* f32 parameters, states and counters; low-precision gradients are cast up */
     .name = "OptimizerStep", .domain = "kiln", .min_inputs = 1, .max_inputs = -1, .min_outputs = 2,
     .max_outputs = -1, .infer = infer, .cpu_forward = forward, .test = test, .inplace_input = inplace_input,
 };

@@ -4041,6 +4041,13 @@ int main(int argc, char **argv) {
     fused_elementwise_cases();
     fused_gemm_cases();
     if (wanted("kiln.FusedElementwise")) fused_static_checks();
+    /* The training step's ops: their GPU cases (each against its CPU reference, bit for bit,
+     * in place and out of place, several steps) are tests/gpu/test_cuda_optim.c (ctest
+     * cuda_optim); until the op sweep takes each op's own cases, they are counted here. */
+    cover("kiln.OptimizerStep");
+    cover("kiln.NonFiniteCheck");
+    cover("kiln.LossScaleUpdate");
+    cover("kiln.GradAccumulate");
     if (wanted("supports")) supports_checks();
     if (wanted("supports") || wanted("layout")) layout_supports_checks();
     if (wanted("supports") || wanted("layout") || wanted("Dropout")) dropout_layout_supports_checks();
