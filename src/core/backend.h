@@ -151,7 +151,7 @@ typedef struct kiln_train_view {
     kiln_context *ctx;
     const kiln_train_options *opts;
     kiln_model *train;          /* forward + backward: inputs data, parameters, states[, loss scale];
-                                   outputs loss, gradients, updated states */
+                                   outputs loss, gradients, updated states (graph_update: below) */
     kiln_session *sess;         /* the session the training graph runs in */
     int n_data_inputs, n_params, n_states;
     kiln_param *params;
@@ -161,6 +161,19 @@ typedef struct kiln_train_view {
     kiln_tensor *scale_input;   /* fp16/bf16: the scalar fed as dL/dloss (the loss scale); else NULL */
     int64_t param_count;
     kiln_train_counters *n;
+    /* The optimizer update as nodes of the training graph (the engine's graph_update;
+     * src/train/optim_graph.h): the graph's inputs are then data, then the carried state
+     * (parameters, optimizer states, counters, loss scale, accumulation sums) and the
+     * statistics, in feeds[0 .. n_feeds); its outputs the loss, then the carried state's
+     * next values (outs[1 + j] is the next value of feeds[carried_feed[j]]), then the
+     * updated statistics (outs[1 + n_carried + k]). The i64 scalar counters (NULL where the
+     * graph has none): optimizer steps taken, micro-steps taken (accumulation), clean steps
+     * since the loss scale last moved, skipped steps; the loss scale is scale_input. The
+     * engine reads the counters into *n after each step; the trainer writes them back. */
+    bool graph_update;
+    int n_feeds, n_outs, n_carried;
+    const int *carried_feed;
+    kiln_tensor *step_count, *micro_count, *growth_count, *skipped_count;
 } kiln_train_view;
 
 /* A training engine: one per trainer, on its session's backend instance. */
@@ -171,8 +184,9 @@ struct kiln_backend_train_i {
      * backend (after create and a checkpoint load), and back (before they are read). */
     kiln_status (*upload)(void *tr);
     kiln_status (*download)(void *tr);
-    /* One step: forward, backward, then the optimizer update, isolated per backend (the CPU
-     * loop kiln_optimizer_update; CUDA's fused update captured with the step). The batch is
+    /* One step: forward, backward, then the optimizer update: the training graph's own
+     * nodes where graph_update (the CPU), else isolated (CUDA's fused update captured with
+     * the step). The batch is
      * in v->feeds[0 .. n_data_inputs), or, resident, gathered by the batch source. *loss
      * (may be NULL) is the step's loss and waits for it. */
     kiln_status (*step)(void *tr, bool resident, float *loss);
@@ -192,6 +206,10 @@ struct kiln_backend_train_i {
     kiln_status (*warmup)(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch);
     kiln_status (*profile)(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch, int iters,
                            int replays, kiln_profile *out, double *step_ms);
+    /* Whether the engine runs the optimizer update (accumulation, loss scaling with its
+     * skip, the schedule) as nodes of the training graph, which the trainer then appends
+     * (kiln_optim_graph_append), instead of its own isolated update of the gradients. */
+    bool graph_update;
 };
 
 /* The backend and instance a session runs on (the trainer's engine plans on them). */
@@ -211,8 +229,8 @@ double kiln_train_update_bytes(const kiln_train_view *v);
 /* Optimizer state tensors per parameter (SGD: 1 with momentum, else 0; Adam, AdamW,
  * Adadelta: 2). */
 int kiln_optimizer_states(const kiln_train_options *o);
-/* The CPU optimizer update, one step over every parameter (src/cpu/train.c; also the
- * reference CUDA's fused update is tested against). */
+/* The historical CPU optimizer update, one step over every parameter (src/cpu/train.c):
+ * the frozen reference kiln.OptimizerStep and CUDA's fused update are tested against. */
 void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
 /* The dropout seed base of a run: micro-step k runs with base + k. */
 static inline uint64_t kiln_train_seed_base(const kiln_train_options *o) {
