@@ -7,7 +7,11 @@
  *      training graph built with autograd + kiln_optim_graph_append run through a session
  *      end with the same weights, optimizer states and losses, with fp32 and with fp16
  *      loss scaling (steps skipped on overflow, the scale backing off) and with gradient
- *      accumulation. */
+ *      accumulation;
+ *   3. the update lowered (kiln_train_lower_update: the graph the CUDA engine plans, its
+ *      fused tail doing the update): its gradients through GradScaler's unscaling and the
+ *      frozen kiln_optimizer_update give the trainer's step bit for bit, fp32 / fp16 / bf16,
+ *      and an overflowing fp16 step is skipped. */
 #include "core/internal.h"
 #include "core/optest.h"
 #include "passes/passes.h"
@@ -390,6 +394,103 @@ static void model_vs_trainer(kiln_train_options o, float x_scale, int steps, boo
     kiln_context_free(ctx);
 }
 
+/* ----------------------------------------- 3. the update lowered, as CUDA plans it */
+
+/* kiln_train_lower_update (the graph the CUDA engine plans, its fused tail kernel doing the
+ * update) on the trainer's graph: the gradients it outputs, put through GradScaler's check
+ * and unscaling and the frozen reference loop kiln_optimizer_update, give the trainer's first
+ * step bit for bit (or, on overflow, a skipped step): the lowered outputs are exactly what
+ * the update nodes read, under mixed precision too (after the precision pass's casts). */
+static void lowered_vs_trainer(kiln_train_options o, float x_scale) {
+    kiln_context *ctx = NULL;
+    kiln_context_create(&ctx);
+    kiln_model *fwd = mlp(ctx), *low = NULL;
+    kiln_trainer *t = NULL;
+    kiln_session *s = NULL;
+    o.device = KILN_DEVICE_CPU;
+    o.threads = 1;
+    kiln_status st = fwd ? kiln_trainer_create(fwd, "loss", &o, &t) : KILN_ERR_INTERNAL;
+    CHECK(st == KILN_OK, "trainer: %s", kiln_context_message(ctx));
+    const int64_t B = 5;
+    kiln_tensor *x = kiln_tensor_new(ctx, KILN_F32, 2, (int64_t[]){B, 6});
+    kiln_tensor *y = kiln_tensor_new(ctx, KILN_I64, 1, (int64_t[]){B});
+    for (int64_t i = 0; i < B * 6; i++) ((float *)x->data)[i] = frand(-1, 1) * x_scale;
+    for (int64_t i = 0; i < B; i++) ((int64_t *)y->data)[i] = (int64_t)(frand(0, 2.999f));
+    kiln_param ps[8];
+    memset(ps, 0, sizeof ps);
+    const int np = t ? t->n_params : 0, ns = kiln_optimizer_states(&o);
+    if (!st) {
+        t->feeds[0] = x;
+        t->feeds[1] = y;
+        st = kiln_train_lower_update(&t->view, &low);
+        CHECK(st == KILN_OK, "lowering: %s", kiln_context_message(ctx));
+    }
+    if (!st) {
+        CHECK(low->n_outputs == 1 + np + t->n_states && np <= 8, "lowered graph: %d outputs, want %d", low->n_outputs,
+              1 + np + t->n_states);
+        kiln_session_options so = {.device = KILN_DEVICE_CPU, .threads = 1};
+        st = kiln_session_create(low, &so, &s);
+    }
+    const kiln_tensor *outs[16] = {0};
+    if (!st) st = kiln_session_run(s, low->n_inputs, t->feeds, low->n_outputs, outs);
+    CHECK(st == KILN_OK, "lowered run: %s", kiln_context_message(ctx));
+    bool finite = true;
+    for (int k = 0; k < np && !st; k++) {
+        const kiln_param *p = &t->params[k];
+        CHECK(outs[1 + k]->dtype == KILN_F32 && kiln_tensor_numel(outs[1 + k]) == p->numel,
+              "lowered output %d is not parameter %d's f32 gradient", 1 + k, k);
+        ps[k].value = kiln_tensor_clone(ctx, p->value);
+        ps[k].numel = p->numel;
+        float *g = malloc(sizeof(float) * (size_t)p->numel);
+        memcpy(g, outs[1 + k]->data, sizeof(float) * (size_t)p->numel);
+        for (int64_t i = 0; i < p->numel; i++) finite &= isfinite(g[i]) != 0;
+        ps[k].grad = g;
+        for (int j = 0; j < ns; j++) ps[k].state[j] = calloc((size_t)p->numel, sizeof(float));
+    }
+    if (!st) {
+        /* the reference: GradScaler (unscale by 1 / scale) and the frozen loop */
+        if (finite) {
+            if (o.amp != KILN_AMP_OFF) {
+                const float inv = 1.0f / t->n.loss_scale;
+                for (int k = 0; k < np; k++)
+                    for (int64_t i = 0; i < ps[k].numel; i++) ((float *)ps[k].grad)[i] *= inv;
+            }
+            kiln_optimizer_update(&t->opts, 0, kiln_trainer_lr_at(&t->opts, 0), np, ps);
+        }
+        float loss = 0;
+        st = kiln_trainer_step(t, 2, (kiln_tensor *[]){x, y}, &loss);
+        CHECK(st == KILN_OK, "trainer step: %s", kiln_context_message(ctx));
+        bool same = true;
+        for (int k = 0; k < np && !st; k++) {
+            const size_t nb = sizeof(float) * (size_t)ps[k].numel;
+            same &= memcmp(t->params[k].value->data, ps[k].value->data, nb) == 0;
+            for (int j = 0; j < ns; j++) same &= memcmp(t->params[k].state[j], ps[k].state[j], nb) == 0;
+        }
+        CHECK(!st && same, "%s amp %d: the lowered graph's gradients through the reference loop differ from the "
+              "trainer's step", opt_label(&t->opts), (int)o.amp);
+        CHECK(!st && (t->n.skipped_steps == 0) == finite, "amp %d: %lld skipped steps, gradients %s", (int)o.amp,
+              (long long)t->n.skipped_steps, finite ? "finite" : "not finite");
+        if (!st && same)
+            printf("ok   lowered update (CUDA's plan): gradients + reference loop = trainer's step bit for bit: %s amp "
+                   "%d%s\n",
+                   opt_label(&t->opts), (int)o.amp, finite ? "" : ", skipped for inf/NaN");
+    }
+    for (int k = 0; k < np; k++) {
+        kiln_tensor_free(ps[k].value);
+        free((float *)ps[k].grad);
+        free(ps[k].state[0]);
+        free(ps[k].state[1]);
+    }
+    if (t) t->feeds[0] = t->feeds[1] = NULL;
+    kiln_session_free(s);
+    kiln_model_free(low);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_context_free(ctx);
+}
+
 int main(void) {
     kiln_train_options cfg[] = {
         {.optimizer = KILN_OPTIM_SGD, .lr = 0.1f},
@@ -429,6 +530,14 @@ int main(void) {
     amp = cfg[3];
     amp.amp = KILN_AMP_BF16;
     model_vs_trainer(amp, 1.f, 5, false);
+    lowered_vs_trainer(cfg[1], 1.f);
+    lowered_vs_trainer(cfg[3], 1.f);
+    amp = cfg[3];
+    amp.amp = KILN_AMP_FP16;
+    lowered_vs_trainer(amp, 1.f);
+    lowered_vs_trainer(amp, 3000.f);
+    amp.amp = KILN_AMP_BF16;
+    lowered_vs_trainer(amp, 1.f);
     printf("%s (%d failed checks)\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
 }

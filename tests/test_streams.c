@@ -182,7 +182,10 @@ static void mnist(kiln_precision prec, bool training) {
     kiln_pass_options po = {.device = KILN_DEVICE_CUDA,
                             .precision = prec,
                             .disabled = ~(unsigned)(KILN_PASS_NHWC | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS)};
-    if (training && !(bg = backward_graph(t))) goto out;
+    if (training && !(bg = backward_graph(t))) {
+        CHECK(0, "%s: the trainer's forward + backward graph: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
     if (kiln_passes_apply(training ? bg : m, &po, &opt)) {
         CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
         goto out;

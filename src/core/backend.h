@@ -185,8 +185,7 @@ struct kiln_backend_train_i {
     kiln_status (*upload)(void *tr);
     kiln_status (*download)(void *tr);
     /* One step: forward, backward, then the optimizer update: the training graph's own
-     * nodes where graph_update (the CPU), else isolated (CUDA's fused update captured with
-     * the step). The batch is
+     * nodes (on CUDA lowered to the fused update captured with the step). The batch is
      * in v->feeds[0 .. n_data_inputs), or, resident, gathered by the batch source. *loss
      * (may be NULL) is the step's loss and waits for it. */
     kiln_status (*step)(void *tr, bool resident, float *loss);
@@ -208,7 +207,9 @@ struct kiln_backend_train_i {
                            int replays, kiln_profile *out, double *step_ms);
     /* Whether the engine runs the optimizer update (accumulation, loss scaling with its
      * skip, the schedule) as nodes of the training graph, which the trainer then appends
-     * (kiln_optim_graph_append), instead of its own isolated update of the gradients. */
+     * (kiln_optim_graph_append), instead of its own isolated update of the gradients. Both
+     * engines do: the CPU runs the nodes, CUDA lowers the node group to its fused tail
+     * kernel (kiln_train_lower_update). */
     bool graph_update;
 };
 
@@ -232,6 +233,12 @@ int kiln_optimizer_states(const kiln_train_options *o);
 /* The historical CPU optimizer update, one step over every parameter (src/cpu/train.c):
  * the frozen reference kiln.OptimizerStep and CUDA's fused update are tested against. */
 void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
+/* An engine that runs the update nodes its own way (CUDA: its fused tail kernel, captured
+ * with the step) plans this instead of v->train (graph_update): the training graph with the
+ * outputs it has without the update, the loss, each parameter's gradient as the update node
+ * reads it (f32, after the graph's casts and layout conversions), the updated statistics,
+ * and only the nodes they need. Same inputs as v->train (v->feeds fit it). */
+kiln_status kiln_train_lower_update(const kiln_train_view *v, kiln_model **out);
 /* The dropout seed base of a run: micro-step k runs with base + k. */
 static inline uint64_t kiln_train_seed_base(const kiln_train_options *o) {
     return o->seed * 0x9E3779B97F4A7C15ull;

@@ -5,14 +5,15 @@
  * A trainer runs its training graph in a session on the device's backend; every step goes
  * through that backend's training engine (kiln_backend_train_i, src/core/backend.h:
  * src/cpu/train.c, src/cuda/train.c), which runs forward and backward, then the optimizer
- * update (the graph's own nodes on the CPU, CUDA's fused update captured with the step),
+ * update (the graph's own nodes; on CUDA lowered to the fused update captured with the step),
  * and draws an epoch's batches from its batch source (the host loader, or a data set
  * resident on the device). The learning-rate schedule is src/core/schedule.h.
  *
- * Where the engine says graph_update (the CPU), the optimizer update is nodes of the
+ * Where the engine says graph_update (both do), the optimizer update is nodes of the
  * training graph (src/train/optim_graph.h: accumulation, loss scaling with its skip, the
  * schedule, the update), its state graph inputs this trainer owns and its next values graph
- * outputs, computed in place; the engine then only runs the graph.
+ * outputs, computed in place. The CPU engine runs the graph as it is; the CUDA engine
+ * lowers the update's node group to its fused tail kernel (kiln_train_lower_update).
  *
  * The training graph is the forward graph with
  *   - every trained initializer turned into a graph input bound to trainer-owned memory
