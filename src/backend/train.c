@@ -46,7 +46,7 @@ kiln_status kiln_train_lower_update(const kiln_train_view *v, kiln_model **out) 
     kiln_context *ctx = v->ctx;
     const kiln_model *g = v->train;
     const int np = v->n_params;
-    if (!v->graph_update || np < 1 || g->n_outputs != v->n_outs)
+    if (np < 1 || g->n_outputs != v->n_outs)
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "lowering the update: the training graph has no update nodes");
     const int u = update_node(v);
     if (u < 0 || g->nodes[u].n_in < 3 + 2 * np)

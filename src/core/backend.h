@@ -120,17 +120,17 @@ kiln_status kiln_backend_get(kiln_context *ctx, kiln_device device, const kiln_b
  * the trained tensors, the feeds and the trainer's counters, which the engine advances.
  */
 
-/* A trained tensor: its value (bound to the training graph as an input), the gradient of
- * the last step, optimizer state (SGD: momentum buffer; Adam: m, v; Adadelta: square_avg,
- * acc_delta) and, with accumulation, the summed gradient. */
+/* A trained tensor: its value (bound to the training graph as an input) and optimizer
+ * state (SGD: momentum buffer; Adam: m, v; Adadelta: square_avg, acc_delta: the data of the
+ * trainer's carried state tensors); grad: what kiln_optimizer_update (the frozen reference)
+ * reads. */
 typedef struct kiln_param {
     int fwd_value;      /* value index in the forward model (and its clone) */
     int grad_value;     /* value index of its gradient in the training graph */
     kiln_tensor *value; /* f32, owned */
     int64_t numel;
-    const float *grad;  /* gradient used by the next update (arena or acc) */
+    const float *grad;  /* kiln_optimizer_update's gradient */
     float *state[2];
-    float *acc;
 } kiln_param;
 
 /* BatchNormalization running statistics: input value and the updated output. */
@@ -151,7 +151,7 @@ typedef struct kiln_train_view {
     kiln_context *ctx;
     const kiln_train_options *opts;
     kiln_model *train;          /* forward + backward: inputs data, parameters, states[, loss scale];
-                                   outputs loss, gradients, updated states (graph_update: below) */
+                                   outputs: below */
     kiln_session *sess;         /* the session the training graph runs in */
     int n_data_inputs, n_params, n_states;
     kiln_param *params;
@@ -161,8 +161,8 @@ typedef struct kiln_train_view {
     kiln_tensor *scale_input;   /* fp16/bf16: the scalar fed as dL/dloss (the loss scale); else NULL */
     int64_t param_count;
     kiln_train_counters *n;
-    /* The optimizer update as nodes of the training graph (the engine's graph_update;
-     * src/train/optim_graph.h): the graph's inputs are then data, then the carried state
+    /* The optimizer update is nodes of the training graph (src/train/optim_graph.h): the
+     * graph's inputs are data, then the carried state
      * (parameters, optimizer states, counters, loss scale, accumulation sums) and the
      * statistics, in feeds[0 .. n_feeds); its outputs the loss, then the carried state's
      * next values (outs[1 + j] is the next value of feeds[carried_feed[j]]), then the
@@ -170,7 +170,6 @@ typedef struct kiln_train_view {
      * graph has none): optimizer steps taken, micro-steps taken (accumulation), clean steps
      * since the loss scale last moved, skipped steps; the loss scale is scale_input. The
      * engine reads the counters into *n after each step; the trainer writes them back. */
-    bool graph_update;
     int n_feeds, n_outs, n_carried;
     const int *carried_feed;
     kiln_tensor *step_count, *micro_count, *growth_count, *skipped_count;
@@ -205,12 +204,6 @@ struct kiln_backend_train_i {
     kiln_status (*warmup)(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch);
     kiln_status (*profile)(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch, int iters,
                            int replays, kiln_profile *out, double *step_ms);
-    /* Whether the engine runs the optimizer update (accumulation, loss scaling with its
-     * skip, the schedule) as nodes of the training graph, which the trainer then appends
-     * (kiln_optim_graph_append), instead of its own isolated update of the gradients. Both
-     * engines do: the CPU runs the nodes, CUDA lowers the node group to its fused tail
-     * kernel (kiln_train_lower_update). */
-    bool graph_update;
 };
 
 /* The backend and instance a session runs on (the trainer's engine plans on them). */
@@ -234,7 +227,7 @@ int kiln_optimizer_states(const kiln_train_options *o);
  * the frozen reference kiln.OptimizerStep and CUDA's fused update are tested against. */
 void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
 /* An engine that runs the update nodes its own way (CUDA: its fused tail kernel, captured
- * with the step) plans this instead of v->train (graph_update): the training graph with the
+ * with the step) plans this instead of v->train: the training graph with the
  * outputs it has without the update, the loss, each parameter's gradient as the update node
  * reads it (f32, after the graph's casts and layout conversions), the updated statistics,
  * and only the nodes they need. Same inputs as v->train (v->feeds fit it). */

@@ -2,7 +2,7 @@
  * train.c — the CPU backend's training engine (kiln_backend_train_i, src/core/backend.h).
  *
  * A step runs the training graph in the trainer's session: forward, backward and the
- * optimizer update, which are nodes of the graph (graph_update: src/train/optim_graph.h;
+ * optimizer update, which are nodes of the graph (src/train/optim_graph.h;
  * gradient accumulation, GradScaler's check, skip and scale update, the schedule, every
  * optimizer), the parameters, optimizer states and counters updated in place (the planner
  * computes each next value in its input's buffer: kiln_op_def.inplace_input). The step
@@ -268,5 +268,4 @@ const kiln_backend_train_i kiln_cpu_train_i = {
     .epoch_batch = cpu_epoch_batch,
     .warmup = NULL,
     .profile = cpu_profile,
-    .graph_update = true,
 };

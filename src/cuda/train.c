@@ -621,5 +621,4 @@ const kiln_backend_train_i kiln_cuda_train_i = {
     .epoch_batch = cu_epoch_batch,
     .warmup = cu_train_warmup,
     .profile = cu_train_profile,
-    .graph_update = true,
 };

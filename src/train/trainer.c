@@ -9,8 +9,7 @@
  * and draws an epoch's batches from its batch source (the host loader, or a data set
  * resident on the device). The learning-rate schedule is src/core/schedule.h.
  *
- * Where the engine says graph_update (both do), the optimizer update is nodes of the
- * training graph (src/train/optim_graph.h: accumulation, loss scaling with its skip, the
+ * The optimizer update is nodes of the training graph (src/train/optim_graph.h: accumulation, loss scaling with its skip, the
  * schedule, the update), its state graph inputs this trainer owns and its next values graph
  * outputs, computed in place. The CPU engine runs the graph as it is; the CUDA engine
  * lowers the update's node group to its fused tail kernel (kiln_train_lower_update).
@@ -281,27 +280,22 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         seed = st ? -1 : kiln_model_find_value(m, "kiln:loss_scale");
     }
     if (!st) st = kiln_autograd_seeded(m, loss_fwd, seed, t->n_params, params, grads);
-    /* The engine's choice: the update as graph nodes after the backward graph */
+    /* the update as graph nodes after the backward graph */
     kiln_optim_graph og;
     memset(&og, 0, sizeof og);
-    if (!st && t->graph_update) st = kiln_optim_graph_append(m, &t->opts, t->n_params, params, grads, NULL, seed, &og);
-    if (!st && t->graph_update) st = bind_carried(t, m, &og, seed);
-    /* outputs: loss, gradients (graph_update: the carried state's next values), updated
-     * running statistics */
+    if (!st) st = kiln_optim_graph_append(m, &t->opts, t->n_params, params, grads, NULL, seed, &og);
+    if (!st) st = bind_carried(t, m, &og, seed);
+    /* outputs: loss, the carried state's next values, updated running statistics */
     if (!st) {
         m->n_outputs = 0;
         for (int v = 0; v < m->n_values; v++) m->values[v].is_output = false;
         st = kiln_model_add_output(m, m->values[loss_fwd].name);
         for (int k = 0; k < t->n_params; k++) t->params[k].grad_value = grads[k];
-        if (t->graph_update) {
-            int *next = kiln_calloc(ctx, (size_t)t->n_carried + 1, sizeof(int), "optimizer state");
-            if (!next && !st) st = KILN_ERR_OUT_OF_MEMORY;
-            if (next) kiln_optim_graph_carried(&og, NULL, next);
-            for (int j = 0; j < t->n_carried && !st; j++) st = kiln_model_add_output(m, m->values[next[j]].name);
-            free(next);
-        } else {
-            for (int k = 0; k < t->n_params && !st; k++) st = kiln_model_add_output(m, m->values[grads[k]].name);
-        }
+        int *next = kiln_calloc(ctx, (size_t)t->n_carried + 1, sizeof(int), "optimizer state");
+        if (!next && !st) st = KILN_ERR_OUT_OF_MEMORY;
+        if (next) kiln_optim_graph_carried(&og, NULL, next);
+        for (int j = 0; j < t->n_carried && !st; j++) st = kiln_model_add_output(m, m->values[next[j]].name);
+        free(next);
         for (int k = 0; k < t->n_states && !st; k++) st = kiln_model_add_output(m, m->values[t->states[k].out_value].name);
     }
     kiln_optim_graph_clear(&og);
@@ -347,7 +341,7 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
 
 /* ---------------------------------------------------------------- lifecycle */
 
-/* graph_update: the feeds after the data inputs, by input name: the carried state, then
+/* The feeds after the data inputs, by input name: the carried state, then
  * the running statistics. */
 static kiln_status bind_feeds(kiln_trainer *t) {
     const kiln_model *m = t->train;
@@ -371,7 +365,7 @@ static kiln_status bind_feeds(kiln_trainer *t) {
     return KILN_OK;
 }
 
-/* graph_update: the counters into the graph's carried scalars (at create, and after a
+/* The counters into the graph's carried scalars (at create, and after a
  * checkpoint load); the engine reads them back after each step. */
 static void counters_to_graph(kiln_trainer *t) {
     if (t->step_count) ((int64_t *)t->step_count->data)[0] = t->n.steps;
@@ -406,7 +400,6 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     t->opts = o;
     t->true_value = -1;
     t->loss_name = kiln_strdup(ctx, loss);
-    t->graph_update = kiln_backend_for(o.device)->train->graph_update;
     st = t->loss_name ? kiln_model_clone(fwd, &t->fwd) : KILN_ERR_OUT_OF_MEMORY;
     if (!st) {
         t->fwd->finalized = true;
@@ -426,28 +419,11 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
                                    .deterministic = o.deterministic != 0};
         st = kiln_session_create_ex(t->train, &so, &bo, kiln_backend_for(o.device)->train_session_passes, &t->sess);
     }
-    /* optimizer state and accumulation buffers: one allocation per parameter, made now
-     * (graph_update: the carried tensors, made with the graph) */
-    int nstate = t->graph_update ? 0 : kiln_optimizer_states(&o);
-    for (int k = 0; k < t->n_params && !st; k++) {
-        kiln_param *p = &t->params[k];
-        for (int s = 0; s < nstate && !st; s++)
-            if (!(p->state[s] = kiln_calloc(ctx, (size_t)p->numel, sizeof(float), "optimizer state"))) st = KILN_ERR_OUT_OF_MEMORY;
-        if (!st && !t->graph_update && o.accumulate > 1 && !(p->acc = kiln_calloc(ctx, (size_t)p->numel, sizeof(float), "gradient accumulation")))
-            st = KILN_ERR_OUT_OF_MEMORY;
-        t->param_count += p->numel;
-    }
-    int nf = t->n_data_inputs + t->n_params + t->n_states + (o.amp != KILN_AMP_OFF), no = 1 + t->n_params + t->n_states;
-    if (t->graph_update) {
-        nf = t->train->n_inputs;
-        no = 1 + t->n_carried + t->n_states;
-    }
+    /* (optimizer states and accumulation sums are carried tensors, made with the graph) */
+    for (int k = 0; k < t->n_params; k++) t->param_count += t->params[k].numel;
+    const int nf = st ? 0 : t->train->n_inputs, no = 1 + t->n_carried + t->n_states;
     t->n_feeds = nf;
     t->n_outs = no;
-    if (!st && o.amp != KILN_AMP_OFF && !t->scale_input) {
-        t->scale_input = kiln_tensor_new(ctx, KILN_F32, 0, NULL);
-        if (!t->scale_input) st = KILN_ERR_OUT_OF_MEMORY;
-    }
     if (!st) {
         t->feeds = kiln_calloc(ctx, (size_t)nf, sizeof *t->feeds, "trainer inputs");
         t->outs = kiln_calloc(ctx, (size_t)no, sizeof *t->outs, "trainer outputs");
@@ -459,18 +435,12 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     }
     /* GradScaler's initial scale for fp16; bf16 has fp32's range and needs none */
     t->n.loss_scale = o.amp == KILN_AMP_FP16 ? 65536.0f : 1.0f;
-    if (t->graph_update) {
-        st = bind_feeds(t);
-        if (st) {
-            kiln_trainer_free(t);
-            return st;
-        }
-        counters_to_graph(t);
-    } else {
-        for (int k = 0; k < t->n_params; k++) t->feeds[t->n_data_inputs + k] = t->params[k].value;
-        for (int k = 0; k < t->n_states; k++) t->feeds[t->n_data_inputs + t->n_params + k] = t->states[k].value;
-        if (t->scale_input) t->feeds[nf - 1] = t->scale_input;
+    st = bind_feeds(t);
+    if (st) {
+        kiln_trainer_free(t);
+        return st;
     }
+    counters_to_graph(t);
     /* the training engine of the session's backend, and what it sees of this trainer */
     t->view = (kiln_train_view){.ctx = ctx,
                                 .opts = &t->opts,
@@ -486,7 +456,6 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
                                 .scale_input = t->scale_input,
                                 .param_count = t->param_count,
                                 .n = &t->n,
-                                .graph_update = t->graph_update,
                                 .n_feeds = nf,
                                 .n_outs = no,
                                 .n_carried = t->n_carried,
@@ -509,12 +478,7 @@ void kiln_trainer_free(kiln_trainer *t) {
     if (!t) return;
     if (t->engine) t->engine->free(t->tr);
     for (int k = 0; k < t->n_params; k++) {
-        kiln_tensor_free(t->params[k].value);
-        if (!t->graph_update) { /* else the carried tensors' data */
-            free(t->params[k].state[0]);
-            free(t->params[k].state[1]);
-        }
-        free(t->params[k].acc);
+        kiln_tensor_free(t->params[k].value); /* its state[] are the carried tensors' data */
     }
     for (int j = 0; j < t->n_carried; j++) {
         if (t->carried_owned && t->carried_owned[j]) kiln_tensor_free(t->carried[j]);
@@ -619,7 +583,7 @@ kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, con
 kiln_status kiln_trainer_sync_host(kiln_trainer *t) { return t->engine->download(t->tr); }
 
 kiln_status kiln_trainer_sync_device(kiln_trainer *t) {
-    if (t->graph_update) counters_to_graph(t);
+    counters_to_graph(t);
     return t->engine->upload(t->tr);
 }
 
