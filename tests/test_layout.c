@@ -539,27 +539,35 @@ static void mnist_training(kiln_precision prec, int64_t batch) {
         /* as the CUDA engine has it: the pass over the whole training graph (the update's
          * nodes in it), then the update lowered (kiln_train_lower_update): the same graph as
          * the pass over the lowered one, node for node, with the same outputs */
-        kiln_model *full = NULL, *low = NULL;
-        kiln_status lst = kiln_passes_apply(t->train, &po, &full);
-        if (!lst) {
-            kiln_train_view v = t->view;
-            v.train = full;
-            lst = kiln_train_lower_update(&v, &low);
+        for (int all = 0; all < 2; all++) { /* the layout pass; every pass a CUDA trainer runs */
+            const kiln_pass_options pa = {.device = KILN_DEVICE_CUDA, .precision = prec,
+                                          .disabled = ~(unsigned)(KILN_PASS_NHWC | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS |
+                                                                  KILN_PASS_FUSE_POOL)};
+            kiln_model *full = NULL, *low = NULL, *want = opt;
+            kiln_status lst = kiln_passes_apply(t->train, all ? &pa : &po, &full);
+            if (!lst) {
+                kiln_train_view v = t->view;
+                v.train = full;
+                lst = kiln_train_lower_update(&v, &low);
+            }
+            if (!lst && all) lst = kiln_passes_apply(bg, &pa, &want);
+            CHECK(!lst, "%s: the update lowered after the pass: %s", label, kiln_context_message(ctx));
+            if (!lst) {
+                bool same = low->n_nodes == want->n_nodes && low->n_outputs == want->n_outputs;
+                for (int i = 0; same && i < low->n_nodes; i++)
+                    same = strcmp(low->nodes[i].op_type, want->nodes[i].op_type) == 0;
+                for (int j = 0; same && j < low->n_outputs; j++)
+                    same = low->values[low->outputs[j]].format == want->values[want->outputs[j]].format &&
+                           (low->values[low->outputs[j]].dtype == want->values[want->outputs[j]].dtype ||
+                            batch < 0); /* a symbolic batch: some dtypes known only when planned */
+                CHECK(same, "%s: lowered after the %s: %d nodes, %d outputs; the same over the lowered graph: %d, %d",
+                      label, all ? "CUDA trainer's passes" : "pass", low->n_nodes, low->n_outputs, want->n_nodes,
+                      want->n_outputs);
+            }
+            if (want != opt) kiln_model_free(want);
+            kiln_model_free(low);
+            kiln_model_free(full);
         }
-        CHECK(!lst, "%s: the update lowered after the pass: %s", label, kiln_context_message(ctx));
-        if (!lst) {
-            bool same = low->n_nodes == opt->n_nodes && low->n_outputs == opt->n_outputs;
-            for (int i = 0; same && i < low->n_nodes; i++)
-                same = strcmp(low->nodes[i].op_type, opt->nodes[i].op_type) == 0;
-            for (int j = 0; same && j < low->n_outputs; j++)
-                same = low->values[low->outputs[j]].format == opt->values[opt->outputs[j]].format &&
-                       (low->values[low->outputs[j]].dtype == opt->values[opt->outputs[j]].dtype ||
-                        batch < 0); /* a symbolic batch: some dtypes known only when planned */
-            CHECK(same, "%s: lowered after the pass: %d nodes, %d outputs; the pass over the lowered graph: %d, %d",
-                  label, low->n_nodes, low->n_outputs, opt->n_nodes, opt->n_outputs);
-        }
-        kiln_model_free(low);
-        kiln_model_free(full);
     }
     if (batch < 0) {
         /* no static shapes to check labels against: the conversions must be conv2's */
