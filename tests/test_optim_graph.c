@@ -2,7 +2,7 @@
  * the ops kiln.OptimizerStep / NonFiniteCheck / LossScaleUpdate) against the trainer's CPU
  * loop, bit for bit:
  *   1. kiln.OptimizerStep on random data, out of place and in place, against
- *      kiln_optimizer_update (trainer.c) for every optimizer, schedules and unscaling;
+ *      kiln_optimizer_update (tests/optim_reference.h) for every optimizer, schedules and unscaling;
  *   2. a small model trained for several steps: the trainer (kiln_trainer_step) and a
  *      training graph built with autograd + kiln_optim_graph_append run through a session
  *      end with the same weights, optimizer states and losses, with fp32 and with fp16
@@ -18,6 +18,7 @@
 #include "train/autograd.h"
 #include "train/optim_graph.h"
 #include "train/trainer_internal.h"
+#include "optim_reference.h"
 
 #include <math.h>
 #include <stdio.h>

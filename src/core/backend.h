@@ -122,8 +122,8 @@ kiln_status kiln_backend_get(kiln_context *ctx, kiln_device device, const kiln_b
 
 /* A trained tensor: its value (bound to the training graph as an input) and optimizer
  * state (SGD: momentum buffer; Adam: m, v; Adadelta: square_avg, acc_delta: the data of the
- * trainer's carried state tensors); grad: what kiln_optimizer_update (the frozen reference)
- * reads. */
+ * trainer's carried state tensors); grad: what the frozen reference update reads
+ * (tests/optim_reference.h). */
 typedef struct kiln_param {
     int fwd_value;      /* value index in the forward model (and its clone) */
     int grad_value;     /* value index of its gradient in the training graph */
@@ -223,9 +223,6 @@ double kiln_train_update_bytes(const kiln_train_view *v);
 /* Optimizer state tensors per parameter (SGD: 1 with momentum, else 0; Adam, AdamW,
  * Adadelta: 2). */
 int kiln_optimizer_states(const kiln_train_options *o);
-/* The historical CPU optimizer update, one step over every parameter (src/cpu/train.c):
- * the frozen reference kiln.OptimizerStep and CUDA's fused update are tested against. */
-void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
 /* An engine that runs the update nodes its own way (CUDA: its fused tail kernel, captured
  * with the step) plans this instead of v->train: the training graph with the
  * outputs it has without the update, the loss, each parameter's gradient as the update node

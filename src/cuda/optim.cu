@@ -13,8 +13,8 @@
  *     finished blocks in the state) then ends the step on one thread, as
  *     kiln_cuda_train_step_end, kiln_cuda_rng_next and kiln_cuda_advance would in three
  *     launches of their own (~2-3 us of a captured step each). The arithmetic is
- *     src/ops/optim_math.h's, the CPU reference's (kiln.OptimizerStep; the trainer's
- *     kiln_optimizer_update) operation for operation, in float with round-to-nearest
+ *     src/ops/optim_math.h's, the CPU reference's (kiln.OptimizerStep; the frozen
+ *     kiln_optimizer_update, tests/optim_reference.h) operation for operation, in float with round-to-nearest
  *     intrinsics so that the compiler fuses nothing into FMAs (the CPU build does not
  *     contract either): results match the CPU bit for bit but for Adam's bias corrections
  *     and the schedule's cos (double pow / cos on the device, 1-2 ulp of double apart).

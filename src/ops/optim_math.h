@@ -12,7 +12,7 @@
  * round-to-nearest intrinsics, which the compiler never contracts into FMAs; the host
  * builds do not contract either (no -ffp-contract=fast, no FMA target). So the CPU and
  * CUDA results are the same bits, and the same as the trainer's historical loop
- * (kiln_optimizer_update in src/train/trainer.c) operation for operation. The one place
+ * (kiln_optimizer_update, frozen in tests/optim_reference.h) operation for operation. The one place
  * they may differ: double pow / cos of the schedule and Adam's bias corrections on the
  * device are within 1-2 ulp of double of the host's libm (rounded to float afterwards).
  *

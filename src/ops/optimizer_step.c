@@ -25,7 +25,7 @@
  * Every output is element i of its input updated from element i of the inputs, read
  * before it is written: an output may share its input's storage (an in-place update), and
  * the results are the same bits either way. Bit for bit the arithmetic of the trainer's
- * loop (kiln_optimizer_update), checked by tests/test_optim_graph.c. */
+ * loop (kiln_optimizer_update, tests/optim_reference.h), checked by tests/test_optim_graph.c. */
 #include "../core/optest.h"
 #include "optim_math.h"
 

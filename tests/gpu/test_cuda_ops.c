@@ -41,7 +41,7 @@
  * (eager, captured, replayed).
  *
  * Training: the kernels of kiln's gradient ops (cases may have several outputs and a run
- * seed), the fused optimizer against the CPU trainer's kiln_optimizer_update, fp16 loss
+ * seed), the fused optimizer against the frozen kiln_optimizer_update (optim_reference.h), fp16 loss
  * scaling, the device run seed inside a captured graph, and mnist-net's whole training
  * graph (every node supported; on a device, run as a CUDA plan against the CPU plan), and
  * the training step's profile (kiln train --profile: rows, times, the state left as it was).
@@ -60,6 +60,7 @@
 #include "passes/passes.h"
 #include "ops/unary.h"
 #include "train/trainer_internal.h"
+#include "../optim_reference.h"
 #include "../train_graph.h"
 
 #include <cuda_runtime_api.h>
