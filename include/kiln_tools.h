@@ -82,8 +82,9 @@ void kiln_profile_free(kiln_profile *p);
  * step's captured CUDA graph, timed with events between back-to-back replays, so
  * step_ms - total_ms is what launches and serialization add. The data set is made
  * resident (as kiln_trainer_train_epoch does) and one untimed step builds the plan.
- * On the CPU: one "optimizer" row (the update, host clock) and whole steps on the host
- * clock (the run plus the update) on the first `batch` samples.
+ * On the CPU: the update is nodes of the training graph, so its rows are among the
+ * nodes' (kiln.OptimizerStep, and GradAccumulate / NonFiniteCheck / LossScaleUpdate where
+ * the options add them); whole steps on the host clock, on the first `batch` samples.
  * The trainer's state is left as it was: weights, optimizer state, statistics, step
  * counters, learning rate, loss scale and Dropout seed are restored afterwards (the
  * device state is copied aside before and back after). Scratch memory is allocated

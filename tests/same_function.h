@@ -18,17 +18,30 @@
  * bit for bit (a compare by value would pass -0 for +0). No reference output may be all
  * zeros (a gradient that does not flow would compare equal), bool ones (masks) aside.
  * out0 (when non-NULL) receives output 0 of opt's runs with seeds 77 and 78, for tests
- * that check the seed reaches the graph. */
+ * that check the seed reaches the graph. Graphs that update an input in place (the
+ * trainer's optimizer nodes) see the same feeds each run: they are restored in between,
+ * and the reference outputs copied before opt runs. */
 static void same_function(const char *label, kiln_model *ref, kiln_model *opt, kiln_tensor *const *feeds, double atol,
                           double rtol, double out0[2]) {
     const int no = ref->n_outputs;
     CHECK(opt->n_outputs == no, "%s: %d outputs, expected %d", label, opt->n_outputs, no);
     const kiln_tensor **want = calloc((size_t)no + 1, sizeof *want), **got = calloc((size_t)no + 1, sizeof *got);
+    const int ni = ref->n_inputs;
+    kiln_tensor **saved = calloc((size_t)ni + 1, sizeof *saved), **kept = calloc((size_t)no + 1, sizeof *kept);
     kiln_plan *pr = NULL, *po = NULL;
-    kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    kiln_status st = want && got && saved && kept ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < ni && !st; i++)
+        if (feeds[i] && !(saved[i] = kiln_tensor_clone(ctx, feeds[i]))) st = KILN_ERR_OUT_OF_MEMORY;
+#define SF_RESTORE()                                                                                   \
+    for (int i = 0; i < ni; i++)                                                                       \
+        if (saved && saved[i]) memcpy(feeds[i]->data, saved[i]->data, kiln_tensor_nbytes(saved[i]))
     if (!st) st = kiln_plan_build(ref, feeds, true, true, &pr);
     if (!st) st = kiln_plan_build(opt, feeds, true, true, &po);
     if (!st) st = kiln_plan_run_cpu(pr, feeds, 77, no, want);
+    for (int j = 0; j < no && !st; j++)
+        if (!(kept[j] = kiln_tensor_clone(ctx, want[j]))) st = KILN_ERR_OUT_OF_MEMORY;
+        else want[j] = kept[j];
+    SF_RESTORE();
     if (!st) st = kiln_plan_run_cpu(po, feeds, 77, no, got);
     CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
     for (int j = 0; !st && j < no; j++) {
@@ -44,12 +57,19 @@ static void same_function(const char *label, kiln_model *ref, kiln_model *opt, k
     }
     if (!st && out0) {
         out0[0] = kiln_get_f64(got[0], 0);
+        SF_RESTORE();
         st = kiln_plan_run_cpu(po, feeds, 78, 1, got);
         CHECK(!st, "%s: run with another seed: %s", label, kiln_context_message(ctx));
         if (!st) out0[1] = kiln_get_f64(got[0], 0);
     }
+    SF_RESTORE();
+#undef SF_RESTORE
+    for (int i = 0; i < ni && saved; i++) kiln_tensor_free(saved[i]);
+    for (int j = 0; j < no && kept; j++) kiln_tensor_free(kept[j]);
     kiln_plan_free(pr);
     kiln_plan_free(po);
+    free(saved);
+    free(kept);
     free(want);
     free(got);
 }

@@ -159,10 +159,27 @@ static kiln_model *edit(const kiln_model *train, variant v) {
     return m;
 }
 
-/* Feeds for g: the trainer's, then the loss scale where g has it as its last input. */
+/* The trainer's training graph with every gradient also a graph output: its outputs are
+ * the optimizer's next values (the update is graph nodes on the CPU), and the passes'
+ * checks compare the gradients themselves. */
+static kiln_model *with_grads(const kiln_trainer *t) {
+    kiln_model *m = NULL;
+    kiln_status st = kiln_model_clone(t->train, &m);
+    for (int k = 0; k < t->n_params && !st; k++) st = kiln_model_add_output(m, m->values[t->params[k].grad_value].name);
+    if (!st) st = kiln_model_finalize(m);
+    if (st) {
+        CHECK(0, "the trainer's graph with its gradients: %s", kiln_context_message(ctx));
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Feeds for g: the trainer's (data, its training graph's state), then the loss scale where
+ * g has it as its last input. */
 static kiln_tensor **feeds_for(const kiln_trainer *t, const kiln_model *g, kiln_tensor *scale) {
     kiln_tensor **f = calloc((size_t)g->n_inputs + 1, sizeof *f);
-    for (int i = 0; f && i < g->n_inputs; i++) f[i] = i < t->n_data_inputs + t->n_params + t->n_states ? t->feeds[i] : scale;
+    for (int i = 0; f && i < g->n_inputs; i++) f[i] = i < t->n_feeds ? t->feeds[i] : scale;
     return f;
 }
 
@@ -202,7 +219,7 @@ static void mnist(kiln_precision prec, bool amp_seed) {
     snprintf(label, sizeof label, "mnist-net training graph%s%s", prec == KILN_PRECISION_FP32 ? "" : ", fp16",
              amp_seed ? ", AMP's loss-scale seed" : "");
     printf("-- %s\n", label);
-    kiln_model *m = NULL, *g = NULL, *opt = NULL, *ref = NULL, *pair = NULL;
+    kiln_model *m = NULL, *g = NULL, *opt = NULL, *ref = NULL, *pair = NULL, *tg = NULL;
     kiln_trainer *t = NULL;
     kiln_tensor **feeds = NULL, *scale = kt_scalar(KILN_F32, 1024);
     /* the trainer's graph without the pass: what autograd emitted (f32's seed); AMP's
@@ -216,7 +233,8 @@ static void mnist(kiln_precision prec, bool amp_seed) {
               count(t->train, "", "NegativeLogLikelihoodLoss") == 1 &&
               count(t->train, "kiln", "NegativeLogLikelihoodLossGrad") == 1,
           "%s: the unfused chain is not in the training graph", label);
-    g = amp_seed ? edit(t->train, V_AMP_SEED) : t->train;
+    tg = with_grads(t);
+    g = !tg ? NULL : amp_seed ? edit(tg, V_AMP_SEED) : tg;
     kiln_pass_options on = {.device = KILN_DEVICE_CPU, .precision = prec, .disabled = ONLY_FUSE_LOSS};
     kiln_pass_options off = {.device = KILN_DEVICE_CPU, .precision = prec, .disabled = ~0u};
     if (!g || kiln_passes_apply(g, &on, &opt) || kiln_passes_apply(g, &off, &ref)) {
@@ -301,7 +319,8 @@ out:
     kiln_model_free(pair);
     kiln_model_free(opt);
     kiln_model_free(ref);
-    if (g && t && g != t->train) kiln_model_free(g);
+    if (g && g != tg) kiln_model_free(g);
+    kiln_model_free(tg);
     kiln_trainer_free(t);
     kiln_model_free(m);
 }
@@ -426,7 +445,7 @@ out:
 static void training_case(const char *label, const classifier *c, int edit_as, bool merge, bool fused_grad) {
     printf("-- %s\n", label);
     const int64_t N = 37;
-    kiln_model *m = build_classifier(c, N), *g = NULL, *opt = NULL, *ref = NULL, *pair = NULL;
+    kiln_model *m = build_classifier(c, N), *g = NULL, *opt = NULL, *ref = NULL, *pair = NULL, *tg = NULL;
     kiln_trainer *t = NULL;
     kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .disable_passes = KILN_PASS_FUSE_LOSS};
     kiln_pass_options on = {.device = KILN_DEVICE_CPU, .disabled = ONLY_FUSE_LOSS};
@@ -435,7 +454,8 @@ static void training_case(const char *label, const classifier *c, int edit_as, b
         CHECK(0, "%s: %s", label, kiln_context_message(ctx));
         goto out;
     }
-    g = edit_as >= 0 ? edit(t->train, (variant)edit_as) : t->train;
+    tg = with_grads(t);
+    g = !tg ? NULL : edit_as >= 0 ? edit(tg, (variant)edit_as) : tg;
     if (!g || kiln_passes_apply(g, &on, &opt) || kiln_passes_apply(g, &off, &ref)) {
         CHECK(0, "%s: %s", label, kiln_context_message(ctx));
         goto out;
@@ -468,7 +488,8 @@ out:
     kiln_model_free(pair);
     kiln_model_free(opt);
     kiln_model_free(ref);
-    if (g && t && g != t->train) kiln_model_free(g);
+    if (g && g != tg) kiln_model_free(g);
+    kiln_model_free(tg);
     kiln_trainer_free(t);
     kiln_model_free(m);
 }

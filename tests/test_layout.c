@@ -37,6 +37,8 @@ static uint64_t seed = 1;
         }                                                 \
     } while (0)
 
+#include "train_graph.h"
+
 /* ------------------------------------------------------------ graph building */
 
 static void begin(void) {
@@ -526,13 +528,47 @@ static void mnist_training(kiln_precision prec, int64_t batch) {
     kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec, .disabled = ~(unsigned)KILN_PASS_NHWC};
     kiln_pass_options base = po;
     base.disabled = ~0u;
-    kiln_model *opt = NULL, *ref = NULL;
-    if (kiln_passes_apply(t->train, &po, &opt) || kiln_passes_apply(t->train, &base, &ref)) {
+    kiln_model *opt = NULL, *ref = NULL, *bg = backward_graph(t);
+    if (!bg || kiln_passes_apply(bg, &po, &opt) || kiln_passes_apply(bg, &base, &ref)) {
         CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
         goto out;
     }
     const int a = count_op(opt, "ToNHWC"), b = count_op(opt, "ToNCHW");
     CHECK(a == 1 && b == 1, "%s: %d ToNHWC and %d ToNCHW, expected 1 and 1", label, a, b);
+    {
+        /* as the CUDA engine has it: the pass over the whole training graph (the update's
+         * nodes in it), then the update lowered (kiln_train_lower_update): the same graph as
+         * the pass over the lowered one, node for node, with the same outputs */
+        for (int all = 0; all < 2; all++) { /* the layout pass; every pass a CUDA trainer runs */
+            const kiln_pass_options pa = {.device = KILN_DEVICE_CUDA, .precision = prec,
+                                          .disabled = ~(unsigned)(KILN_PASS_NHWC | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS |
+                                                                  KILN_PASS_FUSE_POOL)};
+            kiln_model *full = NULL, *low = NULL, *want = opt;
+            kiln_status lst = kiln_passes_apply(t->train, all ? &pa : &po, &full);
+            if (!lst) {
+                kiln_train_view v = t->view;
+                v.train = full;
+                lst = kiln_train_lower_update(&v, &low);
+            }
+            if (!lst && all) lst = kiln_passes_apply(bg, &pa, &want);
+            CHECK(!lst, "%s: the update lowered after the pass: %s", label, kiln_context_message(ctx));
+            if (!lst) {
+                bool same = low->n_nodes == want->n_nodes && low->n_outputs == want->n_outputs;
+                for (int i = 0; same && i < low->n_nodes; i++)
+                    same = strcmp(low->nodes[i].op_type, want->nodes[i].op_type) == 0;
+                for (int j = 0; same && j < low->n_outputs; j++)
+                    same = low->values[low->outputs[j]].format == want->values[want->outputs[j]].format &&
+                           (low->values[low->outputs[j]].dtype == want->values[want->outputs[j]].dtype ||
+                            batch < 0); /* a symbolic batch: some dtypes known only when planned */
+                CHECK(same, "%s: lowered after the %s: %d nodes, %d outputs; the same over the lowered graph: %d, %d",
+                      label, all ? "CUDA trainer's passes" : "pass", low->n_nodes, low->n_outputs, want->n_nodes,
+                      want->n_outputs);
+            }
+            if (want != opt) kiln_model_free(want);
+            kiln_model_free(low);
+            kiln_model_free(full);
+        }
+    }
     if (batch < 0) {
         /* no static shapes to check labels against: the conversions must be conv2's */
         for (int i = 0; i < opt->n_nodes; i++) {
@@ -590,10 +626,10 @@ static void mnist_training(kiln_precision prec, int64_t batch) {
         }
         CHECK(n_dg == 2, "%s: %d DropoutGrads, expected 2", label, n_dg);
     }
-    CHECK(opt->n_outputs == t->train->n_outputs, "%s: output count", label);
+    CHECK(opt->n_outputs == bg->n_outputs, "%s: output count", label);
     for (int i = 0; i < opt->n_outputs; i++)
         CHECK(opt->values[opt->outputs[i]].format == KILN_FORMAT_NCHW &&
-                  strcmp(kiln_model_output_name(opt, i), kiln_model_output_name(t->train, i)) == 0,
+                  strcmp(kiln_model_output_name(opt, i), kiln_model_output_name(bg, i)) == 0,
               "%s: output %d (%s) renamed or not NCHW", label, i, kiln_model_output_name(opt, i));
     /* the same function on the CPU: loss, gradients and statistics */
     kiln_tensor *image = kt_rand(KILN_F32, 4, (int64_t[]){64, 1, 28, 28}, 0, 1, 11);
@@ -624,6 +660,7 @@ static void mnist_training(kiln_precision prec, int64_t batch) {
 out:
     kiln_model_free(opt);
     kiln_model_free(ref);
+    kiln_model_free(bg);
     kiln_trainer_free(t);
     kiln_model_free(m);
 }

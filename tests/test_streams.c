@@ -26,6 +26,8 @@
 static int fails;
 static kiln_context *ctx;
 
+#include "train_graph.h"
+
 /* before[a * n + b]: node a finishes before node b starts (a != b). */
 static bool *happens_before(const kiln_plan_view_t *v, bool use_waits) {
     const int n = v->n_exec;
@@ -165,7 +167,7 @@ out:
 
 /* mnist-net's training graph lowered as the CUDA trainer lowers it. */
 static void mnist(kiln_precision prec, bool training) {
-    kiln_model *m = NULL, *opt = NULL;
+    kiln_model *m = NULL, *opt = NULL, *bg = NULL;
     kiln_trainer *t = NULL;
     kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA};
     const char *label = training ? (prec == KILN_PRECISION_FP32 ? "mnist-net training graph, f32"
@@ -180,7 +182,11 @@ static void mnist(kiln_precision prec, bool training) {
     kiln_pass_options po = {.device = KILN_DEVICE_CUDA,
                             .precision = prec,
                             .disabled = ~(unsigned)(KILN_PASS_NHWC | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS)};
-    if (kiln_passes_apply(training ? t->train : m, &po, &opt)) {
+    if (training && !(bg = backward_graph(t))) {
+        CHECK(0, "%s: the trainer's forward + backward graph: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    if (kiln_passes_apply(training ? bg : m, &po, &opt)) {
         CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
         goto out;
     }
@@ -196,6 +202,7 @@ static void mnist(kiln_precision prec, bool training) {
     if (training) t->feeds[0] = t->feeds[1] = NULL;
 out:
     kiln_model_free(opt);
+    kiln_model_free(bg);
     kiln_trainer_free(t);
     kiln_model_free(m);
     kiln_tensor_free(image);

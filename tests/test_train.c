@@ -155,8 +155,8 @@ static void test_accumulation(kiln_context *ctx) {
 
 /* ------------------------------------------------------------------ profile */
 
-/* kiln_trainer_profile on the CPU (kiln train --profile): one row per run-list node and one
- * for the update, consistent sums, and the trainer's state untouched: a trainer profiled
+/* kiln_trainer_profile on the CPU (kiln train --profile): one row per run-list node, the
+ * update (kiln.OptimizerStep) among them, consistent sums, and the trainer's state untouched: a trainer profiled
  * between two steps ends bit for bit where an unprofiled twin does (weights, losses,
  * counters), with Adadelta, and with SGD momentum mid-accumulation (the update must leave
  * the accumulated gradient alone). */
@@ -205,7 +205,7 @@ static void test_profile(kiln_context *ctx) {
         if (!st) {
             kiln_plan_stats ps;
             kiln_session_stats(a->sess, &ps); /* the plan just profiled: the session's most recent */
-            CHECK(p.n == ps.nodes + 1 && p.iters == 3, "%s: one row per run node (%d) and the update: %d rows",
+            CHECK(p.n == ps.nodes && p.iters == 3, "%s: one row per run node (%d), the update's among them: %d rows",
                   cases[c].name, ps.nodes, p.n);
             double sum = 0;
             bool ok = true;
@@ -216,13 +216,16 @@ static void test_profile(kiln_context *ctx) {
             CHECK(ok, "%s: every row timed and named", cases[c].name);
             CHECK(fabs(sum - p.total_ms) <= 1e-9 * (1 + sum), "%s: total %g is the sum of the rows %g", cases[c].name,
                   p.total_ms, sum);
-            const kiln_profile_node *u = &p.nodes[p.n - 1];
+            const kiln_profile_node *u = NULL; /* the update: a node of the training graph */
+            for (int e = 0; e < p.n && !u; e++)
+                if (strcmp(p.nodes[e].op_type, "OptimizerStep") == 0) u = &p.nodes[e];
             kiln_train_stats ts;
             kiln_trainer_stats(a, &ts);
-            /* weight, gradient and each state read; weight and states written */
+            /* weight, gradient and each state read; weight and states written; the step
+             * count and the skip flag */
             const double want = 4.0 * (3 + 2 * cases[c].states) * (double)ts.param_count;
-            CHECK(strcmp(u->op_type, "optimizer") == 0 && u->bytes == want, "%s: update row '%s', %g bytes (want %g)",
-                  cases[c].name, u->op_type, u->bytes, want);
+            CHECK(u && u->bytes >= want && u->bytes <= want + 64, "%s: update row %s, %g bytes (want %g + counters)",
+                  cases[c].name, u ? u->name : "missing", u ? u->bytes : 0.0, want);
             CHECK(step_ms > 0, "%s: a whole step takes time (%g ms)", cases[c].name, step_ms);
         }
         kiln_profile_free(&p);

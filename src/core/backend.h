@@ -120,17 +120,17 @@ kiln_status kiln_backend_get(kiln_context *ctx, kiln_device device, const kiln_b
  * the trained tensors, the feeds and the trainer's counters, which the engine advances.
  */
 
-/* A trained tensor: its value (bound to the training graph as an input), the gradient of
- * the last step, optimizer state (SGD: momentum buffer; Adam: m, v; Adadelta: square_avg,
- * acc_delta) and, with accumulation, the summed gradient. */
+/* A trained tensor: its value (bound to the training graph as an input) and optimizer
+ * state (SGD: momentum buffer; Adam: m, v; Adadelta: square_avg, acc_delta: the data of the
+ * trainer's carried state tensors); grad: what the frozen reference update reads
+ * (tests/optim_reference.h). */
 typedef struct kiln_param {
     int fwd_value;      /* value index in the forward model (and its clone) */
     int grad_value;     /* value index of its gradient in the training graph */
     kiln_tensor *value; /* f32, owned */
     int64_t numel;
-    const float *grad;  /* gradient used by the next update (arena or acc) */
+    const float *grad;  /* kiln_optimizer_update's gradient */
     float *state[2];
-    float *acc;
 } kiln_param;
 
 /* BatchNormalization running statistics: input value and the updated output. */
@@ -151,7 +151,7 @@ typedef struct kiln_train_view {
     kiln_context *ctx;
     const kiln_train_options *opts;
     kiln_model *train;          /* forward + backward: inputs data, parameters, states[, loss scale];
-                                   outputs loss, gradients, updated states */
+                                   outputs: below */
     kiln_session *sess;         /* the session the training graph runs in */
     int n_data_inputs, n_params, n_states;
     kiln_param *params;
@@ -161,6 +161,18 @@ typedef struct kiln_train_view {
     kiln_tensor *scale_input;   /* fp16/bf16: the scalar fed as dL/dloss (the loss scale); else NULL */
     int64_t param_count;
     kiln_train_counters *n;
+    /* The optimizer update is nodes of the training graph (src/train/optim_graph.h): the
+     * graph's inputs are data, then the carried state
+     * (parameters, optimizer states, counters, loss scale, accumulation sums) and the
+     * statistics, in feeds[0 .. n_feeds); its outputs the loss, then the carried state's
+     * next values (outs[1 + j] is the next value of feeds[carried_feed[j]]), then the
+     * updated statistics (outs[1 + n_carried + k]). The i64 scalar counters (NULL where the
+     * graph has none): optimizer steps taken, micro-steps taken (accumulation), clean steps
+     * since the loss scale last moved, skipped steps; the loss scale is scale_input. The
+     * engine reads the counters into *n after each step; the trainer writes them back. */
+    int n_feeds, n_outs, n_carried;
+    const int *carried_feed;
+    kiln_tensor *step_count, *micro_count, *growth_count, *skipped_count;
 } kiln_train_view;
 
 /* A training engine: one per trainer, on its session's backend instance. */
@@ -171,8 +183,8 @@ struct kiln_backend_train_i {
      * backend (after create and a checkpoint load), and back (before they are read). */
     kiln_status (*upload)(void *tr);
     kiln_status (*download)(void *tr);
-    /* One step: forward, backward, then the optimizer update, isolated per backend (the CPU
-     * loop kiln_optimizer_update; CUDA's fused update captured with the step). The batch is
+    /* One step: forward, backward, then the optimizer update: the training graph's own
+     * nodes (on CUDA lowered to the fused update captured with the step). The batch is
      * in v->feeds[0 .. n_data_inputs), or, resident, gathered by the batch source. *loss
      * (may be NULL) is the step's loss and waits for it. */
     kiln_status (*step)(void *tr, bool resident, float *loss);
@@ -211,9 +223,12 @@ double kiln_train_update_bytes(const kiln_train_view *v);
 /* Optimizer state tensors per parameter (SGD: 1 with momentum, else 0; Adam, AdamW,
  * Adadelta: 2). */
 int kiln_optimizer_states(const kiln_train_options *o);
-/* The CPU optimizer update, one step over every parameter (src/cpu/train.c; also the
- * reference CUDA's fused update is tested against). */
-void kiln_optimizer_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps);
+/* An engine that runs the update nodes its own way (CUDA: its fused tail kernel, captured
+ * with the step) plans this instead of v->train: the training graph with the
+ * outputs it has without the update, the loss, each parameter's gradient as the update node
+ * reads it (f32, after the graph's casts and layout conversions), the updated statistics,
+ * and only the nodes they need. Same inputs as v->train (v->feeds fit it). */
+kiln_status kiln_train_lower_update(const kiln_train_view *v, kiln_model **out);
 /* The dropout seed base of a run: micro-step k runs with base + k. */
 static inline uint64_t kiln_train_seed_base(const kiln_train_options *o) {
     return o->seed * 0x9E3779B97F4A7C15ull;

@@ -375,6 +375,13 @@ typedef struct kiln_op_def {
     /* Data the shared code of an op family reads through the registry, e.g. unary.h's
      * kiln_unary_grad_def (the derivative kiln.UnaryGrad evaluates). NULL: none. */
     const void *family;
+    /* In-place updates: the input whose storage output `out` of node n may take over, or -1.
+     * The op reads each element of that input before it writes the same element of the
+     * output (and same-sized), so one buffer may serve both: the optimizer updating weights
+     * held as graph inputs. The CPU planner does so where the input is a graph input bound
+     * by the caller that no later node reads: the run then updates the caller's buffer and
+     * the output points at it. NULL: none. */
+    int (*inplace_input)(const kiln_node *n, int out);
 } kiln_op_def;
 
 /* ------------------------------------------------------------------ autograd */

@@ -47,6 +47,9 @@ struct kiln_plan {
      * waits[wait_at[e] .. wait_at[e + 1]) the nodes on other streams e waits for. */
     int n_streams;
     int *stream, *wait_at, *waits;
+    /* (n_values) the graph input whose caller-bound buffer value v is computed in place
+     * over (kiln_op_def.inplace_input; host plans), or -1 */
+    int *inplace_of;
 };
 
 static kiln_context *mctx(const kiln_model *m) { return m->ctx; }
@@ -145,6 +148,7 @@ void kiln_plan_free(kiln_plan *p) {
     free(p->stream);
     free(p->wait_at);
     free(p->waits);
+    free(p->inplace_of);
     free(p);
 }
 
@@ -429,6 +433,36 @@ out:
     return st;
 }
 
+/* The graph input output k of run-list node e may be computed in place over (its op's
+ * inplace_input), or -1: only in a host plan, for an input the caller binds (not a
+ * constant, not a graph output, not converted into a staging copy, not a value input),
+ * of the same dtype and size, that no other input of the node and no later node reads,
+ * and that no other output took already. */
+static int inplace_source(const kiln_plan *p, int e, int k) {
+    const kiln_model *m = p->m;
+    const kiln_node *n = &m->nodes[p->exec[e].node];
+    const kiln_op_def *d = kiln_op_get(n->op);
+    if (!p->host_memory || !p->inplace_of || !d->inplace_input || n->out[k] < 0) return -1;
+    const int i = d->inplace_input(n, k);
+    if (i < 0 || i >= n->n_in || n->in[i] < 0) return -1;
+    const int sv = n->in[i], v = n->out[k];
+    if (!is_graph_input(m, sv) || p->known[sv] || m->values[sv].is_output || p->vt[v].dtype != p->vt[sv].dtype ||
+        kiln_tensor_nbytes(&p->vt[v]) != kiln_tensor_nbytes(&p->vt[sv]))
+        return -1;
+    for (int j = 0; j < m->n_inputs; j++)
+        if (m->inputs[j] == sv && (p->staging[j] || p->key_values[j])) return -1;
+    for (int j = 0; j < n->n_in; j++)
+        if (j != i && n->in[j] == sv) return -1;
+    for (int e2 = e + 1; e2 < p->n_exec; e2++) {
+        const kiln_node *n2 = &m->nodes[p->exec[e2].node];
+        for (int j = 0; j < n2->n_in; j++)
+            if (n2->in[j] == sv) return -1;
+    }
+    for (int w = 0; w < p->n_values; w++)
+        if (p->inplace_of[w] == sv) return -1;
+    return sv;
+}
+
 static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) {
     kiln_model *m = p->m;
     kiln_context *ctx = mctx(m);
@@ -448,12 +482,26 @@ static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) 
         first[v] = last[v] = -1;
         slot_of[v] = -1;
     }
+    if (p->host_memory) {
+        p->inplace_of = kiln_calloc(ctx, (size_t)nv + 1, sizeof(int), "memory plan");
+        if (!p->inplace_of) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            goto out;
+        }
+        for (int v = 0; v < nv; v++) p->inplace_of[v] = -1;
+    }
     /* Values produced by run-list nodes live in the arena; views share their input's root. */
     for (int e = 0; e < p->n_exec; e++) {
         const kiln_node *n = &m->nodes[p->exec[e].node];
         const kiln_op_def *d = kiln_op_get(n->op);
         for (int k = 0; k < n->n_out; k++) {
             int v = n->out[k];
+            const int over = inplace_source(p, e, k);
+            if (over >= 0) { /* the caller's buffer: no slot in the arena */
+                p->inplace_of[v] = over;
+                p->vt[v].data = p->vt[over].data;
+                continue;
+            }
             int src = n->n_in > 0 ? n->in[0] : -1;
             bool alias = (d->alias_outputs & (1u << k)) && src >= 0 && root[src] >= 0 &&
                          kiln_tensor_nbytes(&p->vt[v]) == kiln_tensor_nbytes(&p->vt[src]);
@@ -701,6 +749,8 @@ static void bind_run_inputs(kiln_plan *p, kiln_tensor *const *inputs) {
         if (p->staging[i]) kiln_layout_convert(inputs[i], p->staging[i], KILN_FORMAT_NCHW);
         p->vt[m->inputs[i]].data = p->staging[i] ? p->staging[i] : inputs[i]->data;
     }
+    for (int v = 0; p->inplace_of && v < p->n_values; v++)
+        if (p->inplace_of[v] >= 0) p->vt[v].data = p->vt[p->inplace_of[v]].data;
 }
 
 static kiln_status run_node(kiln_plan *p, int e, uint64_t seed) {

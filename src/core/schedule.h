@@ -1,6 +1,7 @@
 /*
- * schedule.h — the learning-rate schedule, written once: the CPU trainer and the CUDA
- * step end (src/cuda/optim.cu, on the device) compile this same function, in double.
+ * schedule.h — the learning-rate schedule, written once (kiln_lr_at): the CPU trainer, the
+ * CUDA step end (src/cuda/optim.cu, on the device) and the optimizer ops (src/ops/optim_math.h)
+ * compile this same function, in double.
  */
 #ifndef KILN_SCHEDULE_H
 #define KILN_SCHEDULE_H
@@ -17,15 +18,22 @@
 #endif
 
 /* The learning rate of optimizer step `step` (0-based): lr, times the step or cosine
- * schedule, times the linear warm-up. */
-KILN_HOST_DEVICE static inline float kiln_lr_schedule(const kiln_train_options *o, int64_t step) {
-    double lr = o->lr;
-    if (o->schedule == KILN_SCHEDULE_STEP) lr *= pow((double)o->gamma, (double)(step / o->step_size));
-    else if (o->schedule == KILN_SCHEDULE_COSINE)
-        lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step < o->total_steps ? step : o->total_steps) /
-                             (double)o->total_steps));
-    if (o->warmup_steps > 0 && step < o->warmup_steps) lr *= (double)(step + 1) / (double)o->warmup_steps;
+ * schedule, times the linear warm-up. The one formula: the trainer (kiln_lr_schedule) and the
+ * optimizer ops' CPU reference and CUDA kernels (kiln_om_lr_at, src/ops/optim_math.h) call it.
+ * kind: a kiln_schedule value; step_size > 0 for STEP and total_steps > 0 for COSINE. */
+KILN_HOST_DEVICE static inline float kiln_lr_at(float lr0, int kind, int64_t step_size, float gamma,
+                                                int64_t total_steps, int64_t warmup_steps, int64_t step) {
+    double lr = lr0;
+    if (kind == KILN_SCHEDULE_STEP) lr *= pow((double)gamma, (double)(step / step_size));
+    else if (kind == KILN_SCHEDULE_COSINE)
+        lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step < total_steps ? step : total_steps) /
+                             (double)total_steps));
+    if (warmup_steps > 0 && step < warmup_steps) lr *= (double)(step + 1) / (double)warmup_steps;
     return (float)lr;
+}
+
+KILN_HOST_DEVICE static inline float kiln_lr_schedule(const kiln_train_options *o, int64_t step) {
+    return kiln_lr_at(o->lr, (int)o->schedule, o->step_size, o->gamma, o->total_steps, o->warmup_steps, step);
 }
 
 #endif

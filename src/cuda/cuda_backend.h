@@ -341,7 +341,7 @@ typedef struct kiln_cuda_step_tail {
 /* One launch updating every parameter of the device table (n entries, `chunks` from
  * kiln_cuda_optim_table_prepare) with the optimizer and hyper-parameters of o (optimizer,
  * momentum, nesterov, weight_decay, beta1, beta2, eps, rho; lr and the step come from
- * state), exactly as the CPU trainer's kiln_optimizer_update. Nothing is updated when
+ * state), exactly as the frozen reference kiln_optimizer_update (tests/optim_reference.h). Nothing is updated when
  * state->found_inf is set. grad_dtype: the gradients' dtype; unscale: multiply each
  * gradient by 1 / state->loss_scale as it is read; copy_dtype: the dtype of the entries'
  * weight copies (KILN_DTYPE_UNDEFINED when there are none). tail NULL: the step counter is

@@ -242,11 +242,20 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(range)       /* generate.cu */                                                      \
     X(resize)      /* resize.cu: nearest, linear, cubic */                                \
     X(reduce)      /* reduce.cu: ReduceSum ReduceMean ReduceMax ReduceMin */              \
-    X(layernorm)   /* layernorm.cu: LayerNormalization */
+    X(layernorm)   /* layernorm.cu: LayerNormalization */                                 \
+    X(optimizer_step)    /* optim.cu: kiln.OptimizerStep (the fused multi-tensor update) */ \
+    X(non_finite_check)  /* optim.cu: kiln.NonFiniteCheck (GradScaler's inf/NaN check) */   \
+    X(loss_scale_update) /* optim.cu: kiln.LossScaleUpdate (GradScaler.update) */    \
+    X(grad_accumulate)   /* optim.cu: kiln.GradAccumulate (gradient accumulation) */
 
 #define KILN_CUDA_DECLARE(name) kiln_status kiln_cuda_k_##name(kiln_cuda *cu, kiln_op_ctx *c);
 KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
 #undef KILN_CUDA_DECLARE
+/* What the training step's kernels (optim.cu) take, for table.c. */
+bool kiln_cuda_sup_optimizer_step(const kiln_op_ctx *c, char *why, size_t n);
+bool kiln_cuda_sup_non_finite_check(const kiln_op_ctx *c, char *why, size_t n);
+bool kiln_cuda_sup_loss_scale_update(const kiln_op_ctx *c, char *why, size_t n);
+bool kiln_cuda_sup_grad_accumulate(const kiln_op_ctx *c, char *why, size_t n);
 
 /* Values known when the plan is built (kiln_op_ctx.host_in, see cuda_backend.h). */
 /* The host tensors of c's inputs, for kiln_cuda_supports: c->host_in on a device context,

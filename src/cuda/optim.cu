@@ -12,11 +12,12 @@
  *     With a tail (kiln_cuda_step_tail), the last block to finish (an atomic count of
  *     finished blocks in the state) then ends the step on one thread, as
  *     kiln_cuda_train_step_end, kiln_cuda_rng_next and kiln_cuda_advance would in three
- *     launches of their own (~2-3 us of a captured step each). The arithmetic is that of the CPU
- *     update (kiln_optimizer_update in src/cpu/train.c) operation for operation, in
- *     float with round-to-nearest intrinsics so that the compiler fuses nothing into FMAs
- *     (the CPU build does not contract either): results match the CPU bit for bit but for
- *     Adam's bias corrections (double pow on the device, 1-2 ulp of double apart).
+ *     launches of their own (~2-3 us of a captured step each). The arithmetic is
+ *     src/ops/optim_math.h's, the CPU reference's (kiln.OptimizerStep; the frozen
+ *     kiln_optimizer_update, tests/optim_reference.h) operation for operation, in float with round-to-nearest
+ *     intrinsics so that the compiler fuses nothing into FMAs (the CPU build does not
+ *     contract either): results match the CPU bit for bit but for Adam's bias corrections
+ *     and the schedule's cos (double pow / cos on the device, 1-2 ulp of double apart).
  *   kiln_cuda_grad_check: one launch over the same table: any inf/NaN gradient sets the
  *     state's found_inf (and optionally unscales the gradients in place by 1/loss_scale).
  *     The optimizer skips its update when found_inf is set. It stays a launch of its own
@@ -26,8 +27,23 @@
  *     GradScaler's dynamic loss scale (x backoff on inf/NaN; x growth after
  *     growth_interval clean steps, if the result is finite), found_inf cleared, and the
  *     learning rate of the next step from the schedule (kiln_lr_schedule, src/core/schedule.h).
+ *
+ * The same table walk serves the training graph's ops (one table.c line each):
+ *   kiln.OptimizerStep    the update above, its step count, found_inf and 1/loss_scale
+ *                         read from the op's scalar inputs and the learning rate from the
+ *                         schedule at the step (optim_math.h); the step count moves in a
+ *                         one-thread launch after it. The table is a __grid_constant__
+ *                         kernel parameter (OP_GROUP entries a launch).
+ *   kiln.NonFiniteCheck   the inf/NaN check into an f32 found_inf, and 1/loss_scale.
+ *   kiln.LossScaleUpdate  GradScaler.update on one thread.
+ *   kiln.GradAccumulate   the running sums of accumulated gradients, and the skip flag the
+ *                         update reads between a step's micro-batches.
+ * Outputs may be their inputs' buffers (updated in place); where they are not, the
+ * update copies the inputs into them first.
  */
 #include "dtype.cuh"
+
+#include "../ops/optim_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -43,9 +59,7 @@ constexpr int THREADS = 256;
 
 /* What the update reads besides the table and the state. */
 struct Hyper {
-    int opt;
-    float wd, mom, b1, b2, eps, rho;
-    bool nesterov;
+    kiln_om_hyper o;
     bool unscale;
 };
 
@@ -82,46 +96,15 @@ __device__ __forceinline__ kiln_cuda_optim_entry find_entry(const kiln_cuda_opti
 
 /* Per-step constants shared by every element. */
 struct StepConst {
-    float lr, inv_scale;
-    bool first;      /* step 0: SGD momentum takes the gradient */
-    double bc1, bc2; /* Adam's bias corrections */
+    kiln_om_step s; /* lr, first step, Adam's bias corrections */
+    float inv_scale;
 };
 
-/* One element, as kiln_optimizer_update computes it; state s0 / s1 per the optimizer. */
+/* One element, as kiln_optimizer_update computes it (optim_math.h, the CPU reference's
+ * arithmetic); state s0 / s1 per the optimizer. */
 __device__ __forceinline__ void update1(const Hyper &h, const StepConst &k, float &w, float g, float &s0, float &s1) {
     if (h.unscale) g = __fmul_rn(g, k.inv_scale);
-    switch (h.opt) {
-    case KILN_OPTIM_SGD: {
-        float d = __fadd_rn(g, __fmul_rn(h.wd, w));
-        if (h.mom != 0.f) {
-            s0 = k.first ? d : __fadd_rn(__fmul_rn(h.mom, s0), d);
-            d = h.nesterov ? __fadd_rn(d, __fmul_rn(h.mom, s0)) : s0;
-        }
-        w = __fsub_rn(w, __fmul_rn(k.lr, d));
-        break;
-    }
-    case KILN_OPTIM_ADAM:
-    case KILN_OPTIM_ADAMW: {
-        float d = g;
-        if (h.opt == KILN_OPTIM_ADAMW) w = __fmul_rn(w, __fsub_rn(1.f, __fmul_rn(k.lr, h.wd)));
-        else d = __fadd_rn(d, __fmul_rn(h.wd, w));
-        s0 = __fadd_rn(__fmul_rn(h.b1, s0), __fmul_rn(__fsub_rn(1.f, h.b1), d));
-        s1 = __fadd_rn(__fmul_rn(h.b2, s1), __fmul_rn(__fmul_rn(__fsub_rn(1.f, h.b2), d), d));
-        const float mhat = __double2float_rn(__ddiv_rn((double)s0, k.bc1));
-        const float vhat = __double2float_rn(__ddiv_rn((double)s1, k.bc2));
-        w = __fsub_rn(w, __fdiv_rn(__fmul_rn(k.lr, mhat), __fadd_rn(__fsqrt_rn(vhat), h.eps)));
-        break;
-    }
-    default: { /* Adadelta */
-        const float d = __fadd_rn(g, __fmul_rn(h.wd, w));
-        const float one_m = __fsub_rn(1.f, h.rho);
-        s0 = __fadd_rn(__fmul_rn(h.rho, s0), __fmul_rn(__fmul_rn(one_m, d), d));
-        const float delta = __fmul_rn(__fdiv_rn(__fsqrt_rn(__fadd_rn(s1, h.eps)), __fsqrt_rn(__fadd_rn(s0, h.eps))), d);
-        s1 = __fadd_rn(__fmul_rn(h.rho, s1), __fmul_rn(__fmul_rn(one_m, delta), delta));
-        w = __fsub_rn(w, __fmul_rn(k.lr, delta));
-        break;
-    }
-    }
+    kiln_om_update1(&h.o, &k.s, &w, g, &s0, &s1);
 }
 
 /* The step's end on one thread: what kiln_cuda_train_step_end, kiln_cuda_rng_next and
@@ -199,24 +182,14 @@ template <typename G> __device__ __forceinline__ void load4(const void *p, int64
  * needs (found_inf, lr, step, loss_scale) at its start, before it counts itself in, and
  * only the last one writes it, after every block has counted itself in: no block can read
  * a value of the next step. The count returns to 0 for the next launch (graph replays). */
-template <typename G, typename C, bool TAIL>
-__global__ void optimizer_kernel(const kiln_cuda_optim_entry *table, int n, int64_t chunks, Hyper h,
-                                 kiln_cuda_train_state *state, Tail tail) {
-    /* a skipped step (inf/NaN gradients) updates nothing, but still ends the step */
-    const bool skip = state->found_inf != 0;
-    StepConst k;
-    k.lr = state->lr;
-    k.first = state->step == 0;
-    k.inv_scale = h.unscale ? __double2float_rn(1.0 / (double)state->loss_scale) : 1.f;
-    k.bc1 = k.bc2 = 1;
-    if (h.opt == KILN_OPTIM_ADAM || h.opt == KILN_OPTIM_ADAMW) {
-        const double t = (double)(state->step + 1);
-        k.bc1 = 1.0 - pow((double)h.b1, t);
-        k.bc2 = 1.0 - pow((double)h.b2, t);
-    }
-    const bool two_states = h.opt != KILN_OPTIM_SGD;
-    const bool one_state = two_states || h.mom != 0.f;
-    for (int64_t c = skip ? chunks : blockIdx.x; c < chunks; c += gridDim.x) {
+/* The table's chunks from c0 on, grid-stride: each block updates its chunks' slices (the
+ * body of optimizer_kernel and of kiln.OptimizerStep's op_optimizer_kernel). */
+template <typename G, typename C>
+__device__ __forceinline__ void update_chunks(const kiln_cuda_optim_entry *table, int n, int64_t chunks,
+                                              const Hyper &h, const StepConst &k, int64_t c0) {
+    const bool two_states = h.o.opt != KILN_OPTIM_SGD;
+    const bool one_state = two_states || h.o.mom != 0.f;
+    for (int64_t c = c0; c < chunks; c += gridDim.x) {
         const kiln_cuda_optim_entry e = find_entry(table, n, c);
         const int64_t begin = (c - e.first_chunk) * KILN_CUDA_OPTIM_CHUNK;
         int64_t end = begin + KILN_CUDA_OPTIM_CHUNK;
@@ -261,6 +234,24 @@ __global__ void optimizer_kernel(const kiln_cuda_optim_entry *table, int n, int6
             if (e.copy) store_copy<C>(e.copy, i, wi);
         }
     }
+}
+
+template <typename G, typename C, bool TAIL>
+__global__ void optimizer_kernel(const kiln_cuda_optim_entry *table, int n, int64_t chunks, Hyper h,
+                                 kiln_cuda_train_state *state, Tail tail) {
+    /* a skipped step (inf/NaN gradients) updates nothing, but still ends the step */
+    const bool skip = state->found_inf != 0;
+    StepConst k;
+    k.s.lr = state->lr;
+    k.s.first = state->step == 0;
+    k.inv_scale = h.unscale ? __double2float_rn(1.0 / (double)state->loss_scale) : 1.f;
+    k.s.bc1 = k.s.bc2 = 1;
+    if (h.o.opt == KILN_OPTIM_ADAM || h.o.opt == KILN_OPTIM_ADAMW) {
+        const double t = (double)(state->step + 1);
+        k.s.bc1 = 1.0 - pow((double)h.o.b1, t);
+        k.s.bc2 = 1.0 - pow((double)h.o.b2, t);
+    }
+    update_chunks<G, C>(table, n, chunks, h, k, skip ? chunks : blockIdx.x);
     if constexpr (TAIL) {
         __shared__ bool last;
         __syncthreads(); /* every thread of the block is past its reads of the state */
@@ -298,11 +289,9 @@ template <typename G> __device__ __forceinline__ void store4(void *p, int64_t i,
  * (mnist-net's 1.2 M gradients, 4.7 MB), one 16-byte load per thread is 1.2 MB in flight,
  * a quarter of what ~4.8 TB/s x ~1 us of loaded latency needs; R loads are all of it. */
 template <typename G, bool UNSCALE>
-__global__ void grad_check_kernel(const kiln_cuda_optim_entry *table, int n, int64_t chunks,
-                                  kiln_cuda_train_state *state) {
+__device__ __forceinline__ bool check_chunks(const kiln_cuda_optim_entry *table, int n, int64_t chunks, float inv) {
     constexpr int R = KILN_CUDA_OPTIM_CHUNK / (4 * THREADS);
     static_assert(KILN_CUDA_OPTIM_CHUNK % (4 * THREADS) == 0, "a full chunk is R vectors per thread");
-    const float inv = UNSCALE ? __double2float_rn(1.0 / (double)state->loss_scale) : 1.f;
     bool bad = false;
     for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
         const kiln_cuda_optim_entry e = find_entry(table, n, c);
@@ -331,10 +320,111 @@ __global__ void grad_check_kernel(const kiln_cuda_optim_entry *table, int n, int
             if (UNSCALE) g[i] = from_f<G>(__fmul_rn(v, inv));
         }
     }
+    return bad;
+}
+
+template <typename G, bool UNSCALE>
+__global__ void grad_check_kernel(const kiln_cuda_optim_entry *table, int n, int64_t chunks,
+                                  kiln_cuda_train_state *state) {
+    const float inv = UNSCALE ? __double2float_rn(1.0 / (double)state->loss_scale) : 1.f;
+    const bool bad = check_chunks<G, UNSCALE>(table, n, chunks, inv);
     if (__any_sync(FULL, bad) && (threadIdx.x & 31) == 0) state->found_inf = 1;
 }
 
 __global__ void step_end_kernel(kiln_cuda_train_state *s, Tail t) { step_end(s, t); }
+
+/* ------------------------------------------------- the training graph's ops
+ * kiln.OptimizerStep and kiln.NonFiniteCheck walk the same chunked table as the calls
+ * above, but the table travels as a kernel parameter (__grid_constant__: read in place from
+ * the parameter space, nothing in device memory to allocate or upload, and a captured graph
+ * replays it), up to OP_GROUP entries a launch; more parameters take more launches. The
+ * step's scalars are the ops' inputs in device memory. */
+unsigned grid_for(const kiln_cuda *cu, int64_t chunks);
+constexpr int OP_GROUP = 64; /* 64 entries of 56 bytes: within the classic 4 KB of parameters */
+struct OpTable {
+    kiln_cuda_optim_entry e[OP_GROUP];
+};
+
+/* inv: 1 / loss_scale (or NULL: no unscaling); found: skip when non-zero (or NULL). */
+template <typename G>
+__global__ void op_optimizer_kernel(const __grid_constant__ OpTable tab, int n, int64_t chunks, Hyper h,
+                                    kiln_om_schedule sch, const int64_t *step, const float *found, const float *inv) {
+    const bool skip = found && *found != 0.f;
+    StepConst k;
+    k.s = kiln_om_step_at(&h.o, &sch, *step);
+    k.inv_scale = inv ? *inv : 1.f;
+    update_chunks<G, float>(tab.e, n, chunks, h, k, skip ? chunks : blockIdx.x);
+}
+
+/* After every group's update (in place, step_out may be step): the count moves unless skipped. */
+__global__ void op_step_count_kernel(const int64_t *step, const float *found, int64_t *step_out) {
+    const int64_t s = *step;
+    *step_out = found && *found != 0.f ? s : s + 1;
+}
+
+/* found was zeroed before the first group; group 0's first thread writes inv. */
+template <typename G>
+__global__ void op_check_kernel(const __grid_constant__ OpTable tab, int n, int64_t chunks, float *found,
+                                const float *scale, float *inv) {
+    const bool bad = check_chunks<G, false>(tab.e, n, chunks, 1.f);
+    if (__any_sync(FULL, bad) && (threadIdx.x & 31) == 0) *found = 1.f;
+    if (inv && blockIdx.x == 0 && threadIdx.x == 0) *inv = scale ? __fdiv_rn(1.f, *scale) : 1.f;
+}
+
+/* Gradient accumulation over the table (param: the running sum, updated in place; grad:
+ * the micro-batch's gradient, f32), as the CPU reference (optim_math.h). */
+__global__ void op_accumulate_kernel(const __grid_constant__ OpTable tab, int n, int64_t chunks, const int64_t *micro,
+                                     int64_t K) {
+    const int64_t m = *micro % K;
+    const bool first = m == 0, last = m == K - 1;
+    for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+        const kiln_cuda_optim_entry e = find_entry(tab.e, n, c);
+        const int64_t begin = (c - e.first_chunk) * KILN_CUDA_OPTIM_CHUNK;
+        int64_t end = begin + KILN_CUDA_OPTIM_CHUNK;
+        if (end > e.n) end = e.n;
+        const float *g = (const float *)e.grad;
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+            e.param[i] = kiln_om_accumulate1(first, last, K, e.param[i], g[i]);
+    }
+}
+
+/* After every group: micro' and the update's skip flag. */
+__global__ void op_micro_kernel(const int64_t *micro, int64_t K, int64_t *micro_out, float *skip) {
+    const int64_t m = *micro;
+    *micro_out = m + 1;
+    *skip = m % K == K - 1 ? 0.f : 1.f;
+}
+
+/* GradScaler.update on one thread: every input read before any output is written. */
+__global__ void op_scaler_kernel(const float *scale, const float *found, const int64_t *tracker,
+                                 const int64_t *skipped, float *scale_out, int64_t *tracker_out, int64_t *skipped_out,
+                                 bool dynamic, float growth, float backoff, int64_t interval) {
+    float s = *scale;
+    int64_t t = *tracker, k = *skipped;
+    kiln_om_scaler_update(*found != 0.f, dynamic, growth, backoff, interval, &s, &t, &k);
+    *scale_out = s;
+    *tracker_out = t;
+    *skipped_out = k;
+}
+
+template <typename G>
+kiln_status launch_op_optimizer(kiln_cuda *cu, kiln_context *ctx, const OpTable &tab, int n, int64_t chunks,
+                                const Hyper &h, const kiln_om_schedule &sch, const int64_t *step, const float *found,
+                                const float *inv) {
+    op_optimizer_kernel<G><<<grid_for(cu, chunks), THREADS, 0, cu->stream>>>(tab, n, chunks, h, sch, step, found, inv);
+    KILN_CUDA_LAUNCHED(ctx, "op_optimizer_kernel");
+    return KILN_OK;
+}
+
+template <typename G>
+kiln_status launch_op_check(kiln_cuda *cu, kiln_context *ctx, const OpTable &tab, int n, int64_t chunks, float *found,
+                            const float *scale, float *inv) {
+    op_check_kernel<G><<<grid_for(cu, chunks), THREADS, 0, cu->stream>>>(tab, n, chunks, found, scale, inv);
+    KILN_CUDA_LAUNCHED(ctx, "op_check_kernel");
+    return KILN_OK;
+}
+
+bool is_nhwc(const kiln_tensor *t) { return t && t->ndim == 4 && t->format == KILN_FORMAT_NHWC; }
 
 unsigned grid_for(const kiln_cuda *cu, int64_t chunks) {
     const int64_t cap = (int64_t)cu->props.sm_count * 8;
@@ -480,14 +570,14 @@ extern "C" kiln_status kiln_cuda_optimizer_step(kiln_cuda *cu, const kiln_train_
     }
     Hyper h;
     memset(&h, 0, sizeof h);
-    h.opt = o->optimizer;
-    h.wd = o->weight_decay;
-    h.mom = o->momentum;
-    h.nesterov = o->nesterov != 0;
-    h.b1 = o->beta1;
-    h.b2 = o->beta2;
-    h.eps = o->eps;
-    h.rho = o->rho;
+    h.o.opt = o->optimizer;
+    h.o.wd = o->weight_decay;
+    h.o.mom = o->momentum;
+    h.o.nesterov = o->nesterov != 0;
+    h.o.b1 = o->beta1;
+    h.o.b2 = o->beta2;
+    h.o.eps = o->eps;
+    h.o.rho = o->rho;
     h.unscale = unscale;
     KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
     KILN_CU_FLOAT_DISPATCH(st, ctx, grad_dtype, launch_opt_copy, cu, ctx, copy_dtype, table, n, chunks, h, state,
@@ -506,4 +596,199 @@ extern "C" kiln_status kiln_cuda_train_step_end(kiln_cuda *cu, const kiln_cuda_s
     step_end_kernel<<<1, 1, 0, cu->stream>>>(state, t);
     KILN_CUDA_LAUNCHED(ctx, "step_end_kernel");
     return KILN_OK;
+}
+
+/* ------------------------------------------------------ the ops' entry points */
+
+/* kiln.OptimizerStep (src/ops/optimizer_step.c has the input layout). Outputs not sharing
+ * their input's storage get a copy of it first, then are updated in place. */
+extern "C" kiln_status kiln_cuda_k_optimizer_step(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_context *ctx = cu->ctx;
+    Hyper h;
+    memset(&h, 0, sizeof h);
+    kiln_om_schedule sch;
+    int n = 0, ns = 0;
+    kiln_status st = (kiln_status)kiln_optimizer_step_config(c, &h.o, &sch, &n, &ns);
+    if (st) return st;
+    h.unscale = c->in[2] != NULL;
+    const kiln_dtype gdt = c->in[3 + n]->dtype;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    for (int k = 0; k < n * (1 + ns); k++) {
+        const kiln_tensor *src = c->in[k < n ? 3 + k : 3 + n + k];
+        const kiln_tensor *dst = c->out[1 + k];
+        if (dst->data != src->data)
+            KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(dst->data, src->data, kiln_tensor_nbytes(src), cudaMemcpyDeviceToDevice,
+                                                 cu->stream));
+    }
+    const int64_t *step = (const int64_t *)c->in[0]->data;
+    const float *found = c->in[1] ? (const float *)c->in[1]->data : nullptr;
+    const float *inv = c->in[2] ? (const float *)c->in[2]->data : nullptr;
+    OpTable tab;
+    for (int k0 = 0; k0 < n && !st; k0 += OP_GROUP) {
+        const int cnt = n - k0 < OP_GROUP ? n - k0 : OP_GROUP;
+        memset(&tab, 0, sizeof tab);
+        for (int j = 0; j < cnt; j++) {
+            const int k = k0 + j;
+            kiln_cuda_optim_entry *e = &tab.e[j];
+            e->param = (float *)c->out[1 + k]->data;
+            e->grad = c->in[3 + n + k]->data;
+            e->state0 = ns > 0 ? (float *)c->out[1 + n + k * ns]->data : nullptr;
+            e->state1 = ns > 1 ? (float *)c->out[1 + n + k * ns + 1]->data : nullptr;
+            e->n = kiln_tensor_numel(c->in[3 + k]);
+        }
+        const int64_t chunks = kiln_cuda_optim_table_prepare(tab.e, cnt);
+        if (chunks < 1) continue; /* parameters of no elements */
+        KILN_CU_FLOAT_DISPATCH(st, ctx, gdt, launch_op_optimizer, cu, ctx, tab, cnt, chunks, h, sch, step, found, inv);
+    }
+    if (st) return st;
+    op_step_count_kernel<<<1, 1, 0, cu->stream>>>(step, found, (int64_t *)c->out[0]->data);
+    KILN_CUDA_LAUNCHED(ctx, "op_step_count_kernel");
+    return KILN_OK;
+}
+
+/* kiln.NonFiniteCheck(loss_scale?, grads...) -> found_inf, inv_scale? */
+extern "C" kiln_status kiln_cuda_k_non_finite_check(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_context *ctx = cu->ctx;
+    if (c->n_in < 2 || !c->in[1] || c->n_out < 1 || !c->out[0])
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "NonFiniteCheck: takes gradients and gives found_inf");
+    float *found = (float *)c->out[0]->data;
+    float *inv = c->n_out > 1 && c->out[1] ? (float *)c->out[1]->data : nullptr;
+    const float *scale = c->in[0] ? (const float *)c->in[0]->data : nullptr;
+    const kiln_dtype gdt = c->in[1]->dtype;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(found, 0, sizeof(float), cu->stream));
+    kiln_status st = KILN_OK;
+    OpTable tab;
+    const int n = c->n_in - 1;
+    for (int k0 = 0; k0 < n && !st; k0 += OP_GROUP) {
+        const int cnt = n - k0 < OP_GROUP ? n - k0 : OP_GROUP;
+        memset(&tab, 0, sizeof tab);
+        for (int j = 0; j < cnt; j++) {
+            tab.e[j].grad = c->in[1 + k0 + j]->data;
+            tab.e[j].n = kiln_tensor_numel(c->in[1 + k0 + j]);
+        }
+        const int64_t chunks = kiln_cuda_optim_table_prepare(tab.e, cnt);
+        if (chunks < 1 && !(k0 == 0 && inv)) continue;
+        /* the first group also writes inv_scale (one block at least) */
+        KILN_CU_FLOAT_DISPATCH(st, ctx, gdt, launch_op_check, cu, ctx, tab, cnt, chunks > 0 ? chunks : 1, found, scale,
+                               k0 == 0 ? inv : nullptr);
+    }
+    return st;
+}
+
+/* kiln.GradAccumulate(micro, grads..., sums...) -> micro', skip, sums'... (sums not in their
+ * inputs' storage get a copy first) */
+extern "C" kiln_status kiln_cuda_k_grad_accumulate(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_context *ctx = cu->ctx;
+    int n = 0;
+    int64_t K = 0;
+    kiln_status st = (kiln_status)kiln_grad_accumulate_config(c, &n, &K);
+    if (st) return st;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    for (int k = 0; k < n; k++) {
+        const kiln_tensor *src = c->in[1 + n + k], *dst = c->out[2 + k];
+        if (dst->data != src->data)
+            KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(dst->data, src->data, kiln_tensor_nbytes(src), cudaMemcpyDeviceToDevice,
+                                                 cu->stream));
+    }
+    const int64_t *micro = (const int64_t *)c->in[0]->data;
+    OpTable tab;
+    for (int k0 = 0; k0 < n; k0 += OP_GROUP) {
+        const int cnt = n - k0 < OP_GROUP ? n - k0 : OP_GROUP;
+        memset(&tab, 0, sizeof tab);
+        for (int j = 0; j < cnt; j++) {
+            tab.e[j].param = (float *)c->out[2 + k0 + j]->data;
+            tab.e[j].grad = c->in[1 + k0 + j]->data;
+            tab.e[j].n = kiln_tensor_numel(c->in[1 + k0 + j]);
+        }
+        const int64_t chunks = kiln_cuda_optim_table_prepare(tab.e, cnt);
+        if (chunks < 1) continue;
+        op_accumulate_kernel<<<grid_for(cu, chunks), THREADS, 0, cu->stream>>>(tab, cnt, chunks, micro, K);
+        KILN_CUDA_LAUNCHED(ctx, "op_accumulate_kernel");
+    }
+    op_micro_kernel<<<1, 1, 0, cu->stream>>>(micro, K, (int64_t *)c->out[0]->data, (float *)c->out[1]->data);
+    KILN_CUDA_LAUNCHED(ctx, "op_micro_kernel");
+    return KILN_OK;
+}
+
+/* kiln.LossScaleUpdate(loss_scale, found_inf, growth_tracker, skipped) -> the three next values */
+extern "C" kiln_status kiln_cuda_k_loss_scale_update(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_context *ctx = cu->ctx;
+    bool dynamic = true;
+    float growth = 2.f, backoff = 0.5f;
+    int64_t interval = 2000;
+    kiln_status st = (kiln_status)kiln_loss_scale_update_config(c, &dynamic, &growth, &backoff, &interval);
+    if (st) return st;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    op_scaler_kernel<<<1, 1, 0, cu->stream>>>((const float *)c->in[0]->data, (const float *)c->in[1]->data,
+                                               (const int64_t *)c->in[2]->data, (const int64_t *)c->in[3]->data,
+                                               (float *)c->out[0]->data, (int64_t *)c->out[1]->data,
+                                               (int64_t *)c->out[2]->data, dynamic, growth, backoff, interval);
+    KILN_CUDA_LAUNCHED(ctx, "op_scaler_kernel");
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ supports */
+
+/* Each parameter, its gradient, its states and their outputs in one layout (the update
+ * walks the bytes); gradients f32, f16 or bf16. */
+extern "C" bool kiln_cuda_sup_optimizer_step(const kiln_op_ctx *c, char *why, size_t wn) {
+    const int n = (int)kiln_attr_int(c->node, "n", 0);
+    const int ns = kiln_om_states((int)kiln_attr_int(c->node, "optimizer", 0), kiln_attr_float(c->node, "momentum", 0.f));
+    if (n < 1 || c->n_in != 3 + n * (2 + ns) || c->n_out != 1 + n * (1 + ns)) {
+        snprintf(why, wn, "%d inputs and %d outputs for n=%d", c->n_in, c->n_out, n);
+        return false;
+    }
+    if (!kiln_cuda_float_dtype(c->in[3 + n]->dtype)) {
+        snprintf(why, wn, "gradients of dtype %s (f32, f16 and bf16 are supported)", kiln_dtype_name(c->in[3 + n]->dtype));
+        return false;
+    }
+    for (int k = 0; k < n; k++) {
+        const bool nhwc = is_nhwc(c->in[3 + k]);
+        bool same = is_nhwc(c->in[3 + n + k]) == nhwc && is_nhwc(c->out[1 + k]) == nhwc;
+        for (int j = 0; j < ns; j++)
+            same = same && is_nhwc(c->in[3 + 2 * n + k * ns + j]) == nhwc && is_nhwc(c->out[1 + n + k * ns + j]) == nhwc;
+        if (!same) {
+            snprintf(why, wn, "parameter %d, its gradient and states are not in one layout", k);
+            return false;
+        }
+    }
+    return true;
+}
+
+extern "C" bool kiln_cuda_sup_non_finite_check(const kiln_op_ctx *c, char *why, size_t wn) {
+    if (c->n_in < 2 || !c->in[1] || !kiln_cuda_float_dtype(c->in[1]->dtype)) {
+        snprintf(why, wn, "gradients must be f32, f16 or bf16");
+        return false;
+    }
+    return true;
+}
+
+/* f32 gradients and sums, each pair in one layout */
+extern "C" bool kiln_cuda_sup_grad_accumulate(const kiln_op_ctx *c, char *why, size_t wn) {
+    const int n = (int)kiln_attr_int(c->node, "n", 0);
+    if (n < 1 || c->n_in != 1 + 2 * n || c->n_out != 2 + n) {
+        snprintf(why, wn, "%d inputs and %d outputs for n=%d", c->n_in, c->n_out, n);
+        return false;
+    }
+    for (int k = 0; k < n; k++) {
+        const kiln_tensor *g = c->in[1 + k], *a = c->in[1 + n + k], *o = c->out[2 + k];
+        if (g->dtype != KILN_F32 || a->dtype != KILN_F32) {
+            snprintf(why, wn, "gradient %d and its sum must be f32", k);
+            return false;
+        }
+        if (is_nhwc(g) != is_nhwc(a) || is_nhwc(o) != is_nhwc(a)) {
+            snprintf(why, wn, "gradient %d and its sum are not in one layout", k);
+            return false;
+        }
+    }
+    return true;
+}
+
+extern "C" bool kiln_cuda_sup_loss_scale_update(const kiln_op_ctx *c, char *why, size_t wn) {
+    if (c->n_in != 4 || c->n_out != 3) {
+        snprintf(why, wn, "takes 4 inputs and 3 outputs");
+        return false;
+    }
+    return true;
 }

@@ -1,10 +1,15 @@
 /*
  * train.c — the CUDA backend's training engine (kiln_backend_train_i, src/core/backend.h).
  *
- * The training graph is the trainer's (forward + backward, src/train/trainer.c); here it is
- * lowered onto CUDA, on the trainer's session's kiln_cuda, with the weights, optimizer
- * state and BatchNormalization statistics resident on the device (bound graph inputs,
- * never uploaded), and each step is ONE captured CUDA graph:
+ * The training graph is the trainer's (forward, backward and the optimizer update as its
+ * nodes, src/train/trainer.c); here it is lowered onto CUDA, on the trainer's session's
+ * kiln_cuda, with the weights, optimizer state, counters and BatchNormalization statistics
+ * resident on the device (bound graph inputs, never uploaded). The update's node group
+ * (kiln.OptimizerStep, with NonFiniteCheck and LossScaleUpdate under loss scaling) is
+ * lowered to the fused tail kernel below: the engine plans the graph without those nodes
+ * (kiln_train_lower_update: the gradients they read become the plan's outputs) and runs
+ * the group as the captured epilogue, one launch (two with the check) where the nodes would
+ * be five. Each step is ONE captured CUDA graph:
  *   the forward and backward kernels, the running statistics copied back, the fused
  *   optimizer over every parameter (learning rate and step count read from device memory)
  *   whose last block also sets the schedule's next learning rate and the next Dropout seed.
@@ -45,6 +50,7 @@ typedef struct cuda_shape_plan {
 
 typedef struct cuda_trainer {
     const kiln_train_view *t;
+    kiln_model *m;             /* the training graph as planned: its update lowered (above) */
     kiln_cuda *cu;             /* the session's */
     void *dev;                 /* one allocation: parameters, optimizer state, BN state, ... */
     size_t dev_bytes;          /* its size: all of the training state on the device */
@@ -96,6 +102,7 @@ static void cu_train_free(void *tr) {
     free(tc->s0);
     free(tc->s1);
     free(tc->bn);
+    kiln_model_free(tc->m);
     free(tc);
 }
 
@@ -145,7 +152,7 @@ static kiln_status cu_train_create(const kiln_train_view *t, void **out) {
     void *be = NULL;
     kiln_session_backend(t->sess, &be);
     tc->cu = be;
-    kiln_status st = KILN_OK;
+    kiln_status st = kiln_train_lower_update(t, &tc->m);
     const int np = t->n_params, nb = t->n_states, ns = n_states_of(t->opts);
     const int n_in = t->train->n_inputs;
     if (!st) {
@@ -189,12 +196,28 @@ static kiln_status cu_train_create(const kiln_train_view *t, void **out) {
             tc->bn[k] = p;
             p += up(kiln_tensor_nbytes(t->states[k].value));
         }
-        /* the training graph's inputs: data, then parameters, then BN statistics */
-        for (int k = 0; k < np; k++) tc->bound[t->n_data_inputs + k] = tc->param[k];
-        for (int k = 0; k < nb; k++) tc->bound[t->n_data_inputs + np + k] = tc->bn[k];
-        /* mixed precision: dL/dloss is the device-side loss scale, so scaling costs nothing */
-        if (t->scale_input) tc->bound[t->n_data_inputs + np + nb] = &tc->state->loss_scale;
-        st = cu_train_upload(tc);
+        /* the training graph's inputs after the data, each bound to its device copy:
+         * parameters, optimizer states, BN statistics; mixed precision: dL/dloss is the
+         * device-side loss scale, so scaling costs nothing. The counters are the device
+         * state's (the lowered graph reads none of them: bound so nothing is uploaded). */
+        for (int i = t->n_data_inputs; i < n_in && !st; i++) {
+            const kiln_tensor *f = t->feeds[i];
+            void *d = NULL;
+            for (int k = 0; k < np && !d; k++) {
+                if (f == t->params[k].value) d = tc->param[k];
+                else if (ns > 0 && f->data == t->params[k].state[0]) d = tc->s0[k];
+                else if (ns > 1 && f->data == t->params[k].state[1]) d = tc->s1[k];
+            }
+            for (int k = 0; k < nb && !d; k++)
+                if (f == t->states[k].value) d = tc->bn[k];
+            if (!d && f == t->scale_input) d = &tc->state->loss_scale;
+            if (!d && (f == t->step_count || f == t->growth_count || f == t->skipped_count)) d = &tc->state->step;
+            if (!d)
+                st = kiln_fail(ctx, KILN_ERR_INTERNAL, "training graph input '%s' has no device copy",
+                               t->train->values[t->train->inputs[i]].name);
+            tc->bound[i] = d;
+        }
+        if (!st) st = cu_train_upload(tc);
     }
     if (st) {
         cu_train_free(tc);
@@ -245,9 +268,8 @@ static kiln_status epilogue(void *arg) {
 static kiln_status prologue(void *arg) {
     cuda_trainer *tc = arg;
     cuda_shape_plan *sp = tc->running;
-    const kiln_train_view *t = tc->t;
-    float *x = kiln_cuda_plan_value_ptr(sp->cp, t->train->inputs[0]);
-    int64_t *y = kiln_cuda_plan_value_ptr(sp->cp, t->train->inputs[1]);
+    float *x = kiln_cuda_plan_value_ptr(sp->cp, tc->m->inputs[0]);
+    int64_t *y = kiln_cuda_plan_value_ptr(sp->cp, tc->m->inputs[1]);
     return kiln_cuda_gather_batch(tc->cu, tc->images, tc->labels, tc->perm, tc->pos, tc->data_n, sp->batch, tc->sample, x,
                                   y);
 }
@@ -263,22 +285,24 @@ static kiln_status find_plan(cuda_trainer *tc, kiln_tensor *const *feeds, bool r
         return kiln_fail(t->ctx, KILN_ERR_UNSUPPORTED, "more than %d batch shapes in one CUDA training run", MAX_SHAPES);
     cuda_shape_plan *sp = &tc->plans[tc->n_plans];
     memset(sp, 0, sizeof *sp);
-    kiln_status st = kiln_cuda_plan_create_bound(tc->cu, t->train, feeds, true, tc->bound, true, &sp->cp);
+    kiln_status st = kiln_cuda_plan_create_bound(tc->cu, tc->m, feeds, true, tc->bound, true, &sp->cp);
     if (st) return st;
     tc->n_plans++;
     sp->resident = resident;
     sp->batch = feeds[0]->ndim > 0 ? feeds[0]->dims[0] : 1;
-    sp->loss = kiln_cuda_plan_value_ptr(sp->cp, t->train->outputs[0]);
+    /* the lowered graph's outputs: loss, the gradients, the updated statistics */
+    sp->loss = kiln_cuda_plan_value_ptr(sp->cp, tc->m->outputs[0]);
     sp->bn_out = kiln_calloc(t->ctx, (size_t)t->n_states + 1, sizeof *sp->bn_out, "a CUDA trainer");
     kiln_cuda_optim_entry *host = kiln_calloc(t->ctx, (size_t)t->n_params + 1, sizeof *host, "the optimizer table");
     if (!sp->bn_out || !host) {
         free(host);
         return KILN_ERR_OUT_OF_MEMORY;
     }
-    for (int k = 0; k < t->n_states; k++) sp->bn_out[k] = kiln_cuda_plan_value_ptr(sp->cp, t->states[k].out_value);
+    for (int k = 0; k < t->n_states; k++)
+        sp->bn_out[k] = kiln_cuda_plan_value_ptr(sp->cp, tc->m->outputs[1 + t->n_params + k]);
     for (int k = 0; k < t->n_params; k++) {
         host[k].param = tc->param[k];
-        host[k].grad = kiln_cuda_plan_value_ptr(sp->cp, t->params[k].grad_value);
+        host[k].grad = kiln_cuda_plan_value_ptr(sp->cp, tc->m->outputs[1 + k]);
         host[k].state0 = tc->s0[k];
         host[k].state1 = tc->s1[k];
         host[k].n = t->params[k].numel;

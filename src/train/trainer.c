@@ -5,9 +5,14 @@
  * A trainer runs its training graph in a session on the device's backend; every step goes
  * through that backend's training engine (kiln_backend_train_i, src/core/backend.h:
  * src/cpu/train.c, src/cuda/train.c), which runs forward and backward, then the optimizer
- * update (the CPU's kiln_optimizer_update, CUDA's fused update captured with the step),
+ * update (the graph's own nodes; on CUDA lowered to the fused update captured with the step),
  * and draws an epoch's batches from its batch source (the host loader, or a data set
  * resident on the device). The learning-rate schedule is src/core/schedule.h.
+ *
+ * The optimizer update is nodes of the training graph (src/train/optim_graph.h: accumulation, loss scaling with its skip, the
+ * schedule, the update), its state graph inputs this trainer owns and its next values graph
+ * outputs, computed in place. The CPU engine runs the graph as it is; the CUDA engine
+ * lowers the update's node group to its fused tail kernel (kiln_train_lower_update).
  *
  * The training graph is the forward graph with
  *   - every trained initializer turned into a graph input bound to trainer-owned memory
@@ -24,6 +29,7 @@
 #include "../data/data.h"
 #include "../passes/passes.h"
 #include "autograd.h"
+#include "optim_graph.h"
 #include "trainer_internal.h"
 
 #include <math.h>
@@ -133,6 +139,55 @@ static bool *reaching(kiln_model *m, int loss) {
     return r;
 }
 
+/* The optimizer's carried state (og, in m before the passes): what each carried graph input
+ * is fed, by name (the passes keep input names). Parameters and the loss scale are the
+ * trainer's; the rest are new zero tensors owned here (the optimizer states PyTorch starts
+ * from, step and skip counters 0), the states' data the parameters' state[] (checkpoints
+ * read and write them there). */
+static kiln_status bind_carried(kiln_trainer *t, kiln_model *m, const kiln_optim_graph *og, int loss_scale) {
+    kiln_context *ctx = t->ctx;
+    const int n = kiln_optim_graph_carried(og, NULL, NULL);
+    int *in = kiln_calloc(ctx, (size_t)n, sizeof(int), "optimizer state");
+    t->carried_names = kiln_calloc(ctx, (size_t)n, sizeof(char *), "optimizer state");
+    t->carried = kiln_calloc(ctx, (size_t)n, sizeof(kiln_tensor *), "optimizer state");
+    t->carried_owned = kiln_calloc(ctx, (size_t)n, sizeof(bool), "optimizer state");
+    t->carried_feed = kiln_calloc(ctx, (size_t)n, sizeof(int), "optimizer state");
+    kiln_status st = in && t->carried_names && t->carried && t->carried_owned && t->carried_feed ? KILN_OK
+                                                                                                 : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) {
+        kiln_optim_graph_carried(og, in, NULL);
+        t->n_carried = n;
+    }
+    for (int j = 0; j < n && !st; j++) {
+        const kiln_value *val = &m->values[in[j]];
+        if (!(t->carried_names[j] = kiln_strdup(ctx, val->name))) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        for (int k = 0; k < t->n_params && !t->carried[j]; k++)
+            if (og->param_in[k] == in[j]) t->carried[j] = t->params[k].value;
+        if (t->carried[j]) continue;
+        if (in[j] == loss_scale) {
+            if (!t->scale_input && !(t->scale_input = kiln_tensor_new(ctx, KILN_F32, 0, NULL))) st = KILN_ERR_OUT_OF_MEMORY;
+            t->carried[j] = t->scale_input;
+            continue;
+        }
+        if (!(t->carried[j] = kiln_tensor_new(ctx, val->dtype, val->ndim, val->dims))) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        t->carried_owned[j] = true;
+        if (in[j] == og->step) t->step_count = t->carried[j];
+        else if (in[j] == og->micro) t->micro_count = t->carried[j];
+        else if (in[j] == og->growth_tracker) t->growth_count = t->carried[j];
+        else if (in[j] == og->skipped) t->skipped_count = t->carried[j];
+        for (int k = 0; k < og->n_params * og->n_states; k++)
+            if (og->state_in[k] == in[j]) t->params[k / og->n_states].state[k % og->n_states] = t->carried[j]->data;
+    }
+    free(in);
+    return st;
+}
+
 static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
     kiln_context *ctx = t->ctx;
     kiln_model *m = NULL;
@@ -225,17 +280,25 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         seed = st ? -1 : kiln_model_find_value(m, "kiln:loss_scale");
     }
     if (!st) st = kiln_autograd_seeded(m, loss_fwd, seed, t->n_params, params, grads);
-    /* outputs: loss, gradients, updated running statistics */
+    /* the update as graph nodes after the backward graph */
+    kiln_optim_graph og;
+    memset(&og, 0, sizeof og);
+    if (!st) st = kiln_optim_graph_append(m, &t->opts, t->n_params, params, grads, NULL, seed, &og);
+    if (!st) st = bind_carried(t, m, &og, seed);
+    /* outputs: loss, the carried state's next values, updated running statistics */
     if (!st) {
         m->n_outputs = 0;
         for (int v = 0; v < m->n_values; v++) m->values[v].is_output = false;
         st = kiln_model_add_output(m, m->values[loss_fwd].name);
-        for (int k = 0; k < t->n_params && !st; k++) {
-            t->params[k].grad_value = grads[k];
-            st = kiln_model_add_output(m, m->values[grads[k]].name);
-        }
+        for (int k = 0; k < t->n_params; k++) t->params[k].grad_value = grads[k];
+        int *next = kiln_calloc(ctx, (size_t)t->n_carried + 1, sizeof(int), "optimizer state");
+        if (!next && !st) st = KILN_ERR_OUT_OF_MEMORY;
+        if (next) kiln_optim_graph_carried(&og, NULL, next);
+        for (int j = 0; j < t->n_carried && !st; j++) st = kiln_model_add_output(m, m->values[next[j]].name);
+        free(next);
         for (int k = 0; k < t->n_states && !st; k++) st = kiln_model_add_output(m, m->values[t->states[k].out_value].name);
     }
+    kiln_optim_graph_clear(&og);
     if (!st) st = kiln_model_finalize(m);
     /* CUDA: convolution chains NHWC (forward and backward) by the sessions' policy */
     const bool nhwc = kiln_policy_nhwc(t->opts.device,
@@ -305,6 +368,40 @@ static kiln_status check_scalar_loss(kiln_model *m, int lv) {
     return st;
 }
 
+/* The feeds after the data inputs, by input name: the carried state, then
+ * the running statistics. */
+static kiln_status bind_feeds(kiln_trainer *t) {
+    const kiln_model *m = t->train;
+    for (int j = 0; j < t->n_carried; j++) t->carried_feed[j] = -1;
+    for (int i = t->n_data_inputs; i < m->n_inputs; i++) {
+        const char *name = m->values[m->inputs[i]].name;
+        for (int j = 0; j < t->n_carried && !t->feeds[i]; j++)
+            if (strcmp(t->carried_names[j], name) == 0) {
+                t->feeds[i] = t->carried[j];
+                t->carried_feed[j] = i;
+            }
+        for (int k = 0; k < t->n_states && !t->feeds[i]; k++)
+            if (strcmp(t->fwd->values[t->states[k].fwd_value].name, name) == 0) t->feeds[i] = t->states[k].value;
+        if (!t->feeds[i])
+            return kiln_fail(t->ctx, KILN_ERR_INTERNAL, "training graph input '%s': no tensor of the trainer's", name);
+    }
+    for (int j = 0; j < t->n_carried; j++)
+        if (t->carried_feed[j] < 0)
+            return kiln_fail(t->ctx, KILN_ERR_INTERNAL, "optimizer state '%s' is not a training graph input",
+                             t->carried_names[j]);
+    return KILN_OK;
+}
+
+/* The counters into the graph's carried scalars (at create, and after a
+ * checkpoint load); the engine reads them back after each step. */
+static void counters_to_graph(kiln_trainer *t) {
+    if (t->step_count) ((int64_t *)t->step_count->data)[0] = t->n.steps;
+    if (t->micro_count) ((int64_t *)t->micro_count->data)[0] = t->n.micro_steps;
+    if (t->growth_count) ((int64_t *)t->growth_count->data)[0] = t->n.clean_steps;
+    if (t->skipped_count) ((int64_t *)t->skipped_count->data)[0] = t->n.skipped_steps;
+    if (t->scale_input) ((float *)t->scale_input->data)[0] = t->n.loss_scale;
+}
+
 kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_train_options *opts,
                                 kiln_trainer **out) {
     if (!fwd || !loss || !out) return KILN_ERR_INVALID_ARGUMENT;
@@ -345,21 +442,11 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
                                    .deterministic = o.deterministic != 0};
         st = kiln_session_create_ex(t->train, &so, &bo, kiln_backend_for(o.device)->train_session_passes, &t->sess);
     }
-    /* optimizer state and accumulation buffers: one allocation per parameter, made now */
-    int nstate = kiln_optimizer_states(&o);
-    for (int k = 0; k < t->n_params && !st; k++) {
-        kiln_param *p = &t->params[k];
-        for (int s = 0; s < nstate && !st; s++)
-            if (!(p->state[s] = kiln_calloc(ctx, (size_t)p->numel, sizeof(float), "optimizer state"))) st = KILN_ERR_OUT_OF_MEMORY;
-        if (!st && o.accumulate > 1 && !(p->acc = kiln_calloc(ctx, (size_t)p->numel, sizeof(float), "gradient accumulation")))
-            st = KILN_ERR_OUT_OF_MEMORY;
-        t->param_count += p->numel;
-    }
-    int nf = t->n_data_inputs + t->n_params + t->n_states + (o.amp != KILN_AMP_OFF), no = 1 + t->n_params + t->n_states;
-    if (!st && o.amp != KILN_AMP_OFF) {
-        t->scale_input = kiln_tensor_new(ctx, KILN_F32, 0, NULL);
-        if (!t->scale_input) st = KILN_ERR_OUT_OF_MEMORY;
-    }
+    /* (optimizer states and accumulation sums are carried tensors, made with the graph) */
+    for (int k = 0; k < t->n_params; k++) t->param_count += t->params[k].numel;
+    const int nf = st ? 0 : t->train->n_inputs, no = 1 + t->n_carried + t->n_states;
+    t->n_feeds = nf;
+    t->n_outs = no;
     if (!st) {
         t->feeds = kiln_calloc(ctx, (size_t)nf, sizeof *t->feeds, "trainer inputs");
         t->outs = kiln_calloc(ctx, (size_t)no, sizeof *t->outs, "trainer outputs");
@@ -369,11 +456,14 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         kiln_trainer_free(t);
         return st;
     }
-    for (int k = 0; k < t->n_params; k++) t->feeds[t->n_data_inputs + k] = t->params[k].value;
-    for (int k = 0; k < t->n_states; k++) t->feeds[t->n_data_inputs + t->n_params + k] = t->states[k].value;
     /* GradScaler's initial scale for fp16; bf16 has fp32's range and needs none */
     t->n.loss_scale = o.amp == KILN_AMP_FP16 ? 65536.0f : 1.0f;
-    if (t->scale_input) t->feeds[nf - 1] = t->scale_input;
+    st = bind_feeds(t);
+    if (st) {
+        kiln_trainer_free(t);
+        return st;
+    }
+    counters_to_graph(t);
     /* the training engine of the session's backend, and what it sees of this trainer */
     t->view = (kiln_train_view){.ctx = ctx,
                                 .opts = &t->opts,
@@ -388,7 +478,15 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
                                 .outs = t->outs,
                                 .scale_input = t->scale_input,
                                 .param_count = t->param_count,
-                                .n = &t->n};
+                                .n = &t->n,
+                                .n_feeds = nf,
+                                .n_outs = no,
+                                .n_carried = t->n_carried,
+                                .carried_feed = t->carried_feed,
+                                .step_count = t->step_count,
+                                .micro_count = t->micro_count,
+                                .growth_count = t->growth_count,
+                                .skipped_count = t->skipped_count};
     t->engine = kiln_session_backend(t->sess, NULL)->train;
     st = t->engine->create(&t->view, &t->tr);
     if (st) {
@@ -403,11 +501,16 @@ void kiln_trainer_free(kiln_trainer *t) {
     if (!t) return;
     if (t->engine) t->engine->free(t->tr);
     for (int k = 0; k < t->n_params; k++) {
-        kiln_tensor_free(t->params[k].value);
-        free(t->params[k].state[0]);
-        free(t->params[k].state[1]);
-        free(t->params[k].acc);
+        kiln_tensor_free(t->params[k].value); /* its state[] are the carried tensors' data */
     }
+    for (int j = 0; j < t->n_carried; j++) {
+        if (t->carried_owned && t->carried_owned[j]) kiln_tensor_free(t->carried[j]);
+        if (t->carried_names) free(t->carried_names[j]);
+    }
+    free(t->carried_names);
+    free(t->carried);
+    free(t->carried_owned);
+    free(t->carried_feed);
     for (int k = 0; k < t->n_states; k++) kiln_tensor_free(t->states[k].value);
     kiln_session_free(t->sess);
     kiln_tensor_free(t->scale_input);
@@ -502,7 +605,10 @@ kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, con
 /* On a device the weights live there: bring the host copies up to date, and back. */
 kiln_status kiln_trainer_sync_host(kiln_trainer *t) { return t->engine->download(t->tr); }
 
-kiln_status kiln_trainer_sync_device(kiln_trainer *t) { return t->engine->upload(t->tr); }
+kiln_status kiln_trainer_sync_device(kiln_trainer *t) {
+    counters_to_graph(t);
+    return t->engine->upload(t->tr);
+}
 
 kiln_status kiln_trainer_stats(const kiln_trainer *t, kiln_train_stats *out) {
     if (!t || !out) return KILN_ERR_INVALID_ARGUMENT;

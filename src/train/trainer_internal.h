@@ -24,6 +24,16 @@ struct kiln_trainer {
     int64_t param_count;
     kiln_train_counters n;    /* micro_steps, steps, skipped_steps, loss_scale, clean_steps */
     kiln_tensor *scale_input; /* fp16/bf16: the scalar fed as dL/dloss (the loss scale) */
+    /* The optimizer update as graph nodes (src/train/optim_graph.h): the carried state,
+     * graph input carried_names[j] fed carried[j] (a parameter, the loss scale, or a tensor
+     * owned here: optimizer states, whose data the params' state[] point at, counters,
+     * accumulation sums), its next value output 1 + j; carried_feed[j]: its feed index. */
+    int n_carried, n_feeds, n_outs;
+    char **carried_names;
+    kiln_tensor **carried;
+    bool *carried_owned;
+    int *carried_feed;
+    kiln_tensor *step_count, *micro_count, *growth_count, *skipped_count;
     /* the training engine of the session's backend: every step goes through it */
     const kiln_backend_train_i *engine;
     void *tr;

@@ -43,7 +43,7 @@
  * (eager, captured, replayed).
  *
  * Training: the kernels of kiln's gradient ops (cases may have several outputs and a run
- * seed), the fused optimizer against the CPU trainer's kiln_optimizer_update, fp16 loss
+ * seed), the fused optimizer against the frozen kiln_optimizer_update (optim_reference.h), fp16 loss
  * scaling, the device run seed inside a captured graph, and mnist-net's whole training
  * graph (every node supported; on a device, run as a CUDA plan against the CPU plan), and
  * the training step's profile (kiln train --profile: rows, times, the state left as it was).
@@ -62,6 +62,8 @@
 #include "passes/passes.h"
 #include "ops/unary.h"
 #include "train/trainer_internal.h"
+#include "../optim_reference.h"
+#include "../train_graph.h"
 
 #include <cuda_runtime_api.h>
 
@@ -2152,17 +2154,21 @@ static void mnist_training_graph(kiln_precision prec, bool nhwc) {
         kiln_model_free(m);
         return;
     }
-    /* the CPU trainer's graph through the passes a CUDA trainer applies (fusion, the fused
-     * loss, layout, precision, the fused pool and dropout gradients) */
+    /* the CPU trainer's forward + backward graph (its update lowered, as the CUDA engine
+     * plans it) through the passes a CUDA trainer applies (fusion, the fused loss, layout,
+     * precision, the fused pool and dropout gradients) */
     kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec,
                             .disabled = ~(unsigned)(KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS | KILN_PASS_FUSE_POOL |
                                                     (nhwc ? KILN_PASS_NHWC : 0))};
-    if (kiln_passes_apply(t->train, &po, &g)) {
+    kiln_model *bg = backward_graph(t);
+    if (!bg || kiln_passes_apply(bg, &po, &g)) {
         fail(what, "passes: %s", kiln_context_message(ctx));
+        kiln_model_free(bg);
         kiln_trainer_free(t);
         kiln_model_free(m);
         return;
     }
+    kiln_model_free(bg);
     kiln_tensor *image = kt_rand(KILN_F32, 4, KT_DIMS(64, 1, 28, 28), 0, 1, 11);
     kiln_tensor *label = kt_rand(KILN_I64, 1, KT_DIMS(64), 0, 10, 12);
     t->feeds[0] = image;
