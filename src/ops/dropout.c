@@ -31,7 +31,9 @@
 
 #include "../core/optest.h"
 #include "unary.h"
-#include "../train/autograd.h"
+#ifdef KILN_OPTESTS
+#include "../train/autograd.h" /* the tests build training graphs */
+#endif
 
 #include <math.h>
 #include <stdio.h>

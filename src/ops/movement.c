@@ -2,7 +2,9 @@
 #include "movement.h"
 
 #include "../core/optest.h"
-#include "../train/autograd.h"
+#ifdef KILN_OPTESTS
+#include "../train/autograd.h" /* the tests build training graphs */
+#endif
 
 #include <inttypes.h>
 #include <stdio.h>

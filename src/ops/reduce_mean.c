@@ -7,7 +7,9 @@
  * Gradient: kiln.ReduceMeanGrad(X, dY, axes): dX = dY broadcast back over the reduced dims / count.
  */
 #include "../core/optest.h"
-#include "../train/autograd.h"
+#ifdef KILN_OPTESTS
+#include "../train/autograd.h" /* the tests build training graphs */
+#endif
 #include "reduce_common.h"
 
 #include <math.h>
