@@ -199,6 +199,9 @@ int kiln_model_add_node_raw(kiln_model *m, const char *op_type, const char *name
                             const char *domain, int n_in, const int *in, int n_out,
                             const int *out, int n_attrs, kiln_attr *attrs);
 void kiln_attr_clear(kiln_attr *a);
+/* Parse attribute text ("axis=1;alpha=0.5;pads=[1,2];mode=reflect", see optest.h) into a
+ * freshly allocated array (NULL + *n=0 for ""); src/core/attrs.c. */
+kiln_status kiln_attrs_parse(kiln_context *ctx, const char *text, kiln_attr **out, int *n);
 /* Deep copy of an attribute (KILN_ERR_OUT_OF_MEMORY leaves dst cleared). */
 kiln_status kiln_attr_copy(kiln_context *ctx, kiln_attr *dst, const kiln_attr *src);
 /* A deep, open (not finalized) copy of a model, e.g. to extend it with a backward graph. */
@@ -332,6 +335,16 @@ typedef struct kiln_eltwise {
 /* The op's FLOPs for these shapes (the profile's column); NULL: 0. */
 typedef double (*kiln_op_flops_fn)(const kiln_op_ctx *c);
 
+/* An op's test cases (its `test` function and the helpers only they use) sit in its own file
+ * inside #ifdef KILN_OPTESTS, and its def says `.test = KILN_OP_TESTS(test)`. The op files
+ * are compiled twice: into libkiln without KILN_OPTESTS (no test code ships), and into
+ * kiln_testing, which the test programs link, with it (HACKING.md, "Adding an op"). */
+#ifdef KILN_OPTESTS
+#define KILN_OP_TESTS(fn) (fn)
+#else
+#define KILN_OP_TESTS(fn) NULL
+#endif
+
 typedef struct kiln_op_def {
     const char *name;            /* ONNX op_type */
     /* NULL: ONNX's default domain. Internal ops (gradients, fused kernels) use "kiln" and
@@ -359,7 +372,8 @@ typedef struct kiln_op_def {
     kiln_status (*cpu_forward)(kiln_op_ctx *c);
     /* Scratch bytes the CPU forward needs for these shapes (NULL: none). */
     size_t (*cpu_workspace)(const kiln_op_ctx *c);
-    /* Self-test cases; returns the number of failed checks. NULL: none. */
+    /* Self-test cases; returns the number of failed checks. NULL: none, and always NULL in
+     * libkiln: set it as KILN_OP_TESTS(fn) (below). */
     int (*test)(void);
     /* Output i may share input 0's storage (views such as Reshape). Bit mask. */
     uint32_t alias_outputs;

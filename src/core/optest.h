@@ -93,7 +93,6 @@ typedef void (*kiln_optest_hook_fn)(const kiln_node *node, int n_in, kiln_tensor
                                     kiln_tensor *const *out, double atol, double rtol, const char *label);
 void kiln_optest_set_hook(kiln_optest_hook_fn fn);
 
-/* Parse attribute text into a freshly allocated array (NULL + *n=0 for ""). */
-kiln_status kiln_attrs_parse(kiln_context *ctx, const char *text, kiln_attr **out, int *n);
+/* (kiln_attrs_parse, the parser of the attribute text, is in internal.h: the library uses it.) */
 
 #endif

@@ -169,6 +169,7 @@ static kiln_status grad_forward(kiln_op_ctx *c) {
 
 /* ------------------------------------------------------------------- tests */
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     /* Expected values computed once with numpy (sum over the window's taps inside the
@@ -424,14 +425,16 @@ static int test(void) {
                                1, "averagepool (NHWC) 2x2 s2, 32 channels");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_average_pool = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_POOL,
     .name = "AveragePool", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
-    .test = test, .grad = grad,
+    .test = KILN_OP_TESTS(test), .grad = grad,
 };
 
+#ifdef KILN_OPTESTS
 /* AveragePoolGrad; expected values from a direct numpy loop over the windows, adding
  * dY / divisor to each tap inside X (divisor: taps inside X, or with count_include_pad taps
  * inside the padded input). */
@@ -464,10 +467,11 @@ static int test_grad(void) {
                                "averagepool dX with dY of the wrong shape");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_average_pool_grad = {
     .precision = KILN_PREC_FP32,
     .name = "AveragePoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 1, .infer = grad_infer,
-    .cpu_forward = grad_forward, .cpu_workspace = grad_workspace, .test = test_grad,
+    .cpu_forward = grad_forward, .cpu_workspace = grad_workspace, .test = KILN_OP_TESTS(test_grad),
 };

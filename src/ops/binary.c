@@ -392,6 +392,7 @@ kiln_status kiln_select_grad_forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 kiln_tensor *kiln_binary_rand_signed(int ndim, const int64_t *dims, double lo, double hi,
                                      uint64_t seed) {
     kiln_tensor *t = kt_rand(KILN_F64, ndim, dims, lo, hi, seed);
@@ -408,3 +409,4 @@ kiln_tensor *kiln_binary_rand_signed(int ndim, const int64_t *dims, double lo, d
     kiln_tensor_free(s);
     return t;
 }
+#endif /* KILN_OPTESTS */

@@ -99,6 +99,7 @@ static kiln_status forward(kiln_op_ctx *c) {
 static double deriv(double x, double y, const kiln_unary_args *a) { return x == y || x != x ? 1 : 0; }
 static const kiln_unary_grad_def grad_def = {deriv, NULL, KILN_UNARY_X | KILN_UNARY_Y, NULL};
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     kiln_tensor *in[3];
@@ -215,6 +216,7 @@ static int test(void) {
                                1, "clip (NHWC) bounds as inputs");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
 static const kiln_eltwise eltwise = {
@@ -226,6 +228,6 @@ static const kiln_eltwise eltwise = {
 const kiln_op_def kiln_op_clip = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "Clip", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
-    .nondiff_inputs = 6, .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .nondiff_inputs = 6, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = kiln_unary_grad,
     .family = &grad_def,
 };

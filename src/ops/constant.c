@@ -82,6 +82,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     kiln_tensor *y;
@@ -113,9 +114,10 @@ static int test(void) {
                                KILN_ERR_SHAPE, "constant two values");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_constant = {
     .precision = KILN_PREC_FP32, .prec_flags = KILN_PREC_SOURCE, .out_dtype = {KILN_DT_VALUE},
     .name = "Constant", .min_inputs = 0, .max_inputs = 0, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test,
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
 };

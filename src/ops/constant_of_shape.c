@@ -53,6 +53,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static kiln_tensor *shape_of(int n, const double *v) {
     return kt_make(KILN_I64, 1, KT_DIMS(n), v);
 }
@@ -94,10 +95,11 @@ static int test(void) {
                                      NULL, KILN_ERR_SHAPE, "constantofshape 2-element value");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_constant_of_shape = {
     .precision = KILN_PREC_FP32, .prec_flags = KILN_PREC_SOURCE, .out_dtype = {KILN_DT_VALUE_OR_F32},
     .name = "ConstantOfShape", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = 1u << 0, .infer = infer, .cpu_forward = forward,
-    .test = test,
+    .test = KILN_OP_TESTS(test),
 };

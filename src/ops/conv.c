@@ -282,6 +282,7 @@ typedef struct rand_conv {
     bool bias;
 } rand_conv;
 
+#ifdef KILN_OPTESTS
 /* The oracle for the BLAS paths: a direct loop over outputs, input channels and kernel
  * taps in double. x (N,C,in...), w (M,C/G,k...), b (M) or NULL. Computes y (when non-NULL)
  * and, from dy (when non-NULL), dx and dw (zeroed tensors shaped like x and w). */
@@ -827,6 +828,7 @@ static int test(void) {
                                    1, 0.0001, 0, "convgradbias odd");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* Profile FLOPs: each output of channel m sums C/group * prod(k) products of W (M, C/group, k...). */
 static double conv_flops(const kiln_op_ctx *c) {
@@ -838,7 +840,7 @@ static double conv_flops(const kiln_op_ctx *c) {
 const kiln_op_def kiln_op_conv = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV, .flops = conv_flops,
     .name = "Conv", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+    .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test),
     .grad = grad,
 };
 
@@ -852,6 +854,7 @@ const kiln_op_def kiln_op_conv = {
 #define GDYG KT_VALS(-2, 0, -1, 0, 2, -1, 0, -1, -1, 2, -2, -1)
 #define GATTRS "strides=[2,1];pads=[1,0,0,1];group=2"
 
+#ifdef KILN_OPTESTS
 static int test_grad_input(void) {
     int fails = 0;
     kiln_tensor *in[3] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4)),
@@ -960,6 +963,7 @@ static int test_grad_bias(void) {
     fails += kiln_optest_fails("ConvGradBias", "", 1, in, 1, KILN_ERR_TYPE, "conv dB int32");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* A convolution's gradients take as many products as the convolution: every element of dy
  * (N, M, ...) meets C/group * prod(k) weights. */
@@ -974,19 +978,19 @@ const kiln_op_def kiln_op_conv_grad_input = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV_GRAD_INPUT, .flops = grad_input_flops,
     .name = "ConvGradInput", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gi_infer,
-    .cpu_forward = gi_forward, .cpu_workspace = gi_workspace, .test = test_grad_input,
+    .cpu_forward = gi_forward, .cpu_workspace = gi_workspace, .test = KILN_OP_TESTS(test_grad_input),
 };
 
 const kiln_op_def kiln_op_conv_grad_weight = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV_GRAD_WEIGHT, .flops = grad_weight_flops,
     .name = "ConvGradWeight", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gw_infer,
-    .cpu_forward = gw_forward, .cpu_workspace = gw_workspace, .test = test_grad_weight,
+    .cpu_forward = gw_forward, .cpu_workspace = gw_workspace, .test = KILN_OP_TESTS(test_grad_weight),
 };
 
 const kiln_op_def kiln_op_conv_grad_bias = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV_GRAD_BIAS,
     .name = "ConvGradBias", .domain = "kiln", .min_inputs = 1, .max_inputs = 1,
     .min_outputs = 1, .max_outputs = 1, .infer = gb_infer, .cpu_forward = gb_forward,
-    .test = test_grad_bias,
+    .test = KILN_OP_TESTS(test_grad_bias),
 };

@@ -608,6 +608,7 @@ kiln_status kiln_global_pool_grad_infer(kiln_op_ctx *c) {
     return st;
 }
 
+#ifdef KILN_OPTESTS
 void kiln_attr_text_ints(char *buf, size_t size, const char *name, int n, const int64_t *a,
                          const int64_t *b, int64_t dflt) {
     size_t len = strlen(buf);
@@ -619,3 +620,4 @@ void kiln_attr_text_ints(char *buf, size_t size, const char *name, int n, const 
     }
     if (len < size) snprintf(buf + len, size - len, "]");
 }
+#endif /* KILN_OPTESTS */

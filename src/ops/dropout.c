@@ -31,7 +31,9 @@
 
 #include "../core/optest.h"
 #include "unary.h"
-#include "../train/autograd.h"
+#ifdef KILN_OPTESTS
+#include "../train/autograd.h" /* the tests build training graphs */
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -213,6 +215,7 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 /* Training mode through autograd and a seeded session, where finite differences see the
  * same mask on every run: Y = Dropout(X, 0.4, true), L = sum(Y * R). The gradient must be
  * R * mask / 0.6 with the mask of the same run, and match central differences. */
@@ -603,6 +606,7 @@ static int test(void) {
                                1, "dropout (NHWC) inference");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* Training: training_mode (input 2) a constant true, the mask (output 1) for the gradient. */
 static const kiln_op_training training_form = {.mode_input = 2, .n_outputs = 2, .output_names = {NULL, "mask"}};
@@ -612,11 +616,11 @@ const kiln_op_def kiln_op_dropout = {
     .random = true, .training = &training_form, .out_dtype = {KILN_DT_IN0, KILN_DT_BOOL},
     .name = "Dropout", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 2,
     .nondiff_inputs = (1u << 1) | (1u << 2),
-    .infer = infer, .cpu_forward = forward, .test = test, .grad = grad,
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
 };
 
 const kiln_op_def kiln_op_dropout_grad = {
     .precision = KILN_PREC_FOLLOW, .f32_inputs = 0xCu /* ratio, training_mode */,
     .name = "DropoutGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),
 };

@@ -22,6 +22,7 @@ static kiln_status forward(kiln_op_ctx *c) {
 static double deriv(double x, double y, const kiln_unary_args *a) { return x < 0 ? a->alpha * exp(x) : 1; }
 static const kiln_unary_grad_def grad_def = {deriv, args, KILN_UNARY_X, NULL};
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-3, -1, -1e-4, 0, 2));
@@ -50,6 +51,7 @@ static int test(void) {
                                1, "elu [alpha=0.5] 7 elements");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
 static const kiln_eltwise eltwise = {
@@ -60,6 +62,6 @@ static const kiln_eltwise eltwise = {
 const kiln_op_def kiln_op_elu = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "Elu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = kiln_unary_grad,
     .family = &grad_def,
 };

@@ -13,6 +13,7 @@ static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, f
 static double deriv(double x, double y, const kiln_unary_args *a) { return 0; }
 static const kiln_unary_grad_def grad_def = {deriv, NULL, 0, NULL};
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(7), KT_VALS(-1.5, -1, -0.2, 0, 0.2, 1.5, 2.5));
@@ -43,6 +44,7 @@ static int test(void) {
                                1, "floor [] 7 elements");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
 static const kiln_eltwise eltwise = {
@@ -53,6 +55,6 @@ static const kiln_eltwise eltwise = {
 const kiln_op_def kiln_op_floor = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "Floor", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = kiln_unary_grad,
     .family = &grad_def,
 };

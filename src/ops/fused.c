@@ -122,6 +122,7 @@ void kiln_fused_epilogue(const kiln_fused_act *a, kiln_tensor *y, int64_t channe
     }
 }
 
+#ifdef KILN_OPTESTS
 kiln_tensor *kiln_fused_test_eval(const char *op, const char *attrs, int n_in, kiln_tensor **in) {
     kiln_context ctx = {0};
     kiln_clear_error(&ctx); /* messages are per thread, keyed by address: start empty */
@@ -150,3 +151,4 @@ kiln_tensor *kiln_fused_test_eval(const char *op, const char *attrs, int n_in, k
     free(node.attrs);
     return out;
 }
+#endif /* KILN_OPTESTS */

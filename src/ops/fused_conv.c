@@ -72,6 +72,7 @@ static kiln_status forward(kiln_op_ctx *c) {
 
 /* ------------------------------------------------------------------- tests */
 
+#ifdef KILN_OPTESTS
 /* The unfused graph, op by op through the registry's reference kernels: Conv, Add of the
  * residual, then the activation as its ONNX op. */
 static kiln_tensor *unfused(const char *conv_attrs, const char *act, const char *act_attrs,
@@ -211,6 +212,7 @@ static int test(void) {
                                "fusedconv channel mismatch (Conv's checks)");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 static double flops(const kiln_op_ctx *c) { return kiln_op_conv.flops(c); } /* Conv's */
 
@@ -218,5 +220,5 @@ const kiln_op_def kiln_op_fused_conv = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV, .flops = flops,
     .name = "FusedConv", .domain = "kiln", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
-    .test = test,
+    .test = KILN_OP_TESTS(test),
 };

@@ -356,6 +356,7 @@ static kiln_status forward(kiln_op_ctx *c) {
 
 /* ------------------------------------------------------------------- tests */
 
+#ifdef KILN_OPTESTS
 /* The program against the unfused ops: ref_ops lists "Op:attrs:operands" steps where
  * operands name x<k> (input k), t<j> (step j's result) or a number (a scalar tensor). The
  * last step is the result. */
@@ -545,9 +546,10 @@ static int test(void) {
                                "fusedelementwise rejects shapes that do not broadcast");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_fused_elementwise = {
     .precision = KILN_PREC_LOW, .prec_flags = KILN_PREC_EXP_LOG, .layout = KILN_LAYOUT_SAME_SHAPE,
     .name = "FusedElementwise", .domain = "kiln", .min_inputs = 1, .max_inputs = FE_MAX_IN,
-    .min_outputs = 1, .max_outputs = 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .min_outputs = 1, .max_outputs = 1, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
 };

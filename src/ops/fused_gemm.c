@@ -37,6 +37,7 @@ static kiln_status forward(kiln_op_ctx *c) {
 
 /* ------------------------------------------------------------------- tests */
 
+#ifdef KILN_OPTESTS
 /* A random case against Gemm then the activation's ONNX op (the registry's kernels). */
 static int random_case(const char *label, kiln_dtype dt, int64_t M, int64_t N, int64_t K,
                        const char *gemm_attrs, bool tb, int c_rank, const char *act,
@@ -127,6 +128,7 @@ static int test(void) {
                                "fusedgemm unknown activation");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 static double flops(const kiln_op_ctx *c) { return kiln_op_gemm.flops(c); } /* Gemm's */
 
@@ -134,5 +136,5 @@ const kiln_op_def kiln_op_fused_gemm = {
     .precision = KILN_PREC_LOW, .flops = flops,
     .name = "FusedGemm", .domain = "kiln", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
-    .test = test,
+    .test = KILN_OP_TESTS(test),
 };

@@ -29,6 +29,7 @@ static double deriv(double x, double y, const kiln_unary_args *a) {
 }
 static const kiln_unary_grad_def grad_def = {deriv, args, KILN_UNARY_X, NULL};
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-3, -1, 0, 1, 3));
@@ -63,6 +64,7 @@ static int test(void) {
                                1, "hardsigmoid [alpha=0.3;beta=0.6] 7 elements");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
 static const kiln_eltwise eltwise = {
@@ -74,6 +76,6 @@ static const kiln_eltwise eltwise = {
 const kiln_op_def kiln_op_hardsigmoid = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "HardSigmoid", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = kiln_unary_grad,
     .family = &grad_def,
 };

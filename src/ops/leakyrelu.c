@@ -29,6 +29,7 @@ static void grad_f32(const float *x, const float *y, const float *dy, float *dx,
 }
 static const kiln_unary_grad_def grad_def = {deriv, args, KILN_UNARY_X, grad_f32};
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(5), KT_VALS(-2, -0.5, 0, 1.5, 3));
@@ -64,6 +65,7 @@ static int test(void) {
                                1, "leakyrelu [alpha=0.3] 7 elements");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
 static const kiln_eltwise eltwise = {
@@ -74,6 +76,6 @@ static const kiln_eltwise eltwise = {
 const kiln_op_def kiln_op_leakyrelu = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY, .eltwise = &eltwise,
     .name = "LeakyRelu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = kiln_unary_grad,
     .family = &grad_def,
 };

@@ -140,6 +140,7 @@ static kiln_status grad_forward(kiln_op_ctx *c) {
 
 /* ------------------------------------------------------------------- tests */
 
+#ifdef KILN_OPTESTS
 /* The 4x4 image of the hand-checked cases, and its 2x2 windows (kernel 2, stride 2):
  *   (0,0) {1 3 3 0}      max 3, a tie: the first, index 1
  *   (0,1) {-2 -1 -3 -5}  max -1 at index 3 (a negative maximum: Relu's gradient is 0)
@@ -331,11 +332,12 @@ static int test_random(void) {
 }
 
 static int test(void) { return test_hand_forward() + test_random(); }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_max_pool_dropout = {
     .precision = KILN_PREC_FP32, .random = true,
     .name = "MaxPoolDropout", .domain = "kiln", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1,
-    .max_outputs = 2, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = test,
+    .max_outputs = 2, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test),
 };
 
 /* (the random cases of the backward run with the forward's: they need its masks) */
@@ -343,5 +345,5 @@ const kiln_op_def kiln_op_max_pool_dropout_grad = {
     .precision = KILN_PREC_FP32,
     .name = "MaxPoolDropoutGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 5, .min_outputs = 1,
     .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward, .cpu_workspace = grad_workspace,
-    .test = test_hand_grad,
+    .test = KILN_OP_TESTS(test_hand_grad),
 };

@@ -2,7 +2,9 @@
 #include "movement.h"
 
 #include "../core/optest.h"
-#include "../train/autograd.h"
+#ifdef KILN_OPTESTS
+#include "../train/autograd.h" /* the tests build training graphs */
+#endif
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -151,6 +153,7 @@ void kiln_gather_axes(void *dst, const void *src, size_t es, int ndim, const int
                     rows * (t + 1) / nt);
 }
 
+#ifdef KILN_OPTESTS
 int kiln_optest_tensor_attr(const char *op, const char *attr, kiln_tensor *value, int n_in,
                             kiln_tensor **in, kiln_tensor *expect, kiln_status want,
                             const char *label) {
@@ -180,6 +183,7 @@ done:
     kiln_context_free(ctx);
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* ---------------------------------------------------------------- gradients */
 
@@ -264,6 +268,7 @@ void kiln_scatter_add_axes(kiln_tensor *dst, const kiln_tensor *src, const int64
         for (int64_t i = 0; i < nd; i++) kiln_set_f64(dst, i, accd[i]);
 }
 
+#ifdef KILN_OPTESTS
 int kiln_grad_route_check(const char *op, const char *attrs, int opset, int n_in,
                           kiln_tensor **in, int n_out, int used, kiln_tensor *r,
                           kiln_tensor *want, bool view, const char *label) {
@@ -336,3 +341,4 @@ out:
     kiln_tensor_free(want);
     return fails ? 1 : 0;
 }
+#endif /* KILN_OPTESTS */

@@ -22,6 +22,7 @@ static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, n
 static double deriv(double x, double y, const kiln_unary_args *a) { return -1; }
 static const kiln_unary_grad_def grad_def = {deriv, NULL, 0, NULL};
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     kiln_tensor *x = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(-1.5, 0, 2.25, 3e38));
@@ -54,6 +55,7 @@ static int test(void) {
                                1, "neg [] 7 elements");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* In kiln.FusedElementwise programs (the CUDA form computes in f32). */
 static const kiln_eltwise eltwise = {
@@ -65,6 +67,6 @@ const kiln_op_def kiln_op_neg = {
     .precision = KILN_PREC_LOW, .prec_flags = KILN_PREC_EXP_ARG, .layout = KILN_LAYOUT_UNARY,
     .eltwise = &eltwise,
     .name = "Neg", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = test, .grad = kiln_unary_grad,
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = kiln_unary_grad,
     .family = &grad_def,
 };

@@ -69,6 +69,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static int range3(kiln_dtype dt, double start, double limit, double delta, kiln_tensor *y,
                   const char *label) {
     kiln_tensor *in[3] = {kt_scalar(dt, start), kt_scalar(dt, limit), kt_scalar(dt, delta)};
@@ -110,10 +111,11 @@ static int test(void) {
     fails += kiln_optest_fails("Range", "", 3, in, 1, KILN_ERR_SHAPE, "range vector limit");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_range = {
     .precision = KILN_PREC_FOLLOW,
     .name = "Range", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 7, .nondiff_inputs = 7, .infer = infer, .cpu_forward = forward,
-    .test = test,
+    .test = KILN_OP_TESTS(test),
 };

@@ -388,6 +388,7 @@ kiln_status kiln_reduce_grad_rule(kiln_grad_ctx *g, const char *grad_op, kiln_re
     return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 int kiln_reduce_gradcheck(const char *op, const char *attrs, int opset, int n_axes, const int64_t *axes,
                           uint64_t seed, const char *label) {
     kiln_tensor *in[2] = {kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, seed), NULL};
@@ -397,3 +398,4 @@ int kiln_reduce_gradcheck(const char *op, const char *attrs, int opset, int n_ax
     }
     return kiln_gradcheck(op, attrs, opset, n_axes >= 0 ? 2 : 1, in, NULL, label);
 }
+#endif /* KILN_OPTESTS */

@@ -648,6 +648,7 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 /* Runs Resize on x with roi (f32, 2n values) when non-NULL and scales (f32) or sizes (int64),
  * whichever is non-NULL, comparing with y within atol = rtol = tol. */
 static int resize_roi_case(const char *attrs, int opset, kiln_tensor *x, int n, const double *roi,
@@ -1245,13 +1246,14 @@ static int test(void) {
                                1, "resize linear not_larger");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_resize = {
     .precision = KILN_PREC_LOW, .f32_inputs = 0x6u /* roi, scales */,
     .name = "Resize", .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 2) | (1u << 3), .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward,
-    .cpu_workspace = workspace, .test = test, .grad = grad,
+    .cpu_workspace = workspace, .test = KILN_OP_TESTS(test), .grad = grad,
 };
 
 const kiln_op_def kiln_op_resize_grad = {
@@ -1259,5 +1261,5 @@ const kiln_op_def kiln_op_resize_grad = {
     .name = "ResizeGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 5, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = (1u << 3) | (1u << 4), .shape_only_inputs = 1u << 1,
     .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,
-    .test = test_grad,
+    .test = KILN_OP_TESTS(test_grad),
 };

@@ -34,6 +34,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     kiln_tensor *x, *y;
@@ -61,9 +62,10 @@ static int test(void) {
     fails += kiln_optest("Shape", "", 1, &x, 1, &y, 0, 0, "shape of a scalar");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_shape = {
     .precision = KILN_PREC_ANY, .out_dtype = {KILN_DT_I64},
     .name = "Shape", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .shape_only_inputs = 1u << 0, .infer = infer, .cpu_forward = forward, .test = test,
+    .shape_only_inputs = 1u << 0, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
 };

@@ -172,6 +172,7 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, KT_DIMS(n), v); }
 
 static int test_grad(void) {
@@ -410,12 +411,13 @@ static int test(void) {
                                1, "slice empty u8");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_slice = {
     .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS,
     .name = "Slice", .min_inputs = 3, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), .infer = infer,
-    .cpu_forward = forward, .cpu_workspace = workspace, .test = test, .grad = grad,
+    .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test), .grad = grad,
 };
 
 const kiln_op_def kiln_op_slice_grad = {
@@ -423,5 +425,5 @@ const kiln_op_def kiln_op_slice_grad = {
     .name = "SliceGrad", .domain = "kiln", .min_inputs = 4, .max_inputs = 6, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5),
     .shape_only_inputs = 1u << 1, .infer = infer_grad, .cpu_forward = forward_grad,
-    .cpu_workspace = workspace, .test = test_grad,
+    .cpu_workspace = workspace, .test = KILN_OP_TESTS(test_grad),
 };

@@ -213,6 +213,7 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static int test_grad(void) {
     int fails = 0;
     kiln_tensor *in[5], *want;
@@ -392,11 +393,12 @@ static int test(void) {
                                2, "split split attribute u8");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_split = {
     .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS,
     .name = "Split", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = -1,
-    .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
     .grad = grad,
 };
 
@@ -404,5 +406,5 @@ const kiln_op_def kiln_op_split_grad = {
     .precision = KILN_PREC_FP32,
     .name = "SplitGrad", .domain = "kiln", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = 1u << 1, .shape_only_inputs = 1u << 0,
-    .infer = infer_grad, .cpu_forward = forward_grad, .test = test_grad,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),
 };

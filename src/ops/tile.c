@@ -100,6 +100,7 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, KT_DIMS(n), v); }
 
 static int test_grad(void) {
@@ -231,12 +232,13 @@ static int test(void) {
                                1, "tile a zero repeat u8");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_tile = {
     .precision = KILN_PREC_FOLLOW,
     .name = "Tile", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward,
-    .cpu_workspace = workspace, .test = test, .grad = grad,
+    .cpu_workspace = workspace, .test = KILN_OP_TESTS(test), .grad = grad,
 };
 
 const kiln_op_def kiln_op_tile_grad = {
@@ -244,5 +246,5 @@ const kiln_op_def kiln_op_tile_grad = {
     .name = "TileGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .value_inputs = 1u << 2, .shape_only_inputs = 1u << 1,
     .infer = infer_grad, .cpu_forward = forward_grad, .cpu_workspace = workspace_grad,
-    .test = test_grad,
+    .test = KILN_OP_TESTS(test_grad),
 };

@@ -92,11 +92,13 @@ kiln_status kiln_unary_grad(kiln_grad_ctx *g) {
     return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 int kiln_unary_gradcheck(const char *op, const char *attrs, int opset, int n, const double *vals,
                          const char *label) {
     kiln_tensor *x = kt_make(KILN_F64, 1, KT_DIMS(n), vals);
     return x ? kiln_gradcheck(op, attrs, opset, 1, &x, NULL, label) : 1;
 }
+#endif /* KILN_OPTESTS */
 
 /* The forward op's derivative, or NULL when attribute op names no op of the family. */
 static const kiln_unary_grad_def *grad_def(const kiln_node *n) {
@@ -174,6 +176,7 @@ static kiln_status grad_forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static int grad_test(void) {
     int fails = 0;
     kiln_tensor *in[3];
@@ -225,9 +228,10 @@ static int grad_test(void) {
     fails += kiln_optest("UnaryGrad", "op=Relu", 3, in, 1, &want, 0, 0, "unarygrad relu f32 large, threaded");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_unary_grad = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY_GRAD,
     .name = "UnaryGrad", .domain = "kiln", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1,
-    .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward, .test = grad_test,
+    .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward, .test = KILN_OP_TESTS(grad_test),
 };

@@ -49,6 +49,7 @@ static kiln_status grad(kiln_grad_ctx *g) {
     return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     const double v[] = {0, 1, 2, 3, 4, 5};
@@ -123,10 +124,11 @@ static int test(void) {
                                1, "unsqueeze axes attribute u8");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_unsqueeze = {
     .precision = KILN_PREC_FOLLOW,
     .name = "Unsqueeze", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = test,
+    .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
     .alias_outputs = 1, .grad = grad,
 };

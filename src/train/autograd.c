@@ -8,7 +8,6 @@
  * Sum nodes. Nothing is zeroed and nothing accumulates across steps.
  */
 #include "../core/internal.h"
-#include "../core/optest.h"
 #include "autograd.h"
 
 #include <stdio.h>
