@@ -76,6 +76,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static int one(const char *attrs, double scale, double found, double tracker, double skipped, double w_scale,
                double w_tracker, double w_skipped, const char *label) {
     kiln_tensor *in[4] = {kt_scalar(KILN_F32, scale), kt_scalar(KILN_F32, found), kt_scalar(KILN_I64, tracker),
@@ -105,6 +106,7 @@ static int test(void) {
                                3, KILN_ERR_TYPE, "an f32 growth tracker");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* loss_scale' over loss_scale, growth_tracker' and skipped' over theirs */
 static int inplace_input(const kiln_node *n, int out) {
@@ -115,5 +117,5 @@ static int inplace_input(const kiln_node *n, int out) {
 const kiln_op_def kiln_op_loss_scale_update = {
     .precision = KILN_PREC_FP32, /* f32 parameters, states and counters; low-precision gradients are cast up */
     .name = "LossScaleUpdate", .domain = "kiln", .min_inputs = 4, .max_inputs = 4, .min_outputs = 3,
-    .max_outputs = 3, .infer = infer, .cpu_forward = forward, .test = test, .inplace_input = inplace_input,
+    .max_outputs = 3, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .inplace_input = inplace_input,
 };

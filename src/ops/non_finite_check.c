@@ -56,6 +56,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
     fails += kiln_optest("NonFiniteCheck", "", 3,
@@ -83,9 +84,10 @@ static int test(void) {
                                1, KILN_ERR_TYPE, "gradients of two dtypes");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_non_finite_check = {
     .precision = KILN_PREC_FP32, /* f32 parameters, states and counters; low-precision gradients are cast up */
     .name = "NonFiniteCheck", .domain = "kiln", .min_inputs = 0, .max_inputs = -1, .min_outputs = 1,
-    .max_outputs = 2, .infer = infer, .cpu_forward = forward, .test = test,
+    .max_outputs = 2, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
 };

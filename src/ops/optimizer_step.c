@@ -225,6 +225,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+#ifdef KILN_OPTESTS
 /* ---------------------------------------------------------------- test cases
  * Expected values from PyTorch's formulas (torch.optim.SGD / Adam / AdamW / Adadelta and
  * the schedulers' closed forms), worked out in double here or by hand. */
@@ -343,6 +344,7 @@ static int test(void) {
                                KILN_ERR_INVALID_ARGUMENT, "unknown optimizer");
     return fails;
 }
+#endif /* KILN_OPTESTS */
 
 /* step' over step, each parameter and state over its input */
 static int inplace_input(const kiln_node *nd, int out) {
@@ -355,5 +357,5 @@ static int inplace_input(const kiln_node *nd, int out) {
 const kiln_op_def kiln_op_optimizer_step = {
     .precision = KILN_PREC_FP32, /* f32 parameters, states and counters; low-precision gradients are cast up */
     .name = "OptimizerStep", .domain = "kiln", .min_inputs = 1, .max_inputs = -1, .min_outputs = 2,
-    .max_outputs = -1, .infer = infer, .cpu_forward = forward, .test = test, .inplace_input = inplace_input,
+    .max_outputs = -1, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .inplace_input = inplace_input,
 };
