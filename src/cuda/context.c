@@ -272,11 +272,6 @@ kiln_status kiln_cuda_lt(kiln_cuda *cu, kiln_context *ctx, cublasLtHandle_t *out
 
 /* ----------------------------------------------------------------- memory */
 
-void *kiln_cuda_arena(const kiln_cuda *cu, size_t *bytes) {
-    if (bytes) *bytes = cu->arena_bytes;
-    return cu->arena;
-}
-
 kiln_status kiln_cuda_arena_alloc(kiln_cuda *cu, size_t bytes, void **out) {
     *out = NULL;
     size_t need = (bytes + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);

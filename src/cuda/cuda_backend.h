@@ -170,10 +170,8 @@ kiln_status kiln_cuda_use_stream(kiln_cuda *cu, int i);
 
 /* ------------------------------------------------------------------- memory */
 
-/* The arena: base pointer and size. Planners place buffers at offsets into it;
- * kiln_cuda_arena_alloc is a bump allocator over it (256-byte aligned) for tests and
- * simple callers, and kiln_cuda_arena_reset forgets everything it handed out. */
-void *kiln_cuda_arena(const kiln_cuda *cu, size_t *bytes);
+/* The arena: kiln_cuda_arena_alloc is a bump allocator over it (256-byte aligned) for
+ * tests and simple callers, and kiln_cuda_arena_reset forgets everything it handed out. */
 kiln_status kiln_cuda_arena_alloc(kiln_cuda *cu, size_t bytes, void **out);
 void kiln_cuda_arena_reset(kiln_cuda *cu);
 
@@ -392,13 +390,11 @@ void kiln_cuda_module_free(kiln_cuda_module *m);
 kiln_status kiln_cuda_module_compile_opts(kiln_cuda *cu, const char *name, const char *source, int n_opts,
                                           const char *const *opts, kiln_cuda_module **out);
 /* NVRTC alone, no device needed: source -> a cubin for compute capability cc (malloc'd,
- * the caller frees it). kiln_cuda_rtc_check only compiles and reports (the compile log is
- * in the message on failure): --dry-run tests check generated code with it. */
+ * the caller frees it; the compile log is in the message on failure): --dry-run tests
+ * check generated code with it. */
 kiln_status kiln_cuda_rtc_compile(kiln_context *ctx, const char *name, const char *source, int cc_major,
                                   int cc_minor, int n_opts, const char *const *opts, char **cubin,
                                   size_t *size);
-kiln_status kiln_cuda_rtc_check(kiln_context *ctx, const char *name, const char *source, int cc_major,
-                                int cc_minor);
 
 /* ------------------------------------------------------- generated kernels */
 

@@ -436,9 +436,9 @@ __global__ void dropout_grad_nhwc_out_kernel(const T *__restrict__ dy, const uin
         flag->value = (long long)(ratio * 1e6);
     const double scale = 1.0 / (1.0 - ratio);
     const float sf = (float)scale;
-    /* indices as in the first version (run23b): stepping them per row as the forward
-     * kernel does, with the rows unrolled, made this kernel ~1.2 us slower in f16 (run24,
-     * run25: 12.2 against 11.0 us), unlike the forward (11.1 -> 9.9 us) */
+    /* indices as in the first version: stepping them per row as the forward kernel
+     * does, with the rows unrolled, made this kernel ~1.2 us slower in f16 (12.2 against
+     * 11.0 us; bench/NOTES.md, v1.8), unlike the forward (11.1 -> 9.9 us) */
     const int64_t s0 = (int64_t)blockIdx.x * TILE, c0 = (int64_t)blockIdx.y * TILE;
     const int64_t per_image = S * C * (POOL ? pool_kh<POOL>(p) * pool_kw<POOL>(p) : 1);
     for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {

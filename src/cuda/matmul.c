@@ -149,7 +149,7 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
     memset(res, 0, sizeof res);
     int found = 0;
     /* small products are launch-bound: single-call times of a few µs rank algorithms by
-     * noise (run13: mnist-net's 64x10x128 products got 3 µs slower), so they keep the
+     * noise (mnist-net's 64x10x128 products got 3 µs slower; bench/NOTES.md, v1.3), so they keep the
      * heuristic's first */
     const double flops = 2.0 * (double)M * (double)N * (double)K * (double)(m->batch > 1 ? m->batch : 1);
     const bool tune = cu->autotune && (m->C || m->beta == 0.f) && flops >= LT_TUNE_MIN_FLOPS;

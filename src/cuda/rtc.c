@@ -3,7 +3,7 @@
  * architecture -> cudaLibraryLoadData (the runtime API; no driver API, so nothing links
  * libcuda directly). Kernels are then looked up by name and launched on the kiln_cuda's
  * stream. Generated fusion kernels (fused_elementwise.c) are built on it. Compiling needs
- * no device (kiln_cuda_rtc_compile / kiln_cuda_rtc_check), so --dry-run tests check
+ * no device (kiln_cuda_rtc_compile), so --dry-run tests check
  * generated source on machines without a GPU.
  */
 #include "cuda_internal.h"
@@ -62,15 +62,6 @@ kiln_status kiln_cuda_rtc_compile(kiln_context *ctx, const char *name, const cha
     *cubin_out = cubin;
     *size_out = size;
     return KILN_OK;
-}
-
-kiln_status kiln_cuda_rtc_check(kiln_context *ctx, const char *name, const char *source, int cc_major,
-                                int cc_minor) {
-    char *cubin = NULL;
-    size_t size = 0;
-    kiln_status st = kiln_cuda_rtc_compile(ctx, name, source, cc_major, cc_minor, 0, NULL, &cubin, &size);
-    free(cubin);
-    return st;
 }
 
 kiln_status kiln_cuda_module_compile_opts(kiln_cuda *cu, const char *name, const char *source, int n_opts,

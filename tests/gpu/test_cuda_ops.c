@@ -2381,8 +2381,8 @@ static void train_streams_checks(kiln_amp amp) {
     /* The two trainers must run the same kernels for the weights to agree: a timing search
      * (per trainer, or read from the disk cache under keys the two may not share) can give
      * each its own cuDNN algorithms, and algorithms that sum with atomics round differently
-     * run to run; 12 Adadelta steps amplify either to ~1e-2 in the weights (seen in run28
-     * and run29: 3e-3 in f32, 1e-2 in fp16, on some runs and not others). cuDNN's heuristic
+     * run to run; 12 Adadelta steps amplify either to ~1e-2 in the weights (seen on the
+     * H200: 3e-3 in f32, 1e-2 in fp16, on some runs and not others). cuDNN's heuristic
      * among deterministic algorithms picks the same for both: then the side streams may
      * change nothing but the timing. */
     kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = 1.0f, .seed = 5, .device = KILN_DEVICE_CUDA,
