@@ -846,10 +846,15 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in, kil
                          int n_out, kiln_tensor **out) {
     const kiln_op_def *d = kiln_op_get(node->op);
     if (!d) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "op '%s' is not supported by kiln", node->op_type);
-    kiln_tensor shapes[16];
-    kiln_tensor *outs[16];
-    if (n_out > 16) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "more than 16 outputs");
-    memset(shapes, 0, sizeof shapes);
+    if (n_out < 0) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: %d outputs", node->op_type, n_out);
+    /* any number of outputs (an OptimizerStep over many parameters has hundreds) */
+    kiln_tensor *shapes = calloc((size_t)n_out + 1, sizeof *shapes);
+    kiln_tensor **outs = calloc((size_t)n_out + 1, sizeof *outs);
+    if (!shapes || !outs) {
+        free(shapes);
+        free(outs);
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for %d outputs", node->op_type, n_out);
+    }
     for (int k = 0; k < n_out; k++) {
         outs[k] = &shapes[k];
         out[k] = NULL;
@@ -859,6 +864,8 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in, kil
     kiln_status st = d->infer(&c);
     if (st) {
         if (!kiln_context_message(ctx)[0]) kiln_op_fail(&c, st, "shape inference failed");
+        free(shapes);
+        free(outs);
         return st;
     }
     for (int k = 0; k < n_out; k++) {
@@ -868,11 +875,14 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in, kil
                 kiln_tensor_free(out[j]);
                 out[j] = NULL;
             }
+            free(shapes);
+            free(outs);
             return kiln_fail(ctx, KILN_ERR_INTERNAL, "%s: inference gave output %d an invalid dtype or shape",
                              node->op_type, k);
         }
         outs[k] = out[k];
     }
+    free(shapes); /* c.out now points at out[] through outs */
     size_t ws = d->cpu_workspace ? d->cpu_workspace(&c) : 0;
     void *w = ws ? aligned_alloc(ARENA_ALIGN, align_up(ws)) : NULL;
     if (ws && !w) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for workspace");
@@ -887,5 +897,6 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in, kil
             out[k] = NULL;
         }
     }
+    free(outs);
     return st;
 }

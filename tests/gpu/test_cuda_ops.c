@@ -2287,6 +2287,7 @@ static void train_profile_checks(void) {
     kiln_model *ma = NULL, *mb = NULL;
     kiln_trainer *a = NULL, *b = NULL;
     kiln_plan *hp = NULL;
+    kiln_model *low = NULL;
     kiln_profile p = {0};
     kiln_tensor *images = kt_rand(KILN_F32, 4, KT_DIMS(n, 1, 28, 28), -1, 1, 21);
     kiln_tensor *labels = kt_rand(KILN_I64, 1, KT_DIMS(n), 0, 10, 22);
@@ -2304,8 +2305,11 @@ static void train_profile_checks(void) {
     if (!st) st = kiln_trainer_profile(a, images, labels, batch, 5, 20, &p, &step_ms);
     check(!st, "train profile: a CUDA training step profiles", kiln_context_message(ctx));
     if (st) goto out;
-    /* the run list of b's step (the same graph and batch shape) counted from its host plan */
-    st = kiln_plan_build(b->train, b->feeds, true, false, &hp);
+    /* the run list of b's step (the same graph and batch shape) counted from a host plan of
+     * the graph the CUDA engine plans: the update lowered (backward_graph), its nodes run by
+     * the epilogue, not rows of their own */
+    low = backward_graph(b);
+    st = low ? kiln_plan_build(low, b->feeds, true, false, &hp) : KILN_ERR_INTERNAL;
     if (!st) {
         kiln_plan_view_t v;
         kiln_plan_view(hp, &v);
@@ -2359,6 +2363,7 @@ out:
     if (st) fail("train profile", "%s", kiln_context_message(ctx));
     kiln_profile_free(&p);
     kiln_plan_free(hp);
+    kiln_model_free(low);
     kiln_trainer_free(a);
     kiln_trainer_free(b);
     kiln_model_free(ma);
