@@ -58,6 +58,7 @@ static void check_eltwise(const kiln_op_def *d) {
     char prog[160], attrs[200];
     int n_in = e->arity;
     if (e->bounds_from_inputs) {
+        kiln_tensor_free(y); /* Clip: its bounds take the second and third inputs */
         in[1] = kt_scalar(KILN_F64, -0.5);
         in[2] = kt_scalar(KILN_F64, 1.25);
         n_in = 3;
