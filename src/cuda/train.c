@@ -76,8 +76,6 @@ typedef struct cuda_trainer {
 
 static size_t up(size_t n) { return (n + 255) & ~(size_t)255; }
 
-static int n_states_of(const kiln_train_options *o) { return kiln_optimizer_states(o); }
-
 static kiln_status cuda_err(kiln_context *ctx, cudaError_t e, const char *what) {
     return kiln_fail(ctx, e == cudaErrorMemoryAllocation ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_DEVICE, "%s: %s", what,
                      cudaGetErrorString(e));
@@ -112,7 +110,7 @@ static kiln_status cu_train_upload(void *tr) {
     cuda_trainer *tc = tr;
     const kiln_train_view *t = tc->t;
     kiln_status st = KILN_OK;
-    const int ns = n_states_of(t->opts);
+    const int ns = kiln_optimizer_states(t->opts);
     for (int k = 0; k < t->n_params && !st; k++) {
         kiln_param *p = &t->params[k];
         size_t nb = sizeof(float) * (size_t)p->numel;
@@ -153,7 +151,7 @@ static kiln_status cu_train_create(const kiln_train_view *t, void **out) {
     kiln_session_backend(t->sess, &be);
     tc->cu = be;
     kiln_status st = kiln_train_lower_update(t, &tc->m);
-    const int np = t->n_params, nb = t->n_states, ns = n_states_of(t->opts);
+    const int np = t->n_params, nb = t->n_states, ns = kiln_optimizer_states(t->opts);
     const int n_in = t->train->n_inputs;
     if (!st) {
         tc->bound = kiln_calloc(ctx, (size_t)n_in + 1, sizeof *tc->bound, "a CUDA trainer");
@@ -589,7 +587,7 @@ static kiln_status cu_train_download(void *tr) {
     const kiln_train_view *t = tc->t;
     if (!tc->host_stale) return KILN_OK;
     kiln_status st = KILN_OK;
-    const int ns = n_states_of(t->opts);
+    const int ns = kiln_optimizer_states(t->opts);
     for (int k = 0; k < t->n_params && !st; k++) {
         kiln_param *p = &t->params[k];
         size_t nb = sizeof(float) * (size_t)p->numel;
