@@ -94,12 +94,10 @@ static bool nchw_dropout(const kiln_node *n) {
     return d && d->random && d->layout != KILN_LAYOUT_NONE && (n->n_out != 1 || kiln_node_training_form(n));
 }
 
-/* The op's layout kind (kiln_op_def.layout). Only single-output nodes in their inference
+/* The op's layout kind (d: the node's kiln_node_def). Only single-output nodes in their inference
  * form take one: MaxPool with indices, BatchNormalization in training mode and Dropout in
  * training (which draws its mask by flat index, in the reference's NCHW order) do not. */
-static enum kind kind_of(const kiln_model *m, const kiln_node *n) {
-    (void)m;
-    const kiln_op_def *d = kiln_node_def(n);
+static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
     if (!d || n->n_out != 1 || kiln_node_training_form(n)) return K_NONE;
     switch (d->layout) {
     case KILN_LAYOUT_NONE: return K_NONE;
@@ -397,7 +395,9 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
     for (int q = 0; q < nn; q++) {
         const int i = order[q];
         const kiln_node *n = &m->nodes[i];
-        const enum kind k = kind_of(m, n);
+        /* the model is open: node->op is not resolved yet */
+        const kiln_op_def *d = kiln_node_def(n);
+        const enum kind k = kind_of(d, n);
         const int x = n->n_in > 0 ? n->in[0] : -1, y = n->out[0];
         /* the output's rank: a convolution's is its weight's, elementwise ops keep it */
         int r = x >= 0 ? L.rank[x] : -1;
@@ -455,12 +455,10 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             bool convs_only = true;
             for (int j = 0; j < nn && convs_only; j++)
                 for (int t = 0; t < m->nodes[j].n_in; t++)
-                    if (m->nodes[j].in[t] == y && (kind_of(m, &m->nodes[j]) != K_CONV || !data_input(K_CONV, t)))
+                    if (m->nodes[j].in[t] == y && (kind_of(kiln_node_def(&m->nodes[j]), &m->nodes[j]) != K_CONV || !data_input(K_CONV, t)))
                         convs_only = false;
             if (convs_only) L.fmt[y] = KILN_FORMAT_NHWC;
         }
-        /* the model is open: node->op is not resolved yet */
-        const kiln_op_def *d = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
         for (int j = 0; j < n->n_in; j++) {
             const int v = n->in[j];
             int *w = &want[edge0[i] + j];
@@ -495,7 +493,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             goto out;
         }
         for (int i = 0; i < nn; i++) {
-            const bool conv = nhwc[i] && kind_of(m, &m->nodes[i]) == K_CONV;
+            const bool conv = nhwc[i] && kind_of(kiln_node_def(&m->nodes[i]), &m->nodes[i]) == K_CONV;
             for (int q = 0; q < m->nodes[i].n_in; q++) {
                 const int v = m->nodes[i].in[q];
                 if (v >= 0) use[v] |= conv && q == 1 ? 1 : 2;
