@@ -209,9 +209,10 @@ struct kiln_backend_train_i {
 /* The backend and instance a session runs on (the trainer's engine plans on them). */
 const kiln_backend_i *kiln_session_backend(kiln_session *s, void **instance);
 /* A session that plans m as given (no passes: a training graph already rewritten for its
- * device) or after the passes, on a backend instance opened with bo. */
-kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *opts, const kiln_backend_options *bo,
-                                   bool apply_passes, kiln_session **out);
+ * device) or after the passes; its backend instance is opened with the options that opts
+ * ask for, as kiln_session_create's. */
+kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *opts, bool apply_passes,
+                                   kiln_session **out);
 
 /* ------------------------------------------- shared by the training engines */
 

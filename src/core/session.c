@@ -53,13 +53,12 @@ static kiln_backend_options backend_options(const kiln_session_options *o) {
 kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts, kiln_session **out) {
     kiln_session_options o = {0};
     if (opts) o = *opts;
-    kiln_backend_options bo = backend_options(&o);
-    return kiln_session_create_ex(m, &o, &bo, true, out);
+    return kiln_session_create_ex(m, &o, true, out);
 }
 
-kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *opts, const kiln_backend_options *bo,
-                                   bool apply_passes, kiln_session **out) {
-    if (!m || !out || !opts || !bo) return KILN_ERR_INVALID_ARGUMENT;
+kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *opts, bool apply_passes,
+                                   kiln_session **out) {
+    if (!m || !out || !opts) return KILN_ERR_INVALID_ARGUMENT;
     *out = NULL;
     if (!m->finalized)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "the model must be finalized before a session runs it");
@@ -91,7 +90,8 @@ kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *op
         }
         s->m = s->optimized;
     }
-    kiln_status st = bi->create(m->ctx, bo, &s->be);
+    const kiln_backend_options bo = backend_options(&o);
+    kiln_status st = bi->create(m->ctx, &bo, &s->be);
     if (st) {
         kiln_model_free(s->optimized);
         pthread_mutex_destroy(&s->mu);

@@ -433,14 +433,8 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
          * whether the session's passes run over it (the CPU) or build_training_graph's
          * rewrite for the device stands (CUDA). */
         kiln_session_options so = {.device = o.device, .threads = o.threads, .disable_passes = o.disable_passes,
-                                   .deterministic = o.deterministic};
-        kiln_backend_options bo = {.allow_tf32 = !o.strict_fp32,
-                                   .no_autotune = (o.disable_passes & KILN_PASS_AUTOTUNE) != 0,
-                                   .no_conv_gemm = (o.disable_passes & KILN_PASS_CONV_GEMM) != 0,
-                                   .no_conv_direct = (o.disable_passes & KILN_PASS_CONV_DIRECT) != 0,
-                                   .no_streams = (o.disable_passes & KILN_PASS_STREAMS) != 0,
-                                   .deterministic = o.deterministic != 0};
-        st = kiln_session_create_ex(t->train, &so, &bo, kiln_backend_for(o.device)->train_session_passes, &t->sess);
+                                   .deterministic = o.deterministic, .strict_fp32 = o.strict_fp32};
+        st = kiln_session_create_ex(t->train, &so, kiln_backend_for(o.device)->train_session_passes, &t->sess);
     }
     /* (optimizer states and accumulation sums are carried tensors, made with the graph) */
     for (int k = 0; k < t->n_params; k++) t->param_count += t->params[k].numel;
