@@ -63,10 +63,8 @@ kiln_status kiln_train_lower_update(const kiln_train_view *v, kiln_model **out) 
     kiln_model *m = NULL;
     kiln_status st = kiln_model_clone(g, &m);
     if (st) return st;
-    bool *need = kiln_calloc(ctx, (size_t)m->n_values + 1, sizeof *need, "lowering the update");
-    bool *dead = kiln_calloc(ctx, (size_t)m->n_nodes + 1, sizeof *dead, "lowering the update");
     int *keep = kiln_calloc(ctx, (size_t)(1 + np + v->n_states), sizeof *keep, "lowering the update");
-    if (!need || !dead || !keep) st = KILN_ERR_OUT_OF_MEMORY;
+    if (!keep) st = KILN_ERR_OUT_OF_MEMORY;
     if (!st) {
         keep[0] = g->outputs[0];
         for (int k = 0; k < np; k++) keep[1 + k] = g->nodes[u].in[3 + np + k];
@@ -77,20 +75,10 @@ kiln_status kiln_train_lower_update(const kiln_train_view *v, kiln_model **out) 
     }
     if (!st) {
         /* the nodes the outputs need; the rest only computed the carried state's next values */
-        for (int i = 0; i < m->n_outputs; i++) need[m->outputs[i]] = true;
-        for (int i = m->n_nodes - 1; i >= 0; i--) {
-            const kiln_node *n = &m->nodes[i];
-            bool any = false;
-            for (int k = 0; k < n->n_out; k++) any |= need[n->out[k]];
-            dead[i] = !any;
-            for (int k = 0; any && k < n->n_in; k++)
-                if (n->in[k] >= 0) need[n->in[k]] = true;
-        }
-        kiln_pass_remove_nodes(m, dead);
-        st = kiln_model_finalize(m);
+        bool changed = false;
+        st = kiln_pass_dead_nodes(m, NULL, &changed);
+        if (!st) st = kiln_model_finalize(m);
     }
-    free(need);
-    free(dead);
     free(keep);
     if (st) {
         kiln_model_free(m);
