@@ -167,12 +167,12 @@ typedef struct kiln_train_view {
      * statistics, in feeds[0 .. n_feeds); its outputs the loss, then the carried state's
      * next values (outs[1 + j] is the next value of feeds[carried_feed[j]]), then the
      * updated statistics (outs[1 + n_carried + k]). The i64 scalar counters (NULL where the
-     * graph has none): optimizer steps taken, micro-steps taken (accumulation), clean steps
-     * since the loss scale last moved, skipped steps; the loss scale is scale_input. The
-     * engine reads the counters into *n after each step; the trainer writes them back. */
+     * graph has none): optimizer steps taken, clean steps since the loss scale last moved,
+     * skipped steps; the loss scale is scale_input. The engine reads the counters into *n
+     * after each step (and counts micro-steps itself); the trainer writes them back. */
     int n_feeds, n_outs, n_carried;
     const int *carried_feed;
-    kiln_tensor *step_count, *micro_count, *growth_count, *skipped_count;
+    kiln_tensor *step_count, *growth_count, *skipped_count;
 } kiln_train_view;
 
 /* A training engine: one per trainer, on its session's backend instance. */

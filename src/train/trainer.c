@@ -478,7 +478,6 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
                                 .n_carried = t->n_carried,
                                 .carried_feed = t->carried_feed,
                                 .step_count = t->step_count,
-                                .micro_count = t->micro_count,
                                 .growth_count = t->growth_count,
                                 .skipped_count = t->skipped_count};
     t->engine = kiln_session_backend(t->sess, NULL)->train;
