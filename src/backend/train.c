@@ -1,5 +1,6 @@
 /* train.c — what every backend's training engine shares (see backend.h). */
 #include "../core/backend.h"
+#include "../ops/optim_math.h" /* kiln_om_states */
 #include "../passes/passes.h"
 
 #include <stdlib.h>
@@ -15,7 +16,7 @@ const char *kiln_optimizer_name(kiln_optimizer o) {
 }
 
 int kiln_optimizer_states(const kiln_train_options *o) {
-    return o->optimizer == KILN_OPTIM_SGD ? (o->momentum != 0) : 2;
+    return kiln_om_states((int)o->optimizer, o->momentum);
 }
 
 double kiln_train_update_bytes(const kiln_train_view *v) {
