@@ -583,13 +583,11 @@ kiln_status kiln_trainer_profile(kiln_trainer *t, const kiln_tensor *images, con
     memset(out, 0, sizeof *out);
     *step_ms = 0;
     kiln_context *ctx = t->ctx;
-    const int64_t n = images->ndim ? images->dims[0] : 0;
-    if (t->n_data_inputs != 2)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_profile needs a model with two inputs (data, labels)");
-    if (images->dtype != KILN_F32 || labels->dtype != KILN_I64 || labels->ndim != 1 || labels->dims[0] != n || n < 1 ||
-        !images->data || !labels->data)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "images must be f32 (N, ...) and labels i64 (N) with N >= 1");
-    if (batch < 1 || iters < 1 || replays < 1)
+    kiln_status ast = data_set_args(t, images, labels, batch, "kiln_trainer_profile");
+    if (ast) return ast;
+    if (!images->data || !labels->data)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_profile: images and labels must hold data");
+    if (iters < 1 || replays < 1)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "profile: batch, passes and replays must be >= 1 (%lld, %d, %d)",
                          (long long)batch, iters, replays);
     return t->engine->profile(t->tr, images, labels, batch, iters, replays, out, step_ms);
