@@ -59,6 +59,7 @@
  */
 #include "core/optest.h"
 #include "cuda/cuda_backend.h"
+#include "gpu_util.h"
 #include "train/autograd.h"
 
 #include <math.h>
@@ -155,48 +156,6 @@ static kiln_tensor *converted(const kiln_tensor *t, kiln_dtype to) {
 
 /* ------------------------------------------------------------------ the CPU reference */
 
-/* infer then the CPU forward on owning tensors, random ops with run seed 0 (the device
- * draws with seed 0 too). With shapes_only, infer alone, outputs without data. */
-static kiln_status eval_ref(const kiln_node *node, int n_in, kiln_tensor **in, int n_out, kiln_tensor **out,
-                            bool shapes_only) {
-    const kiln_op_def *d = kiln_op_get(node->op);
-    kiln_tensor shapes[MAX_OUT];
-    kiln_tensor *outs[MAX_OUT];
-    memset(shapes, 0, sizeof shapes);
-    for (int k = 0; k < n_out; k++) {
-        outs[k] = &shapes[k];
-        out[k] = NULL;
-    }
-    kiln_op_ctx c = {.kctx = ctx, .node = node, .n_in = n_in, .in = in, .n_out = n_out, .out = outs};
-    kiln_clear_error(ctx);
-    kiln_status st = d ? d->infer(&c) : kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "op %s is not registered", node->op_type);
-    for (int k = 0; k < n_out && !st; k++) {
-        if (shapes_only) { /* no data */
-            out[k] = calloc(1, sizeof *out[k]);
-            if (out[k]) kiln_tensor_set_shape(out[k], shapes[k].dtype, shapes[k].ndim, shapes[k].dims);
-        } else {
-            out[k] = kiln_tensor_new(ctx, shapes[k].dtype, shapes[k].ndim, shapes[k].dims);
-        }
-        if (!out[k]) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "output %d", k);
-        outs[k] = out[k];
-    }
-    if (!st && !shapes_only) {
-        const size_t ws = d->cpu_workspace ? d->cpu_workspace(&c) : 0;
-        void *w = ws ? aligned_alloc(64, (ws + 63) & ~(size_t)63) : NULL;
-        if (ws && !w) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "workspace");
-        c.workspace = w;
-        c.workspace_size = ws;
-        if (!st) st = d->cpu_forward(&c);
-        free(w);
-    }
-    if (st)
-        for (int k = 0; k < n_out; k++) {
-            kiln_tensor_free(out[k]);
-            out[k] = NULL;
-        }
-    return st;
-}
-
 /* ------------------------------------------------------------------ compare */
 
 static void tolerances(kiln_dtype dt, const kiln_tensor *ref, double *a, double *r) {
@@ -223,91 +182,16 @@ static kiln_dtype lower(kiln_dtype a, kiln_dtype b) {
     return a;
 }
 
-/* 0 when got matches want (dims equal; dtypes may differ) within tolerance. */
+/* 0 when got matches want within tolerance (gpu_compare); the share of the error budget
+ * a passing compare used goes into case_budget. */
 static int compare(const kiln_tensor *got, const kiln_tensor *want, double atol, double rtol, const char *label) {
-    const int64_t n = kiln_tensor_numel(want);
-    const bool fl = kiln_dtype_is_float(want->dtype) || kiln_dtype_is_float(got->dtype);
-    int64_t bad = 0, first = -1;
-    double max_abs = 0, budget = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (fl) {
-            const double g = kiln_get_f64(got, i), w = kiln_get_f64(want, i);
-            const double err = fabs(g - w), tol = atol + rtol * fabs(w);
-            bool ok;
-            if (isnan(w)) ok = isnan(g);
-            else if (isinf(w)) ok = g == w;
-            else ok = !isnan(g) && err <= tol;
-            if (!isinf(w) && !isnan(err)) {
-                if (err > max_abs) max_abs = err;
-                const double used = tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
-                if (used > budget) budget = used;
-            }
-            if (!ok && bad++ == 0) first = i;
-        } else if (kiln_get_i64(got, i) != kiln_get_i64(want, i)) {
-            if (bad++ == 0) first = i;
-        }
-    }
-    char shape[160];
-    kiln_shape_str(want, shape, sizeof shape);
-    if (bad) {
-        printf("FAIL %s: %s, %lld of %lld elements differ; first at %lld: got %.9g want %.9g "
-               "(max abs err %.3g, atol %.2g rtol %.2g)\n",
-               label, shape, (long long)bad, (long long)n, (long long)first, kiln_get_f64(got, first),
-               kiln_get_f64(want, first), max_abs, atol, rtol);
-        return 1;
-    }
-    if (verbose)
-        printf("ok   %s: %s, max abs err %.3g, %.0f%% of error budget\n", label, shape, max_abs, budget * 100);
-    if (budget > case_budget) case_budget = budget;
+    double used = 0;
+    if (gpu_compare(got, want, atol, rtol, label, true, verbose, &used)) return 1;
+    if (used > case_budget) case_budget = used;
     return 0;
 }
 
 /* ------------------------------------------------------------------ the cuda backend */
-
-/* --dry-run: the source generated for c compiles with NVRTC for sm_90 (each distinct
- * source once). */
-static bool generated_compiles(kiln_op_ctx *c) {
-    static uint64_t seen[1024];
-    static int n_seen;
-    char *src = NULL;
-    int n_opts = 0;
-    const char *const *opts = NULL;
-    if (kiln_cuda_fused_source(c, &src, &n_opts, &opts)) return false;
-    uint64_t h = 1469598103934665603ull;
-    for (const char *q = src; *q; q++) h = (h ^ (unsigned char)*q) * 1099511628211ull;
-    bool ok = true, known = false;
-    for (int i = 0; i < n_seen && !known; i++) known = seen[i] == h;
-    if (!known) {
-        char *cubin = NULL;
-        size_t size = 0;
-        ok = kiln_cuda_rtc_compile(ctx, "fused.cu", src, 9, 0, n_opts, opts, &cubin, &size) == KILN_OK && size > 0;
-        free(cubin);
-        if (ok && n_seen < 1024) seen[n_seen++] = h;
-    }
-    free(src);
-    return ok;
-}
-
-/* Device copy of host tensor h (NCHW) laid out as fmt, `offset` bytes past a 256-byte
- * boundary; data uploaded unless upload is false. */
-static kiln_status device_copy(const kiln_tensor *h, size_t offset, bool upload, kiln_format fmt, kiln_tensor *d) {
-    *d = *h;
-    d->owns_data = false;
-    d->format = fmt;
-    const size_t bytes = kiln_tensor_nbytes(h);
-    void *p = NULL;
-    kiln_status st = kiln_cuda_arena_alloc(cu, bytes + offset + 16, &p);
-    if (st) return st;
-    d->data = (char *)p + offset;
-    if (!upload || !bytes) return st;
-    if (fmt == KILN_FORMAT_NCHW) return kiln_cuda_upload(cu, d->data, h->data, bytes);
-    void *tmp = malloc(bytes);
-    if (!tmp) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "staging");
-    kiln_layout_convert(h, tmp, KILN_FORMAT_NHWC);
-    st = kiln_cuda_upload(cu, d->data, tmp, bytes);
-    free(tmp);
-    return st;
-}
 
 /* Layouts: bit i (i < MAX_IN) lays 4-D input i out NHWC, NHWC_OUT every 4-D output. */
 #define NHWC_OUT (1u << 30)
@@ -346,7 +230,7 @@ static bool backend_supports(const kiln_node *node, int n_in, kiln_tensor **in, 
         snprintf(why, wn, "%s", kiln_context_message(ctx));
         return false;
     }
-    if (!cu && strcmp(node->op_type, "FusedElementwise") == 0 && !generated_compiles(&c)) {
+    if (!cu && strcmp(node->op_type, "FusedElementwise") == 0 && !gpu_generated_compiles(ctx, &c)) {
         snprintf(why, wn, "generated source does not compile: %s", kiln_context_message(ctx));
         return false; /* reported as a failure by the caller: supports said yes */
     }
@@ -362,14 +246,14 @@ static int device_run(const kiln_node *node, int n_in, kiln_tensor **in, int n_o
     kiln_cuda_arena_reset(cu);
     for (int i = 0; i < n_in; i++) {
         if (!in[i]) continue;
-        if (device_copy(in[i], misalign ? kiln_dtype_size(in[i]->dtype) : 0, true, fmt_in(layout, i, in[i]), &din[i])) {
+        if (gpu_device_copy(cu, ctx, in[i], misalign ? kiln_dtype_size(in[i]->dtype) : 0, true, fmt_in(layout, i, in[i]), &din[i])) {
             printf("FAIL %s: upload: %s\n", label, kiln_context_message(ctx));
             return 1;
         }
         dinp[i] = &din[i];
     }
     for (int k = 0; k < n_out; k++) {
-        if (device_copy(shape_out[k], misalign ? kiln_dtype_size(shape_out[k]->dtype) : 0, false,
+        if (gpu_device_copy(cu, ctx, shape_out[k], misalign ? kiln_dtype_size(shape_out[k]->dtype) : 0, false,
                         fmt_out(layout, shape_out[k]), &dout[k]) ||
             kiln_cuda_fill_bytes(cu, dout[k].data, 0xFF, kiln_tensor_nbytes(shape_out[k]))) {
             printf("FAIL %s: output buffer: %s\n", label, kiln_context_message(ctx));
@@ -552,7 +436,7 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
                 free_all(ref, n_in);
                 break;
             }
-            if (eval_ref(node, n_in, dev, n_out, dshape, true) != KILN_OK) {
+            if (gpu_eval_ref(ctx, node, n_in, dev, n_out, dshape, 0, true) != KILN_OK) {
                 snprintf(why, sizeof why, "CPU infer rejects the inputs in %s: %s", dtname, kiln_context_message(ctx));
             } else {
                 n_lay = pick_layouts(node, n_in, dev, n_out, dshape, layouts, why, sizeof why);
@@ -581,7 +465,7 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
         }
         /* the reference on the same (rounded) values */
         snprintf(lab, sizeof lab, "%s %s %s%s", key, label, dtname, grad ? " (gradient graph)" : "");
-        if (eval_ref(node, n_in, ref, n_out, rout, false) != KILN_OK) {
+        if (gpu_eval_ref(ctx, node, n_in, ref, n_out, rout, 0, false) != KILN_OK) {
             printf("FAIL %s: the CPU reference failed: %s\n", lab, kiln_context_message(ctx));
             tally(key, dtname, C_FAIL, false, grad, NULL);
             goto done;
@@ -721,7 +605,7 @@ static void sweep_gradients(const kiln_node *node, int n_in, kiln_tensor *const 
         kiln_tensor *nin[MAX_IN] = {0}, *nout[MAX_OUT] = {0};
         if (nd->op < 0 || nd->n_in > MAX_IN || nd->n_out > MAX_OUT) goto out;
         for (int i = 0; i < nd->n_in; i++) nin[i] = nd->in[i] >= 0 ? vals[nd->in[i]] : NULL;
-        if (eval_ref(nd, nd->n_in, nin, nd->n_out, nout, false) != KILN_OK) {
+        if (gpu_eval_ref(ctx, nd, nd->n_in, nin, nd->n_out, nout, 0, false) != KILN_OK) {
             printf("FAIL %s: the CPU gradient graph failed at %s: %s\n", label, nd->op_type,
                    kiln_context_message(ctx));
             failed++;

@@ -59,6 +59,7 @@
 #include "core/plan.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_plan.h"
+#include "gpu_util.h"
 #include "passes/passes.h"
 #include "ops/unary.h"
 #include "train/trainer_internal.h"
@@ -154,37 +155,7 @@ static kiln_tensor *make_input(const inp *s, kiln_dtype case_dt, uint64_t seed) 
 /* 0 when got matches want within tolerance (printing one line either way). */
 static int compare(const kiln_tensor *got, const kiln_tensor *want, double atol, double rtol,
                    const char *label) {
-    const int64_t n = kiln_tensor_numel(want);
-    const bool fl = kiln_dtype_is_float(want->dtype);
-    int64_t bad = 0, first = -1;
-    double max_abs = 0, budget = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (fl) {
-            const double g = kiln_get_f64(got, i), w = kiln_get_f64(want, i);
-            const double err = fabs(g - w), tol = atol + rtol * fabs(w);
-            /* NaN (the poison, or a NaN reference) never passes */
-            const bool ok = !isnan(g) && !isnan(w) && (err <= tol || (isinf(w) && g == w));
-            if (!isinf(w) && !isnan(err)) {
-                if (err > max_abs) max_abs = err;
-                const double used = tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
-                if (used > budget) budget = used;
-            }
-            if (!ok && bad++ == 0) first = i;
-        } else if (kiln_get_i64(got, i) != kiln_get_i64(want, i)) {
-            if (bad++ == 0) first = i;
-        }
-    }
-    char shape[160];
-    kiln_shape_str(want, shape, sizeof shape);
-    if (bad) {
-        printf("FAIL %s: %s, %lld of %lld elements differ; first at %lld: got %.9g want %.9g "
-               "(max abs err %.3g, atol %.2g rtol %.2g)\n",
-               label, shape, (long long)bad, (long long)n, (long long)first, kiln_get_f64(got, first),
-               kiln_get_f64(want, first), max_abs, atol, rtol);
-        return 1;
-    }
-    printf("ok   %s: %s, max abs err %.3g, %.0f%% of error budget\n", label, shape, max_abs, budget * 100);
-    return 0;
+    return gpu_compare(got, want, atol, rtol, label, false, true, NULL);
 }
 
 /* ------------------------------------------------------------------ one case */
@@ -215,27 +186,6 @@ static void tolerances(kiln_dtype dt, double atol, double rtol, const kiln_tenso
     *a += atol_scale * factor * max_ref;
 }
 
-/* Device copy of host tensor h (shape, dtype; data uploaded unless upload is false) at
- * `offset` bytes past a 256-byte boundary, laid out as fmt (h is NCHW). */
-static kiln_status device_copy(const kiln_tensor *h, size_t offset, bool upload, kiln_format fmt, kiln_tensor *d) {
-    *d = *h;
-    d->owns_data = false;
-    d->format = fmt;
-    const size_t bytes = kiln_tensor_nbytes(h);
-    void *p = NULL;
-    kiln_status st = kiln_cuda_arena_alloc(cu, bytes + offset + 16, &p);
-    if (st) return st;
-    d->data = (char *)p + offset;
-    if (!upload || !bytes) return st;
-    if (fmt == KILN_FORMAT_NCHW) return kiln_cuda_upload(cu, d->data, h->data, bytes);
-    void *tmp = malloc(bytes);
-    if (!tmp) return KILN_ERR_OUT_OF_MEMORY;
-    kiln_layout_convert(h, tmp, KILN_FORMAT_NHWC);
-    st = kiln_cuda_upload(cu, d->data, tmp, bytes);
-    free(tmp);
-    return st;
-}
-
 static kiln_format fmt_for(unsigned bit, int ndim) {
     return (layout & bit) && ndim == 4 ? KILN_FORMAT_NHWC : KILN_FORMAT_NCHW;
 }
@@ -259,60 +209,6 @@ static const char *tensor_attr_name;
 static int device_runs;
 static kiln_tensor **keep_out;
 static int keep_index;
-
-/* The CPU reference on owning tensors: kiln_op_eval with a run seed. */
-static kiln_status eval_ref(const kiln_node *node, int n_in, kiln_tensor **in, int n_out, kiln_tensor **out,
-                            uint64_t seed) {
-    const kiln_op_def *d = kiln_op_get(node->op);
-    kiln_tensor shapes[4];
-    kiln_tensor *outs[4];
-    memset(shapes, 0, sizeof shapes);
-    for (int k = 0; k < n_out; k++) {
-        outs[k] = &shapes[k];
-        out[k] = NULL;
-    }
-    kiln_op_ctx c = {.kctx = ctx, .node = node, .n_in = n_in, .in = in, .n_out = n_out, .out = outs, .seed = seed};
-    kiln_clear_error(ctx);
-    kiln_status st = d->infer(&c);
-    for (int k = 0; k < n_out && !st; k++) {
-        out[k] = kiln_tensor_new(ctx, shapes[k].dtype, shapes[k].ndim, shapes[k].dims);
-        if (!out[k]) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "output %d", k);
-        outs[k] = out[k];
-    }
-    const size_t ws = st || !d->cpu_workspace ? 0 : d->cpu_workspace(&c);
-    void *w = ws ? aligned_alloc(64, (ws + 63) & ~(size_t)63) : NULL;
-    if (ws && !w) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "workspace");
-    c.workspace = w;
-    c.workspace_size = ws;
-    if (!st) st = d->cpu_forward(&c);
-    free(w);
-    return st;
-}
-
-/* --dry-run: the source generated for c compiles with NVRTC for sm_90 (each distinct
- * source once). */
-static bool generated_compiles(kiln_op_ctx *c) {
-    static uint64_t seen[1024];
-    static int n_seen;
-    char *src = NULL;
-    int n_opts = 0;
-    const char *const *opts = NULL;
-    if (kiln_cuda_fused_source(c, &src, &n_opts, &opts)) return false;
-    uint64_t h = 1469598103934665603ull;
-    for (const char *q = src; *q; q++) h = (h ^ (unsigned char)*q) * 1099511628211ull;
-    bool ok = true;
-    bool known = false;
-    for (int i = 0; i < n_seen && !known; i++) known = seen[i] == h;
-    if (!known) {
-        char *cubin = NULL;
-        size_t size = 0;
-        ok = kiln_cuda_rtc_compile(ctx, "fused.cu", src, 9, 0, n_opts, opts, &cubin, &size) == KILN_OK && size > 0;
-        free(cubin);
-        if (ok && n_seen < 1024) seen[n_seen++] = h;
-    }
-    free(src);
-    return ok;
-}
 
 /* One case on ready host tensors (freed here): the node op (ONNX, or "kiln.<name>" for
  * kiln's internal ops) with n_in inputs (NULL: missing) and n_outputs outputs, the CPU
@@ -364,7 +260,7 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
     }
     /* the reference */
     if (case_compose ? case_compose(&node, n_in, in, dt, &ref[0]) != KILN_OK
-                     : eval_ref(&node, n_in, in, n_out, ref, run_seed) != KILN_OK) {
+                     : gpu_eval_ref(ctx, &node, n_in, in, n_out, ref, run_seed, false) != KILN_OK) {
         fail(lab, "the CPU reference failed: %s", kiln_context_message(ctx));
         goto done;
     }
@@ -374,7 +270,7 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
         snprintf(lab2, sizeof lab2, "%s: CPU %s vs the composition", lab, op);
         double a, r;
         tolerances(dt, atol, rtol, ref[0], &a, &r);
-        if (eval_ref(&node, n_in, in, 1, &own, run_seed) != KILN_OK) fail(lab2, "%s", kiln_context_message(ctx));
+        if (gpu_eval_ref(ctx, &node, n_in, in, 1, &own, run_seed, false) != KILN_OK) fail(lab2, "%s", kiln_context_message(ctx));
         else if (compare(own, ref[0], a, r, lab2)) failed++;
         else passed++;
         kiln_tensor_free(own);
@@ -400,7 +296,7 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
                          .host_in = in};
         if (kiln_cuda_supports(&c) != KILN_OK) {
             fail(lab, "%s", kiln_context_message(ctx));
-        } else if (strcmp(op, "kiln.FusedElementwise") == 0 && !generated_compiles(&c)) {
+        } else if (strcmp(op, "kiln.FusedElementwise") == 0 && !gpu_generated_compiles(ctx, &c)) {
             fail(lab, "generated source: %s", kiln_context_message(ctx));
         } else {
             printf("ok   %s: CPU reference and CUDA supports agree (dry run)\n", lab);
@@ -412,14 +308,14 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
     for (int i = 0; i < n_in; i++) {
         if (!in[i]) continue;
         const size_t off = misalign ? kiln_dtype_size(in[i]->dtype) : 0;
-        if (device_copy(in[i], off, true, fmt_for(NHWC_IN(i), in[i]->ndim), &din[i])) {
+        if (gpu_device_copy(cu, ctx, in[i], off, true, fmt_for(NHWC_IN(i), in[i]->ndim), &din[i])) {
             fail(lab, "upload: %s", kiln_context_message(ctx));
             goto done;
         }
         dinp[i] = &din[i];
     }
     for (int k = 0; k < n_out; k++) {
-        if (device_copy(ref[k], misalign ? kiln_dtype_size(ref[k]->dtype) : 0, false,
+        if (gpu_device_copy(cu, ctx, ref[k], misalign ? kiln_dtype_size(ref[k]->dtype) : 0, false,
                         fmt_for(NHWC_OUT, ref[k]->ndim), &dout[k]) ||
             kiln_cuda_fill_bytes(cu, dout[k].data, 0xFF, kiln_tensor_nbytes(ref[k]))) {
             fail(lab, "output buffer: %s", kiln_context_message(ctx));
@@ -1315,7 +1211,7 @@ static void fused_static_checks(void) {
     fused_node(&node, "i0 i1 Mul Sigmoid", 2);
     kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = 2, .in = in2, .n_out = 1, .out = out2};
     char *src = NULL;
-    bool ok = kiln_cuda_supports(&c) == KILN_OK && generated_compiles(&c);
+    bool ok = kiln_cuda_supports(&c) == KILN_OK && gpu_generated_compiles(ctx, &c);
     if (ok && kiln_cuda_fused_source(&c, &src, &(int){0}, &(const char *const *){NULL}) == KILN_OK)
         ok = strstr(src, "typedef long long IDX;") != NULL;
     check(ok, "kiln.FusedElementwise with 6.4e9 outputs generates 64-bit indexing that compiles",
@@ -2090,11 +1986,11 @@ static void rng_checks(void) {
                            kt_scalar(KILN_BOOL, 1)};
     kiln_tensor din[3], dy, dm;
     kiln_tensor *dinp[3] = {&din[0], &din[1], &din[2]}, *doutp[2] = {&dy, &dm};
-    for (int i = 0; i < 3 && !st; i++) st = device_copy(hin[i], 0, true, KILN_FORMAT_NCHW, &din[i]);
+    for (int i = 0; i < 3 && !st; i++) st = gpu_device_copy(cu, ctx, hin[i], 0, true, KILN_FORMAT_NCHW, &din[i]);
     kiln_tensor *ref[2] = {0};
-    if (!st) st = eval_ref(&node, 3, hin, 2, ref, base);
-    if (!st) st = device_copy(ref[0], 0, false, KILN_FORMAT_NCHW, &dy);
-    if (!st) st = device_copy(ref[1], 0, false, KILN_FORMAT_NCHW, &dm);
+    if (!st) st = gpu_eval_ref(ctx, &node, 3, hin, 2, ref, base, false);
+    if (!st) st = gpu_device_copy(cu, ctx, ref[0], 0, false, KILN_FORMAT_NCHW, &dy);
+    if (!st) st = gpu_device_copy(cu, ctx, ref[1], 0, false, KILN_FORMAT_NCHW, &dm);
     kiln_tensor_free(ref[0]);
     kiln_tensor_free(ref[1]);
     const int64_t zero = 0;
@@ -2120,7 +2016,7 @@ static void rng_checks(void) {
         kiln_tensor *want[2] = {0};
         all = cudaGraphLaunch(exec, sm) == cudaSuccess && gy && gm &&
               !kiln_cuda_download(cu, gy->data, dy.data, 8000) && !kiln_cuda_download(cu, gm->data, dm.data, 2000) &&
-              !eval_ref(&node, 3, hin, 2, want, base + (uint64_t)k);
+              !gpu_eval_ref(ctx, &node, 3, hin, 2, want, base + (uint64_t)k, false);
         all = all && memcmp(gy->data, want[0]->data, 8000) == 0 && memcmp(gm->data, want[1]->data, 2000) == 0;
         kiln_tensor_free(want[0]);
         kiln_tensor_free(want[1]);
