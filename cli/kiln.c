@@ -17,7 +17,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <unistd.h>
 
 #define MAX_IO 64
 
