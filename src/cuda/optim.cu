@@ -242,8 +242,15 @@ __global__ void optimizer_kernel(const kiln_cuda_optim_entry *table, int n, int6
     /* a skipped step (inf/NaN gradients) updates nothing, but still ends the step */
     const bool skip = state->found_inf != 0;
     StepConst k;
-    k.s = kiln_om_step_lr(&h.o, state->lr, state->step);
+    k.s.lr = state->lr;
+    k.s.first = state->step == 0;
     k.inv_scale = h.unscale ? __double2float_rn(1.0 / (double)state->loss_scale) : 1.f;
+    k.s.bc1 = k.s.bc2 = 1;
+    if (h.o.opt == KILN_OPTIM_ADAM || h.o.opt == KILN_OPTIM_ADAMW) {
+        const double t = (double)(state->step + 1);
+        k.s.bc1 = 1.0 - pow((double)h.o.b1, t);
+        k.s.bc2 = 1.0 - pow((double)h.o.b2, t);
+    }
     update_chunks<G, C>(table, n, chunks, h, k, skip ? chunks : blockIdx.x);
     if constexpr (TAIL) {
         __shared__ bool last;

@@ -84,11 +84,9 @@ typedef struct kiln_om_step {
     double bc1, bc2; /* Adam: 1 - beta^(step + 1) */
 } kiln_om_step;
 
-/* The step's constants with its learning rate given (the fused CUDA update reads it from
- * the device state). */
-KILN_OM_FN kiln_om_step kiln_om_step_lr(const kiln_om_hyper *h, float lr, int64_t step) {
+KILN_OM_FN kiln_om_step kiln_om_step_at(const kiln_om_hyper *h, const kiln_om_schedule *s, int64_t step) {
     kiln_om_step k;
-    k.lr = lr;
+    k.lr = kiln_om_lr_at(s, step);
     k.first = step == 0;
     k.bc1 = k.bc2 = 1;
     if (h->opt == KILN_OM_ADAM || h->opt == KILN_OM_ADAMW) {
@@ -96,10 +94,6 @@ KILN_OM_FN kiln_om_step kiln_om_step_lr(const kiln_om_hyper *h, float lr, int64_
         k.bc2 = 1 - pow((double)h->b2, (double)(step + 1));
     }
     return k;
-}
-
-KILN_OM_FN kiln_om_step kiln_om_step_at(const kiln_om_hyper *h, const kiln_om_schedule *s, int64_t step) {
-    return kiln_om_step_lr(h, kiln_om_lr_at(s, step), step);
 }
 
 /* Optimizer state per element: SGD with momentum: s0 the momentum buffer; Adam / AdamW:
