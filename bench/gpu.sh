@@ -25,6 +25,19 @@
 #   loss    bench/loss_vs_torch.py: kiln's losses against PyTorch's from the same weights
 #   diag    bench/diag_fp16.py: a torchvision model (DIAG_MODEL, default mobilenet_v2) in
 #           fp16, pass by pass, against fp32
+#   sanitize  the GPU op sweep (test_backend_ops) under compute-sanitizer, once per tool of
+#           SANITIZE_TOOLS (default "memcheck racecheck initcheck synccheck"), on the ops of
+#           SANITIZE_OPS (default all; names as the sweep prints them, space-separated).
+#           --nvtx=yes: the sweep's tensors are NVTX regions of the arena (kiln_cuda_arena_alloc),
+#           so memcheck sees an access past one tensor into the next. A tool's report (its
+#           ERROR SUMMARY and first errors) is printed; the exit status is non-zero if any
+#           tool reports an error or the sweep fails under it. Build with
+#           -DCMAKE_CUDA_FLAGS=-lineinfo for file:line in the reports. First a planted
+#           out-of-bounds access (test_backend_ops --canary) must be reported by memcheck.
+#           Each tool's reports are attributed to kernels; racecheck reports that are all in
+#           closed NVIDIA library kernels (LIB_KERNELS, a regex) are listed, not failed
+#           (bench/NOTES.md, "compute-sanitizer"). (--kernel-name-exclude is no way out:
+#           with it racecheck hit "Internal Sanitizer Error" on the sweep.)
 # Environment: K=.carry/kiln (the pack, or a build directory), DATA=.carry/data,
 # R50=/tmp/r50.onnx. Full logs go to $OUT/gpu-logs.tar.gz; the summary is printed.
 set -uo pipefail
@@ -138,10 +151,58 @@ part_diag() {
     grep -v Warn | grep -v torch.onnx.export || rc=1
 }
 
+part_sanitize() {
+  local cs sweep tool log t0 extra ops
+  # kernels of NVIDIA's closed libraries (cuBLASLt's Hopper GEMMs are nvjet_*): racecheck
+  # reports in them are shown and counted, but are not kiln's to fix
+  local LIB_KERNELS=${LIB_KERNELS:-nvjet_|sm90_xmma|cutlass|cudnn|xmma_}
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null) ||
+    { echo "sanitize: no compute-sanitizer on this machine"; rc=1; return; }
+  sweep=$(kiln_unpack "$K" test_backend_ops) || { rc=1; return; }
+  read -r -a ops <<< "${SANITIZE_OPS:-}"
+  # The planted write one float past a tensor must be seen, or a clean sweep proves nothing.
+  "$cs" --tool memcheck --nvtx=yes --error-exitcode 86 "$sweep" --canary > "$LOGS/sanitize-canary.log" 2>&1
+  if [ $? -eq 86 ] && grep -qE "Invalid __global__ (read|write)" "$LOGS/sanitize-canary.log"; then
+    echo "== canary: memcheck reports the planted out-of-bounds access: $(grep -m1 -o 'is [0-9]* bytes after the nearest allocation .*' "$LOGS/sanitize-canary.log")"
+  else
+    echo "== canary: memcheck did NOT report the planted write: the sanitizer cannot see the arena"; rc=1
+    tail -20 "$LOGS/sanitize-canary.log"
+  fi
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
+    log=$LOGS/sanitize-$tool.log
+    extra=(--print-limit 50)
+    case $tool in
+    memcheck) extra+=(--leak-check full) ;;
+    racecheck) extra=(--racecheck-report all --print-limit 100000) ;;
+    esac
+    t0=$(date +%s)
+    "$cs" --tool "$tool" --nvtx=yes --error-exitcode 86 "${extra[@]}" \
+      "$sweep" "${ops[@]}" > "$log" 2>&1
+    local st=$?
+    echo "== compute-sanitizer --tool $tool: exit $st, $(( $(date +%s) - t0 )) s; sweep: $(grep -E '^[0-9]+ passed' "$log" | tail -1)"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$log" | tail -3
+    # which kernels the reports are in: kiln's own, or a closed library's (LIB_KERNELS)
+    grep -oE "^=========     (Read|Write) Thread \([0-9,]+\) at .*\+0x|^=========     at .*\+0x" "$log" |
+      sed -E 's/^=========     ((Read|Write) Thread \([0-9,]+\) )?at //; s/\+0x$//' | sort | uniq -c | sort -rn > "$log.kernels"
+    head -12 "$log.kernels"
+    if [ $st -ne 0 ]; then
+      if [ "$tool" = racecheck ] && [ -s "$log.kernels" ] && ! grep -qvE "^ *[0-9]+ ($LIB_KERNELS)" "$log.kernels" &&
+        ! grep -q "^FAIL" "$log"; then
+        echo "   every report is in a library kernel ($LIB_KERNELS), none in kiln's; values before/after each reported access:"
+        grep -oE "Current Value : [0-9]+, Incoming Value : [0-9]+" "$log" | awk '{sub(",", "", $4); print ($4 == $8 ? "equal" : "different")}' | sort | uniq -c
+      else
+        rc=1
+        grep -E -A8 "^========= (Invalid|Uninitialized|Race|Barrier|Program hit|Error|Leaked|Warning|Internal)" "$log" | head -60
+        grep -E "^FAIL" "$log" | head -10
+      fi
+    fi
+  done
+}
+
 for part in "$@"; do
   case $part in
-  tests | r50 | train | torch | side | gelu | loss | diag) "part_$part" ;;
-  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side gelu loss diag)" >&2; rc=2 ;;
+  tests | r50 | train | torch | side | gelu | loss | diag | sanitize) "part_$part" ;;
+  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side gelu loss diag sanitize)" >&2; rc=2 ;;
   esac
 done
 tar -czf "$O/gpu-logs.tar.gz" -C "$LOGS" . 2>/dev/null

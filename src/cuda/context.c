@@ -158,6 +158,15 @@ static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
     if (o->arena_bytes) {
         KILN_CUDA_CHECK(ctx, cudaMalloc(&cu->arena, o->arena_bytes));
         cu->arena_bytes = o->arena_bytes;
+        cu->nvtx = nvtxDomainCreateA("kiln");
+        nvtxMemVirtualRangeDesc_t range = {.ptr = cu->arena, .size = cu->arena_bytes};
+        nvtxMemHeapDesc_t heap = {.extCompatID = NVTX_EXT_COMPATID_MEM,
+                                  .structSize = sizeof heap,
+                                  .usage = NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR,
+                                  .type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS,
+                                  .typeSpecificDescSize = sizeof range,
+                                  .typeSpecificDesc = &range};
+        cu->arena_heap = nvtxMemHeapRegister(cu->nvtx, &heap);
     }
     if (o->workspace_bytes) {
         KILN_CUDA_CHECK(ctx, cudaMalloc(&cu->workspace, o->workspace_bytes));
@@ -205,6 +214,8 @@ void kiln_cuda_free(kiln_cuda *cu) {
     if (cu->dnn) cudnnDestroy(cu->dnn);
     if (cu->lt) cublasLtDestroy(cu->lt);
     kiln_cuda_fused_cache_free(cu);
+    if (cu->arena_heap) nvtxMemHeapUnregister(cu->nvtx, cu->arena_heap);
+    if (cu->nvtx) nvtxDomainDestroy(cu->nvtx);
     if (cu->arena) cudaFree(cu->arena);
     if (cu->workspace) cudaFree(cu->workspace);
     if (cu->flag) cudaFree(cu->flag);
@@ -272,19 +283,38 @@ kiln_status kiln_cuda_lt(kiln_cuda *cu, kiln_context *ctx, cublasLtHandle_t *out
 
 /* ----------------------------------------------------------------- memory */
 
-kiln_status kiln_cuda_arena_alloc(kiln_cuda *cu, size_t bytes, void **out) {
+kiln_status kiln_cuda_arena_alloc_at(kiln_cuda *cu, size_t offset, size_t bytes, void **out) {
     *out = NULL;
-    size_t need = (bytes + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
-    if (need < bytes || need > cu->arena_bytes - cu->arena_used)
+    const size_t span = offset + bytes;
+    size_t need = (span + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+    if (span < bytes || need < span || need > cu->arena_bytes - cu->arena_used)
         return kiln_fail(cu->ctx, KILN_ERR_OUT_OF_MEMORY,
                          "the CUDA arena of %zu bytes has %zu free, %zu were asked for",
-                         cu->arena_bytes, cu->arena_bytes - cu->arena_used, bytes);
-    *out = (char *)cu->arena + cu->arena_used;
+                         cu->arena_bytes, cu->arena_bytes - cu->arena_used, span);
+    *out = (char *)cu->arena + cu->arena_used + offset;
     cu->arena_used += need;
+    if (bytes) { /* exactly the bytes asked for: the offset before them and the padding after are not theirs */
+        nvtxMemVirtualRangeDesc_t range = {.ptr = *out, .size = bytes};
+        nvtxMemRegionsRegisterBatch_t batch = {.extCompatID = NVTX_EXT_COMPATID_MEM,
+                                               .structSize = sizeof batch,
+                                               .regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS,
+                                               .heap = cu->arena_heap,
+                                               .regionCount = 1,
+                                               .regionDescElementSize = sizeof range,
+                                               .regionDescElements = &range};
+        nvtxMemRegionsRegister(cu->nvtx, &batch);
+    }
     return KILN_OK;
 }
 
-void kiln_cuda_arena_reset(kiln_cuda *cu) { cu->arena_used = 0; }
+kiln_status kiln_cuda_arena_alloc(kiln_cuda *cu, size_t bytes, void **out) {
+    return kiln_cuda_arena_alloc_at(cu, 0, bytes, out);
+}
+
+void kiln_cuda_arena_reset(kiln_cuda *cu) {
+    cu->arena_used = 0;
+    if (cu->arena_heap) nvtxMemHeapReset(cu->nvtx, cu->arena_heap);
+}
 
 kiln_status kiln_cuda_workspace_reserve(kiln_cuda *cu, size_t bytes) {
     if (bytes <= cu->workspace_bytes) return KILN_OK;

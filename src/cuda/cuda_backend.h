@@ -173,6 +173,10 @@ kiln_status kiln_cuda_use_stream(kiln_cuda *cu, int i);
 /* The arena: kiln_cuda_arena_alloc is a bump allocator over it (256-byte aligned) for
  * tests and simple callers, and kiln_cuda_arena_reset forgets everything it handed out. */
 kiln_status kiln_cuda_arena_alloc(kiln_cuda *cu, size_t bytes, void **out);
+/* The same, `offset` bytes past a 256-byte boundary (tests of misaligned pointers). Each
+ * block is registered as an NVTX memory region of exactly `bytes`, so compute-sanitizer
+ * --nvtx=yes reports any access outside the blocks handed out. */
+kiln_status kiln_cuda_arena_alloc_at(kiln_cuda *cu, size_t offset, size_t bytes, void **out);
 void kiln_cuda_arena_reset(kiln_cuda *cu);
 
 /* The workspace: grown (never shrunk) to at least bytes; its contents are lost when it

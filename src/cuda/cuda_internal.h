@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <nvrtc.h>
+#include <nvtx3/nvToolsExtMem.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,6 +65,11 @@ struct kiln_cuda {
 
     void *arena;
     size_t arena_bytes, arena_used;
+    /* The arena as an NVTX memory pool: each kiln_cuda_arena_alloc registers its bytes, so
+     * compute-sanitizer's memcheck (--nvtx=yes) flags accesses between or past them, not
+     * only past the arena's end. NVTX calls cost a pointer test when no tool is attached. */
+    nvtxDomainHandle_t nvtx;
+    nvtxMemHeapHandle_t arena_heap;
     void *workspace;
     size_t workspace_bytes;
 

@@ -94,9 +94,9 @@ kiln_status gpu_device_copy(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor 
     d->format = fmt;
     const size_t bytes = kiln_tensor_nbytes(h);
     void *p = NULL;
-    kiln_status st = kiln_cuda_arena_alloc(cu, bytes + offset + 16, &p);
+    kiln_status st = kiln_cuda_arena_alloc_at(cu, offset, bytes, &p);
     if (st) return st;
-    d->data = (char *)p + offset;
+    d->data = p;
     if (!upload || !bytes) return st;
     if (fmt == KILN_FORMAT_NCHW) return kiln_cuda_upload(cu, d->data, h->data, bytes);
     void *tmp = malloc(bytes);

@@ -645,6 +645,28 @@ static void on_case(const kiln_node *node, int n_in, kiln_tensor *const *in, int
     sweep_gradients(&n, n_in, in, n_out, label);
 }
 
+/* ------------------------------------------------------------------ canary */
+
+/* --canary: Relu over 101 floats whose buffers hold 100, a planted out-of-bounds write one
+ * element past a tensor into the arena's alignment padding. Run alone it passes; under
+ * compute-sanitizer --tool memcheck --nvtx=yes it must be reported (bench/gpu.sh sanitize
+ * checks that it is, or a clean sweep would prove nothing). */
+static int canary(void) {
+    kiln_node node = {.op_type = (char *)"Relu", .name = (char *)"canary", .domain = (char *)"",
+                      .op = kiln_op_index("Relu"), .opset = 14, .n_in = 1, .n_out = 1};
+    kiln_tensor x = {.dtype = KILN_F32, .ndim = 1, .dims = {101}}, y = x;
+    kiln_cuda_arena_reset(cu);
+    kiln_status st = kiln_cuda_arena_alloc(cu, 100 * sizeof(float), &x.data);
+    if (!st) st = kiln_cuda_arena_alloc(cu, 100 * sizeof(float), &y.data);
+    if (!st) st = kiln_cuda_fill_bytes(cu, x.data, 0, 100 * sizeof(float));
+    kiln_tensor *in = &x, *out = &y;
+    kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = 1, .in = &in, .n_out = 1, .out = &out};
+    if (!st) st = kiln_cuda_run(cu, &c);
+    if (!st) st = kiln_cuda_sync(cu);
+    printf("canary: Relu wrote 101 floats into a 100-float region: %s\n", st ? kiln_context_message(ctx) : "ran");
+    return st != KILN_OK;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static int cmp_rows(const void *a, const void *b) {
@@ -655,10 +677,11 @@ static int cmp_rows(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
-    bool dry = false;
+    bool dry = false, want_canary = false;
     int n_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--record") == 0) dry = true;
+        else if (strcmp(argv[i], "--canary") == 0) want_canary = true;
         else if (strcmp(argv[i], "-v") == 0) verbose = true;
         else n_only++;
     }
@@ -668,6 +691,12 @@ int main(int argc, char **argv) {
         printf("0 passed, 1 failed\n");
         kiln_context_free(ctx);
         return 1;
+    }
+    if (want_canary) {
+        const int r = cu ? canary() : 1;
+        kiln_cuda_free(cu);
+        kiln_context_free(ctx);
+        return r;
     }
     if (cu) {
         const kiln_cuda_props *p = kiln_cuda_get_props(cu);
