@@ -1,5 +1,5 @@
 /* npy.c — NumPy .npy read and write (format versions 1.0, 2.0, 3.0; C order; little-endian
- * numeric and bool dtypes). Every header field is checked: a malformed file is an error. */
+ * numeric and bool dtypes). Loading is strict (the grammar and the size rules: npy.h). */
 #include "npy.h"
 
 #include <errno.h>
