@@ -307,6 +307,7 @@ static const bad_case bad_cases[] = {
      "dtype '<c8' is not supported", NULL},
     {"structured", 1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8, KILN_ERR_UNSUPPORTED,
      "structured dtypes", NULL},
+    {"empty, a dim over 2^50", 1, STD("(1125899906842625, 0)"), 0, KILN_ERR_UNSUPPORTED, "is too large", NULL},
     {"9 dims", 1, STD("(1, 1, 1, 1, 1, 1, 1, 1, 1)"), 4, KILN_ERR_UNSUPPORTED, "9 dims, more than 8", NULL},
     /* data sizes */
     {"truncated data", 1, STD("(4, 4)"), 32, KILN_ERR_PARSE, "data is truncated", "needs 64 bytes, the file has 32"},

@@ -253,7 +253,8 @@ static kiln_status npy_check_size(kiln_context *ctx, const npy_header *h, uint64
 static kiln_status npy_new_tensor(kiln_context *ctx, const npy_header *h, const char *name, kiln_tensor **t) {
     kiln_status st = kiln_tensor_create(ctx, h->dt, h->ndim, h->dims, t);
     if (st) kiln_msg_prefix(ctx, "'%s': ", name);
-    return st;
+    /* a valid file kiln cannot hold (an empty array with a dim over kiln's 2^50 elements) */
+    return st == KILN_ERR_INVALID_ARGUMENT ? KILN_ERR_UNSUPPORTED : st;
 }
 
 kiln_status kiln_npy_parse_buffer(kiln_context *ctx, const void *buf, size_t len, const char *name,
