@@ -171,7 +171,11 @@ kiln_status kiln_tensor_to_format(kiln_context *ctx, const kiln_tensor *t, kiln_
 /* Host pointer to the elements (NULL for a tensor with no storage). */
 void *kiln_tensor_data(const kiln_tensor *t);
 
-/* NumPy .npy files (format 1.0-3.0, C order, little-endian numeric dtypes). */
+/* NumPy .npy files (format 1.0-3.0, C order, little-endian numeric dtypes). Loading is
+ * strict: the header must be the dict NumPy writes (descr, fortran_order and shape, a
+ * tuple of ints, and nothing else) and the file must hold exactly the array's bytes, no
+ * fewer and no more; anything else is KILN_ERR_PARSE naming the file and the problem
+ * (KILN_ERR_UNSUPPORTED for valid files kiln cannot hold: Fortran order, other dtypes). */
 kiln_status kiln_tensor_load_npy(kiln_context *ctx, const char *path, kiln_tensor **out);
 kiln_status kiln_tensor_save_npy(kiln_context *ctx, const kiln_tensor *t, const char *path);
 /* An ONNX TensorProto file (the .pb files of ONNX's test data). */
