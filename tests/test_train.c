@@ -252,6 +252,16 @@ static void test_profile(kiln_context *ctx) {
                   "no passes: refused");
             CHECK(kiln_trainer_profile(a, images, labels, 0, 3, 2, &p, &step_ms) == KILN_ERR_INVALID_ARGUMENT,
                   "batch 0: refused");
+            /* a batch over the data set (12 images), refused naming both */
+            CHECK(kiln_trainer_profile(a, images, labels, n + 1, 3, 2, &p, &step_ms) == KILN_ERR_INVALID_ARGUMENT &&
+                      strstr(kiln_context_message(ctx), "batch of 13 exceeds the data set's 12 samples"),
+                  "profile, batch over the data set: %s", kiln_context_message(ctx));
+            CHECK(kiln_trainer_train_epoch(a, images, labels, 10000000, 5, 0, 0, 1, &la) == KILN_ERR_INVALID_ARGUMENT &&
+                      strstr(kiln_context_message(ctx), "batch of 10000000 exceeds the data set's 12 samples"),
+                  "train_epoch, batch over the data set: %s", kiln_context_message(ctx));
+            CHECK(kiln_trainer_warmup(a, images, labels, 10000000) == KILN_ERR_INVALID_ARGUMENT &&
+                      strstr(kiln_context_message(ctx), "batch of 10000000 exceeds"),
+                  "warmup, batch over the data set: %s", kiln_context_message(ctx));
             CHECK(kiln_trainer_profile(a, images, flabels, batch, 3, 2, &p, &step_ms) == KILN_ERR_INVALID_ARGUMENT,
                   "float labels: refused");
             CHECK(kiln_trainer_profile(a, images, labels, batch, 3, 2, &p, NULL) == KILN_ERR_INVALID_ARGUMENT,
