@@ -43,7 +43,11 @@ static int usage(FILE *f) {
             "      one training step, slowest first: each node of the forward + backward on its\n"
             "      own, the batch gather (prologue) and the optimizer (epilogue), their sum, and\n"
             "      the whole step as a CUDA graph replay (median of 200; CPU: host clock); the\n"
-            "      trained state is left as it was.\n"
+            "      trained state is left as it was. --resume FILE goes on from a checkpoint that\n"
+            "      --save wrote (at the end of each epoch, or where --max-steps stopped) up to\n"
+            "      --epochs in all: a run that already reached --epochs has nothing left to do\n"
+            "      (an error; raise --epochs to train further). --batch must not exceed the\n"
+            "      training set.\n"
             "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--strict-fp32] [--iters N] [--warmup N]\n"
             "        [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
             "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
@@ -523,6 +527,11 @@ static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, kil
         goto out;
     }
     const int64_t n = kiln_tensor_dim(d->test_images, 0), chunk = 1000, sample = 28 * 28;
+    if (n < 1) { /* never an accuracy not measured */
+        fprintf(stderr, "kiln train: the test set holds no images: no accuracy to measure\n");
+        rc = 1;
+        goto out;
+    }
     const float *images = kiln_tensor_data(d->test_images);
     const int64_t *labels = kiln_tensor_data(d->test_labels);
     int64_t correct = 0;
@@ -636,8 +645,8 @@ static int cmd_train(int argc, char **argv) {
     lo.batch_size = a.batch;
     lo.seed = a.seed;
     lo.shuffle = !a.no_shuffle;
-    if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) {
-        rc = fail(ctx, "loader");
+    if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) { /* e.g. --batch over the data set */
+        rc = fail(ctx, a.data);
         goto out;
     }
     const int64_t steps = kiln_loader_steps_per_epoch(l);
@@ -678,6 +687,17 @@ static int cmd_train(int argc, char **argv) {
             rc = fail(ctx, a.resume);
             goto out;
         }
+        if (epoch >= a.epochs) {
+            /* a finished run: neither train nor print an accuracy not measured */
+            char where[64];
+            if (step) snprintf(where, sizeof where, "at step %lld of epoch %lld", (long long)step, (long long)epoch + 1);
+            else snprintf(where, sizeof where, "at the end of epoch %lld", (long long)epoch);
+            fprintf(stderr, "kiln train: nothing left to do: %s is %s%s %lld; pass --epochs M with M > %lld to train further\n",
+                    a.resume, where, epoch == a.epochs && !step ? " of" : ", past --epochs", (long long)a.epochs,
+                    (long long)epoch);
+            rc = 1;
+            goto out;
+        }
         printf("resumed from %s at epoch %lld step %lld\n", a.resume, (long long)epoch + 1, (long long)step);
     }
     kiln_train_stats ts;
@@ -698,7 +718,10 @@ static int cmd_train(int argc, char **argv) {
     bool tty = isatty(STDOUT_FILENO);
     int64_t done = 0;
     double acc = 0;
+    bool measured = false;
     for (; epoch < a.epochs; epoch++, step = 0) {
+        /* the rate counts the steps this process runs (not those a resumed checkpoint skips) */
+        const int64_t first = step;
         double te = now_ms(), last = 0;
         float loss = 0;
         if (o.device == KILN_DEVICE_CUDA) {
@@ -714,7 +737,8 @@ static int cmd_train(int argc, char **argv) {
                 done += end - step;
                 step = end;
                 double now = now_ms();
-                progress(tty, epoch, a.epochs, step, steps, (double)step * 1000.0 / (now - te + 1e-9), loss, step == steps);
+                progress(tty, epoch, a.epochs, step, steps, (double)(step - first) * 1000.0 / (now - te + 1e-9), loss,
+                         step == steps);
                 if (a.max_steps && done >= a.max_steps) break;
             }
         }
@@ -731,7 +755,7 @@ static int cmd_train(int argc, char **argv) {
             done++;
             double now = now_ms();
             if ((tty && now - last > 100) || (step + 1) % 100 == 0 || step + 1 == steps) {
-                progress(tty, epoch, a.epochs, step + 1, steps, (double)(step + 1) * 1000.0 / (now - te + 1e-9), loss,
+                progress(tty, epoch, a.epochs, step + 1, steps, (double)(step + 1 - first) * 1000.0 / (now - te + 1e-9), loss,
                          step + 1 == steps);
                 last = now;
             }
@@ -749,8 +773,14 @@ static int cmd_train(int argc, char **argv) {
             }
         }
         if (evaluate(ctx, t, &d, o.device, &acc)) { rc = 1; goto out; }
+        measured = true;
         printf("epoch %lld: %.2f s, last loss %.4f, test accuracy %.4f\n", (long long)epoch + 1, secs, loss, acc);
         if (a.max_steps && done >= a.max_steps) break;
+    }
+    if (!measured) { /* not reached (a finished run is refused above), but never print an unmeasured accuracy */
+        fprintf(stderr, "kiln train: no epoch ran: nothing was trained or evaluated\n");
+        rc = 1;
+        goto out;
     }
     printf("test accuracy: %.4f\n", acc);
     fflush(stdout);

@@ -414,7 +414,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
 
 /* Steps [start_step, end_step) (end_step -1: to the end) of epoch `epoch` over a whole
  * data set: images f32 (N, ...) and labels i64 (N) bind the model's first two inputs,
- * batches of `batch` (the last one partial) in the order the batch loader gives for
+ * batches of `batch` (1..N; the last one partial) in the order the batch loader gives for
  * (seed, epoch) with shuffling. On CUDA the data set is copied to the device once and every
  * step gathers its batch there, inside the step's CUDA graph: the host only launches.
  * *last_loss (may be NULL) receives the last step's loss. */
@@ -451,7 +451,10 @@ kiln_status kiln_trainer_stats(const kiln_trainer *t, kiln_train_stats *out);
 
 /* Checkpoints in safetensors format: weights, optimizer state, counters and the loader
  * position given by the caller (epoch, step in epoch). Saving writes a temporary file and
- * renames it over path, so a crash mid-save leaves the previous checkpoint loadable. */
+ * renames it over path, so a crash mid-save leaves the previous checkpoint loadable (and
+ * the next save removes the temporaries of saves killed midway). Loading checks every
+ * tensor (presence, dtype, shape) and the counters before writing any: a checkpoint that
+ * fails to load leaves the trainer as it was. */
 kiln_status kiln_trainer_save(kiln_trainer *t, const char *path, int64_t epoch, int64_t step_in_epoch);
 kiln_status kiln_trainer_load(kiln_trainer *t, const char *path, int64_t *epoch, int64_t *step_in_epoch);
 

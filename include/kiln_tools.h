@@ -126,7 +126,7 @@ void kiln_mnist_free(kiln_mnist *d);
  * alone determine a batch: runs are reproducible whatever the number of workers, and a
  * run resumes exactly with kiln_loader_seek. Without shuffle, perm is the identity. */
 typedef struct kiln_loader_options {
-    int64_t batch_size; /* B >= 1 (default 64) */
+    int64_t batch_size; /* 1 <= B <= N, the data set's size (default 64) */
     bool shuffle;       /* default true */
     uint64_t seed;      /* default 0 */
     bool drop_last;     /* drop the last partial batch (default false, as PyTorch) */

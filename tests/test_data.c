@@ -529,6 +529,21 @@ static void test_loader(kiln_context *ctx) {
         o7.drop_last = true;
         CHECK(kiln_loader_create(ctx, x, y, &o7, &l) == KILN_ERR_INVALID_ARGUMENT && msg_has(ctx, "no batch", NULL),
               "no full batch: %s", kiln_context_message(ctx));
+        /* a batch over the data set: refused naming both, before its slots are sized by it */
+        o7 = o;
+        o7.batch_size = 10000000;
+        char want[64];
+        snprintf(want, sizeof want, "%lld samples", (long long)N);
+        CHECK(kiln_loader_create(ctx, x, y, &o7, &l) == KILN_ERR_INVALID_ARGUMENT && !l &&
+                  msg_has(ctx, "batch of 10000000 exceeds", want),
+              "batch over the data set: %s", kiln_context_message(ctx));
+        o7.batch_size = N + 1;
+        CHECK(kiln_loader_create(ctx, x, y, &o7, &l) == KILN_ERR_INVALID_ARGUMENT && !l, "batch N + 1: %s",
+              kiln_context_message(ctx));
+        o7.batch_size = N;
+        CHECK(kiln_loader_create(ctx, x, y, &o7, &l) == KILN_OK && l, "batch N: %s", kiln_context_message(ctx));
+        kiln_loader_free(l);
+        l = NULL;
         kiln_tensor *short_y = NULL;
         kiln_tensor_wrap(ctx, KILN_I64, 1, (int64_t[]){N - 1}, labels, &short_y);
         CHECK(kiln_loader_create(ctx, x, short_y, &o, &l) == KILN_ERR_SHAPE, "labels shorter than images");

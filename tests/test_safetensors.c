@@ -275,6 +275,11 @@ static void test_malformed(kiln_context *ctx) {
 
 static int hook_fd = -1;
 
+static bool exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
 /* In the child: once half the data is written, tell the parent and wait to be killed. */
 static void pause_midway(size_t done, size_t total) {
     if (hook_fd >= 0 && done >= total / 2) {
@@ -349,6 +354,10 @@ static void test_crash(kiln_context *ctx) {
     kiln_safetensors *s = NULL;
     CHECK(kiln_safetensors_load(ctx, tmp, &s) == KILN_ERR_PARSE && msg_has(ctx, "beyond"), "partial file refused: %s",
           kiln_context_message(ctx));
+    /* the next save to p removes the killed save's temporary (its process is gone) */
+    CHECK(kiln_safetensors_save(ctx, p, 1, names, (const kiln_tensor *const *)&small, 1, key, one) == KILN_OK,
+          "save after the crash: %s", kiln_context_message(ctx));
+    CHECK(!exists(tmp), "the killed save's temporary %s is removed by the next save", tmp);
     remove(tmp);
 
     /* timing-based: kill a saving child at arbitrary moments (maybe before, during or after
@@ -376,6 +385,61 @@ static void test_crash(kiln_context *ctx) {
     kiln_tensor_free(big);
 }
 
+/* ------------------------------------------------------------ stale temporaries */
+
+static void touch(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs("partial", f);
+        fclose(f);
+    }
+}
+
+/* A save to PATH removes "PATH.tmp.PID" left by saves killed midway (PID no live process),
+ * and nothing else: not a live process's temporary (it may be saving now), nor any file
+ * whose name is not exactly PATH's name + ".tmp." + a PID. */
+static void test_stale_temps(kiln_context *ctx) {
+    char p[1250]; /* tpath's buffers are reused below */
+    snprintf(p, sizeof p, "%s", tpath("st.safetensors"));
+    /* a dead PID: a child that has exited and been reaped */
+    fflush(stdout);
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    /* a live one: a child that waits to be killed */
+    pid_t live = fork();
+    if (live == 0) {
+        for (;;) pause();
+    }
+    char stale[1300], alive[1300], own[1300], zero[1300], other[1300], prefix[1300];
+    snprintf(stale, sizeof stale, "%s.tmp.%ld", p, (long)dead);
+    snprintf(alive, sizeof alive, "%s.tmp.%ld", p, (long)live);
+    snprintf(own, sizeof own, "%s.tmp.%ld", p, (long)getpid());
+    snprintf(zero, sizeof zero, "%s.tmp.0%ld", p, (long)dead);
+    snprintf(other, sizeof other, "%s/other.safetensors.tmp.%ld", dir, (long)dead);
+    snprintf(prefix, sizeof prefix, "%s/xst.safetensors.tmp.%ld", dir, (long)dead);
+    const char *kept[] = {alive, zero, other, prefix, tpath("st.safetensors.tmp.12ab"), tpath("st.safetensors.tmp."),
+                          tpath("st.safetensors.tmp.99999999999"), tpath("st.safetensors.old")};
+    const size_t n_kept = sizeof kept / sizeof kept[0];
+    touch(stale);
+    touch(own); /* this process's: the save below writes over it and renames it */
+    for (size_t i = 0; i < n_kept; i++) touch(kept[i]);
+    const char *names[1] = {"w"}, *key[1] = {"step"}, *one[1] = {"1"};
+    kiln_tensor *w = pattern(ctx, 1000, 0.5f);
+    CHECK(kiln_safetensors_save(ctx, p, 1, names, (const kiln_tensor *const *)&w, 1, key, one) == KILN_OK,
+          "save beside stale temporaries: %s", kiln_context_message(ctx));
+    CHECK(!exists(stale), "the temporary of dead process %ld is removed", (long)dead);
+    CHECK(!exists(own), "this process's temporary became the checkpoint");
+    CHECK(check_ckpt(ctx, p, w, NULL, false) == 1, "the checkpoint saved over this process's temporary loads");
+    for (size_t i = 0; i < n_kept; i++) CHECK(exists(kept[i]), "%s is kept", kept[i]);
+    kill(live, SIGKILL);
+    waitpid(live, NULL, 0);
+    for (size_t i = 0; i < n_kept; i++) remove(kept[i]);
+    remove(stale);
+    remove(p);
+    kiln_tensor_free(w);
+}
+
 int main(int argc, char **argv) {
     kiln_context *ctx = NULL;
     if (kiln_context_create(&ctx)) return 1;
@@ -385,6 +449,7 @@ int main(int argc, char **argv) {
     test_hand_written(ctx);
     test_malformed(ctx);
     test_crash(ctx);
+    test_stale_temps(ctx);
     kiln_context_free(ctx);
     rmdir(dir);
     printf("%s (%d failures)\n", fails ? "FAILED" : "OK", fails);

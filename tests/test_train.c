@@ -252,6 +252,16 @@ static void test_profile(kiln_context *ctx) {
                   "no passes: refused");
             CHECK(kiln_trainer_profile(a, images, labels, 0, 3, 2, &p, &step_ms) == KILN_ERR_INVALID_ARGUMENT,
                   "batch 0: refused");
+            /* a batch over the data set (12 images), refused naming both */
+            CHECK(kiln_trainer_profile(a, images, labels, n + 1, 3, 2, &p, &step_ms) == KILN_ERR_INVALID_ARGUMENT &&
+                      strstr(kiln_context_message(ctx), "batch of 13 exceeds the data set's 12 samples"),
+                  "profile, batch over the data set: %s", kiln_context_message(ctx));
+            CHECK(kiln_trainer_train_epoch(a, images, labels, 10000000, 5, 0, 0, 1, &la) == KILN_ERR_INVALID_ARGUMENT &&
+                      strstr(kiln_context_message(ctx), "batch of 10000000 exceeds the data set's 12 samples"),
+                  "train_epoch, batch over the data set: %s", kiln_context_message(ctx));
+            CHECK(kiln_trainer_warmup(a, images, labels, 10000000) == KILN_ERR_INVALID_ARGUMENT &&
+                      strstr(kiln_context_message(ctx), "batch of 10000000 exceeds"),
+                  "warmup, batch over the data set: %s", kiln_context_message(ctx));
             CHECK(kiln_trainer_profile(a, images, flabels, batch, 3, 2, &p, &step_ms) == KILN_ERR_INVALID_ARGUMENT,
                   "float labels: refused");
             CHECK(kiln_trainer_profile(a, images, labels, batch, 3, 2, &p, NULL) == KILN_ERR_INVALID_ARGUMENT,
@@ -267,6 +277,218 @@ static void test_profile(kiln_context *ctx) {
     kiln_tensor_free(images);
     kiln_tensor_free(labels);
     kiln_tensor_free(flabels);
+}
+
+/* ------------------------------------------------- all-or-nothing checkpoint loads */
+
+static void add_init(kiln_model *m, const char *name, int nd, const int64_t *dims, float lo, float hi, uint64_t seed) {
+    kiln_tensor *t = NULL;
+    if (kiln_tensor_create(m->ctx, KILN_F32, nd, dims, &t)) return;
+    float *p = kiln_tensor_data(t);
+    uint64_t r = seed * 2654435761u + 1;
+    for (int64_t i = 0; i < kiln_tensor_numel(t); i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        p[i] = lo + (hi - lo) * (float)((double)(r >> 11) / 9007199254740992.0);
+    }
+    kiln_model_add_initializer(m, name, t);
+    kiln_tensor_free(t);
+}
+
+/* x (B,1,4,4) -> Conv w1 (2,1,3,3) pads 1 -> BatchNormalization (running mean/var: trainer
+ * states "bn/...") -> Conv w2 (3,2,1,1) -> loss = ReduceSum(y^2). */
+static kiln_model *conv_bn_model(kiln_context *ctx) {
+    kiln_model *m = NULL;
+    kiln_model_create(ctx, &m);
+    kiln_model_add_input(m, "x", KILN_F32, 4, (int64_t[]){-1, 1, 4, 4});
+    add_init(m, "w1", 4, (int64_t[]){2, 1, 3, 3}, -1, 1, 1);
+    add_init(m, "scale", 1, (int64_t[]){2}, 0.5f, 1.5f, 2);
+    add_init(m, "bias", 1, (int64_t[]){2}, -0.5f, 0.5f, 3);
+    add_init(m, "mean", 1, (int64_t[]){2}, -0.5f, 0.5f, 4);
+    add_init(m, "var", 1, (int64_t[]){2}, 0.5f, 2, 5);
+    add_init(m, "w2", 4, (int64_t[]){3, 2, 1, 1}, -1, 1, 6);
+    kiln_node *n = NULL;
+    kiln_model_add_node(m, "Conv", "conv1", 2, (const char *[]){"x", "w1"}, 1, (const char *[]){"c1"}, &n);
+    kiln_node_set_ints(n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    kiln_model_add_node(m, "BatchNormalization", "bn1", 5, (const char *[]){"c1", "scale", "bias", "mean", "var"}, 1,
+                        (const char *[]){"n1"}, NULL);
+    kiln_model_add_node(m, "Conv", "conv2", 2, (const char *[]){"n1", "w2"}, 1, (const char *[]){"y"}, NULL);
+    kiln_model_add_node(m, "Mul", "sq", 2, (const char *[]){"y", "y"}, 1, (const char *[]){"y2"}, NULL);
+    kiln_model_add_node(m, "ReduceSum", "sum", 1, (const char *[]){"y2"}, 1, (const char *[]){"loss"}, &n);
+    kiln_node_set_int(n, "keepdims", 0);
+    kiln_model_add_output(m, "loss");
+    if (kiln_model_finalize(m)) {
+        printf("conv-bn model: %s\n", kiln_context_message(ctx));
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Everything a checkpoint load may change, copied: the weights, the optimizer states, the
+ * running statistics and the counters. */
+typedef struct snapshot {
+    int n;
+    void *bytes[64];
+    size_t nb[64];
+    kiln_train_stats stats;
+} snapshot;
+
+static void snap(kiln_trainer *t, int ns, snapshot *s) {
+    s->n = 0;
+    for (int i = 0; i < t->n_params; i++)
+        for (int k = -1; k < ns && s->n < 64; k++) {
+            size_t nb = sizeof(float) * (size_t)t->params[i].numel;
+            s->nb[s->n] = nb;
+            s->bytes[s->n] = malloc(nb);
+            memcpy(s->bytes[s->n++], k < 0 ? t->params[i].value->data : t->params[i].state[k], nb);
+        }
+    for (int i = 0; i < t->n_states && s->n < 64; i++) {
+        size_t nb = kiln_tensor_nbytes(t->states[i].value);
+        s->nb[s->n] = nb;
+        s->bytes[s->n] = malloc(nb);
+        memcpy(s->bytes[s->n++], t->states[i].value->data, nb);
+    }
+    kiln_trainer_stats(t, &s->stats);
+}
+
+/* 1 when t holds bit for bit what s copied. */
+static int same_as(kiln_trainer *t, int ns, const snapshot *s) {
+    snapshot now;
+    snap(t, ns, &now);
+    int same = now.n == s->n && now.stats.steps == s->stats.steps && now.stats.micro_steps == s->stats.micro_steps &&
+               now.stats.skipped_steps == s->stats.skipped_steps && now.stats.loss_scale == s->stats.loss_scale &&
+               now.stats.lr == s->stats.lr;
+    for (int i = 0; i < now.n; i++) {
+        same = same && i < s->n && now.nb[i] == s->nb[i] && memcmp(now.bytes[i], s->bytes[i], now.nb[i]) == 0;
+        free(now.bytes[i]);
+    }
+    return same;
+}
+
+/* Rewrite checkpoint `from` as `to`: tensor `reshape` stored with other dims of the same
+ * element count (or dtype i32 if `as_i32`), tensor `drop` left out, metadata `key` set to
+ * `val`. */
+static int craft(kiln_context *ctx, const char *from, const char *to, const char *reshape, int as_i32, const char *drop,
+                 const char *key, const char *val) {
+    kiln_safetensors *s = NULL;
+    if (kiln_safetensors_load(ctx, from, &s)) return 1;
+    int n = kiln_safetensors_count(s), nm = kiln_safetensors_meta_count(s), k = 0;
+    const char *names[64], *keys[16], *vals[16];
+    kiln_tensor *views[64] = {0};
+    for (int i = 0; i < n && i < 64; i++) {
+        const char *name = kiln_safetensors_name(s, i);
+        const kiln_tensor *t = kiln_safetensors_tensor(s, i);
+        if (drop && strcmp(name, drop) == 0) continue;
+        int64_t flat[2] = {1, kiln_tensor_numel(t)};
+        int nd = t->ndim;
+        const int64_t *dims = t->dims;
+        kiln_dtype dt = t->dtype;
+        if (reshape && strcmp(name, reshape) == 0) {
+            if (as_i32) dt = KILN_I32;
+            else if (t->ndim > 1) {
+                nd = 1;
+                dims = flat + 1;
+            } else {
+                nd = 2;
+                dims = flat;
+            }
+        }
+        names[k] = name;
+        kiln_tensor_wrap(ctx, dt, nd, dims, t->data, &views[k++]);
+    }
+    for (int i = 0; i < nm && i < 16; i++) {
+        keys[i] = kiln_safetensors_meta_key(s, i);
+        vals[i] = key && strcmp(keys[i], key) == 0 ? val : kiln_safetensors_meta(s, keys[i]);
+    }
+    kiln_status st = kiln_safetensors_save(ctx, to, k, names, (const kiln_tensor *const *)views, nm, keys, vals);
+    for (int i = 0; i < k; i++) kiln_tensor_free(views[i]);
+    kiln_safetensors_free(s);
+    return st != KILN_OK;
+}
+
+/* kiln_trainer_load of a bad checkpoint fails and leaves the trainer bit for bit as it
+ * was: a tensor with the right element count but other dims, restored after others (the
+ * last weight, its last optimizer state, a running statistic), another dtype, a missing
+ * tensor, and bad metadata (loss scale, negative counters). */
+static void test_checkpoint_all_or_nothing(kiln_context *ctx, const char *tmp) {
+    kiln_model *m = conv_bn_model(ctx);
+    kiln_trainer *t = NULL;
+    const kiln_train_options o = {.optimizer = KILN_OPTIM_ADAM, .lr = 0.01f, .seed = 3};
+    CHECK(m && kiln_trainer_create(m, "loss", &o, &t) == KILN_OK, "conv-bn trainer: %s", kiln_context_message(ctx));
+    kiln_tensor *x = NULL;
+    kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){3, 1, 4, 4}, &x);
+    if (!t || !x) goto out;
+    for (int i = 0; i < 48; i++) ((float *)kiln_tensor_data(x))[i] = (float)((i * 37) % 11) / 5.0f - 1;
+    CHECK(t->n_states == 2 && t->n_params >= 4, "conv-bn: %d running statistics, %d weights", t->n_states, t->n_params);
+    char good[1024], bad[1024];
+    snprintf(good, sizeof good, "%s/aon_good.safetensors", tmp);
+    snprintf(bad, sizeof bad, "%s/aon_bad.safetensors", tmp);
+    for (int i = 0; i < 2; i++) kiln_trainer_step(t, 1, &x, NULL);
+    CHECK(!kiln_trainer_save(t, good, 0, 2), "save: %s", kiln_context_message(ctx));
+    kiln_trainer_step(t, 1, &x, NULL); /* the trainer moves on: every tensor now differs from the file's */
+    const int ns = 2;
+    snapshot before;
+    snap(t, ns, &before);
+    char last_param[300], last_state[300], last_bn[300], first_param[300];
+    const kiln_param *lp = &t->params[t->n_params - 1];
+    snprintf(first_param, sizeof first_param, "param/%s", t->fwd->values[t->params[0].fwd_value].name);
+    snprintf(last_param, sizeof last_param, "param/%s", t->fwd->values[lp->fwd_value].name);
+    snprintf(last_state, sizeof last_state, "state1/%s", t->fwd->values[lp->fwd_value].name);
+    snprintf(last_bn, sizeof last_bn, "bn/%s", t->fwd->values[t->states[t->n_states - 1].fwd_value].name);
+    const struct {
+        const char *what, *reshape, *drop, *key, *val, *msg;
+        int as_i32;
+    } cases[] = {
+        {"last weight reshaped", last_param, NULL, NULL, NULL, last_param, 0},
+        {"last optimizer state reshaped", last_state, NULL, NULL, NULL, last_state, 0},
+        {"running statistic reshaped", last_bn, NULL, NULL, NULL, last_bn, 0},
+        {"running statistic as i32", last_bn, NULL, NULL, NULL, "i32", 1},
+        {"running statistic missing", NULL, last_bn, NULL, NULL, last_bn, 0},
+        {"first weight reshaped", first_param, NULL, NULL, NULL, first_param, 0},
+        {"loss scale not a number", NULL, NULL, "loss_scale", "abc", "loss_scale", 0},
+        {"loss scale nan", NULL, NULL, "loss_scale", "nan", "loss_scale", 0},
+        {"loss scale inf", NULL, NULL, "loss_scale", "inf", "loss_scale", 0},
+        {"loss scale negative", NULL, NULL, "loss_scale", "-2", "loss_scale", 0},
+        {"loss scale zero", NULL, NULL, "loss_scale", "0", "loss_scale", 0},
+        {"loss scale with trailing text", NULL, NULL, "loss_scale", "1x", "loss_scale", 0},
+        {"negative steps", NULL, NULL, "steps", "-1", "steps", 0},
+        {"negative micro_steps", NULL, NULL, "micro_steps", "-3", "micro_steps", 0},
+        {"negative epoch", NULL, NULL, "epoch", "-1", "epoch", 0},
+        {"negative step_in_epoch", NULL, NULL, "step_in_epoch", "-5", "step_in_epoch", 0},
+        {"steps out of range", NULL, NULL, "steps", "99999999999999999999", "steps", 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (craft(ctx, good, bad, cases[c].reshape, cases[c].as_i32, cases[c].drop, cases[c].key, cases[c].val)) {
+            CHECK(0, "%s: crafting the checkpoint: %s", cases[c].what, kiln_context_message(ctx));
+            continue;
+        }
+        int64_t ep = -7, sie = -7;
+        kiln_status st = kiln_trainer_load(t, bad, &ep, &sie);
+        const char *msg = kiln_context_message(ctx);
+        CHECK(st != KILN_OK && strstr(msg, bad) && strstr(msg, cases[c].msg), "%s: load refused naming the file and '%s': %s (%s)",
+              cases[c].what, cases[c].msg, kiln_status_name(st), msg);
+        CHECK(ep == -7 && sie == -7, "%s: epoch and step left alone", cases[c].what);
+        CHECK(same_as(t, ns, &before), "%s: the trainer's weights, states, statistics and counters changed", cases[c].what);
+    }
+    /* the message of a reshaped tensor gives both shapes */
+    if (!craft(ctx, good, bad, last_param, 0, NULL, NULL, NULL)) {
+        CHECK(kiln_trainer_load(t, bad, NULL, NULL) == KILN_ERR_SHAPE, "reshaped: a shape error");
+        char want[96];
+        kiln_shape_str(lp->value, want, sizeof want);
+        CHECK(strstr(kiln_context_message(ctx), want) != NULL, "reshaped: the message gives the trainer's shape %s: %s", want,
+              kiln_context_message(ctx));
+    }
+    /* and the good file still loads, changing the trainer back to step 2 */
+    int64_t ep = -1, sie = -1;
+    CHECK(!kiln_trainer_load(t, good, &ep, &sie) && ep == 0 && sie == 2, "good checkpoint: %s", kiln_context_message(ctx));
+    CHECK(!same_as(t, ns, &before), "the good checkpoint's load changed the trainer");
+    for (int i = 0; i < before.n; i++) free(before.bytes[i]);
+    remove(good);
+    remove(bad);
+out:
+    kiln_tensor_free(x);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
 }
 
 /* ---------------------------------------------------------------- mnist-net */
@@ -442,6 +664,7 @@ int main(int argc, char **argv) {
     test_optimizers(ctx);
     test_accumulation(ctx);
     test_profile(ctx);
+    test_checkpoint_all_or_nothing(ctx, tmp);
     if (argc > 2) test_mnist(ctx, tmp, argv[2]);
     kiln_context_free(ctx);
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);

@@ -213,6 +213,10 @@ static kiln_status check_options(kiln_context *ctx, const kiln_tensor *images, c
     if ((o->drop_last ? n / o->batch_size : n) == 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: %lld samples make no batch of %lld%s",
                          (long long)n, (long long)o->batch_size, o->drop_last ? " with drop_last" : "");
+    /* before anything is sized by it: a batch of 10^7 would ask for gigabytes of slots */
+    if (o->batch_size > n)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: a batch of %lld exceeds the data set's %lld samples",
+                         (long long)o->batch_size, (long long)n);
     return KILN_OK;
 }
 

@@ -10,12 +10,15 @@
  */
 #include "safetensors.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 void (*kiln_safetensors_write_hook)(size_t done, size_t total) = NULL;
@@ -160,6 +163,46 @@ static kiln_status sync_dir(kiln_context *ctx, const char *path) {
     return st;
 }
 
+/* Temporaries of saves killed midway: remove "BASE.tmp.PID" beside path (BASE: path's file
+ * name, PID: digits only) when no process PID exists (kill(PID, 0) fails with ESRCH). A
+ * live process's file is left alone (it may be saving to path now), and so is this
+ * process's own (the save about to start overwrites it). Best effort: errors are ignored.
+ * PIDs are this machine's: a directory shared with other hosts or PID namespaces could hold
+ * a file of a live process elsewhere, which this would remove. */
+static void remove_stale_temps(const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dlen = slash ? (size_t)(slash - path) : 0, blen = strlen(base);
+    if (!blen) return;
+    char *dir = malloc(dlen + 2);
+    char *full = malloc(strlen(path) + 64);
+    DIR *d = NULL;
+    if (dir && full) {
+        if (slash) {
+            memcpy(dir, path, dlen ? dlen : 1); /* "/x" lives in "/" */
+            dir[dlen ? dlen : 1] = 0;
+        } else {
+            strcpy(dir, ".");
+        }
+        d = opendir(dir);
+    }
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0) continue;
+        const char *digits = n + blen + 5;
+        size_t k = 0;
+        long long pid = 0;
+        for (; digits[k] >= '0' && digits[k] <= '9' && k < 10; k++) pid = pid * 10 + (digits[k] - '0');
+        if (k == 0 || digits[0] == '0' || digits[k] != 0 || pid <= 0 || pid > 0x7fffffff || (pid_t)pid == getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge (EPERM) */
+        snprintf(full, strlen(path) + 64, "%.*s%s", (int)(slash ? (size_t)(base - path) : 0), path, n);
+        remove(full);
+    }
+    if (d) closedir(d);
+    free(dir);
+    free(full);
+}
+
 /* Order of the data: larger elements first (stable), so each tensor starts aligned. */
 typedef struct order_item {
     size_t esize;
@@ -283,6 +326,7 @@ kiln_status kiln_safetensors_save(kiln_context *ctx, const char *path, int n, co
         goto out;
     }
 
+    remove_stale_temps(path);
     snprintf(tmp, strlen(path) + 32, "%s.tmp.%ld", path, (long)getpid());
     f = fopen(tmp, "wb");
     if (!f) {

@@ -28,7 +28,9 @@
 /* Write n tensors (names[i] -> tensors[i]) and n_meta string pairs to path, atomically.
  * Names must be distinct, valid UTF-8 and not "__metadata__"; 4-D tensors must be NCHW
  * (the format has no layout field). Tensors are stored largest element first so that every
- * tensor starts aligned to its element size. n_meta may be 0 (keys/values NULL). */
+ * tensor starts aligned to its element size. n_meta may be 0 (keys/values NULL). The data
+ * goes to "path.tmp.PID", renamed over path; first, such temporaries whose process no
+ * longer exists (saves killed midway) are removed. */
 kiln_status kiln_safetensors_save(kiln_context *ctx, const char *path, int n, const char *const *names,
                                   const kiln_tensor *const *tensors, int n_meta, const char *const *meta_keys,
                                   const char *const *meta_values);

@@ -540,6 +540,9 @@ static kiln_status data_set_args(kiln_trainer *t, const kiln_tensor *images, con
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: images must be f32 (N, ...) and labels i64 (N) with N >= 1",
                          who);
     if (batch < 1) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: batch must be >= 1", who);
+    if (batch > n)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: a batch of %lld exceeds the data set's %lld samples", who,
+                         (long long)batch, (long long)n);
     return KILN_OK;
 }
 
