@@ -52,6 +52,8 @@ struct kiln_plan {
     int *inplace_of;
 };
 
+kiln_status (*kiln_plan_node_hook)(kiln_op_ctx *c) = NULL;
+
 static kiln_context *mctx(const kiln_model *m) { return m->ctx; }
 
 static const char *val_name(const kiln_model *m, int v) { return m->values[v].name; }
@@ -211,6 +213,11 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
             /* Device plans lay values out as the layout pass decided; on the host every
              * tensor is NCHW (the CPU references read no other layout). */
             t->format = !p->host_memory && t->ndim == 4 ? m->values[n->out[k]].format : KILN_FORMAT_NCHW;
+        }
+        if (kiln_plan_node_hook) {
+            kiln_clear_error(ctx);
+            st = kiln_plan_node_hook(&e->c);
+            if (st) return st;
         }
         /* Shape computations (small outputs) always fold: later nodes may need their values.
          * Larger constant subgraphs fold unless the session asked for no folding. */
