@@ -575,8 +575,10 @@ static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) 
     }
     for (int v = 0; v < nv; v++) p->offset[v] = root[v] >= 0 ? slots[slot_of[root[v]]].offset : SIZE_MAX;
     if (!p->host_memory) goto out; /* a device backend allocates and binds its own arena */
-    p->arena = peak ? aligned_alloc(ARENA_ALIGN, peak) : NULL;
-    if (peak && !p->arena) {
+    /* At least one line even when every value is empty, so that each value's data points
+     * into the arena (NULL + offset is undefined, and kernels pass data to memcpy). */
+    p->arena = aligned_alloc(ARENA_ALIGN, peak ? align_up(peak) : ARENA_ALIGN);
+    if (!p->arena) {
         st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory allocating the %zu-byte activation arena", peak);
         goto out;
     }
