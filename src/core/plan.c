@@ -206,9 +206,22 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
                 if (t->dims[q] < 0)
                     return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d dim %d is negative (%lld)", k, q,
                                         (long long)t->dims[q]);
-            if (kiln_tensor_numel(t) > ((int64_t)1 << 40))
-                return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d has %lld elements", k,
-                                    (long long)kiln_tensor_numel(t));
+            /* the count without overflow: dims can each be near INT64_MAX */
+            const int64_t max_numel = (int64_t)1 << 40;
+            bool empty = false, too_big = false;
+            for (int q = 0; q < t->ndim; q++) empty = empty || t->dims[q] == 0;
+            for (int64_t numel = 1, q = 0; !empty && q < t->ndim; q++) {
+                if (t->dims[q] > max_numel / numel) {
+                    too_big = true;
+                    break;
+                }
+                numel *= t->dims[q];
+            }
+            if (too_big) {
+                char shape[256];
+                return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d has more than 2^40 elements (shape %s)", k,
+                                    kiln_shape_str(t, shape, sizeof shape));
+            }
             p->inferred[n->out[k]] = true;
             /* Device plans lay values out as the layout pass decided; on the host every
              * tensor is NCHW (the CPU references read no other layout). */
