@@ -479,7 +479,8 @@ const void *kiln_stage_in(const kiln_tensor *t, char **ws) {
     if (!kiln_stage_needed(t->dtype)) return t->data;
     float *dst = (float *)*ws;
     int64_t n = kiln_tensor_numel(t);
-    *ws += kiln_stage_size(t);
+    /* an empty tensor takes no workspace, which may then be NULL: no NULL + 0 */
+    if (n > 0) *ws += kiln_stage_size(t);
     switch (t->dtype) {
     case KILN_F16:
         for (int64_t i = 0; i < n; i++) dst[i] = kiln_f16_to_f32(((const uint16_t *)t->data)[i]);
@@ -504,7 +505,7 @@ const void *kiln_stage_in(const kiln_tensor *t, char **ws) {
 void *kiln_stage_out(kiln_tensor *t, char **ws) {
     if (!kiln_stage_needed(t->dtype)) return t->data;
     void *p = *ws;
-    *ws += kiln_stage_size(t);
+    if (kiln_tensor_numel(t) > 0) *ws += kiln_stage_size(t);
     return p;
 }
 
