@@ -46,6 +46,17 @@ static kiln_context *ctx;
 static double total_bytes, total_work;
 static int refused;
 
+/* KILN_FUZZ_STATS=1: at exit, how many inputs loaded, were skipped by the bounds, ran, and
+ * failed to run (a cleanly reported error), to see how deep the fuzzing goes. */
+static struct {
+    long inputs, loaded, skipped, failed, ran;
+} stats;
+
+static void print_stats(void) {
+    fprintf(stderr, "fuzz_run: %ld inputs, %ld loaded, %ld skipped by the bounds, %ld failed cleanly, %ld ran\n",
+            stats.inputs, stats.loaded, stats.skipped, stats.failed, stats.ran);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -82,6 +93,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (kiln_context_create(&ctx) != KILN_OK) abort();
     kiln_context_set_threads(ctx, 1);
     kiln_plan_node_hook = node_hook;
+    const char *e = getenv("KILN_FUZZ_STATS");
+    if (e && *e && *e != '0') atexit(print_stats);
     return 0;
 }
 
@@ -165,20 +178,32 @@ static void run_model(kiln_model *m, uint64_t h) {
     void **first = calloc((size_t)n_out + 1, sizeof *first);
     kiln_session *s = NULL;
     if (!in || !in2 || !out || !out2 || !first) abort();
-    if (!make_inputs(m, h, in) || !make_inputs(m, h, in2)) goto done;
+    if (!make_inputs(m, h, in) || !make_inputs(m, h, in2)) {
+        stats.skipped++;
+        goto done;
+    }
 
     kiln_session_options o = {.threads = 1};
     refused = 0;
     total_bytes = total_work = 0;
     kiln_status st = kiln_session_create(m, &o, &s);
     check(st, "kiln_session_create");
-    if (st) goto done;
+    if (st) {
+        stats.failed += !refused;
+        stats.skipped += refused;
+        goto done;
+    }
     refused = 0;
     total_bytes = total_work = 0;
     const uint64_t seed = h ^ 0x5eedull;
     st = kiln_session_run_seeded(s, seed, n_in, in, n_out, out);
     check(st, "kiln_session_run");
-    if (st) goto done;
+    if (st) {
+        stats.failed += !refused;
+        stats.skipped += refused;
+        goto done;
+    }
+    stats.ran++;
     for (int j = 0; j < n_out; j++) {
         const kiln_tensor *t = out[j];
         if (!t) broken("NULL", j);
@@ -233,9 +258,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kiln_model *m = NULL;
     refused = 0;
     total_bytes = total_work = 0;
+    stats.inputs++;
     kiln_status st = kiln_model_load_onnx_buffer(ctx, data, size, NULL, &m);
     check(st, "kiln_model_load_onnx_buffer");
     if (st == KILN_OK) {
+        stats.loaded++;
         run_model(m, hash_bytes(data, size));
         kiln_model_free(m);
     }
