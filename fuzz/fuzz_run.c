@@ -4,7 +4,8 @@
  * every op's reference kernel are fuzzed, not only the importer (fuzz_onnx.c).
  *
  * Inputs: every graph input gets a tensor of its declared dtype and shape; symbolic dims
- * are 1..3, chosen from a hash of the bytes. Values are small and pseudo-random, seeded by
+ * are 1..3, chosen from a hash of the bytes, which also picks the session's options
+ * (precision FP32 / FP16 / BF16, constant folding, the graph passes on or off). Values are small and pseudo-random, seeded by
  * the same hash (floats in [-2, 2] with 0, 1 and -1 common; integers in [-2, 3]; booleans),
  * so a failing input reproduces exactly.
  *
@@ -183,7 +184,15 @@ static void run_model(kiln_model *m, uint64_t h) {
         goto done;
     }
 
-    kiln_session_options o = {.threads = 1};
+    /* The session's options from the hash too: FP32 mostly, FP16 or BF16 plans (the
+     * precision pass) a quarter of the time each; constant folding off, or every graph
+     * pass off, one time in eight each. */
+    static const kiln_precision precs[4] = {KILN_PRECISION_FP32, KILN_PRECISION_FP32, KILN_PRECISION_FP16,
+                                            KILN_PRECISION_BF16};
+    kiln_session_options o = {.threads = 1,
+                              .precision = precs[(h >> 48) & 3],
+                              .no_fold = ((h >> 50) & 7) == 0,
+                              .disable_passes = ((h >> 53) & 7) == 0 ? ~0u : 0};
     refused = 0;
     total_bytes = total_work = 0;
     kiln_status st = kiln_session_create(m, &o, &s);
