@@ -25,7 +25,7 @@
  * Build and run (see fuzz/README.md):
  *   CC=clang cmake -S . -B build-fuzz -DKILN_FUZZ=ON -DKILN_CUDA=OFF -DKILN_SANITIZE=ON
  *   cmake --build build-fuzz --target fuzz_run -j2
- *   build-fuzz/fuzz/fuzz_run -dict=fuzz/onnx.dict -jobs=1 -max_total_time=600 NEW fuzz/corpus_run
+ *   build-fuzz/fuzz/fuzz_run -dict=fuzz/run.dict -jobs=1 -max_total_time=600 NEW fuzz/corpus_run
  */
 #include "core/internal.h"
 #include "core/plan.h"
