@@ -206,11 +206,14 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
                 if (t->dims[q] < 0)
                     return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d dim %d is negative (%lld)", k, q,
                                         (long long)t->dims[q]);
-            /* the count without overflow: dims can each be near INT64_MAX */
+            /* the count without overflow: dims can each be near INT64_MAX. Zeros are left
+             * out, so that an empty tensor's other dims are bounded too: element counts
+             * and strides multiply them in any order (kiln_numel of [2^62, 2^62, 0]
+             * overflowed before reaching the 0). */
             const int64_t max_numel = (int64_t)1 << 40;
-            bool empty = false, too_big = false;
-            for (int q = 0; q < t->ndim; q++) empty = empty || t->dims[q] == 0;
-            for (int64_t numel = 1, q = 0; !empty && q < t->ndim; q++) {
+            bool too_big = false;
+            for (int64_t numel = 1, q = 0; q < t->ndim; q++) {
+                if (t->dims[q] == 0) continue;
                 if (t->dims[q] > max_numel / numel) {
                     too_big = true;
                     break;
@@ -219,7 +222,9 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
             }
             if (too_big) {
                 char shape[256];
-                return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d has more than 2^40 elements (shape %s)", k,
+                return kiln_op_fail(&e->c, KILN_ERR_SHAPE,
+                                    "output %d has more than 2^40 elements, or dims beside a 0 that would "
+                                    "hold more (shape %s)", k,
                                     kiln_shape_str(t, shape, sizeof shape));
             }
             p->inferred[n->out[k]] = true;
