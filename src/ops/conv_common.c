@@ -476,11 +476,12 @@ size_t kiln_stage_size(const kiln_tensor *t) {
 
 const void *kiln_stage_in(const kiln_tensor *t, char **ws) {
     if (!t) return NULL;
-    if (!kiln_stage_needed(t->dtype)) return t->data;
+    /* An empty tensor is not staged: it takes no workspace, which may then be NULL, and
+     * kernels offset the pointer they get (NULL + 0 is undefined). */
+    if (!kiln_stage_needed(t->dtype) || kiln_tensor_numel(t) == 0) return t->data;
     float *dst = (float *)*ws;
     int64_t n = kiln_tensor_numel(t);
-    /* an empty tensor takes no workspace, which may then be NULL: no NULL + 0 */
-    if (n > 0) *ws += kiln_stage_size(t);
+    *ws += kiln_stage_size(t);
     switch (t->dtype) {
     case KILN_F16:
         for (int64_t i = 0; i < n; i++) dst[i] = kiln_f16_to_f32(((const uint16_t *)t->data)[i]);
@@ -503,9 +504,9 @@ const void *kiln_stage_in(const kiln_tensor *t, char **ws) {
 }
 
 void *kiln_stage_out(kiln_tensor *t, char **ws) {
-    if (!kiln_stage_needed(t->dtype)) return t->data;
+    if (!kiln_stage_needed(t->dtype) || kiln_tensor_numel(t) == 0) return t->data; /* as kiln_stage_in */
     void *p = *ws;
-    if (kiln_tensor_numel(t) > 0) *ws += kiln_stage_size(t);
+    *ws += kiln_stage_size(t);
     return p;
 }
 
