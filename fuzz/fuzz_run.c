@@ -20,7 +20,9 @@
  * KILN_ERR_INTERNAL; a successful run gives every output with a valid dtype and shape and
  * readable data (ASan checks every byte); a second run with fresh copies of the same
  * inputs and the same seed succeeds and gives outputs of the same shapes and bytes (a
- * kernel that reads memory it did not write or changes a constant shows up here).
+ * kernel that reads memory it did not write or changes a constant shows up here); a third
+ * through kiln_session_run_into, into tensors of the shapes the first run reported,
+ * succeeds with the same bytes (unless a node draws random numbers).
  *
  * Build and run (see fuzz/README.md):
  *   CC=clang cmake -S . -B build-fuzz -DKILN_FUZZ=ON -DKILN_CUDA=OFF -DKILN_SANITIZE=ON
@@ -246,6 +248,30 @@ static void run_model(kiln_model *m, uint64_t h) {
             __builtin_trap();
         }
     }
+    /* Once more through kiln_session_run_into, into the caller's tensors of the shapes the
+     * first run reported (inputs refilled: a run may compute in place over them). The same
+     * bytes, unless a node draws random numbers (that run takes the session's next seed). */
+    bool has_random = false;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_op_def *d = kiln_node_def(&m->nodes[i]);
+        has_random = has_random || (d && d->random);
+    }
+    for (int i = 0; i < n_in; i++) fill(in[i], h + 0x1000u * (uint64_t)(i + 1));
+    st = kiln_session_run_into(s, n_in, in, n_out, out2);
+    if (st) {
+        fprintf(stderr, "run_into failed: %s: %s\n", kiln_status_name(st), kiln_context_message(ctx));
+        __builtin_trap();
+    }
+    for (int j = 0; j < n_out && !has_random; j++) {
+        size_t nb = kiln_tensor_nbytes(out2[j]);
+        if (nb && memcmp(first[j], kiln_tensor_data(out2[j]), nb) != 0) {
+            fprintf(stderr, "output %d ('%s') of kiln_session_run_into differs from kiln_session_run's\n", j,
+                    kiln_model_output_name(m, j));
+            __builtin_trap();
+        }
+    }
+    kiln_plan_stats ps;
+    if (kiln_session_stats(s, &ps) != KILN_OK || ps.nodes < 0) broken("kiln_session_stats", -1);
 done:
     kiln_session_free(s);
     for (int i = 0; i < n_in; i++) {
