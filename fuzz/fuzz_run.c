@@ -5,9 +5,9 @@
  *
  * Inputs: every graph input gets a tensor of its declared dtype and shape; symbolic dims
  * are 1..3, chosen from a hash of the bytes, which also picks the session's options
- * (precision FP32 / FP16 / BF16, constant folding, the graph passes on or off). Values are small and pseudo-random, seeded by
- * the same hash (floats in [-2, 2] with 0, 1 and -1 common; integers in [-2, 3]; booleans),
- * so a failing input reproduces exactly.
+ * (precision FP32 / FP16 / BF16, constant folding, the graph passes on or off). Values
+ * are small and pseudo-random, seeded by the same hash (floats in [-2, 2] with 0, 1 and -1
+ * common; integers in [-2, 3]; booleans), so a failing input reproduces exactly.
  *
  * Bounds: a model whose run would be legitimately big is skipped, not run, so libFuzzer's
  * rss / malloc limits and timeouts flag real bugs. Refused are: more than 64K input
