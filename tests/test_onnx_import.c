@@ -375,6 +375,10 @@ static void test_hostile_files(kiln_context *ctx) {
         {"bad_nesting", KILN_ERR_PARSE, "nested"},
         {"bad_function_expansion", KILN_ERR_PARSE, "expands"},
         {"bad_legacy_broadcast", KILN_ERR_UNSUPPORTED, "legacy broadcasting"},
+        /* fuzz_run: a Tile to dims whose product overflows int64 (the check overflowed) */
+        {"bad_numel_overflow", KILN_ERR_SHAPE, "more than 2^40 elements"},
+        /* fuzz_run: an empty output whose other dims overflow int64 when multiplied */
+        {"bad_empty_numel_overflow", KILN_ERR_SHAPE, "dims beside a 0"},
     };
     char file[256];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

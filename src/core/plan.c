@@ -52,6 +52,8 @@ struct kiln_plan {
     int *inplace_of;
 };
 
+kiln_status (*kiln_plan_node_hook)(kiln_op_ctx *c) = NULL;
+
 static kiln_context *mctx(const kiln_model *m) { return m->ctx; }
 
 static const char *val_name(const kiln_model *m, int v) { return m->values[v].name; }
@@ -204,13 +206,36 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
                 if (t->dims[q] < 0)
                     return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d dim %d is negative (%lld)", k, q,
                                         (long long)t->dims[q]);
-            if (kiln_tensor_numel(t) > ((int64_t)1 << 40))
-                return kiln_op_fail(&e->c, KILN_ERR_SHAPE, "output %d has %lld elements", k,
-                                    (long long)kiln_tensor_numel(t));
+            /* the count without overflow: dims can each be near INT64_MAX. Zeros are left
+             * out, so that an empty tensor's other dims are bounded too: element counts
+             * and strides multiply them in any order (kiln_numel of [2^62, 2^62, 0]
+             * overflowed before reaching the 0). */
+            const int64_t max_numel = (int64_t)1 << 40;
+            bool too_big = false;
+            for (int64_t numel = 1, q = 0; q < t->ndim; q++) {
+                if (t->dims[q] == 0) continue;
+                if (t->dims[q] > max_numel / numel) {
+                    too_big = true;
+                    break;
+                }
+                numel *= t->dims[q];
+            }
+            if (too_big) {
+                char shape[256];
+                return kiln_op_fail(&e->c, KILN_ERR_SHAPE,
+                                    "output %d has more than 2^40 elements, or dims beside a 0 that would "
+                                    "hold more (shape %s)", k,
+                                    kiln_shape_str(t, shape, sizeof shape));
+            }
             p->inferred[n->out[k]] = true;
             /* Device plans lay values out as the layout pass decided; on the host every
              * tensor is NCHW (the CPU references read no other layout). */
             t->format = !p->host_memory && t->ndim == 4 ? m->values[n->out[k]].format : KILN_FORMAT_NCHW;
+        }
+        if (kiln_plan_node_hook) {
+            kiln_clear_error(ctx);
+            st = kiln_plan_node_hook(&e->c);
+            if (st) return st;
         }
         /* Shape computations (small outputs) always fold: later nodes may need their values.
          * Larger constant subgraphs fold unless the session asked for no folding. */
@@ -568,8 +593,10 @@ static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) 
     }
     for (int v = 0; v < nv; v++) p->offset[v] = root[v] >= 0 ? slots[slot_of[root[v]]].offset : SIZE_MAX;
     if (!p->host_memory) goto out; /* a device backend allocates and binds its own arena */
-    p->arena = peak ? aligned_alloc(ARENA_ALIGN, peak) : NULL;
-    if (peak && !p->arena) {
+    /* At least one line even when every value is empty, so that each value's data points
+     * into the arena (NULL + offset is undefined, and kernels pass data to memcpy). */
+    p->arena = aligned_alloc(ARENA_ALIGN, peak ? align_up(peak) : ARENA_ALIGN);
+    if (!p->arena) {
         st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory allocating the %zu-byte activation arena", peak);
         goto out;
     }

@@ -74,4 +74,11 @@ kiln_status kiln_profile_from_passes(kiln_context *ctx, kiln_plan *hp, int iters
  * ops) and the bytes of its inputs and outputs. */
 void kiln_op_cost(const kiln_op_ctx *c, double *flops, double *bytes);
 
+/* Fuzzing only (fuzz/fuzz_run.c): when set, called by every plan walk (a session's plans
+ * and the static inference at finalize) for each node once its output shapes are inferred
+ * and before it is folded or planned; a status other than KILN_OK stops the walk with it
+ * (the hook leaves the message). Lets a harness refuse a model whose tensors or work are
+ * too big before kiln allocates or computes them. */
+extern kiln_status (*kiln_plan_node_hook)(kiln_op_ctx *c);
+
 #endif

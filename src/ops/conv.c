@@ -604,6 +604,11 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 5, 5), NULL);
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(4, 2, 3, 3), NULL);
     fails += kiln_optest_fails("Conv", "", 2, in, 1, KILN_ERR_SHAPE, "conv channel mismatch");
+    /* a dilation whose kernel extent (3 - 1) * d + 1 overflowed int64 (undefined) */
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 5, 5), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(4, 3, 3, 3), NULL);
+    fails += kiln_optest_fails("Conv", "dilations=[4611686018427387904,1]", 2, in, 1, KILN_ERR_SHAPE,
+                               "conv dilation overflowing int64");
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 5, 5), NULL);
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(4, 1, 3, 3), NULL);
     fails += kiln_optest_fails("Conv", "group=2", 2, in, 1, KILN_ERR_SHAPE,

@@ -11,6 +11,9 @@
 
 /* ------------------------------------------------------------------ geometry */
 
+/* The largest kernel dim, stride, dilation and pad a window takes. */
+#define KILN_WIN_ATTR_MAX ((int64_t)1 << 30)
+
 static kiln_status read_ints(kiln_op_ctx *c, const char *name, int want, int64_t minv,
                              int64_t *out, bool *present) {
     int n = 0;
@@ -24,6 +27,10 @@ static kiln_status read_ints(kiln_op_ctx *c, const char *name, int want, int64_t
         if (v[i] < minv)
             return kiln_op_fail(c, KILN_ERR_SHAPE, "attribute %s[%d] = %lld is below %lld", name,
                                 i, (long long)v[i], (long long)minv);
+        /* the window arithmetic ((k - 1) * d + 1, in + pads, ...) stays inside int64 */
+        if (v[i] > KILN_WIN_ATTR_MAX)
+            return kiln_op_fail(c, KILN_ERR_SHAPE, "attribute %s[%d] = %lld is above 2^30", name, i,
+                                (long long)v[i]);
         out[i] = v[i];
     }
     return KILN_OK;
@@ -56,7 +63,7 @@ kiln_status kiln_window_attrs(kiln_op_ctx *c, int nd, const int64_t *kernel, kil
                                 "kernel_shape[%d] = %lld does not match W's kernel dim %lld", i,
                                 (long long)ks[i], (long long)kernel[i]);
     for (int i = 0; i < nd; i++)
-        if (ks[i] < 1)
+        if (ks[i] < 1 || ks[i] > KILN_WIN_ATTR_MAX)
             return kiln_op_fail(c, KILN_ERR_SHAPE, "kernel dim %d is %lld", i,
                                 (long long)ks[i]);
     if ((s = read_ints(c, "strides", nd, 1, st, NULL)) != KILN_OK) return s;
@@ -476,7 +483,9 @@ size_t kiln_stage_size(const kiln_tensor *t) {
 
 const void *kiln_stage_in(const kiln_tensor *t, char **ws) {
     if (!t) return NULL;
-    if (!kiln_stage_needed(t->dtype)) return t->data;
+    /* An empty tensor is not staged: it takes no workspace, which may then be NULL, and
+     * kernels offset the pointer they get (NULL + 0 is undefined). */
+    if (!kiln_stage_needed(t->dtype) || kiln_tensor_numel(t) == 0) return t->data;
     float *dst = (float *)*ws;
     int64_t n = kiln_tensor_numel(t);
     *ws += kiln_stage_size(t);
@@ -502,7 +511,7 @@ const void *kiln_stage_in(const kiln_tensor *t, char **ws) {
 }
 
 void *kiln_stage_out(kiln_tensor *t, char **ws) {
-    if (!kiln_stage_needed(t->dtype)) return t->data;
+    if (!kiln_stage_needed(t->dtype) || kiln_tensor_numel(t) == 0) return t->data; /* as kiln_stage_in */
     void *p = *ws;
     *ws += kiln_stage_size(t);
     return p;

@@ -86,6 +86,13 @@ static kiln_status shape_get(kiln_op_ctx *c, const kiln_tensor *x, const kiln_te
                       i, (long long)opad[i]);
         int t = KILN_WIN_SLOT(win, i);
         const int64_t in = x->dims[2 + i];
+        /* bounds that keep the sizes below inside int64 (window attributes are <= 2^30) */
+        const int64_t big = (int64_t)1 << 40;
+        KILN_OP_CHECK(c, opad[i] <= big && (!os || (os[i] >= 0 && os[i] <= big)), KILN_ERR_SHAPE,
+                      "spatial dim %d: output_padding or output_shape is above 2^40", i);
+        KILN_OP_CHECK(c, in <= 1 || win->s[t] <= big / (in - 1), KILN_ERR_SHAPE,
+                      "spatial dim %d: stride %lld over input %lld gives an output above 2^40", i,
+                      (long long)win->s[t], (long long)in);
         const int64_t full = win->s[t] * (in - 1) + opad[i] + (win->k[t] - 1) * win->d[t] + 1;
         int64_t out;
         if (os || ap == KILN_PAD_SAME_UPPER || ap == KILN_PAD_SAME_LOWER) {
@@ -627,6 +634,11 @@ static int test(void) {
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 2, 3, 3), NULL);
     fails += kiln_optest_fails("ConvTranspose", "", 2, in, 1, KILN_ERR_SHAPE,
                                "convtranspose channel mismatch");
+    /* an output_padding whose sum with the strided input overflowed int64 (undefined) */
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 5, 5), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(3, 2, 3, 3), NULL);
+    fails += kiln_optest_fails("ConvTranspose", "strides=[1073741824,1];output_padding=[9223372036854774784,0]", 2,
+                               in, 1, KILN_ERR_SHAPE, "convtranspose output_padding overflowing int64");
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 5, 5), NULL);
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(3, 2, 3, 3), NULL);
     fails += kiln_optest_fails("ConvTranspose", "group=2", 2, in, 1, KILN_ERR_SHAPE,

@@ -59,6 +59,11 @@ static kiln_status plan(kiln_op_ctx *c, int at, pad_plan *p) {
                       "axes[%d] = %" PRId64 " is out of range for rank %d", k, axes[k], x->ndim);
         KILN_OP_CHECK(c, !seen[a], KILN_ERR_SHAPE, "axis %" PRId64 " is given twice", a);
         seen[a] = true;
+        /* beyond +-2^62 a pad overflows the sum below; no such pad leaves a valid size */
+        const int64_t lim = (int64_t)1 << 62;
+        KILN_OP_CHECK(c, pads[k] > -lim && pads[k] < lim && pads[na + k] > -lim && pads[na + k] < lim,
+                      KILN_ERR_SHAPE, "pads %" PRId64 " and %" PRId64 " of axis %" PRId64 " are out of range",
+                      pads[k], pads[na + k], a);
         p->begin[a] = pads[k];
         p->end[a] = pads[na + k];
         int64_t dim = x->dims[a] + pads[k] + pads[na + k];
@@ -341,6 +346,10 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
     in[1] = ints(4, KT_VALS(0, -2, 0, -2));
     fails += kiln_optest_fails("Pad", "", 2, in, 1, KILN_ERR_SHAPE, "pad crops below zero");
+    /* pads whose sum overflows int64: 3 - 2 (2^63 - 1024) wrapped around to 2051 */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    in[1] = ints(4, KT_VALS(0, -9223372036854774784.0, 0, -9223372036854774784.0));
+    fails += kiln_optest_fails("Pad", "", 2, in, 1, KILN_ERR_SHAPE, "pad overflowing int64");
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
     in[1] = ints(4, KT_VALS(0, 0, 0, 0));
     fails += kiln_optest_fails("Pad", "mode=mirror", 2, in, 1, KILN_ERR_UNSUPPORTED,

@@ -39,7 +39,12 @@ static kiln_status infer(kiln_op_ctx *c) {
                 dims[d] = x->dims[d];
             }
         }
-        known *= dims[d];
+        /* saturated rather than overflowing: no tensor has that many elements (a later 0
+         * still makes it 0) */
+        if (dims[d] != 0 && known > INT64_MAX / dims[d])
+            known = INT64_MAX;
+        else
+            known *= dims[d];
     }
     KILN_OP_CHECK(c, !(allowzero && has_zero && infer_at >= 0), KILN_ERR_SHAPE,
                   "with allowzero=1, shape cannot hold both 0 and -1");
@@ -121,6 +126,14 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
     in[1] = shape_of(2, KT_VALS(-2, -12));
     fails += kiln_optest_fails("Reshape", "", 2, in, 1, KILN_ERR_SHAPE, "reshape negative dim");
+    /* dims whose product wraps around int64 to 24 (fuzz_run: the product overflowed, and
+     * a wrapped one equal to the input's count was accepted) */
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    in[1] = shape_of(5, KT_VALS(24, 4294967297.0, 4294967295.0, 4294967297.0, 4294967295.0));
+    fails += kiln_optest_fails("Reshape", "", 2, in, 1, KILN_ERR_SHAPE, "reshape dims overflowing int64");
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    in[1] = shape_of(6, KT_VALS(-1, 12, 4294967297.0, 4294967295.0, 4294967297.0, 4294967295.0));
+    fails += kiln_optest_fails("Reshape", "", 2, in, 1, KILN_ERR_SHAPE, "reshape -1 with dims overflowing int64");
     in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(4, 6));
     fails += kiln_optest_fails("Reshape", "", 2, in, 1, KILN_ERR_TYPE, "reshape f32 shape");

@@ -70,7 +70,8 @@ static kiln_status plan(kiln_op_ctx *c, int at, slice_plan *p) {
         } else {
             s = clamp(s, 0, dim - 1);
             e = clamp(e, -1, dim - 1);
-            count = s > e ? (s - e - 1) / -step + 1 : 0;
+            /* an empty axis has nothing to take ([0, dim - 1] is then empty) */
+            count = dim > 0 && s > e ? (s - e - 1) / -step + 1 : 0;
         }
         p->start[a] = count > 0 ? s : 0;
         p->step[a] = step;
@@ -264,6 +265,15 @@ static int test(void) {
     in[3] = ints(1, KT_VALS(-1));
     y = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 0), NULL);
     fails += kiln_optest("Slice", "", 4, in, 1, &y, 0, 0, "slice start past the end");
+
+    /* fuzz_run: a negative step over an empty axis took one element (read past the data) */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(0, 2), NULL);
+    in[1] = ints(1, KT_VALS(-1));
+    in[2] = ints(1, KT_VALS(-10));
+    in[3] = ints(1, KT_VALS(0));
+    in[4] = ints(1, KT_VALS(-1));
+    y = kt_make(KILN_F32, 2, KT_DIMS(0, 2), NULL);
+    fails += kiln_optest("Slice", "", 5, in, 1, &y, 0, 0, "slice negative step over an empty axis");
 
     in[0] = kt_make(KILN_F64, 1, KT_DIMS(5), KT_VALS(0, 1, 2, 3, 4)); /* x[::-INT64_MIN] */
     in[1] = ints(1, KT_VALS(-1));

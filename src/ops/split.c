@@ -65,6 +65,10 @@ static kiln_status get_spec(kiln_op_ctx *c, int n, split_spec *s) {
             int64_t sz = part_size(s, k, n);
             KILN_OP_CHECK(c, sz >= 0, KILN_ERR_SHAPE, "split[%d] = %" PRId64 " is negative", k,
                           sz);
+            /* total <= dim so far: no overflow past it */
+            KILN_OP_CHECK(c, sz <= s->dim - total, KILN_ERR_SHAPE,
+                          "split sizes up to split[%d] = %" PRId64 " add up to more than axis %" PRId64
+                          "'s %" PRId64, k, sz, s->axis, s->dim);
             total += sz;
         }
         KILN_OP_CHECK(c, total == s->dim, KILN_ERR_SHAPE,
@@ -309,6 +313,10 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 3));
     fails += kiln_optest_fails("Split", "axis=1", 2, in, 2, KILN_ERR_SHAPE, "split sum 5 of 6");
+    /* sizes whose sum overflowed int64 and wrapped around to the axis' 6 */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(9223372036854774784.0, 9223372036854774784.0, 2054));
+    fails += kiln_optest_fails("Split", "axis=1", 2, in, 3, KILN_ERR_SHAPE, "split sizes overflowing int64");
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), v);
     in[1] = kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 4));
     fails += kiln_optest_fails("Split", "axis=1", 2, in, 3, KILN_ERR_SHAPE,

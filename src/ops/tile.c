@@ -22,6 +22,9 @@ static kiln_status tiled_shape(kiln_op_ctx *c, int at, int64_t *dims) {
     for (int d = 0; d < n; d++) {
         KILN_OP_CHECK(c, rep[d] >= 0, KILN_ERR_SHAPE, "repeats[%d] = %" PRId64 " is negative",
                       d, rep[d]);
+        KILN_OP_CHECK(c, rep[d] == 0 || x->dims[d] <= INT64_MAX / rep[d], KILN_ERR_SHAPE,
+                      "repeats[%d] = %" PRId64 " times dim %" PRId64 " overflows int64", d, rep[d],
+                      x->dims[d]);
         dims[d] = x->dims[d] * rep[d];
     }
     return KILN_OK;
@@ -166,6 +169,10 @@ static int test(void) {
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
     in[1] = ints(2, KT_VALS(2, -1));
     fails += kiln_optest_fails("Tile", "", 2, in, 1, KILN_ERR_SHAPE, "tile negative repeat");
+    /* fuzz_run: the tiled dim overflowed int64; 4 * (2^62 + 1024) wrapped around to 4096 */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 4), v);
+    in[1] = ints(2, KT_VALS(1, 4611686018427388928.0));
+    fails += kiln_optest_fails("Tile", "", 2, in, 1, KILN_ERR_SHAPE, "tile repeats overflowing int64");
 
     in[0] = kt_rand(KILN_F64, 2, KT_DIMS(2, 3), -1, 1, 1);
     in[1] = ints(2, KT_VALS(2, 3));

@@ -406,7 +406,7 @@ static kiln_status reorder(state *s) {
     for (int i = 0; i < m->n_nodes; i++) kd[i] = (keyed){s->key[i], i};
     qsort(kd, (size_t)m->n_nodes, sizeof *kd, cmp_keyed);
     for (int i = 0; i < m->n_nodes; i++) tmp[i] = m->nodes[kd[i].idx];
-    memcpy(m->nodes, tmp, (size_t)m->n_nodes * sizeof *tmp);
+    if (m->n_nodes) memcpy(m->nodes, tmp, (size_t)m->n_nodes * sizeof *tmp); /* no nodes: NULL */
     free(kd);
     free(tmp);
     return KILN_OK;
