@@ -5,10 +5,14 @@
  * same bytes. See fuzz/README.md.
  */
 #define _GNU_SOURCE
-#include "fuzz_file.h"
+#include "io/npy.h"
 #include "kiln.h"
 
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static kiln_context *ctx;
 static char out_path[64] = "/tmp/kiln-fuzz-npy-XXXXXX";
@@ -26,11 +30,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-/* The one place that reads the bytes: the path API today. When the buffer parser of
- * src/io/npy.h lands (branch npy), this becomes, with #include "io/npy.h":
- *     return kiln_npy_parse_buffer(ctx, data, size, "fuzz input", out); */
+/* The one place that reads the bytes: the buffer parser the path loader uses too. */
 static kiln_status parse(const uint8_t *data, size_t size, kiln_tensor **out) {
-    return kiln_tensor_load_npy(ctx, fuzz_file(data, size), out);
+    return kiln_npy_parse_buffer(ctx, data, size, "fuzz input", out);
 }
 
 static void broken(const char *what, kiln_status st) {
