@@ -170,7 +170,7 @@ static int test(void) {
     in[1] = ints(2, KT_VALS(2, -1));
     fails += kiln_optest_fails("Tile", "", 2, in, 1, KILN_ERR_SHAPE, "tile negative repeat");
     /* fuzz_run: the tiled dim overflowed int64; 4 * (2^62 + 1024) wrapped around to 4096 */
-    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 4), v);
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 4), NULL);
     in[1] = ints(2, KT_VALS(1, 4611686018427388928.0));
     fails += kiln_optest_fails("Tile", "", 2, in, 1, KILN_ERR_SHAPE, "tile repeats overflowing int64");
 
