@@ -236,7 +236,7 @@ int main(int argc, char **argv) {
                   !kiln_tensor_create(ctx, KILN_I64, 1, &b, &labels[k]),
               "inputs");
         float *x = kiln_tensor_data(images[k]);
-        for (int64_t i = 0; i < b * 28 * 28; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (int64_t i = 0; i < b * 28 * 28; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
         int64_t *y = kiln_tensor_data(labels[k]);
         for (int64_t i = 0; i < b; i++) y[i] = rand() % CLASSES;
     }
