@@ -237,6 +237,28 @@ kiln_onnx_case_result kiln_onnx_test_case(const char *dir, bool ops_in_registry,
  * listed, KILN_ERR_OUT_OF_MEMORY; *cases is NULL and *n 0 on failure. */
 kiln_status kiln_onnx_test_list(const char *dir, char ***cases, int *n);
 
+/* ------------------------------------------------------------ build facts */
+
+/* What this build of kiln is (kiln --version): whether the CUDA backend is built in, the
+ * CUDA runtime and cuDNN versions it was compiled against (CUDART_VERSION, e.g. 12040 for
+ * 12.4; CUDNN_VERSION, e.g. 90100 for 9.1.0), and the versions the loaded libraries report
+ * (asked without touching a GPU; 0 where unknown, e.g. cuda_driver without a driver). All
+ * zero without CUDA. */
+typedef struct kiln_build_info {
+    bool cuda;
+    int cuda_runtime_built, cudnn_built;
+    int cuda_runtime, cuda_driver;
+    long cudnn;
+} kiln_build_info;
+void kiln_get_build_info(kiln_build_info *out);
+
+/* The autotune cache file (cuDNN algorithm choices) a CUDA session would read and write:
+ * $KILN_CACHE_DIR/cudnn-algos.txt, else $XDG_CACHE_HOME/kiln/cudnn-algos.txt, else
+ * $HOME/.cache/kiln/cudnn-algos.txt. False (and no path) when the disk cache is off: an
+ * empty KILN_CACHE_DIR, no HOME, or a path that does not fit in n bytes. The same path in
+ * a build without CUDA, where nothing writes it. */
+bool kiln_autotune_cache_path(char *buf, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@
  * anything unexpected is ignored, and dropped the next time the file is written.
  */
 #include "algo_cache.h"
+#include "kiln_tools.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,24 +24,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FILE_NAME "cudnn-algos.txt"
 #define LINE_MAX_LEN 1024
 
-bool kiln_algo_cache_default_path(char *buf, size_t n) {
-    const char *dir = getenv("KILN_CACHE_DIR");
-    int k;
-    if (dir) {
-        if (!*dir) return false;
-        k = snprintf(buf, n, "%s/" FILE_NAME, dir);
-    } else if ((dir = getenv("XDG_CACHE_HOME")) && *dir) {
-        k = snprintf(buf, n, "%s/kiln/" FILE_NAME, dir);
-    } else if ((dir = getenv("HOME")) && *dir) {
-        k = snprintf(buf, n, "%s/.cache/kiln/" FILE_NAME, dir);
-    } else {
-        return false;
-    }
-    return k > 0 && (size_t)k < n;
-}
+/* one definition of where the cache lives, shared with `kiln cache` (kiln_tools.h) */
+bool kiln_algo_cache_default_path(char *buf, size_t n) { return kiln_autotune_cache_path(buf, n); }
 
 void kiln_algo_cache_prefix(char *buf, size_t n, const char *gpu, long version) {
     int k = snprintf(buf, n, "%s|%ld|", gpu, version);
