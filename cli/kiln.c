@@ -15,59 +15,118 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <getopt.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_IO 64
 
+/* Each command's usage: `kiln CMD --help` prints its entry (stdout, exit 0), a wrong option
+ * its entry on stderr (exit 2), `kiln --help` all of them. */
+static const struct { const char *name, *text; } commands[] = {
+    {"run",
+     "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
+     "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32] [--threads N] [--no-fold] [--stats]\n"
+     "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
+     "                                fuse-pool pad-channels cuda-graph autotune conv-gemm conv-direct\n"
+     "                                streams, or all)\n"
+     "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
+     "      order (fewer --output than graph outputs is fine).\n"},
+    {"train",
+     "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
+     "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
+     "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
+     "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
+     "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,fuse-pool,\n"
+     "        autotune,conv-gemm,conv-direct,streams] [--no-warmup] (CUDA: the plans, algorithm\n"
+     "        searches and graph captures inside the first epoch instead of before it)\n"
+     "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
+     "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
+     "      one training step, slowest first: each node of the forward + backward on its\n"
+     "      own, the batch gather (prologue) and the optimizer (epilogue), their sum, and\n"
+     "      the whole step as a CUDA graph replay (median of 200; CPU: host clock); the\n"
+     "      trained state is left as it was. --resume FILE goes on from a checkpoint that\n"
+     "      --save wrote (at the end of each epoch, or where --max-steps stopped) up to\n"
+     "      --epochs in all: a run that already reached --epochs has nothing left to do\n"
+     "      (an error; raise --epochs to train further). --batch must not exceed the\n"
+     "      training set.\n"},
+    {"bench",
+     "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--strict-fp32] [--iters N] [--warmup N]\n"
+     "        [--threads N] [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
+     "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
+     "      throughput, latency percentiles, transfers, one-time cost. --profile adds a\n"
+     "      per-layer table (each node timed on its own: CUDA events, or the host clock\n"
+     "      on the CPU), sorted by time, with TFLOP/s of convolutions and products and\n"
+     "      GB/s of every node; --trace writes one pass as a Chrome trace (implies\n"
+     "      --profile); --nvtx names each node's launch for Nsight (as KILN_NVTX=1).\n"},
+    {"info", "  info MODEL.onnx     Inputs, outputs, nodes and op counts of a model.\n"},
+    {"onnx-test",
+     "  onnx-test DIR...    Run ONNX backend test cases (model.onnx + test_data_set_*)\n"
+     "        [--ops-in-registry] [--min-pass-rate R] [--list-failures FILE] [--quiet]\n"},
+    {"compare",
+     "  compare A.npy B.npy [--rtol R] [--atol A]\n"
+     "      Compare two arrays: |a - b| <= atol + rtol*|b| everywhere (NaN never passes).\n"},
+    {"cache",
+     "  cache show|clear    The autotune cache (cuDNN algorithm choices, CUDA): show says\n"
+     "      where its file is (KILN_CACHE_DIR, else XDG_CACHE_HOME/kiln, else\n"
+     "      ~/.cache/kiln), its size and entries; clear removes the file.\n"},
+    {"ops", "  ops                 List the ops kiln supports.\n"},
+    {"version",
+     "  version             (or --version) The version, whether CUDA is built in, the CUDA\n"
+     "      and cuDNN versions, the git commit built.\n"},
+    {"help", "  help [COMMAND]      (or --help, -h) This text, or one command's.\n"},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
 static int usage(FILE *f) {
-    fprintf(f,
-            "usage: kiln <command> [options]\n"
-            "\n"
-            "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
-            "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32] [--threads N] [--no-fold] [--stats]\n"
-            "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
-            "                                fuse-pool pad-channels cuda-graph autotune conv-gemm conv-direct\n"
-            "                                streams, or all)\n"
-            "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
-            "      order (fewer --output than graph outputs is fine).\n"
-            "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
-            "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
-            "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
-            "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
-            "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,fuse-pool,\n"
-            "        autotune,conv-gemm,conv-direct,streams] [--no-warmup] (CUDA: the plans, algorithm\n"
-            "        searches and graph captures inside the first epoch instead of before it)\n"
-            "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
-            "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
-            "      one training step, slowest first: each node of the forward + backward on its\n"
-            "      own, the batch gather (prologue) and the optimizer (epilogue), their sum, and\n"
-            "      the whole step as a CUDA graph replay (median of 200; CPU: host clock); the\n"
-            "      trained state is left as it was. --resume FILE goes on from a checkpoint that\n"
-            "      --save wrote (at the end of each epoch, or where --max-steps stopped) up to\n"
-            "      --epochs in all: a run that already reached --epochs has nothing left to do\n"
-            "      (an error; raise --epochs to train further). --batch must not exceed the\n"
-            "      training set.\n"
-            "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--strict-fp32] [--iters N] [--warmup N]\n"
-            "        [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
-            "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
-            "      throughput, latency percentiles, transfers, one-time cost. --profile adds a\n"
-            "      per-layer table (each node timed on its own: CUDA events, or the host clock\n"
-            "      on the CPU), sorted by time, with TFLOP/s of convolutions and products and\n"
-            "      GB/s of every node; --trace writes one pass as a Chrome trace (implies\n"
-            "      --profile); --nvtx names each node's launch for Nsight (as KILN_NVTX=1).\n"
-            "  info MODEL.onnx     Inputs, outputs, nodes and op counts of a model.\n"
-            "  onnx-test DIR...    Run ONNX backend test cases (model.onnx + test_data_set_*)\n"
-            "      [--ops-in-registry] [--min-pass-rate R] [--quiet]\n"
-            "  compare A.npy B.npy [--rtol R] [--atol A]\n"
-            "      Compare two arrays: |a - b| <= atol + rtol*|b| everywhere (NaN never passes).\n"
-            "  ops                 List the ops kiln supports.\n"
-            "  version             Print the version.\n");
+    fprintf(f, "usage: kiln <command> [options]   (kiln <command> --help: that command's usage)\n\n");
+    for (int i = 0; i < N_COMMANDS; i++) fputs(commands[i].text, f);
     return f == stderr ? 2 : 0;
 }
 
+/* One command's usage: on stdout for --help (0), on stderr after a wrong option (2). */
+static int cmd_usage(const char *cmd, FILE *f) {
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, cmd) == 0) {
+            const char *t = commands[i].text + 2;
+            if (f == stdout) {
+                fprintf(f, "usage: kiln %s", t);
+                return 0;
+            }
+            /* the synopsis only: up to the first description line (6 spaces, then text) */
+            const char *end = t;
+            while ((end = strchr(end, '\n')) && end[1] && !(strncmp(end + 1, "      ", 6) == 0 && end[7] != ' ')) end++;
+            fprintf(f, "usage: kiln %.*s\n(kiln %s --help for more)\n", end ? (int)(end - t) : (int)strlen(t), t, cmd);
+            return 2;
+        }
+    return usage(f);
+}
+
+/* getopt_long over a command's arguments (argv[0] is the command's name, so permuted
+ * operands and --flag=value work as usual). Returns the next option, -1 at the end, or
+ * 'h'; a wrong option is reported here (naming it, then the command's usage) as '?'. */
+static int next_opt(const char *cmd, int argc, char **argv, const struct option *longopts) {
+    opterr = 0;
+    const int c = getopt_long(argc, argv, ":h", longopts, NULL);
+    if (c == ':' || c == '?') {
+        const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+        if (c == ':') fprintf(stderr, "kiln %s: option '%s' needs a value\n", cmd, arg);
+        else if (optopt) fprintf(stderr, "kiln %s: unknown option '-%c'\n", cmd, optopt);
+        else fprintf(stderr, "kiln %s: unknown option '%s'\n", cmd, arg);
+        cmd_usage(cmd, stderr);
+        return '?';
+    }
+    return c;
+}
+
+/* The library's message, after what failed unless the message already names it (the
+ * loaders name their file: "kiln: m.onnx: m.onnx: ..." said the path twice). */
 static int fail(kiln_context *ctx, const char *what) {
-    fprintf(stderr, "kiln: %s: %s\n", what, kiln_context_message(ctx));
+    const char *msg = kiln_context_message(ctx);
+    if (msg && strstr(msg, what)) fprintf(stderr, "kiln: %s\n", msg);
+    else fprintf(stderr, "kiln: %s: %s\n", what, msg ? msg : "failed");
     return 1;
 }
 
@@ -87,7 +146,16 @@ static void print_shape(const char *name, kiln_dtype dt, int nd, const int64_t *
 }
 
 static int cmd_info(int argc, char **argv) {
-    if (argc < 1) return usage(stderr);
+    static const struct option lo[] = {{"help", no_argument, NULL, 'h'}, {0}};
+    for (int c; (c = next_opt("info", argc, argv, lo)) != -1;) {
+        if (c == 'h') return cmd_usage("info", stdout);
+        return 2;
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "kiln info: need one MODEL.onnx\n");
+        return cmd_usage("info", stderr);
+    }
+    argv += optind;
     kiln_context *ctx = NULL;
     kiln_model *m = NULL;
     if (kiln_context_create(&ctx)) return 1;
@@ -147,37 +215,58 @@ static int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *in_paths[MAX_IO], *out_paths[MAX_IO];
     int n_in = 0, n_out = 0, threads = 0, stats = 0;
     kiln_session_options opts = {0};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--input") == 0 && i + 1 < argc && n_in < MAX_IO) in_paths[n_in++] = argv[++i];
-        else if (strcmp(a, "--output") == 0 && i + 1 < argc && n_out < MAX_IO) out_paths[n_out++] = argv[++i];
-        else if (strcmp(a, "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (strcmp(a, "--no-fold") == 0) opts.no_fold = 1;
-        else if (strcmp(a, "--strict-fp32") == 0) opts.strict_fp32 = 1;
-        else if (strcmp(a, "--disable") == 0 && i + 1 < argc) {
-            if (parse_disable(argv[++i], &opts.disable_passes)) return 2;
-        }
-        else if (strcmp(a, "--fp32") == 0) opts.precision = KILN_PRECISION_FP32;
-        else if (strcmp(a, "--fp16") == 0) opts.precision = KILN_PRECISION_FP16;
-        else if (strcmp(a, "--bf16") == 0) opts.precision = KILN_PRECISION_BF16;
-        else if (strcmp(a, "--stats") == 0) stats = 1;
-        else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
-            const char *d = argv[++i];
-            if (strcmp(d, "cpu") == 0) opts.device = KILN_DEVICE_CPU;
-            else if (strcmp(d, "cuda") == 0) opts.device = KILN_DEVICE_CUDA;
-            else {
-                fprintf(stderr, "kiln run: unknown device '%s' (cpu or cuda)\n", d);
+    enum { O_INPUT = 256, O_OUTPUT, O_THREADS, O_NO_FOLD, O_STRICT, O_DISABLE, O_FP32, O_FP16, O_BF16, O_STATS, O_DEVICE };
+    static const struct option lo[] = {
+        {"input", required_argument, NULL, O_INPUT},    {"output", required_argument, NULL, O_OUTPUT},
+        {"threads", required_argument, NULL, O_THREADS}, {"no-fold", no_argument, NULL, O_NO_FOLD},
+        {"strict-fp32", no_argument, NULL, O_STRICT},    {"disable", required_argument, NULL, O_DISABLE},
+        {"fp32", no_argument, NULL, O_FP32},             {"fp16", no_argument, NULL, O_FP16},
+        {"bf16", no_argument, NULL, O_BF16},             {"stats", no_argument, NULL, O_STATS},
+        {"device", required_argument, NULL, O_DEVICE},   {"help", no_argument, NULL, 'h'},
+        {0}};
+    for (int c; (c = next_opt("run", argc, argv, lo)) != -1;) {
+        switch (c) {
+        case 'h': return cmd_usage("run", stdout);
+        case O_INPUT:
+        case O_OUTPUT:
+            if ((c == O_INPUT ? n_in : n_out) >= MAX_IO) {
+                fprintf(stderr, "kiln run: at most %d --input and %d --output\n", MAX_IO, MAX_IO);
                 return 2;
             }
-        } else if (a[0] != '-' && !model_path) model_path = a;
-        else {
-            fprintf(stderr, "kiln run: unexpected argument '%s'\n", a);
-            return usage(stderr);
+            if (c == O_INPUT) in_paths[n_in++] = optarg;
+            else out_paths[n_out++] = optarg;
+            break;
+        case O_THREADS: threads = atoi(optarg); break;
+        case O_NO_FOLD: opts.no_fold = 1; break;
+        case O_STRICT: opts.strict_fp32 = 1; break;
+        case O_DISABLE:
+            if (parse_disable(optarg, &opts.disable_passes)) return 2;
+            break;
+        case O_FP32: opts.precision = KILN_PRECISION_FP32; break;
+        case O_FP16: opts.precision = KILN_PRECISION_FP16; break;
+        case O_BF16: opts.precision = KILN_PRECISION_BF16; break;
+        case O_STATS: stats = 1; break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cpu") == 0) opts.device = KILN_DEVICE_CPU;
+            else if (strcmp(optarg, "cuda") == 0) opts.device = KILN_DEVICE_CUDA;
+            else {
+                fprintf(stderr, "kiln run: unknown device '%s' (cpu or cuda)\n", optarg);
+                return 2;
+            }
+            break;
+        default: return 2;
         }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (model_path) {
+            fprintf(stderr, "kiln run: unexpected argument '%s'\n", argv[i]);
+            return cmd_usage("run", stderr);
+        }
+        model_path = argv[i];
     }
     if (!model_path || n_out == 0) {
         fprintf(stderr, "kiln run: need MODEL.onnx and at least one --output\n");
-        return usage(stderr);
+        return cmd_usage("run", stderr);
     }
     kiln_context *ctx = NULL;
     kiln_model *m = NULL;
@@ -273,13 +362,19 @@ static void json_str(FILE *f, const char *s) {
 }
 
 /* One pass of the profile as Chrome trace events (chrome://tracing, Perfetto). */
-static int write_trace(const kiln_profile *p, const char *path, bool cuda) {
+static int write_trace(const kiln_profile *p, const char *path, const char *model, bool cuda) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "kiln bench: cannot write %s\n", path);
         return 1;
     }
-    fprintf(f, "[\n");
+    /* names for the process and its one thread (metadata events), then one event a node */
+    fprintf(f, "[\n  {\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"kiln bench ",
+            cuda ? 2 : 1);
+    json_str(f, model);
+    fprintf(f, " (%s)\"}},\n", cuda ? "cuda" : "cpu");
+    fprintf(f, "  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}%s\n",
+            cuda ? 2 : 1, cuda ? "GPU stream (CUDA events)" : "host (CPU nodes)", p->n ? "," : "");
     for (int e = 0; e < p->n; e++) {
         const kiln_profile_node *pn = &p->nodes[e];
         fprintf(f, "  {\"name\": \"");
@@ -344,36 +439,61 @@ static int cmd_bench(int argc, char **argv) {
     const char *trace = NULL;
     int iters = 50, warmup = 10, threads = 0, profile = 0, ablate = 0;
     kiln_session_options so = {0};
-    for (int i = 0; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (o[0] != '-' && !path) path = o;
-        else if (strcmp(o, "--fp32") == 0) so.precision = KILN_PRECISION_FP32;
-        else if (strcmp(o, "--fp16") == 0) so.precision = KILN_PRECISION_FP16;
-        else if (strcmp(o, "--bf16") == 0) so.precision = KILN_PRECISION_BF16;
-        else if (strcmp(o, "--profile") == 0) profile = 1;
-        else if (strcmp(o, "--ablate") == 0) ablate = 1;
-        else if (strcmp(o, "--strict-fp32") == 0) so.strict_fp32 = 1;
-        else if (strcmp(o, "--nvtx") == 0) setenv("KILN_NVTX", "1", 1);
-        else if (!v) { fprintf(stderr, "kiln bench: %s needs a value\n", o); return 2; }
-        else if (strcmp(o, "--batch") == 0) batch = atoll(argv[++i]);
-        else if (strcmp(o, "--iters") == 0) iters = atoi(argv[++i]);
-        else if (strcmp(o, "--disable") == 0) {
-            if (parse_disable(argv[++i], &so.disable_passes)) return 2;
-        }
-        else if (strcmp(o, "--warmup") == 0) warmup = atoi(argv[++i]);
-        else if (strcmp(o, "--threads") == 0) threads = atoi(argv[++i]);
-        else if (strcmp(o, "--trace") == 0) {
-            trace = argv[++i];
+    enum { O_FP32 = 256, O_FP16, O_BF16, O_PROFILE, O_ABLATE, O_STRICT, O_NVTX, O_BATCH, O_ITERS, O_DISABLE, O_WARMUP,
+           O_THREADS, O_TRACE, O_DEVICE };
+    static const struct option lo[] = {
+        {"fp32", no_argument, NULL, O_FP32},            {"fp16", no_argument, NULL, O_FP16},
+        {"bf16", no_argument, NULL, O_BF16},            {"profile", no_argument, NULL, O_PROFILE},
+        {"ablate", no_argument, NULL, O_ABLATE},        {"strict-fp32", no_argument, NULL, O_STRICT},
+        {"nvtx", no_argument, NULL, O_NVTX},            {"batch", required_argument, NULL, O_BATCH},
+        {"iters", required_argument, NULL, O_ITERS},    {"disable", required_argument, NULL, O_DISABLE},
+        {"warmup", required_argument, NULL, O_WARMUP},  {"threads", required_argument, NULL, O_THREADS},
+        {"trace", required_argument, NULL, O_TRACE},    {"device", required_argument, NULL, O_DEVICE},
+        {"help", no_argument, NULL, 'h'},               {0}};
+    for (int c; (c = next_opt("bench", argc, argv, lo)) != -1;) {
+        switch (c) {
+        case 'h': return cmd_usage("bench", stdout);
+        case O_FP32: so.precision = KILN_PRECISION_FP32; break;
+        case O_FP16: so.precision = KILN_PRECISION_FP16; break;
+        case O_BF16: so.precision = KILN_PRECISION_BF16; break;
+        case O_PROFILE: profile = 1; break;
+        case O_ABLATE: ablate = 1; break;
+        case O_STRICT: so.strict_fp32 = 1; break;
+        case O_NVTX: setenv("KILN_NVTX", "1", 1); break;
+        case O_BATCH: batch = atoll(optarg); break;
+        case O_ITERS: iters = atoi(optarg); break;
+        case O_DISABLE:
+            if (parse_disable(optarg, &so.disable_passes)) return 2;
+            break;
+        case O_WARMUP: warmup = atoi(optarg); break;
+        case O_THREADS: threads = atoi(optarg); break;
+        case O_TRACE:
+            trace = optarg;
             profile = 1;
+            break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cuda") == 0) so.device = KILN_DEVICE_CUDA;
+            else if (strcmp(optarg, "cpu") == 0) so.device = KILN_DEVICE_CPU;
+            else { fprintf(stderr, "kiln bench: unknown device '%s'\n", optarg); return 2; }
+            break;
+        default: return 2;
         }
-        else if (strcmp(o, "--device") == 0) {
-            const char *d = argv[++i];
-            if (strcmp(d, "cuda") == 0) so.device = KILN_DEVICE_CUDA;
-            else if (strcmp(d, "cpu") == 0) so.device = KILN_DEVICE_CPU;
-            else { fprintf(stderr, "kiln bench: unknown device '%s'\n", d); return 2; }
-        } else { fprintf(stderr, "kiln bench: unknown option '%s'\n", o); return usage(stderr); }
     }
-    if (!path || batch < 1 || iters < 1 || warmup < 0) return usage(stderr);
+    for (int i = optind; i < argc; i++) {
+        if (path) {
+            fprintf(stderr, "kiln bench: unexpected argument '%s'\n", argv[i]);
+            return cmd_usage("bench", stderr);
+        }
+        path = argv[i];
+    }
+    if (!path) {
+        fprintf(stderr, "kiln bench: need MODEL.onnx\n");
+        return cmd_usage("bench", stderr);
+    }
+    if (batch < 1 || iters < 1 || warmup < 0) {
+        fprintf(stderr, "kiln bench: --batch and --iters must be >= 1, --warmup >= 0\n");
+        return 2;
+    }
     kiln_context *ctx = NULL;
     kiln_model *m = NULL;
     kiln_session *s = NULL;
@@ -464,7 +584,7 @@ static int cmd_bench(int argc, char **argv) {
                  cuda ? " (graph replay: no launch gaps, so it can be below the sum)" : "");
         rc = print_profile(&prof, title, summary, false);
         if (!rc && trace) {
-            rc = write_trace(&prof, trace, cuda);
+            rc = write_trace(&prof, trace, path, cuda);
             if (!rc) printf("trace of one pass (%d nodes) written to %s\n", prof.n, trace);
         }
         kiln_profile_free(&prof);
@@ -579,33 +699,55 @@ static void progress(bool tty, int64_t epoch, int64_t epochs, int64_t step, int6
 
 static int cmd_train(int argc, char **argv) {
     train_args a = {.epochs = 1, .batch = 64, .accumulate = 1, .seed = 1, .dropout = 1, .device = "cpu", .amp = "off"};
-    for (int i = 0; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (o[0] != '-' && !a.model) { a.model = o; continue; }
-        if (strcmp(o, "--no-dropout") == 0) { a.dropout = 0; continue; }
-        if (strcmp(o, "--strict-fp32") == 0) { a.strict_fp32 = 1; continue; }
-        if (strcmp(o, "--no-shuffle") == 0) { a.no_shuffle = 1; continue; }
-        if (strcmp(o, "--no-warmup") == 0) { a.no_warmup = 1; continue; }
-        if (strcmp(o, "--profile") == 0) { a.profile = 1; continue; }
-        if (!v) { fprintf(stderr, "kiln train: %s needs a value\n", o); return 2; }
-        i++;
-        if (strcmp(o, "--data") == 0) a.data = v;
-        else if (strcmp(o, "--epochs") == 0) a.epochs = atoll(v);
-        else if (strcmp(o, "--batch") == 0) a.batch = atoll(v);
-        else if (strcmp(o, "--accumulate") == 0) a.accumulate = atoll(v);
-        else if (strcmp(o, "--seed") == 0) a.seed = strtoull(v, NULL, 10);
-        else if (strcmp(o, "--lr") == 0) a.lr = strtof(v, NULL);
-        else if (strcmp(o, "--save") == 0) a.save = v;
-        else if (strcmp(o, "--resume") == 0) a.resume = v;
-        else if (strcmp(o, "--device") == 0) a.device = v;
-        else if (strcmp(o, "--amp") == 0) a.amp = v;
-        else if (strcmp(o, "--max-steps") == 0) a.max_steps = atoll(v);
-        else if (strcmp(o, "--threads") == 0) a.threads = atoi(v);
-        else if (strcmp(o, "--init") == 0) a.init = v;
-        else if (strcmp(o, "--losses") == 0) a.losses = v;
-        else if (strcmp(o, "--disable") == 0) {
+    enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
+           O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE };
+    static const struct option longopts[] = {
+        {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
+        {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
+        {"profile", no_argument, NULL, O_PROFILE},            {"data", required_argument, NULL, O_DATA},
+        {"epochs", required_argument, NULL, O_EPOCHS},        {"batch", required_argument, NULL, O_BATCH},
+        {"accumulate", required_argument, NULL, O_ACCUMULATE}, {"seed", required_argument, NULL, O_SEED},
+        {"lr", required_argument, NULL, O_LR},                {"save", required_argument, NULL, O_SAVE},
+        {"resume", required_argument, NULL, O_RESUME},        {"device", required_argument, NULL, O_DEVICE},
+        {"amp", required_argument, NULL, O_AMP},              {"max-steps", required_argument, NULL, O_MAX_STEPS},
+        {"threads", required_argument, NULL, O_THREADS},      {"init", required_argument, NULL, O_INIT},
+        {"losses", required_argument, NULL, O_LOSSES},        {"disable", required_argument, NULL, O_DISABLE},
+        {"help", no_argument, NULL, 'h'},                     {0}};
+    for (int c; (c = next_opt("train", argc, argv, longopts)) != -1;) {
+        const char *v = optarg;
+        switch (c) {
+        case 'h': return cmd_usage("train", stdout);
+        case O_NO_DROPOUT: a.dropout = 0; break;
+        case O_STRICT: a.strict_fp32 = 1; break;
+        case O_NO_SHUFFLE: a.no_shuffle = 1; break;
+        case O_NO_WARMUP: a.no_warmup = 1; break;
+        case O_PROFILE: a.profile = 1; break;
+        case O_DATA: a.data = v; break;
+        case O_EPOCHS: a.epochs = atoll(v); break;
+        case O_BATCH: a.batch = atoll(v); break;
+        case O_ACCUMULATE: a.accumulate = atoll(v); break;
+        case O_SEED: a.seed = strtoull(v, NULL, 10); break;
+        case O_LR: a.lr = strtof(v, NULL); break;
+        case O_SAVE: a.save = v; break;
+        case O_RESUME: a.resume = v; break;
+        case O_DEVICE: a.device = v; break;
+        case O_AMP: a.amp = v; break;
+        case O_MAX_STEPS: a.max_steps = atoll(v); break;
+        case O_THREADS: a.threads = atoi(v); break;
+        case O_INIT: a.init = v; break;
+        case O_LOSSES: a.losses = v; break;
+        case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
-        } else { fprintf(stderr, "kiln train: unknown option '%s'\n", o); return usage(stderr); }
+            break;
+        default: return 2;
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (a.model) {
+            fprintf(stderr, "kiln train: unexpected argument '%s'\n", argv[i]);
+            return cmd_usage("train", stderr);
+        }
+        a.model = argv[i];
     }
     if (!a.model || strcmp(a.model, "mnist-net") != 0) {
         fprintf(stderr, "kiln train: the model must be 'mnist-net' (the one kiln builds today)\n");
@@ -722,6 +864,9 @@ static int cmd_train(int argc, char **argv) {
     for (; epoch < a.epochs; epoch++, step = 0) {
         /* the rate counts the steps this process runs (not those a resumed checkpoint skips) */
         const int64_t first = step;
+        /* where this epoch stops: its end, or earlier where --max-steps runs out (the bar
+         * counts to there, and its line ends there, before the summary lines) */
+        const int64_t stop = a.max_steps && step + (a.max_steps - done) < steps ? step + (a.max_steps - done) : steps;
         double te = now_ms(), last = 0;
         float loss = 0;
         if (o.device == KILN_DEVICE_CUDA) {
@@ -737,8 +882,8 @@ static int cmd_train(int argc, char **argv) {
                 done += end - step;
                 step = end;
                 double now = now_ms();
-                progress(tty, epoch, a.epochs, step, steps, (double)(step - first) * 1000.0 / (now - te + 1e-9), loss,
-                         step == steps);
+                progress(tty, epoch, a.epochs, step, stop, (double)(step - first) * 1000.0 / (now - te + 1e-9), loss,
+                         step == stop);
                 if (a.max_steps && done >= a.max_steps) break;
             }
         }
@@ -754,9 +899,9 @@ static int cmd_train(int argc, char **argv) {
             if (st) { rc = fail(ctx, "training step"); goto out; }
             done++;
             double now = now_ms();
-            if ((tty && now - last > 100) || (step + 1) % 100 == 0 || step + 1 == steps) {
-                progress(tty, epoch, a.epochs, step + 1, steps, (double)(step + 1 - first) * 1000.0 / (now - te + 1e-9), loss,
-                         step + 1 == steps);
+            if ((tty && now - last > 100) || (step + 1) % 100 == 0 || step + 1 == stop) {
+                progress(tty, epoch, a.epochs, step + 1, stop, (double)(step + 1 - first) * 1000.0 / (now - te + 1e-9), loss,
+                         step + 1 == stop);
                 last = now;
             }
             if (a.max_steps && done >= a.max_steps) {
@@ -814,14 +959,20 @@ static double elem(const kiln_tensor *t, int64_t i) {
 static int cmd_compare(int argc, char **argv) {
     const char *pa = NULL, *pb = NULL;
     double rtol = 1e-5, atol = 1e-6;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--rtol") == 0 && i + 1 < argc) rtol = atof(argv[++i]);
-        else if (strcmp(argv[i], "--atol") == 0 && i + 1 < argc) atol = atof(argv[++i]);
-        else if (!pa) pa = argv[i];
-        else if (!pb) pb = argv[i];
-        else return usage(stderr);
+    static const struct option lo[] = {
+        {"rtol", required_argument, NULL, 'r'}, {"atol", required_argument, NULL, 'a'}, {"help", no_argument, NULL, 'h'}, {0}};
+    for (int c; (c = next_opt("compare", argc, argv, lo)) != -1;) {
+        if (c == 'h') return cmd_usage("compare", stdout);
+        else if (c == 'r') rtol = atof(optarg);
+        else if (c == 'a') atol = atof(optarg);
+        else return 2;
     }
-    if (!pa || !pb) return usage(stderr);
+    if (argc - optind != 2) {
+        fprintf(stderr, "kiln compare: need two arrays, A.npy and B.npy\n");
+        return cmd_usage("compare", stderr);
+    }
+    pa = argv[optind];
+    pb = argv[optind + 1];
     kiln_context *ctx = NULL;
     kiln_tensor *a = NULL, *b = NULL;
     if (kiln_context_create(&ctx)) return 1;
@@ -869,25 +1020,144 @@ static void wait_passively(char **argv) {
     execv("/proc/self/exe", argv);
 }
 
+/* CUDA's versions are numbers like 12040 (12.4) and cuDNN's like 90100 (9.1.0). */
+static void print_cuda_version(const char *what, long v) {
+    if (v > 0) printf("%s %ld.%ld", what, v / 1000, v % 1000 / 10);
+    else printf("%s unknown", what);
+}
+
+static void print_cudnn_version(const char *what, long v) {
+    if (v >= 10000) printf("%s %ld.%ld.%ld", what, v / 10000, v % 10000 / 100, v % 100); /* cuDNN 9: M*10000 */
+    else if (v > 0) printf("%s %ld.%ld.%ld", what, v / 1000, v % 1000 / 100, v % 100);  /* cuDNN 8: M*1000 */
+    else printf("%s unknown", what);
+}
+
+#ifndef KILN_GIT_HASH
+#define KILN_GIT_HASH "unknown"
+#endif
+
+static int cmd_version(int argc, char **argv) {
+    static const struct option lo[] = {{"help", no_argument, NULL, 'h'}, {0}};
+    for (int c; (c = next_opt("version", argc, argv, lo)) != -1;)
+        return c == 'h' ? cmd_usage("version", stdout) : 2;
+    kiln_build_info b;
+    kiln_get_build_info(&b);
+    printf("kiln %s\n", kiln_version());
+    printf("git: %s\n", KILN_GIT_HASH);
+    if (!b.cuda) {
+        printf("CUDA: not built in (CPU only)\n");
+        return 0;
+    }
+    printf("CUDA: built in\n");
+    print_cuda_version("  CUDA runtime: built with", b.cuda_runtime_built);
+    print_cuda_version(", loaded", b.cuda_runtime);
+    if (b.cuda_driver > 0) print_cuda_version("; driver supports up to", b.cuda_driver);
+    else printf("; no CUDA driver found");
+    print_cudnn_version("\n  cuDNN: built with", b.cudnn_built);
+    print_cudnn_version(", loaded", b.cudnn);
+    printf("\n");
+    return 0;
+}
+
+/* kiln cache show|clear: the autotune cache file (kiln_autotune_cache_path). */
+static int cmd_cache(int argc, char **argv) {
+    static const struct option lo[] = {{"help", no_argument, NULL, 'h'}, {0}};
+    for (int c; (c = next_opt("cache", argc, argv, lo)) != -1;)
+        return c == 'h' ? cmd_usage("cache", stdout) : 2;
+    const char *what = optind < argc ? argv[optind] : NULL;
+    if (!what) {
+        fprintf(stderr, "kiln cache: show or clear?\n");
+        return cmd_usage("cache", stderr);
+    }
+    if (strcmp(what, "show") != 0 && strcmp(what, "clear") != 0) {
+        fprintf(stderr, "kiln cache: unknown action '%s' (show or clear)\n", what);
+        return cmd_usage("cache", stderr);
+    }
+    if (optind + 1 < argc) {
+        fprintf(stderr, "kiln cache: unexpected argument '%s'\n", argv[optind + 1]);
+        return cmd_usage("cache", stderr);
+    }
+    kiln_build_info b;
+    kiln_get_build_info(&b);
+    char path[4096];
+    if (!kiln_autotune_cache_path(path, sizeof path)) {
+        printf("no autotune cache: the disk cache is off (KILN_CACHE_DIR is empty, or no HOME to put it under)\n");
+        return 0;
+    }
+    struct stat st;
+    const bool exists = stat(path, &st) == 0;
+    long entries = 0;
+    if (exists) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            /* one choice a line; '#' lines are comments */
+            char line[2048];
+            bool start = true;
+            while (fgets(line, sizeof line, f)) {
+                if (start && line[0] != '#' && line[0] != '\n') entries++;
+                start = strchr(line, '\n') != NULL;
+            }
+            fclose(f);
+        }
+    }
+    if (strcmp(what, "show") == 0) {
+        printf("autotune cache (cuDNN algorithm choices): %s\n", path);
+        if (exists) printf("  %lld bytes, %ld entries\n", (long long)st.st_size, entries);
+        else printf("  no file yet%s\n", b.cuda ? " (written by the first CUDA session that searches an algorithm)" : "");
+        if (!b.cuda) printf("  (this kiln is built without CUDA: nothing here reads or writes it)\n");
+        return 0;
+    }
+    if (!exists) {
+        printf("no autotune cache at %s: nothing to remove\n", path);
+        return 0;
+    }
+    if (remove(path) != 0) {
+        fprintf(stderr, "kiln cache: cannot remove %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    printf("removed %s (%lld bytes, %ld entries)\n", path, (long long)st.st_size, entries);
+    return 0;
+}
+
+static int cmd_ops(int argc, char **argv) {
+    static const struct option lo[] = {{"help", no_argument, NULL, 'h'}, {0}};
+    for (int c; (c = next_opt("ops", argc, argv, lo)) != -1;)
+        return c == 'h' ? cmd_usage("ops", stdout) : 2;
+    if (optind < argc) {
+        fprintf(stderr, "kiln ops: unexpected argument '%s'\n", argv[optind]);
+        return cmd_usage("ops", stderr);
+    }
+    for (int i = 0; i < kiln_op_count(); i++) printf("%s\n", kiln_op_name(i));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     wait_passively(argv);
     if (argc < 2) return usage(stderr);
     const char *cmd = argv[1];
-    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
-    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
-    if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 2, argv + 2);
-    if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
-    if (strcmp(cmd, "onnx-test") == 0) return kiln_onnx_test_main(argc - 1, argv + 1, stdout);
-    if (strcmp(cmd, "version") == 0) {
-        printf("kiln %s\n", kiln_version());
-        return 0;
+    /* each command's arguments with the command's name as their argv[0] (for getopt) */
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
+    if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "cache") == 0) return cmd_cache(argc - 1, argv + 1);
+    if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) return cmd_version(argc - 1, argv + 1);
+    if (strcmp(cmd, "onnx-test") == 0) {
+        for (int i = 2; i < argc; i++)
+            if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return cmd_usage("onnx-test", stdout);
+        return kiln_onnx_test_main(argc - 1, argv + 1, stdout);
     }
-    if (strcmp(cmd, "ops") == 0) {
-        for (int i = 0; i < kiln_op_count(); i++) printf("%s\n", kiln_op_name(i));
-        return 0;
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        if (argc > 2 && strcmp(argv[2], "help") != 0 && strcmp(argv[2], "--help") != 0 && strcmp(argv[2], "-h") != 0) {
+            for (int i = 0; i < N_COMMANDS; i++)
+                if (strcmp(commands[i].name, argv[2]) == 0) return cmd_usage(argv[2], stdout);
+            fprintf(stderr, "kiln help: unknown command '%s'\n", argv[2]);
+            return usage(stderr);
+        }
+        return usage(stdout);
     }
-    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) return usage(stdout);
-    fprintf(stderr, "kiln: unknown command '%s'\n", cmd);
+    fprintf(stderr, "kiln: unknown %s '%s'\n", cmd[0] == '-' ? "option" : "command", cmd);
     return usage(stderr);
 }

@@ -1,13 +1,15 @@
 #!/bin/sh
 # kiln train's edge cases on a tiny MNIST-format data set written here (1280 training
 # images, 40 steps of 32 per epoch; 80 test images):
-#   cli_train.sh KILN WORKDIR resume_rate | resume_finished | batch_too_large
+#   cli_train.sh KILN WORKDIR resume_rate | resume_finished | batch_too_large | max_steps_progress
 # resume_rate: after --resume the progress line's steps/s counts only the steps this
 #   process ran (rate x epoch seconds = steps run, not the step index reached).
 # resume_finished: --resume of a finished run (--epochs 1 --save) says there is nothing
 #   left to do and exits non-zero without printing an accuracy; with --epochs 2 it trains
 #   and evaluates the second epoch.
 # batch_too_large: --batch 10000000 is refused naming both numbers, before any allocation.
+# max_steps_progress: under --max-steps 3 the progress counts to step 3 (not the epoch's
+#   40), and on a terminal (script(1)) the bar's line ends before the summary lines.
 set -u
 KILN=$1 DIR=$2 CASE=$3
 fail() { echo "FAIL $CASE: $*"; exit 1; }
@@ -69,6 +71,17 @@ batch_too_large)
     cat "$DIR/b.out"
     [ $rc -ne 0 ] || fail "exit 0"
     grep -q "batch of 10000000 exceeds the data set's 1280 samples" "$DIR/b.out" || fail "the error does not name both numbers"
+    ;;
+max_steps_progress)
+    $T --max-steps 3 >"$DIR/a.out" 2>&1 || fail "run: $(cat "$DIR/a.out")"
+    cat "$DIR/a.out"
+    grep -q "^epoch 1/1 step 3/3 " "$DIR/a.out" || fail "the progress does not count to step 3 of 3"
+    ! grep -q "step [0-9]*/40" "$DIR/a.out" || fail "the progress counts the whole epoch (40 steps)"
+    command -v script >/dev/null || fail "script(1) is needed to run kiln on a terminal"
+    script -qec "$T --max-steps 3" /dev/null >"$DIR/b.out" 2>&1 </dev/null || fail "run on a terminal: $(cat "$DIR/b.out")"
+    cat "$DIR/b.out"
+    grep -q "\] 3/3 " "$DIR/b.out" || fail "the bar does not count to 3/3"
+    grep -q "^epoch 1: " "$DIR/b.out" || fail "the bar's line is not ended before 'epoch 1: ...'"
     ;;
 *) fail "unknown case" ;;
 esac
