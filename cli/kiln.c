@@ -4,7 +4,8 @@
  *   kiln run MODEL.onnx --input x.npy [--input ...] --output y.npy [--output ...]
  *   kiln info MODEL.onnx
  *   kiln onnx-test DIR...
- *   kiln ops | version
+ *   kiln ops | version | cache show|clear
+ *   kiln <command> --help   (usage() below lists the commands; options through getopt_long)
  */
 #include "kiln.h"
 #include "kiln_models.h"
