@@ -122,11 +122,12 @@ static int next_opt(const char *cmd, int argc, char **argv, const struct option 
     return c;
 }
 
-/* The library's message, after what failed unless the message already names it (the
- * loaders name their file: "kiln: m.onnx: m.onnx: ..." said the path twice). */
+/* The library's message, after what failed unless that is a file the message already
+ * names (the loaders name their file: "kiln: m.onnx: m.onnx: ..." said the path twice). */
 static int fail(kiln_context *ctx, const char *what) {
     const char *msg = kiln_context_message(ctx);
-    if (msg && strstr(msg, what)) fprintf(stderr, "kiln: %s\n", msg);
+    const bool is_path = strchr(what, '/') || strchr(what, '.');
+    if (msg && is_path && strstr(msg, what)) fprintf(stderr, "kiln: %s\n", msg);
     else fprintf(stderr, "kiln: %s: %s\n", what, msg ? msg : "failed");
     return 1;
 }
