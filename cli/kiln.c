@@ -193,6 +193,17 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"fuse-pool", KILN_PASS_FUSE_POOL},
 };
 
+/* --device: cpu or cuda; 0, or 2 after saying what is wrong */
+static int parse_device(const char *cmd, const char *v, kiln_device *out) {
+    if (strcmp(v, "cpu") == 0) *out = KILN_DEVICE_CPU;
+    else if (strcmp(v, "cuda") == 0) *out = KILN_DEVICE_CUDA;
+    else {
+        fprintf(stderr, "kiln %s: unknown device '%s' (cpu or cuda)\n", cmd, v);
+        return 2;
+    }
+    return 0;
+}
+
 static int parse_disable(const char *list, unsigned *out) {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list);
@@ -249,12 +260,7 @@ static int cmd_run(int argc, char **argv) {
         case O_BF16: opts.precision = KILN_PRECISION_BF16; break;
         case O_STATS: stats = 1; break;
         case O_DEVICE:
-            if (strcmp(optarg, "cpu") == 0) opts.device = KILN_DEVICE_CPU;
-            else if (strcmp(optarg, "cuda") == 0) opts.device = KILN_DEVICE_CUDA;
-            else {
-                fprintf(stderr, "kiln run: unknown device '%s' (cpu or cuda)\n", optarg);
-                return 2;
-            }
+            if (parse_device("run", optarg, &opts.device)) return 2;
             break;
         default: return 2;
         }
@@ -474,9 +480,7 @@ static int cmd_bench(int argc, char **argv) {
             profile = 1;
             break;
         case O_DEVICE:
-            if (strcmp(optarg, "cuda") == 0) so.device = KILN_DEVICE_CUDA;
-            else if (strcmp(optarg, "cpu") == 0) so.device = KILN_DEVICE_CPU;
-            else { fprintf(stderr, "kiln bench: unknown device '%s'\n", optarg); return 2; }
+            if (parse_device("bench", optarg, &so.device)) return 2;
             break;
         default: return 2;
         }
@@ -763,9 +767,7 @@ static int cmd_train(int argc, char **argv) {
     kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = a.lr > 0 ? a.lr : 1.0f, .schedule = KILN_SCHEDULE_STEP,
                             .gamma = 0.7f, .accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads,
                             .strict_fp32 = a.strict_fp32, .disable_passes = a.disable};
-    if (strcmp(a.device, "cpu") == 0) o.device = KILN_DEVICE_CPU;
-    else if (strcmp(a.device, "cuda") == 0) o.device = KILN_DEVICE_CUDA;
-    else { fprintf(stderr, "kiln train: unknown device '%s'\n", a.device); return 2; }
+    if (parse_device("train", a.device, &o.device)) return 2;
     if (strcmp(a.amp, "off") == 0) o.amp = KILN_AMP_OFF;
     else if (strcmp(a.amp, "fp16") == 0) o.amp = KILN_AMP_FP16;
     else if (strcmp(a.amp, "bf16") == 0) o.amp = KILN_AMP_BF16;
