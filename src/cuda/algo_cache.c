@@ -15,7 +15,6 @@
  * anything unexpected is ignored, and dropped the next time the file is written.
  */
 #include "algo_cache.h"
-#include "kiln_tools.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -25,9 +24,6 @@
 #include <unistd.h>
 
 #define LINE_MAX_LEN 1024
-
-/* one definition of where the cache lives, shared with `kiln cache` (kiln_tools.h) */
-bool kiln_algo_cache_default_path(char *buf, size_t n) { return kiln_autotune_cache_path(buf, n); }
 
 void kiln_algo_cache_prefix(char *buf, size_t n, const char *gpu, long version) {
     int k = snprintf(buf, n, "%s|%ld|", gpu, version);

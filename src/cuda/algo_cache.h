@@ -28,11 +28,8 @@ typedef struct kiln_algo_entry {
                       is slower than a split (0), not tried yet (-1); stored on disk when >= 0 */
 } kiln_algo_entry;
 
-/* The cache file: $KILN_CACHE_DIR/cudnn-algos.txt, else
- * $XDG_CACHE_HOME/kiln/cudnn-algos.txt, else $HOME/.cache/kiln/cudnn-algos.txt. False
- * (no disk cache) when KILN_CACHE_DIR is set but empty, when none of them is set, or when
- * the path does not fit in n bytes. */
-bool kiln_algo_cache_default_path(char *buf, size_t n);
+/* The cache file's default path is kiln_autotune_cache_path (kiln_tools.h), which
+ * `kiln cache` shares. */
 
 /* The line prefix "<gpu>|<library version>|" that scopes entries to one GPU model and one
  * cuDNN; characters that would break a line ('|', control characters) become '_'. */

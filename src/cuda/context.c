@@ -5,6 +5,7 @@
  * and the conversion of library errors into kiln statuses. Host code only.
  */
 #include "cuda_internal.h"
+#include "kiln_tools.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +110,7 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     if (o->algo_cache) {
         if ((size_t)snprintf(cu->algo_path, sizeof cu->algo_path, "%s", o->algo_cache) >= sizeof cu->algo_path)
             cu->algo_path[0] = '\0';
-    } else if (!kiln_algo_cache_default_path(cu->algo_path, sizeof cu->algo_path)) {
+    } else if (!kiln_autotune_cache_path(cu->algo_path, sizeof cu->algo_path)) {
         cu->algo_path[0] = '\0';
     }
     kiln_algo_cache_prefix(cu->algo_prefix, sizeof cu->algo_prefix, cu->props.name, (long)cudnnGetVersion());

@@ -3,6 +3,7 @@
  * corrupt and truncated lines ignored and dropped on the next write, failures to write.
  * Exits non-zero on any failure. */
 #include "cuda/algo_cache.h"
+#include "kiln_tools.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -46,21 +47,21 @@ static int count_lines(const char *path) {
 static void test_paths(void) {
     char buf[512];
     setenv("KILN_CACHE_DIR", "/some/dir", 1);
-    CHECK(kiln_algo_cache_default_path(buf, sizeof buf) && strcmp(buf, "/some/dir/cudnn-algos.txt") == 0,
+    CHECK(kiln_autotune_cache_path(buf, sizeof buf) && strcmp(buf, "/some/dir/cudnn-algos.txt") == 0,
           "KILN_CACHE_DIR: %s", buf);
-    CHECK(!kiln_algo_cache_default_path(buf, 8), "a path that does not fit is no path");
+    CHECK(!kiln_autotune_cache_path(buf, 8), "a path that does not fit is no path");
     setenv("KILN_CACHE_DIR", "", 1);
-    CHECK(!kiln_algo_cache_default_path(buf, sizeof buf), "an empty KILN_CACHE_DIR turns the disk cache off");
+    CHECK(!kiln_autotune_cache_path(buf, sizeof buf), "an empty KILN_CACHE_DIR turns the disk cache off");
     unsetenv("KILN_CACHE_DIR");
     setenv("XDG_CACHE_HOME", "/xdg", 1);
-    CHECK(kiln_algo_cache_default_path(buf, sizeof buf) && strcmp(buf, "/xdg/kiln/cudnn-algos.txt") == 0,
+    CHECK(kiln_autotune_cache_path(buf, sizeof buf) && strcmp(buf, "/xdg/kiln/cudnn-algos.txt") == 0,
           "XDG_CACHE_HOME: %s", buf);
     unsetenv("XDG_CACHE_HOME");
     setenv("HOME", "/home/u", 1);
-    CHECK(kiln_algo_cache_default_path(buf, sizeof buf) && strcmp(buf, "/home/u/.cache/kiln/cudnn-algos.txt") == 0,
+    CHECK(kiln_autotune_cache_path(buf, sizeof buf) && strcmp(buf, "/home/u/.cache/kiln/cudnn-algos.txt") == 0,
           "HOME: %s", buf);
     unsetenv("HOME");
-    CHECK(!kiln_algo_cache_default_path(buf, sizeof buf), "no HOME, no cache");
+    CHECK(!kiln_autotune_cache_path(buf, sizeof buf), "no HOME, no cache");
     kiln_algo_cache_prefix(buf, sizeof buf, "GPU|odd\nname", 91900);
     CHECK(strcmp(buf, "GPU_odd_name|91900|") == 0, "prefix sanitized: %s", buf);
 }
