@@ -163,7 +163,12 @@ void kj_num(kj *w, const char *key, double v) {
     member(w, key);
     if (!isfinite(v)) puts_(w, "null");
     else if (v == floor(v) && fabs(v) < 1e15) putf(w, "%.0f", v);
-    else putf(w, "%.10g", v);
+    else { /* the shortest of 15 or 17 digits that reads back as v */
+        char b[40];
+        snprintf(b, sizeof b, "%.15g", v);
+        if (strtod(b, NULL) != v) snprintf(b, sizeof b, "%.17g", v);
+        puts_(w, b);
+    }
 }
 
 void kj_int(kj *w, const char *key, long long v) {
@@ -475,6 +480,7 @@ void json_train(kj *w, const train_facts *f) {
         kj_obj1(w, NULL);
         kj_int(w, "epoch", e->epoch);
         kj_int(w, "steps", e->steps);
+        kj_int(w, "end_step", e->end_step);
         kj_num(w, "time_s", e->time_s);
         kj_num(w, "steps_per_s", e->steps_per_s);
         kj_num(w, "last_loss", e->last_loss);
