@@ -304,6 +304,9 @@ int plot_train(const train_log *l, const char *title, const char *path, int widt
     cairo_surface_finish(sf);
     if (st == CAIRO_STATUS_SUCCESS) st = cairo_surface_status(sf);
     cairo_surface_destroy(sf);
+    /* no cairo object is left: give back the font caches (fontconfig patterns), which
+     * leak checkers would otherwise report */
+    cairo_debug_reset_static_data();
     if (st != CAIRO_STATUS_SUCCESS) {
         fprintf(stderr, "kiln train: --plot %s: %s\n", path, cairo_status_to_string(st));
         return 1;
