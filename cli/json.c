@@ -463,7 +463,9 @@ void json_train(kj *w, const train_facts *f) {
     kj_int(w, "threads", f->threads);
     kj_str(w, "save", f->save);
     kj_str(w, "resume", f->resume);
+    kj_str(w, "init", f->init);
     kj_end(w);
+    if (f->init) kj_int(w, "init_tensors", f->init_tensors);
     kj_int(w, "param_count", f->param_count);
     kj_int(w, "steps_per_epoch", f->steps_per_epoch);
     kj_num(w, "setup_ms", f->setup_ms);

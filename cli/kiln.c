@@ -840,6 +840,7 @@ static int cmd_train(int argc, char **argv) {
     train_log tl = {0}; /* for --json and --plot */
     kj *jw = NULL;
     double warmup_ms = NAN, setup_ms = 0;
+    int init_loaded = 0;
     int rc = 0;
     if (kiln_context_create(&ctx)) return 1;
     if (a.threads > 0) kiln_context_set_threads(ctx, a.threads);
@@ -878,6 +879,7 @@ static int cmd_train(int argc, char **argv) {
             goto out;
         }
         printf("initial weights: %d tensors from %s\n", loaded, a.init);
+        init_loaded = loaded;
     }
     if (kiln_trainer_create(m, "loss", &o, &t)) {
         rc = fail(ctx, "mnist-net");
@@ -1010,7 +1012,8 @@ static int cmd_train(int argc, char **argv) {
         kiln_trainer_stats(t, &ts);
         if (!(jw = kj_new())) { fprintf(stderr, "kiln train: out of memory\n"); rc = 1; goto out; }
         json_train(jw, &(train_facts){.model = a.model, .data = a.data, .device = a.device, .amp = a.amp,
-                                      .resume = a.resume, .save = a.save, .epochs = a.epochs, .batch = a.batch,
+                                      .resume = a.resume, .save = a.save, .init = a.init, .init_tensors = init_loaded,
+                                      .epochs = a.epochs, .batch = a.batch,
                                       .accumulate = a.accumulate, .max_steps = a.max_steps, .steps_per_epoch = steps,
                                       .param_count = ts.param_count, .resume_epoch = resume_epoch,
                                       .resume_step = resume_step, .seed = a.seed, .lr = o.lr, .setup_ms = setup_ms,

@@ -89,7 +89,8 @@ void json_run(kj *w, const run_facts *f);
 
 /* kiln train (schema "kiln-train"): the top object's members but the profile's. */
 typedef struct train_facts {
-    const char *model, *data, *device, *amp, *resume, *save;
+    const char *model, *data, *device, *amp, *resume, *save, *init;
+    int init_tensors; /* tensors --init loaded */
     int64_t epochs, batch, accumulate, max_steps, steps_per_epoch, param_count;
     int64_t resume_epoch, resume_step; /* where --resume went on from */
     uint64_t seed;

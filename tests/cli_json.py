@@ -16,6 +16,8 @@ run (python3's standard library only):
   train        train --epochs 2 --max-steps 15 on a 10-step-per-epoch data set: 15 step
                records numbered 1..15 whose losses are the --losses file's, lr constant in
                an epoch and x0.7 after it (StepLR), epoch records as the text's lines.
+  train_stdout_profile  train --max-steps 2 --profile --json -: the document on stdout, the
+               text (with the profile's table) on stderr, each row's time in both.
   plot_png     train --plot x.png --plot-size 400x300: a PNG of that size, not blank.
   plot_svg     train --plot x.svg: parses as XML, an <svg> of the default 1200x900.
   plot_bad     --plot x.jpg and --plot-size 10x10 are refused (exit 2) before training.
@@ -281,6 +283,22 @@ elif CASE == "train":
     f = d["final"]
     check(f["steps_run"] == 15 and f["optimizer_steps"] == 15 and f["micro_steps"] == 15, f"final {f}")
     same(find(r"^test accuracy: ([\d.]+)$", out, "final accuracy")[1], f["test_accuracy"], "final accuracy")
+elif CASE == "train_stdout_profile":
+    mnist(os.path.join(WORK, "data"), 320, 40)
+    out, err = run(TRAIN + ["--max-steps", "2", "--profile", "--json", "-"])
+    d = load(out, text=True)
+    head(d, "kiln-train")
+    check(len(d["steps"]) == 2 and d["final"]["steps_run"] == 2, "2 steps")
+    same(find(r"^test accuracy: ([\d.]+)$", err, "accuracy on stderr")[1], d["final"]["test_accuracy"], "accuracy")
+    p = d["profile"]
+    rows = re.findall(r"^ +\d+ +([\d.]+) +([\d.]+)% +\S+ +\S+  (\S+) +(\S+) ", err, re.M)
+    check(len(rows) == len(p["nodes"]) > 5, f"{len(rows)} rows in the text, {len(p['nodes'])} in the JSON")
+    for us, share, op, name in rows:  # the table cuts names at 28 characters, ops at 20
+        n = [n for n in p["nodes"] if n["name"][:28] == name and n["op"][:20] == op]
+        check(len(n) >= 1, f"row {name} not in the JSON")
+        check(any(f"{1000 * x['median_ms']:.2f}" == us for x in n), f"{name}: text {us} us, JSON {[x['median_ms'] for x in n]}")
+    same(find(r"^  sum of all rows ([\d.]+) us", err, "sum")[1], 1000 * p["sum_of_nodes_ms"], "sum of rows")
+    same(find(r"^  whole step +([\d.]+) us", err, "whole step")[1], 1000 * d["profile_step_ms"], "whole step")
 elif CASE == "plot_png":
     mnist(os.path.join(WORK, "data"), 320, 40)
     out, _ = run(TRAIN + ["--epochs", "2", "--max-steps", "15", "--plot", "c.png", "--plot-size", "400x300"])
