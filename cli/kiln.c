@@ -138,6 +138,85 @@ static int fail(kiln_context *ctx, const char *what) {
     return 1;
 }
 
+/* --data DIR in torchvision's ImageFolder layout: DIR/train/<class>/<image> and DIR/test
+ * (or DIR/val) likewise. */
+static bool image_folders(const char *dir) {
+    char p[4096];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/train", dir);
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* One split as mnist-net takes it: grey 28x28, at most 10 classes, normalized with mean
+ * and std (the training split's, measured when *mean is negative). 0, or 1 with the error
+ * printed. */
+static int load_split(kiln_context *ctx, const char *dir, float *mean, float *std, kiln_image_folder *f,
+                      kiln_tensor **images, kiln_tensor **labels) {
+    kiln_image_folder_options fo = {.channels = 1};
+    if (kiln_image_folder_load(ctx, dir, &fo, f)) return fail(ctx, dir);
+    const int64_t n = kiln_tensor_dim(f->images, 0), h = kiln_tensor_dim(f->images, 2), w = kiln_tensor_dim(f->images, 3);
+    if (h != 28 || w != 28) {
+        fprintf(stderr, "kiln train: %s: mnist-net takes 28x28 grey images; these are %lldx%lld\n", dir, (long long)w,
+                (long long)h);
+        return 1;
+    }
+    if (f->n_classes > 10) {
+        fprintf(stderr, "kiln train: %s: %d classes; mnist-net has 10 outputs\n", dir, f->n_classes);
+        return 1;
+    }
+    const uint8_t *px = kiln_tensor_data(f->images);
+    const int64_t total = n * h * w;
+    if (*mean < 0) {
+        double s = 0, s2 = 0;
+        for (int64_t i = 0; i < total; i++) {
+            const double v = px[i] / 255.0;
+            s += v;
+            s2 += v * v;
+        }
+        const double m = s / (double)total, var = s2 / (double)total - m * m;
+        *mean = (float)m;
+        *std = var > 1e-12 ? (float)sqrt(var) : 1.f;
+    }
+    if (kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){n, 1, h, w}, images) ||
+        kiln_tensor_create(ctx, KILN_I64, 1, (int64_t[]){n}, labels))
+        return fail(ctx, dir);
+    float *x = kiln_tensor_data(*images);
+    for (int64_t i = 0; i < total; i++) x[i] = (px[i] / 255.0f - *mean) / *std;
+    memcpy(kiln_tensor_data(*labels), kiln_tensor_data(f->labels), (size_t)n * sizeof(int64_t));
+    return 0;
+}
+
+/* Both splits into d (the layout kiln_mnist_load gives). 0, or 1 with the error printed. */
+static int load_image_folders(kiln_context *ctx, const char *dir, kiln_mnist *d) {
+    char p[4096];
+    float mean = -1, std = 1;
+    kiln_image_folder tr = {0}, te = {0};
+    snprintf(p, sizeof p, "%s/train", dir);
+    int rc = load_split(ctx, p, &mean, &std, &tr, &d->train_images, &d->train_labels);
+    snprintf(p, sizeof p, "%s/test", dir);
+    struct stat sb;
+    if (stat(p, &sb) != 0) snprintf(p, sizeof p, "%s/val", dir);
+    if (!rc) rc = load_split(ctx, p, &mean, &std, &te, &d->test_images, &d->test_labels);
+    for (int c = 0; !rc && c < tr.n_classes; c++)
+        if (c >= te.n_classes || strcmp(tr.class_names[c], te.class_names[c])) {
+            fprintf(stderr, "kiln train: %s: class %d is '%s' in train/ but '%s' here\n", p, c, tr.class_names[c],
+                    c < te.n_classes ? te.class_names[c] : "(none)");
+            rc = 1;
+        }
+    if (!rc && te.n_classes != tr.n_classes) {
+        fprintf(stderr, "kiln train: %s has %d classes, train/ %d\n", p, te.n_classes, tr.n_classes);
+        rc = 1;
+    }
+    if (!rc)
+        printf("image folders: %lld training and %lld test images of %d classes, normalized with mean %.4f std %.4f\n",
+               (long long)kiln_tensor_dim(d->train_images, 0), (long long)kiln_tensor_dim(d->test_images, 0),
+               tr.n_classes, mean, std);
+    kiln_image_folder_free(&tr);
+    kiln_image_folder_free(&te);
+    if (rc) kiln_mnist_free(d);
+    return rc;
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -845,7 +924,9 @@ static int cmd_train(int argc, char **argv) {
     if (kiln_context_create(&ctx)) return 1;
     if (a.threads > 0) kiln_context_set_threads(ctx, a.threads);
     double t0 = now_ms();
-    if (kiln_mnist_load(ctx, a.data, KILN_F32, KILN_FASHION_MNIST_MEAN, KILN_FASHION_MNIST_STD, &d)) {
+    if (image_folders(a.data)) {
+        if ((rc = load_image_folders(ctx, a.data, &d))) goto out;
+    } else if (kiln_mnist_load(ctx, a.data, KILN_F32, KILN_FASHION_MNIST_MEAN, KILN_FASHION_MNIST_STD, &d)) {
         rc = fail(ctx, a.data);
         goto out;
     }
