@@ -1,0 +1,127 @@
+"""onnxruntime on the ONNX files kiln saves gives kiln's outputs.
+
+    python test_onnx_export_ort.py KILN SRC_DIR WORK_DIR [FASHION_MNIST_DIR]
+
+The files come from the kiln command line:
+  - `kiln convert` of examples/tiny_cnn.onnx: re-saved as loaded (--disable all), rewritten by
+    the CPU fp32 passes (fused convolutions written back as Conv/Add/Relu...), by the CUDA
+    passes (layout conversions) and by the fp16 precision pass (Casts);
+  - `kiln train mnist-net ... --export`: a trained-then-exported inference graph (when the
+    data set is there).
+Each saved file must pass onnx.checker, load in onnxruntime (CPU), and give what `kiln run`
+gives on the same file and on the original model: |ort - kiln| <= 1e-5 |kiln| + 1e-6 for
+fp32 (fp16: 1e-2). Symbolic input dims keep their dim_param names.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+
+FAILS = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print("FAIL", msg)
+
+
+def sh(*args):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed (%d):\n%s%s" % (" ".join(map(str, args)), r.returncode, r.stdout, r.stderr))
+    return r.stdout
+
+
+def kiln_run(kiln, model, inputs, work, tag, extra=()):
+    args = [kiln, "run", model]
+    for i, x in enumerate(inputs):
+        p = os.path.join(work, "%s_in%d.npy" % (tag, i))
+        np.save(p, x)
+        args += ["--input", p]
+    out = os.path.join(work, "%s_out.npy" % tag)
+    sh(*args, "--output", out, *extra)
+    return np.load(out)
+
+
+def ort_run(model, inputs):
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
+    return sess.run(None, feed)[0]
+
+
+def compare(a, b, rtol, atol, what):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        check(False, "%s: shapes %s vs %s" % (what, a.shape, b.shape))
+        return
+    err = np.abs(a - b)
+    ok = bool(np.all(err <= atol + rtol * np.abs(b)))
+    worst = float(np.max(err / (atol + rtol * np.abs(b)))) if a.size else 0.0
+    print("%-48s max |diff| %.3g (%.2f of the budget)" % (what, float(err.max()) if a.size else 0.0, worst))
+    check(ok, "%s: ort and kiln differ beyond rtol %g atol %g" % (what, rtol, atol))
+
+
+def saved_ok(path, what):
+    m = onnx.load(path)
+    onnx.checker.check_model(m, full_check=True)
+    domains = {n.domain for n in m.graph.node}
+    check(domains <= {"", "ai.onnx"}, "%s: nodes of domains %s" % (what, domains))
+    return m
+
+
+def main():
+    kiln, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    data = sys.argv[4] if len(sys.argv) > 4 else "/usr/share/datasets/fashion-mnist"
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(0)
+
+    cnn = os.path.join(src, "examples", "tiny_cnn.onnx")
+    orig = onnx.load(cnn)
+    x = rng.standard_normal((3, 3, 32, 32)).astype(np.float32)
+    want = kiln_run(kiln, cnn, [x], work, "orig")
+    cases = [
+        ("as loaded", ["--disable", "all"], 1e-5, 1e-6, []),
+        ("cpu fp32 passes", [], 1e-5, 1e-6, []),
+        ("cuda passes", ["--device", "cuda"], 1e-5, 1e-6, []),
+        ("fp16 passes", ["--fp16"], 1e-2, 1e-2, ["--fp16"]),
+    ]
+    for name, flags, rtol, atol, run_flags in cases:
+        out = os.path.join(work, "tiny_cnn_%s.onnx" % name.replace(" ", "_"))
+        sh(kiln, "convert", cnn, out, *flags)
+        m = saved_ok(out, name)
+        check(m.graph.input[0].type.tensor_type.shape.dim[0].dim_param ==
+              orig.graph.input[0].type.tensor_type.shape.dim[0].dim_param,
+              "%s: the batch dim's name is lost" % name)
+        y_ort = ort_run(out, [x])
+        y_kiln = kiln_run(kiln, out, [x], work, "saved", run_flags)
+        compare(y_ort, y_kiln, rtol, atol, "tiny_cnn %s: ort vs kiln (saved)" % name)
+        compare(y_ort, want, rtol, atol, "tiny_cnn %s: ort vs kiln (original)" % name)
+
+    if os.path.isdir(data):
+        trained = os.path.join(work, "mnist_trained.onnx")
+        log = sh(kiln, "train", "mnist-net", "--data", data, "--max-steps", "3", "--batch", "32",
+                 "--threads", "2", "--export", trained)
+        check("exported" in log, "kiln train --export said nothing about the export")
+        saved_ok(trained, "trained mnist-net")
+        img = rng.standard_normal((5, 1, 28, 28)).astype(np.float32)
+        compare(ort_run(trained, [img]), kiln_run(kiln, trained, [img], work, "trained"), 1e-5, 1e-6,
+                "trained mnist-net: ort vs kiln")
+    else:
+        print("no data set at %s: the trained-export case is not run" % data)
+        check(False, "data set %s missing" % data)
+
+    if FAILS:
+        print("%d failures" % len(FAILS))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
