@@ -143,6 +143,8 @@ static int load_pbs(kiln_context *ctx, const char *dir, const char *prefix, kiln
 
 #define MAX_IO 32
 
+static int rewritten_cases; /* node tests whose passes' rewrite had kiln ops to write */
+
 /* One node-test case: 1 round-tripped, 0 skipped (kiln does not load or run it). */
 static int node_case(const char *dir) {
     kiln_context *ctx = NULL;
@@ -180,6 +182,33 @@ static int node_case(const char *dir) {
         CHECK(ok, "%s: output %d: %s", dir, j, why);
     }
     done = ok;
+    /* the passes' rewrite of it (CPU fp32, and the CUDA layout and fusions as far as this
+     * build plans them), saved and reloaded, computes the same within tolerance */
+    for (int dev = 0; dev < 2 && ok; dev++) {
+        kiln_session_options o = {.device = dev ? KILN_DEVICE_CUDA : KILN_DEVICE_CPU};
+        kiln_model *opt = NULL, *r2 = NULL;
+        if (kiln_model_apply_passes(m, &o, &opt)) {
+            CHECK(dev, "%s: passes: %s", dir, kiln_context_message(ctx));
+            continue;
+        }
+        if (count_kiln_ops(opt) && (r2 = reload_buffer(ctx, opt, dir))) {
+            kiln_tensor *c[MAX_IO] = {0};
+            kiln_session_options plain = {.disable_passes = ~0u};
+            st = run_copy(r2, &plain, n_in, in, n_out, c);
+            CHECK(st == KILN_OK, "%s (%s passes): run of the reloaded model: %s", dir, dev ? "cuda" : "cpu",
+                  kiln_context_message(ctx));
+            for (int j = 0; !st && j < n_out; j++)
+                if (kiln_dtype_is_float(a[j]->dtype))
+                    CHECK(close_to(c[j], a[j], 1e-5, 1e-6, why, sizeof why), "%s (%s passes): output %d: %s", dir,
+                          dev ? "cuda" : "cpu", j, why);
+                else
+                    CHECK(same_bits(c[j], a[j], why, sizeof why), "%s (%s passes): output %d: %s", dir, dev ? "cuda" : "cpu", j, why);
+            free_all(c, MAX_IO);
+            rewritten_cases++;
+        }
+        kiln_model_free(r2);
+        kiln_model_free(opt);
+    }
 out:
     free_all(in, n_in > 0 ? n_in : MAX_IO);
     free_all(exp, MAX_IO);
@@ -202,7 +231,8 @@ static void node_tests(const char *node_dir) {
         free(cases[i]);
     }
     free(cases);
-    printf("node tests: %d of %d cases round-trip bit for bit (%d failures)\n", ok, n, fails - before);
+    printf("node tests: %d of %d cases round-trip bit for bit (%d failures); %d rewritten by the passes with kiln ops, "
+           "saved, reloaded and run\n", ok, n, fails - before, rewritten_cases);
     CHECK(ok >= 500, "only %d node-test cases round-trip", ok);
 }
 
@@ -440,6 +470,109 @@ static void models(const char *src, const char *tmp) {
     kiln_context_free(ctx);
 }
 
+/* ------------------------------------------------------------ kiln ops */
+
+/* One internal op (domain "kiln") on random inputs: the model holding it, saved and
+ * reloaded, has no kiln op left and computes what the op's CPU reference computes (bit
+ * for bit where the ONNX ops compute exactly the same: exact != 0). */
+typedef struct kop_case {
+    const char *op, *attrs;
+    int n_in;
+    kiln_dtype dt[4];
+    int nd[4];
+    int64_t dims[4][4];
+    int n_out;
+    const char *expect; /* an ONNX op the saved model must hold */
+    int exact;
+} kop_case;
+
+static void kiln_op_case(kiln_context *ctx, const kop_case *c) {
+    kiln_model *m = NULL, *r = NULL;
+    kiln_tensor *in[4] = {0}, *a[MAX_IO] = {0}, *b[MAX_IO] = {0};
+    kiln_attr *attrs = NULL;
+    int n_attrs = 0;
+    char why[256];
+    kiln_status st = kiln_model_create(ctx, &m);
+    int vin[4], vout[4];
+    for (int i = 0; !st && i < c->n_in; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i);
+        st = kiln_model_add_input(m, name, c->dt[i], c->nd[i], c->dims[i]);
+        vin[i] = kiln_model_find_value(m, name);
+        if (!(in[i] = random_tensor(ctx, c->dt[i], c->nd[i], c->dims[i], 11u + (unsigned)i))) st = KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; !st && i < c->n_out; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "y%d", i);
+        vout[i] = kiln_model_get_value(m, name);
+    }
+    if (!st) st = kiln_attrs_parse(ctx, c->attrs, &attrs, &n_attrs);
+    if (!st && kiln_model_add_node_raw(m, c->op, "fused", "kiln", c->n_in, vin, c->n_out, vout, n_attrs, attrs) < 0)
+        st = KILN_ERR_OUT_OF_MEMORY;
+    for (int i = 0; !st && i < c->n_out; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "y%d", i);
+        st = kiln_model_add_output(m, name);
+    }
+    if (!st) st = kiln_model_finalize(m);
+    CHECK(st == KILN_OK, "kiln.%s: building: %s", c->op, kiln_context_message(ctx));
+    kiln_session_options plain = {.disable_passes = ~0u};
+    if (!st) {
+        st = run_copy(m, &plain, c->n_in, in, c->n_out, a);
+        CHECK(st == KILN_OK, "kiln.%s: run: %s", c->op, kiln_context_message(ctx));
+    }
+    if (!st && (r = reload_buffer(ctx, m, c->op))) {
+        CHECK(count_kiln_ops(r) == 0 && count_op(r, "", c->expect) > 0, "kiln.%s: saved without a kiln op, with %s", c->op,
+              c->expect);
+        st = run_copy(r, &plain, c->n_in, in, c->n_out, b);
+        CHECK(st == KILN_OK, "kiln.%s: run of the reloaded model: %s", c->op, kiln_context_message(ctx));
+        for (int j = 0; !st && j < c->n_out; j++) {
+            bool ok = c->exact ? same_bits(b[j], a[j], why, sizeof why) : close_to(b[j], a[j], 1e-5, 1e-6, why, sizeof why);
+            CHECK(ok, "kiln.%s: output %d: %s", c->op, j, why);
+        }
+    }
+    free_all(in, 4);
+    free_all(a, MAX_IO);
+    free_all(b, MAX_IO);
+    kiln_model_free(r);
+    kiln_model_free(m);
+}
+
+static void kiln_ops(void) {
+    kiln_context *ctx = NULL;
+    if (kiln_context_create(&ctx)) return;
+    kiln_context_set_threads(ctx, 1);
+    static const kop_case cases[] = {
+        {"ToNHWC", "to=10;zero_channels=2", 1, {KILN_F32}, {4}, {{2, 3, 4, 5}}, 1, "Pad", 1},
+        {"ToNHWC", "to=10", 1, {KILN_F32}, {4}, {{2, 3, 4, 5}}, 1, "Cast", 1},
+        {"ToNHWC", "zero_channels=5", 1, {KILN_F32}, {4}, {{1, 3, 2, 2}}, 1, "Pad", 1},
+        {"ToNHWC", "", 1, {KILN_F16}, {4}, {{1, 3, 2, 2}}, 1, "Identity", 1},
+        {"ToNCHW", "", 1, {KILN_F32}, {4}, {{2, 3, 4, 5}}, 1, "Identity", 1},
+        {"FusedConv", "activation=Clip;act_min=-0.5;act_max=0.25", 4, {KILN_F32, KILN_F32, KILN_F32, KILN_F32},
+         {4, 4, 1, 4}, {{1, 3, 5, 5}, {4, 3, 3, 3}, {4}, {1, 4, 3, 3}}, 1, "Clip", 0},
+        {"FusedConv", "activation=LeakyRelu;alpha=0.3;pads=[1,1,1,1];strides=[2,2]", 3, {KILN_F32, KILN_F32, KILN_F32},
+         {4, 4, 1}, {{2, 3, 6, 6}, {4, 3, 3, 3}, {4}}, 1, "LeakyRelu", 0},
+        {"FusedConv", "activation=HardSigmoid;alpha=0.3;beta=0.6;group=2", 2, {KILN_F32, KILN_F32}, {4, 4},
+         {{1, 4, 5, 5}, {6, 2, 3, 3}}, 1, "HardSigmoid", 0},
+        {"FusedConv", "", 4, {KILN_F32, KILN_F32, KILN_F32, KILN_F32}, {4, 4, 1, 4},
+         {{1, 3, 5, 5}, {4, 3, 3, 3}, {4}, {1, 4, 3, 3}}, 1, "Add", 0},
+        {"FusedGemm", "activation=HardSigmoid;act_alpha=0.3;act_beta=0.4;alpha=0.7;beta=1.3;transB=1", 3,
+         {KILN_F32, KILN_F32, KILN_F32}, {2, 2, 1}, {{3, 4}, {5, 4}, {5}}, 1, "HardSigmoid", 0},
+        {"FusedGemm", "activation=Relu", 2, {KILN_F32, KILN_F32}, {2, 2}, {{3, 4}, {4, 5}}, 1, "Relu", 0},
+        {"FusedGemm", "activation=Clip;act_max=0.5", 2, {KILN_F64, KILN_F64}, {2, 2}, {{3, 4}, {4, 5}}, 1, "Clip", 0},
+        {"FusedElementwise",
+         "program=i0 i1 Mul c0.5 Add Clip@-0.2@0.3 i0 Max Elu@0.5 HardSigmoid@0.1@0.6 LeakyRelu@0.2 Tanh i1 Sub Softplus",
+         2, {KILN_F32, KILN_F32}, {2, 1}, {{2, 3}, {3}}, 1, "Softplus", 0},
+        {"FusedElementwise", "program=i0 Abs Sqrt i0 Exp Log Add Neg Reciprocal Sigmoid Softsign HardSwish Floor c1 Pow i0 Ceil Min Erf Relu i1 Div",
+         2, {KILN_F64, KILN_F64}, {3, 3}, {{2, 1, 3}, {1, 4, 1}}, 1, "Div", 0},
+        {"LogSoftmaxNLL", "reduction=sum;ignore_index=2", 2, {KILN_F32, KILN_I64}, {2, 1}, {{4, 10}, {4}}, 2,
+         "NegativeLogLikelihoodLoss", 0},
+        {"LogSoftmaxNLL", "", 3, {KILN_F16, KILN_I64, KILN_F32}, {2, 1, 1}, {{4, 10}, {4}, {10}}, 1, "LogSoftmax", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kiln_op_case(ctx, &cases[i]);
+    kiln_context_free(ctx);
+}
+
 /* ------------------------------------------------------------- errors */
 
 static void errors(const char *tmp) {
@@ -527,6 +660,10 @@ static int corpus(const char *dir) {
             if (!st) st = kiln_model_load_onnx_buffer(ctx, data, size, NULL, &r);
             if (st) printf("%s: %s\n", path, kiln_context_message(ctx));
             CHECK(st == KILN_OK, "%s: round trip", path);
+            if (!st)
+                CHECK(kiln_model_num_nodes(r) == kiln_model_num_nodes(m) && kiln_model_num_inputs(r) == kiln_model_num_inputs(m) &&
+                          kiln_model_num_outputs(r) == kiln_model_num_outputs(m),
+                      "%s: the reloaded graph differs", path);
             saved += !st;
             kiln_free(data);
         }
@@ -546,6 +683,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     errors(argv[3]);
+    kiln_ops();
     models(argv[1], argv[3]);
     node_tests(argv[2]);
     if (fails) printf("%d failures\n", fails);
