@@ -1,6 +1,7 @@
 """onnxruntime on the ONNX files kiln saves gives kiln's outputs.
 
     python test_onnx_export_ort.py KILN SRC_DIR WORK_DIR [FASHION_MNIST_DIR]
+    python test_onnx_export_ort.py KILN --node-tests NODE_DIR WORK_DIR
 
 The files come from the kiln command line:
   - `kiln convert` of examples/tiny_cnn.onnx: re-saved as loaded (--disable all), rewritten by
@@ -11,6 +12,10 @@ The files come from the kiln command line:
 Each saved file must pass onnx.checker, load in onnxruntime (CPU), and give what `kiln run`
 gives on the same file and on the original model: |ort - kiln| <= 1e-5 |kiln| + 1e-6 for
 fp32 (fp16: 1e-2). Symbolic input dims keep their dim_param names.
+
+With --node-tests, every ONNX node-test model that kiln loads and onnxruntime runs is
+re-saved by kiln (`kiln convert --disable all`); onnxruntime must load the saved file and
+compute exactly (bit for bit) what it computes from the original on the case's inputs.
 """
 import os
 import subprocess
@@ -75,7 +80,55 @@ def saved_ok(path, what):
     return m
 
 
+def node_tests(kiln, root, work):
+    import glob
+    from onnx import numpy_helper
+    ort.set_default_logger_severity(3)
+    os.makedirs(work, exist_ok=True)
+    same = skipped = 0
+    for case in sorted(os.listdir(root)):
+        d = os.path.join(root, case)
+        src = os.path.join(d, "model.onnx")
+        if not os.path.isfile(src):
+            continue
+        out = os.path.join(work, case + ".onnx")
+        r = subprocess.run([kiln, "convert", src, out, "--disable", "all"], capture_output=True, text=True)
+        if r.returncode != 0:
+            skipped += 1  # kiln does not load it
+            continue
+        ins = [numpy_helper.to_array(onnx.load_tensor(p))
+               for p in sorted(glob.glob(os.path.join(d, "test_data_set_0", "input_*.pb")))]
+        try:
+            s0 = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
+            want = s0.run(None, {i.name: x for i, x in zip(s0.get_inputs(), ins)})
+        except Exception:
+            skipped += 1  # onnxruntime does not run the original (or its test data)
+            continue
+        try:
+            s1 = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+            got = s1.run(None, {i.name: x for i, x in zip(s1.get_inputs(), ins)})
+        except Exception as e:
+            check(False, "%s: onnxruntime on kiln's file: %s" % (case, str(e).splitlines()[0][:300]))
+            continue
+        ok = len(got) == len(want) and all(
+            g.dtype == w.dtype and g.shape == w.shape and
+            (np.array_equal(g, w, equal_nan=True) if g.dtype.kind in "fc" else np.array_equal(g, w))
+            for g, w in zip(got, want))
+        check(ok, "%s: onnxruntime computes something else on kiln's file" % case)
+        same += ok
+    print("node tests: onnxruntime on %d files kiln saved computes what it computes on the originals "
+          "(%d skipped: kiln or onnxruntime does not run them)" % (same, skipped))
+    check(same >= 500, "only %d node tests checked" % same)
+    if FAILS:
+        print("%d failures" % len(FAILS))
+        return 1
+    print("all passed")
+    return 0
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[2] == "--node-tests":
+        return node_tests(sys.argv[1], sys.argv[3], sys.argv[4])
     kiln, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
     data = sys.argv[4] if len(sys.argv) > 4 else "/usr/share/datasets/fashion-mnist"
     os.makedirs(work, exist_ok=True)
