@@ -389,6 +389,15 @@ static void models(const char *src, const char *tmp) {
         kiln_tensor *x = random_tensor(ctx, dt, nd, dims, 1);
         snprintf(file, sizeof file, "%s/export_tiny_cnn.onnx", tmp);
         round_trip(ctx, cnn, "tiny_cnn", file, 1, &x, kiln_model_num_outputs(cnn));
+        /* the 2 GiB rule at 0 bytes: tensors of 1 KiB and more external, the rest inline */
+        snprintf(file, sizeof file, "%s/export_tiny_cnn_ext1k.onnx", tmp);
+        CHECK(kiln_onnx_save_with(cnn, file, 0, 1024) == KILN_OK, "tiny_cnn external 1k: %s", kiln_context_message(ctx));
+        {
+            kiln_model *e1 = NULL;
+            CHECK(kiln_model_load_onnx(ctx, file, &e1) == KILN_OK, "tiny_cnn external 1k: reload: %s", kiln_context_message(ctx));
+            if (e1) round_trip(ctx, e1, "tiny_cnn external 1k", NULL, 1, &x, 1);
+            kiln_model_free(e1);
+        }
         snprintf(file, sizeof file, "%s/export_tiny_cnn_ext.onnx", tmp);
         CHECK(kiln_onnx_save_with(cnn, file, 0, 0) == KILN_OK, "tiny_cnn external: %s", kiln_context_message(ctx));
         snprintf(path, sizeof path, "%.4000s.data", file);

@@ -45,6 +45,7 @@
 #define MAX_INLINE_BYTES (((size_t)1 << 31) - 1)
 #define MIN_EXTERNAL_BYTES 1024
 #define EXTERNAL_ALIGN 4096
+#define PROBE_MAX_WEIGHTS ((size_t)256 << 20)
 
 /* ------------------------------------------------------------ the builder */
 
@@ -72,6 +73,15 @@ static kiln_dtype vdtype(const saver *s, int v) {
     kiln_dtype dt = s->m->values[v].dtype;
     if (dt == KILN_DTYPE_UNDEFINED && s->one) dt = s->one[v].dtype;
     if (dt == KILN_DTYPE_UNDEFINED && s->three) dt = s->three[v].dtype;
+    return dt;
+}
+
+/* The dtype of a fused elementwise / conv / gemm node's output: its value's, else its
+ * first input's (they share one float dtype). */
+static kiln_dtype out_dtype(const saver *s, const kiln_node *n) {
+    kiln_dtype dt = vdtype(s, n->out[0]);
+    for (int k = 0; dt == KILN_DTYPE_UNDEFINED && k < n->n_in; k++)
+        if (n->in[k] >= 0) dt = vdtype(s, n->in[k]);
     return dt;
 }
 
@@ -375,7 +385,7 @@ static void save_fused_conv_gemm(saver *s, const kiln_node *n, bool conv, const 
         return;
     }
     const int y = n->out[0];
-    const kiln_dtype dt = vdtype(s, y);
+    const kiln_dtype dt = out_dtype(s, n);
     const int z = conv && n->n_in > 3 ? n->in[3] : -1;
     const char *in[3];
     int n_in = n->n_in > 3 ? 3 : n->n_in;
@@ -419,7 +429,7 @@ static void save_fused_elementwise(saver *s, const kiln_node *n, const char *whe
     const kiln_model *m = s->m;
     const char *prog = kiln_attr_string(n, "program", NULL);
     const int y = n->out[0];
-    const kiln_dtype dt = vdtype(s, y);
+    const kiln_dtype dt = out_dtype(s, n);
     if (!prog) {
         s->st = kiln_fail(s->ctx, KILN_ERR_GRAPH, "saving ONNX: %s has no program", where);
         return;
@@ -700,8 +710,13 @@ static kiln_status build(saver *s, Onnx__ModelProto *mp, Onnx__GraphProto *g) {
     const kiln_model *m = s->m;
     onnx__model_proto__init(mp);
     onnx__graph_proto__init(g);
+    /* the probes run on a clone, which copies the weights: not for models over 256 MiB,
+     * which then get the dtypes and dims the finalized model holds */
+    size_t weights = 0;
+    for (int v = 0; v < m->n_values; v++)
+        if (m->values[v].init) weights += kiln_tensor_nbytes(m->values[v].init);
     kiln_model *probe = NULL;
-    if (kiln_model_clone(m, &probe) == KILN_OK) {
+    if (weights <= PROBE_MAX_WEIGHTS && kiln_model_clone(m, &probe) == KILN_OK) {
         if (kiln_pass_infer_shapes(probe, 1, &s->one) != KILN_OK) s->one = NULL;
         if (probe->n_values != m->n_values || kiln_pass_infer_shapes(probe, 3, &s->three) != KILN_OK) s->three = NULL;
         if (probe->n_values != m->n_values) {
