@@ -13,6 +13,8 @@
  *       pass (kiln.ToNHWC / ToNCHW) when this build can plan it: saved with no kiln-domain
  *       op left, reloaded, outputs within tolerance of the original model's;
  *     - save errors: an unfinalized model, an unwritable path, a training-only op, NULL.
+ *   test_onnx_export --big TMP_DIR
+ *     a model with 2.25 GiB of weights: external data (needs ~7 GiB of memory; not in ctest).
  *   test_onnx_export --corpus DIR
  *     every file of DIR that kiln loads must save and reload (the fuzz corpus); prints counts.
  */
@@ -389,7 +391,9 @@ static void models(const char *src, const char *tmp) {
         kiln_tensor *x = random_tensor(ctx, dt, nd, dims, 1);
         snprintf(file, sizeof file, "%s/export_tiny_cnn.onnx", tmp);
         round_trip(ctx, cnn, "tiny_cnn", file, 1, &x, kiln_model_num_outputs(cnn));
-        /* the 2 GiB rule at 0 bytes: tensors of 1 KiB and more external, the rest inline */
+        /* the 2 GiB rule at 0 bytes: tensors of 1 KiB and more external, the rest inline (then
+         * of 64 bytes and more: every weight but the Reshape's shape, which onnxruntime needs
+         * inline for its shape inference) */
         snprintf(file, sizeof file, "%s/export_tiny_cnn_ext1k.onnx", tmp);
         CHECK(kiln_onnx_save_with(cnn, file, 0, 1024) == KILN_OK, "tiny_cnn external 1k: %s", kiln_context_message(ctx));
         {
@@ -399,7 +403,7 @@ static void models(const char *src, const char *tmp) {
             kiln_model_free(e1);
         }
         snprintf(file, sizeof file, "%s/export_tiny_cnn_ext.onnx", tmp);
-        CHECK(kiln_onnx_save_with(cnn, file, 0, 0) == KILN_OK, "tiny_cnn external: %s", kiln_context_message(ctx));
+        CHECK(kiln_onnx_save_with(cnn, file, 0, 64) == KILN_OK, "tiny_cnn external: %s", kiln_context_message(ctx));
         snprintf(path, sizeof path, "%.4000s.data", file);
         CHECK(is_file(path), "tiny_cnn external: no %s", path);
         kiln_model *ext = NULL;
@@ -685,7 +689,62 @@ static int corpus(const char *dir) {
     return fails != 0;
 }
 
+/* ------------------------------------------------------------- big */
+
+/* A model past protobuf's 2 GiB (one 2.25 GiB initializer): kiln_model_save_onnx writes it
+ * with external data, the buffer variant refuses it, and the reload computes the same.
+ * Needs about 7 GiB of memory and 2.3 GiB of disk: not run by ctest. */
+static int big(const char *tmp) {
+    kiln_context *ctx = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    const int64_t n = (int64_t)9 << 26; /* 603979776 floats */
+    kiln_tensor *w = NULL, *x = NULL, *a = NULL, *b = NULL;
+    kiln_model *m = NULL, *r = NULL;
+    char file[4200], data[4300];
+    snprintf(file, sizeof file, "%s/export_big.onnx", tmp);
+    snprintf(data, sizeof data, "%s.data", file);
+    bool ok = !kiln_tensor_create(ctx, KILN_F32, 1, &n, &w) && !kiln_tensor_create(ctx, KILN_F32, 1, &n, &x);
+    for (int64_t i = 0; ok && i < n; i += 4096) ((float *)kiln_tensor_data(w))[i] = (float)i;
+    ok = ok && !kiln_model_create(ctx, &m) && !kiln_model_add_input(m, "x", KILN_F32, 1, &n) &&
+         !kiln_model_add_initializer(m, "w", w) &&
+         !kiln_model_add_node(m, "Add", "add", 2, (const char *const[]){"x", "w"}, 1, (const char *const[]){"y"}, NULL) &&
+         !kiln_model_add_output(m, "y") && !kiln_model_finalize(m);
+    kiln_tensor_free(w);
+    CHECK(ok, "big: building: %s", kiln_context_message(ctx));
+    if (ok) {
+        void *buf = NULL;
+        size_t size = 0;
+        CHECK(kiln_model_save_onnx_buffer(m, &buf, &size) == KILN_ERR_UNSUPPORTED && !buf &&
+                  strstr(kiln_context_message(ctx), "2 GiB"),
+              "big: the buffer variant: %s", kiln_context_message(ctx));
+        CHECK(kiln_model_save_onnx(m, file) == KILN_OK, "big: save: %s", kiln_context_message(ctx));
+        struct stat st;
+        CHECK(stat(file, &st) == 0 && st.st_size < 4096, "big: the .onnx holds the weights");
+        CHECK(stat(data, &st) == 0 && st.st_size == n * 4, "big: no %s of %lld bytes", data, (long long)(n * 4));
+        CHECK(kiln_model_load_onnx(ctx, file, &r) == KILN_OK, "big: reload: %s", kiln_context_message(ctx));
+    }
+    if (r) {
+        char why[256];
+        kiln_session_options o = {0};
+        kiln_status st = run_copy(m, &o, 1, &x, 1, &a);
+        if (!st) st = run_copy(r, &o, 1, &x, 1, &b);
+        CHECK(st == KILN_OK, "big: run: %s", kiln_context_message(ctx));
+        if (!st) CHECK(same_bits(b, a, why, sizeof why), "big: %s", why);
+    }
+    remove(file);
+    remove(data);
+    kiln_tensor_free(a);
+    kiln_tensor_free(b);
+    kiln_tensor_free(x);
+    kiln_model_free(r);
+    kiln_model_free(m);
+    kiln_context_free(ctx);
+    printf("big model (2.25 GiB of weights): %s\n", fails ? "FAILED" : "saved with external data, reloaded, same outputs");
+    return fails != 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--big") == 0) return big(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--corpus") == 0) return corpus(argv[2]);
     if (argc != 4) {
         fprintf(stderr, "usage: test_onnx_export SRC_DIR NODE_DIR TMP_DIR | --corpus DIR\n");
