@@ -30,6 +30,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "io/onnx_save.h"
+#include "ops/fused.h"
 #include "passes/passes.h"
 #include "onnx.pb-c.h"
 
@@ -41,6 +42,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The ops the internal ones are written as, and the internal ones (by definition, not by
+ * name: the registry names them once) */
+extern const kiln_op_def kiln_op_add, kiln_op_cast, kiln_op_conv, kiln_op_gemm, kiln_op_identity, kiln_op_log_softmax,
+    kiln_op_negative_log_likelihood_loss, kiln_op_pad;
+extern const kiln_op_def kiln_op_fused_conv, kiln_op_fused_gemm, kiln_op_fused_elementwise, kiln_op_log_softmax_nll,
+    kiln_op_to_nhwc, kiln_op_to_nchw;
 
 #define MAX_INLINE_BYTES (((size_t)1 << 31) - 1)
 #define MIN_EXTERNAL_BYTES 1024
@@ -338,49 +346,70 @@ static void copy_attrs(saver *s, Onnx__NodeProto *np, const kiln_node *n, const 
 
 /* ------------------------------------------------------ decompositions */
 
-/* act(x) -> y as its ONNX op; the parameters under alpha_attr / beta_attr, Clip's under
- * act_min / act_max. */
-static void emit_activation(saver *s, const kiln_node *n, const char *act, const char *alpha_attr,
-                            const char *beta_attr, kiln_dtype dt, const char *x, const char *y, const char *where) {
-    const char *name = piece_name(s, n->name, act);
-    const char *in[3] = {x, "", ""};
-    int n_in = 1;
-    const kiln_attr *alpha = kiln_node_attr(n, alpha_attr), *beta = kiln_node_attr(n, beta_attr);
-    if (strcmp(act, "Clip") == 0) {
-        const kiln_attr *lo = kiln_node_attr(n, "act_min"), *hi = kiln_node_attr(n, "act_max");
-        if (s->m->opset < 11) {
-            Onnx__NodeProto *np = emit(s, "Clip", name, 1, in, 1, &y);
-            if (lo) attr_float(s, np, "min", lo->type == KILN_ATTR_INT ? (float)lo->i : lo->f);
-            if (hi) attr_float(s, np, "max", hi->type == KILN_ATTR_INT ? (float)hi->i : hi->f);
-            return;
-        }
-        if (lo) in[1] = scalar_init(s, dt, lo->type == KILN_ATTR_INT ? (double)lo->i : lo->f, "clip_min", where);
-        if (hi) in[2] = scalar_init(s, dt, hi->type == KILN_ATTR_INT ? (double)hi->i : hi->f, "clip_max", where);
-        n_in = hi ? 3 : lo ? 2 : 1;
-        if (failed(s)) return;
-        emit(s, "Clip", name, n_in, in, 1, &y);
-        return;
+/* One elementwise op d (an op with kiln_eltwise properties) on x (and b for binary ops)
+ * into y. Its parameters (p[k] where has[k]) become the attributes its eltwise properties
+ * name, or, for an op taking its bounds from inputs (Clip), scalar inputs of dtype dt
+ * (attributes min / max before opset 11); absent ones keep the op's defaults. */
+static Onnx__NodeProto *emit_eltwise(saver *s, const kiln_op_def *d, const char *name, const char *x, const char *b,
+                                     const char *y, kiln_dtype dt, const double *p, const bool *has, const char *where) {
+    const kiln_eltwise *e = d->eltwise;
+    const char *in[3] = {x, b ? b : "", ""};
+    int n_in = e->arity;
+    if (e->bounds_from_inputs && s->m->opset >= 11) {
+        static const char *const hint[2] = {"min", "max"};
+        for (int k = 0; k < 2; k++)
+            if (has[k]) {
+                in[1 + k] = scalar_init(s, dt, p[k], hint[k], where);
+                n_in = 2 + k;
+            }
+        return failed(s) ? NULL : emit(s, d->name, name, n_in, in, 1, &y);
     }
-    Onnx__NodeProto *np = emit(s, act, name, 1, in, 1, &y);
-    if (strcmp(act, "LeakyRelu") == 0 && alpha) attr_float(s, np, "alpha", alpha->f);
-    if (strcmp(act, "HardSigmoid") == 0) {
-        if (alpha) attr_float(s, np, "alpha", alpha->f);
-        if (beta) attr_float(s, np, "beta", beta->f);
+    Onnx__NodeProto *np = emit(s, d->name, name, n_in, in, 1, &y);
+    for (int k = 0; np && k < e->n_params; k++) {
+        if (!has[k]) continue;
+        const char *attr = e->bounds_from_inputs ? (k ? "max" : "min") : e->param_attr[k];
+        if (attr) attr_float(s, np, attr, (float)p[k]);
     }
+    return np;
 }
 
-static const char *const conv_acts[] = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSwish", "HardSigmoid", "Tanh", NULL};
-
-static bool known_act(const char *act) {
-    for (int i = 0; conv_acts[i]; i++)
-        if (strcmp(conv_acts[i], act) == 0) return true;
-    return false;
+/* The default-domain op an activation or program token names, when it is an elementwise
+ * op of that token (NULL otherwise). */
+static const kiln_op_def *eltwise_op(const char *token) {
+    const kiln_op_def *d = kiln_op_find(token);
+    if (!d || !d->eltwise) return NULL;
+    const char *t = kiln_eltwise_token(d);
+    return t && strcmp(t, token) == 0 ? d : NULL;
 }
 
-/* kiln.FusedConv(X, W, B?, Z?) -> act(Conv(X, W, B) + Z); kiln.FusedGemm(A, B, C?) -> act(Gemm). */
-static void save_fused_conv_gemm(saver *s, const kiln_node *n, bool conv, const char *where) {
+/* act(x) -> y, the activation of a fused conv / gemm as its ONNX op; its parameters are the
+ * node's attributes named as the op's (FusedConv: alpha, beta) or with a prefix (FusedGemm:
+ * act_alpha, act_beta), its bounds act_min / act_max. */
+static void emit_activation(saver *s, const kiln_node *n, const kiln_op_def *d, const char *prefix, kiln_dtype dt,
+                            const char *x, const char *y, const char *where) {
+    const kiln_eltwise *e = d->eltwise;
+    double p[2] = {0, 0};
+    bool has[2] = {false, false};
+    for (int k = 0; k < e->n_params && k < 2; k++) {
+        char attr[64];
+        if (e->bounds_from_inputs) snprintf(attr, sizeof attr, "act_%s", k ? "max" : "min");
+        else snprintf(attr, sizeof attr, "%s%s", prefix, e->param_attr[k] ? e->param_attr[k] : "");
+        const kiln_attr *a = kiln_node_attr(n, attr);
+        if (!a) continue;
+        has[k] = true;
+        p[k] = a->type == KILN_ATTR_INT ? (double)a->i : (double)a->f;
+    }
+    emit_eltwise(s, d, piece_name(s, n->name, d->name), x, NULL, y, dt, p, has, where);
+}
+
+/* kiln.FusedConv(X, W, B?, Z?) -> act(Conv(X, W, B) + Z); kiln.FusedGemm(A, B, C?) ->
+ * act(Gemm(A, B, C)): the op the fused one extends (`base`), then the residual's Add, then
+ * the activation. */
+static void save_fused_conv_gemm(saver *s, const kiln_node *n, const char *base, bool conv, const char *where) {
     const char *act = kiln_attr_string(n, "activation", "");
-    if (*act && !known_act(act)) {
+    kiln_act_kind kind;
+    const kiln_op_def *act_def = *act ? eltwise_op(act) : NULL;
+    if (*act && (!kiln_fused_act_kind(act, &kind) || !act_def)) {
         s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED, "saving ONNX: %s: unknown activation '%s'", where, act);
         return;
     }
@@ -395,38 +424,22 @@ static void save_fused_conv_gemm(saver *s, const kiln_node *n, bool conv, const 
     const char *prod = z >= 0 || *act ? fresh_name(s, final) : final;
     static const char *const conv_skip[] = {"activation", "alpha", "beta", "act_min", "act_max", NULL};
     static const char *const gemm_skip[] = {"activation", "act_alpha", "act_beta", "act_min", "act_max", NULL};
-    Onnx__NodeProto *np = emit(s, conv ? "Conv" : "Gemm", n->name, n_in, in, 1, &prod);
+    Onnx__NodeProto *np = emit(s, base, n->name, n_in, in, 1, &prod);
     if (!np) return;
     copy_attrs(s, np, n, conv ? conv_skip : gemm_skip, where);
     if (z >= 0) {
         const char *sum = *act ? fresh_name(s, final) : final;
-        const char *add_in[2] = {prod, vname(s, z)};
-        emit(s, "Add", piece_name(s, n->name, "Add"), 2, add_in, 1, &sum);
+        const bool none[2] = {false, false};
+        emit_eltwise(s, &kiln_op_add, piece_name(s, n->name, kiln_op_add.name), prod, vname(s, z), sum, dt, NULL, none,
+                     where);
         prod = sum;
     }
-    if (*act && !failed(s))
-        emit_activation(s, n, act, conv ? "alpha" : "act_alpha", conv ? "beta" : "act_beta", dt, prod, final, where);
+    if (act_def && !failed(s)) emit_activation(s, n, act_def, conv ? "" : "act_", dt, prod, final, where);
 }
-
-/* The ops a kiln.FusedElementwise program names (FUSED.md) and their parameters. */
-static const struct {
-    const char *name;
-    int params, pops;
-    const char *attr[2]; /* parameter attributes; NULL for Clip (inputs min, max) */
-} fe_ops[] = {
-    {"Relu", 0, 1, {0}}, {"Sigmoid", 0, 1, {0}}, {"Tanh", 0, 1, {0}}, {"Exp", 0, 1, {0}},
-    {"Log", 0, 1, {0}}, {"Sqrt", 0, 1, {0}}, {"Reciprocal", 0, 1, {0}}, {"Abs", 0, 1, {0}},
-    {"Neg", 0, 1, {0}}, {"Erf", 0, 1, {0}}, {"Floor", 0, 1, {0}}, {"Ceil", 0, 1, {0}},
-    {"Softplus", 0, 1, {0}}, {"Softsign", 0, 1, {0}}, {"HardSwish", 0, 1, {0}},
-    {"LeakyRelu", 1, 1, {"alpha"}}, {"Elu", 1, 1, {"alpha"}}, {"HardSigmoid", 2, 1, {"alpha", "beta"}},
-    {"Clip", 2, 1, {0}}, {"Add", 0, 2, {0}}, {"Sub", 0, 2, {0}}, {"Mul", 0, 2, {0}}, {"Div", 0, 2, {0}},
-    {"Pow", 0, 2, {0}}, {"Max", 0, 2, {0}}, {"Min", 0, 2, {0}},
-};
 
 #define FE_STACK 32
 
 static void save_fused_elementwise(saver *s, const kiln_node *n, const char *where) {
-    const kiln_model *m = s->m;
     const char *prog = kiln_attr_string(n, "program", NULL);
     const int y = n->out[0];
     const kiln_dtype dt = out_dtype(s, n);
@@ -474,34 +487,20 @@ static void save_fused_elementwise(saver *s, const kiln_node *n, const char *whe
                 if (q) q++;
             }
         }
-        size_t op = 0;
-        while (op < sizeof fe_ops / sizeof fe_ops[0] && strcmp(fe_ops[op].name, tok) != 0) op++;
-        if (op == sizeof fe_ops / sizeof fe_ops[0] || n_params != fe_ops[op].params || sp < fe_ops[op].pops) {
+        const kiln_op_def *d = eltwise_op(tok);
+        if (!d || n_params != d->eltwise->n_params || sp < d->eltwise->arity) {
             s->st = kiln_fail(s->ctx, KILN_ERR_GRAPH, "saving ONNX: %s: bad program token '%s' in '%.200s'", where, tok, prog);
             return;
         }
         step++;
         const char *out = step == n_ops ? vname(s, y) : fresh_name(s, vname(s, y));
         char what[160];
-        snprintf(what, sizeof what, "%s_%d", tok, step);
-        const char *name = piece_name(s, n->name, what);
-        const int pops = fe_ops[op].pops;
-        const char *in[3] = {stack[sp - pops], pops > 1 ? stack[sp - 1] : "", ""};
+        snprintf(what, sizeof what, "%s_%d", d->name, step);
+        const int pops = d->eltwise->arity;
+        const bool has[2] = {n_params > 0, n_params > 1};
+        Onnx__NodeProto *np = emit_eltwise(s, d, piece_name(s, n->name, what), stack[sp - pops],
+                                           pops > 1 ? stack[sp - 1] : NULL, out, dt, params, has, where);
         sp -= pops;
-        Onnx__NodeProto *np = NULL;
-        if (strcmp(tok, "Clip") == 0 && m->opset >= 11) {
-            in[1] = scalar_init(s, dt, params[0], "clip_min", where);
-            in[2] = scalar_init(s, dt, params[1], "clip_max", where);
-            if (!failed(s)) np = emit(s, "Clip", name, 3, in, 1, &out);
-        } else {
-            np = emit(s, tok, name, pops, in, 1, &out);
-            if (strcmp(tok, "Clip") == 0) {
-                attr_float(s, np, "min", (float)params[0]);
-                attr_float(s, np, "max", (float)params[1]);
-            }
-            for (int k = 0; k < fe_ops[op].params && fe_ops[op].attr[k]; k++)
-                attr_float(s, np, fe_ops[op].attr[k], (float)params[k]);
-        }
         if (!np) return;
         stack[sp++] = out;
     }
@@ -517,17 +516,17 @@ static void save_log_softmax_nll(saver *s, const kiln_node *n, const char *where
     const kiln_dtype xt = vdtype(s, n->in[0]);
     if (xt == KILN_F16 || xt == KILN_BF16) {
         const char *x32 = fresh_name(s, x);
-        Onnx__NodeProto *np = emit(s, "Cast", piece_name(s, n->name, "Cast"), 1, &x, 1, &x32);
+        Onnx__NodeProto *np = emit(s, kiln_op_cast.name, piece_name(s, n->name, kiln_op_cast.name), 1, &x, 1, &x32);
         attr_int(s, np, "to", KILN_F32);
         x = x32;
     }
     const char *lp = n->n_out > 1 && n->out[1] >= 0 ? vname(s, n->out[1]) : fresh_name(s, vname(s, n->out[0]));
-    Onnx__NodeProto *np = emit(s, "LogSoftmax", piece_name(s, n->name, "LogSoftmax"), 1, &x, 1, &lp);
+    Onnx__NodeProto *np = emit(s, kiln_op_log_softmax.name, piece_name(s, n->name, kiln_op_log_softmax.name), 1, &x, 1, &lp);
     attr_int(s, np, "axis", 1);
     const char *in[3] = {lp, vname(s, n->in[1]), n->n_in > 2 ? vname(s, n->in[2]) : ""};
     int n_in = n->n_in > 2 && n->in[2] >= 0 ? 3 : 2;
     const char *loss = vname(s, n->out[0]);
-    np = emit(s, "NegativeLogLikelihoodLoss", n->name, n_in, in, 1, &loss);
+    np = emit(s, kiln_op_negative_log_likelihood_loss.name, n->name, n_in, in, 1, &loss);
     copy_attrs(s, np, n, NULL, where);
 }
 
@@ -539,19 +538,19 @@ static void save_layout_convert(saver *s, const kiln_node *n, bool to_nhwc, cons
     const int64_t to = to_nhwc ? kiln_attr_int(n, "to", xt) : xt;
     const int64_t zc = to_nhwc ? kiln_attr_int(n, "zero_channels", 0) : 0;
     if (to == xt && zc == 0) {
-        emit(s, "Identity", n->name, 1, &x, 1, &y);
+        emit(s, kiln_op_identity.name, n->name, 1, &x, 1, &y);
         return;
     }
     if (to != xt) {
         const char *c = zc ? fresh_name(s, y) : y;
-        Onnx__NodeProto *np = emit(s, "Cast", zc ? piece_name(s, n->name, "Cast") : n->name, 1, &x, 1, &c);
+        Onnx__NodeProto *np = emit(s, kiln_op_cast.name, zc ? piece_name(s, n->name, kiln_op_cast.name) : n->name, 1, &x, 1, &c);
         attr_int(s, np, "to", to);
         x = c;
     }
     if (zc) {
         const int64_t pads[8] = {0, 0, 0, 0, 0, zc, 0, 0};
         if (m->opset < 11) {
-            Onnx__NodeProto *np = emit(s, "Pad", n->name, 1, &x, 1, &y);
+            Onnx__NodeProto *np = emit(s, kiln_op_pad.name, n->name, 1, &x, 1, &y);
             Onnx__AttributeProto *a = new_attr(s, np, "pads", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
             int64_t *v = zalloc(s, sizeof pads);
             if (!a || !v) return;
@@ -561,7 +560,7 @@ static void save_layout_convert(saver *s, const kiln_node *n, bool to_nhwc, cons
             return;
         }
         const char *in[2] = {x, ints_init(s, 8, pads, "pads")};
-        if (!failed(s)) emit(s, "Pad", n->name, 2, in, 1, &y);
+        if (!failed(s)) emit(s, kiln_op_pad.name, n->name, 2, in, 1, &y);
     }
     (void)where;
 }
@@ -581,12 +580,13 @@ static void save_node(saver *s, const kiln_node *n, int index) {
         return;
     }
     if (strcmp(n->domain, "kiln") == 0) {
-        if (strcmp(n->op_type, "FusedConv") == 0) return save_fused_conv_gemm(s, n, true, where);
-        if (strcmp(n->op_type, "FusedGemm") == 0) return save_fused_conv_gemm(s, n, false, where);
-        if (strcmp(n->op_type, "FusedElementwise") == 0) return save_fused_elementwise(s, n, where);
-        if (strcmp(n->op_type, "LogSoftmaxNLL") == 0) return save_log_softmax_nll(s, n, where);
-        if (strcmp(n->op_type, "ToNHWC") == 0) return save_layout_convert(s, n, true, where);
-        if (strcmp(n->op_type, "ToNCHW") == 0) return save_layout_convert(s, n, false, where);
+        const kiln_op_def *d = kiln_node_def(n);
+        if (d == &kiln_op_fused_conv) return save_fused_conv_gemm(s, n, kiln_op_conv.name, true, where);
+        if (d == &kiln_op_fused_gemm) return save_fused_conv_gemm(s, n, kiln_op_gemm.name, false, where);
+        if (d == &kiln_op_fused_elementwise) return save_fused_elementwise(s, n, where);
+        if (d == &kiln_op_log_softmax_nll) return save_log_softmax_nll(s, n, where);
+        if (d == &kiln_op_to_nhwc) return save_layout_convert(s, n, true, where);
+        if (d == &kiln_op_to_nchw) return save_layout_convert(s, n, false, where);
     }
     s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED,
                       "saving ONNX: %s is an internal op of kiln with no ONNX equivalent (training graphs "
