@@ -125,21 +125,25 @@ static char *sdup(saver *s, const char *str) {
     return p;
 }
 
-static bool push(saver *s, void ***arr, size_t *n, size_t *cap, void *item) {
-    if (failed(s) || !item) return false;
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 64;
-        void **a = realloc(*arr, c * sizeof *a);
-        if (!a) {
-            s->st = kiln_fail(s->ctx, KILN_ERR_OUT_OF_MEMORY, "saving ONNX: out of memory");
-            return false;
-        }
-        *arr = a;
-        *cap = c;
+/* Grow a typed array of pointers by one (arrays of each pointer type, no void ** aliasing). */
+#define DEFINE_PUSH(fn, T)                                                                      \
+    static bool fn(saver *s, T ***arr, size_t *n, size_t *cap, T *item) {                       \
+        if (failed(s) || !item) return false;                                                   \
+        if (*n == *cap) {                                                                       \
+            size_t c = *cap ? 2 * *cap : 64;                                                    \
+            T **a = realloc(*arr, c * sizeof *a);                                               \
+            if (!a) {                                                                           \
+                s->st = kiln_fail(s->ctx, KILN_ERR_OUT_OF_MEMORY, "saving ONNX: out of memory"); \
+                return false;                                                                   \
+            }                                                                                   \
+            *arr = a;                                                                           \
+            *cap = c;                                                                           \
+        }                                                                                       \
+        (*arr)[(*n)++] = item;                                                                  \
+        return true;                                                                            \
     }
-    (*arr)[(*n)++] = item;
-    return true;
-}
+DEFINE_PUSH(push_node, Onnx__NodeProto)
+DEFINE_PUSH(push_init, Onnx__TensorProto)
 
 static const char *vname(const saver *s, int v) { return v >= 0 ? s->m->values[v].name : ""; }
 
@@ -174,7 +178,7 @@ static Onnx__NodeProto *emit(saver *s, const char *op, const char *name, int n_i
     np->output = outs;
     np->op_type = sdup(s, op);
     np->name = sdup(s, name);
-    if (!push(s, (void ***)&s->nodes, &s->n_nodes, &s->cap_nodes, np)) return NULL;
+    if (!push_node(s, &s->nodes, &s->n_nodes, &s->cap_nodes, np)) return NULL;
     return np;
 }
 
@@ -275,7 +279,7 @@ static const char *scalar_init(saver *s, kiln_dtype dt, double v, const char *hi
     t.data = data;
     const char *name = fresh_name(s, hint);
     Onnx__TensorProto *tp = name ? tensor_proto(s, &t, name) : NULL;
-    if (!tp || !push(s, (void ***)&s->inits, &s->n_inits, &s->cap_inits, tp)) return NULL;
+    if (!tp || !push_init(s, &s->inits, &s->n_inits, &s->cap_inits, tp)) return NULL;
     return name;
 }
 
@@ -288,7 +292,7 @@ static const char *ints_init(saver *s, int n, const int64_t *v, const char *hint
     t.data = data;
     const char *name = fresh_name(s, hint);
     Onnx__TensorProto *tp = name ? tensor_proto(s, &t, name) : NULL;
-    if (!tp || !push(s, (void ***)&s->inits, &s->n_inits, &s->cap_inits, tp)) return NULL;
+    if (!tp || !push_init(s, &s->inits, &s->n_inits, &s->cap_inits, tp)) return NULL;
     return name;
 }
 
@@ -730,7 +734,7 @@ static kiln_status build(saver *s, Onnx__ModelProto *mp, Onnx__GraphProto *g) {
     for (int v = 0; v < m->n_values && !failed(s); v++)
         if (m->values[v].init) {
             Onnx__TensorProto *tp = tensor_proto(s, m->values[v].init, m->values[v].name);
-            push(s, (void ***)&s->inits, &s->n_inits, &s->cap_inits, tp);
+            push_init(s, &s->inits, &s->n_inits, &s->cap_inits, tp);
         }
     for (int i = 0; i < m->n_nodes && !failed(s); i++) save_node(s, &m->nodes[i], i);
     Onnx__ValueInfoProto **ins = zalloc(s, ((size_t)m->n_inputs + 1) * sizeof *ins);
