@@ -499,7 +499,7 @@ typedef struct kop_case {
     int exact;
 } kop_case;
 
-static void kiln_op_case(kiln_context *ctx, const kop_case *c) {
+static void kiln_op_case(kiln_context *ctx, const kop_case *c, const char *save_as) {
     kiln_model *m = NULL, *r = NULL;
     kiln_tensor *in[4] = {0}, *a[MAX_IO] = {0}, *b[MAX_IO] = {0};
     kiln_attr *attrs = NULL;
@@ -534,6 +534,7 @@ static void kiln_op_case(kiln_context *ctx, const kop_case *c) {
         st = run_copy(m, &plain, c->n_in, in, c->n_out, a);
         CHECK(st == KILN_OK, "kiln.%s: run: %s", c->op, kiln_context_message(ctx));
     }
+    if (!st && save_as) CHECK(kiln_model_save_onnx(m, save_as) == KILN_OK, "kiln.%s: save: %s", c->op, kiln_context_message(ctx));
     if (!st && (r = reload_buffer(ctx, m, c->op))) {
         CHECK(count_kiln_ops(r) == 0 && count_op(r, "", c->expect) > 0, "kiln.%s: saved without a kiln op, with %s", c->op,
               c->expect);
@@ -551,7 +552,8 @@ static void kiln_op_case(kiln_context *ctx, const kop_case *c) {
     kiln_model_free(m);
 }
 
-static void kiln_ops(void) {
+/* The files go to TMP/export_kop_<i>.onnx for tests/python/test_onnx_export_ort.py. */
+static void kiln_ops(const char *tmp) {
     kiln_context *ctx = NULL;
     if (kiln_context_create(&ctx)) return;
     kiln_context_set_threads(ctx, 1);
@@ -577,12 +579,18 @@ static void kiln_ops(void) {
          "program=i0 i1 Mul c0.5 Add Clip@-0.2@0.3 i0 Max Elu@0.5 HardSigmoid@0.1@0.6 LeakyRelu@0.2 Tanh i1 Sub Softplus",
          2, {KILN_F32, KILN_F32}, {2, 1}, {{2, 3}, {3}}, 1, "Softplus", 0},
         {"FusedElementwise", "program=i0 Abs Sqrt i0 Exp Log Add Neg Reciprocal Sigmoid Softsign HardSwish Floor c1 Pow i0 Ceil Min Erf Relu i1 Div",
-         2, {KILN_F64, KILN_F64}, {3, 3}, {{2, 1, 3}, {1, 4, 1}}, 1, "Div", 0},
+         2, {KILN_F32, KILN_F32}, {3, 3}, {{2, 1, 3}, {1, 4, 1}}, 1, "Div", 0},
+        {"FusedElementwise", "program=i0 i1 Mul c0.5 Add i0 Sub", 2, {KILN_F64, KILN_F64}, {3, 3}, {{2, 1, 3}, {1, 4, 1}}, 1,
+         "Sub", 0},
         {"LogSoftmaxNLL", "reduction=sum;ignore_index=2", 2, {KILN_F32, KILN_I64}, {2, 1}, {{4, 10}, {4}}, 2,
          "NegativeLogLikelihoodLoss", 0},
         {"LogSoftmaxNLL", "", 3, {KILN_F16, KILN_I64, KILN_F32}, {2, 1, 1}, {{4, 10}, {4}, {10}}, 1, "LogSoftmax", 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kiln_op_case(ctx, &cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char file[4200];
+        snprintf(file, sizeof file, "%.4000s/export_kop_%02zu.onnx", tmp, i);
+        kiln_op_case(ctx, &cases[i], file);
+    }
     kiln_context_free(ctx);
 }
 
@@ -760,7 +768,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     errors(argv[3]);
-    kiln_ops();
+    kiln_ops(argv[3]);
     models(argv[1], argv[3]);
     node_tests(argv[2]);
     if (fails) printf("%d failures\n", fails);

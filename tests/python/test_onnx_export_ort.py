@@ -2,6 +2,7 @@
 
     python test_onnx_export_ort.py KILN SRC_DIR WORK_DIR [FASHION_MNIST_DIR]
     python test_onnx_export_ort.py KILN --node-tests NODE_DIR WORK_DIR
+    python test_onnx_export_ort.py KILN --files DIR WORK_DIR
 
 The files come from the kiln command line:
   - `kiln convert` of examples/tiny_cnn.onnx: re-saved as loaded (--disable all), rewritten by
@@ -12,6 +13,10 @@ The files come from the kiln command line:
 Each saved file must pass onnx.checker, load in onnxruntime (CPU), and give what `kiln run`
 gives on the same file and on the original model: |ort - kiln| <= 1e-5 |kiln| + 1e-6 for
 fp32 (fp16: 1e-2). Symbolic input dims keep their dim_param names.
+
+With --files, every DIR/export_kop_*.onnx (the models test_onnx_export writes: each of
+kiln's internal ops alone, saved as the ONNX ops it stands for) runs in onnxruntime and in
+kiln on random inputs (integer inputs: class indices below 10) with the same tolerance.
 
 With --node-tests, every ONNX node-test model that kiln loads and onnxruntime runs is
 re-saved by kiln (`kiln convert --disable all`); onnxruntime must load the saved file and
@@ -126,7 +131,43 @@ def node_tests(kiln, root, work):
     return 0
 
 
+NP_DTYPES = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
+             onnx.TensorProto.FLOAT16: np.float16, onnx.TensorProto.INT64: np.int64}
+
+
+def files(kiln, src_dir, work):
+    import glob
+    ort.set_default_logger_severity(3)
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(1)
+    paths = sorted(glob.glob(os.path.join(src_dir, "export_kop_*.onnx")))
+    check(len(paths) >= 10, "only %d export_kop_*.onnx files in %s (test_onnx_export writes them)" % (len(paths), src_dir))
+    for path in paths:
+        name = os.path.basename(path)
+        m = saved_ok(path, name)
+        ins = []
+        for vi in m.graph.input:
+            tt = vi.type.tensor_type
+            shape = [d.dim_value for d in tt.shape.dim]
+            dt = NP_DTYPES[tt.elem_type]
+            if dt == np.int64:
+                ins.append(rng.integers(0, 10, size=shape).astype(np.int64))
+            else:
+                ins.append(rng.uniform(-1, 1, size=shape).astype(dt))
+        lowp = any(x.dtype == np.float16 for x in ins)
+        got = ort_run(path, ins)
+        want = kiln_run(kiln, path, ins, work, name.replace(".onnx", ""), ["--disable", "all"])
+        compare(got, want, 1e-3 if lowp else 1e-5, 1e-3 if lowp else 1e-6, "%s: ort vs kiln" % name)
+    if FAILS:
+        print("%d failures" % len(FAILS))
+        return 1
+    print("all passed")
+    return 0
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[2] == "--files":
+        return files(sys.argv[1], sys.argv[3], sys.argv[4])
     if len(sys.argv) == 5 and sys.argv[2] == "--node-tests":
         return node_tests(sys.argv[1], sys.argv[3], sys.argv[4])
     kiln, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
