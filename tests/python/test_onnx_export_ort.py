@@ -184,6 +184,7 @@ def main():
         ("cpu fp32 passes", [], 1e-5, 1e-6, []),
         ("cuda passes", ["--device", "cuda"], 1e-5, 1e-6, []),
         ("fp16 passes", ["--fp16"], 1e-2, 1e-2, ["--fp16"]),
+        ("cuda fp16 passes", ["--device", "cuda", "--fp16"], 1e-2, 1e-2, ["--fp16"]),
     ]
     for name, flags, rtol, atol, run_flags in cases:
         out = os.path.join(work, "tiny_cnn_%s.onnx" % name.replace(" ", "_"))
