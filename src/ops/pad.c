@@ -49,6 +49,8 @@ static kiln_status plan(kiln_op_ctx *c, int at, pad_plan *p) {
         KILN_OP_CHECK(c, np <= 2 * KILN_MAX_DIMS, KILN_ERR_SHAPE, "pads has %d values", np);
         for (int k = 0; k < np; k++) pads[k] = ap[k];
     } else {
+        KILN_OP_CHECK(c, c->n_in > at + 1 && c->in[at + 1], KILN_ERR_INVALID_ARGUMENT,
+                      "input pads is required from opset 11 on (the node is opset %d)", c->node->opset);
         kiln_status st = kiln_read_ints(c, at + 1, "pads", pads, 2 * KILN_MAX_DIMS, &np);
         if (st != KILN_OK) return st;
     }
@@ -305,6 +307,9 @@ static int test(void) {
     const double v[] = {0, 1, 2, 3, 4, 5};
     /* expected values from numpy.pad(np.arange(6).reshape(2, 3), ...) */
     /* opset 2..10: pads and value as attributes (pytorch's opset-6 exports) */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    fails += kiln_optest_fails("Pad", "pads=[1,1,0,1]", 1, in, 1, KILN_ERR_INVALID_ARGUMENT,
+                               "pad opset 21 without the pads input");
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
     y = kt_make(KILN_F32, 2, KT_DIMS(3, 5), KT_VALS(-1, -1, -1, -1, -1, -1, 0, 1, 2, -1, -1, 3, 4, 5, -1));
     fails += kiln_optest_opset("Pad", "pads=[1,1,0,1];value=-1.0", 6, 1, in, 1, &y, 0, 0,
