@@ -3,14 +3,16 @@
  * that has it (broadcast where one of them is 1). With "->" the output is the given
  * labels; without it, the labels seen once, in alphabetical order, after the ellipsis
  * dims. A label repeated within a term takes the diagonal. Every label not in the output
- * is summed over. Float and integer dtypes (one for all inputs); floats accumulate in
- * double, integers in int64. */
+ * is summed over. Up to 8 inputs and 16 distinct labels. Float and integer dtypes (one for
+ * all inputs); floats accumulate in double, integers in int64. The plan (einsum.h) is
+ * shared with the CUDA kernel. */
 #include "../core/optest.h"
+#include "einsum.h"
 
 #include <stdio.h>
 #include <string.h>
 
-enum { MAX_TERMS = 8, MAX_LABELS = 52 + KILN_MAX_DIMS };
+enum { MAX_TERMS = KILN_EINSUM_MAX_IN, MAX_LABELS = 52 + KILN_MAX_DIMS };
 
 /* The parsed equation: label ids per dim of each input and of the output; ids 0..51 for
  * letters, 52.. for the ellipsis dims (aligned right: id 52 + KILN_MAX_DIMS - k for the
@@ -138,6 +140,42 @@ static kiln_status make_plan(kiln_op_ctx *c, plan *p) {
     return KILN_OK;
 }
 
+kiln_status kiln_einsum_plan(kiln_op_ctx *c, kiln_einsum *e) {
+    plan p;
+    kiln_status st = make_plan(c, &p);
+    if (st) return st;
+    memset(e, 0, sizeof *e);
+    int id[MAX_LABELS];
+    for (int l = 0; l < MAX_LABELS; l++) id[l] = -1;
+    for (int l = 0; l < MAX_LABELS; l++) {
+        if (!p.used[l]) continue;
+        KILN_OP_CHECK(c, e->nl < KILN_EINSUM_MAX_LABELS, KILN_ERR_UNSUPPORTED, "more than %d distinct labels",
+                      KILN_EINSUM_MAX_LABELS);
+        id[l] = e->nl;
+        e->size[e->nl++] = p.size[l];
+    }
+    e->n_in = p.n_in;
+    e->out_nd = p.out_nd;
+    bool in_out[MAX_LABELS] = {false};
+    for (int d = 0; d < p.out_nd; d++) {
+        e->out_lab[d] = id[p.out_lab[d]];
+        in_out[p.out_lab[d]] = true;
+    }
+    e->sum_count = 1;
+    for (int l = 0; l < MAX_LABELS; l++)
+        if (p.used[l] && !in_out[l]) {
+            e->sum_lab[e->ns++] = id[l];
+            e->sum_count *= p.size[l];
+        }
+    for (int t = 0; t < p.n_in; t++) {
+        int64_t st_[KILN_MAX_DIMS];
+        kiln_strides(c->in[t]->ndim, c->in[t]->dims, st_);
+        for (int d = 0; d < p.nd[t]; d++)
+            if (c->in[t]->dims[d] != 1 || p.size[p.lab[t][d]] == 1) e->stride[t][id[p.lab[t][d]]] += st_[d];
+    }
+    return KILN_OK;
+}
+
 static kiln_status infer(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0];
     KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype) || kiln_dtype_is_int(x->dtype), KILN_ERR_TYPE,
@@ -145,67 +183,42 @@ static kiln_status infer(kiln_op_ctx *c) {
     for (int i = 1; i < c->n_in; i++)
         KILN_OP_CHECK(c, c->in[i] && c->in[i]->dtype == x->dtype, KILN_ERR_TYPE, "input %d has another dtype than input 0",
                       i);
-    plan p;
-    kiln_status st = make_plan(c, &p);
+    kiln_einsum e;
+    kiln_status st = kiln_einsum_plan(c, &e);
     if (st) return st;
     int64_t dims[KILN_MAX_DIMS];
-    for (int d = 0; d < p.out_nd; d++) dims[d] = p.size[p.out_lab[d]];
-    kiln_tensor_set_shape(c->out[0], x->dtype, p.out_nd, dims);
+    for (int d = 0; d < e.out_nd; d++) dims[d] = e.size[e.out_lab[d]];
+    kiln_tensor_set_shape(c->out[0], x->dtype, e.out_nd, dims);
     return KILN_OK;
 }
 
 static kiln_status forward(kiln_op_ctx *c) {
-    plan p;
-    kiln_status st = make_plan(c, &p);
+    kiln_einsum e;
+    kiln_status st = kiln_einsum_plan(c, &e);
     if (st) return st;
     kiln_tensor *y = c->out[0];
-    /* the summed labels: used, not in the output */
-    bool in_out[MAX_LABELS] = {false};
-    for (int d = 0; d < p.out_nd; d++) in_out[p.out_lab[d]] = true;
-    int sum_lab[MAX_LABELS], ns = 0;
-    int64_t sum_count = 1;
-    for (int l = 0; l < MAX_LABELS; l++)
-        if (p.used[l] && !in_out[l]) {
-            sum_lab[ns++] = l;
-            sum_count *= p.size[l];
-        }
-    /* per input, the element stride of each label (summed over repeated labels: the
-     * diagonal; 0 where the input's dim is 1 under broadcasting) */
-    int64_t lstride[MAX_TERMS][MAX_LABELS];
-    memset(lstride, 0, sizeof lstride);
-    for (int t = 0; t < p.n_in; t++) {
-        int64_t st_[KILN_MAX_DIMS];
-        kiln_strides(c->in[t]->ndim, c->in[t]->dims, st_);
-        for (int d = 0; d < p.nd[t]; d++)
-            if (c->in[t]->dims[d] != 1 || p.size[p.lab[t][d]] == 1) lstride[t][p.lab[t][d]] += st_[d];
-    }
     const bool fl = kiln_dtype_is_float(y->dtype);
     const int64_t n_out = kiln_tensor_numel(y);
-    int64_t val[MAX_LABELS];
+    int64_t val[KILN_EINSUM_MAX_LABELS] = {0};
     for (int64_t o = 0; o < n_out; o++) {
         int64_t rem = o;
-        for (int d = p.out_nd - 1; d >= 0; d--) {
-            val[p.out_lab[d]] = rem % p.size[p.out_lab[d]];
-            rem /= p.size[p.out_lab[d]];
+        for (int d = e.out_nd - 1; d >= 0; d--) {
+            val[e.out_lab[d]] = rem % e.size[e.out_lab[d]];
+            rem /= e.size[e.out_lab[d]];
         }
         double accf = 0;
         int64_t acci = 0;
-        for (int64_t s = 0; s < sum_count; s++) {
+        for (int64_t s = 0; s < e.sum_count; s++) {
             int64_t r = s;
-            for (int k = ns - 1; k >= 0; k--) {
-                val[sum_lab[k]] = r % p.size[sum_lab[k]];
-                r /= p.size[sum_lab[k]];
+            for (int k = e.ns - 1; k >= 0; k--) {
+                val[e.sum_lab[k]] = r % e.size[e.sum_lab[k]];
+                r /= e.size[e.sum_lab[k]];
             }
             double pf = 1;
             int64_t pi = 1;
-            for (int t = 0; t < p.n_in; t++) {
+            for (int t = 0; t < e.n_in; t++) {
                 int64_t off = 0;
-                for (int d = 0; d < p.nd[t]; d++) {
-                    const int l = p.lab[t][d];
-                    bool first = true; /* each label once per term (a repeated label: the diagonal) */
-                    for (int e = 0; e < d; e++) first &= p.lab[t][e] != l;
-                    if (first) off += val[l] * lstride[t][l];
-                }
+                for (int l = 0; l < e.nl; l++) off += val[l] * e.stride[t][l];
                 if (fl) pf *= kiln_get_f64(c->in[t], off);
                 else pi = (int64_t)((uint64_t)pi * (uint64_t)kiln_get_i64(c->in[t], off));
             }

@@ -55,6 +55,11 @@ static kiln_status forward(kiln_op_ctx *c) {
 static kiln_status grad(kiln_grad_ctx *g) {
     kiln_status st = kiln_binary_grad_check(g);
     if (st) return st;
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    const kiln_value *vx = &g->m->values[n->in[0]], *vs = &g->m->values[n->in[1]];
+    if (n->opset < 7 && vs->ndim == 1 && vx->ndim >= 3 && vs->dims[0] == vx->dims[1] && vs->dims[0] != 1)
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "PRelu node '%s': no gradient for the opset-%d per-channel slope", n->name, n->opset);
     int in[3] = {KILN_GRAD_IN(g, 0), KILN_GRAD_IN(g, 1), g->dy[0]}, out[2];
     if (kiln_grad_emit(g, "kiln", "PReluGrad", 3, in, 2, out, false, NULL) < 0) return KILN_ERR_OUT_OF_MEMORY;
     if (g->need[0]) g->dx[0] = out[0];
