@@ -1,13 +1,14 @@
 /* quantize_linear.c — QuantizeLinear and DequantizeLinear (opsets 10, 13, 19, 21), the
  * per-tensor and per-axis forms (block_size other than 0 is refused):
  *   QuantizeLinear(x, y_scale, y_zero_point?): y = saturate(round(x / scale) + zero_point),
- *     rounding halves to even, saturating to the output's range. The output dtype is
+ *     the quotient in float (double when x or the scale is f64), rounding halves to even,
+ *     saturating to the output's range. The output dtype is
  *     the zero point's: uint8 (the default without one), int8, uint16, int16. x: float
  *     dtypes or int32.
  *   DequantizeLinear(x, x_scale, x_zero_point?): y = (x - zero_point) * scale in the
  *     scale's dtype (a float). x: uint8, int8, uint16, int16, int32.
  * scale (a float dtype) and zero_point are scalars (per tensor) or 1-D of x's dim `axis`
- * (default 1; per axis), zero_point of the scale's shape. Computed in double. */
+ * (default 1; per axis), zero_point of the scale's shape. */
 #include "../core/optest.h"
 #include "quantize_linear.h"
 
@@ -88,11 +89,16 @@ static kiln_status forward_q(kiln_op_ctx *c) {
     if (st) return st;
     double lo, hi;
     kiln_quant_range(y->dtype, &lo, &hi);
+    const bool f64 = x->dtype == KILN_F64 || s->dtype == KILN_F64;
     const int64_t n = kiln_tensor_numel(x);
     for (int64_t i = 0; i < n; i++) {
         const int64_t k = ch > 1 ? (i / inner) % ch : 0;
         const double zp = z ? (double)kiln_get_i64(z, k) : 0;
-        double v = nearbyint(kiln_get_f64(x, i) / kiln_get_f64(s, k)) + zp;
+        /* the quotient in float unless x or the scale is f64, as ONNX's reference and
+         * onnxruntime divide: a double quotient can round the other way at a half */
+        const double q = f64 ? kiln_get_f64(x, i) / kiln_get_f64(s, k)
+                             : (double)((float)kiln_get_f64(x, i) / (float)kiln_get_f64(s, k));
+        double v = nearbyint(q) + zp;
         v = isnan(v) ? 0 : v < lo ? lo : v > hi ? hi : v;
         kiln_set_i64(y, i, (int64_t)v);
     }
