@@ -270,7 +270,9 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(reverse_sequence)  /* rearrange.cu: ReverseSequence */                         \
     X(einsum)            /* rearrange.cu: Einsum */                                  \
     X(compress)          /* rearrange.cu: Compress */                                \
-    X(non_zero)          /* generate.cu: NonZero */
+    X(non_zero)          /* generate.cu: NonZero */                                  \
+    X(window)            /* rearrange.cu: HannWindow HammingWindow BlackmanWindow */ \
+    X(quantize)          /* rearrange.cu: QuantizeLinear DequantizeLinear */
 
 #define KILN_CUDA_DECLARE(name) kiln_status kiln_cuda_k_##name(kiln_cuda *cu, kiln_op_ctx *c);
 KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)

@@ -31,6 +31,9 @@
  *
  *   Compress: the condition's host value (a value input) plans one device-to-device copy
  *     per run of selected slices.
+ *   HannWindow, HammingWindow, BlackmanWindow: the coefficients of src/ops/window.h, in
+ *     double. QuantizeLinear / DequantizeLinear: per tensor or per axis, the quotient in
+ *     float unless an operand is f64, as src/ops/quantize_linear.c.
  *   Einsum: the plan of src/ops/einsum.h; one thread per output element sums the
  *     products over the summed labels in double (floats) or wrapping int64.
  *
@@ -38,6 +41,8 @@
  */
 #include "dtype.cuh"
 #include "../ops/einsum.h"
+#include "../ops/quantize_linear.h"
+#include "../ops/window.h"
 
 #include <math.h>
 #include <string.h>
@@ -563,6 +568,37 @@ __global__ void einsum_kernel(EinsumIn in, void *y, int dt, int64_t n, kiln_eins
     }
 }
 
+/* ------------------------------------------------- windows, (De)QuantizeLinear */
+
+__global__ void window_kernel(void *y, int dt, int64_t n, kiln_window_coef w) {
+    const double tau = 6.283185307179586476925286766559;
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        const double v = w.a0 - w.a1 * cos(tau * (double)i / w.n) + w.a2 * cos(2 * tau * (double)i / w.n);
+        if (is_float_dt(dt)) store_float(y, dt, i, v);
+        else store_int(y, dt, i, (int64_t)v);
+    }
+}
+
+/* per element: channel k = (i / inner) % ch (0 when ch == 1); zero point 0 without one */
+__global__ void quantize_kernel(const void *x, int xdt, const void *s, int sdt, const void *z, int zdt, void *y,
+                                int ydt, int64_t n, int64_t ch, int64_t inner, double lo, double hi, bool f64,
+                                bool quantize) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        const int64_t k = ch > 1 ? (i / inner) % ch : 0;
+        const double zp = z ? (double)load_int(z, zdt, k) : 0.0;
+        if (quantize) {
+            const double xv = is_float_dt(xdt) ? load_any(x, xdt, i) : (double)load_int(x, xdt, i);
+            const double sv = load_any(s, sdt, k);
+            const double q = f64 ? xv / sv : (double)((float)xv / (float)sv);
+            double v = rint(q) + zp;
+            v = isnan(v) ? 0 : v < lo ? lo : v > hi ? hi : v;
+            store_int(y, ydt, i, (int64_t)v);
+        } else {
+            store_float(y, ydt, i, ((double)load_int(x, xdt, i) - zp) * load_any(s, sdt, k));
+        }
+    }
+}
+
 } // namespace
 
 /* ------------------------------------------------------------------ entry points */
@@ -834,5 +870,41 @@ extern "C" kiln_status kiln_cuda_k_compress(kiln_cuda *cu, kiln_op_ctx *c) {
             y += bytes;
             i = j;
         }
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_window(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_tensor *y = c->out[0];
+    const int64_t n = kiln_tensor_numel(y);
+    if (n == 0) return KILN_OK;
+    kiln_window_coef w;
+    if (!kiln_window_coef_of(c->node, n, &w))
+        return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "op %s is not a window", c->node->op_type);
+    window_kernel<<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(y->data, (int)y->dtype, n, w);
+    KILN_CUDA_LAUNCHED(c->kctx, "window_kernel");
+    return KILN_OK;
+}
+
+/* QuantizeLinear and DequantizeLinear */
+extern "C" kiln_status kiln_cuda_k_quantize(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0], *s = c->in[1], *z = c->n_in > 2 ? c->in[2] : NULL;
+    kiln_tensor *y = c->out[0];
+    const int64_t n = kiln_tensor_numel(x);
+    if (n == 0) return KILN_OK;
+    const bool quantize = strcmp(c->node->op_type, "QuantizeLinear") == 0;
+    int64_t ch = 1, inner = 1;
+    if (s->ndim == 1 && s->dims[0] != 1) {
+        int64_t axis = kiln_attr_int(c->node, "axis", 1);
+        if (!kiln_norm_axis(&axis, x->ndim)) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "axis out of range");
+        ch = s->dims[0];
+        for (int d = (int)axis + 1; d < x->ndim; d++) inner *= x->dims[d];
+    }
+    double lo = 0, hi = 0;
+    if (quantize && !kiln_quant_range(y->dtype, &lo, &hi))
+        return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "output dtype %s", kiln_dtype_name(y->dtype));
+    quantize_kernel<<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
+        x->data, (int)x->dtype, s->data, (int)s->dtype, z ? z->data : nullptr, z ? (int)z->dtype : 0, y->data,
+        (int)y->dtype, n, ch, inner, lo, hi, x->dtype == KILN_F64 || s->dtype == KILN_F64, quantize);
+    KILN_CUDA_LAUNCHED(c->kctx, "quantize_kernel");
     return KILN_OK;
 }

@@ -752,6 +752,17 @@ static bool sup_non_zero(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* QuantizeLinear, DequantizeLinear: floats on the float side (f64 included). */
+static bool sup_quantize(const kiln_op_ctx *c, char *why, size_t n) {
+    const bool quantize = strcmp(c->node->op_type, "QuantizeLinear") == 0;
+    const kiln_dtype f = quantize ? c->in[0]->dtype : c->out[0]->dtype;
+    if (!kiln_cuda_float_dtype(f) && f != KILN_F64 && !(quantize && f == KILN_I32)) {
+        snprintf(why, n, "dtype %s", kiln_dtype_name(f));
+        return false;
+    }
+    return true;
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -918,6 +929,11 @@ static const entry table[] = {
     {"Einsum", kiln_cuda_k_einsum, sup_einsum, NULL, false},
     {"Compress", kiln_cuda_k_compress, sup_compress, NULL, false},
     {"NonZero", kiln_cuda_k_non_zero, sup_non_zero, NULL, false},
+    {"HannWindow", kiln_cuda_k_window, sup_any, NULL, false},
+    {"HammingWindow", kiln_cuda_k_window, sup_any, NULL, false},
+    {"BlackmanWindow", kiln_cuda_k_window, sup_any, NULL, false},
+    {"QuantizeLinear", kiln_cuda_k_quantize, sup_quantize, NULL, false},
+    {"DequantizeLinear", kiln_cuda_k_quantize, sup_quantize, NULL, false},
     /* kiln's gradient ops */
     {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, true},
     {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, true},
