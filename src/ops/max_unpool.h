@@ -1,4 +1,5 @@
-/* max_unpool.h — what MaxUnpool (max_unpool.c) shares with its CUDA kernel. */
+/* max_unpool.h — MaxUnpool's index rule (max_unpool.c), which the CUDA kernel
+ * (src/cuda/rearrange.cu, max_unpool_kernel) mirrors in device code. */
 #ifndef KILN_OPS_MAX_UNPOOL_H
 #define KILN_OPS_MAX_UNPOOL_H
 
