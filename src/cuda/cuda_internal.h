@@ -272,7 +272,9 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(compress)          /* rearrange.cu: Compress */                                \
     X(non_zero)          /* generate.cu: NonZero */                                  \
     X(window)            /* rearrange.cu: HannWindow HammingWindow BlackmanWindow */ \
-    X(quantize)          /* rearrange.cu: QuantizeLinear DequantizeLinear */
+    X(quantize)          /* rearrange.cu: QuantizeLinear DequantizeLinear */         \
+    X(dynamic_quantize)  /* rearrange.cu: DynamicQuantizeLinear */                   \
+    X(max_unpool)        /* rearrange.cu: MaxUnpool */
 
 #define KILN_CUDA_DECLARE(name) kiln_status kiln_cuda_k_##name(kiln_cuda *cu, kiln_op_ctx *c);
 KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)

@@ -34,6 +34,9 @@
  *   HannWindow, HammingWindow, BlackmanWindow: the coefficients of src/ops/window.h, in
  *     double. QuantizeLinear / DequantizeLinear: per tensor or per axis, the quotient in
  *     float unless an operand is f64, as src/ops/quantize_linear.c.
+ *   DynamicQuantizeLinear: one block finds the range and quantizes (exact, not fast).
+ *   MaxUnpool: y zeroed, then one thread per element of X; repeated indices leave one of
+ *     their values (the reference: the last).
  *   Einsum: the plan of src/ops/einsum.h; one thread per output element sums the
  *     products over the summed labels in double (floats) or wrapping int64.
  *
@@ -599,6 +602,83 @@ __global__ void quantize_kernel(const void *x, int xdt, const void *s, int sdt, 
     }
 }
 
+/* ------------------------------------------- DynamicQuantizeLinear, MaxUnpool */
+
+/* One block: the range of x (including 0), then the scale, zero point and y, in float as
+ * src/ops/dynamic_quantize_linear.c. */
+__global__ void dynamic_quantize_kernel(const float *x, uint8_t *y, float *scale_out, uint8_t *zp_out, int64_t n) {
+    __shared__ float lo_s[32], hi_s[32];
+    float lo = 0.f, hi = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        lo = fminf(lo, x[i]);
+        hi = fmaxf(hi, x[i]);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+        hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    if (lane == 0) {
+        lo_s[warp] = lo;
+        hi_s[warp] = hi;
+    }
+    __syncthreads();
+    lo = 0.f;
+    hi = 0.f;
+    for (int w = 0; w < nwarps; w++) {
+        lo = fminf(lo, lo_s[w]);
+        hi = fmaxf(hi, hi_s[w]);
+    }
+    const float scale = (hi - lo) / 255.f;
+    float zp = 0.f;
+    if (scale > 0.f) {
+        zp = rintf(-lo / scale);
+        zp = zp < 0.f ? 0.f : zp > 255.f ? 255.f : zp;
+    }
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = scale > 0.f ? rintf(x[i] / scale) + zp : 0.f;
+        v = v != v ? 0.f : v < 0.f ? 0.f : v > 255.f ? 255.f : v;
+        y[i] = (uint8_t)v;
+    }
+    if (threadIdx.x == 0) {
+        if (scale_out) *scale_out = scale;
+        if (zp_out) *zp_out = (uint8_t)zp;
+    }
+}
+
+struct UnpoolDims {
+    int nd;
+    int64_t def[KILN_MAX_DIMS], out[KILN_MAX_DIMS];
+};
+
+/* y is zeroed first; as kiln_unpool_offset (src/ops/max_unpool.h) */
+template <typename E>
+__global__ void max_unpool_kernel(const E *x, const int64_t *ix, E *y, int64_t n, UnpoolDims u) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        int64_t v = ix[i], total = 1;
+        for (int d = 0; d < u.nd; d++) total *= u.def[d];
+        if (v < 0 || v >= total) continue;
+        int64_t off = 0, stride = 1;
+        bool ok = true;
+        for (int d = u.nd - 1; d >= 0; d--) {
+            const int64_t coord = v % u.def[d];
+            v /= u.def[d];
+            ok &= coord < u.out[d];
+            off += coord * stride;
+            stride *= u.out[d];
+        }
+        if (ok) y[off] = x[i];
+    }
+}
+
+template <typename E>
+kiln_status launch_max_unpool(kiln_cuda *cu, kiln_context *ctx, const void *x, const int64_t *ix, void *y, int64_t n,
+                              const UnpoolDims &u) {
+    max_unpool_kernel<E><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((const E *)x, ix, (E *)y, n, u);
+    KILN_CUDA_LAUNCHED(ctx, "max_unpool_kernel");
+    return KILN_OK;
+}
+
 } // namespace
 
 /* ------------------------------------------------------------------ entry points */
@@ -907,4 +987,40 @@ extern "C" kiln_status kiln_cuda_k_quantize(kiln_cuda *cu, kiln_op_ctx *c) {
         (int)y->dtype, n, ch, inner, lo, hi, x->dtype == KILN_F64 || s->dtype == KILN_F64, quantize);
     KILN_CUDA_LAUNCHED(c->kctx, "quantize_kernel");
     return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_dynamic_quantize(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    float *scale = c->n_out > 1 && c->out[1] ? (float *)c->out[1]->data : nullptr;
+    uint8_t *zp = c->n_out > 2 && c->out[2] ? (uint8_t *)c->out[2]->data : nullptr;
+    dynamic_quantize_kernel<<<1, 1024, 0, cu->stream>>>((const float *)x->data, (uint8_t *)c->out[0]->data, scale, zp,
+                                                        kiln_tensor_numel(x));
+    KILN_CUDA_LAUNCHED(c->kctx, "dynamic_quantize_kernel");
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_max_unpool(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    if (kiln_tensor_numel(y) == 0) return KILN_OK;
+    KILN_CUDA_CHECK(c->kctx, cudaMemsetAsync(y->data, 0, kiln_tensor_nbytes(y), cu->stream));
+    const int64_t n = kiln_tensor_numel(x);
+    if (n == 0) return KILN_OK;
+    UnpoolDims u;
+    memset(&u, 0, sizeof u);
+    u.nd = x->ndim;
+    const int sp = x->ndim - 2;
+    int nk = 0, ns = 0, np = 0;
+    const int64_t *k = kiln_attr_ints(c->node, "kernel_shape", &nk);
+    const int64_t *s = kiln_attr_ints(c->node, "strides", &ns);
+    const int64_t *p = kiln_attr_ints(c->node, "pads", &np);
+    if (!k || nk != sp) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "kernel_shape");
+    u.def[0] = x->dims[0];
+    u.def[1] = x->dims[1];
+    for (int d = 0; d < sp; d++) u.def[2 + d] = (x->dims[2 + d] - 1) * (s ? s[d] : 1) - (p ? p[d] + p[sp + d] : 0) + k[d];
+    for (int d = 0; d < y->ndim; d++) u.out[d] = y->dims[d];
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, c->kctx, kiln_dtype_size(x->dtype), launch_max_unpool, cu, c->kctx, x->data,
+                          (const int64_t *)c->in[1]->data, y->data, n, u);
+    return st;
 }

@@ -934,6 +934,8 @@ static const entry table[] = {
     {"BlackmanWindow", kiln_cuda_k_window, sup_any, NULL, false},
     {"QuantizeLinear", kiln_cuda_k_quantize, sup_quantize, NULL, false},
     {"DequantizeLinear", kiln_cuda_k_quantize, sup_quantize, NULL, false},
+    {"DynamicQuantizeLinear", kiln_cuda_k_dynamic_quantize, sup_any, NULL, false},
+    {"MaxUnpool", kiln_cuda_k_max_unpool, sup_elements, NULL, false},
     /* kiln's gradient ops */
     {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, true},
     {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, true},
