@@ -143,6 +143,32 @@ const char *kiln_context_message(const kiln_context *ctx);
  * all cores, the default). Read at each of their runs. */
 kiln_status kiln_context_set_threads(kiln_context *ctx, int threads);
 
+/* A log: kiln says what it does through fn, never on stdout or stderr.
+ *   KILN_LOG_ERROR  the message of every failed public call (what kiln_context_message says)
+ *   KILN_LOG_WARN   something that works but not as asked or not as well as it could
+ *   KILN_LOG_INFO   a plan built (input shapes, nodes, memory, time taken), a cache read
+ *   KILN_LOG_DEBUG  each graph pass: whether it rewrote the graph, nodes before and after
+ * Messages up to max_level come to fn(user, level, message), on the thread of the call
+ * that produced them; message is valid during the call only. fn NULL (the default): no
+ * log. Set it before other threads use the context. */
+typedef enum kiln_log_level {
+    KILN_LOG_ERROR = 0,
+    KILN_LOG_WARN = 1,
+    KILN_LOG_INFO = 2,
+    KILN_LOG_DEBUG = 3
+} kiln_log_level;
+typedef void (*kiln_log_fn)(void *user, kiln_log_level level, const char *message);
+kiln_status kiln_context_set_log(kiln_context *ctx, kiln_log_level max_level, kiln_log_fn fn, void *user);
+
+/* ------------------------------------------------------------------ devices */
+
+/* Where a tensor's memory is and a session runs. A device is a kind and an index (the
+ * CUDA device ordinal; 0 for the host). */
+typedef enum kiln_device {
+    KILN_DEVICE_CPU = 0,
+    KILN_DEVICE_CUDA = 1
+} kiln_device;
+
 /* ------------------------------------------------------------------ tensors */
 
 typedef struct kiln_tensor kiln_tensor;
@@ -168,8 +194,46 @@ kiln_status kiln_tensor_set_format(kiln_tensor *t, kiln_format format);
 /* A new tensor with t's values laid out in format (a copy, also when already in it). */
 kiln_status kiln_tensor_to_format(kiln_context *ctx, const kiln_tensor *t, kiln_format format,
                                   kiln_tensor **out);
-/* Host pointer to the elements (NULL for a tensor with no storage). */
+/* Pointer to the elements (NULL for a tensor with no storage): a host pointer, or a device
+ * pointer for a tensor on a device. */
 void *kiln_tensor_data(const kiln_tensor *t);
+
+/* Tensors on a device. Sessions on that device read inputs from them and write outputs
+ * into them without a host copy (kiln_session_run_into); element access
+ * (kiln_tensor_data's pointer) is the device's.
+ *   create_on: zeroed storage of the device's own (CUDA: cudaMalloc; freeing it waits for
+ *              the device), freed by kiln_tensor_free; KILN_DEVICE_CPU is kiln_tensor_create.
+ *   wrap_on:   caller memory on that device (not copied, not freed by kiln).
+ * KILN_ERR_UNSUPPORTED when this build has no such backend, KILN_ERR_DEVICE when the
+ * machine has no such device. */
+kiln_status kiln_tensor_create_on(kiln_context *ctx, kiln_dtype dtype, int ndim, const int64_t *dims,
+                                  kiln_device device, int device_index, kiln_tensor **out);
+kiln_status kiln_tensor_wrap_on(kiln_context *ctx, kiln_dtype dtype, int ndim, const int64_t *dims,
+                                kiln_device device, int device_index, void *data, kiln_tensor **out);
+/* The device of t's memory; *device_index (may be NULL) receives its index. */
+kiln_device kiln_tensor_device(const kiln_tensor *t, int *device_index);
+/* Copy src's elements into dst: the same dtype and dims, any devices (host <-> CUDA,
+ * CUDA <-> CUDA), each in its own layout (NCHW or NHWC, converted on the host). Returns
+ * when the copy is done. */
+kiln_status kiln_tensor_copy(kiln_context *ctx, const kiln_tensor *src, kiln_tensor *dst);
+
+/* DLPack (https://dmlc.github.io/dlpack/, <dlpack/dlpack.h>): tensors shared with
+ * PyTorch, NumPy, CuPy, JAX... without a copy.
+ *   from_dlpack: a tensor viewing src's memory. On success kiln owns src: kiln_tensor_free
+ *     calls src->deleter (from the freeing thread). On failure the caller still owns it.
+ *     Accepted: row-major compact strides (or NULL strides), and for 4-D channels_last
+ *     strides (the tensor's format is then KILN_FORMAT_NHWC); devices kDLCPU and
+ *     kDLCUDAHost (a host tensor), kDLCUDA and kDLCUDAManaged (a CUDA tensor); the dtypes
+ *     of kiln_dtype (bool as kDLBool or kDLUInt 8 / kDLInt 8 with lanes 1). Other strides,
+ *     devices or dtypes: KILN_ERR_UNSUPPORTED naming them.
+ *   to_dlpack: a DLManagedTensor viewing t's memory (NHWC tensors with channels_last
+ *     strides) that holds a reference on t: the memory lives until both kiln_tensor_free(t)
+ *     and the DLManagedTensor's deleter have run, in either order, from any threads.
+ *     Tensors a session owns (kiln_session_run's outputs) are refused: export the tensors
+ *     of kiln_session_run_into instead. */
+struct DLManagedTensor;
+kiln_status kiln_tensor_from_dlpack(kiln_context *ctx, struct DLManagedTensor *src, kiln_tensor **out);
+kiln_status kiln_tensor_to_dlpack(kiln_context *ctx, kiln_tensor *t, struct DLManagedTensor **out);
 
 /* NumPy .npy files (format 1.0-3.0, C order, little-endian numeric dtypes). Loading is
  * strict: the header must be the dict NumPy writes (descr, fortran_order and shape, a
@@ -227,13 +291,17 @@ const char *kiln_model_input_name(const kiln_model *m, int i);
 const char *kiln_model_output_name(const kiln_model *m, int i);
 kiln_status kiln_model_input_info(const kiln_model *m, int i, kiln_dtype *dtype, int *ndim,
                                   int64_t dims[KILN_MAX_DIMS]);
+kiln_status kiln_model_output_info(const kiln_model *m, int i, kiln_dtype *dtype, int *ndim,
+                                   int64_t dims[KILN_MAX_DIMS]);
+/* The index of the input / output with this name, or -1 when the model has none. */
+int kiln_model_input_index(const kiln_model *m, const char *name);
+int kiln_model_output_index(const kiln_model *m, const char *name);
+/* The name of a symbolic dim d of input / output i ("batch", as the ONNX file's dim_param
+ * says), or NULL when the dim is fixed, unnamed or out of range. */
+const char *kiln_model_input_dim_name(const kiln_model *m, int i, int d);
+const char *kiln_model_output_dim_name(const kiln_model *m, int i, int d);
 
 /* ------------------------------------------------------------------ session */
-
-typedef enum kiln_device {
-    KILN_DEVICE_CPU = 0,
-    KILN_DEVICE_CUDA = 1
-} kiln_device;
 
 /* Arithmetic precision of a session's plan. FP16 and BF16 keep fp32 accumulation in
  * matrix products and fp32 where numerics need it (softmax, normalization statistics,
@@ -288,7 +356,21 @@ enum {
  * (fp16/bf16, or f32 with TF32: cuDNN's NHWC kernels are tensor-core ones) unless
  * KILN_PASS_NHWC is disabled. */
 typedef struct kiln_session_options {
+    /* sizeof(kiln_session_options) as the caller was compiled (KILN_SESSION_OPTIONS_INIT
+     * sets it), so that fields added after this release leave older callers working: kiln
+     * reads the first struct_size bytes and takes the defaults for the rest, and refuses
+     * non-zero fields it does not know of (a caller built against a newer kiln.h). 0: this
+     * release's layout, the whole struct below. */
+    size_t struct_size;
     kiln_device device;        /* KILN_DEVICE_CPU (default) */
+    int device_index;          /* the CUDA device ordinal (0: the first) */
+    /* A cudaStream_t (NULL: none). Runs are ordered after the work already on it, and work
+     * put on it later runs after them. kiln runs on a stream of its own (captured CUDA
+     * graphs), joined to this one by events. With a stream and every input and output of
+     * kiln_session_run_into / _run_named on the device, those calls return without waiting
+     * for the GPU, and an error that kernels find on the device (a Gather index out of
+     * range) is reported by the next call that waits. */
+    void *stream;
     int threads;               /* CPU threads of this session's runs; 0: the context's setting */
     int no_fold;               /* 1: fold only shape computations (outputs of <= 64 elements) */
     kiln_precision precision;  /* KILN_PRECISION_FP32 (default) */
@@ -297,6 +379,7 @@ typedef struct kiln_session_options {
     int strict_fp32;           /* 1: f32 convolutions and products off TF32, and so NCHW (CUDA;
                                   the policy above) */
 } kiln_session_options;
+#define KILN_SESSION_OPTIONS_INIT {.struct_size = sizeof(kiln_session_options)}
 
 /* A session runs a model on one device. It builds one plan per input shape (shape
  * inference, constant folding, memory planning into one arena) on the first run with
@@ -319,9 +402,33 @@ kiln_status kiln_session_run(kiln_session *s, int n_inputs, kiln_tensor *const *
  * output's dtype and dims (KILN_ERR_TYPE / KILN_ERR_SHAPE naming the output and both
  * shapes otherwise; its layout may be NCHW or NHWC). The copy is made before another run
  * of the session can start, so threads sharing a session each get their own run's
- * outputs. */
+ * outputs.
+ *
+ * Device IO binding: inputs and outputs may be tensors on the session's device
+ * (kiln_tensor_create_on, _wrap_on, _from_dlpack): the run reads and writes them there,
+ * one device-to-device copy each and no host copy (device outputs must be NCHW). Inputs
+ * whose values set shapes in the graph (a Reshape's shape fed by a graph input) must be
+ * host tensors. A session on the CPU refuses device tensors. */
 kiln_status kiln_session_run_into(kiln_session *s, int n_inputs, kiln_tensor *const *inputs,
                                   int n_outputs, kiln_tensor *const *outputs);
+
+/* kiln_session_run_into with inputs and outputs bound by name: every model input once,
+ * in any order; any of the outputs. Unknown or repeated names are KILN_ERR_INVALID_ARGUMENT
+ * naming them and the model's. */
+kiln_status kiln_session_run_named(kiln_session *s, int n_inputs, const char *const *input_names,
+                                   kiln_tensor *const *inputs, int n_outputs,
+                                   const char *const *output_names, kiln_tensor *const *outputs);
+
+/* Output j's dtype and dims for inputs of these dtypes and shapes, before a run: the
+ * session builds (or finds) its plan for them and runs nothing; the inputs' data is read
+ * only where values set shapes. */
+kiln_status kiln_session_output_info(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int j,
+                                     kiln_dtype *dtype, int *ndim, int64_t dims[KILN_MAX_DIMS]);
+
+/* The cudaStream_t a CUDA session's runs are ordered on (options.stream when set, else
+ * kiln's own), for a DLPack producer to order its work before kiln reads
+ * (__dlpack__(stream=...)); NULL for a session on the CPU. */
+void *kiln_session_stream(const kiln_session *s);
 
 /* Statistics of the plan used by the last run. */
 typedef struct kiln_plan_stats {
@@ -358,7 +465,9 @@ typedef enum kiln_amp {
 /* Options of a trainer. Zeroed fields take the defaults named here. Schedules count
  * optimizer steps; warm-up (linear from 0) multiplies any schedule. */
 typedef struct kiln_train_options {
+    size_t struct_size;  /* as kiln_session_options.struct_size (KILN_TRAIN_OPTIONS_INIT) */
     kiln_device device;
+    int device_index;    /* the CUDA device ordinal (0: the first) */
     kiln_optimizer optimizer;
     float lr;            /* learning rate (0: 1.0 for Adadelta, 1e-3 for Adam/AdamW, 0.01 for SGD) */
     float momentum;      /* SGD */
@@ -392,6 +501,7 @@ typedef struct kiln_train_options {
                                 KILN_PASS_FUSE_POOL (with NHWC);
                                 CPU training passes them all to its session */
 } kiln_train_options;
+#define KILN_TRAIN_OPTIONS_INIT {.struct_size = sizeof(kiln_train_options)}
 
 /* A trainer holds the training graph (the forward graph, the backward graph autograd
  * derives from it, and the optimizer), the weights, and the optimizer state.

@@ -29,6 +29,8 @@ typedef struct kiln_backend_options {
     int no_conv_gemm;   /* 1x1 convolutions always through cuDNN (CUDA) */
     int no_conv_direct; /* one-channel convolutions always through cuDNN (CUDA) */
     int no_streams;     /* a captured plan on one stream only (CUDA) */
+    int device_index;   /* which device of the backend's kind (CUDA: the ordinal) */
+    void *stream;       /* the caller's stream runs are ordered with (CUDA; NULL: none) */
 } kiln_backend_options;
 
 /* How a plan is built. */
@@ -74,6 +76,13 @@ typedef struct kiln_backend_i {
     /* Where value v lives during a run (backend memory; NULL when it has none). */
     void *(*plan_value)(void *plan, int v);
     void (*plan_set_hooks)(void *plan, kiln_backend_hook prologue, kiln_backend_hook epilogue, void *arg);
+    /* Run, writing output j into the caller's outputs[j] (host or this backend's device
+     * memory, checked by the session: dtype, dims, device; device outputs NCHW), inputs
+     * read from host or this backend's device tensors. Waits, unless the instance has the
+     * caller's stream and every input and output is on the device. NULL: the session runs
+     * plan_run and copies on the host. */
+    kiln_status (*plan_run_into)(void *plan, kiln_tensor *const *inputs, uint64_t seed, int n_outputs,
+                                 kiln_tensor *const *outputs);
     /* Run and wait; outputs: host tensors owned by the plan, valid until the next run. */
     kiln_status (*plan_run)(void *plan, kiln_tensor *const *inputs, uint64_t seed, int n_outputs,
                             const kiln_tensor **outputs);
@@ -98,6 +107,18 @@ typedef struct kiln_backend_i {
     kiln_status (*download)(void *be, void *dst, const void *src, size_t bytes);
     /* Wait for everything enqueued; report errors found on the device. */
     kiln_status (*sync)(void *be);
+    /* The stream runs are ordered on (kiln_session_stream), or NULL. */
+    void *(*stream)(void *be);
+
+    /* Device memory outside any instance, for tensors on the device (kiln_tensor_create_on,
+     * kiln_tensor_copy); NULL for the host. device_index: the device of that kind.
+     * mem_copy copies between host (dev -1) and device memory, or within the device, and
+     * returns when done. */
+    kiln_status (*mem_alloc)(kiln_context *ctx, int device_index, size_t bytes, void **out);
+    void (*mem_free)(int device_index, void *p);
+    kiln_status (*mem_copy)(kiln_context *ctx, void *dst, int dst_dev, const void *src, int src_dev, size_t bytes);
+    /* KILN_OK when the device of that index exists (else KILN_ERR_DEVICE naming it). */
+    kiln_status (*check_device)(kiln_context *ctx, int device_index);
 
     /* ---------------------------------------------------------------- training */
     const kiln_backend_train_i *train;

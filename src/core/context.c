@@ -86,6 +86,66 @@ kiln_status kiln_context_set_threads(kiln_context *ctx, int threads) {
     return KILN_OK;
 }
 
+kiln_status kiln_context_set_log(kiln_context *ctx, kiln_log_level max_level, kiln_log_fn fn, void *user) {
+    if (!ctx) return KILN_ERR_INVALID_ARGUMENT;
+    if (max_level < KILN_LOG_ERROR || max_level > KILN_LOG_DEBUG)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "log level %d is outside %d (errors) to %d (debug)",
+                         (int)max_level, KILN_LOG_ERROR, KILN_LOG_DEBUG);
+    ctx->log = fn;
+    ctx->log_user = user;
+    ctx->log_level = max_level;
+    return KILN_OK;
+}
+
+bool kiln_log_on(const kiln_context *ctx, kiln_log_level level) {
+    return ctx && ctx->log && level <= ctx->log_level;
+}
+
+void kiln_log(kiln_context *ctx, kiln_log_level level, const char *fmt, ...) {
+    if (!kiln_log_on(ctx, level)) return;
+    char msg[KILN_MSG_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx->log(ctx->log_user, level, msg);
+}
+
+kiln_status kiln_api_end(kiln_context *ctx, kiln_status st) {
+    if (st && kiln_log_on(ctx, KILN_LOG_ERROR)) {
+        const char *msg = kiln_context_message(ctx);
+        char line[KILN_MSG_SIZE + 64];
+        snprintf(line, sizeof line, "%s: %s", kiln_status_name(st), msg[0] ? msg : "(no message)");
+        ctx->log(ctx->log_user, KILN_LOG_ERROR, line);
+    }
+    return st;
+}
+
+kiln_status kiln_options_take(kiln_context *ctx, const char *what, const void *theirs, void *ours,
+                              size_t ours_size) {
+    memset(ours, 0, ours_size);
+    if (!theirs) return KILN_OK;
+    size_t n = 0;
+    memcpy(&n, theirs, sizeof n); /* struct_size, the first field of every options struct */
+    if (n == 0) n = ours_size;
+    if (n < sizeof(size_t))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s.struct_size is %zu; it is sizeof(%s) (%zu in this kiln)",
+                         what, n, what, ours_size);
+    if (n > ours_size) {
+        const unsigned char *extra = (const unsigned char *)theirs + ours_size;
+        for (size_t i = 0; i < n - ours_size; i++)
+            if (extra[i])
+                return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                                 "%s sets a field this kiln (%s) does not know of, %zu bytes past its end of %zu "
+                                 "bytes: the program was built against a newer kiln.h",
+                                 what, KILN_VERSION, i, ours_size);
+        n = ours_size;
+    }
+    memcpy(ours, theirs, n);
+    memcpy(ours, &(size_t){ours_size}, sizeof(size_t));
+    return KILN_OK;
+}
+
 int kiln_context_threads(const kiln_context *ctx) {
     return ctx ? __atomic_load_n(&ctx->threads, __ATOMIC_RELAXED) : 0;
 }

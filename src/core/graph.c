@@ -253,6 +253,7 @@ kiln_status kiln_model_add_initializer(kiln_model *m, const char *name, const ki
     if (st) return st;
     if (!name || !*name || !t)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "initializer needs a name and a tensor");
+    if ((st = kiln_require_host(m->ctx, t, "kiln_model_add_initializer"))) return st;
     if (kiln_model_find_value(m, name) >= 0)
         return kiln_fail(m->ctx, KILN_ERR_GRAPH, "initializer '%s' is defined twice", name);
     int v = kiln_model_get_value(m, name);

@@ -31,7 +31,25 @@
 struct kiln_context {
     uint64_t id;  /* unique per kiln_context_create, the key of the per-thread messages */
     int threads;  /* kiln_context_set_threads; read and written atomically */
+    kiln_log_fn log;       /* kiln_context_set_log (NULL: none) */
+    void *log_user;
+    kiln_log_level log_level;
 };
+
+/* Log to the context's log (kiln_context_set_log) when level is within its setting. */
+void kiln_log(kiln_context *ctx, kiln_log_level level, const char *fmt, ...) KILN_PRINTF(3, 4);
+bool kiln_log_on(const kiln_context *ctx, kiln_log_level level);
+/* A public call ends: a failure's message (the context's) goes to the log as an error.
+ * Returns st. */
+kiln_status kiln_api_end(kiln_context *ctx, kiln_status st);
+
+/* Take a caller's options struct whose first field is its size_t struct_size (kiln.h,
+ * kiln_session_options): into `ours` (zeroed first, ours_size bytes) the first
+ * struct_size bytes (0: all of ours); KILN_ERR_INVALID_ARGUMENT naming `what` when the
+ * caller's struct is larger and what kiln does not know of is not all zero, or when
+ * struct_size is smaller than the size field itself. */
+kiln_status kiln_options_take(kiln_context *ctx, const char *what, const void *theirs, void *ours,
+                              size_t ours_size);
 
 /* Record a message on ctx and return st. Use as `return kiln_fail(ctx, KILN_ERR_IO, ...)`. */
 kiln_status kiln_fail(kiln_context *ctx, kiln_status st, const char *fmt, ...) KILN_PRINTF(3, 4);
@@ -73,8 +91,19 @@ struct kiln_tensor {
     int64_t dims[KILN_MAX_DIMS];
     kiln_format format; /* meaningful for ndim == 4 only */
     void *data;         /* NULL: shape only (e.g. during shape inference) */
-    bool owns_data;
+    bool owns_data;     /* host memory freed with the tensor */
     kiln_context *ctx;  /* for tensors created through the public API */
+    /* Where data is (zeroed: the host). Device memory the tensor owns (kiln_tensor_create_on)
+     * goes back to the device's backend (owns_device); memory from DLPack goes back
+     * through dl's deleter. */
+    kiln_device device;
+    int device_index;
+    bool owns_device;
+    struct DLManagedTensor *dl;
+    /* References beyond the first (kiln_tensor_to_dlpack's exports), atomic: each holder's
+     * kiln_tensor_free drops one and the one that finds none left frees the tensor. */
+    int extra_refs;
+    bool public_handle; /* made by a public constructor (exportable through DLPack) */
 };
 
 int64_t kiln_numel(int ndim, const int64_t *dims);
@@ -83,6 +112,9 @@ int64_t kiln_tensor_numel(const kiln_tensor *t);
 void kiln_tensor_set_shape(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims);
 /* "f32[1,3,224,224]" into buf; returns buf. */
 char *kiln_shape_str(const kiln_tensor *t, char *buf, size_t n);
+/* KILN_ERR_UNSUPPORTED naming `what` when t's memory is on a device: calls that read or
+ * write elements on the host. */
+kiln_status kiln_require_host(kiln_context *ctx, const kiln_tensor *t, const char *what);
 /* A new owning tensor with zeroed data (internal: ctx may be NULL). NULL on OOM. */
 kiln_tensor *kiln_tensor_new(kiln_context *ctx, kiln_dtype dtype, int ndim, const int64_t *dims);
 /* A deep copy (NULL on OOM). */

@@ -643,6 +643,10 @@ static bool feeds_value_input(const kiln_model *m, int v) {
     return false;
 }
 
+bool kiln_plan_input_sets_shapes(const kiln_model *m, int i) {
+    return i >= 0 && i < m->n_inputs && feeds_value_input(m, m->inputs[i]);
+}
+
 static kiln_status bind_inputs(kiln_plan *p, kiln_tensor *const *inputs) {
     kiln_model *m = p->m;
     for (int i = 0; i < m->n_inputs; i++) {

@@ -53,6 +53,9 @@ const kiln_op_ctx *kiln_plan_exec_op_ctx(const kiln_plan_view_t *v, int i);
 void kiln_plan_free(kiln_plan *p);
 /* True if the plan was built for inputs of these shapes (and, for inputs whose values
  * shape the graph, these values). */
+/* Whether graph input i's values (not only its shape) shape the plan (a Reshape's shape
+ * fed by a graph input): plans read them on the host when they are built. */
+bool kiln_plan_input_sets_shapes(const kiln_model *m, int i);
 bool kiln_plan_matches(const kiln_plan *p, kiln_tensor *const *inputs);
 /* Execute on the CPU. outputs: borrowed tensors valid until the next run. */
 kiln_status kiln_plan_run_cpu(kiln_plan *p, kiln_tensor *const *inputs, uint64_t seed,

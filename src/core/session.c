@@ -46,14 +46,18 @@ static kiln_backend_options backend_options(const kiln_session_options *o) {
                                .deterministic = o->deterministic != 0,
                                .no_conv_gemm = (o->disable_passes & KILN_PASS_CONV_GEMM) != 0,
                                .no_conv_direct = (o->disable_passes & KILN_PASS_CONV_DIRECT) != 0,
-                               .no_streams = (o->disable_passes & KILN_PASS_STREAMS) != 0};
+                               .no_streams = (o->disable_passes & KILN_PASS_STREAMS) != 0,
+                               .device_index = o->device_index,
+                               .stream = o->stream};
     return bo;
 }
 
 kiln_status kiln_session_create(kiln_model *m, const kiln_session_options *opts, kiln_session **out) {
-    kiln_session_options o = {0};
-    if (opts) o = *opts;
-    return kiln_session_create_ex(m, &o, true, out);
+    if (!m || !out) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_session_options o;
+    kiln_status st = kiln_options_take(m->ctx, "kiln_session_options", opts, &o, sizeof o);
+    if (!st) st = kiln_session_create_ex(m, &o, true, out);
+    return kiln_api_end(m->ctx, st);
 }
 
 kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *opts, bool apply_passes,
@@ -67,6 +71,11 @@ kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *op
     kiln_status bst = kiln_backend_get(m->ctx, o.device, &bi);
     if (bst) return bst;
     if (o.threads < 0) return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "threads must be >= 0");
+    if (o.device_index < 0 || (o.device == KILN_DEVICE_CPU && o.device_index != 0))
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "device_index %d: %s", o.device_index,
+                         o.device == KILN_DEVICE_CPU ? "the CPU has one device, 0" : "it must be >= 0");
+    if (o.stream && o.device == KILN_DEVICE_CPU)
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "a stream was given for a session on the CPU");
     if (o.precision != KILN_PRECISION_FP32 && o.precision != KILN_PRECISION_FP16 && o.precision != KILN_PRECISION_BF16)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)o.precision);
     kiln_session *s = kiln_calloc(m->ctx, 1, sizeof *s, "a session");
@@ -111,6 +120,24 @@ void kiln_session_free(kiln_session *s) {
     free(s);
 }
 
+static double now_ms(void);
+
+static void log_plan(kiln_session *s, kiln_tensor *const *inputs, void *plan, double ms) {
+    char shapes[512], sh[160];
+    size_t k = 0;
+    shapes[0] = 0;
+    for (int i = 0; i < s->m->n_inputs && k < sizeof shapes; i++)
+        k += (size_t)snprintf(shapes + k, sizeof shapes - k, "%s%s %s", i ? ", " : "", kiln_model_input_name(s->m, i),
+                              kiln_shape_str(inputs[i], sh, sizeof sh));
+    kiln_plan_stats ps;
+    kiln_plan_get_stats(s->bi->plan_host(plan), &ps);
+    kiln_log(s->m->ctx, KILN_LOG_INFO,
+             "plan on %s for %s: %d nodes (%d folded), activations %.1f MiB, constants %.1f MiB, workspace "
+             "%.1f MiB; built in %.1f ms",
+             s->bi->name, shapes, ps.nodes, ps.folded, ps.arena_bytes / 1048576.0, ps.constant_bytes / 1048576.0,
+             ps.workspace_bytes / 1048576.0, ms);
+}
+
 static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, session_plan **out) {
     for (int i = 0; i < s->n_plans; i++) {
         if (!kiln_plan_matches(host_plan(s, &s->plans[i]), inputs)) continue;
@@ -123,8 +150,10 @@ static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, sessio
     session_plan p = {0};
     const kiln_backend_plan_options po = {.fold = !s->opts.no_fold,
                                           .use_graph = !(s->opts.disable_passes & KILN_PASS_CUDA_GRAPH)};
+    const double t0 = kiln_log_on(s->m->ctx, KILN_LOG_INFO) ? now_ms() : 0;
     kiln_status st = s->bi->plan_create(s->be, s->m, inputs, &po, &p.p);
     if (st) return st;
+    if (kiln_log_on(s->m->ctx, KILN_LOG_INFO)) log_plan(s, inputs, p.p, now_ms() - t0);
     if (s->n_plans == MAX_PLANS) free_plan(s, &s->plans[--s->n_plans]);
     memmove(&s->plans[1], &s->plans[0], (size_t)s->n_plans * sizeof(session_plan));
     s->plans[0] = p;
@@ -135,6 +164,22 @@ static kiln_status find_plan(kiln_session *s, kiln_tensor *const *inputs, sessio
 
 static kiln_status run_locked(kiln_session *s, uint64_t seed, kiln_tensor *const *inputs, int n_outputs,
                               const kiln_tensor **outputs);
+
+static const char *device_str(kiln_device d) { return d == KILN_DEVICE_CUDA ? "cuda" : "cpu"; }
+
+/* A tensor given to a run is on the host or on the session's own device. */
+static kiln_status check_device(kiln_session *s, const kiln_tensor *t, const char *what, int i, const char *name) {
+    if (t->device == KILN_DEVICE_CPU) return KILN_OK;
+    if (t->device == s->opts.device && t->device_index == s->opts.device_index) return KILN_OK;
+    if (s->opts.device == KILN_DEVICE_CPU)
+        return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "%s %d ('%s') is on %s:%d; this session runs on the CPU (copy it to the host, or run the "
+                         "session on %s)",
+                         what, i, name, device_str(t->device), t->device_index, device_str(t->device));
+    return kiln_fail(s->m->ctx, KILN_ERR_INVALID_ARGUMENT, "%s %d ('%s') is on %s:%d; this session runs on %s:%d", what,
+                     i, name, device_str(t->device), t->device_index, device_str(s->opts.device),
+                     s->opts.device_index);
+}
 static kiln_status check_run(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
                              const kiln_tensor **outputs);
 
@@ -146,15 +191,7 @@ kiln_status kiln_session_run(kiln_session *s, int n_inputs, kiln_tensor *const *
     pthread_mutex_lock(&s->mu);
     st = run_locked(s, s->runs, inputs, n_outputs, outputs); /* the seed: this session's run count */
     pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
-/* kiln_session_run_seeded with s->mu already held */
-static kiln_status kiln_session_run_seeded_unlocked(kiln_session *s, uint64_t seed, int n_inputs,
-                                                    kiln_tensor *const *inputs, int n_outputs,
-                                                    const kiln_tensor **outputs) {
-    kiln_status st = check_run(s, n_inputs, inputs, n_outputs, outputs);
-    return st ? st : run_locked(s, seed, inputs, n_outputs, outputs);
+    return kiln_api_end(s->m->ctx, st);
 }
 
 kiln_status kiln_session_run_seeded(kiln_session *s, uint64_t seed, int n_inputs, kiln_tensor *const *inputs,
@@ -182,6 +219,15 @@ static kiln_status check_run(kiln_session *s, int n_inputs, kiln_tensor *const *
         if (!inputs[i] || (!inputs[i]->data && kiln_tensor_numel(inputs[i]) > 0))
             return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "input %d ('%s') has no data", i,
                              kiln_model_input_name(m, i));
+    for (int i = 0; i < n_inputs; i++) {
+        kiln_status st = check_device(s, inputs[i], "input", i, kiln_model_input_name(m, i));
+        if (st) return st;
+        if (inputs[i]->device != KILN_DEVICE_CPU && kiln_plan_input_sets_shapes(m, i))
+            return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED,
+                             "input %d ('%s') sets shapes in the graph (its values are read when the plan is "
+                             "built): pass it as a host tensor, not one on %s:%d",
+                             i, kiln_model_input_name(m, i), device_str(inputs[i]->device), inputs[i]->device_index);
+    }
     return KILN_OK;
 }
 
@@ -204,43 +250,184 @@ static kiln_status run_locked(kiln_session *s, uint64_t seed, kiln_tensor *const
     return st;
 }
 
-kiln_status kiln_session_run_into(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
-                                  kiln_tensor *const *outputs) {
-    if (!s) return KILN_ERR_INVALID_ARGUMENT;
+/* Output j's shape as plan p computes it. */
+static const kiln_tensor *plan_output(kiln_session *s, session_plan *p, int j) {
+    kiln_plan_view_t v;
+    kiln_plan_view(host_plan(s, p), &v);
+    return &v.vt[s->m->outputs[j]];
+}
+
+/* Whether tensor o can take output r: dtype and dims (KILN_ERR_TYPE / _SHAPE naming both),
+ * and NCHW where o is on a device. */
+static kiln_status check_output(kiln_session *s, int j, const kiln_tensor *r, const kiln_tensor *o) {
     kiln_model *m = s->m;
-    if (n_outputs < 0 || n_outputs > m->n_outputs || (n_outputs && !outputs))
-        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "asked for %d outputs; the model has %d",
-                         n_outputs, m->n_outputs);
-    for (int j = 0; j < n_outputs; j++)
-        if (!outputs[j] || (!outputs[j]->data && kiln_tensor_numel(outputs[j]) > 0))
-            return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "output %d ('%s') has no tensor to write into", j,
-                             kiln_model_output_name(m, j));
-    const kiln_tensor *res[64];
-    if (n_outputs > 64)
-        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "kiln_session_run_into takes at most 64 outputs, asked for %d",
-                         n_outputs);
-    pthread_mutex_lock(&s->mu);
-    kiln_status st = kiln_session_run_seeded_unlocked(s, s->runs, n_inputs, inputs, n_outputs, res);
+    char want[160], got[160];
+    if (r->dtype != o->dtype)
+        return kiln_fail(m->ctx, KILN_ERR_TYPE, "output %d ('%s') is %s; the tensor given for it is %s", j,
+                         kiln_model_output_name(m, j), kiln_shape_str(r, want, sizeof want),
+                         kiln_shape_str(o, got, sizeof got));
+    if (r->ndim != o->ndim || memcmp(r->dims, o->dims, (size_t)r->ndim * sizeof r->dims[0]))
+        return kiln_fail(m->ctx, KILN_ERR_SHAPE, "output %d ('%s') is %s; the tensor given for it is %s", j,
+                         kiln_model_output_name(m, j), kiln_shape_str(r, want, sizeof want),
+                         kiln_shape_str(o, got, sizeof got));
+    if (o->device != KILN_DEVICE_CPU && o->ndim == 4 && o->format != KILN_FORMAT_NCHW)
+        return kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED,
+                         "output %d ('%s'): a tensor on the device must be NCHW (convert NHWC on the host, or with "
+                         "kiln_tensor_copy)",
+                         j, kiln_model_output_name(m, j));
+    return KILN_OK;
+}
+
+/* run_into with outputs[j] NULL where output j is not wanted. Through the backend's
+ * plan_run_into (the plan writes straight into the caller's tensors) when a tensor is on
+ * the device or the caller gave a stream; else a host run and copies. */
+static kiln_status run_into_sparse(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
+                                   kiln_tensor *const *outputs) {
+    kiln_model *m = s->m;
+    kiln_status st = KILN_OK;
+    bool device_io = s->opts.stream != NULL;
     for (int j = 0; j < n_outputs && !st; j++) {
-        const kiln_tensor *r = res[j];
-        kiln_tensor *o = outputs[j];
-        char want[160], got[160];
-        if (r->dtype != o->dtype)
-            st = kiln_fail(m->ctx, KILN_ERR_TYPE, "output %d ('%s') is %s; the tensor given for it is %s", j,
-                           kiln_model_output_name(m, j), kiln_shape_str(r, want, sizeof want),
-                           kiln_shape_str(o, got, sizeof got));
-        else if (r->ndim != o->ndim || memcmp(r->dims, o->dims, (size_t)r->ndim * sizeof r->dims[0]))
-            st = kiln_fail(m->ctx, KILN_ERR_SHAPE, "output %d ('%s') is %s; the tensor given for it is %s", j,
-                           kiln_model_output_name(m, j), kiln_shape_str(r, want, sizeof want),
-                           kiln_shape_str(o, got, sizeof got));
-        else if (r->ndim == 4 && r->format != o->format)
-            kiln_layout_convert(r, o->data, o->format);
-        else if (kiln_tensor_nbytes(r))
-            memcpy(o->data, r->data, kiln_tensor_nbytes(r));
+        if (!outputs[j]) continue;
+        if (!outputs[j]->data && kiln_tensor_numel(outputs[j]) > 0)
+            st = kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "output %d ('%s') has no tensor to write into", j,
+                           kiln_model_output_name(m, j));
+        else
+            st = check_device(s, outputs[j], "output", j, kiln_model_output_name(m, j));
+        device_io |= outputs[j]->device != KILN_DEVICE_CPU;
+    }
+    for (int i = 0; inputs && i < n_inputs; i++) device_io |= inputs[i] && inputs[i]->device != KILN_DEVICE_CPU;
+    const kiln_tensor *res[64];
+    if (!st) st = check_run(s, n_inputs, inputs, n_outputs, res);
+    if (st) return st;
+    pthread_mutex_lock(&s->mu);
+    if (device_io && s->bi->plan_run_into) {
+        const kiln_cpu_threads_saved old_threads = kiln_cpu_threads_enter(session_threads(s));
+        session_plan *p = NULL;
+        st = find_plan(s, inputs, &p);
+        for (int j = 0; j < n_outputs && !st; j++)
+            if (outputs[j]) st = check_output(s, j, plan_output(s, p, j), outputs[j]);
+        if (!st) st = s->bi->plan_run_into(p->p, inputs, s->runs++, n_outputs, outputs);
+        kiln_cpu_threads_leave(old_threads);
+    } else {
+        st = run_locked(s, s->runs, inputs, n_outputs, res);
+        for (int j = 0; j < n_outputs && !st; j++) {
+            const kiln_tensor *r = res[j];
+            kiln_tensor *o = outputs[j];
+            if (!o) continue;
+            st = check_output(s, j, r, o);
+            if (st) break;
+            if (r->ndim == 4 && r->format != o->format) kiln_layout_convert(r, o->data, o->format);
+            else if (kiln_tensor_nbytes(r)) memcpy(o->data, r->data, kiln_tensor_nbytes(r));
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return st;
 }
+
+kiln_status kiln_session_run_into(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int n_outputs,
+                                  kiln_tensor *const *outputs) {
+    if (!s) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_model *m = s->m;
+    kiln_status st = KILN_OK;
+    if (n_outputs < 0 || n_outputs > m->n_outputs || (n_outputs && !outputs))
+        st = kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "asked for %d outputs; the model has %d", n_outputs,
+                       m->n_outputs);
+    else if (n_outputs > 64)
+        st = kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "kiln_session_run_into takes at most 64 outputs, asked for %d",
+                       n_outputs);
+    for (int j = 0; j < n_outputs && !st; j++)
+        if (!outputs[j] || (!outputs[j]->data && kiln_tensor_numel(outputs[j]) > 0))
+            st = kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "output %d ('%s') has no tensor to write into", j,
+                           kiln_model_output_name(m, j));
+    if (!st) st = run_into_sparse(s, n_inputs, inputs, n_outputs, outputs);
+    return kiln_api_end(m->ctx, st);
+}
+
+kiln_status kiln_session_run_named(kiln_session *s, int n_inputs, const char *const *input_names,
+                                   kiln_tensor *const *inputs, int n_outputs, const char *const *output_names,
+                                   kiln_tensor *const *outputs) {
+    if (!s) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_model *m = s->m;
+    kiln_context *ctx = m->ctx;
+    if (n_inputs != m->n_inputs)
+        return kiln_api_end(ctx, kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given",
+                                           m->n_inputs, n_inputs));
+    if (n_outputs < 0 || n_outputs > m->n_outputs)
+        return kiln_api_end(ctx, kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "asked for %d outputs; the model has %d",
+                                           n_outputs, m->n_outputs));
+    if ((n_inputs && (!input_names || !inputs)) || (n_outputs && (!output_names || !outputs)))
+        return kiln_api_end(ctx, kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "names or tensors are NULL"));
+    if (m->n_outputs > 64)
+        return kiln_api_end(ctx, kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "run_named takes models of at most 64 outputs"));
+    kiln_tensor **in = kiln_calloc(ctx, (size_t)m->n_inputs + 1, sizeof *in, "run_named inputs");
+    if (!in) return kiln_api_end(ctx, KILN_ERR_OUT_OF_MEMORY);
+    kiln_tensor *out[64] = {0};
+    kiln_status st = KILN_OK;
+    char names[512];
+    size_t k = 0;
+    names[0] = 0;
+    for (int i = 0; i < m->n_inputs && k < sizeof names; i++)
+        k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", i ? ", " : "", kiln_model_input_name(m, i));
+    for (int i = 0; i < n_inputs && !st; i++) {
+        const int ix = input_names[i] ? kiln_model_input_index(m, input_names[i]) : -1;
+        if (ix < 0)
+            st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model has no input '%s' (its inputs: %s)",
+                           input_names[i] ? input_names[i] : "(null)", names);
+        else if (in[ix])
+            st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "input '%s' is given twice", input_names[i]);
+        else
+            in[ix] = inputs[i];
+    }
+    /* outputs: the model's first `hi` in order, those not asked for left NULL (skipped) */
+    int hi = 0;
+    for (int j = 0; j < n_outputs && !st; j++) {
+        const int ix = output_names[j] ? kiln_model_output_index(m, output_names[j]) : -1;
+        if (ix < 0) {
+            k = 0;
+            names[0] = 0;
+            for (int o = 0; o < m->n_outputs && k < sizeof names; o++)
+                k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", o ? ", " : "", kiln_model_output_name(m, o));
+            st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model has no output '%s' (its outputs: %s)",
+                           output_names[j] ? output_names[j] : "(null)", names);
+        } else if (out[ix]) {
+            st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "output '%s' is given twice", output_names[j]);
+        } else {
+            out[ix] = outputs[j];
+            if (ix + 1 > hi) hi = ix + 1;
+        }
+    }
+    if (!st) st = run_into_sparse(s, n_inputs, in, hi, out);
+    free(in);
+    return kiln_api_end(ctx, st);
+}
+
+kiln_status kiln_session_output_info(kiln_session *s, int n_inputs, kiln_tensor *const *inputs, int j,
+                                     kiln_dtype *dtype, int *ndim, int64_t dims[KILN_MAX_DIMS]) {
+    if (!s) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_model *m = s->m;
+    if (j < 0 || j >= m->n_outputs)
+        return kiln_api_end(m->ctx, kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "output %d: the model has %d", j,
+                                              m->n_outputs));
+    const kiln_tensor *res[1];
+    kiln_status st = check_run(s, n_inputs, inputs, 0, res);
+    if (st) return kiln_api_end(m->ctx, st);
+    pthread_mutex_lock(&s->mu);
+    const kiln_cpu_threads_saved old_threads = kiln_cpu_threads_enter(session_threads(s));
+    session_plan *p = NULL;
+    st = find_plan(s, inputs, &p);
+    kiln_cpu_threads_leave(old_threads);
+    if (!st) {
+        const kiln_tensor *r = plan_output(s, p, j);
+        if (dtype) *dtype = r->dtype;
+        if (ndim) *ndim = r->ndim;
+        if (dims)
+            for (int d = 0; d < KILN_MAX_DIMS; d++) dims[d] = d < r->ndim ? r->dims[d] : 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return kiln_api_end(m->ctx, st);
+}
+
+void *kiln_session_stream(const kiln_session *s) { return s && s->bi->stream ? s->bi->stream(s->be) : NULL; }
 
 kiln_status kiln_session_stats(const kiln_session *s, kiln_plan_stats *out) {
     if (!s || !out) return KILN_ERR_INVALID_ARGUMENT;

@@ -3,6 +3,7 @@
  * kernels of table.c, training is train.c. */
 #include "../core/backend.h"
 #include "cuda_plan.h"
+#include "cuda_internal.h"
 
 #include <cuda_runtime.h>
 
@@ -14,7 +15,9 @@ static kiln_status cu_create(kiln_context *ctx, const kiln_backend_options *o, v
                             .deterministic = o->deterministic,
                             .no_conv_gemm = o->no_conv_gemm,
                             .no_conv_direct = o->no_conv_direct,
-                            .no_streams = o->no_streams};
+                            .no_streams = o->no_streams,
+                            .device = o->device_index,
+                            .caller_stream = o->stream};
     kiln_cuda *cu = NULL;
     kiln_status st = kiln_cuda_create(ctx, &co, &cu);
     *out = cu;
@@ -51,6 +54,12 @@ static kiln_status cu_plan_run(void *plan, kiln_tensor *const *inputs, uint64_t 
                                const kiln_tensor **outputs) {
     (void)seed;
     return kiln_cuda_plan_run(plan, inputs, n_outputs, outputs);
+}
+
+static kiln_status cu_plan_run_into(void *plan, kiln_tensor *const *inputs, uint64_t seed, int n_outputs,
+                                    kiln_tensor *const *outputs) {
+    (void)seed;
+    return kiln_cuda_plan_run_into(plan, inputs, n_outputs, outputs);
 }
 
 static kiln_status cu_plan_enqueue(void *plan, kiln_tensor *const *inputs, uint64_t seed) {
@@ -92,6 +101,52 @@ static kiln_status cu_download(void *be, void *dst, const void *src, size_t byte
 
 static kiln_status cu_sync(void *be) { return kiln_cuda_sync(be); }
 
+static void *cu_stream(void *be) { return kiln_cuda_caller_stream(be); }
+
+static kiln_status cu_check_device(kiln_context *ctx, int device_index) {
+    int n = 0;
+    kiln_status st = kiln_cuda_device_count(ctx, &n);
+    if (st) return st;
+    if (n == 0) return kiln_fail(ctx, KILN_ERR_DEVICE, "no CUDA device %d: none was found", device_index);
+    if (device_index < 0 || device_index >= n)
+        return kiln_fail(ctx, KILN_ERR_DEVICE, "no CUDA device %d: this machine has %d", device_index, n);
+    return KILN_OK;
+}
+
+static kiln_status cu_mem_alloc(kiln_context *ctx, int device_index, size_t bytes, void **out) {
+    *out = NULL;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(device_index));
+    cudaError_t ce = cudaMalloc(out, bytes ? bytes : 1);
+    if (ce == cudaSuccess) ce = cudaMemset(*out, 0, bytes);
+    if (ce == cudaSuccess) return KILN_OK;
+    if (*out) cudaFree(*out);
+    *out = NULL;
+    cudaGetLastError();
+    return kiln_fail(ctx, ce == cudaErrorMemoryAllocation ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_DEVICE,
+                     "cudaMalloc of %zu bytes on cuda:%d: %s", bytes, device_index, cudaGetErrorString(ce));
+}
+
+/* cudaFree waits for the device: kernels still reading the memory (queued by whoever
+ * borrowed it through DLPack) finish first. */
+static void cu_mem_free(int device_index, void *p) {
+    if (!p) return;
+    if (cudaSetDevice(device_index) == cudaSuccess) cudaFree(p);
+    cudaGetLastError();
+}
+
+static kiln_status cu_mem_copy(kiln_context *ctx, void *dst, int dst_dev, const void *src, int src_dev, size_t bytes) {
+    const enum cudaMemcpyKind kind = dst_dev < 0 ? cudaMemcpyDeviceToHost : src_dev < 0 ? cudaMemcpyHostToDevice
+                                                                                          : cudaMemcpyDeviceToDevice;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(dst_dev >= 0 ? dst_dev : src_dev));
+    /* after all work on the device (any stream, kiln's are non-blocking) */
+    KILN_CUDA_CHECK(ctx, cudaDeviceSynchronize());
+    if (dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev)
+        KILN_CUDA_CHECK(ctx, cudaMemcpyPeer(dst, dst_dev, src, src_dev, bytes));
+    else
+        KILN_CUDA_CHECK(ctx, cudaMemcpy(dst, src, bytes, kind));
+    return KILN_OK;
+}
+
 const kiln_backend_i kiln_cuda_backend_i = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
@@ -105,6 +160,7 @@ const kiln_backend_i kiln_cuda_backend_i = {
     .plan_value = cu_plan_value,
     .plan_set_hooks = cu_plan_set_hooks,
     .plan_run = cu_plan_run,
+    .plan_run_into = cu_plan_run_into,
     .plan_enqueue = cu_plan_enqueue,
     .plan_time = cu_plan_time,
     .plan_profile = cu_plan_profile,
@@ -113,6 +169,11 @@ const kiln_backend_i kiln_cuda_backend_i = {
     .upload = cu_upload,
     .download = cu_download,
     .sync = cu_sync,
+    .stream = cu_stream,
+    .mem_alloc = cu_mem_alloc,
+    .mem_free = cu_mem_free,
+    .mem_copy = cu_mem_copy,
+    .check_device = cu_check_device,
     .train = &kiln_cuda_train_i,
     .train_session_passes = false,
 };

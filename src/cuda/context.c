@@ -147,6 +147,9 @@ static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
         KILN_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&cu->side[i], cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++)
         KILN_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&cu->staged[i], cudaEventDisableTiming));
+    cu->caller = (cudaStream_t)o->caller_stream;
+    for (int i = 0; cu->caller && i < 2; i++)
+        KILN_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&cu->join[i], cudaEventDisableTiming));
     KILN_CUDA_CHECK(ctx, cudaMalloc((void **)&cu->flag, sizeof(kiln_cuda_flag)));
     KILN_CUDA_CHECK(ctx, cudaMemsetAsync(cu->flag, 0, sizeof(kiln_cuda_flag), cu->stream));
     KILN_CUDA_CHECK(ctx, cudaMalloc((void **)&cu->rng_seed, sizeof(uint64_t)));
@@ -224,6 +227,8 @@ void kiln_cuda_free(kiln_cuda *cu) {
     if (cu->staging) cudaFreeHost(cu->staging);
     for (int i = 0; i < 2; i++)
         if (cu->staged[i]) cudaEventDestroy(cu->staged[i]);
+    for (int i = 0; i < 2; i++)
+        if (cu->join[i]) cudaEventDestroy(cu->join[i]);
     for (int i = 0; i < cu->n_side; i++)
         if (cu->side[i]) cudaStreamDestroy(cu->side[i]);
     if (cu->main_stream) cudaStreamDestroy(cu->main_stream);
@@ -399,6 +404,25 @@ kiln_status kiln_cuda_download(kiln_cuda *cu, void *dst, const void *src, size_t
     }
     return KILN_OK;
 }
+
+kiln_status kiln_cuda_copy_d2d(kiln_cuda *cu, void *dst, const void *src, size_t bytes) {
+    KILN_CUDA_CHECK(cu->ctx, cudaSetDevice(cu->device));
+    if (bytes) KILN_CUDA_CHECK(cu->ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu->stream));
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_join_caller(kiln_cuda *cu, bool end) {
+    if (!cu->caller) return KILN_OK;
+    KILN_CUDA_CHECK(cu->ctx, cudaSetDevice(cu->device));
+    cudaStream_t from = end ? cu->main_stream : cu->caller, to = end ? cu->caller : cu->main_stream;
+    KILN_CUDA_CHECK(cu->ctx, cudaEventRecord(cu->join[end], from));
+    KILN_CUDA_CHECK(cu->ctx, cudaStreamWaitEvent(to, cu->join[end], 0));
+    return KILN_OK;
+}
+
+bool kiln_cuda_has_caller_stream(const kiln_cuda *cu) { return cu->caller != NULL; }
+
+void *kiln_cuda_caller_stream(const kiln_cuda *cu) { return cu->caller ? (void *)cu->caller : (void *)cu->main_stream; }
 
 kiln_status kiln_cuda_fill_bytes(kiln_cuda *cu, void *dst, int value, size_t bytes) {
     KILN_CUDA_CHECK(cu->ctx, cudaSetDevice(cu->device));

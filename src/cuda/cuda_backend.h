@@ -113,6 +113,9 @@ typedef struct kiln_cuda_options {
      * its longest path run on side streams, joined into the captured graph as parallel
      * branches: cuda_plan.c) */
     int no_streams;
+    /* The caller's cudaStream_t (NULL: none): kiln_cuda_join_caller orders kiln's stream
+     * after it at the start of a run and it after kiln's stream at the end. */
+    void *caller_stream;
     /* The on-disk cache of timed choices: NULL for the default
      * ($KILN_CACHE_DIR/cudnn-algos.txt, else $XDG_CACHE_HOME/kiln/cudnn-algos.txt, else
      * ~/.cache/kiln/cudnn-algos.txt; none when KILN_CACHE_DIR is set empty), "" for none,
@@ -197,6 +200,15 @@ kiln_status kiln_cuda_download(kiln_cuda *cu, void *dst, const void *src, size_t
 kiln_status kiln_cuda_fill_bytes(kiln_cuda *cu, void *dst, int value, size_t bytes);
 /* Wait for the stream; then report errors the kernels found on the device. */
 kiln_status kiln_cuda_sync(kiln_cuda *cu);
+/* Device-to-device copy on the stream (in order with the work enqueued). */
+kiln_status kiln_cuda_copy_d2d(kiln_cuda *cu, void *dst, const void *src, size_t bytes);
+/* With a caller's stream (kiln_cuda_options.caller_stream): at a run's start kiln's stream
+ * waits for the work already on it (end false), at its end the caller's stream waits for
+ * kiln's (end true). Nothing without one. */
+kiln_status kiln_cuda_join_caller(kiln_cuda *cu, bool end);
+bool kiln_cuda_has_caller_stream(const kiln_cuda *cu);
+/* The stream a caller orders its work with: its own when given, else kiln's main one. */
+void *kiln_cuda_caller_stream(const kiln_cuda *cu);
 
 /* ------------------------------------------------------------------ kernels */
 

@@ -53,6 +53,8 @@ struct kiln_cuda {
     /* Side streams a captured plan runs its off-critical-path nodes on (cuda_plan.c) */
     cudaStream_t side[KILN_CUDA_MAX_SIDE_STREAMS];
     int n_side;
+    cudaStream_t caller;    /* the caller's stream (kiln_cuda_options.caller_stream), or NULL */
+    cudaEvent_t join[2];    /* caller -> kiln at a run's start, kiln -> caller at its end */
 
     /* Created on first use (kiln_cuda_dnn / kiln_cuda_lt): loading the libraries takes
      * time that ops without convolutions or matrix products should not pay. */

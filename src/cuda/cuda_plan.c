@@ -392,10 +392,16 @@ static kiln_status capture(kiln_cuda_plan *cp) {
 
 kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *inputs, bool use_graph) {
     const kiln_model *m = cp->m;
+    KILN_CUDA_CHECK(m->ctx, cudaSetDevice(cp->cu->device));
     kiln_status st = KILN_OK;
     for (int i = 0; inputs && i < m->n_inputs && !st; i++) {
         size_t nb = kiln_tensor_nbytes(inputs[i]);
-        if (nb && !cp->bound[i]) st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
+        if (!nb || cp->bound[i]) continue;
+        /* a device input (the session checked it is on this device): copied on the device */
+        if (inputs[i]->device == KILN_DEVICE_CUDA)
+            st = kiln_cuda_copy_d2d(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
+        else
+            st = kiln_cuda_upload(cp->cu, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
     }
     if (st) return st;
     use_graph = use_graph && cp->use_graph;
@@ -416,14 +422,47 @@ kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *input
 kiln_status kiln_cuda_plan_run(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
                                const kiln_tensor **outputs) {
     const kiln_model *m = cp->m;
-    kiln_status st = kiln_cuda_plan_enqueue(cp, inputs, true);
+    kiln_status st = kiln_cuda_join_caller(cp->cu, false);
+    if (!st) st = kiln_cuda_plan_enqueue(cp, inputs, true);
     for (int j = 0; j < n_outputs && !st; j++) {
         kiln_tensor *h = &cp->host_out[j];
         size_t nb = kiln_tensor_nbytes(h);
         if (nb) st = kiln_cuda_download(cp->cu, h->data, cp->dvt[m->outputs[j]].data, nb);
         outputs[j] = h;
     }
+    if (!st) st = kiln_cuda_join_caller(cp->cu, true);
     if (!st) st = kiln_cuda_sync(cp->cu);
+    return st;
+}
+
+kiln_status kiln_cuda_plan_run_into(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
+                                    kiln_tensor *const *outputs) {
+    const kiln_model *m = cp->m;
+    bool all_device = true;
+    for (int i = 0; i < m->n_inputs; i++) all_device &= cp->bound[i] || inputs[i]->device == KILN_DEVICE_CUDA;
+    kiln_status st = kiln_cuda_join_caller(cp->cu, false);
+    if (!st) st = kiln_cuda_plan_enqueue(cp, inputs, true);
+    for (int j = 0; j < n_outputs && !st; j++) {
+        kiln_tensor *o = outputs[j];
+        const kiln_tensor *h = &cp->host_out[j];
+        const size_t nb = kiln_tensor_nbytes(h);
+        const void *src = cp->dvt[m->outputs[j]].data;
+        if (o->device == KILN_DEVICE_CUDA) {
+            st = kiln_cuda_copy_d2d(cp->cu, o->data, src, nb);
+            continue;
+        }
+        all_device = false;
+        if (h->ndim == 4 && h->format != o->format) {
+            /* another layout: through the plan's host buffer, converted there */
+            if (nb) st = kiln_cuda_download(cp->cu, h->data, src, nb);
+            if (!st) kiln_layout_convert(h, o->data, o->format);
+        } else if (nb) {
+            st = kiln_cuda_download(cp->cu, o->data, src, nb);
+        }
+    }
+    if (!st) st = kiln_cuda_join_caller(cp->cu, true);
+    /* with the caller's stream and nothing on the host, the caller's stream is the wait */
+    if (!st && !(all_device && kiln_cuda_has_caller_stream(cp->cu))) st = kiln_cuda_sync(cp->cu);
     return st;
 }
 

@@ -37,6 +37,11 @@ kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *input
 /* Enqueue, download the outputs into host buffers owned by the plan, and wait. */
 kiln_status kiln_cuda_plan_run(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
                                const kiln_tensor **outputs);
+/* Enqueue and write output j into outputs[j] (host memory, converted to its layout, or
+ * this device's memory); inputs may be host or device tensors. Waits unless the context
+ * has the caller's stream and every input and output is on the device. */
+kiln_status kiln_cuda_plan_run_into(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
+                                    kiln_tensor *const *outputs);
 
 /* Benchmark timing (see cuda_plan.c): compute_ms has iters entries. inputs NULL: nothing
  * uploaded (a prologue fills the input slots). */

@@ -359,6 +359,7 @@ out:
 
 kiln_status kiln_tensor_save_npy(kiln_context *ctx, const kiln_tensor *t, const char *path) {
     if (!ctx || !t || !path) return KILN_ERR_INVALID_ARGUMENT;
+    if (kiln_require_host(ctx, t, "kiln_tensor_save_npy")) return KILN_ERR_UNSUPPORTED;
     const char *descr = NULL;
     for (size_t i = 0; i < sizeof npy_types / sizeof npy_types[0]; i++)
         if (npy_types[i].dt == t->dtype) {

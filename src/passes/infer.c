@@ -120,7 +120,10 @@ kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor 
     }
     for (int oi = 0; oi < nn && !st; oi++) {
         kiln_node *n = &m->nodes[order[oi]];
-        n->op = kiln_op_index_domain(n->domain, n->op_type);
+        /* written only where it changes: a finalized model shared by threads
+         * (kiln_model_output_info) is only read */
+        const int op = kiln_op_index_domain(n->domain, n->op_type);
+        if (n->op != op) n->op = op;
         const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
         bool ok = d != NULL;
         for (int k = 0; ok && k < n->n_in; k++) {

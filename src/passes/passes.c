@@ -36,8 +36,12 @@ kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o,
     for (size_t i = 0; i < sizeof passes / sizeof passes[0] && !st; i++) {
         if (o->disabled & passes[i].flag) continue;
         bool changed = false;
+        const int before = m->n_nodes;
         st = passes[i].run(m, o, &changed);
         if (st) kiln_msg_prefix(m->ctx, "pass %s: ", passes[i].name);
+        else
+            kiln_log(m->ctx, KILN_LOG_DEBUG, "pass %s: %s (%d nodes -> %d)", passes[i].name,
+                     changed ? "rewrote the graph" : "nothing to do", before, m->n_nodes);
     }
     if (!st) st = kiln_model_finalize(m);
     if (st) {

@@ -408,9 +408,9 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     *out = NULL;
     kiln_context *ctx = fwd->ctx;
     if (!fwd->finalized) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model must be finalized before training");
-    kiln_train_options o = {0};
-    if (opts) o = *opts;
-    kiln_status st = fill_defaults(ctx, &o);
+    kiln_train_options o;
+    kiln_status st = kiln_options_take(ctx, "kiln_train_options", opts, &o, sizeof o);
+    if (!st) st = fill_defaults(ctx, &o);
     if (st) return st;
     int lv = kiln_model_find_value(fwd, loss);
     bool is_out = false;
@@ -432,8 +432,9 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         /* The session the training graph runs in, on the device's backend, which says
          * whether the session's passes run over it (the CPU) or build_training_graph's
          * rewrite for the device stands (CUDA). */
-        kiln_session_options so = {.device = o.device, .threads = o.threads, .disable_passes = o.disable_passes,
-                                   .deterministic = o.deterministic, .strict_fp32 = o.strict_fp32};
+        kiln_session_options so = {.device = o.device, .device_index = o.device_index, .threads = o.threads,
+                                   .disable_passes = o.disable_passes, .deterministic = o.deterministic,
+                                   .strict_fp32 = o.strict_fp32};
         st = kiln_session_create_ex(t->train, &so, kiln_backend_for(o.device)->train_session_passes, &t->sess);
     }
     /* (optimizer states and accumulation sums are carried tensors, made with the graph) */
@@ -525,8 +526,12 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
     if (!t) return KILN_ERR_INVALID_ARGUMENT;
     if (n_inputs != t->n_data_inputs || (n_inputs && !inputs))
         return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given", t->n_data_inputs, n_inputs);
+    for (int i = 0; i < n_inputs; i++) {
+        kiln_status st = kiln_require_host(t->ctx, inputs[i], "kiln_trainer_step");
+        if (st) return kiln_api_end(t->ctx, st);
+    }
     for (int i = 0; i < n_inputs; i++) t->feeds[i] = inputs[i];
-    return t->engine->step(t->tr, false, loss);
+    return kiln_api_end(t->ctx, t->engine->step(t->tr, false, loss));
 }
 
 /* The checks kiln_trainer_warmup and kiln_trainer_train_epoch share, naming the caller. */
@@ -536,6 +541,9 @@ static kiln_status data_set_args(kiln_trainer *t, const kiln_tensor *images, con
     const int64_t n = images->ndim ? images->dims[0] : 0;
     if (t->n_data_inputs != 2)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s needs a model with two inputs (data, labels)", who);
+    kiln_status hst = kiln_require_host(ctx, images, who);
+    if (!hst) hst = kiln_require_host(ctx, labels, who);
+    if (hst) return hst;
     if (images->dtype != KILN_F32 || labels->dtype != KILN_I64 || labels->ndim != 1 || labels->dims[0] != n || n < 1)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: images must be f32 (N, ...) and labels i64 (N) with N >= 1",
                          who);
