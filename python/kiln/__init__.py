@@ -349,8 +349,6 @@ class Trainer:
                  **options: Any) -> None:
         self.model = model if isinstance(model, Model) else Model(model)
         dev, index = _parse_device(device)
-        if index != 0:
-            raise _fail(InvalidArgumentError, 1, "kiln: training runs on cuda:0 (kiln_train_options has no index)")
         for k in options:
             if k not in self._FIELDS:
                 raise _fail(InvalidArgumentError, 1, f"kiln: unknown training option '{k}'; one of: "
@@ -361,7 +359,7 @@ class Trainer:
                 raise _fail(InvalidArgumentError, 1, f"kiln: {name} '{v}': one of "
                             f"{', '.join(str(k) for k in table if k is not None)}")
         opts: Dict[str, Any] = {k: (int(v) if isinstance(v, bool) else v) for k, v in options.items()}
-        opts.update(device=dev, optimizer=_OPTIMIZERS[optimizer], schedule=_SCHEDULES[schedule],
+        opts.update(device=dev, device_index=index, optimizer=_OPTIMIZERS[optimizer], schedule=_SCHEDULES[schedule],
                     amp=_AMP[amp], disable_passes=_disable_bits(disable))
         self._h = _kiln.Trainer(self.model._h, loss, opts)
         self._in_names = [i.name for i in self.model.inputs]

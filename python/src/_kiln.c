@@ -6,14 +6,10 @@
  *
  * Python's limited API (abi3), so one wheel serves every CPython >= 3.8.
  *
- * Tensors cross the boundary through DLPack: from_dlpack takes a "dltensor" capsule
- * (renamed "used_dltensor" once kiln holds it) and Tensor.to_dlpack gives one whose
- * destructor calls the deleter only when no consumer took it.
- *
- * KILN_PY_DLPACK_API (set by python/CMakeLists.txt when include/kiln.h declares
- * kiln_tensor_from_dlpack): the C API's DLPack import/export, device tensors, outputs by
- * name and output shapes before a run. Without it, host tensors only: DLPack tensors are
- * viewed through kiln_tensor_wrap and outputs copied out of the session's own.
+ * Tensors cross the boundary through DLPack (kiln_tensor_from_dlpack / _to_dlpack): from_dlpack
+ * takes a "dltensor" capsule (renamed "used_dltensor" once kiln owns it) and Tensor.to_dlpack
+ * gives one whose destructor calls the deleter only when no consumer took it. Host and
+ * CUDA tensors alike: a session's device inputs and outputs stay on the device.
  */
 #define Py_LIMITED_API 0x03080000
 #define PY_SSIZE_T_CLEAN
@@ -61,40 +57,11 @@ static void dealloc_heap(PyObject *self)
     Py_DECREF(tp);
 }
 
-/* ------------------------------------------------------------------- dtypes */
-
-/* DLPack 0.8's kDLBool (Debian ships the 0.6 header; producers such as NumPy send it). */
-#define KILN_DL_BOOL 6
-
-static int dl_to_kiln(DLDataType d, kiln_dtype *out)
-{
-    if (d.lanes != 1) return 0;
-    switch (d.code) {
-    case kDLFloat:
-        *out = d.bits == 32 ? KILN_F32 : d.bits == 16 ? KILN_F16 : d.bits == 64 ? KILN_F64 : KILN_DTYPE_UNDEFINED;
-        break;
-    case kDLBfloat: *out = d.bits == 16 ? KILN_BF16 : KILN_DTYPE_UNDEFINED; break;
-    case kDLInt:
-        *out = d.bits == 8 ? KILN_I8 : d.bits == 16 ? KILN_I16 : d.bits == 32 ? KILN_I32
-             : d.bits == 64 ? KILN_I64 : KILN_DTYPE_UNDEFINED;
-        break;
-    case kDLUInt:
-        *out = d.bits == 8 ? KILN_U8 : d.bits == 16 ? KILN_U16 : d.bits == 32 ? KILN_U32
-             : d.bits == 64 ? KILN_U64 : KILN_DTYPE_UNDEFINED;
-        break;
-    case KILN_DL_BOOL: *out = d.bits == 8 ? KILN_BOOL : KILN_DTYPE_UNDEFINED; break;
-    default: *out = KILN_DTYPE_UNDEFINED;
-    }
-    return *out != KILN_DTYPE_UNDEFINED;
-}
-
 /* ------------------------------------------------------------------- Tensor */
 
 typedef struct {
     PyObject_HEAD
     kiln_tensor *t;
-    DLManagedTensor *src;   /* without KILN_PY_DLPACK_API: the producer's tensor t views */
-    PyObject *keep;         /* an object t's memory depends on (may be NULL) */
 } TensorObject;
 
 static PyTypeObject *Tensor_Type;
@@ -107,8 +74,6 @@ static PyObject *tensor_new_from(kiln_tensor *t)
         return NULL;
     }
     o->t = t;
-    o->src = NULL;
-    o->keep = NULL;
     return (PyObject *)o;
 }
 
@@ -116,8 +81,6 @@ static void Tensor_dealloc(PyObject *self)
 {
     TensorObject *o = (TensorObject *)self;
     kiln_tensor_free(o->t);
-    if (o->src && o->src->deleter) o->src->deleter(o->src);
-    Py_XDECREF(o->keep);
     dealloc_heap(self);
 }
 
@@ -148,11 +111,7 @@ static PyObject *Tensor_dtype(PyObject *self, void *c)
 static PyObject *Tensor_device(PyObject *self, void *c)
 {
     int index = 0;
-#ifdef KILN_PY_DLPACK_API
     kiln_device dev = kiln_tensor_device(((TensorObject *)self)->t, &index);
-#else
-    kiln_device dev = KILN_DEVICE_CPU;
-#endif
     return Py_BuildValue("(ii)", (int)dev, index);
 }
 
@@ -179,72 +138,12 @@ static void dltensor_capsule_free(PyObject *cap)
     if (m && m->deleter) m->deleter(m);
 }
 
-#ifndef KILN_PY_DLPACK_API
-/* A DLManagedTensor over a host kiln tensor holding a reference on its Python object. */
-typedef struct {
-    DLManagedTensor m;
-    int64_t shape[KILN_MAX_DIMS];
-    PyObject *owner;
-} py_managed;
-
-static void py_managed_delete(DLManagedTensor *m)
-{
-    py_managed *p = (py_managed *)m->manager_ctx;
-    PyGILState_STATE g = PyGILState_Ensure();
-    Py_XDECREF(p->owner);
-    PyGILState_Release(g);
-    free(p);
-}
-
-static int kiln_to_dl(kiln_dtype t, DLDataType *d)
-{
-    d->lanes = 1;
-    d->bits = (uint8_t)(kiln_dtype_size(t) * 8);
-    switch (t) {
-    case KILN_F32: case KILN_F16: case KILN_F64: d->code = kDLFloat; break;
-    case KILN_BF16: d->code = kDLBfloat; break;
-    case KILN_I8: case KILN_I16: case KILN_I32: case KILN_I64: d->code = kDLInt; break;
-    case KILN_U8: case KILN_U16: case KILN_U32: case KILN_U64: d->code = kDLUInt; break;
-    case KILN_BOOL: d->code = KILN_DL_BOOL; break;
-    default: return 0;
-    }
-    return 1;
-}
-#endif
 
 static PyObject *Tensor_to_dlpack(PyObject *self, PyObject *noargs)
 {
     TensorObject *o = (TensorObject *)self;
     DLManagedTensor *m = NULL;
-#ifdef KILN_PY_DLPACK_API
     CHECK(kiln_tensor_to_dlpack(g_ctx, o->t, &m));
-#else
-    if (kiln_tensor_format(o->t) != KILN_FORMAT_NCHW) {
-        PyErr_SetString(PyExc_BufferError, "kiln: a channels_last tensor cannot be exported through DLPack yet");
-        return NULL;
-    }
-    py_managed *p = (py_managed *)calloc(1, sizeof *p);
-    if (!p) return PyErr_NoMemory();
-    int nd = kiln_tensor_ndim(o->t);
-    for (int i = 0; i < nd; i++) p->shape[i] = kiln_tensor_dim(o->t, i);
-    p->m.dl_tensor.data = kiln_tensor_data(o->t);
-    p->m.dl_tensor.device.device_type = kDLCPU;
-    p->m.dl_tensor.device.device_id = 0;
-    p->m.dl_tensor.ndim = nd;
-    if (!kiln_to_dl(kiln_tensor_dtype(o->t), &p->m.dl_tensor.dtype)) {
-        free(p);
-        PyErr_SetString(PyExc_BufferError, "kiln: this tensor's dtype has no DLPack code");
-        return NULL;
-    }
-    p->m.dl_tensor.shape = p->shape;
-    p->m.dl_tensor.strides = NULL;
-    p->m.dl_tensor.byte_offset = 0;
-    p->m.manager_ctx = p;
-    p->m.deleter = py_managed_delete;
-    p->owner = self;
-    Py_INCREF(self);
-    m = &p->m;
-#endif
     PyObject *cap = PyCapsule_New(m, "dltensor", dltensor_capsule_free);
     if (!cap && m->deleter) m->deleter(m);
     return cap;
@@ -258,7 +157,6 @@ static PyObject *Tensor_to_host(PyObject *self, PyObject *noargs)
     int nd = kiln_tensor_ndim(t);
     for (int i = 0; i < nd; i++) dims[i] = kiln_tensor_dim(t, i);
     CHECK(kiln_tensor_create(g_ctx, kiln_tensor_dtype(t), nd, dims, &h));
-#ifdef KILN_PY_DLPACK_API
     kiln_status st;
     Py_BEGIN_ALLOW_THREADS
     st = kiln_tensor_copy(g_ctx, t, h);
@@ -267,11 +165,6 @@ static PyObject *Tensor_to_host(PyObject *self, PyObject *noargs)
         kiln_tensor_free(h);
         return raise_status(st);
     }
-#else
-    kiln_tensor_free(h);
-    h = NULL;
-    CHECK(kiln_tensor_to_format(g_ctx, t, KILN_FORMAT_NCHW, &h));
-#endif
     return tensor_new_from(h);
 }
 
@@ -307,53 +200,12 @@ static PyObject *mod_from_dlpack(PyObject *mod, PyObject *cap)
     }
     DLManagedTensor *m = (DLManagedTensor *)PyCapsule_GetPointer(cap, "dltensor");
     kiln_tensor *t = NULL;
-#ifdef KILN_PY_DLPACK_API
     CHECK(kiln_tensor_from_dlpack(g_ctx, m, &t));
     if (PyCapsule_SetName(cap, "used_dltensor") != 0) {
         kiln_tensor_free(t); /* kiln owns m now: this calls its deleter */
         return NULL;
     }
     return tensor_new_from(t);
-#else
-    DLTensor *d = &m->dl_tensor;
-    kiln_dtype dt;
-    if (d->device.device_type != kDLCPU && d->device.device_type != kDLCUDAHost) {
-        PyErr_Format(PyExc_BufferError, "kiln: DLPack device type %d: this build of the binding binds host "
-                     "memory only", (int)d->device.device_type);
-        return NULL;
-    }
-    if (!dl_to_kiln(d->dtype, &dt)) {
-        PyErr_Format(PyExc_BufferError, "kiln: DLPack dtype (code %d, %d bits, %d lanes) has no kiln dtype",
-                     (int)d->dtype.code, (int)d->dtype.bits, (int)d->dtype.lanes);
-        return NULL;
-    }
-    if (d->ndim < 0 || d->ndim > KILN_MAX_DIMS) {
-        PyErr_Format(PyExc_BufferError, "kiln: %d dims (kiln takes at most %d)", d->ndim, KILN_MAX_DIMS);
-        return NULL;
-    }
-    if (d->strides) {
-        int64_t want = 1;
-        for (int i = d->ndim - 1; i >= 0; i--) {
-            if (d->shape[i] != 1 && d->strides[i] != want) {
-                PyErr_SetString(PyExc_BufferError, "kiln: the array is not contiguous (row-major)");
-                return NULL;
-            }
-            want *= d->shape[i];
-        }
-    }
-    CHECK(kiln_tensor_wrap(g_ctx, dt, d->ndim, d->shape, (char *)d->data + d->byte_offset, &t));
-    if (PyCapsule_SetName(cap, "used_dltensor") != 0) {
-        kiln_tensor_free(t);
-        return NULL;
-    }
-    PyObject *o = tensor_new_from(t);
-    if (!o) {
-        if (m->deleter) m->deleter(m);
-        return NULL;
-    }
-    ((TensorObject *)o)->src = m;
-    return o;
-#endif
 }
 
 /* empty(dtype, shape, device, device_index) -> a zeroed Tensor of its own. */
@@ -378,15 +230,7 @@ static PyObject *mod_empty(PyObject *mod, PyObject *args)
     Py_DECREF(seq);
     if (PyErr_Occurred()) return NULL;
     kiln_tensor *t = NULL;
-#ifdef KILN_PY_DLPACK_API
     CHECK(kiln_tensor_create_on(g_ctx, (kiln_dtype)dtype, (int)nd, dims, (kiln_device)device, index, &t));
-#else
-    if (device != KILN_DEVICE_CPU) {
-        PyErr_SetString(PyExc_ValueError, "kiln: this build of the binding makes host tensors only");
-        return NULL;
-    }
-    CHECK(kiln_tensor_create(g_ctx, (kiln_dtype)dtype, (int)nd, dims, &t));
-#endif
     return tensor_new_from(t);
 }
 
@@ -467,20 +311,16 @@ static PyObject *io_info(const kiln_model *m, int i, int output)
     kiln_status st = KILN_OK;
     if (!output)
         st = kiln_model_input_info(m, i, &dt, &nd, dims);
-#ifdef KILN_PY_DLPACK_API
     else
         st = kiln_model_output_info(m, i, &dt, &nd, dims);
-#endif
     if (st != KILN_OK) return raise_status(st);
     if (nd < 0) return Py_BuildValue("(siO)", name, (int)dt, Py_None);
     PyObject *shape = PyTuple_New(nd);
     if (!shape) return NULL;
     for (int d = 0; d < nd; d++) {
         PyObject *v = NULL;
-#ifdef KILN_PY_DLPACK_API
         const char *dn = output ? kiln_model_output_dim_name(m, i, d) : kiln_model_input_dim_name(m, i, d);
         if (dims[d] < 0 && dn && *dn) v = PyUnicode_FromString(dn);
-#endif
         if (!v) v = dims[d] < 0 ? (Py_INCREF(Py_None), Py_None) : PyLong_FromLongLong(dims[d]);
         PyTuple_SetItem(shape, d, v);
     }
@@ -581,6 +421,7 @@ static PyObject *Session_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTuple(args, "O!O!", Model_Type, &model, &PyDict_Type, &opts)) return NULL;
     kiln_session_options o;
     memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
     int dev = 0, prec = 0, index = 0;
     long long disable = 0, stream = 0;
     if (opt_int(opts, "device", &dev) || opt_int(opts, "threads", &o.threads) ||
@@ -592,16 +433,8 @@ static PyObject *Session_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     o.device = (kiln_device)dev;
     o.precision = (kiln_precision)prec;
     o.disable_passes = (unsigned)disable;
-#ifdef KILN_PY_DLPACK_API
     o.device_index = index;
     o.stream = (void *)(intptr_t)stream;
-#else
-    if (index != 0 || stream != 0) {
-        PyErr_SetString(PyExc_ValueError, "kiln: device_index and stream need the C API's device IO binding, "
-                        "not in this build");
-        return NULL;
-    }
-#endif
     kiln_session *s = NULL;
     kiln_model *m = ((ModelObject *)model)->m;
     kiln_status st;
@@ -680,7 +513,6 @@ static PyObject *Session_run(PyObject *self, PyObject *args)
     result = PyList_New(so->n_out);
     if (!result) goto done;
     kiln_status st;
-#ifdef KILN_PY_DLPACK_API
     for (int j = 0; j < so->n_out; j++) {
         PyObject *o;
         if (outs[j]) {
@@ -715,73 +547,6 @@ static PyObject *Session_run(PyObject *self, PyObject *args)
         raise_status(st);
         Py_CLEAR(result);
     }
-#else
-    /* The session's own outputs, copied out (host only). With caller tensors for every
-     * output, run_into writes them directly. */
-    int all_given = 1;
-    for (int j = 0; j < so->n_out; j++) all_given &= outs[j] != NULL;
-    if (all_given) {
-        Py_BEGIN_ALLOW_THREADS
-        st = kiln_session_run_into(so->s, so->n_in, ins, so->n_out, outs);
-        Py_END_ALLOW_THREADS
-        if (st != KILN_OK) {
-            raise_status(st);
-            Py_CLEAR(result);
-            goto done;
-        }
-        for (int j = 0; j < so->n_out; j++) {
-            Py_INCREF(out_objs[j]);
-            PyList_SetItem(result, j, out_objs[j]);
-        }
-        goto done;
-    }
-    const kiln_tensor *own[64];
-    Py_BEGIN_ALLOW_THREADS
-    st = kiln_session_run(so->s, so->n_in, ins, so->n_out, own);
-    Py_END_ALLOW_THREADS
-    if (st != KILN_OK) {
-        raise_status(st);
-        Py_CLEAR(result);
-        goto done;
-    }
-    for (int j = 0; j < so->n_out; j++) {
-        PyObject *o;
-        kiln_tensor *t = NULL;
-        if (outs[j]) {
-            /* TODO(C API): needs run_named/run_into with a subset; copy for now. */
-            size_t nb = kiln_tensor_nbytes(own[j]);
-            if (nb != kiln_tensor_nbytes(outs[j]) || kiln_tensor_dtype(own[j]) != kiln_tensor_dtype(outs[j])) {
-                PyErr_Format(PyExc_ValueError, "kiln: output %d: the given array's dtype or size does not match", j);
-                Py_CLEAR(result);
-                goto done;
-            }
-            kiln_tensor *nchw = NULL;
-            st = kiln_tensor_to_format(g_ctx, own[j], KILN_FORMAT_NCHW, &nchw);
-            if (st != KILN_OK) {
-                raise_status(st);
-                Py_CLEAR(result);
-                goto done;
-            }
-            memcpy(kiln_tensor_data(outs[j]), kiln_tensor_data(nchw), nb);
-            kiln_tensor_free(nchw);
-            o = out_objs[j];
-            Py_INCREF(o);
-        } else {
-            st = kiln_tensor_to_format(g_ctx, own[j], KILN_FORMAT_NCHW, &t);
-            if (st != KILN_OK) {
-                raise_status(st);
-                Py_CLEAR(result);
-                goto done;
-            }
-            o = tensor_new_from(t);
-            if (!o) {
-                Py_CLEAR(result);
-                goto done;
-            }
-        }
-        PyList_SetItem(result, j, o);
-    }
-#endif
 done:
     for (int i = 0; i < so->n_in; i++) Py_DECREF(in_objs[i]);
     for (int j = 0; j < so->n_out; j++) Py_DECREF(out_objs[j]);
@@ -790,11 +555,7 @@ done:
 
 static PyObject *Session_stream(PyObject *self, void *c)
 {
-#ifdef KILN_PY_DLPACK_API
     return PyLong_FromVoidPtr(kiln_session_stream(((SessionObject *)self)->s));
-#else
-    return PyLong_FromLong(0);
-#endif
 }
 
 static PyObject *Session_stats(PyObject *self, PyObject *noargs)
@@ -845,9 +606,11 @@ static PyObject *Trainer_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTuple(args, "O!sO!", Model_Type, &model, &loss, &PyDict_Type, &d)) return NULL;
     kiln_train_options o;
     memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
     int dev = 0, optim = 0, sched = 0, amp = 0;
     long long step_size = 0, total = 0, warmup = 0, seed = 0, disable = 0;
-    if (opt_int(d, "device", &dev) || opt_int(d, "optimizer", &optim) || opt_float(d, "lr", &o.lr) ||
+    if (opt_int(d, "device", &dev) || opt_int(d, "device_index", &o.device_index) ||
+        opt_int(d, "optimizer", &optim) || opt_float(d, "lr", &o.lr) ||
         opt_float(d, "momentum", &o.momentum) || opt_int(d, "nesterov", &o.nesterov) ||
         opt_float(d, "weight_decay", &o.weight_decay) || opt_float(d, "beta1", &o.beta1) ||
         opt_float(d, "beta2", &o.beta2) || opt_float(d, "eps", &o.eps) || opt_float(d, "rho", &o.rho) ||
@@ -1075,11 +838,6 @@ PyMODINIT_FUNC PyInit__kiln(void)
         (unsigned)KILN_PASS_CONV_DIRECT, "fuse-loss", (unsigned)KILN_PASS_FUSE_LOSS, "streams",
         (unsigned)KILN_PASS_STREAMS, "fuse-pool", (unsigned)KILN_PASS_FUSE_POOL);
     if (!passes || PyModule_AddObject(m, "PASSES", passes) != 0) goto fail;
-#ifdef KILN_PY_DLPACK_API
-    PyModule_AddIntConstant(m, "DEVICE_TENSORS", 1);
-#else
-    PyModule_AddIntConstant(m, "DEVICE_TENSORS", 0);
-#endif
     return m;
 fail:
     Py_DECREF(m);
