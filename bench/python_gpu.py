@@ -17,9 +17,13 @@ Where kiln comes from:
                              -DKILN_SHARED_STATIC_PROTOBUFC=ON -DCMAKE_BUILD_TYPE=Release \\
                              -DCMAKE_CUDA_ARCHITECTURES=90
                        cmake --build .carry/kiln -j --target _kiln kiln_cli
+                     (or a folder holding _kiln.abi3.so, libkiln.so.0 and kiln, each may be .gz);
+                     libkiln.so's libraries must be on LD_LIBRARY_PATH before Python starts
+                     (`. bench/common.sh; kiln_env DIR` finds cuDNN, cuBLASLt and NVRTC)
   (none)             the installed `kiln` package and `kiln` on PATH (--kiln-cli PATH).
 
-  python bench/python_gpu.py --kiln-build .carry/kiln [--iters 300] [--onnx resnet50.onnx]
+  bench/python_gpu_pack.sh build-cuda .carry/py                 # here: the pack to carry
+  python bench/python_gpu.py --kiln-build .carry/py [--iters 300] [--onnx resnet50.onnx]
   python bench/python_gpu.py --export-only resnet50.onnx      # the ONNX file alone (CPU)
   python bench/python_gpu.py --cpu-check --kiln-build build    # the CPU path of check 1
 
@@ -39,14 +43,30 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def from_dir(build, names):
+    """The first of names found in build (a .gz is unpacked into a temporary folder)."""
+    for n in names:
+        f = os.path.join(build, n)
+        if os.path.exists(f):
+            return f
+        if os.path.exists(f + ".gz"):
+            import gzip
+            out = os.path.join(tempfile.mkdtemp(prefix="kiln_gz_"), os.path.basename(n))
+            with gzip.open(f + ".gz", "rb") as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.chmod(out, 0o755)
+            return out
+    return None
+
+
 def import_kiln(build):
     """The kiln package of a build dir (copied into a temporary package) or the installed one."""
     if build:
-        ext = os.path.join(build, "python", "_kiln.abi3.so")
-        lib = os.path.join(build, "libkiln.so.0")
-        for f in (ext, lib):
-            if not os.path.exists(f):
-                sys.exit(f"python_gpu: {f} missing: configure {build} with -DKILN_PYTHON=ON and build _kiln")
+        ext = from_dir(build, ["python/_kiln.abi3.so", "_kiln.abi3.so"])
+        lib = from_dir(build, ["libkiln.so.0"])
+        if not ext or not lib:
+            sys.exit(f"python_gpu: no _kiln.abi3.so or libkiln.so.0 in {build}: configure it with "
+                     "-DKILN_PYTHON=ON and build _kiln")
         pkg = os.path.join(tempfile.mkdtemp(prefix="kiln_py_"), "kiln")
         os.makedirs(pkg)
         for f in os.listdir(os.path.join(ROOT, "python", "kiln")):
@@ -282,8 +302,7 @@ def main():
     work = args.work or tempfile.mkdtemp(prefix="kiln_gpu_")
     os.makedirs(work, exist_ok=True)
     if not args.kiln_cli:
-        cand = os.path.join(args.kiln_build, "kiln") if args.kiln_build else shutil.which("kiln")
-        args.kiln_cli = cand if cand and os.path.exists(cand) else None
+        args.kiln_cli = from_dir(args.kiln_build, ["kiln"]) if args.kiln_build else shutil.which("kiln")
     kiln = import_kiln(args.kiln_build)
     import torch
     if args.cpu_check:
