@@ -20,7 +20,7 @@ from . import _kiln
 from ._kiln import (DeviceError, DTypeError, Error, GraphError, InternalError, InvalidArgumentError,
                     IOError, OutOfMemoryError, ParseError, ShapeError, UnsupportedError)
 
-__all__ = ["Session", "Model", "Trainer", "Tensor", "IOInfo", "version", "from_dlpack", "empty",
+__all__ = ["Session", "Model", "Trainer", "Tensor", "IOInfo", "version", "from_dlpack", "empty", "set_log",
            "Error", "InvalidArgumentError", "OutOfMemoryError", "ParseError", "ShapeError", "DTypeError",
            "UnsupportedError", "GraphError", "DeviceError", "InternalError", "PASSES"]
 # kiln.IOError (KILN_ERR_IO) is left out of __all__ so that `from kiln import *` keeps the builtin.
@@ -43,6 +43,25 @@ Array = Any  # anything with __dlpack__, a kiln.Tensor, or what numpy.asarray ta
 def version() -> str:
     """The library's version (kiln_version())."""
     return _kiln.version()
+
+
+_LOG_LEVELS = {"error": 0, "warn": 1, "info": 2, "debug": 3}
+_LOG_NAMES = {v: k for k, v in _LOG_LEVELS.items()}
+
+
+def set_log(fn: Optional[Any] = None, level: str = "warn") -> None:
+    """kiln's log (kiln_context_set_log): fn(level, message) receives every message up to
+    `level` ("error": each failed call's message, "warn", "info": plans built, "debug":
+    each graph pass), level one of those names, on the thread of the call that logs.
+    fn None: no log (the default). For Python's logging:
+    ``kiln.set_log(lambda lv, m: logging.getLogger("kiln").log(getattr(logging, lv.upper(),
+    logging.DEBUG) if lv != "warn" else logging.WARNING, m), "info")``."""
+    if level not in _LOG_LEVELS:
+        raise _fail(InvalidArgumentError, 1, f"kiln: log level '{level}': one of {', '.join(_LOG_LEVELS)}")
+    if fn is None:
+        _kiln.set_log(None, _LOG_LEVELS[level])
+    else:
+        _kiln.set_log(lambda lv, msg: fn(_LOG_NAMES.get(lv, str(lv)), msg), _LOG_LEVELS[level])
 
 
 def _fail(cls: type, status: int, message: str) -> Exception:

@@ -66,6 +66,14 @@ typedef struct {
 
 static PyTypeObject *Tensor_Type;
 
+/* Tensor and Model handles come from this module's functions only (a handle with no object
+ * behind it would reach kiln as NULL). */
+static PyObject *no_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
+{
+    PyErr_Format(PyExc_TypeError, "kiln: %s handles are made by kiln's functions, not called", "Tensor and Model");
+    return NULL;
+}
+
 static PyObject *tensor_new_from(kiln_tensor *t)
 {
     TensorObject *o = PyObject_New(TensorObject, Tensor_Type);
@@ -183,6 +191,7 @@ static PyMethodDef Tensor_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot Tensor_slots[] = {
+    {Py_tp_new, no_new},
     {Py_tp_dealloc, Tensor_dealloc},
     {Py_tp_getset, Tensor_getset},
     {Py_tp_methods, Tensor_methods},
@@ -360,7 +369,7 @@ static PyGetSetDef Model_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyType_Slot Model_slots[] = {
-    {Py_tp_dealloc, Model_dealloc}, {Py_tp_getset, Model_getset}, {Py_tp_doc, "a kiln_model handle"}, {0, NULL}};
+    {Py_tp_new, no_new}, {Py_tp_dealloc, Model_dealloc}, {Py_tp_getset, Model_getset}, {Py_tp_doc, "a kiln_model handle"}, {0, NULL}};
 static PyType_Spec Model_spec = {"kiln._kiln.Model", sizeof(ModelObject), 0, Py_TPFLAGS_DEFAULT, Model_slots};
 
 /* ------------------------------------------------------------ option dicts */
@@ -773,7 +782,48 @@ static PyObject *mod_set_threads(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* kiln_context_set_log into a Python callable fn(level: int, message: str), called on the
+ * thread of the kiln call that logs (the GIL taken there). */
+static PyObject *g_log_fn;
+
+static void log_trampoline(void *user, kiln_log_level level, const char *message)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* a pending exception stays as it was */
+    PyObject *fn = g_log_fn;
+    if (fn) {
+        Py_INCREF(fn);
+        PyObject *r = PyObject_CallFunction(fn, "is", (int)level, message);
+        if (!r) PyErr_WriteUnraisable(fn);
+        Py_XDECREF(r);
+        Py_DECREF(fn);
+    }
+    PyErr_Restore(type, value, tb);
+    PyGILState_Release(g);
+}
+
+static PyObject *mod_set_log(PyObject *mod, PyObject *args)
+{
+    PyObject *fn;
+    int level;
+    if (!PyArg_ParseTuple(args, "Oi", &fn, &level)) return NULL;
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "kiln: the log function must be callable (or None)");
+        return NULL;
+    }
+    kiln_status st = fn == Py_None ? kiln_context_set_log(g_ctx, (kiln_log_level)level, NULL, NULL)
+                                   : kiln_context_set_log(g_ctx, (kiln_log_level)level, log_trampoline, NULL);
+    if (st != KILN_OK) return raise_status(st);
+    PyObject *old = g_log_fn;
+    g_log_fn = fn == Py_None ? NULL : fn;
+    Py_XINCREF(g_log_fn);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef mod_methods[] = {
+    {"set_log", mod_set_log, METH_VARARGS, "set_log(fn or None, max_level): kiln_context_set_log"},
     {"version", mod_version, METH_NOARGS, "kiln_version()"},
     {"op_names", mod_op_names, METH_NOARGS, "the ops kiln knows"},
     {"set_threads", mod_set_threads, METH_VARARGS, "kiln_context_set_threads"},

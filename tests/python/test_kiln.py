@@ -38,6 +38,13 @@ class Package(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(os.path.dirname(kiln.__file__), "py.typed")))
         self.assertTrue(os.path.exists(os.path.join(os.path.dirname(kiln.__file__), "_kiln.pyi")))
 
+    def test_handles_not_callable(self):
+        for cls in (kiln._kiln.Tensor, kiln._kiln.Model):
+            with self.assertRaises(TypeError):
+                cls()
+        with self.assertRaises(TypeError):
+            kiln.Tensor(object())
+
     def test_version_is_the_headers(self):
         with open(os.path.join(SRC, "include", "kiln.h")) as f:
             want = re.search(r'#define KILN_VERSION "([0-9.]+)"', f.read()).group(1)
@@ -204,6 +211,28 @@ class Errors(unittest.TestCase):
             kiln.Session(MODEL, device="tpu")
         with self.assertRaises(kiln.InvalidArgumentError):
             kiln.Session(MODEL, precision="fp8")
+
+
+class Log(unittest.TestCase):
+    def tearDown(self):
+        kiln.set_log(None)
+
+    def test_messages(self):
+        got = []
+        kiln.set_log(lambda level, msg: got.append((level, msg)), "info")
+        kiln.Session(MODEL, threads=1).run([X])  # a plan is built: an "info" message
+        self.assertTrue(any(lv == "info" for lv, _ in got), got)
+        got.clear()
+        with self.assertRaises(kiln.ShapeError) as e:
+            kiln.Session(MODEL, threads=1).run([X[:, :2]])
+        # the failed call's message, as raised (the log adds the status's name before it)
+        self.assertTrue(any(lv == "error" and m.endswith(str(e.exception)) for lv, m in got), got)
+        kiln.set_log(None)
+        got.clear()
+        kiln.Session(MODEL, threads=1).run([X])
+        self.assertEqual(got, [])
+        with self.assertRaises(kiln.InvalidArgumentError):
+            kiln.set_log(print, "loud")
 
 
 class Training(unittest.TestCase):
