@@ -81,15 +81,31 @@ def import_kiln(build):
     return kiln
 
 
+def onnx_export(net, example, path, inp, out):
+    """PyTorch's TorchScript exporter at opset 17 with a symbolic batch, as bench/common.sh's
+    r50_onnx (every ResNet-50 timing in bench/NOTES.md); the torch.export one where that
+    exporter is gone."""
+    import warnings
+    import torch
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(net, (example,), path, dynamo=False, opset_version=17, input_names=[inp],
+                              output_names=[out], dynamic_axes={inp: {0: "batch"}, out: {0: "batch"}})
+    except Exception as e:  # noqa: BLE001
+        print(f"TorchScript ONNX export failed ({type(e).__name__}: {e}); torch.export's exporter instead")
+        torch.onnx.export(net, (example,), path, input_names=[inp], output_names=[out],
+                          dynamic_shapes=({0: "batch"},))
+
+
 def export_resnet50(path, batch=1):
     import torch
     import torchvision
     torch.manual_seed(0)
     net = torchvision.models.resnet50(weights=None).eval()
-    x = torch.randn(batch, 3, 224, 224)
+    x = torch.randn(max(batch, 2), 3, 224, 224)
     t = time.time()
-    torch.onnx.export(net, (x,), path, input_names=["input"], output_names=["logits"],
-                      dynamic_shapes=({0: "batch"},))
+    onnx_export(net, x, path, "x", "y")
     print(f"exported torchvision resnet50 (random weights) to {path} in {time.time() - t:.1f} s")
     return net
 
@@ -100,8 +116,7 @@ def tiny_model(path):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10)).eval()
-    torch.onnx.export(net, (torch.randn(2, 3, 32, 32),), path, input_names=["x"], output_names=["y"],
-                      dynamic_shapes=({0: "batch"},))
+    onnx_export(net, torch.randn(2, 3, 32, 32), path, "x", "y")
     return net
 
 
