@@ -11,6 +11,7 @@
 #include "kiln_models.h"
 #include "kiln_tools.h"
 #include "onnx_test.h"
+#include "report.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@ static const struct { const char *name, *text; } commands[] = {
     {"run",
      "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
      "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32] [--threads N] [--no-fold] [--stats]\n"
+     "        [--json FILE]   (the --stats figures, inputs and outputs as JSON; - for stdout)\n"
      "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
      "                                fuse-pool pad-channels cuda-graph autotune conv-gemm conv-direct\n"
      "                                streams, or all)\n"
@@ -39,6 +41,9 @@ static const struct { const char *name, *text; } commands[] = {
      "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
      "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
      "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
+     "        [--json FILE] (every figure reported, per epoch and per step, as JSON; - for stdout)\n"
+     "        [--plot FILE.png|FILE.svg] [--plot-size WxH] (loss, test accuracy and learning rate\n"
+     "        curves; 1200x900 unless --plot-size)\n"
      "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
      "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,fuse-pool,\n"
      "        autotune,conv-gemm,conv-direct,streams] [--no-warmup] (CUDA: the plans, algorithm\n"
@@ -56,6 +61,7 @@ static const struct { const char *name, *text; } commands[] = {
     {"bench",
      "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--strict-fp32] [--iters N] [--warmup N]\n"
      "        [--threads N] [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
+     "        [--json FILE]   (every figure reported, as JSON; - for stdout)\n"
      "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
      "      throughput, latency percentiles, transfers, one-time cost. --profile adds a\n"
      "      per-layer table (each node timed on its own: CUDA events, or the host clock\n"
@@ -130,6 +136,85 @@ static int fail(kiln_context *ctx, const char *what) {
     if (msg && is_path && strstr(msg, what)) fprintf(stderr, "kiln: %s\n", msg);
     else fprintf(stderr, "kiln: %s: %s\n", what, msg ? msg : "failed");
     return 1;
+}
+
+/* --data DIR in torchvision's ImageFolder layout: DIR/train/<class>/<image> and DIR/test
+ * (or DIR/val) likewise. */
+static bool image_folders(const char *dir) {
+    char p[4096];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/train", dir);
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* One split as mnist-net takes it: grey 28x28, at most 10 classes, normalized with mean
+ * and std (the training split's, measured when *mean is negative). 0, or 1 with the error
+ * printed. */
+static int load_split(kiln_context *ctx, const char *dir, float *mean, float *std, kiln_image_folder *f,
+                      kiln_tensor **images, kiln_tensor **labels) {
+    kiln_image_folder_options fo = {.channels = 1};
+    if (kiln_image_folder_load(ctx, dir, &fo, f)) return fail(ctx, dir);
+    const int64_t n = kiln_tensor_dim(f->images, 0), h = kiln_tensor_dim(f->images, 2), w = kiln_tensor_dim(f->images, 3);
+    if (h != 28 || w != 28) {
+        fprintf(stderr, "kiln train: %s: mnist-net takes 28x28 grey images; these are %lldx%lld\n", dir, (long long)w,
+                (long long)h);
+        return 1;
+    }
+    if (f->n_classes > 10) {
+        fprintf(stderr, "kiln train: %s: %d classes; mnist-net has 10 outputs\n", dir, f->n_classes);
+        return 1;
+    }
+    const uint8_t *px = kiln_tensor_data(f->images);
+    const int64_t total = n * h * w;
+    if (*mean < 0) {
+        double s = 0, s2 = 0;
+        for (int64_t i = 0; i < total; i++) {
+            const double v = px[i] / 255.0;
+            s += v;
+            s2 += v * v;
+        }
+        const double m = s / (double)total, var = s2 / (double)total - m * m;
+        *mean = (float)m;
+        *std = var > 1e-12 ? (float)sqrt(var) : 1.f;
+    }
+    if (kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){n, 1, h, w}, images) ||
+        kiln_tensor_create(ctx, KILN_I64, 1, (int64_t[]){n}, labels))
+        return fail(ctx, dir);
+    float *x = kiln_tensor_data(*images);
+    for (int64_t i = 0; i < total; i++) x[i] = (px[i] / 255.0f - *mean) / *std;
+    memcpy(kiln_tensor_data(*labels), kiln_tensor_data(f->labels), (size_t)n * sizeof(int64_t));
+    return 0;
+}
+
+/* Both splits into d (the layout kiln_mnist_load gives). 0, or 1 with the error printed. */
+static int load_image_folders(kiln_context *ctx, const char *dir, kiln_mnist *d) {
+    char p[4096];
+    float mean = -1, std = 1;
+    kiln_image_folder tr = {0}, te = {0};
+    snprintf(p, sizeof p, "%s/train", dir);
+    int rc = load_split(ctx, p, &mean, &std, &tr, &d->train_images, &d->train_labels);
+    snprintf(p, sizeof p, "%s/test", dir);
+    struct stat sb;
+    if (stat(p, &sb) != 0) snprintf(p, sizeof p, "%s/val", dir);
+    if (!rc) rc = load_split(ctx, p, &mean, &std, &te, &d->test_images, &d->test_labels);
+    for (int c = 0; !rc && c < tr.n_classes; c++)
+        if (c >= te.n_classes || strcmp(tr.class_names[c], te.class_names[c])) {
+            fprintf(stderr, "kiln train: %s: class %d is '%s' in train/ but '%s' here\n", p, c, tr.class_names[c],
+                    c < te.n_classes ? te.class_names[c] : "(none)");
+            rc = 1;
+        }
+    if (!rc && te.n_classes != tr.n_classes) {
+        fprintf(stderr, "kiln train: %s has %d classes, train/ %d\n", p, te.n_classes, tr.n_classes);
+        rc = 1;
+    }
+    if (!rc)
+        printf("image folders: %lld training and %lld test images of %d classes, normalized with mean %.4f std %.4f\n",
+               (long long)kiln_tensor_dim(d->train_images, 0), (long long)kiln_tensor_dim(d->test_images, 0),
+               tr.n_classes, mean, std);
+    kiln_image_folder_free(&tr);
+    kiln_image_folder_free(&te);
+    if (rc) kiln_mnist_free(d);
+    return rc;
 }
 
 static double now_ms(void) {
@@ -227,8 +312,10 @@ static int parse_disable(const char *list, unsigned *out) {
 static int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *in_paths[MAX_IO], *out_paths[MAX_IO];
     int n_in = 0, n_out = 0, threads = 0, stats = 0;
+    const char *json = NULL;
     kiln_session_options opts = {0};
-    enum { O_INPUT = 256, O_OUTPUT, O_THREADS, O_NO_FOLD, O_STRICT, O_DISABLE, O_FP32, O_FP16, O_BF16, O_STATS, O_DEVICE };
+    enum { O_INPUT = 256, O_OUTPUT, O_THREADS, O_NO_FOLD, O_STRICT, O_DISABLE, O_FP32, O_FP16, O_BF16, O_STATS, O_DEVICE,
+           O_JSON };
     static const struct option lo[] = {
         {"input", required_argument, NULL, O_INPUT},    {"output", required_argument, NULL, O_OUTPUT},
         {"threads", required_argument, NULL, O_THREADS}, {"no-fold", no_argument, NULL, O_NO_FOLD},
@@ -236,7 +323,7 @@ static int cmd_run(int argc, char **argv) {
         {"fp32", no_argument, NULL, O_FP32},             {"fp16", no_argument, NULL, O_FP16},
         {"bf16", no_argument, NULL, O_BF16},             {"stats", no_argument, NULL, O_STATS},
         {"device", required_argument, NULL, O_DEVICE},   {"help", no_argument, NULL, 'h'},
-        {0}};
+        {"json", required_argument, NULL, O_JSON},       {0}};
     for (int c; (c = next_opt("run", argc, argv, lo)) != -1;) {
         switch (c) {
         case 'h': return cmd_usage("run", stdout);
@@ -262,6 +349,7 @@ static int cmd_run(int argc, char **argv) {
         case O_DEVICE:
             if (parse_device("run", optarg, &opts.device)) return 2;
             break;
+        case O_JSON: json = optarg; break;
         default: return 2;
         }
     }
@@ -276,6 +364,7 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, "kiln run: need MODEL.onnx and at least one --output\n");
         return cmd_usage("run", stderr);
     }
+    if (json && strcmp(json, "-") == 0 && kj_claim_stdout("run")) return 1;
     kiln_context *ctx = NULL;
     kiln_model *m = NULL;
     kiln_session *s = NULL;
@@ -338,6 +427,19 @@ static int cmd_run(int argc, char **argv) {
         for (int d = 0; d < kiln_tensor_ndim(outputs[i]); d++)
             printf(d ? ",%lld" : "%lld", (long long)kiln_tensor_dim(outputs[i], d));
         printf("]\n");
+    }
+    if (json) { /* the same figures as --stats and the lines above */
+        kiln_plan_stats ps;
+        kiln_session_stats(s, &ps);
+        static const char *const prec[] = {"fp32", "fp16", "bf16"};
+        kj *w = kj_new();
+        if (!w) { fprintf(stderr, "kiln run: out of memory\n"); rc = 1; goto out; }
+        json_run(w, &(run_facts){.model_path = model_path, .device = opts.device == KILN_DEVICE_CUDA ? "cuda" : "cpu",
+                                 .precision = prec[opts.precision], .model = m, .n_inputs = n_in, .n_outputs = n_out,
+                                 .input_paths = in_paths, .output_paths = out_paths, .inputs = inputs, .outputs = outputs,
+                                 .load_ms = t1 - t0, .first_run_ms = t2 - t1, .plan = &ps});
+        rc = kj_write(w, json, "run");
+        kj_free(w);
     }
 out:
     for (int i = 0; i < n_in; i++) kiln_tensor_free(inputs[i]);
@@ -444,11 +546,12 @@ static int print_profile(const kiln_profile *p, const char *title, const char *s
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int64_t batch = 1;
-    const char *trace = NULL;
+    const char *trace = NULL, *json = NULL;
+    kj *jw = NULL;
     int iters = 50, warmup = 10, threads = 0, profile = 0, ablate = 0;
     kiln_session_options so = {0};
     enum { O_FP32 = 256, O_FP16, O_BF16, O_PROFILE, O_ABLATE, O_STRICT, O_NVTX, O_BATCH, O_ITERS, O_DISABLE, O_WARMUP,
-           O_THREADS, O_TRACE, O_DEVICE };
+           O_THREADS, O_TRACE, O_DEVICE, O_JSON };
     static const struct option lo[] = {
         {"fp32", no_argument, NULL, O_FP32},            {"fp16", no_argument, NULL, O_FP16},
         {"bf16", no_argument, NULL, O_BF16},            {"profile", no_argument, NULL, O_PROFILE},
@@ -457,7 +560,8 @@ static int cmd_bench(int argc, char **argv) {
         {"iters", required_argument, NULL, O_ITERS},    {"disable", required_argument, NULL, O_DISABLE},
         {"warmup", required_argument, NULL, O_WARMUP},  {"threads", required_argument, NULL, O_THREADS},
         {"trace", required_argument, NULL, O_TRACE},    {"device", required_argument, NULL, O_DEVICE},
-        {"help", no_argument, NULL, 'h'},               {0}};
+        {"help", no_argument, NULL, 'h'},               {"json", required_argument, NULL, O_JSON},
+        {0}};
     for (int c; (c = next_opt("bench", argc, argv, lo)) != -1;) {
         switch (c) {
         case 'h': return cmd_usage("bench", stdout);
@@ -482,6 +586,7 @@ static int cmd_bench(int argc, char **argv) {
         case O_DEVICE:
             if (parse_device("bench", optarg, &so.device)) return 2;
             break;
+        case O_JSON: json = optarg; break;
         default: return 2;
         }
     }
@@ -500,6 +605,7 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "kiln bench: --batch and --iters must be >= 1, --warmup >= 0\n");
         return 2;
     }
+    if (json && ((strcmp(json, "-") == 0 && kj_claim_stdout("bench")) || !(jw = kj_new()))) return 1;
     kiln_context *ctx = NULL;
     kiln_model *m = NULL;
     kiln_session *s = NULL;
@@ -538,6 +644,7 @@ static int cmd_bench(int argc, char **argv) {
         const size_t np = sizeof pass_names / sizeof pass_names[0];
         double base = 0, all_on = 0;
         printf("ablation: %s batch %lld, median GPU compute of %d runs (CPU: run time)\n", path, (long long)batch, iters);
+        if (jw) json_ablation_begin(jw, path, so.device == KILN_DEVICE_CUDA ? "cuda" : "cpu", batch, iters);
         for (size_t k = 0; k <= np + 1 && !rc; k++) {
             kiln_session_options o = so;
             o.disable_passes = k == np + 1 ? ~0u : k == np ? 0 : pass_names[k].flag;
@@ -553,9 +660,11 @@ static int cmd_bench(int argc, char **argv) {
             if (k == np) all_on = ips;
             if (k == np + 1) base = ips;
             printf("  %-28s %12.1f img/s\n", k == np ? "all on" : k == np + 1 ? "all off" : pass_names[k].name, ips);
+            if (jw) json_ablation_row(jw, k == np ? "all on" : k == np + 1 ? "all off" : pass_names[k].name, ips);
             kiln_session_free(as);
         }
         if (!rc && base > 0) printf("all techniques together: %.2fx the plain plan\n", all_on / base);
+        if (jw && !rc) rc = json_ablation_end(jw, base > 0 ? all_on / base : NAN, json);
         goto out;
     }
     if (kiln_session_create(m, &so, &s)) { rc = fail(ctx, "session"); goto out; }
@@ -579,6 +688,12 @@ static int cmd_bench(int argc, char **argv) {
                "host-to-device %.4f  device-to-host %.4f\n",
                comp[0], med, pct(comp, iters, 0.9), pct(comp, iters, 0.99), bt.h2d_ms, bt.d2h_ms);
     printf("throughput: %.1f img/s\n", (double)batch * 1000.0 / med);
+    if (jw)
+        json_bench(jw, &(bench_facts){.model_path = path, .device = so.device == KILN_DEVICE_CUDA ? "cuda" : "cpu",
+                                      .precision = prec_names[so.precision], .batch = batch, .iters = iters,
+                                      .warmup = warmup, .threads = threads, .disabled_passes = so.disable_passes,
+                                      .model = m, .inputs = in, .n_inputs = n_in, .import_ms = t_import, .times = &bt,
+                                      .plan = &ps});
     if (profile) {
         kiln_profile prof;
         if (kiln_session_profile(s, n_in, in, 1, iters, &prof)) { rc = fail(ctx, "profile"); goto out; }
@@ -589,13 +704,20 @@ static int cmd_bench(int argc, char **argv) {
         snprintf(summary, sizeof summary, "  sum of nodes %.4f ms; whole run %.4f ms%s\n", prof.total_ms, med,
                  cuda ? " (graph replay: no launch gaps, so it can be below the sum)" : "");
         rc = print_profile(&prof, title, summary, false);
+        if (jw) kj_profile(jw, "profile", &prof);
         if (!rc && trace) {
             rc = write_trace(&prof, trace, path, cuda);
             if (!rc) printf("trace of one pass (%d nodes) written to %s\n", prof.n, trace);
+            if (jw) kj_str(jw, "trace_file", trace);
         }
         kiln_profile_free(&prof);
     }
+    if (jw && !rc) {
+        kj_end(jw);
+        rc = kj_write(jw, json, "bench");
+    }
 out:
+    kj_free(jw);
     free(run);
     free(comp);
     for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
@@ -608,17 +730,17 @@ out:
 /* ------------------------------------------------------------------ train */
 
 typedef struct train_args {
-    const char *model, *data, *save, *resume, *device, *amp, *init, *losses;
+    const char *model, *data, *save, *resume, *device, *amp, *init, *losses, *json, *plot;
     int64_t epochs, batch, accumulate, max_steps;
     uint64_t seed;
     float lr;
-    int dropout, threads, strict_fp32, no_shuffle, profile, no_warmup;
+    int dropout, threads, strict_fp32, no_shuffle, profile, no_warmup, plot_w, plot_h;
     unsigned disable;
 } train_args;
 
 /* kiln train --profile: one step of the trained model, node by node (see kiln_trainer_profile),
  * with what the whole step takes beside it. */
-static int profile_step(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, int64_t batch, bool cuda) {
+static int profile_step(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, int64_t batch, bool cuda, kj *jw) {
     const int passes = cuda ? 50 : 5, replays = cuda ? 200 : 10;
     kiln_profile prof;
     double step_ms = 0;
@@ -637,6 +759,10 @@ static int profile_step(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d,
              (step_ms - prof.total_ms) * 1e3,
              cuda ? "launch gaps and serialization inside the graph" : "what running the nodes together adds");
     int rc = print_profile(&prof, title, summary, true);
+    if (jw) {
+        kj_profile(jw, "profile", &prof);
+        kj_num(jw, "profile_step_ms", step_ms);
+    }
     kiln_profile_free(&prof);
     return rc;
 }
@@ -704,9 +830,11 @@ static void progress(bool tty, int64_t epoch, int64_t epochs, int64_t step, int6
 }
 
 static int cmd_train(int argc, char **argv) {
-    train_args a = {.epochs = 1, .batch = 64, .accumulate = 1, .seed = 1, .dropout = 1, .device = "cpu", .amp = "off"};
+    train_args a = {.epochs = 1, .batch = 64, .accumulate = 1, .seed = 1, .dropout = 1, .device = "cpu", .amp = "off",
+                    .plot_w = 1200, .plot_h = 900};
     enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
-           O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE };
+           O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
+           O_PLOT, O_PLOT_SIZE };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -718,7 +846,9 @@ static int cmd_train(int argc, char **argv) {
         {"amp", required_argument, NULL, O_AMP},              {"max-steps", required_argument, NULL, O_MAX_STEPS},
         {"threads", required_argument, NULL, O_THREADS},      {"init", required_argument, NULL, O_INIT},
         {"losses", required_argument, NULL, O_LOSSES},        {"disable", required_argument, NULL, O_DISABLE},
-        {"help", no_argument, NULL, 'h'},                     {0}};
+        {"help", no_argument, NULL, 'h'},                     {"json", required_argument, NULL, O_JSON},
+        {"plot", required_argument, NULL, O_PLOT},            {"plot-size", required_argument, NULL, O_PLOT_SIZE},
+        {0}};
     for (int c; (c = next_opt("train", argc, argv, longopts)) != -1;) {
         const char *v = optarg;
         switch (c) {
@@ -742,6 +872,11 @@ static int cmd_train(int argc, char **argv) {
         case O_THREADS: a.threads = atoi(v); break;
         case O_INIT: a.init = v; break;
         case O_LOSSES: a.losses = v; break;
+        case O_JSON: a.json = v; break;
+        case O_PLOT: a.plot = v; break;
+        case O_PLOT_SIZE:
+            if (train_plot_size(v, &a.plot_w, &a.plot_h)) return 2;
+            break;
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
@@ -772,6 +907,8 @@ static int cmd_train(int argc, char **argv) {
     else if (strcmp(a.amp, "fp16") == 0) o.amp = KILN_AMP_FP16;
     else if (strcmp(a.amp, "bf16") == 0) o.amp = KILN_AMP_BF16;
     else { fprintf(stderr, "kiln train: --amp must be off, fp16 or bf16\n"); return 2; }
+    if (a.plot && train_plot_check(a.plot)) return 2;
+    if (a.json && strcmp(a.json, "-") == 0 && kj_claim_stdout("train")) return 1;
 
     kiln_context *ctx = NULL;
     kiln_mnist d = {0};
@@ -779,11 +916,17 @@ static int cmd_train(int argc, char **argv) {
     kiln_trainer *t = NULL;
     kiln_loader *l = NULL;
     FILE *lf = NULL;
+    train_log tl = {0}; /* for --json and --plot */
+    kj *jw = NULL;
+    double warmup_ms = NAN, setup_ms = 0;
+    int init_loaded = 0;
     int rc = 0;
     if (kiln_context_create(&ctx)) return 1;
     if (a.threads > 0) kiln_context_set_threads(ctx, a.threads);
     double t0 = now_ms();
-    if (kiln_mnist_load(ctx, a.data, KILN_F32, KILN_FASHION_MNIST_MEAN, KILN_FASHION_MNIST_STD, &d)) {
+    if (image_folders(a.data)) {
+        if ((rc = load_image_folders(ctx, a.data, &d))) goto out;
+    } else if (kiln_mnist_load(ctx, a.data, KILN_F32, KILN_FASHION_MNIST_MEAN, KILN_FASHION_MNIST_STD, &d)) {
         rc = fail(ctx, a.data);
         goto out;
     }
@@ -817,6 +960,7 @@ static int cmd_train(int argc, char **argv) {
             goto out;
         }
         printf("initial weights: %d tensors from %s\n", loaded, a.init);
+        init_loaded = loaded;
     }
     if (kiln_trainer_create(m, "loss", &o, &t)) {
         rc = fail(ctx, "mnist-net");
@@ -827,7 +971,7 @@ static int cmd_train(int argc, char **argv) {
         rc = 1;
         goto out;
     }
-    int64_t epoch = 0, step = 0;
+    int64_t epoch = 0, step = 0, resume_epoch = 0, resume_step = 0;
     if (a.resume) {
         if (kiln_trainer_load(t, a.resume, &epoch, &step) || kiln_loader_seek(l, epoch, step)) {
             rc = fail(ctx, a.resume);
@@ -845,11 +989,14 @@ static int cmd_train(int argc, char **argv) {
             goto out;
         }
         printf("resumed from %s at epoch %lld step %lld\n", a.resume, (long long)epoch + 1, (long long)step);
+        resume_epoch = epoch;
+        resume_step = step;
     }
     kiln_train_stats ts;
     kiln_trainer_stats(t, &ts);
+    setup_ms = now_ms() - t0;
     printf("mnist-net: %lld parameters; %lld steps of %lld per epoch; setup %.0f ms\n", (long long)ts.param_count,
-           (long long)steps, (long long)a.batch, now_ms() - t0);
+           (long long)steps, (long long)a.batch, setup_ms);
     if (o.device == KILN_DEVICE_CUDA && !a.no_warmup) {
         /* the one-time work (plans, algorithm searches, graph captures) before the first
          * epoch's clock starts, reported on its own line; the training state is untouched */
@@ -858,8 +1005,9 @@ static int cmd_train(int argc, char **argv) {
             rc = fail(ctx, "warm-up");
             goto out;
         }
+        warmup_ms = now_ms() - tw;
         printf("warm-up: data set on the device, each batch shape's step planned, run once and captured "
-               "(training state restored): %.0f ms\n", now_ms() - tw);
+               "(training state restored): %.0f ms\n", warmup_ms);
     }
     bool tty = isatty(STDOUT_FILENO);
     int64_t done = 0;
@@ -879,12 +1027,14 @@ static int cmd_train(int argc, char **argv) {
             while (step < steps) {
                 int64_t end = step + 100 < steps ? step + 100 : steps;
                 if (a.max_steps && done + (end - step) > a.max_steps) end = step + (a.max_steps - done);
+                const double lr = train_lr(t);
                 if (kiln_trainer_train_epoch(t, d.train_images, d.train_labels, a.batch, a.seed, epoch, step, end, &loss)) {
                     rc = fail(ctx, "training");
                     goto out;
                 }
                 done += end - step;
                 step = end;
+                train_log_step(&tl, epoch * steps + step, epoch + 1, loss, lr);
                 double now = now_ms();
                 progress(tty, epoch, a.epochs, step, stop, (double)(step - first) * 1000.0 / (now - te + 1e-9), loss,
                          step == stop);
@@ -897,10 +1047,12 @@ static int cmd_train(int argc, char **argv) {
             if (kiln_loader_next(l, &b)) { rc = fail(ctx, "loader"); goto out; }
             in[0] = b->x;
             in[1] = b->y;
+            const double lr = train_lr(t);
             kiln_status st = kiln_trainer_step(t, 2, in, &loss);
             kiln_loader_release(l, b);
             if (lf && !st) fprintf(lf, "%.9g\n", loss);
             if (st) { rc = fail(ctx, "training step"); goto out; }
+            train_log_step(&tl, epoch * steps + step + 1, epoch + 1, loss, lr);
             done++;
             double now = now_ms();
             if ((tty && now - last > 100) || (step + 1) % 100 == 0 || step + 1 == stop) {
@@ -924,6 +1076,10 @@ static int cmd_train(int argc, char **argv) {
         if (evaluate(ctx, t, &d, o.device, &acc)) { rc = 1; goto out; }
         measured = true;
         printf("epoch %lld: %.2f s, last loss %.4f, test accuracy %.4f\n", (long long)epoch + 1, secs, loss, acc);
+        train_log_epoch(&tl, &(train_epoch_rec){.epoch = epoch + 1, .steps = step - first, .time_s = secs,
+                                                .steps_per_s = secs > 0 ? (double)(step - first) / secs : NAN,
+                                                .last_loss = loss, .test_accuracy = acc,
+                                                .end_step = epoch * steps + step});
         if (a.max_steps && done >= a.max_steps) break;
     }
     if (!measured) { /* not reached (a finished run is refused above), but never print an unmeasured accuracy */
@@ -933,10 +1089,29 @@ static int cmd_train(int argc, char **argv) {
     }
     printf("test accuracy: %.4f\n", acc);
     fflush(stdout);
+    if (a.json) {
+        kiln_trainer_stats(t, &ts);
+        if (!(jw = kj_new())) { fprintf(stderr, "kiln train: out of memory\n"); rc = 1; goto out; }
+        json_train(jw, &(train_facts){.model = a.model, .data = a.data, .device = a.device, .amp = a.amp,
+                                      .resume = a.resume, .save = a.save, .init = a.init, .init_tensors = init_loaded,
+                                      .epochs = a.epochs, .batch = a.batch,
+                                      .accumulate = a.accumulate, .max_steps = a.max_steps, .steps_per_epoch = steps,
+                                      .param_count = ts.param_count, .resume_epoch = resume_epoch,
+                                      .resume_step = resume_step, .seed = a.seed, .lr = o.lr, .setup_ms = setup_ms,
+                                      .warmup_ms = warmup_ms, .dropout = a.dropout, .shuffle = !a.no_shuffle,
+                                      .threads = a.threads, .log = &tl, .test_accuracy = acc, .stats = &ts});
+    }
     /* after the accuracy is reported: the profile restores the state, but nothing it does
      * can reach the numbers above */
-    if (a.profile) rc = profile_step(ctx, t, &d, a.batch, o.device == KILN_DEVICE_CUDA);
+    if (a.profile) rc = profile_step(ctx, t, &d, a.batch, o.device == KILN_DEVICE_CUDA, jw);
+    if (!rc && a.plot) rc = train_plot(&tl, a.plot, a.plot_w, a.plot_h, a.data, a.batch);
+    if (!rc && jw) {
+        kj_end(jw);
+        rc = kj_write(jw, a.json, "train");
+    }
 out:
+    kj_free(jw);
+    train_log_free(&tl);
     if (lf) fclose(lf);
     kiln_loader_free(l);
     kiln_trainer_free(t);

@@ -203,6 +203,55 @@ kiln_status kiln_loader_release(kiln_loader *l, const kiln_batch *b);
  * dropped. The caller must hold no batch. */
 kiln_status kiln_loader_seek(kiln_loader *l, int64_t epoch, int64_t step);
 
+/* ------------------------------------------------------------ image folders */
+
+/* Images as decoded: h rows of w pixels of c channels (1 grey, 3 RGB), u8, interleaved. */
+typedef struct kiln_image {
+    int w, h, c;
+    uint8_t *pixels;
+} kiln_image;
+#define KILN_IMAGE_MAX_SIDE 16384
+#define KILN_IMAGE_MAX_PIXELS (1 << 27)
+
+/* Decode a JPEG (libjpeg-turbo) or PNG (libpng) file held in memory, told apart by their
+ * signatures. channels 0 keeps the file's (grey 1, colour 3), 1 converts to grey, 3 to RGB.
+ * PNG: palettes and low-bit grey are expanded, 16-bit samples cut to 8, alpha dropped (not
+ * composited). CMYK JPEGs are KILN_ERR_UNSUPPORTED; damaged or truncated files
+ * KILN_ERR_PARSE naming `name` (a JPEG that ends early too; libjpeg's other warnings, such as
+ * extraneous bytes before a marker, are let through as PIL does); images over KILN_IMAGE_MAX_SIDE a side or
+ * KILN_IMAGE_MAX_PIXELS in all are refused before anything is allocated. */
+kiln_status kiln_image_decode(kiln_context *ctx, const void *data, size_t size, const char *name, int channels,
+                              kiln_image *out);
+/* The evaluation transform: the shorter side resized to `resize` (0: kept), then the centre
+ * crop_h x crop_w (0: all), antialiased triangle-filter resampling (PIL's bilinear). */
+kiln_status kiln_image_resize_crop(kiln_context *ctx, const kiln_image *in, int resize, int crop_h, int crop_w,
+                                   kiln_image *out);
+void kiln_image_free(kiln_image *im);
+
+/* A data set in folders, torchvision's ImageFolder layout: DIR/<class>/<image>, classes
+ * in name order (label 0 the first), files (.jpg, .jpeg, .png, any case; hidden files and
+ * others left out) in name order within a class. Every image is decoded (on `threads`
+ * threads) into one u8 tensor (N, C, H, W): C and, without resize and crop, H and W are the
+ * first image's, and every other image must match them (an error names the file);
+ * with crop, each image's shorter side goes to resize (0: kept) and its centre crop x crop
+ * is taken. Errors: no class folders, an empty class folder, an unreadable or damaged
+ * image, each naming the path. */
+typedef struct kiln_image_folder_options {
+    int channels; /* 0: the first image's; 1 or 3 converts */
+    int resize;   /* shorter side, before the crop (0: none) */
+    int crop;     /* square centre crop (0: none) */
+    int threads;  /* decoding threads (0: the cores, at most 8) */
+} kiln_image_folder_options;
+typedef struct kiln_image_folder {
+    kiln_tensor *images; /* u8 (N, C, H, W) */
+    kiln_tensor *labels; /* i64 (N) */
+    char **class_names;  /* (n_classes) the folder names */
+    int n_classes;
+} kiln_image_folder;
+kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kiln_image_folder_options *opts,
+                                   kiln_image_folder *out);
+void kiln_image_folder_free(kiln_image_folder *f);
+
 /* ------------------------------------------------------- starting weights */
 
 /* Copy every tensor of the safetensors file at path whose name is an initializer of m

@@ -1,0 +1,608 @@
+/* images.c — JPEG and PNG decoding (libjpeg-turbo, libpng), resizing, and image-folder
+ * data sets (one sub-folder per class, as torchvision's ImageFolder) decoded on worker
+ * threads into one u8 tensor (kiln_tools.h, "image folders").
+ *
+ * Every decoder error comes back as a status with a message naming the file: libjpeg's
+ * and libpng's fatal errors longjmp back here instead of exiting, and their warnings are
+ * kept quiet. Sizes are bounded before anything is allocated (KILN_IMAGE_MAX_SIDE), so a
+ * hostile header cannot ask for gigabytes. */
+#include "data.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+#include <png.h>
+
+void kiln_image_free(kiln_image *im) {
+    if (!im) return;
+    free(im->pixels);
+    memset(im, 0, sizeof *im);
+}
+
+static kiln_status check_size(kiln_context *ctx, const char *name, int64_t w, int64_t h) {
+    if (w < 1 || h < 1 || w > KILN_IMAGE_MAX_SIDE || h > KILN_IMAGE_MAX_SIDE || w * h > KILN_IMAGE_MAX_PIXELS)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s: an image of %lldx%lld pixels (kiln takes 1 to %d a side, %d in all)",
+                         name, (long long)w, (long long)h, KILN_IMAGE_MAX_SIDE, KILN_IMAGE_MAX_PIXELS);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------- JPEG */
+
+typedef struct jpeg_err {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jump;
+    char msg[JMSG_LENGTH_MAX];
+} jpeg_err;
+
+static void jpeg_fatal(j_common_ptr c) {
+    jpeg_err *e = (jpeg_err *)c->err;
+    c->err->format_message(c, e->msg);
+    longjmp(e->jump, 1);
+}
+
+/* Warnings (level -1) are damage libjpeg works around. A file that ends early (its missing
+ * rows come out grey) is reported as an error once decoding ends; the others ("extraneous
+ * bytes before marker", which real data sets hold and PIL accepts too) are let through. */
+static void jpeg_note(j_common_ptr c, int level) {
+    jpeg_err *e = (jpeg_err *)c->err;
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF && !c->err->num_warnings) {
+        c->err->format_message(c, e->msg);
+        c->err->num_warnings++;
+    }
+}
+
+static kiln_status decode_jpeg(kiln_context *ctx, const unsigned char *data, size_t n, const char *name, int channels,
+                               kiln_image *out) {
+    struct jpeg_decompress_struct d;
+    jpeg_err err;
+    memset(&d, 0, sizeof d);
+    d.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = jpeg_fatal;
+    err.mgr.emit_message = jpeg_note;
+    err.msg[0] = 0;
+    /* volatile: set after setjmp, read after a longjmp */
+    unsigned char *volatile pixels = NULL;
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&d);
+        free(pixels);
+        return kiln_fail(ctx, KILN_ERR_PARSE, "%s: not a valid JPEG (%s)", name, err.msg);
+    }
+    jpeg_create_decompress(&d);
+    jpeg_mem_src(&d, data, (unsigned long)n);
+    jpeg_read_header(&d, TRUE);
+    if (d.jpeg_color_space == JCS_CMYK || d.jpeg_color_space == JCS_YCCK) {
+        jpeg_destroy_decompress(&d);
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s: a CMYK JPEG (convert it to RGB)", name);
+    }
+    kiln_status st = check_size(ctx, name, d.image_width, d.image_height);
+    if (st) {
+        jpeg_destroy_decompress(&d);
+        return st;
+    }
+    const int c = channels ? channels : d.num_components == 1 ? 1 : 3;
+    d.out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(&d);
+    const size_t stride = (size_t)d.output_width * (size_t)c;
+    pixels = malloc(stride * d.output_height);
+    if (!pixels) {
+        jpeg_destroy_decompress(&d);
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for %ux%u pixels", name, d.output_width,
+                         d.output_height);
+    }
+    while (d.output_scanline < d.output_height) {
+        JSAMPROW row = pixels + (size_t)d.output_scanline * stride;
+        jpeg_read_scanlines(&d, &row, 1);
+    }
+    jpeg_finish_decompress(&d);
+    if (err.mgr.num_warnings) {
+        jpeg_destroy_decompress(&d);
+        free(pixels);
+        return kiln_fail(ctx, KILN_ERR_PARSE, "%s: a truncated JPEG (%s)", name, err.msg);
+    }
+    out->w = (int)d.output_width;
+    out->h = (int)d.output_height;
+    out->c = c;
+    out->pixels = pixels;
+    jpeg_destroy_decompress(&d);
+    return KILN_OK;
+}
+
+/* -------------------------------------------------------------------- PNG */
+
+typedef struct png_src {
+    const unsigned char *data;
+    size_t n, at;
+    char msg[256];
+} png_src;
+
+static void png_read_mem(png_structp p, png_bytep dst, size_t len) {
+    png_src *s = png_get_io_ptr(p);
+    if (len > s->n - s->at) png_error(p, "the file ends early");
+    memcpy(dst, s->data + s->at, len);
+    s->at += len;
+}
+
+static void png_fatal(png_structp p, png_const_charp m) {
+    png_src *s = png_get_error_ptr(p);
+    snprintf(s->msg, sizeof s->msg, "%s", m);
+    png_longjmp(p, 1);
+}
+
+static void png_quiet(png_structp p, png_const_charp m) { (void)p, (void)m; }
+
+static kiln_status decode_png(kiln_context *ctx, const unsigned char *data, size_t n, const char *name, int channels,
+                              kiln_image *out) {
+    png_src src = {.data = data, .n = n};
+    png_structp p = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_fatal, png_quiet);
+    png_infop info = p ? png_create_info_struct(p) : NULL;
+    if (!p || !info) {
+        png_destroy_read_struct(&p, &info, NULL);
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for the PNG decoder", name);
+    }
+    unsigned char *volatile pixels = NULL;
+    png_bytep *volatile rows = NULL;
+    if (setjmp(png_jmpbuf(p))) {
+        png_destroy_read_struct(&p, &info, NULL);
+        free(pixels);
+        free(rows);
+        return kiln_fail(ctx, KILN_ERR_PARSE, "%s: not a valid PNG (%s)", name, src.msg[0] ? src.msg : "libpng error");
+    }
+    png_set_user_limits(p, KILN_IMAGE_MAX_SIDE, KILN_IMAGE_MAX_SIDE);
+    png_set_chunk_malloc_max(p, (png_alloc_size_t)64 << 20);
+    png_set_read_fn(p, &src, png_read_mem);
+    png_read_info(p, info);
+    const png_uint_32 w = png_get_image_width(p, info), h = png_get_image_height(p, info);
+    kiln_status st = check_size(ctx, name, w, h);
+    if (st) {
+        png_destroy_read_struct(&p, &info, NULL);
+        return st;
+    }
+    const int color = png_get_color_type(p, info);
+    const int gray = !(color & PNG_COLOR_MASK_COLOR);
+    const int c = channels ? channels : gray ? 1 : 3;
+    /* 8-bit samples, palettes and low-bit grey expanded, alpha (and tRNS) dropped */
+    png_set_expand(p);
+    png_set_strip_16(p);
+    png_set_strip_alpha(p);
+    if (c == 3 && gray) png_set_gray_to_rgb(p);
+    if (c == 1 && !gray) png_set_rgb_to_gray_fixed(p, 1, -1, -1);
+    png_set_interlace_handling(p);
+    png_read_update_info(p, info);
+    const size_t stride = png_get_rowbytes(p, info);
+    if (stride != (size_t)w * (size_t)c) png_error(p, "unexpected row size after conversion");
+    pixels = malloc(stride * h);
+    rows = malloc(sizeof(png_bytep) * h);
+    if (!pixels || !rows) png_error(p, "out of memory");
+    for (png_uint_32 y = 0; y < h; y++) rows[y] = pixels + (size_t)y * stride;
+    png_read_image(p, rows);
+    png_read_end(p, NULL);
+    png_destroy_read_struct(&p, &info, NULL);
+    free(rows);
+    out->w = (int)w;
+    out->h = (int)h;
+    out->c = c;
+    out->pixels = pixels;
+    return KILN_OK;
+}
+
+kiln_status kiln_image_decode(kiln_context *ctx, const void *data, size_t n, const char *name, int channels,
+                              kiln_image *out) {
+    if (!out || (!data && n)) return KILN_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    if (!name) name = "(image)";
+    if (channels != 0 && channels != 1 && channels != 3)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: channels must be 0 (as stored), 1 or 3, got %d", name,
+                         channels);
+    const unsigned char *b = data;
+    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return decode_jpeg(ctx, b, n, name, channels, out);
+    if (n >= 8 && !png_sig_cmp(b, 0, 8)) return decode_png(ctx, b, n, name, channels, out);
+    return kiln_fail(ctx, KILN_ERR_PARSE, "%s: neither a JPEG nor a PNG file (%zu bytes)", name, n);
+}
+
+/* ------------------------------------------------------------------ resize */
+
+/* Separable resampling with a triangle filter whose support grows with the scale when
+ * shrinking (antialiased, as PIL's and torchvision's bilinear resize): out (ow x oh) from
+ * the in rectangle at (x0, y0) of size (cw x ch). */
+static kiln_status resample(kiln_context *ctx, const kiln_image *in, int x0, int y0, int cw, int ch, int ow, int oh,
+                            uint8_t *out) {
+    const int c = in->c;
+    float *tmp = malloc(sizeof(float) * (size_t)ow * (size_t)ch * (size_t)c);
+    if (!tmp) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory resizing an image");
+    /* horizontal: rows y0 .. y0+ch, cw -> ow */
+    const double sx = (double)cw / ow, sy = (double)ch / oh;
+    const double rx = sx > 1 ? sx : 1, ry = sy > 1 ? sy : 1;
+    for (int ox = 0; ox < ow; ox++) {
+        const double center = (ox + 0.5) * sx;
+        int lo = (int)(center - rx + 0.5), hi = (int)(center + rx + 0.5);
+        if (lo < 0) lo = 0;
+        if (hi > cw) hi = cw;
+        double wsum = 0;
+        for (int x = lo; x < hi; x++) {
+            double t = 1 - fabs((x + 0.5 - center) / rx);
+            if (t > 0) wsum += t;
+        }
+        for (int y = 0; y < ch; y++)
+            for (int k = 0; k < c; k++) {
+                double acc = 0;
+                for (int x = lo; x < hi; x++) {
+                    double t = 1 - fabs((x + 0.5 - center) / rx);
+                    if (t > 0) acc += t * in->pixels[((size_t)(y0 + y) * in->w + (size_t)(x0 + x)) * c + k];
+                }
+                tmp[((size_t)y * ow + ox) * c + k] = (float)(wsum > 0 ? acc / wsum : 0);
+            }
+    }
+    for (int oy = 0; oy < oh; oy++) {
+        const double center = (oy + 0.5) * sy;
+        int lo = (int)(center - ry + 0.5), hi = (int)(center + ry + 0.5);
+        if (lo < 0) lo = 0;
+        if (hi > ch) hi = ch;
+        double wsum = 0;
+        for (int y = lo; y < hi; y++) {
+            double t = 1 - fabs((y + 0.5 - center) / ry);
+            if (t > 0) wsum += t;
+        }
+        for (int ox = 0; ox < ow; ox++)
+            for (int k = 0; k < c; k++) {
+                double acc = 0;
+                for (int y = lo; y < hi; y++) {
+                    double t = 1 - fabs((y + 0.5 - center) / ry);
+                    if (t > 0) acc += t * tmp[((size_t)y * ow + ox) * c + k];
+                }
+                double v = wsum > 0 ? acc / wsum : 0;
+                v = v < 0 ? 0 : v > 255 ? 255 : v;
+                out[((size_t)oy * ow + ox) * c + k] = (uint8_t)(v + 0.5);
+            }
+    }
+    free(tmp);
+    return KILN_OK;
+}
+
+kiln_status kiln_image_resize_crop(kiln_context *ctx, const kiln_image *in, int resize, int crop_h, int crop_w,
+                                   kiln_image *out) {
+    if (!in || !out || !in->pixels || resize < 0 || crop_h < 0 || crop_w < 0) return KILN_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    /* the shorter side to `resize` (0: as it is), then the centre crop_h x crop_w (0: all) */
+    int rw = in->w, rh = in->h;
+    if (resize) {
+        if (in->w <= in->h) {
+            rw = resize;
+            rh = (int)((int64_t)in->h * resize / in->w);
+        } else {
+            rh = resize;
+            rw = (int)((int64_t)in->w * resize / in->h);
+        }
+        if (rw < 1) rw = 1;
+        if (rh < 1) rh = 1;
+    }
+    const int ow = crop_w ? crop_w : rw, oh = crop_h ? crop_h : rh;
+    if (ow > rw || oh > rh)
+        return kiln_fail(ctx, KILN_ERR_SHAPE, "a %dx%d crop of a %dx%d image (resize it larger first)", ow, oh, rw, rh);
+    /* the crop in input pixels: the region that maps onto the output */
+    const double fx = (double)in->w / rw, fy = (double)in->h / rh;
+    const int cx = (rw - ow) / 2, cy = (rh - oh) / 2;
+    int x0 = (int)(cx * fx + 0.5), y0 = (int)(cy * fy + 0.5);
+    int cw = (int)(ow * fx + 0.5), ch = (int)(oh * fy + 0.5);
+    if (cw < 1) cw = 1;
+    if (ch < 1) ch = 1;
+    if (x0 + cw > in->w) x0 = in->w - cw;
+    if (y0 + ch > in->h) y0 = in->h - ch;
+    out->pixels = malloc((size_t)ow * (size_t)oh * (size_t)in->c);
+    if (!out->pixels) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory resizing an image");
+    out->w = ow;
+    out->h = oh;
+    out->c = in->c;
+    if (cw == ow && ch == oh) { /* a plain crop */
+        for (int y = 0; y < oh; y++)
+            memcpy(out->pixels + (size_t)y * ow * in->c, in->pixels + ((size_t)(y0 + y) * in->w + x0) * in->c,
+                   (size_t)ow * in->c);
+        return KILN_OK;
+    }
+    kiln_status st = resample(ctx, in, x0, y0, cw, ch, ow, oh, out->pixels);
+    if (st) kiln_image_free(out);
+    return st;
+}
+
+/* ---------------------------------------------------------- image folders */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static bool is_image_name(const char *n) {
+    const char *dot = strrchr(n, '.');
+    if (!dot || n[0] == '.') return false;
+    char ext[8];
+    size_t k = 0;
+    for (const char *p = dot + 1; *p && k < sizeof ext - 1; p++) ext[k++] = (char)tolower((unsigned char)*p);
+    ext[k] = 0;
+    return !strcmp(ext, "jpg") || !strcmp(ext, "jpeg") || !strcmp(ext, "png");
+}
+
+/* The sorted names in dir that pass keep (dirs: sub-directories; else image files). */
+static kiln_status list_dir(kiln_context *ctx, const char *dir, bool dirs, char ***names, int64_t *count) {
+    *names = NULL;
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (!d) return kiln_fail(ctx, KILN_ERR_IO, "%s: %s", dir, strerror(errno));
+    char **v = NULL;
+    int64_t n = 0, cap = 0;
+    kiln_status st = KILN_OK;
+    struct dirent *e;
+    while (!st && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char path[4096];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path) continue;
+        struct stat sb;
+        if (stat(path, &sb) != 0) continue;
+        if (dirs ? !S_ISDIR(sb.st_mode) : !(S_ISREG(sb.st_mode) && is_image_name(e->d_name))) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **g = realloc(v, sizeof *v * (size_t)cap);
+            if (!g) {
+                st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory listing %s", dir);
+                break;
+            }
+            v = g;
+        }
+        if (!(v[n] = kiln_strdup(ctx, e->d_name))) st = KILN_ERR_OUT_OF_MEMORY;
+        else n++;
+    }
+    closedir(d);
+    if (st) {
+        for (int64_t i = 0; i < n; i++) free(v[i]);
+        free(v);
+        return st;
+    }
+    if (n) qsort(v, (size_t)n, sizeof *v, cmp_str);
+    *names = v;
+    *count = n;
+    return KILN_OK;
+}
+
+static kiln_status read_file(kiln_context *ctx, const char *path, unsigned char **data, size_t *n) {
+    *data = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return kiln_fail(ctx, KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 1 << 16;
+            if (cap > ((size_t)256 << 20)) {
+                free(buf);
+                fclose(f);
+                return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "%s: larger than 256 MiB, not an image kiln reads", path);
+            }
+            unsigned char *g = realloc(buf, cap);
+            if (!g) {
+                free(buf);
+                fclose(f);
+                return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory reading it", path);
+            }
+            buf = g;
+        }
+        size_t r = fread(buf + len, 1, cap - len, f);
+        len += r;
+        if (r == 0) break;
+    }
+    const bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return kiln_fail(ctx, KILN_ERR_IO, "%s: read error", path);
+    }
+    *data = buf;
+    *n = len;
+    return KILN_OK;
+}
+
+typedef struct folder_job {
+    kiln_context *ctx; /* this worker's own (messages are per thread anyway) */
+    const kiln_image_folder_options *o;
+    char **paths;
+    int64_t n;
+    int channels, h, w;
+    uint8_t *out; /* (n, channels, h, w) */
+    int64_t next; /* atomic: the next file to decode */
+    int failed;   /* atomic: set by the first failure */
+    kiln_status st;
+    char msg[KILN_MSG_SIZE];
+    pthread_mutex_t mu;
+} folder_job;
+
+/* Decode file i into its (C, H, W) slot. */
+static kiln_status decode_one(folder_job *j, kiln_context *ctx, int64_t i) {
+    unsigned char *data = NULL;
+    size_t n = 0;
+    kiln_status st = read_file(ctx, j->paths[i], &data, &n);
+    kiln_image im = {0}, sized = {0};
+    if (!st) st = kiln_image_decode(ctx, data, n, j->paths[i], j->channels, &im);
+    free(data);
+    const kiln_image *use = &im;
+    if (!st && (j->o->resize || im.w != j->w || im.h != j->h)) {
+        if (!j->o->resize && !j->o->crop)
+            st = kiln_fail(ctx, KILN_ERR_SHAPE,
+                           "%s is %dx%d; the data set's images are %dx%d (give a resize and crop to take "
+                           "images of several sizes)",
+                           j->paths[i], im.w, im.h, j->w, j->h);
+        else {
+            st = kiln_image_resize_crop(ctx, &im, j->o->resize, j->h, j->w, &sized);
+            if (st) kiln_msg_prefix(ctx, "%s: ", j->paths[i]);
+            use = &sized;
+        }
+    }
+    if (!st) {
+        uint8_t *dst = j->out + (size_t)i * (size_t)j->channels * (size_t)j->h * (size_t)j->w;
+        const size_t plane = (size_t)j->h * (size_t)j->w;
+        for (size_t p = 0; p < plane; p++)
+            for (int k = 0; k < j->channels; k++) dst[(size_t)k * plane + p] = use->pixels[p * (size_t)j->channels + (size_t)k];
+    }
+    kiln_image_free(&im);
+    kiln_image_free(&sized);
+    return st;
+}
+
+static void *folder_worker(void *arg) {
+    folder_job *j = arg;
+    kiln_context own = {0};
+    for (;;) {
+        if (__atomic_load_n(&j->failed, __ATOMIC_ACQUIRE)) break;
+        const int64_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (i >= j->n) break;
+        kiln_status st = decode_one(j, &own, i);
+        if (st) {
+            pthread_mutex_lock(&j->mu);
+            if (!j->st) {
+                j->st = st;
+                snprintf(j->msg, sizeof j->msg, "%s", kiln_context_message(&own));
+            }
+            pthread_mutex_unlock(&j->mu);
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    kiln_clear_error(&own);
+    return NULL;
+}
+
+void kiln_image_folder_free(kiln_image_folder *f) {
+    if (!f) return;
+    kiln_tensor_free(f->images);
+    kiln_tensor_free(f->labels);
+    for (int i = 0; i < f->n_classes; i++) free(f->class_names[i]);
+    free(f->class_names);
+    memset(f, 0, sizeof *f);
+}
+
+kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kiln_image_folder_options *opts,
+                                   kiln_image_folder *out) {
+    if (!ctx || !dir || !out) return KILN_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    kiln_image_folder_options o = {0};
+    if (opts) o = *opts;
+    if (o.channels != 0 && o.channels != 1 && o.channels != 3)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "channels must be 0 (as the first image), 1 or 3, got %d",
+                         o.channels);
+    if (o.resize < 0 || o.crop < 0 || o.threads < 0)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "resize, crop and threads must be >= 0");
+    char **classes = NULL;
+    int64_t n_classes = 0;
+    kiln_status st = list_dir(ctx, dir, true, &classes, &n_classes);
+    if (st) return st;
+    if (n_classes == 0) {
+        free(classes);
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s has no class folders (one sub-folder of images per class)",
+                         dir);
+    }
+    if (n_classes > 1000000) n_classes = 1000000;
+    /* every file: paths and labels in class, then name order */
+    char **paths = NULL;
+    int64_t *labels = NULL, n = 0, cap = 0;
+    for (int64_t c = 0; c < n_classes && !st; c++) {
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", dir, classes[c]);
+        char **files = NULL;
+        int64_t nf = 0;
+        st = list_dir(ctx, sub, false, &files, &nf);
+        if (!st && nf == 0)
+            st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "class folder %s has no images (.jpg, .jpeg or .png)", sub);
+        for (int64_t k = 0; k < nf && !st; k++) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 1024;
+                char **gp = realloc(paths, sizeof *paths * (size_t)cap);
+                if (gp) paths = gp;
+                int64_t *gl = gp ? realloc(labels, sizeof *labels * (size_t)cap) : NULL;
+                if (gl) labels = gl;
+                if (!gp || !gl) {
+                    st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory listing %s", dir);
+                    break;
+                }
+            }
+            const size_t len = strlen(sub) + strlen(files[k]) + 2;
+            paths[n] = malloc(len);
+            if (!paths[n]) {
+                st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory listing %s", dir);
+                break;
+            }
+            snprintf(paths[n], len, "%s/%s", sub, files[k]);
+            labels[n++] = c;
+        }
+        for (int64_t k = 0; k < nf; k++) free(files[k]);
+        free(files);
+    }
+    /* the first image sets channels and size (unless given) */
+    folder_job j = {.ctx = ctx, .o = &o, .paths = paths, .n = n};
+    if (!st) {
+        unsigned char *data = NULL;
+        size_t len = 0;
+        kiln_image im = {0};
+        st = read_file(ctx, paths[0], &data, &len);
+        if (!st) st = kiln_image_decode(ctx, data, len, paths[0], o.channels, &im);
+        free(data);
+        if (!st) {
+            j.channels = im.c;
+            if (o.crop) j.h = j.w = o.crop;
+            else if (o.resize) {
+                kiln_image sized = {0};
+                st = kiln_image_resize_crop(ctx, &im, o.resize, 0, 0, &sized);
+                j.h = sized.h, j.w = sized.w;
+                kiln_image_free(&sized);
+                if (!st)
+                    st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                                   "%s: resize %d without a crop gives images of several sizes; give a crop too", dir,
+                                   o.resize);
+            } else
+                j.h = im.h, j.w = im.w;
+        }
+        kiln_image_free(&im);
+    }
+    kiln_tensor *images = NULL, *lab = NULL;
+    if (!st) {
+        images = kiln_tensor_new(ctx, KILN_U8, 4, (int64_t[]){n, j.channels, j.h, j.w});
+        lab = kiln_tensor_new(ctx, KILN_I64, 1, (int64_t[]){n});
+        if (!images || !lab) st = KILN_ERR_OUT_OF_MEMORY;
+        else memcpy(lab->data, labels, sizeof *labels * (size_t)n);
+    }
+    if (!st) {
+        j.out = images->data;
+        pthread_mutex_init(&j.mu, NULL);
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int t = o.threads ? o.threads : cores > 8 ? 8 : cores < 1 ? 1 : (int)cores;
+        if (t > n) t = (int)n;
+        pthread_t th[64];
+        if (t > 64) t = 64;
+        int started = 0;
+        for (int i = 1; i < t; i++)
+            if (pthread_create(&th[started], NULL, folder_worker, &j) == 0) started++;
+        folder_worker(&j);
+        for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+        pthread_mutex_destroy(&j.mu);
+        if (j.st) st = kiln_fail(ctx, j.st, "%s", j.msg);
+    }
+    for (int64_t i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+    free(labels);
+    if (st) {
+        for (int64_t c = 0; c < n_classes; c++) free(classes[c]);
+        free(classes);
+        kiln_tensor_free(images);
+        kiln_tensor_free(lab);
+        return st;
+    }
+    out->images = images;
+    out->labels = lab;
+    out->class_names = classes;
+    out->n_classes = (int)n_classes;
+    return KILN_OK;
+}

@@ -1,0 +1,344 @@
+/* test_images.c — JPEG and PNG decoding and image folders (src/data/images.c) on files this
+ * test writes with libjpeg and libpng: grey, RGB, RGBA, palette and 16-bit PNGs, grey and
+ * colour JPEGs, against the pixels written (exactly for PNG, within JPEG's loss); a folder
+ * data set (classes, order, hidden and other files left out, several sizes with resize and
+ * crop); and the bad inputs: a corrupt and a truncated JPEG, a truncated PNG, a file that is
+ * neither, an empty class folder, a folder without classes, an image of another size.
+ *
+ *   test_images WORKDIR
+ */
+#include "kiln_tools.h"
+
+#include <stdio.h> /* before jpeglib.h, which uses FILE */
+
+#include <jpeglib.h>
+#include <png.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int fails;
+#define CHECK(cond, ...)                                                                                   \
+    do {                                                                                                   \
+        if (!(cond)) {                                                                                     \
+            fails++;                                                                                       \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                    \
+            printf(__VA_ARGS__);                                                                           \
+            printf("\n");                                                                                  \
+        }                                                                                                  \
+    } while (0)
+
+static kiln_context *ctx;
+static const char *msg(void) { return kiln_context_message(ctx); }
+
+/* A test pattern: channel k of pixel (x, y). */
+static uint8_t pat(int x, int y, int k, int seed) { return (uint8_t)(x * 29 + y * 13 + k * 71 + seed * 37); }
+
+static void write_png(const char *path, int w, int h, int color_type, int bit_depth, int seed) {
+    FILE *f = fopen(path, "wb");
+    png_structp p = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png_create_info_struct(p);
+    png_init_io(p, f);
+    png_set_IHDR(p, info, (png_uint_32)w, (png_uint_32)h, bit_depth, color_type, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_color pal[256];
+    if (color_type == PNG_COLOR_TYPE_PALETTE) {
+        for (int i = 0; i < 256; i++) pal[i] = (png_color){pat(i, 0, 0, seed), pat(i, 0, 1, seed), pat(i, 0, 2, seed)};
+        png_set_PLTE(p, info, pal, 256);
+    }
+    png_write_info(p, info);
+    const int ch = color_type == PNG_COLOR_TYPE_GRAY ? 1 : color_type == PNG_COLOR_TYPE_RGB ? 3
+                   : color_type == PNG_COLOR_TYPE_RGBA ? 4 : 1;
+    const int bps = bit_depth / 8;
+    unsigned char *row = malloc((size_t)w * ch * bps);
+    for (int y = 0; y < h; y++) {
+        for (int x = 0; x < w; x++)
+            for (int k = 0; k < ch; k++) {
+                const uint8_t v = color_type == PNG_COLOR_TYPE_PALETTE ? (uint8_t)(x + y * w)
+                                  : k == 3                              ? 128
+                                                                        : pat(x, y, k, seed);
+                if (bps == 2) { /* 16-bit big-endian: v in the high byte, noise below */
+                    row[((size_t)x * ch + k) * 2] = v;
+                    row[((size_t)x * ch + k) * 2 + 1] = 0x33;
+                } else {
+                    row[(size_t)x * ch + k] = v;
+                }
+            }
+        png_write_row(p, row);
+    }
+    png_write_end(p, NULL);
+    png_destroy_write_struct(&p, &info);
+    free(row);
+    fclose(f);
+}
+
+static void write_jpeg(const char *path, int w, int h, int channels, int seed) {
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    FILE *f = fopen(path, "wb");
+    jpeg_stdio_dest(&c, f);
+    c.image_width = (JDIMENSION)w;
+    c.image_height = (JDIMENSION)h;
+    c.input_components = channels;
+    c.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 100, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    unsigned char *row = malloc((size_t)w * channels);
+    while (c.next_scanline < c.image_height) {
+        /* smooth, so quality 100 keeps it within a few levels */
+        for (int x = 0; x < w; x++)
+            for (int k = 0; k < channels; k++) row[x * channels + k] = (uint8_t)(40 + x * 4 + (int)c.next_scanline * 3 + k * 30 + seed);
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    free(row);
+    fclose(f);
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+static kiln_status decode_file(const char *path, int channels, kiln_image *im) {
+    size_t n = 0;
+    unsigned char *b = slurp(path, &n);
+    kiln_status st = kiln_image_decode(ctx, b, n, path, channels, im);
+    free(b);
+    return st;
+}
+
+static void test_decode(const char *dir) {
+    char p[8704];
+    kiln_image im;
+    /* PNG: grey, RGB, RGBA (alpha dropped), 16-bit (cut to the high byte), palette */
+    snprintf(p, sizeof p, "%s/grey.png", dir);
+    write_png(p, 7, 5, PNG_COLOR_TYPE_GRAY, 8, 1);
+    CHECK(decode_file(p, 0, &im) == KILN_OK && im.w == 7 && im.h == 5 && im.c == 1, "grey PNG: %s", msg());
+    int bad = 0;
+    for (int y = 0; y < 5 && im.pixels; y++)
+        for (int x = 0; x < 7; x++) bad += im.pixels[y * 7 + x] != pat(x, y, 0, 1);
+    CHECK(bad == 0, "grey PNG pixels exact (%d wrong)", bad);
+    kiln_image_free(&im);
+    CHECK(decode_file(p, 3, &im) == KILN_OK && im.c == 3 && im.pixels[3 * 8 + 2] == pat(1, 1, 0, 1),
+          "grey PNG as RGB: %s", msg());
+    kiln_image_free(&im);
+
+    snprintf(p, sizeof p, "%s/rgba.png", dir);
+    write_png(p, 6, 4, PNG_COLOR_TYPE_RGBA, 8, 2);
+    CHECK(decode_file(p, 0, &im) == KILN_OK && im.c == 3, "RGBA PNG decodes to RGB: %s", msg());
+    bad = 0;
+    for (int y = 0; y < 4 && im.pixels; y++)
+        for (int x = 0; x < 6; x++)
+            for (int k = 0; k < 3; k++) bad += im.pixels[(y * 6 + x) * 3 + k] != pat(x, y, k, 2);
+    CHECK(bad == 0, "RGBA PNG: alpha dropped, colours exact (%d wrong)", bad);
+    kiln_image_free(&im);
+
+    snprintf(p, sizeof p, "%s/rgb16.png", dir);
+    write_png(p, 5, 3, PNG_COLOR_TYPE_RGB, 16, 3);
+    CHECK(decode_file(p, 0, &im) == KILN_OK && im.c == 3 && im.pixels[0] == pat(0, 0, 0, 3) &&
+              im.pixels[(2 * 5 + 4) * 3 + 2] == pat(4, 2, 2, 3),
+          "16-bit PNG to 8 bits: %s", msg());
+    kiln_image_free(&im);
+
+    snprintf(p, sizeof p, "%s/palette.png", dir);
+    write_png(p, 4, 4, PNG_COLOR_TYPE_PALETTE, 8, 4);
+    CHECK(decode_file(p, 0, &im) == KILN_OK && im.c == 3 && im.pixels[5 * 3 + 1] == pat(5, 0, 1, 4),
+          "palette PNG expanded: %s", msg());
+    kiln_image_free(&im);
+
+    /* JPEG: colour and grey, within JPEG's loss at quality 100 */
+    snprintf(p, sizeof p, "%s/colour.jpg", dir);
+    write_jpeg(p, 16, 8, 3, 0);
+    CHECK(decode_file(p, 0, &im) == KILN_OK && im.w == 16 && im.h == 8 && im.c == 3, "RGB JPEG: %s", msg());
+    int worst = 0;
+    for (int y = 0; y < 8 && im.pixels; y++)
+        for (int x = 0; x < 16; x++)
+            for (int k = 0; k < 3; k++) {
+                const int d = abs(im.pixels[(y * 16 + x) * 3 + k] - (40 + x * 4 + y * 3 + k * 30));
+                if (d > worst) worst = d;
+            }
+    CHECK(worst <= 6, "RGB JPEG within 6 levels (%d)", worst);
+    kiln_image_free(&im);
+    snprintf(p, sizeof p, "%s/grey.jpg", dir);
+    write_jpeg(p, 8, 8, 1, 0);
+    CHECK(decode_file(p, 0, &im) == KILN_OK && im.c == 1, "grey JPEG: %s", msg());
+    kiln_image_free(&im);
+    CHECK(decode_file(p, 3, &im) == KILN_OK && im.c == 3 && im.pixels[0] == im.pixels[1] && im.pixels[1] == im.pixels[2],
+          "grey JPEG as RGB: the channels equal: %s", msg());
+    kiln_image_free(&im);
+
+    /* bad files */
+    size_t n = 0;
+    snprintf(p, sizeof p, "%s/colour.jpg", dir);
+    unsigned char *b = slurp(p, &n);
+    CHECK(kiln_image_decode(ctx, b, n / 2, "half.jpg", 0, &im) == KILN_ERR_PARSE && strstr(msg(), "half.jpg") &&
+              !im.pixels,
+          "a JPEG cut in its headers: %s", msg());
+    {   /* cut in its scan data: libjpeg would fill grey, kiln refuses */
+        snprintf(p, sizeof p, "%s/big.jpg", dir);
+        write_jpeg(p, 128, 96, 3, 0);
+        size_t bn = 0;
+        unsigned char *big = slurp(p, &bn);
+        CHECK(decode_file(p, 0, &im) == KILN_OK, "big.jpg: %s", msg());
+        kiln_image_free(&im);
+        CHECK(kiln_image_decode(ctx, big, bn - bn / 4, "cut.jpg", 0, &im) == KILN_ERR_PARSE &&
+                  strstr(msg(), "cut.jpg") && strstr(msg(), "truncated") && !im.pixels,
+              "a JPEG cut in its scan: %s", msg());
+        free(big);
+    }
+    memset(b + 4, 0x5A, 40); /* the header damaged */
+    CHECK(kiln_image_decode(ctx, b, n, "corrupt.jpg", 0, &im) == KILN_ERR_PARSE && strstr(msg(), "corrupt.jpg"),
+          "a corrupt JPEG: %s", msg());
+    free(b);
+    snprintf(p, sizeof p, "%s/rgba.png", dir);
+    b = slurp(p, &n);
+    CHECK(kiln_image_decode(ctx, b, n - 20, "cut.png", 0, &im) == KILN_ERR_PARSE && strstr(msg(), "cut.png"),
+          "a truncated PNG: %s", msg());
+    free(b);
+    CHECK(kiln_image_decode(ctx, "GIF89a....", 10, "anim.gif", 0, &im) == KILN_ERR_PARSE &&
+              strstr(msg(), "neither a JPEG nor a PNG"),
+          "a GIF: %s", msg());
+    CHECK(kiln_image_decode(ctx, "", 0, "empty.png", 0, &im) == KILN_ERR_PARSE, "an empty file: %s", msg());
+    CHECK(kiln_image_decode(ctx, NULL, 0, "x", 2, &im) == KILN_ERR_INVALID_ARGUMENT, "2 channels: %s", msg());
+    /* a PNG header claiming 100000 x 100000 is refused before allocating */
+    snprintf(p, sizeof p, "%s/grey.png", dir);
+    b = slurp(p, &n);
+    b[16] = 0, b[17] = 1, b[18] = 0x86, b[19] = 0xA0; /* width 100000 (the CRC now wrong too) */
+    CHECK(kiln_image_decode(ctx, b, n, "huge.png", 0, &im) != KILN_OK && !im.pixels, "a huge PNG: %s", msg());
+    free(b);
+
+    /* resize and crop: a plain centre crop is exact; resizing keeps a flat image flat */
+    kiln_image src = {.w = 6, .h = 4, .c = 1, .pixels = malloc(24)}, out = {0};
+    for (int i = 0; i < 24; i++) src.pixels[i] = (uint8_t)i;
+    CHECK(kiln_image_resize_crop(ctx, &src, 0, 2, 2, &out) == KILN_OK && out.w == 2 && out.h == 2 &&
+              out.pixels[0] == 8 && out.pixels[3] == 15,
+          "centre crop 2x2 of 6x4");
+    kiln_image_free(&out);
+    memset(src.pixels, 77, 24);
+    CHECK(kiln_image_resize_crop(ctx, &src, 2, 0, 0, &out) == KILN_OK && out.w == 3 && out.h == 2 &&
+              out.pixels[0] == 77 && out.pixels[5] == 77,
+          "shorter side 4 -> 2: 6x4 -> 3x2, flat stays flat");
+    kiln_image_free(&out);
+    CHECK(kiln_image_resize_crop(ctx, &src, 8, 8, 8, &out) == KILN_OK && out.w == 8 && out.h == 8 && out.pixels[63] == 77,
+          "upscale and crop");
+    kiln_image_free(&out);
+    CHECK(kiln_image_resize_crop(ctx, &src, 0, 5, 5, &out) == KILN_ERR_SHAPE, "a crop larger than the image: %s", msg());
+    kiln_image_free(&src);
+}
+
+static void mkd(const char *dir, const char *sub) {
+    char p[8704];
+    snprintf(p, sizeof p, "%s/%s", dir, sub);
+    mkdir(p, 0755);
+}
+
+static void test_folder(const char *root) {
+    char d[4352], p[8704];
+    snprintf(d, sizeof d, "%s/folder", root);
+    mkdir(d, 0755);
+    mkd(d, "cat");
+    mkd(d, "dog");
+    mkd(d, ".cache");
+    const char *cats[] = {"b.png", "a.png", "c.PNG"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/cat/%s", d, cats[i]);
+        write_png(p, 6, 4, PNG_COLOR_TYPE_GRAY, 8, 10 + i);
+    }
+    snprintf(p, sizeof p, "%s/dog/x.jpg", d);
+    write_jpeg(p, 6, 4, 1, 0);
+    snprintf(p, sizeof p, "%s/dog/notes.txt", d);
+    spit(p, "not an image", 12);
+    snprintf(p, sizeof p, "%s/dog/.hidden.png", d);
+    spit(p, "junk", 4);
+    kiln_image_folder f;
+    kiln_image_folder_options o = {.threads = 3};
+    CHECK(kiln_image_folder_load(ctx, d, &o, &f) == KILN_OK, "folder: %s", msg());
+    if (f.images) {
+        CHECK(f.n_classes == 2 && !strcmp(f.class_names[0], "cat") && !strcmp(f.class_names[1], "dog"),
+              "classes cat, dog (hidden folders left out)");
+        CHECK(kiln_tensor_dim(f.images, 0) == 4 && kiln_tensor_dim(f.images, 1) == 1 && kiln_tensor_dim(f.images, 2) == 4 &&
+                  kiln_tensor_dim(f.images, 3) == 6,
+              "u8 (4,1,4,6)");
+        const int64_t *l = kiln_tensor_data(f.labels);
+        CHECK(l[0] == 0 && l[1] == 0 && l[2] == 0 && l[3] == 1, "labels 0 0 0 1");
+        /* name order within a class: a.png (seed 11), b.png (10), c.PNG (12) */
+        const uint8_t *px = kiln_tensor_data(f.images);
+        CHECK(px[0] == pat(0, 0, 0, 11) && px[24] == pat(0, 0, 0, 10) && px[48 + 7] == pat(1, 1, 0, 12),
+              "files in name order, pixels in (C,H,W)");
+    }
+    kiln_image_folder_free(&f);
+    o.channels = 3;
+    CHECK(kiln_image_folder_load(ctx, d, &o, &f) == KILN_OK && kiln_tensor_dim(f.images, 1) == 3, "as RGB: %s", msg());
+    kiln_image_folder_free(&f);
+
+    /* another size: refused without resize and crop, taken with them */
+    snprintf(p, sizeof p, "%s/dog/y.png", d);
+    write_png(p, 9, 7, PNG_COLOR_TYPE_RGB, 8, 5);
+    o.channels = 0;
+    CHECK(kiln_image_folder_load(ctx, d, &o, &f) == KILN_ERR_SHAPE && strstr(msg(), "y.png") && strstr(msg(), "9x7") &&
+              !f.images,
+          "an image of another size: %s", msg());
+    o.resize = 4;
+    o.crop = 4;
+    CHECK(kiln_image_folder_load(ctx, d, &o, &f) == KILN_OK && kiln_tensor_dim(f.images, 0) == 5 &&
+              kiln_tensor_dim(f.images, 2) == 4 && kiln_tensor_dim(f.images, 3) == 4,
+          "resize 4, crop 4: %s", msg());
+    kiln_image_folder_free(&f);
+    o.crop = 0;
+    CHECK(kiln_image_folder_load(ctx, d, &o, &f) == KILN_ERR_INVALID_ARGUMENT && strstr(msg(), "crop"),
+          "resize without crop: %s", msg());
+
+    /* a damaged image names its path; an empty class; no classes */
+    snprintf(p, sizeof p, "%s/dog/z.jpg", d);
+    spit(p, "\xFF\xD8\xFF\xE0garbage", 11);
+    o = (kiln_image_folder_options){.resize = 4, .crop = 4};
+    CHECK(kiln_image_folder_load(ctx, d, &o, &f) == KILN_ERR_PARSE && strstr(msg(), "dog/z.jpg"), "a damaged file: %s",
+          msg());
+    remove(p);
+    mkd(d, "empty");
+    CHECK(kiln_image_folder_load(ctx, d, &o, &f) == KILN_ERR_INVALID_ARGUMENT && strstr(msg(), "empty") &&
+              strstr(msg(), "no images"),
+          "an empty class folder: %s", msg());
+    snprintf(p, sizeof p, "%s/dog", d);
+    CHECK(kiln_image_folder_load(ctx, p, &o, &f) == KILN_ERR_INVALID_ARGUMENT && strstr(msg(), "no class folders"),
+          "a folder of images, not of classes: %s", msg());
+    snprintf(p, sizeof p, "%s/nowhere", d);
+    CHECK(kiln_image_folder_load(ctx, p, &o, &f) == KILN_ERR_IO && strstr(msg(), "nowhere"), "a missing folder: %s",
+          msg());
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) return fprintf(stderr, "usage: test_images WORKDIR\n"), 2;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/images_test", argv[1]);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) return 1;
+    mkdir(dir, 0755);
+    kiln_context_create(&ctx);
+    test_decode(dir);
+    test_folder(dir);
+    kiln_context_free(ctx);
+    if (fails) return printf("%d check(s) failed\n", fails), 1;
+    printf("ok: JPEG and PNG decoding, resize and crop, image folders\n");
+    return 0;
+}
