@@ -3,6 +3,7 @@
  *
  *   kiln run MODEL.onnx --input x.npy [--input ...] --output y.npy [--output ...]
  *   kiln info MODEL.onnx
+ *   kiln convert IN.onnx OUT.onnx [--fp16 ...]
  *   kiln onnx-test DIR...
  *   kiln ops | version | cache show|clear
  *   kiln <command> --help   (usage() below lists the commands; options through getopt_long)
@@ -48,6 +49,8 @@ static const struct { const char *name, *text; } commands[] = {
      "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,fuse-pool,\n"
      "        autotune,conv-gemm,conv-direct,streams] [--no-warmup] (CUDA: the plans, algorithm\n"
      "        searches and graph captures inside the first epoch instead of before it)\n"
+     "        [--export MODEL.onnx]   (the trained inference graph, input image -> logprobs, as\n"
+     "        ONNX at the end of training)\n"
      "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
      "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
      "      one training step, slowest first: each node of the forward + backward on its\n"
@@ -68,6 +71,13 @@ static const struct { const char *name, *text; } commands[] = {
      "      on the CPU), sorted by time, with TFLOP/s of convolutions and products and\n"
      "      GB/s of every node; --trace writes one pass as a Chrome trace (implies\n"
      "      --profile); --nvtx names each node's launch for Nsight (as KILN_NVTX=1).\n"},
+    {"convert",
+     "  convert IN.onnx OUT.onnx [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32]\n"
+     "        [--disable PASS,...|all]\n"
+     "      Rewrite a model with the passes a session with these options applies (fusions,\n"
+     "      folded BatchNormalization, fp16/bf16 with Casts, NHWC conversions) and save it as\n"
+     "      ONNX: kiln's fused ops are written as the standard ops they stand for, so\n"
+     "      onnxruntime loads the result. --disable all re-saves the model as kiln loaded it.\n"},
     {"info", "  info MODEL.onnx     Inputs, outputs, nodes and op counts of a model.\n"},
     {"onnx-test",
      "  onnx-test DIR...    Run ONNX backend test cases (model.onnx + test_data_set_*)\n"
@@ -307,6 +317,59 @@ static int parse_disable(const char *list, unsigned *out) {
         }
     }
     return 0;
+}
+
+static int cmd_convert(int argc, char **argv) {
+    const char *paths[2] = {0};
+    int n_paths = 0;
+    kiln_session_options opts = {0};
+    enum { O_STRICT = 256, O_DISABLE, O_FP32, O_FP16, O_BF16, O_DEVICE };
+    static const struct option lo[] = {
+        {"strict-fp32", no_argument, NULL, O_STRICT}, {"disable", required_argument, NULL, O_DISABLE},
+        {"fp32", no_argument, NULL, O_FP32},          {"fp16", no_argument, NULL, O_FP16},
+        {"bf16", no_argument, NULL, O_BF16},          {"device", required_argument, NULL, O_DEVICE},
+        {"help", no_argument, NULL, 'h'},             {0}};
+    for (int c; (c = next_opt("convert", argc, argv, lo)) != -1;) {
+        switch (c) {
+        case 'h': return cmd_usage("convert", stdout);
+        case O_STRICT: opts.strict_fp32 = 1; break;
+        case O_DISABLE:
+            if (parse_disable(optarg, &opts.disable_passes)) return 2;
+            break;
+        case O_FP32: opts.precision = KILN_PRECISION_FP32; break;
+        case O_FP16: opts.precision = KILN_PRECISION_FP16; break;
+        case O_BF16: opts.precision = KILN_PRECISION_BF16; break;
+        case O_DEVICE:
+            if (parse_device("convert", optarg, &opts.device)) return 2;
+            break;
+        default: return 2;
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (n_paths == 2) {
+            fprintf(stderr, "kiln convert: unexpected argument '%s'\n", argv[i]);
+            return cmd_usage("convert", stderr);
+        }
+        paths[n_paths++] = argv[i];
+    }
+    if (n_paths != 2) {
+        fprintf(stderr, "kiln convert: need IN.onnx and OUT.onnx\n");
+        return cmd_usage("convert", stderr);
+    }
+    kiln_context *ctx = NULL;
+    kiln_model *m = NULL, *opt = NULL;
+    int rc = 0;
+    if (kiln_context_create(&ctx)) return 1;
+    if (kiln_model_load_onnx(ctx, paths[0], &m)) rc = fail(ctx, paths[0]);
+    else if (kiln_model_apply_passes(m, &opts, &opt)) rc = fail(ctx, "passes");
+    else if (kiln_model_save_onnx(opt, paths[1])) rc = fail(ctx, paths[1]);
+    else
+        printf("%s (%d nodes) -> %s (%d nodes)\n", paths[0], kiln_model_num_nodes(m), paths[1],
+               kiln_model_num_nodes(opt));
+    kiln_model_free(opt);
+    kiln_model_free(m);
+    kiln_context_free(ctx);
+    return rc;
 }
 
 static int cmd_run(int argc, char **argv) {
@@ -730,13 +793,25 @@ out:
 /* ------------------------------------------------------------------ train */
 
 typedef struct train_args {
-    const char *model, *data, *save, *resume, *device, *amp, *init, *losses, *json, *plot;
+    const char *model, *data, *save, *resume, *device, *amp, *init, *losses, *json, *plot, *export_path;
     int64_t epochs, batch, accumulate, max_steps;
     uint64_t seed;
     float lr;
     int dropout, threads, strict_fp32, no_shuffle, profile, no_warmup, plot_w, plot_h;
     unsigned disable;
 } train_args;
+
+/* kiln train --export: the trained inference graph computing `output` (the loss and the
+ * labels dropped, BatchNormalization on running statistics, Dropout off) as ONNX. */
+static int export_onnx(kiln_context *ctx, kiln_trainer *t, const char *output, const char *path) {
+    kiln_model *m = NULL;
+    if (kiln_trainer_export(t, output, &m)) return fail(ctx, "--export");
+    int rc = 0;
+    if (kiln_model_save_onnx(m, path)) rc = fail(ctx, path);
+    else printf("exported the trained inference graph (output %s) to %s\n", output, path);
+    kiln_model_free(m);
+    return rc;
+}
 
 /* kiln train --profile: one step of the trained model, node by node (see kiln_trainer_profile),
  * with what the whole step takes beside it. */
@@ -834,7 +909,7 @@ static int cmd_train(int argc, char **argv) {
                     .plot_w = 1200, .plot_h = 900};
     enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
            O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
-           O_PLOT, O_PLOT_SIZE };
+           O_PLOT, O_PLOT_SIZE, O_EXPORT };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -848,6 +923,7 @@ static int cmd_train(int argc, char **argv) {
         {"losses", required_argument, NULL, O_LOSSES},        {"disable", required_argument, NULL, O_DISABLE},
         {"help", no_argument, NULL, 'h'},                     {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},            {"plot-size", required_argument, NULL, O_PLOT_SIZE},
+        {"export", required_argument, NULL, O_EXPORT},
         {0}};
     for (int c; (c = next_opt("train", argc, argv, longopts)) != -1;) {
         const char *v = optarg;
@@ -877,6 +953,7 @@ static int cmd_train(int argc, char **argv) {
         case O_PLOT_SIZE:
             if (train_plot_size(v, &a.plot_w, &a.plot_h)) return 2;
             break;
+        case O_EXPORT: a.export_path = v; break;
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
@@ -1088,6 +1165,10 @@ static int cmd_train(int argc, char **argv) {
         goto out;
     }
     printf("test accuracy: %.4f\n", acc);
+    if (a.export_path && export_onnx(ctx, t, "logprobs", a.export_path)) {
+        rc = 1;
+        goto out;
+    }
     fflush(stdout);
     if (a.json) {
         kiln_trainer_stats(t, &ts);
@@ -1320,6 +1401,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "convert") == 0) return cmd_convert(argc - 1, argv + 1);
     if (strcmp(cmd, "cache") == 0) return cmd_cache(argc - 1, argv + 1);
     if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) return cmd_version(argc - 1, argv + 1);

@@ -258,6 +258,26 @@ kiln_status kiln_model_load_onnx(kiln_context *ctx, const char *path, kiln_model
  * (NULL: external data is an error). */
 kiln_status kiln_model_load_onnx_buffer(kiln_context *ctx, const void *data, size_t size,
                                         const char *base_dir, kiln_model **out);
+/* Save a finalized model as ONNX: any model, whether loaded, built in C, exported from a
+ * trainer (kiln_trainer_export) or rewritten by kiln's passes. kiln and onnxruntime load
+ * what it writes, and a model kiln loaded computes the same bits once saved and reloaded.
+ * Kept: the default-domain opset, the IR version of the file the model came from (else the
+ * lowest its opset needs), graph inputs and outputs with dtypes and dims (named symbolic
+ * dims as dim_param), initializers (raw_data), node names and attributes. kiln's internal
+ * ops (fused convolutions and products, fused elementwise chains, the fused loss, layout
+ * conversions) are written as the ONNX ops they stand for; training graphs (gradient ops)
+ * are KILN_ERR_UNSUPPORTED. Weights past protobuf's 2 GiB limit go to external data:
+ * initializers of 1 KiB or more in PATH.data (path's file name plus ".data", beside it),
+ * which kiln_model_load_onnx reads; keep the two files together. The file (and the data
+ * file) is written to a temporary and renamed over path, so a failed save leaves what was
+ * there. Errors (an unfinalized model, a path that cannot be written, an op with no ONNX
+ * form) are statuses with a message on the model's context naming the node or file. */
+kiln_status kiln_model_save_onnx(const kiln_model *m, const char *path);
+/* The same into memory: *data (free it with kiln_free) holds *size bytes. A model over
+ * 2 GiB has nowhere to put external data here: KILN_ERR_UNSUPPORTED. */
+kiln_status kiln_model_save_onnx_buffer(const kiln_model *m, void **data, size_t *size);
+/* Free memory kiln allocated for the caller (kiln_model_save_onnx_buffer's bytes). */
+void kiln_free(void *p);
 void kiln_model_free(kiln_model *m);
 
 /* Building a model in C: create, add inputs, initializers, nodes and outputs, then

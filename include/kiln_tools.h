@@ -261,6 +261,15 @@ void kiln_image_folder_free(kiln_image_folder *f);
  * the tensor and the shapes. */
 kiln_status kiln_model_load_weights(kiln_model *m, const char *path, int *loaded);
 
+/* ------------------------------------------------------ optimized models */
+
+/* The model a session with these options runs (opts NULL: the defaults): a finalized copy
+ * of m rewritten by kiln's passes (fusions, folded BatchNormalization, the fp16/bf16
+ * precision pass, the CUDA layout passes) exactly as kiln_session_create rewrites it, for
+ * saving it (kiln_model_save_onnx writes the internal ops as the ONNX ops they stand for:
+ * `kiln convert`) or looking at it. Free it with kiln_model_free. */
+kiln_status kiln_model_apply_passes(const kiln_model *m, const kiln_session_options *opts, kiln_model **out);
+
 /* ------------------------------------------------ ONNX conformance runner */
 
 /* One ONNX backend test case: a folder with model.onnx and test_data_set_N/ folders of

@@ -15,7 +15,7 @@ KILN=$1 SRC=$2 DIR=$3 CASE=$4
 fail() { echo "FAIL $CASE: $*"; exit 1; }
 rm -rf "$DIR" && mkdir -p "$DIR" || fail "cannot make $DIR"
 MODEL=$SRC/examples/tiny_cnn.onnx
-COMMANDS="run train bench info onnx-test compare cache ops version help"
+COMMANDS="run train bench info convert onnx-test compare cache ops version help"
 
 case $CASE in
 help)

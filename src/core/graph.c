@@ -599,6 +599,7 @@ kiln_status kiln_model_clone(const kiln_model *src, kiln_model **out) {
     kiln_status st = kiln_model_create(src->ctx, &m);
     if (st) return st;
     m->opset = src->opset;
+    m->ir_version = src->ir_version;
     for (int v = 0; v < src->n_values && !st; v++) {
         const kiln_value *a = &src->values[v];
         int nv = new_value(m, a->name);

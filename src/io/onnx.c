@@ -1514,6 +1514,7 @@ static kiln_status import_model(importer *im) {
         if (st) return st;
     }
     if (im->opset) im->m->opset = (int)im->opset;
+    if (mp->has_ir_version && mp->ir_version > 0) im->m->ir_version = mp->ir_version;
     if (mp->producer_name && *mp->producer_name) {
         size_t n = strlen(mp->producer_name) + strlen(str_or_empty(mp->producer_version)) + 2;
         char *p = kiln_malloc(ctx, n, "producer name");

@@ -1,0 +1,973 @@
+/*
+ * onnx_save.c — the ONNX writer: a finalized kiln graph into ModelProto bytes (protobuf-c,
+ * the schema the importer src/io/onnx.c reads).
+ *
+ * Contract:
+ *   - Any finalized model: imported, built in C, exported from a trainer, or rewritten by
+ *     the passes (a session's optimized copy, kiln_model_apply_passes). What kiln saves,
+ *     kiln's importer and onnxruntime load; a model imported by kiln and saved again
+ *     computes bit for bit what it computed before.
+ *   - Kept: the default-domain opset (one opset_import), the IR version of the file the
+ *     model came from (else the lowest that opset needs), graph inputs with dtype and
+ *     dims (dim_param for named symbolic dims, an empty dim for unnamed unknown ones),
+ *     graph outputs with the dtype and dims kiln inferred, initializers as raw_data
+ *     (little-endian), nodes with their names and attributes, in topological order.
+ *   - kiln's internal ops (domain "kiln") that passes create are written as the ONNX ops
+ *     they stand for: kiln.FusedConv as Conv [+ Add] [+ activation], kiln.FusedGemm as
+ *     Gemm [+ activation], kiln.FusedElementwise as its program's ops (literals as scalar
+ *     initializers), kiln.LogSoftmaxNLL as [Cast to f32] LogSoftmax +
+ *     NegativeLogLikelihoodLoss, kiln.ToNHWC as [Cast] [Pad] or Identity, kiln.ToNCHW as
+ *     Identity (layouts are memory only: dims and initializer bytes are always NCHW). The
+ *     pieces of a decomposed node are named after it ("conv1", "conv1/Add", ...), their
+ *     intermediate values "<output>__kiln<k>". Other internal ops (gradients, optimizer
+ *     steps: training graphs) are KILN_ERR_UNSUPPORTED naming the node.
+ *   - Weights past protobuf's 2 GiB: kiln_model_save_onnx moves initializers of 1 KiB
+ *     or more into external data, PATH.data beside the .onnx (the importer reads it);
+ *     kiln_model_save_onnx_buffer has nowhere to put them and fails.
+ *   - Files are written to PATH.tmp.PID and renamed over PATH (the external data file
+ *     first), so a failed save leaves what was there before.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "io/onnx_save.h"
+#include "ops/fused.h"
+#include "passes/passes.h"
+#include "onnx.pb-c.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The ops the internal ones are written as, and the internal ones (by definition, not by
+ * name: the registry names them once) */
+extern const kiln_op_def kiln_op_add, kiln_op_cast, kiln_op_conv, kiln_op_gemm, kiln_op_identity, kiln_op_log_softmax,
+    kiln_op_negative_log_likelihood_loss, kiln_op_pad;
+extern const kiln_op_def kiln_op_fused_conv, kiln_op_fused_gemm, kiln_op_fused_elementwise, kiln_op_log_softmax_nll,
+    kiln_op_to_nhwc, kiln_op_to_nchw;
+
+#define MAX_INLINE_BYTES (((size_t)1 << 31) - 1)
+#define MIN_EXTERNAL_BYTES 1024
+#define EXTERNAL_ALIGN 4096
+#define PROBE_MAX_WEIGHTS ((size_t)256 << 20)
+
+/* ------------------------------------------------------------ the builder */
+
+typedef struct saver {
+    kiln_context *ctx;
+    const kiln_model *m;
+    kiln_status st;
+    /* every allocation of the protobuf tree, freed together */
+    void **allocs;
+    size_t n_allocs, cap_allocs;
+    /* graph parts, grown as nodes are decomposed */
+    Onnx__NodeProto **nodes;
+    size_t n_nodes, cap_nodes;
+    Onnx__TensorProto **inits;
+    size_t n_inits, cap_inits;
+    const char *ext_location; /* the external data file's name, relative to the model */
+    int fresh;              /* counter of generated names */
+    /* every value's dtype and shape with the graph inputs' symbolic dims as 1 and as 3
+     * (kiln_pass_infer_shapes on a clone; NULL where inference failed): dtypes the
+     * finalized model left undefined, and output dims that follow a symbolic input dim */
+    kiln_tensor *one, *three;
+} saver;
+
+static kiln_dtype vdtype(const saver *s, int v) {
+    kiln_dtype dt = s->m->values[v].dtype;
+    if (dt == KILN_DTYPE_UNDEFINED && s->one) dt = s->one[v].dtype;
+    if (dt == KILN_DTYPE_UNDEFINED && s->three) dt = s->three[v].dtype;
+    return dt;
+}
+
+/* The dtype of a fused elementwise / conv / gemm node's output: its value's, else its
+ * first input's (they share one float dtype). */
+static kiln_dtype out_dtype(const saver *s, const kiln_node *n) {
+    kiln_dtype dt = vdtype(s, n->out[0]);
+    for (int k = 0; dt == KILN_DTYPE_UNDEFINED && k < n->n_in; k++)
+        if (n->in[k] >= 0) dt = vdtype(s, n->in[k]);
+    return dt;
+}
+
+static bool failed(saver *s) { return s->st != KILN_OK; }
+
+static void *track(saver *s, void *p) {
+    if (!p) {
+        if (!s->st) s->st = kiln_fail(s->ctx, KILN_ERR_OUT_OF_MEMORY, "saving ONNX: out of memory");
+        return NULL;
+    }
+    if (s->n_allocs == s->cap_allocs) {
+        size_t cap = s->cap_allocs ? 2 * s->cap_allocs : 256;
+        void **a = realloc(s->allocs, cap * sizeof *a);
+        if (!a) {
+            free(p);
+            if (!s->st) s->st = kiln_fail(s->ctx, KILN_ERR_OUT_OF_MEMORY, "saving ONNX: out of memory");
+            return NULL;
+        }
+        s->allocs = a;
+        s->cap_allocs = cap;
+    }
+    s->allocs[s->n_allocs++] = p;
+    return p;
+}
+
+static void *zalloc(saver *s, size_t n) { return failed(s) ? NULL : track(s, calloc(1, n ? n : 1)); }
+
+static char *sdup(saver *s, const char *str) {
+    if (failed(s)) return NULL;
+    size_t n = strlen(str) + 1;
+    char *p = track(s, malloc(n));
+    if (p) memcpy(p, str, n);
+    return p;
+}
+
+/* Grow a typed array of pointers by one (arrays of each pointer type, no void ** aliasing). */
+#define DEFINE_PUSH(fn, T)                                                                      \
+    static bool fn(saver *s, T ***arr, size_t *n, size_t *cap, T *item) {                       \
+        if (failed(s) || !item) return false;                                                   \
+        if (*n == *cap) {                                                                       \
+            size_t c = *cap ? 2 * *cap : 64;                                                    \
+            T **a = realloc(*arr, c * sizeof *a);                                               \
+            if (!a) {                                                                           \
+                s->st = kiln_fail(s->ctx, KILN_ERR_OUT_OF_MEMORY, "saving ONNX: out of memory"); \
+                return false;                                                                   \
+            }                                                                                   \
+            *arr = a;                                                                           \
+            *cap = c;                                                                           \
+        }                                                                                       \
+        (*arr)[(*n)++] = item;                                                                  \
+        return true;                                                                            \
+    }
+DEFINE_PUSH(push_node, Onnx__NodeProto)
+DEFINE_PUSH(push_init, Onnx__TensorProto)
+
+static const char *vname(const saver *s, int v) { return v >= 0 ? s->m->values[v].name : ""; }
+
+/* A name no value of the model has, after base. */
+static const char *fresh_name(saver *s, const char *base) {
+    char buf[512];
+    do snprintf(buf, sizeof buf, "%.400s__kiln%d", base, s->fresh++);
+    while (kiln_model_find_value(s->m, buf) >= 0);
+    return sdup(s, buf);
+}
+
+/* "<name>/<what>" for the pieces of a decomposed node ("" stays ""). */
+static const char *piece_name(saver *s, const char *name, const char *what) {
+    if (!*name) return "";
+    char buf[600];
+    snprintf(buf, sizeof buf, "%.400s/%s", name, what);
+    return sdup(s, buf);
+}
+
+static Onnx__NodeProto *emit(saver *s, const char *op, const char *name, int n_in, const char *const *in,
+                             int n_out, const char *const *out) {
+    Onnx__NodeProto *np = zalloc(s, sizeof *np);
+    char **ins = zalloc(s, (size_t)(n_in + 1) * sizeof *ins);
+    char **outs = zalloc(s, (size_t)(n_out + 1) * sizeof *outs);
+    if (!np || !ins || !outs) return NULL;
+    onnx__node_proto__init(np);
+    for (int i = 0; i < n_in; i++) ins[i] = (char *)in[i];
+    for (int i = 0; i < n_out; i++) outs[i] = (char *)out[i];
+    np->n_input = (size_t)n_in;
+    np->input = ins;
+    np->n_output = (size_t)n_out;
+    np->output = outs;
+    np->op_type = sdup(s, op);
+    np->name = sdup(s, name);
+    if (!push_node(s, &s->nodes, &s->n_nodes, &s->cap_nodes, np)) return NULL;
+    return np;
+}
+
+static Onnx__AttributeProto *new_attr(saver *s, Onnx__NodeProto *np, const char *name,
+                                      Onnx__AttributeProto__AttributeType type) {
+    if (failed(s) || !np) return NULL;
+    Onnx__AttributeProto *a = zalloc(s, sizeof *a);
+    Onnx__AttributeProto **arr = zalloc(s, (np->n_attribute + 1) * sizeof *arr);
+    if (!a || !arr) return NULL;
+    onnx__attribute_proto__init(a);
+    a->name = sdup(s, name);
+    a->has_type = 1;
+    a->type = type;
+    if (np->n_attribute) memcpy(arr, np->attribute, np->n_attribute * sizeof *arr);
+    arr[np->n_attribute++] = a;
+    np->attribute = arr;
+    return a;
+}
+
+static void attr_int(saver *s, Onnx__NodeProto *np, const char *name, int64_t v) {
+    Onnx__AttributeProto *a = new_attr(s, np, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    if (a) a->has_i = 1, a->i = v;
+}
+
+static void attr_float(saver *s, Onnx__NodeProto *np, const char *name, float v) {
+    Onnx__AttributeProto *a = new_attr(s, np, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    if (a) a->has_f = 1, a->f = v;
+}
+
+static void attr_string(saver *s, Onnx__NodeProto *np, const char *name, const char *v) {
+    Onnx__AttributeProto *a = new_attr(s, np, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    if (!a) return;
+    a->has_s = 1;
+    a->s.len = strlen(v);
+    a->s.data = (uint8_t *)v;
+}
+
+static bool host_is_big_endian(void) {
+    const uint16_t one = 1;
+    uint8_t b;
+    memcpy(&b, &one, 1);
+    return b == 0;
+}
+
+/* A TensorProto of t (raw_data pointing at t's bytes, or at a little-endian copy on a
+ * big-endian host). */
+static Onnx__TensorProto *tensor_proto(saver *s, const kiln_tensor *t, const char *name) {
+    Onnx__TensorProto *tp = zalloc(s, sizeof *tp);
+    int64_t *dims = zalloc(s, (size_t)(t->ndim + 1) * sizeof *dims);
+    if (!tp || !dims) return NULL;
+    onnx__tensor_proto__init(tp);
+    for (int i = 0; i < t->ndim; i++) dims[i] = t->dims[i];
+    tp->n_dims = (size_t)t->ndim;
+    tp->dims = dims;
+    tp->has_data_type = 1;
+    tp->data_type = (int32_t)t->dtype;
+    if (name) tp->name = (char *)name;
+    size_t esize = kiln_dtype_size(t->dtype);
+    size_t nbytes = (size_t)kiln_tensor_numel(t) * esize;
+    const uint8_t *data = t->data;
+    if (nbytes && !data) {
+        s->st = kiln_fail(s->ctx, KILN_ERR_INTERNAL, "saving ONNX: tensor '%s' has no data", name ? name : "");
+        return NULL;
+    }
+    if (nbytes && esize > 1 && host_is_big_endian()) {
+        uint8_t *le = zalloc(s, nbytes);
+        if (!le) return NULL;
+        for (size_t i = 0; i < nbytes; i += esize)
+            for (size_t k = 0; k < esize; k++) le[i + k] = data[i + esize - 1 - k];
+        data = le;
+    }
+    tp->has_raw_data = 1;
+    tp->raw_data.len = nbytes;
+    tp->raw_data.data = (uint8_t *)(nbytes ? data : (const uint8_t *)"");
+    return tp;
+}
+
+static kiln_status unsupported_dtype(saver *s, kiln_dtype dt, const char *what) {
+    if (!s->st)
+        s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED, "saving ONNX: %s: a %s constant cannot be written (float dtypes only)",
+                          what, kiln_dtype_name(dt));
+    return s->st;
+}
+
+/* A new scalar initializer of dtype dt holding v; its name, or NULL on failure. */
+static const char *scalar_init(saver *s, kiln_dtype dt, double v, const char *hint, const char *what) {
+    kiln_tensor t = {.dtype = dt, .ndim = 0};
+    uint8_t *data = zalloc(s, 8);
+    if (!data) return NULL;
+    switch (dt) {
+    case KILN_F32: { float f = (float)v; memcpy(data, &f, 4); break; }
+    case KILN_F64: memcpy(data, &v, 8); break;
+    case KILN_F16: { uint16_t h = kiln_f32_to_f16((float)v); memcpy(data, &h, 2); break; }
+    case KILN_BF16: { uint16_t h = kiln_f32_to_bf16((float)v); memcpy(data, &h, 2); break; }
+    case KILN_I64: { int64_t i = (int64_t)v; memcpy(data, &i, 8); break; }
+    default: unsupported_dtype(s, dt, what); return NULL;
+    }
+    t.data = data;
+    const char *name = fresh_name(s, hint);
+    Onnx__TensorProto *tp = name ? tensor_proto(s, &t, name) : NULL;
+    if (!tp || !push_init(s, &s->inits, &s->n_inits, &s->cap_inits, tp)) return NULL;
+    return name;
+}
+
+/* A new 1-D int64 initializer. */
+static const char *ints_init(saver *s, int n, const int64_t *v, const char *hint) {
+    kiln_tensor t = {.dtype = KILN_I64, .ndim = 1, .dims = {n}};
+    int64_t *data = zalloc(s, (size_t)n * sizeof *data);
+    if (!data) return NULL;
+    memcpy(data, v, (size_t)n * sizeof *data);
+    t.data = data;
+    const char *name = fresh_name(s, hint);
+    Onnx__TensorProto *tp = name ? tensor_proto(s, &t, name) : NULL;
+    if (!tp || !push_init(s, &s->inits, &s->n_inits, &s->cap_inits, tp)) return NULL;
+    return name;
+}
+
+/* Copy one kiln attribute onto np. */
+static void copy_attr(saver *s, Onnx__NodeProto *np, const kiln_attr *a, const char *where) {
+    Onnx__AttributeProto *p;
+    switch (a->type) {
+    case KILN_ATTR_FLOAT: attr_float(s, np, a->name, a->f); return;
+    case KILN_ATTR_INT: attr_int(s, np, a->name, a->i); return;
+    case KILN_ATTR_STRING: attr_string(s, np, a->name, a->s ? a->s : ""); return;
+    case KILN_ATTR_TENSOR:
+        if (!a->t) break;
+        if ((p = new_attr(s, np, a->name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)))
+            p->t = tensor_proto(s, a->t, NULL);
+        return;
+    case KILN_ATTR_FLOATS:
+        if ((p = new_attr(s, np, a->name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS))) {
+            p->n_floats = (size_t)a->n;
+            p->floats = a->floats;
+        }
+        return;
+    case KILN_ATTR_INTS:
+        if ((p = new_attr(s, np, a->name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS))) {
+            p->n_ints = (size_t)a->n;
+            p->ints = a->ints;
+        }
+        return;
+    case KILN_ATTR_STRINGS:
+        if ((p = new_attr(s, np, a->name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS))) {
+            ProtobufCBinaryData *b = zalloc(s, ((size_t)a->n + 1) * sizeof *b);
+            if (!b) return;
+            for (int i = 0; i < a->n; i++) {
+                b[i].data = (uint8_t *)(a->strings[i] ? a->strings[i] : "");
+                b[i].len = strlen((const char *)b[i].data);
+            }
+            p->n_strings = (size_t)a->n;
+            p->strings = b;
+        }
+        return;
+    default: break;
+    }
+    if (!s->st)
+        s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED, "saving ONNX: %s: attribute '%s' has a type kiln cannot write",
+                          where, a->name);
+}
+
+/* Copy n's attributes except those named in skip (NULL-terminated). */
+static void copy_attrs(saver *s, Onnx__NodeProto *np, const kiln_node *n, const char *const *skip, const char *where) {
+    for (int i = 0; i < n->n_attrs && !failed(s); i++) {
+        bool skipped = false;
+        for (int k = 0; skip && skip[k]; k++) skipped |= strcmp(n->attrs[i].name, skip[k]) == 0;
+        if (!skipped) copy_attr(s, np, &n->attrs[i], where);
+    }
+}
+
+/* ------------------------------------------------------ decompositions */
+
+/* One elementwise op d (an op with kiln_eltwise properties) on x (and b for binary ops)
+ * into y. Its parameters (p[k] where has[k]) become the attributes its eltwise properties
+ * name, or, for an op taking its bounds from inputs (Clip), scalar inputs of dtype dt
+ * (attributes min / max before opset 11); absent ones keep the op's defaults. */
+static Onnx__NodeProto *emit_eltwise(saver *s, const kiln_op_def *d, const char *name, const char *x, const char *b,
+                                     const char *y, kiln_dtype dt, const double *p, const bool *has, const char *where) {
+    const kiln_eltwise *e = d->eltwise;
+    const char *in[3] = {x, b ? b : "", ""};
+    int n_in = e->arity;
+    if (e->bounds_from_inputs && s->m->opset >= 11) {
+        static const char *const hint[2] = {"min", "max"};
+        for (int k = 0; k < 2; k++)
+            if (has[k]) {
+                in[1 + k] = scalar_init(s, dt, p[k], hint[k], where);
+                n_in = 2 + k;
+            }
+        return failed(s) ? NULL : emit(s, d->name, name, n_in, in, 1, &y);
+    }
+    Onnx__NodeProto *np = emit(s, d->name, name, n_in, in, 1, &y);
+    for (int k = 0; np && k < e->n_params; k++) {
+        if (!has[k]) continue;
+        const char *attr = e->bounds_from_inputs ? (k ? "max" : "min") : e->param_attr[k];
+        if (attr) attr_float(s, np, attr, (float)p[k]);
+    }
+    return np;
+}
+
+/* The default-domain op an activation or program token names, when it is an elementwise
+ * op of that token (NULL otherwise). */
+static const kiln_op_def *eltwise_op(const char *token) {
+    const kiln_op_def *d = kiln_op_find(token);
+    if (!d || !d->eltwise) return NULL;
+    const char *t = kiln_eltwise_token(d);
+    return t && strcmp(t, token) == 0 ? d : NULL;
+}
+
+/* act(x) -> y, the activation of a fused conv / gemm as its ONNX op; its parameters are the
+ * node's attributes named as the op's (FusedConv: alpha, beta) or with a prefix (FusedGemm:
+ * act_alpha, act_beta), its bounds act_min / act_max. */
+static void emit_activation(saver *s, const kiln_node *n, const kiln_op_def *d, const char *prefix, kiln_dtype dt,
+                            const char *x, const char *y, const char *where) {
+    const kiln_eltwise *e = d->eltwise;
+    double p[2] = {0, 0};
+    bool has[2] = {false, false};
+    for (int k = 0; k < e->n_params && k < 2; k++) {
+        char attr[64];
+        if (e->bounds_from_inputs) snprintf(attr, sizeof attr, "act_%s", k ? "max" : "min");
+        else snprintf(attr, sizeof attr, "%s%s", prefix, e->param_attr[k] ? e->param_attr[k] : "");
+        const kiln_attr *a = kiln_node_attr(n, attr);
+        if (!a) continue;
+        has[k] = true;
+        p[k] = a->type == KILN_ATTR_INT ? (double)a->i : (double)a->f;
+    }
+    emit_eltwise(s, d, piece_name(s, n->name, d->name), x, NULL, y, dt, p, has, where);
+}
+
+/* kiln.FusedConv(X, W, B?, Z?) -> act(Conv(X, W, B) + Z); kiln.FusedGemm(A, B, C?) ->
+ * act(Gemm(A, B, C)): the op the fused one extends (`base`), then the residual's Add, then
+ * the activation. */
+static void save_fused_conv_gemm(saver *s, const kiln_node *n, const char *base, bool conv, const char *where) {
+    const char *act = kiln_attr_string(n, "activation", "");
+    kiln_act_kind kind;
+    const kiln_op_def *act_def = *act ? eltwise_op(act) : NULL;
+    if (*act && (!kiln_fused_act_kind(act, &kind) || !act_def)) {
+        s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED, "saving ONNX: %s: unknown activation '%s'", where, act);
+        return;
+    }
+    const int y = n->out[0];
+    const kiln_dtype dt = out_dtype(s, n);
+    const int z = conv && n->n_in > 3 ? n->in[3] : -1;
+    const char *in[3];
+    int n_in = n->n_in > 3 ? 3 : n->n_in;
+    for (int k = 0; k < n_in; k++) in[k] = vname(s, n->in[k]);
+    while (n_in > 2 && n->in[n_in - 1] < 0) n_in--;
+    const char *final = vname(s, y);
+    const char *prod = z >= 0 || *act ? fresh_name(s, final) : final;
+    static const char *const conv_skip[] = {"activation", "alpha", "beta", "act_min", "act_max", NULL};
+    static const char *const gemm_skip[] = {"activation", "act_alpha", "act_beta", "act_min", "act_max", NULL};
+    Onnx__NodeProto *np = emit(s, base, n->name, n_in, in, 1, &prod);
+    if (!np) return;
+    copy_attrs(s, np, n, conv ? conv_skip : gemm_skip, where);
+    if (z >= 0) {
+        const char *sum = *act ? fresh_name(s, final) : final;
+        const bool none[2] = {false, false};
+        emit_eltwise(s, &kiln_op_add, piece_name(s, n->name, kiln_op_add.name), prod, vname(s, z), sum, dt, NULL, none,
+                     where);
+        prod = sum;
+    }
+    if (act_def && !failed(s)) emit_activation(s, n, act_def, conv ? "" : "act_", dt, prod, final, where);
+}
+
+#define FE_STACK 32
+
+static void save_fused_elementwise(saver *s, const kiln_node *n, const char *where) {
+    const char *prog = kiln_attr_string(n, "program", NULL);
+    const int y = n->out[0];
+    const kiln_dtype dt = out_dtype(s, n);
+    if (!prog) {
+        s->st = kiln_fail(s->ctx, KILN_ERR_GRAPH, "saving ONNX: %s has no program", where);
+        return;
+    }
+    const char *stack[FE_STACK];
+    int sp = 0, step = 0;
+    /* the program's tokens, counted first so the last op writes y */
+    int n_ops = 0;
+    for (const char *p = prog; *p;) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        if (*p != 'i' && *p != 'c') n_ops++;
+        while (*p && *p != ' ') p++;
+    }
+    for (const char *p = prog; *p && !failed(s);) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        const char *end = p;
+        while (*end && *end != ' ') end++;
+        char tok[128];
+        snprintf(tok, sizeof tok, "%.*s", (int)(end - p) < 127 ? (int)(end - p) : 127, p);
+        p = end;
+        if (tok[0] == 'i' || tok[0] == 'c') {
+            if (sp >= FE_STACK) break;
+            if (tok[0] == 'i') {
+                int k = atoi(tok + 1);
+                if (k < 0 || k >= n->n_in || n->in[k] < 0) break;
+                stack[sp++] = vname(s, n->in[k]);
+            } else {
+                stack[sp++] = scalar_init(s, dt, strtod(tok + 1, NULL), vname(s, y), where);
+            }
+            continue;
+        }
+        char *at = strchr(tok, '@');
+        double params[2] = {0, 0};
+        int n_params = 0;
+        if (at) {
+            *at = 0;
+            for (char *q = at + 1; q && n_params < 2; n_params++) {
+                params[n_params] = strtod(q, NULL);
+                q = strchr(q, '@');
+                if (q) q++;
+            }
+        }
+        const kiln_op_def *d = eltwise_op(tok);
+        if (!d || n_params != d->eltwise->n_params || sp < d->eltwise->arity) {
+            s->st = kiln_fail(s->ctx, KILN_ERR_GRAPH, "saving ONNX: %s: bad program token '%s' in '%.200s'", where, tok, prog);
+            return;
+        }
+        step++;
+        const char *out = step == n_ops ? vname(s, y) : fresh_name(s, vname(s, y));
+        char what[160];
+        snprintf(what, sizeof what, "%s_%d", d->name, step);
+        const int pops = d->eltwise->arity;
+        const bool has[2] = {n_params > 0, n_params > 1};
+        Onnx__NodeProto *np = emit_eltwise(s, d, piece_name(s, n->name, what), stack[sp - pops],
+                                           pops > 1 ? stack[sp - 1] : NULL, out, dt, params, has, where);
+        sp -= pops;
+        if (!np) return;
+        stack[sp++] = out;
+    }
+    if (failed(s)) return;
+    if (sp != 1 || step != n_ops || n_ops == 0)
+        s->st = kiln_fail(s->ctx, KILN_ERR_GRAPH, "saving ONNX: %s: program '%.200s' does not leave one value computed by an op",
+                          where, prog);
+}
+
+/* kiln.LogSoftmaxNLL(X, target, weight?) -> loss, log_prob? */
+static void save_log_softmax_nll(saver *s, const kiln_node *n, const char *where) {
+    const char *x = vname(s, n->in[0]);
+    const kiln_dtype xt = vdtype(s, n->in[0]);
+    if (xt == KILN_F16 || xt == KILN_BF16) {
+        const char *x32 = fresh_name(s, x);
+        Onnx__NodeProto *np = emit(s, kiln_op_cast.name, piece_name(s, n->name, kiln_op_cast.name), 1, &x, 1, &x32);
+        attr_int(s, np, "to", KILN_F32);
+        x = x32;
+    }
+    const char *lp = n->n_out > 1 && n->out[1] >= 0 ? vname(s, n->out[1]) : fresh_name(s, vname(s, n->out[0]));
+    Onnx__NodeProto *np = emit(s, kiln_op_log_softmax.name, piece_name(s, n->name, kiln_op_log_softmax.name), 1, &x, 1, &lp);
+    attr_int(s, np, "axis", 1);
+    const char *in[3] = {lp, vname(s, n->in[1]), n->n_in > 2 ? vname(s, n->in[2]) : ""};
+    int n_in = n->n_in > 2 && n->in[2] >= 0 ? 3 : 2;
+    const char *loss = vname(s, n->out[0]);
+    np = emit(s, kiln_op_negative_log_likelihood_loss.name, n->name, n_in, in, 1, &loss);
+    copy_attrs(s, np, n, NULL, where);
+}
+
+/* kiln.ToNHWC(X; to, zero_channels) = Pad(Cast(X, to)); kiln.ToNCHW = Identity. */
+static void save_layout_convert(saver *s, const kiln_node *n, bool to_nhwc, const char *where) {
+    const kiln_model *m = s->m;
+    const char *x = vname(s, n->in[0]), *y = vname(s, n->out[0]);
+    const kiln_dtype xt = vdtype(s, n->in[0]);
+    const int64_t to = to_nhwc ? kiln_attr_int(n, "to", xt) : xt;
+    const int64_t zc = to_nhwc ? kiln_attr_int(n, "zero_channels", 0) : 0;
+    if (to == xt && zc == 0) {
+        emit(s, kiln_op_identity.name, n->name, 1, &x, 1, &y);
+        return;
+    }
+    if (to != xt) {
+        const char *c = zc ? fresh_name(s, y) : y;
+        Onnx__NodeProto *np = emit(s, kiln_op_cast.name, zc ? piece_name(s, n->name, kiln_op_cast.name) : n->name, 1, &x, 1, &c);
+        attr_int(s, np, "to", to);
+        x = c;
+    }
+    if (zc) {
+        const int64_t pads[8] = {0, 0, 0, 0, 0, zc, 0, 0};
+        if (m->opset < 11) {
+            Onnx__NodeProto *np = emit(s, kiln_op_pad.name, n->name, 1, &x, 1, &y);
+            Onnx__AttributeProto *a = new_attr(s, np, "pads", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+            int64_t *v = zalloc(s, sizeof pads);
+            if (!a || !v) return;
+            memcpy(v, pads, sizeof pads);
+            a->n_ints = 8;
+            a->ints = v;
+            return;
+        }
+        const char *in[2] = {x, ints_init(s, 8, pads, "pads")};
+        if (!failed(s)) emit(s, kiln_op_pad.name, n->name, 2, in, 1, &y);
+    }
+    (void)where;
+}
+
+static void save_node(saver *s, const kiln_node *n, int index) {
+    char where[600];
+    if (*n->name) snprintf(where, sizeof where, "node '%.300s' (%s%s%.100s)", n->name, n->domain, *n->domain ? "." : "", n->op_type);
+    else snprintf(where, sizeof where, "node #%d (%s%s%.100s)", index, n->domain, *n->domain ? "." : "", n->op_type);
+    if (!*n->domain || strcmp(n->domain, "ai.onnx") == 0) {
+        const char **in = zalloc(s, ((size_t)n->n_in + 1) * sizeof *in);
+        const char **out = zalloc(s, ((size_t)n->n_out + 1) * sizeof *out);
+        if (!in || !out) return;
+        for (int k = 0; k < n->n_in; k++) in[k] = vname(s, n->in[k]);
+        for (int k = 0; k < n->n_out; k++) out[k] = vname(s, n->out[k]);
+        Onnx__NodeProto *np = emit(s, n->op_type, n->name, n->n_in, in, n->n_out, out);
+        copy_attrs(s, np, n, NULL, where);
+        return;
+    }
+    if (strcmp(n->domain, "kiln") == 0) {
+        const kiln_op_def *d = kiln_node_def(n);
+        if (d == &kiln_op_fused_conv) return save_fused_conv_gemm(s, n, kiln_op_conv.name, true, where);
+        if (d == &kiln_op_fused_gemm) return save_fused_conv_gemm(s, n, kiln_op_gemm.name, false, where);
+        if (d == &kiln_op_fused_elementwise) return save_fused_elementwise(s, n, where);
+        if (d == &kiln_op_log_softmax_nll) return save_log_softmax_nll(s, n, where);
+        if (d == &kiln_op_to_nhwc) return save_layout_convert(s, n, true, where);
+        if (d == &kiln_op_to_nchw) return save_layout_convert(s, n, false, where);
+    }
+    s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED,
+                      "saving ONNX: %s is an internal op of kiln with no ONNX equivalent (training graphs "
+                      "cannot be saved: export the inference model first, kiln_trainer_export)", where);
+}
+
+/* ------------------------------------------------------------ the model */
+
+/* ONNX's table (onnx.helper.VERSION_TABLE): the lowest IR version that knows the opset. */
+static int64_t ir_for_opset(int opset) {
+    if (opset <= 8) return 3;
+    if (opset == 9) return 4;
+    if (opset == 10) return 5;
+    if (opset == 11) return 6;
+    if (opset <= 14) return 7;
+    if (opset <= 18) return 8;
+    if (opset <= 20) return 9;
+    return 10;
+}
+
+/* The name of the graph inputs' symbolic dims when they all share one (the batch), else NULL. */
+static const char *shared_dim_param(const kiln_model *m) {
+    const char *name = NULL;
+    for (int i = 0; i < m->n_inputs; i++) {
+        const kiln_value *in = &m->values[m->inputs[i]];
+        for (int j = 0; j < in->ndim; j++) {
+            if (in->dims[j] >= 0) continue;
+            if (!in->dim_param[j] || (name && strcmp(name, in->dim_param[j]) != 0)) return NULL;
+            name = in->dim_param[j];
+        }
+    }
+    return name;
+}
+
+/* A graph input's or output's ValueInfoProto. Inputs: dtype and dims as the model has them
+ * (dim_param where named). Outputs: the dtype and dims kiln inferred; a dim that is the
+ * graph inputs' one symbolic dim (1 and 3 in the two probes) gets its name. */
+static Onnx__ValueInfoProto *value_info(saver *s, int v, bool input) {
+    const kiln_value *val = &s->m->values[v];
+    Onnx__ValueInfoProto *vi = zalloc(s, sizeof *vi);
+    Onnx__TypeProto *tp = zalloc(s, sizeof *tp);
+    Onnx__TypeProto__Tensor *tt = zalloc(s, sizeof *tt);
+    if (!vi || !tp || !tt) return NULL;
+    onnx__value_info_proto__init(vi);
+    onnx__type_proto__init(tp);
+    onnx__type_proto__tensor__init(tt);
+    vi->name = val->name;
+    vi->type = tp;
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    const kiln_dtype dt = input ? val->dtype : vdtype(s, v);
+    if (dt != KILN_DTYPE_UNDEFINED) {
+        tt->has_elem_type = 1;
+        tt->elem_type = (int32_t)dt;
+    }
+    int ndim = val->ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    const char *params[KILN_MAX_DIMS] = {0};
+    for (int k = 0; k < ndim; k++) {
+        dims[k] = val->dims[k];
+        if (input) params[k] = val->dim_param[k];
+    }
+    if (!input && s->one && s->three && s->one[v].ndim >= 0 && s->one[v].ndim == s->three[v].ndim &&
+        (ndim < 0 || ndim == s->one[v].ndim)) {
+        const char *batch = shared_dim_param(s->m);
+        ndim = s->one[v].ndim;
+        for (int k = 0; k < ndim; k++) {
+            const int64_t a = s->one[v].dims[k], b = s->three[v].dims[k];
+            if (val->ndim == ndim && val->dims[k] >= 0) continue; /* static: as the model says */
+            dims[k] = a == b ? a : -1;
+            if (a == 1 && b == 3) params[k] = batch;
+        }
+    }
+    if (ndim >= 0) {
+        Onnx__TensorShapeProto *sh = zalloc(s, sizeof *sh);
+        Onnx__TensorShapeProto__Dimension **dv = zalloc(s, ((size_t)ndim + 1) * sizeof *dv);
+        if (!sh || !dv) return NULL;
+        onnx__tensor_shape_proto__init(sh);
+        for (int k = 0; k < ndim; k++) {
+            Onnx__TensorShapeProto__Dimension *d = zalloc(s, sizeof *d);
+            if (!d) return NULL;
+            onnx__tensor_shape_proto__dimension__init(d);
+            if (dims[k] >= 0) {
+                d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+                d->dim_value = dims[k];
+            } else if (params[k]) {
+                d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+                d->dim_param = (char *)params[k];
+            }
+            dv[k] = d;
+        }
+        sh->n_dim = (size_t)ndim;
+        sh->dim = dv;
+        tt->shape = sh;
+    }
+    return vi;
+}
+
+typedef struct file_buffer {
+    ProtobufCBuffer base;
+    FILE *f;
+    int err;
+} file_buffer;
+
+static void fb_append(ProtobufCBuffer *b, size_t len, const uint8_t *data) {
+    file_buffer *fb = (file_buffer *)b;
+    if (!fb->err && len && fwrite(data, 1, len, fb->f) != len) fb->err = errno ? errno : EIO;
+}
+
+static void saver_free(saver *s) {
+    for (size_t i = 0; i < s->n_allocs; i++) free(s->allocs[i]);
+    free(s->allocs);
+    free(s->nodes);
+    free(s->inits);
+    free(s->one);
+    free(s->three);
+}
+
+/* Build the ModelProto of m in *mp (its parts owned by s). */
+static kiln_status build(saver *s, Onnx__ModelProto *mp, Onnx__GraphProto *g) {
+    const kiln_model *m = s->m;
+    onnx__model_proto__init(mp);
+    onnx__graph_proto__init(g);
+    /* the probes run on a clone, which copies the weights: not for models over 256 MiB,
+     * which then get the dtypes and dims the finalized model holds */
+    size_t weights = 0;
+    for (int v = 0; v < m->n_values; v++)
+        if (m->values[v].init) weights += kiln_tensor_nbytes(m->values[v].init);
+    kiln_model *probe = NULL;
+    if (weights <= PROBE_MAX_WEIGHTS && kiln_model_clone(m, &probe) == KILN_OK) {
+        if (kiln_pass_infer_shapes(probe, 1, &s->one) != KILN_OK) s->one = NULL;
+        if (probe->n_values != m->n_values || kiln_pass_infer_shapes(probe, 3, &s->three) != KILN_OK) s->three = NULL;
+        if (probe->n_values != m->n_values) {
+            free(s->one);
+            free(s->three);
+            s->one = s->three = NULL;
+        }
+    }
+    kiln_model_free(probe);
+    kiln_clear_error(s->ctx);
+    for (int v = 0; v < m->n_values && !failed(s); v++)
+        if (m->values[v].init) {
+            Onnx__TensorProto *tp = tensor_proto(s, m->values[v].init, m->values[v].name);
+            push_init(s, &s->inits, &s->n_inits, &s->cap_inits, tp);
+        }
+    for (int i = 0; i < m->n_nodes && !failed(s); i++) save_node(s, &m->nodes[i], i);
+    Onnx__ValueInfoProto **ins = zalloc(s, ((size_t)m->n_inputs + 1) * sizeof *ins);
+    Onnx__ValueInfoProto **outs = zalloc(s, ((size_t)m->n_outputs + 1) * sizeof *outs);
+    Onnx__OperatorSetIdProto *os = zalloc(s, sizeof *os);
+    Onnx__OperatorSetIdProto **osv = zalloc(s, sizeof *osv);
+    if (failed(s)) return s->st;
+    for (int i = 0; i < m->n_inputs && !failed(s); i++) ins[i] = value_info(s, m->inputs[i], true);
+    for (int i = 0; i < m->n_outputs && !failed(s); i++) outs[i] = value_info(s, m->outputs[i], false);
+    if (failed(s)) return s->st;
+    onnx__operator_set_id_proto__init(os);
+    os->domain = "";
+    os->has_version = 1;
+    os->version = m->opset;
+    osv[0] = os;
+    g->name = "kiln";
+    g->n_node = s->n_nodes;
+    g->node = s->nodes;
+    g->n_initializer = s->n_inits;
+    g->initializer = s->inits;
+    g->n_input = (size_t)m->n_inputs;
+    g->input = ins;
+    g->n_output = (size_t)m->n_outputs;
+    g->output = outs;
+    mp->has_ir_version = 1;
+    mp->ir_version = m->ir_version > 0 ? m->ir_version : ir_for_opset(m->opset);
+    if (mp->ir_version < ir_for_opset(m->opset)) mp->ir_version = ir_for_opset(m->opset);
+    mp->n_opset_import = 1;
+    mp->opset_import = osv;
+    mp->producer_name = "kiln";
+    mp->producer_version = KILN_VERSION;
+    mp->graph = g;
+    return KILN_OK;
+}
+
+static kiln_status check_model(const kiln_model *m, const char *fn) {
+    if (!m) return KILN_ERR_INVALID_ARGUMENT;
+    if (!m->finalized)
+        return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "%s: the model is not finalized (call kiln_model_finalize before saving it)", fn);
+    return KILN_OK;
+}
+
+/* The file name part of path. */
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* Write a temporary beside path and rename it over path. write(f, arg) returns 0 or an
+ * errno. */
+static kiln_status write_renamed(kiln_context *ctx, const char *path, const char *what,
+                                 int (*write)(FILE *f, void *arg), void *arg, char **tmp_out) {
+    char *tmp = kiln_malloc(ctx, strlen(path) + 32, "a path");
+    if (!tmp) return KILN_ERR_OUT_OF_MEMORY;
+    snprintf(tmp, strlen(path) + 32, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        kiln_status st = kiln_fail(ctx, KILN_ERR_IO, "saving %s '%s': cannot create '%s': %s", what, path, tmp, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    errno = 0;
+    int err = write(f, arg);
+    if (!err && (fflush(f) != 0 || fsync(fileno(f)) != 0)) err = errno ? errno : EIO;
+    if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
+    if (err) {
+        remove(tmp);
+        free(tmp);
+        return kiln_fail(ctx, KILN_ERR_IO, "saving %s '%s': writing failed: %s", what, path, strerror(err));
+    }
+    if (tmp_out) {
+        *tmp_out = tmp; /* the caller renames it */
+        return KILN_OK;
+    }
+    if (rename(tmp, path) != 0) {
+        err = errno;
+        remove(tmp);
+        free(tmp);
+        return kiln_fail(ctx, KILN_ERR_IO, "saving %s '%s': cannot rename the temporary over it: %s", what, path, strerror(err));
+    }
+    free(tmp);
+    return KILN_OK;
+}
+
+static int write_model(FILE *f, void *arg) {
+    file_buffer fb = {.base = {.append = fb_append}, .f = f};
+    protobuf_c_message_pack_to_buffer((const ProtobufCMessage *)arg, &fb.base);
+    return fb.err;
+}
+
+typedef struct external_job {
+    saver *s;
+    size_t min_external;
+} external_job;
+
+/* Move the initializers of at least min_external bytes into the data file (its name in
+ * s's tree) and write their bytes. */
+static int write_external(FILE *f, void *arg) {
+    external_job *job = arg;
+    saver *s = job->s;
+    uint64_t offset = 0;
+    static const uint8_t zeros[EXTERNAL_ALIGN];
+    for (size_t i = 0; i < s->n_inits; i++) {
+        Onnx__TensorProto *tp = s->inits[i];
+        if (!tp->has_raw_data || tp->raw_data.len < job->min_external || tp->n_external_data) continue;
+        const size_t len = tp->raw_data.len;
+        if (offset % EXTERNAL_ALIGN) {
+            size_t pad = EXTERNAL_ALIGN - (size_t)(offset % EXTERNAL_ALIGN);
+            if (fwrite(zeros, 1, pad, f) != pad) return errno ? errno : EIO;
+            offset += pad;
+        }
+        if (len && fwrite(tp->raw_data.data, 1, len, f) != len) return errno ? errno : EIO;
+        Onnx__StringStringEntryProto **kv = zalloc(s, 3 * sizeof *kv);
+        char *off = zalloc(s, 32), *lens = zalloc(s, 32);
+        for (int k = 0; kv && k < 3; k++) {
+            kv[k] = zalloc(s, sizeof **kv);
+            if (kv[k]) onnx__string_string_entry_proto__init(kv[k]);
+        }
+        if (failed(s) || !kv[0] || !kv[1] || !kv[2]) return ENOMEM;
+        snprintf(off, 32, "%" PRIu64, offset);
+        snprintf(lens, 32, "%zu", len);
+        kv[0]->key = "location";
+        kv[0]->value = (char *)s->ext_location;
+        kv[1]->key = "offset";
+        kv[1]->value = off;
+        kv[2]->key = "length";
+        kv[2]->value = lens;
+        tp->n_external_data = 3;
+        tp->external_data = kv;
+        tp->has_data_location = 1;
+        tp->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+        tp->has_raw_data = 0;
+        tp->raw_data.len = 0;
+        tp->raw_data.data = NULL;
+        offset += len;
+    }
+    return 0;
+}
+
+kiln_status kiln_onnx_save_with(const kiln_model *m, const char *path, size_t max_inline, size_t min_external) {
+    kiln_status st = check_model(m, "kiln_model_save_onnx");
+    if (st) return st;
+    if (!path || !*path) return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_model_save_onnx: no path");
+    saver s = {.ctx = m->ctx, .m = m};
+    Onnx__ModelProto mp;
+    Onnx__GraphProto g;
+    char *data_path = NULL, *data_tmp = NULL;
+    if ((st = build(&s, &mp, &g))) goto done;
+    if (protobuf_c_message_get_packed_size(&mp.base) > max_inline) {
+        /* external data: PATH.data beside the model, named relative to it */
+        size_t n = strlen(path) + 8;
+        data_path = kiln_malloc(m->ctx, n, "a path");
+        char *location = data_path ? zalloc(&s, strlen(base_name(path)) + 8) : NULL;
+        if (!data_path || !location) {
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "saving ONNX: out of memory");
+            goto done;
+        }
+        snprintf(data_path, n, "%s.data", path);
+        sprintf(location, "%s.data", base_name(path));
+        s.ext_location = location;
+        external_job job = {.s = &s, .min_external = min_external};
+        st = write_renamed(m->ctx, data_path, "ONNX external data", write_external, &job, &data_tmp);
+        if (st) goto done;
+        if (protobuf_c_message_get_packed_size(&mp.base) > MAX_INLINE_BYTES) {
+            st = kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED,
+                           "saving '%s': the graph is over protobuf's 2 GiB even with its initializers in "
+                           "external data (large Constant nodes?)", path);
+            goto done;
+        }
+    }
+    char *model_tmp = NULL;
+    if ((st = write_renamed(m->ctx, path, "ONNX model", write_model, &mp, &model_tmp))) goto done;
+    if (data_tmp) {
+        if (rename(data_tmp, data_path) != 0) {
+            st = kiln_fail(m->ctx, KILN_ERR_IO, "saving ONNX external data '%s': cannot rename the temporary over it: %s",
+                           data_path, strerror(errno));
+            remove(model_tmp);
+            free(model_tmp);
+            goto done;
+        }
+        free(data_tmp);
+        data_tmp = NULL;
+    }
+    if (rename(model_tmp, path) != 0) {
+        st = kiln_fail(m->ctx, KILN_ERR_IO, "saving ONNX model '%s': cannot rename the temporary over it: %s", path,
+                       strerror(errno));
+        remove(model_tmp);
+    }
+    free(model_tmp);
+done:
+    if (data_tmp) {
+        remove(data_tmp);
+        free(data_tmp);
+    }
+    free(data_path);
+    if (!st) st = s.st;
+    saver_free(&s);
+    return st;
+}
+
+kiln_status kiln_model_save_onnx(const kiln_model *m, const char *path) {
+    return kiln_onnx_save_with(m, path, MAX_INLINE_BYTES, MIN_EXTERNAL_BYTES);
+}
+
+kiln_status kiln_model_save_onnx_buffer(const kiln_model *m, void **data, size_t *size) {
+    kiln_status st = check_model(m, "kiln_model_save_onnx_buffer");
+    if (st) return st;
+    if (!data || !size) return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_model_save_onnx_buffer: NULL argument");
+    *data = NULL;
+    *size = 0;
+    saver s = {.ctx = m->ctx, .m = m};
+    Onnx__ModelProto mp;
+    Onnx__GraphProto g;
+    if (!(st = build(&s, &mp, &g))) {
+        size_t n = protobuf_c_message_get_packed_size(&mp.base);
+        uint8_t *buf = NULL;
+        if (n > MAX_INLINE_BYTES)
+            st = kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED,
+                           "kiln_model_save_onnx_buffer: the model is %zu bytes, over protobuf's 2 GiB limit; save it "
+                           "to a file (kiln_model_save_onnx writes its weights as external data)", n);
+        else if (!(buf = kiln_malloc(m->ctx, n ? n : 1, "the ONNX bytes")))
+            st = KILN_ERR_OUT_OF_MEMORY;
+        else if (protobuf_c_message_pack(&mp.base, buf) != n) {
+            free(buf);
+            st = kiln_fail(m->ctx, KILN_ERR_INTERNAL, "kiln_model_save_onnx_buffer: protobuf-c packed a different size");
+        } else {
+            *data = buf;
+            *size = n;
+        }
+    }
+    saver_free(&s);
+    return st;
+}
+
+void kiln_free(void *p) { free(p); }

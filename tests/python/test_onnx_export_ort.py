@@ -1,0 +1,222 @@
+"""onnxruntime on the ONNX files kiln saves gives kiln's outputs.
+
+    python test_onnx_export_ort.py KILN SRC_DIR WORK_DIR [FASHION_MNIST_DIR]
+    python test_onnx_export_ort.py KILN --node-tests NODE_DIR WORK_DIR
+    python test_onnx_export_ort.py KILN --files DIR WORK_DIR
+
+The files come from the kiln command line:
+  - `kiln convert` of examples/tiny_cnn.onnx: re-saved as loaded (--disable all), rewritten by
+    the CPU fp32 passes (fused convolutions written back as Conv/Add/Relu...), by the CUDA
+    passes (layout conversions) and by the fp16 precision pass (Casts);
+  - `kiln train mnist-net ... --export`: a trained-then-exported inference graph (when the
+    data set is there).
+Each saved file must pass onnx.checker, load in onnxruntime (CPU), and give what `kiln run`
+gives on the same file and on the original model: |ort - kiln| <= 1e-5 |kiln| + 1e-6 for
+fp32 (fp16: 1e-2). Symbolic input dims keep their dim_param names.
+
+With --files, every DIR/export_kop_*.onnx (the models test_onnx_export writes: each of
+kiln's internal ops alone, saved as the ONNX ops it stands for) runs in onnxruntime and in
+kiln on random inputs (integer inputs: class indices below 10) with the same tolerance.
+
+With --node-tests, every ONNX node-test model that kiln loads and onnxruntime runs is
+re-saved by kiln (`kiln convert --disable all`); onnxruntime must load the saved file and
+compute exactly (bit for bit) what it computes from the original on the case's inputs.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+
+FAILS = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print("FAIL", msg)
+
+
+def sh(*args):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed (%d):\n%s%s" % (" ".join(map(str, args)), r.returncode, r.stdout, r.stderr))
+    return r.stdout
+
+
+def kiln_run(kiln, model, inputs, work, tag, extra=()):
+    args = [kiln, "run", model]
+    for i, x in enumerate(inputs):
+        p = os.path.join(work, "%s_in%d.npy" % (tag, i))
+        np.save(p, x)
+        args += ["--input", p]
+    out = os.path.join(work, "%s_out.npy" % tag)
+    sh(*args, "--output", out, *extra)
+    return np.load(out)
+
+
+def ort_run(model, inputs):
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
+    return sess.run(None, feed)[0]
+
+
+def compare(a, b, rtol, atol, what):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        check(False, "%s: shapes %s vs %s" % (what, a.shape, b.shape))
+        return
+    err = np.abs(a - b)
+    ok = bool(np.all(err <= atol + rtol * np.abs(b)))
+    worst = float(np.max(err / (atol + rtol * np.abs(b)))) if a.size else 0.0
+    print("%-48s max |diff| %.3g (%.2f of the budget)" % (what, float(err.max()) if a.size else 0.0, worst))
+    check(ok, "%s: ort and kiln differ beyond rtol %g atol %g" % (what, rtol, atol))
+
+
+def saved_ok(path, what):
+    m = onnx.load(path)
+    onnx.checker.check_model(m, full_check=True)
+    domains = {n.domain for n in m.graph.node}
+    check(domains <= {"", "ai.onnx"}, "%s: nodes of domains %s" % (what, domains))
+    return m
+
+
+def node_tests(kiln, root, work):
+    import glob
+    from onnx import numpy_helper
+    ort.set_default_logger_severity(3)
+    os.makedirs(work, exist_ok=True)
+    same = skipped = 0
+    for case in sorted(os.listdir(root)):
+        d = os.path.join(root, case)
+        src = os.path.join(d, "model.onnx")
+        if not os.path.isfile(src):
+            continue
+        out = os.path.join(work, case + ".onnx")
+        r = subprocess.run([kiln, "convert", src, out, "--disable", "all"], capture_output=True, text=True)
+        if r.returncode != 0:
+            skipped += 1  # kiln does not load it
+            continue
+        ins = [numpy_helper.to_array(onnx.load_tensor(p))
+               for p in sorted(glob.glob(os.path.join(d, "test_data_set_0", "input_*.pb")))]
+        try:
+            s0 = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
+            want = s0.run(None, {i.name: x for i, x in zip(s0.get_inputs(), ins)})
+        except Exception:
+            skipped += 1  # onnxruntime does not run the original (or its test data)
+            continue
+        try:
+            s1 = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+            got = s1.run(None, {i.name: x for i, x in zip(s1.get_inputs(), ins)})
+        except Exception as e:
+            check(False, "%s: onnxruntime on kiln's file: %s" % (case, str(e).splitlines()[0][:300]))
+            continue
+        ok = len(got) == len(want) and all(
+            g.dtype == w.dtype and g.shape == w.shape and
+            (np.array_equal(g, w, equal_nan=True) if g.dtype.kind in "fc" else np.array_equal(g, w))
+            for g, w in zip(got, want))
+        check(ok, "%s: onnxruntime computes something else on kiln's file" % case)
+        same += ok
+    print("node tests: onnxruntime on %d files kiln saved computes what it computes on the originals "
+          "(%d skipped: kiln or onnxruntime does not run them)" % (same, skipped))
+    check(same >= 500, "only %d node tests checked" % same)
+    if FAILS:
+        print("%d failures" % len(FAILS))
+        return 1
+    print("all passed")
+    return 0
+
+
+NP_DTYPES = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
+             onnx.TensorProto.FLOAT16: np.float16, onnx.TensorProto.INT64: np.int64}
+
+
+def files(kiln, src_dir, work):
+    import glob
+    ort.set_default_logger_severity(3)
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(1)
+    paths = sorted(glob.glob(os.path.join(src_dir, "export_kop_*.onnx")))
+    check(len(paths) >= 10, "only %d export_kop_*.onnx files in %s (test_onnx_export writes them)" % (len(paths), src_dir))
+    for path in paths:
+        name = os.path.basename(path)
+        m = saved_ok(path, name)
+        ins = []
+        for vi in m.graph.input:
+            tt = vi.type.tensor_type
+            shape = [d.dim_value for d in tt.shape.dim]
+            dt = NP_DTYPES[tt.elem_type]
+            if dt == np.int64:
+                ins.append(rng.integers(0, 10, size=shape).astype(np.int64))
+            else:
+                ins.append(rng.uniform(-1, 1, size=shape).astype(dt))
+        lowp = any(x.dtype == np.float16 for x in ins)
+        got = ort_run(path, ins)
+        want = kiln_run(kiln, path, ins, work, name.replace(".onnx", ""), ["--disable", "all"])
+        compare(got, want, 1e-3 if lowp else 1e-5, 1e-3 if lowp else 1e-6, "%s: ort vs kiln" % name)
+    if FAILS:
+        print("%d failures" % len(FAILS))
+        return 1
+    print("all passed")
+    return 0
+
+
+def main():
+    if len(sys.argv) == 5 and sys.argv[2] == "--files":
+        return files(sys.argv[1], sys.argv[3], sys.argv[4])
+    if len(sys.argv) == 5 and sys.argv[2] == "--node-tests":
+        return node_tests(sys.argv[1], sys.argv[3], sys.argv[4])
+    kiln, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    data = sys.argv[4] if len(sys.argv) > 4 else "/usr/share/datasets/fashion-mnist"
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(0)
+
+    cnn = os.path.join(src, "examples", "tiny_cnn.onnx")
+    orig = onnx.load(cnn)
+    x = rng.standard_normal((3, 3, 32, 32)).astype(np.float32)
+    want = kiln_run(kiln, cnn, [x], work, "orig")
+    cases = [
+        ("as loaded", ["--disable", "all"], 1e-5, 1e-6, []),
+        ("cpu fp32 passes", [], 1e-5, 1e-6, []),
+        ("cuda passes", ["--device", "cuda"], 1e-5, 1e-6, []),
+        ("fp16 passes", ["--fp16"], 1e-2, 1e-2, ["--fp16"]),
+        ("cuda fp16 passes", ["--device", "cuda", "--fp16"], 1e-2, 1e-2, ["--fp16"]),
+    ]
+    for name, flags, rtol, atol, run_flags in cases:
+        out = os.path.join(work, "tiny_cnn_%s.onnx" % name.replace(" ", "_"))
+        sh(kiln, "convert", cnn, out, *flags)
+        m = saved_ok(out, name)
+        check(m.graph.input[0].type.tensor_type.shape.dim[0].dim_param ==
+              orig.graph.input[0].type.tensor_type.shape.dim[0].dim_param,
+              "%s: the batch dim's name is lost" % name)
+        y_ort = ort_run(out, [x])
+        y_kiln = kiln_run(kiln, out, [x], work, "saved", run_flags)
+        compare(y_ort, y_kiln, rtol, atol, "tiny_cnn %s: ort vs kiln (saved)" % name)
+        compare(y_ort, want, rtol, atol, "tiny_cnn %s: ort vs kiln (original)" % name)
+
+    if os.path.isdir(data):
+        trained = os.path.join(work, "mnist_trained.onnx")
+        log = sh(kiln, "train", "mnist-net", "--data", data, "--max-steps", "3", "--batch", "32",
+                 "--threads", "2", "--export", trained)
+        check("exported" in log, "kiln train --export said nothing about the export")
+        saved_ok(trained, "trained mnist-net")
+        img = rng.standard_normal((5, 1, 28, 28)).astype(np.float32)
+        compare(ort_run(trained, [img]), kiln_run(kiln, trained, [img], work, "trained"), 1e-5, 1e-6,
+                "trained mnist-net: ort vs kiln")
+    else:
+        print("no data set at %s: the trained-export case is not run" % data)
+        check(False, "data set %s missing" % data)
+
+    if FAILS:
+        print("%d failures" % len(FAILS))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
