@@ -276,7 +276,8 @@ kiln_status kiln_model_apply_passes(const kiln_model *m, const kiln_session_opti
  * input_K.pb (bound to graph input K) and output_K.pb (compared with graph output K),
  * run through a CPU session on a context of its own.
  *   PASS; SKIP only when kiln reports KILN_ERR_UNSUPPORTED because of an op missing from
- *   the registry or a STRING tensor (or, with ops_in_registry, when a node's op is not in
+ *   the registry, a STRING tensor or a graph input that is a sequence, map or optional
+ *   (or, with ops_in_registry, when a node's op is not in
  *   the registry, before anything runs); FAIL for everything else.
  * why (why_size bytes) receives the reason of a SKIP or FAIL: kiln's message, or the
  * output, its max errors, where, and the share of the error budget used. Tolerances by

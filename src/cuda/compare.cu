@@ -5,6 +5,9 @@
  *     floats compare by value (f16 / bf16 widened to float, exact; NaN compares false,
  *     even with itself; -0 == 0), signed integers as int64, unsigned ones as uint64, bool
  *     as "nonzero", like the CPU reference (src/ops/equal.c, less.c, greater.c).
+ *   GreaterOrEqual / LessOrEqual the same way; And / Or / Xor on bool inputs.
+ *   BitShift(A, B) on one unsigned integer dtype: A << B or A >> B (direction), a shift by
+ *     64 or more giving 0 and bits past the width dropped, as src/ops/bit_shift.c.
  *   Where(condition, X, Y): condition bool (any nonzero byte is true), X and Y of one
  *     dtype copied as opaque elements of 1, 2, 4 or 8 bytes.
  * The broadcast is planned on the host by kiln_cuda_bcast_init (size-1 dims dropped,
@@ -53,7 +56,18 @@ template <int NIN> __device__ __forceinline__ void offsets(const Bcast3 &b, int6
 
 /* ---------------------------------------------------------------- comparisons */
 
-enum CmpOp { C_EQUAL, C_LESS, C_GREATER };
+enum CmpOp { C_EQUAL, C_LESS, C_GREATER, C_GREATER_EQUAL, C_LESS_EQUAL, C_AND, C_OR, C_XOR };
+
+template <int OP, typename K> __device__ __forceinline__ bool cmp_op(K u, K v) {
+    if constexpr (OP == C_EQUAL) return u == v;
+    else if constexpr (OP == C_LESS) return u < v;
+    else if constexpr (OP == C_GREATER) return u > v;
+    else if constexpr (OP == C_GREATER_EQUAL) return u >= v;
+    else if constexpr (OP == C_LESS_EQUAL) return u <= v;
+    else if constexpr (OP == C_AND) return u != 0 && v != 0;
+    else if constexpr (OP == C_OR) return u != 0 || v != 0;
+    else return (u != 0) != (v != 0);
+}
 
 /* The value a comparison sees of an element of T. */
 template <typename T> struct Key { using type = T; };
@@ -78,7 +92,7 @@ __global__ void compare_kernel(const T *a, const T *b, uint8_t *y, int64_t n, Bc
         int64_t off[2];
         offsets<2>(g, i, off);
         const auto u = key(a[off[0]]), v = key(b[off[1]]);
-        y[i] = OP == C_EQUAL ? u == v : OP == C_LESS ? u < v : u > v;
+        y[i] = cmp_op<OP>(u, v);
     }
 }
 
@@ -88,10 +102,41 @@ kiln_status launch_compare(kiln_cuda *cu, kiln_context *ctx, int op, const void 
     const unsigned blocks = kiln_cuda_blocks(cu, n, THREADS);
     const T *ap = (const T *)a, *bp = (const T *)b;
     uint8_t *yp = (uint8_t *)y;
-    if (op == C_EQUAL) compare_kernel<T, C_EQUAL><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g);
-    else if (op == C_LESS) compare_kernel<T, C_LESS><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g);
-    else compare_kernel<T, C_GREATER><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g);
+    switch (op) {
+    case C_EQUAL: compare_kernel<T, C_EQUAL><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g); break;
+    case C_LESS: compare_kernel<T, C_LESS><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g); break;
+    case C_GREATER: compare_kernel<T, C_GREATER><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g); break;
+    case C_GREATER_EQUAL:
+        compare_kernel<T, C_GREATER_EQUAL><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g);
+        break;
+    case C_LESS_EQUAL: compare_kernel<T, C_LESS_EQUAL><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g); break;
+    case C_AND: compare_kernel<T, C_AND><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g); break;
+    case C_OR: compare_kernel<T, C_OR><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g); break;
+    default: compare_kernel<T, C_XOR><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, g); break;
+    }
     KILN_CUDA_LAUNCHED(ctx, "compare_kernel");
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ bit shift */
+
+template <typename U, bool LEFT>
+__global__ void shift_kernel(const U *a, const U *b, U *y, int64_t n, Bcast3 g) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        int64_t off[2];
+        offsets<2>(g, i, off);
+        const uint64_t u = a[off[0]], s = b[off[1]];
+        y[i] = s >= 64 ? (U)0 : (U)(LEFT ? u << s : u >> s);
+    }
+}
+
+template <typename U>
+kiln_status launch_shift(kiln_cuda *cu, kiln_context *ctx, bool left, const void *a, const void *b, void *y,
+                         int64_t n, const Bcast3 &g) {
+    const unsigned blocks = kiln_cuda_blocks(cu, n, THREADS);
+    if (left) shift_kernel<U, true><<<blocks, THREADS, 0, cu->stream>>>((const U *)a, (const U *)b, (U *)y, n, g);
+    else shift_kernel<U, false><<<blocks, THREADS, 0, cu->stream>>>((const U *)a, (const U *)b, (U *)y, n, g);
+    KILN_CUDA_LAUNCHED(ctx, "shift_kernel");
     return KILN_OK;
 }
 
@@ -121,10 +166,15 @@ kiln_status launch_where(kiln_cuda *cu, kiln_context *ctx, const void *cond, con
 
 extern "C" kiln_status kiln_cuda_k_compare(kiln_cuda *cu, kiln_op_ctx *c) {
     const char *name = c->node->op_type;
-    const int op = strcmp(name, "Equal") == 0  ? C_EQUAL
-                   : strcmp(name, "Less") == 0 ? C_LESS
-                   : strcmp(name, "Greater") == 0 ? C_GREATER
-                                                  : -1;
+    const int op = strcmp(name, "Equal") == 0            ? C_EQUAL
+                   : strcmp(name, "Less") == 0           ? C_LESS
+                   : strcmp(name, "Greater") == 0        ? C_GREATER
+                   : strcmp(name, "GreaterOrEqual") == 0 ? C_GREATER_EQUAL
+                   : strcmp(name, "LessOrEqual") == 0    ? C_LESS_EQUAL
+                   : strcmp(name, "And") == 0            ? C_AND
+                   : strcmp(name, "Or") == 0             ? C_OR
+                   : strcmp(name, "Xor") == 0            ? C_XOR
+                                                         : -1;
     if (op < 0) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "op %s is not a comparison", name);
     kiln_tensor *y = c->out[0];
     const int64_t n = kiln_tensor_numel(y);
@@ -167,4 +217,21 @@ extern "C" kiln_status kiln_cuda_k_where(kiln_cuda *cu, kiln_op_ctx *c) {
     default: break;
     }
     return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "elements of %zu bytes", kiln_dtype_size(y->dtype));
+}
+
+extern "C" kiln_status kiln_cuda_k_bit_shift(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_tensor *y = c->out[0];
+    const int64_t n = kiln_tensor_numel(y);
+    if (n == 0) return KILN_OK;
+    const bool left = strcmp(kiln_attr_string(c->node, "direction", ""), "LEFT") == 0;
+    const Bcast3 g = plan_of(y, 2, (const kiln_tensor *const *)c->in);
+    const void *a = c->in[0]->data, *b = c->in[1]->data;
+    switch (y->dtype) {
+    case KILN_U8: return launch_shift<uint8_t>(cu, c->kctx, left, a, b, y->data, n, g);
+    case KILN_U16: return launch_shift<uint16_t>(cu, c->kctx, left, a, b, y->data, n, g);
+    case KILN_U32: return launch_shift<uint32_t>(cu, c->kctx, left, a, b, y->data, n, g);
+    case KILN_U64: return launch_shift<uint64_t>(cu, c->kctx, left, a, b, y->data, n, g);
+    default:
+        return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "BitShift of dtype %s", kiln_dtype_name(y->dtype));
+    }
 }

@@ -254,7 +254,29 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(optimizer_step)    /* optim.cu: kiln.OptimizerStep (the fused multi-tensor update) */ \
     X(non_finite_check)  /* optim.cu: kiln.NonFiniteCheck (GradScaler's inf/NaN check) */   \
     X(loss_scale_update) /* optim.cu: kiln.LossScaleUpdate (GradScaler.update) */    \
-    X(grad_accumulate)   /* optim.cu: kiln.GradAccumulate (gradient accumulation) */
+    X(grad_accumulate)   /* optim.cu: kiln.GradAccumulate (gradient accumulation) */ \
+    X(size)              /* generate.cu: Size */                                     \
+    X(bit_shift)         /* compare.cu: BitShift */                                  \
+    X(predicate)         /* rearrange.cu: Not IsNaN IsInf */                         \
+    X(trilu)             /* rearrange.cu: Trilu */                                   \
+    X(gather_elements)   /* rearrange.cu: GatherElements */                          \
+    X(depth_to_space)    /* rearrange.cu: DepthToSpace SpaceToDepth */               \
+    X(rows)              /* rearrange.cu: ArgMax ArgMin Hardmax CumSum */           \
+    X(eye_like)          /* rearrange.cu: EyeLike */                                 \
+    X(one_hot)           /* rearrange.cu: OneHot */                                  \
+    X(scatter_elements)  /* rearrange.cu: ScatterElements Scatter */                \
+    X(gather_nd)         /* rearrange.cu: GatherND */                                \
+    X(scatter_nd)        /* rearrange.cu: ScatterND */                               \
+    X(top_k)             /* rearrange.cu: TopK */                                    \
+    X(lrn)               /* rearrange.cu: LRN */                                     \
+    X(reverse_sequence)  /* rearrange.cu: ReverseSequence */                         \
+    X(einsum)            /* rearrange.cu: Einsum */                                  \
+    X(compress)          /* rearrange.cu: Compress */                                \
+    X(non_zero)          /* generate.cu: NonZero */                                  \
+    X(window)            /* rearrange.cu: HannWindow HammingWindow BlackmanWindow */ \
+    X(quantize)          /* rearrange.cu: QuantizeLinear DequantizeLinear */         \
+    X(dynamic_quantize)  /* rearrange.cu: DynamicQuantizeLinear */                   \
+    X(max_unpool)        /* rearrange.cu: MaxUnpool */
 
 #define KILN_CUDA_DECLARE(name) kiln_status kiln_cuda_k_##name(kiln_cuda *cu, kiln_op_ctx *c);
 KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)

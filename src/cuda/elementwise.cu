@@ -3,8 +3,10 @@
  *
  *   Unary family (one templated kernel, op chosen at compile time): Relu LeakyRelu
  *   Sigmoid Tanh Elu Selu Celu Gelu HardSigmoid HardSwish Softplus Softsign Clip Erf Exp
- *   Log Sqrt Reciprocal Abs Neg Floor Ceil. Attributes and their defaults are read
- *   exactly as the CPU op files do; Clip's bounds (opset 11+) are inputs read on the
+ *   Log Sqrt Reciprocal Abs Neg Floor Ceil, and the forward-only Sin Cos Tan Asin Acos
+ *   Atan Sinh Cosh Asinh Acosh Atanh Round Sign ThresholdedRelu Shrink (floats only:
+ *   integer Sign stays on the CPU). Attributes and their defaults are read exactly as the
+ *   CPU op files do; Clip's bounds (opset 11+) are inputs read on the
  *   device, or the min/max attributes before opset 11. Values are computed in float with
  *   the same numerically careful forms as the CPU reference (expm1 for Elu/Selu/Celu,
  *   erfc for Gelu, exp of non-positive arguments only for Sigmoid/Softplus).
@@ -60,9 +62,17 @@ constexpr int THREADS = 256;
     X(SQRT, "Sqrt") X(RECIPROCAL, "Reciprocal") X(ABS, "Abs") X(NEG, "Neg")              \
     X(FLOOR, "Floor") X(CEIL, "Ceil")
 
+/* Forward-only unary ops (no kiln.UnaryGrad kernel: their CPU ops have no gradient). */
+#define UNARY_FWD_OPS(X)                                                                  \
+    X(SIN, "Sin") X(COS, "Cos") X(TAN, "Tan") X(ASIN, "Asin") X(ACOS, "Acos")             \
+    X(ATAN, "Atan") X(SINH, "Sinh") X(COSH, "Cosh") X(ASINH, "Asinh") X(ACOSH, "Acosh")   \
+    X(ATANH, "Atanh") X(ROUND, "Round") X(SIGN, "Sign")                                   \
+    X(THRESHOLDEDRELU, "ThresholdedRelu") X(SHRINK, "Shrink")
+
 enum UnaryOp {
 #define X(sym, name) U_##sym,
     UNARY_OPS(X)
+    UNARY_FWD_OPS(X)
 #undef X
     U_GELU_TANH, /* Gelu with approximate="tanh" */
     U_COUNT
@@ -117,6 +127,21 @@ template <int OP> __device__ __forceinline__ float unary_op(float x, float a, fl
     else if constexpr (OP == U_NEG) return -x;
     else if constexpr (OP == U_FLOOR) return floorf(x);
     else if constexpr (OP == U_CEIL) return ceilf(x);
+    else if constexpr (OP == U_SIN) return sinf(x);
+    else if constexpr (OP == U_COS) return cosf(x);
+    else if constexpr (OP == U_TAN) return tanf(x);
+    else if constexpr (OP == U_ASIN) return asinf(x);
+    else if constexpr (OP == U_ACOS) return acosf(x);
+    else if constexpr (OP == U_ATAN) return atanf(x);
+    else if constexpr (OP == U_SINH) return sinhf(x);
+    else if constexpr (OP == U_COSH) return coshf(x);
+    else if constexpr (OP == U_ASINH) return asinhf(x);
+    else if constexpr (OP == U_ACOSH) return acoshf(x);
+    else if constexpr (OP == U_ATANH) return atanhf(x);
+    else if constexpr (OP == U_ROUND) return rintf(x); /* halves to even */
+    else if constexpr (OP == U_SIGN) return x > 0.f ? 1.f : x < 0.f ? -1.f : x; /* NaN stays NaN */
+    else if constexpr (OP == U_THRESHOLDEDRELU) return x > a ? x : 0.f;
+    else if constexpr (OP == U_SHRINK) return x < -a ? x + b : x > a ? x - b : 0.f;
     else return x;
 }
 
@@ -159,6 +184,7 @@ kiln_status launch_unary(kiln_cuda *cu, kiln_context *ctx, int op, const void *x
 #define X(sym, name)                                                                      \
     case U_##sym: unary_kernel<T, U_##sym><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, n, p, vec); break;
         UNARY_OPS(X)
+        UNARY_FWD_OPS(X)
 #undef X
     case U_GELU_TANH:
         unary_kernel<T, U_GELU_TANH><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, n, p, vec);
@@ -173,6 +199,7 @@ int unary_op_of(const char *name) {
 #define X(sym, nm)                                                                        \
     if (strcmp(name, nm) == 0) return U_##sym;
     UNARY_OPS(X)
+    UNARY_FWD_OPS(X)
 #undef X
     return -1;
 }
@@ -196,6 +223,11 @@ UnaryParams unary_params(const kiln_node *node, int *op) {
         break;
     case U_GELU:
         if (strcmp(kiln_attr_string(node, "approximate", "none"), "tanh") == 0) *op = U_GELU_TANH;
+        break;
+    case U_THRESHOLDEDRELU: p.a = kiln_attr_float(node, "alpha", 1.0f); break;
+    case U_SHRINK:
+        p.a = kiln_attr_float(node, "lambd", 0.5f);
+        p.b = kiln_attr_float(node, "bias", 0.0f);
         break;
     default: break;
     }

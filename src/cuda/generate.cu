@@ -1,6 +1,7 @@
 /*
  * generate.cu — ops whose outputs depend on shapes, attributes and values known when the
- * plan is built, never on device data: Shape, Constant, ConstantOfShape and Range.
+ * plan is built, never on device data: Shape, Size, Constant, ConstantOfShape, Range and
+ * NonZero.
  *
  * The planner folds them whenever it can (Shape always; the others unless the session
  * turned folding off and the output has more than 64 elements), so these kernels run
@@ -8,6 +9,9 @@
  * launched and reach the device as kernel parameters, passed by value: never as a copy
  * out of pageable host memory, which a CUDA graph could not capture and replay.
  *   Shape: dims[start:end] (opset 15 clamping, as src/ops/shape.c) as int64.
+ *   Size: the input's element count as an int64 scalar.
+ *   NonZero: the indices of the nonzero elements of its input's host value (a value
+ *     input), written a chunk at a time.
  *   Constant: the attribute's bytes (value, value_float(s), value_int(s)), in chunks of
  *     up to PARAM_CHUNK bytes per launch.
  *   ConstantOfShape: the `value` attribute's one element (default f32 0) everywhere.
@@ -114,6 +118,13 @@ extern "C" kiln_status kiln_cuda_k_shape(kiln_cuda *cu, kiln_op_ctx *c) {
     return write_bytes(cu, c->kctx, c->out[0]->data, x->dims + start, (size_t)(end - start) * sizeof(int64_t));
 }
 
+extern "C" kiln_status kiln_cuda_k_size(kiln_cuda *cu, kiln_op_ctx *c) {
+    const int64_t n = kiln_tensor_numel(c->in[0]);
+    if (kiln_tensor_numel(c->out[0]) != 1 || c->out[0]->dtype != KILN_I64)
+        return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "Size's output is not an int64 scalar");
+    return write_bytes(cu, c->kctx, c->out[0]->data, &n, sizeof n);
+}
+
 extern "C" kiln_status kiln_cuda_k_constant(kiln_cuda *cu, kiln_op_ctx *c) {
     static const char *const kinds[] = {"value", "value_float", "value_floats", "value_int", "value_ints"};
     const kiln_attr *a = NULL;
@@ -188,5 +199,41 @@ extern "C" kiln_status kiln_cuda_k_range(kiln_cuda *cu, kiln_op_ctx *c) {
     }
     const int64_t s = kiln_get_i64(start, 0), d = kiln_get_i64(delta, 0);
     KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(y->dtype), launch_range_int, cu, ctx, y->data, s, d, n);
+    return st;
+}
+
+/* NonZero: X is a value input, so its host value (c->host_in[0]) decides the output; the
+ * indices are computed on the host a chunk at a time and written through kernel
+ * parameters (no allocation, capturable in a CUDA graph). */
+extern "C" kiln_status kiln_cuda_k_non_zero(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_status st = kiln_cuda_need_host(c);
+    if (st) return st;
+    const kiln_tensor *x = c->host_in[0];
+    kiln_tensor *y = c->out[0];
+    if (!x || (!x->data && kiln_tensor_numel(x) > 0))
+        return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "NonZero's input is not known on the host");
+    const int64_t n = kiln_tensor_numel(x), count = y->ndim == 2 ? y->dims[1] : 0;
+    const bool fl = kiln_dtype_is_float(x->dtype);
+    int64_t buf[PARAM_CHUNK / sizeof(int64_t)];
+    const int per = (int)(sizeof buf / sizeof buf[0]);
+    /* row d of the output: the d-th coordinate of every nonzero element */
+    for (int d = 0; d < x->ndim && !st; d++) {
+        int64_t k = 0, filled = 0, at = d * count;
+        for (int64_t i = 0; i < n && k < count && !st; i++) {
+            if (fl ? kiln_get_f64(x, i) == 0 : kiln_get_i64(x, i) == 0) continue;
+            int64_t rem = i, coord = 0;
+            for (int e = x->ndim - 1; e >= d; e--) {
+                coord = rem % x->dims[e];
+                rem /= x->dims[e];
+            }
+            buf[filled++] = coord;
+            k++;
+            if (filled == per || k == count) {
+                st = write_bytes(cu, c->kctx, (int64_t *)y->data + at, buf, (size_t)filled * sizeof(int64_t));
+                at += filled;
+                filled = 0;
+            }
+        }
+    }
     return st;
 }

@@ -1,5 +1,7 @@
 /*
- * reduce.cu — ReduceSum, ReduceMean, ReduceMax and ReduceMin over any set of axes, for
+ * reduce.cu — ReduceSum, ReduceMean, ReduceMax and ReduceMin, and the forward-only ReduceL1,
+ * ReduceL2, ReduceSumSquare, ReduceProd, ReduceLogSum and ReduceLogSumExp (the max taken
+ * out first, as on the CPU: a pass for the max, then one for the sum), over any set of axes, for
  * f32, f16 and bf16, accumulating in float (the CPU reference accumulates in double: sums
  * agree to ~1e-6 relative times the square root of the count).
  *
@@ -7,7 +9,8 @@
  * they became input 1 (13 for ReduceSum, 18 for the others), the input's host values
  * (c->host_in) from then on, with noop_with_empty_axes. keepdims does not change the
  * layout. Empty axes reduce everything (or copy, with noop_with_empty_axes=1); an empty
- * reduction gives 0 (Sum), NaN (Mean), -inf (Max), +inf (Min). NaN propagates through
+ * reduction gives 0 (Sum, L1, L2, SumSquare), NaN (Mean), -inf (Max, LogSum, LogSumExp),
+ * +inf (Min), 1 (Prod). NaN propagates through
  * Max and Min.
  *
  * The input is seen, as on the CPU, as kept dims (the output, row-major) and reduced dims,
@@ -28,7 +31,7 @@ namespace {
 
 constexpr int THREADS = 256;
 
-enum Kind { R_SUM, R_MEAN, R_MAX, R_MIN };
+enum Kind { R_SUM, R_MEAN, R_MAX, R_MIN, R_L1, R_L2, R_SUMSQ, R_PROD, R_LOGSUM, R_LSE };
 
 struct Layout {
     int nk, nr;
@@ -82,19 +85,51 @@ __device__ __forceinline__ int64_t reduced_offset(const Layout &L, int64_t r) {
 }
 
 /* Max and Min reduce as a NaN-propagating max: Min on negated values. */
-template <int K> __device__ __forceinline__ float prep(float v) { return K == R_MIN ? -v : v; }
+template <int K> __device__ __forceinline__ float prep(float v) {
+    if constexpr (K == R_MIN) return -v;
+    else if constexpr (K == R_L1) return fabsf(v);
+    else if constexpr (K == R_L2 || K == R_SUMSQ) return v * v;
+    else return v;
+}
 template <int K> __device__ __forceinline__ float identity() {
-    return K == R_MAX || K == R_MIN ? -INFINITY : 0.f;
+    return K == R_MAX || K == R_MIN ? -INFINITY : K == R_PROD ? 1.f : 0.f;
 }
 template <int K> __device__ __forceinline__ float fold(float a, float v) {
     if constexpr (K == R_MAX || K == R_MIN) return nan_max(a, v);
+    else if constexpr (K == R_PROD) return a * v;
     else return a + v;
 }
 template <int K> __device__ __forceinline__ float finish(float a, int64_t count) {
     if constexpr (K == R_MEAN) return a / (float)count;
     else if constexpr (K == R_MIN) return -a;
+    else if constexpr (K == R_L2) return sqrtf(a);
+    else if constexpr (K == R_LOGSUM) return logf(a);
     else return a;
 }
+
+/* The product over the block (reduce.cuh's block_reduce does max and sum), returned to
+ * every thread. */
+__device__ float block_prod(float v, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v *= __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float w = lane < nwarps ? scratch[lane] : 1.f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) w *= __shfl_xor_sync(0xffffffffu, w, o);
+        if (lane == 0) scratch[0] = w;
+    }
+    __syncthreads();
+    const float r = scratch[0];
+    __syncthreads();
+    return r;
+}
+
+/* LogSumExp of one output from its sum of exp(x - m) and max m: m itself where m is not
+ * finite (all -inf, an inf, a NaN). */
+__device__ __forceinline__ float lse_finish(float m, float sum) { return isfinite(m) ? m + logf(sum) : m; }
 
 // x: the input; y: (outputs)
 template <typename T, int K>
@@ -102,10 +137,22 @@ __global__ void reduce_block(const T *x, T *y, int64_t outputs, Layout L) {
     __shared__ float scratch[32];
     for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
         const int64_t base = kept_offset(L, o);
+        if constexpr (K == R_LSE) {
+            float m = -INFINITY, sum = 0.f;
+            for (int64_t r = threadIdx.x; r < L.count; r += blockDim.x)
+                m = nan_max(m, to_f(x[base + reduced_offset(L, r)]));
+            m = block_reduce<true>(m, scratch);
+            for (int64_t r = threadIdx.x; r < L.count; r += blockDim.x)
+                sum += expf(to_f(x[base + reduced_offset(L, r)]) - m);
+            sum = block_reduce<false>(sum, scratch);
+            if (threadIdx.x == 0) y[o] = from_f<T>(lse_finish(m, sum));
+            continue;
+        }
         float a = identity<K>();
         for (int64_t r = threadIdx.x; r < L.count; r += blockDim.x)
             a = fold<K>(a, prep<K>(to_f(x[base + reduced_offset(L, r)])));
-        a = block_reduce<(K == R_MAX || K == R_MIN)>(a, scratch);
+        if constexpr (K == R_PROD) a = block_prod(a, scratch);
+        else a = block_reduce<(K == R_MAX || K == R_MIN)>(a, scratch);
         if (threadIdx.x == 0) y[o] = from_f<T>(finish<K>(a, L.count));
     }
 }
@@ -114,6 +161,13 @@ template <typename T, int K>
 __global__ void reduce_thread(const T *x, T *y, int64_t outputs, Layout L) {
     for (int64_t o = thread_index(); o < outputs; o += grid_stride()) {
         const int64_t base = kept_offset(L, o);
+        if constexpr (K == R_LSE) {
+            float m = -INFINITY, sum = 0.f;
+            for (int64_t r = 0; r < L.count; r++) m = nan_max(m, to_f(x[base + reduced_offset(L, r)]));
+            for (int64_t r = 0; r < L.count; r++) sum += expf(to_f(x[base + reduced_offset(L, r)]) - m);
+            y[o] = from_f<T>(lse_finish(m, sum));
+            continue;
+        }
         float a = identity<K>();
         for (int64_t r = 0; r < L.count; r++) a = fold<K>(a, prep<K>(to_f(x[base + reduced_offset(L, r)])));
         y[o] = from_f<T>(finish<K>(a, L.count));
@@ -147,7 +201,11 @@ kiln_status launch_reduce(kiln_cuda *cu, kiln_context *ctx, int kind, const void
     const T *x = (const T *)xv;
     T *y = (T *)yv;
     if (L.count == 0) {
-        const float v = kind == R_SUM ? 0.f : kind == R_MEAN ? NAN : kind == R_MAX ? -INFINITY : INFINITY;
+        const float v = kind == R_MEAN                                        ? NAN
+                        : kind == R_MAX || kind == R_LOGSUM || kind == R_LSE ? -INFINITY
+                        : kind == R_MIN                                      ? INFINITY
+                        : kind == R_PROD                                     ? 1.f
+                                                                             : 0.f;
         fill_value<T><<<kiln_cuda_blocks(cu, outputs, THREADS), THREADS, 0, cu->stream>>>(y, v, outputs);
         KILN_CUDA_LAUNCHED(ctx, "fill_value");
         return KILN_OK;
@@ -156,7 +214,13 @@ kiln_status launch_reduce(kiln_cuda *cu, kiln_context *ctx, int kind, const void
     case R_SUM: return launch_kind<T, R_SUM>(cu, ctx, x, y, outputs, L);
     case R_MEAN: return launch_kind<T, R_MEAN>(cu, ctx, x, y, outputs, L);
     case R_MAX: return launch_kind<T, R_MAX>(cu, ctx, x, y, outputs, L);
-    default: return launch_kind<T, R_MIN>(cu, ctx, x, y, outputs, L);
+    case R_MIN: return launch_kind<T, R_MIN>(cu, ctx, x, y, outputs, L);
+    case R_L1: return launch_kind<T, R_L1>(cu, ctx, x, y, outputs, L);
+    case R_L2: return launch_kind<T, R_L2>(cu, ctx, x, y, outputs, L);
+    case R_SUMSQ: return launch_kind<T, R_SUMSQ>(cu, ctx, x, y, outputs, L);
+    case R_PROD: return launch_kind<T, R_PROD>(cu, ctx, x, y, outputs, L);
+    case R_LOGSUM: return launch_kind<T, R_LOGSUM>(cu, ctx, x, y, outputs, L);
+    default: return launch_kind<T, R_LSE>(cu, ctx, x, y, outputs, L);
     }
 }
 
@@ -165,6 +229,12 @@ int kind_of(const char *op) {
     if (strcmp(op, "ReduceMean") == 0) return R_MEAN;
     if (strcmp(op, "ReduceMax") == 0) return R_MAX;
     if (strcmp(op, "ReduceMin") == 0) return R_MIN;
+    if (strcmp(op, "ReduceL1") == 0) return R_L1;
+    if (strcmp(op, "ReduceL2") == 0) return R_L2;
+    if (strcmp(op, "ReduceSumSquare") == 0) return R_SUMSQ;
+    if (strcmp(op, "ReduceProd") == 0) return R_PROD;
+    if (strcmp(op, "ReduceLogSum") == 0) return R_LOGSUM;
+    if (strcmp(op, "ReduceLogSumExp") == 0) return R_LSE;
     return -1;
 }
 

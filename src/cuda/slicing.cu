@@ -157,7 +157,25 @@ extern "C" bool kiln_cuda_slice_plan(const kiln_op_ctx *c, kiln_tensor *const *h
     int64_t starts[KILN_MAX_DIMS], ends[KILN_MAX_DIMS], axes[KILN_MAX_DIMS], steps[KILN_MAX_DIMS];
     int ns, ne, na = -1, nst = -1;
     const kiln_tensor *ta = c->n_in > 3 ? hin[3] : NULL, *tst = c->n_in > 4 ? hin[4] : NULL;
-    if (!hin[1] || !hin[2]) {
+    if (c->node->opset < 10) {
+        /* opsets 1..9: starts, ends and axes as attributes, steps 1 */
+        const int64_t *as = kiln_attr_ints(c->node, "starts", &ns), *ae = kiln_attr_ints(c->node, "ends", &ne);
+        const int64_t *aa = kiln_attr_ints(c->node, "axes", &na);
+        if (!as || !ae || ns != ne || ns > KILN_MAX_DIMS || (aa && na != ns)) {
+            snprintf(why, wn, "an opset-%d Slice without matching starts and ends attributes", c->node->opset);
+            return false;
+        }
+        for (int k = 0; k < ns; k++) {
+            starts[k] = as[k];
+            ends[k] = ae[k];
+            axes[k] = aa ? aa[k] : k;
+            steps[k] = 1;
+        }
+        ta = tst = NULL;
+        nst = na = ns;
+        goto planned;
+    }
+    if (c->n_in < 3 || !hin[1] || !hin[2]) {
         snprintf(why, wn, "starts and ends are required");
         return false;
     }
@@ -174,6 +192,7 @@ extern "C" bool kiln_cuda_slice_plan(const kiln_op_ctx *c, kiln_tensor *const *h
         if (!ta) axes[k] = k;
         if (!tst) steps[k] = 1;
     }
+planned:
     for (int d = 0; d < x->ndim; d++) {
         start[d] = 0;
         step[d] = 1;
@@ -214,13 +233,26 @@ extern "C" bool kiln_cuda_pad_plan(const kiln_op_ctx *c, kiln_tensor *const *hin
     int64_t pads[2 * KILN_MAX_DIMS], axes[KILN_MAX_DIMS];
     int np, na;
     const kiln_tensor *ta = c->n_in > 3 ? hin[3] : NULL;
-    if (c->node->opset < 11 || c->n_in < 2 || !hin[1]) {
-        snprintf(why, wn, "pads as an attribute (before opset 11)");
+    if (c->node->opset < 11) {
+        /* opsets 1..10: pads (opset 1: paddings) as an attribute, zero fill only */
+        const int64_t *ap = kiln_attr_ints(c->node, c->node->opset < 2 ? "paddings" : "pads", &np);
+        if (!ap || np > 2 * KILN_MAX_DIMS || c->n_in > 1) {
+            snprintf(why, wn, "an opset-%d Pad without a pads attribute", c->node->opset);
+            return false;
+        }
+        if (kiln_attr_float(c->node, "value", 0.0f) != 0.0f) {
+            snprintf(why, wn, "an opset-%d Pad with a nonzero value attribute", c->node->opset);
+            return false;
+        }
+        for (int k = 0; k < np; k++) pads[k] = ap[k];
+        ta = NULL;
+    } else if (c->n_in < 2 || !hin[1]) {
+        snprintf(why, wn, "pads is required");
+        return false;
+    } else if (!kiln_cuda_host_ints(hin[1], "pads", pads, 2 * KILN_MAX_DIMS, &np, why, wn) ||
+               (ta && !kiln_cuda_host_ints(ta, "axes", axes, KILN_MAX_DIMS, &na, why, wn))) {
         return false;
     }
-    if (!kiln_cuda_host_ints(hin[1], "pads", pads, 2 * KILN_MAX_DIMS, &np, why, wn) ||
-        (ta && !kiln_cuda_host_ints(ta, "axes", axes, KILN_MAX_DIMS, &na, why, wn)))
-        return false;
     if (!ta) {
         na = x->ndim;
         for (int d = 0; d < na; d++) axes[d] = d;

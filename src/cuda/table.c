@@ -631,6 +631,138 @@ static bool sup_layernorm(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* ------------------------------------------ the ONNX conformance set's ops */
+
+/* Not: bool; IsNaN, IsInf: float dtypes including f64. */
+static bool sup_predicate(const kiln_op_ctx *c, char *why, size_t n) {
+    const kiln_dtype t = c->in[0]->dtype;
+    const bool is_not = strcmp(c->node->op_type, "Not") == 0;
+    if (is_not ? t == KILN_BOOL : kiln_cuda_float_dtype(t) || t == KILN_F64) return true;
+    snprintf(why, n, "input dtype %s", kiln_dtype_name(t));
+    return false;
+}
+
+static bool sup_trilu(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!sup_elements(c, why, n)) return false;
+    if (present(c, 1) && c->in[1]->dtype != KILN_I64) {
+        snprintf(why, n, "k of dtype %s (int64 expected)", kiln_dtype_name(c->in[1]->dtype));
+        return false;
+    }
+    return true;
+}
+
+/* ArgMax, ArgMin, Hardmax, CumSum: floats (f64 included) and integers; CumSum's axis
+ * known when the plan is built. */
+static bool sup_rows(const kiln_op_ctx *c, char *why, size_t n) {
+    const kiln_dtype t = c->in[0]->dtype;
+    const bool fl = kiln_cuda_float_dtype(t) || t == KILN_F64;
+    const bool is_hardmax = strcmp(c->node->op_type, "Hardmax") == 0;
+    if (!fl && (is_hardmax || !(kiln_dtype_is_int(t) || t == KILN_BOOL))) {
+        snprintf(why, n, "input dtype %s", kiln_dtype_name(t));
+        return false;
+    }
+    if (strcmp(c->node->op_type, "CumSum") == 0) {
+        kiln_tensor *const *hin = kiln_cuda_host_inputs(c);
+        if (!present(c, 1) || !hin[1] || !hin[1]->data) {
+            snprintf(why, n, "the axis is not known when the plan is built");
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool sup_bit_shift(const kiln_op_ctx *c, char *why, size_t n) {
+    const kiln_dtype t = c->in[0]->dtype;
+    if (!present(c, 1) || c->in[1]->dtype != t || (t != KILN_U8 && t != KILN_U16 && t != KILN_U32 && t != KILN_U64)) {
+        snprintf(why, n, "BitShift needs two inputs of one unsigned integer dtype");
+        return false;
+    }
+    return true;
+}
+
+/* OneHot: indices of an integer or float dtype, values of 1, 2, 4 or 8 bytes. */
+static bool sup_one_hot(const kiln_op_ctx *c, char *why, size_t n) {
+    const kiln_dtype t = c->in[0]->dtype;
+    if (!kiln_dtype_is_int(t) && !kiln_cuda_float_dtype(t) && t != KILN_F64) {
+        snprintf(why, n, "indices of dtype %s", kiln_dtype_name(t));
+        return false;
+    }
+    return sup_any(c, why, n);
+}
+
+/* ScatterElements, Scatter: data of 1, 2, 4 or 8 bytes (the reductions: numeric),
+ * int32 / int64 indices. */
+static bool sup_scatter_elements(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!sup_gather(c, why, n)) return false;
+    const kiln_dtype t = c->in[0]->dtype;
+    if (strcmp(kiln_attr_string(c->node, "reduction", "none"), "none") != 0 && !kiln_dtype_is_int(t) &&
+        !kiln_cuda_float_dtype(t) && t != KILN_F64) {
+        snprintf(why, n, "a reduction of dtype %s", kiln_dtype_name(t));
+        return false;
+    }
+    return true;
+}
+
+/* TopK: floats (f64 included) and integers, the Values output in X's dtype. */
+static bool sup_top_k(const kiln_op_ctx *c, char *why, size_t n) {
+    const kiln_dtype t = c->in[0]->dtype;
+    if (!kiln_dtype_is_int(t) && !kiln_cuda_float_dtype(t) && t != KILN_F64) {
+        snprintf(why, n, "input dtype %s", kiln_dtype_name(t));
+        return false;
+    }
+    return sup_elements(c, why, n);
+}
+
+static bool sup_lrn(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->in[0]->dtype == KILN_F64 || float_input(c, 0, why, n)) return true;
+    return false;
+}
+
+/* Einsum: floats (f64 included) and integers, every input present. */
+static bool sup_einsum(const kiln_op_ctx *c, char *why, size_t n) {
+    const kiln_dtype t = c->in[0]->dtype;
+    if (!kiln_dtype_is_int(t) && !kiln_cuda_float_dtype(t) && t != KILN_F64) {
+        snprintf(why, n, "input dtype %s", kiln_dtype_name(t));
+        return false;
+    }
+    for (int i = 0; i < c->n_in; i++)
+        if (!present(c, i)) {
+            snprintf(why, n, "input %d is missing", i);
+            return false;
+        }
+    return true;
+}
+
+/* Compress, NonZero: the size-deciding input (condition; X) known when the plan is built. */
+static bool sup_compress(const kiln_op_ctx *c, char *why, size_t n) {
+    kiln_tensor *const *hin = kiln_cuda_host_inputs(c);
+    if (!present(c, 1) || !hin[1] || (!hin[1]->data && kiln_tensor_numel(hin[1]) > 0)) {
+        snprintf(why, n, "the condition is not known when the plan is built");
+        return false;
+    }
+    return sup_any(c, why, n);
+}
+
+static bool sup_non_zero(const kiln_op_ctx *c, char *why, size_t n) {
+    kiln_tensor *const *hin = kiln_cuda_host_inputs(c);
+    if (!hin[0] || (!hin[0]->data && kiln_tensor_numel(hin[0]) > 0)) {
+        snprintf(why, n, "X is not known when the plan is built");
+        return false;
+    }
+    return true;
+}
+
+/* QuantizeLinear, DequantizeLinear: floats on the float side (f64 included). */
+static bool sup_quantize(const kiln_op_ctx *c, char *why, size_t n) {
+    const bool quantize = strcmp(c->node->op_type, "QuantizeLinear") == 0;
+    const kiln_dtype f = quantize ? c->in[0]->dtype : c->out[0]->dtype;
+    if (!kiln_cuda_float_dtype(f) && f != KILN_F64 && !(quantize && f == KILN_I32)) {
+        snprintf(why, n, "dtype %s", kiln_dtype_name(f));
+        return false;
+    }
+    return true;
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -716,6 +848,9 @@ static const entry table[] = {
     UNARY("Softplus"), UNARY("Softsign"), UNARY("Clip"), UNARY("Erf"), UNARY("Exp"),
     UNARY("Log"), UNARY("Sqrt"), UNARY("Reciprocal"), UNARY("Abs"), UNARY("Neg"),
     UNARY("Floor"), UNARY("Ceil"),
+    UNARY("Sin"), UNARY("Cos"), UNARY("Tan"), UNARY("Asin"), UNARY("Acos"), UNARY("Atan"),
+    UNARY("Sinh"), UNARY("Cosh"), UNARY("Asinh"), UNARY("Acosh"), UNARY("Atanh"), UNARY("Round"),
+    UNARY("Sign"), UNARY("ThresholdedRelu"), UNARY("Shrink"),
     BINARY("Add"), BINARY("Sub"), BINARY("Mul"), BINARY("Div"), BINARY("Pow"), BINARY("Max"),
     BINARY("Min"), BINARY("Sum"),
     BINARY("Mod"),
@@ -758,6 +893,49 @@ static const entry table[] = {
     {"ReduceMax", kiln_cuda_k_reduce, sup_reduce, NULL, false},
     {"ReduceMin", kiln_cuda_k_reduce, sup_reduce, NULL, false},
     {"LayerNormalization", kiln_cuda_k_layernorm, sup_layernorm, NULL, false},
+    {"ReduceL1", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"ReduceL2", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"ReduceSumSquare", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"ReduceProd", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"ReduceLogSum", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"ReduceLogSumExp", kiln_cuda_k_reduce, sup_reduce, NULL, false},
+    {"GreaterOrEqual", kiln_cuda_k_compare, sup_compare, NULL, false},
+    {"LessOrEqual", kiln_cuda_k_compare, sup_compare, NULL, false},
+    {"And", kiln_cuda_k_compare, sup_compare, NULL, false},
+    {"Or", kiln_cuda_k_compare, sup_compare, NULL, false},
+    {"Xor", kiln_cuda_k_compare, sup_compare, NULL, false},
+    {"BitShift", kiln_cuda_k_bit_shift, sup_bit_shift, NULL, false},
+    {"Not", kiln_cuda_k_predicate, sup_predicate, NULL, false},
+    {"IsNaN", kiln_cuda_k_predicate, sup_predicate, NULL, false},
+    {"IsInf", kiln_cuda_k_predicate, sup_predicate, NULL, false},
+    {"Size", kiln_cuda_k_size, sup_any, NULL, false},
+    {"Trilu", kiln_cuda_k_trilu, sup_trilu, NULL, false},
+    {"GatherElements", kiln_cuda_k_gather_elements, sup_gather, NULL, false},
+    {"DepthToSpace", kiln_cuda_k_depth_to_space, sup_elements, NULL, false},
+    {"SpaceToDepth", kiln_cuda_k_depth_to_space, sup_elements, NULL, false},
+    {"ArgMax", kiln_cuda_k_rows, sup_rows, NULL, false},
+    {"ArgMin", kiln_cuda_k_rows, sup_rows, NULL, false},
+    {"Hardmax", kiln_cuda_k_rows, sup_rows, NULL, false},
+    {"CumSum", kiln_cuda_k_rows, sup_rows, NULL, false},
+    {"EyeLike", kiln_cuda_k_eye_like, sup_any, NULL, false},
+    {"OneHot", kiln_cuda_k_one_hot, sup_one_hot, NULL, false},
+    {"ScatterElements", kiln_cuda_k_scatter_elements, sup_scatter_elements, NULL, false},
+    {"Scatter", kiln_cuda_k_scatter_elements, sup_scatter_elements, NULL, false},
+    {"GatherND", kiln_cuda_k_gather_nd, sup_gather, NULL, false},
+    {"ScatterND", kiln_cuda_k_scatter_nd, sup_scatter_elements, NULL, false},
+    {"TopK", kiln_cuda_k_top_k, sup_top_k, NULL, false},
+    {"LRN", kiln_cuda_k_lrn, sup_lrn, NULL, false},
+    {"ReverseSequence", kiln_cuda_k_reverse_sequence, sup_elements, NULL, false},
+    {"Einsum", kiln_cuda_k_einsum, sup_einsum, NULL, false},
+    {"Compress", kiln_cuda_k_compress, sup_compress, NULL, false},
+    {"NonZero", kiln_cuda_k_non_zero, sup_non_zero, NULL, false},
+    {"HannWindow", kiln_cuda_k_window, sup_any, NULL, false},
+    {"HammingWindow", kiln_cuda_k_window, sup_any, NULL, false},
+    {"BlackmanWindow", kiln_cuda_k_window, sup_any, NULL, false},
+    {"QuantizeLinear", kiln_cuda_k_quantize, sup_quantize, NULL, false},
+    {"DequantizeLinear", kiln_cuda_k_quantize, sup_quantize, NULL, false},
+    {"DynamicQuantizeLinear", kiln_cuda_k_dynamic_quantize, sup_any, NULL, false},
+    {"MaxUnpool", kiln_cuda_k_max_unpool, sup_elements, NULL, false},
     /* kiln's gradient ops */
     {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, true},
     {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, true},

@@ -1378,8 +1378,8 @@ static kiln_status import_initializers(importer *im, const Onnx__GraphProto *g) 
     return KILN_OK;
 }
 
-/* A graph input's tensor type: dtype, dims (-1 where symbolic or unknown, ndim -1
- * without a shape) and the names of symbolic dims. */
+/* A graph input's tensor type: dtype, dims (-1 where symbolic or unknown, or written as
+ * -1; ndim -1 without a shape) and the names of symbolic dims. */
 static kiln_status input_type(kiln_context *ctx, const Onnx__ValueInfoProto *vi, const char *what,
                               kiln_dtype *dt, int *ndim, int64_t *dims, const char **params) {
     const Onnx__TypeProto *tp = vi->type;
@@ -1406,7 +1406,10 @@ static kiln_status input_type(kiln_context *ctx, const Onnx__ValueInfoProto *vi,
         const Onnx__TensorShapeProto__Dimension *d = sh->dim[k];
         dims[k] = -1;
         params[k] = NULL;
-        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value == -1) {
+            /* -1: a dynamic dim as paddle2onnx writes it (onnxruntime reads it so): unnamed
+             * and symbolic, like a dim without a value */
+        } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
             if (d->dim_value < 0)
                 return kiln_fail(ctx, KILN_ERR_PARSE, "%s: dim %zu is negative (%" PRId64 ")",
                                  what, k, d->dim_value);

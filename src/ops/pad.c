@@ -1,4 +1,5 @@
-/* pad.c — Pad (opsets 11..21, the input form): pads is an int64 1-D input of
+/* pad.c — Pad (opsets 1..21). Before opset 11 pads (opset 1: paddings) and the constant
+ * `value` (a float, default 0) are attributes; from opset 11 pads is an int64 1-D input of
  * [begin_0, ..., begin_n-1, end_0, ..., end_n-1] for the padded axes, which are all axes
  * or, from opset 18, those of the optional `axes` input (negative allowed). Negative pads
  * crop. `mode`: constant (the optional scalar constant_value input, same dtype as data,
@@ -27,8 +28,7 @@ typedef struct pad_plan {
  * 0; PadGrad: 1). */
 static kiln_status plan(kiln_op_ctx *c, int at, pad_plan *p) {
     const kiln_tensor *x = c->in[at];
-    KILN_OP_CHECK(c, c->node->opset >= 11, KILN_ERR_UNSUPPORTED,
-                  "Pad before opset 11 (pads as an attribute) is not supported");
+    const bool attr_form = c->node->opset < 11;
     const char *mode = kiln_attr_string(c->node, "mode", "constant");
     if (strcmp(mode, "constant") == 0) p->mode = PAD_CONSTANT;
     else if (strcmp(mode, "reflect") == 0) p->mode = PAD_REFLECT;
@@ -38,12 +38,26 @@ static kiln_status plan(kiln_op_ctx *c, int at, pad_plan *p) {
 
     int64_t pads[2 * KILN_MAX_DIMS], axes[KILN_MAX_DIMS];
     int np, na;
-    kiln_status st = kiln_read_ints(c, at + 1, "pads", pads, 2 * KILN_MAX_DIMS, &np);
-    if (st != KILN_OK) return st;
-    if (c->n_in > at + 3 && c->in[at + 3]) {
+    if (attr_form) {
+        /* opsets 1..10: pads (opset 1: paddings) and value are attributes */
+        KILN_OP_CHECK(c, c->n_in == at + 1, KILN_ERR_INVALID_ARGUMENT,
+                      "Pad before opset 11 takes pads as an attribute, not an input (the node is opset %d)",
+                      c->node->opset);
+        const int64_t *ap = kiln_attr_ints(c->node, c->node->opset < 2 ? "paddings" : "pads", &np);
+        KILN_OP_CHECK(c, ap != NULL, KILN_ERR_INVALID_ARGUMENT, "attribute '%s' is required before opset 11",
+                      c->node->opset < 2 ? "paddings" : "pads");
+        KILN_OP_CHECK(c, np <= 2 * KILN_MAX_DIMS, KILN_ERR_SHAPE, "pads has %d values", np);
+        for (int k = 0; k < np; k++) pads[k] = ap[k];
+    } else {
+        KILN_OP_CHECK(c, c->n_in > at + 1 && c->in[at + 1], KILN_ERR_INVALID_ARGUMENT,
+                      "input pads is required from opset 11 on (the node is opset %d)", c->node->opset);
+        kiln_status st = kiln_read_ints(c, at + 1, "pads", pads, 2 * KILN_MAX_DIMS, &np);
+        if (st != KILN_OK) return st;
+    }
+    if (!attr_form && c->n_in > at + 3 && c->in[at + 3]) {
         KILN_OP_CHECK(c, c->node->opset >= 18, KILN_ERR_SHAPE,
                       "input axes exists from opset 18 on");
-        st = kiln_read_ints(c, at + 3, "axes", axes, KILN_MAX_DIMS, &na);
+        kiln_status st = kiln_read_ints(c, at + 3, "axes", axes, KILN_MAX_DIMS, &na);
         if (st != KILN_OK) return st;
     } else {
         na = x->ndim;
@@ -134,9 +148,14 @@ static kiln_status forward(kiln_op_ctx *c) {
             int64_t s = source(p.mode, j - p.begin[d], x->dims[d]);
             maps[d][j] = s < 0 ? -1 : s * stride[d];
         }
-    uint64_t zero = 0;
+    uint64_t zero = 0, attr_value = 0;
     const kiln_tensor *v = c->n_in > 2 ? c->in[2] : NULL;
     const void *fill = v && kiln_tensor_numel(v) == 1 ? v->data : &zero;
+    if (c->node->opset < 11) { /* the value attribute (a float) in data's dtype */
+        kiln_tensor t = {.dtype = x->dtype, .data = &attr_value};
+        kiln_set_f64(&t, 0, kiln_attr_float(c->node, "value", 0.0f));
+        fill = &attr_value;
+    }
     kiln_gather_axes(y->data, x->data, kiln_dtype_size(x->dtype), y->ndim, y->dims,
                      (const int64_t *const *)maps, fill);
     return KILN_OK;
@@ -152,6 +171,9 @@ static kiln_status grad(kiln_grad_ctx *g) {
     }
     if (!g->need[0]) return KILN_OK;
     const kiln_node *n = KILN_GRAD_NODE(g);
+    if (n->opset < 11)
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "Pad node '%s': no gradient for the opset-%d form (pads as an attribute)", n->name, n->opset);
     int in[5] = {g->dy[0], n->in[0], n->in[1], -1, n->n_in > 3 ? n->in[3] : -1};
     g->dx[0] = kiln_grad_emit(g, "kiln", "PadGrad", in[4] >= 0 ? 5 : 3, in, 1, NULL, true, NULL);
     return g->dx[0] < 0 ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
@@ -284,6 +306,22 @@ static int test(void) {
     kiln_tensor *in[4], *y;
     const double v[] = {0, 1, 2, 3, 4, 5};
     /* expected values from numpy.pad(np.arange(6).reshape(2, 3), ...) */
+    /* opset 2..10: pads and value as attributes (pytorch's opset-6 exports) */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    fails += kiln_optest_fails("Pad", "pads=[1,1,0,1]", 1, in, 1, KILN_ERR_INVALID_ARGUMENT,
+                               "pad opset 21 without the pads input");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    y = kt_make(KILN_F32, 2, KT_DIMS(3, 5), KT_VALS(-1, -1, -1, -1, -1, -1, 0, 1, 2, -1, -1, 3, 4, 5, -1));
+    fails += kiln_optest_opset("Pad", "pads=[1,1,0,1];value=-1.0", 6, 1, in, 1, &y, 0, 0,
+                               "pad opset 6 attributes, constant value");
+    in[0] = kt_make(KILN_I32, 2, KT_DIMS(2, 3), v);
+    y = kt_make(KILN_I32, 2, KT_DIMS(2, 5), KT_VALS(1, 0, 1, 2, 1, 4, 3, 4, 5, 4));
+    fails += kiln_optest_opset("Pad", "pads=[0,1,0,1];mode=reflect", 2, 1, in, 1, &y, 0, 0,
+                               "pad opset 2 attributes, reflect i32");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
+    y = kt_make(KILN_F32, 2, KT_DIMS(2, 4), KT_VALS(0, 0, 1, 2, 3, 3, 4, 5));
+    fails += kiln_optest_opset("Pad", "paddings=[0,1,0,0];mode=edge", 1, 1, in, 1, &y, 0, 0,
+                               "pad opset 1 paddings, edge");
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), v);
     in[1] = ints(4, KT_VALS(1, 2, 0, 1));
     in[2] = kt_scalar(KILN_F32, 9);
@@ -503,7 +541,7 @@ static int test(void) {
 
 const kiln_op_def kiln_op_pad = {
     .precision = KILN_PREC_FOLLOW,
-    .name = "Pad", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
+    .name = "Pad", .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 3), .nondiff_inputs = 1u << 2, .infer = infer,
     .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test), .grad = grad,
 };

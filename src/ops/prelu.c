@@ -1,5 +1,6 @@
 /*
- * prelu.c — PRelu: Y = X < 0 ? slope * X : X, opsets 9..16. slope broadcasts to X's
+ * prelu.c — PRelu: Y = X < 0 ? slope * X : X, opsets 6..16 (before 7 a 1-D slope of X's
+ * channel count is per channel, see legacy_slope). slope broadcasts to X's
  * shape unidirectionally (numpy rules, but the output is always X's shape: a slope of
  * (C,1,1) for X (N,C,H,W) gives per-channel slopes). X and slope have one dtype: a
  * float, or (opset 16) an integer; unsigned X is never negative, so Y = X.
@@ -22,14 +23,43 @@ static int64_t prelu_i64(int64_t a, int64_t b, bool uns) {
 }
 static const kiln_binary_kernels kernels = {prelu_f32, prelu_f64, prelu_i64};
 
-static kiln_status infer(kiln_op_ctx *c) {
-    return kiln_binary_infer(c, KILN_BIN_FLOAT | KILN_BIN_INT | KILN_BIN_UNIDIR);
+/* Opsets 1 and 6 predate numpy broadcasting: there a 1-D slope of X's channel count (dim
+ * 1) gives one slope per channel, as pytorch's opset-6 exports write it. view: slope seen
+ * as (C, 1, ..., 1) over X's dims from 1 on. */
+static bool legacy_slope(const kiln_op_ctx *c, kiln_tensor *view) {
+    const kiln_tensor *x = c->in[0], *s = c->in[1];
+    if (c->node->opset >= 7 || s->ndim != 1 || x->ndim < 3 || s->dims[0] != x->dims[1] || s->dims[0] == 1)
+        return false;
+    *view = *s;
+    view->owns_data = false;
+    view->ndim = x->ndim - 1;
+    for (int d = 1; d < view->ndim; d++) view->dims[d] = 1;
+    return true;
 }
-static kiln_status forward(kiln_op_ctx *c) { return kiln_binary_forward(c, &kernels); }
+
+static kiln_status infer(kiln_op_ctx *c) {
+    kiln_tensor view;
+    kiln_tensor *in[2] = {c->in[0], &view};
+    kiln_op_ctx lc = *c;
+    if (legacy_slope(c, &view)) lc.in = in;
+    return kiln_binary_infer(&lc, KILN_BIN_FLOAT | KILN_BIN_INT | KILN_BIN_UNIDIR);
+}
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_tensor view;
+    kiln_tensor *in[2] = {c->in[0], &view};
+    kiln_op_ctx lc = *c;
+    if (legacy_slope(c, &view)) lc.in = in;
+    return kiln_binary_forward(&lc, &kernels);
+}
 
 static kiln_status grad(kiln_grad_ctx *g) {
     kiln_status st = kiln_binary_grad_check(g);
     if (st) return st;
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    const kiln_value *vx = &g->m->values[n->in[0]], *vs = &g->m->values[n->in[1]];
+    if (n->opset < 7 && vs->ndim == 1 && vx->ndim >= 3 && vs->dims[0] == vx->dims[1] && vs->dims[0] != 1)
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "PRelu node '%s': no gradient for the opset-%d per-channel slope", n->name, n->opset);
     int in[3] = {KILN_GRAD_IN(g, 0), KILN_GRAD_IN(g, 1), g->dy[0]}, out[2];
     if (kiln_grad_emit(g, "kiln", "PReluGrad", 3, in, 2, out, false, NULL) < 0) return KILN_ERR_OUT_OF_MEMORY;
     if (g->need[0]) g->dx[0] = out[0];
@@ -121,6 +151,16 @@ static int check(const char *label, kiln_tensor *x, kiln_tensor *slope, kiln_ten
 
 static int test(void) {
     int fails = 0;
+    {
+        /* opset 6: a slope of X's channel count is per channel (dim 1), not numpy's last dim */
+        kiln_tensor *in[2] = {kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), KT_VALS(-1, 2, -3, -4, 5, -6)),
+                              kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(0.5, -2))};
+        kiln_tensor *y = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), KT_VALS(-0.5, 2, -1.5, 8, 5, 12));
+        fails += kiln_optest_opset("PRelu", "", 6, 2, in, 1, &y, 0, 0, "prelu opset 6 per-channel slope");
+        in[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), NULL);
+        in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), NULL);
+        fails += kiln_optest_fails("PRelu", "", 2, in, 1, KILN_ERR_SHAPE, "prelu opset 9 slope (2) for (1,2,3)");
+    }
     fails += check("prelu f32 (2,3) slope (3)",
                    kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(-1, 2, -3, 4, -5, 6)),
                    kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(0.5, 0.25, -2)),

@@ -174,6 +174,26 @@ static void run_f(const kiln_tensor *x, int64_t base, int64_t n, int64_t s,
     *acc = a;
 }
 
+/* The forward-only kinds, element by element in double; m: LogSumExp's max. */
+static void run_f_more(const kiln_tensor *x, int64_t base, int64_t n, int64_t s,
+                       kiln_reduce_kind kind, double m, double *acc) {
+    double a = *acc;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = kiln_get_f64(x, base + i * s);
+        switch (kind) {
+        case KILN_REDUCE_L1: a += fabs(v); break;
+        case KILN_REDUCE_L2:
+        case KILN_REDUCE_SUM_SQUARE: a += v * v; break;
+        case KILN_REDUCE_PROD: a *= v; break;
+        case KILN_REDUCE_LOG_SUM_EXP: a += exp(v - m); break;
+        default: a += v; break; /* LogSum */
+        }
+    }
+    *acc = a;
+}
+
+static bool more_kind(kiln_reduce_kind kind) { return kind >= KILN_REDUCE_L1; }
+
 /* Integer accumulation: sums wrap in uint64 (no signed overflow); u64 compares unsigned. */
 static void run_i(const kiln_tensor *x, int64_t base, int64_t n, int64_t s,
                   kiln_reduce_kind kind, int64_t *acc) {
@@ -190,6 +210,10 @@ static void run_i(const kiln_tensor *x, int64_t base, int64_t n, int64_t s,
         case KILN_REDUCE_MIN:
             if (u64 ? (uint64_t)v < (uint64_t)a : v < a) a = v;
             break;
+        case KILN_REDUCE_L1: a = (int64_t)((uint64_t)a + (uint64_t)(v < 0 && !u64 ? 0 - (uint64_t)v : (uint64_t)v)); break;
+        case KILN_REDUCE_SUM_SQUARE: a = (int64_t)((uint64_t)a + (uint64_t)v * (uint64_t)v); break;
+        case KILN_REDUCE_PROD: a = (int64_t)((uint64_t)a * (uint64_t)v); break;
+        default: break; /* L2, LogSum, LogSumExp: through double */
         }
     }
     *acc = a;
@@ -239,13 +263,16 @@ kiln_status kiln_reduce_forward(kiln_op_ctx *c, int axes_input_opset, kiln_reduc
         int_limits(x->dtype, &lo, &hi);
         for (int64_t o = 0; o < out_n; o++) {
             if (is_float) {
-                double v = kind == KILN_REDUCE_SUM    ? 0.0
-                           : kind == KILN_REDUCE_MEAN ? NAN
-                           : kind == KILN_REDUCE_MAX  ? -INFINITY
-                                                      : INFINITY;
+                double v = kind == KILN_REDUCE_MEAN  ? NAN
+                           : kind == KILN_REDUCE_MAX ? -INFINITY
+                           : kind == KILN_REDUCE_MIN ? INFINITY
+                           : kind == KILN_REDUCE_PROD ? 1.0
+                           : kind == KILN_REDUCE_LOG_SUM || kind == KILN_REDUCE_LOG_SUM_EXP ? -INFINITY
+                                                                                              : 0.0;
                 kiln_set_f64(y, o, v);
             } else {
-                kiln_set_i64(y, o, kind == KILN_REDUCE_MAX ? lo : kind == KILN_REDUCE_MIN ? hi : 0);
+                kiln_set_i64(y, o, kind == KILN_REDUCE_MAX ? lo : kind == KILN_REDUCE_MIN ? hi
+                                   : kind == KILN_REDUCE_PROD ? 1 : 0);
             }
         }
         return KILN_OK;
@@ -253,7 +280,30 @@ kiln_status kiln_reduce_forward(kiln_op_ctx *c, int axes_input_opset, kiln_reduc
 
     int64_t count = L.count;
     bool big = out_n > 1 && out_n * count > (1 << 16);
-    if (is_float) {
+    if (more_kind(kind) && (is_float || kind == KILN_REDUCE_L2 || kind == KILN_REDUCE_LOG_SUM ||
+                            kind == KILN_REDUCE_LOG_SUM_EXP)) {
+        #pragma omp parallel for if (big) schedule(static)
+        for (int64_t o = 0; o < out_n; o++) {
+            double m = 0, acc = kind == KILN_REDUCE_PROD ? 1.0 : 0.0;
+            if (kind == KILN_REDUCE_LOG_SUM_EXP) {
+                m = -INFINITY;
+#define RUN_M(off, n, s) run_f(x, off, n, s, KILN_REDUCE_MAX, &m)
+                FOR_EACH_RUN(&L, kept_offset(&L, o), RUN_M);
+#undef RUN_M
+            }
+            if (kind == KILN_REDUCE_LOG_SUM_EXP && !isfinite(m)) {
+                acc = m; /* all -inf, an inf or a NaN: the max is the result */
+            } else {
+#define RUN_F(off, n, s) run_f_more(x, off, n, s, kind, m, &acc)
+                FOR_EACH_RUN(&L, kept_offset(&L, o), RUN_F);
+#undef RUN_F
+                if (kind == KILN_REDUCE_L2) acc = sqrt(acc);
+                else if (kind == KILN_REDUCE_LOG_SUM) acc = log(acc);
+                else if (kind == KILN_REDUCE_LOG_SUM_EXP) acc = m + log(acc);
+            }
+            kiln_set_f64(y, o, acc);
+        }
+    } else if (is_float) {
         double init = kind == KILN_REDUCE_MAX ? -INFINITY : kind == KILN_REDUCE_MIN ? INFINITY : 0.0;
         #pragma omp parallel for if (big) schedule(static)
         for (int64_t o = 0; o < out_n; o++) {
@@ -271,7 +321,7 @@ kiln_status kiln_reduce_forward(kiln_op_ctx *c, int axes_input_opset, kiln_reduc
         for (int64_t o = 0; o < out_n; o++) {
             /* the first element seeds max/min so no per-dtype limits are needed */
             int64_t acc = (kind == KILN_REDUCE_MAX || kind == KILN_REDUCE_MIN)
-                              ? kiln_get_i64(x, kept_offset(&L, o)) : 0;
+                              ? kiln_get_i64(x, kept_offset(&L, o)) : kind == KILN_REDUCE_PROD ? 1 : 0;
 #define RUN_I(off, n, s) run_i(x, off, n, s, kind, &acc)
             FOR_EACH_RUN(&L, kept_offset(&L, o), RUN_I);
 #undef RUN_I

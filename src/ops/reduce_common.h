@@ -1,5 +1,7 @@
 /*
- * reduce_common.h — shared machinery for ReduceSum, ReduceMean, ReduceMax and ReduceMin.
+ * reduce_common.h — shared machinery for ReduceSum, ReduceMean, ReduceMax and ReduceMin, and
+ * the forward-only ReduceL1, ReduceL2, ReduceSumSquare, ReduceProd, ReduceLogSum and
+ * ReduceLogSumExp.
  *
  * Axes come from the `axes` attribute before the opset where ONNX moved them to an
  * optional second input (13 for ReduceSum, 18 for the others); from that opset on the
@@ -10,7 +12,10 @@
  * Floats accumulate in double and are rounded once to the output dtype; integers
  * accumulate in 64 bits (sums wrap like the output dtype would). A reduction over an
  * empty set gives the identity of the reduction: 0 for Sum, NaN for a float Mean (0/0),
- * -inf / the dtype's minimum for Max, +inf / the dtype's maximum for Min.
+ * -inf / the dtype's minimum for Max, +inf / the dtype's maximum for Min, 1 for Prod, 0
+ * for L1, L2 and SumSquare, -inf for LogSum and LogSumExp. Integers: L1, SumSquare and
+ * Prod accumulate exactly in 64 bits (wrapping); L2, LogSum and LogSumExp go through
+ * double and are truncated toward zero.
  *
  * Gradients: internal ops kiln.Reduce{Sum,Mean,Max,Min}Grad with inputs (X, dY, axes) and,
  * for Max/Min, (X, dY, Y, axes) with the forward output Y; the forward node's attributes and
@@ -29,7 +34,14 @@ typedef enum kiln_reduce_kind {
     KILN_REDUCE_SUM,
     KILN_REDUCE_MEAN,
     KILN_REDUCE_MAX,
-    KILN_REDUCE_MIN
+    KILN_REDUCE_MIN,
+    /* forward only (no gradients): */
+    KILN_REDUCE_L1,          /* sum |x| */
+    KILN_REDUCE_L2,          /* sqrt(sum x^2) */
+    KILN_REDUCE_SUM_SQUARE,  /* sum x^2 */
+    KILN_REDUCE_PROD,        /* product */
+    KILN_REDUCE_LOG_SUM,     /* log(sum x) */
+    KILN_REDUCE_LOG_SUM_EXP  /* log(sum exp x), as m + log(sum exp(x - m)) with m the max */
 } kiln_reduce_kind;
 
 /* Output dtype = input dtype; shape from the axes and keepdims. Floats are always

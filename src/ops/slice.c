@@ -1,4 +1,5 @@
-/* slice.c — Slice (opsets 11..21, the input form of opset 10+): data[starts:ends:steps]
+/* slice.c — Slice (opsets 1..21; before opset 10 starts, ends and axes are attributes and
+ * steps are 1; from opset 10 they are inputs): data[starts:ends:steps]
  * along `axes`. starts/ends/axes/steps are int32 or int64 1-D inputs; axes default to
  * 0..len(starts)-1 and may be negative, steps default to 1 and may be negative (not 0).
  * Per the spec, negative starts/ends add the dim, then starts/ends are clamped to [0, dim]
@@ -24,6 +25,29 @@ static kiln_status plan(kiln_op_ctx *c, int at, slice_plan *p) {
     const kiln_tensor *x = c->in[at];
     int64_t starts[KILN_MAX_DIMS], ends[KILN_MAX_DIMS], axes[KILN_MAX_DIMS], steps[KILN_MAX_DIMS];
     int ns, ne, na, nst;
+    if (c->node->opset < 10) {
+        /* opsets 1..9: starts, ends and axes are attributes, steps are 1 */
+        KILN_OP_CHECK(c, c->n_in == at + 1, KILN_ERR_INVALID_ARGUMENT,
+                      "Slice before opset 10 takes starts, ends and axes as attributes, not inputs "
+                      "(the node is opset %d)", c->node->opset);
+        const int64_t *as = kiln_attr_ints(c->node, "starts", &ns);
+        const int64_t *ae = kiln_attr_ints(c->node, "ends", &ne);
+        KILN_OP_CHECK(c, as && ae, KILN_ERR_INVALID_ARGUMENT,
+                      "attributes 'starts' and 'ends' are required before opset 10");
+        KILN_OP_CHECK(c, ns == ne, KILN_ERR_SHAPE, "starts has %d values but ends has %d", ns, ne);
+        KILN_OP_CHECK(c, ns <= KILN_MAX_DIMS, KILN_ERR_SHAPE, "starts has %d values (at most %d)", ns,
+                      KILN_MAX_DIMS);
+        const int64_t *aa = kiln_attr_ints(c->node, "axes", &na);
+        KILN_OP_CHECK(c, !aa || na == ns, KILN_ERR_SHAPE, "axes has %d values but starts has %d", na, ns);
+        for (int k = 0; k < ns; k++) {
+            starts[k] = as[k];
+            ends[k] = ae[k];
+            axes[k] = aa ? aa[k] : k;
+            steps[k] = 1;
+        }
+    } else {
+    KILN_OP_CHECK(c, c->n_in > at + 2 && c->in[at + 1] && c->in[at + 2], KILN_ERR_INVALID_ARGUMENT,
+                  "inputs starts and ends are required from opset 10 on (the node is opset %d)", c->node->opset);
     kiln_status st = kiln_read_ints(c, at + 1, "starts", starts, KILN_MAX_DIMS, &ns);
     if (st == KILN_OK) st = kiln_read_ints(c, at + 2, "ends", ends, KILN_MAX_DIMS, &ne);
     if (st != KILN_OK) return st;
@@ -43,6 +67,7 @@ static kiln_status plan(kiln_op_ctx *c, int at, slice_plan *p) {
                       nst, ns);
     } else {
         for (int k = 0; k < ns; k++) steps[k] = 1;
+    }
     }
     bool seen[KILN_MAX_DIMS] = {false};
     for (int d = 0; d < x->ndim; d++) {
@@ -123,6 +148,10 @@ static kiln_status grad(kiln_grad_ctx *g) {
     }
     if (!g->need[0]) return KILN_OK;
     const kiln_node *n = KILN_GRAD_NODE(g);
+    if (n->opset < 10)
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "Slice node '%s': no gradient for the opset-%d form (starts and ends as attributes)",
+                         n->name, n->opset);
     int in[6] = {g->dy[0], -1, -1, -1, -1, -1};
     for (int k = 0; k < n->n_in; k++) in[1 + k] = n->in[k];
     g->dx[0] = kiln_grad_emit(g, "kiln", "SliceGrad", n->n_in + 1, in, 1, NULL, false, NULL);
@@ -233,6 +262,17 @@ static int test(void) {
                         19, 20, 21, 22, 23};
     kiln_tensor *in[5], *y;
     /* expected values from numpy on np.arange(24).reshape(2,3,4) */
+    /* opsets 1..9: starts, ends, axes as attributes (pytorch's opset-6 exports) */
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v); /* x[:, 1:, -3:-1] */
+    y = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(5, 6, 9, 10, 17, 18, 21, 22));
+    fails += kiln_optest_opset("Slice", "starts=[1,-3];ends=[1000,-1];axes=[1,2]", 6, 1, in, 1, &y, 0, 0,
+                               "slice opset 6 attributes");
+    in[0] = kt_make(KILN_I64, 3, KT_DIMS(2, 3, 4), v); /* x[1:2, 0:1] */
+    y = kt_make(KILN_I64, 3, KT_DIMS(1, 1, 4), KT_VALS(12, 13, 14, 15));
+    fails += kiln_optest_opset("Slice", "starts=[1,0];ends=[2,1]", 1, 1, in, 1, &y, 0, 0,
+                               "slice opset 1 attributes, default axes");
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v);
+    fails += kiln_optest_fails("Slice", "", 1, in, 1, KILN_ERR_INVALID_ARGUMENT, "slice opset 21 without starts");
     in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 3, 4), v); /* x[:, 2:0:-1, ::2] */
     in[1] = ints(2, KT_VALS(2, 0));
     in[2] = ints(2, KT_VALS(0, 1000000));
@@ -425,7 +465,7 @@ static int test(void) {
 
 const kiln_op_def kiln_op_slice = {
     .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS,
-    .name = "Slice", .min_inputs = 3, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
+    .name = "Slice", .min_inputs = 1, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), .infer = infer,
     .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test), .grad = grad,
 };

@@ -1,0 +1,294 @@
+/* einsum.c — Einsum(inputs...): Einstein summation by an equation such as "bij,bjk->bik"
+ * (opset 12). Labels are letters; "..." stands for the same leading dims in every term
+ * that has it (broadcast where one of them is 1). With "->" the output is the given
+ * labels; without it, the labels seen once, in alphabetical order, after the ellipsis
+ * dims. A label repeated within a term takes the diagonal. Every label not in the output
+ * is summed over. Up to 8 inputs and 16 distinct labels. Float and integer dtypes (one for
+ * all inputs); floats accumulate in double, integers in int64. The plan (einsum.h) is
+ * shared with the CUDA kernel. */
+#include "../core/optest.h"
+#include "einsum.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { MAX_TERMS = KILN_EINSUM_MAX_IN, MAX_LABELS = 52 + KILN_MAX_DIMS };
+
+/* The parsed equation: label ids per dim of each input and of the output; ids 0..51 for
+ * letters, 52.. for the ellipsis dims (aligned right: id 52 + KILN_MAX_DIMS - k for the
+ * k-th dim from the end). */
+typedef struct plan {
+    int n_in;
+    int nd[MAX_TERMS];
+    int lab[MAX_TERMS][KILN_MAX_DIMS];
+    int out_nd;
+    int out_lab[KILN_MAX_DIMS];
+    int64_t size[MAX_LABELS];
+    bool used[MAX_LABELS];
+} plan;
+
+static int letter_id(char ch) {
+    if (ch >= 'a' && ch <= 'z') return ch - 'a';
+    if (ch >= 'A' && ch <= 'Z') return 26 + ch - 'A';
+    return -1;
+}
+
+/* One term's labels (text [s, e)) for an input of rank `rank` (-1: the output, whose
+ * ellipsis rank is ell). */
+static bool parse_term(const char *s, const char *e, int rank, int *ell, int *lab, int *nd, char *why, size_t wn) {
+    int letters = 0;
+    bool has_ell = false;
+    for (const char *p = s; p < e; p++) {
+        if (*p == ' ') continue;
+        if (*p == '.') {
+            if (has_ell || e - p < 3 || p[1] != '.' || p[2] != '.') {
+                snprintf(why, wn, "a malformed ellipsis");
+                return false;
+            }
+            has_ell = true;
+            p += 2;
+        } else if (letter_id(*p) < 0) {
+            snprintf(why, wn, "character '%c' is not a label", *p);
+            return false;
+        } else {
+            letters++;
+        }
+    }
+    const int ell_rank = rank >= 0 ? rank - letters : *ell;
+    if (rank >= 0 && (ell_rank < 0 || (!has_ell && ell_rank != 0))) {
+        snprintf(why, wn, "a term has %d labels for an input of rank %d", letters, rank);
+        return false;
+    }
+    if (rank >= 0 && has_ell) *ell = ell_rank > *ell ? ell_rank : *ell;
+    int n = 0;
+    for (const char *p = s; p < e; p++) {
+        if (*p == ' ') continue;
+        if (*p == '.') {
+            for (int k = ell_rank; k >= 1; k--) lab[n++] = 52 + KILN_MAX_DIMS - k;
+            p += 2;
+        } else {
+            lab[n++] = letter_id(*p);
+        }
+    }
+    if (n > KILN_MAX_DIMS) {
+        snprintf(why, wn, "a term of %d dims", n);
+        return false;
+    }
+    *nd = n;
+    return true;
+}
+
+static kiln_status make_plan(kiln_op_ctx *c, plan *p) {
+    memset(p, 0, sizeof *p);
+    const char *eq = kiln_attr_string(c->node, "equation", NULL);
+    KILN_OP_CHECK(c, eq != NULL, KILN_ERR_INVALID_ARGUMENT, "attribute 'equation' is required");
+    KILN_OP_CHECK(c, c->n_in >= 1 && c->n_in <= MAX_TERMS, KILN_ERR_UNSUPPORTED, "%d inputs (1 to %d)", c->n_in,
+                  MAX_TERMS);
+    p->n_in = c->n_in;
+    const char *arrow = strstr(eq, "->"), *end = arrow ? arrow : eq + strlen(eq);
+    char why[160] = "";
+    int ell = 0, term = 0;
+    const char *s = eq;
+    for (;;) {
+        const char *comma = memchr(s, ',', (size_t)(end - s));
+        const char *te = comma ? comma : end;
+        KILN_OP_CHECK(c, term < c->n_in, KILN_ERR_INVALID_ARGUMENT, "equation '%s' has more terms than the %d inputs",
+                      eq, c->n_in);
+        KILN_OP_CHECK(c, c->in[term] != NULL, KILN_ERR_INVALID_ARGUMENT, "input %d is missing", term);
+        KILN_OP_CHECK(c, parse_term(s, te, c->in[term]->ndim, &ell, p->lab[term], &p->nd[term], why, sizeof why),
+                      KILN_ERR_INVALID_ARGUMENT, "equation '%s', term %d: %s", eq, term, why);
+        term++;
+        if (!comma) break;
+        s = comma + 1;
+    }
+    KILN_OP_CHECK(c, term == c->n_in, KILN_ERR_INVALID_ARGUMENT, "equation '%s' has %d terms for %d inputs", eq, term,
+                  c->n_in);
+    /* sizes: a label's dims agree, or are 1 for ellipsis dims (broadcast) */
+    for (int t = 0; t < p->n_in; t++)
+        for (int d = 0; d < p->nd[t]; d++) {
+            const int l = p->lab[t][d];
+            const int64_t sz = c->in[t]->dims[d];
+            if (!p->used[l] || p->size[l] == 1) p->size[l] = sz;
+            else KILN_OP_CHECK(c, sz == p->size[l] || (l >= 52 && sz == 1), KILN_ERR_SHAPE,
+                               "equation '%s': a label has sizes %lld and %lld", eq, (long long)p->size[l],
+                               (long long)sz);
+            p->used[l] = true;
+        }
+    if (arrow) {
+        const char *os = arrow + 2;
+        KILN_OP_CHECK(c, parse_term(os, os + strlen(os), -1, &ell, p->out_lab, &p->out_nd, why, sizeof why),
+                      KILN_ERR_INVALID_ARGUMENT, "equation '%s', output: %s", eq, why);
+        for (int d = 0; d < p->out_nd; d++) {
+            KILN_OP_CHECK(c, p->used[p->out_lab[d]], KILN_ERR_INVALID_ARGUMENT,
+                          "equation '%s': an output label is in no input", eq);
+            for (int e = 0; e < d; e++)
+                KILN_OP_CHECK(c, p->out_lab[e] != p->out_lab[d], KILN_ERR_INVALID_ARGUMENT,
+                              "equation '%s': an output label repeats", eq);
+        }
+    } else {
+        for (int k = ell; k >= 1; k--) p->out_lab[p->out_nd++] = 52 + KILN_MAX_DIMS - k;
+        for (int l = 0; l < 52; l++) {
+            int count = 0;
+            for (int t = 0; t < p->n_in; t++)
+                for (int d = 0; d < p->nd[t]; d++) count += p->lab[t][d] == l;
+            if (count == 1) {
+                KILN_OP_CHECK(c, p->out_nd < KILN_MAX_DIMS, KILN_ERR_SHAPE, "output rank above %d", KILN_MAX_DIMS);
+                p->out_lab[p->out_nd++] = l;
+            }
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_einsum_plan(kiln_op_ctx *c, kiln_einsum *e) {
+    plan p;
+    kiln_status st = make_plan(c, &p);
+    if (st) return st;
+    memset(e, 0, sizeof *e);
+    int id[MAX_LABELS];
+    for (int l = 0; l < MAX_LABELS; l++) id[l] = -1;
+    for (int l = 0; l < MAX_LABELS; l++) {
+        if (!p.used[l]) continue;
+        KILN_OP_CHECK(c, e->nl < KILN_EINSUM_MAX_LABELS, KILN_ERR_UNSUPPORTED, "more than %d distinct labels",
+                      KILN_EINSUM_MAX_LABELS);
+        id[l] = e->nl;
+        e->size[e->nl++] = p.size[l];
+    }
+    e->n_in = p.n_in;
+    e->out_nd = p.out_nd;
+    bool in_out[MAX_LABELS] = {false};
+    for (int d = 0; d < p.out_nd; d++) {
+        e->out_lab[d] = id[p.out_lab[d]];
+        in_out[p.out_lab[d]] = true;
+    }
+    e->sum_count = 1;
+    for (int l = 0; l < MAX_LABELS; l++)
+        if (p.used[l] && !in_out[l]) {
+            e->sum_lab[e->ns++] = id[l];
+            e->sum_count *= p.size[l];
+        }
+    for (int t = 0; t < p.n_in; t++) {
+        int64_t st_[KILN_MAX_DIMS];
+        kiln_strides(c->in[t]->ndim, c->in[t]->dims, st_);
+        for (int d = 0; d < p.nd[t]; d++)
+            if (c->in[t]->dims[d] != 1 || p.size[p.lab[t][d]] == 1) e->stride[t][id[p.lab[t][d]]] += st_[d];
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer(kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype) || kiln_dtype_is_int(x->dtype), KILN_ERR_TYPE,
+                  "input dtype %s is not supported", kiln_dtype_name(x->dtype));
+    for (int i = 1; i < c->n_in; i++)
+        KILN_OP_CHECK(c, c->in[i] && c->in[i]->dtype == x->dtype, KILN_ERR_TYPE, "input %d has another dtype than input 0",
+                      i);
+    kiln_einsum e;
+    kiln_status st = kiln_einsum_plan(c, &e);
+    if (st) return st;
+    int64_t dims[KILN_MAX_DIMS];
+    for (int d = 0; d < e.out_nd; d++) dims[d] = e.size[e.out_lab[d]];
+    kiln_tensor_set_shape(c->out[0], x->dtype, e.out_nd, dims);
+    return KILN_OK;
+}
+
+static kiln_status forward(kiln_op_ctx *c) {
+    kiln_einsum e;
+    kiln_status st = kiln_einsum_plan(c, &e);
+    if (st) return st;
+    kiln_tensor *y = c->out[0];
+    const bool fl = kiln_dtype_is_float(y->dtype);
+    const int64_t n_out = kiln_tensor_numel(y);
+    int64_t val[KILN_EINSUM_MAX_LABELS] = {0};
+    for (int64_t o = 0; o < n_out; o++) {
+        int64_t rem = o;
+        for (int d = e.out_nd - 1; d >= 0; d--) {
+            val[e.out_lab[d]] = rem % e.size[e.out_lab[d]];
+            rem /= e.size[e.out_lab[d]];
+        }
+        double accf = 0;
+        int64_t acci = 0;
+        for (int64_t s = 0; s < e.sum_count; s++) {
+            int64_t r = s;
+            for (int k = e.ns - 1; k >= 0; k--) {
+                val[e.sum_lab[k]] = r % e.size[e.sum_lab[k]];
+                r /= e.size[e.sum_lab[k]];
+            }
+            double pf = 1;
+            int64_t pi = 1;
+            for (int t = 0; t < e.n_in; t++) {
+                int64_t off = 0;
+                for (int l = 0; l < e.nl; l++) off += val[l] * e.stride[t][l];
+                if (fl) pf *= kiln_get_f64(c->in[t], off);
+                else pi = (int64_t)((uint64_t)pi * (uint64_t)kiln_get_i64(c->in[t], off));
+            }
+            if (fl) accf += pf;
+            else acci = (int64_t)((uint64_t)acci + (uint64_t)pi);
+        }
+        if (fl) kiln_set_f64(y, o, accf);
+        else kiln_set_i64(y, o, acci);
+    }
+    return KILN_OK;
+}
+
+#ifdef KILN_OPTESTS
+static int test(void) {
+    int fails = 0;
+    kiln_tensor *in[3], *y;
+    const double a6[6] = {1, 2, 3, 4, 5, 6};
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), a6);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(3, 2), KT_VALS(1, 0, 0, 1, 1, 1));
+    y = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(4, 5, 10, 11));
+    fails += kiln_optest("Einsum", "equation=ij,jk->ik", 2, in, 1, &y, 0, 0, "einsum matmul");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), a6);
+    y = kt_make(KILN_F32, 2, KT_DIMS(3, 2), KT_VALS(1, 4, 2, 5, 3, 6));
+    fails += kiln_optest("Einsum", "equation=ij->ji", 1, in, 1, &y, 0, 0, "einsum transpose");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 3), a6);
+    y = kt_make(KILN_F64, 1, KT_DIMS(2), KT_VALS(6, 15));
+    fails += kiln_optest("Einsum", "equation=ij->i", 1, in, 1, &y, 0, 0, "einsum row sums");
+    in[0] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(1, 2, 3));
+    in[1] = kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(4, 5, 6));
+    y = kt_scalar(KILN_I64, 32);
+    fails += kiln_optest("Einsum", "equation=i,i", 2, in, 1, &y, 0, 0, "einsum inner product, implicit output");
+    /* implicit output: labels seen once, alphabetical: "ba" -> "ab", a transpose */
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), a6);
+    y = kt_make(KILN_F32, 2, KT_DIMS(3, 2), KT_VALS(1, 4, 2, 5, 3, 6));
+    fails += kiln_optest("Einsum", "equation=ba", 1, in, 1, &y, 0, 0, "einsum implicit alphabetical order");
+    /* diagonal of a batch of 2x2: "...ii->...i" */
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(1, 2, 3, 4, 5, 6, 7, 8));
+    y = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(1, 4, 5, 8));
+    fails += kiln_optest("Einsum", "equation=...ii->...i", 1, in, 1, &y, 0, 0, "einsum batch diagonal");
+    /* batch matmul with the ellipsis broadcast: (2,1,2) (1,2,1) */
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 1, 2), KT_VALS(1, 2, 3, 4));
+    in[1] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 1), KT_VALS(10, 100));
+    y = kt_make(KILN_F32, 3, KT_DIMS(2, 1, 1), KT_VALS(210, 430));
+    fails += kiln_optest("Einsum", "equation=...ij,...jk->...ik", 2, in, 1, &y, 0, 0, "einsum ellipsis broadcast");
+    /* three inputs */
+    in[0] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, 2));
+    in[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(3, 4));
+    in[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(5, 6));
+    y = kt_make(KILN_F32, 2, KT_DIMS(2, 2), KT_VALS(15, 24, 30, 48));
+    fails += kiln_optest("Einsum", "equation=i,j,j->ij", 3, in, 1, &y, 0, 0, "einsum three inputs");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), a6);
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), NULL);
+    fails += kiln_optest_fails("Einsum", "equation=ij,jk->ik", 2, in, 1, KILN_ERR_SHAPE, "einsum size mismatch");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), a6);
+    fails += kiln_optest_fails("Einsum", "equation=ijk->i", 1, in, 1, KILN_ERR_INVALID_ARGUMENT, "einsum rank mismatch");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), a6);
+    fails += kiln_optest_fails("Einsum", "equation=ij->iz", 1, in, 1, KILN_ERR_INVALID_ARGUMENT,
+                               "einsum output label in no input");
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), a6);
+    fails += kiln_optest_fails("Einsum", "", 1, in, 1, KILN_ERR_INVALID_ARGUMENT, "einsum needs an equation");
+    fails += kiln_optest_sweep_tol("Einsum", "equation=bij,bjk->bik", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 17), -1, 1, 6801),
+                                                     kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 7), -1, 1, 6802)},
+                                   1, 1e-5, 1e-5, "einsum random batch matmul");
+    return fails;
+}
+#endif /* KILN_OPTESTS */
+
+const kiln_op_def kiln_op_einsum = {
+    .precision = KILN_PREC_FP32,
+    .name = "Einsum", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
+};

@@ -1,0 +1,44 @@
+/* tan.c — Tan: y = tan(x), the tangent, elementwise. Float dtypes (f16, bf16, f32,
+ * f64); opset 7. Computed in double and rounded to the output dtype.
+ * No gradient (inference only). */
+#include "../core/optest.h"
+#include "unary.h"
+
+#include <math.h>
+
+static double tan_fn(double x, const kiln_unary_args *a) { return tan(x); }
+
+static kiln_status infer(kiln_op_ctx *c) { return kiln_unary_infer(c, false); }
+static kiln_status forward(kiln_op_ctx *c) { return kiln_unary_forward_args(c, tan_fn, NULL, NULL); }
+
+#ifdef KILN_OPTESTS
+static int test(void) {
+    int fails = 0;
+    /* expected values: Python's math.tan */
+    kiln_tensor *x = kt_make(KILN_F32, 1, KT_DIMS(7), KT_VALS(-1.5, -1, -0.5, 0, 0.5, 1, 1.5));
+    kiln_tensor *y = kt_make(KILN_F32, 1, KT_DIMS(7), KT_VALS(-14.101419947171719, -1.5574077246549023, -0.54630248984379048, 0, 0.54630248984379048, 1.5574077246549023, 14.101419947171719));
+    fails += kiln_optest("Tan", "", 1, &x, 1, &y, 1e-6, 1e-6, "tan f32");
+    x = kt_make(KILN_F64, 2, KT_DIMS(1, 3), KT_VALS(-1, -0.5, 0));
+    y = kt_make(KILN_F64, 2, KT_DIMS(1, 3), KT_VALS(-1.5574077246549023, -0.54630248984379048, 0));
+    fails += kiln_optest("Tan", "", 1, &x, 1, &y, 0, 1e-14, "tan f64");
+    x = kt_make(KILN_F16, 1, KT_DIMS(2), KT_VALS(0.5, 1));
+    y = kt_make(KILN_F16, 1, KT_DIMS(2), KT_VALS(0.54630248984379048, 1.5574077246549023));
+    fails += kiln_optest("Tan", "", 1, &x, 1, &y, 1e-3, 1e-3, "tan f16");
+    x = kt_make(KILN_I32, 1, KT_DIMS(2), KT_VALS(0, 1));
+    fails += kiln_optest_fails("Tan", "", 1, &x, 1, KILN_ERR_TYPE, "tan rejects i32");
+    /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    fails += kiln_optest_sweep("Tan", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -1.4, 1.4, 5130)},
+                               1, "tan random 2x3x17x19");
+    fails += kiln_optest_sweep("Tan", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(7), -1.4, 1.4, 5131)},
+                               1, "tan 7 elements");
+    return fails;
+}
+#endif /* KILN_OPTESTS */
+
+const kiln_op_def kiln_op_tan = {
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_UNARY,
+    .name = "Tan", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
+};
