@@ -260,18 +260,24 @@ def bench_resnet(kiln, args, work):
         psess.run(pfeeds, outputs=pouts)
     end.record(user)
     end.synchronize()
-    print(f"kiln from Python, pipelined on the caller's stream: {start.elapsed_time(end) / args.iters:.4f} ms per run "
+    piped = start.elapsed_time(end) / args.iters
+    print(f"kiln from Python, pipelined on the caller's stream: {piped:.4f} ms per run "
           f"(mean of {args.iters} queued runs)")
     ok = True
     if args.kiln_cli:
         ref = kiln_bench(args.kiln_cli, path, args.iters, work)
         if ref is not None:
-            ratio = ev_med / ref
+            # kiln bench's GPU time is graph replays back to back: the pipelined loop is the
+            # like-for-like figure; the synchronized one adds the host's work per call.
+            ratio = piped / ref
             ok = ratio <= 1.05
-            print(f"python / kiln bench GPU median: {ev_med:.4f} / {ref:.4f} ms = {ratio:.3f} "
+            print(f"python (pipelined) / kiln bench GPU median: {piped:.4f} / {ref:.4f} ms = {ratio:.3f} "
                   f"({'within' if ok else 'NOT within'} 5%)")
+            print(f"python (each run waited for) / kiln bench GPU median: {ev_med:.4f} / {ref:.4f} ms = "
+                  f"{ev_med / ref:.3f}")
         else:
-            print("compare the median above with kiln bench's 'GPU compute' median printed above")
+            ok = False
+            print("kiln bench's GPU median not found: compare by hand with its 'GPU compute' line above")
     bench_onnxruntime(path, args, x, out)
     return ok
 

@@ -95,7 +95,7 @@ static void check_op(const kiln_op_def *d) {
           d->domain ? "." : "", d->name);
     CHECK(d->layout >= KILN_LAYOUT_NONE && d->layout <= KILN_LAYOUT_UNARY_GRAD, "%s: layout %d", d->name, (int)d->layout);
     for (int k = 0; k < 4; k++)
-        CHECK(d->out_dtype[k] <= KILN_DT_F32, "%s: out_dtype[%d] = %d", d->name, k, d->out_dtype[k]);
+        CHECK(d->out_dtype[k] <= KILN_DT_U8, "%s: out_dtype[%d] = %d", d->name, k, d->out_dtype[k]);
     if (d->max_inputs >= 0 && d->max_inputs < 32) {
         const uint32_t ins = (uint32_t)((1ull << d->max_inputs) - 1);
         CHECK((d->f32_inputs & ~ins) == 0, "%s: f32_inputs 0x%x beyond its %d inputs", d->name, d->f32_inputs,

@@ -335,7 +335,10 @@ typedef enum kiln_dtype_rule {
     KILN_DT_ATTR_TO,       /* the `to` attribute (Cast) */
     KILN_DT_VALUE,         /* the value attribute's (Constant) */
     KILN_DT_VALUE_OR_F32,  /* the value attribute's, f32 without one (ConstantOfShape) */
-    KILN_DT_F32            /* f32 (f64 when input 0 is f64): the fused loss's f32 outputs */
+    KILN_DT_F32,           /* f32 (f64 when input 0 is f64): the fused loss's f32 outputs */
+    KILN_DT_IN2,           /* input 2's (OneHot's values) */
+    KILN_DT_ATTR_OUTPUT_DATATYPE, /* the output_datatype attribute, f32 without one (the windows) */
+    KILN_DT_U8             /* u8 (DynamicQuantizeLinear's quantized outputs) */
 } kiln_dtype_rule;
 
 /* How the trainer (src/train/trainer.c) turns the op into its training form. */

@@ -66,7 +66,7 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_dynamic_quantize_linear = {
-    .precision = KILN_PREC_FP32, .out_dtype = {KILN_DT_IN0, KILN_DT_F32},
+    .precision = KILN_PREC_FP32, .out_dtype = {KILN_DT_U8, KILN_DT_F32, KILN_DT_U8},
     .name = "DynamicQuantizeLinear", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 3,
     .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
 };

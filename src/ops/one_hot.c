@@ -105,5 +105,5 @@ static int test(void) {
 const kiln_op_def kiln_op_one_hot = {
     .precision = KILN_PREC_ANY,
     .name = "OneHot", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
-    .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
+    .value_inputs = 1u << 1, .out_dtype = {KILN_DT_IN2}, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
 };

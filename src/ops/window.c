@@ -110,17 +110,17 @@ static int test_blackman(void) {
 const kiln_op_def kiln_op_hann_window = {
     .precision = KILN_PREC_FP32,
     .name = "HannWindow", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .value_inputs = 1u << 0, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test_hann),
+    .value_inputs = 1u << 0, .out_dtype = {KILN_DT_ATTR_OUTPUT_DATATYPE}, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test_hann),
 };
 
 const kiln_op_def kiln_op_hamming_window = {
     .precision = KILN_PREC_FP32,
     .name = "HammingWindow", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .value_inputs = 1u << 0, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test_hamming),
+    .value_inputs = 1u << 0, .out_dtype = {KILN_DT_ATTR_OUTPUT_DATATYPE}, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test_hamming),
 };
 
 const kiln_op_def kiln_op_blackman_window = {
     .precision = KILN_PREC_FP32,
     .name = "BlackmanWindow", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .value_inputs = 1u << 0, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test_blackman),
+    .value_inputs = 1u << 0, .out_dtype = {KILN_DT_ATTR_OUTPUT_DATATYPE}, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test_blackman),
 };

@@ -55,6 +55,7 @@ kiln_status kiln_pass_topo_order(const kiln_model *m, int *order) {
 static kiln_dtype rule_dtype(const kiln_node *n, int k, const kiln_tensor *vt) {
     kiln_dtype in0 = n->n_in > 0 && n->in[0] >= 0 ? vt[n->in[0]].dtype : KILN_DTYPE_UNDEFINED;
     kiln_dtype in1 = n->n_in > 1 && n->in[1] >= 0 ? vt[n->in[1]].dtype : KILN_DTYPE_UNDEFINED;
+    kiln_dtype in2 = n->n_in > 2 && n->in[2] >= 0 ? vt[n->in[2]].dtype : KILN_DTYPE_UNDEFINED;
     const kiln_op_def *d = kiln_node_def(n);
     const kiln_dtype_rule r = d && k >= 0 && k < 4 ? (kiln_dtype_rule)d->out_dtype[k] : KILN_DT_IN0;
     switch (r) {
@@ -73,6 +74,9 @@ static kiln_dtype rule_dtype(const kiln_node *n, int k, const kiln_tensor *vt) {
         }
         return r == KILN_DT_VALUE_OR_F32 ? KILN_F32 : KILN_DTYPE_UNDEFINED;
     case KILN_DT_F32: return in0 == KILN_F64 ? KILN_F64 : KILN_F32;
+    case KILN_DT_IN2: return in2;
+    case KILN_DT_ATTR_OUTPUT_DATATYPE: return (kiln_dtype)kiln_attr_int(n, "output_datatype", KILN_F32);
+    case KILN_DT_U8: return KILN_U8;
     }
     return in0;
 }
