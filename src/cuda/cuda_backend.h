@@ -200,6 +200,11 @@ kiln_status kiln_cuda_download(kiln_cuda *cu, void *dst, const void *src, size_t
 kiln_status kiln_cuda_fill_bytes(kiln_cuda *cu, void *dst, int value, size_t bytes);
 /* Wait for the stream; then report errors the kernels found on the device. */
 kiln_status kiln_cuda_sync(kiln_cuda *cu);
+/* A device-to-device copy by a kernel on `stream` (iocopy.cu: the device-IO graph's copies,
+ * found in the graph by kiln_cuda_io_copy_fn, the kernel's address; its arguments are
+ * dst, src, bytes). */
+kiln_status kiln_cuda_io_copy(kiln_cuda *cu, void *stream, void *dst, const void *src, size_t bytes);
+const void *kiln_cuda_io_copy_fn(void);
 /* Device-to-device copy on the stream (in order with the work enqueued). */
 kiln_status kiln_cuda_copy_d2d(kiln_cuda *cu, void *dst, const void *src, size_t bytes);
 /* With a caller's stream (kiln_cuda_options.caller_stream): at a run's start kiln's stream

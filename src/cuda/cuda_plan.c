@@ -50,6 +50,15 @@ struct kiln_cuda_plan {
     kiln_tensor *host_out;  /* (n_outputs) host copies of the outputs */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    /* Runs with every input and output in device memory: the copies in, the run list and the
+     * copies out captured as one graph (run_on_device). io_node[k] is the memcpy node of input
+     * k (k < n_inputs) or output k - n_inputs (NULL: none), io_ptr[k] the caller's pointer it
+     * copies now (changed in place with cudaGraphExecMemcpyNodeSetParams1D). */
+    cudaGraph_t io_graph;
+    cudaGraphExec_t io_exec;
+    cudaGraphNode_t *io_node;
+    void **io_ptr;
+    int io_nout;
     int runs;
     bool nvtx;              /* NVTX ranges around node launches (KILN_NVTX=1) */
     bool use_graph;
@@ -73,6 +82,10 @@ void kiln_cuda_plan_free(kiln_cuda_plan *cp) {
     if (!cp) return;
     if (cp->exec) cudaGraphExecDestroy(cp->exec);
     if (cp->graph) cudaGraphDestroy(cp->graph);
+    if (cp->io_exec) cudaGraphExecDestroy(cp->io_exec);
+    if (cp->io_graph) cudaGraphDestroy(cp->io_graph);
+    free(cp->io_node);
+    free(cp->io_ptr);
     if (cp->dev) {
         cudaStreamSynchronize((cudaStream_t)kiln_cuda_stream(cp->cu));
         cudaFree(cp->dev);
@@ -435,15 +448,146 @@ kiln_status kiln_cuda_plan_run(kiln_cuda_plan *cp, kiln_tensor *const *inputs, i
     return st;
 }
 
+/* The device-IO graph: the copies of the inputs in, the run list and the copies of the
+ * outputs out (copy kernels, iocopy.cu), captured as one graph, and the copies' nodes found
+ * by their pointers. Copies as memcpy operations, before or inside the graph, cost the
+ * ResNet-50 batch-1 run about 35 us of GPU time (bench/NOTES.md, v2.1). */
+static kiln_status capture_io(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
+                              kiln_tensor *const *outputs) {
+    const kiln_model *m = cp->m;
+    kiln_context *ctx = m->ctx;
+    const int n_io = m->n_inputs + m->n_outputs;
+    if (cp->io_exec) cudaGraphExecDestroy(cp->io_exec);
+    if (cp->io_graph) cudaGraphDestroy(cp->io_graph);
+    cp->io_exec = NULL;
+    cp->io_graph = NULL;
+    if (!cp->io_node) cp->io_node = kiln_calloc(ctx, (size_t)n_io + 1, sizeof *cp->io_node, "a CUDA plan");
+    if (!cp->io_ptr) cp->io_ptr = kiln_calloc(ctx, (size_t)n_io + 1, sizeof *cp->io_ptr, "a CUDA plan");
+    if (!cp->io_node || !cp->io_ptr) return KILN_ERR_OUT_OF_MEMORY;
+    memset(cp->io_node, 0, sizeof *cp->io_node * (size_t)n_io);
+    memset(cp->io_ptr, 0, sizeof *cp->io_ptr * (size_t)n_io);
+    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(cp->cu);
+    const cudaError_t be = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (be != cudaSuccess) return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamBeginCapture: %s", cudaGetErrorString(be));
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < m->n_inputs && !st; i++) {
+        const size_t nb = kiln_tensor_nbytes(inputs[i]);
+        if (!nb || cp->bound[i]) continue;
+        cp->io_ptr[i] = inputs[i]->data;
+        st = kiln_cuda_io_copy(cp->cu, s, cp->dvt[m->inputs[i]].data, inputs[i]->data, nb);
+    }
+    if (!st) st = launch_all(cp, true);
+    for (int j = 0; j < n_outputs && !st; j++) {
+        const size_t nb = outputs[j] ? kiln_tensor_nbytes(&cp->host_out[j]) : 0;
+        if (!nb) continue;
+        cp->io_ptr[m->n_inputs + j] = outputs[j]->data;
+        st = kiln_cuda_io_copy(cp->cu, s, outputs[j]->data, cp->dvt[m->outputs[j]].data, nb);
+    }
+    cudaGraph_t g = NULL;
+    const cudaError_t ee = cudaStreamEndCapture(s, &g);
+    if (!st && ee) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamEndCapture: %s", cudaGetErrorString(ee));
+    if (st) {
+        if (g) cudaGraphDestroy(g);
+        return st;
+    }
+    cp->io_graph = g;
+    cp->io_nout = n_outputs;
+    /* the copy kernels' nodes, told apart by their pointers */
+    size_t n = 0;
+    KILN_CUDA_CHECK(ctx, cudaGraphGetNodes(g, NULL, &n));
+    cudaGraphNode_t *nodes = kiln_calloc(ctx, n + 1, sizeof *nodes, "graph nodes");
+    if (!nodes) return KILN_ERR_OUT_OF_MEMORY;
+    cudaError_t ce = cudaGraphGetNodes(g, nodes, &n);
+    for (size_t k = 0; k < n && !ce; k++) {
+        enum cudaGraphNodeType t;
+        struct cudaKernelNodeParams p;
+        if (cudaGraphNodeGetType(nodes[k], &t) != cudaSuccess || t != cudaGraphNodeTypeKernel) continue;
+        if (cudaGraphKernelNodeGetParams(nodes[k], &p) != cudaSuccess || p.func != kiln_cuda_io_copy_fn()) continue;
+        void *dst = *(void **)p.kernelParams[0], *src = *(void **)p.kernelParams[1];
+        for (int i = 0; i < m->n_inputs; i++)
+            if (cp->io_ptr[i] && src == cp->io_ptr[i] && dst == cp->dvt[m->inputs[i]].data) cp->io_node[i] = nodes[k];
+        for (int j = 0; j < n_outputs; j++)
+            if (cp->io_ptr[m->n_inputs + j] && dst == cp->io_ptr[m->n_inputs + j] &&
+                src == cp->dvt[m->outputs[j]].data)
+                cp->io_node[m->n_inputs + j] = nodes[k];
+    }
+    free(nodes);
+    cudaGetLastError();
+    for (int k = 0; k < n_io && !st; k++)
+        if (cp->io_ptr[k] && !cp->io_node[k])
+            st = kiln_fail(ctx, KILN_ERR_INTERNAL, "the device-IO graph has no copy node for %s %d",
+                           k < m->n_inputs ? "input" : "output", k < m->n_inputs ? k : k - m->n_inputs);
+    if (!st) {
+        ce = cudaGraphInstantiate(&cp->io_exec, g, 0);
+        if (ce != cudaSuccess) {
+            cp->io_exec = NULL;
+            st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaGraphInstantiate: %s", cudaGetErrorString(ce));
+        }
+    }
+    return st;
+}
+
+/* A run whose inputs and outputs are all in device memory, once the plan has run once: the
+ * device-IO graph, its copies pointed at this run's tensors, launched on the caller's stream
+ * (no events between streams: the runs before ended by joining it) or on kiln's. */
+static kiln_status run_on_device(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
+                                 kiln_tensor *const *outputs) {
+    const kiln_model *m = cp->m;
+    kiln_context *ctx = m->ctx;
+    KILN_CUDA_CHECK(ctx, cudaSetDevice(cp->cu->device));
+    /* the same copies as captured (which inputs and outputs have one), else capture anew;
+     * a copy of other tensors re-pointed in place (its kernel node's arguments) */
+    bool same = cp->io_exec && cp->io_nout == n_outputs;
+    for (int i = 0; same && i < m->n_inputs; i++)
+        same = (cp->io_ptr[i] != NULL) == (kiln_tensor_nbytes(inputs[i]) && !cp->bound[i]);
+    for (int j = 0; same && j < n_outputs; j++)
+        same = (cp->io_ptr[m->n_inputs + j] != NULL) == (outputs[j] && kiln_tensor_nbytes(&cp->host_out[j]));
+    kiln_status st = same ? KILN_OK : capture_io(cp, inputs, n_outputs, outputs);
+    for (int k = 0; k < m->n_inputs + n_outputs && !st; k++) {
+        if (!cp->io_ptr[k]) continue;
+        const bool in = k < m->n_inputs;
+        void *want = in ? inputs[k]->data : outputs[k - m->n_inputs]->data;
+        if (want == cp->io_ptr[k]) continue;
+        void *slot = in ? cp->dvt[m->inputs[k]].data : cp->dvt[m->outputs[k - m->n_inputs]].data;
+        size_t nb = in ? kiln_tensor_nbytes(inputs[k]) : kiln_tensor_nbytes(&cp->host_out[k - m->n_inputs]);
+        void *dst = in ? slot : want, *src = in ? want : slot;
+        void *args[3] = {&dst, &src, &nb};
+        struct cudaKernelNodeParams p;
+        cudaError_t ce = cudaGraphKernelNodeGetParams(cp->io_node[k], &p);
+        if (ce == cudaSuccess) {
+            p.kernelParams = args;
+            p.extra = NULL;
+            ce = cudaGraphExecKernelNodeSetParams(cp->io_exec, cp->io_node[k], &p);
+        }
+        if (ce != cudaSuccess) {
+            cudaGetLastError();
+            st = capture_io(cp, inputs, n_outputs, outputs); /* re-pointed by capturing anew */
+            break;
+        }
+        cp->io_ptr[k] = want;
+    }
+    if (st) return st;
+    const bool caller = kiln_cuda_has_caller_stream(cp->cu);
+    cudaStream_t s = caller ? (cudaStream_t)kiln_cuda_caller_stream(cp->cu) : (cudaStream_t)kiln_cuda_stream(cp->cu);
+    KILN_CUDA_CHECK(ctx, cudaGraphLaunch(cp->io_exec, s));
+    cp->runs++;
+    return caller ? KILN_OK : kiln_cuda_sync(cp->cu);
+}
+
 kiln_status kiln_cuda_plan_run_into(kiln_cuda_plan *cp, kiln_tensor *const *inputs, int n_outputs,
                                     kiln_tensor *const *outputs) {
     const kiln_model *m = cp->m;
     bool all_device = true;
     for (int i = 0; i < m->n_inputs; i++) all_device &= cp->bound[i] || inputs[i]->device == KILN_DEVICE_CUDA;
+    bool out_device = true;
+    for (int j = 0; j < n_outputs; j++) out_device &= !outputs[j] || outputs[j]->device == KILN_DEVICE_CUDA;
+    if (all_device && out_device && cp->use_graph && cp->runs >= 1 && !cp->prologue && !cp->epilogue)
+        return run_on_device(cp, inputs, n_outputs, outputs);
     kiln_status st = kiln_cuda_join_caller(cp->cu, false);
     if (!st) st = kiln_cuda_plan_enqueue(cp, inputs, true);
     for (int j = 0; j < n_outputs && !st; j++) {
         kiln_tensor *o = outputs[j];
+        if (!o) continue; /* not asked for (kiln_session_run_named) */
         const kiln_tensor *h = &cp->host_out[j];
         const size_t nb = kiln_tensor_nbytes(h);
         const void *src = cp->dvt[m->outputs[j]].data;

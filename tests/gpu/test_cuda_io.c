@@ -8,6 +8,7 @@
  *   test_cuda_io EXAMPLES_DIR
  */
 #include "kiln.h"
+#include "kiln_tools.h"
 
 #include <cuda_runtime.h>
 #include <dlpack/dlpack.h>
@@ -51,8 +52,81 @@ static void CUDART_CB hold(void *arg) {
 
 static void noop_delete(DLManagedTensor *m) { (void)m; }
 
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* --bench MODEL.onnx BATCH: device IO binding against kiln_session_bench in one process
+ * (fp16): runs queued on a caller's stream with an event after each, the median interval,
+ * beside the bench's GPU median of the same session. */
+static int cmp_f(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static int bench(const char *path, int64_t batch) {
+    kiln_context_create(&ctx);
+    kiln_model *m = NULL;
+    if (kiln_model_load_onnx(ctx, path, &m)) return printf("FAIL %s\n", msg()), 1;
+    kiln_dtype dt;
+    int nd;
+    int64_t dims[KILN_MAX_DIMS];
+    kiln_model_input_info(m, 0, &dt, &nd, dims);
+    dims[0] = batch;
+    cudaStream_t us;
+    cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking);
+    const int iters = 500;
+    for (int mode = 0; mode < 2; mode++) {
+        kiln_session *s = NULL;
+        kiln_session_options o = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16, .stream = mode ? us : NULL};
+        if (kiln_session_create(m, &o, &s)) return printf("FAIL %s\n", msg()), 1;
+        kiln_tensor *xh = NULL, *xd = NULL, *yd = NULL;
+        kiln_tensor_create(ctx, dt, nd, dims, &xh);
+        for (int64_t i = 0; i < kiln_tensor_numel(xh) && dt == KILN_F32; i++)
+            ((float *)kiln_tensor_data(xh))[i] = (float)((i * 7919) % 1000) / 1000.f;
+        kiln_tensor_create_on(ctx, dt, nd, dims, KILN_DEVICE_CUDA, 0, &xd);
+        kiln_tensor_copy(ctx, xh, xd);
+        kiln_dtype ydt;
+        int ynd;
+        int64_t ydims[KILN_MAX_DIMS];
+        if (kiln_session_output_info(s, 1, &xd, 0, &ydt, &ynd, ydims)) return printf("FAIL %s\n", msg()), 1;
+        kiln_tensor_create_on(ctx, ydt, ynd, ydims, KILN_DEVICE_CUDA, 0, &yd);
+        for (int i = 0; i < 50; i++) kiln_session_run_into(s, 1, &xd, 1, &yd);
+        cudaStream_t q = (cudaStream_t)kiln_session_stream(s);
+        cudaStreamSynchronize(q);
+        cudaEvent_t ev[501];
+        for (int i = 0; i <= iters; i++) cudaEventCreate(&ev[i]);
+        cudaEventRecord(ev[0], q);
+        for (int i = 0; i < iters; i++) {
+            if (kiln_session_run_into(s, 1, &xd, 1, &yd)) return printf("FAIL %s\n", msg()), 1;
+            cudaEventRecord(ev[i + 1], q);
+        }
+        cudaStreamSynchronize(q);
+        float t[500];
+        for (int i = 0; i < iters; i++) cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]);
+        qsort(t, (size_t)iters, sizeof t[0], cmp_f);
+        kiln_bench_times bt = {.run_ms = calloc(iters, sizeof(double)), .compute_ms = calloc(iters, sizeof(double))};
+        if (kiln_session_bench(s, 1, &xh, 10, iters, &bt)) return printf("FAIL %s\n", msg()), 1;
+        qsort(bt.compute_ms, (size_t)iters, sizeof(double), cmp_d);
+        printf("%s: device IO %s, median %.4f ms a run (min %.4f); kiln_session_bench GPU median %.4f ms (ratio %.3f)\n",
+               path, mode ? "on the caller's stream" : "on kiln's stream (each run waited for)", t[iters / 2], t[0],
+               bt.compute_ms[iters / 2], t[iters / 2] / bt.compute_ms[iters / 2]);
+        for (int i = 0; i <= iters; i++) cudaEventDestroy(ev[i]);
+        free(bt.run_ms);
+        free(bt.compute_ms);
+        kiln_tensor_free(xh);
+        kiln_tensor_free(xd);
+        kiln_tensor_free(yd);
+        kiln_session_free(s);
+    }
+    kiln_model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) return fprintf(stderr, "usage: test_cuda_io EXAMPLES_DIR\n"), 2;
+    if (argc == 4 && !strcmp(argv[1], "--bench")) return bench(argv[2], atoll(argv[3]));
+    if (argc != 2) return fprintf(stderr, "usage: test_cuda_io EXAMPLES_DIR | --bench MODEL.onnx BATCH\n"), 2;
     char path[4096];
     kiln_context_create(&ctx);
     kiln_model *m = NULL;
@@ -99,6 +173,23 @@ int main(int argc, char **argv) {
     const kiln_tensor *owned = NULL;
     CHECK(kiln_session_run(s, 1, &xd, 1, &owned) == KILN_OK && max_diff(owned, want) < 1e-4f,
           "kiln_session_run from a device input %s", msg());
+    /* the device-IO graph re-pointed: other device tensors, same values */
+    {
+        kiln_tensor *x2 = NULL, *y2 = NULL;
+        kiln_tensor_create_on(ctx, KILN_F32, 4, (int64_t[]){N, 3, 32, 32}, KILN_DEVICE_CUDA, 0, &x2);
+        kiln_tensor_create_on(ctx, KILN_F32, 2, ydims, KILN_DEVICE_CUDA, 0, &y2);
+        kiln_tensor_copy(ctx, x, x2);
+        for (int r = 0; r < 3; r++) {
+            kiln_tensor *xi = r % 2 ? x2 : xd, *yo = r % 2 ? yd : y2;
+            cudaMemset(kiln_tensor_data(yo), 0, kiln_tensor_nbytes(yo));
+            memset(kiln_tensor_data(yh), 0, kiln_tensor_nbytes(yh));
+            CHECK(kiln_session_run_into(s, 1, &xi, 1, &yo) == KILN_OK && kiln_tensor_copy(ctx, yo, yh) == KILN_OK &&
+                      max_diff(yh, want) < 1e-4f,
+                  "run %d with other device buffers (max diff %g) %s", r, max_diff(yh, want), msg());
+        }
+        kiln_tensor_free(x2);
+        kiln_tensor_free(y2);
+    }
     /* by name */
     const char *in_names[] = {"x"}, *out_names[] = {"probs"};
     CHECK(kiln_session_run_named(s, 1, in_names, &xd, 1, out_names, &yd) == KILN_OK, "run_named on the device %s",
