@@ -51,6 +51,11 @@ kiln_status kiln_api_end(kiln_context *ctx, kiln_status st);
 kiln_status kiln_options_take(kiln_context *ctx, const char *what, const void *theirs, void *ours,
                               size_t ours_size);
 
+/* The name the graph inputs' symbolic dims all share (the batch), or NULL when they have
+ * none, an unnamed one or several names (src/core/model_info.c). */
+struct kiln_model;
+const char *kiln_model_shared_dim_param(const struct kiln_model *m);
+
 /* Record a message on ctx and return st. Use as `return kiln_fail(ctx, KILN_ERR_IO, ...)`. */
 kiln_status kiln_fail(kiln_context *ctx, kiln_status st, const char *fmt, ...) KILN_PRINTF(3, 4);
 kiln_status kiln_failv(kiln_context *ctx, kiln_status st, const char *fmt, va_list ap);

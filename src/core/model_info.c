@@ -27,8 +27,7 @@ const char *kiln_model_input_dim_name(const kiln_model *m, int i, int d) {
     return d < v->ndim && v->dims[d] < 0 ? v->dim_param[d] : NULL;
 }
 
-/* The one name the inputs' symbolic dims share, or NULL when they have none or several. */
-static const char *only_dim_name(const kiln_model *m) {
+const char *kiln_model_shared_dim_param(const kiln_model *m) {
     const char *name = NULL;
     for (int i = 0; i < m->n_inputs; i++) {
         const kiln_value *v = &m->values[m->inputs[i]];
@@ -76,7 +75,7 @@ kiln_status kiln_model_output_info(const kiln_model *m, int i, kiln_dtype *dtype
 
 const char *kiln_model_output_dim_name(const kiln_model *m, int i, int d) {
     if (!m || !m->finalized || i < 0 || i >= m->n_outputs || d < 0 || d >= KILN_MAX_DIMS) return NULL;
-    const char *name = only_dim_name(m);
+    const char *name = kiln_model_shared_dim_param(m);
     if (!name) return NULL;
     kiln_tensor one, three;
     if (output_probe(m, i, &one, &three) || one.ndim < 0 || one.ndim != three.ndim || d >= one.ndim) return NULL;

@@ -611,20 +611,6 @@ static int64_t ir_for_opset(int opset) {
     return 10;
 }
 
-/* The name of the graph inputs' symbolic dims when they all share one (the batch), else NULL. */
-static const char *shared_dim_param(const kiln_model *m) {
-    const char *name = NULL;
-    for (int i = 0; i < m->n_inputs; i++) {
-        const kiln_value *in = &m->values[m->inputs[i]];
-        for (int j = 0; j < in->ndim; j++) {
-            if (in->dims[j] >= 0) continue;
-            if (!in->dim_param[j] || (name && strcmp(name, in->dim_param[j]) != 0)) return NULL;
-            name = in->dim_param[j];
-        }
-    }
-    return name;
-}
-
 /* A graph input's or output's ValueInfoProto. Inputs: dtype and dims as the model has them
  * (dim_param where named). Outputs: the dtype and dims kiln inferred; a dim that is the
  * graph inputs' one symbolic dim (1 and 3 in the two probes) gets its name. */
@@ -655,7 +641,7 @@ static Onnx__ValueInfoProto *value_info(saver *s, int v, bool input) {
     }
     if (!input && s->one && s->three && s->one[v].ndim >= 0 && s->one[v].ndim == s->three[v].ndim &&
         (ndim < 0 || ndim == s->one[v].ndim)) {
-        const char *batch = shared_dim_param(s->m);
+        const char *batch = kiln_model_shared_dim_param(s->m);
         ndim = s->one[v].ndim;
         for (int k = 0; k < ndim; k++) {
             const int64_t a = s->one[v].dims[k], b = s->three[v].dims[k];
