@@ -233,13 +233,24 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static void print_shape(const char *name, kiln_dtype dt, int nd, const int64_t *dims) {
+/* "  name   f32[batch,3,224,224]": symbolic dims by name where the model names them, else ? */
+static void print_shape(const char *name, kiln_dtype dt, int nd, const int64_t *dims, const char *const *dim_names) {
     printf("  %-24s %s[", name, kiln_dtype_name(dt));
     for (int d = 0; d < nd; d++) {
-        if (dims[d] < 0) printf(d ? ",?" : "?");
+        if (dims[d] < 0) printf("%s%s", d ? "," : "", dim_names && dim_names[d] ? dim_names[d] : "?");
         else printf(d ? ",%lld" : "%lld", (long long)dims[d]);
     }
     printf("]\n");
+}
+
+typedef struct op_count {
+    const char *op;
+    int n;
+} op_count;
+
+static int by_count(const void *a, const void *b) {
+    const op_count *x = a, *y = b;
+    return x->n != y->n ? y->n - x->n : strcmp(x->op, y->op);
 }
 
 static int cmd_info(int argc, char **argv) {
@@ -255,23 +266,59 @@ static int cmd_info(int argc, char **argv) {
     argv += optind;
     kiln_context *ctx = NULL;
     kiln_model *m = NULL;
+    op_count *ops = NULL;
     if (kiln_context_create(&ctx)) return 1;
     int rc = 0;
     if (kiln_model_load_onnx(ctx, argv[0], &m)) {
         rc = fail(ctx, argv[0]);
         goto out;
     }
-    printf("%s: %d nodes\ninputs:\n", argv[0], kiln_model_num_nodes(m));
+    const int nn = kiln_model_num_nodes(m);
+    printf("%s: %d nodes\ninputs:\n", argv[0], nn);
     for (int i = 0; i < kiln_model_num_inputs(m); i++) {
         kiln_dtype dt;
         int nd;
         int64_t dims[KILN_MAX_DIMS];
+        const char *names[KILN_MAX_DIMS];
         kiln_model_input_info(m, i, &dt, &nd, dims);
-        print_shape(kiln_model_input_name(m, i), dt, nd, dims);
+        for (int d = 0; d < KILN_MAX_DIMS; d++) names[d] = kiln_model_input_dim_name(m, i, d);
+        print_shape(kiln_model_input_name(m, i), dt, nd, dims, names);
     }
+    /* outputs: dtype and dims as inferred from the inputs' (a symbolic dim stays symbolic) */
     printf("outputs:\n");
-    for (int i = 0; i < kiln_model_num_outputs(m); i++) printf("  %s\n", kiln_model_output_name(m, i));
+    for (int i = 0; i < kiln_model_num_outputs(m); i++) {
+        kiln_dtype dt = KILN_DTYPE_UNDEFINED;
+        int nd = -1;
+        int64_t dims[KILN_MAX_DIMS];
+        const char *names[KILN_MAX_DIMS];
+        if (kiln_model_output_info(m, i, &dt, &nd, dims) != KILN_OK || nd < 0 || dt == KILN_DTYPE_UNDEFINED) {
+            printf("  %-24s (shape known at run time)\n", kiln_model_output_name(m, i));
+            continue;
+        }
+        for (int d = 0; d < KILN_MAX_DIMS; d++) names[d] = kiln_model_output_dim_name(m, i, d);
+        print_shape(kiln_model_output_name(m, i), dt, nd, dims, names);
+    }
+    /* op counts, most frequent first */
+    ops = calloc((size_t)nn + 1, sizeof *ops);
+    if (!ops) {
+        fprintf(stderr, "kiln info: out of memory\n");
+        rc = 1;
+        goto out;
+    }
+    int kinds = 0;
+    for (int i = 0; i < nn; i++) {
+        const char *op = kiln_model_node_op_type(m, i);
+        int k = 0;
+        while (k < kinds && strcmp(ops[k].op, op)) k++;
+        if (k == kinds) ops[kinds++] = (op_count){op, 0};
+        ops[k].n++;
+    }
+    qsort(ops, (size_t)kinds, sizeof *ops, by_count);
+    printf("ops (%d kinds):", kinds);
+    for (int k = 0; k < kinds; k++) printf("%s %s %d", k ? "," : "", ops[k].op, ops[k].n);
+    printf("\n");
 out:
+    free(ops);
     kiln_model_free(m);
     kiln_context_free(ctx);
     return rc;

@@ -306,6 +306,9 @@ kiln_status kiln_model_finalize(kiln_model *m);
 int kiln_model_num_inputs(const kiln_model *m);
 int kiln_model_num_outputs(const kiln_model *m);
 int kiln_model_num_nodes(const kiln_model *m);
+/* The op type of node i ("Conv", as the file or kiln_model_add_node names it), or NULL when
+ * i is out of range. Valid while the model lives. */
+const char *kiln_model_node_op_type(const kiln_model *m, int i);
 /* Name, dtype and dims of input/output i (dims: -1 where symbolic). NULL name if out of range. */
 const char *kiln_model_input_name(const kiln_model *m, int i);
 const char *kiln_model_output_name(const kiln_model *m, int i);

@@ -13,6 +13,10 @@ static int find_io(const kiln_model *m, const int *io, int n, const char *name) 
     return -1;
 }
 
+const char *kiln_model_node_op_type(const kiln_model *m, int i) {
+    return m && i >= 0 && i < m->n_nodes ? m->nodes[i].op_type : NULL;
+}
+
 int kiln_model_input_index(const kiln_model *m, const char *name) {
     return m ? find_io(m, m->inputs, m->n_inputs, name) : -1;
 }
