@@ -335,12 +335,23 @@ kiln_status kiln_session_run_into(kiln_session *s, int n_inputs, kiln_tensor *co
     else if (n_outputs > 64)
         st = kiln_fail(m->ctx, KILN_ERR_UNSUPPORTED, "kiln_session_run_into takes at most 64 outputs, asked for %d",
                        n_outputs);
-    for (int j = 0; j < n_outputs && !st; j++)
-        if (!outputs[j] || (!outputs[j]->data && kiln_tensor_numel(outputs[j]) > 0))
+    for (int j = 0; j < n_outputs && !st; j++) /* (run_into_sparse checks the tensors given) */
+        if (!outputs[j])
             st = kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "output %d ('%s') has no tensor to write into", j,
                            kiln_model_output_name(m, j));
     if (!st) st = run_into_sparse(s, n_inputs, inputs, n_outputs, outputs);
     return kiln_api_end(m->ctx, st);
+}
+
+/* "'x', 'mask'": the names of the model's inputs (or outputs), for a message. */
+static const char *io_names(const kiln_model *m, bool inputs, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    const int count = inputs ? m->n_inputs : m->n_outputs;
+    for (int i = 0; i < count && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s'%s'", i ? ", " : "",
+                              inputs ? kiln_model_input_name(m, i) : kiln_model_output_name(m, i));
+    return buf;
 }
 
 kiln_status kiln_session_run_named(kiln_session *s, int n_inputs, const char *const *input_names,
@@ -357,22 +368,19 @@ kiln_status kiln_session_run_named(kiln_session *s, int n_inputs, const char *co
                                            n_outputs, m->n_outputs));
     if ((n_inputs && (!input_names || !inputs)) || (n_outputs && (!output_names || !outputs)))
         return kiln_api_end(ctx, kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "names or tensors are NULL"));
-    if (m->n_outputs > 64)
-        return kiln_api_end(ctx, kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "run_named takes models of at most 64 outputs"));
-    kiln_tensor **in = kiln_calloc(ctx, (size_t)m->n_inputs + 1, sizeof *in, "run_named inputs");
-    if (!in) return kiln_api_end(ctx, KILN_ERR_OUT_OF_MEMORY);
-    kiln_tensor *out[64] = {0};
+    /* bound in place, nothing allocated: as run_into, at most 64 of each */
+    if (m->n_inputs > 64 || m->n_outputs > 64)
+        return kiln_api_end(ctx, kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
+                                           "run_named takes models of at most 64 inputs and 64 outputs (%d, %d)",
+                                           m->n_inputs, m->n_outputs));
+    kiln_tensor *in[64] = {0}, *out[64] = {0};
     kiln_status st = KILN_OK;
     char names[512];
-    size_t k = 0;
-    names[0] = 0;
-    for (int i = 0; i < m->n_inputs && k < sizeof names; i++)
-        k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", i ? ", " : "", kiln_model_input_name(m, i));
     for (int i = 0; i < n_inputs && !st; i++) {
         const int ix = input_names[i] ? kiln_model_input_index(m, input_names[i]) : -1;
         if (ix < 0)
             st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model has no input '%s' (its inputs: %s)",
-                           input_names[i] ? input_names[i] : "(null)", names);
+                           input_names[i] ? input_names[i] : "(null)", io_names(m, true, names, sizeof names));
         else if (in[ix])
             st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "input '%s' is given twice", input_names[i]);
         else
@@ -383,12 +391,8 @@ kiln_status kiln_session_run_named(kiln_session *s, int n_inputs, const char *co
     for (int j = 0; j < n_outputs && !st; j++) {
         const int ix = output_names[j] ? kiln_model_output_index(m, output_names[j]) : -1;
         if (ix < 0) {
-            k = 0;
-            names[0] = 0;
-            for (int o = 0; o < m->n_outputs && k < sizeof names; o++)
-                k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", o ? ", " : "", kiln_model_output_name(m, o));
             st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model has no output '%s' (its outputs: %s)",
-                           output_names[j] ? output_names[j] : "(null)", names);
+                           output_names[j] ? output_names[j] : "(null)", io_names(m, false, names, sizeof names));
         } else if (out[ix]) {
             st = kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "output '%s' is given twice", output_names[j]);
         } else {
@@ -397,7 +401,6 @@ kiln_status kiln_session_run_named(kiln_session *s, int n_inputs, const char *co
         }
     }
     if (!st) st = run_into_sparse(s, n_inputs, in, hi, out);
-    free(in);
     return kiln_api_end(ctx, st);
 }
 
