@@ -407,8 +407,7 @@ kiln_status kiln_cuda_download(kiln_cuda *cu, void *dst, const void *src, size_t
 
 kiln_status kiln_cuda_copy_d2d(kiln_cuda *cu, void *dst, const void *src, size_t bytes) {
     KILN_CUDA_CHECK(cu->ctx, cudaSetDevice(cu->device));
-    if (bytes) KILN_CUDA_CHECK(cu->ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu->stream));
-    return KILN_OK;
+    return kiln_cuda_io_copy(cu, cu->stream, dst, src, bytes); /* the device-IO graph's copy, eager */
 }
 
 kiln_status kiln_cuda_join_caller(kiln_cuda *cu, bool end) {

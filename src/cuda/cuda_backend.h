@@ -205,7 +205,7 @@ kiln_status kiln_cuda_sync(kiln_cuda *cu);
  * dst, src, bytes). */
 kiln_status kiln_cuda_io_copy(kiln_cuda *cu, void *stream, void *dst, const void *src, size_t bytes);
 const void *kiln_cuda_io_copy_fn(void);
-/* Device-to-device copy on the stream (in order with the work enqueued). */
+/* Device-to-device copy on the stream (in order with the work enqueued): kiln_cuda_io_copy. */
 kiln_status kiln_cuda_copy_d2d(kiln_cuda *cu, void *dst, const void *src, size_t bytes);
 /* With a caller's stream (kiln_cuda_options.caller_stream): at a run's start kiln's stream
  * waits for the work already on it (end false), at its end the caller's stream waits for

@@ -51,9 +51,9 @@ struct kiln_cuda_plan {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     /* Runs with every input and output in device memory: the copies in, the run list and the
-     * copies out captured as one graph (run_on_device). io_node[k] is the memcpy node of input
-     * k (k < n_inputs) or output k - n_inputs (NULL: none), io_ptr[k] the caller's pointer it
-     * copies now (changed in place with cudaGraphExecMemcpyNodeSetParams1D). */
+     * copies out captured as one graph (run_on_device). io_node[k] is the copy kernel's node of
+     * input k (k < n_inputs) or output k - n_inputs (NULL: none), io_ptr[k] the caller's
+     * pointer it copies now (changed in place with cudaGraphExecKernelNodeSetParams). */
     cudaGraph_t io_graph;
     cudaGraphExec_t io_exec;
     cudaGraphNode_t *io_node;

@@ -215,57 +215,67 @@ kiln_status kiln_image_decode(kiln_context *ctx, const void *data, size_t n, con
 /* Separable resampling with a triangle filter whose support grows with the scale when
  * shrinking (antialiased, as PIL's and torchvision's bilinear resize): out (ow x oh) from
  * the in rectangle at (x0, y0) of size (cw x ch). */
+/* The taps of output o of a resampling by `scale` (input / output size) over n inputs: the
+ * first input *lo and the normalized weights w[0 .. count) (the triangle filter, stretched
+ * by the scale when shrinking). Returns count. */
+static int filter_taps(double scale, int n, int o, int *lo, float *w) {
+    const double r = scale > 1 ? scale : 1, center = (o + 0.5) * scale;
+    int a = (int)(center - r + 0.5), b = (int)(center + r + 0.5);
+    if (a < 0) a = 0;
+    if (b > n) b = n;
+    double sum = 0;
+    for (int i = a; i < b; i++) {
+        const double t = 1 - fabs((i + 0.5 - center) / r);
+        w[i - a] = t > 0 ? (float)t : 0.f;
+        sum += w[i - a];
+    }
+    for (int i = a; i < b; i++) w[i - a] = sum > 0 ? (float)(w[i - a] / sum) : 0.f;
+    *lo = a;
+    return b > a ? b - a : 0;
+}
+
+/* Separable resampling with a triangle filter whose support grows with the scale when
+ * shrinking (antialiased, as PIL's and torchvision's bilinear resize): out (ow x oh) from
+ * the in rectangle at (x0, y0) of size (cw x ch). Each output's taps are computed once. */
 static kiln_status resample(kiln_context *ctx, const kiln_image *in, int x0, int y0, int cw, int ch, int ow, int oh,
                             uint8_t *out) {
     const int c = in->c;
-    float *tmp = malloc(sizeof(float) * (size_t)ow * (size_t)ch * (size_t)c);
-    if (!tmp) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory resizing an image");
-    /* horizontal: rows y0 .. y0+ch, cw -> ow */
     const double sx = (double)cw / ow, sy = (double)ch / oh;
-    const double rx = sx > 1 ? sx : 1, ry = sy > 1 ? sy : 1;
-    for (int ox = 0; ox < ow; ox++) {
-        const double center = (ox + 0.5) * sx;
-        int lo = (int)(center - rx + 0.5), hi = (int)(center + rx + 0.5);
-        if (lo < 0) lo = 0;
-        if (hi > cw) hi = cw;
-        double wsum = 0;
-        for (int x = lo; x < hi; x++) {
-            double t = 1 - fabs((x + 0.5 - center) / rx);
-            if (t > 0) wsum += t;
-        }
-        for (int y = 0; y < ch; y++)
-            for (int k = 0; k < c; k++) {
-                double acc = 0;
-                for (int x = lo; x < hi; x++) {
-                    double t = 1 - fabs((x + 0.5 - center) / rx);
-                    if (t > 0) acc += t * in->pixels[((size_t)(y0 + y) * in->w + (size_t)(x0 + x)) * c + k];
-                }
-                tmp[((size_t)y * ow + ox) * c + k] = (float)(wsum > 0 ? acc / wsum : 0);
-            }
+    const int max_taps = (int)(2 * (sx > sy ? sx : sy) + 4);
+    float *tmp = malloc(sizeof(float) * (size_t)ow * (size_t)ch * (size_t)c);
+    float *w = malloc(sizeof(float) * (size_t)(max_taps > 4 ? max_taps : 4));
+    if (!tmp || !w) {
+        free(tmp);
+        free(w);
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory resizing an image");
     }
-    for (int oy = 0; oy < oh; oy++) {
-        const double center = (oy + 0.5) * sy;
-        int lo = (int)(center - ry + 0.5), hi = (int)(center + ry + 0.5);
-        if (lo < 0) lo = 0;
-        if (hi > ch) hi = ch;
-        double wsum = 0;
-        for (int y = lo; y < hi; y++) {
-            double t = 1 - fabs((y + 0.5 - center) / ry);
-            if (t > 0) wsum += t;
+    /* horizontal: rows y0 .. y0+ch, cw -> ow */
+    for (int ox = 0; ox < ow; ox++) {
+        int lo;
+        const int n = filter_taps(sx, cw, ox, &lo, w);
+        for (int y = 0; y < ch; y++) {
+            const uint8_t *row = in->pixels + ((size_t)(y0 + y) * in->w + (size_t)(x0 + lo)) * c;
+            for (int k = 0; k < c; k++) {
+                float acc = 0;
+                for (int i = 0; i < n; i++) acc += w[i] * row[(size_t)i * c + k];
+                tmp[((size_t)y * ow + ox) * c + k] = acc;
+            }
         }
+    }
+    /* vertical: ch -> oh */
+    for (int oy = 0; oy < oh; oy++) {
+        int lo;
+        const int n = filter_taps(sy, ch, oy, &lo, w);
         for (int ox = 0; ox < ow; ox++)
             for (int k = 0; k < c; k++) {
-                double acc = 0;
-                for (int y = lo; y < hi; y++) {
-                    double t = 1 - fabs((y + 0.5 - center) / ry);
-                    if (t > 0) acc += t * tmp[((size_t)y * ow + ox) * c + k];
-                }
-                double v = wsum > 0 ? acc / wsum : 0;
-                v = v < 0 ? 0 : v > 255 ? 255 : v;
-                out[((size_t)oy * ow + ox) * c + k] = (uint8_t)(v + 0.5);
+                float acc = 0;
+                for (int i = 0; i < n; i++) acc += w[i] * tmp[((size_t)(lo + i) * ow + ox) * c + k];
+                const float v = acc < 0 ? 0 : acc > 255 ? 255 : acc;
+                out[((size_t)oy * ow + ox) * c + k] = (uint8_t)(v + 0.5f);
             }
     }
     free(tmp);
+    free(w);
     return KILN_OK;
 }
 
