@@ -63,9 +63,12 @@ static const struct { const char *name, *text; } commands[] = {
      "      training set.\n"},
     {"bench",
      "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--strict-fp32] [--iters N] [--warmup N]\n"
-     "        [--threads N] [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
-     "        [--json FILE]   (every figure reported, as JSON; - for stdout)\n"
-     "      Time a model on random inputs (the batch replaces a symbolic first dim):\n"
+     "        [--shapes NAME:1x3x640x640[,NAME2:...]] [--threads N] [--profile] [--trace FILE.json] [--nvtx]\n"
+     "        [--disable PASS,...] [--ablate] [--json FILE]   (every figure reported, as JSON; - for stdout)\n"
+     "      Time a model on random inputs. --batch sets a symbolic first dim; --shapes\n"
+     "      (trtexec's) gives named inputs' whole shapes, and a symbolic dim's size given\n"
+     "      there holds for every input dim of that name; any other symbolic dim is an\n"
+     "      error naming it. Then:\n"
      "      throughput, latency percentiles, transfers, one-time cost. --profile adds a\n"
      "      per-layer table (each node timed on its own: CUDA events, or the host clock\n"
      "      on the CPU), sorted by time, with TFLOP/s of convolutions and products and\n"
@@ -653,17 +656,153 @@ static int print_profile(const kiln_profile *p, const char *title, const char *s
     return 0;
 }
 
+/* --shapes "x:1x3x640x640,mask:1x640x640" (trtexec's form): each named input's dims. */
+typedef struct shape_spec {
+    char name[256];
+    int nd;
+    int64_t dims[KILN_MAX_DIMS];
+    bool used;
+} shape_spec;
+
+static int parse_shapes(const char *arg, shape_spec *out, int max, int *n) {
+    *n = 0;
+    for (const char *p = arg; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = NULL;
+        for (size_t k = len; k > 0 && !colon; k--) /* the last ':' (a name may hold one) */
+            if (p[k - 1] == ':') colon = p + k - 1;
+        if (!colon || colon == p || (size_t)(colon - p) >= sizeof out->name || *n == max) {
+            fprintf(stderr, "kiln bench: --shapes '%.*s': expected NAME:DxDx... (e.g. x:1x3x640x640)\n", (int)len, p);
+            return 2;
+        }
+        shape_spec *sp = &out[(*n)++];
+        memset(sp, 0, sizeof *sp);
+        memcpy(sp->name, p, (size_t)(colon - p));
+        for (const char *q = colon + 1; q < p + len;) {
+            char *e = NULL;
+            long long v = strtoll(q, &e, 10);
+            if (e == q || v < 0 || sp->nd == KILN_MAX_DIMS || (e < p + len && *e != 'x')) {
+                fprintf(stderr, "kiln bench: --shapes '%.*s': dims must be sizes >= 0 joined by 'x' (at most %d)\n",
+                        (int)len, p, KILN_MAX_DIMS);
+                return 2;
+            }
+            sp->dims[sp->nd++] = v;
+            q = e < p + len ? e + 1 : e;
+        }
+        if (sp->nd == 0 || p[len - 1] == 'x') {
+            fprintf(stderr, "kiln bench: --shapes '%.*s': a dim is missing\n", (int)len, p);
+            return 2;
+        }
+        for (int k = 0; k + 1 < *n; k++)
+            if (strcmp(out[k].name, sp->name) == 0) {
+                fprintf(stderr, "kiln bench: --shapes names input '%s' twice\n", sp->name);
+                return 2;
+            }
+        p = end ? end + 1 : p + len;
+    }
+    return 0;
+}
+
+/* The model's input dims as the text shows them: "N x 3 x H x W" -> "Nx3xHxW". */
+static void dims_text(const kiln_model *m, int i, int nd, const int64_t *dims, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int d = 0; d < nd && used < cap; d++) {
+        const char *sym = dims[d] < 0 ? kiln_model_input_dim_name(m, i, d) : NULL;
+        int w = dims[d] >= 0 ? snprintf(buf + used, cap - used, "%s%lld", d ? "x" : "", (long long)dims[d])
+                             : snprintf(buf + used, cap - used, "%s%s", d ? "x" : "", sym && *sym ? sym : "?");
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+}
+
+/* Every input's dims for kiln bench: --shapes first, then a symbolic dim takes the size
+ * --shapes gave its name elsewhere, then --batch for a first dim; what is still unset is
+ * an error naming the input, the dim and its symbolic name. */
+static int bench_shapes(const kiln_model *m, int n_in, int64_t batch, shape_spec *sp, int n_sp,
+                        int64_t dims[][KILN_MAX_DIMS], int *nds) {
+    for (int i = 0; i < n_in; i++) {
+        kiln_dtype dt;
+        kiln_model_input_info(m, i, &dt, &nds[i], dims[i]);
+        const char *name = kiln_model_input_name(m, i);
+        for (int k = 0; k < n_sp; k++) {
+            if (strcmp(sp[k].name, name) != 0) continue;
+            sp[k].used = true;
+            char t[512];
+            dims_text(m, i, nds[i], dims[i], t, sizeof t);
+            if (sp[k].nd != nds[i]) {
+                fprintf(stderr, "kiln bench: --shapes %s: %d dims given, input '%s' has %d (%s)\n", name, sp[k].nd,
+                        name, nds[i], t);
+                return 2;
+            }
+            for (int d = 0; d < nds[i]; d++) {
+                if (dims[i][d] >= 0 && dims[i][d] != sp[k].dims[d]) {
+                    fprintf(stderr, "kiln bench: --shapes %s: dim %d is %lld in the model (%s), not %lld\n", name, d,
+                            (long long)dims[i][d], t, (long long)sp[k].dims[d]);
+                    return 2;
+                }
+                dims[i][d] = sp[k].dims[d];
+            }
+        }
+    }
+    for (int k = 0; k < n_sp; k++)
+        if (!sp[k].used) {
+            fprintf(stderr, "kiln bench: --shapes names '%s', which is not an input of the model (inputs:", sp[k].name);
+            for (int i = 0; i < n_in; i++) fprintf(stderr, " %s", kiln_model_input_name(m, i));
+            fprintf(stderr, ")\n");
+            return 2;
+        }
+    /* a symbolic name given a size by --shapes holds it everywhere */
+    for (int i = 0; i < n_in; i++)
+        for (int d = 0; d < nds[i]; d++) {
+            const char *sym = kiln_model_input_dim_name(m, i, d);
+            if (dims[i][d] >= 0 || !sym || !*sym) continue;
+            for (int j = 0; j < n_in && dims[i][d] < 0; j++)
+                for (int e = 0; e < nds[j] && dims[i][d] < 0; e++) {
+                    const char *other = kiln_model_input_dim_name(m, j, e);
+                    kiln_dtype dt;
+                    int nd;
+                    int64_t orig[KILN_MAX_DIMS];
+                    kiln_model_input_info(m, j, &dt, &nd, orig);
+                    if (orig[e] < 0 && dims[j][e] >= 0 && other && strcmp(other, sym) == 0) dims[i][d] = dims[j][e];
+                }
+        }
+    for (int i = 0; i < n_in; i++)
+        for (int d = 0; d < nds[i]; d++) {
+            if (dims[i][d] >= 0) continue;
+            if (d == 0) {
+                dims[i][d] = batch;
+                continue;
+            }
+            const char *name = kiln_model_input_name(m, i), *sym = kiln_model_input_dim_name(m, i, d);
+            kiln_dtype dt;
+            int nd;
+            int64_t orig[KILN_MAX_DIMS];
+            kiln_model_input_info(m, i, &dt, &nd, orig);
+            char t[512];
+            dims_text(m, i, nd, orig, t, sizeof t);
+            fprintf(stderr, "kiln bench: input '%s' (%s) has symbolic dim %d%s%s%s with no size: give the shape with "
+                            "--shapes %s:%s\n", name, t, d, sym && *sym ? " ('" : "", sym && *sym ? sym : "",
+                    sym && *sym ? "')" : "", name, t);
+            return 2;
+        }
+    return 0;
+}
+
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int64_t batch = 1;
     const char *trace = NULL, *json = NULL;
     kj *jw = NULL;
-    int iters = 50, warmup = 10, threads = 0, profile = 0, ablate = 0;
+    int iters = 50, warmup = 10, threads = 0, profile = 0, ablate = 0, n_shapes = 0;
+    static shape_spec shapes[MAX_IO];
     kiln_session_options so = {0};
     enum { O_FP32 = 256, O_FP16, O_BF16, O_PROFILE, O_ABLATE, O_STRICT, O_NVTX, O_BATCH, O_ITERS, O_DISABLE, O_WARMUP,
-           O_THREADS, O_TRACE, O_DEVICE, O_JSON };
+           O_THREADS, O_TRACE, O_DEVICE, O_JSON, O_SHAPES };
     static const struct option lo[] = {
         {"fp32", no_argument, NULL, O_FP32},            {"fp16", no_argument, NULL, O_FP16},
+        {"shapes", required_argument, NULL, O_SHAPES},
         {"bf16", no_argument, NULL, O_BF16},            {"profile", no_argument, NULL, O_PROFILE},
         {"ablate", no_argument, NULL, O_ABLATE},        {"strict-fp32", no_argument, NULL, O_STRICT},
         {"nvtx", no_argument, NULL, O_NVTX},            {"batch", required_argument, NULL, O_BATCH},
@@ -697,6 +836,9 @@ static int cmd_bench(int argc, char **argv) {
             if (parse_device("bench", optarg, &so.device)) return 2;
             break;
         case O_JSON: json = optarg; break;
+        case O_SHAPES:
+            if (parse_shapes(optarg, shapes, MAX_IO, &n_shapes)) return 2;
+            break;
         default: return 2;
         }
     }
@@ -729,14 +871,16 @@ static int cmd_bench(int argc, char **argv) {
     double t_import = now_ms() - t0;
     n_in = kiln_model_num_inputs(m);
     if (n_in > MAX_IO) { fprintf(stderr, "kiln bench: too many inputs\n"); rc = 2; goto out; }
+    static int64_t in_dims[MAX_IO][KILN_MAX_DIMS];
+    int in_nd[MAX_IO];
+    if ((rc = bench_shapes(m, n_in, batch, shapes, n_shapes, in_dims, in_nd))) goto out;
+    if (n_in > 0 && in_nd[0] > 0) batch = in_dims[0][0]; /* images per run, for the throughput */
     for (int i = 0; i < n_in; i++) {
         kiln_dtype dt;
         int nd;
         int64_t dims[KILN_MAX_DIMS];
         kiln_model_input_info(m, i, &dt, &nd, dims);
-        for (int d = 0; d < nd; d++)
-            if (dims[d] < 0) dims[d] = d == 0 ? batch : 1;
-        if (kiln_tensor_create(ctx, dt, nd, dims, &in[i])) { rc = fail(ctx, "input"); goto out; }
+        if (kiln_tensor_create(ctx, dt, in_nd[i], in_dims[i], &in[i])) { rc = fail(ctx, "input"); goto out; }
         /* random values, never zeros: speed must not depend on a special input */
         uint64_t r = 88172645463325252ull + (uint64_t)i;
         for (int64_t e = 0; e < kiln_tensor_numel(in[i]); e++) {
@@ -789,6 +933,15 @@ static int cmd_bench(int argc, char **argv) {
     printf("model: %s  batch %lld  device %s  %s  (%d nodes run, %d folded; arena %.1f MiB)\n", path, (long long)batch,
            so.device == KILN_DEVICE_CUDA ? "cuda" : "cpu", prec_names[so.precision], ps.nodes, ps.folded,
            ps.arena_bytes / 1048576.0);
+    if (n_shapes) { /* the shapes --shapes chose, as run */
+        printf("inputs:");
+        for (int i = 0; i < n_in; i++) {
+            printf("%s %s %s[", i ? "," : "", kiln_model_input_name(m, i), kiln_dtype_name(kiln_tensor_dtype(in[i])));
+            for (int d = 0; d < in_nd[i]; d++) printf("%s%lld", d ? "," : "", (long long)in_dims[i][d]);
+            printf("]");
+        }
+        printf("\n");
+    }
     printf("one-time: import %.1f ms, plan + first run (folding, autotuning, upload, graph capture) %.1f ms\n", t_import,
            bt.first_ms);
     printf("latency (end to end, ms): min %.4f  median %.4f  p90 %.4f  p95 %.4f  p99 %.4f\n", run[0], pct(run, iters, 0.5),

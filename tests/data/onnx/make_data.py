@@ -222,3 +222,22 @@ g = helper.make_graph([c1, c2], "overload",
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18),
                                               helper.make_opsetid("pkg.torch", 1)],
                             functions=[wrong, right], ir_version=10), "overload.onnx")
+
+# --- examples/dynamic_hw.onnx: a detector-like input, every dim but the channels symbolic
+# (x: f32[N,3,H,W], the batch named N) plus a second input sharing the batch name; an
+# AveragePool of kernel 4 needs H, W >= 4 (kiln bench --shapes).
+conv = helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1])
+pool = helper.make_node("AveragePool", ["c"], ["p"], name="pool", kernel_shape=[4, 4])
+gap = helper.make_node("GlobalAveragePool", ["p"], ["g"], name="gap")
+flat = helper.make_node("Flatten", ["g"], ["f"], name="flat")
+add = helper.make_node("Add", ["f", "bias"], ["y"], name="add")
+g = helper.make_graph([conv, pool, gap, flat, add], "dynamic_hw",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"]),
+                       helper.make_tensor_value_info("bias", TensorProto.FLOAT, ["N", 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+                      [numpy_helper.from_array(
+                          np.linspace(-1, 1, 4 * 3 * 3 * 3, dtype=np.float32).reshape(4, 3, 3, 3), "w")])
+# (it is the example of docs/onnx-bench.md, so it lives in examples/)
+import os  # noqa: E402
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+          os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../examples/dynamic_hw.onnx"))
