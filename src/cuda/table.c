@@ -973,6 +973,14 @@ static const entry table[] = {
     {"SoftmaxCrossEntropyLoss", kiln_cuda_k_logsoftmax_nll, kiln_cuda_sup_sce, NULL, false},
     {"kiln.SoftmaxCrossEntropyLossGrad", kiln_cuda_k_logsoftmax_nll_grad, kiln_cuda_sup_sce,
      kiln_cuda_ws_logsoftmax_nll_grad, false},
+    {"kiln.ReduceSumGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.ReduceMeanGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.ReduceMaxGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.ReduceMinGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.LayerNormGrad", kiln_cuda_k_ln_grad, kiln_cuda_sup_ln_grad, NULL, false},
+    {"InstanceNormalization", kiln_cuda_k_instnorm, kiln_cuda_sup_instnorm, NULL, false},
+    {"kiln.InstanceNormGrad", kiln_cuda_k_instnorm_grad, kiln_cuda_sup_instnorm_grad, kiln_cuda_ws_instnorm_grad,
+     false},
 };
 
 /* Prepare hooks of the entries that have one-time work per shape and attributes, run by
