@@ -610,10 +610,13 @@ static bool sup_layernorm(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "axis out of range");
         return false;
     }
+    int64_t row = 1; /* D: the kernel reads parameters by position in the row */
+    for (int d = (int)axis; d < x->ndim; d++) row *= x->dims[d];
     for (int i = 1; i < 3; i++) {
         if (!present(c, i)) continue;
         const kiln_tensor *p = c->in[i];
-        bool ok = kiln_cuda_float_dtype(p->dtype) || p->dtype == KILN_F64;
+        bool ok = (kiln_cuda_float_dtype(p->dtype) || p->dtype == KILN_F64) &&
+                  (kiln_tensor_numel(p) == 1 || kiln_tensor_numel(p) == row);
         for (int d = 0; ok && kiln_tensor_numel(p) != 1 && d < p->ndim; d++) {
             const int xd = x->ndim - p->ndim + d;
             ok = xd < axis ? p->dims[d] == 1 : p->dims[d] == x->dims[xd];
