@@ -1,7 +1,8 @@
 /*
  * norm.cu — normalization kernels for f32, f16 and bf16.
  *
- *   BatchNormalization, inference (training_mode=0; Y the only output):
+ *   BatchNormalization, inference (training_mode=0; Y the only output; training mode is
+ *   norm_train.cu's):
  *     y = x * a[c] + b[c], a = scale / sqrt(var + epsilon), b = B - mean * a.
  *     A first tiny kernel computes a and b per channel in double from parameters of any
  *     float dtype (f64 included, as opset 15 allows) into 2*C floats of workspace; the
@@ -21,6 +22,7 @@
  *     LogSoftmax: dX = dY - exp(Y) * sum(dY)
  */
 #include "dtype.cuh"
+#include "norm_train.h"
 #include "reduce.cuh"
 
 #include <string.h>
@@ -231,11 +233,13 @@ kiln_status softmax(kiln_cuda *cu, kiln_op_ctx *c, bool log_out) {
 /* ------------------------------------------------------------------ entry points */
 
 extern "C" kiln_status kiln_cuda_ws_batchnorm(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    if (kiln_cuda_bn_training(c)) return kiln_cuda_ws_bn_train(cu, c, bytes); /* norm_train.cu */
     *bytes = bn_workspace(c->in[0]->ndim >= 2 ? c->in[0]->dims[1] : 0);
     return KILN_OK;
 }
 
 extern "C" kiln_status kiln_cuda_k_batchnorm(kiln_cuda *cu, kiln_op_ctx *c) {
+    if (kiln_cuda_bn_training(c)) return kiln_cuda_k_bn_train(cu, c); /* norm_train.cu */
     const kiln_tensor *x = c->in[0]; // (N, C, D1..Dn)
     kiln_tensor *y = c->out[0];
     const int64_t N = x->dims[0], C = x->dims[1];

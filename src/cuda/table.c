@@ -14,6 +14,7 @@
  * how); for every other entry a 4-D NHWC input or output is "not supported".
  */
 #include "cuda_internal.h"
+#include "norm_train.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -303,8 +304,8 @@ static bool sup_batchnorm(const kiln_op_ctx *c, char *why, size_t n) {
             return false;
         }
     }
-    if ((c->node->opset >= 14 && kiln_attr_int(c->node, "training_mode", 0) != 0) ||
-        has_out(c, 1) || has_out(c, 2) || has_out(c, 3) || has_out(c, 4)) {
+    if (kiln_cuda_bn_training(c)) return kiln_cuda_sup_bn_train(c, why, n); /* norm_train.cu */
+    if (has_out(c, 1) || has_out(c, 2) || has_out(c, 3) || has_out(c, 4)) {
         snprintf(why, n, "training mode (inference only)");
         return false;
     }
@@ -609,10 +610,13 @@ static bool sup_layernorm(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "axis out of range");
         return false;
     }
+    int64_t row = 1; /* D: the kernel reads parameters by position in the row */
+    for (int d = (int)axis; d < x->ndim; d++) row *= x->dims[d];
     for (int i = 1; i < 3; i++) {
         if (!present(c, i)) continue;
         const kiln_tensor *p = c->in[i];
-        bool ok = kiln_cuda_float_dtype(p->dtype) || p->dtype == KILN_F64;
+        bool ok = (kiln_cuda_float_dtype(p->dtype) || p->dtype == KILN_F64) &&
+                  (kiln_tensor_numel(p) == 1 || kiln_tensor_numel(p) == row);
         for (int d = 0; ok && kiln_tensor_numel(p) != 1 && d < p->ndim; d++) {
             const int xd = x->ndim - p->ndim + d;
             ok = xd < axis ? p->dims[d] == 1 : p->dims[d] == x->dims[xd];
@@ -964,6 +968,22 @@ static const entry table[] = {
     {"kiln.NonFiniteCheck", kiln_cuda_k_non_finite_check, kiln_cuda_sup_non_finite_check, NULL, true},
     {"kiln.LossScaleUpdate", kiln_cuda_k_loss_scale_update, kiln_cuda_sup_loss_scale_update, NULL, false},
     {"kiln.GradAccumulate", kiln_cuda_k_grad_accumulate, kiln_cuda_sup_grad_accumulate, NULL, true},
+    /* training: normalization, pools, reductions, losses (normgrad) */
+    {"kiln.BatchNormGrad", kiln_cuda_k_bn_grad, kiln_cuda_sup_bn_grad, kiln_cuda_ws_bn_grad, true},
+    {"kiln.GlobalAveragePoolGrad", kiln_cuda_k_gap_grad, kiln_cuda_sup_gap_grad, NULL, true},
+    {"kiln.GlobalMaxPoolGrad", kiln_cuda_k_gmp_grad, kiln_cuda_sup_gmp_grad, NULL, true},
+    {"kiln.AveragePoolGrad", kiln_cuda_k_avgpool_grad, kiln_cuda_sup_avgpool_grad, NULL, true},
+    {"SoftmaxCrossEntropyLoss", kiln_cuda_k_logsoftmax_nll, kiln_cuda_sup_sce, NULL, false},
+    {"kiln.SoftmaxCrossEntropyLossGrad", kiln_cuda_k_logsoftmax_nll_grad, kiln_cuda_sup_sce,
+     kiln_cuda_ws_logsoftmax_nll_grad, false},
+    {"kiln.ReduceSumGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.ReduceMeanGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.ReduceMaxGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.ReduceMinGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.LayerNormGrad", kiln_cuda_k_ln_grad, kiln_cuda_sup_ln_grad, NULL, false},
+    {"InstanceNormalization", kiln_cuda_k_instnorm, kiln_cuda_sup_instnorm, NULL, false},
+    {"kiln.InstanceNormGrad", kiln_cuda_k_instnorm_grad, kiln_cuda_sup_instnorm_grad, kiln_cuda_ws_instnorm_grad,
+     false},
 };
 
 /* Prepare hooks of the entries that have one-time work per shape and attributes, run by

@@ -465,6 +465,21 @@ static int test_grad(void) {
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
     fails += kiln_optest_fails("AveragePoolGrad", "kernel_shape=[2,2]", 2, in, 1, KILN_ERR_SHAPE,
                                "averagepool dX with dY of the wrong shape");
+    /* random cases for the backend sweep (tests/gpu/test_backend_ops.c): overlapping
+     * windows with pads, both divisors, ceil_mode, and the 2x2 downsampling of a CNN */
+    fails += kiln_optest_sweep("AveragePoolGrad", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 5), -2, 2, 7101),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 10), -2, 2, 7102)},
+                               1, "averagepool dX random 3x3 stride 2 pads");
+    fails += kiln_optest_sweep("AveragePoolGrad",
+                               "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1];count_include_pad=1;ceil_mode=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 6), -2, 2, 7103),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 10), -2, 2, 7104)},
+                               1, "averagepool dX random count_include_pad ceil_mode");
+    fails += kiln_optest_sweep("AveragePoolGrad", "kernel_shape=[2,2];strides=[2,2]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 4, 3), -2, 2, 7105),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 8, 6), -2, 2, 7106)},
+                               1, "averagepool dX random 2x2 stride 2");
     return fails;
 }
 #endif /* KILN_OPTESTS */

@@ -242,6 +242,7 @@ static void make_inputs(kiln_dtype dt, kiln_tensor **in) {
 }
 
 static kiln_tensor **bn_rand(int ndim, const int64_t *dims, uint64_t seed);
+static kiln_tensor **bn_rand32(int ndim, const int64_t *dims, uint64_t seed);
 
 static int test(void) {
     int fails = 0;
@@ -351,6 +352,18 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 5047),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(6), 0.5, 2, 5048)},
                                1, "batchnormalization (NHWC) 4-D");
+    /* training mode for the backend sweep: batch statistics and running statistics; a
+     * channel's elements over several statistics blocks (4*48*48 = 9216 per channel), the
+     * rows layout of (N, C), and Y alone (its gradient graph sweeps kiln.BatchNormGrad in
+     * training mode; the running statistics have no gradient) */
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;momentum=0.8", 15, 5,
+                               bn_rand32(4, KT_DIMS(3, 5, 7, 9), 7130), 3, "batchnorm training random 3x5x7x9");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;epsilon=0.001", 15, 5,
+                               bn_rand32(4, KT_DIMS(4, 3, 48, 48), 7140), 3, "batchnorm training random 4x3x48x48");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1", 15, 5, bn_rand32(2, KT_DIMS(37, 40), 7150), 3,
+                               "batchnorm training random (N, C) 37x40");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1", 15, 5, bn_rand32(4, KT_DIMS(2, 6, 5, 7), 7160),
+                               1, "batchnorm training random Y only 2x6x5x7");
     return fails;
 }
 
@@ -360,6 +373,24 @@ static kiln_tensor **bn_rand(int ndim, const int64_t *dims, uint64_t seed) {
     in[0] = kt_rand(KILN_F64, ndim, dims, -2, 2, seed * 10);
     for (int i = 1; i < 5; i++)
         in[i] = kt_rand(KILN_F64, 1, &dims[1], i == 4 ? 0.5 : -1, i == 4 ? 1.5 : 1, seed * 10 + (uint64_t)i);
+    return in;
+}
+
+/* X in [-2, 3) (a mean away from 0), scale, B and mean in [-1, 1), var in [0.5, 1.5): f32 */
+static kiln_tensor **bn_rand32(int ndim, const int64_t *dims, uint64_t seed) {
+    static kiln_tensor *in[5];
+    in[0] = kt_rand(KILN_F32, ndim, dims, -2, 3, seed * 10);
+    for (int i = 1; i < 5; i++)
+        in[i] = kt_rand(KILN_F32, 1, &dims[1], i == 4 ? 0.5 : -1, i == 4 ? 1.5 : 1, seed * 10 + (uint64_t)i);
+    return in;
+}
+
+/* dY, X and the four parameters of kiln.BatchNormGrad, f32 random */
+static kiln_tensor **bn_grad_rand(int ndim, const int64_t *dims, uint64_t seed) {
+    static kiln_tensor *in[6];
+    in[0] = kt_rand(KILN_F32, ndim, dims, -1, 1, seed * 10 + 9);
+    kiln_tensor **p = bn_rand32(ndim, dims, seed);
+    for (int i = 0; i < 5; i++) in[1 + i] = p[i];
     return in;
 }
 
@@ -398,6 +429,17 @@ static int test_grad(void) {
     out[3] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(-3));
     out[4] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(-0.5));
     fails += kiln_optest("BatchNormGrad", "epsilon=1.0", 6, in, 5, out, 1e-14, 1e-14, "bn grad inference by hand");
+    /* random, for the backend sweep (tests/gpu/test_backend_ops.c): training and inference
+     * mode, several statistics blocks per channel (9216 elements), the (N, C) rows layout,
+     * NHWC where the sweep lays 4-D tensors out so */
+    fails += kiln_optest_sweep("BatchNormGrad", "training_mode=1", 15, 6, bn_grad_rand(4, KT_DIMS(3, 5, 7, 9), 7170), 5,
+                               "bn grad training random 3x5x7x9");
+    fails += kiln_optest_sweep("BatchNormGrad", "training_mode=1;epsilon=0.001", 15, 6,
+                               bn_grad_rand(4, KT_DIMS(4, 3, 48, 48), 7180), 3, "bn grad training random 4x3x48x48");
+    fails += kiln_optest_sweep("BatchNormGrad", "training_mode=1", 15, 6, bn_grad_rand(2, KT_DIMS(37, 40), 7190), 3,
+                               "bn grad training random (N, C) 37x40");
+    fails += kiln_optest_sweep("BatchNormGrad", "", 15, 6, bn_grad_rand(4, KT_DIMS(2, 6, 5, 7), 7200), 5,
+                               "bn grad inference random 2x6x5x7");
     return fails;
 }
 #endif /* KILN_OPTESTS */

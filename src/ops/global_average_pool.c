@@ -182,6 +182,11 @@ static int test_grad(void) {
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL);
     fails += kiln_optest_fails("GlobalAveragePoolGrad", "", 2, in, 1, KILN_ERR_SHAPE,
                                "globalaveragepool dX with dY of the wrong shape");
+    /* random, for the backend sweep (tests/gpu/test_backend_ops.c; NHWC dX too) */
+    fails += kiln_optest_sweep("GlobalAveragePoolGrad", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 5, 1, 1), -2, 2, 7111),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(3, 5, 7, 9), -2, 2, 7112)},
+                               1, "globalaveragepool dX random 3x5x7x9");
     return fails;
 }
 #endif /* KILN_OPTESTS */

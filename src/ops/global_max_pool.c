@@ -176,6 +176,12 @@ static int test_grad(void) {
     in[1] = kt_make(KILN_F32, 3, KT_DIMS(1, 3, 4), NULL);
     fails += kiln_optest_fails("GlobalMaxPoolGrad", "", 2, in, 1, KILN_ERR_TYPE,
                                "globalmaxpool dX with dY of another dtype");
+    /* random, for the backend sweep (tests/gpu/test_backend_ops.c): planes longer than a
+     * warp, NHWC too */
+    fails += kiln_optest_sweep("GlobalMaxPoolGrad", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 1, 1), -2, 2, 7121),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 5, 7), -2, 2, 7122)},
+                               1, "globalmaxpool dX random 2x6x5x7");
     return fails;
 }
 #endif /* KILN_OPTESTS */

@@ -191,6 +191,18 @@ static int test(void) {
                                               kt_rand(KILN_F64, 1, KT_DIMS(2), -1, 1, 5),
                                               kt_rand(KILN_F64, 1, KT_DIMS(2), -1, 1, 6)},
                             NULL, "instancenorm grad (N,C,H,W) epsilon");
+    /* random, for the backend sweep (tests/gpu/test_backend_ops.c; its gradient graph sweeps
+     * kiln.InstanceNormGrad): planes longer than a block, rank 3 */
+    fails += kiln_optest_sweep("InstanceNormalization", "epsilon=0.001", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 5, 17, 19), -2, 3, 7341),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), 0.5, 1.5, 7342),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(5), -1, 1, 7343)},
+                               1, "instancenorm random 3x5x17x19");
+    fails += kiln_optest_sweep("InstanceNormalization", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 6, 40), -2, 2, 7344),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), 0.5, 1.5, 7345),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -1, 1, 7346)},
+                               1, "instancenorm random 2x6x40");
     return fails;
 }
 

@@ -405,6 +405,13 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1550),
                                                 kt_rand(KILN_F32, 2, KT_DIMS(4, 6), -2, 2, 1551)},
                                3, "layernormalization Mean and InvStdDev outputs");
+    /* Scale and B broadcast within the row (D = 4*6, 6 values): a backend that reads them
+     * by position in the row must refuse this one (cuda did read past them) */
+    fails += kiln_optest_sweep("LayerNormalization", "axis=1", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 4, 6), -2, 2, 1552),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1553),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1554)},
+                               1, "layernormalization Scale and B broadcast within the row");
     return fails;
 }
 

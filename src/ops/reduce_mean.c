@@ -204,6 +204,15 @@ static int test(void) {
                                    (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(2000, 5), -2, 2, 1516),
                                                 kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(0))},
                                    1, 0.002, 0, "reducemean long columns");
+    /* random, for the backend sweep (tests/gpu/test_backend_ops.c): their gradient graphs
+     * sweep kiln.ReduceMeanGrad (axes as an input and as the attribute, keepdims both ways) */
+    fails += kiln_optest_sweep("ReduceMean", "keepdims=1", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 4, 5, 6), -2, 2, 7311),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "reducemean random axes 1,3 input");
+    fails += kiln_optest_sweep("ReduceMean", "axes=[-1];keepdims=0", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 7, 9), -2, 2, 7312)}, 1,
+                               "reducemean random last axis attribute");
     return fails;
 }
 

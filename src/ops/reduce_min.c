@@ -123,6 +123,15 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 0, 4), -2, 2, 1534),
                                                 kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
                                1, "reducemin an empty axis");
+    /* random, for the backend sweep (tests/gpu/test_backend_ops.c): their gradient graphs
+     * sweep kiln.ReduceMinGrad (axes as an input and as the attribute, keepdims both ways) */
+    fails += kiln_optest_sweep("ReduceMin", "keepdims=1", 18, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 4, 5, 6), -2, 2, 7331),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
+                               1, "reducemin random axes 1,3 input");
+    fails += kiln_optest_sweep("ReduceMin", "axes=[-1];keepdims=0", 13, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 7, 9), -2, 2, 7332)}, 1,
+                               "reducemin random last axis attribute");
     return fails;
 }
 

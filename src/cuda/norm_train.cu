@@ -1,0 +1,478 @@
+/*
+ * norm_train.cu — BatchNormalization in training mode and its gradient kiln.BatchNormGrad,
+ * as the CPU reference (src/ops/batch_normalization.c) computes them.
+ *
+ *   BatchNormalization, training_mode = 1 (opset 14+): X (N, C, D1..Dn), or a 4-D X laid
+ *   out NHWC, in f32 / f16 / bf16; scale, B, input_mean, input_var of any float dtype (f64
+ *   included); outputs Y in X's dtype and layout, running_mean / running_var (optional) in
+ *   input_mean's / input_var's dtype:
+ *     mean, var = the batch statistics over every dim but C (population variance),
+ *     running_mean = input_mean * momentum + mean * (1 - momentum), likewise running_var,
+ *     y = (x - mean) * scale / sqrt(var + epsilon) + B.
+ *   kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var) -> dX, dScale, dB[, dMean,
+ *   dVar]: in training mode the statistics are recomputed from X (nothing saved from the
+ *   forward), per channel over its M elements, xhat = (x - mean) / sqrt(var + eps):
+ *     dB = sum(dY), dScale = sum(dY * xhat),
+ *     dX = scale / sqrt(var + eps) * (dY - dB / M - xhat * dScale / M), dMean = dVar = 0;
+ *   in inference mode mean and var are the inputs: dX = scale / sqrt(var + eps) * dY,
+ *   dMean = -scale / sqrt(var + eps) * dB, dVar = -scale / 2 / (var + eps) * dScale.
+ *   The parameter gradients take their parameter's dtype.
+ *
+ * Why our own kernels and not cuDNN's cudnnBatchNormalizationForwardTrainingEx: the
+ * training graph keeps BatchNormalization in f32 NCHW (precision pass: TRAINING_FP32; the
+ * layout pass leaves training forms NCHW), where cuDNN's fast NHWC fp16 path does not apply,
+ * and cuDNN's running variance is the unbiased one (M / (M - 1)) where ONNX and the CPU
+ * reference keep the population variance; its backward also needs the forward's saved
+ * statistics, which BatchNormGrad does not take. These kernels are at the bandwidth floor:
+ * two passes over X for the forward, two over (X, dY) for the gradient.
+ *
+ * Each runs three kernels:
+ *   1. statistics: per channel, partial sums in double of x and x^2 (and, for the gradient,
+ *      dY and dY * x) over P slices of the channel's M elements into workspace (P, C, K).
+ *      NCHW: grid (C, P), each block walking whole blocks of one image's S positions of its
+ *      channel (one division per block step, none per element). NHWC and X (N, C) (rows of
+ *      C channels): grid (ceil(C / 32), P), 32 neighbouring channels per warp, 8 rows at a
+ *      time, summed over the rows in shared memory.
+ *   2. finalize: one warp per channel adds the P partials (in double), computes mean, var
+ *      (E[x^2] - mean^2 in double, clamped at 0), the running statistics or the parameter
+ *      gradients, and four float coefficients (a, b, m, k) per channel into workspace.
+ *   3. apply, elementwise: y = a * (x - m) + k; dX = a * dY + b * (x - m) + k.
+ * Workspace: P * C * K doubles, then 4 * C floats (both 256-byte aligned).
+ */
+#include "dtype.cuh"
+#include "norm_train.h"
+
+#include <stdio.h>
+#include <string.h>
+
+using namespace kiln_cu;
+
+namespace {
+
+constexpr int THREADS = 256;
+constexpr int64_t NCHW_ELEMS = 8192; /* elements of one channel per statistics block */
+constexpr int64_t NCHW_MAX_P = 256;
+constexpr int64_t ROWS_PER_BLOCK = 256; /* rows per statistics block (NHWC) */
+constexpr int64_t ROWS_MAX_P = 1024;
+constexpr int TX = 32, TY = 8; /* the rows kernel's block: channels x rows */
+
+struct Geo {
+    int64_t N, C, S; /* X (N, C, S) */
+    bool rows;       /* walked as (N*S, C): NHWC, or S == 1 */
+    int64_t M;       /* elements per channel */
+    int64_t P;       /* statistics blocks per channel */
+};
+
+int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+Geo geo_of(const kiln_tensor *x) {
+    Geo g;
+    g.N = x->dims[0];
+    g.C = x->dims[1];
+    g.S = 1;
+    for (int d = 2; d < x->ndim; d++) g.S *= x->dims[d];
+    g.rows = (x->ndim == 4 && x->format == KILN_FORMAT_NHWC) || g.S == 1;
+    g.M = g.N * g.S;
+    const int64_t p = g.rows ? div_up(g.M, ROWS_PER_BLOCK) : div_up(g.M, NCHW_ELEMS);
+    const int64_t mx = g.rows ? ROWS_MAX_P : NCHW_MAX_P;
+    g.P = p < 1 ? 1 : p > mx ? mx : p;
+    return g;
+}
+
+size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+size_t part_bytes(const Geo &g, int K) { return align256((size_t)(g.P * g.C * K) * sizeof(double)); }
+size_t ws_bytes(const Geo &g, int K) { return part_bytes(g, K) + align256((size_t)(4 * g.C) * sizeof(float)); }
+
+/* store a double into element i of a float tensor of any float dtype */
+__device__ __forceinline__ void store_any(void *p, int dtype, int64_t i, double v) {
+    switch (dtype) {
+    case KILN_F32: ((float *)p)[i] = (float)v; break;
+    case KILN_F64: ((double *)p)[i] = v; break;
+    case KILN_F16: ((__half *)p)[i] = __float2half_rn((float)v); break;
+    case KILN_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;
+    default: break;
+    }
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ------------------------------------------------------------------ statistics */
+
+/* K = 2: sums of x, x^2; K = 4: also dy, dy * x. */
+template <typename T, int K>
+__device__ __forceinline__ void accumulate(double (&acc)[K], const T *x, const T *dy, int64_t i) {
+    const double v = to_f(x[i]);
+    acc[0] += v;
+    acc[1] += v * v;
+    if constexpr (K == 4) {
+        const double g = to_f(dy[i]);
+        acc[2] += g;
+        acc[3] += g * v;
+    }
+}
+
+// x, dy: (N, C, S); part: (P, C, K). grid (C, P); blockDim.x a multiple of 32.
+template <typename T, int K>
+__global__ void bn_stats_nchw(const T *x, const T *dy, double *part, int64_t N, int64_t C, int64_t S) {
+    const int64_t c = blockIdx.x, p = blockIdx.y, P = gridDim.y;
+    const int64_t cps = (S + blockDim.x - 1) / blockDim.x; /* blocks of positions per image */
+    double acc[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) acc[k] = 0;
+    for (int64_t q = p; q < N * cps; q += P) {
+        const int64_t n = q / cps, s = (q - n * cps) * blockDim.x + threadIdx.x;
+        if (s < S) accumulate<T, K>(acc, x, dy, (n * C + c) * S + s);
+    }
+    __shared__ double sh[K][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const double v = warp_sum(acc[k]);
+        if (lane == 0) sh[k][warp] = v;
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const double v = warp_sum(lane < nw ? sh[k][lane] : 0.0);
+            if (lane == 0) part[(p * C + c) * K + k] = v;
+        }
+    }
+}
+
+// x, dy: (R, C); part: (P, C, K). grid (ceil(C / TX), P), block (TX, TY).
+template <typename T, int K>
+__global__ void bn_stats_rows(const T *x, const T *dy, double *part, int64_t R, int64_t C) {
+    const int64_t c = (int64_t)blockIdx.x * TX + threadIdx.x, p = blockIdx.y, P = gridDim.y;
+    double acc[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) acc[k] = 0;
+    if (c < C)
+        for (int64_t r = p * TY + threadIdx.y; r < R; r += P * TY) accumulate<T, K>(acc, x, dy, r * C + c);
+    __shared__ double sh[K][TY][TX + 1];
+#pragma unroll
+    for (int k = 0; k < K; k++) sh[k][threadIdx.y][threadIdx.x] = acc[k];
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            for (int y = 0; y < TY; y++) s += sh[k][y][threadIdx.x];
+            part[(p * C + c) * K + k] = s;
+        }
+    }
+}
+
+template <typename T, int K>
+kiln_status launch_stats(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy,
+                         double *part) {
+    if (g.rows) {
+        const dim3 grid((unsigned)div_up(g.C, TX), (unsigned)g.P), block(TX, TY);
+        bn_stats_rows<T, K><<<grid, block, 0, cu->stream>>>((const T *)x, (const T *)dy, part, g.M, g.C);
+        KILN_CUDA_LAUNCHED(ctx, "bn_stats_rows");
+    } else {
+        int threads = 32;
+        while (threads < THREADS && threads < g.S) threads *= 2;
+        const dim3 grid((unsigned)g.C, (unsigned)g.P);
+        bn_stats_nchw<T, K><<<grid, threads, 0, cu->stream>>>((const T *)x, (const T *)dy, part, g.N, g.C, g.S);
+        KILN_CUDA_LAUNCHED(ctx, "bn_stats_nchw");
+    }
+    return KILN_OK;
+}
+
+/* -------------------------------------------------------------------- finalize */
+
+struct Params {
+    const void *p[4]; /* scale, B, input_mean, input_var */
+    int dt[4];
+    void *o[4];       /* forward: running_mean, running_var; gradient: dScale, dB, dMean, dVar */
+    int odt[4];
+    double eps, momentum;
+    bool train;       /* the gradient: training mode */
+};
+
+/* The K sums of channel c over its P partials, in lane 0 of the warp (all lanes call). */
+template <int K>
+__device__ __forceinline__ void channel_sums(const double *part, int64_t C, int64_t P, int64_t c, int lane,
+                                             double (&s)[K]) {
+#pragma unroll
+    for (int k = 0; k < K; k++) s[k] = 0;
+    for (int64_t j = lane; j < P; j += 32) {
+#pragma unroll
+        for (int k = 0; k < K; k++) s[k] += part[(j * C + c) * K + k];
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) s[k] = warp_sum(s[k]);
+}
+
+// part: (P, C, 2); coef: (4, C). One warp per channel.
+__global__ void bn_finalize_fwd(const double *part, float *coef, Params p, int64_t C, int64_t P, double M) {
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; /* one per warp */
+    const int lane = threadIdx.x & 31;
+    if (c >= C) return;
+    double s[2];
+    channel_sums<2>(part, C, P, c, lane, s);
+    if (lane != 0) return;
+    const double mean = s[0] / M;
+    double var = s[1] / M - mean * mean;
+    if (var < 0) var = 0;
+    if (p.o[0]) store_any(p.o[0], p.odt[0], c, load_any(p.p[2], p.dt[2], c) * p.momentum + mean * (1 - p.momentum));
+    if (p.o[1]) store_any(p.o[1], p.odt[1], c, load_any(p.p[3], p.dt[3], c) * p.momentum + var * (1 - p.momentum));
+    const double a = load_any(p.p[0], p.dt[0], c) / sqrt(var + p.eps);
+    coef[c] = (float)a;
+    coef[C + c] = 0.f;
+    coef[2 * C + c] = (float)mean;
+    coef[3 * C + c] = (float)load_any(p.p[1], p.dt[1], c);
+}
+
+// part: (P, C, 4); coef: (4, C). One warp per channel.
+__global__ void bn_finalize_grad(const double *part, float *coef, Params p, int64_t C, int64_t P, double M) {
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (c >= C) return;
+    double s[4];
+    channel_sums<4>(part, C, P, c, lane, s);
+    if (lane != 0) return;
+    double mean = load_any(p.p[2], p.dt[2], c), var = load_any(p.p[3], p.dt[3], c);
+    if (p.train) {
+        mean = M > 0 ? s[0] / M : 0;
+        var = M > 0 ? s[1] / M - mean * mean : 0;
+        if (var < 0) var = 0;
+    }
+    const double sum_dy = s[2], sum_dy_xc = s[3] - mean * s[2];
+    const double istd = 1.0 / sqrt(var + p.eps), a = load_any(p.p[0], p.dt[0], c) * istd;
+    const double sum_dy_xhat = sum_dy_xc * istd;
+    double b = 0, k = 0;
+    if (p.train && M > 0) {
+        b = -a * istd * sum_dy_xhat / M;
+        k = -a * sum_dy / M;
+    }
+    coef[c] = (float)a;
+    coef[C + c] = (float)b;
+    coef[2 * C + c] = (float)mean;
+    coef[3 * C + c] = (float)k;
+    if (p.o[0]) store_any(p.o[0], p.odt[0], c, sum_dy_xhat);
+    if (p.o[1]) store_any(p.o[1], p.odt[1], c, sum_dy);
+    if (p.o[2]) store_any(p.o[2], p.odt[2], c, p.train ? 0.0 : -a * sum_dy);
+    if (p.o[3]) store_any(p.o[3], p.odt[3], c, p.train ? 0.0 : -0.5 * a * istd * sum_dy_xhat);
+}
+
+/* ------------------------------------------------------------------------ apply */
+
+// u (dY for the gradient, else X), x, out: (N, C, S) or rows (S = 1); coef: (4, C).
+template <typename T, bool GRAD, typename I>
+__global__ void bn_apply_train(const T *u, const T *x, T *out, const float *coef, I n, I C, I S) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        const I c = (i / S) % C;
+        const float xc = to_f(x[i]) - coef[2 * C + c];
+        float v;
+        if constexpr (GRAD) v = coef[c] * to_f(u[i]) + coef[C + c] * xc + coef[3 * C + c];
+        else v = coef[c] * xc + coef[3 * C + c];
+        out[i] = from_f<T>(v);
+    }
+}
+
+template <typename T, bool GRAD>
+kiln_status launch_apply(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *u, const void *x, void *out,
+                         const float *coef) {
+    const int64_t n = g.M * g.C, S = g.rows ? 1 : g.S;
+    const unsigned blocks = kiln_cuda_blocks(cu, n, THREADS);
+    if (n <= INT32_MAX) /* 32-bit index math; i + stride stays below 2^32 */
+        bn_apply_train<T, GRAD, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (T *)out, coef, (uint32_t)n, (uint32_t)g.C, (uint32_t)S);
+    else
+        bn_apply_train<T, GRAD, int64_t><<<blocks, THREADS, 0, cu->stream>>>((const T *)u, (const T *)x, (T *)out,
+                                                                            coef, n, g.C, S);
+    KILN_CUDA_LAUNCHED(ctx, "bn_apply_train");
+    return KILN_OK;
+}
+
+/* KILN_CU_FLOAT_DISPATCH takes templates of the element type alone */
+template <typename T>
+kiln_status stats_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, double *part) {
+    return launch_stats<T, 2>(cu, ctx, g, x, nullptr, part);
+}
+template <typename T>
+kiln_status stats_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, double *part) {
+    return launch_stats<T, 4>(cu, ctx, g, x, dy, part);
+}
+template <typename T>
+kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, void *y, const float *coef) {
+    return launch_apply<T, false>(cu, ctx, g, x, x, y, coef);
+}
+template <typename T>
+kiln_status apply_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *dy, const void *x, void *dx,
+                       const float *coef) {
+    return launch_apply<T, true>(cu, ctx, g, dy, x, dx, coef);
+}
+
+/* ------------------------------------------------------------------ host side */
+
+bool present(const kiln_op_ctx *c, int i) { return i < c->n_in && c->in[i] != NULL; }
+bool has_out(const kiln_op_ctx *c, int i) { return i < c->n_out && c->out[i] != NULL; }
+bool is_nhwc(const kiln_tensor *t) { return t && t->ndim == 4 && t->format == KILN_FORMAT_NHWC; }
+bool param_dtype(kiln_dtype t) { return kiln_cuda_float_dtype(t) || t == KILN_F64; }
+
+/* X of a float kernel dtype, rank >= 2, not empty, the parameters (inputs first..first+3)
+ * float vectors of C values; the per-channel element count within the kernels' ranges. */
+bool check_x_params(const kiln_op_ctx *c, const kiln_tensor *x, int first, char *why, size_t n) {
+    if (!kiln_cuda_float_dtype(x->dtype)) {
+        snprintf(why, n, "X has dtype %s (f32, f16 and bf16 are supported)", kiln_dtype_name(x->dtype));
+        return false;
+    }
+    if (x->ndim < 2 || kiln_tensor_numel(x) == 0) {
+        snprintf(why, n, "X of rank %d with %lld elements (rank >= 2, not empty)", x->ndim,
+                 (long long)kiln_tensor_numel(x));
+        return false;
+    }
+    if (x->dims[1] > INT32_MAX / 64) {
+        snprintf(why, n, "%lld channels", (long long)x->dims[1]);
+        return false;
+    }
+    for (int i = first; i < first + 4; i++)
+        if (!present(c, i) || !param_dtype(c->in[i]->dtype) || kiln_tensor_numel(c->in[i]) != x->dims[1]) {
+            snprintf(why, n, "input %d must be a float vector of %lld values", i, (long long)x->dims[1]);
+            return false;
+        }
+    return true;
+}
+
+kiln_status need_ws(kiln_op_ctx *c, size_t bytes) {
+    if (c->workspace && c->workspace_size >= bytes) return KILN_OK;
+    return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "%s needs %zu bytes of workspace, got %zu", c->node->op_type, bytes,
+                     c->workspace_size);
+}
+
+Params params_of(const kiln_op_ctx *c, int first) {
+    Params p;
+    memset(&p, 0, sizeof p);
+    for (int i = 0; i < 4; i++) {
+        p.p[i] = c->in[first + i]->data;
+        p.dt[i] = c->in[first + i]->dtype;
+    }
+    p.eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
+    p.momentum = kiln_attr_float(c->node, "momentum", 0.9f);
+    p.train = kiln_cuda_bn_training(c);
+    return p;
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ entry points */
+
+extern "C" bool kiln_cuda_bn_training(const kiln_op_ctx *c) {
+    return c->node->opset >= 14 && kiln_attr_int(c->node, "training_mode", 0) != 0;
+}
+
+extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n) {
+    const kiln_tensor *x = c->in[0];
+    if (!check_x_params(c, x, 1, why, n)) return false;
+    if (is_nhwc(x) != is_nhwc(c->out[0])) {
+        snprintf(why, n, "X is %s and Y %s", is_nhwc(x) ? "NHWC" : "NCHW", is_nhwc(c->out[0]) ? "NHWC" : "NCHW");
+        return false;
+    }
+    if (c->out[0]->dtype != x->dtype) {
+        snprintf(why, n, "Y must have X's dtype");
+        return false;
+    }
+    for (int k = 1; k < 3; k++)
+        if (has_out(c, k) && (!param_dtype(c->out[k]->dtype) || kiln_tensor_numel(c->out[k]) != x->dims[1])) {
+            snprintf(why, n, "output %d must be a float vector of %lld values", k, (long long)x->dims[1]);
+            return false;
+        }
+    if (has_out(c, 3) || has_out(c, 4)) {
+        snprintf(why, n, "outputs 3 and 4 (saved statistics of opsets < 14)");
+        return false;
+    }
+    return true;
+}
+
+extern "C" kiln_status kiln_cuda_ws_bn_train(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    (void)cu;
+    *bytes = ws_bytes(geo_of(c->in[0]), 2);
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0]; // (N, C, D1..Dn) or NHWC
+    const Geo g = geo_of(x);
+    if (g.M * g.C == 0) return KILN_OK;
+    kiln_status st = need_ws(c, ws_bytes(g, 2));
+    if (st) return st;
+    double *part = (double *)c->workspace;                          // (P, C, 2)
+    float *coef = (float *)((char *)c->workspace + part_bytes(g, 2)); // (4, C)
+    Params p = params_of(c, 1);
+    for (int k = 0; k < 2; k++)
+        if (has_out(c, 1 + k)) {
+            p.o[k] = c->out[1 + k]->data;
+            p.odt[k] = c->out[1 + k]->dtype;
+        }
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_fwd, cu, c->kctx, g, x->data, part);
+    if (st) return st;
+    const int64_t threads = (int64_t)g.C * 32;
+    bn_finalize_fwd<<<(unsigned)div_up(threads, THREADS), THREADS, 0, cu->stream>>>(part, coef, p, g.C, g.P,
+                                                                                   (double)g.M);
+    KILN_CUDA_LAUNCHED(c->kctx, "bn_finalize_fwd");
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, c->out[0]->data, coef);
+    return st;
+}
+
+/* kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var) -> dX, dScale, dB[, dMean, dVar] */
+extern "C" bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 6) {
+        snprintf(why, n, "inputs dY, X, scale, B, input_mean and input_var are required");
+        return false;
+    }
+    const kiln_tensor *dy = c->in[0], *x = c->in[1];
+    if (!present(c, 1) || !check_x_params(c, x, 2, why, n)) return false;
+    if (dy->dtype != x->dtype || c->out[0]->dtype != x->dtype) {
+        snprintf(why, n, "dY, X and dX must have one dtype");
+        return false;
+    }
+    if (is_nhwc(dy) != is_nhwc(x) || is_nhwc(c->out[0]) != is_nhwc(x)) {
+        snprintf(why, n, "dY, X and dX in one layout (dY %s, X %s, dX %s)", is_nhwc(dy) ? "NHWC" : "NCHW",
+                 is_nhwc(x) ? "NHWC" : "NCHW", is_nhwc(c->out[0]) ? "NHWC" : "NCHW");
+        return false;
+    }
+    for (int k = 1; k < c->n_out; k++)
+        if (has_out(c, k) && (!param_dtype(c->out[k]->dtype) || kiln_tensor_numel(c->out[k]) != x->dims[1])) {
+            snprintf(why, n, "output %d must be a float vector of %lld values", k, (long long)x->dims[1]);
+            return false;
+        }
+    return true;
+}
+
+extern "C" kiln_status kiln_cuda_ws_bn_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    (void)cu;
+    *bytes = ws_bytes(geo_of(c->in[1]), 4);
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1]; // (N, C, D1..Dn) or NHWC, both
+    const Geo g = geo_of(x);
+    if (g.M * g.C == 0) return KILN_OK;
+    kiln_status st = need_ws(c, ws_bytes(g, 4));
+    if (st) return st;
+    double *part = (double *)c->workspace;                          // (P, C, 4)
+    float *coef = (float *)((char *)c->workspace + part_bytes(g, 4)); // (4, C)
+    Params p = params_of(c, 2);
+    for (int k = 0; k < 4; k++)
+        if (has_out(c, 1 + k)) {
+            p.o[k] = c->out[1 + k]->data;
+            p.odt[k] = c->out[1 + k]->dtype;
+        }
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, part);
+    if (st) return st;
+    const int64_t threads = (int64_t)g.C * 32;
+    bn_finalize_grad<<<(unsigned)div_up(threads, THREADS), THREADS, 0, cu->stream>>>(part, coef, p, g.C, g.P,
+                                                                                    (double)g.M);
+    KILN_CUDA_LAUNCHED(c->kctx, "bn_finalize_grad");
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_grad, cu, c->kctx, g, dy->data, x->data, c->out[0]->data,
+                           coef);
+    return st;
+}

@@ -1,0 +1,57 @@
+/*
+ * norm_train.h — entry points of the training kernels for normalizations, pools,
+ * reductions and losses (norm_train.cu, pool_grad.cu, reduce_grad.cu, norm_rows.cu,
+ * loss_train.c), listed in table.c's block
+ * "training: normalization, pools, reductions, losses". Each kernel takes the contract of
+ * cuda_backend.h; each supports check fills why (n bytes) when it returns false.
+ */
+#ifndef KILN_CUDA_NORM_TRAIN_H
+#define KILN_CUDA_NORM_TRAIN_H
+
+#include "cuda_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* norm_train.cu: BatchNormalization in training mode (called by kiln_cuda_k_batchnorm and
+ * kiln_cuda_ws_batchnorm for a node in training mode) and kiln.BatchNormGrad. */
+bool kiln_cuda_bn_training(const kiln_op_ctx *c);
+bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_ws_bn_train(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_ws_bn_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+
+/* pool_grad.cu: kiln.GlobalAveragePoolGrad, kiln.GlobalMaxPoolGrad, kiln.AveragePoolGrad */
+bool kiln_cuda_sup_gap_grad(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_gap_grad(kiln_cuda *cu, kiln_op_ctx *c);
+bool kiln_cuda_sup_gmp_grad(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_gmp_grad(kiln_cuda *cu, kiln_op_ctx *c);
+bool kiln_cuda_sup_avgpool_grad(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_avgpool_grad(kiln_cuda *cu, kiln_op_ctx *c);
+
+/* reduce_grad.cu: kiln.ReduceSumGrad, kiln.ReduceMeanGrad, kiln.ReduceMaxGrad, kiln.ReduceMinGrad */
+bool kiln_cuda_sup_reduce_grad(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_reduce_grad(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_ws_reduce_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+
+/* norm_rows.cu: kiln.LayerNormGrad, InstanceNormalization, kiln.InstanceNormGrad */
+bool kiln_cuda_sup_ln_grad(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_ln_grad(kiln_cuda *cu, kiln_op_ctx *c);
+bool kiln_cuda_sup_instnorm(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_instnorm(kiln_cuda *cu, kiln_op_ctx *c);
+bool kiln_cuda_sup_instnorm_grad(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_instnorm_grad(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_ws_instnorm_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+
+/* loss_train.c: SoftmaxCrossEntropyLoss and kiln.SoftmaxCrossEntropyLossGrad (f32 (N, C),
+ * mean or sum), run by loss.cu's kiln.LogSoftmaxNLL(Grad) kernels. */
+bool kiln_cuda_sup_sce(const kiln_op_ctx *c, char *why, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_CUDA_NORM_TRAIN_H */

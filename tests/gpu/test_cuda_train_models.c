@@ -1,0 +1,403 @@
+/*
+ * test_cuda_train_models.c — small CNNs trained end to end on CUDA against the CPU
+ * reference (ctest cuda_train_models, label gpu; needs a device: without one it fails).
+ *
+ * The networks, built here in C (as src/train/models.c builds mnist-net), images
+ * (B, 3, 8, 8), 10 classes:
+ *   (a) conv-BN-ReLU, a residual block (conv-BN-ReLU-conv-BN + the identity, ReLU),
+ *       GlobalAveragePool, Flatten, Gemm, SoftmaxCrossEntropyLoss;
+ *   (b) the same with a 2x2 AveragePool (stride 2) between the stem and the block.
+ * Their training graphs hold BatchNormalization in training mode and kiln.BatchNormGrad,
+ * kiln.GlobalAveragePoolGrad, kiln.AveragePoolGrad, SoftmaxCrossEntropyLoss and its
+ * gradient, besides the convolutions, products and elementwise ops mnist-net uses.
+ *
+ * Checks:
+ *   1. fp32 (strict_fp32 = 1: no TF32): from the same weights and batches, 5 SGD steps
+ *      (momentum 0.9) on the CPU and on CUDA give each step's loss within 1e-4 relative,
+ *      and then the same weights and BatchNormalization running statistics, each tensor
+ *      within 2e-4 of its largest magnitude plus 1e-3 relative. Why these tolerances: the
+ *      CPU reference computes each op in double and rounds once, the device sums in other
+ *      orders in f32 (cuDNN's convolutions, the products, BN statistics in double then f32
+ *      coefficients): about 1e-6 relative per op, a few ops deep per step, carried by 5
+ *      steps of lr 0.05. A wrong gradient of any op moves a weight by lr times that
+ *      gradient's error (1e-2 and more here) at the first step, which the tolerances do not
+ *      hide (the step losses and weights are printed with the share of the budget used).
+ *   2. amp fp16 on CUDA (model b): the first step's loss within 2e-2 relative of the CPU's
+ *      fp32 loss (fp16 convolutions of random data), and 30 steps on one batch reduce the
+ *      loss below 0.7 of the first step's.
+ *   3. A training graph holding an op that has no CUDA kernel fails at kiln_trainer_create
+ *      or its first step with KILN_ERR_UNSUPPORTED and a message naming the op and the
+ *      node (the op is picked among candidates as the first without a kernel in the table).
+ *
+ * --cpu runs the "CUDA" side on the CPU too, in fp32 (a check of the test itself on
+ * machines without a device; check 3 is skipped and said so). Exits non-zero on any
+ * failure.
+ */
+#include "core/internal.h"
+#include "cuda/cuda_backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+#include "../check.h"
+
+#define BATCH 16
+#define CLASSES 10
+#define WIDTH 8
+#define STEPS 5
+#define AMP_STEPS 30
+
+static kiln_context *ctx;
+static kiln_device gpu = KILN_DEVICE_CUDA;
+static kiln_amp gpu_amp = KILN_AMP_FP16; /* --cpu: off (the CPU trains in fp32) */
+
+/* splitmix64 */
+static uint64_t mix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *s, double lo, double hi) {
+    return lo + (hi - lo) * ((double)(mix(s) >> 11) / 9007199254740992.0);
+}
+
+static kiln_tensor *rand_tensor(int ndim, const int64_t *dims, double lo, double hi, uint64_t *rng) {
+    kiln_tensor *t = NULL;
+    if (kiln_tensor_create(ctx, KILN_F32, ndim, dims, &t)) return NULL;
+    float *p = t->data;
+    for (int64_t i = 0; i < kiln_tensor_numel(t); i++) p[i] = (float)uniform(rng, lo, hi);
+    return t;
+}
+
+static kiln_status add_rand(kiln_model *m, const char *name, int ndim, const int64_t *dims, double bound,
+                            uint64_t *rng) {
+    kiln_tensor *t = rand_tensor(ndim, dims, -bound, bound, rng);
+    if (!t) return KILN_ERR_OUT_OF_MEMORY;
+    kiln_status st = kiln_model_add_initializer(m, name, t);
+    kiln_tensor_free(t);
+    return st;
+}
+
+static kiln_status add_const(kiln_model *m, const char *name, int64_t n, float v) {
+    kiln_tensor *t = NULL;
+    kiln_status st = kiln_tensor_create(ctx, KILN_F32, 1, &n, &t);
+    if (st) return st;
+    for (int64_t i = 0; i < n; i++) ((float *)t->data)[i] = v;
+    st = kiln_model_add_initializer(m, name, t);
+    kiln_tensor_free(t);
+    return st;
+}
+
+/* Conv (3x3, pads 1, no bias) named `name` from `in`, then BatchNormalization with random
+ * scale and shift, running mean 0 and variance 1, into `out` ("<name>.bn" the BN node). */
+static kiln_status conv_bn(kiln_model *m, const char *name, const char *in, int64_t cin, const char *out,
+                           uint64_t *rng) {
+    char w[64], c[64], s[64], b[64], rm[64], rv[64], bn[64];
+    snprintf(w, sizeof w, "%s.weight", name);
+    snprintf(c, sizeof c, "%s.out", name);
+    snprintf(s, sizeof s, "%s.bn.weight", name);
+    snprintf(b, sizeof b, "%s.bn.bias", name);
+    snprintf(rm, sizeof rm, "%s.bn.running_mean", name);
+    snprintf(rv, sizeof rv, "%s.bn.running_var", name);
+    snprintf(bn, sizeof bn, "%s.bn", name);
+    kiln_node *n = NULL;
+    kiln_status st = add_rand(m, w, 4, (int64_t[]){WIDTH, cin, 3, 3}, 1.0 / sqrt(9.0 * (double)cin), rng);
+    if (!st) st = add_rand(m, s, 1, (int64_t[]){WIDTH}, 1.0, rng);
+    for (int v = 0; !st && v < m->n_values; v++) /* scale in [0.5, 1.5): shift the draw */
+        if (strcmp(m->values[v].name, s) == 0 && m->values[v].init) {
+            float *p = m->values[v].init->data;
+            for (int i = 0; i < WIDTH; i++) p[i] = 1.0f + 0.5f * p[i];
+        }
+    if (!st) st = add_rand(m, b, 1, (int64_t[]){WIDTH}, 0.5, rng);
+    if (!st) st = add_const(m, rm, WIDTH, 0.f);
+    if (!st) st = add_const(m, rv, WIDTH, 1.f);
+    if (!st) st = kiln_model_add_node(m, "Conv", name, 2, (const char *[]){in, w}, 1, (const char *[]){c}, &n);
+    if (!st) st = kiln_node_set_ints(n, "kernel_shape", 2, (int64_t[]){3, 3});
+    if (!st) st = kiln_node_set_ints(n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    if (!st)
+        st = kiln_model_add_node(m, "BatchNormalization", bn, 5, (const char *[]){c, s, b, rm, rv}, 1,
+                                 (const char *[]){out}, &n);
+    if (!st) st = kiln_node_set_float(n, "momentum", 0.8f);
+    return st;
+}
+
+static kiln_status relu(kiln_model *m, const char *name, const char *in, const char *out) {
+    return kiln_model_add_node(m, "Relu", name, 1, (const char *[]){in}, 1, (const char *[]){out}, NULL);
+}
+
+/* head: an op that reads the block's output `in` into (B, WIDTH, ...) before the Flatten;
+ * NULL: GlobalAveragePool. pool: the AveragePool of model (b). */
+static kiln_model *build(bool pool, const char *head, uint64_t seed) {
+    kiln_model *m = NULL;
+    if (kiln_model_create(ctx, &m)) return NULL;
+    uint64_t rng = seed;
+    kiln_node *n = NULL;
+    kiln_status st = kiln_model_add_input(m, "image", KILN_F32, 4, (int64_t[]){BATCH, 3, 8, 8});
+    if (!st) st = kiln_model_add_input(m, "label", KILN_I64, 1, (int64_t[]){BATCH});
+    if (!st) st = conv_bn(m, "stem", "image", 3, "stem.bn.out", &rng);
+    if (!st) st = relu(m, "stem.relu", "stem.bn.out", "x0");
+    const char *x = "x0";
+    if (!st && pool) {
+        st = kiln_model_add_node(m, "AveragePool", "pool", 1, (const char *[]){"x0"}, 1, (const char *[]){"x1"}, &n);
+        if (!st) st = kiln_node_set_ints(n, "kernel_shape", 2, (int64_t[]){2, 2});
+        if (!st) st = kiln_node_set_ints(n, "strides", 2, (int64_t[]){2, 2});
+        x = "x1";
+    }
+    if (!st) st = conv_bn(m, "block.conv1", x, WIDTH, "block.bn1.out", &rng);
+    if (!st) st = relu(m, "block.relu1", "block.bn1.out", "block.r1");
+    if (!st) st = conv_bn(m, "block.conv2", "block.r1", WIDTH, "block.bn2.out", &rng);
+    if (!st)
+        st = kiln_model_add_node(m, "Add", "block.add", 2, (const char *[]){"block.bn2.out", x}, 1,
+                                 (const char *[]){"block.sum"}, NULL);
+    if (!st) st = relu(m, "block.relu2", "block.sum", "block.out");
+    if (!st)
+        st = kiln_model_add_node(m, head ? head : "GlobalAveragePool", "head", 1, (const char *[]){"block.out"}, 1,
+                                 (const char *[]){"pooled"}, NULL);
+    if (!st)
+        st = kiln_model_add_node(m, "Flatten", "flatten", 1, (const char *[]){"pooled"}, 1, (const char *[]){"flat"},
+                                 &n);
+    if (!st) st = kiln_node_set_int(n, "axis", 1);
+    if (!st) st = add_rand(m, "fc.weight", 2, (int64_t[]){CLASSES, WIDTH}, 1.0 / sqrt((double)WIDTH), &rng);
+    if (!st) st = add_rand(m, "fc.bias", 1, (int64_t[]){CLASSES}, 1.0 / sqrt((double)WIDTH), &rng);
+    if (!st)
+        st = kiln_model_add_node(m, "Gemm", "fc", 3, (const char *[]){"flat", "fc.weight", "fc.bias"}, 1,
+                                 (const char *[]){"logits"}, &n);
+    if (!st) st = kiln_node_set_int(n, "transB", 1);
+    if (!st)
+        st = kiln_model_add_node(m, "SoftmaxCrossEntropyLoss", "loss_fn", 2, (const char *[]){"logits", "label"}, 1,
+                                 (const char *[]){"loss"}, &n);
+    if (!st) st = kiln_node_set_string(n, "reduction", "mean");
+    if (!st) st = kiln_model_add_output(m, "logits");
+    if (!st) st = kiln_model_add_output(m, "loss");
+    if (!st) st = kiln_model_finalize(m);
+    if (st) {
+        printf("FAIL building the model: %s\n", kiln_context_message(ctx));
+        fails++;
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* STEPS batches of images in [-1, 1) and labels in [0, CLASSES) */
+typedef struct data {
+    kiln_tensor *images[STEPS], *labels[STEPS];
+} data;
+
+static bool make_data(data *d, uint64_t seed) {
+    memset(d, 0, sizeof *d);
+    uint64_t rng = seed;
+    for (int s = 0; s < STEPS; s++) {
+        d->images[s] = rand_tensor(4, (int64_t[]){BATCH, 3, 8, 8}, -1, 1, &rng);
+        if (kiln_tensor_create(ctx, KILN_I64, 1, (int64_t[]){BATCH}, &d->labels[s]) || !d->images[s]) return false;
+        for (int i = 0; i < BATCH; i++) ((int64_t *)d->labels[s]->data)[i] = (int64_t)(mix(&rng) % CLASSES);
+    }
+    return true;
+}
+
+static void free_data(data *d) {
+    for (int s = 0; s < STEPS; s++) {
+        kiln_tensor_free(d->images[s]);
+        kiln_tensor_free(d->labels[s]);
+    }
+}
+
+/* Train `steps` steps (batch s % STEPS) of model m on device with amp; losses[s] gets each
+ * step's loss, *out the exported inference model (weights and running statistics). */
+static bool train(kiln_model *m, kiln_device device, kiln_amp amp, const data *d, int steps, float *losses,
+                  kiln_model **out, kiln_train_stats *stats, const char *what) {
+    kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
+    o.device = device;
+    o.optimizer = KILN_OPTIM_SGD;
+    o.lr = 0.05f;
+    o.momentum = 0.9f;
+    o.amp = amp;
+    o.strict_fp32 = 1;
+    kiln_trainer *t = NULL;
+    kiln_status st = kiln_trainer_create(m, "loss", &o, &t);
+    CHECK(st == KILN_OK, "%s: kiln_trainer_create: %s", what, kiln_context_message(ctx));
+    for (int s = 0; !st && s < steps; s++) {
+        kiln_tensor *in[2] = {d->images[s % STEPS], d->labels[s % STEPS]};
+        st = kiln_trainer_step(t, 2, in, &losses[s]);
+        CHECK(st == KILN_OK, "%s: step %d: %s", what, s, kiln_context_message(ctx));
+        CHECK(st || isfinite(losses[s]), "%s: step %d: loss %g", what, s, losses[s]);
+    }
+    if (!st && stats) st = kiln_trainer_stats(t, stats);
+    if (!st && out) {
+        st = kiln_trainer_export(t, "logits", out);
+        CHECK(st == KILN_OK, "%s: export: %s", what, kiln_context_message(ctx));
+    }
+    kiln_trainer_free(t);
+    return st == KILN_OK;
+}
+
+/* The initializer named name of m, or NULL. */
+static const kiln_tensor *init_of(const kiln_model *m, const char *name) {
+    for (int v = 0; v < m->n_values; v++)
+        if (m->values[v].init && strcmp(m->values[v].name, name) == 0) return m->values[v].init;
+    return NULL;
+}
+
+/* Every f32 initializer of the CPU's export against the device's: within 2e-4 of the
+ * tensor's largest magnitude plus 1e-3 relative. */
+static void compare_weights(const kiln_model *cpu, const kiln_model *dev, const char *what) {
+    int compared = 0;
+    for (int v = 0; v < cpu->n_values; v++) {
+        const kiln_tensor *a = cpu->values[v].init;
+        if (!a || a->dtype != KILN_F32 || kiln_tensor_numel(a) < 2) continue;
+        const char *name = cpu->values[v].name;
+        const kiln_tensor *b = init_of(dev, name);
+        CHECK(b && b->dtype == KILN_F32 && kiln_tensor_numel(b) == kiln_tensor_numel(a), "%s: %s missing on the device",
+              what, name);
+        if (!b || b->dtype != KILN_F32 || kiln_tensor_numel(b) != kiln_tensor_numel(a)) continue;
+        const float *pa = a->data, *pb = b->data;
+        double mx = 0, worst = 0;
+        int64_t at = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(a); i++) mx = fmax(mx, fabs(pa[i]));
+        for (int64_t i = 0; i < kiln_tensor_numel(a); i++) {
+            const double budget = 2e-4 * mx + 1e-3 * fabs(pa[i]), err = fabs((double)pb[i] - pa[i]);
+            const double share = err / budget;
+            if (!(share <= worst)) { /* NaN lands here */
+                worst = share;
+                at = i;
+            }
+        }
+        CHECK(worst <= 1, "%s: %s[%lld] = %.9g on the device, %.9g on the CPU (%.0f%% of the budget)", what, name,
+              (long long)at, pb[at], pa[at], 100 * worst);
+        if (worst <= 1) printf("ok   %s: %s within %.1f%% of the budget\n", what, name, 100 * worst);
+        compared++;
+    }
+    CHECK(compared >= 10, "%s: only %d tensors compared", what, compared);
+    /* the running statistics moved away from their initial (0, 1) */
+    const kiln_tensor *rm = init_of(dev, "stem.bn.running_mean");
+    CHECK(rm && fabsf(((const float *)rm->data)[0]) > 1e-4f, "%s: the running mean was not updated", what);
+}
+
+static void fp32_same_as_cpu(bool pool, const char *what) {
+    data d;
+    if (!make_data(&d, 99)) {
+        CHECK(false, "%s: out of memory", what);
+        free_data(&d);
+        return;
+    }
+    kiln_model *m = build(pool, NULL, 1234);
+    float lc[STEPS] = {0}, lg[STEPS] = {0};
+    kiln_model *ec = NULL, *eg = NULL;
+    char wc[96], wg[96];
+    snprintf(wc, sizeof wc, "%s cpu", what);
+    snprintf(wg, sizeof wg, "%s cuda", what);
+    if (m && train(m, KILN_DEVICE_CPU, KILN_AMP_OFF, &d, STEPS, lc, &ec, NULL, wc) &&
+        train(m, gpu, KILN_AMP_OFF, &d, STEPS, lg, &eg, NULL, wg)) {
+        for (int s = 0; s < STEPS; s++) {
+            const double err = fabs((double)lg[s] - lc[s]), budget = 1e-4 * fabs(lc[s]);
+            CHECK(err <= budget, "%s: step %d loss %.9g on the device, %.9g on the CPU", what, s, lg[s], lc[s]);
+            if (err <= budget)
+                printf("ok   %s: step %d loss %.7g (CPU %.7g), %.1f%% of the budget\n", what, s, lg[s], lc[s],
+                       100 * err / budget);
+        }
+        CHECK(lc[STEPS - 1] < lc[0], "%s: the CPU's loss did not go down (%g -> %g)", what, lc[0], lc[STEPS - 1]);
+        compare_weights(ec, eg, what);
+    }
+    kiln_model_free(ec);
+    kiln_model_free(eg);
+    kiln_model_free(m);
+    free_data(&d);
+}
+
+static void amp_fp16_learns(void) {
+    data d;
+    if (!make_data(&d, 7)) {
+        CHECK(false, "amp: out of memory");
+        free_data(&d);
+        return;
+    }
+    kiln_model *m = build(true, NULL, 4321);
+    float lc[1] = {0}, lg[AMP_STEPS] = {0};
+    data one = d; /* the same batch every step: the loss must fall */
+    for (int s = 0; s < STEPS; s++) {
+        one.images[s] = d.images[0];
+        one.labels[s] = d.labels[0];
+    }
+    kiln_train_stats ts;
+    memset(&ts, 0, sizeof ts);
+    if (m && train(m, KILN_DEVICE_CPU, KILN_AMP_OFF, &one, 1, lc, NULL, NULL, "amp reference (cpu fp32)") &&
+        train(m, gpu, gpu_amp, &one, AMP_STEPS, lg, NULL, &ts, "amp fp16 cuda")) {
+        const double err = fabs((double)lg[0] - lc[0]);
+        CHECK(err <= 2e-2 * fabs(lc[0]), "amp fp16: first loss %.7g, CPU fp32 %.7g", lg[0], lc[0]);
+        printf("%s amp fp16: first loss %.7g (CPU fp32 %.7g), after %d steps %.7g (%lld skipped)\n",
+               lg[AMP_STEPS - 1] < 0.7f * lg[0] ? "ok  " : "FAIL", lg[0], lc[0], AMP_STEPS, lg[AMP_STEPS - 1],
+               (long long)ts.skipped_steps);
+        CHECK(lg[AMP_STEPS - 1] < 0.7f * lg[0], "amp fp16: the loss went from %g to %g in %d steps", lg[0],
+              lg[AMP_STEPS - 1], AMP_STEPS);
+        CHECK(ts.skipped_steps < AMP_STEPS / 2, "amp fp16: %lld of %d steps skipped", (long long)ts.skipped_steps,
+              AMP_STEPS);
+    }
+    kiln_model_free(m);
+    free_data(&d);
+}
+
+/* The first candidate op (ONNX domain, one input, NCHW 4-D in, a 4-D output the Flatten
+ * takes) that has no CUDA kernel. */
+static const char *op_without_kernel(void) {
+    static const char *const candidates[] = {"GlobalMaxPool", "GlobalLpPool", "LpNormalization", "Shrink", NULL};
+    for (int i = 0; candidates[i]; i++) {
+        const int op = kiln_op_index_domain("", candidates[i]);
+        if (op >= 0 && !kiln_cuda_kernel_for(op)) return candidates[i];
+    }
+    return NULL;
+}
+
+static void unsupported_op_named(void) {
+    const char *op = op_without_kernel();
+    CHECK(op != NULL, "no candidate op is without a CUDA kernel: update op_without_kernel");
+    if (!op) return;
+    data d;
+    if (!make_data(&d, 5)) {
+        CHECK(false, "unsupported: out of memory");
+        free_data(&d);
+        return;
+    }
+    kiln_model *m = build(false, op, 77);
+    kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
+    o.device = KILN_DEVICE_CUDA;
+    o.optimizer = KILN_OPTIM_SGD;
+    o.lr = 0.05f;
+    kiln_trainer *t = NULL;
+    kiln_status st = m ? kiln_trainer_create(m, "loss", &o, &t) : KILN_ERR_INVALID_ARGUMENT;
+    if (st == KILN_OK) {
+        kiln_tensor *in[2] = {d.images[0], d.labels[0]};
+        float loss = 0;
+        st = kiln_trainer_step(t, 2, in, &loss);
+    }
+    const char *msg = kiln_context_message(ctx);
+    CHECK(st == KILN_ERR_UNSUPPORTED && strstr(msg, op) && strstr(msg, "'head'"),
+          "a %s node on cuda: status %d, message '%s' (want KILN_ERR_UNSUPPORTED naming %s and node 'head')", op,
+          (int)st, msg, op);
+    if (st == KILN_ERR_UNSUPPORTED) printf("ok   a %s node on cuda is refused: %s\n", op, msg);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+    free_data(&d);
+}
+
+int main(int argc, char **argv) {
+    const bool cpu_only = argc > 1 && strcmp(argv[1], "--cpu") == 0;
+    if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    if (cpu_only) {
+        gpu = KILN_DEVICE_CPU;
+        gpu_amp = KILN_AMP_OFF;
+        printf("--cpu: the device side runs on the CPU in fp32 (a check of this test; no CUDA kernel runs)\n");
+    }
+    fp32_same_as_cpu(false, "(a) residual CNN fp32");
+    fp32_same_as_cpu(true, "(b) residual CNN with AveragePool fp32");
+    amp_fp16_learns();
+    if (!cpu_only) unsupported_op_named();
+    else printf("--cpu: the unsupported-op check needs a device: not run\n");
+    printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
+    kiln_context_free(ctx);
+    return fails ? 1 : 0;
+}
