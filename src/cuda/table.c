@@ -14,6 +14,7 @@
  * how); for every other entry a 4-D NHWC input or output is "not supported".
  */
 #include "cuda_internal.h"
+#include "grad_movegrad.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -763,6 +764,68 @@ static bool sup_quantize(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* ------------------------- training: data movement, products, convolutions (movegrad) */
+
+/* kiln.ConcatGrad(dY, X0..Xn-1): every X present (their shapes cut dY); any element size. */
+static bool sup_concat_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    for (int i = 1; i < c->n_in; i++)
+        if (!present(c, i)) {
+            snprintf(why, n, "input %d (X%d) is missing", i, i - 1);
+            return false;
+        }
+    return c->n_in >= 2 && sup_elements(c, why, n);
+}
+
+/* kiln.SplitGrad(X, split?, dY...): part sizes known when the plan is built. */
+static bool sup_split_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    int64_t axis, sizes[16];
+    if (!sup_elements(c, why, n) || !kiln_cuda_split_grad_parts(c, kiln_cuda_host_inputs(c), &axis, sizes, why, n))
+        return false;
+    for (int i = 2; i < c->n_in; i++)
+        if (present(c, i) && c->in[i]->dtype != c->in[0]->dtype) {
+            snprintf(why, n, "dY_%d has dtype %s, X %s", i - 2, kiln_dtype_name(c->in[i]->dtype),
+                     kiln_dtype_name(c->in[0]->dtype));
+            return false;
+        }
+    return true;
+}
+
+/* kiln.SliceGrad(dY, X, starts, ends, axes?, steps?): Slice's plan on X. */
+static bool sup_slice_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    int64_t start[KILN_MAX_DIMS], step[KILN_MAX_DIMS];
+    return sup_elements(c, why, n) &&
+           kiln_cuda_slice_grad_plan(c, kiln_cuda_host_inputs(c), start, step, why, n);
+}
+
+/* kiln.PadGrad(dY, X, pads, -, axes?): float dY; Pad's plan on X. */
+static bool sup_pad_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    int64_t begin[KILN_MAX_DIMS];
+    int mode;
+    return float_input(c, 0, why, n) &&
+           kiln_cuda_pad_grad_plan(c, kiln_cuda_host_inputs(c), begin, &mode, why, n);
+}
+
+/* dY (input 0) of a float dtype and dX in it. */
+static bool float_dy_dx(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (c->out[0]->dtype == c->in[0]->dtype) return true;
+    snprintf(why, n, "dX has dtype %s, dY %s", kiln_dtype_name(c->out[0]->dtype), kiln_dtype_name(c->in[0]->dtype));
+    return false;
+}
+
+/* kiln.TileGrad(dY, X, repeats) */
+static bool sup_tile_grad(const kiln_op_ctx *c, char *why, size_t n) { return float_dy_dx(c, why, n); }
+
+/* kiln.GatherGrad(dY, data, indices): int32 / int64 indices. */
+static bool sup_gather_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_dy_dx(c, why, n)) return false;
+    if (!present(c, 2) || (c->in[2]->dtype != KILN_I32 && c->in[2]->dtype != KILN_I64)) {
+        snprintf(why, n, "indices must be int32 or int64");
+        return false;
+    }
+    return true;
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -963,6 +1026,14 @@ static const entry table[] = {
     {"kiln.OptimizerStep", kiln_cuda_k_optimizer_step, kiln_cuda_sup_optimizer_step, NULL, true},
     {"kiln.NonFiniteCheck", kiln_cuda_k_non_finite_check, kiln_cuda_sup_non_finite_check, NULL, true},
     {"kiln.LossScaleUpdate", kiln_cuda_k_loss_scale_update, kiln_cuda_sup_loss_scale_update, NULL, false},
+    /* training: data movement, products, convolutions, elementwise (movegrad) */
+    {"kiln.ConcatGrad", kiln_cuda_k_concat_grad, sup_concat_grad, NULL, false},
+    {"kiln.SplitGrad", kiln_cuda_k_split_grad, sup_split_grad, NULL, false},
+    {"kiln.SliceGrad", kiln_cuda_k_slice_grad, sup_slice_grad, NULL, false},
+    {"kiln.PadGrad", kiln_cuda_k_pad_grad, sup_pad_grad, NULL, false},
+    {"kiln.TileGrad", kiln_cuda_k_tile_grad, sup_tile_grad, NULL, false},
+    {"kiln.GatherGrad", kiln_cuda_k_gather_grad, sup_gather_grad, kiln_cuda_ws_gather_grad, false},
+    {"CastLike", kiln_cuda_k_cast, sup_cast, NULL, false}, /* Mean's gradient emits it */
     {"kiln.GradAccumulate", kiln_cuda_k_grad_accumulate, kiln_cuda_sup_grad_accumulate, NULL, true},
 };
 

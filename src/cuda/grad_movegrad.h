@@ -1,0 +1,38 @@
+/*
+ * grad_movegrad.h — entry points and host-side plans of the CUDA gradient kernels of the
+ * data-movement ops, products, transposed convolutions and elementwise ops (issue 12), for
+ * table.c. Each kernel takes the contract of cuda_backend.h, as those of cuda_internal.h.
+ */
+#ifndef KILN_CUDA_GRAD_MOVEGRAD_H
+#define KILN_CUDA_GRAD_MOVEGRAD_H
+
+#include "cuda_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* grad_movement.cu */
+kiln_status kiln_cuda_k_concat_grad(kiln_cuda *cu, kiln_op_ctx *c); /* kiln.ConcatGrad */
+kiln_status kiln_cuda_k_split_grad(kiln_cuda *cu, kiln_op_ctx *c);  /* kiln.SplitGrad */
+kiln_status kiln_cuda_k_slice_grad(kiln_cuda *cu, kiln_op_ctx *c);  /* kiln.SliceGrad */
+kiln_status kiln_cuda_k_pad_grad(kiln_cuda *cu, kiln_op_ctx *c);    /* kiln.PadGrad */
+kiln_status kiln_cuda_k_tile_grad(kiln_cuda *cu, kiln_op_ctx *c);   /* kiln.TileGrad */
+kiln_status kiln_cuda_k_gather_grad(kiln_cuda *cu, kiln_op_ctx *c); /* kiln.GatherGrad */
+kiln_status kiln_cuda_ws_gather_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+/* The forward's plans on a gradient node (dY, X, the forward's other inputs...): Slice's
+ * first index and step per axis of X, Pad's begin pads and mode; SplitGrad's axis and
+ * part sizes (at most 16). hin: the host tensors (kiln_cuda_host_inputs). false with a
+ * reason in why when they cannot be planned. */
+bool kiln_cuda_slice_grad_plan(const kiln_op_ctx *c, kiln_tensor *const *hin, int64_t *start, int64_t *step,
+                               char *why, size_t wn);
+bool kiln_cuda_pad_grad_plan(const kiln_op_ctx *c, kiln_tensor *const *hin, int64_t *begin, int *mode, char *why,
+                             size_t wn);
+bool kiln_cuda_split_grad_parts(const kiln_op_ctx *c, kiln_tensor *const *hin, int64_t *axis, int64_t *sizes,
+                                char *why, size_t wn);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_CUDA_GRAD_MOVEGRAD_H */
