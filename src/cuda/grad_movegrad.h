@@ -31,6 +31,10 @@ bool kiln_cuda_pad_grad_plan(const kiln_op_ctx *c, kiln_tensor *const *hin, int6
 bool kiln_cuda_split_grad_parts(const kiln_op_ctx *c, kiln_tensor *const *hin, int64_t *axis, int64_t *sizes,
                                 char *why, size_t wn);
 
+/* matmul.c: kiln.MatMulGradA, kiln.MatMulGradB through cuBLASLt (workspace: kiln_cuda_ws_matmul) */
+kiln_status kiln_cuda_k_matmul_grad_a(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_k_matmul_grad_b(kiln_cuda *cu, kiln_op_ctx *c);
+
 #ifdef __cplusplus
 }
 #endif

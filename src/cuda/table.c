@@ -826,6 +826,23 @@ static bool sup_gather_grad(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* kiln.MatMulGradA / MatMulGradB(dY, A, B): one float dtype, MatMul's limits. */
+static bool sup_matmul_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
+        snprintf(why, n, "inputs dY, A and B are required");
+        return false;
+    }
+    if (!same_float(c, why, n) || !float_dy_dx(c, why, n)) return false;
+    const kiln_tensor *a = c->in[1], *b = c->in[2], *dy = c->in[0];
+    if (a->ndim < 1 || b->ndim < 1) {
+        snprintf(why, n, "scalar operands");
+        return false;
+    }
+    const int64_t v[] = {a->dims[a->ndim - 1], b->ndim ? b->dims[b->ndim - 1] : 1, kiln_tensor_numel(dy),
+                         kiln_tensor_numel(a), kiln_tensor_numel(b)};
+    return fits_products(v, 5, why, n);
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -1034,6 +1051,8 @@ static const entry table[] = {
     {"kiln.TileGrad", kiln_cuda_k_tile_grad, sup_tile_grad, NULL, false},
     {"kiln.GatherGrad", kiln_cuda_k_gather_grad, sup_gather_grad, kiln_cuda_ws_gather_grad, false},
     {"CastLike", kiln_cuda_k_cast, sup_cast, NULL, false}, /* Mean's gradient emits it */
+    {"kiln.MatMulGradA", kiln_cuda_k_matmul_grad_a, sup_matmul_grad, kiln_cuda_ws_matmul, false},
+    {"kiln.MatMulGradB", kiln_cuda_k_matmul_grad_b, sup_matmul_grad, kiln_cuda_ws_matmul, false},
     {"kiln.GradAccumulate", kiln_cuda_k_grad_accumulate, kiln_cuda_sup_grad_accumulate, NULL, true},
 };
 
