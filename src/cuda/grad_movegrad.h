@@ -35,6 +35,11 @@ bool kiln_cuda_split_grad_parts(const kiln_op_ctx *c, kiln_tensor *const *hin, i
 kiln_status kiln_cuda_k_matmul_grad_a(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_matmul_grad_b(kiln_cuda *cu, kiln_op_ctx *c);
 
+/* grad_elementwise.cu: kiln.PowGrad, kiln.PReluGrad, kiln.MinGrad and kiln.MaxGrad */
+kiln_status kiln_cuda_k_pow_grad(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_k_prelu_grad(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_k_select_grad(kiln_cuda *cu, kiln_op_ctx *c);
+
 #ifdef __cplusplus
 }
 #endif

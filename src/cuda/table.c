@@ -843,6 +843,60 @@ static bool sup_matmul_grad(const kiln_op_ctx *c, char *why, size_t n) {
     return fits_products(v, 5, why, n);
 }
 
+/* A value the one-pass elementwise gradients read (grad_elementwise.cu): f32, f16, bf16,
+ * f64, int32 or int64. */
+static bool loadable(const kiln_op_ctx *c, int i, char *why, size_t n) {
+    const kiln_dtype t = present(c, i) ? c->in[i]->dtype : KILN_DTYPE_UNDEFINED;
+    if (kiln_cuda_float_dtype(t) || t == KILN_F64 || t == KILN_I32 || t == KILN_I64) return true;
+    snprintf(why, n, "input %d has dtype %s", i, kiln_dtype_name(t));
+    return false;
+}
+
+/* kiln.PowGrad(X, Y, dZ): dZ and the output of one float dtype, X and Y loadable. */
+static bool sup_pow_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in != 3 || !loadable(c, 0, why, n) || !loadable(c, 1, why, n) || !float_input(c, 2, why, n)) {
+        if (c->n_in != 3) snprintf(why, n, "inputs X, Y and dZ are required");
+        return false;
+    }
+    if (c->out[0]->dtype != c->in[2]->dtype) {
+        snprintf(why, n, "the output has dtype %s, dZ %s", kiln_dtype_name(c->out[0]->dtype),
+                 kiln_dtype_name(c->in[2]->dtype));
+        return false;
+    }
+    return true;
+}
+
+/* kiln.PReluGrad(X, slope, dY) -> (dX, dSlope): one float dtype. */
+static bool sup_prelu_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in != 3 || !present(c, 1) || !present(c, 2) || !has_out(c, 1)) {
+        snprintf(why, n, "inputs X, slope, dY and outputs dX, dSlope are required");
+        return false;
+    }
+    if (!same_float(c, why, n)) return false;
+    for (int k = 0; k < 2; k++)
+        if (c->out[k]->dtype != c->in[0]->dtype) {
+            snprintf(why, n, "output %d has dtype %s", k, kiln_dtype_name(c->out[k]->dtype));
+            return false;
+        }
+    return true;
+}
+
+/* kiln.MinGrad / MaxGrad(dY, Y, X_0..X_k): dY and dX of a float dtype, Y and the X of one
+ * loadable dtype, at most 16 X. */
+static bool sup_select_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || c->n_in > 18) {
+        snprintf(why, n, "%d inputs (dY, Y and 1 to 16 X)", c->n_in);
+        return false;
+    }
+    if (!float_dy_dx(c, why, n) || !loadable(c, 1, why, n)) return false;
+    for (int i = 2; i < c->n_in; i++)
+        if (!present(c, i) || c->in[i]->dtype != c->in[1]->dtype) {
+            snprintf(why, n, "input %d must be present with Y's dtype", i);
+            return false;
+        }
+    return true;
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -1053,6 +1107,10 @@ static const entry table[] = {
     {"CastLike", kiln_cuda_k_cast, sup_cast, NULL, false}, /* Mean's gradient emits it */
     {"kiln.MatMulGradA", kiln_cuda_k_matmul_grad_a, sup_matmul_grad, kiln_cuda_ws_matmul, false},
     {"kiln.MatMulGradB", kiln_cuda_k_matmul_grad_b, sup_matmul_grad, kiln_cuda_ws_matmul, false},
+    {"kiln.PowGrad", kiln_cuda_k_pow_grad, sup_pow_grad, NULL, false},
+    {"kiln.PReluGrad", kiln_cuda_k_prelu_grad, sup_prelu_grad, NULL, false},
+    {"kiln.MinGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, false},
+    {"kiln.MaxGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, false},
     {"kiln.GradAccumulate", kiln_cuda_k_grad_accumulate, kiln_cuda_sup_grad_accumulate, NULL, true},
 };
 
