@@ -149,3 +149,34 @@ extern "C" kiln_status kiln_cuda_k_select_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     if (st) return st;
     return run(cu, c, a, K_SELECT, (int)k);
 }
+
+/* ------------------------------------------------------------ per-channel bias */
+
+namespace {
+
+// y: (N, C, HW) or, nhwc, (N, HW, C); b: (C)
+template <typename T> __global__ void bias_kernel(T *y, const T *b, int64_t n, int64_t C, int64_t HW, bool nhwc) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        const int64_t ch = nhwc ? i % C : (i / HW) % C;
+        y[i] = from_f<T>(to_f(y[i]) + to_f(b[ch]));
+    }
+}
+
+template <typename T>
+kiln_status launch_bias(kiln_cuda *cu, kiln_context *ctx, void *y, const void *b, int64_t n, int64_t C, int64_t HW,
+                        bool nhwc) {
+    bias_kernel<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((T *)y, (const T *)b, n, C, HW, nhwc);
+    KILN_CUDA_LAUNCHED(ctx, "bias_kernel");
+    return KILN_OK;
+}
+
+} // namespace
+
+extern "C" kiln_status kiln_cuda_channel_bias_add(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
+                                                  const void *b, int64_t N, int64_t C, int64_t HW, bool nhwc) {
+    const int64_t n = N * C * HW;
+    if (n == 0) return KILN_OK;
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_bias, cu, ctx, y, b, n, C, HW, nhwc);
+    return st;
+}

@@ -39,6 +39,21 @@ kiln_status kiln_cuda_k_matmul_grad_b(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_pow_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_prelu_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_select_grad(kiln_cuda *cu, kiln_op_ctx *c);
+/* y (N, C, HW), or (N, HW, C) with nhwc, += b (C) per channel; float dtype dt. */
+kiln_status kiln_cuda_channel_bias_add(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y, const void *b,
+                                       int64_t N, int64_t C, int64_t HW, bool nhwc);
+
+/* conv_transpose.c: ConvTranspose, kiln.ConvTransposeGradInput and kiln.ConvTransposeGradWeight
+ * as the convolutions they transpose (workspace: kiln_cuda_ws_conv_transpose). The view:
+ * c seen as that convolution node's context (kiln.ConvGradInput's inputs for ConvTranspose,
+ * Conv's for GradInput, kiln.ConvGradWeight's for GradWeight), built in storage (at least
+ * kiln_cuda_conv_transpose_view_size() bytes, which live as long as the view). */
+kiln_status kiln_cuda_k_conv_transpose(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_k_conv_transpose_grad_input(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_k_conv_transpose_grad_weight(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_ws_conv_transpose(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_op_ctx *kiln_cuda_conv_transpose_view(kiln_op_ctx *c, void *storage, size_t size);
+size_t kiln_cuda_conv_transpose_view_size(void);
 
 #ifdef __cplusplus
 }

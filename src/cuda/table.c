@@ -897,6 +897,47 @@ static bool sup_select_grad(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* ConvTranspose, kiln.ConvTransposeGradInput / GradWeight (conv_transpose.c): the checks of
+ * the convolution each is seen as (whose pads must not be negative), and Y-shaped sizes
+ * that the convolution maps back onto X's (y: the Y-shaped tensor, x: the X-shaped one). */
+static bool sup_conv_transpose(const kiln_op_ctx *c, char *why, size_t n) {
+    const char *op = c->node->op_type;
+    const bool fwd = strcmp(op, "ConvTranspose") == 0, gin = strcmp(op, "ConvTransposeGradInput") == 0;
+    if (c->n_in < 2 || !present(c, 1) || (!fwd && (c->n_in < 3 || !present(c, 2)))) {
+        snprintf(why, n, "%s", fwd ? "inputs X and W are required" : "three inputs are required");
+        return false;
+    }
+    if (fwd && present(c, 2)) {
+        const kiln_tensor *b = c->in[2];
+        if (b->dtype != c->in[0]->dtype || b->ndim != 1 || b->dims[0] != c->out[0]->dims[1]) {
+            snprintf(why, n, "B must be a vector of Y's %lld channels in X's dtype", (long long)c->out[0]->dims[1]);
+            return false;
+        }
+    }
+    _Alignas(16) char storage[4096];
+    if (kiln_cuda_conv_transpose_view_size() > sizeof storage) {
+        snprintf(why, n, "internal: the view does not fit");
+        return false;
+    }
+    kiln_op_ctx *v = kiln_cuda_conv_transpose_view((kiln_op_ctx *)c, storage, sizeof storage);
+    if (!(fwd ? sup_conv_grad_input(v, why, n) : gin ? sup_conv(v, why, n) : sup_conv_grad_weight(v, why, n)))
+        return false;
+    const kiln_tensor *x = fwd ? c->in[0] : gin ? c->out[0] : c->in[0];
+    const kiln_tensor *y = fwd ? c->out[0] : gin ? c->in[0] : c->in[1];
+    const kiln_tensor *w = c->in[fwd ? 1 : gin ? 1 : 2];
+    kiln_cuda_window win;
+    if (!kiln_cuda_window_get(v, y, x, w->dims + 2, &win, why, n)) return false;
+    for (int i = 0; i < win.nd; i++) {
+        const int64_t ek = (win.k[i] - 1) * win.d[i] + 1, span = win.in[i] + win.pb[i] + win.pe[i] - ek;
+        if (span < 0 || span / win.s[i] + 1 != win.out[i]) {
+            snprintf(why, n, "spatial dim %d: output size %lld does not map back to the input's %lld (output_padding "
+                     "of a stride or more)", i, (long long)win.in[i], (long long)win.out[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -1107,6 +1148,11 @@ static const entry table[] = {
     {"CastLike", kiln_cuda_k_cast, sup_cast, NULL, false}, /* Mean's gradient emits it */
     {"kiln.MatMulGradA", kiln_cuda_k_matmul_grad_a, sup_matmul_grad, kiln_cuda_ws_matmul, false},
     {"kiln.MatMulGradB", kiln_cuda_k_matmul_grad_b, sup_matmul_grad, kiln_cuda_ws_matmul, false},
+    {"ConvTranspose", kiln_cuda_k_conv_transpose, sup_conv_transpose, kiln_cuda_ws_conv_transpose, false},
+    {"kiln.ConvTransposeGradInput", kiln_cuda_k_conv_transpose_grad_input, sup_conv_transpose,
+     kiln_cuda_ws_conv_transpose, false},
+    {"kiln.ConvTransposeGradWeight", kiln_cuda_k_conv_transpose_grad_weight, sup_conv_transpose,
+     kiln_cuda_ws_conv_transpose, false},
     {"kiln.PowGrad", kiln_cuda_k_pow_grad, sup_pow_grad, NULL, false},
     {"kiln.PReluGrad", kiln_cuda_k_prelu_grad, sup_prelu_grad, NULL, false},
     {"kiln.MinGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, false},
