@@ -16,6 +16,7 @@
  * MAX_IN inputs); one thread per output element in a grid-stride loop.
  */
 #include "dtype.cuh"
+#include "grad_movegrad.h"
 
 #include <string.h>
 

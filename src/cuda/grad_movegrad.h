@@ -39,6 +39,12 @@ kiln_status kiln_cuda_k_matmul_grad_b(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_pow_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_prelu_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_select_grad(kiln_cuda *cu, kiln_op_ctx *c);
+/* resize.cu: kiln.ResizeGrad (nearest, linear, cubic; atomic f32 accumulation) */
+kiln_status kiln_cuda_k_resize_grad(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_ws_resize_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+/* Resize's plan on ResizeGrad's (X, roi, scales, sizes) with dY as the output. */
+bool kiln_cuda_resize_grad_check(const kiln_op_ctx *c, kiln_tensor *const *hin, char *why, size_t wn);
+
 /* y (N, C, HW), or (N, HW, C) with nhwc, += b (C) per channel; float dtype dt. */
 kiln_status kiln_cuda_channel_bias_add(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y, const void *b,
                                        int64_t N, int64_t C, int64_t HW, bool nhwc);

@@ -23,6 +23,7 @@
  * PadGrad, TileGrad and GatherGrad take f32, f16 and bf16 (table.c checks).
  */
 #include "dtype.cuh"
+#include "grad_movegrad.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -938,6 +938,11 @@ static bool sup_conv_transpose(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* kiln.ResizeGrad(dY, X, roi?, scales?, sizes?): float dY, Resize's plan on X. */
+static bool sup_resize_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    return float_dy_dx(c, why, n) && kiln_cuda_resize_grad_check(c, kiln_cuda_host_inputs(c), why, n);
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -1146,6 +1151,7 @@ static const entry table[] = {
     {"kiln.TileGrad", kiln_cuda_k_tile_grad, sup_tile_grad, NULL, false},
     {"kiln.GatherGrad", kiln_cuda_k_gather_grad, sup_gather_grad, kiln_cuda_ws_gather_grad, false},
     {"CastLike", kiln_cuda_k_cast, sup_cast, NULL, false}, /* Mean's gradient emits it */
+    {"kiln.ResizeGrad", kiln_cuda_k_resize_grad, sup_resize_grad, kiln_cuda_ws_resize_grad, false},
     {"kiln.MatMulGradA", kiln_cuda_k_matmul_grad_a, sup_matmul_grad, kiln_cuda_ws_matmul, false},
     {"kiln.MatMulGradB", kiln_cuda_k_matmul_grad_b, sup_matmul_grad, kiln_cuda_ws_matmul, false},
     {"ConvTranspose", kiln_cuda_k_conv_transpose, sup_conv_transpose, kiln_cuda_ws_conv_transpose, false},
