@@ -97,18 +97,17 @@ static kiln_op_ctx *make_view(view *v, const kiln_op_ctx *c, kiln_tensor *a, kil
     return &v->c;
 }
 
-kiln_op_ctx *kiln_cuda_conv_transpose_view(kiln_op_ctx *c, void *storage, size_t size) {
+kiln_op_ctx *kiln_cuda_conv_transpose_view(kiln_op_ctx *c, int which, void *storage, size_t size) {
     if (size < sizeof(view)) return NULL;
     view *v = storage;
-    const char *op = c->node->op_type;
     kiln_op_ctx *vc;
-    if (strcmp(op, "ConvTranspose") == 0) {
+    if (which == KILN_CONVT_FORWARD) { /* (X, W, B?) -> Y */
         vc = make_view(v, c, c->in[0], c->in[1], c->out[0], c->out[0]);
         resolve_pads(v, c, c->in[0], c->in[1], c->out[0]);
-    } else if (strcmp(op, "ConvTransposeGradInput") == 0) { /* (dY, W, X) -> dX */
+    } else if (which == KILN_CONVT_GRAD_INPUT) { /* (dY, W, X) -> dX */
         vc = make_view(v, c, c->in[0], c->in[1], NULL, c->out[0]);
         if (c->n_in > 2 && c->in[2]) resolve_pads(v, c, c->in[2], c->in[1], c->in[0]);
-    } else { /* ConvTransposeGradWeight (X, dY, W) -> dW */
+    } else { /* GradWeight (X, dY, W) -> dW */
         vc = make_view(v, c, c->in[1], c->in[0], c->in[2], c->out[0]);
         if (c->n_in > 2 && c->in[2]) resolve_pads(v, c, c->in[0], c->in[2], c->in[1]);
     }
@@ -119,17 +118,23 @@ size_t kiln_cuda_conv_transpose_view_size(void) { return sizeof(view); }
 
 kiln_status kiln_cuda_ws_conv_transpose(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     view v;
-    kiln_op_ctx *vc = kiln_cuda_conv_transpose_view(c, &v, sizeof v);
-    const char *op = c->node->op_type;
-    if (strcmp(op, "ConvTranspose") == 0) return kiln_cuda_ws_conv_grad_input(cu, vc, bytes);
-    if (strcmp(op, "ConvTransposeGradInput") == 0) return kiln_cuda_ws_conv(cu, vc, bytes);
-    return kiln_cuda_ws_conv_grad_weight(cu, vc, bytes);
+    return kiln_cuda_ws_conv_grad_input(cu, kiln_cuda_conv_transpose_view(c, KILN_CONVT_FORWARD, &v, sizeof v), bytes);
+}
+
+kiln_status kiln_cuda_ws_conv_transpose_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    view v;
+    return kiln_cuda_ws_conv(cu, kiln_cuda_conv_transpose_view(c, KILN_CONVT_GRAD_INPUT, &v, sizeof v), bytes);
+}
+
+kiln_status kiln_cuda_ws_conv_transpose_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    view v;
+    return kiln_cuda_ws_conv_grad_weight(cu, kiln_cuda_conv_transpose_view(c, KILN_CONVT_GRAD_WEIGHT, &v, sizeof v),
+                                         bytes);
 }
 
 kiln_status kiln_cuda_k_conv_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
     view v;
-    kiln_op_ctx *vc = kiln_cuda_conv_transpose_view(c, &v, sizeof v);
-    kiln_status st = kiln_cuda_k_conv_grad_input(cu, vc);
+    kiln_status st = kiln_cuda_k_conv_grad_input(cu, kiln_cuda_conv_transpose_view(c, KILN_CONVT_FORWARD, &v, sizeof v));
     const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL, *y = c->out[0]; // B (M); Y (N, M, ...)
     if (st || !b) return st;
     const bool nhwc = y->ndim == 4 && y->format == KILN_FORMAT_NHWC;
@@ -140,10 +145,10 @@ kiln_status kiln_cuda_k_conv_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
 
 kiln_status kiln_cuda_k_conv_transpose_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     view v;
-    return kiln_cuda_k_conv(cu, kiln_cuda_conv_transpose_view(c, &v, sizeof v));
+    return kiln_cuda_k_conv(cu, kiln_cuda_conv_transpose_view(c, KILN_CONVT_GRAD_INPUT, &v, sizeof v));
 }
 
 kiln_status kiln_cuda_k_conv_transpose_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
     view v;
-    return kiln_cuda_k_conv_grad_weight(cu, kiln_cuda_conv_transpose_view(c, &v, sizeof v));
+    return kiln_cuda_k_conv_grad_weight(cu, kiln_cuda_conv_transpose_view(c, KILN_CONVT_GRAD_WEIGHT, &v, sizeof v));
 }

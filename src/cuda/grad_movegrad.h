@@ -20,6 +20,10 @@ kiln_status kiln_cuda_k_pad_grad(kiln_cuda *cu, kiln_op_ctx *c);    /* kiln.PadG
 kiln_status kiln_cuda_k_tile_grad(kiln_cuda *cu, kiln_op_ctx *c);   /* kiln.TileGrad */
 kiln_status kiln_cuda_k_gather_grad(kiln_cuda *cu, kiln_op_ctx *c); /* kiln.GatherGrad */
 kiln_status kiln_cuda_ws_gather_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+/* kiln.ReduceSumTo: reduce_sum.cu's kernel, also on an NHWC dY whose sum has the same bytes
+ * in both layouts (a per-channel bias's gradient in an NHWC graph) */
+kiln_status kiln_cuda_k_sum_to(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_ws_sum_to(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 /* The forward's plans on a gradient node (dY, X, the forward's other inputs...): Slice's
  * first index and step per axis of X, Pad's begin pads and mode; SplitGrad's axis and
  * part sizes (at most 16). hin: the host tensors (kiln_cuda_host_inputs). false with a
@@ -50,15 +54,19 @@ kiln_status kiln_cuda_channel_bias_add(kiln_cuda *cu, kiln_context *ctx, kiln_dt
                                        int64_t N, int64_t C, int64_t HW, bool nhwc);
 
 /* conv_transpose.c: ConvTranspose, kiln.ConvTransposeGradInput and kiln.ConvTransposeGradWeight
- * as the convolutions they transpose (workspace: kiln_cuda_ws_conv_transpose). The view:
- * c seen as that convolution node's context (kiln.ConvGradInput's inputs for ConvTranspose,
- * Conv's for GradInput, kiln.ConvGradWeight's for GradWeight), built in storage (at least
- * kiln_cuda_conv_transpose_view_size() bytes, which live as long as the view). */
+ * as the convolutions they transpose, each with its workspace function. The view: c (a
+ * node of kind `which`) seen as that convolution node's context (kiln.ConvGradInput's
+ * inputs for ConvTranspose, Conv's for GradInput, kiln.ConvGradWeight's for GradWeight),
+ * built in storage (at least kiln_cuda_conv_transpose_view_size() bytes, which live as
+ * long as the view). */
+enum { KILN_CONVT_FORWARD, KILN_CONVT_GRAD_INPUT, KILN_CONVT_GRAD_WEIGHT };
 kiln_status kiln_cuda_k_conv_transpose(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_conv_transpose_grad_input(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_conv_transpose_grad_weight(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_conv_transpose(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
-kiln_op_ctx *kiln_cuda_conv_transpose_view(kiln_op_ctx *c, void *storage, size_t size);
+kiln_status kiln_cuda_ws_conv_transpose_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_status kiln_cuda_ws_conv_transpose_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_op_ctx *kiln_cuda_conv_transpose_view(kiln_op_ctx *c, int which, void *storage, size_t size);
 size_t kiln_cuda_conv_transpose_view_size(void);
 
 #ifdef __cplusplus

@@ -481,3 +481,57 @@ extern "C" kiln_status kiln_cuda_k_gather_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, dx->dtype, launch_gather_grad, cu, c->kctx, a);
     return st;
 }
+
+/* ------------------------------------------------------------ kiln.ReduceSumTo, NHWC dY */
+
+namespace {
+
+/* An NHWC dY (N, C, H, W) summed to an output whose bytes are the same in both layouts
+ * (table.c checks) is the NCHW sum of dY's bytes read as (N, H, W, C) to the output's
+ * dims in that order: reduce_sum.cu's kernel on that view. */
+struct SumToView {
+    kiln_op_ctx c;
+    kiln_tensor x, like, y;
+    kiln_tensor *in[2], *out[1];
+};
+
+bool sum_to_view(const kiln_op_ctx *c, SumToView *v) {
+    const kiln_tensor *x = c->in[0], *y = c->out[0];
+    if (x->ndim != 4 || x->format != KILN_FORMAT_NHWC || y->ndim > 4) return false;
+    int64_t a[4] = {1, 1, 1, 1};
+    for (int d = 0; d < y->ndim; d++) a[4 - y->ndim + d] = y->dims[d];
+    v->x = *x;
+    v->x.format = KILN_FORMAT_NCHW;
+    v->x.dims[1] = x->dims[2];
+    v->x.dims[2] = x->dims[3];
+    v->x.dims[3] = x->dims[1];
+    v->y = *y;
+    v->y.format = KILN_FORMAT_NCHW;
+    v->y.ndim = 4;
+    v->y.dims[0] = a[0];
+    v->y.dims[1] = a[2];
+    v->y.dims[2] = a[3];
+    v->y.dims[3] = a[1];
+    v->like = v->y;
+    v->in[0] = &v->x;
+    v->in[1] = &v->like;
+    v->out[0] = &v->y;
+    v->c = *c;
+    v->c.in = v->in;
+    v->c.n_in = 2;
+    v->c.out = v->out;
+    v->c.n_out = 1;
+    return true;
+}
+
+} // namespace
+
+extern "C" kiln_status kiln_cuda_ws_sum_to(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    SumToView v;
+    return kiln_cuda_ws_channel_sum(cu, sum_to_view(c, &v) ? &v.c : c, bytes);
+}
+
+extern "C" kiln_status kiln_cuda_k_sum_to(kiln_cuda *cu, kiln_op_ctx *c) {
+    SumToView v;
+    return kiln_cuda_k_reduce_sum_to(cu, sum_to_view(c, &v) ? &v.c : c);
+}

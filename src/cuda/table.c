@@ -900,9 +900,8 @@ static bool sup_select_grad(const kiln_op_ctx *c, char *why, size_t n) {
 /* ConvTranspose, kiln.ConvTransposeGradInput / GradWeight (conv_transpose.c): the checks of
  * the convolution each is seen as (whose pads must not be negative), and Y-shaped sizes
  * that the convolution maps back onto X's (y: the Y-shaped tensor, x: the X-shaped one). */
-static bool sup_conv_transpose(const kiln_op_ctx *c, char *why, size_t n) {
-    const char *op = c->node->op_type;
-    const bool fwd = strcmp(op, "ConvTranspose") == 0, gin = strcmp(op, "ConvTransposeGradInput") == 0;
+static bool convt_check(const kiln_op_ctx *c, int which, char *why, size_t n) {
+    const bool fwd = which == KILN_CONVT_FORWARD, gin = which == KILN_CONVT_GRAD_INPUT;
     if (c->n_in < 2 || !present(c, 1) || (!fwd && (c->n_in < 3 || !present(c, 2)))) {
         snprintf(why, n, "%s", fwd ? "inputs X and W are required" : "three inputs are required");
         return false;
@@ -919,7 +918,7 @@ static bool sup_conv_transpose(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "internal: the view does not fit");
         return false;
     }
-    kiln_op_ctx *v = kiln_cuda_conv_transpose_view((kiln_op_ctx *)c, storage, sizeof storage);
+    kiln_op_ctx *v = kiln_cuda_conv_transpose_view((kiln_op_ctx *)c, which, storage, sizeof storage);
     if (!(fwd ? sup_conv_grad_input(v, why, n) : gin ? sup_conv(v, why, n) : sup_conv_grad_weight(v, why, n)))
         return false;
     const kiln_tensor *x = fwd ? c->in[0] : gin ? c->out[0] : c->in[0];
@@ -938,9 +937,36 @@ static bool sup_conv_transpose(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+static bool sup_conv_transpose(const kiln_op_ctx *c, char *why, size_t n) {
+    return convt_check(c, KILN_CONVT_FORWARD, why, n);
+}
+static bool sup_convt_grad_input(const kiln_op_ctx *c, char *why, size_t n) {
+    return convt_check(c, KILN_CONVT_GRAD_INPUT, why, n);
+}
+static bool sup_convt_grad_weight(const kiln_op_ctx *c, char *why, size_t n) {
+    return convt_check(c, KILN_CONVT_GRAD_WEIGHT, why, n);
+}
+
 /* kiln.ResizeGrad(dY, X, roi?, scales?, sizes?): float dY, Resize's plan on X. */
 static bool sup_resize_grad(const kiln_op_ctx *c, char *why, size_t n) {
     return float_dy_dx(c, why, n) && kiln_cuda_resize_grad_check(c, kiln_cuda_host_inputs(c), why, n);
+}
+
+/* kiln.ReduceSumTo(dY, Like): NCHW; or dY NHWC summed to an output whose bytes are the
+ * same in both layouts (rank <= 4, right-aligned to (N, C, H, W) with C == 1 or H*W == 1). */
+static bool sup_sum_to(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!sup_sum_down(c, why, n)) return false;
+    const kiln_tensor *y = c->out[0];
+    int64_t a[4] = {1, 1, 1, 1};
+    bool free_y = y->ndim <= 4;
+    for (int d = 0; free_y && d < y->ndim; d++) a[4 - y->ndim + d] = y->dims[d];
+    free_y = free_y && (a[1] == 1 || a[2] * a[3] == 1);
+    if ((is_nhwc(c->in[0]) || is_nhwc(y)) && !free_y) {
+        snprintf(why, n, "dY is %s and the output %s, whose bytes differ in the two layouts", layout_name(c->in[0]),
+                 layout_name(y));
+        return false;
+    }
+    return true;
 }
 
 /* -------------------------------------------------------------------- table */
@@ -1122,7 +1148,7 @@ static const entry table[] = {
     {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input, true},
     {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight, true},
     {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_conv_grad_bias, kiln_cuda_ws_channel_sum, true},
-    {"kiln.ReduceSumTo", kiln_cuda_k_reduce_sum_to, sup_sum_down, kiln_cuda_ws_channel_sum, false},
+    {"kiln.ReduceSumTo", kiln_cuda_k_sum_to, sup_sum_to, kiln_cuda_ws_sum_to, true}, /* movegrad: NHWC dY */
     {"kiln.GemmGradC", kiln_cuda_k_gemm_grad_c, sup_sum_down, kiln_cuda_ws_channel_sum, false},
     {"kiln.MaxPoolGrad", kiln_cuda_k_maxpool_grad, sup_maxpool_grad, NULL, true},
     {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
@@ -1155,10 +1181,10 @@ static const entry table[] = {
     {"kiln.MatMulGradA", kiln_cuda_k_matmul_grad_a, sup_matmul_grad, kiln_cuda_ws_matmul, false},
     {"kiln.MatMulGradB", kiln_cuda_k_matmul_grad_b, sup_matmul_grad, kiln_cuda_ws_matmul, false},
     {"ConvTranspose", kiln_cuda_k_conv_transpose, sup_conv_transpose, kiln_cuda_ws_conv_transpose, false},
-    {"kiln.ConvTransposeGradInput", kiln_cuda_k_conv_transpose_grad_input, sup_conv_transpose,
-     kiln_cuda_ws_conv_transpose, false},
-    {"kiln.ConvTransposeGradWeight", kiln_cuda_k_conv_transpose_grad_weight, sup_conv_transpose,
-     kiln_cuda_ws_conv_transpose, false},
+    {"kiln.ConvTransposeGradInput", kiln_cuda_k_conv_transpose_grad_input, sup_convt_grad_input,
+     kiln_cuda_ws_conv_transpose_grad_input, false},
+    {"kiln.ConvTransposeGradWeight", kiln_cuda_k_conv_transpose_grad_weight, sup_convt_grad_weight,
+     kiln_cuda_ws_conv_transpose_grad_weight, false},
     {"kiln.PowGrad", kiln_cuda_k_pow_grad, sup_pow_grad, NULL, false},
     {"kiln.PReluGrad", kiln_cuda_k_prelu_grad, sup_prelu_grad, NULL, false},
     {"kiln.MinGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, false},
