@@ -12,6 +12,8 @@
  *   kiln.MinGrad / kiln.MaxGrad(dY, Y, X_0..X_k) (attribute index = k): dY where X_k is
  *     the selected value (X_k == Y, or both NaN) and no earlier X_j is, else 0: ties go to
  *     the first input (src/ops/binary.c's kiln_select_grad_forward).
+ *   And two forward ops of the same shape: PRelu(X, slope) = X < 0 ? slope * X : X (a 1-D
+ *     per-channel slope before opset 7) and Mean(X_0..X_n-1) = their sum / n, f32 sums.
  * Every input is read through its broadcast strides over the output's dims (up to
  * MAX_IN inputs); one thread per output element in a grid-stride loop.
  */
@@ -58,7 +60,7 @@ __device__ __forceinline__ void offsets(const Operands &a, int64_t e, int64_t *o
     }
 }
 
-enum Kind { K_POW_X, K_POW_Y, K_PRELU, K_SELECT };
+enum Kind { K_POW_X, K_POW_Y, K_PRELU, K_SELECT, K_PRELU_FWD, K_MEAN };
 
 template <typename T> __global__ void grad_kernel(Operands a, int kind, int sel, T *y0, T *y1, int64_t n) {
     for (int64_t e = thread_index(); e < n; e += grid_stride()) {
@@ -75,6 +77,13 @@ template <typename T> __global__ void grad_kernel(Operands a, int kind, int sel,
             const double d = ld(a.p[2], a.dt[2], off[2]);
             y0[e] = from_f<T>((float)(x < 0 ? s * d : d));
             y1[e] = from_f<T>((float)(x < 0 ? x * d : 0.0));
+        } else if (kind == K_PRELU_FWD) { /* X, slope */
+            const float x = (float)ld(a.p[0], a.dt[0], off[0]);
+            y0[e] = from_f<T>(x < 0 ? x * (float)ld(a.p[1], a.dt[1], off[1]) : x);
+        } else if (kind == K_MEAN) { /* X_0..X_n-1, summed left to right, then divided */
+            float s = 0.f;
+            for (int k = 0; k < a.nin; k++) s += (float)ld(a.p[k], a.dt[k], off[k]);
+            y0[e] = from_f<T>(s / (float)a.nin);
         } else { /* dY, Y, X_0..X_sel */
             const double yv = ld(a.p[1], a.dt[1], off[1]);
             bool taken = false;
@@ -139,6 +148,33 @@ extern "C" kiln_status kiln_cuda_k_prelu_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_status st = operands(c, 0, 3, c->out[0], &a);
     if (st) return st;
     return run(cu, c, a, K_PRELU, 0);
+}
+
+/* PRelu(X, slope): slope broadcast to X's shape; before opset 7 a 1-D slope of X's channel
+ * count is one slope per channel (src/ops/prelu.c's legacy_slope). */
+extern "C" kiln_status kiln_cuda_k_prelu(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0], *s = c->in[1];
+    kiln_tensor view = *s;
+    kiln_tensor *in[2] = {c->in[0], &view};
+    kiln_op_ctx lc = *c;
+    if (c->node->opset < 7 && s->ndim == 1 && x->ndim >= 3 && s->dims[0] == x->dims[1] && s->dims[0] != 1) {
+        view.owns_data = false;
+        view.ndim = x->ndim - 1; /* (C, 1, ..., 1) */
+        for (int d = 1; d < view.ndim; d++) view.dims[d] = 1;
+        lc.in = in;
+    }
+    Operands a;
+    kiln_status st = operands(&lc, 0, 2, c->out[0], &a);
+    if (st) return st;
+    return run(cu, c, a, K_PRELU_FWD, 0);
+}
+
+/* Mean(X_0, ..., X_n-1) with numpy broadcasting, n <= 18. */
+extern "C" kiln_status kiln_cuda_k_mean(kiln_cuda *cu, kiln_op_ctx *c) {
+    Operands a;
+    kiln_status st = operands(c, 0, c->n_in, c->out[0], &a);
+    if (st) return st;
+    return run(cu, c, a, K_MEAN, 0);
 }
 
 extern "C" kiln_status kiln_cuda_k_select_grad(kiln_cuda *cu, kiln_op_ctx *c) {

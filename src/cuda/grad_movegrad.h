@@ -39,10 +39,13 @@ bool kiln_cuda_split_grad_parts(const kiln_op_ctx *c, kiln_tensor *const *hin, i
 kiln_status kiln_cuda_k_matmul_grad_a(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_matmul_grad_b(kiln_cuda *cu, kiln_op_ctx *c);
 
-/* grad_elementwise.cu: kiln.PowGrad, kiln.PReluGrad, kiln.MinGrad and kiln.MaxGrad */
+/* grad_elementwise.cu: kiln.PowGrad, kiln.PReluGrad, kiln.MinGrad and kiln.MaxGrad, */
 kiln_status kiln_cuda_k_pow_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_prelu_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_select_grad(kiln_cuda *cu, kiln_op_ctx *c);
+/* and the forward ops PRelu and Mean, which had no CUDA kernel (NCHW, any broadcast) */
+kiln_status kiln_cuda_k_prelu(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_k_mean(kiln_cuda *cu, kiln_op_ctx *c);
 /* resize.cu: kiln.ResizeGrad (nearest, linear, cubic; atomic f32 accumulation) */
 kiln_status kiln_cuda_k_resize_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_resize_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);

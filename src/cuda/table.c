@@ -969,6 +969,20 @@ static bool sup_sum_to(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* PRelu(X, slope), Mean(X...): every input present, one float dtype, at most 18 inputs. */
+static bool sup_broadcast_float(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in > 18) {
+        snprintf(why, n, "%d inputs (at most 18)", c->n_in);
+        return false;
+    }
+    for (int i = 0; i < c->n_in; i++)
+        if (!present(c, i)) {
+            snprintf(why, n, "input %d is missing", i);
+            return false;
+        }
+    return same_float(c, why, n) && float_dy_dx(c, why, n);
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -1185,6 +1199,8 @@ static const entry table[] = {
      kiln_cuda_ws_conv_transpose_grad_input, false},
     {"kiln.ConvTransposeGradWeight", kiln_cuda_k_conv_transpose_grad_weight, sup_convt_grad_weight,
      kiln_cuda_ws_conv_transpose_grad_weight, false},
+    {"PRelu", kiln_cuda_k_prelu, sup_broadcast_float, NULL, false},
+    {"Mean", kiln_cuda_k_mean, sup_broadcast_float, NULL, false},
     {"kiln.PowGrad", kiln_cuda_k_pow_grad, sup_pow_grad, NULL, false},
     {"kiln.PReluGrad", kiln_cuda_k_prelu_grad, sup_prelu_grad, NULL, false},
     {"kiln.MinGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, false},

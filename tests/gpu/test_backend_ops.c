@@ -790,6 +790,15 @@ static int report_audit(int n_only) {
                name);
         bad++;
     }
+    /* the forward op too: a differentiable op must run on the device to be trained there */
+    for (int i = 0; i < kiln_op_count() && n_only == 0; i++) {
+        const kiln_op_def *d = kiln_op_get(i);
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", d->domain ? "kiln." : "", d->name);
+        if (!d->grad || kiln_cuda_kernel_for(i) || grad_exception(name)) continue;
+        printf("FAIL %s: has a gradient rule but no CUDA kernel of its own (src/cuda/table.c)\n", name);
+        bad++;
+    }
     printf("%d gradient ops audited, %d failed\n", n_audits, bad);
     return bad ? 1 : 0;
 }
