@@ -46,6 +46,9 @@ kiln_status kiln_cuda_k_select_grad(kiln_cuda *cu, kiln_op_ctx *c);
 /* and the forward ops PRelu and Mean, which had no CUDA kernel (NCHW, any broadcast) */
 kiln_status kiln_cuda_k_prelu(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_k_mean(kiln_cuda *cu, kiln_op_ctx *c);
+/* global_max_pool.cu: GlobalMaxPool (kiln.GlobalMaxPoolGrad's forward), NCHW */
+kiln_status kiln_cuda_k_global_max_pool(kiln_cuda *cu, kiln_op_ctx *c);
+
 /* resize.cu: kiln.ResizeGrad (nearest, linear, cubic; atomic f32 accumulation) */
 kiln_status kiln_cuda_k_resize_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_resize_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);

@@ -983,6 +983,16 @@ static bool sup_broadcast_float(const kiln_op_ctx *c, char *why, size_t n) {
     return same_float(c, why, n) && float_dy_dx(c, why, n);
 }
 
+/* GlobalMaxPool: a float X of rank >= 3, Y in its dtype. */
+static bool sup_global_max_pool(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_dy_dx(c, why, n)) return false;
+    if (c->in[0]->ndim < 3) {
+        snprintf(why, n, "rank %d input", c->in[0]->ndim);
+        return false;
+    }
+    return true;
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -1199,6 +1209,7 @@ static const entry table[] = {
      kiln_cuda_ws_conv_transpose_grad_input, false},
     {"kiln.ConvTransposeGradWeight", kiln_cuda_k_conv_transpose_grad_weight, sup_convt_grad_weight,
      kiln_cuda_ws_conv_transpose_grad_weight, false},
+    {"GlobalMaxPool", kiln_cuda_k_global_max_pool, sup_global_max_pool, NULL, false},
     {"PRelu", kiln_cuda_k_prelu, sup_broadcast_float, NULL, false},
     {"Mean", kiln_cuda_k_mean, sup_broadcast_float, NULL, false},
     {"kiln.PowGrad", kiln_cuda_k_pow_grad, sup_pow_grad, NULL, false},
