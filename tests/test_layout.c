@@ -424,6 +424,27 @@ static void mixed(void) {
  * the mask) feeding the second: Dropout reads c1 NHWC and writes NCHW; the DropoutGrad
  * writes NHWC for c2 unless its output `g` has another reader: a graph output (reader 1)
  * or a Flatten (reader 2). */
+/* The gradient of a bias broadcast into an NHWC activation: kiln.ReduceSumTo(c1, like)
+ * reads the NHWC c1 as it is when like's bytes are the same in both layouts (a per-channel
+ * (8,1,1), an (N,1,H,W) map); a (1,8,8,8) like needs c1 in NCHW. */
+static void sum_to_like(const int64_t *like, int rank) {
+    begin();
+    input("x", 2, 3, 8, 8);
+    init_rand("like", rank, like, -1, 1);
+    conv("x", "c1", 3, 8, 3, 1, 1, false, "Relu");
+    kiln_node *n = NULL;
+    CHECK(kiln_model_add_node(M, "ReduceSumTo", "db", 2, (const char *[]){"c1", "like"}, 1, (const char *[]){"db"},
+                              &n) == KILN_OK,
+          "ReduceSumTo: %s", kiln_context_message(ctx));
+    if (n) {
+        free(n->domain);
+        n->domain = kiln_strdup(ctx, "kiln");
+    }
+    conv("c1", "c2", 8, 4, 3, 1, 1, false, NULL);
+    add("GlobalAveragePool", "c2", "gap", "");
+    finalize((const char *[]){"gap", "db"}, 2);
+}
+
 static void dropout_grad_between(int other_reader) {
     begin();
     input("x", 2, 3, 8, 8);
@@ -754,6 +775,16 @@ int main(void) {
 
     vgg_like();
     check_graph("vgg-like", &(expect){1, 1, {"c1", "p1"}, {"flat"}}, 2);
+    kiln_model_free(M);
+
+    sum_to_like((const int64_t[]){8, 1, 1}, 3);
+    check_graph("bias gradient in NHWC (ReduceSumTo to (8,1,1))", &(expect){1, 0, {"c1", "c2"}, {"gap", "db"}}, 2);
+    kiln_model_free(M);
+    sum_to_like((const int64_t[]){2, 1, 8, 8}, 4);
+    check_graph("ReduceSumTo to (2,1,8,8)", &(expect){1, 0, {"c1", "c2"}, {"gap", "db"}}, 2);
+    kiln_model_free(M);
+    sum_to_like((const int64_t[]){1, 8, 8, 8}, 4);
+    check_graph("ReduceSumTo to (1,8,8,8): c1 converted", &(expect){1, 1, {"c1", "c2"}, {"gap", "db"}}, 2);
     kiln_model_free(M);
 
     dropout_grad_checks();

@@ -328,6 +328,7 @@ typedef enum kiln_layout_kind {
     KILN_LAYOUT_CONV_GRAD_WEIGHT,
     KILN_LAYOUT_CONV_GRAD_BIAS,
     KILN_LAYOUT_POOL_GRAD,
+    KILN_LAYOUT_SUM_TO,     /* kiln.ReduceSumTo: input 0 as it is, to an output whose bytes are the same in both */
     KILN_LAYOUT_UNARY_GRAD
 } kiln_layout_kind;
 

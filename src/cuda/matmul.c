@@ -37,6 +37,7 @@
  *   products under LT_TUNE_MIN_FLOPS (launch-bound: their single-call times are noise).
  */
 #include "cuda_internal.h"
+#include "grad_movegrad.h"
 
 #include <limits.h>
 #include <math.h>
@@ -403,3 +404,111 @@ kiln_status kiln_cuda_k_matmul(kiln_cuda *cu, kiln_op_ctx *c) {
     }
     return KILN_OK;
 }
+
+/* ------------------------------------------------------------ MatMul's gradients */
+
+/* kiln.MatMulGradA(dY, A, B) = dY @ B^T and kiln.MatMulGradB(dY, A, B) = A^T @ dY per batch
+ * entry of Y, summed over the entries that broadcast the operand, in its shape (1-D
+ * included: (K) is (1, K) for A and (K, 1) for B, as in MatMul). The operand's batch full:
+ * one strided-batched call (dA with a shared B: dY's batches stacked into M). dB with a
+ * shared B and a full A: one call with the batches stacked into the inner dim (A and dY as
+ * (batch*M, K) and (batch*M, N)). Otherwise one call per entry of Y, the first of each
+ * output matrix writing it and the later ones adding to it (beta = 1). */
+static kiln_status matmul_grad(kiln_cuda *cu, kiln_op_ctx *c, bool grad_b) {
+    kiln_context *ctx = c->kctx;
+    const kiln_tensor *dy = c->in[0], *a = c->in[1], *b = c->in[2]; // (batch.., M, N), (.., M, K), (.., K, N)
+    kiln_tensor *out = c->out[0];                                   // like A (grad_b: like B)
+    const bool a1 = a->ndim == 1, b1 = b->ndim == 1;
+    const int64_t M = a1 ? 1 : a->dims[a->ndim - 2], K = a->dims[a->ndim - 1], N = b1 ? 1 : b->dims[b->ndim - 1];
+    const size_t es = kiln_dtype_size(out->dtype);
+    if (kiln_tensor_numel(out) == 0) return KILN_OK;
+    const int na = a1 ? 0 : a->ndim - 2, nb = b1 ? 0 : b->ndim - 2;
+    int nd = 0;
+    int64_t bd[KILN_MAX_DIMS], sa[KILN_MAX_DIMS], sb[KILN_MAX_DIMS];
+    if (!kiln_broadcast_shape(na, a->dims, nb, b->dims, &nd, bd))
+        return kiln_fail(ctx, KILN_ERR_SHAPE, "batch dims do not broadcast");
+    kiln_broadcast_strides(na, a->dims, nd, bd, sa);
+    kiln_broadcast_strides(nb, b->dims, nd, bd, sb);
+    const int64_t batch = kiln_numel(nd, bd);
+    const int64_t mk = M * K, kn = K * N, mn = M * N;
+    const int ka = batch_kind(nd, bd, sa), kb = batch_kind(nd, bd, sb);
+    const int64_t *so = grad_b ? sb : sa; /* the operand's batch strides */
+    const int ko = grad_b ? kb : ka;
+    const int64_t inner = grad_b ? M : N;
+    if (inner == 0 || batch == 0) { /* an empty sum */
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(out->data, 0, kiln_tensor_nbytes(out), cu->stream));
+        return KILN_OK;
+    }
+    void *ws = c->workspace;
+    const size_t ws_bytes = c->workspace_size;
+    /* one product: out (P, Q) = L (P, inner) R (inner, Q) */
+    mm m;
+    memset(&m, 0, sizeof m);
+    m.dt = out->dtype;
+    m.alpha = 1.f;
+    if (!grad_b) { /* dA (M, K) = dY (M, N) B^T, B stored (K, N) */
+        m.M = M;
+        m.N = K;
+        m.K = N;
+        m.tb = true;
+    } else { /* dB (K, N) = A^T dY, A stored (M, K) */
+        m.M = K;
+        m.N = N;
+        m.K = M;
+        m.ta = true;
+    }
+    const int64_t so_mat = grad_b ? kn : mk; /* elements of one output matrix */
+    if (ko == 1 && (grad_b ? ka : kb) >= 0) {
+        m.A = grad_b ? a->data : dy->data;
+        m.B = grad_b ? dy->data : b->data;
+        m.Y = out->data;
+        if (!grad_b && kb == 0) { /* dY's batches stacked into M against one B */
+            m.M *= batch;
+            m.batch = 1;
+        } else {
+            m.batch = batch;
+            m.sA = grad_b ? (ka ? mk : 0) : mn;
+            m.sB = grad_b ? mn : (kb ? kn : 0);
+            m.sY = so_mat;
+        }
+        kiln_status st = lt_matmul(cu, ctx, &m, ws, ws_bytes);
+        if (st != KILN_ERR_UNSUPPORTED || m.batch <= 1 || (m.sA && m.sB)) return st;
+        m.M = grad_b ? K : M; /* a shared operand no algorithm takes: the loop below */
+    } else if (grad_b && ko == 0 && ka == 1) {
+        m.K = batch * M; /* A (batch*M, K) and dY (batch*M, N) */
+        m.A = a->data;
+        m.B = dy->data;
+        m.Y = out->data;
+        m.batch = 1;
+        return lt_matmul(cu, ctx, &m, ws, ws_bytes);
+    }
+    /* one product per entry of Y; an entry whose index is 0 on every dim the operand is
+     * broadcast over is the first to reach its output matrix */
+    m.batch = 1;
+    int64_t idx[KILN_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < batch; i++) {
+        int64_t oa = 0, ob = 0, oo = 0, r = i;
+        bool first = true;
+        for (int d = nd - 1; d >= 0; d--) {
+            idx[d] = r % bd[d];
+            r /= bd[d];
+            oa += idx[d] * sa[d];
+            ob += idx[d] * sb[d];
+            oo += idx[d] * so[d];
+            if (so[d] == 0 && idx[d] != 0) first = false;
+        }
+        const void *dyi = (const char *)dy->data + (size_t)(i * mn) * es;
+        m.A = grad_b ? (const void *)((const char *)a->data + (size_t)(oa * mk) * es) : dyi;
+        m.B = grad_b ? dyi : (const void *)((const char *)b->data + (size_t)(ob * kn) * es);
+        m.Y = (char *)out->data + (size_t)(oo * so_mat) * es;
+        m.beta = first ? 0.f : 1.f;
+        m.C = NULL;
+        kiln_status st = lt_matmul(cu, ctx, &m, ws, ws_bytes);
+        if (st) return st;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_k_matmul_grad_a(kiln_cuda *cu, kiln_op_ctx *c) { return matmul_grad(cu, c, false); }
+
+kiln_status kiln_cuda_k_matmul_grad_b(kiln_cuda *cu, kiln_op_ctx *c) { return matmul_grad(cu, c, true); }

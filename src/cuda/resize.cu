@@ -18,6 +18,7 @@
  * match as well. tf_crop_and_resize positions outside the roi get extrapolation_value.
  */
 #include "dtype.cuh"
+#include "grad_movegrad.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -391,5 +392,162 @@ extern "C" kiln_status kiln_cuda_k_resize(kiln_cuda *cu, kiln_op_ctx *c) {
         p.k[d] = whole ? 1 : kmax;
     }
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_interp, cu, c->kctx, x->data, y->data, n, p);
+    return st;
+}
+
+/* ------------------------------------------------------------------ kiln.ResizeGrad */
+/*
+ * kiln.ResizeGrad(dY, X, roi?, scales?, sizes?) with Resize's attributes: the transpose of
+ * the resize (src/ops/resize.c's forward_grad). Resize's plan on (X, roi, scales, sizes)
+ * with dY as its output; each dY element recomputes the index (nearest) or the taps
+ * (linear, cubic: edge-clamped, exclude_outside renormalized, one tap on whole-coordinate
+ * axes) exactly as the forward kernels do, and adds dY times each tap combination's weight
+ * product into an f32 accumulator with atomicAdd (dX itself for f32, the workspace for
+ * f16 / bf16, then rounded once). Extrapolated positions (tf_crop_and_resize outside the
+ * roi) contribute nothing. Float dtypes; the order of the adds is not fixed.
+ */
+
+namespace {
+
+/* c's inputs from X on, seen as Resize's, with dY as the output. */
+struct GradView {
+    kiln_op_ctx c;
+    kiln_tensor *out;
+};
+void grad_view(const kiln_op_ctx *c, GradView *v) {
+    v->c = *c;
+    v->c.in = c->in + 1;
+    v->c.n_in = c->n_in - 1;
+    v->out = c->in[0];
+    v->c.out = &v->out;
+    v->c.n_out = 1;
+    v->c.host_in = c->host_in ? c->host_in + 1 : NULL;
+}
+
+// dy: (p.out); acc: (p.in) f32
+template <typename T> __global__ void resize_nearest_grad(const T *dy, float *acc, int64_t n, ResizeArgs p) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        int64_t r = i, off = 0;
+        bool outside = false;
+        for (int d = p.nd - 1; d >= 0; d--) {
+            const int64_t j = r % p.out[d];
+            r /= p.out[d];
+            bool o;
+            const double xo = source_coord(p, d, j, &o);
+            outside |= o;
+            if (!o) off += nearest_index(p, xo, p.in[d]) * p.stride[d];
+        }
+        if (!outside) atomicAdd(&acc[off], to_f(dy[i]));
+    }
+}
+
+template <typename T> __global__ void resize_interp_grad(const T *dy, float *acc, int64_t n, ResizeArgs p) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        int64_t off[KILN_MAX_DIMS][4];
+        double w[KILN_MAX_DIMS][4];
+        int64_t r = i;
+        bool outside = false;
+        for (int d = p.nd - 1; d >= 0; d--) {
+            const int64_t j = r % p.out[d];
+            r /= p.out[d];
+            bool o;
+            const double xo = source_coord(p, d, j, &o);
+            outside |= o;
+            if (!o) axis_taps(p, xo, p.in[d], p.stride[d], p.k[d], off[d], w[d]);
+        }
+        if (outside) continue;
+        const double g = (double)to_f(dy[i]);
+        int t[KILN_MAX_DIMS] = {0};
+        for (;;) { /* every combination of the axes' taps */
+            int64_t at = 0;
+            double wp = g;
+            for (int d = 0; d < p.nd; d++) {
+                at += off[d][t[d]];
+                wp *= w[d][t[d]];
+            }
+            if (wp != 0) atomicAdd(&acc[at], (float)wp);
+            int d = p.nd - 1;
+            for (; d >= 0; d--) {
+                if (++t[d] < p.k[d]) break;
+                t[d] = 0;
+            }
+            if (d < 0) break;
+        }
+    }
+}
+
+template <typename T> __global__ void resize_round(const float *acc, T *y, int64_t n) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) y[i] = from_f<T>(acc[i]);
+}
+
+template <typename T>
+kiln_status launch_resize_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy, float *acc, void *dx, int64_t n,
+                               int64_t nx, const ResizeArgs &p) {
+    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(acc, 0, (size_t)nx * sizeof(float), cu->stream));
+    if (n > 0) {
+        if (p.mode == NEAREST)
+            resize_nearest_grad<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((const T *)dy, acc,
+                                                                                                  n, p);
+        else
+            resize_interp_grad<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((const T *)dy, acc,
+                                                                                                 n, p);
+        KILN_CUDA_LAUNCHED(ctx, "resize_grad");
+    }
+    if ((void *)acc != dx) {
+        resize_round<T><<<kiln_cuda_blocks(cu, nx, THREADS), THREADS, 0, cu->stream>>>(acc, (T *)dx, nx);
+        KILN_CUDA_LAUNCHED(ctx, "resize_round");
+    }
+    return KILN_OK;
+}
+
+} // namespace
+
+extern "C" bool kiln_cuda_resize_grad_check(const kiln_op_ctx *c, kiln_tensor *const *hin, char *why, size_t wn) {
+    if (c->n_in < 2 || !c->in[1]) {
+        snprintf(why, wn, "inputs dY and X are required");
+        return false;
+    }
+    GradView v;
+    grad_view(c, &v);
+    ResizeArgs p;
+    return plan(&v.c, hin + 1, &p, why, wn);
+}
+
+extern "C" kiln_status kiln_cuda_ws_resize_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    (void)cu;
+    *bytes = c->out[0]->dtype == KILN_F32 ? 0 : (size_t)kiln_tensor_numel(c->out[0]) * sizeof(float);
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_resize_grad(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *dy = c->in[0];
+    kiln_tensor *dx = c->out[0];
+    const int64_t n = kiln_tensor_numel(dy), nx = kiln_tensor_numel(dx);
+    if (nx == 0) return KILN_OK;
+    kiln_status st = kiln_cuda_need_host(c);
+    if (st) return st;
+    GradView v;
+    grad_view(c, &v);
+    ResizeArgs p;
+    char why[160];
+    if (!plan(&v.c, c->host_in + 1, &p, why, sizeof why)) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "%s", why);
+    kiln_strides(dx->ndim, dx->dims, p.stride);
+    if (p.mode != NEAREST) { /* the forward's taps per axis */
+        const int kmax = p.mode == CUBIC ? 4 : 2;
+        for (int d = 0; d < p.nd; d++) {
+            bool whole = true;
+            for (int64_t j = 0; j < p.out[d] && whole; j++) {
+                bool outside;
+                const double xo = source_coord(p, d, j, &outside);
+                whole = outside || xo == floor(xo);
+            }
+            p.k[d] = whole ? 1 : kmax;
+        }
+    }
+    float *acc;
+    if (dx->dtype == KILN_F32) acc = (float *)dx->data;
+    else if (c->workspace && c->workspace_size >= (size_t)nx * sizeof(float)) acc = (float *)c->workspace;
+    else return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "ResizeGrad's f32 accumulator (workspace) is missing");
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, dx->dtype, launch_resize_grad, cu, c->kctx, dy->data, acc, dx->data, n, nx, p);
     return st;
 }

@@ -15,6 +15,7 @@
  */
 #include "cuda_internal.h"
 #include "norm_train.h"
+#include "grad_movegrad.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -767,6 +768,235 @@ static bool sup_quantize(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* ------------------------- training: data movement, products, convolutions (movegrad) */
+
+/* kiln.ConcatGrad(dY, X0..Xn-1): every X present (their shapes cut dY); any element size. */
+static bool sup_concat_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    for (int i = 1; i < c->n_in; i++)
+        if (!present(c, i)) {
+            snprintf(why, n, "input %d (X%d) is missing", i, i - 1);
+            return false;
+        }
+    return c->n_in >= 2 && sup_elements(c, why, n);
+}
+
+/* kiln.SplitGrad(X, split?, dY...): part sizes known when the plan is built. */
+static bool sup_split_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    int64_t axis, sizes[16];
+    if (!sup_elements(c, why, n) || !kiln_cuda_split_grad_parts(c, kiln_cuda_host_inputs(c), &axis, sizes, why, n))
+        return false;
+    for (int i = 2; i < c->n_in; i++)
+        if (present(c, i) && c->in[i]->dtype != c->in[0]->dtype) {
+            snprintf(why, n, "dY_%d has dtype %s, X %s", i - 2, kiln_dtype_name(c->in[i]->dtype),
+                     kiln_dtype_name(c->in[0]->dtype));
+            return false;
+        }
+    return true;
+}
+
+/* kiln.SliceGrad(dY, X, starts, ends, axes?, steps?): Slice's plan on X. */
+static bool sup_slice_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    int64_t start[KILN_MAX_DIMS], step[KILN_MAX_DIMS];
+    return sup_elements(c, why, n) &&
+           kiln_cuda_slice_grad_plan(c, kiln_cuda_host_inputs(c), start, step, why, n);
+}
+
+/* kiln.PadGrad(dY, X, pads, -, axes?): float dY; Pad's plan on X. */
+static bool sup_pad_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    int64_t begin[KILN_MAX_DIMS];
+    int mode;
+    return float_input(c, 0, why, n) &&
+           kiln_cuda_pad_grad_plan(c, kiln_cuda_host_inputs(c), begin, &mode, why, n);
+}
+
+/* dY (input 0) of a float dtype and dX in it. */
+static bool float_dy_dx(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n)) return false;
+    if (c->out[0]->dtype == c->in[0]->dtype) return true;
+    snprintf(why, n, "dX has dtype %s, dY %s", kiln_dtype_name(c->out[0]->dtype), kiln_dtype_name(c->in[0]->dtype));
+    return false;
+}
+
+/* kiln.TileGrad(dY, X, repeats) */
+static bool sup_tile_grad(const kiln_op_ctx *c, char *why, size_t n) { return float_dy_dx(c, why, n); }
+
+/* kiln.GatherGrad(dY, data, indices): int32 / int64 indices. */
+static bool sup_gather_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_dy_dx(c, why, n)) return false;
+    if (!present(c, 2) || (c->in[2]->dtype != KILN_I32 && c->in[2]->dtype != KILN_I64)) {
+        snprintf(why, n, "indices must be int32 or int64");
+        return false;
+    }
+    return true;
+}
+
+/* kiln.MatMulGradA / MatMulGradB(dY, A, B): one float dtype, MatMul's limits. */
+static bool sup_matmul_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || !present(c, 1) || !present(c, 2)) {
+        snprintf(why, n, "inputs dY, A and B are required");
+        return false;
+    }
+    if (!same_float(c, why, n) || !float_dy_dx(c, why, n)) return false;
+    const kiln_tensor *a = c->in[1], *b = c->in[2], *dy = c->in[0];
+    if (a->ndim < 1 || b->ndim < 1) {
+        snprintf(why, n, "scalar operands");
+        return false;
+    }
+    const int64_t v[] = {a->dims[a->ndim - 1], b->ndim ? b->dims[b->ndim - 1] : 1, kiln_tensor_numel(dy),
+                         kiln_tensor_numel(a), kiln_tensor_numel(b)};
+    return fits_products(v, 5, why, n);
+}
+
+/* A value the one-pass elementwise gradients read (grad_elementwise.cu): f32, f16, bf16,
+ * f64, int32 or int64. */
+static bool loadable(const kiln_op_ctx *c, int i, char *why, size_t n) {
+    const kiln_dtype t = present(c, i) ? c->in[i]->dtype : KILN_DTYPE_UNDEFINED;
+    if (kiln_cuda_float_dtype(t) || t == KILN_F64 || t == KILN_I32 || t == KILN_I64) return true;
+    snprintf(why, n, "input %d has dtype %s", i, kiln_dtype_name(t));
+    return false;
+}
+
+/* kiln.PowGrad(X, Y, dZ): dZ and the output of one float dtype, X and Y loadable. */
+static bool sup_pow_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in != 3 || !loadable(c, 0, why, n) || !loadable(c, 1, why, n) || !float_input(c, 2, why, n)) {
+        if (c->n_in != 3) snprintf(why, n, "inputs X, Y and dZ are required");
+        return false;
+    }
+    if (c->out[0]->dtype != c->in[2]->dtype) {
+        snprintf(why, n, "the output has dtype %s, dZ %s", kiln_dtype_name(c->out[0]->dtype),
+                 kiln_dtype_name(c->in[2]->dtype));
+        return false;
+    }
+    return true;
+}
+
+/* kiln.PReluGrad(X, slope, dY) -> (dX, dSlope): one float dtype. */
+static bool sup_prelu_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in != 3 || !present(c, 1) || !present(c, 2) || !has_out(c, 1)) {
+        snprintf(why, n, "inputs X, slope, dY and outputs dX, dSlope are required");
+        return false;
+    }
+    if (!same_float(c, why, n)) return false;
+    for (int k = 0; k < 2; k++)
+        if (c->out[k]->dtype != c->in[0]->dtype) {
+            snprintf(why, n, "output %d has dtype %s", k, kiln_dtype_name(c->out[k]->dtype));
+            return false;
+        }
+    return true;
+}
+
+/* kiln.MinGrad / MaxGrad(dY, Y, X_0..X_k): dY and dX of a float dtype, Y and the X of one
+ * loadable dtype, at most 16 X. */
+static bool sup_select_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in < 3 || c->n_in > 18) {
+        snprintf(why, n, "%d inputs (dY, Y and 1 to 16 X)", c->n_in);
+        return false;
+    }
+    if (!float_dy_dx(c, why, n) || !loadable(c, 1, why, n)) return false;
+    for (int i = 2; i < c->n_in; i++)
+        if (!present(c, i) || c->in[i]->dtype != c->in[1]->dtype) {
+            snprintf(why, n, "input %d must be present with Y's dtype", i);
+            return false;
+        }
+    return true;
+}
+
+/* ConvTranspose, kiln.ConvTransposeGradInput / GradWeight (conv_transpose.c): the checks of
+ * the convolution each is seen as (whose pads must not be negative), and Y-shaped sizes
+ * that the convolution maps back onto X's (y: the Y-shaped tensor, x: the X-shaped one). */
+static bool convt_check(const kiln_op_ctx *c, int which, char *why, size_t n) {
+    const bool fwd = which == KILN_CONVT_FORWARD, gin = which == KILN_CONVT_GRAD_INPUT;
+    if (c->n_in < 2 || !present(c, 1) || (!fwd && (c->n_in < 3 || !present(c, 2)))) {
+        snprintf(why, n, "%s", fwd ? "inputs X and W are required" : "three inputs are required");
+        return false;
+    }
+    if (fwd && present(c, 2)) {
+        const kiln_tensor *b = c->in[2];
+        if (b->dtype != c->in[0]->dtype || b->ndim != 1 || b->dims[0] != c->out[0]->dims[1]) {
+            snprintf(why, n, "B must be a vector of Y's %lld channels in X's dtype", (long long)c->out[0]->dims[1]);
+            return false;
+        }
+    }
+    _Alignas(16) char storage[4096];
+    if (kiln_cuda_conv_transpose_view_size() > sizeof storage) {
+        snprintf(why, n, "internal: the view does not fit");
+        return false;
+    }
+    kiln_op_ctx *v = kiln_cuda_conv_transpose_view((kiln_op_ctx *)c, which, storage, sizeof storage);
+    if (!(fwd ? sup_conv_grad_input(v, why, n) : gin ? sup_conv(v, why, n) : sup_conv_grad_weight(v, why, n)))
+        return false;
+    const kiln_tensor *x = fwd ? c->in[0] : gin ? c->out[0] : c->in[0];
+    const kiln_tensor *y = fwd ? c->out[0] : gin ? c->in[0] : c->in[1];
+    const kiln_tensor *w = c->in[fwd ? 1 : gin ? 1 : 2];
+    kiln_cuda_window win;
+    if (!kiln_cuda_window_get(v, y, x, w->dims + 2, &win, why, n)) return false;
+    for (int i = 0; i < win.nd; i++) {
+        const int64_t ek = (win.k[i] - 1) * win.d[i] + 1, span = win.in[i] + win.pb[i] + win.pe[i] - ek;
+        if (span < 0 || span / win.s[i] + 1 != win.out[i]) {
+            snprintf(why, n, "spatial dim %d: output size %lld does not map back to the input's %lld (output_padding "
+                     "of a stride or more)", i, (long long)win.in[i], (long long)win.out[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool sup_conv_transpose(const kiln_op_ctx *c, char *why, size_t n) {
+    return convt_check(c, KILN_CONVT_FORWARD, why, n);
+}
+static bool sup_convt_grad_input(const kiln_op_ctx *c, char *why, size_t n) {
+    return convt_check(c, KILN_CONVT_GRAD_INPUT, why, n);
+}
+static bool sup_convt_grad_weight(const kiln_op_ctx *c, char *why, size_t n) {
+    return convt_check(c, KILN_CONVT_GRAD_WEIGHT, why, n);
+}
+
+/* kiln.ResizeGrad(dY, X, roi?, scales?, sizes?): float dY, Resize's plan on X. */
+static bool sup_resize_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    return float_dy_dx(c, why, n) && kiln_cuda_resize_grad_check(c, kiln_cuda_host_inputs(c), why, n);
+}
+
+/* kiln.ReduceSumTo(dY, Like): NCHW; or dY NHWC summed to an output whose bytes are the
+ * same in both layouts (rank <= 4, right-aligned to (N, C, H, W) with C == 1 or H*W == 1). */
+static bool sup_sum_to(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!sup_sum_down(c, why, n)) return false;
+    const kiln_tensor *y = c->out[0];
+    int64_t a[4] = {1, 1, 1, 1};
+    bool free_y = y->ndim <= 4;
+    for (int d = 0; free_y && d < y->ndim; d++) a[4 - y->ndim + d] = y->dims[d];
+    free_y = free_y && (a[1] == 1 || a[2] * a[3] == 1);
+    if ((is_nhwc(c->in[0]) || is_nhwc(y)) && !free_y) {
+        snprintf(why, n, "dY is %s and the output %s, whose bytes differ in the two layouts", layout_name(c->in[0]),
+                 layout_name(y));
+        return false;
+    }
+    return true;
+}
+
+/* PRelu(X, slope), Mean(X...): every input present, one float dtype, at most 18 inputs. */
+static bool sup_broadcast_float(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->n_in > 18) {
+        snprintf(why, n, "%d inputs (at most 18)", c->n_in);
+        return false;
+    }
+    for (int i = 0; i < c->n_in; i++)
+        if (!present(c, i)) {
+            snprintf(why, n, "input %d is missing", i);
+            return false;
+        }
+    return same_float(c, why, n) && float_dy_dx(c, why, n);
+}
+
+/* GlobalMaxPool: a float X of rank >= 3, Y in its dtype. */
+static bool sup_global_max_pool(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_dy_dx(c, why, n)) return false;
+    if (c->in[0]->ndim < 3) {
+        snprintf(why, n, "rank %d input", c->in[0]->ndim);
+        return false;
+    }
+    return true;
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define UNARY(name) {name, kiln_cuda_k_unary, sup_unary, NULL, true}
@@ -946,7 +1176,7 @@ static const entry table[] = {
     {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input, true},
     {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight, true},
     {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_conv_grad_bias, kiln_cuda_ws_channel_sum, true},
-    {"kiln.ReduceSumTo", kiln_cuda_k_reduce_sum_to, sup_sum_down, kiln_cuda_ws_channel_sum, false},
+    {"kiln.ReduceSumTo", kiln_cuda_k_sum_to, sup_sum_to, kiln_cuda_ws_sum_to, true}, /* movegrad: NHWC dY */
     {"kiln.GemmGradC", kiln_cuda_k_gemm_grad_c, sup_sum_down, kiln_cuda_ws_channel_sum, false},
     {"kiln.MaxPoolGrad", kiln_cuda_k_maxpool_grad, sup_maxpool_grad, NULL, true},
     {"kiln.SoftmaxGrad", kiln_cuda_k_softmax_grad, sup_softmax_grad, NULL, false},
@@ -967,6 +1197,29 @@ static const entry table[] = {
     {"kiln.OptimizerStep", kiln_cuda_k_optimizer_step, kiln_cuda_sup_optimizer_step, NULL, true},
     {"kiln.NonFiniteCheck", kiln_cuda_k_non_finite_check, kiln_cuda_sup_non_finite_check, NULL, true},
     {"kiln.LossScaleUpdate", kiln_cuda_k_loss_scale_update, kiln_cuda_sup_loss_scale_update, NULL, false},
+    /* training: data movement, products, convolutions, elementwise (movegrad) */
+    {"kiln.ConcatGrad", kiln_cuda_k_concat_grad, sup_concat_grad, NULL, false},
+    {"kiln.SplitGrad", kiln_cuda_k_split_grad, sup_split_grad, NULL, false},
+    {"kiln.SliceGrad", kiln_cuda_k_slice_grad, sup_slice_grad, NULL, false},
+    {"kiln.PadGrad", kiln_cuda_k_pad_grad, sup_pad_grad, NULL, false},
+    {"kiln.TileGrad", kiln_cuda_k_tile_grad, sup_tile_grad, NULL, false},
+    {"kiln.GatherGrad", kiln_cuda_k_gather_grad, sup_gather_grad, kiln_cuda_ws_gather_grad, false},
+    {"CastLike", kiln_cuda_k_cast, sup_cast, NULL, false}, /* Mean's gradient emits it */
+    {"kiln.ResizeGrad", kiln_cuda_k_resize_grad, sup_resize_grad, kiln_cuda_ws_resize_grad, false},
+    {"kiln.MatMulGradA", kiln_cuda_k_matmul_grad_a, sup_matmul_grad, kiln_cuda_ws_matmul, false},
+    {"kiln.MatMulGradB", kiln_cuda_k_matmul_grad_b, sup_matmul_grad, kiln_cuda_ws_matmul, false},
+    {"ConvTranspose", kiln_cuda_k_conv_transpose, sup_conv_transpose, kiln_cuda_ws_conv_transpose, false},
+    {"kiln.ConvTransposeGradInput", kiln_cuda_k_conv_transpose_grad_input, sup_convt_grad_input,
+     kiln_cuda_ws_conv_transpose_grad_input, false},
+    {"kiln.ConvTransposeGradWeight", kiln_cuda_k_conv_transpose_grad_weight, sup_convt_grad_weight,
+     kiln_cuda_ws_conv_transpose_grad_weight, false},
+    {"GlobalMaxPool", kiln_cuda_k_global_max_pool, sup_global_max_pool, NULL, false},
+    {"PRelu", kiln_cuda_k_prelu, sup_broadcast_float, NULL, false},
+    {"Mean", kiln_cuda_k_mean, sup_broadcast_float, NULL, false},
+    {"kiln.PowGrad", kiln_cuda_k_pow_grad, sup_pow_grad, NULL, false},
+    {"kiln.PReluGrad", kiln_cuda_k_prelu_grad, sup_prelu_grad, NULL, false},
+    {"kiln.MinGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, false},
+    {"kiln.MaxGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, false},
     {"kiln.GradAccumulate", kiln_cuda_k_grad_accumulate, kiln_cuda_sup_grad_accumulate, NULL, true},
     /* training: normalization, pools, reductions, losses (normgrad) */
     {"kiln.BatchNormGrad", kiln_cuda_k_bn_grad, kiln_cuda_sup_bn_grad, kiln_cuda_ws_bn_grad, true},

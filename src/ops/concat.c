@@ -146,6 +146,12 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
 #ifdef KILN_OPTESTS
 static int test_grad(void) {
     int fails = 0;
+    fails += kiln_optest_sweep("ConcatGrad", "axis=1", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 9, 3, 4), -1, 1, 951),
+                                                 kt_make(KILN_F32, 4, KT_DIMS(2, 2, 3, 4), NULL),
+                                                 kt_make(KILN_F32, 4, KT_DIMS(2, 4, 3, 4), NULL),
+                                                 kt_make(KILN_F32, 4, KT_DIMS(2, 3, 3, 4), NULL)},
+                               3, "concat grad random 4-D");
     kiln_tensor *in[4], *want[3];
     const double v[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
     /* dY = arange(12).reshape(2, 6) cut at columns 3 and 5 */

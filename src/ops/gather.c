@@ -161,6 +161,17 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
 #ifdef KILN_OPTESTS
 static int test_grad(void) {
     int fails = 0;
+    /* random, for the CUDA sweep: repeated and negative indices (adds that meet) */
+    fails += kiln_optest_sweep("GatherGrad", "axis=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 2, 3, 5), -1, 1, 911),
+                                                 kt_make(KILN_F32, 3, KT_DIMS(3, 6, 5), NULL),
+                                                 kt_make(KILN_I64, 2, KT_DIMS(2, 3), KT_VALS(0, 5, 2, 2, -1, 0))},
+                               1, "gather grad random, repeated indices");
+    fails += kiln_optest_sweep("GatherGrad", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(40, 33), -1, 1, 912),
+                                                 kt_make(KILN_F32, 2, KT_DIMS(7, 33), NULL),
+                                                 kt_rand(KILN_I32, 1, KT_DIMS(40), 0, 6.99, 913)},
+                               1, "gather grad random rows, int32 indices");
     kiln_tensor *in[3], *want;
     /* expected values from numpy: dx = zeros(data.shape); np.add.at(dx, indices, dY) */
     in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 4),

@@ -87,6 +87,13 @@ static kiln_status grad_forward(kiln_op_ctx *c) {
 #ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
+    /* random, for the CUDA sweep: planes shorter and longer than a warp */
+    fails += kiln_optest_sweep("GlobalMaxPool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 9, 11), -1, 1, 1001)}, 1,
+                               "globalmaxpool random 2-D planes");
+    fails += kiln_optest_sweep("GlobalMaxPool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 4, 7), -1, 1, 1002)}, 1,
+                               "globalmaxpool random 1-D planes");
     /* Expected values computed once with numpy (x.max over the spatial axes). */
     {
         kiln_tensor *in[1] = {

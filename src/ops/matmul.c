@@ -585,8 +585,39 @@ const kiln_op_def kiln_op_matmul = {
 #define GDY3 KT_VALS(1, 0, 0, 1)                 /* (2, 2) */
 
 #ifdef KILN_OPTESTS
+/* op(dY, A, B) on random operands of the shapes below, each in f32 (the sweep adds f16 and
+ * bf16): dY has MatMul's output shape. */
+static int mm_grad_sweep(const char *op) {
+    static const struct {
+        int na, nb, ny;
+        int64_t a[4], b[4], y[4];
+    } shapes[] = {
+        {4, 2, 4, {2, 3, 4, 5}, {5, 6}, {2, 3, 4, 6}},       /* B shared */
+        {2, 4, 4, {4, 5}, {2, 3, 5, 6}, {2, 3, 4, 6}},       /* A shared */
+        {4, 4, 4, {2, 1, 4, 5}, {1, 3, 5, 6}, {2, 3, 4, 6}}, /* mixed broadcast */
+        {3, 3, 3, {3, 4, 5}, {3, 5, 6}, {3, 4, 6}},          /* both full */
+        {1, 3, 2, {5}, {2, 5, 6}, {2, 6}},                   /* 1-D A */
+        {3, 1, 2, {2, 4, 5}, {5}, {2, 4}},                   /* 1-D B */
+        {2, 2, 2, {33, 70}, {70, 17}, {33, 17}},             /* odd sizes */
+    };
+    int fails = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        char label[96];
+        snprintf(label, sizeof label, "%s random, shapes %zu", op, i);
+        kiln_tensor *in[3] = {kt_rand(KILN_F32, shapes[i].ny, shapes[i].y, -1, 1, 600 + i),
+                              kt_rand(KILN_F32, shapes[i].na, shapes[i].a, -1, 1, 700 + i),
+                              kt_rand(KILN_F32, shapes[i].nb, shapes[i].b, -1, 1, 800 + i)};
+        fails += kiln_optest_sweep(op, "", 0, 3, in, 1, label);
+    }
+    return fails;
+}
+
 static int test_grad_a(void) {
     int fails = 0;
+    /* random products for the CUDA sweep (no expected values): every path of the kernel, a
+     * full batch against a shared B (stacked into M), a shared A (summed per entry), mixed
+     * broadcasts, 1-D operands */
+    fails += mm_grad_sweep("MatMulGradA");
     kiln_tensor *in[3] = {kt_make(KILN_F32, 2, KT_DIMS(2, 2), GDY),
                           kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL),
                           kt_make(KILN_F32, 2, KT_DIMS(3, 2), GB)};
@@ -617,6 +648,7 @@ static int test_grad_a(void) {
 
 static int test_grad_b(void) {
     int fails = 0;
+    fails += mm_grad_sweep("MatMulGradB");
     kiln_tensor *in[3] = {kt_make(KILN_F32, 2, KT_DIMS(2, 2), GDY),
                           kt_make(KILN_F32, 2, KT_DIMS(2, 3), GA),
                           kt_make(KILN_F32, 2, KT_DIMS(3, 2), NULL)};

@@ -46,6 +46,15 @@ static kiln_status forward(kiln_op_ctx *c) {
 #ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
+    /* random, for the CUDA sweep: three inputs broadcast together, and one alone */
+    fails += kiln_optest_sweep("Mean", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -1, 1, 991),
+                                                 kt_rand(KILN_F32, 3, KT_DIMS(3, 1, 5), -1, 1, 992),
+                                                 kt_rand(KILN_F32, 1, KT_DIMS(5), -1, 1, 993)},
+                               1, "mean random three inputs broadcast");
+    fails += kiln_optest_sweep("Mean", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(7, 9), -1, 1, 994)}, 1,
+                               "mean random one input");
     kiln_tensor *in[3], *want;
     in[0] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(3, 0, 2));
     in[1] = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 3, 4));

@@ -255,6 +255,21 @@ static kiln_tensor *arange(kiln_dtype dt, int64_t rows, int64_t cols) {
 
 static int test_grad(void) {
     int fails = 0;
+    /* random 4-D, for the CUDA sweep: each mode, and a crop */
+    {
+        static const char *const modes[] = {"mode=constant", "mode=reflect", "mode=edge", "mode=wrap"};
+        for (int m = 0; m < 4; m++)
+            fails += kiln_optest_sweep("PadGrad", modes[m], 0, 3,
+                                       (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 7, 8), -1, 1, 930 + m),
+                                                         kt_make(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), NULL),
+                                                         kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 1, 2, 0, 0, 2, 1))},
+                                       1, modes[m]);
+        fails += kiln_optest_sweep("PadGrad", "mode=constant", 0, 3,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 5, 3), -1, 1, 935),
+                                                     kt_make(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), NULL),
+                                                     kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 1, -1, 0, 0, 0, 2, -2))},
+                                   1, "pad grad random crop");
+    }
     kiln_tensor *in[5], *want;
     /* expected values from numpy: dX[i] = sum(np.pad(e_i, pads, mode) * dY) over the unit
      * tensors e_i of X's shape, dY = 1, 2, 3... */

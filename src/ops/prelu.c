@@ -151,6 +151,15 @@ static int check(const char *label, kiln_tensor *x, kiln_tensor *slope, kiln_ten
 
 static int test(void) {
     int fails = 0;
+    /* random, for the CUDA sweep: a per-channel slope (C,1,1), and opset 6's 1-D one */
+    fails += kiln_optest_sweep("PRelu", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -1, 1, 981),
+                                                 kt_rand(KILN_F32, 3, KT_DIMS(5, 1, 1), 0, 0.5, 982)},
+                               1, "prelu random per-channel slope");
+    fails += kiln_optest_sweep("PRelu", "", 6, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 3, 4), -1, 1, 983),
+                                                 kt_rand(KILN_F32, 1, KT_DIMS(5), 0, 0.5, 984)},
+                               1, "prelu random opset 6 per-channel slope");
     {
         /* opset 6: a slope of X's channel count is per channel (dim 1), not numpy's last dim */
         kiln_tensor *in[2] = {kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), KT_VALS(-1, 2, -3, -4, 5, -6)),

@@ -3,6 +3,8 @@
  * broadcasting op ends here. Only Like's shape is read. Float dtypes. */
 #include "../core/optest.h"
 
+#include <stdio.h>
+
 static kiln_status infer(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0], *like = c->in[1];
     KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype), KILN_ERR_TYPE, "X must be a float tensor");
@@ -57,6 +59,23 @@ static size_t workspace(const kiln_op_ctx *c) {
 #ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
+    /* random 4-D dY for the CUDA sweep (which also lays dY out NHWC where the result's
+     * bytes are the same in both layouts): a per-channel bias (C,1,1) and (1,C,1,1), an
+     * (N,1,H,W) map, a scalar, and (1,C,H,W) (NCHW only) */
+    {
+        static const struct {
+            int n;
+            int64_t d[4];
+        } likes[] = {{3, {5, 1, 1}}, {4, {1, 5, 1, 1}}, {4, {2, 1, 3, 4}}, {0, {0}}, {4, {1, 5, 3, 4}}};
+        for (int i = 0; i < 5; i++) {
+            char label[64];
+            snprintf(label, sizeof label, "reduce_sum_to random 4-D to like %d", i);
+            fails += kiln_optest_sweep("ReduceSumTo", "", 0, 2,
+                                       (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 3, 4), -1, 1, 970 + i),
+                                                         kt_make(KILN_F32, likes[i].n, likes[i].d, NULL)},
+                                       1, label);
+        }
+    }
     kiln_tensor *in[2] = {kt_make(KILN_F32, 2, KT_DIMS(2, 3), KT_VALS(1, 2, 3, 4, 5, 6)),
                           kt_make(KILN_F32, 1, KT_DIMS(3), NULL)};
     kiln_tensor *want = kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(5, 7, 9));
@@ -116,7 +135,7 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_reduce_sum_to = {
-    .precision = KILN_PREC_FP32,
+    .precision = KILN_PREC_FP32, .layout = KILN_LAYOUT_SUM_TO,
     .name = "ReduceSumTo", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
     .max_outputs = 1, .shape_only_inputs = 2, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = KILN_OP_TESTS(test),

@@ -686,6 +686,25 @@ static double cubic_x2(const double *v, int64_t step, int n, int o) {
 
 static int test_grad(void) {
     int fails = 0;
+    /* random, for the CUDA sweep: linear up and down, cubic, nearest down */
+    {
+        static const struct {
+            const char *attrs;
+            int64_t x[4], y[4];
+            double s[4];
+        } cases[] = {
+            {"mode=linear", {1, 2, 3, 4}, {1, 2, 6, 6}, {1, 1, 2, 1.5}},
+            {"mode=linear;coordinate_transformation_mode=align_corners", {2, 2, 6, 8}, {2, 2, 3, 4}, {1, 1, 0.5, 0.5}},
+            {"mode=cubic", {1, 3, 4, 5}, {1, 3, 8, 7}, {1, 1, 2, 1.5}},
+            {"mode=nearest", {2, 3, 8, 6}, {2, 3, 4, 3}, {1, 1, 0.5, 0.5}},
+        };
+        for (int i = 0; i < 4; i++)
+            fails += kiln_optest_sweep("ResizeGrad", cases[i].attrs, 0, 4,
+                                       (kiln_tensor *[]){kt_rand(KILN_F32, 4, cases[i].y, -1, 1, 961 + i),
+                                                         kt_make(KILN_F32, 4, cases[i].x, NULL), NULL,
+                                                         kt_make(KILN_F32, 1, KT_DIMS(4), cases[i].s)},
+                                       1, cases[i].attrs);
+    }
     kiln_tensor *in[5], *want;
     /* nearest x2, x3: each input element sums its 2x3 block of dY = 1..24 */
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 6), NULL);

@@ -207,6 +207,14 @@ static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, K
 
 static int test_grad(void) {
     int fails = 0;
+    fails += kiln_optest_sweep("SliceGrad", "", 0, 6,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 4, 5), -1, 1, 941),
+                                                 kt_make(KILN_F32, 3, KT_DIMS(3, 8, 5), NULL),
+                                                 kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 7)),
+                                                 kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 0)),
+                                                 kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(0, 1)),
+                                                 kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, -2))},
+                               1, "slice grad random, negative step");
     kiln_tensor *in[6], *want;
     /* expected values from numpy: dx = zeros(X.shape); dx[slice] += dY */
     in[0] = kt_make(KILN_F32, 3, KT_DIMS(2, 2, 2), KT_VALS(1, 2, 3, 4, 5, 6, 7, 8));

@@ -220,6 +220,18 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
 #ifdef KILN_OPTESTS
 static int test_grad(void) {
     int fails = 0;
+    /* random, for the CUDA sweep: parts of 2, 1 and 4 along axis 1, the middle dY absent;
+     * equal parts with the last absent */
+    fails += kiln_optest_sweep("SplitGrad", "axis=1", 0, 5,
+                               (kiln_tensor *[]){kt_make(KILN_F32, 3, KT_DIMS(2, 7, 3), NULL),
+                                                 kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 1, 4)),
+                                                 kt_rand(KILN_F32, 3, KT_DIMS(2, 2, 3), -1, 1, 901), NULL,
+                                                 kt_rand(KILN_F32, 3, KT_DIMS(2, 4, 3), -1, 1, 902)},
+                               1, "split grad random, middle dY absent");
+    fails += kiln_optest_sweep("SplitGrad", "axis=-1", 0, 4,
+                               (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(2, 3, 4, 6), NULL), NULL,
+                                                 kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 3), -1, 1, 903), NULL},
+                               1, "split grad random equal parts, last dY absent");
     kiln_tensor *in[5], *want;
     /* parts of 2, 3 and 1 columns; the middle dY is missing */
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 6), NULL);

@@ -108,6 +108,11 @@ static kiln_tensor *ints(int n, const double *v) { return kt_make(KILN_I64, 1, K
 
 static int test_grad(void) {
     int fails = 0;
+    fails += kiln_optest_sweep("TileGrad", "", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 4, 15), -1, 1, 921),
+                                                 kt_make(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), NULL),
+                                                 kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(1, 2, 1, 3))},
+                               1, "tile grad random 4-D");
     kiln_tensor *in[3], *want;
     /* expected values from numpy: dY.reshape(2, 2, 2, 3).sum(axis=(0, 2)) */
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(4, 6), NULL);

@@ -26,9 +26,11 @@
  *   - Training's gradients follow their forward ops (CUDA training runs this pass too):
  *     kiln.ConvGradInput(dY, W, X) when dY is NHWC, kiln.ConvGradWeight(X, dY, W) and
  *     kiln.MaxPoolGrad(dY, X) and kiln.UnaryGrad(dY, X?, Y?) when any data input is,
- *     kiln.ConvGradBias(dY) when dY is (its (M) output has no layout). A weight gradient
- *     is NHWC (KRSC) like its weight, converted to NCHW at the graph output, unless its
- *     bytes are the same in both layouts.
+ *     kiln.ConvGradBias(dY) when dY is (its (M) output has no layout), kiln.ReduceSumTo(dY,
+ *     Like) when dY is and Like's bytes are the same in both layouts (a broadcast operand
+ *     of an NHWC binary op, a per-channel bias: its output is labelled NCHW). A weight
+ *     gradient is NHWC (KRSC) like its weight, converted to NCHW at the graph output,
+ *     unless its bytes are the same in both layouts.
  *   - Training Dropout (a mask output or a training_mode input; its mask is drawn by NCHW
  *     flat index) writes Y and the mask NCHW, but reads a 4-D NHWC X as it is: its CUDA
  *     kernel changes the layout on the way, drawing each element's mask by its NCHW index,
@@ -75,7 +77,9 @@ enum kind {
     K_NONE, K_CONV, K_POOL, K_BN, K_GAP, K_UNARY, K_BINARY,
     /* training's gradient ops (autograd.c): kiln.ConvGradInput, kiln.ConvGradWeight,
      * kiln.ConvGradBias, kiln.MaxPoolGrad, kiln.UnaryGrad */
-    K_CGRAD_IN, K_CGRAD_W, K_CGRAD_B, K_PGRAD, K_UGRAD
+    K_CGRAD_IN, K_CGRAD_W, K_CGRAD_B, K_PGRAD, K_UGRAD,
+    /* kiln.ReduceSumTo, the sum of a broadcast operand's gradient back to its shape */
+    K_SUM_TO
 };
 
 #define WANT_ANY (-1)
@@ -113,6 +117,7 @@ static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
     case KILN_LAYOUT_CONV_GRAD_BIAS: return K_CGRAD_B;
     case KILN_LAYOUT_POOL_GRAD: return K_PGRAD;
     case KILN_LAYOUT_UNARY_GRAD: return K_UGRAD;
+    case KILN_LAYOUT_SUM_TO: return K_SUM_TO;
     }
     return K_NONE;
 }
@@ -122,7 +127,7 @@ static bool data_input(enum kind k, int i) {
     switch (k) {
     case K_CONV: return i == 0 || i == 3;
     case K_BINARY: return true;
-    case K_POOL: case K_BN: case K_GAP: case K_UNARY: case K_CGRAD_B: return i == 0;
+    case K_POOL: case K_BN: case K_GAP: case K_UNARY: case K_CGRAD_B: case K_SUM_TO: return i == 0;
     case K_CGRAD_IN: return i == 0 || i == 2; /* dY, X (its shape) */
     case K_CGRAD_W: return i == 0 || i == 1;  /* X, dY */
     case K_PGRAD: case K_UGRAD: return true;
@@ -403,7 +408,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
         int r = x >= 0 ? L.rank[x] : -1;
         if (k == K_CONV && n->n_in > 1 && n->in[1] >= 0 && L.rank[n->in[1]] >= 0) r = L.rank[n->in[1]];
         if ((k == K_CGRAD_W || k == K_PGRAD) && n->n_in > 1 && n->in[1] >= 0) r = L.rank[n->in[1]];
-        const int r_out = k == K_CGRAD_B ? 1 : r;
+        const int r_out = k == K_CGRAD_B ? 1 : k == K_SUM_TO ? (n->n_in > 1 && n->in[1] >= 0 ? L.rank[n->in[1]] : -1) : r;
         if (k == K_NONE) r = -1;
         if (k == K_BINARY)
             for (int j = 0; j < n->n_in; j++) {
@@ -438,6 +443,11 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             for (int j = 0; go && j < n->n_in; j++)
                 if (n->in[j] >= 0 && data_input(k, j)) any |= L.fmt[n->in[j]] == KILN_FORMAT_NHWC;
             go = go && any;
+        } else if (k == K_SUM_TO) {
+            /* the sum reads an NHWC dY as it is when its result (Like's shape) has the same
+             * bytes in both layouts: a per-channel bias, a scalar, an (N,1,H,W) map */
+            go = x >= 0 && r == 4 && L.fmt[x] == KILN_FORMAT_NHWC && n->n_in > 1 && n->in[1] >= 0 &&
+                 layout_free(&m->values[n->in[1]]);
         } else if (k != K_NONE) {
             go = x >= 0 && r == 4 && L.fmt[x] == KILN_FORMAT_NHWC;
         }
@@ -447,7 +457,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
          * graph output. It has its weight's shape, known when the batch is symbolic. */
         const bool free_dw = k == K_CGRAD_W && y >= 0 &&
                              (layout_free(&m->values[y]) || (n->n_in > 2 && weight_layout_free(m, prod, n->in[2])));
-        if (go && k != K_GAP && k != K_CGRAD_B && y >= 0 && !free_dw)
+        if (go && k != K_GAP && k != K_CGRAD_B && k != K_SUM_TO && y >= 0 && !free_dw)
             L.fmt[y] = KILN_FORMAT_NHWC;
         /* GlobalAveragePool's (N, C, 1, 1) is labelled for its readers: NHWC when only
          * convolutions read it (a squeeze-and-excitation block), else NCHW */

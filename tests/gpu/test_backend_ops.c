@@ -53,6 +53,14 @@
  *     kiln.FusedElementwise case is compiled by NVRTC for sm_90; the table of counts
  *     then lists which ops got cases, and the coverage check runs (the CI check).
  *   OP: only the test cases of these ops' files (kiln_op_def names); no coverage check.
+ *   --grad-coverage: no device; the audit of issue 12 (ctest grad_coverage, label cpu in
+ *     CUDA builds). Only the gradient graphs are built: for every op of the registry with a
+ *     gradient rule, its own test cases are extended by autograd as in the sweep, and every
+ *     node autograd emits must have a kernel in the cuda table (kiln.UnaryGrad: one for the
+ *     op it differentiates) that accepts at least one of the cases that reach it. FAIL
+ *     names each emitted op without one, each op that refuses every case (with the
+ *     reason), and each op with a gradient rule whose cases never built a gradient graph;
+ *     exceptions are listed in grad_exceptions below, each with its reason.
  *   -v: print every passing line, every unsupported case with its reason, and a table
  *     row per op and dtype with the first reason a case was unsupported (default:
  *     failures, one line per op file, and the table of one line per op).
@@ -78,6 +86,61 @@ static bool verbose;
 static int passed, failed;
 /* The current case's own tolerances (kiln_optest's atol / rtol): the least allowed in f32. */
 static double case_atol, case_rtol;
+
+/* ------------------------------------------------------------------ the gradient audit */
+
+static bool grad_coverage; /* --grad-coverage */
+static const char *audit_from; /* the forward op of the gradient graph being swept */
+
+/* Ops a gradient rule emits that need no CUDA kernel, each with its reason. Only ops that
+ * are not differentiated in practice belong here. */
+static const struct {
+    const char *key, *why;
+} grad_exceptions[] = {
+    /* the loss sum(Y * R) that kiln_gradcheck and this sweep append to every case: a test
+     * harness op, never part of a model or a training graph */
+    {"kiln.GradCheckLossGrad", "the gradient checker's own loss (test harness only)"},
+    /* the same loss as a forward op: its rule differentiates Y only, never R, and no case
+     * of its file takes a gradient through it (the harness does, above) */
+    {"kiln.GradCheckLoss", "the gradient checker's own loss (test harness only)"},
+};
+
+typedef struct audit {
+    char key[200]; /* table name; kiln.UnaryGrad with [op] */
+    bool missing;  /* no kernel in the cuda table */
+    int accepted;  /* cases (all dtypes counted once) the supports check took */
+    int refused;   /* cases it refused in every dtype */
+    char why[200]; /* the first refusal's reason */
+    char from[64]; /* the first forward op whose rule emitted it */
+} audit;
+
+static audit *audits;
+static int n_audits, cap_audits;
+/* ops with a gradient rule whose cases built a gradient graph */
+static bool *grad_built;
+
+static audit *audit_for(const char *key, const char *from) {
+    for (int i = 0; i < n_audits; i++)
+        if (strcmp(audits[i].key, key) == 0) return &audits[i];
+    if (n_audits == cap_audits) {
+        int cap = cap_audits ? 2 * cap_audits : 64;
+        audit *grown = realloc(audits, (size_t)cap * sizeof *grown);
+        if (!grown) return NULL;
+        audits = grown;
+        cap_audits = cap;
+    }
+    audit *a = &audits[n_audits++];
+    memset(a, 0, sizeof *a);
+    snprintf(a->key, sizeof a->key, "%s", key);
+    snprintf(a->from, sizeof a->from, "%s", from);
+    return a;
+}
+
+static const char *grad_exception(const char *key) {
+    for (size_t i = 0; i < sizeof grad_exceptions / sizeof grad_exceptions[0]; i++)
+        if (strcmp(grad_exceptions[i].key, key) == 0) return grad_exceptions[i].why;
+    return NULL;
+}
 
 /* ------------------------------------------------------------------ counts */
 
@@ -400,8 +463,22 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
                        bool grad) {
     char key[96];
     op_key(node, key, sizeof key);
-    if (node->op < 0 || !kiln_cuda_kernel_for(node->op)) return; /* no kernel on this backend */
+    audit *au = NULL; /* --grad-coverage: the audit's entry of this gradient node */
+    if (grad_coverage && grad) {
+        char akey[200];
+        if (strcmp(key, "kiln.UnaryGrad") == 0)
+            snprintf(akey, sizeof akey, "%s[%s]", key, kiln_attr_string(node, "op", "?"));
+        else
+            snprintf(akey, sizeof akey, "%s", key);
+        au = audit_for(akey, audit_from);
+    }
+    if (node->op < 0 || !kiln_cuda_kernel_for(node->op)) { /* no kernel on this backend */
+        if (au) au->missing = true;
+        return;
+    }
     if (n_in > MAX_IN || n_out > MAX_OUT || n_out < 1) return;
+    bool any_dtype = false;     /* the backend took the node in some dtype */
+    char first_why[200] = "";  /* else the reason it gave */
     const kiln_op_def *d = kiln_op_get(node->op);
     bool has_float = false, has_f64 = false;
     for (int i = 0; i < n_in; i++) {
@@ -459,10 +536,12 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
         }
         if (!supported) {
             if (why0[0]) snprintf(why, sizeof why, "%s", why0); /* the reason with every input converted */
+            if (!first_why[0]) snprintf(first_why, sizeof first_why, "%s", why);
             if (verbose) printf("skip %s %s %s: %s\n", key, label, dtname, why);
             tally(key, dtname, C_UNSUP, false, grad, why);
             continue;
         }
+        any_dtype = true;
         /* the reference on the same (rounded) values */
         snprintf(lab, sizeof lab, "%s %s %s%s", key, label, dtname, grad ? " (gradient graph)" : "");
         if (gpu_eval_ref(ctx, node, n_in, ref, n_out, rout, 0, false) != KILN_OK) {
@@ -503,6 +582,11 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
         free_all(dev, n_in);
         free_all(ref, n_in);
     next_dtype:;
+    }
+    if (au && any_dtype) au->accepted++;
+    if (au && !any_dtype) {
+        au->refused++;
+        if (!au->why[0]) snprintf(au->why, sizeof au->why, "%s", first_why);
     }
 }
 
@@ -589,9 +673,11 @@ static void sweep_gradients(const kiln_node *node, int n_in, kiln_tensor *const 
         if (wrt[i]) params[np++] = kiln_model_find_value(m, names[i]);
     const int first_bwd = m->n_nodes;
     if (kiln_autograd(m, loss, np, params, grads)) {
-        if (verbose) printf("note %s: no gradient graph: %s\n", label, kiln_context_message(mctx));
+        if (verbose || grad_coverage) printf("note %s: no gradient graph: %s\n", label, kiln_context_message(mctx));
         goto out;
     }
+    if (grad_built) grad_built[node->op] = true;
+    audit_from = node->op_type;
     /* evaluate the graph in node order on the CPU */
     vals = calloc((size_t)m->n_values, sizeof *vals);
     if (!vals) goto out;
@@ -641,7 +727,7 @@ static void on_case(const kiln_node *node, int n_in, kiln_tensor *const *in, int
     kiln_node n = *node;
     if (n.op < 0) return;
     if (!n.domain) n.domain = (char *)"";
-    sweep_node(&n, n_in, in, n_out, label, false);
+    if (!grad_coverage) sweep_node(&n, n_in, in, n_out, label, false);
     sweep_gradients(&n, n_in, in, n_out, label);
 }
 
@@ -675,12 +761,55 @@ static int cmp_rows(const void *a, const void *b) {
     return c ? c : strcmp(x->dt, y->dt);
 }
 
+/* --grad-coverage: the audit's verdict (0: every emitted gradient op has a CUDA kernel
+ * that takes its cases, and every op with a gradient rule was reached). */
+static int report_audit(int n_only) {
+    int bad = 0;
+    printf("\n%-44s %8s %8s  %s\n", "gradient op (cuda)", "accepted", "refused", "first emitted by / verdict");
+    for (int i = 0; i < n_audits; i++) {
+        const audit *a = &audits[i];
+        const char *exc = grad_exception(a->key); /* kiln.UnaryGrad by its [op] */
+        const char *verdict = exc ? "exception" : a->missing ? "FAIL: no kernel in src/cuda/table.c"
+                                              : a->accepted == 0 ? "FAIL: the kernel refuses every case"
+                                                                 : "ok";
+        printf("%-44s %8d %8d  %s: %s%s%s\n", a->key, a->accepted, a->refused, a->from, verdict,
+               exc ? " - " : a->refused && a->why[0] ? " - refused: " : "", exc ? exc : a->refused ? a->why : "");
+        if (!exc && (a->missing || a->accepted == 0)) {
+            printf("FAIL %s (emitted by the gradient of %s): %s\n", a->key, a->from,
+                   a->missing ? "no CUDA kernel" : a->why);
+            bad++;
+        }
+    }
+    for (int i = 0; i < kiln_op_count() && n_only == 0; i++) {
+        const kiln_op_def *d = kiln_op_get(i);
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", d->domain ? "kiln." : "", d->name);
+        if (!d->grad || grad_built[i] || grad_exception(name)) continue;
+        printf("FAIL %s: has a gradient rule but none of its test cases builds a gradient graph (add a float "
+               "case to its op file)\n",
+               name);
+        bad++;
+    }
+    /* the forward op too: a differentiable op must run on the device to be trained there */
+    for (int i = 0; i < kiln_op_count() && n_only == 0; i++) {
+        const kiln_op_def *d = kiln_op_get(i);
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", d->domain ? "kiln." : "", d->name);
+        if (!d->grad || kiln_cuda_kernel_for(i) || grad_exception(name)) continue;
+        printf("FAIL %s: has a gradient rule but no CUDA kernel of its own (src/cuda/table.c)\n", name);
+        bad++;
+    }
+    printf("%d gradient ops audited, %d failed\n", n_audits, bad);
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     bool dry = false, want_canary = false;
     int n_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--record") == 0) dry = true;
+        else if (strcmp(argv[i], "--grad-coverage") == 0) dry = grad_coverage = true;
         else if (strcmp(argv[i], "--canary") == 0) want_canary = true;
         else if (strcmp(argv[i], "-v") == 0) verbose = true;
         else n_only++;
@@ -709,6 +838,10 @@ int main(int argc, char **argv) {
     const bool have_dir = cu && mkdtemp(dir) != NULL;
     if (have_dir && !getenv("KILN_CACHE_DIR")) setenv("KILN_CACHE_DIR", dir, 1);
 
+    if (grad_coverage) {
+        grad_built = calloc((size_t)kiln_op_count(), sizeof *grad_built);
+        if (!grad_built) return 1;
+    }
     kiln_optest_set_hook(on_case);
     for (int i = 0; i < kiln_op_count(); i++) {
         const kiln_op_def *d = kiln_op_get(i);
@@ -726,6 +859,14 @@ int main(int argc, char **argv) {
     }
     kiln_optest_set_hook(NULL);
 
+    if (grad_coverage) {
+        const int r = report_audit(n_only);
+        kiln_context_free(ctx);
+        free(rows);
+        free(audits);
+        free(grad_built);
+        return r;
+    }
     qsort(rows, (size_t)n_rows, sizeof *rows, cmp_rows);
     if (verbose) { /* one row per op and dtype, with the first reason a case was unsupported */
         printf("\n%-36s %-5s %7s %7s %7s %6s %6s %7s  %s\n", "op (cuda)", "dtype", dry ? "checked" : "passed",
