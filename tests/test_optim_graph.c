@@ -777,7 +777,14 @@ int main(void) {
         c.no_decay_bn_bias = 1;
         c.clip_grad_norm = 1.0f;
         model_vs_trainer(c, 1.f, 5, false);
+        c.accumulate = 3; /* clipping the averaged gradient of 3 micro-batches */
+        model_vs_trainer(c, 1.f, 7, false);
     }
+    kiln_train_options lamb16 = lb[1]; /* fp16 loss scaling: clipping after unscaling, overflows skipped */
+    lamb16.amp = KILN_AMP_FP16;
+    lamb16.clip_grad_norm = 0.5f;
+    lamb16.no_decay_bn_bias = 1;
+    model_vs_trainer(lamb16, 3000.f, 8, false);
     printf("%s (%d failed checks)\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
 }
