@@ -1022,7 +1022,13 @@ static int parse_optim_flag(int c, const char *v, optim_flags *f) {
         if (optim_number("lars-eta", v, 0, &x)) return 2;
         f->lars_eta = (float)x;
         return 1;
-    case O_STEP_SIZE: return optim_number("step-size", v, 0, &f->step_size) ? 2 : (f->step_size > 0 ? 1 : 2);
+    case O_STEP_SIZE:
+        if (optim_number("step-size", v, 0, &f->step_size)) return 2;
+        if (!(f->step_size > 0)) {
+            fprintf(stderr, "kiln train: --step-size must be > 0 epochs\n");
+            return 2;
+        }
+        return 1;
     case O_WARMUP: return optim_number("warmup", v, 0, &f->warmup) ? 2 : 1;
     default: return 0;
     }

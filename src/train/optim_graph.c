@@ -75,8 +75,9 @@ static int fill_attrs(kiln_context *ctx, kiln_attr *a, const kiln_train_options 
     F("gamma", o->gamma);
     I("total_steps", o->total_steps);
     I("warmup_steps", o->warmup_steps);
-    F("lars_eta", o->lars_eta > 0 ? o->lars_eta : 0.001f); /* kiln_train_options' default */
-    F("clip_grad_norm", o->clip_grad_norm);
+    /* only where they matter (the op's defaults otherwise): graphs of the other options unchanged */
+    if (o->optimizer == KILN_OPTIM_LARS) F("lars_eta", o->lars_eta > 0 ? o->lars_eta : 0.001f);
+    if (o->clip_grad_norm > 0) F("clip_grad_norm", o->clip_grad_norm);
     if (ok && no_decay) { /* no_decay: n ints, 1 where parameter k takes no weight decay */
         ok = put_attr(ctx, &a[k], "no_decay", KILN_ATTR_INTS, 0.f, 0);
         a[k].ints = ok ? kiln_calloc(ctx, (size_t)n_params, sizeof(int64_t), "optimizer attributes") : NULL;
