@@ -6,13 +6,15 @@
  * rounding, within 1e-6 relative), kiln.NonFiniteCheck, kiln.LossScaleUpdate and
  * kiln.GradAccumulate. Several steps, each step's outputs feeding the next. The fused
  * tail's update (kiln_cuda_optimizer_step over a device table, what CUDA training runs)
- * against kiln.OptimizerStep's CPU reference for the same large-batch options. Needs a
- * CUDA device (label gpu); without one it fails. */
+ * against kiln.OptimizerStep's CPU reference for the same large-batch options, and whole
+ * trainers (mnist-net, LARS / LAMB / SGD with those options) on CUDA against the CPU
+ * trainer. Needs a CUDA device (label gpu); without one it fails. */
 #include "core/internal.h"
 #include "core/optest.h"
 #include "cuda/cuda_backend.h"
 #include "train/optim_graph.h"
 #include "train/trainer_internal.h"
+#include "kiln_models.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -264,6 +266,64 @@ static void fused_case(const kiln_train_options *o, int n, bool unscale, const c
     free(nd);
 }
 
+/* A whole trainer on CUDA (the update lowered into the captured step's fused tail, src/cuda/
+ * train.c) against the CPU trainer: mnist-net, 2 epochs of 4 steps over 200 random images,
+ * dropout on (the same seeds), TF32 off; weights within 1e-4, losses within 1e-4 relative. */
+static void trainer_case(kiln_train_options o, const char *label) {
+    const int64_t n = 200, batch = 64;
+    kiln_model *ma = NULL, *mb = NULL;
+    kiln_trainer *a = NULL, *b = NULL;
+    kiln_tensor *images = kt_rand(KILN_F32, 4, KT_DIMS(n, 1, 28, 28), 0, 1, 31);
+    kiln_tensor *labels = kt_rand(KILN_I64, 1, KT_DIMS(n), 0, 10, 32);
+    o.seed = 7;
+    o.strict_fp32 = 1;
+    o.device = KILN_DEVICE_CPU;
+    kiln_status st = images && labels ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &ma);
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &mb);
+    if (!st) st = kiln_trainer_create(ma, "loss", &o, &a);
+    o.device = KILN_DEVICE_CUDA;
+    if (!st) st = kiln_trainer_create(mb, "loss", &o, &b);
+    float la[2] = {0}, lb[2] = {0};
+    for (int e = 0; e < 2 && !st; e++) {
+        st = kiln_trainer_train_epoch(a, images, labels, batch, 5, e, 0, -1, &la[e]);
+        if (!st) st = kiln_trainer_train_epoch(b, images, labels, batch, 5, e, 0, -1, &lb[e]);
+    }
+    if (!st) st = kiln_trainer_sync_host(b);
+    CHECK(st == KILN_OK, "%s: %s", label, kiln_context_message(ctx));
+    if (!st) {
+        double worst = 0, moved = 0;
+        for (int k = 0; k < a->n_params; k++)
+            for (int64_t i = 0; i < a->params[k].numel; i++) {
+                const double d = fabs((double)((const float *)a->params[k].value->data)[i] -
+                                      (double)((const float *)b->params[k].value->data)[i]);
+                if (!(d <= worst)) worst = d;
+            }
+        /* the update did something: the weights moved from the fresh model's */
+        for (int k = 0; k < a->n_params; k++) {
+            const int v = a->params[k].fwd_value;
+            const kiln_tensor *w0 = v >= 0 && v < ma->n_values ? ma->values[v].init : NULL;
+            if (w0 && kiln_tensor_numel(w0) != a->params[k].numel) w0 = NULL;
+            for (int64_t i = 0; w0 && i < a->params[k].numel; i++)
+                moved = fmax(moved, fabs((double)((const float *)w0->data)[i] -
+                                         (double)((const float *)a->params[k].value->data)[i]));
+        }
+        const bool ok = fabs(la[0] - lb[0]) <= 1e-4 * fabs(la[0]) && fabs(la[1] - lb[1]) <= 1e-4 * fabs(la[1]) &&
+                        worst <= 1e-4 && isfinite(la[1]) && moved > 1e-4;
+        CHECK(ok, "%s: losses %.9g, %.9g vs the CPU's %.9g, %.9g; weights differ by up to %.3g, moved up to %.3g",
+              label, lb[0], lb[1], la[0], la[1], worst, moved);
+        if (ok)
+            printf("ok   %s: 8 steps on CUDA = the CPU trainer (weights within %.2g, moved up to %.3g)\n", label,
+                   worst, moved);
+    }
+    kiln_trainer_free(a);
+    kiln_trainer_free(b);
+    kiln_model_free(ma);
+    kiln_model_free(mb);
+    kiln_tensor_free(images);
+    kiln_tensor_free(labels);
+}
+
 int main(void) {
     kiln_context_create(&ctx);
     kiln_cuda_options co = {.device = 0, .arena_bytes = (size_t)256 << 20};
@@ -334,6 +394,18 @@ int main(void) {
                  kiln_optimizer_name(o->optimizer), o->clip_grad_norm, o->no_decay_bn_bias);
         fused_case(o, 9, true, label);
     }
+    trainer_case((kiln_train_options){.optimizer = KILN_OPTIM_LARS, .lr = 0.5f, .momentum = 0.9f,
+                                      .weight_decay = 5e-4f, .lars_eta = 0.02f, .no_decay_bn_bias = 1,
+                                      .clip_grad_norm = 1.f, .schedule = KILN_SCHEDULE_POLY, .total_steps = 8,
+                                      .warmup_steps = 2},
+                 "trainer LARS, no decay on 1-D, clip 1, poly with warm-up");
+    trainer_case((kiln_train_options){.optimizer = KILN_OPTIM_LAMB, .lr = 2e-3f, .weight_decay = 0.01f,
+                                      .no_decay_bn_bias = 1, .clip_grad_norm = 0.5f,
+                                      .schedule = KILN_SCHEDULE_COSINE, .total_steps = 8, .warmup_steps = 2},
+                 "trainer LAMB, no decay on 1-D, clip 0.5, cosine with warm-up");
+    trainer_case((kiln_train_options){.optimizer = KILN_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .nesterov = 1,
+                                      .weight_decay = 1e-3f, .no_decay_bn_bias = 1, .clip_grad_norm = 0.5f},
+                 "trainer SGD Nesterov, no decay on 1-D, clip 0.5");
     /* NonFiniteCheck: finite, an inf in the 70th gradient, f16 */
     for (int bad = 0; bad < 2; bad++) {
         const int n = 70;
