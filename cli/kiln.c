@@ -51,8 +51,18 @@ static const struct { const char *name, *text; } commands[] = {
      "        searches and graph captures inside the first epoch instead of before it)\n"
      "        [--export MODEL.onnx]   (the trained inference graph, input image -> logprobs, as\n"
      "        ONNX at the end of training)\n"
-     "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
-     "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
+     "      optimizer and schedule (docs/train.md):\n"
+     "        [--optimizer adadelta|sgd|adam|adamw|lars|lamb]   (default adadelta, as\n"
+     "        pytorch/examples mnist) [--lr LR] (default per optimizer: adadelta 1, sgd 0.01,\n"
+     "        lars 0.1, adam/adamw/lamb 0.001) [--momentum M] (sgd 0; lars 0.9) [--nesterov]\n"
+     "        [--wd WD] (weight decay, 0) [--no-decay-bn-bias] (none on 1-D parameters: BN, biases)\n"
+     "        [--lars-eta ETA] (0.001) [--clip-grad NORM] (clip the gradients' global 2-norm)\n"
+     "        [--schedule step|constant|cosine|poly] (default step) [--step-size EPOCHS] (1)\n"
+     "        [--gamma G] (0.7) [--warmup EPOCHS] (linear warm-up, 0)   EPOCHS may be\n"
+     "        fractional (0.5); they are converted to optimizer steps. cosine and poly (power 2)\n"
+     "        decay to 0 over --epochs; poly starts after the warm-up.\n"
+     "      Train pytorch/examples' MNIST network on an MNIST-format data set (by default\n"
+     "      Adadelta, StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
      "      one training step, slowest first: each node of the forward + backward on its\n"
      "      own, the batch gather (prologue) and the optimizer (epilogue), their sum, and\n"
      "      the whole step as a CUDA graph replay (median of 200; CPU: host clock); the\n"
@@ -1104,6 +1114,130 @@ static void progress(bool tty, int64_t epoch, int64_t epochs, int64_t step, int6
     }
 }
 
+/* kiln train's optimizer and schedule flags, in one block: OPTIM_LONGOPTS in the option
+ * table, parse_optim_flag from the argument loop, apply_optim_flags once the number of
+ * optimizer steps per epoch is known (--step-size and --warmup count epochs). */
+typedef struct optim_flags {
+    const char *optimizer, *schedule;
+    float momentum, wd, gamma, clip, lars_eta;
+    double step_size, warmup; /* epochs */
+    int nesterov, no_decay, momentum_set;
+} optim_flags;
+#define OPTIM_FLAGS_INIT {.optimizer = "adadelta", .schedule = "step", .gamma = 0.7f, .step_size = 1}
+enum { O_OPTIMIZER = 512, O_MOMENTUM, O_NESTEROV, O_WD, O_SCHEDULE, O_STEP_SIZE, O_GAMMA, O_WARMUP, O_CLIP_GRAD,
+       O_NO_DECAY_BN_BIAS, O_LARS_ETA };
+#define OPTIM_LONGOPTS                                                                                             \
+    {"optimizer", required_argument, NULL, O_OPTIMIZER}, {"momentum", required_argument, NULL, O_MOMENTUM},      \
+        {"nesterov", no_argument, NULL, O_NESTEROV}, {"wd", required_argument, NULL, O_WD},                      \
+        {"schedule", required_argument, NULL, O_SCHEDULE}, {"step-size", required_argument, NULL, O_STEP_SIZE}, \
+        {"gamma", required_argument, NULL, O_GAMMA}, {"warmup", required_argument, NULL, O_WARMUP},             \
+        {"clip-grad", required_argument, NULL, O_CLIP_GRAD},                                                    \
+        {"no-decay-bn-bias", no_argument, NULL, O_NO_DECAY_BN_BIAS}, {"lars-eta", required_argument, NULL, O_LARS_ETA}
+
+/* A number for flag `name`, whole string; 0 or 2 (with a message). */
+static int optim_number(const char *name, const char *v, double lo, double *out) {
+    char *end = NULL;
+    const double x = v ? strtod(v, &end) : NAN;
+    if (!v || end == v || *end || !(x >= lo) || !isfinite(x)) {
+        fprintf(stderr, "kiln train: --%s takes a number >= %g, got '%s'\n", name, lo, v ? v : "");
+        return 2;
+    }
+    *out = x;
+    return 0;
+}
+
+/* 1: c was one of this block's flags (taken), 0: not one of them, 2: a bad value. */
+static int parse_optim_flag(int c, const char *v, optim_flags *f) {
+    double x = 0;
+    switch (c) {
+    case O_OPTIMIZER: f->optimizer = v; return 1;
+    case O_SCHEDULE: f->schedule = v; return 1;
+    case O_NESTEROV: f->nesterov = 1; return 1;
+    case O_NO_DECAY_BN_BIAS: f->no_decay = 1; return 1;
+    case O_MOMENTUM:
+        if (optim_number("momentum", v, 0, &x)) return 2;
+        f->momentum = (float)x;
+        f->momentum_set = 1;
+        return 1;
+    case O_WD:
+        if (optim_number("wd", v, 0, &x)) return 2;
+        f->wd = (float)x;
+        return 1;
+    case O_GAMMA:
+        if (optim_number("gamma", v, 0, &x)) return 2;
+        f->gamma = (float)x;
+        return 1;
+    case O_CLIP_GRAD:
+        if (optim_number("clip-grad", v, 0, &x)) return 2;
+        f->clip = (float)x;
+        return 1;
+    case O_LARS_ETA:
+        if (optim_number("lars-eta", v, 0, &x)) return 2;
+        f->lars_eta = (float)x;
+        return 1;
+    case O_STEP_SIZE:
+        if (optim_number("step-size", v, 0, &f->step_size)) return 2;
+        if (!(f->step_size > 0)) {
+            fprintf(stderr, "kiln train: --step-size must be > 0 epochs\n");
+            return 2;
+        }
+        return 1;
+    case O_WARMUP: return optim_number("warmup", v, 0, &f->warmup) ? 2 : 1;
+    default: return 0;
+    }
+}
+
+/* Into o: the optimizer, its hyper-parameters and the schedule, epochs counted in optimizer
+ * steps (steps_per_epoch of them; --epochs in all; 0: not known yet, the steps are left).
+ * lr 0 takes the optimizer's default. 0 or 2. */
+static int apply_optim_flags(const optim_flags *f, float lr, int64_t steps_per_epoch, int64_t epochs,
+                             kiln_train_options *o) {
+    static const struct { const char *name; kiln_optimizer opt; float lr; } opts[] = {
+        {"adadelta", KILN_OPTIM_ADADELTA, 1.0f}, {"sgd", KILN_OPTIM_SGD, 0.01f}, {"adam", KILN_OPTIM_ADAM, 1e-3f},
+        {"adamw", KILN_OPTIM_ADAMW, 1e-3f},      {"lars", KILN_OPTIM_LARS, 0.1f}, {"lamb", KILN_OPTIM_LAMB, 1e-3f}};
+    static const struct { const char *name; kiln_schedule s; } scheds[] = {
+        {"constant", KILN_SCHEDULE_CONSTANT}, {"step", KILN_SCHEDULE_STEP}, {"cosine", KILN_SCHEDULE_COSINE},
+        {"poly", KILN_SCHEDULE_POLY}};
+    size_t i = 0, j = 0;
+    while (i < sizeof opts / sizeof opts[0] && strcmp(opts[i].name, f->optimizer) != 0) i++;
+    while (j < sizeof scheds / sizeof scheds[0] && strcmp(scheds[j].name, f->schedule) != 0) j++;
+    if (i == sizeof opts / sizeof opts[0]) {
+        fprintf(stderr, "kiln train: --optimizer must be adadelta, sgd, adam, adamw, lars or lamb, got '%s'\n",
+                f->optimizer);
+        return 2;
+    }
+    if (j == sizeof scheds / sizeof scheds[0]) {
+        fprintf(stderr, "kiln train: --schedule must be constant, step, cosine or poly, got '%s'\n", f->schedule);
+        return 2;
+    }
+    if (f->nesterov && (opts[i].opt != KILN_OPTIM_SGD || f->momentum == 0)) {
+        fprintf(stderr, "kiln train: --nesterov needs --optimizer sgd and --momentum > 0\n");
+        return 2;
+    }
+    o->optimizer = opts[i].opt;
+    o->lr = lr > 0 ? lr : opts[i].lr;
+    o->momentum = f->momentum_set ? f->momentum : opts[i].opt == KILN_OPTIM_LARS ? 0.9f : 0.f;
+    o->nesterov = f->nesterov;
+    o->weight_decay = f->wd;
+    o->no_decay_bn_bias = f->no_decay;
+    o->clip_grad_norm = f->clip;
+    o->lars_eta = f->lars_eta;
+    o->schedule = scheds[j].s;
+    o->gamma = f->gamma;
+    if (steps_per_epoch <= 0) return 0; /* the names checked; the steps come with the data */
+    const double spe = (double)steps_per_epoch;
+    o->step_size = (int64_t)ceil(f->step_size * spe);
+    if (o->step_size < 1) o->step_size = 1;
+    o->warmup_steps = (int64_t)ceil(f->warmup * spe);
+    o->total_steps = (int64_t)spe * epochs;
+    if ((o->schedule == KILN_SCHEDULE_POLY || o->schedule == KILN_SCHEDULE_COSINE) && o->total_steps <= o->warmup_steps) {
+        fprintf(stderr, "kiln train: --warmup (%lld steps) must end before --epochs (%lld steps) for --schedule %s\n",
+                (long long)o->warmup_steps, (long long)o->total_steps, f->schedule);
+        return 2;
+    }
+    return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
     train_args a = {.epochs = 1, .batch = 64, .accumulate = 1, .seed = 1, .dropout = 1, .device = "cpu", .amp = "off",
                     .plot_w = 1200, .plot_h = 900};
@@ -1124,7 +1258,9 @@ static int cmd_train(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},                     {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},            {"plot-size", required_argument, NULL, O_PLOT_SIZE},
         {"export", required_argument, NULL, O_EXPORT},
+        OPTIM_LONGOPTS,
         {0}};
+    optim_flags of = OPTIM_FLAGS_INIT;
     for (int c; (c = next_opt("train", argc, argv, longopts)) != -1;) {
         const char *v = optarg;
         switch (c) {
@@ -1157,7 +1293,9 @@ static int cmd_train(int argc, char **argv) {
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
-        default: return 2;
+        default:
+            if (parse_optim_flag(c, v, &of) != 1) return 2;
+            break;
         }
     }
     for (int i = optind; i < argc; i++) {
@@ -1176,9 +1314,9 @@ static int cmd_train(int argc, char **argv) {
         fprintf(stderr, "kiln train: --epochs, --batch and --accumulate must be >= 1\n");
         return 2;
     }
-    kiln_train_options o = {.optimizer = KILN_OPTIM_ADADELTA, .lr = a.lr > 0 ? a.lr : 1.0f, .schedule = KILN_SCHEDULE_STEP,
-                            .gamma = 0.7f, .accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads,
+    kiln_train_options o = {.accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads,
                             .strict_fp32 = a.strict_fp32, .disable_passes = a.disable};
+    if (apply_optim_flags(&of, a.lr, 0, a.epochs, &o)) return 2; /* the names, checked before loading data */
     if (parse_device("train", a.device, &o.device)) return 2;
     if (strcmp(a.amp, "off") == 0) o.amp = KILN_AMP_OFF;
     else if (strcmp(a.amp, "fp16") == 0) o.amp = KILN_AMP_FP16;
@@ -1216,7 +1354,11 @@ static int cmd_train(int argc, char **argv) {
         goto out;
     }
     const int64_t steps = kiln_loader_steps_per_epoch(l);
-    o.step_size = (steps + a.accumulate - 1) / a.accumulate; /* StepLR steps once per epoch */
+    /* epochs of --step-size / --warmup in optimizer steps (StepLR steps once per epoch by default) */
+    if (apply_optim_flags(&of, a.lr, (steps + a.accumulate - 1) / a.accumulate, a.epochs, &o)) {
+        rc = 2;
+        goto out;
+    }
     if (kiln_model_mnist_net(ctx, -1, a.seed, a.dropout, &m)) {
         rc = fail(ctx, "mnist-net");
         goto out;

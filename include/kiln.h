@@ -470,13 +470,17 @@ typedef enum kiln_optimizer {
     KILN_OPTIM_SGD = 0,      /* momentum, Nesterov, weight decay (PyTorch's torch.optim.SGD) */
     KILN_OPTIM_ADAM = 1,
     KILN_OPTIM_ADAMW = 2,    /* decoupled weight decay */
-    KILN_OPTIM_ADADELTA = 3  /* what pytorch/examples mnist uses */
+    KILN_OPTIM_ADADELTA = 3, /* what pytorch/examples mnist uses */
+    KILN_OPTIM_LARS = 4,     /* layer-wise adaptive rate scaling, as MLPerf's ResNet-50 (see lars_eta) */
+    KILN_OPTIM_LAMB = 5      /* Adam moments scaled per tensor by ||w|| / ||update|| (see below) */
 } kiln_optimizer;
 
 typedef enum kiln_schedule {
     KILN_SCHEDULE_CONSTANT = 0,
     KILN_SCHEDULE_STEP = 1,  /* lr * gamma^floor(step / step_size) (PyTorch's StepLR) */
-    KILN_SCHEDULE_COSINE = 2 /* lr * (1 + cos(pi * step / total_steps)) / 2 */
+    KILN_SCHEDULE_COSINE = 2, /* lr * (1 + cos(pi * step / total_steps)) / 2 */
+    KILN_SCHEDULE_POLY = 3    /* lr * (1 - (step - warmup_steps) / (total_steps - warmup_steps))^2 after
+                                 the warm-up (MLPerf's LARS schedule; 0 from total_steps on) */
 } kiln_schedule;
 
 typedef enum kiln_amp {
@@ -486,23 +490,35 @@ typedef enum kiln_amp {
 } kiln_amp;
 
 /* Options of a trainer. Zeroed fields take the defaults named here. Schedules count
- * optimizer steps; warm-up (linear from 0) multiplies any schedule. */
+ * optimizer steps; warm-up (linear from 0: lr * (step + 1) / warmup_steps while step <
+ * warmup_steps) multiplies any schedule. STEP and COSINE count from step 0 (so the warm-up
+ * scales their first values); POLY decays over the steps after the warm-up.
+ *
+ * LARS (MLPerf ResNet-50's, NVIDIA's): per parameter tensor, trust = lars_eta * ||w|| /
+ * (||g|| + weight_decay * ||w||) (1 when either norm is 0), then v = momentum * v + lr *
+ * trust * (g + weight_decay * w), w -= v. LAMB (You et al., NVIDIA's FusedLAMB): Adam's
+ * moments with bias correction, u = m^ / (sqrt(v^) + eps) + weight_decay * w, trust =
+ * ||w|| / ||u|| (1 when either is 0), w -= lr * trust * u. With no_decay_bn_bias, the
+ * excluded tensors take neither weight decay nor the trust ratio (LARS: plain momentum
+ * SGD v = momentum * v + lr * g; LAMB: Adam). */
 typedef struct kiln_train_options {
     size_t struct_size;  /* as kiln_session_options.struct_size (KILN_TRAIN_OPTIONS_INIT) */
     kiln_device device;
     int device_index;    /* the CUDA device ordinal (0: the first) */
     kiln_optimizer optimizer;
-    float lr;            /* learning rate (0: 1.0 for Adadelta, 1e-3 for Adam/AdamW, 0.01 for SGD) */
-    float momentum;      /* SGD */
+    float lr;            /* learning rate (0: 1.0 for Adadelta, 1e-3 for Adam/AdamW/LAMB, 0.01 for SGD,
+                            0.1 for LARS) */
+    float momentum;      /* SGD, LARS */
     int nesterov;        /* SGD */
-    float weight_decay;  /* SGD, Adam, Adadelta: added to the gradient; AdamW: decoupled */
-    float beta1, beta2;  /* Adam, AdamW (0: 0.9 and 0.999) */
-    float eps;           /* Adam, AdamW (0: 1e-8); Adadelta (0: 1e-6) */
+    float weight_decay;  /* SGD, Adam, Adadelta: added to the gradient; AdamW, LAMB: decoupled;
+                            LARS: added to the gradient and in the trust ratio */
+    float beta1, beta2;  /* Adam, AdamW, LAMB (0: 0.9 and 0.999) */
+    float eps;           /* Adam, AdamW (0: 1e-8); Adadelta, LAMB (0: 1e-6) */
     float rho;           /* Adadelta (0: 0.9) */
     kiln_schedule schedule;
     int64_t step_size;   /* STEP */
     float gamma;         /* STEP */
-    int64_t total_steps; /* COSINE */
+    int64_t total_steps; /* COSINE, POLY (POLY: > warmup_steps) */
     int64_t warmup_steps;
     kiln_amp amp;
     int accumulate;      /* micro-batches per optimizer step (0 or 1: none); gradients are averaged */
@@ -523,6 +539,16 @@ typedef struct kiln_train_options {
                                 kernel), KILN_PASS_STREAMS, KILN_PASS_FUSE_LOSS and
                                 KILN_PASS_FUSE_POOL (with NHWC);
                                 CPU training passes them all to its session */
+    /* Large-batch training (issue 12): */
+    float lars_eta;       /* LARS trust coefficient (0: 0.001) */
+    float clip_grad_norm; /* > 0: PyTorch's clip_grad_norm_: when the 2-norm of all gradients
+                             together (after fp16 unscaling; with accumulation, of the averaged
+                             gradient) exceeds it, every gradient is scaled by
+                             clip_grad_norm / (norm + 1e-6); 0: no clipping */
+    int no_decay_bn_bias; /* 1: parameters of at most one dimension (BatchNormalization's
+                             scale and bias, every bias: PyTorch's "ndim <= 1" convention) take no
+                             weight decay, in every optimizer, and are LARS's / LAMB's excluded
+                             tensors (no trust ratio) */
 } kiln_train_options;
 #define KILN_TRAIN_OPTIONS_INIT {.struct_size = sizeof(kiln_train_options)}
 

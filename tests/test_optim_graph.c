@@ -146,6 +146,211 @@ static void op_vs_loop(const kiln_train_options *o, bool unscale) {
     kiln_context_free(ctx);
 }
 
+/* ------------------------------------ 1b. large-batch options against the reference
+ * kiln.OptimizerStep with LARS, LAMB, no weight decay on 1-D parameters and gradient
+ * clipping, 6 steps from random weights and gradients, against kiln_reference_update
+ * (tests/optim_reference.h: the formulas written out independently, norms in double):
+ * within 2e-6 relative of the weights and states (the two round differently). */
+static kiln_model *mlp(kiln_context *ctx);
+
+#define NQ 4
+static void op_vs_reference(const kiln_train_options *o, bool unscale, bool no_decay_on) {
+    kiln_context *ctx = NULL;
+    kiln_context_create(&ctx);
+    /* a 2-D weight, a bias, a 4-D conv weight, a BN scale */
+    const int nds[NQ] = {2, 1, 4, 1};
+    const int64_t dims[NQ][4] = {{6, 7}, {64}, {3, 2, 3, 3}, {5}};
+    const int ns = kiln_optimizer_states(o);
+    kiln_param ps[NQ];
+    memset(ps, 0, sizeof ps);
+    const int n_in = 3 + NQ * (2 + ns), n_out = 1 + NQ * (1 + ns);
+    kiln_tensor *in[3 + NQ * 4] = {0};
+    float *g_ref[NQ];
+    bool nd[NQ];
+    int64_t nd_flags[NQ];
+    in[0] = kt_scalar(KILN_I64, 0);
+    if (unscale) in[2] = kt_scalar(KILN_F32, 1.0 / 1024);
+    for (int k = 0; k < NQ; k++) {
+        ps[k].value = kiln_tensor_new(ctx, KILN_F32, nds[k], dims[k]);
+        ps[k].numel = kiln_tensor_numel(ps[k].value);
+        nd[k] = no_decay_on && nds[k] <= 1;
+        nd_flags[k] = nd[k];
+        g_ref[k] = calloc((size_t)ps[k].numel, sizeof(float));
+        for (int j = 0; j < ns; j++) ps[k].state[j] = calloc((size_t)ps[k].numel, sizeof(float));
+        in[3 + k] = kiln_tensor_new(ctx, KILN_F32, nds[k], dims[k]);
+        in[3 + NQ + k] = kiln_tensor_new(ctx, KILN_F32, nds[k], dims[k]);
+        for (int j = 0; j < ns; j++) in[3 + 2 * NQ + k * ns + j] = kiln_tensor_new(ctx, KILN_F32, nds[k], dims[k]);
+        for (int64_t i = 0; i < ps[k].numel; i++) ((float *)ps[k].value->data)[i] = frand(-1, 1) * (k == 3 ? 1 : 0.2f);
+        memcpy(in[3 + k]->data, ps[k].value->data, kiln_tensor_nbytes(ps[k].value));
+    }
+    kiln_attr *attrs = NULL;
+    int n_attrs = 0;
+    CHECK(kiln_optim_step_attrs_nd(ctx, o, NQ, no_decay_on ? nd_flags : NULL, &attrs, &n_attrs) == KILN_OK,
+          "attributes");
+    kiln_node node = {.op_type = "OptimizerStep", .name = "step", .domain = "kiln", .opset = 1,
+                      .op = kiln_op_index_domain("kiln", "OptimizerStep"), .n_in = n_in, .n_out = n_out,
+                      .n_attrs = n_attrs, .attrs = attrs};
+    double worst = 0;
+    bool ok = true;
+    for (int64_t step = 0; step < 6 && ok; step++) {
+        for (int k = 0; k < NQ; k++)
+            for (int64_t i = 0; i < ps[k].numel; i++) {
+                float g = (i % 11 == 3) ? 0.f : frand(-1, 1) * (i % 3 == 0 ? 1e-2f : 1.f);
+                if (unscale) g *= 1024;
+                ((float *)in[3 + NQ + k]->data)[i] = g;
+                g_ref[k][i] = unscale ? g * (1.0f / 1024.0f) : g;
+            }
+        for (int k = 0; k < NQ; k++) ps[k].grad = g_ref[k];
+        kiln_reference_update(o, step, kiln_trainer_lr_at(o, step), NQ, ps, nd);
+        kiln_tensor *out[1 + NQ * 3] = {0};
+        kiln_status st = kiln_op_eval(ctx, &node, n_in, in, n_out, out);
+        CHECK(st == KILN_OK, "OptimizerStep (%s): %s", opt_label(o), kiln_context_message(ctx));
+        if (st) {
+            ok = false;
+            break;
+        }
+        for (int k = 0; k < NQ; k++)
+            for (int j = -1; j < ns; j++) {
+                const float *got = out[j < 0 ? 1 + k : 1 + NQ + k * ns + j]->data;
+                const float *want = j < 0 ? ps[k].value->data : ps[k].state[j];
+                for (int64_t i = 0; i < ps[k].numel; i++) {
+                    const double err = fabs((double)got[i] - want[i]), budget = 1e-7 + 2e-6 * fabs(want[i]);
+                    if (!(err <= budget)) {
+                        CHECK(false, "%s clip %g%s%s: step %lld tensor %d %s[%lld] = %.9g, reference %.9g",
+                              opt_label(o), o->clip_grad_norm, unscale ? ", unscaled" : "",
+                              no_decay_on ? ", no decay on 1-D" : "", (long long)step, k, j < 0 ? "w" : "state",
+                              (long long)i, got[i], want[i]);
+                        ok = false;
+                        break;
+                    }
+                    if (err / budget > worst) worst = err / budget;
+                }
+            }
+        kiln_tensor_free(in[0]);
+        in[0] = out[0];
+        out[0] = NULL;
+        for (int k = 0; k < NQ * (1 + ns); k++) {
+            const int i = 3 + (k < NQ ? k : NQ + k);
+            kiln_tensor_free(in[i]);
+            in[i] = out[1 + k];
+            out[1 + k] = NULL;
+        }
+        for (int k = 0; k < 1 + NQ * 3; k++) kiln_tensor_free(out[k]);
+    }
+    if (ok)
+        printf("ok   OptimizerStep = reference formulas, 6 steps: %s clip %g%s%s (%.0f%% of the budget)\n",
+               opt_label(o), o->clip_grad_norm, unscale ? ", unscaled" : "", no_decay_on ? ", no decay on 1-D" : "",
+               100 * worst);
+    for (int a = 0; a < n_attrs; a++) kiln_attr_clear(&attrs[a]);
+    free(attrs);
+    for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
+    for (int k = 0; k < NQ; k++) {
+        kiln_tensor_free(ps[k].value);
+        free(ps[k].state[0]);
+        free(ps[k].state[1]);
+        free(g_ref[k]);
+    }
+    kiln_context_free(ctx);
+}
+
+/* The learning-rate schedules (kiln_trainer_lr_at: the formula the op and the CUDA step
+ * end share) against sequences written out here: linear warm-up, then constant, step,
+ * cosine or poly. */
+static void schedules(void) {
+    const double pi = 3.14159265358979323846;
+    struct {
+        kiln_train_options o;
+        double want[12];
+        const char *label;
+    } cases[] = {
+        /* warm-up 4 then constant 0.4: 0.1 0.2 0.3 0.4 0.4 ... */
+        {{.lr = 0.4f, .warmup_steps = 4}, {0.1, 0.2, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4},
+         "warm-up 4, constant"},
+        /* step: 1 * 0.5^floor(s / 3), warm-up 2 scaling steps 0 and 1 */
+        {{.lr = 1.0f, .schedule = KILN_SCHEDULE_STEP, .step_size = 3, .gamma = 0.5f, .warmup_steps = 2},
+         {0.5, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.125, 0.125, 0.125}, "warm-up 2, step 3 x 0.5"},
+        /* poly (power 2) over the 8 steps after a warm-up of 2, 0 from step 10 on */
+        {{.lr = 2.0f, .schedule = KILN_SCHEDULE_POLY, .total_steps = 10, .warmup_steps = 2},
+         {1, 2, 2, 2 * 0.875 * 0.875, 2 * 0.75 * 0.75, 2 * 0.625 * 0.625, 2 * 0.25, 2 * 0.375 * 0.375,
+          2 * 0.0625, 2 * 0.125 * 0.125, 0, 0},
+         "warm-up 2, poly to 10"},
+        {{.lr = 2.0f, .schedule = KILN_SCHEDULE_POLY, .total_steps = 4},
+         {2, 2 * 0.5625, 2 * 0.25, 2 * 0.0625, 0, 0, 0, 0, 0, 0, 0, 0}, "poly to 4, no warm-up"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        bool ok = true;
+        for (int s = 0; s < 12; s++) {
+            const double got = kiln_trainer_lr_at(&cases[c].o, s), want = cases[c].want[s];
+            if (!(fabs(got - want) <= 1e-6 * fabs(want) + 1e-9)) {
+                CHECK(false, "schedule %s: step %d lr %.9g, want %.9g", cases[c].label, s, got, want);
+                ok = false;
+            }
+        }
+        if (ok) printf("ok   schedule %s: 12 steps as written out\n", cases[c].label);
+    }
+    /* cosine over 10 steps after... counting from 0, warm-up 3 scaling its first values */
+    kiln_train_options o = {.lr = 0.5f, .schedule = KILN_SCHEDULE_COSINE, .total_steps = 10, .warmup_steps = 3};
+    bool ok = true;
+    for (int s = 0; s < 14; s++) {
+        double want = 0.5 * 0.5 * (1 + cos(pi * (s < 10 ? s : 10) / 10.0));
+        if (s < 3) want *= (s + 1) / 3.0;
+        const double got = kiln_trainer_lr_at(&o, s);
+        if (!(fabs(got - want) <= 1e-6 * fabs(want) + 1e-9)) {
+            CHECK(false, "cosine: step %d lr %.9g, want %.9g", s, got, want);
+            ok = false;
+        }
+    }
+    if (ok) printf("ok   schedule warm-up 3, cosine over 10: 14 steps\n");
+    /* the poly schedule with total_steps <= warmup_steps is refused */
+    kiln_context *ctx = NULL;
+    kiln_context_create(&ctx);
+    kiln_model *fwd = mlp(ctx);
+    kiln_trainer *t = NULL;
+    kiln_train_options bad = {.device = KILN_DEVICE_CPU, .schedule = KILN_SCHEDULE_POLY, .total_steps = 3,
+                              .warmup_steps = 3};
+    const kiln_status st = fwd ? kiln_trainer_create(fwd, "loss", &bad, &t) : KILN_ERR_INTERNAL;
+    CHECK(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_context_message(ctx), "poly"),
+          "poly with total_steps <= warmup_steps: status %d, '%s'", (int)st, kiln_context_message(ctx));
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_context_free(ctx);
+}
+
+/* no_decay_bn_bias reaches the update node: exactly the 1-D parameters (the biases) carry
+ * no_decay = 1, and without the option the node has no such attribute. */
+static void no_decay_selection(void) {
+    for (int on = 0; on < 2; on++) {
+        kiln_context *ctx = NULL;
+        kiln_context_create(&ctx);
+        kiln_model *fwd = mlp(ctx);
+        kiln_trainer *t = NULL;
+        kiln_train_options o = {.device = KILN_DEVICE_CPU, .optimizer = KILN_OPTIM_LARS, .momentum = 0.9f,
+                                .weight_decay = 1e-4f, .no_decay_bn_bias = on};
+        kiln_status st = fwd ? kiln_trainer_create(fwd, "loss", &o, &t) : KILN_ERR_INTERNAL;
+        CHECK(st == KILN_OK, "LARS trainer: %s", kiln_context_message(ctx));
+        const kiln_node *upd = NULL;
+        for (int i = 0; t && i < t->train->n_nodes; i++)
+            if (strcmp(t->train->nodes[i].op_type, "OptimizerStep") == 0) upd = &t->train->nodes[i];
+        CHECK(upd != NULL, "no OptimizerStep node in the training graph");
+        if (upd) {
+            int count = 0;
+            const int64_t *f = kiln_attr_ints(upd, "no_decay", &count);
+            const int n = (int)kiln_attr_int(upd, "n", 0);
+            bool ok = on ? f && count == n : f == NULL;
+            for (int k = 0; ok && on && k < n; k++) {
+                const kiln_value *p = &t->train->values[upd->in[3 + k]];
+                ok = f[k] == (p->ndim <= 1);
+            }
+            CHECK(ok, "no_decay_bn_bias=%d: the update's no_decay attribute does not mark exactly the 1-D parameters",
+                  on);
+            if (ok) printf("ok   no_decay_bn_bias=%d: the update's no_decay marks exactly the 1-D parameters\n", on);
+        }
+        kiln_trainer_free(t);
+        kiln_model_free(fwd);
+        kiln_context_free(ctx);
+    }
+}
+
 /* ------------------------------------------------- 2. a model, trainer vs graph */
 
 /* x (B,6) -> Gemm(W1 (8,6), b1) -> Relu -> Gemm(W2 (3,8), b2) -> LogSoftmax -> NLL(y) */
@@ -539,6 +744,47 @@ int main(void) {
     lowered_vs_trainer(amp, 3000.f);
     amp.amp = KILN_AMP_BF16;
     lowered_vs_trainer(amp, 1.f);
+    /* large-batch options: LARS, LAMB, no weight decay on 1-D parameters, clipping */
+    kiln_train_options lb[] = {
+        {.optimizer = KILN_OPTIM_LARS, .lr = 0.5f, .momentum = 0.9f, .weight_decay = 5e-3f, .lars_eta = 0.02f},
+        {.optimizer = KILN_OPTIM_LAMB, .lr = 1e-2f, .weight_decay = 0.01f, .schedule = KILN_SCHEDULE_POLY,
+         .total_steps = 8, .warmup_steps = 2},
+        {.optimizer = KILN_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.05f},
+        {.optimizer = KILN_OPTIM_ADAMW, .lr = 1e-2f, .weight_decay = 0.1f},
+    };
+    for (size_t i = 0; i < sizeof lb / sizeof lb[0]; i++) {
+        kiln_train_options *o = &lb[i];
+        o->beta1 = 0.9f;
+        o->beta2 = 0.999f;
+        o->eps = o->optimizer == KILN_OPTIM_LAMB ? 1e-6f : 1e-8f;
+        o->rho = 0.9f;
+        o->gamma = 0.1f;
+        o->accumulate = 1;
+        if (o->lars_eta == 0) o->lars_eta = 0.001f;
+        for (int v = 0; v < 4; v++) {
+            kiln_train_options c = *o;
+            c.clip_grad_norm = v & 1 ? 0.5f : 0.f; /* the gradients' norm is ~5: clipped */
+            op_vs_reference(&c, v == 3, v >= 2);
+        }
+    }
+    /* clipping with a bound above the norm leaves the step as it was */
+    lb[2].clip_grad_norm = 1e6f;
+    op_vs_reference(&lb[2], false, false);
+    schedules();
+    no_decay_selection();
+    for (size_t i = 0; i < 2; i++) { /* LARS and LAMB through the trainer = the graph in a session */
+        kiln_train_options c = lb[i];
+        c.no_decay_bn_bias = 1;
+        c.clip_grad_norm = 1.0f;
+        model_vs_trainer(c, 1.f, 5, false);
+        c.accumulate = 3; /* clipping the averaged gradient of 3 micro-batches */
+        model_vs_trainer(c, 1.f, 7, false);
+    }
+    kiln_train_options lamb16 = lb[1]; /* fp16 loss scaling: clipping after unscaling, overflows skipped */
+    lamb16.amp = KILN_AMP_FP16;
+    lamb16.clip_grad_norm = 0.5f;
+    lamb16.no_decay_bn_bias = 1;
+    model_vs_trainer(lamb16, 3000.f, 8, false);
     printf("%s (%d failed checks)\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
 }

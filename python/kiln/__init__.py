@@ -347,8 +347,8 @@ class Session:
         return self._h.stats()
 
 
-_OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2, "adadelta": 3}
-_SCHEDULES = {"constant": 0, "step": 1, "cosine": 2}
+_OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2, "adadelta": 3, "lars": 4, "lamb": 5}
+_SCHEDULES = {"constant": 0, "step": 1, "cosine": 2, "poly": 3}
 _AMP = {None: 0, "off": 0, "fp32": 0, "fp16": 1, "bf16": 2}
 
 
@@ -356,11 +356,12 @@ class Trainer:
     """Training (kiln_trainer): ``Trainer(model, loss="loss", device="cpu", optimizer="adam",
     lr=0, ...)``; every kiln_train_options field is a keyword (schedule, amp, accumulate,
     seed, momentum, nesterov, weight_decay, beta1, beta2, eps, rho, step_size, gamma,
-    total_steps, warmup_steps, threads, strict_fp32, deterministic, disable)."""
+    total_steps, warmup_steps, threads, strict_fp32, deterministic, disable, lars_eta,
+    clip_grad_norm, no_decay_bn_bias)."""
 
     _FIELDS = ("lr", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", "rho", "step_size",
                "gamma", "total_steps", "warmup_steps", "accumulate", "seed", "threads", "strict_fp32",
-               "deterministic")
+               "deterministic", "lars_eta", "clip_grad_norm", "no_decay_bn_bias")
 
     def __init__(self, model: Union[str, "os.PathLike[str]", bytes, Model], loss: str = "loss",
                  device: str = "cpu", optimizer: str = "adam", schedule: str = "constant",

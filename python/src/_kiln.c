@@ -628,7 +628,9 @@ static PyObject *Trainer_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         opt_long(d, "warmup_steps", &warmup) || opt_int(d, "amp", &amp) ||
         opt_int(d, "accumulate", &o.accumulate) || opt_long(d, "seed", &seed) ||
         opt_int(d, "threads", &o.threads) || opt_int(d, "strict_fp32", &o.strict_fp32) ||
-        opt_int(d, "deterministic", &o.deterministic) || opt_long(d, "disable_passes", &disable))
+        opt_int(d, "deterministic", &o.deterministic) || opt_long(d, "disable_passes", &disable) ||
+        opt_float(d, "lars_eta", &o.lars_eta) || opt_float(d, "clip_grad_norm", &o.clip_grad_norm) ||
+        opt_int(d, "no_decay_bn_bias", &o.no_decay_bn_bias))
         return NULL;
     o.device = (kiln_device)dev;
     o.optimizer = (kiln_optimizer)optim;

@@ -11,6 +11,8 @@ const char *kiln_optimizer_name(kiln_optimizer o) {
     case KILN_OPTIM_ADAM: return "adam";
     case KILN_OPTIM_ADAMW: return "adamw";
     case KILN_OPTIM_ADADELTA: return "adadelta";
+    case KILN_OPTIM_LARS: return "lars";
+    case KILN_OPTIM_LAMB: return "lamb";
     }
     return "?";
 }

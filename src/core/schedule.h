@@ -20,7 +20,8 @@
 /* The learning rate of optimizer step `step` (0-based): lr, times the step or cosine
  * schedule, times the linear warm-up. The one formula: the trainer (kiln_lr_schedule) and the
  * optimizer ops' CPU reference and CUDA kernels (kiln_om_lr_at, src/ops/optim_math.h) call it.
- * kind: a kiln_schedule value; step_size > 0 for STEP and total_steps > 0 for COSINE. */
+ * kind: a kiln_schedule value; step_size > 0 for STEP, total_steps > 0 for COSINE and
+ * total_steps > warmup_steps for POLY. */
 KILN_HOST_DEVICE static inline float kiln_lr_at(float lr0, int kind, int64_t step_size, float gamma,
                                                 int64_t total_steps, int64_t warmup_steps, int64_t step) {
     double lr = lr0;
@@ -28,6 +29,12 @@ KILN_HOST_DEVICE static inline float kiln_lr_at(float lr0, int kind, int64_t ste
     else if (kind == KILN_SCHEDULE_COSINE)
         lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step < total_steps ? step : total_steps) /
                              (double)total_steps));
+    else if (kind == KILN_SCHEDULE_POLY && step > warmup_steps) {
+        /* power 2 over the steps after the warm-up (MLPerf's LARS schedule): 1 at its start, 0 at total */
+        const int64_t span = total_steps - warmup_steps, t = step - warmup_steps;
+        const double f = t < span ? 1.0 - (double)t / (double)span : 0.0;
+        lr *= f * f;
+    }
     if (warmup_steps > 0 && step < warmup_steps) lr *= (double)(step + 1) / (double)warmup_steps;
     return (float)lr;
 }

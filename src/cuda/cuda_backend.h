@@ -315,7 +315,16 @@ typedef struct kiln_cuda_optim_entry {
                        bf16 weights a reduced-precision graph reads), or NULL */
     int64_t n;
     int64_t first_chunk; /* set by kiln_cuda_optim_table_prepare */
+    int32_t flags;       /* KILN_CUDA_OPTIM_NO_DECAY: no weight decay (and, LARS / LAMB, no
+                            trust ratio) for this tensor (no_decay_bn_bias) */
+    int32_t slot;        /* this tensor's index among all of the step's tensors (its norms) */
 } kiln_cuda_optim_entry;
+#define KILN_CUDA_OPTIM_NO_DECAY 1
+/* Bytes of device memory for a table of n entries over `chunks` chunks: the entries, then
+ * the scratch where LARS, LAMB and gradient clipping keep their sums of squares (per chunk,
+ * then per tensor: no host round trip). Allocate the table with this size, upload the n
+ * entries at its start. */
+size_t kiln_cuda_optim_table_bytes(int n, int64_t chunks);
 /* Fill first_chunk of each of the n entries of a HOST copy of the table; returns the total
  * number of chunks (pass it to the calls below). Then upload the table. */
 int64_t kiln_cuda_optim_table_prepare(kiln_cuda_optim_entry *table, int n);
@@ -359,8 +368,12 @@ typedef struct kiln_cuda_step_tail {
 
 /* One launch updating every parameter of the device table (n entries, `chunks` from
  * kiln_cuda_optim_table_prepare) with the optimizer and hyper-parameters of o (optimizer,
- * momentum, nesterov, weight_decay, beta1, beta2, eps, rho; lr and the step come from
- * state), exactly as the frozen reference kiln_optimizer_update (tests/optim_reference.h). Nothing is updated when
+ * momentum, nesterov, weight_decay, beta1, beta2, eps, rho, lars_eta, clip_grad_norm; lr
+ * and the step come from state), exactly as the frozen reference kiln_optimizer_update
+ * (tests/optim_reference.h) and kiln.OptimizerStep's CPU reference. LARS, LAMB and clipping
+ * first take sums of squares over the table in launches of their own (one pass over all
+ * tensors, then one block per tensor to add up its chunks; LAMB a second pass for its
+ * update's norm), kept in the table's scratch (kiln_cuda_optim_table_bytes). Nothing is updated when
  * state->found_inf is set. grad_dtype: the gradients' dtype; unscale: multiply each
  * gradient by 1 / state->loss_scale as it is read; copy_dtype: the dtype of the entries'
  * weight copies (KILN_DTYPE_UNDEFINED when there are none). tail NULL: the step counter is

@@ -283,6 +283,8 @@ KILN_CUDA_KERNELS(KILN_CUDA_DECLARE)
 #undef KILN_CUDA_DECLARE
 /* What the training step's kernels (optim.cu) take, for table.c. */
 bool kiln_cuda_sup_optimizer_step(const kiln_op_ctx *c, char *why, size_t n);
+/* kiln.OptimizerStep's workspace: LARS's, LAMB's and clipping's sums of squares. */
+kiln_status kiln_cuda_ws_optimizer_step(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 bool kiln_cuda_sup_non_finite_check(const kiln_op_ctx *c, char *why, size_t n);
 bool kiln_cuda_sup_loss_scale_update(const kiln_op_ctx *c, char *why, size_t n);
 bool kiln_cuda_sup_grad_accumulate(const kiln_op_ctx *c, char *why, size_t n);

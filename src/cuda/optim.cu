@@ -18,6 +18,13 @@
  *     intrinsics so that the compiler fuses nothing into FMAs (the CPU build does not
  *     contract either): results match the CPU bit for bit but for Adam's bias corrections
  *     and the schedule's cos (double pow / cos on the device, 1-2 ulp of double apart).
+ *   LARS, LAMB and gradient clipping need sums of squares over whole tensors before any
+ *     element moves: norm_chunks (one pass over all tensors; block b sums chunk b's weights
+ *     and gradients, or for LAMB its update direction, in double, into a per-chunk slot),
+ *     then finalize (one block per tensor adds its chunks' slots in a fixed order), then
+ *     the update, whose blocks read their tensor's sums (trust ratio) and all tensors'
+ *     gradient sums (the clipping factor). Three launches (five for LAMB with clipping),
+ *     nothing read back, no atomics: the same sums on every replay.
  *   kiln_cuda_grad_check: one launch over the same table: any inf/NaN gradient sets the
  *     state's found_inf (and optionally unscales the gradients in place by 1/loss_scale).
  *     The optimizer skips its update when found_inf is set. It stays a launch of its own
@@ -89,6 +96,8 @@ __device__ __forceinline__ kiln_cuda_optim_entry find_entry(const kiln_cuda_opti
         e.copy = (void *)__shfl_sync(FULL, (unsigned long long)mine.copy, src);
         e.n = __shfl_sync(FULL, (long long)mine.n, src);
         e.first_chunk = __shfl_sync(FULL, (long long)mine.first_chunk, src);
+        e.flags = __shfl_sync(FULL, mine.flags, src);
+        e.slot = __shfl_sync(FULL, mine.slot, src);
         if (src < 31) break; /* a later entry starts after c */
     }
     return e;
@@ -104,7 +113,123 @@ struct StepConst {
  * arithmetic); state s0 / s1 per the optimizer. */
 __device__ __forceinline__ void update1(const Hyper &h, const StepConst &k, float &w, float g, float &s0, float &s1) {
     if (h.unscale) g = __fmul_rn(g, k.inv_scale);
+    if (k.s.clip != 1.f) g = __fmul_rn(g, k.s.clip);
     kiln_om_update1(&h.o, &k.s, &w, g, &s0, &s1);
+}
+
+/* ---------------------------------------------- norms (LARS, LAMB, clipping)
+ * Scratch (kiln_cuda_optim_table_bytes): partial[2 * chunks] per chunk, then
+ * tsum[NORM_SLOTS * tensors] per tensor: w2, g2 (the gradient as read, unscaled, not
+ * clipped), u2 (LAMB's update direction, clipped gradient). */
+constexpr int NORM_SLOTS = 3;
+
+/* a and b summed over the block in a fixed order; the sums on thread 0. */
+__device__ __forceinline__ void block_sum2(double &a, double &b) {
+    __shared__ double sa[THREADS / 32], sb[THREADS / 32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        a = __dadd_rn(a, __shfl_down_sync(FULL, a, o));
+        b = __dadd_rn(b, __shfl_down_sync(FULL, b, o));
+    }
+    const int w = (int)(threadIdx.x >> 5), l = (int)(threadIdx.x & 31);
+    __syncthreads(); /* the previous call's reads of sa / sb are done */
+    if (l == 0) {
+        sa[w] = a;
+        sb[w] = b;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        a = sa[0];
+        b = sb[0];
+        for (int i = 1; i < (int)(blockDim.x >> 5); i++) {
+            a = __dadd_rn(a, sa[i]);
+            b = __dadd_rn(b, sb[i]);
+        }
+    }
+}
+
+/* The clipping factor from every tensor's gradient sum (tsum), the same in every block;
+ * every thread of the block calls it. */
+__device__ __forceinline__ float block_clip_coef(const double *tsum, int n_total, float max_norm) {
+    __shared__ float coef;
+    if (threadIdx.x < 32) {
+        double t = 0;
+        for (int k = (int)threadIdx.x; k < n_total; k += 32) t = __dadd_rn(t, tsum[NORM_SLOTS * k + 1]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t = __dadd_rn(t, __shfl_down_sync(FULL, t, o));
+        if (threadIdx.x == 0) coef = kiln_om_clip_coef(t, max_norm);
+    }
+    __syncthreads();
+    return coef;
+}
+
+/* PHASE 0: each chunk's sums of w^2 and g^2 (gradient unscaled as read); PHASE 1 (LAMB):
+ * of w^2 and u^2, u from the clipped gradient and the moments' next values (not stored). */
+template <typename G, int PHASE>
+__device__ __forceinline__ void norm_chunks(const kiln_cuda_optim_entry *table, int n, int64_t chunks, const Hyper &h,
+                                            const StepConst &k, double *partial) {
+    for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+        const kiln_cuda_optim_entry e = find_entry(table, n, c);
+        const int64_t begin = (c - e.first_chunk) * KILN_CUDA_OPTIM_CHUNK;
+        int64_t end = begin + KILN_CUDA_OPTIM_CHUNK;
+        if (end > e.n) end = e.n;
+        kiln_om_hyper hp = h.o;
+        if (e.flags & KILN_CUDA_OPTIM_NO_DECAY) hp.wd = 0.f;
+        double a = 0, b = 0;
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            const float w = e.param[i];
+            float g = to_f(((const G *)e.grad)[i]);
+            if (h.unscale) g = __fmul_rn(g, k.inv_scale);
+            a = kiln_om_sq_add(a, w);
+            if constexpr (PHASE == 0) {
+                b = kiln_om_sq_add(b, g);
+            } else {
+                if (k.s.clip != 1.f) g = __fmul_rn(g, k.s.clip);
+                float m = e.state0[i], v = e.state1[i];
+                b = kiln_om_sq_add(b, kiln_om_lamb_u(&hp, &k.s, w, g, &m, &v));
+            }
+        }
+        block_sum2(a, b);
+        if (threadIdx.x == 0) {
+            partial[2 * c] = a;
+            partial[2 * c + 1] = b;
+        }
+    }
+}
+
+/* Block j: entry j's chunk sums added in order into tsum[slot][sa] and [sb]. */
+__device__ __forceinline__ void finalize_entry(const kiln_cuda_optim_entry *table, int n, const double *partial,
+                                               double *tsum, int sa, int sb) {
+    const int j = (int)blockIdx.x;
+    if (j >= n) return; /* the whole block */
+    const int64_t c0 = table[j].first_chunk, nc = (table[j].n + KILN_CUDA_OPTIM_CHUNK - 1) / KILN_CUDA_OPTIM_CHUNK;
+    double a = 0, b = 0;
+    for (int64_t c = threadIdx.x; c < nc; c += blockDim.x) {
+        a = __dadd_rn(a, partial[2 * (c0 + c)]);
+        b = __dadd_rn(b, partial[2 * (c0 + c) + 1]);
+    }
+    block_sum2(a, b);
+    if (threadIdx.x == 0) {
+        tsum[NORM_SLOTS * table[j].slot + sa] = a;
+        tsum[NORM_SLOTS * table[j].slot + sb] = b;
+    }
+}
+
+/* The step's constants from the device state (the fused tail's path). */
+__device__ __forceinline__ StepConst state_const(const Hyper &h, const kiln_cuda_train_state *state) {
+    StepConst k;
+    k.s.lr = state->lr;
+    k.s.lr_t = k.s.lr;
+    k.s.clip = 1.f;
+    k.s.first = state->step == 0;
+    k.inv_scale = h.unscale ? __double2float_rn(1.0 / (double)state->loss_scale) : 1.f;
+    k.s.bc1 = k.s.bc2 = 1;
+    if (h.o.opt == KILN_OPTIM_ADAM || h.o.opt == KILN_OPTIM_ADAMW || h.o.opt == KILN_OPTIM_LAMB) {
+        const double t = (double)(state->step + 1);
+        k.s.bc1 = 1.0 - pow((double)h.o.b1, t);
+        k.s.bc2 = 1.0 - pow((double)h.o.b2, t);
+    }
+    return k;
 }
 
 /* The step's end on one thread: what kiln_cuda_train_step_end, kiln_cuda_rng_next and
@@ -186,11 +311,21 @@ template <typename G> __device__ __forceinline__ void load4(const void *p, int64
  * body of optimizer_kernel and of kiln.OptimizerStep's op_optimizer_kernel). */
 template <typename G, typename C>
 __device__ __forceinline__ void update_chunks(const kiln_cuda_optim_entry *table, int n, int64_t chunks,
-                                              const Hyper &h, const StepConst &k, int64_t c0) {
-    const bool two_states = h.o.opt != KILN_OPTIM_SGD;
-    const bool one_state = two_states || h.o.mom != 0.f;
+                                              const Hyper &h0, const StepConst &k0, int64_t c0, const double *tsum) {
+    const bool two_states = h0.o.opt != KILN_OPTIM_SGD && h0.o.opt != KILN_OPTIM_LARS;
+    const bool one_state = two_states || h0.o.mom != 0.f || h0.o.opt == KILN_OPTIM_LARS;
     for (int64_t c = c0; c < chunks; c += gridDim.x) {
         const kiln_cuda_optim_entry e = find_entry(table, n, c);
+        /* the tensor's hyper-parameters and learning rate (no decay; LARS / LAMB trust) */
+        Hyper h = h0;
+        StepConst k = k0;
+        const bool decay = !(e.flags & KILN_CUDA_OPTIM_NO_DECAY);
+        if (!decay) h.o.wd = 0.f;
+        if (tsum && h.o.opt == KILN_OPTIM_LARS)
+            k.s.lr_t = kiln_om_lars_lr(&h.o, k.s.lr, tsum[NORM_SLOTS * e.slot], tsum[NORM_SLOTS * e.slot + 1], k.s.clip,
+                                       decay);
+        else if (tsum && h.o.opt == KILN_OPTIM_LAMB)
+            k.s.lr_t = kiln_om_lamb_lr(k.s.lr, tsum[NORM_SLOTS * e.slot], tsum[NORM_SLOTS * e.slot + 2], decay);
         const int64_t begin = (c - e.first_chunk) * KILN_CUDA_OPTIM_CHUNK;
         int64_t end = begin + KILN_CUDA_OPTIM_CHUNK;
         if (end > e.n) end = e.n;
@@ -238,20 +373,12 @@ __device__ __forceinline__ void update_chunks(const kiln_cuda_optim_entry *table
 
 template <typename G, typename C, bool TAIL>
 __global__ void optimizer_kernel(const kiln_cuda_optim_entry *table, int n, int64_t chunks, Hyper h,
-                                 kiln_cuda_train_state *state, Tail tail) {
+                                 kiln_cuda_train_state *state, Tail tail, const double *tsum) {
     /* a skipped step (inf/NaN gradients) updates nothing, but still ends the step */
     const bool skip = state->found_inf != 0;
-    StepConst k;
-    k.s.lr = state->lr;
-    k.s.first = state->step == 0;
-    k.inv_scale = h.unscale ? __double2float_rn(1.0 / (double)state->loss_scale) : 1.f;
-    k.s.bc1 = k.s.bc2 = 1;
-    if (h.o.opt == KILN_OPTIM_ADAM || h.o.opt == KILN_OPTIM_ADAMW) {
-        const double t = (double)(state->step + 1);
-        k.s.bc1 = 1.0 - pow((double)h.o.b1, t);
-        k.s.bc2 = 1.0 - pow((double)h.o.b2, t);
-    }
-    update_chunks<G, C>(table, n, chunks, h, k, skip ? chunks : blockIdx.x);
+    StepConst k = state_const(h, state);
+    if (tsum && h.o.clip > 0.f) k.s.clip = block_clip_coef(tsum, n, h.o.clip);
+    update_chunks<G, C>(table, n, chunks, h, k, skip ? chunks : blockIdx.x, tsum);
     if constexpr (TAIL) {
         __shared__ bool last;
         __syncthreads(); /* every thread of the block is past its reads of the state */
@@ -340,7 +467,7 @@ __global__ void step_end_kernel(kiln_cuda_train_state *s, Tail t) { step_end(s, 
  * replays it), up to OP_GROUP entries a launch; more parameters take more launches. The
  * step's scalars are the ops' inputs in device memory. */
 unsigned grid_for(const kiln_cuda *cu, int64_t chunks);
-constexpr int OP_GROUP = 64; /* 64 entries of 56 bytes: within the classic 4 KB of parameters */
+constexpr int OP_GROUP = 56; /* 56 entries of 64 bytes and the other arguments: within the classic 4 KB of parameters */
 struct OpTable {
     kiln_cuda_optim_entry e[OP_GROUP];
 };
@@ -348,12 +475,45 @@ struct OpTable {
 /* inv: 1 / loss_scale (or NULL: no unscaling); found: skip when non-zero (or NULL). */
 template <typename G>
 __global__ void op_optimizer_kernel(const __grid_constant__ OpTable tab, int n, int64_t chunks, Hyper h,
-                                    kiln_om_schedule sch, const int64_t *step, const float *found, const float *inv) {
+                                    kiln_om_schedule sch, const int64_t *step, const float *found, const float *inv,
+                                    const double *tsum, int n_total) {
     const bool skip = found && *found != 0.f;
     StepConst k;
     k.s = kiln_om_step_at(&h.o, &sch, *step);
     k.inv_scale = inv ? *inv : 1.f;
-    update_chunks<G, float>(tab.e, n, chunks, h, k, skip ? chunks : blockIdx.x);
+    if (tsum && h.o.clip > 0.f) k.s.clip = block_clip_coef(tsum, n_total, h.o.clip);
+    update_chunks<G, float>(tab.e, n, chunks, h, k, skip ? chunks : blockIdx.x, tsum);
+}
+
+/* The norm passes of kiln.OptimizerStep: partial is this group's chunks' slots. */
+template <typename G, int PHASE>
+__global__ void op_norms_kernel(const __grid_constant__ OpTable tab, int n, int64_t chunks, Hyper h,
+                                kiln_om_schedule sch, const int64_t *step, const float *inv, double *partial,
+                                const double *tsum, int n_total) {
+    StepConst k;
+    k.s = kiln_om_step_at(&h.o, &sch, *step);
+    k.inv_scale = inv ? *inv : 1.f;
+    if (PHASE == 1 && h.o.clip > 0.f) k.s.clip = block_clip_coef(tsum, n_total, h.o.clip);
+    norm_chunks<G, PHASE>(tab.e, n, chunks, h, k, partial);
+}
+
+__global__ void op_finalize_kernel(const __grid_constant__ OpTable tab, int n, const double *partial, double *tsum,
+                                   int sa, int sb) {
+    finalize_entry(tab.e, n, partial, tsum, sa, sb);
+}
+
+/* The same for the fused tail's device table. */
+template <typename G, int PHASE>
+__global__ void norms_kernel(const kiln_cuda_optim_entry *table, int n, int64_t chunks, Hyper h,
+                             const kiln_cuda_train_state *state, double *partial, const double *tsum) {
+    StepConst k = state_const(h, state);
+    if (PHASE == 1 && h.o.clip > 0.f) k.s.clip = block_clip_coef(tsum, n, h.o.clip);
+    norm_chunks<G, PHASE>(table, n, chunks, h, k, partial);
+}
+
+__global__ void finalize_kernel(const kiln_cuda_optim_entry *table, int n, const double *partial, double *tsum, int sa,
+                                int sb) {
+    finalize_entry(table, n, partial, tsum, sa, sb);
 }
 
 /* After every group's update (in place, step_out may be step): the count moves unless skipped. */
@@ -410,9 +570,51 @@ __global__ void op_scaler_kernel(const float *scale, const float *found, const i
 template <typename G>
 kiln_status launch_op_optimizer(kiln_cuda *cu, kiln_context *ctx, const OpTable &tab, int n, int64_t chunks,
                                 const Hyper &h, const kiln_om_schedule &sch, const int64_t *step, const float *found,
-                                const float *inv) {
-    op_optimizer_kernel<G><<<grid_for(cu, chunks), THREADS, 0, cu->stream>>>(tab, n, chunks, h, sch, step, found, inv);
+                                const float *inv, const double *tsum, int n_total) {
+    op_optimizer_kernel<G><<<grid_for(cu, chunks), THREADS, 0, cu->stream>>>(tab, n, chunks, h, sch, step, found, inv,
+                                                                             tsum, n_total);
     KILN_CUDA_LAUNCHED(ctx, "op_optimizer_kernel");
+    return KILN_OK;
+}
+
+/* One norm pass of a group (chunks >= 1), then its finalize into tsum slots sa, sb. */
+template <typename G>
+kiln_status launch_op_norms(kiln_cuda *cu, kiln_context *ctx, const OpTable &tab, int n, int64_t chunks, int phase,
+                            const Hyper &h, const kiln_om_schedule &sch, const int64_t *step, const float *inv,
+                            double *partial, double *tsum, int n_total) {
+    if (chunks > 0) {
+        if (phase == 0)
+            op_norms_kernel<G, 0><<<grid_for(cu, chunks), THREADS, 0, cu->stream>>>(tab, n, chunks, h, sch, step, inv,
+                                                                                    partial, tsum, n_total);
+        else
+            op_norms_kernel<G, 1><<<grid_for(cu, chunks), THREADS, 0, cu->stream>>>(tab, n, chunks, h, sch, step, inv,
+                                                                                    partial, tsum, n_total);
+        KILN_CUDA_LAUNCHED(ctx, "op_norms_kernel");
+    }
+    /* every entry's slots written, those of no elements as 0 */
+    op_finalize_kernel<<<(unsigned)n, THREADS, 0, cu->stream>>>(tab, n, partial, tsum, 0, phase == 0 ? 1 : 2);
+    KILN_CUDA_LAUNCHED(ctx, "op_finalize_kernel");
+    return KILN_OK;
+}
+
+/* The fused tail's norm passes (norms: kiln_om_norms bits) into the table's scratch. */
+template <typename G>
+kiln_status launch_norms(kiln_cuda *cu, kiln_context *ctx, const kiln_cuda_optim_entry *table, int n, int64_t chunks,
+                         int norms, const Hyper &h, const kiln_cuda_train_state *state, double *partial,
+                         double *tsum) {
+    const unsigned blocks = grid_for(cu, chunks);
+    if (norms & 1) {
+        norms_kernel<G, 0><<<blocks, THREADS, 0, cu->stream>>>(table, n, chunks, h, state, partial, tsum);
+        KILN_CUDA_LAUNCHED(ctx, "norms_kernel");
+        finalize_kernel<<<(unsigned)n, THREADS, 0, cu->stream>>>(table, n, partial, tsum, 0, 1);
+        KILN_CUDA_LAUNCHED(ctx, "finalize_kernel");
+    }
+    if (norms & 2) {
+        norms_kernel<G, 1><<<blocks, THREADS, 0, cu->stream>>>(table, n, chunks, h, state, partial, tsum);
+        KILN_CUDA_LAUNCHED(ctx, "norms_kernel");
+        finalize_kernel<<<(unsigned)n, THREADS, 0, cu->stream>>>(table, n, partial, tsum, 0, 2);
+        KILN_CUDA_LAUNCHED(ctx, "finalize_kernel");
+    }
     return KILN_OK;
 }
 
@@ -433,12 +635,12 @@ unsigned grid_for(const kiln_cuda *cu, int64_t chunks) {
 
 template <typename G, typename C>
 kiln_status launch_opt(kiln_cuda *cu, kiln_context *ctx, const kiln_cuda_optim_entry *table, int n, int64_t chunks,
-                       Hyper h, kiln_cuda_train_state *state, const Tail *tail) {
+                       Hyper h, kiln_cuda_train_state *state, const Tail *tail, const double *tsum) {
     const unsigned blocks = grid_for(cu, chunks);
     if (tail)
-        optimizer_kernel<G, C, true><<<blocks, THREADS, 0, cu->stream>>>(table, n, chunks, h, state, *tail);
+        optimizer_kernel<G, C, true><<<blocks, THREADS, 0, cu->stream>>>(table, n, chunks, h, state, *tail, tsum);
     else
-        optimizer_kernel<G, C, false><<<blocks, THREADS, 0, cu->stream>>>(table, n, chunks, h, state, Tail{});
+        optimizer_kernel<G, C, false><<<blocks, THREADS, 0, cu->stream>>>(table, n, chunks, h, state, Tail{}, tsum);
     KILN_CUDA_LAUNCHED(ctx, "optimizer_kernel");
     return KILN_OK;
 }
@@ -446,11 +648,11 @@ kiln_status launch_opt(kiln_cuda *cu, kiln_context *ctx, const kiln_cuda_optim_e
 template <typename G>
 kiln_status launch_opt_copy(kiln_cuda *cu, kiln_context *ctx, kiln_dtype copy_dtype,
                             const kiln_cuda_optim_entry *table, int n, int64_t chunks, Hyper h,
-                            kiln_cuda_train_state *state, const Tail *tail) {
+                            kiln_cuda_train_state *state, const Tail *tail, const double *tsum) {
     switch (copy_dtype) {
-    case KILN_F16: return launch_opt<G, __half>(cu, ctx, table, n, chunks, h, state, tail);
-    case KILN_BF16: return launch_opt<G, __nv_bfloat16>(cu, ctx, table, n, chunks, h, state, tail);
-    default: return launch_opt<G, float>(cu, ctx, table, n, chunks, h, state, tail);
+    case KILN_F16: return launch_opt<G, __half>(cu, ctx, table, n, chunks, h, state, tail, tsum);
+    case KILN_BF16: return launch_opt<G, __nv_bfloat16>(cu, ctx, table, n, chunks, h, state, tail, tsum);
+    default: return launch_opt<G, float>(cu, ctx, table, n, chunks, h, state, tail, tsum);
     }
 }
 
@@ -480,8 +682,10 @@ kiln_status tail_args(kiln_context *ctx, const kiln_cuda_scaler *scaler, const k
         t->o = *schedule;
         t->schedule = true;
         if ((t->o.schedule == KILN_SCHEDULE_STEP && t->o.step_size <= 0) ||
-            (t->o.schedule == KILN_SCHEDULE_COSINE && t->o.total_steps <= 0))
-            return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "step end: the schedule needs step_size / total_steps > 0");
+            (t->o.schedule == KILN_SCHEDULE_COSINE && t->o.total_steps <= 0) ||
+            (t->o.schedule == KILN_SCHEDULE_POLY && t->o.total_steps <= t->o.warmup_steps))
+            return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                             "step end: the schedule needs step_size / total_steps > 0 (poly: > warmup_steps)");
     }
     return KILN_OK;
 }
@@ -497,6 +701,12 @@ kiln_status check_table(kiln_context *ctx, const void *table, int n, int64_t chu
 } // namespace
 
 /* ------------------------------------------------------------------ entry points */
+
+static size_t entries_bytes(int n) { return ((sizeof(kiln_cuda_optim_entry) * (size_t)(n > 0 ? n : 1)) + 255) & ~(size_t)255; }
+
+extern "C" size_t kiln_cuda_optim_table_bytes(int n, int64_t chunks) {
+    return entries_bytes(n) + sizeof(double) * ((size_t)(2 * (chunks > 0 ? chunks : 1)) + (size_t)NORM_SLOTS * (size_t)(n > 0 ? n : 1));
+}
 
 extern "C" int64_t kiln_cuda_optim_table_prepare(kiln_cuda_optim_entry *table, int n) {
     int64_t chunks = 0;
@@ -544,7 +754,7 @@ extern "C" kiln_status kiln_cuda_optimizer_step(kiln_cuda *cu, const kiln_train_
     kiln_context *ctx = cu->ctx;
     kiln_status st = check_table(ctx, table, n, chunks, state);
     if (st) return st;
-    if (!o || o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_ADADELTA)
+    if (!o || o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_LAMB)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "optimizer step: unknown optimizer");
     if (copy_dtype != KILN_DTYPE_UNDEFINED && copy_dtype != KILN_F16 && copy_dtype != KILN_BF16 &&
         copy_dtype != KILN_F32)
@@ -578,10 +788,20 @@ extern "C" kiln_status kiln_cuda_optimizer_step(kiln_cuda *cu, const kiln_train_
     h.o.b2 = o->beta2;
     h.o.eps = o->eps;
     h.o.rho = o->rho;
+    h.o.eta = o->lars_eta > 0 ? o->lars_eta : 0.001f;
+    h.o.clip = o->clip_grad_norm > 0 ? o->clip_grad_norm : 0.f;
     h.unscale = unscale;
     KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
+    /* LARS, LAMB, clipping: the sums of squares first, in the table's scratch */
+    const int norms = kiln_om_norms(&h.o);
+    double *partial = norms ? (double *)((char *)table + entries_bytes(n)) : nullptr;
+    double *tsum = norms ? partial + 2 * chunks : nullptr;
+    if (norms)
+        KILN_CU_FLOAT_DISPATCH(st, ctx, grad_dtype, launch_norms, cu, ctx, table, n, chunks, norms, h, state, partial,
+                               tsum);
+    if (st) return st;
     KILN_CU_FLOAT_DISPATCH(st, ctx, grad_dtype, launch_opt_copy, cu, ctx, copy_dtype, table, n, chunks, h, state,
-                           tail ? &t : nullptr);
+                           tail ? &t : nullptr, tsum);
     return st;
 }
 
@@ -599,6 +819,29 @@ extern "C" kiln_status kiln_cuda_train_step_end(kiln_cuda *cu, const kiln_cuda_s
 }
 
 /* ------------------------------------------------------ the ops' entry points */
+
+/* Chunks over all of a kiln.OptimizerStep's n parameters, and the workspace its norms take. */
+static int64_t total_chunks(const kiln_op_ctx *c, int n) {
+    int64_t chunks = 0;
+    for (int k = 0; k < n; k++) chunks += (kiln_tensor_numel(c->in[3 + k]) + KILN_CUDA_OPTIM_CHUNK - 1) / KILN_CUDA_OPTIM_CHUNK;
+    return chunks;
+}
+
+static size_t optimizer_step_ws(const kiln_op_ctx *c, int n) {
+    return sizeof(double) * (size_t)(2 * total_chunks(c, n) + NORM_SLOTS * (int64_t)n);
+}
+
+extern "C" kiln_status kiln_cuda_ws_optimizer_step(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    (void)cu;
+    *bytes = 0;
+    kiln_om_hyper h;
+    kiln_om_schedule sch;
+    int n = 0, ns = 0;
+    kiln_status st = (kiln_status)kiln_optimizer_step_config(c, &h, &sch, &n, &ns);
+    if (st) return st;
+    if (kiln_om_norms(&h)) *bytes = optimizer_step_ws(c, n);
+    return KILN_OK;
+}
 
 /* kiln.OptimizerStep (src/ops/optimizer_step.c has the input layout). Outputs not sharing
  * their input's storage get a copy of it first, then are updated in place. */
@@ -624,8 +867,8 @@ extern "C" kiln_status kiln_cuda_k_optimizer_step(kiln_cuda *cu, kiln_op_ctx *c)
     const float *found = c->in[1] ? (const float *)c->in[1]->data : nullptr;
     const float *inv = c->in[2] ? (const float *)c->in[2]->data : nullptr;
     OpTable tab;
-    for (int k0 = 0; k0 < n && !st; k0 += OP_GROUP) {
-        const int cnt = n - k0 < OP_GROUP ? n - k0 : OP_GROUP;
+    /* the group of parameters k0.. as a table (first_chunk group-local) */
+    auto group = [&](int k0, int cnt) -> int64_t {
         memset(&tab, 0, sizeof tab);
         for (int j = 0; j < cnt; j++) {
             const int k = k0 + j;
@@ -635,10 +878,40 @@ extern "C" kiln_status kiln_cuda_k_optimizer_step(kiln_cuda *cu, kiln_op_ctx *c)
             e->state0 = ns > 0 ? (float *)c->out[1 + n + k * ns]->data : nullptr;
             e->state1 = ns > 1 ? (float *)c->out[1 + n + k * ns + 1]->data : nullptr;
             e->n = kiln_tensor_numel(c->in[3 + k]);
+            e->flags = kiln_optimizer_step_decays(c->node, k) ? 0 : KILN_CUDA_OPTIM_NO_DECAY;
+            e->slot = k;
         }
-        const int64_t chunks = kiln_cuda_optim_table_prepare(tab.e, cnt);
+        return kiln_cuda_optim_table_prepare(tab.e, cnt);
+    };
+    /* LARS, LAMB, clipping: every group's sums of squares (the workspace: per-chunk slots of
+     * all groups, then per-tensor sums) before any group's update */
+    const int norms = kiln_om_norms(&h.o);
+    double *partial = nullptr, *tsum = nullptr;
+    if (norms) {
+        const size_t need = optimizer_step_ws(c, n);
+        if (!c->workspace || c->workspace_size < need)
+            return kiln_fail(ctx, KILN_ERR_INTERNAL, "OptimizerStep: %zu bytes of workspace, %zu needed",
+                             c->workspace ? c->workspace_size : (size_t)0, need);
+        partial = (double *)c->workspace;
+        tsum = partial + 2 * total_chunks(c, n);
+    }
+    for (int phase = 0; phase < 2 && !st; phase++) {
+        if (!(norms & (1 << phase))) continue;
+        int64_t base = 0;
+        for (int k0 = 0; k0 < n && !st; k0 += OP_GROUP) {
+            const int cnt = n - k0 < OP_GROUP ? n - k0 : OP_GROUP;
+            const int64_t chunks = group(k0, cnt);
+            KILN_CU_FLOAT_DISPATCH(st, ctx, gdt, launch_op_norms, cu, ctx, tab, cnt, chunks, phase, h, sch, step, inv,
+                                   partial + 2 * base, tsum, n);
+            base += chunks;
+        }
+    }
+    for (int k0 = 0; k0 < n && !st; k0 += OP_GROUP) {
+        const int cnt = n - k0 < OP_GROUP ? n - k0 : OP_GROUP;
+        const int64_t chunks = group(k0, cnt);
         if (chunks < 1) continue; /* parameters of no elements */
-        KILN_CU_FLOAT_DISPATCH(st, ctx, gdt, launch_op_optimizer, cu, ctx, tab, cnt, chunks, h, sch, step, found, inv);
+        KILN_CU_FLOAT_DISPATCH(st, ctx, gdt, launch_op_optimizer, cu, ctx, tab, cnt, chunks, h, sch, step, found, inv,
+                               tsum, n);
     }
     if (st) return st;
     op_step_count_kernel<<<1, 1, 0, cu->stream>>>(step, found, (int64_t *)c->out[0]->data);

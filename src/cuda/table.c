@@ -1194,7 +1194,7 @@ static const entry table[] = {
     {"kiln.ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
     {"kiln.ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
     /* the training step's tail (optim.cu; the parameters' layouts are checked there) */
-    {"kiln.OptimizerStep", kiln_cuda_k_optimizer_step, kiln_cuda_sup_optimizer_step, NULL, true},
+    {"kiln.OptimizerStep", kiln_cuda_k_optimizer_step, kiln_cuda_sup_optimizer_step, kiln_cuda_ws_optimizer_step, true},
     {"kiln.NonFiniteCheck", kiln_cuda_k_non_finite_check, kiln_cuda_sup_non_finite_check, NULL, true},
     {"kiln.LossScaleUpdate", kiln_cuda_k_loss_scale_update, kiln_cuda_sup_loss_scale_update, NULL, false},
     /* training: data movement, products, convolutions, elementwise (movegrad) */

@@ -28,6 +28,7 @@
 #include "../core/plan.h"
 #include "../core/schedule.h"
 #include "../data/data.h"
+#include "../ops/optim_math.h" /* kiln_om_no_decay: no_decay_bn_bias's rule */
 #include "cuda_plan.h"
 
 #include <cuda_runtime.h>
@@ -304,11 +305,15 @@ static kiln_status find_plan(cuda_trainer *tc, kiln_tensor *const *feeds, bool r
         host[k].state0 = tc->s0[k];
         host[k].state1 = tc->s1[k];
         host[k].n = t->params[k].numel;
+        host[k].slot = k;
+        if (kiln_om_no_decay(t->opts->no_decay_bn_bias, t->params[k].value->ndim))
+            host[k].flags = KILN_CUDA_OPTIM_NO_DECAY;
         if (!host[k].grad) st = kiln_fail(t->ctx, KILN_ERR_INTERNAL, "parameter %d has no gradient on the device", k);
     }
     sp->chunks = kiln_cuda_optim_table_prepare(host, t->n_params);
     size_t tb = sizeof *host * (size_t)(t->n_params ? t->n_params : 1);
-    cudaError_t ce = st ? cudaSuccess : cudaMalloc((void **)&sp->table, tb);
+    /* the entries, then the scratch of LARS's / LAMB's / clipping's norms */
+    cudaError_t ce = st ? cudaSuccess : cudaMalloc((void **)&sp->table, kiln_cuda_optim_table_bytes(t->n_params, sp->chunks));
     if (ce != cudaSuccess) {
         sp->table = NULL;
         st = cuda_err(t->ctx, ce, "cudaMalloc of the optimizer table");

@@ -12,16 +12,23 @@
  *                              parameter's element count
  *            3+2n + k*S + j    state j of parameter k (S per parameter: SGD with momentum 1,
  *                              the momentum buffer; Adam / AdamW 2, exp_avg and exp_avg_sq;
- *                              Adadelta 2, square_avg and acc_delta), f32, the parameter's shape
+ *                              Adadelta 2, square_avg and acc_delta; LARS 1, the momentum
+ *                              buffer; LAMB 2, exp_avg and exp_avg_sq), f32, the parameter's shape
  *   outputs  0            step + 1 (step when skipped)
  *            1 .. 1+n          the updated parameters
  *            1+n + k*S + j     the updated states
  *   attributes  n (the parameter count), optimizer (kiln_optimizer: 0 SGD, 1 Adam, 2 AdamW,
- *            3 Adadelta), lr, momentum, nesterov, weight_decay, beta1, beta2, eps, rho,
- *            schedule (kiln_schedule: 0 constant, 1 step, 2 cosine), step_size, gamma,
- *            total_steps, warmup_steps: kiln_train_options' meanings and defaults.
+ *            3 Adadelta, 4 LARS, 5 LAMB), lr, momentum, nesterov, weight_decay, beta1, beta2,
+ *            eps, rho, schedule (kiln_schedule: 0 constant, 1 step, 2 cosine, 3 poly),
+ *            step_size, gamma, total_steps, warmup_steps, lars_eta, clip_grad_norm:
+ *            kiln_train_options' meanings and defaults; no_decay (ints, n of them, optional):
+ *            1 where parameter k takes no weight decay (and, for LARS / LAMB, no trust ratio).
  *
  * The learning rate is the schedule at `step` (optim_math.h, shared with the CUDA kernel).
+ * With clip_grad_norm, LARS or LAMB the update first takes sums of squares (in double) over
+ * whole tensors: all gradients (the global norm; clipping multiplies each gradient as read
+ * by kiln_om_clip_coef), then per tensor the weights and gradient (LARS) or the weights and
+ * LAMB's update direction, recomputed in the update pass with the same operations.
  * Every output is element i of its input updated from element i of the inputs, read
  * before it is written: an output may share its input's storage (an in-place update), and
  * the results are the same bits either way. Bit for bit the arithmetic of the trainer's
@@ -42,8 +49,8 @@ typedef struct config {
 static kiln_status read_config(kiln_op_ctx *c, config *f) {
     const kiln_node *nd = c->node;
     const int opt = (int)kiln_attr_int(nd, "optimizer", KILN_OM_SGD);
-    KILN_OP_CHECK(c, opt >= KILN_OM_SGD && opt <= KILN_OM_ADADELTA, KILN_ERR_INVALID_ARGUMENT,
-                  "optimizer=%d (0 SGD, 1 Adam, 2 AdamW, 3 Adadelta)", opt);
+    KILN_OP_CHECK(c, opt >= KILN_OM_SGD && opt <= KILN_OM_LAMB, KILN_ERR_INVALID_ARGUMENT,
+                  "optimizer=%d (0 SGD, 1 Adam, 2 AdamW, 3 Adadelta, 4 LARS, 5 LAMB)", opt);
     memset(f, 0, sizeof *f);
     f->n = (int)kiln_attr_int(nd, "n", 0);
     f->h.opt = opt;
@@ -52,9 +59,14 @@ static kiln_status read_config(kiln_op_ctx *c, config *f) {
     f->h.nesterov = kiln_attr_int(nd, "nesterov", 0) != 0;
     f->h.b1 = kiln_attr_float(nd, "beta1", 0.9f);
     f->h.b2 = kiln_attr_float(nd, "beta2", 0.999f);
-    f->h.eps = kiln_attr_float(nd, "eps", opt == KILN_OM_ADADELTA ? 1e-6f : 1e-8f);
+    f->h.eps = kiln_attr_float(nd, "eps", opt == KILN_OM_ADADELTA || opt == KILN_OM_LAMB ? 1e-6f : 1e-8f);
     f->h.rho = kiln_attr_float(nd, "rho", 0.9f);
-    f->s.lr = kiln_attr_float(nd, "lr", opt == KILN_OM_ADADELTA ? 1.0f : opt == KILN_OM_SGD ? 0.01f : 1e-3f);
+    f->h.eta = kiln_attr_float(nd, "lars_eta", 0.001f);
+    f->h.clip = kiln_attr_float(nd, "clip_grad_norm", 0.f);
+    f->s.lr = kiln_attr_float(nd, "lr", opt == KILN_OM_ADADELTA ? 1.0f
+                                        : opt == KILN_OM_SGD    ? 0.01f
+                                        : opt == KILN_OM_LARS   ? 0.1f
+                                                                : 1e-3f);
     f->s.kind = (int)kiln_attr_int(nd, "schedule", KILN_OM_CONSTANT);
     f->s.step_size = kiln_attr_int(nd, "step_size", 0);
     f->s.gamma = kiln_attr_float(nd, "gamma", 0.1f);
@@ -65,8 +77,17 @@ static kiln_status read_config(kiln_op_ctx *c, config *f) {
     KILN_OP_CHECK(c, f->s.lr > 0 && f->h.mom >= 0 && f->h.wd >= 0 && f->h.rho < 1 && f->h.b1 < 1 && f->h.b2 < 1,
                   KILN_ERR_INVALID_ARGUMENT, "hyper-parameters out of range (lr %g, momentum %g, weight decay %g)",
                   f->s.lr, f->h.mom, f->h.wd);
-    KILN_OP_CHECK(c, f->s.kind >= KILN_OM_CONSTANT && f->s.kind <= KILN_OM_COSINE, KILN_ERR_INVALID_ARGUMENT,
-                  "schedule=%d (0 constant, 1 step, 2 cosine)", f->s.kind);
+    KILN_OP_CHECK(c, f->s.kind >= KILN_OM_CONSTANT && f->s.kind <= KILN_OM_POLY, KILN_ERR_INVALID_ARGUMENT,
+                  "schedule=%d (0 constant, 1 step, 2 cosine, 3 poly)", f->s.kind);
+    KILN_OP_CHECK(c, f->s.kind != KILN_OM_POLY || f->s.total_steps > f->s.warmup_steps, KILN_ERR_INVALID_ARGUMENT,
+                  "the poly schedule needs total_steps (%lld) > warmup_steps (%lld)", (long long)f->s.total_steps,
+                  (long long)f->s.warmup_steps);
+    KILN_OP_CHECK(c, (f->h.opt != KILN_OM_LARS || f->h.eta > 0) && f->h.clip >= 0, KILN_ERR_INVALID_ARGUMENT,
+                  "lars_eta must be > 0 (got %g) and clip_grad_norm >= 0 (got %g)", f->h.eta, f->h.clip);
+    int nd_count = 0;
+    const int64_t *nd_flags = kiln_attr_ints(nd, "no_decay", &nd_count);
+    KILN_OP_CHECK(c, !nd_flags || nd_count == f->n, KILN_ERR_INVALID_ARGUMENT,
+                  "no_decay has %d entries for n=%d parameters", nd_count, f->n);
     KILN_OP_CHECK(c, f->s.kind != KILN_OM_STEP || f->s.step_size > 0, KILN_ERR_INVALID_ARGUMENT,
                   "the step schedule needs step_size > 0");
     KILN_OP_CHECK(c, f->s.kind != KILN_OM_COSINE || f->s.total_steps > 0, KILN_ERR_INVALID_ARGUMENT,
@@ -75,6 +96,12 @@ static kiln_status read_config(kiln_op_ctx *c, config *f) {
                   "n=%d parameters with %d states each take %d inputs and %d outputs, got %d and %d", f->n, f->ns,
                   3 + f->n * (2 + f->ns), 1 + f->n * (1 + f->ns), c->n_in, c->n_out);
     return KILN_OK;
+}
+
+bool kiln_optimizer_step_decays(const struct kiln_node *nd, int k) {
+    int count = 0;
+    const int64_t *flags = kiln_attr_ints(nd, "no_decay", &count);
+    return !flags || k >= count || flags[k] == 0;
 }
 
 int kiln_optimizer_step_config(struct kiln_op_ctx *c, kiln_om_hyper *h, kiln_om_schedule *s, int *n, int *ns) {
@@ -138,23 +165,29 @@ static inline float grad_in(const void *g, kiln_dtype dt, int64_t i, bool unscal
     return unscale ? KILN_OM_MUL(v, inv) : v;
 }
 
+/* The gradient as the update reads it: unscaled, then clipped (clip 1: not). */
+static inline float grad_clip(const void *g, kiln_dtype dt, int64_t i, bool unscale, float inv, float clip) {
+    const float v = grad_in(g, dt, i, unscale, inv);
+    return clip != 1.f ? KILN_OM_MUL(v, clip) : v;
+}
+
 /* The update of one parameter (w0 -> w1, states a0 -> a1, b0 -> b1), its gradient element
- * i being GRAD. */
+ * i being GRAD, with the hyper-parameters hp and step constants k (the tensor's). */
 #define UPDATE_LOOPS(GRAD)                                                                         \
     do {                                                                                           \
-        switch (f.h.opt) {                                                                         \
+        switch (hp.opt) {                                                                          \
         case KILN_OM_SGD:                                                                          \
             if (a0)                                                                                \
                 for (int64_t i = 0; i < len; i++) {                                                \
                     float w = w0[i], a = a0[i];                                                    \
-                    kiln_om_sgd1(&f.h, &k, &w, GRAD, &a);                                          \
+                    kiln_om_sgd1(&hp, &k, &w, GRAD, &a);                                           \
                     w1[i] = w;                                                                     \
                     a1[i] = a;                                                                     \
                 }                                                                                  \
             else                                                                                   \
                 for (int64_t i = 0; i < len; i++) {                                                \
                     float w = w0[i], a = 0.f;                                                      \
-                    kiln_om_sgd1(&f.h, &k, &w, GRAD, &a);                                          \
+                    kiln_om_sgd1(&hp, &k, &w, GRAD, &a);                                           \
                     w1[i] = w;                                                                     \
                 }                                                                                  \
             break;                                                                                 \
@@ -162,7 +195,24 @@ static inline float grad_in(const void *g, kiln_dtype dt, int64_t i, bool unscal
         case KILN_OM_ADAMW:                                                                        \
             for (int64_t i = 0; i < len; i++) {                                                    \
                 float w = w0[i], a = a0[i], b = b0[i];                                             \
-                kiln_om_adam1(&f.h, &k, &w, GRAD, &a, &b);                                         \
+                kiln_om_adam1(&hp, &k, &w, GRAD, &a, &b);                                          \
+                w1[i] = w;                                                                         \
+                a1[i] = a;                                                                         \
+                b1[i] = b;                                                                         \
+            }                                                                                      \
+            break;                                                                                 \
+        case KILN_OM_LARS:                                                                         \
+            for (int64_t i = 0; i < len; i++) {                                                    \
+                float w = w0[i], a = a0[i];                                                        \
+                kiln_om_lars1(&hp, &k, &w, GRAD, &a);                                              \
+                w1[i] = w;                                                                         \
+                a1[i] = a;                                                                         \
+            }                                                                                      \
+            break;                                                                                 \
+        case KILN_OM_LAMB:                                                                         \
+            for (int64_t i = 0; i < len; i++) {                                                    \
+                float w = w0[i], a = a0[i], b = b0[i];                                             \
+                kiln_om_lamb1(&hp, &k, &w, GRAD, &a, &b);                                          \
                 w1[i] = w;                                                                         \
                 a1[i] = a;                                                                         \
                 b1[i] = b;                                                                         \
@@ -171,7 +221,7 @@ static inline float grad_in(const void *g, kiln_dtype dt, int64_t i, bool unscal
         default:                                                                                   \
             for (int64_t i = 0; i < len; i++) {                                                    \
                 float w = w0[i], a = a0[i], b = b0[i];                                             \
-                kiln_om_adadelta1(&f.h, &k, &w, GRAD, &a, &b);                                     \
+                kiln_om_adadelta1(&hp, &k, &w, GRAD, &a, &b);                                      \
                 w1[i] = w;                                                                         \
                 a1[i] = a;                                                                         \
                 b1[i] = b;                                                                         \
@@ -184,6 +234,32 @@ static void copy_if_apart(kiln_tensor *out, const kiln_tensor *in) {
     if (out->data != in->data) memcpy(out->data, in->data, kiln_tensor_nbytes(in));
 }
 
+/* Sum of squares of a gradient as read (unscaled, not clipped). */
+static double grad_sq(const kiln_tensor *gt, bool unscale, float inv) {
+    double acc = 0;
+    const int64_t len = kiln_tensor_numel(gt);
+    for (int64_t i = 0; i < len; i++) acc = kiln_om_sq_add(acc, grad_in(gt->data, gt->dtype, i, unscale, inv));
+    return acc;
+}
+
+static double f32_sq(const float *x, int64_t len) {
+    double acc = 0;
+    for (int64_t i = 0; i < len; i++) acc = kiln_om_sq_add(acc, x[i]);
+    return acc;
+}
+
+/* LAMB's sum of squares of u over a tensor, the moments' next values computed and dropped. */
+static double lamb_sq(const kiln_om_hyper *hp, const kiln_om_step *k, const float *w0, const float *a0,
+                      const float *b0, const kiln_tensor *gt, bool unscale, float inv, int64_t len) {
+    double acc = 0;
+    for (int64_t i = 0; i < len; i++) {
+        float a = a0[i], b = b0[i];
+        const float g = grad_clip(gt->data, gt->dtype, i, unscale, inv, k->clip);
+        acc = kiln_om_sq_add(acc, kiln_om_lamb_u(hp, k, w0[i], g, &a, &b));
+    }
+    return acc;
+}
+
 static kiln_status forward(kiln_op_ctx *c) {
     config f;
     kiln_status st = read_config(c, &f);
@@ -192,7 +268,12 @@ static kiln_status forward(kiln_op_ctx *c) {
     const bool skip = c->in[1] && ((const float *)c->in[1]->data)[0] != 0.f;
     const bool unscale = c->in[2] != NULL;
     const float inv = unscale ? ((const float *)c->in[2]->data)[0] : 1.f;
-    const kiln_om_step k = kiln_om_step_at(&f.h, &f.s, step);
+    kiln_om_step k0 = kiln_om_step_at(&f.h, &f.s, step);
+    if (!skip && f.h.clip > 0.f) { /* the global norm first: every gradient as read */
+        double total = 0;
+        for (int p = 0; p < f.n; p++) total = KILN_OM_DADD(total, grad_sq(c->in[3 + f.n + p], unscale, inv));
+        k0.clip = kiln_om_clip_coef(total, f.h.clip);
+    }
     for (int p = 0; p < f.n; p++) {
         const kiln_tensor *win = c->in[3 + p], *gt = c->in[3 + f.n + p];
         const kiln_tensor *s0in = f.ns > 0 ? c->in[3 + 2 * f.n + p * f.ns] : NULL;
@@ -211,14 +292,23 @@ static kiln_status forward(kiln_op_ctx *c) {
         float *w1 = wout->data, *a1 = s0out ? s0out->data : NULL, *b1 = s1out ? s1out->data : NULL;
         const void *g = gt->data;
         const kiln_dtype gdt = gt->dtype;
+        const bool decay = kiln_optimizer_step_decays(c->node, p);
+        kiln_om_hyper hp = f.h;
+        if (!decay) hp.wd = 0.f;
+        kiln_om_step k = k0;
+        /* the tensor's norms, all read before any of it is written */
+        if (hp.opt == KILN_OM_LARS)
+            k.lr_t = kiln_om_lars_lr(&hp, k.lr, f32_sq(w0, len), grad_sq(gt, unscale, inv), k.clip, decay);
+        else if (hp.opt == KILN_OM_LAMB)
+            k.lr_t = kiln_om_lamb_lr(k.lr, f32_sq(w0, len), lamb_sq(&hp, &k, w0, a0, b0, gt, unscale, inv, len), decay);
         /* each element read before it is written: in place or not, the same. f32 gradients
-         * without unscaling (the common case) are read directly; the loops are spelled out
-         * per optimizer so that none tests the dtype or the optimizer per element */
-        if (gdt == KILN_F32 && !unscale) {
+         * without unscaling or clipping (the common case) are read directly; the loops are
+         * spelled out per optimizer so that none tests the dtype or the optimizer per element */
+        if (gdt == KILN_F32 && !unscale && k.clip == 1.f) {
             const float *g32 = g;
             UPDATE_LOOPS(g32[i]);
         } else {
-            UPDATE_LOOPS(grad_in(g, gdt, i, unscale, inv));
+            UPDATE_LOOPS(grad_clip(g, gdt, i, unscale, inv, k.clip));
         }
     }
     ((int64_t *)c->out[0]->data)[0] = skip ? step : step + 1;
@@ -331,6 +421,64 @@ static int test(void) {
                                 kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(3 - 1, 4 - 0.125, 5 + 0.0625))};
         fails += kiln_optest("OptimizerStep", "n=2;lr=0.5", 7, in, 3, want, 1e-6, 1e-6, "two parameters, f16 gradients");
     }
+    {   /* LARS at step 1: trust = eta ||w|| / (||g|| + wd ||w||); v = 0.9 v + lr trust (g + wd w); w -= v */
+        const double lr = 0.5, eta = 0.02, wd = 0.01, s[2] = {0.1, 0.2};
+        const double wn = sqrt(1 + 4), gn = sqrt(0.25 + 0.0625), trust = eta * wn / (gn + wd * wn);
+        double v[2], ww[2];
+        for (int i = 0; i < 2; i++) {
+            v[i] = 0.9 * s[i] + lr * trust * (g[i] + wd * w[i]);
+            ww[i] = w[i] - v[i];
+        }
+        fails += one_param("optimizer=4;lr=0.5;momentum=0.9;weight_decay=0.01;lars_eta=0.02", 1, -1, -1, w, g, 1, s, ww,
+                           v, 2, 1e-6, "LARS");
+        /* excluded from decay (no_decay): plain momentum SGD in LARS's form, v = 0.9 v + lr g */
+        for (int i = 0; i < 2; i++) {
+            v[i] = 0.9 * s[i] + lr * g[i];
+            ww[i] = w[i] - v[i];
+        }
+        fails += one_param("optimizer=4;lr=0.5;momentum=0.9;weight_decay=0.01;lars_eta=0.02;no_decay=[1]", 1, -1, -1, w,
+                           g, 1, s, ww, v, 2, 1e-6, "LARS, excluded tensor");
+    }
+    {   /* LAMB at step 1 (t = 2): u = m^ / (sqrt(v^) + eps) + wd w, w -= lr ||w|| / ||u|| u */
+        const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-6, wd = 0.1, s[4] = {0.2, -0.1, 0.03, 0.01};
+        double st[4], u[2], un = 0, ww[2];
+        for (int i = 0; i < 2; i++) {
+            st[i] = b1 * s[i] + (1 - b1) * g[i];
+            st[2 + i] = b2 * s[2 + i] + (1 - b2) * g[i] * g[i];
+            u[i] = (st[i] / (1 - b1 * b1)) / (sqrt(st[2 + i] / (1 - b2 * b2)) + eps) + wd * w[i];
+            un += u[i] * u[i];
+        }
+        for (int i = 0; i < 2; i++) ww[i] = w[i] - lr * sqrt(5.0) / sqrt(un) * u[i];
+        fails += one_param("optimizer=5;lr=0.01;weight_decay=0.1", 1, -1, -1, w, g, 2, s, ww, st, 2, 1e-6, "LAMB");
+    }
+    {   /* clipping: ||g|| = sqrt(0.3125) > 0.1: g times 0.1 / (||g|| + 1e-6); under the bound: as is */
+        const double c = 0.1 / (sqrt(0.3125) + 1e-6);
+        const double ww[2] = {1 - 0.1 * c * 0.5, -2 - 0.1 * c * 0.25}, wk[2] = {1 - 0.1 * 0.5, -2 - 0.1 * 0.25};
+        fails += one_param("optimizer=0;lr=0.1;clip_grad_norm=0.1", 0, -1, -1, w, g, 0, NULL, ww, NULL, 1, 1e-6,
+                           "SGD, gradients clipped");
+        fails += one_param("optimizer=0;lr=0.1;clip_grad_norm=0.6", 0, -1, -1, w, g, 0, NULL, wk, NULL, 1, 1e-6,
+                           "SGD, gradients under the clipping bound");
+        /* after unscaling: inv_scale 0.25 of 4 g is g, then clipped */
+        const double g4[2] = {2, 1};
+        fails += one_param("optimizer=0;lr=0.1;clip_grad_norm=0.1", 0, 0, 0.25, w, g4, 0, NULL, ww, NULL, 1, 1e-6,
+                           "SGD, clipped after unscaling");
+    }
+    {   /* no_decay: SGD without the weight decay term */
+        const double ww[2] = {1 - 0.1 * 0.5, -2 - 0.1 * 0.25};
+        fails += one_param("optimizer=0;lr=0.1;weight_decay=0.5;no_decay=[1]", 0, -1, -1, w, g, 0, NULL, ww, NULL, 1,
+                           1e-6, "SGD, no weight decay");
+    }
+    {   /* poly: lr 1, warm-up 2, total 6, at step 4: (1 - 2/4)^2 = 0.25 */
+        const double ww[2] = {1 - 0.25 * 0.5, -2 - 0.25 * 0.25};
+        fails += one_param("optimizer=0;lr=1.0;schedule=3;total_steps=6;warmup_steps=2", 4, -1, -1, w, g, 0, NULL, ww,
+                           NULL, 5, 1e-6, "SGD, poly schedule");
+    }
+    fails += kiln_optest_fails("OptimizerStep", "n=1;schedule=3;total_steps=2;warmup_steps=2",
+                               5, (kiln_tensor *[]){kt_scalar(KILN_I64, 0), NULL, NULL, v2(1, 2), v2(1, 1)}, 2,
+                               KILN_ERR_INVALID_ARGUMENT, "poly without steps after the warm-up");
+    fails += kiln_optest_fails("OptimizerStep", "n=1;no_decay=[0,1]",
+                               5, (kiln_tensor *[]){kt_scalar(KILN_I64, 0), NULL, NULL, v2(1, 2), v2(1, 1)}, 2,
+                               KILN_ERR_INVALID_ARGUMENT, "no_decay of another length than n");
     /* rejected: a gradient of another size, a state missing, an unknown optimizer */
     fails += kiln_optest_fails("OptimizerStep", "n=1",
                                4 + 1, (kiln_tensor *[]){kt_scalar(KILN_I64, 0), NULL, NULL, v2(1, 2),

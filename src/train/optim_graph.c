@@ -51,10 +51,11 @@ static bool put_attr(kiln_context *ctx, kiln_attr *a, const char *name, kiln_att
     return a->name != NULL;
 }
 
-#define MAX_ATTRS 16
+#define MAX_ATTRS 20
 
 /* attrs: MAX_ATTRS entries; returns the count, or -1 on OOM (the filled ones cleared). */
-static int fill_attrs(kiln_context *ctx, kiln_attr *a, const kiln_train_options *o, int n_params) {
+static int fill_attrs(kiln_context *ctx, kiln_attr *a, const kiln_train_options *o, int n_params,
+                      const int64_t *no_decay) {
     int k = 0;
     bool ok = true;
 #define I(name, v) ok = ok && put_attr(ctx, &a[k++], name, KILN_ATTR_INT, 0.f, (int64_t)(v))
@@ -74,6 +75,19 @@ static int fill_attrs(kiln_context *ctx, kiln_attr *a, const kiln_train_options 
     F("gamma", o->gamma);
     I("total_steps", o->total_steps);
     I("warmup_steps", o->warmup_steps);
+    /* only where they matter (the op's defaults otherwise): graphs of the other options unchanged */
+    if (o->optimizer == KILN_OPTIM_LARS) F("lars_eta", o->lars_eta > 0 ? o->lars_eta : 0.001f);
+    if (o->clip_grad_norm > 0) F("clip_grad_norm", o->clip_grad_norm);
+    if (ok && no_decay) { /* no_decay: n ints, 1 where parameter k takes no weight decay */
+        ok = put_attr(ctx, &a[k], "no_decay", KILN_ATTR_INTS, 0.f, 0);
+        a[k].ints = ok ? kiln_calloc(ctx, (size_t)n_params, sizeof(int64_t), "optimizer attributes") : NULL;
+        if (a[k].ints) {
+            a[k].n = n_params;
+            memcpy(a[k].ints, no_decay, sizeof(int64_t) * (size_t)n_params);
+        }
+        ok = ok && a[k].ints != NULL;
+        k++;
+    }
 #undef I
 #undef F
     if (!ok) {
@@ -85,11 +99,16 @@ static int fill_attrs(kiln_context *ctx, kiln_attr *a, const kiln_train_options 
 
 kiln_status kiln_optim_step_attrs(kiln_context *ctx, const kiln_train_options *o, int n_params, kiln_attr **attrs,
                                   int *n_attrs) {
+    return kiln_optim_step_attrs_nd(ctx, o, n_params, NULL, attrs, n_attrs);
+}
+
+kiln_status kiln_optim_step_attrs_nd(kiln_context *ctx, const kiln_train_options *o, int n_params,
+                                     const int64_t *no_decay, kiln_attr **attrs, int *n_attrs) {
     *attrs = NULL;
     *n_attrs = 0;
     kiln_attr *a = kiln_calloc(ctx, MAX_ATTRS, sizeof *a, "optimizer attributes");
     if (!a) return KILN_ERR_OUT_OF_MEMORY;
-    const int k = fill_attrs(ctx, a, o, n_params);
+    const int k = fill_attrs(ctx, a, o, n_params, no_decay);
     if (k < 0) {
         free(a);
         return KILN_ERR_OUT_OF_MEMORY;
@@ -142,7 +161,7 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
     kiln_context *ctx = m->ctx;
     memset(out, 0, sizeof *out);
     if (m->finalized) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the optimizer goes into an open (not finalized) graph");
-    if (o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_ADADELTA)
+    if (o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_LAMB)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown optimizer %d", (int)o->optimizer);
     const bool scaled = loss_scale >= 0 && o->amp != KILN_AMP_OFF;
     const int n = n_params, ns = kiln_om_states((int)o->optimizer, o->momentum);
@@ -167,8 +186,9 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
     kiln_status st = out->state_in && out->state_out && out->param_out && out->param_in && in && outs && names && name_buf
                          ? KILN_OK
                          : KILN_ERR_OUT_OF_MEMORY;
-    static const char *state_names[4][2] = {{"momentum_buffer", ""}, {"exp_avg", "exp_avg_sq"},
-                                            {"exp_avg", "exp_avg_sq"}, {"square_avg", "acc_delta"}};
+    static const char *state_names[6][2] = {{"momentum_buffer", ""}, {"exp_avg", "exp_avg_sq"},
+                                            {"exp_avg", "exp_avg_sq"}, {"square_avg", "acc_delta"},
+                                            {"momentum_buffer", ""},   {"exp_avg", "exp_avg_sq"}};
     for (int k = 0; k < n && !st; k++) {
         const kiln_value *p = &m->values[params[k]];
         if (params[k] < 0 || params[k] >= m->n_values || grads[k] < 0 || grads[k] >= m->n_values)
@@ -277,7 +297,16 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
         }
         kiln_attr *attrs = NULL;
         int n_attrs = 0;
-        st = kiln_optim_step_attrs(ctx, o, n, &attrs, &n_attrs);
+        /* no_decay_bn_bias: the parameters of at most one dimension (kiln_om_no_decay) */
+        int64_t *no_decay = NULL;
+        if (o->no_decay_bn_bias) {
+            no_decay = kiln_calloc(ctx, (size_t)n, sizeof(int64_t), "optimizer graph");
+            if (!no_decay) st = KILN_ERR_OUT_OF_MEMORY;
+            for (int k = 0; k < n && no_decay; k++)
+                no_decay[k] = kiln_om_no_decay(o->no_decay_bn_bias, m->values[params[k]].ndim);
+        }
+        if (!st) st = kiln_optim_step_attrs_nd(ctx, o, n, no_decay, &attrs, &n_attrs);
+        free(no_decay);
         if (!st) st = add_node(m, "OptimizerStep", n_in, in, n_out, outs, names, n_attrs, attrs);
     }
     if (!st) {

@@ -91,5 +91,9 @@ int kiln_optim_graph_carried(const kiln_optim_graph *g, int *in_values, int *nex
  * the caller: kiln_attr_clear each, then free). For tests that build the node themselves. */
 kiln_status kiln_optim_step_attrs(kiln_context *ctx, const kiln_train_options *o, int n_params, kiln_attr **attrs,
                                   int *n_attrs);
+/* The same with the no_decay attribute: n_params ints, 1 where parameter k takes no weight
+ * decay (NULL: none is excluded). */
+kiln_status kiln_optim_step_attrs_nd(kiln_context *ctx, const kiln_train_options *o, int n_params,
+                                     const int64_t *no_decay, kiln_attr **attrs, int *n_attrs);
 
 #endif

@@ -39,13 +39,25 @@
 #include <time.h>
 
 static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
-    if (o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_ADADELTA)
+    if (o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_LAMB)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown optimizer %d", (int)o->optimizer);
     if (o->lr == 0)
-        o->lr = o->optimizer == KILN_OPTIM_ADADELTA ? 1.0f : o->optimizer == KILN_OPTIM_SGD ? 0.01f : 1e-3f;
+        o->lr = o->optimizer == KILN_OPTIM_ADADELTA ? 1.0f
+                : o->optimizer == KILN_OPTIM_SGD    ? 0.01f
+                : o->optimizer == KILN_OPTIM_LARS   ? 0.1f
+                                                    : 1e-3f;
     if (o->beta1 == 0) o->beta1 = 0.9f;
     if (o->beta2 == 0) o->beta2 = 0.999f;
-    if (o->eps == 0) o->eps = o->optimizer == KILN_OPTIM_ADADELTA ? 1e-6f : 1e-8f;
+    if (o->eps == 0) o->eps = o->optimizer == KILN_OPTIM_ADADELTA || o->optimizer == KILN_OPTIM_LAMB ? 1e-6f : 1e-8f;
+    if (o->lars_eta == 0) o->lars_eta = 0.001f;
+    if (!(o->lars_eta > 0) || !(o->clip_grad_norm >= 0))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "training options out of range (lars_eta %g, clip_grad_norm %g)",
+                         o->lars_eta, o->clip_grad_norm);
+    if (o->schedule < KILN_SCHEDULE_CONSTANT || o->schedule > KILN_SCHEDULE_POLY)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown schedule %d", (int)o->schedule);
+    if (o->schedule == KILN_SCHEDULE_POLY && o->total_steps <= o->warmup_steps)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the poly schedule needs total_steps (%lld) > warmup_steps (%lld)",
+                         (long long)o->total_steps, (long long)o->warmup_steps);
     if (o->rho == 0) o->rho = 0.9f;
     if (o->accumulate <= 0) o->accumulate = 1;
     if (o->gamma == 0) o->gamma = 0.1f;

@@ -1,13 +1,20 @@
 /* test_cuda_optim.c — the training step's ops on the GPU against their CPU references, bit
  * for bit: kiln.OptimizerStep (every optimizer, schedules, unscaling, a skipped step, f32 /
  * f16 / bf16 gradients, in place and out of place, more parameters than one launch's table
- * holds), kiln.NonFiniteCheck, kiln.LossScaleUpdate and kiln.GradAccumulate. Several steps, each step's outputs
- * feeding the next. Needs a CUDA device (label gpu); without one it fails. */
+ * holds; LARS, LAMB, gradient clipping and no weight decay on some tensors, whose norms are
+ * sums in double in another order on each side: bit for bit but for a rare last-bit
+ * rounding, within 1e-6 relative), kiln.NonFiniteCheck, kiln.LossScaleUpdate and
+ * kiln.GradAccumulate. Several steps, each step's outputs feeding the next. The fused
+ * tail's update (kiln_cuda_optimizer_step over a device table, what CUDA training runs)
+ * against kiln.OptimizerStep's CPU reference for the same large-batch options, and whole
+ * trainers (mnist-net, LARS / LAMB / SGD with those options) on CUDA against the CPU
+ * trainer. Needs a CUDA device (label gpu); without one it fails. */
 #include "core/internal.h"
 #include "core/optest.h"
 #include "cuda/cuda_backend.h"
 #include "train/optim_graph.h"
 #include "train/trainer_internal.h"
+#include "kiln_models.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -83,6 +90,11 @@ static void compare(const char *op, kiln_attr *attrs, int n_attrs, int n_in, kil
                          .host_in = in};
         st = kiln_cuda_supports(&c);
         CHECK(st == KILN_OK, "%s: supports: %s", label, kiln_context_message(ctx));
+        size_t ws = 0; /* the op's workspace (OptimizerStep's norms) */
+        if (!st) st = kiln_cuda_workspace_size(cu, &c, &ws);
+        if (!st && ws) st = kiln_cuda_arena_alloc(cu, ws, &c.workspace);
+        c.workspace_size = ws;
+        CHECK(st == KILN_OK, "%s: workspace: %s", label, kiln_context_message(ctx));
         if (!st) st = kiln_cuda_run(cu, &c);
         if (!st) st = kiln_cuda_sync(cu);
         CHECK(st == KILN_OK, "%s: CUDA: %s", label, kiln_context_message(ctx));
@@ -124,9 +136,12 @@ static void compare(const char *op, kiln_attr *attrs, int n_attrs, int n_in, kil
     free(hout);
 }
 
+/* Parameter k of a case takes no weight decay (with no_decay_bn_bias set in the options). */
+static bool case_no_decay(const kiln_train_options *o, int k) { return o->no_decay_bn_bias && k % 3 == 1; }
+
 static void optimizer_case(const kiln_train_options *o, int n, kiln_dtype gdt, bool unscale, float found,
                            bool inplace, const char *label) {
-    const int ns = o->optimizer == KILN_OPTIM_SGD ? (o->momentum != 0) : 2;
+    const int ns = kiln_optimizer_states(o);
     const int n_in = 3 + n * (2 + ns), n_out = 1 + n * (1 + ns);
     kiln_tensor **in = calloc((size_t)n_in, sizeof *in);
     int *map = calloc((size_t)n_out, sizeof(int));
@@ -150,14 +165,163 @@ static void optimizer_case(const kiln_train_options *o, int n, kiln_dtype gdt, b
     for (int k = 0; k < n * (1 + ns); k++) map[1 + k] = k < n ? 3 + k : 3 + n + k;
     kiln_attr *attrs = NULL;
     int n_attrs = 0;
-    kiln_optim_step_attrs(ctx, o, n, &attrs, &n_attrs);
+    int64_t *nd = calloc((size_t)n, sizeof *nd);
+    for (int k = 0; k < n; k++) nd[k] = case_no_decay(o, k);
+    kiln_optim_step_attrs_nd(ctx, o, n, o->no_decay_bn_bias ? nd : NULL, &attrs, &n_attrs);
+    free(nd);
     const bool loose = o->optimizer == KILN_OPTIM_ADAM || o->optimizer == KILN_OPTIM_ADAMW ||
+                       o->optimizer == KILN_OPTIM_LARS || o->optimizer == KILN_OPTIM_LAMB || o->clip_grad_norm > 0 ||
                        o->schedule != KILN_SCHEDULE_CONSTANT;
     compare("OptimizerStep", attrs, n_attrs, n_in, in, n_out, map, inplace, 4, loose, label);
     for (int a = 0; a < n_attrs; a++) kiln_attr_clear(&attrs[a]);
     free(attrs);
     free(in);
     free(map);
+}
+
+/* The fused tail's update (kiln_cuda_optimizer_step over a device table with its norm
+ * scratch, then kiln_cuda_train_step_end: what src/cuda/train.c captures) against
+ * kiln.OptimizerStep's CPU reference, `steps` steps of the same gradients. */
+static void fused_case(const kiln_train_options *o, int n, bool unscale, const char *label) {
+    const int ns = kiln_optimizer_states(o), steps = 4;
+    const int n_in = 3 + n * (2 + ns), n_out = 1 + n * (1 + ns);
+    kiln_tensor **in = calloc((size_t)n_in, sizeof *in), **dev = calloc((size_t)n_in, sizeof *dev);
+    kiln_cuda_optim_entry *host = calloc((size_t)n, sizeof *host);
+    int64_t *nd = calloc((size_t)n, sizeof *nd);
+    const float scale = unscale ? 512.f : 1.f;
+    kiln_cuda_arena_reset(cu);
+    in[0] = kt_scalar(KILN_I64, 0);
+    in[2] = unscale ? kt_scalar(KILN_F32, 1.0 / 512) : NULL;
+    bool ok = true;
+    for (int k = 0; k < n; k++) {
+        const int64_t len = 1 + (k * 1777) % 9000;
+        in[3 + k] = kt_rand(KILN_F32, 1, &len, -1, 1, (uint64_t)(40 + k));
+        in[3 + n + k] = kt_rand(KILN_F32, 1, &len, -scale, scale, (uint64_t)(4000 + k));
+        for (int j = 0; j < ns; j++)
+            in[3 + 2 * n + k * ns + j] = j == 0 ? kt_rand(KILN_F32, 1, &len, -0.1, 0.1, (uint64_t)(5000 + k))
+                                                : kt_rand(KILN_F32, 1, &len, 0, 0.01, (uint64_t)(6000 + k));
+        nd[k] = case_no_decay(o, k);
+    }
+    for (int i = 3; i < n_in; i++) {
+        dev[i] = to_device(in[i]);
+        ok &= dev[i] != NULL;
+    }
+    for (int k = 0; k < n && ok; k++) {
+        host[k].param = dev[3 + k]->data;
+        host[k].grad = dev[3 + n + k]->data;
+        host[k].state0 = ns > 0 ? dev[3 + 2 * n + k * ns]->data : NULL;
+        host[k].state1 = ns > 1 ? dev[3 + 2 * n + k * ns + 1]->data : NULL;
+        host[k].n = kiln_tensor_numel(in[3 + k]);
+        host[k].flags = nd[k] ? KILN_CUDA_OPTIM_NO_DECAY : 0;
+        host[k].slot = k;
+    }
+    const int64_t chunks = kiln_cuda_optim_table_prepare(host, n);
+    void *table = NULL, *state = NULL;
+    kiln_status st = ok ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_cuda_arena_alloc(cu, kiln_cuda_optim_table_bytes(n, chunks), &table);
+    if (!st) st = kiln_cuda_upload(cu, table, host, sizeof *host * (size_t)n);
+    if (!st) st = kiln_cuda_arena_alloc(cu, sizeof(kiln_cuda_train_state), &state);
+    if (!st) st = kiln_cuda_train_state_init(cu, o, scale, state);
+    kiln_attr *attrs = NULL;
+    int n_attrs = 0;
+    if (!st) st = kiln_optim_step_attrs_nd(ctx, o, n, o->no_decay_bn_bias ? nd : NULL, &attrs, &n_attrs);
+    kiln_node node = {.op_type = "OptimizerStep", .name = (char *)label, .domain = "kiln", .opset = 1,
+                      .op = kiln_op_index_domain("kiln", "OptimizerStep"), .n_in = n_in, .n_out = n_out,
+                      .n_attrs = n_attrs, .attrs = attrs};
+    bool same = !st;
+    for (int s = 0; s < steps && !st && same; s++) {
+        kiln_tensor **out = calloc((size_t)n_out, sizeof *out);
+        st = kiln_op_eval(ctx, &node, n_in, in, n_out, out);
+        if (!st) st = kiln_cuda_optimizer_step(cu, o, table, n, chunks, KILN_F32, KILN_DTYPE_UNDEFINED, unscale, state, NULL);
+        if (!st) st = kiln_cuda_train_step_end(cu, NULL, o, state);
+        if (!st) st = kiln_cuda_sync(cu);
+        for (int k = 0; k < n * (1 + ns) && !st; k++) {
+            const int i = k < n ? 3 + k : 3 + n + k;
+            const bool eq = same_as_device(out[1 + k], dev[i], true, label);
+            CHECK(eq, "%s: step %d output %d differs from the CPU reference", label, s, 1 + k);
+            same &= eq;
+        }
+        for (int k = 0; k < n_out; k++) { /* the CPU's next inputs */
+            const int i = k == 0 ? 0 : k <= n ? 2 + k : 2 + n + k;
+            if (!st && out[k]) {
+                kiln_tensor_free(in[i]);
+                in[i] = out[k];
+            } else {
+                kiln_tensor_free(out[k]);
+            }
+        }
+        free(out);
+    }
+    CHECK(st == KILN_OK, "%s: %s", label, kiln_context_message(ctx));
+    if (!st && same) printf("ok   %s: %d fused steps match the CPU reference\n", label, steps);
+    for (int a = 0; a < n_attrs; a++) kiln_attr_clear(&attrs[a]);
+    free(attrs);
+    for (int i = 0; i < n_in; i++) {
+        free(dev[i]);
+        kiln_tensor_free(in[i]);
+    }
+    free(in);
+    free(dev);
+    free(host);
+    free(nd);
+}
+
+/* A whole trainer on CUDA (the update lowered into the captured step's fused tail, src/cuda/
+ * train.c) against the CPU trainer: mnist-net, 2 epochs of 4 steps over 200 random images,
+ * dropout on (the same seeds), TF32 off; weights within 1e-4, losses within 1e-4 relative. */
+static void trainer_case(kiln_train_options o, const char *label) {
+    const int64_t n = 200, batch = 64;
+    kiln_model *ma = NULL, *mb = NULL;
+    kiln_trainer *a = NULL, *b = NULL;
+    kiln_tensor *images = kt_rand(KILN_F32, 4, KT_DIMS(n, 1, 28, 28), 0, 1, 31);
+    kiln_tensor *labels = kt_rand(KILN_I64, 1, KT_DIMS(n), 0, 10, 32);
+    o.seed = 7;
+    o.strict_fp32 = 1;
+    o.device = KILN_DEVICE_CPU;
+    kiln_status st = images && labels ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &ma);
+    if (!st) st = kiln_model_mnist_net(ctx, -1, 1, 1, &mb);
+    if (!st) st = kiln_trainer_create(ma, "loss", &o, &a);
+    o.device = KILN_DEVICE_CUDA;
+    if (!st) st = kiln_trainer_create(mb, "loss", &o, &b);
+    float la[2] = {0}, lb[2] = {0};
+    for (int e = 0; e < 2 && !st; e++) {
+        st = kiln_trainer_train_epoch(a, images, labels, batch, 5, e, 0, -1, &la[e]);
+        if (!st) st = kiln_trainer_train_epoch(b, images, labels, batch, 5, e, 0, -1, &lb[e]);
+    }
+    if (!st) st = kiln_trainer_sync_host(b);
+    CHECK(st == KILN_OK, "%s: %s", label, kiln_context_message(ctx));
+    if (!st) {
+        double worst = 0, moved = 0;
+        for (int k = 0; k < a->n_params; k++)
+            for (int64_t i = 0; i < a->params[k].numel; i++) {
+                const double d = fabs((double)((const float *)a->params[k].value->data)[i] -
+                                      (double)((const float *)b->params[k].value->data)[i]);
+                if (!(d <= worst)) worst = d;
+            }
+        /* the update did something: the weights moved from the fresh model's */
+        for (int k = 0; k < a->n_params; k++) {
+            const int v = a->params[k].fwd_value;
+            const kiln_tensor *w0 = v >= 0 && v < ma->n_values ? ma->values[v].init : NULL;
+            if (w0 && kiln_tensor_numel(w0) != a->params[k].numel) w0 = NULL;
+            for (int64_t i = 0; w0 && i < a->params[k].numel; i++)
+                moved = fmax(moved, fabs((double)((const float *)w0->data)[i] -
+                                         (double)((const float *)a->params[k].value->data)[i]));
+        }
+        const bool ok = fabs(la[0] - lb[0]) <= 1e-4 * fabs(la[0]) && fabs(la[1] - lb[1]) <= 1e-4 * fabs(la[1]) &&
+                        worst <= 1e-4 && isfinite(la[1]) && moved > 1e-4;
+        CHECK(ok, "%s: losses %.9g, %.9g vs the CPU's %.9g, %.9g; weights differ by up to %.3g, moved up to %.3g",
+              label, lb[0], lb[1], la[0], la[1], worst, moved);
+        if (ok)
+            printf("ok   %s: 8 steps on CUDA = the CPU trainer (weights within %.2g, moved up to %.3g)\n", label,
+                   worst, moved);
+    }
+    kiln_trainer_free(a);
+    kiln_trainer_free(b);
+    kiln_model_free(ma);
+    kiln_model_free(mb);
+    kiln_tensor_free(images);
+    kiln_tensor_free(labels);
 }
 
 int main(void) {
@@ -192,6 +356,56 @@ int main(void) {
         snprintf(label, sizeof label, "OptimizerStep %s, bf16 gradients, skipped", kiln_optimizer_name(o->optimizer));
         optimizer_case(o, 3, KILN_BF16, true, 1, true, label);
     }
+    /* large-batch options: LARS, LAMB, clipping, no weight decay on every third tensor */
+    kiln_train_options lb[] = {
+        {.optimizer = KILN_OPTIM_LARS, .lr = 0.5f, .momentum = 0.9f, .weight_decay = 5e-3f, .lars_eta = 0.02f},
+        {.optimizer = KILN_OPTIM_LARS, .lr = 0.5f, .momentum = 0.9f, .weight_decay = 5e-3f, .lars_eta = 0.02f,
+         .no_decay_bn_bias = 1, .clip_grad_norm = 2.f, .schedule = KILN_SCHEDULE_POLY, .total_steps = 6,
+         .warmup_steps = 2},
+        {.optimizer = KILN_OPTIM_LAMB, .lr = 1e-2f, .weight_decay = 0.01f},
+        {.optimizer = KILN_OPTIM_LAMB, .lr = 1e-2f, .weight_decay = 0.01f, .no_decay_bn_bias = 1, .clip_grad_norm = 1.f},
+        {.optimizer = KILN_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.05f, .no_decay_bn_bias = 1,
+         .clip_grad_norm = 1.f},
+        {.optimizer = KILN_OPTIM_ADAMW, .lr = 1e-2f, .weight_decay = 0.1f, .no_decay_bn_bias = 1, .clip_grad_norm = 3.f},
+    };
+    for (size_t i = 0; i < sizeof lb / sizeof lb[0]; i++) {
+        kiln_train_options *o = &lb[i];
+        o->beta1 = 0.9f;
+        o->beta2 = 0.999f;
+        o->eps = o->optimizer == KILN_OPTIM_LAMB ? 1e-6f : 1e-8f;
+        o->rho = 0.9f;
+        o->gamma = 0.1f;
+        if (o->lars_eta == 0) o->lars_eta = 0.001f;
+        char label[200];
+        snprintf(label, sizeof label, "OptimizerStep %s clip %g no-decay %d, 5 f32 gradients",
+                 kiln_optimizer_name(o->optimizer), o->clip_grad_norm, o->no_decay_bn_bias);
+        optimizer_case(o, 5, KILN_F32, false, -1, false, label);
+        optimizer_case(o, 5, KILN_F32, false, -1, true, label);
+        snprintf(label, sizeof label, "OptimizerStep %s clip %g no-decay %d, 70 f16 gradients unscaled",
+                 kiln_optimizer_name(o->optimizer), o->clip_grad_norm, o->no_decay_bn_bias);
+        optimizer_case(o, 70, KILN_F16, true, 0, true, label);
+        snprintf(label, sizeof label, "OptimizerStep %s clip %g no-decay %d, bf16 gradients, skipped",
+                 kiln_optimizer_name(o->optimizer), o->clip_grad_norm, o->no_decay_bn_bias);
+        optimizer_case(o, 3, KILN_BF16, true, 1, true, label);
+        snprintf(label, sizeof label, "fused update %s clip %g no-decay %d, 9 tensors",
+                 kiln_optimizer_name(o->optimizer), o->clip_grad_norm, o->no_decay_bn_bias);
+        fused_case(o, 9, false, label);
+        snprintf(label, sizeof label, "fused update %s clip %g no-decay %d, 9 tensors, unscaled",
+                 kiln_optimizer_name(o->optimizer), o->clip_grad_norm, o->no_decay_bn_bias);
+        fused_case(o, 9, true, label);
+    }
+    trainer_case((kiln_train_options){.optimizer = KILN_OPTIM_LARS, .lr = 0.5f, .momentum = 0.9f,
+                                      .weight_decay = 5e-4f, .lars_eta = 0.02f, .no_decay_bn_bias = 1,
+                                      .clip_grad_norm = 1.f, .schedule = KILN_SCHEDULE_POLY, .total_steps = 8,
+                                      .warmup_steps = 2},
+                 "trainer LARS, no decay on 1-D, clip 1, poly with warm-up");
+    trainer_case((kiln_train_options){.optimizer = KILN_OPTIM_LAMB, .lr = 2e-3f, .weight_decay = 0.01f,
+                                      .no_decay_bn_bias = 1, .clip_grad_norm = 0.5f,
+                                      .schedule = KILN_SCHEDULE_COSINE, .total_steps = 8, .warmup_steps = 2},
+                 "trainer LAMB, no decay on 1-D, clip 0.5, cosine with warm-up");
+    trainer_case((kiln_train_options){.optimizer = KILN_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .nesterov = 1,
+                                      .weight_decay = 1e-3f, .no_decay_bn_bias = 1, .clip_grad_norm = 0.5f},
+                 "trainer SGD Nesterov, no decay on 1-D, clip 0.5");
     /* NonFiniteCheck: finite, an inf in the 70th gradient, f16 */
     for (int bad = 0; bad < 2; bad++) {
         const int n = 70;
