@@ -2,9 +2,11 @@
  * Builders create no bias for a convolution followed by BatchNormalization (the BN's
  * shift makes it redundant); mnist-net has no BatchNormalization. */
 #include "../core/internal.h"
+#include "../passes/passes.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* splitmix64: a counter-based stream for reproducible initialization. */
@@ -112,13 +114,11 @@ kiln_status kiln_model_mnist_net(kiln_context *ctx, int64_t batch, uint64_t seed
  *        = (1 - eps) * nll - eps * ReduceMean(logp)          (over all N*K entries)
  * Every op used (LogSoftmax, NegativeLogLikelihoodLoss, ReduceMean, Mul, Sub) has a
  * gradient rule on the CPU. */
+/* A Constant node, not an initializer: the trainer would train a float initializer. */
 static kiln_status add_scalar(kiln_model *m, const char *name, float v) {
-    kiln_tensor *t = NULL;
-    kiln_status st = kiln_tensor_create(m->ctx, KILN_F32, 0, NULL, &t);
-    if (st) return st;
-    ((float *)t->data)[0] = v;
-    st = kiln_model_add_initializer(m, name, t);
-    kiln_tensor_free(t);
+    kiln_node *n = NULL;
+    kiln_status st = node(m, "Constant", name, 0, NULL, name, &n);
+    if (!st) st = kiln_node_set_float(n, "value_float", v);
     return st;
 }
 
@@ -162,6 +162,34 @@ kiln_status kiln_model_add_classifier_loss(const kiln_model *src, const char *lo
         kiln_value *v = &m->values[m->inputs[i]];
         if (v->ndim > 0 && v->dims[0] >= 0) v->dims[0] = -1;
     }
+    /* An Identity node reading an initializer becomes an initializer of its own (a copy):
+     * torch.onnx.export in eval mode without constant folding stores equal tensors once
+     * (fresh BatchNormalization statistics, all 0 or 1) and names the others through
+     * Identity nodes; each BN then has its own statistics under its state_dict name.
+     * Nodes are in topological order, so chains of them resolve. */
+    bool *dead = kiln_calloc(ctx, (size_t)m->n_nodes + 1, sizeof(bool), "classifier loss");
+    if (!dead) {
+        kiln_model_free(m);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *id = &m->nodes[i];
+        if (strcmp(id->op_type, "Identity") || id->n_in != 1 || id->n_out != 1 || id->in[0] < 0 ||
+            !m->values[id->in[0]].init || m->values[id->out[0]].is_output)
+            continue;
+        kiln_value *src_v = &m->values[id->in[0]], *dst = &m->values[id->out[0]];
+        if (!(dst->init = kiln_tensor_clone(ctx, src_v->init))) {
+            free(dead);
+            kiln_model_free(m);
+            return KILN_ERR_OUT_OF_MEMORY;
+        }
+        dst->dtype = src_v->dtype;
+        dst->ndim = src_v->ndim;
+        memcpy(dst->dims, src_v->dims, sizeof dst->dims);
+        dead[i] = true;
+    }
+    kiln_pass_remove_nodes(m, dead);
+    free(dead);
     kiln_node *n = NULL;
 #define TRY(x) do { if (!st) st = (x); } while (0)
     TRY(kiln_model_add_input(m, "label", KILN_I64, 1, (int64_t[]){-1}));
