@@ -3,11 +3,13 @@ the same weights and batch kiln's gradient of the cross-entropy for every parame
 PyTorch's fp32 gradient (model.train(): BatchNormalization on batch statistics).
 
     grad_vs_torch.py KILN_GRADIENTS WORKDIR [--device cpu|cuda] [--batch 4] [--size 64]
-                     [--label-smoothing 0.1] [--tol 1e-4]
+                     [--label-smoothing 0.1] [--tol 1e-4] [--step-lr 0.05]
 
 KILN_GRADIENTS is the test program build/tests/kiln_gradients (build-cuda/tests/... for
 --device cuda). Passes when every parameter's |g_kiln - g_torch|_2 <= tol * |g_torch|_2 and
 the batch's loss agrees to 1e-5 relative; prints each parameter's share of the budget.
+Then the 1-step check: the batch's loss after one SGD step (--step-lr, no momentum) taken by
+kiln's trainer and by torch.optim.SGD, within 1e-4 relative.
 On CUDA, TF32 is off on both sides (kiln_gradients sets strict_fp32)."""
 import argparse
 import copy
@@ -28,6 +30,7 @@ ap.add_argument("--batch", type=int, default=4)
 ap.add_argument("--size", type=int, default=64)
 ap.add_argument("--label-smoothing", type=float, default=0.1)
 ap.add_argument("--tol", type=float, default=1e-4)
+ap.add_argument("--step-lr", type=float, default=0.05)
 ap.add_argument("--export", default="train", choices=["train", "eval"],
                 help="train: TrainingMode.TRAINING; eval: eval mode with do_constant_folding=False")
 args = ap.parse_args()
@@ -62,7 +65,8 @@ np.save(os.path.join(args.workdir, "y.npy"), y.numpy().astype(np.int64))
 out_dir = os.path.join(args.workdir, "grads")
 shutil.rmtree(out_dir, ignore_errors=True)
 subprocess.run([args.tool, onnx_path, os.path.join(args.workdir, "x.npy"), os.path.join(args.workdir, "y.npy"),
-                out_dir, "--device", args.device, "--label-smoothing", str(args.label_smoothing)], check=True)
+                out_dir, "--device", args.device, "--label-smoothing", str(args.label_smoothing),
+                "--step-lr", str(args.step_lr)], check=True)
 
 dev = torch.device(args.device)
 model = model.to(dev).train()
@@ -100,6 +104,17 @@ for name, p in model.named_parameters():
 extra = set(f[:-4] for f in os.listdir(out_dir) if f.endswith(".npy")) - set(dict(model.named_parameters()))
 if extra:
     print("FAIL: kiln trained tensors PyTorch does not:", sorted(extra))
+    fails += 1
+# one SGD step on the batch, then its loss again (BN on batch statistics both times)
+crit = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+opt = torch.optim.SGD(model.parameters(), lr=args.step_lr)
+opt.step()
+with torch.no_grad():
+    step_loss = crit(model(x.to(dev)), y.to(dev)).item()
+kiln_step = float(open(os.path.join(out_dir, "step_loss.txt")).read())
+print(f"loss after one SGD step of lr {args.step_lr}: kiln {kiln_step:.7f} torch {step_loss:.7f}")
+if not abs(kiln_step - step_loss) <= 1e-4 * max(1.0, abs(step_loss)):
+    print("FAIL: the losses after one step differ")
     fails += 1
 print(f"{n} parameters compared on {args.device}: worst {100 * worst:.2f}% of the budget "
       f"(|diff| <= {args.tol:g} |g_torch|)")
