@@ -892,7 +892,8 @@ static int parse_floats3(const char *flag, const char *s, float v[3]) {
         }
         s = end + 1;
     }
-    return *end ? 2 : 0;
+    fprintf(stderr, "kiln train: %s takes one or three numbers (R,G,B)\n", flag);
+    return 2;
 }
 
 static int64_t max_label(const kiln_tensor *labels) {
