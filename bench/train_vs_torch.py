@@ -64,7 +64,7 @@ if not os.path.isdir(test_dir):
     test_dir = os.path.join(args.data, "val")
 test = torchvision.datasets.ImageFolder(test_dir, test_tf)
 tl = torch.utils.data.DataLoader(train, batch_size=args.batch, shuffle=True, num_workers=args.workers,
-                                 pin_memory=True, persistent_workers=True)
+                                 pin_memory=True, persistent_workers=args.workers > 0)
 vl = torch.utils.data.DataLoader(test, batch_size=512, num_workers=args.workers)
 model = getattr(torchvision.models, args.model)(num_classes=len(train.classes)).to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.1 * args.batch / 256, momentum=0.9, weight_decay=1e-4)
