@@ -38,11 +38,14 @@ kiln_status kiln_model_resnet(kiln_context *ctx, int depth, int64_t n_classes, i
  * input "label" (batch) appended and the output "loss" = PyTorch's
  * CrossEntropyLoss(label_smoothing=eps) of the f32 output `logits` (batch, K) (mean over
  * the batch; eps in [0, 1): (1 - eps) * NLL + eps * the mean over classes of -log_softmax).
- * It is computed as LogSoftmax (the value "logprobs") then NegativeLogLikelihoodLoss (SoftmaxCrossEntropyLoss's own definition, the pair kiln fuses
- * on CUDA), plus ReduceMean, Mul and Sub for the smoothing. The first dim of every graph
- * input becomes symbolic (the trainer's batch). A label outside [0, K) makes the step fail
- * naming it. m's values may not already use the names "label", "loss", "logprobs" or
- * "kiln:*". The result is finalized; free it with kiln_model_free. */
+ * It is computed as LogSoftmax (the value "logprobs") then NegativeLogLikelihoodLoss
+ * (SoftmaxCrossEntropyLoss's own definition; the pair kiln fuses on CUDA), plus ReduceMean,
+ * Mul and Sub of Constants for the smoothing. The first dim of every graph input becomes
+ * symbolic (the trainer's batch). An Identity node reading an initializer becomes an
+ * initializer of its own, a copy (torch.onnx.export's eval-mode form names equal
+ * BatchNormalization statistics that way; each BN needs its own to train). A label outside
+ * [0, K) makes the step fail naming it. m's values may not already use the names "label",
+ * "loss", "logprobs" or "kiln:*". The result is finalized; free it with kiln_model_free. */
 kiln_status kiln_model_add_classifier_loss(const kiln_model *m, const char *logits, float label_smoothing,
                                            kiln_model **out);
 
