@@ -461,6 +461,19 @@ int main(int argc, char **argv) {
         CHECK(!kiln_model_save_onnx(cnn, p), "save %s: %s", p, kiln_context_message(ctx));
     }
     kiln_model_free(cnn);
+    /* a classifier without a single weight (GlobalAveragePool -> Flatten): kiln train must
+     * refuse it by name */
+    kiln_model *np = NULL;
+    kiln_status st = kiln_model_create(ctx, &np);
+    if (!st) st = kiln_model_add_input(np, "image", KILN_F32, 4, (int64_t[]){-1, 3, 16, 16});
+    if (!st) st = kiln_model_add_node(np, "GlobalAveragePool", "gap", 1, (const char *[]){"image"}, 1, (const char *[]){"g"}, NULL);
+    if (!st) st = kiln_model_add_node(np, "Flatten", "flatten", 1, (const char *[]){"g"}, 1, (const char *[]){"logits"}, NULL);
+    if (!st) st = kiln_model_add_output(np, "logits");
+    if (!st) st = kiln_model_finalize(np);
+    snprintf(p, sizeof p, "%s/no_weights.onnx", dir);
+    if (!st) st = kiln_model_save_onnx(np, p);
+    CHECK(!st, "no_weights.onnx: %s", kiln_context_message(ctx));
+    kiln_model_free(np);
     snprintf(p, sizeof p, "%s/folder", dir);
     write_folder(p);
     kiln_context_free(ctx);

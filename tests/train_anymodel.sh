@@ -4,7 +4,8 @@
 #     colour classes, PNGs of varying sizes): test accuracy >= 0.9 after 4 epochs, and its
 #     --export loads back (`kiln info`: input image, output logits);
 #   - resnet18 from the tiny CIFAR-10 in DIR/cifar (two steps, torchvision's parameter count);
-#   - a class count below the data set's, and a bad --label-smoothing, refused with a message.
+#   - a class count below the data set's, a model without weights and a bad --label-smoothing,
+#     refused with a message.
 # train_anymodel.sh KILN DIR
 set -euo pipefail
 kiln=$1 dir=$2
@@ -33,6 +34,10 @@ if err=$("$kiln" train resnet18 --data "$dir/folder" --classes 2 --image-size 16
   fail "--classes 2 for 3 classes accepted"
 fi
 grep -q "has 3 classes (labels up to 2) but the model 2 outputs" <<<"$err" || fail "class count message: $err"
+if err=$("$kiln" train "$dir/no_weights.onnx" --data "$dir/folder" --max-steps 1 2>&1); then
+  fail "a model without weights accepted"
+fi
+grep -q "no_weights.onnx: the model has no float initializer that reaches the loss" <<<"$err" || fail "no weights: $err"
 set +e
 "$kiln" train "$dir/tiny_cnn.onnx" --data "$dir/folder" --label-smoothing 1.5 2>/dev/null
 [ $? -eq 2 ] || fail "--label-smoothing 1.5 accepted"
