@@ -1331,11 +1331,14 @@ static int cmd_train(int argc, char **argv) {
         const int64_t top = max_label(cd.train_labels) > max_label(cd.test_labels) ? max_label(cd.train_labels)
                                                                                   : max_label(cd.test_labels);
         if (k < cd.n_classes || top >= k) {
-            fprintf(stderr, "kiln train: %s has %d classes (labels up to %lld) but the model %lld outputs\n", a.data,
+            fprintf(stderr, "kiln train: %s has %d classes (labels up to %lld) but the model has %lld outputs\n", a.data,
                     cd.n_classes, (long long)top, (long long)k);
             rc = 1;
             goto out;
         }
+        if (k > cd.n_classes)
+            printf("note: the model has %lld outputs for the data set's %d classes (the others are never a label)\n",
+                   (long long)k, cd.n_classes);
         if (resnet && kiln_model_resnet(ctx, depth, k, -1, a.seed, a.zero_init_residual, &fwd)) {
             rc = fail(ctx, a.model);
             goto out;

@@ -33,7 +33,7 @@ grep -q "^test accuracy: " <<<"$out" || fail "resnet18 evaluated"
 if err=$("$kiln" train resnet18 --data "$dir/folder" --classes 2 --image-size 16 --max-steps 1 2>&1); then
   fail "--classes 2 for 3 classes accepted"
 fi
-grep -q "has 3 classes (labels up to 2) but the model 2 outputs" <<<"$err" || fail "class count message: $err"
+grep -q "has 3 classes (labels up to 2) but the model has 2 outputs" <<<"$err" || fail "class count message: $err"
 if err=$("$kiln" train "$dir/no_weights.onnx" --data "$dir/folder" --max-steps 1 2>&1); then
   fail "a model without weights accepted"
 fi
