@@ -975,7 +975,7 @@ static int load_classifier_data(kiln_context *ctx, const char *dir, int channels
     }
     const int64_t n_test = kiln_tensor_dim(arr.test_images, 0), n_train = kiln_tensor_dim(c->train_u8, 0);
     int rc = 0;
-    for (int b = 0; b < 2 && !rc; b++)
+    for (int b = 0; b < (c->augment ? 2 : 1) && !rc; b++)
         if (kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){n_train, channels, size, size}, &c->train_f32[b]))
             rc = fail(ctx, "the training images");
     if (!rc && kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){n_test, channels, size, size}, &c->test_f32))
