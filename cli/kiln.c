@@ -39,7 +39,8 @@ static const struct { const char *name, *text; } commands[] = {
      "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
      "      order (fewer --output than graph outputs is fine).\n"},
     {"train",
-     "  train mnist-net --data DIR [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
+     "  train mnist-net|resnet18|resnet34|resnet50|resnet101|resnet152|MODEL.onnx --data DIR\n"
+     "        [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
      "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
      "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
      "        [--json FILE] (every figure reported, per epoch and per step, as JSON; - for stdout)\n"
@@ -49,20 +50,32 @@ static const struct { const char *name, *text; } commands[] = {
      "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,fuse-pool,\n"
      "        autotune,conv-gemm,conv-direct,streams] [--no-warmup] (CUDA: the plans, algorithm\n"
      "        searches and graph captures inside the first epoch instead of before it)\n"
-     "        [--export MODEL.onnx]   (the trained inference graph, input image -> logprobs, as\n"
-     "        ONNX at the end of training)\n"
+     "        [--export MODEL.onnx]   (the trained inference graph, input image -> logprobs for\n"
+     "        mnist-net, the logits for the others, as ONNX at the end of training)\n"
+     "        resnets and ONNX models: [--label-smoothing EPS] [--image-size S] (224 unless the ONNX\n"
+     "        input fixes it) [--classes K] (the data set's by default) [--resize R] (evaluation:\n"
+     "        shorter side to R, then the centre SxS; S*256/224 by default) [--no-augment]\n"
+     "        [--no-flip] [--mean R,G,B] [--std R,G,B] (ImageNet's by default) [--zero-init-residual]\n"
      "      optimizer and schedule (docs/train.md):\n"
-     "        [--optimizer adadelta|sgd|adam|adamw|lars|lamb]   (default adadelta, as\n"
-     "        pytorch/examples mnist) [--lr LR] (default per optimizer: adadelta 1, sgd 0.01,\n"
-     "        lars 0.1, adam/adamw/lamb 0.001) [--momentum M] (sgd 0; lars 0.9) [--nesterov]\n"
-     "        [--wd WD] (weight decay, 0) [--no-decay-bn-bias] (none on 1-D parameters: BN, biases)\n"
-     "        [--lars-eta ETA] (0.001) [--clip-grad NORM] (clip the gradients' global 2-norm)\n"
-     "        [--schedule step|constant|cosine|poly] (default step) [--step-size EPOCHS] (1)\n"
+     "        [--optimizer adadelta|sgd|adam|adamw|lars|lamb]   (default: adadelta for mnist-net,\n"
+     "        as pytorch/examples mnist; sgd for the others) [--lr LR] (default per optimizer:\n"
+     "        adadelta 1, sgd 0.01 (mnist-net) or 0.1*batch/256, lars 0.1, adam/adamw/lamb 0.001)\n"
+     "        [--momentum M] (sgd: 0 for mnist-net, 0.9 for the others; lars 0.9) [--nesterov]\n"
+     "        [--wd WD] (weight decay: 0 for mnist-net, 1e-4 for the others) [--no-decay-bn-bias]\n"
+     "        (none on 1-D parameters: BN, biases) [--lars-eta ETA] (0.001) [--clip-grad NORM]\n"
+     "        (clip the gradients' global 2-norm) [--schedule step|constant|cosine|poly] (default:\n"
+     "        step for mnist-net, cosine for the others) [--step-size EPOCHS] (1)\n"
      "        [--gamma G] (0.7) [--warmup EPOCHS] (linear warm-up, 0)   EPOCHS may be\n"
      "        fractional (0.5); they are converted to optimizer steps. cosine and poly (power 2)\n"
      "        decay to 0 over --epochs; poly starts after the warm-up.\n"
-     "      Train pytorch/examples' MNIST network on an MNIST-format data set (by default\n"
-     "      Adadelta, StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
+     "      Train a classifier and report the test accuracy after each epoch. mnist-net:\n"
+     "      pytorch/examples' MNIST network (Adadelta, StepLR gamma 0.7 per epoch). resnetNN\n"
+     "      (torchvision's, state_dict names) or MODEL.onnx (one image input, logits output 0,\n"
+     "      as torch.onnx.export writes it): cross-entropy appended, by default SGD momentum 0.9,\n"
+     "      weight decay 1e-4, lr 0.1*batch/256 with cosine decay; training images random-resized-crop + flip +\n"
+     "      normalize per epoch (seeded), test images resize + centre crop. --data DIR: MNIST\n"
+     "      IDX files, CIFAR-10 binary batches, or DIR/train/<class>/ and DIR/test|val/ image\n"
+     "      folders. --profile then times\n"
      "      one training step, slowest first: each node of the forward + backward on its\n"
      "      own, the batch gather (prologue) and the optimizer (epilogue), their sum, and\n"
      "      the whole step as a CUDA graph replay (median of 200; CPU: host clock); the\n"
@@ -1000,6 +1013,156 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------- train: any classifier */
+
+/* kiln train MODEL.onnx | resnetNN: the data set as the model takes it. The training split
+ * stays u8 (decoded once; image folders at a fixed square side) and becomes f32 per epoch
+ * through the training transform (random-resized-crop, flip, normalize; or the evaluation
+ * transform with --no-augment) into one of two buffers, alternating, so that a data set
+ * resident on the GPU (keyed by its host pointer) is sent again each epoch. The test split
+ * goes through the evaluation transform (resize, centre crop, normalize) once. */
+typedef struct classifier_data {
+    kiln_tensor *train_u8, *train_labels, *test_labels; /* owned */
+    kiln_tensor *train_f32[2], *test_f32;                /* owned */
+    int n_classes;                                       /* the data set's */
+    kiln_augment_options aug;
+    int resize;      /* evaluation resize (0: none) */
+    bool augment;
+    int64_t epoch_ready; /* the epoch train_f32[epoch & 1] holds (-1: none) */
+} classifier_data;
+
+static void classifier_data_free(classifier_data *c) {
+    kiln_tensor_free(c->train_u8);
+    kiln_tensor_free(c->train_labels);
+    kiln_tensor_free(c->test_labels);
+    kiln_tensor_free(c->train_f32[0]);
+    kiln_tensor_free(c->train_f32[1]);
+    kiln_tensor_free(c->test_f32);
+    memset(c, 0, sizeof *c);
+}
+
+/* "a,b,c" (or one value for every channel) into v[3]. */
+static int parse_floats3(const char *flag, const char *s, float v[3]) {
+    char *end = NULL;
+    for (int i = 0; i < 3; i++) {
+        v[i] = strtof(s, &end);
+        if (end == s) { fprintf(stderr, "kiln train: %s takes one or three numbers (R,G,B), got '%s'\n", flag, s); return 2; }
+        if (*end != ',') {
+            if (*end || (i != 0 && i != 2)) {
+                fprintf(stderr, "kiln train: %s takes one or three numbers (R,G,B)\n", flag);
+                return 2;
+            }
+            for (int k = i + 1; k < 3; k++) v[k] = v[i];
+            return 0;
+        }
+        s = end + 1;
+    }
+    fprintf(stderr, "kiln train: %s takes one or three numbers (R,G,B)\n", flag);
+    return 2;
+}
+
+static int64_t max_label(const kiln_tensor *labels) {
+    const int64_t *y = kiln_tensor_data(labels);
+    int64_t mx = -1, n = kiln_tensor_dim(labels, 0);
+    for (int64_t i = 0; i < n; i++) mx = y[i] > mx ? y[i] : mx;
+    return mx;
+}
+
+/* The data set for a classifier taking (channels, size, size) images. 0, or 1 (2 for a bad
+ * option) with the error printed. */
+static int load_classifier_data(kiln_context *ctx, const char *dir, int channels, int size, int resize_opt,
+                                classifier_data *c) {
+    char p[4096];
+    kiln_mnist arr = {0};
+    c->epoch_ready = -1;
+    if (image_folders(dir)) {
+        /* decoded once at a square side: the shorter side to S and the centre S x S for
+         * training (the random crops are taken from that square), the evaluation transform
+         * (shorter side to S, centre size x size) for the test split */
+        const int S = resize_opt >= 0 ? resize_opt : (int)lround(size * 256.0 / 224.0);
+        kiln_image_folder tr = {0}, te = {0};
+        kiln_image_folder_options fo = {.channels = channels, .resize = S, .crop = S};
+        snprintf(p, sizeof p, "%s/train", dir);
+        if (kiln_image_folder_load(ctx, p, &fo, &tr)) return fail(ctx, p);
+        snprintf(p, sizeof p, "%s/test", dir);
+        struct stat sb;
+        if (stat(p, &sb) != 0) snprintf(p, sizeof p, "%s/val", dir);
+        fo.crop = size;
+        int rc = 0;
+        if (kiln_image_folder_load(ctx, p, &fo, &te)) rc = fail(ctx, p);
+        for (int k = 0; !rc && k < tr.n_classes; k++)
+            if (k >= te.n_classes || strcmp(tr.class_names[k], te.class_names[k])) {
+                fprintf(stderr, "kiln train: %s: class %d is '%s' in train/ but '%s' here\n", p, k, tr.class_names[k],
+                        k < te.n_classes ? te.class_names[k] : "(none)");
+                rc = 1;
+            }
+        if (!rc && te.n_classes != tr.n_classes) {
+            fprintf(stderr, "kiln train: %s has %d classes, train/ %d\n", p, te.n_classes, tr.n_classes);
+            rc = 1;
+        }
+        c->n_classes = tr.n_classes;
+        c->train_u8 = tr.images;
+        c->train_labels = tr.labels;
+        tr.images = tr.labels = NULL;
+        arr.test_images = te.images; /* already centre-cropped to size */
+        c->test_labels = te.labels;
+        te.images = te.labels = NULL;
+        c->resize = 0;
+        kiln_image_folder_free(&tr);
+        kiln_image_folder_free(&te);
+        if (rc) {
+            kiln_tensor_free(arr.test_images);
+            return 1;
+        }
+        printf("image folders: %lld training and %lld test images of %d classes (stored at %dx%d)\n",
+               (long long)kiln_tensor_dim(c->train_u8, 0), (long long)kiln_tensor_dim(arr.test_images, 0), c->n_classes,
+               S ? S : (int)kiln_tensor_dim(c->train_u8, 3), S ? S : (int)kiln_tensor_dim(c->train_u8, 2));
+    } else {
+        const bool cifar = kiln_cifar10_detect(dir);
+        if (cifar ? kiln_cifar10_load(ctx, dir, &arr) : kiln_mnist_load(ctx, dir, KILN_U8, 0, 1, &arr))
+            return fail(ctx, dir);
+        c->n_classes = 10;
+        c->train_u8 = arr.train_images;
+        c->train_labels = arr.train_labels;
+        c->test_labels = arr.test_labels;
+        arr.train_images = arr.train_labels = arr.test_labels = NULL;
+        const int native = (int)kiln_tensor_dim(c->train_u8, 2);
+        c->resize = resize_opt >= 0 ? resize_opt : native == size ? 0 : (int)lround(size * 256.0 / 224.0);
+        printf("%s: %lld training and %lld test images of %dx%d, %d classes\n", cifar ? "CIFAR-10" : "IDX",
+               (long long)kiln_tensor_dim(c->train_u8, 0), (long long)kiln_tensor_dim(arr.test_images, 0), native,
+               native, c->n_classes);
+    }
+    const int64_t nc = kiln_tensor_dim(c->train_u8, 1);
+    if (nc == 3 && channels == 1) {
+        fprintf(stderr, "kiln train: %s: RGB images for a model taking one channel\n", dir);
+        kiln_tensor_free(arr.test_images);
+        return 1;
+    }
+    const int64_t n_test = kiln_tensor_dim(arr.test_images, 0), n_train = kiln_tensor_dim(c->train_u8, 0);
+    int rc = 0;
+    for (int b = 0; b < (c->augment ? 2 : 1) && !rc; b++)
+        if (kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){n_train, channels, size, size}, &c->train_f32[b]))
+            rc = fail(ctx, "the training images");
+    if (!rc && kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){n_test, channels, size, size}, &c->test_f32))
+        rc = fail(ctx, "the test images");
+    if (!rc && kiln_images_center(ctx, arr.test_images, c->resize, &c->aug, c->test_f32)) rc = fail(ctx, dir);
+    kiln_tensor_free(arr.test_images);
+    return rc;
+}
+
+/* The training images of `epoch` (f32, transformed) in one of the two buffers. */
+static int classifier_epoch(kiln_context *ctx, classifier_data *c, uint64_t seed, int64_t epoch, kiln_mnist *d) {
+    const int b = c->augment ? (int)(epoch & 1) : 0;
+    if (c->epoch_ready != (c->augment ? epoch : 0)) {
+        kiln_status st = c->augment ? kiln_images_augment(ctx, c->train_u8, &c->aug, seed, epoch, c->train_f32[b])
+                                    : kiln_images_center(ctx, c->train_u8, c->resize, &c->aug, c->train_f32[b]);
+        if (st) return fail(ctx, "the training transform");
+        c->epoch_ready = c->augment ? epoch : 0;
+    }
+    d->train_images = c->train_f32[b];
+    return 0;
+}
+
 /* ------------------------------------------------------------------ train */
 
 typedef struct train_args {
@@ -1009,6 +1172,11 @@ typedef struct train_args {
     float lr;
     int dropout, threads, strict_fp32, no_shuffle, profile, no_warmup, plot_w, plot_h;
     unsigned disable;
+    /* any classifier (MODEL.onnx, resnetNN): the loss, the input and the transforms */
+    float label_smoothing;
+    int64_t image_size, classes;
+    int resize, no_augment, no_flip, zero_init_residual;
+    const char *mean, *std;
 } train_args;
 
 /* kiln train --export: the trained inference graph computing `output` (the loss and the
@@ -1053,17 +1221,20 @@ static int profile_step(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d,
 }
 
 /* Test accuracy of the exported inference model over the test split, in chunks. */
-static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, kiln_device dev, double *acc) {
+static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, kiln_device dev, const char *output,
+                    int64_t chunk, double *acc) {
     kiln_model *m = NULL;
     kiln_session *s = NULL;
     kiln_tensor *x = NULL;
     int rc = 0;
     kiln_session_options so = {.device = dev};
-    if (kiln_trainer_export(t, "logprobs", &m) || kiln_session_create(m, &so, &s)) {
+    if (kiln_trainer_export(t, output, &m) || kiln_session_create(m, &so, &s)) {
         rc = fail(ctx, "evaluation model");
         goto out;
     }
-    const int64_t n = kiln_tensor_dim(d->test_images, 0), chunk = 1000, sample = 28 * 28;
+    const int64_t n = kiln_tensor_dim(d->test_images, 0);
+    int64_t dims[4] = {0, 1, 28, 28}, sample = 1;
+    for (int k = 1; k < 4; k++) sample *= (dims[k] = kiln_tensor_dim(d->test_images, k));
     if (n < 1) { /* never an accuracy not measured */
         fprintf(stderr, "kiln train: the test set holds no images: no accuracy to measure\n");
         rc = 1;
@@ -1077,16 +1248,18 @@ static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, kil
         const kiln_tensor *lp = NULL;
         kiln_tensor_free(x);
         x = NULL;
-        if (kiln_tensor_wrap(ctx, KILN_F32, 4, (int64_t[]){b, 1, 28, 28}, (void *)(images + i * sample), &x) ||
+        dims[0] = b;
+        if (kiln_tensor_wrap(ctx, KILN_F32, 4, dims, (void *)(images + i * sample), &x) ||
             kiln_session_run(s, 1, &x, 1, &lp)) {
             rc = fail(ctx, "evaluation");
             goto out;
         }
         const float *p = kiln_tensor_data(lp);
+        const int64_t k = kiln_tensor_dim(lp, 1);
         for (int64_t r = 0; r < b; r++) {
-            int best = 0;
-            for (int c = 1; c < 10; c++)
-                if (p[r * 10 + c] > p[r * 10 + best]) best = c;
+            int64_t best = 0;
+            for (int64_t c = 1; c < k; c++)
+                if (p[r * k + c] > p[r * k + best]) best = c;
             correct += best == labels[i + r];
         }
     }
@@ -1121,9 +1294,9 @@ typedef struct optim_flags {
     const char *optimizer, *schedule;
     float momentum, wd, gamma, clip, lars_eta;
     double step_size, warmup; /* epochs */
-    int nesterov, no_decay, momentum_set;
+    int nesterov, no_decay, momentum_set, wd_set;
 } optim_flags;
-#define OPTIM_FLAGS_INIT {.optimizer = "adadelta", .schedule = "step", .gamma = 0.7f, .step_size = 1}
+#define OPTIM_FLAGS_INIT {.gamma = 0.7f, .step_size = 1} /* optimizer, schedule: by model */
 enum { O_OPTIMIZER = 512, O_MOMENTUM, O_NESTEROV, O_WD, O_SCHEDULE, O_STEP_SIZE, O_GAMMA, O_WARMUP, O_CLIP_GRAD,
        O_NO_DECAY_BN_BIAS, O_LARS_ETA };
 #define OPTIM_LONGOPTS                                                                                             \
@@ -1162,6 +1335,7 @@ static int parse_optim_flag(int c, const char *v, optim_flags *f) {
     case O_WD:
         if (optim_number("wd", v, 0, &x)) return 2;
         f->wd = (float)x;
+        f->wd_set = 1;
         return 1;
     case O_GAMMA:
         if (optim_number("gamma", v, 0, &x)) return 2;
@@ -1240,10 +1414,11 @@ static int apply_optim_flags(const optim_flags *f, float lr, int64_t steps_per_e
 
 static int cmd_train(int argc, char **argv) {
     train_args a = {.epochs = 1, .batch = 64, .accumulate = 1, .seed = 1, .dropout = 1, .device = "cpu", .amp = "off",
-                    .plot_w = 1200, .plot_h = 900};
+                    .plot_w = 1200, .plot_h = 900, .resize = -1};
     enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
            O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
-           O_PLOT, O_PLOT_SIZE, O_EXPORT };
+           O_PLOT, O_PLOT_SIZE, O_EXPORT, O_LABEL_SMOOTHING, O_IMAGE_SIZE, O_CLASSES, O_RESIZE, O_NO_AUGMENT,
+           O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -1259,6 +1434,11 @@ static int cmd_train(int argc, char **argv) {
         {"plot", required_argument, NULL, O_PLOT},            {"plot-size", required_argument, NULL, O_PLOT_SIZE},
         {"export", required_argument, NULL, O_EXPORT},
         OPTIM_LONGOPTS,
+        {"label-smoothing", required_argument, NULL, O_LABEL_SMOOTHING},
+        {"image-size", required_argument, NULL, O_IMAGE_SIZE}, {"classes", required_argument, NULL, O_CLASSES},
+        {"resize", required_argument, NULL, O_RESIZE},         {"no-augment", no_argument, NULL, O_NO_AUGMENT},
+        {"no-flip", no_argument, NULL, O_NO_FLIP},             {"mean", required_argument, NULL, O_MEAN},
+        {"std", required_argument, NULL, O_STD},               {"zero-init-residual", no_argument, NULL, O_ZERO_INIT},
         {0}};
     optim_flags of = OPTIM_FLAGS_INIT;
     for (int c; (c = next_opt("train", argc, argv, longopts)) != -1;) {
@@ -1290,6 +1470,15 @@ static int cmd_train(int argc, char **argv) {
             if (train_plot_size(v, &a.plot_w, &a.plot_h)) return 2;
             break;
         case O_EXPORT: a.export_path = v; break;
+        case O_LABEL_SMOOTHING: a.label_smoothing = strtof(v, NULL); break;
+        case O_IMAGE_SIZE: a.image_size = atoll(v); break;
+        case O_CLASSES: a.classes = atoll(v); break;
+        case O_RESIZE: a.resize = atoi(v); break;
+        case O_NO_AUGMENT: a.no_augment = 1; break;
+        case O_NO_FLIP: a.no_flip = 1; break;
+        case O_MEAN: a.mean = v; break;
+        case O_STD: a.std = v; break;
+        case O_ZERO_INIT: a.zero_init_residual = 1; break;
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
@@ -1305,8 +1494,37 @@ static int cmd_train(int argc, char **argv) {
         }
         a.model = argv[i];
     }
-    if (!a.model || strcmp(a.model, "mnist-net") != 0) {
-        fprintf(stderr, "kiln train: the model must be 'mnist-net' (the one kiln builds today)\n");
+    if (!a.model) {
+        fprintf(stderr, "kiln train: name the model: mnist-net, resnet18|34|50|101|152 or MODEL.onnx\n");
+        return cmd_usage("train", stderr);
+    }
+    /* mnist-net as before; any other model is a classifier trained with the loss appended */
+    const bool mnist = strcmp(a.model, "mnist-net") == 0;
+    int depth = 0;
+    char tail = 0;
+    const bool resnet = sscanf(a.model, "resnet%d%c", &depth, &tail) == 1;
+    if (resnet && depth != 18 && depth != 34 && depth != 50 && depth != 101 && depth != 152) {
+        fprintf(stderr, "kiln train: %s: the ResNets are resnet18, resnet34, resnet50, resnet101 and resnet152\n", a.model);
+        return 2;
+    }
+    const size_t ml = strlen(a.model);
+    if (!mnist && !resnet && (ml < 5 || strcmp(a.model + ml - 5, ".onnx") != 0)) {
+        fprintf(stderr, "kiln train: the model must be mnist-net, resnet18|34|50|101|152 or an ONNX file "
+                        "(MODEL.onnx), not '%s'\n", a.model);
+        return 2;
+    }
+    if (mnist && (a.label_smoothing || a.image_size || a.classes || a.resize >= 0 || a.no_augment || a.no_flip ||
+                  a.mean || a.std || a.zero_init_residual)) {
+        fprintf(stderr, "kiln train: --label-smoothing, --image-size, --classes, --resize, --no-augment, --no-flip, "
+                        "--mean, --std and --zero-init-residual are for resnets and ONNX models, not mnist-net\n");
+        return 2;
+    }
+    if (!(a.label_smoothing >= 0 && a.label_smoothing < 1)) {
+        fprintf(stderr, "kiln train: --label-smoothing must be in [0, 1)\n");
+        return 2;
+    }
+    if (a.image_size < 0 || a.classes < 0 || a.resize < -1) {
+        fprintf(stderr, "kiln train: --image-size, --classes and --resize must be positive\n");
         return 2;
     }
     if (!a.data) { fprintf(stderr, "kiln train: --data DIR is required\n"); return 2; }
@@ -1316,7 +1534,25 @@ static int cmd_train(int argc, char **argv) {
     }
     kiln_train_options o = {.accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads,
                             .strict_fp32 = a.strict_fp32, .disable_passes = a.disable};
+    if (!mnist) {
+        /* torchvision's reference recipe unless the flags say otherwise: SGD momentum 0.9,
+         * weight decay 1e-4, lr 0.1 at batch 256 (scaled linearly with the batch, Goyal et
+         * al.), cosine decay over the run */
+        if (!of.optimizer) of.optimizer = "sgd";
+        if (!of.schedule) of.schedule = "cosine";
+        if (!of.momentum_set && strcmp(of.optimizer, "sgd") == 0) {
+            of.momentum = 0.9f;
+            of.momentum_set = 1;
+        }
+        if (!of.wd_set) of.wd = 1e-4f;
+        if (!(a.lr > 0) && strcmp(of.optimizer, "sgd") == 0) a.lr = 0.1f * (float)(a.batch * a.accumulate) / 256.f;
+    }
+    if (!of.optimizer) of.optimizer = "adadelta"; /* pytorch/examples mnist */
+    if (!of.schedule) of.schedule = "step";
     if (apply_optim_flags(&of, a.lr, 0, a.epochs, &o)) return 2; /* the names, checked before loading data */
+    float mean3[3] = {0.485f, 0.456f, 0.406f}, std3[3] = {0.229f, 0.224f, 0.225f}; /* ImageNet's */
+    if (a.mean && parse_floats3("--mean", a.mean, mean3)) return 2;
+    if (a.std && parse_floats3("--std", a.std, std3)) return 2;
     if (parse_device("train", a.device, &o.device)) return 2;
     if (strcmp(a.amp, "off") == 0) o.amp = KILN_AMP_OFF;
     else if (strcmp(a.amp, "fp16") == 0) o.amp = KILN_AMP_FP16;
@@ -1327,7 +1563,9 @@ static int cmd_train(int argc, char **argv) {
 
     kiln_context *ctx = NULL;
     kiln_mnist d = {0};
-    kiln_model *m = NULL;
+    classifier_data cd = {0};
+    const char *output = "logprobs"; /* what evaluation and --export compute */
+    kiln_model *m = NULL, *fwd = NULL;
     kiln_trainer *t = NULL;
     kiln_loader *l = NULL;
     FILE *lf = NULL;
@@ -1339,7 +1577,81 @@ static int cmd_train(int argc, char **argv) {
     if (kiln_context_create(&ctx)) return 1;
     if (a.threads > 0) kiln_context_set_threads(ctx, a.threads);
     double t0 = now_ms();
-    if (image_folders(a.data)) {
+    if (!mnist) {
+        /* the model's input: (batch, C, S, S); resnets take RGB at --image-size (224) */
+        int channels = 3;
+        int64_t size = a.image_size ? a.image_size : 224, k = a.classes;
+        if (!resnet) {
+            kiln_dtype dt;
+            int nd = 0;
+            int64_t dims[8];
+            if (kiln_model_load_onnx(ctx, a.model, &fwd)) { rc = fail(ctx, a.model); goto out; }
+            if (kiln_model_num_inputs(fwd) != 1 || kiln_model_input_info(fwd, 0, &dt, &nd, dims) || nd != 4 ||
+                dt != KILN_F32 || (dims[1] != 1 && dims[1] != 3)) {
+                fprintf(stderr, "kiln train: %s: the model must take one f32 image input (batch, 1 or 3, H, W)\n", a.model);
+                rc = 1;
+                goto out;
+            }
+            channels = (int)dims[1];
+            if (dims[2] > 0 || dims[3] > 0) {
+                if (dims[2] != dims[3] || (a.image_size && a.image_size != dims[2])) {
+                    fprintf(stderr, "kiln train: %s takes %lldx%lld images%s\n", a.model, (long long)dims[3],
+                            (long long)dims[2], dims[2] != dims[3] ? "; kiln train takes square ones" : ", not --image-size");
+                    rc = 1;
+                    goto out;
+                }
+                size = dims[2];
+            }
+            if (kiln_model_output_info(fwd, 0, &dt, &nd, dims) || nd != 2 || dims[1] < 1) {
+                fprintf(stderr, "kiln train: %s: output 0 (%s) must be the logits (batch, classes)\n", a.model,
+                        kiln_model_output_name(fwd, 0));
+                rc = 1;
+                goto out;
+            }
+            if (a.classes && a.classes != dims[1]) {
+                fprintf(stderr, "kiln train: %s has %lld classes, not --classes %lld\n", a.model, (long long)dims[1],
+                        (long long)a.classes);
+                rc = 1;
+                goto out;
+            }
+            k = dims[1];
+        }
+        if (size > 4096) { fprintf(stderr, "kiln train: --image-size %lld is too large\n", (long long)size); rc = 2; goto out; }
+        cd.aug = (kiln_augment_options){.size = (int)size, .flip = !a.no_flip};
+        for (int c = 0; c < 3; c++) {
+            /* one channel: ImageNet's mean of the three unless given */
+            cd.aug.mean[c] = channels == 1 && !a.mean ? 0.449f : mean3[c];
+            cd.aug.std[c] = channels == 1 && !a.std ? 0.226f : std3[c];
+        }
+        cd.augment = !a.no_augment;
+        if ((rc = load_classifier_data(ctx, a.data, channels, (int)size, a.resize, &cd))) goto out;
+        /* the class count: the data set's unless --classes; every label must be below it */
+        if (!k) k = cd.n_classes;
+        const int64_t top = max_label(cd.train_labels) > max_label(cd.test_labels) ? max_label(cd.train_labels)
+                                                                                  : max_label(cd.test_labels);
+        if (k < cd.n_classes || top >= k) {
+            fprintf(stderr, "kiln train: %s has %d classes (labels up to %lld) but the model has %lld outputs\n", a.data,
+                    cd.n_classes, (long long)top, (long long)k);
+            rc = 1;
+            goto out;
+        }
+        if (k > cd.n_classes)
+            printf("note: the model has %lld outputs for the data set's %d classes (the others are never a label)\n",
+                   (long long)k, cd.n_classes);
+        if (resnet && kiln_model_resnet(ctx, depth, k, -1, a.seed, a.zero_init_residual, &fwd)) {
+            rc = fail(ctx, a.model);
+            goto out;
+        }
+        output = kiln_model_output_name(fwd, 0);
+        if (kiln_model_add_classifier_loss(fwd, output, a.label_smoothing, &m)) { rc = fail(ctx, a.model); goto out; }
+        d.train_labels = cd.train_labels;
+        d.test_images = cd.test_f32;
+        d.test_labels = cd.test_labels;
+        if ((rc = classifier_epoch(ctx, &cd, a.seed, 0, &d))) goto out;
+        printf("%s: %lld classes, %dx%d %s input; %s\n", a.model, (long long)k, (int)size, (int)size,
+               channels == 3 ? "RGB" : "grey",
+               cd.augment ? "random-resized-crop + flip + normalize per epoch" : "no augmentation");
+    } else if (image_folders(a.data)) {
         if ((rc = load_image_folders(ctx, a.data, &d))) goto out;
     } else if (kiln_mnist_load(ctx, a.data, KILN_F32, KILN_FASHION_MNIST_MEAN, KILN_FASHION_MNIST_STD, &d)) {
         rc = fail(ctx, a.data);
@@ -1354,12 +1666,13 @@ static int cmd_train(int argc, char **argv) {
         goto out;
     }
     const int64_t steps = kiln_loader_steps_per_epoch(l);
-    /* epochs of --step-size / --warmup in optimizer steps (StepLR steps once per epoch by default) */
+    /* epochs of --step-size / --warmup in optimizer steps (StepLR steps once per epoch by
+     * default; cosine and poly decay over the run) */
     if (apply_optim_flags(&of, a.lr, (steps + a.accumulate - 1) / a.accumulate, a.epochs, &o)) {
         rc = 2;
         goto out;
     }
-    if (kiln_model_mnist_net(ctx, -1, a.seed, a.dropout, &m)) {
+    if (mnist && kiln_model_mnist_net(ctx, -1, a.seed, a.dropout, &m)) {
         rc = fail(ctx, "mnist-net");
         goto out;
     }
@@ -1382,7 +1695,7 @@ static int cmd_train(int argc, char **argv) {
         init_loaded = loaded;
     }
     if (kiln_trainer_create(m, "loss", &o, &t)) {
-        rc = fail(ctx, "mnist-net");
+        rc = fail(ctx, a.model);
         goto out;
     }
     if (a.losses && !(lf = fopen(a.losses, "w"))) {
@@ -1414,7 +1727,7 @@ static int cmd_train(int argc, char **argv) {
     kiln_train_stats ts;
     kiln_trainer_stats(t, &ts);
     setup_ms = now_ms() - t0;
-    printf("mnist-net: %lld parameters; %lld steps of %lld per epoch; setup %.0f ms\n", (long long)ts.param_count,
+    printf("%s: %lld parameters; %lld steps of %lld per epoch; setup %.0f ms\n", a.model, (long long)ts.param_count,
            (long long)steps, (long long)a.batch, setup_ms);
     if (o.device == KILN_DEVICE_CUDA && !a.no_warmup) {
         /* the one-time work (plans, algorithm searches, graph captures) before the first
@@ -1438,6 +1751,17 @@ static int cmd_train(int argc, char **argv) {
         /* where this epoch stops: its end, or earlier where --max-steps runs out (the bar
          * counts to there, and its line ends there, before the summary lines) */
         const int64_t stop = a.max_steps && step + (a.max_steps - done) < steps ? step + (a.max_steps - done) : steps;
+        if (!mnist && cd.augment && epoch != cd.epoch_ready) {
+            /* this epoch's transformed training images; on the CPU a loader over them,
+             * continuing the stream where the run is (its prefetched batches dropped) */
+            kiln_loader_free(l);
+            l = NULL;
+            if ((rc = classifier_epoch(ctx, &cd, a.seed, epoch, &d))) goto out;
+            if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l) || kiln_loader_seek(l, epoch, step)) {
+                rc = fail(ctx, "loader");
+                goto out;
+            }
+        }
         double te = now_ms(), last = 0;
         float loss = 0;
         if (o.device == KILN_DEVICE_CUDA) {
@@ -1492,7 +1816,7 @@ static int cmd_train(int argc, char **argv) {
                 goto out;
             }
         }
-        if (evaluate(ctx, t, &d, o.device, &acc)) { rc = 1; goto out; }
+        if (evaluate(ctx, t, &d, o.device, output, mnist ? 1000 : a.batch, &acc)) { rc = 1; goto out; }
         measured = true;
         printf("epoch %lld: %.2f s, last loss %.4f, test accuracy %.4f\n", (long long)epoch + 1, secs, loss, acc);
         train_log_epoch(&tl, &(train_epoch_rec){.epoch = epoch + 1, .steps = step - first, .time_s = secs,
@@ -1507,7 +1831,7 @@ static int cmd_train(int argc, char **argv) {
         goto out;
     }
     printf("test accuracy: %.4f\n", acc);
-    if (a.export_path && export_onnx(ctx, t, "logprobs", a.export_path)) {
+    if (a.export_path && export_onnx(ctx, t, output, a.export_path)) {
         rc = 1;
         goto out;
     }
@@ -1539,6 +1863,9 @@ out:
     kiln_loader_free(l);
     kiln_trainer_free(t);
     kiln_model_free(m);
+    kiln_model_free(fwd);
+    if (!mnist) memset(&d, 0, sizeof d); /* cd's tensors */
+    classifier_data_free(&cd);
     kiln_mnist_free(&d);
     kiln_context_free(ctx);
     return rc;

@@ -252,6 +252,60 @@ kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kil
                                    kiln_image_folder *out);
 void kiln_image_folder_free(kiln_image_folder *f);
 
+/* ------------------------------------------- CIFAR-10 and image transforms */
+
+/* CIFAR-10's binary format: DIR/data_batch_1.bin .. data_batch_5.bin (those present, from
+ * 1 up) and DIR/test_batch.bin, each a run of 3073-byte records (a label byte < 10, then
+ * the 32x32 R, G and B planes). Images u8 (N, 3, 32, 32), labels i64 (N). DIR may also be
+ * the folder holding cifar-10-batches-bin/. Errors name the file: a size not a multiple
+ * of 3073, a label >= 10, a missing test_batch.bin. On failure *out is left zeroed. */
+bool kiln_cifar10_detect(const char *dir);
+kiln_status kiln_cifar10_load(kiln_context *ctx, const char *dir, kiln_mnist *out);
+
+/* Image transforms of u8 images (N, C, H, W) (C 1 or 3) into f32 (N, out_c, size, size)
+ * normalized per channel as (x/255 - mean[c]) / std[c] (out_c 3 with C 1 repeats the grey
+ * plane; out_c 1 with C 3 is refused).
+ *   kiln_images_augment (training): torchvision's RandomResizedCrop(size, scale, ratio)
+ *     (ten tries of an area share in [scale_min, scale_max] and a log-uniform aspect ratio
+ *     in [ratio_min, ratio_max], else the centre crop clamped to the ratio range) resampled
+ *     with the triangle filter (PIL's antialiased bilinear), then a horizontal flip with
+ *     probability 1/2 (flip on). Random numbers come from (seed, epoch, image index) alone:
+ *     the same epoch gives the same images whatever the thread count.
+ *   kiln_images_center (evaluation): the shorter side resized to `resize` (0: as it is),
+ *     then the centre size x size crop (torchvision's Resize + CenterCrop), no randomness.
+ * Images run on OpenMP threads; out must have the right dtype and dims. */
+typedef struct kiln_augment_options {
+    int size;                   /* output side */
+    float scale_min, scale_max; /* 0, 0: 0.08 and 1 */
+    float ratio_min, ratio_max; /* 0, 0: 3/4 and 4/3 */
+    bool flip;
+    float mean[3], std[3];      /* per output channel */
+} kiln_augment_options;
+kiln_status kiln_images_augment(kiln_context *ctx, const kiln_tensor *images, const kiln_augment_options *o,
+                                uint64_t seed, int64_t epoch, kiln_tensor *out);
+kiln_status kiln_images_center(kiln_context *ctx, const kiln_tensor *images, int resize,
+                               const kiln_augment_options *o, kiln_tensor *out);
+
+/* -------------------------------------------------------------- gradients */
+
+/* The gradient of the scalar graph output `loss` for every parameter a trainer would train
+ * (float initializers reaching the loss; not BN running statistics), at m's current
+ * weights, for one batch (inputs bind the graph inputs in order): what one
+ * kiln_trainer_step computes (BatchNormalization in training mode), on opts' device
+ * (opts may be NULL; its optimizer, lr, amp, accumulate and schedule fields are ignored).
+ * Read back to f32 precision (src/train/gradients.c says how). m is not changed.
+ * out->names[i] is the parameter's initializer name, out->values[i] its gradient (f32, its
+ * shape); out->loss the batch's loss. Free with kiln_gradients_free. */
+typedef struct kiln_gradients {
+    int n;
+    char **names;
+    kiln_tensor **values;
+    float loss;
+} kiln_gradients;
+kiln_status kiln_model_gradients(kiln_model *m, const char *loss, const kiln_train_options *opts, int n_inputs,
+                                 kiln_tensor *const *inputs, kiln_gradients *out);
+void kiln_gradients_free(kiln_gradients *g);
+
 /* ------------------------------------------------------- starting weights */
 
 /* Copy every tensor of the safetensors file at path whose name is an initializer of m

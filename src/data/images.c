@@ -616,3 +616,174 @@ kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kil
     out->n_classes = (int)n_classes;
     return KILN_OK;
 }
+
+/* ------------------------------------------------------------ transforms */
+
+/* splitmix64: the per-image stream of kiln_images_augment, seeded by (seed, epoch, index). */
+static uint64_t aug_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double aug_uniform(uint64_t *s, double a, double b) {
+    return a + (b - a) * ((double)(aug_next(s) >> 11) / 9007199254740992.0);
+}
+/* an integer in [0, n) */
+static int aug_below(uint64_t *s, int n) { return (int)(aug_next(s) % (uint64_t)n); }
+
+static kiln_status check_transform(kiln_context *ctx, const kiln_tensor *images, const kiln_augment_options *o,
+                                   const kiln_tensor *out, const char *who) {
+    if (!images || !o || !out) return KILN_ERR_INVALID_ARGUMENT;
+    if (images->dtype != KILN_U8 || images->ndim != 4 || (images->dims[1] != 1 && images->dims[1] != 3))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: images must be u8 (N, 1 or 3, H, W)", who);
+    if (o->size < 1) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: size must be >= 1, got %d", who, o->size);
+    if (out->dtype != KILN_F32 || out->ndim != 4 || out->dims[0] != images->dims[0] ||
+        (out->dims[1] != 1 && out->dims[1] != 3) || out->dims[2] != o->size || out->dims[3] != o->size)
+        return kiln_fail(ctx, KILN_ERR_SHAPE, "%s: out must be f32 (%lld, 1 or 3, %d, %d)", who,
+                         (long long)images->dims[0], o->size, o->size);
+    if (out->dims[1] == 1 && images->dims[1] == 3)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: RGB images into one channel (load them grey)", who);
+    for (int c = 0; c < out->dims[1]; c++)
+        if (!(o->std[c] > 0))
+            return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: std[%d] must be > 0, got %g", who, c, (double)o->std[c]);
+    return KILN_OK;
+}
+
+/* Image i of the u8 (N, C, H, W) tensor as an interleaved kiln_image (pixels into buf). */
+static kiln_image image_at(const kiln_tensor *t, int64_t i, uint8_t *buf) {
+    const int c = (int)t->dims[1], h = (int)t->dims[2], w = (int)t->dims[3];
+    const uint8_t *src = (const uint8_t *)t->data + (size_t)i * (size_t)(c * h * w);
+    for (int k = 0; k < c; k++)
+        for (int p = 0; p < h * w; p++) buf[(size_t)p * c + k] = src[(size_t)k * h * w + p];
+    return (kiln_image){.w = w, .h = h, .c = c, .pixels = buf};
+}
+
+/* The interleaved size x size crop px into image i of out, flipped, normalized. */
+static void store(const uint8_t *px, int c, int size, bool flip, const kiln_augment_options *o, kiln_tensor *out,
+                  int64_t i) {
+    const int oc = (int)out->dims[1];
+    float *dst = (float *)out->data + (size_t)i * (size_t)oc * size * size;
+    for (int k = 0; k < oc; k++) {
+        const int sk = c == 1 ? 0 : k;
+        const float scale = 1.f / (255.f * o->std[k]), shift = o->mean[k] / o->std[k];
+        for (int y = 0; y < size; y++)
+            for (int x = 0; x < size; x++) {
+                const int sx = flip ? size - 1 - x : x;
+                dst[((size_t)k * size + y) * size + x] = px[((size_t)y * size + sx) * c + sk] * scale - shift;
+            }
+    }
+}
+
+kiln_status kiln_images_augment(kiln_context *ctx, const kiln_tensor *images, const kiln_augment_options *o,
+                                uint64_t seed, int64_t epoch, kiln_tensor *out) {
+    kiln_status st = check_transform(ctx, images, o, out, "kiln_images_augment");
+    if (st) return st;
+    const double smin = o->scale_min > 0 ? o->scale_min : 0.08, smax = o->scale_max > 0 ? o->scale_max : 1.0;
+    const double rmin = o->ratio_min > 0 ? o->ratio_min : 3.0 / 4.0, rmax = o->ratio_max > 0 ? o->ratio_max : 4.0 / 3.0;
+    if (!(smin <= smax && smax <= 1.0 && rmin <= rmax))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_images_augment: scale %g..%g, ratio %g..%g", smin, smax,
+                         rmin, rmax);
+    const int64_t n = images->dims[0];
+    const int c = (int)images->dims[1], h = (int)images->dims[2], w = (int)images->dims[3], size = o->size;
+    int failed = 0;
+#pragma omp parallel
+    {
+        uint8_t *buf = malloc((size_t)c * h * w), *crop = malloc((size_t)c * size * size);
+        if (!buf || !crop) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t i = 0; i < n; i++) {
+            if (!buf || !crop) continue;
+            uint64_t s = seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)epoch * 0xD6E8FEB86659FD93ull + (uint64_t)i);
+            aug_next(&s);
+            /* torchvision's RandomResizedCrop.get_params */
+            int ch = h, cw = w, y0 = 0, x0 = 0;
+            bool found = false;
+            const double area = (double)h * w;
+            for (int attempt = 0; attempt < 10 && !found; attempt++) {
+                const double target = area * aug_uniform(&s, smin, smax);
+                const double ar = exp(aug_uniform(&s, log(rmin), log(rmax)));
+                const int tw = (int)lround(sqrt(target * ar)), th = (int)lround(sqrt(target / ar));
+                if (tw > 0 && tw <= w && th > 0 && th <= h) {
+                    cw = tw;
+                    ch = th;
+                    y0 = aug_below(&s, h - th + 1);
+                    x0 = aug_below(&s, w - tw + 1);
+                    found = true;
+                }
+            }
+            if (!found) { /* the centre crop, clamped to the ratio range */
+                const double in_ratio = (double)w / h;
+                if (in_ratio < rmin) {
+                    cw = w;
+                    ch = (int)lround(w / rmin);
+                } else if (in_ratio > rmax) {
+                    ch = h;
+                    cw = (int)lround(h * rmax);
+                }
+                if (ch < 1) ch = 1;
+                if (cw < 1) cw = 1;
+                if (ch > h) ch = h;
+                if (cw > w) cw = w;
+                y0 = (h - ch) / 2;
+                x0 = (w - cw) / 2;
+            }
+            const bool flip = o->flip && (aug_next(&s) & 1);
+            kiln_image im = image_at(images, i, buf);
+            if (cw == size && ch == size) {
+                for (int y = 0; y < size; y++)
+                    memcpy(crop + (size_t)y * size * c, buf + ((size_t)(y0 + y) * w + x0) * c, (size_t)size * c);
+            } else if (resample(NULL, &im, x0, y0, cw, ch, size, size, crop)) {
+#pragma omp atomic write
+                failed = 1;
+                continue;
+            }
+            store(crop, c, size, flip, o, out, i);
+        }
+        free(buf);
+        free(crop);
+    }
+    if (failed) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "kiln_images_augment: out of memory");
+    return KILN_OK;
+}
+
+kiln_status kiln_images_center(kiln_context *ctx, const kiln_tensor *images, int resize,
+                               const kiln_augment_options *o, kiln_tensor *out) {
+    kiln_status st = check_transform(ctx, images, o, out, "kiln_images_center");
+    if (st) return st;
+    if (resize < 0) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_images_center: resize must be >= 0");
+    const int64_t n = images->dims[0];
+    const int c = (int)images->dims[1], h = (int)images->dims[2], w = (int)images->dims[3];
+    const int shorter = (resize ? resize : (h < w ? h : w));
+    if (shorter < o->size)
+        return kiln_fail(ctx, KILN_ERR_SHAPE, "kiln_images_center: a %dx%d centre crop of images whose shorter side is %d",
+                         o->size, o->size, shorter);
+    int failed = 0;
+#pragma omp parallel
+    {
+        uint8_t *buf = malloc((size_t)c * h * w);
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t i = 0; i < n; i++) {
+            kiln_image crop = {0};
+            if (!buf) {
+#pragma omp atomic write
+                failed = 1;
+                continue;
+            }
+            kiln_image im = image_at(images, i, buf);
+            if (kiln_image_resize_crop(NULL, &im, resize, o->size, o->size, &crop)) {
+#pragma omp atomic write
+                failed = 1;
+                continue;
+            }
+            store(crop.pixels, c, o->size, false, o, out, i);
+            kiln_image_free(&crop);
+        }
+        free(buf);
+    }
+    if (failed) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "kiln_images_center: out of memory");
+    return KILN_OK;
+}

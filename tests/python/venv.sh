@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest python_venv (fixture python_venv): a fresh virtual environment at VENV holding what
 # the Python tests need: NumPy, PyTorch, ONNX, onnxscript (torch.onnx.export) and
-# onnxruntime. Other tests use VENV/bin/python with FIXTURES_REQUIRED python_venv.
+# onnxruntime, torchvision (tests/python/grad_vs_torch.py). Other tests use VENV/bin/python with FIXTURES_REQUIRED python_venv.
 # pip's cache (~/.cache/pip) is used where the index lets pip keep what it downloads.
 # KILN_REUSE_VENV=1 keeps an environment this script completed before (a developer's rerun).
 # venv.sh PYTHON VENV
@@ -19,7 +19,7 @@ fi
 rm -rf "$venv"
 "$py" -m venv "$venv"
 "$venv/bin/python" -m pip install -q numpy onnx onnxruntime onnxscript
-"$venv/bin/python" -m pip install -q "${torch_index[@]}" torch
-"$venv/bin/python" -c "import numpy, onnx, onnxruntime, torch; print('venv:', 'numpy', numpy.__version__, 'torch', torch.__version__, 'onnx', onnx.__version__, 'onnxruntime', onnxruntime.__version__)"
+"$venv/bin/python" -m pip install -q "${torch_index[@]}" torch torchvision
+"$venv/bin/python" -c "import numpy, onnx, onnxruntime, torch, torchvision; print('venv:', 'numpy', numpy.__version__, 'torch', torch.__version__, 'torchvision', torchvision.__version__, 'onnx', onnx.__version__, 'onnxruntime', onnxruntime.__version__)"
 touch "$venv/.kiln_venv_done"
 echo "venv: $venv made in $(( $(date +%s) - start )) s"
