@@ -1,0 +1,224 @@
+/* test_dist.c — data-parallel training over MPI on CPU ranks (run under mpirun, see
+ * tests/CMakeLists.txt):
+ *
+ *   test_dist same DATA_DIR     every rank trains mnist-net (no Dropout) for 20 steps of 32
+ *                               samples of its shard; rank 0 also trains one process alone
+ *                               with the ranks' combined batch (W * 32) in the same data
+ *                               order (DistributedSampler's shards of one permutation are
+ *                               the single loader's batches). The mean of the ranks' losses
+ *                               must be the single run's loss at every step, the weights
+ *                               the single run's within fp32 tolerance, and every rank's
+ *                               weights bitwise the same.
+ *   test_dist accumulate DATA_DIR  the same with accumulate 2 (16 samples per micro-batch):
+ *                               only the last micro-batch reduces.
+ *   test_dist mismatch DATA_DIR the last rank builds mnist-net with Dropout: every rank's
+ *                               kiln_trainer_create fails naming that rank; then the last
+ *                               rank asks for another batch: kiln_trainer_train_epoch fails
+ *                               everywhere, naming it.
+ *   test_dist hang DATA_DIR     rank 1 stops answering at step 3: the others fail within
+ *                               the 3 s timeout, naming the all-reduce (the test script
+ *                               checks the message and the exit status).
+ *   test_dist kill DATA_DIR     rank 1 dies (SIGKILL) at step 3: mpirun stops the others.
+ */
+#include "core/internal.h"
+#include "dist/dist.h"
+#include "train/trainer_internal.h"
+
+#include <kiln_models.h>
+#include <kiln_tools.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static int fails;
+
+#define STEPS 20
+#define BATCH 32
+#define N_DATA 2000 /* not a multiple of 3: the shards are padded */
+
+static kiln_trainer *make_trainer(kiln_context *ctx, kiln_dist *d, int dropout, int accumulate, kiln_status *st) {
+    kiln_model *m = NULL;
+    *st = kiln_model_mnist_net(ctx, -1, 42, dropout, &m);
+    if (*st) return NULL;
+    kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
+    o.optimizer = KILN_OPTIM_SGD;
+    o.lr = 0.05f;
+    o.momentum = 0.9f;
+    o.threads = 1;
+    o.dist = d;
+    o.accumulate = accumulate;
+    o.bucket_bytes = 256 << 10; /* several buckets */
+    kiln_trainer *t = NULL;
+    *st = kiln_trainer_create(m, "loss", &o, &t);
+    kiln_model_free(m);
+    return *st ? NULL : t;
+}
+
+/* The first N_DATA samples of Fashion-MNIST's training split. */
+static kiln_status load(kiln_context *ctx, const char *dir, kiln_tensor **x, kiln_tensor **y) {
+    kiln_mnist ds;
+    kiln_status st = kiln_mnist_load(ctx, dir, KILN_F32, KILN_FASHION_MNIST_MEAN, KILN_FASHION_MNIST_STD, &ds);
+    if (st) return st;
+    const int64_t xd[4] = {N_DATA, 1, 28, 28}, yd[1] = {N_DATA};
+    *x = kiln_tensor_new(ctx, KILN_F32, 4, xd);
+    *y = kiln_tensor_new(ctx, KILN_I64, 1, yd);
+    memcpy((*x)->data, ds.train_images->data, kiln_tensor_nbytes(*x));
+    memcpy((*y)->data, ds.train_labels->data, kiln_tensor_nbytes(*y));
+    kiln_mnist_free(&ds);
+    return KILN_OK;
+}
+
+static uint64_t weights_hash(const kiln_trainer *t) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int k = 0; k < t->n_params; k++)
+        h = kiln_dist_hash_bytes(t->params[k].value->data, kiln_tensor_nbytes(t->params[k].value), h);
+    return h;
+}
+
+static void run_same(kiln_context *ctx, kiln_dist *d, const char *dir, int accumulate) {
+    const int W = kiln_dist_size(d), r = kiln_dist_rank(d);
+    kiln_tensor *x = NULL, *y = NULL;
+    kiln_status st = load(ctx, dir, &x, &y);
+    CHECK(!st, "rank %d: loading %s: %s", r, dir, kiln_context_message(ctx));
+    if (st) return;
+    kiln_trainer *t = make_trainer(ctx, d, 0, accumulate, &st);
+    CHECK(t, "rank %d: kiln_trainer_create: %s", r, kiln_context_message(ctx));
+    kiln_trainer *ref = NULL;
+    if (r == 0) {
+        ref = make_trainer(ctx, NULL, 0, accumulate, &st);
+        CHECK(ref, "the single process's trainer: %s", kiln_context_message(ctx));
+    }
+    const int64_t b = BATCH / accumulate;
+    double worst = 0;
+    for (int s = 0; s < STEPS * accumulate && t && !fails; s++) {
+        float loss = 0, ref_loss = 0;
+        st = kiln_trainer_train_epoch(t, x, y, b, 7, 0, s, s + 1, &loss);
+        CHECK(!st, "rank %d step %d: %s", r, s, kiln_context_message(ctx));
+        if (!st) st = kiln_dist_mean_f32(d, &loss, 1);
+        if (ref && !st) {
+            st = kiln_trainer_train_epoch(ref, x, y, b * W, 7, 0, s, s + 1, &ref_loss);
+            CHECK(!st, "single step %d: %s", s, kiln_context_message(ctx));
+            const double err = fabs((double)loss - ref_loss), tol = 1e-5 + 1e-4 * fabs(ref_loss);
+            if (err / tol > worst) worst = err / tol;
+            CHECK(err <= tol, "step %d: the ranks' mean loss %.7f, the single process's %.7f", s, loss, ref_loss);
+            if (s < 3 || s == STEPS * accumulate - 1) printf("step %2d: loss %.6f (ranks' mean) %.6f (one process)\n", s, loss, ref_loss);
+        }
+    }
+    if (ref && t && !fails) {
+        double max_err = 0, budget = 0;
+        for (int k = 0; k < t->n_params; k++) {
+            const float *a = t->params[k].value->data, *e = ref->params[k].value->data;
+            for (int64_t i = 0; i < t->params[k].numel; i++) {
+                const double err = fabs((double)a[i] - e[i]), tol = 2e-5 + 1e-3 * fabs(e[i]);
+                if (err > max_err) max_err = err;
+                if (err / tol > budget) budget = err / tol;
+            }
+        }
+        printf("%d ranks, %d steps: weights max |diff| %.3g (%.0f%% of the budget), losses %.0f%% of theirs\n", W,
+               STEPS, max_err, 100 * budget, 100 * worst);
+        CHECK(budget <= 1, "the weights differ from the single process's: max |diff| %.3g", max_err);
+    }
+    /* every rank's weights bitwise the same */
+    if (t) {
+        st = kiln_dist_check_same(d, "weights after training", weights_hash(t));
+        CHECK(!st, "rank %d: %s", r, kiln_context_message(ctx));
+    }
+    kiln_trainer_free(t);
+    kiln_trainer_free(ref);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+}
+
+static void run_mismatch(kiln_context *ctx, kiln_dist *d, const char *dir) {
+    const int W = kiln_dist_size(d), r = kiln_dist_rank(d);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d's", W - 1);
+    kiln_status st;
+    kiln_trainer *t = make_trainer(ctx, d, r == W - 1, 1, &st);
+    CHECK(!t && st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_context_message(ctx), want),
+          "rank %d: a rank with another graph: %s", r, t ? "created" : kiln_context_message(ctx));
+    if (!t) printf("rank %d: %s\n", r, kiln_context_message(ctx));
+    kiln_trainer_free(t);
+    t = make_trainer(ctx, d, 0, 1, &st);
+    CHECK(t, "rank %d: the same graph: %s", r, kiln_context_message(ctx));
+    kiln_tensor *x = NULL, *y = NULL;
+    if (t && !load(ctx, dir, &x, &y)) {
+        st = kiln_trainer_train_epoch(t, x, y, r == W - 1 ? 16 : 32, 7, 0, 0, 1, NULL);
+        CHECK(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_context_message(ctx), want),
+              "rank %d: a rank with another batch: %s", r, st ? kiln_context_message(ctx) : "trained");
+        if (st) printf("rank %d: %s\n", r, kiln_context_message(ctx));
+    }
+    kiln_trainer_free(t);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+}
+
+/* rank 1 hangs (hang) or dies (kill) at step 3; the others must fail (exit non-zero). */
+static int run_fault(kiln_context *ctx, kiln_dist *d, const char *dir, bool kill_it) {
+    const int r = kiln_dist_rank(d);
+    kiln_tensor *x = NULL, *y = NULL;
+    kiln_status st = load(ctx, dir, &x, &y);
+    kiln_trainer *t = st ? NULL : make_trainer(ctx, d, 0, 1, &st);
+    for (int s = 0; s < STEPS && !st; s++) {
+        if (r == 1 && s == 3) {
+            fflush(stdout);
+            if (kill_it) raise(SIGKILL);
+            for (;;) pause();
+        }
+        st = kiln_trainer_train_epoch(t, x, y, BATCH, 7, 0, s, s + 1, NULL);
+    }
+    if (st) printf("rank %d: %s\n", r, kiln_context_message(ctx));
+    else printf("rank %d: FAIL: all %d steps ran although rank 1 stopped\n", r, STEPS);
+    fflush(stdout);
+    kiln_trainer_free(t);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+    return 1; /* either way this rank did not finish cleanly */
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_dist same|accumulate|mismatch|hang|kill DATA_DIR\n");
+        return 2;
+    }
+    if (access(argv[2], R_OK)) {
+        printf("skip: no data set at %s\n", argv[2]);
+        return 77;
+    }
+    kiln_context *ctx = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    kiln_dist_options o = KILN_DIST_OPTIONS_INIT;
+    o.kind = KILN_DIST_MPI;
+    o.timeout_s = !strcmp(argv[1], "hang") ? 3 : 120;
+    kiln_dist *d = NULL;
+    kiln_status st = kiln_dist_create(ctx, &o, &d);
+    if (st) {
+        printf("FAIL kiln_dist_create: %s\n", kiln_context_message(ctx));
+        kiln_context_free(ctx);
+        return 1;
+    }
+    int rc = 0;
+    if (!strcmp(argv[1], "same")) run_same(ctx, d, argv[2], 1);
+    else if (!strcmp(argv[1], "accumulate")) run_same(ctx, d, argv[2], 2);
+    else if (!strcmp(argv[1], "mismatch")) run_mismatch(ctx, d, argv[2]);
+    else if (!strcmp(argv[1], "hang")) rc = run_fault(ctx, d, argv[2], false);
+    else if (!strcmp(argv[1], "kill")) rc = run_fault(ctx, d, argv[2], true);
+    else {
+        fprintf(stderr, "unknown mode %s\n", argv[1]);
+        rc = 2;
+    }
+    if (!rc) {
+        /* every rank reports whether all passed */
+        float f = (float)fails;
+        if (kiln_dist_mean_f32(d, &f, 1) || f != 0) rc = 1;
+        if (kiln_dist_rank(d) == 0) printf(rc ? "FAILED on some rank\n" : "ok (%d ranks)\n", kiln_dist_size(d));
+    }
+    kiln_dist_free(d);
+    kiln_context_free(ctx);
+    return rc ? rc : fails != 0;
+}
