@@ -11,6 +11,7 @@
 #include "kiln.h"
 #include "kiln_models.h"
 #include "kiln_tools.h"
+#include "launch.h"
 #include "onnx_test.h"
 #include "report.h"
 
@@ -51,6 +52,11 @@ static const struct { const char *name, *text; } commands[] = {
      "        searches and graph captures inside the first epoch instead of before it)\n"
      "        [--export MODEL.onnx]   (the trained inference graph, input image -> logprobs, as\n"
      "        ONNX at the end of training)\n"
+     "        [--dist-timeout SEC] [--bucket-mb MB] [--drop-last]   (data parallelism, when started\n"
+     "        by kiln launch, torchrun or mpirun: a rank waiting longer than SEC (300) on the\n"
+     "        others fails; gradients all-reduced in buckets of MB (25); each rank's shard of\n"
+     "        an epoch cut, not padded, to a multiple of the ranks. Rank 0 alone prints and\n"
+     "        writes --save, --json, --plot, --losses and --export)\n"
      "      Train pytorch/examples' MNIST network on an MNIST-format data set (Adadelta,\n"
      "      StepLR gamma 0.7 per epoch) and report the test accuracy. --profile then times\n"
      "      one training step, slowest first: each node of the forward + backward on its\n"
@@ -61,6 +67,12 @@ static const struct { const char *name, *text; } commands[] = {
      "      --epochs in all: a run that already reached --epochs has nothing left to do\n"
      "      (an error; raise --epochs to train further). --batch must not exceed the\n"
      "      training set.\n"},
+    {"launch",
+     "  launch --nproc N [--master-addr A] [--master-port P] -- COMMAND ARGS...\n"
+     "      Start N processes of COMMAND on this host (e.g. kiln train ... --device cuda,\n"
+     "      one GPU each) with torchrun's variables RANK, LOCAL_RANK, WORLD_SIZE,\n"
+     "      MASTER_ADDR (127.0.0.1), MASTER_PORT (a free port); forward signals to them. If\n"
+     "      one fails, name its rank, stop the others and exit non-zero.\n"},
     {"bench",
      "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--strict-fp32] [--iters N] [--warmup N]\n"
      "        [--threads N] [--profile] [--trace FILE.json] [--nvtx] [--disable PASS,...] [--ablate]\n"
@@ -956,7 +968,7 @@ static int cmd_train(int argc, char **argv) {
                     .plot_w = 1200, .plot_h = 900};
     enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
            O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
-           O_PLOT, O_PLOT_SIZE, O_EXPORT };
+           O_PLOT, O_PLOT_SIZE, O_EXPORT, O_DIST_TIMEOUT, O_BUCKET_MB, O_DROP_LAST };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -971,7 +983,13 @@ static int cmd_train(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},                     {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},            {"plot-size", required_argument, NULL, O_PLOT_SIZE},
         {"export", required_argument, NULL, O_EXPORT},
+        {"dist-timeout", required_argument, NULL, O_DIST_TIMEOUT}, {"bucket-mb", required_argument, NULL, O_BUCKET_MB},
+        {"drop-last", no_argument, NULL, O_DROP_LAST},
         {0}};
+    /* data parallelism (cli/launch.c) */
+    double dist_timeout = 0, bucket_mb = 0;
+    int drop_last = 0;
+    kiln_dist *dist = NULL;
     for (int c; (c = next_opt("train", argc, argv, longopts)) != -1;) {
         const char *v = optarg;
         switch (c) {
@@ -1001,6 +1019,9 @@ static int cmd_train(int argc, char **argv) {
             if (train_plot_size(v, &a.plot_w, &a.plot_h)) return 2;
             break;
         case O_EXPORT: a.export_path = v; break;
+        case O_DIST_TIMEOUT: dist_timeout = strtod(v, NULL); break;
+        case O_BUCKET_MB: bucket_mb = strtod(v, NULL); break;
+        case O_DROP_LAST: drop_last = 1; break;
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
@@ -1058,6 +1079,18 @@ static int cmd_train(int argc, char **argv) {
     lo.batch_size = a.batch;
     lo.seed = a.seed;
     lo.shuffle = !a.no_shuffle;
+    if (kiln_cli_dist_setup(ctx, &o, &lo, dist_timeout, bucket_mb, drop_last, &dist)) {
+        rc = 1;
+        goto out;
+    }
+    if (dist && kiln_dist_rank(dist) != 0) {
+        /* rank 0 alone reports and writes files */
+        a.save = a.json = a.plot = a.export_path = a.losses = NULL;
+        if (!freopen("/dev/null", "w", stdout)) {
+            rc = 1;
+            goto out;
+        }
+    }
     if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) { /* e.g. --batch over the data set */
         rc = fail(ctx, a.data);
         goto out;
@@ -1243,6 +1276,7 @@ out:
     if (lf) fclose(lf);
     kiln_loader_free(l);
     kiln_trainer_free(t);
+    kiln_dist_free(dist);
     kiln_model_free(m);
     kiln_mnist_free(&d);
     kiln_context_free(ctx);
@@ -1446,6 +1480,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "launch") == 0) {
+        int lrc = kiln_cli_launch(argc - 1, argv + 1);
+        return lrc < 0 ? cmd_usage("launch", stdout) : lrc;
+    }
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "convert") == 0) return cmd_convert(argc - 1, argv + 1);

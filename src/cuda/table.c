@@ -964,6 +964,7 @@ static const entry table[] = {
     {"kiln.NonFiniteCheck", kiln_cuda_k_non_finite_check, kiln_cuda_sup_non_finite_check, NULL, true},
     {"kiln.LossScaleUpdate", kiln_cuda_k_loss_scale_update, kiln_cuda_sup_loss_scale_update, NULL, false},
     {"kiln.GradAccumulate", kiln_cuda_k_grad_accumulate, kiln_cuda_sup_grad_accumulate, NULL, true},
+    {"kiln.AllReduce", kiln_cuda_k_all_reduce, kiln_cuda_sup_all_reduce, NULL, true},
 };
 
 /* Prepare hooks of the entries that have one-time work per shape and attributes, run by
