@@ -11,6 +11,9 @@
  *                               weights bitwise the same.
  *   test_dist accumulate DATA_DIR  the same with accumulate 2 (16 samples per micro-batch):
  *                               only the last micro-batch reduces.
+ *   test_dist syncbn DATA_DIR   the same with a small CNN holding BatchNormalization, the ranks
+ *                               with sync_bn against one process's BatchNormalization (also
+ *                               the running statistics).
  *   test_dist mismatch DATA_DIR the last rank builds mnist-net with Dropout: every rank's
  *                               kiln_trainer_create fails naming that rank; then the last
  *                               rank asks for another batch: kiln_trainer_train_epoch fails
@@ -41,9 +44,57 @@ static int fails;
 #define BATCH 32
 #define N_DATA 2000 /* not a multiple of 3: the shards are padded */
 
+/* Conv(1->4, 3x3, stride 2) BatchNormalization Relu Flatten Gemm(676->10) LogSoftmax NLL */
+static kiln_status bn_net(kiln_context *ctx, kiln_model **out) {
+    kiln_model *m = NULL;
+    kiln_status st = kiln_model_create(ctx, &m);
+    const int64_t xd[4] = {-1, 1, 28, 28}, yd[1] = {-1};
+    if (!st) st = kiln_model_add_input(m, "image", KILN_F32, 4, xd);
+    if (!st) st = kiln_model_add_input(m, "label", KILN_I64, 1, yd);
+    static const struct { const char *name; int ndim; int64_t dims[4]; double lo, hi; } w[] = {
+        {"conv.w", 4, {4, 1, 3, 3}, -0.3, 0.3}, {"conv.b", 1, {4}, -0.1, 0.1}, {"bn.scale", 1, {4}, 0.8, 1.2},
+        {"bn.bias", 1, {4}, -0.1, 0.1},         {"bn.mean", 1, {4}, 0, 0},      {"bn.var", 1, {4}, 1, 1},
+        {"fc.w", 2, {10, 676}, -0.04, 0.04},    {"fc.b", 1, {10}, -0.04, 0.04}};
+    uint64_t s = 99;
+    for (size_t i = 0; i < sizeof w / sizeof w[0] && !st; i++) {
+        kiln_tensor *t = kiln_tensor_new(ctx, KILN_F32, w[i].ndim, w[i].dims);
+        for (int64_t k = 0; k < kiln_tensor_numel(t); k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            ((float *)t->data)[k] = (float)(w[i].lo + (w[i].hi - w[i].lo) * (double)(s >> 11) / 9007199254740992.0);
+        }
+        st = kiln_model_add_initializer(m, w[i].name, t);
+        kiln_tensor_free(t);
+    }
+    kiln_node *n = NULL;
+    if (!st) st = kiln_model_add_node(m, "Conv", "conv", 3, (const char *[]){"image", "conv.w", "conv.b"}, 1,
+                                      (const char *[]){"c"}, &n);
+    if (!st) st = kiln_node_set_ints(n, "strides", 2, (const int64_t[]){2, 2});
+    if (!st) st = kiln_model_add_node(m, "BatchNormalization", "bn", 5,
+                                      (const char *[]){"c", "bn.scale", "bn.bias", "bn.mean", "bn.var"}, 1,
+                                      (const char *[]){"b"}, &n);
+    if (!st) st = kiln_model_add_node(m, "Relu", "relu", 1, (const char *[]){"b"}, 1, (const char *[]){"r"}, &n);
+    if (!st) st = kiln_model_add_node(m, "Flatten", "flat", 1, (const char *[]){"r"}, 1, (const char *[]){"f"}, &n);
+    if (!st) st = kiln_model_add_node(m, "Gemm", "fc", 3, (const char *[]){"f", "fc.w", "fc.b"}, 1,
+                                      (const char *[]){"z"}, &n);
+    if (!st) st = kiln_node_set_int(n, "transB", 1);
+    if (!st) st = kiln_model_add_node(m, "LogSoftmax", "lsm", 1, (const char *[]){"z"}, 1,
+                                      (const char *[]){"logprobs"}, &n);
+    if (!st) st = kiln_node_set_int(n, "axis", 1);
+    if (!st) st = kiln_model_add_node(m, "NegativeLogLikelihoodLoss", "nll", 2, (const char *[]){"logprobs", "label"}, 1,
+                                      (const char *[]){"loss"}, &n);
+    if (!st) st = kiln_model_add_output(m, "logprobs");
+    if (!st) st = kiln_model_add_output(m, "loss");
+    if (!st) st = kiln_model_finalize(m);
+    if (st) kiln_model_free(m);
+    else *out = m;
+    return st;
+}
+
+static int sync_bn; /* the syncbn mode: bn_net, the ranks with sync_bn */
+
 static kiln_trainer *make_trainer(kiln_context *ctx, kiln_dist *d, int dropout, int accumulate, kiln_status *st) {
     kiln_model *m = NULL;
-    *st = kiln_model_mnist_net(ctx, -1, 42, dropout, &m);
+    *st = sync_bn ? bn_net(ctx, &m) : kiln_model_mnist_net(ctx, -1, 42, dropout, &m);
     if (*st) return NULL;
     kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
     o.optimizer = KILN_OPTIM_SGD;
@@ -53,6 +104,7 @@ static kiln_trainer *make_trainer(kiln_context *ctx, kiln_dist *d, int dropout, 
     o.dist = d;
     o.accumulate = accumulate;
     o.bucket_bytes = 256 << 10; /* several buckets */
+    o.sync_bn = sync_bn && d;
     kiln_trainer *t = NULL;
     *st = kiln_trainer_create(m, "loss", &o, &t);
     kiln_model_free(m);
@@ -122,6 +174,17 @@ static void run_same(kiln_context *ctx, kiln_dist *d, const char *dir, int accum
         printf("%d ranks, %d steps: weights max |diff| %.3g (%.0f%% of the budget), losses %.0f%% of theirs\n", W,
                STEPS, max_err, 100 * budget, 100 * worst);
         CHECK(budget <= 1, "the weights differ from the single process's: max |diff| %.3g", max_err);
+        /* the running statistics (SyncBatchNorm: over every rank's batch) */
+        double stat_err = 0;
+        for (int k = 0; k < t->n_states; k++) {
+            const float *a = t->states[k].value->data, *e = ref->states[k].value->data;
+            for (int64_t i = 0; i < kiln_tensor_numel(t->states[k].value); i++) {
+                const double err = fabs((double)a[i] - e[i]) / (1e-5 + 1e-4 * fabs(e[i]));
+                if (err > stat_err) stat_err = err;
+            }
+        }
+        if (t->n_states) printf("running statistics: %.0f%% of the budget\n", 100 * stat_err);
+        CHECK(stat_err <= 1, "the running statistics differ from the single process's");
     }
     /* every rank's weights bitwise the same */
     if (t) {
@@ -183,7 +246,7 @@ static int run_fault(kiln_context *ctx, kiln_dist *d, const char *dir, bool kill
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: test_dist same|accumulate|mismatch|hang|kill DATA_DIR\n");
+        fprintf(stderr, "usage: test_dist same|accumulate|syncbn|mismatch|hang|kill DATA_DIR\n");
         return 2;
     }
     if (access(argv[2], R_OK)) {
@@ -204,6 +267,10 @@ int main(int argc, char **argv) {
     }
     int rc = 0;
     if (!strcmp(argv[1], "same")) run_same(ctx, d, argv[2], 1);
+    else if (!strcmp(argv[1], "syncbn")) {
+        sync_bn = 1;
+        run_same(ctx, d, argv[2], 1);
+    }
     else if (!strcmp(argv[1], "accumulate")) run_same(ctx, d, argv[2], 2);
     else if (!strcmp(argv[1], "mismatch")) run_mismatch(ctx, d, argv[2]);
     else if (!strcmp(argv[1], "hang")) rc = run_fault(ctx, d, argv[2], false);

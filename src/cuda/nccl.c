@@ -158,7 +158,7 @@ static kiln_status wait(kiln_dist *d, const char *what) {
 }
 
 /* One host collective through device memory: bytes_in in, bytes_out back. */
-typedef enum { H_ALLREDUCE_SUM, H_ALLREDUCE_MAX, H_BCAST, H_ALLGATHER } host_op;
+typedef enum { H_ALLREDUCE_SUM, H_ALLREDUCE_MAX, H_ALLREDUCE_F64, H_BCAST, H_ALLGATHER } host_op;
 
 static kiln_status host_collective(kiln_dist *d, host_op op, const void *in, void *out, size_t bytes) {
     nccl_state *s = d->nccl;
@@ -180,6 +180,9 @@ static kiln_status host_collective(kiln_dist *d, host_op op, const void *in, voi
             r = ncclAllReduce(buf, buf, bytes / sizeof(float), ncclFloat, op == H_ALLREDUCE_MAX ? ncclMax : ncclSum,
                               s->comm, s->stream);
             break;
+        case H_ALLREDUCE_F64:
+            r = ncclAllReduce(buf, buf, bytes / sizeof(double), ncclDouble, ncclSum, s->comm, s->stream);
+            break;
         case H_BCAST: r = ncclBroadcast(buf, buf, bytes, ncclUint8, 0, s->comm, s->stream); break;
         case H_ALLGATHER: r = ncclAllGather(dst, buf, bytes, ncclUint8, s->comm, s->stream); break;
         }
@@ -197,6 +200,9 @@ static kiln_status host_collective(kiln_dist *d, host_op op, const void *in, voi
 static kiln_status nccl_allreduce(kiln_dist *d, float *buf, int64_t n, kiln_dist_op op) {
     return host_collective(d, op == KILN_DIST_MAX ? H_ALLREDUCE_MAX : H_ALLREDUCE_SUM, buf, buf, sizeof(float) * (size_t)n);
 }
+static kiln_status nccl_allreduce64(kiln_dist *d, double *buf, int64_t n) {
+    return host_collective(d, H_ALLREDUCE_F64, buf, buf, sizeof(double) * (size_t)n);
+}
 static kiln_status nccl_bcast(kiln_dist *d, void *buf, size_t bytes) { return host_collective(d, H_BCAST, buf, buf, bytes); }
 static kiln_status nccl_allgather(kiln_dist *d, const void *mine, void *all, size_t bytes) {
     return host_collective(d, H_ALLGATHER, mine, all, bytes);
@@ -206,7 +212,8 @@ static kiln_status nccl_barrier(kiln_dist *d) {
     return nccl_allreduce(d, &one, 1, KILN_DIST_SUM);
 }
 
-const kiln_dist_impl kiln_nccl_impl = {"nccl", nccl_allreduce, nccl_bcast, nccl_allgather, nccl_barrier, nccl_free};
+const kiln_dist_impl kiln_nccl_impl = {"nccl", nccl_allreduce, nccl_allreduce64, nccl_bcast, nccl_allgather, nccl_barrier,
+                                       nccl_free};
 
 /* ---------------------------------------------------------------- the kernel */
 
@@ -219,7 +226,7 @@ kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c) {
             KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(c->out[k]->data, c->in[k]->data, kiln_tensor_nbytes(c->out[k]),
                                                  cudaMemcpyDeviceToDevice, cu->stream));
     if (kiln_attr_int(c->node, "comm", 0) == 0) return KILN_OK; /* world 1 alone */
-    kiln_dist *d = kiln_dist_of(c);
+    kiln_dist *d = kiln_dist_of(c, "comm");
     if (!d) return KILN_ERR_INVALID_ARGUMENT;
     nccl_state *s = d->nccl;
     if (!s) return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "the communicator has no NCCL (made for the CPU)");

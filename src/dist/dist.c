@@ -38,6 +38,10 @@ static kiln_status single_allreduce(kiln_dist *d, float *buf, int64_t n, kiln_di
     (void)d, (void)buf, (void)n, (void)op;
     return KILN_OK;
 }
+static kiln_status single_allreduce64(kiln_dist *d, double *buf, int64_t n) {
+    (void)d, (void)buf, (void)n;
+    return KILN_OK;
+}
 static kiln_status single_bcast(kiln_dist *d, void *buf, size_t bytes) {
     (void)d, (void)buf, (void)bytes;
     return KILN_OK;
@@ -54,8 +58,8 @@ static kiln_status single_barrier(kiln_dist *d) {
 static void single_free(kiln_dist *d) { (void)d; }
 
 /* World size 1 without MPI or NCCL: every collective is the identity. */
-static const kiln_dist_impl single_impl = {"single", single_allreduce, single_bcast, single_allgather, single_barrier,
-                                           single_free};
+static const kiln_dist_impl single_impl = {"single", single_allreduce, single_allreduce64, single_bcast,
+                                           single_allgather, single_barrier, single_free};
 
 /* ------------------------------------------------------------ the environment */
 
@@ -297,8 +301,8 @@ kiln_status kiln_dist_barrier(kiln_dist *d) {
 
 kiln_status kiln_dist_bcast(kiln_dist *d, void *buf, size_t bytes) { return d->host->bcast(d, buf, bytes); }
 
-kiln_dist *kiln_dist_of(kiln_op_ctx *c) {
-    const int64_t id = kiln_attr_int(c->node, "comm", 0);
+kiln_dist *kiln_dist_of(kiln_op_ctx *c, const char *attr) {
+    const int64_t id = kiln_attr_int(c->node, attr, 0);
     kiln_dist *d = c->kctx->dist;
     if (!d || (int64_t)d->id != id) {
         kiln_op_fail(c, KILN_ERR_INVALID_ARGUMENT, "communicator %lld is not this context's (%s)", (long long)id,

@@ -30,6 +30,7 @@ typedef struct kiln_dist_impl {
     const char *name; /* "mpi", "nccl" */
     /* host buffers, blocking (with the timeout) */
     kiln_status (*allreduce_f32)(kiln_dist *d, float *buf, int64_t n, kiln_dist_op op);
+    kiln_status (*allreduce_f64)(kiln_dist *d, double *buf, int64_t n); /* sum (SyncBatchNorm's statistics) */
     kiln_status (*bcast)(kiln_dist *d, void *buf, size_t bytes); /* from rank 0 */
     kiln_status (*allgather)(kiln_dist *d, const void *mine, void *all, size_t bytes); /* all: size * bytes */
     kiln_status (*barrier)(kiln_dist *d);
@@ -65,8 +66,9 @@ kiln_status kiln_nccl_init(kiln_dist *d, const unsigned char id[KILN_NCCL_ID_BYT
 extern const kiln_dist_impl kiln_nccl_impl;
 
 /* --- dist.c */
-/* The context's communicator with this id, or NULL with a message naming the node. */
-kiln_dist *kiln_dist_of(kiln_op_ctx *c);
+/* The context's communicator whose id is the node's attribute attr ("comm" of
+ * kiln.AllReduce, "sync_comm" of SyncBatchNorm), or NULL with a message naming the node. */
+kiln_dist *kiln_dist_of(kiln_op_ctx *c, const char *attr);
 /* "rank R of W" for messages. */
 const char *kiln_dist_who(const kiln_dist *d, char *buf, size_t n);
 /* Seconds on a monotonic clock. */

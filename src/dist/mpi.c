@@ -88,6 +88,17 @@ static kiln_status mpi_allreduce(kiln_dist *d, float *buf, int64_t n, kiln_dist_
     return st;
 }
 
+static kiln_status mpi_allreduce64(kiln_dist *d, double *buf, int64_t n) {
+    kiln_status st = KILN_OK;
+    for (int64_t at = 0; at < n && !st; at += 1 << 27) {
+        const int cnt = (int)(n - at < (1 << 27) ? n - at : (1 << 27));
+        MPI_Request req;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf + at, cnt, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+        st = wait(d, &req, "an all-reduce of statistics", rc);
+    }
+    return st;
+}
+
 kiln_status kiln_mpi_bcast(kiln_dist *d, void *buf, size_t bytes) {
     kiln_status st = KILN_OK;
     for (size_t at = 0; at < bytes && !st; at += (size_t)1 << 30) {
@@ -113,7 +124,8 @@ static kiln_status mpi_barrier(kiln_dist *d) {
 
 static void mpi_free(kiln_dist *d) { (void)d; /* MPI ends at exit: it cannot start again */ }
 
-const kiln_dist_impl kiln_mpi_impl = {"mpi", mpi_allreduce, kiln_mpi_bcast, mpi_allgather, mpi_barrier, mpi_free};
+const kiln_dist_impl kiln_mpi_impl = {"mpi", mpi_allreduce, mpi_allreduce64, kiln_mpi_bcast, mpi_allgather, mpi_barrier,
+                                      mpi_free};
 
 #else /* no MPI in this build */
 
@@ -131,6 +143,6 @@ kiln_status kiln_mpi_bcast(kiln_dist *d, void *buf, size_t bytes) {
 }
 
 static void none_free(kiln_dist *d) { (void)d; }
-const kiln_dist_impl kiln_mpi_impl = {"mpi", NULL, NULL, NULL, NULL, none_free};
+const kiln_dist_impl kiln_mpi_impl = {"mpi", NULL, NULL, NULL, NULL, NULL, none_free};
 
 #endif

@@ -15,5 +15,5 @@ kiln_status kiln_nccl_init(kiln_dist *d, const unsigned char id[KILN_NCCL_ID_BYT
 }
 
 static void none_free(kiln_dist *d) { (void)d; }
-const kiln_dist_impl kiln_nccl_impl = {"nccl", NULL, NULL, NULL, NULL, none_free};
+const kiln_dist_impl kiln_nccl_impl = {"nccl", NULL, NULL, NULL, NULL, NULL, none_free};
 #endif

@@ -61,7 +61,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     for (int k = 0; k < n; k++)
         if (c->out[k]->data != c->in[k]->data) memcpy(c->out[k]->data, c->in[k]->data, kiln_tensor_nbytes(c->out[k]));
     if (kiln_attr_int(c->node, "comm", 0) == 0) return KILN_OK; /* world 1 alone */
-    kiln_dist *d = kiln_dist_of(c);
+    kiln_dist *d = kiln_dist_of(c, "comm");
     if (!d) return KILN_ERR_INVALID_ARGUMENT;
     if (d->size == 1 || (skip && ((const float *)c->in[n]->data)[0] != 0.f)) return KILN_OK;
     /* one collective per bucket: packed into the workspace */

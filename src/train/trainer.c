@@ -50,8 +50,8 @@ static kiln_status dist_defaults(kiln_context *ctx, kiln_train_options *o) {
                          "rank %d: the communicator was made for %s device %d, the trainer runs on %s device %d", d->rank,
                          d->device == KILN_DEVICE_CUDA ? "CUDA" : "CPU", d->device_index,
                          o->device == KILN_DEVICE_CUDA ? "CUDA" : "CPU", o->device_index);
-    if (o->sync_bn && d->size > 1)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "SyncBatchNorm (sync_bn) is not implemented yet");
+    if (o->sync_bn && d->size > 1 && o->device != KILN_DEVICE_CPU)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "SyncBatchNorm (sync_bn) runs on the CPU only for now");
     if (o->bucket_bytes == 0) o->bucket_bytes = (size_t)25 << 20;
     return KILN_OK;
 }
@@ -254,6 +254,10 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         if (st) break;
         if (n->opset < tf->min_opset) n->opset = tf->min_opset;
         if (tf->mode_attr && (st = set_int_attr(m, i, tf->mode_attr, 1))) break;
+        /* SyncBatchNorm: batch statistics over every rank (src/ops/batch_normalization.c) */
+        if (tf->state_inputs && t->opts.sync_bn && t->opts.dist &&
+            (st = set_int_attr(m, i, "sync_comm", (int64_t)t->opts.dist->id)))
+            break;
         if (tf->mode_input > 0) {
             /* a constant true */
             if (t->true_value < 0) {
