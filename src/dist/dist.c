@@ -229,7 +229,13 @@ kiln_status kiln_dist_create(kiln_context *ctx, const kiln_dist_options *opts, k
     d->host = &single_impl;
     kiln_dist_kind kind = o.kind;
     if (kind == KILN_DIST_AUTO) kind = mpi_launched() && kiln_mpi_available() ? KILN_DIST_MPI : KILN_DIST_ENV;
-    if (kind == KILN_DIST_MPI) {
+    if (kind == KILN_DIST_ENV && mpi_launched() && !getenv("WORLD_SIZE") && !kiln_mpi_available())
+        st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
+                       "data parallelism: started by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE is set), but this build has "
+                       "no MPI: each rank would train alone (configure with MPI, or launch with kiln launch / torchrun)");
+    if (st) {
+        /* reported below */
+    } else if (kind == KILN_DIST_MPI) {
         d->mpi = true;
         st = kiln_mpi_join(d);
         if (!st) d->host = &kiln_mpi_impl;
