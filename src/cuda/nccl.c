@@ -265,7 +265,7 @@ bool kiln_cuda_sup_all_reduce(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "the skip flag (gradient accumulation) is CPU-only");
         return false;
     }
-    for (int k = 0; k < c->n_in; k++)
+    for (int k = 0; k < c->n_out; k++)
         if (!c->in[k] || c->in[k]->dtype != KILN_F32) {
             snprintf(why, n, "input %d must be f32", k);
             return false;

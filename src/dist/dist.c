@@ -397,7 +397,7 @@ kiln_status kiln_dist_insert_allreduce(kiln_model *m, const kiln_dist *d, size_t
     int *idx = kiln_calloc(ctx, (size_t)n + 1, sizeof *idx, "all-reduce buckets");
     int *out = kiln_calloc(ctx, (size_t)n + 1, sizeof *out, "all-reduce buckets");
     kiln_status st = in && idx && out ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    int bucket = 0;
+    int bucket = 0, prev = -1; /* the previous bucket's first output: the order of the buckets */
     /* reverse parameter order: the last layers' gradients come first out of backward */
     for (int k = n - 1; k >= 0 && !st;) {
         int cnt = 0;
@@ -408,14 +408,16 @@ kiln_status kiln_dist_insert_allreduce(kiln_model *m, const kiln_dist *d, size_t
             in[cnt++] = grads[k];
             k--;
         }
-        if (skip >= 0) in[cnt] = skip;
+        int n_in = cnt;
+        if (skip >= 0) in[n_in++] = skip;
+        if (prev >= 0) in[n_in++] = prev;
         int last = -1;
         for (int j = 0; j < cnt && !st; j++) {
             const int p = producer_of(m, in[j]);
             if (p > last) last = p;
             if ((out[j] = fresh(m, m->values[in[j]].name)) < 0) st = KILN_ERR_OUT_OF_MEMORY;
         }
-        kiln_attr *a = st ? NULL : kiln_calloc(ctx, 3, sizeof *a, "all-reduce attributes");
+        kiln_attr *a = st ? NULL : kiln_calloc(ctx, 4, sizeof *a, "all-reduce attributes");
         if (!st && !a) st = KILN_ERR_OUT_OF_MEMORY;
         if (!st) {
             a[0].name = kiln_strdup(ctx, "comm");
@@ -427,8 +429,11 @@ kiln_status kiln_dist_insert_allreduce(kiln_model *m, const kiln_dist *d, size_t
             a[2].name = kiln_strdup(ctx, "skip");
             a[2].type = KILN_ATTR_INT;
             a[2].i = skip >= 0;
-            if (!a[0].name || !a[1].name || !a[2].name) {
-                for (int j = 0; j < 3; j++) kiln_attr_clear(&a[j]);
+            a[3].name = kiln_strdup(ctx, "after");
+            a[3].type = KILN_ATTR_INT;
+            a[3].i = prev >= 0;
+            if (!a[0].name || !a[1].name || !a[2].name || !a[3].name) {
+                for (int j = 0; j < 4; j++) kiln_attr_clear(&a[j]);
                 free(a);
                 st = KILN_ERR_OUT_OF_MEMORY;
             }
@@ -436,9 +441,14 @@ kiln_status kiln_dist_insert_allreduce(kiln_model *m, const kiln_dist *d, size_t
         if (!st) {
             char name[64];
             snprintf(name, sizeof name, "kiln:allreduce.%d", bucket++);
-            const int at = kiln_model_add_node_raw(m, "AllReduce", name, "kiln", cnt + (skip >= 0), in, cnt, out, 3, a);
+            if (prev >= 0) {
+                const int p = producer_of(m, prev);
+                if (p > last) last = p;
+            }
+            const int at = kiln_model_add_node_raw(m, "AllReduce", name, "kiln", n_in, in, cnt, out, 4, a);
             if (at < 0) st = KILN_ERR_OUT_OF_MEMORY;
             else move_node(m, at, last + 1);
+            prev = out[0];
         }
         for (int j = 0; j < cnt && !st; j++) grads[idx[j]] = out[j];
     }

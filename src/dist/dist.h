@@ -80,7 +80,9 @@ struct kiln_train_options;
  * params[k], whose shapes size the buckets) with the outputs of kiln.AllReduce nodes (mean over the ranks) grouped in
  * buckets of bucket_bytes in reverse parameter order; each node is moved to just after the
  * last node producing one of its gradients, so a plan may start it while backward goes
- * on. skip: an f32 scalar value (gradient accumulation's: nonzero on micro-batches that do
+ * on; each bucket after the first also reads the previous one's first output (attribute
+ * after), so the buckets are reduced in one order on every rank (NCCL's collectives on a
+ * communicator must be). skip: an f32 scalar value (gradient accumulation's: nonzero on micro-batches that do
  * not complete a step, which then reduce nothing), or -1. */
 kiln_status kiln_dist_insert_allreduce(kiln_model *m, const kiln_dist *d, size_t bucket_bytes, int n, const int *params,
                                        int *grads, int skip);

@@ -5,9 +5,12 @@
  *            n           with skip=1: an f32 scalar, nonzero on micro-batches that do not
  *                        complete an optimizer step (gradient accumulation): then nothing
  *                        is reduced and the outputs are the inputs
+ *            last        with after=1: the previous bucket's first output, never read: it
+ *                        orders the buckets, so that every rank's device issues its
+ *                        collectives in the same order whatever streams the plan gives them
  *   outputs  0 .. n      the mean over the ranks of each input, same shape
  *   attributes  comm (the communicator's id, kiln_dist; 0: none), world (its size; 1 with
- *               comm 0 is the identity, what the op's own cases run), skip (0 or 1)
+ *               comm 0 is the identity, what the op's own cases run), skip, after (0 or 1)
  *
  * The CPU reference packs the bucket into its workspace, sums it over the ranks with the
  * communicator's host all-reduce (MPI) and divides by the world size; CUDA's kernel is
@@ -21,7 +24,7 @@
 
 static kiln_status read_attrs(kiln_op_ctx *c, int *n, bool *skip) {
     *skip = kiln_attr_int(c->node, "skip", 0) != 0;
-    *n = c->n_in - (*skip ? 1 : 0);
+    *n = c->n_in - (*skip ? 1 : 0) - (kiln_attr_int(c->node, "after", 0) != 0 ? 1 : 0);
     const int64_t world = kiln_attr_int(c->node, "world", 1);
     KILN_OP_CHECK(c, *n >= 1 && c->n_out == *n, KILN_ERR_INVALID_ARGUMENT,
                   "%d inputs%s take %d outputs, got %d", c->n_in, *skip ? " (the last the skip flag)" : "", *n, c->n_out);
@@ -100,6 +103,9 @@ static int test(void) {
     kiln_tensor *in2[2] = {kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 3)), kt_scalar(KILN_F32, 1)};
     kiln_tensor *want2[1] = {kt_make(KILN_F32, 1, KT_DIMS(3), KT_VALS(1, 2, 3))};
     fails += kiln_optest("AllReduce", "world=1;skip=1", 2, in2, 1, want2, 0, 0, "one rank, skipped micro-batch");
+    kiln_tensor *in3[2] = {kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(5, 6)), kt_make(KILN_F32, 1, KT_DIMS(1), KT_VALS(9))};
+    kiln_tensor *want3[1] = {kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(5, 6))};
+    fails += kiln_optest("AllReduce", "world=1;after=1", 2, in3, 1, want3, 0, 0, "one rank, after the previous bucket");
     fails += kiln_optest_fails("AllReduce", "world=2", 1, (kiln_tensor *[]){kt_make(KILN_F32, 1, KT_DIMS(2), NULL)}, 1,
                                KILN_ERR_INVALID_ARGUMENT, "two ranks without a communicator");
     fails += kiln_optest_fails("AllReduce", "world=1", 1, (kiln_tensor *[]){kt_make(KILN_I64, 1, KT_DIMS(2), NULL)}, 1,
