@@ -22,6 +22,9 @@
  *                               the 3 s timeout, naming the all-reduce (the test script
  *                               checks the message and the exit status).
  *   test_dist kill DATA_DIR     rank 1 dies (SIGKILL) at step 3: mpirun stops the others.
+ *   test_dist shard             (no MPI) kiln_loader_shard and a sharded loader: the shards
+ *                               of W ranks interleave into the epoch's permutation, padded
+ *                               with its first samples or cut, every shard the same length.
  */
 #include "core/internal.h"
 #include "dist/dist.h"
@@ -244,7 +247,69 @@ static int run_fault(kiln_context *ctx, kiln_dist *d, const char *dir, bool kill
     return 1; /* either way this rank did not finish cleanly */
 }
 
+/* DistributedSampler's shards, and a loader taking one */
+static int run_shard(void) {
+    for (int64_t n = 1; n <= 13; n++)
+        for (int W = 1; W <= 5; W++)
+            for (int drop = 0; drop <= 1; drop++) {
+                int64_t perm[13], shard[13];
+                kiln_loader_permutation(perm, n, 5, 2);
+                const int64_t per = drop ? n / W : (n + W - 1) / W;
+                for (int r = 0; r < W; r++) {
+                    const int64_t got = kiln_loader_shard(shard, n, 5, 2, true, r, W, drop);
+                    CHECK(got == per, "n=%lld W=%d drop=%d rank %d: %lld samples, want %lld", (long long)n, W, drop, r,
+                          (long long)got, (long long)per);
+                    for (int64_t i = 0; i < got && i < per; i++) {
+                        const int64_t at = r + (int64_t)W * i; /* position in the padded order */
+                        const int64_t want = perm[at < n ? at : (at - n) % n];
+                        CHECK(shard[i] == want, "n=%lld W=%d drop=%d rank %d: sample %lld is %lld, want %lld",
+                              (long long)n, W, drop, r, (long long)i, (long long)shard[i], (long long)want);
+                    }
+                }
+            }
+    /* a loader over shard 1 of 3 of 10 samples: batches of 2 from (1, 4, 7, 0) of the order */
+    kiln_context *ctx = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    const int64_t xd[2] = {10, 1}, yd[1] = {10};
+    kiln_tensor *x = kiln_tensor_new(ctx, KILN_F32, 2, xd), *y = kiln_tensor_new(ctx, KILN_I64, 1, yd);
+    for (int i = 0; i < 10; i++) ((float *)x->data)[i] = (float)i, ((int64_t *)y->data)[i] = i % 10;
+    kiln_loader_options lo = kiln_loader_options_default();
+    lo.batch_size = 2;
+    lo.seed = 9;
+    lo.workers = 0;
+    lo.shard_rank = 1;
+    lo.shard_count = 3;
+    kiln_loader *l = NULL;
+    kiln_status st = kiln_loader_create(ctx, x, y, &lo, &l);
+    CHECK(!st, "loader: %s", kiln_context_message(ctx));
+    int64_t perm[10];
+    kiln_loader_permutation(perm, 10, 9, 0);
+    const int64_t want[4] = {perm[1], perm[4], perm[7], perm[0]};
+    CHECK(!st && kiln_loader_steps_per_epoch(l) == 2, "a shard of 4 in batches of 2: %lld steps",
+          st ? -1LL : (long long)kiln_loader_steps_per_epoch(l));
+    for (int s = 0; s < 2 && !st; s++) {
+        const kiln_batch *b = NULL;
+        st = kiln_loader_next(l, &b);
+        CHECK(!st && b->size == 2, "batch %d", s);
+        for (int i = 0; !st && i < 2; i++)
+            CHECK(b->indices[i] == want[2 * s + i] && b->images[i] == (float)want[2 * s + i],
+                  "batch %d sample %d: index %lld, want %lld", s, i, (long long)b->indices[i], (long long)want[2 * s + i]);
+        if (!st) kiln_loader_release(l, b);
+    }
+    lo.shard_rank = 3;
+    kiln_loader *bad = NULL;
+    CHECK(kiln_loader_create(ctx, x, y, &lo, &bad) == KILN_ERR_INVALID_ARGUMENT, "shard 3 of 3 accepted");
+    kiln_loader_free(bad);
+    kiln_loader_free(l);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+    kiln_context_free(ctx);
+    printf(fails ? "FAILED\n" : "ok\n");
+    return fails != 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "shard")) return run_shard();
     if (argc < 3) {
         fprintf(stderr, "usage: test_dist same|accumulate|syncbn|mismatch|hang|kill DATA_DIR\n");
         return 2;

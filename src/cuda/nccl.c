@@ -5,7 +5,7 @@
  * launches).
  *
  * kiln.AllReduce's kernel: one ncclGroupStart/End around an ncclAllReduce(ncclAvg) per
- * tensor of the bucket, on the stream the plan gives the node (cu->stream: the main
+ * tensor of the bucket (from the gradient's buffer into the output's), on the stream the plan gives the node (cu->stream: the main
  * stream, or a side stream where the plan's streams pass put the node off the critical
  * path, so it overlaps the rest of backward); captured into the step's CUDA graph with
  * everything else (NCCL supports stream capture).
@@ -221,11 +221,13 @@ const kiln_dist_impl kiln_nccl_impl = {"nccl", nccl_allreduce, nccl_allreduce64,
 kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_context *ctx = cu->ctx;
     KILN_CUDA_CHECK(ctx, cudaSetDevice(cu->device));
-    for (int k = 0; k < c->n_out; k++)
-        if (c->out[k]->data != c->in[k]->data)
-            KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(c->out[k]->data, c->in[k]->data, kiln_tensor_nbytes(c->out[k]),
-                                                 cudaMemcpyDeviceToDevice, cu->stream));
-    if (kiln_attr_int(c->node, "comm", 0) == 0) return KILN_OK; /* world 1 alone */
+    if (kiln_attr_int(c->node, "comm", 0) == 0) { /* world 1 alone */
+        for (int k = 0; k < c->n_out; k++)
+            if (c->out[k]->data != c->in[k]->data)
+                KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(c->out[k]->data, c->in[k]->data, kiln_tensor_nbytes(c->out[k]),
+                                                     cudaMemcpyDeviceToDevice, cu->stream));
+        return KILN_OK;
+    }
     kiln_dist *d = kiln_dist_of(c, "comm");
     if (!d) return KILN_ERR_INVALID_ARGUMENT;
     nccl_state *s = d->nccl;
@@ -236,8 +238,8 @@ kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c) {
                             d->device_index, cu->device);
     ncclResult_t r = ncclGroupStart();
     for (int k = 0; k < c->n_out && r == ncclSuccess; k++)
-        r = ncclAllReduce(c->out[k]->data, c->out[k]->data, (size_t)kiln_tensor_numel(c->out[k]), ncclFloat, ncclAvg,
-                          s->comm, cu->stream);
+        r = ncclAllReduce(c->in[k]->data, c->out[k]->data, (size_t)kiln_tensor_numel(c->out[k]), ncclFloat, ncclAvg,
+                          s->comm, cu->stream); /* out of place where the plan gave two buffers */
     ncclResult_t e = ncclGroupEnd();
     if (r == ncclSuccess) r = e;
     if (r != ncclSuccess) return kiln_op_fail(c, KILN_ERR_DEVICE, "ncclAllReduce: %s", ncclGetErrorString(r));
