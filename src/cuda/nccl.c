@@ -132,14 +132,14 @@ static kiln_status aborted(kiln_dist *d, const char *what) {
                      "rank died or hangs", kiln_dist_who(d, who, sizeof who), what, ncclGetErrorString(s->why));
 }
 
-/* Wait for the host collectives' stream within the timeout; on timeout or an NCCL error
- * abort the communicator. */
-static kiln_status wait(kiln_dist *d, const char *what) {
+/* Wait for a stream within the timeout; on timeout or an NCCL error abort the
+ * communicator. */
+static kiln_status wait_on(kiln_dist *d, cudaStream_t stream, const char *what) {
     nccl_state *s = d->nccl;
     const double deadline = kiln_dist_now() + d->timeout_s;
     char who[64];
     for (;;) {
-        cudaError_t ce = cudaStreamQuery(s->stream);
+        cudaError_t ce = cudaStreamQuery(stream);
         if (ce == cudaSuccess) return KILN_OK;
         if (ce != cudaErrorNotReady)
             return kiln_fail(d->ctx, KILN_ERR_DEVICE, "data parallelism: %s: %s: %s", kiln_dist_who(d, who, sizeof who),
@@ -155,6 +155,13 @@ static kiln_status wait(kiln_dist *d, const char *what) {
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+static kiln_status wait(kiln_dist *d, const char *what) { return wait_on(d, ((nccl_state *)d->nccl)->stream, what); }
+
+kiln_status kiln_nccl_wait_stream(kiln_dist *d, void *stream, const char *what) {
+    if (!d || !d->nccl) return KILN_OK;
+    return wait_on(d, (cudaStream_t)stream, what);
 }
 
 /* One host collective through device memory: bytes_in in, bytes_out back. */

@@ -338,7 +338,9 @@ static kiln_status step(cuda_trainer *tc, bool resident, float *loss) {
     t->n->micro_steps++;
     t->n->steps++;
     if (loss) {
-        st = kiln_cuda_download(tc->cu, loss, slot, sizeof(float));
+        /* data parallelism: a rank that died or hangs fails this wait (dist.h), not hangs it */
+        if (t->opts->dist) st = kiln_nccl_wait_stream(t->opts->dist, kiln_cuda_stream(tc->cu), "a training step");
+        if (!st) st = kiln_cuda_download(tc->cu, loss, slot, sizeof(float));
         if (!st) st = kiln_cuda_sync(tc->cu);
     }
     return st;

@@ -64,6 +64,10 @@ kiln_status kiln_nccl_get_id(kiln_dist *d, unsigned char id[KILN_NCCL_ID_BYTES])
 /* ncclCommInitRank on d->device_index with the id all ranks hold; d->nccl set. */
 kiln_status kiln_nccl_init(kiln_dist *d, const unsigned char id[KILN_NCCL_ID_BYTES]);
 extern const kiln_dist_impl kiln_nccl_impl;
+/* Wait for a CUDA stream (cudaStream_t) holding NCCL work of d, at most d->timeout_s: on
+ * timeout, or an NCCL error, the communicator is aborted (its kernels end) and the wait
+ * fails naming this rank and `what`; a rank that died or hangs so stops the others. */
+kiln_status kiln_nccl_wait_stream(kiln_dist *d, void *stream, const char *what);
 
 /* --- dist.c */
 /* The context's communicator whose id is the node's attribute attr ("comm" of
