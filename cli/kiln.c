@@ -11,6 +11,7 @@
 #include "kiln.h"
 #include "kiln_models.h"
 #include "kiln_tools.h"
+#include "launch.h"
 #include "onnx_test.h"
 #include "report.h"
 
@@ -52,6 +53,11 @@ static const struct { const char *name, *text; } commands[] = {
      "        searches and graph captures inside the first epoch instead of before it)\n"
      "        [--export MODEL.onnx]   (the trained inference graph, input image -> logprobs for\n"
      "        mnist-net, the logits for the others, as ONNX at the end of training)\n"
+     "        [--dist-timeout SEC] [--bucket-mb MB] [--drop-last]   (data parallelism, when started\n"
+     "        by kiln launch, torchrun or mpirun: a rank waiting longer than SEC (300) on the\n"
+     "        others fails; gradients all-reduced in buckets of MB (25); each rank's shard of\n"
+     "        an epoch cut, not padded, to a multiple of the ranks. Rank 0 alone prints and\n"
+     "        writes --save, --json, --plot, --losses and --export)\n"
      "        resnets and ONNX models: [--label-smoothing EPS] [--image-size S] (224 unless the ONNX\n"
      "        input fixes it) [--classes K] (the data set's by default) [--resize R] (evaluation:\n"
      "        shorter side to R, then the centre SxS; S*256/224 by default) [--no-augment]\n"
@@ -84,6 +90,12 @@ static const struct { const char *name, *text; } commands[] = {
      "      --epochs in all: a run that already reached --epochs has nothing left to do\n"
      "      (an error; raise --epochs to train further). --batch must not exceed the\n"
      "      training set.\n"},
+    {"launch",
+     "  launch --nproc N [--master-addr A] [--master-port P] -- COMMAND ARGS...\n"
+     "      Start N processes of COMMAND on this host (e.g. kiln train ... --device cuda,\n"
+     "      one GPU each) with torchrun's variables RANK, LOCAL_RANK, WORLD_SIZE,\n"
+     "      MASTER_ADDR (127.0.0.1), MASTER_PORT (a free port); forward signals to them. If\n"
+     "      one fails, name its rank, stop the others and exit non-zero.\n"},
     {"bench",
      "  bench MODEL.onnx --batch B [--device cuda|cpu] [--fp32|--fp16|--bf16] [--strict-fp32] [--iters N] [--warmup N]\n"
      "        [--shapes NAME:1x3x640x640[,NAME2:...]] [--threads N] [--profile] [--trace FILE.json] [--nvtx]\n"
@@ -1418,7 +1430,7 @@ static int cmd_train(int argc, char **argv) {
     enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
            O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
            O_PLOT, O_PLOT_SIZE, O_EXPORT, O_LABEL_SMOOTHING, O_IMAGE_SIZE, O_CLASSES, O_RESIZE, O_NO_AUGMENT,
-           O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT };
+           O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT, O_DIST_TIMEOUT, O_BUCKET_MB, O_DROP_LAST };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -1439,8 +1451,14 @@ static int cmd_train(int argc, char **argv) {
         {"resize", required_argument, NULL, O_RESIZE},         {"no-augment", no_argument, NULL, O_NO_AUGMENT},
         {"no-flip", no_argument, NULL, O_NO_FLIP},             {"mean", required_argument, NULL, O_MEAN},
         {"std", required_argument, NULL, O_STD},               {"zero-init-residual", no_argument, NULL, O_ZERO_INIT},
+        {"dist-timeout", required_argument, NULL, O_DIST_TIMEOUT}, {"bucket-mb", required_argument, NULL, O_BUCKET_MB},
+        {"drop-last", no_argument, NULL, O_DROP_LAST},
         {0}};
     optim_flags of = OPTIM_FLAGS_INIT;
+    /* data parallelism (cli/launch.c) */
+    double dist_timeout = 0, bucket_mb = 0;
+    int drop_last = 0;
+    kiln_dist *dist = NULL;
     for (int c; (c = next_opt("train", argc, argv, longopts)) != -1;) {
         const char *v = optarg;
         switch (c) {
@@ -1479,6 +1497,9 @@ static int cmd_train(int argc, char **argv) {
         case O_MEAN: a.mean = v; break;
         case O_STD: a.std = v; break;
         case O_ZERO_INIT: a.zero_init_residual = 1; break;
+        case O_DIST_TIMEOUT: dist_timeout = strtod(v, NULL); break;
+        case O_BUCKET_MB: bucket_mb = strtod(v, NULL); break;
+        case O_DROP_LAST: drop_last = 1; break;
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
@@ -1661,6 +1682,18 @@ static int cmd_train(int argc, char **argv) {
     lo.batch_size = a.batch;
     lo.seed = a.seed;
     lo.shuffle = !a.no_shuffle;
+    if (kiln_cli_dist_setup(ctx, &o, &lo, dist_timeout, bucket_mb, drop_last, &dist)) {
+        rc = 1;
+        goto out;
+    }
+    if (dist && kiln_dist_rank(dist) != 0) {
+        /* rank 0 alone reports and writes files */
+        a.save = a.json = a.plot = a.export_path = a.losses = NULL;
+        if (!freopen("/dev/null", "w", stdout)) {
+            rc = 1;
+            goto out;
+        }
+    }
     if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) { /* e.g. --batch over the data set */
         rc = fail(ctx, a.data);
         goto out;
@@ -1862,6 +1895,7 @@ out:
     if (lf) fclose(lf);
     kiln_loader_free(l);
     kiln_trainer_free(t);
+    kiln_dist_free(dist);
     kiln_model_free(m);
     kiln_model_free(fwd);
     if (!mnist) memset(&d, 0, sizeof d); /* cd's tensors */
@@ -2068,6 +2102,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "launch") == 0) {
+        int lrc = kiln_cli_launch(argc - 1, argv + 1);
+        return lrc < 0 ? cmd_usage("launch", stdout) : lrc;
+    }
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "convert") == 0) return cmd_convert(argc - 1, argv + 1);

@@ -489,6 +489,55 @@ typedef enum kiln_amp {
     KILN_AMP_BF16 = 2  /* bf16 compute, fp32 master weights, no scaling */
 } kiln_amp;
 
+/* Data parallelism: one process per device, each holding a whole model. A communicator
+ * joins this process to the others (its rank among world_size); a trainer given one
+ * (kiln_train_options.dist) starts from rank 0's weights, checks that every rank holds
+ * the same model, and averages the gradients of every step over the ranks before the
+ * update (kiln.AllReduce nodes in the training graph, in buckets of bucket_bytes, the
+ * last layers' first, each as soon as backward has written it). The collectives are
+ * NCCL's (CUDA trainers) and MPI's (CPU trainers, and NCCL's bootstrap under mpirun);
+ * kiln has no transport of its own. README "Data-parallel training" shows launches. */
+typedef enum kiln_dist_kind {
+    KILN_DIST_AUTO = 0, /* MPI when the process was started by mpirun (OMPI_COMM_WORLD_SIZE,
+                           PMI_SIZE) and this build has MPI, else torchrun's variables */
+    KILN_DIST_MPI = 1,  /* rank and size from MPI_COMM_WORLD; CPU collectives by MPI, and
+                           under CUDA the NCCL id sent with MPI_Bcast */
+    KILN_DIST_ENV = 2   /* torchrun's variables RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+                           MASTER_PORT: rank 0 listens on MASTER_PORT and sends the NCCL
+                           unique id to the others (CUDA only: the CPU's collectives are MPI's) */
+} kiln_dist_kind;
+
+typedef struct kiln_dist_options {
+    size_t struct_size; /* as kiln_session_options.struct_size (KILN_DIST_OPTIONS_INIT) */
+    kiln_dist_kind kind;
+    kiln_device device; /* the trainers' device: CUDA joins an NCCL communicator */
+    int device_index;   /* CUDA: -1 (default through KILN_DIST_OPTIONS_INIT) takes LOCAL_RANK */
+    double timeout_s;   /* a collective (or the rendezvous) waiting longer fails, naming the
+                           step; 0: 300 s. A rank that died or hangs so stops the others. */
+} kiln_dist_options;
+#define KILN_DIST_OPTIONS_INIT {.struct_size = sizeof(kiln_dist_options), .device_index = -1}
+
+typedef struct kiln_dist kiln_dist;
+/* Join the other ranks (collective: every rank calls it). A context has at most one
+ * communicator at a time (its trainers' kiln.AllReduce nodes reduce through it). Fails
+ * with KILN_ERR_INVALID_ARGUMENT naming a missing or malformed variable, KILN_ERR_IO
+ * naming the address that could not be reached (or the timeout), KILN_ERR_UNSUPPORTED
+ * when this build lacks MPI or NCCL for what is asked. */
+kiln_status kiln_dist_create(kiln_context *ctx, const kiln_dist_options *opts, kiln_dist **out);
+int kiln_dist_rank(const kiln_dist *d);
+int kiln_dist_size(const kiln_dist *d);
+int kiln_dist_local_rank(const kiln_dist *d);
+/* The mean over the ranks of n floats of host memory, in place (collective; for logs:
+ * the ranks' losses). */
+kiln_status kiln_dist_mean_f32(kiln_dist *d, float *data, int64_t n);
+/* Wait until every rank gets here (collective). */
+kiln_status kiln_dist_barrier(kiln_dist *d);
+void kiln_dist_free(kiln_dist *d);
+
+/* Whether this process was started as one of several ranks (torchrun's WORLD_SIZE or
+ * mpirun's variables say more than 1). */
+int kiln_dist_launched(void);
+
 /* Options of a trainer. Zeroed fields take the defaults named here. Schedules count
  * optimizer steps; warm-up (linear from 0: lr * (step + 1) / warmup_steps while step <
  * warmup_steps) multiplies any schedule. STEP and COSINE count from step 0 (so the warm-up
@@ -549,6 +598,16 @@ typedef struct kiln_train_options {
                              scale and bias, every bias: PyTorch's "ndim <= 1" convention) take no
                              weight decay, in every optimizer, and are LARS's / LAMB's excluded
                              tensors (no trust ratio) */
+    /* data parallelism (kiln_dist): NULL trains alone */
+    kiln_dist *dist;
+    size_t bucket_bytes; /* gradients per all-reduce (0: 25 MiB, PyTorch DDP's) */
+    int sync_bn;         /* 1: SyncBatchNorm: BatchNormalization's batch statistics (forward
+                            and backward) over every rank's batch, the numbers of one process
+                            holding the whole batch (CPU ranks; CUDA with more than one rank:
+                            KILN_ERR_UNSUPPORTED for now) */
+    int drop_last;       /* kiln_trainer_train_epoch's sharding: 1 drops the samples past the
+                            last multiple of world size; 0 (default) pads with the first ones
+                            (PyTorch's DistributedSampler) */
 } kiln_train_options;
 #define KILN_TRAIN_OPTIONS_INIT {.struct_size = sizeof(kiln_train_options)}
 

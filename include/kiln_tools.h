@@ -142,11 +142,24 @@ typedef struct kiln_loader_options {
      * kiln_loader_free. */
     float *const *slot_images;
     int64_t *const *slot_labels;
+    /* Data-parallel sharding (PyTorch's DistributedSampler): with shard_count W > 1, each
+     * epoch's order (the permutation, or the identity without shuffle) is padded with its
+     * first samples to a multiple of W (or cut to one with shard_drop), and this loader
+     * takes its positions shard_rank, shard_rank + W, ...: every rank the same number of
+     * samples, the ranks' batches of a step together the step's batch of one loader with
+     * W times the batch. 0: no sharding. */
+    int shard_rank, shard_count;
+    bool shard_drop;
 } kiln_loader_options;
 
 /* The sample order of epoch `epoch` for `seed` (shuffle on): what the loader uses, for
  * callers that gather batches themselves (a dataset resident on the GPU). */
 void kiln_loader_permutation(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
+/* Shard `rank` of `count` of that order (shuffle off: the identity) as the loader takes it
+ * (kiln_loader_options.shard_*): written into perm (n entries of room); returns its length,
+ * ceil(n / count), or floor(n / count) with drop. */
+int64_t kiln_loader_shard(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int rank, int count,
+                          bool drop);
 
 /* The defaults above. */
 kiln_loader_options kiln_loader_options_default(void);

@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libprotobuf-c-dev
       protobuf-c-compiler libonnx-dev libonnx-testdata dataset-fashion-mnist clang
-      libclang-rt-14-dev libdlpack-dev libcairo2-dev libjpeg62-turbo-dev libpng-dev python3)
+      libclang-rt-14-dev libdlpack-dev libcairo2-dev libjpeg62-turbo-dev libpng-dev python3
+      libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -34,6 +34,7 @@ struct kiln_context {
     kiln_log_fn log;       /* kiln_context_set_log (NULL: none) */
     void *log_user;
     kiln_log_level log_level;
+    struct kiln_dist *dist; /* the context's communicator (kiln_dist_create), or NULL */
 };
 
 /* Log to the context's log (kiln_context_set_log) when level is within its setting. */

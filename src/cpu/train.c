@@ -112,6 +112,11 @@ static kiln_status cpu_epoch_begin(void *tr, const kiln_tensor *images, const ki
         lo.seed = seed;
         lo.workers = 0; /* gathered on this thread, between steps */
         lo.slots = 1;
+        if (ct->v->opts->dist) { /* data parallelism: this rank's shard of each epoch */
+            lo.shard_rank = kiln_dist_rank(ct->v->opts->dist);
+            lo.shard_count = kiln_dist_size(ct->v->opts->dist);
+            lo.shard_drop = ct->v->opts->drop_last != 0;
+        }
         st = kiln_loader_create(ct->v->ctx, images, labels, &lo, &ct->loader);
         if (st) return st;
         ct->images = images;

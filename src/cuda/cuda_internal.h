@@ -286,6 +286,9 @@ bool kiln_cuda_sup_optimizer_step(const kiln_op_ctx *c, char *why, size_t n);
 /* kiln.OptimizerStep's workspace: LARS's, LAMB's and clipping's sums of squares. */
 kiln_status kiln_cuda_ws_optimizer_step(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 bool kiln_cuda_sup_non_finite_check(const kiln_op_ctx *c, char *why, size_t n);
+/* kiln.AllReduce: NCCL (nccl.c) */
+kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c);
+bool kiln_cuda_sup_all_reduce(const kiln_op_ctx *c, char *why, size_t n);
 bool kiln_cuda_sup_loss_scale_update(const kiln_op_ctx *c, char *why, size_t n);
 bool kiln_cuda_sup_grad_accumulate(const kiln_op_ctx *c, char *why, size_t n);
 

@@ -1237,6 +1237,7 @@ static const entry table[] = {
     {"InstanceNormalization", kiln_cuda_k_instnorm, kiln_cuda_sup_instnorm, NULL, false},
     {"kiln.InstanceNormGrad", kiln_cuda_k_instnorm_grad, kiln_cuda_sup_instnorm_grad, kiln_cuda_ws_instnorm_grad,
      false},
+    {"kiln.AllReduce", kiln_cuda_k_all_reduce, kiln_cuda_sup_all_reduce, NULL, true},
 };
 
 /* Prepare hooks of the entries that have one-time work per shape and attributes, run by

@@ -29,6 +29,7 @@
 #include "../core/schedule.h"
 #include "../data/data.h"
 #include "../ops/optim_math.h" /* kiln_om_no_decay: no_decay_bn_bias's rule */
+#include "../dist/dist.h"
 #include "cuda_plan.h"
 
 #include <cuda_runtime.h>
@@ -342,7 +343,9 @@ static kiln_status step(cuda_trainer *tc, bool resident, float *loss) {
     t->n->micro_steps++;
     t->n->steps++;
     if (loss) {
-        st = kiln_cuda_download(tc->cu, loss, slot, sizeof(float));
+        /* data parallelism: a rank that died or hangs fails this wait (dist.h), not hangs it */
+        if (t->opts->dist) st = kiln_nccl_wait_stream(t->opts->dist, kiln_cuda_stream(tc->cu), "a training step");
+        if (!st) st = kiln_cuda_download(tc->cu, loss, slot, sizeof(float));
         if (!st) st = kiln_cuda_sync(tc->cu);
     }
     return st;
@@ -384,7 +387,9 @@ static kiln_status cu_epoch_begin(void *tr, const kiln_tensor *images, const kil
     }
     int64_t *perm = kiln_malloc(ctx, sizeof(int64_t) * (size_t)(n ? n : 1), "the epoch's order");
     if (!perm) return KILN_ERR_OUT_OF_MEMORY;
-    kiln_loader_permutation(perm, n, seed, epoch);
+    /* data parallelism: this rank's shard of the epoch's order (kiln_loader_shard) */
+    const kiln_dist *dd = t->opts->dist;
+    kiln_loader_shard(perm, n, seed, epoch, true, dd ? dd->rank : 0, dd ? dd->size : 1, t->opts->drop_last != 0);
     int64_t pos = start * batch;
     st = kiln_cuda_upload(tc->cu, tc->perm, perm, sizeof(int64_t) * (size_t)n);
     if (!st) st = kiln_cuda_upload(tc->cu, tc->pos, &pos, sizeof pos);
@@ -427,7 +432,7 @@ static kiln_status cu_epoch_batch(void *tr, int64_t s, int64_t b, bool *resident
  * profiles. */
 static kiln_status run_epoch(cuda_trainer *tc, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
                              uint64_t seed, int64_t epoch, int64_t start, int64_t end, float *last_loss) {
-    const int64_t n = images->dims[0], steps = (n + batch - 1) / batch;
+    const int64_t n = kiln_dist_shard_n(tc->t->opts, images->dims[0]), steps = (n + batch - 1) / batch;
     if (end < 0 || end > steps) end = steps;
     kiln_status st = cu_epoch_begin(tc, images, labels, batch, seed, epoch, start);
     for (int64_t s = start; s < end && !st; s++) {
@@ -507,7 +512,7 @@ static kiln_status state_restore(cuda_trainer *tc, saved_state *sv, kiln_status 
 static kiln_status cu_train_warmup(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch) {
     cuda_trainer *tc = tr;
     const kiln_train_view *t = tc->t;
-    const int64_t n = images->dims[0], steps = (n + batch - 1) / batch;
+    const int64_t n = kiln_dist_shard_n(t->opts, images->dims[0]), steps = (n + batch - 1) / batch;
     saved_state sv;
     kiln_status st = state_save(tc, &sv);
     if (st) return st;

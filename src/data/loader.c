@@ -35,9 +35,10 @@ struct kiln_loader {
     const kiln_tensor *images; /* (N, ...) f32 or u8 */
     const kiln_tensor *labels; /* (N) i64 or u8 */
     kiln_loader_options o;
-    int64_t n, steps, sample; /* samples, batches per epoch, elements per sample */
+    int64_t n, steps, sample; /* samples (this shard's), batches per epoch, elements per sample */
+    int64_t n_all;            /* the data set's samples */
     float lut[256];           /* u8 -> normalized f32 */
-    int64_t *perm[2];         /* (N) each; NULL without shuffle */
+    int64_t *perm[2];         /* (N) each; NULL without shuffle and sharding */
     int64_t perm_epoch[2];    /* the epoch whose permutation perm[i] holds, -1: none */
     int k;                    /* ring slots */
     slot *slots;
@@ -98,10 +99,33 @@ void kiln_loader_permutation(int64_t *perm, int64_t n, uint64_t seed, int64_t ep
     }
 }
 
+int64_t kiln_loader_shard(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int rank, int count,
+                          bool drop) {
+    if (shuffle) kiln_loader_permutation(perm, n, seed, epoch);
+    else
+        for (int64_t i = 0; i < n; i++) perm[i] = i;
+    if (count <= 1) return n;
+    const int64_t per = drop ? n / count : (n + count - 1) / count;
+    /* position rank + count * i of the order padded with its first samples; compacted in
+     * place (i <= rank + count * i). Only this shard's last position can fall in the
+     * padding (fewer than count entries): its source is read before it is overwritten. */
+    const int64_t last = rank + count * (per - 1);
+    const int64_t padded = per > 0 && last >= n ? perm[(last - n) % n] : -1;
+    for (int64_t i = 0; i < per; i++) {
+        const int64_t at = rank + count * i;
+        perm[i] = at < n ? perm[at] : padded;
+    }
+    return per;
+}
+
 /* Called with the lock held, before anyone gathers a batch of epoch e. */
 static void prepare_epoch(kiln_loader *l, int64_t e) {
-    if (!l->o.shuffle || l->perm_epoch[e & 1] == e) return;
-    kiln_loader_permutation(l->perm[e & 1], l->n, l->o.seed, e);
+    if (!l->perm[0] || l->perm_epoch[e & 1] == e) return;
+    if (l->o.shard_count > 1)
+        kiln_loader_shard(l->perm[e & 1], l->n_all, l->o.seed, e, l->o.shuffle, l->o.shard_rank, l->o.shard_count,
+                          l->o.shard_drop);
+    else
+        kiln_loader_permutation(l->perm[e & 1], l->n, l->o.seed, e);
     l->perm_epoch[e & 1] = e;
 }
 
@@ -109,7 +133,7 @@ static void prepare_epoch(kiln_loader *l, int64_t e) {
 static void gather(kiln_loader *l, slot *s, int64_t q) {
     int64_t e = q / l->steps, step = q % l->steps, B = l->o.batch_size;
     int64_t start = step * B, size = l->n - start < B ? l->n - start : B, m = l->sample;
-    const int64_t *perm = l->o.shuffle ? l->perm[e & 1] + start : NULL;
+    const int64_t *perm = l->perm[0] ? l->perm[e & 1] + start : NULL;
     float *dst = s->b.images;
     for (int64_t i = 0; i < size; i++) {
         int64_t j = perm ? perm[i] : start + i;
@@ -209,7 +233,12 @@ static kiln_status check_options(kiln_context *ctx, const kiln_tensor *images, c
     if (images->dtype == KILN_U8 && !(o->std > 0.0f))
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: std must be > 0 to normalize u8 images, got %g",
                          (double)o->std);
+    if (o->shard_count < 0 || o->shard_count > (1 << 20) || o->shard_rank < 0 ||
+        (o->shard_count > 1 && o->shard_rank >= o->shard_count) || (o->shard_count <= 1 && o->shard_rank != 0))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: shard %d of %d is out of range", o->shard_rank,
+                         o->shard_count);
     int64_t n = images->dims[0];
+    if (o->shard_count > 1) n = o->shard_drop ? n / o->shard_count : (n + o->shard_count - 1) / o->shard_count;
     if ((o->drop_last ? n / o->batch_size : n) == 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: %lld samples make no batch of %lld%s",
                          (long long)n, (long long)o->batch_size, o->drop_last ? " with drop_last" : "");
@@ -248,7 +277,8 @@ kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, con
     l->images = images;
     l->labels = labels;
     l->o = o;
-    l->n = images->dims[0];
+    l->n_all = l->n = images->dims[0];
+    if (o.shard_count > 1) l->n = o.shard_drop ? l->n / o.shard_count : (l->n + o.shard_count - 1) / o.shard_count;
     l->sample = kiln_numel(images->ndim - 1, images->dims + 1);
     int64_t B = o.batch_size;
     l->steps = o.drop_last ? l->n / B : (l->n + B - 1) / B;
@@ -266,9 +296,9 @@ kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, con
     bool ok = (l->slots = kiln_calloc(ctx, (size_t)l->k, sizeof *l->slots, "loader slots")) &&
               (l->own_idx = kiln_malloc(ctx, (size_t)l->k * (size_t)B * sizeof(int64_t), "loader indices")) &&
               (l->threads = kiln_calloc(ctx, (size_t)(o.workers ? o.workers : 1), sizeof(pthread_t), "loader threads"));
-    if (ok && o.shuffle)
-        ok = (l->perm[0] = kiln_malloc(ctx, (size_t)l->n * sizeof(int64_t), "loader permutation")) &&
-             (l->perm[1] = kiln_malloc(ctx, (size_t)l->n * sizeof(int64_t), "loader permutation"));
+    if (ok && (o.shuffle || o.shard_count > 1))
+        ok = (l->perm[0] = kiln_malloc(ctx, (size_t)l->n_all * sizeof(int64_t), "loader permutation")) &&
+             (l->perm[1] = kiln_malloc(ctx, (size_t)l->n_all * sizeof(int64_t), "loader permutation"));
     if (ok && !o.slot_images) {
         size_t bytes = (size_t)l->k * stride * sizeof(float);
         l->own_images = aligned_alloc(64, bytes ? bytes : 64);

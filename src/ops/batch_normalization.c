@@ -23,8 +23,17 @@
  * In inference mode the statistics are the inputs and every input gets its gradient:
  *   dX = scale / sqrt(var + eps) * dY, dMean = -scale / sqrt(var + eps) * sum(dY),
  *   dVar = -scale / 2 / (var + eps) * sum(dY * xhat).
+ *
+ * SyncBatchNorm (data parallelism, kiln_train_options.sync_bn): the trainer sets the
+ * attribute sync_comm (a communicator's id, src/dist/dist.h) on the training node, which
+ * its gradient node copies; both then take the batch statistics over every rank's batch
+ * (the per-channel sums all-reduced in double: sum and count, then the squared deviations;
+ * in the gradient also the sums of dY and dY * (x - mean)), so every rank computes what one
+ * process holding the whole batch would. dScale and dB stay this rank's sums (the gradient
+ * all-reduce averages them with the other parameters').
  */
 #include "../core/optest.h"
+#include "../dist/dist.h"
 
 #include <math.h>
 
@@ -81,7 +90,12 @@ static void affine_channel(const kiln_tensor *x, kiln_tensor *y, int64_t N, int6
     }
 }
 
+static kiln_status forward_sync(kiln_op_ctx *c);
+static kiln_status forward_grad_sync(kiln_op_ctx *c);
+static bool synced(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "sync_comm", 0) != 0 && training(c); }
+
 static kiln_status forward(kiln_op_ctx *c) {
+    if (synced(c)) return forward_sync(c);
     const kiln_tensor *x = c->in[0]; // (N,C,D1..Dn)
     const kiln_tensor *scale = c->in[1], *bias = c->in[2]; // (C)
     const kiln_tensor *mean_in = c->in[3], *var_in = c->in[4]; // (C)
@@ -167,6 +181,7 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
 }
 
 static kiln_status forward_grad(kiln_op_ctx *c) {
+    if (synced(c)) return forward_grad_sync(c);
     const kiln_tensor *dy = c->in[0], *x = c->in[1]; // (N,C,D1..Dn) both
     const kiln_tensor *scale = c->in[2], *mean_in = c->in[4], *var_in = c->in[5]; // (C)
     kiln_tensor *dx = c->out[0];
@@ -226,6 +241,110 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     }
 #undef XV
 #undef DYV
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ SyncBatchNorm */
+
+/* Scratch: 6 C + 2 doubles (sums, count, reduced and local sums of the gradient). */
+static size_t workspace_sync(const kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[c->n_in == 6 ? 1 : 0];
+    return synced(c) && x && x->ndim >= 2 ? sizeof(double) * (size_t)(6 * x->dims[1] + 2) : 0;
+}
+
+/* The per-channel sum of X over every rank and the total count: mean[ch] in sum[ch]. */
+static kiln_status global_mean(kiln_op_ctx *c, kiln_dist *d, const kiln_tensor *x, double *sum, double *count) {
+    int64_t N = x->dims[0], C = x->dims[1], S = 1;
+    for (int k = 2; k < x->ndim; k++) S *= x->dims[k];
+    #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        double acc = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) acc += kiln_get_f64(x, base + s);
+        sum[ch] = acc;
+    }
+    sum[C] = (double)(N * S);
+    kiln_status st = d->host->allreduce_f64(d, sum, C + 1);
+    if (st) return st;
+    *count = sum[C];
+    for (int64_t ch = 0; ch < C; ch++) sum[ch] = *count > 0 ? sum[ch] / *count : 0;
+    return KILN_OK;
+}
+
+static kiln_status forward_sync(kiln_op_ctx *c) {
+    kiln_dist *d = kiln_dist_of(c, "sync_comm");
+    if (!d) return KILN_ERR_INVALID_ARGUMENT;
+    const kiln_tensor *x = c->in[0], *scale = c->in[1], *bias = c->in[2]; // (N,C,S), (C)
+    const kiln_tensor *mean_in = c->in[3], *var_in = c->in[4];
+    const double eps = kiln_attr_float(c->node, "epsilon", 1e-5f), momentum = kiln_attr_float(c->node, "momentum", 0.9f);
+    int64_t N = x->dims[0], C = x->dims[1], S = 1;
+    for (int k = 2; k < x->ndim; k++) S *= x->dims[k];
+    double *mean = c->workspace, *sq = mean + C + 1, count = 0; // (C + 1), (C)
+    kiln_status st = global_mean(c, d, x, mean, &count);
+    if (st) return st;
+    #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        double acc = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) {
+                const double v = kiln_get_f64(x, base + s) - mean[ch];
+                acc += v * v;
+            }
+        sq[ch] = acc;
+    }
+    if ((st = d->host->allreduce_f64(d, sq, C))) return st;
+    #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double bm = mean[ch], bv = count > 0 ? sq[ch] / count : 0;
+        if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, kiln_get_f64(mean_in, ch) * momentum + bm * (1 - momentum));
+        if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, kiln_get_f64(var_in, ch) * momentum + bv * (1 - momentum));
+        const double a = kiln_get_f64(scale, ch) / sqrt(bv + eps);
+        affine_channel(x, c->out[0], N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
+    }
+    return KILN_OK;
+}
+
+static kiln_status forward_grad_sync(kiln_op_ctx *c) {
+    kiln_dist *d = kiln_dist_of(c, "sync_comm");
+    if (!d) return KILN_ERR_INVALID_ARGUMENT;
+    const kiln_tensor *dy = c->in[0], *x = c->in[1], *scale = c->in[2]; // (N,C,S) both, (C)
+    kiln_tensor *dx = c->out[0];
+    const double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
+    int64_t N = x->dims[0], C = x->dims[1], S = 1;
+    for (int k = 2; k < x->ndim; k++) S *= x->dims[k];
+    double *mean = c->workspace, *red = mean + C + 1, *loc = red + 3 * C, M = 0; // (C+1), (3C): sq, dy, dy*xc; (2C)
+    kiln_status st = global_mean(c, d, x, mean, &M);
+    if (st) return st;
+    #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        double sq = 0, sdy = 0, sdyxc = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) {
+                const double xc = kiln_get_f64(x, base + s) - mean[ch], g = kiln_get_f64(dy, base + s);
+                sq += xc * xc;
+                sdy += g;
+                sdyxc += g * xc;
+            }
+        red[ch] = sq;
+        red[C + ch] = loc[ch] = sdy;
+        red[2 * C + ch] = loc[C + ch] = sdyxc;
+    }
+    if ((st = d->host->allreduce_f64(d, red, 3 * C))) return st;
+    #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double var = M > 0 ? red[ch] / M : 0, istd = 1.0 / sqrt(var + eps), sc = kiln_get_f64(scale, ch);
+        /* dX from the sums over every rank (one process's whole batch), per element
+         * a * dY + b * x + k; dScale and dB this rank's */
+        const double a = sc * istd, b = M > 0 ? -a * istd * red[2 * C + ch] * istd / M : 0;
+        const double k = M > 0 ? -a * red[C + ch] / M - b * mean[ch] : 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++)
+                kiln_set_f64(dx, base + s, a * kiln_get_f64(dy, base + s) + b * kiln_get_f64(x, base + s) + k);
+        if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, loc[C + ch] * istd);
+        if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, loc[ch]);
+        if (has_out(c, 3)) kiln_set_f64(c->out[3], ch, 0.0);
+        if (has_out(c, 4)) kiln_set_f64(c->out[4], ch, 0.0);
+    }
     return KILN_OK;
 }
 
@@ -458,6 +577,7 @@ const kiln_op_def kiln_op_batch_normalization = {
     .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5,
     .min_outputs = 1, .max_outputs = 5,
     .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
+    .cpu_workspace = workspace_sync,
 };
 
 const kiln_op_def kiln_op_batch_norm_grad = {
@@ -465,4 +585,5 @@ const kiln_op_def kiln_op_batch_norm_grad = {
     .name = "BatchNormGrad", .domain = "kiln", .min_inputs = 6, .max_inputs = 6,
     .min_outputs = 3, .max_outputs = 5,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),
+    .cpu_workspace = workspace_sync,
 };

@@ -1,6 +1,7 @@
 /* optim_graph.c — the optimizer update as nodes of the training graph (optim_graph.h). */
 #include "optim_graph.h"
 
+#include "../dist/dist.h"
 #include "../ops/optim_math.h"
 
 #include <stdio.h>
@@ -264,13 +265,26 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
         free(an);
         free(abuf);
     }
+    /* data parallelism: the gradients the update reads averaged over the ranks (with
+     * accumulation the step's mean, reduced on its last micro-batch only); so every rank
+     * sees the same gradients, and the inf/NaN check below agrees across ranks */
+    int *reduced = NULL;
+    if (!st && o->dist) {
+        reduced = kiln_calloc(ctx, (size_t)n, sizeof(int), "optimizer graph");
+        if (!reduced) st = KILN_ERR_OUT_OF_MEMORY;
+        else {
+            memcpy(reduced, step_grads, sizeof(int) * (size_t)n);
+            st = kiln_dist_insert_allreduce(m, o->dist, o->bucket_bytes, n, params, reduced, K > 1 ? check[0] : -1);
+            step_grads = reduced;
+        }
+    }
     if (!st && scaled) {
         /* found_inf and inv_scale over every gradient */
         int *cin = kiln_calloc(ctx, (size_t)n + 1, sizeof(int), "optimizer graph");
         if (!cin) st = KILN_ERR_OUT_OF_MEMORY;
         else {
             cin[0] = loss_scale;
-            memcpy(cin + 1, grads, sizeof(int) * (size_t)n);
+            memcpy(cin + 1, step_grads, sizeof(int) * (size_t)n);
             static const char *const cn[2] = {"kiln:found_inf", "kiln:inv_scale"};
             st = add_node(m, "NonFiniteCheck", n + 1, cin, 2, check, cn, 0, NULL);
             free(cin);
@@ -343,6 +357,7 @@ kiln_status kiln_optim_graph_append(kiln_model *m, const kiln_train_options *o, 
             }
         }
     }
+    free(reduced);
     free(in);
     free(outs);
     free(names);

@@ -27,6 +27,7 @@
 #include "../core/plan.h"
 #include "../core/schedule.h"
 #include "../data/data.h"
+#include "../dist/dist.h"
 #include "../passes/passes.h"
 #include "autograd.h"
 #include "optim_graph.h"
@@ -37,6 +38,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Data parallelism (kiln_dist): the communicator must be this context's, for this device. */
+static kiln_status dist_defaults(kiln_context *ctx, kiln_train_options *o) {
+    const kiln_dist *d = o->dist;
+    if (!d) return KILN_OK;
+    if (d->ctx != ctx || ctx->dist != d)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the trainer's communicator belongs to another context");
+    if (d->device != o->device || (d->device == KILN_DEVICE_CUDA && d->device_index != o->device_index))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "rank %d: the communicator was made for %s device %d, the trainer runs on %s device %d", d->rank,
+                         d->device == KILN_DEVICE_CUDA ? "CUDA" : "CPU", d->device_index,
+                         o->device == KILN_DEVICE_CUDA ? "CUDA" : "CPU", o->device_index);
+    if (o->sync_bn && d->size > 1 && o->device != KILN_DEVICE_CPU)
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "SyncBatchNorm (sync_bn) runs on the CPU only for now");
+    if (o->bucket_bytes == 0) o->bucket_bytes = (size_t)25 << 20;
+    return KILN_OK;
+}
 
 static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
     if (o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_LAMB)
@@ -75,7 +93,7 @@ static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown amp mode %d", (int)o->amp);
     if (o->amp != KILN_AMP_OFF && o->accumulate > 1)
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "mixed precision with gradient accumulation is not supported yet");
-    return KILN_OK;
+    return dist_defaults(ctx, o);
 }
 
 float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step) { return kiln_lr_schedule(o, step); }
@@ -248,6 +266,10 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
         if (st) break;
         if (n->opset < tf->min_opset) n->opset = tf->min_opset;
         if (tf->mode_attr && (st = set_int_attr(m, i, tf->mode_attr, 1))) break;
+        /* SyncBatchNorm: batch statistics over every rank (src/ops/batch_normalization.c) */
+        if (tf->state_inputs && t->opts.sync_bn && t->opts.dist &&
+            (st = set_int_attr(m, i, "sync_comm", (int64_t)t->opts.dist->id)))
+            break;
         if (tf->mode_input > 0) {
             /* a constant true */
             if (t->true_value < 0) {
@@ -440,6 +462,8 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         t->fwd->finalized = true;
         st = build_training_graph(t, lv);
     }
+    /* data parallelism: the same graph everywhere, rank 0's weights */
+    if (!st && o.dist) st = kiln_dist_trainer_start(o.dist, t->train, t->n_params, t->params, t->n_states, t->states);
     if (!st) {
         /* The session the training graph runs in, on the device's backend, which says
          * whether the session's passes run over it (the CPU) or build_training_graph's
@@ -584,13 +608,22 @@ kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images,
     if (ast) return ast;
     if (epoch < 0 || start_step < 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_train_epoch: epoch and start_step must be >= 0");
+    /* data parallelism: every rank on the same data, each its shard (kiln_loader_shard) */
+    if (t->opts.dist) {
+        ast = kiln_dist_check_epoch(t->opts.dist, n, kiln_tensor_numel(images) / n, batch, seed, epoch, start_step);
+        if (ast) return ast;
+    }
+    const int64_t n_shard = kiln_dist_shard_n(&t->opts, n);
+    if (batch > n_shard)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_train_epoch: a batch of %lld exceeds this rank's "
+                         "%lld samples", (long long)batch, (long long)n_shard);
     /* the batch source: the engine's (gathered on the host, or on the device from a data
      * set resident there), step by step through the one step path */
-    const int64_t steps = (n + batch - 1) / batch;
+    const int64_t steps = (n_shard + batch - 1) / batch;
     if (end_step < 0 || end_step > steps) end_step = steps;
     kiln_status st = t->engine->epoch_begin(t->tr, images, labels, batch, seed, epoch, start_step);
     for (int64_t s = start_step; s < end_step && !st; s++) {
-        const int64_t b = s == steps - 1 ? n - s * batch : batch; /* PyTorch keeps the last partial batch */
+        const int64_t b = s == steps - 1 ? n_shard - s * batch : batch; /* PyTorch keeps the last partial batch */
         bool resident = false;
         st = t->engine->epoch_batch(t->tr, s, b, &resident);
         if (!st) st = t->engine->step(t->tr, resident, s + 1 == end_step ? last_loss : NULL);

@@ -1,0 +1,356 @@
+/* test_dist.c — data-parallel training over MPI on CPU ranks (run under mpirun, see
+ * tests/CMakeLists.txt):
+ *
+ *   test_dist same DATA_DIR     every rank trains mnist-net (no Dropout) for 20 steps of 32
+ *                               samples of its shard; rank 0 also trains one process alone
+ *                               with the ranks' combined batch (W * 32) in the same data
+ *                               order (DistributedSampler's shards of one permutation are
+ *                               the single loader's batches). The mean of the ranks' losses
+ *                               must be the single run's loss at every step, the weights
+ *                               the single run's within fp32 tolerance, and every rank's
+ *                               weights bitwise the same.
+ *   test_dist accumulate DATA_DIR  the same with accumulate 2 (16 samples per micro-batch):
+ *                               only the last micro-batch reduces.
+ *   test_dist syncbn DATA_DIR   the same with a small CNN holding BatchNormalization, the ranks
+ *                               with sync_bn against one process's BatchNormalization (also
+ *                               the running statistics).
+ *   test_dist mismatch DATA_DIR the last rank builds mnist-net with Dropout: every rank's
+ *                               kiln_trainer_create fails naming that rank; then the last
+ *                               rank asks for another batch: kiln_trainer_train_epoch fails
+ *                               everywhere, naming it.
+ *   test_dist hang DATA_DIR     rank 1 stops answering at step 3: the others fail within
+ *                               the 3 s timeout, naming the all-reduce (the test script
+ *                               checks the message and the exit status).
+ *   test_dist kill DATA_DIR     rank 1 dies (SIGKILL) at step 3: mpirun stops the others.
+ *   test_dist shard             (no MPI) kiln_loader_shard and a sharded loader: the shards
+ *                               of W ranks interleave into the epoch's permutation, padded
+ *                               with its first samples or cut, every shard the same length.
+ */
+#include "core/internal.h"
+#include "dist/dist.h"
+#include "train/trainer_internal.h"
+
+#include <kiln_models.h>
+#include <kiln_tools.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static int fails;
+
+#define STEPS 20
+#define BATCH 32
+#define N_DATA 2000 /* not a multiple of 3: the shards are padded */
+
+/* Conv(1->4, 3x3, stride 2) BatchNormalization Relu Flatten Gemm(676->10) LogSoftmax NLL */
+static kiln_status bn_net(kiln_context *ctx, kiln_model **out) {
+    kiln_model *m = NULL;
+    kiln_status st = kiln_model_create(ctx, &m);
+    const int64_t xd[4] = {-1, 1, 28, 28}, yd[1] = {-1};
+    if (!st) st = kiln_model_add_input(m, "image", KILN_F32, 4, xd);
+    if (!st) st = kiln_model_add_input(m, "label", KILN_I64, 1, yd);
+    static const struct { const char *name; int ndim; int64_t dims[4]; double lo, hi; } w[] = {
+        {"conv.w", 4, {4, 1, 3, 3}, -0.3, 0.3}, {"conv.b", 1, {4}, -0.1, 0.1}, {"bn.scale", 1, {4}, 0.8, 1.2},
+        {"bn.bias", 1, {4}, -0.1, 0.1},         {"bn.mean", 1, {4}, 0, 0},      {"bn.var", 1, {4}, 1, 1},
+        {"fc.w", 2, {10, 676}, -0.04, 0.04},    {"fc.b", 1, {10}, -0.04, 0.04}};
+    uint64_t s = 99;
+    for (size_t i = 0; i < sizeof w / sizeof w[0] && !st; i++) {
+        kiln_tensor *t = kiln_tensor_new(ctx, KILN_F32, w[i].ndim, w[i].dims);
+        for (int64_t k = 0; k < kiln_tensor_numel(t); k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            ((float *)t->data)[k] = (float)(w[i].lo + (w[i].hi - w[i].lo) * (double)(s >> 11) / 9007199254740992.0);
+        }
+        st = kiln_model_add_initializer(m, w[i].name, t);
+        kiln_tensor_free(t);
+    }
+    kiln_node *n = NULL;
+    if (!st) st = kiln_model_add_node(m, "Conv", "conv", 3, (const char *[]){"image", "conv.w", "conv.b"}, 1,
+                                      (const char *[]){"c"}, &n);
+    if (!st) st = kiln_node_set_ints(n, "strides", 2, (const int64_t[]){2, 2});
+    if (!st) st = kiln_model_add_node(m, "BatchNormalization", "bn", 5,
+                                      (const char *[]){"c", "bn.scale", "bn.bias", "bn.mean", "bn.var"}, 1,
+                                      (const char *[]){"b"}, &n);
+    if (!st) st = kiln_model_add_node(m, "Relu", "relu", 1, (const char *[]){"b"}, 1, (const char *[]){"r"}, &n);
+    if (!st) st = kiln_model_add_node(m, "Flatten", "flat", 1, (const char *[]){"r"}, 1, (const char *[]){"f"}, &n);
+    if (!st) st = kiln_model_add_node(m, "Gemm", "fc", 3, (const char *[]){"f", "fc.w", "fc.b"}, 1,
+                                      (const char *[]){"z"}, &n);
+    if (!st) st = kiln_node_set_int(n, "transB", 1);
+    if (!st) st = kiln_model_add_node(m, "LogSoftmax", "lsm", 1, (const char *[]){"z"}, 1,
+                                      (const char *[]){"logprobs"}, &n);
+    if (!st) st = kiln_node_set_int(n, "axis", 1);
+    if (!st) st = kiln_model_add_node(m, "NegativeLogLikelihoodLoss", "nll", 2, (const char *[]){"logprobs", "label"}, 1,
+                                      (const char *[]){"loss"}, &n);
+    if (!st) st = kiln_model_add_output(m, "logprobs");
+    if (!st) st = kiln_model_add_output(m, "loss");
+    if (!st) st = kiln_model_finalize(m);
+    if (st) kiln_model_free(m);
+    else *out = m;
+    return st;
+}
+
+static int sync_bn; /* the syncbn mode: bn_net, the ranks with sync_bn */
+
+static kiln_trainer *make_trainer(kiln_context *ctx, kiln_dist *d, int dropout, int accumulate, kiln_status *st) {
+    kiln_model *m = NULL;
+    *st = sync_bn ? bn_net(ctx, &m) : kiln_model_mnist_net(ctx, -1, 42, dropout, &m);
+    if (*st) return NULL;
+    kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
+    o.optimizer = KILN_OPTIM_SGD;
+    o.lr = 0.05f;
+    o.momentum = 0.9f;
+    o.threads = 1;
+    o.dist = d;
+    o.accumulate = accumulate;
+    o.bucket_bytes = 256 << 10; /* several buckets */
+    o.sync_bn = sync_bn && d;
+    kiln_trainer *t = NULL;
+    *st = kiln_trainer_create(m, "loss", &o, &t);
+    kiln_model_free(m);
+    return *st ? NULL : t;
+}
+
+/* The first N_DATA samples of Fashion-MNIST's training split. */
+static kiln_status load(kiln_context *ctx, const char *dir, kiln_tensor **x, kiln_tensor **y) {
+    kiln_mnist ds;
+    kiln_status st = kiln_mnist_load(ctx, dir, KILN_F32, KILN_FASHION_MNIST_MEAN, KILN_FASHION_MNIST_STD, &ds);
+    if (st) return st;
+    const int64_t xd[4] = {N_DATA, 1, 28, 28}, yd[1] = {N_DATA};
+    *x = kiln_tensor_new(ctx, KILN_F32, 4, xd);
+    *y = kiln_tensor_new(ctx, KILN_I64, 1, yd);
+    memcpy((*x)->data, ds.train_images->data, kiln_tensor_nbytes(*x));
+    memcpy((*y)->data, ds.train_labels->data, kiln_tensor_nbytes(*y));
+    kiln_mnist_free(&ds);
+    return KILN_OK;
+}
+
+static uint64_t weights_hash(const kiln_trainer *t) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int k = 0; k < t->n_params; k++)
+        h = kiln_dist_hash_bytes(t->params[k].value->data, kiln_tensor_nbytes(t->params[k].value), h);
+    return h;
+}
+
+static void run_same(kiln_context *ctx, kiln_dist *d, const char *dir, int accumulate) {
+    const int W = kiln_dist_size(d), r = kiln_dist_rank(d);
+    kiln_tensor *x = NULL, *y = NULL;
+    kiln_status st = load(ctx, dir, &x, &y);
+    CHECK(!st, "rank %d: loading %s: %s", r, dir, kiln_context_message(ctx));
+    if (st) return;
+    kiln_trainer *t = make_trainer(ctx, d, 0, accumulate, &st);
+    CHECK(t, "rank %d: kiln_trainer_create: %s", r, kiln_context_message(ctx));
+    kiln_trainer *ref = NULL;
+    if (r == 0) {
+        ref = make_trainer(ctx, NULL, 0, accumulate, &st);
+        CHECK(ref, "the single process's trainer: %s", kiln_context_message(ctx));
+    }
+    const int64_t b = BATCH / accumulate;
+    double worst = 0;
+    for (int s = 0; s < STEPS * accumulate && t && !fails; s++) {
+        float loss = 0, ref_loss = 0;
+        st = kiln_trainer_train_epoch(t, x, y, b, 7, 0, s, s + 1, &loss);
+        CHECK(!st, "rank %d step %d: %s", r, s, kiln_context_message(ctx));
+        if (!st) st = kiln_dist_mean_f32(d, &loss, 1);
+        if (ref && !st) {
+            st = kiln_trainer_train_epoch(ref, x, y, b * W, 7, 0, s, s + 1, &ref_loss);
+            CHECK(!st, "single step %d: %s", s, kiln_context_message(ctx));
+            const double err = fabs((double)loss - ref_loss), tol = 1e-5 + 1e-4 * fabs(ref_loss);
+            if (err / tol > worst) worst = err / tol;
+            CHECK(err <= tol, "step %d: the ranks' mean loss %.7f, the single process's %.7f", s, loss, ref_loss);
+            if (s < 3 || s == STEPS * accumulate - 1) printf("step %2d: loss %.6f (ranks' mean) %.6f (one process)\n", s, loss, ref_loss);
+        }
+    }
+    if (ref && t && !fails) {
+        double max_err = 0, budget = 0;
+        for (int k = 0; k < t->n_params; k++) {
+            const float *a = t->params[k].value->data, *e = ref->params[k].value->data;
+            for (int64_t i = 0; i < t->params[k].numel; i++) {
+                const double err = fabs((double)a[i] - e[i]), tol = 2e-5 + 1e-3 * fabs(e[i]);
+                if (err > max_err) max_err = err;
+                if (err / tol > budget) budget = err / tol;
+            }
+        }
+        printf("%d ranks, %d steps: weights max |diff| %.3g (%.0f%% of the budget), losses %.0f%% of theirs\n", W,
+               STEPS, max_err, 100 * budget, 100 * worst);
+        CHECK(budget <= 1, "the weights differ from the single process's: max |diff| %.3g", max_err);
+        /* the running statistics (SyncBatchNorm: over every rank's batch) */
+        double stat_err = 0;
+        for (int k = 0; k < t->n_states; k++) {
+            const float *a = t->states[k].value->data, *e = ref->states[k].value->data;
+            for (int64_t i = 0; i < kiln_tensor_numel(t->states[k].value); i++) {
+                const double err = fabs((double)a[i] - e[i]) / (1e-5 + 1e-4 * fabs(e[i]));
+                if (err > stat_err) stat_err = err;
+            }
+        }
+        if (t->n_states) printf("running statistics: %.0f%% of the budget\n", 100 * stat_err);
+        CHECK(stat_err <= 1, "the running statistics differ from the single process's");
+    }
+    /* every rank's weights bitwise the same */
+    if (t) {
+        st = kiln_dist_check_same(d, "weights after training", weights_hash(t));
+        CHECK(!st, "rank %d: %s", r, kiln_context_message(ctx));
+    }
+    kiln_trainer_free(t);
+    kiln_trainer_free(ref);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+}
+
+static void run_mismatch(kiln_context *ctx, kiln_dist *d, const char *dir) {
+    const int W = kiln_dist_size(d), r = kiln_dist_rank(d);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d's", W - 1);
+    kiln_status st;
+    kiln_trainer *t = make_trainer(ctx, d, r == W - 1, 1, &st);
+    CHECK(!t && st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_context_message(ctx), want),
+          "rank %d: a rank with another graph: %s", r, t ? "created" : kiln_context_message(ctx));
+    if (!t) printf("rank %d: %s\n", r, kiln_context_message(ctx));
+    kiln_trainer_free(t);
+    t = make_trainer(ctx, d, 0, 1, &st);
+    CHECK(t, "rank %d: the same graph: %s", r, kiln_context_message(ctx));
+    kiln_tensor *x = NULL, *y = NULL;
+    if (t && !load(ctx, dir, &x, &y)) {
+        st = kiln_trainer_train_epoch(t, x, y, r == W - 1 ? 16 : 32, 7, 0, 0, 1, NULL);
+        CHECK(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_context_message(ctx), want),
+              "rank %d: a rank with another batch: %s", r, st ? kiln_context_message(ctx) : "trained");
+        if (st) printf("rank %d: %s\n", r, kiln_context_message(ctx));
+    }
+    kiln_trainer_free(t);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+}
+
+/* rank 1 hangs (hang) or dies (kill) at step 3; the others must fail (exit non-zero). */
+static int run_fault(kiln_context *ctx, kiln_dist *d, const char *dir, bool kill_it) {
+    const int r = kiln_dist_rank(d);
+    kiln_tensor *x = NULL, *y = NULL;
+    kiln_status st = load(ctx, dir, &x, &y);
+    kiln_trainer *t = st ? NULL : make_trainer(ctx, d, 0, 1, &st);
+    for (int s = 0; s < STEPS && !st; s++) {
+        if (r == 1 && s == 3) {
+            fflush(stdout);
+            if (kill_it) raise(SIGKILL);
+            for (;;) pause();
+        }
+        st = kiln_trainer_train_epoch(t, x, y, BATCH, 7, 0, s, s + 1, NULL);
+    }
+    if (st) printf("rank %d: %s\n", r, kiln_context_message(ctx));
+    else printf("rank %d: FAIL: all %d steps ran although rank 1 stopped\n", r, STEPS);
+    fflush(stdout);
+    kiln_trainer_free(t);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+    return 1; /* either way this rank did not finish cleanly */
+}
+
+/* DistributedSampler's shards, and a loader taking one */
+static int run_shard(void) {
+    for (int64_t n = 1; n <= 13; n++)
+        for (int W = 1; W <= 5; W++)
+            for (int drop = 0; drop <= 1; drop++) {
+                int64_t perm[13], shard[13];
+                kiln_loader_permutation(perm, n, 5, 2);
+                const int64_t per = drop ? n / W : (n + W - 1) / W;
+                for (int r = 0; r < W; r++) {
+                    const int64_t got = kiln_loader_shard(shard, n, 5, 2, true, r, W, drop);
+                    CHECK(got == per, "n=%lld W=%d drop=%d rank %d: %lld samples, want %lld", (long long)n, W, drop, r,
+                          (long long)got, (long long)per);
+                    for (int64_t i = 0; i < got && i < per; i++) {
+                        const int64_t at = r + (int64_t)W * i; /* position in the padded order */
+                        const int64_t want = perm[at < n ? at : (at - n) % n];
+                        CHECK(shard[i] == want, "n=%lld W=%d drop=%d rank %d: sample %lld is %lld, want %lld",
+                              (long long)n, W, drop, r, (long long)i, (long long)shard[i], (long long)want);
+                    }
+                }
+            }
+    /* a loader over shard 1 of 3 of 10 samples: batches of 2 from (1, 4, 7, 0) of the order */
+    kiln_context *ctx = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    const int64_t xd[2] = {10, 1}, yd[1] = {10};
+    kiln_tensor *x = kiln_tensor_new(ctx, KILN_F32, 2, xd), *y = kiln_tensor_new(ctx, KILN_I64, 1, yd);
+    for (int i = 0; i < 10; i++) ((float *)x->data)[i] = (float)i, ((int64_t *)y->data)[i] = i % 10;
+    kiln_loader_options lo = kiln_loader_options_default();
+    lo.batch_size = 2;
+    lo.seed = 9;
+    lo.workers = 0;
+    lo.shard_rank = 1;
+    lo.shard_count = 3;
+    kiln_loader *l = NULL;
+    kiln_status st = kiln_loader_create(ctx, x, y, &lo, &l);
+    CHECK(!st, "loader: %s", kiln_context_message(ctx));
+    int64_t perm[10];
+    kiln_loader_permutation(perm, 10, 9, 0);
+    const int64_t want[4] = {perm[1], perm[4], perm[7], perm[0]};
+    CHECK(!st && kiln_loader_steps_per_epoch(l) == 2, "a shard of 4 in batches of 2: %lld steps",
+          st ? -1LL : (long long)kiln_loader_steps_per_epoch(l));
+    for (int s = 0; s < 2 && !st; s++) {
+        const kiln_batch *b = NULL;
+        st = kiln_loader_next(l, &b);
+        CHECK(!st && b->size == 2, "batch %d", s);
+        for (int i = 0; !st && i < 2; i++)
+            CHECK(b->indices[i] == want[2 * s + i] && b->images[i] == (float)want[2 * s + i],
+                  "batch %d sample %d: index %lld, want %lld", s, i, (long long)b->indices[i], (long long)want[2 * s + i]);
+        if (!st) kiln_loader_release(l, b);
+    }
+    lo.shard_rank = 3;
+    kiln_loader *bad = NULL;
+    CHECK(kiln_loader_create(ctx, x, y, &lo, &bad) == KILN_ERR_INVALID_ARGUMENT, "shard 3 of 3 accepted");
+    kiln_loader_free(bad);
+    kiln_loader_free(l);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+    kiln_context_free(ctx);
+    printf(fails ? "FAILED\n" : "ok\n");
+    return fails != 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "shard")) return run_shard();
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_dist same|accumulate|syncbn|mismatch|hang|kill DATA_DIR\n");
+        return 2;
+    }
+    if (access(argv[2], R_OK)) {
+        printf("skip: no data set at %s\n", argv[2]);
+        return 77;
+    }
+    kiln_context *ctx = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    kiln_dist_options o = KILN_DIST_OPTIONS_INIT;
+    o.kind = KILN_DIST_MPI;
+    o.timeout_s = !strcmp(argv[1], "hang") ? 3 : 120;
+    kiln_dist *d = NULL;
+    kiln_status st = kiln_dist_create(ctx, &o, &d);
+    if (st) {
+        printf("FAIL kiln_dist_create: %s\n", kiln_context_message(ctx));
+        kiln_context_free(ctx);
+        return 1;
+    }
+    int rc = 0;
+    if (!strcmp(argv[1], "same")) run_same(ctx, d, argv[2], 1);
+    else if (!strcmp(argv[1], "syncbn")) {
+        sync_bn = 1;
+        run_same(ctx, d, argv[2], 1);
+    }
+    else if (!strcmp(argv[1], "accumulate")) run_same(ctx, d, argv[2], 2);
+    else if (!strcmp(argv[1], "mismatch")) run_mismatch(ctx, d, argv[2]);
+    else if (!strcmp(argv[1], "hang")) rc = run_fault(ctx, d, argv[2], false);
+    else if (!strcmp(argv[1], "kill")) rc = run_fault(ctx, d, argv[2], true);
+    else {
+        fprintf(stderr, "unknown mode %s\n", argv[1]);
+        rc = 2;
+    }
+    if (!rc) {
+        /* every rank reports whether all passed */
+        float f = (float)fails;
+        if (kiln_dist_mean_f32(d, &f, 1) || f != 0) rc = 1;
+        if (kiln_dist_rank(d) == 0) printf(rc ? "FAILED on some rank\n" : "ok (%d ranks)\n", kiln_dist_size(d));
+    }
+    kiln_dist_free(d);
+    kiln_context_free(ctx);
+    return rc ? rc : fails != 0;
+}
