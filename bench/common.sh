@@ -56,7 +56,7 @@ kiln_pack_data() {
 kiln_env() {
   local dirs d
   dirs=$(find /usr/local /usr/lib /opt -xdev \( -name 'libcudnn.so.9' -o -name 'libcublasLt.so.13' \
-           -o -name 'libnvrtc.so.13' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
+           -o -name 'libnvrtc.so.13' -o -name 'libnccl.so.2' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
   for d in "$@"; do [ -d "$d/lib" ] && dirs="$(cd "$d/lib" && pwd):$dirs"; done
   export LD_LIBRARY_PATH="${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
