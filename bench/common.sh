@@ -7,17 +7,17 @@
 # under label gpu, with their command lines) and gelu_fusion if built, stripped and
 # gzipped, plus libgomp, which that machine may lack.
 
-# kiln_pack BUILD_DIR DEST [nogelu]: DEST/kiln.gz, DEST/<test>.gz, DEST/gpu_tests.txt,
-# DEST/gelu_fusion.gz (unless nogelu), DEST/lib/
+# kiln_pack BUILD_DIR DEST [nogelu]: DEST/kiln.xz, DEST/<test>.xz, DEST/gpu_tests.txt,
+# DEST/gelu_fusion.xz (unless nogelu), DEST/lib/ (xz: half gzip's size, for the 64 MiB carry)
 kiln_pack() {
   local build=$1 dest=$2 gelu=${3:-gelu} src
   src=$(pwd)
   [ -x "$build/kiln" ] || { echo "pack: no $build/kiln (build it first)" >&2; return 2; }
   rm -rf "$dest"
   mkdir -p "$dest/lib"
-  strip --strip-debug -o "$dest/kiln" "$build/kiln" && gzip -f "$dest/kiln"
-  [ "$gelu" = gelu ] && [ -x "$build/gelu_fusion" ] && strip --strip-debug -o "$dest/gelu_fusion" "$build/gelu_fusion" &&
-    gzip -f "$dest/gelu_fusion"
+  strip --strip-all -o "$dest/kiln" "$build/kiln" && xz -T2 -f "$dest/kiln"
+  [ "$gelu" = gelu ] && [ -x "$build/gelu_fusion" ] && strip --strip-all -o "$dest/gelu_fusion" "$build/gelu_fusion" &&
+    xz -T2 -f "$dest/gelu_fusion"
   # The tests labelled gpu, as ctest would run them: one line per test, "name<TAB>command",
   # the program named by its base name, paths inside the source tree made relative.
   ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
@@ -33,10 +33,10 @@ for t in json.load(sys.stdin).get("tests", []):
   local prog
   while IFS=$'\t' read -r _ prog; do
     prog=${prog%% *}
-    [ -f "$dest/$prog.gz" ] && continue
+    [ -f "$dest/$prog.xz" ] && continue
     local path
     path=$(find "$build" -name "$prog" -type f -perm -u+x | head -1)
-    [ -n "$path" ] && strip --strip-debug -o "$dest/$prog" "$path" && gzip -f "$dest/$prog"
+    [ -n "$path" ] && strip --strip-all -o "$dest/$prog" "$path" && xz -T2 -f "$dest/$prog"
   done < "$dest/gpu_tests.txt"
   path=$(ldd "$build/kiln" | awk '$1 == "libgomp.so.1" { print $3 }')
   [ -n "$path" ] && cp -L "$path" "$dest/lib/"
@@ -61,16 +61,23 @@ kiln_env() {
   export LD_LIBRARY_PATH="${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
-# kiln_unpack DIR PROG: the path of an executable PROG from DIR (a pack: PROG.gz, unpacked
+# kiln_unpack DIR PROG: the path of an executable PROG from DIR (a pack: PROG.xz or .gz, unpacked
 # into /tmp once; or a build directory: PROG itself, or tests/PROG)
 kiln_unpack() {
   local dir=$1 prog=$2 out
   if [ -x "$dir/$prog" ]; then echo "$dir/$prog"; return; fi
   if [ -x "$dir/tests/$prog" ]; then echo "$dir/tests/$prog"; return; fi
-  [ -f "$dir/$prog.gz" ] || { echo "no $prog in $dir" >&2; return 1; }
+  [ -f "$dir/$prog.xz" ] || [ -f "$dir/$prog.gz" ] || { echo "no $prog in $dir" >&2; return 1; }
   out=/tmp/kiln-unpacked/$(echo "$dir" | tr -c 'A-Za-z0-9\n' _)
   mkdir -p "$out"
-  [ -x "$out/$prog" ] || { gunzip -c "$dir/$prog.gz" > "$out/$prog" && chmod +x "$out/$prog"; }
+  if [ ! -x "$out/$prog" ]; then
+    # (python's lzma: the GPU machine may lack xz-utils)
+    if [ -f "$dir/$prog.xz" ]; then
+      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$dir/$prog.xz" "$out/$prog"
+    else gunzip -c "$dir/$prog.gz" > "$out/$prog"; fi &&
+      chmod +x "$out/$prog"
+  fi
   echo "$out/$prog"
 }
 
