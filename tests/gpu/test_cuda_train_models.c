@@ -33,8 +33,8 @@
  *      node (the op is picked among candidates as the first without a kernel in the table).
  *
  * --cpu runs the "CUDA" side on the CPU too, in fp32 (a check of the test itself on
- * machines without a device; check 3 is skipped and said so). Exits non-zero on any
- * failure.
+ * machines without a device; check 3 then only trains its model on the CPU, and says
+ * so). Exits non-zero on any failure.
  */
 #include "core/internal.h"
 #include "cuda/cuda_backend.h"
@@ -133,9 +133,9 @@ static kiln_status relu(kiln_model *m, const char *name, const char *in, const c
     return kiln_model_add_node(m, "Relu", name, 1, (const char *[]){in}, 1, (const char *[]){out}, NULL);
 }
 
-/* head: an op that reads the block's output `in` into (B, WIDTH, ...) before the Flatten;
- * NULL: GlobalAveragePool. pool: the AveragePool of model (b). */
-static kiln_model *build(bool pool, const char *head, uint64_t seed) {
+/* head: an op (node 'head') that reads the block's output: NULL, GlobalAveragePool; with
+ * head_keeps_shape a GlobalAveragePool follows it. pool: the AveragePool of model (b). */
+static kiln_model *build(bool pool, const char *head, bool head_keeps_shape, uint64_t seed) {
     kiln_model *m = NULL;
     if (kiln_model_create(ctx, &m)) return NULL;
     uint64_t rng = seed;
@@ -160,6 +160,9 @@ static kiln_model *build(bool pool, const char *head, uint64_t seed) {
     if (!st) st = relu(m, "block.relu2", "block.sum", "block.out");
     if (!st)
         st = kiln_model_add_node(m, head ? head : "GlobalAveragePool", "head", 1, (const char *[]){"block.out"}, 1,
+                                 (const char *[]){head_keeps_shape ? "head.out" : "pooled"}, NULL);
+    if (!st && head_keeps_shape)
+        st = kiln_model_add_node(m, "GlobalAveragePool", "gap", 1, (const char *[]){"head.out"}, 1,
                                  (const char *[]){"pooled"}, NULL);
     if (!st)
         st = kiln_model_add_node(m, "Flatten", "flatten", 1, (const char *[]){"pooled"}, 1, (const char *[]){"flat"},
@@ -295,7 +298,7 @@ static void fp32_same_as_cpu(bool pool, bool strict, const char *what) {
         free_data(&d);
         return;
     }
-    kiln_model *m = build(pool, NULL, 1234);
+    kiln_model *m = build(pool, NULL, false, 1234);
     float lc[STEPS] = {0}, lg[STEPS] = {0};
     kiln_model *ec = NULL, *eg = NULL;
     char wc[96], wg[96];
@@ -326,7 +329,7 @@ static void amp_fp16_learns(void) {
         free_data(&d);
         return;
     }
-    kiln_model *m = build(true, NULL, 4321);
+    kiln_model *m = build(true, NULL, false, 4321);
     float lc[1] = {0}, lg[AMP_STEPS] = {0};
     data one = d; /* the same batch every step: the loss must fall */
     for (int s = 0; s < STEPS; s++) {
@@ -351,19 +354,26 @@ static void amp_fp16_learns(void) {
     free_data(&d);
 }
 
-/* The first candidate op (ONNX domain, one input, NCHW 4-D in, a 4-D output the Flatten
- * takes) that has no CUDA kernel. */
-static const char *op_without_kernel(void) {
-    static const char *const candidates[] = {"GlobalMaxPool", "GlobalLpPool", "LpNormalization", "Shrink", NULL};
-    for (int i = 0; candidates[i]; i++) {
-        const int op = kiln_op_index_domain("", candidates[i]);
-        if (op >= 0 && !kiln_cuda_kernel_for(op)) return candidates[i];
+/* The first candidate op (ONNX domain, one 4-D input, with a gradient rule) that has no
+ * CUDA kernel; *keeps_shape: its output has its input's shape (Mean of one input). */
+static const char *op_without_kernel(bool *keeps_shape) {
+    static const struct {
+        const char *op;
+        bool keeps_shape;
+    } candidates[] = {{"GlobalMaxPool", false}, {"Mean", true}, {"GlobalLpPool", false}};
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        const int op = kiln_op_index_domain("", candidates[i].op);
+        if (op >= 0 && !kiln_cuda_kernel_for(op)) {
+            *keeps_shape = candidates[i].keeps_shape;
+            return candidates[i].op;
+        }
     }
     return NULL;
 }
 
 static void unsupported_op_named(void) {
-    const char *op = op_without_kernel();
+    bool keeps = false;
+    const char *op = op_without_kernel(&keeps);
     CHECK(op != NULL, "no candidate op is without a CUDA kernel: update op_without_kernel");
     if (!op) return;
     data d;
@@ -372,7 +382,16 @@ static void unsupported_op_named(void) {
         free_data(&d);
         return;
     }
-    kiln_model *m = build(false, op, 77);
+    kiln_model *m = build(false, op, keeps, 77);
+    if (gpu == KILN_DEVICE_CPU) { /* --cpu: the model itself trains (on the CPU) */
+        float loss[1] = {0};
+        CHECK(m && train(m, KILN_DEVICE_CPU, KILN_AMP_OFF, true, &d, 1, loss, NULL, NULL, "unsupported-op model"),
+              "the model with a %s head does not train on the CPU", op);
+        printf("--cpu: a %s head trains on the CPU (loss %g); on cuda it must be refused\n", op, loss[0]);
+        kiln_model_free(m);
+        free_data(&d);
+        return;
+    }
     kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
     o.device = KILN_DEVICE_CUDA;
     o.optimizer = KILN_OPTIM_SGD;
@@ -385,7 +404,8 @@ static void unsupported_op_named(void) {
         st = kiln_trainer_step(t, 2, in, &loss);
     }
     const char *msg = kiln_context_message(ctx);
-    CHECK(st == KILN_ERR_UNSUPPORTED && strstr(msg, op) && strstr(msg, "'head'"),
+    /* the forward node 'head' (or its gradient, 'head/...') */
+    CHECK(st == KILN_ERR_UNSUPPORTED && strstr(msg, op) && strstr(msg, "'head"),
           "a %s node on cuda: status %d, message '%s' (want KILN_ERR_UNSUPPORTED naming %s and node 'head')", op,
           (int)st, msg, op);
     if (st == KILN_ERR_UNSUPPORTED) printf("ok   a %s node on cuda is refused: %s\n", op, msg);
@@ -407,8 +427,7 @@ int main(int argc, char **argv) {
     fp32_same_as_cpu(false, false, "(a) residual CNN fp32 TF32 NHWC");
     fp32_same_as_cpu(true, false, "(b) residual CNN with AveragePool fp32 TF32 NHWC");
     amp_fp16_learns();
-    if (!cpu_only) unsupported_op_named();
-    else printf("--cpu: the unsupported-op check needs a device: not run\n");
+    unsupported_op_named();
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
     kiln_context_free(ctx);
     return fails ? 1 : 0;
