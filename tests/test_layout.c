@@ -686,8 +686,75 @@ out:
     kiln_model_free(m);
 }
 
+/* A conv-BN-ReLU training graph (the CPU trainer's, BatchNormalization in training mode
+ * with its running statistics) through the CUDA trainer's passes in fp32: the training BN
+ * and kiln.BatchNormGrad follow the convolution chain NHWC (their CUDA kernels take it;
+ * the running statistics and parameter gradients are per-channel vectors, unlabelled), so
+ * no conversion stands between the convolutions and the BNs, forward or backward. */
+static void bn_training(void) {
+    const char *label = "conv-BN-ReLU training graph";
+    begin();
+    input("x", 4, 3, 8, 8);
+    CHECK(kiln_model_add_input(M, "label", KILN_I64, 1, (int64_t[]){4}) == KILN_OK, "label input");
+    conv("x", "c1", 3, 8, 3, 1, 1, true, "Relu");
+    conv("c1", "c2", 8, 8, 3, 1, 1, true, "Relu");
+    add("GlobalAveragePool", "c2", "gap", "");
+    add("Flatten", "gap", "flat", "axis=1");
+    init_rand("fc.w", 2, (int64_t[]){10, 8}, -0.5, 0.5);
+    add("Gemm", "flat,fc.w", "logits", "transB=1");
+    add("SoftmaxCrossEntropyLoss", "logits,label", "loss", "");
+    finalize((const char *[]){"loss"}, 1);
+    kiln_trainer *t = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD};
+    CHECK(kiln_trainer_create(M, "loss", &o, &t) == KILN_OK, "%s: %s", label, kiln_context_message(ctx));
+    const kiln_pass_options pa = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP32,
+                                  .disabled = ~(unsigned)(KILN_PASS_NHWC | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS |
+                                                          KILN_PASS_FUSE_POOL)};
+    kiln_model *opt = NULL;
+    if (t && kiln_passes_apply(t->train, &pa, &opt) == KILN_OK) {
+        int k = 0, bn = 0;
+        for (int i = 0; i < opt->n_nodes; i++)
+            bn += strcmp(opt->nodes[i].op_type, "BatchNormalization") == 0 &&
+                  kiln_attr_int(&opt->nodes[i], "training_mode", 0) == 1;
+        CHECK(bn == 2, "%s: %d BatchNormalization nodes in training mode, want 2", label, bn);
+        CHECK(outputs_are(opt, "BatchNormalization", KILN_FORMAT_NHWC, &k) && k == 2, "%s: training BNs NHWC (%d)",
+              label, k);
+        CHECK(outputs_are(opt, "BatchNormGrad", KILN_FORMAT_NHWC, &k) && k == 2, "%s: BatchNormGrads NHWC (%d)", label,
+              k);
+        CHECK(outputs_are(opt, "GlobalAveragePoolGrad", KILN_FORMAT_NHWC, &k) && k == 1,
+              "%s: GlobalAveragePoolGrad NHWC (%d)", label, k);
+        /* no conversion reads a convolution's, a BN's or a BN gradient's output */
+        for (int i = 0; i < opt->n_nodes; i++) {
+            const kiln_node *n = &opt->nodes[i];
+            if (strcmp(n->domain, "kiln") != 0 || strcmp(n->op_type, "ToNCHW") != 0) continue;
+            const int v = n->in[0];
+            for (int j = 0; j < opt->n_nodes; j++)
+                for (int q = 0; q < opt->nodes[j].n_out; q++)
+                    if (opt->nodes[j].out[q] == v)
+                        CHECK(strcmp(opt->nodes[j].op_type, "Conv") != 0 &&
+                                  strcmp(opt->nodes[j].op_type, "BatchNormalization") != 0 &&
+                                  strcmp(opt->nodes[j].op_type, "BatchNormGrad") != 0,
+                              "%s: kiln.ToNCHW of %s's output", label, opt->nodes[j].op_type);
+        }
+        for (int i = 0; i < opt->n_nodes; i++) {
+            const kiln_node *n = &opt->nodes[i];
+            if (strcmp(n->op_type, "BatchNormGrad") != 0) continue;
+            for (int q = 1; q < n->n_out; q++)
+                CHECK(n->out[q] < 0 || opt->values[n->out[q]].format != KILN_FORMAT_NHWC,
+                      "%s: a parameter gradient of %s labelled NHWC", label, n->name);
+        }
+    } else {
+        CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+    }
+    kiln_model_free(opt);
+    kiln_trainer_free(t);
+    kiln_model_free(M);
+}
+
 int main(void) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
+
+    bn_training();
 
     mnist_training(KILN_PRECISION_FP32, 64);
     mnist_training(KILN_PRECISION_FP16, 64);

@@ -320,7 +320,7 @@ typedef enum kiln_layout_kind {
     KILN_LAYOUT_NONE = 0,
     KILN_LAYOUT_CONV,       /* X, W (and FusedConv's Z) */
     KILN_LAYOUT_POOL,       /* input 0 */
-    KILN_LAYOUT_BN,         /* input 0, inference form */
+    KILN_LAYOUT_BN,         /* input 0 and output 0 (its other outputs are per-channel) */
     KILN_LAYOUT_GAP,        /* input 0, output (N, C, 1, 1) */
     KILN_LAYOUT_UNARY,      /* input 0, position by position */
     KILN_LAYOUT_BINARY,     /* every input, broadcasting */
@@ -330,7 +330,8 @@ typedef enum kiln_layout_kind {
     KILN_LAYOUT_CONV_GRAD_BIAS,
     KILN_LAYOUT_POOL_GRAD,
     KILN_LAYOUT_SUM_TO,     /* kiln.ReduceSumTo: input 0 as it is, to an output whose bytes are the same in both */
-    KILN_LAYOUT_UNARY_GRAD
+    KILN_LAYOUT_UNARY_GRAD,
+    KILN_LAYOUT_BN_GRAD     /* dY and X (inputs 0, 1) and dX; the per-channel rest has none */
 } kiln_layout_kind;
 
 /* Output dtypes when shape inference cannot run (src/passes/infer.c). */

@@ -581,7 +581,7 @@ const kiln_op_def kiln_op_batch_normalization = {
 };
 
 const kiln_op_def kiln_op_batch_norm_grad = {
-    .precision = KILN_PREC_FP32,
+    .precision = KILN_PREC_FP32, .layout = KILN_LAYOUT_BN_GRAD,
     .name = "BatchNormGrad", .domain = "kiln", .min_inputs = 6, .max_inputs = 6,
     .min_outputs = 3, .max_outputs = 5,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),

@@ -14,7 +14,8 @@
  *     weight W too (KRSC, what cuDNN's NHWC kernels read): a weight initializer read only
  *     by such convolutions is marked NHWC itself (a device converts it when uploading:
  *     no node), any other weight goes through a kiln.ToNHWC (folded when constant).
- *   - MaxPool (no Indices output), AveragePool, BatchNormalization (inference), the
+ *   - MaxPool (no Indices output), AveragePool, BatchNormalization (inference, and
+ *     training: its running statistics are per-channel vectors, with no layout), the
  *     unary elementwise ops (Relu, Clip, Sigmoid, ..., Identity, inference Dropout) and
  *     the binary ones (Add Sub Mul Div Pow Max Min) on 4-D data: when their data input is
  *     already NHWC, so a chain that starts at a convolution continues through them.
@@ -25,7 +26,9 @@
  *     first layer on grayscale images) are read as they are, with no conversion.
  *   - Training's gradients follow their forward ops (CUDA training runs this pass too):
  *     kiln.ConvGradInput(dY, W, X) when dY is NHWC, kiln.ConvGradWeight(X, dY, W) and
- *     kiln.MaxPoolGrad(dY, X) and kiln.UnaryGrad(dY, X?, Y?) when any data input is,
+ *     kiln.MaxPoolGrad, kiln.AveragePoolGrad, kiln.GlobalAveragePoolGrad (dY, X) and
+ *     kiln.UnaryGrad(dY, X?, Y?) when any data input is,
+ *     kiln.BatchNormGrad(dY, X, ...) when dY or X is (its parameter gradients have none),
  *     kiln.ConvGradBias(dY) when dY is (its (M) output has no layout), kiln.ReduceSumTo(dY,
  *     Like) when dY is and Like's bytes are the same in both layouts (a broadcast operand
  *     of an NHWC binary op, a per-channel bias: its output is labelled NCHW). A weight
@@ -79,7 +82,8 @@ enum kind {
      * kiln.ConvGradBias, kiln.MaxPoolGrad, kiln.UnaryGrad */
     K_CGRAD_IN, K_CGRAD_W, K_CGRAD_B, K_PGRAD, K_UGRAD,
     /* kiln.ReduceSumTo, the sum of a broadcast operand's gradient back to its shape */
-    K_SUM_TO
+    K_SUM_TO,
+    K_BNGRAD /* kiln.BatchNormGrad(dY, X, scale, B, mean, var) */
 };
 
 #define WANT_ANY (-1)
@@ -99,10 +103,14 @@ static bool nchw_dropout(const kiln_node *n) {
 }
 
 /* The op's layout kind (d: the node's kiln_node_def). Only single-output nodes in their inference
- * form take one: MaxPool with indices, BatchNormalization in training mode and Dropout in
- * training (which draws its mask by flat index, in the reference's NCHW order) do not. */
+ * form take one: MaxPool with indices and Dropout in training (which draws its mask by flat
+ * index, in the reference's NCHW order) do not. The BN rule's extra outputs are per-channel
+ * vectors with no layout, so BatchNormalization keeps it in training mode (running
+ * statistics), and kiln.BatchNormGrad's parameter gradients likewise. */
 static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
-    if (!d || n->n_out != 1 || kiln_node_training_form(n)) return K_NONE;
+    if (!d) return K_NONE;
+    const bool per_channel_rest = d->layout == KILN_LAYOUT_BN || d->layout == KILN_LAYOUT_BN_GRAD;
+    if (!per_channel_rest && (n->n_out != 1 || kiln_node_training_form(n))) return K_NONE;
     switch (d->layout) {
     case KILN_LAYOUT_NONE: return K_NONE;
     case KILN_LAYOUT_CONV: return K_CONV;
@@ -118,6 +126,7 @@ static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
     case KILN_LAYOUT_POOL_GRAD: return K_PGRAD;
     case KILN_LAYOUT_UNARY_GRAD: return K_UGRAD;
     case KILN_LAYOUT_SUM_TO: return K_SUM_TO;
+    case KILN_LAYOUT_BN_GRAD: return K_BNGRAD;
     }
     return K_NONE;
 }
@@ -131,6 +140,7 @@ static bool data_input(enum kind k, int i) {
     case K_CGRAD_IN: return i == 0 || i == 2; /* dY, X (its shape) */
     case K_CGRAD_W: return i == 0 || i == 1;  /* X, dY */
     case K_PGRAD: case K_UGRAD: return true;
+    case K_BNGRAD: return i == 0 || i == 1; /* dY, X */
     default: return false;
     }
 }
@@ -407,7 +417,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
         /* the output's rank: a convolution's is its weight's, elementwise ops keep it */
         int r = x >= 0 ? L.rank[x] : -1;
         if (k == K_CONV && n->n_in > 1 && n->in[1] >= 0 && L.rank[n->in[1]] >= 0) r = L.rank[n->in[1]];
-        if ((k == K_CGRAD_W || k == K_PGRAD) && n->n_in > 1 && n->in[1] >= 0) r = L.rank[n->in[1]];
+        if ((k == K_CGRAD_W || k == K_PGRAD || k == K_BNGRAD) && n->n_in > 1 && n->in[1] >= 0) r = L.rank[n->in[1]];
         const int r_out = k == K_CGRAD_B ? 1 : k == K_SUM_TO ? (n->n_in > 1 && n->in[1] >= 0 ? L.rank[n->in[1]] : -1) : r;
         if (k == K_NONE) r = -1;
         if (k == K_BINARY)
@@ -436,7 +446,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 go = L.fmt[v] == KILN_FORMAT_NHWC || layout_free(&m->values[v]) || L.rank[v] == 4;
             }
             go = go && any;
-        } else if (k == K_CGRAD_W || k == K_PGRAD || k == K_UGRAD) {
+        } else if (k == K_CGRAD_W || k == K_PGRAD || k == K_UGRAD || k == K_BNGRAD) {
             /* the gradient follows the forward: NHWC when its activation or dY is */
             go = r == 4;
             bool any = false;
