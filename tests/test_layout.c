@@ -445,6 +445,28 @@ static void sum_to_like(const int64_t *like, int rank) {
     finalize((const char *[]){"gap", "db"}, 2);
 }
 
+/* The gradient of a Max of two NHWC convolutions, kiln.MaxGrad(dY, Y, X0, X1), follows
+ * its forward into NHWC (the binary rule): no conversion around it. */
+static void max_grad_nhwc(void) {
+    begin();
+    input("x", 2, 3, 8, 8);
+    conv("x", "c1", 3, 8, 3, 1, 1, false, NULL);
+    conv("x", "c2", 3, 8, 3, 1, 1, false, NULL);
+    add("Max", "c1,c2", "m", "");
+    kiln_node *n = NULL;
+    CHECK(kiln_model_add_node(M, "MaxGrad", "g", 4, (const char *[]){"c2", "m", "c1", "c2"}, 1, (const char *[]){"g"},
+                              &n) == KILN_OK,
+          "MaxGrad: %s", kiln_context_message(ctx));
+    if (n) {
+        free(n->domain);
+        n->domain = kiln_strdup(ctx, "kiln");
+        kiln_node_set_int(n, "index", 1);
+    }
+    conv("g", "c3", 8, 4, 3, 1, 1, false, NULL);
+    add("GlobalAveragePool", "c3", "gap", "");
+    finalize((const char *[]){"gap"}, 1);
+}
+
 static void dropout_grad_between(int other_reader) {
     begin();
     input("x", 2, 3, 8, 8);
@@ -852,6 +874,10 @@ int main(void) {
     kiln_model_free(M);
     sum_to_like((const int64_t[]){1, 8, 8, 8}, 4);
     check_graph("ReduceSumTo to (1,8,8,8): c1 converted", &(expect){1, 1, {"c1", "c2"}, {"gap", "db"}}, 2);
+    kiln_model_free(M);
+
+    max_grad_nhwc();
+    check_graph("MaxGrad of NHWC convolutions", &(expect){1, 0, {"c1", "m", "g", "c3"}, {"gap"}}, 2);
     kiln_model_free(M);
 
     dropout_grad_checks();

@@ -15,7 +15,10 @@
  *   And two forward ops of the same shape: PRelu(X, slope) = X < 0 ? slope * X : X (a 1-D
  *     per-channel slope before opset 7) and Mean(X_0..X_n-1) = their sum / n, f32 sums.
  * Every input is read through its broadcast strides over the output's dims (up to
- * MAX_IN inputs); one thread per output element in a grid-stride loop.
+ * MAX_IN inputs); one thread per output element in a grid-stride loop. PowGrad, MinGrad
+ * and MaxGrad follow their binary forward ops into NHWC (the layout pass's binary rule):
+ * an NHWC output is walked in its physical order, every operand NHWC or with the same
+ * bytes in both layouts.
  */
 #include "dtype.cuh"
 #include "grad_movegrad.h"
@@ -106,17 +109,32 @@ kiln_status launch_grad(kiln_cuda *cu, kiln_context *ctx, const Operands &a, int
     return KILN_OK;
 }
 
-/* Inputs first..first+nin-1 of c broadcast over y's dims. */
+bool nhwc4(const kiln_tensor *t) { return t->ndim == 4 && t->format == KILN_FORMAT_NHWC; }
+
+/* Inputs first..first+nin-1 of c broadcast over y's dims. An NHWC y is walked in its
+ * physical order (N, H, W, C): each input's strides over y's logical dims (an NHWC input's
+ * from its own physical layout; any other is NCHW, or has the same bytes in both: table.c
+ * checks) are permuted the same way. */
 kiln_status operands(kiln_op_ctx *c, int first, int nin, const kiln_tensor *y, Operands *a) {
     memset(a, 0, sizeof *a);
     if (nin > MAX_IN) return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "%d inputs (at most %d)", nin, MAX_IN);
+    const bool phys = nhwc4(y);
+    static const int perm[4] = {0, 2, 3, 1}; /* physical position -> logical dim */
     a->nd = y->ndim;
     a->nin = nin;
-    for (int d = 0; d < y->ndim; d++) a->dims[d] = y->dims[d];
+    for (int d = 0; d < y->ndim; d++) a->dims[d] = y->dims[phys ? perm[d] : d];
     for (int k = 0; k < nin; k++) {
         const kiln_tensor *t = c->in[first + k];
         if (!t) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "input %d is missing", first + k);
-        kiln_broadcast_strides(t->ndim, t->dims, y->ndim, y->dims, a->st[k]);
+        int64_t st[KILN_MAX_DIMS];
+        if (nhwc4(t)) { /* (n, c, h, w) at ((n*H + h)*W + w)*C + c; 0 where broadcast */
+            const int64_t C = t->dims[1], H = t->dims[2], W = t->dims[3];
+            const int64_t full[4] = {H * W * C, 1, W * C, C};
+            for (int d = 0; d < 4; d++) st[d] = t->dims[d] == 1 && y->dims[d] != 1 ? 0 : full[d];
+        } else {
+            kiln_broadcast_strides(t->ndim, t->dims, y->ndim, y->dims, st);
+        }
+        for (int d = 0; d < y->ndim; d++) a->st[k][d] = st[phys ? perm[d] : d];
         a->p[k] = t->data;
         a->dt[k] = (int)t->dtype;
     }

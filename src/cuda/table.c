@@ -856,8 +856,40 @@ static bool loadable(const kiln_op_ctx *c, int i, char *why, size_t n) {
     return false;
 }
 
+/* The layouts of a broadcasting gradient op (grad_elementwise.cu): an NCHW output with NCHW
+ * operands, or an NHWC output with each operand NHWC or with the same bytes in both
+ * layouts (sup_binary's rule), every output in one layout. */
+static bool bcast_layouts(const kiln_op_ctx *c, char *why, size_t n) {
+    const bool nhwc = is_nhwc(c->out[0]);
+    for (int k = 1; k < c->n_out; k++)
+        if (has_out(c, k) && is_nhwc(c->out[k]) != nhwc) {
+            snprintf(why, n, "output %d is %s and output 0 %s", k, layout_name(c->out[k]), layout_name(c->out[0]));
+            return false;
+        }
+    for (int i = 0; i < c->n_in; i++) {
+        const kiln_tensor *t = present(c, i) ? c->in[i] : NULL;
+        if (!t || is_nhwc(t) == nhwc) continue;
+        if (!nhwc) {
+            snprintf(why, n, "input %d is laid out NHWC and the output NCHW", i);
+            return false;
+        }
+        int64_t a[4] = {1, 1, 1, 1};
+        if (t->ndim > 4) {
+            snprintf(why, n, "input %d has rank %d for an NHWC output", i, t->ndim);
+            return false;
+        }
+        for (int d = 0; d < t->ndim; d++) a[4 - t->ndim + d] = t->dims[d];
+        if (a[1] != 1 && a[2] * a[3] != 1) {
+            snprintf(why, n, "input %d is laid out NCHW and broadcast into an NHWC output", i);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* kiln.PowGrad(X, Y, dZ): dZ and the output of one float dtype, X and Y loadable. */
 static bool sup_pow_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!bcast_layouts(c, why, n)) return false;
     if (c->n_in != 3 || !loadable(c, 0, why, n) || !loadable(c, 1, why, n) || !float_input(c, 2, why, n)) {
         if (c->n_in != 3) snprintf(why, n, "inputs X, Y and dZ are required");
         return false;
@@ -888,6 +920,7 @@ static bool sup_prelu_grad(const kiln_op_ctx *c, char *why, size_t n) {
 /* kiln.MinGrad / MaxGrad(dY, Y, X_0..X_k): dY and dX of a float dtype, Y and the X of one
  * loadable dtype, at most 16 X. */
 static bool sup_select_grad(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!bcast_layouts(c, why, n)) return false;
     if (c->n_in < 3 || c->n_in > 18) {
         snprintf(why, n, "%d inputs (dY, Y and 1 to 16 X)", c->n_in);
         return false;
@@ -1216,10 +1249,10 @@ static const entry table[] = {
     {"GlobalMaxPool", kiln_cuda_k_global_max_pool, sup_global_max_pool, NULL, false},
     {"PRelu", kiln_cuda_k_prelu, sup_broadcast_float, NULL, false},
     {"Mean", kiln_cuda_k_mean, sup_broadcast_float, NULL, false},
-    {"kiln.PowGrad", kiln_cuda_k_pow_grad, sup_pow_grad, NULL, false},
+    {"kiln.PowGrad", kiln_cuda_k_pow_grad, sup_pow_grad, NULL, true},
     {"kiln.PReluGrad", kiln_cuda_k_prelu_grad, sup_prelu_grad, NULL, false},
-    {"kiln.MinGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, false},
-    {"kiln.MaxGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, false},
+    {"kiln.MinGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, true},
+    {"kiln.MaxGrad", kiln_cuda_k_select_grad, sup_select_grad, NULL, true},
     {"kiln.GradAccumulate", kiln_cuda_k_grad_accumulate, kiln_cuda_sup_grad_accumulate, NULL, true},
     /* training: normalization, pools, reductions, losses (normgrad) */
     {"kiln.BatchNormGrad", kiln_cuda_k_bn_grad, kiln_cuda_sup_bn_grad, kiln_cuda_ws_bn_grad, true},

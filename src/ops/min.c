@@ -182,7 +182,7 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_min_grad = {
-    .precision = KILN_PREC_FP32,
+    .precision = KILN_PREC_FP32, .layout = KILN_LAYOUT_BINARY, /* follows its forward into NHWC */
     .name = "MinGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = 1, .infer = kiln_select_grad_infer, .cpu_forward = kiln_select_grad_forward,
     .test = KILN_OP_TESTS(test_grad),

@@ -267,7 +267,7 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_pow_grad = {
-    .precision = KILN_PREC_FP32,
+    .precision = KILN_PREC_FP32, .layout = KILN_LAYOUT_BINARY, /* follows its forward into NHWC */
     .name = "PowGrad", .domain = "kiln", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .infer = infer_grad, .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),
 };
