@@ -70,7 +70,7 @@ static void kiln_optimizer_update(const kiln_train_options *o, int64_t step, flo
  * LARS (MLPerf's: v = m v + lr trust (g + wd w), w -= v) and LAMB (Adam moments with bias
  * correction, u = m^/(sqrt(v^) + eps) + wd w, w -= lr ||w||/||u|| u); the other optimizers
  * go through kiln_optimizer_update on the clipped gradients with the tensor's weight decay. */
-static void kiln_reference_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps,
+static inline void kiln_reference_update(const kiln_train_options *o, int64_t step, float lr, int n, kiln_param *ps,
                                   const bool *no_decay) {
     double total = 0;
     for (int k = 0; k < n; k++)
