@@ -272,6 +272,20 @@ class Training(unittest.TestCase):
         self.assertTrue(np.isfinite(loss))
         self.assertEqual(tr.stats["steps"], 3)
 
+    def test_large_batch_options(self):
+        # LARS / LAMB with no decay on 1-D parameters, clipping and the poly schedule by keyword
+        images, labels = self.batch(16, seed=2)
+        for opt, lr in (("lars", 1.0), ("lamb", 1e-3)):
+            tr = kiln.Trainer(kiln.Model.mnist_net(seed=2, dropout=False), optimizer=opt, lr=lr, momentum=0.9,
+                              weight_decay=1e-4, no_decay_bn_bias=True, clip_grad_norm=5.0, lars_eta=0.01,
+                              schedule="poly", total_steps=10, warmup_steps=2, threads=1)
+            losses = [tr.step({"image": images, "label": labels}) for _ in range(4)]
+            self.assertTrue(all(np.isfinite(losses)), losses)
+            self.assertLess(losses[-1], losses[0], opt)
+            self.assertEqual(tr.stats["steps"], 4)
+        with self.assertRaises(kiln.InvalidArgumentError):
+            kiln.Trainer(kiln.Model.mnist_net(seed=2), schedule="poly", total_steps=2, warmup_steps=2, threads=1)
+
     def test_errors(self):
         with self.assertRaises(kiln.InvalidArgumentError):
             kiln.Trainer(kiln.Model.mnist_net(), optimizer="lbfgs")
