@@ -52,11 +52,12 @@ kiln_pack_data() {
 }
 
 # kiln_env DIR...: LD_LIBRARY_PATH for the carried programs (their lib/ and wherever this
-# machine keeps cuDNN, cuBLASLt and NVRTC: the CUDA toolkit or PyTorch's wheels)
+# machine keeps cuDNN, cuBLASLt, NVRTC and NCCL, which kiln loads for data parallelism:
+# the CUDA toolkit or PyTorch's wheels)
 kiln_env() {
   local dirs d
   dirs=$(find /usr/local /usr/lib /opt -xdev \( -name 'libcudnn.so.9' -o -name 'libcublasLt.so.13' \
-           -o -name 'libnvrtc.so.13' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
+           -o -name 'libnvrtc.so.13' -o -name 'libnccl.so.2' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
   for d in "$@"; do [ -d "$d/lib" ] && dirs="$(cd "$d/lib" && pwd):$dirs"; done
   export LD_LIBRARY_PATH="${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
