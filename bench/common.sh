@@ -52,7 +52,8 @@ kiln_pack_data() {
 }
 
 # kiln_env DIR...: LD_LIBRARY_PATH for the carried programs (their lib/ and wherever this
-# machine keeps cuDNN, cuBLASLt and NVRTC: the CUDA toolkit or PyTorch's wheels)
+# machine keeps cuDNN, cuBLASLt, NVRTC and NCCL, which kiln loads for data parallelism:
+# the CUDA toolkit or PyTorch's wheels)
 kiln_env() {
   local dirs d
   dirs=$(find /usr/local /usr/lib /opt -xdev \( -name 'libcudnn.so.9' -o -name 'libcublasLt.so.13' \

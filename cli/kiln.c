@@ -1849,7 +1849,12 @@ static int cmd_train(int argc, char **argv) {
                 goto out;
             }
         }
-        if (evaluate(ctx, t, &d, o.device, output, mnist ? 1000 : a.batch, &acc)) { rc = 1; goto out; }
+        /* data parallelism: rank 0 alone evaluates (the weights are the same everywhere; the
+         * others' output goes nowhere, and their evaluation would sit on device 0) */
+        if ((!dist || kiln_dist_rank(dist) == 0) && evaluate(ctx, t, &d, o.device, output, mnist ? 1000 : a.batch, &acc)) {
+            rc = 1;
+            goto out;
+        }
         measured = true;
         printf("epoch %lld: %.2f s, last loss %.4f, test accuracy %.4f\n", (long long)epoch + 1, secs, loss, acc);
         train_log_epoch(&tl, &(train_epoch_rec){.epoch = epoch + 1, .steps = step - first, .time_s = secs,

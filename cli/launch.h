@@ -8,7 +8,7 @@
 /* kiln launch's main (argv[0] "launch"): the exit status; -1 asks for the usage. */
 int kiln_cli_launch(int argc, char **argv);
 
-/* When this process is one of several ranks (torchrun's or mpirun's variables), join them:
+/* When a launcher started this process as a rank (torchrun's or mpirun's variables), join:
  * *out the communicator, o (its dist, bucket_bytes, drop_last, and on CUDA the device of
  * LOCAL_RANK) and lo (the shard) set. Not launched so: *out NULL, nothing changed. Returns
  * 0, or 1 with the message printed. */

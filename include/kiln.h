@@ -532,10 +532,12 @@ int kiln_dist_local_rank(const kiln_dist *d);
 kiln_status kiln_dist_mean_f32(kiln_dist *d, float *data, int64_t n);
 /* Wait until every rank gets here (collective). */
 kiln_status kiln_dist_barrier(kiln_dist *d);
+/* After the trainers that use it, before its context. NULL: nothing. */
 void kiln_dist_free(kiln_dist *d);
 
-/* Whether this process was started as one of several ranks (torchrun's WORLD_SIZE or
- * mpirun's variables say more than 1). */
+/* Whether this process was started by a launcher as a rank (torchrun's WORLD_SIZE or
+ * mpirun's variables are set, whatever the count: `kiln launch --nproc 1` makes a world of
+ * one rank, through NCCL on CUDA). */
 int kiln_dist_launched(void);
 
 /* Options of a trainer. Zeroed fields take the defaults named here. Schedules count

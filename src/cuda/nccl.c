@@ -4,7 +4,7 @@
  * device staging (the start's checks and broadcasts when no MPI is there: torchrun-style
  * launches).
  *
- * kiln.AllReduce's kernel: one ncclGroupStart/End around an ncclAllReduce(ncclAvg) per
+ * kiln.AllReduce's kernel: one ncclGroupStart/End around an nc.AllReduce(ncclAvg) per
  * tensor of the bucket (from the gradient's buffer into the output's), on the stream the plan gives the node (cu->stream: the main
  * stream, or a side stream where the plan's streams pass put the node off the critical
  * path, so it overlaps the rest of backward); captured into the step's CUDA graph with
@@ -24,9 +24,67 @@
 #include <string.h>
 
 #ifdef KILN_HAVE_NCCL
+#include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <time.h>
+
+/* NCCL is loaded when data parallelism first asks for it (dlopen of libnccl.so.2), not
+ * linked: kiln and its tests start where NCCL is not installed, and a build here runs on a
+ * GPU machine whose NCCL lives elsewhere (PyTorch's nvidia/nccl/lib on LD_LIBRARY_PATH). */
+static struct {
+    ncclResult_t (*GetUniqueId)(ncclUniqueId *);
+    ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*CommDestroy)(ncclComm_t);
+    ncclResult_t (*CommAbort)(ncclComm_t);
+    ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
+    const char *(*GetErrorString)(ncclResult_t);
+    ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*Broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*AllGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*GroupStart)(void);
+    ncclResult_t (*GroupEnd)(void);
+} nc;
+static pthread_once_t nc_once = PTHREAD_ONCE_INIT;
+static bool nc_loaded;
+static char nc_error[512];
+
+static void nc_load(void) {
+    void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) h = dlopen("libnccl.so", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(nc_error, sizeof nc_error, "%s", e ? e : "libnccl.so.2 not found");
+        return;
+    }
+    bool ok = true;
+#define SYM(f)                                                        \
+    do {                                                              \
+        *(void **)&nc.f = dlsym(h, "nccl" #f);                        \
+        if (!nc.f) {                                                  \
+            snprintf(nc_error, sizeof nc_error, "libnccl has no nccl" #f); \
+            ok = false;                                               \
+        }                                                             \
+    } while (0)
+    SYM(GetUniqueId);
+    SYM(CommInitRank);
+    SYM(CommDestroy);
+    SYM(CommAbort);
+    SYM(CommGetAsyncError);
+    SYM(GetErrorString);
+    SYM(AllReduce);
+    SYM(Broadcast);
+    SYM(AllGather);
+    SYM(GroupStart);
+    SYM(GroupEnd);
+#undef SYM
+    nc_loaded = ok;
+}
+
+static bool nc_ready(void) {
+    pthread_once(&nc_once, nc_load);
+    return nc_loaded;
+}
 
 typedef struct nccl_state {
     ncclComm_t comm;
@@ -41,19 +99,27 @@ typedef struct nccl_state {
 
 _Static_assert(sizeof(ncclUniqueId) == KILN_NCCL_ID_BYTES, "NCCL's unique id size");
 
-bool kiln_nccl_available(void) { return true; }
+bool kiln_nccl_available(void) { return true; /* built with it; nc_ready() says whether it loads */ }
 
 static kiln_status nccl_fail(kiln_dist *d, ncclResult_t r, const char *what) {
     char who[64];
     return kiln_fail(d->ctx, KILN_ERR_DEVICE, "data parallelism: %s: %s: %s", kiln_dist_who(d, who, sizeof who), what,
-                     ncclGetErrorString(r));
+                     nc.GetErrorString(r));
+}
+
+static kiln_status nccl_load(kiln_dist *d) {
+    if (nc_ready()) return KILN_OK;
+    return kiln_fail(d->ctx, KILN_ERR_UNSUPPORTED,
+                     "data parallelism on CUDA: NCCL's library could not be loaded (%s): put the folder holding "
+                     "libnccl.so.2 on LD_LIBRARY_PATH (PyTorch's: .../site-packages/nvidia/nccl/lib)",
+                     nc_error);
 }
 
 static void abort_comm(nccl_state *s, ncclResult_t why) {
     pthread_mutex_lock(&s->mu);
     if (!__atomic_load_n(&s->aborted, __ATOMIC_ACQUIRE)) {
         s->why = why;
-        ncclCommAbort(s->comm);
+        nc.CommAbort(s->comm);
         __atomic_store_n(&s->aborted, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&s->mu);
@@ -64,9 +130,9 @@ static void *watch(void *arg) {
     nccl_state *s = d->nccl;
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) && !__atomic_load_n(&s->aborted, __ATOMIC_ACQUIRE)) {
         ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(s->comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+        if (nc.CommGetAsyncError(s->comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
             fprintf(stderr, "kiln: data parallelism: rank %d of %d: NCCL reported %s: aborting the communicator\n",
-                    d->rank, d->size, ncclGetErrorString(async));
+                    d->rank, d->size, nc.GetErrorString(async));
             abort_comm(s, async);
             break;
         }
@@ -77,14 +143,18 @@ static void *watch(void *arg) {
 }
 
 kiln_status kiln_nccl_get_id(kiln_dist *d, unsigned char id[KILN_NCCL_ID_BYTES]) {
+    kiln_status lst = nccl_load(d);
+    if (lst) return lst;
     ncclUniqueId u;
-    ncclResult_t r = ncclGetUniqueId(&u);
+    ncclResult_t r = nc.GetUniqueId(&u);
     if (r != ncclSuccess) return nccl_fail(d, r, "ncclGetUniqueId");
     memcpy(id, &u, sizeof u);
     return KILN_OK;
 }
 
 kiln_status kiln_nccl_init(kiln_dist *d, const unsigned char id[KILN_NCCL_ID_BYTES]) {
+    kiln_status lst = nccl_load(d);
+    if (lst) return lst;
     nccl_state *s = kiln_calloc(d->ctx, 1, sizeof *s, "an NCCL communicator");
     if (!s) return KILN_ERR_OUT_OF_MEMORY;
     cudaError_t ce = cudaSetDevice(d->device_index);
@@ -95,7 +165,7 @@ kiln_status kiln_nccl_init(kiln_dist *d, const unsigned char id[KILN_NCCL_ID_BYT
     }
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
-    ncclResult_t r = ncclCommInitRank(&s->comm, d->size, u, d->rank);
+    ncclResult_t r = nc.CommInitRank(&s->comm, d->size, u, d->rank);
     if (r != ncclSuccess) {
         free(s);
         return nccl_fail(d, r, "ncclCommInitRank");
@@ -118,7 +188,7 @@ static void nccl_free(kiln_dist *d) {
         __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
         pthread_join(s->watchdog, NULL);
     }
-    if (!s->aborted) ncclCommDestroy(s->comm);
+    if (!s->aborted) nc.CommDestroy(s->comm);
     if (s->stream) cudaStreamDestroy(s->stream);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -129,7 +199,7 @@ static kiln_status aborted(kiln_dist *d, const char *what) {
     nccl_state *s = d->nccl;
     char who[64];
     return kiln_fail(d->ctx, KILN_ERR_DEVICE, "data parallelism: %s: %s: the NCCL communicator was aborted (%s): a "
-                     "rank died or hangs", kiln_dist_who(d, who, sizeof who), what, ncclGetErrorString(s->why));
+                     "rank died or hangs", kiln_dist_who(d, who, sizeof who), what, nc.GetErrorString(s->why));
 }
 
 /* Wait for a stream within the timeout; on timeout or an NCCL error abort the
@@ -184,14 +254,14 @@ static kiln_status host_collective(kiln_dist *d, host_op op, const void *in, voi
         switch (op) {
         case H_ALLREDUCE_SUM:
         case H_ALLREDUCE_MAX:
-            r = ncclAllReduce(buf, buf, bytes / sizeof(float), ncclFloat, op == H_ALLREDUCE_MAX ? ncclMax : ncclSum,
+            r = nc.AllReduce(buf, buf, bytes / sizeof(float), ncclFloat, op == H_ALLREDUCE_MAX ? ncclMax : ncclSum,
                               s->comm, s->stream);
             break;
         case H_ALLREDUCE_F64:
-            r = ncclAllReduce(buf, buf, bytes / sizeof(double), ncclDouble, ncclSum, s->comm, s->stream);
+            r = nc.AllReduce(buf, buf, bytes / sizeof(double), ncclDouble, ncclSum, s->comm, s->stream);
             break;
-        case H_BCAST: r = ncclBroadcast(buf, buf, bytes, ncclUint8, 0, s->comm, s->stream); break;
-        case H_ALLGATHER: r = ncclAllGather(dst, buf, bytes, ncclUint8, s->comm, s->stream); break;
+        case H_BCAST: r = nc.Broadcast(buf, buf, bytes, ncclUint8, 0, s->comm, s->stream); break;
+        case H_ALLGATHER: r = nc.AllGather(dst, buf, bytes, ncclUint8, s->comm, s->stream); break;
         }
     }
     if (ce == cudaSuccess && r == ncclSuccess) ce = cudaMemcpyAsync(out, buf, out_bytes, cudaMemcpyDeviceToHost, s->stream);
@@ -243,13 +313,13 @@ kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c) {
     if (d->device_index != cu->device)
         return kiln_op_fail(c, KILN_ERR_INVALID_ARGUMENT, "the communicator is on CUDA device %d, the plan on %d",
                             d->device_index, cu->device);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = nc.GroupStart();
     for (int k = 0; k < c->n_out && r == ncclSuccess; k++)
-        r = ncclAllReduce(c->in[k]->data, c->out[k]->data, (size_t)kiln_tensor_numel(c->out[k]), ncclFloat, ncclAvg,
+        r = nc.AllReduce(c->in[k]->data, c->out[k]->data, (size_t)kiln_tensor_numel(c->out[k]), ncclFloat, ncclAvg,
                           s->comm, cu->stream); /* out of place where the plan gave two buffers */
-    ncclResult_t e = ncclGroupEnd();
+    ncclResult_t e = nc.GroupEnd();
     if (r == ncclSuccess) r = e;
-    if (r != ncclSuccess) return kiln_op_fail(c, KILN_ERR_DEVICE, "ncclAllReduce: %s", ncclGetErrorString(r));
+    if (r != ncclSuccess) return kiln_op_fail(c, KILN_ERR_DEVICE, "ncclAllReduce: %s", nc.GetErrorString(r));
     return KILN_OK;
 }
 

@@ -91,7 +91,7 @@ int kiln_dist_launched(void) {
     const char *w = getenv("WORLD_SIZE");
     if (!w) w = getenv("OMPI_COMM_WORLD_SIZE");
     if (!w) w = getenv("PMI_SIZE");
-    return w && atoi(w) > 1;
+    return w && atoi(w) >= 1;
 }
 
 /* ------------------------------------------------------------ TCP rendezvous */
