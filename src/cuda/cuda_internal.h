@@ -299,6 +299,12 @@ kiln_tensor *const *kiln_cuda_host_inputs(const kiln_op_ctx *c);
 /* KILN_ERR_INTERNAL with a message when a kernel that needs host values has no
  * c->host_in. */
 kiln_status kiln_cuda_need_host(kiln_op_ctx *c);
+/* Concat, Split and their gradients (movement.cu): the blocks of `whole` along `axis`, of
+ * sizes[k] (or like[k]'s size on the axis), copied to parts[k] (to_parts; NULL skipped) or
+ * from them (NULL zeroes its block). */
+kiln_status kiln_cuda_axis_blocks(kiln_cuda *cu, kiln_context *kctx, kiln_tensor *whole, int64_t axis, int n,
+                                  const int64_t *sizes, const kiln_tensor *const *like, kiln_tensor *const *parts,
+                                  bool to_parts);
 /* The values of host tensor t (int32 or int64, rank 0 or 1, data known, at most max) into
  * vals[0..*n). t NULL: no values. false, with a reason in why, when they cannot be read. */
 bool kiln_cuda_host_ints(const kiln_tensor *t, const char *what, int64_t *vals, int max, int *n,

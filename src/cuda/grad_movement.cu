@@ -325,30 +325,16 @@ extern "C" bool kiln_cuda_split_grad_parts(const kiln_op_ctx *c, kiln_tensor *co
 /* ------------------------------------------------------------------ entry points */
 
 extern "C" kiln_status kiln_cuda_k_concat_grad(kiln_cuda *cu, kiln_op_ctx *c) {
-    const kiln_tensor *dy = c->in[0];
+    kiln_tensor *dy = c->in[0];
     int64_t axis = kiln_attr_int(c->node, "axis", 0);
     if (!kiln_norm_axis(&axis, dy->ndim))
         return kiln_fail(c->kctx, KILN_ERR_SHAPE, "axis %lld is out of range", (long long)axis);
-    const size_t es = kiln_dtype_size(dy->dtype);
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; d++) outer *= dy->dims[d];
-    for (int d = (int)axis + 1; d < dy->ndim; d++) inner *= dy->dims[d];
-    const size_t row = (size_t)(dy->dims[axis] * inner) * es; /* bytes of one dY row */
-    size_t at = 0;
-    for (int k = 0; k < c->n_out; k++) {
-        const kiln_tensor *x = c->in[1 + k]; /* the block's size; dX_k may be absent */
-        const size_t block = (size_t)(x->dims[axis] * inner) * es;
-        kiln_tensor *dx = c->out[k];
-        if (dx && block > 0 && outer > 0)
-            KILN_CUDA_CHECK(c->kctx, cudaMemcpy2DAsync(dx->data, block, (const char *)dy->data + at, row, block,
-                                                       (size_t)outer, cudaMemcpyDeviceToDevice, cu->stream));
-        at += block;
-    }
-    return KILN_OK;
+    /* input 1 + k: the forward's input k, for its size; dX_k may be absent */
+    return kiln_cuda_axis_blocks(cu, c->kctx, dy, axis, c->n_out, NULL, (const kiln_tensor *const *)c->in + 1, c->out,
+                                 true);
 }
 
 extern "C" kiln_status kiln_cuda_k_split_grad(kiln_cuda *cu, kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0];
     kiln_tensor *dx = c->out[0];
     if (kiln_tensor_numel(dx) == 0) return KILN_OK;
     kiln_status st = kiln_cuda_need_host(c);
@@ -357,26 +343,9 @@ extern "C" kiln_status kiln_cuda_k_split_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     char why[160];
     if (!kiln_cuda_split_grad_parts(c, c->host_in, &axis, sizes, why, sizeof why))
         return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "%s", why);
-    const size_t es = kiln_dtype_size(x->dtype);
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; d++) outer *= x->dims[d];
-    for (int d = (int)axis + 1; d < x->ndim; d++) inner *= x->dims[d];
-    const size_t row = (size_t)(x->dims[axis] * inner) * es; /* bytes of one dX row */
-    size_t at = 0;
-    for (int k = 0; k < c->n_in - 2; k++) {
-        const kiln_tensor *dy = c->in[2 + k];
-        const size_t block = (size_t)(sizes[k] * inner) * es;
-        char *dst = (char *)dx->data + at;
-        if (block > 0 && outer > 0) {
-            if (dy)
-                KILN_CUDA_CHECK(c->kctx, cudaMemcpy2DAsync(dst, row, dy->data, block, block, (size_t)outer,
-                                                           cudaMemcpyDeviceToDevice, cu->stream));
-            else
-                KILN_CUDA_CHECK(c->kctx, cudaMemset2DAsync(dst, row, 0, block, (size_t)outer, cu->stream));
-        }
-        at += block;
-    }
-    return KILN_OK;
+    /* inputs 2 + k: dY_k (absent: zeros) */
+    return kiln_cuda_axis_blocks(cu, c->kctx, dx, axis, c->n_in - 2, sizes, NULL, (kiln_tensor *const *)c->in + 2,
+                                 false);
 }
 
 extern "C" kiln_status kiln_cuda_k_slice_grad(kiln_cuda *cu, kiln_op_ctx *c) {

@@ -435,26 +435,43 @@ extern "C" kiln_status kiln_cuda_k_copy(kiln_cuda *cu, kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* The blocks of `whole` along `axis`, in order, of sizes[k] on that axis (or like[k]'s size
+ * there when sizes is NULL): to_parts copies them into parts[k] (Split, ConcatGrad; a NULL
+ * part is skipped), else parts[k] into them (Concat, SplitGrad; a NULL part zeroes its
+ * block). One 2-D copy per part. */
+extern "C" kiln_status kiln_cuda_axis_blocks(kiln_cuda *cu, kiln_context *kctx, kiln_tensor *whole, int64_t axis, int n,
+                                             const int64_t *sizes, const kiln_tensor *const *like,
+                                             kiln_tensor *const *parts, bool to_parts) {
+    const size_t es = kiln_dtype_size(whole->dtype);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= whole->dims[d];
+    for (int d = (int)axis + 1; d < whole->ndim; d++) inner *= whole->dims[d];
+    const size_t row = (size_t)(whole->dims[axis] * inner) * es; /* bytes of one row of `whole` */
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        const size_t block = (size_t)((sizes ? sizes[k] : like[k]->dims[axis]) * inner) * es;
+        char *w = (char *)whole->data + at;
+        at += block;
+        if (block == 0 || outer == 0) continue;
+        if (to_parts && parts[k])
+            KILN_CUDA_CHECK(kctx, cudaMemcpy2DAsync(parts[k]->data, block, w, row, block, (size_t)outer,
+                                                    cudaMemcpyDeviceToDevice, cu->stream));
+        else if (!to_parts && parts[k])
+            KILN_CUDA_CHECK(kctx, cudaMemcpy2DAsync(w, row, parts[k]->data, block, block, (size_t)outer,
+                                                    cudaMemcpyDeviceToDevice, cu->stream));
+        else if (!to_parts)
+            KILN_CUDA_CHECK(kctx, cudaMemset2DAsync(w, row, 0, block, (size_t)outer, cu->stream));
+    }
+    return KILN_OK;
+}
+
 extern "C" kiln_status kiln_cuda_k_concat(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_tensor *y = c->out[0];
     int64_t axis = kiln_attr_int(c->node, "axis", 0);
     if (!kiln_norm_axis(&axis, y->ndim))
         return kiln_fail(c->kctx, KILN_ERR_SHAPE, "axis %lld is out of range", (long long)axis);
-    const size_t es = kiln_dtype_size(y->dtype);
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; d++) outer *= y->dims[d];
-    for (int d = (int)axis + 1; d < y->ndim; d++) inner *= y->dims[d];
-    const size_t row = (size_t)(y->dims[axis] * inner) * es; /* bytes of one output row */
-    size_t at = 0;
-    for (int i = 0; i < c->n_in; i++) {
-        const kiln_tensor *x = c->in[i];
-        const size_t block = (size_t)(x->dims[axis] * inner) * es;
-        if (block == 0 || outer == 0) continue;
-        KILN_CUDA_CHECK(c->kctx, cudaMemcpy2DAsync((char *)y->data + at, row, x->data, block, block,
-                                                   (size_t)outer, cudaMemcpyDeviceToDevice, cu->stream));
-        at += block;
-    }
-    return KILN_OK;
+    return kiln_cuda_axis_blocks(cu, c->kctx, y, axis, c->n_in, NULL, (const kiln_tensor *const *)c->in,
+                                 (kiln_tensor *const *)c->in, false);
 }
 
 extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {

@@ -354,24 +354,12 @@ extern "C" kiln_status kiln_cuda_k_pad(kiln_cuda *cu, kiln_op_ctx *c) {
 }
 
 extern "C" kiln_status kiln_cuda_k_split(kiln_cuda *cu, kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[0];
+    kiln_tensor *x = c->in[0];
     int64_t axis = kiln_attr_int(c->node, "axis", 0);
     if (!kiln_norm_axis(&axis, x->ndim))
         return kiln_fail(c->kctx, KILN_ERR_SHAPE, "axis %lld is out of range", (long long)axis);
-    const size_t es = kiln_dtype_size(x->dtype);
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; d++) outer *= x->dims[d];
-    for (int d = (int)axis + 1; d < x->ndim; d++) inner *= x->dims[d];
-    const size_t row = (size_t)(x->dims[axis] * inner) * es; /* bytes of one input row */
-    size_t at = 0;
-    for (int k = 0; k < c->n_out; k++) {
-        kiln_tensor *y = c->out[k];
-        if (!y) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "output %d is missing", k);
-        const size_t block = (size_t)(y->dims[axis] * inner) * es;
-        if (block > 0 && outer > 0)
-            KILN_CUDA_CHECK(c->kctx, cudaMemcpy2DAsync(y->data, block, (const char *)x->data + at, row, block,
-                                                       (size_t)outer, cudaMemcpyDeviceToDevice, cu->stream));
-        at += block;
-    }
-    return KILN_OK;
+    for (int k = 0; k < c->n_out; k++)
+        if (!c->out[k]) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "output %d is missing", k);
+    return kiln_cuda_axis_blocks(cu, c->kctx, x, axis, c->n_out, NULL, (const kiln_tensor *const *)c->out, c->out,
+                                 true);
 }
