@@ -269,23 +269,45 @@ __device__ void axis_taps(const ResizeArgs &p, double xo, int64_t in, int64_t st
     }
 }
 
+/* Output element i's source: the input offset of its nearest element (false: outside, the
+ * extrapolation value's place), or each axis's taps (offsets and weights). */
+__device__ bool nearest_source(const ResizeArgs &p, int64_t i, int64_t *off) {
+    int64_t r = i;
+    bool outside = false;
+    *off = 0;
+    for (int d = p.nd - 1; d >= 0; d--) {
+        const int64_t j = r % p.out[d];
+        r /= p.out[d];
+        bool o;
+        const double xo = source_coord(p, d, j, &o);
+        outside |= o;
+        if (!o) *off += nearest_index(p, xo, p.in[d]) * p.stride[d];
+    }
+    return !outside;
+}
+
+__device__ bool interp_taps(const ResizeArgs &p, int64_t i, int64_t off[KILN_MAX_DIMS][4], double w[KILN_MAX_DIMS][4]) {
+    int64_t r = i;
+    bool outside = false;
+    for (int d = p.nd - 1; d >= 0; d--) {
+        const int64_t j = r % p.out[d];
+        r /= p.out[d];
+        bool o;
+        const double xo = source_coord(p, d, j, &o);
+        outside |= o;
+        if (!o) axis_taps(p, xo, p.in[d], p.stride[d], p.k[d], off[d], w[d]);
+    }
+    return !outside;
+}
+
 /* ------------------------------------------------------------------- kernels */
 
 template <typename E> __global__ void resize_nearest(const E *x, E *y, int64_t n, ResizeArgs p) {
     E fill;
     memcpy(&fill, &p.extrap_bits, sizeof fill);
     for (int64_t i = thread_index(); i < n; i += grid_stride()) {
-        int64_t r = i, off = 0;
-        bool outside = false;
-        for (int d = p.nd - 1; d >= 0; d--) {
-            const int64_t j = r % p.out[d];
-            r /= p.out[d];
-            bool o;
-            const double xo = source_coord(p, d, j, &o);
-            outside |= o;
-            if (!o) off += nearest_index(p, xo, p.in[d]) * p.stride[d];
-        }
-        y[i] = outside ? fill : x[off];
+        int64_t off;
+        y[i] = nearest_source(p, i, &off) ? x[off] : fill;
     }
 }
 
@@ -293,17 +315,7 @@ template <typename T> __global__ void resize_interp(const T *x, T *y, int64_t n,
     for (int64_t i = thread_index(); i < n; i += grid_stride()) {
         int64_t off[KILN_MAX_DIMS][4];
         double w[KILN_MAX_DIMS][4];
-        int64_t r = i;
-        bool outside = false;
-        for (int d = p.nd - 1; d >= 0; d--) {
-            const int64_t j = r % p.out[d];
-            r /= p.out[d];
-            bool o;
-            const double xo = source_coord(p, d, j, &o);
-            outside |= o;
-            if (!o) axis_taps(p, xo, p.in[d], p.stride[d], p.k[d], off[d], w[d]);
-        }
-        if (outside) {
+        if (!interp_taps(p, i, off, w)) {
             y[i] = from_f<T>((float)p.extrapolation);
             continue;
         }
@@ -427,17 +439,8 @@ void grad_view(const kiln_op_ctx *c, GradView *v) {
 // dy: (p.out); acc: (p.in) f32
 template <typename T> __global__ void resize_nearest_grad(const T *dy, float *acc, int64_t n, ResizeArgs p) {
     for (int64_t i = thread_index(); i < n; i += grid_stride()) {
-        int64_t r = i, off = 0;
-        bool outside = false;
-        for (int d = p.nd - 1; d >= 0; d--) {
-            const int64_t j = r % p.out[d];
-            r /= p.out[d];
-            bool o;
-            const double xo = source_coord(p, d, j, &o);
-            outside |= o;
-            if (!o) off += nearest_index(p, xo, p.in[d]) * p.stride[d];
-        }
-        if (!outside) atomicAdd(&acc[off], to_f(dy[i]));
+        int64_t off;
+        if (nearest_source(p, i, &off)) atomicAdd(&acc[off], to_f(dy[i]));
     }
 }
 
@@ -445,17 +448,7 @@ template <typename T> __global__ void resize_interp_grad(const T *dy, float *acc
     for (int64_t i = thread_index(); i < n; i += grid_stride()) {
         int64_t off[KILN_MAX_DIMS][4];
         double w[KILN_MAX_DIMS][4];
-        int64_t r = i;
-        bool outside = false;
-        for (int d = p.nd - 1; d >= 0; d--) {
-            const int64_t j = r % p.out[d];
-            r /= p.out[d];
-            bool o;
-            const double xo = source_coord(p, d, j, &o);
-            outside |= o;
-            if (!o) axis_taps(p, xo, p.in[d], p.stride[d], p.k[d], off[d], w[d]);
-        }
-        if (outside) continue;
+        if (!interp_taps(p, i, off, w)) continue;
         const double g = (double)to_f(dy[i]);
         int t[KILN_MAX_DIMS] = {0};
         for (;;) { /* every combination of the axes' taps */
