@@ -1,7 +1,7 @@
 /*
  * norm_train.h — entry points of the training kernels for normalizations, pools,
  * reductions and losses (norm_train.cu, pool_grad.cu, reduce_grad.cu, norm_rows.cu,
- * loss_train.c), listed in table.c's block
+ * table.c: sup_sce), listed in table.c's block
  * "training: normalization, pools, reductions, losses". Each kernel takes the contract of
  * cuda_backend.h; each supports check fills why (n bytes) when it returns false.
  */
@@ -46,9 +46,6 @@ bool kiln_cuda_sup_instnorm_grad(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_instnorm_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_instnorm_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 
-/* loss_train.c: SoftmaxCrossEntropyLoss and kiln.SoftmaxCrossEntropyLossGrad (f32 (N, C),
- * mean or sum), run by loss.cu's kiln.LogSoftmaxNLL(Grad) kernels. */
-bool kiln_cuda_sup_sce(const kiln_op_ctx *c, char *why, size_t n);
 
 #ifdef __cplusplus
 }

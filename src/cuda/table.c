@@ -496,6 +496,28 @@ static bool sup_logsoftmax_nll(const kiln_op_ctx *c, char *why, size_t n) {
     return true;
 }
 
+/* SoftmaxCrossEntropyLoss(X, target, weight?) -> loss, log_prob? and its gradient
+ * kiln.SoftmaxCrossEntropyLossGrad(X, target, weight?, dLoss?, dLogProb?) compute exactly
+ * what kiln.LogSoftmaxNLL(Grad) compute (src/ops/log_softmax_nll.c: the same inputs in the
+ * same order, the same attributes), so they run those kernels (loss.cu), for X (N, C) in
+ * f32 (the precision pass keeps the loss f32) and a mean or sum reduction. */
+static bool sup_sce(const kiln_op_ctx *c, char *why, size_t n) {
+    if (c->in[0]->dtype != KILN_F32) {
+        snprintf(why, n, "X is %s (f32 is supported)", kiln_dtype_name(c->in[0]->dtype));
+        return false;
+    }
+    const char *red = kiln_attr_string(c->node, "reduction", "mean");
+    if (strcmp(red, "mean") != 0 && strcmp(red, "sum") != 0) {
+        snprintf(why, n, "reduction '%s' (mean and sum are supported)", red);
+        return false;
+    }
+    if (c->n_in > 5) {
+        snprintf(why, n, "%d inputs (at most 5)", c->n_in);
+        return false;
+    }
+    return sup_logsoftmax_nll(c, why, n);
+}
+
 static bool sup_concat(const kiln_op_ctx *c, char *why, size_t n) {
     for (int i = 0; i < c->n_in; i++)
         if (!present(c, i)) {
@@ -1259,8 +1281,8 @@ static const entry table[] = {
     {"kiln.GlobalAveragePoolGrad", kiln_cuda_k_gap_grad, kiln_cuda_sup_gap_grad, NULL, true},
     {"kiln.GlobalMaxPoolGrad", kiln_cuda_k_gmp_grad, kiln_cuda_sup_gmp_grad, NULL, true},
     {"kiln.AveragePoolGrad", kiln_cuda_k_avgpool_grad, kiln_cuda_sup_avgpool_grad, NULL, true},
-    {"SoftmaxCrossEntropyLoss", kiln_cuda_k_logsoftmax_nll, kiln_cuda_sup_sce, NULL, false},
-    {"kiln.SoftmaxCrossEntropyLossGrad", kiln_cuda_k_logsoftmax_nll_grad, kiln_cuda_sup_sce,
+    {"SoftmaxCrossEntropyLoss", kiln_cuda_k_logsoftmax_nll, sup_sce, NULL, false},
+    {"kiln.SoftmaxCrossEntropyLossGrad", kiln_cuda_k_logsoftmax_nll_grad, sup_sce,
      kiln_cuda_ws_logsoftmax_nll_grad, false},
     {"kiln.ReduceSumGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
     {"kiln.ReduceMeanGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
