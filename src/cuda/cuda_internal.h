@@ -321,9 +321,10 @@ bool kiln_cuda_pad_plan(const kiln_op_ctx *c, kiln_tensor *const *hin, int64_t *
                         size_t wn);
 /* Resize: whether its modes, scales / sizes (and roi) can be planned. */
 bool kiln_cuda_resize_check(const kiln_op_ctx *c, kiln_tensor *const *hin, char *why, size_t wn);
-/* Reduce*: the dims reduced, or noop (noop_with_empty_axes with empty axes). */
-bool kiln_cuda_reduce_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, bool *reduced, bool *noop, char *why,
-                           size_t wn);
+/* Reduce* and their gradients: the dims reduced, or noop (noop_with_empty_axes with empty
+ * axes); the axes input is input axes_index (host values hin). */
+bool kiln_cuda_reduce_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, int axes_index, bool *reduced, bool *noop,
+                           char *why, size_t wn);
 
 /* kiln.FusedElementwise (fused_elementwise.c): what it supports, its prepare hook (compile
  * and cache the generated kernel) and the release of the cache (kiln_cuda_free). */

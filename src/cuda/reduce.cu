@@ -241,19 +241,26 @@ int kind_of(const char *op) {
 } // namespace
 
 /* Which dims c's reduction reduces (noop: an identity), from the attribute or the host
- * values of the axes input (hin[1]), as src/ops/reduce_common.c's parse_axes. */
-extern "C" bool kiln_cuda_reduce_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, bool *reduced, bool *noop,
-                                      char *why, size_t wn) {
+ * values of the axes input (hin[axes_index]: 1 for the Reduce ops, 2 or 3 for their
+ * gradients), as src/ops/reduce_common.c's parse_axes. */
+extern "C" bool kiln_cuda_reduce_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, int axes_index, bool *reduced,
+                                      bool *noop, char *why, size_t wn) {
     const kiln_node *n = c->node;
     const int rank = c->in[0]->ndim;
-    const int axes_input_opset = strcmp(n->op_type, "ReduceSum") == 0 ? 13 : 18;
+    const bool sum = strcmp(n->op_type, "ReduceSum") == 0 || strcmp(n->op_type, "ReduceSumGrad") == 0;
+    const int axes_input_opset = sum ? 13 : 18;
     int64_t axes[KILN_MAX_DIMS];
     int count = 0;
     *noop = false;
     for (int d = 0; d < KILN_MAX_DIMS; d++) reduced[d] = false;
     if (n->opset >= axes_input_opset) {
         *noop = kiln_attr_int(n, "noop_with_empty_axes", 0) != 0;
-        const kiln_tensor *t = c->n_in > 1 && c->in[1] ? hin[1] : NULL;
+        const bool given = c->n_in > axes_index && c->in[axes_index];
+        if (given && !hin) {
+            snprintf(why, wn, "the axes' values are not known");
+            return false;
+        }
+        const kiln_tensor *t = given ? hin[axes_index] : NULL;
         if (!kiln_cuda_host_ints(t, "axes", axes, KILN_MAX_DIMS, &count, why, wn)) return false;
     } else {
         const int64_t *a = kiln_attr_ints(n, "axes", &count);
@@ -296,7 +303,7 @@ extern "C" kiln_status kiln_cuda_k_reduce(kiln_cuda *cu, kiln_op_ctx *c) {
         kiln_status st = kiln_cuda_need_host(c);
         if (st) return st;
     }
-    if (!kiln_cuda_reduce_axes(c, hin, reduced, &noop, why, sizeof why))
+    if (!kiln_cuda_reduce_axes(c, hin, 1, reduced, &noop, why, sizeof why))
         return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "%s", why);
     if (noop) {
         KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, kiln_tensor_nbytes(y), cudaMemcpyDeviceToDevice,

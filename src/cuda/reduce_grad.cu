@@ -97,43 +97,8 @@ bool extremum_of(const kiln_op_ctx *c) {
 /* The dims of X the forward reduced (all false: noop_with_empty_axes with empty axes),
  * read from the attribute or the host values of the axes input (hin). */
 bool grad_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, bool *reduced, char *why, size_t wn) {
-    const kiln_node *n = c->node;
-    const int rank = c->in[0]->ndim, axes_index = extremum_of(c) ? 3 : 2;
-    const int axes_input_opset = strcmp(n->op_type, "ReduceSumGrad") == 0 ? 13 : 18;
-    int64_t axes[KILN_MAX_DIMS];
-    int count = 0;
     bool noop = false;
-    for (int d = 0; d < KILN_MAX_DIMS; d++) reduced[d] = false;
-    if (n->opset >= axes_input_opset) {
-        noop = kiln_attr_int(n, "noop_with_empty_axes", 0) != 0;
-        const bool given = c->n_in > axes_index && c->in[axes_index];
-        if (given && !hin) {
-            snprintf(why, wn, "the axes' values are not known");
-            return false;
-        }
-        const kiln_tensor *t = given ? hin[axes_index] : NULL;
-        if (!kiln_cuda_host_ints(t, "axes", axes, KILN_MAX_DIMS, &count, why, wn)) return false;
-    } else {
-        const int64_t *a = kiln_attr_ints(n, "axes", &count);
-        if (count > KILN_MAX_DIMS) {
-            snprintf(why, wn, "%d axes", count);
-            return false;
-        }
-        for (int i = 0; i < count; i++) axes[i] = a[i];
-    }
-    if (count == 0) {
-        for (int d = 0; d < rank && !noop; d++) reduced[d] = true;
-        return true;
-    }
-    for (int i = 0; i < count; i++) {
-        int64_t a = axes[i];
-        if (!kiln_norm_axis(&a, rank)) {
-            snprintf(why, wn, "axes[%d] is out of range", i);
-            return false;
-        }
-        reduced[a] = true;
-    }
-    return true;
+    return kiln_cuda_reduce_axes(c, hin, extremum_of(c) ? 3 : 2, reduced, &noop, why, wn);
 }
 
 Bcast bcast_of(const kiln_tensor *x, const bool *reduced) {

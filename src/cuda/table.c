@@ -621,7 +621,7 @@ static bool sup_resize(const kiln_op_ctx *c, char *why, size_t n) {
 static bool sup_reduce(const kiln_op_ctx *c, char *why, size_t n) {
     bool reduced[KILN_MAX_DIMS], noop;
     return float_input(c, 0, why, n) &&
-           kiln_cuda_reduce_axes(c, kiln_cuda_host_inputs(c), reduced, &noop, why, n);
+           kiln_cuda_reduce_axes(c, kiln_cuda_host_inputs(c), 1, reduced, &noop, why, n);
 }
 
 /* Scale and B: one value per element of a row (dims[axis:]) or one value in all. */
