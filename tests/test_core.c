@@ -1,6 +1,6 @@
-/* test_core.c — the core without any particular op beyond Relu: tensors, dtypes, the
- * builder, validation errors, plans (folding, memory planning, symbolic dims), the
- * per-node profile, npy. */
+/* test_core.c — the core without any particular op beyond Relu (and kiln.ReduceSumTo for
+ * the planner's aliases): tensors, dtypes, the builder, validation errors, plans
+ * (folding, memory planning, symbolic dims), the per-node profile, npy. */
 #include "core/internal.h"
 #include "core/plan.h"
 
@@ -153,6 +153,66 @@ static void test_plan(kiln_context *ctx) {
 }
 
 /* An NHWC input is converted to the NCHW the kernels read, into plan-owned memory. */
+/* A kiln.ReduceSumTo that sums nothing (autograd emits one for each operand of a residual
+ * Add, before shapes are known) shares its input's storage: no buffer of its own, nothing
+ * run. x -> Relu r; s = ReduceSumTo(r, like r) -> Relu y; t = ReduceSumTo(r, like b[N]),
+ * a real sum over the batch, keeps its buffer. */
+static void test_plan_alias_sum_to(kiln_context *ctx) {
+    const int64_t B = 3, N = 40;
+    kiln_model *m = NULL;
+    CHECK(kiln_model_create(ctx, &m) == KILN_OK, "model");
+    if (!m) return;
+    kiln_model_add_input(m, "x", KILN_F32, 2, (int64_t[]){-1, N});
+    kiln_tensor *b = NULL;
+    kiln_tensor_create(ctx, KILN_F32, 1, (int64_t[]){N}, &b);
+    kiln_model_add_initializer(m, "b", b);
+    kiln_tensor_free(b);
+    const char *x = "x", *r = "r", *s = "s", *y = "y", *t = "t";
+    kiln_model_add_node(m, "Relu", "relu1", 1, &x, 1, &r, NULL);
+    const int in_s[2] = {kiln_model_get_value(m, "r"), kiln_model_get_value(m, "r")};
+    const int out_s[1] = {kiln_model_get_value(m, "s")};
+    CHECK(kiln_model_add_node_raw(m, "ReduceSumTo", "same", "kiln", 2, in_s, 1, out_s, 0, NULL) >= 0, "node");
+    kiln_model_add_node(m, "Relu", "relu2", 1, &s, 1, &y, NULL);
+    const int in_t[2] = {kiln_model_get_value(m, "r"), kiln_model_get_value(m, "b")};
+    const int out_t[1] = {kiln_model_get_value(m, "t")};
+    CHECK(kiln_model_add_node_raw(m, "ReduceSumTo", "batch", "kiln", 2, in_t, 1, out_t, 0, NULL) >= 0, "node");
+    kiln_model_add_output(m, y);
+    kiln_model_add_output(m, t);
+    kiln_session *se = NULL;
+    kiln_session_options so = {.disable_passes = KILN_PASS_FUSE_ELTWISE};
+    if (kiln_model_finalize(m) || kiln_session_create(m, &so, &se)) {
+        CHECK(false, "session: %s", kiln_context_message(ctx));
+        kiln_model_free(m);
+        return;
+    }
+    kiln_tensor *xt = NULL;
+    kiln_tensor_create(ctx, KILN_F32, 2, (int64_t[]){B, N}, &xt);
+    float *xd = kiln_tensor_data(xt);
+    for (int64_t i = 0; i < B * N; i++) xd[i] = (float)((i * 7) % 11) - 5.f;
+    const kiln_tensor *out[2] = {0};
+    kiln_status st = kiln_session_run(se, 1, &xt, 2, out);
+    CHECK(st == KILN_OK, "run: %s", kiln_context_message(ctx));
+    if (!st) {
+        const float *yd = kiln_tensor_data(out[0]), *td = kiln_tensor_data(out[1]);
+        int bad = 0;
+        for (int64_t i = 0; i < B * N; i++) bad += yd[i] != (xd[i] > 0 ? xd[i] : 0);
+        for (int64_t j = 0; j < N; j++) {
+            float want = 0;
+            for (int64_t i = 0; i < B; i++) want += xd[i * N + j] > 0 ? xd[i * N + j] : 0;
+            bad += td[j] != want;
+        }
+        CHECK(bad == 0, "outputs through the aliased and the summing ReduceSumTo (%d wrong)", bad);
+        kiln_plan_stats ps;
+        kiln_session_stats(se, &ps);
+        const size_t one = (size_t)((B * N * 4 + 63) / 64 * 64), row = (size_t)((N * 4 + 63) / 64 * 64);
+        CHECK(ps.naive_bytes == 2 * one + row, "buffers %zu bytes, want r (s its alias), y, t: %zu", ps.naive_bytes,
+              2 * one + row);
+    }
+    kiln_tensor_free(xt);
+    kiln_session_free(se);
+    kiln_model_free(m);
+}
+
 static void test_nhwc_input(kiln_context *ctx) {
     kiln_model *m = NULL;
     const char *x[] = {"x"}, *y[] = {"y"};
@@ -379,6 +439,7 @@ int main(int argc, char **argv) {
     test_broadcast();
     test_tensor_api(ctx);
     test_plan(ctx);
+    test_plan_alias_sum_to(ctx);
     test_nhwc_input(ctx);
     test_graph_errors(ctx);
     test_profile(ctx);

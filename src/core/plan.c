@@ -488,6 +488,17 @@ static int inplace_source(const kiln_plan *p, int e, int k) {
     return sv;
 }
 
+/* Whether a and b, of equal sizes, hold their elements in the same byte order: the same
+ * layout, or a 4-D tensor whose bytes are the same in NCHW and NHWC (C == 1 or H*W == 1).
+ * A view may share its input's storage only then. */
+static bool same_byte_order(const kiln_tensor *a, const kiln_tensor *b) {
+    const bool nhwc_a = a->ndim == 4 && a->format == KILN_FORMAT_NHWC;
+    const bool nhwc_b = b->ndim == 4 && b->format == KILN_FORMAT_NHWC;
+    if (nhwc_a == nhwc_b) return true;
+    const kiln_tensor *t = nhwc_a ? a : b;
+    return t->dims[1] == 1 || t->dims[2] * t->dims[3] == 1;
+}
+
 static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) {
     kiln_model *m = p->m;
     kiln_context *ctx = mctx(m);
@@ -529,7 +540,8 @@ static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) 
             }
             int src = n->n_in > 0 ? n->in[0] : -1;
             bool alias = (d->alias_outputs & (1u << k)) && src >= 0 && root[src] >= 0 &&
-                         kiln_tensor_nbytes(&p->vt[v]) == kiln_tensor_nbytes(&p->vt[src]);
+                         kiln_tensor_nbytes(&p->vt[v]) == kiln_tensor_nbytes(&p->vt[src]) &&
+                         same_byte_order(&p->vt[v], &p->vt[src]);
             root[v] = alias ? root[src] : v;
             if (first[root[v]] < 0) first[root[v]] = e;
             if (last[root[v]] < e) last[root[v]] = e;

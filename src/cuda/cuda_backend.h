@@ -41,8 +41,9 @@
  *     256-byte aligned, and sets c->workspace_size. Kernels check the size they are given.
  *   - Data buffers must be aligned to their element size; kernels take 16-byte vector
  *     paths only where pointers and counts allow, so any such alignment is correct.
- *   - Outputs of Reshape / Flatten / Identity / Squeeze / Unsqueeze may share input 0's
- *     storage (the op's alias_outputs); the kernel then copies nothing.
+ *   - Outputs of Reshape / Flatten / Identity / Squeeze / Unsqueeze, and of a
+ *     kiln.ReduceSumTo that sums nothing, may share input 0's storage (the op's
+ *     alias_outputs); the kernel then copies nothing.
  *   - Layouts: dims are always logical NCHW; a 4-D tensor's `format` says whether its
  *     bytes are NCHW or NHWC (set by the layout pass, src/passes/layout.c). Kernels that
  *     honour NHWC read the formats of their inputs and outputs: Conv, kiln.FusedConv,

@@ -31,11 +31,18 @@
  *   (stride >= dilated kernel in every dim, e.g. 2x2 stride 2): one thread per window
  *   writes dY at its pick and 0 at its other taps (dX is zeroed first only when some
  *   input elements lie in no window); 2x2 stride 2 as in the forward, with two-element
- *   loads and stores. Otherwise one thread per input element adds the dY
- *   of every window that picked it, windows in ascending order as the reference adds
- *   them: no atomics, the same float sums. NHWC (4-D): the same two ways, one thread per
- *   window and channel or per input element, neighbouring threads on neighbouring channels;
- *   2x2 stride 2 with 16 bytes of channels per thread when C and the pointers allow.
+ *   loads and stores. Overlapping windows (ResNet's 3x3 stride 2 pad 1): two passes over
+ *   a workspace of one byte per window (and channel): pass 1, one thread per window,
+ *   stores which tap the forward picks; pass 2, one thread per input element, adds the dY
+ *   of each window covering it whose pick it is, windows in ascending order as the
+ *   reference adds them: no atomics, the same float sums, X and dY read about once (the
+ *   one-pass gather, where each element recomputes the picks of every window covering it,
+ *   was ~70x off bandwidth: 20 taps and a dozen 32-bit divisions per element); index
+ *   math in 32 bits with multiply-high division. Without the workspace (more than 254
+ *   taps per window, indices past 2^30) the one-pass gather remains. NHWC (4-D): the
+ *   same ways, one thread per window and channel or per input element, neighbouring
+ *   threads on neighbouring channels; 2x2 stride 2 and the two passes with 16 bytes of
+ *   channels per thread when C and the pointers allow.
  *
  * Spatial dims are right-aligned into 3 slots; unused leading slots have size 1.
  */
@@ -635,9 +642,300 @@ __global__ void maxpool_grad_2x2_nhwc_vec(const T *__restrict__ dy, const T *__r
     }
 }
 
+/* ----------------------------------- MaxPoolGrad in two passes (overlapping windows) */
+
+/* n / d for 0 <= n < 2^31 and 1 <= d < 2^31 by a multiply-high and a shift (Granlund and
+ * Montgomery; PyTorch's IntDivider): a runtime 32-bit division is a ~20-instruction
+ * sequence, and the gather below would do several per element. */
+struct FastDiv {
+    uint32_t d, m, shift;
+};
+
+static FastDiv fast_div(uint32_t d) {
+    FastDiv f;
+    uint32_t s = 0;
+    while (s < 32 && (1ull << s) < d) s++;
+    f.d = d;
+    f.shift = s;
+    f.m = (uint32_t)(((1ull << 32) * ((1ull << s) - d)) / d + 1);
+    return f;
+}
+
+__device__ __forceinline__ uint32_t fdiv(uint32_t n, const FastDiv &f) { return (__umulhi(n, f.m) + n) >> f.shift; }
+
+/* The geometry in int (geo_fits32) with dividers for the output sizes, input sizes and
+ * strides. */
+struct PickGeo {
+    int in[3], out[3], k[3], s[3], d[3], pb[3];
+    FastDiv ind[3], outd[3], sd[3];
+};
+
+/* The pick of an empty window (none is: a window covering no input element is never read). */
+constexpr uint8_t NO_PICK = 255;
+
+/* Whether the two-pass path takes g: a window's taps numbered in a byte, every index in
+ * 32 bits; pg gets the geometry. */
+static bool pick_geo(const PoolGeo &g, int64_t total_in, int64_t total_out, PickGeo *pg) {
+    PoolGeo32 g32;
+    if (g.k[0] * g.k[1] * g.k[2] >= NO_PICK || !geo_fits32(g, total_in, total_out, &g32)) return false;
+    for (int t = 0; t < 3; t++) {
+        pg->in[t] = g32.in[t];
+        pg->out[t] = g32.out[t];
+        pg->k[t] = g32.k[t];
+        pg->s[t] = g32.s[t];
+        pg->d[t] = g32.d[t];
+        pg->pb[t] = g32.pb[t];
+        pg->ind[t] = fast_div((uint32_t)(g32.in[t] > 0 ? g32.in[t] : 1));
+        pg->outd[t] = fast_div((uint32_t)(g32.out[t] > 0 ? g32.out[t] : 1));
+        pg->sd[t] = fast_div((uint32_t)g32.s[t]);
+    }
+    return true;
+}
+
+/* window_taps for PickGeo: window o's first coordinate along slot t and its taps inside
+ * the input [lo, hi), with no division when the dilation is 1. */
+__device__ __forceinline__ void pick_taps(const PickGeo &g, int t, int o, int *start, int *lo, int *hi) {
+    const int st = o * g.s[t] - g.pb[t], d = g.d[t];
+    int a, b;
+    if (d == 1) {
+        a = st >= 0 ? 0 : -st;
+        b = g.in[t] - st;
+    } else {
+        a = st >= 0 ? 0 : (-st + d - 1) / d;
+        b = g.in[t] - st <= 0 ? 0 : (g.in[t] - st + d - 1) / d;
+    }
+    if (b > g.k[t]) b = g.k[t];
+    *start = st;
+    *lo = a;
+    *hi = b > a ? b : a;
+}
+
+/* The windows along slot t whose taps include coordinate p (0 <= p < in): o in [lo, hi]
+ * (empty when lo > hi); window o takes p as its tap (p + pb - o*s) / d when d divides it. */
+__device__ __forceinline__ void covering(const PickGeo &g, int t, int p, int *lo, int *hi) {
+    const int q = p + g.pb[t];
+    int h = (int)fdiv((uint32_t)q, g.sd[t]);
+    if (h > g.out[t] - 1) h = g.out[t] - 1;
+    const int ql = q - (g.k[t] - 1) * g.d[t];
+    *lo = ql <= 0 ? 0 : (int)fdiv((uint32_t)(ql + g.s[t] - 1), g.sd[t]);
+    *hi = h;
+}
+
+/* Window o's tap along slot t holding p, or -1 when its taps step over p (dilations). */
+__device__ __forceinline__ int tap_of(const PickGeo &g, int t, int p, int o) {
+    const int q = p + g.pb[t] - o * g.s[t];
+    if (g.d[t] == 1) return q;
+    return q % g.d[t] ? -1 : q / g.d[t];
+}
+
+// x: (NC, in...); pick: (NC, out...). Pass 1: one thread per window; pick = the tap
+// (j0*k1 + j1)*k2 + j2 the forward takes (window_pick's rule: the first maximum in
+// row-major tap order, or the first NaN), NO_PICK for a window with no tap inside X.
+template <typename T>
+__global__ void maxpool_pick(const T *__restrict__ x, uint8_t *__restrict__ pick, uint32_t total, PickGeo g) {
+    const uint32_t in_sz = (uint32_t)(g.in[0] * g.in[1] * g.in[2]);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        uint32_t r = i;
+        int o[3];
+        for (int t = 2; t >= 0; t--) {
+            const uint32_t q = fdiv(r, g.outd[t]);
+            o[t] = (int)(r - q * (uint32_t)g.out[t]);
+            r = q;
+        }
+        const T *xp = x + r * in_sz;
+        int st[3], lo[3], hi[3];
+        bool empty = false;
+        for (int t = 0; t < 3; t++) {
+            pick_taps(g, t, o[t], &st[t], &lo[t], &hi[t]);
+            empty |= lo[t] == hi[t];
+        }
+        int at = NO_PICK;
+        if (!empty) {
+            float best = to_f(xp[((st[0] + lo[0] * g.d[0]) * g.in[1] + st[1] + lo[1] * g.d[1]) * g.in[2] + st[2] +
+                                 lo[2] * g.d[2]]);
+            bool nan = best != best;
+            at = (lo[0] * g.k[1] + lo[1]) * g.k[2] + lo[2];
+            for (int j0 = lo[0]; j0 < hi[0]; j0++)
+                for (int j1 = lo[1]; j1 < hi[1]; j1++) {
+                    const int row = ((st[0] + j0 * g.d[0]) * g.in[1] + st[1] + j1 * g.d[1]) * g.in[2] + st[2];
+                    for (int j2 = lo[2]; j2 < hi[2]; j2++) {
+                        const float v = to_f(xp[row + j2 * g.d[2]]); /* row + j2*d >= 0: a tap inside X */
+                        if (v > best || (v != v && !nan)) {
+                            best = v;
+                            at = (j0 * g.k[1] + j1) * g.k[2] + j2;
+                        }
+                        nan |= v != v;
+                    }
+                }
+        }
+        pick[i] = (uint8_t)at;
+    }
+}
+
+// dy, pick: (NC, out...); dx: (NC, in...). Pass 2: one thread per element of dX, the dY of
+// every window whose pick it is, windows in ascending order as the reference adds them
+// (a float sum from 0, rounded once: the same bits); each dY read once.
+template <typename T>
+__global__ void maxpool_grad_picked(const T *__restrict__ dy, const uint8_t *__restrict__ pick, T *__restrict__ dx,
+                                    uint32_t total, PickGeo g) {
+    const uint32_t out_sz = (uint32_t)(g.out[0] * g.out[1] * g.out[2]);
+    for (uint32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+        uint32_t r = e;
+        int p[3], lo[3], hi[3];
+        for (int t = 2; t >= 0; t--) {
+            const uint32_t q = fdiv(r, g.ind[t]);
+            p[t] = (int)(r - q * (uint32_t)g.in[t]);
+            r = q;
+        }
+        for (int t = 0; t < 3; t++) covering(g, t, p[t], &lo[t], &hi[t]);
+        const T *dyp = dy + r * out_sz;
+        const uint8_t *pp = pick + r * out_sz;
+        float acc = 0.f;
+        for (int o0 = lo[0]; o0 <= hi[0]; o0++) {
+            const int j0 = tap_of(g, 0, p[0], o0);
+            if (j0 < 0) continue;
+            for (int o1 = lo[1]; o1 <= hi[1]; o1++) {
+                const int j1 = tap_of(g, 1, p[1], o1);
+                if (j1 < 0) continue;
+                const int row = (o0 * g.out[1] + o1) * g.out[2], tap = (j0 * g.k[1] + j1) * g.k[2];
+                for (int o2 = lo[2]; o2 <= hi[2]; o2++) {
+                    const int j2 = tap_of(g, 2, p[2], o2);
+                    if (j2 >= 0 && pp[row + o2] == tap + j2) acc += to_f(dyp[row + o2]);
+                }
+            }
+        }
+        dx[e] = from_f<T>(acc);
+    }
+}
+
+/* VEC neighbouring channels of T, and their picks, in one access each. */
+template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Lanes {
+    T v[VEC];
+};
+template <int VEC> struct alignas(VEC) PickLanes {
+    uint8_t v[VEC];
+};
+
+// x: (N, H, W, C); pick: (N, OH, OW, C); 2-D windows in slots 1 and 2. Pass 1 in NHWC: a
+// thread takes VEC neighbouring channels of one window (CV = C / VEC groups), one load
+// per tap for all of them; maxpool_pick's rule per channel.
+template <typename T, int VEC>
+__global__ void maxpool_pick_nhwc(const T *__restrict__ x, uint8_t *__restrict__ pick, uint32_t total, uint32_t CV,
+                                  FastDiv cvd, PickGeo g) {
+    using L = Lanes<T, VEC>;
+    const L *xv = reinterpret_cast<const L *>(x);
+    PickLanes<VEC> *pv = reinterpret_cast<PickLanes<VEC> *>(pick);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        uint32_t r = fdiv(i, cvd);
+        const uint32_t cv = i - r * CV;
+        uint32_t q = fdiv(r, g.outd[2]);
+        const int ow = (int)(r - q * (uint32_t)g.out[2]);
+        r = fdiv(q, g.outd[1]);
+        const int oh = (int)(q - r * (uint32_t)g.out[1]); /* r: the image */
+        int sh, lh, hh, sw, lw, hw;
+        pick_taps(g, 1, oh, &sh, &lh, &hh);
+        pick_taps(g, 2, ow, &sw, &lw, &hw);
+        PickLanes<VEC> out;
+        if (lh == hh || lw == hw) {
+#pragma unroll
+            for (int e = 0; e < VEC; e++) out.v[e] = NO_PICK;
+        } else {
+            const L *xp = xv + r * (uint32_t)(g.in[1] * g.in[2]) * CV + cv;
+            const L first = xp[((sh + lh * g.d[1]) * g.in[2] + sw + lw * g.d[2]) * CV];
+            float best[VEC];
+            bool nan[VEC];
+            const uint8_t at0 = (uint8_t)(lh * g.k[2] + lw);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                best[e] = to_f(first.v[e]);
+                nan[e] = best[e] != best[e];
+                out.v[e] = at0;
+            }
+            for (int j1 = lh; j1 < hh; j1++) {
+                const int row = (sh + j1 * g.d[1]) * g.in[2] + sw; /* sw may be negative */
+                for (int j2 = lw; j2 < hw; j2++) {
+                    const L v = xp[(uint32_t)(row + j2 * g.d[2]) * CV];
+                    const uint8_t tap = (uint8_t)(j1 * g.k[2] + j2);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        const float f = to_f(v.v[e]);
+                        const bool take = f > best[e] || (f != f && !nan[e]);
+                        best[e] = take ? f : best[e];
+                        out.v[e] = take ? tap : out.v[e];
+                        nan[e] |= f != f;
+                    }
+                }
+            }
+        }
+        pv[i] = out;
+    }
+}
+
+// dy, pick: (N, OH, OW, C); dx: (N, H, W, C). Pass 2 in NHWC: a thread takes VEC channels of
+// one element of dX; maxpool_grad_picked's sums per channel.
+template <typename T, int VEC>
+__global__ void maxpool_grad_picked_nhwc(const T *__restrict__ dy, const uint8_t *__restrict__ pick,
+                                         T *__restrict__ dx, uint32_t total, uint32_t CV, FastDiv cvd, PickGeo g) {
+    using L = Lanes<T, VEC>;
+    const L *dyv = reinterpret_cast<const L *>(dy);
+    const PickLanes<VEC> *pv = reinterpret_cast<const PickLanes<VEC> *>(pick);
+    L *dxv = reinterpret_cast<L *>(dx);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        uint32_t r = fdiv(i, cvd);
+        const uint32_t cv = i - r * CV;
+        uint32_t q = fdiv(r, g.ind[2]);
+        const int w = (int)(r - q * (uint32_t)g.in[2]);
+        r = fdiv(q, g.ind[1]);
+        const int h = (int)(q - r * (uint32_t)g.in[1]); /* r: the image */
+        int lh, hh, lw, hw;
+        covering(g, 1, h, &lh, &hh);
+        covering(g, 2, w, &lw, &hw);
+        float acc[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; e++) acc[e] = 0.f;
+        const uint32_t img = r * (uint32_t)(g.out[1] * g.out[2]);
+        for (int oh = lh; oh <= hh; oh++) {
+            const int j1 = tap_of(g, 1, h, oh);
+            if (j1 < 0) continue;
+            for (int ow = lw; ow <= hw; ow++) {
+                const int j2 = tap_of(g, 2, w, ow);
+                if (j2 < 0) continue;
+                const uint8_t tap = (uint8_t)(j1 * g.k[2] + j2);
+                const uint32_t at = (img + (uint32_t)(oh * g.out[2] + ow)) * CV + cv;
+                const PickLanes<VEC> pk = pv[at];
+                bool any = false;
+#pragma unroll
+                for (int e = 0; e < VEC; e++) any |= pk.v[e] == tap;
+                if (!any) continue;
+                const L d = dyv[at];
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    if (pk.v[e] == tap) acc[e] += to_f(d.v[e]);
+            }
+        }
+        L out;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) out.v[e] = from_f<T>(acc[e]);
+        dxv[i] = out;
+    }
+}
+
+/* Pass 1 and 2 in NHWC, VEC channels per thread. */
+template <typename T, int VEC>
+void launch_picked_nhwc(kiln_cuda *cu, const T *dy, const T *x, T *dx, uint8_t *pick, int64_t N, int64_t C,
+                        const PickGeo &pg) {
+    const uint32_t CV = (uint32_t)(C / VEC);
+    const FastDiv cvd = fast_div(CV);
+    const uint32_t windows = (uint32_t)(N * pg.out[1] * pg.out[2]) * CV, elems = (uint32_t)(N * pg.in[1] * pg.in[2]) * CV;
+    maxpool_pick_nhwc<T, VEC><<<kiln_cuda_blocks(cu, windows, THREADS), THREADS, 0, cu->stream>>>(x, pick, windows, CV,
+                                                                                                  cvd, pg);
+    maxpool_grad_picked_nhwc<T, VEC><<<kiln_cuda_blocks(cu, elems, THREADS), THREADS, 0, cu->stream>>>(
+        dy, pick, dx, elems, CV, cvd, pg);
+}
+
 template <typename T>
 kiln_status launch_maxpool_grad_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *dy, const void *x, void *dx,
-                                     int64_t N, int64_t C, PoolGeo g, bool disjoint, bool covered) {
+                                     int64_t N, int64_t C, PoolGeo g, bool disjoint, bool covered, uint8_t *pick) {
     const int64_t in_n = N * g.in[1] * g.in[2] * C, out_n = N * g.out[1] * g.out[2] * C;
     if (in_n == 0) return KILN_OK;
     if (disjoint) {
@@ -655,6 +953,19 @@ kiln_status launch_maxpool_grad_nhwc(kiln_cuda *cu, kiln_context *ctx, const voi
         maxpool_grad_nhwc_windows<T><<<kiln_cuda_blocks(cu, out_n, THREADS), THREADS, 0, cu->stream>>>(
             (const T *)dy, (const T *)x, (T *)dx, out_n, C, g);
         KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_nhwc_windows");
+    } else if (pick) { /* the workspace holds one pick per window and channel (pick_geo took g) */
+        if (out_n == 0) { /* no window: every element of dX is 0 */
+            KILN_CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, (size_t)in_n * sizeof(T), cu->stream));
+            return KILN_OK;
+        }
+        PickGeo pg;
+        pick_geo(g, in_n, out_n, &pg);
+        constexpr int64_t VEC = VecOf<T>::N;
+        if (C % VEC == 0 && aligned16(dy, x, dx))
+            launch_picked_nhwc<T, (int)VEC>(cu, (const T *)dy, (const T *)x, (T *)dx, pick, N, C, pg);
+        else
+            launch_picked_nhwc<T, 1>(cu, (const T *)dy, (const T *)x, (T *)dx, pick, N, C, pg);
+        KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_picked_nhwc");
     } else {
         maxpool_grad_nhwc_gather<T><<<kiln_cuda_blocks(cu, in_n, THREADS), THREADS, 0, cu->stream>>>(
             (const T *)dy, (const T *)x, (T *)dx, in_n, C, g);
@@ -665,7 +976,7 @@ kiln_status launch_maxpool_grad_nhwc(kiln_cuda *cu, kiln_context *ctx, const voi
 
 template <typename T>
 kiln_status launch_maxpool_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy, const void *x, void *dx,
-                                int64_t NC, PoolGeo g, bool disjoint, bool covered) {
+                                int64_t NC, PoolGeo g, bool disjoint, bool covered, uint8_t *pick) {
     const int64_t in_sz = g.in[0] * g.in[1] * g.in[2], out_sz = g.out[0] * g.out[1] * g.out[2];
     if (NC * in_sz == 0) return KILN_OK;
     const T *dyt = (const T *)dy, *xt = (const T *)x;
@@ -691,6 +1002,18 @@ kiln_status launch_maxpool_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy
         else
             maxpool_grad_windows<T, int64_t><<<blocks, THREADS, 0, cu->stream>>>(dyt, xt, dxt, NC * out_sz, g);
         KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_windows");
+    } else if (pick) { /* the workspace holds one pick per window (pick_geo took g) */
+        if (out_sz == 0) { /* no window: every element of dX is 0 */
+            KILN_CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, (size_t)(NC * in_sz) * sizeof(T), cu->stream));
+            return KILN_OK;
+        }
+        PickGeo pg;
+        pick_geo(g, NC * in_sz, NC * out_sz, &pg);
+        const uint32_t windows = (uint32_t)(NC * out_sz), elems = (uint32_t)(NC * in_sz);
+        maxpool_pick<T><<<kiln_cuda_blocks(cu, windows, THREADS), THREADS, 0, cu->stream>>>(xt, pick, windows, pg);
+        maxpool_grad_picked<T><<<kiln_cuda_blocks(cu, elems, THREADS), THREADS, 0, cu->stream>>>(dyt, pick, dxt, elems,
+                                                                                                  pg);
+        KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_picked");
     } else {
         const unsigned blocks = kiln_cuda_blocks(cu, NC * in_sz, THREADS);
         if (fits)
@@ -805,28 +1128,54 @@ extern "C" kiln_status kiln_cuda_k_gap(kiln_cuda *cu, kiln_op_ctx *c) {
     return st;
 }
 
+/* kiln.MaxPoolGrad's way for c: its geometry, whether the windows are disjoint (and
+ * cover X), and the workspace bytes of the two-pass path (one pick per window, and per
+ * channel in NHWC: dY's element count) when the windows overlap and pick_geo takes them,
+ * else 0. */
+static kiln_status maxpool_grad_plan(kiln_op_ctx *c, PoolGeo *g, bool *disjoint, bool *covered, size_t *pick_bytes) {
+    const kiln_tensor *dy = c->in[0], *x = c->in[1]; // (N, C, out...), (N, C, in...)
+    kiln_status st = pool_geo(c, x, dy, g);
+    if (st) return st;
+    *disjoint = *covered = true;
+    for (int t = 0; t < 3; t++) {
+        if (g->s[t] < (g->k[t] - 1) * g->d[t] + 1) *disjoint = false;
+        int64_t inside = 0;
+        for (int64_t o = 0; o < g->out[t] && *disjoint; o++)
+            for (int64_t j = 0; j < g->k[t]; j++) {
+                const int64_t p = o * g->s[t] - g->pb[t] + j * g->d[t];
+                inside += p >= 0 && p < g->in[t];
+            }
+        if (inside != g->in[t]) *covered = false;
+    }
+    PickGeo pg;
+    *pick_bytes = !*disjoint && pick_geo(*g, kiln_tensor_numel(x), kiln_tensor_numel(dy), &pg)
+                      ? (size_t)kiln_tensor_numel(dy)
+                      : 0;
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_ws_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    (void)cu;
+    PoolGeo g;
+    bool disjoint, covered;
+    return maxpool_grad_plan(c, &g, &disjoint, &covered, bytes);
+}
+
 extern "C" kiln_status kiln_cuda_k_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     const kiln_tensor *dy = c->in[0], *x = c->in[1]; // (N, C, out...), (N, C, in...)
     PoolGeo g;
-    kiln_status st = pool_geo(c, x, dy, &g);
+    bool disjoint, covered;
+    size_t pick_bytes;
+    kiln_status st = maxpool_grad_plan(c, &g, &disjoint, &covered, &pick_bytes);
     if (st) return st;
-    /* disjoint windows, and whether together they cover every input element */
-    bool disjoint = true, covered = true;
-    for (int t = 0; t < 3; t++) {
-        if (g.s[t] < (g.k[t] - 1) * g.d[t] + 1) disjoint = false;
-        int64_t inside = 0;
-        for (int64_t o = 0; o < g.out[t] && disjoint; o++)
-            for (int64_t j = 0; j < g.k[t]; j++) {
-                const int64_t p = o * g.s[t] - g.pb[t] + j * g.d[t];
-                inside += p >= 0 && p < g.in[t];
-            }
-        if (inside != g.in[t]) covered = false;
-    }
+    /* overlapping windows: the two passes when the workspace holds the picks, else the
+     * one-pass gather (each element recomputes its windows' picks) */
+    uint8_t *pick = pick_bytes && c->workspace && c->workspace_size >= pick_bytes ? (uint8_t *)c->workspace : NULL;
     if (x->ndim == 4 && x->format == KILN_FORMAT_NHWC)
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_maxpool_grad_nhwc, cu, c->kctx, dy->data, x->data,
-                               c->out[0]->data, x->dims[0], x->dims[1], g, disjoint, covered);
+                               c->out[0]->data, x->dims[0], x->dims[1], g, disjoint, covered, pick);
     else
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_maxpool_grad, cu, c->kctx, dy->data, x->data,
-                               c->out[0]->data, x->dims[0] * x->dims[1], g, disjoint, covered);
+                               c->out[0]->data, x->dims[0] * x->dims[1], g, disjoint, covered, pick);
     return st;
 }

@@ -228,6 +228,14 @@ static kiln_status grad_forward(kiln_op_ctx *c) {
 /* ------------------------------------------------------------------- tests */
 
 #ifdef KILN_OPTESTS
+/* t (f32) rounded down to whole numbers and clamped at 0, as ReLU outputs in f16 are
+ * often: many zeros and repeated values, so windows hold ties. */
+static kiln_tensor *relu_levels(kiln_tensor *t) {
+    float *d = kiln_tensor_data(t);
+    for (int64_t i = 0; i < kiln_tensor_numel(t); i++) d[i] = d[i] > 0 ? floorf(d[i]) : 0.f;
+    return t;
+}
+
 static int test(void) {
     int fails = 0;
     /* Expected values computed once with numpy (max over each window of the input padded
@@ -548,6 +556,41 @@ static int test(void) {
                                                         NAN, 2, NAN, 1, 0, NAN, 2, 0, 1, NAN, NAN, 2, 0, 1, 0, NAN, NAN, 0,
                                                         1, 0, NAN, 2, 0, NAN, 0, NAN, 2, 0, 1, 0, NAN, 2, 0, 1, 0, NAN))},
                                1, "maxpoolgrad NaN, overlapping");
+    /* Overlapping windows with ties (ReLU-like inputs: most windows hold several zeros or
+     * equal maxima), the CUDA kernels' paths: ResNet's stem pool (3x3 s2 p1) with channel
+     * counts that take 16-byte NHWC vectors in f16 (16) or only in f32 (12) or none (3);
+     * stride 1; ceil_mode; dilations; 1-D; 3-D. */
+    {
+        static const struct {
+            const char *attrs, *what;
+            int nd;
+            int64_t dy[5], x[5];
+        } tie_cases[] = {
+            {"kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", "maxpoolgrad ties 3x3 s2 p1, 16 channels", 4,
+             {2, 16, 6, 5}, {2, 16, 11, 10}},
+            {"kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", "maxpoolgrad ties 3x3 s2 p1, 12 channels", 4,
+             {2, 12, 5, 5}, {2, 12, 9, 9}},
+            {"kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", "maxpoolgrad ties 3x3 s2 p1, 3 channels", 4,
+             {1, 3, 7, 6}, {1, 3, 14, 12}},
+            {"kernel_shape=[3,3];pads=[1,1,1,1]", "maxpoolgrad ties 3x3 s1 p1, 8 channels", 4, {1, 8, 6, 7},
+             {1, 8, 6, 7}},
+            {"kernel_shape=[3,3];strides=[2,2];ceil_mode=1", "maxpoolgrad ties 3x3 s2 ceil_mode, 8 channels", 4,
+             {1, 8, 5, 4}, {1, 8, 10, 8}},
+            {"kernel_shape=[3,2];strides=[2,1];dilations=[2,2];pads=[2,1,1,0]",
+             "maxpoolgrad ties dilated, asymmetric pads, 8 channels", 4, {1, 8, 3, 6}, {1, 8, 7, 7}},
+            {"kernel_shape=[3];strides=[2];pads=[1,1]", "maxpoolgrad ties 1-D k3 s2 p1", 3, {2, 3, 8}, {2, 3, 15}},
+            {"kernel_shape=[3,3,3];strides=[2,2,2];pads=[1,1,1,1,1,1]", "maxpoolgrad ties 3-D k3 s2 p1", 5,
+             {1, 2, 3, 3, 2}, {1, 2, 5, 6, 4}},
+        };
+        for (size_t i = 0; i < sizeof tie_cases / sizeof tie_cases[0]; i++) {
+            const int nd = tie_cases[i].nd;
+            fails += kiln_optest_sweep("MaxPoolGrad", tie_cases[i].attrs, 12, 2,
+                                       (kiln_tensor *[]){kt_rand(KILN_F32, nd, tie_cases[i].dy, -2, 2, 3130 + (int)i),
+                                                        relu_levels(kt_rand(KILN_F32, nd, tie_cases[i].x, -2, 3,
+                                                                            3150 + (int)i))},
+                                       1, tie_cases[i].what);
+        }
+    }
     fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 11, 10), -2, 2, 5029)},
                                1, "maxpool (NHWC) 3x3 s2 p1, 16 channels");
@@ -600,6 +643,13 @@ static int test_grad(void) {
     want = kt_make(KILN_F16, 3, KT_DIMS(1, 1, 3), KT_VALS(0, 0.75, 0));
     fails += kiln_optest("MaxPoolGrad", "kernel_shape=[3];strides=[2];pads=[1,1]", 2, in, 1,
                          &want, 0, 0, "maxpool dX pads f16");
+    /* all taps equal, 3-wide windows at stride 2 over a padded row: each window's first
+     * tap inside X takes its dY (x0, x1, x3), x1 is in two windows but picked by one */
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 1, 3), KT_VALS(1, 2, 4));
+    in[1] = kt_make(KILN_F32, 3, KT_DIMS(1, 1, 5), KT_VALS(0, 0, 0, 0, 0));
+    want = kt_make(KILN_F32, 3, KT_DIMS(1, 1, 5), KT_VALS(1, 2, 0, 4, 0));
+    fails += kiln_optest("MaxPoolGrad", "kernel_shape=[3];strides=[2];pads=[1,1]", 2, in, 1, &want, 0, 0,
+                         "maxpool dX ties in overlapping windows go to each window's first tap");
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 3), NULL);
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
     fails += kiln_optest_fails("MaxPoolGrad", "kernel_shape=[2,2]", 2, in, 1, KILN_ERR_SHAPE,
