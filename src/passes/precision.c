@@ -24,7 +24,9 @@
  *           many terms), the losses, and every op this file does not name: f32 in and out;
  *           Exp and Log (also within a kiln.FusedElementwise) feeding one of them stay f32
  *           too (exp overflows f16 past 11), and so does the arithmetic computing only such
- *           an Exp's argument (x - max(x) of a written-out softmax).
+ *           an Exp's argument (x - max(x) of a written-out softmax). An input read for its
+ *           shape only (KILN_PREC_SHAPE_ANY: kiln.ReduceSumTo's Like) keeps its dtype, so no
+ *           Cast (and no layout conversion before it) copies a forward activation for it.
  *   mixed   the fused loss kiln.LogSoftmaxNLL and its gradient kiln.LogSoftmaxNLLGrad
  *           (src/passes/fuse_loss.c): X (input 0) is read in whatever dtype it has, f32
  *           or L (their kernels compute in f32 either way), so the logits of a low Gemm
@@ -117,7 +119,11 @@ static want want_of(const state *s, int i, int k) {
     switch (s->c[i]) {
     case C_LOW: return exempt(n, k) ? W_F32 : W_LOW;
     case C_FOLLOW: return exempt(n, k) || !s->node_low[i] ? W_F32 : W_LOW;
-    case C_FP32: return W_F32;
+    case C_FP32: { /* kiln.ReduceSumTo(dY, Like) reads Like's shape only */
+        const kiln_op_def *d = kiln_node_def(n);
+        return d && (d->prec_flags & KILN_PREC_SHAPE_ANY) && k < 32 && (d->shape_only_inputs & (1u << k)) ? W_ANY
+                                                                                                        : W_F32;
+    }
     case C_KEEP: { /* Shape(x) and friends read x's shape only */
         const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
         return d && k < 32 && (d->shape_only_inputs & (1u << k)) ? W_ANY : W_F32;
