@@ -101,6 +101,13 @@ static void check_op(const kiln_op_def *d) {
         CHECK((d->f32_inputs & ~ins) == 0, "%s: f32_inputs 0x%x beyond its %d inputs", d->name, d->f32_inputs,
               d->max_inputs);
     }
+    if (d->max_outputs >= 0 && d->max_outputs < 32) {
+        const uint32_t outs = (uint32_t)((1ull << d->max_outputs) - 1);
+        CHECK((d->f32_outputs & ~outs) == 0, "%s: f32_outputs 0x%x beyond its %d outputs", d->name, d->f32_outputs,
+              d->max_outputs);
+    }
+    CHECK(!d->f32_outputs || d->precision == KILN_PREC_LOW, "%s: f32_outputs on an op that is not low precision",
+          d->name);
     if (d->training) {
         const kiln_op_training *t = d->training;
         int states = 0;

@@ -310,9 +310,10 @@ enum {
                                      exp's argument (x - max(x) of a written-out softmax) */
     KILN_PREC_SHRINKS = 1u << 2,  /* output smaller than its input: a Cast is not moved before it */
     KILN_PREC_SOURCE = 1u << 3,   /* an f32 output may be retargeted to L (Cast to f32, Constant) */
-    KILN_PREC_TRAINING_FP32 = 1u << 4, /* f32 in its training form (BatchNormalization) */
-    KILN_PREC_LIKE_X = 1u << 5    /* mixed: output 0 in input 0's dtype, and its optional output 1
+    KILN_PREC_LIKE_X = 1u << 5,   /* mixed: output 0 in input 0's dtype, and its optional output 1
                                      an f32 copy for f32 readers (the fused loss's gradient) */
+    KILN_PREC_SHAPE_ANY = 1u << 6 /* its shape_only_inputs are read in any dtype (no output's dtype
+                                     follows them): an L value is not cast to f32 for its shape */
 };
 
 /* Which NHWC rule of the layout pass (src/passes/layout.c) the op follows. */
@@ -397,6 +398,8 @@ typedef struct kiln_op_def {
     /* Properties (see above): every op declares .precision; the rest default to none. */
     kiln_prec_class precision;
     uint32_t f32_inputs;         /* bit k: input k stays f32 whatever the op computes in */
+    uint32_t f32_outputs;        /* bit k: output k stays f32 (BN's running statistics, its
+                                    gradient's dScale and dB) */
     uint32_t prec_flags;         /* KILN_PREC_EXP_LOG ... */
     kiln_layout_kind layout;
     bool random;                 /* draws random numbers in its training form: never folded */

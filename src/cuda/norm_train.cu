@@ -18,12 +18,14 @@
  *   dMean = -scale / sqrt(var + eps) * dB, dVar = -scale / 2 / (var + eps) * dScale.
  *   The parameter gradients take their parameter's dtype.
  *
- * Why our own kernels and not cuDNN's cudnnBatchNormalizationForwardTrainingEx: the
- * training graph keeps BatchNormalization in f32 NCHW (precision pass: TRAINING_FP32; the
- * layout pass leaves training forms NCHW), where cuDNN's fast NHWC fp16 path does not apply,
- * and cuDNN's running variance is the unbiased one (M / (M - 1)) where ONNX and the CPU
- * reference keep the population variance; its backward also needs the forward's saved
- * statistics, which BatchNormGrad does not take. These kernels are at the bandwidth floor:
+ * Under amp the training graph runs both on f16/bf16 X, Y, dY, dX laid out NHWC, with f32
+ * scale/B/mean/var, running statistics and dScale/dB (the precision pass: the ops'
+ * f32_inputs/f32_outputs; the layout pass: the BN rules).
+ *
+ * Why our own kernels and not cuDNN's cudnnBatchNormalizationForwardTrainingEx: cuDNN's
+ * running variance is the unbiased one (M / (M - 1)) where ONNX and the CPU reference keep
+ * the population variance; its backward also needs the forward's saved statistics, which
+ * BatchNormGrad does not take. These kernels are at the bandwidth floor:
  * two passes over X for the forward, two over (X, dY) for the gradient.
  *
  * Each runs three kernels:

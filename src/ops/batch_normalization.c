@@ -570,18 +570,25 @@ static const kiln_op_training training_form = {
     .output_names = {NULL, "running_mean", "running_var"}, .state_inputs = 0x18u, .state_output = 1,
 };
 
+/* Under fp16/bf16 (src/passes/precision.c) X and Y are L, in training mode too (the CUDA
+ * kernels sum in double and f32; the reference in double); the statistics stay f32. */
 const kiln_op_def kiln_op_batch_normalization = {
     .precision = KILN_PREC_LOW,
     .f32_inputs = 0x1Eu /* scale, B, mean, var: statistics keep their precision */,
-    .prec_flags = KILN_PREC_TRAINING_FP32, .layout = KILN_LAYOUT_BN, .training = &training_form,
+    .f32_outputs = 0x1Eu /* running_mean, running_var */,
+    .layout = KILN_LAYOUT_BN, .training = &training_form,
     .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5,
     .min_outputs = 1, .max_outputs = 5,
     .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
     .cpu_workspace = workspace_sync,
 };
 
+/* dY, X and dX L under fp16/bf16; scale, B, mean, var and the parameter gradients f32 (the
+ * optimizer's master gradients: no Cast between). */
 const kiln_op_def kiln_op_batch_norm_grad = {
-    .precision = KILN_PREC_FP32, .layout = KILN_LAYOUT_BN_GRAD,
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_BN_GRAD,
+    .f32_inputs = 0x3Cu /* scale, B, input_mean, input_var */,
+    .f32_outputs = 0x1Eu /* dScale, dB, dMean, dVar */,
     .name = "BatchNormGrad", .domain = "kiln", .min_inputs = 6, .max_inputs = 6,
     .min_outputs = 3, .max_outputs = 5,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),

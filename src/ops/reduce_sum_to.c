@@ -140,7 +140,7 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_reduce_sum_to = {
-    .precision = KILN_PREC_FP32, .layout = KILN_LAYOUT_SUM_TO,
+    .precision = KILN_PREC_FP32, .prec_flags = KILN_PREC_SHAPE_ANY, .layout = KILN_LAYOUT_SUM_TO,
     .name = "ReduceSumTo", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
     .max_outputs = 1, .shape_only_inputs = 2, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = KILN_OP_TESTS(test), .alias_outputs = 1,

@@ -101,8 +101,10 @@ static const kiln_eltwise eltwise = {
     .arity = 2, .token = "Add",
 };
 
+/* NHWC like the binary ops (the layout pass): the gradient contributions a residual
+ * network's backward adds up stay in the convolutions' layout. */
 const kiln_op_def kiln_op_sum = {
-    .precision = KILN_PREC_LOW, .eltwise = &eltwise,
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_BINARY, .eltwise = &eltwise,
     .name = "Sum", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
 };

@@ -17,7 +17,7 @@
  *   - MaxPool (no Indices output), AveragePool, BatchNormalization (inference, and
  *     training: its running statistics are per-channel vectors, with no layout), the
  *     unary elementwise ops (Relu, Clip, Sigmoid, ..., Identity, inference Dropout) and
- *     the binary ones (Add Sub Mul Div Pow Max Min) on 4-D data: when their data input is
+ *     the binary ones (Add Sub Mul Div Pow Max Min Sum) on 4-D data: when their data input is
  *     already NHWC, so a chain that starts at a convolution continues through them.
  *     A binary op's other operands may stay NCHW when their bytes are the same in both
  *     layouts: rank <= 4 right-aligned to (N, C, H, W) with C == 1 or H*W == 1 (scalars,

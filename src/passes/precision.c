@@ -4,11 +4,17 @@
  *
  * Every node gets a class, declared by its op (kiln_op_def.precision, .f32_inputs and
  * .prec_flags in the op's file; the ops named below are examples):
- *   low     compute ops (Conv, Gemm, MatMul, pools, elementwise math, Resize, inference
+ *   low     compute ops (Conv, Gemm, MatMul, pools, elementwise math, Resize,
  *           BatchNormalization, the fused kiln ops, training's ConvGradInput/Weight/Bias,
- *           MaxPoolGrad and UnaryGrad): f32 inputs are read as L, f32 outputs
- *           become L. BatchNormalization's scale/B/mean/var stay f32 (the op takes mixed
- *           float dtypes, as opset 15 allows): statistics keep their precision.
+ *           MaxPoolGrad, GlobalAveragePoolGrad, UnaryGrad and BatchNormGrad): f32 inputs
+ *           are read as L, f32 outputs become L, except the inputs and outputs the op
+ *           keeps f32 (.f32_inputs, .f32_outputs). BatchNormalization's scale/B/mean/var and running statistics
+ *           stay f32 (the op takes mixed float dtypes, as opset 15 allows), in training
+ *           mode too, and so do kiln.BatchNormGrad's scale/B/mean/var inputs and its
+ *           dScale/dB outputs: X, Y, dY and dX are L, the statistics are summed in f32 or
+ *           double from them (PyTorch's autocast: cuDNN's batch norm on fp16 data with fp32
+ *           statistics and parameters), and the parameter gradients reach the optimizer
+ *           as the f32 master gradients they are, with no Cast.
  *   follow  data movement and selection (Reshape, Concat, Slice, Gather, Pad, Where,
  *           kiln.DropoutGrad,
  *           comparisons...): L when any of their f32 inputs is L, or when every reader
@@ -18,7 +24,9 @@
  *           many terms), the losses, and every op this file does not name: f32 in and out;
  *           Exp and Log (also within a kiln.FusedElementwise) feeding one of them stay f32
  *           too (exp overflows f16 past 11), and so does the arithmetic computing only such
- *           an Exp's argument (x - max(x) of a written-out softmax).
+ *           an Exp's argument (x - max(x) of a written-out softmax). An input read for its
+ *           shape only (KILN_PREC_SHAPE_ANY: kiln.ReduceSumTo's Like) keeps its dtype, so no
+ *           Cast (and no layout conversion before it) copies a forward activation for it.
  *   mixed   the fused loss kiln.LogSoftmaxNLL and its gradient kiln.LogSoftmaxNLLGrad
  *           (src/passes/fuse_loss.c): X (input 0) is read in whatever dtype it has, f32
  *           or L (their kernels compute in f32 either way), so the logits of a low Gemm
@@ -58,6 +66,13 @@ typedef enum want { W_ANY, W_LOW, W_F32 } want;
 static bool exempt(const kiln_node *n, int k) {
     const kiln_op_def *d = kiln_node_def(n);
     return d && k < 32 && (d->f32_inputs & (1u << k));
+}
+
+/* Float outputs that stay f32 when the node computes in L (the op's f32_outputs: BN's
+ * running statistics, its gradient's dScale and dB). */
+static bool exempt_out(const kiln_node *n, int k) {
+    const kiln_op_def *d = kiln_node_def(n);
+    return d && k < 32 && (d->f32_outputs & (1u << k));
 }
 
 static uint32_t prec_flags(const kiln_node *n) {
@@ -104,7 +119,11 @@ static want want_of(const state *s, int i, int k) {
     switch (s->c[i]) {
     case C_LOW: return exempt(n, k) ? W_F32 : W_LOW;
     case C_FOLLOW: return exempt(n, k) || !s->node_low[i] ? W_F32 : W_LOW;
-    case C_FP32: return W_F32;
+    case C_FP32: { /* kiln.ReduceSumTo(dY, Like) reads Like's shape only */
+        const kiln_op_def *d = kiln_node_def(n);
+        return d && (d->prec_flags & KILN_PREC_SHAPE_ANY) && k < 32 && (d->shape_only_inputs & (1u << k)) ? W_ANY
+                                                                                                        : W_F32;
+    }
     case C_KEEP: { /* Shape(x) and friends read x's shape only */
         const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
         return d && k < 32 && (d->shape_only_inputs & (1u << k)) ? W_ANY : W_F32;
@@ -251,7 +270,6 @@ static cls classify(const kiln_node *n, const kiln_tensor *vt, const bool *cst) 
     for (int k = 0; k < n->n_out; k++) all_const = all_const && n->out[k] >= 0 && cst[n->out[k]];
     if (all_const) return C_KEEP;
     if (!d) return C_FP32;
-    if ((d->prec_flags & KILN_PREC_TRAINING_FP32) && kiln_node_training_form(n)) return C_FP32;
     switch (d->precision) {
     case KILN_PREC_LOW: return C_LOW;
     case KILN_PREC_FOLLOW: return C_FOLLOW;
@@ -535,7 +553,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
             s.node_low[i] = low;
         }
         for (int k = 0; k < (s.c[i] == C_MIXED ? 1 : n->n_out); k++)
-            if (n->out[k] >= 0 && s.f32v[n->out[k]]) s.is_low[n->out[k]] = low;
+            if (n->out[k] >= 0 && s.f32v[n->out[k]]) s.is_low[n->out[k]] = low && !exempt_out(n, k);
     }
     /* Data movement whose every reader computes in L moves to L too, so the Cast happens
      * before it: before a Pad, Expand or Concat it touches fewer bytes, and sources behind
@@ -560,7 +578,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         if (!low || f32) continue;
         s.node_low[i] = true;
         for (int k = 0; k < n->n_out; k++)
-            if (n->out[k] >= 0 && s.f32v[n->out[k]]) s.is_low[n->out[k]] = true;
+            if (n->out[k] >= 0 && s.f32v[n->out[k]] && !exempt_out(n, k)) s.is_low[n->out[k]] = true;
     }
     if ((st = rewrite(&s, order, cstart, cons, changed))) goto out;
     if ((st = reorder(&s))) goto out;

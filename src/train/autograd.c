@@ -217,6 +217,7 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
                     st = KILN_ERR_OUT_OF_MEMORY;
                     goto out;
                 }
+                n = &m->nodes[i]; /* the emit may have moved the node array */
             }
         }
     }
