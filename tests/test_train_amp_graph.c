@@ -257,6 +257,12 @@ static void check_resnet(int depth, kiln_precision prec) {
            region, conversions, sum_to, not_low, kiln_dtype_name(low), not_nhwc);
     CHECK(conversions == 0, "%s: %d Cast/ToNCHW/ToNHWC nodes between conv1 and the pool (forward and backward)", label,
           conversions);
+    CHECK(sum_to == 0, "%s: %d conversions around kiln.ReduceSumTo in the region", label, sum_to);
+    /* the residual Adds' gradients need no sum (autograd's shape probes): only fc's bias
+     * gradient, a real sum over the batch, is a kiln.ReduceSumTo */
+    int sum_to_nodes = 0;
+    for (int i = 0; i < nn; i++) sum_to_nodes += is_op(&opt->nodes[i], "ReduceSumTo");
+    CHECK(sum_to_nodes == 1, "%s: %d kiln.ReduceSumTo nodes, want 1 (fc's bias)", label, sum_to_nodes);
     CHECK(not_low == 0, "%s: %d 4-D activations or gradients not %s there", label, not_low, kiln_dtype_name(low));
     CHECK(not_nhwc == 0, "%s: %d 4-D activations or gradients not NHWC there", label, not_nhwc);
 out:

@@ -458,6 +458,9 @@ struct kiln_grad_ctx {
     int *dx;         /* (n_in) */
     const bool *need;/* (n_in) */
     int counter;     /* for unique value names */
+    /* the forward values' shapes at two probes of the symbolic dims (src/passes/passes.h),
+     * or NULL: kiln_grad_unbroadcast emits nothing where they prove the shapes equal */
+    const struct kiln_shape_probes *probes;
 };
 
 #define KILN_GRAD_NODE(g) (&(g)->m->nodes[(g)->node])
@@ -470,8 +473,10 @@ struct kiln_grad_ctx {
  * NULL) adds or overrides. Returns output 0's value index, or -1 (message on the context). */
 int kiln_grad_emit(kiln_grad_ctx *g, const char *domain, const char *op, int n_in, const int *in,
                    int n_out, int *outs, bool copy_attrs, const char *attrs);
-/* The gradient of a value that was broadcast to grad's shape, summed back to like's shape
- * (a no-op node when the shapes agree). Returns a value index or -1. */
+/* The gradient of a value that was broadcast to grad's shape (the forward node's output 0's,
+ * in every caller), summed back to like's shape: grad itself when the shape probes prove
+ * output 0 and like the same shape whatever the batch, else a kiln.ReduceSumTo node.
+ * Returns a value index or -1. */
 int kiln_grad_unbroadcast(kiln_grad_ctx *g, int grad, int like);
 
 /* The registry: ops.def is the one list. */

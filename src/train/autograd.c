@@ -8,6 +8,7 @@
  * Sum nodes. Nothing is zeroed and nothing accumulates across steps.
  */
 #include "../core/internal.h"
+#include "../passes/passes.h" /* kiln_shape_probes */
 #include "autograd.h"
 
 #include <stdio.h>
@@ -71,6 +72,9 @@ int kiln_grad_emit(kiln_grad_ctx *g, const char *domain, const char *op, int n_i
 }
 
 int kiln_grad_unbroadcast(kiln_grad_ctx *g, int grad, int like) {
+    /* a residual Add's gradients: nothing to sum (the node would cost a copy, and under amp
+     * the f32 NCHW conversions around it) */
+    if (grad >= 0 && g->probes && kiln_pass_same_shape(g->probes, KILN_GRAD_OUT(g, 0), like)) return grad;
     int in[2] = {grad, like};
     return kiln_grad_emit(g, "kiln", "ReduceSumTo", 2, in, 1, NULL, false, NULL);
 }
@@ -106,11 +110,29 @@ kiln_status kiln_autograd(kiln_model *m, int loss, int n_params, const int *para
     return kiln_autograd_seeded(m, loss, -1, n_params, params, grads);
 }
 
+/* Whether the graph inputs' symbolic dims are one dim at run time: all of one name, or all
+ * leading dims (the batch: a trainer feeds every input a batch of one size). */
+static bool one_symbolic_dim(const kiln_model *m) {
+    const char *name = NULL;
+    bool named = true, leading = true;
+    for (int i = 0; i < m->n_inputs; i++) {
+        const kiln_value *v = &m->values[m->inputs[i]];
+        for (int d = 0; d < v->ndim; d++) {
+            if (v->dims[d] >= 0) continue;
+            leading &= d == 0;
+            if (!v->dim_param[d] || (name && strcmp(name, v->dim_param[d]) != 0)) named = false;
+            else name = v->dim_param[d];
+        }
+    }
+    return named || leading;
+}
+
 kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params, const int *params, int *grads) {
     kiln_context *ctx = m->ctx;
     const int n_fwd = m->n_nodes;
     int nv0 = m->n_values;
     kiln_status st = KILN_OK;
+    kiln_shape_probes probes = {0}; /* below */
     bool *needs = kiln_calloc(ctx, (size_t)nv0 + 1, sizeof(bool), "autograd");
     bool *reaches = kiln_calloc(ctx, (size_t)nv0 + 1, sizeof(bool), "autograd");
     int *grad = NULL;
@@ -153,6 +175,13 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
     }
     for (int v = 0; v < nv0; v++) grad[v] = -1;
     kiln_grad_ctx g = {.m = m, .node = -1};
+    /* The forward values' shapes under two probes of the symbolic dims, when those probes
+     * tell shapes apart: the symbolic input dims are one dim (the batch), so setting them
+     * all to one probe value keeps dims that differ at run time apart. */
+    if (n_fwd > 0 && one_symbolic_dim(m)) {
+        if ((st = kiln_pass_shape_probes(m, &probes))) goto out;
+        g.probes = &probes;
+    }
     if (n_fwd == 0) {
         st = kiln_fail(ctx, KILN_ERR_GRAPH, "autograd: the graph has no nodes");
         goto out;
@@ -236,6 +265,7 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
         grads[i] = grad[p];
     }
 out:
+    kiln_pass_shape_probes_free(&probes);
     free(needs);
     free(reaches);
     free(grad);
