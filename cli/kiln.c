@@ -1659,7 +1659,9 @@ static int cmd_train(int argc, char **argv) {
         if (k > cd.n_classes)
             printf("note: the model has %lld outputs for the data set's %d classes (the others are never a label)\n",
                    (long long)k, cd.n_classes);
-        if (resnet && kiln_model_resnet(ctx, depth, k, -1, a.seed, a.zero_init_residual, &fwd)) {
+        /* at the training size: with only the batch symbolic, autograd proves the residual
+         * Adds' gradients need no sum (src/train/autograd.c) */
+        if (resnet && kiln_model_resnet(ctx, depth, k, size, a.seed, a.zero_init_residual, &fwd)) {
             rc = fail(ctx, a.model);
             goto out;
         }
