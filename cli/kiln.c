@@ -53,11 +53,12 @@ static const struct { const char *name, *text; } commands[] = {
      "        searches and graph captures inside the first epoch instead of before it)\n"
      "        [--export MODEL.onnx]   (the trained inference graph, input image -> logprobs for\n"
      "        mnist-net, the logits for the others, as ONNX at the end of training)\n"
-     "        [--dist-timeout SEC] [--bucket-mb MB] [--drop-last]   (data parallelism, when started\n"
-     "        by kiln launch, torchrun or mpirun: a rank waiting longer than SEC (300) on the\n"
-     "        others fails; gradients all-reduced in buckets of MB (25); each rank's shard of\n"
-     "        an epoch cut, not padded, to a multiple of the ranks. Rank 0 alone prints and\n"
-     "        writes --save, --json, --plot, --losses and --export)\n"
+     "        [--dist-timeout SEC] [--bucket-mb MB] [--drop-last] [--sync-bn]   (data parallelism,\n"
+     "        when started by kiln launch, torchrun or mpirun: a rank waiting longer than SEC\n"
+     "        (300) on the others fails; gradients all-reduced in buckets of MB (25); each\n"
+     "        rank's shard of an epoch cut, not padded, to a multiple of the ranks;\n"
+     "        BatchNormalization's statistics over every rank's batch (SyncBatchNorm). Rank 0\n"
+     "        alone prints and writes --save, --json, --plot, --losses and --export)\n"
      "        resnets and ONNX models: [--label-smoothing EPS] [--image-size S] (224 unless the ONNX\n"
      "        input fixes it) [--classes K] (the data set's by default) [--resize R] (evaluation:\n"
      "        shorter side to R, then the centre SxS; S*256/224 by default) [--no-augment]\n"
@@ -1430,7 +1431,7 @@ static int cmd_train(int argc, char **argv) {
     enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
            O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
            O_PLOT, O_PLOT_SIZE, O_EXPORT, O_LABEL_SMOOTHING, O_IMAGE_SIZE, O_CLASSES, O_RESIZE, O_NO_AUGMENT,
-           O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT, O_DIST_TIMEOUT, O_BUCKET_MB, O_DROP_LAST };
+           O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT, O_DIST_TIMEOUT, O_BUCKET_MB, O_DROP_LAST, O_SYNC_BN };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -1452,12 +1453,12 @@ static int cmd_train(int argc, char **argv) {
         {"no-flip", no_argument, NULL, O_NO_FLIP},             {"mean", required_argument, NULL, O_MEAN},
         {"std", required_argument, NULL, O_STD},               {"zero-init-residual", no_argument, NULL, O_ZERO_INIT},
         {"dist-timeout", required_argument, NULL, O_DIST_TIMEOUT}, {"bucket-mb", required_argument, NULL, O_BUCKET_MB},
-        {"drop-last", no_argument, NULL, O_DROP_LAST},
+        {"drop-last", no_argument, NULL, O_DROP_LAST},        {"sync-bn", no_argument, NULL, O_SYNC_BN},
         {0}};
     optim_flags of = OPTIM_FLAGS_INIT;
     /* data parallelism (cli/launch.c) */
     double dist_timeout = 0, bucket_mb = 0;
-    int drop_last = 0;
+    int drop_last = 0, sync_bn = 0;
     kiln_dist *dist = NULL;
     for (int c; (c = next_opt("train", argc, argv, longopts)) != -1;) {
         const char *v = optarg;
@@ -1500,6 +1501,7 @@ static int cmd_train(int argc, char **argv) {
         case O_DIST_TIMEOUT: dist_timeout = strtod(v, NULL); break;
         case O_BUCKET_MB: bucket_mb = strtod(v, NULL); break;
         case O_DROP_LAST: drop_last = 1; break;
+        case O_SYNC_BN: sync_bn = 1; break;
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
@@ -1688,6 +1690,7 @@ static int cmd_train(int argc, char **argv) {
         rc = 1;
         goto out;
     }
+    o.sync_bn = dist && sync_bn; /* alone, BatchNormalization's statistics are the batch's anyway */
     if (dist && kiln_dist_rank(dist) != 0) {
         /* rank 0 alone reports and writes files */
         a.save = a.json = a.plot = a.export_path = a.losses = NULL;

@@ -605,8 +605,8 @@ typedef struct kiln_train_options {
     size_t bucket_bytes; /* gradients per all-reduce (0: 25 MiB, PyTorch DDP's) */
     int sync_bn;         /* 1: SyncBatchNorm: BatchNormalization's batch statistics (forward
                             and backward) over every rank's batch, the numbers of one process
-                            holding the whole batch (CPU ranks; CUDA with more than one rank:
-                            KILN_ERR_UNSUPPORTED for now) */
+                            holding the whole batch (CPU ranks: MPI; CUDA: one rank only for
+                            now, more is KILN_ERR_UNSUPPORTED) */
     int drop_last;       /* kiln_trainer_train_epoch's sharding: 1 drops the samples past the
                             last multiple of world size; 0 (default) pads with the first ones
                             (PyTorch's DistributedSampler) */

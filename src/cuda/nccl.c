@@ -18,6 +18,7 @@
  */
 #include "../dist/dist.h"
 #include "cuda_internal.h"
+#include "norm_train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,7 +324,40 @@ kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+kiln_status kiln_cuda_sync_sums(kiln_cuda *cu, kiln_op_ctx *c, const double *in, double *out, int64_t n, int *world) {
+    kiln_context *ctx = cu->ctx;
+    *world = 1;
+    if (kiln_attr_int(c->node, "sync_comm", 0) == 0) {
+        if (out != in)
+            KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(out, in, (size_t)n * sizeof(double), cudaMemcpyDeviceToDevice,
+                                                 cu->stream));
+        return KILN_OK;
+    }
+    kiln_dist *d = kiln_dist_of(c, "sync_comm");
+    if (!d) return KILN_ERR_INVALID_ARGUMENT;
+    nccl_state *s = d->nccl;
+    if (!s) return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "SyncBatchNorm: the communicator has no NCCL (made for the CPU)");
+    if (__atomic_load_n(&s->aborted, __ATOMIC_ACQUIRE)) return aborted(d, c->node->name);
+    if (d->device_index != cu->device)
+        return kiln_op_fail(c, KILN_ERR_INVALID_ARGUMENT, "the communicator is on CUDA device %d, the plan on %d",
+                            d->device_index, cu->device);
+    ncclResult_t r = nc.AllReduce(in, out, (size_t)n, ncclDouble, ncclSum, s->comm, cu->stream);
+    if (r != ncclSuccess) return kiln_op_fail(c, KILN_ERR_DEVICE, "SyncBatchNorm ncclAllReduce: %s", nc.GetErrorString(r));
+    *world = d->size;
+    return KILN_OK;
+}
+
 #else /* CUDA without NCCL: src/dist/nccl_stub.c has the dist entries */
+
+kiln_status kiln_cuda_sync_sums(kiln_cuda *cu, kiln_op_ctx *c, const double *in, double *out, int64_t n, int *world) {
+    *world = 1;
+    if (kiln_attr_int(c->node, "sync_comm", 0) != 0)
+        return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "this build has no NCCL: SyncBatchNorm on CUDA needs it");
+    if (out != in)
+        KILN_CUDA_CHECK(cu->ctx, cudaMemcpyAsync(out, in, (size_t)n * sizeof(double), cudaMemcpyDeviceToDevice,
+                                                 cu->stream));
+    return KILN_OK;
+}
 
 kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c) {
     if (kiln_attr_int(c->node, "comm", 0) != 0)

@@ -231,14 +231,21 @@ __global__ void bn_finalize_fwd(const double *part, float *coef, Params p, int64
     coef[3 * C + c] = (float)load_any(p.p[1], p.dt[1], c);
 }
 
-// part: (P, C, 4); coef: (4, C). One warp per channel.
-__global__ void bn_finalize_grad(const double *part, float *coef, Params p, int64_t C, int64_t P, double M) {
+// part: (P, C, 4); coef: (4, C). One warp per channel. SyncBatchNorm: part holds the sums
+// over every rank (M elements per channel in all), local this rank's, from which dScale and
+// dB are taken (the gradient all-reduce averages them with the other parameters'); else
+// local is part.
+__global__ void bn_finalize_grad(const double *part, const double *local, float *coef, Params p, int64_t C, int64_t P,
+                                 double M) {
     const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (c >= C) return;
-    double s[4];
+    double s[4], l[4];
     channel_sums<4>(part, C, P, c, lane, s);
+    if (local != part) channel_sums<4>(local, C, P, c, lane, l);
     if (lane != 0) return;
+    if (local == part)
+        for (int k = 0; k < 4; k++) l[k] = s[k];
     double mean = load_any(p.p[2], p.dt[2], c), var = load_any(p.p[3], p.dt[3], c);
     if (p.train) {
         mean = M > 0 ? s[0] / M : 0;
@@ -257,8 +264,8 @@ __global__ void bn_finalize_grad(const double *part, float *coef, Params p, int6
     coef[C + c] = (float)b;
     coef[2 * C + c] = (float)mean;
     coef[3 * C + c] = (float)k;
-    if (p.o[0]) store_any(p.o[0], p.odt[0], c, sum_dy_xhat);
-    if (p.o[1]) store_any(p.o[1], p.odt[1], c, sum_dy);
+    if (p.o[0]) store_any(p.o[0], p.odt[0], c, (l[3] - mean * l[2]) * istd);
+    if (p.o[1]) store_any(p.o[1], p.odt[1], c, l[2]);
     if (p.o[2]) store_any(p.o[2], p.odt[2], c, p.train ? 0.0 : -a * sum_dy);
     if (p.o[3]) store_any(p.o[3], p.odt[3], c, p.train ? 0.0 : -0.5 * a * istd * sum_dy_xhat);
 }
@@ -415,9 +422,11 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
         }
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_fwd, cu, c->kctx, g, x->data, part);
     if (st) return st;
+    int world = 1; /* SyncBatchNorm: the partial sums over every rank (equal shapes: equal P) */
+    if ((st = kiln_cuda_sync_sums(cu, c, part, part, g.P * g.C * 2, &world))) return st;
     const int64_t threads = (int64_t)g.C * 32;
     bn_finalize_fwd<<<(unsigned)div_up(threads, THREADS), THREADS, 0, cu->stream>>>(part, coef, p, g.C, g.P,
-                                                                                   (double)g.M);
+                                                                                   (double)g.M * world);
     KILN_CUDA_LAUNCHED(c->kctx, "bn_finalize_fwd");
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, c->out[0]->data, coef);
     return st;
@@ -448,9 +457,13 @@ extern "C" bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n)
     return true;
 }
 
+/* SyncBatchNorm's gradient keeps this rank's partial sums beside the ranks' total */
+static bool synced(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "sync_comm", 0) != 0; }
+static size_t grad_ws_bytes(const kiln_op_ctx *c, const Geo &g) { return ws_bytes(g, 4) + (synced(c) ? part_bytes(g, 4) : 0); }
+
 extern "C" kiln_status kiln_cuda_ws_bn_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     (void)cu;
-    *bytes = ws_bytes(geo_of(c->in[1]), 4);
+    *bytes = grad_ws_bytes(c, geo_of(c->in[1]));
     return KILN_OK;
 }
 
@@ -458,21 +471,25 @@ extern "C" kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     const kiln_tensor *dy = c->in[0], *x = c->in[1]; // (N, C, D1..Dn) or NHWC, both
     const Geo g = geo_of(x);
     if (g.M * g.C == 0) return KILN_OK;
-    kiln_status st = need_ws(c, ws_bytes(g, 4));
+    kiln_status st = need_ws(c, grad_ws_bytes(c, g));
     if (st) return st;
     double *part = (double *)c->workspace;                          // (P, C, 4)
     float *coef = (float *)((char *)c->workspace + part_bytes(g, 4)); // (4, C)
+    double *local = synced(c) ? (double *)((char *)c->workspace + ws_bytes(g, 4)) : part; // (P, C, 4)
     Params p = params_of(c, 2);
     for (int k = 0; k < 4; k++)
         if (has_out(c, 1 + k)) {
             p.o[k] = c->out[1 + k]->data;
             p.odt[k] = c->out[1 + k]->dtype;
         }
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, part);
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, local);
     if (st) return st;
+    int world = 1; /* SyncBatchNorm: this rank's sums kept in local, every rank's into part */
+    if ((st = kiln_cuda_sync_sums(cu, c, local, part, g.P * g.C * 4, &world))) return st;
+    if (world == 1) local = part;
     const int64_t threads = (int64_t)g.C * 32;
-    bn_finalize_grad<<<(unsigned)div_up(threads, THREADS), THREADS, 0, cu->stream>>>(part, coef, p, g.C, g.P,
-                                                                                    (double)g.M);
+    bn_finalize_grad<<<(unsigned)div_up(threads, THREADS), THREADS, 0, cu->stream>>>(part, local, coef, p, g.C, g.P,
+                                                                                    (double)g.M * world);
     KILN_CUDA_LAUNCHED(c->kctx, "bn_finalize_grad");
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_grad, cu, c->kctx, g, dy->data, x->data, c->out[0]->data,
                            coef);

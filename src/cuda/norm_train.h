@@ -46,6 +46,10 @@ bool kiln_cuda_sup_instnorm_grad(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_instnorm_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_instnorm_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 
+/* nccl.c: SyncBatchNorm's sums. n doubles of `in` summed over the ranks of the node's
+ * sync_comm communicator into out (in place when equal), on cu->stream; *world: the ranks
+ * (1, and in copied to out, when the node has no sync_comm). */
+kiln_status kiln_cuda_sync_sums(kiln_cuda *cu, kiln_op_ctx *c, const double *in, double *out, int64_t n, int *world);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,9 @@
  *                                 weights must agree (world size 1: the same computation,
  *                                 within 1e-5 + 1e-4 |w|; more ranks: 1e-4 + 1e-3 |w|), every rank's
  *                                 weights bitwise the same.
+ *   test_dist_gpu --syncbn        the same with resnet18 (BatchNormalization) at 28x28, 8
+ *                                 steps, the ranks with sync_bn: the plain trainer's
+ *                                 BatchNormalization over the combined batch is what they match.
  *   test_dist_gpu --bench [BATCH] [STEPS]   times the step with the communicator (world
  *                                 size 1: NCCL's all-reduce of every gradient bucket in the
  *                                 step) against the plain trainer's, same batch (default
@@ -32,9 +35,18 @@
 
 static int fails;
 
+static int syncbn; /* --syncbn: resnet18 (BatchNormalization) with sync_bn on the ranks */
+
 static kiln_trainer *make(kiln_context *ctx, kiln_dist *d, int device, kiln_status *st) {
     kiln_model *m = NULL;
-    *st = kiln_model_mnist_net(ctx, -1, 42, 0, &m);
+    if (syncbn) {
+        kiln_model *fwd = NULL;
+        *st = kiln_model_resnet(ctx, 18, 10, 28, 42, 0, &fwd);
+        if (!*st) *st = kiln_model_add_classifier_loss(fwd, "logits", 0, &m);
+        kiln_model_free(fwd);
+    } else {
+        *st = kiln_model_mnist_net(ctx, -1, 42, 0, &m);
+    }
     if (*st) return NULL;
     kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
     o.device = KILN_DEVICE_CUDA;
@@ -45,6 +57,7 @@ static kiln_trainer *make(kiln_context *ctx, kiln_dist *d, int device, kiln_stat
     o.strict_fp32 = 1;
     o.deterministic = 1;
     o.dist = d;
+    o.sync_bn = syncbn && d;
     o.bucket_bytes = 1 << 20; /* several buckets */
     kiln_trainer *t = NULL;
     *st = kiln_trainer_create(m, "loss", &o, &t);
@@ -69,6 +82,7 @@ static double time_steps(kiln_trainer *t, const kiln_tensor *x, const kiln_tenso
 
 int main(int argc, char **argv) {
     const bool bench = argc > 1 && !strcmp(argv[1], "--bench");
+    syncbn = argc > 1 && !strcmp(argv[1], "--syncbn");
     kiln_context *ctx = NULL;
     if (kiln_context_create(&ctx)) return 1;
     kiln_dist_options dopt = KILN_DIST_OPTIONS_INIT;
@@ -82,10 +96,10 @@ int main(int argc, char **argv) {
     }
     const int W = kiln_dist_size(d), r = kiln_dist_rank(d), dev = kiln_dist_local_rank(d);
     const int64_t batch = bench && argc > 2 ? atoll(argv[2]) : bench ? 256 : 64;
-    const int steps = bench && argc > 3 ? atoi(argv[3]) : bench ? 200 : 20;
+    const int steps = bench && argc > 3 ? atoi(argv[3]) : bench ? 200 : syncbn ? 8 : 20;
     /* a random data set, the same on every rank (labels 0..9) */
     const int64_t n = (int64_t)W * batch * (steps + 8);
-    const int64_t xd[4] = {n, 1, 28, 28};
+    const int64_t xd[4] = {n, syncbn ? 3 : 1, 28, 28};
     kiln_tensor *x = kiln_tensor_new(ctx, KILN_F32, 4, xd), *y = kiln_tensor_new(ctx, KILN_I64, 1, &n);
     uint64_t s = 12345;
     for (int64_t i = 0; i < kiln_tensor_numel(x); i++) {
