@@ -445,6 +445,10 @@ typedef struct kiln_op_def {
     int (*inplace_input)(const kiln_node *n, int out);
 } kiln_op_def;
 
+/* Is input k in an op's input mask (shape_only_inputs, nondiff_inputs)? Bit 31 stands for
+ * input 31 and every later one, so variadic ops (ConcatGrad: ~1u) cover all their inputs. */
+static inline bool kiln_input_in_mask(uint32_t mask, int k) { return (mask >> (k < 31 ? k : 31)) & 1u; }
+
 /* ------------------------------------------------------------------ autograd */
 
 /* What a gradient rule sees. The forward node is m->nodes[node] (re-read it after emitting:

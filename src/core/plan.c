@@ -86,7 +86,7 @@ static bool is_graph_input(const kiln_model *m, int v) { return m->values[v].is_
 /* Inputs of this node that must have known values at plan time but do not. */
 static int missing_value_input(const kiln_plan *p, const kiln_node *n, const kiln_op_def *d) {
     for (int k = 0; k < n->n_in && k < 32; k++) {
-        if (!(d->value_inputs & (1u << k)) || n->in[k] < 0) continue;
+        if (!kiln_input_in_mask(d->value_inputs, k) || n->in[k] < 0) continue;
         int v = n->in[k];
         if (!p->known[v] && !(is_graph_input(p->m, v) && p->vt[v].data)) return k;
     }
@@ -96,7 +96,7 @@ static int missing_value_input(const kiln_plan *p, const kiln_node *n, const kil
 static bool foldable(const kiln_plan *p, const kiln_node *n, const kiln_op_def *d) {
     if (d->random) return false; /* a new draw every run (Dropout in training mode) */
     for (int k = 0; k < n->n_in; k++) {
-        bool shape_only = k < 32 && (d->shape_only_inputs & (1u << k));
+        bool shape_only = kiln_input_in_mask(d->shape_only_inputs, k);
         if (n->in[k] >= 0 && !p->known[n->in[k]] && !shape_only) return false;
     }
     return true;
@@ -650,7 +650,7 @@ static bool feeds_value_input(const kiln_model *m, int v) {
         const kiln_node *n = &m->nodes[i];
         const kiln_op_def *d = kiln_op_get(n->op);
         for (int k = 0; k < n->n_in && k < 32; k++)
-            if (n->in[k] == v && (d->value_inputs & (1u << k))) return true;
+            if (n->in[k] == v && kiln_input_in_mask(d->value_inputs, k)) return true;
     }
     return false;
 }

@@ -134,7 +134,7 @@ kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor 
             int v = n->in[k];
             ins[k] = v >= 0 ? &vt[v] : NULL;
             if (v < 0) continue;
-            bool needs_data = k < 32 && (d->value_inputs & (1u << k));
+            bool needs_data = kiln_input_in_mask(d->value_inputs, k);
             ok = kiln_dtype_valid(vt[v].dtype) && vt[v].ndim >= 0 && (!needs_data || vt[v].data);
         }
         if (ok) {
@@ -155,7 +155,7 @@ kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor 
         }
         bool fold = !d->random; /* a new draw every run */
         for (int k = 0; k < n->n_in && fold; k++) {
-            bool shape_only = k < 32 && (d->shape_only_inputs & (1u << k));
+            bool shape_only = kiln_input_in_mask(d->shape_only_inputs, k);
             fold = n->in[k] < 0 || vt[n->in[k]].data || shape_only;
         }
         for (int k = 0; k < n->n_out && fold; k++) fold = kiln_tensor_numel(&shapes[k]) <= 64;

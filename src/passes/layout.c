@@ -498,7 +498,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 *w = L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v]) ? KILN_FORMAT_NHWC : WANT_ANY;
             else if (j == 0 && nchw_dropout(n) && L.rank[v] == 4 && L.fmt[v] == KILN_FORMAT_NHWC)
                 *w = WANT_ANY; /* read as it is; Y and the mask stay NCHW */
-            else if (!go && !(d && j < 32 && (d->shape_only_inputs & (1u << j))))
+            else if (!go && !(d && kiln_input_in_mask(d->shape_only_inputs, j)))
                 *w = KILN_FORMAT_NCHW;
         }
     }

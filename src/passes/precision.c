@@ -65,7 +65,7 @@ typedef enum want { W_ANY, W_LOW, W_F32 } want;
  * BN's statistics and affine parameters, Resize's roi and scales, Dropout's ratio). */
 static bool exempt(const kiln_node *n, int k) {
     const kiln_op_def *d = kiln_node_def(n);
-    return d && k < 32 && (d->f32_inputs & (1u << k));
+    return d && kiln_input_in_mask(d->f32_inputs, k);
 }
 
 /* Float outputs that stay f32 when the node computes in L (the op's f32_outputs: BN's
@@ -121,12 +121,12 @@ static want want_of(const state *s, int i, int k) {
     case C_FOLLOW: return exempt(n, k) || !s->node_low[i] ? W_F32 : W_LOW;
     case C_FP32: { /* kiln.ReduceSumTo(dY, Like) reads Like's shape only */
         const kiln_op_def *d = kiln_node_def(n);
-        return d && (d->prec_flags & KILN_PREC_SHAPE_ANY) && k < 32 && (d->shape_only_inputs & (1u << k)) ? W_ANY
+        return d && (d->prec_flags & KILN_PREC_SHAPE_ANY) && kiln_input_in_mask(d->shape_only_inputs, k) ? W_ANY
                                                                                                         : W_F32;
     }
     case C_KEEP: { /* Shape(x) and friends read x's shape only */
         const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
-        return d && k < 32 && (d->shape_only_inputs & (1u << k)) ? W_ANY : W_F32;
+        return d && kiln_input_in_mask(d->shape_only_inputs, k) ? W_ANY : W_F32;
     }
     case C_ANY: return exempt(n, k) ? W_F32 : W_ANY;
     case C_SOURCE: return W_ANY;
@@ -506,7 +506,7 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
         bool c = d && !d->random;
         for (int k = 0; k < n->n_in && c; k++) {
-            bool shape_only = k < 32 && (d->shape_only_inputs & (1u << k));
+            bool shape_only = kiln_input_in_mask(d->shape_only_inputs, k);
             c = n->in[k] < 0 || cst[n->in[k]] || shape_only;
         }
         for (int k = 0; k < n->n_out; k++)

@@ -45,9 +45,9 @@ int kiln_grad_emit(kiln_grad_ctx *g, const char *domain, const char *op, int n_i
     }
     for (int e = 0; e < n_extra; e++) kiln_attr_clear(&extra[e]);
     free(extra);
-    int out_local[16];
+    int out_local[16]; /* callers of more outputs pass outs */
     int *o = outs ? outs : out_local;
-    if (!ok || n_out > 16) {
+    if (!ok || (!outs && n_out > 16)) {
         for (int a = 0; a < n_all; a++) kiln_attr_clear(&all[a]);
         free(all);
         return -1;
@@ -135,7 +135,8 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
     kiln_shape_probes probes = {0}; /* below */
     bool *needs = kiln_calloc(ctx, (size_t)nv0 + 1, sizeof(bool), "autograd");
     bool *reaches = kiln_calloc(ctx, (size_t)nv0 + 1, sizeof(bool), "autograd");
-    int *grad = NULL;
+    int *grad = NULL, *dy = NULL, *dx = NULL;
+    bool *need = NULL;
     if (!needs || !reaches) {
         st = KILN_ERR_OUT_OF_MEMORY;
         goto out;
@@ -152,8 +153,8 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
         const kiln_op_def *d = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
         bool any = false;
         for (int k = 0; k < n->n_in; k++)
-            any |= n->in[k] >= 0 && needs[n->in[k]] && !(d && k < 32 && (d->nondiff_inputs & (1u << k))) &&
-                   !(d && k < 32 && (d->shape_only_inputs & (1u << k)));
+            any |= n->in[k] >= 0 && needs[n->in[k]] && !(d && kiln_input_in_mask(d->nondiff_inputs, k)) &&
+                   !(d && kiln_input_in_mask(d->shape_only_inputs, k));
         for (int k = 0; any && k < n->n_out; k++) {
             kiln_dtype dt = m->values[n->out[k]].dtype;
             needs[n->out[k]] = dt == KILN_DTYPE_UNDEFINED || kiln_dtype_is_float(dt);
@@ -175,6 +176,20 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
     }
     for (int v = 0; v < nv0; v++) grad[v] = -1;
     kiln_grad_ctx g = {.m = m, .node = -1};
+    /* dY, dX and need of one node at a time, as long as the widest node (a DenseNet block's
+     * Concat has one input per layer) */
+    int width = 1;
+    for (int i = 0; i < n_fwd; i++) {
+        if (m->nodes[i].n_in > width) width = m->nodes[i].n_in;
+        if (m->nodes[i].n_out > width) width = m->nodes[i].n_out;
+    }
+    dy = kiln_calloc(ctx, (size_t)width, sizeof *dy, "autograd");
+    dx = kiln_calloc(ctx, (size_t)width, sizeof *dx, "autograd");
+    need = kiln_calloc(ctx, (size_t)width, sizeof *need, "autograd");
+    if (!dy || !dx || !need) {
+        st = KILN_ERR_OUT_OF_MEMORY;
+        goto out;
+    }
     /* The forward values' shapes under two probes of the symbolic dims, when those probes
      * tell shapes apart: the symbolic input dims are one dim (the batch), so setting them
      * all to one probe value keeps dims that differ at run time apart. */
@@ -193,13 +208,7 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
         goto out;
     }
     for (int i = n_fwd - 1; i >= 0; i--) {
-        int dy[16], dx[16];
-        bool need[16];
         const kiln_node *n = &m->nodes[i];
-        if (n->n_out > 16 || n->n_in > 16) {
-            st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "autograd: %s node '%s' has too many operands", n->op_type, n->name);
-            goto out;
-        }
         bool any_dy = false, any_need = false;
         for (int k = 0; k < n->n_out; k++) {
             dy[k] = grad[n->out[k]];
@@ -207,8 +216,8 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
         }
         const kiln_op_def *dd = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
         for (int k = 0; k < n->n_in; k++) {
-            need[k] = n->in[k] >= 0 && needs[n->in[k]] && !(dd && (dd->nondiff_inputs & (1u << k))) &&
-                      !(dd && (dd->shape_only_inputs & (1u << k)));
+            need[k] = n->in[k] >= 0 && needs[n->in[k]] && !(dd && kiln_input_in_mask(dd->nondiff_inputs, k)) &&
+                      !(dd && kiln_input_in_mask(dd->shape_only_inputs, k));
             any_need |= need[k];
             dx[k] = -1;
         }
@@ -266,6 +275,9 @@ kiln_status kiln_autograd_seeded(kiln_model *m, int loss, int seed, int n_params
     }
 out:
     kiln_pass_shape_probes_free(&probes);
+    free(dy);
+    free(dx);
+    free(need);
     free(needs);
     free(reaches);
     free(grad);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_OPS 16
+#define MAX_OPS 40
 
 static int report(const char *label, const char *fmt, ...) KILN_PRINTF(2, 3);
 static int report(const char *label, const char *fmt, ...) {

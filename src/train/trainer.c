@@ -51,13 +51,6 @@ static kiln_status dist_defaults(kiln_context *ctx, kiln_train_options *o) {
                          d->device == KILN_DEVICE_CUDA ? "CUDA" : "CPU", d->device_index,
                          o->device == KILN_DEVICE_CUDA ? "CUDA" : "CPU", o->device_index);
     if (o->bucket_bytes == 0) o->bucket_bytes = (size_t)25 << 20;
-    /* SyncBatchNorm on CUDA (norm_train.cu: the partial sums all-reduced through NCCL) trains
-     * ResNet-50 on 2 GPUs, but test_dist_gpu --syncbn (resnet18, strict fp32) hung on 2
-     * H200s, with and without side streams; until that is understood, more than one CUDA
-     * rank is refused rather than risk a hang. */
-    if (o->sync_bn && d->size > 1 && o->device != KILN_DEVICE_CPU)
-        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
-                         "SyncBatchNorm (sync_bn) over more than one CUDA rank is not supported yet (CPU ranks are)");
     return KILN_OK;
 }
 
@@ -153,7 +146,7 @@ static bool trainable_use(const kiln_model *m, int v) {
         const kiln_node *n = &m->nodes[i];
         const kiln_op_def *d = kiln_op_get(kiln_op_index_domain(n->domain, n->op_type));
         for (int k = 0; k < n->n_in; k++)
-            if (n->in[k] == v && !(d && k < 32 && (d->nondiff_inputs & (1u << k))) && !is_state_use(n, k))
+            if (n->in[k] == v && !(d && kiln_input_in_mask(d->nondiff_inputs, k)) && !is_state_use(n, k))
                 return true;
     }
     return false;
@@ -716,16 +709,19 @@ kiln_status kiln_trainer_export(kiln_trainer *t, const char *output, kiln_model 
         if (n->n_attrs && !attrs) st = KILN_ERR_OUT_OF_MEMORY;
         int copied = 0;
         for (; copied < n->n_attrs && !st; copied++) st = kiln_attr_copy(ctx, &attrs[copied], &n->attrs[copied]);
-        int in[32], o[32];
-        for (int k = 0; k < n->n_in && k < 32; k++) in[k] = n->in[k] >= 0 ? kiln_model_get_value(m, f->values[n->in[k]].name) : -1;
-        for (int k = 0; k < n->n_out && k < 32; k++) o[k] = kiln_model_get_value(m, f->values[n->out[k]].name);
-        if (st || n->n_in > 32 || n->n_out > 32) {
+        int *in = st ? NULL : kiln_calloc(ctx, (size_t)(n->n_in + n->n_out + 1), sizeof *in, "a node's operands");
+        int *o = in ? in + n->n_in : NULL;
+        if (!st && !in) st = KILN_ERR_OUT_OF_MEMORY;
+        for (int k = 0; in && k < n->n_in; k++) in[k] = n->in[k] >= 0 ? kiln_model_get_value(m, f->values[n->in[k]].name) : -1;
+        for (int k = 0; in && k < n->n_out; k++) o[k] = kiln_model_get_value(m, f->values[n->out[k]].name);
+        if (st) {
             for (int a = 0; a < copied; a++) kiln_attr_clear(&attrs[a]);
             free(attrs);
-            if (!st) st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "node '%s' has too many operands", n->name);
+            free(in);
             break;
         }
         int idx = kiln_model_add_node_raw(m, n->op_type, n->name, n->domain, n->n_in, in, n->n_out, o, n->n_attrs, attrs);
+        free(in);
         if (idx < 0) st = KILN_ERR_OUT_OF_MEMORY;
         else m->nodes[idx].opset = n->opset;
     }
