@@ -247,6 +247,177 @@ static int run_fault(kiln_context *ctx, kiln_dist *d, const char *dir, bool kill
     return 1; /* either way this rank did not finish cleanly */
 }
 
+/* `steps` batches of l into out (its indices; at most cap), checking each batch's epoch;
+ * returns the samples taken, -1 on a loader error. */
+static int64_t take(kiln_loader *l, int64_t steps, int64_t epoch, int64_t *out, int64_t cap, int64_t *sizes) {
+    int64_t k = 0;
+    for (int64_t s = 0; s < steps; s++) {
+        const kiln_batch *b = NULL;
+        if (kiln_loader_next(l, &b)) return -1;
+        if (b->epoch != epoch) {
+            kiln_loader_release(l, b);
+            return -1;
+        }
+        if (sizes) sizes[s] = b->size;
+        for (int64_t i = 0; i < b->size; i++) {
+            if (k < cap) out[k] = b->indices[i];
+            k++;
+        }
+        kiln_loader_release(l, b);
+    }
+    return k;
+}
+
+#define RN 23 /* the largest data set of the resume sweep */
+
+/* Resuming mid-epoch on another number of ranks (kiln_loader_seek_sample): for data sets
+ * of N samples, W ranks of batch B consume k steps of epoch 1 (with or without shuffle,
+ * padded or cut shards, with or without drop_last), then W2 ranks of batch B2 continue at
+ * the position the first ones give. The first part must be exactly the first k*B*W
+ * samples of the epoch's order; the second must hold every sample of the rest once, each
+ * rank the same count, padded (fewer than W2 repeats of the first samples) or cut (fewer
+ * than W2 of the last ones missing); the same W and B must go on as the uninterrupted
+ * run; the next epoch must be a W2-rank run's. */
+static void run_resume_loader(kiln_context *ctx) {
+    static const int64_t ns[] = {1, 2, 3, 5, 7, 10, 13, 16, 23};
+    const int64_t xd[2] = {RN, 1}, yd[1] = {RN};
+    kiln_tensor *x = kiln_tensor_new(ctx, KILN_F32, 2, xd), *y = kiln_tensor_new(ctx, KILN_I64, 1, yd);
+    int64_t combos = 0;
+    for (int i = 0; i < RN; i++) ((float *)x->data)[i] = (float)i, ((int64_t *)y->data)[i] = i;
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0] && !fails; ni++)
+        for (int W = 1; W <= 4; W++)
+            for (int B = 1; B <= 4; B++)
+                for (int W2 = 1; W2 <= 4; W2++)
+                    for (int B2 = 1; B2 <= 4; B2++)
+                        for (int flags = 0; flags < 8 && !fails; flags++) {
+                            const int64_t n = ns[ni];
+                            const bool drop = flags & 1, drop_last = flags & 2, shuffle = !(flags & 4);
+                            x->dims[0] = y->dims[0] = n;
+                            int64_t perm[RN], at[RN]; /* the epoch's order and each sample's place in it */
+                            if (shuffle) kiln_loader_permutation(perm, n, 11, 1);
+                            else
+                                for (int64_t i = 0; i < n; i++) perm[i] = i;
+                            for (int64_t i = 0; i < n; i++) at[perm[i]] = i;
+                            kiln_loader_options lo = kiln_loader_options_default();
+                            lo.seed = 11;
+                            lo.workers = 0;
+                            lo.shuffle = shuffle;
+                            lo.drop_last = drop_last;
+                            lo.shard_drop = drop;
+                            kiln_loader *a[4] = {0}, *b[4] = {0}, *c = NULL;
+                            bool ok = true;
+                            lo.batch_size = B;
+                            lo.shard_count = W;
+                            for (int r = 0; r < W && ok; r++) {
+                                lo.shard_rank = r;
+                                ok = !kiln_loader_create(ctx, x, y, &lo, &a[r]);
+                            }
+                            lo.batch_size = B2;
+                            lo.shard_count = W2;
+                            for (int r = 0; r < W2 && ok; r++) {
+                                lo.shard_rank = r;
+                                ok = !kiln_loader_create(ctx, x, y, &lo, &b[r]);
+                            }
+                            if (!ok) { /* no batch at these sizes: the loader says so */
+                                for (int r = 0; r < 4; r++) kiln_loader_free(a[r]), kiln_loader_free(b[r]);
+                                continue;
+                            }
+                            const int64_t steps = kiln_loader_steps_per_epoch(a[0]);
+                            char what[160];
+                            for (int64_t k = 0; k < steps && !fails; k++) {
+                                combos++;
+                                snprintf(what, sizeof what, "N=%lld W=%d B=%d -> W'=%d B'=%d after %lld steps%s%s%s",
+                                         (long long)n, W, B, W2, B2, (long long)k, drop ? " (cut)" : "",
+                                         drop_last ? " (drop_last)" : "", shuffle ? "" : " (no shuffle)");
+                                int64_t seen[RN] = {0}, got[4 * RN], sizes[4][RN], rest[4][RN], cont[RN];
+                                /* the first W ranks: epoch 1's first k steps */
+                                for (int r = 0; r < W; r++) {
+                                    CHECK(!kiln_loader_seek(a[r], 1, 0), "%s: seek", what);
+                                    const int64_t m = take(a[r], k, 1, got, 4 * RN, NULL);
+                                    CHECK(m == k * B, "%s: rank %d took %lld samples, want %lld", what, r, (long long)m,
+                                          (long long)(k * B));
+                                    for (int64_t i = 0; i < m && i < 4 * RN; i++) seen[got[i]]++;
+                                }
+                                const int64_t o = kiln_loader_epoch_sample(a[0], 1, k);
+                                CHECK(o == k * B * W, "%s: position %lld, want %lld", what, (long long)o,
+                                      (long long)(k * B * W));
+                                for (int64_t i = 0; i < n; i++)
+                                    CHECK(seen[i] == (at[i] < o), "%s: sample %lld (place %lld) taken %lld times before",
+                                          what, (long long)i, (long long)at[i], (long long)seen[i]);
+                                /* the W2 ranks: the rest of epoch 1 */
+                                int64_t count[4] = {0}, repeats = 0, missing = 0;
+                                int64_t e = -1, st = -1;
+                                for (int r = 0; r < W2; r++) {
+                                    CHECK(!kiln_loader_seek_sample(b[r], 1, o), "%s: seek_sample: %s", what,
+                                          kiln_context_message(ctx));
+                                    kiln_loader_position(b[r], &e, &st);
+                                    const int64_t left = e == 1 ? kiln_loader_steps_per_epoch(b[r]) - st : 0;
+                                    CHECK(kiln_loader_epoch_sample(b[r], e, st) == (e == 1 ? o : 0),
+                                          "%s: rank %d's position after the seek", what, r);
+                                    count[r] = take(b[r], left, 1, rest[r], RN, sizes[r]);
+                                    CHECK(count[r] >= 0 && count[r] <= RN, "%s: rank %d: %lld samples", what, r,
+                                          (long long)count[r]);
+                                    for (int64_t s = 0; s + 1 < left; s++)
+                                        CHECK(sizes[r][s] == B2, "%s: rank %d: batch %lld of %lld", what, r, (long long)s,
+                                              (long long)sizes[r][s]);
+                                    if (drop_last && left) CHECK(sizes[r][left - 1] == B2, "%s: a partial batch", what);
+                                    CHECK(count[r] == count[0], "%s: rank %d %lld samples, rank 0 %lld", what, r,
+                                          (long long)count[r], (long long)count[0]);
+                                    for (int64_t i = 0; i < count[r] && i < RN; i++) seen[rest[r][i]]++;
+                                    /* then epoch 2 as a W2-rank run's */
+                                    int64_t want[RN];
+                                    const int64_t per = kiln_loader_shard(want, n, 11, 2, shuffle, r, W2, drop);
+                                    const int64_t m = take(b[r], 1, 2, got, 4 * RN, NULL);
+                                    for (int64_t i = 0; i < m && i < per; i++)
+                                        CHECK(got[i] == want[i], "%s: rank %d: epoch 2's sample %lld is %lld, want %lld",
+                                              what, r, (long long)i, (long long)got[i], (long long)want[i]);
+                                }
+                                for (int64_t i = 0; i < n; i++) {
+                                    if (seen[i] > 1) repeats += seen[i] - 1;
+                                    if (seen[i] == 0) missing++;
+                                    /* only the order's last samples may be cut, only its first repeated */
+                                    if (seen[i] == 0)
+                                        CHECK(drop || drop_last, "%s: sample %lld (place %lld) never taken", what,
+                                              (long long)i, (long long)at[i]);
+                                    if (seen[i] > 1)
+                                        CHECK(!drop && at[i] < W2,
+                                              "%s: sample %lld (place %lld) taken %lld times", what, (long long)i,
+                                              (long long)at[i], (long long)seen[i]);
+                                }
+                                const int64_t left_over = n - o;
+                                if (!drop_last) {
+                                    const int64_t per = drop ? left_over / W2 : (left_over + W2 - 1) / W2;
+                                    CHECK(count[0] == per, "%s: %lld samples per rank, want %lld",
+                                          what, (long long)count[0], (long long)per);
+                                    CHECK(missing < W2 && repeats < W2, "%s: %lld missing, %lld repeated", what,
+                                          (long long)missing, (long long)repeats);
+                                }
+                                /* the same ranks and batch: the uninterrupted run */
+                                if (W2 == W && B2 == B)
+                                    for (int r = 0; r < W; r++) {
+                                        lo.shard_rank = r;
+                                        if (kiln_loader_create(ctx, x, y, &lo, &c)) break;
+                                        kiln_loader_seek(c, 1, 0);
+                                        take(c, k, 1, cont, RN, NULL);
+                                        const int64_t m = take(c, steps - k, 1, cont, RN, NULL);
+                                        CHECK(m == count[r], "%s: rank %d: %lld samples resumed, %lld uninterrupted", what,
+                                              r, (long long)count[r], (long long)m);
+                                        for (int64_t i = 0; i < m && i < count[r] && i < RN; i++)
+                                            CHECK(cont[i] == rest[r][i], "%s: rank %d sample %lld: %lld resumed, %lld "
+                                                  "uninterrupted", what, r, (long long)i, (long long)rest[r][i],
+                                                  (long long)cont[i]);
+                                        kiln_loader_free(c);
+                                        c = NULL;
+                                    }
+                            }
+                            for (int r = 0; r < 4; r++) kiln_loader_free(a[r]), kiln_loader_free(b[r]);
+                        }
+    x->dims[0] = y->dims[0] = RN;
+    printf("resume: %lld (N, W, B, W', B', steps done) combinations\n", (long long)combos);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+}
+
 /* DistributedSampler's shards, and a loader taking one */
 static int run_shard(void) {
     for (int64_t n = 1; n <= 13; n++)
@@ -296,6 +467,7 @@ static int run_shard(void) {
                   "batch %d sample %d: index %lld, want %lld", s, i, (long long)b->indices[i], (long long)want[2 * s + i]);
         if (!st) kiln_loader_release(l, b);
     }
+    if (!fails) run_resume_loader(ctx);
     lo.shard_rank = 3;
     kiln_loader *bad = NULL;
     CHECK(kiln_loader_create(ctx, x, y, &lo, &bad) == KILN_ERR_INVALID_ARGUMENT, "shard 3 of 3 accepted");
