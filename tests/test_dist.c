@@ -37,7 +37,10 @@
  *                               of the epoch once (the padding aside), the same weights on
  *                               every rank (bitwise the uninterrupted run's at the saving
  *                               world size and batch), the next epoch this world size's.
- *                               tests/dist_resume.sh runs both.
+ *   test_dist resume-bad DATA_DIR CK  (-np 2 or more) rank 1 reads a file that is not
+ *                               there, rank 0 CK: every rank's load fails, the others naming
+ *                               rank 1, and no rank's weights change.
+ *                               tests/dist_resume.sh runs these three.
  */
 #include "core/internal.h"
 #include "dist/dist.h"
@@ -537,7 +540,7 @@ static void run_resume(kiln_context *ctx, kiln_dist *d, const char *dir, const c
     CHECK(!st, "rank %d: loading %s: %s", r, dir, kiln_context_message(ctx));
     sync_bn = 1; /* BatchNormalization's running statistics the same on every rank */
     kiln_trainer *t = st ? NULL : make_trainer(ctx, d, 0, 1, &st);
-    kiln_loader *l = t ? resume_loader(ctx, d, x, y, batch) : NULL;
+    kiln_loader *l = t ? resume_loader(ctx, d, x, y, batch ? batch : BATCH) : NULL;
     CHECK(l, "rank %d: trainer and loader: %s", r, kiln_context_message(ctx));
     int64_t *idx = calloc(N_DATA, sizeof *idx), *all = calloc((size_t)W * N_DATA, sizeof *all), count = 0;
     const int64_t steps = l ? kiln_loader_steps_per_epoch(l) : 0;
@@ -574,6 +577,16 @@ static void run_resume(kiln_context *ctx, kiln_dist *d, const char *dir, const c
         goto out;
     }
     kiln_train_position pos;
+    if (batch == 0) { /* resume-bad: rank 1 lacks the file */
+        const uint64_t before = weights_hash(t);
+        snprintf(path, sizeof path, "%s.missing", ck);
+        st = kiln_trainer_load_position(t, r == 1 ? path : ck, &pos);
+        CHECK(st && (r == 1 || strstr(kiln_context_message(ctx), "rank 1 of")),
+              "rank %d: a rank without the checkpoint: %s", r, st ? kiln_context_message(ctx) : "loaded");
+        CHECK(weights_hash(t) == before, "rank %d: the weights changed although the load failed", r);
+        if (st) printf("rank %d: %s\n", r, kiln_context_message(ctx));
+        goto out;
+    }
     st = kiln_trainer_load_position(t, ck, &pos);
     CHECK(!st, "rank %d: load: %s", r, kiln_context_message(ctx));
     if (st) goto out;
@@ -668,7 +681,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "shard")) return run_shard();
     if (argc < 3) {
         fprintf(stderr, "usage: test_dist same|accumulate|syncbn|mismatch|hang|kill DATA_DIR, resume-save DATA_DIR CK, "
-                        "resume-load DATA_DIR CK BATCH\n");
+                        "resume-load DATA_DIR CK BATCH, resume-bad DATA_DIR CK\n");
         return 2;
     }
     if (access(argv[2], R_OK)) {
@@ -696,7 +709,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "accumulate")) run_same(ctx, d, argv[2], 2);
     else if (!strcmp(argv[1], "mismatch")) run_mismatch(ctx, d, argv[2]);
     else if (!strcmp(argv[1], "resume-save") && argc == 4) run_resume(ctx, d, argv[2], argv[3], BATCH, true);
-    else if (!strcmp(argv[1], "resume-load") && argc == 5) run_resume(ctx, d, argv[2], argv[3], atoll(argv[4]), false);
+    else if (!strcmp(argv[1], "resume-load") && argc == 5 && atoll(argv[4]) > 0)
+        run_resume(ctx, d, argv[2], argv[3], atoll(argv[4]), false);
+    else if (!strcmp(argv[1], "resume-bad") && argc == 4) run_resume(ctx, d, argv[2], argv[3], 0, false);
     else if (!strcmp(argv[1], "hang")) rc = run_fault(ctx, d, argv[2], false);
     else if (!strcmp(argv[1], "kill")) rc = run_fault(ctx, d, argv[2], true);
     else {
