@@ -89,8 +89,12 @@ static const struct { const char *name, *text; } commands[] = {
      "      trained state is left as it was. --resume FILE goes on from a checkpoint that\n"
      "      --save wrote (at the end of each epoch, or where --max-steps stopped) up to\n"
      "      --epochs in all: a run that already reached --epochs has nothing left to do\n"
-     "      (an error; raise --epochs to train further). --batch must not exceed the\n"
-     "      training set.\n"},
+     "      (an error; raise --epochs to train further). A checkpoint resumes on any number\n"
+     "      of ranks and any --batch: the rest of its epoch (the samples of the epoch's order\n"
+     "      not yet trained on, each once) is split across this run's ranks, and the step\n"
+     "      counters, which the learning-rate schedule reads, are set to this run's\n"
+     "      position (docs/train.md; on CUDA the position must fall on one of this run's\n"
+     "      steps). --batch must not exceed the training set.\n"},
     {"launch",
      "  launch --nproc N [--master-addr A] [--master-port P] -- COMMAND ARGS...\n"
      "      Start N processes of COMMAND on this host (e.g. kiln train ... --device cuda,\n"
@@ -1742,9 +1746,38 @@ static int cmd_train(int argc, char **argv) {
         goto out;
     }
     int64_t epoch = 0, step = 0, resume_epoch = 0, resume_step = 0;
+    /* a checkpoint's position in samples of its epoch's order: the rest of that epoch on
+     * this run's ranks and batch, whatever the saving run's (docs/train.md) */
+    kiln_train_position rp = {.sample = -1};
+    const int world = kiln_dist_size(dist);
     if (a.resume) {
-        if (kiln_trainer_load(t, a.resume, &epoch, &step) || kiln_loader_seek(l, epoch, step)) {
+        if (kiln_trainer_load_position(t, a.resume, &rp) ||
+            (rp.sample >= 0 ? kiln_loader_seek_sample(l, rp.epoch, rp.sample) : kiln_loader_seek(l, rp.epoch, rp.step_in_epoch))) {
             rc = fail(ctx, a.resume);
+            goto out;
+        }
+        kiln_loader_position(l, &epoch, &step);
+        if (rp.sample >= 0 && (rp.world_size != world || rp.batch != a.batch)) {
+            /* the schedule counts optimizer steps of this run's epochs: set the counters to
+             * where a run of this world size and batch would be */
+            printf("note: %s was saved by %lld rank(s) of batch %lld at sample %lld of epoch %lld; this run "
+                   "goes on with %d rank(s) of batch %lld from step %lld of %lld (step counters set to this run's)\n",
+                   a.resume, (long long)rp.world_size, (long long)rp.batch, (long long)rp.sample, (long long)rp.epoch + 1,
+                   world, (long long)a.batch, (long long)step, (long long)steps);
+            if (kiln_trainer_set_steps(t, epoch * steps + step)) {
+                rc = fail(ctx, a.resume);
+                goto out;
+            }
+        }
+        if (o.device == KILN_DEVICE_CUDA && epoch == rp.epoch && rp.sample > 0 &&
+            kiln_loader_epoch_sample(l, epoch, step) != step * a.batch * world) {
+            /* kiln_trainer_train_epoch shards an epoch from its start */
+            fprintf(stderr, "kiln train: %s is at sample %lld of epoch %lld, not a multiple of %d rank(s) x batch %lld: "
+                            "on CUDA a run resumes at one of its own steps (resume with a world size and --batch whose "
+                            "product divides it, e.g. the saving run's %lld x %lld, or on the CPU)\n",
+                    a.resume, (long long)rp.sample, (long long)rp.epoch + 1, world, (long long)a.batch,
+                    (long long)rp.world_size, (long long)rp.batch);
+            rc = 1;
             goto out;
         }
         if (epoch >= a.epochs) {
@@ -1795,7 +1828,9 @@ static int cmd_train(int argc, char **argv) {
             kiln_loader_free(l);
             l = NULL;
             if ((rc = classifier_epoch(ctx, &cd, a.seed, epoch, &d))) goto out;
-            if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l) || kiln_loader_seek(l, epoch, step)) {
+            if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l) ||
+                (epoch == rp.epoch && rp.sample >= 0 ? kiln_loader_seek_sample(l, epoch, rp.sample)
+                                                     : kiln_loader_seek(l, epoch, step))) {
                 rc = fail(ctx, "loader");
                 goto out;
             }
@@ -1849,7 +1884,10 @@ static int cmd_train(int argc, char **argv) {
         double secs = (now_ms() - te) / 1000;
         if (a.save) {
             bool end = step >= steps;
-            if (kiln_trainer_save(t, a.save, end ? epoch + 1 : epoch, end ? 0 : step)) {
+            const kiln_train_position sp = {.epoch = end ? epoch + 1 : epoch,
+                                            .sample = end ? 0 : kiln_loader_epoch_sample(l, epoch, step),
+                                            .step_in_epoch = end ? 0 : step, .world_size = world, .batch = a.batch};
+            if (kiln_trainer_save_position(t, a.save, &sp)) {
                 rc = fail(ctx, a.save);
                 goto out;
             }

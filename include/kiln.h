@@ -678,6 +678,31 @@ kiln_status kiln_trainer_stats(const kiln_trainer *t, kiln_train_stats *out);
 kiln_status kiln_trainer_save(kiln_trainer *t, const char *path, int64_t epoch, int64_t step_in_epoch);
 kiln_status kiln_trainer_load(kiln_trainer *t, const char *path, int64_t *epoch, int64_t *step_in_epoch);
 
+/* Resuming on any number of ranks. Where a checkpoint is in the data, in units that no
+ * world size or batch changes, for kiln_loader_seek_sample. */
+typedef struct kiln_train_position {
+    int64_t epoch;         /* the epoch under way (0-based); at an epoch's end the next one, sample 0 */
+    int64_t sample;        /* samples of that epoch's global order consumed by all ranks together
+                              (kiln_loader_epoch_sample); -1: not recorded (kiln_trainer_save, and
+                              checkpoints older than this field: step_in_epoch only) */
+    int64_t step_in_epoch; /* the saving run's step in the epoch (its world size's and batch's) */
+    int64_t world_size;    /* the saving run's ranks (saving 0: the trainer's); 0 when not recorded */
+    int64_t batch;         /* its per-rank batch; 0 when not recorded */
+} kiln_train_position;
+/* kiln_trainer_save / kiln_trainer_load with the whole position. With data parallelism
+ * rank 0 alone saves; every rank loads the same file (a shared file system, or a copy on
+ * every host) and must call the load: the ranks check, before any restores anything,
+ * that each read a loadable checkpoint and the same one (its counters and position), else
+ * every rank fails naming the rank. Weights, optimizer state, loss scale and running
+ * statistics are then the same on every rank (rank 0's when it saved). */
+kiln_status kiln_trainer_save_position(kiln_trainer *t, const char *path, const kiln_train_position *pos);
+kiln_status kiln_trainer_load_position(kiln_trainer *t, const char *path, kiln_train_position *pos);
+/* Set the step counters as a run's after `micro_steps` micro-batches (rounded down to a
+ * whole optimizer step): the learning-rate schedule, counted in optimizer steps, goes on
+ * from there. For a run resumed with another world size or batch, whose epochs have
+ * another number of steps (see kiln train --resume in docs/train.md). */
+kiln_status kiln_trainer_set_steps(kiln_trainer *t, int64_t micro_steps);
+
 /* Model builders (kiln_model_mnist_net...) are declared in kiln_models.h. */
 
 /* -------------------------------------------------------------- op registry */

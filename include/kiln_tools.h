@@ -160,6 +160,14 @@ void kiln_loader_permutation(int64_t *perm, int64_t n, uint64_t seed, int64_t ep
  * ceil(n / count), or floor(n / count) with drop. */
 int64_t kiln_loader_shard(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int rank, int count,
                           bool drop);
+/* The same for the rest of an epoch whose first `offset` positions of the order were
+ * already consumed (a run resumed mid-epoch, possibly saved by another number of ranks):
+ * positions offset + rank, offset + rank + count, ... of the order padded with its first
+ * samples (or cut, with drop, to a multiple of count of the n - offset left). Returns
+ * ceil((n - offset) / count), or floor with drop; 0 when offset >= n. Offset 0 is
+ * kiln_loader_shard. */
+int64_t kiln_loader_shard_from(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int rank,
+                               int count, bool drop, int64_t offset);
 
 /* The defaults above. */
 kiln_loader_options kiln_loader_options_default(void);
@@ -215,6 +223,20 @@ kiln_status kiln_loader_release(kiln_loader *l, const kiln_batch *b);
 /* Continue the stream at (epoch, step): for resuming a run. Batches prefetched so far are
  * dropped. The caller must hold no batch. */
 kiln_status kiln_loader_seek(kiln_loader *l, int64_t epoch, int64_t step);
+/* Resuming on any number of ranks. A position in an epoch that does not depend on the
+ * world size or batch: `sample` positions of the epoch's global order consumed (with
+ * shard_count W loaders of batch B, after k steps of each: k * B * W, as the shards
+ * interleave). kiln_loader_epoch_sample gives it before step `step` of `epoch` (the
+ * data set's size from the epoch's last step on); kiln_loader_seek_sample continues the
+ * stream there: the rest of that epoch, positions sample .. N-1 of its order, is sharded
+ * across this loader's shard_count ranks (kiln_loader_shard_from: every sample once,
+ * equal shards, padded or cut as shard_drop says) in batches of this loader's size, and
+ * numbered as the epoch's last steps (kiln_loader_position then gives the first of
+ * them); later epochs are whole. Sample 0 is kiln_loader_seek(l, epoch, 0); a sample
+ * that leaves no batch (>= N, or less than a batch left with drop_last) goes on at the
+ * next epoch's start. kiln_loader_seek forgets a resumed epoch. */
+kiln_status kiln_loader_seek_sample(kiln_loader *l, int64_t epoch, int64_t sample);
+int64_t kiln_loader_epoch_sample(const kiln_loader *l, int64_t epoch, int64_t step);
 
 /* ------------------------------------------------------------ image folders */
 

@@ -2,6 +2,7 @@
 # kiln train's edge cases on a tiny MNIST-format data set written here (1280 training
 # images, 40 steps of 32 per epoch; 80 test images):
 #   cli_train.sh KILN WORKDIR resume_rate | resume_finished | batch_too_large | max_steps_progress
+#   cli_train.sh KILN WORKDIR resume_ranks MPIRUN
 # resume_rate: after --resume the progress line's steps/s counts only the steps this
 #   process ran (rate x epoch seconds = steps run, not the step index reached).
 # resume_finished: --resume of a finished run (--epochs 1 --save) says there is nothing
@@ -10,8 +11,12 @@
 # batch_too_large: --batch 10000000 is refused naming both numbers, before any allocation.
 # max_steps_progress: under --max-steps 3 the progress counts to step 3 (not the epoch's
 #   40), and on a terminal (script(1)) the bar's line ends before the summary lines.
+# resume_ranks: a checkpoint saved mid-epoch by 2 ranks (mpirun) resumes on 3 ranks and on
+#   one process with another --batch: each says where (the sample, the saving ranks and
+#   batch, its own step) and trains exactly the steps the epoch's rest makes at its world
+#   size and batch; a mid-epoch checkpoint of the latter resumes on 2 ranks again.
 set -u
-KILN=$1 DIR=$2 CASE=$3
+KILN=$1 DIR=$2 CASE=$3 MPIRUN=${4:-mpirun}
 fail() { echo "FAIL $CASE: $*"; exit 1; }
 rm -rf "$DIR" && mkdir -p "$DIR" || fail "cannot make $DIR"
 D=$DIR/data
@@ -82,6 +87,30 @@ max_steps_progress)
     cat "$DIR/b.out"
     grep -q "\] 3/3 " "$DIR/b.out" || fail "the bar does not count to 3/3"
     grep -q "^epoch 1: " "$DIR/b.out" || fail "the bar's line is not ended before 'epoch 1: ...'"
+    ;;
+resume_ranks)
+    # 1280 samples, 2 ranks of 32: 20 steps per epoch; 7 steps leave 1280 - 448 = 832
+    $MPIRUN -np 2 $T --max-steps 7 --save "$CK" >"$DIR/a.out" 2>&1 || fail "2 ranks: $(cat "$DIR/a.out")"
+    # 3 ranks of 32: 14 steps per epoch; the 832 left are 278 per rank (padded), 9 steps
+    $MPIRUN -np 3 $T --resume "$CK" --losses "$DIR/l3" >"$DIR/b.out" 2>&1 || fail "3 ranks: $(cat "$DIR/b.out")"
+    cat "$DIR/b.out"
+    grep -q "saved by 2 rank(s) of batch 32 at sample 448 of epoch 1; this run goes on with 3 rank(s) of batch 32 from step 5 of 14" \
+        "$DIR/b.out" || fail "3 ranks: no note of the position"
+    grep -q "resumed from .* at epoch 1 step 5" "$DIR/b.out" || fail "3 ranks: not resumed at step 5"
+    [ "$(wc -l <"$DIR/l3")" -eq 9 ] || fail "3 ranks trained $(wc -l <"$DIR/l3") steps, not 9"
+    # one process of 16: 80 steps per epoch, the 832 left are 52; 10 of them, then a save
+    $T --resume "$CK" --batch 16 --max-steps 10 --save "$DIR/ck2.safetensors" --losses "$DIR/l1" >"$DIR/c.out" 2>&1 ||
+        fail "one process: $(cat "$DIR/c.out")"
+    cat "$DIR/c.out"
+    grep -q "this run goes on with 1 rank(s) of batch 16 from step 28 of 80" "$DIR/c.out" || fail "one process: no note"
+    [ "$(wc -l <"$DIR/l1")" -eq 10 ] || fail "one process trained $(wc -l <"$DIR/l1") steps, not 10"
+    # 448 + 160 = 608 taken; 2 ranks of 32: the 672 left are 11 steps of 20 (4 run here)
+    $MPIRUN -np 2 $T --resume "$DIR/ck2.safetensors" --max-steps 4 --losses "$DIR/l2" >"$DIR/d.out" 2>&1 ||
+        fail "2 ranks again: $(cat "$DIR/d.out")"
+    cat "$DIR/d.out"
+    grep -q "saved by 1 rank(s) of batch 16 at sample 608 of epoch 1; this run goes on with 2 rank(s) of batch 32 from step 9 of 20" \
+        "$DIR/d.out" || fail "2 ranks again: no note of the position"
+    grep -q "resumed from .* at epoch 1 step 9" "$DIR/d.out" || fail "2 ranks again: not resumed at step 9"
     ;;
 *) fail "unknown case" ;;
 esac

@@ -24,7 +24,23 @@
  *   test_dist kill DATA_DIR     rank 1 dies (SIGKILL) at step 3: mpirun stops the others.
  *   test_dist shard             (no MPI) kiln_loader_shard and a sharded loader: the shards
  *                               of W ranks interleave into the epoch's permutation, padded
- *                               with its first samples or cut, every shard the same length.
+ *                               with its first samples or cut, every shard the same length;
+ *                               a loader resumed mid-epoch on another number of ranks and
+ *                               batch (kiln_loader_seek_sample), many sizes.
+ *   test_dist resume-save DATA_DIR CK   (under mpirun -np 2) the syncbn model trained for
+ *                               4 steps of 32 per rank with a sharded loader, then rank 0
+ *                               saves CK with its position; the consumed indices go to
+ *                               CK.idx; then the ranks finish the epoch uninterrupted and
+ *                               rank 0 writes the weights' hash to CK.hash.
+ *   test_dist resume-load DATA_DIR CK B  (any -np) every rank loads CK and finishes its
+ *                               epoch in batches of B: together with CK.idx every sample
+ *                               of the epoch once (the padding aside), the same weights on
+ *                               every rank (bitwise the uninterrupted run's at the saving
+ *                               world size and batch), the next epoch this world size's.
+ *   test_dist resume-bad DATA_DIR CK  (-np 2 or more) rank 1 reads a file that is not
+ *                               there, rank 0 CK: every rank's load fails, the others naming
+ *                               rank 1, and no rank's weights change.
+ *                               tests/dist_resume.sh runs these three.
  */
 #include "core/internal.h"
 #include "dist/dist.h"
@@ -247,6 +263,177 @@ static int run_fault(kiln_context *ctx, kiln_dist *d, const char *dir, bool kill
     return 1; /* either way this rank did not finish cleanly */
 }
 
+/* `steps` batches of l into out (its indices; at most cap), checking each batch's epoch;
+ * returns the samples taken, -1 on a loader error. */
+static int64_t take(kiln_loader *l, int64_t steps, int64_t epoch, int64_t *out, int64_t cap, int64_t *sizes) {
+    int64_t k = 0;
+    for (int64_t s = 0; s < steps; s++) {
+        const kiln_batch *b = NULL;
+        if (kiln_loader_next(l, &b)) return -1;
+        if (b->epoch != epoch) {
+            kiln_loader_release(l, b);
+            return -1;
+        }
+        if (sizes) sizes[s] = b->size;
+        for (int64_t i = 0; i < b->size; i++) {
+            if (k < cap) out[k] = b->indices[i];
+            k++;
+        }
+        kiln_loader_release(l, b);
+    }
+    return k;
+}
+
+#define RN 23 /* the largest data set of the resume sweep */
+
+/* Resuming mid-epoch on another number of ranks (kiln_loader_seek_sample): for data sets
+ * of N samples, W ranks of batch B consume k steps of epoch 1 (with or without shuffle,
+ * padded or cut shards, with or without drop_last), then W2 ranks of batch B2 continue at
+ * the position the first ones give. The first part must be exactly the first k*B*W
+ * samples of the epoch's order; the second must hold every sample of the rest once, each
+ * rank the same count, padded (fewer than W2 repeats of the first samples) or cut (fewer
+ * than W2 of the last ones missing); the same W and B must go on as the uninterrupted
+ * run; the next epoch must be a W2-rank run's. */
+static void run_resume_loader(kiln_context *ctx) {
+    static const int64_t ns[] = {1, 2, 3, 5, 7, 10, 13, 16, 23};
+    const int64_t xd[2] = {RN, 1}, yd[1] = {RN};
+    kiln_tensor *x = kiln_tensor_new(ctx, KILN_F32, 2, xd), *y = kiln_tensor_new(ctx, KILN_I64, 1, yd);
+    int64_t combos = 0;
+    for (int i = 0; i < RN; i++) ((float *)x->data)[i] = (float)i, ((int64_t *)y->data)[i] = i;
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0] && !fails; ni++)
+        for (int W = 1; W <= 4; W++)
+            for (int B = 1; B <= 4; B++)
+                for (int W2 = 1; W2 <= 4; W2++)
+                    for (int B2 = 1; B2 <= 4; B2++)
+                        for (int flags = 0; flags < 8 && !fails; flags++) {
+                            const int64_t n = ns[ni];
+                            const bool drop = flags & 1, drop_last = flags & 2, shuffle = !(flags & 4);
+                            x->dims[0] = y->dims[0] = n;
+                            int64_t perm[RN], at[RN]; /* the epoch's order and each sample's place in it */
+                            if (shuffle) kiln_loader_permutation(perm, n, 11, 1);
+                            else
+                                for (int64_t i = 0; i < n; i++) perm[i] = i;
+                            for (int64_t i = 0; i < n; i++) at[perm[i]] = i;
+                            kiln_loader_options lo = kiln_loader_options_default();
+                            lo.seed = 11;
+                            lo.workers = 0;
+                            lo.shuffle = shuffle;
+                            lo.drop_last = drop_last;
+                            lo.shard_drop = drop;
+                            kiln_loader *a[4] = {0}, *b[4] = {0}, *c = NULL;
+                            bool ok = true;
+                            lo.batch_size = B;
+                            lo.shard_count = W;
+                            for (int r = 0; r < W && ok; r++) {
+                                lo.shard_rank = r;
+                                ok = !kiln_loader_create(ctx, x, y, &lo, &a[r]);
+                            }
+                            lo.batch_size = B2;
+                            lo.shard_count = W2;
+                            for (int r = 0; r < W2 && ok; r++) {
+                                lo.shard_rank = r;
+                                ok = !kiln_loader_create(ctx, x, y, &lo, &b[r]);
+                            }
+                            if (!ok) { /* no batch at these sizes: the loader says so */
+                                for (int r = 0; r < 4; r++) kiln_loader_free(a[r]), kiln_loader_free(b[r]);
+                                continue;
+                            }
+                            const int64_t steps = kiln_loader_steps_per_epoch(a[0]);
+                            char what[160];
+                            for (int64_t k = 0; k < steps && !fails; k++) {
+                                combos++;
+                                snprintf(what, sizeof what, "N=%lld W=%d B=%d -> W'=%d B'=%d after %lld steps%s%s%s",
+                                         (long long)n, W, B, W2, B2, (long long)k, drop ? " (cut)" : "",
+                                         drop_last ? " (drop_last)" : "", shuffle ? "" : " (no shuffle)");
+                                int64_t seen[RN] = {0}, got[4 * RN], sizes[4][RN], rest[4][RN], cont[RN];
+                                /* the first W ranks: epoch 1's first k steps */
+                                for (int r = 0; r < W; r++) {
+                                    CHECK(!kiln_loader_seek(a[r], 1, 0), "%s: seek", what);
+                                    const int64_t m = take(a[r], k, 1, got, 4 * RN, NULL);
+                                    CHECK(m == k * B, "%s: rank %d took %lld samples, want %lld", what, r, (long long)m,
+                                          (long long)(k * B));
+                                    for (int64_t i = 0; i < m && i < 4 * RN; i++) seen[got[i]]++;
+                                }
+                                const int64_t o = kiln_loader_epoch_sample(a[0], 1, k);
+                                CHECK(o == k * B * W, "%s: position %lld, want %lld", what, (long long)o,
+                                      (long long)(k * B * W));
+                                for (int64_t i = 0; i < n; i++)
+                                    CHECK(seen[i] == (at[i] < o), "%s: sample %lld (place %lld) taken %lld times before",
+                                          what, (long long)i, (long long)at[i], (long long)seen[i]);
+                                /* the W2 ranks: the rest of epoch 1 */
+                                int64_t count[4] = {0}, repeats = 0, missing = 0;
+                                int64_t e = -1, st = -1;
+                                for (int r = 0; r < W2; r++) {
+                                    CHECK(!kiln_loader_seek_sample(b[r], 1, o), "%s: seek_sample: %s", what,
+                                          kiln_context_message(ctx));
+                                    kiln_loader_position(b[r], &e, &st);
+                                    const int64_t left = e == 1 ? kiln_loader_steps_per_epoch(b[r]) - st : 0;
+                                    CHECK(kiln_loader_epoch_sample(b[r], e, st) == (e == 1 ? o : 0),
+                                          "%s: rank %d's position after the seek", what, r);
+                                    count[r] = take(b[r], left, 1, rest[r], RN, sizes[r]);
+                                    CHECK(count[r] >= 0 && count[r] <= RN, "%s: rank %d: %lld samples", what, r,
+                                          (long long)count[r]);
+                                    for (int64_t s = 0; s + 1 < left; s++)
+                                        CHECK(sizes[r][s] == B2, "%s: rank %d: batch %lld of %lld", what, r, (long long)s,
+                                              (long long)sizes[r][s]);
+                                    if (drop_last && left) CHECK(sizes[r][left - 1] == B2, "%s: a partial batch", what);
+                                    CHECK(count[r] == count[0], "%s: rank %d %lld samples, rank 0 %lld", what, r,
+                                          (long long)count[r], (long long)count[0]);
+                                    for (int64_t i = 0; i < count[r] && i < RN; i++) seen[rest[r][i]]++;
+                                    /* then epoch 2 as a W2-rank run's */
+                                    int64_t want[RN];
+                                    const int64_t per = kiln_loader_shard(want, n, 11, 2, shuffle, r, W2, drop);
+                                    const int64_t m = take(b[r], 1, 2, got, 4 * RN, NULL);
+                                    for (int64_t i = 0; i < m && i < per; i++)
+                                        CHECK(got[i] == want[i], "%s: rank %d: epoch 2's sample %lld is %lld, want %lld",
+                                              what, r, (long long)i, (long long)got[i], (long long)want[i]);
+                                }
+                                for (int64_t i = 0; i < n; i++) {
+                                    if (seen[i] > 1) repeats += seen[i] - 1;
+                                    if (seen[i] == 0) missing++;
+                                    /* only the order's last samples may be cut, only its first repeated */
+                                    if (seen[i] == 0)
+                                        CHECK(drop || drop_last, "%s: sample %lld (place %lld) never taken", what,
+                                              (long long)i, (long long)at[i]);
+                                    if (seen[i] > 1)
+                                        CHECK(!drop && at[i] < W2,
+                                              "%s: sample %lld (place %lld) taken %lld times", what, (long long)i,
+                                              (long long)at[i], (long long)seen[i]);
+                                }
+                                const int64_t left_over = n - o;
+                                if (!drop_last) {
+                                    const int64_t per = drop ? left_over / W2 : (left_over + W2 - 1) / W2;
+                                    CHECK(count[0] == per, "%s: %lld samples per rank, want %lld",
+                                          what, (long long)count[0], (long long)per);
+                                    CHECK(missing < W2 && repeats < W2, "%s: %lld missing, %lld repeated", what,
+                                          (long long)missing, (long long)repeats);
+                                }
+                                /* the same ranks and batch: the uninterrupted run */
+                                if (W2 == W && B2 == B)
+                                    for (int r = 0; r < W; r++) {
+                                        lo.shard_rank = r;
+                                        if (kiln_loader_create(ctx, x, y, &lo, &c)) break;
+                                        kiln_loader_seek(c, 1, 0);
+                                        take(c, k, 1, cont, RN, NULL);
+                                        const int64_t m = take(c, steps - k, 1, cont, RN, NULL);
+                                        CHECK(m == count[r], "%s: rank %d: %lld samples resumed, %lld uninterrupted", what,
+                                              r, (long long)count[r], (long long)m);
+                                        for (int64_t i = 0; i < m && i < count[r] && i < RN; i++)
+                                            CHECK(cont[i] == rest[r][i], "%s: rank %d sample %lld: %lld resumed, %lld "
+                                                  "uninterrupted", what, r, (long long)i, (long long)rest[r][i],
+                                                  (long long)cont[i]);
+                                        kiln_loader_free(c);
+                                        c = NULL;
+                                    }
+                            }
+                            for (int r = 0; r < 4; r++) kiln_loader_free(a[r]), kiln_loader_free(b[r]);
+                        }
+    x->dims[0] = y->dims[0] = RN;
+    printf("resume: %lld (N, W, B, W', B', steps done) combinations\n", (long long)combos);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+}
+
 /* DistributedSampler's shards, and a loader taking one */
 static int run_shard(void) {
     for (int64_t n = 1; n <= 13; n++)
@@ -296,6 +483,7 @@ static int run_shard(void) {
                   "batch %d sample %d: index %lld, want %lld", s, i, (long long)b->indices[i], (long long)want[2 * s + i]);
         if (!st) kiln_loader_release(l, b);
     }
+    if (!fails) run_resume_loader(ctx);
     lo.shard_rank = 3;
     kiln_loader *bad = NULL;
     CHECK(kiln_loader_create(ctx, x, y, &lo, &bad) == KILN_ERR_INVALID_ARGUMENT, "shard 3 of 3 accepted");
@@ -308,10 +496,192 @@ static int run_shard(void) {
     return fails != 0;
 }
 
+/* ------------------------------------------------------- resuming on other ranks */
+
+#define RESUME_STEPS 4 /* of epoch 0, before the checkpoint */
+
+/* every rank's `n` int64s (n the same everywhere) into all (size * n) */
+static kiln_status gather_i64(kiln_dist *d, const int64_t *mine, int64_t *all, int64_t n) {
+    return d->host->allgather(d, mine, all, sizeof(int64_t) * (size_t)n);
+}
+
+/* `steps` training steps from l, the samples' indices appended to idx at *count. */
+static kiln_status train_from(kiln_trainer *t, kiln_loader *l, int64_t steps, int64_t *idx, int64_t *count) {
+    kiln_status st = KILN_OK;
+    for (int64_t s = 0; s < steps && !st; s++) {
+        const kiln_batch *b = NULL;
+        st = kiln_loader_next(l, &b);
+        if (st) break;
+        kiln_tensor *in[2] = {b->x, b->y};
+        st = kiln_trainer_step(t, 2, in, NULL);
+        for (int64_t i = 0; i < b->size && *count < N_DATA; i++) idx[(*count)++] = b->indices[i];
+        kiln_loader_release(l, b);
+    }
+    return st;
+}
+
+static kiln_loader *resume_loader(kiln_context *ctx, kiln_dist *d, const kiln_tensor *x, const kiln_tensor *y,
+                                  int64_t batch) {
+    kiln_loader_options lo = kiln_loader_options_default();
+    lo.batch_size = batch;
+    lo.seed = 7;
+    lo.workers = 1;
+    lo.shard_rank = kiln_dist_rank(d);
+    lo.shard_count = kiln_dist_size(d);
+    kiln_loader *l = NULL;
+    return kiln_loader_create(ctx, x, y, &lo, &l) ? NULL : l;
+}
+
+static void run_resume(kiln_context *ctx, kiln_dist *d, const char *dir, const char *ck, int64_t batch, bool save) {
+    const int W = kiln_dist_size(d), r = kiln_dist_rank(d);
+    char path[1100];
+    kiln_tensor *x = NULL, *y = NULL;
+    kiln_status st = load(ctx, dir, &x, &y);
+    CHECK(!st, "rank %d: loading %s: %s", r, dir, kiln_context_message(ctx));
+    sync_bn = 1; /* BatchNormalization's running statistics the same on every rank */
+    kiln_trainer *t = st ? NULL : make_trainer(ctx, d, 0, 1, &st);
+    kiln_loader *l = t ? resume_loader(ctx, d, x, y, batch ? batch : BATCH) : NULL;
+    CHECK(l, "rank %d: trainer and loader: %s", r, kiln_context_message(ctx));
+    int64_t *idx = calloc(N_DATA, sizeof *idx), *all = calloc((size_t)W * N_DATA, sizeof *all), count = 0;
+    const int64_t steps = l ? kiln_loader_steps_per_epoch(l) : 0;
+    if (!l || !idx || !all) goto out;
+    if (save) {
+        st = train_from(t, l, RESUME_STEPS, idx, &count);
+        CHECK(!st, "rank %d: training: %s", r, kiln_context_message(ctx));
+        const kiln_train_position pos = {.epoch = 0, .sample = kiln_loader_epoch_sample(l, 0, RESUME_STEPS),
+                                         .step_in_epoch = RESUME_STEPS, .world_size = W, .batch = batch};
+        CHECK(pos.sample == RESUME_STEPS * batch * W, "position %lld after %d steps", (long long)pos.sample,
+              RESUME_STEPS);
+        if (!st) st = gather_i64(d, idx, all, N_DATA);
+        if (!st && r == 0) {
+            st = kiln_trainer_save_position(t, ck, &pos);
+            CHECK(!st, "save: %s", kiln_context_message(ctx));
+            snprintf(path, sizeof path, "%s.idx", ck);
+            FILE *f = fopen(path, "wb");
+            CHECK(f, "cannot write %s", path);
+            if (f) {
+                for (int k = 0; k < W; k++) fwrite(all + (size_t)k * N_DATA, sizeof *all, (size_t)count, f);
+                fclose(f);
+            }
+        }
+        /* the uninterrupted run: the epoch's rest */
+        count = 0;
+        if (!st) st = train_from(t, l, steps - RESUME_STEPS, idx, &count);
+        CHECK(!st, "rank %d: the epoch's rest: %s", r, kiln_context_message(ctx));
+        if (!st && r == 0) {
+            snprintf(path, sizeof path, "%s.hash", ck);
+            FILE *f = fopen(path, "w");
+            if (f) fprintf(f, "%d %lld %016llx\n", W, (long long)batch, (unsigned long long)weights_hash(t));
+            CHECK(f && !fclose(f), "cannot write %s", path);
+        }
+        goto out;
+    }
+    kiln_train_position pos;
+    if (batch == 0) { /* resume-bad: rank 1 lacks the file */
+        const uint64_t before = weights_hash(t);
+        snprintf(path, sizeof path, "%s.missing", ck);
+        st = kiln_trainer_load_position(t, r == 1 ? path : ck, &pos);
+        CHECK(st && (r == 1 || strstr(kiln_context_message(ctx), "rank 1 of")),
+              "rank %d: a rank without the checkpoint: %s", r, st ? kiln_context_message(ctx) : "loaded");
+        CHECK(weights_hash(t) == before, "rank %d: the weights changed although the load failed", r);
+        if (st) printf("rank %d: %s\n", r, kiln_context_message(ctx));
+        goto out;
+    }
+    st = kiln_trainer_load_position(t, ck, &pos);
+    CHECK(!st, "rank %d: load: %s", r, kiln_context_message(ctx));
+    if (st) goto out;
+    CHECK(pos.epoch == 0 && pos.step_in_epoch == RESUME_STEPS && pos.world_size >= 1 &&
+              pos.sample == RESUME_STEPS * pos.world_size * pos.batch,
+          "position: epoch %lld step %lld sample %lld, %lld ranks of %lld", (long long)pos.epoch,
+          (long long)pos.step_in_epoch, (long long)pos.sample, (long long)pos.world_size, (long long)pos.batch);
+    st = kiln_loader_seek_sample(l, pos.epoch, pos.sample);
+    int64_t e = -1, first = -1;
+    kiln_loader_position(l, &e, &first);
+    CHECK(!st && e == 0 && first >= 0 && first < steps, "rank %d: seek: epoch %lld step %lld: %s", r, (long long)e,
+          (long long)first, kiln_context_message(ctx));
+    if (pos.world_size != W || pos.batch != batch) { /* the schedule: this run's steps (as kiln train does) */
+        st = kiln_trainer_set_steps(t, e * steps + first);
+        kiln_train_stats ts;
+        kiln_trainer_stats(t, &ts);
+        CHECK(!st && ts.steps == first && ts.micro_steps == first, "set_steps: %lld, want %lld", (long long)ts.steps,
+              (long long)first);
+    }
+    if (!st) st = train_from(t, l, steps - first, idx, &count);
+    CHECK(!st, "rank %d: the epoch's rest: %s", r, kiln_context_message(ctx));
+    /* the ranks' counts, then their indices */
+    int64_t counts[64] = {0};
+    if (!st && W <= 64) st = gather_i64(d, &count, counts, 1);
+    if (!st) st = gather_i64(d, idx, all, N_DATA);
+    for (int k = 0; k < W && !st && k < 64; k++)
+        CHECK(counts[k] == counts[0], "rank %d took %lld samples, rank 0 %lld", k, (long long)counts[k], (long long)counts[0]);
+    if (!st && r == 0) {
+        int64_t perm[N_DATA], at[N_DATA], seen[N_DATA] = {0}, before = 0, v;
+        kiln_loader_permutation(perm, N_DATA, 7, 0);
+        for (int64_t i = 0; i < N_DATA; i++) at[perm[i]] = i;
+        snprintf(path, sizeof path, "%s.idx", ck);
+        FILE *f = fopen(path, "rb");
+        CHECK(f, "cannot read %s", path);
+        while (f && fread(&v, sizeof v, 1, f) == 1)
+            if (v >= 0 && v < N_DATA) seen[v]++, before++;
+        if (f) fclose(f);
+        CHECK(before == pos.sample, "%s holds %lld samples, the checkpoint says %lld", path, (long long)before,
+              (long long)pos.sample);
+        for (int k = 0; k < W; k++)
+            for (int64_t i = 0; i < counts[0] && i < N_DATA; i++) seen[all[(size_t)k * N_DATA + i]]++;
+        int64_t repeats = 0;
+        for (int64_t i = 0; i < N_DATA; i++) {
+            CHECK(seen[i] >= 1, "sample %lld (place %lld of the order) never taken", (long long)i, (long long)at[i]);
+            CHECK(seen[i] <= 1 || at[i] < W, "sample %lld (place %lld) taken %lld times", (long long)i, (long long)at[i],
+                  (long long)seen[i]);
+            if (seen[i] > 1) repeats += seen[i] - 1;
+        }
+        CHECK(repeats == counts[0] * W - (N_DATA - pos.sample), "%lld repeats, want the padding's %lld",
+              (long long)repeats, (long long)(counts[0] * W - (N_DATA - pos.sample)));
+        printf("%d rank(s) of %lld resumed %lld ranks of %lld at sample %lld (step %lld of %lld): every sample once, "
+               "%lld padded\n", W, (long long)batch, (long long)pos.world_size, (long long)pos.batch,
+               (long long)pos.sample, (long long)first, (long long)steps, (long long)repeats);
+    }
+    /* the same weights everywhere; the uninterrupted run's at its world size and batch */
+    if (!st) {
+        st = kiln_dist_check_same(d, "weights after resuming", weights_hash(t));
+        CHECK(!st, "rank %d: %s", r, kiln_context_message(ctx));
+    }
+    if (!st && r == 0 && pos.world_size == W && pos.batch == batch) {
+        int w = 0;
+        long long b = 0;
+        unsigned long long h = 0;
+        snprintf(path, sizeof path, "%s.hash", ck);
+        FILE *f = fopen(path, "r");
+        CHECK(f && fscanf(f, "%d %lld %llx", &w, &b, &h) == 3 && w == W && b == batch, "cannot read %s", path);
+        if (f) fclose(f);
+        CHECK(h == weights_hash(t), "the resumed run's weights differ from the uninterrupted run's");
+        if (h == weights_hash(t)) printf("the weights are bitwise the uninterrupted run's\n");
+    }
+    /* the next epoch: a W-rank run's */
+    if (!st) {
+        int64_t want[N_DATA], got = 0;
+        kiln_loader_shard(want, N_DATA, 7, 1, true, r, W, false);
+        const kiln_batch *b = NULL;
+        st = kiln_loader_next(l, &b);
+        CHECK(!st && b->epoch == 1 && b->step == 0, "rank %d: the next batch", r);
+        for (int64_t i = 0; !st && i < b->size; i++) got += b->indices[i] != want[i];
+        CHECK(!st && got == 0, "rank %d: epoch 1's first batch is not a %d-rank run's", r, W);
+        if (!st) kiln_loader_release(l, b);
+    }
+out:
+    free(idx);
+    free(all);
+    kiln_loader_free(l);
+    kiln_trainer_free(t);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "shard")) return run_shard();
     if (argc < 3) {
-        fprintf(stderr, "usage: test_dist same|accumulate|syncbn|mismatch|hang|kill DATA_DIR\n");
+        fprintf(stderr, "usage: test_dist same|accumulate|syncbn|mismatch|hang|kill DATA_DIR, resume-save DATA_DIR CK, "
+                        "resume-load DATA_DIR CK BATCH, resume-bad DATA_DIR CK\n");
         return 2;
     }
     if (access(argv[2], R_OK)) {
@@ -338,6 +708,10 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(argv[1], "accumulate")) run_same(ctx, d, argv[2], 2);
     else if (!strcmp(argv[1], "mismatch")) run_mismatch(ctx, d, argv[2]);
+    else if (!strcmp(argv[1], "resume-save") && argc == 4) run_resume(ctx, d, argv[2], argv[3], BATCH, true);
+    else if (!strcmp(argv[1], "resume-load") && argc == 5 && atoll(argv[4]) > 0)
+        run_resume(ctx, d, argv[2], argv[3], atoll(argv[4]), false);
+    else if (!strcmp(argv[1], "resume-bad") && argc == 4) run_resume(ctx, d, argv[2], argv[3], 0, false);
     else if (!strcmp(argv[1], "hang")) rc = run_fault(ctx, d, argv[2], false);
     else if (!strcmp(argv[1], "kill")) rc = run_fault(ctx, d, argv[2], true);
     else {

@@ -406,6 +406,55 @@ static int craft(kiln_context *ctx, const char *from, const char *to, const char
     return st != KILN_OK;
 }
 
+/* Rewrite checkpoint `from` as `to` with one more tensor, `extra` (a copy of the first). */
+static int craft_extra(kiln_context *ctx, const char *from, const char *to, const char *extra) {
+    kiln_safetensors *s = NULL;
+    if (kiln_safetensors_load(ctx, from, &s)) return 1;
+    int n = kiln_safetensors_count(s), nm = kiln_safetensors_meta_count(s), k = 0;
+    const char *names[65], *keys[16], *vals[16];
+    kiln_tensor *views[65] = {0};
+    for (int i = 0; i < n && i < 64; i++) {
+        const kiln_tensor *t = kiln_safetensors_tensor(s, i);
+        names[k] = kiln_safetensors_name(s, i);
+        kiln_tensor_wrap(ctx, t->dtype, t->ndim, t->dims, t->data, &views[k++]);
+    }
+    names[k] = extra;
+    kiln_tensor_wrap(ctx, views[0]->dtype, views[0]->ndim, views[0]->dims, views[0]->data, &views[k++]);
+    for (int i = 0; i < nm && i < 16; i++) {
+        keys[i] = kiln_safetensors_meta_key(s, i);
+        vals[i] = kiln_safetensors_meta(s, keys[i]);
+    }
+    kiln_status st = kiln_safetensors_save(ctx, to, k, names, (const kiln_tensor *const *)views, nm < 16 ? nm : 16, keys, vals);
+    for (int i = 0; i < k; i++) kiln_tensor_free(views[i]);
+    kiln_safetensors_free(s);
+    return st != KILN_OK;
+}
+
+/* Rewrite checkpoint `from` as `to` as checkpoints were before they recorded the world
+ * size and the position in samples: the same tensors, the metadata without those keys. */
+static int craft_old(kiln_context *ctx, const char *from, const char *to) {
+    kiln_safetensors *s = NULL;
+    if (kiln_safetensors_load(ctx, from, &s)) return 1;
+    int n = kiln_safetensors_count(s), nm = kiln_safetensors_meta_count(s), k = 0, km = 0;
+    const char *names[64], *keys[16], *vals[16];
+    kiln_tensor *views[64] = {0};
+    for (int i = 0; i < n && i < 64; i++) {
+        const kiln_tensor *t = kiln_safetensors_tensor(s, i);
+        names[k] = kiln_safetensors_name(s, i);
+        kiln_tensor_wrap(ctx, t->dtype, t->ndim, t->dims, t->data, &views[k++]);
+    }
+    for (int i = 0; i < nm && km < 16; i++) {
+        const char *key = kiln_safetensors_meta_key(s, i);
+        if (!strcmp(key, "world_size") || !strcmp(key, "sample_in_epoch") || !strcmp(key, "batch_per_rank")) continue;
+        keys[km] = key;
+        vals[km++] = kiln_safetensors_meta(s, key);
+    }
+    kiln_status st = kiln_safetensors_save(ctx, to, k, names, (const kiln_tensor *const *)views, km, keys, vals);
+    for (int i = 0; i < k; i++) kiln_tensor_free(views[i]);
+    kiln_safetensors_free(s);
+    return st != KILN_OK;
+}
+
 /* kiln_trainer_load of a bad checkpoint fails and leaves the trainer bit for bit as it
  * was: a tensor with the right element count but other dims, restored after others (the
  * last weight, its last optimizer state, a running statistic), another dtype, a missing
@@ -470,6 +519,20 @@ static void test_checkpoint_all_or_nothing(kiln_context *ctx, const char *tmp) {
         CHECK(ep == -7 && sie == -7, "%s: epoch and step left alone", cases[c].what);
         CHECK(same_as(t, ns, &before), "%s: the trainer's weights, states, statistics and counters changed", cases[c].what);
     }
+    /* another model's checkpoint holding every tensor of this one and more (a deeper
+     * ResNet's holds a shallower one's): refused, naming the weight or statistic */
+    for (int c = 0; c < 2; c++) {
+        const char *extra = c ? "bn/layer9.bn.running_mean" : "param/layer9.conv.weight";
+        if (craft_extra(ctx, good, bad, extra)) {
+            CHECK(0, "crafting a checkpoint with %s: %s", extra, kiln_context_message(ctx));
+            continue;
+        }
+        kiln_status st = kiln_trainer_load(t, bad, NULL, NULL);
+        CHECK(st != KILN_OK && strstr(kiln_context_message(ctx), extra + (c ? 3 : 6)) &&
+                  strstr(kiln_context_message(ctx), "another model"),
+              "a checkpoint with %s: %s (%s)", extra, kiln_status_name(st), kiln_context_message(ctx));
+        CHECK(same_as(t, ns, &before), "a checkpoint with %s: the trainer changed", extra);
+    }
     /* the message of a reshaped tensor gives both shapes */
     if (!craft(ctx, good, bad, last_param, 0, NULL, NULL, NULL)) {
         CHECK(kiln_trainer_load(t, bad, NULL, NULL) == KILN_ERR_SHAPE, "reshaped: a shape error");
@@ -482,6 +545,25 @@ static void test_checkpoint_all_or_nothing(kiln_context *ctx, const char *tmp) {
     int64_t ep = -1, sie = -1;
     CHECK(!kiln_trainer_load(t, good, &ep, &sie) && ep == 0 && sie == 2, "good checkpoint: %s", kiln_context_message(ctx));
     CHECK(!same_as(t, ns, &before), "the good checkpoint's load changed the trainer");
+    /* the position: in samples when saved with it; a checkpoint from before those fields
+     * loads with its step alone */
+    {
+        const kiln_train_position at = {.epoch = 1, .sample = 96, .step_in_epoch = 3, .world_size = 2, .batch = 16};
+        kiln_train_position got = {0};
+        CHECK(!kiln_trainer_save_position(t, bad, &at) && !kiln_trainer_load_position(t, bad, &got) && got.epoch == 1 &&
+                  got.sample == 96 && got.step_in_epoch == 3 && got.world_size == 2 && got.batch == 16,
+              "position saved and loaded: %s (epoch %lld sample %lld step %lld, %lld x %lld)", kiln_context_message(ctx),
+              (long long)got.epoch, (long long)got.sample, (long long)got.step_in_epoch, (long long)got.world_size,
+              (long long)got.batch);
+        char old[1100];
+        snprintf(old, sizeof old, "%s.old", bad);
+        got = (kiln_train_position){0};
+        CHECK(!craft_old(ctx, bad, old) && !kiln_trainer_load_position(t, old, &got) && got.epoch == 1 &&
+                  got.sample == -1 && got.step_in_epoch == 3 && got.world_size == 0 && got.batch == 0,
+              "an older checkpoint: %s (sample %lld, world size %lld)", kiln_context_message(ctx), (long long)got.sample,
+              (long long)got.world_size);
+        remove(old);
+    }
     for (int i = 0; i < before.n; i++) free(before.bytes[i]);
     remove(good);
     remove(bad);

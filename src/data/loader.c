@@ -40,6 +40,10 @@ struct kiln_loader {
     float lut[256];           /* u8 -> normalized f32 */
     int64_t *perm[2];         /* (N) each; NULL without shuffle and sharding */
     int64_t perm_epoch[2];    /* the epoch whose permutation perm[i] holds, -1: none */
+    /* kiln_loader_seek_sample: epoch from_epoch starts at position `from` of its global
+     * order; its shard (from_n samples, from_steps batches) takes that epoch's last
+     * from_steps step numbers. from_epoch -1: none. */
+    int64_t from_epoch, from, from_n, from_steps;
     int k;                    /* ring slots */
     slot *slots;
     float *own_images;        /* ring memory when the caller gives none */
@@ -101,29 +105,43 @@ void kiln_loader_permutation(int64_t *perm, int64_t n, uint64_t seed, int64_t ep
 
 int64_t kiln_loader_shard(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int rank, int count,
                           bool drop) {
+    return kiln_loader_shard_from(perm, n, seed, epoch, shuffle, rank, count, drop, 0);
+}
+
+int64_t kiln_loader_shard_from(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int rank,
+                               int count, bool drop, int64_t offset) {
     if (shuffle) kiln_loader_permutation(perm, n, seed, epoch);
     else
         for (int64_t i = 0; i < n; i++) perm[i] = i;
-    if (count <= 1) return n;
-    const int64_t per = drop ? n / count : (n + count - 1) / count;
-    /* position rank + count * i of the order padded with its first samples; compacted in
-     * place (i <= rank + count * i). Only this shard's last position can fall in the
-     * padding (fewer than count entries): its source is read before it is overwritten. */
-    const int64_t last = rank + count * (per - 1);
+    if (offset < 0) offset = 0;
+    if (offset >= n) return 0;
+    if (count < 1) count = 1;
+    const int64_t rest = n - offset; /* the positions offset .. n-1 of the order are left */
+    const int64_t per = drop ? rest / count : (rest + count - 1) / count;
+    /* position offset + rank + count * i of the order padded with its first samples;
+     * compacted in place (i <= offset + rank + count * i). Only this shard's last position
+     * can fall in the padding (fewer than count entries): its source is read before it is
+     * overwritten. */
+    const int64_t last = offset + rank + count * (per - 1);
     const int64_t padded = per > 0 && last >= n ? perm[(last - n) % n] : -1;
     for (int64_t i = 0; i < per; i++) {
-        const int64_t at = rank + count * i;
+        const int64_t at = offset + rank + count * i;
         perm[i] = at < n ? perm[at] : padded;
     }
     return per;
 }
 
+/* Epoch e's first step number and this loader's samples in it (see from_epoch). */
+static int64_t epoch_first(const kiln_loader *l, int64_t e) { return e == l->from_epoch ? l->steps - l->from_steps : 0; }
+static int64_t epoch_n(const kiln_loader *l, int64_t e) { return e == l->from_epoch ? l->from_n : l->n; }
+
 /* Called with the lock held, before anyone gathers a batch of epoch e. */
 static void prepare_epoch(kiln_loader *l, int64_t e) {
     if (!l->perm[0] || l->perm_epoch[e & 1] == e) return;
-    if (l->o.shard_count > 1)
-        kiln_loader_shard(l->perm[e & 1], l->n_all, l->o.seed, e, l->o.shuffle, l->o.shard_rank, l->o.shard_count,
-                          l->o.shard_drop);
+    if (l->o.shard_count > 1 || e == l->from_epoch)
+        kiln_loader_shard_from(l->perm[e & 1], l->n_all, l->o.seed, e, l->o.shuffle, l->o.shard_rank,
+                               l->o.shard_count > 1 ? l->o.shard_count : 1, l->o.shard_drop,
+                               e == l->from_epoch ? l->from : 0);
     else
         kiln_loader_permutation(l->perm[e & 1], l->n, l->o.seed, e);
     l->perm_epoch[e & 1] = e;
@@ -131,12 +149,14 @@ static void prepare_epoch(kiln_loader *l, int64_t e) {
 
 /* Gather batch q into s (its state is FILLING: no one else touches it). */
 static void gather(kiln_loader *l, slot *s, int64_t q) {
-    int64_t e = q / l->steps, step = q % l->steps, B = l->o.batch_size;
-    int64_t start = step * B, size = l->n - start < B ? l->n - start : B, m = l->sample;
+    int64_t e = q / l->steps, step = q % l->steps, B = l->o.batch_size, n = epoch_n(l, e);
+    int64_t start = (step - epoch_first(l, e)) * B, size = n - start < B ? n - start : B, m = l->sample;
     const int64_t *perm = l->perm[0] ? l->perm[e & 1] + start : NULL;
+    /* no permutation (no shuffle, no sharding): the identity, from the resumed position */
+    const int64_t base = start + (e == l->from_epoch ? l->from : 0);
     float *dst = s->b.images;
     for (int64_t i = 0; i < size; i++) {
-        int64_t j = perm ? perm[i] : start + i;
+        int64_t j = perm ? perm[i] : base + i;
         s->idx[i] = j;
         if (l->images->dtype == KILN_U8) {
             const uint8_t *src = (const uint8_t *)l->images->data + j * m;
@@ -284,6 +304,7 @@ kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, con
     l->steps = o.drop_last ? l->n / B : (l->n + B - 1) / B;
     l->k = o.slots;
     l->perm_epoch[0] = l->perm_epoch[1] = -1;
+    l->from_epoch = -1;
     if (images->dtype == KILN_U8) kiln_u8_normalize_lut(o.mean, o.std, l->lut);
 
     /* Each slot's images start on a 64-byte boundary (16 floats). */
@@ -414,11 +435,10 @@ kiln_status kiln_loader_release(kiln_loader *l, const kiln_batch *b) {
     return KILN_OK;
 }
 
-kiln_status kiln_loader_seek(kiln_loader *l, int64_t epoch, int64_t step) {
-    if (!l) return KILN_ERR_INVALID_ARGUMENT;
-    if (epoch < 0 || step < 0 || step >= l->steps || epoch > INT64_MAX / l->steps - 1)
-        return kiln_fail(l->ctx, KILN_ERR_INVALID_ARGUMENT, "loader: cannot seek to epoch %lld step %lld (%lld steps "
-                         "per epoch)", (long long)epoch, (long long)step, (long long)l->steps);
+/* Continue the stream at batch q, epoch from_epoch (-1: none) starting at sample `from`
+ * (see struct kiln_loader): no batch held, the prefetched ones dropped. */
+static kiln_status reposition(kiln_loader *l, int64_t q, int64_t from_epoch, int64_t from, int64_t from_n,
+                              int64_t from_steps) {
     pthread_mutex_lock(&l->mu);
     int held = l->held;
     pthread_mutex_unlock(&l->mu);
@@ -427,6 +447,41 @@ kiln_status kiln_loader_seek(kiln_loader *l, int64_t epoch, int64_t step) {
                          held);
     stop_workers(l);
     for (int i = 0; i < l->k; i++) l->slots[i].state = SLOT_FREE;
-    l->next_claim = l->next_consume = epoch * l->steps + step;
+    l->perm_epoch[0] = l->perm_epoch[1] = -1; /* the resumed epoch's order may differ */
+    l->from_epoch = from_epoch;
+    l->from = from;
+    l->from_n = from_n;
+    l->from_steps = from_steps;
+    l->next_claim = l->next_consume = q;
     return start_workers(l);
+}
+
+kiln_status kiln_loader_seek(kiln_loader *l, int64_t epoch, int64_t step) {
+    if (!l) return KILN_ERR_INVALID_ARGUMENT;
+    if (epoch < 0 || step < 0 || step >= l->steps || epoch > INT64_MAX / l->steps - 1)
+        return kiln_fail(l->ctx, KILN_ERR_INVALID_ARGUMENT, "loader: cannot seek to epoch %lld step %lld (%lld steps "
+                         "per epoch)", (long long)epoch, (long long)step, (long long)l->steps);
+    return reposition(l, epoch * l->steps + step, -1, 0, 0, 0);
+}
+
+kiln_status kiln_loader_seek_sample(kiln_loader *l, int64_t epoch, int64_t sample) {
+    if (!l) return KILN_ERR_INVALID_ARGUMENT;
+    if (epoch < 0 || sample < 0 || epoch > INT64_MAX / l->steps - 2)
+        return kiln_fail(l->ctx, KILN_ERR_INVALID_ARGUMENT, "loader: cannot seek to epoch %lld sample %lld",
+                         (long long)epoch, (long long)sample);
+    const int64_t W = l->o.shard_count > 1 ? l->o.shard_count : 1, B = l->o.batch_size;
+    const int64_t rest = sample < l->n_all ? l->n_all - sample : 0;
+    const int64_t n = l->o.shard_drop ? rest / W : (rest + W - 1) / W;
+    const int64_t steps = l->o.drop_last ? n / B : (n + B - 1) / B;
+    if (sample == 0 || steps == 0) /* the epoch's start, or nothing of it left: the next one's */
+        return reposition(l, (sample == 0 ? epoch : epoch + 1) * l->steps, -1, 0, 0, 0);
+    return reposition(l, epoch * l->steps + (l->steps - steps), epoch, sample, n, steps);
+}
+
+int64_t kiln_loader_epoch_sample(const kiln_loader *l, int64_t epoch, int64_t step) {
+    if (!l || step < 0) return 0;
+    const int64_t W = l->o.shard_count > 1 ? l->o.shard_count : 1, first = epoch_first(l, epoch);
+    if (step >= l->steps) return l->n_all;
+    const int64_t at = (epoch == l->from_epoch ? l->from : 0) + (step > first ? step - first : 0) * l->o.batch_size * W;
+    return at < l->n_all ? at : l->n_all;
 }

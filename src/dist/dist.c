@@ -129,12 +129,29 @@ static bool io_all(int fd, void *buf, size_t n, bool writing, double deadline) {
     return true;
 }
 
-/* Rank 0 listens on MASTER_PORT and sends `id` to each of the others, which connect to
- * MASTER_ADDR:MASTER_PORT (retrying until rank 0 listens) and send their rank first. */
+/* Rank 0 listens on the rendezvous port and sends `id` to each of the others, which
+ * connect to MASTER_ADDR:port (retrying until rank 0 listens) and send their rank first.
+ * The port is MASTER_PORT, except under torchrun, whose agent serves its own store there
+ * (TORCHELASTIC_USE_AGENT_STORE=True; measured with torch 2.11, --standalone or not): then
+ * the port above it. KILN_RENDEZVOUS_PORT, when set, is the port in every case. */
 static kiln_status rendezvous(kiln_dist *d, unsigned char id[KILN_NCCL_ID_BYTES]) {
     kiln_context *ctx = d->ctx;
-    const char *host = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    const char *host = getenv("MASTER_ADDR"), *port = getenv("KILN_RENDEZVOUS_PORT");
+    const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    char above[16];
     if (!host || !*host) host = "127.0.0.1";
+    if (!port || !*port) {
+        port = getenv("MASTER_PORT");
+        if (port && *port && agent && !strcmp(agent, "True")) {
+            char *end = NULL;
+            long p = strtol(port, &end, 10);
+            if (*end || p < 1 || p >= 65535)
+                return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "data parallelism: rank %d: MASTER_PORT='%s' is not a "
+                                 "port below 65535 (torchrun: the rendezvous takes the port above it)", d->rank, port);
+            snprintf(above, sizeof above, "%ld", p + 1);
+            port = above;
+        }
+    }
     if (!port || !*port)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
                          "data parallelism: rank %d: MASTER_PORT is not set (the rendezvous of %d ranks at MASTER_ADDR "
@@ -156,7 +173,8 @@ static kiln_status rendezvous(kiln_dist *d, unsigned char id[KILN_NCCL_ID_BYTES]
         int one = 1;
         if (ls >= 0) setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (ls < 0 || bind(ls, ai->ai_addr, ai->ai_addrlen) || listen(ls, d->size))
-            st = sock_fail(ctx, "cannot listen on port", "*", port, 0);
+            st = sock_fail(ctx, "cannot listen on port (the rendezvous: MASTER_PORT, the port above it under torchrun, or "
+                                "KILN_RENDEZVOUS_PORT)", "*", port, 0);
         for (int got = 1; got < d->size && !st; got++) {
             double left = deadline - kiln_dist_now();
             struct pollfd pf = {.fd = ls, .events = POLLIN};
