@@ -436,6 +436,17 @@ static kiln_status topo_sort(kiln_model *m) {
     kiln_context *ctx = m->ctx;
     size_t n = (size_t)(m->n_nodes > 0 ? m->n_nodes : 0), nv = (size_t)m->n_values;
     if (n == 0) return KILN_OK;
+    /* Already in order (every input computed by an earlier node): kept exactly as it is.
+     * Passes that place nodes on purpose rely on it, e.g. the recomputations of
+     * src/train/recompute.c, set just before their backward use rather than where their
+     * inputs are first ready. */
+    bool sorted_already = true;
+    for (size_t i = 0; i < n && sorted_already; i++)
+        for (int k = 0; k < m->nodes[i].n_in && sorted_already; k++) {
+            const int v = m->nodes[i].in[k];
+            if (v >= 0 && m->values[v].producer >= (int)i) sorted_already = false;
+        }
+    if (sorted_already) return KILN_OK;
     size_t edges = 0;
     for (size_t i = 0; i < n; i++) edges += (size_t)m->nodes[i].n_in;
     int *pending = kiln_calloc(ctx, n, sizeof(int), "topological sort");
