@@ -50,6 +50,7 @@ typedef struct rc_info {
     int *cand;             /* candidates, best first */
     int n_cand;
     double *cost;          /* (nv) element operations to recompute v alone */
+    int max_chain;         /* chosen values in a row one recomputation may take */
 } rc_info;
 
 static bool is_bn(const kiln_node *n) { return !n->domain[0] && strcmp(n->op_type, "BatchNormalization") == 0; }
@@ -126,6 +127,9 @@ static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, rc_info *g) {
     g->nn = m->n_nodes;
     g->vt = v.vt;
     g->known = v.known;
+    g->max_chain = 4;
+    const char *mc = getenv("KILN_RECOMPUTE_CHAIN"); /* tuning */
+    if (mc && atoi(mc) > 0) g->max_chain = atoi(mc);
     g->fwd = kiln_calloc(ctx, (size_t)g->nn + 1, sizeof(bool), "recomputation");
     g->exec = kiln_calloc(ctx, (size_t)g->nn + 1, sizeof(bool), "recomputation");
     g->bwd_use = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(bool), "recomputation");
@@ -179,32 +183,66 @@ static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, rc_info *g) {
     return KILN_OK;
 }
 
+/* How many chosen values in a row recomputing x takes (its closure's longest chain). */
+static int chain_depth(const rc_info *g, const bool *inS, const int *depth, int x, int guard) {
+    const kiln_node *n = &g->m->nodes[g->m->values[x].producer];
+    int d = 0;
+    for (int k = 0; k < n->n_in && guard < 64; k++) {
+        const int u = n->in[k];
+        if (u < 0 || available(g, inS, u)) continue;
+        const int du = inS[u] ? depth[u] : chain_depth(g, inS, depth, u, guard + 1);
+        if (du > d) d = du;
+    }
+    return d + (inS[x] ? 1 : 0);
+}
+
 typedef struct rc_build {
     kiln_model *c;    /* the copy being rewritten */
     const rc_info *g;
     const bool *inS;
-    int *clone_of;    /* (nv) value -> its recomputed value, -1 */
-    int *clone_node;  /* (nv) value -> the copy's node index in c, -1 */
+    int *clone_of;    /* (nv) chosen value -> its recomputed value (read by its backward readers), -1 */
+    int *clone_node;  /* (nv) chosen value -> the copy's node index in c, -1 */
+    int *local;       /* (nv) value -> its private copy in the closure being built, when local_gen matches */
+    int *local_gen, gen;
     int *target;      /* (nodes of c) copies: the original node they go before */
+    const int *depth; /* (nv) chain depths of chosen values (chain_depth) */
+    int copies;       /* chosen values recomputed */
     double flops;
 } rc_build;
 
-static int recompute_value(rc_build *b, int x, int depth) {
-    if (b->clone_of[x] >= 0) return b->clone_of[x];
-    if (depth > 4096) return -1;
+/* A copy of x's producer reading available values or copies of its own. top: x is a chosen
+ * value, whose copy its backward readers read; otherwise the copy is private to the
+ * closure of the chosen value being built (a value that is itself chosen gets a second,
+ * short-lived copy here, so that a chain of chosen values is not brought back all at
+ * once at the start of the backward). */
+static int recompute_value(rc_build *b, int x, bool top, int depth) {
+    if (!top && b->local_gen[x] == b->gen) return b->local[x];
+    if (depth > 64) return -1;
     const rc_info *g = b->g;
     const int p = g->m->values[x].producer;
     /* read the original node from m (c's arrays grow as copies are added) */
     const kiln_node *n = &g->m->nodes[p];
-    int in[16];
+    int in[16], dep[16];
     if (n->n_in > 16) return -1;
+    /* the inputs to recompute, the longest chain first (Sethi-Ullman: fewer copies alive) */
     for (int k = 0; k < n->n_in; k++) {
         const int u = n->in[k];
-        in[k] = u < 0 || available(g, b->inS, u) ? u : recompute_value(b, u, depth + 1);
-        if (u >= 0 && in[k] < 0) return -1;
+        in[k] = u;
+        dep[k] = u < 0 || available(g, b->inS, u) ? -1
+                 : b->inS[u]                      ? b->depth[u]
+                                                  : chain_depth(g, b->inS, b->depth, u, 0);
+    }
+    for (;;) {
+        int kk = -1;
+        for (int k = 0; k < n->n_in; k++)
+            if (dep[k] >= 0 && (kk < 0 || dep[k] > dep[kk])) kk = k;
+        if (kk < 0) break;
+        dep[kk] = -1;
+        in[kk] = recompute_value(b, n->in[kk], false, depth + 1);
+        if (in[kk] < 0) return -1;
     }
     char name[512];
-    snprintf(name, sizeof name, "%s:recompute", g->m->values[x].name);
+    snprintf(name, sizeof name, "%s:recompute%s%d", g->m->values[x].name, top ? "" : ":for", top ? 0 : b->gen);
     const int out = kiln_model_get_value(b->c, name);
     if (out < 0) return -1;
     kiln_attr *attrs = n->n_attrs ? kiln_calloc(g->m->ctx, (size_t)n->n_attrs, sizeof(kiln_attr), "recomputation") : NULL;
@@ -221,14 +259,20 @@ static int recompute_value(rc_build *b, int x, int depth) {
     const int idx = kiln_model_add_node_raw(b->c, n->op_type, nname, n->domain, n->n_in, in, 1, &out, n->n_attrs, attrs);
     if (idx < 0) return -1;
     b->c->nodes[idx].opset = opset;
-    b->clone_of[x] = out;
-    b->clone_node[x] = idx;
+    if (top) {
+        b->clone_of[x] = out;
+        b->clone_node[x] = idx;
+        b->copies++;
+    } else {
+        b->local[x] = out;
+        b->local_gen[x] = b->gen;
+    }
     b->flops += g->cost[x];
     return out;
 }
 
 /* A copy of m with candidates [0, k) recomputed, finalized. */
-static kiln_status rc_rewrite(const rc_info *g, int k, kiln_model **out, double *flops) {
+static kiln_status rc_rewrite(const rc_info *g, int k, kiln_model **out, double *flops, int *copies) {
     kiln_model *m = g->m;
     kiln_context *ctx = m->ctx;
     *out = NULL;
@@ -237,23 +281,43 @@ static kiln_status rc_rewrite(const rc_info *g, int k, kiln_model **out, double 
     if (st) return st;
     rc_build b = {.c = c, .g = g};
     bool *inS = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(bool), "recomputation");
+    int *depth = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(int), "recomputation");
     b.clone_of = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(int), "recomputation");
     b.clone_node = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(int), "recomputation");
+    b.local = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(int), "recomputation");
+    b.local_gen = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(int), "recomputation");
     int *order = NULL;
     kiln_node *nodes = NULL;
-    if (!inS || !b.clone_of || !b.clone_node) {
+    if (!inS || !depth || !b.clone_of || !b.clone_node || !b.local || !b.local_gen) {
         st = KILN_ERR_OUT_OF_MEMORY;
         goto done;
     }
     b.inS = inS;
+    b.depth = depth;
     for (int v = 0; v < g->nv; v++) b.clone_of[v] = b.clone_node[v] = -1;
     for (int j = 0; j < k && j < g->n_cand; j++) inS[g->cand[j]] = true;
+    /* Chains of chosen values (a residual network's block outputs, each recomputed from the
+     * one before) are cut: in forward order, a value whose recomputation would take more
+     * than max_chain chosen values in a row stays stored (the classic checkpoint every
+     * few blocks). */
+    for (int i = 0; i < g->nn; i++) {
+        const int x = cheap_node(g, i) ? m->nodes[i].out[0] : -1;
+        if (x < 0 || !inS[x]) continue;
+        depth[x] = chain_depth(g, inS, depth, x, 0);
+        if (depth[x] > g->max_chain) {
+            inS[x] = false;
+            depth[x] = 0;
+        }
+    }
     const int n0 = g->nn;
-    for (int j = 0; j < k && j < g->n_cand; j++)
-        if (recompute_value(&b, g->cand[j], 0) < 0) {
+    for (int j = 0; j < k && j < g->n_cand; j++) {
+        if (!inS[g->cand[j]]) continue;
+        b.gen++;
+        if (recompute_value(&b, g->cand[j], true, 0) < 0) {
             st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "recomputing '%s': out of memory", m->values[g->cand[j]].name);
             goto done;
         }
+    }
     const int n1 = c->n_nodes;
     b.target = kiln_calloc(ctx, (size_t)n1 + 1, sizeof(int), "recomputation");
     order = kiln_calloc(ctx, (size_t)n1 + 1, sizeof(int), "recomputation");
@@ -279,9 +343,9 @@ static kiln_status rc_rewrite(const rc_info *g, int k, kiln_model **out, double 
         for (int q = 0; q < n->n_in; q++) {
             const int x = n->in[q];
             if (x < g->nv) continue; /* copies' values are the ones added to c */
-            for (int u = 0; u < g->nv; u++)
-                if (b.clone_of[u] == x) {
-                    if (b.target[b.clone_node[u]] > b.target[i]) b.target[b.clone_node[u]] = b.target[i];
+            for (int j = n0; j < i; j++)
+                if (c->nodes[j].out[0] == x) {
+                    if (b.target[j] > b.target[i]) b.target[j] = b.target[i];
                     break;
                 }
         }
@@ -304,6 +368,9 @@ static kiln_status rc_rewrite(const rc_info *g, int k, kiln_model **out, double 
     st = kiln_model_finalize(c);
 done:
     free(inS);
+    free(depth);
+    free(b.local);
+    free(b.local_gen);
     free(b.clone_of);
     free(b.clone_node);
     free(b.target);
@@ -314,6 +381,7 @@ done:
         return st;
     }
     if (flops) *flops = b.flops;
+    if (copies) *copies = b.copies;
     *out = c;
     return KILN_OK;
 }
@@ -356,9 +424,8 @@ kiln_status kiln_recompute_apply_k(kiln_model *m, kiln_tensor *const *inputs, in
     kiln_status st = rc_start(m, &ms, &p, &g, r);
     if (st) return st;
     if (k > g.n_cand) k = g.n_cand;
-    st = rc_rewrite(&g, k, out, &r->flops);
+    st = rc_rewrite(&g, k, out, &r->flops, &r->recomputed);
     if (!st) st = arena_of(&ms, *out, &r->arena_after, NULL);
-    if (!st) r->recomputed = k;
     if (st && *out) {
         kiln_model_free(*out);
         *out = NULL;
@@ -388,11 +455,12 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
     kiln_model *best = NULL;
     size_t best_arena = 0;
     double best_flops = 0;
-    st = rc_rewrite(&g, hi, &best, &best_flops);
+    int best_copies = 0;
+    st = rc_rewrite(&g, hi, &best, &best_flops, &best_copies);
     if (!st) st = arena_of(&ms, best, &best_arena, NULL);
     if (st || best_arena > arena_budget) {
         r->arena_after = best ? best_arena : r->arena_before;
-        r->recomputed = hi;
+        r->recomputed = best_copies;
         r->flops = best_flops;
         kiln_model_free(best);
         rc_free(&g);
@@ -405,7 +473,8 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
         kiln_model *cm = NULL;
         size_t a = 0;
         double fl = 0;
-        st = rc_rewrite(&g, mid, &cm, &fl);
+        int cp = 0;
+        st = rc_rewrite(&g, mid, &cm, &fl, &cp);
         if (!st) st = arena_of(&ms, cm, &a, NULL);
         if (st) {
             kiln_model_free(cm);
@@ -417,6 +486,7 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
             best_k = mid;
             best_arena = a;
             best_flops = fl;
+            best_copies = cp;
         } else {
             kiln_model_free(cm);
             lo = mid;
@@ -429,7 +499,7 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
         return st;
     }
     r->arena_after = best_arena;
-    r->recomputed = best_k;
+    r->recomputed = best_copies;
     r->flops = best_flops;
     *out = best;
     return KILN_OK;
