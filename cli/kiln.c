@@ -63,6 +63,12 @@ static const struct { const char *name, *text; } commands[] = {
      "        input fixes it) [--classes K] (the data set's by default) [--resize R] (evaluation:\n"
      "        shorter side to R, then the centre SxS; S*256/224 by default) [--no-augment]\n"
      "        [--no-flip] [--mean R,G,B] [--std R,G,B] (ImageNet's by default) [--zero-init-residual]\n"
+     "      memory (docs/train.md): the step's planned peak is printed before training\n"
+     "        [--memory-limit BYTES] (20G, 512M: the step at --batch must fit; cheap forward values\n"
+     "        (BatchNormalization, ReLU, Add...) are recomputed in the backward instead of kept,\n"
+     "        as few as fit) [--recompute on|off] (on) [--max-batch] (plan only, no --data needed:\n"
+     "        print the largest batch that fits --memory-limit, or the free device memory, with\n"
+     "        and without recomputation, and exit)\n"
      "      optimizer and schedule (docs/train.md):\n"
      "        [--optimizer adadelta|sgd|adam|adamw|lars|lamb]   (default: adadelta for mnist-net,\n"
      "        as pytorch/examples mnist; sgd for the others) [--lr LR] (default per optimizer:\n"
@@ -1479,6 +1485,21 @@ static void json_train_memory(kj *w, const char *key, const kiln_train_memory *m
     kj_end(w);
 }
 
+/* After a device out-of-memory: what the plan expected, what the device has, what to do. */
+static void train_oom_hint(kiln_context *ctx, const kiln_train_options *o, const kiln_train_memory *m, size_t limit) {
+    size_t freeb = 0, total = 0;
+    const double MiB = 1048576.0;
+    char lim[64] = "no --memory-limit";
+    if (kiln_device_memory(ctx, o->device, o->device_index, &freeb, &total)) return;
+    if (limit) snprintf(lim, sizeof lim, "the memory limit %zu bytes", limit);
+    fprintf(stderr,
+            "kiln train: out of device memory at batch %lld: the step's planned peak is %zu bytes (%.1f MiB%s), %s, "
+            "and the device has %zu bytes (%.1f MiB) free of %zu now; pass --memory-limit (recomputation) or a "
+            "smaller --batch (--max-batch prints the largest that fits)\n",
+            (long long)m->batch, m->peak_bytes, m->peak_bytes / MiB, o->device == KILN_DEVICE_CUDA ? " + cuDNN workspace" : "",
+            lim, freeb, freeb / MiB, total);
+}
+
 /* --max-batch: the model without data (resnets: --classes or 1000), the largest batch whose
  * step fits the limit with and without recomputation, by planning only. */
 static int train_max_batch(kiln_context *ctx, const char *model, int depth, int64_t classes, int64_t image_size,
@@ -1937,8 +1958,10 @@ static int cmd_train(int argc, char **argv) {
         /* the one-time work (plans, algorithm searches, graph captures) before the first
          * epoch's clock starts, reported on its own line; the training state is untouched */
         const double tw = now_ms();
-        if (kiln_trainer_warmup(t, d.train_images, d.train_labels, a.batch)) {
+        const kiln_status wst = kiln_trainer_warmup(t, d.train_images, d.train_labels, a.batch);
+        if (wst) {
             rc = fail(ctx, "warm-up");
+            if (wst == KILN_ERR_OUT_OF_MEMORY) train_oom_hint(ctx, &o, &tmem, memory_limit);
             goto out;
         }
         warmup_ms = now_ms() - tw;

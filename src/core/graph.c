@@ -436,11 +436,10 @@ static kiln_status topo_sort(kiln_model *m) {
     kiln_context *ctx = m->ctx;
     size_t n = (size_t)(m->n_nodes > 0 ? m->n_nodes : 0), nv = (size_t)m->n_values;
     if (n == 0) return KILN_OK;
-    /* Already in order (every input computed by an earlier node): kept exactly as it is.
-     * Passes that place nodes on purpose rely on it, e.g. the recomputations of
-     * src/train/recompute.c, set just before their backward use rather than where their
-     * inputs are first ready. */
-    bool sorted_already = true;
+    /* A model whose nodes were placed on purpose (keep_order: the recomputations of
+     * src/train/recompute.c, just before their backward use rather than where their inputs
+     * are first ready) is kept as it is while it is in order. */
+    bool sorted_already = m->keep_order;
     for (size_t i = 0; i < n && sorted_already; i++)
         for (int k = 0; k < m->nodes[i].n_in && sorted_already; k++) {
             const int v = m->nodes[i].in[k];
@@ -611,6 +610,7 @@ kiln_status kiln_model_clone(const kiln_model *src, kiln_model **out) {
     if (st) return st;
     m->opset = src->opset;
     m->ir_version = src->ir_version;
+    m->keep_order = src->keep_order;
     for (int v = 0; v < src->n_values && !st; v++) {
         const kiln_value *a = &src->values[v];
         int nv = new_value(m, a->name);

@@ -12,21 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef KILN_HAVE_CUDA
-kiln_status kiln_cuda_mem_info(kiln_context *ctx, int device, size_t *free_bytes, size_t *total_bytes); /* src/cuda/meminfo.c */
-#endif
 
 kiln_status kiln_device_memory(kiln_context *ctx, kiln_device device, int device_index, size_t *free_bytes,
                                size_t *total_bytes) {
     if (!ctx || !free_bytes || !total_bytes) return KILN_ERR_INVALID_ARGUMENT;
     *free_bytes = *total_bytes = 0;
-    if (device == KILN_DEVICE_CUDA) {
-#ifdef KILN_HAVE_CUDA
-        return kiln_api_end(ctx, kiln_cuda_mem_info(ctx, device_index, free_bytes, total_bytes));
-#else
-        return kiln_api_end(ctx, kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "this build of kiln has no CUDA"));
-#endif
-    }
+    const kiln_backend_i *bi = NULL;
+    kiln_status st = kiln_backend_get(ctx, device, &bi);
+    if (st) return kiln_api_end(ctx, st);
+    if (bi->mem_info) return kiln_api_end(ctx, bi->mem_info(ctx, device_index, free_bytes, total_bytes));
     /* Linux: MemAvailable (what can be taken without swapping, page cache included) */
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
@@ -194,12 +188,12 @@ static kiln_status plan_step(kiln_trainer *t, int64_t batch, size_t limit, int r
             if (st == KILN_ERR_OUT_OF_MEMORY)
                 st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY,
                                "at batch %lld the training step needs at least %zu bytes (%.1f MiB: activations %.1f, "
-                               "weights %.1f, optimizer state %.1f, batch %.1f, workspace %.1f) even with all %d "
-                               "recomputable forward values recomputed (%zu bytes, %.1f MiB, without); the memory limit is "
-                               "%zu bytes (%.1f MiB)",
+                               "weights %.1f, optimizer state %.1f, batch %.1f, workspace %.1f) with recomputation (%d of "
+                               "the %d recomputable forward values recomputed; %zu bytes, %.1f MiB, with none); the "
+                               "memory limit is %zu bytes (%.1f MiB)",
                                (long long)batch, out->peak_bytes, mib(out->peak_bytes), mib(out->arena_bytes),
                                mib(out->param_bytes), mib(out->state_bytes), mib(out->input_bytes),
-                               mib(out->workspace_bytes), r.recomputed, fixed + r.arena_before,
+                               mib(out->workspace_bytes), r.recomputed, r.candidates, fixed + r.arena_before,
                                mib(fixed + r.arena_before), limit, mib(limit));
         } else {
             st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY,
@@ -221,7 +215,7 @@ static kiln_status plan_step(kiln_trainer *t, int64_t batch, size_t limit, int r
 kiln_status kiln_trainer_plan_memory(kiln_trainer *t, int64_t batch, size_t memory_limit, int recompute,
                                      kiln_train_memory *out) {
     if (!t || !out) return KILN_ERR_INVALID_ARGUMENT;
-    return plan_step(t, batch, memory_limit, recompute, out, NULL);
+    return kiln_api_end(t->ctx, plan_step(t, batch, memory_limit, recompute, out, NULL));
 }
 
 kiln_status kiln_trainer_max_batch(kiln_trainer *t, size_t memory_limit, int recompute, int64_t max_batch,
@@ -232,13 +226,13 @@ kiln_status kiln_trainer_max_batch(kiln_trainer *t, size_t memory_limit, int rec
     if (max_batch <= 0) max_batch = (int64_t)1 << 20;
     kiln_train_memory mem;
     kiln_status st = plan_step(t, 1, memory_limit, recompute, at, NULL);
-    if (st) return st; /* not even one sample (the message says why) */
+    if (st) return kiln_api_end(t->ctx, st); /* not even one sample (the message says why) */
     int64_t lo = 1, hi = 0; /* lo fits; hi (0: unknown yet) does not */
     while (!hi && lo < max_batch) {
         const int64_t b = lo * 2 < max_batch ? lo * 2 : max_batch;
         st = plan_step(t, b, memory_limit, recompute, &mem, NULL);
         if (st == KILN_ERR_OUT_OF_MEMORY) hi = b;
-        else if (st) return st;
+        else if (st) return kiln_api_end(t->ctx, st);
         else {
             lo = b;
             *at = mem;
@@ -248,7 +242,7 @@ kiln_status kiln_trainer_max_batch(kiln_trainer *t, size_t memory_limit, int rec
         const int64_t b = lo + (hi - lo) / 2;
         st = plan_step(t, b, memory_limit, recompute, &mem, NULL);
         if (st == KILN_ERR_OUT_OF_MEMORY) hi = b;
-        else if (st) return st;
+        else if (st) return kiln_api_end(t->ctx, st);
         else {
             lo = b;
             *at = mem;

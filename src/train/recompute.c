@@ -11,8 +11,12 @@
  * A copy reads the producer's inputs where they are stored anyway (graph inputs, constants,
  * values some backward node reads, values of ops that are not cheap); an input that is
  * itself recomputed, or a cheap value that nothing else keeps (BatchNormalization's output
- * before its ReLU), is recomputed too, so a chain BN -> ReLU -> Add -> ReLU is recomputed
- * from the convolution outputs the BN gradients keep.
+ * before its ReLU), is recomputed too, by copies private to that recomputation (placed with
+ * it, dead right after), so a chain BN -> ReLU -> Add -> ReLU is recomputed from the
+ * convolution outputs the BN gradients keep. Along a residual stream each block output is
+ * recomputed from the one before: a chosen value whose recomputation would take more than
+ * max_chain (4) chosen values in a row stays stored (checkpoints every few blocks), and a
+ * copy computes its deepest input first, so few copies are alive at once.
  *
  * BatchNormalization in training mode is copied in training mode with its output Y only: kiln
  * keeps no batch statistics (its gradient recomputes them from X too), so the copy computes
@@ -27,8 +31,9 @@
  * plans (the plan is the measure: it accounts for the greedy placement and for the values
  * whose life the copies extend).
  *
- * The copies are placed by hand before their backward readers; graph.c's topological sort
- * keeps a graph that is already in order as it is, so finalization keeps them there.
+ * The copies are placed by hand before their backward readers; the model is marked
+ * keep_order, so graph.c's topological sort (and that of the passes' copies) keeps it as it
+ * is while it is in order.
  */
 #include "recompute.h"
 
@@ -254,7 +259,8 @@ static int recompute_value(rc_build *b, int x, bool top, int depth) {
             return -1;
         }
     char nname[512];
-    snprintf(nname, sizeof nname, "%s:recompute", n->name[0] ? n->name : g->m->values[x].name);
+    if (top) snprintf(nname, sizeof nname, "%s:recompute", n->name[0] ? n->name : g->m->values[x].name);
+    else snprintf(nname, sizeof nname, "%s:recompute:for%d", n->name[0] ? n->name : g->m->values[x].name, b->gen);
     const int opset = n->opset;
     const int idx = kiln_model_add_node_raw(b->c, n->op_type, nname, n->domain, n->n_in, in, 1, &out, n->n_attrs, attrs);
     if (idx < 0) return -1;
@@ -365,6 +371,7 @@ static kiln_status rc_rewrite(const rc_info *g, int k, kiln_model **out, double 
     }
     for (int i = 0; i < n1; i++) nodes[i] = c->nodes[order[i]];
     memcpy(c->nodes, nodes, sizeof(kiln_node) * (size_t)n1);
+    c->keep_order = true; /* finalization (and the passes' copies) keep the copies where they are */
     st = kiln_model_finalize(c);
 done:
     free(inS);
@@ -459,9 +466,12 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
     st = rc_rewrite(&g, hi, &best, &best_flops, &best_copies);
     if (!st) st = arena_of(&ms, best, &best_arena, NULL);
     if (st || best_arena > arena_budget) {
-        r->arena_after = best ? best_arena : r->arena_before;
-        r->recomputed = best_copies;
-        r->flops = best_flops;
+        /* the least reached: with everything recomputed, or nothing (the placement may
+         * come out larger with the copies) */
+        const bool none = !best || best_arena >= r->arena_before;
+        r->arena_after = none ? r->arena_before : best_arena;
+        r->recomputed = none ? 0 : best_copies;
+        r->flops = none ? 0 : best_flops;
         kiln_model_free(best);
         rc_free(&g);
         kiln_plan_free(p);
