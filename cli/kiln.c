@@ -1463,9 +1463,11 @@ static void print_train_memory(const char *what, const kiln_train_memory *m) {
     const double MiB = 1048576.0;
     printf("%s batch %lld: peak %.1f MiB = activations %.1f", what, (long long)m->batch, m->peak_bytes / MiB,
            m->arena_bytes / MiB);
-    if (m->recomputed)
+    if (m->recomputed && m->arena_bytes_without != m->arena_bytes)
         printf(" (%.1f without; %d of %d forward values recomputed, %.2f G element ops a step more)",
                m->arena_bytes_without / MiB, m->recomputed, m->candidates, m->recompute_ops / 1e9);
+    else if (m->recomputed)
+        printf(" (%d forward values recomputed)", m->recomputed);
     printf(" + weights %.1f + optimizer state %.1f + batch %.1f + workspace %.1f MiB\n", m->param_bytes / MiB,
            m->state_bytes / MiB, m->input_bytes / MiB, m->workspace_bytes / MiB);
 }
@@ -1944,9 +1946,10 @@ static int cmd_train(int argc, char **argv) {
         resume_step = step;
     }
     kiln_train_memory tmem; /* the step's planned peak (with what --memory-limit recomputes) */
-    if (kiln_trainer_plan_memory(t, a.batch, 0, 0, &tmem)) { rc = fail(ctx, "planning the step's memory"); goto out; }
-    print_train_memory("memory: step at", &tmem);
-    if (memory_limit)
+    const bool have_mem = kiln_trainer_plan_memory(t, a.batch, 0, 0, &tmem) == KILN_OK;
+    if (have_mem) print_train_memory("memory: step at", &tmem);
+    else printf("memory: the step's peak could not be planned (%s)\n", kiln_context_message(ctx));
+    if (memory_limit && have_mem)
         printf("memory limit %.2f GiB (%zu bytes): %s\n", memory_limit / 1073741824.0, memory_limit,
                tmem.peak_bytes <= memory_limit ? "fits" : "over (the plan's estimate)");
     kiln_train_stats ts;
@@ -1961,7 +1964,7 @@ static int cmd_train(int argc, char **argv) {
         const kiln_status wst = kiln_trainer_warmup(t, d.train_images, d.train_labels, a.batch);
         if (wst) {
             rc = fail(ctx, "warm-up");
-            if (wst == KILN_ERR_OUT_OF_MEMORY) train_oom_hint(ctx, &o, &tmem, memory_limit);
+            if (wst == KILN_ERR_OUT_OF_MEMORY && have_mem) train_oom_hint(ctx, &o, &tmem, memory_limit);
             goto out;
         }
         warmup_ms = now_ms() - tw;
@@ -2079,7 +2082,7 @@ static int cmd_train(int argc, char **argv) {
                                       .resume_step = resume_step, .seed = a.seed, .lr = o.lr, .setup_ms = setup_ms,
                                       .warmup_ms = warmup_ms, .dropout = a.dropout, .shuffle = !a.no_shuffle,
                                       .threads = a.threads, .log = &tl, .test_accuracy = acc, .stats = &ts});
-        json_train_memory(jw, "memory", &tmem);
+        if (have_mem) json_train_memory(jw, "memory", &tmem);
         if (memory_limit) kj_int(jw, "memory_limit", (long long)memory_limit);
     }
     /* after the accuracy is reported: the profile restores the state, but nothing it does
