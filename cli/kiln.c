@@ -1532,6 +1532,7 @@ static int train_max_batch(kiln_context *ctx, const char *model, int depth, int6
     }
     /* the schedule's length does not change the memory */
     if (o.total_steps <= o.warmup_steps) o.total_steps = o.warmup_steps + 1;
+    if (o.step_size <= 0) o.step_size = 1;
     if (kiln_trainer_create(m, "loss", &o, &t)) { rc = fail(ctx, model); goto out; }
     const double GiB = 1073741824.0;
     printf("%s on %s%s: the largest batch whose training step fits %.2f GiB (%zu bytes, %s), by planning only\n", model,

@@ -540,7 +540,7 @@ static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) 
                 continue;
             }
             int src = n->n_in > 0 ? n->in[0] : -1;
-            bool alias = (d->alias_outputs & (1u << k)) && src >= 0 && root[src] >= 0 &&
+            bool alias = k < 32 && (d->alias_outputs & (1u << k)) && src >= 0 && root[src] >= 0 &&
                          kiln_tensor_nbytes(&p->vt[v]) == kiln_tensor_nbytes(&p->vt[src]) &&
                          same_byte_order(&p->vt[v], &p->vt[src]);
             root[v] = alias ? root[src] : v;
