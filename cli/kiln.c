@@ -63,6 +63,12 @@ static const struct { const char *name, *text; } commands[] = {
      "        input fixes it) [--classes K] (the data set's by default) [--resize R] (evaluation:\n"
      "        shorter side to R, then the centre SxS; S*256/224 by default) [--no-augment]\n"
      "        [--no-flip] [--mean R,G,B] [--std R,G,B] (ImageNet's by default) [--zero-init-residual]\n"
+     "      memory (docs/train.md): the step's planned peak is printed before training\n"
+     "        [--memory-limit BYTES] (20G, 512M: the step at --batch must fit; cheap forward values\n"
+     "        (BatchNormalization, ReLU, Add...) are recomputed in the backward instead of kept,\n"
+     "        as few as fit) [--recompute on|off] (on) [--max-batch] (plan only, no --data needed:\n"
+     "        print the largest batch that fits --memory-limit, or the free device memory, with\n"
+     "        and without recomputation, and exit)\n"
      "      optimizer and schedule (docs/train.md):\n"
      "        [--optimizer adadelta|sgd|adam|adamw|lars|lamb]   (default: adadelta for mnist-net,\n"
      "        as pytorch/examples mnist; sgd for the others) [--lr LR] (default per optimizer:\n"
@@ -1429,13 +1435,162 @@ static int apply_optim_flags(const optim_flags *f, float lr, int64_t steps_per_e
     return 0;
 }
 
+/* ---- kiln train --memory-limit / --max-batch (activation checkpointing, issue 12) ---- */
+
+/* "20G", "512M", "1.5GiB", "1000000": bytes (K, M, G, T are powers of 1024). */
+static int parse_bytes(const char *v, size_t *out) {
+    char *end = NULL;
+    const double x = strtod(v, &end);
+    double mul = 1;
+    if (end && *end) {
+        switch (*end == 'k' ? 'K' : *end) {
+        case 'K': mul = 1024.0; break;
+        case 'M': mul = 1048576.0; break;
+        case 'G': mul = 1073741824.0; break;
+        case 'T': mul = 1099511627776.0; break;
+        case 'B': mul = 1; end--; break;
+        default: mul = 0; break;
+        }
+        end++;
+        if (*end == 'i') end++;
+        if (*end == 'B') end++;
+    }
+    if (!end || end == v || *end || !(mul > 0) || !(x >= 1) || x * mul > 1.8e19) {
+        fprintf(stderr, "kiln train: --memory-limit '%s': give bytes, e.g. 20G, 512M or 1500000000\n", v);
+        return 2;
+    }
+    *out = (size_t)(x * mul);
+    return 0;
+}
+
+static void print_train_memory(const char *what, const kiln_train_memory *m) {
+    const double MiB = 1048576.0;
+    printf("%s batch %lld: peak %.1f MiB = activations %.1f", what, (long long)m->batch, m->peak_bytes / MiB,
+           m->arena_bytes / MiB);
+    if (m->recomputed && m->arena_bytes_without != m->arena_bytes)
+        printf(" (%.1f without; %d of %d forward values recomputed, %.2f G element ops a step more)",
+               m->arena_bytes_without / MiB, m->recomputed, m->candidates, m->recompute_ops / 1e9);
+    else if (m->recomputed)
+        printf(" (%d forward values recomputed)", m->recomputed);
+    printf(" + weights %.1f + optimizer state %.1f + batch %.1f + workspace %.1f MiB\n", m->param_bytes / MiB,
+           m->state_bytes / MiB, m->input_bytes / MiB, m->workspace_bytes / MiB);
+}
+
+static void json_train_memory(kj *w, const char *key, const kiln_train_memory *m) {
+    kj_obj(w, key);
+    kj_int(w, "batch", (long long)m->batch);
+    kj_int(w, "peak_bytes", (long long)m->peak_bytes);
+    kj_int(w, "arena_bytes", (long long)m->arena_bytes);
+    kj_int(w, "arena_bytes_without_recompute", (long long)m->arena_bytes_without);
+    kj_int(w, "param_bytes", (long long)m->param_bytes);
+    kj_int(w, "state_bytes", (long long)m->state_bytes);
+    kj_int(w, "input_bytes", (long long)m->input_bytes);
+    kj_int(w, "workspace_bytes", (long long)m->workspace_bytes);
+    kj_int(w, "recomputed", m->recomputed);
+    kj_int(w, "recompute_candidates", m->candidates);
+    kj_end(w);
+}
+
+/* After a device out-of-memory: what the plan expected, what the device has, what to do. */
+static void train_oom_hint(kiln_context *ctx, const kiln_train_options *o, const kiln_train_memory *m, size_t limit) {
+    size_t freeb = 0, total = 0;
+    const double MiB = 1048576.0;
+    char lim[64] = "no --memory-limit";
+    if (kiln_device_memory(ctx, o->device, o->device_index, &freeb, &total)) return;
+    if (limit) snprintf(lim, sizeof lim, "the memory limit %zu bytes", limit);
+    fprintf(stderr,
+            "kiln train: out of device memory at batch %lld: the step's planned peak is %zu bytes (%.1f MiB%s), %s, "
+            "and the device has %zu bytes (%.1f MiB) free of %zu now; pass --memory-limit (recomputation) or a "
+            "smaller --batch (--max-batch prints the largest that fits)\n",
+            (long long)m->batch, m->peak_bytes, m->peak_bytes / MiB, o->device == KILN_DEVICE_CUDA ? " + cuDNN workspace" : "",
+            lim, freeb, freeb / MiB, total);
+}
+
+/* --max-batch: the model without data (resnets: --classes or 1000), the largest batch whose
+ * step fits the limit with and without recomputation, by planning only. */
+static int train_max_batch(kiln_context *ctx, const char *model, int depth, int64_t classes, int64_t image_size,
+                           uint64_t seed, int dropout, int zero_init_residual, float label_smoothing, kiln_train_options o,
+                           size_t limit, int recompute, const char *json) {
+    kiln_model *fwd = NULL, *m = NULL;
+    kiln_trainer *t = NULL;
+    kj *jw = NULL;
+    int rc = 0;
+    const char *budget = "--memory-limit";
+    if (!limit) {
+        size_t freeb = 0, total = 0;
+        if (kiln_device_memory(ctx, o.device, o.device_index, &freeb, &total)) return fail(ctx, "--max-batch");
+        limit = freeb;
+        budget = o.device == KILN_DEVICE_CUDA ? "the device's free memory" : "the host's available memory (MemAvailable)";
+    }
+    if (strcmp(model, "mnist-net") == 0) {
+        if (kiln_model_mnist_net(ctx, -1, seed, dropout, &m)) return fail(ctx, model);
+    } else {
+        if (depth) {
+            if (kiln_model_resnet(ctx, depth, classes ? classes : 1000, image_size ? image_size : 224, seed,
+                                  zero_init_residual, &fwd)) return fail(ctx, model);
+        } else if (kiln_model_load_onnx(ctx, model, &fwd)) return fail(ctx, model);
+        if (kiln_model_add_classifier_loss(fwd, kiln_model_output_name(fwd, 0), label_smoothing, &m)) {
+            rc = fail(ctx, model);
+            goto out;
+        }
+    }
+    /* the schedule's length does not change the memory */
+    if (o.total_steps <= o.warmup_steps) o.total_steps = o.warmup_steps + 1;
+    if (o.step_size <= 0) o.step_size = 1;
+    if (kiln_trainer_create(m, "loss", &o, &t)) { rc = fail(ctx, model); goto out; }
+    const double GiB = 1073741824.0;
+    printf("%s on %s%s: the largest batch whose training step fits %.2f GiB (%zu bytes, %s), by planning only\n", model,
+           o.device == KILN_DEVICE_CUDA ? "cuda" : "cpu",
+           o.amp == KILN_AMP_FP16 ? " (amp fp16)" : o.amp == KILN_AMP_BF16 ? " (amp bf16)" : "", limit / GiB, limit,
+           budget);
+    if (json && !(jw = kj_new())) { rc = 1; goto out; }
+    if (jw) {
+        kj_obj(jw, NULL);
+        kj_head(jw, "kiln-train-max-batch", 1);
+        kj_str(jw, "model", model);
+        kj_str(jw, "device", o.device == KILN_DEVICE_CUDA ? "cuda" : "cpu");
+        kj_int(jw, "memory_limit", (long long)limit);
+    }
+    int64_t best[2] = {0, 0};
+    for (int r = 0; r < 2; r++) {
+        if (r == 1 && !recompute) break;
+        kiln_train_memory at;
+        int64_t b = 0;
+        if (kiln_trainer_max_batch(t, limit, r, 0, &b, &at)) {
+            rc = fail(ctx, r ? "--max-batch (with recomputation)" : "--max-batch (without recomputation)");
+            goto out;
+        }
+        best[r] = b;
+        print_train_memory(r ? "  with recomputation:   max" : "  without recomputation: max", &at);
+        if (jw) json_train_memory(jw, r ? "with_recompute" : "without_recompute", &at);
+    }
+    if (recompute)
+        printf("max batch: %lld without recomputation, %lld with (%.2fx)\n", (long long)best[0], (long long)best[1],
+               best[0] ? (double)best[1] / (double)best[0] : 0.0);
+    else
+        printf("max batch: %lld (recomputation off)\n", (long long)best[0]);
+    if (jw) {
+        kj_int(jw, "max_batch", (long long)best[0]);
+        if (recompute) kj_int(jw, "max_batch_recompute", (long long)best[1]);
+        kj_end(jw);
+        rc = kj_write(jw, json, "train");
+    }
+out:
+    kj_free(jw);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+    kiln_model_free(fwd);
+    return rc;
+}
+
 static int cmd_train(int argc, char **argv) {
     train_args a = {.epochs = 1, .batch = 64, .accumulate = 1, .seed = 1, .dropout = 1, .device = "cpu", .amp = "off",
                     .plot_w = 1200, .plot_h = 900, .resize = -1};
     enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
            O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
            O_PLOT, O_PLOT_SIZE, O_EXPORT, O_LABEL_SMOOTHING, O_IMAGE_SIZE, O_CLASSES, O_RESIZE, O_NO_AUGMENT,
-           O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT, O_DIST_TIMEOUT, O_BUCKET_MB, O_DROP_LAST, O_SYNC_BN };
+           O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT, O_DIST_TIMEOUT, O_BUCKET_MB, O_DROP_LAST, O_SYNC_BN,
+           O_MEMORY_LIMIT, O_MAX_BATCH, O_RECOMPUTE };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -1458,12 +1613,17 @@ static int cmd_train(int argc, char **argv) {
         {"std", required_argument, NULL, O_STD},               {"zero-init-residual", no_argument, NULL, O_ZERO_INIT},
         {"dist-timeout", required_argument, NULL, O_DIST_TIMEOUT}, {"bucket-mb", required_argument, NULL, O_BUCKET_MB},
         {"drop-last", no_argument, NULL, O_DROP_LAST},        {"sync-bn", no_argument, NULL, O_SYNC_BN},
+        {"memory-limit", required_argument, NULL, O_MEMORY_LIMIT}, {"max-batch", no_argument, NULL, O_MAX_BATCH},
+        {"recompute", required_argument, NULL, O_RECOMPUTE},
         {0}};
     optim_flags of = OPTIM_FLAGS_INIT;
     /* data parallelism (cli/launch.c) */
     double dist_timeout = 0, bucket_mb = 0;
     int drop_last = 0, sync_bn = 0;
     kiln_dist *dist = NULL;
+    /* activation checkpointing (train_max_batch above) */
+    size_t memory_limit = 0;
+    int max_batch = 0, recompute = 1;
     for (int c; (c = next_opt("train", argc, argv, longopts)) != -1;) {
         const char *v = optarg;
         switch (c) {
@@ -1506,6 +1666,17 @@ static int cmd_train(int argc, char **argv) {
         case O_BUCKET_MB: bucket_mb = strtod(v, NULL); break;
         case O_DROP_LAST: drop_last = 1; break;
         case O_SYNC_BN: sync_bn = 1; break;
+        case O_MEMORY_LIMIT:
+            if (parse_bytes(v, &memory_limit)) return 2;
+            break;
+        case O_MAX_BATCH: max_batch = 1; break;
+        case O_RECOMPUTE:
+            if (strcmp(v, "on") && strcmp(v, "off")) {
+                fprintf(stderr, "kiln train: --recompute must be on or off\n");
+                return 2;
+            }
+            recompute = strcmp(v, "on") == 0;
+            break;
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
@@ -1554,7 +1725,7 @@ static int cmd_train(int argc, char **argv) {
         fprintf(stderr, "kiln train: --image-size, --classes and --resize must be positive\n");
         return 2;
     }
-    if (!a.data) { fprintf(stderr, "kiln train: --data DIR is required\n"); return 2; }
+    if (!a.data && !max_batch) { fprintf(stderr, "kiln train: --data DIR is required (but for --max-batch)\n"); return 2; }
     if (a.epochs < 1 || a.batch < 1 || a.accumulate < 1 || a.max_steps < 0) {
         fprintf(stderr, "kiln train: --epochs, --batch and --accumulate must be >= 1\n");
         return 2;
@@ -1587,6 +1758,19 @@ static int cmd_train(int argc, char **argv) {
     else { fprintf(stderr, "kiln train: --amp must be off, fp16 or bf16\n"); return 2; }
     if (a.plot && train_plot_check(a.plot)) return 2;
     if (a.json && strcmp(a.json, "-") == 0 && kj_claim_stdout("train")) return 1;
+    o.memory_limit = memory_limit; /* the step at --batch must fit it (src/train/memory.c) */
+    o.memory_batch = a.batch;
+    o.no_recompute = !recompute;
+    if (max_batch) {
+        /* planning only: the model without data, no step run */
+        kiln_context *mctx = NULL;
+        if (kiln_context_create(&mctx)) return 1;
+        o.memory_limit = 0;
+        const int mrc = train_max_batch(mctx, a.model, resnet ? depth : 0, a.classes, a.image_size, a.seed, a.dropout,
+                                        a.zero_init_residual, a.label_smoothing, o, memory_limit, recompute, a.json);
+        kiln_context_free(mctx);
+        return mrc;
+    }
 
     kiln_context *ctx = NULL;
     kiln_mnist d = {0};
@@ -1795,6 +1979,13 @@ static int cmd_train(int argc, char **argv) {
         resume_epoch = epoch;
         resume_step = step;
     }
+    kiln_train_memory tmem; /* the step's planned peak (with what --memory-limit recomputes) */
+    const bool have_mem = kiln_trainer_plan_memory(t, a.batch, 0, 0, &tmem) == KILN_OK;
+    if (have_mem) print_train_memory("memory: step at", &tmem);
+    else printf("memory: the step's peak could not be planned (%s)\n", kiln_context_message(ctx));
+    if (memory_limit && have_mem)
+        printf("memory limit %.2f GiB (%zu bytes): %s\n", memory_limit / 1073741824.0, memory_limit,
+               tmem.peak_bytes <= memory_limit ? "fits" : "over (the plan's estimate)");
     kiln_train_stats ts;
     kiln_trainer_stats(t, &ts);
     setup_ms = now_ms() - t0;
@@ -1804,8 +1995,10 @@ static int cmd_train(int argc, char **argv) {
         /* the one-time work (plans, algorithm searches, graph captures) before the first
          * epoch's clock starts, reported on its own line; the training state is untouched */
         const double tw = now_ms();
-        if (kiln_trainer_warmup(t, d.train_images, d.train_labels, a.batch)) {
+        const kiln_status wst = kiln_trainer_warmup(t, d.train_images, d.train_labels, a.batch);
+        if (wst) {
             rc = fail(ctx, "warm-up");
+            if (wst == KILN_ERR_OUT_OF_MEMORY && have_mem) train_oom_hint(ctx, &o, &tmem, memory_limit);
             goto out;
         }
         warmup_ms = now_ms() - tw;
@@ -1928,6 +2121,8 @@ static int cmd_train(int argc, char **argv) {
                                       .resume_step = resume_step, .seed = a.seed, .lr = o.lr, .setup_ms = setup_ms,
                                       .warmup_ms = warmup_ms, .dropout = a.dropout, .shuffle = !a.no_shuffle,
                                       .threads = a.threads, .log = &tl, .test_accuracy = acc, .stats = &ts});
+        if (have_mem) json_train_memory(jw, "memory", &tmem);
+        if (memory_limit) kj_int(jw, "memory_limit", (long long)memory_limit);
     }
     /* after the accuracy is reported: the profile restores the state, but nothing it does
      * can reach the numbers above */

@@ -610,6 +610,17 @@ typedef struct kiln_train_options {
     int drop_last;       /* kiln_trainer_train_epoch's sharding: 1 drops the samples past the
                             last multiple of world size; 0 (default) pads with the first ones
                             (PyTorch's DistributedSampler) */
+    /* Activation checkpointing (issue 12; kiln_trainer_plan_memory below): */
+    size_t memory_limit;  /* > 0: the step's planned peak memory (kiln_train_memory.peak_bytes)
+                             at batch memory_batch must fit these bytes. kiln_trainer_create then
+                             recomputes cheap forward values (BatchNormalization, elementwise
+                             ops; never convolutions or products) just before their backward
+                             use instead of keeping them, as few as fit (most bytes saved per
+                             operation first), and fails with KILN_ERR_OUT_OF_MEMORY naming the
+                             limit and the least the step needs when even all of them do not
+                             fit. 0: no limit, nothing recomputed */
+    int64_t memory_batch; /* the batch memory_limit is planned for (required with it) */
+    int no_recompute;     /* 1: recompute nothing; a memory_limit is then only checked */
 } kiln_train_options;
 #define KILN_TRAIN_OPTIONS_INIT {.struct_size = sizeof(kiln_train_options)}
 
@@ -657,6 +668,36 @@ kiln_status kiln_trainer_warmup(kiln_trainer *t, const kiln_tensor *images, cons
  * (the labels) are dropped; BatchNormalization uses running statistics, Dropout passes
  * values through. No autograd state. Free it with kiln_model_free. */
 kiln_status kiln_trainer_export(kiln_trainer *t, const char *output, kiln_model **out);
+
+/* Memory of one training step, by planning only (nothing runs; issue 12). peak_bytes =
+ * arena_bytes (the plan's one activation arena: forward values kept for the backward,
+ * gradients, temporaries) + param_bytes (the trained weights) + state_bytes (optimizer
+ * state, BatchNormalization running statistics, counters) + input_bytes (the batch) +
+ * workspace_bytes (the CPU kernels' scratch; on CUDA the convolution workspace cuDNN picks
+ * at run time is not included, nor a data set kept on the device). */
+typedef struct kiln_train_memory {
+    int64_t batch;
+    size_t peak_bytes, arena_bytes, param_bytes, state_bytes, input_bytes, workspace_bytes;
+    size_t arena_bytes_without; /* the arena with nothing recomputed */
+    int recomputed;             /* forward values recomputed (of `candidates` the pass could) */
+    int candidates;
+    double recompute_ops;       /* element operations the recomputations add per step */
+} kiln_train_memory;
+/* Plan the trainer's step for data inputs of first dim `batch`. memory_limit > 0: with
+ * recompute, the fewest recomputations that fit (as kiln_train_options.memory_limit);
+ * KILN_ERR_OUT_OF_MEMORY, with *out filled and a message naming the limit and the least the
+ * step needs, when it does not fit. */
+kiln_status kiln_trainer_plan_memory(kiln_trainer *t, int64_t batch, size_t memory_limit, int recompute,
+                                     kiln_train_memory *out);
+/* The largest batch whose step fits memory_limit (> 0), by planning only (a search over
+ * batch sizes up to max_batch, 0: 1 << 20): *batch fits and *batch + 1 does not; *at is its
+ * memory. KILN_ERR_OUT_OF_MEMORY when not even batch 1 fits. */
+kiln_status kiln_trainer_max_batch(kiln_trainer *t, size_t memory_limit, int recompute, int64_t max_batch,
+                                   int64_t *batch, kiln_train_memory *at);
+/* A device's free and total memory in bytes (CUDA: cudaMemGetInfo; the CPU: available and
+ * physical RAM). */
+kiln_status kiln_device_memory(kiln_context *ctx, kiln_device device, int device_index, size_t *free_bytes,
+                               size_t *total_bytes);
 
 typedef struct kiln_train_stats {
     int64_t micro_steps;   /* kiln_trainer_step calls */

@@ -119,6 +119,8 @@ typedef struct kiln_backend_i {
     kiln_status (*mem_copy)(kiln_context *ctx, void *dst, int dst_dev, const void *src, int src_dev, size_t bytes);
     /* KILN_OK when the device of that index exists (else KILN_ERR_DEVICE naming it). */
     kiln_status (*check_device)(kiln_context *ctx, int device_index);
+    /* The device's free and total memory in bytes (kiln_device_memory); NULL: the host's. */
+    kiln_status (*mem_info)(kiln_context *ctx, int device_index, size_t *free_bytes, size_t *total_bytes);
 
     /* ---------------------------------------------------------------- training */
     const kiln_backend_train_i *train;

@@ -436,6 +436,16 @@ static kiln_status topo_sort(kiln_model *m) {
     kiln_context *ctx = m->ctx;
     size_t n = (size_t)(m->n_nodes > 0 ? m->n_nodes : 0), nv = (size_t)m->n_values;
     if (n == 0) return KILN_OK;
+    /* A model whose nodes were placed on purpose (keep_order: the recomputations of
+     * src/train/recompute.c, just before their backward use rather than where their inputs
+     * are first ready) is kept as it is while it is in order. */
+    bool sorted_already = m->keep_order;
+    for (size_t i = 0; i < n && sorted_already; i++)
+        for (int k = 0; k < m->nodes[i].n_in && sorted_already; k++) {
+            const int v = m->nodes[i].in[k];
+            if (v >= 0 && m->values[v].producer >= (int)i) sorted_already = false;
+        }
+    if (sorted_already) return KILN_OK;
     size_t edges = 0;
     for (size_t i = 0; i < n; i++) edges += (size_t)m->nodes[i].n_in;
     int *pending = kiln_calloc(ctx, n, sizeof(int), "topological sort");
@@ -600,6 +610,7 @@ kiln_status kiln_model_clone(const kiln_model *src, kiln_model **out) {
     if (st) return st;
     m->opset = src->opset;
     m->ir_version = src->ir_version;
+    m->keep_order = src->keep_order;
     for (int v = 0; v < src->n_values && !st; v++) {
         const kiln_value *a = &src->values[v];
         int nv = new_value(m, a->name);

@@ -222,6 +222,8 @@ struct kiln_model {
     int n_outputs, *outputs;
     int opset;          /* default-domain opset */
     bool finalized;
+    bool keep_order;    /* finalization keeps the nodes' order when it is topological (the
+                           recomputations placed by src/train/recompute.c); copied by clones */
     int64_t ir_version; /* the ONNX file's IR version (0: built in C); kept by kiln_model_save_onnx */
     char *producer;     /* e.g. "pytorch 2.11" */
     /* Open-addressing hash of value indices by name (-1: empty slot), kept by graph.c;

@@ -36,6 +36,7 @@ struct kiln_plan {
     void *arena;        /* host arena (NULL for a plan whose memory lives on a device) */
     size_t *offset;     /* (n_values) byte offset of each arena value, SIZE_MAX otherwise */
     bool host_memory;
+    bool measure_only; /* kiln_plan_measure: a host plan's layout, nothing allocated */
     size_t arena_bytes, naive_bytes, constant_bytes, workspace_bytes;
     void *workspace;
     int folded_nodes;
@@ -539,7 +540,7 @@ static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) 
                 continue;
             }
             int src = n->n_in > 0 ? n->in[0] : -1;
-            bool alias = (d->alias_outputs & (1u << k)) && src >= 0 && root[src] >= 0 &&
+            bool alias = k < 32 && (d->alias_outputs & (1u << k)) && src >= 0 && root[src] >= 0 &&
                          kiln_tensor_nbytes(&p->vt[v]) == kiln_tensor_nbytes(&p->vt[src]) &&
                          same_byte_order(&p->vt[v], &p->vt[src]);
             root[v] = alias ? root[src] : v;
@@ -605,6 +606,14 @@ static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) 
     }
     for (int v = 0; v < nv; v++) p->offset[v] = root[v] >= 0 ? slots[slot_of[root[v]]].offset : SIZE_MAX;
     if (!p->host_memory) goto out; /* a device backend allocates and binds its own arena */
+    if (p->measure_only) {
+        for (int e = 0; e < p->n_exec; e++) {
+            const kiln_op_def *d = kiln_op_get(m->nodes[p->exec[e].node].op);
+            const size_t w = d->cpu_workspace ? d->cpu_workspace(&p->exec[e].c) : 0;
+            if (align_up(w) > p->workspace_bytes) p->workspace_bytes = align_up(w);
+        }
+        goto out;
+    }
     /* At least one line even when every value is empty, so that each value's data points
      * into the arena (NULL + offset is undefined, and kernels pass data to memcpy). */
     p->arena = aligned_alloc(ARENA_ALIGN, peak ? align_up(peak) : ARENA_ALIGN);
@@ -699,8 +708,27 @@ kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold
     return kiln_plan_build_ex(m, inputs, fold, host_memory, 0, out);
 }
 
+static kiln_status plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory, bool measure,
+                              int side_streams, kiln_plan **out);
+
 kiln_status kiln_plan_build_ex(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory,
                                int side_streams, kiln_plan **out) {
+    return plan_build(m, inputs, fold, host_memory, false, side_streams, out);
+}
+
+kiln_status kiln_plan_measure(kiln_model *m, kiln_tensor *const *inputs, bool host_layout, int side_streams,
+                              size_t *arena_bytes, size_t *workspace_bytes) {
+    kiln_plan *p = NULL;
+    kiln_status st = plan_build(m, inputs, true, host_layout, host_layout, side_streams, &p);
+    if (st) return st;
+    *arena_bytes = p->arena_bytes;
+    if (workspace_bytes) *workspace_bytes = p->workspace_bytes;
+    kiln_plan_free(p);
+    return KILN_OK;
+}
+
+static kiln_status plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory, bool measure,
+                              int side_streams, kiln_plan **out) {
     *out = NULL;
     if (side_streams < 0 || side_streams > KILN_PLAN_MAX_SIDE_STREAMS)
         return kiln_fail(m->ctx, KILN_ERR_INVALID_ARGUMENT, "side streams must be 0 to %d, got %d",
@@ -711,6 +739,7 @@ kiln_status kiln_plan_build_ex(kiln_model *m, kiln_tensor *const *inputs, bool f
     if (!p) return KILN_ERR_OUT_OF_MEMORY;
     p->m = m;
     p->host_memory = host_memory;
+    p->measure_only = measure;
     kiln_status st = alloc_tables(p);
     if (!st) {
         p->key = kiln_calloc(m->ctx, (size_t)m->n_inputs + 1, sizeof *p->key, "plan key");

@@ -28,6 +28,13 @@ kiln_status kiln_plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold
 kiln_status kiln_plan_build_ex(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory,
                                int side_streams, kiln_plan **out);
 
+/* The arena and workspace bytes of a plan of these inputs, nothing allocated and nothing
+ * run (constants folded): host_layout as a host plan lays it out (the CPU's in-place
+ * updates of graph inputs; inputs' data may be NULL), else as a device plan with
+ * side_streams. Memory planning (src/train/memory.c). */
+kiln_status kiln_plan_measure(kiln_model *m, kiln_tensor *const *inputs, bool host_layout, int side_streams,
+                              size_t *arena_bytes, size_t *workspace_bytes);
+
 /* What a device backend reads from a plan (all owned by the plan). */
 typedef struct kiln_plan_view_t {
     const kiln_model *m;

@@ -147,6 +147,8 @@ static kiln_status cu_mem_copy(kiln_context *ctx, void *dst, int dst_dev, const 
     return KILN_OK;
 }
 
+kiln_status kiln_cuda_mem_info(kiln_context *ctx, int device, size_t *free_bytes, size_t *total_bytes); /* meminfo.c */
+
 const kiln_backend_i kiln_cuda_backend_i = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
@@ -174,6 +176,7 @@ const kiln_backend_i kiln_cuda_backend_i = {
     .mem_free = cu_mem_free,
     .mem_copy = cu_mem_copy,
     .check_device = cu_check_device,
+    .mem_info = kiln_cuda_mem_info,
     .train = &kiln_cuda_train_i,
     .train_session_passes = false,
 };

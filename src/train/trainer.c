@@ -31,6 +31,7 @@
 #include "../passes/passes.h"
 #include "autograd.h"
 #include "optim_graph.h"
+#include "recompute.h"
 #include "trainer_internal.h"
 
 #include <math.h>
@@ -460,6 +461,8 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
         t->fwd->finalized = true;
         st = build_training_graph(t, lv);
     }
+    /* activation checkpointing: recompute what the memory limit needs (src/train/memory.c) */
+    if (!st && o.memory_limit) st = kiln_trainer_fit_memory(t);
     /* data parallelism: the same graph everywhere, rank 0's weights */
     if (!st && o.dist) st = kiln_dist_trainer_start(o.dist, t->train, t->n_params, t->params, t->n_states, t->states);
     if (!st) {

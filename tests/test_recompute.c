@@ -1,0 +1,262 @@
+/* test_recompute.c — activation checkpointing under a memory limit (issue 12, part 5;
+ * src/train/recompute.c, src/train/memory.c), on the CPU with a small ResNet-18 (BN, ReLU,
+ * residual Adds) at 32x32:
+ *   - recomputation keeps the function: one trainer recomputing every value it can and one
+ *     recomputing none take the same steps from the same weights and batches, and their
+ *     losses, momentum buffers (after the first SGD step: the gradients), weights and BN
+ *     running statistics are bit for bit the same;
+ *   - the arena really shrinks: the plan the trainer's session runs has a smaller arena, the
+ *     one the pass measured, and the forward values it recomputes die early;
+ *   - under a limit the planned peak is within it; below the least reachable a clear error
+ *     names the limit and that least;
+ *   - the largest batch: b fits and b + 1 does not, with recomputation at least as large and
+ *     here larger.
+ */
+#include "kiln.h"
+#include "kiln_models.h"
+#include "check.h"
+#include "core/internal.h"
+#include "core/plan.h"
+#include "train/recompute.h"
+#include "train/trainer_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+enum { S = 32 }; /* image size */
+
+static uint64_t rng = 99;
+static float frand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) & 0xffffff) / (float)0xffffff * 2.0f - 1.0f;
+}
+
+static kiln_status init_tensor(kiln_model *m, const char *name, int nd, const int64_t *dims, double scale, double base) {
+    kiln_tensor *t = NULL;
+    kiln_status st = kiln_tensor_create(m->ctx, KILN_F32, nd, dims, &t);
+    if (st) return st;
+    for (int64_t i = 0; i < kiln_tensor_numel(t); i++) ((float *)t->data)[i] = (float)(base + scale * frand());
+    st = kiln_model_add_initializer(m, name, t);
+    kiln_tensor_free(t);
+    return st;
+}
+
+/* Conv 3x3 -> BatchNormalization (-> Relu unless relu_out is NULL: then bn_out is the BN's) */
+static kiln_status conv_bn(kiln_model *m, const char *in, const char *p, int64_t cin, int64_t cout, const char *bn_out,
+                           const char *relu_out) {
+    char w[64], g[64], b[64], rm[64], rv[64], c[64];
+    snprintf(w, sizeof w, "%s.conv.weight", p);
+    snprintf(g, sizeof g, "%s.bn.weight", p);
+    snprintf(b, sizeof b, "%s.bn.bias", p);
+    snprintf(rm, sizeof rm, "%s.bn.running_mean", p);
+    snprintf(rv, sizeof rv, "%s.bn.running_var", p);
+    snprintf(c, sizeof c, "%s:c", p);
+    kiln_node *n = NULL;
+    kiln_status st = init_tensor(m, w, 4, (int64_t[]){cout, cin, 3, 3}, sqrt(6.0 / (double)(cin * 9)), 0);
+    if (!st) st = init_tensor(m, g, 1, (int64_t[]){cout}, 0.2, 1);
+    if (!st) st = init_tensor(m, b, 1, (int64_t[]){cout}, 0.1, 0);
+    if (!st) st = init_tensor(m, rm, 1, (int64_t[]){cout}, 0, 0);
+    if (!st) st = init_tensor(m, rv, 1, (int64_t[]){cout}, 0, 1);
+    if (!st) st = kiln_model_add_node(m, "Conv", c, 2, (const char *[]){in, w}, 1, (const char *[]){c}, &n);
+    if (!st) st = kiln_node_set_ints(n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    if (!st) st = kiln_node_set_ints(n, "kernel_shape", 2, (int64_t[]){3, 3});
+    if (!st) st = kiln_model_add_node(m, "BatchNormalization", bn_out, 5, (const char *[]){c, g, b, rm, rv}, 1,
+                                      (const char *[]){bn_out}, NULL);
+    if (!st && relu_out)
+        st = kiln_model_add_node(m, "Relu", relu_out, 1, (const char *[]){bn_out}, 1, (const char *[]){relu_out}, NULL);
+    return st;
+}
+
+/* A small residual CNN whose memory is its activations: image (batch, 3, S, S) -> stem
+ * Conv-BN-Relu (16 channels) -> 3 blocks relu(BN(conv(relu(BN(conv(x))))) + x) -> global
+ * average pool -> Gemm (10 classes), with the classifier loss. */
+static kiln_model *small_resnet(kiln_context *ctx) {
+    kiln_model *m = NULL, *lm = NULL;
+    kiln_node *n = NULL;
+    if (kiln_model_create(ctx, &m)) return NULL;
+    kiln_status st = kiln_model_add_input(m, "image", KILN_F32, 4, (int64_t[]){-1, 3, S, S});
+    if (!st) st = conv_bn(m, "image", "stem", 3, 16, "stem:b", "x0");
+    for (int k = 0; k < 3 && !st; k++) {
+        char p[32], q[32], in[16], b1[48], r1[48], b2[48], a[32], out[16];
+        snprintf(p, sizeof p, "block%d.1", k);
+        snprintf(q, sizeof q, "block%d.2", k);
+        snprintf(in, sizeof in, "x%d", k);
+        snprintf(b1, sizeof b1, "%s:b", p);
+        snprintf(r1, sizeof r1, "%s:r", p);
+        snprintf(b2, sizeof b2, "%s:b", q);
+        snprintf(a, sizeof a, "block%d:add", k);
+        snprintf(out, sizeof out, "x%d", k + 1);
+        st = conv_bn(m, in, p, 16, 16, b1, r1);
+        if (!st) st = conv_bn(m, r1, q, 16, 16, b2, NULL);
+        if (!st) st = kiln_model_add_node(m, "Add", a, 2, (const char *[]){b2, in}, 1, (const char *[]){a}, NULL);
+        if (!st) st = kiln_model_add_node(m, "Relu", out, 1, (const char *[]){a}, 1, (const char *[]){out}, NULL);
+    }
+    if (!st) st = kiln_model_add_node(m, "GlobalAveragePool", "gap", 1, (const char *[]){"x3"}, 1, (const char *[]){"g"}, NULL);
+    if (!st) st = kiln_model_add_node(m, "Flatten", "flatten", 1, (const char *[]){"g"}, 1, (const char *[]){"f"}, NULL);
+    if (!st) st = init_tensor(m, "fc.weight", 2, (int64_t[]){10, 16}, 0.25, 0);
+    if (!st) st = init_tensor(m, "fc.bias", 1, (int64_t[]){10}, 0.1, 0);
+    if (!st) st = kiln_model_add_node(m, "Gemm", "fc", 3, (const char *[]){"f", "fc.weight", "fc.bias"}, 1,
+                                      (const char *[]){"logits"}, &n);
+    if (!st) st = kiln_node_set_int(n, "transB", 1);
+    if (!st) st = kiln_model_add_output(m, "logits");
+    if (!st) st = kiln_model_finalize(m);
+    if (!st) st = kiln_model_add_classifier_loss(m, "logits", 0, &lm);
+    kiln_model_free(m);
+    return st ? NULL : lm;
+}
+
+static kiln_train_options opts(void) {
+    kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
+    o.optimizer = KILN_OPTIM_SGD;
+    o.lr = 0.05f;
+    o.momentum = 0.9f;
+    o.threads = 2;
+    return o;
+}
+
+static bool same_tensor(const kiln_tensor *a, const kiln_tensor *b) {
+    return kiln_tensor_nbytes(a) == kiln_tensor_nbytes(b) && memcmp(a->data, b->data, kiln_tensor_nbytes(a)) == 0;
+}
+
+/* Two trainers from the same model: their states bit for bit. */
+static int compare_trainers(const kiln_trainer *a, const kiln_trainer *b, const char *when) {
+    int diff = 0;
+    CHECK(a->n_params == b->n_params && a->n_carried == b->n_carried && a->n_states == b->n_states, "%s: layouts", when);
+    for (int k = 0; k < a->n_params && k < b->n_params; k++)
+        if (!same_tensor(a->params[k].value, b->params[k].value)) diff++;
+    CHECK(!diff, "%s: %d weight tensors differ with recomputation", when, diff);
+    diff = 0;
+    for (int j = 0; j < a->n_carried && j < b->n_carried; j++)
+        if (a->carried_owned[j] && !same_tensor(a->carried[j], b->carried[j])) diff++;
+    CHECK(!diff, "%s: %d optimizer state tensors (momentum buffers: the gradients) differ", when, diff);
+    diff = 0;
+    for (int k = 0; k < a->n_states && k < b->n_states; k++)
+        if (!same_tensor(a->states[k].value, b->states[k].value)) diff++;
+    CHECK(!diff, "%s: %d BatchNormalization running statistics differ (updated twice?)", when, diff);
+    return 0;
+}
+
+int main(void) {
+    kiln_context *ctx = NULL;
+    if (kiln_context_create(&ctx)) return 1;
+    kiln_model *m = small_resnet(ctx);
+    CHECK(m, "the CNN: %s", kiln_context_message(ctx));
+    if (!m) return 1;
+    const int64_t B = 16;
+    kiln_train_options o = opts();
+    kiln_trainer *plain = NULL, *rc = NULL;
+    CHECK(!kiln_trainer_create(m, "loss", &o, &plain), "trainer: %s", kiln_context_message(ctx));
+    if (!plain) return 1;
+
+    /* memory at batch B: as it is, and the least reachable (a 1-byte limit) */
+    kiln_train_memory mem0, least;
+    CHECK(!kiln_trainer_plan_memory(plain, B, 0, 1, &mem0), "plan: %s", kiln_context_message(ctx));
+    CHECK(mem0.recomputed == 0 && mem0.arena_bytes == mem0.arena_bytes_without, "no limit: nothing recomputed");
+    CHECK(mem0.peak_bytes == mem0.arena_bytes + mem0.param_bytes + mem0.state_bytes + mem0.input_bytes +
+                                 mem0.workspace_bytes,
+          "peak is the sum of its parts");
+    CHECK(mem0.param_bytes == (size_t)plain->param_count * 4, "weights %zu bytes", mem0.param_bytes);
+    CHECK(mem0.input_bytes == (size_t)(B * 3 * S * S * 4 + B * 8), "batch %zu bytes", mem0.input_bytes);
+    kiln_status st = kiln_trainer_plan_memory(plain, B, 1, 1, &least);
+    CHECK(st == KILN_ERR_OUT_OF_MEMORY, "a 1-byte limit must fail (%d)", (int)st);
+    /* the stem's and each block's two ReLU outputs (the Adds' die with their ReLU) */
+    CHECK(least.candidates == 7 && least.recomputed >= 6 && least.recomputed <= least.candidates,
+          "recomputed %d of %d candidates", least.recomputed, least.candidates);
+    printf("small residual CNN %dx%d batch %lld: peak %zu bytes (arena %zu); every candidate recomputed (%d): arena %zu, "
+           "%.0f ops more\n",
+           (int)S, (int)S, (long long)B, mem0.peak_bytes, mem0.arena_bytes, least.candidates, least.arena_bytes, least.recompute_ops);
+    /* Without recomputation the backward keeps 7 convolution outputs (BatchNormGrad reads
+     * them) and 7 ReLU outputs (the next convolution's weight gradient and ReluGrad read
+     * them), each `act` bytes, plus the input and a few gradients; recomputing the ReLU
+     * outputs from the convolution outputs frees them (the greedy placement keeps some
+     * slack): the arena must lose at least 3 of them (it loses 4 less 1 KiB). */
+    const size_t act = (size_t)B * 16 * S * S * 4;
+    CHECK(mem0.arena_bytes >= 14 * act, "arena %zu: less than the 14 activations kept (%zu each)", mem0.arena_bytes, act);
+    CHECK(least.arena_bytes + 3 * act <= mem0.arena_bytes, "arena %zu -> %zu: not 3 activations (%zu each) smaller",
+          mem0.arena_bytes, least.arena_bytes, act);
+    /* the message names the limit and the least needed */
+    char want[160];
+    snprintf(want, sizeof want, "needs at least %zu bytes", least.peak_bytes);
+    CHECK(strstr(kiln_context_message(ctx), want), "message '%s' lacks '%s'", kiln_context_message(ctx), want);
+    CHECK(strstr(kiln_context_message(ctx), "the memory limit is 1 bytes"), "message '%s' lacks the limit",
+          kiln_context_message(ctx));
+
+    /* a limit between: fits, within it, with some recomputed */
+    const size_t mid = (mem0.peak_bytes + least.peak_bytes) / 2;
+    kiln_train_memory at_mid;
+    CHECK(!kiln_trainer_plan_memory(plain, B, mid, 1, &at_mid), "limit %zu: %s", mid, kiln_context_message(ctx));
+    CHECK(at_mid.peak_bytes <= mid && at_mid.recomputed > 0 && at_mid.recomputed <= least.recomputed,
+          "limit %zu: peak %zu, %d recomputed", mid, at_mid.peak_bytes, at_mid.recomputed);
+    st = kiln_trainer_plan_memory(plain, B, mid, 0, &at_mid);
+    CHECK(st == KILN_ERR_OUT_OF_MEMORY && strstr(kiln_context_message(ctx), "recomputation off"),
+          "without recomputation the same limit must fail: %s", kiln_context_message(ctx));
+
+    /* a trainer under the least limit recomputes everything; same steps, same bits */
+    kiln_train_options ol = o;
+    ol.memory_limit = least.peak_bytes;
+    ol.memory_batch = B;
+    CHECK(!kiln_trainer_create(m, "loss", &ol, &rc), "trainer under %zu bytes: %s", ol.memory_limit,
+          kiln_context_message(ctx));
+    if (!rc) return 1;
+    kiln_train_memory memrc;
+    CHECK(!kiln_trainer_plan_memory(rc, B, 0, 1, &memrc), "plan: %s", kiln_context_message(ctx));
+    CHECK(memrc.recomputed >= 1 && memrc.peak_bytes <= ol.memory_limit,
+          "the trainer under %zu bytes: %d values recomputed, peak %zu", ol.memory_limit, memrc.recomputed,
+          memrc.peak_bytes);
+    kiln_tensor *x = NULL, *y = NULL;
+    const int64_t xd[4] = {B, 3, S, S}, yd[1] = {B};
+    kiln_tensor_create(ctx, KILN_F32, 4, xd, &x);
+    kiln_tensor_create(ctx, KILN_I64, 1, yd, &y);
+    for (int s = 0; s < 3; s++) {
+        for (int64_t i = 0; i < B * 3 * S * S; i++) ((float *)x->data)[i] = frand();
+        for (int64_t i = 0; i < B; i++) ((int64_t *)y->data)[i] = (int64_t)((frand() + 1) * 4.99);
+        kiln_tensor *in[2] = {x, y};
+        float la = 0, lb = 0;
+        CHECK(!kiln_trainer_step(plain, 2, in, &la), "step: %s", kiln_context_message(ctx));
+        CHECK(!kiln_trainer_step(rc, 2, in, &lb), "step with recomputation: %s", kiln_context_message(ctx));
+        CHECK(memcmp(&la, &lb, sizeof la) == 0, "step %d: loss %.9g vs %.9g with recomputation", s, la, lb);
+        char when[32];
+        snprintf(when, sizeof when, "after step %d", s + 1);
+        compare_trainers(plain, rc, when);
+    }
+    /* the arena the session really runs with */
+    kiln_plan_stats pa, pb;
+    CHECK(!kiln_session_stats(plain->sess, &pa) && !kiln_session_stats(rc->sess, &pb), "stats");
+    printf("session arenas: %zu without, %zu with recomputation (planned %zu, %zu)\n", pa.arena_bytes, pb.arena_bytes,
+           mem0.arena_bytes, memrc.arena_bytes);
+    CHECK(pa.arena_bytes == mem0.arena_bytes, "the plain session's arena %zu is not the planned %zu", pa.arena_bytes,
+          mem0.arena_bytes);
+    CHECK(pb.arena_bytes == memrc.arena_bytes && pb.arena_bytes < pa.arena_bytes,
+          "the session's arena %zu is not the planned %zu (or not below %zu)", pb.arena_bytes, memrc.arena_bytes,
+          pa.arena_bytes);
+
+    /* the largest batch under a limit: consistent, and larger with recomputation */
+    const size_t limit = mem0.peak_bytes * 2;
+    int64_t b0 = 0, b1 = 0;
+    kiln_train_memory a0, a1, t;
+    CHECK(!kiln_trainer_max_batch(plain, limit, 0, 64, &b0, &a0), "max batch: %s", kiln_context_message(ctx));
+    CHECK(!kiln_trainer_max_batch(plain, limit, 1, 64, &b1, &a1), "max batch: %s", kiln_context_message(ctx));
+    printf("under %zu bytes: batch %lld without recomputation, %lld with\n", limit, (long long)b0, (long long)b1);
+    CHECK(b0 >= 1 && b0 < 64 && a0.peak_bytes <= limit, "without: batch %lld, peak %zu", (long long)b0, a0.peak_bytes);
+    CHECK(!kiln_trainer_plan_memory(plain, b0, limit, 0, &t), "batch %lld must fit", (long long)b0);
+    CHECK(kiln_trainer_plan_memory(plain, b0 + 1, limit, 0, &t) == KILN_ERR_OUT_OF_MEMORY, "batch %lld must not fit",
+          (long long)b0 + 1);
+    CHECK(b1 > b0 && b1 < 64 && a1.peak_bytes <= limit, "with: batch %lld (without %lld), peak %zu", (long long)b1,
+          (long long)b0, a1.peak_bytes);
+    CHECK(!kiln_trainer_plan_memory(plain, b1, limit, 1, &t), "batch %lld must fit", (long long)b1);
+    CHECK(kiln_trainer_plan_memory(plain, b1 + 1, limit, 1, &t) == KILN_ERR_OUT_OF_MEMORY, "batch %lld must not fit",
+          (long long)b1 + 1);
+
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+    kiln_trainer_free(rc);
+    kiln_trainer_free(plain);
+    kiln_model_free(m);
+    kiln_context_free(ctx);
+    if (fails) printf("%d checks failed\n", fails);
+    else printf("ok\n");
+    return fails != 0;
+}
