@@ -29,8 +29,10 @@
  * two passes over X for the forward, two over (X, dY) for the gradient.
  *
  * Fused ReLU (attribute relu = 1, made by the fuse-bn pass, src/passes/fuse_bn.c): the
- * forward writes max(y, 0) (NaN to 0, as Relu); the gradient takes the ReLU's output Y as
- * input 6 and reads dY masked by Y > 0 (as kiln.UnaryGrad op=Relu) in both passes.
+ * forward writes max(y, 0) (NaN to 0, as Relu), or max(y + Z, 0) with input 5, Z (a
+ * residual of X's shape, dtype and layout, added in float, rounded once); the gradient
+ * takes the ReLU's output Y as input 6 and reads dY masked by Y > 0 (as kiln.UnaryGrad
+ * op=Relu) in both passes.
  *
  * Each runs three kernels:
  *   1. statistics: per channel, partial sums in double of x and x^2 (and, for the gradient,
@@ -428,35 +430,37 @@ kiln_status launch_finalize_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g,
 
 /* ------------------------------------------------------------------------ apply */
 
-/* y = a * (x - m) + k (ReLU: NaN and negatives to 0); dX = a * dY' + b * (x - m) + k with
- * dY' = dY masked by the ReLU's output y. */
-template <bool GRAD, bool RELU>
-__device__ __forceinline__ float bn_out(float u, float xv, float yv, float a, float b, float m, float k) {
+/* y = a * (x - m) + k (+ e, the residual Z, under E) (ReLU: NaN and negatives to 0);
+ * dX = a * dY' + b * (x - m) + k with dY' = dY masked by the ReLU's output e (GRAD: E ==
+ * RELU). */
+template <bool GRAD, bool RELU, bool E>
+__device__ __forceinline__ float bn_out(float u, float xv, float ev, float a, float b, float m, float k) {
     const float xc = xv - m;
-    if constexpr (GRAD) return fmaf(a, masked<RELU>(u, yv), fmaf(b, xc, k));
-    const float v = fmaf(a, xc, k);
+    if constexpr (GRAD) return fmaf(a, masked<RELU>(u, ev), fmaf(b, xc, k));
+    float v = fmaf(a, xc, k);
+    if constexpr (E) v += ev;
     if constexpr (RELU) return v > 0.f ? v : 0.f;
     return v;
 }
 
-// u (dY for the gradient, else X), x, y (the ReLU's output, gradient under RELU), out:
-// (N, C, S) or rows (S = 1); coef: (4, C).
-template <typename T, bool GRAD, bool RELU, typename I>
-__global__ void bn_apply_train(const T *u, const T *x, const T *y, T *out, const float *coef, I n, I C, I S) {
+// u (dY for the gradient, else X), x, e (the gradient: the ReLU's output Y; the forward:
+// the residual Z; read under E), out: (N, C, S) or rows (S = 1); coef: (4, C).
+template <typename T, bool GRAD, bool RELU, bool E, typename I>
+__global__ void bn_apply_train(const T *u, const T *x, const T *e, T *out, const float *coef, I n, I C, I S) {
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
         const I c = (i / S) % C;
-        const float yv = (GRAD && RELU) ? to_f(y[i]) : 0.f;
-        out[i] = from_f<T>(bn_out<GRAD, RELU>(GRAD ? to_f(u[i]) : 0.f, to_f(x[i]), yv, coef[c], coef[C + c],
-                                              coef[2 * C + c], coef[3 * C + c]));
+        const float ev = E ? to_f(e[i]) : 0.f;
+        out[i] = from_f<T>(bn_out<GRAD, RELU, E>(GRAD ? to_f(u[i]) : 0.f, to_f(x[i]), ev, coef[c], coef[C + c],
+                                                 coef[2 * C + c], coef[3 * C + c]));
     }
 }
 
 // The vector path of the apply: rows (R, C), C a multiple of V, 16-byte aligned; the
 // statistics kernel's thread geometry, grid (ceil(C / V / BX), any), each thread's V
 // channels' coefficients in registers.
-template <typename T, bool GRAD, bool RELU>
+template <typename T, bool GRAD, bool RELU, bool E>
 __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u, const T *__restrict__ x,
-                                                        const T *__restrict__ y, T *__restrict__ out,
+                                                        const T *__restrict__ e, T *__restrict__ out,
                                                         const float *__restrict__ coef, int64_t R, int64_t C, int BX,
                                                         int BY) {
     using Vec = typename VecOf<T>::type;
@@ -475,14 +479,14 @@ __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u,
     }
     const int64_t off = grp * V;
     for (int64_t r0 = (int64_t)blockIdx.y * BY + ty; r0 < R; r0 += UNROLL * step) {
-        Vec xv[UNROLL], uv[UNROLL], yv[UNROLL];
+        Vec xv[UNROLL], uv[UNROLL], ev[UNROLL];
 #pragma unroll
         for (int q = 0; q < UNROLL; q++) {
             const int64_t r = r0 + q * step;
             if (r < R) {
                 xv[q] = *(const Vec *)(x + r * C + off);
                 if constexpr (GRAD) uv[q] = *(const Vec *)(u + r * C + off);
-                if constexpr (GRAD && RELU) yv[q] = *(const Vec *)(y + r * C + off);
+                if constexpr (E) ev[q] = *(const Vec *)(e + r * C + off);
             }
         }
 #pragma unroll
@@ -492,8 +496,8 @@ __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u,
                 Vec o;
 #pragma unroll
                 for (int j = 0; j < V; j++) {
-                    const float uj = GRAD ? to_f(uv[q].v[j]) : 0.f, yj = (GRAD && RELU) ? to_f(yv[q].v[j]) : 0.f;
-                    o.v[j] = from_f<T>(bn_out<GRAD, RELU>(uj, to_f(xv[q].v[j]), yj, a[j], b[j], m[j], k[j]));
+                    const float uj = GRAD ? to_f(uv[q].v[j]) : 0.f, ej = E ? to_f(ev[q].v[j]) : 0.f;
+                    o.v[j] = from_f<T>(bn_out<GRAD, RELU, E>(uj, to_f(xv[q].v[j]), ej, a[j], b[j], m[j], k[j]));
                 }
                 *(Vec *)(out + r * C + off) = o;
             }
@@ -501,29 +505,29 @@ __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u,
     }
 }
 
-template <typename T, bool GRAD, bool RELU>
-kiln_status launch_apply_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *u, const void *x, const void *y,
+template <typename T, bool GRAD, bool RELU, bool E>
+kiln_status launch_apply_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *u, const void *x, const void *e,
                            void *out, const float *coef) {
-    if (vec_ok<T>(g, u, x, y, out)) {
+    if (vec_ok<T>(g, u, x, e, out)) {
         /* about 2048 blocks in all, each thread at least UNROLL rows where there are enough */
         int64_t py = div_up(2048, g.gx);
         const int64_t most = div_up(g.M, (int64_t)g.BY * UNROLL);
         if (py > most) py = most;
         if (py < 1) py = 1;
         if (py > MAX_GRID_Y) py = MAX_GRID_Y;
-        bn_apply_vec<T, GRAD, RELU><<<dim3((unsigned)g.gx, (unsigned)py), g.BX * g.BY, 0, cu->stream>>>(
-            (const T *)u, (const T *)x, (const T *)y, (T *)out, coef, g.M, g.C, g.BX, g.BY);
+        bn_apply_vec<T, GRAD, RELU, E><<<dim3((unsigned)g.gx, (unsigned)py), g.BX * g.BY, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, g.M, g.C, g.BX, g.BY);
         KILN_CUDA_LAUNCHED(ctx, "bn_apply_vec");
         return KILN_OK;
     }
     const int64_t n = g.M * g.C, S = g.rows ? 1 : g.S;
     const unsigned blocks = kiln_cuda_blocks(cu, n, THREADS);
     if (n <= INT32_MAX) /* 32-bit index math; i + stride stays below 2^32 */
-        bn_apply_train<T, GRAD, RELU, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(
-            (const T *)u, (const T *)x, (const T *)y, (T *)out, coef, (uint32_t)n, (uint32_t)g.C, (uint32_t)S);
+        bn_apply_train<T, GRAD, RELU, E, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, (uint32_t)n, (uint32_t)g.C, (uint32_t)S);
     else
-        bn_apply_train<T, GRAD, RELU, int64_t><<<blocks, THREADS, 0, cu->stream>>>(
-            (const T *)u, (const T *)x, (const T *)y, (T *)out, coef, n, g.C, S);
+        bn_apply_train<T, GRAD, RELU, E, int64_t><<<blocks, THREADS, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, n, g.C, S);
     KILN_CUDA_LAUNCHED(ctx, "bn_apply_train");
     return KILN_OK;
 }
@@ -539,16 +543,17 @@ kiln_status stats_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const voi
     return launch_stats<T, 4>(cu, ctx, g, x, dy, y, part);
 }
 template <typename T>
-kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, void *y, const float *coef,
-                      bool relu) {
-    return relu ? launch_apply_t<T, false, true>(cu, ctx, g, x, x, nullptr, y, coef)
-                : launch_apply_t<T, false, false>(cu, ctx, g, x, x, nullptr, y, coef);
+kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *z, void *y,
+                      const float *coef, bool relu) {
+    if (z) return launch_apply_t<T, false, true, true>(cu, ctx, g, x, x, z, y, coef); /* Z only with relu = 1 */
+    return relu ? launch_apply_t<T, false, true, false>(cu, ctx, g, x, x, nullptr, y, coef)
+                : launch_apply_t<T, false, false, false>(cu, ctx, g, x, x, nullptr, y, coef);
 }
 template <typename T>
 kiln_status apply_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *dy, const void *x, const void *y,
                        void *dx, const float *coef) {
-    return y ? launch_apply_t<T, true, true>(cu, ctx, g, dy, x, y, dx, coef)
-             : launch_apply_t<T, true, false>(cu, ctx, g, dy, x, y, dx, coef);
+    return y ? launch_apply_t<T, true, true, true>(cu, ctx, g, dy, x, y, dx, coef)
+             : launch_apply_t<T, true, false, false>(cu, ctx, g, dy, x, y, dx, coef);
 }
 
 /* ------------------------------------------------------------------ host side */
@@ -629,6 +634,14 @@ extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n
         snprintf(why, n, "outputs 3 and 4 (saved statistics of opsets < 14)");
         return false;
     }
+    if (present(c, 5)) { /* Z, the fused residual: X's dtype, shape and layout, with relu = 1 */
+        const kiln_tensor *z = c->in[5];
+        if (kiln_attr_int(c->node, "relu", 0) == 0 || z->dtype != x->dtype || is_nhwc(z) != is_nhwc(x) ||
+            z->ndim != x->ndim || kiln_tensor_numel(z) != kiln_tensor_numel(x)) {
+            snprintf(why, n, "input 5 (Z) needs relu = 1 and X's dtype, shape and layout");
+            return false;
+        }
+    }
     return true;
 }
 
@@ -658,7 +671,8 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     if ((st = kiln_cuda_sync_sums(cu, c, part, part, g.P * g.C * 2, &world))) return st;
     if ((st = launch_finalize_fwd(cu, c->kctx, g, part, coef, p, (double)g.M * world))) return st;
     const bool relu = kiln_attr_int(c->node, "relu", 0) != 0;
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, c->out[0]->data, coef, relu);
+    const void *z = present(c, 5) ? c->in[5]->data : nullptr; /* the fused residual (relu = 1) */
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, z, c->out[0]->data, coef, relu);
     return st;
 }
 

@@ -25,7 +25,9 @@
  *   dVar = -scale / 2 / (var + eps) * sum(dY * xhat).
  *
  * Fused ReLU (kiln's attribute relu = 1, made by the fuse-bn pass, src/passes/fuse_bn.c, in
- * training graphs): Y = Relu(BatchNormalization(X, ...)) as one node (Relu maps NaN to 0);
+ * training graphs): Y = Relu(BatchNormalization(X, ...)) as one node (Relu maps NaN to 0),
+ * or with kiln's input 5, Z (X's dtype and shape; relu = 1 only), Relu(BN(X, ...) + Z):
+ * ResNet's BN -> Add(residual) -> Relu, the sum rounded once (FUSED.md's contract);
  * its gradient kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var, Y) relu = 1 takes
  * the ReLU's output Y and reads dY masked by Y > 0, as kiln.UnaryGrad op=Relu (the gradient
  * rule emits that for a node with relu = 1). Plain composition here; one pass each way on
@@ -53,6 +55,9 @@ static bool training(const kiln_op_ctx *c) {
 
 /* attribute relu (0 or 1): the fused ReLU */
 static bool fused_relu(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "relu", 0) != 0; }
+
+/* BatchNormalization's input 5 (kiln's): Z, the fused residual added before the ReLU */
+static const kiln_tensor *resid(const kiln_op_ctx *c) { return c->n_in > 5 ? c->in[5] : NULL; }
 
 /* y = max(y, 0) in place, NaN to 0 (Relu's semantics) */
 static void relu_inplace(kiln_tensor *y) {
@@ -86,6 +91,13 @@ static kiln_status infer(kiln_op_ctx *c) {
     const int64_t relu = kiln_attr_int(c->node, "relu", 0);
     KILN_OP_CHECK(c, relu == 0 || relu == 1, KILN_ERR_INVALID_ARGUMENT, "attribute relu must be 0 or 1, got %lld",
                   (long long)relu);
+    const kiln_tensor *z = resid(c);
+    if (z) {
+        bool same = z->dtype == x->dtype && z->ndim == x->ndim;
+        for (int d = 0; same && d < x->ndim; d++) same = z->dims[d] == x->dims[d];
+        KILN_OP_CHECK(c, relu == 1, KILN_ERR_INVALID_ARGUMENT, "input 5 (Z, a fused residual) needs relu = 1");
+        KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "input 5 (Z) must have X's dtype and shape");
+    }
     bool extra = has_out(c, 1) || has_out(c, 2) || has_out(c, 3) || has_out(c, 4);
     if (c->node->opset < 14) {
         KILN_OP_CHECK(c, !extra, KILN_ERR_UNSUPPORTED,
@@ -101,13 +113,17 @@ static kiln_status infer(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
-/* y[n,c,:] = x[n,c,:] * a + b over the S spatial elements of every n */
-static void affine_channel(const kiln_tensor *x, kiln_tensor *y, int64_t N, int64_t C,
+/* y[n,c,:] = x[n,c,:] * a + b (+ z[n,c,:], the fused residual, when z) over the S spatial
+ * elements of every n, rounded once */
+static void affine_channel(const kiln_tensor *x, const kiln_tensor *z, kiln_tensor *y, int64_t N, int64_t C,
                            int64_t S, int64_t ch, double a, double b) {
     bool f32 = x->dtype == KILN_F32;
     for (int64_t n = 0; n < N; n++) {
         int64_t base = (n * C + ch) * S;
-        if (f32) {
+        if (z) {
+            for (int64_t s = 0; s < S; s++)
+                kiln_set_f64(y, base + s, kiln_get_f64(x, base + s) * a + b + kiln_get_f64(z, base + s));
+        } else if (f32) {
             const float *xp = (const float *)x->data + base; // (S)
             float *yp = (float *)y->data + base;
             for (int64_t s = 0; s < S; s++) yp[s] = (float)(xp[s] * a + b);
@@ -168,7 +184,7 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
             var = bv;
         }
         double a = kiln_get_f64(scale, ch) / sqrt(var + eps);
-        affine_channel(x, y, N, C, S, ch, a, kiln_get_f64(bias, ch) - mean * a);
+        affine_channel(x, resid(c), y, N, C, S, ch, a, kiln_get_f64(bias, ch) - mean * a);
     }
     return KILN_OK;
 }
@@ -192,6 +208,12 @@ static kiln_status grad(kiln_grad_ctx *g) {
         return KILN_ERR_OUT_OF_MEMORY;
     for (int k = 0; k < 5; k++)
         if (g->need[k]) g->dx[k] = outs[k];
+    /* Z (relu = 1): dZ = dY masked by Y > 0, as the Add -> Relu it stands for */
+    if (n->n_in > 5 && n->in[5] >= 0 && g->need[5]) {
+        const int zin[3] = {g->dy[0], -1, n->out[0]};
+        if ((g->dx[5] = kiln_grad_emit(g, "kiln", "UnaryGrad", 3, zin, 1, NULL, false, "op=Relu")) < 0)
+            return KILN_ERR_OUT_OF_MEMORY;
+    }
     return KILN_OK;
 }
 
@@ -353,7 +375,7 @@ static kiln_status forward_sync(kiln_op_ctx *c) {
         if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, kiln_get_f64(mean_in, ch) * momentum + bm * (1 - momentum));
         if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, kiln_get_f64(var_in, ch) * momentum + bv * (1 - momentum));
         const double a = kiln_get_f64(scale, ch) / sqrt(bv + eps);
-        affine_channel(x, c->out[0], N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
+        affine_channel(x, resid(c), c->out[0], N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
     }
     return KILN_OK;
 }
@@ -423,6 +445,38 @@ static kiln_tensor **bn_grad_rand(int ndim, const int64_t *dims, uint64_t seed);
 
 static void free_all(kiln_tensor **t, int n) {
     for (int i = 0; i < n; i++) kiln_tensor_free(t[i]);
+}
+
+/* relu = 1 with Z against Relu(Add(BatchNormalization(X, ...), Z)) in dtype dt, within
+ * rtol of the output's max (the fused sum is rounded once, the composition twice); and the
+ * case can fail (Z changes the output, the ReLU zeroes some). */
+static int fused_add_case(kiln_dtype dt, int ndim, const int64_t *dims, uint64_t seed, double rtol, const char *label) {
+    kiln_tensor **p = bn_rand32(ndim, dims, seed), *in[6];
+    for (int i = 1; i < 5; i++) in[i] = p[i];
+    kiln_tensor_free(p[0]);
+    in[0] = kt_rand(dt, ndim, dims, -2, 3, seed * 10 + 8);
+    in[5] = kt_rand(dt, ndim, dims, -1, 1, seed * 10 + 7);
+    kiln_tensor *bn = NULL, *sum = NULL, *want = NULL, *got = NULL, *plain = NULL;
+    bool ok = kiln_optest_eval("", "BatchNormalization", "training_mode=1", 15, 5, in, 1, &bn, label) &&
+              kiln_optest_eval("", "Add", "", 14, 2, (kiln_tensor *[]){bn, in[5]}, 1, &sum, label) &&
+              kiln_optest_eval("", "Relu", "", 14, 1, &sum, 1, &want, label) &&
+              kiln_optest_eval("", "Relu", "", 14, 1, &bn, 1, &plain, label) &&
+              kiln_optest_eval("", "BatchNormalization", "training_mode=1;relu=1", 15, 6, in, 1, &got, label);
+    int fails = !ok;
+    if (ok) {
+        double mx = 0, moved = 0;
+        int64_t zero = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(want); i++) {
+            mx = fmax(mx, fabs(kiln_get_f64(want, i)));
+            moved = fmax(moved, fabs(kiln_get_f64(want, i) - kiln_get_f64(plain, i)));
+            zero += kiln_get_f64(want, i) == 0;
+        }
+        fails += kiln_tensor_compare(got, want, rtol * mx, 0, label) || zero == 0 || moved < 0.1;
+    }
+    printf("%s %s\n", fails ? "FAIL" : "ok  ", label);
+    free_all(in, 6);
+    free_all((kiln_tensor *[]){bn, sum, want, got, plain}, 5);
+    return fails != 0;
 }
 
 /* relu = 1 against the composition it stands for, on the CPU, in dtype dt:
@@ -592,7 +646,38 @@ static int test(void) {
                                1, "batchnorm training random 8x64x20x20");
     fails += kiln_optest_sweep("BatchNormalization", "training_mode=1", 15, 5, bn_rand32(2, KT_DIMS(300, 48), 7230), 3,
                                "batchnorm training random (N, C) 300x48");
-    /* relu = 1 (the fuse-bn pass): Relu(BatchNormalization) as one node */
+    /* relu = 1 (the fuse-bn pass): Relu(BatchNormalization) as one node; with Z,
+     * Relu(BatchNormalization + Z) */
+    fails += fused_add_case(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), 7400, 1e-6, "bn relu=1 + Z f32 = Relu(BN + Z)");
+    fails += fused_add_case(KILN_F64, 2, KT_DIMS(9, 4), 7410, 1e-12, "bn relu=1 + Z f64 (N, C) = Relu(BN + Z)");
+    fails += fused_add_case(KILN_F16, 4, KT_DIMS(3, 8, 3, 5), 7420, 2e-3, "bn relu=1 + Z f16 = Relu(BN + Z)");
+    {
+        kiln_tensor **p = bn_rand(4, KT_DIMS(2, 3, 2, 2), 12), *zin[6];
+        for (int i = 0; i < 5; i++) zin[i] = p[i];
+        zin[5] = kt_rand(KILN_F64, 4, KT_DIMS(2, 3, 2, 2), -1, 1, 7430);
+        fails += kiln_gradcheck("BatchNormalization", "training_mode=1;relu=1", 15, 6, zin, NULL,
+                                "bn relu=1 + Z grad training (N,C,H,W)");
+    }
+    static const struct {
+        int ndim;
+        int64_t dims[4];
+        const char *label;
+    } zshapes[] = {{4, {3, 24, 13, 11}, "batchnorm relu=1 + Z training random 3x24x13x11"},
+                   {4, {8, 64, 20, 20}, "batchnorm relu=1 + Z training random 8x64x20x20"},
+                   {4, {2, 5, 7, 9}, "batchnorm relu=1 + Z training random 2x5x7x9 (scalar kernels)"}};
+    for (size_t i = 0; i < sizeof zshapes / sizeof zshapes[0]; i++) {
+        kiln_tensor **p = bn_rand32(zshapes[i].ndim, zshapes[i].dims, 7440 + i), *zin[6];
+        for (int k = 0; k < 5; k++) zin[k] = p[k];
+        zin[5] = kt_rand(KILN_F32, zshapes[i].ndim, zshapes[i].dims, -1, 1, 7450 + i);
+        fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;relu=1", 15, 6, zin, 3, zshapes[i].label);
+    }
+    {
+        kiln_tensor **p = bn_rand32(4, KT_DIMS(2, 3, 2, 2), 7460), *zin[6];
+        for (int k = 0; k < 5; k++) zin[k] = p[k];
+        zin[5] = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 2, 2), -1, 1, 7461);
+        fails += kiln_optest_fails("BatchNormalization", "training_mode=1", 6, zin, 1, KILN_ERR_INVALID_ARGUMENT,
+                                   "bn Z without relu=1 rejected");
+    }
     fails += fused_relu_case(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), 7240, "bn relu=1 f32 = Relu(BN), its gradient too");
     fails += fused_relu_case(KILN_F16, 4, KT_DIMS(3, 8, 3, 5), 7250, "bn relu=1 f16 = Relu(BN), its gradient too");
     fails += fused_relu_case(KILN_F64, 2, KT_DIMS(9, 4), 7260, "bn relu=1 f64 (N, C) = Relu(BN), its gradient too");
@@ -729,7 +814,7 @@ const kiln_op_def kiln_op_batch_normalization = {
     .f32_inputs = 0x1Eu /* scale, B, mean, var: statistics keep their precision */,
     .f32_outputs = 0x1Eu /* running_mean, running_var */,
     .layout = KILN_LAYOUT_BN, .training = &training_form,
-    .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5,
+    .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 6 /* kiln's Z, with relu = 1 */,
     .min_outputs = 1, .max_outputs = 5,
     .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
     .cpu_workspace = workspace_sync,

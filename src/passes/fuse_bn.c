@@ -5,6 +5,13 @@
  *             y = Relu(y0)
  *          -> y = BatchNormalization(x, scale, B, mean, var) training_mode=1, relu=1
  *             (running_mean / running_var outputs kept)
+ *   forward, the residual (ResNet's block end)
+ *             y0 = BatchNormalization(x, scale, B, mean, var) training_mode=1
+ *             s = Add(y0, z)  (or Add(z, y0))
+ *             y = Relu(s)
+ *          -> y = BatchNormalization(x, scale, B, mean, var, z) training_mode=1, relu=1
+ *             (the backward is left as it is: the Relu's gradient still reads y, and feeds
+ *             both the BN's gradient and z's)
  *   backward  (what autograd emits for a Relu whose gradient feeds a BatchNormalization's)
  *             g0 = kiln.UnaryGrad(g, -, y) op=Relu
  *             dx, dscale, dB = kiln.BatchNormGrad(g0, x, scale, B, mean, var)
@@ -18,7 +25,11 @@
  * When: the forward, a BatchNormalization in training mode (opset >= 14, training_mode 1)
  * without relu, whose Y is read by nothing but one Relu (and is no graph output), Y and
  * the Relu's output in one layout. The BN node takes the Relu's output; the Relu
- * goes. The backward, independently (the identity holds whatever Y is): a kiln.UnaryGrad
+ * goes. The residual form likewise with y0 read only by an Add whose output only one Relu
+ * reads, z of y0's shape whatever the batch (the shape probes) and dtype, every value in
+ * one layout; the Add goes too. Its sum is rounded once instead of twice (FUSED.md's
+ * contract), so that graph computes the same function within f16/f32 rounding, not bit
+ * for bit. The backward, independently (the identity holds whatever Y is): a kiln.UnaryGrad
  * op=Relu on (g, absent, y) whose output only a kiln.BatchNormGrad without relu reads, as
  * its dY (input 0, no other input), g, y and dY in one layout. The BatchNormGrad node
  * reads g and y (input 6) with relu = 1; the UnaryGrad goes. Only on devices with
@@ -44,20 +55,45 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
     bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
     if (!dead) return KILN_ERR_OUT_OF_MEMORY;
     kiln_status st = KILN_OK;
+    kiln_shape_probes sp = {0};
+    bool probed = false; /* taken before the graph changes, when a training BN feeds an Add */
+    for (int bi = 0; bi < m->n_nodes && !probed && !st; bi++) {
+        const int a = training_bn(&m->nodes[bi]) ? kiln_pass_single_consumer(m, m->nodes[bi].out[0]) : -1;
+        if (a >= 0 && kiln_pass_is(&m->nodes[a], "Add")) {
+            st = kiln_pass_shape_probes(m, &sp);
+            probed = !st;
+        }
+    }
     any = false;
     /* op-pattern: BatchNormalization -> Relu */
     for (int bi = 0; bi < m->n_nodes && !st; bi++) {
         const kiln_node *bn = &m->nodes[bi];
         if (!training_bn(bn)) continue;
-        const int y0 = bn->out[0], ri = kiln_pass_single_consumer(m, y0);
+        int y0 = bn->out[0], ri = kiln_pass_single_consumer(m, y0);
         if (ri < 0 || dead[ri] || kiln_pass_uses(m, y0) != 1) continue;
         const kiln_node *r = &m->nodes[ri];
+        int ai = -1, z = -1; /* the residual form: y0 -> Add(., z) -> Relu */
+        /* op-pattern: BatchNormalization -> Add -> Relu */
+        if (kiln_pass_is(r, "Add") && r->n_in == 2 && r->n_out == 1 && r->out[0] >= 0 && r->in[0] != r->in[1] &&
+            r->in[0] >= 0 && r->in[1] >= 0) {
+            ai = ri;
+            z = r->in[0] == y0 ? r->in[1] : r->in[0];
+            const int s = r->out[0];
+            ri = kiln_pass_single_consumer(m, s);
+            if (ri < 0 || dead[ri] || kiln_pass_uses(m, s) != 1 || fmt(m, z) != fmt(m, y0) || fmt(m, s) != fmt(m, y0) ||
+                !probed || !kiln_pass_same_shape(&sp, z, y0) || sp.one[z].dtype != sp.one[y0].dtype)
+                continue;
+            r = &m->nodes[ri];
+            y0 = s; /* what the Relu reads */
+        }
         if (!kiln_pass_is(r, "Relu") || r->n_in != 1 || r->in[0] != y0 || r->n_out != 1 || r->out[0] < 0) continue;
         const int y = r->out[0];
         if (fmt(m, y) != fmt(m, y0)) continue; /* Relu keeps the dtype */
         if ((st = kiln_pass_set_int(m, bi, "relu", 1))) break;
+        if (z >= 0 && (st = kiln_pass_set_input(m, bi, 5, z))) break;
         m->nodes[bi].out[0] = y;
         dead[ri] = true;
+        if (ai >= 0) dead[ai] = true;
         any = true;
     }
     /* op-pattern: ReluGrad -> BatchNormGrad */
@@ -85,6 +121,7 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
         st = kiln_pass_sort_nodes(m);
         *changed = true;
     }
+    kiln_pass_shape_probes_free(&sp);
     free(dead);
     return st;
 }
