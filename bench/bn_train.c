@@ -209,12 +209,12 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
                   (kiln_tensor *[]){dX2, &par[6], &par[8]});
     rc |= op_init(&rg, "kiln", "UnaryGrad", "op=Relu", 3, (kiln_tensor *[]){dY, NULL, Y2}, 1, (kiln_tensor *[]){G});
     const chain ch[7] = {{.src = X->data, .dst = Y3->data, .bytes = bytes},
-                         {{&bn}, 1},
-                         {{&bnr}, 1},
-                         {{&bn, &relu}, 2},
-                         {{&bg}, 1},
-                         {{&bgr}, 1},
-                         {{&rg, &bg}, 2}};
+                         {.ops = {&bn}, .n = 1},
+                         {.ops = {&bnr}, .n = 1},
+                         {.ops = {&bn, &relu}, .n = 2},
+                         {.ops = {&bg}, .n = 1},
+                         {.ops = {&bgr}, .n = 1},
+                         {.ops = {&rg, &bg}, .n = 2}};
     const double moved[7] = {2, 3, 3, 5, 5, 7, 8}; /* tensors of `bytes` read or written at least */
     printf("\n%s %s, %lld x %lld x %lld x %lld (%.1f MB a tensor), x%d in ResNet-50\n", kiln_dtype_name(dt),
            nhwc ? "NHWC" : "NCHW", (long long)N, (long long)C, (long long)H, (long long)H, bytes / 1e6, mult);

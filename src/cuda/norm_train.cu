@@ -98,7 +98,8 @@ Geo geo_of(const kiln_tensor *x) {
     for (int d = 2; d < x->ndim; d++) g.S *= x->dims[d];
     g.rows = (x->ndim == 4 && x->format == KILN_FORMAT_NHWC) || g.S == 1;
     g.M = g.N * g.S;
-    g.V = (int)(16 / kiln_dtype_size(x->dtype));
+    const size_t es = kiln_dtype_size(x->dtype);
+    g.V = es >= 1 && es <= 16 ? (int)(16 / es) : 1; /* (the supports check refuses other dtypes) */
     const int64_t G = div_up(g.C, g.V);
     g.BX = (int)(G < 32 ? G : 32);
     g.BY = THREADS / g.BX;

@@ -99,6 +99,7 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
     /* op-pattern: ReluGrad -> BatchNormGrad */
     for (int ui = 0; ui < m->n_nodes && !st; ui++) {
         const kiln_node *u = &m->nodes[ui];
+        /* op-pattern: ReluGrad */
         if (dead[ui] || !kiln_pass_is_kiln(u, "UnaryGrad") || strcmp(kiln_attr_string(u, "op", ""), "Relu") != 0 ||
             u->n_in != 3 || u->in[0] < 0 || u->in[1] >= 0 || u->in[2] < 0 || u->n_out != 1 || u->out[0] < 0)
             continue;
