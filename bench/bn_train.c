@@ -183,12 +183,13 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
             kiln_tensor_free(h);
         }
     }
-    if (!st && hx && hg) st = kiln_cuda_upload(cu, big[0].data, hx->data, bytes);
-    if (!st && hx && hg) st = kiln_cuda_upload(cu, big[4].data, hg->data, bytes);
-    if (!st && hx && hg) st = kiln_cuda_copy_d2d(cu, big[7].data, big[4].data, bytes); /* G before relugrad runs */
+    if (!hx || !hg) st = KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_cuda_upload(cu, big[0].data, hx->data, bytes);
+    if (!st) st = kiln_cuda_upload(cu, big[4].data, hg->data, bytes);
+    if (!st) st = kiln_cuda_copy_d2d(cu, big[7].data, big[4].data, bytes); /* G before relugrad runs */
     kiln_tensor_free(hx);
     kiln_tensor_free(hg);
-    if (st || !hx || !hg) {
+    if (st) {
         fprintf(stderr, "bn_train: buffers: %s\n", kiln_context_message(ctx));
         return 1;
     }
