@@ -203,14 +203,16 @@ static kiln_status grad(kiln_grad_ctx *g) {
     /* relu = 1 (copied with the attributes): the gradient also reads Y, the ReLU's output */
     const bool relu = kiln_attr_int(n, "relu", 0) != 0;
     int in[7] = {g->dy[0], n->in[0], n->in[1], n->in[2], n->in[3], n->in[4], n->out[0]};
+    /* read before emitting: kiln_grad_emit may move the node array (n) */
+    const int z = n->n_in > 5 ? n->in[5] : -1, y = n->out[0];
     int outs[5];
     if (kiln_grad_emit(g, "kiln", "BatchNormGrad", relu ? 7 : 6, in, stats ? 5 : 3, outs, true, NULL) < 0)
         return KILN_ERR_OUT_OF_MEMORY;
     for (int k = 0; k < 5; k++)
         if (g->need[k]) g->dx[k] = outs[k];
     /* Z (relu = 1): dZ = dY masked by Y > 0, as the Add -> Relu it stands for */
-    if (n->n_in > 5 && n->in[5] >= 0 && g->need[5]) {
-        const int zin[3] = {g->dy[0], -1, n->out[0]};
+    if (z >= 0 && g->need[5]) {
+        const int zin[3] = {g->dy[0], -1, y};
         if ((g->dx[5] = kiln_grad_emit(g, "kiln", "UnaryGrad", 3, zin, 1, NULL, false, "op=Relu")) < 0)
             return KILN_ERR_OUT_OF_MEMORY;
     }
