@@ -35,7 +35,7 @@ static const struct { const char *name, *text; } commands[] = {
      "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32] [--threads N] [--no-fold] [--stats]\n"
      "        [--json FILE]   (the --stats figures, inputs and outputs as JSON; - for stdout)\n"
      "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
-     "                                fuse-pool pad-channels cuda-graph autotune conv-gemm conv-direct\n"
+     "                                fuse-pool fuse-bn pad-channels cuda-graph autotune conv-gemm conv-direct\n"
      "                                streams, or all)\n"
      "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
      "      order (fewer --output than graph outputs is fine).\n"},
@@ -49,7 +49,7 @@ static const struct { const char *name, *text; } commands[] = {
      "        curves; 1200x900 unless --plot-size)\n"
      "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
      "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,fuse-pool,\n"
-     "        autotune,conv-gemm,conv-direct,streams] [--no-warmup] (CUDA: the plans, algorithm\n"
+     "        fuse-bn,autotune,conv-gemm,conv-direct,streams] [--no-warmup] (CUDA: the plans, algorithm\n"
      "        searches and graph captures inside the first epoch instead of before it)\n"
      "        [--export MODEL.onnx]   (the trained inference graph, input image -> logprobs for\n"
      "        mnist-net, the logits for the others, as ONNX at the end of training)\n"
@@ -381,7 +381,7 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"cuda-graph", KILN_PASS_CUDA_GRAPH}, {"autotune", KILN_PASS_AUTOTUNE},
     {"conv-gemm", KILN_PASS_CONV_GEMM},   {"conv-direct", KILN_PASS_CONV_DIRECT},
     {"fuse-loss", KILN_PASS_FUSE_LOSS},   {"streams", KILN_PASS_STREAMS},
-    {"fuse-pool", KILN_PASS_FUSE_POOL},
+    {"fuse-pool", KILN_PASS_FUSE_POOL},   {"fuse-bn", KILN_PASS_FUSE_BN},
 };
 
 /* --device: cpu or cuda; 0, or 2 after saying what is wrong */

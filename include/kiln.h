@@ -358,12 +358,15 @@ enum {
     KILN_PASS_STREAMS = 1 << 11,      /* a captured graph runs the nodes off its longest path
                                          (weight gradients, independent branches) on side
                                          streams, as parallel branches (CUDA) */
-    KILN_PASS_FUSE_POOL = 1 << 12     /* MaxPool -> training Dropout over an NHWC image
+    KILN_PASS_FUSE_POOL = 1 << 12,    /* MaxPool -> training Dropout over an NHWC image
                                          (non-overlapping 2-D windows) and, in a training
                                          graph, its gradient chain (with the Relu's before
                                          the pool) as one op each (CUDA, after nhwc); and a
                                          Relu's gradient after any Dropout's gradient
                                          folded into it */
+    KILN_PASS_FUSE_BN = 1 << 13       /* a training BatchNormalization -> Relu as one node, and
+                                         the Relu's gradient folded into BatchNormGrad (in a
+                                         training graph; CUDA training) */
 };
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),
@@ -588,7 +591,7 @@ typedef struct kiln_train_options {
                                 KILN_PASS_CONV_GEMM, KILN_PASS_CONV_DIRECT,
                                 KILN_PASS_FUSE_CONV (conv / product + activation as one
                                 kernel), KILN_PASS_STREAMS, KILN_PASS_FUSE_LOSS and
-                                KILN_PASS_FUSE_POOL (with NHWC);
+                                KILN_PASS_FUSE_POOL (with NHWC), KILN_PASS_FUSE_BN;
                                 CPU training passes them all to its session */
     /* Large-batch training (issue 12): */
     float lars_eta;       /* LARS trust coefficient (0: 0.001) */

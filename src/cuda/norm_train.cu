@@ -28,17 +28,31 @@
  * BatchNormGrad does not take. These kernels are at the bandwidth floor:
  * two passes over X for the forward, two over (X, dY) for the gradient.
  *
+ * Fused ReLU (attribute relu = 1, made by the fuse-bn pass, src/passes/fuse_bn.c): the
+ * forward writes max(y, 0) (NaN to 0, as Relu), or max(y + Z, 0) with input 5, Z (a
+ * residual of X's shape, dtype and layout, added in float, rounded once); the gradient
+ * takes the ReLU's output Y as input 6 and reads dY masked by Y > 0 (as kiln.UnaryGrad
+ * op=Relu) in both passes.
+ *
  * Each runs three kernels:
  *   1. statistics: per channel, partial sums in double of x and x^2 (and, for the gradient,
  *      dY and dY * x) over P slices of the channel's M elements into workspace (P, C, K).
  *      NCHW: grid (C, P), each block walking whole blocks of one image's S positions of its
  *      channel (one division per block step, none per element). NHWC and X (N, C) (rows of
- *      C channels): grid (ceil(C / 32), P), 32 neighbouring channels per warp, 8 rows at a
- *      time, summed over the rows in shared memory.
- *   2. finalize: one warp per channel adds the P partials (in double), computes mean, var
- *      (E[x^2] - mean^2 in double, clamped at 0), the running statistics or the parameter
- *      gradients, and four float coefficients (a, b, m, k) per channel into workspace.
- *   3. apply, elementwise: y = a * (x - m) + k; dX = a * dY + b * (x - m) + k.
+ *      C channels), the vector path (C a multiple of V = 16 / element size, 16-byte aligned
+ *      pointers): each thread owns V neighbouring channels (one 16-byte load per row) and
+ *      walks rows 4 at a time, summing in float in registers (at most ~512 rows a thread);
+ *      block (BX groups, BY rows), the block's rows summed in double in shared memory;
+ *      grid (ceil(C / V / BX), P). Otherwise the scalar rows kernel: grid (ceil(C / 32), P),
+ *      32 neighbouring channels per warp, 8 rows at a time, in double.
+ *      P depends on the shape and dtype alone (never on pointers or the device), so the
+ *      partial-sum layout SyncBatchNorm all-reduces is the same on every rank.
+ *   2. finalize: a block per 32 channels, 32 threads down the P partials of each (coalesced
+ *      rows of the partials), added in double, computes mean, var (E[x^2] - mean^2 in
+ *      double, clamped at 0), the running statistics or the parameter gradients, and four
+ *      float coefficients (a, b, m, k) per channel into workspace.
+ *   3. apply, elementwise: y = a * (x - m) + k; dX = a * dY + b * (x - m) + k; the vector
+ *      path as the statistics' (each thread's coefficients in registers, no index division).
  * Workspace: P * C * K doubles, then 4 * C floats (both 256-byte aligned).
  */
 #include "dtype.cuh"
@@ -54,15 +68,24 @@ namespace {
 constexpr int THREADS = 256;
 constexpr int64_t NCHW_ELEMS = 8192; /* elements of one channel per statistics block */
 constexpr int64_t NCHW_MAX_P = 256;
-constexpr int64_t ROWS_PER_BLOCK = 256; /* rows per statistics block (NHWC) */
-constexpr int64_t ROWS_MAX_P = 1024;
 constexpr int TX = 32, TY = 8; /* the rows kernel's block: channels x rows */
+/* rows, the vector path: statistics blocks in all (~ one wave of 256-thread blocks on a
+ * 132-SM GPU), rows per thread summed in float at most, rows per block at least (bounds the
+ * partials' traffic against X's) */
+constexpr int64_t VEC_TARGET_BLOCKS = 1024;
+constexpr int64_t VEC_MAX_THREAD_ROWS = 512;
+constexpr int64_t VEC_MIN_BLOCK_ROWS = 256;
+constexpr int64_t MAX_GRID_Y = 65535;
+constexpr int UNROLL = 4; /* rows in flight per thread */
 
 struct Geo {
     int64_t N, C, S; /* X (N, C, S) */
     bool rows;       /* walked as (N*S, C): NHWC, or S == 1 */
     int64_t M;       /* elements per channel */
     int64_t P;       /* statistics blocks per channel */
+    /* rows: the vector path's block (BX channel groups of V, BY rows) and gx blocks across C */
+    int V, BX, BY;
+    int64_t gx;
 };
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -75,9 +98,22 @@ Geo geo_of(const kiln_tensor *x) {
     for (int d = 2; d < x->ndim; d++) g.S *= x->dims[d];
     g.rows = (x->ndim == 4 && x->format == KILN_FORMAT_NHWC) || g.S == 1;
     g.M = g.N * g.S;
-    const int64_t p = g.rows ? div_up(g.M, ROWS_PER_BLOCK) : div_up(g.M, NCHW_ELEMS);
-    const int64_t mx = g.rows ? ROWS_MAX_P : NCHW_MAX_P;
-    g.P = p < 1 ? 1 : p > mx ? mx : p;
+    const size_t es = kiln_dtype_size(x->dtype);
+    g.V = es >= 1 && es <= 16 ? (int)(16 / es) : 1; /* (the supports check refuses other dtypes) */
+    const int64_t G = div_up(g.C, g.V);
+    g.BX = (int)(G < 32 ? G : 32);
+    g.BY = THREADS / g.BX;
+    g.gx = div_up(G, g.BX);
+    if (g.rows) { /* from the shape and dtype alone (SyncBatchNorm: equal on every rank) */
+        int64_t p = div_up(VEC_TARGET_BLOCKS, g.gx);
+        const int64_t need = div_up(g.M, g.BY * VEC_MAX_THREAD_ROWS), most = div_up(g.M, VEC_MIN_BLOCK_ROWS);
+        if (p < need) p = need;
+        if (p > most) p = most;
+        g.P = p < 1 ? 1 : p > MAX_GRID_Y ? MAX_GRID_Y : p;
+    } else {
+        const int64_t p = div_up(g.M, NCHW_ELEMS);
+        g.P = p < 1 ? 1 : p > NCHW_MAX_P ? NCHW_MAX_P : p;
+    }
     return g;
 }
 
@@ -104,22 +140,28 @@ __device__ __forceinline__ double warp_sum(double v) {
 
 /* ------------------------------------------------------------------ statistics */
 
-/* K = 2: sums of x, x^2; K = 4: also dy, dy * x. */
-template <typename T, int K>
-__device__ __forceinline__ void accumulate(double (&acc)[K], const T *x, const T *dy, int64_t i) {
+/* dY masked by the ReLU's output Y (kiln.UnaryGrad op=Relu: Y > 0 ? dY : 0) */
+template <bool RELU> __device__ __forceinline__ float masked(float g, float y) {
+    if constexpr (RELU) return y > 0.f ? g : 0.f;
+    else return g;
+}
+
+/* K = 2: sums of x, x^2; K = 4: also dy, dy * x (dy masked by y > 0 under RELU). */
+template <typename T, int K, bool RELU>
+__device__ __forceinline__ void accumulate(double (&acc)[K], const T *x, const T *dy, const T *y, int64_t i) {
     const double v = to_f(x[i]);
     acc[0] += v;
     acc[1] += v * v;
     if constexpr (K == 4) {
-        const double g = to_f(dy[i]);
+        const double g = masked<RELU>(to_f(dy[i]), RELU ? to_f(y[i]) : 0.f);
         acc[2] += g;
         acc[3] += g * v;
     }
 }
 
-// x, dy: (N, C, S); part: (P, C, K). grid (C, P); blockDim.x a multiple of 32.
-template <typename T, int K>
-__global__ void bn_stats_nchw(const T *x, const T *dy, double *part, int64_t N, int64_t C, int64_t S) {
+// x, dy, y: (N, C, S); part: (P, C, K). grid (C, P); blockDim.x a multiple of 32.
+template <typename T, int K, bool RELU>
+__global__ void bn_stats_nchw(const T *x, const T *dy, const T *y, double *part, int64_t N, int64_t C, int64_t S) {
     const int64_t c = blockIdx.x, p = blockIdx.y, P = gridDim.y;
     const int64_t cps = (S + blockDim.x - 1) / blockDim.x; /* blocks of positions per image */
     double acc[K];
@@ -127,7 +169,7 @@ __global__ void bn_stats_nchw(const T *x, const T *dy, double *part, int64_t N, 
     for (int k = 0; k < K; k++) acc[k] = 0;
     for (int64_t q = p; q < N * cps; q += P) {
         const int64_t n = q / cps, s = (q - n * cps) * blockDim.x + threadIdx.x;
-        if (s < S) accumulate<T, K>(acc, x, dy, (n * C + c) * S + s);
+        if (s < S) accumulate<T, K, RELU>(acc, x, dy, y, (n * C + c) * S + s);
     }
     __shared__ double sh[K][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -146,15 +188,16 @@ __global__ void bn_stats_nchw(const T *x, const T *dy, double *part, int64_t N, 
     }
 }
 
-// x, dy: (R, C); part: (P, C, K). grid (ceil(C / TX), P), block (TX, TY).
-template <typename T, int K>
-__global__ void bn_stats_rows(const T *x, const T *dy, double *part, int64_t R, int64_t C) {
+// x, dy, y: (R, C); part: (P, C, K). grid (ceil(C / TX), P), block (TX, TY). Any C, any
+// alignment (the vector kernel's fallback).
+template <typename T, int K, bool RELU>
+__global__ void bn_stats_rows(const T *x, const T *dy, const T *y, double *part, int64_t R, int64_t C) {
     const int64_t c = (int64_t)blockIdx.x * TX + threadIdx.x, p = blockIdx.y, P = gridDim.y;
     double acc[K];
 #pragma unroll
     for (int k = 0; k < K; k++) acc[k] = 0;
     if (c < C)
-        for (int64_t r = p * TY + threadIdx.y; r < R; r += P * TY) accumulate<T, K>(acc, x, dy, r * C + c);
+        for (int64_t r = p * TY + threadIdx.y; r < R; r += P * TY) accumulate<T, K, RELU>(acc, x, dy, y, r * C + c);
     __shared__ double sh[K][TY][TX + 1];
 #pragma unroll
     for (int k = 0; k < K; k++) sh[k][threadIdx.y][threadIdx.x] = acc[k];
@@ -169,21 +212,107 @@ __global__ void bn_stats_rows(const T *x, const T *dy, double *part, int64_t R, 
     }
 }
 
-template <typename T, int K>
-kiln_status launch_stats(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy,
-                         double *part) {
-    if (g.rows) {
+// The vector path. x, dy, y: (R, C), C a multiple of V, 16-byte aligned; part: (P, C, K).
+// grid (ceil(C / V / BX), P), 1-D blocks of BX * BY threads: thread (tx, ty) owns channel
+// group g = blockIdx.x * BX + tx (channels g*V .. g*V+V-1) and rows blockIdx.y * BY + ty +
+// j * P * BY, UNROLL of them loaded before any is summed; float sums per thread, the
+// block's BY row-sets added in double in shared memory (V <= BY: BX <= 32, BY >= 8).
+template <typename T, int K, bool RELU>
+__global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x, const T *__restrict__ dy,
+                                                        const T *__restrict__ y, double *__restrict__ part, int64_t R,
+                                                        int64_t C, int BX, int BY) {
+    using Vec = typename VecOf<T>::type;
+    constexpr int V = VecOf<T>::N;
+    __shared__ double sh[THREADS * V];
+    const int tx = (int)threadIdx.x % BX, ty = (int)threadIdx.x / BX;
+    const int64_t G = C / V, grp = (int64_t)blockIdx.x * BX + tx, p = blockIdx.y, step = (int64_t)gridDim.y * BY;
+    float acc[K][V];
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int j = 0; j < V; j++) acc[k][j] = 0.f;
+    if (grp < G) {
+        const T *xs = x + grp * V, *ds = K == 4 ? dy + grp * V : nullptr, *ys = RELU ? y + grp * V : nullptr;
+        for (int64_t r0 = p * BY + ty; r0 < R; r0 += UNROLL * step) {
+            Vec xv[UNROLL], gv[UNROLL], yv[UNROLL];
+#pragma unroll
+            for (int q = 0; q < UNROLL; q++) {
+                const int64_t r = r0 + q * step;
+                if (r < R) {
+                    xv[q] = *(const Vec *)(xs + r * C);
+                    if constexpr (K == 4) gv[q] = *(const Vec *)(ds + r * C);
+                    if constexpr (K == 4 && RELU) yv[q] = *(const Vec *)(ys + r * C);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < UNROLL; q++) {
+                if (r0 + q * step < R) {
+#pragma unroll
+                    for (int j = 0; j < V; j++) {
+                        const float v = to_f(xv[q].v[j]);
+                        acc[0][j] += v;
+                        acc[1][j] = fmaf(v, v, acc[1][j]);
+                        if constexpr (K == 4) {
+                            const float gj = masked<RELU>(to_f(gv[q].v[j]), RELU ? to_f(yv[q].v[j]) : 0.f);
+                            acc[2][j] += gj;
+                            acc[3][j] = fmaf(gj, v, acc[3][j]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    const int t = (int)threadIdx.x, gl = t / V, j = t % V; /* the combine: thread t < BX * V sums one channel */
+    const int64_t cg = (int64_t)blockIdx.x * BX + gl;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+#pragma unroll
+        for (int jj = 0; jj < V; jj++) sh[t * V + jj] = (double)acc[k][jj];
+        __syncthreads();
+        if (t < BX * V && cg < G) {
+            double s = 0;
+            for (int yy = 0; yy < BY; yy++) s += sh[(yy * BX + gl) * V + j];
+            part[(p * C + cg * V + j) * K + k] = s;
+        }
+        __syncthreads();
+    }
+}
+
+/* The vector path applies: rows layout, C a multiple of V, every pointer 16-byte aligned. */
+template <typename T> bool vec_ok(const Geo &g, const void *a, const void *b, const void *c, const void *d = nullptr) {
+    return g.rows && g.C % VecOf<T>::N == 0 && aligned16(a, b, c) && aligned16(d);
+}
+
+template <typename T, int K, bool RELU>
+kiln_status launch_stats_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
+                           double *part) {
+    if (vec_ok<T>(g, x, dy, y)) {
+        const dim3 grid((unsigned)g.gx, (unsigned)g.P);
+        bn_stats_vec<T, K, RELU><<<grid, g.BX * g.BY, 0, cu->stream>>>((const T *)x, (const T *)dy, (const T *)y, part,
+                                                                       g.M, g.C, g.BX, g.BY);
+        KILN_CUDA_LAUNCHED(ctx, "bn_stats_vec");
+    } else if (g.rows) {
         const dim3 grid((unsigned)div_up(g.C, TX), (unsigned)g.P), block(TX, TY);
-        bn_stats_rows<T, K><<<grid, block, 0, cu->stream>>>((const T *)x, (const T *)dy, part, g.M, g.C);
+        bn_stats_rows<T, K, RELU><<<grid, block, 0, cu->stream>>>((const T *)x, (const T *)dy, (const T *)y, part, g.M,
+                                                                  g.C);
         KILN_CUDA_LAUNCHED(ctx, "bn_stats_rows");
     } else {
         int threads = 32;
         while (threads < THREADS && threads < g.S) threads *= 2;
         const dim3 grid((unsigned)g.C, (unsigned)g.P);
-        bn_stats_nchw<T, K><<<grid, threads, 0, cu->stream>>>((const T *)x, (const T *)dy, part, g.N, g.C, g.S);
+        bn_stats_nchw<T, K, RELU><<<grid, threads, 0, cu->stream>>>((const T *)x, (const T *)dy, (const T *)y, part,
+                                                                    g.N, g.C, g.S);
         KILN_CUDA_LAUNCHED(ctx, "bn_stats_nchw");
     }
     return KILN_OK;
+}
+
+template <typename T, int K>
+kiln_status launch_stats(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
+                         double *part) {
+    if constexpr (K == 4) /* the forward's statistics never read Y */
+        if (y) return launch_stats_t<T, K, true>(cu, ctx, g, x, dy, y, part);
+    return launch_stats_t<T, K, false>(cu, ctx, g, x, dy, y, part);
 }
 
 /* -------------------------------------------------------------------- finalize */
@@ -197,28 +326,44 @@ struct Params {
     bool train;       /* the gradient: training mode */
 };
 
-/* The K sums of channel c over its P partials, in lane 0 of the warp (all lanes call). */
+constexpr int FIN_C = 32, FIN_P = 32; /* the finalize block: channels x partial rows */
+
+/* The K sums of channel c = blockIdx.x * FIN_C + threadIdx.x over its P partials, in the
+ * threads of threadIdx.y == 0 (every thread of the block calls; sh: the block's scratch).
+ * Threads (x, y) read partial rows y, y + FIN_P, ...: each row's FIN_C channels contiguous. */
 template <int K>
-__device__ __forceinline__ void channel_sums(const double *part, int64_t C, int64_t P, int64_t c, int lane,
-                                             double (&s)[K]) {
+__device__ __forceinline__ void channel_sums(const double *part, int64_t C, int64_t P, double (&s)[K],
+                                             double (*sh)[FIN_P][FIN_C + 1]) {
+    const int64_t c = (int64_t)blockIdx.x * FIN_C + threadIdx.x;
 #pragma unroll
     for (int k = 0; k < K; k++) s[k] = 0;
-    for (int64_t j = lane; j < P; j += 32) {
+    if (c < C)
+        for (int64_t j = threadIdx.y; j < P; j += FIN_P) {
 #pragma unroll
-        for (int k = 0; k < K; k++) s[k] += part[(j * C + c) * K + k];
+            for (int k = 0; k < K; k++) s[k] += part[(j * C + c) * K + k];
+        }
+#pragma unroll
+    for (int k = 0; k < K; k++) sh[k][threadIdx.y][threadIdx.x] = s[k];
+    __syncthreads();
+    if (threadIdx.y == 0) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            double v = 0;
+            for (int y = 0; y < FIN_P; y++) v += sh[k][y][threadIdx.x];
+            s[k] = v;
+        }
     }
-#pragma unroll
-    for (int k = 0; k < K; k++) s[k] = warp_sum(s[k]);
+    __syncthreads();
 }
 
-// part: (P, C, 2); coef: (4, C). One warp per channel.
-__global__ void bn_finalize_fwd(const double *part, float *coef, Params p, int64_t C, int64_t P, double M) {
-    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; /* one per warp */
-    const int lane = threadIdx.x & 31;
-    if (c >= C) return;
+// part: (P, C, 2); coef: (4, C). grid ceil(C / FIN_C), block (FIN_C, FIN_P).
+__global__ void __launch_bounds__(FIN_C * FIN_P) bn_finalize_fwd(const double *part, float *coef, Params p, int64_t C,
+                                                                 int64_t P, double M) {
+    __shared__ double sh[2][FIN_P][FIN_C + 1];
+    const int64_t c = (int64_t)blockIdx.x * FIN_C + threadIdx.x;
     double s[2];
-    channel_sums<2>(part, C, P, c, lane, s);
-    if (lane != 0) return;
+    channel_sums<2>(part, C, P, s, sh);
+    if (threadIdx.y != 0 || c >= C) return;
     const double mean = s[0] / M;
     double var = s[1] / M - mean * mean;
     if (var < 0) var = 0;
@@ -231,19 +376,18 @@ __global__ void bn_finalize_fwd(const double *part, float *coef, Params p, int64
     coef[3 * C + c] = (float)load_any(p.p[1], p.dt[1], c);
 }
 
-// part: (P, C, 4); coef: (4, C). One warp per channel. SyncBatchNorm: part holds the sums
-// over every rank (M elements per channel in all), local this rank's, from which dScale and
-// dB are taken (the gradient all-reduce averages them with the other parameters'); else
-// local is part.
-__global__ void bn_finalize_grad(const double *part, const double *local, float *coef, Params p, int64_t C, int64_t P,
-                                 double M) {
-    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (c >= C) return;
+// part: (P, C, 4); coef: (4, C). grid ceil(C / FIN_C), block (FIN_C, FIN_P). SyncBatchNorm:
+// part holds the sums over every rank (M elements per channel in all), local this rank's,
+// from which dScale and dB are taken (the gradient all-reduce averages them with the other
+// parameters'); else local is part.
+__global__ void __launch_bounds__(FIN_C * FIN_P) bn_finalize_grad(const double *part, const double *local, float *coef,
+                                                                  Params p, int64_t C, int64_t P, double M) {
+    __shared__ double sh[4][FIN_P][FIN_C + 1];
+    const int64_t c = (int64_t)blockIdx.x * FIN_C + threadIdx.x;
     double s[4], l[4];
-    channel_sums<4>(part, C, P, c, lane, s);
-    if (local != part) channel_sums<4>(local, C, P, c, lane, l);
-    if (lane != 0) return;
+    channel_sums<4>(part, C, P, s, sh);
+    if (local != part) channel_sums<4>(local, C, P, l, sh);
+    if (threadIdx.y != 0 || c >= C) return;
     if (local == part)
         for (int k = 0; k < 4; k++) l[k] = s[k];
     double mean = load_any(p.p[2], p.dt[2], c), var = load_any(p.p[3], p.dt[3], c);
@@ -270,32 +414,121 @@ __global__ void bn_finalize_grad(const double *part, const double *local, float 
     if (p.o[3]) store_any(p.o[3], p.odt[3], c, p.train ? 0.0 : -0.5 * a * istd * sum_dy_xhat);
 }
 
+kiln_status launch_finalize_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const double *part, float *coef,
+                                const Params &p, double M) {
+    bn_finalize_fwd<<<(unsigned)div_up(g.C, FIN_C), dim3(FIN_C, FIN_P), 0, cu->stream>>>(part, coef, p, g.C, g.P, M);
+    KILN_CUDA_LAUNCHED(ctx, "bn_finalize_fwd");
+    return KILN_OK;
+}
+
+kiln_status launch_finalize_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const double *part, const double *local,
+                                 float *coef, const Params &p, double M) {
+    bn_finalize_grad<<<(unsigned)div_up(g.C, FIN_C), dim3(FIN_C, FIN_P), 0, cu->stream>>>(part, local, coef, p, g.C,
+                                                                                         g.P, M);
+    KILN_CUDA_LAUNCHED(ctx, "bn_finalize_grad");
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------------ apply */
 
-// u (dY for the gradient, else X), x, out: (N, C, S) or rows (S = 1); coef: (4, C).
-template <typename T, bool GRAD, typename I>
-__global__ void bn_apply_train(const T *u, const T *x, T *out, const float *coef, I n, I C, I S) {
+/* y = a * (x - m) + k (+ e, the residual Z, under E) (ReLU: NaN and negatives to 0);
+ * dX = a * dY' + b * (x - m) + k with dY' = dY masked by the ReLU's output e (GRAD: E ==
+ * RELU). */
+template <bool GRAD, bool RELU, bool E>
+__device__ __forceinline__ float bn_out(float u, float xv, float ev, float a, float b, float m, float k) {
+    const float xc = xv - m;
+    if constexpr (GRAD) return fmaf(a, masked<RELU>(u, ev), fmaf(b, xc, k));
+    float v = fmaf(a, xc, k);
+    if constexpr (E) v += ev;
+    if constexpr (RELU) return v > 0.f ? v : 0.f;
+    return v;
+}
+
+// u (dY for the gradient, else X), x, e (the gradient: the ReLU's output Y; the forward:
+// the residual Z; read under E), out: (N, C, S) or rows (S = 1); coef: (4, C).
+template <typename T, bool GRAD, bool RELU, bool E, typename I>
+__global__ void bn_apply_train(const T *u, const T *x, const T *e, T *out, const float *coef, I n, I C, I S) {
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
         const I c = (i / S) % C;
-        const float xc = to_f(x[i]) - coef[2 * C + c];
-        float v;
-        if constexpr (GRAD) v = coef[c] * to_f(u[i]) + coef[C + c] * xc + coef[3 * C + c];
-        else v = coef[c] * xc + coef[3 * C + c];
-        out[i] = from_f<T>(v);
+        const float ev = E ? to_f(e[i]) : 0.f;
+        out[i] = from_f<T>(bn_out<GRAD, RELU, E>(GRAD ? to_f(u[i]) : 0.f, to_f(x[i]), ev, coef[c], coef[C + c],
+                                                 coef[2 * C + c], coef[3 * C + c]));
     }
 }
 
-template <typename T, bool GRAD>
-kiln_status launch_apply(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *u, const void *x, void *out,
-                         const float *coef) {
+// The vector path of the apply: rows (R, C), C a multiple of V, 16-byte aligned; the
+// statistics kernel's thread geometry, grid (ceil(C / V / BX), any), each thread's V
+// channels' coefficients in registers.
+template <typename T, bool GRAD, bool RELU, bool E>
+__global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u, const T *__restrict__ x,
+                                                        const T *__restrict__ e, T *__restrict__ out,
+                                                        const float *__restrict__ coef, int64_t R, int64_t C, int BX,
+                                                        int BY) {
+    using Vec = typename VecOf<T>::type;
+    constexpr int V = VecOf<T>::N;
+    const int tx = (int)threadIdx.x % BX, ty = (int)threadIdx.x / BX;
+    const int64_t G = C / V, grp = (int64_t)blockIdx.x * BX + tx, step = (int64_t)gridDim.y * BY;
+    if (grp >= G) return;
+    float a[V], b[V], m[V], k[V];
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const int64_t c = grp * V + j;
+        a[j] = coef[c];
+        b[j] = coef[C + c];
+        m[j] = coef[2 * C + c];
+        k[j] = coef[3 * C + c];
+    }
+    const int64_t off = grp * V;
+    for (int64_t r0 = (int64_t)blockIdx.y * BY + ty; r0 < R; r0 += UNROLL * step) {
+        Vec xv[UNROLL], uv[UNROLL], ev[UNROLL];
+#pragma unroll
+        for (int q = 0; q < UNROLL; q++) {
+            const int64_t r = r0 + q * step;
+            if (r < R) {
+                xv[q] = *(const Vec *)(x + r * C + off);
+                if constexpr (GRAD) uv[q] = *(const Vec *)(u + r * C + off);
+                if constexpr (E) ev[q] = *(const Vec *)(e + r * C + off);
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < UNROLL; q++) {
+            const int64_t r = r0 + q * step;
+            if (r < R) {
+                Vec o;
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    const float uj = GRAD ? to_f(uv[q].v[j]) : 0.f, ej = E ? to_f(ev[q].v[j]) : 0.f;
+                    o.v[j] = from_f<T>(bn_out<GRAD, RELU, E>(uj, to_f(xv[q].v[j]), ej, a[j], b[j], m[j], k[j]));
+                }
+                *(Vec *)(out + r * C + off) = o;
+            }
+        }
+    }
+}
+
+template <typename T, bool GRAD, bool RELU, bool E>
+kiln_status launch_apply_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *u, const void *x, const void *e,
+                           void *out, const float *coef) {
+    if (vec_ok<T>(g, u, x, e, out)) {
+        /* about 2048 blocks in all, each thread at least UNROLL rows where there are enough */
+        int64_t py = div_up(2048, g.gx);
+        const int64_t most = div_up(g.M, (int64_t)g.BY * UNROLL);
+        if (py > most) py = most;
+        if (py < 1) py = 1;
+        if (py > MAX_GRID_Y) py = MAX_GRID_Y;
+        bn_apply_vec<T, GRAD, RELU, E><<<dim3((unsigned)g.gx, (unsigned)py), g.BX * g.BY, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, g.M, g.C, g.BX, g.BY);
+        KILN_CUDA_LAUNCHED(ctx, "bn_apply_vec");
+        return KILN_OK;
+    }
     const int64_t n = g.M * g.C, S = g.rows ? 1 : g.S;
     const unsigned blocks = kiln_cuda_blocks(cu, n, THREADS);
     if (n <= INT32_MAX) /* 32-bit index math; i + stride stays below 2^32 */
-        bn_apply_train<T, GRAD, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(
-            (const T *)u, (const T *)x, (T *)out, coef, (uint32_t)n, (uint32_t)g.C, (uint32_t)S);
+        bn_apply_train<T, GRAD, RELU, E, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, (uint32_t)n, (uint32_t)g.C, (uint32_t)S);
     else
-        bn_apply_train<T, GRAD, int64_t><<<blocks, THREADS, 0, cu->stream>>>((const T *)u, (const T *)x, (T *)out,
-                                                                            coef, n, g.C, S);
+        bn_apply_train<T, GRAD, RELU, E, int64_t><<<blocks, THREADS, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, n, g.C, S);
     KILN_CUDA_LAUNCHED(ctx, "bn_apply_train");
     return KILN_OK;
 }
@@ -303,20 +536,25 @@ kiln_status launch_apply(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const v
 /* KILN_CU_FLOAT_DISPATCH takes templates of the element type alone */
 template <typename T>
 kiln_status stats_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, double *part) {
-    return launch_stats<T, 2>(cu, ctx, g, x, nullptr, part);
+    return launch_stats<T, 2>(cu, ctx, g, x, nullptr, nullptr, part);
 }
 template <typename T>
-kiln_status stats_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, double *part) {
-    return launch_stats<T, 4>(cu, ctx, g, x, dy, part);
+kiln_status stats_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
+                       double *part) {
+    return launch_stats<T, 4>(cu, ctx, g, x, dy, y, part);
 }
 template <typename T>
-kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, void *y, const float *coef) {
-    return launch_apply<T, false>(cu, ctx, g, x, x, y, coef);
+kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *z, void *y,
+                      const float *coef, bool relu) {
+    if (z) return launch_apply_t<T, false, true, true>(cu, ctx, g, x, x, z, y, coef); /* Z only with relu = 1 */
+    return relu ? launch_apply_t<T, false, true, false>(cu, ctx, g, x, x, nullptr, y, coef)
+                : launch_apply_t<T, false, false, false>(cu, ctx, g, x, x, nullptr, y, coef);
 }
 template <typename T>
-kiln_status apply_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *dy, const void *x, void *dx,
-                       const float *coef) {
-    return launch_apply<T, true>(cu, ctx, g, dy, x, dx, coef);
+kiln_status apply_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *dy, const void *x, const void *y,
+                       void *dx, const float *coef) {
+    return y ? launch_apply_t<T, true, true, true>(cu, ctx, g, dy, x, y, dx, coef)
+             : launch_apply_t<T, true, false, false>(cu, ctx, g, dy, x, y, dx, coef);
 }
 
 /* ------------------------------------------------------------------ host side */
@@ -397,6 +635,14 @@ extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n
         snprintf(why, n, "outputs 3 and 4 (saved statistics of opsets < 14)");
         return false;
     }
+    if (present(c, 5)) { /* Z, the fused residual: X's dtype, shape and layout, with relu = 1 */
+        const kiln_tensor *z = c->in[5];
+        if (kiln_attr_int(c->node, "relu", 0) == 0 || z->dtype != x->dtype || is_nhwc(z) != is_nhwc(x) ||
+            z->ndim != x->ndim || kiln_tensor_numel(z) != kiln_tensor_numel(x)) {
+            snprintf(why, n, "input 5 (Z) needs relu = 1 and X's dtype, shape and layout");
+            return false;
+        }
+    }
     return true;
 }
 
@@ -424,19 +670,26 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     if (st) return st;
     int world = 1; /* SyncBatchNorm: the partial sums over every rank (equal shapes: equal P) */
     if ((st = kiln_cuda_sync_sums(cu, c, part, part, g.P * g.C * 2, &world))) return st;
-    const int64_t threads = (int64_t)g.C * 32;
-    bn_finalize_fwd<<<(unsigned)div_up(threads, THREADS), THREADS, 0, cu->stream>>>(part, coef, p, g.C, g.P,
-                                                                                   (double)g.M * world);
-    KILN_CUDA_LAUNCHED(c->kctx, "bn_finalize_fwd");
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, c->out[0]->data, coef);
+    if ((st = launch_finalize_fwd(cu, c->kctx, g, part, coef, p, (double)g.M * world))) return st;
+    const bool relu = kiln_attr_int(c->node, "relu", 0) != 0;
+    const void *z = present(c, 5) ? c->in[5]->data : nullptr; /* the fused residual (relu = 1) */
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, z, c->out[0]->data, coef, relu);
     return st;
 }
 
-/* kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var) -> dX, dScale, dB[, dMean, dVar] */
+/* kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var[, Y]) -> dX, dScale, dB[, dMean, dVar] */
 extern "C" bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n) {
     if (c->n_in < 6) {
         snprintf(why, n, "inputs dY, X, scale, B, input_mean and input_var are required");
         return false;
+    }
+    if (kiln_attr_int(c->node, "relu", 0) != 0) { /* Y: dY's dtype, shape and layout */
+        const kiln_tensor *y = present(c, 6) ? c->in[6] : NULL, *d = c->in[0];
+        if (!y || y->dtype != d->dtype || is_nhwc(y) != is_nhwc(d) || y->ndim != d->ndim ||
+            kiln_tensor_numel(y) != kiln_tensor_numel(d)) {
+            snprintf(why, n, "relu = 1 needs input 6 (the ReLU's output Y) of dY's dtype, shape and layout");
+            return false;
+        }
     }
     const kiln_tensor *dy = c->in[0], *x = c->in[1];
     if (!present(c, 1) || !check_x_params(c, x, 2, why, n)) return false;
@@ -456,6 +709,9 @@ extern "C" bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n)
         }
     return true;
 }
+
+/* The fused ReLU's output Y (input 6) of a kiln.BatchNormGrad with relu = 1 */
+static bool relu_y(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "relu", 0) != 0 && present(c, 6); }
 
 /* SyncBatchNorm's gradient keeps this rank's partial sums beside the ranks' total */
 static bool synced(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "sync_comm", 0) != 0; }
@@ -482,16 +738,14 @@ extern "C" kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c) {
             p.o[k] = c->out[1 + k]->data;
             p.odt[k] = c->out[1 + k]->dtype;
         }
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, local);
+    const void *y = relu_y(c) ? c->in[6]->data : nullptr; /* the fused ReLU's output: dY masked by Y > 0 */
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, y, local);
     if (st) return st;
     int world = 1; /* SyncBatchNorm: this rank's sums kept in local, every rank's into part */
     if ((st = kiln_cuda_sync_sums(cu, c, local, part, g.P * g.C * 4, &world))) return st;
     if (world == 1) local = part;
-    const int64_t threads = (int64_t)g.C * 32;
-    bn_finalize_grad<<<(unsigned)div_up(threads, THREADS), THREADS, 0, cu->stream>>>(part, local, coef, p, g.C, g.P,
-                                                                                    (double)g.M * world);
-    KILN_CUDA_LAUNCHED(c->kctx, "bn_finalize_grad");
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_grad, cu, c->kctx, g, dy->data, x->data, c->out[0]->data,
+    if ((st = launch_finalize_grad(cu, c->kctx, g, part, local, coef, p, (double)g.M * world))) return st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_grad, cu, c->kctx, g, dy->data, x->data, y, c->out[0]->data,
                            coef);
     return st;
 }

@@ -306,6 +306,10 @@ static bool sup_batchnorm(const kiln_op_ctx *c, char *why, size_t n) {
         }
     }
     if (kiln_cuda_bn_training(c)) return kiln_cuda_sup_bn_train(c, why, n); /* norm_train.cu */
+    if (kiln_attr_int(c->node, "relu", 0) != 0) { /* the fuse-bn pass fuses training nodes only */
+        snprintf(why, n, "relu = 1 in inference mode");
+        return false;
+    }
     if (has_out(c, 1) || has_out(c, 2) || has_out(c, 3) || has_out(c, 4)) {
         snprintf(why, n, "training mode (inference only)");
         return false;

@@ -24,6 +24,15 @@
  *   dX = scale / sqrt(var + eps) * dY, dMean = -scale / sqrt(var + eps) * sum(dY),
  *   dVar = -scale / 2 / (var + eps) * sum(dY * xhat).
  *
+ * Fused ReLU (kiln's attribute relu = 1, made by the fuse-bn pass, src/passes/fuse_bn.c, in
+ * training graphs): Y = Relu(BatchNormalization(X, ...)) as one node (Relu maps NaN to 0),
+ * or with kiln's input 5, Z (X's dtype and shape; relu = 1 only), Relu(BN(X, ...) + Z):
+ * ResNet's BN -> Add(residual) -> Relu, the sum rounded once (FUSED.md's contract);
+ * its gradient kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var, Y) relu = 1 takes
+ * the ReLU's output Y and reads dY masked by Y > 0, as kiln.UnaryGrad op=Relu (the gradient
+ * rule emits that for a node with relu = 1). Plain composition here; one pass each way on
+ * CUDA (src/cuda/norm_train.cu).
+ *
  * SyncBatchNorm (data parallelism, kiln_train_options.sync_bn): the trainer sets the
  * attribute sync_comm (a communicator's id, src/dist/dist.h) on the training node, which
  * its gradient node copies; both then take the batch statistics over every rank's batch
@@ -36,11 +45,32 @@
 #include "../dist/dist.h"
 
 #include <math.h>
+#include <stdio.h>
 
 static bool has_out(const kiln_op_ctx *c, int i) { return c->n_out > i && c->out[i] != NULL; }
 
 static bool training(const kiln_op_ctx *c) {
     return c->node->opset >= 14 && kiln_attr_int(c->node, "training_mode", 0) != 0;
+}
+
+/* attribute relu (0 or 1): the fused ReLU */
+static bool fused_relu(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "relu", 0) != 0; }
+
+/* BatchNormalization's input 5 (kiln's): Z, the fused residual added before the ReLU */
+static const kiln_tensor *resid(const kiln_op_ctx *c) { return c->n_in > 5 ? c->in[5] : NULL; }
+
+/* y = max(y, 0) in place, NaN to 0 (Relu's semantics) */
+static void relu_inplace(kiln_tensor *y) {
+    const int64_t n = kiln_tensor_numel(y);
+    if (y->dtype == KILN_F32) {
+        float *p = y->data;
+        for (int64_t i = 0; i < n; i++) p[i] = p[i] > 0 ? p[i] : 0.f;
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const double v = kiln_get_f64(y, i);
+        kiln_set_f64(y, i, v > 0 ? v : 0.0);
+    }
 }
 
 static kiln_status infer(kiln_op_ctx *c) {
@@ -58,6 +88,16 @@ static kiln_status infer(kiln_op_ctx *c) {
         KILN_OP_CHECK(c, p->ndim == 1 && p->dims[0] == x->dims[1], KILN_ERR_SHAPE,
                       "input %s must have shape (C)=(%lld)", names[i], (long long)x->dims[1]);
     }
+    const int64_t relu = kiln_attr_int(c->node, "relu", 0);
+    KILN_OP_CHECK(c, relu == 0 || relu == 1, KILN_ERR_INVALID_ARGUMENT, "attribute relu must be 0 or 1, got %lld",
+                  (long long)relu);
+    const kiln_tensor *z = resid(c);
+    if (z) {
+        bool same = z->dtype == x->dtype && z->ndim == x->ndim;
+        for (int d = 0; same && d < x->ndim; d++) same = z->dims[d] == x->dims[d];
+        KILN_OP_CHECK(c, relu == 1, KILN_ERR_INVALID_ARGUMENT, "input 5 (Z, a fused residual) needs relu = 1");
+        KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "input 5 (Z) must have X's dtype and shape");
+    }
     bool extra = has_out(c, 1) || has_out(c, 2) || has_out(c, 3) || has_out(c, 4);
     if (c->node->opset < 14) {
         KILN_OP_CHECK(c, !extra, KILN_ERR_UNSUPPORTED,
@@ -73,13 +113,17 @@ static kiln_status infer(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
-/* y[n,c,:] = x[n,c,:] * a + b over the S spatial elements of every n */
-static void affine_channel(const kiln_tensor *x, kiln_tensor *y, int64_t N, int64_t C,
+/* y[n,c,:] = x[n,c,:] * a + b (+ z[n,c,:], the fused residual, when z) over the S spatial
+ * elements of every n, rounded once */
+static void affine_channel(const kiln_tensor *x, const kiln_tensor *z, kiln_tensor *y, int64_t N, int64_t C,
                            int64_t S, int64_t ch, double a, double b) {
     bool f32 = x->dtype == KILN_F32;
     for (int64_t n = 0; n < N; n++) {
         int64_t base = (n * C + ch) * S;
-        if (f32) {
+        if (z) {
+            for (int64_t s = 0; s < S; s++)
+                kiln_set_f64(y, base + s, kiln_get_f64(x, base + s) * a + b + kiln_get_f64(z, base + s));
+        } else if (f32) {
             const float *xp = (const float *)x->data + base; // (S)
             float *yp = (float *)y->data + base;
             for (int64_t s = 0; s < S; s++) yp[s] = (float)(xp[s] * a + b);
@@ -94,8 +138,15 @@ static kiln_status forward_sync(kiln_op_ctx *c);
 static kiln_status forward_grad_sync(kiln_op_ctx *c);
 static bool synced(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "sync_comm", 0) != 0 && training(c); }
 
+static kiln_status forward_plain(kiln_op_ctx *c);
+
 static kiln_status forward(kiln_op_ctx *c) {
-    if (synced(c)) return forward_sync(c);
+    const kiln_status st = synced(c) ? forward_sync(c) : forward_plain(c);
+    if (!st && fused_relu(c)) relu_inplace(c->out[0]);
+    return st;
+}
+
+static kiln_status forward_plain(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0]; // (N,C,D1..Dn)
     const kiln_tensor *scale = c->in[1], *bias = c->in[2]; // (C)
     const kiln_tensor *mean_in = c->in[3], *var_in = c->in[4]; // (C)
@@ -133,7 +184,7 @@ static kiln_status forward(kiln_op_ctx *c) {
             var = bv;
         }
         double a = kiln_get_f64(scale, ch) / sqrt(var + eps);
-        affine_channel(x, y, N, C, S, ch, a, kiln_get_f64(bias, ch) - mean * a);
+        affine_channel(x, resid(c), y, N, C, S, ch, a, kiln_get_f64(bias, ch) - mean * a);
     }
     return KILN_OK;
 }
@@ -149,12 +200,22 @@ static kiln_status grad(kiln_grad_ctx *g) {
                              n->name, k);
     if (g->dy[0] < 0) return KILN_OK;
     bool stats = g->need[3] || g->need[4];
-    int in[6] = {g->dy[0], n->in[0], n->in[1], n->in[2], n->in[3], n->in[4]};
+    /* relu = 1 (copied with the attributes): the gradient also reads Y, the ReLU's output */
+    const bool relu = kiln_attr_int(n, "relu", 0) != 0;
+    int in[7] = {g->dy[0], n->in[0], n->in[1], n->in[2], n->in[3], n->in[4], n->out[0]};
+    /* read before emitting: kiln_grad_emit may move the node array (n) */
+    const int z = n->n_in > 5 ? n->in[5] : -1, y = n->out[0];
     int outs[5];
-    if (kiln_grad_emit(g, "kiln", "BatchNormGrad", 6, in, stats ? 5 : 3, outs, true, NULL) < 0)
+    if (kiln_grad_emit(g, "kiln", "BatchNormGrad", relu ? 7 : 6, in, stats ? 5 : 3, outs, true, NULL) < 0)
         return KILN_ERR_OUT_OF_MEMORY;
     for (int k = 0; k < 5; k++)
         if (g->need[k]) g->dx[k] = outs[k];
+    /* Z (relu = 1): dZ = dY masked by Y > 0, as the Add -> Relu it stands for */
+    if (z >= 0 && g->need[5]) {
+        const int zin[3] = {g->dy[0], -1, y};
+        if ((g->dx[5] = kiln_grad_emit(g, "kiln", "UnaryGrad", 3, zin, 1, NULL, false, "op=Relu")) < 0)
+            return KILN_ERR_OUT_OF_MEMORY;
+    }
     return KILN_OK;
 }
 
@@ -167,6 +228,17 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
     bool same = dy->ndim == x->ndim;
     for (int d = 0; same && d < x->ndim; d++) same = dy->dims[d] == x->dims[d];
     KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "dY must have X's shape");
+    const int64_t relu = kiln_attr_int(c->node, "relu", 0);
+    KILN_OP_CHECK(c, relu == 0 || relu == 1, KILN_ERR_INVALID_ARGUMENT, "attribute relu must be 0 or 1, got %lld",
+                  (long long)relu);
+    const kiln_tensor *y = c->n_in > 6 ? c->in[6] : NULL;
+    KILN_OP_CHECK(c, (relu != 0) == (y != NULL), KILN_ERR_INVALID_ARGUMENT,
+                  "input 6 (Y, the fused ReLU's output) is given exactly when relu = 1");
+    if (y) {
+        same = y->dtype == dy->dtype && y->ndim == dy->ndim;
+        for (int d = 0; same && d < y->ndim; d++) same = y->dims[d] == dy->dims[d];
+        KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "input 6 (Y) must have dY's dtype and shape");
+    }
     for (int i = 2; i < 6; i++) {
         const kiln_tensor *p = c->in[i];
         KILN_OP_CHECK(c, kiln_dtype_is_float(p->dtype), KILN_ERR_TYPE,
@@ -195,8 +267,12 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     bool f32 = x->dtype == KILN_F32;
     const float *xf = x->data, *dyf = dy->data; // (N,C,S) when f32
     float *dxf = dx->data;
+    /* relu = 1: dY masked by the ReLU's output Y > 0 */
+    const kiln_tensor *yr = fused_relu(c) ? c->in[6] : NULL;
+    const float *yf = yr ? yr->data : NULL;
 #define XV(i) (f32 ? (double)xf[i] : kiln_get_f64(x, i))
-#define DYV(i) (f32 ? (double)dyf[i] : kiln_get_f64(dy, i))
+#define DYV(i)                                                                                               \
+    (yr && !(f32 ? yf[i] > 0 : kiln_get_f64(yr, i) > 0) ? 0.0 : f32 ? (double)dyf[i] : kiln_get_f64(dy, i))
 
     #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
     for (int64_t ch = 0; ch < C; ch++) {
@@ -228,8 +304,10 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
         }
         for (int64_t n = 0; n < N; n++) {
             int64_t base = (n * C + ch) * S;
-            if (f32) {
+            if (f32 && !yr) {
                 for (int64_t s = 0; s < S; s++) dxf[base + s] = (float)(a * dyf[base + s] + b * xf[base + s] + k);
+            } else if (f32) {
+                for (int64_t s = 0; s < S; s++) dxf[base + s] = (float)(a * DYV(base + s) + b * xf[base + s] + k);
             } else {
                 for (int64_t s = 0; s < S; s++) kiln_set_f64(dx, base + s, a * DYV(base + s) + b * XV(base + s) + k);
             }
@@ -248,7 +326,7 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
 
 /* Scratch: 6 C + 2 doubles (sums, count, reduced and local sums of the gradient). */
 static size_t workspace_sync(const kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[c->n_in == 6 ? 1 : 0];
+    const kiln_tensor *x = c->in[c->n_in >= 6 ? 1 : 0]; /* kiln.BatchNormGrad: 6 or 7 inputs */
     return synced(c) && x && x->ndim >= 2 ? sizeof(double) * (size_t)(6 * x->dims[1] + 2) : 0;
 }
 
@@ -299,7 +377,7 @@ static kiln_status forward_sync(kiln_op_ctx *c) {
         if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, kiln_get_f64(mean_in, ch) * momentum + bm * (1 - momentum));
         if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, kiln_get_f64(var_in, ch) * momentum + bv * (1 - momentum));
         const double a = kiln_get_f64(scale, ch) / sqrt(bv + eps);
-        affine_channel(x, c->out[0], N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
+        affine_channel(x, resid(c), c->out[0], N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
     }
     return KILN_OK;
 }
@@ -309,6 +387,8 @@ static kiln_status forward_grad_sync(kiln_op_ctx *c) {
     if (!d) return KILN_ERR_INVALID_ARGUMENT;
     const kiln_tensor *dy = c->in[0], *x = c->in[1], *scale = c->in[2]; // (N,C,S) both, (C)
     kiln_tensor *dx = c->out[0];
+    const kiln_tensor *yr = fused_relu(c) ? c->in[6] : NULL; /* relu = 1: dY masked by Y > 0 */
+#define GV(i) (yr && !(kiln_get_f64(yr, i) > 0) ? 0.0 : kiln_get_f64(dy, i))
     const double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
     int64_t N = x->dims[0], C = x->dims[1], S = 1;
     for (int k = 2; k < x->ndim; k++) S *= x->dims[k];
@@ -320,7 +400,7 @@ static kiln_status forward_grad_sync(kiln_op_ctx *c) {
         double sq = 0, sdy = 0, sdyxc = 0;
         for (int64_t n = 0; n < N; n++)
             for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) {
-                const double xc = kiln_get_f64(x, base + s) - mean[ch], g = kiln_get_f64(dy, base + s);
+                const double xc = kiln_get_f64(x, base + s) - mean[ch], g = GV(base + s);
                 sq += xc * xc;
                 sdy += g;
                 sdyxc += g * xc;
@@ -339,12 +419,13 @@ static kiln_status forward_grad_sync(kiln_op_ctx *c) {
         const double k = M > 0 ? -a * red[C + ch] / M - b * mean[ch] : 0;
         for (int64_t n = 0; n < N; n++)
             for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++)
-                kiln_set_f64(dx, base + s, a * kiln_get_f64(dy, base + s) + b * kiln_get_f64(x, base + s) + k);
+                kiln_set_f64(dx, base + s, a * GV(base + s) + b * kiln_get_f64(x, base + s) + k);
         if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, loc[C + ch] * istd);
         if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, loc[ch]);
         if (has_out(c, 3)) kiln_set_f64(c->out[3], ch, 0.0);
         if (has_out(c, 4)) kiln_set_f64(c->out[4], ch, 0.0);
     }
+#undef GV
     return KILN_OK;
 }
 
@@ -362,6 +443,82 @@ static void make_inputs(kiln_dtype dt, kiln_tensor **in) {
 
 static kiln_tensor **bn_rand(int ndim, const int64_t *dims, uint64_t seed);
 static kiln_tensor **bn_rand32(int ndim, const int64_t *dims, uint64_t seed);
+static kiln_tensor **bn_grad_rand(int ndim, const int64_t *dims, uint64_t seed);
+
+static void free_all(kiln_tensor **t, int n) {
+    for (int i = 0; i < n; i++) kiln_tensor_free(t[i]);
+}
+
+/* relu = 1 with Z against Relu(Add(BatchNormalization(X, ...), Z)) in dtype dt, within
+ * rtol of the output's max (the fused sum is rounded once, the composition twice); and the
+ * case can fail (Z changes the output, the ReLU zeroes some). */
+static int fused_add_case(kiln_dtype dt, int ndim, const int64_t *dims, uint64_t seed, double rtol, const char *label) {
+    kiln_tensor **p = bn_rand32(ndim, dims, seed), *in[6];
+    for (int i = 1; i < 5; i++) in[i] = p[i];
+    kiln_tensor_free(p[0]);
+    in[0] = kt_rand(dt, ndim, dims, -2, 3, seed * 10 + 8);
+    in[5] = kt_rand(dt, ndim, dims, -1, 1, seed * 10 + 7);
+    kiln_tensor *bn = NULL, *sum = NULL, *want = NULL, *got = NULL, *plain = NULL;
+    bool ok = kiln_optest_eval("", "BatchNormalization", "training_mode=1", 15, 5, in, 1, &bn, label) &&
+              kiln_optest_eval("", "Add", "", 14, 2, (kiln_tensor *[]){bn, in[5]}, 1, &sum, label) &&
+              kiln_optest_eval("", "Relu", "", 14, 1, &sum, 1, &want, label) &&
+              kiln_optest_eval("", "Relu", "", 14, 1, &bn, 1, &plain, label) &&
+              kiln_optest_eval("", "BatchNormalization", "training_mode=1;relu=1", 15, 6, in, 1, &got, label);
+    int fails = !ok;
+    if (ok) {
+        double mx = 0, moved = 0;
+        int64_t zero = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(want); i++) {
+            mx = fmax(mx, fabs(kiln_get_f64(want, i)));
+            moved = fmax(moved, fabs(kiln_get_f64(want, i) - kiln_get_f64(plain, i)));
+            zero += kiln_get_f64(want, i) == 0;
+        }
+        fails += kiln_tensor_compare(got, want, rtol * mx, 0, label) || zero == 0 || moved < 0.1;
+    }
+    printf("%s %s\n", fails ? "FAIL" : "ok  ", label);
+    free_all(in, 6);
+    free_all((kiln_tensor *[]){bn, sum, want, got, plain}, 5);
+    return fails != 0;
+}
+
+/* relu = 1 against the composition it stands for, on the CPU, in dtype dt:
+ * Relu(BatchNormalization(X, ...)) and BatchNormGrad(UnaryGrad(dY, -, Y) op=Relu, X, ...),
+ * bit for bit; and the case can fail (the ReLU zeroes some outputs and passes others). */
+static int fused_relu_case(kiln_dtype dt, int ndim, const int64_t *dims, uint64_t seed, const char *label) {
+    kiln_tensor **p = bn_rand32(ndim, dims, seed), *in[7];
+    for (int i = 0; i < 5; i++) in[1 + i] = p[i];
+    in[0] = kt_rand(dt, ndim, dims, -1, 1, seed * 10 + 9);
+    kiln_tensor *x = kt_rand(dt, ndim, dims, -2, 3, seed * 10 + 8);
+    kiln_tensor_free(in[1]);
+    in[1] = x;
+    kiln_tensor *bn = NULL, *want = NULL, *got = NULL, *dym = NULL, *gw[3] = {0}, *gg[3] = {0};
+    const char *attrs = "training_mode=1;epsilon=0.001";
+    bool ok = kiln_optest_eval("", "BatchNormalization", attrs, 15, 5, &in[1], 1, &bn, label) &&
+              kiln_optest_eval("", "Relu", "", 14, 1, &bn, 1, &want, label) &&
+              kiln_optest_eval("", "BatchNormalization", "training_mode=1;epsilon=0.001;relu=1", 15, 5, &in[1], 1, &got,
+                               label);
+    int fails = !ok;
+    if (ok) {
+        int64_t pos = 0, zero = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(bn); i++) {
+            pos += kiln_get_f64(bn, i) > 0;
+            zero += kiln_get_f64(want, i) == 0;
+        }
+        fails += kiln_tensor_same_bits(got, want, label) || pos == 0 || zero == 0;
+        in[6] = want; /* the gradient: Y the ReLU's output */
+        ok = kiln_optest_eval("kiln", "UnaryGrad", "op=Relu", 1, 3, (kiln_tensor *[]){in[0], NULL, want}, 1, &dym,
+                              label) &&
+             kiln_optest_eval("kiln", "BatchNormGrad", attrs, 15, 6, (kiln_tensor *[]){dym, in[1], in[2], in[3], in[4], in[5]},
+                              3, gw, label) &&
+             kiln_optest_eval("kiln", "BatchNormGrad", "training_mode=1;epsilon=0.001;relu=1", 15, 7, in, 3, gg, label);
+        fails += !ok;
+        for (int k = 0; k < 3 && ok; k++) fails += kiln_tensor_same_bits(gg[k], gw[k], label);
+    }
+    printf("%s %s\n", fails ? "FAIL" : "ok  ", label);
+    free_all(in, 6);
+    free_all((kiln_tensor *[]){bn, want, got, dym, gw[0], gw[1], gw[2], gg[0], gg[1], gg[2]}, 10);
+    return fails != 0;
+}
 
 static int test(void) {
     int fails = 0;
@@ -483,6 +640,60 @@ static int test(void) {
                                "batchnorm training random (N, C) 37x40");
     fails += kiln_optest_sweep("BatchNormalization", "training_mode=1", 15, 5, bn_rand32(4, KT_DIMS(2, 6, 5, 7), 7160),
                                1, "batchnorm training random Y only 2x6x5x7");
+    /* channels a multiple of 8 (16-byte rows of f16/bf16, of 4 f32: the NHWC vector
+     * kernels), rows not a multiple of the block's, several statistics blocks */
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;momentum=0.8", 15, 5,
+                               bn_rand32(4, KT_DIMS(3, 24, 13, 11), 7210), 3, "batchnorm training random 3x24x13x11");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1", 15, 5, bn_rand32(4, KT_DIMS(8, 64, 20, 20), 7220),
+                               1, "batchnorm training random 8x64x20x20");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1", 15, 5, bn_rand32(2, KT_DIMS(300, 48), 7230), 3,
+                               "batchnorm training random (N, C) 300x48");
+    /* relu = 1 (the fuse-bn pass): Relu(BatchNormalization) as one node; with Z,
+     * Relu(BatchNormalization + Z) */
+    fails += fused_add_case(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), 7400, 1e-6, "bn relu=1 + Z f32 = Relu(BN + Z)");
+    fails += fused_add_case(KILN_F64, 2, KT_DIMS(9, 4), 7410, 1e-12, "bn relu=1 + Z f64 (N, C) = Relu(BN + Z)");
+    fails += fused_add_case(KILN_F16, 4, KT_DIMS(3, 8, 3, 5), 7420, 2e-3, "bn relu=1 + Z f16 = Relu(BN + Z)");
+    {
+        kiln_tensor **p = bn_rand(4, KT_DIMS(2, 3, 2, 2), 12), *zin[6];
+        for (int i = 0; i < 5; i++) zin[i] = p[i];
+        zin[5] = kt_rand(KILN_F64, 4, KT_DIMS(2, 3, 2, 2), -1, 1, 7430);
+        fails += kiln_gradcheck("BatchNormalization", "training_mode=1;relu=1", 15, 6, zin, NULL,
+                                "bn relu=1 + Z grad training (N,C,H,W)");
+    }
+    static const struct {
+        int ndim;
+        int64_t dims[4];
+        const char *label;
+    } zshapes[] = {{4, {3, 24, 13, 11}, "batchnorm relu=1 + Z training random 3x24x13x11"},
+                   {4, {8, 64, 20, 20}, "batchnorm relu=1 + Z training random 8x64x20x20"},
+                   {4, {2, 5, 7, 9}, "batchnorm relu=1 + Z training random 2x5x7x9 (scalar kernels)"}};
+    for (size_t i = 0; i < sizeof zshapes / sizeof zshapes[0]; i++) {
+        kiln_tensor **p = bn_rand32(zshapes[i].ndim, zshapes[i].dims, 7440 + i), *zin[6];
+        for (int k = 0; k < 5; k++) zin[k] = p[k];
+        zin[5] = kt_rand(KILN_F32, zshapes[i].ndim, zshapes[i].dims, -1, 1, 7450 + i);
+        fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;relu=1", 15, 6, zin, 3, zshapes[i].label);
+    }
+    {
+        kiln_tensor **p = bn_rand32(4, KT_DIMS(2, 3, 2, 2), 7460), *zin[6];
+        for (int k = 0; k < 5; k++) zin[k] = p[k];
+        zin[5] = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 2, 2), -1, 1, 7461);
+        fails += kiln_optest_fails("BatchNormalization", "training_mode=1", 6, zin, 1, KILN_ERR_INVALID_ARGUMENT,
+                                   "bn Z without relu=1 rejected");
+    }
+    fails += fused_relu_case(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), 7240, "bn relu=1 f32 = Relu(BN), its gradient too");
+    fails += fused_relu_case(KILN_F16, 4, KT_DIMS(3, 8, 3, 5), 7250, "bn relu=1 f16 = Relu(BN), its gradient too");
+    fails += fused_relu_case(KILN_F64, 2, KT_DIMS(9, 4), 7260, "bn relu=1 f64 (N, C) = Relu(BN), its gradient too");
+    fails += kiln_gradcheck("BatchNormalization", "training_mode=1;relu=1", 15, 5, bn_rand(4, KT_DIMS(2, 3, 2, 2), 11),
+                            NULL, "bn relu=1 grad training (N,C,H,W)");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;relu=1;momentum=0.8", 15, 5,
+                               bn_rand32(4, KT_DIMS(3, 24, 13, 11), 7270), 3, "batchnorm relu=1 training random 3x24x13x11");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;relu=1", 15, 5,
+                               bn_rand32(4, KT_DIMS(8, 64, 20, 20), 7280), 1, "batchnorm relu=1 training random 8x64x20x20");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;relu=1", 15, 5, bn_rand32(4, KT_DIMS(2, 5, 7, 9), 7290),
+                               1, "batchnorm relu=1 training random 2x5x7x9 (scalar kernels)");
+    make_inputs(KILN_F32, in);
+    fails += kiln_optest_fails("BatchNormalization", "training_mode=1;relu=2", 5, in, 1, KILN_ERR_INVALID_ARGUMENT,
+                               "bn relu=2 rejected");
     return fails;
 }
 
@@ -559,6 +770,34 @@ static int test_grad(void) {
                                "bn grad training random (N, C) 37x40");
     fails += kiln_optest_sweep("BatchNormGrad", "", 15, 6, bn_grad_rand(4, KT_DIMS(2, 6, 5, 7), 7200), 5,
                                "bn grad inference random 2x6x5x7");
+    /* channels a multiple of 8 (the NHWC vector kernels) */
+    fails += kiln_optest_sweep("BatchNormGrad", "training_mode=1", 15, 6, bn_grad_rand(4, KT_DIMS(3, 24, 13, 11), 7310),
+                               3, "bn grad training random 3x24x13x11");
+    fails += kiln_optest_sweep("BatchNormGrad", "training_mode=1", 15, 6, bn_grad_rand(4, KT_DIMS(8, 64, 20, 20), 7320),
+                               3, "bn grad training random 8x64x20x20");
+    fails += kiln_optest_sweep("BatchNormGrad", "training_mode=1", 15, 6, bn_grad_rand(2, KT_DIMS(300, 48), 7330), 3,
+                               "bn grad training random (N, C) 300x48");
+    /* relu = 1: input 6 the ReLU's output Y (both signs), dY masked by Y > 0 */
+    static const struct {
+        int ndim;
+        int64_t dims[4];
+        const char *label;
+    } rshapes[] = {{4, {3, 24, 13, 11}, "bn grad relu=1 training random 3x24x13x11"},
+                   {4, {8, 64, 20, 20}, "bn grad relu=1 training random 8x64x20x20"},
+                   {4, {2, 5, 7, 9}, "bn grad relu=1 training random 2x5x7x9 (scalar kernels)"},
+                   {2, {300, 48}, "bn grad relu=1 training random (N, C) 300x48"}};
+    for (size_t i = 0; i < sizeof rshapes / sizeof rshapes[0]; i++) {
+        kiln_tensor **g = bn_grad_rand(rshapes[i].ndim, rshapes[i].dims, 7340 + i), *gin[7];
+        for (int k = 0; k < 6; k++) gin[k] = g[k];
+        gin[6] = kt_rand(KILN_F32, rshapes[i].ndim, rshapes[i].dims, -1, 1, 7350 + i);
+        fails += kiln_optest_sweep("BatchNormGrad", "training_mode=1;relu=1", 15, 7, gin, 3, rshapes[i].label);
+    }
+    in[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), KT_VALS(1, 0, 2, 1, 2, 3));
+    kiln_tensor **p = bn_grad_rand(3, KT_DIMS(1, 2, 3), 7360);
+    for (int k = 1; k < 6; k++) in[k] = p[k];
+    kiln_tensor_free(p[0]);
+    fails += kiln_optest_fails("BatchNormGrad", "training_mode=1;relu=1", 6, in, 3, KILN_ERR_INVALID_ARGUMENT,
+                               "bn grad relu=1 without Y rejected");
     return fails;
 }
 #endif /* KILN_OPTESTS */
@@ -577,7 +816,7 @@ const kiln_op_def kiln_op_batch_normalization = {
     .f32_inputs = 0x1Eu /* scale, B, mean, var: statistics keep their precision */,
     .f32_outputs = 0x1Eu /* running_mean, running_var */,
     .layout = KILN_LAYOUT_BN, .training = &training_form,
-    .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5,
+    .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 6 /* kiln's Z, with relu = 1 */,
     .min_outputs = 1, .max_outputs = 5,
     .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
     .cpu_workspace = workspace_sync,
@@ -589,7 +828,7 @@ const kiln_op_def kiln_op_batch_norm_grad = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_BN_GRAD,
     .f32_inputs = 0x3Cu /* scale, B, input_mean, input_var */,
     .f32_outputs = 0x1Eu /* dScale, dB, dMean, dVar */,
-    .name = "BatchNormGrad", .domain = "kiln", .min_inputs = 6, .max_inputs = 6,
+    .name = "BatchNormGrad", .domain = "kiln", .min_inputs = 6, .max_inputs = 7,
     .min_outputs = 3, .max_outputs = 5,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),
     .cpu_workspace = workspace_sync,

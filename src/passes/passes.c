@@ -26,6 +26,8 @@ static const kiln_pass passes[] = {
     {"layout", KILN_PASS_NHWC, kiln_pass_layout},
     /* after layout: it fuses only where the layout pass made the pool's input NHWC */
     {"fuse-pool", KILN_PASS_FUSE_POOL, kiln_pass_fuse_pool},
+    /* after layout: it fuses only where the BN's and the Relu's layouts agree */
+    {"fuse-bn", KILN_PASS_FUSE_BN, kiln_pass_fuse_bn},
 };
 
 kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o, kiln_model **out) {

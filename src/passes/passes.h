@@ -115,5 +115,6 @@ kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bo
 kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
 
 #endif

@@ -345,10 +345,12 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
      * rounding its fp32 loss is compared with (bench/loss_vs_torch.py; fused, the first
      * steps differ by 6e-6 instead of 7e-8, and Adadelta amplifies that). The pool and
      * training Dropout with their gradient chain as one op each way, where the layout
-     * pass made the pool's input NHWC (src/passes/fuse_pool.c; bit for bit the same) */
+     * pass made the pool's input NHWC (src/passes/fuse_pool.c; bit for bit the same). A
+     * training BatchNormalization and the Relu after it, and their gradients, as one node
+     * each way (src/passes/fuse_bn.c) */
     const unsigned fuse =
         t->opts.device == KILN_DEVICE_CUDA
-            ? (unsigned)(KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS | KILN_PASS_FUSE_POOL)
+            ? (unsigned)(KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS | KILN_PASS_FUSE_POOL | KILN_PASS_FUSE_BN)
             : 0u;
     const unsigned wanted = (fuse | (nhwc ? (unsigned)KILN_PASS_NHWC : 0u)) & ~t->opts.disable_passes;
     if (!st && (t->opts.amp != KILN_AMP_OFF || wanted)) {

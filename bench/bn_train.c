@@ -1,0 +1,301 @@
+/*
+ * bn_train.c — BatchNormalization in training mode and its gradient on the GPU, on
+ * ResNet-50's BN shapes (batch 256, NHWC, f16 by default), fused with the ReLU and not:
+ *
+ *   bn fwd            BatchNormalization training_mode=1 (Y, running mean and var)
+ *   bn+relu fused     the same with relu=1 (the fuse-bn pass's node)
+ *   bn, relu          BatchNormalization, then Relu as its own kernel (without the pass)
+ *   bngrad            kiln.BatchNormGrad training_mode=1 (dX, dScale, dB)
+ *   bngrad+relu fused kiln.BatchNormGrad relu=1 reading the ReLU's Y (the pass's node)
+ *   relugrad, bngrad  kiln.UnaryGrad op=Relu, then kiln.BatchNormGrad (without the pass)
+ *   copy              a device-to-device copy of X (this GPU's read + write floor)
+ *
+ * Each is timed with a CUDA event pair around every launch after warm-up (a delay kernel
+ * holds the GPU while the host enqueues, so the events time the kernels, not the
+ * launches); prints the median and min in us and GB/s over the bytes the computation must
+ * move at least: forward X twice + Y once (3 tensors; the bandwidth floor: the statistics
+ * need a pass over X before any Y can be written); gradient X and dY twice + dX (5), with
+ * the ReLU also Y twice (7); the unfused pairs add the ReLU's own read and write. And it
+ * checks the fused nodes against the unfused pairs bit for bit (the same kernels, with the
+ * mask inside). Exits non-zero when a kernel fails or a fused result differs.
+ *
+ *   bn_train [--batch 256] [--iters 50] [--warmup 5] [--dtype f16|bf16|f32] [--nchw]
+ *
+ * Built only with the CUDA backend and -DKILN_BENCH=ON (like gelu_fusion). Floors on an
+ * H200 (4.8 TB/s; ~4.3 TB/s by copy) for the whole of ResNet-50's 53 BNs at batch 256
+ * (2.85e9 elements, f16): forward 17 GB ~ 4 ms, gradient 28 GB ~ 7 ms (bench/NOTES.md).
+ */
+#include "core/optest.h"
+#include "cuda/cuda_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kiln_context *ctx;
+static kiln_cuda *cu;
+static void *ws;
+static size_t ws_bytes;
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A one-node op context over device tensors. */
+typedef struct op {
+    kiln_node node;
+    kiln_tensor *in[7], *out[3];
+    kiln_op_ctx c;
+} op;
+
+static int op_init(op *o, const char *domain, const char *type, const char *attrs, int n_in, kiln_tensor **in,
+                   int n_out, kiln_tensor **out) {
+    memset(o, 0, sizeof *o);
+    o->node.op_type = (char *)type;
+    o->node.name = (char *)type;
+    o->node.domain = (char *)domain;
+    o->node.op = kiln_op_index_domain(domain, type);
+    o->node.opset = 15;
+    o->node.n_in = n_in;
+    o->node.n_out = n_out;
+    if (kiln_attrs_parse(ctx, attrs, &o->node.attrs, &o->node.n_attrs)) return 1;
+    for (int i = 0; i < n_in; i++) o->in[i] = in[i];
+    for (int i = 0; i < n_out; i++) o->out[i] = out[i];
+    o->c = (kiln_op_ctx){.kctx = ctx, .node = &o->node, .n_in = n_in, .in = o->in, .n_out = n_out, .out = o->out};
+    size_t need = 0;
+    if (kiln_cuda_supports(&o->c) || kiln_cuda_prepare(cu, &o->c) || kiln_cuda_workspace_size(cu, &o->c, &need) ||
+        kiln_cuda_workspace_reserve(cu, need)) {
+        fprintf(stderr, "bn_train: %s %s: %s\n", type, attrs, kiln_context_message(ctx));
+        return 1;
+    }
+    return 0;
+}
+
+static void op_free(op *o) {
+    for (int i = 0; i < o->node.n_attrs; i++) kiln_attr_clear(&o->node.attrs[i]);
+    free(o->node.attrs);
+}
+
+typedef struct chain {
+    op *ops[2];
+    int n;
+    const void *src; /* a copy instead when set */
+    void *dst;
+    size_t bytes;
+} chain;
+
+static kiln_status run_chain(const chain *ch) {
+    if (ch->src) return kiln_cuda_copy_d2d(cu, ch->dst, ch->src, ch->bytes);
+    for (int i = 0; i < ch->n; i++) {
+        op *o = ch->ops[i];
+        o->c.workspace = ws;
+        o->c.workspace_size = ws_bytes;
+        kiln_status st = kiln_cuda_run(cu, &o->c);
+        if (st) return st;
+    }
+    return KILN_OK;
+}
+
+/* Median and min of `iters` event-timed launches (after `warmup`), in microseconds. */
+static int time_it(const char *what, const chain *ch, int warmup, int iters, double *med, double *mn) {
+    cudaEvent_t *ev = calloc((size_t)2 * iters, sizeof *ev);
+    double *us = calloc((size_t)iters, sizeof *us);
+    int made = 0, rc = 0;
+    ws = kiln_cuda_workspace(cu, &ws_bytes);
+    kiln_status st = ev && us ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    for (; !st && made < 2 * iters; made++) KILN_CUDA_TRY(st, ctx, cudaEventCreate(&ev[made]));
+    if (!st) st = kiln_cuda_delay(cu, 2000.0 + 40.0 * ch->n * (warmup + iters));
+    for (int i = 0; i < warmup && !st; i++) st = run_chain(ch);
+    for (int i = 0; i < iters && !st; i++) {
+        KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[2 * i], cu->stream));
+        if (!st) st = run_chain(ch);
+        KILN_CUDA_TRY(st, ctx, cudaEventRecord(ev[2 * i + 1], cu->stream));
+    }
+    if (!st) st = kiln_cuda_sync(cu);
+    for (int i = 0; i < iters && !st; i++) {
+        float ms = 0;
+        KILN_CUDA_TRY(st, ctx, cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+        us[i] = ms * 1e3;
+    }
+    if (st) {
+        fprintf(stderr, "bn_train: %s: %s\n", what, kiln_context_message(ctx));
+        rc = 1;
+    } else {
+        qsort(us, (size_t)iters, sizeof *us, cmp_double);
+        *med = iters % 2 ? us[iters / 2] : 0.5 * (us[iters / 2 - 1] + us[iters / 2]);
+        *mn = us[0];
+    }
+    for (int i = 0; i < made; i++) cudaEventDestroy(ev[i]);
+    free(ev);
+    free(us);
+    return rc;
+}
+
+/* Device tensors a and b hold the same bytes. */
+static int same_bytes(const char *what, const kiln_tensor *a, const kiln_tensor *b) {
+    const size_t n = kiln_tensor_nbytes(a);
+    unsigned char *ha = malloc(n), *hb = malloc(n);
+    int rc = !ha || !hb || kiln_cuda_download(cu, ha, a->data, n) || kiln_cuda_download(cu, hb, b->data, n);
+    size_t diff = 0;
+    for (size_t i = 0; !rc && i < n; i++) diff += ha[i] != hb[i];
+    printf("    check %-34s %s\n", what, rc ? "download failed" : diff ? "DIFFERENT" : "same bytes as the unfused pair");
+    free(ha);
+    free(hb);
+    return rc || diff != 0;
+}
+
+typedef struct totals {
+    double us[7]; /* per row, summed over the shapes (each shape counted `mult` times) */
+} totals;
+
+static const char *const rows[7] = {"copy X (floor)",       "bn fwd",      "bn+relu fused", "bn, relu (2 kernels)",
+                                    "bngrad",               "bngrad+relu fused", "relugrad, bngrad (2)"};
+
+static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H, int mult, int warmup, int iters,
+                       totals *tot) {
+    const int64_t dims[4] = {N, C, H, H}, n = N * C * H * H;
+    const size_t es = kiln_dtype_size(dt), bytes = (size_t)n * es;
+    kiln_cuda_arena_reset(cu);
+    /* X, Y (BN), Y2 (relu fused), Y3 (relu of Y), dY, dX, dX2, G (masked dY); params */
+    kiln_tensor big[8], par[9];
+    kiln_status st = KILN_OK;
+    kiln_tensor *hx = kt_rand(dt, 4, dims, -2, 3, 11), *hg = kt_rand(dt, 4, dims, -1, 1, 12);
+    for (int i = 0; i < 8 && !st; i++) {
+        memset(&big[i], 0, sizeof big[i]);
+        big[i].dtype = dt;
+        big[i].ndim = 4;
+        memcpy(big[i].dims, dims, sizeof dims);
+        big[i].format = nhwc ? KILN_FORMAT_NHWC : KILN_FORMAT_NCHW;
+        st = kiln_cuda_arena_alloc(cu, bytes, &big[i].data);
+    }
+    const double pv[4][1] = {{1.0}, {0.1}, {0.2}, {1.0}}; /* scale, B, mean, var */
+    for (int i = 0; i < 9 && !st; i++) {
+        memset(&par[i], 0, sizeof par[i]);
+        par[i].dtype = KILN_F32;
+        par[i].ndim = 1;
+        par[i].dims[0] = C;
+        st = kiln_cuda_arena_alloc(cu, (size_t)C * 4, &par[i].data);
+        if (!st && i < 4) {
+            kiln_tensor *h = kt_rand(KILN_F32, 1, &C, pv[i][0] * 0.5, pv[i][0] * 1.5, 20 + (uint64_t)i);
+            st = h ? kiln_cuda_upload(cu, par[i].data, h->data, (size_t)C * 4) : KILN_ERR_OUT_OF_MEMORY;
+            kiln_tensor_free(h);
+        }
+    }
+    if (!hx || !hg) st = KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_cuda_upload(cu, big[0].data, hx->data, bytes);
+    if (!st) st = kiln_cuda_upload(cu, big[4].data, hg->data, bytes);
+    if (!st) st = kiln_cuda_copy_d2d(cu, big[7].data, big[4].data, bytes); /* G before relugrad runs */
+    kiln_tensor_free(hx);
+    kiln_tensor_free(hg);
+    if (st) {
+        fprintf(stderr, "bn_train: buffers: %s\n", kiln_context_message(ctx));
+        return 1;
+    }
+    kiln_tensor *X = &big[0], *Y = &big[1], *Y2 = &big[2], *Y3 = &big[3], *dY = &big[4], *dX = &big[5],
+                *dX2 = &big[6], *G = &big[7];
+    kiln_tensor *p4[4] = {&par[0], &par[1], &par[2], &par[3]};
+    op bn, bnr, relu, bg, bgr, rg;
+    int rc = 0;
+    rc |= op_init(&bn, "", "BatchNormalization", "training_mode=1", 5, (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3]},
+                  3, (kiln_tensor *[]){Y, &par[4], &par[5]});
+    rc |= op_init(&bnr, "", "BatchNormalization", "training_mode=1;relu=1", 5,
+                  (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3]}, 3, (kiln_tensor *[]){Y2, &par[4], &par[5]});
+    rc |= op_init(&relu, "", "Relu", "", 1, (kiln_tensor *[]){Y}, 1, (kiln_tensor *[]){Y3});
+    rc |= op_init(&bg, "kiln", "BatchNormGrad", "training_mode=1", 6,
+                  (kiln_tensor *[]){G, X, p4[0], p4[1], p4[2], p4[3]}, 3, (kiln_tensor *[]){dX, &par[6], &par[7]});
+    rc |= op_init(&bgr, "kiln", "BatchNormGrad", "training_mode=1;relu=1", 7,
+                  (kiln_tensor *[]){dY, X, p4[0], p4[1], p4[2], p4[3], Y2}, 3,
+                  (kiln_tensor *[]){dX2, &par[6], &par[8]});
+    rc |= op_init(&rg, "kiln", "UnaryGrad", "op=Relu", 3, (kiln_tensor *[]){dY, NULL, Y2}, 1, (kiln_tensor *[]){G});
+    const chain ch[7] = {{.src = X->data, .dst = Y3->data, .bytes = bytes},
+                         {.ops = {&bn}, .n = 1},
+                         {.ops = {&bnr}, .n = 1},
+                         {.ops = {&bn, &relu}, .n = 2},
+                         {.ops = {&bg}, .n = 1},
+                         {.ops = {&bgr}, .n = 1},
+                         {.ops = {&rg, &bg}, .n = 2}};
+    const double moved[7] = {2, 3, 3, 5, 5, 7, 8}; /* tensors of `bytes` read or written at least */
+    printf("\n%s %s, %lld x %lld x %lld x %lld (%.1f MB a tensor), x%d in ResNet-50\n", kiln_dtype_name(dt),
+           nhwc ? "NHWC" : "NCHW", (long long)N, (long long)C, (long long)H, (long long)H, bytes / 1e6, mult);
+    printf("  %-26s %10s %10s %8s\n", "kernel(s)", "median us", "min us", "GB/s");
+    for (int r = 0; r < 7 && !rc; r++) {
+        double med = 0, mn = 0;
+        if ((rc = time_it(rows[r], &ch[r], warmup, iters, &med, &mn))) break;
+        printf("  %-26s %10.1f %10.1f %8.0f\n", rows[r], med, mn, moved[r] * (double)bytes / (med * 1e-6) / 1e9);
+        tot->us[r] += med * mult;
+    }
+    /* fused vs unfused: the last runs left Y2 (fused), Y3 = Relu(Y); dX2 (fused) and dX
+     * from G = UnaryGrad(dY, Y2) */
+    if (!rc) rc |= same_bytes("bn+relu fused vs bn, relu", Y2, Y3);
+    if (!rc) rc |= same_bytes("bngrad+relu fused vs relugrad, bngrad", dX2, dX);
+    op_free(&bn);
+    op_free(&bnr);
+    op_free(&relu);
+    op_free(&bg);
+    op_free(&bgr);
+    op_free(&rg);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    int64_t batch = 256;
+    int iters = 50, warmup = 5;
+    bool nhwc = true;
+    kiln_dtype dt = KILN_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--nchw") == 0) {
+            nhwc = false;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "bn_train: %s needs a value\n", o);
+            return 2;
+        }
+        i++;
+        if (strcmp(o, "--batch") == 0) batch = atoll(v);
+        else if (strcmp(o, "--iters") == 0) iters = atoi(v);
+        else if (strcmp(o, "--warmup") == 0) warmup = atoi(v);
+        else if (strcmp(o, "--dtype") == 0) {
+            dt = strcmp(v, "f32") == 0 ? KILN_F32 : strcmp(v, "bf16") == 0 ? KILN_BF16 : KILN_F16;
+        } else {
+            fprintf(stderr, "usage: bn_train [--batch 256] [--iters 50] [--warmup 5] [--dtype f16|bf16|f32] [--nchw]\n");
+            return 2;
+        }
+    }
+    if (batch < 1 || iters < 1 || warmup < 0) return 2;
+    /* ResNet-50's BN shapes (C, H) and how many BNs of each a step runs (53 in all): the
+     * stem's, then per stage the bottlenecks' width / output BNs (and the downsample's) */
+    static const struct {
+        int64_t C, H;
+        int mult;
+    } shapes[] = {{64, 112, 1}, {64, 56, 6}, {256, 56, 4}, {128, 56, 1}, {128, 28, 7}, {512, 28, 5},
+                  {256, 28, 1}, {256, 14, 11}, {1024, 14, 7}, {512, 14, 1}, {512, 7, 5}, {2048, 7, 4}};
+    const size_t es = kiln_dtype_size(dt);
+    const size_t need = (size_t)batch * 64 * 112 * 112 * es * 8 + ((size_t)64 << 20);
+    if (kiln_context_create(&ctx)) return 1;
+    kiln_cuda_options o = {.device = 0, .arena_bytes = need};
+    if (kiln_cuda_create(ctx, &o, &cu)) {
+        fprintf(stderr, "bn_train: %s\n", kiln_context_message(ctx));
+        kiln_context_free(ctx);
+        return 1;
+    }
+    const kiln_cuda_props *p = kiln_cuda_get_props(cu);
+    printf("device: %s, %d SMs, compute capability %d.%d\n", p->name, p->sm_count, p->cc_major, p->cc_minor);
+    totals tot = {{0}};
+    int rc = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !rc; s++)
+        rc = bench_shape(dt, nhwc, batch, shapes[s].C, shapes[s].H, shapes[s].mult, warmup, iters, &tot);
+    if (!rc) {
+        printf("\nResNet-50's 53 BNs at batch %lld (each shape's median times its count), ms:\n", (long long)batch);
+        for (int r = 0; r < 7; r++) printf("  %-26s %8.2f\n", rows[r], tot.us[r] / 1e3);
+        printf("  forward:  unfused bn, relu %.2f ms -> fused %.2f ms; backward: relugrad, bngrad %.2f ms -> fused "
+               "%.2f ms\n",
+               tot.us[3] / 1e3, tot.us[2] / 1e3, tot.us[6] / 1e3, tot.us[5] / 1e3);
+    }
+    kiln_cuda_free(cu);
+    kiln_context_free(ctx);
+    return rc;
+}

@@ -1,0 +1,128 @@
+/* fuse_bn.c — a training BatchNormalization and the Relu after it as one node each way
+ * (KILN_PASS_FUSE_BN; the attribute relu of src/ops/batch_normalization.c):
+ *
+ *   forward   y0 = BatchNormalization(x, scale, B, mean, var) training_mode=1
+ *             y = Relu(y0)
+ *          -> y = BatchNormalization(x, scale, B, mean, var) training_mode=1, relu=1
+ *             (running_mean / running_var outputs kept)
+ *   forward, the residual (ResNet's block end)
+ *             y0 = BatchNormalization(x, scale, B, mean, var) training_mode=1
+ *             s = Add(y0, z)  (or Add(z, y0))
+ *             y = Relu(s)
+ *          -> y = BatchNormalization(x, scale, B, mean, var, z) training_mode=1, relu=1
+ *             (the backward is left as it is: the Relu's gradient still reads y, and feeds
+ *             both the BN's gradient and z's)
+ *   backward  (what autograd emits for a Relu whose gradient feeds a BatchNormalization's)
+ *             g0 = kiln.UnaryGrad(g, -, y) op=Relu
+ *             dx, dscale, dB = kiln.BatchNormGrad(g0, x, scale, B, mean, var)
+ *          -> dx, dscale, dB = kiln.BatchNormGrad(g, x, scale, B, mean, var, y) relu=1
+ *
+ * Why: in ResNet-50's CUDA training step the Relu after each BatchNormalization and its
+ * gradient are a read and a write of the largest activations each (issue 12, bench/NOTES.md
+ * "t2": Relu 2.6 ms, UnaryGrad 3.7 ms of a 51 ms step); fused they cost nothing beyond the
+ * BN kernels' own passes (src/cuda/norm_train.cu).
+ *
+ * When: the forward, a BatchNormalization in training mode (opset >= 14, training_mode 1)
+ * without relu, whose Y is read by nothing but one Relu (and is no graph output), Y and
+ * the Relu's output in one layout. The BN node takes the Relu's output; the Relu
+ * goes. The residual form likewise with y0 read only by an Add whose output only one Relu
+ * reads, z of y0's shape whatever the batch (the shape probes) and dtype, every value in
+ * one layout; the Add goes too. Its sum is rounded once instead of twice (FUSED.md's
+ * contract), so that graph computes the same function within f16/f32 rounding, not bit
+ * for bit. The backward, independently (the identity holds whatever Y is): a kiln.UnaryGrad
+ * op=Relu on (g, absent, y) whose output only a kiln.BatchNormGrad without relu reads, as
+ * its dY (input 0, no other input), g, y and dY in one layout. The BatchNormGrad node
+ * reads g and y (input 6) with relu = 1; the UnaryGrad goes. Only on devices with
+ * kiln.BatchNormGrad's kernel (whose kernels take relu; the CPU's and CUDA's). Runs after
+ * the layout pass (formats final). The nodes are left in a topological order. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static kiln_format fmt(const kiln_model *m, int v) { return m->values[v].format; }
+
+static bool training_bn(const kiln_node *n) {
+    return kiln_pass_is(n, "BatchNormalization") && n->opset >= 14 && kiln_attr_int(n, "training_mode", 0) != 0 &&
+           kiln_attr_int(n, "relu", 0) == 0 && n->n_in == 5 && n->n_out >= 1 && n->out[0] >= 0;
+}
+
+kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    if (!kiln_pass_device_has(o, "BatchNormGrad")) return KILN_OK;
+    bool any = false;
+    for (int i = 0; i < m->n_nodes && !any; i++) any = kiln_pass_is(&m->nodes[i], "BatchNormalization");
+    if (!any) return KILN_OK;
+    bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
+    if (!dead) return KILN_ERR_OUT_OF_MEMORY;
+    kiln_status st = KILN_OK;
+    kiln_shape_probes sp = {0};
+    bool probed = false; /* taken before the graph changes, when a training BN feeds an Add */
+    for (int bi = 0; bi < m->n_nodes && !probed && !st; bi++) {
+        const int a = training_bn(&m->nodes[bi]) ? kiln_pass_single_consumer(m, m->nodes[bi].out[0]) : -1;
+        if (a >= 0 && kiln_pass_is(&m->nodes[a], "Add")) {
+            st = kiln_pass_shape_probes(m, &sp);
+            probed = !st;
+        }
+    }
+    any = false;
+    /* op-pattern: BatchNormalization -> Relu */
+    for (int bi = 0; bi < m->n_nodes && !st; bi++) {
+        const kiln_node *bn = &m->nodes[bi];
+        if (!training_bn(bn)) continue;
+        int y0 = bn->out[0], ri = kiln_pass_single_consumer(m, y0);
+        if (ri < 0 || dead[ri] || kiln_pass_uses(m, y0) != 1) continue;
+        const kiln_node *r = &m->nodes[ri];
+        int ai = -1, z = -1; /* the residual form: y0 -> Add(., z) -> Relu */
+        /* op-pattern: BatchNormalization -> Add -> Relu */
+        if (kiln_pass_is(r, "Add") && r->n_in == 2 && r->n_out == 1 && r->out[0] >= 0 && r->in[0] != r->in[1] &&
+            r->in[0] >= 0 && r->in[1] >= 0) {
+            ai = ri;
+            z = r->in[0] == y0 ? r->in[1] : r->in[0];
+            const int s = r->out[0];
+            ri = kiln_pass_single_consumer(m, s);
+            if (ri < 0 || dead[ri] || kiln_pass_uses(m, s) != 1 || fmt(m, z) != fmt(m, y0) || fmt(m, s) != fmt(m, y0) ||
+                !probed || !kiln_pass_same_shape(&sp, z, y0) || sp.one[z].dtype != sp.one[y0].dtype)
+                continue;
+            r = &m->nodes[ri];
+            y0 = s; /* what the Relu reads */
+        }
+        if (!kiln_pass_is(r, "Relu") || r->n_in != 1 || r->in[0] != y0 || r->n_out != 1 || r->out[0] < 0) continue;
+        const int y = r->out[0];
+        if (fmt(m, y) != fmt(m, y0)) continue; /* Relu keeps the dtype */
+        if ((st = kiln_pass_set_int(m, bi, "relu", 1))) break;
+        if (z >= 0 && (st = kiln_pass_set_input(m, bi, 5, z))) break;
+        m->nodes[bi].out[0] = y;
+        dead[ri] = true;
+        if (ai >= 0) dead[ai] = true;
+        any = true;
+    }
+    /* op-pattern: ReluGrad -> BatchNormGrad */
+    for (int ui = 0; ui < m->n_nodes && !st; ui++) {
+        const kiln_node *u = &m->nodes[ui];
+        /* op-pattern: ReluGrad */
+        if (dead[ui] || !kiln_pass_is_kiln(u, "UnaryGrad") || strcmp(kiln_attr_string(u, "op", ""), "Relu") != 0 ||
+            u->n_in != 3 || u->in[0] < 0 || u->in[1] >= 0 || u->in[2] < 0 || u->n_out != 1 || u->out[0] < 0)
+            continue;
+        const int g = u->in[0], y = u->in[2], g0 = u->out[0], di = kiln_pass_single_consumer(m, g0);
+        if (di < 0 || dead[di] || kiln_pass_uses(m, g0) != 1) continue;
+        const kiln_node *d = &m->nodes[di];
+        if (!kiln_pass_is_kiln(d, "BatchNormGrad") || d->n_in != 6 || d->in[0] != g0 || kiln_attr_int(d, "relu", 0) != 0)
+            continue;
+        /* dtypes: UnaryGrad's own checks (Y and dX of dY's dtype) are those relu = 1 asks for */
+        if (fmt(m, g) != fmt(m, g0) || fmt(m, y) != fmt(m, g0)) continue;
+        st = kiln_pass_set_input(m, di, 6, y);
+        if (!st) st = kiln_pass_set_int(m, di, "relu", 1);
+        if (st) break;
+        m->nodes[di].in[0] = g;
+        dead[ui] = true;
+        any = true;
+    }
+    if (!st && any) {
+        kiln_pass_remove_nodes(m, dead);
+        st = kiln_pass_sort_nodes(m);
+        *changed = true;
+    }
+    kiln_pass_shape_probes_free(&sp);
+    free(dead);
+    return st;
+}

@@ -1,0 +1,250 @@
+/* test_fuse_bn.c — the fuse-bn pass (src/passes/fuse_bn.c) on the CPU.
+ *
+ *   - resnet18's training graph (forward, autograd's backward, loss; the CPU trainer's,
+ *     32x32 images, batch 2), in fp32 and after the CUDA trainer's layout and fp16
+ *     precision passes (NHWC, f16 activations), then kiln_pass_fuse_bn for the CPU (which
+ *     has every kernel): the 9 BatchNormalization -> Relu pairs (the stem's and each basic
+ *     block's first) become 9 BatchNormalization nodes with relu = 1, and the 9 Relu
+ *     gradients feeding their BatchNormGrad fold into it (relu = 1, Y as input 6); the 8
+ *     BatchNormalization -> Add -> Relu chains ending the blocks become 8
+ *     BatchNormalization nodes with relu = 1 and the residual as input 5 (their Relu
+ *     gradients, read by the BN's gradient and the skip's, stay); 34 nodes fewer; the
+ *     nodes in a topological order; and the loss, every gradient and the running
+ *     statistics the same as without the pass: bit for bit with the residual form kept
+ *     out (the graph cut before the first block's Add: the stem and one BN -> Relu), and
+ *     whole within the rounding the fused sum saves (the residual sum rounded once, not
+ *     twice): in fp32 every element within 1e-4 of its output's largest value (batch 2 at
+ *     64x64; at 32x32 layer4's BNs normalize 2 elements a channel and amplify one rounding
+ *     to 5% of a gradient); in fp16 each output within 0.3 of its 2-norm, the bound
+ *     tests/test_train_amp_graph.c uses, since there one f16 rounding per block moves the
+ *     first layers' gradients by ~12% of their norm (measured; training-mode BN's backward
+ *     subtracts projections that nearly cancel), where a wrong mask or residual moves them
+ *     by their whole size.
+ *   - the inference graph (BatchNormalization in inference mode): untouched.
+ *   - disabled through the pass table (kiln_passes_apply with KILN_PASS_FUSE_BN off):
+ *     nothing fused.
+ * Exits non-zero on any failure. */
+#include "check.h"
+#include "core/optest.h"
+#include "core/plan.h"
+#include "passes/passes.h"
+#include "train/trainer_internal.h"
+
+#include "kiln_models.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+static kiln_context *ctx;
+
+#include "same_function.h"
+#include "train_graph.h"
+
+static int count(const kiln_model *m, const char *domain, const char *op, int relu) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        n += strcmp(m->nodes[i].op_type, op) == 0 && strcmp(m->nodes[i].domain, domain) == 0 &&
+             (relu < 0 || kiln_attr_int(&m->nodes[i], "relu", 0) == relu);
+    return n;
+}
+
+static int count_relu_grads(const kiln_model *m) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        n += strcmp(m->nodes[i].op_type, "UnaryGrad") == 0 && strcmp(kiln_attr_string(&m->nodes[i], "op", ""), "Relu") == 0;
+    return n;
+}
+
+/* Every node input is a graph input, an initializer or an earlier node's output. */
+static bool topological(const kiln_model *m) {
+    bool *ready = calloc((size_t)m->n_values + 1, sizeof *ready);
+    bool ok = ready != NULL;
+    for (int v = 0; ok && v < m->n_values; v++) ready[v] = m->values[v].is_input || m->values[v].init;
+    for (int i = 0; ok && i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        for (int k = 0; k < n->n_in; k++) ok &= n->in[k] < 0 || ready[n->in[k]];
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0) ready[n->out[k]] = true;
+    }
+    free(ready);
+    return ok;
+}
+
+/* ref and opt compute each output within tol of its 2-norm (|opt - ref| <= tol |ref|), on the
+ * CPU with the same feeds and run seed; no reference output zero. For fp16 graphs, where an
+ * elementwise compare trips over single elements (a ReLU or a max flipped by one rounding). */
+static void same_norm(const char *label, kiln_model *ref, kiln_model *opt, kiln_tensor *const *feeds, double tol) {
+    const int no = ref->n_outputs;
+    const kiln_tensor **want = calloc((size_t)no + 1, sizeof *want), **got = calloc((size_t)no + 1, sizeof *got);
+    kiln_tensor **kept = calloc((size_t)no + 1, sizeof *kept);
+    kiln_plan *pr = NULL, *po = NULL;
+    kiln_status st = want && got && kept && opt->n_outputs == no ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_plan_build(ref, feeds, true, true, &pr);
+    if (!st) st = kiln_plan_build(opt, feeds, true, true, &po);
+    if (!st) st = kiln_plan_run_cpu(pr, feeds, 77, no, want);
+    for (int j = 0; j < no && !st; j++)
+        if (!(kept[j] = kiln_tensor_clone(ctx, want[j]))) st = KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_plan_run_cpu(po, feeds, 77, no, got);
+    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
+    double worst = 0;
+    for (int j = 0; !st && j < no; j++) {
+        const kiln_tensor *w = kept[j], *g = got[j];
+        const char *name = kiln_model_output_name(ref, j);
+        if (kiln_tensor_numel(w) != kiln_tensor_numel(g)) {
+            CHECK(0, "%s: output %s: %lld elements, want %lld", label, name, (long long)kiln_tensor_numel(g),
+                  (long long)kiln_tensor_numel(w));
+            continue;
+        }
+        double d2 = 0, w2 = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(w); i++) {
+            const double a = kiln_get_f64(g, i), b = kiln_get_f64(w, i);
+            d2 += (a - b) * (a - b);
+            w2 += b * b;
+        }
+        const double rel = w2 > 0 ? sqrt(d2 / w2) : INFINITY;
+        CHECK(rel <= tol, "%s: output %s differs by %.3g of its norm (tolerance %g)", label, name, rel, tol);
+        if (rel > worst) worst = rel;
+    }
+    printf("  %d outputs within %.3g of their norms (tolerance %g)\n", no, worst, tol);
+    for (int j = 0; j < no && kept; j++) kiln_tensor_free(kept[j]);
+    kiln_plan_free(pr);
+    kiln_plan_free(po);
+    free(kept);
+    free(want);
+    free(got);
+}
+
+/* opt = a finalized copy of m with kiln_pass_fuse_bn applied for the CPU. */
+static kiln_status fuse(const kiln_model *m, kiln_model **opt, bool *changed) {
+    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU};
+    *changed = false;
+    kiln_status st = kiln_model_clone(m, opt);
+    if (!st) st = kiln_pass_fuse_bn(*opt, &cpu, changed);
+    if (!st) st = kiln_model_finalize(*opt);
+    return st;
+}
+
+static void resnet18(bool fp16) {
+    const char *label = fp16 ? "resnet18 training graph, NHWC fp16" : "resnet18 training graph, fp32";
+    printf("-- %s\n", label);
+    kiln_model *fwd = NULL, *m = NULL, *ref = NULL, *laid = NULL, *opt = NULL, *off = NULL;
+    kiln_trainer *t = NULL;
+    kiln_tensor *image = NULL, *lab = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .momentum = 0.9f};
+    if (kiln_model_resnet(ctx, 18, 10, 64, 5, 0, &fwd) || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) ||
+        kiln_trainer_create(m, "loss", &o, &t) || !(ref = backward_graph(t))) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    bool changed = false;
+    if (fp16) { /* the CUDA trainer's layout and precision (src/train/trainer.c), only them */
+        const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16,
+                                      .disabled = ~(unsigned)KILN_PASS_NHWC};
+        if (kiln_passes_apply(ref, &po, &laid)) {
+            CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+            goto out;
+        }
+        kiln_model_free(ref);
+        ref = laid;
+        laid = NULL;
+    }
+    if (fuse(ref, &opt, &changed)) {
+        CHECK(0, "%s: fuse-bn: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    CHECK(changed, "%s: the pass reports no change", label);
+    printf("  before: %d BatchNormalization, %d Relu, %d BatchNormGrad, %d Relu gradients, %d nodes\n",
+           count(ref, "", "BatchNormalization", -1), count(ref, "", "Relu", -1), count(ref, "kiln", "BatchNormGrad", -1),
+           count_relu_grads(ref), ref->n_nodes);
+    printf("  after:  %d BatchNormalization (%d relu=1), %d Relu, %d BatchNormGrad (%d relu=1), %d Relu gradients, "
+           "%d nodes\n",
+           count(opt, "", "BatchNormalization", -1), count(opt, "", "BatchNormalization", 1), count(opt, "", "Relu", -1),
+           count(opt, "kiln", "BatchNormGrad", -1), count(opt, "kiln", "BatchNormGrad", 1), count_relu_grads(opt),
+           opt->n_nodes);
+    CHECK(count(ref, "", "BatchNormalization", -1) == 20 && count(ref, "", "Relu", -1) == 17 &&
+              count(ref, "kiln", "BatchNormGrad", -1) == 20 && count_relu_grads(ref) == 17,
+          "%s: the unfused graph is not resnet18's (20 BN, 17 Relu and their gradients)", label);
+    int with_z = 0;
+    for (int i = 0; i < opt->n_nodes; i++)
+        with_z += strcmp(opt->nodes[i].op_type, "BatchNormalization") == 0 && opt->nodes[i].n_in == 6;
+    CHECK(count(opt, "", "BatchNormalization", 1) == 17 && count(opt, "", "BatchNormalization", -1) == 20 &&
+              count(opt, "", "Relu", -1) == 0 && with_z == 8 && count(opt, "", "Add", -1) == count(ref, "", "Add", -1) - 8,
+          "%s: %d BatchNormalization with relu=1 (%d with a residual), %d Relu and %d Add left, want 17 (8), 0 and %d",
+          label, count(opt, "", "BatchNormalization", 1), with_z, count(opt, "", "Relu", -1), count(opt, "", "Add", -1),
+          count(ref, "", "Add", -1) - 8);
+    CHECK(count(opt, "kiln", "BatchNormGrad", 1) == 9 && count(opt, "kiln", "BatchNormGrad", -1) == 20 &&
+              count_relu_grads(opt) == 8,
+          "%s: %d BatchNormGrad with relu=1 and %d Relu gradients left, want 9 and 8", label,
+          count(opt, "kiln", "BatchNormGrad", 1), count_relu_grads(opt));
+    CHECK(opt->n_nodes == ref->n_nodes - 34, "%s: %d nodes, %d without the pass (34 fewer expected)", label,
+          opt->n_nodes, ref->n_nodes);
+    for (int i = 0; i < opt->n_nodes; i++) { /* each folded gradient reads a fused BN's output */
+        const kiln_node *d = &opt->nodes[i];
+        if (strcmp(d->op_type, "BatchNormGrad") != 0 || kiln_attr_int(d, "relu", 0) != 1) continue;
+        const int y = d->n_in == 7 ? d->in[6] : -1, p = y >= 0 ? opt->values[y].producer : -1;
+        CHECK(p >= 0 && strcmp(opt->nodes[p].op_type, "BatchNormalization") == 0 &&
+                  kiln_attr_int(&opt->nodes[p], "relu", 0) == 1 && opt->nodes[p].in[0] == d->in[1],
+              "%s: BatchNormGrad '%s' with relu=1 does not read its own fused BatchNormalization's Y", label, d->name);
+        if (fp16 && y >= 0)
+            CHECK(opt->values[y].dtype == KILN_F16 && opt->values[d->in[0]].dtype == KILN_F16 &&
+                      opt->values[y].format == KILN_FORMAT_NHWC,
+                  "%s: BatchNormGrad '%s': Y or dY not f16 NHWC", label, d->name);
+    }
+    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+
+    image = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, 64, 64}, -2, 2, 31);
+    lab = kt_rand(KILN_I64, 1, (int64_t[]){2}, 0, 10, 32);
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    if (fp16) same_norm(label, ref, opt, t->feeds, 0.3);
+    else same_function(label, ref, opt, t->feeds, 1e-4, 0, NULL);
+
+    /* switched off in the pass table: nothing fused */
+    const kiln_pass_options none = {.device = KILN_DEVICE_CPU, .disabled = ~0u};
+    if (kiln_passes_apply(ref, &none, &off)) CHECK(0, "%s: passes off: %s", label, kiln_context_message(ctx));
+    else
+        CHECK(count(off, "", "BatchNormalization", 1) == 0 && count(off, "kiln", "BatchNormGrad", 1) == 0 &&
+                  off->n_nodes == ref->n_nodes,
+              "%s: fused with fuse-bn disabled", label);
+    const kiln_pass_options only = {.device = KILN_DEVICE_CPU, .disabled = ~(unsigned)KILN_PASS_FUSE_BN};
+    kiln_model_free(off);
+    off = NULL;
+    if (kiln_passes_apply(ref, &only, &off)) CHECK(0, "%s: fuse-bn alone: %s", label, kiln_context_message(ctx));
+    else
+        CHECK(count(off, "", "BatchNormalization", 1) == 17 && count(off, "kiln", "BatchNormGrad", 1) == 9,
+              "%s: the pass table's fuse-bn did not fuse", label);
+
+    /* the inference graph: no training BatchNormalization, nothing to fuse */
+    kiln_model_free(opt);
+    opt = NULL;
+    if (!fp16) {
+        changed = true;
+        if (fuse(fwd, &opt, &changed)) CHECK(0, "%s: inference graph: %s", label, kiln_context_message(ctx));
+        else
+            CHECK(!changed && count(opt, "", "BatchNormalization", 1) == 0 && count(opt, "", "Relu", -1) == 17,
+                  "%s: the inference graph was rewritten", label);
+    }
+out:
+    if (t) t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_model_free(m);
+    kiln_model_free(ref);
+    kiln_model_free(laid);
+    kiln_model_free(opt);
+    kiln_model_free(off);
+}
+
+int main(void) {
+    if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    resnet18(false);
+    resnet18(true);
+    kiln_context_free(ctx);
+    printf("%s\n", fails ? "FAILED" : "all fuse-bn checks passed");
+    return fails != 0;
+}
