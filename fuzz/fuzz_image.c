@@ -1,10 +1,14 @@
 /*
  * fuzz_image.c — libFuzzer target for the JPEG and PNG decoders (src/data/images.c): any
  * bytes through kiln_image_decode, the first byte choosing the channels asked for (as
- * stored, grey or RGB). A failure must leave a message and never be KILN_ERR_INTERNAL; a
+ * stored, grey or RGB) and, with bit 2 set, the decode at a reduced size as the streaming
+ * loader asks for it (kiln_image_decode_scaled: a JPEG's DCT scale M/8 from a need of
+ * (bits 3-5 + 1)/8 of each side; the decoded image must hold that need and be no larger
+ * than the file's size). A failure must leave a message and never be KILN_ERR_INTERNAL; a
  * decoded image must have sane dims, the channels asked for, and pixels ASan can read; a
  * centre crop and a resize of it must work. See fuzz/README.md.
  */
+#include "data/data.h"
 #include "kiln.h"
 #include "kiln_tools.h"
 
@@ -29,12 +33,23 @@ static void broken(const char *what, kiln_status st) {
     abort();
 }
 
+/* the need: eighths of each side */
+static void need(void *arg, int w, int h, int *nw, int *nh) {
+    const int eighths = *(const int *)arg;
+    *nw = (w * eighths + 7) / 8;
+    *nh = (h * eighths + 7) / 8;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     static const int want[4] = {0, 1, 3, 0};
     const int channels = want[data[0] & 3];
+    const bool scaled = data[0] & 4;
+    int eighths = ((data[0] >> 3) & 7) + 1, fw = 0, fh = 0;
     kiln_image im = {0};
-    kiln_status st = kiln_image_decode(ctx, data + 1, size - 1, "fuzz input", channels, &im);
+    kiln_status st = scaled ? kiln_image_decode_scaled(ctx, data + 1, size - 1, "fuzz input", channels, need, &eighths,
+                                                       &im, &fw, &fh)
+                            : kiln_image_decode(ctx, data + 1, size - 1, "fuzz input", channels, &im);
     if (st) {
         if (st == KILN_ERR_INTERNAL || !kiln_context_message(ctx)[0]) broken("decode failed", st);
         if (im.pixels) broken("a failed decode left pixels", st);
@@ -43,6 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (im.w < 1 || im.h < 1 || im.w > KILN_IMAGE_MAX_SIDE || im.h > KILN_IMAGE_MAX_SIDE || !im.pixels ||
         (im.c != 1 && im.c != 3) || (channels && im.c != channels))
         broken("decoded image dims or channels", st);
+    if (scaled && (im.w > fw || im.h > fh || im.w < (fw * eighths + 7) / 8 || im.h < (fh * eighths + 7) / 8))
+        broken("a scaled decode's size", st);
     unsigned sum = 0;
     for (size_t i = 0; i < (size_t)im.w * im.h * im.c; i++) sum += im.pixels[i];
     /* small images: a crop and a resize (big ones would only slow the fuzzer down) */

@@ -119,6 +119,10 @@ typedef struct kiln_backend_i {
     kiln_status (*mem_copy)(kiln_context *ctx, void *dst, int dst_dev, const void *src, int src_dev, size_t bytes);
     /* KILN_OK when the device of that index exists (else KILN_ERR_DEVICE naming it). */
     kiln_status (*check_device)(kiln_context *ctx, int device_index);
+    /* Host memory the device copies from fastest (CUDA: page-locked), for kiln_host_alloc;
+     * NULL: plain host memory serves. */
+    kiln_status (*host_alloc)(kiln_context *ctx, size_t bytes, void **out);
+    void (*host_free)(void *p);
 
     /* ---------------------------------------------------------------- training */
     const kiln_backend_train_i *train;

@@ -147,6 +147,21 @@ static kiln_status cu_mem_copy(kiln_context *ctx, void *dst, int dst_dev, const 
     return KILN_OK;
 }
 
+static kiln_status cu_host_alloc(kiln_context *ctx, size_t bytes, void **out) {
+    *out = NULL;
+    cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of pinned host memory: %s", bytes,
+                         cudaGetErrorString(e));
+    }
+    return KILN_OK;
+}
+
+static void cu_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
 const kiln_backend_i kiln_cuda_backend_i = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
@@ -174,6 +189,8 @@ const kiln_backend_i kiln_cuda_backend_i = {
     .mem_free = cu_mem_free,
     .mem_copy = cu_mem_copy,
     .check_device = cu_check_device,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
     .train = &kiln_cuda_train_i,
     .train_session_passes = false,
 };

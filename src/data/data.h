@@ -32,4 +32,35 @@ kiln_status kiln_idx_load(kiln_context *ctx, const char *path, kiln_tensor **out
  * kiln computes it, so a batch normalized on the fly equals one cut from a normalized set. */
 void kiln_u8_normalize_lut(float mean, float std, float lut[256]);
 
+/* ------------------------------------------------------ streaming sources */
+
+/* kiln_image_decode with a size request: once the header is read, need(arg, w, h, &nw, &nh)
+ * says how many pixels the caller needs of the w x h image (at least nw x nh of the whole
+ * image, scaled); a JPEG is then decoded at the smallest libjpeg DCT scale M/8 (M = 1..8)
+ * that gives that much (a PNG always at full size). *full_w, *full_h: the file's size, for
+ * mapping coordinates onto the (possibly smaller) decoded image. need NULL: full size. The
+ * entry the streaming loader decodes through (and fuzz_image fuzzes). */
+typedef void (*kiln_image_need_fn)(void *arg, int w, int h, int *need_w, int *need_h);
+kiln_status kiln_image_decode_scaled(kiln_context *ctx, const void *data, size_t size, const char *name, int channels,
+                                     kiln_image_need_fn need, void *need_arg, kiln_image *out, int *full_w,
+                                     int *full_h);
+
+/* A loader's samples made on demand instead of read from tensors: fill writes sample
+ * `index` (of n) of epoch `epoch` as f32 (numel of dims) into dst and its label into
+ * *label, on a worker thread with that thread's own context ctx (an error's message there
+ * names the sample). fill may run on several threads at once. free_arg (may be NULL)
+ * frees arg with the loader. */
+typedef struct kiln_loader_source {
+    int64_t n;
+    int ndim;           /* sample dims, at most 7 */
+    int64_t dims[7];
+    void *arg;
+    kiln_status (*fill)(void *arg, kiln_context *ctx, int64_t index, int64_t epoch, float *dst, int64_t *label);
+    void (*free_arg)(void *arg);
+} kiln_loader_source;
+/* A loader over src (as kiln_loader_create over tensors: the same order, sharding, ring
+ * and options, mean and std ignored); on failure src->arg is freed too. */
+kiln_status kiln_loader_create_source(kiln_context *ctx, const kiln_loader_source *src, const kiln_loader_options *opts,
+                                      kiln_loader **out);
+
 #endif /* KILN_DATA_H */
