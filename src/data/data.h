@@ -34,16 +34,24 @@ void kiln_u8_normalize_lut(float mean, float std, float lut[256]);
 
 /* ------------------------------------------------------ streaming sources */
 
-/* kiln_image_decode with a size request: once the header is read, need(arg, w, h, &nw, &nh)
- * says how many pixels the caller needs of the w x h image (at least nw x nh of the whole
- * image, scaled); a JPEG is then decoded at the smallest libjpeg DCT scale M/8 (M = 1..8)
- * that gives that much (a PNG always at full size). *full_w, *full_h: the file's size, for
- * mapping coordinates onto the (possibly smaller) decoded image. need NULL: full size. The
- * entry the streaming loader decodes through (and fuzz_image fuzzes). */
-typedef void (*kiln_image_need_fn)(void *arg, int w, int h, int *need_w, int *need_h);
+/* kiln_image_decode with a size request: once the header is read, need(arg, w, h, &nw, &nh,
+ * region) says how many pixels the caller needs of the w x h image (at least nw x nh of the
+ * whole image, scaled) and which part of it (region: x0, y0, width, height in the file's
+ * pixels; the whole image unless changed); a JPEG is then decoded at the smallest libjpeg
+ * DCT scale M/8 (M = 1..8) that gives that much, and only the rows and iMCU columns that
+ * cover the region (a PNG always whole, at full size). *frame says where out lies: the
+ * file's size, the whole image's size as decoded, and out's offset in that. need NULL: the
+ * whole image at full size. A JPEG damaged below the region's last row may decode without
+ * an error. The entry the streaming loader decodes through (and fuzz_image fuzzes). */
+typedef void (*kiln_image_need_fn)(void *arg, int w, int h, int *need_w, int *need_h, int region[4]);
+typedef struct kiln_image_frame {
+    int full_w, full_h;     /* the file's image */
+    int scaled_w, scaled_h; /* the whole image at the scale decoded */
+    int x0, y0;             /* out's top-left pixel in that */
+} kiln_image_frame;
 kiln_status kiln_image_decode_scaled(kiln_context *ctx, const void *data, size_t size, const char *name, int channels,
-                                     kiln_image_need_fn need, void *need_arg, kiln_image *out, int *full_w,
-                                     int *full_h);
+                                     kiln_image_need_fn need, void *need_arg, kiln_image *out,
+                                     kiln_image_frame *frame);
 
 /* A loader's samples made on demand instead of read from tensors: fill writes sample
  * `index` (of n) of epoch `epoch` as f32 (numel of dims) into dst and its label into

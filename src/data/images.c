@@ -63,7 +63,7 @@ static void jpeg_note(j_common_ptr c, int level) {
 }
 
 static kiln_status decode_jpeg(kiln_context *ctx, const unsigned char *data, size_t n, const char *name, int channels,
-                               kiln_image_need_fn need, void *need_arg, kiln_image *out, int *full_w, int *full_h) {
+                               kiln_image_need_fn need, void *need_arg, kiln_image *out, kiln_image_frame *frame) {
     struct jpeg_decompress_struct d;
     jpeg_err err;
     memset(&d, 0, sizeof d);
@@ -92,13 +92,17 @@ static kiln_status decode_jpeg(kiln_context *ctx, const unsigned char *data, siz
     }
     const int c = channels ? channels : d.num_components == 1 ? 1 : 3;
     d.out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
-    *full_w = (int)d.image_width;
-    *full_h = (int)d.image_height;
+    const int W = (int)d.image_width, H = (int)d.image_height;
+    frame->full_w = W;
+    frame->full_h = H;
+    int region[4] = {0, 0, W, H};
     if (need) {
-        /* DCT scaling: the smallest M/8 (M = 1..8) whose output still has need_w x need_h */
+        /* DCT scaling: the smallest M/8 whose output still has need_w x need_h, M = 1, 2 or 4
+         * (libjpeg-turbo's SIMD scaled IDCTs; the others are plain C, slower than a full
+         * decode) */
         int nw = 0, nh = 0;
-        need(need_arg, (int)d.image_width, (int)d.image_height, &nw, &nh);
-        for (unsigned m = 1; m < 8; m++) {
+        need(need_arg, W, H, &nw, &nh, region);
+        for (unsigned m = 1; m < 8; m *= 2) {
             const int64_t sw = ((int64_t)d.image_width * m + 7) / 8, sh = ((int64_t)d.image_height * m + 7) / 8;
             if (sw >= nw && sh >= nh) {
                 d.scale_num = m;
@@ -108,25 +112,62 @@ static kiln_status decode_jpeg(kiln_context *ctx, const unsigned char *data, siz
         }
     }
     jpeg_start_decompress(&d);
+    const int ow = (int)d.output_width, oh = (int)d.output_height;
+    frame->scaled_w = ow;
+    frame->scaled_h = oh;
+    /* the region (clamped to the image) in output pixels, one pixel of margin: its rows,
+     * and its columns widened by libjpeg to whole iMCUs */
+    int rx0 = 0, ry0 = 0, ry1 = oh;
+    if (region[0] < 0) region[0] = 0;
+    if (region[1] < 0) region[1] = 0;
+    if (region[0] >= W) region[0] = W - 1;
+    if (region[1] >= H) region[1] = H - 1;
+    if (region[2] < 1 || region[0] + region[2] > W) region[2] = W - region[0];
+    if (region[3] < 1 || region[1] + region[3] > H) region[3] = H - region[1];
+    if (region[0] > 0 || region[1] > 0 || region[2] < W || region[3] < H) {
+        const double fx = (double)ow / W, fy = (double)oh / H;
+        int x0 = (int)floor(region[0] * fx) - 1, x1 = (int)ceil((region[0] + region[2]) * fx) + 1;
+        ry0 = (int)floor(region[1] * fy) - 1, ry1 = (int)ceil((region[1] + region[3]) * fy) + 1;
+        if (x0 < 0) x0 = 0;
+        if (ry0 < 0) ry0 = 0;
+        if (x1 > ow) x1 = ow;
+        if (ry1 > oh) ry1 = oh;
+        if (x0 > 0 || x1 < ow) {
+            JDIMENSION xoff = (JDIMENSION)x0, width = (JDIMENSION)(x1 - x0);
+            jpeg_crop_scanline(&d, &xoff, &width);
+            rx0 = (int)xoff;
+        }
+        if (ry0 > 0 && jpeg_skip_scanlines(&d, (JDIMENSION)ry0) != (JDIMENSION)ry0)
+            ry0 = (int)d.output_scanline; /* the file ended: reported below */
+    }
+    frame->x0 = rx0;
+    frame->y0 = ry0;
     const size_t stride = (size_t)d.output_width * (size_t)c;
-    pixels = malloc(stride * d.output_height);
+    pixels = malloc(stride * (size_t)(ry1 - ry0 > 0 ? ry1 - ry0 : 1));
     if (!pixels) {
         jpeg_destroy_decompress(&d);
-        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for %ux%u pixels", name, d.output_width,
-                         d.output_height);
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for %ux%d pixels", name, d.output_width,
+                         ry1 - ry0);
     }
-    while (d.output_scanline < d.output_height) {
-        JSAMPROW row = pixels + (size_t)d.output_scanline * stride;
-        jpeg_read_scanlines(&d, &row, 1);
+    while ((int)d.output_scanline < ry1) {
+        JSAMPROW row = pixels + (size_t)((int)d.output_scanline - ry0) * stride;
+        if (jpeg_read_scanlines(&d, &row, 1) != 1) break;
     }
-    jpeg_finish_decompress(&d);
+    if ((int)d.output_scanline < ry1 && !err.mgr.num_warnings) {
+        jpeg_destroy_decompress(&d);
+        free(pixels);
+        return kiln_fail(ctx, KILN_ERR_PARSE, "%s: the JPEG decoder stopped at row %u of %d", name, d.output_scanline,
+                         ry1);
+    }
+    if (ry1 < oh) jpeg_abort_decompress(&d);
+    else jpeg_finish_decompress(&d);
     if (err.mgr.num_warnings) {
         jpeg_destroy_decompress(&d);
         free(pixels);
         return kiln_fail(ctx, KILN_ERR_PARSE, "%s: a truncated JPEG (%s)", name, err.msg);
     }
     out->w = (int)d.output_width;
-    out->h = (int)d.output_height;
+    out->h = ry1 - ry0;
     out->c = c;
     out->pixels = pixels;
     jpeg_destroy_decompress(&d);
@@ -213,15 +254,15 @@ static kiln_status decode_png(kiln_context *ctx, const unsigned char *data, size
 
 kiln_status kiln_image_decode(kiln_context *ctx, const void *data, size_t n, const char *name, int channels,
                               kiln_image *out) {
-    int fw, fh;
-    return kiln_image_decode_scaled(ctx, data, n, name, channels, NULL, NULL, out, &fw, &fh);
+    kiln_image_frame frame;
+    return kiln_image_decode_scaled(ctx, data, n, name, channels, NULL, NULL, out, &frame);
 }
 
 kiln_status kiln_image_decode_scaled(kiln_context *ctx, const void *data, size_t n, const char *name, int channels,
-                                     kiln_image_need_fn need, void *need_arg, kiln_image *out, int *full_w,
-                                     int *full_h) {
-    if (!out || (!data && n) || !full_w || !full_h) return KILN_ERR_INVALID_ARGUMENT;
-    *full_w = *full_h = 0;
+                                     kiln_image_need_fn need, void *need_arg, kiln_image *out,
+                                     kiln_image_frame *frame) {
+    if (!out || (!data && n) || !frame) return KILN_ERR_INVALID_ARGUMENT;
+    memset(frame, 0, sizeof *frame);
     memset(out, 0, sizeof *out);
     if (!name) name = "(image)";
     if (channels != 0 && channels != 1 && channels != 3)
@@ -229,10 +270,10 @@ kiln_status kiln_image_decode_scaled(kiln_context *ctx, const void *data, size_t
                          channels);
     const unsigned char *b = data;
     if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF)
-        return decode_jpeg(ctx, b, n, name, channels, need, need_arg, out, full_w, full_h);
+        return decode_jpeg(ctx, b, n, name, channels, need, need_arg, out, frame);
     if (n >= 8 && !png_sig_cmp(b, 0, 8)) {
         kiln_status st = decode_png(ctx, b, n, name, channels, out);
-        if (!st) *full_w = out->w, *full_h = out->h;
+        if (!st) frame->full_w = frame->scaled_w = out->w, frame->full_h = frame->scaled_h = out->h;
         return st;
     }
     return kiln_fail(ctx, KILN_ERR_PARSE, "%s: neither a JPEG nor a PNG file (%zu bytes)", name, n);
@@ -264,46 +305,65 @@ static int filter_taps(double scale, int n, int o, int *lo, float *w) {
 
 /* Separable resampling with a triangle filter whose support grows with the scale when
  * shrinking (antialiased, as PIL's and torchvision's bilinear resize): out (ow x oh) from
- * the in rectangle at (x0, y0) of size (cw x ch). Each output's taps are computed once. */
+ * the in rectangle at (x0, y0) of size (cw x ch). Each output's taps are computed once;
+ * both passes walk memory in row order (each output still sums its taps in tap order). */
 static kiln_status resample(kiln_context *ctx, const kiln_image *in, int x0, int y0, int cw, int ch, int ow, int oh,
                             uint8_t *out) {
     const int c = in->c;
     const double sx = (double)cw / ow, sy = (double)ch / oh;
-    const int max_taps = (int)(2 * (sx > sy ? sx : sy) + 4);
-    float *tmp = malloc(sizeof(float) * (size_t)ow * (size_t)ch * (size_t)c);
-    float *w = malloc(sizeof(float) * (size_t)(max_taps > 4 ? max_taps : 4));
-    if (!tmp || !w) {
-        free(tmp);
-        free(w);
+    const int mt = (int)(2 * (sx > sy ? sx : sy) + 4); /* taps an output can have */
+    const size_t rowf = (size_t)ow * (size_t)c;
+    float *tmp = malloc(sizeof(float) * rowf * (size_t)ch);
+    float *wx = malloc(sizeof(float) * (size_t)mt * (size_t)ow), *wy = malloc(sizeof(float) * (size_t)mt * (size_t)oh);
+    float *acc = malloc(sizeof(float) * rowf);
+    int *lx = malloc(sizeof(int) * 2 * (size_t)ow), *ly = malloc(sizeof(int) * 2 * (size_t)oh);
+    if (!tmp || !wx || !wy || !acc || !lx || !ly) {
+        free(tmp), free(wx), free(wy), free(acc), free(lx), free(ly);
         return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory resizing an image");
     }
+    for (int o = 0; o < ow; o++) lx[2 * o + 1] = filter_taps(sx, cw, o, &lx[2 * o], wx + (size_t)o * mt);
+    for (int o = 0; o < oh; o++) ly[2 * o + 1] = filter_taps(sy, ch, o, &ly[2 * o], wy + (size_t)o * mt);
     /* horizontal: rows y0 .. y0+ch, cw -> ow */
-    for (int ox = 0; ox < ow; ox++) {
-        int lo;
-        const int n = filter_taps(sx, cw, ox, &lo, w);
-        for (int y = 0; y < ch; y++) {
-            const uint8_t *row = in->pixels + ((size_t)(y0 + y) * in->w + (size_t)(x0 + lo)) * c;
-            for (int k = 0; k < c; k++) {
-                float acc = 0;
-                for (int i = 0; i < n; i++) acc += w[i] * row[(size_t)i * c + k];
-                tmp[((size_t)y * ow + ox) * c + k] = acc;
+    for (int y = 0; y < ch; y++) {
+        const uint8_t *row = in->pixels + ((size_t)(y0 + y) * in->w + (size_t)x0) * c;
+        float *t = tmp + (size_t)y * rowf;
+        for (int ox = 0; ox < ow; ox++) {
+            const float *w = wx + (size_t)ox * mt;
+            const uint8_t *r = row + (size_t)lx[2 * ox] * c;
+            const int n = lx[2 * ox + 1];
+            if (c == 3) {
+                float a0 = 0, a1 = 0, a2 = 0;
+                for (int i = 0; i < n; i++) {
+                    a0 += w[i] * r[3 * i];
+                    a1 += w[i] * r[3 * i + 1];
+                    a2 += w[i] * r[3 * i + 2];
+                }
+                t[3 * ox] = a0, t[3 * ox + 1] = a1, t[3 * ox + 2] = a2;
+            } else {
+                for (int k = 0; k < c; k++) {
+                    float a = 0;
+                    for (int i = 0; i < n; i++) a += w[i] * r[(size_t)i * c + k];
+                    t[(size_t)ox * c + k] = a;
+                }
             }
         }
     }
-    /* vertical: ch -> oh */
+    /* vertical: ch -> oh, a row of outputs at a time */
     for (int oy = 0; oy < oh; oy++) {
-        int lo;
-        const int n = filter_taps(sy, ch, oy, &lo, w);
-        for (int ox = 0; ox < ow; ox++)
-            for (int k = 0; k < c; k++) {
-                float acc = 0;
-                for (int i = 0; i < n; i++) acc += w[i] * tmp[((size_t)(lo + i) * ow + ox) * c + k];
-                const float v = acc < 0 ? 0 : acc > 255 ? 255 : acc;
-                out[((size_t)oy * ow + ox) * c + k] = (uint8_t)(v + 0.5f);
-            }
+        const float *w = wy + (size_t)oy * mt;
+        const int lo = ly[2 * oy], n = ly[2 * oy + 1];
+        for (size_t j = 0; j < rowf; j++) acc[j] = 0;
+        for (int i = 0; i < n; i++) {
+            const float *t = tmp + (size_t)(lo + i) * rowf, wi = w[i];
+            for (size_t j = 0; j < rowf; j++) acc[j] += wi * t[j];
+        }
+        uint8_t *o = out + (size_t)oy * rowf;
+        for (size_t j = 0; j < rowf; j++) {
+            const float v = acc[j] < 0 ? 0 : acc[j] > 255 ? 255 : acc[j];
+            o[j] = (uint8_t)(v + 0.5f);
+        }
     }
-    free(tmp);
-    free(w);
+    free(tmp), free(wx), free(wy), free(acc), free(lx), free(ly);
     return KILN_OK;
 }
 
@@ -880,7 +940,7 @@ typedef struct stream_need_arg {
     int x0, y0, cw, ch;
 } stream_need_arg;
 
-static void stream_need(void *arg, int w, int h, int *nw, int *nh) {
+static void stream_need(void *arg, int w, int h, int *nw, int *nh, int region[4]) {
     stream_need_arg *a = arg;
     const stream_src *s = a->s;
     const int size = s->io.aug.size;
@@ -889,9 +949,10 @@ static void stream_need(void *arg, int w, int h, int *nw, int *nh) {
     if (s->io.train) {
         a->flip = rrc_params(s->seed, a->epoch, a->index, w, h, s->smin, s->smax, s->rmin, s->rmax, s->io.aug.flip, &a->x0,
                              &a->y0, &a->cw, &a->ch);
-        if (s->io.dct_scale) { /* the crop keeps at least size x size pixels */
+        if (s->io.dct_scale) { /* the crop keeps at least size x size pixels; only it is decoded */
             *nw = (int)ceil((double)size * w / a->cw);
             *nh = (int)ceil((double)size * h / a->ch);
+            region[0] = a->x0, region[1] = a->y0, region[2] = a->cw, region[3] = a->ch;
         }
     } else if (s->io.dct_scale && s->io.resize) { /* the shorter side keeps at least resize pixels */
         const double f = (double)s->io.resize / (w < h ? w : h);
@@ -910,20 +971,22 @@ static kiln_status stream_fill(void *arg, kiln_context *ctx, int64_t index, int6
     size_t n = 0;
     kiln_image im = {0}, out = {0};
     stream_need_arg na = {.s = s, .index = index, .epoch = epoch};
-    int fw = 0, fh = 0;
+    kiln_image_frame fr;
     kiln_status st = read_file(ctx, path, &data, &n);
-    if (!st) st = kiln_image_decode_scaled(ctx, data, n, path, oc, stream_need, &na, &im, &fw, &fh);
+    if (!st) st = kiln_image_decode_scaled(ctx, data, n, path, oc, stream_need, &na, &im, &fr);
     free(data);
     if (!st && s->io.train) {
         if (!na.called) { /* a PNG: the crop from its size */
-            int nw, nh;
-            stream_need(&na, im.w, im.h, &nw, &nh);
+            int nw, nh, region[4];
+            stream_need(&na, im.w, im.h, &nw, &nh, region);
         }
         int x0 = na.x0, y0 = na.y0, cw = na.cw, ch = na.ch;
-        if (im.w != fw || im.h != fh) { /* decoded smaller: the crop in its pixels */
-            const double fx = (double)im.w / fw, fy = (double)im.h / fh;
-            x0 = (int)(x0 * fx + 0.5), y0 = (int)(y0 * fy + 0.5);
+        if (im.w != fr.full_w || im.h != fr.full_h) { /* decoded smaller or in part: the crop in its pixels */
+            const double fx = (double)fr.scaled_w / fr.full_w, fy = (double)fr.scaled_h / fr.full_h;
+            x0 = (int)(x0 * fx + 0.5) - fr.x0, y0 = (int)(y0 * fy + 0.5) - fr.y0;
             cw = (int)(cw * fx + 0.5), ch = (int)(ch * fy + 0.5);
+            if (x0 < 0) x0 = 0;
+            if (y0 < 0) y0 = 0;
             if (cw < 1) cw = 1;
             if (ch < 1) ch = 1;
             if (cw > im.w) cw = im.w;
