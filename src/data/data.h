@@ -6,7 +6,9 @@
  *   idx.c     IDX files (the MNIST family's format), gzipped or not, and a loader for a
  *             directory holding the four MNIST / Fashion-MNIST files.
  *   loader.c  a prefetching batch loader: worker threads gather (and normalize) shuffled
- *             batches into a ring of slots in caller-visible host memory.
+ *             batches into a ring of slots in caller-visible host memory, from tensors or
+ *             from a source that makes each sample on demand (kiln_loader_source: the
+ *             streaming image folders of images.c, decoded by the workers).
  *
  * Ownership: who calls _load/_create calls _free; _free(NULL) does nothing. Errors are
  * statuses with a message on the context, naming the file and what is wrong.

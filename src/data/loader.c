@@ -13,6 +13,10 @@
  * consumed, hence gathered, so no one still reads the buffer being overwritten.
  *
  * One mutex guards the slot states and counters; gathering runs outside it.
+ *
+ * A source (kiln_loader_source) instead of tensors: gather calls its fill per sample with
+ * the gathering thread's own context; a failure is kept in the slot (status and message)
+ * and next() reports it, for that batch and every later call, instead of the batch.
  */
 #include "data.h"
 #include "../core/backend.h"
