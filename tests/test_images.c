@@ -7,6 +7,7 @@
  *
  *   test_images WORKDIR
  */
+#include "data/data.h" /* kiln_image_decode_scaled */
 #include "kiln_tools.h"
 
 #include <stdio.h> /* before jpeglib.h, which uses FILE */
@@ -353,6 +354,13 @@ static int same_batches(kiln_loader *a, kiln_loader *b, int64_t steps, const cha
     return bad;
 }
 
+/* kiln_image_decode_scaled's need: full size, the region x 29..50, y 17..30 */
+static void region_need(void *arg, int w, int h, int *nw, int *nh, int region[4]) {
+    (void)arg;
+    *nw = w, *nh = h;
+    region[0] = 29, region[1] = 17, region[2] = 21, region[3] = 13;
+}
+
 static void test_stream(const char *root) {
     char d[4352], p[8704];
     snprintf(d, sizeof d, "%s/stream", root);
@@ -495,6 +503,34 @@ static void test_stream(const char *root) {
               train ? "train" : "eval", diff, same ? "no" : "yes");
     }
     kiln_image_list_free(&list);
+
+    /* the decode of a region (the crop alone): the rows and iMCU columns holding it and a
+     * pixel more each side, at the offset the frame gives, pixel for pixel the full
+     * decode's there, but for the first column (libjpeg's fancy upsampling of chroma takes
+     * it for the image's edge: the margin keeps it out of the crop) */
+    {
+        snprintf(p, sizeof p, "%s/region.jpg", root);
+        write_jpeg(p, 64, 48, 3, 9);
+        size_t len = 0;
+        unsigned char *jb = slurp(p, &len);
+        kiln_image full = {0}, part = {0};
+        kiln_image_frame fr = {0};
+        CHECK(kiln_image_decode(ctx, jb, len, "region.jpg", 3, &full) == KILN_OK, "full: %s", msg());
+        CHECK(kiln_image_decode_scaled(ctx, jb, len, "region.jpg", 3, region_need, NULL, &part, &fr) == KILN_OK,
+              "region: %s", msg());
+        CHECK(fr.full_w == 64 && fr.full_h == 48 && fr.scaled_w == 64 && fr.scaled_h == 48 && fr.x0 < 29 &&
+                  fr.y0 < 17 && fr.x0 + part.w >= 29 + 21 && fr.y0 + part.h >= 17 + 13 && part.h < 48 && part.w < 64,
+              "region frame: at %d,%d, %dx%d of %dx%d", fr.x0, fr.y0, part.w, part.h, fr.scaled_w, fr.scaled_h);
+        int bad = 0;
+        for (int y = 0; full.pixels && part.pixels && y < part.h; y++)
+            for (int x = 0; x < part.w * 3; x++)
+                bad += (x >= 3 || fr.x0 == 0) &&
+                       part.pixels[(size_t)y * part.w * 3 + x] != full.pixels[((size_t)(fr.y0 + y) * 64 + fr.x0) * 3 + x];
+        CHECK(bad == 0, "region pixels: %d differ from the full decode's", bad);
+        kiln_image_free(&full);
+        kiln_image_free(&part);
+        free(jb);
+    }
 
     /* bad files: the stream stops with the file's error, from a worker or not, at every
      * later next too; an empty class folder is refused when listing */
