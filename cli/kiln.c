@@ -1838,6 +1838,13 @@ static int cmd_train(int argc, char **argv) {
                 rc = fail(ctx, "the loader's ring");
                 goto out;
             }
+        /* the trainer's pinned staging (its upload path) two batches large: each upload one
+         * copy that need not wait for the step ahead of it (src/cuda/context.c) */
+        if (o.device == KILN_DEVICE_CUDA && !getenv("KILN_CUDA_STAGING_MB")) {
+            char mb[32];
+            snprintf(mb, sizeof mb, "%zu", (2 * (xb + yb) >> 20) + 2);
+            setenv("KILN_CUDA_STAGING_MB", mb, 0);
+        }
         lo.slot_images = (float *const *)ring;
         lo.slot_labels = (int64_t *const *)(ring + lo.slots);
         kiln_image_stream_options io = {.channels = channels, .train = cd.augment, .resize = stream_resize,
