@@ -67,7 +67,7 @@ static const struct { const char *name, *text; } commands[] = {
      "        off streams: loader threads read, decode (JPEG at a reduced DCT scale where the crop\n"
      "        allows) and transform each batch's files, into pinned memory on CUDA; auto (default)\n"
      "        streams when the decoded data set would take over half of the machine's memory)\n"
-     "        [--data-workers N] (streaming decode threads: the cores, at most 16, by default)\n"
+     "        [--data-workers N] (streaming decode threads: on CUDA the cores, at most 16; 2 on the CPU)\n"
      "      optimizer and schedule (docs/train.md):\n"
      "        [--optimizer adadelta|sgd|adam|adamw|lars|lamb]   (default: adadelta for mnist-net,\n"
      "        as pytorch/examples mnist; sgd for the others) [--lr LR] (default per optimizer:\n"
@@ -1825,7 +1825,12 @@ static int cmd_train(int argc, char **argv) {
          * evaluation one), the test split through the evaluation transform, each batch
          * decoded by the loader's threads; on CUDA into pinned memory */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        lo.workers = a.data_workers ? a.data_workers : cores > 16 ? 16 : cores < 1 ? 1 : (int)cores;
+        /* CUDA: the cores (at most 16) decode while the GPU computes; CPU: 2, the cores train */
+        lo.workers = a.data_workers                  ? a.data_workers
+                     : o.device != KILN_DEVICE_CUDA ? 2
+                     : cores > 16                   ? 16
+                     : cores < 1                    ? 1
+                                                    : (int)cores;
         lo.slots = lo.workers + 2;
         const int channels = stream_channels;
         const size_t xb = sizeof(float) * (size_t)channels * (size_t)cd.aug.size * (size_t)cd.aug.size * (size_t)a.batch,
