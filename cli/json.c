@@ -487,6 +487,8 @@ void json_train(kj *w, const train_facts *f) {
         kj_num(w, "steps_per_s", e->steps_per_s);
         kj_num(w, "last_loss", e->last_loss);
         kj_num(w, "test_accuracy", e->test_accuracy);
+        kj_num(w, "data_wait_s", e->data_wait_s);
+        kj_num(w, "data_img_s", e->data_img_s);
         kj_end(w);
     }
     kj_end(w);

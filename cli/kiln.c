@@ -63,6 +63,11 @@ static const struct { const char *name, *text; } commands[] = {
      "        input fixes it) [--classes K] (the data set's by default) [--resize R] (evaluation:\n"
      "        shorter side to R, then the centre SxS; S*256/224 by default) [--no-augment]\n"
      "        [--no-flip] [--mean R,G,B] [--std R,G,B] (ImageNet's by default) [--zero-init-residual]\n"
+     "        [--data-cache auto|on|off] (image folders: on decodes every image once into memory;\n"
+     "        off streams: loader threads read, decode (JPEG at a reduced DCT scale where the crop\n"
+     "        allows) and transform each batch's files, into pinned memory on CUDA; auto (default)\n"
+     "        streams when the decoded data set would take over half of the machine's memory)\n"
+     "        [--data-workers N] (streaming decode threads: on CUDA the cores, at most 16; 2 on the CPU)\n"
      "      memory (docs/train.md): the step's planned peak is printed before training\n"
      "        [--memory-limit BYTES] (20G, 512M: the step at --batch must fit; cheap forward values\n"
      "        (BatchNormalization, ReLU, Add...) are recomputed in the backward instead of kept,\n"
@@ -1186,6 +1191,43 @@ static int classifier_epoch(kiln_context *ctx, classifier_data *c, uint64_t seed
     return 0;
 }
 
+/* --data-cache: whether an image-folder data set streams (decoded per batch by loader
+ * threads) instead of being decoded into memory once. Lists both splits into tr and te
+ * (checking their classes agree) and sets *stream; with auto, streams when the decoded
+ * data set (the u8 training images at S x S, the f32 images of one or two epochs and
+ * the f32 test images) would take over half of the physical memory. 0, or 1 with the
+ * error printed. */
+static int data_cache_decide(kiln_context *ctx, const char *dir, const char *mode, int channels, int size, int S,
+                             bool augment, kiln_image_list *tr, kiln_image_list *te, bool *stream) {
+    char p[4096];
+    *stream = false;
+    snprintf(p, sizeof p, "%s/train", dir);
+    if (kiln_image_list_load(ctx, p, tr)) return fail(ctx, p);
+    snprintf(p, sizeof p, "%s/test", dir);
+    struct stat sb;
+    if (stat(p, &sb) != 0) snprintf(p, sizeof p, "%s/val", dir);
+    if (kiln_image_list_load(ctx, p, te)) return fail(ctx, p);
+    for (int k = 0; k < tr->n_classes; k++)
+        if (k >= te->n_classes || strcmp(tr->class_names[k], te->class_names[k])) {
+            fprintf(stderr, "kiln train: %s: class %d is '%s' in train/ but '%s' here\n", p, k, tr->class_names[k],
+                    k < te->n_classes ? te->class_names[k] : "(none)");
+            return 1;
+        }
+    if (te->n_classes != tr->n_classes) {
+        fprintf(stderr, "kiln train: %s has %d classes, train/ %d\n", p, te->n_classes, tr->n_classes);
+        return 1;
+    }
+    const double px = (double)channels * size * size, stored = (double)channels * S * S;
+    const double bytes = (double)tr->n * (stored + (augment ? 2 : 1) * 4 * px) + (double)te->n * 5 * px;
+    const double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    *stream = strcmp(mode, "off") == 0 || (strcmp(mode, "auto") == 0 && mem > 0 && bytes > mem / 2);
+    if (*stream)
+        printf("image folders: %lld training and %lld test images of %d classes, streamed (decoded per batch; in "
+               "memory they would take %.1f GiB, the machine has %.1f GiB)\n",
+               (long long)tr->n, (long long)te->n, tr->n_classes, bytes / 1073741824.0, mem / 1073741824.0);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ train */
 
 typedef struct train_args {
@@ -1200,6 +1242,8 @@ typedef struct train_args {
     int64_t image_size, classes;
     int resize, no_augment, no_flip, zero_init_residual;
     const char *mean, *std;
+    const char *data_cache; /* auto, on, off */
+    int data_workers;
 } train_args;
 
 /* kiln train --export: the trained inference graph computing `output` (the loss and the
@@ -1243,9 +1287,42 @@ static int profile_step(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d,
     return rc;
 }
 
-/* Test accuracy of the exported inference model over the test split, in chunks. */
-static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, kiln_device dev, const char *output,
-                    int64_t chunk, double *acc) {
+/* Test accuracy of the exported inference model over the test split, in chunks (or, el
+ * non-NULL, over one epoch of el's batches: a streamed test split). */
+static int evaluate_stream(kiln_context *ctx, kiln_session *s, kiln_loader *el, double *acc) {
+    if (kiln_loader_seek(el, 0, 0)) return fail(ctx, "evaluation");
+    const int64_t steps = kiln_loader_steps_per_epoch(el);
+    int64_t correct = 0, n = 0;
+    for (int64_t q = 0; q < steps; q++) {
+        const kiln_batch *b = NULL;
+        const kiln_tensor *lp = NULL;
+        if (kiln_loader_next(el, &b)) return fail(ctx, "evaluation data");
+        kiln_tensor *x = b->x;
+        if (kiln_session_run(s, 1, &x, 1, &lp)) {
+            kiln_loader_release(el, b);
+            return fail(ctx, "evaluation");
+        }
+        const float *p = kiln_tensor_data(lp);
+        const int64_t k = kiln_tensor_dim(lp, 1);
+        for (int64_t r = 0; r < b->size; r++) {
+            int64_t best = 0;
+            for (int64_t c = 1; c < k; c++)
+                if (p[r * k + c] > p[r * k + best]) best = c;
+            correct += best == b->labels[r];
+        }
+        n += b->size;
+        kiln_loader_release(el, b);
+    }
+    if (n < 1) {
+        fprintf(stderr, "kiln train: the test set holds no images: no accuracy to measure\n");
+        return 1;
+    }
+    *acc = (double)correct / (double)n;
+    return 0;
+}
+
+static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, kiln_loader *el, kiln_device dev,
+                    const char *output, int64_t chunk, double *acc) {
     kiln_model *m = NULL;
     kiln_session *s = NULL;
     kiln_tensor *x = NULL;
@@ -1253,6 +1330,10 @@ static int evaluate(kiln_context *ctx, kiln_trainer *t, const kiln_mnist *d, kil
     kiln_session_options so = {.device = dev};
     if (kiln_trainer_export(t, output, &m) || kiln_session_create(m, &so, &s)) {
         rc = fail(ctx, "evaluation model");
+        goto out;
+    }
+    if (el) {
+        rc = evaluate_stream(ctx, s, el, acc);
         goto out;
     }
     const int64_t n = kiln_tensor_dim(d->test_images, 0);
@@ -1585,12 +1666,12 @@ out:
 
 static int cmd_train(int argc, char **argv) {
     train_args a = {.epochs = 1, .batch = 64, .accumulate = 1, .seed = 1, .dropout = 1, .device = "cpu", .amp = "off",
-                    .plot_w = 1200, .plot_h = 900, .resize = -1};
+                    .plot_w = 1200, .plot_h = 900, .resize = -1, .data_cache = "auto"};
     enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
            O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
            O_PLOT, O_PLOT_SIZE, O_EXPORT, O_LABEL_SMOOTHING, O_IMAGE_SIZE, O_CLASSES, O_RESIZE, O_NO_AUGMENT,
            O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT, O_DIST_TIMEOUT, O_BUCKET_MB, O_DROP_LAST, O_SYNC_BN,
-           O_MEMORY_LIMIT, O_MAX_BATCH, O_RECOMPUTE };
+           O_MEMORY_LIMIT, O_MAX_BATCH, O_RECOMPUTE, O_DATA_CACHE, O_DATA_WORKERS };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -1615,6 +1696,7 @@ static int cmd_train(int argc, char **argv) {
         {"drop-last", no_argument, NULL, O_DROP_LAST},        {"sync-bn", no_argument, NULL, O_SYNC_BN},
         {"memory-limit", required_argument, NULL, O_MEMORY_LIMIT}, {"max-batch", no_argument, NULL, O_MAX_BATCH},
         {"recompute", required_argument, NULL, O_RECOMPUTE},
+        {"data-cache", required_argument, NULL, O_DATA_CACHE}, {"data-workers", required_argument, NULL, O_DATA_WORKERS},
         {0}};
     optim_flags of = OPTIM_FLAGS_INIT;
     /* data parallelism (cli/launch.c) */
@@ -1677,6 +1759,8 @@ static int cmd_train(int argc, char **argv) {
             }
             recompute = strcmp(v, "on") == 0;
             break;
+        case O_DATA_CACHE: a.data_cache = v; break;
+        case O_DATA_WORKERS: a.data_workers = atoi(v); break;
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
@@ -1712,9 +1796,10 @@ static int cmd_train(int argc, char **argv) {
         return 2;
     }
     if (mnist && (a.label_smoothing || a.image_size || a.classes || a.resize >= 0 || a.no_augment || a.no_flip ||
-                  a.mean || a.std || a.zero_init_residual)) {
+                  a.mean || a.std || a.zero_init_residual || strcmp(a.data_cache, "auto") || a.data_workers)) {
         fprintf(stderr, "kiln train: --label-smoothing, --image-size, --classes, --resize, --no-augment, --no-flip, "
-                        "--mean, --std and --zero-init-residual are for resnets and ONNX models, not mnist-net\n");
+                        "--mean, --std, --zero-init-residual, --data-cache and --data-workers are for resnets and ONNX "
+                        "models, not mnist-net\n");
         return 2;
     }
     if (!(a.label_smoothing >= 0 && a.label_smoothing < 1)) {
@@ -1726,6 +1811,14 @@ static int cmd_train(int argc, char **argv) {
         return 2;
     }
     if (!a.data && !max_batch) { fprintf(stderr, "kiln train: --data DIR is required (but for --max-batch)\n"); return 2; }
+    if (strcmp(a.data_cache, "auto") && strcmp(a.data_cache, "on") && strcmp(a.data_cache, "off")) {
+        fprintf(stderr, "kiln train: --data-cache must be auto, on or off\n");
+        return 2;
+    }
+    if (a.data_workers < 0 || a.data_workers > 256) {
+        fprintf(stderr, "kiln train: --data-workers must be in 0..256\n");
+        return 2;
+    }
     if (a.epochs < 1 || a.batch < 1 || a.accumulate < 1 || a.max_steps < 0) {
         fprintf(stderr, "kiln train: --epochs, --batch and --accumulate must be >= 1\n");
         return 2;
@@ -1779,6 +1872,14 @@ static int cmd_train(int argc, char **argv) {
     kiln_model *m = NULL, *fwd = NULL;
     kiln_trainer *t = NULL;
     kiln_loader *l = NULL;
+    /* streaming image folders (--data-cache): the file lists, the test split's loader and
+     * the training loader's ring (pinned on CUDA) */
+    bool stream = false;
+    kiln_image_list trl = {0}, tel = {0};
+    kiln_loader *el = NULL;
+    void **ring = NULL;
+    int ring_n = 0;
+    int stream_resize = 0, stream_channels = 3;
     FILE *lf = NULL;
     train_log tl = {0}; /* for --json and --plot */
     kj *jw = NULL;
@@ -1835,11 +1936,30 @@ static int cmd_train(int argc, char **argv) {
             cd.aug.std[c] = channels == 1 && !a.std ? 0.226f : std3[c];
         }
         cd.augment = !a.no_augment;
-        if ((rc = load_classifier_data(ctx, a.data, channels, (int)size, a.resize, &cd))) goto out;
+        stream_resize = a.resize >= 0 ? a.resize : (int)lround(size * 256.0 / 224.0);
+        if (image_folders(a.data) && strcmp(a.data_cache, "on") &&
+            (rc = data_cache_decide(ctx, a.data, a.data_cache, channels, (int)size, stream_resize, cd.augment, &trl, &tel,
+                                    &stream)))
+            goto out;
+        if (!image_folders(a.data) && strcmp(a.data_cache, "off") == 0) {
+            fprintf(stderr, "kiln train: --data-cache off streams image folders (DIR/train/<class>/); %s is not one\n",
+                    a.data);
+            rc = 2;
+            goto out;
+        }
+        if (stream && a.profile) {
+            fprintf(stderr, "kiln train: --profile times a step on a data set in memory: add --data-cache on\n");
+            rc = 2;
+            goto out;
+        }
+        stream_channels = channels;
+        if (stream) cd.n_classes = trl.n_classes;
+        else if ((rc = load_classifier_data(ctx, a.data, channels, (int)size, a.resize, &cd))) goto out;
         /* the class count: the data set's unless --classes; every label must be below it */
         if (!k) k = cd.n_classes;
-        const int64_t top = max_label(cd.train_labels) > max_label(cd.test_labels) ? max_label(cd.train_labels)
-                                                                                  : max_label(cd.test_labels);
+        const int64_t top = stream ? trl.n_classes - 1
+                            : max_label(cd.train_labels) > max_label(cd.test_labels) ? max_label(cd.train_labels)
+                                                                                    : max_label(cd.test_labels);
         if (k < cd.n_classes || top >= k) {
             fprintf(stderr, "kiln train: %s has %d classes (labels up to %lld) but the model has %lld outputs\n", a.data,
                     cd.n_classes, (long long)top, (long long)k);
@@ -1860,7 +1980,7 @@ static int cmd_train(int argc, char **argv) {
         d.train_labels = cd.train_labels;
         d.test_images = cd.test_f32;
         d.test_labels = cd.test_labels;
-        if ((rc = classifier_epoch(ctx, &cd, a.seed, 0, &d))) goto out;
+        if (!stream && (rc = classifier_epoch(ctx, &cd, a.seed, 0, &d))) goto out;
         printf("%s: %lld classes, %dx%d %s input; %s\n", a.model, (long long)k, (int)size, (int)size,
                channels == 3 ? "RGB" : "grey",
                cd.augment ? "random-resized-crop + flip + normalize per epoch" : "no augmentation");
@@ -1887,7 +2007,57 @@ static int cmd_train(int argc, char **argv) {
             goto out;
         }
     }
-    if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) { /* e.g. --batch over the data set */
+    if (stream) {
+        /* the training split through the training transform (or, --no-augment, the
+         * evaluation one), the test split through the evaluation transform, each batch
+         * decoded by the loader's threads; on CUDA into pinned memory */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        /* CUDA: the cores (at most 16) decode while the GPU computes; CPU: 2, the cores train */
+        lo.workers = a.data_workers                  ? a.data_workers
+                     : o.device != KILN_DEVICE_CUDA ? 2
+                     : cores > 16                   ? 16
+                     : cores < 1                    ? 1
+                                                    : (int)cores;
+        lo.slots = lo.workers + 2;
+        const int channels = stream_channels;
+        const size_t xb = sizeof(float) * (size_t)channels * (size_t)cd.aug.size * (size_t)cd.aug.size * (size_t)a.batch,
+                     yb = sizeof(int64_t) * (size_t)a.batch;
+        ring = calloc(2 * (size_t)lo.slots, sizeof *ring);
+        if (!ring) { fprintf(stderr, "kiln train: out of memory\n"); rc = 1; goto out; }
+        ring_n = 2 * lo.slots;
+        for (int i = 0; i < ring_n; i++)
+            if (kiln_host_alloc(ctx, o.device, i < lo.slots ? xb : yb, &ring[i])) {
+                rc = fail(ctx, "the loader's ring");
+                goto out;
+            }
+        /* the trainer's pinned staging (its upload path) two batches large: each upload one
+         * copy that need not wait for the step ahead of it (src/cuda/context.c) */
+        if (o.device == KILN_DEVICE_CUDA && !getenv("KILN_CUDA_STAGING_MB")) {
+            char mb[32];
+            snprintf(mb, sizeof mb, "%zu", (2 * (xb + yb) >> 20) + 2);
+            setenv("KILN_CUDA_STAGING_MB", mb, 0);
+        }
+        lo.slot_images = (float *const *)ring;
+        lo.slot_labels = (int64_t *const *)(ring + lo.slots);
+        kiln_image_stream_options io = {.channels = channels, .train = cd.augment, .resize = stream_resize,
+                                        .dct_scale = true, .aug = cd.aug};
+        if (kiln_loader_create_images(ctx, &trl, &io, &lo, &l)) {
+            rc = fail(ctx, a.data);
+            goto out;
+        }
+        kiln_loader_options eo = kiln_loader_options_default();
+        eo.shuffle = false;
+        eo.batch_size = a.batch < tel.n ? a.batch : tel.n > 0 ? tel.n : 1;
+        eo.workers = lo.workers;
+        eo.slots = lo.workers + 2;
+        io.train = false;
+        if (kiln_loader_create_images(ctx, &tel, &io, &eo, &el)) {
+            rc = fail(ctx, a.data);
+            goto out;
+        }
+        printf("streaming: %d decoding threads, %d batches in the ring (%s memory)\n", lo.workers, lo.slots,
+               o.device == KILN_DEVICE_CUDA ? "pinned" : "host");
+    } else if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) { /* e.g. --batch over the data set */
         rc = fail(ctx, a.data);
         goto out;
     }
@@ -1991,7 +2161,7 @@ static int cmd_train(int argc, char **argv) {
     setup_ms = now_ms() - t0;
     printf("%s: %lld parameters; %lld steps of %lld per epoch; setup %.0f ms\n", a.model, (long long)ts.param_count,
            (long long)steps, (long long)a.batch, setup_ms);
-    if (o.device == KILN_DEVICE_CUDA && !a.no_warmup) {
+    if (o.device == KILN_DEVICE_CUDA && !a.no_warmup && !stream) {
         /* the one-time work (plans, algorithm searches, graph captures) before the first
          * epoch's clock starts, reported on its own line; the training state is untouched */
         const double tw = now_ms();
@@ -2015,7 +2185,7 @@ static int cmd_train(int argc, char **argv) {
         /* where this epoch stops: its end, or earlier where --max-steps runs out (the bar
          * counts to there, and its line ends there, before the summary lines) */
         const int64_t stop = a.max_steps && step + (a.max_steps - done) < steps ? step + (a.max_steps - done) : steps;
-        if (!mnist && cd.augment && epoch != cd.epoch_ready) {
+        if (!mnist && !stream && cd.augment && epoch != cd.epoch_ready) {
             /* this epoch's transformed training images; on the CPU a loader over them,
              * continuing the stream where the run is (its prefetched batches dropped) */
             kiln_loader_free(l);
@@ -2030,7 +2200,9 @@ static int cmd_train(int argc, char **argv) {
         }
         double te = now_ms(), last = 0;
         float loss = 0;
-        if (o.device == KILN_DEVICE_CUDA) {
+        kiln_load_stats ls0;
+        kiln_loader_stats(l, &ls0, true); /* this epoch's waits from here */
+        if (o.device == KILN_DEVICE_CUDA && !stream) {
             /* the data set lives on the GPU; each step gathers its batch there. Read the
              * loss (a synchronization) only every 100 steps. */
             while (step < steps) {
@@ -2050,18 +2222,21 @@ static int cmd_train(int argc, char **argv) {
                 if (a.max_steps && done >= a.max_steps) break;
             }
         }
-        for (; o.device == KILN_DEVICE_CPU && step < steps; step++) {
+        for (; (o.device == KILN_DEVICE_CPU || stream) && step < steps; step++) {
             const kiln_batch *b = NULL;
             kiln_tensor *in[2];
             if (kiln_loader_next(l, &b)) { rc = fail(ctx, "loader"); goto out; }
             in[0] = b->x;
             in[1] = b->y;
             const double lr = train_lr(t);
-            kiln_status st = kiln_trainer_step(t, 2, in, &loss);
+            /* on CUDA reading the loss waits for the step: only every 100 steps and at the end */
+            const bool want = o.device == KILN_DEVICE_CPU || lf || (step + 1) % 100 == 0 || step + 1 == stop ||
+                              (a.max_steps && done + 1 >= a.max_steps);
+            kiln_status st = kiln_trainer_step(t, 2, in, want ? &loss : NULL);
             kiln_loader_release(l, b);
             if (lf && !st) fprintf(lf, "%.9g\n", loss);
             if (st) { rc = fail(ctx, "training step"); goto out; }
-            train_log_step(&tl, epoch * steps + step + 1, epoch + 1, loss, lr);
+            if (want) train_log_step(&tl, epoch * steps + step + 1, epoch + 1, loss, lr);
             done++;
             double now = now_ms();
             if ((tty && now - last > 100) || (step + 1) % 100 == 0 || step + 1 == stop) {
@@ -2075,6 +2250,15 @@ static int cmd_train(int argc, char **argv) {
             }
         }
         double secs = (now_ms() - te) / 1000;
+        /* how long the steps waited for data, and the loader's rate (streaming: decoding) */
+        kiln_load_stats ls;
+        kiln_loader_stats(l, &ls, true);
+        const bool used_loader = o.device == KILN_DEVICE_CPU || stream;
+        const double data_rate = ls.busy_s > 0 ? (double)ls.samples / ls.busy_s * (ls.workers ? ls.workers : 1) : NAN;
+        if (used_loader)
+            printf("data: waited %.2f s of %.2f s (%.1f%%); %s %lld images at %.0f img/s (%d threads)\n", ls.wait_s,
+                   secs, secs > 0 ? 100 * ls.wait_s / secs : 0.0, stream ? "decoded" : "gathered", (long long)ls.samples,
+                   data_rate, ls.workers);
         if (a.save) {
             bool end = step >= steps;
             const kiln_train_position sp = {.epoch = end ? epoch + 1 : epoch,
@@ -2087,7 +2271,7 @@ static int cmd_train(int argc, char **argv) {
         }
         /* data parallelism: rank 0 alone evaluates (the weights are the same everywhere; the
          * others' output goes nowhere, and their evaluation would sit on device 0) */
-        if ((!dist || kiln_dist_rank(dist) == 0) && evaluate(ctx, t, &d, o.device, output, mnist ? 1000 : a.batch, &acc)) {
+        if ((!dist || kiln_dist_rank(dist) == 0) && evaluate(ctx, t, &d, el, o.device, output, mnist ? 1000 : a.batch, &acc)) {
             rc = 1;
             goto out;
         }
@@ -2096,6 +2280,8 @@ static int cmd_train(int argc, char **argv) {
         train_log_epoch(&tl, &(train_epoch_rec){.epoch = epoch + 1, .steps = step - first, .time_s = secs,
                                                 .steps_per_s = secs > 0 ? (double)(step - first) / secs : NAN,
                                                 .last_loss = loss, .test_accuracy = acc,
+                                                .data_wait_s = used_loader ? ls.wait_s : NAN,
+                                                .data_img_s = used_loader ? data_rate : NAN,
                                                 .end_step = epoch * steps + step});
         if (a.max_steps && done >= a.max_steps) break;
     }
@@ -2137,6 +2323,11 @@ out:
     train_log_free(&tl);
     if (lf) fclose(lf);
     kiln_loader_free(l);
+    kiln_loader_free(el);
+    for (int i = 0; i < ring_n; i++) kiln_host_free(o.device, ring[i]);
+    free(ring);
+    kiln_image_list_free(&trl);
+    kiln_image_list_free(&tel);
     kiln_trainer_free(t);
     kiln_dist_free(dist);
     kiln_model_free(m);

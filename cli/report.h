@@ -116,6 +116,7 @@ typedef struct train_epoch_rec {
     int64_t epoch, steps; /* steps run in this process (not those a --resume skipped) */
     int64_t end_step;     /* the run's step count at the epoch's end (as train_step_rec.step) */
     double time_s, steps_per_s, last_loss, test_accuracy;
+    double data_wait_s, data_img_s; /* the loader: seconds the steps waited, images/s it made (NAN: no loader) */
 } train_epoch_rec;
 struct train_log {
     train_step_rec *steps;

@@ -6,6 +6,7 @@ names, leaves others alone).
   corpus_safetensors/  fuzz_safetensors (src/io/safetensors.c)
   corpus_idx/          fuzz_idx (src/data/idx.c), plain and gzipped
   corpus_npy/          fuzz_npy (src/io/npy.c)
+  corpus_cifar/        fuzz_cifar (src/data/cifar.c, CIFAR-10's binary records)
   corpus_onnx_pb/      fuzz_onnx_pb (TensorProto files, kiln_tensor_load_onnx_pb): node-test
                        inputs from Debian's libonnx-testdata when installed, plus hand-made ones
 """
@@ -171,3 +172,17 @@ out("corpus_onnx_pb", "hand_huge_dims.pb",
 out("corpus_onnx_pb", "hand_raw_short.pb", field(1, 0, varint(8)) + field(2, 0, varint(1)) + ld(9, b"\0" * 4))
 out("corpus_onnx_pb", "hand_external.pb",
     field(1, 0, varint(1)) + field(2, 0, varint(1)) + ld(13, ld(1, b"location") + ld(2, b"w.bin")) + field(14, 0, varint(1)))
+
+
+# ------------------------------------------------------------------ CIFAR-10
+def cifar_rec(label, seed):
+    px = ((np.arange(3072) * (seed * 7 + 3)) % 251).astype(np.uint8).tobytes()
+    return bytes([label]) + px
+
+
+out("corpus_cifar", "one.bin", cifar_rec(3, 1))
+out("corpus_cifar", "three.bin", cifar_rec(0, 1) + cifar_rec(9, 2) + cifar_rec(5, 3))
+out("corpus_cifar", "label_10.bin", cifar_rec(1, 1) + cifar_rec(10, 2))
+out("corpus_cifar", "short.bin", cifar_rec(2, 1)[:3000])
+out("corpus_cifar", "trailing.bin", cifar_rec(2, 1) + b"\0")
+out("corpus_cifar", "empty.bin", b"")

@@ -238,6 +238,24 @@ kiln_status kiln_loader_seek(kiln_loader *l, int64_t epoch, int64_t step);
 kiln_status kiln_loader_seek_sample(kiln_loader *l, int64_t epoch, int64_t sample);
 int64_t kiln_loader_epoch_sample(const kiln_loader *l, int64_t epoch, int64_t step);
 
+/* What the loader did since it was created or last reset: wait_s, the seconds
+ * kiln_loader_next spent blocked waiting for a batch (or gathering it, without workers);
+ * busy_s, the seconds the gathering threads spent on batches (summed over threads);
+ * samples and batches gathered. samples / busy_s * workers is the rate the workers can
+ * give; wait_s against an epoch's time is how long training waited for data. */
+typedef struct kiln_load_stats {
+    double wait_s, busy_s;
+    int64_t samples, batches;
+    int workers;
+} kiln_load_stats;
+void kiln_loader_stats(kiln_loader *l, kiln_load_stats *out, bool reset);
+
+/* Host memory for the loader's ring that `device` copies from fastest: page-locked
+ * (pinned) memory on CUDA, plain aligned memory on the CPU (or when the build has no CUDA).
+ * Free it with kiln_host_free on the same device, after the loader. */
+kiln_status kiln_host_alloc(kiln_context *ctx, kiln_device device, size_t bytes, void **out);
+void kiln_host_free(kiln_device device, void *p);
+
 /* ------------------------------------------------------------ image folders */
 
 /* Images as decoded: h rows of w pixels of c channels (1 grey, 3 RGB), u8, interleaved. */
@@ -287,6 +305,7 @@ kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kil
                                    kiln_image_folder *out);
 void kiln_image_folder_free(kiln_image_folder *f);
 
+
 /* ------------------------------------------- CIFAR-10 and image transforms */
 
 /* CIFAR-10's binary format: DIR/data_batch_1.bin .. data_batch_5.bin (those present, from
@@ -320,6 +339,47 @@ kiln_status kiln_images_augment(kiln_context *ctx, const kiln_tensor *images, co
                                 uint64_t seed, int64_t epoch, kiln_tensor *out);
 kiln_status kiln_images_center(kiln_context *ctx, const kiln_tensor *images, int resize,
                                const kiln_augment_options *o, kiln_tensor *out);
+
+/* Streaming image folders: the files of an ImageFolder listed (nothing decoded), then a
+ * loader (the batch loader above: same order for a seed, sharding, ring, workers) whose
+ * workers read and decode each batch's files and transform each image as it is decoded,
+ * for data sets too large to decode into memory.
+ *   kiln_image_list_load: DIR/<class>/<file> as kiln_image_folder_load lists them (same
+ *     classes, order, labels and errors: no class folders, an empty class folder).
+ *   kiln_loader_create_images: batches f32 (B, channels, size, size) and i64 labels.
+ *     train: the training transform of kiln_images_augment (RandomResizedCrop of the
+ *     decoded image, flip, normalize) with random numbers from (loader seed, epoch, image
+ *     index) exactly as kiln_images_augment draws them: on an image of the size
+ *     kiln_images_augment gets, the same crop and the same pixels. Otherwise the
+ *     evaluation transform (shorter side to resize, 0: kept; centre size x size;
+ *     normalize), pixel for pixel what kiln_image_folder_load with resize and crop = size
+ *     and then kiln_images_center give. Grey images become RGB (channels 3) and colour
+ *     ones grey (channels 1) as kiln_image_decode converts; PNG alpha is dropped.
+ *     dct_scale: JPEGs decode at the smallest DCT scale M/8 that still holds the crop at
+ *     the output size (no upsampling added): faster for large files, not bit-identical
+ *     to a full decode. A file that cannot be read or decoded stops the stream: that
+ *     kiln_loader_next fails with the file's error (naming it), and so does every later
+ *     one; nothing is skipped silently.
+ * The list must outlive the loader. */
+typedef struct kiln_image_list {
+    char **paths;       /* (n) DIR/<class>/<file> */
+    int64_t *labels;    /* (n) */
+    int64_t n;
+    char **class_names; /* (n_classes) */
+    int n_classes;
+} kiln_image_list;
+kiln_status kiln_image_list_load(kiln_context *ctx, const char *dir, kiln_image_list *out);
+void kiln_image_list_free(kiln_image_list *list);
+typedef struct kiln_image_stream_options {
+    int channels;             /* 1 or 3 */
+    bool train;               /* the training transform (aug: size, scale, ratio, flip) */
+    int resize;               /* evaluation: the shorter side before the crop (0: kept) */
+    bool dct_scale;           /* decode JPEGs at a reduced DCT scale where the crop allows */
+    kiln_augment_options aug; /* size, mean and std always; scale, ratio, flip: training */
+} kiln_image_stream_options;
+kiln_status kiln_loader_create_images(kiln_context *ctx, const kiln_image_list *list,
+                                      const kiln_image_stream_options *io, const kiln_loader_options *opts,
+                                      kiln_loader **out);
 
 /* -------------------------------------------------------------- gradients */
 

@@ -7,11 +7,13 @@
  *
  *   test_images WORKDIR
  */
+#include "data/data.h" /* kiln_image_decode_scaled */
 #include "kiln_tools.h"
 
 #include <stdio.h> /* before jpeglib.h, which uses FILE */
 
 #include <jpeglib.h>
+#include <math.h>
 #include <png.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,6 +328,255 @@ static void test_folder(const char *root) {
           msg());
 }
 
+
+/* ---------------------------------------------------------- streaming folders */
+
+/* Batches of a and b equal, bit for bit, for `steps` steps (labels, indices, pixels). */
+static int same_batches(kiln_loader *a, kiln_loader *b, int64_t steps, const char *what) {
+    int bad = 0;
+    for (int64_t q = 0; q < steps && !bad; q++) {
+        const kiln_batch *x = NULL, *y = NULL;
+        kiln_status sa = kiln_loader_next(a, &x);
+        CHECK(sa == KILN_OK, "%s: batch %lld: %s", what, (long long)q, msg());
+        kiln_status sb = sa ? sa : kiln_loader_next(b, &y);
+        CHECK(sb == KILN_OK, "%s: batch %lld (streaming): %s", what, (long long)q, msg());
+        if (sa || sb) return 1;
+        const int64_t m = kiln_tensor_numel(x->x) / (x->size ? x->size : 1);
+        if (x->size != y->size || x->epoch != y->epoch || x->step != y->step) bad = 1;
+        for (int64_t i = 0; !bad && i < x->size; i++)
+            if (x->labels[i] != y->labels[i] || x->indices[i] != y->indices[i]) bad = 1;
+        if (!bad && memcmp(x->images, y->images, sizeof(float) * (size_t)(m * x->size))) bad = 1;
+        CHECK(!bad, "%s: batch %lld (epoch %lld step %lld) differs", what, (long long)q, (long long)x->epoch,
+              (long long)x->step);
+        kiln_loader_release(a, x);
+        kiln_loader_release(b, y);
+    }
+    return bad;
+}
+
+/* kiln_image_decode_scaled's need: full size, the region x 29..50, y 17..30 */
+static void region_need(void *arg, int w, int h, int *nw, int *nh, int region[4]) {
+    (void)arg;
+    *nw = w, *nh = h;
+    region[0] = 29, region[1] = 17, region[2] = 21, region[3] = 13;
+}
+
+static void test_stream(const char *root) {
+    char d[4352], p[8704];
+    snprintf(d, sizeof d, "%s/stream", root);
+    mkdir(d, 0755);
+    const char *cls[] = {"ant", "bee", "cow"};
+    /* the training split: every image 37x37 (the side the in-memory path stores), PNG of
+     * every kind and JPEG, grey and colour */
+    int n = 0;
+    for (int c = 0; c < 3; c++) {
+        mkd(d, cls[c]);
+        for (int i = 0; i < 7; i++, n++) {
+            const int kind = (c * 7 + i) % 5;
+            snprintf(p, sizeof p, "%s/%s/%02d.%s", d, cls[c], i, kind < 3 ? "png" : "jpg");
+            if (kind == 0) write_png(p, 37, 37, PNG_COLOR_TYPE_RGB, 8, n);
+            if (kind == 1) write_png(p, 37, 37, PNG_COLOR_TYPE_GRAY, 8, n);
+            if (kind == 2) write_png(p, 37, 37, PNG_COLOR_TYPE_RGBA, 8, n); /* alpha dropped */
+            if (kind == 3) write_jpeg(p, 37, 37, 3, n);
+            if (kind == 4) write_jpeg(p, 37, 37, 1, n); /* grey: expanded to RGB */
+        }
+    }
+    kiln_image_list list = {0};
+    CHECK(kiln_image_list_load(ctx, d, &list) == KILN_OK && list.n == 21 && list.n_classes == 3 &&
+              !strcmp(list.class_names[2], "cow") && list.labels[20] == 2 && strstr(list.paths[0], "ant/00.png"),
+          "image list: %s", msg());
+    kiln_image_folder f = {0};
+    kiln_image_folder_options fo = {.channels = 3, .resize = 37, .crop = 37};
+    CHECK(kiln_image_folder_load(ctx, d, &fo, &f) == KILN_OK, "folder: %s", msg());
+    if (!f.images || list.n != 21) {
+        kiln_image_list_free(&list);
+        kiln_image_folder_free(&f);
+        return;
+    }
+    kiln_augment_options aug = {.size = 32, .flip = true, .mean = {0.4f, 0.5f, 0.6f}, .std = {0.2f, 0.25f, 0.3f}};
+    kiln_tensor *e[2] = {NULL, NULL};
+    kiln_loader_options lo = kiln_loader_options_default();
+    lo.batch_size = 4;
+    lo.seed = 77;
+    kiln_image_stream_options io = {.channels = 3, .train = true, .aug = aug};
+    /* the training transform: streaming equals the in-memory path (decoded once, then
+     * kiln_images_augment per epoch), epoch by epoch, with and without workers, sharded */
+    for (int cfg = 0; cfg < 4; cfg++) {
+        kiln_loader_options a = lo;
+        a.workers = cfg == 0 ? 0 : cfg == 1 ? 1 : 3;
+        a.drop_last = cfg == 2;
+        if (cfg == 3) a.shard_rank = 1, a.shard_count = 2;
+        kiln_loader_options b = a;
+        b.workers = cfg == 0 ? 3 : cfg == 1 ? 0 : 2;
+        kiln_loader *ls = NULL;
+        CHECK(kiln_loader_create_images(ctx, &list, &io, &b, &ls) == KILN_OK, "stream loader: %s", msg());
+        for (int64_t ep = 0; ep < 2 && ls; ep++) {
+            kiln_tensor_free(e[0]);
+            e[0] = NULL;
+            kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){21, 3, 32, 32}, &e[0]);
+            CHECK(kiln_images_augment(ctx, f.images, &aug, lo.seed, ep, e[0]) == KILN_OK, "augment: %s", msg());
+            kiln_loader *lm = NULL;
+            CHECK(kiln_loader_create(ctx, e[0], f.labels, &a, &lm) == KILN_OK && kiln_loader_seek(lm, ep, 0) == KILN_OK,
+                  "loader: %s", msg());
+            char what[64];
+            snprintf(what, sizeof what, "train transform, config %d, epoch %lld", cfg, (long long)ep);
+            if (lm) same_batches(lm, ls, kiln_loader_steps_per_epoch(lm), what);
+            kiln_loader_free(lm);
+        }
+        kiln_load_stats ss;
+        kiln_loader_stats(ls, &ss, false);
+        CHECK(ss.samples >= 21 && ss.wait_s >= 0 && ss.busy_s > 0 && ss.workers == b.workers,
+              "stats: %lld samples, %g s busy, %g s waited", (long long)ss.samples, ss.busy_s, ss.wait_s);
+        kiln_loader_free(ls);
+    }
+    kiln_image_folder_free(&f);
+    kiln_image_list_free(&list);
+
+    /* the evaluation transform, images of several sizes: bit for bit the in-memory path
+     * (kiln_image_folder_load with resize and crop, then kiln_images_center) */
+    snprintf(d, sizeof d, "%s/stream_eval", root);
+    mkdir(d, 0755);
+    for (int c = 0; c < 2; c++) {
+        mkd(d, cls[c]);
+        for (int i = 0; i < 5; i++) {
+            snprintf(p, sizeof p, "%s/%s/%d.%s", d, cls[c], i, i & 1 ? "jpg" : "png");
+            const int w = 30 + 9 * i + c, h = 60 - 7 * i;
+            if (i & 1) write_jpeg(p, w, h, i == 3 ? 1 : 3, i);
+            else write_png(p, w, h, i == 2 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, 8, i);
+        }
+    }
+    fo = (kiln_image_folder_options){.channels = 3, .resize = 29, .crop = 24};
+    aug.size = 24;
+    CHECK(kiln_image_folder_load(ctx, d, &fo, &f) == KILN_OK && kiln_image_list_load(ctx, d, &list) == KILN_OK,
+          "eval folder: %s", msg());
+    if (f.images) {
+        kiln_tensor_free(e[1]);
+        e[1] = NULL;
+        kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){10, 3, 24, 24}, &e[1]);
+        CHECK(kiln_images_center(ctx, f.images, 0, &aug, e[1]) == KILN_OK, "center: %s", msg());
+        io = (kiln_image_stream_options){.channels = 3, .resize = 29, .aug = aug};
+        kiln_loader_options a = lo;
+        a.shuffle = false;
+        a.batch_size = 3;
+        kiln_loader *lm = NULL, *ls = NULL;
+        CHECK(kiln_loader_create(ctx, e[1], f.labels, &a, &lm) == KILN_OK &&
+                  kiln_loader_create_images(ctx, &list, &io, &a, &ls) == KILN_OK,
+              "eval loaders: %s", msg());
+        if (lm && ls) same_batches(lm, ls, 2 * kiln_loader_steps_per_epoch(lm), "evaluation transform");
+        kiln_loader_free(lm);
+        kiln_loader_free(ls);
+    }
+    kiln_image_folder_free(&f);
+    kiln_image_list_free(&list);
+
+    /* DCT scaling: a large smooth JPEG decoded at a reduced scale gives nearly what the
+     * full decode gives, for both transforms (the crop mapped onto the smaller image) */
+    snprintf(d, sizeof d, "%s/stream_big", root);
+    mkdir(d, 0755);
+    mkd(d, "one");
+    snprintf(p, sizeof p, "%s/one/big.jpg", d);
+    write_jpeg(p, 60, 40, 3, 5);
+    CHECK(kiln_image_list_load(ctx, d, &list) == KILN_OK, "big list: %s", msg());
+    for (int train = 0; train < 2 && list.n == 1; train++) {
+        float out[2][3 * 8 * 8];
+        kiln_augment_options ag = {.size = 8, .mean = {0, 0, 0}, .std = {1, 1, 1}, .scale_min = 0.5f};
+        for (int dct = 0; dct < 2; dct++) {
+            io = (kiln_image_stream_options){.channels = 3, .train = train, .resize = 10, .dct_scale = dct, .aug = ag};
+            kiln_loader_options a = lo;
+            a.batch_size = 1;
+            kiln_loader *ls = NULL;
+            const kiln_batch *b = NULL;
+            CHECK(kiln_loader_create_images(ctx, &list, &io, &a, &ls) == KILN_OK && kiln_loader_next(ls, &b) == KILN_OK,
+                  "big: %s", msg());
+            if (b) memcpy(out[dct], b->images, sizeof out[dct]);
+            kiln_loader_free(ls);
+        }
+        double diff = 0, same = 1;
+        for (int i = 0; i < 3 * 64; i++) {
+            diff += fabs(out[0][i] - out[1][i]) / (3 * 64);
+            same = same && out[0][i] == out[1][i];
+        }
+        /* the image rises 4 levels a pixel along x, 16 an output pixel at this scale: the
+         * scaled decode stays within 10 levels (0.04) on average, a crop misplaced by an
+         * output pixel would not */
+        CHECK(diff < 0.04 && !same, "DCT scaling (%s): mean |diff| %g of full decoding (scaled: %s)",
+              train ? "train" : "eval", diff, same ? "no" : "yes");
+    }
+    kiln_image_list_free(&list);
+
+    /* the decode of a region (the crop alone): the rows and iMCU columns holding it and a
+     * pixel more each side, at the offset the frame gives, pixel for pixel the full
+     * decode's there, but for the first column (libjpeg's fancy upsampling of chroma takes
+     * it for the image's edge: the margin keeps it out of the crop) */
+    {
+        snprintf(p, sizeof p, "%s/region.jpg", root);
+        write_jpeg(p, 64, 48, 3, 9);
+        size_t len = 0;
+        unsigned char *jb = slurp(p, &len);
+        kiln_image full = {0}, part = {0};
+        kiln_image_frame fr = {0};
+        CHECK(kiln_image_decode(ctx, jb, len, "region.jpg", 3, &full) == KILN_OK, "full: %s", msg());
+        CHECK(kiln_image_decode_scaled(ctx, jb, len, "region.jpg", 3, region_need, NULL, &part, &fr) == KILN_OK,
+              "region: %s", msg());
+        CHECK(fr.full_w == 64 && fr.full_h == 48 && fr.scaled_w == 64 && fr.scaled_h == 48 && fr.x0 < 29 &&
+                  fr.y0 < 17 && fr.x0 + part.w >= 29 + 21 && fr.y0 + part.h >= 17 + 13 && part.h < 48 && part.w < 64,
+              "region frame: at %d,%d, %dx%d of %dx%d", fr.x0, fr.y0, part.w, part.h, fr.scaled_w, fr.scaled_h);
+        int bad = 0;
+        for (int y = 0; full.pixels && part.pixels && y < part.h; y++)
+            for (int x = 0; x < part.w * 3; x++)
+                bad += (x >= 3 || fr.x0 == 0) &&
+                       part.pixels[(size_t)y * part.w * 3 + x] != full.pixels[((size_t)(fr.y0 + y) * 64 + fr.x0) * 3 + x];
+        CHECK(bad == 0, "region pixels: %d differ from the full decode's", bad);
+        kiln_image_free(&full);
+        kiln_image_free(&part);
+        free(jb);
+    }
+
+    /* bad files: the stream stops with the file's error, from a worker or not, at every
+     * later next too; an empty class folder is refused when listing */
+    snprintf(d, sizeof d, "%s/stream_bad", root);
+    mkdir(d, 0755);
+    mkd(d, "a");
+    mkd(d, "b");
+    for (int i = 0; i < 6; i++) {
+        snprintf(p, sizeof p, "%s/%s/%d.png", d, i < 3 ? "a" : "b", i);
+        write_png(p, 12, 12, PNG_COLOR_TYPE_RGB, 8, i);
+    }
+    size_t bn = 0;
+    snprintf(p, sizeof p, "%s/b/4.png", d);
+    unsigned char *bytes = slurp(p, &bn);
+    snprintf(p, sizeof p, "%s/b/4.png", d);
+    spit(p, bytes, bn / 2); /* truncated */
+    free(bytes);
+    CHECK(kiln_image_list_load(ctx, d, &list) == KILN_OK, "bad list: %s", msg());
+    for (int w = 0; w < 3 && list.n == 6; w += 2) {
+        io = (kiln_image_stream_options){.channels = 3, .train = true, .aug = {.size = 8, .std = {1, 1, 1}}};
+        kiln_loader_options a = lo;
+        a.batch_size = 2;
+        a.shuffle = false;
+        a.workers = w;
+        kiln_loader *ls = NULL;
+        CHECK(kiln_loader_create_images(ctx, &list, &io, &a, &ls) == KILN_OK, "bad loader: %s", msg());
+        const kiln_batch *b = NULL;
+        int ok = 0;
+        kiln_status st = KILN_OK;
+        while (ls && ok < 10 && !(st = kiln_loader_next(ls, &b))) {
+            ok++;
+            kiln_loader_release(ls, b);
+        }
+        CHECK(ok == 2 && st == KILN_ERR_PARSE && strstr(msg(), "b/4.png"),
+              "a truncated PNG in the stream (%d workers): %d batches, then %s: %s", w, ok, kiln_status_name(st), msg());
+        CHECK(ls && kiln_loader_next(ls, &b) == KILN_ERR_PARSE && strstr(msg(), "b/4.png"), "and again: %s", msg());
+        kiln_loader_free(ls);
+    }
+    kiln_image_list_free(&list);
+    mkd(d, "c");
+    CHECK(kiln_image_list_load(ctx, d, &list) == KILN_ERR_INVALID_ARGUMENT && strstr(msg(), "/c") && !list.paths,
+          "an empty class folder: %s", msg());
+    kiln_tensor_free(e[0]);
+    kiln_tensor_free(e[1]);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) return fprintf(stderr, "usage: test_images WORKDIR\n"), 2;
     char dir[1024];
@@ -337,8 +588,9 @@ int main(int argc, char **argv) {
     kiln_context_create(&ctx);
     test_decode(dir);
     test_folder(dir);
+    test_stream(dir);
     kiln_context_free(ctx);
     if (fails) return printf("%d check(s) failed\n", fails), 1;
-    printf("ok: JPEG and PNG decoding, resize and crop, image folders\n");
+    printf("ok: JPEG and PNG decoding, resize and crop, image folders, streaming image folders\n");
     return 0;
 }

@@ -121,6 +121,10 @@ typedef struct kiln_backend_i {
     kiln_status (*check_device)(kiln_context *ctx, int device_index);
     /* The device's free and total memory in bytes (kiln_device_memory); NULL: the host's. */
     kiln_status (*mem_info)(kiln_context *ctx, int device_index, size_t *free_bytes, size_t *total_bytes);
+    /* Host memory the device copies from fastest (CUDA: page-locked), for kiln_host_alloc;
+     * NULL: plain host memory serves. */
+    kiln_status (*host_alloc)(kiln_context *ctx, size_t bytes, void **out);
+    void (*host_free)(void *p);
 
     /* ---------------------------------------------------------------- training */
     const kiln_backend_train_i *train;

@@ -148,6 +148,20 @@ static kiln_status cu_mem_copy(kiln_context *ctx, void *dst, int dst_dev, const 
 }
 
 kiln_status kiln_cuda_mem_info(kiln_context *ctx, int device, size_t *free_bytes, size_t *total_bytes); /* meminfo.c */
+static kiln_status cu_host_alloc(kiln_context *ctx, size_t bytes, void **out) {
+    *out = NULL;
+    cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of pinned host memory: %s", bytes,
+                         cudaGetErrorString(e));
+    }
+    return KILN_OK;
+}
+
+static void cu_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
 
 const kiln_backend_i kiln_cuda_backend_i = {
     .name = "cuda",
@@ -177,6 +191,8 @@ const kiln_backend_i kiln_cuda_backend_i = {
     .mem_copy = cu_mem_copy,
     .check_device = cu_check_device,
     .mem_info = kiln_cuda_mem_info,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
     .train = &kiln_cuda_train_i,
     .train_session_passes = false,
 };

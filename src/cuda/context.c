@@ -155,6 +155,13 @@ static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
     KILN_CUDA_CHECK(ctx, cudaMalloc((void **)&cu->rng_seed, sizeof(uint64_t)));
     KILN_CUDA_CHECK(ctx, cudaMemsetAsync(cu->rng_seed, 0, sizeof(uint64_t), cu->stream));
     cu->staging_bytes = o->staging_bytes ? o->staging_bytes : STAGING_DEFAULT;
+    if (!o->staging_bytes) {
+        /* KILN_CUDA_STAGING_MB (kiln train sets it when streaming data): halves that hold a
+         * whole batch, so that its host copy does not wait for the step ahead of it */
+        const char *e = getenv("KILN_CUDA_STAGING_MB");
+        const long mb = e ? atol(e) : 0;
+        if (mb > 0 && mb <= 65536) cu->staging_bytes = (size_t)mb << 20;
+    }
     cu->allow_tf32 = o->allow_tf32 != 0;
     if (cu->staging_bytes < ((size_t)64 << 10)) cu->staging_bytes = (size_t)64 << 10;
     cu->staging_bytes &= ~(size_t)255; /* two equal, aligned halves */

@@ -63,7 +63,7 @@ static void jpeg_note(j_common_ptr c, int level) {
 }
 
 static kiln_status decode_jpeg(kiln_context *ctx, const unsigned char *data, size_t n, const char *name, int channels,
-                               kiln_image *out) {
+                               kiln_image_need_fn need, void *need_arg, kiln_image *out, kiln_image_frame *frame) {
     struct jpeg_decompress_struct d;
     jpeg_err err;
     memset(&d, 0, sizeof d);
@@ -92,26 +92,82 @@ static kiln_status decode_jpeg(kiln_context *ctx, const unsigned char *data, siz
     }
     const int c = channels ? channels : d.num_components == 1 ? 1 : 3;
     d.out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    const int W = (int)d.image_width, H = (int)d.image_height;
+    frame->full_w = W;
+    frame->full_h = H;
+    int region[4] = {0, 0, W, H};
+    if (need) {
+        /* DCT scaling: the smallest M/8 whose output still has need_w x need_h, M = 1, 2 or 4
+         * (libjpeg-turbo's SIMD scaled IDCTs; the others are plain C, slower than a full
+         * decode) */
+        int nw = 0, nh = 0;
+        need(need_arg, W, H, &nw, &nh, region);
+        for (unsigned m = 1; m < 8; m *= 2) {
+            const int64_t sw = ((int64_t)d.image_width * m + 7) / 8, sh = ((int64_t)d.image_height * m + 7) / 8;
+            if (sw >= nw && sh >= nh) {
+                d.scale_num = m;
+                d.scale_denom = 8;
+                break;
+            }
+        }
+    }
     jpeg_start_decompress(&d);
+    const int ow = (int)d.output_width, oh = (int)d.output_height;
+    frame->scaled_w = ow;
+    frame->scaled_h = oh;
+    /* the region (clamped to the image) in output pixels, one pixel of margin: its rows,
+     * and its columns widened by libjpeg to whole iMCUs */
+    int rx0 = 0, ry0 = 0, ry1 = oh;
+    if (region[0] < 0) region[0] = 0;
+    if (region[1] < 0) region[1] = 0;
+    if (region[0] >= W) region[0] = W - 1;
+    if (region[1] >= H) region[1] = H - 1;
+    if (region[2] < 1 || region[0] + region[2] > W) region[2] = W - region[0];
+    if (region[3] < 1 || region[1] + region[3] > H) region[3] = H - region[1];
+    if (region[0] > 0 || region[1] > 0 || region[2] < W || region[3] < H) {
+        const double fx = (double)ow / W, fy = (double)oh / H;
+        int x0 = (int)floor(region[0] * fx) - 1, x1 = (int)ceil((region[0] + region[2]) * fx) + 1;
+        ry0 = (int)floor(region[1] * fy) - 1, ry1 = (int)ceil((region[1] + region[3]) * fy) + 1;
+        if (x0 < 0) x0 = 0;
+        if (ry0 < 0) ry0 = 0;
+        if (x1 > ow) x1 = ow;
+        if (ry1 > oh) ry1 = oh;
+        if (x0 > 0 || x1 < ow) {
+            JDIMENSION xoff = (JDIMENSION)x0, width = (JDIMENSION)(x1 - x0);
+            jpeg_crop_scanline(&d, &xoff, &width);
+            rx0 = (int)xoff;
+        }
+        if (ry0 > 0 && jpeg_skip_scanlines(&d, (JDIMENSION)ry0) != (JDIMENSION)ry0)
+            ry0 = (int)d.output_scanline; /* the file ended: reported below */
+    }
+    frame->x0 = rx0;
+    frame->y0 = ry0;
     const size_t stride = (size_t)d.output_width * (size_t)c;
-    pixels = malloc(stride * d.output_height);
+    pixels = malloc(stride * (size_t)(ry1 - ry0 > 0 ? ry1 - ry0 : 1));
     if (!pixels) {
         jpeg_destroy_decompress(&d);
-        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for %ux%u pixels", name, d.output_width,
-                         d.output_height);
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for %ux%d pixels", name, d.output_width,
+                         ry1 - ry0);
     }
-    while (d.output_scanline < d.output_height) {
-        JSAMPROW row = pixels + (size_t)d.output_scanline * stride;
-        jpeg_read_scanlines(&d, &row, 1);
+    while ((int)d.output_scanline < ry1) {
+        JSAMPROW row = pixels + (size_t)((int)d.output_scanline - ry0) * stride;
+        if (jpeg_read_scanlines(&d, &row, 1) != 1) break;
     }
-    jpeg_finish_decompress(&d);
+    if ((int)d.output_scanline < ry1 && !err.mgr.num_warnings) {
+        jpeg_destroy_decompress(&d);
+        free(pixels);
+        return kiln_fail(ctx, KILN_ERR_PARSE, "%s: the JPEG decoder stopped at row %u of %d", name, d.output_scanline,
+                         ry1);
+    }
+    if (ry1 < oh) jpeg_abort_decompress(&d);
+    else jpeg_finish_decompress(&d);
     if (err.mgr.num_warnings) {
         jpeg_destroy_decompress(&d);
         free(pixels);
         return kiln_fail(ctx, KILN_ERR_PARSE, "%s: a truncated JPEG (%s)", name, err.msg);
     }
     out->w = (int)d.output_width;
-    out->h = (int)d.output_height;
+    out->h = ry1 - ry0;
     out->c = c;
     out->pixels = pixels;
     jpeg_destroy_decompress(&d);
@@ -198,15 +254,28 @@ static kiln_status decode_png(kiln_context *ctx, const unsigned char *data, size
 
 kiln_status kiln_image_decode(kiln_context *ctx, const void *data, size_t n, const char *name, int channels,
                               kiln_image *out) {
-    if (!out || (!data && n)) return KILN_ERR_INVALID_ARGUMENT;
+    kiln_image_frame frame;
+    return kiln_image_decode_scaled(ctx, data, n, name, channels, NULL, NULL, out, &frame);
+}
+
+kiln_status kiln_image_decode_scaled(kiln_context *ctx, const void *data, size_t n, const char *name, int channels,
+                                     kiln_image_need_fn need, void *need_arg, kiln_image *out,
+                                     kiln_image_frame *frame) {
+    if (!out || (!data && n) || !frame) return KILN_ERR_INVALID_ARGUMENT;
+    memset(frame, 0, sizeof *frame);
     memset(out, 0, sizeof *out);
     if (!name) name = "(image)";
     if (channels != 0 && channels != 1 && channels != 3)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: channels must be 0 (as stored), 1 or 3, got %d", name,
                          channels);
     const unsigned char *b = data;
-    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return decode_jpeg(ctx, b, n, name, channels, out);
-    if (n >= 8 && !png_sig_cmp(b, 0, 8)) return decode_png(ctx, b, n, name, channels, out);
+    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF)
+        return decode_jpeg(ctx, b, n, name, channels, need, need_arg, out, frame);
+    if (n >= 8 && !png_sig_cmp(b, 0, 8)) {
+        kiln_status st = decode_png(ctx, b, n, name, channels, out);
+        if (!st) frame->full_w = frame->scaled_w = out->w, frame->full_h = frame->scaled_h = out->h;
+        return st;
+    }
     return kiln_fail(ctx, KILN_ERR_PARSE, "%s: neither a JPEG nor a PNG file (%zu bytes)", name, n);
 }
 
@@ -236,46 +305,65 @@ static int filter_taps(double scale, int n, int o, int *lo, float *w) {
 
 /* Separable resampling with a triangle filter whose support grows with the scale when
  * shrinking (antialiased, as PIL's and torchvision's bilinear resize): out (ow x oh) from
- * the in rectangle at (x0, y0) of size (cw x ch). Each output's taps are computed once. */
+ * the in rectangle at (x0, y0) of size (cw x ch). Each output's taps are computed once;
+ * both passes walk memory in row order (each output still sums its taps in tap order). */
 static kiln_status resample(kiln_context *ctx, const kiln_image *in, int x0, int y0, int cw, int ch, int ow, int oh,
                             uint8_t *out) {
     const int c = in->c;
     const double sx = (double)cw / ow, sy = (double)ch / oh;
-    const int max_taps = (int)(2 * (sx > sy ? sx : sy) + 4);
-    float *tmp = malloc(sizeof(float) * (size_t)ow * (size_t)ch * (size_t)c);
-    float *w = malloc(sizeof(float) * (size_t)(max_taps > 4 ? max_taps : 4));
-    if (!tmp || !w) {
-        free(tmp);
-        free(w);
+    const int mt = (int)(2 * (sx > sy ? sx : sy) + 4); /* taps an output can have */
+    const size_t rowf = (size_t)ow * (size_t)c;
+    float *tmp = malloc(sizeof(float) * rowf * (size_t)ch);
+    float *wx = malloc(sizeof(float) * (size_t)mt * (size_t)ow), *wy = malloc(sizeof(float) * (size_t)mt * (size_t)oh);
+    float *acc = malloc(sizeof(float) * rowf);
+    int *lx = malloc(sizeof(int) * 2 * (size_t)ow), *ly = malloc(sizeof(int) * 2 * (size_t)oh);
+    if (!tmp || !wx || !wy || !acc || !lx || !ly) {
+        free(tmp), free(wx), free(wy), free(acc), free(lx), free(ly);
         return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory resizing an image");
     }
+    for (int o = 0; o < ow; o++) lx[2 * o + 1] = filter_taps(sx, cw, o, &lx[2 * o], wx + (size_t)o * mt);
+    for (int o = 0; o < oh; o++) ly[2 * o + 1] = filter_taps(sy, ch, o, &ly[2 * o], wy + (size_t)o * mt);
     /* horizontal: rows y0 .. y0+ch, cw -> ow */
-    for (int ox = 0; ox < ow; ox++) {
-        int lo;
-        const int n = filter_taps(sx, cw, ox, &lo, w);
-        for (int y = 0; y < ch; y++) {
-            const uint8_t *row = in->pixels + ((size_t)(y0 + y) * in->w + (size_t)(x0 + lo)) * c;
-            for (int k = 0; k < c; k++) {
-                float acc = 0;
-                for (int i = 0; i < n; i++) acc += w[i] * row[(size_t)i * c + k];
-                tmp[((size_t)y * ow + ox) * c + k] = acc;
+    for (int y = 0; y < ch; y++) {
+        const uint8_t *row = in->pixels + ((size_t)(y0 + y) * in->w + (size_t)x0) * c;
+        float *t = tmp + (size_t)y * rowf;
+        for (int ox = 0; ox < ow; ox++) {
+            const float *w = wx + (size_t)ox * mt;
+            const uint8_t *r = row + (size_t)lx[2 * ox] * c;
+            const int n = lx[2 * ox + 1];
+            if (c == 3) {
+                float a0 = 0, a1 = 0, a2 = 0;
+                for (int i = 0; i < n; i++) {
+                    a0 += w[i] * r[3 * i];
+                    a1 += w[i] * r[3 * i + 1];
+                    a2 += w[i] * r[3 * i + 2];
+                }
+                t[3 * ox] = a0, t[3 * ox + 1] = a1, t[3 * ox + 2] = a2;
+            } else {
+                for (int k = 0; k < c; k++) {
+                    float a = 0;
+                    for (int i = 0; i < n; i++) a += w[i] * r[(size_t)i * c + k];
+                    t[(size_t)ox * c + k] = a;
+                }
             }
         }
     }
-    /* vertical: ch -> oh */
+    /* vertical: ch -> oh, a row of outputs at a time */
     for (int oy = 0; oy < oh; oy++) {
-        int lo;
-        const int n = filter_taps(sy, ch, oy, &lo, w);
-        for (int ox = 0; ox < ow; ox++)
-            for (int k = 0; k < c; k++) {
-                float acc = 0;
-                for (int i = 0; i < n; i++) acc += w[i] * tmp[((size_t)(lo + i) * ow + ox) * c + k];
-                const float v = acc < 0 ? 0 : acc > 255 ? 255 : acc;
-                out[((size_t)oy * ow + ox) * c + k] = (uint8_t)(v + 0.5f);
-            }
+        const float *w = wy + (size_t)oy * mt;
+        const int lo = ly[2 * oy], n = ly[2 * oy + 1];
+        for (size_t j = 0; j < rowf; j++) acc[j] = 0;
+        for (int i = 0; i < n; i++) {
+            const float *t = tmp + (size_t)(lo + i) * rowf, wi = w[i];
+            for (size_t j = 0; j < rowf; j++) acc[j] += wi * t[j];
+        }
+        uint8_t *o = out + (size_t)oy * rowf;
+        for (size_t j = 0; j < rowf; j++) {
+            const float v = acc[j] < 0 ? 0 : acc[j] > 255 ? 255 : acc[j];
+            o[j] = (uint8_t)(v + 0.5f);
+        }
     }
-    free(tmp);
-    free(w);
+    free(tmp), free(wx), free(wy), free(acc), free(lx), free(ly);
     return KILN_OK;
 }
 
@@ -486,26 +574,19 @@ static void *folder_worker(void *arg) {
     return NULL;
 }
 
-void kiln_image_folder_free(kiln_image_folder *f) {
-    if (!f) return;
-    kiln_tensor_free(f->images);
-    kiln_tensor_free(f->labels);
-    for (int i = 0; i < f->n_classes; i++) free(f->class_names[i]);
-    free(f->class_names);
-    memset(f, 0, sizeof *f);
+void kiln_image_list_free(kiln_image_list *list) {
+    if (!list) return;
+    for (int64_t i = 0; i < list->n; i++) free(list->paths[i]);
+    free(list->paths);
+    free(list->labels);
+    for (int i = 0; i < list->n_classes; i++) free(list->class_names[i]);
+    free(list->class_names);
+    memset(list, 0, sizeof *list);
 }
 
-kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kiln_image_folder_options *opts,
-                                   kiln_image_folder *out) {
+kiln_status kiln_image_list_load(kiln_context *ctx, const char *dir, kiln_image_list *out) {
     if (!ctx || !dir || !out) return KILN_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    kiln_image_folder_options o = {0};
-    if (opts) o = *opts;
-    if (o.channels != 0 && o.channels != 1 && o.channels != 3)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "channels must be 0 (as the first image), 1 or 3, got %d",
-                         o.channels);
-    if (o.resize < 0 || o.crop < 0 || o.threads < 0)
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "resize, crop and threads must be >= 0");
     char **classes = NULL;
     int64_t n_classes = 0;
     kiln_status st = list_dir(ctx, dir, true, &classes, &n_classes);
@@ -551,9 +632,50 @@ kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kil
         for (int64_t k = 0; k < nf; k++) free(files[k]);
         free(files);
     }
+    if (st) {
+        for (int64_t i = 0; i < n; i++) free(paths[i]);
+        free(paths);
+        free(labels);
+        for (int64_t c = 0; c < n_classes; c++) free(classes[c]);
+        free(classes);
+        return st;
+    }
+    out->paths = paths;
+    out->labels = labels;
+    out->n = n;
+    out->class_names = classes;
+    out->n_classes = (int)n_classes;
+    return KILN_OK;
+}
+
+void kiln_image_folder_free(kiln_image_folder *f) {
+    if (!f) return;
+    kiln_tensor_free(f->images);
+    kiln_tensor_free(f->labels);
+    for (int i = 0; i < f->n_classes; i++) free(f->class_names[i]);
+    free(f->class_names);
+    memset(f, 0, sizeof *f);
+}
+
+kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kiln_image_folder_options *opts,
+                                   kiln_image_folder *out) {
+    if (!ctx || !dir || !out) return KILN_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    kiln_image_folder_options o = {0};
+    if (opts) o = *opts;
+    if (o.channels != 0 && o.channels != 1 && o.channels != 3)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "channels must be 0 (as the first image), 1 or 3, got %d",
+                         o.channels);
+    if (o.resize < 0 || o.crop < 0 || o.threads < 0)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "resize, crop and threads must be >= 0");
+    kiln_image_list list = {0};
+    kiln_status st = kiln_image_list_load(ctx, dir, &list);
+    if (st) return st;
+    char **paths = list.paths;
+    const int64_t n = list.n;
     /* the first image sets channels and size (unless given) */
     folder_job j = {.ctx = ctx, .o = &o, .paths = paths, .n = n};
-    if (!st) {
+    {
         unsigned char *data = NULL;
         size_t len = 0;
         kiln_image im = {0};
@@ -582,7 +704,7 @@ kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kil
         images = kiln_tensor_new(ctx, KILN_U8, 4, (int64_t[]){n, j.channels, j.h, j.w});
         lab = kiln_tensor_new(ctx, KILN_I64, 1, (int64_t[]){n});
         if (!images || !lab) st = KILN_ERR_OUT_OF_MEMORY;
-        else memcpy(lab->data, labels, sizeof *labels * (size_t)n);
+        else memcpy(lab->data, list.labels, sizeof *list.labels * (size_t)n);
     }
     if (!st) {
         j.out = images->data;
@@ -600,20 +722,19 @@ kiln_status kiln_image_folder_load(kiln_context *ctx, const char *dir, const kil
         pthread_mutex_destroy(&j.mu);
         if (j.st) st = kiln_fail(ctx, j.st, "%s", j.msg);
     }
-    for (int64_t i = 0; i < n; i++) free(paths[i]);
-    free(paths);
-    free(labels);
     if (st) {
-        for (int64_t c = 0; c < n_classes; c++) free(classes[c]);
-        free(classes);
+        kiln_image_list_free(&list);
         kiln_tensor_free(images);
         kiln_tensor_free(lab);
         return st;
     }
     out->images = images;
     out->labels = lab;
-    out->class_names = classes;
-    out->n_classes = (int)n_classes;
+    out->class_names = list.class_names;
+    out->n_classes = list.n_classes;
+    list.class_names = NULL;
+    list.n_classes = 0;
+    kiln_image_list_free(&list);
     return KILN_OK;
 }
 
@@ -659,11 +780,8 @@ static kiln_image image_at(const kiln_tensor *t, int64_t i, uint8_t *buf) {
     return (kiln_image){.w = w, .h = h, .c = c, .pixels = buf};
 }
 
-/* The interleaved size x size crop px into image i of out, flipped, normalized. */
-static void store(const uint8_t *px, int c, int size, bool flip, const kiln_augment_options *o, kiln_tensor *out,
-                  int64_t i) {
-    const int oc = (int)out->dims[1];
-    float *dst = (float *)out->data + (size_t)i * (size_t)oc * size * size;
+/* The interleaved size x size crop px into dst (oc, size, size), flipped, normalized. */
+static void store_to(const uint8_t *px, int c, int size, bool flip, const kiln_augment_options *o, int oc, float *dst) {
     for (int k = 0; k < oc; k++) {
         const int sk = c == 1 ? 0 : k;
         const float scale = 1.f / (255.f * o->std[k]), shift = o->mean[k] / o->std[k];
@@ -673,6 +791,54 @@ static void store(const uint8_t *px, int c, int size, bool flip, const kiln_augm
                 dst[((size_t)k * size + y) * size + x] = px[((size_t)y * size + sx) * c + sk] * scale - shift;
             }
     }
+}
+
+/* The same into image i of out. */
+static void store(const uint8_t *px, int c, int size, bool flip, const kiln_augment_options *o, kiln_tensor *out,
+                  int64_t i) {
+    const int oc = (int)out->dims[1];
+    store_to(px, c, size, flip, o, oc, (float *)out->data + (size_t)i * (size_t)oc * size * size);
+}
+
+/* torchvision's RandomResizedCrop.get_params on a w x h image, then the flip, from the
+ * stream of image i of (seed, epoch): the crop (x0, y0, cw, ch). */
+static bool rrc_params(uint64_t seed, int64_t epoch, int64_t i, int w, int h, double smin, double smax, double rmin,
+                       double rmax, bool flip_on, int *px0, int *py0, int *pcw, int *pch) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)epoch * 0xD6E8FEB86659FD93ull + (uint64_t)i);
+    aug_next(&s);
+    int ch = h, cw = w, y0 = 0, x0 = 0;
+    bool found = false;
+    const double area = (double)h * w;
+    for (int attempt = 0; attempt < 10 && !found; attempt++) {
+        const double target = area * aug_uniform(&s, smin, smax);
+        const double ar = exp(aug_uniform(&s, log(rmin), log(rmax)));
+        const int tw = (int)lround(sqrt(target * ar)), th = (int)lround(sqrt(target / ar));
+        if (tw > 0 && tw <= w && th > 0 && th <= h) {
+            cw = tw;
+            ch = th;
+            y0 = aug_below(&s, h - th + 1);
+            x0 = aug_below(&s, w - tw + 1);
+            found = true;
+        }
+    }
+    if (!found) { /* the centre crop, clamped to the ratio range */
+        const double in_ratio = (double)w / h;
+        if (in_ratio < rmin) {
+            cw = w;
+            ch = (int)lround(w / rmin);
+        } else if (in_ratio > rmax) {
+            ch = h;
+            cw = (int)lround(h * rmax);
+        }
+        if (ch < 1) ch = 1;
+        if (cw < 1) cw = 1;
+        if (ch > h) ch = h;
+        if (cw > w) cw = w;
+        y0 = (h - ch) / 2;
+        x0 = (w - cw) / 2;
+    }
+    *px0 = x0, *py0 = y0, *pcw = cw, *pch = ch;
+    return flip_on && (aug_next(&s) & 1);
 }
 
 kiln_status kiln_images_augment(kiln_context *ctx, const kiln_tensor *images, const kiln_augment_options *o,
@@ -697,41 +863,8 @@ kiln_status kiln_images_augment(kiln_context *ctx, const kiln_tensor *images, co
 #pragma omp for schedule(dynamic, 16)
         for (int64_t i = 0; i < n; i++) {
             if (!buf || !crop) continue;
-            uint64_t s = seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)epoch * 0xD6E8FEB86659FD93ull + (uint64_t)i);
-            aug_next(&s);
-            /* torchvision's RandomResizedCrop.get_params */
-            int ch = h, cw = w, y0 = 0, x0 = 0;
-            bool found = false;
-            const double area = (double)h * w;
-            for (int attempt = 0; attempt < 10 && !found; attempt++) {
-                const double target = area * aug_uniform(&s, smin, smax);
-                const double ar = exp(aug_uniform(&s, log(rmin), log(rmax)));
-                const int tw = (int)lround(sqrt(target * ar)), th = (int)lround(sqrt(target / ar));
-                if (tw > 0 && tw <= w && th > 0 && th <= h) {
-                    cw = tw;
-                    ch = th;
-                    y0 = aug_below(&s, h - th + 1);
-                    x0 = aug_below(&s, w - tw + 1);
-                    found = true;
-                }
-            }
-            if (!found) { /* the centre crop, clamped to the ratio range */
-                const double in_ratio = (double)w / h;
-                if (in_ratio < rmin) {
-                    cw = w;
-                    ch = (int)lround(w / rmin);
-                } else if (in_ratio > rmax) {
-                    ch = h;
-                    cw = (int)lround(h * rmax);
-                }
-                if (ch < 1) ch = 1;
-                if (cw < 1) cw = 1;
-                if (ch > h) ch = h;
-                if (cw > w) cw = w;
-                y0 = (h - ch) / 2;
-                x0 = (w - cw) / 2;
-            }
-            const bool flip = o->flip && (aug_next(&s) & 1);
+            int x0, y0, cw, ch;
+            const bool flip = rrc_params(seed, epoch, i, w, h, smin, smax, rmin, rmax, o->flip, &x0, &y0, &cw, &ch);
             kiln_image im = image_at(images, i, buf);
             if (cw == size && ch == size) {
                 for (int y = 0; y < size; y++)
@@ -786,4 +919,131 @@ kiln_status kiln_images_center(kiln_context *ctx, const kiln_tensor *images, int
     }
     if (failed) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "kiln_images_center: out of memory");
     return KILN_OK;
+}
+
+/* ------------------------------------------------------ streaming folders */
+
+/* One image folder as a loader source (kiln_loader_create_images): each sample read,
+ * decoded and transformed by the worker that gathers its batch. */
+typedef struct stream_src {
+    const kiln_image_list *list;
+    kiln_image_stream_options io;
+    double smin, smax, rmin, rmax;
+    uint64_t seed;
+} stream_src;
+
+/* What one decode needs, and (training) the crop drawn from the file's full size. */
+typedef struct stream_need_arg {
+    const stream_src *s;
+    int64_t index, epoch;
+    bool called, flip;
+    int x0, y0, cw, ch;
+} stream_need_arg;
+
+static void stream_need(void *arg, int w, int h, int *nw, int *nh, int region[4]) {
+    stream_need_arg *a = arg;
+    const stream_src *s = a->s;
+    const int size = s->io.aug.size;
+    a->called = true;
+    *nw = w, *nh = h;
+    if (s->io.train) {
+        a->flip = rrc_params(s->seed, a->epoch, a->index, w, h, s->smin, s->smax, s->rmin, s->rmax, s->io.aug.flip, &a->x0,
+                             &a->y0, &a->cw, &a->ch);
+        if (s->io.dct_scale) { /* the crop keeps at least size x size pixels; only it is decoded */
+            *nw = (int)ceil((double)size * w / a->cw);
+            *nh = (int)ceil((double)size * h / a->ch);
+            region[0] = a->x0, region[1] = a->y0, region[2] = a->cw, region[3] = a->ch;
+        }
+    } else if (s->io.dct_scale && s->io.resize) { /* the shorter side keeps at least resize pixels */
+        const double f = (double)s->io.resize / (w < h ? w : h);
+        *nw = (int)ceil(w * f);
+        *nh = (int)ceil(h * f);
+    }
+    if (*nw > w) *nw = w;
+    if (*nh > h) *nh = h;
+}
+
+static kiln_status stream_fill(void *arg, kiln_context *ctx, int64_t index, int64_t epoch, float *dst, int64_t *label) {
+    const stream_src *s = arg;
+    const char *path = s->list->paths[index];
+    const int size = s->io.aug.size, oc = s->io.channels;
+    unsigned char *data = NULL;
+    size_t n = 0;
+    kiln_image im = {0}, out = {0};
+    stream_need_arg na = {.s = s, .index = index, .epoch = epoch};
+    kiln_image_frame fr;
+    kiln_status st = read_file(ctx, path, &data, &n);
+    if (!st) st = kiln_image_decode_scaled(ctx, data, n, path, oc, stream_need, &na, &im, &fr);
+    free(data);
+    if (!st && s->io.train) {
+        if (!na.called) { /* a PNG: the crop from its size */
+            int nw, nh, region[4];
+            stream_need(&na, im.w, im.h, &nw, &nh, region);
+        }
+        int x0 = na.x0, y0 = na.y0, cw = na.cw, ch = na.ch;
+        if (im.w != fr.full_w || im.h != fr.full_h) { /* decoded smaller or in part: the crop in its pixels */
+            const double fx = (double)fr.scaled_w / fr.full_w, fy = (double)fr.scaled_h / fr.full_h;
+            x0 = (int)(x0 * fx + 0.5) - fr.x0, y0 = (int)(y0 * fy + 0.5) - fr.y0;
+            cw = (int)(cw * fx + 0.5), ch = (int)(ch * fy + 0.5);
+            if (x0 < 0) x0 = 0;
+            if (y0 < 0) y0 = 0;
+            if (cw < 1) cw = 1;
+            if (ch < 1) ch = 1;
+            if (cw > im.w) cw = im.w;
+            if (ch > im.h) ch = im.h;
+            if (x0 + cw > im.w) x0 = im.w - cw;
+            if (y0 + ch > im.h) y0 = im.h - ch;
+        }
+        out.pixels = malloc((size_t)size * (size_t)size * (size_t)im.c);
+        if (!out.pixels) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        else if (cw == size && ch == size) {
+            for (int y = 0; y < size; y++)
+                memcpy(out.pixels + (size_t)y * size * im.c, im.pixels + ((size_t)(y0 + y) * im.w + x0) * im.c,
+                       (size_t)size * im.c);
+        } else {
+            st = resample(ctx, &im, x0, y0, cw, ch, size, size, out.pixels);
+        }
+        if (!st) store_to(out.pixels, im.c, size, na.flip, &s->io.aug, oc, dst);
+    } else if (!st) {
+        st = kiln_image_resize_crop(ctx, &im, s->io.resize, size, size, &out);
+        if (st) kiln_msg_prefix(ctx, "%s: ", path);
+        else store_to(out.pixels, im.c, size, false, &s->io.aug, oc, dst);
+    }
+    kiln_image_free(&im);
+    kiln_image_free(&out);
+    *label = s->list->labels[index];
+    return st;
+}
+
+kiln_status kiln_loader_create_images(kiln_context *ctx, const kiln_image_list *list,
+                                      const kiln_image_stream_options *io, const kiln_loader_options *opts,
+                                      kiln_loader **out) {
+    if (!ctx || !list || !io || !out) return KILN_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    const kiln_augment_options *o = &io->aug;
+    if (io->channels != 1 && io->channels != 3)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "image loader: channels must be 1 or 3, got %d", io->channels);
+    if (o->size < 1 || o->size > KILN_IMAGE_MAX_SIDE || io->resize < 0)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "image loader: size %d and resize %d are out of range", o->size,
+                         io->resize);
+    for (int c = 0; c < io->channels; c++)
+        if (!(o->std[c] > 0))
+            return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "image loader: std[%d] must be > 0, got %g", c,
+                             (double)o->std[c]);
+    stream_src *s = kiln_calloc(ctx, 1, sizeof *s, "an image loader");
+    if (!s) return KILN_ERR_OUT_OF_MEMORY;
+    s->list = list;
+    s->io = *io;
+    s->smin = o->scale_min > 0 ? o->scale_min : 0.08, s->smax = o->scale_max > 0 ? o->scale_max : 1.0;
+    s->rmin = o->ratio_min > 0 ? o->ratio_min : 3.0 / 4.0, s->rmax = o->ratio_max > 0 ? o->ratio_max : 4.0 / 3.0;
+    if (!(s->smin <= s->smax && s->smax <= 1.0 && s->rmin <= s->rmax)) {
+        kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "image loader: scale %g..%g, ratio %g..%g", s->smin, s->smax, s->rmin,
+                  s->rmax);
+        free(s);
+        return KILN_ERR_INVALID_ARGUMENT;
+    }
+    s->seed = opts ? opts->seed : 0;
+    kiln_loader_source src = {.n = list->n, .ndim = 3, .dims = {io->channels, o->size, o->size}, .arg = s,
+                              .fill = stream_fill, .free_arg = free};
+    return kiln_loader_create_source(ctx, &src, opts, out);
 }

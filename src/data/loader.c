@@ -13,12 +13,19 @@
  * consumed, hence gathered, so no one still reads the buffer being overwritten.
  *
  * One mutex guards the slot states and counters; gathering runs outside it.
+ *
+ * A source (kiln_loader_source) instead of tensors: gather calls its fill per sample with
+ * the gathering thread's own context; a failure is kept in the slot (status and message)
+ * and next() reports it, for that batch and every later call, instead of the batch.
  */
 #include "data.h"
+#include "../core/backend.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
@@ -28,12 +35,15 @@ typedef struct slot {
     kiln_batch b;    /* what next() hands out; b.x and b.y point at x and y below */
     kiln_tensor x, y;/* views of the slot memory; dims[0] set per batch */
     int64_t *idx;    /* (B) */
+    kiln_status st;  /* a source's failure filling it (its message in msg) */
+    char msg[KILN_MSG_SIZE];
 } slot;
 
 struct kiln_loader {
     kiln_context *ctx;
     const kiln_tensor *images; /* (N, ...) f32 or u8 */
     const kiln_tensor *labels; /* (N) i64 or u8 */
+    kiln_loader_source src;    /* samples made on demand (src.fill), when images is NULL */
     kiln_loader_options o;
     int64_t n, steps, sample; /* samples (this shard's), batches per epoch, elements per sample */
     int64_t n_all;            /* the data set's samples */
@@ -58,7 +68,17 @@ struct kiln_loader {
     bool stop;
     int n_threads;            /* running workers (may be fewer than o.workers after a failed start) */
     pthread_t *threads;
+    kiln_context gather_ctx;  /* next()'s own gathering without workers (a source's messages) */
+    /* kiln_loader_stats, under mu */
+    double wait_s, busy_s;
+    int64_t gathered, batches;
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 kiln_loader_options kiln_loader_options_default(void) {
     kiln_loader_options o;
@@ -147,17 +167,28 @@ static void prepare_epoch(kiln_loader *l, int64_t e) {
     l->perm_epoch[e & 1] = e;
 }
 
-/* Gather batch q into s (its state is FILLING: no one else touches it). */
-static void gather(kiln_loader *l, slot *s, int64_t q) {
+/* Gather batch q into s (its state is FILLING: no one else touches it). wctx: the
+ * gathering thread's own context (a source's errors). */
+static void gather(kiln_loader *l, slot *s, int64_t q, kiln_context *wctx) {
     int64_t e = q / l->steps, step = q % l->steps, B = l->o.batch_size, n = epoch_n(l, e);
     int64_t start = (step - epoch_first(l, e)) * B, size = n - start < B ? n - start : B, m = l->sample;
     const int64_t *perm = l->perm[0] ? l->perm[e & 1] + start : NULL;
     /* no permutation (no shuffle, no sharding): the identity, from the resumed position */
     const int64_t base = start + (e == l->from_epoch ? l->from : 0);
     float *dst = s->b.images;
+    s->st = KILN_OK;
     for (int64_t i = 0; i < size; i++) {
         int64_t j = perm ? perm[i] : base + i;
         s->idx[i] = j;
+        if (!l->images) {
+            kiln_status st = l->src.fill(l->src.arg, wctx, j, e, dst + i * m, &s->b.labels[i]);
+            if (st) {
+                s->st = st;
+                snprintf(s->msg, sizeof s->msg, "%s", kiln_context_message(wctx));
+                break;
+            }
+            continue;
+        }
         if (l->images->dtype == KILN_U8) {
             const uint8_t *src = (const uint8_t *)l->images->data + j * m;
             for (int64_t k = 0; k < m; k++) dst[i * m + k] = l->lut[src[k]];
@@ -181,6 +212,7 @@ static bool can_claim(const kiln_loader *l) {
 
 static void *worker(void *arg) {
     kiln_loader *l = arg;
+    kiln_context own = {0};
     pthread_mutex_lock(&l->mu);
     for (;;) {
         while (!l->stop && !can_claim(l)) pthread_cond_wait(&l->claimable, &l->mu);
@@ -191,12 +223,18 @@ static void *worker(void *arg) {
         s->seq = q;
         prepare_epoch(l, q / l->steps);
         pthread_mutex_unlock(&l->mu);
-        gather(l, s, q);
+        const double t0 = now_s();
+        gather(l, s, q, &own);
+        const double t1 = now_s();
         pthread_mutex_lock(&l->mu);
+        l->busy_s += t1 - t0;
+        l->gathered += s->b.size;
+        l->batches++;
         s->state = SLOT_READY;
         pthread_cond_broadcast(&l->ready);
     }
     pthread_mutex_unlock(&l->mu);
+    kiln_clear_error(&own);
     return NULL;
 }
 
@@ -240,6 +278,14 @@ static kiln_status check_options(kiln_context *ctx, const kiln_tensor *images, c
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "loader: images must be laid out NCHW");
     if ((kiln_tensor_numel(images) && !images->data) || (labels->dims[0] && !labels->data))
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: images and labels need data");
+    if (images->dtype == KILN_U8 && !(o->std > 0.0f))
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: std must be > 0 to normalize u8 images, got %g",
+                         (double)o->std);
+    return KILN_OK;
+}
+
+/* The options against a data set of n samples. */
+static kiln_status check_common(kiln_context *ctx, int64_t n, const kiln_loader_options *o) {
     if (o->batch_size < 1 || o->batch_size > ((int64_t)1 << 31))
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: batch_size must be in 1..2^31, got %lld",
                          (long long)o->batch_size);
@@ -250,14 +296,10 @@ static kiln_status check_options(kiln_context *ctx, const kiln_tensor *images, c
     if ((o->slot_images != NULL) != (o->slot_labels != NULL) || (o->slot_images && o->slots == 0))
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
                          "loader: slot_images and slot_labels come together, with slots > 0");
-    if (images->dtype == KILN_U8 && !(o->std > 0.0f))
-        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: std must be > 0 to normalize u8 images, got %g",
-                         (double)o->std);
     if (o->shard_count < 0 || o->shard_count > (1 << 20) || o->shard_rank < 0 ||
         (o->shard_count > 1 && o->shard_rank >= o->shard_count) || (o->shard_count <= 1 && o->shard_rank != 0))
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: shard %d of %d is out of range", o->shard_rank,
                          o->shard_count);
-    int64_t n = images->dims[0];
     if (o->shard_count > 1) n = o->shard_drop ? n / o->shard_count : (n + o->shard_count - 1) / o->shard_count;
     if ((o->drop_last ? n / o->batch_size : n) == 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: %lld samples make no batch of %lld%s",
@@ -269,17 +311,25 @@ static kiln_status check_options(kiln_context *ctx, const kiln_tensor *images, c
     return KILN_OK;
 }
 
-kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, const kiln_tensor *labels,
-                               const kiln_loader_options *opts, kiln_loader **out) {
-    if (!ctx || !images || !labels || !out) return KILN_ERR_INVALID_ARGUMENT;
+/* Tensors (images non-NULL) or a source: the loader. src->arg is freed on failure. */
+static kiln_status create(kiln_context *ctx, const kiln_tensor *images, const kiln_tensor *labels,
+                          const kiln_loader_source *src, const kiln_loader_options *opts, kiln_loader **out) {
     *out = NULL;
     kiln_loader_options o = opts ? *opts : kiln_loader_options_default();
-    kiln_status st = check_options(ctx, images, labels, &o);
-    if (st) return st;
+    kiln_status st = images ? check_options(ctx, images, labels, &o) : KILN_OK;
+    if (!st) st = check_common(ctx, images ? images->dims[0] : src->n, &o);
+    if (st) {
+        if (src && src->free_arg) src->free_arg(src->arg);
+        return st;
+    }
     if (o.slots == 0) o.slots = o.workers * 2 + 2;
 
     kiln_loader *l = kiln_calloc(ctx, 1, sizeof *l, "a loader");
-    if (!l) return KILN_ERR_OUT_OF_MEMORY;
+    if (!l) {
+        if (src && src->free_arg) src->free_arg(src->arg);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (src) l->src = *src;
     int err = pthread_mutex_init(&l->mu, NULL);
     if (!err) {
         err = pthread_cond_init(&l->claimable, NULL);
@@ -290,6 +340,7 @@ kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, con
         if (err) pthread_mutex_destroy(&l->mu);
     }
     if (err) {
+        if (src && src->free_arg) src->free_arg(src->arg);
         free(l);
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "loader: cannot create its lock: %s", strerror(err));
     }
@@ -297,15 +348,19 @@ kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, con
     l->images = images;
     l->labels = labels;
     l->o = o;
-    l->n_all = l->n = images->dims[0];
+    l->n_all = l->n = images ? images->dims[0] : src->n;
     if (o.shard_count > 1) l->n = o.shard_drop ? l->n / o.shard_count : (l->n + o.shard_count - 1) / o.shard_count;
-    l->sample = kiln_numel(images->ndim - 1, images->dims + 1);
+    /* the batch's dims: (B, sample dims...) */
+    int ndim = images ? images->ndim : src->ndim + 1;
+    int64_t dims[8] = {0};
+    for (int i = 1; i < ndim; i++) dims[i] = images ? images->dims[i] : src->dims[i - 1];
+    l->sample = kiln_numel(ndim - 1, dims + 1);
     int64_t B = o.batch_size;
     l->steps = o.drop_last ? l->n / B : (l->n + B - 1) / B;
     l->k = o.slots;
     l->perm_epoch[0] = l->perm_epoch[1] = -1;
     l->from_epoch = -1;
-    if (images->dtype == KILN_U8) kiln_u8_normalize_lut(o.mean, o.std, l->lut);
+    if (images && images->dtype == KILN_U8) kiln_u8_normalize_lut(o.mean, o.std, l->lut);
 
     /* Each slot's images start on a 64-byte boundary (16 floats). */
     if (l->sample && B > ((int64_t)1 << 40) / l->sample) {
@@ -343,7 +398,7 @@ kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, con
             kiln_loader_free(l);
             return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "loader: slot_images[%d] or slot_labels[%d] is NULL", i, i);
         }
-        kiln_tensor_set_shape(&s->x, KILN_F32, images->ndim, images->dims);
+        kiln_tensor_set_shape(&s->x, KILN_F32, ndim, dims);
         s->x.data = s->b.images;
         s->x.ctx = ctx;
         kiln_tensor_set_shape(&s->y, KILN_I64, 1, &B);
@@ -361,9 +416,40 @@ kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, con
     return KILN_OK;
 }
 
+kiln_status kiln_loader_create(kiln_context *ctx, const kiln_tensor *images, const kiln_tensor *labels,
+                               const kiln_loader_options *opts, kiln_loader **out) {
+    if (!ctx || !images || !labels || !out) return KILN_ERR_INVALID_ARGUMENT;
+    return create(ctx, images, labels, NULL, opts, out);
+}
+
+kiln_status kiln_loader_create_source(kiln_context *ctx, const kiln_loader_source *src, const kiln_loader_options *opts,
+                                      kiln_loader **out) {
+    if (!ctx || !src || !out || !src->fill || src->ndim < 0 || src->ndim > 7 || src->n < 0) {
+        if (src && src->free_arg) src->free_arg(src->arg);
+        return KILN_ERR_INVALID_ARGUMENT;
+    }
+    return create(ctx, NULL, NULL, src, opts, out);
+}
+
+void kiln_loader_stats(kiln_loader *l, kiln_load_stats *out, bool reset) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    out->wait_s = l->wait_s;
+    out->busy_s = l->busy_s;
+    out->samples = l->gathered;
+    out->batches = l->batches;
+    out->workers = l->o.workers;
+    if (reset) l->wait_s = l->busy_s = 0, l->gathered = l->batches = 0;
+    pthread_mutex_unlock(&l->mu);
+}
+
 void kiln_loader_free(kiln_loader *l) {
     if (!l) return;
     stop_workers(l);
+    if (l->src.free_arg) l->src.free_arg(l->src.arg);
+    kiln_clear_error(&l->gather_ctx);
     pthread_cond_destroy(&l->ready);
     pthread_cond_destroy(&l->claimable);
     pthread_mutex_destroy(&l->mu);
@@ -398,6 +484,7 @@ kiln_status kiln_loader_next(kiln_loader *l, const kiln_batch **out) {
                          "loader: the next batch needs slot %d, still held (the caller holds %d of %d slots); "
                          "release batches before asking for more", (int)(q % l->k), held, l->k);
     }
+    const double t0 = now_s();
     if (l->n_threads == 0) {
         /* No workers: gather here. next_claim == next_consume. */
         l->next_claim = q + 1;
@@ -405,10 +492,22 @@ kiln_status kiln_loader_next(kiln_loader *l, const kiln_batch **out) {
         s->seq = q;
         prepare_epoch(l, q / l->steps);
         pthread_mutex_unlock(&l->mu);
-        gather(l, s, q);
+        gather(l, s, q, &l->gather_ctx);
         pthread_mutex_lock(&l->mu);
+        l->busy_s += now_s() - t0;
+        l->gathered += s->b.size;
+        l->batches++;
+        s->state = SLOT_READY;
     } else {
         while (!(s->state == SLOT_READY && s->seq == q)) pthread_cond_wait(&l->ready, &l->mu);
+    }
+    l->wait_s += now_s() - t0;
+    if (s->st) {
+        /* a sample could not be made: the stream stops here (the slot stays READY, so every
+         * later next() reports the same) */
+        const kiln_status st = s->st;
+        pthread_mutex_unlock(&l->mu);
+        return kiln_fail(l->ctx, st, "%s", s->msg);
     }
     s->state = SLOT_HELD;
     l->held++;
@@ -484,4 +583,23 @@ int64_t kiln_loader_epoch_sample(const kiln_loader *l, int64_t epoch, int64_t st
     if (step >= l->steps) return l->n_all;
     const int64_t at = (epoch == l->from_epoch ? l->from : 0) + (step > first ? step - first : 0) * l->o.batch_size * W;
     return at < l->n_all ? at : l->n_all;
+}
+
+/* ------------------------------------------------------------ ring memory */
+
+kiln_status kiln_host_alloc(kiln_context *ctx, kiln_device device, size_t bytes, void **out) {
+    if (!out) return KILN_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    const kiln_backend_i *be = kiln_backend_for(device);
+    if (be && be->host_alloc) return be->host_alloc(ctx, bytes, out);
+    *out = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (!*out) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes of host memory", bytes);
+    return KILN_OK;
+}
+
+void kiln_host_free(kiln_device device, void *p) {
+    if (!p) return;
+    const kiln_backend_i *be = kiln_backend_for(device);
+    if (be && be->host_free) be->host_free(p);
+    else free(p);
 }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# ctest train_stream_folder: `kiln train --data-cache off` (streaming image folders) on the
+# CPU, with the small CNN test_anymodel wrote into DIR (DIR/tiny_cnn.onnx, 16x16 RGB in):
+#   - from a generated ImageNet-like folder (make_jpeg_folder: JPEG and PNG, grey and RGBA
+#     among them, sizes around 64x48): streamed, the data wait and decode rate printed each
+#     epoch and in --json, test accuracy >= 0.8 after 3 epochs (chance: 0.33; the grey tenth
+#     of the images keeps only the stripes' direction, not the class colour);
+#   - the same folder with one training JPEG cut short: the run fails naming the file, and the
+#     checkpoint an earlier run saved is unchanged and still resumes;
+#   - --data-cache takes auto|on|off only; off on a data set that is not an image folder is
+#     refused.
+# DEVICE cuda (ctest train_stream_cuda, label gpu): the same on the GPU, the ring in pinned
+# memory.
+# train_stream.sh KILN MAKE_JPEG_FOLDER DIR [DEVICE]
+set -euo pipefail
+kiln=$1 make=$2 dir=$3 device=${4:-cpu}
+fail() { echo "FAIL: $*"; exit 1; }
+data=$dir/stream_jpeg_$device
+dir_bad=$dir/stream_bad_$device
+ckpt=$dir/stream_$device.ckpt
+rm -rf "$data" "$dir_bad"
+"$make" "$data" 3 60 20 64x48 2 7
+
+out=$("$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$data" --data-cache off --data-workers 2 --epochs 3 --batch 16 \
+      --lr 0.05 --seed 3 --json "$dir/stream_$device.json" --save "$ckpt")
+echo "$out"
+grep -q "image folders: 180 training and 60 test images of 3 classes, streamed" <<<"$out" || fail "streamed folder"
+mem=host
+[ "$device" = cuda ] && mem=pinned
+grep -q "streaming: 2 decoding threads, 4 batches in the ring ($mem memory)" <<<"$out" || fail "decoding threads"
+[ "$(grep -c '^data: waited [0-9.]* s of [0-9.]* s (.*%); decoded [0-9]* images at [0-9]* img/s (2 threads)' \
+     <<<"$out")" -eq 3 ] ||
+  fail "a data line per epoch"
+acc=$(sed -n 's/^test accuracy: //p' <<<"$out")
+[ -n "$acc" ] || fail "no test accuracy printed"
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.8) }' || fail "test accuracy $acc < 0.8"
+python3 - "$dir/stream_$device.json" <<'PY' || fail "--json data_wait_s / data_img_s"
+import json, sys
+e = json.load(open(sys.argv[1]))["epochs"]
+assert len(e) == 3 and all(x["data_wait_s"] >= 0 and x["data_img_s"] > 0 for x in e), e
+PY
+
+# a damaged JPEG: the run stops naming it; the checkpoint saved before is untouched
+cp -r "$data" "$dir_bad"
+victim=$(ls "$dir/stream_bad_$device/train/c0001/"*.jpg | head -1)
+head -c 600 "$victim" > "$victim.cut" && mv "$victim.cut" "$victim"
+sum=$(md5sum < "$ckpt")
+if err=$("$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$dir_bad" --data-cache off --epochs 4 --batch 16 \
+         --lr 0.05 --seed 3 --resume "$ckpt" --save "$ckpt" 2>&1); then
+  fail "a truncated JPEG accepted"
+fi
+echo "$err"
+grep -q "stream_bad_$device/train/c0001/.*\.jpg" <<<"$err" || fail "the damaged file not named: $err"
+[ "$(md5sum < "$ckpt")" = "$sum" ] || fail "the checkpoint changed"
+out=$("$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$data" --data-cache off --epochs 4 --batch 16 --lr 0.05 --seed 3 \
+      --resume "$ckpt" --max-steps 2)
+grep -q "resumed from .* at epoch 4 step 0" <<<"$out" || fail "the checkpoint no longer resumes: $out"
+
+set +e
+"$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$data" --data-cache maybe 2>/dev/null
+[ $? -eq 2 ] || fail "--data-cache maybe accepted"
+"$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$dir/cifar" --data-cache off 2>/dev/null
+[ $? -eq 2 ] || fail "--data-cache off on CIFAR-10 accepted"
+echo "train_stream: all passed"
