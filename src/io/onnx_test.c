@@ -12,11 +12,27 @@
  * an op missing from the registry, a STRING tensor or a graph input that is not a tensor
  * (a sequence, map or optional) (or, with ops_in_registry, when a
  * node's op is not in the registry); FAIL for everything else, with kiln's message or the
- * output, max errors and the share of the error budget used.
+ * output, max errors and the share of the error budget used. Three more SKIPs, each only
+ * where the case cannot pass for a reason that is not kiln's (skip_reason, below):
+ *   - a shape kiln needs when the plan is built (a value input, such as Range's limit) that
+ *     is computed from a graph input's data (kiln plans shapes before a run: data-dependent
+ *     shapes are not supported); the same error for a value computed from constants alone
+ *     stays a FAIL;
+ *   - the run refused an input whose data contradicts the model's own declared shape
+ *     (ONNX 1.12's castlike BFLOAT16 cases bind a [1] tensor to a [3,4] input; onnxruntime
+ *     refuses them too);
+ *   - training-mode Dropout with a ratio above 0: its mask is random, and the expected
+ *     output holds numpy's draw, which kiln's generator does not reproduce; kiln's output
+ *     is still checked to be a dropout of the input (each element 0 or x / (1 - ratio),
+ *     and the mask output, if any, true exactly where the element was kept);
+ *   - ONNX 1.12's Hann, Hamming and Blackman window data, computed with pi = 3.1415 (fixed
+ *     in later ONNX releases, which use np.pi): kiln's window is checked against the
+ *     exact formula instead, to 1e-6 (the window ops' own test cases do the same).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "io/onnx_test.h"
+#include "ops/window.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -207,8 +223,54 @@ static bool mentions(const char *msg, const char *op) {
 typedef struct case_state {
     kiln_context *ctx;
     str_list missing_ops; /* op types of the model's nodes that are not in the registry */
+    const kiln_model *m;  /* the model once loaded, else NULL */
     char why[2048];
 } case_state;
+
+/* ------------------------------------------------- cases kiln cannot pass */
+
+/* dep[v]: value v of m is computed from a graph input's data (not from its shape alone:
+ * an op's shape-only inputs, such as Shape's, do not carry the dependence). NULL when out
+ * of memory. */
+static bool *input_dependent(const kiln_model *m) {
+    bool *dep = calloc((size_t)m->n_values + 1, sizeof *dep);
+    if (!dep) return NULL;
+    for (int i = 0; i < m->n_inputs; i++)
+        if (!m->values[m->inputs[i]].init) dep[m->inputs[i]] = true;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int i = 0; i < m->n_nodes; i++) {
+            const kiln_node *n = &m->nodes[i];
+            const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
+            bool any = false;
+            for (int k = 0; k < n->n_in && !any; k++)
+                any = n->in[k] >= 0 && dep[n->in[k]] && !(d && k < 32 && (d->shape_only_inputs & (1u << k)));
+            for (int k = 0; any && k < n->n_out; k++)
+                if (n->out[k] >= 0 && !dep[n->out[k]]) dep[n->out[k]] = changed = true;
+        }
+    }
+    return dep;
+}
+
+/* The plan's refusal of a value input computed at run time (src/core/plan.c), when that
+ * value comes from a graph input's data: the case needs a data-dependent shape. */
+static bool data_dependent_shape(const kiln_model *m, const char *msg) {
+    static const char tail[] = "') is computed at run time, but kiln needs its value when the plan is built";
+    if (!m || !strstr(msg, tail)) return false;
+    bool *dep = input_dependent(m);
+    bool found = false;
+    for (int v = 0; dep && v < m->n_values && !found; v++) {
+        if (!dep[v] || !m->values[v].name) continue;
+        size_t n = strlen(m->values[v].name) + sizeof tail + 2;
+        char *pat = malloc(n);
+        if (!pat) break;
+        snprintf(pat, n, "('%s%s", m->values[v].name, tail);
+        found = strstr(msg, pat) != NULL;
+        free(pat);
+    }
+    free(dep);
+    return found;
+}
 
 /* A failed kiln call: SKIP when kiln lacks the op, or the case needs a STRING tensor or a
  * sequence, map or optional input; else FAIL. */
@@ -221,6 +283,12 @@ static case_result failed(case_state *cs, kiln_status st, const char *doing) {
             skip = mentions(msg, cs->missing_ops.s[i]);
         if (skip) {
             snprintf(cs->why, sizeof cs->why, "%s", msg);
+            return CASE_SKIP;
+        }
+        if (data_dependent_shape(cs->m, msg)) {
+            snprintf(cs->why, sizeof cs->why,
+                     "data-dependent shape (kiln builds shapes before a run, from the inputs' shapes "
+                     "and constants; here a graph input's data): %s", msg);
             return CASE_SKIP;
         }
     }
@@ -261,6 +329,140 @@ static void free_tensors(kiln_tensor **t, int n) {
     free(t);
 }
 
+/* "[3,4]" for ndim dims (-1 printed as ?); "[?...]" for an unknown rank. */
+static void dims_str(int ndim, const int64_t *dims, char *buf, size_t n) {
+    if (ndim < 0) {
+        snprintf(buf, n, "[?...]");
+        return;
+    }
+    size_t at = 0;
+    at += (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && at < n; d++) {
+        if (dims[d] < 0) at += (size_t)snprintf(buf + at, n - at, "%s?", d ? "," : "");
+        else at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? "," : "", (long long)dims[d]);
+    }
+    if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+/* After the run failed with a shape error: SKIP when an input's data contradicts the
+ * model's declared shape for it (a different rank, or a different size of a fixed dim):
+ * ONNX requires the declared shape, and onnxruntime refuses such data as well. */
+static bool data_contradicts_model(case_state *cs, const kiln_model *m, kiln_tensor **in, int n_in) {
+    for (int i = 0; i < n_in && i < kiln_model_num_inputs(m); i++) {
+        int ndim = -1;
+        int64_t dims[KILN_MAX_DIMS];
+        if (kiln_model_input_info(m, i, NULL, &ndim, dims) != KILN_OK || ndim < 0) continue;
+        bool off = ndim != in[i]->ndim;
+        for (int d = 0; d < ndim && !off; d++) off = dims[d] >= 0 && dims[d] != in[i]->dims[d];
+        if (!off) continue;
+        char want[160], got[160];
+        dims_str(ndim, dims, want, sizeof want);
+        dims_str(in[i]->ndim, in[i]->dims, got, sizeof got);
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kiln_context_message(cs->ctx));
+        snprintf(cs->why, sizeof cs->why,
+                 "the test data contradicts its model: input %d '%s' is declared %s but input_%d.pb is %s "
+                 "(kiln, like onnxruntime, refuses it: %s)", i, kiln_model_input_name(m, i), want, i, got, msg);
+        return true;
+    }
+    return false;
+}
+
+/* The data of value v: an initializer's, or the bound tensor of a graph input; else NULL. */
+static const kiln_tensor *value_data(const kiln_model *m, int v, kiln_tensor **in, int n_in) {
+    if (v < 0) return NULL;
+    if (m->values[v].init) return m->values[v].init;
+    for (int j = 0; j < m->n_inputs && j < n_in; j++)
+        if (m->inputs[j] == v) return in[j];
+    return NULL;
+}
+
+/* The graph output holding value v in got (the run's outputs, n of them), or NULL. */
+static const kiln_tensor *output_data(const kiln_model *m, int v, const kiln_tensor **got, int n) {
+    for (int j = 0; v >= 0 && j < m->n_outputs && j < n; j++)
+        if (m->outputs[j] == v) return got[j];
+    return NULL;
+}
+
+/* After the outputs did not match: SKIP a Dropout in training mode with a ratio above 0
+ * (its mask is random: the expected output holds numpy's draw) whose output kiln's run
+ * shows to be a dropout of its input: every element 0 or x / (1 - ratio), the mask (when
+ * an output) true exactly where x / (1 - ratio) was kept. A case that fails this check
+ * stays a FAIL with the element that breaks it. Returns CASE_PASS when no such Dropout. */
+static case_result random_dropout(case_state *cs, const kiln_model *m, kiln_tensor **in, int n_in,
+                                  const kiln_tensor **got, int n_got) {
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        if (strcmp(n->op_type, "Dropout") != 0 || n->domain[0] || n->opset < 12 || n->n_in < 3) continue;
+        const kiln_tensor *tm = value_data(m, n->in[2], in, n_in);
+        const kiln_tensor *rt = n->in[1] >= 0 ? value_data(m, n->in[1], in, n_in) : NULL;
+        if (!tm || !tm->data || kiln_tensor_numel(tm) != 1 || !kiln_get_i64(tm, 0)) continue;
+        if (n->in[1] >= 0 && (!rt || !rt->data || kiln_tensor_numel(rt) != 1)) continue;
+        const double ratio = rt ? kiln_get_f64(rt, 0) : 0.5;
+        if (!(ratio > 0 && ratio < 1)) continue;
+        const kiln_tensor *x = value_data(m, n->in[0], in, n_in);
+        const kiln_tensor *y = output_data(m, n->out[0], got, n_got);
+        const kiln_tensor *mask = n->n_out > 1 ? output_data(m, n->out[1], got, n_got) : NULL;
+        if (!x || !y || !x->data || !y->data || kiln_tensor_numel(x) != kiln_tensor_numel(y) ||
+            (mask && kiln_tensor_numel(mask) != kiln_tensor_numel(y)))
+            return CASE_PASS; /* cannot check: the FAIL stands */
+        const double scale = 1 / (1 - ratio);
+        int64_t kept = 0, numel = kiln_tensor_numel(y);
+        for (int64_t k = 0; k < numel; k++) {
+            const double xv = kiln_get_f64(x, k), yv = kiln_get_f64(y, k), want = xv * scale;
+            const bool keep = fabs(yv - want) <= 1e-5 + 1e-4 * fabs(want) && (yv != 0 || xv == 0);
+            const bool drop = yv == 0;
+            const bool m_keep = mask && kiln_get_i64(mask, k) != 0;
+            if ((!keep && !drop) || (mask && (m_keep ? !keep : !drop))) {
+                snprintf(cs->why, sizeof cs->why,
+                         "Dropout node '%s' in training mode (ratio %g): element %lld is %.9g%s, neither 0 nor "
+                         "x / (1 - ratio) = %.9g as its mask says", n->name, ratio, (long long)k, yv,
+                         mask ? (m_keep ? " (mask true)" : " (mask false)") : "", want);
+                return CASE_FAIL;
+            }
+            kept += !drop;
+        }
+        snprintf(cs->why, sizeof cs->why,
+                 "Dropout node '%s' in training mode (ratio %g) draws a random mask: the expected output "
+                 "holds numpy's draw, which kiln's generator does not reproduce (kiln's output checked: "
+                 "%lld of %lld elements kept as x / (1 - ratio), the others 0%s)", n->name, ratio,
+                 (long long)kept, (long long)numel, mask ? ", as its mask says" : "");
+        return CASE_SKIP;
+    }
+    return CASE_PASS;
+}
+
+/* After the outputs did not match: a model of one Hann, Hamming or Blackman window node
+ * whose expected output was computed with pi = 3.1415 (ONNX 1.12's test data; later
+ * releases use np.pi) is a SKIP when kiln's output is the exact window (to 1e-6), and
+ * the expected output that window with pi = 3.1415 (to 1e-6). Else CASE_PASS. */
+static case_result approximate_pi_window(case_state *cs, const kiln_model *m, kiln_tensor **in, int n_in,
+                                         const kiln_tensor **got, int n_got, kiln_tensor **exp) {
+    kiln_window_coef w;
+    if (m->n_nodes != 1 || m->nodes[0].n_in != 1 || m->nodes[0].domain[0]) return CASE_PASS;
+    const kiln_node *n = &m->nodes[0];
+    const kiln_tensor *s = value_data(m, n->in[0], in, n_in);
+    const kiln_tensor *y = output_data(m, n->out[0], got, n_got);
+    if (!s || !s->data || kiln_tensor_numel(s) != 1 || !y || !y->data || n_got < 1 || m->outputs[0] != n->out[0])
+        return CASE_PASS;
+    const int64_t size = kiln_get_i64(s, 0), numel = kiln_tensor_numel(y);
+    if (!kiln_window_coef_of(n, size, &w) || numel != size || kiln_tensor_numel(exp[0]) != size) return CASE_PASS;
+    const double pi = 3.14159265358979323846;
+    double off_exact = 0, off_ref = 0;
+    for (int64_t i = 0; i < size; i++) {
+        double exact = w.a0 - w.a1 * cos(2 * pi * (double)i / w.n) + w.a2 * cos(4 * pi * (double)i / w.n);
+        double approx = w.a0 - w.a1 * cos(2 * 3.1415 * (double)i / w.n) + w.a2 * cos(4 * 3.1415 * (double)i / w.n);
+        off_exact = fmax(off_exact, fabs(kiln_get_f64(y, i) - exact));
+        off_ref = fmax(off_ref, fabs(kiln_get_f64(exp[0], i) - approx));
+    }
+    if (off_exact > 1e-6 || off_ref > 1e-6) return CASE_PASS;
+    snprintf(cs->why, sizeof cs->why,
+             "%s node '%s': the expected output was computed with pi = 3.1415 (ONNX 1.12's test data; later "
+             "releases use np.pi): kiln's output is the exact window to %.2g (the data's to %.2g with pi = "
+             "3.1415)", n->op_type, n->name, off_exact, off_ref);
+    return CASE_SKIP;
+}
+
 static case_result run_data_set(case_state *cs, kiln_model *m, kiln_session *s, const char *dir) {
     kiln_tensor **in = NULL, **exp = NULL;
     const kiln_tensor **got = NULL;
@@ -292,7 +494,7 @@ static case_result run_data_set(case_state *cs, kiln_model *m, kiln_session *s, 
         goto done;
     }
     if ((st = kiln_session_run(s, n_in, in, n_exp, got))) {
-        r = failed(cs, st, "run");
+        r = st == KILN_ERR_SHAPE && data_contradicts_model(cs, m, in, n_in) ? CASE_SKIP : failed(cs, st, "run");
         goto done;
     }
     for (int j = 0; j < n_exp && r == CASE_PASS; j++) {
@@ -300,6 +502,11 @@ static case_result run_data_set(case_state *cs, kiln_model *m, kiln_session *s, 
         if (got[j] && got[j]->dtype == KILN_BF16 && exp[j]->dtype == KILN_U16)
             exp[j]->dtype = KILN_BF16;
         if (!compare(j, name ? name : "?", got[j], exp[j], cs->why, sizeof cs->why)) r = CASE_FAIL;
+    }
+    if (r == CASE_FAIL) {
+        case_result why_not = random_dropout(cs, m, in, n_in, got, n_exp);
+        if (why_not == CASE_PASS) why_not = approximate_pi_window(cs, m, in, n_in, got, n_exp, exp);
+        if (why_not != CASE_PASS) r = why_not;
     }
 done:
     free(got);
@@ -343,6 +550,7 @@ static case_result run_case(case_state *cs, const char *dir, bool ops_in_registr
         r = failed(cs, st, "load");
         goto done;
     }
+    cs->m = m;
     if ((st = kiln_session_create(m, NULL, &s))) {
         r = failed(cs, st, "session");
         goto done;
@@ -374,6 +582,7 @@ static case_result run_case(case_state *cs, const char *dir, bool ops_in_registr
         free(set);
     }
 done:
+    cs->m = NULL;
     list_free(&sets);
     kiln_session_free(s);
     kiln_model_free(m);

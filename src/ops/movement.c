@@ -277,7 +277,7 @@ int kiln_grad_route_check(const char *op, const char *attrs, int opset, int n_in
     kiln_session *sess = NULL;
     kiln_node *node = NULL;
     int fails = 1;
-    char in_names[8][8], out_names[8][8];
+    char in_names[8][16], out_names[8][16]; /* "x%d" of any int: -Wformat-truncation at -O1 */
     const char *ins[8], *outs[8];
     if (n_in > 8 || n_out > 8 || kiln_context_create(&ctx) || kiln_model_create(ctx, &base))
         goto out;

@@ -71,6 +71,14 @@ static int test_hann(void) {
     fails += kiln_optest_fails("HannWindow", "", 1, &s, 1, KILN_ERR_TYPE, "hann float size");
     s = kt_scalar(KILN_I64, 4);
     fails += kiln_optest_fails("HannWindow", "output_datatype=8", 1, &s, 1, KILN_ERR_UNSUPPORTED, "hann STRING output");
+    /* ONNX's node tests test_hannwindow[_symmetric] (int32 size 10, float output), with numpy's
+     * exact-pi values (ONNX 1.12's data was computed with pi = 3.1415: the runner skips it) */
+    s = kt_scalar(KILN_I32, 10);
+    y = kt_make(KILN_F32, 1, KT_DIMS(10), KT_VALS(0.0, 0.09549150281252627, 0.3454915028125263, 0.6545084971874737, 0.9045084971874737, 1.0, 0.9045084971874737, 0.6545084971874737, 0.3454915028125264, 0.09549150281252633));
+    fails += kiln_optest("HannWindow", "", 1, &s, 1, &y, 1e-7, 1e-6, "hann periodic 10 (onnx node test)");
+    s = kt_scalar(KILN_I32, 10);
+    y = kt_make(KILN_F32, 1, KT_DIMS(10), KT_VALS(0.0, 0.116977778440511, 0.4131759111665348, 0.7499999999999999, 0.9698463103929542, 0.9698463103929542, 0.7500000000000002, 0.413175911166535, 0.1169777784405111, 0.0));
+    fails += kiln_optest("HannWindow", "periodic=0", 1, &s, 1, &y, 1e-7, 1e-6, "hann symmetric 10 (onnx node test)");
     fails += kiln_optest_sweep("HannWindow", "", 0, 1, (kiln_tensor *[]){kt_scalar(KILN_I64, 1001)}, 1,
                                "hann periodic 1001");
     return fails;
@@ -87,6 +95,14 @@ static int test_hamming(void) {
     s = kt_scalar(KILN_I64, 4);
     y = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(0.08695652173913038, 0.5434782608695652, 1, 0.5434782608695652));
     fails += kiln_optest("HammingWindow", "", 1, &s, 1, &y, 1e-7, 1e-6, "hamming periodic 4");
+    /* ONNX's node tests test_hammingwindow[_symmetric] (int32 size 10, float output), with numpy's
+     * exact-pi values (ONNX 1.12's data was computed with pi = 3.1415: the runner skips it) */
+    s = kt_scalar(KILN_I32, 10);
+    y = kt_make(KILN_F32, 1, KT_DIMS(10), KT_VALS(0.08695652173913043, 0.174144415611437, 0.4024052851766544, 0.684551236562476, 0.9128121061276933, 1.0, 0.9128121061276935, 0.684551236562476, 0.4024052851766545, 0.17414441561143706));
+    fails += kiln_optest("HammingWindow", "", 1, &s, 1, &y, 1e-7, 1e-6, "hamming periodic 10 (onnx node test)");
+    s = kt_scalar(KILN_I32, 10);
+    y = kt_make(KILN_F32, 1, KT_DIMS(10), KT_VALS(0.08695652173913043, 0.19376231944568395, 0.46420409280422736, 0.7717391304347825, 0.9724683703587842, 0.9724683703587842, 0.7717391304347827, 0.4642040928042276, 0.19376231944568406, 0.08695652173913043));
+    fails += kiln_optest("HammingWindow", "periodic=0", 1, &s, 1, &y, 1e-7, 1e-6, "hamming symmetric 10 (onnx node test)");
     fails += kiln_optest_sweep("HammingWindow", "periodic=0", 0, 1, (kiln_tensor *[]){kt_scalar(KILN_I32, 77)}, 1,
                                "hamming symmetric 77");
     return fails;
@@ -101,6 +117,14 @@ static int test_blackman(void) {
     s = kt_scalar(KILN_I64, 4);
     y = kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(0, 0.34, 1, 0.34));
     fails += kiln_optest("BlackmanWindow", "", 1, &s, 1, &y, 1e-7, 1e-6, "blackman periodic 4");
+    /* ONNX's node tests test_blackmanwindow[_symmetric] (int32 size 10, float output), with numpy's
+     * exact-pi values (ONNX 1.12's data was computed with pi = 3.1415: the runner skips it) */
+    s = kt_scalar(KILN_I32, 10);
+    y = kt_make(KILN_F32, 1, KT_DIMS(10), KT_VALS(-1.3877787807814457e-17, 0.040212862362522056, 0.20077014326253045, 0.5097871376374778, 0.8492298567374694, 0.9999999999999999, 0.8492298567374695, 0.509787137637478, 0.20077014326253056, 0.04021286236252208));
+    fails += kiln_optest("BlackmanWindow", "", 1, &s, 1, &y, 1e-7, 1e-6, "blackman periodic 10 (onnx node test)");
+    s = kt_scalar(KILN_I32, 10);
+    y = kt_make(KILN_F32, 1, KT_DIMS(10), KT_VALS(-1.3877787807814457e-17, 0.05086963265386541, 0.2580005015036621, 0.6299999999999999, 0.9511298658424724, 0.9511298658424724, 0.6300000000000002, 0.25800050150366227, 0.05086963265386547, -1.3877787807814457e-17));
+    fails += kiln_optest("BlackmanWindow", "periodic=0", 1, &s, 1, &y, 1e-7, 1e-6, "blackman symmetric 10 (onnx node test)");
     fails += kiln_optest_sweep("BlackmanWindow", "", 0, 1, (kiln_tensor *[]){kt_scalar(KILN_I64, 300)}, 1,
                                "blackman periodic 300");
     return fails;
