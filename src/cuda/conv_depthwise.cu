@@ -190,6 +190,7 @@ __global__ void __launch_bounds__(THREADS, 2)
                     for (int j = 0; j < TW; j++) {
                         const int s = u - j;
                         if (s < 0 || s >= KW) continue; /* compile-time after unrolling */
+                        if (s >= g.kw) continue;        /* a zero weight, but 0 * inf is NaN */
 #pragma unroll
                         for (int ch = 0; ch < CPT; ch++) acc[j][ch] = fmaf(v[ch], wr[s][ch], acc[j][ch]);
                     }
