@@ -37,9 +37,10 @@
  *   kiln_cuda's conv_direct off (--disable conv-direct).
  *
  *   Depthwise convolutions (group == C == M, kernels up to 9x9) run on conv_depthwise.cu's
- *   kernels, forward only (with the bias, a FusedConv's activation and residual), no
- *   workspace: cuDNN runs them far from the memory bound (convnext_tiny's 7x7 depthwise f16
- *   NHWC at batch 256: 9.8 ms on an H200, 31 GB/s). All of them go to cuDNN with the
+ *   kernels, forward (with the bias, a FusedConv's activation and residual) and
+ *   kiln.ConvGradInput, no workspace (ConvGradWeight stays on cuDNN): cuDNN runs them far
+ *   from the memory bound (convnext_tiny's 7x7 depthwise f16 NHWC at batch 256: 9.8 ms on
+ *   an H200, 31 GB/s). All of them go to cuDNN with the
  *   kiln_cuda's conv_depthwise off (--disable conv-depthwise).
  *
  *   Pads are computed by the CPU reference's rules (kiln_cuda_window_get). cuDNN pads both
@@ -366,6 +367,13 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
 }
 
 kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    conv_geo g;
+    kiln_cuda_dw_geo dg;
+    char why[256];
+    if (conv_geo_get(c, c->in[2], c->in[1], c->in[0], &g, why, sizeof why) && depthwise_shaped(cu, &g, &dg)) {
+        *bytes = 0; /* the depthwise kernel needs none */
+        return KILN_OK;
+    }
     return workspace_for(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, false, bytes);
 }
 
@@ -762,6 +770,12 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     if (!fmt_fits(dx, g.fmt)) /* dX is written in the convolution's layout (table.c refuses this) */
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "ConvGradInput: dX is laid out %s, the convolution %s",
                          fmt_name(fmt_of(dx)), fmt_name(g.fmt));
+    kiln_cuda_dw_geo dg;
+    if (depthwise_shaped(cu, &g, &dg)) {
+        const kiln_status ds = kiln_cuda_conv_depthwise_grad_input(cu, ctx, dt, &dg, dy->data, w->data, dx->data);
+        if (!ds) cu->stats.conv_depthwise_calls++;
+        return ds;
+    }
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;

@@ -27,6 +27,10 @@
  *   element, neighbouring threads on neighbouring elements of Y's layout (coalesced), the
  *   taps read through L1.
  *
+ *   Input gradient (kiln.ConvGradInput): a thread per element of dX gathers the outputs
+ *   whose windows touch it (the convolution of dY with the flipped filter, strides and
+ *   dilations included), no atomics.
+ *
  *   Indices are 32-bit (kiln_cuda_conv_depthwise_fits checks that they fit), offsets of
  *   the vector path 64-bit.
  */
@@ -270,6 +274,62 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
+/* Input gradient: dX[n, c, ih, iw] = the sum over taps (r, s) of W[c, r, s] *
+ * dY[n, c, oh, ow] for the outputs whose window put tap (r, s) on (ih, iw): oh * sh - pt +
+ * r * dh = ih (and the same for ow). A thread per element of dX's layout, as dw_scalar. */
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(THREADS)
+    dw_grad_input(const T *__restrict__ dy, const T *__restrict__ w, T *__restrict__ dx, Geo g) {
+    const int total = g.N * g.C * g.H * g.W, kk = g.kh * g.kw;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int n, c, ih, iw, p;
+        if (NHWC) {
+            c = i % g.C;
+            p = i / g.C;
+            iw = p % g.W;
+            p /= g.W;
+            ih = p % g.H;
+            n = p / g.H;
+        } else {
+            iw = i % g.W;
+            p = i / g.W;
+            ih = p % g.H;
+            p /= g.H;
+            c = p % g.C;
+            n = p / g.C;
+        }
+        float acc = 0.f;
+        const T *wc = w + c * kk;
+        for (int r = 0; r < g.kh; r++) {
+            const int th = ih + g.pt - r * g.dh; /* oh * sh */
+            if (th < 0) break;                   /* only falls with r */
+            const int oh = th / g.sh;
+            if (oh * g.sh != th || oh >= g.OH) continue;
+            for (int s = 0; s < g.kw; s++) {
+                const int tw = iw + g.pl - s * g.dw;
+                if (tw < 0) break;
+                const int ow = tw / g.sw;
+                if (ow * g.sw != tw || ow >= g.OW) continue;
+                const int yi = NHWC ? ((n * g.OH + oh) * g.OW + ow) * g.C + c : ((n * g.C + c) * g.OH + oh) * g.OW + ow;
+                acc = fmaf(to_f(dy[yi]), to_f(wc[r * g.kw + s]), acc);
+            }
+        }
+        dx[i] = from_f<T>(acc);
+    }
+}
+
+template <typename T>
+kiln_status grad_input(kiln_cuda *cu, kiln_context *ctx, const Geo &g, bool nhwc, const void *dy, const void *w,
+                       void *dx) {
+    const unsigned blocks = kiln_cuda_blocks(cu, (int64_t)g.N * g.C * g.H * g.W, THREADS);
+    if (nhwc)
+        dw_grad_input<T, true><<<blocks, THREADS, 0, cu->stream>>>((const T *)dy, (const T *)w, (T *)dx, g);
+    else
+        dw_grad_input<T, false><<<blocks, THREADS, 0, cu->stream>>>((const T *)dy, (const T *)w, (T *)dx, g);
+    KILN_CUDA_LAUNCHED(ctx, "dw_grad_input (depthwise)");
+    return KILN_OK;
+}
+
 /* Channel groups per block of the vector path. */
 int qb_of(int C) {
     const int Q = C / CPT;
@@ -365,5 +425,17 @@ extern "C" kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_cont
     const Epi e = {act ? (int)act->kind : (int)KILN_ACT_NONE, act ? act->a : 0.f, act ? act->b : 0.f};
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, ctx, dt, forward, cu, ctx, g32, g->nhwc, x, w, b, z, y, e);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_conv_depthwise_grad_input(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                                           const kiln_cuda_dw_geo *g, const void *dy, const void *w,
+                                                           void *dx) {
+    char why[160];
+    if (!kiln_cuda_conv_depthwise_fits(g, why, sizeof why))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "depthwise input gradient: %s", why);
+    const Geo g32 = geo32(g);
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, grad_input, cu, ctx, g32, g->nhwc, dy, w, dx);
     return st;
 }

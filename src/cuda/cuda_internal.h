@@ -435,6 +435,11 @@ bool kiln_cuda_conv_depthwise_fits(const kiln_cuda_dw_geo *g, char *why, size_t 
 kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
                                              const kiln_cuda_dw_geo *g, const void *x, const void *w,
                                              const void *b, const void *z, const kiln_cuda_act *act, void *y);
+/* dX (like X, in g's layout) = the gradient of the depthwise convolution g for dY, W. No
+ * workspace. */
+kiln_status kiln_cuda_conv_depthwise_grad_input(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                                const kiln_cuda_dw_geo *g, const void *dy, const void *w,
+                                                void *dx);
 
 /* What conv.c supports (Conv, or kiln.FusedConv when fused): geometry, layouts (X, W, Y
  * and Z in one layout), the activation. false with a reason. */

@@ -820,6 +820,18 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -2, 2, 3041),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3042)},
                                1, "convgradinput depthwise");
+    /* depthwise input gradients with strides, dilations and asymmetric pads (CUDA's
+     * conv_depthwise.cu gathers them), an odd channel count, and a 7x7 */
+    fails += kiln_optest_sweep("ConvGradInput", "group=13;pads=[0,1,2,1];strides=[2,2];dilations=[2,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 13, 5, 5), -2, 2, 3090),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(13, 1, 3, 3), -2, 2, 3091),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 13, 11, 10), -2, 2, 3092)},
+                               1, "convgradinput depthwise strided, dilated, asymmetric pads");
+    fails += kiln_optest_sweep("ConvGradInput", "group=16;pads=[3,3,3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 16, 9, 8), -2, 2, 3093),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 1, 7, 7), -2, 2, 3094),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 16, 9, 8), -2, 2, 3095)},
+                               1, "convgradinput depthwise 7x7");
     fails += kiln_optest_sweep("ConvGradWeight", "group=8;pads=[1,1,1,1]", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3043),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3044),

@@ -2975,7 +2975,7 @@ static void direct_cases(void) {
 /* Depthwise convolutions (group == C == M), which conv_depthwise.cu runs instead of
  * cuDNN: Conv in both layouts (f32 also misaligned: NHWC's scalar path), C a multiple of 8
  * (NHWC's vector path) or not, 7x7 with stride 1 (the sliding window) and 3x3 with stride
- * 2; kiln.FusedConv with HardSwish, bias and residual. */
+ * 2; kiln.ConvGradInput with stride 2; kiln.FusedConv with HardSwish, bias and residual. */
 static void depthwise_group(const char *tag) {
     char label[160];
     atol_scale = 1e-5;
@@ -2987,6 +2987,10 @@ static void depthwise_group(const char *tag) {
         snprintf(label, sizeof label, "%s depthwise 3x3 stride 2, 20 channels, no bias%s", tag, nhwc ? ", NHWC" : "");
         floats("Conv", "group=20;pads=[1,1,1,1];strides=[2,2]", 0, true, 2e-5, 1e-4, label,
                INPUTS(X(2, 20, 15, 15), X(20, 1, 3, 3)));
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_OUT : 0;
+        snprintf(label, sizeof label, "%s depthwise input gradient 3x3 stride 2%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.ConvGradInput", "group=20;pads=[1,1,1,1];strides=[2,2]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 20, 8, 8), X(20, 1, 3, 3), X(2, 20, 15, 15)));
     }
     fused_reference(compose_conv);
     for (int nhwc = 0; nhwc < 2; nhwc++) {
