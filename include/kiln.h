@@ -358,6 +358,9 @@ enum {
     KILN_PASS_STREAMS = 1 << 11,      /* a captured graph runs the nodes off its longest path
                                          (weight gradients, independent branches) on side
                                          streams, as parallel branches (CUDA) */
+    KILN_PASS_CONV_DEPTHWISE = 1 << 14, /* depthwise convolutions (group == C == M, kernels up to
+                                         9x9) and their input gradients by kiln's own kernels
+                                         instead of cuDNN, with bias, activation and residual (CUDA) */
     KILN_PASS_FUSE_POOL = 1 << 12,    /* MaxPool -> training Dropout over an NHWC image
                                          (non-overlapping 2-D windows) and, in a training
                                          graph, its gradient chain (with the Relu's before

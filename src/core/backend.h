@@ -28,6 +28,7 @@ typedef struct kiln_backend_options {
     int deterministic;  /* only deterministic algorithms (CUDA) */
     int no_conv_gemm;   /* 1x1 convolutions always through cuDNN (CUDA) */
     int no_conv_direct; /* one-channel convolutions always through cuDNN (CUDA) */
+    int no_conv_depthwise; /* depthwise convolutions (and dX) always through cuDNN (CUDA) */
     int no_streams;     /* a captured plan on one stream only (CUDA) */
     int device_index;   /* which device of the backend's kind (CUDA: the ordinal) */
     void *stream;       /* the caller's stream runs are ordered with (CUDA; NULL: none) */

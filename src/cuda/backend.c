@@ -15,6 +15,7 @@ static kiln_status cu_create(kiln_context *ctx, const kiln_backend_options *o, v
                             .deterministic = o->deterministic,
                             .no_conv_gemm = o->no_conv_gemm,
                             .no_conv_direct = o->no_conv_direct,
+                            .no_conv_depthwise = o->no_conv_depthwise,
                             .no_streams = o->no_streams,
                             .device = o->device_index,
                             .caller_stream = o->stream};

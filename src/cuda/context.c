@@ -105,6 +105,7 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     cu->autotune = !o->no_autotune;
     cu->conv_gemm = !o->no_conv_gemm;
     cu->conv_direct = !o->no_conv_direct;
+    cu->conv_depthwise = !o->no_conv_depthwise;
     cu->deterministic = o->deterministic != 0;
     cu->algo_path[0] = '\0';
     if (o->algo_cache) {

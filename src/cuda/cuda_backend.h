@@ -110,6 +110,9 @@ typedef struct kiln_cuda_options {
      * kiln.ConvGradWeight) always go to cuDNN (else kiln's direct kernels run them:
      * conv_direct.cu) */
     int no_conv_direct;
+    /* no_conv_depthwise: depthwise convolutions (group == C == M) always go to cuDNN (else
+     * kiln's kernels run their forward and kiln.ConvGradInput: conv_depthwise.cu) */
+    int no_conv_depthwise;
     /* no_streams: a captured plan runs every node on the one stream (else the nodes off
      * its longest path run on side streams, joined into the captured graph as parallel
      * branches: cuda_plan.c) */
@@ -157,6 +160,8 @@ typedef struct kiln_cuda_stats {
     int conv_gemm_calls;  /* 1x1 convolutions run as cuBLASLt products */
     int conv_direct_calls; /* one-input-channel convolutions and weight gradients run by
                               conv_direct.cu's kernels */
+    int conv_depthwise_calls; /* depthwise convolutions and input gradients run by
+                                 conv_depthwise.cu's kernels */
     int gemms_timed;      /* matrix product shapes whose cuBLASLt algorithms were timed */
     int side_captured;    /* nodes captured on side streams (parallel branches of a graph) */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */

@@ -655,6 +655,54 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 4, KT_DIMS(4, 1, 5, 5), -1, 1, 210),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(4), -1, 1, 211)},
                                1, "conv random one input channel 5x5");
+    /* depthwise (group == C == M: CUDA's conv_depthwise.cu), NCHW and NHWC in the sweep: C
+     * a multiple of 8 (NHWC: its vector path) or not (its scalar path), odd sizes, tiles of
+     * 4 output columns with a partial last one, 3x3 to 9x9, stride 2, dilation 2,
+     * asymmetric pads, 1-D */
+    fails += kiln_optest_sweep("Conv", "group=13;pads=[1,1,1,1];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 13, 11, 9), -1, 1, 230),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(13, 1, 3, 3), -1, 1, 231),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(13), -1, 1, 232)},
+                               1, "conv random depthwise 3x3 stride 2, 13 channels");
+    fails += kiln_optest_sweep("Conv", "group=24;pads=[2,2,2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 24, 9, 11), -1, 1, 233),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(24, 1, 5, 5), -1, 1, 234),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(24), -1, 1, 235)},
+                               1, "conv random depthwise 5x5, 24 channels");
+    fails += kiln_optest_sweep("Conv", "group=16;pads=[3,3,3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 16, 7, 13), -1, 1, 236),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 1, 7, 7), -1, 1, 237),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(16), -1, 1, 238)},
+                               1, "conv random depthwise 7x7, 16 channels");
+    fails += kiln_optest_sweep("Conv", "group=16;pads=[2,2,2,2];dilations=[2,2]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 10, 9), -1, 1, 239),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 1, 3, 3), -1, 1, 240)},
+                               1, "conv random depthwise 3x3 dilation 2, no bias");
+    fails += kiln_optest_sweep("Conv", "group=8;pads=[0,1,2,1];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 11), -1, 1, 242),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -1, 1, 243),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(8), -1, 1, 244)},
+                               1, "conv random depthwise asymmetric pads stride 2");
+    fails += kiln_optest_sweep("Conv", "group=8;pads=[4,4,4,4]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 12), -1, 1, 245),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 9, 9), -1, 1, 246),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(8), -1, 1, 247)},
+                               1, "conv random depthwise 9x9");
+    fails += kiln_optest_sweep("Conv", "group=16;pads=[2,1,2,1];strides=[2,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 16, 9, 7), -1, 1, 248),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 1, 5, 3), -1, 1, 249),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(16), -1, 1, 250)},
+                               1, "conv random depthwise 5x3 strides 2,1");
+    fails += kiln_optest_sweep("Conv", "group=7;pads=[3,3,3,3];dilations=[1,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 7, 8, 15), -1, 1, 251),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(7, 1, 7, 7), -1, 1, 252),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(7), -1, 1, 253)},
+                               1, "conv random depthwise 7x7 dilations 1,2, 7 channels");
+    fails += kiln_optest_sweep("Conv", "group=16;pads=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 16, 21), -1, 1, 254),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(16, 1, 5), -1, 1, 255),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(16), -1, 1, 256)},
+                               1, "conv random depthwise 1-D");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Conv", "pads=[1,1,1,1]", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 11), -2, 2, 1193),
@@ -772,6 +820,18 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -2, 2, 3041),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3042)},
                                1, "convgradinput depthwise");
+    /* depthwise input gradients with strides, dilations and asymmetric pads (CUDA's
+     * conv_depthwise.cu gathers them), an odd channel count, and a 7x7 */
+    fails += kiln_optest_sweep("ConvGradInput", "group=13;pads=[0,1,2,1];strides=[2,2];dilations=[2,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 13, 5, 5), -2, 2, 3090),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(13, 1, 3, 3), -2, 2, 3091),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 13, 11, 10), -2, 2, 3092)},
+                               1, "convgradinput depthwise strided, dilated, asymmetric pads");
+    fails += kiln_optest_sweep("ConvGradInput", "group=16;pads=[3,3,3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 16, 9, 8), -2, 2, 3093),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 1, 7, 7), -2, 2, 3094),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 16, 9, 8), -2, 2, 3095)},
+                               1, "convgradinput depthwise 7x7");
     fails += kiln_optest_sweep("ConvGradWeight", "group=8;pads=[1,1,1,1]", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3043),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3044),

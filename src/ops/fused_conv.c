@@ -188,6 +188,21 @@ static int test(void) {
                          "dilations=[2,2];auto_pad=SAME_UPPER", "Sigmoid", "", "", 122);
     fails += random_case("fusedconv random f16 Relu, residual", KILN_F16, KT_DIMS(1, 2, 5, 5),
                          KT_DIMS(3, 2, 3, 3), true, true, "", "Relu", "", "", 123);
+    /* depthwise (group == C == M: CUDA's conv_depthwise.cu), every activation, with bias and
+     * residual: 16 channels (NHWC: its vector path) and 12 (its scalar path) */
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        char label[128];
+        snprintf(label, sizeof label, "fusedconv random depthwise %s, residual",
+                 acts[i].act[0] ? acts[i].act : "no activation");
+        fails += random_case(label, KILN_F32, KT_DIMS(2, 16, 9, 10), KT_DIMS(16, 1, 3, 3), true, true,
+                             "group=16;pads=[1,1,1,1]", acts[i].act, acts[i].attrs, acts[i].fused, 130 + i);
+    }
+    fails += random_case("fusedconv random depthwise HardSwish, 7x7 stride 2, 12 channels", KILN_F32,
+                         KT_DIMS(1, 12, 11, 9), KT_DIMS(12, 1, 7, 7), true, false,
+                         "group=12;strides=[2,2];pads=[3,2,3,4]", "HardSwish", "", "", 140);
+    fails += random_case("fusedconv random depthwise Relu, residual, no bias, 5x5", KILN_F32,
+                         KT_DIMS(1, 24, 8, 9), KT_DIMS(24, 1, 5, 5), false, true,
+                         "group=24;pads=[2,2,2,2]", "Relu", "", "", 141);
 
     /* errors */
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);

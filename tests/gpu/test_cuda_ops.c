@@ -35,6 +35,8 @@
  * kiln.ConvGradWeight): each group of cases must have gone through the direct kernels
  * (stats.conv_direct_calls against the cases run), and the same cases match again on a
  * kiln_cuda with conv_direct off (cuDNN); the weight gradient gives the same bits twice.
+ * Depthwise convolutions (conv_depthwise.cu: Conv and kiln.FusedConv, group == C == M):
+ * the same counting through stats.conv_depthwise_calls, and again with conv_depthwise off.
  *
  * Inference ops of fp16 / bf16 plans and exported CNNs: every Cast pair compared exactly
  * (rounding ties, NaN, inf, saturation), Shape / Constant / ConstantOfShape / Range;
@@ -2970,6 +2972,70 @@ static void direct_cases(void) {
     kiln_cuda_free(off);
 }
 
+/* Depthwise convolutions (group == C == M), which conv_depthwise.cu runs instead of
+ * cuDNN: Conv in both layouts (f32 also misaligned: NHWC's scalar path), C a multiple of 8
+ * (NHWC's vector path) or not, 7x7 with stride 1 (the sliding window) and 3x3 with stride
+ * 2; kiln.ConvGradInput with stride 2; kiln.FusedConv with HardSwish, bias and residual. */
+static void depthwise_group(const char *tag) {
+    char label[160];
+    atol_scale = 1e-5;
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT : 0;
+        snprintf(label, sizeof label, "%s depthwise 7x7 pad 3, 32 channels%s", tag, nhwc ? ", NHWC" : "");
+        floats("Conv", "group=32;pads=[3,3,3,3]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 32, 14, 13), X(32, 1, 7, 7), X(32)));
+        snprintf(label, sizeof label, "%s depthwise 3x3 stride 2, 20 channels, no bias%s", tag, nhwc ? ", NHWC" : "");
+        floats("Conv", "group=20;pads=[1,1,1,1];strides=[2,2]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 20, 15, 15), X(20, 1, 3, 3)));
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_OUT : 0;
+        snprintf(label, sizeof label, "%s depthwise input gradient 3x3 stride 2%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.ConvGradInput", "group=20;pads=[1,1,1,1];strides=[2,2]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 20, 8, 8), X(20, 1, 3, 3), X(2, 20, 15, 15)));
+    }
+    fused_reference(compose_conv);
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(3) | NHWC_OUT : 0;
+        snprintf(label, sizeof label, "%s depthwise 5x5 HardSwish, bias, residual%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "group=24;pads=[2,2,2,2];activation=HardSwish", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 24, 11, 9), X(24, 1, 5, 5), X(24), X(2, 24, 11, 9)));
+    }
+    layout = 0;
+    atol_scale = 0;
+    fused_reference(NULL);
+}
+
+/* depthwise_group on cu, every device run counted through stats.conv_depthwise_calls
+ * (want_dw: all of them, else none). */
+static void depthwise_counted(const char *tag, bool want_dw) {
+    const int runs0 = device_runs, calls0 = cu ? stats_of(cu).conv_depthwise_calls : 0;
+    depthwise_group(tag);
+    if (!cu || device_runs == runs0) return; /* dry run, or filtered out */
+    const int runs = device_runs - runs0, calls = stats_of(cu).conv_depthwise_calls - calls0;
+    char label[200], detail[120];
+    snprintf(label, sizeof label, "%s depthwise: %d of %d device runs went through conv_depthwise.cu (want %s)", tag,
+             calls, runs, want_dw ? "all" : "none");
+    snprintf(detail, sizeof detail, "stats.conv_depthwise_calls rose by %d", calls);
+    check(calls == (want_dw ? runs : 0), label, detail);
+}
+
+/* The depthwise cases on conv_depthwise.cu, then on a kiln_cuda with it off
+ * (kiln_cuda_options.no_conv_depthwise, --disable conv-depthwise): cuDNN, the same
+ * references. */
+static void depthwise_cases(void) {
+    depthwise_counted("[dw]", true);
+    if (!cu) return;
+    kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20, .no_conv_depthwise = 1};
+    kiln_cuda *off = NULL, *saved = cu;
+    if (kiln_cuda_create(ctx, &o, &off)) {
+        fail("conv-depthwise off", "create: %s", kiln_context_message(ctx));
+        return;
+    }
+    cu = off;
+    depthwise_counted("[dw cuDNN]", false);
+    cu = saved;
+    kiln_cuda_free(off);
+}
+
 /* ----------------------------------------------------------- whole models */
 
 static kiln_model *SM;
@@ -3126,6 +3192,7 @@ int main(int argc, char **argv) {
     fused_conv_cases();
     dropout_cases();
     direct_cases();
+    depthwise_cases();
     fused_loss_cases();
     fused_elementwise_cases();
     fused_gemm_cases();

@@ -1,0 +1,441 @@
+/*
+ * conv_depthwise.cu — depthwise convolutions (group == C == M: one filter per channel,
+ * channel multiplier 1) by kiln's own kernels instead of cuDNN, which runs them far from
+ * the memory bound (on an H200, batch 256, f16 NHWC: convnext_tiny's 7x7 depthwise
+ * [256,96,56,56] 9.8 ms, 31 GB/s, where the bytes take ~0.07 ms). conv.c dispatches here
+ * when kiln_cuda's conv_depthwise is on and kiln_cuda_conv_depthwise_fits takes the shape;
+ * the contract is kiln_cuda_dw_geo's (cuda_internal.h).
+ *
+ *   y = act(conv(x, w) + b + z): X, Y and Z (N, C, H, W) / (N, C, OH, OW) NCHW or NHWC,
+ *   W (C, 1, kh, kw) (the same bytes in both layouts), kh, kw <= 9, any strides and
+ *   dilations, taps outside X read zero (any pads, asymmetric too, with no padded copy).
+ *   b and z may be NULL; act: every activation of kiln.FusedConv (kiln_cuda_act). f32,
+ *   f16 and bf16, accumulated in f32 (exact FMA), rounded once to the dtype.
+ *
+ *   NHWC, C a multiple of 8 and X, Y, Z 16-byte aligned (the fp16 plans' case): a thread
+ *   computes 8 consecutive channels (16-byte loads and stores of f16 / bf16, two of f32)
+ *   of TW = 4 neighbouring output pixels of one row. A block takes QB <= 16 channel groups
+ *   (its grid row) of THREADS / QB pixel tiles at a time, channel groups fastest, so a warp
+ *   reads and writes contiguous runs of a pixel's channels; the block's weights sit in
+ *   shared memory as f32 [tap][channel] and a row of them is moved to registers per kernel
+ *   row. With stride 1 and dilation 1 the TW + kw - 1 input pixels of a kernel row are
+ *   each loaded once and given to every output that uses them (a sliding window: 10 loads
+ *   for 28 taps of a 7x7); otherwise each tap is loaded (L1 keeps the overlap). The tap
+ *   loops are unrolled to KW = 3, 5, 7 or 9 columns, weights past kw being zero.
+ *
+ *   Otherwise (NCHW, or NHWC with C % 8 != 0 or unaligned buffers): a thread per output
+ *   element, neighbouring threads on neighbouring elements of Y's layout (coalesced), the
+ *   taps read through L1.
+ *
+ *   Input gradient (kiln.ConvGradInput): a thread per element of dX gathers the outputs
+ *   whose windows touch it (the convolution of dY with the flipped filter, strides and
+ *   dilations included), no atomics.
+ *
+ *   Indices are 32-bit (kiln_cuda_conv_depthwise_fits checks that they fit), offsets of
+ *   the vector path 64-bit.
+ */
+#include "dtype.cuh"
+
+#include <stdio.h>
+
+using namespace kiln_cu;
+
+namespace {
+
+constexpr int THREADS = 256;
+constexpr int CPT = 8;     /* vector path: channels per thread */
+constexpr int TW = 4;      /* vector path: output pixels along W per thread */
+constexpr int QB_MAX = 16; /* vector path: channel groups per block */
+constexpr int KMAX = 9;    /* the largest kh and kw */
+constexpr int64_t LIM = 0x3fffffff; /* 32-bit indices with a factor 2 spare */
+
+struct Geo {
+    int N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
+};
+
+Geo geo32(const kiln_cuda_dw_geo *g) {
+    Geo r;
+    r.N = (int)g->N;
+    r.C = (int)g->C;
+    r.H = (int)g->H;
+    r.W = (int)g->W;
+    r.OH = (int)g->OH;
+    r.OW = (int)g->OW;
+    r.kh = (int)g->kh;
+    r.kw = (int)g->kw;
+    r.sh = (int)g->sh;
+    r.sw = (int)g->sw;
+    r.dh = (int)g->dh;
+    r.dw = (int)g->dw;
+    r.pt = (int)g->pt;
+    r.pl = (int)g->pl;
+    return r;
+}
+
+/* The activation and its parameters (kiln_cuda_act: LeakyRelu's alpha in a, Clip's bounds
+ * in a and b, HardSigmoid's alpha and beta in a and b). */
+struct Epi {
+    int act;
+    float a, b;
+};
+
+/* As elementwise.cu's unary_op of the same activation (the epilogue kernel's). */
+__device__ __forceinline__ float act_apply(float v, const Epi &e) {
+    switch (e.act) {
+    case KILN_ACT_RELU: return v > 0.f ? v : 0.f;
+    case KILN_ACT_LEAKYRELU: return v < 0.f ? e.a * v : v;
+    case KILN_ACT_CLIP: {
+        const float t = v < e.a ? e.a : v; /* in this order, so min > max gives max */
+        return t > e.b ? e.b : t;
+    }
+    case KILN_ACT_SIGMOID: {
+        if (v >= 0.f) return 1.f / (1.f + expf(-v));
+        const float x = expf(v);
+        return x / (1.f + x);
+    }
+    case KILN_ACT_HARDSWISH: {
+        const float t = v / 6.f + 0.5f;
+        return v * (t < 0.f ? 0.f : t > 1.f ? 1.f : t);
+    }
+    case KILN_ACT_HARDSIGMOID: {
+        const float t = e.a * v + e.b;
+        return t < 0.f ? 0.f : t > 1.f ? 1.f : t; /* NaN stays NaN */
+    }
+    case KILN_ACT_TANH: return tanhf(v);
+    default: return v;
+    }
+}
+
+/* 8 consecutive elements of T at p (16-byte aligned) as floats, and back. */
+template <typename T> __device__ __forceinline__ void load8(const T *__restrict__ p, float (&v)[CPT]) {
+    using V = typename VecOf<T>::type;
+    constexpr int NV = VecOf<T>::N;
+    const V *q = reinterpret_cast<const V *>(p);
+#pragma unroll
+    for (int c = 0; c < CPT / NV; c++) {
+        const V u = q[c];
+#pragma unroll
+        for (int e = 0; e < NV; e++) v[c * NV + e] = to_f(u.v[e]);
+    }
+}
+
+template <typename T> __device__ __forceinline__ void store8(T *p, const float (&v)[CPT]) {
+    using V = typename VecOf<T>::type;
+    constexpr int NV = VecOf<T>::N;
+    V *q = reinterpret_cast<V *>(p);
+#pragma unroll
+    for (int c = 0; c < CPT / NV; c++) {
+        V u;
+#pragma unroll
+        for (int e = 0; e < NV; e++) u.v[e] = from_f<T>(v[c * NV + e]);
+        q[c] = u;
+    }
+}
+
+/* NHWC, C % 8 == 0, X / Y / Z 16-byte aligned. Grid row blockIdx.y: channels
+ * [blockIdx.y * QB * 8, +QB * 8); thread (qq, t0) = (threadIdx.x % QB, threadIdx.x / QB)
+ * takes channel group qq of tiles t0, t0 + THREADS / QB, ... of the block's share. A tile
+ * is TW output pixels (n, oh, ow0 .. ow0 + TW) of a row, tiles_w of them per row. */
+template <typename T, int KW, bool UNIT>
+__global__ void __launch_bounds__(THREADS, 2)
+    dw_nhwc_vec(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
+                T *__restrict__ y, Geo g, int QB, int tiles_w, int tiles, Epi e) {
+    extern __shared__ float4 smem4[];
+    float *sw = reinterpret_cast<float *>(smem4);
+    const int kk = g.kh * g.kw, nc = QB * CPT, cb = blockIdx.y * nc;
+    for (int i = threadIdx.x; i < kk * nc; i += blockDim.x) {
+        const int k = i / nc, c = cb + (i - k * nc);
+        sw[i] = c < g.C ? to_f(w[(size_t)c * kk + k]) : 0.f;
+    }
+    __syncthreads(); /* the only barrier: threads may leave below */
+    const int per_block = THREADS / QB;
+    const int qq = threadIdx.x % QB, t0 = threadIdx.x / QB;
+    const int c0 = cb + qq * CPT;
+    if (t0 >= per_block || c0 >= g.C) return; /* C % 8 == 0: c0 < C has all 8 channels */
+    for (int t = blockIdx.x * per_block + t0; t < tiles; t += gridDim.x * per_block) {
+        const int owt = t % tiles_w, row = t / tiles_w;
+        const int oh = row % g.OH, n = row / g.OH;
+        const int ow0 = owt * TW;
+        float acc[TW][CPT];
+#pragma unroll
+        for (int ch = 0; ch < CPT; ch++) {
+            const float bc = b ? to_f(b[c0 + ch]) : 0.f; /* re-read per tile: fewer registers */
+#pragma unroll
+            for (int j = 0; j < TW; j++) acc[j][ch] = bc;
+        }
+        const int ih0 = oh * g.sh - g.pt, iw0 = ow0 * g.sw - g.pl;
+        for (int r = 0; r < g.kh; r++) {
+            const int ih = ih0 + r * g.dh;
+            if ((unsigned)ih >= (unsigned)g.H) continue;
+            float wr[KW][CPT];
+#pragma unroll
+            for (int s = 0; s < KW; s++) {
+                if (s < g.kw) {
+                    const float4 *wq = reinterpret_cast<const float4 *>(sw + (r * g.kw + s) * nc + qq * CPT);
+                    const float4 w0 = wq[0], w1 = wq[1];
+                    wr[s][0] = w0.x, wr[s][1] = w0.y, wr[s][2] = w0.z, wr[s][3] = w0.w;
+                    wr[s][4] = w1.x, wr[s][5] = w1.y, wr[s][6] = w1.z, wr[s][7] = w1.w;
+                } else {
+#pragma unroll
+                    for (int ch = 0; ch < CPT; ch++) wr[s][ch] = 0.f;
+                }
+            }
+            const T *xrow = x + (size_t)(n * g.H + ih) * g.W * g.C + c0;
+            if (UNIT) {
+                /* stride 1, dilation 1: input column iw0 + u feeds output j with tap s = u - j */
+                const int span = TW + g.kw - 1;
+#pragma unroll
+                for (int u = 0; u < TW + KW - 1; u++) {
+                    const int iw = iw0 + u;
+                    if (u >= span || (unsigned)iw >= (unsigned)g.W) continue;
+                    float v[CPT];
+                    load8(xrow + (size_t)iw * g.C, v);
+#pragma unroll
+                    for (int j = 0; j < TW; j++) {
+                        const int s = u - j;
+                        if (s < 0 || s >= KW) continue; /* compile-time after unrolling */
+                        if (s >= g.kw) continue;        /* a zero weight, but 0 * inf is NaN */
+#pragma unroll
+                        for (int ch = 0; ch < CPT; ch++) acc[j][ch] = fmaf(v[ch], wr[s][ch], acc[j][ch]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int s = 0; s < KW; s++) {
+                    if (s >= g.kw) break;
+#pragma unroll
+                    for (int j = 0; j < TW; j++) {
+                        const int iw = iw0 + j * g.sw + s * g.dw;
+                        if ((unsigned)iw >= (unsigned)g.W) continue;
+                        float v[CPT];
+                        load8(xrow + (size_t)iw * g.C, v);
+#pragma unroll
+                        for (int ch = 0; ch < CPT; ch++) acc[j][ch] = fmaf(v[ch], wr[s][ch], acc[j][ch]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TW; j++) {
+            if (ow0 + j >= g.OW) break;
+            const size_t off = ((size_t)(n * g.OH + oh) * g.OW + ow0 + j) * g.C + c0;
+            if (z) {
+                float v[CPT];
+                load8(z + off, v);
+#pragma unroll
+                for (int ch = 0; ch < CPT; ch++) acc[j][ch] += v[ch];
+            }
+#pragma unroll
+            for (int ch = 0; ch < CPT; ch++) acc[j][ch] = act_apply(acc[j][ch], e);
+            store8(y + off, acc[j]);
+        }
+    }
+}
+
+/* Any layout and alignment: a thread per output element i of Y's layout (NHWC: (n, oh,
+ * ow, c), c fastest; NCHW: (n, c, oh, ow), ow fastest). */
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(THREADS)
+    dw_scalar(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
+              T *__restrict__ y, Geo g, Epi e) {
+    const int total = g.N * g.C * g.OH * g.OW, kk = g.kh * g.kw;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int n, c, oh, ow, p;
+        if (NHWC) {
+            c = i % g.C;
+            p = i / g.C;
+            ow = p % g.OW;
+            p /= g.OW;
+            oh = p % g.OH;
+            n = p / g.OH;
+        } else {
+            ow = i % g.OW;
+            p = i / g.OW;
+            oh = p % g.OH;
+            p /= g.OH;
+            c = p % g.C;
+            n = p / g.C;
+        }
+        float acc = b ? to_f(b[c]) : 0.f;
+        const int ih0 = oh * g.sh - g.pt, iw0 = ow * g.sw - g.pl;
+        const T *wc = w + c * kk;
+        for (int r = 0; r < g.kh; r++) {
+            const int ih = ih0 + r * g.dh;
+            if ((unsigned)ih >= (unsigned)g.H) continue;
+            for (int s = 0; s < g.kw; s++) {
+                const int iw = iw0 + s * g.dw;
+                if ((unsigned)iw >= (unsigned)g.W) continue;
+                const int xi = NHWC ? ((n * g.H + ih) * g.W + iw) * g.C + c : ((n * g.C + c) * g.H + ih) * g.W + iw;
+                acc = fmaf(to_f(x[xi]), to_f(wc[r * g.kw + s]), acc);
+            }
+        }
+        if (z) acc += to_f(z[i]);
+        y[i] = from_f<T>(act_apply(acc, e));
+    }
+}
+
+/* Input gradient: dX[n, c, ih, iw] = the sum over taps (r, s) of W[c, r, s] *
+ * dY[n, c, oh, ow] for the outputs whose window put tap (r, s) on (ih, iw): oh * sh - pt +
+ * r * dh = ih (and the same for ow). A thread per element of dX's layout, as dw_scalar. */
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(THREADS)
+    dw_grad_input(const T *__restrict__ dy, const T *__restrict__ w, T *__restrict__ dx, Geo g) {
+    const int total = g.N * g.C * g.H * g.W, kk = g.kh * g.kw;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int n, c, ih, iw, p;
+        if (NHWC) {
+            c = i % g.C;
+            p = i / g.C;
+            iw = p % g.W;
+            p /= g.W;
+            ih = p % g.H;
+            n = p / g.H;
+        } else {
+            iw = i % g.W;
+            p = i / g.W;
+            ih = p % g.H;
+            p /= g.H;
+            c = p % g.C;
+            n = p / g.C;
+        }
+        float acc = 0.f;
+        const T *wc = w + c * kk;
+        for (int r = 0; r < g.kh; r++) {
+            const int th = ih + g.pt - r * g.dh; /* oh * sh */
+            if (th < 0) break;                   /* only falls with r */
+            const int oh = th / g.sh;
+            if (oh * g.sh != th || oh >= g.OH) continue;
+            for (int s = 0; s < g.kw; s++) {
+                const int tw = iw + g.pl - s * g.dw;
+                if (tw < 0) break;
+                const int ow = tw / g.sw;
+                if (ow * g.sw != tw || ow >= g.OW) continue;
+                const int yi = NHWC ? ((n * g.OH + oh) * g.OW + ow) * g.C + c : ((n * g.C + c) * g.OH + oh) * g.OW + ow;
+                acc = fmaf(to_f(dy[yi]), to_f(wc[r * g.kw + s]), acc);
+            }
+        }
+        dx[i] = from_f<T>(acc);
+    }
+}
+
+template <typename T>
+kiln_status grad_input(kiln_cuda *cu, kiln_context *ctx, const Geo &g, bool nhwc, const void *dy, const void *w,
+                       void *dx) {
+    const unsigned blocks = kiln_cuda_blocks(cu, (int64_t)g.N * g.C * g.H * g.W, THREADS);
+    if (nhwc)
+        dw_grad_input<T, true><<<blocks, THREADS, 0, cu->stream>>>((const T *)dy, (const T *)w, (T *)dx, g);
+    else
+        dw_grad_input<T, false><<<blocks, THREADS, 0, cu->stream>>>((const T *)dy, (const T *)w, (T *)dx, g);
+    KILN_CUDA_LAUNCHED(ctx, "dw_grad_input (depthwise)");
+    return KILN_OK;
+}
+
+/* Channel groups per block of the vector path. */
+int qb_of(int C) {
+    const int Q = C / CPT;
+    return Q < QB_MAX ? Q : QB_MAX;
+}
+
+size_t vec_smem(int kk, int QB) { return (size_t)kk * QB * CPT * sizeof(float); }
+
+template <typename T, int KW, bool UNIT>
+void launch_vec(kiln_cuda *cu, const Geo &g, const void *x, const void *w, const void *b, const void *z, void *y,
+                const Epi &e) {
+    const int QB = qb_of(g.C), Q = g.C / CPT;
+    const int tiles_w = (g.OW + TW - 1) / TW, tiles = g.N * g.OH * tiles_w;
+    const int per_block = THREADS / QB;
+    const unsigned bx = kiln_cuda_blocks(cu, (int64_t)tiles * THREADS / per_block, THREADS);
+    const dim3 grid(bx, (unsigned)((Q + QB - 1) / QB));
+    dw_nhwc_vec<T, KW, UNIT><<<grid, THREADS, vec_smem(g.kh * g.kw, QB), cu->stream>>>(
+        (const T *)x, (const T *)w, (const T *)b, (const T *)z, (T *)y, g, QB, tiles_w, tiles, e);
+}
+
+template <typename T, int KW>
+void launch_vec_kw(kiln_cuda *cu, const Geo &g, const void *x, const void *w, const void *b, const void *z, void *y,
+                   const Epi &e) {
+    if (g.sw == 1 && g.dw == 1) launch_vec<T, KW, true>(cu, g, x, w, b, z, y, e);
+    else launch_vec<T, KW, false>(cu, g, x, w, b, z, y, e);
+}
+
+template <typename T>
+kiln_status forward(kiln_cuda *cu, kiln_context *ctx, const Geo &g, bool nhwc, const void *x, const void *w,
+                    const void *b, const void *z, void *y, Epi e) {
+    const bool vec = nhwc && g.C % CPT == 0 && aligned16(x, y, z);
+    if (vec) {
+        if (g.kw <= 3) launch_vec_kw<T, 3>(cu, g, x, w, b, z, y, e);
+        else if (g.kw <= 5) launch_vec_kw<T, 5>(cu, g, x, w, b, z, y, e);
+        else if (g.kw <= 7) launch_vec_kw<T, 7>(cu, g, x, w, b, z, y, e);
+        else launch_vec_kw<T, 9>(cu, g, x, w, b, z, y, e);
+        KILN_CUDA_LAUNCHED(ctx, "dw_nhwc_vec (depthwise)");
+        return KILN_OK;
+    }
+    const unsigned blocks = kiln_cuda_blocks(cu, (int64_t)g.N * g.C * g.OH * g.OW, THREADS);
+    if (nhwc)
+        dw_scalar<T, true><<<blocks, THREADS, 0, cu->stream>>>((const T *)x, (const T *)w, (const T *)b,
+                                                               (const T *)z, (T *)y, g, e);
+    else
+        dw_scalar<T, false><<<blocks, THREADS, 0, cu->stream>>>((const T *)x, (const T *)w, (const T *)b,
+                                                                (const T *)z, (T *)y, g, e);
+    KILN_CUDA_LAUNCHED(ctx, "dw_scalar (depthwise)");
+    return KILN_OK;
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ entry points */
+
+extern "C" bool kiln_cuda_conv_depthwise_fits(const kiln_cuda_dw_geo *g, char *why, size_t n) {
+    if (g->kh < 1 || g->kw < 1 || g->kh > KMAX || g->kw > KMAX) {
+        snprintf(why, n, "a %lldx%lld kernel (the depthwise kernels take up to %dx%d)", (long long)g->kh,
+                 (long long)g->kw, KMAX, KMAX);
+        return false;
+    }
+    if (g->N < 1 || g->C < 1 || g->H < 1 || g->W < 1 || g->OH < 1 || g->OW < 1) {
+        snprintf(why, n, "empty tensors");
+        return false;
+    }
+    if (g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->pt < 0 || g->pl < 0) {
+        snprintf(why, n, "strides, dilations or pads out of range");
+        return false;
+    }
+    /* element counts, and every coordinate a window walks (from -pt to past its last tap) */
+    const int64_t sizes[] = {g->N * g->C * g->H * g->W, g->N * g->C * g->OH * g->OW,
+                             (g->OH - 1) * g->sh + g->kh * g->dh + g->pt + g->H,
+                             (g->OW + TW) * g->sw + g->kw * g->dw + g->pl + g->W};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i] > LIM) {
+            snprintf(why, n, "indices beyond 32 bits");
+            return false;
+        }
+    if (g->C / CPT > 65535) {
+        snprintf(why, n, "%lld channels", (long long)g->C);
+        return false;
+    }
+    return true;
+}
+
+extern "C" kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                                        const kiln_cuda_dw_geo *g, const void *x, const void *w,
+                                                        const void *b, const void *z, const kiln_cuda_act *act,
+                                                        void *y) {
+    char why[160];
+    if (!kiln_cuda_conv_depthwise_fits(g, why, sizeof why))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "depthwise convolution: %s", why);
+    const Geo g32 = geo32(g);
+    const Epi e = {act ? (int)act->kind : (int)KILN_ACT_NONE, act ? act->a : 0.f, act ? act->b : 0.f};
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, forward, cu, ctx, g32, g->nhwc, x, w, b, z, y, e);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_conv_depthwise_grad_input(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                                           const kiln_cuda_dw_geo *g, const void *dy, const void *w,
+                                                           void *dx) {
+    char why[160];
+    if (!kiln_cuda_conv_depthwise_fits(g, why, sizeof why))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "depthwise input gradient: %s", why);
+    const Geo g32 = geo32(g);
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, grad_input, cu, ctx, g32, g->nhwc, dy, w, dx);
+    return st;
+}
