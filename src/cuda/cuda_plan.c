@@ -403,6 +403,15 @@ static kiln_status capture(kiln_cuda_plan *cp) {
     return KILN_OK;
 }
 
+void kiln_cuda_plan_drop_graph(kiln_cuda_plan *cp) {
+    if (!cp || !cp->exec) return;
+    cudaStreamSynchronize((cudaStream_t)kiln_cuda_stream(cp->cu)); /* no replay in flight */
+    cudaGraphExecDestroy(cp->exec);
+    if (cp->graph) cudaGraphDestroy(cp->graph);
+    cp->exec = NULL;
+    cp->graph = NULL;
+}
+
 kiln_status kiln_cuda_plan_enqueue(kiln_cuda_plan *cp, kiln_tensor *const *inputs, bool use_graph) {
     const kiln_model *m = cp->m;
     KILN_CUDA_CHECK(m->ctx, cudaSetDevice(cp->cu->device));

@@ -27,6 +27,9 @@ void kiln_cuda_plan_set_epilogue(kiln_cuda_plan *cp, kiln_status (*fn)(void *arg
 /* Work enqueued before the run list on every run and captured with it (e.g. gathering the
  * batch from a data set on the device into the input slots). */
 void kiln_cuda_plan_set_prologue(kiln_cuda_plan *cp, kiln_status (*fn)(void *arg), void *arg);
+/* Forget the captured CUDA graph: the next enqueue captures the run list again (after a
+ * prologue's or epilogue's buffers moved: the graph holds the addresses it was captured with). */
+void kiln_cuda_plan_drop_graph(kiln_cuda_plan *cp);
 void kiln_cuda_plan_free(kiln_cuda_plan *cp);
 bool kiln_cuda_plan_matches(const kiln_cuda_plan *cp, kiln_tensor *const *inputs);
 struct kiln_plan *kiln_cuda_plan_host(kiln_cuda_plan *cp);

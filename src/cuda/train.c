@@ -363,14 +363,24 @@ static kiln_status cu_epoch_begin(void *tr, const kiln_tensor *images, const kil
     const int64_t n = images->dims[0], sample = kiln_tensor_numel(images) / (n ? n : 1);
     kiln_status st = KILN_OK;
     if (tc->data_key != images->data || tc->data_n != n || tc->sample != sample) {
-        /* one allocation: images, labels, the permutation, the position */
-        if (tc->images) cudaFree(tc->images);
-        tc->images = NULL;
-        size_t bytes = up(sizeof(float) * (size_t)(n * sample)) + 2 * up(sizeof(int64_t) * (size_t)n) + up(sizeof(int64_t));
-        cudaError_t ce = cudaMalloc((void **)&tc->images, bytes);
-        if (ce != cudaSuccess) {
+        /* one allocation: images, labels, the permutation, the position. The steps' captured
+         * graphs gather from these addresses (the prologue): a data set of the same size (the
+         * next epoch's transformed images) is copied into the same memory; another size
+         * moves it, and the graphs are captured again. */
+        if (!tc->images || tc->data_n != n || tc->sample != sample) {
+            if (tc->images) {
+                for (int i = 0; i < tc->n_plans; i++)
+                    if (tc->plans[i].resident) kiln_cuda_plan_drop_graph(tc->plans[i].cp);
+                cudaFree(tc->images);
+            }
             tc->images = NULL;
-            return cuda_err(ctx, ce, "cudaMalloc of the resident data set");
+            size_t bytes = up(sizeof(float) * (size_t)(n * sample)) + 2 * up(sizeof(int64_t) * (size_t)n) + up(sizeof(int64_t));
+            cudaError_t ce = cudaMalloc((void **)&tc->images, bytes);
+            if (ce != cudaSuccess) {
+                tc->images = NULL;
+                tc->data_key = NULL;
+                return cuda_err(ctx, ce, "cudaMalloc of the resident data set");
+            }
         }
         char *p = (char *)tc->images + up(sizeof(float) * (size_t)(n * sample));
         tc->labels = (int64_t *)p;

@@ -32,6 +32,14 @@
  *      or its first step with KILN_ERR_UNSUPPORTED and a message naming the op and the
  *      node (the op is picked among candidates as the first without a kernel in the table).
  *
+ *   4. Epochs over data sets kept resident on the device (kiln_trainer_train_epoch), fp32:
+ *      data set A, then B (A's values in another host buffer: kiln train's next epoch of
+ *      transformed images), then C (larger), then A again — each epoch's last loss within
+ *      1e-4 relative of the CPU's. The steps' CUDA graphs gather the batch from the device
+ *      copy's addresses: a same-size data set must land in the same memory, another size
+ *      must have the graphs captured again (before: an illegal address in kiln train's
+ *      second augmented epoch on an H200).
+ *
  * --cpu runs the "CUDA" side on the CPU too, in fp32 (a check of the test itself on
  * machines without a device; check 3 then only trains its model on the CPU, and says
  * so). Exits non-zero on any failure.
@@ -431,6 +439,61 @@ static void unsupported_op_named(void) {
     free_data(&d);
 }
 
+/* Check 4: resident data sets replaced between epochs (same size, then larger). */
+static bool epochs_over(kiln_model *m, kiln_device device, kiln_tensor *const *xs, kiln_tensor *const *ys, float *last,
+                        const char *what) {
+    kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
+    o.device = device;
+    o.optimizer = KILN_OPTIM_SGD;
+    o.lr = 0.05f;
+    o.momentum = 0.9f;
+    o.strict_fp32 = 1;
+    kiln_trainer *t = NULL;
+    kiln_status st = kiln_trainer_create(m, "loss", &o, &t);
+    CHECK(st == KILN_OK, "%s: kiln_trainer_create: %s", what, kiln_context_message(ctx));
+    for (int e = 0; e < 4 && !st; e++) {
+        const int64_t steps = kiln_tensor_dim(xs[e], 0) / BATCH;
+        st = kiln_trainer_train_epoch(t, xs[e], ys[e], BATCH, 5, e, 0, steps, &last[e]);
+        CHECK(st == KILN_OK, "%s: epoch %d: %s", what, e, kiln_context_message(ctx));
+    }
+    kiln_trainer_free(t);
+    return st == KILN_OK;
+}
+
+static void resident_data_sets(void) {
+    const char *what = "(a) epochs over replaced resident data sets";
+    uint64_t rng = 77;
+    kiln_tensor *a = rand_tensor(4, (int64_t[]){4 * BATCH, 3, 8, 8}, -1, 1, &rng);
+    kiln_tensor *c = rand_tensor(4, (int64_t[]){6 * BATCH, 3, 8, 8}, -1, 1, &rng);
+    kiln_tensor *b = NULL, *ya = NULL, *yc = NULL;
+    kiln_status st = !a || !c ? KILN_ERR_OUT_OF_MEMORY : kiln_tensor_create(ctx, KILN_F32, 4, a->dims, &b);
+    if (!st) st = kiln_tensor_create(ctx, KILN_I64, 1, (int64_t[]){4 * BATCH}, &ya);
+    if (!st) st = kiln_tensor_create(ctx, KILN_I64, 1, (int64_t[]){6 * BATCH}, &yc);
+    kiln_model *m = st ? NULL : build(false, NULL, false, false, 4321);
+    if (m) {
+        memcpy(b->data, a->data, kiln_tensor_nbytes(a));
+        for (int i = 0; i < 4 * BATCH; i++) ((int64_t *)ya->data)[i] = (int64_t)(mix(&rng) % CLASSES);
+        for (int i = 0; i < 6 * BATCH; i++) ((int64_t *)yc->data)[i] = (int64_t)(mix(&rng) % CLASSES);
+        kiln_tensor *xs[4] = {a, b, c, a}, *ys[4] = {ya, ya, yc, ya};
+        float lc[4] = {0}, lg[4] = {0};
+        if (epochs_over(m, KILN_DEVICE_CPU, xs, ys, lc, what) && epochs_over(m, gpu, xs, ys, lg, what))
+            for (int e = 0; e < 4; e++) {
+                const double err = fabs((double)lg[e] - lc[e]), budget = 1e-4 * fabs(lc[e]);
+                CHECK(err <= budget, "%s: epoch %d's last loss %.9g on the device, %.9g on the CPU", what, e, lg[e],
+                      lc[e]);
+                if (err <= budget) printf("ok   %s: epoch %d loss %.7g (CPU %.7g)\n", what, e, lg[e], lc[e]);
+            }
+    } else {
+        CHECK(false, "%s: out of memory", what);
+    }
+    kiln_model_free(m);
+    kiln_tensor_free(a);
+    kiln_tensor_free(b);
+    kiln_tensor_free(c);
+    kiln_tensor_free(ya);
+    kiln_tensor_free(yc);
+}
+
 int main(int argc, char **argv) {
     const bool cpu_only = argc > 1 && strcmp(argv[1], "--cpu") == 0;
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
@@ -444,6 +507,7 @@ int main(int argc, char **argv) {
     fp32_same_as_cpu(false, false, "(a) residual CNN fp32 TF32 NHWC");
     fp32_same_as_cpu(true, false, "(b) residual CNN with AveragePool fp32 TF32 NHWC");
     amp_fp16_learns();
+    resident_data_sets();
     unsupported_op_named();
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
     kiln_context_free(ctx);
