@@ -359,8 +359,9 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
         return KILN_OK;
     }
     kiln_cuda_dw_geo dg;
-    if (conv_geo_get(c, c->in[0], c->in[1], c->out[0], &g, why, sizeof why) && depthwise_shaped(cu, &g, &dg)) {
-        *bytes = 0; /* the depthwise kernels need none */
+    if (!cu->autotune && conv_geo_get(c, c->in[0], c->in[1], c->out[0], &g, why, sizeof why) &&
+        depthwise_shaped(cu, &g, &dg)) {
+        *bytes = 0; /* the depthwise kernels need none (with autotune cuDNN's path is timed too) */
         return KILN_OK;
     }
     return workspace_for(cu, c, c->in[0], c->in[1], c->out[0], DIR_FWD, fused, bytes);
@@ -370,8 +371,9 @@ kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *
     conv_geo g;
     kiln_cuda_dw_geo dg;
     char why[256];
-    if (conv_geo_get(c, c->in[2], c->in[1], c->in[0], &g, why, sizeof why) && depthwise_shaped(cu, &g, &dg)) {
-        *bytes = 0; /* the depthwise kernel needs none */
+    if (!cu->autotune && conv_geo_get(c, c->in[2], c->in[1], c->in[0], &g, why, sizeof why) &&
+        depthwise_shaped(cu, &g, &dg)) {
+        *bytes = 0; /* the depthwise kernel needs none (with autotune cuDNN's path is timed too) */
         return KILN_OK;
     }
     return workspace_for(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, false, bytes);
@@ -637,6 +639,83 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
 }
 
 /* Conv, or kiln.FusedConv when fused. */
+static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused);
+
+/* One run of direction dir's op (a forward Conv / FusedConv, or ConvGradInput). */
+static kiln_status dw_run_op(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused) {
+    return dir == DIR_FWD ? conv_run(cu, c, fused) : kiln_cuda_k_conv_grad_input(cu, c);
+}
+
+/* The best of three runs of the op on path `force`, after one untimed (cuDNN's first run
+ * searches its algorithms), in ms. */
+static kiln_status dw_time(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, int force, float *ms) {
+    kiln_context *ctx = c->kctx;
+    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(cu);
+    *ms = INFINITY;
+    cu->dw_force = force;
+    kiln_status st = dw_run_op(cu, c, dir, fused);
+    cudaEvent_t ev[2] = {NULL, NULL};
+    if (!st && (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess))
+        st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventCreate failed");
+    for (int r = 0; r < 3 && !st; r++) {
+        float t = 0;
+        if (cudaEventRecord(ev[0], s) != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventRecord failed");
+        if (!st) st = dw_run_op(cu, c, dir, fused);
+        if (!st && (cudaEventRecord(ev[1], s) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+                    cudaEventElapsedTime(&t, ev[0], ev[1]) != cudaSuccess))
+            st = kiln_fail(ctx, KILN_ERR_DEVICE, "timing a depthwise convolution failed");
+        if (!st && t < *ms) *ms = t;
+    }
+    for (int k = 0; k < 2; k++)
+        if (ev[k]) cudaEventDestroy(ev[k]);
+    cu->dw_force = 0;
+    return st;
+}
+
+static bool dw_same(const kiln_cuda_dw_geo *a, const kiln_cuda_dw_geo *b) {
+    return a->N == b->N && a->C == b->C && a->H == b->H && a->W == b->W && a->OH == b->OH && a->OW == b->OW &&
+           a->kh == b->kh && a->kw == b->kw && a->sh == b->sh && a->sw == b->sw && a->dh == b->dh && a->dw == b->dw &&
+           a->pt == b->pt && a->pl == b->pl && a->nhwc == b->nhwc;
+}
+
+/* Whether depthwise problem dg of direction dir runs on conv_depthwise.cu's kernel (*kiln)
+ * or on cuDNN's path. With autotune both are timed the first time the problem is met
+ * (outside graph capture: a plan's first run is eager) and the faster kept: cuDNN runs
+ * convnext's 7x7 at 20-31 GB/s but MobileNet's 3x3 in f16 NHWC near 600 GB/s, faster
+ * than the kernel (H200). Without autotune: the kernel. */
+static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, kiln_dtype dt,
+                             const kiln_cuda_dw_geo *dg, const void *y, const void *z, bool *kiln) {
+    *kiln = true;
+    if (cu->dw_force) {
+        *kiln = cu->dw_force == 1;
+        return KILN_OK;
+    }
+    for (int i = 0; i < cu->n_dw_choice; i++) {
+        const struct kiln_cuda_dw_choice *e = &cu->dw_choice[i];
+        if (e->dir == dir && e->dtype == (int)dt && e->fused == (int)fused && dw_same(&e->g, dg)) {
+            *kiln = e->kiln;
+            return KILN_OK;
+        }
+    }
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
+    if (!cu->autotune || cap != cudaStreamCaptureStatusNone || (z && z == y) ||
+        cu->n_dw_choice == (int)(sizeof cu->dw_choice / sizeof cu->dw_choice[0]))
+        return KILN_OK;
+    float tk = INFINITY, td = INFINITY;
+    kiln_status st = dw_time(cu, c, dir, fused, 1, &tk);
+    if (!st) st = dw_time(cu, c, dir, fused, 2, &td);
+    if (st) return st;
+    struct kiln_cuda_dw_choice *e = &cu->dw_choice[cu->n_dw_choice++];
+    e->g = *dg;
+    e->dir = dir;
+    e->dtype = (int)dt;
+    e->fused = fused;
+    e->kiln = tk <= td;
+    *kiln = e->kiln;
+    return KILN_OK;
+}
+
 static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     kiln_context *ctx = c->kctx;
     const kiln_tensor *x = c->in[0], *w = c->in[1]; // (N,C,[H,]W), (M,C/G,[kH,]kW)
@@ -658,7 +737,12 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
         return ds;
     }
     kiln_cuda_dw_geo dg;
+    bool dw_kiln = false;
     if (depthwise_shaped(cu, &g, &dg)) {
+        const kiln_status cs = dw_faster(cu, c, DIR_FWD, fused, dt, &dg, y->data, z ? z->data : NULL, &dw_kiln);
+        if (cs) return cs;
+    }
+    if (dw_kiln) {
         const kiln_status ds = kiln_cuda_conv_depthwise_forward(cu, ctx, dt, &dg, x->data, w->data,
                                                                 b ? b->data : NULL, z ? z->data : NULL, &act, y->data);
         if (!ds) cu->stats.conv_depthwise_calls++;
@@ -771,7 +855,12 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "ConvGradInput: dX is laid out %s, the convolution %s",
                          fmt_name(fmt_of(dx)), fmt_name(g.fmt));
     kiln_cuda_dw_geo dg;
+    bool dw_kiln = false;
     if (depthwise_shaped(cu, &g, &dg)) {
+        const kiln_status cs = dw_faster(cu, c, DIR_BWD_DATA, false, dt, &dg, dx->data, NULL, &dw_kiln);
+        if (cs) return cs;
+    }
+    if (dw_kiln) {
         const kiln_status ds = kiln_cuda_conv_depthwise_grad_input(cu, ctx, dt, &dg, dy->data, w->data, dx->data);
         if (!ds) cu->stats.conv_depthwise_calls++;
         return ds;

@@ -43,6 +43,13 @@ enum {
     KILN_CUDA_FLAG_DROPOUT_RATIO = 3, /* Dropout's ratio outside [0, 1) in training; value: ratio * 1e6 */
 };
 
+/* A depthwise convolution's geometry (conv_depthwise.cu, below). */
+typedef struct kiln_cuda_dw_geo {
+    int64_t N, C, H, W, OH, OW;
+    int64_t kh, kw, sh, sw, dh, dw, pt, pl;
+    bool nhwc; /* X, Y and Z laid out NHWC */
+} kiln_cuda_dw_geo;
+
 struct kiln_cuda {
     kiln_context *ctx;
     int device;
@@ -92,6 +99,15 @@ struct kiln_cuda {
     bool conv_gemm;         /* 1x1 NHWC convolutions through cuBLASLt (conv.c) */
     bool conv_direct;       /* one-input-channel convolutions by conv_direct.cu */
     bool conv_depthwise;    /* depthwise convolutions by conv_depthwise.cu */
+    /* With autotune, each depthwise problem met is timed on conv_depthwise.cu's kernel and on
+     * the cuDNN path, and the faster kept (conv.c, dw_faster): direction, dtype, geometry. */
+    struct kiln_cuda_dw_choice {
+        kiln_cuda_dw_geo g;
+        int dir, dtype, fused;
+        bool kiln;
+    } dw_choice[128];
+    int n_dw_choice;
+    int dw_force; /* while one is timed: 1 the kernel, 2 cuDNN's path (0: the choice) */
     char algo_path[1024];
     char algo_prefix[320];
     kiln_algo_entry *algos;
@@ -423,11 +439,6 @@ kiln_status kiln_cuda_conv_direct_wgrad(kiln_cuda *cu, kiln_context *ctx, kiln_d
  * Z (N, C, OH, OW) all NCHW or all NHWC; W (C, 1, kh, kw) has the same bytes in both.
  * Pads at the beginning of each dim (pt, pl) place the window; taps outside X read zero.
  * 1-D convolutions are 2-D ones with H = kh = 1. */
-typedef struct kiln_cuda_dw_geo {
-    int64_t N, C, H, W, OH, OW;
-    int64_t kh, kw, sh, sw, dh, dw, pt, pl;
-    bool nhwc; /* X, Y and Z laid out NHWC */
-} kiln_cuda_dw_geo;
 /* Whether the kernels take g (kh, kw <= 9, indices in range); false with a reason. */
 bool kiln_cuda_conv_depthwise_fits(const kiln_cuda_dw_geo *g, char *why, size_t n);
 /* y = act(conv(x, w) + b + z): b (C) and z (like y) may be NULL, act NULL for none. No

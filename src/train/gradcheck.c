@@ -79,7 +79,7 @@ int kiln_gradcheck_ex(const char *op, const char *attrs, int opset, int n_in, ki
     const uint32_t nondiff = idx >= 0 ? kiln_op_get(idx)->nondiff_inputs : 0;
     if (n_out <= 0) n_out = idx >= 0 ? kiln_op_get(idx)->min_outputs : 1;
     for (int i = 0; i < n_in; i++) {
-        wrt[i] = in[i] && (wrt_in ? wrt_in[i] : kiln_dtype_is_float(in[i]->dtype) && !(nondiff & (1u << i)));
+        wrt[i] = in[i] && (wrt_in ? wrt_in[i] : kiln_dtype_is_float(in[i]->dtype) && !kiln_input_in_mask(nondiff, i));
         if (wrt[i] && in[i]->dtype != KILN_F64) {
             fails = report(label, "input %d must be f64 to be checked", i);
             goto out;

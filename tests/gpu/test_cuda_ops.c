@@ -36,7 +36,8 @@
  * (stats.conv_direct_calls against the cases run), and the same cases match again on a
  * kiln_cuda with conv_direct off (cuDNN); the weight gradient gives the same bits twice.
  * Depthwise convolutions (conv_depthwise.cu: Conv and kiln.FusedConv, group == C == M):
- * the same counting through stats.conv_depthwise_calls, and again with conv_depthwise off.
+ * the same counting through stats.conv_depthwise_calls without autotune (the kernel), again
+ * with conv_depthwise off (cuDNN), and with autotune (either, timed).
  *
  * Inference ops of fp16 / bf16 plans and exported CNNs: every Cast pair compared exactly
  * (rounding ties, NaN, inf, saturation), Shape / Constant / ConstantOfShape / Range;
@@ -3018,22 +3019,33 @@ static void depthwise_counted(const char *tag, bool want_dw) {
     check(calls == (want_dw ? runs : 0), label, detail);
 }
 
-/* The depthwise cases on conv_depthwise.cu, then on a kiln_cuda with it off
- * (kiln_cuda_options.no_conv_depthwise, --disable conv-depthwise): cuDNN, the same
- * references. */
-static void depthwise_cases(void) {
-    depthwise_counted("[dw]", true);
-    if (!cu) return;
-    kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20, .no_conv_depthwise = 1};
-    kiln_cuda *off = NULL, *saved = cu;
-    if (kiln_cuda_create(ctx, &o, &off)) {
-        fail("conv-depthwise off", "create: %s", kiln_context_message(ctx));
+/* The depthwise cases on a kiln_cuda made with options o (the rest as the test's), counted. */
+static void depthwise_with(const char *tag, kiln_cuda_options o, bool want_dw) {
+    kiln_cuda *other = NULL, *saved = cu;
+    if (kiln_cuda_create(ctx, &o, &other)) {
+        fail(tag, "create: %s", kiln_context_message(ctx));
         return;
     }
-    cu = off;
-    depthwise_counted("[dw cuDNN]", false);
+    cu = other;
+    depthwise_counted(tag, want_dw);
     cu = saved;
-    kiln_cuda_free(off);
+    kiln_cuda_free(other);
+}
+
+/* The depthwise cases on conv_depthwise.cu (without autotune, the kernel always), on a
+ * kiln_cuda with it off (kiln_cuda_options.no_conv_depthwise, --disable conv-depthwise:
+ * cuDNN), and with autotune, which times both on each problem and keeps the faster: the
+ * same references every time. */
+static void depthwise_cases(void) {
+    if (!cu) { /* dry run */
+        depthwise_counted("[dw]", true);
+        return;
+    }
+    depthwise_with("[dw kernel]", (kiln_cuda_options){.device = 0, .arena_bytes = (size_t)256 << 20, .no_autotune = 1},
+                   true);
+    depthwise_with("[dw cuDNN]",
+                   (kiln_cuda_options){.device = 0, .arena_bytes = (size_t)256 << 20, .no_conv_depthwise = 1}, false);
+    depthwise_group("[dw timed]");
 }
 
 /* ----------------------------------------------------------- whole models */
