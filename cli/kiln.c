@@ -2124,15 +2124,10 @@ static int cmd_train(int argc, char **argv) {
                 goto out;
             }
         }
-        if (o.device == KILN_DEVICE_CUDA && epoch == rp.epoch && rp.sample > 0 &&
-            kiln_loader_epoch_sample(l, epoch, step) != step * a.batch * world) {
-            /* kiln_trainer_train_epoch shards an epoch from its start */
-            fprintf(stderr, "kiln train: %s is at sample %lld of epoch %lld, not a multiple of %d rank(s) x batch %lld: "
-                            "on CUDA a run resumes at one of its own steps (resume with a world size and --batch whose "
-                            "product divides it, e.g. the saving run's %lld x %lld, or on the CPU)\n",
-                    a.resume, (long long)rp.sample, (long long)rp.epoch + 1, world, (long long)a.batch,
-                    (long long)rp.world_size, (long long)rp.batch);
-            rc = 1;
+        /* kiln_trainer_train_epoch (CUDA, the data set resident) takes the resumed epoch up
+         * where the loader does: the rest of its order, sharded over this run's ranks */
+        if (rp.sample > 0 && epoch == rp.epoch && kiln_trainer_set_epoch_start(t, rp.epoch, rp.sample)) {
+            rc = fail(ctx, a.resume);
             goto out;
         }
         if (epoch >= a.epochs) {

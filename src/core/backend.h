@@ -219,12 +219,15 @@ struct kiln_backend_train_i {
 
     /* The batch source of kiln_trainer_train_epoch: a data set (images f32 (N, ...),
      * labels i64 (N)) in the order of one epoch (kiln_loader_permutation). begin takes
-     * the data set and positions it at step `start`; batch(s, b) puts step s's batch of b
+     * the data set and positions it at step `start` of the epoch's samples from position
+     * `offset` of its order on (0: the whole epoch; a resumed one: the rest, sharded over
+     * the ranks as kiln_loader_shard_from does, `start` counted from its first step);
+     * batch(s, b), s the epoch's step as kiln_loader_seek_sample numbers it, puts step s's batch of b
      * samples into v->feeds[0..1] and says whether it is resident (gathered inside the
      * step: the CUDA engine keeps the data set on the device and gathers there) or in the
      * feeds' host memory (the CPU engine gathers on the host). */
     kiln_status (*epoch_begin)(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
-                               uint64_t seed, int64_t epoch, int64_t start);
+                               uint64_t seed, int64_t epoch, int64_t offset, int64_t start);
     kiln_status (*epoch_batch)(void *tr, int64_t step, int64_t b, bool *resident);
 
     /* kiln_trainer_warmup (NULL: nothing to warm up) and kiln_trainer_profile, with the

@@ -96,7 +96,7 @@ static kiln_status cpu_step(void *tr, bool resident, float *loss) {
 /* ------------------------------------------------------- the batch source */
 
 static kiln_status cpu_epoch_begin(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
-                                   uint64_t seed, int64_t epoch, int64_t start) {
+                                   uint64_t seed, int64_t epoch, int64_t offset, int64_t start) {
     cpu_trainer *ct = tr;
     kiln_status st = KILN_OK;
     if (ct->held) st = kiln_loader_release(ct->loader, ct->held);
@@ -125,6 +125,17 @@ static kiln_status cpu_epoch_begin(void *tr, const kiln_tensor *images, const ki
         ct->numel = kiln_tensor_numel(images);
         ct->batch = batch;
         ct->seed = seed;
+    }
+    if (offset > 0) {
+        /* the rest of the epoch from position offset of its order, sharded over the ranks;
+         * its step `start` (counted from the rest's first) */
+        st = kiln_loader_seek_sample(ct->loader, epoch, offset);
+        for (int64_t s = 0; s < start && !st; s++) {
+            const kiln_batch *b = NULL;
+            st = kiln_loader_next(ct->loader, &b);
+            if (!st) st = kiln_loader_release(ct->loader, b);
+        }
+        return st;
     }
     /* past the epoch's end no batch is drawn */
     return start < kiln_loader_steps_per_epoch(ct->loader) ? kiln_loader_seek(ct->loader, epoch, start) : KILN_OK;

@@ -356,7 +356,7 @@ static kiln_status cu_train_step(void *tr, bool resident, float *loss) { return 
 /* The batch source: the data set copied to the device once (again only when another one
  * comes), the epoch's order uploaded, the position set to step `start`'s batch. */
 static kiln_status cu_epoch_begin(void *tr, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
-                                  uint64_t seed, int64_t epoch, int64_t start) {
+                                  uint64_t seed, int64_t epoch, int64_t offset, int64_t start) {
     cuda_trainer *tc = tr;
     const kiln_train_view *t = tc->t;
     kiln_context *ctx = t->ctx;
@@ -399,7 +399,8 @@ static kiln_status cu_epoch_begin(void *tr, const kiln_tensor *images, const kil
     if (!perm) return KILN_ERR_OUT_OF_MEMORY;
     /* data parallelism: this rank's shard of the epoch's order (kiln_loader_shard) */
     const kiln_dist *dd = t->opts->dist;
-    kiln_loader_shard(perm, n, seed, epoch, true, dd ? dd->rank : 0, dd ? dd->size : 1, t->opts->drop_last != 0);
+    kiln_loader_shard_from(perm, n, seed, epoch, true, dd ? dd->rank : 0, dd ? dd->size : 1, t->opts->drop_last != 0,
+                           offset);
     int64_t pos = start * batch;
     st = kiln_cuda_upload(tc->cu, tc->perm, perm, sizeof(int64_t) * (size_t)n);
     if (!st) st = kiln_cuda_upload(tc->cu, tc->pos, &pos, sizeof pos);
@@ -444,7 +445,7 @@ static kiln_status run_epoch(cuda_trainer *tc, const kiln_tensor *images, const 
                              uint64_t seed, int64_t epoch, int64_t start, int64_t end, float *last_loss) {
     const int64_t n = kiln_dist_shard_n(tc->t->opts, images->dims[0]), steps = (n + batch - 1) / batch;
     if (end < 0 || end > steps) end = steps;
-    kiln_status st = cu_epoch_begin(tc, images, labels, batch, seed, epoch, start);
+    kiln_status st = cu_epoch_begin(tc, images, labels, batch, seed, epoch, 0, start);
     for (int64_t s = start; s < end && !st; s++) {
         const int64_t b = s == steps - 1 ? n - s * batch : batch; /* PyTorch keeps the last partial batch */
         bool resident = false;

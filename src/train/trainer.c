@@ -452,6 +452,7 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     for (int i = 0; lv >= 0 && i < fwd->n_outputs; i++) is_out |= fwd->outputs[i] == lv;
     if (!is_out) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "'%s' is not an output of the model", loss);
     kiln_trainer *t = kiln_calloc(ctx, 1, sizeof *t, "a trainer");
+    if (t) t->from_epoch = -1;
     if (!t) return KILN_ERR_OUT_OF_MEMORY;
     t->ctx = ctx;
     t->opts = o;
@@ -601,6 +602,16 @@ kiln_status kiln_trainer_warmup(kiln_trainer *t, const kiln_tensor *images, cons
     return st;
 }
 
+kiln_status kiln_trainer_set_epoch_start(kiln_trainer *t, int64_t epoch, int64_t sample) {
+    if (!t) return KILN_ERR_INVALID_ARGUMENT;
+    if (epoch >= 0 && sample < 0)
+        return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_set_epoch_start: sample %lld is negative",
+                         (long long)sample);
+    t->from_epoch = epoch >= 0 && sample > 0 ? epoch : -1;
+    t->from_sample = sample;
+    return KILN_OK;
+}
+
 kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels,
                                      int64_t batch, uint64_t seed, int64_t epoch, int64_t start_step,
                                      int64_t end_step, float *last_loss) {
@@ -613,7 +624,8 @@ kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images,
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "kiln_trainer_train_epoch: epoch and start_step must be >= 0");
     /* data parallelism: every rank on the same data, each its shard (kiln_loader_shard) */
     if (t->opts.dist) {
-        ast = kiln_dist_check_epoch(t->opts.dist, n, kiln_tensor_numel(images) / n, batch, seed, epoch, start_step);
+        ast = kiln_dist_check_epoch(t->opts.dist, n, kiln_tensor_numel(images) / n, batch, seed, epoch,
+                                    epoch == t->from_epoch ? t->from_sample : 0, start_step);
         if (ast) return ast;
     }
     const int64_t n_shard = kiln_dist_shard_n(&t->opts, n);
@@ -623,10 +635,25 @@ kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images,
     /* the batch source: the engine's (gathered on the host, or on the device from a data
      * set resident there), step by step through the one step path */
     const int64_t steps = (n_shard + batch - 1) / batch;
+    /* a resumed epoch (kiln_trainer_set_epoch_start): its rest from sample `offset` of the
+     * order, this rank's rest_n of it in the last rest_steps of the epoch's steps */
+    const int64_t offset = epoch == t->from_epoch && t->from_sample < n ? t->from_sample : 0;
+    int64_t rest_n = n_shard, first = 0;
+    if (offset > 0) {
+        const int64_t W = t->opts.dist ? kiln_dist_size(t->opts.dist) : 1, rest = n - offset;
+        rest_n = t->opts.drop_last ? rest / W : (rest + W - 1) / W;
+        first = steps - (rest_n + batch - 1) / batch;
+        if (start_step < first)
+            return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                             "kiln_trainer_train_epoch: epoch %lld resumes at sample %lld, at step %lld of %lld; start "
+                             "step %lld is behind it", (long long)epoch, (long long)offset, (long long)first,
+                             (long long)steps, (long long)start_step);
+    }
     if (end_step < 0 || end_step > steps) end_step = steps;
-    kiln_status st = t->engine->epoch_begin(t->tr, images, labels, batch, seed, epoch, start_step);
+    kiln_status st = t->engine->epoch_begin(t->tr, images, labels, batch, seed, epoch, offset, start_step - first);
     for (int64_t s = start_step; s < end_step && !st; s++) {
-        const int64_t b = s == steps - 1 ? n_shard - s * batch : batch; /* PyTorch keeps the last partial batch */
+        /* PyTorch keeps the last partial batch */
+        const int64_t b = s == steps - 1 ? rest_n - (s - first) * batch : batch;
         bool resident = false;
         st = t->engine->epoch_batch(t->tr, s, b, &resident);
         if (!st) st = t->engine->step(t->tr, resident, s + 1 == end_step ? last_loss : NULL);

@@ -38,6 +38,7 @@ struct kiln_trainer {
     const kiln_backend_train_i *engine;
     void *tr;
     kiln_train_view view; /* what the engine sees of this trainer */
+    int64_t from_epoch, from_sample; /* kiln_trainer_set_epoch_start (from_epoch -1: none) */
 };
 
 /* The learning rate of step `step` (kiln_lr_schedule, src/core/schedule.h). */

@@ -39,6 +39,11 @@
  *      copy's addresses: a same-size data set must land in the same memory, another size
  *      must have the graphs captured again (before: an illegal address in kiln train's
  *      second augmented epoch on an H200).
+ *   5. An epoch resumed mid-way at a sample that is not on a step of this batch
+ *      (kiln_trainer_set_epoch_start: a checkpoint of another world size or batch), fp32:
+ *      the rest of the epoch on the device, its last loss within 1e-4 relative of the
+ *      CPU's, whose batches come from the loader's kiln_loader_seek_sample (before: kiln
+ *      train refused such a resume on CUDA).
  *
  * --cpu runs the "CUDA" side on the CPU too, in fp32 (a check of the test itself on
  * machines without a device; check 3 then only trains its model on the CPU, and says
@@ -494,6 +499,55 @@ static void resident_data_sets(void) {
     kiln_tensor_free(yc);
 }
 
+/* Check 5: the rest of an epoch from sample 37 (not a multiple of the batch). */
+static bool rest_of_epoch(kiln_model *m, kiln_device device, kiln_tensor *x, kiln_tensor *y, float *last,
+                          const char *what) {
+    kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
+    o.device = device;
+    o.optimizer = KILN_OPTIM_SGD;
+    o.lr = 0.05f;
+    o.momentum = 0.9f;
+    o.strict_fp32 = 1;
+    kiln_trainer *t = NULL;
+    kiln_status st = kiln_trainer_create(m, "loss", &o, &t);
+    CHECK(st == KILN_OK, "%s: kiln_trainer_create: %s", what, kiln_context_message(ctx));
+    const int64_t n = kiln_tensor_dim(x, 0), from = 37, steps = (n + BATCH - 1) / BATCH;
+    const int64_t first = steps - (n - from + BATCH - 1) / BATCH;
+    if (!st) st = kiln_trainer_set_epoch_start(t, 0, from);
+    if (!st) st = kiln_trainer_train_epoch(t, x, y, BATCH, 5, 0, first, steps, last);
+    CHECK(st == KILN_OK, "%s: %s", what, kiln_context_message(ctx));
+    /* a start step behind the resumed position is refused */
+    if (!st) {
+        kiln_status bad = kiln_trainer_train_epoch(t, x, y, BATCH, 5, 0, first - 1, steps, NULL);
+        CHECK(bad == KILN_ERR_INVALID_ARGUMENT, "%s: start step %lld, behind the resumed position, was not refused",
+              what, (long long)(first - 1));
+    }
+    kiln_trainer_free(t);
+    return st == KILN_OK;
+}
+
+static void resumed_epoch(void) {
+    const char *what = "(a) the rest of an epoch from sample 37";
+    uint64_t rng = 78;
+    kiln_tensor *x = rand_tensor(4, (int64_t[]){4 * BATCH + 5, 3, 8, 8}, -1, 1, &rng), *y = NULL;
+    kiln_status st = !x ? KILN_ERR_OUT_OF_MEMORY : kiln_tensor_create(ctx, KILN_I64, 1, (int64_t[]){4 * BATCH + 5}, &y);
+    kiln_model *m = st ? NULL : build(false, NULL, false, false, 4322);
+    if (m) {
+        for (int i = 0; i < 4 * BATCH + 5; i++) ((int64_t *)y->data)[i] = (int64_t)(mix(&rng) % CLASSES);
+        float lc = 0, lg = 0;
+        if (rest_of_epoch(m, KILN_DEVICE_CPU, x, y, &lc, what) && rest_of_epoch(m, gpu, x, y, &lg, what)) {
+            const double err = fabs((double)lg - lc), budget = 1e-4 * fabs(lc);
+            CHECK(err <= budget, "%s: last loss %.9g on the device, %.9g on the CPU", what, lg, lc);
+            if (err <= budget) printf("ok   %s: last loss %.7g (CPU %.7g)\n", what, lg, lc);
+        }
+    } else {
+        CHECK(false, "%s: out of memory", what);
+    }
+    kiln_model_free(m);
+    kiln_tensor_free(x);
+    kiln_tensor_free(y);
+}
+
 int main(int argc, char **argv) {
     const bool cpu_only = argc > 1 && strcmp(argv[1], "--cpu") == 0;
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
@@ -508,6 +562,7 @@ int main(int argc, char **argv) {
     fp32_same_as_cpu(true, false, "(b) residual CNN with AveragePool fp32 TF32 NHWC");
     amp_fp16_learns();
     resident_data_sets();
+    resumed_epoch();
     unsupported_op_named();
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
     kiln_context_free(ctx);
