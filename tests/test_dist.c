@@ -1,14 +1,17 @@
 /* test_dist.c — data-parallel training over MPI on CPU ranks (run under mpirun, see
  * tests/CMakeLists.txt):
  *
- *   test_dist same DATA_DIR     every rank trains mnist-net (no Dropout) for 20 steps of 32
+ *   test_dist same DATA_DIR     every rank trains mnist-net (no Dropout) for 16 steps of 32
  *                               samples of its shard; rank 0 also trains one process alone
  *                               with the ranks' combined batch (W * 32) in the same data
  *                               order (DistributedSampler's shards of one permutation are
  *                               the single loader's batches). The mean of the ranks' losses
  *                               must be the single run's loss at every step, the weights
  *                               the single run's within fp32 tolerance, and every rank's
- *                               weights bitwise the same.
+ *                               weights bitwise the same. Then RESUMED steps of epoch 1
+ *                               resumed at sample FROM (kiln_trainer_set_epoch_start, on no
+ *                               step's boundary): the ranks' shards of the rest against the
+ *                               single process's batches of it, the same way.
  *   test_dist accumulate DATA_DIR  the same with accumulate 2 (16 samples per micro-batch):
  *                               only the last micro-batch reduces.
  *   test_dist syncbn DATA_DIR   the same with a small CNN holding BatchNormalization, the ranks
@@ -22,6 +25,10 @@
  *                               the 3 s timeout, naming the all-reduce (the test script
  *                               checks the message and the exit status).
  *   test_dist kill DATA_DIR     rank 1 dies (SIGKILL) at step 3: mpirun stops the others.
+ *   test_dist rendezvous        (no MPI, no GPU) the NCCL id's TCP rendezvous under torchrun's
+ *                               variables, its agent holding MASTER_PORT: 2, 3 and 4 forked
+ *                               ranks meet on the port above it; without the agent's
+ *                               variable the ranks fail within the timeout.
  *   test_dist shard             (no MPI) kiln_loader_shard and a sharded loader: the shards
  *                               of W ranks interleave into the epoch's permutation, padded
  *                               with its first samples or cut, every shard the same length;
@@ -49,19 +56,25 @@
 #include <kiln_models.h>
 #include <kiln_tools.h>
 #include <math.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 
 static int fails;
 
-#define STEPS 20
+#define STEPS 16
 #define BATCH 32
 #define N_DATA 2000 /* not a multiple of 3: the shards are padded */
+#define FROM 1001   /* run_same's resumed epoch starts at this sample of its order */
+#define RESUMED 4   /* and runs this many steps (none of them its last: no padding) */
 
 /* Conv(1->4, 3x3, stride 2) BatchNormalization Relu Flatten Gemm(676->10) LogSoftmax NLL */
 static kiln_status bn_net(kiln_context *ctx, kiln_model **out) {
@@ -165,19 +178,31 @@ static void run_same(kiln_context *ctx, kiln_dist *d, const char *dir, int accum
         CHECK(ref, "the single process's trainer: %s", kiln_context_message(ctx));
     }
     const int64_t b = BATCH / accumulate;
+    /* STEPS steps of epoch 0, then RESUMED of epoch 1 resumed at sample FROM (a position
+     * on no step of any of these world sizes and batches: kiln_trainer_set_epoch_start) */
+    const int64_t full = (N_DATA + W - 1) / W, rest = (N_DATA - FROM + W - 1) / W;
+    const int64_t first1 = (full + b - 1) / b - (rest + b - 1) / b;
+    const int total = (STEPS + RESUMED) * accumulate;
+    if (t) st = kiln_trainer_set_epoch_start(t, 1, FROM);
+    if (ref && !st) st = kiln_trainer_set_epoch_start(ref, 1, FROM);
+    CHECK(!st, "rank %d: kiln_trainer_set_epoch_start: %s", r, kiln_context_message(ctx));
     double worst = 0;
-    for (int s = 0; s < STEPS * accumulate && t && !fails; s++) {
+    for (int k = 0; k < total && t && !fails; k++) {
+        const int64_t e = k < STEPS * accumulate ? 0 : 1, s = e ? first1 + k - STEPS * accumulate : k;
         float loss = 0, ref_loss = 0;
-        st = kiln_trainer_train_epoch(t, x, y, b, 7, 0, s, s + 1, &loss);
-        CHECK(!st, "rank %d step %d: %s", r, s, kiln_context_message(ctx));
+        st = kiln_trainer_train_epoch(t, x, y, b, 7, e, s, s + 1, &loss);
+        CHECK(!st, "rank %d epoch %lld step %lld: %s", r, (long long)e, (long long)s, kiln_context_message(ctx));
         if (!st) st = kiln_dist_mean_f32(d, &loss, 1);
         if (ref && !st) {
-            st = kiln_trainer_train_epoch(ref, x, y, b * W, 7, 0, s, s + 1, &ref_loss);
-            CHECK(!st, "single step %d: %s", s, kiln_context_message(ctx));
+            st = kiln_trainer_train_epoch(ref, x, y, b * W, 7, e, s, s + 1, &ref_loss);
+            CHECK(!st, "single epoch %lld step %lld: %s", (long long)e, (long long)s, kiln_context_message(ctx));
             const double err = fabs((double)loss - ref_loss), tol = 1e-5 + 1e-4 * fabs(ref_loss);
             if (err / tol > worst) worst = err / tol;
-            CHECK(err <= tol, "step %d: the ranks' mean loss %.7f, the single process's %.7f", s, loss, ref_loss);
-            if (s < 3 || s == STEPS * accumulate - 1) printf("step %2d: loss %.6f (ranks' mean) %.6f (one process)\n", s, loss, ref_loss);
+            CHECK(err <= tol, "epoch %lld step %lld: the ranks' mean loss %.7f, the single process's %.7f", (long long)e,
+                  (long long)s, loss, ref_loss);
+            if (k < 3 || k == STEPS * accumulate - 1 || k == STEPS * accumulate || k == total - 1)
+                printf("epoch %lld step %2lld: loss %.6f (ranks' mean) %.6f (one process)\n", (long long)e, (long long)s,
+                       loss, ref_loss);
         }
     }
     if (ref && t && !fails) {
@@ -190,8 +215,8 @@ static void run_same(kiln_context *ctx, kiln_dist *d, const char *dir, int accum
                 if (err / tol > budget) budget = err / tol;
             }
         }
-        printf("%d ranks, %d steps: weights max |diff| %.3g (%.0f%% of the budget), losses %.0f%% of theirs\n", W,
-               STEPS, max_err, 100 * budget, 100 * worst);
+        printf("%d ranks, %d + %d steps: weights max |diff| %.3g (%.0f%% of the budget), losses %.0f%% of theirs\n", W,
+               STEPS, RESUMED, max_err, 100 * budget, 100 * worst);
         CHECK(budget <= 1, "the weights differ from the single process's: max |diff| %.3g", max_err);
         /* the running statistics (SyncBatchNorm: over every rank's batch) */
         double stat_err = 0;
@@ -677,8 +702,77 @@ out:
     kiln_tensor_free(y);
 }
 
+/* The NCCL id's TCP rendezvous as torchrun sets it up (no MPI, no GPU): a stand-in for
+ * torchrun's agent holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), W forked ranks
+ * meet on the port above it and each must hold rank 0's id; with the agent's variable
+ * unset the ranks would meet on the agent's own port: rank 0 must fail, naming the port,
+ * within the timeout (the others too, with a dead rank 0). */
+static int rendezvous_ranks(int W, int port, bool agent, double timeout_s, int *failed) {
+    pid_t pids[8];
+    fflush(stdout); /* the children's output only once */
+    for (int r = 0; r < W; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", port);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_PORT", v, 1);
+            unsetenv("KILN_RENDEZVOUS_PORT");
+            if (agent) setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+            else unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+            kiln_context *c = NULL;
+            if (kiln_context_create(&c)) _exit(3);
+            kiln_dist d = {.ctx = c, .rank = r, .size = W, .timeout_s = timeout_s};
+            unsigned char id[KILN_NCCL_ID_BYTES], want[KILN_NCCL_ID_BYTES];
+            for (int i = 0; i < KILN_NCCL_ID_BYTES; i++) want[i] = (unsigned char)(i * 7 + 3);
+            memcpy(id, r == 0 ? want : (unsigned char[KILN_NCCL_ID_BYTES]){0}, sizeof id);
+            kiln_status st = kiln_dist_rendezvous(&d, id);
+            if (st) printf("rank %d: %s\n", r, kiln_context_message(c));
+            fflush(stdout);
+            _exit(st ? 1 : memcmp(id, want, sizeof id) ? 2 : 0);
+        }
+    }
+    int ok = 0;
+    *failed = 0;
+    for (int r = 0; r < W; r++) {
+        int ws = 0;
+        waitpid(pids[r], &ws, 0);
+        if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) ok++;
+        else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2) printf("rank %d: got another id than rank 0's\n", r);
+        else (*failed)++;
+    }
+    return ok;
+}
+
+static int run_rendezvous(void) {
+    /* the agent's store: a listening socket on a free port */
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = 0};
+    socklen_t len = sizeof a;
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 8) ||
+        getsockname(ls, (struct sockaddr *)&a, &len)) {
+        printf("skip: no TCP socket to stand in for torchrun's agent\n");
+        return 77;
+    }
+    const int port = ntohs(a.sin_port);
+    int failed = 0;
+    for (int W = 2; W <= 4; W++) {
+        const int ok = rendezvous_ranks(W, port, true, 30, &failed);
+        CHECK(ok == W, "torchrun (agent on MASTER_PORT %d): %d of %d ranks got rank 0's id", port, ok, W);
+        if (ok == W) printf("ok   %d ranks met on port %d (MASTER_PORT %d held by the agent)\n", W, port + 1, port);
+    }
+    /* without the agent's variable: MASTER_PORT itself, which the agent holds */
+    const int ok = rendezvous_ranks(2, port, false, 2, &failed);
+    CHECK(ok == 0 && failed == 2, "the rendezvous on a port another process holds: %d ranks succeeded, %d failed", ok,
+          failed);
+    close(ls);
+    printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "shard")) return run_shard();
+    if (argc == 2 && !strcmp(argv[1], "rendezvous")) return run_rendezvous();
     if (argc < 3) {
         fprintf(stderr, "usage: test_dist same|accumulate|syncbn|mismatch|hang|kill DATA_DIR, resume-save DATA_DIR CK, "
                         "resume-load DATA_DIR CK BATCH, resume-bad DATA_DIR CK\n");

@@ -134,7 +134,7 @@ static bool io_all(int fd, void *buf, size_t n, bool writing, double deadline) {
  * The port is MASTER_PORT, except under torchrun, whose agent serves its own store there
  * (TORCHELASTIC_USE_AGENT_STORE=True; measured with torch 2.11, --standalone or not): then
  * the port above it. KILN_RENDEZVOUS_PORT, when set, is the port in every case. */
-static kiln_status rendezvous(kiln_dist *d, unsigned char id[KILN_NCCL_ID_BYTES]) {
+kiln_status kiln_dist_rendezvous(kiln_dist *d, unsigned char id[KILN_NCCL_ID_BYTES]) {
     kiln_context *ctx = d->ctx;
     const char *host = getenv("MASTER_ADDR"), *port = getenv("KILN_RENDEZVOUS_PORT");
     const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
@@ -280,7 +280,7 @@ kiln_status kiln_dist_create(kiln_context *ctx, const kiln_dist_options *opts, k
         if (!kiln_nccl_available())
             st = kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "data parallelism on CUDA needs NCCL: this build has none");
         if (!st && d->rank == 0) st = kiln_nccl_get_id(d, id);
-        if (!st && d->size > 1) st = d->mpi ? kiln_mpi_bcast(d, id, sizeof id) : rendezvous(d, id);
+        if (!st && d->size > 1) st = d->mpi ? kiln_mpi_bcast(d, id, sizeof id) : kiln_dist_rendezvous(d, id);
         if (!st) st = kiln_nccl_init(d, id);
         if (!st && !d->mpi) d->host = &kiln_nccl_impl;
     } else if (!st && !d->mpi && d->size > 1) {
@@ -490,8 +490,8 @@ kiln_status kiln_dist_trainer_start(kiln_dist *d, const kiln_model *train, int n
 }
 
 kiln_status kiln_dist_check_epoch(kiln_dist *d, int64_t n, int64_t sample, int64_t batch, uint64_t seed, int64_t epoch,
-                                  int64_t start) {
-    const int64_t v[6] = {n, sample, batch, (int64_t)seed, epoch, start};
+                                  int64_t offset, int64_t start) {
+    const int64_t v[7] = {n, sample, batch, (int64_t)seed, epoch, offset, start};
     return kiln_dist_check_same(d, "data set (samples, sample size), batch, seed or position",
                                 kiln_dist_hash_bytes(v, sizeof v, 0xcbf29ce484222325ull));
 }

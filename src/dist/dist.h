@@ -63,6 +63,10 @@ bool kiln_nccl_available(void);
 kiln_status kiln_nccl_get_id(kiln_dist *d, unsigned char id[KILN_NCCL_ID_BYTES]);
 /* ncclCommInitRank on d->device_index with the id all ranks hold; d->nccl set. */
 kiln_status kiln_nccl_init(kiln_dist *d, const unsigned char id[KILN_NCCL_ID_BYTES]);
+/* The NCCL id from rank 0 to the others over TCP (torchrun's variables: MASTER_ADDR, and
+ * MASTER_PORT, or the port above it under torchrun's agent, or KILN_RENDEZVOUS_PORT);
+ * rank 0's id is sent, the others' filled. d: ctx, rank, size and timeout_s set. */
+kiln_status kiln_dist_rendezvous(kiln_dist *d, unsigned char id[KILN_NCCL_ID_BYTES]);
 extern const kiln_dist_impl kiln_nccl_impl;
 /* Wait for a CUDA stream (cudaStream_t) holding NCCL work of d, at most d->timeout_s: on
  * timeout, or an NCCL error, the communicator is aborted (its kernels end) and the wait
@@ -116,6 +120,6 @@ kiln_status kiln_dist_trainer_start(kiln_dist *d, const kiln_model *train, int n
 /* kiln_trainer_train_epoch's start: the same data set size, sample, batch, seed and
  * position on every rank. */
 kiln_status kiln_dist_check_epoch(kiln_dist *d, int64_t n, int64_t sample, int64_t batch, uint64_t seed, int64_t epoch,
-                                  int64_t start);
+                                  int64_t offset, int64_t start);
 
 #endif
