@@ -1,4 +1,8 @@
-"""How much of the NCCL all-reduce time overlaps computation, from an Nsight Systems trace.
+"""How much of the NCCL all-reduce time overlaps computation, from a kernel trace: Nsight
+Systems' or, where nsys is missing, bench/cupti_trace.c's (same columns):
+
+    CUDA_INJECTION64_PATH=build/libkiln_cupti_trace.so KILN_CUPTI_TRACE=r50_%r.csv kiln launch ...
+    python3 bench/overlap.py r50_0.csv --step-start gather_batch_kernel
 
     nsys profile -o r50_%q{RANK} -t cuda --cuda-graph-trace=node kiln train ...   (each rank)
     nsys stats --report cuda_gpu_trace --format csv -o r50 r50_0.nsys-rep
@@ -19,6 +23,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--last-ms", type=float, default=500.0)
+    ap.add_argument("--step-start", default="",
+                    help="a kernel name fragment that begins each step (kiln: gather_batch_kernel); "
+                         "without it the last step is the kernels after the last gap of 2 ms")
     a = ap.parse_args()
     rows = []
     with open(a.csv) as f:
@@ -60,14 +67,21 @@ def main():
         print(f"NCCL time overlapped with other kernels: {over / 1e6:.1f} ms of {total / 1e6:.1f} ms "
               f"({100 * over / total:.0f}%)")
     # the last step: the gap-separated group of kernels at the end (a gap > 2 ms between kernels)
-    step = [rows[-1]]
-    for r in reversed(rows[:-1]):
-        if step[0][0] - r[1] > 2e6:
-            break
-        step.insert(0, r)
+    starts = [i for i, r in enumerate(rows) if a.step_start and a.step_start in r[2]]
+    if len(starts) >= 2:  # the last whole step: between the last two step starts
+        step = rows[starts[-2]:starts[-1]]
+    else:
+        step = [rows[-1]]
+        for r in reversed(rows[:-1]):
+            if step[0][0] - r[1] > 2e6:
+                break
+            step.insert(0, r)
     s0, s1 = step[0][0], max(e for _, e, _, _, _ in step)
     ar = [r for r in step if "nccl" in r[2].lower()]
     print(f"last step: {len(step)} kernels over {(s1 - s0) / 1e6:.2f} ms, {len(ar)} all-reduce kernels")
+    comp = [r for r in step if "nccl" not in r[2].lower()]
+    if comp:
+        print(f"  compute from {(comp[0][0] - s0) / 1e6:.2f} to {(max(e for _, e, *_ in comp) - s0) / 1e6:.2f} ms")
     for s, e, name, dev, strm in ar[:12]:
         print(f"  all-reduce at {(s - s0) / 1e6:8.2f} .. {(e - s0) / 1e6:8.2f} ms (stream {strm}): {name[:60]}")
     if ar:
