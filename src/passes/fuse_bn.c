@@ -94,6 +94,7 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
     bool probed = false; /* taken before the graph changes, when a training BN feeds an Add */
     bool sums = false, grads = false; /* or a Sum may be folded into a BatchNormGrad */
     for (int i = 0; i < m->n_nodes; i++) {
+        /* op-pattern: Sum -> BatchNormGrad */
         sums |= kiln_pass_is(&m->nodes[i], "Sum") && m->nodes[i].n_in == 2;
         grads |= kiln_pass_is_kiln(&m->nodes[i], "BatchNormGrad");
     }
@@ -149,9 +150,11 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
          * of the BatchNormalization writing y where there are several (a downsampling
          * block's shortcut BN reads g0 too) */
         int xy = -1; /* X of y's BatchNormalization */
+        /* op-pattern: BatchNormalization -> (its Relu's gradient) -> BatchNormGrad */
         for (int i = 0; i < m->n_nodes && uses > 1 && xy < 0; i++)
             if (kiln_pass_is(&m->nodes[i], "BatchNormalization") && m->nodes[i].n_out > 0 && m->nodes[i].out[0] == y)
                 xy = m->nodes[i].in[0];
+        /* op-pattern: BatchNormalization -> (its Relu's gradient) -> BatchNormGrad */
         for (int i = 0; i < m->n_nodes && uses > 1; i++)
             if (!dead[i] && kiln_pass_is_kiln(&m->nodes[i], "BatchNormGrad") && m->nodes[i].n_in == 6 &&
                 m->nodes[i].in[0] == g0 && (di < 0 || m->nodes[i].in[1] == xy))
