@@ -299,6 +299,20 @@ static void resnet50_counts(void) {
           "(129 nodes fewer), got %d nodes fewer",
           label, laid->n_nodes - opt->n_nodes);
     CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    /* the residual forms' Relu gradients (read by two) and Sums gone, by name (the profile's
+     * rows) */
+    const char *gone[2] = {"UnaryGrad", "Sum"};
+    for (int k = 0; k < 2; k++) {
+        printf("  %s gone:", k ? gone[k] : "UnaryGrad (read by two)");
+        for (int i = 0; i < laid->n_nodes; i++) {
+            if (strcmp(laid->nodes[i].op_type, gone[k]) != 0 || (k == 0 && kiln_pass_uses(laid, laid->nodes[i].out[0]) < 2))
+                continue;
+            bool kept = false;
+            for (int j = 0; j < opt->n_nodes && !kept; j++) kept = strcmp(opt->nodes[j].name, laid->nodes[i].name) == 0;
+            if (!kept) printf(" %s", laid->nodes[i].name);
+        }
+        printf("\n");
+    }
 out:
     kiln_trainer_free(t);
     kiln_model_free(fwd);
