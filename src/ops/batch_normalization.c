@@ -35,7 +35,8 @@
  *
  * The residual's gradient (the fuse-bn pass, ResNet's blocks): kiln.BatchNormGrad's optional
  * input 7, dY2 (dY's dtype and shape), is a second term of the gradient, dY = in0 + dY2
- * before the mask (Sum(a, b) -> BatchNormGrad as one node, the sum rounded once); its
+ * before the mask (Sum(a, b) -> BatchNormGrad as one node; the sum in double here, rounded
+ * to the dtype once by the CUDA kernels, as Sum writes it); its
  * optional output 5 is the gradient it reads, (in0 + dY2) masked by Y > 0 under relu = 1
  * (what kiln.UnaryGrad op=Relu would give the shortcut), else in0 + dY2. Outputs 3 and 4 may
  * be absent beside it.
