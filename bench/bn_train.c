@@ -8,6 +8,10 @@
  *   bngrad            kiln.BatchNormGrad training_mode=1 (dX, dScale, dB)
  *   bngrad+relu fused kiln.BatchNormGrad relu=1 reading the ReLU's Y (the pass's node)
  *   relugrad, bngrad  kiln.UnaryGrad op=Relu, then kiln.BatchNormGrad (without the pass)
+ *   bngrad residual fused   kiln.BatchNormGrad relu=1 with a second gradient term (input 7)
+ *                     and the masked gradient written for the shortcut (output 5): the
+ *                     pass's node at a bottleneck's end (bench/NOTES.md "t4")
+ *   sum, relugrad, bngrad   Sum, kiln.UnaryGrad op=Relu, kiln.BatchNormGrad: what it stands for
  *   copy              a device-to-device copy of X (this GPU's read + write floor)
  *
  * Each is timed with a CUDA event pair around every launch after warm-up (a delay kernel
@@ -46,7 +50,7 @@ static int cmp_double(const void *a, const void *b) {
 /* A one-node op context over device tensors. */
 typedef struct op {
     kiln_node node;
-    kiln_tensor *in[7], *out[3];
+    kiln_tensor *in[8], *out[6];
     kiln_op_ctx c;
 } op;
 
@@ -79,7 +83,7 @@ static void op_free(op *o) {
 }
 
 typedef struct chain {
-    op *ops[2];
+    op *ops[3];
     int n;
     const void *src; /* a copy instead when set */
     void *dst;
@@ -146,23 +150,28 @@ static int same_bytes(const char *what, const kiln_tensor *a, const kiln_tensor 
     return rc || diff != 0;
 }
 
+enum { NROWS = 9, NBIG = 11 };
+
 typedef struct totals {
-    double us[7]; /* per row, summed over the shapes (each shape counted `mult` times) */
+    double us[NROWS]; /* per row, summed over the shapes (each shape counted `mult` times; the
+                         residual rows `res` times) */
 } totals;
 
-static const char *const rows[7] = {"copy X (floor)",       "bn fwd",      "bn+relu fused", "bn, relu (2 kernels)",
-                                    "bngrad",               "bngrad+relu fused", "relugrad, bngrad (2)"};
+static const char *const rows[NROWS] = {"copy X (floor)",       "bn fwd",      "bn+relu fused", "bn, relu (2 kernels)",
+                                        "bngrad",               "bngrad+relu fused", "relugrad, bngrad (2)",
+                                        "bngrad residual fused", "sum, relugrad, bngrad (3)"};
 
-static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H, int mult, int warmup, int iters,
-                       totals *tot) {
+static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H, int mult, int res, int warmup,
+                       int iters, totals *tot) {
     const int64_t dims[4] = {N, C, H, H}, n = N * C * H * H;
     const size_t es = kiln_dtype_size(dt), bytes = (size_t)n * es;
     kiln_cuda_arena_reset(cu);
-    /* X, Y (BN), Y2 (relu fused), Y3 (relu of Y), dY, dX, dX2, G (masked dY); params */
-    kiln_tensor big[8], par[9];
+    /* X, Y (BN), Y2 (relu fused), Y3 (relu of Y), dY, dX, dX2, G (masked dY), dY2 (a second
+     * gradient term), S (dY + dY2), G2 (the residual node's masked sum); params */
+    kiln_tensor big[NBIG], par[9];
     kiln_status st = KILN_OK;
     kiln_tensor *hx = kt_rand(dt, 4, dims, -2, 3, 11), *hg = kt_rand(dt, 4, dims, -1, 1, 12);
-    for (int i = 0; i < 8 && !st; i++) {
+    for (int i = 0; i < NBIG && !st; i++) {
         memset(&big[i], 0, sizeof big[i]);
         big[i].dtype = dt;
         big[i].ndim = 4;
@@ -187,6 +196,7 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     if (!st) st = kiln_cuda_upload(cu, big[0].data, hx->data, bytes);
     if (!st) st = kiln_cuda_upload(cu, big[4].data, hg->data, bytes);
     if (!st) st = kiln_cuda_copy_d2d(cu, big[7].data, big[4].data, bytes); /* G before relugrad runs */
+    if (!st) st = kiln_cuda_copy_d2d(cu, big[8].data, big[0].data, bytes); /* dY2: any values */
     kiln_tensor_free(hx);
     kiln_tensor_free(hg);
     if (st) {
@@ -194,9 +204,9 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
         return 1;
     }
     kiln_tensor *X = &big[0], *Y = &big[1], *Y2 = &big[2], *Y3 = &big[3], *dY = &big[4], *dX = &big[5],
-                *dX2 = &big[6], *G = &big[7];
+                *dX2 = &big[6], *G = &big[7], *dY2 = &big[8], *S = &big[9], *G2 = &big[10];
     kiln_tensor *p4[4] = {&par[0], &par[1], &par[2], &par[3]};
-    op bn, bnr, relu, bg, bgr, rg;
+    op bn, bnr, relu, bg, bgr, rg, bgres, sum, rgs;
     int rc = 0;
     rc |= op_init(&bn, "", "BatchNormalization", "training_mode=1", 5, (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3]},
                   3, (kiln_tensor *[]){Y, &par[4], &par[5]});
@@ -209,33 +219,49 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
                   (kiln_tensor *[]){dY, X, p4[0], p4[1], p4[2], p4[3], Y2}, 3,
                   (kiln_tensor *[]){dX2, &par[6], &par[8]});
     rc |= op_init(&rg, "kiln", "UnaryGrad", "op=Relu", 3, (kiln_tensor *[]){dY, NULL, Y2}, 1, (kiln_tensor *[]){G});
-    const chain ch[7] = {{.src = X->data, .dst = Y3->data, .bytes = bytes},
+    rc |= op_init(&bgres, "kiln", "BatchNormGrad", "training_mode=1;relu=1", 8,
+                  (kiln_tensor *[]){dY, X, p4[0], p4[1], p4[2], p4[3], Y2, dY2}, 6,
+                  (kiln_tensor *[]){dX2, &par[6], &par[8], NULL, NULL, G2});
+    rc |= op_init(&sum, "", "Sum", "", 2, (kiln_tensor *[]){dY, dY2}, 1, (kiln_tensor *[]){S});
+    rc |= op_init(&rgs, "kiln", "UnaryGrad", "op=Relu", 3, (kiln_tensor *[]){S, NULL, Y2}, 1, (kiln_tensor *[]){G});
+    const chain ch[NROWS] = {{.src = X->data, .dst = Y3->data, .bytes = bytes},
                          {.ops = {&bn}, .n = 1},
                          {.ops = {&bnr}, .n = 1},
                          {.ops = {&bn, &relu}, .n = 2},
                          {.ops = {&bg}, .n = 1},
                          {.ops = {&bgr}, .n = 1},
-                         {.ops = {&rg, &bg}, .n = 2}};
-    const double moved[7] = {2, 3, 3, 5, 5, 7, 8}; /* tensors of `bytes` read or written at least */
+                         {.ops = {&rg, &bg}, .n = 2},
+                         {.ops = {&bgres}, .n = 1},
+                         {.ops = {&sum, &rgs, &bg}, .n = 3}};
+    /* tensors of `bytes` read or written at least (the residual node: X, dY, dY2, Y, G2 in
+     * its first pass, G2, X, dX in its second) */
+    const double moved[NROWS] = {2, 3, 3, 5, 5, 7, 8, 8, 11};
     printf("\n%s %s, %lld x %lld x %lld x %lld (%.1f MB a tensor), x%d in ResNet-50\n", kiln_dtype_name(dt),
            nhwc ? "NHWC" : "NCHW", (long long)N, (long long)C, (long long)H, (long long)H, bytes / 1e6, mult);
     printf("  %-26s %10s %10s %8s\n", "kernel(s)", "median us", "min us", "GB/s");
-    for (int r = 0; r < 7 && !rc; r++) {
+    for (int r = 0; r < NROWS && !rc; r++) {
         double med = 0, mn = 0;
+        if (r >= 7 && res == 0) break; /* no bottleneck ends at this shape */
         if ((rc = time_it(rows[r], &ch[r], warmup, iters, &med, &mn))) break;
         printf("  %-26s %10.1f %10.1f %8.0f\n", rows[r], med, mn, moved[r] * (double)bytes / (med * 1e-6) / 1e9);
-        tot->us[r] += med * mult;
+        tot->us[r] += med * (r >= 7 ? res : mult);
     }
     /* fused vs unfused: the last runs left Y2 (fused), Y3 = Relu(Y); dX2 (fused) and dX
      * from G = UnaryGrad(dY, Y2) */
     if (!rc) rc |= same_bytes("bn+relu fused vs bn, relu", Y2, Y3);
-    if (!rc) rc |= same_bytes("bngrad+relu fused vs relugrad, bngrad", dX2, dX);
+    if (!rc && res == 0) rc |= same_bytes("bngrad+relu fused vs relugrad, bngrad", dX2, dX);
+    /* the residual rows ran last: dX2 and G2 (fused), dX and G from Sum, UnaryGrad, BatchNormGrad */
+    if (!rc && res > 0) rc |= same_bytes("bngrad residual vs sum, relugrad, bngrad", dX2, dX);
+    if (!rc && res > 0) rc |= same_bytes("its output 5 vs sum, relugrad", G2, G);
     op_free(&bn);
     op_free(&bnr);
     op_free(&relu);
     op_free(&bg);
     op_free(&bgr);
     op_free(&rg);
+    op_free(&bgres);
+    op_free(&sum);
+    op_free(&rgs);
     return rc;
 }
 
@@ -267,14 +293,17 @@ int main(int argc, char **argv) {
     }
     if (batch < 1 || iters < 1 || warmup < 0) return 2;
     /* ResNet-50's BN shapes (C, H) and how many BNs of each a step runs (53 in all): the
-     * stem's, then per stage the bottlenecks' width / output BNs (and the downsample's) */
+     * stem's, then per stage the bottlenecks' width / output BNs (and the downsample's); res:
+     * the bottleneck ends among them (16; 15 with a Sum to fold, the 16th, layer4.2's, has
+     * none: counted with one, an upper bound of 1 of 16) */
     static const struct {
         int64_t C, H;
-        int mult;
-    } shapes[] = {{64, 112, 1}, {64, 56, 6}, {256, 56, 4}, {128, 56, 1}, {128, 28, 7}, {512, 28, 5},
-                  {256, 28, 1}, {256, 14, 11}, {1024, 14, 7}, {512, 14, 1}, {512, 7, 5}, {2048, 7, 4}};
+        int mult, res;
+    } shapes[] = {{64, 112, 1, 0},  {64, 56, 6, 0},   {256, 56, 4, 3},   {128, 56, 1, 0},
+                  {128, 28, 7, 0},  {512, 28, 5, 4},  {256, 28, 1, 0},   {256, 14, 11, 0},
+                  {1024, 14, 7, 6}, {512, 14, 1, 0},  {512, 7, 5, 0},    {2048, 7, 4, 3}};
     const size_t es = kiln_dtype_size(dt);
-    const size_t need = (size_t)batch * 64 * 112 * 112 * es * 8 + ((size_t)64 << 20);
+    const size_t need = (size_t)batch * 64 * 112 * 112 * es * NBIG + ((size_t)64 << 20);
     if (kiln_context_create(&ctx)) return 1;
     kiln_cuda_options o = {.device = 0, .arena_bytes = need};
     if (kiln_cuda_create(ctx, &o, &cu)) {
@@ -287,13 +316,15 @@ int main(int argc, char **argv) {
     totals tot = {{0}};
     int rc = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !rc; s++)
-        rc = bench_shape(dt, nhwc, batch, shapes[s].C, shapes[s].H, shapes[s].mult, warmup, iters, &tot);
+        rc = bench_shape(dt, nhwc, batch, shapes[s].C, shapes[s].H, shapes[s].mult, shapes[s].res, warmup, iters, &tot);
     if (!rc) {
         printf("\nResNet-50's 53 BNs at batch %lld (each shape's median times its count), ms:\n", (long long)batch);
-        for (int r = 0; r < 7; r++) printf("  %-26s %8.2f\n", rows[r], tot.us[r] / 1e3);
+        for (int r = 0; r < NROWS; r++) printf("  %-26s %8.2f%s\n", rows[r], tot.us[r] / 1e3, r >= 7 ? " (the 16 block ends)" : "");
         printf("  forward:  unfused bn, relu %.2f ms -> fused %.2f ms; backward: relugrad, bngrad %.2f ms -> fused "
                "%.2f ms\n",
                tot.us[3] / 1e3, tot.us[2] / 1e3, tot.us[6] / 1e3, tot.us[5] / 1e3);
+        printf("  block ends: sum, relugrad, bngrad %.2f ms -> residual fused %.2f ms\n", tot.us[8] / 1e3,
+               tot.us[7] / 1e3);
     }
     kiln_cuda_free(cu);
     kiln_context_free(ctx);

@@ -7,9 +7,12 @@
  *     block's first) become 9 BatchNormalization nodes with relu = 1, and the 9 Relu
  *     gradients feeding their BatchNormGrad fold into it (relu = 1, Y as input 6); the 8
  *     BatchNormalization -> Add -> Relu chains ending the blocks become 8
- *     BatchNormalization nodes with relu = 1 and the residual as input 5 (their Relu
- *     gradients, read by the BN's gradient and the skip's, stay); 34 nodes fewer; the
- *     nodes in a topological order; and the loss, every gradient and the running
+ *     BatchNormalization nodes with relu = 1 and the residual as input 5, and their Relu
+ *     gradients (read by the BN's gradient and the skip's) fold into that BatchNormGrad
+ *     (relu = 1, the masked gradient as its output 5, which the skip reads: 8); the 7
+ *     Sums at the blocks' inputs whose sum a block end's BatchNormGrad reads fold into it
+ *     (input 7; the first block's, read by MaxPoolGrad, stays); 49 nodes fewer; the nodes
+ *     in a topological order; and the loss, every gradient and the running
  *     statistics the same as without the pass: bit for bit with the residual form kept
  *     out (the graph cut before the first block's Add: the stem and one BN -> Relu), and
  *     whole within the rounding the fused sum saves (the residual sum rounded once, not
@@ -20,6 +23,8 @@
  *     first layers' gradients by ~12% of their norm (measured; training-mode BN's backward
  *     subtracts projections that nearly cancel), where a wrong mask or residual moves them
  *     by their whole size.
+ *   - resnet50's training graph (NHWC fp16, as the CUDA trainer lays it out): the nodes
+ *     fused away per step counted (49 Relus, their 49 gradients, 16 Adds, 15 Sums).
  *   - the inference graph (BatchNormalization in inference mode): untouched.
  *   - disabled through the pass table (kiln_passes_apply with KILN_PASS_FUSE_BN off):
  *     nothing fused.
@@ -175,16 +180,27 @@ static void resnet18(bool fp16) {
           "%s: %d BatchNormalization with relu=1 (%d with a residual), %d Relu and %d Add left, want 17 (8), 0 and %d",
           label, count(opt, "", "BatchNormalization", 1), with_z, count(opt, "", "Relu", -1), count(opt, "", "Add", -1),
           count(ref, "", "Add", -1) - 8);
-    CHECK(count(opt, "kiln", "BatchNormGrad", 1) == 9 && count(opt, "kiln", "BatchNormGrad", -1) == 20 &&
-              count_relu_grads(opt) == 8,
-          "%s: %d BatchNormGrad with relu=1 and %d Relu gradients left, want 9 and 8", label,
+    CHECK(count(opt, "kiln", "BatchNormGrad", 1) == 17 && count(opt, "kiln", "BatchNormGrad", -1) == 20 &&
+              count_relu_grads(opt) == 0,
+          "%s: %d BatchNormGrad with relu=1 and %d Relu gradients left, want 17 and 0", label,
           count(opt, "kiln", "BatchNormGrad", 1), count_relu_grads(opt));
-    CHECK(opt->n_nodes == ref->n_nodes - 34, "%s: %d nodes, %d without the pass (34 fewer expected)", label,
+    int with_g = 0, with_dy2 = 0; /* output 5 (the skip's gradient), input 7 (a Sum folded) */
+    for (int i = 0; i < opt->n_nodes; i++) {
+        const kiln_node *d = &opt->nodes[i];
+        if (strcmp(d->op_type, "BatchNormGrad") != 0) continue;
+        with_g += d->n_out > 5 && d->out[5] >= 0 && kiln_pass_uses(opt, d->out[5]) > 0;
+        with_dy2 += d->n_in > 7 && d->in[7] >= 0;
+    }
+    CHECK(with_g == 8 && with_dy2 == 7 && count(opt, "", "Sum", -1) == count(ref, "", "Sum", -1) - 7,
+          "%s: %d BatchNormGrad writing the skip's gradient, %d reading a second term, %d Sum left (of %d); want 8, "
+          "7, 7 fewer",
+          label, with_g, with_dy2, count(opt, "", "Sum", -1), count(ref, "", "Sum", -1));
+    CHECK(opt->n_nodes == ref->n_nodes - 49, "%s: %d nodes, %d without the pass (49 fewer expected)", label,
           opt->n_nodes, ref->n_nodes);
     for (int i = 0; i < opt->n_nodes; i++) { /* each folded gradient reads a fused BN's output */
         const kiln_node *d = &opt->nodes[i];
         if (strcmp(d->op_type, "BatchNormGrad") != 0 || kiln_attr_int(d, "relu", 0) != 1) continue;
-        const int y = d->n_in == 7 ? d->in[6] : -1, p = y >= 0 ? opt->values[y].producer : -1;
+        const int y = d->n_in >= 7 ? d->in[6] : -1, p = y >= 0 ? opt->values[y].producer : -1;
         CHECK(p >= 0 && strcmp(opt->nodes[p].op_type, "BatchNormalization") == 0 &&
                   kiln_attr_int(&opt->nodes[p], "relu", 0) == 1 && opt->nodes[p].in[0] == d->in[1],
               "%s: BatchNormGrad '%s' with relu=1 does not read its own fused BatchNormalization's Y", label, d->name);
@@ -214,7 +230,8 @@ static void resnet18(bool fp16) {
     off = NULL;
     if (kiln_passes_apply(ref, &only, &off)) CHECK(0, "%s: fuse-bn alone: %s", label, kiln_context_message(ctx));
     else
-        CHECK(count(off, "", "BatchNormalization", 1) == 17 && count(off, "kiln", "BatchNormGrad", 1) == 9,
+        CHECK(count(off, "", "BatchNormalization", 1) == 17 && count(off, "kiln", "BatchNormGrad", 1) == 17 &&
+                  count_relu_grads(off) == 0,
               "%s: the pass table's fuse-bn did not fuse", label);
 
     /* the inference graph: no training BatchNormalization, nothing to fuse */
@@ -240,10 +257,76 @@ out:
     kiln_model_free(off);
 }
 
+/* ResNet-50's training graph as the CUDA trainer lays it out (NHWC, fp16; 64x64 images, the
+ * node counts do not depend on the size), fused: the nodes the residual forms remove from
+ * each step. 49 Relus and their 49 gradients (the stem's and 3 a block), 16 residual Adds:
+ * every Relu gradient folds (16 of them as a BatchNormGrad's output 5, read by the
+ * shortcut), and 15 of the 16 Sums at the blocks' inputs fold into the BatchNormGrad
+ * ending the block before (the first block's input gradient goes to MaxPoolGrad). */
+static void resnet50_counts(void) {
+    const char *label = "resnet50 training graph, NHWC fp16";
+    printf("-- %s\n", label);
+    kiln_model *fwd = NULL, *m = NULL, *ref = NULL, *laid = NULL, *opt = NULL;
+    kiln_trainer *t = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .momentum = 0.9f};
+    const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16,
+                                  .disabled = ~(unsigned)KILN_PASS_NHWC};
+    bool changed = false;
+    if (kiln_model_resnet(ctx, 50, 10, 64, 5, 0, &fwd) || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) ||
+        kiln_trainer_create(m, "loss", &o, &t) || !(ref = backward_graph(t)) || kiln_passes_apply(ref, &po, &laid) ||
+        fuse(laid, &opt, &changed)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    int with_g = 0, with_dy2 = 0;
+    for (int i = 0; i < opt->n_nodes; i++) {
+        const kiln_node *d = &opt->nodes[i];
+        if (strcmp(d->op_type, "BatchNormGrad") != 0) continue;
+        with_g += d->n_out > 5 && d->out[5] >= 0 && kiln_pass_uses(opt, d->out[5]) > 0;
+        with_dy2 += d->n_in > 7 && d->in[7] >= 0;
+    }
+    printf("  before: %d Relu, %d Relu gradients, %d Add, %d Sum, %d nodes\n", count(laid, "", "Relu", -1),
+           count_relu_grads(laid), count(laid, "", "Add", -1), count(laid, "", "Sum", -1), laid->n_nodes);
+    printf("  after:  %d Relu, %d Relu gradients, %d Add, %d Sum, %d nodes; %d BatchNormGrad write the shortcut's "
+           "gradient, %d add a second term\n",
+           count(opt, "", "Relu", -1), count_relu_grads(opt), count(opt, "", "Add", -1), count(opt, "", "Sum", -1),
+           opt->n_nodes, with_g, with_dy2);
+    CHECK(count(laid, "", "Relu", -1) == 49 && count_relu_grads(laid) == 49 && count(opt, "", "Relu", -1) == 0 &&
+              count_relu_grads(opt) == 0 && with_g == 16 && with_dy2 == 15 &&
+              count(opt, "", "Sum", -1) == count(laid, "", "Sum", -1) - 15 &&
+              count(opt, "", "Add", -1) == count(laid, "", "Add", -1) - 16 && opt->n_nodes == laid->n_nodes - 129,
+          "%s: want 49 Relus and their gradients folded, 16 shortcut gradients, 15 Sums and 16 Adds folded "
+          "(129 nodes fewer), got %d nodes fewer",
+          label, laid->n_nodes - opt->n_nodes);
+    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    /* the residual forms' Relu gradients (read by two) and Sums gone, by name (the profile's
+     * rows) */
+    const char *gone[2] = {"UnaryGrad", "Sum"};
+    for (int k = 0; k < 2; k++) {
+        printf("  %s gone:", k ? gone[k] : "UnaryGrad (read by two)");
+        for (int i = 0; i < laid->n_nodes; i++) {
+            if (strcmp(laid->nodes[i].op_type, gone[k]) != 0 || (k == 0 && kiln_pass_uses(laid, laid->nodes[i].out[0]) < 2))
+                continue;
+            bool kept = false;
+            for (int j = 0; j < opt->n_nodes && !kept; j++) kept = strcmp(opt->nodes[j].name, laid->nodes[i].name) == 0;
+            if (!kept) printf(" %s", laid->nodes[i].name);
+        }
+        printf("\n");
+    }
+out:
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_model_free(m);
+    kiln_model_free(ref);
+    kiln_model_free(laid);
+    kiln_model_free(opt);
+}
+
 int main(void) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     resnet18(false);
     resnet18(true);
+    resnet50_counts();
     kiln_context_free(ctx);
     printf("%s\n", fails ? "FAILED" : "all fuse-bn checks passed");
     return fails != 0;

@@ -34,6 +34,13 @@
  * takes the ReLU's output Y as input 6 and reads dY masked by Y > 0 (as kiln.UnaryGrad
  * op=Relu) in both passes.
  *
+ * The residual's gradient (the fuse-bn pass): kiln.BatchNormGrad's input 7, dY2, is added to
+ * dY (in float, rounded to the dtype once, as Sum would) before the mask; its output 5 is the
+ * gradient it reads (masked under relu = 1). With either, the statistics pass writes that
+ * gradient (into output 5, else into dX as scratch) and the apply pass reads it instead of
+ * dY (+ dY2) and Y: X, dY, dY2, Y read and the gradient written once, then it and X read
+ * and dX written.
+ *
  * Each runs three kernels:
  *   1. statistics: per channel, partial sums in double of x and x^2 (and, for the gradient,
  *      dY and dY * x) over P slices of the channel's M elements into workspace (P, C, K).
@@ -146,14 +153,23 @@ template <bool RELU> __device__ __forceinline__ float masked(float g, float y) {
     else return g;
 }
 
-/* K = 2: sums of x, x^2; K = 4: also dy, dy * x (dy masked by y > 0 under RELU). */
+/* dY + dY2 (input 7) rounded to T once, as Sum writes it */
+template <typename T> __device__ __forceinline__ float add_round(float g, T g2) { return to_f(from_f<T>(g + to_f(g2))); }
+
+/* K = 2: sums of x, x^2; K = 4: also dy, dy * x (dy (+ dy2 where given) masked by y > 0
+ * under RELU, written to gout where given). */
 template <typename T, int K, bool RELU>
-__device__ __forceinline__ void accumulate(double (&acc)[K], const T *x, const T *dy, const T *y, int64_t i) {
+__device__ __forceinline__ void accumulate(double (&acc)[K], const T *x, const T *dy, const T *y, const T *dy2,
+                                           T *gout, int64_t i) {
     const double v = to_f(x[i]);
     acc[0] += v;
     acc[1] += v * v;
     if constexpr (K == 4) {
-        const double g = masked<RELU>(to_f(dy[i]), RELU ? to_f(y[i]) : 0.f);
+        float gi = to_f(dy[i]);
+        if (dy2) gi = add_round(gi, dy2[i]);
+        const float gm = masked<RELU>(gi, RELU ? to_f(y[i]) : 0.f);
+        if (gout) gout[i] = from_f<T>(gm);
+        const double g = gm;
         acc[2] += g;
         acc[3] += g * v;
     }
@@ -161,7 +177,8 @@ __device__ __forceinline__ void accumulate(double (&acc)[K], const T *x, const T
 
 // x, dy, y: (N, C, S); part: (P, C, K). grid (C, P); blockDim.x a multiple of 32.
 template <typename T, int K, bool RELU>
-__global__ void bn_stats_nchw(const T *x, const T *dy, const T *y, double *part, int64_t N, int64_t C, int64_t S) {
+__global__ void bn_stats_nchw(const T *x, const T *dy, const T *y, const T *dy2, T *gout, double *part, int64_t N,
+                              int64_t C, int64_t S) {
     const int64_t c = blockIdx.x, p = blockIdx.y, P = gridDim.y;
     const int64_t cps = (S + blockDim.x - 1) / blockDim.x; /* blocks of positions per image */
     double acc[K];
@@ -169,7 +186,7 @@ __global__ void bn_stats_nchw(const T *x, const T *dy, const T *y, double *part,
     for (int k = 0; k < K; k++) acc[k] = 0;
     for (int64_t q = p; q < N * cps; q += P) {
         const int64_t n = q / cps, s = (q - n * cps) * blockDim.x + threadIdx.x;
-        if (s < S) accumulate<T, K, RELU>(acc, x, dy, y, (n * C + c) * S + s);
+        if (s < S) accumulate<T, K, RELU>(acc, x, dy, y, dy2, gout, (n * C + c) * S + s);
     }
     __shared__ double sh[K][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -191,13 +208,15 @@ __global__ void bn_stats_nchw(const T *x, const T *dy, const T *y, double *part,
 // x, dy, y: (R, C); part: (P, C, K). grid (ceil(C / TX), P), block (TX, TY). Any C, any
 // alignment (the vector kernel's fallback).
 template <typename T, int K, bool RELU>
-__global__ void bn_stats_rows(const T *x, const T *dy, const T *y, double *part, int64_t R, int64_t C) {
+__global__ void bn_stats_rows(const T *x, const T *dy, const T *y, const T *dy2, T *gout, double *part, int64_t R,
+                              int64_t C) {
     const int64_t c = (int64_t)blockIdx.x * TX + threadIdx.x, p = blockIdx.y, P = gridDim.y;
     double acc[K];
 #pragma unroll
     for (int k = 0; k < K; k++) acc[k] = 0;
     if (c < C)
-        for (int64_t r = p * TY + threadIdx.y; r < R; r += P * TY) accumulate<T, K, RELU>(acc, x, dy, y, r * C + c);
+        for (int64_t r = p * TY + threadIdx.y; r < R; r += P * TY)
+            accumulate<T, K, RELU>(acc, x, dy, y, dy2, gout, r * C + c);
     __shared__ double sh[K][TY][TX + 1];
 #pragma unroll
     for (int k = 0; k < K; k++) sh[k][threadIdx.y][threadIdx.x] = acc[k];
@@ -217,9 +236,11 @@ __global__ void bn_stats_rows(const T *x, const T *dy, const T *y, double *part,
 // group g = blockIdx.x * BX + tx (channels g*V .. g*V+V-1) and rows blockIdx.y * BY + ty +
 // j * P * BY, UNROLL of them loaded before any is summed; float sums per thread, the
 // block's BY row-sets added in double in shared memory (V <= BY: BX <= 32, BY >= 8).
-template <typename T, int K, bool RELU>
+// ADD: dy2 added to dy; OUT: the gradient summed written to gout (K = 4).
+template <typename T, int K, bool RELU, bool ADD, bool OUT>
 __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x, const T *__restrict__ dy,
-                                                        const T *__restrict__ y, double *__restrict__ part, int64_t R,
+                                                        const T *__restrict__ y, const T *__restrict__ dy2,
+                                                        T *__restrict__ gout, double *__restrict__ part, int64_t R,
                                                         int64_t C, int BX, int BY) {
     using Vec = typename VecOf<T>::type;
     constexpr int V = VecOf<T>::N;
@@ -233,8 +254,10 @@ __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x,
         for (int j = 0; j < V; j++) acc[k][j] = 0.f;
     if (grp < G) {
         const T *xs = x + grp * V, *ds = K == 4 ? dy + grp * V : nullptr, *ys = RELU ? y + grp * V : nullptr;
+        const T *d2s = ADD ? dy2 + grp * V : nullptr;
+        T *gs = OUT ? gout + grp * V : nullptr;
         for (int64_t r0 = p * BY + ty; r0 < R; r0 += UNROLL * step) {
-            Vec xv[UNROLL], gv[UNROLL], yv[UNROLL];
+            Vec xv[UNROLL], gv[UNROLL], yv[UNROLL], g2v[UNROLL];
 #pragma unroll
             for (int q = 0; q < UNROLL; q++) {
                 const int64_t r = r0 + q * step;
@@ -242,22 +265,28 @@ __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x,
                     xv[q] = *(const Vec *)(xs + r * C);
                     if constexpr (K == 4) gv[q] = *(const Vec *)(ds + r * C);
                     if constexpr (K == 4 && RELU) yv[q] = *(const Vec *)(ys + r * C);
+                    if constexpr (K == 4 && ADD) g2v[q] = *(const Vec *)(d2s + r * C);
                 }
             }
 #pragma unroll
             for (int q = 0; q < UNROLL; q++) {
                 if (r0 + q * step < R) {
+                    Vec ov;
 #pragma unroll
                     for (int j = 0; j < V; j++) {
                         const float v = to_f(xv[q].v[j]);
                         acc[0][j] += v;
                         acc[1][j] = fmaf(v, v, acc[1][j]);
                         if constexpr (K == 4) {
-                            const float gj = masked<RELU>(to_f(gv[q].v[j]), RELU ? to_f(yv[q].v[j]) : 0.f);
+                            float gi = to_f(gv[q].v[j]);
+                            if constexpr (ADD) gi = add_round(gi, g2v[q].v[j]);
+                            const float gj = masked<RELU>(gi, RELU ? to_f(yv[q].v[j]) : 0.f);
+                            if constexpr (OUT) ov.v[j] = from_f<T>(gj);
                             acc[2][j] += gj;
                             acc[3][j] = fmaf(gj, v, acc[3][j]);
                         }
                     }
+                    if constexpr (OUT) *(Vec *)(gs + (r0 + q * step) * C) = ov;
                 }
             }
         }
@@ -283,25 +312,38 @@ template <typename T> bool vec_ok(const Geo &g, const void *a, const void *b, co
     return g.rows && g.C % VecOf<T>::N == 0 && aligned16(a, b, c) && aligned16(d);
 }
 
+template <typename T, int K, bool RELU, bool ADD, bool OUT>
+void launch_stats_vec(kiln_cuda *cu, const Geo &g, const void *x, const void *dy, const void *y, const void *dy2,
+                      void *gout, double *part) {
+    const dim3 grid((unsigned)g.gx, (unsigned)g.P);
+    bn_stats_vec<T, K, RELU, ADD, OUT><<<grid, g.BX * g.BY, 0, cu->stream>>>(
+        (const T *)x, (const T *)dy, (const T *)y, (const T *)dy2, (T *)gout, part, g.M, g.C, g.BX, g.BY);
+}
+
+/* dy2 (added to dy) and gout (the gradient written) only with K = 4; gout whenever dy2 */
 template <typename T, int K, bool RELU>
 kiln_status launch_stats_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
-                           double *part) {
-    if (vec_ok<T>(g, x, dy, y)) {
-        const dim3 grid((unsigned)g.gx, (unsigned)g.P);
-        bn_stats_vec<T, K, RELU><<<grid, g.BX * g.BY, 0, cu->stream>>>((const T *)x, (const T *)dy, (const T *)y, part,
-                                                                       g.M, g.C, g.BX, g.BY);
+                           const void *dy2, void *gout, double *part) {
+    if (vec_ok<T>(g, x, dy, y) && aligned16(dy2, gout)) {
+        if constexpr (K == 4) {
+            if (dy2) launch_stats_vec<T, K, RELU, true, true>(cu, g, x, dy, y, dy2, gout, part);
+            else if (gout) launch_stats_vec<T, K, RELU, false, true>(cu, g, x, dy, y, dy2, gout, part);
+            else launch_stats_vec<T, K, RELU, false, false>(cu, g, x, dy, y, dy2, gout, part);
+        } else {
+            launch_stats_vec<T, K, RELU, false, false>(cu, g, x, dy, y, nullptr, nullptr, part);
+        }
         KILN_CUDA_LAUNCHED(ctx, "bn_stats_vec");
     } else if (g.rows) {
         const dim3 grid((unsigned)div_up(g.C, TX), (unsigned)g.P), block(TX, TY);
-        bn_stats_rows<T, K, RELU><<<grid, block, 0, cu->stream>>>((const T *)x, (const T *)dy, (const T *)y, part, g.M,
-                                                                  g.C);
+        bn_stats_rows<T, K, RELU><<<grid, block, 0, cu->stream>>>((const T *)x, (const T *)dy, (const T *)y,
+                                                                  (const T *)dy2, (T *)gout, part, g.M, g.C);
         KILN_CUDA_LAUNCHED(ctx, "bn_stats_rows");
     } else {
         int threads = 32;
         while (threads < THREADS && threads < g.S) threads *= 2;
         const dim3 grid((unsigned)g.C, (unsigned)g.P);
-        bn_stats_nchw<T, K, RELU><<<grid, threads, 0, cu->stream>>>((const T *)x, (const T *)dy, (const T *)y, part,
-                                                                    g.N, g.C, g.S);
+        bn_stats_nchw<T, K, RELU><<<grid, threads, 0, cu->stream>>>((const T *)x, (const T *)dy, (const T *)y,
+                                                                    (const T *)dy2, (T *)gout, part, g.N, g.C, g.S);
         KILN_CUDA_LAUNCHED(ctx, "bn_stats_nchw");
     }
     return KILN_OK;
@@ -309,10 +351,10 @@ kiln_status launch_stats_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const
 
 template <typename T, int K>
 kiln_status launch_stats(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
-                         double *part) {
+                         const void *dy2, void *gout, double *part) {
     if constexpr (K == 4) /* the forward's statistics never read Y */
-        if (y) return launch_stats_t<T, K, true>(cu, ctx, g, x, dy, y, part);
-    return launch_stats_t<T, K, false>(cu, ctx, g, x, dy, y, part);
+        if (y) return launch_stats_t<T, K, true>(cu, ctx, g, x, dy, y, dy2, gout, part);
+    return launch_stats_t<T, K, false>(cu, ctx, g, x, dy, y, dy2, gout, part);
 }
 
 /* -------------------------------------------------------------------- finalize */
@@ -536,12 +578,12 @@ kiln_status launch_apply_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const
 /* KILN_CU_FLOAT_DISPATCH takes templates of the element type alone */
 template <typename T>
 kiln_status stats_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, double *part) {
-    return launch_stats<T, 2>(cu, ctx, g, x, nullptr, nullptr, part);
+    return launch_stats<T, 2>(cu, ctx, g, x, nullptr, nullptr, nullptr, nullptr, part);
 }
 template <typename T>
 kiln_status stats_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
-                       double *part) {
-    return launch_stats<T, 4>(cu, ctx, g, x, dy, y, part);
+                       const void *dy2, void *gout, double *part) {
+    return launch_stats<T, 4>(cu, ctx, g, x, dy, y, dy2, gout, part);
 }
 template <typename T>
 kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *z, void *y,
@@ -677,7 +719,7 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     return st;
 }
 
-/* kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var[, Y]) -> dX, dScale, dB[, dMean, dVar] */
+/* kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var[, Y[, dY2]]) -> dX, dScale, dB[, dMean, dVar[, G]] */
 extern "C" bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n) {
     if (c->n_in < 6) {
         snprintf(why, n, "inputs dY, X, scale, B, input_mean and input_var are required");
@@ -702,9 +744,17 @@ extern "C" bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n)
                  is_nhwc(x) ? "NHWC" : "NCHW", is_nhwc(c->out[0]) ? "NHWC" : "NCHW");
         return false;
     }
-    for (int k = 1; k < c->n_out; k++)
+    for (int k = 1; k < c->n_out && k < 5; k++)
         if (has_out(c, k) && (!param_dtype(c->out[k]->dtype) || kiln_tensor_numel(c->out[k]) != x->dims[1])) {
             snprintf(why, n, "output %d must be a float vector of %lld values", k, (long long)x->dims[1]);
+            return false;
+        }
+    /* input 7 (a second gradient term) and output 5 (the gradient read): dY's dtype, shape, layout */
+    const kiln_tensor *like[2] = {present(c, 7) ? c->in[7] : NULL, has_out(c, 5) ? c->out[5] : NULL};
+    for (int k = 0; k < 2; k++)
+        if (like[k] && (like[k]->dtype != dy->dtype || is_nhwc(like[k]) != is_nhwc(dy) || like[k]->ndim != dy->ndim ||
+                        kiln_tensor_numel(like[k]) != kiln_tensor_numel(dy))) {
+            snprintf(why, n, "%s must have dY's dtype, shape and layout", k ? "output 5" : "input 7 (dY2)");
             return false;
         }
     return true;
@@ -739,13 +789,18 @@ extern "C" kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c) {
             p.odt[k] = c->out[1 + k]->dtype;
         }
     const void *y = relu_y(c) ? c->in[6]->data : nullptr; /* the fused ReLU's output: dY masked by Y > 0 */
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, y, local);
+    /* input 7 added to dY; the gradient read written by the statistics pass into output 5
+     * (else into dX, which the apply pass then overwrites element by element) and read by
+     * the apply pass instead of dY, dY2 and Y */
+    const void *dy2 = present(c, 7) ? c->in[7]->data : nullptr;
+    void *gout = has_out(c, 5) ? c->out[5]->data : dy2 ? c->out[0]->data : nullptr;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, y, dy2, gout, local);
     if (st) return st;
     int world = 1; /* SyncBatchNorm: this rank's sums kept in local, every rank's into part */
     if ((st = kiln_cuda_sync_sums(cu, c, local, part, g.P * g.C * 4, &world))) return st;
     if (world == 1) local = part;
     if ((st = launch_finalize_grad(cu, c->kctx, g, part, local, coef, p, (double)g.M * world))) return st;
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_grad, cu, c->kctx, g, dy->data, x->data, y, c->out[0]->data,
-                           coef);
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_grad, cu, c->kctx, g, gout ? gout : dy->data, x->data,
+                           gout ? nullptr : y, c->out[0]->data, coef);
     return st;
 }

@@ -33,6 +33,14 @@
  * rule emits that for a node with relu = 1). Plain composition here; one pass each way on
  * CUDA (src/cuda/norm_train.cu).
  *
+ * The residual's gradient (the fuse-bn pass, ResNet's blocks): kiln.BatchNormGrad's optional
+ * input 7, dY2 (dY's dtype and shape), is a second term of the gradient, dY = in0 + dY2
+ * before the mask (Sum(a, b) -> BatchNormGrad as one node; the sum in double here, rounded
+ * to the dtype once by the CUDA kernels, as Sum writes it); its
+ * optional output 5 is the gradient it reads, (in0 + dY2) masked by Y > 0 under relu = 1
+ * (what kiln.UnaryGrad op=Relu would give the shortcut), else in0 + dY2. Outputs 3 and 4 may
+ * be absent beside it.
+ *
  * SyncBatchNorm (data parallelism, kiln_train_options.sync_bn): the trainer sets the
  * attribute sync_comm (a communicator's id, src/dist/dist.h) on the training node, which
  * its gradient node copies; both then take the batch statistics over every rank's batch
@@ -46,6 +54,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 static bool has_out(const kiln_op_ctx *c, int i) { return c->n_out > i && c->out[i] != NULL; }
 
@@ -239,6 +248,12 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
         for (int d = 0; same && d < y->ndim; d++) same = y->dims[d] == dy->dims[d];
         KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "input 6 (Y) must have dY's dtype and shape");
     }
+    const kiln_tensor *dy2 = c->n_in > 7 ? c->in[7] : NULL;
+    if (dy2) {
+        same = dy2->dtype == dy->dtype && dy2->ndim == dy->ndim;
+        for (int d = 0; same && d < dy2->ndim; d++) same = dy2->dims[d] == dy->dims[d];
+        KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "input 7 (dY2, a second gradient term) must have dY's dtype and shape");
+    }
     for (int i = 2; i < 6; i++) {
         const kiln_tensor *p = c->in[i];
         KILN_OP_CHECK(c, kiln_dtype_is_float(p->dtype), KILN_ERR_TYPE,
@@ -247,9 +262,17 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
                       "input %s must have shape (C)=(%lld)", names[i], (long long)x->dims[1]);
     }
     kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
-    for (int k = 1; k < c->n_out; k++)
+    for (int k = 1; k < c->n_out && k < 5; k++)
         if (c->out[k]) kiln_tensor_set_shape(c->out[k], c->in[1 + k]->dtype, 1, &x->dims[1]);
+    if (has_out(c, 5)) kiln_tensor_set_shape(c->out[5], dy->dtype, dy->ndim, dy->dims); /* the gradient read */
     return KILN_OK;
+}
+
+/* Element i of the gradient BatchNormGrad reads: dY (+ dY2, input 7), masked by Y > 0
+ * (input 6) under relu = 1 */
+static double grad_in(const kiln_tensor *dy, const kiln_tensor *dy2, const kiln_tensor *yr, int64_t i) {
+    if (yr && !(kiln_get_f64(yr, i) > 0)) return 0.0;
+    return dy2 ? kiln_get_f64(dy, i) + kiln_get_f64(dy2, i) : kiln_get_f64(dy, i);
 }
 
 static kiln_status forward_grad(kiln_op_ctx *c) {
@@ -270,9 +293,13 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     /* relu = 1: dY masked by the ReLU's output Y > 0 */
     const kiln_tensor *yr = fused_relu(c) ? c->in[6] : NULL;
     const float *yf = yr ? yr->data : NULL;
+    /* input 7: a second gradient term added before the mask; output 5: the gradient read */
+    const kiln_tensor *dy2 = c->n_in > 7 ? c->in[7] : NULL;
+    kiln_tensor *gout = has_out(c, 5) ? c->out[5] : NULL;
 #define XV(i) (f32 ? (double)xf[i] : kiln_get_f64(x, i))
 #define DYV(i)                                                                                               \
-    (yr && !(f32 ? yf[i] > 0 : kiln_get_f64(yr, i) > 0) ? 0.0 : f32 ? (double)dyf[i] : kiln_get_f64(dy, i))
+    (dy2 ? grad_in(dy, dy2, yr, i)                                                                           \
+     : yr && !(f32 ? yf[i] > 0 : kiln_get_f64(yr, i) > 0) ? 0.0 : f32 ? (double)dyf[i] : kiln_get_f64(dy, i))
 
     #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
     for (int64_t ch = 0; ch < C; ch++) {
@@ -304,7 +331,9 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
         }
         for (int64_t n = 0; n < N; n++) {
             int64_t base = (n * C + ch) * S;
-            if (f32 && !yr) {
+            if (gout)
+                for (int64_t s = 0; s < S; s++) kiln_set_f64(gout, base + s, DYV(base + s));
+            if (f32 && !yr && !dy2) {
                 for (int64_t s = 0; s < S; s++) dxf[base + s] = (float)(a * dyf[base + s] + b * xf[base + s] + k);
             } else if (f32) {
                 for (int64_t s = 0; s < S; s++) dxf[base + s] = (float)(a * DYV(base + s) + b * xf[base + s] + k);
@@ -326,7 +355,8 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
 
 /* Scratch: 6 C + 2 doubles (sums, count, reduced and local sums of the gradient). */
 static size_t workspace_sync(const kiln_op_ctx *c) {
-    const kiln_tensor *x = c->in[c->n_in >= 6 ? 1 : 0]; /* kiln.BatchNormGrad: 6 or 7 inputs */
+    /* X: kiln.BatchNormGrad's input 1 (6 to 8 inputs), BatchNormalization's input 0 (5, or 6 with Z) */
+    const kiln_tensor *x = c->in[strcmp(c->node->op_type, "BatchNormGrad") == 0 ? 1 : 0];
     return synced(c) && x && x->ndim >= 2 ? sizeof(double) * (size_t)(6 * x->dims[1] + 2) : 0;
 }
 
@@ -388,7 +418,9 @@ static kiln_status forward_grad_sync(kiln_op_ctx *c) {
     const kiln_tensor *dy = c->in[0], *x = c->in[1], *scale = c->in[2]; // (N,C,S) both, (C)
     kiln_tensor *dx = c->out[0];
     const kiln_tensor *yr = fused_relu(c) ? c->in[6] : NULL; /* relu = 1: dY masked by Y > 0 */
-#define GV(i) (yr && !(kiln_get_f64(yr, i) > 0) ? 0.0 : kiln_get_f64(dy, i))
+    const kiln_tensor *dy2 = c->n_in > 7 ? c->in[7] : NULL;   /* a second gradient term */
+    kiln_tensor *gout = has_out(c, 5) ? c->out[5] : NULL;     /* the gradient read */
+#define GV(i) grad_in(dy, dy2, yr, i)
     const double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
     int64_t N = x->dims[0], C = x->dims[1], S = 1;
     for (int k = 2; k < x->ndim; k++) S *= x->dims[k];
@@ -418,8 +450,10 @@ static kiln_status forward_grad_sync(kiln_op_ctx *c) {
         const double a = sc * istd, b = M > 0 ? -a * istd * red[2 * C + ch] * istd / M : 0;
         const double k = M > 0 ? -a * red[C + ch] / M - b * mean[ch] : 0;
         for (int64_t n = 0; n < N; n++)
-            for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++)
+            for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) {
+                if (gout) kiln_set_f64(gout, base + s, GV(base + s));
                 kiln_set_f64(dx, base + s, a * GV(base + s) + b * kiln_get_f64(x, base + s) + k);
+            }
         if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, loc[C + ch] * istd);
         if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, loc[ch]);
         if (has_out(c, 3)) kiln_set_f64(c->out[3], ch, 0.0);
@@ -518,6 +552,50 @@ static int fused_relu_case(kiln_dtype dt, int ndim, const int64_t *dims, uint64_
     free_all(in, 6);
     free_all((kiln_tensor *[]){bn, want, got, dym, gw[0], gw[1], gw[2], gg[0], gg[1], gg[2]}, 10);
     return fails != 0;
+}
+
+/* kiln.BatchNormGrad with input 7 (a second gradient term) and output 5 (the gradient it
+ * reads) against the composition it stands for: Sum(dY, dY2), masked by UnaryGrad op=Relu
+ * under relu, then BatchNormGrad; dX, dScale, dB and output 5 within tol (the fused sum is
+ * rounded once). The case can fail: dY2 moves the sum, the mask zeroes some elements and
+ * passes others. */
+static int residual_grad_case(kiln_dtype dt, int ndim, const int64_t *dims, uint64_t seed, bool relu, double tol,
+                              const char *label) {
+    kiln_tensor **g = bn_grad_rand(ndim, dims, seed), *in[8];
+    for (int k = 0; k < 6; k++) in[k] = g[k];
+    kiln_tensor_free(in[0]);
+    kiln_tensor_free(in[1]);
+    in[0] = kt_rand(dt, ndim, dims, -1, 1, seed * 10 + 5);
+    in[1] = kt_rand(dt, ndim, dims, -2, 3, seed * 10 + 6);
+    in[6] = relu ? kt_rand(dt, ndim, dims, -1, 1, seed * 10 + 7) : NULL;
+    in[7] = kt_rand(dt, ndim, dims, -1, 1, seed * 10 + 8);
+    const char *attrs = relu ? "training_mode=1;epsilon=0.001;relu=1" : "training_mode=1;epsilon=0.001";
+    kiln_tensor *sum = NULL, *masked = NULL, *want[3] = {0};
+    bool ok = kiln_optest_eval("", "Sum", "", 13, 2, (kiln_tensor *[]){in[0], in[7]}, 1, &sum, label) &&
+              (!relu || kiln_optest_eval("kiln", "UnaryGrad", "op=Relu", 1, 3, (kiln_tensor *[]){sum, NULL, in[6]}, 1,
+                                         &masked, label)) &&
+              kiln_optest_eval("kiln", "BatchNormGrad", "training_mode=1;epsilon=0.001", 15, 6,
+                               (kiln_tensor *[]){relu ? masked : sum, in[1], in[2], in[3], in[4], in[5]}, 3, want, label);
+    int fails = !ok;
+    if (ok) {
+        int64_t zero = 0, moved = 0;
+        const kiln_tensor *gm = relu ? masked : sum;
+        for (int64_t i = 0; i < kiln_tensor_numel(gm); i++) {
+            zero += kiln_get_f64(gm, i) == 0;
+            moved += kiln_get_f64(sum, i) != kiln_get_f64(in[0], i);
+        }
+        fails += (relu && zero == 0) || zero == kiln_tensor_numel(gm) || moved == 0;
+        if (fails) printf("FAIL %s: the case cannot fail (zeroed %lld, moved %lld)\n", label, (long long)zero, (long long)moved);
+    }
+    if (fails) {
+        free_all(in, 8);
+        free_all((kiln_tensor *[]){sum, masked, want[0], want[1], want[2]}, 5);
+        return 1;
+    }
+    /* the whole node as one case (of the GPU sweep too); output 5 against the masked sum */
+    kiln_tensor *expect[6] = {want[0], want[1], want[2], NULL, NULL, relu ? masked : sum};
+    kiln_tensor_free(relu ? sum : masked);
+    return kiln_optest_opset("BatchNormGrad", attrs, 15, 8, in, 6, expect, tol, tol, label);
 }
 
 static int test(void) {
@@ -792,6 +870,49 @@ static int test_grad(void) {
         gin[6] = kt_rand(KILN_F32, rshapes[i].ndim, rshapes[i].dims, -1, 1, 7350 + i);
         fails += kiln_optest_sweep("BatchNormGrad", "training_mode=1;relu=1", 15, 7, gin, 3, rshapes[i].label);
     }
+    /* input 7 (a second gradient term, the residual's Sum folded) and output 5 (the gradient
+     * read: the shortcut's, under relu = 1), against Sum -> UnaryGrad -> BatchNormGrad; the
+     * vector (C a multiple of 8, NHWC in the sweep), rows and NCHW kernels */
+    fails += residual_grad_case(KILN_F64, 4, KT_DIMS(2, 3, 4, 5), 7500, true, 1e-12, "bn grad relu=1 + dY2, out 5 f64");
+    fails += residual_grad_case(KILN_F32, 4, KT_DIMS(3, 24, 13, 11), 7510, true, 1e-5, "bn grad relu=1 + dY2, out 5 3x24x13x11");
+    fails += residual_grad_case(KILN_F32, 4, KT_DIMS(8, 64, 20, 20), 7520, true, 1e-5, "bn grad relu=1 + dY2, out 5 8x64x20x20");
+    fails += residual_grad_case(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), 7530, true, 1e-5,
+                                "bn grad relu=1 + dY2, out 5 2x5x7x9 (scalar kernels)");
+    fails += residual_grad_case(KILN_F32, 2, KT_DIMS(300, 48), 7540, true, 1e-5, "bn grad relu=1 + dY2, out 5 (N, C) 300x48");
+    fails += residual_grad_case(KILN_F32, 4, KT_DIMS(8, 64, 20, 20), 7550, false, 1e-5, "bn grad + dY2, out 5 8x64x20x20");
+    fails += residual_grad_case(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), 7560, false, 1e-5, "bn grad + dY2, out 5 2x5x7x9");
+    fails += residual_grad_case(KILN_F16, 4, KT_DIMS(3, 8, 3, 5), 7570, true, 2e-2, "bn grad relu=1 + dY2, out 5 f16");
+    /* the pass's other forms: output 5 without input 7 (relu = 1, the residual's ReLU
+     * gradient only), input 7 without output 5 (dX the kernels' scratch for the sum) */
+    {
+        static const struct {
+            int64_t dims[4];
+            bool relu, add;
+            int n_out;
+            const char *label;
+        } forms[] = {{{8, 64, 20, 20}, true, false, 6, "bn grad relu=1, out 5 8x64x20x20"},
+                     {{2, 5, 7, 9}, true, false, 6, "bn grad relu=1, out 5 2x5x7x9 (scalar kernels)"},
+                     {{8, 64, 20, 20}, true, true, 3, "bn grad relu=1 + dY2 8x64x20x20"},
+                     {{8, 64, 20, 20}, false, true, 3, "bn grad + dY2 8x64x20x20"},
+                     {{3, 24, 13, 11}, false, true, 3, "bn grad + dY2 3x24x13x11"},
+                     {{2, 5, 7, 9}, false, true, 3, "bn grad + dY2 2x5x7x9 (scalar kernels)"}};
+        for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+            kiln_tensor **g = bn_grad_rand(4, forms[i].dims, 7580 + i), *gin[8];
+            for (int k = 0; k < 6; k++) gin[k] = g[k];
+            gin[6] = forms[i].relu ? kt_rand(KILN_F32, 4, forms[i].dims, -1, 1, 7590 + i) : NULL;
+            gin[7] = forms[i].add ? kt_rand(KILN_F32, 4, forms[i].dims, -1, 1, 7600 + i) : NULL;
+            fails += kiln_optest_sweep("BatchNormGrad", forms[i].relu ? "training_mode=1;relu=1" : "training_mode=1", 15,
+                                       8, gin, forms[i].n_out, forms[i].label);
+        }
+    }
+    {
+        kiln_tensor **g = bn_grad_rand(4, KT_DIMS(2, 3, 2, 2), 7610), *gin[8];
+        for (int k = 0; k < 6; k++) gin[k] = g[k];
+        gin[6] = NULL;
+        gin[7] = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 2, 3), -1, 1, 7611);
+        fails += kiln_optest_fails("BatchNormGrad", "training_mode=1", 8, gin, 3, KILN_ERR_SHAPE,
+                                   "bn grad dY2 of another shape rejected");
+    }
     in[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), KT_VALS(1, 0, 2, 1, 2, 3));
     kiln_tensor **p = bn_grad_rand(3, KT_DIMS(1, 2, 3), 7360);
     for (int k = 1; k < 6; k++) in[k] = p[k];
@@ -828,8 +949,8 @@ const kiln_op_def kiln_op_batch_norm_grad = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_BN_GRAD,
     .f32_inputs = 0x3Cu /* scale, B, input_mean, input_var */,
     .f32_outputs = 0x1Eu /* dScale, dB, dMean, dVar */,
-    .name = "BatchNormGrad", .domain = "kiln", .min_inputs = 6, .max_inputs = 7,
-    .min_outputs = 3, .max_outputs = 5,
+    .name = "BatchNormGrad", .domain = "kiln", .min_inputs = 6, .max_inputs = 8 /* Y, dY2 */,
+    .min_outputs = 3, .max_outputs = 6 /* the gradient read */,
     .infer = infer_grad, .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),
     .cpu_workspace = workspace_sync,
 };

@@ -16,6 +16,15 @@
  *             g0 = kiln.UnaryGrad(g, -, y) op=Relu
  *             dx, dscale, dB = kiln.BatchNormGrad(g0, x, scale, B, mean, var)
  *          -> dx, dscale, dB = kiln.BatchNormGrad(g, x, scale, B, mean, var, y) relu=1
+ *   backward, the residual (the Relu's gradient also read by the shortcut's gradient)
+ *             g0 = kiln.UnaryGrad(g, -, y) op=Relu          (g0 read by others too)
+ *             dx, dscale, dB = kiln.BatchNormGrad(g0, x, scale, B, mean, var)
+ *          -> dx, dscale, dB, -, -, g0 = kiln.BatchNormGrad(g, x, scale, B, mean, var, y) relu=1
+ *             (output 5: the gradient it reads, masked, written once for the shortcut)
+ *   backward, a gradient summed from two (a block's input: conv branch + shortcut)
+ *             g = Sum(a, b)
+ *             ... = kiln.BatchNormGrad(g, x, ...)
+ *          -> ... = kiln.BatchNormGrad(a, x, ..., b)  (input 7: added before the mask)
  *
  * Why: in ResNet-50's CUDA training step the Relu after each BatchNormalization and its
  * gradient are a read and a write of the largest activations each (issue 12, bench/NOTES.md
@@ -34,7 +43,19 @@
  * its dY (input 0, no other input), g, y and dY in one layout. The BatchNormGrad node
  * reads g and y (input 6) with relu = 1; the UnaryGrad goes. Only on devices with
  * kiln.BatchNormGrad's kernel (whose kernels take relu; the CPU's and CUDA's). Runs after
- * the layout pass (formats final). The nodes are left in a topological order. */
+ * the layout pass (formats final). The nodes are left in a topological order.
+ *
+ * The residual forms (issue 12, bench/NOTES.md "t4"): in ResNet-50's step the 16 residual
+ * ReLU gradients (2.1 ms) and the 16 Sums at the blocks' inputs (2.0 ms) each read and write
+ * a block's largest activations. The same UnaryGrad, read by a kiln.BatchNormGrad without
+ * relu (as its dY, input 0, and nothing else) and by other nodes: the BatchNormGrad takes g
+ * and y with relu = 1 and computes g0 as its output 5 (the UnaryGrad goes; its readers read
+ * that). Then (the UnaryGrads gone) a two-input Sum whose output only a kiln.BatchNormGrad
+ * reads, as its dY and nothing else, with no input 7 yet: the BatchNormGrad reads a as dY
+ * and b as input 7 (the Sum goes); a, b and the sum of one shape whatever the batch (the
+ * shape probes), dtype and layout. The sum is rounded once where Sum rounds it before
+ * BatchNormGrad reads it (FUSED.md's contract); output 5 is the rounded masked sum as the
+ * UnaryGrad wrote it. */
 #include "passes.h"
 
 #include <stdlib.h>
@@ -47,6 +68,20 @@ static bool training_bn(const kiln_node *n) {
            kiln_attr_int(n, "relu", 0) == 0 && n->n_in == 5 && n->n_out >= 1 && n->out[0] >= 0;
 }
 
+/* Output k of node i is value v (outputs before it added absent). */
+static kiln_status set_output(kiln_model *m, int i, int k, int v) {
+    kiln_node *n = &m->nodes[i];
+    if (k >= n->n_out) {
+        int *out = realloc(n->out, ((size_t)k + 1) * sizeof *out);
+        if (!out) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for node outputs");
+        for (int j = n->n_out; j <= k; j++) out[j] = -1;
+        n->out = out;
+        n->n_out = k + 1;
+    }
+    n->out[k] = v;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "BatchNormGrad")) return KILN_OK;
     bool any = false;
@@ -57,9 +92,15 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
     kiln_status st = KILN_OK;
     kiln_shape_probes sp = {0};
     bool probed = false; /* taken before the graph changes, when a training BN feeds an Add */
+    bool sums = false, grads = false; /* or a Sum may be folded into a BatchNormGrad */
+    for (int i = 0; i < m->n_nodes; i++) {
+        /* op-pattern: Sum -> BatchNormGrad */
+        sums |= kiln_pass_is(&m->nodes[i], "Sum") && m->nodes[i].n_in == 2;
+        grads |= kiln_pass_is_kiln(&m->nodes[i], "BatchNormGrad");
+    }
     for (int bi = 0; bi < m->n_nodes && !probed && !st; bi++) {
         const int a = training_bn(&m->nodes[bi]) ? kiln_pass_single_consumer(m, m->nodes[bi].out[0]) : -1;
-        if (a >= 0 && kiln_pass_is(&m->nodes[a], "Add")) {
+        if ((a >= 0 && kiln_pass_is(&m->nodes[a], "Add")) || (sums && grads)) {
             st = kiln_pass_shape_probes(m, &sp);
             probed = !st;
         }
@@ -103,18 +144,60 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
         if (dead[ui] || !kiln_pass_is_kiln(u, "UnaryGrad") || strcmp(kiln_attr_string(u, "op", ""), "Relu") != 0 ||
             u->n_in != 3 || u->in[0] < 0 || u->in[1] >= 0 || u->in[2] < 0 || u->n_out != 1 || u->out[0] < 0)
             continue;
-        const int g = u->in[0], y = u->in[2], g0 = u->out[0], di = kiln_pass_single_consumer(m, g0);
-        if (di < 0 || dead[di] || kiln_pass_uses(m, g0) != 1) continue;
+        const int g = u->in[0], y = u->in[2], g0 = u->out[0], uses = kiln_pass_uses(m, g0);
+        int di = kiln_pass_single_consumer(m, g0);
+        /* the residual form: g0 read by others too; the BatchNormGrad reading it as dY, that
+         * of the BatchNormalization writing y where there are several (a downsampling
+         * block's shortcut BN reads g0 too) */
+        int xy = -1; /* X of y's BatchNormalization */
+        /* op-pattern: BatchNormalization -> (its Relu's gradient) -> BatchNormGrad */
+        for (int i = 0; i < m->n_nodes && uses > 1 && xy < 0; i++)
+            if (kiln_pass_is(&m->nodes[i], "BatchNormalization") && m->nodes[i].n_out > 0 && m->nodes[i].out[0] == y)
+                xy = m->nodes[i].in[0];
+        /* op-pattern: BatchNormalization -> (its Relu's gradient) -> BatchNormGrad */
+        for (int i = 0; i < m->n_nodes && uses > 1; i++)
+            if (!dead[i] && kiln_pass_is_kiln(&m->nodes[i], "BatchNormGrad") && m->nodes[i].n_in == 6 &&
+                m->nodes[i].in[0] == g0 && (di < 0 || m->nodes[i].in[1] == xy))
+                di = i;
+        if (di < 0 || dead[di]) continue;
         const kiln_node *d = &m->nodes[di];
         if (!kiln_pass_is_kiln(d, "BatchNormGrad") || d->n_in != 6 || d->in[0] != g0 || kiln_attr_int(d, "relu", 0) != 0)
             continue;
+        int reads = 0; /* g0 read as dY alone by the BatchNormGrad */
+        for (int k = 0; k < d->n_in; k++) reads += d->in[k] == g0;
+        const bool shared = uses > 1;
+        if (reads != 1 || (shared && d->n_out > 5)) continue;
         /* dtypes: UnaryGrad's own checks (Y and dX of dY's dtype) are those relu = 1 asks for */
         if (fmt(m, g) != fmt(m, g0) || fmt(m, y) != fmt(m, g0)) continue;
+        if (shared && (st = set_output(m, di, 5, g0))) break;
         st = kiln_pass_set_input(m, di, 6, y);
         if (!st) st = kiln_pass_set_int(m, di, "relu", 1);
         if (st) break;
         m->nodes[di].in[0] = g;
         dead[ui] = true;
+        any = true;
+    }
+    /* op-pattern: Sum -> BatchNormGrad (after the UnaryGrads above are gone: their Sum's
+     * reader is the BatchNormGrad now) */
+    if (!st && any) {
+        kiln_pass_remove_nodes(m, dead);
+        memset(dead, 0, ((size_t)m->n_nodes + 1) * sizeof *dead);
+    }
+    for (int si = 0; si < m->n_nodes && !st && probed; si++) {
+        const kiln_node *sn = &m->nodes[si];
+        if (dead[si] || !kiln_pass_is(sn, "Sum") || sn->n_in != 2 || sn->n_out != 1 || sn->out[0] < 0 || sn->in[0] < 0 ||
+            sn->in[1] < 0)
+            continue;
+        const int a = sn->in[0], b = sn->in[1], s = sn->out[0], di = kiln_pass_single_consumer(m, s);
+        if (di < 0 || dead[di] || kiln_pass_uses(m, s) != 1) continue;
+        const kiln_node *d = &m->nodes[di];
+        if (!kiln_pass_is_kiln(d, "BatchNormGrad") || d->n_in < 6 || d->n_in > 7 || d->in[0] != s) continue;
+        if (fmt(m, a) != fmt(m, s) || fmt(m, b) != fmt(m, s) || !kiln_pass_same_shape(&sp, a, s) ||
+            !kiln_pass_same_shape(&sp, b, s) || sp.one[a].dtype != sp.one[s].dtype || sp.one[b].dtype != sp.one[s].dtype)
+            continue;
+        if ((st = kiln_pass_set_input(m, di, 7, b))) break;
+        m->nodes[di].in[0] = a;
+        dead[si] = true;
         any = true;
     }
     if (!st && any) {
