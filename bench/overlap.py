@@ -40,7 +40,10 @@ def main():
         return 1
     rows.sort()
     end = max(e for _, e, _, _, _ in rows)
-    rows = [r for r in rows if r[1] >= end - a.last_ms * 1e6]
+    starts = [r[0] for r in rows if a.step_start and a.step_start in r[2]]
+    if len(starts) >= 2:  # the steps: up to the last step start (what follows may be evaluation)
+        end = starts[-1]
+    rows = [r for r in rows if r[1] >= end - a.last_ms * 1e6 and r[0] < end]
     nccl = [r for r in rows if "nccl" in r[2].lower()]
     other = [r for r in rows if "nccl" not in r[2].lower()]
     # union of the other kernels' intervals
@@ -61,15 +64,15 @@ def main():
             over += max(0, min(e, merged[k][1]) - max(s, merged[k][0]))
             k += 1
     busy = sum(e - s for s, e in merged)
-    print(f"last {a.last_ms:.0f} ms of the trace: {len(other)} compute kernels ({busy / 1e6:.1f} ms busy), "
+    print(f"last {a.last_ms:.0f} ms of the trace{' (to the last step start)' if a.step_start else ''}: {len(other)} compute kernels ({busy / 1e6:.1f} ms busy), "
           f"{len(nccl)} NCCL kernels ({total / 1e6:.1f} ms)")
     if total:
         print(f"NCCL time overlapped with other kernels: {over / 1e6:.1f} ms of {total / 1e6:.1f} ms "
               f"({100 * over / total:.0f}%)")
     # the last step: the gap-separated group of kernels at the end (a gap > 2 ms between kernels)
     starts = [i for i, r in enumerate(rows) if a.step_start and a.step_start in r[2]]
-    if len(starts) >= 2:  # the last whole step: between the last two step starts
-        step = rows[starts[-2]:starts[-1]]
+    if starts:  # the last whole step: from the last step start in the window to its end
+        step = rows[starts[-1]:]
     else:
         step = [rows[-1]]
         for r in reversed(rows[:-1]):
