@@ -360,6 +360,16 @@ extern "C" kiln_status kiln_cuda_k_pad(kiln_cuda *cu, kiln_op_ctx *c) {
         a.ydims[d] = y->dims[d];
         a.xdims[d] = x->dims[d];
     }
+    const bool no_value = c->n_in < 3 || !c->in[2];
+    if (x->ndim == 4 && x->format == KILN_FORMAT_NHWC && a.mode == PAD_CONSTANT && no_value && a.begin[0] == 0 &&
+        a.begin[1] == 0 && a.begin[2] == 0 && a.begin[3] == 0 && y->dims[0] == x->dims[0] && y->dims[2] == x->dims[2] &&
+        y->dims[3] == x->dims[3] && y->dims[1] >= x->dims[1]) {
+        /* zero channels at the end (the pad-channels pass's): x and a zero block, joined as
+         * Concat joins NHWC channel blocks */
+        const int64_t sizes[2] = {x->dims[1], y->dims[1] - x->dims[1]};
+        kiln_tensor *parts[2] = {(kiln_tensor *)x, NULL};
+        return kiln_cuda_axis_blocks(cu, c->kctx, y, 1, 2, sizes, NULL, parts, false);
+    }
     if (x->ndim == 4 && x->format == KILN_FORMAT_NHWC) { /* walk (N, H, W, C): x and y both NHWC */
         const int64_t C = x->dims[1], H = x->dims[2], W = x->dims[3], b1 = a.begin[1];
         const int64_t st[4] = {H * W * C, W * C, C, 1};

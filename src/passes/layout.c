@@ -43,7 +43,16 @@
  *     both layouts: its output is labelled NCHW, so ResNet's GlobalAveragePool -> Flatten
  *     -> Gemm head needs no conversion at all, or NHWC when only convolutions read it
  *     (squeeze-and-excitation blocks).
- * Everything else reads NCHW: Flatten, Reshape, Gemm, Concat, Softmax... get a
+ *   - Data movement whose CUDA kernels read the format: Concat (any axis; as the binary
+ *     ops: when an input is NHWC, the others converted unless their bytes are the same in
+ *     both layouts), so DenseNet's Concats of NHWC features need no conversion; Split and
+ *     kiln.ConcatGrad (every output in input 0's layout), Slice, Pad (ShuffleNet's channel
+ *     halves, the pad-channels pass's zero channels) and kiln.ChannelShuffle when input 0
+ *     is NHWC. kiln.ConvGradInput goes NHWC also when only its forward X is (an NCHW dY
+ *     converted), so X, W and dY always share a layout.
+ *   - Channel shuffles: before anything else, Reshape (N, g, C/g, H, W) - Transpose
+ *     (0, 2, 1, 3, 4) - Reshape back becomes one kiln.ChannelShuffle (channel_shuffle.c).
+ * Everything else reads NCHW: Flatten, Reshape, Gemm, Softmax... get a
  * kiln.ToNCHW (one per value, shared by all such readers); shape-only readers (Shape)
  * need none. Graph inputs are NCHW (one kiln.ToNHWC before the first convolution, shared)
  * and graph outputs stay NCHW with their names: an NHWC output is computed under a new
