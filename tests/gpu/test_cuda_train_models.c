@@ -7,7 +7,7 @@
  *   (a) conv-BN-ReLU, a residual block (conv-BN-ReLU-conv-BN + the identity, ReLU),
  *       GlobalAveragePool, Flatten, Gemm, SoftmaxCrossEntropyLoss;
  *   (b) the same with a 2x2 AveragePool (stride 2) between the stem and the block;
- *   (c) (b) with a DenseNet layer before the block: conv-BN-ReLU of the pooled map,
+ *   (c) (b) with a DenseNet layer before the block: a convolution of the pooled map,
  *       Concat with it on the channels, conv-BN-ReLU back to 8 channels (its training
  *       graph: kiln.ConcatGrad feeding kiln.ConvGradInput, which the layout pass once left
  *       with dY NHWC and W NCHW: kiln train of densenet121 failed on CUDA).
@@ -164,11 +164,15 @@ static kiln_model *build(bool pool, const char *head, bool head_keeps_shape, boo
         if (!st) st = kiln_node_set_ints(n, "strides", 2, (int64_t[]){2, 2});
         x = "x1";
     }
-    if (!st && dense) { /* (c): x' = conv-BN-ReLU(Concat(x, conv-BN-ReLU(x))) */
-        st = conv_bn(m, "dense.conv1", x, WIDTH, "dense.bn1.out", &rng);
-        if (!st) st = relu(m, "dense.relu1", "dense.bn1.out", "dense.r1");
+    if (!st && dense) { /* (c): x' = conv-BN-ReLU(Concat(x, conv(x))), the conv's output concatenated as is */
+        st = add_rand(m, "dense.conv1.weight", 4, (int64_t[]){WIDTH, WIDTH, 3, 3}, 1.0 / sqrt(9.0 * WIDTH), &rng);
         if (!st)
-            st = kiln_model_add_node(m, "Concat", "dense.cat", 2, (const char *[]){x, "dense.r1"}, 1,
+            st = kiln_model_add_node(m, "Conv", "dense.conv1", 2, (const char *[]){x, "dense.conv1.weight"}, 1,
+                                     (const char *[]){"dense.f1"}, &n);
+        if (!st) st = kiln_node_set_ints(n, "kernel_shape", 2, (int64_t[]){3, 3});
+        if (!st) st = kiln_node_set_ints(n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+        if (!st)
+            st = kiln_model_add_node(m, "Concat", "dense.cat", 2, (const char *[]){x, "dense.f1"}, 1,
                                      (const char *[]){"dense.cat.out"}, &n);
         if (!st) st = kiln_node_set_int(n, "axis", 1);
         if (!st) st = conv_bn(m, "dense.conv2", "dense.cat.out", 2 * WIDTH, "dense.bn2.out", &rng);
