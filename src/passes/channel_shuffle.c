@@ -70,6 +70,7 @@ kiln_status kiln_pass_channel_shuffle(kiln_model *m, bool *changed) {
         const int p1 = prod[r1], p2 = kiln_pass_single_consumer(m, tr);
         if (dead[p1] || p2 < 0 || dead[p2] || kiln_pass_single_consumer(m, r1) != i) continue;
         const kiln_node *a = &m->nodes[p1], *b = &m->nodes[p2];
+        /* op-pattern: Reshape -> Transpose -> Reshape */
         if (!kiln_pass_is(a, "Reshape") || !kiln_pass_is(b, "Reshape") || a->n_out != 1 || b->n_out != 1 ||
             a->n_in < 1 || a->in[0] < 0 || b->in[0] != tr || b->out[0] < 0)
             continue;
