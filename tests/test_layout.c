@@ -380,6 +380,119 @@ static void se_like(void) {
     finalize(outs, 1);
 }
 
+/* BN -> Relu -> conv (a DenseNet layer's pre-activation order), named after out. */
+static void pre_act_conv(const char *x, const char *out, int64_t c, int64_t m, int64_t k) {
+    const char *suffix[4] = {"s", "b", "m", "v"};
+    char p[4][64], ins[320], bn[64], r[64];
+    for (int i = 0; i < 4; i++) {
+        snprintf(p[i], sizeof p[i], "%s.pre%s", out, suffix[i]);
+        init_rand(p[i], 1, (int64_t[]){c}, i == 3 ? 0.5 : -1, i == 3 ? 2 : 1);
+    }
+    snprintf(bn, sizeof bn, "%s.prebn", out);
+    snprintf(r, sizeof r, "%s.prerelu", out);
+    snprintf(ins, sizeof ins, "%s,%s,%s,%s,%s", x, p[0], p[1], p[2], p[3]);
+    add("BatchNormalization", ins, bn, "");
+    add("Relu", bn, r, "");
+    conv(r, out, c, m, k, 1, 1, false, NULL);
+}
+
+/* A DenseNet block of two layers and a transition: every layer reads the Concat of the
+ * stem and all earlier layers' features (channel axis), then GAP -> Flatten -> Gemm; with
+ * `loss`, a label input and SoftmaxCrossEntropyLoss for the trainer. */
+static void densenet_like(int64_t batch, bool loss) {
+    begin();
+    input("x", batch, 3, 8, 8);
+    if (loss) CHECK(kiln_model_add_input(M, "label", KILN_I64, 1, (int64_t[]){batch}) == KILN_OK, "label input");
+    conv("x", "stem", 3, 8, 3, 1, 1, true, "Relu");
+    pre_act_conv("stem", "f1", 8, 4, 3);
+    add("Concat", "stem,f1", "cat1", "axis=1");
+    pre_act_conv("cat1", "f2", 12, 4, 3);
+    add("Concat", "stem,f1,f2", "cat2", "axis=-3");
+    pre_act_conv("cat2", "t", 16, 8, 1);
+    add("AveragePool", "t", "tp", "kernel_shape=[2,2];strides=[2,2]");
+    add("GlobalAveragePool", "tp", "gap", "");
+    add("Flatten", "gap", "flat", "axis=1");
+    init_rand("fc.w", 2, (int64_t[]){10, 8}, -0.5, 0.5);
+    add("Gemm", "flat,fc.w", loss ? "logits" : "y", "transB=1");
+    if (loss) add("SoftmaxCrossEntropyLoss", "logits,label", "loss", "");
+    const char *outs[1] = {loss ? "loss" : "y"};
+    finalize(outs, 1);
+}
+
+/* ShuffleNet's unit: the input split in two channel halves (Slice), one half through
+ * 1x1 - depthwise 3x3 - 1x1, the halves concatenated and shuffled (Reshape to (N, 2, C/2,
+ * H, W), Transpose (0, 2, 1, 3, 4), Reshape back), twice; with `dynamic`, the shapes of
+ * the Reshapes computed from Shape as PyTorch's exporter writes them for a symbolic batch. */
+static void shuffle_unit(const char *x, const char *out, int64_t c, int64_t hw, bool dynamic) {
+    char a[64], b[64], b1[64], b2[64], b3[64], cat[64], r5[64], tr[64], ins[256], sh[64];
+    snprintf(a, sizeof a, "%s.a", out);
+    snprintf(b, sizeof b, "%s.b", out);
+    snprintf(ins, sizeof ins, "%s,half.start0,half.mid,half.axis", x);
+    add("Slice", ins, a, "");
+    snprintf(ins, sizeof ins, "%s,half.mid,half.end,half.axis", x);
+    add("Slice", ins, b, "");
+    snprintf(b1, sizeof b1, "%s.b1", out);
+    snprintf(b2, sizeof b2, "%s.b2", out);
+    snprintf(b3, sizeof b3, "%s.b3", out);
+    conv(b, b1, c / 2, c / 2, 1, 1, 1, false, "Relu");
+    conv(b1, b2, c / 2, c / 2, 3, 1, c / 2, false, NULL);
+    conv(b2, b3, c / 2, c / 2, 1, 1, 1, false, "Relu");
+    snprintf(cat, sizeof cat, "%s.cat", out);
+    snprintf(ins, sizeof ins, "%s,%s", a, b3);
+    add("Concat", ins, cat, "axis=1");
+    snprintf(r5, sizeof r5, "%s.r5", out);
+    snprintf(tr, sizeof tr, "%s.tr", out);
+    if (dynamic) {
+        /* (N, 2, C/2, H, W) from Shape(cat)[0] and constants; back to Shape(cat) */
+        char n0[64], n1[64], s5[64];
+        snprintf(sh, sizeof sh, "%s.shape", out);
+        snprintf(n0, sizeof n0, "%s.n", out);
+        snprintf(n1, sizeof n1, "%s.n1", out);
+        snprintf(s5, sizeof s5, "%s.s5", out);
+        add("Shape", cat, sh, "");
+        snprintf(ins, sizeof ins, "%s,idx0", sh);
+        add("Gather", ins, n0, "axis=0");
+        snprintf(ins, sizeof ins, "%s,ax0", n0);
+        add("Unsqueeze", ins, n1, "");
+        snprintf(ins, sizeof ins, "%s,rest5", n1);
+        add("Concat", ins, s5, "axis=0");
+        snprintf(ins, sizeof ins, "%s,%s", cat, s5);
+    } else {
+        snprintf(sh, sizeof sh, "shape4");
+        snprintf(ins, sizeof ins, "%s,shape5", cat);
+    }
+    (void)hw;
+    add("Reshape", ins, r5, "");
+    add("Transpose", r5, tr, "perm=[0,2,1,3,4]");
+    snprintf(ins, sizeof ins, "%s,%s", tr, sh);
+    add("Reshape", ins, out, "");
+}
+
+static void shufflenet_like(int64_t batch, bool dynamic) {
+    const int64_t c = 8, hw = 6;
+    begin();
+    input("x", batch, 3, hw, hw);
+    init_vals("half.start0", KILN_I64, 1, (int64_t[]){1}, KT_VALS(0));
+    init_vals("half.mid", KILN_I64, 1, (int64_t[]){1}, KT_VALS(4));
+    init_vals("half.end", KILN_I64, 1, (int64_t[]){1}, KT_VALS(8));
+    init_vals("half.axis", KILN_I64, 1, (int64_t[]){1}, KT_VALS(1));
+    init_vals("shape5", KILN_I64, 1, (int64_t[]){5}, KT_VALS(batch, 2, 4, hw, hw));
+    init_vals("shape4", KILN_I64, 1, (int64_t[]){4}, KT_VALS(batch, 8, hw, hw));
+    init_vals("idx0", KILN_I64, 0, NULL, KT_VALS(0));
+    init_vals("ax0", KILN_I64, 1, (int64_t[]){1}, KT_VALS(0));
+    init_vals("rest5", KILN_I64, 1, (int64_t[]){4}, KT_VALS(2, 4, hw, hw));
+    conv("x", "stem", 3, c, 3, 1, 1, false, "Relu");
+    shuffle_unit("stem", "u1", c, hw, dynamic);
+    shuffle_unit("u1", "u2", c, hw, dynamic);
+    conv("u2", "head", c, 16, 1, 1, 1, false, "Relu");
+    add("GlobalAveragePool", "head", "gap", "");
+    add("Flatten", "gap", "flat", "axis=1");
+    init_rand("fc.w", 2, (int64_t[]){10, 16}, -0.5, 0.5);
+    add("Gemm", "flat,fc.w", "y", "transB=1");
+    const char *outs[1] = {"y"};
+    finalize(outs, 1);
+}
+
 /* VGG-like head: pooled NHWC features flattened straight away need one ToNCHW */
 static void vgg_like(void) {
     begin();
@@ -773,10 +886,169 @@ static void bn_training(void) {
     kiln_model_free(M);
 }
 
+/* The layout pass on M for a CUDA plan: `want` kiln.ChannelShuffle nodes (groups 2, NHWC
+ * output), no Transpose left. */
+static void check_shuffles(const char *label, int want) {
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP32,
+                            .disabled = ~(unsigned)KILN_PASS_NHWC};
+    kiln_model *opt = NULL;
+    if (kiln_passes_apply(M, &po, &opt) != KILN_OK) {
+        CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+        return;
+    }
+    int n = 0;
+    for (int i = 0; i < opt->n_nodes; i++) {
+        const kiln_node *nd = &opt->nodes[i];
+        if (strcmp(nd->op_type, "ChannelShuffle") == 0 && strcmp(nd->domain, "kiln") == 0) {
+            n++;
+            CHECK(kiln_attr_int(nd, "groups", 0) == 2 && opt->values[nd->out[0]].format == KILN_FORMAT_NHWC &&
+                      opt->values[nd->in[0]].format == KILN_FORMAT_NHWC,
+                  "%s: %s: groups %lld, NHWC in and out", label, nd->name, (long long)kiln_attr_int(nd, "groups", 0));
+        }
+    }
+    CHECK(n == want && count_onnx(opt, "Transpose") == 0, "%s: %d ChannelShuffle (want %d), %d Transpose", label, n,
+          want, count_onnx(opt, "Transpose"));
+    kiln_model_free(opt);
+}
+
+/* layout_free for a value of an optimized model (static shape of rank <= 4, C == 1 or
+ * H*W == 1 right-aligned to (N, C, H, W)); false when its shape is not known. */
+static bool bytes_free(const kiln_model *m, int v) {
+    const kiln_value *val = &m->values[v];
+    if (val->ndim < 0 || val->ndim > 4) return false;
+    int64_t a[4] = {1, 1, 1, 1};
+    for (int d = 0; d < val->ndim; d++) a[4 - val->ndim + d] = val->dims[d];
+    if (a[1] < 0 || a[2] < 0 || a[3] < 0) return false;
+    return a[1] == 1 || a[2] * a[3] == 1;
+}
+
+/* The CUDA convolutions' rule (src/cuda/table.c, conv_check) on every Conv,
+ * kiln.ConvGradInput and kiln.ConvGradWeight of m: X, W and Y (dY) in one layout, tensors
+ * with the same bytes in both excepted, and the output in it. Returns the mismatches. */
+static int conv_layout_mismatches(const char *label, const kiln_model *m) {
+    int bad = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        int x, w, y;
+        if (strcmp(n->op_type, "Conv") == 0 && n->n_in >= 2) x = n->in[0], w = n->in[1], y = n->out[0];
+        else if (strcmp(n->op_type, "ConvGradInput") == 0 && n->n_in >= 3) y = n->in[0], w = n->in[1], x = n->in[2];
+        else if (strcmp(n->op_type, "ConvGradWeight") == 0 && n->n_in >= 3) x = n->in[0], y = n->in[1], w = n->in[2];
+        else continue;
+        const int t3[4] = {x, w, y, n->out[0]};
+        bool nhwc = false;
+        for (int k = 0; k < 3; k++) nhwc |= m->values[t3[k]].format == KILN_FORMAT_NHWC && m->values[t3[k]].ndim != 3;
+        for (int k = 0; k < 4; k++) {
+            const kiln_value *v = &m->values[t3[k]];
+            if ((v->format == KILN_FORMAT_NHWC) != nhwc && !bytes_free(m, t3[k])) {
+                printf("FAIL %s: %s '%s': %s is %s, the convolution %s\n", label, n->op_type, n->name, v->name,
+                       v->format == KILN_FORMAT_NHWC ? "NHWC" : "NCHW", nhwc ? "NHWC" : "NCHW");
+                bad++;
+            }
+        }
+    }
+    return bad;
+}
+
+/* densenet_like's training graph through the CUDA trainer's passes (fp32 and fp16): every
+ * convolution and gradient in one layout with its operands (the CUDA kernels refuse a mix:
+ * `kiln train` of torchvision's densenet121 on CUDA failed there, at a ConvGradInput fed
+ * by a kiln.ConcatGrad), the Concats and their gradients NHWC with no conversion of their
+ * inputs or outputs, and the same loss and gradients on the CPU, bit for bit. */
+static void densenet_training(kiln_precision prec) {
+    char label[96];
+    snprintf(label, sizeof label, "densenet-like training graph%s", prec == KILN_PRECISION_FP32 ? "" : ", fp16");
+    printf("-- %s\n", label);
+    densenet_like(4, true);
+    kiln_trainer *t = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD};
+    CHECK(kiln_trainer_create(M, "loss", &o, &t) == KILN_OK, "%s: %s", label, kiln_context_message(ctx));
+    const kiln_pass_options pa = {.device = KILN_DEVICE_CUDA, .precision = prec,
+                                  .disabled = ~(unsigned)(KILN_PASS_NHWC | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS |
+                                                          KILN_PASS_FUSE_POOL | KILN_PASS_FUSE_BN)};
+    kiln_pass_options base = pa;
+    base.disabled |= KILN_PASS_NHWC;
+    kiln_model *opt = NULL, *ref = NULL, *bg = t ? backward_graph(t) : NULL;
+    if (!bg || kiln_passes_apply(bg, &pa, &opt) != KILN_OK || kiln_passes_apply(bg, &base, &ref) != KILN_OK) {
+        CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    {
+        /* the trainer's whole graph too (the update's nodes in it), as the CUDA engine runs it */
+        kiln_model *full = NULL;
+        CHECK(kiln_passes_apply(t->train, &pa, &full) == KILN_OK, "%s: passes over the whole graph: %s", label,
+              kiln_context_message(ctx));
+        if (full) fails += conv_layout_mismatches(label, full);
+        kiln_model_free(full);
+    }
+    fails += conv_layout_mismatches(label, opt);
+    int k = 0;
+    CHECK(outputs_are(opt, "Concat", KILN_FORMAT_NHWC, &k) && k == 2, "%s: Concats NHWC (%d)", label, k);
+    int grads = 0;
+    for (int i = 0; i < opt->n_nodes; i++) {
+        const kiln_node *n = &opt->nodes[i];
+        if (strcmp(n->op_type, "ConcatGrad") == 0) {
+            grads++;
+            for (int q = 0; q < n->n_out; q++)
+                CHECK(n->out[q] < 0 || opt->values[n->out[q]].format == KILN_FORMAT_NHWC, "%s: %s output %d is NCHW",
+                      label, n->name, q);
+        }
+        /* no conversion reads a Concat's or a ConcatGrad's output or feeds a Concat */
+        if (strcmp(n->domain, "kiln") == 0 && strncmp(n->op_type, "ToN", 3) == 0) {
+            const kiln_node *p = NULL;
+            for (int j = 0; j < opt->n_nodes && !p; j++)
+                for (int q = 0; q < opt->nodes[j].n_out; q++)
+                    if (opt->nodes[j].out[q] == n->in[0]) p = &opt->nodes[j];
+            CHECK(!p || (strcmp(p->op_type, "Concat") != 0 && strcmp(p->op_type, "ConcatGrad") != 0),
+                  "%s: kiln.%s of %s's output", label, n->op_type, p->op_type);
+            for (int j = 0; j < opt->n_nodes; j++)
+                for (int q = 0; q < opt->nodes[j].n_in; q++)
+                    CHECK(!(opt->nodes[j].in[q] == n->out[0] && strcmp(opt->nodes[j].op_type, "Concat") == 0),
+                          "%s: kiln.%s feeds %s", label, n->op_type, opt->nodes[j].name);
+        }
+    }
+    CHECK(grads == 2, "%s: %d ConcatGrads, expected 2", label, grads);
+    printf("%s: %d ToNHWC, %d ToNCHW\n", label, count_op(opt, "ToNHWC"), count_op(opt, "ToNCHW"));
+    {
+        kiln_tensor *image = kt_rand(KILN_F32, 4, (int64_t[]){4, 3, 8, 8}, -1, 1, 21);
+        kiln_tensor *lab = kt_rand(KILN_I64, 1, (int64_t[]){4}, 0, 10, 22);
+        t->feeds[0] = image;
+        t->feeds[1] = lab;
+        const int no = opt->n_outputs;
+        const kiln_tensor **want = calloc((size_t)no, sizeof *want), **got = calloc((size_t)no, sizeof *got);
+        kiln_plan *pr = NULL, *po2 = NULL;
+        kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+        if (!st) st = kiln_plan_build(ref, t->feeds, true, true, &pr);
+        if (!st) st = kiln_plan_build(opt, t->feeds, true, true, &po2);
+        if (!st) st = kiln_plan_run_cpu(pr, t->feeds, 77, no, want);
+        if (!st) st = kiln_plan_run_cpu(po2, t->feeds, 77, no, got);
+        CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
+        for (int j = 0; !st && j < no; j++) {
+            char l[200];
+            snprintf(l, sizeof l, "%s: %s unchanged", label, kiln_model_output_name(opt, j));
+            fails += kiln_tensor_compare(got[j], want[j], 0, 0, l);
+        }
+        kiln_plan_free(pr);
+        kiln_plan_free(po2);
+        free(want);
+        free(got);
+        t->feeds[0] = t->feeds[1] = NULL;
+        kiln_tensor_free(image);
+        kiln_tensor_free(lab);
+    }
+out:
+    kiln_model_free(opt);
+    kiln_model_free(ref);
+    kiln_model_free(bg);
+    kiln_trainer_free(t);
+    kiln_model_free(M);
+}
+
 int main(void) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
 
     bn_training();
+    densenet_training(KILN_PRECISION_FP32);
+    densenet_training(KILN_PRECISION_FP16);
 
     mnist_training(KILN_PRECISION_FP32, 64);
     mnist_training(KILN_PRECISION_FP16, 64);
@@ -881,6 +1153,29 @@ int main(void) {
     kiln_model_free(M);
 
     dropout_grad_checks();
+
+    /* ShuffleNet: the channel halves (Slice), the Concat and the channel shuffle (as one
+     * kiln.ChannelShuffle) stay NHWC: the input's conversion only */
+    for (int dyn = 0; dyn < 2; dyn++) {
+        shufflenet_like(2, dyn);
+        check_graph(dyn ? "shufflenet-like, shapes from Shape" : "shufflenet-like",
+                    &(expect){1, 0, {"u1.a", "u1.b", "u1.cat", "u1", "u2", "head"}, {"gap"}}, 2);
+        check_shuffles(dyn ? "shufflenet-like, shapes from Shape" : "shufflenet-like", 2);
+        kiln_model_free(M);
+    }
+    shufflenet_like(-1, true);
+    check_graph("shufflenet-like, symbolic batch", &(expect){1, 0, {"u1.cat", "u1", "u2"}, {"gap"}}, 3);
+    check_shuffles("shufflenet-like, symbolic batch", 2);
+    kiln_model_free(M);
+
+    /* DenseNet: the Concats of NHWC features stay NHWC (no conversion before or after) */
+    densenet_like(2, false);
+    check_graph("densenet-like", &(expect){1, 0, {"stem", "f1", "cat1", "cat2", "f2", "tp"}, {"gap", "flat"}}, 2);
+    check_graph_ex("densenet-like, fp16", &(expect){1, 0, {"cat1", "cat2"}, {"gap"}}, 2, KILN_PRECISION_FP16, 0);
+    kiln_model_free(M);
+    densenet_like(-1, false);
+    check_graph("densenet-like, symbolic batch", &(expect){1, 0, {"cat1", "cat2", "f2"}, {"gap"}}, 3);
+    kiln_model_free(M);
 
     mixed();
     check_graph("mixed", &(expect){2, 2, {"c1", "scaled", "sum"}, {"scale", "cat", "soft"}}, 2);

@@ -585,6 +585,8 @@ static void kiln_ops(const char *tmp) {
         {"LogSoftmaxNLL", "reduction=sum;ignore_index=2", 2, {KILN_F32, KILN_I64}, {2, 1}, {{4, 10}, {4}}, 2,
          "NegativeLogLikelihoodLoss", 0},
         {"LogSoftmaxNLL", "", 3, {KILN_F16, KILN_I64, KILN_F32}, {2, 1, 1}, {{4, 10}, {4}, {10}}, 1, "LogSoftmax", 0},
+        {"ChannelShuffle", "groups=2", 1, {KILN_F32}, {4}, {{2, 6, 3, 4}}, 1, "Transpose", 1},
+        {"ChannelShuffle", "groups=3", 1, {KILN_I64}, {4}, {{1, 12, 2, 1}}, 1, "Transpose", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char file[4200];

@@ -93,7 +93,7 @@ static void check_op(const kiln_op_def *d) {
     CHECK(d->precision > KILN_PREC_UNDECLARED && d->precision <= KILN_PREC_MIXED,
           "%s%s%s: no precision class (kiln_op_def.precision; HACKING.md)", d->domain ? d->domain : "",
           d->domain ? "." : "", d->name);
-    CHECK(d->layout >= KILN_LAYOUT_NONE && d->layout <= KILN_LAYOUT_BN_GRAD, "%s: layout %d", d->name, (int)d->layout);
+    CHECK(d->layout >= KILN_LAYOUT_NONE && d->layout <= KILN_LAYOUT_FOLLOW, "%s: layout %d", d->name, (int)d->layout);
     for (int k = 0; k < 4; k++)
         CHECK(d->out_dtype[k] <= KILN_DT_U8, "%s: out_dtype[%d] = %d", d->name, k, d->out_dtype[k]);
     if (d->max_inputs >= 0 && d->max_inputs < 32) {

@@ -608,8 +608,9 @@ static void test_pad_channels(kiln_context *ctx) {
     }
     kiln_model_free(c);
     /* every pass a CUDA fp16/bf16 session applies, run on the CPU: without the layout pass
-     * (the Pads and the Cast before them), then with it, which folds each channel Pad
-     * (and x's Cast) into the kiln.ToNHWC reading it */
+     * (the Pads and the Cast before them), then with it, which folds x's channel Pad (and
+     * Cast) into the kiln.ToNHWC reading it; conv2's input Pad (of relu's NHWC output)
+     * runs NHWC itself, with no conversion on either side */
     const kiln_precision precs[] = {KILN_PRECISION_FP16, KILN_PRECISION_BF16};
     for (int p = 0; p < 2; p++)
         for (int layout = 0; layout < 2; layout++) {
@@ -618,7 +619,14 @@ static void test_pad_channels(kiln_context *ctx) {
             const kiln_dtype low = p ? KILN_BF16 : KILN_F16;
             char label[64];
             snprintf(label, sizeof label, "padded, %s%s", p ? "bf16" : "fp16", layout ? ", NHWC" : "");
-            CHECK(count_op(r.m, "Pad") == (layout ? 0 : 2), "%s: %d Pads", label, count_op(r.m, "Pad"));
+            CHECK(count_op(r.m, "Pad") == (layout ? 1 : 2), "%s: %d Pads", label, count_op(r.m, "Pad"));
+            if (layout) {
+                const kiln_node *c2 = find_node(r.m, "conv2");
+                const kiln_node *pd = c2 ? producer(&r, c2->in[0]) : NULL;
+                CHECK(pd && strcmp(pd->op_type, "Pad") == 0 && r.m->values[pd->out[0]].format == KILN_FORMAT_NHWC &&
+                          r.m->values[pd->in[0]].format == KILN_FORMAT_NHWC,
+                      "%s: conv2 reads an NHWC Pad of an NHWC input", label);
+            }
             CHECK_DT(in_dtype(&r, "stem", 0), low, "padded stem input");
             if (!layout) {
                 CHECK_DT(in_dtype(&r, "pad_channels_x", 0), low, "x is cast before the Pad");

@@ -334,7 +334,12 @@ typedef enum kiln_layout_kind {
     KILN_LAYOUT_POOL_GRAD,
     KILN_LAYOUT_SUM_TO,     /* kiln.ReduceSumTo: input 0 as it is, to an output whose bytes are the same in both */
     KILN_LAYOUT_UNARY_GRAD,
-    KILN_LAYOUT_BN_GRAD     /* dY and X (inputs 0, 1) and dX; the per-channel rest has none */
+    KILN_LAYOUT_BN_GRAD,    /* dY and X (inputs 0, 1) and dX; the per-channel rest has none */
+    /* data movement whose CUDA kernels read the format (any axis of a 4-D tensor): */
+    KILN_LAYOUT_JOIN,       /* Concat: every input, joined along the axis (as BINARY: operands
+                               with the same bytes in both layouts read as they are) */
+    KILN_LAYOUT_PARTS,      /* Split, kiln.ConcatGrad: input 0 cut into outputs of its layout */
+    KILN_LAYOUT_FOLLOW      /* Slice, kiln.ChannelShuffle: input 0 and output 0 in one layout */
 } kiln_layout_kind;
 
 /* Output dtypes when shape inference cannot run (src/passes/infer.c). */

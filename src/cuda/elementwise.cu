@@ -17,8 +17,10 @@
  *   Max/Min like numpy's maximum/minimum. The broadcast is planned on the host
  *   (kiln_cuda_bcast_init) and takes one of three kernels: flat (same shape, or one side a
  *   scalar; vectorized when both sides are full and aligned), per-channel (one side
- *   contiguous, the other indexed by (i / inner) % C, e.g. (N,C,H,W) + (C,1,1)), or
- *   general (index arithmetic over up to 8 merged dims).
+ *   contiguous, the other indexed by (i / inner) % C, e.g. (N,C,H,W) + (C,1,1)), per pixel
+ *   and channel (an NHWC (N,C,H,W) times an (N,C,1,1) squeeze-and-excitation gate: the
+ *   gate indexed by (n, c), 16-byte vectors of x, gate and y where C allows), or general
+ *   (index arithmetic over up to 8 merged dims).
  *
  *   Sum (1..N inputs) is Add folded the same way (rounded after each addition, as the
  *   reference).
@@ -387,6 +389,56 @@ __global__ void binary_channel(const T *x, const T *v, T *y, int64_t n, int64_t 
     }
 }
 
+/* x contiguous with the output, viewed as (N, P, C); v one value per (n, c): an NHWC map
+ * times a squeeze-and-excitation gate (N, C, 1, 1). VEC: 16-byte accesses of x, v and y
+ * (C a multiple of the vector, all aligned). I: the index type. */
+template <typename T, int OP, bool X_IS_A, bool VEC, typename I>
+__global__ void binary_pixel_channel(const T *x, const T *v, T *y, I n, I C, I per_n) {
+    constexpr int N = VEC ? VecOf<T>::N : 1;
+    const I nv = n / N;
+    for (I j = (I)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (I)gridDim.x * blockDim.x) {
+        const I i = j * N, c = i % C, b = i / per_n;
+        if constexpr (VEC) {
+            using V = typename VecOf<T>::type;
+            V u = ((const V *)x)[j];
+            const V w = *(const V *)(v + (int64_t)b * C + c);
+#pragma unroll
+            for (int k = 0; k < N; k++) {
+                const float xv = to_f(u.v[k]), vv = to_f(w.v[k]);
+                u.v[k] = from_f<T>(X_IS_A ? binary_op<OP>(xv, vv) : binary_op<OP>(vv, xv));
+            }
+            ((V *)y)[j] = u;
+        } else {
+            const float xv = to_f(x[i]), vv = to_f(v[(int64_t)b * C + c]);
+            y[i] = from_f<T>(X_IS_A ? binary_op<OP>(xv, vv) : binary_op<OP>(vv, xv));
+        }
+    }
+}
+
+template <typename T, int OP, bool X_IS_A>
+void launch_pixel_channel(kiln_cuda *cu, const T *x, const T *v, T *y, int64_t n, int64_t C, int64_t per_n) {
+    const bool vec = C % VecOf<T>::N == 0 && aligned16(x, v, y);
+    const unsigned blocks = kiln_cuda_blocks(cu, vec ? n / VecOf<T>::N : n, THREADS);
+    if (n < ((int64_t)1 << 31)) {
+        if (vec)
+            binary_pixel_channel<T, OP, X_IS_A, true, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(
+                x, v, y, (uint32_t)n, (uint32_t)C, (uint32_t)per_n);
+        else
+            binary_pixel_channel<T, OP, X_IS_A, false, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(
+                x, v, y, (uint32_t)n, (uint32_t)C, (uint32_t)per_n);
+    } else {
+        if (vec)
+            binary_pixel_channel<T, OP, X_IS_A, true, int64_t><<<blocks, THREADS, 0, cu->stream>>>(x, v, y, n, C, per_n);
+        else
+            binary_pixel_channel<T, OP, X_IS_A, false, int64_t><<<blocks, THREADS, 0, cu->stream>>>(x, v, y, n, C, per_n);
+    }
+}
+
+/* Is v (strides vs over the merged dims) one value per (n, c) of an (N, P, C) output? */
+bool pixel_channel_pattern(const kiln_cuda_bcast &p, const int64_t *vs) {
+    return p.nd == 3 && vs[0] == p.dims[2] && vs[1] == 0 && vs[2] == 1;
+}
+
 struct BcastArgs {
     int nd;
     int64_t dims[KILN_MAX_DIMS];
@@ -463,6 +515,12 @@ kiln_status launch_binary_op(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor
         binary_channel<T, OP, false><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
             bp, ap, yp, n, inner, C);
         KILN_CUDA_LAUNCHED(ctx, "binary_channel");
+    } else if (contiguous(p, 0) && pixel_channel_pattern(p, p.st[1])) {
+        launch_pixel_channel<T, OP, true>(cu, ap, bp, yp, n, p.dims[2], p.dims[1] * p.dims[2]);
+        KILN_CUDA_LAUNCHED(ctx, "binary_pixel_channel");
+    } else if (contiguous(p, 1) && pixel_channel_pattern(p, p.st[0])) {
+        launch_pixel_channel<T, OP, false>(cu, bp, ap, yp, n, p.dims[2], p.dims[1] * p.dims[2]);
+        KILN_CUDA_LAUNCHED(ctx, "binary_pixel_channel");
     } else {
         BcastArgs g;
         memset(&g, 0, sizeof g);

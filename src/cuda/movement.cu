@@ -6,10 +6,17 @@
  *     device-to-device copy, or nothing when the planner made the output share the
  *     input's storage.
  *   Concat along `axis`: the output viewed as (outer, dims[axis] * inner); each input is
- *     one strided 2-D copy (cudaMemcpy2DAsync) into its column block.
+ *     one strided 2-D copy (cudaMemcpy2DAsync) into its column block. NHWC (4-D, the
+ *     parts NHWC or with the same bytes in both layouts): along the channels, one kernel
+ *     for up to 12 parts, each a (pixels, channels) block at the whole's pixel stride, in
+ *     16-byte units where sizes and addresses allow (a DenseNet layer's 32 f16 channels:
+ *     4 units per pixel); along another axis the 2-D copies over the physical dims. Split,
+ *     kiln.ConcatGrad and kiln.SplitGrad cut the same blocks (kiln_cuda_axis_blocks).
  *   Transpose (perm, default reversed): size-1 dims dropped and runs of input dims that
  *     stay adjacent in the output merged on the host, then one thread per output element
  *     computes its input offset from the merged dims.
+ *   kiln.ChannelShuffle (groups g): output channel a * g + b is input channel b * C/g + a;
+ *     one thread per output element, NCHW (planes) or NHWC (within each pixel).
  *   Gather along `axis` with int32 or int64 indices: data viewed as (outer, dim, inner),
  *     output as (outer, n, inner). Negative indices count from the end. An index outside
  *     [-dim, dim) zeroes its output elements and raises the device error flag, which the
@@ -64,6 +71,88 @@ kiln_status launch_transpose(kiln_cuda *cu, kiln_context *ctx, const void *x, vo
     transpose_kernel<E><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
         (const E *)x, (E *)y, n, a);
     KILN_CUDA_LAUNCHED(ctx, "transpose_kernel");
+    return KILN_OK;
+}
+
+/* ------------------------------------------------- channel blocks of NHWC tensors */
+
+/* Concat / Split / ConcatGrad / SplitGrad along the channels of NHWC tensors: each part is
+ * a (P pixels, cb units) block whose rows sit at a pixel stride in the source and another
+ * in the destination (src / dst already offset to the part's first channel). One launch
+ * for up to MAX_CHAN_PARTS parts (blockIdx.y: the part); units of 16, 8, 4, 2 or 1 bytes,
+ * the widest that every size, stride and address allows. A NULL src zero-fills. */
+constexpr int MAX_CHAN_PARTS = 12;
+
+struct ChanPart {
+    const void *src;
+    void *dst;
+    int64_t cb, s_stride, d_stride; /* units */
+};
+
+struct ChanParts {
+    int64_t pixels;
+    ChanPart p[MAX_CHAN_PARTS];
+};
+
+template <typename U, typename I> __global__ void channel_blocks_kernel(ChanParts a) {
+    const ChanPart q = a.p[blockIdx.y];
+    const I cb = (I)q.cb, total = (I)(a.pixels * q.cb);
+    const U *s = (const U *)q.src;
+    U *d = (U *)q.dst;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        const I px = i / cb, c = i - px * cb;
+        U v{};
+        if (s) v = s[(int64_t)px * q.s_stride + c];
+        d[(int64_t)px * q.d_stride + c] = v;
+    }
+}
+
+template <typename U>
+kiln_status launch_channel_blocks(kiln_cuda *cu, kiln_context *ctx, const ChanParts &a, int n, int64_t max_total) {
+    const unsigned bx = kiln_cuda_blocks(cu, max_total, THREADS);
+    const dim3 grid(bx, (unsigned)n);
+    if (max_total < ((int64_t)1 << 31))
+        channel_blocks_kernel<U, uint32_t><<<grid, THREADS, 0, cu->stream>>>(a);
+    else
+        channel_blocks_kernel<U, int64_t><<<grid, THREADS, 0, cu->stream>>>(a);
+    KILN_CUDA_LAUNCHED(ctx, "channel_blocks_kernel");
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ channel shuffle */
+
+/* kiln.ChannelShuffle: output channel c = a * g + b reads input channel b * k + a (k = C/g),
+ * within each pixel's C channels (NHWC) or as whole planes of S pixels (NCHW). */
+template <typename E, typename I>
+__global__ void channel_shuffle_kernel(const E *x, E *y, I total, I C, I g, I k, I S, bool nhwc) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        I c, base;
+        if (nhwc) {
+            c = i % C;
+            base = i - c;
+            const I src = (c % g) * k + c / g;
+            y[i] = x[base + src];
+        } else {
+            const I s = i % S, nc = i / S;
+            c = nc % C;
+            base = (nc - c) * S + s;
+            const I src = (c % g) * k + c / g;
+            y[i] = x[base + src * S];
+        }
+    }
+}
+
+template <typename E>
+kiln_status launch_channel_shuffle(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t total, int64_t C,
+                                   int64_t g, int64_t S, bool nhwc) {
+    const unsigned blocks = kiln_cuda_blocks(cu, total, THREADS);
+    if (total < ((int64_t)1 << 31))
+        channel_shuffle_kernel<E, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(
+            (const E *)x, (E *)y, (uint32_t)total, (uint32_t)C, (uint32_t)g, (uint32_t)(C / g), (uint32_t)S, nhwc);
+    else
+        channel_shuffle_kernel<E, int64_t><<<blocks, THREADS, 0, cu->stream>>>((const E *)x, (E *)y, total, C, g, C / g,
+                                                                            S, nhwc);
+    KILN_CUDA_LAUNCHED(ctx, "channel_shuffle_kernel");
     return KILN_OK;
 }
 
@@ -439,17 +528,82 @@ extern "C" kiln_status kiln_cuda_k_copy(kiln_cuda *cu, kiln_op_ctx *c) {
  * there when sizes is NULL): to_parts copies them into parts[k] (Split, ConcatGrad; a NULL
  * part is skipped), else parts[k] into them (Concat, SplitGrad; a NULL part zeroes its
  * block). One 2-D copy per part. */
+/* The channel blocks of an NHWC `whole` (4-D, logical dims (N, C, H, W); the parts NHWC
+ * too, or with the same bytes in both layouts), part k of sizes[k] (or like[k]'s) channels. */
+static kiln_status nhwc_channel_blocks(kiln_cuda *cu, kiln_context *kctx, const kiln_tensor *whole, int n,
+                                       const int64_t *sizes, const kiln_tensor *const *like,
+                                       kiln_tensor *const *parts, bool to_parts) {
+    const size_t es = kiln_dtype_size(whole->dtype);
+    const int64_t C = whole->dims[1], P = whole->dims[0] * whole->dims[2] * whole->dims[3];
+    if (P == 0 || C == 0) return KILN_OK;
+    int64_t at = 0;
+    for (int k0 = 0; k0 < n; k0 += MAX_CHAN_PARTS) {
+        ChanParts a;
+        memset(&a, 0, sizeof a);
+        a.pixels = P;
+        int m = 0;
+        size_t unit = 16;
+        int64_t max_cb = 0;
+        for (int k = k0; k < n && k < k0 + MAX_CHAN_PARTS; k++) {
+            const int64_t cb = sizes ? sizes[k] : like[k]->dims[1]; /* logical NCHW dims */
+            char *w = (char *)whole->data + (size_t)at * es;
+            at += cb;
+            const kiln_tensor *t = parts[k];
+            if (cb == 0 || (to_parts && !t)) continue;
+            ChanPart *q = &a.p[m++];
+            q->src = to_parts ? (const void *)w : t ? t->data : NULL;
+            q->dst = to_parts ? t->data : (void *)w;
+            q->cb = cb * (int64_t)es;                      /* bytes for now */
+            q->s_stride = (to_parts ? C : cb) * (int64_t)es;
+            q->d_stride = (to_parts ? cb : C) * (int64_t)es;
+            const uintptr_t bits = (uintptr_t)q->src | (uintptr_t)q->dst | (uintptr_t)q->cb | (uintptr_t)q->s_stride |
+                                   (uintptr_t)q->d_stride;
+            while (unit > 1 && (bits & (unit - 1))) unit /= 2;
+        }
+        if (m == 0) continue;
+        for (int j = 0; j < m; j++) {
+            a.p[j].cb /= (int64_t)unit;
+            a.p[j].s_stride /= (int64_t)unit;
+            a.p[j].d_stride /= (int64_t)unit;
+            if (a.p[j].cb > max_cb) max_cb = a.p[j].cb;
+        }
+        kiln_status st;
+        switch (unit) {
+        case 16: st = launch_channel_blocks<uint4>(cu, kctx, a, m, P * max_cb); break;
+        case 8: st = launch_channel_blocks<uint2>(cu, kctx, a, m, P * max_cb); break;
+        case 4: st = launch_channel_blocks<uint32_t>(cu, kctx, a, m, P * max_cb); break;
+        case 2: st = launch_channel_blocks<uint16_t>(cu, kctx, a, m, P * max_cb); break;
+        default: st = launch_channel_blocks<uint8_t>(cu, kctx, a, m, P * max_cb); break;
+        }
+        if (st) return st;
+    }
+    return KILN_OK;
+}
+
 extern "C" kiln_status kiln_cuda_axis_blocks(kiln_cuda *cu, kiln_context *kctx, kiln_tensor *whole, int64_t axis, int n,
                                              const int64_t *sizes, const kiln_tensor *const *like,
                                              kiln_tensor *const *parts, bool to_parts) {
     const size_t es = kiln_dtype_size(whole->dtype);
+    /* NHWC: the channel kernel, or the same 2-D copies over the physical dims (N, H, W, C)
+     * (the parts' sizes still read on the logical axis) */
+    const int64_t lax = axis;
+    int64_t dims[KILN_MAX_DIMS];
+    memcpy(dims, whole->dims, sizeof dims);
+    if (whole->ndim == 4 && whole->format == KILN_FORMAT_NHWC) {
+        if (axis == 1) return nhwc_channel_blocks(cu, kctx, whole, n, sizes, like, parts, to_parts);
+        static const int64_t to_phys[4] = {0, 3, 1, 2};
+        dims[1] = whole->dims[2];
+        dims[2] = whole->dims[3];
+        dims[3] = whole->dims[1];
+        axis = to_phys[axis];
+    }
     int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; d++) outer *= whole->dims[d];
-    for (int d = (int)axis + 1; d < whole->ndim; d++) inner *= whole->dims[d];
-    const size_t row = (size_t)(whole->dims[axis] * inner) * es; /* bytes of one row of `whole` */
+    for (int d = 0; d < axis; d++) outer *= dims[d];
+    for (int d = (int)axis + 1; d < whole->ndim; d++) inner *= dims[d];
+    const size_t row = (size_t)(dims[axis] * inner) * es; /* bytes of one row of `whole` */
     size_t at = 0;
     for (int k = 0; k < n; k++) {
-        const size_t block = (size_t)((sizes ? sizes[k] : like[k]->dims[axis]) * inner) * es;
+        const size_t block = (size_t)((sizes ? sizes[k] : like[k]->dims[lax]) * inner) * es;
         char *w = (char *)whole->data + at;
         at += block;
         if (block == 0 || outer == 0) continue;
@@ -515,6 +669,26 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
     a.nd = nd;
     kiln_status st;
     KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_transpose, cu, c->kctx, x->data, y->data, n, a);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_channel_shuffle(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    const int64_t total = kiln_tensor_numel(y), C = x->dims[1], g = kiln_attr_int(c->node, "groups", 1);
+    if (total == 0) return KILN_OK;
+    if (g < 1 || C % g != 0)
+        return kiln_fail(c->kctx, KILN_ERR_SHAPE, "groups = %lld does not divide %lld channels", (long long)g,
+                         (long long)C);
+    const size_t es = kiln_dtype_size(x->dtype);
+    if (g == 1 || g == C) { /* the identity permutation */
+        KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, (size_t)total * es, cudaMemcpyDeviceToDevice,
+                                                 cu->stream));
+        return KILN_OK;
+    }
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_channel_shuffle, cu, c->kctx, x->data, y->data, total, C, g,
+                          x->dims[2] * x->dims[3], x->format == KILN_FORMAT_NHWC);
     return st;
 }
 

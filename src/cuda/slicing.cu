@@ -3,13 +3,15 @@
  * fill value), any dtype as opaque elements of 1, 2, 4 or 8 bytes (bool included):
  *
  *   Slice (starts / ends / axes / steps: values known when the plan is built, read from
- *     c->host_in with the clamping rules of src/ops/slice.c), Expand (bidirectional
+ *     c->host_in with the clamping rules of src/ops/slice.c; x and y both NHWC: walked in
+ *     that order (ShuffleNet's channel halves)), Expand (bidirectional
  *     broadcast to the output) and Tile (repeats = output dims / input dims) are one
  *     strided gather: output element (j0..jn-1) reads the input at base + sum jd * sd.
  *     Tile views each axis as (repeat, dim) with strides (0, stride), up to 16 dims.
  *     Size-1 dims are dropped and dims walked as one run merged on the host; what is left
  *     as one contiguous run is a device-to-device copy.
- *   Pad (opset 11+: pads and the opset-18 axes from c->host_in; negative pads crop):
+ *   Pad (opset 11+: pads and the opset-18 axes from c->host_in; negative pads crop; x and
+ *     y both NHWC: walked in that order, e.g. the pad-channels pass's zero channels):
  *     per output element and axis the source index by `mode` as src/ops/pad.c computes
  *     it: constant (the optional scalar constant_value input, read on the device, else
  *     0), reflect (mirrored without repeating the edge, also past one period), edge,
@@ -287,13 +289,25 @@ extern "C" kiln_status kiln_cuda_k_slice(kiln_cuda *cu, kiln_op_ctx *c) {
     if (!kiln_cuda_slice_plan(c, c->host_in, start, step, why, sizeof why))
         return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "%s", why);
     kiln_strides(x->ndim, x->dims, xs);
+    /* the logical dims in the order the bytes are walked: (N, H, W, C) for NHWC x and y */
+    int order[KILN_MAX_DIMS];
+    for (int d = 0; d < y->ndim; d++) order[d] = d;
+    if (x->ndim == 4 && x->format == KILN_FORMAT_NHWC) {
+        const int phys[4] = {0, 2, 3, 1};
+        memcpy(order, phys, sizeof phys);
+        xs[1] = 1;
+        xs[3] = x->dims[1];
+        xs[2] = x->dims[3] * x->dims[1];
+        xs[0] = x->dims[2] * xs[2];
+    }
     Strided a;
     memset(&a, 0, sizeof a);
     a.nd = y->ndim;
-    for (int d = 0; d < y->ndim; d++) {
-        a.base += start[d] * xs[d];
-        a.dims[d] = y->dims[d];
-        a.stride[d] = step[d] * xs[d];
+    for (int d = 0; d < y->ndim; d++) a.base += start[d] * xs[d];
+    for (int j = 0; j < y->ndim; j++) {
+        const int d = order[j];
+        a.dims[j] = y->dims[d];
+        a.stride[j] = step[d] * xs[d];
     }
     return strided_copy(cu, c->kctx, x->data, y->data, n, kiln_dtype_size(x->dtype), a);
 }
@@ -345,6 +359,24 @@ extern "C" kiln_status kiln_cuda_k_pad(kiln_cuda *cu, kiln_op_ctx *c) {
     for (int d = 0; d < y->ndim; d++) {
         a.ydims[d] = y->dims[d];
         a.xdims[d] = x->dims[d];
+    }
+    const bool no_value = c->n_in < 3 || !c->in[2];
+    if (x->ndim == 4 && x->format == KILN_FORMAT_NHWC && a.mode == PAD_CONSTANT && no_value && a.begin[0] == 0 &&
+        a.begin[1] == 0 && a.begin[2] == 0 && a.begin[3] == 0 && y->dims[0] == x->dims[0] && y->dims[2] == x->dims[2] &&
+        y->dims[3] == x->dims[3] && y->dims[1] >= x->dims[1]) {
+        /* zero channels at the end (the pad-channels pass's): x and a zero block, joined as
+         * Concat joins NHWC channel blocks */
+        const int64_t sizes[2] = {x->dims[1], y->dims[1] - x->dims[1]};
+        kiln_tensor *parts[2] = {(kiln_tensor *)x, NULL};
+        return kiln_cuda_axis_blocks(cu, c->kctx, y, 1, 2, sizes, NULL, parts, false);
+    }
+    if (x->ndim == 4 && x->format == KILN_FORMAT_NHWC) { /* walk (N, H, W, C): x and y both NHWC */
+        const int64_t C = x->dims[1], H = x->dims[2], W = x->dims[3], b1 = a.begin[1];
+        const int64_t st[4] = {H * W * C, W * C, C, 1};
+        for (int j = 0; j < 4; j++) a.xstride[j] = st[j];
+        a.ydims[1] = y->dims[2], a.ydims[2] = y->dims[3], a.ydims[3] = y->dims[1];
+        a.xdims[1] = H, a.xdims[2] = W, a.xdims[3] = C;
+        a.begin[1] = a.begin[2], a.begin[2] = a.begin[3], a.begin[3] = b1;
     }
     const kiln_tensor *v = c->n_in > 2 ? c->in[2] : NULL;
     const void *value = v && kiln_tensor_numel(v) == 1 ? v->data : NULL;

@@ -522,13 +522,29 @@ static bool sup_sce(const kiln_op_ctx *c, char *why, size_t n) {
     return sup_logsoftmax_nll(c, why, n);
 }
 
+/* Concat, Split, kiln.ConcatGrad: a whole tensor and its parts along an axis. NHWC when
+ * the whole is (4-D): every part NHWC or with the same bytes in both layouts; an NCHW
+ * whole takes no NHWC part but such. Part k: input first + k (join) or output k. */
+static bool parts_layout(const kiln_op_ctx *c, const kiln_tensor *whole, bool join, int first, char *why, size_t n) {
+    const bool nhwc = is_nhwc(whole);
+    const int np = join ? c->n_in - first : c->n_out;
+    for (int k = 0; k < np; k++) {
+        const kiln_tensor *t = join ? (present(c, first + k) ? c->in[first + k] : NULL) : has_out(c, k) ? c->out[k] : NULL;
+        if (!t || is_nhwc(t) == nhwc || (t->ndim == 4 && kiln_cuda_layout_free(t))) continue;
+        snprintf(why, n, "%s %d is %s and the %s %s", join ? "input" : "output", join ? first + k : k, layout_name(t),
+                 join ? "output" : "input", layout_name(whole));
+        return false;
+    }
+    return true;
+}
+
 static bool sup_concat(const kiln_op_ctx *c, char *why, size_t n) {
     for (int i = 0; i < c->n_in; i++)
         if (!present(c, i)) {
             snprintf(why, n, "input %d is missing", i);
             return false;
         }
-    return sup_any(c, why, n);
+    return sup_any(c, why, n) && parts_layout(c, c->out[0], true, 0, why, n);
 }
 
 static bool sup_elements(const kiln_op_ctx *c, char *why, size_t n) {
@@ -536,6 +552,11 @@ static bool sup_elements(const kiln_op_ctx *c, char *why, size_t n) {
     if (es == 1 || es == 2 || es == 4 || es == 8) return true;
     snprintf(why, n, "dtype %s", kiln_dtype_name(c->in[0]->dtype));
     return false;
+}
+
+/* kiln.ChannelShuffle: X and Y in one layout, any element size. */
+static bool sup_channel_shuffle(const kiln_op_ctx *c, char *why, size_t n) {
+    return sup_elements(c, why, n) && same_layout(c, why, n);
 }
 
 static bool sup_gather(const kiln_op_ctx *c, char *why, size_t n) {
@@ -580,14 +601,20 @@ static bool sup_where(const kiln_op_ctx *c, char *why, size_t n) {
  * built: the checks read them from the host tensors (kiln_cuda_host_inputs). */
 static bool sup_slice(const kiln_op_ctx *c, char *why, size_t n) {
     int64_t start[KILN_MAX_DIMS], step[KILN_MAX_DIMS];
-    return sup_elements(c, why, n) && kiln_cuda_slice_plan(c, kiln_cuda_host_inputs(c), start, step, why, n);
+    return sup_elements(c, why, n) && same_layout(c, why, n) &&
+           kiln_cuda_slice_plan(c, kiln_cuda_host_inputs(c), start, step, why, n);
 }
 
 static bool sup_pad(const kiln_op_ctx *c, char *why, size_t n) {
     int64_t begin[KILN_MAX_DIMS];
     int mode;
-    if (!sup_elements(c, why, n) || !kiln_cuda_pad_plan(c, kiln_cuda_host_inputs(c), begin, &mode, why, n))
+    if (!sup_elements(c, why, n) || !same_layout(c, why, n) ||
+        !kiln_cuda_pad_plan(c, kiln_cuda_host_inputs(c), begin, &mode, why, n))
         return false;
+    if (present(c, 2) && is_nhwc(c->in[2])) {
+        snprintf(why, n, "constant_value is laid out NHWC");
+        return false;
+    }
     if (present(c, 2) && kiln_tensor_numel(c->in[2]) > 1) {
         snprintf(why, n, "constant_value of %lld elements", (long long)kiln_tensor_numel(c->in[2]));
         return false;
@@ -601,7 +628,7 @@ static bool sup_split(const kiln_op_ctx *c, char *why, size_t n) {
             snprintf(why, n, "output %d is missing", k);
             return false;
         }
-    return sup_elements(c, why, n);
+    return sup_elements(c, why, n) && parts_layout(c, c->in[0], false, 0, why, n);
 }
 
 static bool sup_range(const kiln_op_ctx *c, char *why, size_t n) {
@@ -803,7 +830,7 @@ static bool sup_concat_grad(const kiln_op_ctx *c, char *why, size_t n) {
             snprintf(why, n, "input %d (X%d) is missing", i, i - 1);
             return false;
         }
-    return c->n_in >= 2 && sup_elements(c, why, n);
+    return c->n_in >= 2 && sup_elements(c, why, n) && parts_layout(c, c->in[0], false, 0, why, n);
 }
 
 /* kiln.SplitGrad(X, split?, dY...): part sizes known when the plan is built. */
@@ -1160,7 +1187,8 @@ static const entry table[] = {
     {"Reshape", kiln_cuda_k_copy, sup_any, NULL, false},
     {"Identity", kiln_cuda_k_copy, sup_same_bytes, NULL, true},
     {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL, true},
-    {"Concat", kiln_cuda_k_concat, sup_concat, NULL, false},
+    {"Concat", kiln_cuda_k_concat, sup_concat, NULL, true},
+    {"kiln.ChannelShuffle", kiln_cuda_k_channel_shuffle, sup_channel_shuffle, NULL, true},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, false},
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
     {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL, false},
@@ -1171,11 +1199,11 @@ static const entry table[] = {
     {"Where", kiln_cuda_k_where, sup_where, NULL, false},
     {"Squeeze", kiln_cuda_k_copy, sup_any, NULL, false},
     {"Unsqueeze", kiln_cuda_k_copy, sup_any, NULL, false},
-    {"Slice", kiln_cuda_k_slice, sup_slice, NULL, false},
+    {"Slice", kiln_cuda_k_slice, sup_slice, NULL, true},
     {"Expand", kiln_cuda_k_expand, sup_elements, NULL, false},
     {"Tile", kiln_cuda_k_tile, sup_elements, NULL, false},
-    {"Pad", kiln_cuda_k_pad, sup_pad, NULL, false},
-    {"Split", kiln_cuda_k_split, sup_split, NULL, false},
+    {"Pad", kiln_cuda_k_pad, sup_pad, NULL, true},
+    {"Split", kiln_cuda_k_split, sup_split, NULL, true},
     {"Shape", kiln_cuda_k_shape, sup_any, NULL, false},
     {"Constant", kiln_cuda_k_constant, sup_any, NULL, false},
     {"ConstantOfShape", kiln_cuda_k_constant_of_shape, sup_any, NULL, false},
@@ -1257,7 +1285,7 @@ static const entry table[] = {
     {"kiln.NonFiniteCheck", kiln_cuda_k_non_finite_check, kiln_cuda_sup_non_finite_check, NULL, true},
     {"kiln.LossScaleUpdate", kiln_cuda_k_loss_scale_update, kiln_cuda_sup_loss_scale_update, NULL, false},
     /* training: data movement, products, convolutions, elementwise (movegrad) */
-    {"kiln.ConcatGrad", kiln_cuda_k_concat_grad, sup_concat_grad, NULL, false},
+    {"kiln.ConcatGrad", kiln_cuda_k_concat_grad, sup_concat_grad, NULL, true},
     {"kiln.SplitGrad", kiln_cuda_k_split_grad, sup_split_grad, NULL, false},
     {"kiln.SliceGrad", kiln_cuda_k_slice_grad, sup_slice_grad, NULL, false},
     {"kiln.PadGrad", kiln_cuda_k_pad_grad, sup_pad_grad, NULL, false},

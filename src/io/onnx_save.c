@@ -17,7 +17,8 @@
  *     Gemm [+ activation], kiln.FusedElementwise as its program's ops (literals as scalar
  *     initializers), kiln.LogSoftmaxNLL as [Cast to f32] LogSoftmax +
  *     NegativeLogLikelihoodLoss, kiln.ToNHWC as [Cast] [Pad] or Identity, kiln.ToNCHW as
- *     Identity (layouts are memory only: dims and initializer bytes are always NCHW). The
+ *     Identity (layouts are memory only: dims and initializer bytes are always NCHW),
+ *     kiln.ChannelShuffle as Reshape - Transpose - Shape + Reshape. The
  *     pieces of a decomposed node are named after it ("conv1", "conv1/Add", ...), their
  *     intermediate values "<output>__kiln<k>". Other internal ops (gradients, optimizer
  *     steps: training graphs) are KILN_ERR_UNSUPPORTED naming the node.
@@ -49,6 +50,7 @@ extern const kiln_op_def kiln_op_add, kiln_op_cast, kiln_op_conv, kiln_op_gemm, 
     kiln_op_negative_log_likelihood_loss, kiln_op_pad;
 extern const kiln_op_def kiln_op_fused_conv, kiln_op_fused_gemm, kiln_op_fused_elementwise, kiln_op_log_softmax_nll,
     kiln_op_to_nhwc, kiln_op_to_nchw;
+extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_shape, kiln_op_channel_shuffle;
 
 #define MAX_INLINE_BYTES (((size_t)1 << 31) - 1)
 #define MIN_EXTERNAL_BYTES 1024
@@ -569,6 +571,36 @@ static void save_layout_convert(saver *s, const kiln_node *n, bool to_nhwc, cons
     (void)where;
 }
 
+/* kiln.ChannelShuffle(X; groups g) = Reshape(Transpose(Reshape(X, (0, g, C/g, -1)),
+ * (0, 2, 1, 3)), Shape(X)): valid for any batch, height and width. */
+static void save_channel_shuffle(saver *s, const kiln_node *n, const char *where) {
+    const int x = n->in[0];
+    const int64_t g = kiln_attr_int(n, "groups", 1);
+    const int64_t c = s->one && s->one[x].ndim == 4 ? s->one[x].dims[1] : -1;
+    if (c <= 0 || g < 1 || c % g || s->m->opset < 5) {
+        s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED,
+                          "saving ONNX: %s: the channel count is not known (or opset %d is below 5, which Reshape's "
+                          "shape input needs)", where, s->m->opset);
+        return;
+    }
+    const int64_t shape4[4] = {0, g, c / g, -1};
+    const char *xn = vname(s, x), *y = vname(s, n->out[0]);
+    const char *r1 = fresh_name(s, y), *t = fresh_name(s, y), *sh = fresh_name(s, y);
+    const char *in1[2] = {xn, ints_init(s, 4, shape4, "shuffle_shape")};
+    if (failed(s)) return;
+    emit(s, kiln_op_reshape.name, piece_name(s, n->name, "Reshape"), 2, in1, 1, &r1);
+    Onnx__NodeProto *tp = emit(s, kiln_op_transpose.name, piece_name(s, n->name, kiln_op_transpose.name), 1, &r1, 1, &t);
+    Onnx__AttributeProto *a = new_attr(s, tp, "perm", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    int64_t *v = zalloc(s, 4 * sizeof *v);
+    if (!a || !v) return;
+    v[0] = 0, v[1] = 2, v[2] = 1, v[3] = 3;
+    a->n_ints = 4;
+    a->ints = v;
+    emit(s, kiln_op_shape.name, piece_name(s, n->name, kiln_op_shape.name), 1, &xn, 1, &sh);
+    const char *in2[2] = {t, sh};
+    emit(s, kiln_op_reshape.name, n->name, 2, in2, 1, &y);
+}
+
 static void save_node(saver *s, const kiln_node *n, int index) {
     char where[600];
     if (*n->name) snprintf(where, sizeof where, "node '%.300s' (%s%s%.100s)", n->name, n->domain, *n->domain ? "." : "", n->op_type);
@@ -591,6 +623,7 @@ static void save_node(saver *s, const kiln_node *n, int index) {
         if (d == &kiln_op_log_softmax_nll) return save_log_softmax_nll(s, n, where);
         if (d == &kiln_op_to_nhwc) return save_layout_convert(s, n, true, where);
         if (d == &kiln_op_to_nchw) return save_layout_convert(s, n, false, where);
+        if (d == &kiln_op_channel_shuffle) return save_channel_shuffle(s, n, where);
     }
     s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED,
                       "saving ONNX: %s is an internal op of kiln with no ONNX equivalent (training graphs "

@@ -145,6 +145,13 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
 #ifdef KILN_OPTESTS
 static int test_grad(void) {
     int fails = 0;
+    {
+        /* 14 parts: two launches of the NHWC kernel (12 parts each) in the backend sweep */
+        kiln_tensor *in[15];
+        in[0] = kt_rand(KILN_F32, 4, KT_DIMS(2, 27, 3, 5), -1, 1, 7420); /* 27 = sum of 1 + k % 3 */
+        for (int k = 0; k < 14; k++) in[1 + k] = kt_make(KILN_F32, 4, KT_DIMS(2, 1 + k % 3, 3, 5), NULL);
+        fails += kiln_optest_sweep("ConcatGrad", "axis=1", 0, 15, in, 14, "concat grad 4-D 14 parts");
+    }
     fails += kiln_optest_sweep("ConcatGrad", "axis=1", 0, 4,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 9, 3, 4), -1, 1, 951),
                                                  kt_make(KILN_F32, 4, KT_DIMS(2, 2, 3, 4), NULL),
@@ -249,6 +256,28 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 321),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 17, 19), -2, 2, 322)},
                                1, "concat random channels 3 + 5");
+    /* for the NHWC kernel in the sweep: channel blocks of 16 bytes (f32 4 + 8 + 4), a
+     * one-channel part (the same bytes in both layouts), 6 parts of 2 f16-sized channels
+     * (the sweep lays out at most 6 inputs NHWC), and the height axis (2-D copies over the
+     * physical dims) */
+    fails += kiln_optest_sweep("Concat", "axis=1", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 5, 7), -2, 2, 7401),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 8, 5, 7), -2, 2, 7402),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 5, 7), -2, 2, 7403)},
+                               1, "concat 4-D channels 4 + 8 + 4");
+    fails += kiln_optest_sweep("Concat", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 7404),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 4, 5), -2, 2, 7405)},
+                               1, "concat 4-D channels 3 + 1");
+    {
+        kiln_tensor *parts[6];
+        for (int k = 0; k < 6; k++) parts[k] = kt_rand(KILN_F32, 4, KT_DIMS(2, 2, 3, 3), -2, 2, 7410 + (uint64_t)k);
+        fails += kiln_optest_sweep("Concat", "axis=1", 0, 6, parts, 1, "concat 4-D 6 parts of 2 channels");
+    }
+    fails += kiln_optest_sweep("Concat", "axis=2", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), -2, 2, 7406),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 2, 5), -2, 2, 7407)},
+                               1, "concat 4-D height 4 + 2");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Concat", "axis=1", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1312),
@@ -297,13 +326,15 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_concat = {
-    .precision = KILN_PREC_FOLLOW,
+    .precision = KILN_PREC_FOLLOW, .layout = KILN_LAYOUT_JOIN,
     .name = "Concat", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
 };
 
 const kiln_op_def kiln_op_concat_grad = {
-    .precision = KILN_PREC_FP32,
+    /* it moves data: in the gradient's dtype (an fp32 class put two Casts around it in
+     * mixed-precision training, which broke the NHWC chain between the convolutions) */
+    .precision = KILN_PREC_FOLLOW, .layout = KILN_LAYOUT_PARTS,
     .name = "ConcatGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = -1,
     .min_outputs = 1, .max_outputs = -1, .shape_only_inputs = ~1u, .infer = infer_grad,
     .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),

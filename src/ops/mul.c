@@ -79,6 +79,16 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 163),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 173)},
                                1, "mul random (2,5,7,9) by a channel vector");
+    /* squeeze-and-excitation: a map times its (N, C, 1, 1) gate, either side (NHWC in the
+     * sweep: the per-pixel-and-channel kernel; 16 channels: vectors in f32 and f16, 6: not) */
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 16, 5, 7), -2, 2, 181),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(3, 16, 1, 1), -2, 2, 182)},
+                               1, "mul (3,16,5,7) by an SE gate (3,16,1,1)");
+    fails += kiln_optest_sweep("Mul", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 1, 1), -2, 2, 183),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 4, 3), -2, 2, 184)},
+                               1, "mul an SE gate (2,6,1,1) by (2,6,4,3)");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Mul", "", 0, 2,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1095),

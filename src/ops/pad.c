@@ -444,6 +444,11 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 392),
                                                 kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 2, 3, 0, 0, 1, 2))},
                                1, "pad random reflect");
+    /* the pad-channels pass's zero channels at the end of dim 1 (NHWC in the sweep too) */
+    fails += kiln_optest_sweep("Pad", "mode=constant", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 3, 5), -2, 2, 393),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 0, 0, 0, 2, 0, 0))},
+                               1, "pad zero channels 6 to 8");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Pad", "", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1417),
@@ -555,7 +560,7 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_pad = {
-    .precision = KILN_PREC_FOLLOW,
+    .precision = KILN_PREC_FOLLOW, .layout = KILN_LAYOUT_FOLLOW,
     .name = "Pad", .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 3), .nondiff_inputs = 1u << 2, .infer = infer,
     .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test), .grad = grad,

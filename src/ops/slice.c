@@ -376,6 +376,20 @@ static int test(void) {
                                                 kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3)),
                                                 kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 3))},
                                1, "slice random axes 1,3 step 3");
+    /* ShuffleNet's channel half, and one row band with a step, for the NHWC kernel */
+    fails += kiln_optest_sweep("Slice", "", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 5, 7), -2, 2, 7301),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(8)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(16)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
+                               1, "slice 4-D channels 8..16");
+    fails += kiln_optest_sweep("Slice", "", 0, 5,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 9, 4), -2, 2, 7302),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 8)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(5, 0)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, -3))},
+                               1, "slice 4-D channels step 2, rows reversed step 3");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Slice", "", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 7), -2, 2, 1378),
@@ -472,7 +486,7 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_slice = {
-    .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS,
+    .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS, .layout = KILN_LAYOUT_FOLLOW,
     .name = "Slice", .min_inputs = 1, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), .infer = infer,
     .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test), .grad = grad,

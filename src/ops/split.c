@@ -355,6 +355,15 @@ static int test(void) {
     fails += kiln_gradcheck_ex("Split", "axis=1;num_outputs=3", 18, 1, in, NULL, 3, 1.0,
                                "split grad num_outputs uneven");
     /* random inputs of odd sizes, for the backend sweep (tests/gpu/test_backend_ops.c) */
+    /* 4-D, for the NHWC kernels in the sweep: channels (ShuffleNet's halves), and width */
+    fails += kiln_optest_sweep("Split", "axis=1", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 12, 5, 3), -2, 2, 7201),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(4, 8))},
+                               2, "split 4-D channels 4+8");
+    fails += kiln_optest_sweep("Split", "axis=3", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 7202),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 4))},
+                               2, "split 4-D width 3+4");
     fails += kiln_optest_sweep("Split", "axis=1", 0, 2,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 9, 17), -2, 2, 431),
                                                 kt_make(KILN_I64, 1, KT_DIMS(3), KT_VALS(2, 3, 4))},
@@ -416,7 +425,7 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_split = {
-    .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS,
+    .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS, .layout = KILN_LAYOUT_PARTS,
     .name = "Split", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = -1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
     .grad = grad,

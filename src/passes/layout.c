@@ -43,7 +43,16 @@
  *     both layouts: its output is labelled NCHW, so ResNet's GlobalAveragePool -> Flatten
  *     -> Gemm head needs no conversion at all, or NHWC when only convolutions read it
  *     (squeeze-and-excitation blocks).
- * Everything else reads NCHW: Flatten, Reshape, Gemm, Concat, Softmax... get a
+ *   - Data movement whose CUDA kernels read the format: Concat (any axis; as the binary
+ *     ops: when an input is NHWC, the others converted unless their bytes are the same in
+ *     both layouts), so DenseNet's Concats of NHWC features need no conversion; Split and
+ *     kiln.ConcatGrad (every output in input 0's layout), Slice, Pad (ShuffleNet's channel
+ *     halves, the pad-channels pass's zero channels) and kiln.ChannelShuffle when input 0
+ *     is NHWC. kiln.ConvGradInput goes NHWC also when only its forward X is (an NCHW dY
+ *     converted), so X, W and dY always share a layout.
+ *   - Channel shuffles: before anything else, Reshape (N, g, C/g, H, W) - Transpose
+ *     (0, 2, 1, 3, 4) - Reshape back becomes one kiln.ChannelShuffle (channel_shuffle.c).
+ * Everything else reads NCHW: Flatten, Reshape, Gemm, Softmax... get a
  * kiln.ToNCHW (one per value, shared by all such readers); shape-only readers (Shape)
  * need none. Graph inputs are NCHW (one kiln.ToNHWC before the first convolution, shared)
  * and graph outputs stay NCHW with their names: an NHWC output is computed under a new
@@ -83,7 +92,11 @@ enum kind {
     K_CGRAD_IN, K_CGRAD_W, K_CGRAD_B, K_PGRAD, K_UGRAD,
     /* kiln.ReduceSumTo, the sum of a broadcast operand's gradient back to its shape */
     K_SUM_TO,
-    K_BNGRAD /* kiln.BatchNormGrad(dY, X, scale, B, mean, var) */
+    K_BNGRAD, /* kiln.BatchNormGrad(dY, X, scale, B, mean, var) */
+    /* data movement reading either layout: Concat (every input, as K_BINARY), Split and
+     * kiln.ConcatGrad (input 0, every output in its layout), Slice and kiln.ChannelShuffle
+     * (input 0) */
+    K_JOIN, K_PARTS, K_FOLLOW
 };
 
 #define WANT_ANY (-1)
@@ -109,7 +122,9 @@ static bool nchw_dropout(const kiln_node *n) {
  * statistics), and kiln.BatchNormGrad's parameter gradients likewise. */
 static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
     if (!d) return K_NONE;
-    const bool per_channel_rest = d->layout == KILN_LAYOUT_BN || d->layout == KILN_LAYOUT_BN_GRAD;
+    /* (Split and ConcatGrad: every output is a part of input 0, in its layout) */
+    const bool per_channel_rest =
+        d->layout == KILN_LAYOUT_BN || d->layout == KILN_LAYOUT_BN_GRAD || d->layout == KILN_LAYOUT_PARTS;
     if (!per_channel_rest && (n->n_out != 1 || kiln_node_training_form(n))) return K_NONE;
     switch (d->layout) {
     case KILN_LAYOUT_NONE: return K_NONE;
@@ -127,6 +142,9 @@ static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
     case KILN_LAYOUT_UNARY_GRAD: return K_UGRAD;
     case KILN_LAYOUT_SUM_TO: return K_SUM_TO;
     case KILN_LAYOUT_BN_GRAD: return K_BNGRAD;
+    case KILN_LAYOUT_JOIN: return K_JOIN;
+    case KILN_LAYOUT_PARTS: return K_PARTS;
+    case KILN_LAYOUT_FOLLOW: return K_FOLLOW;
     }
     return K_NONE;
 }
@@ -135,7 +153,8 @@ static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
 static bool data_input(enum kind k, int i) {
     switch (k) {
     case K_CONV: return i == 0 || i == 3;
-    case K_BINARY: return true;
+    case K_BINARY: case K_JOIN: return true;
+    case K_PARTS: case K_FOLLOW: return i == 0;
     case K_POOL: case K_BN: case K_GAP: case K_UNARY: case K_CGRAD_B: case K_SUM_TO: return i == 0;
     case K_CGRAD_IN: return i == 0 || i == 2; /* dY, X (its shape) */
     case K_CGRAD_W: return i == 0 || i == 1;  /* X, dY */
@@ -371,6 +390,9 @@ static kiln_status fold_dropout_grads(kiln_model *m, bool *changed) {
 
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (o->device != KILN_DEVICE_CUDA) return KILN_OK;
+    /* 0. Channel shuffles as one node that runs in either layout. */
+    kiln_status st0 = kiln_pass_channel_shuffle(m, changed);
+    if (st0) return st0;
     const int nv = m->n_values, nn = m->n_nodes;
     size_t edges = 0;
     for (int i = 0; i < nn; i++) edges += (size_t)m->nodes[i].n_in;
@@ -420,6 +442,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
         if ((k == K_CGRAD_W || k == K_PGRAD || k == K_BNGRAD) && n->n_in > 1 && n->in[1] >= 0) r = L.rank[n->in[1]];
         const int r_out = k == K_CGRAD_B ? 1 : k == K_SUM_TO ? (n->n_in > 1 && n->in[1] >= 0 ? L.rank[n->in[1]] : -1) : r;
         if (k == K_NONE) r = -1;
+        if (k == K_JOIN) /* its inputs have one rank: any known one */
+            for (int j = 0; j < n->n_in && r < 0; j++) r = n->in[j] >= 0 ? L.rank[n->in[j]] : -1;
         if (k == K_BINARY)
             for (int j = 0; j < n->n_in; j++) {
                 const int rj = n->in[j] >= 0 ? L.rank[n->in[j]] : -1;
@@ -429,11 +453,13 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 }
                 if (rj > r) r = rj;
             }
-        if (y >= 0 && L.rank[y] < 0) L.rank[y] = r_out;
+        if (y >= 0 && L.rank[y] < 0) L.rank[y] = k == K_JOIN ? r : r_out;
+        for (int q2 = 1; k == K_PARTS && q2 < n->n_out; q2++) /* every part has input 0's rank */
+            if (n->out[q2] >= 0 && L.rank[n->out[q2]] < 0) L.rank[n->out[q2]] = r_out;
         bool go = false;
         if (k == K_CONV) {
             go = x >= 0 && r == 4;
-        } else if (k == K_BINARY) {
+        } else if (k == K_BINARY || k == K_JOIN) {
             go = r == 4;
             bool any = false;
             for (int j = 0; go && j < n->n_in; j++) {
@@ -453,6 +479,13 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             for (int j = 0; go && j < n->n_in; j++)
                 if (n->in[j] >= 0 && data_input(k, j)) any |= L.fmt[n->in[j]] == KILN_FORMAT_NHWC;
             go = go && any;
+        } else if (k == K_CGRAD_IN) {
+            /* NHWC when dY or the forward's X (read for its shape; CUDA's convolutions take
+             * one layout for X, W and dY) is: an NCHW dY is converted, not X's label left
+             * NHWC beside an NCHW dY (densenet's ConvGradInputs fed by NCHW ConcatGrads) */
+            const int xf = n->n_in > 2 ? n->in[2] : -1;
+            go = x >= 0 && r == 4 &&
+                 (L.fmt[x] == KILN_FORMAT_NHWC || (xf >= 0 && L.fmt[xf] == KILN_FORMAT_NHWC));
         } else if (k == K_SUM_TO) {
             /* the sum reads an NHWC dY as it is when its result (Like's shape) has the same
              * bytes in both layouts: a per-channel bias, a scalar, an (N,1,H,W) map */
@@ -469,6 +502,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                              (layout_free(&m->values[y]) || (n->n_in > 2 && weight_layout_free(m, prod, n->in[2])));
         if (go && k != K_GAP && k != K_CGRAD_B && k != K_SUM_TO && y >= 0 && !free_dw)
             L.fmt[y] = KILN_FORMAT_NHWC;
+        for (int q2 = 1; go && k == K_PARTS && q2 < n->n_out; q2++)
+            if (n->out[q2] >= 0) L.fmt[n->out[q2]] = KILN_FORMAT_NHWC;
         /* GlobalAveragePool's (N, C, 1, 1) is labelled for its readers: NHWC when only
          * convolutions read it (a squeeze-and-excitation block), else NCHW */
         if (go && k == K_GAP && y >= 0 && !m->values[y].is_output) {
@@ -491,7 +526,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 /* the binary kernels and the convolutions take operands whose bytes are the
                  * same in both layouts as they are (a one-channel image); the others read
                  * the format of every input */
-                *w = (k != K_BINARY && !lenient) || L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v])
+                *w = (k != K_BINARY && k != K_JOIN && !lenient) || L.fmt[v] == KILN_FORMAT_NHWC ||
+                             !layout_free(&m->values[v])
                          ? KILN_FORMAT_NHWC
                          : WANT_ANY;
             else if (go && conv_like && j == (k == K_CGRAD_W ? 2 : 1))

@@ -114,6 +114,9 @@ kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool 
 kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed);
+/* Reshape-Transpose-Reshape channel shuffles as kiln.ChannelShuffle (channel_shuffle.c; the
+ * layout pass runs it first). */
+kiln_status kiln_pass_channel_shuffle(kiln_model *m, bool *changed);
 kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
 

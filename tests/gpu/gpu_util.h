@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 /* The most outputs gpu_eval_ref takes. */
-#define GPU_MAX_OUT 8
+#define GPU_MAX_OUT 16
 
 /* infer then the CPU forward of node on owning tensors out[] (run seed `seed`). With
  * shapes_only, infer alone: outputs without data. On failure out[] are all NULL. */

@@ -77,7 +77,7 @@
 #include <unistd.h>
 
 #define MAX_IN 16
-#define MAX_OUT 8
+#define MAX_OUT 16 /* kiln.ConcatGrad's 14 parts (two launches of the NHWC kernel) */
 #define MAX_LAYOUTS 32
 
 static kiln_context *ctx;

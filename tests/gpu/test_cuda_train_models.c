@@ -6,7 +6,11 @@
  * (B, 3, 8, 8), 10 classes:
  *   (a) conv-BN-ReLU, a residual block (conv-BN-ReLU-conv-BN + the identity, ReLU),
  *       GlobalAveragePool, Flatten, Gemm, SoftmaxCrossEntropyLoss;
- *   (b) the same with a 2x2 AveragePool (stride 2) between the stem and the block.
+ *   (b) the same with a 2x2 AveragePool (stride 2) between the stem and the block;
+ *   (c) (b) with a DenseNet layer before the block: a convolution of the pooled map,
+ *       Concat with it on the channels, conv-BN-ReLU back to 8 channels (its training
+ *       graph: kiln.ConcatGrad feeding kiln.ConvGradInput, which the layout pass once left
+ *       with dY NHWC and W NCHW: kiln train of densenet121 failed on CUDA).
  * Their training graphs hold BatchNormalization in training mode and kiln.BatchNormGrad,
  * kiln.GlobalAveragePoolGrad, kiln.AveragePoolGrad, SoftmaxCrossEntropyLoss and its
  * gradient, besides the convolutions, products and elementwise ops mnist-net uses.
@@ -25,7 +29,7 @@
  *      The same with TF32 allowed (strict_fp32 = 0, the default): the layout pass then
  *      runs the convolution chains NHWC, BatchNormalization's training form and gradient
  *      and the pool gradients included; looser tolerances (fp32_same_as_cpu says why).
- *   2. amp fp16 on CUDA (model b): the first step's loss within 2e-2 relative of the CPU's
+ *   2. amp fp16 on CUDA (models b and c): the first step's loss within 2e-2 relative of the CPU's
  *      fp32 loss (fp16 convolutions of random data), and 30 steps on one batch reduce the
  *      loss below 0.7 of the first step's.
  *   3. A training graph holding an op that has no CUDA kernel fails at kiln_trainer_create
@@ -67,6 +71,7 @@ static int fails;
 #define AMP_STEPS 30
 
 static kiln_context *ctx;
+static bool dense; /* build() makes model (c) */
 static kiln_device gpu = KILN_DEVICE_CUDA;
 static kiln_amp gpu_amp = KILN_AMP_FP16; /* --cpu: off (the CPU trains in fp32) */
 
@@ -163,6 +168,21 @@ static kiln_model *build(bool pool, const char *head, bool head_keeps_shape, boo
         if (!st) st = kiln_node_set_ints(n, "kernel_shape", 2, (int64_t[]){2, 2});
         if (!st) st = kiln_node_set_ints(n, "strides", 2, (int64_t[]){2, 2});
         x = "x1";
+    }
+    if (!st && dense) { /* (c): x' = conv-BN-ReLU(Concat(x, conv(x))), the conv's output concatenated as is */
+        st = add_rand(m, "dense.conv1.weight", 4, (int64_t[]){WIDTH, WIDTH, 3, 3}, 1.0 / sqrt(9.0 * WIDTH), &rng);
+        if (!st)
+            st = kiln_model_add_node(m, "Conv", "dense.conv1", 2, (const char *[]){x, "dense.conv1.weight"}, 1,
+                                     (const char *[]){"dense.f1"}, &n);
+        if (!st) st = kiln_node_set_ints(n, "kernel_shape", 2, (int64_t[]){3, 3});
+        if (!st) st = kiln_node_set_ints(n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+        if (!st)
+            st = kiln_model_add_node(m, "Concat", "dense.cat", 2, (const char *[]){x, "dense.f1"}, 1,
+                                     (const char *[]){"dense.cat.out"}, &n);
+        if (!st) st = kiln_node_set_int(n, "axis", 1);
+        if (!st) st = conv_bn(m, "dense.conv2", "dense.cat.out", 2 * WIDTH, "dense.bn2.out", &rng);
+        if (!st) st = relu(m, "dense.relu2", "dense.bn2.out", "dense.out");
+        x = "dense.out";
     }
     if (!st) st = conv_bn(m, "block.conv1", x, WIDTH, "block.bn1.out", &rng);
     if (!st) st = relu(m, "block.relu1", "block.bn1.out", "block.r1");
@@ -325,7 +345,8 @@ static void fp32_same_as_cpu(bool pool, bool strict, const char *what) {
         free_data(&d);
         return;
     }
-    kiln_model *m = build(pool, NULL, false, false, 1234);
+    /* (c): weights whose 5 CPU steps lower the loss (the check below; random labels) */
+    kiln_model *m = build(pool, NULL, false, false, 1234 + (dense ? 3 : 0));
     float lc[STEPS] = {0}, lg[STEPS] = {0};
     kiln_model *ec = NULL, *eg = NULL;
     char wc[96], wg[96];
@@ -561,6 +582,12 @@ int main(int argc, char **argv) {
     fp32_same_as_cpu(false, false, "(a) residual CNN fp32 TF32 NHWC");
     fp32_same_as_cpu(true, false, "(b) residual CNN with AveragePool fp32 TF32 NHWC");
     amp_fp16_learns();
+    dense = true;
+    printf("-- (c) dense CNN (Concat): the checks above again\n");
+    fp32_same_as_cpu(true, true, "(c) dense CNN (Concat) fp32");
+    fp32_same_as_cpu(true, false, "(c) dense CNN (Concat) fp32 TF32 NHWC");
+    amp_fp16_learns();
+    dense = false;
     resident_data_sets();
     resumed_epoch();
     unsupported_op_named();
