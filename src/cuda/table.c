@@ -1219,7 +1219,7 @@ static const entry table[] = {
     {"TopK", kiln_cuda_k_top_k, sup_top_k, NULL, false},
     {"LRN", kiln_cuda_k_lrn, sup_lrn, NULL, false},
     {"ReverseSequence", kiln_cuda_k_reverse_sequence, sup_elements, NULL, false},
-    {"Einsum", kiln_cuda_k_einsum, sup_einsum, NULL, false},
+    {"Einsum", kiln_cuda_k_einsum, sup_einsum, kiln_cuda_ws_matmul, false},
     {"Compress", kiln_cuda_k_compress, sup_compress, NULL, false},
     {"NonZero", kiln_cuda_k_non_zero, sup_non_zero, NULL, false},
     {"HannWindow", kiln_cuda_k_window, sup_any, NULL, false},
