@@ -452,7 +452,8 @@ static void check_shapes_graph(kiln_model *m, kiln_precision prec) {
     CHECK_DT(out_dtype(&r, "masked", 0), low, "masked");
     CHECK_DT(out_dtype(&r, "flatten", 0), low, "reshape follows");
     /* fp32 islands */
-    CHECK_DT(in_dtype(&r, "ln", 0), KILN_F32, "LayerNormalization X");
+    CHECK_DT(in_dtype(&r, "ln", 0), low, "LayerNormalization X (statistics in f32 inside the kernel)");
+    CHECK_DT(out_dtype(&r, "ln", 0), low, "LayerNormalization Y");
     CHECK_DT(in_dtype(&r, "ln", 1), KILN_F32, "LayerNormalization scale");
     CHECK_DT(in_dtype(&r, "times_g", 1), low, "g read low by the Mul");
     int g = kiln_model_find_value(r.m, "g");
