@@ -380,6 +380,31 @@ static void se_like(void) {
     finalize(outs, 1);
 }
 
+/* A ConvNeXt block: conv -> permute(0,2,3,1) -> LayerNorm -> Linear -> Relu -> Linear ->
+ * permute(0,3,1,2) -> layer scale (C,1,1) -> + residual -> conv. The first Transpose reads
+ * the NHWC conv output as it is, the second writes NHWC: no conversion inside. */
+static void convnext_like(void) {
+    begin();
+    input("x", 2, 3, 8, 8);
+    conv("x", "stem", 3, 8, 3, 1, 1, false, NULL);
+    add("Transpose", "stem", "t1", "perm=[0,2,3,1]");
+    init_rand("ln.s", 1, (int64_t[]){8}, 0.5, 1.5);
+    init_rand("ln.b", 1, (int64_t[]){8}, -0.5, 0.5);
+    add("LayerNormalization", "t1,ln.s,ln.b", "ln", "axis=-1");
+    init_rand("fc1.w", 2, (int64_t[]){8, 16}, -0.5, 0.5);
+    add("MatMul", "ln,fc1.w", "h", "");
+    add("Relu", "h", "hr", "");
+    init_rand("fc2.w", 2, (int64_t[]){16, 8}, -0.5, 0.5);
+    add("MatMul", "hr,fc2.w", "h2", "");
+    add("Transpose", "h2", "t2", "perm=[0,3,1,2]");
+    init_rand("gamma", 3, (int64_t[]){8, 1, 1}, -1, 1);
+    add("Mul", "t2,gamma", "sc", "");
+    add("Add", "sc,stem", "res", "");
+    conv("res", "c2", 8, 8, 3, 1, 1, false, NULL);
+    const char *outs[1] = {"c2"};
+    finalize(outs, 1);
+}
+
 /* VGG-like head: pooled NHWC features flattened straight away need one ToNCHW */
 static void vgg_like(void) {
     begin();
@@ -784,6 +809,11 @@ int main(void) {
      * channel) must still need no conversion, though static inference knows no shapes */
     mnist_training(KILN_PRECISION_FP32, -1);
     mnist_training(KILN_PRECISION_FP16, -1);
+
+    convnext_like();
+    check_graph("convnext-like: permutes to and from channels-last, no conversions inside",
+                &(expect){1, 1, {"stem", "t2", "sc", "res"}, {"t1", "ln", "h2"}}, 2);
+    kiln_model_free(M);
 
     resnet_like(2, false);
     check_graph("resnet-like", &(expect){1, 0, {"stem", "pool", "b1sum", "b2", "stem.w", "b2s.w"}, {"gap", "flat", "x"}},

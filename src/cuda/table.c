@@ -1161,7 +1161,7 @@ static const entry table[] = {
     {"Identity", kiln_cuda_k_copy, sup_same_bytes, NULL, true},
     {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL, true},
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL, false},
-    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, false},
+    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, true}, /* 4-D NHWC in and out */
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
     {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL, false},
     {"Cast", kiln_cuda_k_cast, sup_cast, NULL, false},

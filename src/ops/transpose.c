@@ -152,6 +152,9 @@ static int test(void) {
     fails += kiln_optest_sweep("Transpose", "perm=[0,2,3,1]", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 311)},
                                1, "transpose random to channels last");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,3,1,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 17, 19, 3), -2, 2, 313)},
+                               1, "transpose random from channels last");
     fails += kiln_optest_sweep("Transpose", "perm=[2,0,1]", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 19), -2, 2, 312)},
                                1, "transpose random 3-D");

@@ -43,6 +43,12 @@
  *     both layouts: its output is labelled NCHW, so ResNet's GlobalAveragePool -> Flatten
  *     -> Gemm head needs no conversion at all, or NHWC when only convolutions read it
  *     (squeeze-and-excitation blocks).
+ *   - Transpose between the logical order and channels-last (ConvNeXt's permute(0,2,3,1)
+ *     before its LayerNorm and Linears, permute(0,3,1,2) after): perm (0,2,3,1) reads an
+ *     NHWC input as it is (no kiln.ToNCHW: its bytes are the output's), and perm (0,3,1,2)
+ *     of an NCHW input writes NHWC when a reader follows layouts: either way the CUDA
+ *     kernel moves the bytes once, in order, where a conversion and a transpose moved
+ *     them twice.
  * Everything else reads NCHW: Flatten, Reshape, Gemm, Concat, Softmax... get a
  * kiln.ToNCHW (one per value, shared by all such readers); shape-only readers (Shape)
  * need none. Graph inputs are NCHW (one kiln.ToNHWC before the first convolution, shared)
@@ -165,6 +171,26 @@ static bool weight_layout_free(const kiln_model *m, const int *prod, int v) {
         v = p->in[0];
     }
     return false;
+}
+
+/* A Transpose that moves a 4-D value between its logical (N, C, H, W) order and the
+ * channels-last order (N, H, W, C): perm (0,2,3,1) of an NHWC value reads it as it is (its
+ * bytes are already the output's), and perm (0,3,1,2) writes its output NHWC (the input's
+ * bytes again) when a reader follows NHWC. The CUDA kernel then only copies. 1: the first
+ * case, 2: the second, 0: neither. */
+static int nhwc_transpose(const kiln_model *m, const kiln_node *n, const kiln_format *fmt) {
+    /* op-pattern: Transpose to and from channels-last (ConvNeXt's permutes around its LayerNorms) */
+    if (!kiln_pass_is(n, "Transpose") || n->n_in != 1 || n->n_out != 1 || n->in[0] < 0 || n->out[0] < 0) return 0;
+    int np = 0;
+    const int64_t *p = kiln_attr_ints(n, "perm", &np);
+    if (!p || np != 4 || p[0] != 0) return 0;
+    const int x = n->in[0], y = n->out[0];
+    if (p[1] == 2 && p[2] == 3 && p[3] == 1) return fmt[x] == KILN_FORMAT_NHWC ? 1 : 0;
+    if (!(p[1] == 3 && p[2] == 1 && p[3] == 2) || fmt[x] == KILN_FORMAT_NHWC || m->values[y].is_output) return 0;
+    for (int j = 0; j < m->n_nodes; j++)
+        for (int t = 0; t < m->nodes[j].n_in; t++)
+            if (m->nodes[j].in[t] == y && kind_of(kiln_node_def(&m->nodes[j]), &m->nodes[j]) != K_NONE) return 2;
+    return 0;
 }
 
 /* Node indices in topological order (earlier passes may have appended nodes anywhere):
@@ -462,6 +488,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             go = x >= 0 && r == 4 && L.fmt[x] == KILN_FORMAT_NHWC;
         }
         nhwc[i] = go;
+        const int tp = k == K_NONE ? nhwc_transpose(m, n, L.fmt) : 0;
+        if (tp == 2) L.fmt[y] = KILN_FORMAT_NHWC;
         /* ConvGradBias's (M) has no layout; a weight gradient whose bytes are the same in
          * both layouts (one input channel, 1x1 kernels) keeps NCHW: no conversion at the
          * graph output. It has its weight's shape, known when the batch is symbolic. */
@@ -498,6 +526,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 *w = L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v]) ? KILN_FORMAT_NHWC : WANT_ANY;
             else if (j == 0 && nchw_dropout(n) && L.rank[v] == 4 && L.fmt[v] == KILN_FORMAT_NHWC)
                 *w = WANT_ANY; /* read as it is; Y and the mask stay NCHW */
+            else if (j == 0 && tp == 1)
+                *w = WANT_ANY; /* NHWC read as it is, into the channels-last output */
             else if (!go && !(d && kiln_input_in_mask(d->shape_only_inputs, j)))
                 *w = KILN_FORMAT_NCHW;
         }
