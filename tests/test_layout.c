@@ -405,6 +405,38 @@ static void convnext_like(void) {
     finalize(outs, 1);
 }
 
+/* The convnext-like block's two Transposes move no byte in a device plan: their outputs
+ * are views of their inputs (Transpose's alias_when: the same arena offset); in a host
+ * plan (all NCHW) they are not. */
+static void convnext_views(void) {
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .disabled = ~(unsigned)KILN_PASS_NHWC};
+    kiln_model *opt = NULL;
+    if (kiln_passes_apply(M, &po, &opt) != KILN_OK) {
+        CHECK(0, "convnext views: passes: %s", kiln_context_message(ctx));
+        return;
+    }
+    kiln_tensor *in = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 8, 8), -1, 1, 9);
+    static const char *const pairs[2][2] = {{"t1", "stem"}, {"t2", "h2"}};
+    for (int host = 0; host < 2; host++) {
+        kiln_plan *p = NULL;
+        if (kiln_plan_build(opt, &in, true, host, &p) != KILN_OK) {
+            CHECK(0, "convnext views: plan: %s", kiln_context_message(ctx));
+            continue;
+        }
+        kiln_plan_view_t v;
+        kiln_plan_view(p, &v);
+        for (int k = 0; k < 2; k++) {
+            const int a = kiln_model_find_value(opt, pairs[k][0]), b = kiln_model_find_value(opt, pairs[k][1]);
+            const bool same = a >= 0 && b >= 0 && v.offset[a] != SIZE_MAX && v.offset[a] == v.offset[b];
+            CHECK(same == !host, "convnext views: %s plan: %s %s a view of %s", host ? "host" : "device", pairs[k][0],
+                  same ? "is" : "is not", pairs[k][1]);
+        }
+        kiln_plan_free(p);
+    }
+    kiln_tensor_free(in);
+    kiln_model_free(opt);
+}
+
 /* VGG-like head: pooled NHWC features flattened straight away need one ToNCHW */
 static void vgg_like(void) {
     begin();
@@ -813,6 +845,7 @@ int main(void) {
     convnext_like();
     check_graph("convnext-like: permutes to and from channels-last, no conversions inside",
                 &(expect){1, 1, {"stem", "t2", "sc", "res"}, {"t1", "ln", "h2"}}, 2);
+    convnext_views();
     kiln_model_free(M);
 
     resnet_like(2, false);
