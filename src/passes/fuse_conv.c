@@ -173,15 +173,36 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_p
     return KILN_OK;
 }
 
+/* The value of v known before any run, looking through Identity nodes (exporters write
+ * an Identity for each use of a deduplicated initializer: ConvNeXt's zero biases). */
+static const kiln_tensor *constant_of(const kiln_model *m, const int *prod, int v) {
+    for (int hops = 0; v >= 0 && prod[v] >= 0 && hops < 8; hops++) {
+        const kiln_node *p = &m->nodes[prod[v]];
+        if (!kiln_pass_is(p, "Identity") || p->n_in < 1) break; /* op-pattern */
+        v = p->in[0];
+    }
+    return kiln_pass_constant(m, prod, v);
+}
+
 /* Stage 0 on MatMul node i (see the top). New nodes are appended: the caller sorts. */
-static kiln_status matmul_bias(kiln_model *m, const int *prod, int i, bool *dead, bool *done) {
+static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int i, bool *dead,
+                               bool *done) {
     *done = false;
     const kiln_node *mm = &m->nodes[i];
     if (mm->n_in != 2 || mm->n_out != 1) return KILN_OK;
     const int x = mm->in[0], w = mm->in[1], y = mm->out[0];
-    const kiln_tensor *wt = x >= 0 && w >= 0 ? kiln_pass_constant(m, prod, w) : NULL;
+    const kiln_tensor *wt = x >= 0 && w >= 0 ? constant_of(m, prod, w) : NULL;
     if (!wt || wt->ndim != 2 || wt->dtype != KILN_F32) return KILN_OK;
-    const kiln_value *xv = &m->values[x];
+    /* X's dims: those static inference stored, or where the graph's inputs have symbolic
+     * dims, the two probes' (a dim they disagree on depends on a symbolic one: -1) */
+    kiln_value xs = m->values[x];
+    if (probes && x < probes->n && probes->one[x].ndim >= 0 && probes->one[x].ndim == probes->three[x].ndim) {
+        xs.ndim = probes->one[x].ndim;
+        xs.dtype = probes->one[x].dtype;
+        for (int d = 0; d < xs.ndim; d++)
+            xs.dims[d] = probes->one[x].dims[d] == probes->three[x].dims[d] ? probes->one[x].dims[d] : -1;
+    }
+    const kiln_value *xv = &xs;
     const int r = xv->ndim;
     const int64_t K = wt->dims[0], N = wt->dims[1];
     if (r < 2 || xv->dtype != KILN_F32 || xv->dims[r - 1] != K || K <= 0 || N <= 0) return KILN_OK;
@@ -194,7 +215,7 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, int i, bool *dead
     const kiln_node *add = &m->nodes[a];
     if (add->in[0] == add->in[1]) return KILN_OK;
     const int bv = add->in[0] == y ? add->in[1] : add->in[0];
-    const kiln_tensor *b = bv >= 0 ? kiln_pass_constant(m, prod, bv) : NULL;
+    const kiln_tensor *b = bv >= 0 ? constant_of(m, prod, bv) : NULL;
     if (!b || b->dtype != KILN_F32 || b->ndim != 1 || b->dims[0] != N) return KILN_OK;
     /* the constants: Reshape's target shape (..., N) with -1 for the unknown dim */
     const int64_t rdim = r;
@@ -248,14 +269,24 @@ static kiln_status fuse_matmul_bias(kiln_model *m, bool *changed) {
     const int n0 = m->n_nodes;
     bool *dead = kiln_calloc(m->ctx, (size_t)(3 * n0) + 1, sizeof *dead, "a pass");
     kiln_status st = prod && dead ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    bool any = false;
-    for (int i = 0; i < n0 && !st; i++) {
+    bool any = false, have = false;
+    for (int i = 0; i < n0 && !st && !have; i++) have = kiln_pass_is(&m->nodes[i], "MatMul"); /* op-pattern */
+    kiln_shape_probes probes;
+    memset(&probes, 0, sizeof probes);
+    bool have_probes = false;
+    if (!st && have) {
+        st = kiln_pass_shape_probes(m, &probes);
+        have_probes = st == KILN_OK;
+        if (st != KILN_ERR_OUT_OF_MEMORY) st = KILN_OK; /* uninferable: static shapes decide */
+    }
+    for (int i = 0; i < n0 && !st && have; i++) {
         /* op-pattern */
         if (dead[i] || !kiln_pass_is(&m->nodes[i], "MatMul")) continue;
         bool done = false;
-        st = matmul_bias(m, prod, i, dead, &done);
+        st = matmul_bias(m, prod, have_probes ? &probes : NULL, i, dead, &done);
         any |= done;
     }
+    kiln_pass_shape_probes_free(&probes);
     if (!st && any) {
         kiln_pass_remove_nodes(m, dead);
         st = kiln_pass_sort_nodes(m);
