@@ -20,8 +20,8 @@
  *           comparisons...): L when any of their f32 inputs is L, or when every reader
  *           computes in L (then the Cast moves before them, except before Slice, Gather
  *           and Split, whose outputs are smaller), else f32. Moving or selecting is exact.
- *           LayerNormalization likewise: X and Y in L, Scale, B, Mean and InvStdDev f32, its
- *           statistics in float inside every kernel.
+ *           LayerNormalization likewise: X, Scale, B and Y in L (ONNX's one type T), Mean
+ *           and InvStdDev f32, its statistics in float inside every kernel.
  *   fp32    Softmax, LogSoftmax, InstanceNormalization, ReduceSum/ReduceMean (they sum
  *           many terms), the losses, and every op this file does not name: f32 in and out;
  *           Exp and Log (also within a kiln.FusedElementwise) feeding one of them stay f32
