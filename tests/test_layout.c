@@ -489,8 +489,116 @@ static void shufflenet_like(int64_t batch, bool dynamic) {
     add("Flatten", "gap", "flat", "axis=1");
     init_rand("fc.w", 2, (int64_t[]){10, 16}, -0.5, 0.5);
     add("Gemm", "flat,fc.w", "y", "transB=1");
+/* A ConvNeXt block: conv -> permute(0,2,3,1) -> LayerNorm -> Linear -> Relu -> Linear ->
+ * permute(0,3,1,2) -> layer scale (C,1,1) -> + residual -> conv. The first Transpose reads
+ * the NHWC conv output as it is, the second writes NHWC: no conversion inside. */
+static void convnext_like(void) {
+    begin();
+    input("x", 2, 3, 8, 8);
+    conv("x", "stem", 3, 8, 3, 1, 1, false, NULL);
+    add("Transpose", "stem", "t1", "perm=[0,2,3,1]");
+    init_rand("ln.s", 1, (int64_t[]){8}, 0.5, 1.5);
+    init_rand("ln.b", 1, (int64_t[]){8}, -0.5, 0.5);
+    add("LayerNormalization", "t1,ln.s,ln.b", "ln", "axis=-1");
+    init_rand("fc1.w", 2, (int64_t[]){8, 16}, -0.5, 0.5);
+    add("MatMul", "ln,fc1.w", "h", "");
+    add("Relu", "h", "hr", "");
+    init_rand("fc2.w", 2, (int64_t[]){16, 8}, -0.5, 0.5);
+    add("MatMul", "hr,fc2.w", "h2", "");
+    add("Transpose", "h2", "t2", "perm=[0,3,1,2]");
+    init_rand("gamma", 3, (int64_t[]){8, 1, 1}, -1, 1);
+    add("Mul", "t2,gamma", "sc", "");
+    add("Add", "sc,stem", "res", "");
+    conv("res", "c2", 8, 8, 3, 1, 1, false, NULL);
+    const char *outs[1] = {"c2"};
+    finalize(outs, 1);
+}
+
+/* The convnext-like block's two Transposes move no byte in a device plan: their outputs
+ * are views of their inputs (Transpose's alias_when: the same arena offset); in a host
+ * plan (all NCHW) they are not. */
+static void convnext_views(void) {
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .disabled = ~(unsigned)KILN_PASS_NHWC};
+    kiln_model *opt = NULL;
+    if (kiln_passes_apply(M, &po, &opt) != KILN_OK) {
+        CHECK(0, "convnext views: passes: %s", kiln_context_message(ctx));
+        return;
+    }
+    kiln_tensor *in = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 8, 8), -1, 1, 9);
+    static const char *const pairs[2][2] = {{"t1", "stem"}, {"t2", "h2"}};
+    for (int host = 0; host < 2; host++) {
+        kiln_plan *p = NULL;
+        if (kiln_plan_build(opt, &in, true, host, &p) != KILN_OK) {
+            CHECK(0, "convnext views: plan: %s", kiln_context_message(ctx));
+            continue;
+        }
+        kiln_plan_view_t v;
+        kiln_plan_view(p, &v);
+        for (int k = 0; k < 2; k++) {
+            const int a = kiln_model_find_value(opt, pairs[k][0]), b = kiln_model_find_value(opt, pairs[k][1]);
+            const bool same = a >= 0 && b >= 0 && v.offset[a] != SIZE_MAX && v.offset[a] == v.offset[b];
+            CHECK(same == !host, "convnext views: %s plan: %s %s a view of %s", host ? "host" : "device", pairs[k][0],
+                  same ? "is" : "is not", pairs[k][1]);
+        }
+        kiln_plan_free(p);
+    }
+    kiln_tensor_free(in);
+    kiln_model_free(opt);
+}
+
+/* ViT's qkv split: (1,L,N,3,D) -Transpose(3,1,2,0,4)-> -Squeeze(3)-> -Gather(0|1|2)->
+ * (L,N,D) three times. The layout pass gathers from X first; the Transposes left move no
+ * byte and are views in a device plan; the function is unchanged (check_graph). */
+static void qkv_split(void) {
+    begin();
+    CHECK(kiln_model_add_input(M, "x", KILN_F32, 5, (int64_t[]){1, 4, 2, 3, 5}) == KILN_OK, "input x");
+    add("Transpose", "x", "t", "perm=[3,1,2,0,4]");
+    init_vals("ax", KILN_I64, 1, (int64_t[]){1}, KT_VALS(3));
+    add("Squeeze", "t,ax", "s", "");
+    static const char *const names[3][2] = {{"i0", "q"}, {"i1", "k"}, {"i2", "v"}};
+    for (int k = 0; k < 3; k++) {
+        init_vals(names[k][0], KILN_I64, 0, NULL, (double[]){k});
+        char ins[32];
+        snprintf(ins, sizeof ins, "s,%s", names[k][0]);
+        add("Gather", ins, names[k][1], "axis=0");
+    }
+    add("Mul", "q,k", "qk", "");
+    add("Sub", "qk,v", "y", "");
     const char *outs[1] = {"y"};
     finalize(outs, 1);
+}
+
+static void qkv_split_checks(void) {
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .disabled = ~(unsigned)KILN_PASS_NHWC};
+    kiln_model *opt = NULL;
+    if (kiln_passes_apply(M, &po, &opt) != KILN_OK) {
+        CHECK(0, "qkv split: passes: %s", kiln_context_message(ctx));
+        return;
+    }
+    int transposes = 0, gathers_of_x = 0, views = 0;
+    const int x = kiln_model_find_value(opt, "x");
+    for (int i = 0; i < opt->n_nodes; i++) {
+        transposes += strcmp(opt->nodes[i].op_type, "Transpose") == 0;
+        gathers_of_x += strcmp(opt->nodes[i].op_type, "Gather") == 0 && opt->nodes[i].in[0] == x;
+    }
+    CHECK(transposes == 3 && gathers_of_x == 3, "qkv split: %d Transposes and %d Gathers of x, expected 3 and 3",
+          transposes, gathers_of_x);
+    kiln_tensor *in = kt_rand(KILN_F32, 5, KT_DIMS(1, 4, 2, 3, 5), -1, 1, 11);
+    kiln_plan *p = NULL;
+    if (kiln_plan_build(opt, &in, true, false, &p) == KILN_OK) {
+        kiln_plan_view_t v;
+        kiln_plan_view(p, &v);
+        for (int i = 0; i < opt->n_nodes; i++)
+            if (strcmp(opt->nodes[i].op_type, "Transpose") == 0)
+                views += v.offset[opt->nodes[i].in[0]] != SIZE_MAX &&
+                         v.offset[opt->nodes[i].in[0]] == v.offset[opt->nodes[i].out[0]];
+        kiln_plan_free(p);
+    } else {
+        CHECK(0, "qkv split: plan: %s", kiln_context_message(ctx));
+    }
+    CHECK(views == 3, "qkv split: %d of the 3 Transposes are views in a device plan", views);
+    kiln_tensor_free(in);
+    kiln_model_free(opt);
 }
 
 /* VGG-like head: pooled NHWC features flattened straight away need one ToNCHW */
@@ -1056,6 +1164,17 @@ int main(void) {
      * channel) must still need no conversion, though static inference knows no shapes */
     mnist_training(KILN_PRECISION_FP32, -1);
     mnist_training(KILN_PRECISION_FP16, -1);
+
+    qkv_split();
+    check_graph("qkv split: gathered before the transpose", &(expect){0, 0, {NULL}, {NULL}}, 1);
+    qkv_split_checks();
+    kiln_model_free(M);
+
+    convnext_like();
+    check_graph("convnext-like: permutes to and from channels-last, no conversions inside",
+                &(expect){1, 1, {"stem", "t2", "sc", "res"}, {"t1", "ln", "h2"}}, 2);
+    convnext_views();
+    kiln_model_free(M);
 
     resnet_like(2, false);
     check_graph("resnet-like", &(expect){1, 0, {"stem", "pool", "b1sum", "b2", "stem.w", "b2s.w"}, {"gap", "flat", "x"}},

@@ -409,6 +409,45 @@ static void test_fuse_conv(void) {
         check(label, m, KILN_PASS_FUSE_CONV, 1, 1e-5, 1e-5, 2, 1);
     }
 
+    /* a Linear as exported: MatMul(X (B,T,K), W (K,N)) + Add(bias (N)), bias first or
+     * second, a symbolic batch: Flatten -> Gemm (bias in the epilogue) -> Reshape */
+    for (int order = 0; order < 2; order++) {
+        m = new_model();
+        input(m, "x", KILN_F32, 4, KT_DIMS(-1, 3, 5, 6));
+        init(m, "w", KILN_F32, 2, KT_DIMS(6, 7), -1, 1, 84);
+        init(m, "bias", KILN_F32, 1, KT_DIMS(7), -1, 1, 85);
+        node(m, "MatMul", "x,w", "mm");
+        node(m, "Identity", "bias", "bias_id"); /* an exporter's deduplicated initializer */
+        node(m, "Add", order ? "bias_id,mm" : "mm,bias", "y");
+        output(m, "y");
+        finalize(m);
+        o = optimized(m, KILN_PASS_FUSE_CONV);
+        CHECK(o && count(o, "MatMul") == 0 && count(o, "Add") == 0 && count(o, "Gemm") == 1 &&
+                  count(o, "Flatten") == 1 && count(o, "Reshape") == 1,
+              "fuse-conv: MatMul + bias Add (order %d) -> Flatten, Gemm, Reshape", order);
+        kiln_model_free(o);
+        check(order ? "MatMul + Add(Identity(bias), .)" : "MatMul + Add(., bias)", m, KILN_PASS_FUSE_CONV, 3, 1e-5, 1e-5,
+              2, 3);
+    }
+    /* not rewritten: a bias of another length than N (broadcast along another dim), and
+     * a non-constant weight */
+    m = new_model();
+    input(m, "x", KILN_F32, 3, KT_DIMS(2, 7, 6));
+    init(m, "w", KILN_F32, 2, KT_DIMS(6, 7), -1, 1, 86);
+    init(m, "bias", KILN_F32, 3, KT_DIMS(1, 7, 1), -1, 1, 87);
+    input(m, "w2", KILN_F32, 2, KT_DIMS(7, 7));
+    init(m, "b2", KILN_F32, 1, KT_DIMS(7), -1, 1, 88);
+    node(m, "MatMul", "x,w", "mm");
+    node(m, "Add", "mm,bias", "a");
+    node(m, "MatMul", "a,w2", "mm2");
+    node(m, "Add", "mm2,b2", "y");
+    output(m, "y");
+    finalize(m);
+    o = optimized(m, KILN_PASS_FUSE_CONV);
+    CHECK(o && count(o, "MatMul") == 2 && count(o, "Gemm") == 0, "fuse-conv: no Gemm for a (1,N,1) bias or an input W");
+    kiln_model_free(o);
+    check("MatMul + (1,N,1) Add, MatMul(input W) + Add", m, KILN_PASS_FUSE_CONV, 2, 1e-5, 1e-5, 4, 4);
+
     /* Conv + bias as a separate Add of a (1,M,1,1) constant + Clip 0..6 from Constant nodes
      * (ReLU6): one FusedConv */
     m = new_model();

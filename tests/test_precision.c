@@ -85,7 +85,7 @@ static kiln_model *cnn_model(kiln_context *ctx) {
 }
 
 /* Shape computations in float, Cast/ConstantOfShape/Constant feeding compute, an
- * initializer shared by a compute op and LayerNormalization, an Exp feeding ReduceSum, an
+ * initializer shared by a compute op and LayerNormalization (both low), an Exp feeding ReduceSum, an
  * integer output. Inputs: x (N,4,6,6) f32, mask (N,1,1,1) i64. */
 static kiln_model *shapes_model(kiln_context *ctx) {
     kiln_model *m = NULL;
@@ -452,11 +452,14 @@ static void check_shapes_graph(kiln_model *m, kiln_precision prec) {
     CHECK_DT(out_dtype(&r, "masked", 0), low, "masked");
     CHECK_DT(out_dtype(&r, "flatten", 0), low, "reshape follows");
     /* fp32 islands */
-    CHECK_DT(in_dtype(&r, "ln", 0), KILN_F32, "LayerNormalization X");
-    CHECK_DT(in_dtype(&r, "ln", 1), KILN_F32, "LayerNormalization scale");
+    /* LayerNormalization computes low (statistics in f32 inside every kernel); Scale and B
+     * are low too, as ONNX's one type T for X, Scale and B asks */
+    CHECK_DT(in_dtype(&r, "ln", 0), low, "LayerNormalization X");
+    CHECK_DT(out_dtype(&r, "ln", 0), low, "LayerNormalization Y");
+    CHECK_DT(in_dtype(&r, "ln", 1), low, "LayerNormalization scale");
     CHECK_DT(in_dtype(&r, "times_g", 1), low, "g read low by the Mul");
-    int g = kiln_model_find_value(r.m, "g");
-    CHECK(g >= 0 && r.m->values[g].init && r.m->values[g].init->dtype == KILN_F32, "shared g keeps its f32 original");
+    const kiln_node *lnn = find_node(r.m, "ln"), *mul = find_node(r.m, "times_g");
+    CHECK(lnn && mul && lnn->in[1] == mul->in[1], "the Mul and LayerNormalization share g's one low copy");
     CHECK_DT(in_dtype(&r, "exp", 0), KILN_F32, "Exp feeding ReduceSum reads f32");
     CHECK_DT(out_dtype(&r, "exp", 0), KILN_F32, "Exp feeding ReduceSum stays f32");
     CHECK_DT(out_dtype(&r, "scaled", 0), KILN_F32, "the Mul computing only Exp's argument stays f32");

@@ -431,6 +431,10 @@ typedef struct kiln_op_def {
     int (*test)(void);
     /* Output i may share input 0's storage (views such as Reshape). Bit mask. */
     uint32_t alias_outputs;
+    /* Output 0 may share input 0's storage for these tensors (dims and 4-D layouts) of
+     * node n, beyond alias_outputs: a Transpose that moves no byte (between an NHWC tensor
+     * and its channels-last order). NULL: never. */
+    bool (*alias_when)(const kiln_node *n, const kiln_tensor *x, const kiln_tensor *y);
     /* Bit i set: only input i's shape and dtype are read, never its data (Shape). The
      * planner folds such a node once its shape is known, whatever the input's data. */
     uint32_t shape_only_inputs;

@@ -540,9 +540,10 @@ static kiln_status plan_memory(kiln_plan *p, const int *start, const int *join) 
                 continue;
             }
             int src = n->n_in > 0 ? n->in[0] : -1;
-            bool alias = k < 32 && (d->alias_outputs & (1u << k)) && src >= 0 && root[src] >= 0 &&
+            bool alias = k < 32 && src >= 0 && root[src] >= 0 &&
                          kiln_tensor_nbytes(&p->vt[v]) == kiln_tensor_nbytes(&p->vt[src]) &&
-                         same_byte_order(&p->vt[v], &p->vt[src]);
+                         (((d->alias_outputs & (1u << k)) && same_byte_order(&p->vt[v], &p->vt[src])) ||
+                          (k == 0 && d->alias_when && d->alias_when(n, &p->vt[src], &p->vt[v])));
             root[v] = alias ? root[src] : v;
             if (first[root[v]] < 0) first[root[v]] = e;
             if (last[root[v]] < e) last[root[v]] = e;

@@ -399,6 +399,10 @@ kiln_status kiln_cuda_gemm_nt(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, i
                               const void *x, const void *w, const void *bias, const void *z, bool relu, void *y,
                               void *ws, size_t ws_bytes);
 #define KILN_CUDA_GEMM_WS ((size_t)32 << 20)
+/* Einsum that is one GEMM (src/ops/einsum.h's kiln_einsum_as_gemm) through cuBLASLt
+ * (matmul.c; workspace: kiln_cuda_ws_matmul). KILN_ERR_UNSUPPORTED: no algorithm. */
+struct kiln_einsum_gemm;
+kiln_status kiln_cuda_einsum_gemm(kiln_cuda *cu, kiln_op_ctx *c, const struct kiln_einsum_gemm *g);
 kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_channel_sum(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes); /* ConvGradBias, ReduceSumTo, GemmGradC */

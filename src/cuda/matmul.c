@@ -38,6 +38,7 @@
  */
 #include "cuda_internal.h"
 #include "grad_movegrad.h"
+#include "../ops/einsum.h"
 
 #include <limits.h>
 #include <math.h>
@@ -61,6 +62,7 @@ typedef struct mm {
     const void *C;      /* (M,N) like Y, read with beta; NULL: Y holds the C term already */
     cublasLtEpilogue_t epilogue; /* 0 (left unset: cuBLASLt's DEFAULT) or BIAS / RELU / RELU_BIAS */
     const void *bias;   /* (N): added to every row of Y by the *_BIAS epilogues */
+    int64_t lda, ldb, ldy; /* row strides of A, B (as stored) and Y; 0: packed (K or M, N or K, N) */
 } mm;
 
 /* The largest power of two up to 256 that divides the address and the batch stride. */
@@ -117,10 +119,10 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
     cublasLtMatrixLayoutOpaque_t la_s, lb_s, ly_s;
     cublasLtMatrixLayout_t la = &la_s, lb = &lb_s, ly = &ly_s;
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutInit(la, t, (uint64_t)(m->tb ? K : N),
-                                                      (uint64_t)(m->tb ? N : K), m->tb ? K : N));
+                                                      (uint64_t)(m->tb ? N : K), m->ldb ? m->ldb : m->tb ? K : N));
     KILN_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutInit(lb, t, (uint64_t)(m->ta ? M : K),
-                                                      (uint64_t)(m->ta ? K : M), m->ta ? M : K));
-    KILN_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutInit(ly, t, (uint64_t)N, (uint64_t)M, N));
+                                                      (uint64_t)(m->ta ? K : M), m->lda ? m->lda : m->ta ? M : K));
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutInit(ly, t, (uint64_t)N, (uint64_t)M, m->ldy ? m->ldy : N));
     if ((st = set_batch(ctx, la, m->batch, m->sB)) != KILN_OK ||
         (st = set_batch(ctx, lb, m->batch, m->sA)) != KILN_OK ||
         (st = set_batch(ctx, ly, m->batch, m->sY)) != KILN_OK)
@@ -166,11 +168,14 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
     int pick = 0;
     if (tune && found > 1) {
         char key[KILN_ALGO_KEY];
-        snprintf(key, sizeof key, "gemm cublasLt=%zu %s M=%lld N=%lld K=%lld ta=%d tb=%d batch=%lld ep=%d bias=%d beta=%g "
+        int kn = snprintf(key, sizeof key, "gemm cublasLt=%zu %s M=%lld N=%lld K=%lld ta=%d tb=%d batch=%lld ep=%d bias=%d beta=%g "
                  "align=%u,%u,%u,%u ws<=%zu",
                  cublasLtGetVersion(), kiln_dtype_name(m->dt), (long long)M, (long long)N, (long long)K, m->ta, m->tb,
                  (long long)m->batch, (int)m->epilogue, m->bias != NULL, (double)m->beta, al_a, al_b, al_c, al_y,
                  (size_t)wsb);
+        if ((m->lda || m->ldb || m->ldy) && kn > 0 && (size_t)kn < sizeof key) /* strided operands */
+            snprintf(key + kn, sizeof key - (size_t)kn, " ld=%lld,%lld,%lld s=%lld,%lld,%lld", (long long)m->lda,
+                     (long long)m->ldb, (long long)m->ldy, (long long)m->sA, (long long)m->sB, (long long)m->sY);
         kiln_algo_entry *e = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
         enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
         if (e && e->algo < found) {
@@ -320,6 +325,33 @@ kiln_status kiln_cuda_k_fused_gemm(kiln_cuda *cu, kiln_op_ctx *c) {
     if (!kiln_cuda_act_get(c->node, true, &act, why, sizeof why))
         return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "%s", why);
     return gemm(cu, c, &act);
+}
+
+/* Einsum whose plan is one GEMM (kiln_einsum_as_gemm): one strided-batched cuBLASLt
+ * call on the operands where they lie (transposes as op flags, row strides as leading
+ * dimensions). KILN_ERR_UNSUPPORTED when cuBLASLt has no algorithm (the caller falls back
+ * to the elementwise kernel). */
+kiln_status kiln_cuda_einsum_gemm(kiln_cuda *cu, kiln_op_ctx *c, const kiln_einsum_gemm *g) {
+    mm m;
+    memset(&m, 0, sizeof m);
+    m.dt = c->out[0]->dtype;
+    m.M = g->M;
+    m.N = g->N;
+    m.K = g->K;
+    m.ta = g->ta;
+    m.tb = g->tb;
+    m.lda = g->lda;
+    m.ldb = g->ldb;
+    m.ldy = g->ldy;
+    m.A = c->in[g->a]->data;
+    m.B = c->in[g->b]->data;
+    m.Y = c->out[0]->data;
+    m.batch = g->batch;
+    m.sA = g->sa;
+    m.sB = g->sb;
+    m.sY = g->sy;
+    m.alpha = 1.f;
+    return lt_matmul(cu, c->kctx, &m, c->workspace, c->workspace_size);
 }
 
 /* How operand batch strides (in matrices, over the output's batch dims) map to one

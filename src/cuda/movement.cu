@@ -14,7 +14,8 @@
  *     kiln.ConcatGrad and kiln.SplitGrad cut the same blocks (kiln_cuda_axis_blocks).
  *   Transpose (perm, default reversed): size-1 dims dropped and runs of input dims that
  *     stay adjacent in the output merged on the host, then one thread per output element
- *     computes its input offset from the merged dims.
+ *     computes its input offset from the merged dims. 4-D inputs and outputs in either
+ *     layout (NHWC read at its strides, written in its order).
  *   kiln.ChannelShuffle (groups g): output channel a * g + b is input channel b * C/g + a;
  *     one thread per output element, NCHW (planes) or NHWC (within each pixel).
  *   Gather along `axis` with int32 or int64 indices: data viewed as (outer, dim, inner),
@@ -643,13 +644,26 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
 
     /* Input strides, then output dims in order with size-1 dims dropped, merging an output
      * dim into the previous one when it is the next input dim (it is then walked as one
-     * run: stride(prev) == stride(this) * size(this)). */
+     * run: stride(prev) == stride(this) * size(this)). A 4-D NHWC input has its logical
+     * (N, C, H, W) dims at NHWC strides; a 4-D NHWC output is written in (N, H, W, C)
+     * order: its dims walked in that order. Transposes between a layout and the logical
+     * channels-last order (the layout pass's, around ConvNeXt's LayerNorms) thus become
+     * plain copies. */
     int64_t xs[KILN_MAX_DIMS];
     kiln_strides(r, x->dims, xs);
+    if (r == 4 && x->format == KILN_FORMAT_NHWC) {
+        xs[1] = 1;
+        xs[3] = x->dims[1];
+        xs[2] = x->dims[3] * x->dims[1];
+        xs[0] = x->dims[2] * xs[2];
+    }
+    static const int nhwc_order[4] = {0, 2, 3, 1};
+    const bool y_nhwc = r == 4 && y->format == KILN_FORMAT_NHWC;
     TransposeArgs a;
     memset(&a, 0, sizeof a);
     int nd = 0;
-    for (int d = 0; d < r; d++) {
+    for (int k = 0; k < r; k++) {
+        const int d = y_nhwc ? nhwc_order[k] : k;
         const int64_t size = x->dims[perm[d]], stride = xs[perm[d]];
         if (size == 1) continue;
         if (nd > 0 && a.stride[nd - 1] == stride * size) {
@@ -662,6 +676,7 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
         }
     }
     if (nd == 0 || (nd == 1 && a.stride[0] == 1)) { /* the order does not change */
+        if (x->data == y->data) return KILN_OK; /* a view (the planner's alias_when) */
         KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, (size_t)n * es,
                                                  cudaMemcpyDeviceToDevice, cu->stream));
         return KILN_OK;

@@ -37,7 +37,9 @@
  *   DynamicQuantizeLinear: one block finds the range and quantizes (exact, not fast).
  *   MaxUnpool: y zeroed, then one thread per element of X; repeated indices leave one of
  *     their values (the reference: the last).
- *   Einsum: the plan of src/ops/einsum.h; one thread per output element sums the
+ *   Einsum: the plan of src/ops/einsum.h. A float plan that is a batched matrix product
+ *     (kiln_einsum_as_gemm: attention's "bhid,bhjd->bhij") is one cuBLASLt call
+ *     (matmul.c, f32 accumulation); any other, one thread per output element sums the
  *     products over the summed labels in double (floats) or wrapping int64.
  *
  * Elementwise byte moves dispatch on the element size (KILN_CU_SIZE_DISPATCH).
@@ -904,6 +906,12 @@ extern "C" kiln_status kiln_cuda_k_einsum(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_einsum e;
     kiln_status st = kiln_einsum_plan(c, &e);
     if (st) return st;
+    kiln_einsum_gemm g;
+    if (kiln_cuda_float_dtype(y->dtype) && kiln_einsum_as_gemm(&e, &g)) {
+        st = kiln_cuda_einsum_gemm(cu, c, &g);
+        if (st != KILN_ERR_UNSUPPORTED) return st;
+        kiln_clear_error(c->kctx); /* no algorithm: the elementwise kernel below */
+    }
     EinsumIn in;
     memset(&in, 0, sizeof in);
     for (int t = 0; t < e.n_in; t++) in.p[t] = c->in[t]->data;

@@ -1189,7 +1189,7 @@ static const entry table[] = {
     {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL, true},
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL, true},
     {"kiln.ChannelShuffle", kiln_cuda_k_channel_shuffle, sup_channel_shuffle, NULL, true},
-    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, false},
+    {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, true}, /* 4-D NHWC in and out */
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
     {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL, false},
     {"Cast", kiln_cuda_k_cast, sup_cast, NULL, false},
@@ -1247,7 +1247,7 @@ static const entry table[] = {
     {"TopK", kiln_cuda_k_top_k, sup_top_k, NULL, false},
     {"LRN", kiln_cuda_k_lrn, sup_lrn, NULL, false},
     {"ReverseSequence", kiln_cuda_k_reverse_sequence, sup_elements, NULL, false},
-    {"Einsum", kiln_cuda_k_einsum, sup_einsum, NULL, false},
+    {"Einsum", kiln_cuda_k_einsum, sup_einsum, kiln_cuda_ws_matmul, false},
     {"Compress", kiln_cuda_k_compress, sup_compress, NULL, false},
     {"NonZero", kiln_cuda_k_non_zero, sup_non_zero, NULL, false},
     {"HannWindow", kiln_cuda_k_window, sup_any, NULL, false},

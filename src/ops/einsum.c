@@ -5,11 +5,15 @@
  * dims. A label repeated within a term takes the diagonal. Every label not in the output
  * is summed over. Up to 8 inputs and 16 distinct labels. Float and integer dtypes (one for
  * all inputs); floats accumulate in double, integers in int64. The plan (einsum.h) is
- * shared with the CUDA kernel. */
+ * shared with the CUDA kernel, which runs a plan that is a batched matrix product
+ * (kiln_einsum_as_gemm) as one cuBLASLt call. A low-precision op under fp16/bf16, as
+ * MatMul (every kernel accumulates in float or double). */
 #include "../core/optest.h"
 #include "einsum.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { MAX_TERMS = KILN_EINSUM_MAX_IN, MAX_LABELS = 52 + KILN_MAX_DIMS };
@@ -176,6 +180,102 @@ kiln_status kiln_einsum_plan(kiln_op_ctx *c, kiln_einsum *e) {
     return KILN_OK;
 }
 
+/* One group of labels (batch, M, N or K) ordered outer to inner: its size, and per
+ * operand (A, B, Y) the stride of its innermost label, or false when an operand's labels
+ * of the group are not one collapsible run. */
+typedef struct group {
+    int n, lab[KILN_EINSUM_MAX_LABELS];
+    int64_t size, stride[3];
+} group;
+
+static bool collapse(group *gr, const int64_t *const st[3], const bool in[3], const int64_t *size) {
+    gr->size = 1;
+    for (int i = 0; i < gr->n; i++) gr->size *= size[gr->lab[i]];
+    for (int o = 0; o < 3; o++) {
+        gr->stride[o] = 0;
+        if (!in[o] || gr->n == 0) continue;
+        for (int i = 0; i + 1 < gr->n; i++)
+            if (st[o][gr->lab[i]] != st[o][gr->lab[i + 1]] * size[gr->lab[i + 1]]) return false;
+        gr->stride[o] = st[o][gr->lab[gr->n - 1]];
+    }
+    return true;
+}
+
+bool kiln_einsum_as_gemm(const kiln_einsum *e, kiln_einsum_gemm *g) {
+    enum { G_B, G_M, G_N, G_K };
+    if (e->n_in != 2) return false;
+    int64_t ys[KILN_EINSUM_MAX_LABELS] = {0};
+    bool iny[KILN_EINSUM_MAX_LABELS] = {false};
+    int64_t s = 1;
+    for (int d = e->out_nd - 1; d >= 0; d--) {
+        ys[e->out_lab[d]] = s;
+        iny[e->out_lab[d]] = true;
+        s *= e->size[e->out_lab[d]];
+    }
+    group gr[4];
+    memset(gr, 0, sizeof gr);
+    for (int l = 0; l < e->nl; l++) {
+        if (e->size[l] == 0) return false;
+        if (e->size[l] == 1) continue;
+        const bool a = e->stride[0][l] != 0, b = e->stride[1][l] != 0;
+        const int k = a && b && iny[l] ? G_B : a && iny[l] ? G_M : b && iny[l] ? G_N : a && b ? G_K : -1;
+        if (k < 0) return false;
+        /* insertion by descending stride: Y's for the output's groups, A's for K */
+        const int64_t *key = k == G_K ? e->stride[0] : ys;
+        int i = gr[k].n++;
+        while (i > 0 && key[gr[k].lab[i - 1]] < key[l]) {
+            gr[k].lab[i] = gr[k].lab[i - 1];
+            i--;
+        }
+        gr[k].lab[i] = l;
+    }
+    const int64_t *const st[3] = {e->stride[0], e->stride[1], ys};
+    const bool in[4][3] = {{true, true, true}, {true, false, true}, {false, true, true}, {true, true, false}};
+    for (int k = 0; k < 4; k++)
+        if (!collapse(&gr[k], st, in[k], e->size)) return false;
+    /* Y (M,N) row-major, or (N,M): then Y^T = B^T A^T, the inputs' roles swapped */
+    int gm = G_M, gn = G_N, ia = 0, ib = 1;
+    if (gr[G_N].size > 1 && gr[G_N].stride[2] != 1) {
+        gm = G_N;
+        gn = G_M;
+        ia = 1;
+        ib = 0;
+    }
+    const int64_t M = gr[gm].size, N = gr[gn].size, K = gr[G_K].size;
+    const int64_t am = gr[gm].stride[ia], ak = gr[G_K].stride[ia], bk = gr[G_K].stride[ib], bn = gr[gn].stride[ib];
+    const int64_t yn = gr[gn].stride[2], ym = gr[gm].stride[2];
+    memset(g, 0, sizeof *g);
+    g->a = ia;
+    g->b = ib;
+    g->M = M;
+    g->N = N;
+    g->K = K;
+    if ((K == 1 || ak == 1) && (M == 1 || am >= K)) {
+        g->lda = M == 1 ? K : am;
+    } else if ((M == 1 || am == 1) && (K == 1 || ak >= M)) {
+        g->ta = true;
+        g->lda = K == 1 ? M : ak;
+    } else {
+        return false;
+    }
+    if ((N == 1 || bn == 1) && (K == 1 || bk >= N)) {
+        g->ldb = K == 1 ? N : bk;
+    } else if ((K == 1 || bk == 1) && (N == 1 || bn >= K)) {
+        g->tb = true;
+        g->ldb = N == 1 ? K : bn;
+    } else {
+        return false;
+    }
+    if (!(N == 1 || yn == 1) || !(M == 1 || ym >= N)) return false;
+    g->ldy = M == 1 ? N : ym;
+    g->batch = gr[G_B].size;
+    if (g->batch > INT32_MAX) return false;
+    g->sa = gr[G_B].stride[ia];
+    g->sb = gr[G_B].stride[ib];
+    g->sy = gr[G_B].stride[2];
+    return true;
+}
+
 static kiln_status infer(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0];
     KILN_OP_CHECK(c, kiln_dtype_is_float(x->dtype) || kiln_dtype_is_int(x->dtype), KILN_ERR_TYPE,
@@ -232,8 +332,69 @@ static kiln_status forward(kiln_op_ctx *c) {
 }
 
 #ifdef KILN_OPTESTS
+/* Whether equation eq on inputs of shapes (na, da) and (nb, db) runs as one GEMM, and with
+ * which M N K batch ta tb (want[6]; NULL: it must not). */
+static int gemm_case(const char *eq, int na, const int64_t *da, int nb, const int64_t *db, const int64_t *want) {
+    kiln_context ctx = {0};
+    kiln_clear_error(&ctx);
+    kiln_node node;
+    memset(&node, 0, sizeof node);
+    node.op_type = (char *)"Einsum";
+    node.name = (char *)eq;
+    node.domain = (char *)"";
+    node.op = kiln_op_index("Einsum");
+    node.n_in = 2;
+    node.n_out = 1;
+    char attrs[128];
+    snprintf(attrs, sizeof attrs, "equation=%s", eq);
+    int fails = 0;
+    kiln_tensor *in[2] = {kt_make(KILN_F16, na, da, NULL), kt_make(KILN_F16, nb, db, NULL)};
+    kiln_op_ctx c;
+    memset(&c, 0, sizeof c);
+    c.kctx = &ctx;
+    c.node = &node;
+    c.n_in = 2;
+    c.in = in;
+    kiln_einsum e;
+    kiln_einsum_gemm g;
+    if (!in[0] || !in[1] || kiln_attrs_parse(&ctx, attrs, &node.attrs, &node.n_attrs) ||
+        kiln_einsum_plan(&c, &e)) {
+        printf("FAIL einsum as gemm '%s': %s\n", eq, kiln_context_message(&ctx));
+        fails = 1;
+    } else {
+        const bool is = kiln_einsum_as_gemm(&e, &g);
+        if (is != (want != NULL) ||
+            (is && (g.M != want[0] || g.N != want[1] || g.K != want[2] || g.batch != want[3] || g.ta != (want[4] != 0) ||
+                    g.tb != (want[5] != 0)))) {
+            printf("FAIL einsum as gemm '%s': got %s M=%lld N=%lld K=%lld batch=%lld ta=%d tb=%d\n", eq,
+                   is ? "a GEMM" : "no GEMM", (long long)g.M, (long long)g.N, (long long)g.K, (long long)g.batch,
+                   is && g.ta, is && g.tb);
+            fails = 1;
+        } else {
+            printf("ok   einsum as gemm '%s': %s\n", eq, is ? "one strided-batched GEMM" : "not a GEMM");
+        }
+    }
+    for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
+    free(node.attrs);
+    kiln_tensor_free(in[0]);
+    kiln_tensor_free(in[1]);
+    return fails;
+}
+
 static int test(void) {
     int fails = 0;
+    /* which plans run as one GEMM on CUDA (src/cuda/matmul.c): MaxViT's attention products */
+    fails += gemm_case("bghid,bghjd->bghij", 5, KT_DIMS(2, 3, 2, 5, 4), 5, KT_DIMS(2, 3, 2, 6, 4),
+                       KT_DIMS(5, 6, 4, 12, 0, 1));
+    fails += gemm_case("bghij,bghjd->bghid", 5, KT_DIMS(2, 3, 2, 5, 6), 5, KT_DIMS(2, 3, 2, 6, 4),
+                       KT_DIMS(5, 4, 6, 12, 0, 0));
+    fails += gemm_case("ki,kj->ij", 2, KT_DIMS(3, 5), 2, KT_DIMS(3, 7), KT_DIMS(5, 7, 3, 1, 1, 0));
+    /* the output transposed: Y^T = B^T A^T, the inputs swapped */
+    fails += gemm_case("bij,bjk->bki", 3, KT_DIMS(2, 5, 3), 3, KT_DIMS(2, 3, 7), KT_DIMS(7, 5, 3, 2, 1, 1));
+    fails += gemm_case("ij,j->i", 2, KT_DIMS(5, 3), 1, KT_DIMS(3), KT_DIMS(5, 1, 3, 1, 0, 0));
+    /* not one GEMM: a sum over one input's label, one input, interleaved batch */
+    fails += gemm_case("ij,jk->i", 2, KT_DIMS(5, 3), 2, KT_DIMS(3, 4), NULL);
+    fails += gemm_case("bij,jbk->ikb", 3, KT_DIMS(2, 5, 3), 3, KT_DIMS(3, 2, 4), NULL);
     kiln_tensor *in[3], *y;
     const double a6[6] = {1, 2, 3, 4, 5, 6};
     in[0] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), a6);
@@ -283,12 +444,45 @@ static int test(void) {
                                    (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 17), -1, 1, 6801),
                                                      kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 7), -1, 1, 6802)},
                                    1, 1e-5, 1e-5, "einsum random batch matmul");
+    /* GEMM-shaped plans (one cuBLASLt call on CUDA): transposed operands, transposed
+     * output, the ellipsis broadcast, MaxViT's shapes; f16/bf16 in the sweep */
+    fails += kiln_optest_sweep_tol("Einsum", "equation=bghid,bghjd->bghij", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 3, 2, 9, 8), -1, 1, 6803),
+                                                     kt_rand(KILN_F32, 5, KT_DIMS(2, 3, 2, 7, 8), -1, 1, 6804)},
+                                   1, 1e-5, 1e-5, "einsum attention scores (B^T)");
+    fails += kiln_optest_sweep_tol("Einsum", "equation=bghij,bghjd->bghid", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 3, 2, 9, 7), -1, 1, 6805),
+                                                     kt_rand(KILN_F32, 5, KT_DIMS(2, 3, 2, 7, 8), -1, 1, 6806)},
+                                   1, 1e-5, 1e-5, "einsum attention values");
+    fails += kiln_optest_sweep_tol("Einsum", "equation=ki,kj->ij", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(11, 5), -1, 1, 6807),
+                                                     kt_rand(KILN_F32, 2, KT_DIMS(11, 6), -1, 1, 6808)},
+                                   1, 1e-5, 1e-5, "einsum A^T B");
+    fails += kiln_optest_sweep_tol("Einsum", "equation=bij,bjk->bki", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 9), -1, 1, 6809),
+                                                     kt_rand(KILN_F32, 3, KT_DIMS(3, 9, 6), -1, 1, 6810)},
+                                   1, 1e-5, 1e-5, "einsum transposed output");
+    fails += kiln_optest_sweep_tol("Einsum", "equation=...ij,...jk->...ik", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(4, 1, 6), -1, 1, 6811),
+                                                     kt_rand(KILN_F32, 3, KT_DIMS(1, 6, 3), -1, 1, 6812)},
+                                   1, 1e-5, 1e-5, "einsum broadcast batch as one GEMM");
+    fails += kiln_optest_sweep_tol("Einsum", "equation=bij,jk->bik", 0, 2,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 9), -1, 1, 6813),
+                                                     kt_rand(KILN_F32, 2, KT_DIMS(9, 4), -1, 1, 6814)},
+                                   1, 1e-5, 1e-5, "einsum shared right operand");
     return fails;
 }
 #endif /* KILN_OPTESTS */
 
+/* Profile FLOPs: a multiply and an add per output element and summed term. */
+static double flops(const kiln_op_ctx *c) {
+    kiln_einsum e;
+    if (c->n_out < 1 || !c->out[0] || kiln_einsum_plan((kiln_op_ctx *)c, &e)) return 0;
+    return 2.0 * (double)kiln_tensor_numel(c->out[0]) * (double)e.sum_count;
+}
+
 const kiln_op_def kiln_op_einsum = {
-    .precision = KILN_PREC_FP32,
+    .precision = KILN_PREC_LOW, .flops = flops,
     .name = "Einsum", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
 };

@@ -28,6 +28,26 @@ typedef struct kiln_einsum {
  * is wrong with the equation. */
 kiln_status kiln_einsum_plan(kiln_op_ctx *c, kiln_einsum *e);
 
+/* A two-input plan that is a (batched) matrix product, as one strided-batched GEMM of
+ * row-major matrices: Y[b] (M,N) = A[b] (M,K) @ B[b] (K,N), with input `a` as A and input
+ * `b` as B (swapped when the output holds the product transposed). A is stored (M,K) with
+ * row stride lda, or with ta (K,M) with row stride lda; B (K,N) or with tb (N,K), row
+ * stride ldb; Y (M,N) with row stride ldy. Batch strides in elements. */
+typedef struct kiln_einsum_gemm {
+    int a, b;
+    int64_t M, N, K, batch;
+    bool ta, tb;
+    int64_t lda, ldb, ldy;
+    int64_t sa, sb, sy;
+} kiln_einsum_gemm;
+
+/* Whether plan e (output contiguous) is such a product: every label of size above 1 is a
+ * batch label (in both inputs and the output), an M label (A and the output), an N label
+ * (B and the output) or a K label (both inputs, summed), and each group collapses to one
+ * stride per operand. False for anything else (one input, sums over a label of one
+ * input, interleaved groups). */
+bool kiln_einsum_as_gemm(const kiln_einsum *e, kiln_einsum_gemm *g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -444,8 +444,11 @@ static int test_grad(void) {
 }
 #endif /* KILN_OPTESTS */
 
+/* Low precision: X, Scale, B and Y in L (ONNX's one type T), Mean and InvStdDev f32
+ * (stash_type); every kernel keeps the statistics in float or double (a Cast to f32 and
+ * back around it only moved bytes). */
 const kiln_op_def kiln_op_layer_normalization = {
-    .precision = KILN_PREC_FP32,
+    .precision = KILN_PREC_LOW, .f32_outputs = 0x6u /* Mean, InvStdDev */,
     .name = "LayerNormalization", .min_inputs = 2, .max_inputs = 3,
     .min_outputs = 1, .max_outputs = 3,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test),

@@ -59,6 +59,38 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* Whether Transpose node n moves no byte from x to y in their layouts (a 4-D tensor's
+ * format): y's elements in its storage order are x's in its own, as for perm (0,2,3,1) of
+ * an NHWC x into an NCHW-labelled y (the layout pass makes these around ConvNeXt's
+ * LayerNorms). The planner then makes y a view of x. */
+static bool moves_no_byte(const kiln_node *n, const kiln_tensor *x, const kiln_tensor *y) {
+    const int r = x->ndim;
+    if (r != y->ndim || r > KILN_MAX_DIMS) return false;
+    int np = 0;
+    const int64_t *p = kiln_attr_ints(n, "perm", &np);
+    if (p && np != r) return false;
+    int64_t xs[KILN_MAX_DIMS];
+    kiln_strides(r, x->dims, xs);
+    if (r == 4 && x->format == KILN_FORMAT_NHWC) { /* logical (N, C, H, W) at NHWC strides */
+        xs[1] = 1;
+        xs[3] = x->dims[1];
+        xs[2] = x->dims[3] * x->dims[1];
+        xs[0] = x->dims[2] * xs[2];
+    }
+    static const int nhwc_order[4] = {0, 2, 3, 1};
+    const bool y_nhwc = r == 4 && y->format == KILN_FORMAT_NHWC;
+    int64_t expect = 1; /* y's dims from its innermost in storage order: x's strides in turn */
+    for (int k = r - 1; k >= 0; k--) {
+        const int d = y_nhwc ? nhwc_order[k] : k;
+        const int64_t pd = p ? p[d] : r - 1 - d;
+        if (pd < 0 || pd >= r) return false;
+        if (x->dims[pd] == 1) continue;
+        if (xs[pd] != expect) return false;
+        expect *= x->dims[pd];
+    }
+    return true;
+}
+
 /* dX = Transpose(dY) by the inverse permutation (the default reversal is its own). */
 static kiln_status grad(kiln_grad_ctx *g) {
     const kiln_node *n = KILN_GRAD_NODE(g);
@@ -152,6 +184,9 @@ static int test(void) {
     fails += kiln_optest_sweep("Transpose", "perm=[0,2,3,1]", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 17, 19), -2, 2, 311)},
                                1, "transpose random to channels last");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,3,1,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 17, 19, 3), -2, 2, 313)},
+                               1, "transpose random from channels last");
     fails += kiln_optest_sweep("Transpose", "perm=[2,0,1]", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 19), -2, 2, 312)},
                                1, "transpose random 3-D");
@@ -218,5 +253,5 @@ const kiln_op_def kiln_op_transpose = {
     .precision = KILN_PREC_FOLLOW,
     .name = "Transpose", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test),
-    .grad = grad,
+    .grad = grad, .alias_when = moves_no_byte,
 };

@@ -8,6 +8,11 @@
  *      shape: the shapes static inference stored, or, with a symbolic batch, the same
  *      shape under two probe values of the symbolic dims (kiln_pass_same_shape);
  *   3. Gemm + activation -> kiln.FusedGemm.
+ *   0. (first) MatMul(X (..., K), W (K, N) constant) + Add of a constant bias (N), a
+ *      transformer's Linear -> Flatten(X) (rows, K) -> Gemm(., W, bias) -> Reshape back to
+ *      (..., N): the bias rides on the product's epilogue (cuBLASLt's BIAS) instead of a
+ *      pass over the product; Flatten and Reshape are views. Needs X's dims but the last
+ *      known except at most one (the Reshape's -1: a symbolic batch).
  * Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSwish, HardSigmoid,
  * Tanh. Every intermediate value must have a single reader and not be a graph output. The
  * fused node takes the place of the chain's last node, so the order stays topological
@@ -168,7 +173,133 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_p
     return KILN_OK;
 }
 
+/* The value of v known before any run, looking through Identity nodes (exporters write
+ * an Identity for each use of a deduplicated initializer: ConvNeXt's zero biases). */
+static const kiln_tensor *constant_of(const kiln_model *m, const int *prod, int v) {
+    for (int hops = 0; v >= 0 && prod[v] >= 0 && hops < 8; hops++) {
+        const kiln_node *p = &m->nodes[prod[v]];
+        if (!kiln_pass_is(p, "Identity") || p->n_in < 1) break; /* op-pattern */
+        v = p->in[0];
+    }
+    return kiln_pass_constant(m, prod, v);
+}
+
+/* Stage 0 on MatMul node i (see the top). New nodes are appended: the caller sorts. */
+static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int i, bool *dead,
+                               bool *done) {
+    *done = false;
+    const kiln_node *mm = &m->nodes[i];
+    if (mm->n_in != 2 || mm->n_out != 1) return KILN_OK;
+    const int x = mm->in[0], w = mm->in[1], y = mm->out[0];
+    const kiln_tensor *wt = x >= 0 && w >= 0 ? constant_of(m, prod, w) : NULL;
+    if (!wt || wt->ndim != 2 || wt->dtype != KILN_F32) return KILN_OK;
+    /* X's dims: those static inference stored, or where the graph's inputs have symbolic
+     * dims, the two probes' (a dim they disagree on depends on a symbolic one: -1) */
+    kiln_value xs = m->values[x];
+    if (probes && x < probes->n && probes->one[x].ndim >= 0 && probes->one[x].ndim == probes->three[x].ndim) {
+        xs.ndim = probes->one[x].ndim;
+        xs.dtype = probes->one[x].dtype;
+        for (int d = 0; d < xs.ndim; d++)
+            xs.dims[d] = probes->one[x].dims[d] == probes->three[x].dims[d] ? probes->one[x].dims[d] : -1;
+    }
+    const kiln_value *xv = &xs;
+    const int r = xv->ndim;
+    const int64_t K = wt->dims[0], N = wt->dims[1];
+    if (r < 2 || xv->dtype != KILN_F32 || xv->dims[r - 1] != K || K <= 0 || N <= 0) return KILN_OK;
+    int unknown = 0;
+    for (int d = 0; d < r - 1; d++) unknown += xv->dims[d] < 0;
+    if (unknown > 1) return KILN_OK;
+    const int a = kiln_pass_single_consumer(m, y);
+    if (a < 0 || dead[a] || !kiln_pass_is(&m->nodes[a], "Add") || m->nodes[a].n_in != 2 || m->nodes[a].n_out != 1)
+        return KILN_OK;
+    const kiln_node *add = &m->nodes[a];
+    if (add->in[0] == add->in[1]) return KILN_OK;
+    const int bv = add->in[0] == y ? add->in[1] : add->in[0];
+    const kiln_tensor *b = bv >= 0 ? constant_of(m, prod, bv) : NULL;
+    if (!b || b->dtype != KILN_F32 || b->ndim != 1 || b->dims[0] != N) return KILN_OK;
+    /* the constants: Reshape's target shape (..., N) with -1 for the unknown dim */
+    const int64_t rdim = r;
+    kiln_tensor *shape = kiln_tensor_new(m->ctx, KILN_I64, 1, &rdim);
+    if (!shape) return KILN_ERR_OUT_OF_MEMORY;
+    int64_t rows = 1;
+    for (int d = 0; d < r - 1; d++) {
+        ((int64_t *)shape->data)[d] = xv->dims[d];
+        if (xv->dims[d] >= 0) rows *= xv->dims[d];
+    }
+    ((int64_t *)shape->data)[r - 1] = N;
+    if (unknown) rows = -1;
+    const kiln_dtype dt = xv->dtype;
+    char hint[220];
+    snprintf(hint, sizeof hint, "%.150s_shape", m->nodes[a].name);
+    const int sv = kiln_pass_add_initializer(m, hint, shape);
+    snprintf(hint, sizeof hint, "%.150s_rows", m->values[x].name);
+    const int xf = sv >= 0 ? kiln_pass_new_value(m, hint) : -1;
+    snprintf(hint, sizeof hint, "%.150s_gemm", m->nodes[i].name);
+    const int yg = xf >= 0 ? kiln_pass_new_value(m, hint) : -1;
+    if (yg < 0) return KILN_ERR_OUT_OF_MEMORY;
+    m->values[xf].dtype = m->values[yg].dtype = dt;
+    m->values[xf].ndim = m->values[yg].ndim = 2;
+    m->values[xf].dims[0] = m->values[yg].dims[0] = rows;
+    m->values[xf].dims[1] = K;
+    m->values[yg].dims[1] = N;
+    kiln_attr *fa = NULL;
+    int nfa = 0;
+    char at[32];
+    snprintf(at, sizeof at, "axis=%d", r - 1);
+    kiln_status st = kiln_attrs_parse(m->ctx, at, &fa, &nfa);
+    if (st) return st;
+    char name[220];
+    snprintf(name, sizeof name, "%.150s_rows", m->nodes[i].name);
+    /* op-pattern: MatMul + Add -> Flatten, Gemm, Reshape */
+    int f = kiln_model_add_node_raw(m, "Flatten", name, "", 1, &x, 1, &xf, nfa, fa);
+    snprintf(name, sizeof name, "%.150s", m->nodes[i].name);
+    int g = f >= 0 ? kiln_model_add_node_raw(m, "Gemm", name, "", 3, (int[]){xf, w, bv}, 1, &yg, 0, NULL) : -1;
+    if (g < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+    m->nodes[f].opset = m->nodes[g].opset = m->nodes[i].opset > 13 ? m->nodes[i].opset : 13;
+    if ((st = kiln_pass_rewrite(m, a, "", "Reshape", 2, (int[]){yg, sv}, NULL)) != KILN_OK) return st;
+    if (m->nodes[a].opset < 13) m->nodes[a].opset = 13;
+    dead[i] = true;
+    *done = true;
+    return KILN_OK;
+}
+
+/* Stage 0 over the graph, before the other stages (it appends nodes). */
+static kiln_status fuse_matmul_bias(kiln_model *m, bool *changed) {
+    int *prod = kiln_pass_producers(m);
+    const int n0 = m->n_nodes;
+    bool *dead = kiln_calloc(m->ctx, (size_t)(3 * n0) + 1, sizeof *dead, "a pass");
+    kiln_status st = prod && dead ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    bool any = false, have = false;
+    for (int i = 0; i < n0 && !st && !have; i++) have = kiln_pass_is(&m->nodes[i], "MatMul"); /* op-pattern */
+    kiln_shape_probes probes;
+    memset(&probes, 0, sizeof probes);
+    bool have_probes = false;
+    if (!st && have) {
+        st = kiln_pass_shape_probes(m, &probes);
+        have_probes = st == KILN_OK;
+        if (st != KILN_ERR_OUT_OF_MEMORY) st = KILN_OK; /* uninferable: static shapes decide */
+    }
+    for (int i = 0; i < n0 && !st && have; i++) {
+        /* op-pattern */
+        if (dead[i] || !kiln_pass_is(&m->nodes[i], "MatMul")) continue;
+        bool done = false;
+        st = matmul_bias(m, prod, have_probes ? &probes : NULL, i, dead, &done);
+        any |= done;
+    }
+    kiln_pass_shape_probes_free(&probes);
+    if (!st && any) {
+        kiln_pass_remove_nodes(m, dead);
+        st = kiln_pass_sort_nodes(m);
+        *changed = true;
+    }
+    free(prod);
+    free(dead);
+    return st;
+}
+
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    kiln_status st0 = fuse_matmul_bias(m, changed);
+    if (st0) return st0;
     int *prod = kiln_pass_producers(m);
     bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
     kiln_status st = prod && dead ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;

@@ -52,6 +52,12 @@
  *     converted), so X, W and dY always share a layout.
  *   - Channel shuffles: before anything else, Reshape (N, g, C/g, H, W) - Transpose
  *     (0, 2, 1, 3, 4) - Reshape back becomes one kiln.ChannelShuffle (channel_shuffle.c).
+ *   - Transpose between the logical order and channels-last (ConvNeXt's permute(0,2,3,1)
+ *     before its LayerNorm and Linears, permute(0,3,1,2) after): perm (0,2,3,1) reads an
+ *     NHWC input as it is (no kiln.ToNCHW: its bytes are the output's), and perm (0,3,1,2)
+ *     of an NCHW input writes NHWC when a reader follows layouts: either way the CUDA
+ *     kernel moves the bytes once, in order, where a conversion and a transpose moved
+ *     them twice.
  * Everything else reads NCHW: Flatten, Reshape, Gemm, Softmax... get a
  * kiln.ToNCHW (one per value, shared by all such readers); shape-only readers (Shape)
  * need none. Graph inputs are NCHW (one kiln.ToNHWC before the first convolution, shared)
@@ -184,6 +190,26 @@ static bool weight_layout_free(const kiln_model *m, const int *prod, int v) {
         v = p->in[0];
     }
     return false;
+}
+
+/* A Transpose that moves a 4-D value between its logical (N, C, H, W) order and the
+ * channels-last order (N, H, W, C): perm (0,2,3,1) of an NHWC value reads it as it is (its
+ * bytes are already the output's), and perm (0,3,1,2) writes its output NHWC (the input's
+ * bytes again) when a reader follows NHWC. The CUDA kernel then only copies. 1: the first
+ * case, 2: the second, 0: neither. */
+static int nhwc_transpose(const kiln_model *m, const kiln_node *n, const kiln_format *fmt) {
+    /* op-pattern: Transpose to and from channels-last (ConvNeXt's permutes around its LayerNorms) */
+    if (!kiln_pass_is(n, "Transpose") || n->n_in != 1 || n->n_out != 1 || n->in[0] < 0 || n->out[0] < 0) return 0;
+    int np = 0;
+    const int64_t *p = kiln_attr_ints(n, "perm", &np);
+    if (!p || np != 4 || p[0] != 0) return 0;
+    const int x = n->in[0], y = n->out[0];
+    if (p[1] == 2 && p[2] == 3 && p[3] == 1) return fmt[x] == KILN_FORMAT_NHWC ? 1 : 0;
+    if (!(p[1] == 3 && p[2] == 1 && p[3] == 2) || fmt[x] == KILN_FORMAT_NHWC || m->values[y].is_output) return 0;
+    for (int j = 0; j < m->n_nodes; j++)
+        for (int t = 0; t < m->nodes[j].n_in; t++)
+            if (m->nodes[j].in[t] == y && kind_of(kiln_node_def(&m->nodes[j]), &m->nodes[j]) != K_NONE) return 2;
+    return 0;
 }
 
 /* Node indices in topological order (earlier passes may have appended nodes anywhere):
@@ -388,10 +414,158 @@ static kiln_status fold_dropout_grads(kiln_model *m, bool *changed) {
     return KILN_OK;
 }
 
+/* Integer entries of the constant v (at most KILN_MAX_DIMS), or -1 when v is no such
+ * constant. */
+static int const_ints(const kiln_model *m, const int *prod, int v, int64_t *out) {
+    const kiln_tensor *t = v >= 0 ? kiln_pass_constant(m, prod, v) : NULL;
+    if (!t || !t->data || kiln_dtype_is_float(t->dtype) || t->ndim > 1 || kiln_tensor_numel(t) > KILN_MAX_DIMS)
+        return -1;
+    const int n = (int)kiln_tensor_numel(t);
+    for (int k = 0; k < n; k++) out[k] = kiln_get_i64(t, k);
+    return n;
+}
+
+/* 0. A Gather of one constant index after a Transpose (and a Squeeze), a transformer's qkv
+ *    split (ViT: (1,L,N,3,D) -Transpose(3,1,2,0,4)-> -Squeeze(3)-> -Gather(i)-> (L,N,D)):
+ *    Gather(X, i, axis=perm[a]) first, then the Transpose without that axis and the
+ *    Squeeze. Each Gather reads its part of X where it lies; the Transpose left moves no
+ *    byte (size-1 dims only) and is a view (Transpose's alias_when), so the whole tensor is
+ *    no longer transposed once more before the split. */
+static kiln_status split_before_transpose(kiln_model *m, bool *changed) {
+    const int nn = m->n_nodes;
+    int *prod = kiln_pass_producers(m);
+    bool *dead = calloc(4 * (size_t)nn + 1, sizeof *dead); /* up to 3 new nodes per Gather */
+    kiln_status st = prod && dead ? KILN_OK : kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    bool any = false;
+    int *olds = calloc(2 * (size_t)nn + 2, sizeof *olds), n_old = 0; /* Transposes and Squeezes bypassed */
+    if (!olds && !st) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < nn && !st; i++) {
+        const kiln_node *g = &m->nodes[i];
+        /* op-pattern: Transpose [-> Squeeze] -> Gather (a qkv split) */
+        if (!kiln_pass_is(g, "Gather") || g->n_in != 2 || g->n_out != 1 || g->in[0] < 0 || g->out[0] < 0) continue;
+        const kiln_tensor *idx = kiln_pass_constant(m, prod, g->in[1]);
+        if (!idx || !idx->data || idx->ndim != 0 || kiln_dtype_is_float(idx->dtype)) continue;
+        int s = prod[g->in[0]], t = s;
+        const bool squeeze = s >= 0 && kiln_pass_is(&m->nodes[s], "Squeeze");
+        if (squeeze) t = m->nodes[s].n_in >= 1 && m->nodes[s].in[0] >= 0 ? prod[m->nodes[s].in[0]] : -1;
+        if (t < 0 || !kiln_pass_is(&m->nodes[t], "Transpose") || m->nodes[t].n_in != 1 || m->nodes[t].in[0] < 0)
+            continue;
+        int r = 0;
+        const int64_t *perm = kiln_attr_ints(&m->nodes[t], "perm", &r);
+        if (!perm || r < 2 || r > KILN_MAX_DIMS) continue;
+        /* the squeezed axes (in the Transpose's output), sorted, normalized */
+        int64_t ax[KILN_MAX_DIMS];
+        int n_ax = 0;
+        if (squeeze) {
+            const kiln_node *sq = &m->nodes[s];
+            if (sq->opset >= 13) n_ax = sq->n_in > 1 ? const_ints(m, prod, sq->in[1], ax) : -1;
+            else {
+                const int64_t *a = kiln_attr_ints(sq, "axes", &n_ax);
+                if (!a || n_ax > KILN_MAX_DIMS) n_ax = -1;
+                for (int k = 0; a && k < n_ax && k < KILN_MAX_DIMS; k++) ax[k] = a[k];
+            }
+            if (n_ax <= 0) continue; /* without axes: which dims go depends on the shapes */
+        }
+        bool ok = true, is_sq[KILN_MAX_DIMS] = {false};
+        for (int k = 0; k < n_ax && ok; k++) {
+            const int64_t a = ax[k] < 0 ? ax[k] + r : ax[k];
+            ok = a >= 0 && a < r && !is_sq[a];
+            if (ok) is_sq[a] = true;
+        }
+        int64_t ga = kiln_attr_int(g, "axis", 0);
+        const int rs = r - n_ax; /* the Gather's data rank */
+        if (ga < 0) ga += rs;
+        if (!ok || ga < 0 || ga >= rs) continue;
+        int at = -1; /* the Gather's axis in the Transpose's output */
+        for (int d = 0, k = 0; d < r; d++)
+            if (!is_sq[d] && k++ == ga) at = d;
+        const int64_t q = perm[at]; /* ... and in X */
+        /* the Transpose without axis at (renumbered), the squeezed axes after it */
+        int64_t p2[KILN_MAX_DIMS], a2[KILN_MAX_DIMS];
+        int n2 = 0, na2 = 0;
+        for (int d = 0; d < r; d++) {
+            if (d == at) continue;
+            p2[n2++] = perm[d] > q ? perm[d] - 1 : perm[d];
+            if (is_sq[d]) a2[na2++] = d > at ? d - 1 : d;
+        }
+        const int x = m->nodes[t].in[0], out = g->out[0], gidx = g->in[1];
+        char name[256];
+        snprintf(name, sizeof name, "%.200s/first", m->nodes[i].name);
+        const int v1 = kiln_pass_new_value(m, name);
+        snprintf(name, sizeof name, "%.200s/moved", m->nodes[i].name);
+        const int v2 = squeeze && v1 >= 0 ? kiln_pass_new_value(m, name) : out;
+        int av = -1;
+        if (squeeze && v2 >= 0) {
+            kiln_tensor *at_t = kiln_tensor_new(m->ctx, KILN_I64, 1, (int64_t[]){na2});
+            if (at_t) memcpy(at_t->data, a2, (size_t)na2 * sizeof(int64_t));
+            snprintf(name, sizeof name, "%.200s/axes", m->nodes[i].name);
+            av = at_t ? kiln_pass_add_initializer(m, name, at_t) : -1;
+        }
+        if (v1 < 0 || v2 < 0 || (squeeze && av < 0)) {
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        m->values[v1].dtype = m->values[v2].dtype = m->values[out].dtype; /* data moves: one dtype */
+        char at_text[64];
+        snprintf(at_text, sizeof at_text, "axis=%lld", (long long)q);
+        kiln_attr *ga_attr = NULL, *pa = NULL;
+        int n_ga = 0, n_pa = 0;
+        char ptext[160] = "perm=[";
+        for (int d = 0; d < n2; d++) {
+            const size_t l = strlen(ptext);
+            snprintf(ptext + l, sizeof ptext - l, "%s%lld", d ? "," : "", (long long)p2[d]);
+        }
+        strcat(ptext, "]");
+        if ((st = kiln_attrs_parse(m->ctx, at_text, &ga_attr, &n_ga)) != KILN_OK ||
+            (st = kiln_attrs_parse(m->ctx, ptext, &pa, &n_pa)) != KILN_OK)
+            break;
+        const int opset = m->nodes[i].opset > 13 ? m->nodes[i].opset : 13;
+        snprintf(name, sizeof name, "%.200s", m->nodes[i].name);
+        int a = kiln_model_add_node_raw(m, "Gather", name, "", 2, (int[]){x, gidx}, 1, &v1, n_ga, ga_attr);
+        snprintf(name, sizeof name, "%.200s/transpose", m->nodes[i].name);
+        int b = a >= 0 ? kiln_model_add_node_raw(m, "Transpose", name, "", 1, &v1, 1, &v2, n_pa, pa) : -1;
+        snprintf(name, sizeof name, "%.200s/squeeze", m->nodes[i].name);
+        int c = b >= 0 && squeeze ? kiln_model_add_node_raw(m, "Squeeze", name, "", 2, (int[]){v2, av}, 1, &out, 0, NULL)
+                                  : b;
+        if (c < 0) {
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        m->nodes[a].opset = m->nodes[b].opset = m->nodes[c].opset = opset;
+        m->nodes[i].out[0] = -1; /* the old Gather goes; its output is the new chain's */
+        dead[i] = true;
+        olds[n_old++] = squeeze ? s : -1; /* (repeats are harmless) */
+        olds[n_old++] = t;
+        any = true;
+    }
+    if (!st && any) {
+        /* the bypassed Squeezes, then the Transposes they read, once nothing reads them */
+        for (int round = 0; round < 2; round++)
+            for (int k = 0; k < n_old; k++) {
+                const int j = olds[k];
+                if (j < 0 || dead[j] || m->nodes[j].n_out != 1 || m->nodes[j].out[0] < 0) continue;
+                const int v = m->nodes[j].out[0];
+                bool read = m->values[v].is_output;
+                for (int e = 0; e < m->n_nodes && !read; e++)
+                    for (int u = 0; u < m->nodes[e].n_in && !dead[e]; u++) read |= m->nodes[e].in[u] == v;
+                if (!read) dead[j] = true;
+            }
+        kiln_pass_remove_nodes(m, dead);
+        st = kiln_pass_sort_nodes(m);
+        *changed = true;
+    }
+    free(prod);
+    free(dead);
+    free(olds);
+    return st;
+}
+
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (o->device != KILN_DEVICE_CUDA) return KILN_OK;
-    /* 0. Channel shuffles as one node that runs in either layout. */
+    /* 0. Channel shuffles as one node that runs in either layout; a split that gathers
+     * from the input before its Transpose. */
     kiln_status st0 = kiln_pass_channel_shuffle(m, changed);
+    if (!st0) st0 = split_before_transpose(m, changed);
     if (st0) return st0;
     const int nv = m->n_values, nn = m->n_nodes;
     size_t edges = 0;
@@ -495,6 +669,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
             go = x >= 0 && r == 4 && L.fmt[x] == KILN_FORMAT_NHWC;
         }
         nhwc[i] = go;
+        const int tp = k == K_NONE ? nhwc_transpose(m, n, L.fmt) : 0;
+        if (tp == 2) L.fmt[y] = KILN_FORMAT_NHWC;
         /* ConvGradBias's (M) has no layout; a weight gradient whose bytes are the same in
          * both layouts (one input channel, 1x1 kernels) keeps NCHW: no conversion at the
          * graph output. It has its weight's shape, known when the batch is symbolic. */
@@ -534,6 +710,8 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 *w = L.fmt[v] == KILN_FORMAT_NHWC || !layout_free(&m->values[v]) ? KILN_FORMAT_NHWC : WANT_ANY;
             else if (j == 0 && nchw_dropout(n) && L.rank[v] == 4 && L.fmt[v] == KILN_FORMAT_NHWC)
                 *w = WANT_ANY; /* read as it is; Y and the mask stay NCHW */
+            else if (j == 0 && tp == 1)
+                *w = WANT_ANY; /* NHWC read as it is, into the channels-last output */
             else if (!go && !(d && kiln_input_in_mask(d->shape_only_inputs, j)))
                 *w = KILN_FORMAT_NCHW;
         }

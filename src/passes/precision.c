@@ -4,7 +4,7 @@
  *
  * Every node gets a class, declared by its op (kiln_op_def.precision, .f32_inputs and
  * .prec_flags in the op's file; the ops named below are examples):
- *   low     compute ops (Conv, Gemm, MatMul, pools, elementwise math, Resize,
+ *   low     compute ops (Conv, Gemm, MatMul, Einsum, pools, elementwise math, Resize,
  *           BatchNormalization, the fused kiln ops, training's ConvGradInput/Weight/Bias,
  *           MaxPoolGrad, GlobalAveragePoolGrad, UnaryGrad and BatchNormGrad): f32 inputs
  *           are read as L, f32 outputs become L, except the inputs and outputs the op
@@ -20,7 +20,9 @@
  *           comparisons...): L when any of their f32 inputs is L, or when every reader
  *           computes in L (then the Cast moves before them, except before Slice, Gather
  *           and Split, whose outputs are smaller), else f32. Moving or selecting is exact.
- *   fp32    Softmax, LogSoftmax, Layer/InstanceNormalization, ReduceSum/ReduceMean (they sum
+ *           LayerNormalization likewise: X, Scale, B and Y in L (ONNX's one type T), Mean
+ *           and InvStdDev f32, its statistics in float inside every kernel.
+ *   fp32    Softmax, LogSoftmax, InstanceNormalization, ReduceSum/ReduceMean (they sum
  *           many terms), the losses, and every op this file does not name: f32 in and out;
  *           Exp and Log (also within a kiln.FusedElementwise) feeding one of them stay f32
  *           too (exp overflows f16 past 11), and so does the arithmetic computing only such
