@@ -489,6 +489,10 @@ static void shufflenet_like(int64_t batch, bool dynamic) {
     add("Flatten", "gap", "flat", "axis=1");
     init_rand("fc.w", 2, (int64_t[]){10, 16}, -0.5, 0.5);
     add("Gemm", "flat,fc.w", "y", "transB=1");
+    const char *outs[1] = {"y"};
+    finalize(outs, 1);
+}
+
 /* A ConvNeXt block: conv -> permute(0,2,3,1) -> LayerNorm -> Linear -> Relu -> Linear ->
  * permute(0,3,1,2) -> layer scale (C,1,1) -> + residual -> conv. The first Transpose reads
  * the NHWC conv output as it is, the second writes NHWC: no conversion inside. */
