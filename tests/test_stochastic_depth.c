@@ -12,7 +12,9 @@
  * give the same logits, another seed others), autograd builds its gradient (the random
  * op is a constant to it) and kiln_model_gradients matches central differences for the
  * weights under a fixed seed. Then it writes DIR/tiny_sd.onnx for train_stochastic_depth.sh
- * (`kiln train` from the image folder test_anymodel writes).
+ * (`kiln train` from the image folder test_anymodel writes), and DIR/tiny_sd_fixed.onnx, the
+ * same with the batch fixed at 2 in the graph (the noise's shape a constant), which kiln
+ * train refuses naming the node where the batch's shape is lost.
  *
  *   test_stochastic_depth DIR
  */
@@ -85,21 +87,28 @@ static kiln_status conv_bn(kiln_model *m, const char *in, const char *p, int64_t
     return st;
 }
 
-static kiln_model *sd_cnn(kiln_context *ctx) {
+/* fixed > 0: the input's batch and the noise's shape fixed at that batch (a Constant), as
+ * torch.onnx.export writes EfficientNet without dynamic_axes */
+static kiln_model *sd_cnn(kiln_context *ctx, int64_t fixed) {
     kiln_model *m = NULL;
     kiln_node *n = NULL;
     if (kiln_model_create(ctx, &m)) return NULL;
-    kiln_status st = kiln_model_add_input(m, "image", KILN_F32, 4, (int64_t[]){-1, 3, 16, 16});
+    kiln_status st = kiln_model_add_input(m, "image", KILN_F32, 4, (int64_t[]){fixed > 0 ? fixed : -1, 3, 16, 16});
     if (!st) st = conv_bn(m, "image", "stem", 3, 8, true, "r1");
     if (!st) st = conv_bn(m, "r1", "block.branch", 8, 8, false, "b");
     /* stochastic depth (p = 0.25), torchvision.ops.stochastic_depth mode "row" */
-    if (!st) st = kiln_model_add_node(m, "Shape", "sd/shape", 1, (const char *[]){"r1"}, 1, (const char *[]){"sd:n"}, &n);
-    if (!st) st = kiln_node_set_int(n, "end", 1);
-    if (!st) st = const_tensor(m, "sd.ones", KILN_I64, 1, (int64_t[]){3}, (double[]){1, 1, 1});
-    if (!st)
-        st = kiln_model_add_node(m, "Concat", "sd/concat", 2, (const char *[]){"sd:n", "sd.ones"}, 1,
-                                 (const char *[]){"sd:size"}, &n);
-    if (!st) st = kiln_node_set_int(n, "axis", 0);
+    if (fixed > 0) {
+        if (!st) st = const_tensor(m, "sd:size", KILN_I64, 1, (int64_t[]){4}, (double[]){(double)fixed, 1, 1, 1});
+    } else {
+        if (!st)
+            st = kiln_model_add_node(m, "Shape", "sd/shape", 1, (const char *[]){"r1"}, 1, (const char *[]){"sd:n"}, &n);
+        if (!st) st = kiln_node_set_int(n, "end", 1);
+        if (!st) st = const_tensor(m, "sd.ones", KILN_I64, 1, (int64_t[]){3}, (double[]){1, 1, 1});
+        if (!st)
+            st = kiln_model_add_node(m, "Concat", "sd/concat", 2, (const char *[]){"sd:n", "sd.ones"}, 1,
+                                     (const char *[]){"sd:size"}, &n);
+        if (!st) st = kiln_node_set_int(n, "axis", 0);
+    }
     if (!st)
         st = kiln_model_add_node(m, "ConstantOfShape", "sd/empty", 1, (const char *[]){"sd:size"}, 1,
                                  (const char *[]){"sd:empty"}, NULL);
@@ -243,7 +252,13 @@ int main(int argc, char **argv) {
     }
     kiln_context *ctx = NULL;
     if (kiln_context_create(&ctx)) return 1;
-    kiln_model *m = sd_cnn(ctx);
+    kiln_model *m = sd_cnn(ctx, 0), *fixed = sd_cnn(ctx, 2);
+    if (fixed) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/tiny_sd_fixed.onnx", argv[1]);
+        CHECK(!kiln_model_save_onnx(fixed, p), "save %s: %s", p, kiln_context_message(ctx));
+    }
+    kiln_model_free(fixed);
     if (m) {
         test_seeds(ctx, m);
         test_gradients(ctx, m);

@@ -5,7 +5,8 @@
 # test_anymodel wrote (DIR/folder, 3 colour classes):
 #   - it trains: test accuracy >= 0.8 after 3 epochs;
 #   - a run is reproducible from its seed: two runs with --seed 3 write the same losses,
-#     --seed 4 others.
+#     --seed 4 others;
+#   - DIR/tiny_sd_fixed.onnx (the batch fixed in a constant) refused, naming the node.
 # train_stochastic_depth.sh KILN DIR
 set -euo pipefail
 kiln=$1 dir=$2
@@ -28,4 +29,11 @@ n=$(wc -l < "$dir/sd_losses_b.txt")
 cmp -s "$dir/sd_losses_a.txt" "$dir/sd_losses_b.txt" || fail "seed 3 twice: other losses"
 # the same batches (no shuffle, no augmentation), seeds 3 and 4: only the draws differ
 cmp -s "$dir/sd_losses_c.txt" "$dir/sd_losses_d.txt" && fail "seeds 3 and 4 gave the same losses"
+# the batch fixed in the graph (the noise's shape a constant, as torch.onnx.export writes
+# EfficientNet without dynamic_axes): refused, naming the node and the remedy
+if err=$("$kiln" train "$dir/tiny_sd_fixed.onnx" --data "$dir/folder" --batch 4 --max-steps 1 2>&1); then
+  fail "a graph with the batch fixed in a constant accepted"
+fi
+grep -q "shapes are first lost at Mul node 'sd/mul'" <<<"$err" || fail "fixed batch message: $err"
+grep -q "dynamic_axes" <<<"$err" || fail "fixed batch message names no remedy: $err"
 echo "train_stochastic_depth: all passed"
