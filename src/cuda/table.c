@@ -1309,6 +1309,7 @@ static const entry table[] = {
     {"kiln.ReduceMeanGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
     {"kiln.ReduceMaxGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
     {"kiln.ReduceMinGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.ReduceL2Grad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
     {"kiln.LayerNormGrad", kiln_cuda_k_ln_grad, kiln_cuda_sup_ln_grad, NULL, false},
     {"InstanceNormalization", kiln_cuda_k_instnorm, kiln_cuda_sup_instnorm, NULL, false},
     {"kiln.InstanceNormGrad", kiln_cuda_k_instnorm_grad, kiln_cuda_sup_instnorm_grad, kiln_cuda_ws_instnorm_grad,
