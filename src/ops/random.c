@@ -127,11 +127,14 @@ static kiln_tensor *expected(kiln_dtype dt, int ndim, const int64_t *dims, bool 
     return t;
 }
 
-/* Mean, variance, min and max of a draw of n elements (op with attrs) by kiln_optest_eval. */
+/* Mean, variance, min and max of a draw of n elements (op with attrs) by kiln_optest_eval.
+ * Frees in[]. */
 static bool moments(const char *op, const char *attrs, int n_in, kiln_tensor **in, double *mean, double *var,
                     double *lo, double *hi, int64_t *n) {
     kiln_tensor *out = NULL;
-    if (!kiln_optest_eval("", op, attrs, 0, n_in, in, 1, &out, op)) return false;
+    const bool ok = kiln_optest_eval("", op, attrs, 0, n_in, in, 1, &out, op);
+    for (int i = 0; i < n_in; i++) kiln_tensor_free(in[i]);
+    if (!ok) return false;
     double s = 0, s2 = 0;
     *lo = INFINITY;
     *hi = -INFINITY;
