@@ -241,8 +241,8 @@ static int test_uniform(void) {
     fails += kiln_optest("RandomUniform", "shape=[0,4]", 0, NULL, 1,
                          (kiln_tensor *[]){kt_make(KILN_F32, 2, KT_DIMS(0, 4), NULL)}, 0, 0, "random_uniform empty");
     /* statistics of 40000 draws */
-    double mean, var, lo, hi;
-    int64_t n;
+    double mean = 0, var = 0, lo = 0, hi = 0;
+    int64_t n = 0;
     bool ok = moments("RandomUniform", "shape=[200,200];low=-2.0;high=3.0", 0, NULL, &mean, &var, &lo, &hi, &n);
     fails += check_moments("random_uniform 40000 draws in [-2, 3)", ok && lo >= -2 && hi < 3 && hi > 2.99 && lo < -1.99,
                            mean, var, 0.5, 25.0 / 12, sqrt(25.0 / 12 / 40000), 0.03);
@@ -266,8 +266,8 @@ static int test_normal(void) {
     fails += kiln_optest("RandomNormal", "shape=[9];dtype=10", 0, NULL, 1,
                          (kiln_tensor *[]){expected(KILN_F16, 1, KT_DIMS(9), true, 0, 1, 0, false)}, 0, 0,
                          "random_normal f16");
-    double mean, var, lo, hi;
-    int64_t n;
+    double mean = 0, var = 0, lo = 0, hi = 0;
+    int64_t n = 0;
     bool ok = moments("RandomNormal", "shape=[200,200];mean=1.0;scale=2.0", 0, NULL, &mean, &var, &lo, &hi, &n);
     fails += check_moments("random_normal 40000 draws mean 1 sd 2", ok && lo < -5 && hi > 7, mean, var, 1, 4,
                            2 / sqrt(40000.0), 0.04);
@@ -303,8 +303,8 @@ static int test_normal_like(void) {
                          (kiln_tensor *[]){kt_make(KILN_F64, 1, KT_DIMS(11), NULL)}, 1,
                          (kiln_tensor *[]){expected(KILN_F64, 1, KT_DIMS(11), true, 0, 0.5, 3, true)}, 0, 0,
                          "random_normal_like f64 scale 0.5 seed 3");
-    double mean, var, lo, hi;
-    int64_t n;
+    double mean = 0, var = 0, lo = 0, hi = 0;
+    int64_t n = 0;
     bool ok = moments("RandomNormalLike", "dtype=1", 1, (kiln_tensor *[]){kt_make(KILN_F32, 2, KT_DIMS(100, 400), NULL)},
                       &mean, &var, &lo, &hi, &n);
     fails += check_moments("random_normal_like 40000 draws", ok, mean, var, 0, 1, 1 / sqrt(40000.0), 0.04);
