@@ -238,6 +238,7 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(channel_shuffle) /* movement.cu: kiln.ChannelShuffle, NCHW or NHWC */               \
     X(dropout)     /* dropout.cu: Dropout (inference and training, mask output) */        \
     X(dropout_grad) /* dropout.cu: kiln.DropoutGrad */                                    \
+    X(random)      /* random.cu: RandomUniform(Like) RandomNormal(Like) Bernoulli */     \
     X(unary_grad)  /* elementwise.cu: kiln.UnaryGrad for the unary family */              \
     X(conv_grad_input)  /* conv.c: kiln.ConvGradInput through cuDNN */                    \
     X(conv_grad_weight) /* conv.c: kiln.ConvGradWeight through cuDNN */                   \

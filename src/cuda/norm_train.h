@@ -32,7 +32,8 @@ kiln_status kiln_cuda_k_gmp_grad(kiln_cuda *cu, kiln_op_ctx *c);
 bool kiln_cuda_sup_avgpool_grad(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_avgpool_grad(kiln_cuda *cu, kiln_op_ctx *c);
 
-/* reduce_grad.cu: kiln.ReduceSumGrad, kiln.ReduceMeanGrad, kiln.ReduceMaxGrad, kiln.ReduceMinGrad */
+/* reduce_grad.cu: kiln.ReduceSumGrad, kiln.ReduceMeanGrad, kiln.ReduceMaxGrad, kiln.ReduceMinGrad,
+ * kiln.ReduceL2Grad */
 bool kiln_cuda_sup_reduce_grad(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_reduce_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_reduce_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);

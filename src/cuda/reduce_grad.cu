@@ -1,10 +1,11 @@
 /*
  * reduce_grad.cu — kiln.ReduceSumGrad, kiln.ReduceMeanGrad (X, dY, axes?) and
- * kiln.ReduceMaxGrad, kiln.ReduceMinGrad (X, dY, Y, axes?) -> dX like X, as
+ * kiln.ReduceMaxGrad, kiln.ReduceMinGrad, kiln.ReduceL2Grad (X, dY, Y, axes?) -> dX like X, as
  * src/ops/reduce_common.c computes them, in f32 / f16 / bf16, NCHW:
  *   dY (the forward's output, with or without keepdims) is broadcast back over the
  *   reduced dims: Sum copies it, Mean multiplies it by 1 / the count reduced (in double,
- *   rounded once), Max / Min give it to the elements equal to Y, split evenly among ties.
+ *   rounded once), Max / Min give it to the elements equal to Y, split evenly among ties,
+ *   L2 gives dY / Y * X in double (0 where Y = 0), bit for bit the reference's.
  * The axes are read as the forward read them (the `axes` attribute before opset 13 for
  * Sum, 18 for the others; from then on the axes input, whose values are known when the
  * plan is built; empty axes reduce everything unless noop_with_empty_axes = 1).
@@ -71,6 +72,26 @@ __global__ void extremum_grad(const T *x, const T *y, const T *dy, const int *ti
 }
 
 template <typename T>
+__global__ void l2_grad(const T *x, const T *y, const T *dy, T *dx, int64_t n, Bcast b) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        const int64_t o = y_offset(b, i);
+        const double yv = (double)to_f(y[o]);
+        const double g = yv != 0 ? __dmul_rn(__ddiv_rn((double)to_f(dy[o]), yv), (double)to_f(x[i])) : 0.0;
+        dx[i] = from_f<T>((float)g);
+    }
+}
+
+template <typename T>
+kiln_status launch_l2_grad(kiln_cuda *cu, kiln_context *ctx, const void *x, const void *y, const void *dy, void *dx,
+                           int64_t n, Bcast b) {
+    if (n == 0) return KILN_OK;
+    l2_grad<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((const T *)x, (const T *)y,
+                                                                             (const T *)dy, (T *)dx, n, b);
+    KILN_CUDA_LAUNCHED(ctx, "l2_grad");
+    return KILN_OK;
+}
+
+template <typename T>
 kiln_status launch_reduce_grad(kiln_cuda *cu, kiln_context *ctx, bool extremum, const void *x, const void *y,
                                const void *dy, void *dx, int *ties, int64_t n, int64_t ny, Bcast b, double scale) {
     if (n == 0) return KILN_OK;
@@ -94,11 +115,16 @@ bool extremum_of(const kiln_op_ctx *c) {
     return strcmp(c->node->op_type, "ReduceMaxGrad") == 0 || strcmp(c->node->op_type, "ReduceMinGrad") == 0;
 }
 
+bool l2_of(const kiln_op_ctx *c) { return strcmp(c->node->op_type, "ReduceL2Grad") == 0; }
+
+/* Y is input 2 (the axes then input 3) */
+bool with_y_of(const kiln_op_ctx *c) { return extremum_of(c) || l2_of(c); }
+
 /* The dims of X the forward reduced (all false: noop_with_empty_axes with empty axes),
  * read from the attribute or the host values of the axes input (hin). */
 bool grad_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, bool *reduced, char *why, size_t wn) {
     bool noop = false;
-    return kiln_cuda_reduce_axes(c, hin, extremum_of(c) ? 3 : 2, reduced, &noop, why, wn);
+    return kiln_cuda_reduce_axes(c, hin, with_y_of(c) ? 3 : 2, reduced, &noop, why, wn);
 }
 
 Bcast bcast_of(const kiln_tensor *x, const bool *reduced) {
@@ -117,7 +143,7 @@ Bcast bcast_of(const kiln_tensor *x, const bool *reduced) {
 } // namespace
 
 extern "C" bool kiln_cuda_sup_reduce_grad(const kiln_op_ctx *c, char *why, size_t n) {
-    const bool ext = extremum_of(c);
+    const bool ext = with_y_of(c);
     const int need = ext ? 3 : 2;
     for (int i = 0; i < need; i++)
         if (i >= c->n_in || !c->in[i]) {
@@ -131,7 +157,7 @@ extern "C" bool kiln_cuda_sup_reduce_grad(const kiln_op_ctx *c, char *why, size_
                  kiln_dtype_name(x->dtype), kiln_dtype_name(c->out[0]->dtype));
         return false;
     }
-    if (ext && kiln_tensor_numel(dy) > INT32_MAX) {
+    if (extremum_of(c) && kiln_tensor_numel(dy) > INT32_MAX) {
         snprintf(why, n, "%lld outputs (tie counts are int)", (long long)kiln_tensor_numel(dy));
         return false;
     }
@@ -157,9 +183,14 @@ extern "C" kiln_status kiln_cuda_k_reduce_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     if (ext && ny > 0 && (!c->workspace || c->workspace_size < ws))
         return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "%s needs %zu bytes of workspace, got %zu", c->node->op_type, ws,
                          c->workspace_size);
+    kiln_status st;
+    if (l2_of(c)) {
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_l2_grad, cu, c->kctx, x->data, c->in[2]->data, dy->data,
+                               c->out[0]->data, n, bcast_of(x, reduced));
+        return st;
+    }
     const double scale =
         strcmp(c->node->op_type, "ReduceMeanGrad") == 0 && ny > 0 && n > 0 ? (double)ny / (double)n : 1.0;
-    kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, dy->dtype, launch_reduce_grad, cu, c->kctx, ext, x->data,
                            ext ? c->in[2]->data : nullptr, dy->data, c->out[0]->data, (int *)c->workspace, n, ny,
                            bcast_of(x, reduced), scale);

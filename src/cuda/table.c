@@ -371,6 +371,18 @@ static bool sup_dropout(const kiln_op_ctx *c, char *why, size_t n) {
     return float_scalar(c, 1, "ratio", why, n) && bool_scalar(c, 2, "training_mode", why, n);
 }
 
+/* RandomUniform(Like), RandomNormal(Like), Bernoulli (random.cu): a float output (f32,
+ * f16, bf16), NCHW; Bernoulli's probabilities in a float dtype. The Like forms read only
+ * their input's shape. */
+static bool sup_random(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!kiln_cuda_float_dtype(c->out[0]->dtype)) {
+        snprintf(why, n, "output dtype %s (f32, f16 and bf16 are supported)", kiln_dtype_name(c->out[0]->dtype));
+        return false;
+    }
+    if (strcmp(c->node->op_type, "Bernoulli") == 0 && !float_input(c, 0, why, n)) return false;
+    return true;
+}
+
 /* kiln.DropoutGrad(dY, mask, ratio?, training_mode?, Y?): dY and the mask NCHW; dX NCHW, or
  * NHWC (the layout pass's fold of a kiln.ToNHWC). With relu = 1 (the fuse-pool pass's fold
  * of a Relu's gradient) Y of dY's dtype, and all four of dY, the mask, Y and dX NCHW: the
@@ -1260,6 +1272,11 @@ static const entry table[] = {
     /* kiln's gradient ops */
     {"kiln.UnaryGrad", kiln_cuda_k_unary_grad, sup_unary_grad, NULL, true},
     {"kiln.DropoutGrad", kiln_cuda_k_dropout_grad, sup_dropout_grad, NULL, true},
+    {"RandomUniform", kiln_cuda_k_random, sup_random, NULL, false},
+    {"RandomNormal", kiln_cuda_k_random, sup_random, NULL, false},
+    {"RandomUniformLike", kiln_cuda_k_random, sup_random, NULL, false},
+    {"RandomNormalLike", kiln_cuda_k_random, sup_random, NULL, false},
+    {"Bernoulli", kiln_cuda_k_random, sup_random, NULL, false},
     {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input, true},
     {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight, true},
     {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_conv_grad_bias, kiln_cuda_ws_channel_sum, true},
@@ -1320,6 +1337,7 @@ static const entry table[] = {
     {"kiln.ReduceMeanGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
     {"kiln.ReduceMaxGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
     {"kiln.ReduceMinGrad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
+    {"kiln.ReduceL2Grad", kiln_cuda_k_reduce_grad, kiln_cuda_sup_reduce_grad, kiln_cuda_ws_reduce_grad, false},
     {"kiln.LayerNormGrad", kiln_cuda_k_ln_grad, kiln_cuda_sup_ln_grad, NULL, false},
     {"InstanceNormalization", kiln_cuda_k_instnorm, kiln_cuda_sup_instnorm, NULL, false},
     {"kiln.InstanceNormGrad", kiln_cuda_k_instnorm_grad, kiln_cuda_sup_instnorm_grad, kiln_cuda_ws_instnorm_grad,

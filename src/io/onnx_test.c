@@ -25,6 +25,9 @@
  *     output holds numpy's draw, which kiln's generator does not reproduce; kiln's output
  *     is still checked to be a dropout of the input (each element 0 or x / (1 - ratio),
  *     and the mask output, if any, true exactly where the element was kept);
+ *   - another random op (RandomUniform(Like), RandomNormal(Like), Bernoulli): the expected
+ *     output holds numpy's draw; kiln's outputs are checked to have the expected dtypes and
+ *     shapes, and to be 0 or 1 where the expected output is a draw of 0 and 1;
  *   - ONNX 1.12's Hann, Hamming and Blackman window data, computed with pi = 3.1415 (fixed
  *     in later ONNX releases, which use np.pi): kiln's window is checked against the
  *     exact formula instead, to 1e-6 (the window ops' own test cases do the same).
@@ -432,6 +435,46 @@ static case_result random_dropout(case_state *cs, const kiln_model *m, kiln_tens
     return CASE_PASS;
 }
 
+/* After the outputs did not match: SKIP a model with another random op (RandomUniform(Like),
+ * RandomNormal(Like), Bernoulli: kiln_op_def.random) whose outputs have the expected dtypes
+ * and shapes, and, where an expected output holds only 0 and 1 (a Bernoulli draw), only 0
+ * and 1 too: the expected values are numpy's draw. A case that breaks this stays a FAIL.
+ * Returns CASE_PASS when no such op. */
+static case_result random_draw(case_state *cs, const kiln_model *m, const kiln_tensor **got, int n_got,
+                               kiln_tensor **exp) {
+    const kiln_node *r = NULL;
+    for (int i = 0; i < m->n_nodes && !r; i++) {
+        const kiln_node *n = &m->nodes[i];
+        const kiln_op_def *d = n->op >= 0 ? kiln_op_get(n->op) : NULL;
+        if (d && d->random && strcmp(n->op_type, "Dropout") != 0) r = n;
+    }
+    if (!r) return CASE_PASS;
+    for (int j = 0; j < n_got; j++) {
+        const kiln_tensor *g = got[j], *e = exp[j];
+        if (!g || !e || g->dtype != e->dtype || g->ndim != e->ndim ||
+            memcmp(g->dims, e->dims, sizeof(int64_t) * (size_t)g->ndim) != 0)
+            return CASE_PASS; /* the FAIL stands */
+        bool binary = true;
+        for (int64_t k = 0; k < kiln_tensor_numel(e) && binary; k++) {
+            const double v = kiln_get_f64(e, k);
+            binary = v == 0 || v == 1;
+        }
+        for (int64_t k = 0; binary && k < kiln_tensor_numel(g); k++) {
+            const double v = kiln_get_f64(g, k);
+            if (!(v == 0 || v == 1)) {
+                snprintf(cs->why, sizeof cs->why, "%s node '%s': output %d element %lld is %.9g, not a draw of 0 or 1",
+                         r->op_type, r->name, j, (long long)k, v);
+                return CASE_FAIL;
+            }
+        }
+    }
+    snprintf(cs->why, sizeof cs->why,
+             "%s node '%s' draws random numbers: the expected output holds numpy's draw, which kiln's generator "
+             "does not reproduce (kiln's outputs checked: the expected dtypes and shapes, 0 or 1 where a draw of 0 "
+             "and 1 is expected)", r->op_type, r->name);
+    return CASE_SKIP;
+}
+
 /* After the outputs did not match: a model of one Hann, Hamming or Blackman window node
  * whose expected output was computed with pi = 3.1415 (ONNX 1.12's test data; later
  * releases use np.pi) is a SKIP when kiln's output is the exact window (to 1e-6), and
@@ -505,6 +548,7 @@ static case_result run_data_set(case_state *cs, kiln_model *m, kiln_session *s, 
     }
     if (r == CASE_FAIL) {
         case_result why_not = random_dropout(cs, m, in, n_in, got, n_exp);
+        if (why_not == CASE_PASS) why_not = random_draw(cs, m, got, n_exp, exp);
         if (why_not == CASE_PASS) why_not = approximate_pi_window(cs, m, in, n_in, got, n_exp, exp);
         if (why_not != CASE_PASS) r = why_not;
     }

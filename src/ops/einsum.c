@@ -7,7 +7,14 @@
  * all inputs); floats accumulate in double, integers in int64. The plan (einsum.h) is
  * shared with the CUDA kernel, which runs a plan that is a batched matrix product
  * (kiln_einsum_as_gemm) as one cuBLASLt call. A low-precision op under fp16/bf16, as
- * MatMul (every kernel accumulates in float or double). */
+ * MatMul (every kernel accumulates in float or double).
+ *
+ * Gradient, for one or two inputs with an explicit output ("->"), letters only (no "...")
+ * and no letter twice in a term (no diagonals), where every letter of the input
+ * differentiated is in the output or the other input (MaxViT's attention: "BGHID,BGHJD->
+ * BGHIJ" and "BGHIJ,BGHJD->BGHID"): the Einsum of dY with the other input into that input's
+ * letters, dA = Einsum(dY, B) "out,b->a", dB = Einsum(A, dY) "a,out->b" (one input:
+ * "out->a"). Other equations are refused by name. */
 #include "../core/optest.h"
 #include "einsum.h"
 
@@ -331,6 +338,70 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* The equation's terms without spaces: terms[0..n_in-1] the inputs', terms[n_in] the
+ * output's; false when it is not of the form the gradient takes. */
+static bool grad_terms(const char *eq, int n_in, char terms[3][KILN_MAX_DIMS + 1]) {
+    int t = 0, len = 0;
+    bool arrow = false;
+    for (const char *p = eq; *p; p++) {
+        if (*p == ' ') continue;
+        if (*p == ',' || (*p == '-' && p[1] == '>')) {
+            if (arrow || t >= n_in) return false;
+            terms[t++][len] = '\0';
+            len = 0;
+            if (*p == '-') {
+                arrow = true;
+                p++;
+            }
+            continue;
+        }
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) || len >= KILN_MAX_DIMS) return false;
+        for (int k = 0; k < len; k++)
+            if (terms[t][k] == *p) return false; /* a diagonal */
+        terms[t][len++] = *p;
+    }
+    if (!arrow || t != n_in) return false;
+    terms[t][len] = '\0';
+    return true;
+}
+
+static kiln_status grad(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    const char *eq = kiln_attr_string(n, "equation", "");
+    char terms[3][KILN_MAX_DIMS + 1];
+    if (n->n_in > 2 || !grad_terms(eq, n->n_in, terms))
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "Einsum node '%s': no gradient for equation '%s' (one or two inputs, an explicit '->', "
+                         "letters only, none twice in a term)", n->name, eq);
+    const char *out = terms[n->n_in];
+    for (int k = 0; k < n->n_in; k++) {
+        if (!g->need[k]) continue;
+        const char *other = n->n_in == 2 ? terms[1 - k] : "";
+        for (const char *l = terms[k]; *l; l++)
+            if (!strchr(out, *l) && !strchr(other, *l))
+                return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                                 "Einsum node '%s': no gradient for equation '%s' (label '%c' of input %d is summed "
+                                 "within that input alone)", n->name, eq, *l, k);
+        char attrs[4 * KILN_MAX_DIMS + 32];
+        int in[2];
+        if (n->n_in == 1) {
+            snprintf(attrs, sizeof attrs, "equation=%s->%s", out, terms[0]);
+            in[0] = g->dy[0];
+        } else if (k == 0) {
+            snprintf(attrs, sizeof attrs, "equation=%s,%s->%s", out, terms[1], terms[0]);
+            in[0] = g->dy[0];
+            in[1] = KILN_GRAD_IN(g, 1);
+        } else {
+            snprintf(attrs, sizeof attrs, "equation=%s,%s->%s", terms[0], out, terms[1]);
+            in[0] = KILN_GRAD_IN(g, 0);
+            in[1] = g->dy[0];
+        }
+        g->dx[k] = kiln_grad_emit(g, NULL, "Einsum", n->n_in, in, 1, NULL, false, attrs);
+        if (g->dx[k] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    return KILN_OK;
+}
+
 #ifdef KILN_OPTESTS
 /* Whether equation eq on inputs of shapes (na, da) and (nb, db) runs as one GEMM, and with
  * which M N K batch ta tb (want[6]; NULL: it must not). */
@@ -470,6 +541,23 @@ static int test(void) {
                                    (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 9), -1, 1, 6813),
                                                      kt_rand(KILN_F32, 2, KT_DIMS(9, 4), -1, 1, 6814)},
                                    1, 1e-5, 1e-5, "einsum shared right operand");
+    /* gradients: MaxViT's two attention products (spaces as torch writes them), a sum over
+     * a label of both inputs into an outer index, one input (a transpose) */
+    fails += kiln_gradcheck("Einsum", "equation=B G H I D, B G H J D -> B G H I J", 0, 2,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 5, KT_DIMS(2, 1, 2, 3, 4), -1, 1, 6803),
+                                              kt_rand(KILN_F64, 5, KT_DIMS(2, 1, 2, 5, 4), -1, 1, 6804)},
+                            NULL, "einsum grad q k^T (MaxViT)");
+    fails += kiln_gradcheck("Einsum", "equation=B G H I J, B G H J D -> B G H I D", 0, 2,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 5, KT_DIMS(2, 1, 2, 3, 5), -1, 1, 6805),
+                                              kt_rand(KILN_F64, 5, KT_DIMS(2, 1, 2, 5, 4), -1, 1, 6806)},
+                            NULL, "einsum grad attn v (MaxViT)");
+    fails += kiln_gradcheck("Einsum", "equation=be,ed->bd", 0, 2,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 2, KT_DIMS(3, 4), -1, 1, 6807),
+                                              kt_rand(KILN_F64, 2, KT_DIMS(4, 2), -1, 1, 6808)},
+                            NULL, "einsum grad matmul be,ed->bd");
+    fails += kiln_gradcheck("Einsum", "equation=ijk->kji", 0, 1,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(2, 3, 4), -1, 1, 6809)}, NULL,
+                            "einsum grad one input, a transpose");
     return fails;
 }
 #endif /* KILN_OPTESTS */
@@ -484,5 +572,5 @@ static double flops(const kiln_op_ctx *c) {
 const kiln_op_def kiln_op_einsum = {
     .precision = KILN_PREC_LOW, .flops = flops,
     .name = "Einsum", .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
 };

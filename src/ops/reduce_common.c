@@ -349,7 +349,9 @@ static bool same_shape(const kiln_tensor *a, int ndim, const int64_t *dims) {
     return true;
 }
 
-static bool with_y(kiln_reduce_kind kind) { return kind == KILN_REDUCE_MAX || kind == KILN_REDUCE_MIN; }
+static bool with_y(kiln_reduce_kind kind) {
+    return kind == KILN_REDUCE_MAX || kind == KILN_REDUCE_MIN || kind == KILN_REDUCE_L2;
+}
 
 kiln_status kiln_reduce_grad_infer(kiln_op_ctx *c, int axes_input_opset, kiln_reduce_kind kind) {
     const kiln_tensor *x = c->in[0], *dy = c->in[1];
@@ -402,6 +404,17 @@ kiln_status kiln_reduce_grad_forward(kiln_op_ctx *c, int axes_input_opset, kiln_
         for (int64_t i = 0; i < n; i++) {
             if (f32) dxf[i] = (float)(dyf[off[0]] * scale);
             else kiln_set_f64(dx, i, kiln_get_f64(dy, off[0]) * scale);
+            kiln_index_next(x->ndim, x->dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])st_y, off);
+        }
+        return KILN_OK;
+    }
+    if (kind == KILN_REDUCE_L2) { /* dX = dY / Y * X, 0 where Y = 0 (torch's norm backward) */
+        int64_t idx[KILN_MAX_DIMS] = {0}, off[1] = {0};
+        for (int64_t i = 0; i < n; i++) {
+            const double yv = kiln_get_f64(y, off[0]);
+            const double g = yv != 0 ? kiln_get_f64(dy, off[0]) / yv * kiln_get_f64(x, i) : 0.0;
+            if (f32) dxf[i] = (float)g;
+            else kiln_set_f64(dx, i, g);
             kiln_index_next(x->ndim, x->dims, idx, 1, (const int64_t(*)[KILN_MAX_DIMS])st_y, off);
         }
         return KILN_OK;

@@ -1,6 +1,6 @@
 /*
- * reduce_common.h — shared machinery for ReduceSum, ReduceMean, ReduceMax and ReduceMin, and
- * the forward-only ReduceL1, ReduceL2, ReduceSumSquare, ReduceProd, ReduceLogSum and
+ * reduce_common.h — shared machinery for ReduceSum, ReduceMean, ReduceMax, ReduceMin and
+ * ReduceL2, and the forward-only ReduceL1, ReduceSumSquare, ReduceProd, ReduceLogSum and
  * ReduceLogSumExp.
  *
  * Axes come from the `axes` attribute before the opset where ONNX moved them to an
@@ -17,12 +17,13 @@
  * Prod accumulate exactly in 64 bits (wrapping); L2, LogSum and LogSumExp go through
  * double and are truncated toward zero.
  *
- * Gradients: internal ops kiln.Reduce{Sum,Mean,Max,Min}Grad with inputs (X, dY, axes) and,
- * for Max/Min, (X, dY, Y, axes) with the forward output Y; the forward node's attributes and
+ * Gradients: internal ops kiln.Reduce{Sum,Mean,Max,Min,L2}Grad with inputs (X, dY, axes) and,
+ * for Max/Min/L2, (X, dY, Y, axes) with the forward output Y; the forward node's attributes and
  * opset travel with them, so the axes are read exactly as the forward read them. dY (the
  * forward output's shape, with or without keepdims) is broadcast back over the reduced
  * dims: Sum copies it, Mean divides by the count reduced, Max/Min give it to the elements
- * equal to the result, split evenly among ties (a subgradient, as torch.amax does). The
+ * equal to the result, split evenly among ties (a subgradient, as torch.amax does), L2 gives
+ * dY / Y * X (in double), 0 where Y = 0 (torch.linalg.vector_norm's backward). The
  * Sum/Mean gradients read only X's shape. Floats only.
  */
 #ifndef KILN_OPS_REDUCE_COMMON_H
@@ -35,7 +36,8 @@ typedef enum kiln_reduce_kind {
     KILN_REDUCE_MEAN,
     KILN_REDUCE_MAX,
     KILN_REDUCE_MIN,
-    /* forward only (no gradients): */
+    /* the rest: forward through the shared reduction loop (more_kind); of them only L2 has a
+     * gradient (swin_v2's normalized attention) */
     KILN_REDUCE_L1,          /* sum |x| */
     KILN_REDUCE_L2,          /* sqrt(sum x^2) */
     KILN_REDUCE_SUM_SQUARE,  /* sum x^2 */

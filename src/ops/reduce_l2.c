@@ -2,7 +2,9 @@
  * reduce_l2.c — ReduceL2: the square root of the sum of squares of the elements along `axes`.
  * Opsets 11/13: axes attribute, keepdims. Opset 18+: axes is an optional int64 input (a
  * value input) and noop_with_empty_axes applies. Float and integer dtypes; floats
- * accumulate in double. See reduce_common.h. No gradient (inference only).
+ * accumulate in double. See reduce_common.h.
+ * Gradient: kiln.ReduceL2Grad(X, dY, Y, axes): dX = dY / Y * X, 0 where Y = 0 (as
+ * torch.linalg.vector_norm's backward; F.normalize clamps such a norm anyway).
  */
 #include "../core/optest.h"
 #include "reduce_common.h"
@@ -13,6 +15,11 @@ enum { AXES_INPUT_OPSET = 18 };
 
 static kiln_status infer(kiln_op_ctx *c) { return kiln_reduce_infer(c, AXES_INPUT_OPSET, true, false); }
 static kiln_status forward(kiln_op_ctx *c) { return kiln_reduce_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_L2); }
+static kiln_status grad(kiln_grad_ctx *g) { return kiln_reduce_grad_rule(g, "ReduceL2Grad", KILN_REDUCE_L2); }
+static kiln_status infer_grad(kiln_op_ctx *c) { return kiln_reduce_grad_infer(c, AXES_INPUT_OPSET, KILN_REDUCE_L2); }
+static kiln_status forward_grad(kiln_op_ctx *c) {
+    return kiln_reduce_grad_forward(c, AXES_INPUT_OPSET, KILN_REDUCE_L2);
+}
 
 #ifdef KILN_OPTESTS
 static int test(void) {
@@ -57,6 +64,41 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(5, 33, 7), -3, 3, 5721),
                                                  kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1))},
                                1, "reduce_l2 random middle axis");
+    /* gradients against central differences (swin_v2: F.normalize over the last axis) */
+    fails += kiln_reduce_gradcheck("ReduceL2", "", 18, 1, KT_DIMS(-1), 31, "l2 grad last axis");
+    fails += kiln_reduce_gradcheck("ReduceL2", "axes=[0,2];keepdims=0", 13, -1, NULL, 32, "l2 grad axes 0,2 dropped");
+    fails += kiln_reduce_gradcheck("ReduceL2", "keepdims=0", 18, -1, NULL, 33, "l2 grad all axes");
+    return fails;
+}
+
+/* kiln.ReduceL2Grad by hand: dX = dY / Y * X per row, a zero row (Y = 0) gets 0 (not NaN) */
+static int test_grad(void) {
+    int fails = 0;
+    kiln_tensor *in[4], *dx;
+    in[0] = kt_make(KILN_F32, 2, KT_DIMS(3, 2), KT_VALS(3, 4, 0, 0, -1, 0));
+    in[1] = kt_make(KILN_F32, 2, KT_DIMS(3, 1), KT_VALS(10, 7, -2));
+    in[2] = kt_make(KILN_F32, 2, KT_DIMS(3, 1), KT_VALS(5, 0, 1));
+    in[3] = kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1));
+    dx = kt_make(KILN_F32, 2, KT_DIMS(3, 2), KT_VALS(6, 8, 0, 0, 2, 0));
+    fails += kiln_optest("ReduceL2Grad", "", 4, in, 1, &dx, 0, 0, "l2 grad by hand, a zero row");
+    in[0] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 2, 4));
+    in[1] = kt_make(KILN_F64, 0, NULL, KT_VALS(5));
+    in[2] = kt_make(KILN_F64, 0, NULL, KT_VALS(5));
+    in[3] = NULL;
+    dx = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 2, 4));
+    fails += kiln_optest("ReduceL2Grad", "keepdims=0", 4, in, 1, &dx, 0, 1e-15, "l2 grad all axes f64");
+    /* for the backend sweep: swin_v2's shape class (rows of 32 over several blocks) */
+    kiln_tensor *x = kt_rand(KILN_F32, 3, KT_DIMS(4, 37, 32), -2, 2, 34);
+    kiln_tensor *y = kt_make(KILN_F32, 3, KT_DIMS(4, 37, 1), NULL);
+    for (int64_t r = 0; x && y && r < 4 * 37; r++) {
+        double s = 0;
+        for (int k = 0; k < 32; k++) s += kiln_get_f64(x, r * 32 + k) * kiln_get_f64(x, r * 32 + k);
+        kiln_set_f64(y, r, sqrt(s));
+    }
+    fails += kiln_optest_sweep("ReduceL2Grad", "", 0, 4,
+                               (kiln_tensor *[]){x, kt_rand(KILN_F32, 3, KT_DIMS(4, 37, 1), -1, 1, 35), y,
+                                                 kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(-1))},
+                               1, "l2 grad 4x37x32 last axis");
     return fails;
 }
 #endif /* KILN_OPTESTS */
@@ -65,4 +107,12 @@ const kiln_op_def kiln_op_reduce_l2 = {
     .precision = KILN_PREC_FP32,
     .name = "ReduceL2", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = 1u << 1, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
+    .grad = grad,
+};
+
+const kiln_op_def kiln_op_reduce_l2_grad = {
+    .precision = KILN_PREC_FP32,
+    .name = "ReduceL2Grad", .domain = "kiln", .min_inputs = 3, .max_inputs = 4,
+    .min_outputs = 1, .max_outputs = 1, .value_inputs = 1u << 3,
+    .infer = infer_grad, .cpu_forward = forward_grad, .test = KILN_OP_TESTS(test_grad),
 };

@@ -5,7 +5,12 @@
  * Opsets 11, 13, 16, 18. Tuples apply in order, so with reduction none a repeated tuple
  * keeps the last update. int64 indices (int32 accepted); negative ones count from the
  * end; one out of range is an error at run time (KILN_ERR_INVALID_ARGUMENT), checked before
- * anything is written. Any data dtype (the reductions: numeric ones). */
+ * anything is written. Any data dtype (the reductions: numeric ones).
+ *
+ * Gradient (reduction none or add; swin_v2 zeroes part of a bias this way): dUpdates =
+ * GatherND(dY, indices); dData = ScatterND(dY, indices, zeros like updates) for none (the
+ * overwritten elements get nothing), dY for add. With none and a repeated index tuple,
+ * every copy of the update gets the gradient (only the last one lands). */
 #include "../core/optest.h"
 
 #include <inttypes.h>
@@ -95,6 +100,36 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+static kiln_status grad(kiln_grad_ctx *g) {
+    const kiln_node *n = KILN_GRAD_NODE(g);
+    const int red = reduction_of(n);
+    if (red != RED_NONE && red != RED_ADD)
+        return kiln_fail(g->m->ctx, KILN_ERR_UNSUPPORTED,
+                         "ScatterND node '%s': no gradient with reduction '%s' (none and add have one)", n->name,
+                         kiln_attr_string(n, "reduction", "none"));
+    if (g->need[2]) {
+        int in[2] = {g->dy[0], KILN_GRAD_IN(g, 1)};
+        g->dx[2] = kiln_grad_emit(g, NULL, "GatherND", 2, in, 1, NULL, false, NULL);
+        if (g->dx[2] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (g->need[0]) {
+        if (red == RED_ADD) {
+            g->dx[0] = g->dy[0];
+            return KILN_OK;
+        }
+        /* zeros shaped like updates, in its dtype (the three nodes fold) */
+        int like = KILN_GRAD_IN(g, 2);
+        int shape = kiln_grad_emit(g, NULL, "Shape", 1, &like, 1, NULL, false, NULL);
+        int zeros = shape < 0 ? -1 : kiln_grad_emit(g, NULL, "ConstantOfShape", 1, &shape, 1, NULL, false, NULL);
+        int cl[2] = {zeros, like};
+        int z = zeros < 0 ? -1 : kiln_grad_emit(g, NULL, "CastLike", 2, cl, 1, NULL, false, NULL);
+        int in[3] = {g->dy[0], KILN_GRAD_IN(g, 1), z};
+        g->dx[0] = z < 0 ? -1 : kiln_grad_emit(g, NULL, "ScatterND", 3, in, 1, NULL, false, NULL);
+        if (g->dx[0] < 0) return KILN_ERR_OUT_OF_MEMORY;
+    }
+    return KILN_OK;
+}
+
 #ifdef KILN_OPTESTS
 static int test(void) {
     int fails = 0;
@@ -139,6 +174,23 @@ static int test(void) {
                                                  kt_rand(KILN_I64, 2, KT_DIMS(4, 2), 0, 5, 6402),
                                                  kt_rand(KILN_F32, 2, KT_DIMS(4, 7), -3, 3, 6403)},
                                1, "scatter_nd random slices");
+    /* gradients (distinct index tuples: a repeated one has no derivative for its lost update) */
+    fails += kiln_gradcheck("ScatterND", "", 0, 3,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 3, KT_DIMS(4, 3, 2), -1, 1, 6404),
+                                              kt_make(KILN_I64, 2, KT_DIMS(2, 2), KT_VALS(1, 2, 3, 0)),
+                                              kt_rand(KILN_F64, 2, KT_DIMS(2, 2), -1, 1, 6405)},
+                            NULL, "scatter_nd grad slices");
+    fails += kiln_gradcheck("ScatterND", "reduction=add", 16, 3,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(6), -1, 1, 6406),
+                                              kt_make(KILN_I64, 2, KT_DIMS(3, 1), KT_VALS(4, 0, 4)),
+                                              kt_rand(KILN_F64, 1, KT_DIMS(3), -1, 1, 6407)},
+                            NULL, "scatter_nd grad add, a repeated index");
+    /* swin_v2's form: a bias whose middle third is zeroed (updates a constant) */
+    fails += kiln_gradcheck("ScatterND", "", 0, 3,
+                            (kiln_tensor *[]){kt_rand(KILN_F64, 1, KT_DIMS(9), -1, 1, 6408),
+                                              kt_make(KILN_I64, 2, KT_DIMS(3, 1), KT_VALS(3, 4, 5)),
+                                              kt_make(KILN_F64, 1, KT_DIMS(3), NULL)},
+                            (const bool[]){true, false, false}, "scatter_nd grad data only (swin_v2's bias)");
     return fails;
 }
 #endif /* KILN_OPTESTS */
@@ -146,5 +198,5 @@ static int test(void) {
 const kiln_op_def kiln_op_scatter_nd = {
     .precision = KILN_PREC_FOLLOW,
     .name = "ScatterND", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
-    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
+    .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
 };

@@ -397,7 +397,25 @@ static kiln_status check_scalar_loss(kiln_model *m, int lv) {
                 k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%s%s", d ? "," : "[", dim,
                                       d + 1 == a->ndim ? "]" : "");
             }
-        st = kiln_fail(m->ctx, KILN_ERR_SHAPE, "the loss '%s' must be a float scalar; it is %s", m->values[lv].name, shape);
+        /* unknown: name the first node whose shape the probed batch leaves unknown (a batch
+         * fixed in the graph, e.g. a Constant shaped by the export's batch) */
+        char where[400] = "";
+        for (int i = 0; i < m->n_nodes && !where[0] && (a->ndim < 0 || a->ndim != b->ndim); i++) {
+            const kiln_node *n = &m->nodes[i];
+            bool in_known = true, out_unknown = false;
+            for (int j = 0; j < n->n_in; j++)
+                if (n->in[j] >= 0) in_known &= pr.one[n->in[j]].ndim >= 0 && pr.three[n->in[j]].ndim >= 0;
+            for (int j = 0; j < n->n_out; j++)
+                if (n->out[j] >= 0) out_unknown |= pr.one[n->out[j]].ndim < 0 || pr.three[n->out[j]].ndim < 0;
+            if (in_known && out_unknown)
+                snprintf(where, sizeof where,
+                         " (shapes are first lost at %s node '%s' when the batch is not the export's: a batch fixed "
+                         "in the graph? export with a dynamic batch, torch.onnx.export(..., dynamic_axes={input: "
+                         "{0: 'batch'}}))",
+                         n->op_type, n->name);
+        }
+        st = kiln_fail(m->ctx, KILN_ERR_SHAPE, "the loss '%s' must be a float scalar; it is %s%s", m->values[lv].name,
+                       shape, where);
     }
     kiln_pass_shape_probes_free(&pr);
     return st;
