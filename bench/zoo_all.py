@@ -156,14 +156,17 @@ def kiln_run(a, path, x, device, prec, tmp, deadline):
     return y, ""
 
 
-def kiln_bench(a, path, batch, deadline):
+def kiln_bench(a, path, batch, dev, deadline):
     iters = 100 if batch == 1 else 20
-    r, err = run_cmd([a.kiln, "bench", path, "--device", "cuda", "--batch", str(batch), "--fp16", "--iters",
-                      str(iters), "--warmup", "5"], max(10, deadline - time.time()))
+    if dev == "cpu":  # --dry-run: end-to-end latency, few iterations
+        iters = 3
+    r, err = run_cmd([a.kiln, "bench", path, "--device", dev, "--batch", str(batch), "--fp16", "--iters",
+                      str(iters), "--warmup", "5" if dev == "cuda" else "1"], max(10, deadline - time.time()))
     if r is None:
         return None, err
-    m = re.search(r"GPU compute[^\n]*?median\s+([0-9.]+)", r.stdout)
-    return (float(m.group(1)), "") if m else (None, "no 'GPU compute' line: " + r.stdout[-200:])
+    line = "GPU compute" if dev == "cuda" else "latency"
+    m = re.search(line + r"[^\n]*?median\s+([0-9.]+)", r.stdout)
+    return (float(m.group(1)), "") if m else (None, f"no '{line}' line: " + r.stdout[-200:])
 
 
 def rel(y, ref):
@@ -176,6 +179,15 @@ def agree(y, ref):
 
 def torch_ms(model, x, iters):
     import torch
+    if x.device.type == "cpu":  # --dry-run: wall clock, few iterations
+        with torch.inference_mode():
+            model(x)
+            ts = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                model(x)
+                ts.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(ts)
     with torch.inference_mode():
         for _ in range(5):
             model(x)
@@ -203,6 +215,10 @@ def stage(row, key, fn):
         return None
 
 
+def devtag(a):
+    return a.device + ("-dry-run" if a.dry_run else "")
+
+
 def big_batch(name):
     return 128 if name in BIG128 else 256
 
@@ -210,25 +226,26 @@ def big_batch(name):
 def one(a, name, deadline):
     import torch
     torch.set_num_threads(max(1, a.threads or torch.get_num_threads()))
-    row = {"model": name, "device": a.device}
+    row = {"model": name, "device": devtag(a)}
     tmp = tempfile.mkdtemp(prefix="zoo_")
     path = os.path.join(tmp, name + ".onnx")
     size = a.size
     model, is_seg = build(name)
     row["task"] = "segmentation" if is_seg else "classification"
     row["params_M"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
-    cuda = a.device == "cuda"
-    if cuda:
+    dev = a.device
+    full = dev == "cuda" or a.dry_run  # the GPU's stages (--dry-run: on the CPU, small)
+    if dev == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.benchmark = True
-        row["bn_stats"] = stage(row, "bn_stats", lambda: init_bn_stats(model, size, "cuda"))
+    if full:
+        row["bn_stats"] = stage(row, "bn_stats", lambda: init_bn_stats(model, size, dev, *((2, 2) if a.dry_run else ())))
     model = model.eval().cpu()
     row["export_s"] = stage(row, "export", lambda: round(export(model, path, size), 1))
     if row["export_s"] is None:
         return row
     row["onnx_MB"] = round(os.path.getsize(path) / 2**20, 1)
-    dev = "cuda" if cuda else "cpu"
 
     # fp32 match
     def fp32():
@@ -250,7 +267,7 @@ def one(a, name, deadline):
     t0 = time.time()
     stage(row, "fp32", fp32)
     row["fp32_s"] = round(time.time() - t0, 1)
-    if not cuda:
+    if not full:
         return row
 
     # fp16 top-1 agreement with PyTorch fp32 (kiln's and PyTorch fp16's own)
@@ -258,13 +275,13 @@ def one(a, name, deadline):
         n = a.seg_inputs if is_seg else a.fp16_inputs
         chunk = min(n, a.fp16_chunk)
         x = np.random.default_rng(2).standard_normal((n, 3, size, size)).astype(np.float32)
-        mf = model.cuda().float()
+        mf = model.to(dev).float()
         with torch.inference_mode():
-            ref = torch.cat([mf(torch.from_numpy(x[i:i + chunk]).cuda()).float().cpu()
+            ref = torch.cat([mf(torch.from_numpy(x[i:i + chunk]).to(dev)).float().cpu()
                              for i in range(0, n, chunk)]).numpy()
         mh = model.half().to(memory_format=torch.channels_last)
         with torch.inference_mode():
-            t16 = torch.cat([mh(torch.from_numpy(x[i:i + chunk]).cuda().half()
+            t16 = torch.cat([mh(torch.from_numpy(x[i:i + chunk]).to(dev).half()
                                 .to(memory_format=torch.channels_last)).float().cpu()
                              for i in range(0, n, chunk)]).numpy()
         model.float()
@@ -273,7 +290,7 @@ def one(a, name, deadline):
         row["torch16_max_rel_err"] = rel(t16, ref)
         ys = []
         for i in range(0, n, chunk):  # kiln in chunks: one `kiln run` each
-            y, err = kiln_run(a, path, x[i:i + chunk], "cuda", "--fp16", tmp, deadline)
+            y, err = kiln_run(a, path, x[i:i + chunk], dev, "--fp16", tmp, deadline)
             if y is None:
                 raise RuntimeError(err)
             ys.append(y)
@@ -291,13 +308,13 @@ def one(a, name, deadline):
         if time.time() > deadline - 20:
             row[k + "_error"] = "time limit reached before this batch"
             break
-        ms, err = kiln_bench(a, path, bs, deadline)
+        ms, err = kiln_bench(a, path, bs, dev, deadline)
         row[k + "_kiln16_ms"] = ms
         if ms is None:
             row[k + "_kiln16_error"] = err
         iters = 50 if bs == 1 else 10
-        xh = torch.randn(bs, 3, size, size, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
-        mh = model.cuda().half().to(memory_format=torch.channels_last)
+        xh = torch.randn(bs, 3, size, size, device=dev, dtype=torch.half).to(memory_format=torch.channels_last)
+        mh = model.to(dev).half().to(memory_format=torch.channels_last)
         row[k + "_eager16_ms"] = stage(row, k + "_eager16", lambda: round(torch_ms(mh, xh, iters), 4))
         if not a.skip_compile:
             def comp():
@@ -306,7 +323,8 @@ def one(a, name, deadline):
                 t0 = time.time()
                 with torch.inference_mode():
                     mc(xh)
-                torch.cuda.synchronize()
+                if dev == "cuda":
+                    torch.cuda.synchronize()
                 row[k + "_compile_s"] = round(time.time() - t0, 1)
                 return round(torch_ms(mc, xh, iters), 4)
             row[k + "_compile16_ms"] = stage(row, k + "_compile16", comp)
@@ -317,13 +335,14 @@ def one(a, name, deadline):
             row[k + "_vs_eager"] = round(row[k + "_eager16_ms"] / ms, 3)
         del xh
         model.float().cpu()
-        torch.cuda.empty_cache()
+        if dev == "cuda":
+            torch.cuda.empty_cache()
     return row
 
 
 def child(a):
     deadline = time.time() + a.child_limit
-    row = {"model": a.one, "device": a.device}
+    row = {"model": a.one, "device": devtag(a)}
     try:
         row = one(a, a.one, deadline)
     except Exception as e:  # noqa: BLE001
@@ -365,7 +384,7 @@ def table(path, device=None):
         if device is None or r.get("device") == device:
             rows[r["model"]] = r  # the last row of a model wins (a --redo)
     cpu = [r for r in rows.values() if r.get("device") == "cpu"]
-    gpu = [r for r in rows.values() if r.get("device") == "cuda"]
+    gpu = [r for r in rows.values() if r.get("device") != "cpu"]
     if cpu:
         print(f"{'model':30s} {'load+run':8s} {'max rel err':>11s} {'top1':>5s}  {'s':>5s}  error")
         for r in cpu:
@@ -408,6 +427,9 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln", help="the kiln executable")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--dry-run", action="store_true", help="with --device cpu: the GPU's stages (fp16 agreement, "
+                    "timings, torch.compile) on the CPU, small (inputs 8, batches 1,2, size 64 unless given): checks "
+                    "the script, not kiln")
     ap.add_argument("--models", default="all", help="names, or all / classification / segmentation")
     ap.add_argument("--exclude", default="", help="models to leave out")
     ap.add_argument("--batches", default="1,big", help="batches to time (cuda); big: 256, or 128 for BIG128")
@@ -432,6 +454,15 @@ def main():
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--child-limit", type=float, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.dry_run:
+        if a.device != "cpu":
+            ap.error("--dry-run is for --device cpu")
+        given = set(sys.argv)
+        a.fp16_inputs = a.fp16_inputs if "--fp16-inputs" in given else 8
+        a.seg_inputs = a.seg_inputs if "--seg-inputs" in given else 2
+        a.batches = a.batches if "--batches" in given else "1,2"
+        a.size = a.size if "--size" in given else 64
+        a.compile_mode = a.compile_mode if "--compile-mode" in given else "default"
     if a.match_batch is None:
         a.match_batch = 1 if a.device == "cpu" else 2
     if a.table:
@@ -470,10 +501,10 @@ def main():
                     row = json.loads(line[8:])
             if row is None:
                 tail = [l for l in (p.stderr + p.stdout).strip().splitlines() if l.strip()][-3:]
-                row = {"model": name, "device": a.device,
+                row = {"model": name, "device": devtag(a),
                        "error": f"child exit status {p.returncode}: " + " | ".join(tail)[-500:]}
         except subprocess.TimeoutExpired:
-            row = {"model": name, "device": a.device, "error": f"model time limit ({limit:.0f} s) reached"}
+            row = {"model": name, "device": devtag(a), "error": f"model time limit ({limit:.0f} s) reached"}
         row["wall_s"] = round(time.time() - t0, 1)
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -482,7 +513,7 @@ def main():
               (f", fp32 max rel err {row['fp32_max_rel_err']:.2e}" if "fp32_max_rel_err" in row else "") +
               (f"  {e[:200]}" if e else ""), flush=True)
     print()
-    table(a.out, a.device)
+    table(a.out, devtag(a))
 
 
 if __name__ == "__main__":
