@@ -31,6 +31,17 @@ A failing stage records its error in the row and the rest of the model goes on.
     python3 bench/zoo_all.py --kiln KILN --models all --batches 1,big --time-budget 520 --out zoo.jsonl
     python3 bench/zoo_all.py --table zoo.jsonl          # the table of what --out holds
 
+Time. Not yet measured on the GPU machine (this script was written without one). What a model
+costs there: the export (5-60 s, CPU), BatchNorm passes, the fp32 match, fp16 agreement (four
+`kiln run`s of 256 inputs, each planning and autotuning), two `kiln bench`es, eager, and
+torch.compile once per batch size. torch.compile (mode "default", inductor, cold cache) took
+44-50 s per batch size for resnet18 and 200-240 s for lraspp_mobilenet_v3_large on 2 CPU cores
+here (--dry-run); on the GPU machine's 16 cores expect 30-90 s per compile, so 2-4 minutes a
+model with compile, about half that with --skip-compile: a 9-minute call does 2-4 models, the
+whole zoo (84) 25-40 such calls. --compile-mode max-autotune-no-cudagraphs (Triton autotuning of
+every product and convolution) costs several times more. compile_s in each row is the first
+call's time; the table's torch.compile column is mode "default" unless --compile-mode says.
+
 --models: names, or the groups all, classification, segmentation (comma-separated; the
 groups leave out SKIP, the largest models; name one to run it). On the GPU machine run it
 through `bench/gpu.sh zoo` (ZOO_ARGS), which unpacks the carried kiln and sets the library
@@ -457,7 +468,7 @@ def main():
     ap.add_argument("--fp16-chunk", type=int, default=256, help="inputs per kiln run / PyTorch call")
     ap.add_argument("--skip-fp16", action="store_true")
     ap.add_argument("--skip-compile", action="store_true")
-    ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
+    ap.add_argument("--compile-mode", default="default",
                     choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
     ap.add_argument("--model-timeout", type=float, default=900, help="seconds per model (child killed after)")
     ap.add_argument("--time-budget", type=float, default=0, help="seconds for the whole run (0: none); no model "
@@ -478,7 +489,6 @@ def main():
         a.seg_inputs = a.seg_inputs if "--seg-inputs" in given else 2
         a.batches = a.batches if "--batches" in given else "1,2"
         a.size = a.size if "--size" in given else 64
-        a.compile_mode = a.compile_mode if "--compile-mode" in given else "default"
     if a.match_batch is None:
         a.match_batch = 1 if a.device == "cpu" else 2
     if a.table:
