@@ -300,7 +300,7 @@ def one(a, name, deadline):
     # fp16 top-1 agreement with PyTorch fp32 (kiln's and PyTorch fp16's own)
     def fp16():
         n = a.seg_inputs if is_seg else a.fp16_inputs
-        chunk = min(n, a.fp16_chunk)
+        chunk = min(n, a.fp16_chunk, big_batch(name))
         x = np.random.default_rng(2).standard_normal((n, 3, size, size)).astype(np.float32)
         mf = model.to(dev).float()
         with torch.inference_mode():
