@@ -47,9 +47,12 @@ groups leave out SKIP, the largest models; name one to run it). On the GPU machi
 through `bench/gpu.sh zoo` (ZOO_ARGS), which unpacks the carried kiln and sets the library
 path. Needs torch, torchvision, onnx, numpy.
 """
-import argparse, json, os, re, statistics, subprocess, sys, tempfile, time, traceback
+import argparse, json, math, os, re, statistics, subprocess, sys, tempfile, time, traceback
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # --table needs only the standard library (the ctest zoo_all_table)
+    np = None
 
 # Left out of the groups (name them to run them): too large for this script's budget.
 SKIP = {
@@ -409,7 +412,7 @@ def table(path, device=None):
         except ValueError:
             continue
         if device is None or r.get("device") == device:
-            rows[r["model"]] = r  # the last row of a model wins (a --redo)
+            rows[(r.get("device"), r["model"])] = r  # the last row of a model wins (a --redo)
     cpu = [r for r in rows.values() if r.get("device") == "cpu"]
     gpu = [r for r in rows.values() if r.get("device") != "cpu"]
     if cpu:
@@ -442,9 +445,13 @@ def table(path, device=None):
                     geo[b].append(r[k + "_vs_compile"])
             e = first_error(r)
             print(line + ("  " + e[:120] if e else ""))
+        n32 = sum(1 for r in gpu if r.get("fp32_max_rel_err") is not None and r["fp32_max_rel_err"] <= 1e-4)
+        n16 = sum(1 for r in gpu if r.get("fp16_ok"))
+        print(f"fp32 max rel err <= 1e-4 on {n32} of {len(gpu)} models; kiln fp16 top-1 agreement no lower "
+              f"than PyTorch fp16's minus 0.5 point on {n16}")
         for b in bss:
             if geo[b]:
-                g = float(np.exp(np.mean(np.log(geo[b]))))
+                g = math.exp(sum(math.log(v) for v in geo[b]) / len(geo[b]))
                 print(f"bs{b}: geometric mean of torch.compile/kiln over {len(geo[b])} models: {g:.3f}, "
                       f"kiln at least as fast on {sum(1 for v in geo[b] if v >= 1)}")
 
