@@ -47,7 +47,7 @@ groups leave out SKIP, the largest models; name one to run it). On the GPU machi
 through `bench/gpu.sh zoo` (ZOO_ARGS), which unpacks the carried kiln and sets the library
 path. Needs torch, torchvision, onnx, numpy.
 """
-import argparse, json, math, os, re, statistics, subprocess, sys, tempfile, time, traceback
+import argparse, json, math, os, re, shutil, statistics, subprocess, sys, tempfile, time, traceback
 
 try:
     import numpy as np
@@ -244,10 +244,17 @@ def big_batch(name):
 
 
 def one(a, name, deadline):
+    tmp = tempfile.mkdtemp(prefix="zoo_")
+    try:
+        return one_in(a, name, deadline, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the ONNX (up to GBs) and its inputs
+
+
+def one_in(a, name, deadline, tmp):
     import torch
     torch.set_num_threads(max(1, a.threads or torch.get_num_threads()))
     row = {"model": name, "device": devtag(a)}
-    tmp = tempfile.mkdtemp(prefix="zoo_")
     path = os.path.join(tmp, name + ".onnx")
     size = a.size
     model, is_seg = build(name)
