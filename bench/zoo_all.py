@@ -237,7 +237,7 @@ def degenerate(row):
     """An output too small or too large for a trained network's, or one that barely depends on
     the input (the last layer's bias: deeplabv3_mobilenet_v3_large, googlenet)."""
     m = row.get("ref_max_abs")
-    return m is not None and (m < 1e-3 or m > 1e4 or row.get("input_sensitivity", 1) < 1e-2)
+    return m is not None and (m < 1e-3 or m > 1e6 or row.get("input_sensitivity", 1) < 1e-2)
 
 
 def big_batch(name):
@@ -304,6 +304,8 @@ def one_in(a, name, deadline, tmp):
             model.float()
             row["fp64_kiln_rel_err"] = rel(y, r64)
             row["fp64_torch32_rel_err"] = rel(ref, r64)
+            # kiln as close to the exact function as PyTorch's own fp32: the network's conditioning
+            row["fp32_as_torch"] = row["fp64_kiln_rel_err"] <= 1.5 * row["fp64_torch32_rel_err"]
     t0 = time.time()
     stage(row, "fp32", fp32)
     if not full and degenerate(row):
@@ -448,7 +450,9 @@ def table(path, device=None):
                   f"{fmt(r.get('fp32_top1_agree'), '%.2f'):>5s}  {fmt(r.get('fp32_s'), '%.0f'):>5s}  "
                   f"{'' if ok and r['fp32_ok'] else first_error(r)[:150] or over}")
         good = sum(1 for r in cpu if r.get("fp32_ok"))
-        print(f"\n{good} of {len(cpu)} match (fp32 max rel err <= tolerance)")
+        cond = sum(1 for r in cpu if not r.get("fp32_ok") and r.get("fp32_as_torch"))
+        print(f"\n{good} of {len(cpu)} match (fp32 max rel err <= tolerance)" +
+              (f"; {cond} more over it but as close to PyTorch float64 as PyTorch fp32 is" if cond else ""))
     if gpu:
         bss = sorted({int(k[2:].split("_")[0]) for r in gpu for k in r if re.match(r"bs\d+_kiln16_ms", k)})
         head = f"{'model':30s} {'fp32 err':>8s} {'agree k16/t16':>13s} "
