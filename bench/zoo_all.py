@@ -47,7 +47,7 @@ groups leave out SKIP, the largest models; name one to run it). On the GPU machi
 through `bench/gpu.sh zoo` (ZOO_ARGS), which unpacks the carried kiln and sets the library
 path. Needs torch, torchvision, onnx, numpy.
 """
-import argparse, json, math, os, re, shutil, statistics, subprocess, sys, tempfile, time, traceback
+import argparse, json, math, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time, traceback
 
 try:
     import numpy as np
@@ -218,6 +218,16 @@ def torch_ms(model, x, iters):
     return statistics.median(ts)
 
 
+PARTIAL = None  # the child's row so far, written after each stage (kept if the child is killed)
+
+
+def checkpoint(row):
+    if PARTIAL:
+        with open(PARTIAL + ".tmp", "w") as f:
+            json.dump(row, f)
+        os.replace(PARTIAL + ".tmp", PARTIAL)
+
+
 def stage(row, key, fn):
     """Runs one stage; an exception is recorded in row[key + '_error'] and the model goes on."""
     try:
@@ -227,6 +237,8 @@ def stage(row, key, fn):
         if os.environ.get("ZOO_TRACE"):
             traceback.print_exc()
         return None
+    finally:
+        checkpoint(row)
 
 
 def devtag(a):
@@ -244,15 +256,7 @@ def big_batch(name):
     return 128 if name in BIG128 else 256
 
 
-def one(a, name, deadline):
-    tmp = tempfile.mkdtemp(prefix="zoo_")
-    try:
-        return one_in(a, name, deadline, tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # the ONNX (up to GBs) and its inputs
-
-
-def one_in(a, name, deadline, tmp):
+def one(a, name, deadline, tmp):
     import torch
     torch.set_num_threads(max(1, a.threads or torch.get_num_threads()))
     row = {"model": name, "device": devtag(a)}
@@ -365,6 +369,7 @@ def one_in(a, name, deadline, tmp):
         row[k + "_kiln16_ms"] = ms
         if ms is None:
             row[k + "_kiln16_error"] = err
+        checkpoint(row)
         iters = 50 if bs == 1 else 10
         xh = torch.randn(bs, 3, size, size, device=dev, dtype=torch.half).to(memory_format=torch.channels_last)
         mh = model.to(dev).half().to(memory_format=torch.channels_last)
@@ -394,10 +399,17 @@ def one_in(a, name, deadline, tmp):
 
 
 def child(a):
+    global PARTIAL
+    PARTIAL = a.partial
     deadline = time.time() + a.child_limit
     row = {"model": a.one, "device": devtag(a)}
     try:
-        row = one(a, a.one, deadline)
+        work = a.workdir or tempfile.mkdtemp(prefix="zoo_")
+        try:
+            row = one(a, a.one, deadline, work)
+        finally:
+            if not a.workdir:
+                shutil.rmtree(work, ignore_errors=True)
     except Exception as e:  # noqa: BLE001
         row["error"] = f"{type(e).__name__}: {e}"[:500]
     print("ZOO_ROW " + json.dumps(row), flush=True)
@@ -516,6 +528,8 @@ def main():
     ap.add_argument("--table", metavar="JSONL", help="print the table of a results file and exit")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--child-limit", type=float, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--partial", help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.dry_run:
         if a.device != "cpu":
@@ -556,17 +570,33 @@ def main():
         cmd = [sys.executable, os.path.abspath(__file__)] + passthrough + ["--one", name, "--child-limit",
                                                                              str(max(limit - 15, 5))]
         row = None
+        work = tempfile.mkdtemp(prefix="zoo_")  # the ONNX (up to GBs) and inputs; removed after
+        partial = os.path.join(work, "partial.json")
+        cmd += ["--partial", partial, "--workdir", work]
+
+        def so_far(error):  # what the child finished before it died or was stopped
+            try:
+                r = json.load(open(partial))
+            except (OSError, ValueError):
+                r = {"model": name, "device": devtag(a)}
+            r["error"] = error
+            return r
+        # its own process group: a kill at the time limit also ends the kiln it is running
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
-            for line in p.stdout.splitlines():
+            out, err = p.communicate(timeout=limit)
+            for line in out.splitlines():
                 if line.startswith("ZOO_ROW "):
                     row = json.loads(line[8:])
             if row is None:
-                tail = [l for l in (p.stderr + p.stdout).strip().splitlines() if l.strip()][-3:]
-                row = {"model": name, "device": devtag(a),
-                       "error": f"child exit status {p.returncode}: " + " | ".join(tail)[-500:]}
+                tail = [l for l in (err + out).strip().splitlines() if l.strip()][-3:]
+                row = so_far(f"child exit status {p.returncode}: " + " | ".join(tail)[-500:])
         except subprocess.TimeoutExpired:
-            row = {"model": name, "device": devtag(a), "error": f"model time limit ({limit:.0f} s) reached"}
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            row = so_far(f"model time limit ({limit:.0f} s) reached")
+        shutil.rmtree(work, ignore_errors=True)
         row["wall_s"] = round(time.time() - t0, 1)
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
