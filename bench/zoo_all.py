@@ -105,6 +105,8 @@ def build(name):
                 return self.m(x)["out"]
         return nonzero(Out(m)), True
     kw = {"init_weights": True} if name in ("googlenet", "inception_v3") else {}
+    if name == "inception_v3":  # its training-mode aux head needs 299x299 (the BatchNorm passes)
+        kw["aux_logits"] = False
     return nonzero(torchvision.models.get_model(name, weights=None, **kw)), False
 
 
