@@ -450,7 +450,7 @@ def table(path, device=None):
             continue
         if device is None or r.get("device") == device:
             rows[(r.get("device"), r["model"])] = r  # the last row of a model wins (a --redo)
-    cpu = [r for r in rows.values() if r.get("device") == "cpu"]
+    cpu = sorted((r for r in rows.values() if r.get("device") == "cpu"), key=lambda r: (r.get("task", ""), r["model"]))
     gpu = [r for r in rows.values() if r.get("device") != "cpu"]
     if cpu:
         print(f"{'model':30s} {'load+run':8s} {'max rel err':>11s} {'top1':>5s}  {'s':>5s}  error")
