@@ -21,6 +21,11 @@
 #   side    bench/side_by_side.py: kiln next to PyTorch eager / torch.compile on torchvision
 #           models, arguments from SIDE_ARGS (default "--models resnet50,resnet18 --fp16
 #           --compile resnet50,resnet18")
+#   zoo     bench/zoo_all.py: every torchvision classification and segmentation model, kiln
+#           fp32 vs PyTorch fp32, fp16 top-1 agreement, kiln fp16 vs torch.compile and eager at
+#           batch 1 and 256; arguments from ZOO_ARGS (default "--models all --time-budget 480":
+#           a slice per call), rows appended to $OUT/zoo_all.jsonl; ZOO_PREV=FILE (the
+#           jsonl of earlier calls, carried) is copied there first, so its models are skipped
 #   gelu    gelu_fusion: generated elementwise fusion against the copy floor
 #   loss    bench/loss_vs_torch.py: kiln's losses against PyTorch's from the same weights
 #   diag    bench/diag_fp16.py: a torchvision model (DIAG_MODEL, default mobilenet_v2) in
@@ -132,6 +137,15 @@ part_side() {
   grep -v -i warn "$LOGS/side_by_side.log" | grep -v "torch.onnx.export\|^\s*$" | tail -16
 }
 
+part_zoo() {
+  echo "== torchvision zoo (bench/zoo_all.py)"
+  [ -n "${ZOO_PREV:-}" ] && [ -f "$ZOO_PREV" ] && [ "$ZOO_PREV" != "$O/zoo_all.jsonl" ] && cp "$ZOO_PREV" "$O/zoo_all.jsonl"
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 python3 bench/zoo_all.py --kiln "$KILN" --out "$O/zoo_all.jsonl" \
+    ${ZOO_ARGS:---models all --time-budget 480} > "$LOGS/zoo_all.log" 2>&1 || rc=1
+  grep -v -i warn "$LOGS/zoo_all.log" | grep -v "torch.onnx.export\|^\s*$" | tail -40
+}
+
 part_gelu() {
   local g
   g=$(kiln_unpack "$K" gelu_fusion 2>/dev/null) || { echo "no gelu_fusion in $K (build with -DKILN_BENCH=ON)"; return; }
@@ -201,8 +215,8 @@ part_sanitize() {
 
 for part in "$@"; do
   case $part in
-  tests | r50 | train | torch | side | gelu | loss | diag | sanitize) "part_$part" ;;
-  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side gelu loss diag sanitize)" >&2; rc=2 ;;
+  tests | r50 | train | torch | side | zoo | gelu | loss | diag | sanitize) "part_$part" ;;
+  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side zoo gelu loss diag sanitize)" >&2; rc=2 ;;
   esac
 done
 tar -czf "$O/gpu-logs.tar.gz" -C "$LOGS" . 2>/dev/null
