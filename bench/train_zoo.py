@@ -75,10 +75,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--data", required=True)
-    ap.add_argument("--images", type=int, default=2560, help="training images in CIFAR_DIR")
+    ap.add_argument("--images", type=int, default=0,
+                    help="training images in CIFAR_DIR (default: counted from its data_batch_*.bin records)")
     ap.add_argument("--models", default=MODELS)
     ap.add_argument("--batch", type=int, default=128)
     args = ap.parse_args()
+    if not args.images:  # 3,073 bytes a record (a label byte and 32x32x3 pixels)
+        args.images = sum(os.path.getsize(os.path.join(args.data, f)) // 3073 for f in os.listdir(args.data)
+                          if f.startswith("data_batch") and f.endswith(".bin"))
     torch.backends.cudnn.benchmark = True
     out = os.environ.get("OUT", tempfile.gettempdir())
     tmp = tempfile.mkdtemp()
