@@ -614,6 +614,16 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
         int r = x >= 0 ? L.rank[x] : -1;
         if (k == K_CONV && n->n_in > 1 && n->in[1] >= 0 && L.rank[n->in[1]] >= 0) r = L.rank[n->in[1]];
         if ((k == K_CGRAD_W || k == K_PGRAD || k == K_BNGRAD) && n->n_in > 1 && n->in[1] >= 0) r = L.rank[n->in[1]];
+        /* dX has W's rank (and the forward X's), whatever this pass inferred for dY and X
+         * (in torchvision ConvNeXt's training graph both came out rank 3 behind its permutes
+         * and Linears, so a 4-D ConvGradInput with an NHWC X stayed NCHW: kiln train refused
+         * it on CUDA; tests/data/convnext_mini_train.onnx) */
+        if (k == K_CGRAD_IN)
+            for (int j = 1, known = 0; j <= 2 && !known && j < n->n_in; j++) { /* W's first */
+                const int v = n->in[j];
+                const int rv = v < 0 ? -1 : L.rank[v] >= 0 ? L.rank[v] : m->values[v].ndim > 0 ? m->values[v].ndim : -1;
+                if (rv > 0) r = rv, known = 1;
+            }
         const int r_out = k == K_CGRAD_B ? 1 : k == K_SUM_TO ? (n->n_in > 1 && n->in[1] >= 0 ? L.rank[n->in[1]] : -1) : r;
         if (k == K_NONE) r = -1;
         if (k == K_JOIN) /* its inputs have one rank: any known one */
