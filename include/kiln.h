@@ -749,8 +749,9 @@ kiln_status kiln_trainer_load_position(kiln_trainer *t, const char *path, kiln_t
  * covers the samples from there on, sharded over this run's ranks as kiln_loader_seek_sample
  * shards them, and its steps are numbered as that loader numbers them: of the epoch's
  * ceil(shard / batch) steps, the first `first` are behind (first = the full epoch's steps
- * minus the rest's; kiln_trainer_train_epoch's start_step must be >= first). Other epochs
- * are whole. sample 0 or a negative epoch clears it. */
+ * minus the rest's; kiln_trainer_train_epoch's start_step must be >= first); a sample at or
+ * past the data set's end leaves nothing of it to train. Other epochs are whole. sample 0
+ * or a negative epoch clears it. */
 kiln_status kiln_trainer_set_epoch_start(kiln_trainer *t, int64_t epoch, int64_t sample);
 /* Set the step counters as a run's after `micro_steps` micro-batches (rounded down to a
  * whole optimizer step): the learning-rate schedule, counted in optimizer steps, goes on

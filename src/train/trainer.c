@@ -655,7 +655,8 @@ kiln_status kiln_trainer_train_epoch(kiln_trainer *t, const kiln_tensor *images,
     const int64_t steps = (n_shard + batch - 1) / batch;
     /* a resumed epoch (kiln_trainer_set_epoch_start): its rest from sample `offset` of the
      * order, this rank's rest_n of it in the last rest_steps of the epoch's steps */
-    const int64_t offset = epoch == t->from_epoch && t->from_sample < n ? t->from_sample : 0;
+    if (epoch == t->from_epoch && t->from_sample >= n) return KILN_OK; /* nothing of it left */
+    const int64_t offset = epoch == t->from_epoch ? t->from_sample : 0;
     int64_t rest_n = n_shard, first = 0;
     if (offset > 0) {
         const int64_t W = t->opts.dist ? kiln_dist_size(t->opts.dist) : 1, rest = n - offset;
