@@ -836,6 +836,35 @@ static bool outputs_are(const kiln_model *m, const char *op, kiln_format f, int 
     return all;
 }
 
+/* The same function on the CPU: the trainer's batch (image, lab; taken and freed) through
+ * ref (the graph before the layout pass) and opt (after it), every output bit for bit. */
+static void same_on_cpu(const char *label, kiln_trainer *t, kiln_model *ref, kiln_model *opt,
+                        kiln_tensor *image, kiln_tensor *lab) {
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    const int no = opt->n_outputs;
+    const kiln_tensor **want = calloc((size_t)no, sizeof *want), **got = calloc((size_t)no, sizeof *got);
+    kiln_plan *pr = NULL, *po2 = NULL;
+    kiln_status st = want && got && image && lab ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_plan_build(ref, t->feeds, true, true, &pr);
+    if (!st) st = kiln_plan_build(opt, t->feeds, true, true, &po2);
+    if (!st) st = kiln_plan_run_cpu(pr, t->feeds, 77, no, want);
+    if (!st) st = kiln_plan_run_cpu(po2, t->feeds, 77, no, got);
+    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
+    for (int j = 0; !st && j < no; j++) {
+        char l[200];
+        snprintf(l, sizeof l, "%s: %s unchanged", label, kiln_model_output_name(opt, j));
+        fails += kiln_tensor_compare(got[j], want[j], 0, 0, l);
+    }
+    kiln_plan_free(pr);
+    kiln_plan_free(po2);
+    free(want);
+    free(got);
+    t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+}
+
 /* mnist-net's training graph (the CPU trainer's: forward, backward, loss) through the
  * layout pass for a CUDA plan: conv2's weight converted once for its three readers,
  * training Dropout reading the pool's NHWC output into NCHW, its gradient writing NHWC for
@@ -963,31 +992,8 @@ static void mnist_training(kiln_precision prec, int64_t batch) {
                   strcmp(kiln_model_output_name(opt, i), kiln_model_output_name(bg, i)) == 0,
               "%s: output %d (%s) renamed or not NCHW", label, i, kiln_model_output_name(opt, i));
     /* the same function on the CPU: loss, gradients and statistics */
-    kiln_tensor *image = kt_rand(KILN_F32, 4, (int64_t[]){64, 1, 28, 28}, 0, 1, 11);
-    kiln_tensor *lab = kt_rand(KILN_I64, 1, (int64_t[]){64}, 0, 10, 12);
-    t->feeds[0] = image;
-    t->feeds[1] = lab;
-    const int no = opt->n_outputs;
-    const kiln_tensor **want = calloc((size_t)no, sizeof *want), **got = calloc((size_t)no, sizeof *got);
-    kiln_plan *pr = NULL, *po2 = NULL;
-    kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    if (!st) st = kiln_plan_build(ref, t->feeds, true, true, &pr);
-    if (!st) st = kiln_plan_build(opt, t->feeds, true, true, &po2);
-    if (!st) st = kiln_plan_run_cpu(pr, t->feeds, 77, no, want);
-    if (!st) st = kiln_plan_run_cpu(po2, t->feeds, 77, no, got);
-    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
-    for (int j = 0; !st && j < no; j++) {
-        char l[200];
-        snprintf(l, sizeof l, "%s: %s unchanged", label, kiln_model_output_name(opt, j));
-        fails += kiln_tensor_compare(got[j], want[j], 0, 0, l);
-    }
-    kiln_plan_free(pr);
-    kiln_plan_free(po2);
-    free(want);
-    free(got);
-    t->feeds[0] = t->feeds[1] = NULL;
-    kiln_tensor_free(image);
-    kiln_tensor_free(lab);
+    same_on_cpu(label, t, ref, opt, kt_rand(KILN_F32, 4, (int64_t[]){64, 1, 28, 28}, 0, 1, 11),
+                kt_rand(KILN_I64, 1, (int64_t[]){64}, 0, 10, 12));
 out:
     kiln_model_free(opt);
     kiln_model_free(ref);
@@ -1186,33 +1192,8 @@ static void densenet_training(kiln_precision prec) {
     }
     CHECK(grads == 2, "%s: %d ConcatGrads, expected 2", label, grads);
     printf("%s: %d ToNHWC, %d ToNCHW\n", label, count_op(opt, "ToNHWC"), count_op(opt, "ToNCHW"));
-    {
-        kiln_tensor *image = kt_rand(KILN_F32, 4, (int64_t[]){4, 3, 8, 8}, -1, 1, 21);
-        kiln_tensor *lab = kt_rand(KILN_I64, 1, (int64_t[]){4}, 0, 10, 22);
-        t->feeds[0] = image;
-        t->feeds[1] = lab;
-        const int no = opt->n_outputs;
-        const kiln_tensor **want = calloc((size_t)no, sizeof *want), **got = calloc((size_t)no, sizeof *got);
-        kiln_plan *pr = NULL, *po2 = NULL;
-        kiln_status st = want && got ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-        if (!st) st = kiln_plan_build(ref, t->feeds, true, true, &pr);
-        if (!st) st = kiln_plan_build(opt, t->feeds, true, true, &po2);
-        if (!st) st = kiln_plan_run_cpu(pr, t->feeds, 77, no, want);
-        if (!st) st = kiln_plan_run_cpu(po2, t->feeds, 77, no, got);
-        CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
-        for (int j = 0; !st && j < no; j++) {
-            char l[200];
-            snprintf(l, sizeof l, "%s: %s unchanged", label, kiln_model_output_name(opt, j));
-            fails += kiln_tensor_compare(got[j], want[j], 0, 0, l);
-        }
-        kiln_plan_free(pr);
-        kiln_plan_free(po2);
-        free(want);
-        free(got);
-        t->feeds[0] = t->feeds[1] = NULL;
-        kiln_tensor_free(image);
-        kiln_tensor_free(lab);
-    }
+    same_on_cpu(label, t, ref, opt, kt_rand(KILN_F32, 4, (int64_t[]){4, 3, 8, 8}, -1, 1, 21),
+                kt_rand(KILN_I64, 1, (int64_t[]){4}, 0, 10, 22));
 out:
     kiln_model_free(opt);
     kiln_model_free(ref);
