@@ -734,12 +734,18 @@ static kiln_status build(saver *s, Onnx__ModelProto *mp, Onnx__GraphProto *g) {
     onnx__model_proto__init(mp);
     onnx__graph_proto__init(g);
     /* the probes run on a clone, which copies the weights: not for models over 256 MiB,
-     * which then get the dtypes and dims the finalized model holds */
+     * whose probes run on m itself (inference only reads a finalized model: the way
+     * kiln_model_output_info uses it from many threads). Without them a value's dtype is
+     * whatever finalize could infer, undefined behind a symbolic batch (vit_b_16's fused
+     * elementwise scale had none: its constant could not be written). */
     size_t weights = 0;
     for (int v = 0; v < m->n_values; v++)
         if (m->values[v].init) weights += kiln_tensor_nbytes(m->values[v].init);
     kiln_model *probe = NULL;
-    if (weights <= PROBE_MAX_WEIGHTS && kiln_model_clone(m, &probe) == KILN_OK) {
+    size_t probe_max = PROBE_MAX_WEIGHTS;
+    const char *pm = getenv("KILN_SAVE_PROBE_MAX_BYTES"); /* tests: the large models' path on a small one */
+    if (pm && *pm) probe_max = (size_t)strtoull(pm, NULL, 10);
+    if (weights <= probe_max && kiln_model_clone(m, &probe) == KILN_OK) {
         if (kiln_pass_infer_shapes(probe, 1, &s->one) != KILN_OK) s->one = NULL;
         if (probe->n_values != m->n_values || kiln_pass_infer_shapes(probe, 3, &s->three) != KILN_OK) s->three = NULL;
         if (probe->n_values != m->n_values) {
@@ -747,6 +753,11 @@ static kiln_status build(saver *s, Onnx__ModelProto *mp, Onnx__GraphProto *g) {
             free(s->three);
             s->one = s->three = NULL;
         }
+    }
+    if (!probe) {
+        kiln_model *mm = (kiln_model *)m;
+        if (kiln_pass_infer_shapes(mm, 1, &s->one) != KILN_OK) s->one = NULL;
+        if (kiln_pass_infer_shapes(mm, 3, &s->three) != KILN_OK) s->three = NULL;
     }
     kiln_model_free(probe);
     kiln_clear_error(s->ctx);

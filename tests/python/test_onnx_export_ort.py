@@ -9,7 +9,11 @@ The files come from the kiln command line:
     the CPU fp32 passes (fused convolutions written back as Conv/Add/Relu...), by the CUDA
     passes (layout conversions) and by the fp16 precision pass (Casts);
   - `kiln train mnist-net ... --export`: a trained-then-exported inference graph (when the
-    data set is there).
+    data set is there);
+  - `kiln convert` of a small torchvision VisionTransformer (exported here, batch symbolic)
+    through the path of models with over 256 MiB of weights, whose dtypes are inferred on
+    the model itself (KILN_SAVE_PROBE_MAX_BYTES=0): vit_b_16's attention scale, a fused
+    elementwise constant, had no dtype there and could not be saved.
 Each saved file must pass onnx.checker, load in onnxruntime (CPU), and give what `kiln run`
 gives on the same file and on the original model: |ort - kiln| <= 1e-5 |kiln| + 1e-6 for
 fp32 (fp16: 1e-2). Symbolic input dims keep their dim_param names.
@@ -217,11 +221,36 @@ def main():
         print("no data set at %s: the trained-export case is not run" % data)
         check(False, "data set %s missing" % data)
 
+    vit_large_model_path(kiln, work, rng)
+
     if FAILS:
         print("%d failures" % len(FAILS))
         return 1
     print("all passed")
     return 0
+
+
+def vit_large_model_path(kiln, work, rng):
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    m = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                             mlp_dim=64, num_classes=10).eval()
+    torch.nn.init.normal_(m.heads.head.weight, std=0.2)  # torchvision zeroes the head: outputs would all be 0
+    src = os.path.join(work, "vit_small.onnx")
+    torch.onnx.export(m, (torch.randn(2, 3, 32, 32),), src, dynamo=False, opset_version=17, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "b"}, "y": {0: "b"}})
+    x = rng.standard_normal((3, 3, 32, 32)).astype(np.float32)
+    want = ort_run(src, [x])
+    for name, flags in (("cpu fp32 passes", []), ("cuda passes", ["--device", "cuda"])):
+        out = os.path.join(work, "vit_small_%s.onnx" % name.replace(" ", "_"))
+        r = subprocess.run([kiln, "convert", src, out] + flags, capture_output=True, text=True,
+                           env=dict(os.environ, KILN_SAVE_PROBE_MAX_BYTES="0"))
+        check(r.returncode == 0, "vit %s, the large models' save path: %s" % (name, r.stderr.strip()))
+        if r.returncode:
+            continue
+        saved_ok(out, "vit " + name)
+        compare(ort_run(out, [x]), want, 1e-5, 1e-6, "vit %s: ort on kiln's file vs ort on the export" % name)
 
 
 if __name__ == "__main__":
