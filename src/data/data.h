@@ -139,7 +139,8 @@ typedef struct kiln_jpeg_job {
 typedef struct kiln_jpeg_gpu kiln_jpeg_gpu;
 typedef struct kiln_jpeg_gpu_stats {
     int64_t gpu_images, cpu_images, batches;
-    double decode_s;      /* host time in kiln_jpeg_gpu_run (decode, transform, waits) */
+    double decode_s;      /* the batches' decoding: host checks, then GPU time from the start of
+                           * each batch's decode to its end (not the wait for a free buffer) */
     char backend[32];     /* "hardware", "GPU hybrid", ... */
 } kiln_jpeg_gpu_stats;
 /* For batches of at most `batch` images of `size` x size, mean and std per channel. */
