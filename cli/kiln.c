@@ -2072,7 +2072,14 @@ static int cmd_train(int argc, char **argv) {
                 printf("%s: decoding JPEGs on the CPU\n", why);
             }
         }
-        if (kiln_loader_create_images(ctx, &trl, &io, &lo, &l)) {
+        kiln_status lst = kiln_loader_create_images(ctx, &trl, &io, &lo, &l);
+        if (lst && io.decode == KILN_DECODE_GPU && lst != KILN_ERR_INVALID_ARGUMENT) {
+            /* nvJPEG loaded but its decoder could not be set up: the CPU path, said once */
+            printf("GPU decoding unavailable (%s): decoding JPEGs on the CPU\n", kiln_context_message(ctx));
+            io.decode = KILN_DECODE_CPU;
+            lst = kiln_loader_create_images(ctx, &trl, &io, &lo, &l);
+        }
+        if (lst) {
             rc = fail(ctx, a.data);
             goto out;
         }
@@ -2085,7 +2092,13 @@ static int cmd_train(int argc, char **argv) {
         io.train = false;
         /* the evaluation session runs on device 0 (evaluate): its batches decoded there */
         if (o.device_index != 0) io.decode = KILN_DECODE_CPU;
-        if (kiln_loader_create_images(ctx, &tel, &io, &eo, &el)) {
+        lst = kiln_loader_create_images(ctx, &tel, &io, &eo, &el);
+        if (lst && io.decode == KILN_DECODE_GPU && lst != KILN_ERR_INVALID_ARGUMENT) {
+            printf("GPU decoding of the test split unavailable (%s): decoding it on the CPU\n", kiln_context_message(ctx));
+            io.decode = KILN_DECODE_CPU;
+            lst = kiln_loader_create_images(ctx, &tel, &io, &eo, &el);
+        }
+        if (lst) {
             rc = fail(ctx, a.data);
             goto out;
         }

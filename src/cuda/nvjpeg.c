@@ -210,6 +210,8 @@ bool kiln_nvjpeg_load(char *why, size_t n) {
 /* ------------------------------------------------------------------ decoder */
 
 enum { NBUF = 3 };
+/* The decoded images of one batch at most (ImageNet's batch of 256: ~100 MB) */
+#define ARENA_MAX ((size_t)1 << 30)
 
 struct kiln_jpeg_gpu {
     int device;
@@ -410,6 +412,15 @@ kiln_status kiln_jpeg_gpu_run(kiln_jpeg_gpu *g, kiln_context *ctx, const unsigne
             host_n++;
             continue;
         }
+        const size_t bytes_i = ((size_t)jobs[i].w * 3 * (size_t)jobs[i].h + 255) & ~(size_t)255;
+        if (need + bytes_i > ARENA_MAX) {
+            /* a batch of very large images: those past the arena's bound decode on the host */
+            unsupported++;
+            st = cpu_fallback(arg, ctx, i, host + (size_t)i * per);
+            if (st) return st;
+            g->host_done[i] = true;
+            continue;
+        }
         if (g->js) {
             int unsup = 1;
             if (nj.parse_header(g->h, bytes + jobs[i].offset, jobs[i].size, g->js) != 0 ||
@@ -422,7 +433,7 @@ kiln_status kiln_jpeg_gpu_run(kiln_jpeg_gpu *g, kiln_context *ctx, const unsigne
             }
         }
         g->pick[m++] = i;
-        need += ((size_t)jobs[i].w * 3 * (size_t)jobs[i].h + 255) & ~(size_t)255;
+        need += bytes_i;
     }
     if (need > g->arena_cap) {
         /* grown (rarely): the previous batch's kernel may still read the old arena */
