@@ -223,6 +223,7 @@ struct kiln_jpeg_gpu {
     kj_jstream js;
     int backend;             /* KJ_BACKEND_* in use */
     bool any_ok;             /* a batch decoded: the backend works */
+    bool warned;             /* a refused batch was reported */
     cudaStream_t stream;
     cudaEvent_t ev[3];       /* start (after the wait for a buffer), decoded, done */
     float *buf[NBUF];        /* (batch, 3, size, size) */
@@ -490,7 +491,10 @@ kiln_status kiln_jpeg_gpu_run(kiln_jpeg_gpu *g, kiln_context *ctx, const unsigne
         if (!st && ds != 0) {
             /* a file it rejects (damaged, or a kind the probe let through): the batch's
              * files on the CPU path, whose error names a bad file */
-            if (lg) fprintf(stderr, "kiln nvjpeg: nvjpegDecodeBatched = %d: %d images to the CPU\n", (int)ds, m);
+            if (lg || !g->warned)
+                fprintf(stderr, "kiln: nvJPEG (%s) refused a batch (status %d): its %d images decode on the CPU%s\n",
+                        g->st.backend, (int)ds, m, lg ? "" : " (said once; KILN_NVJPEG_LOG=1 for every batch)");
+            g->warned = true;
             cudaStreamSynchronize(g->stream);
             cudaGetLastError();
             for (int q = 0; q < m && !st; q++) {

