@@ -16,7 +16,7 @@ echo "== decode throughput (test_nvjpeg --bench: one epoch each after a warm one
 common=(train resnet50 --data "$dir" --device cuda --amp fp16 --batch 256 --epochs 2 --classes 40)
 for mode in gpu cpu; do
   echo "== streaming, --decode $mode"
-  "$build/kiln" "${common[@]}" --data-cache off --decode "$mode" 2>&1 | grep -E "^(nvJPEG|streaming|data|decode|epoch)"
+  "$build/kiln" "${common[@]}" --data-cache off --decode "$mode" 2>&1 | grep -E "^(nvJPEG|GPU|streaming|data|decode|epoch|kiln)"
 done
 echo "== data set resident on the GPU (--data-cache on), the reference"
 "$build/kiln" "${common[@]}" --data-cache on 2>&1 | grep -E "^(warm-up|epoch)"

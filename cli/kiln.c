@@ -2307,7 +2307,7 @@ static int cmd_train(int argc, char **argv) {
         if (used_loader && ls.decoder[0])
             printf("decode: %s on the GPU: %lld images, %lld on the CPU instead (not baseline RGB JPEGs, or refused); "
                    "%.2f s on the GPU (%.0f img/s)\n", ls.decoder, (long long)ls.gpu_images, (long long)ls.cpu_images,
-                   ls.gpu_decode_s, ls.gpu_decode_s > 0 ? (double)(ls.gpu_images + ls.cpu_images) / ls.gpu_decode_s : 0.0);
+                   ls.gpu_decode_s, ls.gpu_decode_s > 0 ? (double)ls.gpu_images / ls.gpu_decode_s : 0.0);
         if (a.save) {
             bool end = step >= steps;
             const kiln_train_position sp = {.epoch = end ? epoch + 1 : epoch,
