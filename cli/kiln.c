@@ -2102,9 +2102,12 @@ static int cmd_train(int argc, char **argv) {
             rc = fail(ctx, a.data);
             goto out;
         }
-        printf("streaming: %d %s threads, %d batches in the ring (%s memory)%s\n", lo.workers,
+        kiln_load_stats dec;
+        kiln_loader_stats(l, &dec, false); /* the decoder's name (its counts are all 0 yet) */
+        printf("streaming: %d %s threads, %d batches in the ring (%s memory)%s%s%s\n", lo.workers,
                gpu_decode ? "file reading" : "decoding", lo.slots, o.device == KILN_DEVICE_CUDA ? "pinned" : "host",
-               gpu_decode ? "; JPEGs decoded on the GPU by nvJPEG" : "");
+               gpu_decode ? "; JPEGs decoded on the GPU by " : "", gpu_decode ? dec.decoder : "",
+               gpu_decode ? " (KILN_NVJPEG_LOG=1: per batch)" : "");
     } else if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) { /* e.g. --batch over the data set */
         rc = fail(ctx, a.data);
         goto out;

@@ -262,6 +262,7 @@ int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[2], "--bench")) {
         bench(&list, argc > 3 ? atoll(argv[3]) : 256, argc > 4 ? atoi(argv[4]) : 16);
     } else {
+        setenv("KILN_NVJPEG_LOG", "1", 0); /* the backend and every batch's timings: diagnosable from one run */
         kernel_alone(&list);
         compare(&list, true);
         compare(&list, false);
