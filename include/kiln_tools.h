@@ -250,7 +250,8 @@ typedef struct kiln_load_stats {
     /* a streamed image folder decoding on a GPU (kiln_image_stream_options.decode): the
      * decoder ("nvJPEG hardware", "nvJPEG GPU hybrid"; "" when the CPU decodes), images it
      * decoded and images the workers decoded on the CPU instead (progressive, grey, CMYK,
-     * PNG, or a batch nvJPEG refused), and the host seconds the GPU decoding took */
+     * PNG, or a batch nvJPEG refused), and the decoding's seconds (host checks, then GPU
+     * time per batch, not counting its wait for a free device buffer) */
     char decoder[48];
     int64_t gpu_images, cpu_images;
     double gpu_decode_s;
