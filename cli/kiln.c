@@ -68,6 +68,10 @@ static const struct { const char *name, *text; } commands[] = {
      "        allows) and transform each batch's files, into pinned memory on CUDA; auto (default)\n"
      "        streams when the decoded data set would take over half of the machine's memory)\n"
      "        [--data-workers N] (streaming decode threads: on CUDA the cores, at most 16; 2 on the CPU)\n"
+     "        [--decode auto|gpu|cpu] (streaming on CUDA: gpu decodes JPEGs with nvJPEG, its hardware\n"
+     "        decoder where the GPU has one, and crops, flips and normalizes on the GPU; the workers\n"
+     "        read the files. auto (default): gpu when nvJPEG loads; without it kiln says so and\n"
+     "        decodes on the CPU. KILN_NVJPEG_LIB: the library or its folder)\n"
      "      memory (docs/train.md): the step's planned peak is printed before training\n"
      "        [--memory-limit BYTES] (20G, 512M: the step at --batch must fit; forward values are\n"
      "        recomputed in the backward instead of kept, as few as fit: cheap ones (BatchNorm,\n"
@@ -1247,6 +1251,7 @@ typedef struct train_args {
     const char *mean, *std;
     const char *data_cache; /* auto, on, off */
     int data_workers;
+    const char *decode;     /* auto, gpu, cpu */
 } train_args;
 
 /* kiln train --export: the trained inference graph computing `output` (the loss and the
@@ -1669,12 +1674,12 @@ out:
 
 static int cmd_train(int argc, char **argv) {
     train_args a = {.epochs = 1, .batch = 64, .accumulate = 1, .seed = 1, .dropout = 1, .device = "cpu", .amp = "off",
-                    .plot_w = 1200, .plot_h = 900, .resize = -1, .data_cache = "auto"};
+                    .plot_w = 1200, .plot_h = 900, .resize = -1, .data_cache = "auto", .decode = "auto"};
     enum { O_NO_DROPOUT = 256, O_STRICT, O_NO_SHUFFLE, O_NO_WARMUP, O_PROFILE, O_DATA, O_EPOCHS, O_BATCH, O_ACCUMULATE,
            O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
            O_PLOT, O_PLOT_SIZE, O_EXPORT, O_LABEL_SMOOTHING, O_IMAGE_SIZE, O_CLASSES, O_RESIZE, O_NO_AUGMENT,
            O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT, O_DIST_TIMEOUT, O_BUCKET_MB, O_DROP_LAST, O_SYNC_BN,
-           O_MEMORY_LIMIT, O_MAX_BATCH, O_RECOMPUTE, O_DATA_CACHE, O_DATA_WORKERS };
+           O_MEMORY_LIMIT, O_MAX_BATCH, O_RECOMPUTE, O_DATA_CACHE, O_DATA_WORKERS, O_DECODE };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -1700,6 +1705,7 @@ static int cmd_train(int argc, char **argv) {
         {"memory-limit", required_argument, NULL, O_MEMORY_LIMIT}, {"max-batch", no_argument, NULL, O_MAX_BATCH},
         {"recompute", required_argument, NULL, O_RECOMPUTE},
         {"data-cache", required_argument, NULL, O_DATA_CACHE}, {"data-workers", required_argument, NULL, O_DATA_WORKERS},
+        {"decode", required_argument, NULL, O_DECODE},
         {0}};
     optim_flags of = OPTIM_FLAGS_INIT;
     /* data parallelism (cli/launch.c) */
@@ -1764,6 +1770,7 @@ static int cmd_train(int argc, char **argv) {
             break;
         case O_DATA_CACHE: a.data_cache = v; break;
         case O_DATA_WORKERS: a.data_workers = atoi(v); break;
+        case O_DECODE: a.decode = v; break;
         case O_DISABLE:
             if (parse_disable(v, &a.disable)) return 2;
             break;
@@ -1799,10 +1806,11 @@ static int cmd_train(int argc, char **argv) {
         return 2;
     }
     if (mnist && (a.label_smoothing || a.image_size || a.classes || a.resize >= 0 || a.no_augment || a.no_flip ||
-                  a.mean || a.std || a.zero_init_residual || strcmp(a.data_cache, "auto") || a.data_workers)) {
+                  a.mean || a.std || a.zero_init_residual || strcmp(a.data_cache, "auto") || a.data_workers ||
+                  strcmp(a.decode, "auto"))) {
         fprintf(stderr, "kiln train: --label-smoothing, --image-size, --classes, --resize, --no-augment, --no-flip, "
-                        "--mean, --std, --zero-init-residual, --data-cache and --data-workers are for resnets and ONNX "
-                        "models, not mnist-net\n");
+                        "--mean, --std, --zero-init-residual, --data-cache, --data-workers and --decode are for resnets "
+                        "and ONNX models, not mnist-net\n");
         return 2;
     }
     if (!(a.label_smoothing >= 0 && a.label_smoothing < 1)) {
@@ -1820,6 +1828,10 @@ static int cmd_train(int argc, char **argv) {
     }
     if (a.data_workers < 0 || a.data_workers > 256) {
         fprintf(stderr, "kiln train: --data-workers must be in 0..256\n");
+        return 2;
+    }
+    if (strcmp(a.decode, "auto") && strcmp(a.decode, "gpu") && strcmp(a.decode, "cpu")) {
+        fprintf(stderr, "kiln train: --decode must be auto, gpu or cpu\n");
         return 2;
     }
     if (a.epochs < 1 || a.batch < 1 || a.accumulate < 1 || a.max_steps < 0) {
@@ -2043,23 +2055,61 @@ static int cmd_train(int argc, char **argv) {
         lo.slot_images = (float *const *)ring;
         lo.slot_labels = (int64_t *const *)(ring + lo.slots);
         kiln_image_stream_options io = {.channels = channels, .train = cd.augment, .resize = stream_resize,
-                                        .dct_scale = true, .aug = cd.aug};
-        if (kiln_loader_create_images(ctx, &trl, &io, &lo, &l)) {
+                                        .dct_scale = true, .aug = cd.aug, .device_index = o.device_index};
+        /* --decode: the GPU when asked (gpu) or by default (auto) on CUDA, if nvJPEG loads */
+        if (!strcmp(a.decode, "gpu") && o.device != KILN_DEVICE_CUDA) {
+            fprintf(stderr, "kiln train: --decode gpu decodes for training on a GPU (--device cuda)\n");
+            rc = 2;
+            goto out;
+        }
+        if (strcmp(a.decode, "cpu") && o.device == KILN_DEVICE_CUDA) {
+            char why[512];
+            if (channels != 3) {
+                if (!strcmp(a.decode, "gpu"))
+                    printf("GPU decoding makes RGB batches; the model takes %d channel(s): decoding JPEGs on the CPU\n",
+                           channels);
+            } else if (kiln_gpu_decode_available(why, sizeof why)) {
+                io.decode = KILN_DECODE_GPU;
+            } else {
+                printf("%s: decoding JPEGs on the CPU\n", why);
+            }
+        }
+        kiln_status lst = kiln_loader_create_images(ctx, &trl, &io, &lo, &l);
+        if (lst && io.decode == KILN_DECODE_GPU && lst != KILN_ERR_INVALID_ARGUMENT) {
+            /* nvJPEG loaded but its decoder could not be set up: the CPU path, said once */
+            printf("GPU decoding unavailable (%s): decoding JPEGs on the CPU\n", kiln_context_message(ctx));
+            io.decode = KILN_DECODE_CPU;
+            lst = kiln_loader_create_images(ctx, &trl, &io, &lo, &l);
+        }
+        if (lst) {
             rc = fail(ctx, a.data);
             goto out;
         }
+        const bool gpu_decode = io.decode == KILN_DECODE_GPU;
         kiln_loader_options eo = kiln_loader_options_default();
         eo.shuffle = false;
         eo.batch_size = a.batch < tel.n ? a.batch : tel.n > 0 ? tel.n : 1;
         eo.workers = lo.workers;
         eo.slots = lo.workers + 2;
         io.train = false;
-        if (kiln_loader_create_images(ctx, &tel, &io, &eo, &el)) {
+        /* the evaluation session runs on device 0 (evaluate): its batches decoded there */
+        if (o.device_index != 0) io.decode = KILN_DECODE_CPU;
+        lst = kiln_loader_create_images(ctx, &tel, &io, &eo, &el);
+        if (lst && io.decode == KILN_DECODE_GPU && lst != KILN_ERR_INVALID_ARGUMENT) {
+            printf("GPU decoding of the test split unavailable (%s): decoding it on the CPU\n", kiln_context_message(ctx));
+            io.decode = KILN_DECODE_CPU;
+            lst = kiln_loader_create_images(ctx, &tel, &io, &eo, &el);
+        }
+        if (lst) {
             rc = fail(ctx, a.data);
             goto out;
         }
-        printf("streaming: %d decoding threads, %d batches in the ring (%s memory)\n", lo.workers, lo.slots,
-               o.device == KILN_DEVICE_CUDA ? "pinned" : "host");
+        kiln_load_stats dec;
+        kiln_loader_stats(l, &dec, false); /* the decoder's name (its counts are all 0 yet) */
+        printf("streaming: %d %s threads, %d batches in the ring (%s memory)%s%s%s\n", lo.workers,
+               gpu_decode ? "file reading" : "decoding", lo.slots, o.device == KILN_DEVICE_CUDA ? "pinned" : "host",
+               gpu_decode ? "; JPEGs decoded on the GPU by " : "", gpu_decode ? dec.decoder : "",
+               gpu_decode ? " (KILN_NVJPEG_LOG=1: per batch)" : "");
     } else if (kiln_loader_create(ctx, d.train_images, d.train_labels, &lo, &l)) { /* e.g. --batch over the data set */
         rc = fail(ctx, a.data);
         goto out;
@@ -2097,6 +2147,8 @@ static int cmd_train(int argc, char **argv) {
         rc = fail(ctx, a.model);
         goto out;
     }
+    /* batches decoded on the GPU: their memory is reused once the steps read it */
+    if (stream) kiln_loader_set_stream(l, kiln_trainer_stream(t));
     if (a.losses && !(lf = fopen(a.losses, "w"))) {
         fprintf(stderr, "kiln train: cannot write %s\n", a.losses);
         rc = 1;
@@ -2257,6 +2309,10 @@ static int cmd_train(int argc, char **argv) {
             printf("data: waited %.2f s of %.2f s (%.1f%%); %s %lld images at %.0f img/s (%d threads)\n", ls.wait_s,
                    secs, secs > 0 ? 100 * ls.wait_s / secs : 0.0, stream ? "decoded" : "gathered", (long long)ls.samples,
                    data_rate, ls.workers);
+        if (used_loader && ls.decoder[0])
+            printf("decode: %s on the GPU: %lld images, %lld on the CPU instead (not baseline RGB JPEGs, or refused); "
+                   "%.2f s on the GPU (%.0f img/s)\n", ls.decoder, (long long)ls.gpu_images, (long long)ls.cpu_images,
+                   ls.gpu_decode_s, ls.gpu_decode_s > 0 ? (double)ls.gpu_images / ls.gpu_decode_s : 0.0);
         if (a.save) {
             bool end = step >= steps;
             const kiln_train_position sp = {.epoch = end ? epoch + 1 : epoch,

@@ -7,7 +7,9 @@
  * as the loader decodes a crop; the decoded image must hold that need, be no larger than
  * the file's size and lie inside the frame it reports). A failure must leave a message and never be KILN_ERR_INTERNAL; a
  * decoded image must have sane dims, the channels asked for, and pixels ASan can read; a
- * centre crop and a resize of it must work. See fuzz/README.md.
+ * centre crop and a resize of it must work. The GPU decoder's header probe (kiln_jpeg_probe)
+ * runs on the same bytes: sane sizes, and the size of what it would send to nvJPEG is the
+ * CPU decoder's. See fuzz/README.md.
  */
 #include "data/data.h"
 #include "kiln.h"
@@ -52,6 +54,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const bool scaled = data[0] & 4;
     int arg[2] = {((data[0] >> 3) & 7) + 1, size > 1 && (data[0] & 0x40) ? 1 + (data[1] & 15) : 0};
     const int eighths = arg[0];
+    /* the GPU decoder's header probe on the same bytes: sane sizes, and what it sends to
+     * nvJPEG is a 3-component image of the size the CPU decoder finds */
+    kiln_jpeg_info info;
+    const bool probed = kiln_jpeg_probe(data + 1, size - 1, &info);
+    if (probed && (info.w < 1 || info.h < 1 || (info.gpu_ok && (info.components != 3 || info.w > KILN_IMAGE_MAX_SIDE ||
+                                                                info.h > KILN_IMAGE_MAX_SIDE))))
+        broken("kiln_jpeg_probe", KILN_OK);
     kiln_image_frame fr = {0};
     kiln_image im = {0};
     kiln_status st = scaled ? kiln_image_decode_scaled(ctx, data + 1, size - 1, "fuzz input", channels, need, arg, &im,
@@ -65,6 +74,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (im.w < 1 || im.h < 1 || im.w > KILN_IMAGE_MAX_SIDE || im.h > KILN_IMAGE_MAX_SIDE || !im.pixels ||
         (im.c != 1 && im.c != 3) || (channels && im.c != channels))
         broken("decoded image dims or channels", st);
+    if (probed && info.gpu_ok && !scaled && (im.w != info.w || im.h != info.h))
+        broken("kiln_jpeg_probe's size differs from the decoder's", st);
     if (scaled && (fr.scaled_w > fr.full_w || fr.scaled_h > fr.full_h || fr.scaled_w < (fr.full_w * eighths + 7) / 8 ||
                    fr.scaled_h < (fr.full_h * eighths + 7) / 8 || fr.x0 < 0 || fr.y0 < 0 ||
                    fr.x0 + im.w > fr.scaled_w || fr.y0 + im.h > fr.scaled_h || (!arg[1] && (im.w != fr.scaled_w ||

@@ -646,8 +646,9 @@ kiln_status kiln_trainer_create(kiln_model *m, const char *loss, const kiln_trai
 void kiln_trainer_free(kiln_trainer *t);
 
 /* One micro-batch: forward, backward, and every `accumulate` calls the optimizer update.
- * inputs bind the model's graph inputs in order (e.g. images and labels). *loss (may be
- * NULL) receives this micro-batch's loss. */
+ * inputs bind the model's graph inputs in order (e.g. images and labels): host tensors, or
+ * tensors on the trainer's own CUDA device (copied on the device, ordered on the trainer's
+ * stream, kiln_trainer_stream). *loss (may be NULL) receives this micro-batch's loss. */
 kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const *inputs,
                               float *loss);
 

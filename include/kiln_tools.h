@@ -247,8 +247,21 @@ typedef struct kiln_load_stats {
     double wait_s, busy_s;
     int64_t samples, batches;
     int workers;
+    /* a streamed image folder decoding on a GPU (kiln_image_stream_options.decode): the
+     * decoder ("nvJPEG hardware", "nvJPEG GPU hybrid"; "" when the CPU decodes), images it
+     * decoded and images the workers decoded on the CPU instead (progressive, grey, CMYK,
+     * PNG, or a batch nvJPEG refused), and the decoding's seconds (host checks, then GPU
+     * time per batch, not counting its wait for a free device buffer) */
+    char decoder[48];
+    int64_t gpu_images, cpu_images;
+    double gpu_decode_s;
 } kiln_load_stats;
 void kiln_loader_stats(kiln_loader *l, kiln_load_stats *out, bool reset);
+/* The CUDA stream (cudaStream_t) the consumer's work on a batch's device memory is
+ * ordered on (kiln_trainer_stream): a batch on the device (decode KILN_DECODE_GPU) is
+ * overwritten only once the work enqueued there before its release is done. Without one
+ * the consumer must be done with a batch (e.g. a synchronous session run) before release. */
+void kiln_loader_set_stream(kiln_loader *l, void *stream);
 
 /* Host memory for the loader's ring that `device` copies from fastest: page-locked
  * (pinned) memory on CUDA, plain aligned memory on the CPU (or when the build has no CUDA).
@@ -376,7 +389,23 @@ typedef struct kiln_image_stream_options {
     int resize;               /* evaluation: the shorter side before the crop (0: kept) */
     bool dct_scale;           /* decode JPEGs at a reduced DCT scale where the crop allows */
     kiln_augment_options aug; /* size, mean and std always; scale, ratio, flip: training */
+    /* KILN_DECODE_GPU: JPEGs decoded by nvJPEG on CUDA device device_index (its hardware
+     * decoder where the GPU has one) and transformed there (the same boxes as the CPU
+     * path, the same triangle filter; decoders differ by a few units of 255 per pixel);
+     * batches' x is then a device tensor (B, 3, size, size) f32 (images stays host memory
+     * holding only the images decoded on the CPU). Files nvJPEG's batched path does not
+     * take go through the CPU path on the workers (kiln_load_stats counts them). 3
+     * channels only. nvJPEG missing or no CUDA: KILN_ERR_UNSUPPORTED naming why.
+     * KILN_DECODE_AUTO: the GPU when nvJPEG loads, else the CPU (a line says so). */
+    int decode;               /* KILN_DECODE_CPU (0), _GPU, _AUTO */
+    int device_index;
 } kiln_image_stream_options;
+enum { KILN_DECODE_CPU = 0, KILN_DECODE_GPU = 1, KILN_DECODE_AUTO = 2 };
+/* Whether JPEGs can be decoded on a GPU here (a CUDA build with nvJPEG loadable): false
+ * with the reason in why (may be NULL). */
+bool kiln_gpu_decode_available(char *why, size_t n);
+/* The cudaStream_t a CUDA trainer's steps are ordered on (NULL on the CPU). */
+void *kiln_trainer_stream(const kiln_trainer *t);
 kiln_status kiln_loader_create_images(kiln_context *ctx, const kiln_image_list *list,
                                       const kiln_image_stream_options *io, const kiln_loader_options *opts,
                                       kiln_loader **out);

@@ -16,3 +16,9 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# Optional: nvJPEG for GPU JPEG decoding (kiln train --decode, docs/train.md), from PyPI:
+# KILN_NVJPEG=1 scripts/deps.sh. kiln loads libnvjpeg.so.13 at run time (pip's
+# nvidia/cu13/lib is searched) and cmake checks its declarations against the header there.
+if [ "${KILN_NVJPEG:-0}" = 1 ]; then
+  python3 -m pip install --user --quiet nvidia-nvjpeg
+fi

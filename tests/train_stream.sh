@@ -8,9 +8,9 @@
 #   - the same folder with one training JPEG cut short: the run fails naming the file, and the
 #     checkpoint an earlier run saved is unchanged and still resumes;
 #   - --data-cache takes auto|on|off only; off on a data set that is not an image folder is
-#     refused.
+#     refused; --decode takes auto|gpu|cpu, and gpu only with --device cuda.
 # DEVICE cuda (ctest train_stream_cuda, label gpu): the same on the GPU, the ring in pinned
-# memory.
+# memory, and 3 epochs with --decode gpu (nvJPEG, or the line saying it is missing).
 # train_stream.sh KILN MAKE_JPEG_FOLDER DIR [DEVICE]
 set -euo pipefail
 kiln=$1 make=$2 dir=$3 device=${4:-cpu}
@@ -27,7 +27,9 @@ echo "$out"
 grep -q "image folders: 180 training and 60 test images of 3 classes, streamed" <<<"$out" || fail "streamed folder"
 mem=host
 [ "$device" = cuda ] && mem=pinned
-grep -q "streaming: 2 decoding threads, 4 batches in the ring ($mem memory)" <<<"$out" || fail "decoding threads"
+# on CUDA the default (--decode auto) decodes on the GPU where nvJPEG loads: the threads read files
+grep -Eq "streaming: 2 (decoding|file reading) threads, 4 batches in the ring \($mem memory\)" <<<"$out" ||
+  fail "decoding threads"
 [ "$(grep -c '^data: waited [0-9.]* s of [0-9.]* s (.*%); decoded [0-9]* images at [0-9]* img/s (2 threads)' \
      <<<"$out")" -eq 3 ] ||
   fail "a data line per epoch"
@@ -56,7 +58,31 @@ out=$("$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$data" --dat
       --resume "$ckpt" --max-steps 2)
 grep -q "resumed from .* at epoch 4 step 0" <<<"$out" || fail "the checkpoint no longer resumes: $out"
 
+# --decode gpu (issue 12, nvJPEG): on CUDA either nvJPEG decodes (a decode line per epoch, every
+# image of the folder's RGB JPEGs on the GPU, the grey JPEGs and PNGs on the CPU, the accuracy
+# as good) or, where it cannot be loaded, one line says so and the CPU decodes
+if [ "$device" = cuda ]; then
+  out=$("$kiln" train "$dir/tiny_cnn.onnx" --device cuda --data "$data" --data-cache off --data-workers 2 --epochs 3 \
+        --batch 16 --lr 0.05 --seed 3 --decode gpu)
+  echo "$out"
+  if grep -q "^nvJPEG not found (.*): decoding JPEGs on the CPU" <<<"$out"; then
+    echo "train_stream: nvJPEG not found here: the CPU decoded (the line above says so)"
+  else
+    grep -q "JPEGs decoded on the GPU by nvJPEG [a-zA-Z ]*" <<<"$out" || fail "--decode gpu: no GPU decoding and no reason"
+    [ "$(grep -c '^decode: nvJPEG [a-zA-Z ]* on the GPU: [1-9][0-9]* images, [0-9]* on the CPU instead' <<<"$out")" -eq 3 ] ||
+      fail "--decode gpu: a decode line per epoch"
+    acc=$(sed -n 's/^test accuracy: //p' <<<"$out")
+    awk -v a="$acc" 'BEGIN { exit !(a >= 0.8) }' || fail "--decode gpu: test accuracy $acc < 0.8"
+  fi
+fi
+
 set +e
+"$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$data" --decode maybe 2>/dev/null
+[ $? -eq 2 ] || fail "--decode maybe accepted"
+[ "$device" = cpu ] && {
+  "$kiln" train "$dir/tiny_cnn.onnx" --device cpu --data "$data" --data-cache off --decode gpu 2>/dev/null
+  [ $? -eq 2 ] || fail "--decode gpu on the CPU accepted"
+}
 "$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$data" --data-cache maybe 2>/dev/null
 [ $? -eq 2 ] || fail "--data-cache maybe accepted"
 "$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$dir/cifar" --data-cache off 2>/dev/null

@@ -174,6 +174,54 @@ static kiln_status decode_jpeg(kiln_context *ctx, const unsigned char *data, siz
     return KILN_OK;
 }
 
+/* The markers up to the first SOFn (data.h, kiln_jpeg_probe). */
+bool kiln_jpeg_probe(const unsigned char *b, size_t n, kiln_jpeg_info *out) {
+    memset(out, 0, sizeof *out);
+    if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return false;
+    size_t at = 2;
+    int adobe = -1;
+    while (at + 4 <= n) {
+        if (b[at] != 0xFF) return false;
+        unsigned m = b[at + 1];
+        if (m == 0xFF) { /* fill byte */
+            at++;
+            continue;
+        }
+        if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) { /* no length */
+            at += 2;
+            continue;
+        }
+        if (m == 0xD9 || m == 0xDA) return false; /* end or scan before any frame header */
+        const size_t len = ((size_t)b[at + 2] << 8) | b[at + 3];
+        if (len < 2 || at + 2 + len > n) return false;
+        const bool sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+        if (sof) {
+            const unsigned char *f = b + at + 4;
+            if (len < 8) return false;
+            const int prec = f[0], h = (f[1] << 8) | f[2], w = (f[3] << 8) | f[4], nc = f[5];
+            if (len < 8 + 3 * (size_t)nc || w < 1 || h < 1) return false;
+            out->w = w, out->h = h, out->components = nc;
+            /* SOF0 baseline, SOF1 extended sequential (Huffman); 8-bit; YCbCr 3 components */
+            bool ok = (m == 0xC0 || m == 0xC1) && prec == 8 && nc == 3;
+            if (ok) {
+                const int hy = f[6 + 1] >> 4, vy = f[6 + 1] & 15;
+                for (int c = 1; c < 3; c++)
+                    if (f[6 + 3 * c + 1] != 0x11) ok = false;
+                if (!((hy == 1 || hy == 2) && (vy == 1 || vy == 2))) ok = false;
+            }
+            /* a file cut short (no EOI at its end) goes to the CPU path, which names it */
+            const bool eoi = b[n - 2] == 0xFF && b[n - 1] == 0xD9;
+            out->gpu_ok = ok && eoi && adobe != 0 && adobe != 2 && w <= KILN_IMAGE_MAX_SIDE && h <= KILN_IMAGE_MAX_SIDE &&
+                          (int64_t)w * h <= KILN_IMAGE_MAX_PIXELS;
+            return true;
+        }
+        if (m == 0xEE && len >= 14 && !memcmp(b + at + 4, "Adobe", 5))
+            adobe = b[at + 4 + 11]; /* 0: RGB or CMYK, 1: YCbCr, 2: YCCK */
+        at += 2 + len;
+    }
+    return false;
+}
+
 /* -------------------------------------------------------------------- PNG */
 
 typedef struct png_src {
@@ -367,19 +415,19 @@ static kiln_status resample(kiln_context *ctx, const kiln_image *in, int x0, int
     return KILN_OK;
 }
 
-kiln_status kiln_image_resize_crop(kiln_context *ctx, const kiln_image *in, int resize, int crop_h, int crop_w,
-                                   kiln_image *out) {
-    if (!in || !out || !in->pixels || resize < 0 || crop_h < 0 || crop_w < 0) return KILN_ERR_INVALID_ARGUMENT;
-    memset(out, 0, sizeof *out);
-    /* the shorter side to `resize` (0: as it is), then the centre crop_h x crop_w (0: all) */
-    int rw = in->w, rh = in->h;
+/* kiln_image_resize_crop's box: the shorter side of w x h to `resize` (0: as it is),
+ * then the centre crop_h x crop_w (0: all), as the region (x0, y0, cw, ch) of the input
+ * that maps onto the ow x oh output. */
+static kiln_status center_region(kiln_context *ctx, int w, int h, int resize, int crop_h, int crop_w, int *pow, int *poh,
+                                 kiln_crop_box *b) {
+    int rw = w, rh = h;
     if (resize) {
-        if (in->w <= in->h) {
+        if (w <= h) {
             rw = resize;
-            rh = (int)((int64_t)in->h * resize / in->w);
+            rh = (int)((int64_t)h * resize / w);
         } else {
             rh = resize;
-            rw = (int)((int64_t)in->w * resize / in->h);
+            rw = (int)((int64_t)w * resize / h);
         }
         if (rw < 1) rw = 1;
         if (rh < 1) rh = 1;
@@ -388,14 +436,34 @@ kiln_status kiln_image_resize_crop(kiln_context *ctx, const kiln_image *in, int 
     if (ow > rw || oh > rh)
         return kiln_fail(ctx, KILN_ERR_SHAPE, "a %dx%d crop of a %dx%d image (resize it larger first)", ow, oh, rw, rh);
     /* the crop in input pixels: the region that maps onto the output */
-    const double fx = (double)in->w / rw, fy = (double)in->h / rh;
+    const double fx = (double)w / rw, fy = (double)h / rh;
     const int cx = (rw - ow) / 2, cy = (rh - oh) / 2;
     int x0 = (int)(cx * fx + 0.5), y0 = (int)(cy * fy + 0.5);
     int cw = (int)(ow * fx + 0.5), ch = (int)(oh * fy + 0.5);
     if (cw < 1) cw = 1;
     if (ch < 1) ch = 1;
-    if (x0 + cw > in->w) x0 = in->w - cw;
-    if (y0 + ch > in->h) y0 = in->h - ch;
+    if (x0 + cw > w) x0 = w - cw;
+    if (y0 + ch > h) y0 = h - ch;
+    *pow = ow, *poh = oh;
+    *b = (kiln_crop_box){.x0 = x0, .y0 = y0, .cw = cw, .ch = ch};
+    return KILN_OK;
+}
+
+kiln_status kiln_center_box(kiln_context *ctx, int w, int h, int resize, int size, kiln_crop_box *out) {
+    if (!out || w < 1 || h < 1 || size < 1 || resize < 0) return KILN_ERR_INVALID_ARGUMENT;
+    int ow = 0, oh = 0;
+    return center_region(ctx, w, h, resize, size, size, &ow, &oh, out);
+}
+
+kiln_status kiln_image_resize_crop(kiln_context *ctx, const kiln_image *in, int resize, int crop_h, int crop_w,
+                                   kiln_image *out) {
+    if (!in || !out || !in->pixels || resize < 0 || crop_h < 0 || crop_w < 0) return KILN_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int ow = 0, oh = 0;
+    kiln_crop_box b = {0};
+    kiln_status cst = center_region(ctx, in->w, in->h, resize, crop_h, crop_w, &ow, &oh, &b);
+    if (cst) return cst;
+    const int x0 = b.x0, y0 = b.y0, cw = b.cw, ch = b.ch;
     out->pixels = malloc((size_t)ow * (size_t)oh * (size_t)in->c);
     if (!out->pixels) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory resizing an image");
     out->w = ow;
@@ -841,6 +909,11 @@ static bool rrc_params(uint64_t seed, int64_t epoch, int64_t i, int w, int h, do
     return flip_on && (aug_next(&s) & 1);
 }
 
+void kiln_rrc_box(uint64_t seed, int64_t epoch, int64_t index, int w, int h, double smin, double smax, double rmin,
+                  double rmax, bool flip_on, kiln_crop_box *out) {
+    out->flip = rrc_params(seed, epoch, index, w, h, smin, smax, rmin, rmax, flip_on, &out->x0, &out->y0, &out->cw, &out->ch);
+}
+
 kiln_status kiln_images_augment(kiln_context *ctx, const kiln_tensor *images, const kiln_augment_options *o,
                                 uint64_t seed, int64_t epoch, kiln_tensor *out) {
     kiln_status st = check_transform(ctx, images, o, out, "kiln_images_augment");
@@ -925,11 +998,30 @@ kiln_status kiln_images_center(kiln_context *ctx, const kiln_tensor *images, int
 
 /* One image folder as a loader source (kiln_loader_create_images): each sample read,
  * decoded and transformed by the worker that gathers its batch. */
+/* Decoding on the GPU (io.decode): per ring slot, the batch's files (pinned host memory)
+ * and what the GPU does with each; the device batch handed out while the slot is held. */
+typedef struct gpu_slot {
+    unsigned char *bytes; /* pinned; the files of JPEGs the GPU decodes, one after another */
+    size_t len, cap;
+    kiln_jpeg_job *jobs;  /* (batch) */
+    int64_t *index;       /* (batch) the data set index of each */
+    int64_t epoch;
+    kiln_tensor *x;       /* the device batch's view (dims[0] and data set per batch) */
+    float *out;           /* the device batch while held */
+} gpu_slot;
+
 typedef struct stream_src {
     const kiln_image_list *list;
     kiln_image_stream_options io;
     double smin, smax, rmin, rmax;
     uint64_t seed;
+    /* io.decode == KILN_DECODE_GPU */
+    kiln_jpeg_gpu *gpu;
+    int64_t batch;
+    int n_slots;
+    gpu_slot *gs;
+    int64_t host_images; /* JPEGs the workers decoded instead (under mu) */
+    pthread_mutex_t mu;
 } stream_src;
 
 /* What one decode needs, and (training) the crop drawn from the file's full size. */
@@ -1015,6 +1107,153 @@ static kiln_status stream_fill(void *arg, kiln_context *ctx, int64_t index, int6
     return st;
 }
 
+/* ---------------------------------------------------- streaming on the GPU */
+
+static void gpu_src_free(void *arg) {
+    stream_src *s = arg;
+    if (!s) return;
+    for (int i = 0; s->gs && i < s->n_slots; i++) {
+        gpu_slot *g = &s->gs[i];
+        if (g->out) kiln_jpeg_gpu_done(s->gpu, g->out);
+        kiln_host_free(KILN_DEVICE_CUDA, g->bytes);
+        free(g->jobs);
+        free(g->index);
+        kiln_tensor_free(g->x);
+    }
+    free(s->gs);
+    kiln_jpeg_gpu_free(s->gpu);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static kiln_status gpu_attach(void *arg, kiln_context *ctx, int slots, int64_t batch) {
+    stream_src *s = arg;
+    if (batch > s->batch) return kiln_fail(ctx, KILN_ERR_INTERNAL, "image loader: batch %lld over %lld", (long long)batch,
+                                           (long long)s->batch);
+    s->gs = kiln_calloc(ctx, (size_t)slots, sizeof *s->gs, "the GPU decoder's slots");
+    if (!s->gs) return KILN_ERR_OUT_OF_MEMORY;
+    s->n_slots = slots;
+    const int size = s->io.aug.size;
+    for (int i = 0; i < slots; i++) {
+        gpu_slot *g = &s->gs[i];
+        g->jobs = kiln_calloc(ctx, (size_t)batch, sizeof *g->jobs, "the GPU decoder's jobs");
+        g->index = kiln_calloc(ctx, (size_t)batch, sizeof *g->index, "the GPU decoder's jobs");
+        if (!g->jobs || !g->index) return KILN_ERR_OUT_OF_MEMORY;
+        /* ~120 KB a file (ImageNet's average); grown by the worker when a batch needs more */
+        g->cap = (size_t)batch * 128 * 1024;
+        kiln_status st = kiln_host_alloc(ctx, KILN_DEVICE_CUDA, g->cap, (void **)&g->bytes);
+        if (st) return st;
+        /* a view of device memory: the data pointer is set per batch (kiln_jpeg_gpu_run) */
+        const int64_t dims[4] = {batch, 3, size, size};
+        st = kiln_tensor_wrap_on(ctx, KILN_F32, 4, dims, KILN_DEVICE_CUDA, s->io.device_index, (void *)(uintptr_t)256, &g->x);
+        if (st) return st;
+    }
+    return KILN_OK;
+}
+
+/* Sample i of the slot's batch: a JPEG nvJPEG takes is read into the slot's bytes with its
+ * box drawn here (the same stream as the CPU path's); anything else is decoded and
+ * transformed on this worker by the CPU path into dst. */
+static kiln_status gpu_fill_at(void *arg, kiln_context *ctx, int slot, int64_t i, int64_t index, int64_t epoch,
+                               float *dst, int64_t *label) {
+    stream_src *s = arg;
+    gpu_slot *g = &s->gs[slot];
+    if (i == 0) g->len = 0;
+    g->epoch = epoch;
+    g->index[i] = index;
+    kiln_jpeg_job *j = &g->jobs[i];
+    memset(j, 0, sizeof *j);
+    const char *path = s->list->paths[index];
+    unsigned char *data = NULL;
+    size_t n = 0;
+    kiln_status st = read_file(ctx, path, &data, &n);
+    if (st) return st;
+    kiln_jpeg_info info;
+    if (kiln_jpeg_probe(data, n, &info) && info.gpu_ok) {
+        j->w = info.w, j->h = info.h;
+        if (s->io.train)
+            kiln_rrc_box(s->seed, epoch, index, info.w, info.h, s->smin, s->smax, s->rmin, s->rmax, s->io.aug.flip, &j->box);
+        else if ((st = kiln_center_box(ctx, info.w, info.h, s->io.resize, s->io.aug.size, &j->box)) != KILN_OK)
+            kiln_msg_prefix(ctx, "%s: ", path);
+        if (!st && g->len + n > g->cap) {
+            /* grow the pinned bytes: the jobs hold offsets, not pointers */
+            size_t cap = 2 * g->cap > g->len + n ? 2 * g->cap : g->len + n;
+            unsigned char *nb = NULL;
+            st = kiln_host_alloc(ctx, KILN_DEVICE_CUDA, cap, (void **)&nb);
+            if (!st) {
+                memcpy(nb, g->bytes, g->len);
+                kiln_host_free(KILN_DEVICE_CUDA, g->bytes);
+                g->bytes = nb;
+                g->cap = cap;
+            }
+        }
+        if (!st) {
+            memcpy(g->bytes + g->len, data, n);
+            j->offset = g->len;
+            j->size = n;
+            g->len += n;
+            *label = s->list->labels[index];
+        }
+        free(data);
+        return st;
+    }
+    free(data); /* read again by the CPU path (rare: progressive, grey, CMYK, PNG files) */
+    pthread_mutex_lock(&s->mu);
+    s->host_images++;
+    pthread_mutex_unlock(&s->mu);
+    return stream_fill(s, ctx, index, epoch, dst, label);
+}
+
+typedef struct gpu_fallback_arg {
+    stream_src *s;
+    gpu_slot *g;
+} gpu_fallback_arg;
+
+static kiln_status gpu_fallback(void *arg, kiln_context *ctx, int64_t i, float *dst) {
+    gpu_fallback_arg *a = arg;
+    int64_t label;
+    return stream_fill(a->s, ctx, a->g->index[i], a->g->epoch, dst, &label);
+}
+
+static kiln_status gpu_finish(void *arg, kiln_context *ctx, kiln_batch *b) {
+    stream_src *s = arg;
+    gpu_slot *g = &s->gs[b->slot];
+    gpu_fallback_arg fa = {s, g};
+    float *out = NULL;
+    kiln_status st = kiln_jpeg_gpu_run(s->gpu, ctx, g->bytes, g->jobs, b->size, b->images, gpu_fallback, &fa, &out);
+    if (st) return st;
+    g->out = out;
+    g->x->data = out;
+    g->x->dims[0] = b->size;
+    b->x = g->x;
+    return KILN_OK;
+}
+
+static void gpu_release(void *arg, const kiln_batch *b) {
+    stream_src *s = arg;
+    gpu_slot *g = &s->gs[b->slot];
+    if (g->out) kiln_jpeg_gpu_done(s->gpu, g->out);
+    g->out = NULL;
+}
+
+static void gpu_set_stream(void *arg, void *stream) { kiln_jpeg_gpu_set_stream(((stream_src *)arg)->gpu, stream); }
+
+static void gpu_stats(void *arg, kiln_load_stats *out, bool reset) {
+    stream_src *s = arg;
+    kiln_jpeg_gpu_stats gs;
+    kiln_jpeg_gpu_stats_get(s->gpu, &gs, reset);
+    pthread_mutex_lock(&s->mu);
+    const int64_t host = s->host_images;
+    if (reset) s->host_images = 0;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(out->decoder, sizeof out->decoder, "nvJPEG %s", gs.backend);
+    out->gpu_images = gs.gpu_images;
+    out->cpu_images = gs.cpu_images + host;
+    out->gpu_decode_s = gs.decode_s;
+}
+
+bool kiln_gpu_decode_available(char *why, size_t n) { return kiln_nvjpeg_load(why, n); }
+
 kiln_status kiln_loader_create_images(kiln_context *ctx, const kiln_image_list *list,
                                       const kiln_image_stream_options *io, const kiln_loader_options *opts,
                                       kiln_loader **out) {
@@ -1045,5 +1284,46 @@ kiln_status kiln_loader_create_images(kiln_context *ctx, const kiln_image_list *
     s->seed = opts ? opts->seed : 0;
     kiln_loader_source src = {.n = list->n, .ndim = 3, .dims = {io->channels, o->size, o->size}, .arg = s,
                               .fill = stream_fill, .free_arg = free};
+    bool gpu = io->decode == KILN_DECODE_GPU;
+    if (io->decode == KILN_DECODE_GPU || io->decode == KILN_DECODE_AUTO) {
+        char why[256];
+        if (io->channels != 3 || !kiln_gpu_decode_available(why, sizeof why)) {
+            if (io->channels != 3) snprintf(why, sizeof why, "GPU decoding makes 3 channels, the model takes %d", io->channels);
+            if (io->decode == KILN_DECODE_GPU) {
+                free(s);
+                return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "image loader: no GPU decoding: %s", why);
+            }
+            gpu = false;
+        } else {
+            gpu = true;
+        }
+    } else if (io->decode != KILN_DECODE_CPU) {
+        free(s);
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "image loader: decode must be KILN_DECODE_CPU, _GPU or _AUTO, got %d",
+                         io->decode);
+    }
+    if (gpu) {
+        s->batch = opts ? opts->batch_size : kiln_loader_options_default().batch_size;
+        int err = pthread_mutex_init(&s->mu, NULL);
+        if (err) {
+            free(s);
+            return kiln_fail(ctx, KILN_ERR_INTERNAL, "image loader: cannot create its lock: %s", strerror(err));
+        }
+        const float *mean = o->mean, *sd = o->std;
+        kiln_status st = s->batch >= 1 && s->batch <= (1 << 20)
+                             ? kiln_jpeg_gpu_create(ctx, io->device_index, s->batch, o->size, mean, sd, &s->gpu)
+                             : kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "image loader: batch %lld", (long long)s->batch);
+        if (st) {
+            gpu_src_free(s);
+            return st;
+        }
+        src.free_arg = gpu_src_free;
+        src.attach = gpu_attach;
+        src.fill_at = gpu_fill_at;
+        src.finish = gpu_finish;
+        src.release = gpu_release;
+        src.set_stream = gpu_set_stream;
+        src.stats = gpu_stats;
+    }
     return kiln_loader_create_source(ctx, &src, opts, out);
 }

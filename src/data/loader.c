@@ -181,7 +181,8 @@ static void gather(kiln_loader *l, slot *s, int64_t q, kiln_context *wctx) {
         int64_t j = perm ? perm[i] : base + i;
         s->idx[i] = j;
         if (!l->images) {
-            kiln_status st = l->src.fill(l->src.arg, wctx, j, e, dst + i * m, &s->b.labels[i]);
+            kiln_status st = l->src.fill_at ? l->src.fill_at(l->src.arg, wctx, s->b.slot, i, j, e, dst + i * m, &s->b.labels[i])
+                                            : l->src.fill(l->src.arg, wctx, j, e, dst + i * m, &s->b.labels[i]);
             if (st) {
                 s->st = st;
                 snprintf(s->msg, sizeof s->msg, "%s", kiln_context_message(wctx));
@@ -407,7 +408,8 @@ static kiln_status create(kiln_context *ctx, const kiln_tensor *images, const ki
         s->b.x = &s->x;
         s->b.y = &s->y;
     }
-    st = start_workers(l);
+    st = l->src.attach ? l->src.attach(l->src.arg, ctx, l->k, B) : KILN_OK;
+    if (!st) st = start_workers(l);
     if (st) {
         kiln_loader_free(l);
         return st;
@@ -443,6 +445,11 @@ void kiln_loader_stats(kiln_loader *l, kiln_load_stats *out, bool reset) {
     out->workers = l->o.workers;
     if (reset) l->wait_s = l->busy_s = 0, l->gathered = l->batches = 0;
     pthread_mutex_unlock(&l->mu);
+    if (l->src.stats) l->src.stats(l->src.arg, out, reset);
+}
+
+void kiln_loader_set_stream(kiln_loader *l, void *stream) {
+    if (l && l->src.set_stream) l->src.set_stream(l->src.arg, stream);
 }
 
 void kiln_loader_free(kiln_loader *l) {
@@ -509,6 +516,21 @@ kiln_status kiln_loader_next(kiln_loader *l, const kiln_batch **out) {
         pthread_mutex_unlock(&l->mu);
         return kiln_fail(l->ctx, st, "%s", s->msg);
     }
+    if (l->src.finish) {
+        /* the batch's last step on this thread (the GPU decoder): no lock held, the slot
+         * READY so no worker touches it; counted as waiting for data */
+        pthread_mutex_unlock(&l->mu);
+        const double t1 = now_s();
+        kiln_status fst = l->src.finish(l->src.arg, &l->gather_ctx, &s->b);
+        pthread_mutex_lock(&l->mu);
+        l->wait_s += now_s() - t1;
+        if (fst) {
+            s->st = fst;
+            snprintf(s->msg, sizeof s->msg, "%s", kiln_context_message(&l->gather_ctx));
+            pthread_mutex_unlock(&l->mu);
+            return kiln_fail(l->ctx, fst, "%s", s->msg);
+        }
+    }
     s->state = SLOT_HELD;
     l->held++;
     l->next_consume = q + 1;
@@ -523,6 +545,7 @@ kiln_status kiln_loader_release(kiln_loader *l, const kiln_batch *b) {
     pthread_mutex_lock(&l->mu);
     bool mine = b->slot >= 0 && b->slot < l->k && b == &l->slots[b->slot].b && l->slots[b->slot].state == SLOT_HELD;
     if (mine) {
+        if (l->src.release) l->src.release(l->src.arg, b);
         l->slots[b->slot].state = SLOT_FREE;
         l->held--;
         pthread_cond_broadcast(&l->claimable);

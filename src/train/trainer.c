@@ -585,12 +585,20 @@ kiln_status kiln_trainer_step(kiln_trainer *t, int n_inputs, kiln_tensor *const 
     if (n_inputs != t->n_data_inputs || (n_inputs && !inputs))
         return kiln_fail(t->ctx, KILN_ERR_INVALID_ARGUMENT, "the model takes %d inputs, %d were given", t->n_data_inputs, n_inputs);
     for (int i = 0; i < n_inputs; i++) {
-        kiln_status st = kiln_require_host(t->ctx, inputs[i], "kiln_trainer_step");
-        if (st) return kiln_api_end(t->ctx, st);
+        /* a tensor on the trainer's own CUDA device is copied there (a batch decoded on the
+         * GPU); any other device is refused */
+        const kiln_tensor *x = inputs[i];
+        if (x && x->device != KILN_DEVICE_CPU &&
+            (x->device != t->opts.device || x->device_index != t->opts.device_index)) {
+            kiln_status st = kiln_require_host(t->ctx, x, "kiln_trainer_step (on another device than the trainer's)");
+            return kiln_api_end(t->ctx, st);
+        }
     }
     for (int i = 0; i < n_inputs; i++) t->feeds[i] = inputs[i];
     return kiln_api_end(t->ctx, t->engine->step(t->tr, false, loss));
 }
+
+void *kiln_trainer_stream(const kiln_trainer *t) { return t ? kiln_session_stream(t->sess) : NULL; }
 
 /* The checks kiln_trainer_warmup and kiln_trainer_train_epoch share, naming the caller. */
 static kiln_status data_set_args(kiln_trainer *t, const kiln_tensor *images, const kiln_tensor *labels, int64_t batch,
