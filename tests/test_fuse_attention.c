@@ -232,6 +232,46 @@ done:
     kiln_model_free(m);
 }
 
+/* The precision pass (fp16, all passes on) on an export: every kiln.Attention reads Q, K, V
+ * and writes its output in f16, with no Cast in front of those inputs nor after it (the
+ * softmax runs in f32 inside the op); a plain Softmax stays f32 (test_precision). */
+static void fp16_policy(const char *dir, const char *file) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    printf("-- %s in fp16\n", file);
+    kiln_model *m = NULL, *opt = NULL;
+    kiln_tensor *vt = NULL;
+    const kiln_pass_options po = {.device = KILN_DEVICE_CPU, .precision = KILN_PRECISION_FP16};
+    kiln_status st = kiln_model_load_onnx(ctx, path, &m);
+    if (!st) st = kiln_passes_apply(m, &po, &opt);
+    if (!st) st = kiln_pass_infer_types(opt, &vt);
+    CHECK(!st, "%s: %s", file, kiln_context_message(ctx));
+    int seen = 0;
+    for (int i = 0; !st && i < opt->n_nodes; i++) {
+        const kiln_node *n = &opt->nodes[i];
+        if (strcmp(n->op_type, "Attention") != 0) continue;
+        seen++;
+        for (int k = 0; k < 3; k++) {
+            CHECK(vt[n->in[k]].dtype == KILN_F16, "%s: Attention input %d is %s", file, k,
+                  kiln_dtype_name(vt[n->in[k]].dtype));
+            for (int j = 0; j < opt->n_nodes; j++)
+                for (int o = 0; o < opt->nodes[j].n_out; o++)
+                    CHECK(!(opt->nodes[j].out[o] == n->in[k] && strcmp(opt->nodes[j].op_type, "Cast") == 0),
+                          "%s: Attention input %d comes from a Cast", file, k);
+        }
+        CHECK(vt[n->out[0]].dtype == KILN_F16, "%s: Attention output is %s", file, kiln_dtype_name(vt[n->out[0]].dtype));
+        for (int j = 0; j < opt->n_nodes; j++)
+            for (int k = 0; k < opt->nodes[j].n_in; k++)
+                CHECK(!(opt->nodes[j].in[k] == n->out[0] && strcmp(opt->nodes[j].op_type, "Cast") == 0),
+                      "%s: the Attention output feeds a Cast", file);
+    }
+    CHECK(!st && seen == 2, "%s: %d kiln.Attention in the fp16 graph, expected 2", file, seen);
+    printf("%s: %d kiln.Attention in f16, %d Casts in the graph\n", file, seen, opt ? count(opt, "", "Cast") : -1);
+    free(vt);
+    kiln_model_free(opt);
+    kiln_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     const char *data = argc > 1 ? argv[1] : "tests/data";
@@ -242,6 +282,8 @@ int main(int argc, char **argv) {
     exported(data, "attn_vit_tiny.onnx", 2);
     exported(data, "attn_swin_tiny.onnx", 2);
     exported(data, "attn_maxvit_tiny.onnx", 2);
+    fp16_policy(data, "attn_vit_tiny.onnx");
+    fp16_policy(data, "attn_swin_tiny.onnx");
     printf("%s\n", fails ? "FAILED" : "all fuse-attention checks passed");
     kiln_context_free(ctx);
     return fails ? 1 : 0;

@@ -19,6 +19,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -476,13 +477,15 @@ static kiln_status infer(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* A row of Lk scores and one of Dv sums (doubles) per thread. */
 static size_t workspace(const kiln_op_ctx *c) {
     kiln_attn_geom g;
     kiln_op_ctx cc = *c;
     kiln_context quiet = {0};
     cc.kctx = &quiet;
     if (kiln_attention_resolve(&cc, c->in, &g)) return 0;
-    return (size_t)(g.lk + g.dv + 1) * sizeof(double);
+    const int nt = kiln_cpu_threads() > 0 ? kiln_cpu_threads() : 1;
+    return (size_t)nt * (size_t)(g.lk + g.dv + 1) * sizeof(double);
 }
 
 static inline double ld(const void *p, kiln_dtype dt, int64_t i) {
@@ -505,6 +508,35 @@ static inline void st_(void *p, kiln_dtype dt, int64_t i, double x) {
     }
 }
 
+/* One query row i of batch n into O. */
+static void attend_row(const kiln_attn_geom *g, kiln_dtype dt, const void *Q, const void *K, const void *V,
+                       const kiln_tensor *const *B, void *O, int64_t n, int64_t i, double *row, double *acc) {
+    const int64_t qb = kiln_attn_base(&g->q, n) + i * g->q.rs, kb = kiln_attn_base(&g->k, n),
+                  vb = kiln_attn_base(&g->v, n), ob = kiln_attn_base(&g->o, n) + i * g->o.rs;
+    int64_t bb[2] = {0, 0};
+    for (int s = 0; s < 2; s++)
+        if (B[s]) bb[s] = kiln_attn_base(&g->bias[s], n) + i * g->bias[s].rs;
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < g->lk; j++) {
+        double dot = 0;
+        for (int64_t d = 0; d < g->d; d++) dot += ld(Q, dt, qb + d * g->q.cs) * ld(K, dt, kb + j * g->k.rs + d * g->k.cs);
+        dot *= g->scale;
+        for (int s = 0; s < 2; s++)
+            if (B[s]) dot += ld(B[s]->data, B[s]->dtype, bb[s] + j * g->bias[s].cs);
+        row[j] = dot;
+        if (dot > mx) mx = dot;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < g->lk; j++) {
+        row[j] = mx == -INFINITY ? 0 : exp(row[j] - mx);
+        sum += row[j];
+    }
+    for (int64_t d = 0; d < g->dv; d++) acc[d] = 0;
+    for (int64_t j = 0; j < g->lk; j++)
+        for (int64_t d = 0; d < g->dv; d++) acc[d] += row[j] * ld(V, dt, vb + j * g->v.rs + d * g->v.cs);
+    for (int64_t d = 0; d < g->dv; d++) st_(O, dt, ob + d * g->o.cs, sum > 0 ? acc[d] / sum : NAN);
+}
+
 static kiln_status forward(kiln_op_ctx *c) {
     kiln_attn_geom g;
     kiln_status st = kiln_attention_resolve(c, c->in, &g);
@@ -513,38 +545,16 @@ static kiln_status forward(kiln_op_ctx *c) {
     const void *Q = c->in[0]->data, *K = c->in[1]->data, *V = c->in[2]->data;
     const kiln_tensor *B[2] = {g.has_bias[0] ? c->in[3] : NULL, g.has_bias[1] ? c->in[4] : NULL};
     void *O = c->out[0]->data;
-    if (g.lk > 0 && c->workspace_size < (size_t)(g.lk + g.dv) * sizeof(double))
-        return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace too small");
-    double *row = c->workspace, *acc = row + g.lk;
-    for (int64_t n = 0; n < g.nbatch; n++) {
-        const int64_t qb = kiln_attn_base(&g.q, n), kb = kiln_attn_base(&g.k, n), vb = kiln_attn_base(&g.v, n),
-                      ob = kiln_attn_base(&g.o, n);
-        int64_t bb[2] = {0, 0};
-        for (int s = 0; s < 2; s++)
-            if (B[s]) bb[s] = kiln_attn_base(&g.bias[s], n);
-        for (int64_t i = 0; i < g.lq; i++) {
-            double mx = -INFINITY;
-            for (int64_t j = 0; j < g.lk; j++) {
-                double dot = 0;
-                for (int64_t d = 0; d < g.d; d++)
-                    dot += ld(Q, dt, qb + i * g.q.rs + d * g.q.cs) * ld(K, dt, kb + j * g.k.rs + d * g.k.cs);
-                dot *= g.scale;
-                for (int s = 0; s < 2; s++)
-                    if (B[s]) dot += ld(B[s]->data, B[s]->dtype, bb[s] + i * g.bias[s].rs + j * g.bias[s].cs);
-                row[j] = dot;
-                if (dot > mx) mx = dot;
-            }
-            double sum = 0;
-            for (int64_t j = 0; j < g.lk; j++) {
-                row[j] = mx == -INFINITY ? 0 : exp(row[j] - mx);
-                sum += row[j];
-            }
-            for (int64_t d = 0; d < g.dv; d++) acc[d] = 0;
-            for (int64_t j = 0; j < g.lk; j++)
-                for (int64_t d = 0; d < g.dv; d++) acc[d] += row[j] * ld(V, dt, vb + j * g.v.rs + d * g.v.cs);
-            for (int64_t d = 0; d < g.dv; d++)
-                st_(O, dt, ob + i * g.o.rs + d * g.o.cs, sum > 0 ? acc[d] / sum : NAN);
-        }
+    const size_t per = (size_t)(g.lk + g.dv + 1);
+    const int slots = (int)(c->workspace_size / (per * sizeof(double)));
+    if (g.nbatch * g.lq == 0) return KILN_OK;
+    if (slots < 1) return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace too small");
+    const int64_t rows = g.nbatch * g.lq;
+    double *ws = c->workspace;
+#pragma omp parallel for num_threads(slots) if (slots > 1 && rows * g.lk * g.d > (1 << 16)) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        double *row = ws + (size_t)omp_get_thread_num() * per;
+        attend_row(&g, dt, Q, K, V, B, O, r / g.lq, r % g.lq, row, row + g.lk);
     }
     return KILN_OK;
 }

@@ -1,0 +1,283 @@
+/*
+ * attention.cu — kiln.Attention (src/ops/attention.c) on CUDA: for each flat batch index n
+ * and each tile of TQ query rows, one block computes
+ *
+ *     O[n, i, :] = sum_j softmax_j(scale * <Q[n, i, :], K[n, j, :]> + bias0 + bias1) V[n, j, :]
+ *
+ * with Q, K, V, the biases and O each addressed through the geometry the op resolves for
+ * the plan's shapes (kiln_attention_resolve: an offset, the flat batch index's mixed-radix
+ * strides, a row and a column stride), so the head split / merge views of the producers
+ * are read and written in place. Q, K, V, O: f32, f16 or bf16 (one dtype); biases any
+ * float dtype. All arithmetic in f32: the Q tile (scaled) and K / V tiles of KT rows are
+ * staged in shared memory as float, the whole score rows (TQ x Lk) stay in shared memory,
+ * the softmax is exact (row max, then exp and sum, in two passes), and P V accumulates in
+ * registers. CUDA-core FMAs with a 2 x 4 (scores) and 2 x 8 (output) register tile per
+ * thread: the attention products of the torchvision transformers are small (ViT-B/16 at
+ * batch 64: ~9 GFLOP); what this kernel removes is the memory passes around them.
+ *
+ * Limits (kiln_cuda_sup_attention refuses beyond, and the fuse-attention pass then leaves
+ * the pattern unfused): head dims D, Dv <= 128, and Lk such that the score rows fit in
+ * shared memory (about 1,500 at D = 128).
+ */
+#include "dtype.cuh"
+
+extern "C" {
+#include "../ops/attention.h"
+}
+
+#include <stdio.h>
+
+using namespace kiln_cu;
+
+namespace {
+
+constexpr int THREADS = 256; /* 16 x 16 */
+constexpr int TQ = 32;       /* query rows per block: 2 per thread row */
+constexpr int KT = 64;       /* key / value rows per tile: 4 per thread column */
+constexpr int MAXD = 128;    /* head dims: 8 output columns per thread */
+constexpr size_t SMEM_MAX = 200 * 1024;
+
+struct Addr {
+    int nb;
+    long long bdims[KILN_MAX_DIMS], bstr[KILN_MAX_DIMS];
+    long long rs, cs, off;
+};
+
+struct Args {
+    const void *q, *k, *v, *bias[2];
+    void *o;
+    int bias_dt[2];
+    Addr aq, ak, av, ao, ab[2];
+    int lq, lk, d, dv;
+    float scale;
+};
+
+__device__ __forceinline__ long long base_of(const Addr &a, long long n) {
+    long long off = a.off;
+    for (int i = a.nb - 1; i >= 0; i--) {
+        off += (n % a.bdims[i]) * a.bstr[i];
+        n /= a.bdims[i];
+    }
+    return off;
+}
+
+/* Shared floats: Q tile TQ x (D + 1), K / V tile KT x (max(D, Dv) + 1), scores TQ x (Lk + 1),
+ * the rows' 1 / sum. */
+static size_t smem_floats(int64_t d, int64_t dv, int64_t lk) {
+    const int64_t dm = d > dv ? d : dv;
+    return (size_t)(TQ * (d + 1) + KT * (dm + 1) + TQ * (lk + 1) + TQ);
+}
+
+template <typename T> __global__ void __launch_bounds__(THREADS) attention_kernel(Args a) {
+    extern __shared__ float sm[];
+    const int D = a.d, DV = a.dv, LK = a.lk;
+    const int DM = D > DV ? D : DV;
+    float *qs = sm;                  // (TQ, D + 1)
+    float *kv = qs + TQ * (D + 1);   // (KT, DM + 1)
+    float *s = kv + KT * (DM + 1);   // (TQ, LK + 1)
+    float *rinv = s + TQ * (LK + 1); // (TQ)
+    const int SS = LK + 1, KS = DM + 1, QS = D + 1;
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const long long n = blockIdx.x;
+    const int i0 = blockIdx.y * TQ;
+    const T *Q = (const T *)a.q, *K = (const T *)a.k, *V = (const T *)a.v;
+    T *O = (T *)a.o;
+    const long long qb = base_of(a.aq, n), kb = base_of(a.ak, n), vb = base_of(a.av, n), ob = base_of(a.ao, n);
+    const long long bb0 = a.bias[0] ? base_of(a.ab[0], n) : 0, bb1 = a.bias[1] ? base_of(a.ab[1], n) : 0;
+
+    for (int idx = tid; idx < TQ * D; idx += THREADS) {
+        const int i = idx / D, d = idx % D, gi = i0 + i;
+        qs[i * QS + d] = gi < a.lq ? to_f<T>(Q[qb + gi * a.aq.rs + d * a.aq.cs]) * a.scale : 0.f;
+    }
+    /* scores S = Q K^T (+ biases), tile by tile of K */
+    for (int j0 = 0; j0 < LK; j0 += KT) {
+        __syncthreads();
+        for (int idx = tid; idx < KT * D; idx += THREADS) {
+            const int j = idx / D, d = idx % D, gj = j0 + j;
+            kv[j * KS + d] = gj < LK ? to_f<T>(K[kb + gj * a.ak.rs + d * a.ak.cs]) : 0.f;
+        }
+        __syncthreads();
+        float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        for (int d = 0; d < D; d++) {
+            const float q0 = qs[ty * QS + d], q1 = qs[(ty + 16) * QS + d];
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const float kk = kv[(tx + 16 * b) * KS + d];
+                acc[0][b] += q0 * kk;
+                acc[1][b] += q1 * kk;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = ty + 16 * r, gi = i0 + i;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int j = j0 + tx + 16 * b;
+                if (j >= LK) continue;
+                float v = acc[r][b];
+                if (gi < a.lq) {
+                    if (a.bias[0]) v += (float)load_any(a.bias[0], a.bias_dt[0], bb0 + gi * a.ab[0].rs + j * a.ab[0].cs);
+                    if (a.bias[1]) v += (float)load_any(a.bias[1], a.bias_dt[1], bb1 + gi * a.ab[1].rs + j * a.ab[1].cs);
+                }
+                s[i * SS + j] = v;
+            }
+        }
+    }
+    __syncthreads();
+    /* exact softmax of each row: a warp per row */
+    const int warp = tid / 32, lane = tid % 32;
+    for (int r = warp; r < TQ; r += THREADS / 32) {
+        float mx = -INFINITY;
+        for (int j = lane; j < LK; j += 32) mx = fmaxf(mx, s[r * SS + j]);
+        for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.f;
+        for (int j = lane; j < LK; j += 32) {
+            const float e = mx == -INFINITY ? 0.f : expf(s[r * SS + j] - mx);
+            s[r * SS + j] = e;
+            sum += e;
+        }
+        for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) rinv[r] = sum > 0.f ? 1.f / sum : __int_as_float(0x7fc00000);
+    }
+    /* O = P V, tile by tile of V */
+    float acc[2][8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) acc[0][c] = acc[1][c] = 0.f;
+    for (int j0 = 0; j0 < LK; j0 += KT) {
+        __syncthreads();
+        for (int idx = tid; idx < KT * DV; idx += THREADS) {
+            const int j = idx / DV, d = idx % DV, gj = j0 + j;
+            kv[j * KS + d] = gj < LK ? to_f<T>(V[vb + gj * a.av.rs + d * a.av.cs]) : 0.f;
+        }
+        __syncthreads();
+        const int jn = LK - j0 < KT ? LK - j0 : KT;
+        for (int j = 0; j < jn; j++) {
+            const float p0 = s[ty * SS + j0 + j], p1 = s[(ty + 16) * SS + j0 + j];
+#pragma unroll
+            for (int c = 0; c < 8; c++) {
+                const int d = tx + 16 * c;
+                if (d < DV) {
+                    const float vv = kv[j * KS + d];
+                    acc[0][c] += p0 * vv;
+                    acc[1][c] += p1 * vv;
+                }
+            }
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int gi = i0 + ty + 16 * r;
+        if (gi >= a.lq) continue;
+        const float inv = rinv[ty + 16 * r];
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            const int d = tx + 16 * c;
+            if (d < DV) O[ob + gi * a.ao.rs + d * a.ao.cs] = from_f<T>(acc[r][c] * inv);
+        }
+    }
+}
+
+void to_addr(const kiln_attn_addr &g, Addr *a) {
+    a->nb = g.nb;
+    for (int i = 0; i < g.nb; i++) {
+        a->bdims[i] = g.bdims[i];
+        a->bstr[i] = g.bstr[i];
+    }
+    a->rs = g.rs;
+    a->cs = g.cs;
+    a->off = g.off;
+}
+
+template <typename T> kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const Args &a, long long nbatch, size_t smem) {
+    static bool raised = false; /* the kernel's shared-memory limit, once per dtype */
+    if (!raised) {
+        KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)SMEM_MAX));
+        raised = true;
+    }
+    const dim3 grid((unsigned)nbatch, (unsigned)((a.lq + TQ - 1) / TQ));
+    attention_kernel<T><<<grid, THREADS, smem, cu->stream>>>(a);
+    KILN_CUDA_LAUNCHED(ctx, "attention_kernel");
+    return KILN_OK;
+}
+
+/* The geometry of c (host shapes and values), quietly: false with a reason in why. */
+bool geometry(const kiln_op_ctx *c, kiln_tensor *const *hin, kiln_attn_geom *g, char *why, size_t n) {
+    kiln_context quiet = {};
+    kiln_op_ctx cc = *c;
+    cc.kctx = &quiet;
+    if (kiln_attention_resolve(&cc, hin, g) != KILN_OK) {
+        snprintf(why, n, "%s", kiln_context_message(&quiet));
+        return false;
+    }
+    return true;
+}
+
+} // namespace
+
+extern "C" bool kiln_cuda_sup_attention(const kiln_op_ctx *c, char *why, size_t n) {
+    kiln_tensor *const *hin = kiln_cuda_host_inputs(c);
+    for (int i = 0; i < 3; i++)
+        if (!c->in[i] || !kiln_cuda_float_dtype(c->in[i]->dtype) || c->in[i]->dtype != c->in[0]->dtype) {
+            snprintf(why, n, "Q, K and V must share one of f32, f16, bf16 (input %d)", i);
+            return false;
+        }
+    if (c->out[0]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "the output's dtype differs from Q's");
+        return false;
+    }
+    for (int i = 3; i < 5 && i < c->n_in; i++)
+        if (c->in[i] && !kiln_dtype_is_float(c->in[i]->dtype)) {
+            snprintf(why, n, "bias input %d is not a float tensor", i);
+            return false;
+        }
+    kiln_attn_geom g;
+    if (!geometry(c, hin, &g, why, n)) return false;
+    if (g.d < 1 || g.dv < 1 || g.d > MAXD || g.dv > MAXD) {
+        snprintf(why, n, "head dims %lld and %lld (1 to %d are supported)", (long long)g.d, (long long)g.dv, MAXD);
+        return false;
+    }
+    if (g.lk < 1 || smem_floats(g.d, g.dv, g.lk) * sizeof(float) > SMEM_MAX) {
+        snprintf(why, n, "%lld keys do not fit the kernel's shared memory", (long long)g.lk);
+        return false;
+    }
+    if (g.nbatch > 0x7fffffffLL || (g.lq + TQ - 1) / TQ > 65535) {
+        snprintf(why, n, "%lld batches of %lld queries: too many blocks", (long long)g.nbatch, (long long)g.lq);
+        return false;
+    }
+    return true;
+}
+
+extern "C" kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_status st = kiln_cuda_need_host(c);
+    if (st) return st;
+    kiln_attn_geom g;
+    char why[512];
+    if (!geometry(c, c->host_in, &g, why, sizeof why))
+        return kiln_fail(c->kctx, KILN_ERR_SHAPE, "Attention node '%s': %s", c->node->name, why);
+    if (g.nbatch == 0 || g.lq == 0) return KILN_OK;
+    Args a = {};
+    a.q = c->in[0]->data;
+    a.k = c->in[1]->data;
+    a.v = c->in[2]->data;
+    a.o = c->out[0]->data;
+    for (int s = 0; s < 2; s++)
+        if (g.has_bias[s]) {
+            a.bias[s] = c->in[3 + s]->data;
+            a.bias_dt[s] = c->in[3 + s]->dtype;
+            to_addr(g.bias[s], &a.ab[s]);
+        }
+    to_addr(g.q, &a.aq);
+    to_addr(g.k, &a.ak);
+    to_addr(g.v, &a.av);
+    to_addr(g.o, &a.ao);
+    a.lq = (int)g.lq;
+    a.lk = (int)g.lk;
+    a.d = (int)g.d;
+    a.dv = (int)g.dv;
+    a.scale = g.scale;
+    const size_t smem = smem_floats(g.d, g.dv, g.lk) * sizeof(float);
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, c->in[0]->dtype, launch, cu, c->kctx, a, (long long)g.nbatch, smem);
+    return st;
+}
