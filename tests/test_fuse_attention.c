@@ -267,6 +267,17 @@ static void fp16_policy(const char *dir, const char *file) {
     }
     CHECK(!st && seen == 2, "%s: %d kiln.Attention in the fp16 graph, expected 2", file, seen);
     printf("%s: %d kiln.Attention in f16, %d Casts in the graph\n", file, seen, opt ? count(opt, "", "Cast") : -1);
+    /* and it runs: within fp16's error of the unfused fp32 graph */
+    kiln_model *ref = NULL;
+    const kiln_pass_options off = {.device = KILN_DEVICE_CPU, .disabled = ~0u};
+    if (!st && !kiln_passes_apply(m, &off, &ref)) {
+        kiln_tensor *x = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 32, 32), -1, 1, 46);
+        char label[300];
+        snprintf(label, sizeof label, "%s fp16 vs fp32", file);
+        same_function(label, ref, opt, &x, 3e-2, 3e-2, NULL);
+        kiln_tensor_free(x);
+    }
+    kiln_model_free(ref);
     free(vt);
     kiln_model_free(opt);
     kiln_model_free(m);

@@ -189,13 +189,24 @@ void to_addr(const kiln_attn_addr &g, Addr *a) {
     a->off = g.off;
 }
 
+/* The kernels' shared-memory limit raised to SMEM_MAX, once per device (a plan's prepare
+ * does it before any capture of a CUDA graph; the launch checks again). */
+kiln_status raise_smem(kiln_context *ctx) {
+    static bool raised[64];
+    int dev = 0;
+    KILN_CUDA_CHECK(ctx, cudaGetDevice(&dev));
+    if (dev >= 0 && dev < 64 && raised[dev]) return KILN_OK;
+    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)SMEM_MAX));
+    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(attention_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)SMEM_MAX));
+    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(attention_kernel<__nv_bfloat16>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_MAX));
+    if (dev >= 0 && dev < 64) raised[dev] = true;
+    return KILN_OK;
+}
+
 template <typename T> kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const Args &a, long long nbatch, size_t smem) {
-    static bool raised = false; /* the kernel's shared-memory limit, once per dtype */
-    if (!raised) {
-        KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  (int)SMEM_MAX));
-        raised = true;
-    }
     const dim3 grid((unsigned)nbatch, (unsigned)((a.lq + TQ - 1) / TQ));
     attention_kernel<T><<<grid, THREADS, smem, cu->stream>>>(a);
     KILN_CUDA_LAUNCHED(ctx, "attention_kernel");
@@ -249,8 +260,14 @@ extern "C" bool kiln_cuda_sup_attention(const kiln_op_ctx *c, char *why, size_t 
     return true;
 }
 
+extern "C" kiln_status kiln_cuda_prep_attention(kiln_cuda *cu, kiln_op_ctx *c) {
+    (void)cu;
+    return raise_smem(c->kctx);
+}
+
 extern "C" kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_status st = kiln_cuda_need_host(c);
+    if (!st) st = raise_smem(c->kctx);
     if (st) return st;
     kiln_attn_geom g;
     char why[512];

@@ -1353,6 +1353,7 @@ static const struct {
     prepare_fn prepare;
 } prepares[] = {
     {"kiln.FusedElementwise", kiln_cuda_prep_fused_elementwise},
+    {"kiln.Attention", kiln_cuda_prep_attention},
 };
 
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))

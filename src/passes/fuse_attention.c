@@ -196,6 +196,7 @@ static bool view_step(ctx *x, match *mt, int v, bool allow_scale, rec *r) {
         }
         return true;
     }
+    /* op-pattern: Squeeze / Unsqueeze as a view step */
     if (kiln_pass_is(n, "Squeeze") || kiln_pass_is(n, "Unsqueeze")) {
         const bool sq = kiln_pass_is(n, "Squeeze");
         int64_t axes[KILN_MAX_DIMS];
@@ -293,6 +294,7 @@ static bool view_step(ctx *x, match *mt, int v, bool allow_scale, rec *r) {
         r->nops = 4;
         return true;
     }
+    /* op-pattern: a Mul / Div by a scalar on q or k */
     if (allow_scale && (kiln_pass_is(n, "Mul") || kiln_pass_is(n, "Div")) && n->n_in == 2 && n->in[1] >= 0) {
         const bool div = kiln_pass_is(n, "Div");
         const int out_rank = probe(x, 0, v)->ndim;
@@ -417,6 +419,7 @@ static bool score_chain(ctx *x, match *mt, int sm) {
         if (nb > 100 || !add_dead(mt, p)) return false;
         int64_t step[4];
         int ns = 0, from = -1;
+        /* op-pattern: Reshape / Add bias / Mul or Div by a scalar on the scores */
         if (kiln_pass_is(n, "Reshape") && n->n_in > 1 && n->in[1] >= 0) {
             const int pi = param(mt, n->in[1]);
             if (pi < 0) return false;
@@ -433,6 +436,7 @@ static bool score_chain(ctx *x, match *mt, int sm) {
                     continue;
                 const kiln_node *pa = &x->m->nodes[x->prod[a]];
                 bool unused = false;
+                /* op-pattern: the scores' side of the Add comes from the chain's ops */
                 if (product(pa, &unused) || kiln_pass_is(pa, "Reshape") || kiln_pass_is(pa, "Add") ||
                     kiln_pass_is(pa, "Mul") || kiln_pass_is(pa, "Div"))
                     pick = s;
@@ -442,7 +446,8 @@ static bool score_chain(ctx *x, match *mt, int sm) {
             step[ns++] = KILN_ATTN_BIAS;
             step[ns++] = nbias++; /* backward count; renumbered forward above */
             from = n->in[pick];
-        } else if ((kiln_pass_is(n, "Mul") || kiln_pass_is(n, "Div")) && n->n_in == 2) {
+        } else if (/* op-pattern: a scale of the scores */ (kiln_pass_is(n, "Mul") || kiln_pass_is(n, "Div")) &&
+                   n->n_in == 2) {
             const bool div = kiln_pass_is(n, "Div");
             const int rank = probe(x, 0, cur)->ndim;
             for (int s = div ? 1 : 0; s < 2 && from < 0; s++) {
