@@ -285,6 +285,29 @@ static void fp16_policy(const char *dir, const char *file) {
 
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    if (argc > 2 && strcmp(argv[1], "--count") == 0) {
+        /* test_fuse_attention --count MODEL.onnx: the fusions on a full-size export */
+        kiln_model *m = NULL, *opt = NULL;
+        const kiln_pass_options on = {.device = KILN_DEVICE_CPU, .disabled = ~(unsigned)KILN_PASS_FUSE_ATTENTION};
+        kiln_status st = kiln_model_load_onnx(ctx, argv[2], &m);
+        if (!st) st = kiln_passes_apply(m, &on, &opt);
+        if (!st)
+            printf("%s: %d Softmax, %d kiln.Attention after the pass; %d Transposes -> %d, %d Gathers -> %d\n", argv[2],
+                   count(m, "", "Softmax"), count(opt, "kiln", "Attention"), count(m, "", "Transpose"),
+                   count(opt, "", "Transpose"), count(m, "", "Gather"), count(opt, "", "Gather"));
+        else
+            printf("FAIL %s: %s\n", argv[2], kiln_context_message(ctx));
+        if (!st) { /* what a plan at batch 1 runs */
+            kiln_tensor *x = kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 224, 224), -1, 1, 47);
+            printf("plan at batch 1 runs %d Transposes, %d Gathers, %d Softmax\n", plan_count(opt, x, "Transpose"),
+                   plan_count(opt, x, "Gather"), plan_count(opt, x, "Softmax"));
+            kiln_tensor_free(x);
+        }
+        kiln_model_free(opt);
+        kiln_model_free(m);
+        kiln_context_free(ctx);
+        return st ? 1 : 0;
+    }
     const char *data = argc > 1 ? argv[1] : "tests/data";
     hand_built(&(variant){.label = "attention block"}, 1);
     hand_built(&(variant){.label = "softmax read twice", .softmax_read_twice = true}, 0);
