@@ -297,6 +297,13 @@ int main(int argc, char **argv) {
                    count(opt, "", "Transpose"), count(m, "", "Gather"), count(opt, "", "Gather"));
         else
             printf("FAIL %s: %s\n", argv[2], kiln_context_message(ctx));
+        if (!st) { /* the passes of a CUDA fp16 session (in a CUDA build: the kernel's supports decides) */
+            kiln_model *cu = NULL;
+            const kiln_pass_options cuo = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16};
+            if (kiln_passes_apply(m, &cuo, &cu) == KILN_OK)
+                printf("for cuda fp16: %d kiln.Attention\n", count(cu, "kiln", "Attention"));
+            kiln_model_free(cu);
+        }
         if (!st) { /* what a plan at batch 1 runs */
             kiln_tensor *x = kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 224, 224), -1, 1, 47);
             printf("plan at batch 1 runs %d Transposes, %d Gathers, %d Softmax\n", plan_count(opt, x, "Transpose"),

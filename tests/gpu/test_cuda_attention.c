@@ -9,7 +9,7 @@
  * CPU's unfused fp32 output within 1e-4 relative (of the largest |y|), the CUDA session
  * with --disable fuse-attention too, and the fp16 session within 3e-2. Prints the error
  * and the share of its budget each used. Exits non-zero on any failure. */
-#include "check.h"
+#include "../check.h"
 #include "core/internal.h"
 #include "core/optest.h"
 #include "passes/passes.h"
