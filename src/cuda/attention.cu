@@ -15,11 +15,17 @@
  * thread: the attention products of the torchvision transformers are small (ViT-B/16 at
  * batch 64: ~9 GFLOP); what this kernel removes is the memory passes around them.
  *
+ * f16 / bf16 with head dims multiples of 16 take the tensor-core form below
+ * (attention_wmma_kernel); the CUDA-core kernel serves f32 and the other head dims.
+ *
  * Limits (kiln_cuda_sup_attention refuses beyond, and the fuse-attention pass then leaves
  * the pattern unfused): head dims D, Dv <= 128, and Lk such that the score rows fit in
  * shared memory (about 1,500 at D = 128).
  */
 #include "dtype.cuh"
+
+#include <mma.h>
+#include <type_traits>
 
 extern "C" {
 #include "../ops/attention.h"
@@ -178,6 +184,141 @@ template <typename T> __global__ void __launch_bounds__(THREADS) attention_kerne
     }
 }
 
+/* The tensor-core form for f16 / bf16 with head dims multiples of 16 (nvcuda::wmma 16x16x16
+ * fragments, f32 accumulation): per block TQ = 32 query rows and 4 warps. S = Q K^T tile by
+ * tile of KT keys into shared memory (f32), then scale, biases and the exact softmax of each
+ * row in f32, P rounded to the I/O type in shared memory (0 past Lk), then O = P V tile by
+ * tile of V with the accumulators in registers, stored through shared memory, scaled by the
+ * row's 1 / sum and written through the output view. Rows past Lq and keys past Lk are zeros. */
+constexpr int WTHREADS = 128;
+constexpr int WPAD = 8; /* halves of padding per shared row (ldm stays a multiple of 8) */
+
+struct WLayout {
+    int qld, kld, ss, ps, lkp;
+    size_t q, kv, s, p, r, bytes;
+};
+
+static size_t up128(size_t x) { return (x + 127) / 128 * 128; }
+
+static WLayout wlayout(int64_t d, int64_t dv, int64_t lk) {
+    WLayout w;
+    const int dm = (int)(d > dv ? d : dv);
+    w.lkp = (int)((lk + 15) / 16 * 16);
+    w.qld = (int)d + WPAD;
+    w.kld = dm + WPAD;
+    w.ss = (w.lkp > dv ? w.lkp : (int)dv) + 4;
+    w.ps = w.lkp + WPAD;
+    w.q = 0;
+    w.kv = up128(w.q + (size_t)TQ * w.qld * 2);
+    w.s = up128(w.kv + (size_t)KT * w.kld * 2);
+    w.p = up128(w.s + (size_t)TQ * w.ss * 4);
+    w.r = up128(w.p + (size_t)TQ * w.ps * 2);
+    w.bytes = w.r + TQ * 4;
+    return w;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int qld, int kld, int ss, int ps, int lkp,
+                                                                  unsigned oq, unsigned okv, unsigned os, unsigned op,
+                                                                  unsigned orr) {
+    using namespace nvcuda;
+    extern __shared__ __align__(128) unsigned char wsm[];
+    T *qs = (T *)(wsm + oq), *kv = (T *)(wsm + okv), *P = (T *)(wsm + op);
+    float *S = (float *)(wsm + os), *rinv = (float *)(wsm + orr);
+    const int D = a.d, DV = a.dv, LK = a.lk;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const long long n = blockIdx.x;
+    const int i0 = blockIdx.y * TQ;
+    const T *Q = (const T *)a.q, *K = (const T *)a.k, *V = (const T *)a.v;
+    T *O = (T *)a.o;
+    const long long qb = base_of(a.aq, n), kb = base_of(a.ak, n), vb = base_of(a.av, n), ob = base_of(a.ao, n);
+    const long long bb0 = a.bias[0] ? base_of(a.ab[0], n) : 0, bb1 = a.bias[1] ? base_of(a.ab[1], n) : 0;
+    const T zero = from_f<T>(0.f);
+    for (int idx = tid; idx < TQ * D; idx += WTHREADS) {
+        const int i = idx / D, d = idx % D, gi = i0 + i;
+        qs[i * qld + d] = gi < a.lq ? Q[qb + gi * a.aq.rs + d * a.aq.cs] : zero;
+    }
+    for (int j0 = 0; j0 < lkp; j0 += KT) {
+        __syncthreads();
+        for (int idx = tid; idx < KT * D; idx += WTHREADS) {
+            const int j = idx / D, d = idx % D, gj = j0 + j;
+            kv[j * kld + d] = gj < LK ? K[kb + gj * a.ak.rs + d * a.ak.cs] : zero;
+        }
+        __syncthreads();
+        for (int f = warp; f < 8; f += 4) { /* 2 x 4 tiles of 16 x 16 */
+            const int rt = f / 4, ct = f % 4;
+            if (j0 + ct * 16 >= lkp) continue;
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.f);
+            for (int k = 0; k < D; k += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+                wmma::load_matrix_sync(fa, qs + rt * 16 * qld + k, qld);
+                wmma::load_matrix_sync(fb, kv + ct * 16 * kld + k, kld);
+                wmma::mma_sync(acc, fa, fb, acc);
+            }
+            wmma::store_matrix_sync(S + rt * 16 * ss + j0 + ct * 16, acc, ss, wmma::mem_row_major);
+        }
+    }
+    __syncthreads();
+    for (int r = warp; r < TQ; r += WTHREADS / 32) {
+        const int gi = i0 + r;
+        float mx = -INFINITY;
+        for (int j = lane; j < LK; j += 32) {
+            float v = S[r * ss + j] * a.scale;
+            if (gi < a.lq) {
+                if (a.bias[0]) v += (float)load_any(a.bias[0], a.bias_dt[0], bb0 + gi * a.ab[0].rs + j * a.ab[0].cs);
+                if (a.bias[1]) v += (float)load_any(a.bias[1], a.bias_dt[1], bb1 + gi * a.ab[1].rs + j * a.ab[1].cs);
+            }
+            S[r * ss + j] = v;
+            mx = fmaxf(mx, v);
+        }
+        for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.f;
+        for (int j = lane; j < lkp; j += 32) {
+            const float e = j < LK && mx != -INFINITY ? expf(S[r * ss + j] - mx) : 0.f;
+            P[r * ps + j] = from_f<T>(e);
+            sum += e;
+        }
+        for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) rinv[r] = sum > 0.f ? 1.f / sum : __int_as_float(0x7fc00000);
+    }
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[2][2];
+    for (int rt = 0; rt < 2; rt++)
+        for (int c = 0; c < 2; c++) wmma::fill_fragment(oacc[rt][c], 0.f);
+    for (int j0 = 0; j0 < lkp; j0 += KT) {
+        __syncthreads();
+        for (int idx = tid; idx < KT * DV; idx += WTHREADS) {
+            const int j = idx / DV, d = idx % DV, gj = j0 + j;
+            kv[j * kld + d] = gj < LK ? V[vb + gj * a.av.rs + d * a.av.cs] : zero;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < KT && j0 + kk < lkp; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
+            for (int rt = 0; rt < 2; rt++) wmma::load_matrix_sync(fa[rt], P + rt * 16 * ps + j0 + kk, ps);
+            for (int c = 0; c < 2; c++) {
+                const int ct = warp + 4 * c;
+                if (ct * 16 >= DV) continue;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, kv + kk * kld + ct * 16, kld);
+                for (int rt = 0; rt < 2; rt++) wmma::mma_sync(oacc[rt][c], fa[rt], fb, oacc[rt][c]);
+            }
+        }
+    }
+    __syncthreads();
+    for (int c = 0; c < 2; c++) {
+        const int ct = warp + 4 * c;
+        if (ct * 16 >= DV) continue;
+        for (int rt = 0; rt < 2; rt++)
+            wmma::store_matrix_sync(S + rt * 16 * ss + ct * 16, oacc[rt][c], ss, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int idx = tid; idx < TQ * DV; idx += WTHREADS) {
+        const int i = idx / DV, d = idx % DV, gi = i0 + i;
+        if (gi < a.lq) O[ob + gi * a.ao.rs + d * a.ao.cs] = from_f<T>(S[i * ss + d] * rinv[i]);
+    }
+}
+
 void to_addr(const kiln_attn_addr &g, Addr *a) {
     a->nb = g.nb;
     for (int i = 0; i < g.nb; i++) {
@@ -202,12 +343,26 @@ kiln_status raise_smem(kiln_context *ctx) {
                                               (int)SMEM_MAX));
     KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(attention_kernel<__nv_bfloat16>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_MAX));
+    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(attention_wmma_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)SMEM_MAX));
+    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(attention_wmma_kernel<__nv_bfloat16>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_MAX));
     if (dev >= 0 && dev < 64) raised[dev] = true;
     return KILN_OK;
 }
 
 template <typename T> kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const Args &a, long long nbatch, size_t smem) {
     const dim3 grid((unsigned)nbatch, (unsigned)((a.lq + TQ - 1) / TQ));
+    if constexpr (!std::is_same<T, float>::value) {
+        const WLayout w = wlayout(a.d, a.dv, a.lk);
+        if (a.d % 16 == 0 && a.dv % 16 == 0 && a.dv <= MAXD && a.d <= MAXD && w.bytes <= SMEM_MAX) {
+            attention_wmma_kernel<T><<<grid, WTHREADS, w.bytes, cu->stream>>>(
+                a, w.qld, w.kld, w.ss, w.ps, w.lkp, (unsigned)w.q, (unsigned)w.kv, (unsigned)w.s, (unsigned)w.p,
+                (unsigned)w.r);
+            KILN_CUDA_LAUNCHED(ctx, "attention_wmma_kernel");
+            return KILN_OK;
+        }
+    }
     attention_kernel<T><<<grid, THREADS, smem, cu->stream>>>(a);
     KILN_CUDA_LAUNCHED(ctx, "attention_kernel");
     return KILN_OK;
