@@ -56,6 +56,7 @@ struct Args {
     Addr aq, ak, av, ao, ab[2];
     int lq, lk, d, dv;
     float scale;
+    int vq, vk, vv; /* the operand's rows are 16-byte aligned runs (cs 1): the wmma form loads 8 halves at once */
 };
 
 __device__ __forceinline__ long long base_of(const Addr &a, long long n) {
@@ -191,6 +192,7 @@ template <typename T> __global__ void __launch_bounds__(THREADS) attention_kerne
  * tile of V with the accumulators in registers, stored through shared memory, scaled by the
  * row's 1 / sum and written through the output view. Rows past Lq and keys past Lk are zeros. */
 constexpr int WTHREADS = 128;
+constexpr int WTQ = 64; /* query rows per block of the wmma form */
 constexpr int WPAD = 8; /* halves of padding per shared row (ldm stays a multiple of 8) */
 
 struct WLayout {
@@ -209,12 +211,33 @@ static WLayout wlayout(int64_t d, int64_t dv, int64_t lk) {
     w.ss = (w.lkp > dv ? w.lkp : (int)dv) + 4;
     w.ps = w.lkp + WPAD;
     w.q = 0;
-    w.kv = up128(w.q + (size_t)TQ * w.qld * 2);
+    w.kv = up128(w.q + (size_t)WTQ * w.qld * 2);
     w.s = up128(w.kv + (size_t)KT * w.kld * 2);
-    w.p = up128(w.s + (size_t)TQ * w.ss * 4);
-    w.r = up128(w.p + (size_t)TQ * w.ps * 2);
-    w.bytes = w.r + TQ * 4;
+    w.p = up128(w.s + (size_t)WTQ * w.ss * 4);
+    w.r = up128(w.p + (size_t)WTQ * w.ps * 2);
+    w.bytes = w.r + WTQ * 4;
     return w;
+}
+
+/* rows [r0, r0 + rows) of an operand (row r at base + r * rs, column c at + c * cs) into
+ * dst (row stride ld), zeros past rmax; 8 elements at once when vec. */
+template <typename T>
+__device__ __forceinline__ void load_rows(T *dst, int ld, const T *src, long long base, long long rs, long long cs,
+                                          int r0, int rows, int rmax, int cols, bool vec, int tid) {
+    if (vec) {
+        const int cv = cols / 8;
+        for (int idx = tid; idx < rows * cv; idx += WTHREADS) {
+            const int r = idx / cv, c = (idx % cv) * 8, gr = r0 + r;
+            const uint4 v = gr < rmax ? *(const uint4 *)(src + base + gr * rs + c) : make_uint4(0u, 0u, 0u, 0u);
+            *(uint4 *)(dst + r * ld + c) = v;
+        }
+        return;
+    }
+    const T zero = from_f<T>(0.f);
+    for (int idx = tid; idx < rows * cols; idx += WTHREADS) {
+        const int r = idx / cols, c = idx % cols, gr = r0 + r;
+        dst[r * ld + c] = gr < rmax ? src[base + gr * rs + c * cs] : zero;
+    }
 }
 
 template <typename T>
@@ -228,24 +251,17 @@ __global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int ql
     const int D = a.d, DV = a.dv, LK = a.lk;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const long long n = blockIdx.x;
-    const int i0 = blockIdx.y * TQ;
+    const int i0 = blockIdx.y * WTQ;
     const T *Q = (const T *)a.q, *K = (const T *)a.k, *V = (const T *)a.v;
     T *O = (T *)a.o;
     const long long qb = base_of(a.aq, n), kb = base_of(a.ak, n), vb = base_of(a.av, n), ob = base_of(a.ao, n);
     const long long bb0 = a.bias[0] ? base_of(a.ab[0], n) : 0, bb1 = a.bias[1] ? base_of(a.ab[1], n) : 0;
-    const T zero = from_f<T>(0.f);
-    for (int idx = tid; idx < TQ * D; idx += WTHREADS) {
-        const int i = idx / D, d = idx % D, gi = i0 + i;
-        qs[i * qld + d] = gi < a.lq ? Q[qb + gi * a.aq.rs + d * a.aq.cs] : zero;
-    }
+    load_rows<T>(qs, qld, Q, qb, a.aq.rs, a.aq.cs, i0, WTQ, a.lq, D, a.vq, tid);
     for (int j0 = 0; j0 < lkp; j0 += KT) {
         __syncthreads();
-        for (int idx = tid; idx < KT * D; idx += WTHREADS) {
-            const int j = idx / D, d = idx % D, gj = j0 + j;
-            kv[j * kld + d] = gj < LK ? K[kb + gj * a.ak.rs + d * a.ak.cs] : zero;
-        }
+        load_rows<T>(kv, kld, K, kb, a.ak.rs, a.ak.cs, j0, KT, LK, D, a.vk, tid);
         __syncthreads();
-        for (int f = warp; f < 8; f += 4) { /* 2 x 4 tiles of 16 x 16 */
+        for (int f = warp; f < 16; f += 4) { /* 4 x 4 tiles of 16 x 16 */
             const int rt = f / 4, ct = f % 4;
             if (j0 + ct * 16 >= lkp) continue;
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
@@ -261,7 +277,7 @@ __global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int ql
         }
     }
     __syncthreads();
-    for (int r = warp; r < TQ; r += WTHREADS / 32) {
+    for (int r = warp; r < WTQ; r += WTHREADS / 32) {
         const int gi = i0 + r;
         float mx = -INFINITY;
         for (int j = lane; j < LK; j += 32) {
@@ -283,25 +299,22 @@ __global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int ql
         for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         if (lane == 0) rinv[r] = sum > 0.f ? 1.f / sum : __int_as_float(0x7fc00000);
     }
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[2][2];
-    for (int rt = 0; rt < 2; rt++)
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[4][2];
+    for (int rt = 0; rt < 4; rt++)
         for (int c = 0; c < 2; c++) wmma::fill_fragment(oacc[rt][c], 0.f);
     for (int j0 = 0; j0 < lkp; j0 += KT) {
         __syncthreads();
-        for (int idx = tid; idx < KT * DV; idx += WTHREADS) {
-            const int j = idx / DV, d = idx % DV, gj = j0 + j;
-            kv[j * kld + d] = gj < LK ? V[vb + gj * a.av.rs + d * a.av.cs] : zero;
-        }
+        load_rows<T>(kv, kld, V, vb, a.av.rs, a.av.cs, j0, KT, LK, DV, a.vv, tid);
         __syncthreads();
         for (int kk = 0; kk < KT && j0 + kk < lkp; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
-            for (int rt = 0; rt < 2; rt++) wmma::load_matrix_sync(fa[rt], P + rt * 16 * ps + j0 + kk, ps);
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[4];
+            for (int rt = 0; rt < 4; rt++) wmma::load_matrix_sync(fa[rt], P + rt * 16 * ps + j0 + kk, ps);
             for (int c = 0; c < 2; c++) {
                 const int ct = warp + 4 * c;
                 if (ct * 16 >= DV) continue;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
                 wmma::load_matrix_sync(fb, kv + kk * kld + ct * 16, kld);
-                for (int rt = 0; rt < 2; rt++) wmma::mma_sync(oacc[rt][c], fa[rt], fb, oacc[rt][c]);
+                for (int rt = 0; rt < 4; rt++) wmma::mma_sync(oacc[rt][c], fa[rt], fb, oacc[rt][c]);
             }
         }
     }
@@ -309,14 +322,22 @@ __global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int ql
     for (int c = 0; c < 2; c++) {
         const int ct = warp + 4 * c;
         if (ct * 16 >= DV) continue;
-        for (int rt = 0; rt < 2; rt++)
+        for (int rt = 0; rt < 4; rt++)
             wmma::store_matrix_sync(S + rt * 16 * ss + ct * 16, oacc[rt][c], ss, wmma::mem_row_major);
     }
     __syncthreads();
-    for (int idx = tid; idx < TQ * DV; idx += WTHREADS) {
+    for (int idx = tid; idx < WTQ * DV; idx += WTHREADS) {
         const int i = idx / DV, d = idx % DV, gi = i0 + i;
         if (gi < a.lq) O[ob + gi * a.ao.rs + d * a.ao.cs] = from_f<T>(S[i * ss + d] * rinv[i]);
     }
+}
+
+/* Rows of 16-byte aligned runs of 8 elements (2-byte types): column stride 1, row and
+ * batch strides, offset, width and the pointer all multiples of 8 elements. */
+int vec_ok(const kiln_attn_addr &g, const void *p, int64_t cols) {
+    bool ok = g.cs == 1 && g.rs % 8 == 0 && g.off % 8 == 0 && cols % 8 == 0 && (uintptr_t)p % 16 == 0;
+    for (int i = 0; i < g.nb; i++) ok = ok && g.bstr[i] % 8 == 0;
+    return ok;
 }
 
 void to_addr(const kiln_attn_addr &g, Addr *a) {
@@ -356,7 +377,8 @@ template <typename T> kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const
     if constexpr (!std::is_same<T, float>::value) {
         const WLayout w = wlayout(a.d, a.dv, a.lk);
         if (a.d % 16 == 0 && a.dv % 16 == 0 && a.dv <= MAXD && a.d <= MAXD && w.bytes <= SMEM_MAX) {
-            attention_wmma_kernel<T><<<grid, WTHREADS, w.bytes, cu->stream>>>(
+            const dim3 wgrid((unsigned)nbatch, (unsigned)((a.lq + WTQ - 1) / WTQ));
+            attention_wmma_kernel<T><<<wgrid, WTHREADS, w.bytes, cu->stream>>>(
                 a, w.qld, w.kld, w.ss, w.ps, w.lkp, (unsigned)w.q, (unsigned)w.kv, (unsigned)w.s, (unsigned)w.p,
                 (unsigned)w.r);
             KILN_CUDA_LAUNCHED(ctx, "attention_wmma_kernel");
@@ -449,6 +471,9 @@ extern "C" kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c) {
     a.d = (int)g.d;
     a.dv = (int)g.dv;
     a.scale = g.scale;
+    a.vq = vec_ok(g.q, a.q, g.d);
+    a.vk = vec_ok(g.k, a.k, g.d);
+    a.vv = vec_ok(g.v, a.v, g.dv);
     const size_t smem = smem_floats(g.d, g.dv, g.lk) * sizeof(float);
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, c->in[0]->dtype, launch, cu, c->kctx, a, (long long)g.nbatch, smem);
     return st;
