@@ -186,12 +186,13 @@ template <typename T> __global__ void __launch_bounds__(THREADS) attention_kerne
 }
 
 /* The tensor-core form for f16 / bf16 with head dims multiples of 16 (nvcuda::wmma 16x16x16
- * fragments, f32 accumulation): per block TQ = 32 query rows and 4 warps. S = Q K^T tile by
+ * fragments, f32 accumulation). S = Q K^T tile by
  * tile of KT keys into shared memory (f32), then scale, biases and the exact softmax of each
  * row in f32, P rounded to the I/O type in shared memory (0 past Lk), then O = P V tile by
  * tile of V with the accumulators in registers, stored through shared memory, scaled by the
- * row's 1 / sum and written through the output view. Rows past Lq and keys past Lk are zeros. */
-constexpr int WTHREADS = 128;
+ * row's 1 / sum and written through the output view. Rows past Lq and keys past Lk are zeros.
+ * 64 query rows and 8 warps per block. */
+constexpr int WTHREADS = 256; /* 8 warps */
 constexpr int WTQ = 64; /* query rows per block of the wmma form */
 constexpr int WPAD = 8; /* halves of padding per shared row (ldm stays a multiple of 8) */
 
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int ql
         __syncthreads();
         load_rows<T>(kv, kld, K, kb, a.ak.rs, a.ak.cs, j0, KT, LK, D, a.vk, tid);
         __syncthreads();
-        for (int f = warp; f < 16; f += 4) { /* 4 x 4 tiles of 16 x 16 */
+        for (int f = warp; f < 16; f += WTHREADS / 32) { /* 4 x 4 tiles of 16 x 16 */
             const int rt = f / 4, ct = f % 4;
             if (j0 + ct * 16 >= lkp) continue;
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
@@ -299,31 +300,33 @@ __global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int ql
         for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         if (lane == 0) rinv[r] = sum > 0.f ? 1.f / sum : __int_as_float(0x7fc00000);
     }
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[4][2];
-    for (int rt = 0; rt < 4; rt++)
-        for (int c = 0; c < 2; c++) wmma::fill_fragment(oacc[rt][c], 0.f);
+    /* warp w: row tiles 2 (w / 4) and 2 (w / 4) + 1, column tiles w % 4 and w % 4 + 4 */
+    const int rg = warp / 4, wc = warp % 4;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[2][2];
+    for (int r2 = 0; r2 < 2; r2++)
+        for (int c = 0; c < 2; c++) wmma::fill_fragment(oacc[r2][c], 0.f);
     for (int j0 = 0; j0 < lkp; j0 += KT) {
         __syncthreads();
         load_rows<T>(kv, kld, V, vb, a.av.rs, a.av.cs, j0, KT, LK, DV, a.vv, tid);
         __syncthreads();
         for (int kk = 0; kk < KT && j0 + kk < lkp; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[4];
-            for (int rt = 0; rt < 4; rt++) wmma::load_matrix_sync(fa[rt], P + rt * 16 * ps + j0 + kk, ps);
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
+            for (int r2 = 0; r2 < 2; r2++) wmma::load_matrix_sync(fa[r2], P + (2 * rg + r2) * 16 * ps + j0 + kk, ps);
             for (int c = 0; c < 2; c++) {
-                const int ct = warp + 4 * c;
+                const int ct = wc + 4 * c;
                 if (ct * 16 >= DV) continue;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
                 wmma::load_matrix_sync(fb, kv + kk * kld + ct * 16, kld);
-                for (int rt = 0; rt < 4; rt++) wmma::mma_sync(oacc[rt][c], fa[rt], fb, oacc[rt][c]);
+                for (int r2 = 0; r2 < 2; r2++) wmma::mma_sync(oacc[r2][c], fa[r2], fb, oacc[r2][c]);
             }
         }
     }
     __syncthreads();
     for (int c = 0; c < 2; c++) {
-        const int ct = warp + 4 * c;
+        const int ct = wc + 4 * c;
         if (ct * 16 >= DV) continue;
-        for (int rt = 0; rt < 4; rt++)
-            wmma::store_matrix_sync(S + rt * 16 * ss + ct * 16, oacc[rt][c], ss, wmma::mem_row_major);
+        for (int r2 = 0; r2 < 2; r2++)
+            wmma::store_matrix_sync(S + (2 * rg + r2) * 16 * ss + ct * 16, oacc[r2][c], ss, wmma::mem_row_major);
     }
     __syncthreads();
     for (int idx = tid; idx < WTQ * DV; idx += WTHREADS) {
