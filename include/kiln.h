@@ -367,9 +367,13 @@ enum {
                                          the pool) as one op each (CUDA, after nhwc); and a
                                          Relu's gradient after any Dropout's gradient
                                          folded into it */
-    KILN_PASS_FUSE_BN = 1 << 13       /* a training BatchNormalization -> Relu as one node, and
+    KILN_PASS_FUSE_BN = 1 << 13,      /* a training BatchNormalization -> Relu as one node, and
                                          the Relu's gradient folded into BatchNormGrad (in a
                                          training graph; CUDA training) */
+    KILN_PASS_FUSE_ATTENTION = 1 << 20 /* MatMul -> [scale] -> [bias] -> Softmax -> MatMul as one
+                                         kiln.Attention node reading Q, K, V (and writing its
+                                         output) through strided views: the head split and
+                                         merge Transposes / Gathers vanish (inference) */
 };
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),

@@ -274,6 +274,35 @@ static kiln_status walk(kiln_plan *p, bool validate, bool fold) {
     return KILN_OK;
 }
 
+/* Drop run-list nodes whose outputs nothing reads: no later run-list node, no graph output.
+ * They fed only shape computations that folded (a Shape of a view chain whose other readers
+ * a fusion took over: src/passes/fuse_attention.c), so they neither run nor hold memory. */
+static kiln_status prune_unread(kiln_plan *p) {
+    kiln_model *m = p->m;
+    bool *read = kiln_calloc(mctx(m), (size_t)p->n_values + 1, sizeof *read, "plan values");
+    if (!read) return KILN_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < m->n_outputs; i++) read[m->outputs[i]] = true;
+    bool *keep = kiln_calloc(mctx(m), (size_t)p->n_exec + 1, sizeof *keep, "plan nodes");
+    if (!keep) {
+        free(read);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int e = p->n_exec - 1; e >= 0; e--) {
+        const kiln_node *n = &m->nodes[p->exec[e].node];
+        for (int k = 0; k < n->n_out && !keep[e]; k++) keep[e] = n->out[k] >= 0 && read[n->out[k]];
+        if (n->n_out == 0) keep[e] = true;
+        for (int k = 0; keep[e] && k < n->n_in; k++)
+            if (n->in[k] >= 0) read[n->in[k]] = true;
+    }
+    int w = 0;
+    for (int e = 0; e < p->n_exec; e++)
+        if (keep[e]) p->exec[w++] = p->exec[e];
+    p->n_exec = w;
+    free(keep);
+    free(read);
+    return KILN_OK;
+}
+
 kiln_status kiln_infer_static(kiln_model *m) {
     for (int i = 0; i < m->n_inputs; i++) {
         const kiln_value *v = &m->values[m->inputs[i]];
@@ -776,6 +805,7 @@ static kiln_status plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fo
         }
     }
     if (!st) st = walk(p, false, fold);
+    if (!st) st = prune_unread(p);
     int *start = NULL, *join = NULL;
     if (!st && side_streams > 0) {
         start = kiln_calloc(m->ctx, (size_t)p->n_exec + 1, sizeof(int), "stream plan");

@@ -310,6 +310,10 @@ kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c);
 bool kiln_cuda_sup_all_reduce(const kiln_op_ctx *c, char *why, size_t n);
 bool kiln_cuda_sup_loss_scale_update(const kiln_op_ctx *c, char *why, size_t n);
 bool kiln_cuda_sup_grad_accumulate(const kiln_op_ctx *c, char *why, size_t n);
+/* kiln.Attention (attention.cu): its kernel and what it supports */
+kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_prep_attention(kiln_cuda *cu, kiln_op_ctx *c);
+bool kiln_cuda_sup_attention(const kiln_op_ctx *c, char *why, size_t n);
 
 /* Values known when the plan is built (kiln_op_ctx.host_in, see cuda_backend.h). */
 /* The host tensors of c's inputs, for kiln_cuda_supports: c->host_in on a device context,

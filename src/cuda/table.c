@@ -1201,6 +1201,7 @@ static const entry table[] = {
     {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL, true},
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL, true},
     {"kiln.ChannelShuffle", kiln_cuda_k_channel_shuffle, sup_channel_shuffle, NULL, true},
+    {"kiln.Attention", kiln_cuda_k_attention, kiln_cuda_sup_attention, NULL, false},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, true}, /* 4-D NHWC in and out */
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
     {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL, false},
@@ -1352,6 +1353,7 @@ static const struct {
     prepare_fn prepare;
 } prepares[] = {
     {"kiln.FusedElementwise", kiln_cuda_prep_fused_elementwise},
+    {"kiln.Attention", kiln_cuda_prep_attention},
 };
 
 #define N_ENTRIES ((int)(sizeof table / sizeof table[0]))

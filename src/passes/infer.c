@@ -83,7 +83,7 @@ static kiln_dtype rule_dtype(const kiln_node *n, int k, const kiln_tensor *vt) {
 
 kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out) { return kiln_pass_infer_shapes(m, 1, out); }
 
-kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor **out) {
+static kiln_status infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor **out, kiln_tensor ***keep) {
     *out = NULL;
     kiln_context *ctx = m->ctx;
     int nv = m->n_values, nn = m->n_nodes;
@@ -179,11 +179,14 @@ kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor 
     }
     if (!st) kiln_clear_error(ctx); /* messages of nodes the table handled */
     for (int v = 0; v < nv; v++) {
+        if (!st && keep) continue; /* initializers' data stays too (the model's) */
         kiln_tensor_free(held[v]);
+        held[v] = NULL;
         vt[v].data = NULL;
         vt[v].owns_data = false;
     }
-    free(held);
+    if (!st && keep) *keep = held;
+    else free(held);
     free(order);
     free(ins);
     free(outs);
@@ -195,6 +198,15 @@ kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor 
     }
     *out = vt;
     return KILN_OK;
+}
+
+kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor **out) {
+    return infer_shapes(m, symbolic, out, NULL);
+}
+
+kiln_status kiln_pass_infer_values(kiln_model *m, int64_t symbolic, kiln_tensor **out, kiln_tensor ***held) {
+    *held = NULL;
+    return infer_shapes(m, symbolic, out, held);
 }
 
 kiln_status kiln_pass_shape_probes(kiln_model *m, kiln_shape_probes *out) {

@@ -11,6 +11,9 @@
 static const kiln_pass passes[] = {
     {"dead-nodes", KILN_PASS_DEAD_NODES, kiln_pass_dead_nodes},
     {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
+    /* before fuse-conv and fuse-eltwise: they would take the product's bias Add and the
+     * scale Muls that the attention chain holds */
+    {"fuse-attention", KILN_PASS_FUSE_ATTENTION, kiln_pass_fuse_attention},
     {"fuse-conv", KILN_PASS_FUSE_CONV, kiln_pass_fuse_conv},
     {"fuse-eltwise", KILN_PASS_FUSE_ELTWISE, kiln_pass_fuse_eltwise},
     /* before precision: it matches the fp32 chain, and the precision pass then lets the

@@ -52,6 +52,12 @@ kiln_status kiln_pass_infer_types(kiln_model *m, kiln_tensor **out);
 /* The same with symbolic dims taking the value `symbolic`. */
 kiln_status kiln_pass_infer_shapes(kiln_model *m, int64_t symbolic, kiln_tensor **out);
 
+/* kiln_pass_infer_shapes that also keeps the small values it computed (shape computations,
+ * at most 64 elements) and the initializers' data: vt[v].data points into held[v]
+ * (n_values entries, NULL where none; the caller frees each, then the array) or into the
+ * model's initializers (valid while the model is not changed). */
+kiln_status kiln_pass_infer_values(kiln_model *m, int64_t symbolic, kiln_tensor **out, kiln_tensor ***held);
+
 /* Whether two values have the same shape whatever the graph inputs' symbolic dims are:
  * shapes are inferred twice, with symbolic dims as 1 and as 3, and must agree both times
  * (a dim that is 1 by broadcasting against a symbolic dim shows up as 1 vs 3). Shapes that
@@ -119,5 +125,6 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
 kiln_status kiln_pass_channel_shuffle(kiln_model *m, bool *changed);
 kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_fuse_attention(kiln_model *m, const kiln_pass_options *o, bool *changed);
 
 #endif

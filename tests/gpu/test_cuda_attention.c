@@ -1,0 +1,126 @@
+/* test_cuda_attention.c — kiln.Attention in whole models on CUDA (label gpu).
+ *
+ *   test_cuda_attention DATA_DIR   (tests/data: attn_{vit,swin,maxvit}_tiny.onnx, the
+ *                                   torchvision exports of tests/test_fuse_attention.c)
+ *
+ * For each export: the passes for a CUDA session fuse every attention block (the CUDA
+ * table's supports accepts each kiln.Attention, so none is left unfused or planned onto the
+ * CPU); then at batch 2 and 5 the CUDA session's output, fp32 without TF32, matches the
+ * CPU's unfused fp32 output within 1e-4 relative (of the largest |y|), the CUDA session
+ * with --disable fuse-attention too, and the fp16 session within 3e-2. Prints the error
+ * and the share of its budget each used. Exits non-zero on any failure. */
+#include "../check.h"
+#include "core/internal.h"
+#include "core/optest.h"
+#include "passes/passes.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+static kiln_context *ctx;
+
+static int count_attention(const kiln_model *m) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) n += strcmp(m->nodes[i].op_type, "Attention") == 0;
+    return n;
+}
+
+static int count_softmax(const kiln_model *m) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) n += strcmp(m->nodes[i].op_type, "Softmax") == 0;
+    return n;
+}
+
+/* y of m on x in a session with options o (copied out: NULL on failure). */
+static kiln_tensor *run(kiln_model *m, const kiln_session_options *o, kiln_tensor *x, const char *what) {
+    kiln_session *s = NULL;
+    const kiln_tensor *y = NULL;
+    kiln_tensor *out = NULL;
+    if (kiln_session_create(m, o, &s) || kiln_session_run(s, 1, &x, 1, &y)) {
+        printf("FAIL %s: %s\n", what, kiln_context_message(ctx));
+        fails++;
+    } else {
+        out = kiln_tensor_clone(ctx, y);
+    }
+    kiln_session_free(s);
+    return out;
+}
+
+static void compare(const kiln_tensor *got, const kiln_tensor *want, double rel, const char *what) {
+    if (!got || !want) return;
+    CHECK(kiln_tensor_numel(got) == kiln_tensor_numel(want), "%s: %lld elements, expected %lld", what,
+          (long long)kiln_tensor_numel(got), (long long)kiln_tensor_numel(want));
+    double mx = 0, err = 0;
+    for (int64_t i = 0; i < kiln_tensor_numel(want); i++) mx = fmax(mx, fabs(kiln_get_f64(want, i)));
+    bool nan = false;
+    for (int64_t i = 0; i < kiln_tensor_numel(want) && i < kiln_tensor_numel(got); i++) {
+        const double g = kiln_get_f64(got, i), w = kiln_get_f64(want, i);
+        nan |= isnan(g);
+        err = fmax(err, fabs(g - w));
+    }
+    const double budget = rel * mx;
+    printf("%s %s: max |err| %.3g of max |y| %.3g (%.0f%% of the %.0e budget)\n", nan || err > budget ? "FAIL" : "ok  ",
+           what, err, mx, budget > 0 ? 100 * err / budget : 0.0, rel);
+    fails += nan || err > budget || !(mx > 0);
+}
+
+static void model(const char *dir, const char *file) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    kiln_model *m = NULL, *opt = NULL;
+    if (kiln_model_load_onnx(ctx, path, &m)) {
+        printf("FAIL %s: %s\n", path, kiln_context_message(ctx));
+        fails++;
+        return;
+    }
+    const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16};
+    if (kiln_passes_apply(m, &po, &opt)) {
+        printf("FAIL %s: passes: %s\n", file, kiln_context_message(ctx));
+        fails++;
+    } else {
+        const int want = count_softmax(m), got = count_attention(opt);
+        CHECK(want > 0 && got == want, "%s: %d of %d attention blocks fused for cuda", file, got, want);
+        printf("%s: %d of %d attention blocks fused for cuda (fp16)\n", file, got, want);
+    }
+    kiln_model_free(opt);
+    for (int b = 0; b < 2; b++) {
+        const int64_t batch = b ? 5 : 2;
+        kiln_tensor *x = kt_rand(KILN_F32, 4, KT_DIMS(batch, 3, 32, 32), -1, 1, 70 + (uint64_t)b);
+        kiln_session_options cpu = {.device = KILN_DEVICE_CPU, .disable_passes = KILN_PASS_FUSE_ATTENTION};
+        kiln_session_options f32 = {.device = KILN_DEVICE_CUDA, .strict_fp32 = 1};
+        kiln_session_options f32_off = f32;
+        f32_off.disable_passes = KILN_PASS_FUSE_ATTENTION;
+        kiln_session_options f16 = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16};
+        char what[300];
+        kiln_tensor *ref = run(m, &cpu, x, "cpu");
+        kiln_tensor *y32 = run(m, &f32, x, "cuda fp32");
+        kiln_tensor *y32off = run(m, &f32_off, x, "cuda fp32 unfused");
+        kiln_tensor *y16 = run(m, &f16, x, "cuda fp16");
+        snprintf(what, sizeof what, "%s batch %lld cuda fp32 (fused)", file, (long long)batch);
+        compare(y32, ref, 1e-4, what);
+        snprintf(what, sizeof what, "%s batch %lld cuda fp32 (--disable fuse-attention)", file, (long long)batch);
+        compare(y32off, ref, 1e-4, what);
+        snprintf(what, sizeof what, "%s batch %lld cuda fp16 (fused)", file, (long long)batch);
+        compare(y16, ref, 3e-2, what);
+        kiln_tensor_free(ref);
+        kiln_tensor_free(y32);
+        kiln_tensor_free(y32off);
+        kiln_tensor_free(y16);
+        kiln_tensor_free(x);
+    }
+    kiln_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    const char *dir = argc > 1 ? argv[1] : "tests/data";
+    model(dir, "attn_vit_tiny.onnx");
+    model(dir, "attn_swin_tiny.onnx");
+    model(dir, "attn_maxvit_tiny.onnx");
+    printf("%s\n", fails ? "FAILED" : "all cuda attention checks passed");
+    kiln_context_free(ctx);
+    return fails ? 1 : 0;
+}
