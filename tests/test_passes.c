@@ -315,7 +315,8 @@ static void test_fold_bn(void) {
     output(m, "y");
     output(m, "r");
     finalize(m);
-    o = optimized(m, ALL);
+    /* (fuse-eltwise would make the BN a fused per-channel x * s + t) */
+    o = optimized(m, ALL & ~(unsigned)KILN_PASS_FUSE_ELTWISE);
     CHECK(o && count(o, "BatchNormalization") == 1, "fold-bn: a conv output with two readers is not folded");
     kiln_model_free(o);
     kiln_model_free(m);
@@ -627,6 +628,72 @@ static void test_fuse_eltwise(void) {
     kiln_model_free(m);
 }
 
+/* x (in_dt, dims) -> [Add z ->] BatchNormalization (parameters of par_dt, epsilon 1e-3;
+ * as inputs instead of constants with params_in) [-> Relu] -> y */
+static kiln_model *bn_chain(kiln_dtype in_dt, kiln_dtype par_dt, int nd, const int64_t *dims, bool add, bool relu,
+                            bool params_in) {
+    kiln_model *m = new_model();
+    input(m, "x", in_dt, nd, dims);
+    if (add) input(m, "z", in_dt, nd, dims);
+    if (add) node(m, "Add", "x,z", "a");
+    if (params_in) {
+        static const char *const names[4] = {"p_scale", "p_bias", "p_mean", "p_var"};
+        for (int k = 0; k < 4; k++) input(m, names[k], par_dt, 1, &dims[1]);
+        kiln_node *n = node(m, "BatchNormalization", add ? "a,p_scale,p_bias,p_mean,p_var" : "x,p_scale,p_bias,p_mean,p_var",
+                            relu ? "b" : "y");
+        if (n) kiln_node_set_float(n, "epsilon", 1e-3f);
+    } else {
+        bn(m, "p", par_dt, dims[1], add ? "a" : "x", relu ? "b" : "y", 40);
+    }
+    if (relu) node(m, "Relu", "b", "y");
+    output(m, "y");
+    finalize(m);
+    return m;
+}
+
+/* An inference BatchNormalization fold-bn leaves (after a Concat, an Add, a BN1d) is a
+ * per-channel x * s + t: it joins the fused elementwise trees (DenseNet's BN -> Relu). */
+static void test_fuse_eltwise_bn(void) {
+    check("BN alone", bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, false, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 1, 1);
+    check("BN -> Relu", bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, true, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 2, 1);
+    check("Add -> BN -> Relu (pre-activation)", bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), true, true, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 3, 1);
+    check("BN1d -> Relu", bn_chain(KILN_F32, KILN_F32, 2, KT_DIMS(4, 6), false, true, false), KILN_PASS_FUSE_ELTWISE, 1,
+          1e-6, 1e-5, 2, 1);
+    check("BN f64 -> Relu", bn_chain(KILN_F64, KILN_F64, 3, KT_DIMS(2, 5, 7), false, true, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 1e-13, 1e-12, 2, 1);
+    check("BN f16 (f32 parameters) -> Relu", bn_chain(KILN_F16, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, true, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 2e-3, 2e-3, 2, 1);
+    check("BN with symbolic batch -> Relu", bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(-1, 5, 3, 4), false, true, false),
+          KILN_PASS_FUSE_ELTWISE, 3, 1e-6, 1e-5, 2, 1);
+    /* parameters that are not constants: the BN stays, the Relu alone is no tree */
+    kiln_model *m = bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, true, true);
+    kiln_model *o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    CHECK(o && o->n_nodes == 2 && count(o, "BatchNormalization") == 1 && count(o, "Relu") == 1,
+          "BN with parameter inputs: left as BN and Relu");
+    kiln_model_free(o);
+    kiln_model_free(m);
+
+    m = bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), true, true, false);
+    o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    const kiln_node *f = find(o, "FusedElementwise");
+    const char *prog = f ? kiln_attr_string(f, "program", "") : "(none)";
+    bool shapes = f && f->n_in == 4;
+    for (int k = 2; shapes && k < 4; k++) {
+        const kiln_value *v = &o->values[f->in[k]];
+        shapes = v->init && v->init->ndim == 3 && v->init->dims[0] == 5 && v->init->dims[1] == 1 && v->init->dims[2] == 1;
+    }
+    CHECK(o && o->n_nodes == 1 && !strcmp(prog, "i0 i1 Add i2 Mul i3 Add Relu") && shapes,
+          "Add -> BN -> Relu: program '%s' (expected 'i0 i1 Add i2 Mul i3 Add Relu', s and t of shape (5,1,1))", prog);
+    /* the BN's own parameters are no longer read: not held */
+    const int ps = o ? kiln_model_find_value(o, "p_scale") : -1;
+    CHECK(o && (ps < 0 || o->values[ps].init == NULL), "Add -> BN -> Relu: the BN's scale is still held");
+    kiln_model_free(o);
+    kiln_model_free(m);
+}
+
 /* ---------------------------------------------------------------- tiny_cnn */
 
 static void test_tiny_cnn(const char *src) {
@@ -664,6 +731,7 @@ int main(int argc, char **argv) {
     test_fold_bn();
     test_fuse_conv();
     test_fuse_eltwise();
+    test_fuse_eltwise_bn();
     test_tiny_cnn(argc > 1 ? argv[1] : ".");
     kiln_context_free(ctx);
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
