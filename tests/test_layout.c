@@ -1251,9 +1251,9 @@ static bool run_cpu_as_is(kiln_model *m, int64_t batch, kiln_tensor **out) {
  * DenseNet(growth_rate=8, block_config=(2,2), num_init_features=16, num_classes=10), random
  * weights and BN statistics, eval, torch.onnx.export dynamo=False opset 17, batch dynamic)
  * through the CUDA passes, fp32 and fp16: every pre-activation BatchNormalization (after a
- * Concat: fold-bn cannot fold it) and its Relu are one kiln.FusedElementwise laid out NHWC,
- * with no conversion but the input's, and the graph computes the same function on the CPU as
- * the unoptimized one. */
+ * Concat: fold-bn cannot fold it), its Relu and the Concat it reads are one kiln.ConcatAffine
+ * laid out NHWC (no Concat, BN or Relu left), with no conversion but the input's, and the
+ * graph computes the same function on the CPU as the unoptimized one. */
 static int densenet_export(const char *path) {
     kiln_model *m = NULL;
     if (kiln_model_load_onnx(ctx, path, &m) != KILN_OK) {
@@ -1291,21 +1291,26 @@ static int densenet_export(const char *path) {
             continue;
         }
         const int f0 = fails;
-        int bn = 0, relu = 0, fused = 0, fused_nhwc = 0, affine = 0;
+        int bn = 0, relu = 0, cat = 0, fused = 0, fused_nhwc = 0, affine = 0;
         for (int i = 0; i < opt->n_nodes; i++) {
             const kiln_node *n = &opt->nodes[i];
             bn += kiln_pass_is(n, "BatchNormalization");
             relu += kiln_pass_is(n, "Relu");
-            if (!kiln_pass_is_kiln(n, "FusedElementwise")) continue;
+            cat += kiln_pass_is(n, "Concat");
+            /* every BN of this export reads a Concat: Concat -> BN -> Relu is one
+             * kiln.ConcatAffine relu=1 (else a kiln.FusedElementwise BN -> Relu program) */
+            const bool ca = kiln_pass_is_kiln(n, "ConcatAffine");
+            if (!ca && !kiln_pass_is_kiln(n, "FusedElementwise")) continue;
             fused++;
             fused_nhwc += opt->values[n->out[0]].format == KILN_FORMAT_NHWC;
-            const char *prog = kiln_attr_string(n, "program", "");
-            affine += strstr(prog, "i0 i1 Mul i2 Add Relu") != NULL;
+            affine += ca ? kiln_attr_int(n, "relu", 0) == 1 && n->n_in >= 3
+                         : strstr(kiln_attr_string(n, "program", ""), "i0 i1 Mul i2 Add Relu") != NULL;
         }
-        CHECK(bn == 0 && relu == 0, "%s: %d BatchNormalization and %d Relu left", label, bn, relu);
+        CHECK(bn == 0 && relu == 0 && cat == 0, "%s: %d BatchNormalization, %d Relu and %d Concat left", label, bn, relu,
+              cat);
         CHECK(fused == n_bn && affine == n_bn && fused_nhwc == n_bn,
-              "%s: %d fused elementwise nodes (%d BN -> Relu programs, %d NHWC), expected %d each", label, fused, affine,
-              fused_nhwc, n_bn);
+              "%s: %d fused nodes (%d Concat -> BN -> Relu, %d NHWC), expected %d each", label, fused, affine, fused_nhwc,
+              n_bn);
         CHECK(count_op(opt, "ToNCHW") == 0 && count_op(opt, "ToNHWC") == 1, "%s: %d ToNHWC and %d ToNCHW, expected 1 and 0",
               label, count_op(opt, "ToNHWC"), count_op(opt, "ToNCHW"));
         kiln_tensor *got = NULL;
@@ -1316,7 +1321,7 @@ static int densenet_export(const char *path) {
         } else {
             fails++;
         }
-        if (fails == f0) printf("ok   %s: %d BN -> Relu as one NHWC fused kernel each, same function\n", label, n_bn);
+        if (fails == f0) printf("ok   %s: %d Concat -> BN -> Relu as one NHWC fused kernel each, same function\n", label, n_bn);
         kiln_tensor_free(got);
         kiln_model_free(opt);
     }

@@ -692,6 +692,38 @@ static void test_fuse_eltwise_bn(void) {
     CHECK(o && (ps < 0 || o->values[ps].init == NULL), "Add -> BN -> Relu: the BN's scale is still held");
     kiln_model_free(o);
     kiln_model_free(m);
+
+    /* DenseNet's layer: Concat of the features along the channels -> BN -> Relu is one
+     * kiln.ConcatAffine (the Concat is never written); not when the Concat's output has
+     * another reader, nor along another axis */
+    for (int v = 0; v < 4; v++) {
+        const bool shared = v == 1, axis2 = v == 2, negative = v == 3;
+        m = new_model();
+        input(m, "f0", KILN_F32, 4, KT_DIMS(2, 4, 3, 5));
+        input(m, "f1", KILN_F32, 4, KT_DIMS(2, axis2 ? 4 : 3, axis2 ? 2 : 3, 5));
+        input(m, "f2", KILN_F32, 4, KT_DIMS(2, axis2 ? 4 : 2, 3, 5));
+        kiln_node *cat = node(m, "Concat", axis2 ? "f0,f1" : "f0,f1,f2", "cat");
+        if (cat) kiln_node_set_int(cat, "axis", axis2 ? 2 : negative ? -3 : 1);
+        bn(m, "p", KILN_F32, axis2 ? 4 : 9, "cat", "b", 50);
+        node(m, "Relu", "b", "y");
+        output(m, "y");
+        if (shared) {
+            node(m, "Sigmoid", "cat", "y2");
+            output(m, "y2");
+        }
+        finalize(m);
+        o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+        const kiln_node *ca = find(o, "ConcatAffine");
+        const bool want = !shared && !axis2;
+        const char *what = shared ? "Concat also read by another node" : axis2 ? "Concat along H" :
+                           negative ? "Concat axis -3" : "Concat -> BN -> Relu";
+        CHECK(o && (want ? ca && o->n_nodes == 1 && ca->n_in == (axis2 ? 4 : 5) && kiln_attr_int(ca, "relu", 0) == 1 &&
+                               count(o, "Concat") == 0
+                         : !ca && count(o, "Concat") == 1),
+              "%s: %s kiln.ConcatAffine (%d nodes)", what, want ? "expected one" : "expected no", o ? o->n_nodes : -1);
+        kiln_model_free(o);
+        check(what, m, KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, shared ? 4 : 3, want ? 1 : shared ? 3 : 2);
+    }
 }
 
 /* ---------------------------------------------------------------- tiny_cnn */

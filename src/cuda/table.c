@@ -1187,6 +1187,7 @@ static const entry table[] = {
     {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL, true},
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL, true},
     {"kiln.ChannelShuffle", kiln_cuda_k_channel_shuffle, sup_channel_shuffle, NULL, true},
+    {"kiln.ConcatAffine", kiln_cuda_k_concat_affine, kiln_cuda_sup_concat_affine, NULL, true},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, true}, /* 4-D NHWC in and out */
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
     {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL, false},

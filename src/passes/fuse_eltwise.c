@@ -20,7 +20,14 @@
  * (rank X's - 1, so they broadcast along the channel axis), computed in double and
  * rounded once (as fold-bn rounds the weights it folds into). A BN counts as two ops: it
  * is rewritten even alone, where the fused kernel reads X once at the bandwidth floor.
- * BN -> Relu (and any elementwise op before or after) becomes one kernel. */
+ * BN -> Relu (and any elementwise op before or after) becomes one kernel.
+ *
+ * Then a fused node whose program is `i0 i1 Mul i2 Add [Relu]` with i1, i2 per-channel
+ * constants (C,1,...,1) and i0 the output of a Concat along the channel axis (axis 1) that
+ * nothing else reads (no graph output) becomes kiln.ConcatAffine(s, t, pieces...) relu=0/1
+ * (src/ops/concat_affine.c), s and t new f32 (C) initializers: DenseNet's Concat of all
+ * earlier features -> BN -> Relu reads the pieces once and writes the activation once,
+ * with no Concat. Only on devices with kiln.ConcatAffine's kernel. */
 #include "passes.h"
 
 #include <math.h>
@@ -356,6 +363,81 @@ static kiln_status grow_and_fuse(ctx *c, int r, bool *dead, bool *changed) {
     return st;
 }
 
+
+/* A per-channel constant for a tensor of rank `rank` with C channels: (C,1,...,1) of rank
+ * rank - 1; its values as an f32 (C) tensor, or NULL. */
+static kiln_tensor *channel_vector(const kiln_model *m, const int *prod, int v, int rank, int64_t C) {
+    const kiln_tensor *t = kiln_pass_constant(m, prod, v);
+    if (!t || !kiln_dtype_is_float(t->dtype) || t->ndim != rank - 1 || t->ndim < 1 || t->dims[0] != C) return NULL;
+    for (int d = 1; d < t->ndim; d++)
+        if (t->dims[d] != 1) return NULL;
+    kiln_tensor *o = kiln_tensor_new(m->ctx, KILN_F32, 1, &C);
+    for (int64_t c = 0; o && c < C; c++) kiln_set_f64(o, c, kiln_get_f64(t, c));
+    return o;
+}
+
+/* Concat(axis 1) -> FusedElementwise "i0 i1 Mul i2 Add [Relu]" as one kiln.ConcatAffine
+ * (file comment). vt: indicative shapes of the values before the pass (nv0 of them). */
+static kiln_status concat_affine(kiln_model *m, const kiln_tensor *vt, int nv0, bool *changed) {
+    int *prod = kiln_pass_producers(m);
+    bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
+    kiln_status st = prod && dead ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        const kiln_node *f = &m->nodes[i];
+        if (!kiln_pass_is_kiln(f, "FusedElementwise") || f->n_in != 3 || f->n_out != 1) continue;
+        const char *prog = kiln_attr_string(f, "program", "");
+        const bool relu = strcmp(prog, "i0 i1 Mul i2 Add Relu") == 0;
+        if (!relu && strcmp(prog, "i0 i1 Mul i2 Add") != 0) continue;
+        const int x = f->in[0], ci = x >= 0 ? prod[x] : -1;
+        /* op-pattern: Concat -> per-channel affine */
+        if (ci < 0 || dead[ci] || !kiln_pass_is(&m->nodes[ci], "Concat") || x >= nv0 || vt[x].ndim < 2 ||
+            kiln_pass_single_consumer(m, x) != i || kiln_pass_uses(m, x) != 1)
+            continue;
+        const kiln_node *cat = &m->nodes[ci];
+        int64_t axis = kiln_attr_int(cat, "axis", 0);
+        const int rank = vt[x].ndim;
+        if (axis < 0) axis += rank;
+        const int64_t C = vt[x].dims[1];
+        bool ok = axis == 1 && cat->n_in >= 1 && cat->n_in <= 256 && C > 0 && cat->n_out == 1;
+        for (int k = 0; ok && k < cat->n_in; k++) ok = cat->in[k] >= 0;
+        if (!ok) continue;
+        kiln_tensor *s = channel_vector(m, prod, f->in[1], rank, C), *t = channel_vector(m, prod, f->in[2], rank, C);
+        if (!s || !t) {
+            kiln_tensor_free(s);
+            kiln_tensor_free(t);
+            continue;
+        }
+        char hint[200];
+        snprintf(hint, sizeof hint, "%.180s.s", f->name && f->name[0] ? f->name : "concat_affine");
+        const int vs = kiln_pass_add_initializer(m, hint, s);
+        snprintf(hint, sizeof hint, "%.180s.t", f->name && f->name[0] ? f->name : "concat_affine");
+        const int vtt = vs >= 0 ? kiln_pass_add_initializer(m, hint, t) : (kiln_tensor_free(t), -1);
+        const int n_in = 2 + m->nodes[ci].n_in;
+        int *ins = kiln_calloc(m->ctx, (size_t)n_in, sizeof *ins, "a pass");
+        if (vs < 0 || vtt < 0 || !ins) {
+            free(ins);
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a Concat");
+            break;
+        }
+        const int old_s = m->nodes[i].in[1], old_t = m->nodes[i].in[2];
+        ins[0] = vs;
+        ins[1] = vtt;
+        memcpy(ins + 2, m->nodes[ci].in, (size_t)m->nodes[ci].n_in * sizeof *ins);
+        st = kiln_pass_rewrite(m, i, "kiln", "ConcatAffine", n_in, ins, NULL);
+        free(ins);
+        if (!st) st = kiln_pass_set_int(m, i, "relu", relu ? 1 : 0);
+        if (st) break;
+        dead[ci] = true;
+        *changed = true;
+        kiln_pass_drop_if_unused(m, old_s);
+        kiln_pass_drop_if_unused(m, old_t);
+    }
+    if (!st) kiln_pass_remove_nodes(m, dead);
+    free(prod);
+    free(dead);
+    return st;
+}
+
 kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "FusedElementwise")) return KILN_OK;
     const size_t nv = (size_t)m->n_values + 1, nn = (size_t)m->n_nodes + 1;
@@ -402,6 +484,7 @@ kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bo
     for (int v = 0; !st && v < c.nv0; v++)
         if (c.bn_param[v]) kiln_pass_drop_if_unused(m, v);
     if (!st) st = kiln_pass_drop_unread_constants(m, changed);
+    if (!st && kiln_pass_device_has(o, "ConcatAffine")) st = concat_affine(m, c.vt, c.nv0, changed);
 out:
     free(c.prod);
     free(c.dt);

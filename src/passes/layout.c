@@ -639,7 +639,9 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 }
                 if (rj > r) r = rj;
             }
-        if (y >= 0 && L.rank[y] < 0) L.rank[y] = k == K_JOIN ? r : r_out;
+        /* (a broadcast's rank is its inputs' largest, not input 0's: kiln.ConcatAffine's
+         * input 0 is its (C) scale) */
+        if (y >= 0 && L.rank[y] < 0) L.rank[y] = k == K_JOIN || (k == K_BINARY && r >= 0) ? r : r_out;
         for (int q2 = 1; k == K_PARTS && q2 < n->n_out; q2++) /* every part has input 0's rank */
             if (n->out[q2] >= 0 && L.rank[n->out[q2]] < 0) L.rank[n->out[q2]] = r_out;
         bool go = false;
