@@ -77,6 +77,15 @@ static kiln_status forward(kiln_op_ctx *c) {
             const double a = kiln_get_f64(s, c0 + ch), b = kiln_get_f64(t, c0 + ch);
             for (int64_t n = 0; n < N; n++) {
                 const int64_t src = (n * ck + ch) * S, dst = (n * C + c0 + ch) * S;
+                if (x->dtype == KILN_F32) { /* the same arithmetic without the dtype switch */
+                    const float *xp = (const float *)x->data + src; // (S)
+                    float *yp = (float *)y->data + dst;
+                    for (int64_t e = 0; e < S; e++) {
+                        const double v = xp[e] * a + b;
+                        yp[e] = (float)(relu ? (v > 0 ? v : 0) : v);
+                    }
+                    continue;
+                }
                 for (int64_t e = 0; e < S; e++) {
                     double v = kiln_get_f64(x, src + e) * a + b;
                     if (relu) v = v > 0 ? v : 0; /* NaN -> 0, as Relu */
