@@ -88,7 +88,7 @@ static int bn_leaves(const ctx *c, int i) { return i >= 0 && is_bn(c, i) ? 2 : 0
 static int64_t bn_channels(const kiln_model *m, const int *prod, const kiln_tensor *vt, int i) {
     const kiln_node *n = &m->nodes[i];
     if (!kiln_pass_is(n, "BatchNormalization") || n->n_in != 5 || n->n_out < 1 || n->out[0] < 0) return 0;
-    if ((n->opset >= 14 && kiln_attr_int(n, "training_mode", 0) != 0) || kiln_attr_int(n, "relu", 0) != 0 ||
+    if (kiln_attr_int(n, "training_mode", 0) != 0 || kiln_node_training_form(n) || kiln_attr_int(n, "relu", 0) != 0 ||
         (n->opset < 9 && kiln_attr_int(n, "spatial", 1) != 1))
         return 0;
     for (int k = 1; k < n->n_out; k++)
