@@ -3191,7 +3191,8 @@ static void session_checks(void) {
  * --densenet check says how it was made): on CUDA, fp32 (no TF32) and fp16, against the CPU
  * session, with fuse-eltwise (each pre-activation BN -> Relu one NHWC fused kernel) and
  * without it (BN and Relu kernels); two runs each (the second replays the captured graph),
- * batch 3. */
+ * batch 3. --dry-run: the CUDA passes' graph (every Concat -> BN -> Relu one
+ * kiln.ConcatAffine) planned, and every node of the run list supported on CUDA. */
 static void densenet_checks(void) {
     kiln_model *m = NULL;
     const char *path = KILN_TEST_DATA "/densenet_mini.onnx";
@@ -3200,6 +3201,36 @@ static void densenet_checks(void) {
         return;
     }
     kiln_tensor *x = kt_rand(KILN_F32, 4, (int64_t[]){3, 3, 32, 32}, -1, 1, 41);
+    for (int prec = 0; !cu && prec < 2; prec++) {
+        char label[96];
+        snprintf(label, sizeof label, "densenet_mini, %s", prec ? "fp16" : "fp32");
+        kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32};
+        kiln_model *opt = NULL;
+        kiln_plan *p = NULL;
+        kiln_status st = kiln_passes_apply(m, &po, &opt);
+        if (!st) st = kiln_plan_build(opt, &x, false, false, &p);
+        kiln_plan_view_t v;
+        if (!st) kiln_plan_view(p, &v);
+        int n_ca = 0;
+        for (int e = 0; !st && e < v.n_exec; e++) {
+            kiln_op_ctx hc = *kiln_plan_exec_op_ctx(&v, e);
+            st = kiln_cuda_supports(&hc);
+            n_ca += strcmp(hc.node->op_type, "ConcatAffine") == 0;
+        }
+        if (st) fail(label, "%s", kiln_context_message(ctx));
+        else if (n_ca != 6) fail(label, "%s", "expected 6 kiln.ConcatAffine nodes in the run list");
+        else {
+            printf("ok   %s: 6 kiln.ConcatAffine, every node supported on cuda (dry run)\n", label);
+            passed++;
+        }
+        kiln_plan_free(p);
+        kiln_model_free(opt);
+    }
+    if (!cu) {
+        kiln_tensor_free(x);
+        kiln_model_free(m);
+        return;
+    }
     kiln_session *cpu = NULL;
     const kiln_tensor *want = NULL;
     kiln_tensor *ref = NULL;
@@ -3268,6 +3299,7 @@ int main(int argc, char **argv) {
     cast_cases();
     generate_cases();
     if (wanted("plan with folding off")) plan_checks();
+    if (wanted("densenet")) densenet_checks();
     nhwc_cases();
     fused_conv_cases();
     dropout_cases();
@@ -3300,7 +3332,6 @@ int main(int argc, char **argv) {
         if (wanted("rng")) rng_checks();
         if (have_dir && wanted("algo cache")) algo_cache_checks(dir);
         if (wanted("small ResNet")) session_checks();
-        if (wanted("densenet")) densenet_checks();
         if (wanted("profile")) profile_checks();
         if (wanted("train profile")) train_profile_checks();
         if (wanted("train streams")) {
