@@ -11,7 +11,8 @@
  *   or 1x1 images): a piece is (pixels, Ck) rows written at Y's pixel stride C. When every
  *   Ck, c0 and C of the launch is a multiple of V = 16 bytes / element size and the
  *   pointers are 16-byte aligned (DenseNet: 32-channel features, f16), a thread moves V
- *   channels of one pixel as one 16-byte load and store; otherwise one element.
+ *   channels of one pixel as one 16-byte load and store (f32 S and T, aligned, as float4s);
+ *   otherwise one element.
  *   NCHW (any rank >= 2): a piece is (N, Ck * S) rows written at Y's row stride C * S,
  *   one element per step.
  *   Index math in 32 bits when Y has fewer than 2^31 elements.
@@ -53,8 +54,26 @@ template <typename T, int V> struct alignas(sizeof(T) * V) Pack {
     T v[V];
 };
 
+// V consecutive parameters from channel ch: from f32 S / T 16-byte aligned (P32: ch a
+// multiple of V, so V >= 4 loads whole float4s), or element by element of any dtype
+template <int V, bool P32> __device__ __forceinline__ void params(const void *p, int dt, int64_t ch, float *out) {
+    if (P32 && V % 4 == 0) {
+#pragma unroll
+        for (int j = 0; j < V / 4; j++) {
+            const float4 q = ((const float4 *)((const float *)p + ch))[j];
+            out[4 * j] = q.x;
+            out[4 * j + 1] = q.y;
+            out[4 * j + 2] = q.z;
+            out[4 * j + 3] = q.w;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < V; e++) out[e] = param(p, dt, ch + e);
+    }
+}
+
 // X piece: (pixels, ck) rows; Y: (pixels, C); V channels per step
-template <typename T, int V, typename I>
+template <typename T, int V, bool P32, typename I>
 __global__ void concat_affine_nhwc(CaArgs a) {
     const CaPart q = a.p[blockIdx.y];
     const I cv = (I)(q.ck / V), total = (I)a.outer * cv;
@@ -64,10 +83,12 @@ __global__ void concat_affine_nhwc(CaArgs a) {
         const I px = i / cv, v = i - px * cv;
         const int64_t ch = q.c0 + (int64_t)v * V;
         const Pack<T, V> in = x[i];
+        float sv[V], tv[V];
+        params<V, P32>(a.s, a.dt_s, ch, sv);
+        params<V, P32>(a.t, a.dt_t, ch, tv);
         Pack<T, V> out;
 #pragma unroll
-        for (int e = 0; e < V; e++)
-            out.v[e] = from_f<T>(act(to_f(in.v[e]) * param(a.s, a.dt_s, ch + e) + param(a.t, a.dt_t, ch + e), a.relu));
+        for (int e = 0; e < V; e++) out.v[e] = from_f<T>(act(to_f(in.v[e]) * sv[e] + tv[e], a.relu));
         *(Pack<T, V> *)(y + (int64_t)px * a.C + ch) = out;
     }
 }
@@ -92,10 +113,14 @@ kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const CaArgs &a, int m, boo
                    bool idx32) {
     const dim3 grid(kiln_cuda_blocks(cu, max_total, THREADS), (unsigned)m);
     constexpr int V = 16 / (int)sizeof(T);
-    if (nhwc && vec && idx32) concat_affine_nhwc<T, V, uint32_t><<<grid, THREADS, 0, cu->stream>>>(a);
-    else if (nhwc && vec) concat_affine_nhwc<T, V, int64_t><<<grid, THREADS, 0, cu->stream>>>(a);
-    else if (nhwc && idx32) concat_affine_nhwc<T, 1, uint32_t><<<grid, THREADS, 0, cu->stream>>>(a);
-    else if (nhwc) concat_affine_nhwc<T, 1, int64_t><<<grid, THREADS, 0, cu->stream>>>(a);
+    /* S and T f32 and 16-byte aligned: the vector path loads them as float4s */
+    const bool p32 = a.dt_s == KILN_F32 && a.dt_t == KILN_F32 && aligned16(a.s, a.t);
+    if (nhwc && vec && p32 && idx32) concat_affine_nhwc<T, V, true, uint32_t><<<grid, THREADS, 0, cu->stream>>>(a);
+    else if (nhwc && vec && p32) concat_affine_nhwc<T, V, true, int64_t><<<grid, THREADS, 0, cu->stream>>>(a);
+    else if (nhwc && vec && idx32) concat_affine_nhwc<T, V, false, uint32_t><<<grid, THREADS, 0, cu->stream>>>(a);
+    else if (nhwc && vec) concat_affine_nhwc<T, V, false, int64_t><<<grid, THREADS, 0, cu->stream>>>(a);
+    else if (nhwc && idx32) concat_affine_nhwc<T, 1, false, uint32_t><<<grid, THREADS, 0, cu->stream>>>(a);
+    else if (nhwc) concat_affine_nhwc<T, 1, false, int64_t><<<grid, THREADS, 0, cu->stream>>>(a);
     else if (idx32) concat_affine_nchw<T, uint32_t><<<grid, THREADS, 0, cu->stream>>>(a);
     else concat_affine_nchw<T, int64_t><<<grid, THREADS, 0, cu->stream>>>(a);
     KILN_CUDA_LAUNCHED(ctx, "concat_affine");
