@@ -1268,7 +1268,8 @@ static int densenet_export(const char *path) {
     for (int p = 0; p < 2; p++) {
         const kiln_precision prec = p ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32;
         char label[128];
-        snprintf(label, sizeof label, "densenet_mini %s", p ? "fp16" : "fp32");
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        snprintf(label, sizeof label, "%.100s %s", base, p ? "fp16" : "fp32");
         const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec};
         kiln_model *opt = NULL, *fused1 = NULL;
         kiln_status st;

@@ -669,8 +669,29 @@ static void test_fuse_eltwise_bn(void) {
     check("BN with symbolic batch -> Relu", bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(-1, 5, 3, 4), false, true, false),
           KILN_PASS_FUSE_ELTWISE, 3, 1e-6, 1e-5, 2, 1);
     /* parameters that are not constants: the BN stays, the Relu alone is no tree */
-    kiln_model *m = bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, true, true);
+    /* parameters behind Identity nodes (PyTorch's exporter writes equal tensors once: a fresh
+     * densenet121's running means and variances are Identity of one initializer each) */
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(2, 5, 3, 4));
+    init(m, "sc", KILN_F32, 1, KT_DIMS(5), 0.5, 1.5, 60);
+    init(m, "bi", KILN_F32, 1, KT_DIMS(5), -1, 1, 61);
+    init(m, "mu", KILN_F32, 1, KT_DIMS(5), -1, 1, 62);
+    init(m, "va", KILN_F32, 1, KT_DIMS(5), 0.5, 2, 63);
+    node(m, "Identity", "mu", "mu1");
+    node(m, "Identity", "va", "va1");
+    node(m, "Identity", "va1", "va2");
+    node(m, "BatchNormalization", "x,sc,bi,mu1,va2", "b");
+    node(m, "Relu", "b", "y");
+    output(m, "y");
+    finalize(m);
     kiln_model *o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    CHECK(o && o->n_nodes == 1 && count(o, "FusedElementwise") == 1,
+          "BN with parameters behind Identity: %d nodes, expected one kiln.FusedElementwise", o ? o->n_nodes : -1);
+    kiln_model_free(o);
+    check("BN with parameters behind Identity -> Relu", m, KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 2, 1);
+
+    m = bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, true, true);
+    o = optimized(m, KILN_PASS_FUSE_ELTWISE);
     CHECK(o && o->n_nodes == 2 && count(o, "BatchNormalization") == 1 && count(o, "Relu") == 1,
           "BN with parameter inputs: left as BN and Relu");
     kiln_model_free(o);

@@ -83,6 +83,18 @@ static bool is_bn(const ctx *c, int i) { return c->bn_c && c->bn_c[i] > 0; }
 /* Leaves a BN node adds beyond X (its s and t): 2, or 0 for any other node. */
 static int bn_leaves(const ctx *c, int i) { return i >= 0 && is_bn(c, i) ? 2 : 0; }
 
+/* A BN parameter's constant value: an initializer or Constant, also behind Identity nodes
+ * (PyTorch's exporter writes equal tensors once and the others as Identity of it: a fresh
+ * densenet121's running means and variances); NULL if not constant. */
+static const kiln_tensor *param_constant(const kiln_model *m, const int *prod, int v) {
+    for (int hops = 0; v >= 0 && hops < 8; hops++) {
+        const int p = prod[v];
+        if (p < 0 || !kiln_pass_is(&m->nodes[p], "Identity") || m->nodes[p].n_in < 1) break;
+        v = m->nodes[p].in[0];
+    }
+    return kiln_pass_constant(m, prod, v);
+}
+
 /* Whether node i is an inference BatchNormalization that may join a tree (file comment):
  * C, its channel count, or 0. vt: indicative shapes. */
 static int64_t bn_channels(const kiln_model *m, const int *prod, const kiln_tensor *vt, int i) {
@@ -98,7 +110,7 @@ static int64_t bn_channels(const kiln_model *m, const int *prod, const kiln_tens
     const int64_t C = x->dims[1];
     if (C < 1) return 0;
     for (int k = 1; k < 5; k++) {
-        const kiln_tensor *p = kiln_pass_constant(m, prod, n->in[k]);
+        const kiln_tensor *p = param_constant(m, prod, n->in[k]);
         if (!p || !kiln_dtype_is_float(p->dtype) || kiln_tensor_numel(p) != C) return 0;
     }
     return C;
@@ -122,7 +134,7 @@ static bool bn_make(ctx *c, int i) {
         return false;
     }
     const kiln_tensor *p[4];
-    for (int k = 0; k < 4; k++) p[k] = kiln_pass_constant(m, c->prod, n->in[1 + k]);
+    for (int k = 0; k < 4; k++) p[k] = param_constant(m, c->prod, n->in[1 + k]);
     const double eps = kiln_attr_float(n, "epsilon", 1e-5f);
     for (int64_t ch = 0; ch < C; ch++) {
         const double a = kiln_get_f64(p[0], ch) / sqrt(kiln_get_f64(p[3], ch) + eps);
@@ -475,6 +487,20 @@ kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bo
     for (int r = m->n_nodes - 1; r >= 0 && !st; r--)
         if (!c.taken[r] && eligible(&c, r)) st = grow_and_fuse(&c, r, dead, changed);
     if (!st) kiln_pass_remove_nodes(m, dead);
+    /* Identity nodes that only gave fused BNs their parameters (param_constant) */
+    for (bool again = !st; again;) { /* (chains of them: one link a round) */
+        again = false;
+        memset(dead, 0, nn * sizeof *dead);
+        for (int i = 0; i < m->n_nodes; i++) {
+            const kiln_node *n = &m->nodes[i];
+            const int v = n->n_out == 1 ? n->out[0] : -1;
+            if (v < 0 || v >= c.nv0 || !c.bn_param[v] || !kiln_pass_is(n, "Identity") || n->n_in < 1 || kiln_pass_uses(m, v))
+                continue;
+            dead[i] = again = true;
+            if (n->in[0] >= 0 && n->in[0] < c.nv0) c.bn_param[n->in[0]] = true;
+        }
+        kiln_pass_remove_nodes(m, dead);
+    }
     /* the fused BNs' parameters, and any s, t left unread (a tree over the input limit) */
     for (int i = 0; !st && i < c.nn0; i++) {
         if (c.bn_s[i] < 0) continue;
