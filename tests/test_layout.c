@@ -1227,8 +1227,114 @@ static int probe(const char *path) {
     return bad ? 1 : 0;
 }
 
+/* Run m on the CPU with every switchable pass off (the graph as it is) on inputs of batch
+ * `batch` (seed 31); output 0 copied into *out. */
+static bool run_cpu_as_is(kiln_model *m, int64_t batch, kiln_tensor **out) {
+    kiln_session_options so = KILN_SESSION_OPTIONS_INIT;
+    so.disable_passes = ~0u;
+    kiln_session *s = NULL;
+    kiln_tensor *in = NULL;
+    const kiln_tensor *o = NULL;
+    const kiln_value *v = &m->values[m->inputs[0]];
+    int64_t dims[KILN_MAX_DIMS];
+    for (int d = 0; d < v->ndim; d++) dims[d] = v->dims[d] < 0 ? batch : v->dims[d];
+    in = kt_rand(v->dtype, v->ndim, dims, -1, 1, 31);
+    bool ok = m->n_inputs == 1 && kiln_session_create(m, &so, &s) == KILN_OK && kiln_session_run(s, 1, &in, 1, &o) == KILN_OK;
+    CHECK(ok, "run: %s", kiln_context_message(ctx));
+    *out = ok ? kiln_tensor_clone(ctx, o) : NULL;
+    kiln_tensor_free(in);
+    kiln_session_free(s);
+    return ok && *out;
+}
+
+/* test_layout --densenet MODEL.onnx: torchvision's DenseNet (tests/data/densenet_mini.onnx:
+ * DenseNet(growth_rate=8, block_config=(2,2), num_init_features=16, num_classes=10), random
+ * weights and BN statistics, eval, torch.onnx.export dynamo=False opset 17, batch dynamic)
+ * through the CUDA passes, fp32 and fp16: every pre-activation BatchNormalization (after a
+ * Concat: fold-bn cannot fold it), its Relu and the Concat it reads are one kiln.ConcatAffine
+ * laid out NHWC (no Concat, BN or Relu left), with no conversion but the input's, and the
+ * graph computes the same function on the CPU as the unoptimized one. */
+static int densenet_export(const char *path) {
+    kiln_model *m = NULL;
+    if (kiln_model_load_onnx(ctx, path, &m) != KILN_OK) {
+        printf("FAIL load %s: %s\n", path, kiln_context_message(ctx));
+        return 1;
+    }
+    int n_bn = 0;
+    for (int i = 0; i < m->n_nodes; i++) n_bn += kiln_pass_is(&m->nodes[i], "BatchNormalization");
+    CHECK(n_bn > 0, "%s: no BatchNormalization to fuse", path);
+    kiln_tensor *want = NULL;
+    const bool have_ref = run_cpu_as_is(m, 3, &want);
+    for (int p = 0; p < 2; p++) {
+        const kiln_precision prec = p ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32;
+        char label[128];
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        snprintf(label, sizeof label, "%.100s %s", base, p ? "fp16" : "fp32");
+        const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec};
+        kiln_model *opt = NULL, *fused1 = NULL;
+        kiln_status st;
+        if (kiln_pass_device_has(&po, "FusedElementwise")) {
+            st = kiln_passes_apply(m, &po, &opt);
+        } else {
+            /* a build without CUDA: the fusion passes as for the CPU (they run only for a
+             * device with the fused ops' kernels), then precision and layout for CUDA */
+            const kiln_pass_options fuse = {.device = KILN_DEVICE_CPU, .precision = KILN_PRECISION_FP32,
+                                            .disabled = ~(unsigned)(KILN_PASS_DEAD_NODES | KILN_PASS_FOLD_BN |
+                                                                    KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_ELTWISE)};
+            const kiln_pass_options rest = {.device = KILN_DEVICE_CUDA, .precision = prec,
+                                            .disabled = ~(unsigned)KILN_PASS_NHWC};
+            st = kiln_passes_apply(m, &fuse, &fused1);
+            if (!st) st = kiln_passes_apply(fused1, &rest, &opt);
+            kiln_model_free(fused1);
+        }
+        if (st) {
+            CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+            continue;
+        }
+        const int f0 = fails;
+        int bn = 0, relu = 0, cat = 0, fused = 0, fused_nhwc = 0, affine = 0;
+        for (int i = 0; i < opt->n_nodes; i++) {
+            const kiln_node *n = &opt->nodes[i];
+            bn += kiln_pass_is(n, "BatchNormalization");
+            relu += kiln_pass_is(n, "Relu");
+            cat += kiln_pass_is(n, "Concat");
+            /* every BN of this export reads a Concat: Concat -> BN -> Relu is one
+             * kiln.ConcatAffine relu=1 (else a kiln.FusedElementwise BN -> Relu program) */
+            const bool ca = kiln_pass_is_kiln(n, "ConcatAffine");
+            if (!ca && !kiln_pass_is_kiln(n, "FusedElementwise")) continue;
+            fused++;
+            fused_nhwc += opt->values[n->out[0]].format == KILN_FORMAT_NHWC;
+            affine += ca ? kiln_attr_int(n, "relu", 0) == 1 && n->n_in >= 3
+                         : strstr(kiln_attr_string(n, "program", ""), "i0 i1 Mul i2 Add Relu") != NULL;
+        }
+        CHECK(bn == 0 && relu == 0 && cat == 0, "%s: %d BatchNormalization, %d Relu and %d Concat left", label, bn, relu,
+              cat);
+        CHECK(fused == n_bn && affine == n_bn && fused_nhwc == n_bn,
+              "%s: %d fused nodes (%d Concat -> BN -> Relu, %d NHWC), expected %d each", label, fused, affine, fused_nhwc,
+              n_bn);
+        CHECK(count_op(opt, "ToNCHW") == 0 && count_op(opt, "ToNHWC") == 1, "%s: %d ToNHWC and %d ToNCHW, expected 1 and 0",
+              label, count_op(opt, "ToNHWC"), count_op(opt, "ToNCHW"));
+        kiln_tensor *got = NULL;
+        if (have_ref && run_cpu_as_is(opt, 3, &got)) {
+            char l[200];
+            snprintf(l, sizeof l, "%s: output vs the unoptimized graph", label);
+            fails += kiln_tensor_compare(got, want, p ? 3e-2 : 1e-4, p ? 3e-2 : 1e-4, l);
+        } else {
+            fails++;
+        }
+        if (fails == f0) printf("ok   %s: %d Concat -> BN -> Relu as one NHWC fused kernel each, same function\n", label, n_bn);
+        kiln_tensor_free(got);
+        kiln_model_free(opt);
+    }
+    kiln_tensor_free(want);
+    kiln_model_free(m);
+    printf("%s\n", fails ? "FAILED" : "densenet checks passed");
+    return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    if (argc > 2 && strcmp(argv[1], "--densenet") == 0) return densenet_export(argv[2]);
     if (argc > 1) return probe(argv[1]);
 
     bn_training();

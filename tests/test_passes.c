@@ -315,7 +315,8 @@ static void test_fold_bn(void) {
     output(m, "y");
     output(m, "r");
     finalize(m);
-    o = optimized(m, ALL);
+    /* (fuse-eltwise would make the BN a fused per-channel x * s + t) */
+    o = optimized(m, ALL & ~(unsigned)KILN_PASS_FUSE_ELTWISE);
     CHECK(o && count(o, "BatchNormalization") == 1, "fold-bn: a conv output with two readers is not folded");
     kiln_model_free(o);
     kiln_model_free(m);
@@ -627,6 +628,125 @@ static void test_fuse_eltwise(void) {
     kiln_model_free(m);
 }
 
+/* x (in_dt, dims) -> [Add z ->] BatchNormalization (parameters of par_dt, epsilon 1e-3;
+ * as inputs instead of constants with params_in) [-> Relu] -> y */
+static kiln_model *bn_chain(kiln_dtype in_dt, kiln_dtype par_dt, int nd, const int64_t *dims, bool add, bool relu,
+                            bool params_in) {
+    kiln_model *m = new_model();
+    input(m, "x", in_dt, nd, dims);
+    if (add) input(m, "z", in_dt, nd, dims);
+    if (add) node(m, "Add", "x,z", "a");
+    if (params_in) {
+        static const char *const names[4] = {"p_scale", "p_bias", "p_mean", "p_var"};
+        for (int k = 0; k < 4; k++) input(m, names[k], par_dt, 1, &dims[1]);
+        kiln_node *n = node(m, "BatchNormalization", add ? "a,p_scale,p_bias,p_mean,p_var" : "x,p_scale,p_bias,p_mean,p_var",
+                            relu ? "b" : "y");
+        if (n) kiln_node_set_float(n, "epsilon", 1e-3f);
+    } else {
+        bn(m, "p", par_dt, dims[1], add ? "a" : "x", relu ? "b" : "y", 40);
+    }
+    if (relu) node(m, "Relu", "b", "y");
+    output(m, "y");
+    finalize(m);
+    return m;
+}
+
+/* An inference BatchNormalization fold-bn leaves (after a Concat, an Add, a BN1d) is a
+ * per-channel x * s + t: it joins the fused elementwise trees (DenseNet's BN -> Relu). */
+static void test_fuse_eltwise_bn(void) {
+    check("BN alone", bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, false, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 1, 1);
+    check("BN -> Relu", bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, true, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 2, 1);
+    check("Add -> BN -> Relu (pre-activation)", bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), true, true, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 3, 1);
+    check("BN1d -> Relu", bn_chain(KILN_F32, KILN_F32, 2, KT_DIMS(4, 6), false, true, false), KILN_PASS_FUSE_ELTWISE, 1,
+          1e-6, 1e-5, 2, 1);
+    check("BN f64 -> Relu", bn_chain(KILN_F64, KILN_F64, 3, KT_DIMS(2, 5, 7), false, true, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 1e-13, 1e-12, 2, 1);
+    check("BN f16 (f32 parameters) -> Relu", bn_chain(KILN_F16, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, true, false),
+          KILN_PASS_FUSE_ELTWISE, 1, 2e-3, 2e-3, 2, 1);
+    check("BN with symbolic batch -> Relu", bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(-1, 5, 3, 4), false, true, false),
+          KILN_PASS_FUSE_ELTWISE, 3, 1e-6, 1e-5, 2, 1);
+    /* parameters that are not constants: the BN stays, the Relu alone is no tree */
+    /* parameters behind Identity nodes (PyTorch's exporter writes equal tensors once: a fresh
+     * densenet121's running means and variances are Identity of one initializer each) */
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(2, 5, 3, 4));
+    init(m, "sc", KILN_F32, 1, KT_DIMS(5), 0.5, 1.5, 60);
+    init(m, "bi", KILN_F32, 1, KT_DIMS(5), -1, 1, 61);
+    init(m, "mu", KILN_F32, 1, KT_DIMS(5), -1, 1, 62);
+    init(m, "va", KILN_F32, 1, KT_DIMS(5), 0.5, 2, 63);
+    node(m, "Identity", "mu", "mu1");
+    node(m, "Identity", "va", "va1");
+    node(m, "Identity", "va1", "va2");
+    node(m, "BatchNormalization", "x,sc,bi,mu1,va2", "b");
+    node(m, "Relu", "b", "y");
+    output(m, "y");
+    finalize(m);
+    kiln_model *o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    CHECK(o && o->n_nodes == 1 && count(o, "FusedElementwise") == 1,
+          "BN with parameters behind Identity: %d nodes, expected one kiln.FusedElementwise", o ? o->n_nodes : -1);
+    kiln_model_free(o);
+    check("BN with parameters behind Identity -> Relu", m, KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, 2, 1);
+
+    m = bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), false, true, true);
+    o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    CHECK(o && o->n_nodes == 2 && count(o, "BatchNormalization") == 1 && count(o, "Relu") == 1,
+          "BN with parameter inputs: left as BN and Relu");
+    kiln_model_free(o);
+    kiln_model_free(m);
+
+    m = bn_chain(KILN_F32, KILN_F32, 4, KT_DIMS(2, 5, 3, 4), true, true, false);
+    o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+    const kiln_node *f = find(o, "FusedElementwise");
+    const char *prog = f ? kiln_attr_string(f, "program", "") : "(none)";
+    bool shapes = f && f->n_in == 4;
+    for (int k = 2; shapes && k < 4; k++) {
+        const kiln_value *v = &o->values[f->in[k]];
+        shapes = v->init && v->init->ndim == 3 && v->init->dims[0] == 5 && v->init->dims[1] == 1 && v->init->dims[2] == 1;
+    }
+    CHECK(o && o->n_nodes == 1 && !strcmp(prog, "i0 i1 Add i2 Mul i3 Add Relu") && shapes,
+          "Add -> BN -> Relu: program '%s' (expected 'i0 i1 Add i2 Mul i3 Add Relu', s and t of shape (5,1,1))", prog);
+    /* the BN's own parameters are no longer read: not held */
+    const int ps = o ? kiln_model_find_value(o, "p_scale") : -1;
+    CHECK(o && (ps < 0 || o->values[ps].init == NULL), "Add -> BN -> Relu: the BN's scale is still held");
+    kiln_model_free(o);
+    kiln_model_free(m);
+
+    /* DenseNet's layer: Concat of the features along the channels -> BN -> Relu is one
+     * kiln.ConcatAffine (the Concat is never written); not when the Concat's output has
+     * another reader, nor along another axis */
+    for (int v = 0; v < 4; v++) {
+        const bool shared = v == 1, axis2 = v == 2, negative = v == 3;
+        m = new_model();
+        input(m, "f0", KILN_F32, 4, KT_DIMS(2, 4, 3, 5));
+        input(m, "f1", KILN_F32, 4, KT_DIMS(2, axis2 ? 4 : 3, axis2 ? 2 : 3, 5));
+        input(m, "f2", KILN_F32, 4, KT_DIMS(2, axis2 ? 4 : 2, 3, 5));
+        kiln_node *cat = node(m, "Concat", axis2 ? "f0,f1" : "f0,f1,f2", "cat");
+        if (cat) kiln_node_set_int(cat, "axis", axis2 ? 2 : negative ? -3 : 1);
+        bn(m, "p", KILN_F32, axis2 ? 4 : 9, "cat", "b", 50);
+        node(m, "Relu", "b", "y");
+        output(m, "y");
+        if (shared) {
+            node(m, "Sigmoid", "cat", "y2");
+            output(m, "y2");
+        }
+        finalize(m);
+        o = optimized(m, KILN_PASS_FUSE_ELTWISE);
+        const kiln_node *ca = find(o, "ConcatAffine");
+        const bool want = !shared && !axis2;
+        const char *what = shared ? "Concat also read by another node" : axis2 ? "Concat along H" :
+                           negative ? "Concat axis -3" : "Concat -> BN -> Relu";
+        CHECK(o && (want ? ca && o->n_nodes == 1 && ca->n_in == (axis2 ? 4 : 5) && kiln_attr_int(ca, "relu", 0) == 1 &&
+                               count(o, "Concat") == 0
+                         : !ca && count(o, "Concat") == 1),
+              "%s: %s kiln.ConcatAffine (%d nodes)", what, want ? "expected one" : "expected no", o ? o->n_nodes : -1);
+        kiln_model_free(o);
+        check(what, m, KILN_PASS_FUSE_ELTWISE, 1, 1e-6, 1e-5, shared ? 4 : 3, want ? 1 : shared ? 3 : 2);
+    }
+}
+
 /* ---------------------------------------------------------------- tiny_cnn */
 
 static void test_tiny_cnn(const char *src) {
@@ -664,6 +784,7 @@ int main(int argc, char **argv) {
     test_fold_bn();
     test_fuse_conv();
     test_fuse_eltwise();
+    test_fuse_eltwise_bn();
     test_tiny_cnn(argc > 1 ? argv[1] : ".");
     kiln_context_free(ctx);
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);

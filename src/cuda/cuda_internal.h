@@ -233,6 +233,7 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(logsoftmax)  /* norm.cu: LogSoftmax */                                              \
     X(copy)        /* movement.cu: Flatten Reshape Identity Squeeze Unsqueeze */          \
     X(concat)      /* movement.cu */                                                      \
+    X(concat_affine) /* concat_affine.cu: kiln.ConcatAffine (Concat + per-channel affine [+ Relu]) */ \
     X(transpose)   /* movement.cu */                                                      \
     X(gather)      /* movement.cu */                                                      \
     X(channel_shuffle) /* movement.cu: kiln.ChannelShuffle, NCHW or NHWC */               \
@@ -354,6 +355,8 @@ bool kiln_cuda_reduce_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, int ax
 bool kiln_cuda_sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_prep_fused_elementwise(kiln_cuda *cu, kiln_op_ctx *c);
 void kiln_cuda_fused_cache_free(kiln_cuda *cu);
+/* concat_affine.cu: kiln.ConcatAffine's supports check (dtypes, layouts) */
+bool kiln_cuda_sup_concat_affine(const kiln_op_ctx *c, char *why, size_t n);
 /* Benchmark knobs for kernels generated afterwards on cu (bench/gelu_fusion --sweep):
  * loads in flight per thread (grid-stride steps, 0: the default 2) and the grid's cap in
  * blocks per SM (0: the default 32, i.e. one pass over the data for most sizes). */

@@ -35,6 +35,14 @@
  *   every pointer it vector-accesses is 16-byte aligned. Each thread keeps UNROLL steps
  *   of loads in flight before computing, over a grid-stride loop.
  *
+ *   NHWC (the output 4-D and laid out NHWC): the same kernels over the physical order. The
+ *   output's dims (N, C, H, W) are taken as (N, H, W, C), and so are each input's, right-
+ *   aligned to rank 4: an NHWC input's bytes are that, and any other input must have the
+ *   same bytes in both layouts (C == 1 or H*W == 1: a per-channel (C,1,1) such as an
+ *   inference BN's scale and shift, a scalar, an (N,C,1,1) gate), checked with the dtypes.
+ *   A per-channel input then walks the inner (C) dim with stride 1: the vector kernel
+ *   loads V consecutive channels of it per vector (C a multiple of V).
+ *
  *   Compilation happens in kiln_cuda_prepare (the planner calls it when a plan is made)
  *   or, for callers that did not prepare, on the first run.
  */
@@ -197,6 +205,9 @@ bad:
 
 /* ------------------------------------------------------------- broadcast */
 
+/* A 4-D tensor laid out NHWC (the file comment's NHWC case). */
+static bool nhwc(const kiln_tensor *t) { return t->ndim == 4 && t->format == KILN_FORMAT_NHWC; }
+
 typedef enum { K_CONTIG, K_SCALAR, K_GENERAL } in_kind;
 
 typedef struct pattern {
@@ -221,18 +232,37 @@ static void make_pattern(const kiln_op_ctx *c, unsigned used, pattern *p) {
     p->dt = y->dtype;
     p->nin = c->n_in;
     p->n = kiln_tensor_numel(y);
-    for (int k = 0; k < p->nin; k++)
-        kiln_broadcast_strides(c->in[k]->ndim, c->in[k]->dims, y->ndim, y->dims, st[k]);
+    /* the dims in memory order: (N, H, W, C) for an NHWC output (file comment) */
+    int64_t ydims[KILN_MAX_DIMS];
+    const int yn = y->ndim;
+    memcpy(ydims, y->dims, (size_t)yn * sizeof *ydims);
+    const bool cl = nhwc(y);
+    if (cl) {
+        ydims[1] = y->dims[2];
+        ydims[2] = y->dims[3];
+        ydims[3] = y->dims[1];
+    }
+    for (int k = 0; k < p->nin; k++) {
+        if (!cl) {
+            kiln_broadcast_strides(c->in[k]->ndim, c->in[k]->dims, yn, y->dims, st[k]);
+            continue;
+        }
+        const kiln_tensor *x = c->in[k];
+        int64_t a[4] = {1, 1, 1, 1};
+        for (int d = 0; d < x->ndim && x->ndim <= 4; d++) a[4 - x->ndim + d] = x->dims[d];
+        const int64_t phys[4] = {a[0], a[2], a[3], a[1]};
+        kiln_broadcast_strides(4, phys, 4, ydims, st[k]);
+    }
     int nd = 0;
-    for (int d = 0; d < y->ndim; d++) {
-        if (y->dims[d] == 1) continue;
+    for (int d = 0; d < yn; d++) {
+        if (ydims[d] == 1) continue;
         bool merge = nd > 0;
-        for (int k = 0; k < p->nin && merge; k++) merge = p->st[k][nd - 1] == st[k][d] * y->dims[d];
+        for (int k = 0; k < p->nin && merge; k++) merge = p->st[k][nd - 1] == st[k][d] * ydims[d];
         if (merge) {
-            p->dims[nd - 1] *= y->dims[d];
+            p->dims[nd - 1] *= ydims[d];
             for (int k = 0; k < p->nin; k++) p->st[k][nd - 1] = st[k][d];
         } else {
-            p->dims[nd] = y->dims[d];
+            p->dims[nd] = ydims[d];
             for (int k = 0; k < p->nin; k++) p->st[k][nd] = st[k][d];
             nd++;
         }
@@ -600,6 +630,7 @@ static void put_source(sbuf *b, const pattern *p, const program *pr, const char 
 
 /* --------------------------------------------------------------- checks */
 
+
 static bool check(const kiln_op_ctx *c, program *pr, char *why, size_t wn) {
     if (c->n_in > MAX_IN) {
         snprintf(why, wn, "%d inputs (at most %d)", c->n_in, MAX_IN);
@@ -624,6 +655,18 @@ static bool check(const kiln_op_ctx *c, program *pr, char *why, size_t wn) {
         if (x->ndim > y->ndim) {
             snprintf(why, wn, "input %d has more dims than the output", k);
             return false;
+        }
+        if (nhwc(x) && !nhwc(y)) {
+            snprintf(why, wn, "input %d is laid out NHWC and the output NCHW", k);
+            return false;
+        }
+        if (nhwc(y) && !nhwc(x)) { /* read as it is: its bytes must be the same in NHWC */
+            int64_t a[4] = {1, 1, 1, 1};
+            for (int d = 0; d < x->ndim; d++) a[4 - x->ndim + d] = x->dims[d];
+            if (a[1] != 1 && a[2] * a[3] != 1) {
+                snprintf(why, wn, "input %d is laid out NCHW and broadcast into an NHWC output", k);
+                return false;
+            }
         }
         for (int d = 0; d < x->ndim; d++) {
             const int64_t xd = x->dims[d], yd = y->dims[y->ndim - x->ndim + d];

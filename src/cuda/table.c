@@ -1154,23 +1154,9 @@ static bool sup_maxpool_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) 
     return float_scalar(c, 3, "ratio", why, n) && bool_scalar(c, 4, "training_mode", why, n);
 }
 
-/* A fused elementwise program computes position by position. In NHWC it takes only inputs
- * of exactly the output's dims and layout (no broadcasting: the generated indexing is
- * logical NCHW), so the bytes line up element for element. */
+/* A fused elementwise program broadcasts in NHWC as the binary ops do (the layout rule is
+ * kiln_cuda_sup_fused_elementwise's, which the kernel checks again). */
 static bool sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n) {
-    bool any_nhwc = is_nhwc(c->out[0]);
-    for (int i = 0; i < c->n_in; i++) any_nhwc |= present(c, i) && is_nhwc(c->in[i]);
-    if (any_nhwc)
-        for (int i = 0; i < c->n_in; i++) {
-            const kiln_tensor *t = c->in[i];
-            if (!present(c, i)) continue;
-            bool same = t->ndim == c->out[0]->ndim && is_nhwc(t) == is_nhwc(c->out[0]);
-            for (int d = 0; same && d < t->ndim; d++) same = t->dims[d] == c->out[0]->dims[d];
-            if (!same) {
-                snprintf(why, n, "in NHWC every input must have the output's dims and layout (input %d does not)", i);
-                return false;
-            }
-        }
     return kiln_cuda_sup_fused_elementwise(c, why, n);
 }
 
@@ -1202,6 +1188,7 @@ static const entry table[] = {
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL, true},
     {"kiln.ChannelShuffle", kiln_cuda_k_channel_shuffle, sup_channel_shuffle, NULL, true},
     {"kiln.Attention", kiln_cuda_k_attention, kiln_cuda_sup_attention, NULL, false},
+    {"kiln.ConcatAffine", kiln_cuda_k_concat_affine, kiln_cuda_sup_concat_affine, NULL, true},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, true}, /* 4-D NHWC in and out */
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},
     {"NegativeLogLikelihoodLoss", kiln_cuda_k_nll, sup_nll, NULL, false},

@@ -18,7 +18,8 @@
  *     initializers), kiln.LogSoftmaxNLL as [Cast to f32] LogSoftmax +
  *     NegativeLogLikelihoodLoss, kiln.ToNHWC as [Cast] [Pad] or Identity, kiln.ToNCHW as
  *     Identity (layouts are memory only: dims and initializer bytes are always NCHW),
- *     kiln.ChannelShuffle as Reshape - Transpose - Shape + Reshape. The
+ *     kiln.ChannelShuffle as Reshape - Transpose - Shape + Reshape, kiln.ConcatAffine as
+ *     Concat - Mul - Add [- Relu] (S and T reshaped to (C,1,...) [and cast to Y's dtype]). The
  *     pieces of a decomposed node are named after it ("conv1", "conv1/Add", ...), their
  *     intermediate values "<output>__kiln<k>". Other internal ops (gradients, optimizer
  *     steps: training graphs) are KILN_ERR_UNSUPPORTED naming the node.
@@ -51,6 +52,7 @@ extern const kiln_op_def kiln_op_add, kiln_op_cast, kiln_op_conv, kiln_op_gemm, 
 extern const kiln_op_def kiln_op_fused_conv, kiln_op_fused_gemm, kiln_op_fused_elementwise, kiln_op_log_softmax_nll,
     kiln_op_to_nhwc, kiln_op_to_nchw;
 extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_shape, kiln_op_channel_shuffle;
+extern const kiln_op_def kiln_op_concat, kiln_op_mul, kiln_op_relu, kiln_op_concat_affine;
 
 #define MAX_INLINE_BYTES (((size_t)1 << 31) - 1)
 #define MIN_EXTERNAL_BYTES 1024
@@ -601,6 +603,51 @@ static void save_channel_shuffle(saver *s, const kiln_node *n, const char *where
     emit(s, kiln_op_reshape.name, n->name, 2, in2, 1, &y);
 }
 
+/* kiln.ConcatAffine(S, T, X...) relu = Relu?(Concat(X...; axis 1) * S' + T'), S' and T' = S
+ * and T reshaped to (C, 1, ...) (Y's rank - 1) [and cast to Y's dtype]. */
+static void save_concat_affine(saver *s, const kiln_node *n, const char *where) {
+    const int y = n->out[0], x0 = n->n_in > 2 ? n->in[2] : -1;
+    const int rank = x0 < 0 ? -1 : s->one && s->one[x0].ndim >= 0 ? s->one[x0].ndim : s->m->values[x0].ndim;
+    if (rank < 2 || rank > KILN_MAX_DIMS || s->m->opset < 5) {
+        s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED,
+                          "saving ONNX: %s: the rank of X is not known (or opset %d is below 5, which Reshape's "
+                          "shape input needs)", where, s->m->opset);
+        return;
+    }
+    const kiln_dtype dt = out_dtype(s, n);
+    const char *yn = vname(s, y);
+    int64_t shape[KILN_MAX_DIMS];
+    shape[0] = -1;
+    for (int d = 1; d < rank - 1; d++) shape[d] = 1;
+    const char *shape_name = ints_init(s, rank - 1, shape, "channel_shape");
+    const char *par[2];
+    for (int k = 0; k < 2 && !failed(s); k++) {
+        const char *in[2] = {vname(s, n->in[k]), shape_name};
+        const char *r = fresh_name(s, yn);
+        emit(s, kiln_op_reshape.name, piece_name(s, n->name, k ? "ReshapeT" : "ReshapeS"), 2, in, 1, &r);
+        par[k] = r;
+        if (vdtype(s, n->in[k]) != dt && !failed(s)) {
+            const char *cst = fresh_name(s, yn);
+            Onnx__NodeProto *np = emit(s, kiln_op_cast.name, piece_name(s, n->name, k ? "CastT" : "CastS"), 1, &r, 1, &cst);
+            if (np) attr_int(s, np, "to", (int64_t)dt);
+            par[k] = cst;
+        }
+    }
+    if (failed(s)) return;
+    const int n_x = n->n_in - 2;
+    const char **xs = zalloc(s, (size_t)n_x * sizeof *xs);
+    if (!xs) return;
+    for (int k = 0; k < n_x; k++) xs[k] = vname(s, n->in[2 + k]);
+    const bool relu = kiln_attr_int(n, "relu", 0) != 0;
+    const char *cat = fresh_name(s, yn), *mul = fresh_name(s, yn), *add = relu ? fresh_name(s, yn) : yn;
+    Onnx__NodeProto *np = emit(s, kiln_op_concat.name, piece_name(s, n->name, kiln_op_concat.name), n_x, xs, 1, &cat);
+    if (np) attr_int(s, np, "axis", 1);
+    const char *in_m[2] = {cat, par[0]}, *in_a[2] = {mul, par[1]};
+    emit(s, kiln_op_mul.name, piece_name(s, n->name, kiln_op_mul.name), 2, in_m, 1, &mul);
+    emit(s, kiln_op_add.name, relu ? piece_name(s, n->name, kiln_op_add.name) : n->name, 2, in_a, 1, &add);
+    if (relu) emit(s, kiln_op_relu.name, n->name, 1, &add, 1, &yn);
+}
+
 static void save_node(saver *s, const kiln_node *n, int index) {
     char where[600];
     if (*n->name) snprintf(where, sizeof where, "node '%.300s' (%s%s%.100s)", n->name, n->domain, *n->domain ? "." : "", n->op_type);
@@ -624,6 +671,7 @@ static void save_node(saver *s, const kiln_node *n, int index) {
         if (d == &kiln_op_to_nhwc) return save_layout_convert(s, n, true, where);
         if (d == &kiln_op_to_nchw) return save_layout_convert(s, n, false, where);
         if (d == &kiln_op_channel_shuffle) return save_channel_shuffle(s, n, where);
+        if (d == &kiln_op_concat_affine) return save_concat_affine(s, n, where);
     }
     s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED,
                       "saving ONNX: %s is an internal op of kiln with no ONNX equivalent (training graphs "

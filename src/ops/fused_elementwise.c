@@ -3,8 +3,8 @@
  * ops as one kernel, made by the fuse-eltwise pass (src/passes/fuse_eltwise.c).
  *   The inputs (1 to 8) share one float dtype and broadcast together numpy-style to y0's
  *   shape. Attribute `same_shape` (int, optional) is the fusion pass's note that every
- *   input has the output's shape, so the node may run on NHWC bytes (the layout pass reads
- *   it; kernels check shapes themselves). Attribute `program` is a postfix program, one instruction per space-separated
+ *   input has the output's shape (the layout pass lays the node out NHWC as the binary ops,
+ *   broadcasting included; kernels check shapes themselves). Attribute `program` is a postfix program, one instruction per space-separated
  *   token (FUSED.md):
  *     i<k>       push input k;             c<float>   push a constant (strtod syntax:
  *                                                     c0.5, c-1e-3, c-inf);

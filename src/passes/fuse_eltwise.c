@@ -10,7 +10,24 @@
  * order stays topological), with the postfix program of the tree: operands in order,
  * then the op. A constant operand of one element becomes a literal `c<value>` (%.9g, which
  * round-trips f32; %.17g for f64) when dropping its shape cannot change the output's:
- * rank 0, or another input of the tree has a known rank at least its own. */
+ * rank 0, or another input of the tree has a known rank at least its own.
+ *
+ * An inference BatchNormalization that fold-bn left (its X not a Conv's / Gemm's output:
+ * DenseNet's and pre-activation ResNets' BN after a Concat or an Add, a BN1d after a
+ * Gemm read by others) is per channel y = x * s[c] + t[c], s = scale / sqrt(var + eps),
+ * t = B - mean * s: with its four parameters constants of C elements, it joins a tree as
+ * `X i<s> Mul i<t> Add`, s and t new initializers of X's dtype and shape (C, 1, ..., 1)
+ * (rank X's - 1, so they broadcast along the channel axis), computed in double and
+ * rounded once (as fold-bn rounds the weights it folds into). A BN counts as two ops: it
+ * is rewritten even alone, where the fused kernel reads X once at the bandwidth floor.
+ * BN -> Relu (and any elementwise op before or after) becomes one kernel.
+ *
+ * Then a fused node whose program is `i0 i1 Mul i2 Add [Relu]` with i1, i2 per-channel
+ * constants (C,1,...,1) and i0 the output of a Concat along the channel axis (axis 1) that
+ * nothing else reads (no graph output) becomes kiln.ConcatAffine(s, t, pieces...) relu=0/1
+ * (src/ops/concat_affine.c), s and t new f32 (C) initializers: DenseNet's Concat of all
+ * earlier features -> BN -> Relu reads the pieces once and writes the activation once,
+ * with no Concat. Only on devices with kiln.ConcatAffine's kernel. */
 #include "passes.h"
 
 #include <math.h>
@@ -39,6 +56,12 @@ typedef struct ctx {
     size_t len, cap;
     int sp, depth;
     bool oom;
+    /* inference BNs that may join a tree: C (0: not one), the s / t values once made */
+    int64_t *bn_c;
+    int *bn_s, *bn_t;
+    int nv0; /* values before the pass (the per-value tables' size; BNs add s and t after) */
+    int nn0; /* nodes before the pass (bn_c / bn_s / bn_t are indexed by them) */
+    bool *bn_param; /* per value: a parameter of a BN made s and t (freed when unread) */
 } ctx;
 
 /* The node's elementwise description (kiln_op_def.eltwise), ONNX ops only; NULL if none. */
@@ -48,10 +71,86 @@ static const kiln_eltwise *elt(const kiln_node *n) {
     return d ? d->eltwise : NULL;
 }
 
-/* Operands of an elementwise node: input 0 for unary ops (Clip's bounds are parameters). */
+/* Operands of an elementwise node: input 0 for unary ops (Clip's bounds are parameters)
+ * and for a BN (its s and t are leaves of their own: bn_leaves). */
 static int n_operands(const kiln_node *n) {
     const kiln_eltwise *e = elt(n);
     return e && e->arity == 2 ? 2 : 1;
+}
+
+static bool is_bn(const ctx *c, int i) { return c->bn_c && c->bn_c[i] > 0; }
+
+/* Leaves a BN node adds beyond X (its s and t): 2, or 0 for any other node. */
+static int bn_leaves(const ctx *c, int i) { return i >= 0 && is_bn(c, i) ? 2 : 0; }
+
+/* A BN parameter's constant value: an initializer or Constant, also behind Identity nodes
+ * (PyTorch's exporter writes equal tensors once and the others as Identity of it: a fresh
+ * densenet121's running means and variances); NULL if not constant. */
+static const kiln_tensor *param_constant(const kiln_model *m, const int *prod, int v) {
+    for (int hops = 0; v >= 0 && hops < 8; hops++) {
+        const int p = prod[v];
+        if (p < 0 || !kiln_pass_is(&m->nodes[p], "Identity") || m->nodes[p].n_in < 1) break;
+        v = m->nodes[p].in[0];
+    }
+    return kiln_pass_constant(m, prod, v);
+}
+
+/* Whether node i is an inference BatchNormalization that may join a tree (file comment):
+ * C, its channel count, or 0. vt: indicative shapes. */
+static int64_t bn_channels(const kiln_model *m, const int *prod, const kiln_tensor *vt, int i) {
+    const kiln_node *n = &m->nodes[i];
+    if (!kiln_pass_is(n, "BatchNormalization") || n->n_in != 5 || n->n_out < 1 || n->out[0] < 0) return 0;
+    if (kiln_attr_int(n, "training_mode", 0) != 0 || kiln_node_training_form(n) || kiln_attr_int(n, "relu", 0) != 0 ||
+        (n->opset < 9 && kiln_attr_int(n, "spatial", 1) != 1))
+        return 0;
+    for (int k = 1; k < n->n_out; k++)
+        if (n->out[k] >= 0) return 0;
+    const kiln_tensor *x = &vt[n->in[0]], *y = &vt[n->out[0]];
+    if (n->in[0] < 0 || x->ndim < 2 || !kiln_dtype_is_float(x->dtype) || y->dtype != x->dtype) return 0;
+    const int64_t C = x->dims[1];
+    if (C < 1) return 0;
+    for (int k = 1; k < 5; k++) {
+        const kiln_tensor *p = param_constant(m, prod, n->in[k]);
+        if (!p || !kiln_dtype_is_float(p->dtype) || kiln_tensor_numel(p) != C) return 0;
+    }
+    return C;
+}
+
+/* BN node i's s and t as initializers (made on the first call); false on OOM. */
+static bool bn_make(ctx *c, int i) {
+    if (c->bn_s[i] >= 0) return true;
+    kiln_model *m = c->m;
+    const kiln_node *n = &m->nodes[i];
+    const int64_t C = c->bn_c[i];
+    const int rank = c->vt[n->in[0]].ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    dims[0] = C;
+    for (int d = 1; d < rank - 1; d++) dims[d] = 1;
+    kiln_tensor *s = kiln_tensor_new(m->ctx, c->tdt, rank - 1, dims);
+    kiln_tensor *t = kiln_tensor_new(m->ctx, c->tdt, rank - 1, dims);
+    if (!s || !t) {
+        kiln_tensor_free(s);
+        kiln_tensor_free(t);
+        return false;
+    }
+    const kiln_tensor *p[4];
+    for (int k = 0; k < 4; k++) p[k] = param_constant(m, c->prod, n->in[1 + k]);
+    const double eps = kiln_attr_float(n, "epsilon", 1e-5f);
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double a = kiln_get_f64(p[0], ch) / sqrt(kiln_get_f64(p[3], ch) + eps);
+        kiln_set_f64(s, ch, a);
+        kiln_set_f64(t, ch, kiln_get_f64(p[1], ch) - kiln_get_f64(p[2], ch) * a);
+    }
+    char hint[200];
+    snprintf(hint, sizeof hint, "%.180s.bn_s", n->name && n->name[0] ? n->name : "bn");
+    const int vs = kiln_pass_add_initializer(m, hint, s);
+    snprintf(hint, sizeof hint, "%.180s.bn_t", n->name && n->name[0] ? n->name : "bn");
+    const int vt = vs >= 0 ? kiln_pass_add_initializer(m, hint, t) : (kiln_tensor_free(t), -1);
+    if (vs < 0 || vt < 0) return false;
+    c->bn_s[i] = vs;
+    c->bn_t[i] = vt;
+    for (int k = 1; k < 5; k++) c->bn_param[n->in[k]] = true;
+    return true;
 }
 
 /* Clip's bounds, when constants (or attributes before opset 11). */
@@ -74,6 +173,7 @@ static bool clip_bounds(const ctx *c, const kiln_node *n, double *lo, double *hi
 
 static bool eligible(const ctx *c, int i) {
     const kiln_node *n = &c->m->nodes[i];
+    if (is_bn(c, i)) return true; /* dtypes checked by bn_channels */
     const kiln_eltwise *e = elt(n);
     if (!e || n->n_out != 1 || n->out[0] < 0) return false;
     if ((e->arity == 2 && n->n_in != 2) || (e->arity == 1 && !e->bounds_from_inputs && n->n_in != 1)) return false;
@@ -95,7 +195,7 @@ static bool internal(const ctx *c, int v) { return c->prod[v] >= 0 && c->in_tree
 
 /* Leaves of the tree (plus node extra, -1: none), literal candidates counted apart. */
 static int count_inputs(ctx *c, int extra) {
-    int seen[64], n = 0;
+    int seen[64], n = 0, extra_leaves = 0;
     for (int t = 0; t <= c->n_tree; t++) {
         const int i = t < c->n_tree ? c->tree[t] : extra;
         if (i < 0) continue;
@@ -107,8 +207,9 @@ static int count_inputs(ctx *c, int extra) {
             for (int j = 0; j < n; j++) dup |= seen[j] == v;
             if (!dup && n < 64) seen[n++] = v;
         }
+        extra_leaves += bn_leaves(c, i); /* s and t: the BN's own, never shared */
     }
-    return n;
+    return n + extra_leaves;
 }
 
 static void emit(ctx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
@@ -160,16 +261,41 @@ static bool same_shape_leaves(const ctx *c, int y) {
     const kiln_tensor *ty = &c->vt[y];
     if (ty->ndim < 0) return false;
     for (int i = 0; i < c->n_leaves; i++) {
+        if (c->leaves[i] >= c->nv0 || c->m->values[c->leaves[i]].init) return false; /* a BN's s, t */
         const kiln_tensor *t = &c->vt[c->leaves[i]];
-        if (c->m->values[c->leaves[i]].init || t->ndim != ty->ndim) return false;
+        if (t->ndim != ty->ndim) return false;
         for (int d = 0; d < t->ndim; d++)
             if (t->dims[d] != ty->dims[d]) return false;
     }
     return true;
 }
 
+/* Push input value v (a leaf of the tree). */
+static void gen_leaf(ctx *c, int v) {
+    int k = 0;
+    while (k < c->n_leaves && c->leaves[k] != v) k++;
+    if (k == c->n_leaves && c->n_leaves < 64) c->leaves[c->n_leaves++] = v;
+    emit(c, "i%d", k);
+    push(c);
+}
+
 /* The postfix program of value v. */
 static void gen(ctx *c, int v) {
+    if (internal(c, v) && is_bn(c, c->prod[v])) { /* X s Mul t Add */
+        const int i = c->prod[v];
+        gen(c, c->m->nodes[i].in[0]);
+        if (!bn_make(c, i)) {
+            c->oom = true;
+            return;
+        }
+        gen_leaf(c, c->bn_s[i]);
+        emit(c, "Mul");
+        c->sp--;
+        gen_leaf(c, c->bn_t[i]);
+        emit(c, "Add");
+        c->sp--;
+        return;
+    }
     if (internal(c, v)) {
         const kiln_node *n = &c->m->nodes[c->prod[v]];
         const int ops = n_operands(n);
@@ -205,11 +331,7 @@ static void gen(ctx *c, int v) {
         push(c);
         return;
     }
-    int k = 0;
-    while (k < c->n_leaves && c->leaves[k] != v) k++;
-    if (k == c->n_leaves && c->n_leaves < 64) c->leaves[c->n_leaves++] = v;
-    emit(c, "i%d", k);
-    push(c);
+    gen_leaf(c, v);
 }
 
 /* Grow the tree rooted at node r; rewrite it when it has two ops or more. */
@@ -231,7 +353,7 @@ static kiln_status grow_and_fuse(ctx *c, int r, bool *dead, bool *changed) {
     }
     for (int t = 0; t < c->n_tree; t++) c->taken[c->tree[t]] = true;
     kiln_status st = KILN_OK;
-    if (c->n_tree >= 2) {
+    if (c->n_tree >= 2 || is_bn(c, r)) {
         c->len = 0;
         c->sp = c->depth = 0;
         c->n_leaves = 0;
@@ -253,10 +375,85 @@ static kiln_status grow_and_fuse(ctx *c, int r, bool *dead, bool *changed) {
     return st;
 }
 
+
+/* A per-channel constant for a tensor of rank `rank` with C channels: (C,1,...,1) of rank
+ * rank - 1; its values as an f32 (C) tensor, or NULL. */
+static kiln_tensor *channel_vector(const kiln_model *m, const int *prod, int v, int rank, int64_t C) {
+    const kiln_tensor *t = kiln_pass_constant(m, prod, v);
+    if (!t || !kiln_dtype_is_float(t->dtype) || t->ndim != rank - 1 || t->ndim < 1 || t->dims[0] != C) return NULL;
+    for (int d = 1; d < t->ndim; d++)
+        if (t->dims[d] != 1) return NULL;
+    kiln_tensor *o = kiln_tensor_new(m->ctx, KILN_F32, 1, &C);
+    for (int64_t c = 0; o && c < C; c++) kiln_set_f64(o, c, kiln_get_f64(t, c));
+    return o;
+}
+
+/* Concat(axis 1) -> FusedElementwise "i0 i1 Mul i2 Add [Relu]" as one kiln.ConcatAffine
+ * (file comment). vt: indicative shapes of the values before the pass (nv0 of them). */
+static kiln_status concat_affine(kiln_model *m, const kiln_tensor *vt, int nv0, bool *changed) {
+    int *prod = kiln_pass_producers(m);
+    bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
+    kiln_status st = prod && dead ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        const kiln_node *f = &m->nodes[i];
+        if (!kiln_pass_is_kiln(f, "FusedElementwise") || f->n_in != 3 || f->n_out != 1) continue;
+        const char *prog = kiln_attr_string(f, "program", "");
+        const bool relu = strcmp(prog, "i0 i1 Mul i2 Add Relu") == 0;
+        if (!relu && strcmp(prog, "i0 i1 Mul i2 Add") != 0) continue;
+        const int x = f->in[0], ci = x >= 0 ? prod[x] : -1;
+        /* op-pattern: Concat -> per-channel affine */
+        if (ci < 0 || dead[ci] || !kiln_pass_is(&m->nodes[ci], "Concat") || x >= nv0 || vt[x].ndim < 2 ||
+            kiln_pass_single_consumer(m, x) != i || kiln_pass_uses(m, x) != 1)
+            continue;
+        const kiln_node *cat = &m->nodes[ci];
+        int64_t axis = kiln_attr_int(cat, "axis", 0);
+        const int rank = vt[x].ndim;
+        if (axis < 0) axis += rank;
+        const int64_t C = vt[x].dims[1];
+        bool ok = axis == 1 && cat->n_in >= 1 && cat->n_in <= 256 && C > 0 && cat->n_out == 1;
+        for (int k = 0; ok && k < cat->n_in; k++) ok = cat->in[k] >= 0;
+        if (!ok) continue;
+        kiln_tensor *s = channel_vector(m, prod, f->in[1], rank, C), *t = channel_vector(m, prod, f->in[2], rank, C);
+        if (!s || !t) {
+            kiln_tensor_free(s);
+            kiln_tensor_free(t);
+            continue;
+        }
+        char hint[200];
+        snprintf(hint, sizeof hint, "%.180s.s", f->name && f->name[0] ? f->name : "concat_affine");
+        const int vs = kiln_pass_add_initializer(m, hint, s);
+        snprintf(hint, sizeof hint, "%.180s.t", f->name && f->name[0] ? f->name : "concat_affine");
+        const int vtt = vs >= 0 ? kiln_pass_add_initializer(m, hint, t) : (kiln_tensor_free(t), -1);
+        const int n_in = 2 + m->nodes[ci].n_in;
+        int *ins = kiln_calloc(m->ctx, (size_t)n_in, sizeof *ins, "a pass");
+        if (vs < 0 || vtt < 0 || !ins) {
+            free(ins);
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a Concat");
+            break;
+        }
+        const int old_s = m->nodes[i].in[1], old_t = m->nodes[i].in[2];
+        ins[0] = vs;
+        ins[1] = vtt;
+        memcpy(ins + 2, m->nodes[ci].in, (size_t)m->nodes[ci].n_in * sizeof *ins);
+        st = kiln_pass_rewrite(m, i, "kiln", "ConcatAffine", n_in, ins, NULL);
+        free(ins);
+        if (!st) st = kiln_pass_set_int(m, i, "relu", relu ? 1 : 0);
+        if (st) break;
+        dead[ci] = true;
+        *changed = true;
+        kiln_pass_drop_if_unused(m, old_s);
+        kiln_pass_drop_if_unused(m, old_t);
+    }
+    if (!st) kiln_pass_remove_nodes(m, dead);
+    free(prod);
+    free(dead);
+    return st;
+}
+
 kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "FusedElementwise")) return KILN_OK;
     const size_t nv = (size_t)m->n_values + 1, nn = (size_t)m->n_nodes + 1;
-    ctx c = {.m = m};
+    ctx c = {.m = m, .nv0 = m->n_values, .nn0 = m->n_nodes};
     c.prod = kiln_pass_producers(m);
     c.dt = kiln_calloc(m->ctx, nv, sizeof *c.dt, "a pass");
     c.rank = kiln_calloc(m->ctx, nv, sizeof *c.rank, "a pass");
@@ -264,9 +461,13 @@ kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bo
     c.taken = kiln_calloc(m->ctx, nn, sizeof *c.taken, "a pass");
     c.in_tree = kiln_calloc(m->ctx, nn, sizeof *c.in_tree, "a pass");
     c.tree = kiln_calloc(m->ctx, nn, sizeof *c.tree, "a pass");
+    c.bn_c = kiln_calloc(m->ctx, nn, sizeof *c.bn_c, "a pass");
+    c.bn_s = kiln_calloc(m->ctx, nn, sizeof *c.bn_s, "a pass");
+    c.bn_t = kiln_calloc(m->ctx, nn, sizeof *c.bn_t, "a pass");
+    c.bn_param = kiln_calloc(m->ctx, nv, sizeof *c.bn_param, "a pass");
     bool *dead = kiln_calloc(m->ctx, nn, sizeof *dead, "a pass");
     kiln_status st = KILN_OK;
-    if (!c.prod || !c.dt || !c.rank || !c.uses || !c.taken || !c.in_tree || !c.tree || !dead) {
+    if (!c.bn_c || !c.bn_s || !c.bn_t || !c.bn_param || !c.prod || !c.dt || !c.rank || !c.uses || !c.taken || !c.in_tree || !c.tree || !dead) {
         st = KILN_ERR_OUT_OF_MEMORY;
         goto out;
     }
@@ -275,6 +476,10 @@ kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bo
         c.dt[v] = c.vt[v].dtype;
         c.rank[v] = c.vt[v].ndim;
     }
+    for (int i = 0; i < m->n_nodes; i++) {
+        c.bn_c[i] = bn_channels(m, c.prod, c.vt, i);
+        c.bn_s[i] = c.bn_t[i] = -1;
+    }
     for (int i = 0; i < m->n_nodes; i++)
         for (int k = 0; k < m->nodes[i].n_in; k++)
             if (m->nodes[i].in[k] >= 0) c.uses[m->nodes[i].in[k]]++;
@@ -282,7 +487,30 @@ kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bo
     for (int r = m->n_nodes - 1; r >= 0 && !st; r--)
         if (!c.taken[r] && eligible(&c, r)) st = grow_and_fuse(&c, r, dead, changed);
     if (!st) kiln_pass_remove_nodes(m, dead);
+    /* Identity nodes that only gave fused BNs their parameters (param_constant) */
+    for (bool again = !st; again;) { /* (chains of them: one link a round) */
+        again = false;
+        memset(dead, 0, nn * sizeof *dead);
+        for (int i = 0; i < m->n_nodes; i++) {
+            const kiln_node *n = &m->nodes[i];
+            const int v = n->n_out == 1 ? n->out[0] : -1;
+            if (v < 0 || v >= c.nv0 || !c.bn_param[v] || !kiln_pass_is(n, "Identity") || n->n_in < 1 || kiln_pass_uses(m, v))
+                continue;
+            dead[i] = again = true;
+            if (n->in[0] >= 0 && n->in[0] < c.nv0) c.bn_param[n->in[0]] = true;
+        }
+        kiln_pass_remove_nodes(m, dead);
+    }
+    /* the fused BNs' parameters, and any s, t left unread (a tree over the input limit) */
+    for (int i = 0; !st && i < c.nn0; i++) {
+        if (c.bn_s[i] < 0) continue;
+        kiln_pass_drop_if_unused(m, c.bn_s[i]);
+        kiln_pass_drop_if_unused(m, c.bn_t[i]);
+    }
+    for (int v = 0; !st && v < c.nv0; v++)
+        if (c.bn_param[v]) kiln_pass_drop_if_unused(m, v);
     if (!st) st = kiln_pass_drop_unread_constants(m, changed);
+    if (!st && kiln_pass_device_has(o, "ConcatAffine")) st = concat_affine(m, c.vt, c.nv0, changed);
 out:
     free(c.prod);
     free(c.dt);
@@ -292,6 +520,10 @@ out:
     free(c.taken);
     free(c.in_tree);
     free(c.tree);
+    free(c.bn_c);
+    free(c.bn_s);
+    free(c.bn_t);
+    free(c.bn_param);
     free(c.prog);
     free(dead);
     return st;

@@ -19,6 +19,8 @@
  *     unary elementwise ops (Relu, Clip, Sigmoid, ..., Identity, inference Dropout) and
  *     the binary ones (Add Sub Mul Div Pow Max Min Sum) on 4-D data: when their data input is
  *     already NHWC, so a chain that starts at a convolution continues through them.
+ *     kiln.FusedElementwise follows the binary ops' rule (its CUDA kernel broadcasts in NHWC:
+ *     an inference BN -> Relu with its per-channel scale and shift).
  *     A binary op's other operands may stay NCHW when their bytes are the same in both
  *     layouts: rank <= 4 right-aligned to (N, C, H, W) with C == 1 or H*W == 1 (scalars,
  *     per-channel vectors (C,1,1), (N,1,H,W) maps); a full 4-D one is converted.
@@ -108,10 +110,6 @@ enum kind {
 #define WANT_ANY (-1)
 
 
-/* A fused elementwise node follows NHWC only when its inputs have the output's shape
- * (the fusion pass marks it same_shape=1): its generated kernel indexes logically, so it
- * can run on NHWC bytes position by position only. */
-static bool same_shape_inputs(const kiln_node *n) { return kiln_attr_int(n, "same_shape", 0) == 1; }
 
 /* A random op in its training form (Dropout with a training_mode input or a mask output):
  * given an NHWC X, its CUDA kernel reads X as it is and writes Y and the mask NCHW, the
@@ -140,7 +138,11 @@ static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
     case KILN_LAYOUT_GAP: return K_GAP;
     case KILN_LAYOUT_UNARY: return K_UNARY;
     case KILN_LAYOUT_BINARY: return K_BINARY;
-    case KILN_LAYOUT_SAME_SHAPE: return same_shape_inputs(n) ? K_BINARY : K_NONE;
+    /* kiln.FusedElementwise follows NHWC as the binary ops do: its CUDA kernel broadcasts
+     * in NHWC (an operand NHWC itself, or with the same bytes in both layouts: a
+     * per-channel (C,1,1) such as an inference BN's scale and shift, a scalar, an
+     * (N,C,1,1) gate); its same_shape=1 is no longer needed for it */
+    case KILN_LAYOUT_SAME_SHAPE: return K_BINARY;
     case KILN_LAYOUT_CONV_GRAD_INPUT: return K_CGRAD_IN;
     case KILN_LAYOUT_CONV_GRAD_WEIGHT: return K_CGRAD_W;
     case KILN_LAYOUT_CONV_GRAD_BIAS: return K_CGRAD_B;
@@ -637,7 +639,9 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 }
                 if (rj > r) r = rj;
             }
-        if (y >= 0 && L.rank[y] < 0) L.rank[y] = k == K_JOIN ? r : r_out;
+        /* (a broadcast's rank is its inputs' largest, not input 0's: kiln.ConcatAffine's
+         * input 0 is its (C) scale) */
+        if (y >= 0 && L.rank[y] < 0) L.rank[y] = k == K_JOIN || (k == K_BINARY && r >= 0) ? r : r_out;
         for (int q2 = 1; k == K_PARTS && q2 < n->n_out; q2++) /* every part has input 0's rank */
             if (n->out[q2] >= 0 && L.rank[n->out[q2]] < 0) L.rank[n->out[q2]] = r_out;
         bool go = false;

@@ -1133,6 +1133,25 @@ static void fused_elementwise_cases(void) {
     floats(op, "program=i1 Neg", 0, false, 0, 0, "an unused input still shapes the output", INPUTS(X(3, 1), X(4)));
     floats(op, "program=i0 i1 Add", 0, false, at, rt, "scalars", INPUTS(SCALAR(-2, 2), SCALAR(-2, 2)));
     floats(op, "program=i0 Relu", 0, false, 0, 0, "empty", INPUTS(X(0, 5)));
+    /* NHWC with broadcasting (the layout pass lays fused nodes out as the binary ops): an
+     * inference BN -> Relu (x * s + t per channel, s and t (C,1,1) read as they are), vector
+     * path (C a multiple of every dtype's vector) and step path; an SE gate (N,C,1,1); an
+     * NHWC-labelled (N,1,H,W) map and (1,C,H,W) operand; a scalar */
+    layout = NHWC_IN(0) | NHWC_OUT;
+    floats(op, "program=i0 i1 Mul i2 Add Relu", 0, true, at, rt, "NHWC BN -> Relu, 32 channels",
+           INPUTS(X(2, 32, 5, 7), X(32, 1, 1), X(32, 1, 1)));
+    floats(op, "program=i0 i1 Mul i2 Add Relu", 0, true, at, rt, "NHWC BN -> Relu, 12 channels",
+           INPUTS(X(3, 12, 3, 5), X(12, 1, 1), X(12, 1, 1)));
+    floats(op, "program=i0 i1 Mul i2 Add Relu", 0, false, at, rt, "NHWC BN -> Relu, 5 channels, s and t 4-D",
+           INPUTS(X(2, 5, 4, 3), X(1, 5, 1, 1), X(1, 5, 1, 1)));
+    floats(op, "program=i0 i1 Sigmoid Mul", 0, true, at, rt, "NHWC SE gate (N,C,1,1)",
+           INPUTS(X(2, 24, 4, 4), X(2, 24, 1, 1)));
+    floats(op, "program=i0 i1 Add c0.5 Mul", 0, false, at, rt, "NHWC with a scalar", INPUTS(X(2, 8, 3, 3), SCALAR(-1, 1)));
+    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT;
+    floats(op, "program=i0 i1 Mul", 0, true, at, rt, "NHWC (N,1,H,W) map", INPUTS(X(2, 16, 4, 4), X(2, 1, 4, 4)));
+    floats(op, "program=i0 i1 Sub Abs", 0, true, at, rt, "NHWC (1,C,H,W) operand", INPUTS(X(3, 8, 3, 5), X(1, 8, 3, 5)));
+    floats(op, "program=i0 i1 Add Relu", 0, true, at, rt, "NHWC same shapes", INPUTS(X(2, 16, 3, 5), X(2, 16, 3, 5)));
+    layout = 0;
     fused_reference(NULL);
 }
 
@@ -3168,6 +3187,86 @@ static void session_checks(void) {
     kiln_model_free(m);
 }
 
+/* torchvision's DenseNet, small (tests/data/densenet_mini.onnx; tests/test_layout.c's
+ * --densenet check says how it was made): on CUDA, fp32 (no TF32) and fp16, against the CPU
+ * session, with fuse-eltwise (each pre-activation BN -> Relu one NHWC fused kernel) and
+ * without it (BN and Relu kernels); two runs each (the second replays the captured graph),
+ * batch 3. --dry-run: the CUDA passes' graph (every Concat -> BN -> Relu one
+ * kiln.ConcatAffine) planned, and every node of the run list supported on CUDA. */
+static void densenet_checks(void) {
+    kiln_model *m = NULL;
+    const char *path = KILN_TEST_DATA "/densenet_mini.onnx";
+    if (kiln_model_load_onnx(ctx, path, &m)) {
+        fail("densenet_mini", "load: %s", kiln_context_message(ctx));
+        return;
+    }
+    kiln_tensor *x = kt_rand(KILN_F32, 4, (int64_t[]){3, 3, 32, 32}, -1, 1, 41);
+    for (int prec = 0; !cu && prec < 2; prec++) {
+        char label[96];
+        snprintf(label, sizeof label, "densenet_mini, %s", prec ? "fp16" : "fp32");
+        kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = prec ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32};
+        kiln_model *opt = NULL;
+        kiln_plan *p = NULL;
+        kiln_status st = kiln_passes_apply(m, &po, &opt);
+        if (!st) st = kiln_plan_build(opt, &x, false, false, &p);
+        kiln_plan_view_t v;
+        if (!st) kiln_plan_view(p, &v);
+        int n_ca = 0;
+        for (int e = 0; !st && e < v.n_exec; e++) {
+            kiln_op_ctx hc = *kiln_plan_exec_op_ctx(&v, e);
+            st = kiln_cuda_supports(&hc);
+            n_ca += strcmp(hc.node->op_type, "ConcatAffine") == 0;
+        }
+        if (st) fail(label, "%s", kiln_context_message(ctx));
+        else if (n_ca != 6) fail(label, "%s", "expected 6 kiln.ConcatAffine nodes in the run list");
+        else {
+            printf("ok   %s: 6 kiln.ConcatAffine, every node supported on cuda (dry run)\n", label);
+            passed++;
+        }
+        kiln_plan_free(p);
+        kiln_model_free(opt);
+    }
+    if (!cu) {
+        kiln_tensor_free(x);
+        kiln_model_free(m);
+        return;
+    }
+    kiln_session *cpu = NULL;
+    const kiln_tensor *want = NULL;
+    kiln_tensor *ref = NULL;
+    if (kiln_session_create(m, NULL, &cpu) || kiln_session_run(cpu, 1, &x, 1, &want) ||
+        !(ref = kiln_tensor_clone(ctx, want))) {
+        fail("densenet_mini", "CPU: %s", kiln_context_message(ctx));
+        goto out;
+    }
+    for (int v = 0; v < 4; v++) {
+        const bool fp16 = v >= 2, unfused = v % 2;
+        kiln_session_options o = {.device = KILN_DEVICE_CUDA,
+                                  .precision = fp16 ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32,
+                                  .disable_passes = unfused ? KILN_PASS_FUSE_ELTWISE : 0, .strict_fp32 = !fp16};
+        kiln_session *s = NULL;
+        for (int run = 0; run < 2; run++) {
+            char label[160];
+            snprintf(label, sizeof label, "densenet_mini on cuda, %s, %s, run %d", fp16 ? "fp16" : "fp32",
+                     unfused ? "fuse-eltwise off" : "BN -> Relu fused", run + 1);
+            const kiln_tensor *got = NULL;
+            if ((!s && kiln_session_create(m, &o, &s)) || kiln_session_run(s, 1, &x, 1, &got)) {
+                fail(label, "%s", kiln_context_message(ctx));
+                break;
+            }
+            const double tol = fp16 ? 3e-2 : 1e-4;
+            if (compare(got, ref, tol, tol, label)) failed++;
+            else passed++;
+        }
+        kiln_session_free(s);
+    }
+out:
+    kiln_tensor_free(ref);
+    kiln_session_free(cpu);
+    kiln_tensor_free(x);
+    kiln_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     /* --dry-run: no device needed; checks that every case's CPU reference runs and that
@@ -3200,6 +3299,7 @@ int main(int argc, char **argv) {
     cast_cases();
     generate_cases();
     if (wanted("plan with folding off")) plan_checks();
+    if (wanted("densenet")) densenet_checks();
     nhwc_cases();
     fused_conv_cases();
     dropout_cases();
