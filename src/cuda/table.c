@@ -1157,6 +1157,19 @@ static bool sup_maxpool_dropout_grad(const kiln_op_ctx *c, char *why, size_t n) 
 /* A fused elementwise program computes position by position. In NHWC it takes only inputs
  * of exactly the output's dims and layout (no broadcasting: the generated indexing is
  * logical NCHW), so the bytes line up element for element. */
+/* Whether t's bytes are the same in NCHW and NHWC: rank <= 4 and, right-aligned to (N, C, H,
+ * W), C == 1 or H * W == 1 (a per-channel (C,1,1), a scalar, an (N,C,1,1) gate). */
+static bool same_bytes_both_layouts(const kiln_tensor *t) {
+    if (t->ndim > 4) return false;
+    int64_t a[4] = {1, 1, 1, 1};
+    for (int d = 0; d < t->ndim; d++) a[4 - t->ndim + d] = t->dims[d];
+    return a[1] == 1 || a[2] * a[3] == 1;
+}
+
+/* NHWC: a 4-D NHWC output, and every input 4-D NHWC (broadcasting among them as they like)
+ * or with the same bytes in both layouts (a layer scale (C,1,1)): the generated kernel
+ * walks storage order (fused_elementwise.c's walk_dims). An NHWC input with an NCHW output
+ * is refused. */
 static bool sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n) {
     bool any_nhwc = is_nhwc(c->out[0]);
     for (int i = 0; i < c->n_in; i++) any_nhwc |= present(c, i) && is_nhwc(c->in[i]);
@@ -1164,10 +1177,12 @@ static bool sup_fused_elementwise(const kiln_op_ctx *c, char *why, size_t n) {
         for (int i = 0; i < c->n_in; i++) {
             const kiln_tensor *t = c->in[i];
             if (!present(c, i)) continue;
-            bool same = t->ndim == c->out[0]->ndim && is_nhwc(t) == is_nhwc(c->out[0]);
-            for (int d = 0; same && d < t->ndim; d++) same = t->dims[d] == c->out[0]->dims[d];
-            if (!same) {
-                snprintf(why, n, "in NHWC every input must have the output's dims and layout (input %d does not)", i);
+            const bool ok = is_nhwc(c->out[0]) && (is_nhwc(t) || (t->format != KILN_FORMAT_NHWC && same_bytes_both_layouts(t)));
+            if (!ok) {
+                snprintf(why, n,
+                         "in NHWC every input must be 4-D NHWC or have the same bytes in both layouts (input %d is %s, "
+                         "the output %s)",
+                         i, layout_name(t), layout_name(c->out[0]));
                 return false;
             }
         }

@@ -108,11 +108,6 @@ enum kind {
 #define WANT_ANY (-1)
 
 
-/* A fused elementwise node follows NHWC only when its inputs have the output's shape
- * (the fusion pass marks it same_shape=1): its generated kernel indexes logically, so it
- * can run on NHWC bytes position by position only. */
-static bool same_shape_inputs(const kiln_node *n) { return kiln_attr_int(n, "same_shape", 0) == 1; }
-
 /* A random op in its training form (Dropout with a training_mode input or a mask output):
  * given an NHWC X, its CUDA kernel reads X as it is and writes Y and the mask NCHW, the
  * mask drawn by NCHW index as the reference does. */
@@ -140,7 +135,10 @@ static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
     case KILN_LAYOUT_GAP: return K_GAP;
     case KILN_LAYOUT_UNARY: return K_UNARY;
     case KILN_LAYOUT_BINARY: return K_BINARY;
-    case KILN_LAYOUT_SAME_SHAPE: return same_shape_inputs(n) ? K_BINARY : K_NONE;
+    /* a fused elementwise node follows NHWC as a binary op does: its CUDA kernel walks the
+     * NHWC bytes in storage order, with broadcast operands (ConvNeXt's layer scale (C,1,1))
+     * indexed by their channels-last dims (src/cuda/fused_elementwise.c, make_pattern) */
+    case KILN_LAYOUT_SAME_SHAPE: return K_BINARY;
     case KILN_LAYOUT_CONV_GRAD_INPUT: return K_CGRAD_IN;
     case KILN_LAYOUT_CONV_GRAD_WEIGHT: return K_CGRAD_W;
     case KILN_LAYOUT_CONV_GRAD_BIAS: return K_CGRAD_B;
@@ -624,8 +622,22 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 const int rv = v < 0 ? -1 : L.rank[v] >= 0 ? L.rank[v] : m->values[v].ndim > 0 ? m->values[v].ndim : -1;
                 if (rv > 0) r = rv, known = 1;
             }
-        const int r_out = k == K_CGRAD_B ? 1 : k == K_SUM_TO ? (n->n_in > 1 && n->in[1] >= 0 ? L.rank[n->in[1]] : -1) : r;
+        int r_out = k == K_CGRAD_B ? 1 : k == K_SUM_TO ? (n->n_in > 1 && n->in[1] >= 0 ? L.rank[n->in[1]] : -1) : r;
+        /* a binary op broadcasts to its highest-ranked operand, which need not be input 0
+         * (ConvNeXt's layer scale (C,1,1) * x) */
+        for (int j = 1; k == K_BINARY && j < n->n_in; j++)
+            if (n->in[j] >= 0 && L.rank[n->in[j]] > r_out) r_out = L.rank[n->in[j]];
         if (k == K_NONE) r = -1;
+        /* a Transpose keeps its input's rank (its perm's length): the permute back after
+         * ConvNeXt's Linears reads a Reshape whose rank static inference does not know under
+         * a symbolic batch, and the layer-scale Mul and residual Add behind it follow NHWC
+         * only when their operands' ranks are known */
+        if (k == K_NONE && kiln_pass_is(n, "Transpose") && y >= 0) { /* op-pattern: rank of a permute */
+            int np = 0;
+            const int64_t *pp = kiln_attr_ints(n, "perm", &np);
+            const int rt = pp ? np : x >= 0 ? L.rank[x] : -1;
+            if (rt > 0 && L.rank[y] < 0) L.rank[y] = rt;
+        }
         if (k == K_JOIN) /* its inputs have one rank: any known one */
             for (int j = 0; j < n->n_in && r < 0; j++) r = n->in[j] >= 0 ? L.rank[n->in[j]] : -1;
         if (k == K_BINARY)
