@@ -178,6 +178,29 @@ static bool layout_free(const kiln_value *v) {
     return a[1] == 1 || a[2] * a[3] == 1;
 }
 
+/* layout_free for v, or for what v copies when its own shape is unknown: through Identity
+ * and Cast to an initializer (torch.onnx writes equal initializers once with an Identity per
+ * use: a randomly initialized ConvNeXt's layer scales (C,1,1), cast to f16 by the
+ * precision pass, reach their Mul with no static shape). */
+static bool value_layout_free(const kiln_model *m, const int *prod, int v) {
+    for (int hops = 0; v >= 0 && hops < 4; hops++) {
+        if (layout_free(&m->values[v])) return true;
+        const kiln_tensor *t = m->values[v].init;
+        if (t) {
+            kiln_value tv = {.ndim = t->ndim};
+            for (int d = 0; d < t->ndim && d < KILN_MAX_DIMS; d++) tv.dims[d] = t->dims[d];
+            return layout_free(&tv);
+        }
+        const kiln_node *p = prod[v] >= 0 ? &m->nodes[prod[v]] : NULL;
+        /* op-pattern: ops that copy their input's shape (a weight's Identity and Cast) */
+        if (!p || p->domain[0] || (strcmp(p->op_type, "Cast") != 0 && strcmp(p->op_type, "Identity") != 0) ||
+            p->n_in < 1)
+            return false;
+        v = p->in[0];
+    }
+    return false;
+}
+
 /* layout_free for a weight: v, or what v was cast from (the precision pass's f16 copy of
  * a weight has no static shape when the batch is symbolic; the weight itself has). */
 static bool weight_layout_free(const kiln_model *m, const int *prod, int v) {
@@ -665,7 +688,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                     break;
                 }
                 any |= L.fmt[v] == KILN_FORMAT_NHWC;
-                go = L.fmt[v] == KILN_FORMAT_NHWC || layout_free(&m->values[v]) || L.rank[v] == 4;
+                go = L.fmt[v] == KILN_FORMAT_NHWC || value_layout_free(m, prod, v) || L.rank[v] == 4;
             }
             go = go && any;
         } else if (k == K_CGRAD_W || k == K_PGRAD || k == K_UGRAD || k == K_BNGRAD) {
@@ -725,7 +748,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                  * same in both layouts as they are (a one-channel image); the others read
                  * the format of every input */
                 *w = (k != K_BINARY && k != K_JOIN && !lenient) || L.fmt[v] == KILN_FORMAT_NHWC ||
-                             !layout_free(&m->values[v])
+                             !(lenient ? layout_free(&m->values[v]) : value_layout_free(m, prod, v))
                          ? KILN_FORMAT_NHWC
                          : WANT_ANY;
             else if (go && conv_like && j == (k == K_CGRAD_W ? 2 : 1))
