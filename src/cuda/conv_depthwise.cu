@@ -247,15 +247,16 @@ __global__ void __launch_bounds__(THREADS, 2)
  * channels, into shared memory once (zeros outside X: the pads), then each thread computes
  * TT = 8 neighbouring outputs of a row for 4 channels from there, sliding along the row
  * (an input column is read once for the TT outputs that use it), with one kernel row of
- * weights in registers at a time. The patch's pixel pitch is cb + PADE elements so that
- * two groups of lanes 8 pixels apart fall on different banks (2-byte types).
+ * weights in registers at a time. A warp's lanes take qb channel quads of successive
+ * output rows (then the next column tile), and the patch's row pitch is padded so that
+ * those rows' quads fall on different banks.
  * Blocks: (N, row tiles, column tiles, channel chunks) flattened into blockIdx.x. */
 constexpr int TCH = 4; /* tiled: channels per thread */
 constexpr int TT = 8;  /* tiled: outputs along W per thread */
 
 struct Tile {
     int th, nct, qb, rows_t, cols_t, chunks; /* rows_t, cols_t, chunks: tiles per image */
-    int ph, pw, pp;                           /* patch rows, columns, pixel pitch (elements) */
+    int ph, pw, rp;                           /* patch rows, columns, row pitch (elements) */
 };
 
 template <typename T> struct Quad;
@@ -277,8 +278,6 @@ template <typename T> __device__ __forceinline__ typename Quad<T>::type quad_of(
     return q;
 }
 
-template <typename T> constexpr int pad_elems() { return sizeof(T) == 2 ? 4 : 0; }
-
 template <typename T, int KW>
 __global__ void __launch_bounds__(THREADS, 2)
     dw_nhwc_tiled(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
@@ -287,7 +286,7 @@ __global__ void __launch_bounds__(THREADS, 2)
     extern __shared__ float4 smem4[];
     const int cb = tl.qb * TCH, kk = g.kh * g.kw;
     float *sw = reinterpret_cast<float *>(smem4); /* (kk, cb) */
-    T *sp = reinterpret_cast<T *>(sw + kk * cb);  /* (ph, pw, pp); kk * cb * 4 bytes keeps 16-byte alignment */
+    T *sp = reinterpret_cast<T *>(sw + kk * cb);  /* (ph, rp >= pw * cb); kk * cb * 4 bytes: 16-byte aligned */
     int bi = blockIdx.x;
     const int chunk = bi % tl.chunks;
     bi /= tl.chunks;
@@ -314,13 +313,13 @@ __global__ void __launch_bounds__(THREADS, 2)
             const float zero[TCH] = {0.f, 0.f, 0.f, 0.f};
             v = quad_of<T>(zero);
         }
-        *reinterpret_cast<Q *>(sp + (size_t)pix * tl.pp + q * TCH) = v;
+        *reinterpret_cast<Q *>(sp + (size_t)pr * tl.rp + pc * cb + q * TCH) = v;
     }
     __syncthreads();
     const int items = qb * tl.th * tl.nct;
     for (int it = threadIdx.x; it < items; it += blockDim.x) {
         const int q = it % qb, rest = it / qb;
-        const int ct = rest % tl.nct, r0 = rest / tl.nct;
+        const int r0 = rest % tl.th, ct = rest / tl.th;
         const int oh = oh0 + r0, owa = ow0 + ct * TT, c0 = c_base + q * TCH;
         if (oh >= g.OH || owa >= g.OW || c0 >= g.C) continue;
         float acc[TT][TCH];
@@ -343,12 +342,12 @@ __global__ void __launch_bounds__(THREADS, 2)
                     for (int k = 0; k < TCH; k++) wr[s2][k] = 0.f;
                 }
             }
-            const T *prow = sp + ((size_t)(r0 + r) * tl.pw + ct * TT) * tl.pp + q * TCH;
+            const T *prow = sp + (size_t)(r0 + r) * tl.rp + (ct * TT) * cb + q * TCH;
 #pragma unroll
             for (int u = 0; u < TT + KW - 1; u++) {
                 if (u >= span) continue;
                 float v[TCH];
-                quad_to_f<T>(*reinterpret_cast<const Q *>(prow + (size_t)u * tl.pp), v);
+                quad_to_f<T>(*reinterpret_cast<const Q *>(prow + u * cb), v);
 #pragma unroll
                 for (int j = 0; j < TT; j++) {
                     const int s2 = u - j;
@@ -380,7 +379,7 @@ __global__ void __launch_bounds__(THREADS, 2)
 constexpr size_t TILE_SMEM = 48 * 1024;
 
 size_t tile_smem(const Geo &g, const Tile &t, size_t es) {
-    return (size_t)g.kh * g.kw * t.qb * TCH * sizeof(float) + (size_t)t.ph * t.pw * t.pp * es;
+    return (size_t)g.kh * g.kw * t.qb * TCH * sizeof(float) + (size_t)t.ph * t.rp * es;
 }
 
 /* The tiled kernel's tile for g (element size es), or false when it does not take g:
@@ -397,12 +396,15 @@ bool tile_for(const Geo &g, size_t es, Tile *t) {
     int qb = THREADS / (t->nct * t->th);
     qb = qb < 2 ? 2 : qb & ~1; /* cb a multiple of 8: whole 16-byte vectors per pixel */
     if (qb > Q4) qb = Q4;
-    const int pade = es == 2 ? 4 : 0;
     for (;;) {
         t->qb = qb;
         t->ph = t->th + g.kh - 1;
         t->pw = t->nct * TT + g.kw - 1;
-        t->pp = qb * TCH + pade;
+        /* row pitch: a row's quads for the lanes of one shared-memory phase (128 bytes)
+         * start group_bytes after the previous row's, so successive rows tile the banks */
+        const int group_bytes = qb * TCH * (int)es, row_bytes = t->pw * qb * TCH * (int)es;
+        const int extra = group_bytes < 128 ? ((group_bytes - row_bytes % 128) % 128 + 128) % 128 : 0;
+        t->rp = (row_bytes + extra) / (int)es;
         if (tile_smem(g, *t, es) <= TILE_SMEM) break;
         if (qb > 2) qb -= 2;
         else if (t->th > 1) t->th--;
