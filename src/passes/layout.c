@@ -24,6 +24,11 @@
  *     per-channel vectors (C,1,1), (N,1,H,W) maps); a full 4-D one is converted.
  *     A convolution's X and W whose bytes are the same in both layouts (one channel: the
  *     first layer on grayscale images) are read as they are, with no conversion.
+ *     kiln.FusedElementwise follows as a binary op, broadcast operands included (its CUDA
+ *     kernel walks NHWC tensors in storage order): ConvNeXt's block end, layer scale
+ *     (C,1,1) * x + residual, stays NHWC. Such an operand is recognised through the
+ *     Identity and Cast in front of a shared initializer (value_layout_free), and a binary
+ *     op's output takes its highest operand rank.
  *   - Training's gradients follow their forward ops (CUDA training runs this pass too):
  *     kiln.ConvGradInput(dY, W, X) when dY is NHWC, kiln.ConvGradWeight(X, dY, W) and
  *     kiln.MaxPoolGrad, kiln.AveragePoolGrad, kiln.GlobalAveragePoolGrad (dY, X) and
@@ -55,9 +60,10 @@
  *   - Transpose between the logical order and channels-last (ConvNeXt's permute(0,2,3,1)
  *     before its LayerNorm and Linears, permute(0,3,1,2) after): perm (0,2,3,1) reads an
  *     NHWC input as it is (no kiln.ToNCHW: its bytes are the output's), and perm (0,3,1,2)
- *     of an NCHW input writes NHWC when a reader follows layouts: either way the CUDA
- *     kernel moves the bytes once, in order, where a conversion and a transpose moved
- *     them twice.
+ *     of an NCHW input writes NHWC when a reader follows layouts: either way the output's
+ *     bytes are the input's, in order, and Transpose's alias_when makes it a view in
+ *     device plans (no kernel at all). A Transpose's output has its perm's rank, so the
+ *     ops behind the permute back follow NHWC under a symbolic batch too.
  * Everything else reads NCHW: Flatten, Reshape, Gemm, Softmax... get a
  * kiln.ToNCHW (one per value, shared by all such readers); shape-only readers (Shape)
  * need none. Graph inputs are NCHW (one kiln.ToNHWC before the first convolution, shared)
