@@ -13,6 +13,7 @@
  * writes NHWC), the same loss and gradients bit for bit; a kiln.DropoutGrad writes NHWC
  * only where a conversion is its output's only reader. Exits non-zero on any failure. */
 #include "core/optest.h"
+#include "core/backend.h"
 #include "core/plan.h"
 #include "passes/passes.h"
 #include "train/trainer_internal.h"
@@ -1268,6 +1269,21 @@ static int probe_infer(const char *path, bool dump) {
         if (kiln_plan_build(opt, &in, true, false, &p) == KILN_OK) {
             kiln_plan_view_t v;
             kiln_plan_view(p, &v);
+            /* in CUDA builds: every node of the device-style plan (its tensors carry the
+             * layouts) has a CUDA kernel for its dtypes, shapes and layouts */
+            const kiln_backend_i *cuda = kiln_backend_for(KILN_DEVICE_CUDA);
+            int refused = 0;
+            for (int e = 0; cuda && e < v.n_exec; e++) {
+                kiln_op_ctx hc = *kiln_plan_exec_op_ctx(&v, e);
+                if (cuda->supports(&hc) != KILN_OK) {
+                    refused++;
+                    printf("  %s: cuda refuses %s: %s\n", label, hc.node->name, kiln_context_message(ctx));
+                }
+            }
+            if (cuda) {
+                CHECK(refused == 0, "%s %s: %d nodes have no CUDA kernel", path, label, refused);
+                printf("%s %s: %d of %d nodes have a CUDA kernel\n", path, label, v.n_exec - refused, v.n_exec);
+            }
             for (int i = 0; i < opt->n_nodes; i++) {
                 const kiln_node *n = &opt->nodes[i];
                 if (dump) {
