@@ -25,7 +25,7 @@
  *
  *   That per-tile kernel reads every tap through L1/L2 (each input pixel ~17 times for a
  *   7x7) and ran convnext_tiny's f16[256,96,56,56] 7x7 in 1.01 ms on an H100 (~300 GB/s,
- *   ~9x its FMA floor). With stride 1 and dilation 1 the tiled kernel (dw_nhwc_tiled)
+ *   ~9x its FMA floor). With strides 1 or 2 and dilation 1 the tiled kernel (dw_nhwc_tiled)
  *   copies each block's input patch into shared memory once and slides along it, 8
  *   outputs x 4 channels a thread, 88 registers and no spill (the per-tile 7x7 spills).
  *   Which one runs is conv.c's choice (dw_faster): with autotune the tiled, the per-tile
@@ -241,13 +241,13 @@ __global__ void __launch_bounds__(THREADS, 2)
     }
 }
 
-/* Tiled NHWC (stride 1, dilation 1, C % 8 == 0, X / Y / Z 16-byte aligned). A block
- * takes an output tile of th rows x nct * TT columns x cb = 4 * qb channels of one image:
- * it first copies the input patch under it, (th + kh - 1) x (nct * TT + kw - 1) pixels x cb
- * channels, into shared memory once (zeros outside X: the pads), then each thread computes
- * TT = 8 neighbouring outputs of a row for 4 channels from there, sliding along the row
- * (an input column is read once for the TT outputs that use it), with one kernel row of
- * weights in registers at a time. A warp's lanes take qb channel quads of successive
+/* Tiled NHWC (stride S = 1 or 2 both ways, dilation 1, C % 8 == 0, X / Y / Z 16-byte
+ * aligned). A block takes an output tile of th rows x nct * TT columns x cb = 4 * qb
+ * channels of one image: it first copies the input patch under it, ((th - 1) * S + kh) x
+ * ((nct * TT - 1) * S + kw) pixels x cb channels, into shared memory once (zeros outside X:
+ * the pads), then each thread computes TT = 8 neighbouring outputs of a row for 4 channels
+ * from there, sliding along the row (an input column is read once for the TT outputs that
+ * use it), with one kernel row of weights in registers at a time. A warp's lanes take qb channel quads of successive
  * output rows (then the next column tile), and the patch's row pitch is padded so that
  * those rows' quads fall on different banks.
  * Blocks: (N, row tiles, column tiles, channel chunks) flattened into blockIdx.x. */
@@ -278,7 +278,7 @@ template <typename T> __device__ __forceinline__ typename Quad<T>::type quad_of(
     return q;
 }
 
-template <typename T, int KW>
+template <typename T, int KW, int S>
 __global__ void __launch_bounds__(THREADS, 2)
     dw_nhwc_tiled(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
                   T *__restrict__ y, Geo g, Tile tl, Epi e) {
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(THREADS, 2)
     const int rtile = bi % tl.rows_t;
     const int n = bi / tl.rows_t;
     const int c_base = chunk * cb, oh0 = rtile * tl.th, ow0 = ctile * tl.nct * TT;
-    const int ih0 = oh0 - g.pt, iw0 = ow0 - g.pl;
+    const int ih0 = oh0 * S - g.pt, iw0 = ow0 * S - g.pl;
     for (int i = threadIdx.x; i < kk * cb; i += blockDim.x) {
         const int k = i / cb, c = c_base + (i - k * cb);
         sw[i] = c < g.C ? to_f(w[(size_t)c * kk + k]) : 0.f;
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(THREADS, 2)
 #pragma unroll
             for (int j = 0; j < TT; j++) acc[j][k] = bc;
         }
-        const int span = TT + g.kw - 1;
+        const int span = (TT - 1) * S + g.kw;
         for (int r = 0; r < g.kh; r++) {
             float wr[KW][TCH];
 #pragma unroll
@@ -342,15 +342,15 @@ __global__ void __launch_bounds__(THREADS, 2)
                     for (int k = 0; k < TCH; k++) wr[s2][k] = 0.f;
                 }
             }
-            const T *prow = sp + (size_t)(r0 + r) * tl.rp + (ct * TT) * cb + q * TCH;
+            const T *prow = sp + (size_t)(r0 * S + r) * tl.rp + (ct * TT * S) * cb + q * TCH;
 #pragma unroll
-            for (int u = 0; u < TT + KW - 1; u++) {
+            for (int u = 0; u < (TT - 1) * S + KW; u++) {
                 if (u >= span) continue;
                 float v[TCH];
                 quad_to_f<T>(*reinterpret_cast<const Q *>(prow + u * cb), v);
 #pragma unroll
                 for (int j = 0; j < TT; j++) {
-                    const int s2 = u - j;
+                    const int s2 = u - j * S;
                     if (s2 < 0 || s2 >= KW) continue; /* compile-time after unrolling */
                     if (s2 >= g.kw) continue;         /* a zero weight, but 0 * inf is NaN */
 #pragma unroll
@@ -383,12 +383,13 @@ size_t tile_smem(const Geo &g, const Tile &t, size_t es) {
 }
 
 /* The tiled kernel's tile for g (element size es), or false when it does not take g:
- * NHWC, stride 1, dilation 1, C % 8 == 0 (checked by the caller, with alignment), and a
- * tile that fits TILE_SMEM. Columns: column tiles of TT outputs, at most 8 (64 columns)
+ * NHWC, stride 1 or 2 (the same both ways), dilation 1, C % 8 == 0 (checked by the caller,
+ * with alignment), and a tile that fits TILE_SMEM. Columns: column tiles of TT outputs, at most 8 (64 columns)
  * per block, spread evenly; rows: up to 8; channels: as many quads as fill ~THREADS
  * threads, fewer while the patch does not fit. */
 bool tile_for(const Geo &g, size_t es, Tile *t) {
-    if (g.sh != 1 || g.sw != 1 || g.dh != 1 || g.dw != 1 || g.C % 8 != 0) return false;
+    const int S = g.sh;
+    if ((S != 1 && S != 2) || g.sw != S || g.dh != 1 || g.dw != 1 || g.C % 8 != 0) return false;
     const int need = (g.OW + TT - 1) / TT, parts = (need + 7) / 8;
     t->nct = (need + parts - 1) / parts;
     t->th = g.OH < 8 ? g.OH : 8;
@@ -398,12 +399,13 @@ bool tile_for(const Geo &g, size_t es, Tile *t) {
     if (qb > Q4) qb = Q4;
     for (;;) {
         t->qb = qb;
-        t->ph = t->th + g.kh - 1;
-        t->pw = t->nct * TT + g.kw - 1;
-        /* row pitch: a row's quads for the lanes of one shared-memory phase (128 bytes)
-         * start group_bytes after the previous row's, so successive rows tile the banks */
-        const int group_bytes = qb * TCH * (int)es, row_bytes = t->pw * qb * TCH * (int)es;
-        const int extra = group_bytes < 128 ? ((group_bytes - row_bytes % 128) % 128 + 128) % 128 : 0;
+        t->ph = (t->th - 1) * S + g.kh;
+        t->pw = (t->nct * TT - 1) * S + g.kw;
+        /* row pitch: the quads of successive output rows (S patch rows apart) for the lanes
+         * of one shared-memory phase (128 bytes) start group_bytes apart, so they tile the
+         * banks; the pitch stays a multiple of 8 bytes (16 for f32: group_bytes / S is) */
+        const int group_bytes = qb * TCH * (int)es, row_bytes = t->pw * qb * TCH * (int)es, win = 128 / S;
+        const int extra = group_bytes < 128 ? ((group_bytes / S - row_bytes % win) % win + win) % win : 0;
         t->rp = (row_bytes + extra) / (int)es;
         if (tile_smem(g, *t, es) <= TILE_SMEM) break;
         if (qb > 2) qb -= 2;
@@ -417,15 +419,22 @@ bool tile_for(const Geo &g, size_t es, Tile *t) {
     return blocks <= 0x7fffffff;
 }
 
-template <typename T, int KW>
+template <typename T, int KW, int S>
 void launch_tiled(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
                   const void *z, void *y, const Epi &e) {
     const int items = t.qb * t.th * t.nct;
     int threads = (items + 31) / 32 * 32;
     if (threads > THREADS) threads = THREADS;
     const unsigned blocks = (unsigned)((int64_t)g.N * t.rows_t * t.cols_t * t.chunks);
-    dw_nhwc_tiled<T, KW><<<blocks, threads, tile_smem(g, t, sizeof(T)), cu->stream>>>(
+    dw_nhwc_tiled<T, KW, S><<<blocks, threads, tile_smem(g, t, sizeof(T)), cu->stream>>>(
         (const T *)x, (const T *)w, (const T *)b, (const T *)z, (T *)y, g, t, e);
+}
+
+template <typename T, int KW>
+void launch_tiled_s(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
+                    const void *z, void *y, const Epi &e) {
+    if (g.sh == 1) launch_tiled<T, KW, 1>(cu, g, t, x, w, b, z, y, e);
+    else launch_tiled<T, KW, 2>(cu, g, t, x, w, b, z, y, e);
 }
 
 /* Any layout and alignment: a thread per output element i of Y's layout (NHWC: (n, oh,
@@ -559,10 +568,10 @@ kiln_status forward(kiln_cuda *cu, kiln_context *ctx, const Geo &g, bool nhwc, c
     const bool vec = nhwc && g.C % CPT == 0 && aligned16(x, y, z);
     Tile t;
     if (vec && variant != KILN_CUDA_DW_PER_TILE && tile_for(g, sizeof(T), &t)) {
-        if (g.kw <= 3) launch_tiled<T, 3>(cu, g, t, x, w, b, z, y, e);
-        else if (g.kw <= 5) launch_tiled<T, 5>(cu, g, t, x, w, b, z, y, e);
-        else if (g.kw <= 7) launch_tiled<T, 7>(cu, g, t, x, w, b, z, y, e);
-        else launch_tiled<T, 9>(cu, g, t, x, w, b, z, y, e);
+        if (g.kw <= 3) launch_tiled_s<T, 3>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw <= 5) launch_tiled_s<T, 5>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw <= 7) launch_tiled_s<T, 7>(cu, g, t, x, w, b, z, y, e);
+        else launch_tiled_s<T, 9>(cu, g, t, x, w, b, z, y, e);
         KILN_CUDA_LAUNCHED(ctx, "dw_nhwc_tiled (depthwise)");
         return KILN_OK;
     }

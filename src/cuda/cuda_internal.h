@@ -450,7 +450,7 @@ kiln_status kiln_cuda_conv_direct_wgrad(kiln_cuda *cu, kiln_context *ctx, kiln_d
  * 1-D convolutions are 2-D ones with H = kh = 1. */
 /* Whether the kernels take g (kh, kw <= 9, indices in range); false with a reason. */
 bool kiln_cuda_conv_depthwise_fits(const kiln_cuda_dw_geo *g, char *why, size_t n);
-/* The forward kernels: KILN_CUDA_DW_TILED, the tiled NHWC kernel (stride 1, dilation 1,
+/* The forward kernels: KILN_CUDA_DW_TILED, the tiled NHWC kernel (stride 1 or 2, dilation 1,
  * C % 8 == 0: an input patch in shared memory per block) where it takes g, else the
  * per-tile one; KILN_CUDA_DW_PER_TILE, the per-tile NHWC kernel (each thread reads its
  * taps through L1) or the scalar one. */
