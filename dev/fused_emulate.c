@@ -9,7 +9,8 @@
  * scalar tail, grid-stride loops with several steps per thread), on tiny grids.
  *
  *   cc -std=c11 -D_POSIX_C_SOURCE=200809L -Isrc -Iinclude -I/usr/local/cuda/include \
- *      dev/fused_emulate.c build-cuda/libkiln.a -L/usr/local/cuda/lib64 -lcudart_static \
+ *      dev/fused_emulate.c build-cuda/libkiln_testing.a build-cuda/libkiln.a \
+ *      -L/usr/local/cuda/lib64 -lcudart_static \
  *      -lnvrtc -lcublasLt -lcudnn -lopenblas -lprotobuf-c -lz -lgomp -lm -lpthread -ldl \
  *      -lrt -lstdc++ -o /tmp/fused_emulate && /tmp/fused_emulate
  *
@@ -102,7 +103,21 @@ static kiln_tensor *compose(const char *prog, int n_in, kiln_tensor **in, kiln_d
 
 typedef void (*emu_fn)(const void *, int, unsigned, unsigned);
 
+/* Logical (N,C,H,W) element i of a 4-D shape d at its NHWC storage offset. */
+static int64_t nhwc_offset(const int64_t *d, int64_t i) {
+    const int64_t w = i % d[3], h = i / d[3] % d[2], c = i / (d[3] * d[2]) % d[1], n = i / (d[3] * d[2] * d[1]);
+    return ((n * d[2] + h) * d[3] + w) * d[1] + c;
+}
+
+/* nhwc: the output and every full 4-D input (C > 1 and H * W > 1) laid out NHWC, the
+ * other inputs as they are (their bytes are the same in both layouts). */
+static void one_ex(const char *prog, kiln_dtype dt, int n_in, const char **shapes, int sm_count, int unroll,
+                   int misalign, int nhwc);
 static void one(const char *prog, kiln_dtype dt, int n_in, const char **shapes, int sm_count, int unroll, int misalign) {
+    one_ex(prog, dt, n_in, shapes, sm_count, unroll, misalign, 0);
+}
+static void one_ex(const char *prog, kiln_dtype dt, int n_in, const char **shapes, int sm_count, int unroll,
+                   int misalign, int nhwc) {
     kiln_tensor *in[8], *dev[8]; kiln_tensor y = {0};
     int ynd = 0; int64_t yd[8];
     for (int i = 0; i < n_in; i++) {
@@ -118,6 +133,16 @@ static void one(const char *prog, kiln_dtype dt, int n_in, const char **shapes, 
     y.data = ybuf + 16 + (misalign ? es : 0);
     kiln_tensor copies[8];
     for (int i = 0; i < n_in; i++) { copies[i] = *in[i]; copies[i].owns_data = false; char *b = calloc(kiln_tensor_nbytes(in[i]) + 64, 1); memcpy(b + 16 + (misalign && i == 0 ? es : 0), in[i]->data, kiln_tensor_nbytes(in[i])); copies[i].data = b + 16 + (misalign && i == 0 ? es : 0); dev[i] = &copies[i]; }
+    if (nhwc) {
+        y.format = KILN_FORMAT_NHWC;
+        for (int i = 0; i < n_in; i++) {
+            const int64_t *d = in[i]->dims;
+            if (in[i]->ndim != 4 || d[1] == 1 || d[2] * d[3] == 1) continue;
+            copies[i].format = KILN_FORMAT_NHWC;
+            for (int64_t e = 0; e < kiln_tensor_numel(in[i]); e++)
+                memcpy((char *)copies[i].data + nhwc_offset(d, e) * es, (char *)in[i]->data + e * es, es);
+        }
+    }
     kiln_tensor *outp = &y;
     kiln_node node; memset(&node, 0, sizeof node);
     node.op_type = "FusedElementwise"; node.name = "e"; node.domain = "kiln"; node.op = -1; node.n_in = n_in; node.n_out = 1;
@@ -156,13 +181,14 @@ static void one(const char *prog, kiln_dtype dt, int n_in, const char **shapes, 
         int64_t bad = 0, first = -1; double worst = 0;
         const double atol = dt == KILN_F32 ? 2e-6 : 1e-2, rtol = dt == KILN_F32 ? 1e-5 : 1e-2;
         for (int64_t i = 0; i < kiln_tensor_numel(ref); i++) {
-            double g = kiln_get_f64(&y, i), w = kiln_get_f64(ref, i), e = fabs(g - w);
+            double g = kiln_get_f64(&y, nhwc ? nhwc_offset(y.dims, i) : i), w = kiln_get_f64(ref, i), e = fabs(g - w);
             if (!(e <= atol + rtol * fabs(w))) { if (!bad++) first = i; }
             if (e > worst) worst = e;
         }
         runs++;
-        printf("%s %-40s %-8s %s kernel=%s blocks=%u unroll=%d: %s (max err %.3g%s)\n", bad ? "FAIL" : "ok  ", prog, kiln_dtype_name(dt),
-               shapes[0], pass == 0 && vec ? "k_v" : "k_s", blocks, unroll, bad ? "WRONG" : "ok", worst, misalign ? ", misaligned" : "");
+        printf("%s %-40s %-8s %s kernel=%s blocks=%u unroll=%d: %s (max err %.3g%s%s)\n", bad ? "FAIL" : "ok  ", prog, kiln_dtype_name(dt),
+               shapes[0], pass == 0 && vec ? "k_v" : "k_s", blocks, unroll, bad ? "WRONG" : "ok", worst, misalign ? ", misaligned" : "",
+               nhwc ? ", NHWC" : "");
         if (bad) { fails++; printf("   first bad %lld: got %g want %g\n", (long long)first, kiln_get_f64(&y, first), kiln_get_f64(ref, first)); }
     }
     dlclose(h);
@@ -196,6 +222,24 @@ int main(void) {
         for (int d = 0; d < 2; d++) {
             one(cases[k].prog, dts[d], cases[k].n, cases[k].sh, 1, 2, 0);
             one(cases[k].prog, dts[d], cases[k].n, cases[k].sh, 3, 1, 1);
+        }
+    /* NHWC with broadcast operands (ConvNeXt's layer scale (C,1,1) * x + residual, SE gates,
+     * (N,1,H,W) maps, NHWC operands broadcasting among themselves) */
+    static struct {
+        const char *prog;
+        int n;
+        const char *sh[3];
+    } nhwc_cases[] = {
+        {"i0 i1 Mul i2 Add", 3, {"16,1,1", "2,16,5,7", "2,16,5,7"}},
+        {"i0 i1 Mul i2 Add", 3, {"1,6,1,1", "2,6,3,5", "2,6,3,5"}},
+        {"i0 i1 Mul i2 Add", 3, {"2,16,1,1", "2,16,4,3", "2,1,4,3"}},
+        {"i0 i1 Mul i2 Sub", 3, {"2,8,5,1", "2,8,5,6", "s"}},
+        {"i0 Sigmoid i1 Mul", 2, {"3,24,1,1", "3,24,7,7"}},
+    };
+    for (size_t k = 0; k < sizeof nhwc_cases / sizeof nhwc_cases[0]; k++)
+        for (int d = 0; d < 2; d++) {
+            one_ex(nhwc_cases[k].prog, dts[d], nhwc_cases[k].n, nhwc_cases[k].sh, 1, 2, 0, 1);
+            one_ex(nhwc_cases[k].prog, dts[d], nhwc_cases[k].n, nhwc_cases[k].sh, 3, 1, 1, 1);
         }
     printf("%d runs, %d failed\n", runs, fails);
     char rm[128];

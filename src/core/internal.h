@@ -327,7 +327,7 @@ typedef enum kiln_layout_kind {
     KILN_LAYOUT_GAP,        /* input 0, output (N, C, 1, 1) */
     KILN_LAYOUT_UNARY,      /* input 0, position by position */
     KILN_LAYOUT_BINARY,     /* every input, broadcasting */
-    KILN_LAYOUT_SAME_SHAPE, /* every input, when the node says same_shape=1 */
+    KILN_LAYOUT_SAME_SHAPE, /* kiln.FusedElementwise: every input, as BINARY (broadcasts too) */
     KILN_LAYOUT_CONV_GRAD_INPUT,
     KILN_LAYOUT_CONV_GRAD_WEIGHT,
     KILN_LAYOUT_CONV_GRAD_BIAS,

@@ -678,22 +678,27 @@ static bool dw_same(const kiln_cuda_dw_geo *a, const kiln_cuda_dw_geo *b) {
            a->pt == b->pt && a->pl == b->pl && a->nhwc == b->nhwc;
 }
 
-/* Whether depthwise problem dg of direction dir runs on conv_depthwise.cu's kernel (*kiln)
- * or on cuDNN's path. With autotune both are timed the first time the problem is met
- * (outside graph capture: a plan's first run is eager) and the faster kept: cuDNN runs
- * convnext's 7x7 at 20-31 GB/s but MobileNet's 3x3 in f16 NHWC near 600 GB/s, faster
- * than the kernel (H200). Without autotune: the kernel. */
+/* Whether depthwise problem dg of direction dir runs on conv_depthwise.cu's kernels (*kiln,
+ * forward: *variant the KILN_CUDA_DW_* kernel) or on cuDNN's path. With autotune each is
+ * timed the first time the problem is met (outside graph capture: a plan's first run is
+ * eager) and the fastest kept: cuDNN runs convnext's 7x7 at 20-31 GB/s but MobileNet's 3x3
+ * in f16 NHWC near 600 GB/s, faster than the per-tile kernel (H200); forward, the tiled
+ * and the per-tile kernels are timed apart where the tiled one takes the problem. Without
+ * autotune: the kernel (tiled where it takes the problem). */
 static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, kiln_dtype dt,
-                             const kiln_cuda_dw_geo *dg, const void *y, const void *z, bool *kiln) {
+                             const kiln_cuda_dw_geo *dg, const void *y, const void *z, bool *kiln, int *variant) {
     *kiln = true;
+    *variant = KILN_CUDA_DW_TILED;
     if (cu->dw_force) {
-        *kiln = cu->dw_force == 1;
+        *kiln = cu->dw_force != 2;
+        *variant = cu->dw_force == 3 ? KILN_CUDA_DW_PER_TILE : KILN_CUDA_DW_TILED;
         return KILN_OK;
     }
     for (int i = 0; i < cu->n_dw_choice; i++) {
         const struct kiln_cuda_dw_choice *e = &cu->dw_choice[i];
         if (e->dir == dir && e->dtype == (int)dt && e->fused == (int)fused && dw_same(&e->g, dg)) {
             *kiln = e->kiln;
+            *variant = e->variant;
             return KILN_OK;
         }
     }
@@ -702,17 +707,20 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     if (!cu->autotune || cap != cudaStreamCaptureStatusNone || (z && z == y) ||
         cu->n_dw_choice == (int)(sizeof cu->dw_choice / sizeof cu->dw_choice[0]))
         return KILN_OK;
-    float tk = INFINITY, td = INFINITY;
+    float tk = INFINITY, td = INFINITY, tp = INFINITY;
     kiln_status st = dw_time(cu, c, dir, fused, 1, &tk);
     if (!st) st = dw_time(cu, c, dir, fused, 2, &td);
+    if (!st && dir == DIR_FWD && kiln_cuda_conv_depthwise_tiled(dg, dt)) st = dw_time(cu, c, dir, fused, 3, &tp);
     if (st) return st;
     struct kiln_cuda_dw_choice *e = &cu->dw_choice[cu->n_dw_choice++];
     e->g = *dg;
     e->dir = dir;
     e->dtype = (int)dt;
     e->fused = fused;
-    e->kiln = tk <= td;
+    e->kiln = tk <= td || tp <= td;
+    e->variant = tp < tk ? KILN_CUDA_DW_PER_TILE : KILN_CUDA_DW_TILED;
     *kiln = e->kiln;
+    *variant = e->variant;
     return KILN_OK;
 }
 
@@ -738,13 +746,15 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     }
     kiln_cuda_dw_geo dg;
     bool dw_kiln = false;
+    int dw_variant = KILN_CUDA_DW_TILED;
     if (depthwise_shaped(cu, &g, &dg)) {
-        const kiln_status cs = dw_faster(cu, c, DIR_FWD, fused, dt, &dg, y->data, z ? z->data : NULL, &dw_kiln);
+        const kiln_status cs =
+            dw_faster(cu, c, DIR_FWD, fused, dt, &dg, y->data, z ? z->data : NULL, &dw_kiln, &dw_variant);
         if (cs) return cs;
     }
     if (dw_kiln) {
-        const kiln_status ds = kiln_cuda_conv_depthwise_forward(cu, ctx, dt, &dg, x->data, w->data,
-                                                                b ? b->data : NULL, z ? z->data : NULL, &act, y->data);
+        const kiln_status ds = kiln_cuda_conv_depthwise_forward(cu, ctx, dt, &dg, x->data, w->data, b ? b->data : NULL,
+                                                                z ? z->data : NULL, &act, dw_variant, y->data);
         if (!ds) cu->stats.conv_depthwise_calls++;
         return ds;
     }
@@ -857,7 +867,8 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_cuda_dw_geo dg;
     bool dw_kiln = false;
     if (depthwise_shaped(cu, &g, &dg)) {
-        const kiln_status cs = dw_faster(cu, c, DIR_BWD_DATA, false, dt, &dg, dx->data, NULL, &dw_kiln);
+        int dw_variant;
+        const kiln_status cs = dw_faster(cu, c, DIR_BWD_DATA, false, dt, &dg, dx->data, NULL, &dw_kiln, &dw_variant);
         if (cs) return cs;
     }
     if (dw_kiln) {

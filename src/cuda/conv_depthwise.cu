@@ -23,6 +23,15 @@
  *   for 28 taps of a 7x7); otherwise each tap is loaded (L1 keeps the overlap). The tap
  *   loops are unrolled to KW = 3, 5, 7 or 9 columns, weights past kw being zero.
  *
+ *   That per-tile kernel reads every tap through L1/L2 (each input pixel ~17 times for a
+ *   7x7) and ran convnext_tiny's f16[256,96,56,56] 7x7 in 1.01 ms on an H100 (~300 GB/s,
+ *   ~9x its FMA floor). With strides 1 or 2 and dilation 1 the tiled kernel (dw_nhwc_tiled)
+ *   copies each block's input patch into shared memory once and slides along it, 8
+ *   outputs x 4 channels a thread, 88 registers and no spill (the per-tile 7x7 spills).
+ *   Which one runs is conv.c's choice (dw_faster): with autotune the tiled, the per-tile
+ *   and cuDNN's path are each timed once per problem and the fastest kept; without, the
+ *   tiled kernel where it takes the problem.
+ *
  *   Otherwise (NCHW, or NHWC with C % 8 != 0 or unaligned buffers): a thread per output
  *   element, neighbouring threads on neighbouring elements of Y's layout (coalesced), the
  *   taps read through L1.
@@ -232,6 +241,202 @@ __global__ void __launch_bounds__(THREADS, 2)
     }
 }
 
+/* Tiled NHWC (stride S = 1 or 2 both ways, dilation 1, C % 8 == 0, X / Y / Z 16-byte
+ * aligned). A block takes an output tile of th rows x nct * TT columns x cb = 4 * qb
+ * channels of one image: it first copies the input patch under it, ((th - 1) * S + kh) x
+ * ((nct * TT - 1) * S + kw) pixels x cb channels, into shared memory once (zeros outside X:
+ * the pads), then each thread computes TT = 8 neighbouring outputs of a row for 4 channels
+ * from there, sliding along the row (an input column is read once for the TT outputs that
+ * use it), with one kernel row of weights in registers at a time. A warp's lanes take qb channel quads of successive
+ * output rows (then the next column tile), and the patch's row pitch is padded so that
+ * those rows' quads fall on different banks.
+ * Blocks: (N, row tiles, column tiles, channel chunks) flattened into blockIdx.x. */
+constexpr int TCH = 4; /* tiled: channels per thread */
+constexpr int TT = 8;  /* tiled: outputs along W per thread */
+
+struct Tile {
+    int th, nct, qb, rows_t, cols_t, chunks; /* rows_t, cols_t, chunks: tiles per image */
+    int ph, pw, rp;                           /* patch rows, columns, row pitch (elements) */
+};
+
+template <typename T> struct Quad;
+template <> struct Quad<float> { using type = float4; };
+template <> struct Quad<__half> { using type = uint2; };
+template <> struct Quad<__nv_bfloat16> { using type = uint2; };
+
+template <typename T> __device__ __forceinline__ void quad_to_f(const typename Quad<T>::type &q, float (&v)[TCH]) {
+    const T *e = reinterpret_cast<const T *>(&q);
+#pragma unroll
+    for (int k = 0; k < TCH; k++) v[k] = to_f(e[k]);
+}
+
+template <typename T> __device__ __forceinline__ typename Quad<T>::type quad_of(const float (&v)[TCH]) {
+    typename Quad<T>::type q;
+    T *e = reinterpret_cast<T *>(&q);
+#pragma unroll
+    for (int k = 0; k < TCH; k++) e[k] = from_f<T>(v[k]);
+    return q;
+}
+
+template <typename T, int KW, int S>
+__global__ void __launch_bounds__(THREADS, 2)
+    dw_nhwc_tiled(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
+                  T *__restrict__ y, Geo g, Tile tl, Epi e) {
+    using Q = typename Quad<T>::type;
+    extern __shared__ float4 smem4[];
+    const int cb = tl.qb * TCH, kk = g.kh * g.kw;
+    float *sw = reinterpret_cast<float *>(smem4); /* (kk, cb) */
+    T *sp = reinterpret_cast<T *>(sw + kk * cb);  /* (ph, rp >= pw * cb); kk * cb * 4 bytes: 16-byte aligned */
+    int bi = blockIdx.x;
+    const int chunk = bi % tl.chunks;
+    bi /= tl.chunks;
+    const int ctile = bi % tl.cols_t;
+    bi /= tl.cols_t;
+    const int rtile = bi % tl.rows_t;
+    const int n = bi / tl.rows_t;
+    const int c_base = chunk * cb, oh0 = rtile * tl.th, ow0 = ctile * tl.nct * TT;
+    const int ih0 = oh0 * S - g.pt, iw0 = ow0 * S - g.pl;
+    for (int i = threadIdx.x; i < kk * cb; i += blockDim.x) {
+        const int k = i / cb, c = c_base + (i - k * cb);
+        sw[i] = c < g.C ? to_f(w[(size_t)c * kk + k]) : 0.f;
+    }
+    /* the patch, a quad (4 channels: 8 or 16 bytes) at a time, quads of a pixel together */
+    const int qb = tl.qb, npix = tl.ph * tl.pw;
+    for (int i = threadIdx.x; i < npix * qb; i += blockDim.x) {
+        const int q = i % qb, pix = i / qb;
+        const int pr = pix / tl.pw, pc = pix - pr * tl.pw;
+        const int ih = ih0 + pr, iw = iw0 + pc, c = c_base + q * TCH;
+        Q v;
+        if ((unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C) /* C % 8 == 0: all 4 */
+            v = *reinterpret_cast<const Q *>(x + ((size_t)(n * g.H + ih) * g.W + iw) * g.C + c);
+        else {
+            const float zero[TCH] = {0.f, 0.f, 0.f, 0.f};
+            v = quad_of<T>(zero);
+        }
+        *reinterpret_cast<Q *>(sp + (size_t)pr * tl.rp + pc * cb + q * TCH) = v;
+    }
+    __syncthreads();
+    const int items = qb * tl.th * tl.nct;
+    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+        const int q = it % qb, rest = it / qb;
+        const int r0 = rest % tl.th, ct = rest / tl.th;
+        const int oh = oh0 + r0, owa = ow0 + ct * TT, c0 = c_base + q * TCH;
+        if (oh >= g.OH || owa >= g.OW || c0 >= g.C) continue;
+        float acc[TT][TCH];
+#pragma unroll
+        for (int k = 0; k < TCH; k++) {
+            const float bc = b ? to_f(b[c0 + k]) : 0.f;
+#pragma unroll
+            for (int j = 0; j < TT; j++) acc[j][k] = bc;
+        }
+        const int span = (TT - 1) * S + g.kw;
+        for (int r = 0; r < g.kh; r++) {
+            float wr[KW][TCH];
+#pragma unroll
+            for (int s2 = 0; s2 < KW; s2++) {
+                if (s2 < g.kw) {
+                    const float4 wq = *reinterpret_cast<const float4 *>(sw + (r * g.kw + s2) * cb + q * TCH);
+                    wr[s2][0] = wq.x, wr[s2][1] = wq.y, wr[s2][2] = wq.z, wr[s2][3] = wq.w;
+                } else {
+#pragma unroll
+                    for (int k = 0; k < TCH; k++) wr[s2][k] = 0.f;
+                }
+            }
+            const T *prow = sp + (size_t)(r0 * S + r) * tl.rp + (ct * TT * S) * cb + q * TCH;
+#pragma unroll
+            for (int u = 0; u < (TT - 1) * S + KW; u++) {
+                if (u >= span) continue;
+                float v[TCH];
+                quad_to_f<T>(*reinterpret_cast<const Q *>(prow + u * cb), v);
+#pragma unroll
+                for (int j = 0; j < TT; j++) {
+                    const int s2 = u - j * S;
+                    if (s2 < 0 || s2 >= KW) continue; /* compile-time after unrolling */
+                    if (s2 >= g.kw) continue;         /* a zero weight, but 0 * inf is NaN */
+#pragma unroll
+                    for (int k = 0; k < TCH; k++) acc[j][k] = fmaf(v[k], wr[s2][k], acc[j][k]);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TT; j++) {
+            if (owa + j >= g.OW) break;
+            const size_t off = ((size_t)(n * g.OH + oh) * g.OW + owa + j) * g.C + c0;
+            if (z) {
+                float v[TCH];
+                quad_to_f<T>(*reinterpret_cast<const Q *>(z + off), v);
+#pragma unroll
+                for (int k = 0; k < TCH; k++) acc[j][k] += v[k];
+            }
+#pragma unroll
+            for (int k = 0; k < TCH; k++) acc[j][k] = act_apply(acc[j][k], e);
+            *reinterpret_cast<Q *>(y + off) = quad_of<T>(acc[j]);
+        }
+    }
+}
+
+/* The largest shared memory a tiled block may use (no opt-in beyond the default 48 KiB). */
+constexpr size_t TILE_SMEM = 48 * 1024;
+
+size_t tile_smem(const Geo &g, const Tile &t, size_t es) {
+    return (size_t)g.kh * g.kw * t.qb * TCH * sizeof(float) + (size_t)t.ph * t.rp * es;
+}
+
+/* The tiled kernel's tile for g (element size es), or false when it does not take g:
+ * NHWC, stride 1 or 2 (the same both ways), dilation 1, C % 8 == 0 (checked by the caller,
+ * with alignment), and a tile that fits TILE_SMEM. Columns: column tiles of TT outputs, at most 8 (64 columns)
+ * per block, spread evenly; rows: up to 8; channels: as many quads as fill ~THREADS
+ * threads, fewer while the patch does not fit. */
+bool tile_for(const Geo &g, size_t es, Tile *t) {
+    const int S = g.sh;
+    if ((S != 1 && S != 2) || g.sw != S || g.dh != 1 || g.dw != 1 || g.C % 8 != 0) return false;
+    const int need = (g.OW + TT - 1) / TT, parts = (need + 7) / 8;
+    t->nct = (need + parts - 1) / parts;
+    t->th = g.OH < 8 ? g.OH : 8;
+    const int Q4 = g.C / TCH;
+    int qb = THREADS / (t->nct * t->th);
+    qb = qb < 2 ? 2 : qb & ~1; /* cb a multiple of 8: whole 16-byte vectors per pixel */
+    if (qb > Q4) qb = Q4;
+    for (;;) {
+        t->qb = qb;
+        t->ph = (t->th - 1) * S + g.kh;
+        t->pw = (t->nct * TT - 1) * S + g.kw;
+        /* row pitch: the quads of successive output rows (S patch rows apart) for the lanes
+         * of one shared-memory phase (128 bytes) start group_bytes apart, so they tile the
+         * banks; the pitch stays a multiple of 8 bytes (16 for f32: group_bytes / S is) */
+        const int group_bytes = qb * TCH * (int)es, row_bytes = t->pw * qb * TCH * (int)es, win = 128 / S;
+        const int extra = group_bytes < 128 ? ((group_bytes / S - row_bytes % win) % win + win) % win : 0;
+        t->rp = (row_bytes + extra) / (int)es;
+        if (tile_smem(g, *t, es) <= TILE_SMEM) break;
+        if (qb > 2) qb -= 2;
+        else if (t->th > 1) t->th--;
+        else return false;
+    }
+    t->rows_t = (g.OH + t->th - 1) / t->th;
+    t->cols_t = (g.OW + t->nct * TT - 1) / (t->nct * TT);
+    t->chunks = (Q4 + t->qb - 1) / t->qb;
+    const int64_t blocks = (int64_t)g.N * t->rows_t * t->cols_t * t->chunks;
+    return blocks <= 0x7fffffff;
+}
+
+template <typename T, int KW, int S>
+void launch_tiled(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
+                  const void *z, void *y, const Epi &e) {
+    const int items = t.qb * t.th * t.nct;
+    int threads = (items + 31) / 32 * 32;
+    if (threads > THREADS) threads = THREADS;
+    const unsigned blocks = (unsigned)((int64_t)g.N * t.rows_t * t.cols_t * t.chunks);
+    dw_nhwc_tiled<T, KW, S><<<blocks, threads, tile_smem(g, t, sizeof(T)), cu->stream>>>(
+        (const T *)x, (const T *)w, (const T *)b, (const T *)z, (T *)y, g, t, e);
+}
+
+template <typename T, int KW>
+void launch_tiled_s(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
+                    const void *z, void *y, const Epi &e) {
+    if (g.sh == 1) launch_tiled<T, KW, 1>(cu, g, t, x, w, b, z, y, e);
+    else launch_tiled<T, KW, 2>(cu, g, t, x, w, b, z, y, e);
+}
+
 /* Any layout and alignment: a thread per output element i of Y's layout (NHWC: (n, oh,
  * ow, c), c fastest; NCHW: (n, c, oh, ow), ow fastest). */
 template <typename T, bool NHWC>
@@ -359,8 +564,17 @@ void launch_vec_kw(kiln_cuda *cu, const Geo &g, const void *x, const void *w, co
 
 template <typename T>
 kiln_status forward(kiln_cuda *cu, kiln_context *ctx, const Geo &g, bool nhwc, const void *x, const void *w,
-                    const void *b, const void *z, void *y, Epi e) {
+                    const void *b, const void *z, void *y, Epi e, int variant) {
     const bool vec = nhwc && g.C % CPT == 0 && aligned16(x, y, z);
+    Tile t;
+    if (vec && variant != KILN_CUDA_DW_PER_TILE && tile_for(g, sizeof(T), &t)) {
+        if (g.kw <= 3) launch_tiled_s<T, 3>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw <= 5) launch_tiled_s<T, 5>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw <= 7) launch_tiled_s<T, 7>(cu, g, t, x, w, b, z, y, e);
+        else launch_tiled_s<T, 9>(cu, g, t, x, w, b, z, y, e);
+        KILN_CUDA_LAUNCHED(ctx, "dw_nhwc_tiled (depthwise)");
+        return KILN_OK;
+    }
     if (vec) {
         if (g.kw <= 3) launch_vec_kw<T, 3>(cu, g, x, w, b, z, y, e);
         else if (g.kw <= 5) launch_vec_kw<T, 5>(cu, g, x, w, b, z, y, e);
@@ -414,17 +628,24 @@ extern "C" bool kiln_cuda_conv_depthwise_fits(const kiln_cuda_dw_geo *g, char *w
     return true;
 }
 
+extern "C" bool kiln_cuda_conv_depthwise_tiled(const kiln_cuda_dw_geo *g, kiln_dtype dt) {
+    char why[160];
+    Tile t;
+    return g->nhwc && kiln_cuda_float_dtype(dt) && kiln_cuda_conv_depthwise_fits(g, why, sizeof why) &&
+           tile_for(geo32(g), kiln_dtype_size(dt), &t);
+}
+
 extern "C" kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
                                                         const kiln_cuda_dw_geo *g, const void *x, const void *w,
                                                         const void *b, const void *z, const kiln_cuda_act *act,
-                                                        void *y) {
+                                                        int variant, void *y) {
     char why[160];
     if (!kiln_cuda_conv_depthwise_fits(g, why, sizeof why))
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "depthwise convolution: %s", why);
     const Geo g32 = geo32(g);
     const Epi e = {act ? (int)act->kind : (int)KILN_ACT_NONE, act ? act->a : 0.f, act ? act->b : 0.f};
     kiln_status st;
-    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, forward, cu, ctx, g32, g->nhwc, x, w, b, z, y, e);
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, forward, cu, ctx, g32, g->nhwc, x, w, b, z, y, e, variant);
     return st;
 }
 

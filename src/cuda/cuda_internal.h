@@ -105,9 +105,12 @@ struct kiln_cuda {
         kiln_cuda_dw_geo g;
         int dir, dtype, fused;
         bool kiln;
+        int variant; /* the kernel's KILN_CUDA_DW_* (forward), when kiln */
     } dw_choice[128];
     int n_dw_choice;
-    int dw_force; /* while one is timed: 1 the kernel, 2 cuDNN's path (0: the choice) */
+    /* while one is timed: 1 the tiled kernel (KILN_CUDA_DW_TILED), 2 cuDNN's path, 3 the
+     * per-tile kernel (0: the choice) */
+    int dw_force;
     char algo_path[1024];
     char algo_prefix[320];
     kiln_algo_entry *algos;
@@ -454,11 +457,20 @@ kiln_status kiln_cuda_conv_direct_wgrad(kiln_cuda *cu, kiln_context *ctx, kiln_d
  * 1-D convolutions are 2-D ones with H = kh = 1. */
 /* Whether the kernels take g (kh, kw <= 9, indices in range); false with a reason. */
 bool kiln_cuda_conv_depthwise_fits(const kiln_cuda_dw_geo *g, char *why, size_t n);
-/* y = act(conv(x, w) + b + z): b (C) and z (like y) may be NULL, act NULL for none. No
- * workspace. */
+/* The forward kernels: KILN_CUDA_DW_TILED, the tiled NHWC kernel (stride 1 or 2, dilation 1,
+ * C % 8 == 0: an input patch in shared memory per block) where it takes g, else the
+ * per-tile one; KILN_CUDA_DW_PER_TILE, the per-tile NHWC kernel (each thread reads its
+ * taps through L1) or the scalar one. */
+enum { KILN_CUDA_DW_TILED = 0, KILN_CUDA_DW_PER_TILE = 1 };
+/* Whether KILN_CUDA_DW_TILED runs the tiled kernel on g in dtype dt (else it is the
+ * per-tile one, and timing it again is pointless). */
+bool kiln_cuda_conv_depthwise_tiled(const kiln_cuda_dw_geo *g, kiln_dtype dt);
+/* y = act(conv(x, w) + b + z): b (C) and z (like y) may be NULL, act NULL for none;
+ * variant: KILN_CUDA_DW_TILED or KILN_CUDA_DW_PER_TILE. No workspace. */
 kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
                                              const kiln_cuda_dw_geo *g, const void *x, const void *w,
-                                             const void *b, const void *z, const kiln_cuda_act *act, void *y);
+                                             const void *b, const void *z, const kiln_cuda_act *act, int variant,
+                                             void *y);
 /* dX (like X, in g's layout) = the gradient of the depthwise convolution g for dY, W. No
  * workspace. */
 kiln_status kiln_cuda_conv_depthwise_grad_input(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,

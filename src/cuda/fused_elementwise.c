@@ -16,6 +16,10 @@
  *   result is rounded once to the output dtype (nearest even). f16/bf16 are converted with
  *   PTX cvt instructions, so the source includes no headers and compiles in ~0.1 s.
  *
+ *   NHWC: a 4-D NHWC output is walked in storage order, as (N, H, W, C); its 4-D inputs are
+ *   NHWC too (any broadcast among them) or have the same bytes in both layouts (a
+ *   per-channel (C,1,1), a scalar), read as (1, 1, 1, C) and so on (walk_dims).
+ *
  *   Broadcasting (numpy, among all inputs): the output's dims are merged as in
  *   kiln_cuda_bcast_init (size-1 dims dropped, neighbours merged where every input walks
  *   them as one run), giving each input a kind: contiguous (the output's strides: indexed
@@ -223,35 +227,37 @@ typedef struct pattern {
     int unroll;  /* grid-stride steps whose loads each thread issues together */
 } pattern;
 
+/* The dims a kernel walks for tensor t of a node whose output is y: t's own, or, when y is
+ * 4-D NHWC, t's channels-last dims (N, H, W, C) — the order of its bytes. An NHWC input
+ * takes them from its logical (N, C, H, W); any other input (the table's check: its bytes
+ * are the same in both layouts, a per-channel (C,1,1) or a scalar) is right-aligned to 4-D
+ * first, so a layer scale (C,1,1) becomes (1,1,1,C) and broadcasts along the channels. */
+static int walk_dims(const kiln_tensor *t, const kiln_tensor *y, int64_t *dims) {
+    if (!(y->ndim == 4 && y->format == KILN_FORMAT_NHWC) || t->ndim > 4) {
+        for (int d = 0; d < t->ndim; d++) dims[d] = t->dims[d];
+        return t->ndim;
+    }
+    int64_t a[4] = {1, 1, 1, 1};
+    for (int d = 0; d < t->ndim; d++) a[4 - t->ndim + d] = t->dims[d];
+    dims[0] = a[0], dims[1] = a[2], dims[2] = a[3], dims[3] = a[1];
+    return 4;
+}
+
 /* Merge the output's dims for nin inputs (kiln_cuda_bcast_init's rule, any input count).
- * used: the inputs the program reads (the vector path depends on those only). */
+ * used: the inputs the program reads (the vector path depends on those only). Dims are
+ * walk_dims': storage order, so NHWC tensors with broadcast operands work too. */
 static void make_pattern(const kiln_op_ctx *c, unsigned used, pattern *p) {
     const kiln_tensor *y = c->out[0];
-    int64_t st[MAX_IN][KILN_MAX_DIMS];
+    int64_t st[MAX_IN][KILN_MAX_DIMS], ydims[KILN_MAX_DIMS];
     memset(p, 0, sizeof *p);
     p->dt = y->dtype;
     p->nin = c->n_in;
     p->n = kiln_tensor_numel(y);
-    /* the dims in memory order: (N, H, W, C) for an NHWC output (file comment) */
-    int64_t ydims[KILN_MAX_DIMS];
-    const int yn = y->ndim;
-    memcpy(ydims, y->dims, (size_t)yn * sizeof *ydims);
-    const bool cl = nhwc(y);
-    if (cl) {
-        ydims[1] = y->dims[2];
-        ydims[2] = y->dims[3];
-        ydims[3] = y->dims[1];
-    }
+    const int yn = walk_dims(y, y, ydims);
     for (int k = 0; k < p->nin; k++) {
-        if (!cl) {
-            kiln_broadcast_strides(c->in[k]->ndim, c->in[k]->dims, yn, y->dims, st[k]);
-            continue;
-        }
-        const kiln_tensor *x = c->in[k];
-        int64_t a[4] = {1, 1, 1, 1};
-        for (int d = 0; d < x->ndim && x->ndim <= 4; d++) a[4 - x->ndim + d] = x->dims[d];
-        const int64_t phys[4] = {a[0], a[2], a[3], a[1]};
-        kiln_broadcast_strides(4, phys, 4, ydims, st[k]);
+        int64_t xd[KILN_MAX_DIMS];
+        const int xn = walk_dims(c->in[k], y, xd);
+        kiln_broadcast_strides(xn, xd, yn, ydims, st[k]);
     }
     int nd = 0;
     for (int d = 0; d < yn; d++) {

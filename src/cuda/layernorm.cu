@@ -9,6 +9,15 @@
  * for every row: either D elements (the row's shape, leading 1s allowed) or one element;
  * kiln_cuda_supports rejects parameters that vary across rows. The optional outputs Mean
  * and InvStdDev (shaped dims[:axis] + 1s) are written when present, in f32 (stash_type 1).
+ *
+ * Short rows (D a multiple of the 16-byte vector's V elements, D / V <= 128, X and Y
+ * 16-byte aligned: ConvNeXt's D = 96..768 channels of its channels-last feature maps,
+ * transformers' 384..1024) take layernorm_short: a group of LPR lanes of a warp per row
+ * (LPR a power of two, 1..32, the smallest with at most 4 vectors a lane), the row held in
+ * registers (read once, written once), mean and variance by shuffles within the group,
+ * Scale and B converted to float once per block into shared memory. One block row per
+ * THREADS / LPR rows: convnext_tiny's [256,56,56,96] f16 is 802,816 rows of 12 vectors,
+ * 4 lanes each. Longer or unaligned rows: layernorm_rows, a block per row.
  */
 #include "dtype.cuh"
 #include "reduce.cuh"
@@ -55,9 +64,114 @@ template <typename T> __global__ void layernorm_rows(const T *x, T *y, int64_t r
     }
 }
 
+/* Short rows: a group of lpr lanes (a power of two <= 32, groups aligned within a warp)
+ * per row; lane l of a group holds vectors l, l + lpr, ... (< Q = D / V, at most NV) of
+ * the row. sp: Scale then B as float, D each, in shared memory. Every lane of a block runs
+ * the same number of loop turns (row_base is uniform), so the shuffles see whole warps. */
+template <typename T, int NV>
+__global__ void __launch_bounds__(THREADS)
+    layernorm_short(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int D, int lpr, LnParams p) {
+    using V = typename VecOf<T>::type;
+    constexpr int VN = VecOf<T>::N;
+    extern __shared__ float sp[]; /* (2, D) */
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        sp[j] = (float)load_any(p.scale, p.dt_scale, j * p.step_scale);
+        sp[D + j] = p.bias ? (float)load_any(p.bias, p.dt_bias, j * p.step_bias) : 0.f;
+    }
+    __syncthreads();
+    const int Q = D / VN, lane = threadIdx.x % lpr, group = threadIdx.x / lpr;
+    const int groups = blockDim.x / lpr;
+    const float inv_d = 1.f / (float)D;
+    for (int64_t base = (int64_t)blockIdx.x * groups; base < rows; base += (int64_t)gridDim.x * groups) {
+        const int64_t r = base + group;
+        const bool live = r < rows;
+        const V *xr = reinterpret_cast<const V *>(x + (live ? r : 0) * (int64_t)D);
+        float v[NV][VN];
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const int q = lane + k * lpr;
+            if (live && q < Q) {
+                const V u = xr[q];
+#pragma unroll
+                for (int e = 0; e < VN; e++) {
+                    v[k][e] = to_f(u.v[e]);
+                    s += v[k][e];
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < VN; e++) v[k][e] = 0.f;
+            }
+        }
+        for (int o = lpr / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+        const float mean = s * inv_d;
+        float q2 = 0.f;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            if (!(live && lane + k * lpr < Q)) continue;
+#pragma unroll
+            for (int e = 0; e < VN; e++) {
+                const float d = v[k][e] - mean;
+                q2 += d * d;
+            }
+        }
+        for (int o = lpr / 2; o > 0; o /= 2) q2 += __shfl_xor_sync(0xffffffffu, q2, o);
+        const float inv = 1.f / sqrtf(q2 * inv_d + p.eps);
+        if (!live) continue;
+        V *yr = reinterpret_cast<V *>(y + r * (int64_t)D);
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const int q = lane + k * lpr;
+            if (q >= Q) continue;
+            V u;
+#pragma unroll
+            for (int e = 0; e < VN; e++) {
+                const int j = q * VN + e;
+                u.v[e] = from_f<T>((v[k][e] - mean) * inv * sp[j] + sp[D + j]);
+            }
+            yr[q] = u;
+        }
+        if (lane == 0) {
+            if (p.mean) p.mean[r] = mean;
+            if (p.inv_std) p.inv_std[r] = inv;
+        }
+    }
+}
+
+template <typename T, int NV>
+void launch_short(kiln_cuda *cu, const void *x, void *y, int64_t rows, int D, int lpr, const LnParams &p) {
+    const unsigned blocks = kiln_cuda_blocks(cu, rows * lpr, THREADS); /* a row per group, capped */
+    layernorm_short<T, NV><<<blocks, THREADS, 2 * (size_t)D * sizeof(float), cu->stream>>>(
+        (const T *)x, (T *)y, rows, D, lpr, p);
+}
+
+/* Whether rows of D elements of T take layernorm_short, and its lanes per row and vectors
+ * per lane. */
+template <typename T> bool short_rows(int64_t D, const void *x, const void *y, int *lpr, int *nv) {
+    constexpr int VN = VecOf<T>::N;
+    if (D < VN || D % VN != 0 || D / VN > 128 || !aligned16(x, y)) return false;
+    const int Q = (int)(D / VN);
+    int l = 1;
+    while (l < 32 && l * 4 < Q) l *= 2;
+    *lpr = l;
+    *nv = (Q + l - 1) / l;
+    return *nv >= 1 && *nv <= 4;
+}
+
 template <typename T>
 kiln_status launch_layernorm(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t rows, int64_t D,
                              const LnParams &p) {
+    int lpr = 0, nv = 0;
+    if (short_rows<T>(D, x, y, &lpr, &nv)) {
+        switch (nv) {
+        case 1: launch_short<T, 1>(cu, x, y, rows, (int)D, lpr, p); break;
+        case 2: launch_short<T, 2>(cu, x, y, rows, (int)D, lpr, p); break;
+        case 3: launch_short<T, 3>(cu, x, y, rows, (int)D, lpr, p); break;
+        default: launch_short<T, 4>(cu, x, y, rows, (int)D, lpr, p); break;
+        }
+        KILN_CUDA_LAUNCHED(ctx, "layernorm_short");
+        return KILN_OK;
+    }
     int threads = 32;
     while (threads < THREADS && threads < D) threads *= 2;
     const unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);

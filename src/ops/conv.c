@@ -703,6 +703,27 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 3, KT_DIMS(16, 1, 5), -1, 1, 255),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(16), -1, 1, 256)},
                                1, "conv random depthwise 1-D");
+    /* ConvNeXt's depthwise 7x7 pad 3 at its channel counts (CUDA NHWC: the tiled kernel, its
+     * patch split in row, column and channel tiles, a part-filled last channel chunk), and
+     * EfficientNet's 3x3 / 5x5 at 144 / 40 channels, and with stride 2 at 96 / 144 */
+    static const struct {
+        int64_t c, h, w, k, s;
+    } dw_real[] = {{96, 9, 19, 7, 1},  {192, 7, 9, 7, 1}, {384, 5, 6, 7, 1},   {768, 3, 4, 7, 1},
+                   {144, 10, 13, 3, 1}, {40, 6, 66, 5, 1}, {96, 11, 20, 3, 2}, {144, 9, 9, 5, 2}};
+    for (size_t i = 0; i < sizeof dw_real / sizeof dw_real[0]; i++) {
+        const int64_t c = dw_real[i].c, k = dw_real[i].k, p = k / 2;
+        char at[160], lb[160];
+        snprintf(at, sizeof at, "group=%lld;pads=[%lld,%lld,%lld,%lld];strides=[%lld,%lld]", (long long)c, (long long)p,
+                 (long long)p, (long long)p, (long long)p, (long long)dw_real[i].s, (long long)dw_real[i].s);
+        snprintf(lb, sizeof lb, "conv random depthwise %lldx%lld stride %lld, %lld channels", (long long)k, (long long)k,
+                 (long long)dw_real[i].s, (long long)c);
+        fails += kiln_optest_sweep("Conv", at, 0, 3,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, c, dw_real[i].h, dw_real[i].w), -1,
+                                                             1, 257 + 3 * i),
+                                                     kt_rand(KILN_F32, 4, KT_DIMS(c, 1, k, k), -1, 1, 258 + 3 * i),
+                                                     kt_rand(KILN_F32, 1, KT_DIMS(c), -1, 1, 259 + 3 * i)},
+                                   1, lb);
+    }
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Conv", "pads=[1,1,1,1]", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 9, 11), -2, 2, 1193),

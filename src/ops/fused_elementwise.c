@@ -3,8 +3,8 @@
  * ops as one kernel, made by the fuse-eltwise pass (src/passes/fuse_eltwise.c).
  *   The inputs (1 to 8) share one float dtype and broadcast together numpy-style to y0's
  *   shape. Attribute `same_shape` (int, optional) is the fusion pass's note that every
- *   input has the output's shape (the layout pass lays the node out NHWC as the binary ops,
- *   broadcasting included; kernels check shapes themselves). Attribute `program` is a postfix program, one instruction per space-separated
+ *   input has the output's shape (informational: the layout pass lays the node out NHWC
+ *   as a binary op, broadcast operands included; kernels check shapes themselves). Attribute `program` is a postfix program, one instruction per space-separated
  *   token (FUSED.md):
  *     i<k>       push input k;             c<float>   push a constant (strtod syntax:
  *                                                     c0.5, c-1e-3, c-inf);
@@ -511,6 +511,26 @@ static int test(void) {
     in[1] = kt_rand(KILN_F32, 1, KT_DIMS(300001), -2, 2, 414);
     in[2] = kt_rand(KILN_F32, 1, KT_DIMS(1), -1, 1, 415);
     fails += chain_case("fusedelementwise chain large, same shapes on threads", prog, 3, in, 5, steps,
+                        1e-6);
+
+    /* ConvNeXt's block end, layer scale (C,1,1) * x + residual, and other operands whose
+     * bytes are the same in NCHW and NHWC (a (1,C,1,1) scale, an (N,C,1,1) gate, an
+     * (N,1,H,W) map): the GPU sweep also runs these with x, the residual and the output
+     * NHWC, where the kernel walks channels-last dims (C = 16: vectors; C = 6: scalars) */
+    static const char *const scale_steps[] = {"Mul|-|x0,x1", "Add|-|t0,x2"};
+    in[0] = kt_rand(KILN_F32, 3, KT_DIMS(16, 1, 1), 0.5, 1.5, 416);
+    in[1] = kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 5, 7), -2, 2, 417);
+    in[2] = kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 5, 7), -2, 2, 418);
+    fails += chain_case("fusedelementwise layer scale (C,1,1) and residual", "i0 i1 Mul i2 Add", 3, in, 2, scale_steps,
+                        1e-6);
+    in[0] = kt_rand(KILN_F32, 4, KT_DIMS(1, 6, 1, 1), 0.5, 1.5, 419);
+    in[1] = kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 3, 5), -2, 2, 420);
+    in[2] = kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 3, 5), -2, 2, 421);
+    fails += chain_case("fusedelementwise scale (1,C,1,1), C = 6", "i0 i1 Mul i2 Add", 3, in, 2, scale_steps, 1e-6);
+    in[0] = kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 1, 1), 0.5, 1.5, 422);
+    in[1] = kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 4, 3), -2, 2, 423);
+    in[2] = kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 4, 3), -2, 2, 424);
+    fails += chain_case("fusedelementwise gate (N,C,1,1) and map (N,1,H,W)", "i0 i1 Mul i2 Add", 3, in, 2, scale_steps,
                         1e-6);
 
     /* errors */

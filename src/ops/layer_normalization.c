@@ -412,6 +412,33 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1553),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(6), -2, 2, 1554)},
                                1, "layernormalization Scale and B broadcast within the row");
+    /* ConvNeXt's rows: channels-last maps of C = 96 / 192 / 384 / 768 (CUDA: a group of
+     * 4..32 lanes per row, the row in registers), values offset from 0 (the variance is
+     * taken around the mean), many short rows in part-filled blocks, a tail of lanes */
+    fails += kiln_optest_sweep("LayerNormalization", "axis=-1;epsilon=1e-6", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 96), 1, 3, 1555),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(96), 0.5, 2, 1556),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(96), -1, 1, 1557)},
+                               1, "layernormalization channels-last C = 96");
+    fails += kiln_optest_sweep("LayerNormalization", "axis=-1;epsilon=1e-6", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 192), -2, 2, 1558),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(192), 0.5, 2, 1559),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(192), -1, 1, 1560)},
+                               1, "layernormalization C = 192");
+    fails += kiln_optest_sweep("LayerNormalization", "axis=-1", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(70, 384), -2, 2, 1561),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(384), 0.5, 2, 1562),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(384), -1, 1, 1563)},
+                               3, "layernormalization C = 384 with Mean and InvStdDev");
+    fails += kiln_optest_sweep("LayerNormalization", "axis=-1", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 768), -2, 2, 1564),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(768), 0.5, 2, 1565),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(768), -1, 1, 1566)},
+                               1, "layernormalization C = 768");
+    fails += kiln_optest_sweep("LayerNormalization", "axis=-1", 17, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(600, 8), -2, 2, 1567),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(8), 0.5, 2, 1568)},
+                               3, "layernormalization 600 rows of 8, no B, Mean and InvStdDev");
     return fails;
 }
 

@@ -26,6 +26,11 @@
  *     per-channel vectors (C,1,1), (N,1,H,W) maps); a full 4-D one is converted.
  *     A convolution's X and W whose bytes are the same in both layouts (one channel: the
  *     first layer on grayscale images) are read as they are, with no conversion.
+ *     kiln.FusedElementwise follows as a binary op, broadcast operands included (its CUDA
+ *     kernel walks NHWC tensors in storage order): ConvNeXt's block end, layer scale
+ *     (C,1,1) * x + residual, stays NHWC. Such an operand is recognised through the
+ *     Identity and Cast in front of a shared initializer (value_layout_free), and a binary
+ *     op's output takes its highest operand rank.
  *   - Training's gradients follow their forward ops (CUDA training runs this pass too):
  *     kiln.ConvGradInput(dY, W, X) when dY is NHWC, kiln.ConvGradWeight(X, dY, W) and
  *     kiln.MaxPoolGrad, kiln.AveragePoolGrad, kiln.GlobalAveragePoolGrad (dY, X) and
@@ -57,9 +62,10 @@
  *   - Transpose between the logical order and channels-last (ConvNeXt's permute(0,2,3,1)
  *     before its LayerNorm and Linears, permute(0,3,1,2) after): perm (0,2,3,1) reads an
  *     NHWC input as it is (no kiln.ToNCHW: its bytes are the output's), and perm (0,3,1,2)
- *     of an NCHW input writes NHWC when a reader follows layouts: either way the CUDA
- *     kernel moves the bytes once, in order, where a conversion and a transpose moved
- *     them twice.
+ *     of an NCHW input writes NHWC when a reader follows layouts: either way the output's
+ *     bytes are the input's, in order, and Transpose's alias_when makes it a view in
+ *     device plans (no kernel at all). A Transpose's output has its perm's rank, so the
+ *     ops behind the permute back follow NHWC under a symbolic batch too.
  * Everything else reads NCHW: Flatten, Reshape, Gemm, Softmax... get a
  * kiln.ToNCHW (one per value, shared by all such readers); shape-only readers (Shape)
  * need none. Graph inputs are NCHW (one kiln.ToNHWC before the first convolution, shared)
@@ -138,10 +144,9 @@ static enum kind kind_of(const kiln_op_def *d, const kiln_node *n) {
     case KILN_LAYOUT_GAP: return K_GAP;
     case KILN_LAYOUT_UNARY: return K_UNARY;
     case KILN_LAYOUT_BINARY: return K_BINARY;
-    /* kiln.FusedElementwise follows NHWC as the binary ops do: its CUDA kernel broadcasts
-     * in NHWC (an operand NHWC itself, or with the same bytes in both layouts: a
-     * per-channel (C,1,1) such as an inference BN's scale and shift, a scalar, an
-     * (N,C,1,1) gate); its same_shape=1 is no longer needed for it */
+    /* a fused elementwise node follows NHWC as a binary op does: its CUDA kernel walks the
+     * NHWC bytes in storage order, with broadcast operands (ConvNeXt's layer scale (C,1,1))
+     * indexed by their channels-last dims (src/cuda/fused_elementwise.c, make_pattern) */
     case KILN_LAYOUT_SAME_SHAPE: return K_BINARY;
     case KILN_LAYOUT_CONV_GRAD_INPUT: return K_CGRAD_IN;
     case KILN_LAYOUT_CONV_GRAD_WEIGHT: return K_CGRAD_W;
@@ -180,6 +185,29 @@ static bool layout_free(const kiln_value *v) {
     for (int d = 0; d < v->ndim; d++) a[4 - v->ndim + d] = v->dims[d];
     if (a[1] < 0 || a[2] < 0 || a[3] < 0) return false;
     return a[1] == 1 || a[2] * a[3] == 1;
+}
+
+/* layout_free for v, or for what v copies when its own shape is unknown: through Identity
+ * and Cast to an initializer (torch.onnx writes equal initializers once with an Identity per
+ * use: a randomly initialized ConvNeXt's layer scales (C,1,1), cast to f16 by the
+ * precision pass, reach their Mul with no static shape). */
+static bool value_layout_free(const kiln_model *m, const int *prod, int v) {
+    for (int hops = 0; v >= 0 && hops < 4; hops++) {
+        if (layout_free(&m->values[v])) return true;
+        const kiln_tensor *t = m->values[v].init;
+        if (t) {
+            kiln_value tv = {.ndim = t->ndim};
+            for (int d = 0; d < t->ndim && d < KILN_MAX_DIMS; d++) tv.dims[d] = t->dims[d];
+            return layout_free(&tv);
+        }
+        const kiln_node *p = prod[v] >= 0 ? &m->nodes[prod[v]] : NULL;
+        /* op-pattern: ops that copy their input's shape (a weight's Identity and Cast) */
+        if (!p || p->domain[0] || (strcmp(p->op_type, "Cast") != 0 && strcmp(p->op_type, "Identity") != 0) ||
+            p->n_in < 1)
+            return false;
+        v = p->in[0];
+    }
+    return false;
 }
 
 /* layout_free for a weight: v, or what v was cast from (the precision pass's f16 copy of
@@ -626,8 +654,22 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                 const int rv = v < 0 ? -1 : L.rank[v] >= 0 ? L.rank[v] : m->values[v].ndim > 0 ? m->values[v].ndim : -1;
                 if (rv > 0) r = rv, known = 1;
             }
-        const int r_out = k == K_CGRAD_B ? 1 : k == K_SUM_TO ? (n->n_in > 1 && n->in[1] >= 0 ? L.rank[n->in[1]] : -1) : r;
+        int r_out = k == K_CGRAD_B ? 1 : k == K_SUM_TO ? (n->n_in > 1 && n->in[1] >= 0 ? L.rank[n->in[1]] : -1) : r;
+        /* a binary op broadcasts to its highest-ranked operand, which need not be input 0
+         * (ConvNeXt's layer scale (C,1,1) * x) */
+        for (int j = 1; k == K_BINARY && j < n->n_in; j++)
+            if (n->in[j] >= 0 && L.rank[n->in[j]] > r_out) r_out = L.rank[n->in[j]];
         if (k == K_NONE) r = -1;
+        /* a Transpose keeps its input's rank (its perm's length): the permute back after
+         * ConvNeXt's Linears reads a Reshape whose rank static inference does not know under
+         * a symbolic batch, and the layer-scale Mul and residual Add behind it follow NHWC
+         * only when their operands' ranks are known */
+        if (k == K_NONE && kiln_pass_is(n, "Transpose") && y >= 0) { /* op-pattern: rank of a permute */
+            int np = 0;
+            const int64_t *pp = kiln_attr_ints(n, "perm", &np);
+            const int rt = pp ? np : x >= 0 ? L.rank[x] : -1;
+            if (rt > 0 && L.rank[y] < 0) L.rank[y] = rt;
+        }
         if (k == K_JOIN) /* its inputs have one rank: any known one */
             for (int j = 0; j < n->n_in && r < 0; j++) r = n->in[j] >= 0 ? L.rank[n->in[j]] : -1;
         if (k == K_BINARY)
@@ -657,7 +699,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                     break;
                 }
                 any |= L.fmt[v] == KILN_FORMAT_NHWC;
-                go = L.fmt[v] == KILN_FORMAT_NHWC || layout_free(&m->values[v]) || L.rank[v] == 4;
+                go = L.fmt[v] == KILN_FORMAT_NHWC || value_layout_free(m, prod, v) || L.rank[v] == 4;
             }
             go = go && any;
         } else if (k == K_CGRAD_W || k == K_PGRAD || k == K_UGRAD || k == K_BNGRAD) {
@@ -717,7 +759,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
                  * same in both layouts as they are (a one-channel image); the others read
                  * the format of every input */
                 *w = (k != K_BINARY && k != K_JOIN && !lenient) || L.fmt[v] == KILN_FORMAT_NHWC ||
-                             !layout_free(&m->values[v])
+                             !(lenient ? layout_free(&m->values[v]) : value_layout_free(m, prod, v))
                          ? KILN_FORMAT_NHWC
                          : WANT_ANY;
             else if (go && conv_like && j == (k == K_CGRAD_W ? 2 : 1))

@@ -3004,6 +3004,17 @@ static void depthwise_group(const char *tag) {
         snprintf(label, sizeof label, "%s depthwise 7x7 pad 3, 32 channels%s", tag, nhwc ? ", NHWC" : "");
         floats("Conv", "group=32;pads=[3,3,3,3]", 0, true, 2e-5, 1e-4, label,
                INPUTS(X(2, 32, 14, 13), X(32, 1, 7, 7), X(32)));
+        /* the tiled kernel (NHWC, stride 1): several row, column and channel tiles, the last
+         * channel chunk part-filled (96 channels in chunks of 40), a last column tile of 3 */
+        snprintf(label, sizeof label, "%s depthwise 7x7 pad 3, 96 channels, 20x19%s", tag, nhwc ? ", NHWC" : "");
+        floats("Conv", "group=96;pads=[3,3,3,3]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 96, 20, 19), X(96, 1, 7, 7), X(96)));
+        snprintf(label, sizeof label, "%s depthwise 3x3 pad 1, 40 channels, 9x60%s", tag, nhwc ? ", NHWC" : "");
+        floats("Conv", "group=40;pads=[1,1,1,1]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(1, 40, 9, 60), X(40, 1, 3, 3), X(40)));
+        snprintf(label, sizeof label, "%s depthwise 5x5 stride 2, 48 channels, 17x18%s", tag, nhwc ? ", NHWC" : "");
+        floats("Conv", "group=48;pads=[2,2,2,2];strides=[2,2]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 48, 17, 18), X(48, 1, 5, 5), X(48)));
         snprintf(label, sizeof label, "%s depthwise 3x3 stride 2, 20 channels, no bias%s", tag, nhwc ? ", NHWC" : "");
         floats("Conv", "group=20;pads=[1,1,1,1];strides=[2,2]", 0, true, 2e-5, 1e-4, label,
                INPUTS(X(2, 20, 15, 15), X(20, 1, 3, 3)));
