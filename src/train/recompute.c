@@ -9,8 +9,8 @@
  * value then dies after its last forward reader and the planner reuses its bytes.
  *
  * A second tier (heavy; kiln_train_options.no_recompute 0, `kiln train --recompute on`):
- * ops that declare their FLOPs (kiln_op_def.flops: convolutions, products) are candidates
- * too, scored by those FLOPs and sorted after every cheap value: a convolution is
+ * convolutions and matrix products (Conv, MatMul, Gemm) are candidates too, scored by their
+ * multiply-adds per output element, so every cheap value comes first and a convolution is
  * recomputed only when the cheap values alone do not fit: then the backward keeps little
  * more than every fourth block's output and recomputes the rest, as PyTorch's per-block
  * torch.utils.checkpoint does (at about one more forward pass of those blocks).
@@ -78,15 +78,13 @@ static bool cheap_node(const rc_info *g, int i) {
     return d->eltwise != NULL && n->n_out == 1;
 }
 
-/* Ops that declare their FLOPs (kiln_op_def.flops: convolutions, products) are the second
- * tier: deterministic, one output. */
 static bool is_heavy(const kiln_node *n) {
-    const kiln_op_def *d = kiln_op_get(n->op);
-    return d && d->flops && !d->random && n->n_out == 1;
+    return !n->domain[0] && n->n_out == 1 && n->n_in >= 2 &&
+           (!strcmp(n->op_type, "Conv") || !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm"));
 }
 
-/* Node i's output 0 may be recomputed: a cheap op, or (second tier, scored by its FLOPs so
- * that it comes after every cheap value) a convolution or product. */
+/* Node i's output 0 may be recomputed: a cheap op, or (second tier, scored by its
+ * multiply-adds so that it comes after every cheap value) a convolution or product. */
 static bool recomputable(const rc_info *g, int i) {
     if (cheap_node(g, i)) return true;
     if (!g->heavy || i < 0 || !g->fwd[i] || !g->exec[i]) return false;
@@ -103,15 +101,12 @@ static double node_cost(const rc_info *g, int i) {
     const kiln_node *n = &g->m->nodes[i];
     const double e = numel_of(&g->vt[n->out[0]]);
     if (is_bn(n)) return 4 * e;
-    if (is_heavy(n)) { /* the op's own FLOPs for the plan's shapes */
-        const kiln_tensor *ins[16];
-        const kiln_tensor *outs[1] = {&g->vt[n->out[0]]};
-        if (n->n_in > 16) return e;
-        for (int k = 0; k < n->n_in; k++) ins[k] = n->in[k] >= 0 ? &g->vt[n->in[k]] : NULL;
-        kiln_op_ctx c = {.kctx = g->m->ctx, .node = n, .n_in = n->n_in, .in = (kiln_tensor **)ins, .n_out = 1,
-                         .out = (kiln_tensor **)outs};
-        const double f = kiln_op_get(n->op)->flops(&c);
-        return f > e ? f : e;
+    if (is_heavy(n)) { /* multiply-adds per output element: W's elements per output channel (Conv), K (products) */
+        const kiln_tensor *w = &g->vt[n->in[1]];
+        if (!strcmp(n->op_type, "Conv")) return w->ndim > 0 && w->dims[0] > 0 ? e * (numel_of(w) / (double)w->dims[0]) : e;
+        const kiln_tensor *a = &g->vt[n->in[0]];
+        const int64_t k = a->ndim > 0 ? a->dims[a->ndim - 1] : 1;
+        return e * (double)(k > 0 ? k : 1);
     }
     int k = 0;
     for (int j = 0; j < n->n_in; j++) k += n->in[j] >= 0;
