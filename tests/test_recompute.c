@@ -17,6 +17,7 @@
 #include "check.h"
 #include "core/internal.h"
 #include "core/plan.h"
+#include "passes/passes.h"
 #include "train/recompute.h"
 #include "train/trainer_internal.h"
 
@@ -139,6 +140,55 @@ static int compare_trainers(const kiln_trainer *a, const kiln_trainer *b, const 
     return 0;
 }
 
+/* The CUDA trainer lays its graph out (NHWC convolutions, the layout pass) before the
+ * memory limit's recomputation rewrites it, and the layout pass does not run again: a copy
+ * must carry its original's layout. (On the H100 `kiln train resnet18 --memory-limit ...`
+ * failed at warm-up: "BatchNormalization node 'bn1:recompute' ...: input 0 is NHWC and
+ * output 0 NCHW".) Here the graph is laid out for CUDA on the CPU, then fitted. */
+static void laid_out_copies(kiln_context *ctx, kiln_model *m, int64_t B) {
+    kiln_train_options o = opts();
+    kiln_trainer *t = NULL;
+    CHECK(!kiln_trainer_create(m, "loss", &o, &t), "trainer: %s", kiln_context_message(ctx));
+    if (!t) return;
+    const kiln_pass_options pa = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP32,
+                                  .disabled = ~(unsigned)KILN_PASS_NHWC};
+    kiln_model *low = NULL;
+    CHECK(!kiln_passes_apply(t->train, &pa, &low), "layout: %s", kiln_context_message(ctx));
+    if (!low) {
+        kiln_trainer_free(t);
+        return;
+    }
+    kiln_model_free(t->train);
+    t->train = low;
+    kiln_train_memory least;
+    kiln_trainer_plan_memory(t, B, 1, 1, &least); /* the least reachable: every candidate */
+    t->opts.memory_limit = least.peak_bytes;
+    t->opts.memory_batch = B;
+    CHECK(!kiln_trainer_fit_memory(t), "fit under %zu bytes: %s", least.peak_bytes, kiln_context_message(ctx));
+    int copies = 0, nhwc = 0, bad = 0;
+    for (int i = 0; i < t->train->n_nodes; i++) {
+        const kiln_node *n = &t->train->nodes[i];
+        const char *r = strstr(n->name, ":recompute");
+        if (!r) continue;
+        copies++;
+        /* the copy's output against the value it recomputes (its name without the suffix) */
+        const kiln_value *y = &t->train->values[n->out[0]];
+        char orig[512];
+        snprintf(orig, sizeof orig, "%.*s", (int)(strstr(y->name, ":recompute") - y->name), y->name);
+        const int v = kiln_model_find_value(t->train, orig);
+        nhwc += y->format == KILN_FORMAT_NHWC;
+        if (v < 0 || t->train->values[v].format != y->format) {
+            printf("FAIL copy %s: %s is %s, the original %s\n", n->name, y->name,
+                   y->format == KILN_FORMAT_NHWC ? "NHWC" : "NCHW", v < 0 ? "(not found)" : "another layout");
+            bad++;
+        }
+    }
+    fails += bad;
+    CHECK(copies > 0 && nhwc > 0, "%d copies, %d NHWC: nothing laid out was recomputed", copies, nhwc);
+    printf("laid out for CUDA, then fitted: %d copies (%d NHWC), each in its original's layout\n", copies, nhwc);
+    kiln_trainer_free(t);
+}
+
 int main(void) {
     kiln_context *ctx = NULL;
     if (kiln_context_create(&ctx)) return 1;
@@ -254,6 +304,7 @@ int main(void) {
     kiln_tensor_free(y);
     kiln_trainer_free(rc);
     kiln_trainer_free(plain);
+    laid_out_copies(ctx, m, B);
     kiln_model_free(m);
     kiln_context_free(ctx);
     if (fails) printf("%d checks failed\n", fails);

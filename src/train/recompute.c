@@ -250,6 +250,10 @@ static int recompute_value(rc_build *b, int x, bool top, int depth) {
     snprintf(name, sizeof name, "%s:recompute%s%d", g->m->values[x].name, top ? "" : ":for", top ? 0 : b->gen);
     const int out = kiln_model_get_value(b->c, name);
     if (out < 0) return -1;
+    /* the copy computes x: x's layout (the trainer's graph is already laid out by the layout
+     * pass, which does not run again: a BatchNormalization copy reading an NHWC convolution
+     * output must write NHWC as the original does, or CUDA refuses the mix) */
+    b->c->values[out].format = g->m->values[x].format;
     kiln_attr *attrs = n->n_attrs ? kiln_calloc(g->m->ctx, (size_t)n->n_attrs, sizeof(kiln_attr), "recomputation") : NULL;
     if (n->n_attrs && !attrs) return -1;
     for (int a = 0; a < n->n_attrs; a++)
