@@ -44,6 +44,8 @@ static const struct { const char *name, *text; } commands[] = {
      "        [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
      "        [--device cpu] [--amp off] [--lr LR] [--save FILE] [--resume FILE]\n"
      "        [--max-steps N] [--no-dropout] [--threads N] [--strict-fp32] [--no-shuffle] [--profile]\n"
+     "        [--deterministic] (CUDA: only cuDNN algorithms without atomic sums: the same run twice\n"
+     "        gives the same bits, as torch.use_deterministic_algorithms)\n"
      "        [--json FILE] (every figure reported, per epoch and per step, as JSON; - for stdout)\n"
      "        [--plot FILE.png|FILE.svg] [--plot-size WxH] (loss, test accuracy and learning rate\n"
      "        curves; 1200x900 unless --plot-size)\n"
@@ -1244,7 +1246,7 @@ typedef struct train_args {
     int64_t epochs, batch, accumulate, max_steps;
     uint64_t seed;
     float lr;
-    int dropout, threads, strict_fp32, no_shuffle, profile, no_warmup, plot_w, plot_h;
+    int dropout, threads, strict_fp32, no_shuffle, profile, no_warmup, plot_w, plot_h, deterministic;
     unsigned disable;
     /* any classifier (MODEL.onnx, resnetNN): the loss, the input and the transforms */
     float label_smoothing;
@@ -1681,7 +1683,7 @@ static int cmd_train(int argc, char **argv) {
            O_SEED, O_LR, O_SAVE, O_RESUME, O_DEVICE, O_AMP, O_MAX_STEPS, O_THREADS, O_INIT, O_LOSSES, O_DISABLE, O_JSON,
            O_PLOT, O_PLOT_SIZE, O_EXPORT, O_LABEL_SMOOTHING, O_IMAGE_SIZE, O_CLASSES, O_RESIZE, O_NO_AUGMENT,
            O_NO_FLIP, O_MEAN, O_STD, O_ZERO_INIT, O_DIST_TIMEOUT, O_BUCKET_MB, O_DROP_LAST, O_SYNC_BN,
-           O_MEMORY_LIMIT, O_MAX_BATCH, O_RECOMPUTE, O_DATA_CACHE, O_DATA_WORKERS, O_DECODE };
+           O_MEMORY_LIMIT, O_MAX_BATCH, O_RECOMPUTE, O_DATA_CACHE, O_DATA_WORKERS, O_DECODE, O_DETERMINISTIC };
     static const struct option longopts[] = {
         {"no-dropout", no_argument, NULL, O_NO_DROPOUT},      {"strict-fp32", no_argument, NULL, O_STRICT},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},      {"no-warmup", no_argument, NULL, O_NO_WARMUP},
@@ -1704,6 +1706,7 @@ static int cmd_train(int argc, char **argv) {
         {"std", required_argument, NULL, O_STD},               {"zero-init-residual", no_argument, NULL, O_ZERO_INIT},
         {"dist-timeout", required_argument, NULL, O_DIST_TIMEOUT}, {"bucket-mb", required_argument, NULL, O_BUCKET_MB},
         {"drop-last", no_argument, NULL, O_DROP_LAST},        {"sync-bn", no_argument, NULL, O_SYNC_BN},
+        {"deterministic", no_argument, NULL, O_DETERMINISTIC},
         {"memory-limit", required_argument, NULL, O_MEMORY_LIMIT}, {"max-batch", no_argument, NULL, O_MAX_BATCH},
         {"recompute", required_argument, NULL, O_RECOMPUTE},
         {"data-cache", required_argument, NULL, O_DATA_CACHE}, {"data-workers", required_argument, NULL, O_DATA_WORKERS},
@@ -1723,6 +1726,7 @@ static int cmd_train(int argc, char **argv) {
         case 'h': return cmd_usage("train", stdout);
         case O_NO_DROPOUT: a.dropout = 0; break;
         case O_STRICT: a.strict_fp32 = 1; break;
+        case O_DETERMINISTIC: a.deterministic = 1; break;
         case O_NO_SHUFFLE: a.no_shuffle = 1; break;
         case O_NO_WARMUP: a.no_warmup = 1; break;
         case O_PROFILE: a.profile = 1; break;
@@ -1841,7 +1845,8 @@ static int cmd_train(int argc, char **argv) {
         return 2;
     }
     kiln_train_options o = {.accumulate = (int)a.accumulate, .seed = a.seed, .threads = a.threads,
-                            .strict_fp32 = a.strict_fp32, .disable_passes = a.disable};
+                            .strict_fp32 = a.strict_fp32, .disable_passes = a.disable,
+                            .deterministic = a.deterministic};
     if (!mnist) {
         /* torchvision's reference recipe unless the flags say otherwise: SGD momentum 0.9,
          * weight decay 1e-4, lr 0.1 at batch 256 (scaled linearly with the batch, Goyal et
