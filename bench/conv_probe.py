@@ -85,8 +85,9 @@ def step_case(label, amp, cl):
     print(f"torch graph step {label:24s} {graph_time(step, n=20, reps=15):7.1f} us", flush=True)
 
 
-conv_case("conv1", (64, 1, 28, 28), (32, 1, 3, 3), dgrad=False)
-conv_case("conv2", (64, 32, 26, 26), (64, 32, 3, 3))
-step_case("f32 tf32 NCHW", False, False)
-step_case("amp f16 NCHW", True, False)
-step_case("amp f16 channels_last", True, True)
+if __name__ == "__main__":  # bench/conv_train_probe.py imports graph_time
+    conv_case("conv1", (64, 1, 28, 28), (32, 1, 3, 3), dgrad=False)
+    conv_case("conv2", (64, 32, 26, 26), (64, 32, 3, 3))
+    step_case("f32 tf32 NCHW", False, False)
+    step_case("amp f16 NCHW", True, False)
+    step_case("amp f16 channels_last", True, True)

@@ -12,32 +12,9 @@ import collections
 import torch
 import torchvision
 
+from conv_probe import graph_time  # 20 calls in a CUDA graph, median of 9 replays here
+
 torch.backends.cudnn.benchmark = True
-
-
-def graph_time(fn, n=20, reps=9):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
-    ts = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1000 / n)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def main():
@@ -72,9 +49,9 @@ def main():
         y = torch.nn.functional.conv2d(x, w, None, st, pad, dil, gr)
         dy = torch.randn_like(y)
         args = (None, st, pad, dil, False, [0, 0], gr)
-        f = graph_time(lambda: torch.nn.functional.conv2d(x, w, None, st, pad, dil, gr))
-        d = graph_time(lambda: torch.ops.aten.convolution_backward(dy, x, w, *args, [True, False, False]))
-        wg = graph_time(lambda: torch.ops.aten.convolution_backward(dy, x, w, *args, [False, True, False]))
+        f = graph_time(lambda: torch.nn.functional.conv2d(x, w, None, st, pad, dil, gr), 20, 9)
+        d = graph_time(lambda: torch.ops.aten.convolution_backward(dy, x, w, *args, [True, False, False]), 20, 9)
+        wg = graph_time(lambda: torch.ops.aten.convolution_backward(dy, x, w, *args, [False, True, False]), 20, 9)
         fl = 2.0 * y.numel() * ws[1] * ws[2] * ws[3]
         flops_tot += fl * cnt
         tot[0] += f * cnt
