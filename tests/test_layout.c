@@ -156,10 +156,14 @@ static kiln_format format_of(const kiln_model *m, const char *name) {
 }
 
 /* Run m on the CPU with inputs of batch `batch`; outputs copied into out[]. */
-static bool run_cpu(kiln_model *m, int64_t batch, kiln_tensor **out, int n_out) {
+/* m on the CPU with the switchable passes in `disable` off (~0u: the graph as it is), on
+ * random inputs of first dim `batch`; outputs copied into out[0..n_out). */
+static bool run_cpu_opts(kiln_model *m, int64_t batch, unsigned disable, kiln_tensor **out, int n_out) {
+    kiln_session_options so = KILN_SESSION_OPTIONS_INIT;
+    so.disable_passes = disable;
     kiln_session *s = NULL;
     kiln_tensor *in[4] = {0};
-    bool ok = kiln_session_create(m, NULL, &s) == KILN_OK;
+    bool ok = m->n_inputs <= 4 && kiln_session_create(m, &so, &s) == KILN_OK;
     CHECK(ok, "session: %s", kiln_context_message(ctx));
     for (int i = 0; ok && i < m->n_inputs; i++) {
         const kiln_value *v = &m->values[m->inputs[i]];
@@ -174,6 +178,10 @@ static bool run_cpu(kiln_model *m, int64_t batch, kiln_tensor **out, int n_out) 
     for (int i = 0; i < 4; i++) kiln_tensor_free(in[i]);
     kiln_session_free(s);
     return ok;
+}
+
+static bool run_cpu(kiln_model *m, int64_t batch, kiln_tensor **out, int n_out) {
+    return run_cpu_opts(m, batch, 0, out, n_out);
 }
 
 /* The pass (with `also` the only other switchable passes on, and the precision pass,
@@ -1228,26 +1236,6 @@ static int probe(const char *path) {
     return bad ? 1 : 0;
 }
 
-/* Run m on the CPU with every switchable pass off (the graph as it is) on inputs of batch
- * `batch` (seed 31); output 0 copied into *out. */
-static bool run_cpu_as_is(kiln_model *m, int64_t batch, kiln_tensor **out) {
-    kiln_session_options so = KILN_SESSION_OPTIONS_INIT;
-    so.disable_passes = ~0u;
-    kiln_session *s = NULL;
-    kiln_tensor *in = NULL;
-    const kiln_tensor *o = NULL;
-    const kiln_value *v = &m->values[m->inputs[0]];
-    int64_t dims[KILN_MAX_DIMS];
-    for (int d = 0; d < v->ndim; d++) dims[d] = v->dims[d] < 0 ? batch : v->dims[d];
-    in = kt_rand(v->dtype, v->ndim, dims, -1, 1, 31);
-    bool ok = m->n_inputs == 1 && kiln_session_create(m, &so, &s) == KILN_OK && kiln_session_run(s, 1, &in, 1, &o) == KILN_OK;
-    CHECK(ok, "run: %s", kiln_context_message(ctx));
-    *out = ok ? kiln_tensor_clone(ctx, o) : NULL;
-    kiln_tensor_free(in);
-    kiln_session_free(s);
-    return ok && *out;
-}
-
 /* test_layout --densenet MODEL.onnx: torchvision's DenseNet (tests/data/densenet_mini.onnx:
  * DenseNet(growth_rate=8, block_config=(2,2), num_init_features=16, num_classes=10), random
  * weights and BN statistics, eval, torch.onnx.export dynamo=False opset 17, batch dynamic)
@@ -1265,7 +1253,7 @@ static int densenet_export(const char *path) {
     for (int i = 0; i < m->n_nodes; i++) n_bn += kiln_pass_is(&m->nodes[i], "BatchNormalization");
     CHECK(n_bn > 0, "%s: no BatchNormalization to fuse", path);
     kiln_tensor *want = NULL;
-    const bool have_ref = run_cpu_as_is(m, 3, &want);
+    const bool have_ref = run_cpu_opts(m, 3, ~0u, &want, 1);
     for (int p = 0; p < 2; p++) {
         const kiln_precision prec = p ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32;
         char label[128];
@@ -1316,7 +1304,7 @@ static int densenet_export(const char *path) {
         CHECK(count_op(opt, "ToNCHW") == 0 && count_op(opt, "ToNHWC") == 1, "%s: %d ToNHWC and %d ToNCHW, expected 1 and 0",
               label, count_op(opt, "ToNHWC"), count_op(opt, "ToNCHW"));
         kiln_tensor *got = NULL;
-        if (have_ref && run_cpu_as_is(opt, 3, &got)) {
+        if (have_ref && run_cpu_opts(opt, 3, ~0u, &got, 1)) {
             char l[200];
             snprintf(l, sizeof l, "%s: output vs the unoptimized graph", label);
             fails += kiln_tensor_compare(got, want, p ? 3e-2 : 1e-4, p ? 3e-2 : 1e-4, l);
