@@ -44,7 +44,11 @@ PY
 
 # a damaged JPEG: the run stops naming it; the checkpoint saved before is untouched
 cp -r "$data" "$dir_bad"
-victim=$(ls "$dir/stream_bad_$device/train/c0001/"*.jpg | head -1)
+# the first JPEG by glob, not `ls | head -1`: under pipefail, ls killed by SIGPIPE once head has
+# its line (output over one pipe buffer, as with a long build path) ends the script silently
+jpgs=("$dir/stream_bad_$device/train/c0001/"*.jpg)
+victim=${jpgs[0]}
+[ -f "$victim" ] || fail "no JPEG in $dir/stream_bad_$device/train/c0001"
 head -c 600 "$victim" > "$victim.cut" && mv "$victim.cut" "$victim"
 sum=$(md5sum < "$ckpt")
 if err=$("$kiln" train "$dir/tiny_cnn.onnx" --device "$device" --data "$dir_bad" --data-cache off --epochs 4 --batch 16 \

@@ -39,8 +39,8 @@ cmake -S "$src/tests/install" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" \
 kiln_dir=$(sed -n 's/^kiln_DIR:PATH=//p' "$work/cmake/CMakeCache.txt")
 [ "$kiln_dir" = "$libdir/cmake/kiln" ] || fail "find_package(kiln) found '$kiln_dir', not $libdir/cmake/kiln"
 cmake --build "$work/cmake" -j2 >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "building tests/install failed"; }
-readelf -d "$work/cmake/use_kiln_c" | grep -q 'NEEDED.*\[libkiln.so.0\]' || fail "use_kiln_c does not link libkiln.so"
-! readelf -d "$work/cmake/use_kiln_static" | grep -q 'NEEDED.*libkiln' || fail "use_kiln_static links libkiln.so"
+grep -q 'NEEDED.*\[libkiln.so.0\]' <<<"$(readelf -d "$work/cmake/use_kiln_c")" || fail "use_kiln_c does not link libkiln.so"
+! grep -q 'NEEDED.*libkiln' <<<"$(readelf -d "$work/cmake/use_kiln_static")" || fail "use_kiln_static links libkiln.so"
 for p in use_kiln_c use_kiln_cxx use_kiln_static; do
   "$work/cmake/$p" "$model" "$x" "$want" || fail "$p (find_package) failed"
 done
@@ -54,7 +54,7 @@ $cc $extra -std=c11 -o "$work/pc_c" "$src/tests/install/use_kiln.c" $flags -lm |
 $cxx $extra -o "$work/pc_cxx" "$src/tests/install/use_kiln.cpp" $flags || fail "c++ with pkg-config failed"
 $cc $extra -std=c11 -o "$work/pc_static" "$src/tests/install/use_kiln.c" $(pkg-config --cflags kiln) $static_libs -lm \
   || fail "cc with pkg-config --static failed"
-! readelf -d "$work/pc_static" | grep -q 'NEEDED.*libkiln' || fail "pc_static links libkiln.so"
+! grep -q 'NEEDED.*libkiln' <<<"$(readelf -d "$work/pc_static")" || fail "pc_static links libkiln.so"
 for p in pc_c pc_cxx pc_static; do
   LD_LIBRARY_PATH=$libdir "$work/$p" "$model" "$x" "$want" || fail "$p (pkg-config) failed"
 done
