@@ -7,8 +7,9 @@
 # under label gpu, with their command lines) and gelu_fusion if built, stripped and
 # gzipped, plus libgomp, which that machine may lack.
 
-# kiln_pack BUILD_DIR DEST [nogelu]: DEST/kiln.xz, DEST/<test>.xz, DEST/gpu_tests.txt,
-# DEST/gelu_fusion.xz (unless nogelu), DEST/lib/ (xz: half gzip's size, for the 64 MiB carry)
+# kiln_pack BUILD_DIR DEST [nogelu]: DEST/kiln.xz, DEST/<program>.xz (every build-tree program
+# a gpu-labelled test runs), DEST/gpu_tests.txt, DEST/programs.txt, DEST/gelu_fusion.xz (unless
+# nogelu), DEST/lib/ (xz: half gzip's size, for the 64 MiB carry)
 kiln_pack() {
   local build=$1 dest=$2 gelu=${3:-gelu} src
   src=$(pwd)
@@ -18,35 +19,74 @@ kiln_pack() {
   strip --strip-all -o "$dest/kiln" "$build/kiln" && xz -T2 -f "$dest/kiln"
   [ "$gelu" = gelu ] && [ -x "$build/gelu_fusion" ] && strip --strip-all -o "$dest/gelu_fusion" "$build/gelu_fusion" &&
     xz -T2 -f "$dest/gelu_fusion"
-  # The tests labelled gpu, as ctest would run them: one line per test, "name<TAB>command",
-  # the program named by its base name, paths inside the source tree made relative. Tests
-  # that run a script or read the build tree (fixtures' outputs) stay out of the pack, named
-  # on stderr: they run with ctest on a whole build.
+  # The tests labelled gpu, in ctest's order with the fixtures they need (as `ctest -L gpu`
+  # runs them), scripts included: gpu_tests.txt has one line per test,
+  # "name<TAB>skip exit code or -<TAB>working dir<TAB>command", the command shell-quoted with
+  # the build tree written "$B" and the source tree "$S" (kiln_gpu_tests sets them);
+  # programs.txt the build-tree programs they run (paths relative to the build tree).
   ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
-import json, os, sys
+import json, os, re, shlex, sys
 src, build = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2])
+tests, progs = open(sys.argv[3], "w"), []
+def q(text):  # shell-quoted, the trees as "$B" / "$S"
+    parts = re.split("(" + re.escape(build) + "|" + re.escape(src) + ")", text)
+    out = "".join({build: "\"$B\"", src: "\"$S\""}.get(p) or (shlex.quote(p) if p else "") for p in parts)
+    return out or "\"\""
 for t in json.load(sys.stdin).get("tests", []):
     cmd = t.get("command") or []
     if not cmd: continue
-    if os.path.basename(cmd[0]) in ("sh", "bash") or any(a.startswith(build + "/") for a in cmd[1:]):
-        print("kiln_pack: not packed: %s (a script or build-tree files; ctest -L gpu on a whole build runs it)"
-              % t["name"], file=sys.stderr)
-        continue
-    args = [os.path.relpath(a, src) if a.startswith(src + "/") and not a.startswith(build + "/") else a
-            for a in cmd[1:]]
-    print(t["name"] + "\t" + " ".join([os.path.basename(cmd[0])] + args))
-' "$src" "$build" > "$dest/gpu_tests.txt"
-  local prog
-  while IFS=$'\t' read -r _ prog; do
-    prog=${prog%% *}
-    [ -f "$dest/$prog.xz" ] && continue
-    local path
-    path=$(find "$build" -name "$prog" -type f -perm -u+x | head -1)
-    [ -n "$path" ] && strip --strip-all -o "$dest/$prog" "$path" && xz -T2 -f "$dest/$prog"
-  done < "$dest/gpu_tests.txt"
+    props = {p["name"]: p["value"] for p in t.get("properties", [])}
+    for a in cmd:
+        for path in re.findall(re.escape(build) + r"/[^ \x27\x22]+", a):
+            if os.path.isfile(path) and os.access(path, os.X_OK) and path not in progs: progs.append(path)
+    tests.write("\t".join([t["name"], str(props.get("SKIP_RETURN_CODE", "-")), q(props.get("WORKING_DIRECTORY", build)),
+                            " ".join(q(a) for a in cmd)]) + "\n")
+with open(sys.argv[4], "w") as f:
+    for p in progs: f.write(os.path.relpath(p, build) + "\n")
+' "$src" "$build" "$dest/gpu_tests.txt" "$dest/programs.txt"
+  local rel prog
+  while read -r rel; do
+    prog=$(basename "$rel")
+    [ -f "$dest/$prog.xz" ] || { strip --strip-all -o "$dest/$prog" "$build/$rel" && xz -T2 -f "$dest/$prog"; }
+  done < "$dest/programs.txt"
   path=$(ldd "$build/kiln" | awk '$1 == "libgomp.so.1" { print $3 }')
   [ -n "$path" ] && cp -L "$path" "$dest/lib/"
   du -sh "$dest"
+}
+
+# kiln_gpu_tests DIR LOGS [TAG]: the tests of a pack's gpu_tests.txt (or, for a build directory,
+# `ctest -L gpu` there), each logged to LOGS/test[-TAG]-NAME.log; programs are unpacked into a
+# scratch build tree (their places in the build), so scripts and fixtures run as under ctest.
+# A test whose program is not in DIR (a trimmed carry) is reported as not run. Prints a line
+# per test; returns 1 if one failed.
+kiln_gpu_tests() {
+  local dir=$1 logs=$2 tag=${3:+-$3} B S rel prog name skip wd cmd st rc=0
+  if [ -f "$dir/CTestTestfile.cmake" ]; then
+    ctest --test-dir "$dir" -L gpu --output-on-failure > "$logs/ctest$tag.log" 2>&1 || rc=1
+    grep -E "Test +#|tests passed" "$logs/ctest$tag.log"
+    return $rc
+  fi
+  [ -f "$dir/gpu_tests.txt" ] && [ -f "$dir/programs.txt" ] || { echo "no $dir/gpu_tests.txt (bench/gpu.sh pack)"; return 1; }
+  S=$(pwd) B=$(mktemp -d /tmp/kiln-gpu-build.XXXXXX)
+  local missing=" "
+  while read -r rel; do
+    prog=$(basename "$rel")
+    mkdir -p "$B/$(dirname "$rel")"
+    if prog=$(kiln_unpack "$dir" "$prog" 2>/dev/null); then cp "$prog" "$B/$rel"; else missing+="$rel "; fi
+  done < "$dir/programs.txt"
+  while IFS=$'\t' read -r name skip wd cmd; do
+    for rel in $missing; do
+      case $cmd in *"\"\$B\"/$rel"*) echo "== test $name: not run ($rel is not in $dir)"; continue 2 ;; esac
+    done
+    echo "== test $name"
+    (eval "cd $wd" && eval "$cmd") > "$logs/test$tag-$name.log" 2>&1
+    st=$?
+    if [ "$skip" != - ] && [ $st -eq "$skip" ]; then echo "skipped (exit $st)"
+    elif [ $st -ne 0 ]; then echo "FAILED (exit $st)"; rc=1; fi
+    grep -E "^FAIL" "$logs/test$tag-$name.log" | head -30
+    tail -1 "$logs/test$tag-$name.log"
+  done < "$dir/gpu_tests.txt"
+  return $rc
 }
 
 # pack_data [DEST]: the four Fashion-MNIST .gz files kiln train reads (default .carry/data)

@@ -72,13 +72,8 @@ if [ "${TESTS:-0}" = 1 ]; then
   for side in A B; do
     dir=$A; [ $side = B ] && dir=$B
     [ -f "$dir/gpu_tests.txt" ] || continue
-    while IFS=$'\t' read -r name cmd; do
-      prog=$(kiln_unpack "$dir" "${cmd%% *}") || { rc=1; continue; }
-      args=${cmd#"${cmd%% *}"}
-      # shellcheck disable=SC2086
-      if "$prog" $args > "$LOGS/test-$side-$name.log" 2>&1; then s=pass; else s=FAIL; rc=1; fi
-      echo "$side $name: $s ($(tail -1 "$LOGS/test-$side-$name.log"))"
-    done < "$dir/gpu_tests.txt"
+    echo "== $side: GPU tests"
+    kiln_gpu_tests "$dir" "$LOGS" "$side" || rc=1
   done
 fi
 

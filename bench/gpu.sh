@@ -4,7 +4,9 @@
 #
 # Here (a machine with kiln's build dependencies), after a CUDA build:
 #   bench/gpu.sh pack [BUILD_DIR]   packs kiln, the gpu-labelled tests (as `ctest -L gpu` runs
-#                                   them), gelu_fusion if built (-DKILN_BENCH=ON) and
+#                                   them, scripts and fixtures included; a trimmed carry may
+#                                   leave programs out: their tests are reported as not run),
+#                                   gelu_fusion if built (-DKILN_BENCH=ON) and
 #                                   Fashion-MNIST into .carry/ (default BUILD_DIR build-cuda)
 # On the GPU machine, with .carry carried:
 #   bench/gpu.sh [PART...]          default: tests r50 train torch
@@ -68,17 +70,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 rc=0
 
 part_tests() {
-  [ -f "$K/gpu_tests.txt" ] || { echo "no $K/gpu_tests.txt (bench/gpu.sh pack)"; rc=1; return; }
-  local name cmd prog args
-  while IFS=$'\t' read -r name cmd; do
-    prog=$(kiln_unpack "$K" "${cmd%% *}") || { rc=1; continue; }
-    args=${cmd#"${cmd%% *}"}
-    echo "== test $name"
-    # shellcheck disable=SC2086
-    "$prog" $args > "$LOGS/test-$name.log" 2>&1 || rc=1
-    grep -E "^FAIL" "$LOGS/test-$name.log" | head -30
-    tail -1 "$LOGS/test-$name.log"
-  done < "$K/gpu_tests.txt"
+  kiln_gpu_tests "$K" "$LOGS" || rc=1
 }
 
 part_r50() {
