@@ -47,7 +47,7 @@
  * it accepted (FAIL naming the op otherwise), then "N passed, N failed". Exits non-zero
  * on any failure.
  *
- * Usage: test_backend_ops [--dry-run] [--dw-grad] [--dw-grad-bench] [-v] [OP ...]
+ * Usage: test_backend_ops [--dry-run] [--dw-grad | --dw-grad-timed] [--dw-grad-bench] [-v] [OP ...]
  *   --dry-run (also --record): no device. Every case's CPU reference runs in every dtype,
  *     the backend's supports check must accept it, and the CUDA C generated for each
  *     kiln.FusedElementwise case is compiled by NVRTC for sm_90; the table of counts
@@ -64,6 +64,8 @@
  *   --dw-grad: depthwise kiln.ConvGradWeight / kiln.ConvGradInput on conv_depthwise_grad.cu's
  *     kernels (kiln_cuda_options.conv_dw_grad, off by default; autotune off so that they
  *     run on every case); FAIL if they never ran. With -v each case's max abs error.
+ *   --dw-grad-timed: the same with autotune on: each depthwise gradient problem is timed on
+ *     those kernels and on cuDNN (conv.c's dw_faster) and the faster runs.
  *   --dw-grad-bench: times convnext_tiny's depthwise 7x7 gradients (f16 NHWC, batch 128)
  *     on conv_depthwise_grad.cu, cuDNN and (dX) conv_depthwise.cu's gather kernel, and
  *     compares the results with cuDNN's (dw_grad_bench below).
@@ -765,10 +767,12 @@ static int canary(void) {
 /* --dw-grad-bench: convnext_tiny's depthwise 7x7 gradients (f16 NHWC, batch 128, its four
  * stages), kiln.ConvGradWeight and kiln.ConvGradInput each timed (mean of 20 runs after
  * one untimed, which lets autotune choose) on conv_depthwise_grad.cu's kernels
- * (conv_dw_grad on, autotune off), on cuDNN (conv_depthwise off, autotune on: its fastest
- * algorithm) and, dX, on conv_depthwise.cu's older gather kernel; each result compared with
- * cuDNN's (max abs err / max |cuDNN|). Exits non-zero on a failed run or a relative error
- * above 1e-2. */
+ * (conv_dw_grad on, autotune off: "kiln"), on cuDNN (conv_depthwise off, autotune on: its
+ * fastest algorithm), on conv_depthwise.cu's older gather kernel (dX: "old") and as
+ * autotune picks between kiln's kernel and cuDNN ("tuned": conv_dw_grad on, autotune on);
+ * each result compared with cuDNN's (max abs err / max |cuDNN|), and kiln's run twice
+ * must give the same bits ("bits"). Exits non-zero on a failed run, a relative error
+ * above 1e-2 or different bits. */
 static double bench_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -838,17 +842,19 @@ static int dw_grad_bench(void) {
     kiln_cuda_options on = {.device = 0, .arena_bytes = arena, .conv_dw_grad = 1, .no_autotune = 1};
     kiln_cuda_options dnn = {.device = 0, .arena_bytes = arena, .no_conv_depthwise = 1};
     kiln_cuda_options old = {.device = 0, .arena_bytes = arena, .no_autotune = 1};
-    kiln_cuda *c_on = NULL, *c_dnn = NULL, *c_old = NULL;
+    kiln_cuda_options tuned = {.device = 0, .arena_bytes = arena, .conv_dw_grad = 1};
+    kiln_cuda *c_on = NULL, *c_dnn = NULL, *c_old = NULL, *c_tuned = NULL;
     if (kiln_cuda_create(ctx, &on, &c_on) || kiln_cuda_create(ctx, &dnn, &c_dnn) ||
-        kiln_cuda_create(ctx, &old, &c_old)) {
+        kiln_cuda_create(ctx, &old, &c_old) || kiln_cuda_create(ctx, &tuned, &c_tuned)) {
         printf("FAIL dw-grad-bench: create: %s\n", kiln_context_message(ctx));
         return 1;
     }
     kiln_attr *attrs = NULL;
     int n_attrs = 0;
     int bad = 0;
-    printf("%-8s %-6s %-20s %10s %10s %10s %9s %12s %12s\n", "stage", "grad", "shape (f16 NHWC)", "kiln ms",
-           "cuDNN ms", "old dX ms", "kiln GB/s", "rel err kiln", "rel err old");
+    printf("%-8s %-4s %-19s %9s %9s %9s %9s %9s %12s %12s %12s %5s\n", "stage", "grad", "shape (f16 NHWC)",
+           "kiln ms", "cuDNN ms", "old dX ms", "tuned ms", "kiln GB/s", "rel err kiln", "rel err old",
+           "rel err tuned", "bits");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t N = shapes[s].N, C = shapes[s].C, H = shapes[s].H, W = shapes[s].W;
         char text[96];
@@ -871,22 +877,32 @@ static int dw_grad_bench(void) {
             kiln_tensor *g_on = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
             kiln_tensor *g_dnn = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
             kiln_tensor *g_old = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
-            double t_on = NAN, t_dnn = NAN, t_old = NAN, e_on = NAN, e_old = NAN;
-            kiln_status st = g_on && g_dnn && g_old ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+            kiln_tensor *g_tuned = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
+            kiln_tensor *g_again = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
+            double t_on = NAN, t_dnn = NAN, t_old = NAN, t_tuned = NAN, t_again = NAN, e_on = NAN, e_old = NAN,
+                   e_tuned = NAN;
+            bool same = false;
+            kiln_status st = g_on && g_dnn && g_old && g_tuned && g_again ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
             if (!st) st = bench_one(c_dnn, &node, 3, in, g_dnn, &t_dnn);
             if (!st) st = bench_one(c_on, &node, 3, in, g_on, &t_on);
+            if (!st) st = bench_one(c_on, &node, 3, in, g_again, &t_again); /* deterministic: the same bits */
             if (!st && op == 1) st = bench_one(c_old, &node, 3, in, g_old, &t_old);
+            if (!st) st = bench_one(c_tuned, &node, 3, in, g_tuned, &t_tuned);
             if (!st) {
                 e_on = bench_rel_err(g_on, g_dnn);
+                e_tuned = bench_rel_err(g_tuned, g_dnn);
                 if (op == 1) e_old = bench_rel_err(g_old, g_dnn);
+                same = memcmp(g_on->data, g_again->data, kiln_tensor_nbytes(g_on)) == 0;
             }
             char shape[64];
             snprintf(shape, sizeof shape, "[%lld,%lld,%lld,%lld]", (long long)N, (long long)C, (long long)H, (long long)W);
             const double gb = 2.0 * (double)N * C * H * W * 2 / (t_on * 1e-3) / 1e9; /* two of X / dY / dX */
-            printf("%-8s %-6s %-20s %10.3f %10.3f %10.3f %9.0f %12.2e %12.2e%s%s\n", shapes[s].what, op ? "dX" : "dW",
-                   shape, t_on, t_dnn, t_old, gb, e_on, e_old, st ? "  FAIL: " : "",
-                   st ? kiln_context_message(ctx) : "");
-            if (st || !(e_on <= 1e-2)) bad++;
+            printf("%-8s %-4s %-19s %9.3f %9.3f %9.3f %9.3f %9.0f %12.2e %12.2e %12.2e %5s%s%s\n", shapes[s].what,
+                   op ? "dX" : "dW", shape, t_on, t_dnn, t_old, t_tuned, gb, e_on, e_old, e_tuned,
+                   same ? "same" : "DIFF", st ? "  FAIL: " : "", st ? kiln_context_message(ctx) : "");
+            if (st || !(e_on <= 1e-2) || !(e_tuned <= 1e-2) || !same) bad++;
+            kiln_tensor_free(g_tuned);
+            kiln_tensor_free(g_again);
             kiln_tensor_free(g_on);
             kiln_tensor_free(g_dnn);
             kiln_tensor_free(g_old);
@@ -905,6 +921,7 @@ static int dw_grad_bench(void) {
     kiln_cuda_free(c_on);
     kiln_cuda_free(c_dnn);
     kiln_cuda_free(c_old);
+    kiln_cuda_free(c_tuned);
     printf("dw-grad-bench: %s\n", bad ? "FAIL" : "ok");
     return bad != 0;
 }
@@ -961,7 +978,7 @@ static int report_audit(int n_only) {
 
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
-    bool dry = false, want_canary = false, dw_grad = false, want_bench = false;
+    bool dry = false, want_canary = false, dw_grad = false, dw_timed = false, want_bench = false;
     int n_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--record") == 0) dry = true;
@@ -969,13 +986,14 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--canary") == 0) want_canary = true;
         else if (strcmp(argv[i], "-v") == 0) verbose = true;
         else if (strcmp(argv[i], "--dw-grad") == 0) dw_grad = true;
+        else if (strcmp(argv[i], "--dw-grad-timed") == 0) dw_grad = dw_timed = true;
         else if (strcmp(argv[i], "--dw-grad-bench") == 0) want_bench = true;
         else n_only++;
     }
     kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)512 << 20};
     /* --dw-grad: depthwise gradients on conv_depthwise_grad.cu's kernels (off by default:
      * unvalidated), without autotune so that they run on every depthwise case */
-    if (dw_grad) o.conv_dw_grad = 1, o.no_autotune = 1;
+    if (dw_grad) o.conv_dw_grad = 1, o.no_autotune = !dw_timed;
     if (!dry && kiln_cuda_create(ctx, &o, &cu) != KILN_OK) {
         printf("FAIL: no usable CUDA device: %s\n", kiln_context_message(ctx));
         printf("0 passed, 1 failed\n");
@@ -1025,7 +1043,7 @@ int main(int argc, char **argv) {
                failed - f0);
     }
     kiln_optest_set_hook(NULL);
-    if (dw_grad && cu) { /* the kernels must have run, or the sweep proved nothing about them */
+    if (dw_grad && !dw_timed && cu) { /* the kernels must have run, or the sweep proved nothing about them */
         kiln_cuda_stats s;
         kiln_cuda_get_stats(cu, &s);
         printf("%s --dw-grad: conv_depthwise_grad.cu ran %d depthwise gradients\n", s.conv_dw_grad_calls ? "ok  " : "FAIL",
