@@ -28,11 +28,13 @@
  *   under it (((R-1)*sh + (kh-1)*dh + 1) rows x ((OWt-1)*sw + (kw-1)*dw + 1) columns x cb
  *   channels, zeros outside X) and the slab of dY into shared memory, a quad of channels
  *   (8 bytes in f16 / bf16, 16 in f32) per load; every X row is so read from global
- *   memory (R + kh - 1) / R times, not kh times. Thread (q, p, i) then owns kernel row i
- *   (all kw taps) of channel quad q and a range of L output columns p: for each slab row
- *   and each group of TO = 4 outputs it loads the TO + kw - 1 X columns once (stride 1,
- *   dilation 1: a sliding window; else each tap) and the TO dY values, and adds TO * kw * 4
- *   products into its kw x 4 f32 sums. At the end the P column ranges' sums are added in
+ *   memory (R + kh - 1) / R times, not kh times. Thread (q, i, p) (lanes: q fastest, then
+ *   i, then p; the patch rows padded so that successive rows' quads fall on different
+ *   banks) then owns kernel row i (all kw taps) of channel quad q and a range of L output
+ *   columns p: for each slab row and each group of TO = 4 outputs it loads the
+ *   TO + kw - 1 X columns once (stride 1, dilation 1: a sliding window; else each tap) and
+ *   the TO dY values (the same for every i: broadcast), and adds TO * kw * 4 products into
+ *   its kw x 4 f32 sums. At the end the P column ranges' sums are added in
  *   shared memory in a fixed order, and the block writes its partial dW (cb x kh x kw f32)
  *   to workspace row blockIdx.x; a second kernel (dwg_reduce) adds the G rows in order
  *   and rounds to W's dtype. No atomics: the same bits on every run (--deterministic).
@@ -116,14 +118,14 @@ struct WTile {
     int QB;             /* channel quads per block: cb = 4 * QB channels */
     int R, OWt;         /* a slab: R output rows x OWt output columns of one image */
     int P, L;           /* column ranges per slab row, and their length (a multiple of TO) */
-    int xr, xc;         /* the X patch: rows, columns */
+    int xr, xc, rp;     /* the X patch: rows, columns, row pitch (elements) */
     int rows_t, cols_t; /* slabs per image along OH, OW */
     int slabs, chunks, G;
 };
 
 size_t wtile_smem(const WTile &t, size_t es, int kh, int kw) {
     const size_t cb = (size_t)t.QB * QD;
-    const size_t stage = ((size_t)t.xr * t.xc + (size_t)t.R * t.OWt) * cb * es;
+    const size_t stage = (size_t)t.xr * t.rp * es + (size_t)t.R * t.OWt * cb * es;
     const size_t red = (size_t)t.P * cb * kh * kw * sizeof(float);
     return stage > red ? stage : red;
 }
@@ -144,6 +146,12 @@ bool wtile_for(const Geo &g, size_t es, WTile *t) {
         t->P = (t->OWt + t->L - 1) / t->L;
         t->xr = (t->R - 1) * g.sh + (g.kh - 1) * g.dh + 1;
         t->xc = (t->OWt - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+        /* row pitch: the lanes of one shared-memory phase take successive kernel rows i
+         * (then column ranges), so successive patch rows start one pixel's bytes apart
+         * modulo 128 and their quads fall on different banks */
+        const int pix_bytes = t->QB * QD * (int)es, row_bytes = t->xc * pix_bytes;
+        const int extra = pix_bytes < 128 ? ((pix_bytes - row_bytes % 128) % 128 + 128) % 128 : 0;
+        t->rp = (row_bytes + extra) / (int)es;
         if (wtile_smem(*t, es, g.kh, g.kw) <= SMEM) break;
         if (t->R > 1) t->R--;
         else if (t->OWt > 8) t->OWt /= 2;
@@ -170,11 +178,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     dwg_nhwc(const T *__restrict__ x, const T *__restrict__ dy, float *__restrict__ part, Geo g, WTile t) {
     extern __shared__ float4 smem4[];
     const int QB = t.QB, cb = QB * QD;
-    T *sx = reinterpret_cast<T *>(smem4);                 /* (xr, xc, cb) */
-    T *sd = sx + (size_t)t.xr * t.xc * cb;                /* (R, OWt, cb): 16-byte aligned (cb % 4 == 0) */
+    T *sx = reinterpret_cast<T *>(smem4);                 /* (xr, rp >= xc * cb) */
+    T *sd = sx + (size_t)t.xr * t.rp;                     /* (R, OWt, cb): quad-aligned (rp, cb % 4 == 0) */
     const int c_base = blockIdx.y * cb;
     const int tid = threadIdx.x;
-    const int q = tid % QB, rest = tid / QB, p = rest % t.P, i = rest / t.P; /* i < kh: blockDim = QB * P * kh */
+    const int q = tid % QB, rest = tid / QB, i = rest % g.kh, p = rest / g.kh; /* p < P: blockDim = QB * kh * P */
     float acc[KW][QD];
 #pragma unroll
     for (int j = 0; j < KW; j++)
@@ -204,7 +212,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             Q v = zq;
             if ((unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C) /* C % 4 == 0: all 4 */
                 v = *reinterpret_cast<const Q *>(x + ((size_t)(n * g.H + ih) * g.W + iw) * g.C + c);
-            *reinterpret_cast<Q *>(sx + (size_t)pix * cb + qq * QD) = v;
+            *reinterpret_cast<Q *>(sx + (size_t)pr * t.rp + pc * cb + qq * QD) = v;
         }
         for (int e = tid; e < t.R * t.OWt * QB; e += blockDim.x) {
             const int qq = e % QB, pix = e / QB;
@@ -221,7 +229,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (ob > g.OW - ow0) ob = g.OW - ow0;
         for (int r = 0; r < t.R; r++) {
             if (oh0 + r >= g.OH) break;
-            const T *xrow = sx + (size_t)(r * g.sh + i * g.dh) * t.xc * cb + q * QD;
+            const T *xrow = sx + (size_t)(r * g.sh + i * g.dh) * t.rp + q * QD;
             const T *drow = sd + (size_t)r * t.OWt * cb + q * QD;
             if (UNIT) {
                 for (int o = oa; o < ob; o += TO) {
