@@ -212,8 +212,9 @@ int main(void) {
     CHECK(mem0.input_bytes == (size_t)(B * 3 * S * S * 4 + B * 8), "batch %zu bytes", mem0.input_bytes);
     kiln_status st = kiln_trainer_plan_memory(plain, B, 1, 1, &least);
     CHECK(st == KILN_ERR_OUT_OF_MEMORY, "a 1-byte limit must fail (%d)", (int)st);
-    /* the stem's and each block's two ReLU outputs (the Adds' die with their ReLU) */
-    CHECK(least.candidates == 7 && least.recomputed >= 6 && least.recomputed <= least.candidates,
+    /* the stem's and each block's two ReLU outputs (the Adds' die with their ReLU), and the 7
+     * convolution outputs (BatchNormGrad reads them) */
+    CHECK(least.candidates == 14 && least.recomputed >= 10 && least.recomputed <= least.candidates,
           "recomputed %d of %d candidates", least.recomputed, least.candidates);
     printf("small residual CNN %dx%d batch %lld: peak %zu bytes (arena %zu); every candidate recomputed (%d): arena %zu, "
            "%.0f ops more\n",
@@ -233,6 +234,17 @@ int main(void) {
     CHECK(strstr(kiln_context_message(ctx), want), "message '%s' lacks '%s'", kiln_context_message(ctx), want);
     CHECK(strstr(kiln_context_message(ctx), "the memory limit is 1 bytes"), "message '%s' lacks the limit",
           kiln_context_message(ctx));
+    /* cheap values only (kiln_train_options.no_recompute 2): the 7 ReLU outputs; the
+     * convolutions' tier frees more */
+    kiln_train_memory cheap;
+    st = kiln_trainer_plan_memory(plain, B, 1, 2, &cheap);
+    CHECK(st == KILN_ERR_OUT_OF_MEMORY, "a 1-byte limit must fail, cheap values only (%d)", (int)st);
+    CHECK(cheap.candidates == 7 && cheap.recomputed >= 6 && cheap.recomputed <= cheap.candidates,
+          "cheap only: recomputed %d of %d candidates", cheap.recomputed, cheap.candidates);
+    CHECK(least.arena_bytes < cheap.arena_bytes, "recomputing convolutions too: arena %zu, not below cheap only's %zu",
+          least.arena_bytes, cheap.arena_bytes);
+    printf("every candidate recomputed: arena %zu (cheap values only: %zu, %.0f ops more)\n", least.arena_bytes,
+           cheap.arena_bytes, cheap.recompute_ops);
 
     /* a limit between: fits, within it, with some recomputed */
     const size_t mid = (mem0.peak_bytes + least.peak_bytes) / 2;
@@ -287,14 +299,20 @@ int main(void) {
     const size_t limit = mem0.peak_bytes * 2;
     int64_t b0 = 0, b1 = 0;
     kiln_train_memory a0, a1, t;
-    CHECK(!kiln_trainer_max_batch(plain, limit, 0, 64, &b0, &a0), "max batch: %s", kiln_context_message(ctx));
-    CHECK(!kiln_trainer_max_batch(plain, limit, 1, 64, &b1, &a1), "max batch: %s", kiln_context_message(ctx));
+    int64_t b2 = 0;
+    kiln_train_memory a2;
+    CHECK(!kiln_trainer_max_batch(plain, limit, 0, 256, &b0, &a0), "max batch: %s", kiln_context_message(ctx));
+    CHECK(!kiln_trainer_max_batch(plain, limit, 1, 256, &b1, &a1), "max batch: %s", kiln_context_message(ctx));
+    CHECK(!kiln_trainer_max_batch(plain, limit, 2, 256, &b2, &a2), "max batch: %s", kiln_context_message(ctx));
+    printf("under %zu bytes: batch %lld with cheap values only recomputed\n", limit, (long long)b2);
+    CHECK(b2 > b0 && b2 < b1 && a2.peak_bytes <= limit, "cheap only: batch %lld (without %lld, every tier %lld)",
+          (long long)b2, (long long)b0, (long long)b1);
     printf("under %zu bytes: batch %lld without recomputation, %lld with\n", limit, (long long)b0, (long long)b1);
-    CHECK(b0 >= 1 && b0 < 64 && a0.peak_bytes <= limit, "without: batch %lld, peak %zu", (long long)b0, a0.peak_bytes);
+    CHECK(b0 >= 1 && b0 < 256 && a0.peak_bytes <= limit, "without: batch %lld, peak %zu", (long long)b0, a0.peak_bytes);
     CHECK(!kiln_trainer_plan_memory(plain, b0, limit, 0, &t), "batch %lld must fit", (long long)b0);
     CHECK(kiln_trainer_plan_memory(plain, b0 + 1, limit, 0, &t) == KILN_ERR_OUT_OF_MEMORY, "batch %lld must not fit",
           (long long)b0 + 1);
-    CHECK(b1 > b0 && b1 < 64 && a1.peak_bytes <= limit, "with: batch %lld (without %lld), peak %zu", (long long)b1,
+    CHECK(b1 > b0 && b1 < 256 && a1.peak_bytes <= limit, "with: batch %lld (without %lld), peak %zu", (long long)b1,
           (long long)b0, a1.peak_bytes);
     CHECK(!kiln_trainer_plan_memory(plain, b1, limit, 1, &t), "batch %lld must fit", (long long)b1);
     CHECK(kiln_trainer_plan_memory(plain, b1 + 1, limit, 1, &t) == KILN_ERR_OUT_OF_MEMORY, "batch %lld must not fit",

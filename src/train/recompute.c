@@ -8,6 +8,13 @@
  * before the first backward use, and points the backward readers at the copy; the forward
  * value then dies after its last forward reader and the planner reuses its bytes.
  *
+ * A second tier (heavy; kiln_train_options.no_recompute 0, `kiln train --recompute on`):
+ * ops that declare their FLOPs (kiln_op_def.flops: convolutions, products) are candidates
+ * too, scored by those FLOPs and sorted after every cheap value: a convolution is
+ * recomputed only when the cheap values alone do not fit: then the backward keeps little
+ * more than every fourth block's output and recomputes the rest, as PyTorch's per-block
+ * torch.utils.checkpoint does (at about one more forward pass of those blocks).
+ *
  * A copy reads the producer's inputs where they are stored anyway (graph inputs, constants,
  * values some backward node reads, values of ops that are not cheap); an input that is
  * itself recomputed, or a cheap value that nothing else keeps (BatchNormalization's output
@@ -52,10 +59,11 @@ typedef struct rc_info {
     bool *fwd;             /* (nn) node is an ancestor of the loss */
     bool *exec;            /* (nn) node runs (not folded) */
     bool *bwd_use;         /* (nv) some backward node reads it */
-    int *cand;             /* candidates, best first */
-    int n_cand;
+    int *cand;             /* candidates, best first: the cheap ones, then the heavy ones */
+    int n_cand, n_cheap;
     double *cost;          /* (nv) element operations to recompute v alone */
     int max_chain;         /* chosen values in a row one recomputation may take */
+    bool heavy;            /* convolutions and products may be recomputed too */
 } rc_info;
 
 static bool is_bn(const kiln_node *n) { return !n->domain[0] && strcmp(n->op_type, "BatchNormalization") == 0; }
@@ -70,6 +78,21 @@ static bool cheap_node(const rc_info *g, int i) {
     return d->eltwise != NULL && n->n_out == 1;
 }
 
+/* Ops that declare their FLOPs (kiln_op_def.flops: convolutions, products) are the second
+ * tier: deterministic, one output. */
+static bool is_heavy(const kiln_node *n) {
+    const kiln_op_def *d = kiln_op_get(n->op);
+    return d && d->flops && !d->random && n->n_out == 1;
+}
+
+/* Node i's output 0 may be recomputed: a cheap op, or (second tier, scored by its FLOPs so
+ * that it comes after every cheap value) a convolution or product. */
+static bool recomputable(const rc_info *g, int i) {
+    if (cheap_node(g, i)) return true;
+    if (!g->heavy || i < 0 || !g->fwd[i] || !g->exec[i]) return false;
+    return is_heavy(&g->m->nodes[i]);
+}
+
 static double numel_of(const kiln_tensor *t) {
     double k = 1;
     for (int d = 0; d < t->ndim; d++) k *= (double)t->dims[d];
@@ -80,6 +103,16 @@ static double node_cost(const rc_info *g, int i) {
     const kiln_node *n = &g->m->nodes[i];
     const double e = numel_of(&g->vt[n->out[0]]);
     if (is_bn(n)) return 4 * e;
+    if (is_heavy(n)) { /* the op's own FLOPs for the plan's shapes */
+        const kiln_tensor *ins[16];
+        const kiln_tensor *outs[1] = {&g->vt[n->out[0]]};
+        if (n->n_in > 16) return e;
+        for (int k = 0; k < n->n_in; k++) ins[k] = n->in[k] >= 0 ? &g->vt[n->in[k]] : NULL;
+        kiln_op_ctx c = {.kctx = g->m->ctx, .node = n, .n_in = n->n_in, .in = (kiln_tensor **)ins, .n_out = 1,
+                         .out = (kiln_tensor **)outs};
+        const double f = kiln_op_get(n->op)->flops(&c);
+        return f > e ? f : e;
+    }
     int k = 0;
     for (int j = 0; j < n->n_in; j++) k += n->in[j] >= 0;
     return e * (k > 0 ? k : 1);
@@ -90,7 +123,7 @@ static bool available(const rc_info *g, const bool *inS, int x) {
     if (inS && inS[x]) return false;
     const int p = g->m->values[x].producer;
     if (p < 0 || g->known[x] || g->bwd_use[x]) return true;
-    if (!cheap_node(g, p) || g->m->nodes[p].out[0] != x) return true;
+    if (!recomputable(g, p) || g->m->nodes[p].out[0] != x) return true;
     return false;
 }
 
@@ -103,8 +136,10 @@ static void rc_free(rc_info *g) {
 }
 
 static const double *g_score; /* qsort's key */
+static const bool *g_heavy;   /* its first key: cheap values first */
 static int cmp_cand(const void *a, const void *b) {
     const int x = *(const int *)a, y = *(const int *)b;
+    if (g_heavy[x] != g_heavy[y]) return g_heavy[x] ? 1 : -1;
     if (g_score[x] != g_score[y]) return g_score[x] > g_score[y] ? -1 : 1;
     return x - y;
 }
@@ -122,8 +157,9 @@ static double closure_cost(const rc_info *g, int v, int depth) {
     return c;
 }
 
-static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, rc_info *g) {
+static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, bool heavy, rc_info *g) {
     memset(g, 0, sizeof *g);
+    g->heavy = heavy;
     kiln_context *ctx = m->ctx;
     kiln_plan_view_t v;
     kiln_plan_view(p, &v);
@@ -142,8 +178,10 @@ static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, rc_info *g) {
     g->cost = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(double), "recomputation");
     bool *need = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(bool), "recomputation");
     double *score = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(double), "recomputation");
-    if (!g->fwd || !g->exec || !g->bwd_use || !g->cand || !g->cost || !need || !score) {
+    bool *hv = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(bool), "recomputation");
+    if (!g->fwd || !g->exec || !g->bwd_use || !g->cand || !g->cost || !need || !score || !hv) {
         free(need);
+        free(hv);
         free(score);
         rc_free(g);
         return KILN_ERR_OUT_OF_MEMORY;
@@ -170,20 +208,25 @@ static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, rc_info *g) {
             if (n->in[k] >= 0) g->bwd_use[n->in[k]] = true;
     }
     for (int i = 0; i < g->nn; i++)
-        if (cheap_node(g, i)) g->cost[m->nodes[i].out[0]] = node_cost(g, i);
+        if (recomputable(g, i)) g->cost[m->nodes[i].out[0]] = node_cost(g, i);
     for (int i = 0; i < g->nn; i++) {
-        if (!cheap_node(g, i)) continue;
+        if (!recomputable(g, i)) continue;
         const int x = m->nodes[i].out[0];
         if (!g->bwd_use[x] || m->values[x].is_output || g->known[x] || !v.offset || v.offset[x] == SIZE_MAX) continue;
         const double bytes = (double)kiln_tensor_nbytes(&g->vt[x]);
         if (bytes <= 0) continue;
         score[x] = bytes / (closure_cost(g, x, 0) + 1);
+        hv[x] = !cheap_node(g, i);
+        g->n_cheap += !hv[x];
         g->cand[g->n_cand++] = x;
     }
     g_score = score;
+    g_heavy = hv;
     qsort(g->cand, (size_t)g->n_cand, sizeof(int), cmp_cand);
     g_score = NULL;
+    g_heavy = NULL;
     free(need);
+    free(hv);
     free(score);
     return KILN_OK;
 }
@@ -311,7 +354,7 @@ static kiln_status rc_rewrite(const rc_info *g, int k, kiln_model **out, double 
      * than max_chain chosen values in a row stays stored (the classic checkpoint every
      * few blocks). */
     for (int i = 0; i < g->nn; i++) {
-        const int x = cheap_node(g, i) ? m->nodes[i].out[0] : -1;
+        const int x = recomputable(g, i) ? m->nodes[i].out[0] : -1;
         if (x < 0 || !inS[x]) continue;
         depth[x] = chain_depth(g, inS, depth, x, 0);
         if (depth[x] > g->max_chain) {
@@ -409,14 +452,14 @@ static kiln_status arena_of(const rc_measure *ms, kiln_model *m, size_t *arena, 
 }
 
 /* The plan of m, analysed, and its measure. */
-static kiln_status rc_start(kiln_model *m, const rc_measure *ms, kiln_plan **p, rc_info *g,
+static kiln_status rc_start(kiln_model *m, const rc_measure *ms, bool heavy, kiln_plan **p, rc_info *g,
                             kiln_recompute_result *r) {
     memset(r, 0, sizeof *r);
     kiln_status st = kiln_plan_build(m, ms->inputs, true, false, p);
     if (st) return st;
     st = arena_of(ms, m, &r->arena_before, &r->workspace);
     r->arena_after = r->arena_before;
-    if (!st) st = rc_analyze(m, *p, g);
+    if (!st) st = rc_analyze(m, *p, heavy, g);
     if (st) {
         kiln_plan_free(*p);
         *p = NULL;
@@ -426,34 +469,14 @@ static kiln_status rc_start(kiln_model *m, const rc_measure *ms, kiln_plan **p, 
     return KILN_OK;
 }
 
-kiln_status kiln_recompute_apply_k(kiln_model *m, kiln_tensor *const *inputs, int k, kiln_model **out,
-                                   kiln_recompute_result *r) {
-    *out = NULL;
-    kiln_plan *p = NULL;
-    rc_info g;
-    const rc_measure ms = {.inputs = inputs};
-    kiln_status st = rc_start(m, &ms, &p, &g, r);
-    if (st) return st;
-    if (k > g.n_cand) k = g.n_cand;
-    st = rc_rewrite(&g, k, out, &r->flops, &r->recomputed);
-    if (!st) st = arena_of(&ms, *out, &r->arena_after, NULL);
-    if (st && *out) {
-        kiln_model_free(*out);
-        *out = NULL;
-    }
-    rc_free(&g);
-    kiln_plan_free(p);
-    return st;
-}
-
 kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_recompute_measure_fn measure,
-                               void *user, size_t arena_budget, int max_recompute, kiln_model **out,
+                               void *user, size_t arena_budget, int max_recompute, bool heavy, kiln_model **out,
                                kiln_recompute_result *r) {
     *out = NULL;
     kiln_plan *p = NULL;
     rc_info g;
     const rc_measure ms = {.fn = measure, .user = user, .inputs = inputs};
-    kiln_status st = rc_start(m, &ms, &p, &g, r);
+    kiln_status st = rc_start(m, &ms, heavy, &p, &g, r);
     if (st) return st;
     if (!arena_budget || r->arena_before <= arena_budget) {
         rc_free(&g);
@@ -469,6 +492,26 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
     int best_copies = 0;
     st = rc_rewrite(&g, hi, &best, &best_flops, &best_copies);
     if (!st) st = arena_of(&ms, best, &best_arena, NULL);
+    if (!st && best_arena > arena_budget && g.n_cheap > 0 && g.n_cheap < hi) {
+        /* the chains of chosen values are cut differently with the heavy tier: the cheap
+         * values alone may reach less (the least reported is the smaller) */
+        kiln_model *cm = NULL;
+        size_t a = 0;
+        double fl = 0;
+        int cp = 0;
+        st = rc_rewrite(&g, g.n_cheap, &cm, &fl, &cp);
+        if (!st) st = arena_of(&ms, cm, &a, NULL);
+        if (!st && a < best_arena) {
+            kiln_model_free(best);
+            best = cm;
+            best_arena = a;
+            best_flops = fl;
+            best_copies = cp;
+            hi = g.n_cheap;
+        } else {
+            kiln_model_free(cm);
+        }
+    }
     if (st || best_arena > arena_budget) {
         /* the least reached: with everything recomputed, or nothing (the placement may
          * come out larger with the copies) */
