@@ -297,19 +297,27 @@ static int recompute_value(rc_build *b, int x, bool top, int depth) {
      * pass, which does not run again: a BatchNormalization copy reading an NHWC convolution
      * output must write NHWC as the original does, or CUDA refuses the mix) */
     b->c->values[out].format = g->m->values[x].format;
-    kiln_attr *attrs = n->n_attrs ? kiln_calloc(g->m->ctx, (size_t)n->n_attrs, sizeof(kiln_attr), "recomputation") : NULL;
-    if (n->n_attrs && !attrs) return -1;
+    /* the original's attributes, and kiln_recompute = 1: a device with side streams runs the
+     * copy where it is placed, on its main stream (src/core/plan.c, assign_streams) */
+    kiln_attr *attrs = kiln_calloc(g->m->ctx, (size_t)n->n_attrs + 1, sizeof(kiln_attr), "recomputation");
+    if (!attrs) return -1;
     for (int a = 0; a < n->n_attrs; a++)
         if (kiln_attr_copy(g->m->ctx, &attrs[a], &n->attrs[a])) {
             for (int j = 0; j < a; j++) kiln_attr_clear(&attrs[j]);
             free(attrs);
             return -1;
         }
+    attrs[n->n_attrs] = (kiln_attr){.name = kiln_strdup(g->m->ctx, "kiln_recompute"), .type = KILN_ATTR_INT, .i = 1};
+    if (!attrs[n->n_attrs].name) {
+        for (int j = 0; j < n->n_attrs; j++) kiln_attr_clear(&attrs[j]);
+        free(attrs);
+        return -1;
+    }
     char nname[512];
     if (top) snprintf(nname, sizeof nname, "%s:recompute", n->name[0] ? n->name : g->m->values[x].name);
     else snprintf(nname, sizeof nname, "%s:recompute:for%d", n->name[0] ? n->name : g->m->values[x].name, b->gen);
     const int opset = n->opset;
-    const int idx = kiln_model_add_node_raw(b->c, n->op_type, nname, n->domain, n->n_in, in, 1, &out, n->n_attrs, attrs);
+    const int idx = kiln_model_add_node_raw(b->c, n->op_type, nname, n->domain, n->n_in, in, 1, &out, n->n_attrs + 1, attrs);
     if (idx < 0) return -1;
     b->c->nodes[idx].opset = opset;
     if (top) {
