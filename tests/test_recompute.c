@@ -200,6 +200,74 @@ static int copies_of(const kiln_trainer *t, bool conv) {
     return k;
 }
 
+/* The fitted CUDA graph over CUDA's 2 side streams (src/core/plan.c, assign_streams): every
+ * recomputation on the main stream, at its place (a side stream would start it in the
+ * forward), and every side-stream node reading one joined into the main stream by a later
+ * main node (else the copy stays alive to the end of the step). */
+static void copies_on_streams(kiln_context *ctx, kiln_trainer *t, int64_t B) {
+    kiln_model *m = t->train;
+    kiln_tensor *data = calloc((size_t)m->n_inputs + 1, sizeof *data);
+    kiln_tensor **in = calloc((size_t)m->n_inputs + 1, sizeof *in);
+    if (!data || !in) {
+        free(data);
+        free(in);
+        return;
+    }
+    for (int i = 0; i < m->n_inputs; i++) {
+        const kiln_value *v = &m->values[m->inputs[i]];
+        for (int j = 0; j < t->n_carried && !in[i]; j++)
+            if (!strcmp(t->carried_names[j], v->name)) in[i] = t->carried[j];
+        for (int k = 0; k < t->n_states && !in[i]; k++)
+            if (!strcmp(t->fwd->values[t->states[k].fwd_value].name, v->name)) in[i] = t->states[k].value;
+        if (in[i]) continue;
+        int64_t dims[KILN_MAX_DIMS];
+        for (int d = 0; d < v->ndim; d++) dims[d] = v->dims[d] < 0 ? B : v->dims[d];
+        kiln_tensor_set_shape(&data[i], v->dtype, v->ndim, dims);
+        in[i] = &data[i];
+    }
+    kiln_plan *p = NULL;
+    CHECK(!kiln_plan_build_ex(m, in, true, false, 2, &p), "CUDA's plan over 2 side streams: %s",
+          kiln_context_message(ctx));
+    if (p) {
+        kiln_plan_view_t v;
+        kiln_plan_view(p, &v);
+        int copies = 0, aside = 0, readers = 0, unjoined = 0, side_nodes = 0;
+        for (int e = 0; e < v.n_exec; e++) {
+            const kiln_node *n = kiln_plan_exec_op_ctx(&v, e)->node;
+            side_nodes += v.stream[e] != 0;
+            if (kiln_attr_int(n, "kiln_recompute", 0)) {
+                copies++;
+                aside += v.stream[e] != 0;
+                continue;
+            }
+            if (!v.stream[e]) continue;
+            bool reads = false;
+            for (int k = 0; k < n->n_in; k++) {
+                const int q = n->in[k] >= 0 ? m->values[n->in[k]].producer : -1;
+                reads |= q >= 0 && kiln_attr_int(&m->nodes[q], "kiln_recompute", 0);
+            }
+            if (!reads) continue;
+            readers++;
+            bool joined = false; /* a later main node waits for it or a later node of its stream */
+            for (int e2 = e + 1; e2 < v.n_exec && !joined; e2++)
+                for (int w = v.wait_at[e2]; !v.stream[e2] && w < v.wait_at[e2 + 1] && !joined; w++)
+                    joined = v.waits[w] >= e && v.stream[v.waits[w]] == v.stream[e];
+            unjoined += !joined;
+        }
+        printf("CUDA's fitted plan over 2 side streams: %d of %d nodes aside; %d recomputations (%d aside), %d side "
+               "readers of them (%d never joined)\n",
+               side_nodes, v.n_exec, copies, aside, readers, unjoined);
+        CHECK(side_nodes > 0 && copies > 0, "no side-stream node (%d) or no recomputation (%d) to check", side_nodes,
+              copies);
+        CHECK(aside == 0, "%d of %d recomputations on a side stream (they would run in the forward)", aside, copies);
+        CHECK(unjoined == 0, "%d of %d side-stream readers of recomputations joined only at the end of the step",
+              unjoined, readers);
+        kiln_plan_free(p);
+    }
+    free(data);
+    free(in);
+}
+
 /* Both tiers on CUDA's training graph, planned on the CPU as `kiln train --device cuda
  * --max-batch` plans it (kiln_trainer_create_plan: NHWC, fp16, and CUDA's fusions where the
  * CUDA backend is built in; measured with 2 side streams): the cheap values fit a smaller
@@ -246,6 +314,7 @@ static void cuda_tiers(kiln_context *ctx, kiln_model *m, int64_t B) {
     CHECK(!kiln_trainer_fit_memory(t), "CUDA fit under %zu bytes: %s", both.peak_bytes, kiln_context_message(ctx));
     CHECK(copies_of(t, true) > 0 && copies_of(t, false) > 0, "CUDA's fitted graph: %d convolutions, %d cheap values recomputed",
           copies_of(t, true), copies_of(t, false));
+    copies_on_streams(ctx, t, B);
     kiln_trainer_free(t);
 }
 

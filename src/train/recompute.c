@@ -40,7 +40,10 @@
  *
  * The copies are placed by hand before their backward readers; the model is marked
  * keep_order, so graph.c's topological sort (and that of the passes' copies) keeps it as it
- * is while it is in order.
+ * is while it is in order. Each copy carries the attribute kiln_recompute = 1: a device plan
+ * over side streams (src/core/plan.c, assign_streams) runs it there, on the main stream, and
+ * joins a side-stream node that reads it at the main stream's next node, so that the copy
+ * is not computed in the forward nor kept alive to the end of the step.
  */
 #include "recompute.h"
 
