@@ -75,9 +75,11 @@ static const struct { const char *name, *text; } commands[] = {
      "        read the files. auto (default): gpu when nvJPEG loads; without it kiln says so and\n"
      "        decodes on the CPU. KILN_NVJPEG_LIB: the library or its folder)\n"
      "      memory (docs/train.md): the step's planned peak is printed before training\n"
-     "        [--memory-limit BYTES] (20G, 512M: the step at --batch must fit; cheap forward values\n"
-     "        (BatchNormalization, ReLU, Add...) are recomputed in the backward instead of kept,\n"
-     "        as few as fit) [--recompute on|off] (on) [--max-batch] (plan only, no --data needed:\n"
+     "        [--memory-limit BYTES] (20G, 512M: the step at --batch must fit; forward values are\n"
+     "        recomputed in the backward instead of kept, as few as fit: cheap ones (BatchNorm,\n"
+     "        ReLU, Add...) first, then convolutions and products if still needed)\n"
+     "        [--recompute on|cheap|off] (on; cheap: never a convolution)\n"
+     "        [--max-batch] (plan only, no --data needed:\n"
      "        print the largest batch that fits --memory-limit, or the free device memory, with\n"
      "        and without recomputation, and exit)\n"
      "      optimizer and schedule (docs/train.md):\n"
@@ -1646,7 +1648,7 @@ static int train_max_batch(kiln_context *ctx, const char *model, int depth, int6
         if (r == 1 && !recompute) break;
         kiln_train_memory at;
         int64_t b = 0;
-        if (kiln_trainer_max_batch(t, limit, r, 0, &b, &at)) {
+        if (kiln_trainer_max_batch(t, limit, r ? recompute : 0, 0, &b, &at)) {
             rc = fail(ctx, r ? "--max-batch (with recomputation)" : "--max-batch (without recomputation)");
             goto out;
         }
@@ -1765,11 +1767,11 @@ static int cmd_train(int argc, char **argv) {
             break;
         case O_MAX_BATCH: max_batch = 1; break;
         case O_RECOMPUTE:
-            if (strcmp(v, "on") && strcmp(v, "off")) {
-                fprintf(stderr, "kiln train: --recompute must be on or off\n");
+            if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "cheap")) {
+                fprintf(stderr, "kiln train: --recompute must be on, cheap or off\n");
                 return 2;
             }
-            recompute = strcmp(v, "on") == 0;
+            recompute = !strcmp(v, "on") ? 1 : !strcmp(v, "cheap") ? 2 : 0;
             break;
         case O_DATA_CACHE: a.data_cache = v; break;
         case O_DATA_WORKERS: a.data_workers = atoi(v); break;
@@ -1872,7 +1874,7 @@ static int cmd_train(int argc, char **argv) {
     if (a.json && strcmp(a.json, "-") == 0 && kj_claim_stdout("train")) return 1;
     o.memory_limit = memory_limit; /* the step at --batch must fit it (src/train/memory.c) */
     o.memory_batch = a.batch;
-    o.no_recompute = !recompute;
+    o.no_recompute = recompute == 0 ? 1 : recompute == 2 ? 2 : 0;
     if (max_batch) {
         /* planning only: the model without data, no step run */
         kiln_context *mctx = NULL;

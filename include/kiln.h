@@ -623,14 +623,16 @@ typedef struct kiln_train_options {
     /* Activation checkpointing (issue 12; kiln_trainer_plan_memory below): */
     size_t memory_limit;  /* > 0: the step's planned peak memory (kiln_train_memory.peak_bytes)
                              at batch memory_batch must fit these bytes. kiln_trainer_create then
-                             recomputes cheap forward values (BatchNormalization, elementwise
-                             ops; never convolutions or products) just before their backward
-                             use instead of keeping them, as few as fit (most bytes saved per
-                             operation first), and fails with KILN_ERR_OUT_OF_MEMORY naming the
-                             limit and the least the step needs when even all of them do not
-                             fit. 0: no limit, nothing recomputed */
+                             recomputes forward values just before their backward use instead
+                             of keeping them, as few as fit (most bytes saved per operation
+                             first): cheap ones (BatchNormalization, elementwise ops) first,
+                             then, only if those do not suffice, convolution and product
+                             outputs; and fails with KILN_ERR_OUT_OF_MEMORY naming the limit and
+                             the least the step needs when even all of them do not fit. 0: no
+                             limit, nothing recomputed */
     int64_t memory_batch; /* the batch memory_limit is planned for (required with it) */
-    int no_recompute;     /* 1: recompute nothing; a memory_limit is then only checked */
+    int no_recompute;     /* 1: recompute nothing (a memory_limit is then only checked); 2:
+                             cheap values only, never a convolution or product; 0: both */
 } kiln_train_options;
 #define KILN_TRAIN_OPTIONS_INIT {.struct_size = sizeof(kiln_train_options)}
 
@@ -695,7 +697,8 @@ typedef struct kiln_train_memory {
     double recompute_ops;       /* element operations the recomputations add per step */
 } kiln_train_memory;
 /* Plan the trainer's step for data inputs of first dim `batch`. memory_limit > 0: with
- * recompute, the fewest recomputations that fit (as kiln_train_options.memory_limit);
+ * recompute (1: every tier; 2: cheap values only; 0: none), the fewest recomputations that
+ * fit (as kiln_train_options.memory_limit);
  * KILN_ERR_OUT_OF_MEMORY, with *out filled and a message naming the limit and the least the
  * step needs, when it does not fit. */
 kiln_status kiln_trainer_plan_memory(kiln_trainer *t, int64_t batch, size_t memory_limit, int recompute,

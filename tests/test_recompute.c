@@ -189,6 +189,135 @@ static void laid_out_copies(kiln_context *ctx, kiln_model *m, int64_t B) {
     kiln_trainer_free(t);
 }
 
+/* Recomputed values of each kind in t's training graph (copies carry kiln_recompute). */
+static int copies_of(const kiln_trainer *t, bool conv) {
+    int k = 0;
+    for (int i = 0; i < t->train->n_nodes; i++) {
+        const kiln_node *n = &t->train->nodes[i];
+        const kiln_op_def *d = kiln_op_get(n->op);
+        if (kiln_attr_int(n, "kiln_recompute", 0) && strstr(n->name, ":recompute") && (d && d->flops) == conv) k++;
+    }
+    return k;
+}
+
+/* The fitted CUDA graph over CUDA's 2 side streams (src/core/plan.c, assign_streams): every
+ * recomputation on the main stream, at its place (a side stream would start it in the
+ * forward), and every side-stream node reading one joined into the main stream by a later
+ * main node (else the copy stays alive to the end of the step). */
+static void copies_on_streams(kiln_context *ctx, kiln_trainer *t, int64_t B) {
+    kiln_model *m = t->train;
+    kiln_tensor *data = calloc((size_t)m->n_inputs + 1, sizeof *data);
+    kiln_tensor **in = calloc((size_t)m->n_inputs + 1, sizeof *in);
+    if (!data || !in) {
+        free(data);
+        free(in);
+        return;
+    }
+    for (int i = 0; i < m->n_inputs; i++) {
+        const kiln_value *v = &m->values[m->inputs[i]];
+        for (int j = 0; j < t->n_carried && !in[i]; j++)
+            if (!strcmp(t->carried_names[j], v->name)) in[i] = t->carried[j];
+        for (int k = 0; k < t->n_states && !in[i]; k++)
+            if (!strcmp(t->fwd->values[t->states[k].fwd_value].name, v->name)) in[i] = t->states[k].value;
+        if (in[i]) continue;
+        int64_t dims[KILN_MAX_DIMS];
+        for (int d = 0; d < v->ndim; d++) dims[d] = v->dims[d] < 0 ? B : v->dims[d];
+        kiln_tensor_set_shape(&data[i], v->dtype, v->ndim, dims);
+        in[i] = &data[i];
+    }
+    kiln_plan *p = NULL;
+    CHECK(!kiln_plan_build_ex(m, in, true, false, 2, &p), "CUDA's plan over 2 side streams: %s",
+          kiln_context_message(ctx));
+    if (p) {
+        kiln_plan_view_t v;
+        kiln_plan_view(p, &v);
+        int copies = 0, aside = 0, readers = 0, unjoined = 0, side_nodes = 0;
+        for (int e = 0; e < v.n_exec; e++) {
+            const kiln_node *n = kiln_plan_exec_op_ctx(&v, e)->node;
+            side_nodes += v.stream[e] != 0;
+            if (kiln_attr_int(n, "kiln_recompute", 0)) {
+                copies++;
+                aside += v.stream[e] != 0;
+                continue;
+            }
+            if (!v.stream[e]) continue;
+            bool reads = false;
+            for (int k = 0; k < n->n_in; k++) {
+                const int q = n->in[k] >= 0 ? m->values[n->in[k]].producer : -1;
+                reads |= q >= 0 && kiln_attr_int(&m->nodes[q], "kiln_recompute", 0);
+            }
+            if (!reads) continue;
+            readers++;
+            bool joined = false; /* a later main node waits for it or a later node of its stream */
+            for (int e2 = e + 1; e2 < v.n_exec && !joined; e2++)
+                for (int w = v.wait_at[e2]; !v.stream[e2] && w < v.wait_at[e2 + 1] && !joined; w++)
+                    joined = v.waits[w] >= e && v.stream[v.waits[w]] == v.stream[e];
+            unjoined += !joined;
+        }
+        printf("CUDA's fitted plan over 2 side streams: %d of %d nodes aside; %d recomputations (%d aside), %d side "
+               "readers of them (%d never joined)\n",
+               side_nodes, v.n_exec, copies, aside, readers, unjoined);
+        CHECK(side_nodes > 0 && copies > 0, "no side-stream node (%d) or no recomputation (%d) to check", side_nodes,
+              copies);
+        CHECK(aside == 0, "%d of %d recomputations on a side stream (they would run in the forward)", aside, copies);
+        CHECK(unjoined == 0, "%d of %d side-stream readers of recomputations joined only at the end of the step",
+              unjoined, readers);
+        kiln_plan_free(p);
+    }
+    free(data);
+    free(in);
+}
+
+/* Both tiers on CUDA's training graph, planned on the CPU as `kiln train --device cuda
+ * --max-batch` plans it (kiln_trainer_create_plan: NHWC, fp16, and CUDA's fusions where the
+ * CUDA backend is built in; measured with 2 side streams): the cheap values fit a smaller
+ * arena than none, convolutions too a smaller one still, and the largest batch under one
+ * limit grows tier by tier. (Before: a copy on a side stream started in the forward, and a
+ * weight gradient reading one was joined only at the end of the run, so every copy stayed
+ * alive as if stored; ResNet-50 224 planned 473 with recomputation as without.) */
+static void cuda_tiers(kiln_context *ctx, kiln_model *m, int64_t B) {
+    kiln_train_options o = opts();
+    o.device = KILN_DEVICE_CUDA;
+    o.amp = KILN_AMP_FP16;
+    kiln_trainer *t = NULL;
+    CHECK(!kiln_trainer_create_plan(m, "loss", &o, &t), "a CUDA trainer to plan: %s", kiln_context_message(ctx));
+    if (!t) return;
+    int nhwc = 0;
+    for (int v = 0; v < t->train->n_values; v++) nhwc += t->train->values[v].format == KILN_FORMAT_NHWC;
+    CHECK(nhwc > 0, "CUDA's training graph is not laid out (no NHWC value)");
+    kiln_train_memory none, cheap, both;
+    CHECK(!kiln_trainer_plan_memory(t, B, 0, 1, &none), "plan: %s", kiln_context_message(ctx));
+    kiln_trainer_plan_memory(t, B, 1, 2, &cheap); /* the least each tier reaches (a 1-byte limit) */
+    kiln_trainer_plan_memory(t, B, 1, 1, &both);
+    printf("CUDA's graph (AMP fp16) at batch %lld: arena %zu without recomputation, %zu cheap values (%d recomputed), "
+           "%zu both tiers (%d)\n",
+           (long long)B, none.arena_bytes, cheap.arena_bytes, cheap.recomputed, both.arena_bytes, both.recomputed);
+    CHECK(cheap.recomputed > 0 && cheap.arena_bytes < none.arena_bytes,
+          "CUDA, cheap values: arena %zu with %d recomputed, not below %zu without", cheap.arena_bytes, cheap.recomputed,
+          none.arena_bytes);
+    CHECK(both.recomputed > cheap.recomputed && both.arena_bytes < cheap.arena_bytes,
+          "CUDA, both tiers: arena %zu with %d recomputed, not below cheap values' %zu", both.arena_bytes,
+          both.recomputed, cheap.arena_bytes);
+    const size_t limit = none.peak_bytes * 2;
+    int64_t b[3] = {0, 0, 0};
+    kiln_train_memory at;
+    for (int k = 0; k < 3; k++)
+        CHECK(!kiln_trainer_max_batch(t, limit, k == 0 ? 0 : k == 1 ? 2 : 1, 256, &b[k], &at), "CUDA max batch: %s",
+              kiln_context_message(ctx));
+    printf("CUDA's graph under %zu bytes: batch %lld without recomputation, %lld cheap values, %lld both tiers\n", limit,
+           (long long)b[0], (long long)b[1], (long long)b[2]);
+    CHECK(b[0] >= 1 && b[1] > b[0] && b[2] > b[1] && b[2] < 256, "CUDA max batch %lld / %lld / %lld not increasing",
+          (long long)b[0], (long long)b[1], (long long)b[2]);
+    /* fitted to the least: convolutions among the copies */
+    t->opts.memory_limit = both.peak_bytes;
+    t->opts.memory_batch = B;
+    CHECK(!kiln_trainer_fit_memory(t), "CUDA fit under %zu bytes: %s", both.peak_bytes, kiln_context_message(ctx));
+    CHECK(copies_of(t, true) > 0 && copies_of(t, false) > 0, "CUDA's fitted graph: %d convolutions, %d cheap values recomputed",
+          copies_of(t, true), copies_of(t, false));
+    copies_on_streams(ctx, t, B);
+    kiln_trainer_free(t);
+}
+
 int main(void) {
     kiln_context *ctx = NULL;
     if (kiln_context_create(&ctx)) return 1;
@@ -212,8 +341,9 @@ int main(void) {
     CHECK(mem0.input_bytes == (size_t)(B * 3 * S * S * 4 + B * 8), "batch %zu bytes", mem0.input_bytes);
     kiln_status st = kiln_trainer_plan_memory(plain, B, 1, 1, &least);
     CHECK(st == KILN_ERR_OUT_OF_MEMORY, "a 1-byte limit must fail (%d)", (int)st);
-    /* the stem's and each block's two ReLU outputs (the Adds' die with their ReLU) */
-    CHECK(least.candidates == 7 && least.recomputed >= 6 && least.recomputed <= least.candidates,
+    /* the stem's and each block's two ReLU outputs (the Adds' die with their ReLU), and the 7
+     * convolution outputs (BatchNormGrad reads them) */
+    CHECK(least.candidates == 14 && least.recomputed >= 10 && least.recomputed <= least.candidates,
           "recomputed %d of %d candidates", least.recomputed, least.candidates);
     printf("small residual CNN %dx%d batch %lld: peak %zu bytes (arena %zu); every candidate recomputed (%d): arena %zu, "
            "%.0f ops more\n",
@@ -233,6 +363,17 @@ int main(void) {
     CHECK(strstr(kiln_context_message(ctx), want), "message '%s' lacks '%s'", kiln_context_message(ctx), want);
     CHECK(strstr(kiln_context_message(ctx), "the memory limit is 1 bytes"), "message '%s' lacks the limit",
           kiln_context_message(ctx));
+    /* cheap values only (kiln_train_options.no_recompute 2): the 7 ReLU outputs; the
+     * convolutions' tier frees more */
+    kiln_train_memory cheap;
+    st = kiln_trainer_plan_memory(plain, B, 1, 2, &cheap);
+    CHECK(st == KILN_ERR_OUT_OF_MEMORY, "a 1-byte limit must fail, cheap values only (%d)", (int)st);
+    CHECK(cheap.candidates == 7 && cheap.recomputed >= 6 && cheap.recomputed <= cheap.candidates,
+          "cheap only: recomputed %d of %d candidates", cheap.recomputed, cheap.candidates);
+    CHECK(least.arena_bytes < cheap.arena_bytes, "recomputing convolutions too: arena %zu, not below cheap only's %zu",
+          least.arena_bytes, cheap.arena_bytes);
+    printf("every candidate recomputed: arena %zu (cheap values only: %zu, %.0f ops more)\n", least.arena_bytes,
+           cheap.arena_bytes, cheap.recompute_ops);
 
     /* a limit between: fits, within it, with some recomputed */
     const size_t mid = (mem0.peak_bytes + least.peak_bytes) / 2;
@@ -251,6 +392,9 @@ int main(void) {
     CHECK(!kiln_trainer_create(m, "loss", &ol, &rc), "trainer under %zu bytes: %s", ol.memory_limit,
           kiln_context_message(ctx));
     if (!rc) return 1;
+    /* the least limit recomputes convolutions too (the second tier), not only cheap values */
+    CHECK(copies_of(rc, true) > 0 && copies_of(rc, false) > 0, "under the least limit: %d convolutions, %d cheap values "
+          "recomputed", copies_of(rc, true), copies_of(rc, false));
     kiln_train_memory memrc;
     CHECK(!kiln_trainer_plan_memory(rc, B, 0, 1, &memrc), "plan: %s", kiln_context_message(ctx));
     CHECK(memrc.recomputed >= 1 && memrc.peak_bytes <= ol.memory_limit,
@@ -287,14 +431,20 @@ int main(void) {
     const size_t limit = mem0.peak_bytes * 2;
     int64_t b0 = 0, b1 = 0;
     kiln_train_memory a0, a1, t;
-    CHECK(!kiln_trainer_max_batch(plain, limit, 0, 64, &b0, &a0), "max batch: %s", kiln_context_message(ctx));
-    CHECK(!kiln_trainer_max_batch(plain, limit, 1, 64, &b1, &a1), "max batch: %s", kiln_context_message(ctx));
+    int64_t b2 = 0;
+    kiln_train_memory a2;
+    CHECK(!kiln_trainer_max_batch(plain, limit, 0, 256, &b0, &a0), "max batch: %s", kiln_context_message(ctx));
+    CHECK(!kiln_trainer_max_batch(plain, limit, 1, 256, &b1, &a1), "max batch: %s", kiln_context_message(ctx));
+    CHECK(!kiln_trainer_max_batch(plain, limit, 2, 256, &b2, &a2), "max batch: %s", kiln_context_message(ctx));
+    printf("under %zu bytes: batch %lld with cheap values only recomputed\n", limit, (long long)b2);
+    CHECK(b2 > b0 && b2 < b1 && a2.peak_bytes <= limit, "cheap only: batch %lld (without %lld, every tier %lld)",
+          (long long)b2, (long long)b0, (long long)b1);
     printf("under %zu bytes: batch %lld without recomputation, %lld with\n", limit, (long long)b0, (long long)b1);
-    CHECK(b0 >= 1 && b0 < 64 && a0.peak_bytes <= limit, "without: batch %lld, peak %zu", (long long)b0, a0.peak_bytes);
+    CHECK(b0 >= 1 && b0 < 256 && a0.peak_bytes <= limit, "without: batch %lld, peak %zu", (long long)b0, a0.peak_bytes);
     CHECK(!kiln_trainer_plan_memory(plain, b0, limit, 0, &t), "batch %lld must fit", (long long)b0);
     CHECK(kiln_trainer_plan_memory(plain, b0 + 1, limit, 0, &t) == KILN_ERR_OUT_OF_MEMORY, "batch %lld must not fit",
           (long long)b0 + 1);
-    CHECK(b1 > b0 && b1 < 64 && a1.peak_bytes <= limit, "with: batch %lld (without %lld), peak %zu", (long long)b1,
+    CHECK(b1 > b0 && b1 < 256 && a1.peak_bytes <= limit, "with: batch %lld (without %lld), peak %zu", (long long)b1,
           (long long)b0, a1.peak_bytes);
     CHECK(!kiln_trainer_plan_memory(plain, b1, limit, 1, &t), "batch %lld must fit", (long long)b1);
     CHECK(kiln_trainer_plan_memory(plain, b1 + 1, limit, 1, &t) == KILN_ERR_OUT_OF_MEMORY, "batch %lld must not fit",
@@ -305,6 +455,7 @@ int main(void) {
     kiln_trainer_free(rc);
     kiln_trainer_free(plain);
     laid_out_copies(ctx, m, B);
+    cuda_tiers(ctx, m, B);
     kiln_model_free(m);
     kiln_context_free(ctx);
     if (fails) printf("%d checks failed\n", fails);

@@ -398,7 +398,7 @@ static kiln_status assign_streams(kiln_plan *p, int side, int *start, int *join)
     double *clock = kiln_calloc(ctx, (size_t)S, sizeof(double), "stream plan");
     int *vc = kiln_calloc(ctx, (size_t)S * (size_t)S, sizeof(int), "stream plan");     /* per stream */
     int *vcn = kiln_calloc(ctx, (size_t)n * (size_t)S + 1, sizeof(int), "stream plan"); /* after node */
-    int nw = 0;
+    int nw = n; /* (one more wait per node at most: the joins of readers of recomputations below) */
     for (int e = 0; e < n; e++) nw += m->nodes[p->exec[e].node].n_in;
     p->stream = kiln_calloc(ctx, (size_t)n + 1, sizeof(int), "stream plan");
     p->wait_at = kiln_calloc(ctx, (size_t)n + 2, sizeof(int), "stream plan");
@@ -442,7 +442,12 @@ static kiln_status assign_streams(kiln_plan *p, int side, int *start, int *join)
             if (q >= 0 && finish[q] > ready) ready = finish[q];
         }
         int s = 0;
-        if (side > 0 && longest - (head[e] + tail[e] - cost[e]) >= SIDE_SLACK) {
+        /* A recomputation (attribute kiln_recompute, src/train/recompute.c) was placed just
+         * before its backward use on purpose: on a side stream it would start as soon as its
+         * inputs are ready, in the forward, and keep its output alive through the backward
+         * (ResNet-50's step planned larger with every recomputation than with none). */
+        const bool placed = kiln_attr_int(nd, "kiln_recompute", 0) != 0;
+        if (side > 0 && !placed && longest - (head[e] + tail[e] - cost[e]) >= SIDE_SLACK) {
             s = 1;
             for (int c = 2; c <= side; c++)
                 if ((clock[c] > ready ? clock[c] : ready) < (clock[s] > ready ? clock[s] : ready)) s = c;
@@ -454,6 +459,12 @@ static kiln_status assign_streams(kiln_plan *p, int side, int *start, int *join)
     /* waits, pruned by vector clocks: vc[s * S + t] is the last node of stream t known
      * finished at this point of stream s (-1: none) */
     for (int i = 0; i < S * S; i++) vc[i] = -1;
+    /* A side-stream node reading a recomputation keeps it alive until the main stream joins
+     * it, at the end of the run when nothing waits for it (a weight gradient): every
+     * recomputed value would stay alive to the end, as if stored. So the main stream's next
+     * node waits for it (rc_reader[t]: the last such node of side stream t). */
+    int rc_reader[KILN_PLAN_MAX_SIDE_STREAMS + 1];
+    for (int t = 0; t < S; t++) rc_reader[t] = -1;
     nw = 0;
     for (int e = 0; e < n; e++) {
         const kiln_node *nd = &m->nodes[p->exec[e].node];
@@ -466,6 +477,17 @@ static kiln_status assign_streams(kiln_plan *p, int side, int *start, int *join)
             p->waits[nw++] = q;
             for (int t = 0; t < S; t++)
                 if (vcn[(size_t)q * S + t] > mine[t]) mine[t] = vcn[(size_t)q * S + t];
+        }
+        for (int t = 1; s == 0 && t < S; t++) {
+            const int q = rc_reader[t];
+            if (q < 0 || mine[t] >= q) continue;
+            p->waits[nw++] = q;
+            for (int u = 0; u < S; u++)
+                if (vcn[(size_t)q * S + u] > mine[u]) mine[u] = vcn[(size_t)q * S + u];
+        }
+        for (int k = 0; s != 0 && k < nd->n_in; k++) {
+            const int q = nd->in[k] >= 0 ? prod[nd->in[k]] : -1;
+            if (q >= 0 && kiln_attr_int(&m->nodes[p->exec[q].node], "kiln_recompute", 0)) rc_reader[s] = e;
         }
         start[e] = mine[0];
         join[e] = n;

@@ -166,7 +166,7 @@ static kiln_status plan_step(kiln_trainer *t, int64_t batch, size_t limit, int r
     kiln_model *rw = NULL;
     /* the plan as it is: its arena and workspace, and what fixed memory leaves the arena */
     step_measure sm = {.t = t, .in = in};
-    if (!st) st = kiln_recompute_fit(m, in, measure_step, &sm, 0, -1, &rw, &r);
+    if (!st) st = kiln_recompute_fit(m, in, measure_step, &sm, 0, -1, recompute != 2, &rw, &r);
     size_t fixed = out->param_bytes + out->state_bytes + out->input_bytes + r.workspace;
     out->workspace_bytes = r.workspace;
     out->arena_bytes = out->arena_bytes_without = r.arena_before;
@@ -180,7 +180,8 @@ static kiln_status plan_step(kiln_trainer *t, int64_t batch, size_t limit, int r
     if (!st && limit && out->peak_bytes > limit) {
         if (recompute) {
             /* a budget of 1 byte when the rest alone is over: the least reachable, for the message */
-            st = kiln_recompute_fit(m, in, measure_step, &sm, limit > fixed ? limit - fixed : 1, -1, &rw, &r);
+            st = kiln_recompute_fit(m, in, measure_step, &sm, limit > fixed ? limit - fixed : 1, -1, recompute != 2, &rw,
+                                    &r);
             out->arena_bytes = r.arena_after;
             out->recomputed = r.recomputed;
             out->recompute_ops = r.flops;
@@ -263,7 +264,9 @@ kiln_status kiln_trainer_fit_memory(kiln_trainer *t) {
                          "memory_limit needs memory_batch, the batch to plan for (got %lld)", (long long)o->memory_batch);
     kiln_train_memory mem;
     kiln_model *rw = NULL;
-    kiln_status st = plan_step(t, o->memory_batch, o->memory_limit, !o->no_recompute, &mem, &rw);
+    /* no_recompute 0: every tier; 2: cheap values only; 1: nothing */
+    const int rc = o->no_recompute == 1 ? 0 : o->no_recompute == 2 ? 2 : 1;
+    kiln_status st = plan_step(t, o->memory_batch, o->memory_limit, rc, &mem, &rw);
     if (st) return st;
     if (rw) {
         kiln_model_free(t->train);

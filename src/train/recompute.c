@@ -8,6 +8,13 @@
  * before the first backward use, and points the backward readers at the copy; the forward
  * value then dies after its last forward reader and the planner reuses its bytes.
  *
+ * A second tier (heavy; kiln_train_options.no_recompute 0, `kiln train --recompute on`):
+ * ops that declare their FLOPs (kiln_op_def.flops: convolutions, products) are candidates
+ * too, scored by those FLOPs and sorted after every cheap value: a convolution is
+ * recomputed only when the cheap values alone do not fit: then the backward keeps little
+ * more than every fourth block's output and recomputes the rest, as PyTorch's per-block
+ * torch.utils.checkpoint does (at about one more forward pass of those blocks).
+ *
  * A copy reads the producer's inputs where they are stored anyway (graph inputs, constants,
  * values some backward node reads, values of ops that are not cheap); an input that is
  * itself recomputed, or a cheap value that nothing else keeps (BatchNormalization's output
@@ -33,7 +40,10 @@
  *
  * The copies are placed by hand before their backward readers; the model is marked
  * keep_order, so graph.c's topological sort (and that of the passes' copies) keeps it as it
- * is while it is in order.
+ * is while it is in order. Each copy carries the attribute kiln_recompute = 1: a device plan
+ * over side streams (src/core/plan.c, assign_streams) runs it there, on the main stream, and
+ * joins a side-stream node that reads it at the main stream's next node, so that the copy
+ * is not computed in the forward nor kept alive to the end of the step.
  */
 #include "recompute.h"
 
@@ -52,10 +62,11 @@ typedef struct rc_info {
     bool *fwd;             /* (nn) node is an ancestor of the loss */
     bool *exec;            /* (nn) node runs (not folded) */
     bool *bwd_use;         /* (nv) some backward node reads it */
-    int *cand;             /* candidates, best first */
-    int n_cand;
+    int *cand;             /* candidates, best first: the cheap ones, then the heavy ones */
+    int n_cand, n_cheap;
     double *cost;          /* (nv) element operations to recompute v alone */
     int max_chain;         /* chosen values in a row one recomputation may take */
+    bool heavy;            /* convolutions and products may be recomputed too */
 } rc_info;
 
 static bool is_bn(const kiln_node *n) { return !n->domain[0] && strcmp(n->op_type, "BatchNormalization") == 0; }
@@ -70,6 +81,21 @@ static bool cheap_node(const rc_info *g, int i) {
     return d->eltwise != NULL && n->n_out == 1;
 }
 
+/* Ops that declare their FLOPs (kiln_op_def.flops: convolutions, products) are the second
+ * tier: deterministic, one output. */
+static bool is_heavy(const kiln_node *n) {
+    const kiln_op_def *d = kiln_op_get(n->op);
+    return d && d->flops && !d->random && n->n_out == 1;
+}
+
+/* Node i's output 0 may be recomputed: a cheap op, or (second tier, scored by its FLOPs so
+ * that it comes after every cheap value) a convolution or product. */
+static bool recomputable(const rc_info *g, int i) {
+    if (cheap_node(g, i)) return true;
+    if (!g->heavy || i < 0 || !g->fwd[i] || !g->exec[i]) return false;
+    return is_heavy(&g->m->nodes[i]);
+}
+
 static double numel_of(const kiln_tensor *t) {
     double k = 1;
     for (int d = 0; d < t->ndim; d++) k *= (double)t->dims[d];
@@ -80,6 +106,16 @@ static double node_cost(const rc_info *g, int i) {
     const kiln_node *n = &g->m->nodes[i];
     const double e = numel_of(&g->vt[n->out[0]]);
     if (is_bn(n)) return 4 * e;
+    if (is_heavy(n)) { /* the op's own FLOPs for the plan's shapes */
+        const kiln_tensor *ins[16];
+        const kiln_tensor *outs[1] = {&g->vt[n->out[0]]};
+        if (n->n_in > 16) return e;
+        for (int k = 0; k < n->n_in; k++) ins[k] = n->in[k] >= 0 ? &g->vt[n->in[k]] : NULL;
+        kiln_op_ctx c = {.kctx = g->m->ctx, .node = n, .n_in = n->n_in, .in = (kiln_tensor **)ins, .n_out = 1,
+                         .out = (kiln_tensor **)outs};
+        const double f = kiln_op_get(n->op)->flops(&c);
+        return f > e ? f : e;
+    }
     int k = 0;
     for (int j = 0; j < n->n_in; j++) k += n->in[j] >= 0;
     return e * (k > 0 ? k : 1);
@@ -90,7 +126,7 @@ static bool available(const rc_info *g, const bool *inS, int x) {
     if (inS && inS[x]) return false;
     const int p = g->m->values[x].producer;
     if (p < 0 || g->known[x] || g->bwd_use[x]) return true;
-    if (!cheap_node(g, p) || g->m->nodes[p].out[0] != x) return true;
+    if (!recomputable(g, p) || g->m->nodes[p].out[0] != x) return true;
     return false;
 }
 
@@ -103,8 +139,10 @@ static void rc_free(rc_info *g) {
 }
 
 static const double *g_score; /* qsort's key */
+static const bool *g_heavy;   /* its first key: cheap values first */
 static int cmp_cand(const void *a, const void *b) {
     const int x = *(const int *)a, y = *(const int *)b;
+    if (g_heavy[x] != g_heavy[y]) return g_heavy[x] ? 1 : -1;
     if (g_score[x] != g_score[y]) return g_score[x] > g_score[y] ? -1 : 1;
     return x - y;
 }
@@ -122,8 +160,9 @@ static double closure_cost(const rc_info *g, int v, int depth) {
     return c;
 }
 
-static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, rc_info *g) {
+static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, bool heavy, rc_info *g) {
     memset(g, 0, sizeof *g);
+    g->heavy = heavy;
     kiln_context *ctx = m->ctx;
     kiln_plan_view_t v;
     kiln_plan_view(p, &v);
@@ -142,8 +181,10 @@ static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, rc_info *g) {
     g->cost = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(double), "recomputation");
     bool *need = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(bool), "recomputation");
     double *score = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(double), "recomputation");
-    if (!g->fwd || !g->exec || !g->bwd_use || !g->cand || !g->cost || !need || !score) {
+    bool *hv = kiln_calloc(ctx, (size_t)g->nv + 1, sizeof(bool), "recomputation");
+    if (!g->fwd || !g->exec || !g->bwd_use || !g->cand || !g->cost || !need || !score || !hv) {
         free(need);
+        free(hv);
         free(score);
         rc_free(g);
         return KILN_ERR_OUT_OF_MEMORY;
@@ -170,20 +211,25 @@ static kiln_status rc_analyze(kiln_model *m, const kiln_plan *p, rc_info *g) {
             if (n->in[k] >= 0) g->bwd_use[n->in[k]] = true;
     }
     for (int i = 0; i < g->nn; i++)
-        if (cheap_node(g, i)) g->cost[m->nodes[i].out[0]] = node_cost(g, i);
+        if (recomputable(g, i)) g->cost[m->nodes[i].out[0]] = node_cost(g, i);
     for (int i = 0; i < g->nn; i++) {
-        if (!cheap_node(g, i)) continue;
+        if (!recomputable(g, i)) continue;
         const int x = m->nodes[i].out[0];
         if (!g->bwd_use[x] || m->values[x].is_output || g->known[x] || !v.offset || v.offset[x] == SIZE_MAX) continue;
         const double bytes = (double)kiln_tensor_nbytes(&g->vt[x]);
         if (bytes <= 0) continue;
         score[x] = bytes / (closure_cost(g, x, 0) + 1);
+        hv[x] = !cheap_node(g, i);
+        g->n_cheap += !hv[x];
         g->cand[g->n_cand++] = x;
     }
     g_score = score;
+    g_heavy = hv;
     qsort(g->cand, (size_t)g->n_cand, sizeof(int), cmp_cand);
     g_score = NULL;
+    g_heavy = NULL;
     free(need);
+    free(hv);
     free(score);
     return KILN_OK;
 }
@@ -254,19 +300,27 @@ static int recompute_value(rc_build *b, int x, bool top, int depth) {
      * pass, which does not run again: a BatchNormalization copy reading an NHWC convolution
      * output must write NHWC as the original does, or CUDA refuses the mix) */
     b->c->values[out].format = g->m->values[x].format;
-    kiln_attr *attrs = n->n_attrs ? kiln_calloc(g->m->ctx, (size_t)n->n_attrs, sizeof(kiln_attr), "recomputation") : NULL;
-    if (n->n_attrs && !attrs) return -1;
+    /* the original's attributes, and kiln_recompute = 1: a device with side streams runs the
+     * copy where it is placed, on its main stream (src/core/plan.c, assign_streams) */
+    kiln_attr *attrs = kiln_calloc(g->m->ctx, (size_t)n->n_attrs + 1, sizeof(kiln_attr), "recomputation");
+    if (!attrs) return -1;
     for (int a = 0; a < n->n_attrs; a++)
         if (kiln_attr_copy(g->m->ctx, &attrs[a], &n->attrs[a])) {
             for (int j = 0; j < a; j++) kiln_attr_clear(&attrs[j]);
             free(attrs);
             return -1;
         }
+    attrs[n->n_attrs] = (kiln_attr){.name = kiln_strdup(g->m->ctx, "kiln_recompute"), .type = KILN_ATTR_INT, .i = 1};
+    if (!attrs[n->n_attrs].name) {
+        for (int j = 0; j < n->n_attrs; j++) kiln_attr_clear(&attrs[j]);
+        free(attrs);
+        return -1;
+    }
     char nname[512];
     if (top) snprintf(nname, sizeof nname, "%s:recompute", n->name[0] ? n->name : g->m->values[x].name);
     else snprintf(nname, sizeof nname, "%s:recompute:for%d", n->name[0] ? n->name : g->m->values[x].name, b->gen);
     const int opset = n->opset;
-    const int idx = kiln_model_add_node_raw(b->c, n->op_type, nname, n->domain, n->n_in, in, 1, &out, n->n_attrs, attrs);
+    const int idx = kiln_model_add_node_raw(b->c, n->op_type, nname, n->domain, n->n_in, in, 1, &out, n->n_attrs + 1, attrs);
     if (idx < 0) return -1;
     b->c->nodes[idx].opset = opset;
     if (top) {
@@ -311,7 +365,7 @@ static kiln_status rc_rewrite(const rc_info *g, int k, kiln_model **out, double 
      * than max_chain chosen values in a row stays stored (the classic checkpoint every
      * few blocks). */
     for (int i = 0; i < g->nn; i++) {
-        const int x = cheap_node(g, i) ? m->nodes[i].out[0] : -1;
+        const int x = recomputable(g, i) ? m->nodes[i].out[0] : -1;
         if (x < 0 || !inS[x]) continue;
         depth[x] = chain_depth(g, inS, depth, x, 0);
         if (depth[x] > g->max_chain) {
@@ -409,14 +463,14 @@ static kiln_status arena_of(const rc_measure *ms, kiln_model *m, size_t *arena, 
 }
 
 /* The plan of m, analysed, and its measure. */
-static kiln_status rc_start(kiln_model *m, const rc_measure *ms, kiln_plan **p, rc_info *g,
+static kiln_status rc_start(kiln_model *m, const rc_measure *ms, bool heavy, kiln_plan **p, rc_info *g,
                             kiln_recompute_result *r) {
     memset(r, 0, sizeof *r);
     kiln_status st = kiln_plan_build(m, ms->inputs, true, false, p);
     if (st) return st;
     st = arena_of(ms, m, &r->arena_before, &r->workspace);
     r->arena_after = r->arena_before;
-    if (!st) st = rc_analyze(m, *p, g);
+    if (!st) st = rc_analyze(m, *p, heavy, g);
     if (st) {
         kiln_plan_free(*p);
         *p = NULL;
@@ -426,34 +480,14 @@ static kiln_status rc_start(kiln_model *m, const rc_measure *ms, kiln_plan **p, 
     return KILN_OK;
 }
 
-kiln_status kiln_recompute_apply_k(kiln_model *m, kiln_tensor *const *inputs, int k, kiln_model **out,
-                                   kiln_recompute_result *r) {
-    *out = NULL;
-    kiln_plan *p = NULL;
-    rc_info g;
-    const rc_measure ms = {.inputs = inputs};
-    kiln_status st = rc_start(m, &ms, &p, &g, r);
-    if (st) return st;
-    if (k > g.n_cand) k = g.n_cand;
-    st = rc_rewrite(&g, k, out, &r->flops, &r->recomputed);
-    if (!st) st = arena_of(&ms, *out, &r->arena_after, NULL);
-    if (st && *out) {
-        kiln_model_free(*out);
-        *out = NULL;
-    }
-    rc_free(&g);
-    kiln_plan_free(p);
-    return st;
-}
-
 kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_recompute_measure_fn measure,
-                               void *user, size_t arena_budget, int max_recompute, kiln_model **out,
+                               void *user, size_t arena_budget, int max_recompute, bool heavy, kiln_model **out,
                                kiln_recompute_result *r) {
     *out = NULL;
     kiln_plan *p = NULL;
     rc_info g;
     const rc_measure ms = {.fn = measure, .user = user, .inputs = inputs};
-    kiln_status st = rc_start(m, &ms, &p, &g, r);
+    kiln_status st = rc_start(m, &ms, heavy, &p, &g, r);
     if (st) return st;
     if (!arena_budget || r->arena_before <= arena_budget) {
         rc_free(&g);
@@ -469,6 +503,33 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
     int best_copies = 0;
     st = rc_rewrite(&g, hi, &best, &best_flops, &best_copies);
     if (!st) st = arena_of(&ms, best, &best_arena, NULL);
+    /* The arena is not monotonic in the prefix: the chains of chosen values are cut
+     * differently as more are chosen, and copies alive at once add up (ResNet-50 224 AMP
+     * planned for CUDA at batch 600: 6.7 GB with the first 73 candidates, 8.0 GB with all
+     * 102). When all of them do not fit, the cheap values alone and every eighth of the
+     * prefix are tried too: the smallest arena is the least reported, and the search for
+     * the shortest prefix that fits runs below the first that does. */
+    const int top = hi;
+    for (int j = 0; !st && best_arena > arena_budget && j < 8; j++) {
+        const int k = j == 0 ? g.n_cheap : top * j / 8;
+        if (k <= 0 || k >= top || (j > 0 && k == g.n_cheap)) continue;
+        kiln_model *cm = NULL;
+        size_t a = 0;
+        double fl = 0;
+        int cp = 0;
+        st = rc_rewrite(&g, k, &cm, &fl, &cp);
+        if (!st) st = arena_of(&ms, cm, &a, NULL);
+        if (!st && a < best_arena) {
+            kiln_model_free(best);
+            best = cm;
+            best_arena = a;
+            best_flops = fl;
+            best_copies = cp;
+            hi = k;
+        } else {
+            kiln_model_free(cm);
+        }
+    }
     if (st || best_arena > arena_budget) {
         /* the least reached: with everything recomputed, or nothing (the placement may
          * come out larger with the copies) */

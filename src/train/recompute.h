@@ -2,8 +2,10 @@
  * recompute.h — activation checkpointing as a pass over a training graph (forward +
  * backward + update, src/train/trainer.c): forward values produced by cheap ops
  * (BatchNormalization, elementwise ops) and kept alive only for the backward are instead
- * recomputed just before their first backward use, from values stored anyway. The pass
- * recomputes as few of them as it needs for the planned activation arena to fit a budget.
+ * recomputed just before their first backward use, from values stored anyway; with heavy,
+ * convolution and product outputs too, scored by their multiply-adds so that they come after
+ * every cheap value. The pass recomputes as few of them as it needs for the planned
+ * activation arena to fit a budget.
  */
 #ifndef KILN_RECOMPUTE_H
 #define KILN_RECOMPUTE_H
@@ -30,9 +32,10 @@ typedef kiln_status (*kiln_recompute_measure_fn)(void *user, kiln_model *m, size
  * shortest prefix that fits (binary search over measures). measure NULL: a device plan's
  * arena. *out: the rewritten, finalized model, or NULL when m fits as it is (or arena_budget
  * is 0: only measured). KILN_ERR_OUT_OF_MEMORY (message left to the caller, r filled) when
- * even every candidate recomputed does not fit. max_recompute >= 0 caps the candidates. */
+ * even every candidate recomputed does not fit. max_recompute >= 0 caps the candidates.
+ * heavy: convolutions and products are candidates too (after the cheap ones). */
 kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_recompute_measure_fn measure,
-                               void *user, size_t arena_budget, int max_recompute, kiln_model **out,
+                               void *user, size_t arena_budget, int max_recompute, bool heavy, kiln_model **out,
                                kiln_recompute_result *r);
 
 /* kiln_trainer_create under kiln_train_options.memory_limit (src/train/memory.c): the

@@ -55,7 +55,7 @@ static kiln_status dist_defaults(kiln_context *ctx, kiln_train_options *o) {
     return KILN_OK;
 }
 
-static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
+static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o, bool plan_only) {
     if (o->optimizer < KILN_OPTIM_SGD || o->optimizer > KILN_OPTIM_LAMB)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown optimizer %d", (int)o->optimizer);
     if (o->lr == 0)
@@ -86,7 +86,7 @@ static kiln_status fill_defaults(kiln_context *ctx, kiln_train_options *o) {
     if (o->schedule == KILN_SCHEDULE_COSINE && o->total_steps <= 0)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the cosine schedule needs total_steps > 0");
     const kiln_backend_i *bi = NULL;
-    kiln_status bst = kiln_backend_get(ctx, o->device, &bi);
+    kiln_status bst = plan_only ? KILN_OK : kiln_backend_get(ctx, o->device, &bi);
     if (bst) return bst;
     if (o->amp != KILN_AMP_OFF && o->amp != KILN_AMP_FP16 && o->amp != KILN_AMP_BF16)
         return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "unknown amp mode %d", (int)o->amp);
@@ -455,15 +455,15 @@ static void counters_to_graph(kiln_trainer *t) {
     if (t->scale_input) ((float *)t->scale_input->data)[0] = t->n.loss_scale;
 }
 
-kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_train_options *opts,
-                                kiln_trainer **out) {
+static kiln_status trainer_create(kiln_model *fwd, const char *loss, const kiln_train_options *opts, bool plan_only,
+                                  kiln_trainer **out) {
     if (!fwd || !loss || !out) return KILN_ERR_INVALID_ARGUMENT;
     *out = NULL;
     kiln_context *ctx = fwd->ctx;
     if (!fwd->finalized) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "the model must be finalized before training");
     kiln_train_options o;
     kiln_status st = kiln_options_take(ctx, "kiln_train_options", opts, &o, sizeof o);
-    if (!st) st = fill_defaults(ctx, &o);
+    if (!st) st = fill_defaults(ctx, &o, plan_only);
     if (st) return st;
     int lv = kiln_model_find_value(fwd, loss);
     bool is_out = false;
@@ -481,6 +481,11 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     if (!st) {
         t->fwd->finalized = true;
         st = build_training_graph(t, lv);
+    }
+    if (plan_only) { /* kiln_trainer_create_plan: the graph only (no limit fitted, no session) */
+        if (st) kiln_trainer_free(t);
+        else *out = t;
+        return st;
     }
     /* activation checkpointing: recompute what the memory limit needs (src/train/memory.c) */
     if (!st && o.memory_limit) st = kiln_trainer_fit_memory(t);
@@ -547,6 +552,16 @@ kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_tr
     }
     *out = t;
     return KILN_OK;
+}
+
+kiln_status kiln_trainer_create(kiln_model *fwd, const char *loss, const kiln_train_options *opts,
+                                kiln_trainer **out) {
+    return trainer_create(fwd, loss, opts, false, out);
+}
+
+kiln_status kiln_trainer_create_plan(kiln_model *fwd, const char *loss, const kiln_train_options *opts,
+                                     kiln_trainer **out) {
+    return trainer_create(fwd, loss, opts, true, out);
 }
 
 void kiln_trainer_free(kiln_trainer *t) {

@@ -41,6 +41,15 @@ struct kiln_trainer {
     int64_t from_epoch, from_sample; /* kiln_trainer_set_epoch_start (from_epoch -1: none) */
 };
 
+/* A trainer for planning only (kiln_trainer_plan_memory, kiln_trainer_max_batch): the
+ * training graph exactly as kiln_trainer_create builds it for o->device (its layout, fusions
+ * and precision), with no session and no memory limit fitted, so a host without the device
+ * can plan a device's step (tests/test_recompute.c: CUDA's graph on the CPU). A build without
+ * the device's backend lays the graph out without the fusions that need its kernels
+ * (kiln_pass_device_has). kiln_trainer_step and the rest need a session: not for this one. */
+kiln_status kiln_trainer_create_plan(kiln_model *fwd, const char *loss, const kiln_train_options *o,
+                                     kiln_trainer **out);
+
 /* The learning rate of step `step` (kiln_lr_schedule, src/core/schedule.h). */
 float kiln_trainer_lr_at(const kiln_train_options *o, int64_t step);
 /* Weights and state on a device: bring the host copies up to date (no-op on the CPU), and
