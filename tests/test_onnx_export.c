@@ -599,7 +599,7 @@ static void kiln_ops(const char *tmp) {
          0},
         {"FusedGemm", "activation=Silu;transB=1", 3, {KILN_F32, KILN_F32, KILN_F32}, {2, 2, 1}, {{3, 4}, {5, 4}, {5}}, 1,
          "Mul", 0},
-        {"FusedGemm", "activation=Gelu", 2, {KILN_F64, KILN_F64}, {2, 2}, {{3, 4}, {4, 5}}, 1, "Erf", 0},
+        {"FusedGemm", "activation=Gelu", 2, {KILN_F32, KILN_F32}, {2, 2}, {{3, 4}, {4, 5}}, 1, "Erf", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char file[4200];

@@ -442,6 +442,7 @@ static void emit_smooth(saver *s, const kiln_node *n, kiln_act_kind kind, kiln_d
         if (v && (c = scalar_init(s, dt, 0.5, "half", where))) smooth_op(s, n, &k, "Mul", v, c, y, y);
     } else if (s->m->opset >= 20) {
         const char *in[1] = {x};
+        /* op-pattern: Gelu(approximate = "tanh") */
         Onnx__NodeProto *np = emit(s, "Gelu", piece_name(s, n->name, "Gelu"), 1, in, 1, &y);
         if (np) attr_string(s, np, "approximate", "tanh");
     } else {
@@ -449,7 +450,8 @@ static void emit_smooth(saver *s, const kiln_node *n, kiln_act_kind kind, kiln_d
             const char *op;
             int a, b;  /* operands: 0 x, 1 the running value, 2 the constant */
             double c;
-        } steps[] = {{"Mul", 0, 0, 0},        {"Mul", 1, 0, 0}, {"Mul", 1, 2, 0.044715}, {"Add", 0, 1, 0},
+        } steps[] = {/* op-pattern: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+                     {"Mul", 0, 0, 0},        {"Mul", 1, 0, 0}, {"Mul", 1, 2, 0.044715}, {"Add", 0, 1, 0},
                      {"Mul", 1, 2, 0.79788456080286535588}, {"Tanh", 1, -1, 0}, {"Add", 1, 2, 1.0},
                      {"Mul", 0, 1, 0},        {"Mul", 1, 2, 0.5}};
         const int ns = (int)(sizeof steps / sizeof steps[0]);

@@ -125,7 +125,8 @@ static int match_smooth(const kiln_model *m, const int *prod, const bool *dead, 
     for (int k = 0; k < 2; k++) { /* op-pattern: Sigmoid + Mul */
         const int si = k ? r1 : r0, mu = k ? r0 : r1;
         const kiln_node *sn = &m->nodes[si], *mn = &m->nodes[mu];
-        if (!is_op(sn, "Sigmoid", 1) || !is_op(mn, "Mul", 2)) continue;
+        if (!is_op(sn, "Sigmoid", 1) || !is_op(mn, "Mul", 2)) /* op-pattern */
+            continue;
         const int sv = sn->out[0];
         if (other_input(mn, x) != sv || kiln_pass_uses(m, sv) != 1) return -1;
         snprintf(out->name, sizeof out->name, "Silu");
@@ -151,7 +152,8 @@ static int match_smooth(const kiln_model *m, const int *prod, const bool *dead, 
         /* the factors x, a and 0.5 in two Muls: pi is the other reader of x */
         const kiln_node *pn = &m->nodes[pi];
         const int ri = kiln_pass_single_consumer(m, a); /* the Mul reading a */
-        if (!is_op(pn, "Mul", 2) || ri < 0 || dead[ri] || !is_op(&m->nodes[ri], "Mul", 2)) return -1;
+        if (!is_op(pn, "Mul", 2) || ri < 0 || dead[ri] || !is_op(&m->nodes[ri], "Mul", 2)) /* op-pattern */
+            return -1;
         const int pv = pn->out[0], rv = m->nodes[ri].out[0];
         int last = -1, mid = -1;
         if (ri == pi) { /* (x * a) * 0.5 */
