@@ -370,10 +370,13 @@ enum {
     KILN_PASS_FUSE_BN = 1 << 13,      /* a training BatchNormalization -> Relu as one node, and
                                          the Relu's gradient folded into BatchNormGrad (in a
                                          training graph; CUDA training) */
-    KILN_PASS_FUSE_ATTENTION = 1 << 20 /* MatMul -> [scale] -> [bias] -> Softmax -> MatMul as one
+    KILN_PASS_FUSE_ATTENTION = 1 << 20, /* MatMul -> [scale] -> [bias] -> Softmax -> MatMul as one
                                          kiln.Attention node reading Q, K, V (and writing its
                                          output) through strided views: the head split and
                                          merge Transposes / Gathers vanish (inference) */
+    KILN_PASS_FUSE_SILU_GELU = 1 << 21 /* fuse-conv's SiLU (x * sigmoid(x)) and Gelu after a
+                                         Conv / Gemm as the fused op's activation (with
+                                         fuse-conv; alone: those two stay separate) */
 };
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),

@@ -590,6 +590,16 @@ static void kiln_ops(const char *tmp) {
         {"ConcatAffine", "relu=1", 4, {KILN_F32, KILN_F32, KILN_F32, KILN_F32}, {1, 1, 4, 4},
          {{7}, {7}, {2, 3, 4, 5}, {2, 4, 4, 5}}, 1, "Concat", 0},
         {"ConcatAffine", "", 3, {KILN_F32, KILN_F32, KILN_F64}, {1, 1, 2}, {{3}, {3}, {4, 3}}, 1, "Cast", 0},
+        /* the activations with no ONNX op of their name, as the patterns the exporters write */
+        {"FusedConv", "activation=Silu;group=4;pads=[1,1,1,1]", 3, {KILN_F32, KILN_F32, KILN_F32}, {4, 4, 1},
+         {{2, 4, 5, 5}, {4, 1, 3, 3}, {4}}, 1, "Sigmoid", 0},
+        {"FusedConv", "activation=Gelu", 4, {KILN_F32, KILN_F32, KILN_F32, KILN_F32}, {4, 4, 1, 4},
+         {{1, 3, 5, 5}, {4, 3, 3, 3}, {4}, {1, 4, 3, 3}}, 1, "Erf", 0},
+        {"FusedConv", "activation=GeluTanh", 2, {KILN_F32, KILN_F32}, {4, 4}, {{1, 3, 5, 5}, {4, 3, 1, 1}}, 1, "Gelu",
+         0},
+        {"FusedGemm", "activation=Silu;transB=1", 3, {KILN_F32, KILN_F32, KILN_F32}, {2, 2, 1}, {{3, 4}, {5, 4}, {5}}, 1,
+         "Mul", 0},
+        {"FusedGemm", "activation=Gelu", 2, {KILN_F32, KILN_F32}, {2, 2}, {{3, 4}, {4, 5}}, 1, "Erf", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char file[4200];

@@ -504,6 +504,160 @@ static void test_fuse_conv(void) {
     check("Conv (graph output) + Relu", m, ALL, 1, 0, 0, 2, 2);
 }
 
+/* ------------------------------------------ fuse-conv: Silu and Gelu (several nodes) */
+
+#define SMOOTH (KILN_PASS_FOLD_BN | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_SILU_GELU)
+
+/* x (2,C,7,6) -> depthwise (group C) or full Conv 3x3 -> [BN] -> act, act one of:
+ *   "silu_xs" Sigmoid(c) -> Mul(c, s); "silu_sx" Mul(s, c); "silu_shared" s also read by
+ *   an Add (a second consumer: must not fuse); "silu_out" c a graph output too; "gelu" torch's (c / sqrt2 -> Erf -> + 1 ->
+ *   c * . -> * 0.5); "gelu_half_first" (c * 0.5) * (1 + erf(c * 1/sqrt2)); "gelu_op" ONNX
+ *   Gelu; "gelu_tanh" Gelu(approximate=tanh); "gelu_bad" the erf form with sqrt 3. */
+static kiln_model *conv_act(bool depthwise, bool bn_on, const char *act, kiln_dtype dt) {
+    const int64_t C = 8;
+    kiln_model *m = new_model();
+    input(m, "x", dt, 4, KT_DIMS(2, C, 7, 6));
+    init(m, "w", dt, 4, depthwise ? KT_DIMS(C, 1, 3, 3) : KT_DIMS(C, C, 3, 3), -0.5, 0.5, 300);
+    init(m, "b", dt, 1, KT_DIMS(C), -1, 1, 301);
+    kiln_node *c = node(m, "Conv", "x,w,b", bn_on ? "c0" : "c");
+    if (c) kiln_node_set_ints(c, "pads", 4, KT_DIMS(1, 1, 1, 1));
+    if (c && depthwise) kiln_node_set_int(c, "group", C);
+    if (bn_on) bn(m, "bn", dt, C, "c0", "c", 302);
+    if (!strncmp(act, "silu", 4)) {
+        node(m, "Sigmoid", "c", "s");
+        node(m, "Mul", !strcmp(act, "silu_sx") ? "s,c" : "c,s", "y");
+        if (!strcmp(act, "silu_shared")) {
+            node(m, "Add", "s,y", "y2");
+            output(m, "y2");
+        } else {
+            output(m, "y");
+        }
+        if (!strcmp(act, "silu_out")) output(m, "c");
+    } else if (!strcmp(act, "gelu") || !strcmp(act, "gelu_bad")) {
+        /* torch's f32 constant; f64 fuses only with sqrt 2 to double precision */
+        init_scalar(m, "sqrt2", dt, strcmp(act, "gelu") ? 1.7320508 : dt == KILN_F64 ? sqrt(2.0) : 1.4142135381698608);
+        constant(m, "one", kt_scalar(dt, 1));
+        constant(m, "half", kt_scalar(dt, 0.5));
+        node(m, "Div", "c,sqrt2", "d");
+        node(m, "Erf", "d", "e");
+        node(m, "Add", "e,one", "a");
+        node(m, "Mul", "c,a", "p");
+        node(m, "Mul", "p,half", "y");
+        output(m, "y");
+    } else if (!strcmp(act, "gelu_half_first")) {
+        init_scalar(m, "rsqrt2", dt, 0.70710678118654752);
+        init_scalar(m, "one", dt, 1);
+        init_scalar(m, "half", dt, 0.5);
+        node(m, "Mul", "half,c", "h");
+        node(m, "Mul", "rsqrt2,c", "d");
+        node(m, "Erf", "d", "e");
+        node(m, "Add", "one,e", "a");
+        node(m, "Mul", "a,h", "y");
+        output(m, "y");
+    } else {
+        kiln_node *g = node(m, "Gelu", "c", "y");
+        if (g && !strcmp(act, "gelu_tanh")) kiln_node_set_string(g, "approximate", "tanh");
+        output(m, "y");
+    }
+    finalize(m);
+    return m;
+}
+
+/* The activation of the only FusedConv / FusedGemm of m's optimized graph ("-" when none). */
+static const char *fused_act(const kiln_model *m, unsigned on, char *buf, size_t n) {
+    kiln_model *o = optimized(m, on);
+    const kiln_node *f = o ? find(o, "FusedConv") : NULL;
+    if (!f && o) f = find(o, "FusedGemm");
+    snprintf(buf, n, "%s", f ? kiln_attr_string(f, "activation", "") : "-");
+    kiln_model_free(o);
+    return buf;
+}
+
+static void test_fuse_conv_smooth(void) {
+    static const struct {
+        const char *act, *want;
+        bool dw, bn;
+        int nodes; /* without passes */
+        int fused; /* with them */
+    } cases[] = {
+        {"silu_xs", "Silu", true, true, 4, 1},
+        {"silu_sx", "Silu", true, true, 4, 1},
+        {"silu_xs", "Silu", false, false, 3, 1},
+        {"gelu", "Gelu", false, false, 6, 1},
+        {"gelu", "Gelu", true, true, 7, 1},
+        {"gelu_half_first", "Gelu", true, false, 6, 1},
+        {"gelu_op", "Gelu", true, true, 3, 1},
+        {"gelu_tanh", "GeluTanh", false, false, 2, 1},
+        /* not fused: the Sigmoid has a second reader; a Div by sqrt 3 is not Gelu's */
+        {"silu_shared", "-", true, true, 5, 4},
+        {"gelu_bad", "-", true, false, 6, 6},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char label[160], buf[32];
+        snprintf(label, sizeof label, "%s Conv%s + %s", cases[i].dw ? "depthwise" : "full", cases[i].bn ? " + BN" : "",
+                 cases[i].act);
+        kiln_model *m = conv_act(cases[i].dw, cases[i].bn, cases[i].act, KILN_F32);
+        const char *got = fused_act(m, SMOOTH, buf, sizeof buf);
+        CHECK(!strcmp(got, cases[i].want), "%s: fused activation '%s', expected '%s'", label, got, cases[i].want);
+        check(label, m, SMOOTH, 2, 1e-5, 1e-5, cases[i].nodes, cases[i].fused);
+    }
+    /* f64 and f16 */
+    check("depthwise Conv + BN + silu f64", conv_act(true, true, "silu_sx", KILN_F64), SMOOTH, 1, 1e-12, 1e-12, 4, 1);
+    check("Conv + gelu f64", conv_act(false, false, "gelu", KILN_F64), SMOOTH, 1, 1e-12, 1e-12, 6, 1);
+    check("depthwise Conv + gelu f16", conv_act(true, false, "gelu", KILN_F16), SMOOTH, 1, 1e-2, 1e-2, 6, 1);
+
+    /* switched off alone: fuse-conv leaves the activation's nodes, and the BN still folds */
+    char buf[32];
+    kiln_model *m = conv_act(true, true, "silu_xs", KILN_F32);
+    const unsigned conv_only = KILN_PASS_FOLD_BN | KILN_PASS_FUSE_CONV;
+    CHECK(!strcmp(fused_act(m, conv_only, buf, sizeof buf), "-"), "fuse-silu-gelu off: activation '%s'", buf);
+    check("depthwise Conv + BN + silu, fuse-silu-gelu off", m, conv_only, 2, 1e-5, 1e-5, 4, 3);
+    m = conv_act(false, false, "gelu", KILN_F32);
+    CHECK(!strcmp(fused_act(m, conv_only, buf, sizeof buf), "-"), "fuse-silu-gelu off: gelu activation '%s'", buf);
+    kiln_model_free(m);
+
+    /* then fuse-eltwise (all passes of a CPU session): the same function */
+    check("depthwise Conv + BN + silu, all passes", conv_act(true, true, "silu_sx", KILN_F32), ALL | SMOOTH, 2, 1e-5,
+          1e-5, 4, 1);
+    check("Conv + Sigmoid shared, all passes", conv_act(true, true, "silu_shared", KILN_F32), ALL | SMOOTH, 2, 1e-5,
+          1e-5, 5, 3);
+
+    /* Gemm + silu: FusedGemm */
+    m = new_model();
+    input(m, "x", KILN_F32, 2, KT_DIMS(3, 5));
+    init(m, "w", KILN_F32, 2, KT_DIMS(5, 4), -1, 1, 310);
+    init(m, "b", KILN_F32, 1, KT_DIMS(4), -1, 1, 311);
+    node(m, "Gemm", "x,w,b", "g");
+    node(m, "Sigmoid", "g", "s");
+    node(m, "Mul", "s,g", "y");
+    output(m, "y");
+    finalize(m);
+    CHECK(!strcmp(fused_act(m, SMOOTH, buf, sizeof buf), "Silu"), "Gemm + silu: activation '%s'", buf);
+    check("Gemm + silu", m, SMOOTH, 1, 1e-5, 1e-5, 3, 1);
+
+    /* a residual Add between: Conv + Add(z) + silu is one FusedConv with Z */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(2, 4, 5, 5));
+    input(m, "z", KILN_F32, 4, KT_DIMS(2, 4, 5, 5));
+    init(m, "w", KILN_F32, 4, KT_DIMS(4, 4, 1, 1), -1, 1, 312);
+    node(m, "Conv", "x,w", "c");
+    node(m, "Add", "c,z", "r");
+    node(m, "Sigmoid", "r", "s");
+    node(m, "Mul", "r,s", "y");
+    output(m, "y");
+    finalize(m);
+    kiln_model *o = optimized(m, SMOOTH);
+    const kiln_node *f = o ? find(o, "FusedConv") : NULL;
+    CHECK(f && f->n_in == 4 && !strcmp(kiln_attr_string(f, "activation", ""), "Silu") && o->n_nodes == 1,
+          "Conv + residual + silu: one FusedConv with Z and Silu");
+    kiln_model_free(o);
+    check("Conv + residual + silu", m, SMOOTH, 1, 1e-5, 1e-5, 4, 1);
+
+    /* the conv output is a graph output too: not fused */
+    m = conv_act(true, false, "silu_out", KILN_F32);
+    check("depthwise Conv (graph output) + silu", m, SMOOTH, 1, 0, 0, 3, 3);
+}
+
 /* ------------------------------------------------------------- fuse-eltwise */
 
 /* gelu as PyTorch exports it: x * 0.5 * (1 + erf(x / sqrt(2))), with the constants as a
@@ -783,6 +937,7 @@ int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     test_fold_bn();
     test_fuse_conv();
+    test_fuse_conv_smooth();
     test_fuse_eltwise();
     test_fuse_eltwise_bn();
     test_tiny_cnn(argc > 1 ? argv[1] : ".");

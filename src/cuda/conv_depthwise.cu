@@ -111,6 +111,16 @@ __device__ __forceinline__ float act_apply(float v, const Epi &e) {
         return t < 0.f ? 0.f : t > 1.f ? 1.f : t; /* NaN stays NaN */
     }
     case KILN_ACT_TANH: return tanhf(v);
+    /* as elementwise.cu's unary_op<U_SILU / U_GELU / U_GELU_TANH> (not yet run on a GPU) */
+    case KILN_ACT_SILU: return v >= 0.f ? v / (1.f + expf(-v)) : v * expf(v) / (1.f + expf(v));
+    case KILN_ACT_GELU: return isinf(v) ? (v > 0.f ? v : 0.f) : 0.5f * v * erfcf(-v * 0.70710678118654752440f);
+    case KILN_ACT_GELU_TANH: {
+        if (isinf(v)) return v > 0.f ? v : 0.f;
+        const float u2 = 2.f * 0.79788456080286535588f * (v + 0.044715f * v * v * v);
+        if (u2 >= 0.f) return v / (1.f + expf(-u2));
+        const float x = expf(u2);
+        return v * x / (1.f + x);
+    }
     default: return v;
     }
 }

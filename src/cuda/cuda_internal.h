@@ -382,7 +382,12 @@ typedef enum kiln_cuda_act_kind {
     KILN_ACT_SIGMOID,
     KILN_ACT_HARDSWISH,
     KILN_ACT_HARDSIGMOID, /* a, b: alpha, beta */
-    KILN_ACT_TANH
+    KILN_ACT_TANH,
+    /* x * sigmoid(x), Gelu (erf), Gelu (tanh): not yet run on a GPU (fuse-conv makes them
+     * unless KILN_PASS_FUSE_SILU_GELU is disabled) */
+    KILN_ACT_SILU,
+    KILN_ACT_GELU,
+    KILN_ACT_GELU_TANH
 } kiln_cuda_act_kind;
 typedef struct kiln_cuda_act {
     kiln_cuda_act_kind kind;

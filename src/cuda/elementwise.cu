@@ -77,6 +77,7 @@ enum UnaryOp {
     UNARY_FWD_OPS(X)
 #undef X
     U_GELU_TANH, /* Gelu with approximate="tanh" */
+    U_SILU,      /* x * sigmoid(x): kiln.FusedConv / FusedGemm's Silu after cuDNN / cuBLASLt */
     U_COUNT
 };
 
@@ -108,6 +109,10 @@ template <int OP> __device__ __forceinline__ float unary_op(float x, float a, fl
         float u2 = 2.f * SQRT_2_PI * (x + 0.044715f * x * x * x);
         if (u2 >= 0.f) return x / (1.f + expf(-u2));
         float e = expf(u2);
+        return x * e / (1.f + e);
+    } else if constexpr (OP == U_SILU) {
+        if (x >= 0.f) return x / (1.f + expf(-x));
+        float e = expf(x);
         return x * e / (1.f + e);
     } else if constexpr (OP == U_HARDSIGMOID) {
         float v = a * x + b;
@@ -191,6 +196,7 @@ kiln_status launch_unary(kiln_cuda *cu, kiln_context *ctx, int op, const void *x
     case U_GELU_TANH:
         unary_kernel<T, U_GELU_TANH><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, n, p, vec);
         break;
+    case U_SILU: unary_kernel<T, U_SILU><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, n, p, vec); break;
     default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "unary op %d has no CUDA kernel", op);
     }
     KILN_CUDA_LAUNCHED(ctx, "unary_kernel");
@@ -590,6 +596,9 @@ template <int ACT> __device__ __forceinline__ float epilogue_act(float v, float 
     else if constexpr (ACT == KILN_ACT_HARDSWISH) return unary_op<U_HARDSWISH>(v, a, b, 0.f);
     else if constexpr (ACT == KILN_ACT_HARDSIGMOID) return unary_op<U_HARDSIGMOID>(v, a, b, 0.f);
     else if constexpr (ACT == KILN_ACT_TANH) return unary_op<U_TANH>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_SILU) return unary_op<U_SILU>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_GELU) return unary_op<U_GELU>(v, a, b, 0.f);
+    else if constexpr (ACT == KILN_ACT_GELU_TANH) return unary_op<U_GELU_TANH>(v, a, b, 0.f);
     else return v;
 }
 
@@ -649,6 +658,9 @@ kiln_status launch_conv_epilogue(kiln_cuda *cu, kiln_context *ctx, void *yv, con
         EPI(KILN_ACT_HARDSWISH)
         EPI(KILN_ACT_HARDSIGMOID)
         EPI(KILN_ACT_TANH)
+        EPI(KILN_ACT_SILU) /* these three not yet run on a GPU */
+        EPI(KILN_ACT_GELU)
+        EPI(KILN_ACT_GELU_TANH)
 #undef EPI
     default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "epilogue activation %d has no CUDA kernel", act);
     }
@@ -795,6 +807,9 @@ extern "C" kiln_status kiln_cuda_act_inplace(kiln_cuda *cu, kiln_context *ctx, k
     case KILN_ACT_HARDSWISH: op = U_HARDSWISH; break;
     case KILN_ACT_HARDSIGMOID: op = U_HARDSIGMOID; break;
     case KILN_ACT_TANH: op = U_TANH; break;
+    case KILN_ACT_SILU: op = U_SILU; break; /* these three not yet run on a GPU */
+    case KILN_ACT_GELU: op = U_GELU; break;
+    case KILN_ACT_GELU_TANH: op = U_GELU_TANH; break;
     default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "activation %d has no CUDA kernel", (int)act->kind);
     }
     /* in place: each element is read before it is written, by the same thread */

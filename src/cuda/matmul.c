@@ -288,12 +288,17 @@ static kiln_status gemm(kiln_cuda *cu, kiln_op_ctx *c, const kiln_cuda_act *act)
     const bool row = cc && ((cc->ndim == 1 && cc->dims[0] == m.N) ||
                             (cc->ndim == 2 && cc->dims[0] == 1 && cc->dims[1] == m.N));
     const bool plain = act->kind == KILN_ACT_NONE, relu = act->kind == KILN_ACT_RELU;
-    if ((plain || relu) && row && m.beta == 1.f && (uintptr_t)cc->data % 16 == 0 /* cuBLASLt may reject a less aligned bias */) {
+    /* Silu / Gelu (not yet run on a GPU): the bias epilogue, then the activation in place,
+     * as the Gemm + FusedElementwise they replace did (not a pass writing C into Y first) */
+    const bool after = act->kind == KILN_ACT_SILU || act->kind == KILN_ACT_GELU || act->kind == KILN_ACT_GELU_TANH;
+    if ((plain || relu || after) && row && m.beta == 1.f &&
+        (uintptr_t)cc->data % 16 == 0 /* cuBLASLt may reject a less aligned bias */) {
         mm e = m;
         e.epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
         e.bias = cc->data;
         e.beta = 0.f;
         kiln_status st = lt_matmul(cu, ctx, &e, c->workspace, c->workspace_size);
+        if (!st && after) st = kiln_cuda_act_inplace(cu, ctx, m.dt, y->data, m.M * m.N, act);
         if (st != KILN_ERR_UNSUPPORTED) return st;
     } else if (relu && m.beta == 0.f) {
         mm e = m;

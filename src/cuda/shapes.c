@@ -127,6 +127,9 @@ bool kiln_cuda_act_get(const kiln_node *n, bool gemm, kiln_cuda_act *act, char *
         {"HardSwish", KILN_ACT_HARDSWISH, 0, 0},
         {"HardSigmoid", KILN_ACT_HARDSIGMOID, 0.2f, 0.5f},
         {"Tanh", KILN_ACT_TANH, 0, 0},
+        {"Silu", KILN_ACT_SILU, 0, 0},
+        {"Gelu", KILN_ACT_GELU, 0, 0},
+        {"GeluTanh", KILN_ACT_GELU_TANH, 0, 0},
     };
     const char *name = kiln_attr_string(n, "activation", "");
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {

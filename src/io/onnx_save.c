@@ -415,6 +415,62 @@ static void emit_activation(saver *s, const kiln_node *n, const kiln_op_def *d, 
     emit_eltwise(s, d, piece_name(s, n->name, d->name), x, NULL, y, dt, p, has, where);
 }
 
+/* One piece of emit_smooth: op(a [, b]) into out (NULL: a fresh value named after y); the
+ * output's name, NULL on failure. */
+static const char *smooth_op(saver *s, const kiln_node *n, int *step, const char *op, const char *a, const char *b,
+                             const char *out, const char *y) {
+    char piece[32];
+    snprintf(piece, sizeof piece, "%s_%d", op, (*step)++);
+    const char *in[2] = {a, b};
+    if (!out) out = fresh_name(s, y);
+    if (failed(s) || !a || !out || !emit(s, op, piece_name(s, n->name, piece), b ? 2 : 1, in, 1, &out)) return NULL;
+    return out;
+}
+
+/* The activations with no ONNX op of their name (fused.h) as the ops exporters write:
+ * Silu as Sigmoid + Mul, Gelu as Div(x, sqrt 2) - Erf - Add 1 - Mul x - Mul 0.5, GeluTanh as
+ * ONNX's Gelu(approximate = "tanh") from opset 20, else its formula
+ * x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) op by op. x -> y; constants of dtype dt. */
+static void emit_smooth(saver *s, const kiln_node *n, kiln_act_kind kind, kiln_dtype dt, const char *x, const char *y,
+                        const char *where) {
+    int k = 0;
+    const char *v;
+    if (kind == KILN_ACT_SILU) {
+        v = smooth_op(s, n, &k, "Sigmoid", x, NULL, NULL, y);
+        if (v) smooth_op(s, n, &k, "Mul", x, v, y, y);
+    } else if (kind == KILN_ACT_GELU) {
+        const char *c = scalar_init(s, dt, 1.41421356237309504880, "sqrt2", where);
+        v = c ? smooth_op(s, n, &k, "Div", x, c, NULL, y) : NULL;
+        if (v) v = smooth_op(s, n, &k, "Erf", v, NULL, NULL, y);
+        if (v && (c = scalar_init(s, dt, 1.0, "one", where))) v = smooth_op(s, n, &k, "Add", v, c, NULL, y);
+        if (v) v = smooth_op(s, n, &k, "Mul", x, v, NULL, y);
+        if (v && (c = scalar_init(s, dt, 0.5, "half", where))) smooth_op(s, n, &k, "Mul", v, c, y, y);
+    } else if (s->m->opset >= 20) {
+        const char *in[1] = {x};
+        /* op-pattern: Gelu(approximate = "tanh") */
+        Onnx__NodeProto *np = emit(s, "Gelu", piece_name(s, n->name, "Gelu"), 1, in, 1, &y);
+        if (np) attr_string(s, np, "approximate", "tanh");
+    } else {
+        static const struct {
+            const char *op;
+            int a, b;  /* operands: 0 x, 1 the running value, 2 the constant */
+            double c;
+        } steps[] = {/* op-pattern: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+                     {"Mul", 0, 0, 0},        {"Mul", 1, 0, 0}, {"Mul", 1, 2, 0.044715}, {"Add", 0, 1, 0},
+                     {"Mul", 1, 2, 0.79788456080286535588}, {"Tanh", 1, -1, 0}, {"Add", 1, 2, 1.0},
+                     {"Mul", 0, 1, 0},        {"Mul", 1, 2, 0.5}};
+        const int ns = (int)(sizeof steps / sizeof steps[0]);
+        v = x;
+        for (int i = 0; i < ns && v; i++) {
+            const char *c = steps[i].b == 2 ? scalar_init(s, dt, steps[i].c, "gelu_c", where) : NULL;
+            const char *opd[3] = {x, v, c};
+            if (steps[i].b == 2 && !c) return;
+            v = smooth_op(s, n, &k, steps[i].op, opd[steps[i].a], steps[i].b >= 0 ? opd[steps[i].b] : NULL,
+                          i == ns - 1 ? y : NULL, y);
+        }
+    }
+}
+
 /* kiln.FusedConv(X, W, B?, Z?) -> act(Conv(X, W, B) + Z); kiln.FusedGemm(A, B, C?) ->
  * act(Gemm(A, B, C)): the op the fused one extends (`base`), then the residual's Add, then
  * the activation. */
@@ -422,7 +478,9 @@ static void save_fused_conv_gemm(saver *s, const kiln_node *n, const char *base,
     const char *act = kiln_attr_string(n, "activation", "");
     kiln_act_kind kind;
     const kiln_op_def *act_def = *act ? eltwise_op(act) : NULL;
-    if (*act && (!kiln_fused_act_kind(act, &kind) || !act_def)) {
+    const bool smooth = kiln_fused_act_kind(act, &kind) &&
+                        (kind == KILN_ACT_SILU || kind == KILN_ACT_GELU || kind == KILN_ACT_GELU_TANH);
+    if (*act && (!kiln_fused_act_kind(act, &kind) || (!act_def && !smooth))) {
         s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED, "saving ONNX: %s: unknown activation '%s'", where, act);
         return;
     }
@@ -448,6 +506,7 @@ static void save_fused_conv_gemm(saver *s, const kiln_node *n, const char *base,
         prod = sum;
     }
     if (act_def && !failed(s)) emit_activation(s, n, act_def, conv ? "" : "act_", dt, prod, final, where);
+    if (smooth && !failed(s)) emit_smooth(s, n, kind, dt, prod, final, where);
 }
 
 #define FE_STACK 32

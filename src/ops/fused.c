@@ -22,6 +22,9 @@ static const struct {
     {"HardSwish", KILN_ACT_HARD_SWISH},
     {"HardSigmoid", KILN_ACT_HARD_SIGMOID},
     {"Tanh", KILN_ACT_TANH},
+    {"Silu", KILN_ACT_SILU},
+    {"Gelu", KILN_ACT_GELU},
+    {"GeluTanh", KILN_ACT_GELU_TANH},
 };
 
 bool kiln_fused_act_kind(const char *name, kiln_act_kind *kind) {
@@ -39,7 +42,7 @@ kiln_status kiln_fused_act_get(kiln_op_ctx *c, const char *alpha_attr, const cha
     memset(a, 0, sizeof *a);
     KILN_OP_CHECK(c, kiln_fused_act_kind(name, &a->kind), KILN_ERR_UNSUPPORTED,
                   "attribute activation = '%s' is not one of Relu, LeakyRelu, Clip, Sigmoid, "
-                  "HardSwish, HardSigmoid, Tanh (or empty)", name);
+                  "HardSwish, HardSigmoid, Tanh, Silu, Gelu, GeluTanh (or empty)", name);
     const bool hs = a->kind == KILN_ACT_HARD_SIGMOID;
     a->alpha = kiln_attr_float(c->node, alpha_attr, hs ? 0.2f : 0.01f);
     a->beta = kiln_attr_float(c->node, beta_attr, 0.5f);
@@ -56,6 +59,23 @@ kiln_status kiln_fused_act_get(kiln_op_ctx *c, const char *alpha_attr, const cha
         const T v = y[i] + b + (z ? z[i] : (T)0);       \
         y[i] = (EXPR);                                  \
     }
+
+/* Silu and the Gelus as src/ops/sigmoid.c and gelu.c compute them: exp only of a
+ * non-positive argument, 1 + erf(z) as erfc(-z), the infinities as their limits. */
+#define DEFINE_SMOOTH(SFX, T, EXP, ERFC)                                                       \
+    static T silu_##SFX(T v) { return v >= 0 ? v / ((T)1 + EXP(-v)) : v * EXP(v) / ((T)1 + EXP(v)); } \
+    static T gelu_##SFX(T v) {                                                                 \
+        if (isinf(v)) return v > 0 ? v : (T)0;                                                 \
+        return (T)0.5 * v * ERFC(-v * (T)0.70710678118654752440);                             \
+    }                                                                                          \
+    static T gelu_tanh_##SFX(T v) {                                                            \
+        if (isinf(v)) return v > 0 ? v : (T)0;                                                 \
+        const T u2 = (T)(2 * 0.79788456080286535588) * (v + (T)0.044715 * v * v * v);         \
+        return u2 >= 0 ? v / ((T)1 + EXP(-u2)) : v * EXP(u2) / ((T)1 + EXP(u2));              \
+    }
+
+DEFINE_SMOOTH(f32, float, expf, erfcf)
+DEFINE_SMOOTH(f64, double, exp, erfc)
 
 #define DEFINE_ROW(SFX, T, EXP, TANH)                                                          \
     static void row_##SFX(const kiln_fused_act *a, T *y, const T *z, T b, int64_t n) {         \
@@ -76,6 +96,9 @@ kiln_status kiln_fused_act_get(kiln_op_ctx *c, const char *alpha_attr, const cha
                                                                            : alpha * v + beta) \
             break;                                                                             \
         case KILN_ACT_TANH: ROW_LOOP(T, TANH(v)) break;                                           \
+        case KILN_ACT_SILU: ROW_LOOP(T, silu_##SFX(v)) break;                                     \
+        case KILN_ACT_GELU: ROW_LOOP(T, gelu_##SFX(v)) break;                                     \
+        case KILN_ACT_GELU_TANH: ROW_LOOP(T, gelu_tanh_##SFX(v)) break;                           \
         }                                                                                      \
     }
 

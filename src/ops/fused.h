@@ -7,7 +7,9 @@
  * 0.01), "Clip" (act_min, act_max, default -inf / +inf: ReLU6 is Clip 0..6), "Sigmoid",
  * "HardSwish", "HardSigmoid" (alpha 0.2, beta 0.5), "Tanh"; each with the semantics of the
  * ONNX op of that name (NaN stays NaN through Clip and HardSigmoid, Relu maps it to 0 as
- * kiln's Relu does). The attribute names of alpha and beta are the op's choice: FusedConv
+ * kiln's Relu does). And three with no ONNX op of their name: "Silu" (x * Sigmoid(x), what
+ * exporters write for SiLU / Swish), "Gelu" (Gelu's erf form: x/2 * (1 + erf(x / sqrt 2)))
+ * and "GeluTanh" (Gelu with approximate = "tanh"), computed as kiln's Sigmoid and Gelu do. The attribute names of alpha and beta are the op's choice: FusedConv
  * uses alpha / beta as FUSED.md says, FusedGemm act_alpha / act_beta (Gemm's own alpha and
  * beta scale the product).
  */
@@ -24,7 +26,10 @@ typedef enum kiln_act_kind {
     KILN_ACT_SIGMOID,
     KILN_ACT_HARD_SWISH,
     KILN_ACT_HARD_SIGMOID,
-    KILN_ACT_TANH
+    KILN_ACT_TANH,
+    KILN_ACT_SILU,
+    KILN_ACT_GELU,
+    KILN_ACT_GELU_TANH
 } kiln_act_kind;
 
 typedef struct kiln_fused_act {

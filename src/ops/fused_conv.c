@@ -5,7 +5,8 @@
  *   group) as ONNX Conv (opsets 11..21); Z, the residual, has Y's shape and dtype and is
  *   added before the activation (ResNet's relu(bn(conv(x)) + identity), which is what
  *   cuDNN's cudnnConvolutionBiasActivationForward computes). `activation` and its
- *   parameters (alpha, beta, act_min, act_max) as fused.h lists them.
+ *   parameters (alpha, beta, act_min, act_max) as fused.h lists them (Silu, Gelu and
+ *   GeluTanh included: exporters' x * sigmoid(x) and Gelu chains).
  *   Dtypes: Conv's (f32, f64; f16 / bf16 computed in f32 by Conv, then the epilogue).
  * Method: Conv's own CPU kernel (conv.c, on conv_common's im2col + BLAS) computes
  *   conv(X, W) without the bias, then one pass over Y adds bias and residual and applies
@@ -83,6 +84,18 @@ static kiln_tensor *unfused(const char *conv_attrs, const char *act, const char 
         kiln_tensor *s = kiln_fused_test_eval("Add", "", 2, (kiln_tensor *[]){y, z});
         kiln_tensor_free(y);
         y = s;
+    }
+    if (y && strcmp(act, "Silu") == 0) { /* as exporters write it: Sigmoid, then Mul by x */
+        kiln_tensor *sg = kiln_fused_test_eval("Sigmoid", "", 1, &y);
+        kiln_tensor *r = sg ? kiln_fused_test_eval("Mul", "", 2, (kiln_tensor *[]){y, sg}) : NULL;
+        kiln_tensor_free(sg);
+        kiln_tensor_free(y);
+        return r;
+    }
+    if (y && (strcmp(act, "Gelu") == 0 || strcmp(act, "GeluTanh") == 0)) { /* ONNX's Gelu (opset 20) */
+        kiln_tensor *r = kiln_fused_test_eval("Gelu", act[4] ? "approximate=tanh" : "approximate=none", 1, &y);
+        kiln_tensor_free(y);
+        return r;
     }
     if (y && act[0]) {
         kiln_tensor *bounds[2] = {kt_scalar(y->dtype, lo), kt_scalar(y->dtype, hi)};
@@ -168,6 +181,9 @@ static int test(void) {
         {"HardSwish", "", ""},
         {"HardSigmoid", "alpha=0.3;beta=0.4", "alpha=0.3;beta=0.4"},
         {"Tanh", "", ""},
+        {"Silu", "", ""},
+        {"Gelu", "", ""},
+        {"GeluTanh", "", ""},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         char label[128];
@@ -200,6 +216,20 @@ static int test(void) {
     fails += random_case("fusedconv random depthwise HardSwish, 7x7 stride 2, 12 channels", KILN_F32,
                          KT_DIMS(1, 12, 11, 9), KT_DIMS(12, 1, 7, 7), true, false,
                          "group=12;strides=[2,2];pads=[3,2,3,4]", "HardSwish", "", "", 140);
+    fails += random_case("fusedconv random depthwise Silu, 5x5 stride 2, 12 channels", KILN_F32,
+                         KT_DIMS(2, 12, 11, 9), KT_DIMS(12, 1, 5, 5), true, false,
+                         "group=12;strides=[2,2];pads=[2,2,2,2]", "Silu", "", "", 142);
+    fails += random_case("fusedconv random depthwise Gelu, 7x7, 32 channels", KILN_F32,
+                         KT_DIMS(1, 32, 9, 9), KT_DIMS(32, 1, 7, 7), true, false,
+                         "group=32;pads=[3,3,3,3]", "Gelu", "", "", 143);
+    fails += random_case("fusedconv random f16 depthwise Silu, bias", KILN_F16, KT_DIMS(2, 16, 7, 6),
+                         KT_DIMS(16, 1, 3, 3), true, false, "group=16;pads=[1,1,1,1]", "Silu", "", "", 144);
+    fails += random_case("fusedconv random f16 Gelu, 1x1", KILN_F16, KT_DIMS(2, 8, 5, 5),
+                         KT_DIMS(16, 8, 1, 1), true, false, "", "Gelu", "", "", 145);
+    fails += random_case("fusedconv random f64 Silu, residual", KILN_F64, KT_DIMS(1, 3, 6, 6),
+                         KT_DIMS(4, 3, 3, 3), true, true, "pads=[1,1,1,1]", "Silu", "", "", 146);
+    fails += random_case("fusedconv random f64 GeluTanh, depthwise", KILN_F64, KT_DIMS(1, 8, 6, 6),
+                         KT_DIMS(8, 1, 3, 3), true, false, "group=8;pads=[1,1,1,1]", "GeluTanh", "", "", 147);
     fails += random_case("fusedconv random depthwise Relu, residual, no bias, 5x5", KILN_F32,
                          KT_DIMS(1, 24, 8, 9), KT_DIMS(24, 1, 5, 5), false, true,
                          "group=24;pads=[2,2,2,2]", "Relu", "", "", 141);
@@ -219,7 +249,7 @@ static int test(void) {
                                "fusedconv residual of another dtype");
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), NULL);
-    fails += kiln_optest_fails("FusedConv", "activation=Gelu", 2, in, 1, KILN_ERR_UNSUPPORTED,
+    fails += kiln_optest_fails("FusedConv", "activation=Mish", 2, in, 1, KILN_ERR_UNSUPPORTED,
                                "fusedconv unknown activation");
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 3, 3, 3), NULL);
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), NULL);

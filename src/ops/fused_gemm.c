@@ -51,7 +51,17 @@ static int random_case(const char *label, kiln_dtype dt, int64_t M, int64_t N, i
     char attrs[512];
     snprintf(attrs, sizeof attrs, "%s;transB=%d", gemm_attrs, tb);
     kiln_tensor *want = kiln_fused_test_eval("Gemm", attrs, 3, (kiln_tensor *[]){a, b, cc});
-    if (want && act[0]) {
+    if (want && strcmp(act, "Silu") == 0) { /* Sigmoid, then Mul by x, as exporters write it */
+        kiln_tensor *sg = kiln_fused_test_eval("Sigmoid", "", 1, &want);
+        kiln_tensor *r = sg ? kiln_fused_test_eval("Mul", "", 2, (kiln_tensor *[]){want, sg}) : NULL;
+        kiln_tensor_free(sg);
+        kiln_tensor_free(want);
+        want = r;
+    } else if (want && (strcmp(act, "Gelu") == 0 || strcmp(act, "GeluTanh") == 0)) {
+        kiln_tensor *r = kiln_fused_test_eval("Gelu", act[4] ? "approximate=tanh" : "", 1, &want);
+        kiln_tensor_free(want);
+        want = r;
+    } else if (want && act[0]) {
         const bool clip = strcmp(act, "Clip") == 0;
         kiln_tensor *bounds[2] = {kt_scalar(dt, -0.5), kt_scalar(dt, 0.5)};
         kiln_tensor *r = kiln_fused_test_eval(act, act_attrs, clip ? 3 : 1,
@@ -104,6 +114,9 @@ static int test(void) {
         {"HardSwish", "", ""},
         {"HardSigmoid", "alpha=0.3;beta=0.4", "act_alpha=0.3;act_beta=0.4"},
         {"Tanh", "", ""},
+        {"Silu", "", ""},
+        {"Gelu", "", ""},
+        {"GeluTanh", "", ""},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         char label[128];

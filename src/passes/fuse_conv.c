@@ -14,7 +14,14 @@
  *      pass over the product; Flatten and Reshape are views. Needs X's dims but the last
  *      known except at most one (the Reshape's -1: a symbolic batch).
  * Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSwish, HardSigmoid,
- * Tanh. Every intermediate value must have a single reader and not be a graph output. The
+ * Tanh; and, unless KILN_PASS_FUSE_SILU_GELU is disabled, "Silu" from x * Sigmoid(x)
+ * (Sigmoid(x) -> Mul(x, s), either operand order: the value x is read by exactly those two
+ * nodes, s by the Mul alone) and "Gelu" / "GeluTanh" from ONNX's Gelu (opset 20) or
+ * Gelu's erf form as torch.onnx writes it (Div(x, sqrt 2) or Mul(x, 1/sqrt 2) -> Erf -> Add 1
+ * -> Mul x -> Mul 0.5, the three factors x, 1 + erf, 0.5 multiplied in any order and
+ * grouping; the constants one-element, sqrt 2 within 1e-6 relative in f32, 1e-3 in f16 /
+ * bf16, 1e-12 in f64).
+ * Every intermediate value must have a single reader and not be a graph output. The
  * fused node takes the place of the chain's last node, so the order stays topological
  * (a residual may be computed after the conv, but always before the Add). Fusions into
  * internal ops happen only on devices that have their kernels (kiln_pass_device_has). */
@@ -56,8 +63,127 @@ static bool get_activation(const kiln_model *m, const int *prod, const kiln_node
     return true;
 }
 
+/* ---------------------------------------- Silu and Gelu: activations of several nodes */
+
+/* Whether node n is a default-domain op_type with n_in inputs and one output. */
+static bool is_op(const kiln_node *n, const char *op_type, int n_in) {
+    return kiln_pass_is(n, op_type) && n->n_in == n_in && n->n_out == 1;
+}
+
+/* When v has exactly two reads (graph outputs count; a node reading v twice counts twice)
+ * by two different nodes: those nodes in r[0], r[1] and true. */
+static bool two_readers(const kiln_model *m, int v, int *r) {
+    if (v < 0 || kiln_pass_uses(m, v) != 2) return false;
+    int n = 0;
+    for (int i = 0; i < m->n_nodes && n < 2; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++)
+            if (m->nodes[i].in[k] == v) {
+                if (n == 1 && r[0] == i) return false;
+                r[n++] = i;
+                break;
+            }
+    return n == 2;
+}
+
+/* Whether v is a one-element float constant equal to want (relative tolerance 1e-6 in f32,
+ * 1e-3 in f16 / bf16: the exporter rounded it to the dtype; 1e-12 in f64). */
+static bool const_near(const kiln_model *m, const int *prod, int v, double want) {
+    const kiln_tensor *t = kiln_pass_constant(m, prod, v);
+    if (!t || kiln_tensor_numel(t) != 1 || !kiln_dtype_is_float(t->dtype)) return false;
+    const double tol = t->dtype == KILN_F16 || t->dtype == KILN_BF16 ? 1e-3 : t->dtype == KILN_F64 ? 1e-12 : 1e-6;
+    return fabs(kiln_get_f64(t, 0) - want) <= tol * fabs(want);
+}
+
+/* For a two-input node n reading v: its other input (-1 when v is not an input, or both are). */
+static int other_input(const kiln_node *n, int v) {
+    if (n->n_in != 2 || n->in[0] == n->in[1]) return -1;
+    return n->in[0] == v ? n->in[1] : n->in[1] == v ? n->in[0] : -1;
+}
+
+/* Silu or Gelu applied to x (read only by the nodes of the pattern; dead: nodes already
+ * taken): the pattern's last node, its other nodes in chain[] (*n_chain of them, up to 4)
+ * and the activation's name in out; -1 when x does not start one. */
+static int match_smooth(const kiln_model *m, const int *prod, const bool *dead, int x, act_attrs *out, int *chain,
+                        int *n_chain) {
+    *n_chain = 0;
+    memset(out, 0, sizeof *out);
+    out->lo = -INFINITY;
+    out->hi = INFINITY;
+    /* Gelu (opset 20), the single reader */
+    const int g = kiln_pass_single_consumer(m, x);
+    if (g >= 0 && !dead[g] && is_op(&m->nodes[g], "Gelu", 1)) { /* op-pattern: Gelu */
+        const char *ap = kiln_attr_string(&m->nodes[g], "approximate", "none");
+        if (strcmp(ap, "none") && strcmp(ap, "tanh")) return -1;
+        snprintf(out->name, sizeof out->name, "%s", strcmp(ap, "tanh") ? "Gelu" : "GeluTanh");
+        return g;
+    }
+    /* two readers of x */
+    int rd[2];
+    if (!two_readers(m, x, rd) || dead[rd[0]] || dead[rd[1]]) return -1;
+    const int r0 = rd[0], r1 = rd[1];
+    /* Silu: Sigmoid(x) -> s; Mul(x, s) or Mul(s, x) */
+    for (int k = 0; k < 2; k++) { /* op-pattern: Sigmoid + Mul */
+        const int si = k ? r1 : r0, mu = k ? r0 : r1;
+        const kiln_node *sn = &m->nodes[si], *mn = &m->nodes[mu];
+        if (!is_op(sn, "Sigmoid", 1) || !is_op(mn, "Mul", 2)) /* op-pattern */
+            continue;
+        const int sv = sn->out[0];
+        if (other_input(mn, x) != sv || kiln_pass_uses(m, sv) != 1) return -1;
+        snprintf(out->name, sizeof out->name, "Silu");
+        chain[(*n_chain)++] = si;
+        return mu;
+    }
+    /* Gelu's erf form: d = x / sqrt2 (or x * (1/sqrt2)); e = Erf(d); a = e + 1 */
+    for (int k = 0; k < 2; k++) { /* op-pattern: Div + Erf + Add + Mul + Mul */
+        const int di = k ? r1 : r0, pi = k ? r0 : r1;
+        const kiln_node *dn = &m->nodes[di];
+        const bool div = is_op(dn, "Div", 2) && dn->in[0] == x && dn->in[1] != x;
+        const bool mul = is_op(dn, "Mul", 2) && other_input(dn, x) >= 0;
+        if (!(div && const_near(m, prod, dn->in[1], sqrt(2.0))) &&
+            !(mul && const_near(m, prod, other_input(dn, x), sqrt(0.5))))
+            continue;
+        const int ei = kiln_pass_single_consumer(m, dn->out[0]);
+        if (ei < 0 || dead[ei] || !is_op(&m->nodes[ei], "Erf", 1)) return -1;
+        const int ai = kiln_pass_single_consumer(m, m->nodes[ei].out[0]);
+        if (ai < 0 || dead[ai] || !is_op(&m->nodes[ai], "Add", 2) ||
+            !const_near(m, prod, other_input(&m->nodes[ai], m->nodes[ei].out[0]), 1.0))
+            return -1;
+        const int a = m->nodes[ai].out[0];
+        /* the factors x, a and 0.5 in two Muls: pi is the other reader of x */
+        const kiln_node *pn = &m->nodes[pi];
+        const int ri = kiln_pass_single_consumer(m, a); /* the Mul reading a */
+        if (!is_op(pn, "Mul", 2) || ri < 0 || dead[ri] || !is_op(&m->nodes[ri], "Mul", 2)) /* op-pattern */
+            return -1;
+        const int pv = pn->out[0], rv = m->nodes[ri].out[0];
+        int last = -1, mid = -1;
+        if (ri == pi) { /* (x * a) * 0.5 */
+            const int f = kiln_pass_single_consumer(m, pv);
+            if (f >= 0 && !dead[f] && is_op(&m->nodes[f], "Mul", 2) && const_near(m, prod, other_input(&m->nodes[f], pv), 0.5))
+                last = f, mid = pi;
+        } else if (const_near(m, prod, other_input(pn, x), 0.5)) { /* (x * 0.5) * a */
+            if (other_input(&m->nodes[ri], a) == pv && kiln_pass_uses(m, pv) == 1) last = ri, mid = pi;
+        } else if (other_input(pn, x) == rv && const_near(m, prod, other_input(&m->nodes[ri], a), 0.5) &&
+                   kiln_pass_uses(m, rv) == 1) { /* x * (a * 0.5) */
+            last = pi, mid = ri;
+        }
+        if (last < 0 || dead[last]) return -1;
+        chain[(*n_chain)++] = di;
+        chain[(*n_chain)++] = ei;
+        chain[(*n_chain)++] = ai;
+        chain[(*n_chain)++] = mid;
+        snprintf(out->name, sizeof out->name, "Gelu");
+        return last;
+    }
+    return -1;
+}
+
+static bool is_smooth(const char *name) {
+    return !strcmp(name, "Silu") || !strcmp(name, "Gelu") || !strcmp(name, "GeluTanh");
+}
+
 static kiln_status set_activation(kiln_model *m, int i, const act_attrs *a, bool gemm) {
     kiln_status st = kiln_pass_set_string(m, i, "activation", a->name);
+    if (is_smooth(a->name)) return st; /* no parameters */
     const kiln_op_def *d = kiln_op_find(a->name);
     const kiln_eltwise *e = d ? d->eltwise : NULL;
     const char *an = gemm ? "act_alpha" : "alpha", *bn = gemm ? "act_beta" : "beta";
@@ -131,7 +257,7 @@ static bool same_known_shape(const kiln_value *a, const kiln_value *b) {
 
 /* Stages 2 and 3 from Conv / Gemm node ci. */
 static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int ci, bool gemm,
-                              bool *dead, bool *done) {
+                              bool smooth, bool *dead, bool *done) {
     *done = false;
     const kiln_node *cv = &m->nodes[ci];
     int y = cv->out[0], last = ci, add = -1, resid = -1;
@@ -148,7 +274,10 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_p
             r = kiln_pass_single_consumer(m, y);
         }
     }
+    int chain[4], n_chain = 0;
     if (r >= 0 && !dead[r] && get_activation(m, prod, &m->nodes[r], &act)) last = r;
+    else if (smooth && kiln_pass_uses(m, y) > 0 && (r = match_smooth(m, prod, dead, y, &act, chain, &n_chain)) >= 0)
+        last = r;
     if (last == ci) return KILN_OK;
     /* inputs: Conv's X, W, B (-1 when absent), then Z; Gemm's A, B, C */
     int in[4] = {-1, -1, -1, resid};
@@ -169,6 +298,7 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_p
     m->nodes[last].opset = m->nodes[ci].opset;
     dead[ci] = true;
     if (add >= 0 && add != last) dead[add] = true;
+    for (int k = 0; k < n_chain; k++) dead[chain[k]] = true;
     *done = true;
     return KILN_OK;
 }
@@ -323,6 +453,12 @@ kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool 
     }
     /* op-pattern */
     const bool conv_ok = kiln_pass_device_has(o, "FusedConv"), gemm_ok = kiln_pass_device_has(o, "FusedGemm");
+    /* Silu / Gelu: on every device that has the fused ops. On CUDA a depthwise convolution
+     * on kiln's own kernel applies them in its epilogue; any other convolution applies
+     * bias and activation in one pass after cuDNN / cuBLASLt, as many bytes as the
+     * FusedElementwise it replaces. The CUDA epilogues of these activations have not yet
+     * run on a GPU: KILN_PASS_FUSE_SILU_GELU switches this fusion off alone. */
+    const bool smooth = !(o->disabled & KILN_PASS_FUSE_SILU_GELU);
     for (int i = 0; i < m->n_nodes && !st; i++) {
         const kiln_node *n = &m->nodes[i];
         if (dead[i] || n->n_out != 1) continue;
@@ -330,7 +466,7 @@ kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool 
         const bool conv = conv_ok && kiln_pass_is(n, "Conv"), gemm = gemm_ok && kiln_pass_is(n, "Gemm");
         if (!conv && !gemm) continue;
         bool done = false;
-        st = fuse_chain(m, prod, have_probes ? &probes : NULL, i, gemm, dead, &done);
+        st = fuse_chain(m, prod, have_probes ? &probes : NULL, i, gemm, smooth, dead, &done);
         *changed |= done;
     }
     kiln_pass_shape_probes_free(&probes);

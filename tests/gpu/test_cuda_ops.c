@@ -953,6 +953,22 @@ static kiln_status eval_act(const char *act, bool has_a, float a, bool has_b, fl
         *out = x;
         return KILN_OK;
     }
+    if (strcmp(act, "Silu") == 0) { /* x * Sigmoid(x), as exporters write it */
+        kiln_tensor *sg = NULL;
+        st = eval_op("Sigmoid", "", 1, in, &sg);
+        if (!st) {
+            kiln_tensor *m[2] = {x, sg};
+            st = eval_op("Mul", "", 2, m, out);
+        }
+        kiln_tensor_free(sg);
+        kiln_tensor_free(x);
+        return st;
+    }
+    if (strcmp(act, "Gelu") == 0 || strcmp(act, "GeluTanh") == 0) { /* ONNX's Gelu (opset 20) */
+        st = eval_op("Gelu", act[4] ? "approximate=tanh" : "approximate=none", 1, in, out);
+        kiln_tensor_free(x);
+        return st;
+    }
     if (strcmp(act, "Clip") == 0) {
         in[1] = has_a ? kt_scalar(KILN_F32, a) : NULL;
         in[2] = has_b ? kt_scalar(KILN_F32, b) : NULL;
@@ -1177,6 +1193,12 @@ static void fused_gemm_cases(void) {
     floats(op, "activation=HardSigmoid;act_alpha=0.25;act_beta=0.4", 0, false, at, rt, "hardsigmoid",
            INPUTS(X(12, 20), X(20, 16), X(16)));
     floats(op, "activation=Tanh;transB=1", 0, false, at, rt, "tanh", INPUTS(X(12, 20), X(16, 20), X(16)));
+    /* first run on a GPU with this test: the bias epilogue, then Silu / Gelu in place */
+    floats(op, "activation=Silu", 0, false, at, rt, "silu, bias epilogue", INPUTS(X(12, 20), X(20, 16), X(16)));
+    floats(op, "activation=Silu;beta=0.5", 0, false, at, rt, "silu, row C with beta 0.5",
+           INPUTS(X(6, 8), X(8, 10), X(10)));
+    floats(op, "activation=Gelu;transB=1", 0, false, at, rt, "gelu, bias epilogue", INPUTS(X(12, 20), X(16, 20), X(16)));
+    floats(op, "activation=GeluTanh", 0, false, at, rt, "gelu tanh, no C", INPUTS(X(9, 16), X(16, 24)));
     floats(op, "activation=Relu;transA=1", 0, false, 5e-5, rt, "larger", INPUTS(X(96, 64), X(96, 80), X(80)));
     atol_scale = 0;
     fused_reference(NULL);
@@ -1352,6 +1374,12 @@ static void fused_conv_cases(void) {
         {"pads=[1,1,1,1];activation=HardSwish", "hardswish, bias, residual", true, true},
         {"pads=[1,1,1,1];activation=HardSigmoid;alpha=0.3;beta=0.4", "hardsigmoid, bias", true, false},
         {"pads=[1,1,1,1];activation=Tanh", "tanh, bias", true, false},
+        /* first run on a GPU with this test: Silu / Gelu after cuDNN or cuBLASLt
+         * (conv_epilogue_kernel, or unary_kernel in place) */
+        {"pads=[1,1,1,1];activation=Silu", "silu, bias", true, false},
+        {"pads=[1,1,1,1];activation=Silu", "silu, no bias, residual", false, true},
+        {"pads=[1,1,1,1];activation=Gelu", "gelu, bias, residual", true, true},
+        {"pads=[1,1,1,1];activation=GeluTanh", "gelu tanh, bias", true, false},
     };
     fused_reference(compose_conv);
     atol_scale = 1e-5;
@@ -3029,6 +3057,25 @@ static void depthwise_group(const char *tag) {
         snprintf(label, sizeof label, "%s depthwise 5x5 HardSwish, bias, residual%s", tag, nhwc ? ", NHWC" : "");
         floats("kiln.FusedConv", "group=24;pads=[2,2,2,2];activation=HardSwish", 0, false, 2e-5, 1e-4, label,
                INPUTS(X(2, 24, 11, 9), X(24, 1, 5, 5), X(24), X(2, 24, 11, 9)));
+        /* Silu / Gelu in the depthwise kernels' epilogue (first run on a GPU with this
+         * test): EfficientNet's 3x3 and 5x5 with BN folded into the bias, the tiled NHWC
+         * kernel (96 channels, stride 1), the per-tile one (stride 2), 12 channels (not a
+         * multiple of 8: the scalar path) */
+        snprintf(label, sizeof label, "%s depthwise 3x3 Silu, bias, 96 channels%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "group=96;pads=[1,1,1,1];activation=Silu", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 96, 14, 13), X(96, 1, 3, 3), X(96)));
+        snprintf(label, sizeof label, "%s depthwise 5x5 stride 2 Silu, bias, 48 channels%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "group=48;pads=[2,2,2,2];strides=[2,2];activation=Silu", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 48, 17, 18), X(48, 1, 5, 5), X(48)));
+        snprintf(label, sizeof label, "%s depthwise 3x3 Silu, residual, 12 channels%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "group=12;pads=[1,1,1,1];activation=Silu", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(1, 12, 9, 10), X(12, 1, 3, 3), X(12), X(1, 12, 9, 10)));
+        snprintf(label, sizeof label, "%s depthwise 7x7 Gelu, bias, 32 channels%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "group=32;pads=[3,3,3,3];activation=Gelu", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 32, 14, 13), X(32, 1, 7, 7), X(32)));
+        snprintf(label, sizeof label, "%s depthwise 3x3 GeluTanh, bias, 16 channels%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "group=16;pads=[1,1,1,1];activation=GeluTanh", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 16, 10, 10), X(16, 1, 3, 3), X(16)));
     }
     layout = 0;
     atol_scale = 0;
