@@ -189,7 +189,11 @@ typedef struct bufs {
 } bufs;
 
 static cudnnHandle_t handle;
-static cudaEvent_t ev0, ev1;
+/* evs[k] is recorded before timed execution k and evs[it] after the last: the executions are
+ * enqueued back to back with no host sync between them (the host's enqueue overlaps the GPU's
+ * work, as in a training step), t[k] = evs[k+1] - evs[k] */
+#define MAX_ITERS 256
+static cudaEvent_t evs[MAX_ITERS + 1];
 static int g_iters = 20, g_warmup = 3, g_plans = 3, g_tries = 8;
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -244,7 +248,7 @@ static float *rand_f(size_t n, float lo, float hi) { /* values exact in fp16 */
     return p;
 }
 
-static void bufs_init(bufs *b, const shape *sh, int n) {
+static void bufs_host(bufs *b, const shape *sh, int n) {
     memset(b, 0, sizeof *b);
     b->n = n, b->c = sh->c, b->h = sh->h, b->w = sh->w, b->k = sh->k, b->r = sh->r, b->s = sh->s;
     b->st = sh->stride, b->pad = sh->pad;
@@ -272,6 +276,11 @@ static void bufs_init(bufs *b, const shape *sh, int n) {
         b->hsum[i] = (float)(m * mu);
         b->hsq[i] = (float)(m * (var + mu * mu));
     }
+}
+
+static void bufs_init(bufs *b, const shape *sh, int n) {
+    bufs_host(b, sh, n);
+    const int C = b->c, K = b->k;
     b->x = up_h(b->hx, b->nx), b->wt = up_h(b->hw, b->nw), b->dy = up_h(b->hdy, b->ny);
     b->y = dmalloc(b->ny * 2), b->dx = dmalloc(b->nx * 2), b->dw = dmalloc(b->nw * 2);
     b->scale = up_f(b->hscale, (size_t)C), b->bias = up_f(b->hbias, (size_t)C);
@@ -363,9 +372,9 @@ static int conv_op(cudnnBackendDescriptor_t *out, int kind, cudnnBackendDescript
     return 0;
 }
 
-/* y = mode(x [, b]); for RELU_BWD: dx = relu_bwd(dy = x, x = b) */
-static int pw_op(cudnnBackendDescriptor_t *out, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y) {
+/* y = mode(x [, alpha2 * b]); for RELU_BWD: dx = relu_bwd(dy = x, x = b) */
+static int pw_op2(cudnnBackendDescriptor_t *out, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                  cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y, float alpha2) {
     cudnnBackendDescriptor_t pd = mk(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
     const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
     TRY(set1(pd, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
@@ -380,11 +389,17 @@ static int pw_op(cudnnBackendDescriptor_t *out, cudnnPointwiseMode_t mode, cudnn
     } else {
         TRY(set1(o, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
         if (b) TRY(set1(o, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+        if (alpha2 != 1.0f) TRY(set1(o, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha2));
         TRY(set1(o, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
     }
     TRY(cudnnBackendFinalize(o));
     *out = o;
     return 0;
+}
+
+static int pw_op(cudnnBackendDescriptor_t *out, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y) {
+    return pw_op2(out, mode, x, b, y, 1.0f);
 }
 
 static int genstats_op(cudnnBackendDescriptor_t *out, cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t sum,
@@ -442,15 +457,16 @@ typedef struct pattern {
     double (*unfused_ms)(bufs *b, double *floor_ms);  /* legacy + separate pass; fused floor */
 } pattern;
 
-/* variant v of the prologue patterns: 0 = virtual fp32, scale/bias fp32; 1 = virtual fp16,
+/* variant v of the prologue patterns: 0 = virtual fp32, scale/bias fp16 (the types of
+ * PaddlePaddle's fused_scale_bias_relu_conv_bnstats, which runs on sm_80+); 1 = virtual fp32,
  * scale/bias fp32; 2 = virtual fp16, scale/bias fp16 */
-static cudnnDataType_t vtype(int v) { return v == 0 ? CUDNN_DATA_FLOAT : CUDNN_DATA_HALF; }
-static cudnnDataType_t sbtype(int v) { return v == 2 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT; }
+static cudnnDataType_t vtype(int v) { return v == 2 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT; }
+static cudnnDataType_t sbtype(int v) { return v == 1 ? CUDNN_DATA_FLOAT : CUDNN_DATA_HALF; }
 static void *sbptr(bufs *b, int v, int bias) {
-    return v == 2 ? (bias ? b->bias16 : b->scale16) : (bias ? b->bias : b->scale);
+    return v == 1 ? (bias ? b->bias : b->scale) : (bias ? b->bias16 : b->scale16);
 }
 static const char *vname(int v) {
-    return v == 0 ? "virtual fp32, scale/bias fp32" : v == 1 ? "virtual fp16, scale/bias fp32" : "virtual fp16, scale/bias fp16";
+    return v == 0 ? "virtual fp32, scale/bias fp16" : v == 1 ? "virtual fp32, scale/bias fp32" : "virtual fp16, scale/bias fp16";
 }
 
 /* X*scale+bias -> relu into a virtual tensor of the input's shape: *xr */
@@ -534,15 +550,19 @@ static int build_c(graph *g, bufs *b, int v) {
 static const double EPS = 1e-5, EXPF = 0.1;
 static int64_t g_count;
 
-/* finalize over the K output channels; variant 0: eq scale/bias fp32, 1: fp16 */
+/* finalize over the K output channels; variant 0: eq scale/bias fp16, epsilon and factor
+ * fp32 by value (PaddlePaddle's fused_bn_finalize); 1: eq scale/bias fp32; 2: eq fp16, the
+ * scalars fp64 */
+static int d_eq16(int v) { return v != 1; }
 static int build_d(graph *g, bufs *b, int v) {
     cudnnBackendDescriptor_t t[15];
     const int64_t K = b->k;
-    const cudnnDataType_t F = CUDNN_DATA_FLOAT, eqt = v ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+    const cudnnDataType_t F = CUDNN_DATA_FLOAT, eqt = d_eq16(v) ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT,
+                          sct = v == 2 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     const int64_t u[12] = {U_SUM, U_SQ, U_SCALE, U_BIAS, U_PRM, U_PRV, U_URM, U_URV, U_MEAN, U_INVSTD, U_EQS, U_EQBIAS};
     for (int i = 0; i < 12; i++) TRY(tens(&t[i], u[i], i >= 10 ? eqt : F, 1, K, 1, 1, 0, 0));
-    TRY(tens(&t[12], U_EPS, CUDNN_DATA_DOUBLE, 1, 1, 1, 1, 0, 1));
-    TRY(tens(&t[13], U_EXPF, CUDNN_DATA_DOUBLE, 1, 1, 1, 1, 0, 1));
+    TRY(tens(&t[12], U_EPS, sct, 1, 1, 1, 1, 0, 1));
+    TRY(tens(&t[13], U_EXPF, sct, 1, 1, 1, 1, 0, 1));
     TRY(tens(&t[14], U_CNT, CUDNN_DATA_INT64, 1, 1, 1, 1, 0, 1));
     cudnnBackendDescriptor_t o = mk(CUDNN_BACKEND_OPERATION_BN_FINALIZE_STATISTICS_DESCRIPTOR);
     const cudnnBnFinalizeStatsMode_t mode = CUDNN_BN_FINALIZE_STATISTICS_TRAINING;
@@ -564,13 +584,19 @@ static int build_d(graph *g, bufs *b, int v) {
      * buffers hold the scale and bias here: fp32 copies of hscale/hbias repeated) */
     g_count = (int64_t)b->n * b->p * b->q;
     static double eps, expf_;
-    eps = EPS, expf_ = EXPF;
+    static float eps_f, expf_f;
+    eps = EPS, expf_ = EXPF, eps_f = (float)EPS, expf_f = (float)EXPF;
     io(g, U_SUM, b->sum), io(g, U_SQ, b->sq), io(g, U_SCALE, b->dscale), io(g, U_BIAS, b->dbias);
     io(g, U_PRM, b->prm), io(g, U_PRV, b->prv), io(g, U_URM, b->urm), io(g, U_URV, b->urv);
     io(g, U_MEAN, b->mean), io(g, U_INVSTD, b->invstd);
-    io(g, U_EQS, v ? b->eqs16 : b->eqs), io(g, U_EQBIAS, v ? b->eqbias16 : b->eqbias);
-    io(g, U_EPS, &eps), io(g, U_EXPF, &expf_), io(g, U_CNT, &g_count);
-    snprintf(g->variant, sizeof g->variant, "eq scale/bias %s", v ? "fp16" : "fp32");
+    io(g, U_EQS, d_eq16(v) ? b->eqs16 : b->eqs), io(g, U_EQBIAS, d_eq16(v) ? b->eqbias16 : b->eqbias);
+    if (v == 2)
+        io(g, U_EPS, &eps), io(g, U_EXPF, &expf_);
+    else
+        io(g, U_EPS, &eps_f), io(g, U_EXPF, &expf_f);
+    io(g, U_CNT, &g_count);
+    snprintf(g->variant, sizeof g->variant, "eq scale/bias %s, epsilon and factor %s", d_eq16(v) ? "fp16" : "fp32",
+             v == 2 ? "fp64" : "fp32");
     return 0;
 }
 
@@ -578,7 +604,7 @@ static int build_e1(graph *g, bufs *b, int v) {
     cudnnBackendDescriptor_t dx, dg, w, dy, rin, cd;
     TRY(tens(&dy, U_DY, CUDNN_DATA_HALF, b->n, b->k, b->p, b->q, 0, 0));
     TRY(tens(&w, U_W, CUDNN_DATA_HALF, b->k, b->c, b->r, b->s, 0, 0));
-    TRY(tens(&dg, U_V1, vtype(v), b->n, b->c, b->h, b->w, 1, 0));
+    TRY(tens(&dg, U_V1, v ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT, b->n, b->c, b->h, b->w, 1, 0));
     TRY(tens(&rin, U_RIN, CUDNN_DATA_HALF, b->n, b->c, b->h, b->w, 0, 0));
     TRY(tens(&dx, U_DX, CUDNN_DATA_HALF, b->n, b->c, b->h, b->w, 0, 0));
     if (conv_desc(&cd, b) || conv_op(&g->ops[g->nops++], 1, cd, dg, w, dy)) return 1;
@@ -588,9 +614,13 @@ static int build_e1(graph *g, bufs *b, int v) {
     return 0;
 }
 
+/* e2 variants: 0 = PaddlePaddle's fused_dgrad_drelu_bnbwdweight graph (the ReLU's input
+ * recomputed as ((Z - mean) * invstd) * gamma + beta, all fp32, virtual fp32); 1 = the
+ * folded Z * scale + bias with scale/bias fp32, virtual fp32; 2 = folded, fp16 */
 static int build_e2(graph *g, bufs *b, int v) {
-    cudnnBackendDescriptor_t dx, dg, w, dy, z, sc, bi, t1, t2, cd, mean, inv, ds, db, eqdy, eqx, eqb;
-    const cudnnDataType_t vt = vtype(v), st = sbtype(v), F = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t dx, dg, w, dy, z, sc, bi, t1, t2, t3, t4, cd, mean, inv, ds, db, eqdy, eqx, eqb;
+    const cudnnDataType_t vt = v == 2 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT,
+                          st = v == 2 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT, F = CUDNN_DATA_FLOAT;
     const int64_t C = b->c;
     TRY(tens(&dy, U_DY, CUDNN_DATA_HALF, b->n, b->k, b->p, b->q, 0, 0));
     TRY(tens(&w, U_W, CUDNN_DATA_HALF, b->k, b->c, b->r, b->s, 0, 0));
@@ -600,6 +630,8 @@ static int build_e2(graph *g, bufs *b, int v) {
     TRY(tens(&bi, U_BIAS, st, 1, C, 1, 1, 0, 0));
     TRY(tens(&t1, U_V2, vt, b->n, b->c, b->h, b->w, 1, 0));
     TRY(tens(&t2, U_V3, vt, b->n, b->c, b->h, b->w, 1, 0));
+    TRY(tens(&t3, U_V4, vt, b->n, b->c, b->h, b->w, 1, 0));
+    TRY(tens(&t4, U_V4 + 1, vt, b->n, b->c, b->h, b->w, 1, 0));
     TRY(tens(&dx, U_DX, CUDNN_DATA_HALF, b->n, b->c, b->h, b->w, 0, 0)); /* drelu'd gradient, written */
     TRY(tens(&mean, U_MEAN, F, 1, C, 1, 1, 0, 0));
     TRY(tens(&inv, U_INVSTD, F, 1, C, 1, 1, 0, 0));
@@ -609,8 +641,15 @@ static int build_e2(graph *g, bufs *b, int v) {
     TRY(tens(&eqx, U_EQX, F, 1, C, 1, 1, 0, 0));
     TRY(tens(&eqb, U_EQB, F, 1, C, 1, 1, 0, 0));
     if (conv_desc(&cd, b) || conv_op(&g->ops[g->nops++], 1, cd, dg, w, dy)) return 1;
-    if (pw_op(&g->ops[g->nops++], CUDNN_POINTWISE_MUL, z, sc, t1)) return 1;
-    if (pw_op(&g->ops[g->nops++], CUDNN_POINTWISE_ADD, t1, bi, t2)) return 1;
+    if (v == 0) {
+        if (pw_op2(&g->ops[g->nops++], CUDNN_POINTWISE_ADD, z, mean, t1, -1.0f)) return 1;
+        if (pw_op(&g->ops[g->nops++], CUDNN_POINTWISE_MUL, t1, inv, t3)) return 1;
+        if (pw_op(&g->ops[g->nops++], CUDNN_POINTWISE_MUL, t3, sc, t4)) return 1;
+        if (pw_op(&g->ops[g->nops++], CUDNN_POINTWISE_ADD, t4, bi, t2)) return 1;
+    } else {
+        if (pw_op(&g->ops[g->nops++], CUDNN_POINTWISE_MUL, z, sc, t1)) return 1;
+        if (pw_op(&g->ops[g->nops++], CUDNN_POINTWISE_ADD, t1, bi, t2)) return 1;
+    }
     if (pw_op(&g->ops[g->nops++], CUDNN_POINTWISE_RELU_BWD, dg, t2, dx)) return 1;
     cudnnBackendDescriptor_t o = mk(CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR);
     TRY(set1(o, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &F));
@@ -625,11 +664,12 @@ static int build_e2(graph *g, bufs *b, int v) {
     for (int i = 0; i < 10; i++) TRY(set1(o, an[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[i]));
     TRY(cudnnBackendFinalize(o));
     g->ops[g->nops++] = o;
-    io(g, U_DY, b->dy), io(g, U_W, b->wt), io(g, U_RIN, b->x), io(g, U_SCALE, sbptr(b, v, 0));
-    io(g, U_BIAS, sbptr(b, v, 1)), io(g, U_DX, b->dx), io(g, U_MEAN, b->mean), io(g, U_INVSTD, b->invstd);
+    io(g, U_DY, b->dy), io(g, U_W, b->wt), io(g, U_RIN, b->x), io(g, U_SCALE, v == 2 ? b->scale16 : b->scale);
+    io(g, U_BIAS, v == 2 ? b->bias16 : b->bias), io(g, U_DX, b->dx), io(g, U_MEAN, b->mean), io(g, U_INVSTD, b->invstd);
     io(g, U_DSCALE, b->dscale), io(g, U_DBIAS, b->dbias), io(g, U_EQDY, b->eqdy), io(g, U_EQX, b->eqx);
     io(g, U_EQB, b->eqb);
-    snprintf(g->variant, sizeof g->variant, "%s", vname(v));
+    snprintf(g->variant, sizeof g->variant, "%s",
+             v == 0 ? "((Z-mean)*invstd)*gamma+beta, fp32" : v == 1 ? "Z*scale+bias, fp32" : "Z*scale+bias, fp16");
     return 0;
 }
 
@@ -653,7 +693,13 @@ static inline float xin(const bufs *b, int prolog, int n, int hh, int ww, int c)
     return t > 0.0f ? t : 0.0f;
 }
 
-/* the forward conv at output point (n,p,q,k): the value and the sum of |terms| */
+/* A convolution's output against its reference: fp16 output rounding (5e-4 relative) and
+ * fp32 accumulation are well inside 4e-3 relative; inputs rounded to fp16 inside the kernel
+ * (a prologue's output) add random per-term errors, ~5e-4 * sqrt(sum of squared terms),
+ * inside the 2e-2 * sqrt(ss) term. A missing or doubled term is not. */
+static double conv_tol(double ref, double ss) { return 4e-3 * fabs(ref) + 2e-2 * sqrt(ss) + 1e-3; }
+
+/* the forward conv at output point (n,p,q,k): the value and the sum of squared terms */
 static double conv_ref(const bufs *b, int prolog, int n, int p, int q, int k, double *mag) {
     double acc = 0, m = 0;
     for (int r = 0; r < b->r; r++)
@@ -663,7 +709,7 @@ static double conv_ref(const bufs *b, int prolog, int n, int p, int q, int k, do
             const uint16_t *wp = b->hw + (((size_t)k * b->r + r) * b->s + s) * b->c;
             for (int c = 0; c < b->c; c++) {
                 const double t = (double)xin(b, prolog, n, hh, ww, c) * h2f(wp[c]);
-                acc += t, m += fabs(t);
+                acc += t, m += t * t;
             }
         }
     *mag = m;
@@ -695,7 +741,7 @@ static double check_y(bufs *b, int prolog, const uint16_t *y, int *bad) {
         double mag;
         const double ref = conv_ref(b, prolog, n, p, q, k, &mag);
         const double got = h2f(y[(((size_t)n * b->p + p) * b->q + q) * b->k + k]);
-        const double err = fabs(got - ref), tol = 2e-3 * mag + 1e-3 + 1e-3 * fabs(ref);
+        const double err = fabs(got - ref), tol = conv_tol(ref, mag);
         if (err / tol > worst) worst = err / tol;
         if (err > tol && *bad < 5) {
             printf("      MISMATCH y[n=%d p=%d q=%d k=%d] = %g, reference %g (tol %g)\n", n, p, q, k, got, ref, tol);
@@ -718,10 +764,10 @@ static double check_stats(bufs *b, const uint16_t *y, int want_sq, int *bad) {
     }
     double worst = 0;
     for (int k = 0; k < K; k++) {
-        const double e1 = fabs(gs[k] - s[k]), t1 = 1e-4 * a[k] + 1e-2;
+        const double e1 = fabs(gs[k] - s[k]), t1 = 5e-5 * a[k] + 1e-2;
         double r = e1 / t1;
         if (gq) {
-            const double e2 = fabs(gq[k] - s2[k]), t2 = 1e-4 * s2[k] + 1e-2;
+            const double e2 = fabs(gq[k] - s2[k]), t2 = 5e-5 * s2[k] + 1e-2;
             if (e2 / t2 > r) r = e2 / t2;
             if (e2 > t2 && *bad < 5) {
                 printf("      MISMATCH sumsq[%d] = %g, reference %g\n", k, gq[k], s2[k]);
@@ -776,7 +822,7 @@ static double check_d(bufs *b, int v, int *bad) {
     const double M = (double)b->n * b->p * b->q;
     float *rm = fetch_f(b->urm, (size_t)K), *rv = fetch_f(b->urv, (size_t)K), *mu = fetch_f(b->mean, (size_t)K),
           *is = fetch_f(b->invstd, (size_t)K), *es = NULL, *eb = NULL;
-    if (v) {
+    if (d_eq16(v)) {
         uint16_t *h1 = fetch_h(b->eqs16, (size_t)K), *h2 = fetch_h(b->eqbias16, (size_t)K);
         es = malloc((size_t)K * 4), eb = malloc((size_t)K * 4);
         if (!es || !eb) exit(2);
@@ -787,7 +833,7 @@ static double check_d(bufs *b, int v, int *bad) {
     }
     double worst = 0;
     int biased = 0;
-    const double eqtol = v ? 2e-3 : 1e-4;
+    const double eqtol = d_eq16(v) ? 2e-3 : 1e-4;
     for (int k = 0; k < K; k++) {
         const double mean = b->hsum[k] / M, var = b->hsq[k] / M - mean * mean, inv = 1.0 / sqrt(var + EPS);
         const double sc = b->hscale[k % b->c], bi = b->hbias[k % b->c];
@@ -830,7 +876,7 @@ static double dgrad_ref(const bufs *b, int n, int hh, int ww, int c, double *mag
             const uint16_t *dyp = b->hdy + (((size_t)n * b->p + p) * b->q + q) * b->k;
             for (int k = 0; k < b->k; k++) {
                 const double t = (double)h2f(dyp[k]) * h2f(b->hw[(((size_t)k * b->r + r) * b->s + s) * b->c + c]);
-                acc += t, m += fabs(t);
+                acc += t, m += t * t;
             }
         }
     *mag = m;
@@ -844,12 +890,19 @@ static double check_dx(bufs *b, int mode, const uint16_t *dx, int *bad) {
         const int n = (int)(frand() * b->n), hh = (int)(frand() * b->h), ww = (int)(frand() * b->w),
                   c = (int)(frand() * b->c);
         const float x = h2f(b->hx[(((size_t)n * b->h + hh) * b->w + ww) * b->c + c]);
-        const float pre = mode == 2 ? x * b->hscale[c] + b->hbias[c] : x;
+        const float pre = mode == 3   ? (x - b->hmean[c]) * b->hinvstd[c] * b->hscale[c] + b->hbias[c]
+                          : mode == 2 ? x * b->hscale[c] + b->hbias[c]
+                                      : x;
         double mag;
         double ref = dgrad_ref(b, n, hh, ww, c, &mag);
+        if (mode >= 2 && fabsf(pre) < 2e-3f * (fabsf(x * b->hscale[c] * (mode == 3 ? b->hinvstd[c] : 1.0f)) +
+                                               fabsf(b->hbias[c]) + 1.0f)) {
+            i--; /* on the ReLU's edge: fp16 intermediates may round either way; another sample */
+            continue;
+        }
         if (mode && !(pre > 0.0f)) ref = 0, mag = 0;
         const double got = h2f(dx[(((size_t)n * b->h + hh) * b->w + ww) * b->c + c]);
-        const double err = fabs(got - ref), tol = 2e-3 * mag + 1e-3 + 1e-3 * fabs(ref);
+        const double err = fabs(got - ref), tol = conv_tol(ref, mag);
         if (err / tol > worst) worst = err / tol;
         if (err > tol && *bad < 5) {
             printf("      MISMATCH dx[n=%d h=%d w=%d c=%d] = %g, reference %g (tol %g)\n", n, hh, ww, c, got, ref, tol);
@@ -866,13 +919,21 @@ static double check_e1(bufs *b, int v, int *bad) {
     return e;
 }
 
+/* dX_bn = r[0]*dA + r[1]*Z + r[2] for BN's gradient dX = g*inv*(dA - mean(dA) - xhat*mean(dA*xhat)),
+ * xhat = (Z - mu)*inv, from the sums sd = sum(dA), sdx = sum(dA*xhat) over M elements */
+static void dbn_coef(double g, double inv, double mu, double sd, double sdx, double M, double r[3]) {
+    r[0] = g * inv;
+    r[1] = -r[0] * inv * sdx / M;
+    r[2] = -r[0] * sd / M - r[1] * mu;
+}
+
 /* e2: dX at samples, then dscale = sum(dA*xhat), dbias = sum(dA) over the GPU's dA, and the
  * dBN coefficients of dX_bn = eq_dy*dA + eq_x*Z + eq_b, as derived from
  * dX = g*inv*(dA - mean(dA) - xhat*mean(dA*xhat)); a coefficient mismatch is printed with
  * the convention assumed (cuDNN documents no formula), dscale/dbias mismatches fail */
 static double check_e2(bufs *b, int v, int *bad) {
     uint16_t *dx = fetch_h(b->dx, b->nx);
-    double worst = check_dx(b, 2, dx, bad);
+    double worst = check_dx(b, v == 0 ? 3 : 2, dx, bad);
     const int C = b->c;
     const double M = (double)b->n * b->h * b->w;
     double *sd = calloc((size_t)C, 8), *sdx = calloc((size_t)C, 8), *ad = calloc((size_t)C, 8);
@@ -884,20 +945,24 @@ static double check_e2(bufs *b, int v, int *bad) {
     }
     float *ds = fetch_f(b->dscale, (size_t)C), *db = fetch_f(b->dbias, (size_t)C), *ey = fetch_f(b->eqdy, (size_t)C),
           *ex = fetch_f(b->eqx, (size_t)C), *eb = fetch_f(b->eqb, (size_t)C);
-    int coef_off = 0;
+    int coef_off = 0, swapped = 0;
     double coef_worst = 0;
     for (int c = 0; c < C; c++) {
-        const double t = 1e-4 * ad[c] + 1e-2;
-        const double e1 = fabs(ds[c] - sdx[c]) / t, e2 = fabs(db[c] - sd[c]) / t;
+        const double t = 5e-5 * ad[c] + 1e-2;
+        double e1 = fabs(ds[c] - sdx[c]) / t, e2 = fabs(db[c] - sd[c]) / t;
+        if ((e1 > 1 || e2 > 1) && fabs(ds[c] - sd[c]) <= t && fabs(db[c] - sdx[c]) <= t) {
+            if (!swapped++) printf("      note: DBN_SCALE holds sum(dy) and DBN_BIAS sum(dy*xhat): swapped against their names\n");
+            e1 = e2 = 0;
+        }
         if ((e1 > 1 || e2 > 1) && *bad < 5) {
             printf("      MISMATCH dscale[%d] = %g (ref %g), dbias[%d] = %g (ref %g)\n", c, ds[c], sdx[c], c, db[c], sd[c]);
             (*bad)++;
         }
         if (e1 > worst) worst = e1;
         if (e2 > worst) worst = e2;
-        const double g = b->hscale[c], inv = b->hinvstd[c], mu = b->hmean[c];
-        const double A = g * inv, B = -A * inv * sdx[c] / M, Cc = -A * sd[c] / M - B * mu;
-        const double r[3] = {A, B, Cc}, got[3] = {ey[c], ex[c], eb[c]};
+        double r[3];
+        dbn_coef(b->hscale[c], b->hinvstd[c], b->hmean[c], sd[c], sdx[c], M, r);
+        const double got[3] = {ey[c], ex[c], eb[c]};
         for (int j = 0; j < 3; j++) {
             const double e = fabs(got[j] - r[j]) / (1e-3 * (fabs(r[j]) + 1e-3));
             if (e > coef_worst) coef_worst = e;
@@ -911,23 +976,31 @@ static double check_e2(bufs *b, int v, int *bad) {
     return worst;
 }
 
+/* the weight gradient at (k,r,s,c), the input through the prologue when prolog */
+static double wgrad_ref(const bufs *b, int prolog, int k, int r, int s, int c, double *mag) {
+    double acc = 0, m = 0;
+    for (int n = 0; n < b->n; n++)
+        for (int p = 0; p < b->p; p++)
+            for (int q = 0; q < b->q; q++) {
+                const float x = xin(b, prolog, n, p * b->st - b->pad + r, q * b->st - b->pad + s, c);
+                if (x == 0.0f) continue;
+                const double t = (double)x * h2f(b->hdy[(((size_t)n * b->p + p) * b->q + q) * b->k + k]);
+                acc += t, m += t * t;
+            }
+    *mag = m;
+    return acc;
+}
+
 static double check_dw(bufs *b, int prolog, int *bad) {
     uint16_t *dw = fetch_h(b->dw, b->nw);
     double worst = 0;
     for (int i = 0; i < 48; i++) {
         const int k = (int)(frand() * b->k), r = (int)(frand() * b->r), s = (int)(frand() * b->s),
                   c = (int)(frand() * b->c);
-        double acc = 0, mag = 0;
-        for (int n = 0; n < b->n; n++)
-            for (int p = 0; p < b->p; p++)
-                for (int q = 0; q < b->q; q++) {
-                    const float x = xin(b, prolog, n, p * b->st - b->pad + r, q * b->st - b->pad + s, c);
-                    if (x == 0.0f) continue;
-                    const double t = (double)x * h2f(b->hdy[(((size_t)n * b->p + p) * b->q + q) * b->k + k]);
-                    acc += t, mag += fabs(t);
-                }
+        double mag;
+        const double acc = wgrad_ref(b, prolog, k, r, s, c, &mag);
         const double got = h2f(dw[(((size_t)k * b->r + r) * b->s + s) * b->c + c]);
-        const double err = fabs(got - acc), tol = 2e-3 * mag + 1e-3 + 1e-3 * fabs(acc);
+        const double err = fabs(got - acc), tol = conv_tol(acc, mag);
         if (err / tol > worst) worst = err / tol;
         if (err > tol && *bad < 5) {
             printf("      MISMATCH dw[k=%d r=%d s=%d c=%d] = %g, reference %g (tol %g)\n", k, r, s, c, got, acc, tol);
@@ -1009,8 +1082,8 @@ static void legacy_time(bufs *b) {
     DNN_OK(cudnnSetConvolutionMathType(cd, CUDNN_TENSOR_OP_MATH));
     const float one = 1.0f, zero = 0.0f;
     int got = 0;
-    double t[256];
-    const int it = g_iters > 256 ? 256 : g_iters;
+    double t[MAX_ITERS];
+    const int it = g_iters > MAX_ITERS ? MAX_ITERS : g_iters;
     cudnnConvolutionFwdAlgoPerf_t pf[8];
     DNN_OK(cudnnFindConvolutionForwardAlgorithmEx(handle, xd, b->x, wd, b->wt, cd, yd, b->y, 8, &got, pf, b->ws,
                                                   b->ws_bytes));
@@ -1029,7 +1102,7 @@ static void legacy_time(bufs *b) {
         *dst = -1;
         if (algo < 0) continue;
         for (int i = 0; i < g_warmup + it; i++) {
-            CUDA_OK(cudaEventRecord(ev0, 0));
+            if (i >= g_warmup) CUDA_OK(cudaEventRecord(evs[i - g_warmup], 0));
             if (which == 0)
                 DNN_OK(cudnnConvolutionForward(handle, &one, xd, b->x, wd, b->wt, cd, (cudnnConvolutionFwdAlgo_t)algo,
                                                b->ws, b->ws_bytes, &zero, yd, b->y));
@@ -1041,11 +1114,13 @@ static void legacy_time(bufs *b) {
                 DNN_OK(cudnnConvolutionBackwardFilter(handle, &one, xd, b->x, yd, b->dy, cd,
                                                       (cudnnConvolutionBwdFilterAlgo_t)algo, b->ws, b->ws_bytes, &zero,
                                                       wd, b->dw));
-            CUDA_OK(cudaEventRecord(ev1, 0));
-            CUDA_OK(cudaEventSynchronize(ev1));
+        }
+        CUDA_OK(cudaEventRecord(evs[it], 0));
+        CUDA_OK(cudaEventSynchronize(evs[it]));
+        for (int i = 0; i < it; i++) {
             float ms;
-            CUDA_OK(cudaEventElapsedTime(&ms, ev0, ev1));
-            if (i >= g_warmup) t[i - g_warmup] = ms;
+            CUDA_OK(cudaEventElapsedTime(&ms, evs[i], evs[i + 1]));
+            t[i] = ms;
         }
         *dst = median(t, it);
     }
@@ -1107,7 +1182,7 @@ static const pattern PATTERNS[] = {
     {"b", "ConvFwd + GenStats", 1, build_b, check_b, zero_y, unf_b},
     {"b2", "ConvFwd + Reduction(Y, Y*Y)", 2, build_b2, check_b2, zero_y, unf_b},
     {"c", "scale+bias+ReLU -> ConvFwd + GenStats", 3, build_c, check_c, zero_y, unf_c},
-    {"d", "BN finalize statistics", 2, build_d, check_d, zero_d, unf_d},
+    {"d", "BN finalize statistics", 3, build_d, check_d, zero_d, unf_d},
     {"e1", "ConvBwdData + ReLU_BWD", 2, build_e1, check_e1, zero_dx, unf_e1},
     {"e2", "ConvBwdData + dReLU(scale,bias) + BN_BWD_WEIGHTS", 3, build_e2, check_e2, zero_dx, unf_e2},
     {"f", "scale+bias+ReLU -> ConvBwdFilter", 3, build_f, check_f, zero_dw, unf_f},
@@ -1118,7 +1193,7 @@ static const pattern PATTERNS[] = {
 typedef struct row {
     const char *pat, *shape;
     char status[200], variant[96], engine[64];
-    int supported, n_a, n_fb, n_plans, n_tried;
+    int supported, n_a, n_fb, n_plans, n_tried, n_idx;
     double best_ms, unfused_ms, floor_ms, err;
 } row;
 
@@ -1202,6 +1277,100 @@ static void sync_or_die(const char *what) {
     }
 }
 
+/* one engine config: plan, variant pack, a checked run, the timing; 1 when timed */
+static int try_cfg(const pattern *pt, bufs *b, int v, graph *g, row *rw, cudnnBackendDescriptor_t cfg,
+                   const char *src, int i, char *first_fail) {
+    int timed = 0;
+    int64_t cnt = 0;
+    int64_t gidx;
+    char notes[160];
+    describe_engine(cfg, &gidx, notes, sizeof notes);
+    rw->n_tried++;
+    printf("      cfg %2d (%s) engine %3lld [%s]: ", i, src, (long long)gidx, notes);
+    cudnnBackendDescriptor_t plan = mk(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    int64_t wsz = 0;
+    if (dnn_try(set1(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle), "plan handle",
+                __LINE__) ||
+        dnn_try(set1(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg),
+                "plan cfg", __LINE__) ||
+        dnn_try(cudnnBackendFinalize(plan), "plan finalize", __LINE__) ||
+        dnn_try(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                         &cnt, &wsz),
+                "plan workspace", __LINE__)) {
+        printf("no plan: %s\n", g_err);
+        if (!first_fail[0]) snprintf(first_fail, 200, "plan: %.180s", g_err);
+        return 0;
+    }
+    rw->n_plans++;
+    printf("plan ok, workspace %lld B", (long long)wsz);
+    if ((size_t)wsz > b->ws_bytes) {
+        printf(" (over the %zu B allocated: not run)\n", b->ws_bytes);
+        return 0;
+    }
+    cudnnBackendDescriptor_t vp = mk(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    if (dnn_try(set1(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, g->nio, g->uids), "vp uids",
+                __LINE__) ||
+        dnn_try(set1(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, g->nio, g->ptrs), "vp ptrs",
+                __LINE__) ||
+        dnn_try(set1(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &b->ws), "vp ws",
+                __LINE__) ||
+        dnn_try(cudnnBackendFinalize(vp), "variant pack finalize", __LINE__)) {
+        printf("; variant pack: %s\n", g_err);
+        return 0;
+    }
+    pt->zero(b);
+    sync_or_die("zeroing");
+    if (execute(plan, vp)) {
+        printf("; execute failed: %s\n", g_err);
+        if (!first_fail[0]) snprintf(first_fail, 200, "execute: %.180s", g_err);
+        sync_or_die("a failed execute");
+        return 0;
+    }
+    sync_or_die("execute");
+    int bad = 0;
+    const double err = pt->check(b, v, &bad);
+    double t[MAX_ITERS];
+    const int it = g_iters > MAX_ITERS ? MAX_ITERS : g_iters;
+    int ok = 1;
+    for (int k = 0; k < g_warmup + it && ok; k++) {
+        if (k >= g_warmup) CUDA_OK(cudaEventRecord(evs[k - g_warmup], 0));
+        ok = !execute(plan, vp);
+    }
+    CUDA_OK(cudaEventRecord(evs[it], 0));
+    sync_or_die("timing");
+    for (int k = 0; k < it && ok; k++) {
+        float ms;
+        CUDA_OK(cudaEventElapsedTime(&ms, evs[k], evs[k + 1]));
+        t[k] = ms;
+    }
+    if (!ok) {
+        printf("; a timed execute failed: %s\n", g_err);
+        return 0;
+    }
+    const double med = median(t, it);
+    printf("; %.3f ms (median of %d, min %.3f); max err/tol %.3g%s\n", med, it, t[0], err,
+           bad ? "  WRONG" : "");
+    if (bad) {
+        g_bad++;
+        snprintf(rw->status, sizeof rw->status, "WRONG RESULT (engine %lld)", (long long)gidx);
+        return 0;
+    }
+    /* run again without clearing: do the outputs accumulate across executions? */
+    int bad2 = 0;
+    printf("        re-check after the timed runs, outputs not cleared:\n");
+    const double err2 = pt->check(b, v, &bad2);
+    if (!bad2) printf("        still right (the outputs do not accumulate across executions)\n");
+    if (bad2) printf("        after %d more executions without clearing the outputs they no longer match "
+                     "(err/tol %.3g): this engine ACCUMULATES into its outputs (clear them per step)\n",
+                     g_warmup + it, err2);
+    timed = 1;
+    if (rw->best_ms < 0 || med < rw->best_ms) {
+        rw->best_ms = med, rw->err = err;
+        snprintf(rw->engine, sizeof rw->engine, "%lld%s", (long long)gidx, strstr(notes, "runtime") ? " rt" : "");
+    }
+    return timed;
+}
+
 static void run_pattern(const pattern *pt, bufs *b, const shape *sh) {
     row *rw = &rows[nrows++];
     memset(rw, 0, sizeof *rw);
@@ -1249,90 +1418,33 @@ static void run_pattern(const pattern *pt, bufs *b, const shape *sh) {
         }
         int timed = 0;
         char first_fail[200] = "";
-        for (int i = 0; i < ncfg && rw->n_tried < g_tries && timed < g_plans; i++) {
-            int64_t gidx;
-            char notes[160];
-            describe_engine(cfgs[i], &gidx, notes, sizeof notes);
-            rw->n_tried++;
-            printf("      cfg %2d (%s) engine %3lld [%s]: ", i, i < na ? "A" : "FB", (long long)gidx, notes);
-            cudnnBackendDescriptor_t plan = mk(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-            int64_t wsz = 0;
-            if (dnn_try(set1(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle), "plan handle",
-                        __LINE__) ||
-                dnn_try(set1(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]),
-                        "plan cfg", __LINE__) ||
-                dnn_try(cudnnBackendFinalize(plan), "plan finalize", __LINE__) ||
-                dnn_try(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                                                 &cnt, &wsz),
-                        "plan workspace", __LINE__)) {
-                printf("no plan: %s\n", g_err);
-                if (!first_fail[0]) snprintf(first_fail, sizeof first_fail, "plan: %.180s", g_err);
-                continue;
+        for (int i = 0; i < ncfg && rw->n_tried < g_tries && timed < g_plans; i++)
+            timed += try_cfg(pt, b, v, &g, rw, cfgs[i], i < na ? "A" : "FB", i, first_fail);
+        /* engines by global index, as PaddlePaddle's fused_dgrad_drelu_bnbwdweight makes its
+         * plan (engine 0, no heuristics): specialized engines heuristics may not list */
+        if (!timed && global > 0) {
+            int tried = 0, unsupported = 0;
+            for (int64_t e = 0; e < global && e < 64 && tried < g_tries && timed < g_plans; e++) {
+                cudnnBackendDescriptor_t eng = mk(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+                if (set1(eng, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &opg) ||
+                    set1(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &e) || cudnnBackendFinalize(eng)) {
+                    unsupported++;
+                    continue;
+                }
+                cudnnBackendDescriptor_t cfg = mk(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+                if (dnn_try(set1(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &eng), "cfg engine",
+                            __LINE__) ||
+                    dnn_try(cudnnBackendFinalize(cfg), "engine config finalize", __LINE__)) {
+                    printf("      engine %lld: no config: %s\n", (long long)e, g_err);
+                    continue;
+                }
+                tried++;
+                rw->n_tried--; /* try_cfg counts heuristics' tries; these are counted apart */
+                timed += try_cfg(pt, b, v, &g, rw, cfg, "IDX", (int)e, first_fail);
+                rw->n_idx++;
             }
-            rw->n_plans++;
-            printf("plan ok, workspace %lld B", (long long)wsz);
-            if ((size_t)wsz > b->ws_bytes) {
-                printf(" (over the %zu B allocated: not run)\n", b->ws_bytes);
-                continue;
-            }
-            cudnnBackendDescriptor_t vp = mk(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-            if (dnn_try(set1(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, g.nio, g.uids), "vp uids",
-                        __LINE__) ||
-                dnn_try(set1(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, g.nio, g.ptrs), "vp ptrs",
-                        __LINE__) ||
-                dnn_try(set1(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &b->ws), "vp ws",
-                        __LINE__) ||
-                dnn_try(cudnnBackendFinalize(vp), "variant pack finalize", __LINE__)) {
-                printf("; variant pack: %s\n", g_err);
-                continue;
-            }
-            pt->zero(b);
-            sync_or_die("zeroing");
-            if (execute(plan, vp)) {
-                printf("; execute failed: %s\n", g_err);
-                if (!first_fail[0]) snprintf(first_fail, sizeof first_fail, "execute: %.180s", g_err);
-                sync_or_die("a failed execute");
-                continue;
-            }
-            sync_or_die("execute");
-            int bad = 0;
-            const double err = pt->check(b, v, &bad);
-            double t[256];
-            const int it = g_iters > 256 ? 256 : g_iters;
-            int ok = 1;
-            for (int k = 0; k < g_warmup + it && ok; k++) {
-                CUDA_OK(cudaEventRecord(ev0, 0));
-                ok = !execute(plan, vp);
-                CUDA_OK(cudaEventRecord(ev1, 0));
-                CUDA_OK(cudaEventSynchronize(ev1));
-                float ms;
-                CUDA_OK(cudaEventElapsedTime(&ms, ev0, ev1));
-                if (k >= g_warmup) t[k - g_warmup] = ms;
-            }
-            sync_or_die("timing");
-            if (!ok) {
-                printf("; a timed execute failed: %s\n", g_err);
-                continue;
-            }
-            const double med = median(t, it);
-            printf("; %.3f ms (median of %d, min %.3f); max err/tol %.3g%s\n", med, it, t[0], err,
-                   bad ? "  WRONG" : "");
-            if (bad) {
-                g_bad++;
-                snprintf(rw->status, sizeof rw->status, "WRONG RESULT (engine %lld)", (long long)gidx);
-                continue;
-            }
-            /* run again without clearing: do the outputs accumulate across executions? */
-            int bad2 = 0;
-            const double err2 = pt->check(b, v, &bad2);
-            if (bad2) printf("        after %d more executions without clearing the outputs they no longer match "
-                             "(err/tol %.3g): this engine ACCUMULATES into its outputs (clear them per step)\n",
-                             g_warmup + it, err2);
-            timed++;
-            if (rw->best_ms < 0 || med < rw->best_ms) {
-                rw->best_ms = med, rw->err = err;
-                snprintf(rw->engine, sizeof rw->engine, "%lld%s", (long long)gidx, strstr(notes, "runtime") ? " rt" : "");
-            }
+            printf("      engines by global index: %d of %lld do not finalize for this graph, %d tried\n", unsupported,
+                   (long long)(global < 64 ? global : 64), tried);
         }
         if (timed) {
             rw->supported = 1;
@@ -1359,8 +1471,87 @@ static int listed(const char *list, const char *id) {
     return 0;
 }
 
+/* --selftest (no GPU): the host fp16 conversion, the three convolution references against
+ * each other through the adjoint identities <conv(X;W), dY> = <X, dgrad(dY;W)> =
+ * <W, wgrad(X;dY)> (with and without the prologue) on each shape's geometry with few
+ * channels, and the dBN coefficients against BN's gradient written out. Exit 1 on a failure. */
+static int selftest(void) {
+    int fails = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        if (((h >> 10) & 31u) == 31u) continue;
+        if (f2h(h2f((uint16_t)h)) != h) {
+            if (fails++ < 5) printf("selftest: fp16 %04x -> %g -> %04x\n", h, h2f((uint16_t)h), f2h(h2f((uint16_t)h)));
+        }
+    }
+    const struct { float f; uint16_t h; } hv[] = {{1.0f, 0x3c00}, {-2.0f, 0xc000}, {65504.0f, 0x7bff},
+                                                 {1.0f + 1.0f / 2048, 0x3c00}, {1.0f + 3.0f / 2048, 0x3c02},
+                                                 {5.9604645e-8f, 0x0001}, {0.0f, 0x0000}, {1e6f, 0x7c00}};
+    for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++)
+        if (f2h(hv[i].f) != hv[i].h) {
+            printf("selftest: f2h(%g) = %04x, want %04x\n", hv[i].f, f2h(hv[i].f), hv[i].h);
+            fails++;
+        }
+    for (int si = 0; si < NSHAPES; si++) {
+        shape sh = SHAPES[si];
+        sh.c = 5, sh.k = 3, sh.h = sh.h < 9 ? sh.h : 9, sh.w = sh.w < 8 ? sh.w : 8;
+        bufs b;
+        bufs_host(&b, &sh, 2);
+        for (int prolog = 0; prolog < 2; prolog++) {
+            double yy = 0, xd = 0, ww = 0, mag;
+            for (int n = 0; n < b.n; n++)
+                for (int p = 0; p < b.p; p++)
+                    for (int q = 0; q < b.q; q++)
+                        for (int k = 0; k < b.k; k++)
+                            yy += conv_ref(&b, prolog, n, p, q, k, &mag) *
+                                  h2f(b.hdy[(((size_t)n * b.p + p) * b.q + q) * b.k + k]);
+            if (!prolog)
+                for (int n = 0; n < b.n; n++)
+                    for (int hh = 0; hh < b.h; hh++)
+                        for (int w = 0; w < b.w; w++)
+                            for (int c = 0; c < b.c; c++)
+                                xd += (double)xin(&b, 0, n, hh, w, c) * dgrad_ref(&b, n, hh, w, c, &mag);
+            for (int k = 0; k < b.k; k++)
+                for (int r = 0; r < b.r; r++)
+                    for (int s = 0; s < b.s; s++)
+                        for (int c = 0; c < b.c; c++)
+                            ww += (double)h2f(b.hw[(((size_t)k * b.r + r) * b.s + s) * b.c + c]) *
+                                  wgrad_ref(&b, prolog, k, r, s, c, &mag);
+            const double tol = 1e-9 * (fabs(yy) + 1);
+            if ((!prolog && fabs(yy - xd) > tol) || fabs(yy - ww) > tol) {
+                printf("selftest: %s (prologue %d): <Y,dY> %.12g, <X,dgrad> %.12g, <W,wgrad> %.12g\n", sh.name, prolog,
+                       yy, prolog ? yy : xd, ww);
+                fails++;
+            }
+        }
+        /* dBN: the coefficients against the gradient written out, on one channel of a batch
+         * whose own statistics mu, inv are (so the gradient sums to zero) */
+        const int M = 97;
+        double dA[97], Z[97], sd = 0, sdx = 0, sdd = 0, mu = 0, var = 0;
+        for (int i = 0; i < M; i++) dA[i] = frand() - 0.5, Z[i] = 2 * frand() - 1, mu += Z[i] / M;
+        for (int i = 0; i < M; i++) var += (Z[i] - mu) * (Z[i] - mu) / M;
+        const double g = 1.3, inv = 1.0 / sqrt(var + EPS);
+        for (int i = 0; i < M; i++) sd += dA[i], sdx += dA[i] * (Z[i] - mu) * inv;
+        double r[3], worst = 0;
+        dbn_coef(g, inv, mu, sd, sdx, M, r);
+        for (int i = 0; i < M; i++) {
+            const double xh = (Z[i] - mu) * inv, direct = g * inv * (dA[i] - sd / M - xh * sdx / M);
+            const double e = fabs(direct - (r[0] * dA[i] + r[1] * Z[i] + r[2]));
+            if (e > worst) worst = e;
+            sdd += direct;
+        }
+        if (worst > 1e-12 || fabs(sdd) > 1e-9) {
+            printf("selftest: dBN coefficients off by %g (sum of dX %g, want 0)\n", worst, sdd);
+            fails++;
+        }
+        free(b.hx), free(b.hw), free(b.hdy), free(b.hscale), free(b.hbias), free(b.hmean), free(b.hinvstd);
+        free(b.hsum), free(b.hsq), free(b.hprm), free(b.hprv);
+    }
+    printf("cudnn_fusion_probe --selftest: %s (%d failure(s))\n", fails ? "FAILED" : "ok", fails);
+    return fails ? 1 : 0;
+}
+
 static void usage(void) {
-    fprintf(stderr, "usage: cudnn_fusion_probe [--batch N] [--shapes 1,2,..] [--patterns a,b,b2,c,d,e1,e2,f] "
+    fprintf(stderr, "usage: cudnn_fusion_probe [--selftest] [--batch N] [--shapes 1,2,..] [--patterns a,b,b2,c,d,e1,e2,f] "
                     "[--iters N] [--warmup N] [--plans N] [--tries N]\nshapes:\n");
     for (int i = 0; i < NSHAPES; i++) fprintf(stderr, "  %d  %s\n", i + 1, SHAPES[i].name);
 }
@@ -1370,7 +1561,10 @@ int main(int argc, char **argv) {
     const char *shapes = NULL, *pats = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--batch") && v) batch = atoi(v), i++;
+        if (!strcmp(a, "--selftest")) {
+            h2f_init();
+            return selftest();
+        } else if (!strcmp(a, "--batch") && v) batch = atoi(v), i++;
         else if (!strcmp(a, "--shapes") && v) shapes = v, i++;
         else if (!strcmp(a, "--patterns") && v) pats = v, i++;
         else if (!strcmp(a, "--iters") && v) g_iters = atoi(v), i++;
@@ -1397,8 +1591,7 @@ int main(int argc, char **argv) {
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, rt, cudnnGetVersion(), CUDNN_MAJOR,
            CUDNN_MINOR, CUDNN_PATCHLEVEL, batch, g_iters, g_warmup, g_plans, g_tries, BW_TBS);
     DNN_OK(cudnnCreate(&handle));
-    CUDA_OK(cudaEventCreate(&ev0));
-    CUDA_OK(cudaEventCreate(&ev1));
+    for (int i = 0; i <= MAX_ITERS; i++) CUDA_OK(cudaEventCreate(&evs[i]));
     for (int si = 0; si < NSHAPES; si++) {
         char id[8];
         snprintf(id, sizeof id, "%d", si + 1);
@@ -1412,22 +1605,24 @@ int main(int argc, char **argv) {
             if (listed(pats, PATTERNS[pi].id)) run_pattern(&PATTERNS[pi], &b, sh);
         bufs_free(&b);
     }
-    printf("\n%-3s %-24s %-4s %5s %5s %6s %9s %-10s %10s %9s %8s  %s\n", "pat", "shape", "ok", "heurA", "fallb",
-           "plans", "best ms", "engine", "unfused ms", "floor ms", "err/tol", "status / variant");
+    printf("\n%-3s %-24s %-4s %5s %5s %6s %3s %9s %-10s %10s %9s %8s  %s\n", "pat", "shape", "ok", "heurA", "fallb",
+           "plans", "idx", "best ms", "engine", "unfused ms", "floor ms", "err/tol", "status / variant");
     for (int i = 0; i < nrows; i++) {
         const row *r = &rows[i];
         char best[16] = "-", unf[16] = "-";
         if (r->best_ms >= 0) snprintf(best, sizeof best, "%.3f", r->best_ms);
         if (r->unfused_ms >= 0) snprintf(unf, sizeof unf, "%.3f", r->unfused_ms);
-        printf("%-3s %-24s %-4s %5d %5d %3d/%-2d %9s %-10s %10s %9.3f %8.3g  %s%s%s\n", r->pat, r->shape,
-               r->supported ? "yes" : "no", r->n_a, r->n_fb, r->n_plans, r->n_tried, best,
+        printf("%-3s %-24s %-4s %5d %5d %3d/%-2d %3d %9s %-10s %10s %9.3f %8.3g  %s%s%s\n", r->pat, r->shape,
+               r->supported ? "yes" : "no", r->n_a, r->n_fb, r->n_plans, r->n_tried + r->n_idx, r->n_idx, best,
                r->engine[0] ? r->engine : "-", unf, r->floor_ms, r->supported ? r->err : 0.0, r->status,
                r->supported ? "; " : "", r->supported ? r->variant : "");
     }
     printf("(unfused: the legacy API's best algorithm timed here + the separate pass's bytes at %.1f TB/s; floor: the "
-           "fused kernel's own bytes at %.1f TB/s; heurA/fallb -1: the heuristics did not finalize)\n",
+           "fused kernel's own bytes at %.1f TB/s; heurA/fallb -1: the heuristics did not finalize; plans: finalized/tried; "
+           "idx: of those tried, engines taken by global index, not from heuristics; engine: its global index, rt: runtime "
+           "compiled)\n",
            BW_TBS, BW_TBS);
-    cudaEventDestroy(ev0), cudaEventDestroy(ev1);
+    for (int i = 0; i <= MAX_ITERS; i++) cudaEventDestroy(evs[i]);
     cudnnDestroy(handle);
     if (g_bad) printf("cudnn_fusion_probe: %d WRONG RESULT(S)\n", g_bad);
     return g_bad ? 1 : 0;
