@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BW_TBS 3.0 /* H100 SXM's practical HBM bandwidth for the floors, TB/s */
 
@@ -195,6 +196,13 @@ static cudnnHandle_t handle;
 #define MAX_ITERS 256
 static cudaEvent_t evs[MAX_ITERS + 1];
 static int g_iters = 20, g_warmup = 3, g_plans = 3, g_tries = 8;
+static double g_budget = 420; /* seconds: no new shape or pattern after it (the table still prints) */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) { /* uniform [0,1) */
@@ -285,8 +293,11 @@ static void bufs_init(bufs *b, const shape *sh, int n) {
     b->y = dmalloc(b->ny * 2), b->dx = dmalloc(b->nx * 2), b->dw = dmalloc(b->nw * 2);
     b->scale = up_f(b->hscale, (size_t)C), b->bias = up_f(b->hbias, (size_t)C);
     b->scale16 = up_f_as_h(b->hscale, (size_t)C), b->bias16 = up_f_as_h(b->hbias, (size_t)C);
-    b->mean = up_f(b->hmean, (size_t)C), b->invstd = up_f(b->hinvstd, (size_t)C);
     const size_t mx = (size_t)(C > K ? C : K);
+    /* mean/invstd: C channels for e2, K written by finalize (d) */
+    b->mean = dmalloc(mx * 4), b->invstd = dmalloc(mx * 4);
+    CUDA_OK(cudaMemcpy(b->mean, b->hmean, (size_t)C * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(b->invstd, b->hinvstd, (size_t)C * 4, cudaMemcpyHostToDevice));
     b->sum = dmalloc(mx * 4), b->sq = dmalloc(mx * 4);
     b->dscale = dmalloc(mx * 4), b->dbias = dmalloc(mx * 4);
     b->eqdy = dmalloc(mx * 4), b->eqx = dmalloc(mx * 4), b->eqb = dmalloc(mx * 4);
@@ -1552,7 +1563,7 @@ static int selftest(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cudnn_fusion_probe [--selftest] [--batch N] [--shapes 1,2,..] [--patterns a,b,b2,c,d,e1,e2,f] "
-                    "[--iters N] [--warmup N] [--plans N] [--tries N]\nshapes:\n");
+                    "[--iters N] [--warmup N] [--plans N] [--tries N] [--budget SECONDS]\nshapes:\n");
     for (int i = 0; i < NSHAPES; i++) fprintf(stderr, "  %d  %s\n", i + 1, SHAPES[i].name);
 }
 
@@ -1571,6 +1582,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup") && v) g_warmup = atoi(v), i++;
         else if (!strcmp(a, "--plans") && v) g_plans = atoi(v), i++;
         else if (!strcmp(a, "--tries") && v) g_tries = atoi(v), i++;
+        else if (!strcmp(a, "--budget") && v) g_budget = atof(v), i++;
         else {
             usage();
             return 2;
@@ -1592,17 +1604,32 @@ int main(int argc, char **argv) {
            CUDNN_MINOR, CUDNN_PATCHLEVEL, batch, g_iters, g_warmup, g_plans, g_tries, BW_TBS);
     DNN_OK(cudnnCreate(&handle));
     for (int i = 0; i <= MAX_ITERS; i++) CUDA_OK(cudaEventCreate(&evs[i]));
+    const double t0 = now_s();
+    int skipped = 0;
     for (int si = 0; si < NSHAPES; si++) {
         char id[8];
         snprintf(id, sizeof id, "%d", si + 1);
         if (!listed(shapes, id)) continue;
+        if (now_s() - t0 > g_budget) {
+            printf("== shape %d: %s: skipped (over the --budget of %.0f s)\n", si + 1, SHAPES[si].name, g_budget);
+            skipped++;
+            continue;
+        }
         const shape *sh = &SHAPES[si];
         bufs b;
         bufs_init(&b, sh, batch);
         printf("== shape %d: %s, batch %d (X %zu, Y %zu elements)\n", si + 1, sh->name, batch, b.nx, b.ny);
         legacy_time(&b);
-        for (int pi = 0; pi < NPATTERNS; pi++)
-            if (listed(pats, PATTERNS[pi].id)) run_pattern(&PATTERNS[pi], &b, sh);
+        for (int pi = 0; pi < NPATTERNS; pi++) {
+            if (!listed(pats, PATTERNS[pi].id)) continue;
+            if (now_s() - t0 > g_budget) {
+                printf("  [%s] skipped (over the --budget of %.0f s)\n", PATTERNS[pi].id, g_budget);
+                skipped++;
+                continue;
+            }
+            run_pattern(&PATTERNS[pi], &b, sh);
+        }
+        printf("  (%.0f s so far)\n", now_s() - t0);
         bufs_free(&b);
     }
     printf("\n%-3s %-24s %-4s %5s %5s %6s %3s %9s %-10s %10s %9s %8s  %s\n", "pat", "shape", "ok", "heurA", "fallb",
@@ -1624,6 +1651,7 @@ int main(int argc, char **argv) {
            BW_TBS, BW_TBS);
     for (int i = 0; i <= MAX_ITERS; i++) cudaEventDestroy(evs[i]);
     cudnnDestroy(handle);
+    if (skipped) printf("cudnn_fusion_probe: %d shape(s)/pattern(s) skipped over the time budget (--budget)\n", skipped);
     if (g_bad) printf("cudnn_fusion_probe: %d WRONG RESULT(S)\n", g_bad);
     return g_bad ? 1 : 0;
 }
