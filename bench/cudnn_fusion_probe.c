@@ -3,13 +3,19 @@
  * graph (backend) API supports on this GPU for NHWC fp16 (fp32 compute and statistics), and
  * how fast they run, against the legacy API's convolutions kiln uses (src/cuda/conv.c).
  *
- * WRITTEN WITHOUT A GPU: it compiled (sm_90, -Werror) but has never run. Every attribute name
- * comes from cudnn_graph_v9.h; the patterns follow cuDNN's documented runtime fusion graphs.
+ * WRITTEN WITHOUT A GPU: it compiled (sm_90, -Werror) but has never run; only --selftest (the
+ * CPU references) has. Every attribute name comes from cudnn_graph_v9.h; the graphs follow the
+ * ones PaddlePaddle's fused ops build on sm_80+ (fused_scale_bias_relu_conv_bnstats,
+ * fused_bn_finalize, fused_dgrad_drelu_bnbwdweight), tried first, other types after them.
  *
  * Run on the GPU machine (one call, a few minutes; bench/gpu.sh part `cudnnfuse` does this
  * from the pack):
  *   build-cuda/cudnn_fusion_probe                  # all patterns, all shapes, batch 256
  *   cudnn_fusion_probe --batch 32 --shapes 1,2 --patterns a,b,c --iters 20 --plans 3
+ *   cudnn_fusion_probe --selftest                  # the CPU references only, no GPU needed
+ * Options: --plans N plans timed per pattern and shape (3), --tries N engine configs tried
+ * (8), --budget S seconds after which no new shape or pattern starts (420; the table still
+ * prints), --warmup N (3), --iters N (20, at most 256).
  * Patterns:
  *   a   ConvFwd alone (graph API): the baseline, against the legacy API's best algorithm
  *   b   ConvFwd -> Y (written) -> GenStats: per-channel sum and sum of squares of Y (fp32)
@@ -17,13 +23,14 @@
  *   c   X*scale+bias -> ReLU -> ConvFwd -> Y -> GenStats (MLPerf's "ConvBNfprop" forward)
  *   d   BN_FINALIZE_STATISTICS: sum, sumsq -> mean, inv-std, eq scale and bias, running stats
  *   e1  ConvBwdData -> ReLU_BWD with the forward input as the mask (dgrad + dReLU)
- *   e2  ConvBwdData -> ReLU_BWD(x = Z*scale+bias) -> written, and BN_BWD_WEIGHTS over it
- *       (dscale, dbias and the dBN apply's coefficients: MLPerf's "dgrad drelu dbn")
+ *   e2  ConvBwdData -> ReLU_BWD(x = ((Z-mean)*invstd)*gamma+beta, or Z*scale+bias) -> written,
+ *       and BN_BWD_WEIGHTS over it (dscale, dbias and the dBN apply's coefficients: MLPerf's
+ *       "dgrad drelu dbn")
  *   f   X*scale+bias -> ReLU -> ConvBwdFilter (wgrad recomputing the activation)
  * For each pattern and shape: whether the operation graph finalizes (the cuDNN status and its
  * last error string if not), how many engine configs heuristics mode A and FALLBACK return,
  * which finalize into execution plans (engine global index, numerical and behaviour notes,
- * workspace), the best --plans plans timed (CUDA events per execution after --warmup,
+ * workspace; when heuristics give none, engines by global index), the best --plans plans timed (CUDA events per execution after --warmup,
  * median of --iters), each checked against a CPU reference (conv outputs at sampled points,
  * statistics over the whole GPU output, wgrad at sampled weights). Variants (intermediate and
  * scale/bias types fp32 or fp16) are tried in turn until one gives a plan. Then a table:
@@ -1607,7 +1614,7 @@ int main(int argc, char **argv) {
     const double t0 = now_s();
     int skipped = 0;
     for (int si = 0; si < NSHAPES; si++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "%d", si + 1);
         if (!listed(shapes, id)) continue;
         if (now_s() - t0 > g_budget) {
