@@ -850,7 +850,7 @@ static double check_d(bufs *b, int v, int *bad) {
         es = fetch_f(b->eqs, (size_t)K), eb = fetch_f(b->eqbias, (size_t)K);
     }
     double worst = 0;
-    int biased = 0;
+    int biased = 0, flipped = 0;
     const double eqtol = d_eq16(v) ? 2e-3 : 1e-4;
     for (int k = 0; k < K; k++) {
         const double mean = b->hsum[k] / M, var = b->hsq[k] / M - mean * mean, inv = 1.0 / sqrt(var + EPS);
@@ -870,6 +870,14 @@ static double check_d(bufs *b, int v, int *bad) {
                     continue;
                 }
             }
+            if (j >= 4 && e > 1) { /* the factor weighting the old running value instead */
+                const double stat = j == 4 ? mean : var * M / (M - 1), old = j == 4 ? b->hprm[k] : b->hprv[k];
+                const double alt = EXPF * old + (1 - EXPF) * stat, alt2 = EXPF * old + (1 - EXPF) * (j == 4 ? mean : var);
+                if (fabs(got[j] - alt) <= tol[j] * (1 + fabs(alt)) || fabs(got[j] - alt2) <= tol[j] * (1 + fabs(alt2))) {
+                    flipped++;
+                    continue;
+                }
+            }
             if (e > worst) worst = e;
             if (e > 1 && *bad < 5) {
                 printf("      MISMATCH %s[%d] = %g, reference %g\n", nm[j], k, got[j], ref[j]);
@@ -878,6 +886,9 @@ static double check_d(bufs *b, int v, int *bad) {
         }
     }
     if (biased) printf("      note: running var updated with the biased variance (%d channels)\n", biased);
+    if (flipped)
+        printf("      note: running stats = factor * old + (1 - factor) * batch (%d values): the factor weights the old "
+               "value, not the batch's\n", flipped);
     free(rm), free(rv), free(mu), free(is), free(es), free(eb);
     return worst;
 }
