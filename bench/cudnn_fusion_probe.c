@@ -717,6 +717,13 @@ static inline float xin(const bufs *b, int prolog, int n, int hh, int ww, int c)
  * inside the 2e-2 * sqrt(ss) term. A missing or doubled term is not. */
 static double conv_tol(double ref, double ss) { return 4e-3 * fabs(ref) + 2e-2 * sqrt(ss) + 1e-3; }
 
+/* |got - ref| / tol, infinite when got is NaN or infinite (an output left unwritten: the
+ * outputs are filled with NaN before the checked run), so it fails every "> 1" test */
+static double ratio(double got, double ref, double tol) {
+    const double r = fabs(got - ref) / tol;
+    return r == r && r <= 1e300 ? r : INFINITY;
+}
+
 /* the forward conv at output point (n,p,q,k): the value and the sum of squared terms */
 static double conv_ref(const bufs *b, int prolog, int n, int p, int q, int k, double *mag) {
     double acc = 0, m = 0;
@@ -759,9 +766,9 @@ static double check_y(bufs *b, int prolog, const uint16_t *y, int *bad) {
         double mag;
         const double ref = conv_ref(b, prolog, n, p, q, k, &mag);
         const double got = h2f(y[(((size_t)n * b->p + p) * b->q + q) * b->k + k]);
-        const double err = fabs(got - ref), tol = conv_tol(ref, mag);
-        if (err / tol > worst) worst = err / tol;
-        if (err > tol && *bad < 5) {
+        const double tol = conv_tol(ref, mag), rr = ratio(got, ref, tol);
+        if (rr > worst) worst = rr;
+        if (rr > 1 && *bad < 5) {
             printf("      MISMATCH y[n=%d p=%d q=%d k=%d] = %g, reference %g (tol %g)\n", n, p, q, k, got, ref, tol);
             (*bad)++;
         }
@@ -782,17 +789,17 @@ static double check_stats(bufs *b, const uint16_t *y, int want_sq, int *bad) {
     }
     double worst = 0;
     for (int k = 0; k < K; k++) {
-        const double e1 = fabs(gs[k] - s[k]), t1 = 5e-5 * a[k] + 1e-2;
-        double r = e1 / t1;
+        const double t1 = 5e-5 * a[k] + 1e-2, r1 = ratio(gs[k], s[k], t1);
+        double r = r1;
         if (gq) {
-            const double e2 = fabs(gq[k] - s2[k]), t2 = 5e-5 * s2[k] + 1e-2;
-            if (e2 / t2 > r) r = e2 / t2;
-            if (e2 > t2 && *bad < 5) {
+            const double t2 = 5e-5 * s2[k] + 1e-2, r2 = ratio(gq[k], s2[k], t2);
+            if (r2 > r) r = r2;
+            if (r2 > 1 && *bad < 5) {
                 printf("      MISMATCH sumsq[%d] = %g, reference %g\n", k, gq[k], s2[k]);
                 (*bad)++;
             }
         }
-        if (e1 > t1 && *bad < 5) {
+        if (r1 > 1 && *bad < 5) {
             printf("      MISMATCH sum[%d] = %g, reference %g\n", k, gs[k], s[k]);
             (*bad)++;
         }
@@ -862,7 +869,7 @@ static double check_d(bufs *b, int v, int *bad) {
         static const char *nm[6] = {"saved mean", "saved inv-std", "eq scale", "eq bias", "running mean",
                                     "running var"};
         for (int j = 0; j < 6; j++) {
-            const double e = fabs(got[j] - ref[j]) / (tol[j] * (1 + fabs(ref[j])));
+            const double e = ratio(got[j], ref[j], tol[j] * (1 + fabs(ref[j])));
             if (j == 5 && e > 1) {
                 const double alt = (1 - EXPF) * b->hprv[k] + EXPF * var;
                 if (fabs(got[j] - alt) <= tol[j] * (1 + fabs(alt))) {
@@ -931,9 +938,9 @@ static double check_dx(bufs *b, int mode, const uint16_t *dx, int *bad) {
         }
         if (mode && !(pre > 0.0f)) ref = 0, mag = 0;
         const double got = h2f(dx[(((size_t)n * b->h + hh) * b->w + ww) * b->c + c]);
-        const double err = fabs(got - ref), tol = conv_tol(ref, mag);
-        if (err / tol > worst) worst = err / tol;
-        if (err > tol && *bad < 5) {
+        const double tol = conv_tol(ref, mag), rr = ratio(got, ref, tol);
+        if (rr > worst) worst = rr;
+        if (rr > 1 && *bad < 5) {
             printf("      MISMATCH dx[n=%d h=%d w=%d c=%d] = %g, reference %g (tol %g)\n", n, hh, ww, c, got, ref, tol);
             (*bad)++;
         }
@@ -978,7 +985,7 @@ static double check_e2(bufs *b, int v, int *bad) {
     double coef_worst = 0;
     for (int c = 0; c < C; c++) {
         const double t = 5e-5 * ad[c] + 1e-2;
-        double e1 = fabs(ds[c] - sdx[c]) / t, e2 = fabs(db[c] - sd[c]) / t;
+        double e1 = ratio(ds[c], sdx[c], t), e2 = ratio(db[c], sd[c], t);
         if ((e1 > 1 || e2 > 1) && fabs(ds[c] - sd[c]) <= t && fabs(db[c] - sdx[c]) <= t) {
             if (!swapped++) printf("      note: DBN_SCALE holds sum(dy) and DBN_BIAS sum(dy*xhat): swapped against their names\n");
             e1 = e2 = 0;
@@ -993,7 +1000,7 @@ static double check_e2(bufs *b, int v, int *bad) {
         dbn_coef(b->hscale[c], b->hinvstd[c], b->hmean[c], sd[c], sdx[c], M, r);
         const double got[3] = {ey[c], ex[c], eb[c]};
         for (int j = 0; j < 3; j++) {
-            const double e = fabs(got[j] - r[j]) / (1e-3 * (fabs(r[j]) + 1e-3));
+            const double e = ratio(got[j], r[j], 1e-3 * (fabs(r[j]) + 1e-3));
             if (e > coef_worst) coef_worst = e;
             if (e > 1 && coef_off++ < 3)
                 printf("      note: dBN coefficient %d of channel %d = %g, assumed formula gives %g\n", j, c, got[j], r[j]);
@@ -1029,9 +1036,9 @@ static double check_dw(bufs *b, int prolog, int *bad) {
         double mag;
         const double acc = wgrad_ref(b, prolog, k, r, s, c, &mag);
         const double got = h2f(dw[(((size_t)k * b->r + r) * b->s + s) * b->c + c]);
-        const double err = fabs(got - acc), tol = conv_tol(acc, mag);
-        if (err / tol > worst) worst = err / tol;
-        if (err > tol && *bad < 5) {
+        const double tol = conv_tol(acc, mag), rr = ratio(got, acc, tol);
+        if (rr > worst) worst = rr;
+        if (rr > 1 && *bad < 5) {
             printf("      MISMATCH dw[k=%d r=%d s=%d c=%d] = %g, reference %g (tol %g)\n", k, r, s, c, got, acc, tol);
             (*bad)++;
         }
@@ -1057,8 +1064,10 @@ static void zero_d(bufs *b) {
     CUDA_OK(cudaMemcpy(b->dbias, u, (size_t)b->k * 4, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(b->sum, b->hsum, (size_t)b->k * 4, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(b->sq, b->hsq, (size_t)b->k * 4, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(b->mean, 0xff, (size_t)b->k * 4));
-    CUDA_OK(cudaMemset(b->invstd, 0xff, (size_t)b->k * 4));
+    void *outs[] = {b->mean, b->invstd, b->urm, b->urv, b->eqs, b->eqbias}; /* NaN until written */
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) CUDA_OK(cudaMemset(outs[i], 0xff, (size_t)b->k * 4));
+    CUDA_OK(cudaMemset(b->eqs16, 0xff, (size_t)b->k * 2));
+    CUDA_OK(cudaMemset(b->eqbias16, 0xff, (size_t)b->k * 2));
     free(t), free(u);
 }
 
@@ -1072,6 +1081,9 @@ static void zero_dx(bufs *b) {
     CUDA_OK(cudaMemset(b->dx, 0xff, b->nx * 2));
     CUDA_OK(cudaMemset(b->dscale, 0, (size_t)b->c * 4));
     CUDA_OK(cudaMemset(b->dbias, 0, (size_t)b->c * 4));
+    CUDA_OK(cudaMemset(b->eqdy, 0xff, (size_t)b->c * 4)); /* NaN: coefficients not written show */
+    CUDA_OK(cudaMemset(b->eqx, 0xff, (size_t)b->c * 4));
+    CUDA_OK(cudaMemset(b->eqb, 0xff, (size_t)b->c * 4));
 }
 
 static void zero_dw(bufs *b) { CUDA_OK(cudaMemset(b->dw, 0xff, b->nw * 2)); }
@@ -1515,6 +1527,12 @@ static int selftest(void) {
     const struct { float f; uint16_t h; } hv[] = {{1.0f, 0x3c00}, {-2.0f, 0xc000}, {65504.0f, 0x7bff},
                                                  {1.0f + 1.0f / 2048, 0x3c00}, {1.0f + 3.0f / 2048, 0x3c02},
                                                  {5.9604645e-8f, 0x0001}, {0.0f, 0x0000}, {1e6f, 0x7c00}};
+    /* an unwritten output (NaN, as the outputs are filled before a checked run) must fail */
+    const uint16_t nan16 = 0xffff;
+    if (!(ratio(h2f(nan16), 0.0, 1.0) > 1) || !(ratio(INFINITY, 0.0, 1.0) > 1) || ratio(1.5, 1.0, 1.0) != 0.5) {
+        printf("selftest: ratio() lets NaN/inf through or is wrong\n");
+        fails++;
+    }
     for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++)
         if (f2h(hv[i].f) != hv[i].h) {
             printf("selftest: f2h(%g) = %04x, want %04x\n", hv[i].f, f2h(hv[i].f), hv[i].h);
