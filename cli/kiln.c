@@ -469,9 +469,6 @@ static int cmd_convert(int argc, char **argv) {
     kiln_model *m = NULL, *opt = NULL;
     int rc = 0;
     if (kiln_context_create(&ctx)) return 1;
-    /* kiln.Attention has no ONNX form yet (its views would be written back as the chains
-     * they stand for): the converted file keeps attention as the exporter wrote it */
-    opts.disable_passes |= KILN_PASS_FUSE_ATTENTION;
     if (kiln_model_load_onnx(ctx, paths[0], &m)) rc = fail(ctx, paths[0]);
     else if (kiln_model_apply_passes(m, &opts, &opt)) rc = fail(ctx, "passes");
     else if (kiln_model_save_onnx(opt, paths[1])) rc = fail(ctx, paths[1]);

@@ -106,6 +106,8 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     cu->conv_gemm = !o->no_conv_gemm;
     cu->conv_direct = !o->no_conv_direct;
     cu->conv_depthwise = !o->no_conv_depthwise;
+    const char *dwg = getenv("KILN_CUDA_DW_GRAD");
+    cu->conv_dw_grad = o->conv_dw_grad != 0 || (dwg && strcmp(dwg, "1") == 0);
     cu->deterministic = o->deterministic != 0;
     cu->algo_path[0] = '\0';
     if (o->algo_cache) {

@@ -41,7 +41,11 @@
  *   kiln.ConvGradInput, no workspace (ConvGradWeight stays on cuDNN): cuDNN runs them far
  *   from the memory bound (convnext_tiny's 7x7 depthwise f16 NHWC at batch 256: 9.8 ms on
  *   an H200, 31 GB/s). All of them go to cuDNN with the
- *   kiln_cuda's conv_depthwise off (--disable conv-depthwise).
+ *   kiln_cuda's conv_depthwise off (--disable conv-depthwise). With kiln_cuda's conv_dw_grad
+ *   on (kiln_cuda_options.conv_dw_grad or KILN_CUDA_DW_GRAD=1; off by default: those kernels
+ *   have not run on a GPU yet) kiln.ConvGradWeight and kiln.ConvGradInput of depthwise
+ *   convolutions run on conv_depthwise_grad.cu's kernels instead (their workspace: partial
+ *   sums, a flipped filter), with autotune only where timed faster than cuDNN (dw_faster).
  *
  *   Pads are computed by the CPU reference's rules (kiln_cuda_window_get). cuDNN pads both
  *   sides of a dim by one amount; when begin and end pads differ (SAME_* with an odd
@@ -371,10 +375,16 @@ kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *
     conv_geo g;
     kiln_cuda_dw_geo dg;
     char why[256];
-    if (!cu->autotune && conv_geo_get(c, c->in[2], c->in[1], c->in[0], &g, why, sizeof why) &&
-        depthwise_shaped(cu, &g, &dg)) {
-        *bytes = 0; /* the depthwise kernel needs none (with autotune cuDNN's path is timed too) */
-        return KILN_OK;
+    if (conv_geo_get(c, c->in[2], c->in[1], c->in[0], &g, why, sizeof why) && depthwise_shaped(cu, &g, &dg)) {
+        /* conv_depthwise_grad.cu's flipped filter, or nothing (conv_depthwise.cu's kernel) */
+        const size_t kb = cu->conv_dw_grad ? kiln_cuda_conv_depthwise_dgrad_ws(&dg, c->in[0]->dtype) : 0;
+        if (!cu->autotune) {
+            *bytes = kb; /* with autotune cuDNN's path is timed too: its workspace, or kb */
+            return KILN_OK;
+        }
+        const kiln_status st = workspace_for(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, false, bytes);
+        if (!st && *bytes < kb) *bytes = kb;
+        return st;
     }
     return workspace_for(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, false, bytes);
 }
@@ -386,6 +396,19 @@ kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t 
     if (conv_geo_get(c, c->in[0], c->in[2], c->in[1], &g, why, sizeof why) && direct_shaped(cu, &g, &d)) {
         *bytes = kiln_cuda_conv_direct_wgrad_ws(&d); /* the partial sums of its chunks */
         return KILN_OK;
+    }
+    kiln_cuda_dw_geo dg;
+    if (cu->conv_dw_grad && conv_geo_get(c, c->in[0], c->in[2], c->in[1], &g, why, sizeof why) &&
+        depthwise_shaped(cu, &g, &dg)) {
+        /* conv_depthwise_grad.cu's partial sums; with autotune cuDNN's path is timed too */
+        const size_t kb = kiln_cuda_conv_depthwise_wgrad_ws(&dg, c->in[0]->dtype);
+        if (!cu->autotune) {
+            *bytes = kb;
+            return KILN_OK;
+        }
+        const kiln_status st = workspace_for(cu, c, c->in[0], c->in[2], c->in[1], DIR_BWD_FILTER, false, bytes);
+        if (!st && *bytes < kb) *bytes = kb;
+        return st;
     }
     return workspace_for(cu, c, c->in[0], c->in[2], c->in[1], DIR_BWD_FILTER, false, bytes);
 }
@@ -641,9 +664,12 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
 /* Conv, or kiln.FusedConv when fused. */
 static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused);
 
-/* One run of direction dir's op (a forward Conv / FusedConv, or ConvGradInput). */
+/* One run of direction dir's op (a forward Conv / FusedConv, ConvGradInput or
+ * ConvGradWeight). */
 static kiln_status dw_run_op(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused) {
-    return dir == DIR_FWD ? conv_run(cu, c, fused) : kiln_cuda_k_conv_grad_input(cu, c);
+    return dir == DIR_FWD        ? conv_run(cu, c, fused)
+           : dir == DIR_BWD_DATA ? kiln_cuda_k_conv_grad_input(cu, c)
+                                 : kiln_cuda_k_conv_grad_weight(cu, c);
 }
 
 /* The best of three runs of the op on path `force`, after one untimed (cuDNN's first run
@@ -871,6 +897,15 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
         const kiln_status cs = dw_faster(cu, c, DIR_BWD_DATA, false, dt, &dg, dx->data, NULL, &dw_kiln, &dw_variant);
         if (cs) return cs;
     }
+    if (dw_kiln && cu->conv_dw_grad) { /* unvalidated kernels, off by default */
+        const kiln_status ds = kiln_cuda_conv_depthwise_dgrad(cu, ctx, dt, &dg, dy->data, w->data, dx->data,
+                                                              c->workspace, c->workspace_size);
+        if (!ds) {
+            cu->stats.conv_depthwise_calls++;
+            cu->stats.conv_dw_grad_calls++;
+        }
+        return ds;
+    }
     if (dw_kiln) {
         const kiln_status ds = kiln_cuda_conv_depthwise_grad_input(cu, ctx, dt, &dg, dy->data, w->data, dx->data);
         if (!ds) cu->stats.conv_depthwise_calls++;
@@ -922,6 +957,21 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
         const kiln_status ds =
             kiln_cuda_conv_direct_wgrad(cu, ctx, dt, &d, x->data, dy->data, dw->data, c->workspace, c->workspace_size);
         if (!ds) cu->stats.conv_direct_calls++;
+        return ds;
+    }
+    /* depthwise: conv_depthwise_grad.cu's kernels when conv_dw_grad is on (unvalidated,
+     * off by default), with autotune where timed faster than cuDNN */
+    kiln_cuda_dw_geo dg;
+    bool dw_kiln = false;
+    if (cu->conv_dw_grad && depthwise_shaped(cu, &g, &dg)) {
+        int dw_variant;
+        const kiln_status cs = dw_faster(cu, c, DIR_BWD_FILTER, false, dt, &dg, dw->data, NULL, &dw_kiln, &dw_variant);
+        if (cs) return cs;
+    }
+    if (dw_kiln) {
+        const kiln_status ds = kiln_cuda_conv_depthwise_wgrad(cu, ctx, dt, &dg, x->data, dy->data, dw->data,
+                                                              c->workspace, c->workspace_size);
+        if (!ds) cu->stats.conv_dw_grad_calls++;
         return ds;
     }
     cudnnHandle_t h;

@@ -113,6 +113,12 @@ typedef struct kiln_cuda_options {
     /* no_conv_depthwise: depthwise convolutions (group == C == M) always go to cuDNN (else
      * kiln's kernels run their forward and kiln.ConvGradInput: conv_depthwise.cu) */
     int no_conv_depthwise;
+    /* conv_dw_grad: depthwise weight gradients (kiln.ConvGradWeight) and NHWC input
+     * gradients by conv_depthwise_grad.cu's kernels (UNVALIDATED: never run on a GPU yet,
+     * so off by default; with autotune used only where timed faster than cuDNN). Also on
+     * when the environment variable KILN_CUDA_DW_GRAD=1 is set at kiln_cuda_create. Needs
+     * conv_depthwise (no_conv_depthwise off). */
+    int conv_dw_grad;
     /* no_streams: a captured plan runs every node on the one stream (else the nodes off
      * its longest path run on side streams, joined into the captured graph as parallel
      * branches: cuda_plan.c) */
@@ -162,6 +168,8 @@ typedef struct kiln_cuda_stats {
                               conv_direct.cu's kernels */
     int conv_depthwise_calls; /* depthwise convolutions and input gradients run by
                                  conv_depthwise.cu's kernels */
+    int conv_dw_grad_calls; /* depthwise weight and input gradients run by
+                               conv_depthwise_grad.cu's kernels (conv_dw_grad) */
     int gemms_timed;      /* matrix product shapes whose cuBLASLt algorithms were timed */
     int side_captured;    /* nodes captured on side streams (parallel branches of a graph) */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */

@@ -99,6 +99,8 @@ struct kiln_cuda {
     bool conv_gemm;         /* 1x1 NHWC convolutions through cuBLASLt (conv.c) */
     bool conv_direct;       /* one-input-channel convolutions by conv_direct.cu */
     bool conv_depthwise;    /* depthwise convolutions by conv_depthwise.cu */
+    bool conv_dw_grad;      /* their gradients by conv_depthwise_grad.cu (unvalidated: off
+                               unless kiln_cuda_options.conv_dw_grad or KILN_CUDA_DW_GRAD=1) */
     /* With autotune, each depthwise problem met is timed on conv_depthwise.cu's kernel and on
      * the cuDNN path, and the faster kept (conv.c, dw_faster): direction, dtype, geometry. */
     struct kiln_cuda_dw_choice {
@@ -476,6 +478,23 @@ kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, k
 kiln_status kiln_cuda_conv_depthwise_grad_input(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
                                                 const kiln_cuda_dw_geo *g, const void *dy, const void *w,
                                                 void *dx);
+/* conv_depthwise_grad.cu (UNVALIDATED, behind kiln_cuda's conv_dw_grad): the weight
+ * gradient dW (C, 1, kh, kw) = sum over n, oh, ow of dY * X, in W's dtype (= X's), per-block
+ * partial sums in the workspace (kiln_cuda_conv_depthwise_wgrad_ws bytes: 0 where the
+ * NHWC kernel does not take g, and then a slow any-layout kernel runs) added in a fixed
+ * order by a second kernel: no atomics, the same bits every run. */
+size_t kiln_cuda_conv_depthwise_wgrad_ws(const kiln_cuda_dw_geo *g, kiln_dtype dt);
+kiln_status kiln_cuda_conv_depthwise_wgrad(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                           const kiln_cuda_dw_geo *g, const void *x, const void *dy, void *dw,
+                                           void *ws, size_t ws_bytes);
+/* The input gradient dX: strides 1, the forward kernels on dY with the filter flipped into
+ * the workspace (kiln_cuda_conv_depthwise_dgrad_ws bytes; 0: none needed, other paths);
+ * NHWC C % 8 == 0 other strides, a gather of 8 channels a thread; else
+ * kiln_cuda_conv_depthwise_grad_input. */
+size_t kiln_cuda_conv_depthwise_dgrad_ws(const kiln_cuda_dw_geo *g, kiln_dtype dt);
+kiln_status kiln_cuda_conv_depthwise_dgrad(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
+                                           const kiln_cuda_dw_geo *g, const void *dy, const void *w, void *dx,
+                                           void *ws, size_t ws_bytes);
 
 /* What conv.c supports (Conv, or kiln.FusedConv when fused): geometry, layouts (X, W, Y
  * and Z in one layout), the activation. false with a reason. */

@@ -19,7 +19,9 @@
  *     NegativeLogLikelihoodLoss, kiln.ToNHWC as [Cast] [Pad] or Identity, kiln.ToNCHW as
  *     Identity (layouts are memory only: dims and initializer bytes are always NCHW),
  *     kiln.ChannelShuffle as Reshape - Transpose - Shape + Reshape, kiln.ConcatAffine as
- *     Concat - Mul - Add [- Relu] (S and T reshaped to (C,1,...) [and cast to Y's dtype]). The
+ *     Concat - Mul - Add [- Relu] (S and T reshaped to (C,1,...) [and cast to Y's dtype]),
+ *     kiln.Attention as its view programs' ops around MatMul - [Mul] - Softmax - MatMul
+ *     (save_attention). The
  *     pieces of a decomposed node are named after it ("conv1", "conv1/Add", ...), their
  *     intermediate values "<output>__kiln<k>". Other internal ops (gradients, optimizer
  *     steps: training graphs) are KILN_ERR_UNSUPPORTED naming the node.
@@ -32,6 +34,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "io/onnx_save.h"
+#include "ops/attention.h"
 #include "ops/fused.h"
 #include "passes/passes.h"
 #include "onnx.pb-c.h"
@@ -53,6 +56,8 @@ extern const kiln_op_def kiln_op_fused_conv, kiln_op_fused_gemm, kiln_op_fused_e
     kiln_op_to_nhwc, kiln_op_to_nchw;
 extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_shape, kiln_op_channel_shuffle;
 extern const kiln_op_def kiln_op_concat, kiln_op_mul, kiln_op_relu, kiln_op_concat_affine;
+extern const kiln_op_def kiln_op_attention, kiln_op_matmul, kiln_op_softmax, kiln_op_div, kiln_op_gather,
+    kiln_op_squeeze, kiln_op_unsqueeze, kiln_op_slice;
 
 #define MAX_INLINE_BYTES (((size_t)1 << 31) - 1)
 #define MIN_EXTERNAL_BYTES 1024
@@ -648,6 +653,198 @@ static void save_concat_affine(saver *s, const kiln_node *n, const char *where) 
     if (relu) emit(s, kiln_op_relu.name, n->name, 1, &add, 1, &yn);
 }
 
+/* An INTS attribute holding v[0..n). */
+static void attr_ints(saver *s, Onnx__NodeProto *np, const char *name, int n, const int64_t *v) {
+    Onnx__AttributeProto *a = new_attr(s, np, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    int64_t *c = zalloc(s, ((size_t)n + 1) * sizeof *c);
+    if (!a || !c) return;
+    memcpy(c, v, (size_t)n * sizeof *c);
+    a->n_ints = (size_t)n;
+    a->ints = c;
+}
+
+/* kiln.Attention's pieces: a value of the node as an operand of dtype dt (Cast when it has
+ * another: a scale factor or a bias kept in f32 by the precision pass). */
+static const char *attn_as(saver *s, const kiln_node *n, int input, kiln_dtype dt, const char *what) {
+    const char *v = vname(s, n->in[input]);
+    if (vdtype(s, n->in[input]) == dt || failed(s)) return v;
+    const char *c = fresh_name(s, v);
+    Onnx__NodeProto *np = emit(s, kiln_op_cast.name, piece_name(s, n->name, what), 1, &v, 1, &c);
+    attr_int(s, np, "to", (int64_t)dt);
+    return c;
+}
+
+/* One step of a view program (attention.h) on x, as the ONNX op it stands for (the op that
+ * gives the step's result is the last one emitted); the result's name, *at moved past the
+ * step. */
+static const char *attn_step(saver *s, const kiln_node *n, const char *prog, const int64_t *ops, int nops, int *at,
+                             const char *x, kiln_dtype dt) {
+    if (failed(s)) return NULL;
+    const int i = *at;
+    const int64_t op = ops[i];
+    char what[64];
+    snprintf(what, sizeof what, "%s%d", prog, i);
+    const char *y = fresh_name(s, vname(s, n->out[0]));
+    const int opset = s->m->opset;
+    Onnx__NodeProto *np = NULL;
+#define ATTN_NEED(k)                                                                                               \
+    if (i + (k) >= nops) {                                                                                        \
+        s->st = kiln_fail(s->ctx, KILN_ERR_INVALID_ARGUMENT, "saving ONNX: node '%s': %s is cut short at %d", n->name, \
+                          prog, i);                                                                               \
+        return NULL;                                                                                              \
+    }
+#define ATTN_INPUT(p)                                                                                              \
+    if ((p) < KILN_ATTN_FIRST_PARAM || (p) >= n->n_in || n->in[p] < 0) {                                          \
+        s->st = kiln_fail(s->ctx, KILN_ERR_INVALID_ARGUMENT, "saving ONNX: node '%s': %s names input %" PRId64      \
+                          " at %d, which is not a value input of the node", n->name, prog, (int64_t)(p), i);      \
+        return NULL;                                                                                              \
+    }
+    if (op == KILN_ATTN_RESHAPE) {
+        ATTN_NEED(2);
+        ATTN_INPUT(ops[i + 1]);
+        const char *in[2] = {x, vname(s, n->in[ops[i + 1]])};
+        np = emit(s, kiln_op_reshape.name, piece_name(s, n->name, what), 2, in, 1, &y);
+        if (ops[i + 2]) attr_int(s, np, "allowzero", 1);
+        *at = i + 3;
+    } else if (op == KILN_ATTN_TRANSPOSE) {
+        ATTN_NEED(1);
+        ATTN_NEED(1 + (ops[i + 1] < 0 ? nops : ops[i + 1]));
+        np = emit(s, kiln_op_transpose.name, piece_name(s, n->name, what), 1, &x, 1, &y);
+        attr_ints(s, np, "perm", (int)ops[i + 1], ops + i + 2);
+        *at = i + 2 + (int)ops[i + 1];
+    } else if (op == KILN_ATTN_GATHER) {
+        ATTN_NEED(2);
+        const char *in[2] = {x, scalar_init(s, KILN_I64, (double)ops[i + 2], "index", prog)};
+        np = emit(s, kiln_op_gather.name, piece_name(s, n->name, what), 2, in, 1, &y);
+        attr_int(s, np, "axis", ops[i + 1]);
+        *at = i + 3;
+    } else if (op == KILN_ATTN_SQUEEZE || op == KILN_ATTN_UNSQUEEZE) {
+        ATTN_NEED(1);
+        ATTN_NEED(1 + (ops[i + 1] < 0 ? nops : ops[i + 1]));
+        const kiln_op_def *d = op == KILN_ATTN_SQUEEZE ? &kiln_op_squeeze : &kiln_op_unsqueeze;
+        const int k = (int)ops[i + 1];
+        if (opset >= 13) {
+            const char *in[2] = {x, ints_init(s, k, ops + i + 2, "axes")};
+            np = emit(s, d->name, piece_name(s, n->name, what), 2, in, 1, &y);
+        } else {
+            np = emit(s, d->name, piece_name(s, n->name, what), 1, &x, 1, &y);
+            attr_ints(s, np, "axes", k, ops + i + 2);
+        }
+        *at = i + 2 + k;
+    } else if (op == KILN_ATTN_SLICE || op == KILN_ATTN_SLICE_P) {
+        ATTN_NEED(3);
+        const int64_t axis = ops[i + 1];
+        if (op == KILN_ATTN_SLICE && opset < 10) {
+            np = emit(s, kiln_op_slice.name, piece_name(s, n->name, what), 1, &x, 1, &y);
+            attr_ints(s, np, "axes", 1, &axis);
+            attr_ints(s, np, "starts", 1, ops + i + 2);
+            attr_ints(s, np, "ends", 1, ops + i + 3);
+        } else if (op == KILN_ATTN_SLICE) {
+            const char *in[4] = {x, ints_init(s, 1, ops + i + 2, "starts"), ints_init(s, 1, ops + i + 3, "ends"),
+                                 ints_init(s, 1, &axis, "axes")};
+            np = emit(s, kiln_op_slice.name, piece_name(s, n->name, what), 4, in, 1, &y);
+        } else {
+            /* start and end are values (one integer each, of any rank): as 1-D for Slice */
+            ATTN_INPUT(ops[i + 2]);
+            ATTN_INPUT(ops[i + 3]);
+            const int64_t one = 1;
+            const char *shape1 = ints_init(s, 1, &one, "shape1"), *se[2];
+            for (int k = 0; k < 2 && !failed(s); k++) {
+                const char *in[2] = {vname(s, n->in[ops[i + 2 + k]]), shape1};
+                se[k] = fresh_name(s, in[0]);
+                emit(s, kiln_op_reshape.name, piece_name(s, n->name, k ? "end" : "start"), 2, in, 1, &se[k]);
+            }
+            if (failed(s)) return NULL;
+            const char *in[4] = {x, se[0], se[1], ints_init(s, 1, &axis, "axes")};
+            np = emit(s, kiln_op_slice.name, piece_name(s, n->name, what), 4, in, 1, &y);
+        }
+        *at = i + 4;
+    } else if (op == KILN_ATTN_SCALE || op == KILN_ATTN_RSCALE) {
+        /* on an operand (q_view, k_view) the factor scales it, and so the scores */
+        ATTN_NEED(1);
+        ATTN_INPUT(ops[i + 1]);
+        const char *in[2] = {x, attn_as(s, n, (int)ops[i + 1], dt, "CastScale")};
+        np = emit(s, op == KILN_ATTN_SCALE ? kiln_op_mul.name : kiln_op_div.name, piece_name(s, n->name, what), 2, in, 1,
+                  &y);
+        *at = i + 2;
+    } else if (op == KILN_ATTN_BIAS) {
+        ATTN_NEED(1);
+        const int input = 3 + (int)ops[i + 1];
+        if (input >= n->n_in || n->in[input] < 0) {
+            s->st = kiln_fail(s->ctx, KILN_ERR_INVALID_ARGUMENT, "saving ONNX: node '%s': bias input %d is missing",
+                              n->name, input);
+            return NULL;
+        }
+        const char *in[2] = {x, attn_as(s, n, input, dt, "CastBias")};
+        np = emit(s, kiln_op_add.name, piece_name(s, n->name, what), 2, in, 1, &y);
+        *at = i + 2;
+    } else {
+        s->st = kiln_fail(s->ctx, KILN_ERR_INVALID_ARGUMENT, "saving ONNX: node '%s': %s has an unknown step %" PRId64
+                          " at %d", n->name, prog, op, i);
+        return NULL;
+    }
+#undef ATTN_NEED
+#undef ATTN_INPUT
+    return failed(s) ? NULL : y;
+}
+
+/* A whole view program (attribute prog) on x: its last result, named out when out is not
+ * NULL (x itself, copied by an Identity into out, for an empty program). */
+static const char *attn_prog(saver *s, const kiln_node *n, const char *prog, const char *x, kiln_dtype dt,
+                             const char *out) {
+    int nops = 0;
+    const int64_t *ops = kiln_attr_ints(n, prog, &nops);
+    if (!nops && out && !failed(s)) {
+        emit(s, kiln_op_identity.name, piece_name(s, n->name, prog), 1, &x, 1, &out);
+        return failed(s) ? NULL : out;
+    }
+    for (int at = 0; at < nops && x;) x = attn_step(s, n, prog, ops, nops, &at, x, dt);
+    if (out && x && !failed(s)) s->nodes[s->n_nodes - 1]->output[0] = (char *)out; /* the last step's op */
+    return failed(s) ? NULL : out ? out : x;
+}
+
+/* kiln.Attention (attention.h) as the ops it was fused from: each of Q, K^T and V through
+ * its view program (Reshape, Transpose, Gather, Squeeze, Unsqueeze, Slice; scale factors
+ * as Mul / Div of the operand), S = MatMul(Q, K^T) [* scale], s_view (Mul / Div, Reshape,
+ * Add of a bias), Softmax on the last axis, MatMul with V, o_view into the output. */
+static void save_attention(saver *s, const kiln_node *n, const char *where) {
+    if (n->n_in < 3 || s->m->opset < 5) {
+        s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED, "saving ONNX: %s: needs Q, K and V and opset 5 or later "
+                          "(Reshape's shape input; the model's is %d)", where, s->m->opset);
+        return;
+    }
+    kiln_node named = *n; /* pieces named after the node, or its output when it has no name */
+    if (!*named.name) named.name = (char *)vname(s, n->out[0]);
+    n = &named;
+    const kiln_dtype dt = vdtype(s, n->in[0]);
+    const char *q = attn_prog(s, n, "q_view", vname(s, n->in[0]), dt, NULL);
+    const char *kt = q ? attn_prog(s, n, "k_view", vname(s, n->in[1]), dt, NULL) : NULL;
+    const char *v = kt ? attn_prog(s, n, "v_view", vname(s, n->in[2]), dt, NULL) : NULL;
+    if (!v || failed(s)) return;
+    const char *yn = vname(s, n->out[0]);
+    const char *sc = fresh_name(s, yn);
+    const char *in[2] = {q, kt};
+    emit(s, kiln_op_matmul.name, piece_name(s, n->name, "MatMulQK"), 2, in, 1, &sc);
+    const float scale = kiln_attr_float(n, "scale", 1.0f);
+    if (scale != 1.0f && !failed(s)) {
+        const char *scaled = fresh_name(s, yn);
+        const char *in2[2] = {sc, scalar_init(s, dt, scale, "scale", where)};
+        emit(s, kiln_op_mul.name, piece_name(s, n->name, "Scale"), 2, in2, 1, &scaled);
+        sc = scaled;
+    }
+    sc = failed(s) ? NULL : attn_prog(s, n, "s_view", sc, dt, NULL);
+    if (!sc) return;
+    const char *p = fresh_name(s, yn);
+    Onnx__NodeProto *np = emit(s, kiln_op_softmax.name, piece_name(s, n->name, kiln_op_softmax.name), 1, &sc, 1, &p);
+    attr_int(s, np, "axis", -1);
+    int n_o = 0;
+    kiln_attr_ints(n, "o_view", &n_o);
+    const char *o = n_o ? fresh_name(s, yn) : yn;
+    const char *in3[2] = {p, v};
+    emit(s, kiln_op_matmul.name, n_o ? piece_name(s, n->name, "MatMulPV") : n->name, 2, in3, 1, &o);
+    if (n_o && !failed(s)) attn_prog(s, n, "o_view", o, dt, yn);
+}
+
 static void save_node(saver *s, const kiln_node *n, int index) {
     char where[600];
     if (*n->name) snprintf(where, sizeof where, "node '%.300s' (%s%s%.100s)", n->name, n->domain, *n->domain ? "." : "", n->op_type);
@@ -672,6 +869,7 @@ static void save_node(saver *s, const kiln_node *n, int index) {
         if (d == &kiln_op_to_nchw) return save_layout_convert(s, n, false, where);
         if (d == &kiln_op_channel_shuffle) return save_channel_shuffle(s, n, where);
         if (d == &kiln_op_concat_affine) return save_concat_affine(s, n, where);
+        if (d == &kiln_op_attention) return save_attention(s, n, where);
     }
     s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED,
                       "saving ONNX: %s is an internal op of kiln with no ONNX equivalent (training graphs "
@@ -777,6 +975,49 @@ static void saver_free(saver *s) {
 }
 
 /* Build the ModelProto of m in *mp (its parts owned by s). */
+/* onnxruntime refuses two nodes of one (non-empty) name; passes name their nodes after the
+ * ones they replace, so a file whose nodes had no names ("" + "_rows" for each fused
+ * MatMul's Flatten) gave duplicates. Every later node of a name already taken gets
+ * "<name>__kiln<k>", a name no node has. */
+typedef struct named_node {
+    const char *name;
+    size_t index;
+} named_node;
+
+static int by_name(const void *a, const void *b) {
+    const named_node *x = a, *y = b;
+    const int c = strcmp(x->name, y->name);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+static bool node_name_taken(const named_node *sorted, size_t n, const char *name) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const int c = strcmp(sorted[mid].name, name);
+        if (!c) return true;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return false;
+}
+
+static void unique_node_names(saver *s) {
+    const size_t n = s->n_nodes;
+    if (failed(s) || n < 2) return;
+    named_node *sorted = zalloc(s, n * sizeof *sorted);
+    if (!sorted) return;
+    for (size_t i = 0; i < n; i++) sorted[i] = (named_node){s->nodes[i]->name, i};
+    qsort(sorted, n, sizeof *sorted, by_name);
+    for (size_t k = 1; k < n && !failed(s); k++) {
+        if (!*sorted[k].name || strcmp(sorted[k].name, sorted[k - 1].name) != 0) continue;
+        char buf[600];
+        do snprintf(buf, sizeof buf, "%.400s__kiln%d", sorted[k].name, s->fresh++);
+        while (node_name_taken(sorted, n, buf));
+        s->nodes[sorted[k].index]->name = sdup(s, buf); /* sorted[k].name still holds the old one */
+    }
+}
+
 static kiln_status build(saver *s, Onnx__ModelProto *mp, Onnx__GraphProto *g) {
     const kiln_model *m = s->m;
     onnx__model_proto__init(mp);
@@ -815,6 +1056,7 @@ static kiln_status build(saver *s, Onnx__ModelProto *mp, Onnx__GraphProto *g) {
             push_init(s, &s->inits, &s->n_inits, &s->cap_inits, tp);
         }
     for (int i = 0; i < m->n_nodes && !failed(s); i++) save_node(s, &m->nodes[i], i);
+    unique_node_names(s);
     Onnx__ValueInfoProto **ins = zalloc(s, ((size_t)m->n_inputs + 1) * sizeof *ins);
     Onnx__ValueInfoProto **outs = zalloc(s, ((size_t)m->n_outputs + 1) * sizeof *outs);
     Onnx__OperatorSetIdProto *os = zalloc(s, sizeof *os);

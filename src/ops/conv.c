@@ -858,6 +858,66 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3044),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -2, 2, 3045)},
                                1, "convgradweight depthwise");
+    /* depthwise gradients (CUDA: conv_depthwise_grad.cu with conv_dw_grad on, test_backend_ops
+     * --dw-grad): C a multiple of 8, of 4 only, or odd (the any-layout kernel); 3x3 to 9x9;
+     * strides 1 and 2, dilation, asymmetric pads; wider than one 64-column slab; dX with
+     * stride 1 (the flipped filter on the forward kernels), stride 2 (the gather), and pads
+     * beyond the filter's reach */
+    fails += kiln_optest_sweep("ConvGradWeight", "group=16;pads=[3,3,3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 13, 12), -2, 2, 3100),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 13, 12), -2, 2, 3101),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 1, 7, 7), -2, 2, 3102)},
+                               1, "convgradweight depthwise 7x7, 16 channels");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=32;pads=[3,3,3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 32, 20, 19), -2, 2, 3103),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(3, 32, 20, 19), -2, 2, 3104),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(32, 1, 7, 7), -2, 2, 3105)},
+                               1, "convgradweight depthwise 7x7, 32 channels, 20x19 (several row slabs)");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=13;pads=[2,2,2,2];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 13, 11, 10), -2, 2, 3106),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 13, 6, 5), -2, 2, 3107),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(13, 1, 5, 5), -2, 2, 3108)},
+                               1, "convgradweight depthwise 5x5 stride 2, 13 channels");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=24;pads=[1,1,1,1];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 24, 15, 15), -2, 2, 3109),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 24, 8, 8), -2, 2, 3110),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(24, 1, 3, 3), -2, 2, 3111)},
+                               1, "convgradweight depthwise 3x3 stride 2, 24 channels");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=12;pads=[1,2,2,0];dilations=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 12, 10, 9), -2, 2, 3112),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 12, 9, 7), -2, 2, 3113),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(12, 1, 3, 3), -2, 2, 3114)},
+                               1, "convgradweight depthwise 3x3 dilation 2, asymmetric pads, 12 channels");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=8;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 5, 70), -2, 2, 3115),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 5, 70), -2, 2, 3116),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -2, 2, 3117)},
+                               1, "convgradweight depthwise 3x3, 70 columns (two column slabs)");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=8;pads=[4,4,4,4]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3118),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 12, 12), -2, 2, 3119),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 9, 9), -2, 2, 3120)},
+                               1, "convgradweight depthwise 9x9");
+    fails += kiln_optest_sweep("ConvGradInput", "group=16;pads=[1,1,1,1];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 8, 8), -2, 2, 3121),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 1, 3, 3), -2, 2, 3122),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 15, 15), -2, 2, 3123)},
+                               1, "convgradinput depthwise 3x3 stride 2, 16 channels");
+    fails += kiln_optest_sweep("ConvGradInput", "group=24;pads=[2,1,3,4];dilations=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 24, 8, 7), -2, 2, 3124),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(24, 1, 5, 5), -2, 2, 3125),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 24, 11, 10), -2, 2, 3126)},
+                               1, "convgradinput depthwise 5x5 dilation 2, asymmetric pads");
+    fails += kiln_optest_sweep("ConvGradInput", "group=8;pads=[3,3,3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 10, 10), -2, 2, 3127),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(8, 1, 3, 3), -2, 2, 3128),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 6, 6), -2, 2, 3129)},
+                               1, "convgradinput depthwise 3x3 pads beyond the filter's reach");
+    fails += kiln_optest_sweep("ConvGradInput", "group=96;pads=[3,3,3,3]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 96, 14, 13), -2, 2, 3130),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(96, 1, 7, 7), -2, 2, 3131),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 96, 14, 13), -2, 2, 3132)},
+                               1, "convgradinput depthwise 7x7, 96 channels (convnext)");
     fails += kiln_optest_sweep("ConvGradInput", "pads=[0,1,2,1]", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 8, 8), -2, 2, 3046),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(5, 3, 3, 3), -2, 2, 3047),

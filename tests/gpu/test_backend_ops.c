@@ -47,7 +47,7 @@
  * it accepted (FAIL naming the op otherwise), then "N passed, N failed". Exits non-zero
  * on any failure.
  *
- * Usage: test_backend_ops [--dry-run] [OP ...]
+ * Usage: test_backend_ops [--dry-run] [--dw-grad | --dw-grad-timed] [--dw-grad-bench] [-v] [OP ...]
  *   --dry-run (also --record): no device. Every case's CPU reference runs in every dtype,
  *     the backend's supports check must accept it, and the CUDA C generated for each
  *     kiln.FusedElementwise case is compiled by NVRTC for sm_90; the table of counts
@@ -61,6 +61,14 @@
  *     names each emitted op without one, each op that refuses every case (with the
  *     reason), and each op with a gradient rule whose cases never built a gradient graph;
  *     exceptions are listed in grad_exceptions below, each with its reason.
+ *   --dw-grad: depthwise kiln.ConvGradWeight / kiln.ConvGradInput on conv_depthwise_grad.cu's
+ *     kernels (kiln_cuda_options.conv_dw_grad, off by default; autotune off so that they
+ *     run on every case); FAIL if they never ran. With -v each case's max abs error.
+ *   --dw-grad-timed: the same with autotune on: each depthwise gradient problem is timed on
+ *     those kernels and on cuDNN (conv.c's dw_faster) and the faster runs.
+ *   --dw-grad-bench: times convnext_tiny's depthwise 7x7 gradients (f16 NHWC, batch 128)
+ *     on conv_depthwise_grad.cu, cuDNN and (dX) conv_depthwise.cu's gather kernel, and
+ *     compares the results with cuDNN's (dw_grad_bench below).
  *   -v: print every passing line, every unsupported case with its reason, and a table
  *     row per op and dtype with the first reason a case was unsupported (default:
  *     failures, one line per op file, and the table of one line per op).
@@ -74,6 +82,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_IN 16
@@ -753,6 +762,170 @@ static int canary(void) {
     return st != KILN_OK;
 }
 
+/* ------------------------------------------------------------ --dw-grad-bench */
+
+/* --dw-grad-bench: convnext_tiny's depthwise 7x7 gradients (f16 NHWC, batch 128, its four
+ * stages), kiln.ConvGradWeight and kiln.ConvGradInput each timed (mean of 20 runs after
+ * one untimed, which lets autotune choose) on conv_depthwise_grad.cu's kernels
+ * (conv_dw_grad on, autotune off: "kiln"), on cuDNN (conv_depthwise off, autotune on: its
+ * fastest algorithm), on conv_depthwise.cu's older gather kernel (dX: "old") and as
+ * autotune picks between kiln's kernel and cuDNN ("tuned": conv_dw_grad on, autotune on);
+ * each result compared with cuDNN's (max abs err / max |cuDNN|), and kiln's run twice
+ * must give the same bits ("bits"). Exits non-zero on a failed run, a relative error
+ * above 1e-2 or different bits. */
+static double bench_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* One op on one kiln_cuda: *ms per run, the output downloaded into got (host, like ref). */
+static kiln_status bench_one(kiln_cuda *b, const kiln_node *node, int n_in, kiln_tensor **in, kiln_tensor *got,
+                             double *ms) {
+    kiln_tensor din[3], dout;
+    kiln_tensor *dinp[3], *doutp = &dout;
+    kiln_cuda_arena_reset(b);
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n_in && !st; i++) {
+        st = gpu_device_copy(b, ctx, in[i], 0, true, KILN_FORMAT_NHWC, &din[i]);
+        dinp[i] = &din[i];
+    }
+    if (!st) st = gpu_device_copy(b, ctx, got, 0, false, KILN_FORMAT_NHWC, &dout);
+    kiln_op_ctx c = {.kctx = ctx, .node = node, .n_in = n_in, .in = dinp, .n_out = 1, .out = &doutp, .host_in = in};
+    size_t ws = 0;
+    if (!st) st = kiln_cuda_supports(&c);
+    if (!st) st = kiln_cuda_workspace_size(b, &c, &ws);
+    if (!st) st = kiln_cuda_workspace_reserve(b, ws);
+    c.workspace = ws ? kiln_cuda_workspace(b, NULL) : NULL;
+    c.workspace_size = ws;
+    if (!st) st = kiln_cuda_run(b, &c); /* untimed: autotune's choice */
+    if (!st) st = kiln_cuda_sync(b);
+    const int reps = 20;
+    const double t0 = bench_now();
+    for (int r = 0; r < reps && !st; r++) st = kiln_cuda_run(b, &c);
+    if (!st) st = kiln_cuda_sync(b);
+    *ms = (bench_now() - t0) / reps;
+    if (st) return st;
+    const size_t bytes = kiln_tensor_nbytes(got);
+    void *tmp = malloc(bytes);
+    if (!tmp) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "download");
+    st = kiln_cuda_download(b, tmp, dout.data, bytes);
+    if (!st) { /* NHWC bytes back into got's NCHW */
+        kiln_tensor v = *got;
+        v.data = tmp;
+        v.owns_data = false;
+        v.format = KILN_FORMAT_NHWC;
+        kiln_layout_convert(&v, got->data, KILN_FORMAT_NCHW);
+    }
+    free(tmp);
+    return st;
+}
+
+static double bench_rel_err(const kiln_tensor *got, const kiln_tensor *ref) {
+    double e = 0, m = 0;
+    const int64_t n = kiln_tensor_numel(ref);
+    for (int64_t i = 0; i < n; i++) {
+        const double r = kiln_get_f64(ref, i), d = fabs(kiln_get_f64(got, i) - r);
+        if (fabs(r) > m) m = fabs(r);
+        if (!(d <= e)) e = d; /* NaN sticks */
+    }
+    return m > 0 ? e / m : e;
+}
+
+static int dw_grad_bench(void) {
+    static const struct {
+        const char *what;
+        int64_t N, C, H, W;
+    } shapes[] = {{"stage 1", 128, 96, 56, 56}, {"stage 2", 128, 192, 28, 28}, {"stage 3", 128, 384, 14, 14},
+                  {"stage 4", 128, 768, 7, 7}};
+    const size_t arena = (size_t)1 << 30;
+    kiln_cuda_options on = {.device = 0, .arena_bytes = arena, .conv_dw_grad = 1, .no_autotune = 1};
+    kiln_cuda_options dnn = {.device = 0, .arena_bytes = arena, .no_conv_depthwise = 1};
+    kiln_cuda_options old = {.device = 0, .arena_bytes = arena, .no_autotune = 1};
+    kiln_cuda_options tuned = {.device = 0, .arena_bytes = arena, .conv_dw_grad = 1};
+    kiln_cuda *c_on = NULL, *c_dnn = NULL, *c_old = NULL, *c_tuned = NULL;
+    if (kiln_cuda_create(ctx, &on, &c_on) || kiln_cuda_create(ctx, &dnn, &c_dnn) ||
+        kiln_cuda_create(ctx, &old, &c_old) || kiln_cuda_create(ctx, &tuned, &c_tuned)) {
+        printf("FAIL dw-grad-bench: create: %s\n", kiln_context_message(ctx));
+        return 1;
+    }
+    kiln_attr *attrs = NULL;
+    int n_attrs = 0;
+    int bad = 0;
+    printf("%-8s %-4s %-19s %9s %9s %9s %9s %9s %12s %12s %12s %5s\n", "stage", "grad", "shape (f16 NHWC)",
+           "kiln ms", "cuDNN ms", "old dX ms", "tuned ms", "kiln GB/s", "rel err kiln", "rel err old",
+           "rel err tuned", "bits");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t N = shapes[s].N, C = shapes[s].C, H = shapes[s].H, W = shapes[s].W;
+        char text[96];
+        snprintf(text, sizeof text, "group=%lld;pads=[3,3,3,3];kernel_shape=[7,7]", (long long)C);
+        if (kiln_attrs_parse(ctx, text, &attrs, &n_attrs)) {
+            printf("FAIL dw-grad-bench: attributes: %s\n", kiln_context_message(ctx));
+            return 1;
+        }
+        kiln_tensor *x = kt_rand(KILN_F16, 4, KT_DIMS(N, C, H, W), -1, 1, 77 + s);
+        kiln_tensor *dy = kt_rand(KILN_F16, 4, KT_DIMS(N, C, H, W), -1, 1, 88 + s);
+        kiln_tensor *w = kt_rand(KILN_F16, 4, KT_DIMS(C, 1, 7, 7), -1, 1, 99 + s);
+        for (int op = 0; op < 2 && x && dy && w; op++) {
+            const char *name = op == 0 ? "ConvGradWeight" : "ConvGradInput";
+            kiln_node node = {.op_type = (char *)name, .name = (char *)"dw-grad-bench", .domain = (char *)"kiln",
+                              .op = kiln_op_index_domain("kiln", name), .opset = 1, .n_in = 3, .n_out = 1,
+                              .n_attrs = n_attrs, .attrs = attrs};
+            kiln_tensor *in[3] = {x, dy, w};
+            if (op == 1) in[0] = dy, in[1] = w, in[2] = x;
+            const kiln_tensor *like = op == 0 ? w : x;
+            kiln_tensor *g_on = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
+            kiln_tensor *g_dnn = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
+            kiln_tensor *g_old = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
+            kiln_tensor *g_tuned = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
+            kiln_tensor *g_again = kiln_tensor_new(ctx, KILN_F16, like->ndim, like->dims);
+            double t_on = NAN, t_dnn = NAN, t_old = NAN, t_tuned = NAN, t_again = NAN, e_on = NAN, e_old = NAN,
+                   e_tuned = NAN;
+            bool same = false;
+            kiln_status st = g_on && g_dnn && g_old && g_tuned && g_again ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+            if (!st) st = bench_one(c_dnn, &node, 3, in, g_dnn, &t_dnn);
+            if (!st) st = bench_one(c_on, &node, 3, in, g_on, &t_on);
+            if (!st) st = bench_one(c_on, &node, 3, in, g_again, &t_again); /* deterministic: the same bits */
+            if (!st && op == 1) st = bench_one(c_old, &node, 3, in, g_old, &t_old);
+            if (!st) st = bench_one(c_tuned, &node, 3, in, g_tuned, &t_tuned);
+            if (!st) {
+                e_on = bench_rel_err(g_on, g_dnn);
+                e_tuned = bench_rel_err(g_tuned, g_dnn);
+                if (op == 1) e_old = bench_rel_err(g_old, g_dnn);
+                same = memcmp(g_on->data, g_again->data, kiln_tensor_nbytes(g_on)) == 0;
+            }
+            char shape[64];
+            snprintf(shape, sizeof shape, "[%lld,%lld,%lld,%lld]", (long long)N, (long long)C, (long long)H, (long long)W);
+            const double gb = 2.0 * (double)N * C * H * W * 2 / (t_on * 1e-3) / 1e9; /* two of X / dY / dX */
+            printf("%-8s %-4s %-19s %9.3f %9.3f %9.3f %9.3f %9.0f %12.2e %12.2e %12.2e %5s%s%s\n", shapes[s].what,
+                   op ? "dX" : "dW", shape, t_on, t_dnn, t_old, t_tuned, gb, e_on, e_old, e_tuned,
+                   same ? "same" : "DIFF", st ? "  FAIL: " : "", st ? kiln_context_message(ctx) : "");
+            if (st || !(e_on <= 1e-2) || !(e_tuned <= 1e-2) || !same) bad++;
+            kiln_tensor_free(g_tuned);
+            kiln_tensor_free(g_again);
+            kiln_tensor_free(g_on);
+            kiln_tensor_free(g_dnn);
+            kiln_tensor_free(g_old);
+        }
+        kiln_tensor_free(x);
+        kiln_tensor_free(dy);
+        kiln_tensor_free(w);
+        for (int i = 0; i < n_attrs; i++) kiln_attr_clear(&attrs[i]);
+        free(attrs);
+        attrs = NULL;
+    }
+    kiln_cuda_stats st_on;
+    kiln_cuda_get_stats(c_on, &st_on);
+    printf("conv_depthwise_grad.cu ran %d gradients\n", st_on.conv_dw_grad_calls);
+    if (!st_on.conv_dw_grad_calls) bad++;
+    kiln_cuda_free(c_on);
+    kiln_cuda_free(c_dnn);
+    kiln_cuda_free(c_old);
+    kiln_cuda_free(c_tuned);
+    printf("dw-grad-bench: %s\n", bad ? "FAIL" : "ok");
+    return bad != 0;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static int cmp_rows(const void *a, const void *b) {
@@ -805,21 +978,33 @@ static int report_audit(int n_only) {
 
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
-    bool dry = false, want_canary = false;
+    bool dry = false, want_canary = false, dw_grad = false, dw_timed = false, want_bench = false;
     int n_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--record") == 0) dry = true;
         else if (strcmp(argv[i], "--grad-coverage") == 0) dry = grad_coverage = true;
         else if (strcmp(argv[i], "--canary") == 0) want_canary = true;
         else if (strcmp(argv[i], "-v") == 0) verbose = true;
+        else if (strcmp(argv[i], "--dw-grad") == 0) dw_grad = true;
+        else if (strcmp(argv[i], "--dw-grad-timed") == 0) dw_grad = dw_timed = true;
+        else if (strcmp(argv[i], "--dw-grad-bench") == 0) want_bench = true;
         else n_only++;
     }
     kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)512 << 20};
+    /* --dw-grad: depthwise gradients on conv_depthwise_grad.cu's kernels (off by default:
+     * unvalidated), without autotune so that they run on every depthwise case */
+    if (dw_grad) o.conv_dw_grad = 1, o.no_autotune = !dw_timed;
     if (!dry && kiln_cuda_create(ctx, &o, &cu) != KILN_OK) {
         printf("FAIL: no usable CUDA device: %s\n", kiln_context_message(ctx));
         printf("0 passed, 1 failed\n");
         kiln_context_free(ctx);
         return 1;
+    }
+    if (want_bench) {
+        const int r = cu ? dw_grad_bench() : 1;
+        kiln_cuda_free(cu);
+        kiln_context_free(ctx);
+        return r;
     }
     if (want_canary) {
         const int r = cu ? canary() : 1;
@@ -858,6 +1043,13 @@ int main(int argc, char **argv) {
                failed - f0);
     }
     kiln_optest_set_hook(NULL);
+    if (dw_grad && !dw_timed && cu) { /* the kernels must have run, or the sweep proved nothing about them */
+        kiln_cuda_stats s;
+        kiln_cuda_get_stats(cu, &s);
+        printf("%s --dw-grad: conv_depthwise_grad.cu ran %d depthwise gradients\n", s.conv_dw_grad_calls ? "ok  " : "FAIL",
+               s.conv_dw_grad_calls);
+        if (!s.conv_dw_grad_calls) failed++;
+    }
 
     if (grad_coverage) {
         const int r = report_audit(n_only);

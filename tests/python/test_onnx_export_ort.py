@@ -13,7 +13,11 @@ The files come from the kiln command line:
   - `kiln convert` of a small torchvision VisionTransformer (exported here, batch symbolic)
     through the path of models with over 256 MiB of weights, whose dtypes are inferred on
     the model itself (KILN_SAVE_PROBE_MAX_BYTES=0): vit_b_16's attention scale, a fused
-    elementwise constant, had no dtype there and could not be saved.
+    elementwise constant, had no dtype there and could not be saved;
+  - `kiln convert` (CPU and CUDA passes, fp32 and fp16) of tests/data/attn_{vit,swin,maxvit}
+    _tiny.onnx: every attention block is fused (kiln.Attention reading q, k and v through
+    views) and saved as the ops it stands for (save_attention: pieces named
+    "<node>/MatMulQK"): as many such pieces as the export has Softmax nodes.
 Each saved file must pass onnx.checker, load in onnxruntime (CPU), and give what `kiln run`
 gives on the same file and on the original model: |ort - kiln| <= 1e-5 |kiln| + 1e-6 for
 fp32 (fp16: 1e-2). Symbolic input dims keep their dim_param names.
@@ -222,6 +226,7 @@ def main():
         check(False, "data set %s missing" % data)
 
     vit_large_model_path(kiln, work, rng)
+    attention_saved(kiln, src, work, rng)
 
     if FAILS:
         print("%d failures" % len(FAILS))
@@ -251,6 +256,36 @@ def vit_large_model_path(kiln, work, rng):
             continue
         saved_ok(out, "vit " + name)
         compare(ort_run(out, [x]), want, 1e-5, 1e-6, "vit %s: ort on kiln's file vs ort on the export" % name)
+
+
+def attention_saved(kiln, src, work, rng):
+    # the CUDA passes fuse attention where the CUDA backend takes kiln.Attention: a build
+    # without CUDA has no backend to ask, and leaves the blocks as they are
+    cuda = "CUDA: not built in" not in sh(kiln, "--version")
+    for model in ("vit", "swin", "maxvit"):
+        path = os.path.join(src, "tests", "data", "attn_%s_tiny.onnx" % model)
+        orig = onnx.load(path)
+        softmax = sum(n.op_type == "Softmax" for n in orig.graph.node)
+        dims = [d.dim_value or 2 for d in orig.graph.input[0].type.tensor_type.shape.dim]
+        x = rng.standard_normal(dims).astype(np.float32)
+        want = ort_run(path, [x])
+        for name, flags, tol in (("cpu fp32 passes", [], 1e-5), ("cuda passes", ["--device", "cuda"], 1e-5),
+                                 ("cuda fp16 passes", ["--device", "cuda", "--fp16"], 2e-2)):
+            out = os.path.join(work, "attn_%s_%s.onnx" % (model, name.replace(" ", "_")))
+            r = subprocess.run([kiln, "convert", path, out] + flags, capture_output=True, text=True)
+            check(r.returncode == 0, "attn %s %s: kiln convert: %s" % (model, name, r.stderr.strip()))
+            if r.returncode:
+                continue
+            m = saved_ok(out, "attn %s %s" % (model, name))
+            fused = sum(n.name.endswith("/MatMulQK") for n in m.graph.node)
+            expect = softmax if cuda or "cuda" not in name else 0
+            check(fused == expect, "attn %s %s: %d attention blocks saved from kiln.Attention, want %d (the export "
+                  "has %d Softmax nodes)" % (model, name, fused, expect, softmax))
+            # fp16: the whole network in half precision (onnxruntime's fp16 kernels), against
+            # fp32: within tol of the output's largest magnitude
+            compare(ort_run(out, [x]), want, 0 if tol > 1e-4 else tol, tol * (float(np.abs(want).max()) if tol > 1e-4
+                                                                               else 0.1),
+                    "attn %s %s: ort on kiln's file vs ort on the export" % (model, name))
 
 
 if __name__ == "__main__":
