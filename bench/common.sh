@@ -8,8 +8,8 @@
 # gzipped, plus libgomp, which that machine may lack.
 
 # kiln_pack BUILD_DIR DEST [nogelu]: DEST/kiln.xz, DEST/<program>.xz (every build-tree program
-# a gpu-labelled test runs), DEST/gpu_tests.txt, DEST/programs.txt, DEST/gelu_fusion.xz (unless
-# nogelu), DEST/lib/ (xz: half gzip's size, for the 64 MiB carry)
+# a gpu-labelled test runs), DEST/gpu_tests.txt, DEST/programs.txt, DEST/gelu_fusion.xz and
+# DEST/cudnn_fusion_probe.xz (if built, unless nogelu), DEST/lib/ (xz: half gzip's size, for the 64 MiB carry)
 kiln_pack() {
   local build=$1 dest=$2 gelu=${3:-gelu} src
   src=$(pwd)
@@ -19,6 +19,8 @@ kiln_pack() {
   strip --strip-all -o "$dest/kiln" "$build/kiln" && xz -T2 -f "$dest/kiln"
   [ "$gelu" = gelu ] && [ -x "$build/gelu_fusion" ] && strip --strip-all -o "$dest/gelu_fusion" "$build/gelu_fusion" &&
     xz -T2 -f "$dest/gelu_fusion"
+  [ "$gelu" = gelu ] && [ -x "$build/cudnn_fusion_probe" ] &&
+    strip --strip-all -o "$dest/cudnn_fusion_probe" "$build/cudnn_fusion_probe" && xz -T2 -f "$dest/cudnn_fusion_probe"
   # The tests labelled gpu, in ctest's order with the fixtures they need (as `ctest -L gpu`
   # runs them), scripts included: gpu_tests.txt has one line per test,
   # "name<TAB>skip exit code or -<TAB>working dir<TAB>command", the command shell-quoted with

@@ -6,7 +6,8 @@
 #   bench/gpu.sh pack [BUILD_DIR]   packs kiln, the gpu-labelled tests (as `ctest -L gpu` runs
 #                                   them, scripts and fixtures included; a trimmed carry may
 #                                   leave programs out: their tests are reported as not run),
-#                                   gelu_fusion if built (-DKILN_BENCH=ON) and
+#                                   gelu_fusion and cudnn_fusion_probe if built
+#                                   (-DKILN_BENCH=ON) and
 #                                   Fashion-MNIST into .carry/ (default BUILD_DIR build-cuda)
 # On the GPU machine, with .carry carried:
 #   bench/gpu.sh [PART...]          default: tests r50 train torch
@@ -29,6 +30,14 @@
 #           a slice per call), rows appended to $OUT/zoo_all.jsonl; ZOO_PREV=FILE (the
 #           jsonl of earlier calls, carried) is copied there first, so its models are skipped
 #   gelu    gelu_fusion: generated elementwise fusion against the copy floor
+#   cudnnfuse  bench/cudnn_fusion_probe.c: which conv+BN fusions of cuDNN's graph API (genstats,
+#           scale+bias+ReLU prologue, BN finalize, dgrad+dReLU+dBN, wgrad with the prologue) run
+#           on this GPU for ResNet-50's NHWC fp16 shapes at batch 256, checked and timed against
+#           the legacy API; arguments from CUDNNFUSE_ARGS (e.g. "--shapes 1,2 --patterns a,b,c");
+#           the full log is $OUT/cudnn_fusion_probe.log, the summary table is printed. Never run
+#           yet: written without a GPU. The lead's one call (a few minutes):
+#             bench/gpu.sh pack   (here, after building the target cudnn_fusion_probe), then on
+#             the GPU machine: bench/gpu.sh cudnnfuse
 #   loss    bench/loss_vs_torch.py: kiln's losses against PyTorch's from the same weights
 #   diag    bench/diag_fp16.py: a torchvision model (DIAG_MODEL, default mobilenet_v2) in
 #           fp16, pass by pass, against fp32
@@ -145,6 +154,25 @@ part_gelu() {
   "$g" 2>&1 | tail -12
 }
 
+part_cudnnfuse() {
+  local p
+  p=$(kiln_unpack "$K" cudnn_fusion_probe 2>/dev/null) || {
+    echo "no cudnn_fusion_probe in $K (build the target with -DKILN_BENCH=ON, then bench/gpu.sh pack)"
+    rc=1
+    return
+  }
+  echo "== cuDNN graph API conv+BN fusions (bench/cudnn_fusion_probe.c; full log: cudnn_fusion_probe.log)"
+  # shellcheck disable=SC2086
+  timeout "${CUDNNFUSE_TIMEOUT:-540}" "$p" ${CUDNNFUSE_ARGS:-} > "$O/cudnn_fusion_probe.log" 2>&1
+  local st=$?
+  [ $st -ne 0 ] && { echo "cudnn_fusion_probe: exit $st (1: a wrong result, 2: CUDA error, 124: timeout)"; rc=1; }
+  head -1 "$O/cudnn_fusion_probe.log"
+  grep -E "MISMATCH|WRONG|CUDA error|cuDNN error|ACCUMULATES" "$O/cudnn_fusion_probe.log" | head -12
+  # the table (or, cut short, the last lines)
+  if grep -q "^pat " "$O/cudnn_fusion_probe.log"; then sed -n '/^pat /,$p' "$O/cudnn_fusion_probe.log" | cut -c1-230
+  else tail -30 "$O/cudnn_fusion_probe.log"; fi
+}
+
 part_loss() {
   echo "== loss vs PyTorch from the same weights"
   PYTHONUNBUFFERED=1 python3 bench/loss_vs_torch.py --kiln "$KILN" --data "$DATA" > "$LOGS/loss_vs_torch.log" 2>&1 || rc=1
@@ -207,8 +235,8 @@ part_sanitize() {
 
 for part in "$@"; do
   case $part in
-  tests | r50 | train | torch | side | zoo | gelu | loss | diag | sanitize) "part_$part" ;;
-  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side zoo gelu loss diag sanitize)" >&2; rc=2 ;;
+  tests | r50 | train | torch | side | zoo | gelu | cudnnfuse | loss | diag | sanitize) "part_$part" ;;
+  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side zoo gelu cudnnfuse loss diag sanitize)" >&2; rc=2 ;;
   esac
 done
 tar -czf "$O/gpu-logs.tar.gz" -C "$LOGS" . 2>/dev/null
