@@ -59,7 +59,9 @@ def export(name, path):
 
 def ort_run(path, x):
     import onnxruntime as ort
-    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # errors only (unused-initializer warnings flood the log)
+    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     return s.run(None, {s.get_inputs()[0].name: x})[0]
 
 
