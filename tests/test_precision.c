@@ -222,6 +222,21 @@ static kiln_model *written_softmax_model(kiln_context *ctx) {
     return finalize(m);
 }
 
+/* F.normalize as torch.onnx exports it: x / Expand(Clip(ReduceL2(x), min = 1e-12)). 1e-12
+ * is 0 in f16: an all-zero row (swin_v2's zero keys in its padded windows) gave 0 / 0. */
+static kiln_model *normalize_model(kiln_context *ctx) {
+    kiln_model *m = NULL;
+    if (kiln_model_create(ctx, &m)) return NULL;
+    kiln_model_add_input(m, "x", KILN_F32, 2, KT_DIMS(-1, 8));
+    init(m, "axis1", kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(1)));
+    init(m, "eps", kt_make(KILN_F32, 0, KT_DIMS(), KT_VALS(1e-12)));
+    node(m, "ReduceL2", "norm", IN("x", "axis1"), OUT("n"), NULL);
+    node(m, "Clip", "clamp_min", IN("n", "eps"), OUT("c"), NULL);
+    node(m, "Div", "normalize", IN("x", "c"), OUT("y"), NULL);
+    kiln_model_add_output(m, "y");
+    return finalize(m);
+}
+
 /* ------------------------------------------------------------------- running */
 
 /* Run m with these options; outputs are copies (n_out of them). */
@@ -576,6 +591,37 @@ static void test_written_softmax(kiln_context *ctx) {
     kiln_model_free(m);
 }
 
+static void test_normalize_eps(kiln_context *ctx) {
+    kiln_model *m = normalize_model(ctx);
+    if (!m) return;
+    kiln_tensor *x = kt_rand(KILN_F32, 2, KT_DIMS(6, 8), -2, 2, 8);
+    if (x)
+        for (int k = 0; k < 8; k++) ((float *)x->data)[2 * 8 + k] = 0.0f; /* row 2: all zero */
+    compare_precisions(m, "normalize, eps 1e-12 (0 in f16), a zero row", 1, &x, 1, NULL);
+    kiln_tensor *y = NULL;
+    if (x && run(m, KILN_PRECISION_FP16, KILN_DEVICE_CPU, 1, &x, 1, &y) == KILN_OK && y) {
+        for (int k = 0; k < 8; k++)
+            CHECK(kiln_get_f64(y, 2 * 8 + k) == 0.0, "fp16: the zero row's element %d is %g, not 0", k,
+                  kiln_get_f64(y, 2 * 8 + k));
+    }
+    kiln_tensor_free(y);
+    /* unfused (the CUDA pipeline's Clip reads its bound as an f16 initializer): the bound
+     * converted to f16 is the smallest subnormal, not 0 */
+    const kiln_precision precs[2] = {KILN_PRECISION_FP16, KILN_PRECISION_BF16};
+    for (int p = 0; p < 2; p++) {
+        rewritten r;
+        if (!rewrite(m, KILN_DEVICE_CPU, precs[p], NO_FUSION, &r)) continue;
+        const kiln_node *clip = find_node(r.m, "clamp_min");
+        const kiln_tensor *eps = clip && clip->n_in > 1 && clip->in[1] >= 0 ? r.m->values[clip->in[1]].init : NULL;
+        CHECK(eps && eps->dtype != KILN_F32 && kiln_get_f64(eps, 0) > 0,
+              "%s: Clip's bound 1e-12 is %s %g, not a positive low-precision constant", p ? "bf16" : "fp16",
+              eps ? kiln_dtype_name(eps->dtype) : "missing", eps ? kiln_get_f64(eps, 0) : 0.0);
+        rewritten_free(&r);
+    }
+    kiln_tensor_free(x);
+    kiln_model_free(m);
+}
+
 static void test_pad_channels(kiln_context *ctx) {
     kiln_model *m = pad_model(ctx);
     if (!m) return;
@@ -674,6 +720,7 @@ int main(int argc, char **argv) {
     test_shapes(ctx);
     test_fixed_reshape(ctx);
     test_written_softmax(ctx);
+    test_normalize_eps(ctx);
     test_pad_channels(ctx);
     kiln_context_free(ctx);
     if (fails) printf("%d check(s) failed\n", fails);

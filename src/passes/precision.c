@@ -56,6 +56,7 @@
  */
 #include "passes.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,11 @@ static want want_of(const state *s, int i, int k) {
     return W_ANY;
 }
 
+/* t (f32) in dtype low. A scalar keeps its sign, and stays non-zero and finite: an epsilon
+ * that rounds to 0 in f16 (F.normalize's clamp_min(1e-12): swin_v2's cosine attention
+ * divided 0 by 0 on the zero keys of its padded windows, NaN where fp32 gives 0) becomes the
+ * smallest non-zero value of low, a bound that rounds to infinity the largest finite one.
+ * Tensors of several elements (weights) are rounded as they are. */
 static kiln_tensor *convert(kiln_context *ctx, const kiln_tensor *t, kiln_dtype low) {
     kiln_tensor *r = kiln_tensor_new(ctx, low, t->ndim, t->dims);
     if (!r) return NULL;
@@ -144,6 +150,12 @@ static kiln_tensor *convert(kiln_context *ctx, const kiln_tensor *t, kiln_dtype 
     uint16_t *dst = r->data;      // (numel)
     int64_t n = kiln_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) dst[i] = low == KILN_F16 ? kiln_f32_to_f16(src[i]) : kiln_f32_to_bf16(src[i]);
+    if (n == 1 && isfinite(src[0]) && src[0] != 0.0f) {
+        const uint16_t sign = src[0] < 0 ? 0x8000u : 0u, mag = dst[0] & 0x7fffu;
+        const uint16_t inf = low == KILN_F16 ? 0x7c00u : 0x7f80u;
+        if (mag == 0) dst[0] = sign | 1u; /* the smallest subnormal */
+        else if (mag == inf) dst[0] = sign | (uint16_t)(inf - 1u); /* the largest finite */
+    }
     return r;
 }
 
