@@ -41,10 +41,12 @@ if [ "${KILN_SKIP_SANITIZE:-0}" != 1 ]; then
     "-DCMAKE_C_FLAGS_DEBUG=-g -O1"
   # Left out here, run in the plain pass above: the 3-rank dist tests (mpirun -np 3 on 2
   # cores), whose 2-rank twins (dist_same_np2, dist_syncbn_np2) run here through the same C;
-  # and train_mnist (120 mnist-net steps, ~90 s here), whose trainer, loader, checkpoint and
-  # amp code the train_cli_* tests run here.
+  # train_mnist (120 mnist-net steps, ~90 s here), whose trainer, loader, checkpoint and
+  # amp code the train_cli_* tests run here; and recompute_train_cli (~30 s here: ResNet
+  # training runs of the CLI under memory limits), whose planner and recomputation code
+  # test_recompute (ctest recompute) runs here.
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-     ctest -L cpu -E '^(dist_(same|syncbn)_np3|train_mnist)$' --output-on-failure -j2)
+     ctest -L cpu -E '^(dist_(same|syncbn)_np3|train_mnist|recompute_train_cli)$' --output-on-failure -j2)
 fi
 if [ "${KILN_SKIP_TSAN:-0}" != 1 ]; then
   # Only the threads test and what it links: libgomp is not instrumented, so the test runs
