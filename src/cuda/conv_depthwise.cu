@@ -43,7 +43,7 @@
  *   Indices are 32-bit (kiln_cuda_conv_depthwise_fits checks that they fit), offsets of
  *   the vector path 64-bit.
  */
-#include "dtype.cuh"
+#include "conv_depthwise.cuh"
 
 #include <stdio.h>
 
@@ -58,28 +58,8 @@ constexpr int QB_MAX = 16; /* vector path: channel groups per block */
 constexpr int KMAX = 9;    /* the largest kh and kw */
 constexpr int64_t LIM = 0x3fffffff; /* 32-bit indices with a factor 2 spare */
 
-struct Geo {
-    int N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
-};
-
-Geo geo32(const kiln_cuda_dw_geo *g) {
-    Geo r;
-    r.N = (int)g->N;
-    r.C = (int)g->C;
-    r.H = (int)g->H;
-    r.W = (int)g->W;
-    r.OH = (int)g->OH;
-    r.OW = (int)g->OW;
-    r.kh = (int)g->kh;
-    r.kw = (int)g->kw;
-    r.sh = (int)g->sh;
-    r.sw = (int)g->sw;
-    r.dh = (int)g->dh;
-    r.dw = (int)g->dw;
-    r.pt = (int)g->pt;
-    r.pl = (int)g->pl;
-    return r;
-}
+using kiln_dw::Geo;
+using kiln_dw::geo32;
 
 /* The activation and its parameters (kiln_cuda_act: LeakyRelu's alpha in a, Clip's bounds
  * in a and b, HardSigmoid's alpha and beta in a and b). */

@@ -61,7 +61,7 @@
  *
  *   Indices: kiln_cuda_conv_depthwise_fits' 32-bit bounds; offsets into X / dY 64-bit.
  */
-#include "dtype.cuh"
+#include "conv_depthwise.cuh"
 
 #include <stdio.h>
 
@@ -76,28 +76,8 @@ constexpr int GMAX = 1024;  /* weight gradient: most partial-sum rows */
 constexpr size_t SMEM = 48 * 1024; /* the default per-block limit: no opt-in */
 constexpr size_t WS_CAP = (size_t)8 << 20; /* weight gradient: partial sums, bytes */
 
-struct Geo {
-    int N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
-};
-
-Geo geo32(const kiln_cuda_dw_geo *g) {
-    Geo r;
-    r.N = (int)g->N;
-    r.C = (int)g->C;
-    r.H = (int)g->H;
-    r.W = (int)g->W;
-    r.OH = (int)g->OH;
-    r.OW = (int)g->OW;
-    r.kh = (int)g->kh;
-    r.kw = (int)g->kw;
-    r.sh = (int)g->sh;
-    r.sw = (int)g->sw;
-    r.dh = (int)g->dh;
-    r.dw = (int)g->dw;
-    r.pt = (int)g->pt;
-    r.pl = (int)g->pl;
-    return r;
-}
+using kiln_dw::Geo;
+using kiln_dw::geo32;
 
 template <typename T> struct Quad;
 template <> struct Quad<float> { using type = float4; };
