@@ -462,6 +462,33 @@ static kiln_status arena_of(const rc_measure *ms, kiln_model *m, size_t *arena, 
     return kiln_plan_measure(m, ms->inputs, false, 0, arena, ws);
 }
 
+/* One candidate: the graph with the first k candidates recomputed, and its measure. */
+typedef struct rc_try {
+    kiln_model *m;
+    size_t arena;
+    double flops;
+    int copies;
+} rc_try;
+
+/* t = the first k candidates recomputed and measured (t->m NULL on failure). */
+static kiln_status rc_try_prefix(const rc_info *g, const rc_measure *ms, int k, rc_try *t) {
+    memset(t, 0, sizeof *t);
+    kiln_status st = rc_rewrite(g, k, &t->m, &t->flops, &t->copies);
+    if (!st) st = arena_of(ms, t->m, &t->arena, NULL);
+    if (st) {
+        kiln_model_free(t->m);
+        t->m = NULL;
+    }
+    return st;
+}
+
+/* best = t, the old best freed. */
+static void rc_adopt(rc_try *best, rc_try *t) {
+    kiln_model_free(best->m);
+    *best = *t;
+    t->m = NULL;
+}
+
 /* The plan of m, analysed, and its measure. */
 static kiln_status rc_start(kiln_model *m, const rc_measure *ms, bool heavy, kiln_plan **p, rc_info *g,
                             kiln_recompute_result *r) {
@@ -497,12 +524,8 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
     int hi = g.n_cand;
     if (max_recompute >= 0 && hi > max_recompute) hi = max_recompute;
     /* all of them (or the cap): the least this pass reaches */
-    kiln_model *best = NULL;
-    size_t best_arena = 0;
-    double best_flops = 0;
-    int best_copies = 0;
-    st = rc_rewrite(&g, hi, &best, &best_flops, &best_copies);
-    if (!st) st = arena_of(&ms, best, &best_arena, NULL);
+    rc_try best;
+    st = rc_try_prefix(&g, &ms, hi, &best);
     /* The arena is not monotonic in the prefix: the chains of chosen values are cut
      * differently as more are chosen, and copies alive at once add up (ResNet-50 224 AMP
      * planned for CUDA at batch 600: 6.7 GB with the first 73 candidates, 8.0 GB with all
@@ -510,34 +533,25 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
      * prefix are tried too: the smallest arena is the least reported, and the search for
      * the shortest prefix that fits runs below the first that does. */
     const int top = hi;
-    for (int j = 0; !st && best_arena > arena_budget && j < 8; j++) {
+    for (int j = 0; !st && best.arena > arena_budget && j < 8; j++) {
         const int k = j == 0 ? g.n_cheap : top * j / 8;
         if (k <= 0 || k >= top || (j > 0 && k == g.n_cheap)) continue;
-        kiln_model *cm = NULL;
-        size_t a = 0;
-        double fl = 0;
-        int cp = 0;
-        st = rc_rewrite(&g, k, &cm, &fl, &cp);
-        if (!st) st = arena_of(&ms, cm, &a, NULL);
-        if (!st && a < best_arena) {
-            kiln_model_free(best);
-            best = cm;
-            best_arena = a;
-            best_flops = fl;
-            best_copies = cp;
+        rc_try t;
+        st = rc_try_prefix(&g, &ms, k, &t);
+        if (!st && t.arena < best.arena) {
+            rc_adopt(&best, &t);
             hi = k;
-        } else {
-            kiln_model_free(cm);
         }
+        kiln_model_free(t.m);
     }
-    if (st || best_arena > arena_budget) {
+    if (st || best.arena > arena_budget) {
         /* the least reached: with everything recomputed, or nothing (the placement may
          * come out larger with the copies) */
-        const bool none = !best || best_arena >= r->arena_before;
-        r->arena_after = none ? r->arena_before : best_arena;
-        r->recomputed = none ? 0 : best_copies;
-        r->flops = none ? 0 : best_flops;
-        kiln_model_free(best);
+        const bool none = !best.m || best.arena >= r->arena_before;
+        r->arena_after = none ? r->arena_before : best.arena;
+        r->recomputed = none ? 0 : best.copies;
+        r->flops = none ? 0 : best.flops;
+        kiln_model_free(best.m);
         rc_free(&g);
         kiln_plan_free(p);
         return st ? st : KILN_ERR_OUT_OF_MEMORY;
@@ -545,37 +559,25 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
     int lo = 0, best_k = hi; /* lo does not fit, best_k does */
     while (best_k - lo > 1) {
         const int mid = lo + (best_k - lo) / 2;
-        kiln_model *cm = NULL;
-        size_t a = 0;
-        double fl = 0;
-        int cp = 0;
-        st = rc_rewrite(&g, mid, &cm, &fl, &cp);
-        if (!st) st = arena_of(&ms, cm, &a, NULL);
-        if (st) {
-            kiln_model_free(cm);
-            break;
-        }
-        if (a <= arena_budget) {
-            kiln_model_free(best);
-            best = cm;
+        rc_try t;
+        if ((st = rc_try_prefix(&g, &ms, mid, &t))) break;
+        if (t.arena <= arena_budget) {
+            rc_adopt(&best, &t);
             best_k = mid;
-            best_arena = a;
-            best_flops = fl;
-            best_copies = cp;
         } else {
-            kiln_model_free(cm);
+            kiln_model_free(t.m);
             lo = mid;
         }
     }
     rc_free(&g);
     kiln_plan_free(p);
     if (st) {
-        kiln_model_free(best);
+        kiln_model_free(best.m);
         return st;
     }
-    r->arena_after = best_arena;
-    r->recomputed = best_copies;
-    r->flops = best_flops;
-    *out = best;
+    r->arena_after = best.arena;
+    r->recomputed = best.copies;
+    r->flops = best.flops;
+    *out = best.m;
     return KILN_OK;
 }
