@@ -7,20 +7,23 @@
 # under label gpu, with their command lines) and gelu_fusion if built, stripped and
 # gzipped, plus libgomp, which that machine may lack.
 
-# kiln_pack BUILD_DIR DEST [nogelu]: DEST/kiln.xz, DEST/<program>.xz (every build-tree program
-# a gpu-labelled test runs), DEST/gpu_tests.txt, DEST/programs.txt, DEST/gelu_fusion.xz and
-# DEST/cudnn_fusion_probe.xz (if built, unless nogelu), DEST/lib/ (xz: half gzip's size, for the 64 MiB carry)
+# kiln_pack BUILD_DIR DEST [nogelu]: DEST/programs.tar.xz holding kiln, every build-tree program
+# a gpu-labelled test runs, gelu_fusion and cudnn_fusion_probe (if built, unless nogelu), all
+# stripped; DEST/gpu_tests.txt, DEST/programs.txt, DEST/lib/. One solid xz stream with a
+# 256 MiB dictionary: the programs share most of their code (each links all of kiln), so
+# every program after the first costs little (one .xz per program: ~9.5 MB each, over the
+# 64 MiB carry with seven tests).
 kiln_pack() {
   local build=$1 dest=$2 gelu=${3:-gelu} src
   src=$(pwd)
   [ -x "$build/kiln" ] || { echo "pack: no $build/kiln (build it first)" >&2; return 2; }
   rm -rf "$dest"
-  mkdir -p "$dest/lib"
-  strip --strip-all -o "$dest/kiln" "$build/kiln" && xz -T2 -f "$dest/kiln"
-  [ "$gelu" = gelu ] && [ -x "$build/gelu_fusion" ] && strip --strip-all -o "$dest/gelu_fusion" "$build/gelu_fusion" &&
-    xz -T2 -f "$dest/gelu_fusion"
-  [ "$gelu" = gelu ] && [ -x "$build/cudnn_fusion_probe" ] &&
-    strip --strip-all -o "$dest/cudnn_fusion_probe" "$build/cudnn_fusion_probe" && xz -T2 -f "$dest/cudnn_fusion_probe"
+  mkdir -p "$dest/lib" "$dest/stage"
+  strip --strip-all -o "$dest/stage/kiln" "$build/kiln" || return 2
+  local extra
+  for extra in gelu_fusion cudnn_fusion_probe; do
+    [ "$gelu" = gelu ] && [ -x "$build/$extra" ] && { strip --strip-all -o "$dest/stage/$extra" "$build/$extra" || return 2; }
+  done
   # The tests labelled gpu, in ctest's order with the fixtures they need (as `ctest -L gpu`
   # runs them), scripts included: gpu_tests.txt has one line per test,
   # "name<TAB>skip exit code or -<TAB>working dir<TAB>command", the command shell-quoted with
@@ -49,8 +52,10 @@ with open(sys.argv[4], "w") as f:
   local rel prog
   while read -r rel; do
     prog=$(basename "$rel")
-    [ -f "$dest/$prog.xz" ] || { strip --strip-all -o "$dest/$prog" "$build/$rel" && xz -T2 -f "$dest/$prog"; }
+    [ -f "$dest/stage/$prog" ] || strip --strip-all -o "$dest/stage/$prog" "$build/$rel" || return 2
   done < "$dest/programs.txt"
+  tar -C "$dest/stage" -cf - . | xz -T1 --lzma2=preset=6,dict=256MiB > "$dest/programs.tar.xz" || return 2
+  rm -rf "$dest/stage"
   path=$(ldd "$build/kiln" | awk '$1 == "libgomp.so.1" { print $3 }')
   [ -n "$path" ] && cp -L "$path" "$dest/lib/"
   du -sh "$dest"
@@ -110,17 +115,25 @@ kiln_env() {
   export LD_LIBRARY_PATH="${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
-# kiln_unpack DIR PROG: the path of an executable PROG from DIR (a pack: PROG.xz or .gz, unpacked
-# into /tmp once; or a build directory: PROG itself, or tests/PROG)
+# kiln_unpack DIR PROG: the path of an executable PROG from DIR (a pack: PROG from its
+# programs.tar.xz, or an older pack's PROG.xz / PROG.gz, unpacked into /tmp once; or a build
+# directory: PROG itself, or tests/PROG)
 kiln_unpack() {
   local dir=$1 prog=$2 out
   if [ -x "$dir/$prog" ]; then echo "$dir/$prog"; return; fi
   if [ -x "$dir/tests/$prog" ]; then echo "$dir/tests/$prog"; return; fi
-  [ -f "$dir/$prog.xz" ] || [ -f "$dir/$prog.gz" ] || { echo "no $prog in $dir" >&2; return 1; }
   out=/tmp/kiln-unpacked/$(echo "$dir" | tr -c 'A-Za-z0-9\n' _)
   mkdir -p "$out"
+  if [ -f "$dir/programs.tar.xz" ] && [ ! -f "$out/.programs" ]; then
+    # (python's lzma and tarfile: the GPU machine may lack xz-utils)
+    python3 -c 'import sys, tarfile
+t = tarfile.open(sys.argv[1], "r:xz")
+try: t.extractall(sys.argv[2], filter="tar")
+except TypeError: t.extractall(sys.argv[2])  # a Python without extraction filters' \
+      "$dir/programs.tar.xz" "$out" && touch "$out/.programs" || { echo "cannot unpack $dir/programs.tar.xz" >&2; return 1; }
+  fi
   if [ ! -x "$out/$prog" ]; then
-    # (python's lzma: the GPU machine may lack xz-utils)
+    [ -f "$dir/$prog.xz" ] || [ -f "$dir/$prog.gz" ] || { echo "no $prog in $dir" >&2; return 1; }
     if [ -f "$dir/$prog.xz" ]; then
       python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
         "$dir/$prog.xz" "$out/$prog"

@@ -4,8 +4,10 @@
 #
 # Here (a machine with kiln's build dependencies), after a CUDA build:
 #   bench/gpu.sh pack [BUILD_DIR]   packs kiln, the gpu-labelled tests (as `ctest -L gpu` runs
-#                                   them, scripts and fixtures included; a trimmed carry may
-#                                   leave programs out: their tests are reported as not run),
+#                                   them, scripts and fixtures included) in one solid
+#                                   programs.tar.xz (~19 MB for 14 programs: well inside the
+#                                   64 MiB carry; a trimmed carry's missing programs are
+#                                   reported as not run),
 #                                   gelu_fusion and cudnn_fusion_probe if built
 #                                   (-DKILN_BENCH=ON) and
 #                                   Fashion-MNIST into .carry/ (default BUILD_DIR build-cuda)
