@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 # OpenMP's idle threads sleep instead of spinning: on a machine whose cores another job
 # keeps busy, spinning made 2-thread runs 10-30x slower (kiln.h, "Busy machines").
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# Each stage's start, in seconds since this script began (the suite's target is 10 minutes
+# on two cores: these say where the time goes).
+t0=$(date +%s)
+stage() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+stage "dependencies"
 scripts/deps.sh
 # The plain build compiles the CUDA code (nvcc on PATH) only to check it: for sm_90 alone
 # (nvcc's time per file is about 60% of that for the default 80 and 90, and the .cu files are
@@ -25,14 +30,16 @@ if py=$(command -v python3); then
   venv_pid=$!
   trap 'kill "$venv_pid" 2>/dev/null || true' EXIT
 fi
+stage "build (plain, CUDA code compiled)"
 scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="${KILN_TEST_CUDA_ARCHS:-90}" -DKILN_MPI=ON
 if [ -n "$venv_pid" ]; then
   wait "$venv_pid" || echo "kiln: making build/venv early failed (build/venv-early.log); ctest's python_venv tries again"
   trap - EXIT
 fi
+stage "ctest -L cpu"
 (cd build && KILN_REUSE_VENV=1 ctest -L cpu --output-on-failure -j2)
 if [ "${KILN_SKIP_SANITIZE:-0}" != 1 ]; then
-  echo "== again under ASan + UBSan =="
+  stage "again under ASan + UBSan: build"
   # -O1, as ASan's documentation advises: the loads and stores the optimized code makes and
   # every UBSan check stay instrumented, and the hot loops (im2col, pooling: every `kiln
   # train` test evaluates the whole Fashion-MNIST test set) run faster than at -O0 (`kiln
@@ -45,6 +52,7 @@ if [ "${KILN_SKIP_SANITIZE:-0}" != 1 ]; then
   # amp code the train_cli_* tests run here; and recompute_train_cli (~30 s here: ResNet
   # training runs of the CLI under memory limits), whose planner and recomputation code
   # test_recompute (ctest recompute) runs here.
+  stage "ASan + UBSan: ctest -L cpu"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -L cpu -E '^(dist_(same|syncbn)_np3|train_mnist|recompute_train_cli)$' --output-on-failure -j2)
 fi
@@ -53,8 +61,9 @@ if [ "${KILN_SKIP_TSAN:-0}" != 1 ]; then
   # its sessions on 1 CPU thread each (tests/CMakeLists.txt) and the races TSan sees are
   # kiln's own (8 threads of the test over one model, one session shared by two). About 40 s
   # on 2 shared cores, the build of libkiln with -fsanitize=thread included.
-  echo "== tests/test_threads.c under ThreadSanitizer =="
+  stage "tests/test_threads.c under ThreadSanitizer"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON -DKILN_CUDA=OFF >/dev/null
   cmake --build build-tsan -j"$(nproc)" --target test_threads
   (cd build-tsan && ctest -R '^threads$' --output-on-failure)
 fi
+stage "done"
