@@ -689,8 +689,11 @@ kiln_status kiln_trainer_export(kiln_trainer *t, const char *output, kiln_model 
  * arena_bytes (the plan's one activation arena: forward values kept for the backward,
  * gradients, temporaries) + param_bytes (the trained weights) + state_bytes (optimizer
  * state, BatchNormalization running statistics, counters) + input_bytes (the batch) +
- * workspace_bytes (the CPU kernels' scratch; on CUDA the convolution workspace cuDNN picks
- * at run time is not included, nor a data set kept on the device). */
+ * workspace_bytes (the kernels' scratch: on the CPU one buffer; on CUDA one per stream of
+ * the step, each the most any node's kernel may ask — cuDNN's convolutions: the largest of
+ * their algorithms' up to 512 MiB, since autotuning picks one at run time — counted only
+ * with the device at hand, not for a plan-only trainer; a data set kept on the device is
+ * not included). */
 typedef struct kiln_train_memory {
     int64_t batch;
     size_t peak_bytes, arena_bytes, param_bytes, state_bytes, input_bytes, workspace_bytes;

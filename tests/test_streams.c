@@ -95,6 +95,47 @@ static bool on_main(const kiln_plan_view_t *v, const char *op) {
     return false;
 }
 
+/* kiln_plan_measure_device's workspace callback for the test: ConvGradWeight nodes ask
+ * 1000 bytes per input, the rest nothing; fail_op's nodes fail. */
+typedef struct fake_ws {
+    int calls;
+    const char *fail_op;
+} fake_ws;
+
+static kiln_status fake_workspace(void *user, kiln_op_ctx *c, size_t *bytes) {
+    fake_ws *f = user;
+    f->calls++;
+    *bytes = strcmp(c->node->op_type, "ConvGradWeight") == 0 ? 1000 * (size_t)c->node->n_in : 0;
+    if (f->fail_op && strcmp(c->node->op_type, f->fail_op) == 0)
+        return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "%s: no kernel here (test)", c->node->name);
+    return KILN_OK;
+}
+
+/* A device plan's measure with its backend's workspace: the arena as kiln_plan_measure
+ * gives it, one workspace per stream of the largest scratch a node asks (rounded up to
+ * 256), and a failing node's status passed on. */
+static void check_measure_device(const char *label, kiln_model *g, kiln_tensor *const *feeds, int side, int n_exec,
+                                 bool training) {
+    size_t arena = 0, ws = 1, arena_dev = 0, ws_dev = 0;
+    fake_ws f = {0};
+    kiln_status st = kiln_plan_measure(g, feeds, false, side, &arena, &ws);
+    if (!st) st = kiln_plan_measure_device(g, feeds, side, fake_workspace, &f, &arena_dev, &ws_dev);
+    CHECK(!st, "%s: device measure: %s", label, kiln_context_message(ctx));
+    if (st) return;
+    /* mnist-net's ConvGradWeight has 3 inputs (X, dY, W): 3000 bytes, 3072 rounded */
+    const size_t want = training ? 3072 * (size_t)(side + 1) : 0;
+    printf("  device measure: arena %zu (measure: %zu), workspace %zu over %d streams (want %zu), %d nodes asked\n",
+           arena_dev, arena, ws_dev, side + 1, want, f.calls);
+    CHECK(arena_dev == arena, "%s: device measure's arena %zu, measure's %zu", label, arena_dev, arena);
+    CHECK(ws == 0, "%s: a device plan's measure without its backend has workspace %zu", label, ws);
+    CHECK(ws_dev == want, "%s: workspace %zu, want %zu", label, ws_dev, want);
+    CHECK(f.calls == n_exec, "%s: %d nodes asked for their workspace, the plan runs %d", label, f.calls, n_exec);
+    fake_ws bad = {.fail_op = training ? "ConvGradWeight" : "Conv"};
+    st = kiln_plan_measure_device(g, feeds, side, fake_workspace, &bad, &arena_dev, &ws_dev);
+    CHECK(st == KILN_ERR_UNSUPPORTED && strstr(kiln_context_message(ctx), "no kernel here"),
+          "%s: a failing workspace query gives status %d (%s)", label, (int)st, kiln_context_message(ctx));
+}
+
 /* Plans of g with 0 and `side` side streams: the checks above. training: expect weight
  * gradients off the main stream and the convolutions' input gradient on it; else (a
  * chain) every node on the main stream. */
@@ -146,6 +187,7 @@ static void check(const char *label, kiln_model *g, kiln_tensor *const *feeds, i
     }
     free(hb);
     free(loose);
+    check_measure_device(label, g, feeds, side, v.n_exec, training);
     /* the same function on the CPU, bit for bit */
     const int no = g->n_outputs;
     const kiln_tensor **want = calloc((size_t)no, sizeof *want), **got = calloc((size_t)no, sizeof *got);

@@ -65,6 +65,10 @@ typedef struct kiln_backend_i {
     /* KILN_OK when node c->node with c's dtypes, shapes and attributes runs here;
      * otherwise KILN_ERR_UNSUPPORTED with the reason on c->kctx. */
     kiln_status (*supports)(kiln_op_ctx *c);
+    /* The bytes of device scratch node c's kernel needs (c's dtypes, shapes and attributes;
+     * its tensors need no data), which a plan sets aside per stream: memory planning counts
+     * them (src/train/memory.c). NULL: none beyond the host plan's cpu_workspace. */
+    kiln_status (*workspace_size)(void *be, kiln_op_ctx *c, size_t *bytes);
 
     /* ------------------------------------------------------------------- plans */
     /* A plan for these input shapes: the host plan (kiln_plan_build) lowered onto the

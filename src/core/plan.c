@@ -779,6 +779,25 @@ kiln_status kiln_plan_measure(kiln_model *m, kiln_tensor *const *inputs, bool ho
     return KILN_OK;
 }
 
+kiln_status kiln_plan_measure_device(kiln_model *m, kiln_tensor *const *inputs, int side_streams,
+                                     kiln_plan_workspace_fn ws, void *ws_user, size_t *arena_bytes,
+                                     size_t *workspace_bytes) {
+    kiln_plan *p = NULL;
+    kiln_status st = plan_build(m, inputs, true, false, false, side_streams, &p);
+    if (st) return st;
+    size_t most = 0;
+    for (int e = 0; e < p->n_exec && ws && !st; e++) {
+        size_t b = 0;
+        st = ws(ws_user, &p->exec[e].c, &b);
+        if (b > most) most = b;
+    }
+    const size_t streams = p->stream ? (size_t)p->n_streams : 1;
+    *arena_bytes = p->arena_bytes;
+    if (workspace_bytes) *workspace_bytes = ((most + 255) & ~(size_t)255) * streams;
+    kiln_plan_free(p);
+    return st;
+}
+
 static kiln_status plan_build(kiln_model *m, kiln_tensor *const *inputs, bool fold, bool host_memory, bool measure,
                               int side_streams, kiln_plan **out) {
     *out = NULL;

@@ -35,6 +35,16 @@ kiln_status kiln_plan_build_ex(kiln_model *m, kiln_tensor *const *inputs, bool f
 kiln_status kiln_plan_measure(kiln_model *m, kiln_tensor *const *inputs, bool host_layout, int side_streams,
                               size_t *arena_bytes, size_t *workspace_bytes);
 
+/* A device kernel's scratch for node c (shapes, dtypes, attributes: c's tensors hold no
+ * data), as a backend's workspace_size says (src/core/backend.h). */
+typedef kiln_status (*kiln_plan_workspace_fn)(void *user, kiln_op_ctx *c, size_t *bytes);
+/* kiln_plan_measure of a device plan (side_streams) whose backend gives each stream its own
+ * workspace of the largest scratch any node asks of `ws` (src/cuda/cuda_plan.c): the
+ * workspace bytes are that, rounded up to 256, times the plan's streams. */
+kiln_status kiln_plan_measure_device(kiln_model *m, kiln_tensor *const *inputs, int side_streams,
+                                     kiln_plan_workspace_fn ws, void *ws_user, size_t *arena_bytes,
+                                     size_t *workspace_bytes);
+
 /* What a device backend reads from a plan (all owned by the plan). */
 typedef struct kiln_plan_view_t {
     const kiln_model *m;

@@ -31,6 +31,10 @@ static bool cu_has_op(int op) { return kiln_cuda_kernel_for(op) != NULL; }
 
 static kiln_status cu_supports(kiln_op_ctx *c) { return kiln_cuda_supports(c); }
 
+static kiln_status cu_workspace_size(void *be, kiln_op_ctx *c, size_t *bytes) {
+    return kiln_cuda_workspace_size(be, c, bytes);
+}
+
 static kiln_status cu_plan_create(void *be, kiln_model *m, kiln_tensor *const *inputs,
                                   const kiln_backend_plan_options *o, void **out) {
     kiln_cuda_plan *cp = NULL;
@@ -171,6 +175,7 @@ const kiln_backend_i kiln_cuda_backend_i = {
     .free = cu_free,
     .has_op = cu_has_op,
     .supports = cu_supports,
+    .workspace_size = cu_workspace_size,
     .plan_create = cu_plan_create,
     .plan_free = cu_plan_free,
     .plan_host = cu_plan_host,

@@ -60,6 +60,16 @@ typedef struct step_measure {
     kiln_tensor *const *in;
 } step_measure;
 
+typedef struct backend_ws {
+    const kiln_backend_i *bi;
+    void *be;
+} backend_ws;
+
+static kiln_status device_workspace(void *user, kiln_op_ctx *c, size_t *bytes) {
+    const backend_ws *bw = user;
+    return bw->bi->workspace_size(bw->be, c, bytes);
+}
+
 static kiln_status measure_step(void *user, kiln_model *m, size_t *arena, size_t *ws) {
     const step_measure *sm = user;
     const kiln_trainer *t = sm->t;
@@ -93,7 +103,16 @@ static kiln_status measure_step(void *user, kiln_model *m, size_t *arena, size_t
         if (!st) st = kiln_pass_dead_nodes(low, NULL, &changed);
         if (!st) st = kiln_model_finalize(low);
     }
-    if (!st) st = kiln_plan_measure(low ? low : m, sm->in, false, step_side_streams(t), arena, ws);
+    /* with the device's backend at hand, its kernels' scratch too: one workspace per stream
+     * (src/cuda/cuda_plan.c); a plan-only trainer (no device) counts none */
+    void *be = NULL;
+    const kiln_backend_i *bi = t->sess ? kiln_session_backend(t->sess, &be) : NULL;
+    if (!st && bi && bi->workspace_size) {
+        const backend_ws bw = {.bi = bi, .be = be};
+        st = kiln_plan_measure_device(low ? low : m, sm->in, step_side_streams(t), device_workspace, (void *)&bw, arena, ws);
+    } else if (!st) {
+        st = kiln_plan_measure(low ? low : m, sm->in, false, step_side_streams(t), arena, ws);
+    }
     kiln_model_free(low);
     return st;
 }

@@ -8,7 +8,8 @@
 # second tier), the loss within 1e-3 of the plain run's; then --max-batch for ResNet-50 224
 # under 20 GiB (AMP fp16) without recomputation, with cheap values only and with both tiers
 # (issue 12 asks both tiers >= 2x without; planned on the CPU for CUDA's graph,
-# tests/recompute_plan.c in a build with the CUDA backend: 473 / 850 / 1539), and with
+# tests/recompute_plan.c in a build with the CUDA backend: 473 / 850 / 1539 with no
+# workspace, which the device's own planning adds: somewhat lower here), and with
 # MAKE_JPEG_FOLDER given, ResNet-50 224 trained 2 steps at the both-tier batch under 20G.
 #   recompute_cuda.sh KILN FOLDER [MAKE_JPEG_FOLDER]
 set -u
@@ -66,7 +67,8 @@ echo "max batch, ResNet-50 224 AMP fp16 under --memory-limit 20G: $w without rec
 [ "$c" -gt "$w" ] && [ "$b" -gt "$c" ] || fail "max batch $w / $c / $b not increasing tier by tier"
 [ "$b" -ge $((2 * w)) ] || fail "both tiers' max batch $b is below 2x $w (issue 12)"
 if [ -n "$MAKE" ]; then
-  # trained at that batch: 2 steps under the same limit (the cuDNN workspace is not in the limit)
+  # trained at that batch: 2 steps under the same limit (the step's cuDNN workspace per
+  # stream counted in: src/train/memory.c)
   jpg=${TMPDIR:-/tmp}/recompute_cuda_jpg
   rm -rf "$jpg"
   "$MAKE" "$jpg" 10 $((b / 10 + 2)) 1 256x256 16 >/dev/null || fail "make_jpeg_folder"
