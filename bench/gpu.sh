@@ -40,6 +40,19 @@
 #           yet: written without a GPU. The lead's one call (a few minutes):
 #             bench/gpu.sh pack   (here, after building the target cudnn_fusion_probe), then on
 #             the GPU machine: bench/gpu.sh cudnnfuse
+#   ab      switches that default off (unvalidated kernels), each against the plain run in
+#           the same call: ResNet-50 AMP training at batch 256 (random CIFAR-format images
+#           resized to 224, epoch 2's time, as every training figure in NOTES.md) with each
+#           environment of AB_ENVS ('|'-separated; '-' is none; default: -, KILN_CUDA_CONV_STATS=1,
+#           KILN_BN_MASK_FROM_X=1, both), the first config again at the end (drift), then
+#           PyTorch AMP + channels_last on the same GPU (bench/ddp_torch.py, one rank).
+#           AB_CMD replaces the kiln command (its arguments after `kiln`), e.g. "bench
+#           /tmp/z/vit_b_16.onnx --device cuda --batch 256 --fp16 --iters 30" with AB_ENVS
+#           "-|KILN_CUDA_FLASH_ATTN=1"; AB_TORCH=0 leaves PyTorch out
+#   prof    per-node profiles (`kiln bench --profile`, fp16) of the torchvision models of
+#           PROF_MODELS (default: the ones slower than torch.compile at batch 256, NOTES.md
+#           "z4 / t5 results"), name:batch; full logs in $OUT/prof_MODEL.log, the GPU time and
+#           the top rows printed
 #   loss    bench/loss_vs_torch.py: kiln's losses against PyTorch's from the same weights
 #   diag    bench/diag_fp16.py: a torchvision model (DIAG_MODEL, default mobilenet_v2) in
 #           fp16, pass by pass, against fp32
@@ -175,6 +188,68 @@ part_cudnnfuse() {
   else tail -30 "$O/cudnn_fusion_probe.log"; fi
 }
 
+# ab_run LABEL ENV...: one kiln command of part_ab under the environment ENV (VAR=VALUE words)
+ab_run() {
+  local label=$1 log
+  shift
+  log=$LOGS/ab-$(echo "$label" | tr -c 'A-Za-z0-9\n' _).log
+  # shellcheck disable=SC2086
+  env "$@" timeout -s KILL "${AB_TIMEOUT:-180}" "$KILN" $AB_CMD > "$log" 2>&1
+  local st=$?
+  echo "-- [$label] exit $st: $(grep -E '^epoch 2:|^GPU compute|^throughput|^memory|^kiln:|error|FAIL' "$log" | cut -c1-140 | tr '\n' ' ')"
+}
+
+part_ab() {
+  local cfg envs i
+  if [ -z "${AB_CMD:-}" ]; then
+    python3 - <<'PY' || { echo "ab: cannot write the CIFAR-format data"; rc=1; return; }
+import numpy as np, os
+r = np.random.default_rng(0); os.makedirs("/tmp/ab_cif", exist_ok=True)
+for name, m in (("data_batch_1.bin", 5120), ("test_batch.bin", 256)):
+    rec = np.empty((m, 3073), np.uint8); rec[:, 0] = r.integers(0, 10, m); rec[:, 1:] = r.integers(0, 256, (m, 3072))
+    rec.tofile("/tmp/ab_cif/" + name)
+PY
+    AB_CMD="train resnet50 --data /tmp/ab_cif --image-size 224 --batch 256 --device cuda --amp fp16 --epochs 2 --no-augment --classes 1000"
+  fi
+  IFS='|' read -r -a envs <<< "${AB_ENVS:--|KILN_CUDA_CONV_STATS=1|KILN_BN_MASK_FROM_X=1|KILN_CUDA_CONV_STATS=1 KILN_BN_MASK_FROM_X=1}"
+  echo "== A/B: kiln $AB_CMD"
+  for i in "${!envs[@]}"; do
+    cfg=${envs[$i]}
+    [ "$cfg" = - ] && cfg=
+    # shellcheck disable=SC2086
+    ab_run "$i: ${cfg:-plain}" $cfg
+  done
+  cfg=${envs[0]}
+  [ "$cfg" = - ] && cfg=
+  # shellcheck disable=SC2086
+  ab_run "0 again: ${cfg:-plain}" $cfg
+  if [ "${AB_TORCH:-1}" = 1 ] && case $AB_CMD in train\ resnet50*) true ;; *) false ;; esac; then
+    echo "-- PyTorch AMP + channels_last, one rank (bench/ddp_torch.py): $(timeout -s KILL 240 torchrun --nproc_per_node 1 \
+      bench/ddp_torch.py 2>&1 | grep -v -i warn | tail -1)"
+  fi
+}
+
+part_prof() {
+  local mb m b log
+  mkdir -p /tmp/z
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 timeout -s KILL 300 python3 - ${PROF_MODELS:-mobilenet_v3_large:256 shufflenet_v2_x1_0:256 efficientnet_b0:256 convnext_tiny:256 mobilenet_v2:256 vit_b_16:256} <<'PY' 2>&1 | grep -v -i "warn\|torch.onnx\|^\s*$" | tail -3
+import os, sys
+sys.path.insert(0, "bench")
+import zoo
+for mb in sys.argv[1:]:
+    n = mb.split(":")[0]
+    if not os.path.exists("/tmp/z/%s.onnx" % n):
+        zoo.export(n, "/tmp/z/%s.onnx" % n)
+PY
+  for mb in ${PROF_MODELS:-mobilenet_v3_large:256 shufflenet_v2_x1_0:256 efficientnet_b0:256 convnext_tiny:256 mobilenet_v2:256 vit_b_16:256}; do
+    m=${mb%:*} b=${mb#*:} log=$O/prof_${mb%:*}.log
+    timeout -s KILL 90 "$KILN" bench "/tmp/z/$m.onnx" --device cuda --batch "$b" --iters 30 --warmup 5 --fp16 --profile > "$log" 2>&1 || rc=1
+    echo "== $m bs$b: $(grep -E '^GPU compute' "$log" | cut -c1-100)"
+    sed -n '/per-layer profile/,$p' "$log" | sed -n 3,12p | cut -c1-170
+  done
+}
+
 part_loss() {
   echo "== loss vs PyTorch from the same weights"
   PYTHONUNBUFFERED=1 python3 bench/loss_vs_torch.py --kiln "$KILN" --data "$DATA" > "$LOGS/loss_vs_torch.log" 2>&1 || rc=1
@@ -237,8 +312,8 @@ part_sanitize() {
 
 for part in "$@"; do
   case $part in
-  tests | r50 | train | torch | side | zoo | gelu | cudnnfuse | loss | diag | sanitize) "part_$part" ;;
-  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side zoo gelu cudnnfuse loss diag sanitize)" >&2; rc=2 ;;
+  tests | r50 | train | torch | side | zoo | gelu | cudnnfuse | ab | prof | loss | diag | sanitize) "part_$part" ;;
+  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side zoo gelu cudnnfuse ab prof loss diag sanitize)" >&2; rc=2 ;;
   esac
 done
 tar -czf "$O/gpu-logs.tar.gz" -C "$LOGS" . 2>/dev/null
