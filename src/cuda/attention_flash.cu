@@ -25,6 +25,10 @@
  * and attention.cu do. O is normalized by the row sum at the end and written through the
  * op's output view (any strides).
  *
+ * dev/flash_attention_sim.py transcribes one warp of it into numpy at the fragment level
+ * (ldmatrix and mma as the PTX ISA defines them) and checks the index math against plain
+ * attention for D 32, 64 and 128: run it after changing the addressing or the softmax.
+ *
  * What it takes (kiln_cuda_flash_attention_ok; otherwise attention.cu's kernels run, and the
  * reason is kept in kiln_cuda_stats.flash_refused): f16 / bf16, D = Dv in {32, 64, 128}, Q,
  * K and V rows that are 16-byte aligned runs (column stride 1; row and batch strides,
@@ -57,6 +61,7 @@ struct FArgs {
     kiln_attn_addr aq, ak, av, ao, ab[2];
     int lq, lk;
     float scale_log2; /* scale * log2(e) */
+    int o_pairs;      /* O's rows are runs (column stride 1) with every (row, even column) 4-byte aligned */
 };
 
 __device__ __forceinline__ long long fbase(const kiln_attn_addr &a, long long n) {
@@ -280,11 +285,17 @@ template <typename T, int D, bool BIAS> __global__ void __launch_bounds__(FTHREA
         const int r = row[h];
         if (r >= lq) continue;
         const long long rb = ob + (long long)r * a.ao.rs;
+        if (a.o_pairs) {
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            const int col = j * 8 + t * 2;
-            O[rb + (long long)col * a.ao.cs] = from_f<T>(o[j][2 * h] * inv);
-            O[rb + (long long)(col + 1) * a.ao.cs] = from_f<T>(o[j][2 * h + 1] * inv);
+            for (int j = 0; j < D / 8; j++)
+                *(uint32_t *)(O + rb + j * 8 + t * 2) = pack2<T>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+        } else {
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                const int col = j * 8 + t * 2;
+                O[rb + (long long)col * a.ao.cs] = from_f<T>(o[j][2 * h] * inv);
+                O[rb + (long long)(col + 1) * a.ao.cs] = from_f<T>(o[j][2 * h + 1] * inv);
+            }
         }
     }
 }
@@ -397,6 +408,9 @@ extern "C" kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ct
     a.lq = (int)g->lq;
     a.lk = (int)g->lk;
     a.scale_log2 = g->scale * LOG2E;
+    bool pairs = g->o.cs == 1 && g->o.rs % 2 == 0 && g->o.off % 2 == 0 && (uintptr_t)o % 4 == 0;
+    for (int i = 0; i < g->o.nb; i++) pairs = pairs && (g->o.bstr[i] % 2 == 0 || g->o.bdims[i] == 1);
+    a.o_pairs = pairs;
     if (dtype == KILN_F16) return launch_t<__half>(cu, ctx, a, (long long)g->nbatch, (int)g->d, any_bias);
     if (dtype == KILN_BF16) return launch_t<__nv_bfloat16>(cu, ctx, a, (long long)g->nbatch, (int)g->d, any_bias);
     return kiln_fail(ctx, KILN_ERR_INTERNAL, "flash attention: dtype %d", dtype);

@@ -650,7 +650,8 @@ static int test(void) {
     /* Cases for the CUDA flash kernel (attention_flash.cu: f16 / bf16, D 32 / 64 / 128, keys
      * in tiles of 64, query rows in tiles of 64): ViT-B's head dim in the packed
      * in-projection views (6 batch x heads, L = 197 not a multiple of 64); Lq 100 and Lk 130
-     * with a bias broadcast over the batch; D = 128; rows masked to -inf in whole or in the
+     * with a bias broadcast over the batch; D = 128 with the output transposed (element
+     * stores, not pairs); rows masked to -inf in whole or in the
      * first key tile only (the online softmax starting from -inf; a fully masked row gives
      * NaN, as here). */
     {
@@ -677,8 +678,8 @@ static int test(void) {
         kiln_tensor *in[3] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 70, 128), -1, 1, 9119),
                               kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 70, 128), -1, 1, 9120),
                               kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 70, 128), -1, 1, 9121)};
-        fails += kiln_optest_sweep("Attention", "k_view=[2,4,0,1,3,2];scale=0.0883883", 0, 3, in, 1,
-                                   "L = 70, D = 128");
+        fails += kiln_optest_sweep("Attention", "k_view=[2,4,0,1,3,2];o_view=[2,4,0,1,3,2];scale=0.0883883", 0, 3,
+                                   in, 1, "L = 70, D = 128, output written transposed (column stride 70)");
     }
     {
         kiln_tensor *in[4] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 1, 3, 32), -1, 1, 9122),
