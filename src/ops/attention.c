@@ -693,6 +693,15 @@ static int test(void) {
         fails += kiln_optest_sweep("Attention", "k_view=[2,4,0,1,3,2];s_view=[9,0];scale=0.17677669", 0, 4, in, 1,
                                    "rows masked to -inf: all keys, the first 64 keys");
     }
+    /* Q sliced at column 4 of 40: rows not 16-byte aligned (the flash kernel refuses them; the
+     * other kernels read element by element) */
+    {
+        kiln_tensor *in[3] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 16, 40), -1, 1, 9126),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 16, 32), -1, 1, 9127),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 16, 32), -1, 1, 9128)};
+        fails += kiln_optest_sweep("Attention", "q_view=[6,3,4,36];k_view=[2,4,0,1,3,2];scale=0.17677669", 0, 3, in, 1,
+                                   "Q sliced at column 4: rows off 16-byte alignment");
+    }
     /* a Slice (step 1) view: q and k from one tensor's halves along D */
     {
         kiln_tensor *in[3] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 16, 64), -1, 1, 9112), NULL,
