@@ -18,6 +18,9 @@
  * f16 / bf16 with head dims multiples of 16 take the tensor-core form below
  * (attention_wmma_kernel); the CUDA-core kernel serves f32 and the other head dims.
  *
+ * With kiln_cuda's flash_attention on (unvalidated, off by default), f16 / bf16 nodes that
+ * attention_flash.cu takes run there instead (kiln_cuda_k_attention).
+ *
  * Limits (kiln_cuda_sup_attention refuses beyond, and the fuse-attention pass then leaves
  * the pattern unfused): head dims D, Dv <= 128, and Lk such that the score rows fit in
  * shared memory (about 1,500 at D = 128).
@@ -441,8 +444,9 @@ extern "C" bool kiln_cuda_sup_attention(const kiln_op_ctx *c, char *why, size_t 
 }
 
 extern "C" kiln_status kiln_cuda_prep_attention(kiln_cuda *cu, kiln_op_ctx *c) {
-    (void)cu;
-    return raise_smem(c->kctx);
+    kiln_status st = raise_smem(c->kctx);
+    if (!st && cu->flash_attention) st = kiln_cuda_flash_attention_prepare(c->kctx);
+    return st;
 }
 
 extern "C" kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c) {
@@ -477,6 +481,16 @@ extern "C" kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c) {
     a.vq = vec_ok(g.q, a.q, g.d);
     a.vk = vec_ok(g.k, a.k, g.d);
     a.vv = vec_ok(g.v, a.v, g.dv);
+    if (cu->flash_attention) { /* attention_flash.cu (unvalidated, off by default) where it takes the node */
+        char fwhy[sizeof cu->stats.flash_refused];
+        if (kiln_cuda_flash_attention_ok(&g, c->in[0]->dtype, a.q, a.k, a.v, fwhy, sizeof fwhy)) {
+            st = kiln_cuda_flash_attention(cu, c->kctx, &g, c->in[0]->dtype, a.q, a.k, a.v, a.bias, a.bias_dt, a.o);
+            if (!st) cu->stats.attention_flash_calls++;
+            return st;
+        }
+        cu->stats.attention_flash_fallbacks++;
+        snprintf(cu->stats.flash_refused, sizeof cu->stats.flash_refused, "%s", fwhy);
+    }
     const size_t smem = smem_floats(g.d, g.dv, g.lk) * sizeof(float);
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, c->in[0]->dtype, launch, cu, c->kctx, a, (long long)g.nbatch, smem);
     return st;

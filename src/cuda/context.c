@@ -108,6 +108,8 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     cu->conv_depthwise = !o->no_conv_depthwise;
     const char *dwg = getenv("KILN_CUDA_DW_GRAD");
     cu->conv_dw_grad = o->conv_dw_grad != 0 || (dwg && strcmp(dwg, "1") == 0);
+    const char *fla = getenv("KILN_CUDA_FLASH_ATTN");
+    cu->flash_attention = o->flash_attention != 0 || (fla && strcmp(fla, "1") == 0);
     cu->deterministic = o->deterministic != 0;
     cu->algo_path[0] = '\0';
     if (o->algo_cache) {

@@ -119,6 +119,12 @@ typedef struct kiln_cuda_options {
      * when the environment variable KILN_CUDA_DW_GRAD=1 is set at kiln_cuda_create. Needs
      * conv_depthwise (no_conv_depthwise off). */
     int conv_dw_grad;
+    /* flash_attention: kiln.Attention in f16 / bf16 with head dims 32, 64 or 128 (equal)
+     * and Q / K / V rows of 16-byte aligned runs by attention_flash.cu's FlashAttention-2
+     * kernel (UNVALIDATED: never run on a GPU yet, so off by default); other Attention
+     * nodes keep attention.cu's kernels (kiln_cuda_stats.flash_refused says why). Also on
+     * when the environment variable KILN_CUDA_FLASH_ATTN=1 is set at kiln_cuda_create. */
+    int flash_attention;
     /* no_streams: a captured plan runs every node on the one stream (else the nodes off
      * its longest path run on side streams, joined into the captured graph as parallel
      * branches: cuda_plan.c) */
@@ -170,6 +176,9 @@ typedef struct kiln_cuda_stats {
                                  conv_depthwise.cu's kernels */
     int conv_dw_grad_calls; /* depthwise weight and input gradients run by
                                conv_depthwise_grad.cu's kernels (conv_dw_grad) */
+    int attention_flash_calls;     /* Attention nodes run by attention_flash.cu (flash_attention) */
+    int attention_flash_fallbacks; /* with flash_attention on, nodes it did not take (attention.cu ran) */
+    char flash_refused[160];       /* why it last did not take one ("" if never) */
     int gemms_timed;      /* matrix product shapes whose cuBLASLt algorithms were timed */
     int side_captured;    /* nodes captured on side streams (parallel branches of a graph) */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */

@@ -101,6 +101,9 @@ struct kiln_cuda {
     bool conv_depthwise;    /* depthwise convolutions by conv_depthwise.cu */
     bool conv_dw_grad;      /* their gradients by conv_depthwise_grad.cu (unvalidated: off
                                unless kiln_cuda_options.conv_dw_grad or KILN_CUDA_DW_GRAD=1) */
+    bool flash_attention;   /* kiln.Attention by attention_flash.cu where it takes the node
+                               (unvalidated: off unless kiln_cuda_options.flash_attention or
+                               KILN_CUDA_FLASH_ATTN=1) */
     /* With autotune, each depthwise problem met is timed on conv_depthwise.cu's kernel and on
      * the cuDNN path, and the faster kept (conv.c, dw_faster): direction, dtype, geometry. */
     struct kiln_cuda_dw_choice {
@@ -320,6 +323,18 @@ bool kiln_cuda_sup_grad_accumulate(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_prep_attention(kiln_cuda *cu, kiln_op_ctx *c);
 bool kiln_cuda_sup_attention(const kiln_op_ctx *c, char *why, size_t n);
+/* attention_flash.cu (UNVALIDATED, behind kiln_cuda's flash_attention): the
+ * FlashAttention-2 form for f16 / bf16, D = Dv in {32, 64, 128}, Q / K / V rows of 16-byte
+ * aligned runs. _ok: whether it takes geometry g (dtype, the operands' device pointers),
+ * with the reason in why when not. _prepare: its shared-memory limits raised (before any
+ * graph capture). The launch: biases[s] and bias_dt[s] read where g->has_bias[s]. */
+struct kiln_attn_geom;
+bool kiln_cuda_flash_attention_ok(const struct kiln_attn_geom *g, int dtype, const void *q, const void *k,
+                                  const void *v, char *why, size_t n);
+kiln_status kiln_cuda_flash_attention_prepare(kiln_context *ctx);
+kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ctx, const struct kiln_attn_geom *g, int dtype,
+                                      const void *q, const void *k, const void *v, const void *const bias[2],
+                                      const int bias_dt[2], void *o);
 
 /* Values known when the plan is built (kiln_op_ctx.host_in, see cuda_backend.h). */
 /* The host tensors of c's inputs, for kiln_cuda_supports: c->host_in on a device context,

@@ -647,6 +647,61 @@ static int test(void) {
         fails += kiln_optest_sweep("Attention", "k_view=[2,3,0,2,1];scale=0.125", 0, 3, in, 1,
                                    "L = 197, D = 64, rank 3");
     }
+    /* Cases for the CUDA flash kernel (attention_flash.cu: f16 / bf16, D 32 / 64 / 128, keys
+     * in tiles of 64, query rows in tiles of 64): ViT-B's head dim in the packed
+     * in-projection views (6 batch x heads, L = 197 not a multiple of 64); Lq 100 and Lk 130
+     * with a bias broadcast over the batch; D = 128 with the output transposed (element
+     * stores, not pairs); rows masked to -inf in whole or in the
+     * first key tile only (the online softmax starting from -inf; a fully masked row gives
+     * NaN, as here). */
+    {
+        const int64_t Lv = 197, Nv = 2, Hv = 3, Dv = 64;
+        const int64_t s5[5] = {Lv, Nv, 3, Hv, Dv}, s2[2] = {Lv * Nv, Hv * Dv};
+        kiln_tensor *in[7] = {kt_rand(KILN_F32, 3, KT_DIMS(Lv, Nv, 3 * Hv * Dv), -1, 1, 9114), NULL, NULL, NULL, NULL,
+                              shape_t(5, s5), shape_t(2, s2)};
+        in[1] = kiln_tensor_clone(NULL, in[0]);
+        in[2] = kiln_tensor_clone(NULL, in[0]);
+        fails += kiln_optest_sweep("Attention",
+                                   "q_view=[1,5,0,3,2,0,2,4,1,2,0,3];k_view=[1,5,0,3,2,1,2,4,1,2,3,0];"
+                                   "v_view=[1,5,0,3,2,2,2,4,1,2,0,3];o_view=[2,4,2,0,1,3,1,6,0];scale=0.125",
+                                   0, 7, in, 1, "ViT-B head dim 64, L = 197, packed q/k/v views");
+    }
+    {
+        kiln_tensor *in[4] = {kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 100, 64), -1, 1, 9115),
+                              kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 130, 64), -1, 1, 9116),
+                              kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 130, 64), -1, 1, 9117),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 3, 100, 130), -2, 2, 9118)};
+        fails += kiln_optest_sweep("Attention", "k_view=[2,4,0,1,3,2];s_view=[9,0];scale=0.125", 0, 4, in, 1,
+                                   "Lq 100, Lk 130, D = 64, bias broadcast over the batch");
+    }
+    {
+        kiln_tensor *in[3] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 70, 128), -1, 1, 9119),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 70, 128), -1, 1, 9120),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 70, 128), -1, 1, 9121)};
+        fails += kiln_optest_sweep("Attention", "k_view=[2,4,0,1,3,2];o_view=[2,4,0,1,3,2];scale=0.0883883", 0, 3,
+                                   in, 1, "L = 70, D = 128, output written transposed (column stride 70)");
+    }
+    {
+        kiln_tensor *in[4] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 1, 3, 32), -1, 1, 9122),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 1, 70, 32), -1, 1, 9123),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 1, 70, 32), -1, 1, 9124),
+                              kt_rand(KILN_F32, 2, KT_DIMS(3, 70), -2, 2, 9125)};
+        for (int j = 0; j < 70; j++) {
+            kiln_set_f64(in[3], 70 + j, -INFINITY);
+            if (j < 64) kiln_set_f64(in[3], 140 + j, -INFINITY);
+        }
+        fails += kiln_optest_sweep("Attention", "k_view=[2,4,0,1,3,2];s_view=[9,0];scale=0.17677669", 0, 4, in, 1,
+                                   "rows masked to -inf: all keys, the first 64 keys");
+    }
+    /* Q sliced at column 4 of 40: rows not 16-byte aligned (the flash kernel refuses them; the
+     * other kernels read element by element) */
+    {
+        kiln_tensor *in[3] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 16, 40), -1, 1, 9126),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 16, 32), -1, 1, 9127),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 16, 32), -1, 1, 9128)};
+        fails += kiln_optest_sweep("Attention", "q_view=[6,3,4,36];k_view=[2,4,0,1,3,2];scale=0.17677669", 0, 3, in, 1,
+                                   "Q sliced at column 4: rows off 16-byte alignment");
+    }
     /* a Slice (step 1) view: q and k from one tensor's halves along D */
     {
         kiln_tensor *in[3] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 16, 64), -1, 1, 9112), NULL,

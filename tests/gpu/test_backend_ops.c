@@ -47,7 +47,8 @@
  * it accepted (FAIL naming the op otherwise), then "N passed, N failed". Exits non-zero
  * on any failure.
  *
- * Usage: test_backend_ops [--dry-run] [--dw-grad | --dw-grad-timed] [--dw-grad-bench] [-v] [OP ...]
+ * Usage: test_backend_ops [--dry-run] [--dw-grad | --dw-grad-timed] [--dw-grad-bench] [--flash-attn]
+ *                         [--flash-bench] [-v] [OP ...]
  *   --dry-run (also --record): no device. Every case's CPU reference runs in every dtype,
  *     the backend's supports check must accept it, and the CUDA C generated for each
  *     kiln.FusedElementwise case is compiled by NVRTC for sm_90; the table of counts
@@ -69,6 +70,12 @@
  *   --dw-grad-bench: times convnext_tiny's depthwise 7x7 gradients (f16 NHWC, batch 128)
  *     on conv_depthwise_grad.cu, cuDNN and (dX) conv_depthwise.cu's gather kernel, and
  *     compares the results with cuDNN's (dw_grad_bench below).
+ *   --flash-attn: kiln.Attention on attention_flash.cu's kernel where it takes the node
+ *     (kiln_cuda_options.flash_attention: unvalidated, off by default). Each Attention case
+ *     run prints whether the flash kernel ran it or attention.cu's did, with the reason;
+ *     FAIL if the flash kernel never ran.
+ *   --flash-bench: times attention_flash.cu against attention.cu's kernels on ViT-B/16,
+ *     Swin-T stage 1 and a long sequence (f16), and compares their outputs (flash_bench).
  *   -v: print every passing line, every unsupported case with its reason, and a table
  *     row per op and dtype with the first reason a case was unsupported (default:
  *     failures, one line per op file, and the table of one line per op).
@@ -92,6 +99,7 @@
 static kiln_context *ctx;
 static kiln_cuda *cu; /* NULL: --dry-run */
 static bool verbose;
+static bool flash_attn; /* --flash-attn */
 static int passed, failed;
 /* The current case's own tolerances (kiln_optest's atol / rtol): the least allowed in f32. */
 static double case_atol, case_rtol;
@@ -343,9 +351,21 @@ static int device_run(const kiln_node *node, int n_in, kiln_tensor **in, int n_o
     }
     c.workspace = ws ? kiln_cuda_workspace(cu, NULL) : NULL;
     c.workspace_size = ws;
+    kiln_cuda_stats before;
+    kiln_cuda_get_stats(cu, &before);
     if (kiln_cuda_rng_set(cu, 0) || kiln_cuda_run(cu, &c) || kiln_cuda_sync(cu)) {
         printf("FAIL %s: %s\n", label, kiln_context_message(ctx));
         return 1;
+    }
+    if (flash_attn && strcmp(node->op_type, "Attention") == 0) { /* which kernel ran it, and why */
+        kiln_cuda_stats after;
+        kiln_cuda_get_stats(cu, &after);
+        if (after.attention_flash_calls > before.attention_flash_calls)
+            printf("flash %s: attention_flash.cu ran it\n", label);
+        else
+            printf("flash %s: fell back to attention.cu: %s\n", label,
+                   after.attention_flash_fallbacks > before.attention_flash_fallbacks ? after.flash_refused
+                                                                                    : "(flash path not reached)");
     }
     int bad = 0;
     for (int k = 0; k < n_out; k++) {
@@ -779,18 +799,20 @@ static double bench_now(void) {
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-/* One op on one kiln_cuda: *ms per run, the output downloaded into got (host, like ref). */
-static kiln_status bench_one(kiln_cuda *b, const kiln_node *node, int n_in, kiln_tensor **in, kiln_tensor *got,
-                             double *ms) {
-    kiln_tensor din[3], dout;
-    kiln_tensor *dinp[3], *doutp = &dout;
+/* One op on one kiln_cuda, its tensors laid out as fmt on the device (inputs NULL where
+ * absent): *ms per run, the output downloaded into got (host, like ref). */
+static kiln_status bench_fmt(kiln_cuda *b, const kiln_node *node, int n_in, kiln_tensor **in, kiln_tensor *got,
+                             kiln_format fmt, double *ms) {
+    kiln_tensor din[MAX_IN], dout;
+    kiln_tensor *dinp[MAX_IN] = {0}, *doutp = &dout;
     kiln_cuda_arena_reset(b);
-    kiln_status st = KILN_OK;
+    kiln_status st = n_in <= MAX_IN ? KILN_OK : kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "bench: %d inputs", n_in);
     for (int i = 0; i < n_in && !st; i++) {
-        st = gpu_device_copy(b, ctx, in[i], 0, true, KILN_FORMAT_NHWC, &din[i]);
+        if (!in[i]) continue;
+        st = gpu_device_copy(b, ctx, in[i], 0, true, fmt, &din[i]);
         dinp[i] = &din[i];
     }
-    if (!st) st = gpu_device_copy(b, ctx, got, 0, false, KILN_FORMAT_NHWC, &dout);
+    if (!st) st = gpu_device_copy(b, ctx, got, 0, false, fmt, &dout);
     kiln_op_ctx c = {.kctx = ctx, .node = node, .n_in = n_in, .in = dinp, .n_out = 1, .out = &doutp, .host_in = in};
     size_t ws = 0;
     if (!st) st = kiln_cuda_supports(&c);
@@ -810,7 +832,9 @@ static kiln_status bench_one(kiln_cuda *b, const kiln_node *node, int n_in, kiln
     void *tmp = malloc(bytes);
     if (!tmp) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "download");
     st = kiln_cuda_download(b, tmp, dout.data, bytes);
-    if (!st) { /* NHWC bytes back into got's NCHW */
+    if (!st && dout.format != KILN_FORMAT_NHWC) {
+        memcpy(got->data, tmp, bytes);
+    } else if (!st) { /* NHWC bytes back into got's NCHW */
         kiln_tensor v = *got;
         v.data = tmp;
         v.owns_data = false;
@@ -819,6 +843,11 @@ static kiln_status bench_one(kiln_cuda *b, const kiln_node *node, int n_in, kiln
     }
     free(tmp);
     return st;
+}
+
+static kiln_status bench_one(kiln_cuda *b, const kiln_node *node, int n_in, kiln_tensor **in, kiln_tensor *got,
+                             double *ms) {
+    return bench_fmt(b, node, n_in, in, got, KILN_FORMAT_NHWC, ms);
 }
 
 static double bench_rel_err(const kiln_tensor *got, const kiln_tensor *ref) {
@@ -926,6 +955,125 @@ static int dw_grad_bench(void) {
     return bad != 0;
 }
 
+/* ------------------------------------------------------------ --flash-bench */
+
+/* --flash-bench: kiln.Attention as the vision transformers meet it, on attention_flash.cu
+ * (kiln_cuda_options.flash_attention on: "flash") and on attention.cu's kernels (off:
+ * "old"), each timed (mean of 20 runs after one untimed) with its ms per node (one layer's
+ * attention) and TFLOP/s (2 B Lq Lk (D + Dv), the op's flops), and the outputs compared
+ * (max abs difference / max |old|: at most 5e-3 in f16, 3e-2 in bf16). Shapes: ViT-B/16 at
+ * batch 256 (q, k, v views of the packed in-projection (L, N, 3E), the output through the
+ * head merge, as the fuse-attention pass makes them), Swin-T stage 1 at batch 64 (4096
+ * windows of 49, 3 heads of 32, the relative-position bias and the shifted-window mask),
+ * and a long sequence (32 x 12 heads, L 1024, D 64). Exits non-zero on a failed run, a
+ * mismatch, or a shape the flash kernel did not run (the reason printed). */
+static kiln_tensor *bench_shape(int n, const int64_t *v) {
+    double d[KILN_MAX_DIMS];
+    for (int i = 0; i < n; i++) d[i] = (double)v[i];
+    return kt_make(KILN_I64, 1, KT_DIMS(n), d);
+}
+
+static int flash_bench(void) {
+    const size_t arena = (size_t)3 << 30;
+    kiln_cuda_options fo = {.device = 0, .arena_bytes = arena, .flash_attention = 1};
+    kiln_cuda_options oo = {.device = 0, .arena_bytes = arena};
+    kiln_cuda *c_flash = NULL, *c_old = NULL;
+    if (kiln_cuda_create(ctx, &fo, &c_flash) || kiln_cuda_create(ctx, &oo, &c_old)) {
+        printf("FAIL flash-bench: create: %s\n", kiln_context_message(ctx));
+        kiln_cuda_free(c_flash);
+        return 1;
+    }
+    const kiln_cuda_props *p = kiln_cuda_get_props(c_flash);
+    printf("flash-bench on %s (attention_flash.cu is UNVALIDATED until this passes)\n", p->name);
+    printf("%-34s %-5s %9s %9s %9s %9s %7s %10s  %s\n", "shape", "dtype", "flash ms", "old ms", "flash TF", "old TF",
+           "speedup", "rel diff", "");
+    int bad = 0;
+    for (int sh = 0; sh < 4; sh++) {
+        const kiln_dtype dt = sh == 1 ? KILN_BF16 : KILN_F16;
+        kiln_tensor *in[7] = {0};
+        int n_in = 0;
+        char attrs[400], what[64];
+        kiln_tensor *y = NULL;
+        if (sh <= 1) { /* ViT-B/16 batch 256: (L, N, 3E) -> q, k, v; output (L * N, E) */
+            const int64_t L = 197, N = 256, H = 12, D = 64;
+            const int64_t s5[5] = {L, N, 3, H, D}, s2[2] = {L * N, H * D};
+            snprintf(attrs, sizeof attrs,
+                     "q_view=[1,5,0,3,2,0,2,4,1,2,0,3];k_view=[1,5,0,3,2,1,2,4,1,2,3,0];"
+                     "v_view=[1,5,0,3,2,2,2,4,1,2,0,3];o_view=[2,4,2,0,1,3,1,6,0];scale=0.125");
+            in[0] = kt_rand(dt, 3, KT_DIMS(L, N, 3 * H * D), -1, 1, 5101);
+            in[1] = in[0];
+            in[2] = in[0];
+            in[5] = bench_shape(5, s5);
+            in[6] = bench_shape(2, s2);
+            n_in = 7;
+            y = kiln_tensor_new(ctx, dt, 2, KT_DIMS(L * N, H * D));
+            snprintf(what, sizeof what, "vit_b_16 bs256 (3072 x 197, D 64)");
+        } else if (sh == 2) { /* Swin-T stage 1 batch 64: 4096 windows, nW 64, 3 heads */
+            const int64_t B = 4096, nW = 64, H = 3, Lw = 49, D = 32;
+            const int64_t s5[5] = {B / nW, nW, H, Lw, Lw}, s4[4] = {-1, H, Lw, Lw};
+            snprintf(attrs, sizeof attrs,
+                     "q_view=[3,0,0];k_view=[3,0,1,2,4,0,1,3,2];v_view=[3,0,2];"
+                     "s_view=[9,0,1,5,0,9,1,1,6,0];scale=0.17677669");
+            in[0] = kt_rand(dt, 5, KT_DIMS(3, B, H, Lw, D), -1, 1, 5102);
+            in[1] = in[0];
+            in[2] = in[0];
+            in[3] = kt_rand(KILN_F32, 3, KT_DIMS(H, Lw, Lw), -2, 2, 5103);
+            in[4] = kt_rand(KILN_F32, 4, KT_DIMS(nW, 1, Lw, Lw), -3, 0, 5104);
+            in[5] = bench_shape(5, s5);
+            in[6] = bench_shape(4, s4);
+            n_in = 7;
+            y = kiln_tensor_new(ctx, dt, 4, KT_DIMS(B, H, Lw, D));
+            snprintf(what, sizeof what, "swin_t s1 bs64 (12288 x 49, D 32, bias)");
+        } else { /* a long sequence: (32, 12, 1024, 64) */
+            snprintf(attrs, sizeof attrs, "k_view=[2,4,0,1,3,2];scale=0.125");
+            in[0] = kt_rand(dt, 4, KT_DIMS(32, 12, 1024, 64), -1, 1, 5105);
+            in[1] = kt_rand(dt, 4, KT_DIMS(32, 12, 1024, 64), -1, 1, 5106);
+            in[2] = kt_rand(dt, 4, KT_DIMS(32, 12, 1024, 64), -1, 1, 5107);
+            n_in = 3;
+            y = kiln_tensor_new(ctx, dt, 4, KT_DIMS(32, 12, 1024, 64));
+            snprintf(what, sizeof what, "long seq (384 x 1024, D 64)");
+        }
+        kiln_attr *at = NULL;
+        int n_at = 0;
+        kiln_tensor *y_old = y ? kiln_tensor_clone(ctx, y) : NULL;
+        kiln_status st = y && y_old && in[0] && in[1] && in[2] ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+        if (!st) st = kiln_attrs_parse(ctx, attrs, &at, &n_at);
+        kiln_node node = {.op_type = (char *)"Attention", .name = (char *)"flash-bench", .domain = (char *)"kiln",
+                          .op = kiln_op_index_domain("kiln", "Attention"), .opset = 1, .n_in = n_in, .n_out = 1,
+                          .n_attrs = n_at, .attrs = at};
+        double t_f = NAN, t_o = NAN, err = NAN;
+        kiln_cuda_stats s0, s1;
+        kiln_cuda_get_stats(c_flash, &s0);
+        if (!st) st = bench_fmt(c_old, &node, n_in, in, y_old, KILN_FORMAT_NCHW, &t_o);
+        if (!st) st = bench_fmt(c_flash, &node, n_in, in, y, KILN_FORMAT_NCHW, &t_f);
+        kiln_cuda_get_stats(c_flash, &s1);
+        const bool ran = s1.attention_flash_calls > s0.attention_flash_calls;
+        if (!st) err = bench_rel_err(y, y_old);
+        const double tol = dt == KILN_BF16 ? 3e-2 : 5e-3;
+        double flop = 0;
+        if (!st) {
+            const kiln_op_def *d = kiln_op_get(node.op);
+            kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = n_in, .in = in, .n_out = 1, .out = &y};
+            flop = d && d->flops ? d->flops(&c) : 0;
+        }
+        printf("%-34s %-5s %9.3f %9.3f %9.1f %9.1f %6.2fx %10.2e  %s%s%s\n", what, kiln_dtype_name(dt), t_f, t_o,
+               flop / (t_f * 1e-3) / 1e12, flop / (t_o * 1e-3) / 1e12, t_o / t_f, err,
+               st ? "FAIL: " : !ran ? "FAIL: flash did not run: " : !(err <= tol) ? "FAIL: outputs differ" : "ok",
+               st ? kiln_context_message(ctx) : !ran ? s1.flash_refused : "", "");
+        if (st || !ran || !(err <= tol)) bad++;
+        for (int i = 0; i < n_at; i++) kiln_attr_clear(&at[i]);
+        free(at);
+        for (int i = 0; i < 7; i++)
+            if (in[i] && (i < 1 || in[i] != in[0])) kiln_tensor_free(in[i]);
+        kiln_tensor_free(y);
+        kiln_tensor_free(y_old);
+    }
+    kiln_cuda_free(c_flash);
+    kiln_cuda_free(c_old);
+    printf("flash-bench: %s\n", bad ? "FAIL" : "ok");
+    return bad != 0;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static int cmp_rows(const void *a, const void *b) {
@@ -978,7 +1126,8 @@ static int report_audit(int n_only) {
 
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
-    bool dry = false, want_canary = false, dw_grad = false, dw_timed = false, want_bench = false;
+    bool dry = false, want_canary = false, dw_grad = false, dw_timed = false, want_bench = false,
+         want_flash_bench = false;
     int n_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--record") == 0) dry = true;
@@ -988,12 +1137,16 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--dw-grad") == 0) dw_grad = true;
         else if (strcmp(argv[i], "--dw-grad-timed") == 0) dw_grad = dw_timed = true;
         else if (strcmp(argv[i], "--dw-grad-bench") == 0) want_bench = true;
+        else if (strcmp(argv[i], "--flash-attn") == 0) flash_attn = true;
+        else if (strcmp(argv[i], "--flash-bench") == 0) want_flash_bench = true;
         else n_only++;
     }
     kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)512 << 20};
     /* --dw-grad: depthwise gradients on conv_depthwise_grad.cu's kernels (off by default:
      * unvalidated), without autotune so that they run on every depthwise case */
     if (dw_grad) o.conv_dw_grad = 1, o.no_autotune = !dw_timed;
+    /* --flash-attn: kiln.Attention on attention_flash.cu (off by default: unvalidated) */
+    if (flash_attn) o.flash_attention = 1;
     if (!dry && kiln_cuda_create(ctx, &o, &cu) != KILN_OK) {
         printf("FAIL: no usable CUDA device: %s\n", kiln_context_message(ctx));
         printf("0 passed, 1 failed\n");
@@ -1002,6 +1155,12 @@ int main(int argc, char **argv) {
     }
     if (want_bench) {
         const int r = cu ? dw_grad_bench() : 1;
+        kiln_cuda_free(cu);
+        kiln_context_free(ctx);
+        return r;
+    }
+    if (want_flash_bench) {
+        const int r = cu ? flash_bench() : 1;
         kiln_cuda_free(cu);
         kiln_context_free(ctx);
         return r;
@@ -1049,6 +1208,15 @@ int main(int argc, char **argv) {
         printf("%s --dw-grad: conv_depthwise_grad.cu ran %d depthwise gradients\n", s.conv_dw_grad_calls ? "ok  " : "FAIL",
                s.conv_dw_grad_calls);
         if (!s.conv_dw_grad_calls) failed++;
+    }
+
+    if (flash_attn && cu) { /* the kernel must have run, or the sweep proved nothing about it */
+        kiln_cuda_stats s;
+        kiln_cuda_get_stats(cu, &s);
+        printf("%s --flash-attn: attention_flash.cu ran %d Attention cases, attention.cu %d (last reason: %s)\n",
+               s.attention_flash_calls ? "ok  " : "FAIL", s.attention_flash_calls, s.attention_flash_fallbacks,
+               s.flash_refused[0] ? s.flash_refused : "-");
+        if (!s.attention_flash_calls) failed++;
     }
 
     if (grad_coverage) {

@@ -1,7 +1,17 @@
 /* test_cuda_attention.c — kiln.Attention in whole models on CUDA (label gpu).
  *
  *   test_cuda_attention DATA_DIR   (tests/data: attn_{vit,swin,maxvit}_tiny.onnx, the
- *                                   torchvision exports of tests/test_fuse_attention.c)
+ *                                   torchvision exports of tests/test_fuse_attention.c;
+ *                                   attn_{vit,swin}_d32.onnx, below)
+ *
+ * The _d32 exports have head dim 32, which attention_flash.cu takes (the tiny ones have 16
+ * and 8): with --flash (ctest cuda_attention_flash) this sets KILN_CUDA_FLASH_ATTN=1
+ * (unvalidated kernel, off by default), so their fp16 runs go through it. Made as the tiny ones (see
+ * tests/test_fuse_attention.c's last comment) from
+ *   VisionTransformer(image_size=32, patch_size=4, num_layers=1, num_heads=2, hidden_dim=64,
+ *                     mlp_dim=64, num_classes=10)      (L = 65: two key tiles of 64)
+ *   SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2], num_heads=[1],
+ *                   window_size=[4, 4], num_classes=10)  (L = 16, the shifted-window mask)
  *
  * For each export: the passes for a CUDA session fuse every attention block (the CUDA
  * table's supports accepts each kiln.Attention, so none is left unfused or planned onto the
@@ -116,10 +126,20 @@ static void model(const char *dir, const char *file) {
 
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
-    const char *dir = argc > 1 ? argv[1] : "tests/data";
+    const char *dir = "tests/data";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--flash") == 0) setenv("KILN_CUDA_FLASH_ATTN", "1", 1); /* read at kiln_cuda_create */
+        else dir = argv[i];
+    }
+    const char *flash = getenv("KILN_CUDA_FLASH_ATTN");
+    printf("KILN_CUDA_FLASH_ATTN=%s: %s\n", flash ? flash : "(unset)",
+           flash && strcmp(flash, "1") == 0 ? "f16 / bf16 nodes with head dims 32 / 64 / 128 on attention_flash.cu"
+                                            : "attention.cu's kernels only");
     model(dir, "attn_vit_tiny.onnx");
     model(dir, "attn_swin_tiny.onnx");
     model(dir, "attn_maxvit_tiny.onnx");
+    model(dir, "attn_vit_d32.onnx");
+    model(dir, "attn_swin_d32.onnx");
     printf("%s\n", fails ? "FAILED" : "all cuda attention checks passed");
     kiln_context_free(ctx);
     return fails ? 1 : 0;

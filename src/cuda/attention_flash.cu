@@ -1,0 +1,417 @@
+/*
+ * attention_flash.cu — kiln.Attention (src/ops/attention.c) on CUDA in the FlashAttention-2
+ * form, for f16 / bf16 with head dims D = Dv in {32, 64, 128}.
+ *
+ * UNVALIDATED: written without a GPU and never run on one yet. It runs only when kiln_cuda's
+ * flash_attention is on (kiln_cuda_options.flash_attention, or KILN_CUDA_FLASH_ATTN=1 when
+ * the kiln_cuda is created); off by default, attention.cu's kernels run every Attention node.
+ * The GPU tests that check it: ctest backend_ops_flash_attn (the Attention op's sweep cases
+ * with it on), cuda_attention_flash (the torchvision exports), and
+ * `test_backend_ops --flash-bench` (ViT-B/16, Swin-T and a long sequence, flash against
+ * attention.cu's kernel, timed and compared).
+ *
+ * One block of 4 warps per (flat batch index n, tile of BM = 64 query rows); warp w owns the
+ * query rows 16 w .. 16 w + 15 of the tile. K and V go through shared memory in tiles of
+ * BN = 64 keys, loaded by cp.async (16 bytes a thread, rows past Lk zero-filled) and
+ * interleaved as in FlashAttention-2: V_j loads while S_j = Q K_j^T is computed, K_{j+1}
+ * while O += P_j V_j is. The products are mma.sync.m16n8k16 (f16 / bf16 in, f32
+ * accumulation) with the operands read by ldmatrix (V with .trans); Q's fragments stay in
+ * registers for the whole row tile. Softmax is online, in registers, in base 2 (the scale
+ * times log2(e) applied to S, the biases times log2(e) added): a running max and sum per
+ * row, the accumulators rescaled by exp2(m_old - m_new) when the max grows. P is rounded to
+ * the I/O type in registers and used directly as the A operand of P V (the C fragment of
+ * m16n8k16 is the A fragment's layout). Keys past Lk get -inf, query rows past Lq are not
+ * written; a row whose scores are all -inf (a full mask) gives NaN, as the CPU reference
+ * and attention.cu do. O is normalized by the row sum at the end and written through the
+ * op's output view (any strides).
+ *
+ * dev/flash_attention_sim.py transcribes one warp of it into numpy at the fragment level
+ * (ldmatrix and mma as the PTX ISA defines them) and checks the index math against plain
+ * attention for D 32, 64 and 128: run it after changing the addressing or the softmax.
+ *
+ * What it takes (kiln_cuda_flash_attention_ok; otherwise attention.cu's kernels run, and the
+ * reason is kept in kiln_cuda_stats.flash_refused): f16 / bf16, D = Dv in {32, 64, 128}, Q,
+ * K and V rows that are 16-byte aligned runs (column stride 1; row and batch strides,
+ * offset and the pointer multiples of 8 elements). The biases: any float dtype, any strides
+ * (each element loaded as attention.cu does).
+ */
+#include "dtype.cuh"
+
+extern "C" {
+#include "../ops/attention.h"
+}
+
+#include <stdio.h>
+
+using namespace kiln_cu;
+
+namespace {
+
+constexpr int FWARPS = 4;
+constexpr int FTHREADS = 32 * FWARPS;
+constexpr int BM = 16 * FWARPS; /* query rows per block */
+constexpr int BN = 64;          /* keys per K / V tile */
+constexpr int PADH = 8;         /* halves of padding per shared row: ldmatrix's 8 rows hit 8 distinct 16-byte bank groups */
+constexpr float LOG2E = 1.4426950408889634f;
+
+struct FArgs {
+    const void *q, *k, *v, *bias[2];
+    void *o;
+    int bias_dt[2];
+    kiln_attn_addr aq, ak, av, ao, ab[2];
+    int lq, lk;
+    float scale_log2; /* scale * log2(e) */
+    int o_pairs;      /* O's rows are runs (column stride 1) with every (row, even column) 4-byte aligned */
+};
+
+__device__ __forceinline__ long long fbase(const kiln_attn_addr &a, long long n) {
+    long long off = a.off;
+    for (int i = a.nb - 1; i >= 0; i--) {
+        off += (n % a.bdims[i]) * a.bstr[i];
+        n /= a.bdims[i];
+    }
+    return off;
+}
+
+/* A bias element of any float dtype (attention.cu's load_any, in float). */
+__device__ __forceinline__ float load_bias(const void *p, int dt, long long i) {
+    if (dt == KILN_F32) return ((const float *)p)[i];
+    if (dt == KILN_F16) return __half2float(((const __half *)p)[i]);
+    if (dt == KILN_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return (float)((const double *)p)[i];
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c += a b, m16n8k16, f32 accumulation (PTX ISA "Matrix Fragments for mma.m16n8k16"). */
+template <typename T> __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+template <> __device__ __forceinline__ void mma16816<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* (lo, hi) rounded to T, lo in the low 16 bits (the lower column of a fragment pair). */
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&h;
+}
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&h;
+}
+
+/* Rows r0 .. r0 + 63 of an operand (row r at base + r * rs, D contiguous elements) into
+ * shared memory (row stride D + PADH), 16 bytes per cp.async; rows at or past rmax are
+ * zero-filled (src-size 0: nothing is read). */
+template <typename T, int D>
+__device__ __forceinline__ void load_tile(T *s, const T *g, long long base, long long rs, int r0, int rmax, int tid) {
+    constexpr int CH = D / 8, LD = D + PADH;
+    static_assert(64 * CH % FTHREADS == 0, "whole passes of the block");
+#pragma unroll
+    for (int it = 0; it < 64 * CH / FTHREADS; it++) {
+        const int idx = tid + it * FTHREADS, r = idx / CH, c = (idx % CH) * 8, gr = r0 + r;
+        const bool in = gr < rmax;
+        const T *src = g + base + (in ? (long long)gr * rs + c : 0);
+        cp_async16(smem_u32(s + r * LD + c), src, in ? 16 : 0);
+    }
+}
+
+template <typename T, int D, bool BIAS> __global__ void __launch_bounds__(FTHREADS, 1) flash_kernel(FArgs a) {
+    constexpr int LD = D + PADH;
+    constexpr int KD = D / 16; /* k-steps of S = Q K^T; also the 16-column pairs of O */
+    extern __shared__ __align__(128) unsigned char fsm[];
+    T *sQ = (T *)fsm, *sK = sQ + BM * LD, *sV = sK + BN * LD;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const long long n = blockIdx.x;
+    const int i0 = blockIdx.y * BM, wr = warp * 16;
+    const T *Q = (const T *)a.q, *K = (const T *)a.k, *V = (const T *)a.v;
+    T *O = (T *)a.o;
+    const long long qb = fbase(a.aq, n), kb = fbase(a.ak, n), vb = fbase(a.av, n), ob = fbase(a.ao, n);
+    const int lq = a.lq, lk = a.lk;
+    const int row[2] = {i0 + wr + g, i0 + wr + g + 8}; /* this thread's two query rows */
+    long long brow[2][2] = {{0, 0}, {0, 0}}; /* bias s's element (row h, key 0) */
+    if (BIAS)
+#pragma unroll
+        for (int sl = 0; sl < 2; sl++)
+            if (a.bias[sl]) {
+                const long long b0 = fbase(a.ab[sl], n);
+                brow[sl][0] = b0 + (long long)row[0] * a.ab[sl].rs;
+                brow[sl][1] = b0 + (long long)row[1] * a.ab[sl].rs;
+            }
+    const int ntiles = (lk + BN - 1) / BN;
+
+    load_tile<T, D>(sQ, Q, qb, a.aq.rs, i0, lq, tid);
+    load_tile<T, D>(sK, K, kb, a.ak.rs, 0, lk, tid);
+    cp_async_commit();
+
+    uint32_t qf[KD][4];
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+    for (int jt = 0; jt < ntiles; jt++) {
+        const int j0 = jt * BN;
+        load_tile<T, D>(sV, V, vb, a.av.rs, j0, lk, tid);
+        cp_async_commit();
+        cp_async_wait<1>(); /* Q (first tile) and K_j are in */
+        __syncthreads();
+        if (jt == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++)
+                ldmatrix_x4(qf[kk], smem_u32(sQ + (wr + (lane % 8) + ((lane / 8) % 2) * 8) * LD + kk * 16 + (lane / 16) * 8));
+        }
+        /* S = Q K_j^T: 16 rows x 64 keys per warp, 8 n-tiles of 8 keys */
+        float s[BN / 8][4];
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+#pragma unroll
+            for (int np = 0; np < BN / 16; np++) {
+                uint32_t b[4]; /* keys np*16 + (0..7 | 8..15), dims kk*16 + (0..7, 8..15) */
+                ldmatrix_x4(b, smem_u32(sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * LD + kk * 16 + ((lane / 8) % 2) * 8));
+                mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
+                mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+            }
+        }
+        /* base-2 logits: scale, biases, keys past Lk masked */
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = j0 + nt * 8 + t * 2 + (e & 1), r = row[e / 2];
+                float x = s[nt][e] * a.scale_log2;
+                if (col >= lk) {
+                    x = -INFINITY;
+                } else if (BIAS && r < lq) {
+                    float b = 0.f;
+                    if (a.bias[0]) b += load_bias(a.bias[0], a.bias_dt[0], brow[0][e / 2] + col * a.ab[0].cs);
+                    if (a.bias[1]) b += load_bias(a.bias[1], a.bias_dt[1], brow[1][e / 2] + col * a.ab[1].cs);
+                    x += b * LOG2E;
+                }
+                s[nt][e] = x;
+            }
+        }
+        /* online softmax, rows g (h = 0) and g + 8 (h = 1); a row lives in the 4 threads of a quad */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(m[h], mx);
+            const float mu = mnew == -INFINITY ? 0.f : mnew; /* no (-inf) - (-inf) */
+            const float alpha = exp2f(m[h] - mu);
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) {
+                const float p0 = exp2f(s[nt][2 * h] - mu), p1 = exp2f(s[nt][2 * h + 1] - mu);
+                s[nt][2 * h] = p0;
+                s[nt][2 * h + 1] = p1;
+                sum += p0 + p1;
+            }
+            l[h] = l[h] * alpha + sum; /* this thread's share; the quad's summed at the end */
+            m[h] = mnew;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                o[j][2 * h] *= alpha;
+                o[j][2 * h + 1] *= alpha;
+            }
+        }
+        __syncthreads(); /* every warp is done with K_j */
+        if (jt + 1 < ntiles) {
+            load_tile<T, D>(sK, K, kb, a.ak.rs, j0 + BN, lk, tid);
+            cp_async_commit();
+            cp_async_wait<1>(); /* V_j is in */
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        /* O += P V_j: P's C fragments are the A fragments of 16 keys */
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t pa[4];
+            pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < KD; dp++) {
+                uint32_t b[4]; /* keys kk*16 + (0..7, 8..15), dims dp*16 + (0..7 | 8..15), transposed */
+                ldmatrix_x4_trans(b, smem_u32(sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 + (lane / 16) * 8));
+                mma16816<T>(o[2 * dp], pa, b[0], b[1]);
+                mma16816<T>(o[2 * dp + 1], pa, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* every warp is done with V_j */
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float sum = l[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = sum > 0.f ? 1.f / sum : __int_as_float(0x7fc00000);
+        const int r = row[h];
+        if (r >= lq) continue;
+        const long long rb = ob + (long long)r * a.ao.rs;
+        if (a.o_pairs) {
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *(uint32_t *)(O + rb + j * 8 + t * 2) = pack2<T>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+        } else {
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                const int col = j * 8 + t * 2;
+                O[rb + (long long)col * a.ao.cs] = from_f<T>(o[j][2 * h] * inv);
+                O[rb + (long long)(col + 1) * a.ao.cs] = from_f<T>(o[j][2 * h + 1] * inv);
+            }
+        }
+    }
+}
+
+template <int D> constexpr size_t flash_smem() { return (size_t)(BM + 2 * BN) * (D + PADH) * 2; }
+
+/* Rows of 16-byte aligned runs of 8 elements (2-byte types): column stride 1, row and
+ * batch strides, offset, width and the pointer all multiples of 8 elements. */
+bool rows16(const kiln_attn_addr &g, const void *p, int64_t cols) {
+    bool ok = g.cs == 1 && g.rs % 8 == 0 && g.off % 8 == 0 && cols % 8 == 0 && (uintptr_t)p % 16 == 0;
+    for (int i = 0; i < g.nb; i++) ok = ok && (g.bstr[i] % 8 == 0 || g.bdims[i] == 1);
+    return ok;
+}
+
+template <typename T, int D, bool BIAS> kiln_status set_smem(kiln_context *ctx) {
+    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(flash_kernel<T, D, BIAS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)flash_smem<D>()));
+    return KILN_OK;
+}
+
+template <typename T> kiln_status set_smem_all(kiln_context *ctx) {
+    kiln_status st = set_smem<T, 32, false>(ctx);
+    if (!st) st = set_smem<T, 32, true>(ctx);
+    if (!st) st = set_smem<T, 64, false>(ctx);
+    if (!st) st = set_smem<T, 64, true>(ctx);
+    if (!st) st = set_smem<T, 128, false>(ctx);
+    if (!st) st = set_smem<T, 128, true>(ctx);
+    return st;
+}
+
+template <typename T, int D>
+kiln_status launch_d(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, long long nbatch, bool bias) {
+    const dim3 grid((unsigned)nbatch, (unsigned)((a.lq + BM - 1) / BM));
+    if (bias) flash_kernel<T, D, true><<<grid, FTHREADS, flash_smem<D>(), cu->stream>>>(a);
+    else flash_kernel<T, D, false><<<grid, FTHREADS, flash_smem<D>(), cu->stream>>>(a);
+    KILN_CUDA_LAUNCHED(ctx, "flash_kernel (attention)");
+    return KILN_OK;
+}
+
+template <typename T> kiln_status launch_t(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, long long nbatch, int d, bool bias) {
+    switch (d) {
+    case 32: return launch_d<T, 32>(cu, ctx, a, nbatch, bias);
+    case 64: return launch_d<T, 64>(cu, ctx, a, nbatch, bias);
+    case 128: return launch_d<T, 128>(cu, ctx, a, nbatch, bias);
+    default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "flash attention: head dim %d", d);
+    }
+}
+
+} // namespace
+
+extern "C" kiln_status kiln_cuda_flash_attention_prepare(kiln_context *ctx) {
+    static bool raised[64];
+    int dev = 0;
+    KILN_CUDA_CHECK(ctx, cudaGetDevice(&dev));
+    if (dev >= 0 && dev < 64 && raised[dev]) return KILN_OK;
+    kiln_status st = set_smem_all<__half>(ctx);
+    if (!st) st = set_smem_all<__nv_bfloat16>(ctx);
+    if (!st && dev >= 0 && dev < 64) raised[dev] = true;
+    return st;
+}
+
+extern "C" bool kiln_cuda_flash_attention_ok(const kiln_attn_geom *g, int dtype, const void *q, const void *k,
+                                             const void *v, char *why, size_t n) {
+    if (dtype != KILN_F16 && dtype != KILN_BF16) {
+        snprintf(why, n, "dtype %s (the flash kernel takes f16 and bf16)", kiln_dtype_name((kiln_dtype)dtype));
+        return false;
+    }
+    if (g->d != g->dv || (g->d != 32 && g->d != 64 && g->d != 128)) {
+        snprintf(why, n, "head dims %lld and %lld (the flash kernel takes equal dims of 32, 64 or 128)",
+                 (long long)g->d, (long long)g->dv);
+        return false;
+    }
+    const char *bad = !rows16(g->q, q, g->d) ? "Q" : !rows16(g->k, k, g->d) ? "K" : !rows16(g->v, v, g->dv) ? "V" : NULL;
+    if (bad) {
+        snprintf(why, n, "%s's rows are not 16-byte aligned runs (column stride 1, strides, offset and address multiples "
+                 "of 8 elements)", bad);
+        return false;
+    }
+    if (g->lq < 1 || g->lk < 1 || g->nbatch < 1 || g->nbatch > 0x7fffffffLL || (g->lq + BM - 1) / BM > 65535 ||
+        g->lq > 0x7fffffffLL || g->lk > 0x7fffffffLL) {
+        snprintf(why, n, "%lld batches of %lld queries and %lld keys (outside the flash kernel's grid)",
+                 (long long)g->nbatch, (long long)g->lq, (long long)g->lk);
+        return false;
+    }
+    return true;
+}
+
+extern "C" kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ctx, const kiln_attn_geom *g, int dtype,
+                                                 const void *q, const void *k, const void *v, const void *const bias[2],
+                                                 const int bias_dt[2], void *o) {
+    kiln_status st = kiln_cuda_flash_attention_prepare(ctx);
+    if (st) return st;
+    FArgs a = {};
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.o = o;
+    bool any_bias = false;
+    for (int s = 0; s < 2; s++)
+        if (g->has_bias[s]) {
+            a.bias[s] = bias[s];
+            a.bias_dt[s] = bias_dt[s];
+            a.ab[s] = g->bias[s];
+            any_bias = true;
+        }
+    a.aq = g->q;
+    a.ak = g->k;
+    a.av = g->v;
+    a.ao = g->o;
+    a.lq = (int)g->lq;
+    a.lk = (int)g->lk;
+    a.scale_log2 = g->scale * LOG2E;
+    bool pairs = g->o.cs == 1 && g->o.rs % 2 == 0 && g->o.off % 2 == 0 && (uintptr_t)o % 4 == 0;
+    for (int i = 0; i < g->o.nb; i++) pairs = pairs && (g->o.bstr[i] % 2 == 0 || g->o.bdims[i] == 1);
+    a.o_pairs = pairs;
+    if (dtype == KILN_F16) return launch_t<__half>(cu, ctx, a, (long long)g->nbatch, (int)g->d, any_bias);
+    if (dtype == KILN_BF16) return launch_t<__nv_bfloat16>(cu, ctx, a, (long long)g->nbatch, (int)g->d, any_bias);
+    return kiln_fail(ctx, KILN_ERR_INTERNAL, "flash attention: dtype %d", dtype);
+}
