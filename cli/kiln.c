@@ -36,7 +36,7 @@ static const struct { const char *name, *text; } commands[] = {
      "        [--json FILE]   (the --stats figures, inputs and outputs as JSON; - for stdout)\n"
      "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
      "                                fuse-pool fuse-bn pad-channels cuda-graph autotune conv-gemm conv-direct\n"
-     "                                streams conv-depthwise fuse-attention fuse-silu-gelu f32-output, or all)\n"
+     "                                streams conv-depthwise fuse-attention fuse-silu-gelu, or all)\n"
      "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
      "      order (fewer --output than graph outputs is fine).\n"},
     {"train",
@@ -398,7 +398,6 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"conv-depthwise", KILN_PASS_CONV_DEPTHWISE},
     {"fuse-attention", KILN_PASS_FUSE_ATTENTION},
     {"fuse-silu-gelu", KILN_PASS_FUSE_SILU_GELU},
-    {"f32-output", KILN_PASS_F32_OUTPUT},
 };
 
 /* --device: cpu or cuda; 0, or 2 after saying what is wrong */

@@ -374,14 +374,9 @@ enum {
                                          kiln.Attention node reading Q, K, V (and writing its
                                          output) through strided views: the head split and
                                          merge Transposes / Gathers vanish (inference) */
-    KILN_PASS_FUSE_SILU_GELU = 1 << 21, /* fuse-conv's SiLU (x * sigmoid(x)) and Gelu after a
+    KILN_PASS_FUSE_SILU_GELU = 1 << 21 /* fuse-conv's SiLU (x * sigmoid(x)) and Gelu after a
                                          Conv / Gemm as the fused op's activation (with
                                          fuse-conv; alone: those two stay separate) */
-    KILN_PASS_F32_OUTPUT = 1 << 22    /* fp16/bf16 inference: the last product (Conv, Gemm,
-                                         MatMul) before each float graph output, and the
-                                         data movement or elementwise ops after it, compute
-                                         in f32, so the outputs (logits) are not rounded to
-                                         16 bits: top-1 no longer flips between close logits */
 };
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),

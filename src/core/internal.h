@@ -314,11 +314,8 @@ enum {
     KILN_PREC_SOURCE = 1u << 3,   /* an f32 output may be retargeted to L (Cast to f32, Constant) */
     KILN_PREC_LIKE_X = 1u << 5,   /* mixed: output 0 in input 0's dtype, and its optional output 1
                                      an f32 copy for f32 readers (the fused loss's gradient) */
-    KILN_PREC_SHAPE_ANY = 1u << 6, /* its shape_only_inputs are read in any dtype (no output's dtype
+    KILN_PREC_SHAPE_ANY = 1u << 6 /* its shape_only_inputs are read in any dtype (no output's dtype
                                      follows them): an L value is not cast to f32 for its shape */
-    KILN_PREC_PRODUCT = 1u << 7    /* a forward product with weights (Conv, Gemm, MatMul, their
-                                      fused forms): the last one before a graph output computes
-                                      in f32 under KILN_PASS_F32_OUTPUT (src/passes/precision.c) */
 };
 
 /* Which NHWC rule of the layout pass (src/passes/layout.c) the op follows. */

@@ -984,7 +984,7 @@ static double conv_flops(const kiln_op_ctx *c) {
 }
 
 const kiln_op_def kiln_op_conv = {
-    .precision = KILN_PREC_LOW, .prec_flags = KILN_PREC_PRODUCT, .layout = KILN_LAYOUT_CONV, .flops = conv_flops,
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV, .flops = conv_flops,
     .name = "Conv", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test),
     .grad = grad,

@@ -262,7 +262,7 @@ static int test(void) {
 static double flops(const kiln_op_ctx *c) { return kiln_op_conv.flops(c); } /* Conv's */
 
 const kiln_op_def kiln_op_fused_conv = {
-    .precision = KILN_PREC_LOW, .prec_flags = KILN_PREC_PRODUCT, .layout = KILN_LAYOUT_CONV, .flops = flops,
+    .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV, .flops = flops,
     .name = "FusedConv", .domain = "kiln", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = KILN_OP_TESTS(test),

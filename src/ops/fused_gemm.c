@@ -146,7 +146,7 @@ static int test(void) {
 static double flops(const kiln_op_ctx *c) { return kiln_op_gemm.flops(c); } /* Gemm's */
 
 const kiln_op_def kiln_op_fused_gemm = {
-    .precision = KILN_PREC_LOW, .prec_flags = KILN_PREC_PRODUCT, .flops = flops,
+    .precision = KILN_PREC_LOW, .flops = flops,
     .name = "FusedGemm", .domain = "kiln", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = KILN_OP_TESTS(test),

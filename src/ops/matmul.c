@@ -570,7 +570,7 @@ static double flops(const kiln_op_ctx *c) {
 }
 
 const kiln_op_def kiln_op_matmul = {
-    .precision = KILN_PREC_LOW, .prec_flags = KILN_PREC_PRODUCT, .flops = flops,
+    .precision = KILN_PREC_LOW, .flops = flops,
     .name = "MatMul", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test),
     .grad = grad,

@@ -463,55 +463,6 @@ static void drop_unread_initializers(state *s) {
     free(uses);
 }
 
-/* KILN_PASS_F32_OUTPUT: from each float graph output back to the last product before it
- * (KILN_PREC_PRODUCT: the classifier's Gemm, a segmentation head's Conv), through at most
- * F32_TAIL_MAX data-movement or elementwise nodes with one non-constant float input
- * (Flatten, Reshape, Resize, a bias Add; plan-time constants do not count), every node of that tail computes in f32: the
- * product reads L inputs cast up and accumulates as before, but its result is never
- * rounded to 16 bits (logits 5.0 apart by less than f16's 2^-8 step would otherwise tie or
- * swap: ~0.5% of top-1 answers on ImageNet-sized heads). A tail with no product within
- * reach (an output computed by a long elementwise chain, a loss, a gradient) is left as it
- * is. The trainer's lowering disables this bit (only what it asks for runs), so training
- * graphs keep their low products. Costs one f32 product per output (a 1280x1000 Gemm). */
-#define F32_TAIL_MAX 6
-static void f32_output_tails(state *s, const bool *cst) {
-    kiln_model *m = s->m;
-    int *producer = malloc(((size_t)s->nv0 + 1) * sizeof *producer);
-    if (!producer) return; /* the outputs just stay low: no change of function */
-    for (int v = 0; v < s->nv0; v++) producer[v] = -1;
-    for (int i = 0; i < s->n0; i++)
-        for (int k = 0; k < m->nodes[i].n_out; k++)
-            if (m->nodes[i].out[k] >= 0) producer[m->nodes[i].out[k]] = i;
-    for (int j = 0; j < m->n_outputs; j++) {
-        int v = m->outputs[j], tail[F32_TAIL_MAX + 1], n = 0;
-        if (v < 0 || !s->f32v[v]) continue;
-        bool found = false;
-        while (n <= F32_TAIL_MAX && v >= 0 && producer[v] >= 0) {
-            const int i = producer[v];
-            const kiln_node *nd = &m->nodes[i];
-            if (s->c[i] != C_LOW && s->c[i] != C_FOLLOW) break;
-            tail[n++] = i;
-            if (s->c[i] == C_LOW && (prec_flags(nd) & KILN_PREC_PRODUCT)) {
-                found = true;
-                break;
-            }
-            /* the one float input that is not a plan-time constant (a bias, a shape) */
-            int next = -1, live = 0;
-            for (int k = 0; k < nd->n_in; k++) {
-                const int x = nd->in[k];
-                if (x < 0 || x >= s->nv0 || !s->f32v[x] || cst[x]) continue;
-                live++;
-                next = x;
-            }
-            if (live != 1) break;
-            v = next;
-        }
-        if (!found) continue;
-        for (int t = 0; t < n; t++) s->c[tail[t]] = C_FP32;
-    }
-    free(producer);
-}
-
 kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (o->precision == KILN_PRECISION_FP32) return KILN_OK;
     if (o->precision != KILN_PRECISION_FP16 && o->precision != KILN_PRECISION_BF16)
@@ -601,7 +552,6 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         }
     }
     free(exp_arg);
-    if (!(o->disabled & (unsigned)KILN_PASS_F32_OUTPUT)) f32_output_tails(&s, cst);
     /* Which values become L, in order. */
     for (int oi = 0; oi < s.n0; oi++) {
         int i = order[oi];
