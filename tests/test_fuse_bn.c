@@ -25,6 +25,12 @@
  *     by their whole size.
  *   - resnet50's training graph (NHWC fp16, as the CUDA trainer lays it out): the nodes
  *     fused away per step counted (49 Relus, their 49 gradients, 16 Adds, 15 Sums).
+ *   - the mask from X (kiln_pass_options.bn_mask_from_x, or KILN_BN_MASK_FROM_X=1; off by
+ *     default): resnet18's 9 non-residual BN -> Relu gradients read their BN's saved
+ *     statistics (output 3) instead of Y (relu_mask_from_x = 1), the 8 block ends keep Y; the
+ *     same node count; every output (loss, gradients, running statistics) bit for bit those
+ *     of the graph fused without it, fp32 and NHWC fp16; resnet50's 33 (the stem and 2 a
+ *     bottleneck); off without the option and the variable, on with the variable.
  *   - the inference graph (BatchNormalization in inference mode): untouched.
  *   - disabled through the pass table (kiln_passes_apply with KILN_PASS_FUSE_BN off):
  *     nothing fused.
@@ -122,14 +128,61 @@ static void same_norm(const char *label, kiln_model *ref, kiln_model *opt, kiln_
     free(got);
 }
 
-/* opt = a finalized copy of m with kiln_pass_fuse_bn applied for the CPU. */
-static kiln_status fuse(const kiln_model *m, kiln_model **opt, bool *changed) {
-    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU};
+/* opt = a finalized copy of m with kiln_pass_fuse_bn applied for the CPU (with the mask from X
+ * when mx). */
+static kiln_status fuse_mx(const kiln_model *m, kiln_model **opt, bool *changed, bool mx) {
+    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU, .bn_mask_from_x = mx};
     *changed = false;
     kiln_status st = kiln_model_clone(m, opt);
     if (!st) st = kiln_pass_fuse_bn(*opt, &cpu, changed);
     if (!st) st = kiln_model_finalize(*opt);
     return st;
+}
+
+static kiln_status fuse(const kiln_model *m, kiln_model **opt, bool *changed) { return fuse_mx(m, opt, changed, false); }
+
+/* kiln.BatchNormGrad nodes with relu_mask_from_x = 1; each checked to read, as input 6, output 3
+ * of the fused training BatchNormalization (relu = 1, no residual) of its X, scale and B */
+static int count_mask_from_x(const kiln_model *m, const char *label) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *d = &m->nodes[i];
+        if (strcmp(d->op_type, "BatchNormGrad") != 0 || kiln_attr_int(d, "relu_mask_from_x", 0) == 0) continue;
+        n++;
+        const int s = d->n_in == 7 ? d->in[6] : -1, p = s >= 0 ? m->values[s].producer : -1;
+        const kiln_node *b = p >= 0 ? &m->nodes[p] : NULL;
+        CHECK(kiln_attr_int(d, "relu", 0) == 1 && b && strcmp(b->op_type, "BatchNormalization") == 0 &&
+                  kiln_attr_int(b, "relu", 0) == 1 && b->n_in == 5 && b->n_out == 4 && b->out[3] == s &&
+                  b->in[0] == d->in[1] && b->in[1] == d->in[2] && b->in[2] == d->in[3] && d->n_out <= 5,
+              "%s: BatchNormGrad '%s' with relu_mask_from_x does not read its own fused BatchNormalization's output 3",
+              label, d->name);
+    }
+    return n;
+}
+
+/* The mask from X on top of `fused` (m fused without it): want_mx gradients take it, the node
+ * count stays, and the graph computes what `fused` does bit for bit (on the CPU each mask is
+ * its forward's Y > 0 exactly). */
+static void mask_from_x_checks(const char *label, const kiln_model *m, kiln_model *fused, kiln_tensor *const *feeds,
+                               int want_mx) {
+    kiln_model *on = NULL;
+    bool changed = false;
+    char lab[200];
+    snprintf(lab, sizeof lab, "%s, mask from X", label);
+    if (fuse_mx(m, &on, &changed, true)) {
+        CHECK(0, "%s: fuse-bn: %s", lab, kiln_context_message(ctx));
+        return;
+    }
+    const int mx = count_mask_from_x(on, lab), with_y = count(on, "kiln", "BatchNormGrad", 1) - mx;
+    printf("  mask from X: %d BatchNormGrad read S (relu_mask_from_x), %d with relu=1 read Y, %d nodes\n", mx, with_y,
+           on->n_nodes);
+    CHECK(mx == want_mx && on->n_nodes == fused->n_nodes && count_mask_from_x(fused, label) == 0 &&
+              count(on, "kiln", "BatchNormGrad", 1) == count(fused, "kiln", "BatchNormGrad", 1),
+          "%s: %d gradients with the mask from X (want %d), %d nodes (want %d)", lab, mx, want_mx, on->n_nodes,
+          fused->n_nodes);
+    CHECK(topological(on), "%s: the nodes are not in a topological order", lab);
+    if (feeds) same_function(lab, fused, on, (kiln_tensor **)feeds, 0, 0, NULL);
+    kiln_model_free(on);
 }
 
 static void resnet18(bool fp16) {
@@ -217,6 +270,8 @@ static void resnet18(bool fp16) {
     t->feeds[1] = lab;
     if (fp16) same_norm(label, ref, opt, t->feeds, 0.3);
     else same_function(label, ref, opt, t->feeds, 1e-4, 0, NULL);
+    /* the mask from X: the stem's and the 8 blocks' first BN -> Relu gradients */
+    mask_from_x_checks(label, ref, opt, t->feeds, 9);
 
     /* switched off in the pass table: nothing fused */
     const kiln_pass_options none = {.device = KILN_DEVICE_CPU, .disabled = ~0u};
@@ -231,8 +286,17 @@ static void resnet18(bool fp16) {
     if (kiln_passes_apply(ref, &only, &off)) CHECK(0, "%s: fuse-bn alone: %s", label, kiln_context_message(ctx));
     else
         CHECK(count(off, "", "BatchNormalization", 1) == 17 && count(off, "kiln", "BatchNormGrad", 1) == 17 &&
-                  count_relu_grads(off) == 0,
-              "%s: the pass table's fuse-bn did not fuse", label);
+                  count_relu_grads(off) == 0 && count_mask_from_x(off, label) == 0,
+              "%s: the pass table's fuse-bn did not fuse (or took the mask from X by default)", label);
+    /* the mask from X by the environment variable, through the pass table */
+    kiln_model_free(off);
+    off = NULL;
+    setenv("KILN_BN_MASK_FROM_X", "1", 1);
+    if (kiln_passes_apply(ref, &only, &off)) CHECK(0, "%s: fuse-bn, KILN_BN_MASK_FROM_X=1: %s", label, kiln_context_message(ctx));
+    else
+        CHECK(count_mask_from_x(off, label) == 9, "%s: KILN_BN_MASK_FROM_X=1: %d gradients with the mask from X, want 9",
+              label, count_mask_from_x(off, label));
+    unsetenv("KILN_BN_MASK_FROM_X");
 
     /* the inference graph: no training BatchNormalization, nothing to fuse */
     kiln_model_free(opt);
@@ -299,6 +363,8 @@ static void resnet50_counts(void) {
           "(129 nodes fewer), got %d nodes fewer",
           label, laid->n_nodes - opt->n_nodes);
     CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    /* the mask from X: the stem's and each bottleneck's first two BN -> Relu gradients (33) */
+    mask_from_x_checks(label, laid, opt, NULL, 33);
     /* the residual forms' Relu gradients (read by two) and Sums gone, by name (the profile's
      * rows) */
     const char *gone[2] = {"UnaryGrad", "Sum"};
