@@ -31,6 +31,10 @@
  *     same node count; every output (loss, gradients, running statistics) bit for bit those
  *     of the graph fused without it, fp32 and NHWC fp16; resnet50's 33 (the stem and 2 a
  *     bottleneck); off without the option and the variable, on with the variable.
+ *   - the mask from X where a BN -> Relu's gradient is a Sum (a small CNN whose stem ReLU
+ *     feeds a residual block's convolution and its shortcut): the Sum folds into that
+ *     BatchNormGrad (input 7) and it keeps Y; the block's first BN -> Relu takes the mask
+ *     from X; every output bit for bit that of the graph fused without the option.
  *   - the inference graph (BatchNormalization in inference mode): untouched.
  *   - disabled through the pass table (kiln_passes_apply with KILN_PASS_FUSE_BN off):
  *     nothing fused.
@@ -321,6 +325,99 @@ out:
     kiln_model_free(off);
 }
 
+/* conv (3x3, pad 1, no bias) -> BatchNormalization of c_out channels from `in` to `out` */
+static kiln_status conv_bn(kiln_model *m, const char *name, const char *in, int64_t c_in, int64_t c_out, const char *out,
+                           uint64_t seed) {
+    char w[96], y[96], p[4][96];
+    static const char *const pn[4] = {"weight", "bias", "running_mean", "running_var"};
+    snprintf(w, sizeof w, "%s.weight", name);
+    snprintf(y, sizeof y, "%s.out", name);
+    kiln_tensor *t = kt_rand(KILN_F32, 4, (int64_t[]){c_out, c_in, 3, 3}, -0.5, 0.5, seed);
+    kiln_status st = t ? kiln_model_add_initializer(m, w, t) : KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor_free(t);
+    kiln_node *n = NULL;
+    if (!st) st = kiln_model_add_node(m, "Conv", name, 2, (const char *[]){in, w}, 1, (const char *[]){y}, &n);
+    if (!st) st = kiln_node_set_ints(n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    for (int k = 0; k < 4 && !st; k++) {
+        snprintf(p[k], sizeof p[k], "%s.bn.%s", name, pn[k]);
+        t = kt_rand(KILN_F32, 1, &c_out, k == 3 ? 0.5 : -0.5, k == 3 ? 1.5 : 0.5, seed * 10 + (uint64_t)k);
+        st = t ? kiln_model_add_initializer(m, p[k], t) : KILN_ERR_OUT_OF_MEMORY;
+        kiln_tensor_free(t);
+    }
+    if (!st)
+        st = kiln_model_add_node(m, "BatchNormalization", name, 5, (const char *[]){y, p[0], p[1], p[2], p[3]}, 1,
+                                 (const char *[]){out}, NULL);
+    return st;
+}
+
+/* The small CNN: image (2, 3, 8, 8) -> stem conv-BN-Relu -> x0; block conv-BN-Relu-conv-BN,
+ * + x0, Relu; GlobalAveragePool, Flatten, Gemm -> logits. x0's gradient is a Sum (the block's
+ * convolution and its shortcut) feeding the stem BN's gradient through its Relu's. */
+static void small_cnn_sum(void) {
+    const char *label = "small CNN, stem gradient a Sum, mask from X";
+    printf("-- %s\n", label);
+    kiln_model *fwd = NULL, *m = NULL, *ref = NULL, *opt = NULL, *on = NULL;
+    kiln_trainer *t = NULL;
+    kiln_tensor *image = NULL, *lab = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .momentum = 0.9f};
+    kiln_node *n = NULL;
+    kiln_status st = kiln_model_create(ctx, &fwd);
+    if (!st) st = kiln_model_add_input(fwd, "image", KILN_F32, 4, (int64_t[]){2, 3, 8, 8});
+    if (!st) st = conv_bn(fwd, "stem", "image", 3, 8, "stem.bn", 901);
+    if (!st) st = kiln_model_add_node(fwd, "Relu", "stem.relu", 1, (const char *[]){"stem.bn"}, 1, (const char *[]){"x0"}, NULL);
+    if (!st) st = conv_bn(fwd, "b1", "x0", 8, 8, "b1.bn", 902);
+    if (!st) st = kiln_model_add_node(fwd, "Relu", "b1.relu", 1, (const char *[]){"b1.bn"}, 1, (const char *[]){"r1"}, NULL);
+    if (!st) st = conv_bn(fwd, "b2", "r1", 8, 8, "b2.bn", 903);
+    if (!st) st = kiln_model_add_node(fwd, "Add", "add", 2, (const char *[]){"b2.bn", "x0"}, 1, (const char *[]){"s"}, NULL);
+    if (!st) st = kiln_model_add_node(fwd, "Relu", "out.relu", 1, (const char *[]){"s"}, 1, (const char *[]){"out"}, NULL);
+    if (!st) st = kiln_model_add_node(fwd, "GlobalAveragePool", "gap", 1, (const char *[]){"out"}, 1, (const char *[]){"g"}, NULL);
+    if (!st) st = kiln_model_add_node(fwd, "Flatten", "flat", 1, (const char *[]){"g"}, 1, (const char *[]){"f"}, &n);
+    if (!st) {
+        kiln_tensor *w = kt_rand(KILN_F32, 2, (int64_t[]){10, 8}, -0.5, 0.5, 904);
+        st = w ? kiln_model_add_initializer(fwd, "fc.weight", w) : KILN_ERR_OUT_OF_MEMORY;
+        kiln_tensor_free(w);
+    }
+    if (!st)
+        st = kiln_model_add_node(fwd, "Gemm", "fc", 2, (const char *[]){"f", "fc.weight"}, 1, (const char *[]){"logits"}, &n);
+    if (!st) st = kiln_node_set_int(n, "transB", 1);
+    if (!st) st = kiln_model_add_output(fwd, "logits");
+    if (!st) st = kiln_model_finalize(fwd);
+    bool changed = false;
+    if (st || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) || kiln_trainer_create(m, "loss", &o, &t) ||
+        !(ref = backward_graph(t)) || fuse_mx(ref, &opt, &changed, false) || fuse_mx(ref, &on, &changed, true)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    int stem_sum = -1, b1_mx = -1; /* the stem BN's gradient: input 7; block.bn1's: the mask from X */
+    for (int i = 0; i < on->n_nodes; i++) {
+        const kiln_node *d = &on->nodes[i];
+        if (strcmp(d->op_type, "BatchNormGrad") != 0 || d->n_in < 2) continue;
+        const char *x = on->values[d->in[1]].name;
+        if (strcmp(x, "stem.out") == 0) stem_sum = d->n_in > 7 && d->in[7] >= 0 && kiln_attr_int(d, "relu_mask_from_x", 0) == 0;
+        if (strcmp(x, "b1.out") == 0) b1_mx = kiln_attr_int(d, "relu_mask_from_x", 0) != 0;
+    }
+    printf("  stem's gradient: Sum folded, Y kept: %d; block.bn1's: mask from X: %d; %d mask from X in all\n", stem_sum,
+           b1_mx, count_mask_from_x(on, label));
+    CHECK(stem_sum == 1 && b1_mx == 1 && count_mask_from_x(on, label) == 1 && on->n_nodes == opt->n_nodes,
+          "%s: the stem's gradient must fold the Sum and keep Y (%d), block.bn1's take the mask from X (%d)", label,
+          stem_sum, b1_mx);
+    image = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, 8, 8}, -2, 2, 905);
+    lab = kt_rand(KILN_I64, 1, (int64_t[]){2}, 0, 10, 906);
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    same_function(label, opt, on, t->feeds, 0, 0, NULL);
+out:
+    if (t) t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_model_free(m);
+    kiln_model_free(ref);
+    kiln_model_free(opt);
+    kiln_model_free(on);
+}
+
 /* ResNet-50's training graph as the CUDA trainer lays it out (NHWC, fp16; 64x64 images, the
  * node counts do not depend on the size), fused: the nodes the residual forms remove from
  * each step. 49 Relus and their 49 gradients (the stem's and 3 a block), 16 residual Adds:
@@ -393,6 +490,7 @@ int main(void) {
     resnet18(false);
     resnet18(true);
     resnet50_counts();
+    small_cnn_sum();
     kiln_context_free(ctx);
     printf("%s\n", fails ? "FAILED" : "all fuse-bn checks passed");
     return fails != 0;

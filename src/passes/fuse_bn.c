@@ -26,7 +26,9 @@
  *             dx, dscale, dB = kiln.BatchNormGrad(g, x, scale, B, mean, var, s) relu=1,
  *                              relu_mask_from_x=1
  *             (s: the forward's saved statistics, its output 3, (2, C) f64; the mask is the
- *             forward's y > 0 recomputed from x, bit for bit: the gradient reads no y)
+ *             forward's y > 0 recomputed from x, bit for bit: the gradient reads no y).
+ *             Not where g is a two-input Sum read only there: the Sum fold below takes it
+ *             (input 7; 7 passes where the Sum and the mask from X would be 3 + 5).
  *   backward, the residual (the Relu's gradient also read by the shortcut's gradient)
  *             g0 = kiln.UnaryGrad(g, -, y) op=Relu          (g0 read by others too)
  *             dx, dscale, dB = kiln.BatchNormGrad(g0, x, scale, B, mean, var)
@@ -96,6 +98,18 @@ static int fused_bn_of(const kiln_model *m, int y, const kiln_node *d) {
         return ok ? i : -1;
     }
     return -1;
+}
+
+/* g is a two-input Sum's output read by one node: the Sum fold below will take it into the
+ * BatchNormGrad as input 7 (a residual form, which keeps Y: X, dY, dY2, Y read once, the
+ * gradient written and read, X read, dX written, 7 passes; the Sum then the mask from X
+ * would be 3 + 5) */
+static bool sum_folds(const kiln_model *m, int g) {
+    /* op-pattern: Sum -> BatchNormGrad */
+    for (int i = 0; i < m->n_nodes; i++)
+        if (kiln_pass_is(&m->nodes[i], "Sum") && m->nodes[i].n_out == 1 && m->nodes[i].out[0] == g)
+            return m->nodes[i].n_in == 2 && kiln_pass_uses(m, g) == 1;
+    return false;
 }
 
 static bool training_bn(const kiln_node *n) {
@@ -206,7 +220,7 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
         if (fmt(m, g) != fmt(m, g0) || fmt(m, y) != fmt(m, g0)) continue;
         if (shared && (st = set_output(m, di, 5, g0))) break;
         /* the mask from X: the forward's saved statistics (its output 3, made here if absent) */
-        const int bi = !shared && mask_from_x_on(o) ? fused_bn_of(m, y, d) : -1;
+        const int bi = !shared && mask_from_x_on(o) && !(probed && sum_folds(m, g)) ? fused_bn_of(m, y, d) : -1;
         int sv = -1;
         if (bi >= 0) {
             sv = m->nodes[bi].n_out > 3 ? m->nodes[bi].out[3] : -1;
@@ -242,7 +256,9 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
         const int a = sn->in[0], b = sn->in[1], s = sn->out[0], di = kiln_pass_single_consumer(m, s);
         if (di < 0 || dead[di] || kiln_pass_uses(m, s) != 1) continue;
         const kiln_node *d = &m->nodes[di];
-        if (!kiln_pass_is_kiln(d, "BatchNormGrad") || d->n_in < 6 || d->n_in > 7 || d->in[0] != s) continue;
+        if (!kiln_pass_is_kiln(d, "BatchNormGrad") || d->n_in < 6 || d->n_in > 7 || d->in[0] != s ||
+            kiln_attr_int(d, "relu_mask_from_x", 0) != 0)
+            continue;
         if (fmt(m, a) != fmt(m, s) || fmt(m, b) != fmt(m, s) || !kiln_pass_same_shape(&sp, a, s) ||
             !kiln_pass_same_shape(&sp, b, s) || sp.one[a].dtype != sp.one[s].dtype || sp.one[b].dtype != sp.one[s].dtype)
             continue;
