@@ -12,6 +12,12 @@
  *                     and the masked gradient written for the shortcut (output 5): the
  *                     pass's node at a bottleneck's end (bench/NOTES.md "t4")
  *   sum, relugrad, bngrad   Sum, kiln.UnaryGrad op=Relu, kiln.BatchNormGrad: what it stands for
+ *   bngrad+relu mask from X kiln.BatchNormGrad relu=1;relu_mask_from_x=1 reading the forward's
+ *                     saved statistics S (BatchNormalization's output 3) instead of Y: the
+ *                     pass's node under KILN_BN_MASK_FROM_X=1 (bench/NOTES.md "t7"; its CUDA
+ *                     kernels unvalidated before this bench's first GPU run), X and dY twice +
+ *                     dX (5 tensors) against the Y form's 7; checked bit for bit against
+ *                     "bngrad+relu fused" on the same X, dY and forward (Y and S of one run)
  *   copy              a device-to-device copy of X (this GPU's read + write floor)
  *
  * Each is timed with a CUDA event pair around every launch after warm-up (a delay kernel
@@ -150,16 +156,19 @@ static int same_bytes(const char *what, const kiln_tensor *a, const kiln_tensor 
     return rc || diff != 0;
 }
 
-enum { NROWS = 9, NBIG = 11 };
+enum { NROWS = 10, NBIG = 12 };
 
 typedef struct totals {
     double us[NROWS]; /* per row, summed over the shapes (each shape counted `mult` times; the
-                         residual rows `res` times) */
+                         residual rows `res` times; the mask from X's the 33 pairs not at a
+                         block end) */
+    double y33;       /* "bngrad+relu fused" over those 33 */
 } totals;
 
 static const char *const rows[NROWS] = {"copy X (floor)",       "bn fwd",      "bn+relu fused", "bn, relu (2 kernels)",
                                         "bngrad",               "bngrad+relu fused", "relugrad, bngrad (2)",
-                                        "bngrad residual fused", "sum, relugrad, bngrad (3)"};
+                                        "bngrad residual fused", "sum, relugrad, bngrad (3)",
+                                        "bngrad+relu mask from X"};
 
 static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H, int mult, int res, int warmup,
                        int iters, totals *tot) {
@@ -167,8 +176,10 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     const size_t es = kiln_dtype_size(dt), bytes = (size_t)n * es;
     kiln_cuda_arena_reset(cu);
     /* X, Y (BN), Y2 (relu fused), Y3 (relu of Y), dY, dX, dX2, G (masked dY), dY2 (a second
-     * gradient term), S (dY + dY2), G2 (the residual node's masked sum); params */
-    kiln_tensor big[NBIG], par[9];
+     * gradient term), S (dY + dY2), G2 (the residual node's masked sum), dX3 (the mask from X's);
+     * params (scale, B, mean, var, running mean, running var, dScale, dB, dB2, dScale3, dB3),
+     * SS: the forward's saved statistics (f64 (2, C)) */
+    kiln_tensor big[NBIG], par[11], SS;
     kiln_status st = KILN_OK;
     kiln_tensor *hx = kt_rand(dt, 4, dims, -2, 3, 11), *hg = kt_rand(dt, 4, dims, -1, 1, 12);
     for (int i = 0; i < NBIG && !st; i++) {
@@ -180,7 +191,13 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
         st = kiln_cuda_arena_alloc(cu, bytes, &big[i].data);
     }
     const double pv[4][1] = {{1.0}, {0.1}, {0.2}, {1.0}}; /* scale, B, mean, var */
-    for (int i = 0; i < 9 && !st; i++) {
+    memset(&SS, 0, sizeof SS);
+    SS.dtype = KILN_F64;
+    SS.ndim = 2;
+    SS.dims[0] = 2;
+    SS.dims[1] = C;
+    st = kiln_cuda_arena_alloc(cu, (size_t)C * 16, &SS.data);
+    for (int i = 0; i < 11 && !st; i++) {
         memset(&par[i], 0, sizeof par[i]);
         par[i].dtype = KILN_F32;
         par[i].ndim = 1;
@@ -204,9 +221,9 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
         return 1;
     }
     kiln_tensor *X = &big[0], *Y = &big[1], *Y2 = &big[2], *Y3 = &big[3], *dY = &big[4], *dX = &big[5],
-                *dX2 = &big[6], *G = &big[7], *dY2 = &big[8], *S = &big[9], *G2 = &big[10];
+                *dX2 = &big[6], *G = &big[7], *dY2 = &big[8], *S = &big[9], *G2 = &big[10], *dX3 = &big[11];
     kiln_tensor *p4[4] = {&par[0], &par[1], &par[2], &par[3]};
-    op bn, bnr, relu, bg, bgr, rg, bgres, sum, rgs;
+    op bn, bnr, relu, bg, bgr, rg, bgres, sum, rgs, bns, bgx;
     int rc = 0;
     rc |= op_init(&bn, "", "BatchNormalization", "training_mode=1", 5, (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3]},
                   3, (kiln_tensor *[]){Y, &par[4], &par[5]});
@@ -224,6 +241,12 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
                   (kiln_tensor *[]){dX2, &par[6], &par[8], NULL, NULL, G2});
     rc |= op_init(&sum, "", "Sum", "", 2, (kiln_tensor *[]){dY, dY2}, 1, (kiln_tensor *[]){S});
     rc |= op_init(&rgs, "kiln", "UnaryGrad", "op=Relu", 3, (kiln_tensor *[]){S, NULL, Y2}, 1, (kiln_tensor *[]){G});
+    /* the forward writing Y2 and S (the saved statistics), and the gradient reading S, not Y2 */
+    rc |= op_init(&bns, "", "BatchNormalization", "training_mode=1;relu=1", 5,
+                  (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3]}, 4, (kiln_tensor *[]){Y2, &par[4], &par[5], &SS});
+    rc |= op_init(&bgx, "kiln", "BatchNormGrad", "training_mode=1;relu=1;relu_mask_from_x=1", 7,
+                  (kiln_tensor *[]){dY, X, p4[0], p4[1], p4[2], p4[3], &SS}, 3,
+                  (kiln_tensor *[]){dX3, &par[9], &par[10]});
     const chain ch[NROWS] = {{.src = X->data, .dst = Y3->data, .bytes = bytes},
                          {.ops = {&bn}, .n = 1},
                          {.ops = {&bnr}, .n = 1},
@@ -232,19 +255,30 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
                          {.ops = {&bgr}, .n = 1},
                          {.ops = {&rg, &bg}, .n = 2},
                          {.ops = {&bgres}, .n = 1},
-                         {.ops = {&sum, &rgs, &bg}, .n = 3}};
+                         {.ops = {&sum, &rgs, &bg}, .n = 3},
+                         {.ops = {&bgx}, .n = 1}};
     /* tensors of `bytes` read or written at least (the residual node: X, dY, dY2, Y, G2 in
      * its first pass, G2, X, dX in its second) */
-    const double moved[NROWS] = {2, 3, 3, 5, 5, 7, 8, 8, 11};
+    const double moved[NROWS] = {2, 3, 3, 5, 5, 7, 8, 8, 11, 5};
     printf("\n%s %s, %lld x %lld x %lld x %lld (%.1f MB a tensor), x%d in ResNet-50\n", kiln_dtype_name(dt),
            nhwc ? "NHWC" : "NCHW", (long long)N, (long long)C, (long long)H, (long long)H, bytes / 1e6, mult);
     printf("  %-26s %10s %10s %8s\n", "kernel(s)", "median us", "min us", "GB/s");
     for (int r = 0; r < NROWS && !rc; r++) {
         double med = 0, mn = 0;
-        if (r >= 7 && res == 0) break; /* no bottleneck ends at this shape */
+        if ((r == 7 || r == 8) && res == 0) continue; /* no bottleneck ends at this shape */
+        if (r == 9) { /* S from the forward first (what the mask from X reads) */
+            const chain fw = {.ops = {&bns}, .n = 1};
+            if ((rc = run_chain(&fw) != KILN_OK)) {
+                fprintf(stderr, "bn_train: bn+relu with S: %s\n", kiln_context_message(ctx));
+                break;
+            }
+        }
         if ((rc = time_it(rows[r], &ch[r], warmup, iters, &med, &mn))) break;
         printf("  %-26s %10.1f %10.1f %8.0f\n", rows[r], med, mn, moved[r] * (double)bytes / (med * 1e-6) / 1e9);
-        tot->us[r] += med * (r >= 7 ? res : mult);
+        /* the mask from X: the BN -> ReLU pairs not at a block end, every BN of the shapes
+         * without a block end (the others are block ends and downsample BNs, no ReLU) */
+        tot->us[r] += med * (r == 7 || r == 8 ? res : r == 9 ? (res == 0 ? mult : 0) : mult);
+        if (r == 5 && res == 0) tot->y33 += med * mult;
     }
     /* fused vs unfused: the last runs left Y2 (fused), Y3 = Relu(Y); dX2 (fused) and dX
      * from G = UnaryGrad(dY, Y2) */
@@ -253,6 +287,20 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     /* the residual rows ran last: dX2 and G2 (fused), dX and G from Sum, UnaryGrad, BatchNormGrad */
     if (!rc && res > 0) rc |= same_bytes("bngrad residual vs sum, relugrad, bngrad", dX2, dX);
     if (!rc && res > 0) rc |= same_bytes("its output 5 vs sum, relugrad", G2, G);
+    /* the mask from X against the Y form on one forward's Y2 and S (UNVALIDATED kernels:
+     * this is their first check on a GPU); test_backend_ops sweeps them against the CPU */
+    if (!rc) {
+        const chain fw = {.ops = {&bns, &bgr, &bgx}, .n = 3};
+        if (run_chain(&fw) || kiln_cuda_sync(cu)) {
+            fprintf(stderr, "bn_train: the mask from X: %s\n", kiln_context_message(ctx));
+            rc = 1;
+        } else {
+            kiln_tensor d6 = par[6], d8 = par[8];
+            rc |= same_bytes("mask from X dX vs relu=1 with Y", dX3, dX2);
+            rc |= same_bytes("mask from X dScale vs relu=1 with Y", &par[9], &d6);
+            rc |= same_bytes("mask from X dB vs relu=1 with Y", &par[10], &d8);
+        }
+    }
     op_free(&bn);
     op_free(&bnr);
     op_free(&relu);
@@ -262,6 +310,8 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     op_free(&bgres);
     op_free(&sum);
     op_free(&rgs);
+    op_free(&bns);
+    op_free(&bgx);
     return rc;
 }
 
@@ -313,18 +363,22 @@ int main(int argc, char **argv) {
     }
     const kiln_cuda_props *p = kiln_cuda_get_props(cu);
     printf("device: %s, %d SMs, compute capability %d.%d\n", p->name, p->sm_count, p->cc_major, p->cc_minor);
-    totals tot = {{0}};
+    totals tot = {{0}, 0};
     int rc = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !rc; s++)
         rc = bench_shape(dt, nhwc, batch, shapes[s].C, shapes[s].H, shapes[s].mult, shapes[s].res, warmup, iters, &tot);
     if (!rc) {
         printf("\nResNet-50's 53 BNs at batch %lld (each shape's median times its count), ms:\n", (long long)batch);
-        for (int r = 0; r < NROWS; r++) printf("  %-26s %8.2f%s\n", rows[r], tot.us[r] / 1e3, r >= 7 ? " (the 16 block ends)" : "");
+        for (int r = 0; r < NROWS; r++)
+            printf("  %-26s %8.2f%s\n", rows[r], tot.us[r] / 1e3,
+                   r == 9 ? " (the 33 pairs not at a block end)" : r >= 7 ? " (the 16 block ends)" : "");
         printf("  forward:  unfused bn, relu %.2f ms -> fused %.2f ms; backward: relugrad, bngrad %.2f ms -> fused "
                "%.2f ms\n",
                tot.us[3] / 1e3, tot.us[2] / 1e3, tot.us[6] / 1e3, tot.us[5] / 1e3);
         printf("  block ends: sum, relugrad, bngrad %.2f ms -> residual fused %.2f ms\n", tot.us[8] / 1e3,
                tot.us[7] / 1e3);
+        printf("  not block ends (33 BN -> ReLU pairs): bngrad+relu with Y %.2f ms -> mask from X %.2f ms\n",
+               tot.y33 / 1e3, tot.us[9] / 1e3);
     }
     kiln_cuda_free(cu);
     kiln_context_free(ctx);

@@ -25,6 +25,16 @@
  *     by their whole size.
  *   - resnet50's training graph (NHWC fp16, as the CUDA trainer lays it out): the nodes
  *     fused away per step counted (49 Relus, their 49 gradients, 16 Adds, 15 Sums).
+ *   - the mask from X (kiln_pass_options.bn_mask_from_x, or KILN_BN_MASK_FROM_X=1; off by
+ *     default): resnet18's 9 non-residual BN -> Relu gradients read their BN's saved
+ *     statistics (output 3) instead of Y (relu_mask_from_x = 1), the 8 block ends keep Y; the
+ *     same node count; every output (loss, gradients, running statistics) bit for bit those
+ *     of the graph fused without it, fp32 and NHWC fp16; resnet50's 33 (the stem and 2 a
+ *     bottleneck); off without the option and the variable, on with the variable.
+ *   - the mask from X where a BN -> Relu's gradient is a Sum (a small CNN whose stem ReLU
+ *     feeds a residual block's convolution and its shortcut): the Sum folds into that
+ *     BatchNormGrad (input 7) and it keeps Y; the block's first BN -> Relu takes the mask
+ *     from X; every output bit for bit that of the graph fused without the option.
  *   - the inference graph (BatchNormalization in inference mode): untouched.
  *   - disabled through the pass table (kiln_passes_apply with KILN_PASS_FUSE_BN off):
  *     nothing fused.
@@ -122,14 +132,61 @@ static void same_norm(const char *label, kiln_model *ref, kiln_model *opt, kiln_
     free(got);
 }
 
-/* opt = a finalized copy of m with kiln_pass_fuse_bn applied for the CPU. */
-static kiln_status fuse(const kiln_model *m, kiln_model **opt, bool *changed) {
-    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU};
+/* opt = a finalized copy of m with kiln_pass_fuse_bn applied for the CPU (with the mask from X
+ * when mx). */
+static kiln_status fuse_mx(const kiln_model *m, kiln_model **opt, bool *changed, bool mx) {
+    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU, .bn_mask_from_x = mx};
     *changed = false;
     kiln_status st = kiln_model_clone(m, opt);
     if (!st) st = kiln_pass_fuse_bn(*opt, &cpu, changed);
     if (!st) st = kiln_model_finalize(*opt);
     return st;
+}
+
+static kiln_status fuse(const kiln_model *m, kiln_model **opt, bool *changed) { return fuse_mx(m, opt, changed, false); }
+
+/* kiln.BatchNormGrad nodes with relu_mask_from_x = 1; each checked to read, as input 6, output 3
+ * of the fused training BatchNormalization (relu = 1, no residual) of its X, scale and B */
+static int count_mask_from_x(const kiln_model *m, const char *label) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *d = &m->nodes[i];
+        if (strcmp(d->op_type, "BatchNormGrad") != 0 || kiln_attr_int(d, "relu_mask_from_x", 0) == 0) continue;
+        n++;
+        const int s = d->n_in == 7 ? d->in[6] : -1, p = s >= 0 ? m->values[s].producer : -1;
+        const kiln_node *b = p >= 0 ? &m->nodes[p] : NULL;
+        CHECK(kiln_attr_int(d, "relu", 0) == 1 && b && strcmp(b->op_type, "BatchNormalization") == 0 &&
+                  kiln_attr_int(b, "relu", 0) == 1 && b->n_in == 5 && b->n_out == 4 && b->out[3] == s &&
+                  b->in[0] == d->in[1] && b->in[1] == d->in[2] && b->in[2] == d->in[3] && d->n_out <= 5,
+              "%s: BatchNormGrad '%s' with relu_mask_from_x does not read its own fused BatchNormalization's output 3",
+              label, d->name);
+    }
+    return n;
+}
+
+/* The mask from X on top of `fused` (m fused without it): want_mx gradients take it, the node
+ * count stays, and the graph computes what `fused` does bit for bit (on the CPU each mask is
+ * its forward's Y > 0 exactly). */
+static void mask_from_x_checks(const char *label, const kiln_model *m, kiln_model *fused, kiln_tensor *const *feeds,
+                               int want_mx) {
+    kiln_model *on = NULL;
+    bool changed = false;
+    char lab[200];
+    snprintf(lab, sizeof lab, "%s, mask from X", label);
+    if (fuse_mx(m, &on, &changed, true)) {
+        CHECK(0, "%s: fuse-bn: %s", lab, kiln_context_message(ctx));
+        return;
+    }
+    const int mx = count_mask_from_x(on, lab), with_y = count(on, "kiln", "BatchNormGrad", 1) - mx;
+    printf("  mask from X: %d BatchNormGrad read S (relu_mask_from_x), %d with relu=1 read Y, %d nodes\n", mx, with_y,
+           on->n_nodes);
+    CHECK(mx == want_mx && on->n_nodes == fused->n_nodes && count_mask_from_x(fused, label) == 0 &&
+              count(on, "kiln", "BatchNormGrad", 1) == count(fused, "kiln", "BatchNormGrad", 1),
+          "%s: %d gradients with the mask from X (want %d), %d nodes (want %d)", lab, mx, want_mx, on->n_nodes,
+          fused->n_nodes);
+    CHECK(topological(on), "%s: the nodes are not in a topological order", lab);
+    if (feeds) same_function(lab, fused, on, (kiln_tensor **)feeds, 0, 0, NULL);
+    kiln_model_free(on);
 }
 
 static void resnet18(bool fp16) {
@@ -217,6 +274,8 @@ static void resnet18(bool fp16) {
     t->feeds[1] = lab;
     if (fp16) same_norm(label, ref, opt, t->feeds, 0.3);
     else same_function(label, ref, opt, t->feeds, 1e-4, 0, NULL);
+    /* the mask from X: the stem's and the 8 blocks' first BN -> Relu gradients */
+    mask_from_x_checks(label, ref, opt, t->feeds, 9);
 
     /* switched off in the pass table: nothing fused */
     const kiln_pass_options none = {.device = KILN_DEVICE_CPU, .disabled = ~0u};
@@ -231,8 +290,17 @@ static void resnet18(bool fp16) {
     if (kiln_passes_apply(ref, &only, &off)) CHECK(0, "%s: fuse-bn alone: %s", label, kiln_context_message(ctx));
     else
         CHECK(count(off, "", "BatchNormalization", 1) == 17 && count(off, "kiln", "BatchNormGrad", 1) == 17 &&
-                  count_relu_grads(off) == 0,
-              "%s: the pass table's fuse-bn did not fuse", label);
+                  count_relu_grads(off) == 0 && count_mask_from_x(off, label) == 0,
+              "%s: the pass table's fuse-bn did not fuse (or took the mask from X by default)", label);
+    /* the mask from X by the environment variable, through the pass table */
+    kiln_model_free(off);
+    off = NULL;
+    setenv("KILN_BN_MASK_FROM_X", "1", 1);
+    if (kiln_passes_apply(ref, &only, &off)) CHECK(0, "%s: fuse-bn, KILN_BN_MASK_FROM_X=1: %s", label, kiln_context_message(ctx));
+    else
+        CHECK(count_mask_from_x(off, label) == 9, "%s: KILN_BN_MASK_FROM_X=1: %d gradients with the mask from X, want 9",
+              label, count_mask_from_x(off, label));
+    unsetenv("KILN_BN_MASK_FROM_X");
 
     /* the inference graph: no training BatchNormalization, nothing to fuse */
     kiln_model_free(opt);
@@ -255,6 +323,99 @@ out:
     kiln_model_free(laid);
     kiln_model_free(opt);
     kiln_model_free(off);
+}
+
+/* conv (3x3, pad 1, no bias) -> BatchNormalization of c_out channels from `in` to `out` */
+static kiln_status conv_bn(kiln_model *m, const char *name, const char *in, int64_t c_in, int64_t c_out, const char *out,
+                           uint64_t seed) {
+    char w[96], y[96], p[4][96];
+    static const char *const pn[4] = {"weight", "bias", "running_mean", "running_var"};
+    snprintf(w, sizeof w, "%s.weight", name);
+    snprintf(y, sizeof y, "%s.out", name);
+    kiln_tensor *t = kt_rand(KILN_F32, 4, (int64_t[]){c_out, c_in, 3, 3}, -0.5, 0.5, seed);
+    kiln_status st = t ? kiln_model_add_initializer(m, w, t) : KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor_free(t);
+    kiln_node *n = NULL;
+    if (!st) st = kiln_model_add_node(m, "Conv", name, 2, (const char *[]){in, w}, 1, (const char *[]){y}, &n);
+    if (!st) st = kiln_node_set_ints(n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    for (int k = 0; k < 4 && !st; k++) {
+        snprintf(p[k], sizeof p[k], "%s.bn.%s", name, pn[k]);
+        t = kt_rand(KILN_F32, 1, &c_out, k == 3 ? 0.5 : -0.5, k == 3 ? 1.5 : 0.5, seed * 10 + (uint64_t)k);
+        st = t ? kiln_model_add_initializer(m, p[k], t) : KILN_ERR_OUT_OF_MEMORY;
+        kiln_tensor_free(t);
+    }
+    if (!st)
+        st = kiln_model_add_node(m, "BatchNormalization", name, 5, (const char *[]){y, p[0], p[1], p[2], p[3]}, 1,
+                                 (const char *[]){out}, NULL);
+    return st;
+}
+
+/* The small CNN: image (2, 3, 8, 8) -> stem conv-BN-Relu -> x0; block conv-BN-Relu-conv-BN,
+ * + x0, Relu; GlobalAveragePool, Flatten, Gemm -> logits. x0's gradient is a Sum (the block's
+ * convolution and its shortcut) feeding the stem BN's gradient through its Relu's. */
+static void small_cnn_sum(void) {
+    const char *label = "small CNN, stem gradient a Sum, mask from X";
+    printf("-- %s\n", label);
+    kiln_model *fwd = NULL, *m = NULL, *ref = NULL, *opt = NULL, *on = NULL;
+    kiln_trainer *t = NULL;
+    kiln_tensor *image = NULL, *lab = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .momentum = 0.9f};
+    kiln_node *n = NULL;
+    kiln_status st = kiln_model_create(ctx, &fwd);
+    if (!st) st = kiln_model_add_input(fwd, "image", KILN_F32, 4, (int64_t[]){2, 3, 8, 8});
+    if (!st) st = conv_bn(fwd, "stem", "image", 3, 8, "stem.bn", 901);
+    if (!st) st = kiln_model_add_node(fwd, "Relu", "stem.relu", 1, (const char *[]){"stem.bn"}, 1, (const char *[]){"x0"}, NULL);
+    if (!st) st = conv_bn(fwd, "b1", "x0", 8, 8, "b1.bn", 902);
+    if (!st) st = kiln_model_add_node(fwd, "Relu", "b1.relu", 1, (const char *[]){"b1.bn"}, 1, (const char *[]){"r1"}, NULL);
+    if (!st) st = conv_bn(fwd, "b2", "r1", 8, 8, "b2.bn", 903);
+    if (!st) st = kiln_model_add_node(fwd, "Add", "add", 2, (const char *[]){"b2.bn", "x0"}, 1, (const char *[]){"s"}, NULL);
+    if (!st) st = kiln_model_add_node(fwd, "Relu", "out.relu", 1, (const char *[]){"s"}, 1, (const char *[]){"out"}, NULL);
+    if (!st) st = kiln_model_add_node(fwd, "GlobalAveragePool", "gap", 1, (const char *[]){"out"}, 1, (const char *[]){"g"}, NULL);
+    if (!st) st = kiln_model_add_node(fwd, "Flatten", "flat", 1, (const char *[]){"g"}, 1, (const char *[]){"f"}, &n);
+    if (!st) {
+        kiln_tensor *w = kt_rand(KILN_F32, 2, (int64_t[]){10, 8}, -0.5, 0.5, 904);
+        st = w ? kiln_model_add_initializer(fwd, "fc.weight", w) : KILN_ERR_OUT_OF_MEMORY;
+        kiln_tensor_free(w);
+    }
+    if (!st)
+        st = kiln_model_add_node(fwd, "Gemm", "fc", 2, (const char *[]){"f", "fc.weight"}, 1, (const char *[]){"logits"}, &n);
+    if (!st) st = kiln_node_set_int(n, "transB", 1);
+    if (!st) st = kiln_model_add_output(fwd, "logits");
+    if (!st) st = kiln_model_finalize(fwd);
+    bool changed = false;
+    if (st || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) || kiln_trainer_create(m, "loss", &o, &t) ||
+        !(ref = backward_graph(t)) || fuse_mx(ref, &opt, &changed, false) || fuse_mx(ref, &on, &changed, true)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    int stem_sum = -1, b1_mx = -1; /* the stem BN's gradient: input 7; block.bn1's: the mask from X */
+    for (int i = 0; i < on->n_nodes; i++) {
+        const kiln_node *d = &on->nodes[i];
+        if (strcmp(d->op_type, "BatchNormGrad") != 0 || d->n_in < 2) continue;
+        const char *x = on->values[d->in[1]].name;
+        if (strcmp(x, "stem.out") == 0) stem_sum = d->n_in > 7 && d->in[7] >= 0 && kiln_attr_int(d, "relu_mask_from_x", 0) == 0;
+        if (strcmp(x, "b1.out") == 0) b1_mx = kiln_attr_int(d, "relu_mask_from_x", 0) != 0;
+    }
+    printf("  stem's gradient: Sum folded, Y kept: %d; block.bn1's: mask from X: %d; %d mask from X in all\n", stem_sum,
+           b1_mx, count_mask_from_x(on, label));
+    CHECK(stem_sum == 1 && b1_mx == 1 && count_mask_from_x(on, label) == 1 && on->n_nodes == opt->n_nodes,
+          "%s: the stem's gradient must fold the Sum and keep Y (%d), block.bn1's take the mask from X (%d)", label,
+          stem_sum, b1_mx);
+    image = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, 8, 8}, -2, 2, 905);
+    lab = kt_rand(KILN_I64, 1, (int64_t[]){2}, 0, 10, 906);
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    same_function(label, opt, on, t->feeds, 0, 0, NULL);
+out:
+    if (t) t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_model_free(m);
+    kiln_model_free(ref);
+    kiln_model_free(opt);
+    kiln_model_free(on);
 }
 
 /* ResNet-50's training graph as the CUDA trainer lays it out (NHWC, fp16; 64x64 images, the
@@ -299,6 +460,8 @@ static void resnet50_counts(void) {
           "(129 nodes fewer), got %d nodes fewer",
           label, laid->n_nodes - opt->n_nodes);
     CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    /* the mask from X: the stem's and each bottleneck's first two BN -> Relu gradients (33) */
+    mask_from_x_checks(label, laid, opt, NULL, 33);
     /* the residual forms' Relu gradients (read by two) and Sums gone, by name (the profile's
      * rows) */
     const char *gone[2] = {"UnaryGrad", "Sum"};
@@ -327,6 +490,7 @@ int main(void) {
     resnet18(false);
     resnet18(true);
     resnet50_counts();
+    small_cnn_sum();
     kiln_context_free(ctx);
     printf("%s\n", fails ? "FAILED" : "all fuse-bn checks passed");
     return fails != 0;

@@ -34,6 +34,18 @@
  * takes the ReLU's output Y as input 6 and reads dY masked by Y > 0 (as kiln.UnaryGrad
  * op=Relu) in both passes.
  *
+ * The mask from X (kiln.BatchNormGrad relu = 1 with relu_mask_from_x = 1; UNVALIDATED: never
+ * run on a GPU yet, made only by the fuse-bn pass under KILN_BN_MASK_FROM_X=1, off by
+ * default): no Y. The forward writes S, its batch statistics (mean, var after the clamp; f64
+ * (2, C), output 3) from its finalize; the gradient's bn_mask_coef computes from S, with
+ * fwd_coef as the forward's finalize does, the forward's float coefficients (a, m, k), and
+ * both passes take the mask as pos_from_x: Y > 0 as the forward's apply computes Y
+ * (bn_affine: __fmaf_rn(a, __fsub_rn(x, m), k), rounded to T). Contract: bn_affine and
+ * fwd_coef are the only places the forward's Y and the mask are computed, so the mask is
+ * the forward's Y > 0 bit for bit (Y = T(max(v, 0)) > 0 exactly when T(v) > 0); the
+ * explicit intrinsics keep the compiler from contracting the two differently. The gradient
+ * then reads X and dY in each pass (and S), not also Y: a third fewer bytes.
+ *
  * The residual's gradient (the fuse-bn pass): kiln.BatchNormGrad's input 7, dY2, is added to
  * dY (in float, rounded to the dtype once, as Sum would) before the mask; its output 5 is the
  * gradient it reads (masked under relu = 1). With either, the statistics pass writes that
@@ -60,7 +72,8 @@
  *      float coefficients (a, b, m, k) per channel into workspace.
  *   3. apply, elementwise: y = a * (x - m) + k; dX = a * dY + b * (x - m) + k; the vector
  *      path as the statistics' (each thread's coefficients in registers, no index division).
- * Workspace: P * C * K doubles, then 4 * C floats (both 256-byte aligned).
+ * Workspace: P * C * K doubles, then 4 * C floats (both 256-byte aligned); the gradient also
+ * this rank's partials under SyncBatchNorm, then, with the mask from X, 3 * C floats (a, m, k).
  */
 #include "dtype.cuh"
 #include "norm_train.h"
@@ -145,6 +158,26 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
+/* The forward's per-channel coefficients from its batch statistics (mean, var): the
+ * forward's finalize and the mask from X's bn_mask_coef both call this (the contract above). */
+__device__ __forceinline__ void fwd_coef(double scale, double bias, double mean, double var, double eps, float &a,
+                                         float &m, float &k) {
+    a = (float)(scale / sqrt(var + eps));
+    m = (float)mean;
+    k = (float)bias;
+}
+
+/* The forward's y before the ReLU (and the residual): a * (x - m) + k, one rounding for the
+ * difference and one fused multiply-add, explicit so that no compiler contraction makes the
+ * forward's apply and the mask from X differ (the contract above). */
+__device__ __forceinline__ float bn_affine(float x, float a, float m, float k) { return __fmaf_rn(a, __fsub_rn(x, m), k); }
+
+/* The mask from X: the forward's Y > 0, that is T(bn_affine) > 0 (T's rounding, as Y is
+ * stored; NaN gives false, as Relu's 0) */
+template <typename T> __device__ __forceinline__ bool pos_from_x(float x, float a, float m, float k) {
+    return to_f(from_f<T>(bn_affine(x, a, m, k))) > 0.f;
+}
+
 /* ------------------------------------------------------------------ statistics */
 
 /* dY masked by the ReLU's output Y (kiln.UnaryGrad op=Relu: Y > 0 ? dY : 0) */
@@ -158,16 +191,18 @@ template <typename T> __device__ __forceinline__ float add_round(float g, T g2) 
 
 /* K = 2: sums of x, x^2; K = 4: also dy, dy * x (dy (+ dy2 where given) masked by y > 0
  * under RELU, written to gout where given). */
-template <typename T, int K, bool RELU>
+template <typename T, int K, bool RELU, bool MX = false>
 __device__ __forceinline__ void accumulate(double (&acc)[K], const T *x, const T *dy, const T *y, const T *dy2,
-                                           T *gout, int64_t i) {
-    const double v = to_f(x[i]);
+                                           T *gout, int64_t i, float ma = 0.f, float mm = 0.f, float mk = 0.f) {
+    const float xf = to_f(x[i]);
+    const double v = xf;
     acc[0] += v;
     acc[1] += v * v;
     if constexpr (K == 4) {
         float gi = to_f(dy[i]);
         if (dy2) gi = add_round(gi, dy2[i]);
-        const float gm = masked<RELU>(gi, RELU ? to_f(y[i]) : 0.f);
+        /* MX (RELU): the mask from X with the channel's forward coefficients (ma, mm, mk) */
+        const float gm = MX ? (pos_from_x<T>(xf, ma, mm, mk) ? gi : 0.f) : masked<RELU>(gi, RELU ? to_f(y[i]) : 0.f);
         if (gout) gout[i] = from_f<T>(gm);
         const double g = gm;
         acc[2] += g;
@@ -175,18 +210,20 @@ __device__ __forceinline__ void accumulate(double (&acc)[K], const T *x, const T
     }
 }
 
-// x, dy, y: (N, C, S); part: (P, C, K). grid (C, P); blockDim.x a multiple of 32.
-template <typename T, int K, bool RELU>
+// x, dy, y: (N, C, S); part: (P, C, K); mc: the mask from X's coefficients (3, C) under MX.
+// grid (C, P); blockDim.x a multiple of 32.
+template <typename T, int K, bool RELU, bool MX = false>
 __global__ void bn_stats_nchw(const T *x, const T *dy, const T *y, const T *dy2, T *gout, double *part, int64_t N,
-                              int64_t C, int64_t S) {
+                              int64_t C, int64_t S, const float *mc = nullptr) {
     const int64_t c = blockIdx.x, p = blockIdx.y, P = gridDim.y;
     const int64_t cps = (S + blockDim.x - 1) / blockDim.x; /* blocks of positions per image */
     double acc[K];
 #pragma unroll
     for (int k = 0; k < K; k++) acc[k] = 0;
+    const float ma = MX ? mc[c] : 0.f, mm = MX ? mc[C + c] : 0.f, mk = MX ? mc[2 * C + c] : 0.f;
     for (int64_t q = p; q < N * cps; q += P) {
         const int64_t n = q / cps, s = (q - n * cps) * blockDim.x + threadIdx.x;
-        if (s < S) accumulate<T, K, RELU>(acc, x, dy, y, dy2, gout, (n * C + c) * S + s);
+        if (s < S) accumulate<T, K, RELU, MX>(acc, x, dy, y, dy2, gout, (n * C + c) * S + s, ma, mm, mk);
     }
     __shared__ double sh[K][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -207,16 +244,18 @@ __global__ void bn_stats_nchw(const T *x, const T *dy, const T *y, const T *dy2,
 
 // x, dy, y: (R, C); part: (P, C, K). grid (ceil(C / TX), P), block (TX, TY). Any C, any
 // alignment (the vector kernel's fallback).
-template <typename T, int K, bool RELU>
+template <typename T, int K, bool RELU, bool MX = false>
 __global__ void bn_stats_rows(const T *x, const T *dy, const T *y, const T *dy2, T *gout, double *part, int64_t R,
-                              int64_t C) {
+                              int64_t C, const float *mc = nullptr) {
     const int64_t c = (int64_t)blockIdx.x * TX + threadIdx.x, p = blockIdx.y, P = gridDim.y;
     double acc[K];
 #pragma unroll
     for (int k = 0; k < K; k++) acc[k] = 0;
-    if (c < C)
+    if (c < C) {
+        const float ma = MX ? mc[c] : 0.f, mm = MX ? mc[C + c] : 0.f, mk = MX ? mc[2 * C + c] : 0.f;
         for (int64_t r = p * TY + threadIdx.y; r < R; r += P * TY)
-            accumulate<T, K, RELU>(acc, x, dy, y, dy2, gout, r * C + c);
+            accumulate<T, K, RELU, MX>(acc, x, dy, y, dy2, gout, r * C + c, ma, mm, mk);
+    }
     __shared__ double sh[K][TY][TX + 1];
 #pragma unroll
     for (int k = 0; k < K; k++) sh[k][threadIdx.y][threadIdx.x] = acc[k];
@@ -236,12 +275,13 @@ __global__ void bn_stats_rows(const T *x, const T *dy, const T *y, const T *dy2,
 // group g = blockIdx.x * BX + tx (channels g*V .. g*V+V-1) and rows blockIdx.y * BY + ty +
 // j * P * BY, UNROLL of them loaded before any is summed; float sums per thread, the
 // block's BY row-sets added in double in shared memory (V <= BY: BX <= 32, BY >= 8).
-// ADD: dy2 added to dy; OUT: the gradient summed written to gout (K = 4).
-template <typename T, int K, bool RELU, bool ADD, bool OUT>
+// ADD: dy2 added to dy; OUT: the gradient summed written to gout (K = 4). MX (K = 4, RELU, not
+// ADD): the mask from X, each thread's V channels' coefficients (mc, (3, C)) in registers.
+template <typename T, int K, bool RELU, bool ADD, bool OUT, bool MX = false>
 __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x, const T *__restrict__ dy,
                                                         const T *__restrict__ y, const T *__restrict__ dy2,
                                                         T *__restrict__ gout, double *__restrict__ part, int64_t R,
-                                                        int64_t C, int BX, int BY) {
+                                                        int64_t C, int BX, int BY, const float *__restrict__ mc = nullptr) {
     using Vec = typename VecOf<T>::type;
     constexpr int V = VecOf<T>::N;
     __shared__ double sh[THREADS * V];
@@ -253,7 +293,15 @@ __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x,
 #pragma unroll
         for (int j = 0; j < V; j++) acc[k][j] = 0.f;
     if (grp < G) {
-        const T *xs = x + grp * V, *ds = K == 4 ? dy + grp * V : nullptr, *ys = RELU ? y + grp * V : nullptr;
+        constexpr int MV = MX ? V : 1;
+        float ma[MV], mm[MV], mk[MV];
+#pragma unroll
+        for (int j = 0; j < MV; j++) {
+            ma[j] = MX ? mc[grp * V + j] : 0.f;
+            mm[j] = MX ? mc[C + grp * V + j] : 0.f;
+            mk[j] = MX ? mc[2 * C + grp * V + j] : 0.f;
+        }
+        const T *xs = x + grp * V, *ds = K == 4 ? dy + grp * V : nullptr, *ys = RELU && !MX ? y + grp * V : nullptr;
         const T *d2s = ADD ? dy2 + grp * V : nullptr;
         T *gs = OUT ? gout + grp * V : nullptr;
         for (int64_t r0 = p * BY + ty; r0 < R; r0 += UNROLL * step) {
@@ -264,7 +312,7 @@ __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x,
                 if (r < R) {
                     xv[q] = *(const Vec *)(xs + r * C);
                     if constexpr (K == 4) gv[q] = *(const Vec *)(ds + r * C);
-                    if constexpr (K == 4 && RELU) yv[q] = *(const Vec *)(ys + r * C);
+                    if constexpr (K == 4 && RELU && !MX) yv[q] = *(const Vec *)(ys + r * C);
                     if constexpr (K == 4 && ADD) g2v[q] = *(const Vec *)(d2s + r * C);
                 }
             }
@@ -280,7 +328,9 @@ __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x,
                         if constexpr (K == 4) {
                             float gi = to_f(gv[q].v[j]);
                             if constexpr (ADD) gi = add_round(gi, g2v[q].v[j]);
-                            const float gj = masked<RELU>(gi, RELU ? to_f(yv[q].v[j]) : 0.f);
+                            float gj;
+                            if constexpr (MX) gj = pos_from_x<T>(v, ma[j], mm[j], mk[j]) ? gi : 0.f;
+                            else gj = masked<RELU>(gi, RELU ? to_f(yv[q].v[j]) : 0.f);
                             if constexpr (OUT) ov.v[j] = from_f<T>(gj);
                             acc[2][j] += gj;
                             acc[3][j] = fmaf(gj, v, acc[3][j]);
@@ -312,18 +362,34 @@ template <typename T> bool vec_ok(const Geo &g, const void *a, const void *b, co
     return g.rows && g.C % VecOf<T>::N == 0 && aligned16(a, b, c) && aligned16(d);
 }
 
-template <typename T, int K, bool RELU, bool ADD, bool OUT>
+template <typename T, int K, bool RELU, bool ADD, bool OUT, bool MX = false>
 void launch_stats_vec(kiln_cuda *cu, const Geo &g, const void *x, const void *dy, const void *y, const void *dy2,
-                      void *gout, double *part) {
+                      void *gout, double *part, const float *mc = nullptr) {
     const dim3 grid((unsigned)g.gx, (unsigned)g.P);
-    bn_stats_vec<T, K, RELU, ADD, OUT><<<grid, g.BX * g.BY, 0, cu->stream>>>(
-        (const T *)x, (const T *)dy, (const T *)y, (const T *)dy2, (T *)gout, part, g.M, g.C, g.BX, g.BY);
+    bn_stats_vec<T, K, RELU, ADD, OUT, MX><<<grid, g.BX * g.BY, 0, cu->stream>>>(
+        (const T *)x, (const T *)dy, (const T *)y, (const T *)dy2, (T *)gout, part, g.M, g.C, g.BX, g.BY, mc);
 }
 
-/* dy2 (added to dy) and gout (the gradient written) only with K = 4; gout whenever dy2 */
-template <typename T, int K, bool RELU>
+/* dy2 (added to dy) and gout (the gradient written) only with K = 4; gout whenever dy2. MX
+ * (K = 4, RELU): the mask from X's coefficients mc, no y, dy2 or gout. */
+template <typename T, int K, bool RELU, bool MX = false>
 kiln_status launch_stats_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
-                           const void *dy2, void *gout, double *part) {
+                           const void *dy2, void *gout, double *part, const float *mc = nullptr) {
+    if constexpr (MX) {
+        if (vec_ok<T>(g, x, dy, nullptr))
+            launch_stats_vec<T, K, true, false, false, true>(cu, g, x, dy, nullptr, nullptr, nullptr, part, mc);
+        else if (g.rows)
+            bn_stats_rows<T, K, true, true><<<dim3((unsigned)div_up(g.C, TX), (unsigned)g.P), dim3(TX, TY), 0, cu->stream>>>(
+                (const T *)x, (const T *)dy, nullptr, nullptr, nullptr, part, g.M, g.C, mc);
+        else {
+            int threads = 32;
+            while (threads < THREADS && threads < g.S) threads *= 2;
+            bn_stats_nchw<T, K, true, true><<<dim3((unsigned)g.C, (unsigned)g.P), threads, 0, cu->stream>>>(
+                (const T *)x, (const T *)dy, nullptr, nullptr, nullptr, part, g.N, g.C, g.S, mc);
+        }
+        KILN_CUDA_LAUNCHED(ctx, "bn_stats (the mask from X)");
+        return KILN_OK;
+    }
     if (vec_ok<T>(g, x, dy, y) && aligned16(dy2, gout)) {
         if constexpr (K == 4) {
             if (dy2) launch_stats_vec<T, K, RELU, true, true>(cu, g, x, dy, y, dy2, gout, part);
@@ -351,9 +417,11 @@ kiln_status launch_stats_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const
 
 template <typename T, int K>
 kiln_status launch_stats(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
-                         const void *dy2, void *gout, double *part) {
-    if constexpr (K == 4) /* the forward's statistics never read Y */
+                         const void *dy2, void *gout, double *part, const float *mc = nullptr) {
+    if constexpr (K == 4) { /* the forward's statistics never read Y */
+        if (mc) return launch_stats_t<T, K, true, true>(cu, ctx, g, x, dy, nullptr, nullptr, nullptr, part, mc);
         if (y) return launch_stats_t<T, K, true>(cu, ctx, g, x, dy, y, dy2, gout, part);
+    }
     return launch_stats_t<T, K, false>(cu, ctx, g, x, dy, y, dy2, gout, part);
 }
 
@@ -411,11 +479,29 @@ __global__ void __launch_bounds__(FIN_C * FIN_P) bn_finalize_fwd(const double *p
     if (var < 0) var = 0;
     if (p.o[0]) store_any(p.o[0], p.odt[0], c, load_any(p.p[2], p.dt[2], c) * p.momentum + mean * (1 - p.momentum));
     if (p.o[1]) store_any(p.o[1], p.odt[1], c, load_any(p.p[3], p.dt[3], c) * p.momentum + var * (1 - p.momentum));
-    const double a = load_any(p.p[0], p.dt[0], c) / sqrt(var + p.eps);
-    coef[c] = (float)a;
+    if (p.o[2]) { /* S (kiln's output 3): the statistics the coefficients below come from */
+        store_any(p.o[2], p.odt[2], c, mean);
+        store_any(p.o[2], p.odt[2], C + c, var);
+    }
+    float a, m, k;
+    fwd_coef(load_any(p.p[0], p.dt[0], c), load_any(p.p[1], p.dt[1], c), mean, var, p.eps, a, m, k);
+    coef[c] = a;
     coef[C + c] = 0.f;
-    coef[2 * C + c] = (float)mean;
-    coef[3 * C + c] = (float)load_any(p.p[1], p.dt[1], c);
+    coef[2 * C + c] = m;
+    coef[3 * C + c] = k;
+}
+
+// The mask from X: the forward's coefficients (a, m, k) from S (mean; var), (2, C) of any float
+// dtype, into mc (3, C), as bn_finalize_fwd computes them (fwd_coef). grid ceil(C / 256).
+__global__ void bn_mask_coef(const void *S, int sdt, Params p, float *mc, int64_t C) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float a, m, k;
+    fwd_coef(load_any(p.p[0], p.dt[0], c), load_any(p.p[1], p.dt[1], c), load_any(S, sdt, c), load_any(S, sdt, C + c),
+             p.eps, a, m, k);
+    mc[c] = a;
+    mc[C + c] = m;
+    mc[2 * C + c] = k;
 }
 
 // part: (P, C, 4); coef: (4, C). grid ceil(C / FIN_C), block (FIN_C, FIN_P). SyncBatchNorm:
@@ -478,21 +564,27 @@ kiln_status launch_finalize_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g,
  * RELU). */
 template <bool GRAD, bool RELU, bool E>
 __device__ __forceinline__ float bn_out(float u, float xv, float ev, float a, float b, float m, float k) {
-    const float xc = xv - m;
-    if constexpr (GRAD) return fmaf(a, masked<RELU>(u, ev), fmaf(b, xc, k));
-    float v = fmaf(a, xc, k);
+    if constexpr (GRAD) {
+        const float xc = xv - m;
+        return fmaf(a, masked<RELU>(u, ev), fmaf(b, xc, k));
+    }
+    float v = bn_affine(xv, a, m, k); /* the mask from X's contract: Y's only computation */
     if constexpr (E) v += ev;
     if constexpr (RELU) return v > 0.f ? v : 0.f;
     return v;
 }
 
 // u (dY for the gradient, else X), x, e (the gradient: the ReLU's output Y; the forward:
-// the residual Z; read under E), out: (N, C, S) or rows (S = 1); coef: (4, C).
-template <typename T, bool GRAD, bool RELU, bool E, typename I>
-__global__ void bn_apply_train(const T *u, const T *x, const T *e, T *out, const float *coef, I n, I C, I S) {
+// the residual Z; read under E), out: (N, C, S) or rows (S = 1); coef: (4, C). MX (GRAD,
+// RELU, not E): the mask from X with mc (3, C) instead of Y.
+template <typename T, bool GRAD, bool RELU, bool E, typename I, bool MX = false>
+__global__ void bn_apply_train(const T *u, const T *x, const T *e, T *out, const float *coef, I n, I C, I S,
+                               const float *mc = nullptr) {
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
         const I c = (i / S) % C;
-        const float ev = E ? to_f(e[i]) : 0.f;
+        const float ev = MX ? (pos_from_x<T>(to_f(x[i]), mc[c], mc[C + c], mc[2 * C + c]) ? 1.f : 0.f)
+                         : E ? to_f(e[i])
+                             : 0.f;
         out[i] = from_f<T>(bn_out<GRAD, RELU, E>(GRAD ? to_f(u[i]) : 0.f, to_f(x[i]), ev, coef[c], coef[C + c],
                                                  coef[2 * C + c], coef[3 * C + c]));
     }
@@ -501,11 +593,11 @@ __global__ void bn_apply_train(const T *u, const T *x, const T *e, T *out, const
 // The vector path of the apply: rows (R, C), C a multiple of V, 16-byte aligned; the
 // statistics kernel's thread geometry, grid (ceil(C / V / BX), any), each thread's V
 // channels' coefficients in registers.
-template <typename T, bool GRAD, bool RELU, bool E>
+template <typename T, bool GRAD, bool RELU, bool E, bool MX = false>
 __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u, const T *__restrict__ x,
                                                         const T *__restrict__ e, T *__restrict__ out,
                                                         const float *__restrict__ coef, int64_t R, int64_t C, int BX,
-                                                        int BY) {
+                                                        int BY, const float *__restrict__ mc = nullptr) {
     using Vec = typename VecOf<T>::type;
     constexpr int V = VecOf<T>::N;
     const int tx = (int)threadIdx.x % BX, ty = (int)threadIdx.x / BX;
@@ -519,6 +611,14 @@ __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u,
         b[j] = coef[C + c];
         m[j] = coef[2 * C + c];
         k[j] = coef[3 * C + c];
+    }
+    constexpr int MV = MX ? V : 1; /* MX: the mask from X's coefficients */
+    float ma[MV], mm[MV], mk[MV];
+#pragma unroll
+    for (int j = 0; j < MV; j++) {
+        ma[j] = MX ? mc[grp * V + j] : 0.f;
+        mm[j] = MX ? mc[C + grp * V + j] : 0.f;
+        mk[j] = MX ? mc[2 * C + grp * V + j] : 0.f;
     }
     const int64_t off = grp * V;
     for (int64_t r0 = (int64_t)blockIdx.y * BY + ty; r0 < R; r0 += UNROLL * step) {
@@ -539,8 +639,10 @@ __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u,
                 Vec o;
 #pragma unroll
                 for (int j = 0; j < V; j++) {
-                    const float uj = GRAD ? to_f(uv[q].v[j]) : 0.f, ej = E ? to_f(ev[q].v[j]) : 0.f;
-                    o.v[j] = from_f<T>(bn_out<GRAD, RELU, E>(uj, to_f(xv[q].v[j]), ej, a[j], b[j], m[j], k[j]));
+                    const float uj = GRAD ? to_f(uv[q].v[j]) : 0.f, xj = to_f(xv[q].v[j]);
+                    float ej = E ? to_f(ev[q].v[j]) : 0.f;
+                    if constexpr (MX) ej = pos_from_x<T>(xj, ma[j], mm[j], mk[j]) ? 1.f : 0.f;
+                    o.v[j] = from_f<T>(bn_out<GRAD, RELU, E>(uj, xj, ej, a[j], b[j], m[j], k[j]));
                 }
                 *(Vec *)(out + r * C + off) = o;
             }
@@ -548,9 +650,9 @@ __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u,
     }
 }
 
-template <typename T, bool GRAD, bool RELU, bool E>
+template <typename T, bool GRAD, bool RELU, bool E, bool MX = false>
 kiln_status launch_apply_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *u, const void *x, const void *e,
-                           void *out, const float *coef) {
+                           void *out, const float *coef, const float *mc = nullptr) {
     if (vec_ok<T>(g, u, x, e, out)) {
         /* about 2048 blocks in all, each thread at least UNROLL rows where there are enough */
         int64_t py = div_up(2048, g.gx);
@@ -558,19 +660,19 @@ kiln_status launch_apply_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const
         if (py > most) py = most;
         if (py < 1) py = 1;
         if (py > MAX_GRID_Y) py = MAX_GRID_Y;
-        bn_apply_vec<T, GRAD, RELU, E><<<dim3((unsigned)g.gx, (unsigned)py), g.BX * g.BY, 0, cu->stream>>>(
-            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, g.M, g.C, g.BX, g.BY);
+        bn_apply_vec<T, GRAD, RELU, E, MX><<<dim3((unsigned)g.gx, (unsigned)py), g.BX * g.BY, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, g.M, g.C, g.BX, g.BY, mc);
         KILN_CUDA_LAUNCHED(ctx, "bn_apply_vec");
         return KILN_OK;
     }
     const int64_t n = g.M * g.C, S = g.rows ? 1 : g.S;
     const unsigned blocks = kiln_cuda_blocks(cu, n, THREADS);
     if (n <= INT32_MAX) /* 32-bit index math; i + stride stays below 2^32 */
-        bn_apply_train<T, GRAD, RELU, E, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(
-            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, (uint32_t)n, (uint32_t)g.C, (uint32_t)S);
+        bn_apply_train<T, GRAD, RELU, E, uint32_t, MX><<<blocks, THREADS, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, (uint32_t)n, (uint32_t)g.C, (uint32_t)S, mc);
     else
-        bn_apply_train<T, GRAD, RELU, E, int64_t><<<blocks, THREADS, 0, cu->stream>>>(
-            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, n, g.C, S);
+        bn_apply_train<T, GRAD, RELU, E, int64_t, MX><<<blocks, THREADS, 0, cu->stream>>>(
+            (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, n, g.C, S, mc);
     KILN_CUDA_LAUNCHED(ctx, "bn_apply_train");
     return KILN_OK;
 }
@@ -582,8 +684,8 @@ kiln_status stats_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void
 }
 template <typename T>
 kiln_status stats_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
-                       const void *dy2, void *gout, double *part) {
-    return launch_stats<T, 4>(cu, ctx, g, x, dy, y, dy2, gout, part);
+                       const void *dy2, void *gout, double *part, const float *mc) {
+    return launch_stats<T, 4>(cu, ctx, g, x, dy, y, dy2, gout, part, mc);
 }
 template <typename T>
 kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *z, void *y,
@@ -594,7 +696,8 @@ kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void
 }
 template <typename T>
 kiln_status apply_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *dy, const void *x, const void *y,
-                       void *dx, const float *coef) {
+                       void *dx, const float *coef, const float *mc) {
+    if (mc) return launch_apply_t<T, true, true, false, true>(cu, ctx, g, dy, x, nullptr, dx, coef, mc);
     return y ? launch_apply_t<T, true, true, true>(cu, ctx, g, dy, x, y, dx, coef)
              : launch_apply_t<T, true, false, false>(cu, ctx, g, dy, x, y, dx, coef);
 }
@@ -673,8 +776,12 @@ extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n
             snprintf(why, n, "output %d must be a float vector of %lld values", k, (long long)x->dims[1]);
             return false;
         }
-    if (has_out(c, 3) || has_out(c, 4)) {
-        snprintf(why, n, "outputs 3 and 4 (saved statistics of opsets < 14)");
+    if (has_out(c, 4) || (has_out(c, 3) && !kiln_cuda_bn_training(c))) {
+        snprintf(why, n, "output 4, or output 3 outside training mode (saved statistics of opsets < 14)");
+        return false;
+    }
+    if (has_out(c, 3) && (!param_dtype(c->out[3]->dtype) || kiln_tensor_numel(c->out[3]) != 2 * x->dims[1])) {
+        snprintf(why, n, "output 3 (S, the saved statistics) must be a float tensor of 2 x %lld values", (long long)x->dims[1]);
         return false;
     }
     if (present(c, 5)) { /* Z, the fused residual: X's dtype, shape and layout, with relu = 1 */
@@ -703,7 +810,7 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     double *part = (double *)c->workspace;                          // (P, C, 2)
     float *coef = (float *)((char *)c->workspace + part_bytes(g, 2)); // (4, C)
     Params p = params_of(c, 1);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++) /* running_mean, running_var, S (kiln's output 3: mean; var) */
         if (has_out(c, 1 + k)) {
             p.o[k] = c->out[1 + k]->data;
             p.odt[k] = c->out[1 + k]->dtype;
@@ -719,13 +826,30 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     return st;
 }
 
-/* kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var[, Y[, dY2]]) -> dX, dScale, dB[, dMean, dVar[, G]] */
+/* The mask from X (relu = 1, relu_mask_from_x = 1): input 6 is S, not Y */
+static bool mask_from_x(const kiln_op_ctx *c) {
+    return kiln_attr_int(c->node, "relu", 0) != 0 && kiln_attr_int(c->node, "relu_mask_from_x", 0) != 0;
+}
+
+/* kiln.BatchNormGrad(dY, X, scale, B, input_mean, input_var[, Y[, dY2]]) -> dX, dScale, dB[, dMean, dVar[, G]];
+ * with the mask from X, (dY, X, scale, B, input_mean, input_var, S) -> dX, dScale, dB[, dMean, dVar] */
 extern "C" bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n) {
     if (c->n_in < 6) {
         snprintf(why, n, "inputs dY, X, scale, B, input_mean and input_var are required");
         return false;
     }
-    if (kiln_attr_int(c->node, "relu", 0) != 0) { /* Y: dY's dtype, shape and layout */
+    if (mask_from_x(c)) { /* S: 2 x C float values; training mode; no dY2, no output 5 */
+        const kiln_tensor *s = present(c, 6) ? c->in[6] : NULL;
+        if (!s || !param_dtype(s->dtype) || !present(c, 1) || c->in[1]->ndim < 2 ||
+            kiln_tensor_numel(s) != 2 * c->in[1]->dims[1]) {
+            snprintf(why, n, "relu_mask_from_x = 1 needs input 6 (S, the saved statistics) of 2 x C float values");
+            return false;
+        }
+        if (!kiln_cuda_bn_training(c) || present(c, 7) || has_out(c, 5)) {
+            snprintf(why, n, "relu_mask_from_x = 1 needs training mode, no input 7 and no output 5");
+            return false;
+        }
+    } else if (kiln_attr_int(c->node, "relu", 0) != 0) { /* Y: dY's dtype, shape and layout */
         const kiln_tensor *y = present(c, 6) ? c->in[6] : NULL, *d = c->in[0];
         if (!y || y->dtype != d->dtype || is_nhwc(y) != is_nhwc(d) || y->ndim != d->ndim ||
             kiln_tensor_numel(y) != kiln_tensor_numel(d)) {
@@ -760,12 +884,18 @@ extern "C" bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n)
     return true;
 }
 
-/* The fused ReLU's output Y (input 6) of a kiln.BatchNormGrad with relu = 1 */
-static bool relu_y(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "relu", 0) != 0 && present(c, 6); }
+/* The fused ReLU's output Y (input 6) of a kiln.BatchNormGrad with relu = 1 (not S) */
+static bool relu_y(const kiln_op_ctx *c) {
+    return kiln_attr_int(c->node, "relu", 0) != 0 && present(c, 6) && !mask_from_x(c);
+}
 
 /* SyncBatchNorm's gradient keeps this rank's partial sums beside the ranks' total */
 static bool synced(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "sync_comm", 0) != 0; }
-static size_t grad_ws_bytes(const kiln_op_ctx *c, const Geo &g) { return ws_bytes(g, 4) + (synced(c) ? part_bytes(g, 4) : 0); }
+/* ... then the mask from X's coefficients (3, C) */
+static size_t grad_ws_base(const kiln_op_ctx *c, const Geo &g) { return ws_bytes(g, 4) + (synced(c) ? part_bytes(g, 4) : 0); }
+static size_t grad_ws_bytes(const kiln_op_ctx *c, const Geo &g) {
+    return grad_ws_base(c, g) + (mask_from_x(c) ? align256((size_t)(3 * g.C) * sizeof(float)) : 0);
+}
 
 extern "C" kiln_status kiln_cuda_ws_bn_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     (void)cu;
@@ -789,18 +919,26 @@ extern "C" kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c) {
             p.odt[k] = c->out[1 + k]->dtype;
         }
     const void *y = relu_y(c) ? c->in[6]->data : nullptr; /* the fused ReLU's output: dY masked by Y > 0 */
+    /* the mask from X (UNVALIDATED, made only under KILN_BN_MASK_FROM_X=1): the forward's
+     * coefficients from S into mc, read by both passes instead of Y */
+    float *mc = mask_from_x(c) ? (float *)((char *)c->workspace + grad_ws_base(c, g)) : nullptr; // (3, C)
+    if (mc) {
+        const unsigned blocks = (unsigned)div_up(g.C, THREADS);
+        bn_mask_coef<<<blocks, THREADS, 0, cu->stream>>>(c->in[6]->data, c->in[6]->dtype, p, mc, g.C);
+        KILN_CUDA_LAUNCHED(c->kctx, "bn_mask_coef");
+    }
     /* input 7 added to dY; the gradient read written by the statistics pass into output 5
      * (else into dX, which the apply pass then overwrites element by element) and read by
      * the apply pass instead of dY, dY2 and Y */
     const void *dy2 = present(c, 7) ? c->in[7]->data : nullptr;
     void *gout = has_out(c, 5) ? c->out[5]->data : dy2 ? c->out[0]->data : nullptr;
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, y, dy2, gout, local);
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, y, dy2, gout, local, mc);
     if (st) return st;
     int world = 1; /* SyncBatchNorm: this rank's sums kept in local, every rank's into part */
     if ((st = kiln_cuda_sync_sums(cu, c, local, part, g.P * g.C * 4, &world))) return st;
     if (world == 1) local = part;
     if ((st = launch_finalize_grad(cu, c->kctx, g, part, local, coef, p, (double)g.M * world))) return st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_grad, cu, c->kctx, g, gout ? gout : dy->data, x->data,
-                           gout ? nullptr : y, c->out[0]->data, coef);
+                           gout ? nullptr : y, c->out[0]->data, coef, mc);
     return st;
 }

@@ -33,6 +33,23 @@
  * rule emits that for a node with relu = 1). Plain composition here; one pass each way on
  * CUDA (src/cuda/norm_train.cu).
  *
+ * The mask from X (kiln's attribute relu_mask_from_x = 1 on kiln.BatchNormGrad with relu = 1,
+ * made by the fuse-bn pass where KILN_BN_MASK_FROM_X=1 asks for it; issue 12, bench/NOTES.md
+ * "t7"): the gradient reads no Y. Its input 6 is S instead, the forward's saved batch
+ * statistics, BatchNormalization's kiln output 3 in training mode: (2, C), row 0 the batch
+ * mean, row 1 the batch (population) variance, f64, exactly as the forward used them (any
+ * float dtype is accepted as input). The mask is the forward's Y > 0 recomputed from X:
+ *   a = scale / sqrt(var + epsilon), b = B - mean * a,  mask = round(x * a + b) > 0
+ * with round() to X's dtype as the forward writes Y (f16: f16(x * a + b) > 0, not
+ * x * a + b > 0), in double here as the forward here (the same expression, bn_affine): on
+ * the CPU the mask is the CPU forward's Y > 0 bit for bit. The CUDA kernels recompute it
+ * as the CUDA forward computes Y (src/cuda/norm_train.cu, bn_affine there: float
+ * coefficients from the same S, one fused multiply-add), so there it is the CUDA forward's
+ * Y > 0 bit for bit; the two backends differ only where x * a + b is within float rounding
+ * of 0. The non-residual form only: no input 7 (dY2), no output 5, training_mode = 1.
+ * Why: the gradient of a BN -> ReLU pair then reads X, dY twice and S instead of X, dY and
+ * Y twice (a third fewer bytes).
+ *
  * The residual's gradient (the fuse-bn pass, ResNet's blocks): kiln.BatchNormGrad's optional
  * input 7, dY2 (dY's dtype and shape), is a second term of the gradient, dY = in0 + dY2
  * before the mask (Sum(a, b) -> BatchNormGrad as one node; the sum in double here, rounded
@@ -64,6 +81,23 @@ static bool training(const kiln_op_ctx *c) {
 
 /* attribute relu (0 or 1): the fused ReLU */
 static bool fused_relu(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "relu", 0) != 0; }
+
+/* kiln.BatchNormGrad's attribute relu_mask_from_x (0 or 1): input 6 is S, not Y */
+static bool mask_from_x(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "relu_mask_from_x", 0) != 0; }
+
+/* x * a + b: the forward's affine (the CPU reference's Y before rounding and ReLU) and the
+ * mask from X's, one expression so both round alike */
+static inline double bn_affine(double x, double a, double b) { return x * a + b; }
+
+/* v rounded to dtype dt as kiln_set_f64 stores it (f16/bf16 through float, as the forward's Y) */
+static double round_as(kiln_dtype dt, double v) {
+    switch (dt) {
+    case KILN_F32: return (float)v;
+    case KILN_F16: return kiln_f16_to_f32(kiln_f32_to_f16((float)v));
+    case KILN_BF16: return kiln_bf16_to_f32(kiln_f32_to_bf16((float)v));
+    default: return v;
+    }
+}
 
 /* BatchNormalization's input 5 (kiln's): Z, the fused residual added before the ReLU */
 static const kiln_tensor *resid(const kiln_op_ctx *c) { return c->n_in > 5 ? c->in[5] : NULL; }
@@ -114,11 +148,15 @@ static kiln_status infer(kiln_op_ctx *c) {
                       c->node->opset);
     } else {
         KILN_OP_CHECK(c, training(c) || !extra, KILN_ERR_UNSUPPORTED,
-                      "outputs running_mean/running_var need training_mode=1");
+                      "outputs running_mean/running_var (and kiln's output 3) need training_mode=1");
     }
+    /* kiln's output 3 (training, opset >= 14): S, the saved batch statistics (mean; var) */
+    KILN_OP_CHECK(c, !has_out(c, 4), KILN_ERR_UNSUPPORTED,
+                  "output 4 is not supported (output 3 is kiln's saved statistics in training mode)");
     kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
     for (int i = 1; i <= 2; i++)
         if (has_out(c, i)) kiln_tensor_set_shape(c->out[i], c->in[2 + i]->dtype, 1, &x->dims[1]);
+    if (has_out(c, 3)) kiln_tensor_set_shape(c->out[3], KILN_F64, 2, (const int64_t[]){2, x->dims[1]});
     return KILN_OK;
 }
 
@@ -135,10 +173,10 @@ static void affine_channel(const kiln_tensor *x, const kiln_tensor *z, kiln_tens
         } else if (f32) {
             const float *xp = (const float *)x->data + base; // (S)
             float *yp = (float *)y->data + base;
-            for (int64_t s = 0; s < S; s++) yp[s] = (float)(xp[s] * a + b);
+            for (int64_t s = 0; s < S; s++) yp[s] = (float)bn_affine(xp[s], a, b);
         } else {
             for (int64_t s = 0; s < S; s++)
-                kiln_set_f64(y, base + s, kiln_get_f64(x, base + s) * a + b);
+                kiln_set_f64(y, base + s, bn_affine(kiln_get_f64(x, base + s), a, b));
         }
     }
 }
@@ -191,6 +229,10 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
             if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, var * momentum + bv * (1 - momentum));
             mean = bm;
             var = bv;
+            if (has_out(c, 3)) { /* S: what the affine below uses */
+                kiln_set_f64(c->out[3], ch, bm);
+                kiln_set_f64(c->out[3], C + ch, bv);
+            }
         }
         double a = kiln_get_f64(scale, ch) / sqrt(var + eps);
         affine_channel(x, resid(c), y, N, C, S, ch, a, kiln_get_f64(bias, ch) - mean * a);
@@ -241,7 +283,25 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
     KILN_OP_CHECK(c, relu == 0 || relu == 1, KILN_ERR_INVALID_ARGUMENT, "attribute relu must be 0 or 1, got %lld",
                   (long long)relu);
     const kiln_tensor *y = c->n_in > 6 ? c->in[6] : NULL;
-    KILN_OP_CHECK(c, (relu != 0) == (y != NULL), KILN_ERR_INVALID_ARGUMENT,
+    const int64_t mx = kiln_attr_int(c->node, "relu_mask_from_x", 0);
+    KILN_OP_CHECK(c, mx == 0 || mx == 1, KILN_ERR_INVALID_ARGUMENT, "attribute relu_mask_from_x must be 0 or 1, got %lld",
+                  (long long)mx);
+    if (mx) { /* input 6 is S, the forward's saved batch statistics (mean; var): no Y */
+        KILN_OP_CHECK(c, relu == 1 && training(c), KILN_ERR_INVALID_ARGUMENT,
+                      "relu_mask_from_x = 1 needs relu = 1 and training_mode = 1 (opset >= 14)");
+        KILN_OP_CHECK(c, y != NULL, KILN_ERR_INVALID_ARGUMENT,
+                      "relu_mask_from_x = 1 needs input 6 (S, BatchNormalization's saved statistics (2, C)=(2, %lld))",
+                      (long long)x->dims[1]);
+        KILN_OP_CHECK(c, kiln_dtype_is_float(y->dtype) && y->ndim == 2 && y->dims[0] == 2 && y->dims[1] == x->dims[1],
+                      KILN_ERR_SHAPE, "input 6 (S, the saved statistics) must be a float tensor (2, C)=(2, %lld), got %s of rank %d (%lld, %lld%s)%s",
+                      (long long)x->dims[1], kiln_dtype_name(y->dtype), y->ndim, (long long)(y->ndim > 0 ? y->dims[0] : 0),
+                      (long long)(y->ndim > 1 ? y->dims[1] : 0), y->ndim > 2 ? ", ..." : "",
+                      y->ndim == 2 ? "" : " (relu_mask_from_x = 1 reads S there, not Y)");
+        KILN_OP_CHECK(c, !(c->n_in > 7 && c->in[7]) && !has_out(c, 5), KILN_ERR_INVALID_ARGUMENT,
+                      "relu_mask_from_x = 1 is the non-residual form: no input 7 (dY2), no output 5");
+        y = NULL;
+    }
+    KILN_OP_CHECK(c, mx || (relu != 0) == (y != NULL), KILN_ERR_INVALID_ARGUMENT,
                   "input 6 (Y, the fused ReLU's output) is given exactly when relu = 1");
     if (y) {
         same = y->dtype == dy->dtype && y->ndim == dy->ndim;
@@ -268,10 +328,30 @@ static kiln_status infer_grad(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* The mask from X of one channel (relu_mask_from_x = 1): the forward's affine from S */
+typedef struct bn_xmask {
+    const kiln_tensor *x;
+    double a, b;
+} bn_xmask;
+
+/* channel ch's affine as the forward computed it from S (mean S[0][ch], var S[1][ch]) */
+static bn_xmask xmask_of(const kiln_op_ctx *c, int64_t ch) {
+    const kiln_tensor *s = c->in[6];
+    const int64_t C = c->in[1]->dims[1];
+    const double eps = kiln_attr_float(c->node, "epsilon", 1e-5f), mean = kiln_get_f64(s, ch);
+    const double a = kiln_get_f64(c->in[2], ch) / sqrt(kiln_get_f64(s, C + ch) + eps);
+    return (bn_xmask){.x = c->in[1], .a = a, .b = kiln_get_f64(c->in[3], ch) - mean * a};
+}
+
+/* The forward's Y > 0 at element i (xv = X's value there): round(x * a + b) > 0 */
+static bool xmask_pos(const bn_xmask *mk, double xv) { return round_as(mk->x->dtype, bn_affine(xv, mk->a, mk->b)) > 0; }
+
 /* Element i of the gradient BatchNormGrad reads: dY (+ dY2, input 7), masked by Y > 0
- * (input 6) under relu = 1 */
-static double grad_in(const kiln_tensor *dy, const kiln_tensor *dy2, const kiln_tensor *yr, int64_t i) {
+ * (input 6) under relu = 1, or by the mask from X (mk) */
+static double grad_in(const kiln_tensor *dy, const kiln_tensor *dy2, const kiln_tensor *yr, const bn_xmask *mk,
+                      int64_t i) {
     if (yr && !(kiln_get_f64(yr, i) > 0)) return 0.0;
+    if (mk && !xmask_pos(mk, kiln_get_f64(mk->x, i))) return 0.0;
     return dy2 ? kiln_get_f64(dy, i) + kiln_get_f64(dy2, i) : kiln_get_f64(dy, i);
 }
 
@@ -290,19 +370,25 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
     bool f32 = x->dtype == KILN_F32;
     const float *xf = x->data, *dyf = dy->data; // (N,C,S) when f32
     float *dxf = dx->data;
-    /* relu = 1: dY masked by the ReLU's output Y > 0 */
-    const kiln_tensor *yr = fused_relu(c) ? c->in[6] : NULL;
+    /* relu = 1: dY masked by the ReLU's output Y > 0; with relu_mask_from_x by the mask from
+     * X (mx; input 6 is S, no Y) */
+    const bool mx = fused_relu(c) && mask_from_x(c);
+    const kiln_tensor *yr = fused_relu(c) && !mx ? c->in[6] : NULL;
     const float *yf = yr ? yr->data : NULL;
     /* input 7: a second gradient term added before the mask; output 5: the gradient read */
     const kiln_tensor *dy2 = c->n_in > 7 ? c->in[7] : NULL;
     kiln_tensor *gout = has_out(c, 5) ? c->out[5] : NULL;
 #define XV(i) (f32 ? (double)xf[i] : kiln_get_f64(x, i))
 #define DYV(i)                                                                                               \
-    (dy2 ? grad_in(dy, dy2, yr, i)                                                                           \
-     : yr && !(f32 ? yf[i] > 0 : kiln_get_f64(yr, i) > 0) ? 0.0 : f32 ? (double)dyf[i] : kiln_get_f64(dy, i))
+    (dy2 ? grad_in(dy, dy2, yr, mx ? &mk : NULL, i)                                                          \
+     : yr && !(f32 ? yf[i] > 0 : kiln_get_f64(yr, i) > 0) ? 0.0                                             \
+     : mx && !xmask_pos(&mk, XV(i))                      ? 0.0                                             \
+     : f32                                               ? (double)dyf[i]                                  \
+                                                         : kiln_get_f64(dy, i))
 
     #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
     for (int64_t ch = 0; ch < C; ch++) {
+        const bn_xmask mk = mx ? xmask_of(c, ch) : (bn_xmask){0};
         double mean = kiln_get_f64(mean_in, ch), var = kiln_get_f64(var_in, ch);
         if (train) {
             double sum = 0;
@@ -333,7 +419,7 @@ static kiln_status forward_grad(kiln_op_ctx *c) {
             int64_t base = (n * C + ch) * S;
             if (gout)
                 for (int64_t s = 0; s < S; s++) kiln_set_f64(gout, base + s, DYV(base + s));
-            if (f32 && !yr && !dy2) {
+            if (f32 && !yr && !dy2 && !mx) {
                 for (int64_t s = 0; s < S; s++) dxf[base + s] = (float)(a * dyf[base + s] + b * xf[base + s] + k);
             } else if (f32) {
                 for (int64_t s = 0; s < S; s++) dxf[base + s] = (float)(a * DYV(base + s) + b * xf[base + s] + k);
@@ -406,6 +492,10 @@ static kiln_status forward_sync(kiln_op_ctx *c) {
         const double bm = mean[ch], bv = count > 0 ? sq[ch] / count : 0;
         if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, kiln_get_f64(mean_in, ch) * momentum + bm * (1 - momentum));
         if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, kiln_get_f64(var_in, ch) * momentum + bv * (1 - momentum));
+        if (has_out(c, 3)) {
+            kiln_set_f64(c->out[3], ch, bm);
+            kiln_set_f64(c->out[3], C + ch, bv);
+        }
         const double a = kiln_get_f64(scale, ch) / sqrt(bv + eps);
         affine_channel(x, resid(c), c->out[0], N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
     }
@@ -417,10 +507,11 @@ static kiln_status forward_grad_sync(kiln_op_ctx *c) {
     if (!d) return KILN_ERR_INVALID_ARGUMENT;
     const kiln_tensor *dy = c->in[0], *x = c->in[1], *scale = c->in[2]; // (N,C,S) both, (C)
     kiln_tensor *dx = c->out[0];
-    const kiln_tensor *yr = fused_relu(c) ? c->in[6] : NULL; /* relu = 1: dY masked by Y > 0 */
+    const bool mx = fused_relu(c) && mask_from_x(c);              /* relu = 1, input 6 S: the mask from X */
+    const kiln_tensor *yr = fused_relu(c) && !mx ? c->in[6] : NULL; /* relu = 1: dY masked by Y > 0 */
     const kiln_tensor *dy2 = c->n_in > 7 ? c->in[7] : NULL;   /* a second gradient term */
     kiln_tensor *gout = has_out(c, 5) ? c->out[5] : NULL;     /* the gradient read */
-#define GV(i) grad_in(dy, dy2, yr, i)
+#define GV(i) grad_in(dy, dy2, yr, mx ? &mk : NULL, i)
     const double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
     int64_t N = x->dims[0], C = x->dims[1], S = 1;
     for (int k = 2; k < x->ndim; k++) S *= x->dims[k];
@@ -429,6 +520,7 @@ static kiln_status forward_grad_sync(kiln_op_ctx *c) {
     if (st) return st;
     #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
     for (int64_t ch = 0; ch < C; ch++) {
+        const bn_xmask mk = mx ? xmask_of(c, ch) : (bn_xmask){0};
         double sq = 0, sdy = 0, sdyxc = 0;
         for (int64_t n = 0; n < N; n++)
             for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) {
@@ -444,6 +536,7 @@ static kiln_status forward_grad_sync(kiln_op_ctx *c) {
     if ((st = d->host->allreduce_f64(d, red, 3 * C))) return st;
     #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
     for (int64_t ch = 0; ch < C; ch++) {
+        const bn_xmask mk = mx ? xmask_of(c, ch) : (bn_xmask){0};
         const double var = M > 0 ? red[ch] / M : 0, istd = 1.0 / sqrt(var + eps), sc = kiln_get_f64(scale, ch);
         /* dX from the sums over every rank (one process's whole batch), per element
          * a * dY + b * x + k; dScale and dB this rank's */
@@ -598,9 +691,173 @@ static int residual_grad_case(kiln_dtype dt, int ndim, const int64_t *dims, uint
     return kiln_optest_opset("BatchNormGrad", attrs, 15, 8, in, 6, expect, tol, tol, label);
 }
 
+/* relu_mask_from_x = 1 against relu = 1 with Y on the same data, in dtype dt: the forward
+ * BatchNormalization relu = 1 writes Y and S (output 3; Y the same bits as without S), then
+ * kiln.BatchNormGrad relu = 1 reading Y and relu = 1;relu_mask_from_x = 1 reading S give
+ * dX, dScale, dB bit for bit; and the case can fail (the mask zeroes some of dY and passes
+ * some). */
+static int xmask_case(kiln_dtype dt, int ndim, const int64_t *dims, uint64_t seed, const char *label) {
+    kiln_tensor **p = bn_rand32(ndim, dims, seed), *in[7];
+    for (int i = 0; i < 5; i++) in[1 + i] = p[i];
+    kiln_tensor_free(in[1]);
+    in[1] = kt_rand(dt, ndim, dims, -2, 3, seed * 10 + 8);
+    in[0] = kt_rand(dt, ndim, dims, -1, 1, seed * 10 + 9);
+    in[6] = NULL;
+    const char *fwd = "training_mode=1;epsilon=0.001;relu=1";
+    kiln_tensor *fo[4] = {0}, *y0 = NULL, *gy[3] = {0}, *gs[3] = {0};
+    bool ok = kiln_optest_eval("", "BatchNormalization", fwd, 15, 5, &in[1], 4, fo, label) &&
+              kiln_optest_eval("", "BatchNormalization", fwd, 15, 5, &in[1], 1, &y0, label);
+    int fails = !ok;
+    if (ok) {
+        int64_t pos = 0, zero = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(fo[0]); i++) {
+            pos += kiln_get_f64(fo[0], i) > 0;
+            zero += kiln_get_f64(fo[0], i) == 0;
+        }
+        fails += kiln_tensor_same_bits(fo[0], y0, label) || pos == 0 || zero == 0;
+        fails += fo[3]->dtype != KILN_F64 || fo[3]->ndim != 2 || fo[3]->dims[0] != 2 || fo[3]->dims[1] != dims[1];
+        in[6] = fo[0];
+        ok = kiln_optest_eval("kiln", "BatchNormGrad", fwd, 15, 7, in, 3, gy, label);
+        in[6] = fo[3];
+        ok = ok && kiln_optest_eval("kiln", "BatchNormGrad", "training_mode=1;epsilon=0.001;relu=1;relu_mask_from_x=1",
+                                    15, 7, in, 3, gs, label);
+        in[6] = NULL;
+        fails += !ok;
+        for (int k = 0; k < 3 && ok; k++) fails += kiln_tensor_same_bits(gs[k], gy[k], label);
+    }
+    printf("%s %s\n", fails ? "FAIL" : "ok  ", label);
+    free_all(in, 6);
+    free_all((kiln_tensor *[]){fo[0], fo[1], fo[2], fo[3], y0, gy[0], gy[1], gy[2], gs[0], gs[1], gs[2]}, 11);
+    return fails != 0;
+}
+
+/* The mask rounds as the forward's Y (f16 X): channel 0 with mean 0, var + epsilon = 1,
+ * scale 1, B = 1e-8, so x * a + b = x + 1e-8: for x = 0 that is > 0 but f16(1e-8) = 0 (Y is 0
+ * there), for x = 1, 2 positive, for x = -1 negative. The mask is (0, 1, 0, 1): dX, dScale
+ * and dB are BatchNormGrad's on dY * (0, 1, 0, 1), bit for bit, and not those on dY * (1, 1,
+ * 0, 1) (the unrounded mask's; the case can fail). */
+static int xmask_rounding_case(void) {
+    const char *label = "bn grad relu_mask_from_x f16: the mask is f16(x * a + b) > 0";
+    const double eps = 1e-5f;
+    kiln_tensor *in[7], *got[3] = {0}, *want[3] = {0}, *wrong[3] = {0};
+    bool ok = true;
+    for (int v = 0; v < 3 && ok; v++) {
+        static const double dys[3][4] = {{1, 2, 3, 4}, {0, 2, 0, 4}, {1, 2, 0, 4}};
+        in[0] = kt_make(KILN_F16, 2, KT_DIMS(4, 1), dys[v]);
+        in[1] = kt_make(KILN_F16, 2, KT_DIMS(4, 1), KT_VALS(0, 1, -1, 2));
+        in[2] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(1));
+        in[3] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(1e-8));
+        in[4] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(0));
+        in[5] = kt_make(KILN_F64, 1, KT_DIMS(1), KT_VALS(1));
+        in[6] = v == 0 ? kt_make(KILN_F64, 2, KT_DIMS(2, 1), KT_VALS(0, 1 - eps)) : NULL;
+        ok = kiln_optest_eval("kiln", "BatchNormGrad", v == 0 ? "training_mode=1;relu=1;relu_mask_from_x=1" : "training_mode=1",
+                              15, v == 0 ? 7 : 6, in, 3, v == 0 ? got : v == 1 ? want : wrong, label);
+        free_all(in, v == 0 ? 7 : 6);
+    }
+    int fails = !ok;
+    for (int k = 0; k < 3 && ok; k++) fails += kiln_tensor_same_bits(got[k], want[k], label);
+    if (ok && kiln_get_f64(got[0], 0) == kiln_get_f64(wrong[0], 0) && kiln_get_f64(got[2], 0) == kiln_get_f64(wrong[2], 0)) {
+        printf("FAIL %s: the unrounded mask gives the same result (the case cannot fail)\n", label);
+        fails++;
+    }
+    printf("%s %s\n", fails ? "FAIL" : "ok  ", label);
+    free_all((kiln_tensor *[]){got[0], got[1], got[2], want[0], want[1], want[2], wrong[0], wrong[1], wrong[2]}, 9);
+    return fails != 0;
+}
+
+/* relu_mask_from_x = 1 by finite differences (f64, central, step 1e-6): with S from the
+ * forward (relu = 1, output 3), dX, dScale and dB of the gradient node fed dY = R are the
+ * derivatives of sum(R * Relu(BatchNormalization(X, scale, B))) (training mode) within
+ * 1e-6 + 1e-5 |n|; no element of the case within 1e-3 of the ReLU's kink. */
+static int xmask_fd_case(const char *label) {
+    const int64_t dims[4] = {2, 3, 2, 2}, C = 3;
+    const char *fwd = "training_mode=1;relu=1";
+    kiln_tensor **p = bn_rand(4, dims, 21), *in[5], *r = kt_rand(KILN_F64, 4, dims, -1, 1, 2190);
+    for (int i = 0; i < 5; i++) in[i] = p[i];
+    kiln_tensor *fo[4] = {0}, *g[3] = {0}, *yt = NULL;
+    bool ok = r && kiln_optest_eval("", "BatchNormalization", fwd, 15, 5, in, 4, fo, label);
+    double margin = INFINITY;
+    for (int64_t i = 0; ok && i < kiln_tensor_numel(fo[0]); i++) { /* y before the ReLU: from S */
+        const int64_t ch = (i / 4) % C;
+        const double a = kiln_get_f64(in[1], ch) / sqrt(kiln_get_f64(fo[3], C + ch) + (double)1e-5f);
+        margin = fmin(margin, fabs(kiln_get_f64(in[0], i) * a + kiln_get_f64(in[2], ch) - kiln_get_f64(fo[3], ch) * a));
+    }
+    if (ok)
+        ok = kiln_optest_eval("kiln", "BatchNormGrad", "training_mode=1;relu=1;relu_mask_from_x=1", 15, 7,
+                              (kiln_tensor *[]){r, in[0], in[1], in[2], in[3], in[4], fo[3]}, 3, g, label);
+    int fails = !ok || margin < 1e-3;
+    double worst = 0;
+    for (int w = 0; w < 3 && ok; w++) { /* X, scale, B */
+        kiln_tensor *t = in[w];
+        for (int64_t i = 0; i < kiln_tensor_numel(t) && ok; i++) {
+            const double v = kiln_get_f64(t, i);
+            double l[2] = {0, 0};
+            for (int sgn = 0; sgn < 2 && ok; sgn++) {
+                kiln_set_f64(t, i, v + (sgn ? -1e-6 : 1e-6));
+                ok = kiln_optest_eval("", "BatchNormalization", fwd, 15, 5, in, 1, &yt, label);
+                for (int64_t j = 0; ok && j < kiln_tensor_numel(yt); j++) l[sgn] += kiln_get_f64(yt, j) * kiln_get_f64(r, j);
+                kiln_tensor_free(yt);
+                yt = NULL;
+            }
+            kiln_set_f64(t, i, v);
+            const double n = (l[0] - l[1]) / 2e-6, a = kiln_get_f64(g[w], i), err = fabs(a - n) / (1e-6 + 1e-5 * fabs(n));
+            worst = fmax(worst, err);
+            if (err > 1) {
+                printf("FAIL %s: d/d(input %d)[%lld] = %.9g, finite differences %.9g\n", label, w, (long long)i, a, n);
+                fails++;
+            }
+        }
+    }
+    printf("%s %s (margin %.3g, %.0f%% of the error budget)\n", fails ? "FAIL" : "ok  ", label, margin, 100 * worst);
+    free_all(in, 5);
+    free_all((kiln_tensor *[]){r, fo[0], fo[1], fo[2], fo[3], g[0], g[1], g[2]}, 8);
+    return fails != 0;
+}
+
+/* kiln.BatchNormGrad relu = 1;relu_mask_from_x = 1 inputs for the backend sweep: dY, X,
+ * scale (|scale| in [0.5, 1.5)), B, mean, var and S (f64: mean in [-1, 1), var in
+ * [0.5, 1.5)), X moved away from the mask's edge (|x * a + b| >= 0.1 with the inputs'
+ * values, so that the backends' roundings of it, f16/bf16 inputs included, agree on the
+ * mask). */
+static double xmask_margin; /* xmask_grad_rand's smallest |x * a + b| */
+static kiln_tensor **xmask_grad_rand(int ndim, const int64_t *dims, uint64_t seed) {
+    static kiln_tensor *in[7];
+    kiln_tensor **g = bn_grad_rand(ndim, dims, seed);
+    for (int i = 0; i < 6; i++) in[i] = g[i];
+    const int64_t C = dims[1];
+    int64_t S = 1;
+    for (int d = 2; d < ndim; d++) S *= dims[d];
+    in[6] = kt_rand(KILN_F64, 2, KT_DIMS(2, C), 0, 1, seed * 10 + 7);
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double sc = kiln_get_f64(in[2], ch);
+        kiln_set_f64(in[2], ch, sc < 0 ? sc - 0.5 : sc + 0.5);
+        kiln_set_f64(in[6], ch, 2 * kiln_get_f64(in[6], ch) - 1);
+        kiln_set_f64(in[6], C + ch, 0.5 + kiln_get_f64(in[6], C + ch));
+    }
+    for (int64_t i = 0; i < kiln_tensor_numel(in[1]); i++) {
+        const int64_t ch = (i / S) % C;
+        const double a = kiln_get_f64(in[2], ch) / sqrt(kiln_get_f64(in[6], C + ch) + (double)1e-5f);
+        const double b = kiln_get_f64(in[3], ch) - kiln_get_f64(in[6], ch) * a, x = kiln_get_f64(in[1], i);
+        const double y = x * a + b;
+        if (fabs(y) < 0.1) kiln_set_f64(in[1], i, x + (y < 0 ? -0.2 : 0.2) / a);
+    }
+    /* the margin left with every input rounded as the sweep rounds it (f32, f16, bf16) */
+    xmask_margin = INFINITY;
+    static const kiln_dtype dts[3] = {KILN_F32, KILN_F16, KILN_BF16};
+    for (int t = 0; t < 3; t++)
+        for (int64_t i = 0; i < kiln_tensor_numel(in[1]); i++) {
+            const int64_t ch = (i / S) % C;
+#define RV(k, j) round_as(dts[t], kiln_get_f64(in[k], j))
+            const double a = RV(2, ch) / sqrt(RV(6, C + ch) + (double)1e-5f);
+            xmask_margin = fmin(xmask_margin, fabs(RV(1, i) * a + RV(3, ch) - RV(6, ch) * a));
+#undef RV
+        }
+    return in;
+}
+
 static int test(void) {
     int fails = 0;
-    kiln_tensor *in[5], *out[3];
+    kiln_tensor *in[5], *out[4];
 
     make_inputs(KILN_F32, in);
     out[0] = kt_make(KILN_F32, 4, KT_DIMS(2, 2, 2, 2),
@@ -634,6 +891,18 @@ static int test(void) {
     out[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(3.125, 2.09375));
     fails += kiln_optest("BatchNormalization", "training_mode=1;momentum=0.5", 5, in, 3, out,
                          1e-6, 1e-6, "bn training f32");
+    /* kiln's output 3, S: the batch statistics the forward used (mean; population var) */
+    make_inputs(KILN_F32, in);
+    out[0] = out[1] = out[2] = NULL;
+    out[3] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(1.5, 4.75, 2.25, 3.6875));
+    fails += kiln_optest("BatchNormalization", "training_mode=1;relu=1", 5, in, 4, out, 1e-12, 1e-12,
+                         "bn training relu=1 output 3 (S, saved statistics)");
+    make_inputs(KILN_F32, in);
+    fails += kiln_optest_fails("BatchNormalization", "relu=1", 5, in, 4, KILN_ERR_UNSUPPORTED,
+                               "bn output 3 (S) without training_mode rejected");
+    make_inputs(KILN_F32, in);
+    fails += kiln_optest_fails("BatchNormalization", "training_mode=1", 5, in, 5, KILN_ERR_UNSUPPORTED,
+                               "bn output 4 rejected");
 
     make_inputs(KILN_F64, in);
     out[0] = NULL;
@@ -769,6 +1038,13 @@ static int test(void) {
                                bn_rand32(4, KT_DIMS(8, 64, 20, 20), 7280), 1, "batchnorm relu=1 training random 8x64x20x20");
     fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;relu=1", 15, 5, bn_rand32(4, KT_DIMS(2, 5, 7, 9), 7290),
                                1, "batchnorm relu=1 training random 2x5x7x9 (scalar kernels)");
+    /* output 3 (S, the saved statistics the gradient's mask from X reads) */
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;relu=1", 15, 5,
+                               bn_rand32(4, KT_DIMS(8, 64, 20, 20), 7291), 4, "batchnorm relu=1 training + S 8x64x20x20");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1", 15, 5, bn_rand32(4, KT_DIMS(2, 5, 7, 9), 7292), 4,
+                               "batchnorm training + S 2x5x7x9 (scalar kernels)");
+    fails += kiln_optest_sweep("BatchNormalization", "training_mode=1;relu=1", 15, 5, bn_rand32(2, KT_DIMS(300, 48), 7293),
+                               4, "batchnorm relu=1 training + S (N, C) 300x48");
     make_inputs(KILN_F32, in);
     fails += kiln_optest_fails("BatchNormalization", "training_mode=1;relu=2", 5, in, 1, KILN_ERR_INVALID_ARGUMENT,
                                "bn relu=2 rejected");
@@ -912,6 +1188,58 @@ static int test_grad(void) {
         gin[7] = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 2, 3), -1, 1, 7611);
         fails += kiln_optest_fails("BatchNormGrad", "training_mode=1", 8, gin, 3, KILN_ERR_SHAPE,
                                    "bn grad dY2 of another shape rejected");
+    }
+    /* relu_mask_from_x = 1: input 6 S (the forward's saved statistics), the mask from X;
+     * against relu = 1 with Y bit for bit (the vector, rows and NCHW shapes), rounded as Y,
+     * by finite differences; for the sweep with X away from the mask's edge */
+    fails += xmask_case(KILN_F32, 4, KT_DIMS(3, 24, 13, 11), 7700, "bn grad relu_mask_from_x = relu=1 with Y, f32 3x24x13x11");
+    fails += xmask_case(KILN_F16, 4, KT_DIMS(3, 8, 3, 5), 7710, "bn grad relu_mask_from_x = relu=1 with Y, f16 3x8x3x5");
+    fails += xmask_case(KILN_BF16, 4, KT_DIMS(2, 16, 5, 3), 7720, "bn grad relu_mask_from_x = relu=1 with Y, bf16 2x16x5x3");
+    fails += xmask_case(KILN_F64, 2, KT_DIMS(9, 4), 7730, "bn grad relu_mask_from_x = relu=1 with Y, f64 (N, C) 9x4");
+    fails += xmask_rounding_case();
+    fails += xmask_fd_case("bn grad relu_mask_from_x by finite differences (N,C,H,W)");
+    static const struct {
+        int ndim;
+        int64_t dims[4];
+        const char *label;
+    } xshapes[] = {{4, {3, 24, 13, 11}, "bn grad relu_mask_from_x training random 3x24x13x11"},
+                   {4, {8, 64, 20, 20}, "bn grad relu_mask_from_x training random 8x64x20x20"},
+                   {4, {2, 5, 7, 9}, "bn grad relu_mask_from_x training random 2x5x7x9 (scalar kernels)"},
+                   {2, {300, 48}, "bn grad relu_mask_from_x training random (N, C) 300x48"}};
+    for (size_t i = 0; i < sizeof xshapes / sizeof xshapes[0]; i++) {
+        kiln_tensor **g = xmask_grad_rand(xshapes[i].ndim, xshapes[i].dims, 7740 + i);
+        if (!(xmask_margin > 1e-3)) { /* the backends' float roundings could flip a mask bit */
+            printf("FAIL %s: an element within %.3g of the mask's edge\n", xshapes[i].label, xmask_margin);
+            fails++;
+        }
+        fails += kiln_optest_sweep("BatchNormGrad", "training_mode=1;relu=1;relu_mask_from_x=1", 15, 7, g, 3,
+                                   xshapes[i].label);
+    }
+    { /* rejected: S of the wrong shape, S missing, Y where S belongs, without relu = 1, with
+       * dY2 (the residual form keeps Y), in inference mode, a value other than 0 and 1 */
+        static const struct {
+            const char *attrs;
+            int s; /* input 6: 0 none, 1 S (2, C), 2 S (2, C + 1), 3 Y (X's shape) */
+            bool dy2;
+            kiln_status want;
+            const char *label;
+        } bad[] = {{"training_mode=1;relu=1;relu_mask_from_x=1", 2, false, KILN_ERR_SHAPE, "bn grad relu_mask_from_x S (2, C+1) rejected"},
+                   {"training_mode=1;relu=1;relu_mask_from_x=1", 0, false, KILN_ERR_INVALID_ARGUMENT, "bn grad relu_mask_from_x without S rejected"},
+                   {"training_mode=1;relu=1;relu_mask_from_x=1", 3, false, KILN_ERR_SHAPE, "bn grad relu_mask_from_x with Y as input 6 rejected"},
+                   {"training_mode=1;relu_mask_from_x=1", 1, false, KILN_ERR_INVALID_ARGUMENT, "bn grad relu_mask_from_x without relu=1 rejected"},
+                   {"training_mode=1;relu=1;relu_mask_from_x=1", 1, true, KILN_ERR_INVALID_ARGUMENT, "bn grad relu_mask_from_x with dY2 rejected"},
+                   {"relu=1;relu_mask_from_x=1", 1, false, KILN_ERR_INVALID_ARGUMENT, "bn grad relu_mask_from_x in inference mode rejected"},
+                   {"training_mode=1;relu=1;relu_mask_from_x=2", 1, false, KILN_ERR_INVALID_ARGUMENT, "bn grad relu_mask_from_x=2 rejected"}};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            kiln_tensor **g = bn_grad_rand(4, KT_DIMS(2, 3, 2, 2), 7760 + i), *gin[8];
+            for (int k = 0; k < 6; k++) gin[k] = g[k];
+            gin[6] = bad[i].s == 1   ? kt_rand(KILN_F64, 2, KT_DIMS(2, 3), 0.5, 1, 7770 + i)
+                     : bad[i].s == 2 ? kt_rand(KILN_F64, 2, KT_DIMS(2, 4), 0.5, 1, 7770 + i)
+                     : bad[i].s == 3 ? kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 2, 2), -1, 1, 7770 + i)
+                                     : NULL;
+            gin[7] = bad[i].dy2 ? kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 2, 2), -1, 1, 7780 + i) : NULL;
+            fails += kiln_optest_fails("BatchNormGrad", bad[i].attrs, bad[i].dy2 ? 8 : 7, gin, 3, bad[i].want, bad[i].label);
+        }
     }
     in[0] = kt_make(KILN_F32, 3, KT_DIMS(1, 2, 3), KT_VALS(1, 0, 2, 1, 2, 3));
     kiln_tensor **p = bn_grad_rand(3, KT_DIMS(1, 2, 3), 7360);

@@ -16,6 +16,19 @@
  *             g0 = kiln.UnaryGrad(g, -, y) op=Relu
  *             dx, dscale, dB = kiln.BatchNormGrad(g0, x, scale, B, mean, var)
  *          -> dx, dscale, dB = kiln.BatchNormGrad(g, x, scale, B, mean, var, y) relu=1
+ *   backward, the mask from X (kiln_pass_options.bn_mask_from_x or KILN_BN_MASK_FROM_X=1; off
+ *   by default: the CUDA kernels are unvalidated), where y is a fused BN's (the form above
+ *   otherwise; never the residual forms below, which keep y)
+ *             y = BatchNormalization(x, scale, B, mean, var) training_mode=1, relu=1
+ *             g0 = kiln.UnaryGrad(g, -, y) op=Relu
+ *             dx, dscale, dB = kiln.BatchNormGrad(g0, x, scale, B, mean, var)
+ *          -> y, ..., s = BatchNormalization(x, scale, B, mean, var) training_mode=1, relu=1
+ *             dx, dscale, dB = kiln.BatchNormGrad(g, x, scale, B, mean, var, s) relu=1,
+ *                              relu_mask_from_x=1
+ *             (s: the forward's saved statistics, its output 3, (2, C) f64; the mask is the
+ *             forward's y > 0 recomputed from x, bit for bit: the gradient reads no y).
+ *             Not where g is a two-input Sum read only there: the Sum fold below takes it
+ *             (input 7; 7 passes where the Sum and the mask from X would be 3 + 5).
  *   backward, the residual (the Relu's gradient also read by the shortcut's gradient)
  *             g0 = kiln.UnaryGrad(g, -, y) op=Relu          (g0 read by others too)
  *             dx, dscale, dB = kiln.BatchNormGrad(g0, x, scale, B, mean, var)
@@ -58,10 +71,46 @@
  * UnaryGrad wrote it. */
 #include "passes.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static kiln_format fmt(const kiln_model *m, int v) { return m->values[v].format; }
+
+/* The mask from X asked for: the option, or KILN_BN_MASK_FROM_X=1 (issue 12, bench/NOTES.md "t7") */
+static bool mask_from_x_on(const kiln_pass_options *o) {
+    const char *e = getenv("KILN_BN_MASK_FROM_X");
+    return o->bn_mask_from_x || (e && strcmp(e, "1") == 0);
+}
+
+/* The fused training BatchNormalization (relu = 1, no residual) writing y whose gradient d
+ * is (same X, scale, B and epsilon), or -1 */
+static int fused_bn_of(const kiln_model *m, int y, const kiln_node *d) {
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        /* op-pattern: BatchNormalization -> (its Relu's gradient) -> BatchNormGrad */
+        if (!kiln_pass_is(n, "BatchNormalization") || n->n_out < 1 || n->out[0] != y) continue;
+        const bool ok = n->opset >= 14 && kiln_attr_int(n, "training_mode", 0) != 0 && kiln_attr_int(n, "relu", 0) == 1 &&
+                        n->n_in == 5 && n->n_out <= 4 &&
+                        n->in[0] == d->in[1] && n->in[1] == d->in[2] && n->in[2] == d->in[3] &&
+                        kiln_attr_float(n, "epsilon", 1e-5f) == kiln_attr_float(d, "epsilon", 1e-5f) &&
+                        kiln_attr_int(n, "sync_comm", 0) == kiln_attr_int(d, "sync_comm", 0);
+        return ok ? i : -1;
+    }
+    return -1;
+}
+
+/* g is a two-input Sum's output read by one node: the Sum fold below will take it into the
+ * BatchNormGrad as input 7 (a residual form, which keeps Y: X, dY, dY2, Y read once, the
+ * gradient written and read, X read, dX written, 7 passes; the Sum then the mask from X
+ * would be 3 + 5) */
+static bool sum_folds(const kiln_model *m, int g) {
+    /* op-pattern: Sum -> BatchNormGrad */
+    for (int i = 0; i < m->n_nodes; i++)
+        if (kiln_pass_is(&m->nodes[i], "Sum") && m->nodes[i].n_out == 1 && m->nodes[i].out[0] == g)
+            return m->nodes[i].n_in == 2 && kiln_pass_uses(m, g) == 1;
+    return false;
+}
 
 static bool training_bn(const kiln_node *n) {
     return kiln_pass_is(n, "BatchNormalization") && n->opset >= 14 && kiln_attr_int(n, "training_mode", 0) != 0 &&
@@ -170,7 +219,23 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
         /* dtypes: UnaryGrad's own checks (Y and dX of dY's dtype) are those relu = 1 asks for */
         if (fmt(m, g) != fmt(m, g0) || fmt(m, y) != fmt(m, g0)) continue;
         if (shared && (st = set_output(m, di, 5, g0))) break;
-        st = kiln_pass_set_input(m, di, 6, y);
+        /* the mask from X: the forward's saved statistics (its output 3, made here if absent) */
+        const int bi = !shared && mask_from_x_on(o) && !(probed && sum_folds(m, g)) ? fused_bn_of(m, y, d) : -1;
+        int sv = -1;
+        if (bi >= 0) {
+            sv = m->nodes[bi].n_out > 3 ? m->nodes[bi].out[3] : -1;
+            if (sv < 0) {
+                char hint[256];
+                snprintf(hint, sizeof hint, "%s.saved_stats", m->nodes[bi].name);
+                if ((sv = kiln_pass_new_value(m, hint)) < 0) {
+                    st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
+                    break;
+                }
+                if ((st = set_output(m, bi, 3, sv))) break;
+            }
+            if ((st = kiln_pass_set_int(m, di, "relu_mask_from_x", 1))) break;
+        }
+        st = kiln_pass_set_input(m, di, 6, sv >= 0 ? sv : y);
         if (!st) st = kiln_pass_set_int(m, di, "relu", 1);
         if (st) break;
         m->nodes[di].in[0] = g;
@@ -191,7 +256,9 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
         const int a = sn->in[0], b = sn->in[1], s = sn->out[0], di = kiln_pass_single_consumer(m, s);
         if (di < 0 || dead[di] || kiln_pass_uses(m, s) != 1) continue;
         const kiln_node *d = &m->nodes[di];
-        if (!kiln_pass_is_kiln(d, "BatchNormGrad") || d->n_in < 6 || d->n_in > 7 || d->in[0] != s) continue;
+        if (!kiln_pass_is_kiln(d, "BatchNormGrad") || d->n_in < 6 || d->n_in > 7 || d->in[0] != s ||
+            kiln_attr_int(d, "relu_mask_from_x", 0) != 0)
+            continue;
         if (fmt(m, a) != fmt(m, s) || fmt(m, b) != fmt(m, s) || !kiln_pass_same_shape(&sp, a, s) ||
             !kiln_pass_same_shape(&sp, b, s) || sp.one[a].dtype != sp.one[s].dtype || sp.one[b].dtype != sp.one[s].dtype)
             continue;

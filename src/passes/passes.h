@@ -16,6 +16,11 @@ typedef struct kiln_pass_options {
     kiln_device device;
     kiln_precision precision;
     unsigned disabled; /* KILN_PASS_* bits */
+    /* fuse-bn: the BN -> ReLU gradients not at a block end take their ReLU mask from X
+     * (kiln.BatchNormGrad relu_mask_from_x = 1, reading the forward's saved statistics
+     * instead of Y; src/passes/fuse_bn.c). Off by default: its CUDA kernels are
+     * unvalidated. Also on with the environment variable KILN_BN_MASK_FROM_X=1. */
+    bool bn_mask_from_x;
 } kiln_pass_options;
 
 typedef struct kiln_pass {

@@ -49,12 +49,26 @@
  *      CPU's, whose batches come from the loader's kiln_loader_seek_sample (before: kiln
  *      train refused such a resume on CUDA).
  *
+ *   6. The mask from X (KILN_BN_MASK_FROM_X=1 when the trainer is created: fuse-bn gives the
+ *      non-residual BN -> ReLU gradients relu_mask_from_x, reading the forward's saved
+ *      statistics instead of Y; its CUDA kernels UNVALIDATED until this runs on a GPU):
+ *      models (a) and (b), fp32 strict (NCHW: the scalar kernels), TF32 NHWC (f32 vector
+ *      kernels) and amp fp16 (f16 vector kernels), 5 steps with the variable and without
+ *      from the same weights and batches: the CUDA training graph holds such gradients
+ *      (the block's first BN -> ReLU's; in (b) also the stem's, whose gradient in (a) is a
+ *      Sum that fuse-bn folds instead), and each step's loss and every weight
+ *      and running statistic agree within 1e-5 relative (of the tensor's largest magnitude
+ *      for the weights): the mask is the forward's Y > 0 bit for bit, so only the
+ *      convolutions' run-to-run differences remain (a flipped mask element moves a weight
+ *      gradient by ~1e-2 of it here). Printed: whether they were equal bit for bit.
+ *
  * --cpu runs the "CUDA" side on the CPU too, in fp32 (a check of the test itself on
  * machines without a device; check 3 then only trains its model on the CPU, and says
  * so). Exits non-zero on any failure.
  */
 #include "core/internal.h"
 #include "cuda/cuda_backend.h"
+#include "train/trainer_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -74,6 +88,7 @@ static kiln_context *ctx;
 static bool dense; /* build() makes model (c) */
 static kiln_device gpu = KILN_DEVICE_CUDA;
 static kiln_amp gpu_amp = KILN_AMP_FP16; /* --cpu: off (the CPU trains in fp32) */
+static int mx_nodes; /* train(): BatchNormGrad nodes with relu_mask_from_x in its training graph */
 
 /* splitmix64 */
 static uint64_t mix(uint64_t *s) {
@@ -274,6 +289,10 @@ static bool train(kiln_model *m, kiln_device device, kiln_amp amp, bool strict, 
     kiln_trainer *t = NULL;
     kiln_status st = kiln_trainer_create(m, "loss", &o, &t);
     CHECK(st == KILN_OK, "%s: kiln_trainer_create: %s", what, kiln_context_message(ctx));
+    mx_nodes = 0;
+    for (int i = 0; !st && i < t->train->n_nodes; i++)
+        mx_nodes += strcmp(t->train->nodes[i].op_type, "BatchNormGrad") == 0 &&
+                    kiln_attr_int(&t->train->nodes[i], "relu_mask_from_x", 0) != 0;
     for (int s = 0; !st && s < steps; s++) {
         kiln_tensor *in[2] = {d->images[s % STEPS], d->labels[s % STEPS]};
         st = kiln_trainer_step(t, 2, in, &losses[s]);
@@ -366,6 +385,63 @@ static void fp32_same_as_cpu(bool pool, bool strict, const char *what) {
     }
     kiln_model_free(ec);
     kiln_model_free(eg);
+    kiln_model_free(m);
+    free_data(&d);
+}
+
+/* Check 6 (the header): the mask from X against Y on the device, same weights and batches. */
+static void mask_from_x_same(bool pool, kiln_amp amp, bool strict, const char *what) {
+    const int f0 = fails;
+    data d;
+    if (!make_data(&d, 55)) {
+        CHECK(false, "%s: out of memory", what);
+        free_data(&d);
+        return;
+    }
+    kiln_model *m = build(pool, NULL, false, false, 777);
+    float ly[STEPS] = {0}, lx[STEPS] = {0};
+    kiln_model *ey = NULL, *ex = NULL;
+    char wy[128], wx[128];
+    snprintf(wy, sizeof wy, "%s, Y", what);
+    snprintf(wx, sizeof wx, "%s, mask from X", what);
+    bool ok = m && train(m, gpu, amp, strict, &d, STEPS, ly, &ey, NULL, wy);
+    const int with_y = mx_nodes;
+    setenv("KILN_BN_MASK_FROM_X", "1", 1);
+    ok = ok && train(m, gpu, amp, strict, &d, STEPS, lx, &ex, NULL, wx);
+    unsetenv("KILN_BN_MASK_FROM_X");
+    if (ok) {
+        printf("     %s: %d BatchNormGrad with the mask from X (without the variable: %d)\n", what, mx_nodes, with_y);
+        if (gpu == KILN_DEVICE_CUDA)
+            CHECK(mx_nodes == (pool ? 2 : 1) && with_y == 0,
+                  "%s: %d gradients with the mask from X, want %d (and %d without, want 0)", what, mx_nodes, pool ? 2 : 1,
+                  with_y);
+        bool same = true;
+        for (int s = 0; s < STEPS; s++) {
+            same &= lx[s] == ly[s];
+            CHECK(fabs((double)lx[s] - ly[s]) <= 1e-5 * fabs(ly[s]), "%s: step %d loss %.9g with the mask from X, %.9g with Y",
+                  what, s, lx[s], ly[s]);
+        }
+        for (int v = 0; v < ey->n_values; v++) {
+            const kiln_tensor *a = ey->values[v].init, *b = a ? init_of(ex, ey->values[v].name) : NULL;
+            if (!a || a->dtype != KILN_F32) continue;
+            CHECK(b && b->dtype == KILN_F32 && kiln_tensor_numel(b) == kiln_tensor_numel(a), "%s: %s missing", what,
+                  ey->values[v].name);
+            if (!b || b->dtype != KILN_F32 || kiln_tensor_numel(b) != kiln_tensor_numel(a)) continue;
+            const float *pa = a->data, *pb = b->data;
+            double mx = 0, worst = 0;
+            for (int64_t i = 0; i < kiln_tensor_numel(a); i++) mx = fmax(mx, fabs(pa[i]));
+            for (int64_t i = 0; i < kiln_tensor_numel(a); i++) {
+                const double e = fabs((double)pb[i] - pa[i]);
+                if (!(e <= worst)) worst = e;
+                same &= pa[i] == pb[i];
+            }
+            CHECK(worst <= 1e-5 * mx, "%s: %s differs by %.3g (largest magnitude %.3g)", what, ey->values[v].name, worst, mx);
+        }
+        printf("%s %s: losses and weights with the mask from X %s those with Y\n", fails > f0 ? "FAIL" : "ok  ", what,
+               same ? "bit for bit" : "within 1e-5 of");
+    }
+    kiln_model_free(ey);
+    kiln_model_free(ex);
     kiln_model_free(m);
     free_data(&d);
 }
@@ -591,6 +667,10 @@ int main(int argc, char **argv) {
     resident_data_sets();
     resumed_epoch();
     unsupported_op_named();
+    printf("-- the mask from X (KILN_BN_MASK_FROM_X=1; unvalidated CUDA kernels)\n");
+    mask_from_x_same(false, KILN_AMP_OFF, true, "(a) fp32 (NCHW kernels)");
+    mask_from_x_same(true, KILN_AMP_OFF, false, "(b) fp32 TF32 NHWC (f32 vector kernels)");
+    mask_from_x_same(true, gpu_amp, false, "(b) amp fp16 (f16 vector kernels)");
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
     kiln_context_free(ctx);
     return fails ? 1 : 0;
