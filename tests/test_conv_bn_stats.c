@@ -1,0 +1,241 @@
+/* test_conv_bn_stats.c — the conv-bn-stats pass (src/passes/conv_bn_stats.c) on the CPU.
+ *
+ *   - resnet18's training graph (forward, autograd's backward, loss; batch 2 at 64x64),
+ *     fp32, fuse-bn applied as the CUDA trainer does (so the BNs carry relu = 1 and the
+ *     residual), then conv-bn-stats: each of the 20 training BatchNormalizations reads its
+ *     statistics (inputs 6, 7) from the kiln.FusedConv that writes its X (the 20 Convs turned
+ *     into FusedConvs with outputs 1, 2), no node added or removed, the nodes in a
+ *     topological order; the loss, every gradient and the running statistics within 1e-4
+ *     of each output's largest value of the graph without the pass (the statistics from
+ *     f32 sums as E[x^2] - mean^2 instead of the reference's two passes in double); and the
+ *     same compare with the first BN reading wrong sums (its sum of squares as its sum)
+ *     must fail (its FAIL lines are expected), so the compare can fail.
+ *   - resnet50's training graph as the CUDA trainer lays it out (NHWC fp16, fuse-bn): 53
+ *     BatchNormalizations take their sums from 53 FusedConvs; node count unchanged.
+ *   - off by default: kiln_passes_apply without conv_bn_stats changes nothing;
+ *     KILN_CUDA_CONV_STATS=1 (and only "1") asks for it.
+ * Exits non-zero on any failure. */
+#include "check.h"
+#include "core/optest.h"
+#include "core/plan.h"
+#include "passes/passes.h"
+#include "train/trainer_internal.h"
+
+#include "kiln_models.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails;
+static kiln_context *ctx;
+
+#include "same_function.h"
+#include "train_graph.h"
+
+static int count_op(const kiln_model *m, const char *op) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) n += strcmp(m->nodes[i].op_type, op) == 0;
+    return n;
+}
+
+/* training BNs reading sums (inputs 6, 7) written as outputs 1, 2 of the FusedConv writing X */
+static int bns_with_sums(const kiln_model *m) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *b = &m->nodes[i];
+        if (strcmp(b->op_type, "BatchNormalization") != 0 || b->n_in < 8 || b->in[6] < 0 || b->in[7] < 0) continue;
+        const int p = m->values[b->in[0]].producer;
+        const kiln_node *c = p >= 0 ? &m->nodes[p] : NULL;
+        n += c && strcmp(c->op_type, "FusedConv") == 0 && c->n_out >= 3 && c->out[1] == b->in[6] && c->out[2] == b->in[7];
+    }
+    return n;
+}
+
+static bool topological(const kiln_model *m) {
+    bool *ready = calloc((size_t)m->n_values + 1, sizeof *ready);
+    bool ok = ready != NULL;
+    for (int v = 0; ok && v < m->n_values; v++) ready[v] = m->values[v].is_input || m->values[v].init;
+    for (int i = 0; ok && i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        for (int k = 0; k < n->n_in; k++) ok &= n->in[k] < 0 || ready[n->in[k]];
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0) ready[n->out[k]] = true;
+    }
+    free(ready);
+    return ok;
+}
+
+/* opt = a finalized copy of m with the pass (for the CPU, conv_bn_stats on or off) */
+static kiln_status apply(const kiln_model *m, bool on, kiln_model **opt, bool *changed) {
+    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU, .conv_bn_stats = on};
+    *changed = false;
+    kiln_status st = kiln_model_clone(m, opt);
+    if (!st) st = kiln_pass_conv_bn_stats(*opt, &cpu, changed);
+    if (!st) st = kiln_model_finalize(*opt);
+    return st;
+}
+
+/* m's fuse-bn form, as the CUDA trainer's graph has it when conv-bn-stats runs */
+static kiln_status fuse_bn(const kiln_model *m, kiln_model **out) {
+    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU};
+    bool changed = false;
+    kiln_status st = kiln_model_clone(m, out);
+    if (!st) st = kiln_pass_fuse_bn(*out, &cpu, &changed);
+    if (!st) st = kiln_model_finalize(*out);
+    return st;
+}
+
+static void resnet18(void) {
+    const char *label = "resnet18 training graph, fp32, fuse-bn";
+    printf("-- %s\n", label);
+    kiln_model *fwd = NULL, *m = NULL, *bw = NULL, *ref = NULL, *opt = NULL, *off = NULL, *bad = NULL;
+    kiln_trainer *t = NULL;
+    kiln_tensor *image = NULL, *lab = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .momentum = 0.9f};
+    bool changed = false;
+    if (kiln_model_resnet(ctx, 18, 10, 64, 5, 0, &fwd) || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) ||
+        kiln_trainer_create(m, "loss", &o, &t) || !(bw = backward_graph(t)) || fuse_bn(bw, &ref) ||
+        apply(ref, true, &opt, &changed)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    CHECK(changed, "%s: the pass reports no change", label);
+    printf("  before: %d Conv, %d FusedConv, %d BatchNormalization, %d nodes\n", count_op(ref, "Conv"),
+           count_op(ref, "FusedConv"), count_op(ref, "BatchNormalization"), ref->n_nodes);
+    printf("  after:  %d Conv, %d FusedConv, %d BatchNormalization with sums, %d nodes\n", count_op(opt, "Conv"),
+           count_op(opt, "FusedConv"), bns_with_sums(opt), opt->n_nodes);
+    CHECK(count_op(ref, "BatchNormalization") == 20 && count_op(ref, "Conv") == 20,
+          "%s: the graph is not resnet18's (20 Conv, 20 BN)", label);
+    CHECK(bns_with_sums(opt) == 20 && count_op(opt, "Conv") == 0 && count_op(opt, "FusedConv") == 20 &&
+              opt->n_nodes == ref->n_nodes,
+          "%s: %d BNs with the convolution's sums, %d Conv / %d FusedConv left, %d nodes (want 20, 0 / 20, %d)", label,
+          bns_with_sums(opt), count_op(opt, "Conv"), count_op(opt, "FusedConv"), opt->n_nodes, ref->n_nodes);
+    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+
+    image = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, 64, 64}, -2, 2, 31);
+    lab = kt_rand(KILN_I64, 1, (int64_t[]){2}, 0, 10, 32);
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    same_function(label, ref, opt, t->feeds, 1e-4, 0, NULL);
+
+    /* the compare can fail: the first BN reads the sums of squares as its sums */
+    if (kiln_model_clone(opt, &bad)) {
+        CHECK(0, "%s: clone", label);
+        goto out;
+    }
+    for (int i = 0; i < bad->n_nodes; i++)
+        if (strcmp(bad->nodes[i].op_type, "BatchNormalization") == 0 && bad->nodes[i].n_in >= 8) {
+            bad->nodes[i].in[6] = bad->nodes[i].in[7];
+            break;
+        }
+    if (!kiln_model_finalize(bad)) {
+        const int before = fails;
+        printf("  (the next compare must fail: wrong sums)\n");
+        same_function("resnet18 with wrong sums (must differ)", ref, bad, t->feeds, 1e-4, 0, NULL);
+        CHECK(fails > before, "%s: wrong sums were not noticed", label);
+        fails = before;
+    } else {
+        CHECK(0, "%s: finalize: %s", label, kiln_context_message(ctx));
+    }
+
+    /* off: the option unset, and the pass table without it */
+    changed = true;
+    kiln_model_free(off);
+    off = NULL;
+    if (apply(ref, false, &off, &changed)) CHECK(0, "%s: off: %s", label, kiln_context_message(ctx));
+    else CHECK(!changed && bns_with_sums(off) == 0 && count_op(off, "Conv") == 20, "%s: rewritten with the option off", label);
+    kiln_model_free(off);
+    off = NULL;
+    const kiln_pass_options table = {.device = KILN_DEVICE_CPU, .disabled = ~0u};
+    if (kiln_passes_apply(ref, &table, &off)) CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+    else CHECK(bns_with_sums(off) == 0, "%s: the pass table ran conv-bn-stats without the option", label);
+    kiln_model_free(off);
+    off = NULL;
+    const kiln_pass_options on = {.device = KILN_DEVICE_CPU, .disabled = ~0u, .conv_bn_stats = true};
+    if (kiln_passes_apply(ref, &on, &off)) CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+    else CHECK(bns_with_sums(off) == 20, "%s: the pass table did not run conv-bn-stats with the option", label);
+
+    /* the inference graph: no training BatchNormalization */
+    kiln_model_free(opt);
+    opt = NULL;
+    changed = true;
+    if (apply(fwd, true, &opt, &changed)) CHECK(0, "%s: inference graph: %s", label, kiln_context_message(ctx));
+    else CHECK(!changed && count_op(opt, "FusedConv") == 0, "%s: the inference graph was rewritten", label);
+out:
+    if (t) t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_model_free(m);
+    kiln_model_free(bw);
+    kiln_model_free(ref);
+    kiln_model_free(opt);
+    kiln_model_free(off);
+    kiln_model_free(bad);
+}
+
+/* ResNet-50's training graph as the CUDA trainer lays it out (NHWC fp16), fuse-bn, then the
+ * pass: all 53 BNs (every one follows a convolution) read their convolution's sums. */
+static void resnet50_counts(void) {
+    const char *label = "resnet50 training graph, NHWC fp16";
+    printf("-- %s\n", label);
+    kiln_model *fwd = NULL, *m = NULL, *bw = NULL, *laid = NULL, *ref = NULL, *opt = NULL;
+    kiln_trainer *t = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .momentum = 0.9f};
+    const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16,
+                                  .disabled = ~(unsigned)KILN_PASS_NHWC};
+    bool changed = false;
+    if (kiln_model_resnet(ctx, 50, 10, 64, 5, 0, &fwd) || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) ||
+        kiln_trainer_create(m, "loss", &o, &t) || !(bw = backward_graph(t)) || kiln_passes_apply(bw, &po, &laid) ||
+        fuse_bn(laid, &ref) || apply(ref, true, &opt, &changed)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    int f16_nhwc = 0; /* the sums f32 (C); the convolutions' Y f16 NHWC */
+    for (int i = 0; i < opt->n_nodes; i++) {
+        const kiln_node *c = &opt->nodes[i];
+        if (strcmp(c->op_type, "FusedConv") != 0 || c->n_out < 3) continue;
+        f16_nhwc += opt->values[c->out[0]].dtype == KILN_F16 && opt->values[c->out[0]].format == KILN_FORMAT_NHWC &&
+                    opt->values[c->out[1]].dtype == KILN_F32 && opt->values[c->out[2]].dtype == KILN_F32;
+    }
+    printf("  %d BatchNormalization, %d with the convolution's sums; %d FusedConv (%d f16 NHWC with f32 sums); "
+           "%d nodes (%d before)\n",
+           count_op(opt, "BatchNormalization"), bns_with_sums(opt), count_op(opt, "FusedConv"), f16_nhwc, opt->n_nodes,
+           ref->n_nodes);
+    CHECK(count_op(ref, "BatchNormalization") == 53 && bns_with_sums(opt) == 53 && f16_nhwc == 53 &&
+              opt->n_nodes == ref->n_nodes,
+          "%s: want 53 BNs with sums from 53 f16 NHWC FusedConvs, node count unchanged", label);
+    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+out:
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_model_free(m);
+    kiln_model_free(bw);
+    kiln_model_free(laid);
+    kiln_model_free(ref);
+    kiln_model_free(opt);
+}
+
+static void env(void) {
+    printf("-- KILN_CUDA_CONV_STATS\n");
+    unsetenv("KILN_CUDA_CONV_STATS");
+    CHECK(!kiln_pass_conv_bn_stats_env(), "on without KILN_CUDA_CONV_STATS");
+    setenv("KILN_CUDA_CONV_STATS", "0", 1);
+    CHECK(!kiln_pass_conv_bn_stats_env(), "on with KILN_CUDA_CONV_STATS=0");
+    setenv("KILN_CUDA_CONV_STATS", "1", 1);
+    CHECK(kiln_pass_conv_bn_stats_env(), "off with KILN_CUDA_CONV_STATS=1");
+    unsetenv("KILN_CUDA_CONV_STATS");
+}
+
+int main(void) {
+    if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    resnet18();
+    resnet50_counts();
+    env();
+    kiln_context_free(ctx);
+    printf("%s\n", fails ? "FAILED" : "all conv-bn-stats checks passed");
+    return fails != 0;
+}
