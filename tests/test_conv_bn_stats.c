@@ -14,8 +14,13 @@
  *     BatchNormalizations take their sums from 53 FusedConvs; node count unchanged.
  *   - off by default: kiln_passes_apply without conv_bn_stats changes nothing;
  *     KILN_CUDA_CONV_STATS=1 (and only "1") asks for it.
+ *   - the trainer (kiln_trainer_create_plan, resnet18 AMP fp16): its CUDA training graph has
+ *     the 20 BNs reading sums with KILN_CUDA_CONV_STATS=1 in a build with the CUDA backend
+ *     (none in a CPU-only build: no kiln.FusedConv kernel to run them), none without it, and
+ *     the CPU trainer's never.
  * Exits non-zero on any failure. */
 #include "check.h"
+#include "core/backend.h"
 #include "core/optest.h"
 #include "core/plan.h"
 #include "passes/passes.h"
@@ -230,11 +235,49 @@ static void env(void) {
     unsetenv("KILN_CUDA_CONV_STATS");
 }
 
+/* The trainer's training graph for device dev (fp16 AMP), with the environment variable set
+ * or not: how many BNs read the convolution's sums. */
+static int trainer_sums(kiln_device dev, bool env_on) {
+    if (env_on) setenv("KILN_CUDA_CONV_STATS", "1", 1);
+    else unsetenv("KILN_CUDA_CONV_STATS");
+    kiln_model *fwd = NULL, *m = NULL;
+    kiln_trainer *t = NULL;
+    kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
+    o.optimizer = KILN_OPTIM_SGD;
+    o.momentum = 0.9f;
+    o.device = dev;
+    o.amp = KILN_AMP_FP16;
+    int n = -1;
+    if (kiln_model_resnet(ctx, 18, 10, 64, 1, 0, &fwd) || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) ||
+        kiln_trainer_create_plan(m, "loss", &o, &t))
+        CHECK(0, "trainer plan (%s): %s", dev == KILN_DEVICE_CUDA ? "cuda" : "cpu", kiln_context_message(ctx));
+    else {
+        n = bns_with_sums(t->train);
+        CHECK(topological(t->train), "trainer plan: not in a topological order");
+    }
+    unsetenv("KILN_CUDA_CONV_STATS");
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_model_free(m);
+    return n;
+}
+
+static void trainer(void) {
+    printf("-- the trainer's graphs (resnet18, AMP fp16)\n");
+    const bool cuda = kiln_backend_for(KILN_DEVICE_CUDA) != NULL;
+    const int on = trainer_sums(KILN_DEVICE_CUDA, true), off = trainer_sums(KILN_DEVICE_CUDA, false),
+              cpu = trainer_sums(KILN_DEVICE_CPU, true);
+    printf("  CUDA graph: %d BNs with sums with KILN_CUDA_CONV_STATS=1, %d without; CPU graph with it: %d (%s build)\n",
+           on, off, cpu, cuda ? "CUDA" : "CPU-only");
+    CHECK(on == (cuda ? 20 : 0) && off == 0 && cpu == 0, "trainer: want %d, 0 and 0", cuda ? 20 : 0);
+}
+
 int main(void) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     resnet18();
     resnet50_counts();
     env();
+    trainer();
     kiln_context_free(ctx);
     printf("%s\n", fails ? "FAILED" : "all conv-bn-stats checks passed");
     return fails != 0;
