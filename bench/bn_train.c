@@ -13,6 +13,10 @@
  *                     pass's node at a bottleneck's end (bench/NOTES.md "t4")
  *   sum, relugrad, bngrad   Sum, kiln.UnaryGrad op=Relu, kiln.BatchNormGrad: what it stands for
  *   copy              a device-to-device copy of X (this GPU's read + write floor)
+ *   channel sums      kiln_cuda_channel_sums over X: the pass the conv-bn-stats fallback
+ *                     adds after a convolution (conv_stats.c; issue 12, "t7 prediction")
+ *   bn+relu, sums given    BatchNormalization relu=1 with X's sums as inputs 6, 7 (the
+ *                     conv-bn-stats pass's node: no statistics pass, X read once)
  *
  * Each is timed with a CUDA event pair around every launch after warm-up (a delay kernel
  * holds the GPU while the host enqueues, so the events time the kernels, not the
@@ -31,6 +35,7 @@
  */
 #include "core/optest.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/norm_train.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -86,12 +91,16 @@ typedef struct chain {
     op *ops[3];
     int n;
     const void *src; /* a copy instead when set */
+    bool sums;       /* kiln_cuda_channel_sums(X) into sum, sq instead when set */
+    const kiln_tensor *x;
+    float *sum, *sq;
     void *dst;
     size_t bytes;
 } chain;
 
 static kiln_status run_chain(const chain *ch) {
     if (ch->src) return kiln_cuda_copy_d2d(cu, ch->dst, ch->src, ch->bytes);
+    if (ch->sums) return kiln_cuda_channel_sums(cu, ctx, ch->x, ch->sum, ch->sq, ws, ws_bytes);
     for (int i = 0; i < ch->n; i++) {
         op *o = ch->ops[i];
         o->c.workspace = ws;
@@ -150,7 +159,26 @@ static int same_bytes(const char *what, const kiln_tensor *a, const kiln_tensor 
     return rc || diff != 0;
 }
 
-enum { NROWS = 9, NBIG = 11 };
+/* Device tensors a and b (of dtype dt) within 1% of b's largest magnitude: the BN with X's
+ * sums (E[x^2] - mean^2 from f32 sums) against the one with its own statistics. */
+static int close_to(const char *what, const kiln_tensor *a, const kiln_tensor *b) {
+    kiln_tensor *ha = kt_make(a->dtype, a->ndim, a->dims, NULL), *hb = kt_make(b->dtype, b->ndim, b->dims, NULL);
+    const size_t n = kiln_tensor_nbytes(a);
+    int rc = !ha || !hb || kiln_cuda_download(cu, ha->data, a->data, n) || kiln_cuda_download(cu, hb->data, b->data, n);
+    double worst = 0, mx = 0;
+    for (int64_t i = 0; !rc && i < kiln_tensor_numel(hb); i++) {
+        worst = fmax(worst, fabs(kiln_get_f64(ha, i) - kiln_get_f64(hb, i)));
+        mx = fmax(mx, fabs(kiln_get_f64(hb, i)));
+    }
+    const bool bad = rc || !(worst <= 0.01 * mx);
+    printf("    check %-34s %s (max |diff| %.3g of max %.3g)\n", what, rc ? "download failed" : bad ? "DIFFERENT" : "close",
+           worst, mx);
+    kiln_tensor_free(ha);
+    kiln_tensor_free(hb);
+    return bad;
+}
+
+enum { NROWS = 11, NBIG = 12 };
 
 typedef struct totals {
     double us[NROWS]; /* per row, summed over the shapes (each shape counted `mult` times; the
@@ -159,7 +187,8 @@ typedef struct totals {
 
 static const char *const rows[NROWS] = {"copy X (floor)",       "bn fwd",      "bn+relu fused", "bn, relu (2 kernels)",
                                         "bngrad",               "bngrad+relu fused", "relugrad, bngrad (2)",
-                                        "bngrad residual fused", "sum, relugrad, bngrad (3)"};
+                                        "bngrad residual fused", "sum, relugrad, bngrad (3)",
+                                        "channel sums (conv-stats fallback)", "bn+relu, sums given"};
 
 static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H, int mult, int res, int warmup,
                        int iters, totals *tot) {
@@ -167,8 +196,9 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     const size_t es = kiln_dtype_size(dt), bytes = (size_t)n * es;
     kiln_cuda_arena_reset(cu);
     /* X, Y (BN), Y2 (relu fused), Y3 (relu of Y), dY, dX, dX2, G (masked dY), dY2 (a second
-     * gradient term), S (dY + dY2), G2 (the residual node's masked sum); params */
-    kiln_tensor big[NBIG], par[9];
+     * gradient term), S (dY + dY2), G2 (the residual node's masked sum), Y4 (BN with X's
+     * sums); params */
+    kiln_tensor big[NBIG], par[11]; /* 9, 10: X's sum and sum of squares (conv-bn-stats) */
     kiln_status st = KILN_OK;
     kiln_tensor *hx = kt_rand(dt, 4, dims, -2, 3, 11), *hg = kt_rand(dt, 4, dims, -1, 1, 12);
     for (int i = 0; i < NBIG && !st; i++) {
@@ -180,7 +210,7 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
         st = kiln_cuda_arena_alloc(cu, bytes, &big[i].data);
     }
     const double pv[4][1] = {{1.0}, {0.1}, {0.2}, {1.0}}; /* scale, B, mean, var */
-    for (int i = 0; i < 9 && !st; i++) {
+    for (int i = 0; i < 11 && !st; i++) {
         memset(&par[i], 0, sizeof par[i]);
         par[i].dtype = KILN_F32;
         par[i].ndim = 1;
@@ -204,9 +234,9 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
         return 1;
     }
     kiln_tensor *X = &big[0], *Y = &big[1], *Y2 = &big[2], *Y3 = &big[3], *dY = &big[4], *dX = &big[5],
-                *dX2 = &big[6], *G = &big[7], *dY2 = &big[8], *S = &big[9], *G2 = &big[10];
+                *dX2 = &big[6], *G = &big[7], *dY2 = &big[8], *S = &big[9], *G2 = &big[10], *Y4 = &big[11];
     kiln_tensor *p4[4] = {&par[0], &par[1], &par[2], &par[3]};
-    op bn, bnr, relu, bg, bgr, rg, bgres, sum, rgs;
+    op bn, bnr, relu, bg, bgr, rg, bgres, sum, rgs, bns;
     int rc = 0;
     rc |= op_init(&bn, "", "BatchNormalization", "training_mode=1", 5, (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3]},
                   3, (kiln_tensor *[]){Y, &par[4], &par[5]});
@@ -224,6 +254,9 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
                   (kiln_tensor *[]){dX2, &par[6], &par[8], NULL, NULL, G2});
     rc |= op_init(&sum, "", "Sum", "", 2, (kiln_tensor *[]){dY, dY2}, 1, (kiln_tensor *[]){S});
     rc |= op_init(&rgs, "kiln", "UnaryGrad", "op=Relu", 3, (kiln_tensor *[]){S, NULL, Y2}, 1, (kiln_tensor *[]){G});
+    rc |= op_init(&bns, "", "BatchNormalization", "training_mode=1;relu=1", 8,
+                  (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3], NULL, &par[9], &par[10]}, 3,
+                  (kiln_tensor *[]){Y4, &par[4], &par[5]});
     const chain ch[NROWS] = {{.src = X->data, .dst = Y3->data, .bytes = bytes},
                          {.ops = {&bn}, .n = 1},
                          {.ops = {&bnr}, .n = 1},
@@ -232,23 +265,26 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
                          {.ops = {&bgr}, .n = 1},
                          {.ops = {&rg, &bg}, .n = 2},
                          {.ops = {&bgres}, .n = 1},
-                         {.ops = {&sum, &rgs, &bg}, .n = 3}};
+                         {.ops = {&sum, &rgs, &bg}, .n = 3},
+                         {.sums = true, .x = X, .sum = par[9].data, .sq = par[10].data},
+                         {.ops = {&bns}, .n = 1}};
     /* tensors of `bytes` read or written at least (the residual node: X, dY, dY2, Y, G2 in
      * its first pass, G2, X, dX in its second) */
-    const double moved[NROWS] = {2, 3, 3, 5, 5, 7, 8, 8, 11};
+    const double moved[NROWS] = {2, 3, 3, 5, 5, 7, 8, 8, 11, 1, 2};
     printf("\n%s %s, %lld x %lld x %lld x %lld (%.1f MB a tensor), x%d in ResNet-50\n", kiln_dtype_name(dt),
            nhwc ? "NHWC" : "NCHW", (long long)N, (long long)C, (long long)H, (long long)H, bytes / 1e6, mult);
     printf("  %-26s %10s %10s %8s\n", "kernel(s)", "median us", "min us", "GB/s");
     for (int r = 0; r < NROWS && !rc; r++) {
         double med = 0, mn = 0;
-        if (r >= 7 && res == 0) break; /* no bottleneck ends at this shape */
+        if (r >= 7 && r <= 8 && res == 0) continue; /* no bottleneck ends at this shape */
         if ((rc = time_it(rows[r], &ch[r], warmup, iters, &med, &mn))) break;
         printf("  %-26s %10.1f %10.1f %8.0f\n", rows[r], med, mn, moved[r] * (double)bytes / (med * 1e-6) / 1e9);
-        tot->us[r] += med * (r >= 7 ? res : mult);
+        tot->us[r] += med * (r >= 7 && r <= 8 ? res : mult);
     }
     /* fused vs unfused: the last runs left Y2 (fused), Y3 = Relu(Y); dX2 (fused) and dX
      * from G = UnaryGrad(dY, Y2) */
     if (!rc) rc |= same_bytes("bn+relu fused vs bn, relu", Y2, Y3);
+    if (!rc) rc |= close_to("bn+relu sums given vs fused", Y4, Y2);
     if (!rc && res == 0) rc |= same_bytes("bngrad+relu fused vs relugrad, bngrad", dX2, dX);
     /* the residual rows ran last: dX2 and G2 (fused), dX and G from Sum, UnaryGrad, BatchNormGrad */
     if (!rc && res > 0) rc |= same_bytes("bngrad residual vs sum, relugrad, bngrad", dX2, dX);
@@ -262,6 +298,7 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     op_free(&bgres);
     op_free(&sum);
     op_free(&rgs);
+    op_free(&bns);
     return rc;
 }
 
@@ -319,12 +356,17 @@ int main(int argc, char **argv) {
         rc = bench_shape(dt, nhwc, batch, shapes[s].C, shapes[s].H, shapes[s].mult, shapes[s].res, warmup, iters, &tot);
     if (!rc) {
         printf("\nResNet-50's 53 BNs at batch %lld (each shape's median times its count), ms:\n", (long long)batch);
-        for (int r = 0; r < NROWS; r++) printf("  %-26s %8.2f%s\n", rows[r], tot.us[r] / 1e3, r >= 7 ? " (the 16 block ends)" : "");
+        for (int r = 0; r < NROWS; r++)
+            printf("  %-26s %8.2f%s\n", rows[r], tot.us[r] / 1e3, r >= 7 && r <= 8 ? " (the 16 block ends)" : "");
         printf("  forward:  unfused bn, relu %.2f ms -> fused %.2f ms; backward: relugrad, bngrad %.2f ms -> fused "
                "%.2f ms\n",
                tot.us[3] / 1e3, tot.us[2] / 1e3, tot.us[6] / 1e3, tot.us[5] / 1e3);
         printf("  block ends: sum, relugrad, bngrad %.2f ms -> residual fused %.2f ms\n", tot.us[8] / 1e3,
                tot.us[7] / 1e3);
+        /* conv-bn-stats (all 53 BNs counted as bn+relu: the relu=0 ones move the same bytes) */
+        printf("  conv-bn-stats: bn+relu fused %.2f ms -> sums given %.2f ms (saved if GenStats is free: %.2f ms; the "
+               "fallback's sums pass adds back %.2f ms)\n",
+               tot.us[2] / 1e3, tot.us[10] / 1e3, (tot.us[2] - tot.us[10]) / 1e3, tot.us[9] / 1e3);
     }
     kiln_cuda_free(cu);
     kiln_context_free(ctx);
