@@ -14,6 +14,11 @@
  *     BatchNormalizations take their sums from 53 FusedConvs; node count unchanged.
  *   - off by default: kiln_passes_apply without conv_bn_stats changes nothing;
  *     KILN_CUDA_CONV_STATS=1 (and only "1") asks for it.
+ *   - SyncBatchNorm with the sums (the CPU reference, src/ops/batch_normalization.c): over a
+ *     communicator whose all-reduce doubles every value (two ranks holding the same batch),
+ *     a training BN given X's sums computes what the plain BN computes on one process (Y and
+ *     the running statistics within 1e-5 of their largest value), with relu = 1 too; and
+ *     with sums of another tensor it does not (the compare can fail).
  *   - the trainer (kiln_trainer_create_plan, resnet18 AMP fp16): its CUDA training graph has
  *     the 20 BNs reading sums with KILN_CUDA_CONV_STATS=1 in a build with the CUDA backend
  *     (none in a CPU-only build: no kiln.FusedConv kernel to run them), none without it, and
@@ -23,6 +28,7 @@
 #include "core/backend.h"
 #include "core/optest.h"
 #include "core/plan.h"
+#include "dist/dist.h"
 #include "passes/passes.h"
 #include "train/trainer_internal.h"
 
@@ -235,6 +241,97 @@ static void env(void) {
     unsetenv("KILN_CUDA_CONV_STATS");
 }
 
+/* A communicator of two ranks holding the same batch: every all-reduce doubles. */
+static kiln_status twice_f64(kiln_dist *d, double *buf, int64_t n) {
+    (void)d;
+    for (int64_t i = 0; i < n; i++) buf[i] *= 2;
+    return KILN_OK;
+}
+static const kiln_dist_impl twice = {.name = "twice", .allreduce_f64 = twice_f64};
+
+/* Per channel the sum and sum of squares of x (N, C, ...), as f32 (C). */
+static void sums_of(const kiln_tensor *x, kiln_tensor **sum, kiln_tensor **sq) {
+    const int64_t C = x->dims[1], S = kiln_tensor_numel(x) / (x->dims[0] * C);
+    *sum = kt_make(KILN_F32, 1, &x->dims[1], NULL);
+    *sq = kt_make(KILN_F32, 1, &x->dims[1], NULL);
+    for (int64_t ch = 0; ch < C; ch++) {
+        double a = 0, q = 0;
+        for (int64_t n = 0; n < x->dims[0]; n++)
+            for (int64_t k = 0; k < S; k++) {
+                const double v = kiln_get_f64(x, (n * C + ch) * S + k);
+                a += v;
+                q += v * v;
+            }
+        kiln_set_f64(*sum, ch, a);
+        kiln_set_f64(*sq, ch, q);
+    }
+}
+
+/* One BatchNormalization node (opset 15, attrs) on in[] (n_in) into out[3]. */
+static kiln_status bn_eval(const char *attrs, int n_in, kiln_tensor **in, kiln_tensor **out) {
+    int outs[3] = {17, 18, 19};
+    kiln_node node = {.op_type = "BatchNormalization", .name = "syncbn", .domain = "", .opset = 15, .n_in = n_in,
+                      .n_out = 3, .out = outs};
+    node.op = kiln_op_index_domain("", "BatchNormalization");
+    kiln_status st = kiln_attrs_parse(ctx, attrs, &node.attrs, &node.n_attrs);
+    if (!st) st = kiln_op_eval(ctx, &node, n_in, in, 3, out);
+    for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
+    free(node.attrs);
+    return st;
+}
+
+/* largest |a - b| over the three outputs, relative to each output's largest |b| */
+static double worst_rel(kiln_tensor **a, kiln_tensor **b) {
+    double worst = 0;
+    for (int k = 0; k < 3; k++) {
+        double d = 0, mx = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(b[k]); i++) {
+            d = fmax(d, fabs(kiln_get_f64(a[k], i) - kiln_get_f64(b[k], i)));
+            mx = fmax(mx, fabs(kiln_get_f64(b[k], i)));
+        }
+        worst = fmax(worst, mx > 0 ? d / mx : d);
+    }
+    return worst;
+}
+
+static void syncbn(void) {
+    printf("-- SyncBatchNorm with the convolution's sums (CPU reference)\n");
+    kiln_dist fake = {.ctx = ctx, .id = 7, .rank = 0, .size = 2, .local_rank = 0, .timeout_s = 10, .host = &twice};
+    static const char *const forms[2][2] = {{"training_mode=1;momentum=0.8", "training_mode=1;momentum=0.8;sync_comm=7"},
+                                            {"training_mode=1;relu=1", "training_mode=1;relu=1;sync_comm=7"}};
+    for (int f = 0; f < 2; f++) {
+        const int64_t xd[4] = {3, 8, 5, 4}, c = 8;
+        kiln_tensor *in[8] = {kt_rand(KILN_F32, 4, xd, -2, 3, 900 + f), kt_rand(KILN_F32, 1, &c, 0.5, 1.5, 910),
+                              kt_rand(KILN_F32, 1, &c, -1, 1, 911),         kt_rand(KILN_F32, 1, &c, -1, 1, 912),
+                              kt_rand(KILN_F32, 1, &c, 0.5, 1.5, 913),      NULL};
+        kiln_tensor *other = kt_rand(KILN_F32, 4, xd, -1, 1, 920 + f), *want[3] = {0}, *got[3] = {0}, *bad[3] = {0};
+        sums_of(in[0], &in[6], &in[7]);
+        kiln_status st = bn_eval(forms[f][0], 5, in, want); /* one process, its own statistics */
+        ctx->dist = &fake;
+        if (!st) st = bn_eval(forms[f][1], 8, in, got);
+        kiln_tensor_free(in[6]);
+        kiln_tensor_free(in[7]);
+        sums_of(other, &in[6], &in[7]); /* sums of another tensor: must differ */
+        if (!st) st = bn_eval(forms[f][1], 8, in, bad);
+        ctx->dist = NULL;
+        if (st) {
+            CHECK(0, "syncbn %s: %s", forms[f][1], kiln_context_message(ctx));
+        } else {
+            const double e = worst_rel(got, want), eb = worst_rel(bad, want);
+            printf("  %s: within %.3g of the one-process BN (wrong sums: %.3g)\n", forms[f][1], e, eb);
+            CHECK(e <= 1e-5, "syncbn %s with sums differs by %.3g", forms[f][1], e);
+            CHECK(eb > 1e-2, "syncbn %s: wrong sums went unnoticed (%.3g)", forms[f][1], eb);
+        }
+        for (int i = 0; i < 8; i++) kiln_tensor_free(in[i]);
+        for (int k = 0; k < 3; k++) {
+            kiln_tensor_free(want[k]);
+            kiln_tensor_free(got[k]);
+            kiln_tensor_free(bad[k]);
+        }
+        kiln_tensor_free(other);
+    }
+}
+
 /* The trainer's training graph for device dev (fp16 AMP), with the environment variable set
  * or not: how many BNs read the convolution's sums. */
 static int trainer_sums(kiln_device dev, bool env_on) {
@@ -277,6 +374,7 @@ int main(void) {
     resnet18();
     resnet50_counts();
     env();
+    syncbn();
     trainer();
     kiln_context_free(ctx);
     printf("%s\n", fails ? "FAILED" : "all conv-bn-stats checks passed");
