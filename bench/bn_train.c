@@ -19,6 +19,10 @@
  *                     dX (5 tensors) against the Y form's 7; checked bit for bit against
  *                     "bngrad+relu fused" on the same X, dY and forward (Y and S of one run)
  *   copy              a device-to-device copy of X (this GPU's read + write floor)
+ *   channel sums      kiln_cuda_channel_sums over X: the pass the conv-bn-stats fallback
+ *                     adds after a convolution (conv_stats.c; issue 12, "t7 prediction")
+ *   bn+relu, sums given    BatchNormalization relu=1 with X's sums as inputs 6, 7 (the
+ *                     conv-bn-stats pass's node: no statistics pass, X read once)
  *
  * Each is timed with a CUDA event pair around every launch after warm-up (a delay kernel
  * holds the GPU while the host enqueues, so the events time the kernels, not the
@@ -37,6 +41,7 @@
  */
 #include "core/optest.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/norm_train.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -92,12 +97,16 @@ typedef struct chain {
     op *ops[3];
     int n;
     const void *src; /* a copy instead when set */
+    bool sums;       /* kiln_cuda_channel_sums(X) into sum, sq instead when set */
+    const kiln_tensor *x;
+    float *sum, *sq;
     void *dst;
     size_t bytes;
 } chain;
 
 static kiln_status run_chain(const chain *ch) {
     if (ch->src) return kiln_cuda_copy_d2d(cu, ch->dst, ch->src, ch->bytes);
+    if (ch->sums) return kiln_cuda_channel_sums(cu, ctx, ch->x, ch->sum, ch->sq, ws, ws_bytes);
     for (int i = 0; i < ch->n; i++) {
         op *o = ch->ops[i];
         o->c.workspace = ws;
@@ -156,7 +165,26 @@ static int same_bytes(const char *what, const kiln_tensor *a, const kiln_tensor 
     return rc || diff != 0;
 }
 
-enum { NROWS = 10, NBIG = 12 };
+/* Device tensors a and b (of dtype dt) within 1% of b's largest magnitude: the BN with X's
+ * sums (E[x^2] - mean^2 from f32 sums) against the one with its own statistics. */
+static int close_to(const char *what, const kiln_tensor *a, const kiln_tensor *b) {
+    kiln_tensor *ha = kt_make(a->dtype, a->ndim, a->dims, NULL), *hb = kt_make(b->dtype, b->ndim, b->dims, NULL);
+    const size_t n = kiln_tensor_nbytes(a);
+    int rc = !ha || !hb || kiln_cuda_download(cu, ha->data, a->data, n) || kiln_cuda_download(cu, hb->data, b->data, n);
+    double worst = 0, mx = 0;
+    for (int64_t i = 0; !rc && i < kiln_tensor_numel(hb); i++) {
+        worst = fmax(worst, fabs(kiln_get_f64(ha, i) - kiln_get_f64(hb, i)));
+        mx = fmax(mx, fabs(kiln_get_f64(hb, i)));
+    }
+    const bool bad = rc || !(worst <= 0.01 * mx);
+    printf("    check %-34s %s (max |diff| %.3g of max %.3g)\n", what, rc ? "download failed" : bad ? "DIFFERENT" : "close",
+           worst, mx);
+    kiln_tensor_free(ha);
+    kiln_tensor_free(hb);
+    return bad;
+}
+
+enum { NROWS = 12, NBIG = 13 };
 
 typedef struct totals {
     double us[NROWS]; /* per row, summed over the shapes (each shape counted `mult` times; the
@@ -168,7 +196,8 @@ typedef struct totals {
 static const char *const rows[NROWS] = {"copy X (floor)",       "bn fwd",      "bn+relu fused", "bn, relu (2 kernels)",
                                         "bngrad",               "bngrad+relu fused", "relugrad, bngrad (2)",
                                         "bngrad residual fused", "sum, relugrad, bngrad (3)",
-                                        "bngrad+relu mask from X"};
+                                        "bngrad+relu mask from X", "channel sums (conv-stats fallback)",
+                                        "bn+relu, sums given"};
 
 static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H, int mult, int res, int warmup,
                        int iters, totals *tot) {
@@ -176,10 +205,11 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     const size_t es = kiln_dtype_size(dt), bytes = (size_t)n * es;
     kiln_cuda_arena_reset(cu);
     /* X, Y (BN), Y2 (relu fused), Y3 (relu of Y), dY, dX, dX2, G (masked dY), dY2 (a second
-     * gradient term), S (dY + dY2), G2 (the residual node's masked sum), dX3 (the mask from X's);
-     * params (scale, B, mean, var, running mean, running var, dScale, dB, dB2, dScale3, dB3),
-     * SS: the forward's saved statistics (f64 (2, C)) */
-    kiln_tensor big[NBIG], par[11], SS;
+     * gradient term), S (dY + dY2), G2 (the residual node's masked sum), dX3 (the mask from X's),
+     * Y4 (BN with X's sums); params (scale, B, mean, var, running mean, running var, dScale, dB,
+     * dB2, X's sum and sum of squares (conv-bn-stats), dScale3, dB3), SS: the forward's saved
+     * statistics (f64 (2, C)) */
+    kiln_tensor big[NBIG], par[13], SS;
     kiln_status st = KILN_OK;
     kiln_tensor *hx = kt_rand(dt, 4, dims, -2, 3, 11), *hg = kt_rand(dt, 4, dims, -1, 1, 12);
     for (int i = 0; i < NBIG && !st; i++) {
@@ -197,7 +227,7 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     SS.dims[0] = 2;
     SS.dims[1] = C;
     st = kiln_cuda_arena_alloc(cu, (size_t)C * 16, &SS.data);
-    for (int i = 0; i < 11 && !st; i++) {
+    for (int i = 0; i < 13 && !st; i++) {
         memset(&par[i], 0, sizeof par[i]);
         par[i].dtype = KILN_F32;
         par[i].ndim = 1;
@@ -221,9 +251,10 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
         return 1;
     }
     kiln_tensor *X = &big[0], *Y = &big[1], *Y2 = &big[2], *Y3 = &big[3], *dY = &big[4], *dX = &big[5],
-                *dX2 = &big[6], *G = &big[7], *dY2 = &big[8], *S = &big[9], *G2 = &big[10], *dX3 = &big[11];
+                *dX2 = &big[6], *G = &big[7], *dY2 = &big[8], *S = &big[9], *G2 = &big[10], *dX3 = &big[11],
+                *Y4 = &big[12];
     kiln_tensor *p4[4] = {&par[0], &par[1], &par[2], &par[3]};
-    op bn, bnr, relu, bg, bgr, rg, bgres, sum, rgs, bns, bgx;
+    op bn, bnr, relu, bg, bgr, rg, bgres, sum, rgs, bns, bgx, bnsum;
     int rc = 0;
     rc |= op_init(&bn, "", "BatchNormalization", "training_mode=1", 5, (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3]},
                   3, (kiln_tensor *[]){Y, &par[4], &par[5]});
@@ -246,7 +277,11 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
                   (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3]}, 4, (kiln_tensor *[]){Y2, &par[4], &par[5], &SS});
     rc |= op_init(&bgx, "kiln", "BatchNormGrad", "training_mode=1;relu=1;relu_mask_from_x=1", 7,
                   (kiln_tensor *[]){dY, X, p4[0], p4[1], p4[2], p4[3], &SS}, 3,
-                  (kiln_tensor *[]){dX3, &par[9], &par[10]});
+                  (kiln_tensor *[]){dX3, &par[11], &par[12]});
+    /* the forward given X's sums (conv-bn-stats) */
+    rc |= op_init(&bnsum, "", "BatchNormalization", "training_mode=1;relu=1", 8,
+                  (kiln_tensor *[]){X, p4[0], p4[1], p4[2], p4[3], NULL, &par[9], &par[10]}, 3,
+                  (kiln_tensor *[]){Y4, &par[4], &par[5]});
     const chain ch[NROWS] = {{.src = X->data, .dst = Y3->data, .bytes = bytes},
                          {.ops = {&bn}, .n = 1},
                          {.ops = {&bnr}, .n = 1},
@@ -256,10 +291,12 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
                          {.ops = {&rg, &bg}, .n = 2},
                          {.ops = {&bgres}, .n = 1},
                          {.ops = {&sum, &rgs, &bg}, .n = 3},
-                         {.ops = {&bgx}, .n = 1}};
+                         {.ops = {&bgx}, .n = 1},
+                         {.sums = true, .x = X, .sum = par[9].data, .sq = par[10].data},
+                         {.ops = {&bnsum}, .n = 1}};
     /* tensors of `bytes` read or written at least (the residual node: X, dY, dY2, Y, G2 in
      * its first pass, G2, X, dX in its second) */
-    const double moved[NROWS] = {2, 3, 3, 5, 5, 7, 8, 8, 11, 5};
+    const double moved[NROWS] = {2, 3, 3, 5, 5, 7, 8, 8, 11, 5, 1, 2};
     printf("\n%s %s, %lld x %lld x %lld x %lld (%.1f MB a tensor), x%d in ResNet-50\n", kiln_dtype_name(dt),
            nhwc ? "NHWC" : "NCHW", (long long)N, (long long)C, (long long)H, (long long)H, bytes / 1e6, mult);
     printf("  %-26s %10s %10s %8s\n", "kernel(s)", "median us", "min us", "GB/s");
@@ -283,6 +320,7 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     /* fused vs unfused: the last runs left Y2 (fused), Y3 = Relu(Y); dX2 (fused) and dX
      * from G = UnaryGrad(dY, Y2) */
     if (!rc) rc |= same_bytes("bn+relu fused vs bn, relu", Y2, Y3);
+    if (!rc) rc |= close_to("bn+relu sums given vs fused", Y4, Y2);
     if (!rc && res == 0) rc |= same_bytes("bngrad+relu fused vs relugrad, bngrad", dX2, dX);
     /* the residual rows ran last: dX2 and G2 (fused), dX and G from Sum, UnaryGrad, BatchNormGrad */
     if (!rc && res > 0) rc |= same_bytes("bngrad residual vs sum, relugrad, bngrad", dX2, dX);
@@ -297,8 +335,8 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
         } else {
             kiln_tensor d6 = par[6], d8 = par[8];
             rc |= same_bytes("mask from X dX vs relu=1 with Y", dX3, dX2);
-            rc |= same_bytes("mask from X dScale vs relu=1 with Y", &par[9], &d6);
-            rc |= same_bytes("mask from X dB vs relu=1 with Y", &par[10], &d8);
+            rc |= same_bytes("mask from X dScale vs relu=1 with Y", &par[11], &d6);
+            rc |= same_bytes("mask from X dB vs relu=1 with Y", &par[12], &d8);
         }
     }
     op_free(&bn);
@@ -312,6 +350,7 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     op_free(&rgs);
     op_free(&bns);
     op_free(&bgx);
+    op_free(&bnsum);
     return rc;
 }
 
@@ -371,7 +410,7 @@ int main(int argc, char **argv) {
         printf("\nResNet-50's 53 BNs at batch %lld (each shape's median times its count), ms:\n", (long long)batch);
         for (int r = 0; r < NROWS; r++)
             printf("  %-26s %8.2f%s\n", rows[r], tot.us[r] / 1e3,
-                   r == 9 ? " (the 33 pairs not at a block end)" : r >= 7 ? " (the 16 block ends)" : "");
+                   r == 9 ? " (the 33 pairs not at a block end)" : r >= 7 && r <= 8 ? " (the 16 block ends)" : "");
         printf("  forward:  unfused bn, relu %.2f ms -> fused %.2f ms; backward: relugrad, bngrad %.2f ms -> fused "
                "%.2f ms\n",
                tot.us[3] / 1e3, tot.us[2] / 1e3, tot.us[6] / 1e3, tot.us[5] / 1e3);
@@ -379,6 +418,10 @@ int main(int argc, char **argv) {
                tot.us[7] / 1e3);
         printf("  not block ends (33 BN -> ReLU pairs): bngrad+relu with Y %.2f ms -> mask from X %.2f ms\n",
                tot.y33 / 1e3, tot.us[9] / 1e3);
+        /* conv-bn-stats (all 53 BNs counted as bn+relu: the relu=0 ones move the same bytes) */
+        printf("  conv-bn-stats: bn+relu fused %.2f ms -> sums given %.2f ms (saved if GenStats is free: %.2f ms; the "
+               "fallback's sums pass adds back %.2f ms)\n",
+               tot.us[2] / 1e3, tot.us[11] / 1e3, (tot.us[2] - tot.us[11]) / 1e3, tot.us[10] / 1e3);
     }
     kiln_cuda_free(cu);
     kiln_context_free(ctx);

@@ -378,6 +378,16 @@ enum {
                                          Conv / Gemm as the fused op's activation (with
                                          fuse-conv; alone: those two stay separate) */
 };
+/* BatchNormalization statistics from the convolution (CUDA training; issue 12; UNVALIDATED:
+ * never run on a GPU yet, so off by default). With the environment variable
+ * KILN_CUDA_CONV_STATS=1 set, the CUDA trainer gives each convolution that feeds a training
+ * BatchNormalization outputs with the per-channel sum and sum of squares of what it writes
+ * (kiln.FusedConv) and the BN takes its batch statistics from them instead of reading its
+ * input an extra time (the conv-bn-stats pass; the same function within f32 rounding of the
+ * sums, tested on the CPU). The CUDA backend computes those sums in cuDNN's
+ * ConvolutionFwd -> GenStats graph where cuDNN has an engine for it and it was timed faster,
+ * else by the plain convolution and a statistics kernel (correct, no gain);
+ * KILN_CUDA_CONV_STATS_LOG=1 prints each convolution's choice on stderr. */
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),
  * one line per problem, scoped to the GPU model and cuDNN version; safe to delete. */

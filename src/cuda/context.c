@@ -110,6 +110,8 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     cu->conv_dw_grad = o->conv_dw_grad != 0 || (dwg && strcmp(dwg, "1") == 0);
     const char *fla = getenv("KILN_CUDA_FLASH_ATTN");
     cu->flash_attention = o->flash_attention != 0 || (fla && strcmp(fla, "1") == 0);
+    const char *cst = getenv("KILN_CUDA_CONV_STATS"); /* unvalidated: off unless asked */
+    cu->conv_bn_stats = o->conv_bn_stats > 0 ? o->conv_bn_stats : cst && strcmp(cst, "1") == 0 ? 1 : 0;
     cu->deterministic = o->deterministic != 0;
     cu->algo_path[0] = '\0';
     if (o->algo_cache) {
@@ -230,6 +232,7 @@ void kiln_cuda_free(kiln_cuda *cu) {
     if (cu->dnn) cudnnDestroy(cu->dnn);
     if (cu->lt) cublasLtDestroy(cu->lt);
     kiln_cuda_fused_cache_free(cu);
+    kiln_cuda_genstats_free(cu);
     if (cu->arena_heap) nvtxMemHeapUnregister(cu->nvtx, cu->arena_heap);
     if (cu->nvtx) nvtxDomainDestroy(cu->nvtx);
     if (cu->arena) cudaFree(cu->arena);

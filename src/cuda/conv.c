@@ -878,6 +878,33 @@ kiln_status kiln_cuda_k_conv(kiln_cuda *cu, kiln_op_ctx *c) { return conv_run(cu
 
 kiln_status kiln_cuda_k_fused_conv(kiln_cuda *cu, kiln_op_ctx *c) { return conv_run(cu, c, true); }
 
+/* The problem cuDNN's ConvolutionFwd -> GenStats graph would run for a kiln.FusedConv with
+ * statistics outputs (cudnn_graph.c): 2-D NHWC f16 / bf16, one group, symmetric pads, no
+ * bias, residual or activation (the graph has the convolution alone before GenStats). */
+bool kiln_cuda_conv_genstats_geo(const kiln_op_ctx *c, kiln_genstats_geo *gs, char *why, size_t n) {
+    const kiln_tensor *x = c->in[0], *w = c->in[1], *y = c->out[0];
+    conv_geo g;
+    kiln_cuda_act act = {KILN_ACT_NONE, 0.f, 0.f};
+    if (!conv_geo_get(c, x, w, y, &g, why, n)) return false;
+    if (x->ndim != 4 || g.fmt != KILN_FORMAT_NHWC || (x->dtype != KILN_F16 && x->dtype != KILN_BF16)) {
+        snprintf(why, n, "the graph is built for 2-D NHWC f16 / bf16 convolutions (rank %d, %s, %s)", x->ndim,
+                 fmt_name(g.fmt), kiln_dtype_name(x->dtype));
+        return false;
+    }
+    if (g.G != 1 || g.padded) {
+        snprintf(why, n, "%s", g.G != 1 ? "grouped convolution" : "asymmetric pads");
+        return false;
+    }
+    if (input(c, 2) || input(c, 3) || !kiln_cuda_act_get(c->node, false, &act, why, n) || act.kind != KILN_ACT_NONE) {
+        snprintf(why, n, "bias, residual or activation in the epilogue (the graph has the convolution alone)");
+        return false;
+    }
+    *gs = (kiln_genstats_geo){.N = g.N, .C = g.C, .H = g.H, .W = g.W, .K = g.M, .R = g.kh, .S = g.kw, .P = g.OH,
+                              .Q = g.OW, .sh = g.sh, .sw = g.sw, .dh = g.dh, .dw = g.dw, .ph = g.ph, .pw = g.pw,
+                              .bf16 = x->dtype == KILN_BF16};
+    return true;
+}
+
 /* kiln.ConvGradInput(dY, W, X) -> dX, like X (whose values are not read). */
 kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_context *ctx = c->kctx;

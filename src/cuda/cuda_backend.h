@@ -125,6 +125,14 @@ typedef struct kiln_cuda_options {
      * nodes keep attention.cu's kernels (kiln_cuda_stats.flash_refused says why). Also on
      * when the environment variable KILN_CUDA_FLASH_ATTN=1 is set at kiln_cuda_create. */
     int flash_attention;
+    /* conv_bn_stats: kiln.FusedConv's statistics outputs (the conv-bn-stats pass's, issue 12;
+     * src/cuda/conv_stats.c) through cuDNN's ConvolutionFwd -> GenStats graph where cuDNN has
+     * an engine for it: 1 timed at plan time against the convolution + kiln's statistics
+     * kernel (with autotune) and the faster kept, 2 the graph wherever it has one (tests);
+     * 0: always the convolution + statistics kernel. UNVALIDATED (never run on a GPU yet),
+     * so 0 by default; also 1 when the environment variable KILN_CUDA_CONV_STATS=1 is set at
+     * kiln_cuda_create (which also makes the CUDA trainer run the pass). */
+    int conv_bn_stats;
     /* no_streams: a captured plan runs every node on the one stream (else the nodes off
      * its longest path run on side streams, joined into the captured graph as parallel
      * branches: cuda_plan.c) */
@@ -182,6 +190,9 @@ typedef struct kiln_cuda_stats {
     int gemms_timed;      /* matrix product shapes whose cuBLASLt algorithms were timed */
     int side_captured;    /* nodes captured on side streams (parallel branches of a graph) */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */
+    int conv_stats_graph_calls;    /* kiln.FusedConv statistics by cuDNN's GenStats graph (conv_bn_stats) */
+    int conv_stats_fallback_calls; /* ... by the convolution + statistics kernel */
+    char conv_stats_why[256];      /* why the last fallback ran ("" if none) */
 } kiln_cuda_stats;
 void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out);
 kiln_context *kiln_cuda_context(const kiln_cuda *cu);

@@ -104,6 +104,13 @@ struct kiln_cuda {
     bool flash_attention;   /* kiln.Attention by attention_flash.cu where it takes the node
                                (unvalidated: off unless kiln_cuda_options.flash_attention or
                                KILN_CUDA_FLASH_ATTN=1) */
+    /* kiln.FusedConv's statistics outputs (conv_stats.c; UNVALIDATED: off unless
+     * kiln_cuda_options.conv_bn_stats or KILN_CUDA_CONV_STATS=1): 0 the convolution, then
+     * norm_train.cu's statistics kernel; 1 (auto) cuDNN's ConvolutionFwd -> GenStats graph
+     * where it has an engine, timed at plan time against the former (with autotune) and the
+     * faster kept; 2 the graph wherever it has an engine (tests) */
+    int conv_bn_stats;
+    struct kiln_genstats_cache *genstats; /* cudnn_graph.c's plans, or NULL */
     /* With autotune, each depthwise problem met is timed on conv_depthwise.cu's kernel and on
      * the cuDNN path, and the faster kept (conv.c, dw_faster): direction, dtype, geometry. */
     struct kiln_cuda_dw_choice {
@@ -498,6 +505,37 @@ kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, k
 kiln_status kiln_cuda_conv_depthwise_grad_input(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
                                                 const kiln_cuda_dw_geo *g, const void *dy, const void *w,
                                                 void *dx);
+/* kiln.FusedConv's statistics outputs (issue 12, the conv-bn-stats pass; UNVALIDATED, behind
+ * kiln_cuda's conv_bn_stats). conv_stats.c: the node's kernel, workspace and supports check
+ * (the table's kiln.FusedConv entry; a node without outputs 1, 2 goes to conv.c as before).
+ * cudnn_graph.c: cuDNN's ConvolutionFwd -> GenStats graph for one problem (plan time: graph,
+ * heuristics, plan, kept on cu; run: on the node's buffers, the sums zeroed first). conv.c:
+ * the problem of a node when that graph can express it (2-D, NHWC, f16 / bf16, one group,
+ * symmetric pads, no bias, residual or activation), else why not. */
+typedef struct kiln_genstats_geo {
+    int64_t N, C, H, W, K, R, S, P, Q, sh, sw, dh, dw, ph, pw;
+    bool bf16;
+} kiln_genstats_geo;
+struct kiln_genstats_problem;
+bool kiln_cuda_conv_genstats_geo(const kiln_op_ctx *c, kiln_genstats_geo *g, char *why, size_t n);
+/* build: make the plan when the problem is new (plan time); else only look it up (*out NULL) */
+kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_genstats_geo *g, bool build,
+                                    struct kiln_genstats_problem **out);
+/* the plan's workspace when it has one; why not otherwise */
+bool kiln_cuda_genstats_ok(const struct kiln_genstats_problem *p, size_t *ws, const char **why);
+/* the problem's choice (KILN_GENSTATS_*) and its two timings (ms[0] graph, ms[1] fallback) */
+enum { KILN_GENSTATS_UNTIMED = 0, KILN_GENSTATS_GRAPH = 1, KILN_GENSTATS_FALLBACK = 2 };
+int *kiln_cuda_genstats_choice(struct kiln_genstats_problem *p, double **ms);
+kiln_status kiln_cuda_genstats_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p,
+                                   const void *x, const void *w, void *y, float *sum, float *sq, int64_t K, void *ws,
+                                   size_t ws_size);
+void kiln_cuda_genstats_free(kiln_cuda *cu);
+/* a line of the choice: the context's log at INFO, and stderr with KILN_CUDA_CONV_STATS_LOG=1 */
+void kiln_cuda_conv_stats_note(kiln_context *ctx, const char *fmt, ...) KILN_PRINTF(2, 3);
+bool kiln_cuda_sup_fused_conv_stats(const kiln_op_ctx *c, char *why, size_t n);
+kiln_status kiln_cuda_k_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c);
+kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+
 /* conv_depthwise_grad.cu (UNVALIDATED, behind kiln_cuda's conv_dw_grad): the weight
  * gradient dW (C, 1, kh, kw) = sum over n, oh, ow of dY * X, in W's dtype (= X's), per-block
  * partial sums in the workspace (kiln_cuda_conv_depthwise_wgrad_ws bytes: 0 where the

@@ -74,6 +74,12 @@
  *      path as the statistics' (each thread's coefficients in registers, no index division).
  * Workspace: P * C * K doubles, then 4 * C floats (both 256-byte aligned); the gradient also
  * this rank's partials under SyncBatchNorm, then, with the mask from X, 3 * C floats (a, m, k).
+ *
+ * Statistics from the convolution (conv-bn-stats, issue 12; UNVALIDATED, opt-in): a training
+ * BatchNormalization with inputs 6, 7 (X's f32 sum and sum of squares per channel) skips
+ * kernel 1: the sums become one partial row (P = 1), all-reduced under SyncBatchNorm like
+ * the partials, then finalize and apply as above. kiln_cuda_channel_sums: kernel 1 and a
+ * reduction of its partials into f32 sums (kiln.FusedConv's statistics outputs, conv_stats.c).
  */
 #include "dtype.cuh"
 #include "norm_train.h"
@@ -702,6 +708,37 @@ kiln_status apply_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const voi
              : launch_apply_t<T, true, false, false>(cu, ctx, g, dy, x, y, dx, coef);
 }
 
+/* ------------------------------------------------- sums in and out (conv-bn-stats) */
+
+/* part (1, C, 2) from X's f32 sums (a training BN's inputs 6, 7): the forward's finalize
+ * and SyncBatchNorm's all-reduce then take them as one partial row. */
+__global__ void bn_sums_in(const float *sum, const float *sq, double *part, int64_t C) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    part[2 * c] = sum[c];
+    part[2 * c + 1] = sq[c];
+}
+
+kiln_status launch_sums_in(kiln_cuda *cu, kiln_context *ctx, int64_t C, const float *sum, const float *sq,
+                           double *part) {
+    bn_sums_in<<<(unsigned)div_up(C, THREADS), THREADS, 0, cu->stream>>>(sum, sq, part, C);
+    KILN_CUDA_LAUNCHED(ctx, "bn_sums_in");
+    return KILN_OK;
+}
+
+// part: (P, C, 2) -> sum, sq (C) in f32 (the partials added in double, as the finalize
+// does). grid ceil(C / FIN_C), block (FIN_C, FIN_P).
+__global__ void __launch_bounds__(FIN_C * FIN_P) bn_sums_out(const double *part, float *sum, float *sq, int64_t C,
+                                                             int64_t P) {
+    __shared__ double sh[2][FIN_P][FIN_C + 1];
+    const int64_t c = (int64_t)blockIdx.x * FIN_C + threadIdx.x;
+    double s[2];
+    channel_sums<2>(part, C, P, s, sh);
+    if (threadIdx.y != 0 || c >= C) return;
+    sum[c] = (float)s[0];
+    sq[c] = (float)s[1];
+}
+
 /* ------------------------------------------------------------------ host side */
 
 bool present(const kiln_op_ctx *c, int i) { return i < c->n_in && c->in[i] != NULL; }
@@ -784,6 +821,12 @@ extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n
         snprintf(why, n, "output 3 (S, the saved statistics) must be a float tensor of 2 x %lld values", (long long)x->dims[1]);
         return false;
     }
+    for (int k = 6; k <= 7; k++) /* X's sums from the convolution (conv-bn-stats): f32 (C) */
+        if (present(c, k) && (c->in[k]->dtype != KILN_F32 || kiln_tensor_numel(c->in[k]) != x->dims[1] ||
+                              !present(c, 13 - k))) {
+            snprintf(why, n, "inputs 6 and 7 (X's sums) must both be f32 vectors of %lld values", (long long)x->dims[1]);
+            return false;
+        }
     if (present(c, 5)) { /* Z, the fused residual: X's dtype, shape and layout, with relu = 1 */
         const kiln_tensor *z = c->in[5];
         if (kiln_attr_int(c->node, "relu", 0) == 0 || z->dtype != x->dtype || is_nhwc(z) != is_nhwc(x) ||
@@ -815,11 +858,18 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
             p.o[k] = c->out[1 + k]->data;
             p.odt[k] = c->out[1 + k]->dtype;
         }
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_fwd, cu, c->kctx, g, x->data, part);
+    /* inputs 6, 7 (conv-bn-stats): X's sums from the convolution as one partial row, no pass over X */
+    Geo gs = g;
+    if (present(c, 6) && present(c, 7)) {
+        gs.P = 1;
+        st = launch_sums_in(cu, c->kctx, g.C, (const float *)c->in[6]->data, (const float *)c->in[7]->data, part);
+    } else {
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_fwd, cu, c->kctx, g, x->data, part);
+    }
     if (st) return st;
     int world = 1; /* SyncBatchNorm: the partial sums over every rank (equal shapes: equal P) */
-    if ((st = kiln_cuda_sync_sums(cu, c, part, part, g.P * g.C * 2, &world))) return st;
-    if ((st = launch_finalize_fwd(cu, c->kctx, g, part, coef, p, (double)g.M * world))) return st;
+    if ((st = kiln_cuda_sync_sums(cu, c, part, part, gs.P * gs.C * 2, &world))) return st;
+    if ((st = launch_finalize_fwd(cu, c->kctx, gs, part, coef, p, (double)g.M * world))) return st;
     const bool relu = kiln_attr_int(c->node, "relu", 0) != 0;
     const void *z = present(c, 5) ? c->in[5]->data : nullptr; /* the fused residual (relu = 1) */
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, z, c->out[0]->data, coef, relu);
@@ -941,4 +991,31 @@ extern "C" kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_grad, cu, c->kctx, g, gout ? gout : dy->data, x->data,
                            gout ? nullptr : y, c->out[0]->data, coef, mc);
     return st;
+}
+
+/* ------------------------------------------ per-channel sums of a tensor (conv-bn-stats) */
+
+extern "C" size_t kiln_cuda_channel_sums_ws(const kiln_tensor *y) {
+    return kiln_cuda_float_dtype(y->dtype) && y->ndim >= 2 ? part_bytes(geo_of(y), 2) : 0;
+}
+
+extern "C" kiln_status kiln_cuda_channel_sums(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *y, float *sum,
+                                              float *sq, void *ws, size_t ws_size) {
+    const Geo g = geo_of(y);
+    if (g.C == 0) return KILN_OK;
+    if (!ws || ws_size < part_bytes(g, 2))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "channel sums need %zu bytes of workspace, got %zu", part_bytes(g, 2),
+                         ws_size);
+    double *part = (double *)ws; // (P, C, 2)
+    kiln_status st = KILN_OK;
+    if (g.M == 0) { /* no elements: sums of zero */
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sum, 0, (size_t)g.C * sizeof(float), cu->stream));
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sq, 0, (size_t)g.C * sizeof(float), cu->stream));
+        return KILN_OK;
+    }
+    KILN_CU_FLOAT_DISPATCH(st, ctx, y->dtype, stats_fwd, cu, ctx, g, y->data, part);
+    if (st) return st;
+    bn_sums_out<<<(unsigned)div_up(g.C, FIN_C), dim3(FIN_C, FIN_P), 0, cu->stream>>>(part, sum, sq, g.C, g.P);
+    KILN_CUDA_LAUNCHED(ctx, "bn_sums_out");
+    return KILN_OK;
 }

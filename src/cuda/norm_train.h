@@ -20,6 +20,13 @@ bool kiln_cuda_bn_training(const kiln_op_ctx *c);
 bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_bn_train(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+/* Per channel (dim 1; NHWC where y is) the sum and sum of squares of y (f32, f16, bf16) into
+ * f32 sum, sq (C), by the training forward's statistics kernels (partials in ws, at least
+ * kiln_cuda_channel_sums_ws(y) bytes): kiln.FusedConv's statistics outputs when the
+ * convolution runs without them (conv_stats.c). */
+size_t kiln_cuda_channel_sums_ws(const kiln_tensor *y);
+kiln_status kiln_cuda_channel_sums(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *y, float *sum, float *sq,
+                                   void *ws, size_t ws_size);
 bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_bn_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);

@@ -180,7 +180,10 @@ static bool sup_conv(const kiln_op_ctx *c, char *why, size_t n) {
 }
 
 static bool sup_fused_conv(const kiln_op_ctx *c, char *why, size_t n) {
-    return same_float(c, why, n) && kiln_cuda_conv_supported(c, true, why, n);
+    /* outputs 1, 2 (the statistics, conv_stats.c): the convolution's check on Y alone */
+    kiln_op_ctx v = *c;
+    if (v.n_out > 1) v.n_out = 1;
+    return kiln_cuda_sup_fused_conv_stats(c, why, n) && same_float(&v, why, n) && kiln_cuda_conv_supported(&v, true, why, n);
 }
 
 /* kiln.ToNHWC: NCHW in, NHWC out; kiln.ToNCHW the other way; 4-D, any element size.
@@ -1279,7 +1282,7 @@ static const entry table[] = {
     /* kiln's fused ops and layout conversions (FUSED.md) */
     {"kiln.FusedElementwise", kiln_cuda_k_fused_elementwise, sup_fused_elementwise, NULL, true},
     {"kiln.FusedGemm", kiln_cuda_k_fused_gemm, sup_fused_gemm, kiln_cuda_ws_matmul, false},
-    {"kiln.FusedConv", kiln_cuda_k_fused_conv, sup_fused_conv, kiln_cuda_ws_conv, true},
+    {"kiln.FusedConv", kiln_cuda_k_fused_conv_stats, sup_fused_conv, kiln_cuda_ws_fused_conv_stats, true},
     {"kiln.LogSoftmaxNLL", kiln_cuda_k_logsoftmax_nll, sup_logsoftmax_nll, NULL, false},
     {"kiln.MaxPoolDropout", kiln_cuda_k_maxpool_dropout, sup_maxpool_dropout, NULL, true},
     {"kiln.MaxPoolDropoutGrad", kiln_cuda_k_maxpool_dropout_grad, sup_maxpool_dropout_grad, NULL, true},

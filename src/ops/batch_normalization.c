@@ -58,6 +58,19 @@
  * (what kiln.UnaryGrad op=Relu would give the shortcut), else in0 + dY2. Outputs 3 and 4 may
  * be absent beside it.
  *
+ * Statistics from the convolution (issue 12; the conv-bn-stats pass, src/passes/conv_bn_stats.c,
+ * CUDA training graphs): kiln's inputs 6 and 7, given together in training mode only, are the
+ * per-channel sum and sum of squares of X (f32 (C), kiln.FusedConv's outputs 1 and 2, the
+ * convolution that wrote X). The node then takes its batch statistics from them instead of
+ * summing X: mean = sum / M, var = sumsq / M - mean^2 clamped at 0 (M = N*D1*..*Dn), in
+ * double, as the CUDA kernels' finalize computes them from their partial sums
+ * (src/cuda/norm_train.cu) — not the reference's two-pass variance, so within f32 rounding
+ * of the sums and E[x^2] - mean^2's cancellation of the plain node. Under SyncBatchNorm the
+ * sums and the count are all-reduced over the ranks (in double, one all-reduce) as the CUDA
+ * kernels all-reduce their partial sums. The gradient rule reads the sums as X's own
+ * statistics (which the pass guarantees): kiln.BatchNormGrad as without them (it recomputes
+ * the statistics from X), X's gradient the training-mode one, and none for inputs 6 and 7.
+ *
  * SyncBatchNorm (data parallelism, kiln_train_options.sync_bn): the trainer sets the
  * attribute sync_comm (a communicator's id, src/dist/dist.h) on the training node, which
  * its gradient node copies; both then take the batch statistics over every rank's batch
@@ -102,6 +115,18 @@ static double round_as(kiln_dtype dt, double v) {
 /* BatchNormalization's input 5 (kiln's): Z, the fused residual added before the ReLU */
 static const kiln_tensor *resid(const kiln_op_ctx *c) { return c->n_in > 5 ? c->in[5] : NULL; }
 
+/* BatchNormalization's inputs 6 and 7 (kiln's): the sum and sum of squares of X per channel */
+static const kiln_tensor *in_sum(const kiln_op_ctx *c) { return c->n_in > 7 ? c->in[6] : NULL; }
+static const kiln_tensor *in_sumsq(const kiln_op_ctx *c) { return c->n_in > 7 ? c->in[7] : NULL; }
+
+/* mean and variance (population, clamped at 0) from a channel's sum and sum of squares over
+ * count elements */
+static void stats_from_sums(double sum, double sq, double count, double *mean, double *var) {
+    *mean = count > 0 ? sum / count : 0;
+    const double v = count > 0 ? sq / count - *mean * *mean : 0;
+    *var = v > 0 ? v : 0;
+}
+
 /* y = max(y, 0) in place, NaN to 0 (Relu's semantics) */
 static void relu_inplace(kiln_tensor *y) {
     const int64_t n = kiln_tensor_numel(y);
@@ -140,6 +165,19 @@ static kiln_status infer(kiln_op_ctx *c) {
         for (int d = 0; same && d < x->ndim; d++) same = z->dims[d] == x->dims[d];
         KILN_OP_CHECK(c, relu == 1, KILN_ERR_INVALID_ARGUMENT, "input 5 (Z, a fused residual) needs relu = 1");
         KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "input 5 (Z) must have X's dtype and shape");
+    }
+    const bool s6 = c->n_in > 6 && c->in[6], s7 = c->n_in > 7 && c->in[7];
+    if (s6 || s7) { /* the statistics from the convolution: both, training mode, f32 (C) */
+        KILN_OP_CHECK(c, s6 && s7, KILN_ERR_INVALID_ARGUMENT,
+                      "inputs 6 and 7 (sum and sum of squares of X per channel) are given together, got only input %d",
+                      s6 ? 6 : 7);
+        KILN_OP_CHECK(c, training(c), KILN_ERR_INVALID_ARGUMENT,
+                      "inputs 6 and 7 (X's sums) need training_mode=1 (opset >= 14)");
+        for (int i = 6; i <= 7; i++)
+            KILN_OP_CHECK(c, c->in[i]->dtype == KILN_F32 && c->in[i]->ndim == 1 && c->in[i]->dims[0] == x->dims[1],
+                          KILN_ERR_SHAPE, "input %d (%s of X per channel) must be f32 (C)=(%lld), got %s of rank %d", i,
+                          i == 6 ? "sum" : "sum of squares", (long long)x->dims[1], kiln_dtype_name(c->in[i]->dtype),
+                          c->in[i]->ndim);
     }
     bool extra = has_out(c, 1) || has_out(c, 2) || has_out(c, 3) || has_out(c, 4);
     if (c->node->opset < 14) {
@@ -208,7 +246,15 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
     #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
     for (int64_t ch = 0; ch < C; ch++) {
         double mean = kiln_get_f64(mean_in, ch), var = kiln_get_f64(var_in, ch);
-        if (train) {
+        if (train && in_sum(c)) { /* inputs 6, 7: X's sums, from the convolution */
+            double bm, bv;
+            stats_from_sums(((const float *)in_sum(c)->data)[ch], ((const float *)in_sumsq(c)->data)[ch],
+                            (double)(N * S), &bm, &bv);
+            if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, mean * momentum + bm * (1 - momentum));
+            if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, var * momentum + bv * (1 - momentum));
+            mean = bm;
+            var = bv;
+        } else if (train) {
             /* two passes in double: the mean, then squared deviations from it */
             double sum = 0, sq = 0, count = (double)(N * S);
             for (int64_t n = 0; n < N; n++) {
@@ -474,19 +520,36 @@ static kiln_status forward_sync(kiln_op_ctx *c) {
     int64_t N = x->dims[0], C = x->dims[1], S = 1;
     for (int k = 2; k < x->ndim; k++) S *= x->dims[k];
     double *mean = c->workspace, *sq = mean + C + 1, count = 0; // (C + 1), (C)
-    kiln_status st = global_mean(c, d, x, mean, &count);
-    if (st) return st;
-    #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
-    for (int64_t ch = 0; ch < C; ch++) {
-        double acc = 0;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) {
-                const double v = kiln_get_f64(x, base + s) - mean[ch];
-                acc += v * v;
-            }
-        sq[ch] = acc;
+    kiln_status st;
+    if (in_sum(c)) { /* inputs 6, 7: sums, sums of squares and the count over every rank, one all-reduce */
+        double *red = mean; /* (2C + 1) in the (C + 1) + (C) above */
+        for (int64_t ch = 0; ch < C; ch++) {
+            red[ch] = ((const float *)in_sum(c)->data)[ch];
+            red[C + 1 + ch] = ((const float *)in_sumsq(c)->data)[ch];
+        }
+        red[C] = (double)(N * S);
+        if ((st = d->host->allreduce_f64(d, red, 2 * C + 1))) return st;
+        count = red[C];
+        for (int64_t ch = 0; ch < C; ch++) {
+            double bm, bv;
+            stats_from_sums(red[ch], red[C + 1 + ch], count, &bm, &bv);
+            mean[ch] = bm;
+            sq[ch] = bv * count; /* as the squared deviations below */
+        }
+    } else {
+        if ((st = global_mean(c, d, x, mean, &count))) return st;
+        #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
+        for (int64_t ch = 0; ch < C; ch++) {
+            double acc = 0;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t s = 0, base = (n * C + ch) * S; s < S; s++) {
+                    const double v = kiln_get_f64(x, base + s) - mean[ch];
+                    acc += v * v;
+                }
+            sq[ch] = acc;
+        }
+        if ((st = d->host->allreduce_f64(d, sq, C))) return st;
     }
-    if ((st = d->host->allreduce_f64(d, sq, C))) return st;
     #pragma omp parallel for if (N * C * S > (1 << 15)) schedule(static)
     for (int64_t ch = 0; ch < C; ch++) {
         const double bm = mean[ch], bv = count > 0 ? sq[ch] / count : 0;
@@ -855,8 +918,128 @@ static kiln_tensor **xmask_grad_rand(int ndim, const int64_t *dims, uint64_t see
     return in;
 }
 
-static int test(void) {
+/* Inputs 6, 7 of a training BatchNormalization: per channel the sum and sum of squares of x
+ * (N, C, ...) in double, as f32 (C); scaled by `scale` (a wrong sum, for the cases that
+ * must fail). */
+static void x_sums(const kiln_tensor *x, double scale, kiln_tensor **sum, kiln_tensor **sq) {
+    const int64_t C = x->dims[1], S = kiln_tensor_numel(x) / (x->dims[0] * C);
+    *sum = kt_make(KILN_F32, 1, &x->dims[1], NULL);
+    *sq = kt_make(KILN_F32, 1, &x->dims[1], NULL);
+    for (int64_t ch = 0; ch < C; ch++) {
+        double a = 0, q = 0;
+        for (int64_t n = 0; n < x->dims[0]; n++)
+            for (int64_t k = 0; k < S; k++) {
+                const double v = kiln_get_f64(x, (n * C + ch) * S + k);
+                a += v;
+                q += v * v;
+            }
+        kiln_set_f64(*sum, ch, a * scale);
+        kiln_set_f64(*sq, ch, q);
+    }
+}
+
+/* A training BatchNormalization given X's sums (inputs 6, 7) against the same node without
+ * them (its own statistics pass): Y and the running statistics within tol of the outputs'
+ * max; with Z (relu = 1) when resid. The case can fail: given wrong sums (the sum 1.5 times
+ * too large) the outputs move by more than tol. */
+static int sums_case(kiln_dtype dt, int ndim, const int64_t *dims, uint64_t seed, const char *attrs, bool resid,
+                     double tol, const char *label) {
+    kiln_tensor **p = bn_rand32(ndim, dims, seed), *in[8] = {0};
+    for (int i = 1; i < 5; i++) in[i] = p[i];
+    kiln_tensor_free(p[0]);
+    in[0] = kt_rand(dt, ndim, dims, -2, 3, seed * 10 + 8);
+    in[5] = resid ? kt_rand(dt, ndim, dims, -1, 1, seed * 10 + 7) : NULL;
+    kiln_tensor *want[3] = {0}, *bad[3] = {0}, *wrong[2] = {0};
+    bool ok = kiln_optest_eval("", "BatchNormalization", attrs, 15, resid ? 6 : 5, in, 3, want, label);
+    x_sums(in[0], 1.5, &wrong[0], &wrong[1]);
+    in[6] = wrong[0];
+    in[7] = wrong[1];
+    ok = ok && kiln_optest_eval("", "BatchNormalization", attrs, 15, 8, in, 3, bad, label);
+    int fails = !ok;
+    if (ok) {
+        double mx = 0, moved = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(want[0]); i++) {
+            mx = fmax(mx, fabs(kiln_get_f64(want[0], i)));
+            moved = fmax(moved, fabs(kiln_get_f64(want[0], i) - kiln_get_f64(bad[0], i)));
+        }
+        if (moved <= 10 * tol * mx) {
+            printf("FAIL %s: wrong sums move Y by %g only (the case cannot fail)\n", label, moved);
+            fails++;
+        }
+    }
+    free_all(wrong, 2);
+    free_all(bad, 3);
+    if (fails) {
+        free_all(in, 6);
+        free_all(want, 3);
+        return 1;
+    }
+    double mx = 0;
+    for (int64_t i = 0; i < kiln_tensor_numel(want[0]); i++) mx = fmax(mx, fabs(kiln_get_f64(want[0], i)));
+    x_sums(in[0], 1.0, &in[6], &in[7]);
+    return kiln_optest_opset("BatchNormalization", attrs, 15, 8, in, 3, want, tol * mx, tol, label);
+}
+
+/* A sweep case (tests/gpu/test_backend_ops.c) of a training BatchNormalization given X's
+ * sums: f32 X, the sums of its values (the GPU's f16 / bf16 runs read the rounded X against
+ * sums of the f32 one: within their tolerances). */
+static int sums_sweep(int ndim, const int64_t *dims, uint64_t seed, const char *attrs, bool resid, const char *label) {
+    kiln_tensor **p = bn_rand32(ndim, dims, seed), *in[8];
+    for (int i = 0; i < 5; i++) in[i] = p[i];
+    in[5] = resid ? kt_rand(KILN_F32, ndim, dims, -1, 1, seed * 10 + 7) : NULL;
+    x_sums(in[0], 1.0, &in[6], &in[7]);
+    return kiln_optest_sweep("BatchNormalization", attrs, 15, 8, in, 3, label);
+}
+
+static int test_sums(void) {
     int fails = 0;
+    /* the statistics from the convolution (inputs 6, 7) against the node's own */
+    fails += sums_case(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), 7700, "training_mode=1;momentum=0.8", false, 1e-5,
+                       "bn training with X's sums f32 = without");
+    fails += sums_case(KILN_F64, 4, KT_DIMS(3, 4, 5, 2), 7710, "training_mode=1", false, 1e-6,
+                       "bn training with X's sums f64 = without");
+    fails += sums_case(KILN_F16, 4, KT_DIMS(3, 8, 3, 5), 7720, "training_mode=1", false, 2e-3,
+                       "bn training with X's sums f16 = without");
+    fails += sums_case(KILN_F32, 2, KT_DIMS(9, 4), 7730, "training_mode=1;epsilon=0.001", false, 1e-5,
+                       "bn training with X's sums (N, C) = without");
+    fails += sums_case(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), 7740, "training_mode=1;relu=1", false, 1e-5,
+                       "bn training relu=1 with X's sums = without");
+    fails += sums_case(KILN_F32, 4, KT_DIMS(2, 3, 4, 5), 7750, "training_mode=1;relu=1", true, 1e-5,
+                       "bn training relu=1 + Z with X's sums = without");
+    /* the GPU sweep: NHWC vector kernels (C a multiple of 8), the scalar ones */
+    fails += sums_sweep(4, KT_DIMS(8, 64, 20, 20), 7760, "training_mode=1", false,
+                        "batchnorm training with X's sums random 8x64x20x20");
+    fails += sums_sweep(4, KT_DIMS(3, 24, 13, 11), 7761, "training_mode=1;relu=1;momentum=0.8", false,
+                        "batchnorm relu=1 training with X's sums random 3x24x13x11");
+    fails += sums_sweep(4, KT_DIMS(8, 64, 20, 20), 7762, "training_mode=1;relu=1", true,
+                        "batchnorm relu=1 + Z training with X's sums random 8x64x20x20");
+    fails += sums_sweep(4, KT_DIMS(2, 5, 7, 9), 7763, "training_mode=1", false,
+                        "batchnorm training with X's sums random 2x5x7x9 (scalar kernels)");
+    /* rejected: one sum alone, the sums without training mode, sums of the wrong length or dtype */
+    static const struct {
+        int which; /* 0: input 6 only; 1: no training_mode; 2: wrong length; 3: f64 */
+        kiln_status want;
+        const char *label;
+    } bad[] = {{0, KILN_ERR_INVALID_ARGUMENT, "bn sum without the sum of squares rejected"},
+               {1, KILN_ERR_INVALID_ARGUMENT, "bn X's sums without training_mode rejected"},
+               {2, KILN_ERR_SHAPE, "bn X's sums of the wrong length rejected"},
+               {3, KILN_ERR_SHAPE, "bn X's sums f64 rejected"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kiln_tensor **p = bn_rand32(4, KT_DIMS(2, 3, 2, 2), 7770 + i), *in[8];
+        for (int k = 0; k < 5; k++) in[k] = p[k];
+        in[5] = NULL;
+        const int64_t C = bad[i].which == 2 ? 4 : 3;
+        const kiln_dtype dt = bad[i].which == 3 ? KILN_F64 : KILN_F32;
+        in[6] = kt_rand(dt, 1, &C, 0, 1, 7780 + i);
+        in[7] = bad[i].which == 0 ? NULL : kt_rand(dt, 1, &C, 0, 1, 7790 + i);
+        fails += kiln_optest_fails("BatchNormalization", bad[i].which == 1 ? "" : "training_mode=1", 8, in, 1,
+                                   bad[i].want, bad[i].label);
+    }
+    return fails;
+}
+
+static int test(void) {
+    int fails = test_sums();
     kiln_tensor *in[5], *out[4];
 
     make_inputs(KILN_F32, in);
@@ -1262,10 +1445,11 @@ static const kiln_op_training training_form = {
  * kernels sum in double and f32; the reference in double); the statistics stay f32. */
 const kiln_op_def kiln_op_batch_normalization = {
     .precision = KILN_PREC_LOW,
-    .f32_inputs = 0x1Eu /* scale, B, mean, var: statistics keep their precision */,
+    .f32_inputs = 0xDEu /* scale, B, mean, var: statistics keep their precision; X's sums (6, 7) */,
     .f32_outputs = 0x1Eu /* running_mean, running_var */,
     .layout = KILN_LAYOUT_BN, .training = &training_form,
-    .name = "BatchNormalization", .min_inputs = 5, .max_inputs = 6 /* kiln's Z, with relu = 1 */,
+    .name = "BatchNormalization", .min_inputs = 5,
+    .max_inputs = 8 /* kiln's Z, with relu = 1; X's sum and sum of squares (training) */,
     .min_outputs = 1, .max_outputs = 5,
     .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test), .grad = grad,
     .cpu_workspace = workspace_sync,

@@ -11,7 +11,15 @@
  * Method: Conv's own CPU kernel (conv.c, on conv_common's im2col + BLAS) computes
  *   conv(X, W) without the bias, then one pass over Y adds bias and residual and applies
  *   the activation while the output is in cache row by row.
- * No gradient: the op exists only in inference plans.
+ * Statistics outputs (issue 12; the conv-bn-stats pass, src/passes/conv_bn_stats.c, in CUDA
+ *   training graphs): optional outputs 1 and 2, both or neither, f32 (M): per output channel
+ *   the sum and the sum of squares of Y over every dim but M, of Y as written (after the
+ *   epilogue, and for f16 / bf16 outputs of the rounded values: what a BatchNormalization
+ *   reading Y would sum; cuDNN's GenStats sums the values the convolution stores). Summed in
+ *   double, rounded to f32 once. A training BatchNormalization of Y takes them as its
+ *   inputs 6 and 7 instead of its own statistics pass over Y.
+ * No gradient: the op exists only in plans made after autograd (inference, and the passes
+ *   the trainer applies to a differentiated graph).
  */
 #include "../core/optest.h"
 #include "fused.h"
@@ -22,15 +30,18 @@
 
 extern const kiln_op_def kiln_op_conv;
 
-/* The context Conv's kernel sees: X, W only (the bias is added by the epilogue). */
+/* The context Conv's kernel sees: X, W only (the bias is added by the epilogue), Y only. */
 static kiln_op_ctx conv_view(const kiln_op_ctx *c) {
     kiln_op_ctx v = *c;
     if (v.n_in > 2) v.n_in = 2;
+    if (v.n_out > 1) v.n_out = 1;
     return v;
 }
 
 static const kiln_tensor *bias_in(const kiln_op_ctx *c) { return c->n_in > 2 ? c->in[2] : NULL; }
 static const kiln_tensor *z_in(const kiln_op_ctx *c) { return c->n_in > 3 ? c->in[3] : NULL; }
+
+static bool has_out(const kiln_op_ctx *c, int i) { return c->n_out > i && c->out[i] != NULL; }
 
 static kiln_status infer(kiln_op_ctx *c) {
     kiln_fused_act a;
@@ -39,6 +50,7 @@ static kiln_status infer(kiln_op_ctx *c) {
     /* Conv checks X, W, B and the attributes (B is checked with the view including it). */
     kiln_op_ctx v = *c;
     if (v.n_in > 3) v.n_in = 3;
+    if (v.n_out > 1) v.n_out = 1;
     if ((st = kiln_op_conv.infer(&v))) return st;
     const kiln_tensor *y = c->out[0], *z = z_in(c);
     if (z) {
@@ -50,7 +62,37 @@ static kiln_status infer(kiln_op_ctx *c) {
         KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "residual Z must have the output's shape %s",
                       kiln_shape_str(y, ys, sizeof ys));
     }
+    if (has_out(c, 1) || has_out(c, 2)) { /* the statistics outputs: both, f32 (M) */
+        KILN_OP_CHECK(c, has_out(c, 1) && has_out(c, 2), KILN_ERR_INVALID_ARGUMENT,
+                      "outputs 1 and 2 (sum and sum of squares of Y per channel) are given together, got only output %d",
+                      has_out(c, 1) ? 1 : 2);
+        KILN_OP_CHECK(c, y->ndim >= 3, KILN_ERR_SHAPE, "statistics outputs need a Y of rank >= 3, got rank %d",
+                      y->ndim);
+        for (int k = 1; k <= 2; k++) kiln_tensor_set_shape(c->out[k], KILN_F32, 1, &y->dims[1]);
+    }
     return KILN_OK;
+}
+
+/* Outputs 1 and 2: per channel m of Y (N, M, inner), the sum and sum of squares of the
+ * values Y holds, in double, rounded to f32 once. */
+static void channel_stats(const kiln_tensor *y, int64_t M, int64_t inner, kiln_tensor *sum, kiln_tensor *sq) {
+    const int64_t N = M > 0 && inner > 0 ? kiln_tensor_numel(y) / (M * inner) : 0;
+    float *ps = sum->data, *pq = sq->data;
+    const bool f32 = y->dtype == KILN_F32;
+    #pragma omp parallel for if (N * M * inner > (1 << 15)) schedule(static)
+    for (int64_t m = 0; m < M; m++) {
+        double s = 0, q = 0;
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t base = (n * M + m) * inner;
+            for (int64_t i = 0; i < inner; i++) {
+                const double v = f32 ? ((const float *)y->data)[base + i] : kiln_get_f64(y, base + i);
+                s += v;
+                q += v * v;
+            }
+        }
+        ps[m] = (float)s;
+        pq[m] = (float)q;
+    }
 }
 
 static size_t workspace(const kiln_op_ctx *c) {
@@ -68,6 +110,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     const int64_t M = y->dims[1];
     const int64_t inner = y->dims[0] * M > 0 ? kiln_tensor_numel(y) / (y->dims[0] * M) : 0;
     kiln_fused_epilogue(&a, y, M, inner, bias_in(c), z_in(c));
+    if (has_out(c, 1) && has_out(c, 2)) channel_stats(y, M, inner, c->out[1], c->out[2]);
     return KILN_OK;
 }
 
@@ -137,6 +180,45 @@ static int random_case(const char *label, kiln_dtype dt, const int64_t *xd, cons
     const double tol = dt == KILN_F16 ? 2e-3 : dt == KILN_F64 ? 1e-12 : 1e-5;
     return kiln_optest("FusedConv", attrs, 4, (kiln_tensor *[]){x, w, b, z}, 1, &want, tol, tol,
                        label);
+}
+
+/* The statistics outputs: sum and sum of squares per channel of y (N, M, ...), in double,
+ * as f32 (M) tensors. */
+static void stats_of(const kiln_tensor *y, kiln_tensor **sum, kiln_tensor **sq) {
+    const int64_t M = y->dims[1], inner = kiln_tensor_numel(y) / (y->dims[0] * M);
+    *sum = kt_make(KILN_F32, 1, &y->dims[1], NULL);
+    *sq = kt_make(KILN_F32, 1, &y->dims[1], NULL);
+    for (int64_t m = 0; m < M; m++) {
+        double s = 0, q = 0;
+        for (int64_t n = 0; n < y->dims[0]; n++)
+            for (int64_t i = 0; i < inner; i++) {
+                const double v = kiln_get_f64(y, (n * M + m) * inner + i);
+                s += v;
+                q += v * v;
+            }
+        kiln_set_f64(*sum, m, s);
+        kiln_set_f64(*sq, m, q);
+    }
+}
+
+/* The statistics outputs against Y as the plain op computes it (outputs 1 and 2 absent):
+ * Y the same bits, and the sums of those values; the case can fail (channels differ). */
+static int stats_case(const char *label, kiln_dtype dt, const int64_t *xd, const int64_t *wd, bool bias,
+                      const char *attrs, uint64_t seed) {
+    kiln_tensor *x = kt_rand(dt, 4, xd, -1, 1.5, seed);
+    kiln_tensor *w = kt_rand(dt, 4, wd, -1, 1, seed + 1);
+    kiln_tensor *b = bias ? kt_rand(dt, 1, wd, -1, 1, seed + 2) : NULL;
+    kiln_tensor *y = NULL;
+    if (!kiln_optest_eval("kiln", "FusedConv", attrs, 1, 3, (kiln_tensor *[]){x, w, b}, 1, &y, label)) {
+        kiln_tensor_free(x);
+        kiln_tensor_free(w);
+        kiln_tensor_free(b);
+        return 1;
+    }
+    kiln_tensor *want[3] = {y, NULL, NULL};
+    stats_of(y, &want[1], &want[2]);
+    const double tol = dt == KILN_F64 ? 1e-6 : 1e-5; /* the sums are f32 */
+    return kiln_optest("FusedConv", attrs, 3, (kiln_tensor *[]){x, w, b}, 3, want, tol, tol, label);
 }
 
 static int test(void) {
@@ -234,6 +316,54 @@ static int test(void) {
                          KT_DIMS(1, 24, 8, 9), KT_DIMS(24, 1, 5, 5), false, true,
                          "group=24;pads=[2,2,2,2]", "Relu", "", "", 141);
 
+    /* the statistics outputs (sum, sum of squares per channel of Y as written): by hand on
+     * the first case's Y (-0.2,-0.1,0,1 | -0.5,-0.4,-0.1,0), after the LeakyRelu */
+    {
+        kiln_tensor *si[4], *so[3];
+        si[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9));
+        si[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), KT_VALS(1, 0, 0, -1, 0.5, 0.5, 0.5, 0.5));
+        si[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1, -10));
+        si[3] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), KT_VALS(1, 2, 3, 4, -1, -2, -3, -4));
+        so[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), KT_VALS(-0.2, -0.1, 0, 1, -0.5, -0.4, -0.1, 0));
+        so[1] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(0.7, -1.0));
+        so[2] = kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(1.05, 0.42));
+        fails += kiln_optest("FusedConv", "activation=LeakyRelu;alpha=0.1", 4, si, 3, so, 1e-6, 1e-6,
+                             "fusedconv statistics outputs by hand (after bias, residual, LeakyRelu)");
+    }
+    fails += stats_case("fusedconv statistics f32 3x3, bias", KILN_F32, KT_DIMS(2, 4, 9, 8), KT_DIMS(6, 4, 3, 3), true,
+                        "pads=[1,1,1,1]", 160);
+    fails += stats_case("fusedconv statistics f16 1x1 (sums of the rounded Y)", KILN_F16, KT_DIMS(3, 8, 5, 5),
+                        KT_DIMS(16, 8, 1, 1), false, "", 161);
+    fails += stats_case("fusedconv statistics f64 strided, grouped", KILN_F64, KT_DIMS(2, 4, 9, 9), KT_DIMS(6, 2, 3, 3),
+                        false, "group=2;strides=[2,2]", 162);
+    /* ResNet-50's convolutions (torchvision's, at batch 2: the channels and sizes of each
+     * kind) for the GPU sweep, where f16 NHWC reaches cuDNN's GenStats graph
+     * (backend_ops_conv_stats_*); the sums over N*H*W elements, hence the tolerance */
+    {
+        static const struct {
+            int64_t x[4], w[4];
+            const char *attrs, *label;
+        } rs[] = {{{2, 64, 56, 56}, {64, 64, 1, 1}, "", "fusedconv statistics resnet50 layer1 conv1 1x1 64->64 56x56"},
+                  {{2, 64, 56, 56}, {64, 64, 3, 3}, "pads=[1,1,1,1]", "fusedconv statistics resnet50 layer1 conv2 3x3 64"},
+                  {{2, 64, 56, 56}, {256, 64, 1, 1}, "", "fusedconv statistics resnet50 layer1 conv3 1x1 64->256"},
+                  {{2, 128, 56, 56}, {128, 128, 3, 3}, "pads=[1,1,1,1];strides=[2,2]",
+                   "fusedconv statistics resnet50 layer2.0 conv2 3x3 stride 2"},
+                  {{2, 256, 56, 56}, {512, 256, 1, 1}, "strides=[2,2]",
+                   "fusedconv statistics resnet50 layer2.0 downsample 1x1 stride 2"},
+                  {{2, 512, 7, 7}, {2048, 512, 1, 1}, "", "fusedconv statistics resnet50 layer4 conv3 1x1 512->2048 7x7"},
+                  {{2, 3, 32, 32}, {64, 3, 7, 7}, "pads=[3,3,3,3];strides=[2,2]",
+                   "fusedconv statistics resnet50 stem 7x7 stride 2 (3 channels)"}};
+        for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
+            kiln_tensor *sw[2] = {kt_rand(KILN_F32, 4, rs[i].x, -1, 1.5, 170 + i),
+                                  kt_rand(KILN_F32, 4, rs[i].w, -0.1, 0.1, 180 + i)};
+            fails += kiln_optest_sweep_tol("FusedConv", rs[i].attrs, 1, 2, sw, 3, 1e-3, 1e-4, rs[i].label);
+        }
+    }
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), NULL);
+    fails += kiln_optest_fails("FusedConv", "", 2, in, 2, KILN_ERR_INVALID_ARGUMENT,
+                               "fusedconv sum without the sum of squares rejected");
+
     /* errors */
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(2, 1, 2, 2), NULL);
@@ -263,7 +393,8 @@ static double flops(const kiln_op_ctx *c) { return kiln_op_conv.flops(c); } /* C
 
 const kiln_op_def kiln_op_fused_conv = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV, .flops = flops,
+    .f32_outputs = 0x6u /* the statistics outputs */,
     .name = "FusedConv", .domain = "kiln", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1,
-    .max_outputs = 1, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
+    .max_outputs = 3 /* Y, sum, sum of squares */, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = KILN_OP_TESTS(test),
 };

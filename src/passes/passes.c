@@ -31,6 +31,8 @@ static const kiln_pass passes[] = {
     {"fuse-pool", KILN_PASS_FUSE_POOL, kiln_pass_fuse_pool},
     /* after layout: it fuses only where the BN's and the Relu's layouts agree */
     {"fuse-bn", KILN_PASS_FUSE_BN, kiln_pass_fuse_bn},
+    /* after fuse-bn (which fuses BNs of five inputs); opt-in (o->conv_bn_stats), so no bit */
+    {"conv-bn-stats", 0, kiln_pass_conv_bn_stats},
 };
 
 kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o, kiln_model **out) {

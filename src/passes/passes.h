@@ -21,6 +21,9 @@ typedef struct kiln_pass_options {
      * instead of Y; src/passes/fuse_bn.c). Off by default: its CUDA kernels are
      * unvalidated. Also on with the environment variable KILN_BN_MASK_FROM_X=1. */
     bool bn_mask_from_x;
+    /* conv-bn-stats (conv_bn_stats.c): opt-in, UNVALIDATED on a GPU; the trainer sets it
+     * for CUDA training when kiln_pass_conv_bn_stats_env() (KILN_CUDA_CONV_STATS=1) */
+    bool conv_bn_stats;
 } kiln_pass_options;
 
 typedef struct kiln_pass {
@@ -125,6 +128,10 @@ kiln_status kiln_pass_fuse_loss(kiln_model *m, const kiln_pass_options *o, bool 
 kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed);
+/* A training BatchNormalization's statistics from the Conv writing its X (conv_bn_stats.c;
+ * only with o->conv_bn_stats), and whether KILN_CUDA_CONV_STATS=1 asks for it. */
+kiln_status kiln_pass_conv_bn_stats(kiln_model *m, const kiln_pass_options *o, bool *changed);
+bool kiln_pass_conv_bn_stats_env(void);
 /* Reshape-Transpose-Reshape channel shuffles as kiln.ChannelShuffle (channel_shuffle.c; the
  * layout pass runs it first). */
 kiln_status kiln_pass_channel_shuffle(kiln_model *m, bool *changed);

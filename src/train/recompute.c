@@ -82,10 +82,13 @@ static bool cheap_node(const rc_info *g, int i) {
 }
 
 /* Ops that declare their FLOPs (kiln_op_def.flops: convolutions, products) are the second
- * tier: deterministic, one output. */
+ * tier: deterministic, one output, or a kiln.FusedConv with its statistics outputs (the
+ * conv-bn-stats pass's: the copy writes Y alone, the BN keeps reading the original's sums). */
 static bool is_heavy(const kiln_node *n) {
     const kiln_op_def *d = kiln_op_get(n->op);
-    return d && d->flops && !d->random && n->n_out == 1;
+    /* op-pattern: FusedConv (statistics outputs) */
+    const bool stats = n->n_out == 3 && strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, "FusedConv") == 0;
+    return d && d->flops && !d->random && (n->n_out == 1 || stats);
 }
 
 /* Node i's output 0 may be recomputed: a cheap op, or (second tier, scored by its FLOPs so

@@ -360,7 +360,9 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
                                 .precision = t->opts.amp == KILN_AMP_FP16   ? KILN_PRECISION_FP16
                                              : t->opts.amp == KILN_AMP_BF16 ? KILN_PRECISION_BF16
                                                                             : KILN_PRECISION_FP32,
-                                .disabled = ~wanted};
+                                .disabled = ~wanted,
+                                /* BN statistics from the convolutions (UNVALIDATED: opt-in) */
+                                .conv_bn_stats = t->opts.device == KILN_DEVICE_CUDA && kiln_pass_conv_bn_stats_env()};
         kiln_model *low = NULL;
         st = kiln_passes_apply(m, &po, &low);
         if (!st) {

@@ -1128,6 +1128,7 @@ int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     bool dry = false, want_canary = false, dw_grad = false, dw_timed = false, want_bench = false,
          want_flash_bench = false;
+    int conv_stats = -1; /* --conv-stats-{fallback,graph,timed}: kiln_cuda's conv_bn_stats 0, 2, 1 */
     int n_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--record") == 0) dry = true;
@@ -1139,6 +1140,9 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--dw-grad-bench") == 0) want_bench = true;
         else if (strcmp(argv[i], "--flash-attn") == 0) flash_attn = true;
         else if (strcmp(argv[i], "--flash-bench") == 0) want_flash_bench = true;
+        else if (strcmp(argv[i], "--conv-stats-fallback") == 0) conv_stats = 0;
+        else if (strcmp(argv[i], "--conv-stats-graph") == 0) conv_stats = 2;
+        else if (strcmp(argv[i], "--conv-stats-timed") == 0) conv_stats = 1;
         else n_only++;
     }
     kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)512 << 20};
@@ -1147,6 +1151,10 @@ int main(int argc, char **argv) {
     if (dw_grad) o.conv_dw_grad = 1, o.no_autotune = !dw_timed;
     /* --flash-attn: kiln.Attention on attention_flash.cu (off by default: unvalidated) */
     if (flash_attn) o.flash_attention = 1;
+    /* --conv-stats-*: kiln.FusedConv's statistics outputs (conv_stats.c, unvalidated) by the
+     * convolution + statistics kernel, cuDNN's GenStats graph wherever it has an engine, or
+     * the faster of the two timed (KILN_LOG=info prints each problem's plan and timing) */
+    if (conv_stats >= 0) o.conv_bn_stats = conv_stats;
     if (!dry && kiln_cuda_create(ctx, &o, &cu) != KILN_OK) {
         printf("FAIL: no usable CUDA device: %s\n", kiln_context_message(ctx));
         printf("0 passed, 1 failed\n");
@@ -1202,6 +1210,17 @@ int main(int argc, char **argv) {
                failed - f0);
     }
     kiln_optest_set_hook(NULL);
+    if (conv_stats >= 0 && cu) { /* which path ran the statistics outputs, and why the fallback did */
+        kiln_cuda_stats s;
+        kiln_cuda_get_stats(cu, &s);
+        const int ran = s.conv_stats_graph_calls + s.conv_stats_fallback_calls;
+        printf("%s conv-stats (conv_bn_stats %d): cuDNN GenStats graph %d runs, convolution + statistics kernel %d "
+               "runs%s%s\n",
+               ran && (conv_stats != 0 || !s.conv_stats_graph_calls) ? "ok  " : "FAIL", conv_stats,
+               s.conv_stats_graph_calls, s.conv_stats_fallback_calls, s.conv_stats_why[0] ? "; last fallback: " : "",
+               s.conv_stats_why);
+        if (!ran || (conv_stats == 0 && s.conv_stats_graph_calls)) failed++;
+    }
     if (dw_grad && !dw_timed && cu) { /* the kernels must have run, or the sweep proved nothing about them */
         kiln_cuda_stats s;
         kiln_cuda_get_stats(cu, &s);

@@ -1,0 +1,231 @@
+/*
+ * conv_stats.c — kiln.FusedConv with its statistics outputs 1 and 2 (the per-channel sum and
+ * sum of squares of Y as written, f32; src/ops/fused_conv.c), which the conv-bn-stats pass
+ * (src/passes/conv_bn_stats.c) gives a convolution feeding a training BatchNormalization so
+ * that the BN skips its statistics pass over Y (issue 12).
+ *
+ * UNVALIDATED: written without a GPU. The pass runs only with KILN_CUDA_CONV_STATS=1; this
+ * kernel runs whatever node has the outputs (the op sweep's cases), by one of two paths:
+ *   fallback (always correct, no gain): the convolution as conv.c runs any kiln.FusedConv,
+ *     then norm_train.cu's statistics kernel over Y (kiln_cuda_channel_sums): Y read once
+ *     more, which is what the BN's own statistics pass read.
+ *   graph (kiln_cuda's conv_bn_stats 1 or 2): cuDNN's ConvolutionFwd -> GenStats operation
+ *     graph (cudnn_graph.c), where the node's problem is one it expresses (2-D NHWC f16 /
+ *     bf16, one group, symmetric pads, nothing in the epilogue) and cuDNN has an engine for
+ *     it: the sums come from the convolution's epilogue, Y is not read again.
+ * Which: at plan time (the workspace function) the graph is built and its plan chosen; with
+ * conv_bn_stats 1 and autotune, both paths are timed on scratch buffers of the node's shapes
+ * (allocated and freed there, never in a run) and the faster kept per problem; without
+ * autotune, or with conv_bn_stats 2, the graph wherever it has a plan. The choice and why
+ * are logged (the context's log at INFO, and on stderr with KILN_CUDA_CONV_STATS_LOG=1) and
+ * counted in kiln_cuda_stats
+ * (conv_stats_graph_calls, conv_stats_fallback_calls, conv_stats_why).
+ * Workspace: the most of the convolution's (conv.c), the statistics kernel's partial sums
+ * and the graph's plan; the paths run one after the other on the stream, so they share it.
+ */
+#include "cuda_internal.h"
+#include "norm_train.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TIME_ITERS 5
+
+static kiln_status rt(kiln_context *ctx, cudaError_t e, const char *what) {
+    return e == cudaSuccess ? KILN_OK : kiln_cuda_rt_error(ctx, e, what, __FILE__, __LINE__);
+}
+
+void kiln_cuda_conv_stats_note(kiln_context *ctx, const char *fmt, ...) {
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    kiln_log(ctx, KILN_LOG_INFO, "conv-bn-stats: %s", line);
+    const char *e = getenv("KILN_CUDA_CONV_STATS_LOG");
+    if (e && strcmp(e, "1") == 0) fprintf(stderr, "kiln conv-bn-stats: %s\n", line);
+}
+
+static bool has_stats(const kiln_op_ctx *c) { return c->n_out >= 3 && c->out[1] && c->out[2]; }
+
+/* the node as conv.c runs it: Y only */
+static kiln_op_ctx plain(const kiln_op_ctx *c) {
+    kiln_op_ctx v = *c;
+    if (v.n_out > 1) v.n_out = 1;
+    return v;
+}
+
+bool kiln_cuda_sup_fused_conv_stats(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!has_stats(c)) {
+        if (c->n_out > 1 && (c->out[1] || (c->n_out > 2 && c->out[2]))) {
+            snprintf(why, n, "outputs 1 and 2 (the statistics) come together");
+            return false;
+        }
+        return true;
+    }
+    const kiln_tensor *y = c->out[0];
+    for (int k = 1; k <= 2; k++)
+        if (c->out[k]->dtype != KILN_F32 || kiln_tensor_numel(c->out[k]) != (y->ndim >= 2 ? y->dims[1] : -1)) {
+            snprintf(why, n, "statistics output %d must be f32 of Y's %lld channels", k,
+                     (long long)(y->ndim >= 2 ? y->dims[1] : 0));
+            return false;
+        }
+    if (!kiln_cuda_float_dtype(y->dtype) || y->dims[1] > INT32_MAX / 64) {
+        snprintf(why, n, "statistics of a %s Y with %lld channels", kiln_dtype_name(y->dtype), (long long)y->dims[1]);
+        return false;
+    }
+    return true;
+}
+
+/* the fallback: the convolution, then the statistics kernel over Y */
+static kiln_status run_fallback(kiln_cuda *cu, kiln_op_ctx *c) {
+    kiln_op_ctx v = plain(c);
+    kiln_status st = kiln_cuda_k_fused_conv(cu, &v);
+    if (st) return st;
+    return kiln_cuda_channel_sums(cu, c->kctx, c->out[0], (float *)c->out[1]->data, (float *)c->out[2]->data,
+                                  c->workspace, c->workspace_size);
+}
+
+static kiln_status run_graph(kiln_cuda *cu, kiln_op_ctx *c, const struct kiln_genstats_problem *p) {
+    return kiln_cuda_genstats_run(cu, c->kctx, p, c->in[0]->data, c->in[1]->data, c->out[0]->data,
+                                  (float *)c->out[1]->data, (float *)c->out[2]->data, c->out[0]->dims[1],
+                                  c->workspace, c->workspace_size);
+}
+
+/* Both paths timed on scratch buffers of c's shapes (plan time): ms[0] graph, ms[1] fallback. */
+static kiln_status time_both(kiln_cuda *cu, kiln_op_ctx *c, const struct kiln_genstats_problem *p, size_t ws,
+                             double ms[2]) {
+    kiln_context *ctx = c->kctx;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(ctx, cudaStreamIsCapturing(cu->stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return KILN_OK; /* not timed: ms stay 0 */
+    kiln_tensor tx = *c->in[0], tw = *c->in[1], ty = *c->out[0], ts = *c->out[1], tq = *c->out[2];
+    kiln_tensor *t[5] = {&tx, &tw, &ty, &ts, &tq};
+    void *buf[6] = {0};
+    cudaEvent_t ev[3] = {0};
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < 5 && !st; i++) {
+        const size_t b = kiln_tensor_nbytes(t[i]);
+        st = rt(ctx, cudaMalloc(&buf[i], b ? b : 1), "cudaMalloc (conv-bn-stats timing)");
+        /* f16 / bf16 0x3c3c: about 1.06 / 0.0114, finite in both */
+        if (!st) st = rt(ctx, cudaMemset(buf[i], 0x3c, b), "cudaMemset");
+        t[i]->data = buf[i];
+    }
+    if (!st && ws) st = rt(ctx, cudaMalloc(&buf[5], ws), "cudaMalloc (conv-bn-stats timing)");
+    for (int i = 0; i < 3 && !st; i++) st = rt(ctx, cudaEventCreate(&ev[i]), "cudaEventCreate");
+    kiln_tensor *in[2] = {&tx, &tw}, *out[3] = {&ty, &ts, &tq};
+    kiln_op_ctx v = *c;
+    v.n_in = 2;
+    v.in = in;
+    v.n_out = 3;
+    v.out = out;
+    v.workspace = buf[5];
+    v.workspace_size = ws;
+    /* one untimed run of each (the convolution's own algorithm search happens here), then
+     * TIME_ITERS of the graph and TIME_ITERS of the fallback between three events */
+    if (!st) st = run_graph(cu, &v, p);
+    if (!st) st = run_fallback(cu, &v);
+    if (!st) st = rt(ctx, cudaEventRecord(ev[0], cu->stream), "cudaEventRecord");
+    for (int i = 0; i < TIME_ITERS && !st; i++) st = run_graph(cu, &v, p);
+    if (!st) st = rt(ctx, cudaEventRecord(ev[1], cu->stream), "cudaEventRecord");
+    for (int i = 0; i < TIME_ITERS && !st; i++) st = run_fallback(cu, &v);
+    if (!st) st = rt(ctx, cudaEventRecord(ev[2], cu->stream), "cudaEventRecord");
+    if (!st) st = rt(ctx, cudaStreamSynchronize(cu->stream), "cudaStreamSynchronize");
+    float a = 0, b = 0;
+    if (!st) st = rt(ctx, cudaEventElapsedTime(&a, ev[0], ev[1]), "cudaEventElapsedTime");
+    if (!st) st = rt(ctx, cudaEventElapsedTime(&b, ev[1], ev[2]), "cudaEventElapsedTime");
+    if (!st) {
+        ms[0] = a / TIME_ITERS;
+        ms[1] = b / TIME_ITERS;
+    }
+    cudaStreamSynchronize(cu->stream);
+    for (int i = 0; i < 3; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    for (int i = 0; i < 6; i++)
+        if (buf[i]) cudaFree(buf[i]);
+    (void)cudaGetLastError();
+    return st;
+}
+
+/* The node's problem for the graph (NULL with why when none), built at plan time (build). */
+static struct kiln_genstats_problem *problem_of(kiln_cuda *cu, kiln_op_ctx *c, bool build, char *why, size_t n,
+                                                kiln_status *st) {
+    *st = KILN_OK;
+    if (!cu->conv_bn_stats) {
+        snprintf(why, n, "kiln_cuda's conv_bn_stats is off (KILN_CUDA_CONV_STATS=1 turns it on)");
+        return NULL;
+    }
+    kiln_genstats_geo g;
+    if (!kiln_cuda_conv_genstats_geo(c, &g, why, n)) return NULL;
+    struct kiln_genstats_problem *p = NULL;
+    if ((*st = kiln_cuda_genstats_plan(cu, c->kctx, &g, build, &p))) return NULL;
+    const char *no = NULL;
+    if (!kiln_cuda_genstats_ok(p, NULL, &no)) {
+        snprintf(why, n, "cuDNN: %s", p ? no : "the graph was not planned for this problem");
+        return NULL;
+    }
+    return p;
+}
+
+kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    kiln_op_ctx v = plain(c);
+    kiln_status st = kiln_cuda_ws_conv(cu, &v, bytes);
+    if (st || !has_stats(c)) return st;
+    const size_t sb = kiln_cuda_channel_sums_ws(c->out[0]);
+    if (*bytes < sb) *bytes = sb;
+    char why[256];
+    struct kiln_genstats_problem *p = problem_of(cu, c, true, why, sizeof why, &st);
+    if (st || !p) {
+        if (!st) kiln_cuda_conv_stats_note(c->kctx, "node '%s': convolution + statistics kernel (%s)", c->node->name, why);
+        return st;
+    }
+    size_t gw = 0;
+    kiln_cuda_genstats_ok(p, &gw, NULL);
+    if (*bytes < gw) *bytes = gw;
+    double *ms = NULL;
+    int *choice = kiln_cuda_genstats_choice(p, &ms);
+    if (*choice == KILN_GENSTATS_UNTIMED) {
+        if (cu->conv_bn_stats == 1 && cu->autotune && time_both(cu, c, p, *bytes, ms)) {
+            /* the graph failed on scratch buffers: keep the fallback, say why */
+            kiln_cuda_conv_stats_note(c->kctx, "node '%s': timing failed (%s): the convolution + statistics kernel kept",
+                                      c->node->name, kiln_context_message(c->kctx));
+            *choice = KILN_GENSTATS_FALLBACK;
+            return KILN_OK;
+        }
+        *choice = ms[0] > 0 && ms[1] > 0 && ms[1] < ms[0] ? KILN_GENSTATS_FALLBACK : KILN_GENSTATS_GRAPH;
+        kiln_cuda_conv_stats_note(c->kctx,
+                 "node '%s' (%s): cuDNN ConvolutionFwd -> GenStats %.4f ms, convolution + statistics "
+                 "kernel %.4f ms (0: not timed): %s",
+                 c->node->name, kiln_dtype_name(c->out[0]->dtype), ms[0], ms[1],
+                 *choice == KILN_GENSTATS_GRAPH ? "the graph" : "the convolution + statistics kernel");
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_k_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c) {
+    if (!has_stats(c)) return kiln_cuda_k_fused_conv(cu, c);
+    char why[256];
+    kiln_status st;
+    struct kiln_genstats_problem *p = problem_of(cu, c, false, why, sizeof why, &st);
+    if (st) return st;
+    double *ms = NULL;
+    /* the graph's tensors are declared 16-byte aligned (the sweep also runs odd offsets) */
+    const void *ptr[5] = {c->in[0]->data, c->in[1]->data, c->out[0]->data, c->out[1]->data, c->out[2]->data};
+    bool aligned = true;
+    for (int i = 0; i < 5; i++) aligned &= ((uintptr_t)ptr[i] & 15) == 0;
+    if (p && !aligned) {
+        snprintf(why, sizeof why, "a buffer not 16-byte aligned (the graph's tensors are declared so)");
+        p = NULL;
+    }
+    if (p && (*kiln_cuda_genstats_choice(p, &ms) != KILN_GENSTATS_FALLBACK || cu->conv_bn_stats == 2)) {
+        cu->stats.conv_stats_graph_calls++;
+        return run_graph(cu, c, p);
+    }
+    if (p) snprintf(why, sizeof why, "timed slower than the convolution + statistics kernel (%.4f vs %.4f ms)", ms[0], ms[1]);
+    cu->stats.conv_stats_fallback_calls++;
+    snprintf(cu->stats.conv_stats_why, sizeof cu->stats.conv_stats_why, "%s", why);
+    return run_fallback(cu, c);
+}

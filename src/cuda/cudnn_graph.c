@@ -1,0 +1,350 @@
+/*
+ * cudnn_graph.c — cuDNN's graph (backend) API for what the legacy API cannot express:
+ * a convolution with the per-channel sum and sum of squares of its output computed in its
+ * epilogue (ConvolutionFwd -> Y -> GenStats(SUM_SQSUM)), for kiln.FusedConv's statistics
+ * outputs (conv_stats.c; issue 12, the conv-bn-stats pass).
+ *
+ * UNVALIDATED: written without a GPU (bench/cudnn_fusion_probe.c asks the same of cuDNN
+ * standalone and has not run either), so only reached with kiln_cuda's conv_bn_stats on.
+ *
+ *   kiln_cuda_genstats_plan: at plan time, for one problem (2-D, NHWC, f16 / bf16 X, W, Y,
+ *   one group, symmetric pads; f32 statistics and compute), the operation graph, cuDNN's
+ *   heuristics (mode A, then FALLBACK), and the first engine configuration whose execution
+ *   plan finalizes; its workspace size. Kept per problem on the kiln_cuda (a problem met
+ *   again reuses it); a problem cuDNN refuses is kept too, with why.
+ *   kiln_cuda_genstats_run: the plan on the node's buffers, on cu->stream. The sums are
+ *   zeroed first on the same stream (cuDNN's GenStats may accumulate into its outputs;
+ *   the probe checks whether it does), so either behaviour gives the sums of this Y. The
+ *   variant pack (the buffers' addresses) is made the first time a node's buffers are met
+ *   and kept (a plan's buffers do not move: replays make none).
+ *
+ * Every descriptor a plan needs stays alive with it (cuDNN's frontend keeps its graph's
+ * descriptors alive too) and is destroyed by kiln_cuda_genstats_free.
+ */
+#include "cuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { U_X = 1, U_W, U_Y, U_SUM, U_SQ };
+
+#define GS_MAX_DESC 40 /* one problem: 5 tensors, conv, 2 ops, graph, 2 heuristics and their configs, the plan */
+#define GS_MAX_PROBLEMS 96
+#define GS_MAX_PACKS 256
+#define GS_MAX_CFGS 16
+
+typedef struct kiln_genstats_problem {
+    char key[200];
+    bool ok;                        /* a plan finalized */
+    cudnnBackendDescriptor_t plan;  /* when ok */
+    int64_t ws;                     /* its workspace bytes */
+    int64_t engine;                 /* its engine's global index (-1: unknown) */
+    char why[200];                  /* when not ok: what refused it */
+    int choice;                     /* KILN_GENSTATS_* (conv_stats.c's, timed at plan time) */
+    double ms_graph, ms_fallback;   /* what the timing measured (0: not timed) */
+    cudnnBackendDescriptor_t desc[GS_MAX_DESC];
+    int n_desc;
+} gs_problem;
+
+typedef struct gs_pack {
+    const gs_problem *p;
+    void *ptr[6]; /* x, w, y, sum, sq, workspace */
+    cudnnBackendDescriptor_t vp;
+} gs_pack;
+
+struct kiln_genstats_cache {
+    gs_problem prob[GS_MAX_PROBLEMS];
+    int n_prob;
+    gs_pack pack[GS_MAX_PACKS];
+    int n_pack, next_pack;
+};
+
+static const char *dnn_str(cudnnStatus_t s) { return cudnnGetErrorString(s); }
+
+/* a new descriptor of type t, kept with p; NULL (and why set) on failure */
+static cudnnBackendDescriptor_t mk(gs_problem *p, cudnnBackendDescriptorType_t t) {
+    if (p->n_desc >= GS_MAX_DESC) {
+        snprintf(p->why, sizeof p->why, "descriptor list full");
+        return NULL;
+    }
+    cudnnBackendDescriptor_t d = NULL;
+    const cudnnStatus_t s = cudnnBackendCreateDescriptor(t, &d);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        snprintf(p->why, sizeof p->why, "cudnnBackendCreateDescriptor(%d): %s", (int)t, dnn_str(s));
+        return NULL;
+    }
+    p->desc[p->n_desc++] = d;
+    return d;
+}
+
+/* set an attribute; false (and why) on failure */
+static bool set(gs_problem *p, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                cudnnBackendAttributeType_t t, int64_t n, const void *v, const char *what) {
+    const cudnnStatus_t s = cudnnBackendSetAttribute(d, a, t, n, v);
+    if (s != CUDNN_STATUS_SUCCESS) snprintf(p->why, sizeof p->why, "%s: %s", what, dnn_str(s));
+    return s == CUDNN_STATUS_SUCCESS;
+}
+
+static bool fin(gs_problem *p, cudnnBackendDescriptor_t d, const char *what) {
+    const cudnnStatus_t s = cudnnBackendFinalize(d);
+    if (s != CUDNN_STATUS_SUCCESS) snprintf(p->why, sizeof p->why, "%s does not finalize: %s", what, dnn_str(s));
+    return s == CUDNN_STATUS_SUCCESS;
+}
+
+/* a tensor (d0, d1, d2, d3) in cuDNN's N,C,H,W order laid out channels-last */
+static cudnnBackendDescriptor_t tensor(gs_problem *p, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
+                                       int64_t w) {
+    cudnnBackendDescriptor_t t = mk(p, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t dims[4] = {n, c, h, w}, str[4] = {c * h * w, 1, w * c, c}, align = 16;
+    if (!t || !set(p, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor dtype") ||
+        !set(p, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims") ||
+        !set(p, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str, "tensor strides") ||
+        !set(p, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor uid") ||
+        !set(p, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment") ||
+        !fin(p, t, "a tensor descriptor"))
+        return NULL;
+    return t;
+}
+
+/* The operation graph of g: X * W -> Y -> GenStats(Y) -> sum, sq. */
+static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo *g, cudnnBackendDescriptor_t *opg) {
+    const cudnnDataType_t dt = g->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, f32 = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t x = tensor(p, U_X, dt, g->N, g->C, g->H, g->W);
+    cudnnBackendDescriptor_t w = x ? tensor(p, U_W, dt, g->K, g->C, g->R, g->S) : NULL;
+    cudnnBackendDescriptor_t y = w ? tensor(p, U_Y, dt, g->N, g->K, g->P, g->Q) : NULL;
+    cudnnBackendDescriptor_t sum = y ? tensor(p, U_SUM, f32, 1, g->K, 1, 1) : NULL;
+    cudnnBackendDescriptor_t sq = sum ? tensor(p, U_SQ, f32, 1, g->K, 1, 1) : NULL;
+    if (!sq) return false;
+    cudnnBackendDescriptor_t cd = mk(p, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    const int64_t nd = 2, dil[2] = {g->dh, g->dw}, str[2] = {g->sh, g->sw}, pad[2] = {g->ph, g->pw};
+    if (!cd || !set(p, cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, "conv compute type") ||
+        !set(p, cd, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "conv mode") ||
+        !set(p, cd, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &nd, "conv dims") ||
+        !set(p, cd, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil, "conv dilations") ||
+        !set(p, cd, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str, "conv strides") ||
+        !set(p, cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad, "conv pads") ||
+        !set(p, cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad, "conv pads") ||
+        !fin(p, cd, "the convolution descriptor"))
+        return false;
+    cudnnBackendDescriptor_t ops[2];
+    const float alpha = 1.f, beta = 0.f;
+    ops[0] = mk(p, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+    if (!ops[0] ||
+        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "conv alpha") ||
+        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "conv beta") ||
+        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd,
+             "conv desc") ||
+        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "conv X") ||
+        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "conv W") ||
+        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "conv Y") ||
+        !fin(p, ops[0], "the convolution operation"))
+        return false;
+    ops[1] = mk(p, CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+    const cudnnGenStatsMode_t gm = CUDNN_GENSTATS_SUM_SQSUM;
+    if (!ops[1] || !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &gm, "genstats mode") ||
+        !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f32, "genstats precision") ||
+        !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "genstats X") ||
+        !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sum, "genstats sum") ||
+        !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sq, "genstats sq") ||
+        !fin(p, ops[1], "the GenStats operation"))
+        return false;
+    *opg = mk(p, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    return *opg && set(p, *opg, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 2, ops, "graph ops") &&
+           set(p, *opg, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "graph handle") &&
+           fin(p, *opg, "the operation graph");
+}
+
+/* Engine configurations by heuristics mode; the number found (0 with why set when none). */
+static int heuristics(gs_problem *p, cudnnBackendDescriptor_t opg, cudnnBackendHeurMode_t mode,
+                      cudnnBackendDescriptor_t *cfgs, int max) {
+    cudnnBackendDescriptor_t hd = mk(p, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    int64_t cnt = 0, got = 0;
+    if (!hd || !set(p, hd, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &opg, "heuristics graph") ||
+        !set(p, hd, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode") ||
+        !fin(p, hd, "the heuristics"))
+        return 0;
+    cudnnStatus_t s = cudnnBackendGetAttribute(hd, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &cnt, NULL);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        snprintf(p->why, sizeof p->why, "heuristics results: %s", dnn_str(s));
+        return 0;
+    }
+    if (cnt > max) cnt = max;
+    for (int64_t i = 0; i < cnt; i++)
+        if (!(cfgs[i] = mk(p, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))) return 0;
+    if (cnt > 0 && (s = cudnnBackendGetAttribute(hd, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, cnt,
+                                                 &got, cfgs)) != CUDNN_STATUS_SUCCESS) {
+        snprintf(p->why, sizeof p->why, "heuristics results: %s", dnn_str(s));
+        return 0;
+    }
+    if (got == 0) snprintf(p->why, sizeof p->why, "cuDNN's heuristics (mode %d) found no engine for the graph", (int)mode);
+    return (int)got;
+}
+
+static int64_t engine_index(cudnnBackendDescriptor_t cfg) {
+    cudnnBackendDescriptor_t e = NULL;
+    int64_t cnt = 0, idx = -1;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &e) != CUDNN_STATUS_SUCCESS) return -1;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt, &e) ==
+        CUDNN_STATUS_SUCCESS)
+        cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, &idx);
+    cudnnBackendDestroyDescriptor(e);
+    return idx;
+}
+
+/* The first configuration (of mode A's, then FALLBACK's) whose plan finalizes. */
+static void choose_plan(gs_problem *p, cudnnHandle_t h, cudnnBackendDescriptor_t opg) {
+    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    char first[200] = "";
+    for (int m = 0; m < 2 && !p->ok; m++) {
+        cudnnBackendDescriptor_t cfgs[GS_MAX_CFGS / 2];
+        const int n = heuristics(p, opg, modes[m], cfgs, GS_MAX_CFGS / 2);
+        if (!n && !first[0]) snprintf(first, sizeof first, "%s", p->why);
+        for (int i = 0; i < n && !p->ok; i++) {
+            /* plans that do not finalize are destroyed at once (the list stays short) */
+            cudnnBackendDescriptor_t plan = NULL;
+            cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+            int64_t cnt = 0, ws = 0;
+            if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+            if (s == CUDNN_STATUS_SUCCESS)
+                s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                             &cfgs[i]);
+            if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
+            if (s == CUDNN_STATUS_SUCCESS)
+                s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &ws);
+            if (s != CUDNN_STATUS_SUCCESS) {
+                if (!first[0])
+                    snprintf(first, sizeof first, "engine %lld's plan does not finalize: %s", (long long)engine_index(cfgs[i]),
+                             dnn_str(s));
+                if (plan) cudnnBackendDestroyDescriptor(plan);
+                continue;
+            }
+            if (p->n_desc >= GS_MAX_DESC) {
+                cudnnBackendDestroyDescriptor(plan);
+                snprintf(first, sizeof first, "descriptor list full");
+                break;
+            }
+            p->desc[p->n_desc++] = plan;
+            p->plan = plan;
+            p->ws = ws;
+            p->engine = engine_index(cfgs[i]);
+            p->ok = true;
+        }
+    }
+    if (!p->ok) snprintf(p->why, sizeof p->why, "%s", first[0] ? first : "no engine configuration");
+}
+
+static void problem_clear(gs_problem *p) {
+    while (p->n_desc > 0) cudnnBackendDestroyDescriptor(p->desc[--p->n_desc]);
+    p->ok = false;
+    p->plan = NULL;
+}
+
+static void geo_key(const kiln_genstats_geo *g, char *key, size_t n) {
+    snprintf(key, n, "%s N%lld C%lld H%lld W%lld K%lld R%lld S%lld P%lld Q%lld s%lld,%lld d%lld,%lld p%lld,%lld",
+             g->bf16 ? "bf16" : "f16", (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W,
+             (long long)g->K, (long long)g->R, (long long)g->S, (long long)g->P, (long long)g->Q, (long long)g->sh,
+             (long long)g->sw, (long long)g->dh, (long long)g->dw, (long long)g->ph, (long long)g->pw);
+}
+
+kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_genstats_geo *g, bool build,
+                                    struct kiln_genstats_problem **out) {
+    *out = NULL;
+    if (!cu->genstats) {
+        cu->genstats = calloc(1, sizeof *cu->genstats);
+        if (!cu->genstats) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for cuDNN graph plans");
+    }
+    struct kiln_genstats_cache *gc = cu->genstats;
+    char key[200];
+    geo_key(g, key, sizeof key);
+    for (int i = 0; i < gc->n_prob; i++)
+        if (strcmp(gc->prob[i].key, key) == 0) {
+            *out = &gc->prob[i];
+            return KILN_OK;
+        }
+    if (!build || gc->n_prob >= GS_MAX_PROBLEMS) return KILN_OK; /* none: the fallback runs it */
+    gs_problem *p = &gc->prob[gc->n_prob++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->key, sizeof p->key, "%s", key);
+    p->engine = -1;
+    cudnnHandle_t h;
+    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
+    if (st) return st;
+    cudnnBackendDescriptor_t opg = NULL;
+    if (build_graph(p, h, g, &opg)) choose_plan(p, h, opg);
+    kiln_cuda_conv_stats_note(ctx, "cuDNN ConvolutionFwd -> GenStats for %s: %s%s (engine %lld, workspace %lld B)", key,
+                              p->ok ? "plan ok" : "no plan: ", p->ok ? "" : p->why, (long long)p->engine,
+                              (long long)p->ws);
+    if (!p->ok) { /* keep the answer, not the descriptors */
+        char why[200];
+        snprintf(why, sizeof why, "%s", p->why);
+        problem_clear(p);
+        snprintf(p->why, sizeof p->why, "%s", why);
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+bool kiln_cuda_genstats_ok(const struct kiln_genstats_problem *p, size_t *ws, const char **why) {
+    if (ws) *ws = p && p->ok ? (size_t)p->ws : 0;
+    if (why) *why = !p ? "no room for another cuDNN graph plan" : p->ok ? "" : p->why;
+    return p && p->ok;
+}
+
+kiln_status kiln_cuda_genstats_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *x,
+                                   const void *w, void *y, float *sum, float *sq, int64_t K, void *ws,
+                                   size_t ws_size) {
+    if (!p || !p->ok) return kiln_fail(ctx, KILN_ERR_INTERNAL, "conv-bn-stats: no cuDNN plan for this convolution");
+    if ((size_t)p->ws > ws_size || (p->ws > 0 && !ws))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "conv-bn-stats: the cuDNN plan needs %lld bytes of workspace, got %zu",
+                         (long long)p->ws, ws_size);
+    struct kiln_genstats_cache *gc = cu->genstats;
+    void *ptr[6] = {(void *)x, (void *)w, y, sum, sq, p->ws > 0 ? ws : NULL};
+    cudnnBackendDescriptor_t vp = NULL;
+    for (int i = 0; i < gc->n_pack && !vp; i++)
+        if (gc->pack[i].p == p && memcmp(gc->pack[i].ptr, ptr, sizeof ptr) == 0) vp = gc->pack[i].vp;
+    if (!vp) { /* the first run on these buffers (a plan's first run; replays find it) */
+        const int64_t uids[5] = {U_X, U_W, U_Y, U_SUM, U_SQ};
+        cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 5, uids);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 5, ptr);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ptr[5]);
+        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            if (vp) cudnnBackendDestroyDescriptor(vp);
+            return kiln_fail(ctx, KILN_ERR_DEVICE, "conv-bn-stats: cuDNN's variant pack: %s", dnn_str(s));
+        }
+        gs_pack *slot = &gc->pack[gc->n_pack < GS_MAX_PACKS ? gc->n_pack++ : gc->next_pack++ % GS_MAX_PACKS];
+        if (slot->vp) cudnnBackendDestroyDescriptor(slot->vp);
+        slot->p = p;
+        memcpy(slot->ptr, ptr, sizeof ptr);
+        slot->vp = vp;
+    }
+    cudnnHandle_t h;
+    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
+    if (st) return st;
+    /* GenStats may add into its outputs: start them at zero, in stream order */
+    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sum, 0, (size_t)K * sizeof(float), cu->stream));
+    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sq, 0, (size_t)K * sizeof(float), cu->stream));
+    KILN_CUDNN_CHECK(ctx, cudnnBackendExecute(h, p->plan, vp));
+    return KILN_OK;
+}
+
+int *kiln_cuda_genstats_choice(struct kiln_genstats_problem *p, double **ms) {
+    *ms = &p->ms_graph; /* ms_graph, ms_fallback */
+    return &p->choice;
+}
+
+void kiln_cuda_genstats_free(kiln_cuda *cu) {
+    struct kiln_genstats_cache *gc = cu->genstats;
+    if (!gc) return;
+    for (int i = 0; i < gc->n_pack; i++)
+        if (gc->pack[i].vp) cudnnBackendDestroyDescriptor(gc->pack[i].vp);
+    for (int i = 0; i < gc->n_prob; i++) problem_clear(&gc->prob[i]);
+    free(gc);
+    cu->genstats = NULL;
+}
