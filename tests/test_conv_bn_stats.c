@@ -304,24 +304,6 @@ static kiln_status twice_f64(kiln_dist *d, double *buf, int64_t n) {
 }
 static const kiln_dist_impl twice = {.name = "twice", .allreduce_f64 = twice_f64};
 
-/* Per channel the sum and sum of squares of x (N, C, ...), as f32 (C). */
-static void sums_of(const kiln_tensor *x, kiln_tensor **sum, kiln_tensor **sq) {
-    const int64_t C = x->dims[1], S = kiln_tensor_numel(x) / (x->dims[0] * C);
-    *sum = kt_make(KILN_F32, 1, &x->dims[1], NULL);
-    *sq = kt_make(KILN_F32, 1, &x->dims[1], NULL);
-    for (int64_t ch = 0; ch < C; ch++) {
-        double a = 0, q = 0;
-        for (int64_t n = 0; n < x->dims[0]; n++)
-            for (int64_t k = 0; k < S; k++) {
-                const double v = kiln_get_f64(x, (n * C + ch) * S + k);
-                a += v;
-                q += v * v;
-            }
-        kiln_set_f64(*sum, ch, a);
-        kiln_set_f64(*sq, ch, q);
-    }
-}
-
 /* One BatchNormalization node (opset 15, attrs) on in[] (n_in) into out[3]. */
 static kiln_status bn_eval(const char *attrs, int n_in, kiln_tensor **in, kiln_tensor **out) {
     int outs[3] = {17, 18, 19};
@@ -360,13 +342,13 @@ static void syncbn(void) {
                               kt_rand(KILN_F32, 1, &c, -1, 1, 911),         kt_rand(KILN_F32, 1, &c, -1, 1, 912),
                               kt_rand(KILN_F32, 1, &c, 0.5, 1.5, 913),      NULL};
         kiln_tensor *other = kt_rand(KILN_F32, 4, xd, -1, 1, 920 + f), *want[3] = {0}, *got[3] = {0}, *bad[3] = {0};
-        sums_of(in[0], &in[6], &in[7]);
+        kt_channel_sums(in[0], 1.0, &in[6], &in[7]);
         kiln_status st = bn_eval(forms[f][0], 5, in, want); /* one process, its own statistics */
         ctx->dist = &fake;
         if (!st) st = bn_eval(forms[f][1], 8, in, got);
         kiln_tensor_free(in[6]);
         kiln_tensor_free(in[7]);
-        sums_of(other, &in[6], &in[7]); /* sums of another tensor: must differ */
+        kt_channel_sums(other, 1.0, &in[6], &in[7]); /* sums of another tensor: must differ */
         if (!st) st = bn_eval(forms[f][1], 8, in, bad);
         ctx->dist = NULL;
         if (st) {

@@ -21,6 +21,23 @@ kiln_tensor *kt_make(kiln_dtype dt, int ndim, const int64_t *dims, const double 
 
 kiln_tensor *kt_scalar(kiln_dtype dt, double v) { return kt_make(dt, 0, NULL, &v); }
 
+void kt_channel_sums(const kiln_tensor *x, double scale, kiln_tensor **sum, kiln_tensor **sq) {
+    const int64_t C = x->dims[1], S = kiln_tensor_numel(x) / (x->dims[0] * C);
+    *sum = kt_make(KILN_F32, 1, &x->dims[1], NULL);
+    *sq = kt_make(KILN_F32, 1, &x->dims[1], NULL);
+    for (int64_t ch = 0; ch < C && *sum && *sq; ch++) {
+        double a = 0, q = 0;
+        for (int64_t n = 0; n < x->dims[0]; n++)
+            for (int64_t k = 0; k < S; k++) {
+                const double v = kiln_get_f64(x, (n * C + ch) * S + k);
+                a += v;
+                q += v * v;
+            }
+        kiln_set_f64(*sum, ch, a * scale);
+        kiln_set_f64(*sq, ch, q);
+    }
+}
+
 kiln_tensor *kt_rand(kiln_dtype dt, int ndim, const int64_t *dims, double lo, double hi,
                      uint64_t seed) {
     kiln_tensor *t = kiln_tensor_new(NULL, dt, ndim, dims);

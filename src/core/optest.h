@@ -32,6 +32,10 @@ kiln_tensor *kt_rand(kiln_dtype dt, int ndim, const int64_t *dims, double lo, do
                      uint64_t seed);
 /* A scalar (rank 0) tensor. */
 kiln_tensor *kt_scalar(kiln_dtype dt, double v);
+/* Per channel (dim 1) of x (N, C, ...) the sum and the sum of squares of its values, in
+ * double, as f32 (C) tensors; the sum times `scale` (1: the true sums; another value: wrong
+ * sums for cases that must fail). */
+void kt_channel_sums(const kiln_tensor *x, double scale, kiln_tensor **sum, kiln_tensor **sq);
 
 /* Run op on inputs (NULL entries: missing optional inputs) and compare outputs with
  * expect (NULL entries: not checked). opset 0 means the newest (21). Returns 0 on

@@ -918,26 +918,6 @@ static kiln_tensor **xmask_grad_rand(int ndim, const int64_t *dims, uint64_t see
     return in;
 }
 
-/* Inputs 6, 7 of a training BatchNormalization: per channel the sum and sum of squares of x
- * (N, C, ...) in double, as f32 (C); scaled by `scale` (a wrong sum, for the cases that
- * must fail). */
-static void x_sums(const kiln_tensor *x, double scale, kiln_tensor **sum, kiln_tensor **sq) {
-    const int64_t C = x->dims[1], S = kiln_tensor_numel(x) / (x->dims[0] * C);
-    *sum = kt_make(KILN_F32, 1, &x->dims[1], NULL);
-    *sq = kt_make(KILN_F32, 1, &x->dims[1], NULL);
-    for (int64_t ch = 0; ch < C; ch++) {
-        double a = 0, q = 0;
-        for (int64_t n = 0; n < x->dims[0]; n++)
-            for (int64_t k = 0; k < S; k++) {
-                const double v = kiln_get_f64(x, (n * C + ch) * S + k);
-                a += v;
-                q += v * v;
-            }
-        kiln_set_f64(*sum, ch, a * scale);
-        kiln_set_f64(*sq, ch, q);
-    }
-}
-
 /* A training BatchNormalization given X's sums (inputs 6, 7) against the same node without
  * them (its own statistics pass): Y and the running statistics within tol of the outputs'
  * max; with Z (relu = 1) when resid. The case can fail: given wrong sums (the sum 1.5 times
@@ -951,7 +931,7 @@ static int sums_case(kiln_dtype dt, int ndim, const int64_t *dims, uint64_t seed
     in[5] = resid ? kt_rand(dt, ndim, dims, -1, 1, seed * 10 + 7) : NULL;
     kiln_tensor *want[3] = {0}, *bad[3] = {0}, *wrong[2] = {0};
     bool ok = kiln_optest_eval("", "BatchNormalization", attrs, 15, resid ? 6 : 5, in, 3, want, label);
-    x_sums(in[0], 1.5, &wrong[0], &wrong[1]);
+    kt_channel_sums(in[0], 1.5, &wrong[0], &wrong[1]);
     in[6] = wrong[0];
     in[7] = wrong[1];
     ok = ok && kiln_optest_eval("", "BatchNormalization", attrs, 15, 8, in, 3, bad, label);
@@ -976,7 +956,7 @@ static int sums_case(kiln_dtype dt, int ndim, const int64_t *dims, uint64_t seed
     }
     double mx = 0;
     for (int64_t i = 0; i < kiln_tensor_numel(want[0]); i++) mx = fmax(mx, fabs(kiln_get_f64(want[0], i)));
-    x_sums(in[0], 1.0, &in[6], &in[7]);
+    kt_channel_sums(in[0], 1.0, &in[6], &in[7]);
     return kiln_optest_opset("BatchNormalization", attrs, 15, 8, in, 3, want, tol * mx, tol, label);
 }
 
@@ -987,7 +967,7 @@ static int sums_sweep(int ndim, const int64_t *dims, uint64_t seed, const char *
     kiln_tensor **p = bn_rand32(ndim, dims, seed), *in[8];
     for (int i = 0; i < 5; i++) in[i] = p[i];
     in[5] = resid ? kt_rand(KILN_F32, ndim, dims, -1, 1, seed * 10 + 7) : NULL;
-    x_sums(in[0], 1.0, &in[6], &in[7]);
+    kt_channel_sums(in[0], 1.0, &in[6], &in[7]);
     return kiln_optest_sweep("BatchNormalization", attrs, 15, 8, in, 3, label);
 }
 

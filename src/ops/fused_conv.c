@@ -182,25 +182,6 @@ static int random_case(const char *label, kiln_dtype dt, const int64_t *xd, cons
                        label);
 }
 
-/* The statistics outputs: sum and sum of squares per channel of y (N, M, ...), in double,
- * as f32 (M) tensors. */
-static void stats_of(const kiln_tensor *y, kiln_tensor **sum, kiln_tensor **sq) {
-    const int64_t M = y->dims[1], inner = kiln_tensor_numel(y) / (y->dims[0] * M);
-    *sum = kt_make(KILN_F32, 1, &y->dims[1], NULL);
-    *sq = kt_make(KILN_F32, 1, &y->dims[1], NULL);
-    for (int64_t m = 0; m < M; m++) {
-        double s = 0, q = 0;
-        for (int64_t n = 0; n < y->dims[0]; n++)
-            for (int64_t i = 0; i < inner; i++) {
-                const double v = kiln_get_f64(y, (n * M + m) * inner + i);
-                s += v;
-                q += v * v;
-            }
-        kiln_set_f64(*sum, m, s);
-        kiln_set_f64(*sq, m, q);
-    }
-}
-
 /* The statistics outputs against Y as the plain op computes it (outputs 1 and 2 absent):
  * Y the same bits, and the sums of those values; the case can fail (channels differ). */
 static int stats_case(const char *label, kiln_dtype dt, const int64_t *xd, const int64_t *wd, bool bias,
@@ -216,7 +197,7 @@ static int stats_case(const char *label, kiln_dtype dt, const int64_t *xd, const
         return 1;
     }
     kiln_tensor *want[3] = {y, NULL, NULL};
-    stats_of(y, &want[1], &want[2]);
+    kt_channel_sums(y, 1.0, &want[1], &want[2]);
     const double tol = dt == KILN_F64 ? 1e-6 : 1e-5; /* the sums are f32 */
     return kiln_optest("FusedConv", attrs, 3, (kiln_tensor *[]){x, w, b}, 3, want, tol, tol, label);
 }

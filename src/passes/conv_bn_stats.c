@@ -42,20 +42,6 @@ static bool training_bn(const kiln_node *n) {
            n->n_in >= 5 && n->in[0] >= 0 && kiln_pass_opt_in(n, 6) < 0 && kiln_pass_opt_in(n, 7) < 0 && n->n_out >= 1;
 }
 
-/* Output k of node i is value v (outputs before it added absent). */
-static kiln_status set_output(kiln_model *m, int i, int k, int v) {
-    kiln_node *n = &m->nodes[i];
-    if (k >= n->n_out) {
-        int *out = realloc(n->out, ((size_t)k + 1) * sizeof *out);
-        if (!out) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for node outputs");
-        for (int j = n->n_out; j <= k; j++) out[j] = -1;
-        n->out = out;
-        n->n_out = k + 1;
-    }
-    n->out[k] = v;
-    return KILN_OK;
-}
-
 /* A new f32 (C) value for a statistics output of node p (C from y's dims where known). */
 static int stats_value(kiln_model *m, int p, int y, const char *what) {
     char hint[200];
@@ -99,7 +85,7 @@ kiln_status kiln_pass_conv_bn_stats(kiln_model *m, const kiln_pass_options *o, b
                 st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
                 break;
             }
-            if ((st = set_output(m, p, 1, s)) || (st = set_output(m, p, 2, q))) break;
+            if ((st = kiln_pass_set_output(m, p, 1, s)) || (st = kiln_pass_set_output(m, p, 2, q))) break;
         }
         if ((st = kiln_pass_set_input(m, bi, 6, s)) || (st = kiln_pass_set_input(m, bi, 7, q))) break;
         *changed = true;

@@ -117,20 +117,6 @@ static bool training_bn(const kiln_node *n) {
            kiln_attr_int(n, "relu", 0) == 0 && n->n_in == 5 && n->n_out >= 1 && n->out[0] >= 0;
 }
 
-/* Output k of node i is value v (outputs before it added absent). */
-static kiln_status set_output(kiln_model *m, int i, int k, int v) {
-    kiln_node *n = &m->nodes[i];
-    if (k >= n->n_out) {
-        int *out = realloc(n->out, ((size_t)k + 1) * sizeof *out);
-        if (!out) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for node outputs");
-        for (int j = n->n_out; j <= k; j++) out[j] = -1;
-        n->out = out;
-        n->n_out = k + 1;
-    }
-    n->out[k] = v;
-    return KILN_OK;
-}
-
 kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "BatchNormGrad")) return KILN_OK;
     bool any = false;
@@ -218,7 +204,7 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
         if (reads != 1 || (shared && d->n_out > 5)) continue;
         /* dtypes: UnaryGrad's own checks (Y and dX of dY's dtype) are those relu = 1 asks for */
         if (fmt(m, g) != fmt(m, g0) || fmt(m, y) != fmt(m, g0)) continue;
-        if (shared && (st = set_output(m, di, 5, g0))) break;
+        if (shared && (st = kiln_pass_set_output(m, di, 5, g0))) break;
         /* the mask from X: the forward's saved statistics (its output 3, made here if absent) */
         const int bi = !shared && mask_from_x_on(o) && !(probed && sum_folds(m, g)) ? fused_bn_of(m, y, d) : -1;
         int sv = -1;
@@ -231,7 +217,7 @@ kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *c
                     st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
                     break;
                 }
-                if ((st = set_output(m, bi, 3, sv))) break;
+                if ((st = kiln_pass_set_output(m, bi, 3, sv))) break;
             }
             if ((st = kiln_pass_set_int(m, di, "relu_mask_from_x", 1))) break;
         }

@@ -173,6 +173,19 @@ void kiln_pass_drop_if_unused(kiln_model *m, int v) {
     m->values[v].init = NULL;
 }
 
+kiln_status kiln_pass_set_output(kiln_model *m, int node, int k, int v) {
+    kiln_node *n = &m->nodes[node];
+    if (k >= n->n_out) {
+        int *out = realloc(n->out, ((size_t)k + 1) * sizeof *out);
+        if (!out) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for node outputs");
+        for (int j = n->n_out; j <= k; j++) out[j] = -1;
+        n->out = out;
+        n->n_out = k + 1;
+    }
+    n->out[k] = v;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_set_input(kiln_model *m, int node, int k, int v) {
     kiln_node *n = &m->nodes[node];
     if (k >= n->n_in) {

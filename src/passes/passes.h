@@ -108,6 +108,8 @@ void kiln_pass_drop_if_unused(kiln_model *m, int v);
 kiln_status kiln_pass_drop_unread_constants(kiln_model *m, bool *changed);
 /* Set node's input k to v, growing the input list with missing inputs (-1) as needed. */
 kiln_status kiln_pass_set_input(kiln_model *m, int node, int k, int v);
+/* Set node's output k to v, growing the output list with absent outputs (-1) as needed. */
+kiln_status kiln_pass_set_output(kiln_model *m, int node, int k, int v);
 /* Set (add or replace) an INT / FLOAT / STRING attribute of a node. */
 kiln_status kiln_pass_set_int(kiln_model *m, int node, const char *name, int64_t v);
 kiln_status kiln_pass_set_float(kiln_model *m, int node, const char *name, float v);
