@@ -134,12 +134,14 @@ static const struct { const char *name, *text; } commands[] = {
      "      GB/s of every node; --trace writes one pass as a Chrome trace (implies\n"
      "      --profile); --nvtx names each node's launch for Nsight (as KILN_NVTX=1).\n"},
     {"convert",
-     "  convert IN.onnx OUT.onnx [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32]\n"
-     "        [--disable PASS,...|all]\n"
+     "  convert IN.onnx OUT.onnx [IN2.onnx OUT2.onnx ...] [--device cpu|cuda] [--fp32|--fp16|--bf16]\n"
+     "        [--strict-fp32] [--disable PASS,...|all]\n"
      "      Rewrite a model with the passes a session with these options applies (fusions,\n"
      "      folded BatchNormalization, fp16/bf16 with Casts, NHWC conversions) and save it as\n"
      "      ONNX: kiln's fused ops are written as the standard ops they stand for, so\n"
-     "      onnxruntime loads the result. --disable all re-saves the model as kiln loaded it.\n"},
+     "      onnxruntime loads the result. --disable all re-saves the model as kiln loaded it.\n"
+     "      Several IN OUT pairs are converted in turn by one process (one line each; a pair\n"
+     "      that fails is reported and the rest go on; exit status 1 if any failed).\n"},
     {"info", "  info MODEL.onnx     Inputs, outputs, nodes and op counts of a model.\n"},
     {"onnx-test",
      "  onnx-test DIR...    Run ONNX backend test cases (model.onnx + test_data_set_*)\n"
@@ -432,7 +434,6 @@ static int parse_disable(const char *list, unsigned *out) {
 }
 
 static int cmd_convert(int argc, char **argv) {
-    const char *paths[2] = {0};
     int n_paths = 0;
     kiln_session_options opts = {0};
     enum { O_STRICT = 256, O_DISABLE, O_FP32, O_FP16, O_BF16, O_DEVICE };
@@ -457,29 +458,28 @@ static int cmd_convert(int argc, char **argv) {
         default: return 2;
         }
     }
-    for (int i = optind; i < argc; i++) {
-        if (n_paths == 2) {
-            fprintf(stderr, "kiln convert: unexpected argument '%s'\n", argv[i]);
-            return cmd_usage("convert", stderr);
-        }
-        paths[n_paths++] = argv[i];
-    }
-    if (n_paths != 2) {
-        fprintf(stderr, "kiln convert: need IN.onnx and OUT.onnx\n");
+    char **paths = argv + optind; /* getopt moved the options before the paths */
+    n_paths = argc - optind;
+    if (n_paths < 2 || n_paths % 2) {
+        fprintf(stderr, "kiln convert: need IN.onnx OUT.onnx, or several such pairs (%d path%s given)\n", n_paths,
+                n_paths == 1 ? "" : "s");
         return cmd_usage("convert", stderr);
     }
     kiln_context *ctx = NULL;
-    kiln_model *m = NULL, *opt = NULL;
     int rc = 0;
     if (kiln_context_create(&ctx)) return 1;
-    if (kiln_model_load_onnx(ctx, paths[0], &m)) rc = fail(ctx, paths[0]);
-    else if (kiln_model_apply_passes(m, &opts, &opt)) rc = fail(ctx, "passes");
-    else if (kiln_model_save_onnx(opt, paths[1])) rc = fail(ctx, paths[1]);
-    else
-        printf("%s (%d nodes) -> %s (%d nodes)\n", paths[0], kiln_model_num_nodes(m), paths[1],
-               kiln_model_num_nodes(opt));
-    kiln_model_free(opt);
-    kiln_model_free(m);
+    for (int i = 0; i < n_paths; i += 2) {
+        kiln_model *m = NULL, *opt = NULL;
+        if (kiln_model_load_onnx(ctx, paths[i], &m)) rc |= fail(ctx, paths[i]);
+        else if (kiln_model_apply_passes(m, &opts, &opt)) rc |= fail(ctx, paths[i]);
+        else if (kiln_model_save_onnx(opt, paths[i + 1])) rc |= fail(ctx, paths[i + 1]);
+        else
+            printf("%s (%d nodes) -> %s (%d nodes)\n", paths[i], kiln_model_num_nodes(m), paths[i + 1],
+                   kiln_model_num_nodes(opt));
+        fflush(stdout);
+        kiln_model_free(opt);
+        kiln_model_free(m);
+    }
     kiln_context_free(ctx);
     return rc;
 }
