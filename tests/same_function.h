@@ -74,4 +74,20 @@ static void same_function(const char *label, kiln_model *ref, kiln_model *opt, k
     free(got);
 }
 
+/* Every node input is a graph input, an initializer or an earlier node's output: the nodes
+ * of a rewritten graph are in an order they can run in. */
+static inline bool topological_order(const kiln_model *m) {
+    bool *ready = calloc((size_t)m->n_values + 1, sizeof *ready);
+    bool ok = ready != NULL;
+    for (int v = 0; ok && v < m->n_values; v++) ready[v] = m->values[v].is_input || m->values[v].init;
+    for (int i = 0; ok && i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        for (int k = 0; k < n->n_in; k++) ok &= n->in[k] < 0 || ready[n->in[k]];
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0) ready[n->out[k]] = true;
+    }
+    free(ready);
+    return ok;
+}
+
 #endif

@@ -69,20 +69,6 @@ static int bns_with_sums(const kiln_model *m) {
     return n;
 }
 
-static bool topological(const kiln_model *m) {
-    bool *ready = calloc((size_t)m->n_values + 1, sizeof *ready);
-    bool ok = ready != NULL;
-    for (int v = 0; ok && v < m->n_values; v++) ready[v] = m->values[v].is_input || m->values[v].init;
-    for (int i = 0; ok && i < m->n_nodes; i++) {
-        const kiln_node *n = &m->nodes[i];
-        for (int k = 0; k < n->n_in; k++) ok &= n->in[k] < 0 || ready[n->in[k]];
-        for (int k = 0; k < n->n_out; k++)
-            if (n->out[k] >= 0) ready[n->out[k]] = true;
-    }
-    free(ready);
-    return ok;
-}
-
 /* opt = a finalized copy of m with the pass (for the CPU, conv_bn_stats on or off) */
 static kiln_status apply(const kiln_model *m, bool on, kiln_model **opt, bool *changed) {
     const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU, .conv_bn_stats = on};
@@ -142,7 +128,7 @@ static void resnet18(void) {
               opt->n_nodes == ref->n_nodes,
           "%s: %d BNs with the convolution's sums, %d Conv / %d FusedConv left, %d nodes (want 20, 0 / 20, %d)", label,
           bns_with_sums(opt), count_op(opt, "Conv"), count_op(opt, "FusedConv"), opt->n_nodes, ref->n_nodes);
-    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    CHECK(topological_order(opt), "%s: the nodes are not in a topological order", label);
 
     image = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, 64, 64}, -2, 2, 31);
     lab = kt_rand(KILN_I64, 1, (int64_t[]){2}, 0, 10, 32);
@@ -274,7 +260,7 @@ static void resnet50_counts(void) {
     CHECK(count_op(ref, "BatchNormalization") == 53 && bns_with_sums(opt) == 53 && f16_nhwc == 53 &&
               opt->n_nodes == ref->n_nodes,
           "%s: want 53 BNs with sums from 53 f16 NHWC FusedConvs, node count unchanged", label);
-    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    CHECK(topological_order(opt), "%s: the nodes are not in a topological order", label);
 out:
     kiln_trainer_free(t);
     kiln_model_free(fwd);
@@ -387,7 +373,7 @@ static int trainer_sums(kiln_device dev, bool env_on) {
         CHECK(0, "trainer plan (%s): %s", dev == KILN_DEVICE_CUDA ? "cuda" : "cpu", kiln_context_message(ctx));
     else {
         n = bns_with_sums(t->train);
-        CHECK(topological(t->train), "trainer plan: not in a topological order");
+        CHECK(topological_order(t->train), "trainer plan: not in a topological order");
     }
     unsetenv("KILN_CUDA_CONV_STATS");
     kiln_trainer_free(t);

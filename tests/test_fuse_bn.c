@@ -73,21 +73,6 @@ static int count_relu_grads(const kiln_model *m) {
     return n;
 }
 
-/* Every node input is a graph input, an initializer or an earlier node's output. */
-static bool topological(const kiln_model *m) {
-    bool *ready = calloc((size_t)m->n_values + 1, sizeof *ready);
-    bool ok = ready != NULL;
-    for (int v = 0; ok && v < m->n_values; v++) ready[v] = m->values[v].is_input || m->values[v].init;
-    for (int i = 0; ok && i < m->n_nodes; i++) {
-        const kiln_node *n = &m->nodes[i];
-        for (int k = 0; k < n->n_in; k++) ok &= n->in[k] < 0 || ready[n->in[k]];
-        for (int k = 0; k < n->n_out; k++)
-            if (n->out[k] >= 0) ready[n->out[k]] = true;
-    }
-    free(ready);
-    return ok;
-}
-
 /* ref and opt compute each output within tol of its 2-norm (|opt - ref| <= tol |ref|), on the
  * CPU with the same feeds and run seed; no reference output zero. For fp16 graphs, where an
  * elementwise compare trips over single elements (a ReLU or a max flipped by one rounding). */
@@ -184,7 +169,7 @@ static void mask_from_x_checks(const char *label, const kiln_model *m, kiln_mode
               count(on, "kiln", "BatchNormGrad", 1) == count(fused, "kiln", "BatchNormGrad", 1),
           "%s: %d gradients with the mask from X (want %d), %d nodes (want %d)", lab, mx, want_mx, on->n_nodes,
           fused->n_nodes);
-    CHECK(topological(on), "%s: the nodes are not in a topological order", lab);
+    CHECK(topological_order(on), "%s: the nodes are not in a topological order", lab);
     if (feeds) same_function(lab, fused, on, (kiln_tensor **)feeds, 0, 0, NULL);
     kiln_model_free(on);
 }
@@ -266,7 +251,7 @@ static void resnet18(bool fp16) {
                       opt->values[y].format == KILN_FORMAT_NHWC,
                   "%s: BatchNormGrad '%s': Y or dY not f16 NHWC", label, d->name);
     }
-    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    CHECK(topological_order(opt), "%s: the nodes are not in a topological order", label);
 
     image = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, 64, 64}, -2, 2, 31);
     lab = kt_rand(KILN_I64, 1, (int64_t[]){2}, 0, 10, 32);
@@ -459,7 +444,7 @@ static void resnet50_counts(void) {
           "%s: want 49 Relus and their gradients folded, 16 shortcut gradients, 15 Sums and 16 Adds folded "
           "(129 nodes fewer), got %d nodes fewer",
           label, laid->n_nodes - opt->n_nodes);
-    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    CHECK(topological_order(opt), "%s: the nodes are not in a topological order", label);
     /* the mask from X: the stem's and each bottleneck's first two BN -> Relu gradients (33) */
     mask_from_x_checks(label, laid, opt, NULL, 33);
     /* the residual forms' Relu gradients (read by two) and Sums gone, by name (the profile's

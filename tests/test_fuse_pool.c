@@ -49,21 +49,6 @@ static const kiln_node *find(const kiln_model *m, const char *op) {
     return NULL;
 }
 
-/* Every node input is a graph input, an initializer or an earlier node's output. */
-static bool topological(const kiln_model *m) {
-    bool *ready = calloc((size_t)m->n_values + 1, sizeof *ready);
-    bool ok = ready != NULL;
-    for (int v = 0; ok && v < m->n_values; v++) ready[v] = m->values[v].is_input || m->values[v].init;
-    for (int i = 0; ok && i < m->n_nodes; i++) {
-        const kiln_node *n = &m->nodes[i];
-        for (int k = 0; k < n->n_in; k++) ok &= n->in[k] < 0 || ready[n->in[k]];
-        for (int k = 0; k < n->n_out; k++)
-            if (n->out[k] >= 0) ready[n->out[k]] = true;
-    }
-    free(ready);
-    return ok;
-}
-
 /* opt = a finalized copy of `laid` (a graph after the layout pass) with kiln_pass_fuse_pool
  * applied for the CPU; *changed says whether it changed anything. */
 static kiln_status fuse(const kiln_model *laid, kiln_model **opt, bool *changed) {
@@ -133,7 +118,7 @@ static void mnist(kiln_precision prec, int64_t batch) {
     if (dg && prec != KILN_PRECISION_FP32)
         CHECK(opt->values[dg->in[0]].dtype == KILN_F16 && dg->n_in == 5 && opt->values[dg->in[4]].dtype == KILN_F16,
               "%s: the folded DropoutGrad is not on the fp16 chain", label);
-    CHECK(topological(opt), "%s: the nodes are not in a topological order", label);
+    CHECK(topological_order(opt), "%s: the nodes are not in a topological order", label);
     const kiln_node *f = find(opt, "MaxPoolDropout"), *g = find(opt, "MaxPoolDropoutGrad");
     const kiln_node *d = find(opt, "Dropout");
     if (f && g && d) {
@@ -329,7 +314,7 @@ static void relu_fold(const relu_variant *v) {
         CHECK(d->n_in == 5 && d->in[4] == kiln_model_find_value(opt, "y") &&
                   d->out[0] == kiln_model_find_value(opt, "dx") && opt->n_nodes == 1,
               "%s: the DropoutGrad does not read y and write dx alone", v->label);
-    CHECK(topological(opt), "%s: the nodes are not in a topological order", v->label);
+    CHECK(topological_order(opt), "%s: the nodes are not in a topological order", v->label);
     in[0] = kt_rand(KILN_F32, 2, (int64_t[]){64, 128}, -2, 2, 41);
     in[1] = kt_rand(KILN_BOOL, 2, (int64_t[]){64, 128}, 0, 2, 42);
     in[2] = kt_rand(KILN_F32, 2, (int64_t[]){64, 128}, -1, 1, 43);
