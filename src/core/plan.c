@@ -770,8 +770,10 @@ kiln_status kiln_plan_build_ex(kiln_model *m, kiln_tensor *const *inputs, bool f
 
 kiln_status kiln_plan_measure(kiln_model *m, kiln_tensor *const *inputs, bool host_layout, int side_streams,
                               size_t *arena_bytes, size_t *workspace_bytes) {
+    if (!host_layout) /* a device plan's, with no backend to ask for scratch */
+        return kiln_plan_measure_device(m, inputs, side_streams, NULL, NULL, arena_bytes, workspace_bytes);
     kiln_plan *p = NULL;
-    kiln_status st = plan_build(m, inputs, true, host_layout, host_layout, side_streams, &p);
+    kiln_status st = plan_build(m, inputs, true, true, true, side_streams, &p);
     if (st) return st;
     *arena_bytes = p->arena_bytes;
     if (workspace_bytes) *workspace_bytes = p->workspace_bytes;

@@ -40,7 +40,7 @@ kiln_status kiln_plan_measure(kiln_model *m, kiln_tensor *const *inputs, bool ho
 typedef kiln_status (*kiln_plan_workspace_fn)(void *user, kiln_op_ctx *c, size_t *bytes);
 /* kiln_plan_measure of a device plan (side_streams) whose backend gives each stream its own
  * workspace of the largest scratch any node asks of `ws` (src/cuda/cuda_plan.c): the
- * workspace bytes are that, rounded up to 256, times the plan's streams. */
+ * workspace bytes are that, rounded up to 256, times the plan's streams (0 when ws is NULL). */
 kiln_status kiln_plan_measure_device(kiln_model *m, kiln_tensor *const *inputs, int side_streams,
                                      kiln_plan_workspace_fn ws, void *ws_user, size_t *arena_bytes,
                                      size_t *workspace_bytes);

@@ -107,12 +107,10 @@ static kiln_status measure_step(void *user, kiln_model *m, size_t *arena, size_t
      * (src/cuda/cuda_plan.c); a plan-only trainer (no device) counts none */
     void *be = NULL;
     const kiln_backend_i *bi = t->sess ? kiln_session_backend(t->sess, &be) : NULL;
-    if (!st && bi && bi->workspace_size) {
-        const backend_ws bw = {.bi = bi, .be = be};
-        st = kiln_plan_measure_device(low ? low : m, sm->in, step_side_streams(t), device_workspace, (void *)&bw, arena, ws);
-    } else if (!st) {
-        st = kiln_plan_measure(low ? low : m, sm->in, false, step_side_streams(t), arena, ws);
-    }
+    const backend_ws bw = {.bi = bi, .be = be};
+    if (!st)
+        st = kiln_plan_measure_device(low ? low : m, sm->in, step_side_streams(t),
+                                      bi && bi->workspace_size ? device_workspace : NULL, (void *)&bw, arena, ws);
     kiln_model_free(low);
     return st;
 }
