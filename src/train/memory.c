@@ -272,7 +272,7 @@ kiln_status kiln_trainer_max_batch(kiln_trainer *t, size_t memory_limit, int rec
 }
 
 /* kiln_trainer_create under kiln_train_options.memory_limit: the training graph with the
- * recomputations that fit (trainer.c calls it before the session is made). */
+ * recomputations that fit (trainer.c calls it once the session is made, for its workspace). */
 kiln_status kiln_trainer_fit_memory(kiln_trainer *t) {
     const kiln_train_options *o = &t->opts;
     if (!o->memory_limit) return KILN_OK;
@@ -285,7 +285,9 @@ kiln_status kiln_trainer_fit_memory(kiln_trainer *t) {
     const int rc = o->no_recompute == 1 ? 0 : o->no_recompute == 2 ? 2 : 1;
     kiln_status st = plan_step(t, o->memory_batch, o->memory_limit, rc, &mem, &rw);
     if (st) return st;
-    if (rw) {
+    if (rw) { /* the session runs the graph it was made over: the caller makes one anew */
+        kiln_session_free(t->sess);
+        t->sess = NULL;
         kiln_model_free(t->train);
         t->train = rw;
     }

@@ -39,7 +39,9 @@ kiln_status kiln_recompute_fit(kiln_model *m, kiln_tensor *const *inputs, kiln_r
                                kiln_recompute_result *r);
 
 /* kiln_trainer_create under kiln_train_options.memory_limit (src/train/memory.c): the
- * trainer's training graph replaced by one with the recomputations that fit. */
+ * trainer's training graph replaced by one with the recomputations that fit, measured with
+ * the kernel workspace of the trainer's session (t->sess, if made). A rewritten graph frees
+ * that session (it ran the old graph) and leaves t->sess NULL for the caller to make anew. */
 kiln_status kiln_trainer_fit_memory(kiln_trainer *t);
 
 #endif

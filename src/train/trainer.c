@@ -350,7 +350,8 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
      * each way (src/passes/fuse_bn.c) */
     const unsigned fuse =
         t->opts.device == KILN_DEVICE_CUDA
-            ? (unsigned)(KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS | KILN_PASS_FUSE_POOL | KILN_PASS_FUSE_BN)
+            ? (unsigned)(KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS | KILN_PASS_FUSE_POOL | KILN_PASS_FUSE_BN |
+                         KILN_PASS_BN_MASK_FROM_X)
             : 0u;
     const unsigned wanted = (fuse | (nhwc ? (unsigned)KILN_PASS_NHWC : 0u)) & ~t->opts.disable_passes;
     if (!st && (t->opts.amp != KILN_AMP_OFF || wanted)) {
@@ -361,8 +362,10 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
                                              : t->opts.amp == KILN_AMP_BF16 ? KILN_PRECISION_BF16
                                                                             : KILN_PRECISION_FP32,
                                 .disabled = ~wanted,
-                                /* BN statistics from the convolutions (UNVALIDATED: opt-in) */
-                                .conv_bn_stats = t->opts.device == KILN_DEVICE_CUDA && kiln_pass_conv_bn_stats_env()};
+                                /* BN statistics from the convolutions */
+                                .conv_bn_stats = t->opts.device == KILN_DEVICE_CUDA &&
+                                                 !(t->opts.disable_passes & KILN_PASS_CONV_BN_STATS) &&
+                                                 kiln_pass_conv_bn_stats_env()};
         kiln_model *low = NULL;
         st = kiln_passes_apply(m, &po, &low);
         if (!st) {
@@ -489,19 +492,21 @@ static kiln_status trainer_create(kiln_model *fwd, const char *loss, const kiln_
         else *out = t;
         return st;
     }
-    /* activation checkpointing: recompute what the memory limit needs (src/train/memory.c) */
+    /* The session the training graph runs in, on the device's backend, which says whether
+     * the session's passes run over it (the CPU) or build_training_graph's rewrite for the
+     * device stands (CUDA). Made before the memory limit is fitted: the plan then counts the
+     * backend's kernel workspace, which only the backend knows. */
+    kiln_session_options so = {.device = o.device, .device_index = o.device_index, .threads = o.threads,
+                               .disable_passes = o.disable_passes, .deterministic = o.deterministic,
+                               .strict_fp32 = o.strict_fp32};
+    const bool session_passes = kiln_backend_for(o.device)->train_session_passes;
+    if (!st) st = kiln_session_create_ex(t->train, &so, session_passes, &t->sess);
+    /* activation checkpointing: recompute what the memory limit needs (src/train/memory.c);
+     * a rewritten graph drops the session, made again over it below */
     if (!st && o.memory_limit) st = kiln_trainer_fit_memory(t);
     /* data parallelism: the same graph everywhere, rank 0's weights */
     if (!st && o.dist) st = kiln_dist_trainer_start(o.dist, t->train, t->n_params, t->params, t->n_states, t->states);
-    if (!st) {
-        /* The session the training graph runs in, on the device's backend, which says
-         * whether the session's passes run over it (the CPU) or build_training_graph's
-         * rewrite for the device stands (CUDA). */
-        kiln_session_options so = {.device = o.device, .device_index = o.device_index, .threads = o.threads,
-                                   .disable_passes = o.disable_passes, .deterministic = o.deterministic,
-                                   .strict_fp32 = o.strict_fp32};
-        st = kiln_session_create_ex(t->train, &so, kiln_backend_for(o.device)->train_session_passes, &t->sess);
-    }
+    if (!st && !t->sess) st = kiln_session_create_ex(t->train, &so, session_passes, &t->sess);
     /* (optimizer states and accumulation sums are carried tensors, made with the graph) */
     for (int k = 0; k < t->n_params; k++) t->param_count += t->params[k].numel;
     const int nf = st ? 0 : t->train->n_inputs, no = 1 + t->n_carried + t->n_states;
