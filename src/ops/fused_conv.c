@@ -198,7 +198,25 @@ static int stats_case(const char *label, kiln_dtype dt, const int64_t *xd, const
     }
     kiln_tensor *want[3] = {y, NULL, NULL};
     kt_channel_sums(y, 1.0, &want[1], &want[2]);
-    const double tol = dt == KILN_F64 ? 1e-6 : 1e-5; /* the sums are f32 */
+    double tol = dt == KILN_F64 ? 1e-6 : 1e-5; /* the sums are f32 */
+    if (dt == KILN_F16) {
+        /* sums of Y as written (the CPU's, kiln's statistics kernel's) or of Y before its
+         * rounding to f16 (cuDNN's ConvFwd -> GenStats graph: from the accumulator), which
+         * differ by at most 2^-11 of sum |y| and 2^-10 of sum y^2 a channel */
+        const int64_t c = y->dims[1], per = kiln_tensor_numel(y) / (y->dims[0] * c), hw = per;
+        double most = 0;
+        for (int64_t k = 0; k < c; k++) {
+            double a = 0, q = 0;
+            for (int64_t n = 0; n < y->dims[0]; n++)
+                for (int64_t i = 0; i < hw; i++) {
+                    const double v = fabs(kiln_get_f64(y, (n * c + k) * hw + i));
+                    a += v;
+                    q += v * v;
+                }
+            most = fmax(most, fmax(a / 2048, q / 1024));
+        }
+        tol = fmax(tol, most);
+    }
     return kiln_optest("FusedConv", attrs, 3, (kiln_tensor *[]){x, w, b}, 3, want, tol, tol, label);
 }
 
@@ -313,7 +331,7 @@ static int test(void) {
     }
     fails += stats_case("fusedconv statistics f32 3x3, bias", KILN_F32, KT_DIMS(2, 4, 9, 8), KT_DIMS(6, 4, 3, 3), true,
                         "pads=[1,1,1,1]", 160);
-    fails += stats_case("fusedconv statistics f16 1x1 (sums of the rounded Y)", KILN_F16, KT_DIMS(3, 8, 5, 5),
+    fails += stats_case("fusedconv statistics f16 1x1 (sums of Y, rounded or not)", KILN_F16, KT_DIMS(3, 8, 5, 5),
                         KT_DIMS(16, 8, 1, 1), false, "", 161);
     fails += stats_case("fusedconv statistics f64 strided, grouped", KILN_F64, KT_DIMS(2, 4, 9, 9), KT_DIMS(6, 2, 3, 3),
                         false, "group=2;strides=[2,2]", 162);
