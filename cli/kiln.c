@@ -400,6 +400,10 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"conv-depthwise", KILN_PASS_CONV_DEPTHWISE},
     {"fuse-attention", KILN_PASS_FUSE_ATTENTION},
     {"fuse-silu-gelu", KILN_PASS_FUSE_SILU_GELU},
+    {"flash-attention", KILN_PASS_FLASH_ATTENTION},
+    {"conv-dw-grad", KILN_PASS_CONV_DW_GRAD},
+    {"conv-bn-stats", KILN_PASS_CONV_BN_STATS},
+    {"bn-mask-from-x", KILN_PASS_BN_MASK_FROM_X},
 };
 
 /* --device: cpu or cuda; 0, or 2 after saying what is wrong */

@@ -374,20 +374,37 @@ enum {
                                          kiln.Attention node reading Q, K, V (and writing its
                                          output) through strided views: the head split and
                                          merge Transposes / Gathers vanish (inference) */
-    KILN_PASS_FUSE_SILU_GELU = 1 << 21 /* fuse-conv's SiLU (x * sigmoid(x)) and Gelu after a
+    KILN_PASS_FUSE_SILU_GELU = 1 << 21, /* fuse-conv's SiLU (x * sigmoid(x)) and Gelu after a
                                          Conv / Gemm as the fused op's activation (with
                                          fuse-conv; alone: those two stay separate) */
+    KILN_PASS_FLASH_ATTENTION = 1 << 22, /* kiln.Attention in f16 / bf16 with head dims 32, 64
+                                         or 128 by a FlashAttention-2 kernel (CUDA; else the
+                                         scores are written out: attention.cu). Also off with
+                                         the environment variable KILN_CUDA_FLASH_ATTN=0 */
+    KILN_PASS_CONV_DW_GRAD = 1 << 23, /* depthwise convolutions' weight and input gradients by
+                                         kiln's kernels where timed faster than cuDNN (CUDA
+                                         training). Also off with KILN_CUDA_DW_GRAD=0 */
+    KILN_PASS_CONV_BN_STATS = 1 << 24, /* a training BatchNormalization after a convolution
+                                         takes its batch statistics from sums the convolution
+                                         writes (CUDA training; below). Also off with
+                                         KILN_CUDA_CONV_STATS=0 */
+    KILN_PASS_BN_MASK_FROM_X = 1 << 25 /* fuse-bn's ReLU gradients recompute the mask from the
+                                         BN's input and saved statistics instead of reading its
+                                         output (CUDA training). Also off with
+                                         KILN_BN_MASK_FROM_X=0 */
 };
-/* BatchNormalization statistics from the convolution (CUDA training; issue 12; UNVALIDATED:
- * never run on a GPU yet, so off by default). With the environment variable
- * KILN_CUDA_CONV_STATS=1 set, the CUDA trainer gives each convolution that feeds a training
+/* BatchNormalization statistics from the convolution (CUDA training; issue 12; on by
+ * default, KILN_PASS_CONV_BN_STATS or KILN_CUDA_CONV_STATS=0 turn it off): the CUDA trainer
+ * gives each convolution that feeds a training
  * BatchNormalization outputs with the per-channel sum and sum of squares of what it writes
  * (kiln.FusedConv) and the BN takes its batch statistics from them instead of reading its
  * input an extra time (the conv-bn-stats pass; the same function within f32 rounding of the
  * sums, tested on the CPU). The CUDA backend computes those sums in cuDNN's
  * ConvolutionFwd -> GenStats graph where cuDNN has an engine for it and it was timed faster,
- * else by the plain convolution and a statistics kernel (correct, no gain);
- * KILN_CUDA_CONV_STATS_LOG=1 prints each convolution's choice on stderr. */
+ * else by the plain convolution and a statistics kernel (correct, no gain). The graph sums
+ * the convolution's f32 accumulators, before their rounding to f16 / bf16: the statistics
+ * differ from those of the rounded output by at most that rounding (2^-11 of the sum of
+ * |y| in f16). KILN_CUDA_CONV_STATS_LOG=1 prints each convolution's choice on stderr. */
 /* Timed algorithm choices are kept for later processes in $KILN_CACHE_DIR/cudnn-algos.txt
  * (else $XDG_CACHE_HOME/kiln/, else ~/.cache/kiln/; KILN_CACHE_DIR set empty: not kept),
  * one line per problem, scoped to the GPU model and cuDNN version; safe to delete. */

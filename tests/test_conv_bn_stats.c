@@ -16,17 +16,17 @@
  *     without recomputation, bit for bit.
  *   - resnet50's training graph as the CUDA trainer lays it out (NHWC fp16, fuse-bn): 53
  *     BatchNormalizations take their sums from 53 FusedConvs; node count unchanged.
- *   - off by default: kiln_passes_apply without conv_bn_stats changes nothing;
- *     KILN_CUDA_CONV_STATS=1 (and only "1") asks for it.
+ *   - kiln_passes_apply without conv_bn_stats changes nothing; kiln_pass_conv_bn_stats_env()
+ *     is false only with KILN_CUDA_CONV_STATS=0.
  *   - SyncBatchNorm with the sums (the CPU reference, src/ops/batch_normalization.c): over a
  *     communicator whose all-reduce doubles every value (two ranks holding the same batch),
  *     a training BN given X's sums computes what the plain BN computes on one process (Y and
  *     the running statistics within 1e-5 of their largest value), with relu = 1 too; and
  *     with sums of another tensor it does not (the compare can fail).
  *   - the trainer (kiln_trainer_create_plan, resnet18 AMP fp16): its CUDA training graph has
- *     the 20 BNs reading sums with KILN_CUDA_CONV_STATS=1 in a build with the CUDA backend
- *     (none in a CPU-only build: no kiln.FusedConv kernel to run them), none without it, and
- *     the CPU trainer's never.
+ *     the 20 BNs reading sums by default in a build with the CUDA backend (none in a CPU-only
+ *     build: no kiln.FusedConv kernel to run them), none with KILN_CUDA_CONV_STATS=0 or
+ *     KILN_PASS_CONV_BN_STATS disabled, and the CPU trainer's never.
  * Exits non-zero on any failure. */
 #include "check.h"
 #include "core/backend.h"
@@ -274,7 +274,7 @@ out:
 static void env(void) {
     printf("-- KILN_CUDA_CONV_STATS\n");
     unsetenv("KILN_CUDA_CONV_STATS");
-    CHECK(!kiln_pass_conv_bn_stats_env(), "on without KILN_CUDA_CONV_STATS");
+    CHECK(kiln_pass_conv_bn_stats_env(), "off without KILN_CUDA_CONV_STATS");
     setenv("KILN_CUDA_CONV_STATS", "0", 1);
     CHECK(!kiln_pass_conv_bn_stats_env(), "on with KILN_CUDA_CONV_STATS=0");
     setenv("KILN_CUDA_CONV_STATS", "1", 1);
@@ -355,10 +355,11 @@ static void syncbn(void) {
     }
 }
 
-/* The trainer's training graph for device dev (fp16 AMP), with the environment variable set
- * or not: how many BNs read the convolution's sums. */
-static int trainer_sums(kiln_device dev, bool env_on) {
-    if (env_on) setenv("KILN_CUDA_CONV_STATS", "1", 1);
+/* The trainer's training graph for device dev (fp16 AMP), by default or turned off (off 1:
+ * KILN_CUDA_CONV_STATS=0, 2: KILN_PASS_CONV_BN_STATS disabled): how many BNs read the
+ * convolution's sums. */
+static int trainer_sums(kiln_device dev, int off) {
+    if (off == 1) setenv("KILN_CUDA_CONV_STATS", "0", 1);
     else unsetenv("KILN_CUDA_CONV_STATS");
     kiln_model *fwd = NULL, *m = NULL;
     kiln_trainer *t = NULL;
@@ -367,6 +368,7 @@ static int trainer_sums(kiln_device dev, bool env_on) {
     o.momentum = 0.9f;
     o.device = dev;
     o.amp = KILN_AMP_FP16;
+    if (off == 2) o.disable_passes = KILN_PASS_CONV_BN_STATS;
     int n = -1;
     if (kiln_model_resnet(ctx, 18, 10, 64, 1, 0, &fwd) || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) ||
         kiln_trainer_create_plan(m, "loss", &o, &t))
@@ -385,11 +387,12 @@ static int trainer_sums(kiln_device dev, bool env_on) {
 static void trainer(void) {
     printf("-- the trainer's graphs (resnet18, AMP fp16)\n");
     const bool cuda = kiln_backend_for(KILN_DEVICE_CUDA) != NULL;
-    const int on = trainer_sums(KILN_DEVICE_CUDA, true), off = trainer_sums(KILN_DEVICE_CUDA, false),
-              cpu = trainer_sums(KILN_DEVICE_CPU, true);
-    printf("  CUDA graph: %d BNs with sums with KILN_CUDA_CONV_STATS=1, %d without; CPU graph with it: %d (%s build)\n",
-           on, off, cpu, cuda ? "CUDA" : "CPU-only");
-    CHECK(on == (cuda ? 20 : 0) && off == 0 && cpu == 0, "trainer: want %d, 0 and 0", cuda ? 20 : 0);
+    const int on = trainer_sums(KILN_DEVICE_CUDA, 0), off = trainer_sums(KILN_DEVICE_CUDA, 1),
+              bit = trainer_sums(KILN_DEVICE_CUDA, 2), cpu = trainer_sums(KILN_DEVICE_CPU, 0);
+    printf("  CUDA graph: %d BNs with sums by default, %d with KILN_CUDA_CONV_STATS=0, %d with conv-bn-stats "
+           "disabled; CPU graph: %d (%s build)\n",
+           on, off, bit, cpu, cuda ? "CUDA" : "CPU-only");
+    CHECK(on == (cuda ? 20 : 0) && off == 0 && bit == 0 && cpu == 0, "trainer: want %d, 0, 0 and 0", cuda ? 20 : 0);
 }
 
 int main(void) {

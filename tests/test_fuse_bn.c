@@ -25,12 +25,12 @@
  *     by their whole size.
  *   - resnet50's training graph (NHWC fp16, as the CUDA trainer lays it out): the nodes
  *     fused away per step counted (49 Relus, their 49 gradients, 16 Adds, 15 Sums).
- *   - the mask from X (kiln_pass_options.bn_mask_from_x, or KILN_BN_MASK_FROM_X=1; off by
- *     default): resnet18's 9 non-residual BN -> Relu gradients read their BN's saved
+ *   - the mask from X (on unless KILN_PASS_BN_MASK_FROM_X is disabled or KILN_BN_MASK_FROM_X=0
+ *     is set): resnet18's 9 non-residual BN -> Relu gradients read their BN's saved
  *     statistics (output 3) instead of Y (relu_mask_from_x = 1), the 8 block ends keep Y; the
  *     same node count; every output (loss, gradients, running statistics) bit for bit those
  *     of the graph fused without it, fp32 and NHWC fp16; resnet50's 33 (the stem and 2 a
- *     bottleneck); off without the option and the variable, on with the variable.
+ *     bottleneck); on through the pass table, off with its bit disabled or the variable 0.
  *   - the mask from X where a BN -> Relu's gradient is a Sum (a small CNN whose stem ReLU
  *     feeds a residual block's convolution and its shortcut): the Sum folds into that
  *     BatchNormGrad (input 7) and it keeps Y; the block's first BN -> Relu takes the mask
@@ -120,7 +120,7 @@ static void same_norm(const char *label, kiln_model *ref, kiln_model *opt, kiln_
 /* opt = a finalized copy of m with kiln_pass_fuse_bn applied for the CPU (with the mask from X
  * when mx). */
 static kiln_status fuse_mx(const kiln_model *m, kiln_model **opt, bool *changed, bool mx) {
-    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU, .bn_mask_from_x = mx};
+    const kiln_pass_options cpu = {.device = KILN_DEVICE_CPU, .disabled = mx ? 0u : (unsigned)KILN_PASS_BN_MASK_FROM_X};
     *changed = false;
     kiln_status st = kiln_model_clone(m, opt);
     if (!st) st = kiln_pass_fuse_bn(*opt, &cpu, changed);
@@ -276,16 +276,23 @@ static void resnet18(bool fp16) {
     else
         CHECK(count(off, "", "BatchNormalization", 1) == 17 && count(off, "kiln", "BatchNormGrad", 1) == 17 &&
                   count_relu_grads(off) == 0 && count_mask_from_x(off, label) == 0,
-              "%s: the pass table's fuse-bn did not fuse (or took the mask from X by default)", label);
-    /* the mask from X by the environment variable, through the pass table */
-    kiln_model_free(off);
-    off = NULL;
-    setenv("KILN_BN_MASK_FROM_X", "1", 1);
-    if (kiln_passes_apply(ref, &only, &off)) CHECK(0, "%s: fuse-bn, KILN_BN_MASK_FROM_X=1: %s", label, kiln_context_message(ctx));
-    else
-        CHECK(count_mask_from_x(off, label) == 9, "%s: KILN_BN_MASK_FROM_X=1: %d gradients with the mask from X, want 9",
-              label, count_mask_from_x(off, label));
-    unsetenv("KILN_BN_MASK_FROM_X");
+              "%s: the pass table's fuse-bn did not fuse (or took the mask from X with its bit disabled)", label);
+    /* the mask from X through the pass table: on by default, off by KILN_BN_MASK_FROM_X=0 */
+    const kiln_pass_options with_mx = {.device = KILN_DEVICE_CPU,
+                                       .disabled = ~(unsigned)(KILN_PASS_FUSE_BN | KILN_PASS_BN_MASK_FROM_X)};
+    for (int env = 0; env < 2; env++) {
+        kiln_model_free(off);
+        off = NULL;
+        if (env) setenv("KILN_BN_MASK_FROM_X", "0", 1);
+        const int want = env ? 0 : 9;
+        if (kiln_passes_apply(ref, &with_mx, &off))
+            CHECK(0, "%s: fuse-bn with the mask from X%s: %s", label, env ? ", KILN_BN_MASK_FROM_X=0" : "",
+                  kiln_context_message(ctx));
+        else
+            CHECK(count_mask_from_x(off, label) == want, "%s: fuse-bn%s: %d gradients with the mask from X, want %d",
+                  label, env ? ", KILN_BN_MASK_FROM_X=0" : "", count_mask_from_x(off, label), want);
+        unsetenv("KILN_BN_MASK_FROM_X");
+    }
 
     /* the inference graph: no training BatchNormalization, nothing to fuse */
     kiln_model_free(opt);

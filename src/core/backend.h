@@ -29,6 +29,8 @@ typedef struct kiln_backend_options {
     int no_conv_gemm;   /* 1x1 convolutions always through cuDNN (CUDA) */
     int no_conv_direct; /* one-channel convolutions always through cuDNN (CUDA) */
     int no_conv_depthwise; /* depthwise convolutions (and dX) always through cuDNN (CUDA) */
+    int no_flash_attention; /* kiln.Attention never on the flash kernel (CUDA) */
+    int no_conv_dw_grad;   /* depthwise gradients always through cuDNN (CUDA) */
     int no_streams;     /* a captured plan on one stream only (CUDA) */
     int device_index;   /* which device of the backend's kind (CUDA: the ordinal) */
     void *stream;       /* the caller's stream runs are ordered with (CUDA; NULL: none) */

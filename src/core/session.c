@@ -47,6 +47,8 @@ static kiln_backend_options backend_options(const kiln_session_options *o) {
                                .no_conv_gemm = (o->disable_passes & KILN_PASS_CONV_GEMM) != 0,
                                .no_conv_direct = (o->disable_passes & KILN_PASS_CONV_DIRECT) != 0,
                                .no_conv_depthwise = (o->disable_passes & KILN_PASS_CONV_DEPTHWISE) != 0,
+                               .no_flash_attention = (o->disable_passes & KILN_PASS_FLASH_ATTENTION) != 0,
+                               .no_conv_dw_grad = (o->disable_passes & KILN_PASS_CONV_DW_GRAD) != 0,
                                .no_streams = (o->disable_passes & KILN_PASS_STREAMS) != 0,
                                .device_index = o->device_index,
                                .stream = o->stream};

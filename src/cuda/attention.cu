@@ -18,7 +18,7 @@
  * f16 / bf16 with head dims multiples of 16 take the tensor-core form below
  * (attention_wmma_kernel); the CUDA-core kernel serves f32 and the other head dims.
  *
- * With kiln_cuda's flash_attention on (unvalidated, off by default), f16 / bf16 nodes that
+ * With kiln_cuda's flash_attention on (the default), f16 / bf16 nodes that
  * attention_flash.cu takes run there instead (kiln_cuda_k_attention).
  *
  * Limits (kiln_cuda_sup_attention refuses beyond, and the fuse-attention pass then leaves
@@ -481,7 +481,7 @@ extern "C" kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c) {
     a.vq = vec_ok(g.q, a.q, g.d);
     a.vk = vec_ok(g.k, a.k, g.d);
     a.vv = vec_ok(g.v, a.v, g.dv);
-    if (cu->flash_attention) { /* attention_flash.cu (unvalidated, off by default) where it takes the node */
+    if (cu->flash_attention) { /* attention_flash.cu where it takes the node */
         char fwhy[sizeof cu->stats.flash_refused];
         if (kiln_cuda_flash_attention_ok(&g, c->in[0]->dtype, a.q, a.k, a.v, fwhy, sizeof fwhy)) {
             st = kiln_cuda_flash_attention(cu, c->kctx, &g, c->in[0]->dtype, a.q, a.k, a.v, a.bias, a.bias_dt, a.o);

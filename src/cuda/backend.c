@@ -16,6 +16,8 @@ static kiln_status cu_create(kiln_context *ctx, const kiln_backend_options *o, v
                             .no_conv_gemm = o->no_conv_gemm,
                             .no_conv_direct = o->no_conv_direct,
                             .no_conv_depthwise = o->no_conv_depthwise,
+                            .flash_attention = o->no_flash_attention ? -1 : 0,
+                            .conv_dw_grad = o->no_conv_dw_grad ? -1 : 0,
                             .no_streams = o->no_streams,
                             .device = o->device_index,
                             .caller_stream = o->stream};

@@ -101,17 +101,28 @@ static kiln_status read_props(kiln_cuda *cu) {
 
 /* Algorithm choices: the search mode, and the timed choices the disk cache holds for this
  * GPU model and cuDNN version. An unreadable cache is an empty one. */
+/* A switch that is on by default: the option's sign (> 0 on, < 0 off), else the environment
+ * variable env ("0" off, anything else or unset: on). */
+static bool switch_on(int option, const char *env) {
+    if (option) return option > 0;
+    const char *e = getenv(env);
+    return !(e && strcmp(e, "0") == 0);
+}
+
 static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     cu->autotune = !o->no_autotune;
     cu->conv_gemm = !o->no_conv_gemm;
     cu->conv_direct = !o->no_conv_direct;
     cu->conv_depthwise = !o->no_conv_depthwise;
-    const char *dwg = getenv("KILN_CUDA_DW_GRAD");
-    cu->conv_dw_grad = o->conv_dw_grad != 0 || (dwg && strcmp(dwg, "1") == 0);
-    const char *fla = getenv("KILN_CUDA_FLASH_ATTN");
-    cu->flash_attention = o->flash_attention != 0 || (fla && strcmp(fla, "1") == 0);
-    const char *cst = getenv("KILN_CUDA_CONV_STATS"); /* unvalidated: off unless asked */
-    cu->conv_bn_stats = o->conv_bn_stats > 0 ? o->conv_bn_stats : cst && strcmp(cst, "1") == 0 ? 1 : 0;
+    /* on by default (validated on an H100: bench/NOTES.md "t7 / z6 results"); an option's
+     * sign, else the environment variable's 0 or 1, decides */
+    cu->conv_dw_grad = switch_on(o->conv_dw_grad, "KILN_CUDA_DW_GRAD");
+    cu->flash_attention = switch_on(o->flash_attention, "KILN_CUDA_FLASH_ATTN");
+    /* 1 timed (the default), 2 the graph wherever it has an engine, 3 (or off, by the
+     * option's sign or KILN_CUDA_CONV_STATS=0) the convolution + statistics kernel */
+    cu->conv_bn_stats = o->conv_bn_stats == 1 || o->conv_bn_stats == 2 ? o->conv_bn_stats
+                        : o->conv_bn_stats != 0 || !switch_on(0, "KILN_CUDA_CONV_STATS") ? 0
+                                                                                         : 1;
     cu->deterministic = o->deterministic != 0;
     cu->algo_path[0] = '\0';
     if (o->algo_cache) {

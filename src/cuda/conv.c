@@ -42,8 +42,8 @@
  *   from the memory bound (convnext_tiny's 7x7 depthwise f16 NHWC at batch 256: 9.8 ms on
  *   an H200, 31 GB/s). All of them go to cuDNN with the
  *   kiln_cuda's conv_depthwise off (--disable conv-depthwise). With kiln_cuda's conv_dw_grad
- *   on (kiln_cuda_options.conv_dw_grad or KILN_CUDA_DW_GRAD=1; off by default: those kernels
- *   have not run on a GPU yet) kiln.ConvGradWeight and kiln.ConvGradInput of depthwise
+ *   on (the default; off with --disable conv-dw-grad or KILN_CUDA_DW_GRAD=0)
+ *   kiln.ConvGradWeight and kiln.ConvGradInput of depthwise
  *   convolutions run on conv_depthwise_grad.cu's kernels instead (their workspace: partial
  *   sums, a flipped filter), with autotune only where timed faster than cuDNN (dw_faster).
  *
@@ -924,7 +924,7 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
         const kiln_status cs = dw_faster(cu, c, DIR_BWD_DATA, false, dt, &dg, dx->data, NULL, &dw_kiln, &dw_variant);
         if (cs) return cs;
     }
-    if (dw_kiln && cu->conv_dw_grad) { /* unvalidated kernels, off by default */
+    if (dw_kiln && cu->conv_dw_grad) {
         const kiln_status ds = kiln_cuda_conv_depthwise_dgrad(cu, ctx, dt, &dg, dy->data, w->data, dx->data,
                                                               c->workspace, c->workspace_size);
         if (!ds) {
@@ -986,8 +986,8 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
         if (!ds) cu->stats.conv_direct_calls++;
         return ds;
     }
-    /* depthwise: conv_depthwise_grad.cu's kernels when conv_dw_grad is on (unvalidated,
-     * off by default), with autotune where timed faster than cuDNN */
+    /* depthwise: conv_depthwise_grad.cu's kernels when conv_dw_grad is on (the default),
+     * with autotune where timed faster than cuDNN */
     kiln_cuda_dw_geo dg;
     bool dw_kiln = false;
     if (cu->conv_dw_grad && depthwise_shaped(cu, &g, &dg)) {

@@ -6,11 +6,11 @@
  * ~0.05 ms), and so did conv_depthwise.cu's input gradient (a thread per dX element, one
  * 2-byte load per tap: 3.96 ms, 58 GB/s, for the same shape).
  *
- * UNVALIDATED: these kernels have been compiled but never run on a GPU. conv.c dispatches
- * here only when kiln_cuda's conv_dw_grad is on (kiln_cuda_options.conv_dw_grad, or the
- * environment variable KILN_CUDA_DW_GRAD=1 when the kiln_cuda is created); it defaults off,
- * and the old paths (cuDNN's weight gradient, conv_depthwise.cu's input gradient) stay the
- * default. With autotune, kiln's kernel runs only where conv.c's dw_faster timed it faster
+ * Validated on an H100 (bench/NOTES.md "t7 / z6 results": convnext_tiny's training 2.6x).
+ * conv.c dispatches here when kiln_cuda's conv_dw_grad is on: the default; off with
+ * kiln_cuda_options.conv_dw_grad < 0, --disable conv-dw-grad or KILN_CUDA_DW_GRAD=0 when the
+ * kiln_cuda is created, and then the old paths run (cuDNN's weight gradient,
+ * conv_depthwise.cu's input gradient). With autotune, kiln's kernel runs only where conv.c's dw_faster timed it faster
  * than cuDNN. The GPU tests that cover them: test_backend_ops --dw-grad (ctest
  * backend_ops_dw_grad) and test_cuda_ops' depthwise cases; bench: test_cuda_ops --dw-grad-bench.
  *

@@ -4,15 +4,18 @@
  * (src/passes/conv_bn_stats.c) gives a convolution feeding a training BatchNormalization so
  * that the BN skips its statistics pass over Y (issue 12).
  *
- * UNVALIDATED: written without a GPU. The pass runs only with KILN_CUDA_CONV_STATS=1; this
- * kernel runs whatever node has the outputs (the op sweep's cases), by one of two paths:
+ * Validated on an H100 (bench/NOTES.md "t7 / z6 results"). The CUDA trainer runs the pass
+ * unless KILN_CUDA_CONV_STATS=0 or --disable conv-bn-stats; this kernel runs whatever node
+ * has the outputs (the op sweep's cases), by one of two paths:
  *   fallback (always correct, no gain): the convolution as conv.c runs any kiln.FusedConv,
  *     then norm_train.cu's statistics kernel over Y (kiln_cuda_channel_sums): Y read once
  *     more, which is what the BN's own statistics pass read.
  *   graph (kiln_cuda's conv_bn_stats 1 or 2): cuDNN's ConvolutionFwd -> GenStats operation
  *     graph (cudnn_graph.c), where the node's problem is one it expresses (2-D NHWC f16 /
  *     bf16, one group, symmetric pads, nothing in the epilogue) and cuDNN has an engine for
- *     it: the sums come from the convolution's epilogue, Y is not read again.
+ *     it: the sums come from the convolution's epilogue, Y is not read again. They sum the
+ *     f32 accumulators before Y's rounding to f16 / bf16 (so differ from the fallback's by
+ *     at most that rounding).
  * Which: at plan time (the workspace function) the graph is built and its plan chosen; with
  * conv_bn_stats 1 and autotune, both paths are timed on scratch buffers of the node's shapes
  * (allocated and freed there, never in a run) and the faster kept per problem; without

@@ -99,13 +99,13 @@ struct kiln_cuda {
     bool conv_gemm;         /* 1x1 NHWC convolutions through cuBLASLt (conv.c) */
     bool conv_direct;       /* one-input-channel convolutions by conv_direct.cu */
     bool conv_depthwise;    /* depthwise convolutions by conv_depthwise.cu */
-    bool conv_dw_grad;      /* their gradients by conv_depthwise_grad.cu (unvalidated: off
-                               unless kiln_cuda_options.conv_dw_grad or KILN_CUDA_DW_GRAD=1) */
+    bool conv_dw_grad;      /* their gradients by conv_depthwise_grad.cu (on unless
+                               kiln_cuda_options.conv_dw_grad < 0 or KILN_CUDA_DW_GRAD=0) */
     bool flash_attention;   /* kiln.Attention by attention_flash.cu where it takes the node
-                               (unvalidated: off unless kiln_cuda_options.flash_attention or
-                               KILN_CUDA_FLASH_ATTN=1) */
-    /* kiln.FusedConv's statistics outputs (conv_stats.c; UNVALIDATED: off unless
-     * kiln_cuda_options.conv_bn_stats or KILN_CUDA_CONV_STATS=1): 0 the convolution, then
+                               (on unless kiln_cuda_options.flash_attention < 0 or
+                               KILN_CUDA_FLASH_ATTN=0) */
+    /* kiln.FusedConv's statistics outputs (conv_stats.c; kiln_cuda_options.conv_bn_stats,
+     * KILN_CUDA_CONV_STATS=0 at its default): 0 the convolution, then
      * norm_train.cu's statistics kernel; 1 (auto) cuDNN's ConvolutionFwd -> GenStats graph
      * where it has an engine, timed at plan time against the former (with autotune) and the
      * faster kept; 2 the graph wherever it has an engine (tests) */
@@ -330,7 +330,7 @@ bool kiln_cuda_sup_grad_accumulate(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_prep_attention(kiln_cuda *cu, kiln_op_ctx *c);
 bool kiln_cuda_sup_attention(const kiln_op_ctx *c, char *why, size_t n);
-/* attention_flash.cu (UNVALIDATED, behind kiln_cuda's flash_attention): the
+/* attention_flash.cu (behind kiln_cuda's flash_attention): the
  * FlashAttention-2 form for f16 / bf16, D = Dv in {32, 64, 128}, Q / K / V rows of 16-byte
  * aligned runs. _ok: whether it takes geometry g (dtype, the operands' device pointers),
  * with the reason in why when not. _prepare: its shared-memory limits raised (before any
@@ -505,7 +505,7 @@ kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, k
 kiln_status kiln_cuda_conv_depthwise_grad_input(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
                                                 const kiln_cuda_dw_geo *g, const void *dy, const void *w,
                                                 void *dx);
-/* kiln.FusedConv's statistics outputs (issue 12, the conv-bn-stats pass; UNVALIDATED, behind
+/* kiln.FusedConv's statistics outputs (issue 12, the conv-bn-stats pass; behind
  * kiln_cuda's conv_bn_stats). conv_stats.c: the node's kernel, workspace and supports check
  * (the table's kiln.FusedConv entry; a node without outputs 1, 2 goes to conv.c as before).
  * cudnn_graph.c: cuDNN's ConvolutionFwd -> GenStats graph for one problem (plan time: graph,
@@ -536,7 +536,7 @@ bool kiln_cuda_sup_fused_conv_stats(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 
-/* conv_depthwise_grad.cu (UNVALIDATED, behind kiln_cuda's conv_dw_grad): the weight
+/* conv_depthwise_grad.cu (behind kiln_cuda's conv_dw_grad): the weight
  * gradient dW (C, 1, kh, kw) = sum over n, oh, ow of dY * X, in W's dtype (= X's), per-block
  * partial sums in the workspace (kiln_cuda_conv_depthwise_wgrad_ws bytes: 0 where the
  * NHWC kernel does not take g, and then a slow any-layout kernel runs) added in a fixed

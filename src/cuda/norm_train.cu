@@ -34,9 +34,8 @@
  * takes the ReLU's output Y as input 6 and reads dY masked by Y > 0 (as kiln.UnaryGrad
  * op=Relu) in both passes.
  *
- * The mask from X (kiln.BatchNormGrad relu = 1 with relu_mask_from_x = 1; UNVALIDATED: never
- * run on a GPU yet, made only by the fuse-bn pass under KILN_BN_MASK_FROM_X=1, off by
- * default): no Y. The forward writes S, its batch statistics (mean, var after the clamp; f64
+ * The mask from X (kiln.BatchNormGrad relu = 1 with relu_mask_from_x = 1, made by the fuse-bn
+ * pass unless KILN_BN_MASK_FROM_X=0 or --disable bn-mask-from-x): no Y. The forward writes S, its batch statistics (mean, var after the clamp; f64
  * (2, C), output 3) from its finalize; the gradient's bn_mask_coef computes from S, with
  * fwd_coef as the forward's finalize does, the forward's float coefficients (a, m, k), and
  * both passes take the mask as pos_from_x: Y > 0 as the forward's apply computes Y
@@ -75,7 +74,7 @@
  * Workspace: P * C * K doubles, then 4 * C floats (both 256-byte aligned); the gradient also
  * this rank's partials under SyncBatchNorm, then, with the mask from X, 3 * C floats (a, m, k).
  *
- * Statistics from the convolution (conv-bn-stats, issue 12; UNVALIDATED, opt-in): a training
+ * Statistics from the convolution (conv-bn-stats, issue 12): a training
  * BatchNormalization with inputs 6, 7 (X's f32 sum and sum of squares per channel) skips
  * kernel 1: the sums become one partial row (P = 1), all-reduced under SyncBatchNorm like
  * the partials, then finalize and apply as above. kiln_cuda_channel_sums: kernel 1 and a
@@ -969,7 +968,7 @@ extern "C" kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c) {
             p.odt[k] = c->out[1 + k]->dtype;
         }
     const void *y = relu_y(c) ? c->in[6]->data : nullptr; /* the fused ReLU's output: dY masked by Y > 0 */
-    /* the mask from X (UNVALIDATED, made only under KILN_BN_MASK_FROM_X=1): the forward's
+    /* the mask from X: the forward's
      * coefficients from S into mc, read by both passes instead of Y */
     float *mc = mask_from_x(c) ? (float *)((char *)c->workspace + grad_ws_base(c, g)) : nullptr; // (3, C)
     if (mc) {

@@ -1,7 +1,7 @@
 /* conv_bn_stats.c — a training BatchNormalization takes its batch statistics from the
- * convolution that wrote its input (issue 12; UNVALIDATED on a GPU, so off unless asked:
- * kiln_pass_options.conv_bn_stats, which the trainer sets for CUDA training when the
- * environment variable KILN_CUDA_CONV_STATS=1 is set):
+ * convolution that wrote its input (issue 12; when kiln_pass_options.conv_bn_stats is set,
+ * as the trainer does for CUDA training unless KILN_PASS_CONV_BN_STATS is disabled or the
+ * environment variable KILN_CUDA_CONV_STATS=0 is set):
  *
  *   y = Conv(x, W, B?)                          (or kiln.FusedConv(x, W, B?, Z?) act=...)
  *   ... = BatchNormalization(y, scale, B, mean, var[, Z]) training_mode=1 [relu=1]
@@ -32,7 +32,7 @@
 
 bool kiln_pass_conv_bn_stats_env(void) {
     const char *e = getenv("KILN_CUDA_CONV_STATS");
-    return e && strcmp(e, "1") == 0;
+    return !(e && strcmp(e, "0") == 0);
 }
 
 static int opt_out(const kiln_node *n, int k) { return k < n->n_out ? n->out[k] : -1; }

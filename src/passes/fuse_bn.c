@@ -16,8 +16,8 @@
  *             g0 = kiln.UnaryGrad(g, -, y) op=Relu
  *             dx, dscale, dB = kiln.BatchNormGrad(g0, x, scale, B, mean, var)
  *          -> dx, dscale, dB = kiln.BatchNormGrad(g, x, scale, B, mean, var, y) relu=1
- *   backward, the mask from X (kiln_pass_options.bn_mask_from_x or KILN_BN_MASK_FROM_X=1; off
- *   by default: the CUDA kernels are unvalidated), where y is a fused BN's (the form above
+ *   backward, the mask from X (unless KILN_PASS_BN_MASK_FROM_X is disabled or
+ *   KILN_BN_MASK_FROM_X=0 is set), where y is a fused BN's (the form above
  *   otherwise; never the residual forms below, which keep y)
  *             y = BatchNormalization(x, scale, B, mean, var) training_mode=1, relu=1
  *             g0 = kiln.UnaryGrad(g, -, y) op=Relu
@@ -77,10 +77,11 @@
 
 static kiln_format fmt(const kiln_model *m, int v) { return m->values[v].format; }
 
-/* The mask from X asked for: the option, or KILN_BN_MASK_FROM_X=1 (issue 12, bench/NOTES.md "t7") */
+/* The mask from X (issue 12, bench/NOTES.md "t7"): on unless KILN_PASS_BN_MASK_FROM_X is
+ * disabled or KILN_BN_MASK_FROM_X=0 */
 static bool mask_from_x_on(const kiln_pass_options *o) {
     const char *e = getenv("KILN_BN_MASK_FROM_X");
-    return o->bn_mask_from_x || (e && strcmp(e, "1") == 0);
+    return !(o->disabled & KILN_PASS_BN_MASK_FROM_X) && !(e && strcmp(e, "0") == 0);
 }
 
 /* The fused training BatchNormalization (relu = 1, no residual) writing y whose gradient d

@@ -18,11 +18,11 @@ typedef struct kiln_pass_options {
     unsigned disabled; /* KILN_PASS_* bits */
     /* fuse-bn: the BN -> ReLU gradients not at a block end take their ReLU mask from X
      * (kiln.BatchNormGrad relu_mask_from_x = 1, reading the forward's saved statistics
-     * instead of Y; src/passes/fuse_bn.c). Off by default: its CUDA kernels are
-     * unvalidated. Also on with the environment variable KILN_BN_MASK_FROM_X=1. */
-    bool bn_mask_from_x;
-    /* conv-bn-stats (conv_bn_stats.c): opt-in, UNVALIDATED on a GPU; the trainer sets it
-     * for CUDA training when kiln_pass_conv_bn_stats_env() (KILN_CUDA_CONV_STATS=1) */
+     * instead of Y; src/passes/fuse_bn.c) unless KILN_PASS_BN_MASK_FROM_X is in disabled
+     * or the environment variable KILN_BN_MASK_FROM_X=0 is set. */
+    /* conv-bn-stats (conv_bn_stats.c): runs when set; the trainer sets it for CUDA training
+     * unless KILN_PASS_CONV_BN_STATS is disabled or kiln_pass_conv_bn_stats_env() says no
+     * (KILN_CUDA_CONV_STATS=0) */
     bool conv_bn_stats;
 } kiln_pass_options;
 
@@ -133,7 +133,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
 /* A training BatchNormalization's statistics from the Conv writing its X (conv_bn_stats.c;
  * only with o->conv_bn_stats), and whether KILN_CUDA_CONV_STATS=1 asks for it. */
 kiln_status kiln_pass_conv_bn_stats(kiln_model *m, const kiln_pass_options *o, bool *changed);
-bool kiln_pass_conv_bn_stats_env(void);
+bool kiln_pass_conv_bn_stats_env(void); /* false only with KILN_CUDA_CONV_STATS=0 */
 /* Reshape-Transpose-Reshape channel shuffles as kiln.ChannelShuffle (channel_shuffle.c; the
  * layout pass runs it first). */
 kiln_status kiln_pass_channel_shuffle(kiln_model *m, bool *changed);

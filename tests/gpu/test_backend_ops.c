@@ -63,7 +63,8 @@
  *     reason), and each op with a gradient rule whose cases never built a gradient graph;
  *     exceptions are listed in grad_exceptions below, each with its reason.
  *   --dw-grad: depthwise kiln.ConvGradWeight / kiln.ConvGradInput on conv_depthwise_grad.cu's
- *     kernels (kiln_cuda_options.conv_dw_grad, off by default; autotune off so that they
+ *     kernels (kiln_cuda_options.conv_dw_grad, on by default but off in the plain sweep;
+ *     autotune off so that they
  *     run on every case); FAIL if they never ran. With -v each case's max abs error.
  *   --dw-grad-timed: the same with autotune on: each depthwise gradient problem is timed on
  *     those kernels and on cuDNN (conv.c's dw_faster) and the faster runs.
@@ -71,7 +72,7 @@
  *     on conv_depthwise_grad.cu, cuDNN and (dX) conv_depthwise.cu's gather kernel, and
  *     compares the results with cuDNN's (dw_grad_bench below).
  *   --flash-attn: kiln.Attention on attention_flash.cu's kernel where it takes the node
- *     (kiln_cuda_options.flash_attention: unvalidated, off by default). Each Attention case
+ *     (kiln_cuda_options.flash_attention: on by default, off in the plain sweep). Each Attention case
  *     run prints whether the flash kernel ran it or attention.cu's did, with the reason;
  *     FAIL if the flash kernel never ran.
  *   --flash-bench: times attention_flash.cu against attention.cu's kernels on ViT-B/16,
@@ -869,8 +870,8 @@ static int dw_grad_bench(void) {
                   {"stage 4", 128, 768, 7, 7}};
     const size_t arena = (size_t)1 << 30;
     kiln_cuda_options on = {.device = 0, .arena_bytes = arena, .conv_dw_grad = 1, .no_autotune = 1};
-    kiln_cuda_options dnn = {.device = 0, .arena_bytes = arena, .no_conv_depthwise = 1};
-    kiln_cuda_options old = {.device = 0, .arena_bytes = arena, .no_autotune = 1};
+    kiln_cuda_options dnn = {.device = 0, .arena_bytes = arena, .no_conv_depthwise = 1, .conv_dw_grad = -1};
+    kiln_cuda_options old = {.device = 0, .arena_bytes = arena, .no_autotune = 1, .conv_dw_grad = -1};
     kiln_cuda_options tuned = {.device = 0, .arena_bytes = arena, .conv_dw_grad = 1};
     kiln_cuda *c_on = NULL, *c_dnn = NULL, *c_old = NULL, *c_tuned = NULL;
     if (kiln_cuda_create(ctx, &on, &c_on) || kiln_cuda_create(ctx, &dnn, &c_dnn) ||
@@ -976,7 +977,7 @@ static kiln_tensor *bench_shape(int n, const int64_t *v) {
 static int flash_bench(void) {
     const size_t arena = (size_t)3 << 30;
     kiln_cuda_options fo = {.device = 0, .arena_bytes = arena, .flash_attention = 1};
-    kiln_cuda_options oo = {.device = 0, .arena_bytes = arena};
+    kiln_cuda_options oo = {.device = 0, .arena_bytes = arena, .flash_attention = -1};
     kiln_cuda *c_flash = NULL, *c_old = NULL;
     if (kiln_cuda_create(ctx, &fo, &c_flash) || kiln_cuda_create(ctx, &oo, &c_old)) {
         printf("FAIL flash-bench: create: %s\n", kiln_context_message(ctx));
@@ -1128,7 +1129,7 @@ int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     bool dry = false, want_canary = false, dw_grad = false, dw_timed = false, want_bench = false,
          want_flash_bench = false;
-    int conv_stats = -1; /* --conv-stats-{fallback,graph,timed}: kiln_cuda's conv_bn_stats 0, 2, 1 */
+    int conv_stats = -1; /* --conv-stats-{fallback,graph,timed}: kiln_cuda's conv_bn_stats 3, 2, 1 */
     int n_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--record") == 0) dry = true;
@@ -1140,21 +1141,25 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--dw-grad-bench") == 0) want_bench = true;
         else if (strcmp(argv[i], "--flash-attn") == 0) flash_attn = true;
         else if (strcmp(argv[i], "--flash-bench") == 0) want_flash_bench = true;
-        else if (strcmp(argv[i], "--conv-stats-fallback") == 0) conv_stats = 0;
+        else if (strcmp(argv[i], "--conv-stats-fallback") == 0) conv_stats = 3;
         else if (strcmp(argv[i], "--conv-stats-graph") == 0) conv_stats = 2;
         else if (strcmp(argv[i], "--conv-stats-timed") == 0) conv_stats = 1;
         else n_only++;
     }
     kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)512 << 20};
-    /* --dw-grad: depthwise gradients on conv_depthwise_grad.cu's kernels (off by default:
-     * unvalidated), without autotune so that they run on every depthwise case */
-    if (dw_grad) o.conv_dw_grad = 1, o.no_autotune = !dw_timed;
-    /* --flash-attn: kiln.Attention on attention_flash.cu (off by default: unvalidated) */
-    if (flash_attn) o.flash_attention = 1;
-    /* --conv-stats-*: kiln.FusedConv's statistics outputs (conv_stats.c, unvalidated) by the
-     * convolution + statistics kernel, cuDNN's GenStats graph wherever it has an engine, or
-     * the faster of the two timed (KILN_LOG=info prints each problem's plan and timing) */
-    if (conv_stats >= 0) o.conv_bn_stats = conv_stats;
+    /* The plain sweep runs the kernels each switch below falls back to (cuDNN's depthwise
+     * gradients, attention.cu, the convolution + statistics kernel); the flags, the ones it
+     * turns on (on by default in sessions and trainers). --dw-grad: depthwise gradients on
+     * conv_depthwise_grad.cu's kernels, without autotune so that they run on every depthwise
+     * case (--dw-grad-timed: with it, as by default) */
+    o.conv_dw_grad = dw_grad ? 1 : -1;
+    if (dw_grad) o.no_autotune = !dw_timed;
+    /* --flash-attn: kiln.Attention on attention_flash.cu */
+    o.flash_attention = flash_attn ? 1 : -1;
+    /* --conv-stats-*: kiln.FusedConv's statistics outputs (conv_stats.c) by the convolution +
+     * statistics kernel, cuDNN's GenStats graph wherever it has an engine, or the faster of
+     * the two timed (KILN_LOG=info prints each problem's plan and timing) */
+    o.conv_bn_stats = conv_stats >= 0 ? conv_stats : 3;
     if (!dry && kiln_cuda_create(ctx, &o, &cu) != KILN_OK) {
         printf("FAIL: no usable CUDA device: %s\n", kiln_context_message(ctx));
         printf("0 passed, 1 failed\n");
