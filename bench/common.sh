@@ -9,7 +9,7 @@
 
 # kiln_pack BUILD_DIR DEST [nogelu]: DEST/programs.tar.xz holding kiln, every build-tree program
 # a gpu-labelled test runs, gelu_fusion and cudnn_fusion_probe (if built, unless nogelu), all
-# stripped; DEST/gpu_tests.txt, DEST/programs.txt, DEST/lib/. One solid xz stream with a
+# stripped (and bn_train, likewise); DEST/gpu_tests.txt, DEST/programs.txt, DEST/lib/. One solid xz stream with a
 # 256 MiB dictionary: the programs share most of their code (each links all of kiln), so
 # every program after the first costs little (one .xz per program: ~9.5 MB each, over the
 # 64 MiB carry with seven tests).
@@ -17,11 +17,16 @@ kiln_pack() {
   local build=$1 dest=$2 gelu=${3:-gelu} src
   src=$(pwd)
   [ -x "$build/kiln" ] || { echo "pack: no $build/kiln (build it first)" >&2; return 2; }
+  # the GPU machine has no cairo: a kiln linked to it does not start there
+  if ldd "$build/kiln" | grep -q libcairo; then
+    echo "pack: $build/kiln links libcairo, which the GPU machine lacks; configure with -DKILN_PLOT=OFF" >&2
+    return 2
+  fi
   rm -rf "$dest"
   mkdir -p "$dest/lib" "$dest/stage"
   strip --strip-all -o "$dest/stage/kiln" "$build/kiln" || return 2
   local extra
-  for extra in gelu_fusion cudnn_fusion_probe; do
+  for extra in gelu_fusion cudnn_fusion_probe bn_train; do
     [ "$gelu" = gelu ] && [ -x "$build/$extra" ] && { strip --strip-all -o "$dest/stage/$extra" "$build/$extra" || return 2; }
   done
   # The tests labelled gpu, in ctest's order with the fixtures they need (as `ctest -L gpu`

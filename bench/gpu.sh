@@ -3,7 +3,8 @@
 # training, and PyTorch next to kiln, each part chosen on the command line.
 #
 # Here (a machine with kiln's build dependencies), after a CUDA build:
-#   bench/gpu.sh pack [BUILD_DIR]   packs kiln, the gpu-labelled tests (as `ctest -L gpu` runs
+#   bench/gpu.sh pack [BUILD_DIR]   (a build with -DKILN_PLOT=OFF: the GPU machine has no cairo)
+#                                   packs kiln, the gpu-labelled tests (as `ctest -L gpu` runs
 #                                   them, scripts and fixtures included) in one solid
 #                                   programs.tar.xz (~19 MB for 14 programs: well inside the
 #                                   64 MiB carry; a trimmed carry's missing programs are
@@ -40,15 +41,15 @@
 #           yet: written without a GPU. The lead's one call (a few minutes):
 #             bench/gpu.sh pack   (here, after building the target cudnn_fusion_probe), then on
 #             the GPU machine: bench/gpu.sh cudnnfuse
-#   ab      switches that default off (unvalidated kernels), each against the plain run in
+#   ab      kiln under several environments (switches), each against the plain run in
 #           the same call: ResNet-50 AMP training at batch 256 (random CIFAR-format images
 #           resized to 224, epoch 2's time, as every training figure in NOTES.md) with each
-#           environment of AB_ENVS ('|'-separated; '-' is none; default: -, KILN_CUDA_CONV_STATS=1,
-#           KILN_BN_MASK_FROM_X=1, both), the first config again at the end (drift), then
+#           environment of AB_ENVS ('|'-separated; '-' is none; default: -, KILN_CUDA_CONV_STATS=0,
+#           KILN_BN_MASK_FROM_X=0, both: what each default is worth), the first config again at the end (drift), then
 #           PyTorch AMP + channels_last on the same GPU (bench/ddp_torch.py, one rank).
 #           AB_CMD replaces the kiln command (its arguments after `kiln`), e.g. "bench
 #           /tmp/z/vit_b_16.onnx --device cuda --batch 256 --fp16 --iters 30" with AB_ENVS
-#           "-|KILN_CUDA_FLASH_ATTN=1"; AB_TORCH=0 leaves PyTorch out
+#           "-|KILN_CUDA_FLASH_ATTN=0"; AB_TORCH=0 leaves PyTorch out
 #   prof    per-node profiles (`kiln bench --profile`, fp16) of the torchvision models of
 #           PROF_MODELS (default: the ones slower than torch.compile at batch 256, NOTES.md
 #           "z4 / t5 results"), name:batch; full logs in $OUT/prof_MODEL.log, the GPU time and
@@ -70,7 +71,8 @@
 #           (bench/NOTES.md, "compute-sanitizer"). (--kernel-name-exclude is no way out:
 #           with it racecheck hit "Internal Sanitizer Error" on the sweep.)
 # Environment: K=.carry/kiln (the pack, or a build directory), DATA=.carry/data,
-# R50=/tmp/r50.onnx. Full logs go to $OUT/gpu-logs.tar.gz; the summary is printed.
+# R50=/tmp/r50.onnx. Full logs go to $OUT/gpu-logs.tar.gz (or to LOGS, a folder, as they are
+# written: under $OUT they come back even from a call cut off by its limit); the summary is printed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 . bench/common.sh
@@ -85,8 +87,8 @@ K=${K:-.carry/kiln}
 DATA=${DATA:-.carry/data}
 R50=${R50:-/tmp/r50.onnx}
 O=${OUT:-/tmp}
-LOGS=$(mktemp -d /tmp/gpu-logs.XXXXXX)
-mkdir -p "$O"
+LOGS=${LOGS:-$(mktemp -d /tmp/gpu-logs.XXXXXX)}
+mkdir -p "$O" "$LOGS"
 kiln_env "$K"
 KILN=$(kiln_unpack "$K" kiln) || exit 2
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null
@@ -211,7 +213,7 @@ for name, m in (("data_batch_1.bin", 5120), ("test_batch.bin", 256)):
 PY
     AB_CMD="train resnet50 --data /tmp/ab_cif --image-size 224 --batch 256 --device cuda --amp fp16 --epochs 2 --no-augment --classes 1000"
   fi
-  IFS='|' read -r -a envs <<< "${AB_ENVS:--|KILN_CUDA_CONV_STATS=1|KILN_BN_MASK_FROM_X=1|KILN_CUDA_CONV_STATS=1 KILN_BN_MASK_FROM_X=1}"
+  IFS='|' read -r -a envs <<< "${AB_ENVS:--|KILN_CUDA_CONV_STATS=0|KILN_BN_MASK_FROM_X=0|KILN_CUDA_CONV_STATS=0 KILN_BN_MASK_FROM_X=0}"
   echo "== A/B: kiln $AB_CMD"
   for i in "${!envs[@]}"; do
     cfg=${envs[$i]}
