@@ -59,7 +59,9 @@ with open(sys.argv[4], "w") as f:
     prog=$(basename "$rel")
     [ -f "$dest/stage/$prog" ] || strip --strip-all -o "$dest/stage/$prog" "$build/$rel" || return 2
   done < "$dest/programs.txt"
-  tar -C "$dest/stage" -cf - . | xz -T1 --lzma2=preset=6,dict=256MiB > "$dest/programs.tar.xz" || return 2
+  # KILN_PACK_PRESET: xz preset (default 2: 51 s and 13.9 MB for 16 programs on two cores;
+  # 6 took 5 min 26 s for 13.0 MB)
+  tar -C "$dest/stage" -cf - . | xz -T1 --lzma2=preset=${KILN_PACK_PRESET:-2},dict=256MiB > "$dest/programs.tar.xz" || return 2
   rm -rf "$dest/stage"
   path=$(ldd "$build/kiln" | awk '$1 == "libgomp.so.1" { print $3 }')
   [ -n "$path" ] && cp -L "$path" "$dest/lib/"
