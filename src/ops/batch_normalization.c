@@ -61,9 +61,10 @@
  * The apply's coefficients (issue 12; the conv-bn-prologue pass, src/passes/conv_bn_prologue.c,
  * CUDA training graphs): kiln's output 4 in training mode, P, f32 (2, C): row 0
  * a = scale / sqrt(var + epsilon), row 1 k = B - mean * a, from the batch statistics the
- * node used (so Y = act(a * X + k) up to the rounding of a and k to f32). With it output 0 (Y)
- * may be absent: the convolutions that read Y read X through P instead (kiln.FusedConv's
- * input 4, kiln.ConvGradWeight's input 3). Not with a residual Z.
+ * node used (so Y = act(a * X + k) up to the rounding of a and k to f32). With it, kiln's
+ * attribute write_y = 0 leaves Y unwritten (output 0 an empty tensor of X's dtype, or absent):
+ * the convolutions that read Y read X through P instead (kiln.FusedConv's input 4,
+ * kiln.ConvGradWeight's input 3). Not with a residual Z.
  *
  * Statistics from the convolution (issue 12; the conv-bn-stats pass, src/passes/conv_bn_stats.c,
  * CUDA training graphs): kiln's inputs 6 and 7, given together in training mode only, are the
@@ -117,6 +118,12 @@ static double round_as(kiln_dtype dt, double v) {
     case KILN_BF16: return kiln_bf16_to_f32(kiln_f32_to_bf16((float)v));
     default: return v;
     }
+}
+
+/* Y, when the node writes it: attribute write_y = 0 (beside output 4, the apply's
+ * coefficients) leaves output 0 an empty tensor nothing reads */
+static kiln_tensor *y_out(const kiln_op_ctx *c) {
+    return has_out(c, 0) && kiln_attr_int(c->node, "write_y", 1) != 0 ? c->out[0] : NULL;
 }
 
 /* BatchNormalization's input 5 (kiln's): Z, the fused residual added before the ReLU */
@@ -198,11 +205,17 @@ static kiln_status infer(kiln_op_ctx *c) {
     /* kiln's output 3 (training, opset >= 14): S, the saved batch statistics (mean; var);
      * output 4: P, the apply's coefficients (a; k), f32 (2, C), for a convolution's prologue,
      * Y (output 0) then optional */
-    KILN_OP_CHECK(c, has_out(c, 0) || has_out(c, 4), KILN_ERR_INVALID_ARGUMENT,
-                  "output 0 (Y) may be absent only beside output 4 (the apply's coefficients)");
+    const int64_t wy = kiln_attr_int(c->node, "write_y", 1);
+    KILN_OP_CHECK(c, wy == 0 || wy == 1, KILN_ERR_INVALID_ARGUMENT, "attribute write_y must be 0 or 1, got %lld",
+                  (long long)wy);
+    KILN_OP_CHECK(c, (wy && has_out(c, 0)) || has_out(c, 4), KILN_ERR_INVALID_ARGUMENT,
+                  "Y (output 0) may be left out (write_y = 0) only beside output 4 (the apply's coefficients)");
     KILN_OP_CHECK(c, !has_out(c, 4) || !resid(c), KILN_ERR_INVALID_ARGUMENT,
                   "output 4 (the apply's coefficients a; k) cannot stand for a fused residual Z (input 5)");
-    if (has_out(c, 0)) kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    if (has_out(c, 0)) {
+        if (wy) kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+        else kiln_tensor_set_shape(c->out[0], x->dtype, 1, (const int64_t[]){0}); /* not written: empty */
+    }
     if (has_out(c, 4)) kiln_tensor_set_shape(c->out[4], KILN_F32, 2, (const int64_t[]){2, x->dims[1]});
     for (int i = 1; i <= 2; i++)
         if (has_out(c, i)) kiln_tensor_set_shape(c->out[i], c->in[2 + i]->dtype, 1, &x->dims[1]);
@@ -249,7 +262,7 @@ static kiln_status forward_plain(kiln_op_ctx *c);
 
 static kiln_status forward(kiln_op_ctx *c) {
     const kiln_status st = synced(c) ? forward_sync(c) : forward_plain(c);
-    if (!st && fused_relu(c) && has_out(c, 0)) relu_inplace(c->out[0]);
+    if (!st && fused_relu(c) && y_out(c)) relu_inplace(c->out[0]);
     return st;
 }
 
@@ -257,7 +270,7 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0]; // (N,C,D1..Dn)
     const kiln_tensor *scale = c->in[1], *bias = c->in[2]; // (C)
     const kiln_tensor *mean_in = c->in[3], *var_in = c->in[4]; // (C)
-    kiln_tensor *y = c->out[0];
+    kiln_tensor *y = y_out(c);
     double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
     double momentum = kiln_attr_float(c->node, "momentum", 0.9f);
     bool train = training(c);
@@ -276,6 +289,10 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
             if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, var * momentum + bv * (1 - momentum));
             mean = bm;
             var = bv;
+            if (has_out(c, 3)) { /* S: what the affine below uses (the mask from X reads it) */
+                kiln_set_f64(c->out[3], ch, bm);
+                kiln_set_f64(c->out[3], C + ch, bv);
+            }
         } else if (train) {
             /* two passes in double: the mean, then squared deviations from it */
             double sum = 0, sq = 0, count = (double)(N * S);
@@ -582,7 +599,7 @@ static kiln_status forward_sync(kiln_op_ctx *c) {
             kiln_set_f64(c->out[3], C + ch, bv);
         }
         const double a = kiln_get_f64(scale, ch) / sqrt(bv + eps);
-        apply_channel(c, x, c->out[0], N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
+        apply_channel(c, x, y_out(c), N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
     }
     return KILN_OK;
 }
