@@ -105,7 +105,16 @@ kiln_status kiln_pass_conv_bn_prologue(kiln_model *m, const kiln_pass_options *o
             pv->dims[0] = 2;
             pv->dims[1] = m->values[y].dims[1];
         }
-        if ((st = kiln_pass_set_output(m, bi, 4, p)) || (st = kiln_pass_set_output(m, bi, 0, -1)) ||
+        /* Y: a new value nothing reads, empty (write_y = 0), in the old Y's dtype and layout (so
+         * a backend's layout checks see the node as before) */
+        snprintf(hint, sizeof hint, "%s:unwritten", m->nodes[bi].name ? m->nodes[bi].name : "bn");
+        const int e = kiln_pass_new_value(m, hint);
+        if (e < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
+        m->values[e].dtype = m->values[a].dtype;
+        m->values[e].format = m->values[a].format;
+        m->values[e].ndim = 1;
+        m->values[e].dims[0] = 0;
+        if ((st = kiln_pass_set_output(m, bi, 4, p)) || (st = kiln_pass_set_output(m, bi, 0, e)) ||
             (st = kiln_pass_set_int(m, bi, "write_y", 0)))
             break;
         for (int j = 0; j < m->n_nodes && !st; j++) {
