@@ -173,7 +173,7 @@ static struct kiln_genstats_problem *problem_of(kiln_cuda *cu, kiln_op_ctx *c, b
     return p;
 }
 
-kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+static kiln_status ws_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     kiln_op_ctx v = plain(c);
     kiln_status st = kiln_cuda_ws_conv(cu, &v, bytes);
     if (st || !has_stats(c)) return st;
@@ -208,7 +208,7 @@ kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t 
     return KILN_OK;
 }
 
-kiln_status kiln_cuda_k_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c) {
+static kiln_status k_stats(kiln_cuda *cu, kiln_op_ctx *c) {
     if (!has_stats(c)) return kiln_cuda_k_fused_conv(cu, c);
     char why[256];
     kiln_status st;
@@ -231,4 +231,155 @@ kiln_status kiln_cuda_k_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c) {
     cu->stats.conv_stats_fallback_calls++;
     snprintf(cu->stats.conv_stats_why, sizeof cu->stats.conv_stats_why, "%s", why);
     return run_fallback(cu, c);
+}
+
+/* ------------------------------------------------------------------ the prologue */
+
+/* kiln.FusedConv's input 4, kiln.ConvGradWeight's input 3: P, f32 (2, C), X read as
+ * act(a * X + k) (src/ops/fused_conv.c). Here by the fallback (conv_prologue.cu): X' written
+ * in X's dtype and layout at the workspace's head, then the node runs as without P on X';
+ * or, where cuDNN has a plan for the problem (2-D NHWC f16 / bf16, one group, symmetric pads,
+ * no bias, residual or activation, 16-byte aligned buffers), its prologue graph: X * a + k
+ * [-> ReLU] in virtual f32 -> ConvFwd [-> GenStats] (pattern c) or -> ConvBwdFilter
+ * (pattern f), X' never written. Not timed against the fallback yet (the probe: pattern f
+ * lost on 3x3 64->64 56x56, 0.238 ms against 0.205); KILN_CUDA_PROLOGUE_GRAPH=0 forces the
+ * fallback. */
+static const kiln_tensor *prologue_in(const kiln_op_ctx *c, int k) { return c->n_in > k ? c->in[k] : NULL; }
+static size_t prologue_bytes(const kiln_tensor *x) { return (kiln_tensor_nbytes(x) + 255) & ~(size_t)255; }
+
+bool kiln_cuda_sup_conv_prologue(const kiln_op_ctx *c, int k, char *why, size_t n) {
+    const kiln_tensor *p = prologue_in(c, k), *x = c->in[0];
+    if (!p) return true;
+    if (p->dtype != KILN_F32 || x->ndim < 3 || kiln_tensor_numel(p) != 2 * x->dims[1] || !kiln_cuda_float_dtype(x->dtype)) {
+        snprintf(why, n, "input %d (the prologue P) must be f32 (2, %lld) for a float X", k, (long long)x->dims[1]);
+        return false;
+    }
+    return true;
+}
+
+/* v: c without input k (P), X' (tx, at the workspace's head) for X and the rest of the
+ * workspace; ins holds v's inputs */
+static void prologue_view(const kiln_op_ctx *c, int k, kiln_tensor *tx, kiln_tensor **ins, kiln_op_ctx *v) {
+    *v = *c;
+    for (int i = 0; i < k; i++) ins[i] = c->in[i];
+    *tx = *c->in[0];
+    tx->data = c->workspace;
+    ins[0] = tx;
+    v->in = ins;
+    v->n_in = k;
+    const size_t pb = prologue_bytes(c->in[0]);
+    v->workspace = c->workspace ? (char *)c->workspace + pb : NULL;
+    v->workspace_size = c->workspace_size > pb ? c->workspace_size - pb : 0;
+}
+
+/* cuDNN's prologue graphs (cudnn_graph.c; bench/cudnn_fusion_probe.c's patterns c and f): on
+ * unless KILN_CUDA_PROLOGUE_GRAPH=0 */
+static bool prologue_graph_on(void) {
+    const char *e = getenv("KILN_CUDA_PROLOGUE_GRAPH");
+    return !(e && strcmp(e, "0") == 0);
+}
+
+/* The node's problem for a prologue graph (k: P's input, 4 FusedConv, 3 ConvGradWeight), or
+ * NULL with why; built at plan time (build). */
+static struct kiln_genstats_problem *prologue_problem(kiln_cuda *cu, kiln_op_ctx *c, int k, bool build, char *why,
+                                                      size_t n, kiln_status *st) {
+    *st = KILN_OK;
+    if (!prologue_graph_on()) {
+        snprintf(why, n, "KILN_CUDA_PROLOGUE_GRAPH=0");
+        return NULL;
+    }
+    kiln_op_ctx v = *c;
+    kiln_tensor *ins[2], *outs[1];
+    if (k == 3) { /* ConvGradWeight(X, dY, W) -> dW: the geometry of conv(X, W) -> dY */
+        ins[0] = c->in[0];
+        ins[1] = c->in[2];
+        outs[0] = c->in[1];
+        v.in = ins;
+        v.out = outs;
+        v.n_in = 2;
+    } else {
+        v.n_in = c->n_in < 4 ? c->n_in : 4; /* bias or residual: the geometry refuses them */
+    }
+    v.n_out = 1;
+    kiln_genstats_geo g;
+    if (!kiln_cuda_conv_genstats_geo(&v, &g, why, n)) return NULL;
+    g.kind = k == 3 ? KILN_GRAPH_PRO_WGRAD : KILN_GRAPH_PRO_FWD;
+    g.stats = k == 4 && has_stats(c);
+    g.relu = kiln_attr_int(c->node, "prologue_relu", 0) != 0;
+    if (k == 3 && c->out[0]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "dW of dtype %s for X of %s", kiln_dtype_name(c->out[0]->dtype), kiln_dtype_name(c->in[0]->dtype));
+        return NULL;
+    }
+    struct kiln_genstats_problem *p = NULL;
+    if ((*st = kiln_cuda_genstats_plan(cu, c->kctx, &g, build, &p))) return NULL;
+    const char *no = NULL;
+    if (!kiln_cuda_genstats_ok(p, NULL, &no)) {
+        snprintf(why, n, "cuDNN: %s", p ? no : "the graph was not planned for this problem");
+        return NULL;
+    }
+    return p;
+}
+
+static kiln_status run_prologue(kiln_cuda *cu, kiln_op_ctx *c, int k, kiln_status (*run)(kiln_cuda *, kiln_op_ctx *)) {
+    char why[256];
+    kiln_status st;
+    struct kiln_genstats_problem *gp = prologue_problem(cu, c, k, false, why, sizeof why, &st);
+    if (st) return st;
+    const float *pa = (const float *)c->in[k]->data, *pk = pa + c->in[0]->dims[1];
+    void *w = k == 3 ? c->out[0]->data : c->in[1]->data, *y = k == 3 ? c->in[1]->data : c->out[0]->data;
+    const void *ptr[5] = {c->in[0]->data, w, y, pa, pk};
+    bool aligned = true;
+    for (int i = 0; i < 5; i++) aligned &= ((uintptr_t)ptr[i] & 15) == 0;
+    if (gp && aligned) {
+        cu->stats.conv_prologue_graph_calls++;
+        const bool stats = k == 4 && has_stats(c);
+        return kiln_cuda_prologue_graph_run(cu, c->kctx, gp, c->in[0]->data, w, y, pa, pk,
+                                            stats ? (float *)c->out[1]->data : NULL, stats ? (float *)c->out[2]->data : NULL,
+                                            stats ? c->out[0]->dims[1] : 0, c->workspace,
+                                            c->workspace_size);
+    }
+    if (c->workspace_size < prologue_bytes(c->in[0]))
+        return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small for the prologue's X' (%zu)",
+                            c->workspace_size, prologue_bytes(c->in[0]));
+    kiln_tensor tx, *ins[4];
+    kiln_op_ctx v;
+    prologue_view(c, k, &tx, ins, &v);
+    const bool relu = kiln_attr_int(c->node, "prologue_relu", 0) != 0;
+    st = kiln_cuda_conv_prologue_apply(cu, c->kctx, c->in[0], (const float *)c->in[k]->data, relu, tx.data);
+    if (!st) cu->stats.conv_prologue_fallback_calls++;
+    return st ? st : run(cu, &v);
+}
+
+static kiln_status ws_prologue(kiln_cuda *cu, kiln_op_ctx *c, int k, size_t *bytes,
+                               kiln_status (*ws)(kiln_cuda *, kiln_op_ctx *, size_t *)) {
+    kiln_tensor tx, *ins[4];
+    kiln_op_ctx v;
+    prologue_view(c, k, &tx, ins, &v);
+    kiln_status st = ws(cu, &v, bytes);
+    if (st) return st;
+    *bytes += prologue_bytes(c->in[0]);
+    char why[256];
+    struct kiln_genstats_problem *gp = prologue_problem(cu, c, k, true, why, sizeof why, &st);
+    if (st) return st;
+    size_t gw = 0;
+    if (gp && kiln_cuda_genstats_ok(gp, &gw, NULL) && *bytes < gw) *bytes = gw;
+    if (!gp) kiln_cuda_conv_stats_note(c->kctx, "node '%s': prologue by the fallback kernel (%s)", c->node->name, why);
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    return prologue_in(c, 4) ? ws_prologue(cu, c, 4, bytes, ws_stats) : ws_stats(cu, c, bytes);
+}
+
+kiln_status kiln_cuda_k_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c) {
+    return prologue_in(c, 4) ? run_prologue(cu, c, 4, k_stats) : k_stats(cu, c);
+}
+
+kiln_status kiln_cuda_ws_conv_grad_weight_prologue(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    return prologue_in(c, 3) ? ws_prologue(cu, c, 3, bytes, kiln_cuda_ws_conv_grad_weight)
+                             : kiln_cuda_ws_conv_grad_weight(cu, c, bytes);
+}
+
+kiln_status kiln_cuda_k_conv_grad_weight_prologue(kiln_cuda *cu, kiln_op_ctx *c) {
+    return prologue_in(c, 3) ? run_prologue(cu, c, 3, kiln_cuda_k_conv_grad_weight) : kiln_cuda_k_conv_grad_weight(cu, c);
 }
