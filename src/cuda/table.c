@@ -303,7 +303,9 @@ static bool sup_gap(const kiln_op_ctx *c, char *why, size_t n) {
 }
 
 static bool sup_batchnorm(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
+    /* write_y = 0 (the conv-bn-prologue pass): Y is an empty rank-1 tensor, of no layout */
+    const bool write_y = kiln_attr_int(c->node, "write_y", 1) != 0;
+    if (!float_input(c, 0, why, n) || (write_y && !same_layout(c, why, n))) return false;
     for (int i = 1; i < 5; i++) {
         kiln_dtype t = present(c, i) ? c->in[i]->dtype : KILN_DTYPE_UNDEFINED;
         if (!kiln_cuda_float_dtype(t) && t != KILN_F64) {

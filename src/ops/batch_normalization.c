@@ -1110,6 +1110,17 @@ static int test(void) {
                      KT_VALS(0.9999977777851852, -0.260377468907692, -1.2499966666777778, 3.236792977311537));
     fails += kiln_optest("BatchNormalization", "training_mode=1;relu=1", 5, in, 5, out, 1e-6, 1e-6,
                          "bn training output 4 (P, the apply's coefficients)");
+    /* write_y = 0: Y not written (an empty output), P and S as before */
+    make_inputs(KILN_F32, in);
+    out[0] = out[1] = out[2] = NULL;
+    out[3] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(1.5, 4.75, 2.25, 3.6875));
+    out[4] = kt_make(KILN_F32, 2, KT_DIMS(2, 2),
+                     KT_VALS(0.9999977777851852, -0.260377468907692, -1.2499966666777778, 3.236792977311537));
+    fails += kiln_optest("BatchNormalization", "training_mode=1;relu=1;write_y=0", 5, in, 5, out, 1e-6, 1e-6,
+                         "bn training write_y=0: S and P, no Y");
+    make_inputs(KILN_F32, in);
+    fails += kiln_optest_fails("BatchNormalization", "training_mode=1;write_y=0", 5, in, 3, KILN_ERR_INVALID_ARGUMENT,
+                               "bn write_y=0 without output 4 (P) rejected");
     make_inputs(KILN_F32, in);
     fails += kiln_optest_fails("BatchNormalization", "", 5, in, 5, KILN_ERR_UNSUPPORTED,
                                "bn output 4 (P) without training_mode rejected");
