@@ -23,7 +23,9 @@
  *     (bn1, bn2 of 16 blocks: 32) take the prologue; the stem BN (read by MaxPool), block
  *     ends and shortcut BNs keep Y.
  *   - off without the option, and kiln_pass_conv_bn_prologue_env() only with
- *     KILN_CUDA_BN_PROLOGUE=1.
+ *     KILN_CUDA_BN_PROLOGUE=1; the trainer (kiln_trainer_create_plan, resnet18 AMP fp16): its
+ *     CUDA training graph has the 8 prologue BNs only with KILN_CUDA_BN_PROLOGUE=1 and in a
+ *     build with the CUDA backend (none in a CPU-only build: no kernels), the CPU trainer's never.
  * Exits non-zero on any failure. */
 #include "check.h"
 #include "core/backend.h"
@@ -341,12 +343,51 @@ static void env(void) {
     unsetenv("KILN_CUDA_BN_PROLOGUE");
 }
 
+/* The trainer's training graph for device dev (fp16 AMP), with KILN_CUDA_BN_PROLOGUE=1 when
+ * on: how many BNs give their apply to the convolutions' prologue. */
+static int trainer_prologues(kiln_device dev, bool on) {
+    if (on) setenv("KILN_CUDA_BN_PROLOGUE", "1", 1);
+    else unsetenv("KILN_CUDA_BN_PROLOGUE");
+    kiln_model *fwd = NULL, *m = NULL;
+    kiln_trainer *t = NULL;
+    kiln_train_options o = KILN_TRAIN_OPTIONS_INIT;
+    o.optimizer = KILN_OPTIM_SGD;
+    o.momentum = 0.9f;
+    o.device = dev;
+    o.amp = KILN_AMP_FP16;
+    int n = -1;
+    if (kiln_model_resnet(ctx, 18, 10, 64, 1, 0, &fwd) || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) ||
+        kiln_trainer_create_plan(m, "loss", &o, &t))
+        CHECK(0, "trainer plan (%s): %s", dev == KILN_DEVICE_CUDA ? "cuda" : "cpu", kiln_context_message(ctx));
+    else {
+        n = count_prologue(t->train).bns;
+        CHECK(topological_order(t->train), "trainer plan: not in a topological order");
+    }
+    unsetenv("KILN_CUDA_BN_PROLOGUE");
+    kiln_trainer_free(t);
+    kiln_model_free(fwd);
+    kiln_model_free(m);
+    return n;
+}
+
+static void trainer(void) {
+    printf("-- the trainer's graphs (resnet18, AMP fp16)\n");
+    const bool cuda = kiln_backend_for(KILN_DEVICE_CUDA) != NULL;
+    const int def = trainer_prologues(KILN_DEVICE_CUDA, false), on = trainer_prologues(KILN_DEVICE_CUDA, true),
+              cpu = trainer_prologues(KILN_DEVICE_CPU, true);
+    printf("  CUDA graph: %d BNs in a prologue by default, %d with KILN_CUDA_BN_PROLOGUE=1; CPU graph with it: %d (%s "
+           "build)\n",
+           def, on, cpu, cuda ? "CUDA" : "CPU-only");
+    CHECK(def == 0 && on == (cuda ? 8 : 0) && cpu == 0, "trainer: want 0, %d and 0", cuda ? 8 : 0);
+}
+
 int main(void) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     resnet18(false);
     resnet18(true);
     resnet50_counts();
     env();
+    trainer();
     kiln_context_free(ctx);
     printf("%s\n", fails ? "FAILED" : "all conv-bn-prologue checks passed");
     return fails != 0;
