@@ -231,7 +231,10 @@ static bool sup_conv_grad_weight(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "inputs X, dY and W are required");
         return false;
     }
-    return kiln_cuda_sup_conv_prologue(c, 3, why, n) && conv_check(c, c->in[0], c->in[2], c->in[1], "dW", why, n);
+    /* input 3, the prologue P (f32 whatever X's dtype): its own check; the convolution's on the rest */
+    kiln_op_ctx v = *c;
+    if (v.n_in > 3) v.n_in = 3;
+    return kiln_cuda_sup_conv_prologue(c, 3, why, n) && conv_check(&v, c->in[0], c->in[2], c->in[1], "dW", why, n);
 }
 
 static bool fits_products(const int64_t *v, int count, char *why, size_t n) {
