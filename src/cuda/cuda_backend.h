@@ -191,10 +191,10 @@ typedef struct kiln_cuda_stats {
     int side_captured;    /* nodes captured on side streams (parallel branches of a graph) */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */
     int conv_stats_graph_calls;    /* kiln.FusedConv statistics by cuDNN's GenStats graph (conv_bn_stats) */
-    int conv_prologue_fallback_calls; /* convolution prologues (conv-bn-prologue) by the fallback kernel */
-    int conv_prologue_graph_calls;    /* ... by cuDNN's prologue graphs (patterns c, f) */
     int conv_stats_fallback_calls; /* ... by the convolution + statistics kernel */
     char conv_stats_why[256];      /* why the last fallback ran ("" if none) */
+    int conv_prologue_graph_calls;    /* convolution prologues (conv-bn-prologue) by cuDNN's graphs (patterns c, f) */
+    int conv_prologue_fallback_calls; /* ... by the fallback kernel (conv_prologue.cu) */
 } kiln_cuda_stats;
 void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out);
 kiln_context *kiln_cuda_context(const kiln_cuda *cu);

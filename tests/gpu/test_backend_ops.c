@@ -1170,6 +1170,7 @@ int main(int argc, char **argv) {
      * cuDNN's prologue graphs wherever they have a plan (the default) */
     if (prologue == 0) setenv("KILN_CUDA_PROLOGUE_GRAPH", "0", 1);
     else if (prologue == 1) unsetenv("KILN_CUDA_PROLOGUE_GRAPH");
+    if (prologue == 1) o.no_autotune = true; /* the graph wherever it has a plan, not only where it times faster */
     if (!dry && kiln_cuda_create(ctx, &o, &cu) != KILN_OK) {
         printf("FAIL: no usable CUDA device: %s\n", kiln_context_message(ctx));
         printf("0 passed, 1 failed\n");
