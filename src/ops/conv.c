@@ -132,8 +132,9 @@ size_t kiln_conv_prologue_size(const kiln_tensor *x) {
     return kiln_align64((size_t)kiln_tensor_numel(x) * (x->dtype == KILN_F64 ? sizeof(double) : sizeof(float)));
 }
 
-/* X' = act(a * x + k) per channel: float arithmetic (one rounding of the product-sum, as a
- * fused multiply-add), double for f64 X */
+/* X' = act(a * x + k) per channel, for f32 / f16 / bf16 X the product exact in double, the sum
+ * rounded to double and then to f32 (within f32 rounding of a fused multiply-add, what CUDA's
+ * fallback computes; cuDNN's MUL then ADD round twice in f32); in double for f64 X */
 const void *kiln_conv_prologue_in(const kiln_tensor *x, const kiln_tensor *p, bool relu, char **ws) {
     const int64_t n = kiln_tensor_numel(x), N = x->dims[0], C = x->dims[1];
     const int64_t S = N * C > 0 ? n / (N * C) : 0;
@@ -154,7 +155,7 @@ const void *kiln_conv_prologue_in(const kiln_tensor *x, const kiln_tensor *p, bo
             float *d = (float *)dst + base;
             for (int64_t i = 0; i < S; i++) {
                 const double xv = x->dtype == KILN_F32 ? ((const float *)x->data)[base + i] : kiln_get_f64(x, base + i);
-                const float v = (float)(xv * a[ch] + k[ch]); /* exact product in double, one rounding */
+                const float v = (float)(xv * a[ch] + k[ch]);
                 d[i] = relu ? (v > 0 ? v : 0.f) : v;
             }
         }
