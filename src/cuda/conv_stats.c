@@ -173,7 +173,7 @@ static struct kiln_genstats_problem *problem_of(kiln_cuda *cu, kiln_op_ctx *c, b
     return p;
 }
 
-kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+static kiln_status ws_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     kiln_op_ctx v = plain(c);
     kiln_status st = kiln_cuda_ws_conv(cu, &v, bytes);
     if (st || !has_stats(c)) return st;
@@ -208,7 +208,7 @@ kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t 
     return KILN_OK;
 }
 
-kiln_status kiln_cuda_k_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c) {
+static kiln_status k_stats(kiln_cuda *cu, kiln_op_ctx *c) {
     if (!has_stats(c)) return kiln_cuda_k_fused_conv(cu, c);
     char why[256];
     kiln_status st;
@@ -231,4 +231,255 @@ kiln_status kiln_cuda_k_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c) {
     cu->stats.conv_stats_fallback_calls++;
     snprintf(cu->stats.conv_stats_why, sizeof cu->stats.conv_stats_why, "%s", why);
     return run_fallback(cu, c);
+}
+
+/* ------------------------------------------------------------------ the prologue */
+
+/* kiln.FusedConv's input 4, kiln.ConvGradWeight's input 3: P, f32 (2, C), X read as
+ * act(a * X + k) (src/ops/fused_conv.c). Here by the fallback (conv_prologue.cu): X' written
+ * in X's dtype and layout at the workspace's head, then the node runs as without P on X';
+ * or, where cuDNN has a plan for the problem (2-D NHWC f16 / bf16, one group, symmetric pads,
+ * no bias, residual or activation, 16-byte aligned buffers), its prologue graph: X * a + k
+ * [-> ReLU] in virtual f32 -> ConvFwd [-> GenStats] (pattern c) or -> ConvBwdFilter
+ * (pattern f), X' never written. With autotune the two are timed at plan time on scratch
+ * buffers (the probe: pattern f lost on 3x3 64->64 56x56, 0.238 ms against 0.205) and the
+ * faster kept per problem, logged as conv-bn-stats' choices are; KILN_CUDA_PROLOGUE_GRAPH=0
+ * forces the fallback. */
+static const kiln_tensor *prologue_in(const kiln_op_ctx *c, int k) { return c->n_in > k ? c->in[k] : NULL; }
+static size_t prologue_bytes(const kiln_tensor *x) { return (kiln_tensor_nbytes(x) + 255) & ~(size_t)255; }
+
+bool kiln_cuda_sup_conv_prologue(const kiln_op_ctx *c, int k, char *why, size_t n) {
+    const kiln_tensor *p = prologue_in(c, k), *x = c->in[0];
+    if (!p) return true;
+    if (p->dtype != KILN_F32 || x->ndim < 3 || kiln_tensor_numel(p) != 2 * x->dims[1] || !kiln_cuda_float_dtype(x->dtype)) {
+        snprintf(why, n, "input %d (the prologue P) must be f32 (2, %lld) for a float X", k, (long long)x->dims[1]);
+        return false;
+    }
+    return true;
+}
+
+/* v: c without input k (P), X' (tx, at the workspace's head) for X and the rest of the
+ * workspace; ins holds v's inputs */
+static void prologue_view(const kiln_op_ctx *c, int k, kiln_tensor *tx, kiln_tensor **ins, kiln_op_ctx *v) {
+    *v = *c;
+    for (int i = 0; i < k; i++) ins[i] = c->in[i];
+    *tx = *c->in[0];
+    tx->data = c->workspace;
+    ins[0] = tx;
+    v->in = ins;
+    v->n_in = k;
+    const size_t pb = prologue_bytes(c->in[0]);
+    v->workspace = c->workspace ? (char *)c->workspace + pb : NULL;
+    v->workspace_size = c->workspace_size > pb ? c->workspace_size - pb : 0;
+}
+
+/* cuDNN's prologue graphs (cudnn_graph.c; bench/cudnn_fusion_probe.c's patterns c and f): on
+ * unless KILN_CUDA_PROLOGUE_GRAPH=0 */
+static bool prologue_graph_on(void) {
+    const char *e = getenv("KILN_CUDA_PROLOGUE_GRAPH");
+    return !(e && strcmp(e, "0") == 0);
+}
+
+/* The node's problem for a prologue graph (k: P's input, 4 FusedConv, 3 ConvGradWeight), or
+ * NULL with why; built at plan time (build). */
+static struct kiln_genstats_problem *prologue_problem(kiln_cuda *cu, kiln_op_ctx *c, int k, bool build, char *why,
+                                                      size_t n, kiln_status *st) {
+    *st = KILN_OK;
+    if (!prologue_graph_on()) {
+        snprintf(why, n, "KILN_CUDA_PROLOGUE_GRAPH=0");
+        return NULL;
+    }
+    kiln_op_ctx v = *c;
+    kiln_tensor *ins[2], *outs[1];
+    if (k == 3) { /* ConvGradWeight(X, dY, W) -> dW: the geometry of conv(X, W) -> dY */
+        ins[0] = c->in[0];
+        ins[1] = c->in[2];
+        outs[0] = c->in[1];
+        v.in = ins;
+        v.out = outs;
+        v.n_in = 2;
+    } else {
+        v.n_in = c->n_in < 4 ? c->n_in : 4; /* bias or residual: the geometry refuses them */
+    }
+    v.n_out = 1;
+    kiln_genstats_geo g;
+    if (!kiln_cuda_conv_genstats_geo(&v, &g, why, n)) return NULL;
+    g.kind = k == 3 ? KILN_GRAPH_PRO_WGRAD : KILN_GRAPH_PRO_FWD;
+    g.stats = k == 4 && has_stats(c);
+    g.relu = kiln_attr_int(c->node, "prologue_relu", 0) != 0;
+    if (k == 3 && c->out[0]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "dW of dtype %s for X of %s", kiln_dtype_name(c->out[0]->dtype), kiln_dtype_name(c->in[0]->dtype));
+        return NULL;
+    }
+    struct kiln_genstats_problem *p = NULL;
+    if ((*st = kiln_cuda_genstats_plan(cu, c->kctx, &g, build, &p))) return NULL;
+    const char *no = NULL;
+    if (!kiln_cuda_genstats_ok(p, NULL, &no)) {
+        snprintf(why, n, "cuDNN: %s", p ? no : "the graph was not planned for this problem");
+        return NULL;
+    }
+    return p;
+}
+
+/* the graph on c's buffers (gp planned, buffers aligned) */
+static kiln_status run_graph_p(kiln_cuda *cu, kiln_op_ctx *c, int k, const struct kiln_genstats_problem *gp) {
+    const float *pa = (const float *)c->in[k]->data, *pk = pa + c->in[0]->dims[1];
+    void *w = k == 3 ? c->out[0]->data : c->in[1]->data, *y = k == 3 ? c->in[1]->data : c->out[0]->data;
+    const bool stats = k == 4 && has_stats(c);
+    return kiln_cuda_prologue_graph_run(cu, c->kctx, gp, c->in[0]->data, w, y, pa, pk,
+                                        stats ? (float *)c->out[1]->data : NULL, stats ? (float *)c->out[2]->data : NULL,
+                                        stats ? c->out[0]->dims[1] : 0, c->workspace, c->workspace_size);
+}
+
+/* the fallback: X' into the workspace's head, then the node without P on it */
+static kiln_status run_fallback_p(kiln_cuda *cu, kiln_op_ctx *c, int k, kiln_status (*run)(kiln_cuda *, kiln_op_ctx *)) {
+    if (c->workspace_size < prologue_bytes(c->in[0]))
+        return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small for the prologue's X' (%zu)",
+                            c->workspace_size, prologue_bytes(c->in[0]));
+    kiln_tensor tx, *ins[4];
+    kiln_op_ctx v;
+    prologue_view(c, k, &tx, ins, &v);
+    const bool relu = kiln_attr_int(c->node, "prologue_relu", 0) != 0;
+    kiln_status st = kiln_cuda_conv_prologue_apply(cu, c->kctx, c->in[0], (const float *)c->in[k]->data, relu, tx.data);
+    return st ? st : run(cu, &v);
+}
+
+static bool graph_aligned(const kiln_op_ctx *c, int k) {
+    const float *pa = (const float *)c->in[k]->data;
+    const void *ptr[5] = {c->in[0]->data, k == 3 ? c->out[0]->data : c->in[1]->data,
+                          k == 3 ? c->in[1]->data : c->out[0]->data, pa, pa + c->in[0]->dims[1]};
+    bool aligned = true;
+    for (int i = 0; i < 5; i++) aligned &= ((uintptr_t)ptr[i] & 15) == 0;
+    return aligned;
+}
+
+static kiln_status run_prologue(kiln_cuda *cu, kiln_op_ctx *c, int k, kiln_status (*run)(kiln_cuda *, kiln_op_ctx *)) {
+    char why[256];
+    kiln_status st;
+    struct kiln_genstats_problem *gp = prologue_problem(cu, c, k, false, why, sizeof why, &st);
+    if (st) return st;
+    double *ms = NULL;
+    if (gp && graph_aligned(c, k) && *kiln_cuda_genstats_choice(gp, &ms) != KILN_GENSTATS_FALLBACK) {
+        cu->stats.conv_prologue_graph_calls++;
+        return run_graph_p(cu, c, k, gp);
+    }
+    cu->stats.conv_prologue_fallback_calls++;
+    return run_fallback_p(cu, c, k, run);
+}
+
+/* Both paths timed on scratch buffers of c's shapes (plan time, with autotune): ms[0] the
+ * graph, ms[1] the fallback; ms stay 0 when not timed (a stream being captured). */
+static kiln_status time_prologue(kiln_cuda *cu, kiln_op_ctx *c, int k, const struct kiln_genstats_problem *gp, size_t ws,
+                                 kiln_status (*run)(kiln_cuda *, kiln_op_ctx *), double ms[2]) {
+    kiln_context *ctx = c->kctx;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(ctx, cudaStreamIsCapturing(cu->stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
+    enum { MAXT = 8 };
+    kiln_tensor t[MAXT], *in[5] = {0}, *out[3] = {0};
+    void *buf[MAXT + 1] = {0};
+    int nt = 0;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < c->n_in && i < 5 && !st; i++) {
+        if (!c->in[i]) continue;
+        t[nt] = *c->in[i];
+        const size_t b = kiln_tensor_nbytes(&t[nt]);
+        st = rt(ctx, cudaMalloc(&buf[nt], b ? b : 1), "cudaMalloc (prologue timing)");
+        if (!st) st = rt(ctx, cudaMemset(buf[nt], 0x3c, b), "cudaMemset"); /* f16 / bf16 / f32: finite */
+        t[nt].data = buf[nt];
+        in[i] = &t[nt++];
+    }
+    for (int i = 0; i < c->n_out && i < 3 && !st; i++) {
+        if (!c->out[i]) continue;
+        t[nt] = *c->out[i];
+        const size_t b = kiln_tensor_nbytes(&t[nt]);
+        st = rt(ctx, cudaMalloc(&buf[nt], b ? b : 1), "cudaMalloc (prologue timing)");
+        t[nt].data = buf[nt];
+        out[i] = &t[nt++];
+    }
+    if (!st && ws) st = rt(ctx, cudaMalloc(&buf[MAXT], ws), "cudaMalloc (prologue timing)");
+    cudaEvent_t ev[3] = {0};
+    for (int i = 0; i < 3 && !st; i++) st = rt(ctx, cudaEventCreate(&ev[i]), "cudaEventCreate");
+    kiln_op_ctx v = *c;
+    v.in = in;
+    v.out = out;
+    v.n_in = c->n_in < 5 ? c->n_in : 5;
+    v.n_out = c->n_out < 3 ? c->n_out : 3;
+    v.workspace = buf[MAXT];
+    v.workspace_size = ws;
+    const bool aligned = !st && graph_aligned(&v, k);
+    if (!st && aligned) st = run_graph_p(cu, &v, k, gp);
+    if (!st) st = run_fallback_p(cu, &v, k, run);
+    if (!st) st = rt(ctx, cudaEventRecord(ev[0], cu->stream), "cudaEventRecord");
+    for (int i = 0; i < TIME_ITERS && !st && aligned; i++) st = run_graph_p(cu, &v, k, gp);
+    if (!st) st = rt(ctx, cudaEventRecord(ev[1], cu->stream), "cudaEventRecord");
+    for (int i = 0; i < TIME_ITERS && !st; i++) st = run_fallback_p(cu, &v, k, run);
+    if (!st) st = rt(ctx, cudaEventRecord(ev[2], cu->stream), "cudaEventRecord");
+    if (!st) st = rt(ctx, cudaStreamSynchronize(cu->stream), "cudaStreamSynchronize");
+    float a = 0, b = 0;
+    if (!st) st = rt(ctx, cudaEventElapsedTime(&a, ev[0], ev[1]), "cudaEventElapsedTime");
+    if (!st) st = rt(ctx, cudaEventElapsedTime(&b, ev[1], ev[2]), "cudaEventElapsedTime");
+    if (!st && aligned) {
+        ms[0] = a / TIME_ITERS;
+        ms[1] = b / TIME_ITERS;
+    }
+    cudaStreamSynchronize(cu->stream);
+    for (int i = 0; i < 3; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    for (int i = 0; i <= MAXT; i++)
+        if (buf[i]) cudaFree(buf[i]);
+    (void)cudaGetLastError();
+    return st;
+}
+
+static kiln_status ws_prologue(kiln_cuda *cu, kiln_op_ctx *c, int k, size_t *bytes,
+                               kiln_status (*ws)(kiln_cuda *, kiln_op_ctx *, size_t *),
+                               kiln_status (*run)(kiln_cuda *, kiln_op_ctx *)) {
+    kiln_tensor tx, *ins[4];
+    kiln_op_ctx v;
+    prologue_view(c, k, &tx, ins, &v);
+    kiln_status st = ws(cu, &v, bytes);
+    if (st) return st;
+    *bytes += prologue_bytes(c->in[0]);
+    char why[256];
+    struct kiln_genstats_problem *gp = prologue_problem(cu, c, k, true, why, sizeof why, &st);
+    if (st) return st;
+    size_t gw = 0;
+    if (gp && kiln_cuda_genstats_ok(gp, &gw, NULL) && *bytes < gw) *bytes = gw;
+    if (!gp) {
+        kiln_cuda_conv_stats_note(c->kctx, "node '%s': prologue by the fallback kernel (%s)", c->node->name, why);
+        return KILN_OK;
+    }
+    double *ms = NULL;
+    int *choice = kiln_cuda_genstats_choice(gp, &ms);
+    if (*choice != KILN_GENSTATS_UNTIMED) return KILN_OK; /* a problem met before */
+    if (cu->autotune && (st = time_prologue(cu, c, k, gp, *bytes, run, ms))) {
+        kiln_cuda_conv_stats_note(c->kctx, "node '%s': prologue timing failed (%s): the fallback kernel kept",
+                                  c->node->name, kiln_context_message(c->kctx));
+        *choice = KILN_GENSTATS_FALLBACK;
+        return KILN_OK;
+    }
+    *choice = ms[0] > 0 && ms[1] > 0 && ms[1] < ms[0] ? KILN_GENSTATS_FALLBACK : KILN_GENSTATS_GRAPH;
+    kiln_cuda_conv_stats_note(c->kctx, "node '%s' (%s): cuDNN prologue graph %.4f ms, fallback kernel + convolution %.4f ms "
+                              "(0: not timed): %s",
+                              c->node->name, kiln_dtype_name(c->in[0]->dtype), ms[0], ms[1],
+                              *choice == KILN_GENSTATS_GRAPH ? "the graph" : "the fallback");
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    return prologue_in(c, 4) ? ws_prologue(cu, c, 4, bytes, ws_stats, k_stats) : ws_stats(cu, c, bytes);
+}
+
+kiln_status kiln_cuda_k_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c) {
+    return prologue_in(c, 4) ? run_prologue(cu, c, 4, k_stats) : k_stats(cu, c);
+}
+
+kiln_status kiln_cuda_ws_conv_grad_weight_prologue(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    return prologue_in(c, 3) ? ws_prologue(cu, c, 3, bytes, kiln_cuda_ws_conv_grad_weight, kiln_cuda_k_conv_grad_weight)
+                             : kiln_cuda_ws_conv_grad_weight(cu, c, bytes);
+}
+
+kiln_status kiln_cuda_k_conv_grad_weight_prologue(kiln_cuda *cu, kiln_op_ctx *c) {
+    return prologue_in(c, 3) ? run_prologue(cu, c, 3, kiln_cuda_k_conv_grad_weight) : kiln_cuda_k_conv_grad_weight(cu, c);
 }

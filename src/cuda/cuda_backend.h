@@ -193,6 +193,8 @@ typedef struct kiln_cuda_stats {
     int conv_stats_graph_calls;    /* kiln.FusedConv statistics by cuDNN's GenStats graph (conv_bn_stats) */
     int conv_stats_fallback_calls; /* ... by the convolution + statistics kernel */
     char conv_stats_why[256];      /* why the last fallback ran ("" if none) */
+    int conv_prologue_graph_calls;    /* convolution prologues (conv-bn-prologue) by cuDNN's graphs (patterns c, f) */
+    int conv_prologue_fallback_calls; /* ... by the fallback kernel (conv_prologue.cu) */
 } kiln_cuda_stats;
 void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out);
 kiln_context *kiln_cuda_context(const kiln_cuda *cu);

@@ -29,9 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { U_X = 1, U_W, U_Y, U_SUM, U_SQ };
+enum { U_X = 1, U_W, U_Y, U_SUM, U_SQ, U_SCALE, U_BIAS, U_V1, U_V2, U_V3 };
 
-#define GS_MAX_DESC 40 /* one problem: 5 tensors, conv, 2 ops, graph, 2 heuristics and their configs, the plan */
+#define GS_MAX_DESC 56 /* one problem: 10 tensors, conv, 5 ops and 3 pointwise, graph, 2 heuristics and their configs, the plan */
 #define GS_MAX_PROBLEMS 96
 #define GS_MAX_PACKS 256
 #define GS_MAX_CFGS 16
@@ -45,13 +45,15 @@ typedef struct kiln_genstats_problem {
     char why[200];                  /* when not ok: what refused it */
     int choice;                     /* KILN_GENSTATS_* (conv_stats.c's, timed at plan time) */
     double ms_graph, ms_fallback;   /* what the timing measured (0: not timed) */
+    int kind;                       /* KILN_GRAPH_* */
+    bool stats;                     /* GenStats in the graph (every _GENSTATS one; _PRO_FWD with stats) */
     cudnnBackendDescriptor_t desc[GS_MAX_DESC];
     int n_desc;
 } gs_problem;
 
 typedef struct gs_pack {
     const gs_problem *p;
-    void *ptr[6]; /* x, w, y, sum, sq, workspace */
+    void *ptr[8]; /* x, w, y, sum, sq, a, k, workspace */
     cudnnBackendDescriptor_t vp;
 } gs_pack;
 
@@ -94,11 +96,13 @@ static bool fin(gs_problem *p, cudnnBackendDescriptor_t d, const char *what) {
     return s == CUDNN_STATUS_SUCCESS;
 }
 
-/* a tensor (d0, d1, d2, d3) in cuDNN's N,C,H,W order laid out channels-last */
-static cudnnBackendDescriptor_t tensor(gs_problem *p, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
-                                       int64_t w) {
+/* a tensor (d0, d1, d2, d3) in cuDNN's N,C,H,W order laid out channels-last (virtual: an
+ * intermediate of the graph, never in memory) */
+static cudnnBackendDescriptor_t tensor_v(gs_problem *p, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
+                                         int64_t w, bool virt) {
     cudnnBackendDescriptor_t t = mk(p, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     const int64_t dims[4] = {n, c, h, w}, str[4] = {c * h * w, 1, w * c, c}, align = 16;
+    if (t && virt && !set(p, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "tensor virtual")) return NULL;
     if (!t || !set(p, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor dtype") ||
         !set(p, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims") ||
         !set(p, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str, "tensor strides") ||
@@ -109,15 +113,58 @@ static cudnnBackendDescriptor_t tensor(gs_problem *p, int64_t uid, cudnnDataType
     return t;
 }
 
-/* The operation graph of g: X * W -> Y -> GenStats(Y) -> sum, sq. */
+static cudnnBackendDescriptor_t tensor(gs_problem *p, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
+                                       int64_t w) {
+    return tensor_v(p, uid, dt, n, c, h, w, false);
+}
+
+/* y = mode(x [, b]) in f32 (a pointwise operation of the prologue); NULL on failure */
+static cudnnBackendDescriptor_t pointwise(gs_problem *p, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                          cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y) {
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t pd = mk(p, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    if (!pd || !set(p, pd, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode") ||
+        !set(p, pd, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f32, "pointwise precision") ||
+        !fin(p, pd, "a pointwise descriptor"))
+        return NULL;
+    cudnnBackendDescriptor_t o = mk(p, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    if (!o || !set(p, o, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pd, "pointwise op") ||
+        !set(p, o, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "pointwise X") ||
+        (b && !set(p, o, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "pointwise B")) ||
+        !set(p, o, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "pointwise Y") ||
+        !fin(p, o, "a pointwise operation"))
+        return NULL;
+    return o;
+}
+
+/* The operation graph of g: X * W -> Y -> GenStats(Y) -> sum, sq (KILN_GRAPH_GENSTATS); with
+ * the prologue X -> MUL a -> ADD k [-> RELU_FWD] (f32 virtual tensors, bench/cudnn_fusion_probe.c's
+ * pattern c) into ConvFwd [-> GenStats] or (pattern f) ConvBwdFilter(X', dY) -> dW. */
 static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo *g, cudnnBackendDescriptor_t *opg) {
     const cudnnDataType_t dt = g->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, f32 = CUDNN_DATA_FLOAT;
+    const bool pro = g->kind != KILN_GRAPH_GENSTATS, wgrad = g->kind == KILN_GRAPH_PRO_WGRAD;
+    const bool stats = g->kind == KILN_GRAPH_GENSTATS || (g->kind == KILN_GRAPH_PRO_FWD && g->stats);
+    cudnnBackendDescriptor_t ops[6];
+    int n_ops = 0;
     cudnnBackendDescriptor_t x = tensor(p, U_X, dt, g->N, g->C, g->H, g->W);
     cudnnBackendDescriptor_t w = x ? tensor(p, U_W, dt, g->K, g->C, g->R, g->S) : NULL;
     cudnnBackendDescriptor_t y = w ? tensor(p, U_Y, dt, g->N, g->K, g->P, g->Q) : NULL;
-    cudnnBackendDescriptor_t sum = y ? tensor(p, U_SUM, f32, 1, g->K, 1, 1) : NULL;
+    cudnnBackendDescriptor_t sum = y && stats ? tensor(p, U_SUM, f32, 1, g->K, 1, 1) : NULL;
     cudnnBackendDescriptor_t sq = sum ? tensor(p, U_SQ, f32, 1, g->K, 1, 1) : NULL;
-    if (!sq) return false;
+    if (!y || (stats && !sq)) return false;
+    cudnnBackendDescriptor_t xin = x; /* what the convolution reads */
+    if (pro) {
+        cudnnBackendDescriptor_t a = tensor(p, U_SCALE, f32, 1, g->C, 1, 1);
+        cudnnBackendDescriptor_t k = a ? tensor(p, U_BIAS, f32, 1, g->C, 1, 1) : NULL;
+        cudnnBackendDescriptor_t t1 = k ? tensor_v(p, U_V1, f32, g->N, g->C, g->H, g->W, true) : NULL;
+        cudnnBackendDescriptor_t t2 = t1 ? tensor_v(p, U_V2, f32, g->N, g->C, g->H, g->W, true) : NULL;
+        cudnnBackendDescriptor_t t3 = t2 && g->relu ? tensor_v(p, U_V3, f32, g->N, g->C, g->H, g->W, true) : t2;
+        if (!t3 || !(ops[n_ops++] = pointwise(p, CUDNN_POINTWISE_MUL, x, a, t1)) ||
+            !(ops[n_ops++] = pointwise(p, CUDNN_POINTWISE_ADD, t1, k, t2)) ||
+            (g->relu && !(ops[n_ops++] = pointwise(p, CUDNN_POINTWISE_RELU_FWD, t2, NULL, t3))))
+            return false;
+        xin = t3;
+    }
     cudnnBackendDescriptor_t cd = mk(p, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
     const int64_t nd = 2, dil[2] = {g->dh, g->dw}, str[2] = {g->sh, g->sw}, pad[2] = {g->ph, g->pw};
@@ -130,30 +177,48 @@ static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo 
         !set(p, cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad, "conv pads") ||
         !fin(p, cd, "the convolution descriptor"))
         return false;
-    cudnnBackendDescriptor_t ops[2];
     const float alpha = 1.f, beta = 0.f;
-    ops[0] = mk(p, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-    if (!ops[0] ||
-        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "conv alpha") ||
-        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "conv beta") ||
-        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd,
-             "conv desc") ||
-        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "conv X") ||
-        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "conv W") ||
-        !set(p, ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "conv Y") ||
-        !fin(p, ops[0], "the convolution operation"))
-        return false;
-    ops[1] = mk(p, CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
-    const cudnnGenStatsMode_t gm = CUDNN_GENSTATS_SUM_SQSUM;
-    if (!ops[1] || !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &gm, "genstats mode") ||
-        !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f32, "genstats precision") ||
-        !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "genstats X") ||
-        !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sum, "genstats sum") ||
-        !set(p, ops[1], CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sq, "genstats sq") ||
-        !fin(p, ops[1], "the GenStats operation"))
-        return false;
+    cudnnBackendDescriptor_t cv = NULL;
+    if (!wgrad) {
+        cv = mk(p, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+        if (!cv ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "conv alpha") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "conv beta") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd,
+                 "conv desc") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xin, "conv X") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "conv W") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "conv Y") ||
+            !fin(p, cv, "the convolution operation"))
+            return false;
+    } else { /* pattern f: dW = ConvBwdFilter(X', dY) */
+        cv = mk(p, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+        if (!cv ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "wgrad alpha") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "wgrad beta") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd,
+                 "wgrad conv desc") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xin, "wgrad X") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "wgrad dW") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "wgrad dY") ||
+            !fin(p, cv, "the weight-gradient operation"))
+            return false;
+    }
+    ops[n_ops++] = cv;
+    if (stats) {
+        cudnnBackendDescriptor_t gs = mk(p, CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+        const cudnnGenStatsMode_t gm = CUDNN_GENSTATS_SUM_SQSUM;
+        if (!gs || !set(p, gs, CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &gm, "genstats mode") ||
+            !set(p, gs, CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f32, "genstats precision") ||
+            !set(p, gs, CUDNN_ATTR_OPERATION_GENSTATS_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "genstats X") ||
+            !set(p, gs, CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sum, "genstats sum") ||
+            !set(p, gs, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sq, "genstats sq") ||
+            !fin(p, gs, "the GenStats operation"))
+            return false;
+        ops[n_ops++] = gs;
+    }
     *opg = mk(p, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    return *opg && set(p, *opg, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 2, ops, "graph ops") &&
+    return *opg && set(p, *opg, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops, "graph ops") &&
            set(p, *opg, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "graph handle") &&
            fin(p, *opg, "the operation graph");
 }
@@ -244,8 +309,10 @@ static void problem_clear(gs_problem *p) {
 }
 
 static void geo_key(const kiln_genstats_geo *g, char *key, size_t n) {
-    snprintf(key, n, "%s N%lld C%lld H%lld W%lld K%lld R%lld S%lld P%lld Q%lld s%lld,%lld d%lld,%lld p%lld,%lld",
-             g->bf16 ? "bf16" : "f16", (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W,
+    static const char *const kinds[3] = {"", "prologue conv ", "prologue wgrad "};
+    snprintf(key, n, "%s%s%s%s N%lld C%lld H%lld W%lld K%lld R%lld S%lld P%lld Q%lld s%lld,%lld d%lld,%lld p%lld,%lld",
+             kinds[g->kind >= 0 && g->kind < 3 ? g->kind : 0], g->kind == KILN_GRAPH_PRO_FWD && g->stats ? "stats " : "",
+             g->kind != KILN_GRAPH_GENSTATS && g->relu ? "relu " : "", g->bf16 ? "bf16" : "f16", (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W,
              (long long)g->K, (long long)g->R, (long long)g->S, (long long)g->P, (long long)g->Q, (long long)g->sh,
              (long long)g->sw, (long long)g->dh, (long long)g->dw, (long long)g->ph, (long long)g->pw);
 }
@@ -270,12 +337,18 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
     memset(p, 0, sizeof *p);
     snprintf(p->key, sizeof p->key, "%s", key);
     p->engine = -1;
+    p->kind = g->kind;
+    p->stats = g->kind == KILN_GRAPH_GENSTATS || (g->kind == KILN_GRAPH_PRO_FWD && g->stats);
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     cudnnBackendDescriptor_t opg = NULL;
     if (build_graph(p, h, g, &opg)) choose_plan(p, h, opg);
-    kiln_cuda_conv_stats_note(ctx, "cuDNN ConvolutionFwd -> GenStats for %s: %s%s (engine %lld, workspace %lld B)", key,
+    kiln_cuda_conv_stats_note(ctx, "cuDNN %s for %s: %s%s (engine %lld, workspace %lld B)",
+                              g->kind == KILN_GRAPH_GENSTATS ? "ConvolutionFwd -> GenStats"
+                              : g->kind == KILN_GRAPH_PRO_FWD ? "prologue -> ConvolutionFwd"
+                                                              : "prologue -> ConvolutionBwdFilter",
+                              key,
                               p->ok ? "plan ok" : "no plan: ", p->ok ? "" : p->why, (long long)p->engine,
                               (long long)p->ws);
     if (!p->ok) { /* keep the answer, not the descriptors */
@@ -294,27 +367,39 @@ bool kiln_cuda_genstats_ok(const struct kiln_genstats_problem *p, size_t *ws, co
     return p && p->ok;
 }
 
-kiln_status kiln_cuda_genstats_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *x,
-                                   const void *w, void *y, float *sum, float *sq, int64_t K, void *ws,
-                                   size_t ws_size) {
+/* The plan of p on x, w, y, [sum, sq,] [a, k]: the variant pack of these buffers (made once)
+ * and cudnnBackendExecute on cu->stream; the sums zeroed first. */
+static kiln_status graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *x,
+                             void *w, void *y, float *sum, float *sq, const float *a, const float *k, int64_t K, void *ws,
+                             size_t ws_size) {
     if (!p || !p->ok) return kiln_fail(ctx, KILN_ERR_INTERNAL, "conv-bn-stats: no cuDNN plan for this convolution");
     if ((size_t)p->ws > ws_size || (p->ws > 0 && !ws))
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "conv-bn-stats: the cuDNN plan needs %lld bytes of workspace, got %zu",
                          (long long)p->ws, ws_size);
     struct kiln_genstats_cache *gc = cu->genstats;
-    void *ptr[6] = {(void *)x, (void *)w, y, sum, sq, p->ws > 0 ? ws : NULL};
+    void *ptr[8] = {(void *)x, w, y, sum, sq, (void *)a, (void *)k, p->ws > 0 ? ws : NULL};
     cudnnBackendDescriptor_t vp = NULL;
     for (int i = 0; i < gc->n_pack && !vp; i++)
         if (gc->pack[i].p == p && memcmp(gc->pack[i].ptr, ptr, sizeof ptr) == 0) vp = gc->pack[i].vp;
     if (!vp) { /* the first run on these buffers (a plan's first run; replays find it) */
-        const int64_t uids[5] = {U_X, U_W, U_Y, U_SUM, U_SQ};
+        int64_t uids[7] = {U_X, U_W, U_Y};
+        void *dp[7] = {ptr[0], ptr[1], ptr[2]};
+        int n = 3;
+        if (p->stats) {
+            uids[n] = U_SUM, dp[n++] = ptr[3];
+            uids[n] = U_SQ, dp[n++] = ptr[4];
+        }
+        if (p->kind != KILN_GRAPH_GENSTATS) {
+            uids[n] = U_SCALE, dp[n++] = ptr[5];
+            uids[n] = U_BIAS, dp[n++] = ptr[6];
+        }
         cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
         if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 5, uids);
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
         if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 5, ptr);
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, dp);
         if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ptr[5]);
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ptr[7]);
         if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
         if (s != CUDNN_STATUS_SUCCESS) {
             if (vp) cudnnBackendDestroyDescriptor(vp);
@@ -329,11 +414,23 @@ kiln_status kiln_cuda_genstats_run(kiln_cuda *cu, kiln_context *ctx, const struc
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
-    /* GenStats may add into its outputs: start them at zero, in stream order */
-    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sum, 0, (size_t)K * sizeof(float), cu->stream));
-    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sq, 0, (size_t)K * sizeof(float), cu->stream));
+    if (p->stats) { /* GenStats may add into its outputs: start them at zero, in stream order */
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sum, 0, (size_t)K * sizeof(float), cu->stream));
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sq, 0, (size_t)K * sizeof(float), cu->stream));
+    }
     KILN_CUDNN_CHECK(ctx, cudnnBackendExecute(h, p->plan, vp));
     return KILN_OK;
+}
+
+kiln_status kiln_cuda_genstats_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *x,
+                                   const void *w, void *y, float *sum, float *sq, int64_t K, void *ws, size_t ws_size) {
+    return graph_run(cu, ctx, p, x, (void *)w, y, sum, sq, NULL, NULL, K, ws, ws_size);
+}
+
+kiln_status kiln_cuda_prologue_graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p,
+                                         const void *x, void *w, void *y, const float *a, const float *k, float *sum,
+                                         float *sq, int64_t K, void *ws, size_t ws_size) {
+    return graph_run(cu, ctx, p, x, w, y, sum, sq, a, k, K, ws, ws_size);
 }
 
 int *kiln_cuda_genstats_choice(struct kiln_genstats_problem *p, double **ms) {

@@ -439,6 +439,8 @@ struct Params {
     int odt[4];
     double eps, momentum;
     bool train;       /* the gradient: training mode */
+    float *pk;        /* the forward: kiln's output 4, P (2, C) f32: a; k = B - mean * a (the
+                       * conv-bn-prologue pass's convolution prologue), or null */
 };
 
 constexpr int FIN_C = 32, FIN_P = 32; /* the finalize block: channels x partial rows */
@@ -490,6 +492,11 @@ __global__ void __launch_bounds__(FIN_C * FIN_P) bn_finalize_fwd(const double *p
     }
     float a, m, k;
     fwd_coef(load_any(p.p[0], p.dt[0], c), load_any(p.p[1], p.dt[1], c), mean, var, p.eps, a, m, k);
+    if (p.pk) { /* P: as the CPU reference, in double, each rounded to f32 once */
+        const double ad = load_any(p.p[0], p.dt[0], c) / sqrt(var + p.eps);
+        p.pk[c] = (float)ad;
+        p.pk[C + c] = (float)(load_any(p.p[1], p.dt[1], c) - mean * ad);
+    }
     coef[c] = a;
     coef[C + c] = 0.f;
     coef[2 * C + c] = m;
@@ -799,8 +806,19 @@ extern "C" bool kiln_cuda_bn_training(const kiln_op_ctx *c) {
 extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n) {
     const kiln_tensor *x = c->in[0];
     if (!check_x_params(c, x, 1, why, n)) return false;
-    if (is_nhwc(x) != is_nhwc(c->out[0])) {
+    const bool write_y = kiln_attr_int(c->node, "write_y", 1) != 0; /* 0: Y empty, output 4 P instead */
+    if (write_y && is_nhwc(x) != is_nhwc(c->out[0])) {
         snprintf(why, n, "X is %s and Y %s", is_nhwc(x) ? "NHWC" : "NCHW", is_nhwc(c->out[0]) ? "NHWC" : "NCHW");
+        return false;
+    }
+    if (has_out(c, 4) && (c->out[4]->dtype != KILN_F32 || kiln_tensor_numel(c->out[4]) != 2 * x->dims[1] ||
+                          !kiln_cuda_bn_training(c) || present(c, 5))) {
+        snprintf(why, n, "output 4 (P, the apply's a; k) must be f32 (2, %lld), in training mode, without Z",
+                 (long long)x->dims[1]);
+        return false;
+    }
+    if (!write_y && !has_out(c, 4)) {
+        snprintf(why, n, "write_y = 0 needs output 4 (P)");
         return false;
     }
     if (c->out[0]->dtype != x->dtype) {
@@ -812,8 +830,8 @@ extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n
             snprintf(why, n, "output %d must be a float vector of %lld values", k, (long long)x->dims[1]);
             return false;
         }
-    if (has_out(c, 4) || (has_out(c, 3) && !kiln_cuda_bn_training(c))) {
-        snprintf(why, n, "output 4, or output 3 outside training mode (saved statistics of opsets < 14)");
+    if (has_out(c, 3) && !kiln_cuda_bn_training(c)) {
+        snprintf(why, n, "output 3 outside training mode (saved statistics of opsets < 14)");
         return false;
     }
     if (has_out(c, 3) && (!param_dtype(c->out[3]->dtype) || kiln_tensor_numel(c->out[3]) != 2 * x->dims[1])) {
@@ -868,7 +886,9 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     if (st) return st;
     int world = 1; /* SyncBatchNorm: the partial sums over every rank (equal shapes: equal P) */
     if ((st = kiln_cuda_sync_sums(cu, c, part, part, gs.P * gs.C * 2, &world))) return st;
+    if (has_out(c, 4)) p.pk = (float *)c->out[4]->data; /* P for the convolutions' prologue */
     if ((st = launch_finalize_fwd(cu, c->kctx, gs, part, coef, p, (double)g.M * world))) return st;
+    if (kiln_attr_int(c->node, "write_y", 1) == 0) return KILN_OK; /* Y unwritten: its readers read X through P */
     const bool relu = kiln_attr_int(c->node, "relu", 0) != 0;
     const void *z = present(c, 5) ? c->in[5]->data : nullptr; /* the fused residual (relu = 1) */
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, z, c->out[0]->data, coef, relu);

@@ -180,9 +180,12 @@ static bool sup_conv(const kiln_op_ctx *c, char *why, size_t n) {
 }
 
 static bool sup_fused_conv(const kiln_op_ctx *c, char *why, size_t n) {
-    /* outputs 1, 2 (the statistics, conv_stats.c): the convolution's check on Y alone */
+    /* outputs 1, 2 (the statistics, conv_stats.c): the convolution's check on Y alone;
+     * input 4 (the prologue P, conv_stats.c) its own */
+    if (!kiln_cuda_sup_conv_prologue(c, 4, why, n)) return false;
     kiln_op_ctx v = *c;
     if (v.n_out > 1) v.n_out = 1;
+    if (v.n_in > 4) v.n_in = 4;
     return kiln_cuda_sup_fused_conv_stats(c, why, n) && same_float(&v, why, n) && kiln_cuda_conv_supported(&v, true, why, n);
 }
 
@@ -228,7 +231,10 @@ static bool sup_conv_grad_weight(const kiln_op_ctx *c, char *why, size_t n) {
         snprintf(why, n, "inputs X, dY and W are required");
         return false;
     }
-    return conv_check(c, c->in[0], c->in[2], c->in[1], "dW", why, n);
+    /* input 3, the prologue P (f32 whatever X's dtype): its own check; the convolution's on the rest */
+    kiln_op_ctx v = *c;
+    if (v.n_in > 3) v.n_in = 3;
+    return kiln_cuda_sup_conv_prologue(c, 3, why, n) && conv_check(&v, c->in[0], c->in[2], c->in[1], "dW", why, n);
 }
 
 static bool fits_products(const int64_t *v, int count, char *why, size_t n) {
@@ -300,7 +306,9 @@ static bool sup_gap(const kiln_op_ctx *c, char *why, size_t n) {
 }
 
 static bool sup_batchnorm(const kiln_op_ctx *c, char *why, size_t n) {
-    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
+    /* write_y = 0 (the conv-bn-prologue pass): Y is an empty rank-1 tensor, of no layout */
+    const bool write_y = kiln_attr_int(c->node, "write_y", 1) != 0;
+    if (!float_input(c, 0, why, n) || (write_y && !same_layout(c, why, n))) return false;
     for (int i = 1; i < 5; i++) {
         kiln_dtype t = present(c, i) ? c->in[i]->dtype : KILN_DTYPE_UNDEFINED;
         if (!kiln_cuda_float_dtype(t) && t != KILN_F64) {
@@ -1269,7 +1277,8 @@ static const entry table[] = {
     {"RandomNormalLike", kiln_cuda_k_random, sup_random, NULL, false},
     {"Bernoulli", kiln_cuda_k_random, sup_random, NULL, false},
     {"kiln.ConvGradInput", kiln_cuda_k_conv_grad_input, sup_conv_grad_input, kiln_cuda_ws_conv_grad_input, true},
-    {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight, sup_conv_grad_weight, kiln_cuda_ws_conv_grad_weight, true},
+    {"kiln.ConvGradWeight", kiln_cuda_k_conv_grad_weight_prologue, sup_conv_grad_weight,
+     kiln_cuda_ws_conv_grad_weight_prologue, true},
     {"kiln.ConvGradBias", kiln_cuda_k_conv_grad_bias, sup_conv_grad_bias, kiln_cuda_ws_channel_sum, true},
     {"kiln.ReduceSumTo", kiln_cuda_k_sum_to, sup_sum_to, kiln_cuda_ws_sum_to, true}, /* movegrad: NHWC dY */
     {"kiln.GemmGradC", kiln_cuda_k_gemm_grad_c, sup_sum_down, kiln_cuda_ws_channel_sum, false},

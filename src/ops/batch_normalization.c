@@ -58,6 +58,14 @@
  * (what kiln.UnaryGrad op=Relu would give the shortcut), else in0 + dY2. Outputs 3 and 4 may
  * be absent beside it.
  *
+ * The apply's coefficients (issue 12; the conv-bn-prologue pass, src/passes/conv_bn_prologue.c,
+ * CUDA training graphs): kiln's output 4 in training mode, P, f32 (2, C): row 0
+ * a = scale / sqrt(var + epsilon), row 1 k = B - mean * a, from the batch statistics the
+ * node used (so Y = act(a * X + k) up to the rounding of a and k to f32). With it, kiln's
+ * attribute write_y = 0 leaves Y unwritten (output 0 an empty tensor of X's dtype, or absent):
+ * the convolutions that read Y read X through P instead (kiln.FusedConv's input 4,
+ * kiln.ConvGradWeight's input 3). Not with a residual Z.
+ *
  * Statistics from the convolution (issue 12; the conv-bn-stats pass, src/passes/conv_bn_stats.c,
  * CUDA training graphs): kiln's inputs 6 and 7, given together in training mode only, are the
  * per-channel sum and sum of squares of X (f32 (C), kiln.FusedConv's outputs 1 and 2, the
@@ -110,6 +118,12 @@ static double round_as(kiln_dtype dt, double v) {
     case KILN_BF16: return kiln_bf16_to_f32(kiln_f32_to_bf16((float)v));
     default: return v;
     }
+}
+
+/* Y, when the node writes it: attribute write_y = 0 (beside output 4, the apply's
+ * coefficients) leaves output 0 an empty tensor nothing reads */
+static kiln_tensor *y_out(const kiln_op_ctx *c) {
+    return has_out(c, 0) && kiln_attr_int(c->node, "write_y", 1) != 0 ? c->out[0] : NULL;
 }
 
 /* BatchNormalization's input 5 (kiln's): Z, the fused residual added before the ReLU */
@@ -188,10 +202,21 @@ static kiln_status infer(kiln_op_ctx *c) {
         KILN_OP_CHECK(c, training(c) || !extra, KILN_ERR_UNSUPPORTED,
                       "outputs running_mean/running_var (and kiln's output 3) need training_mode=1");
     }
-    /* kiln's output 3 (training, opset >= 14): S, the saved batch statistics (mean; var) */
-    KILN_OP_CHECK(c, !has_out(c, 4), KILN_ERR_UNSUPPORTED,
-                  "output 4 is not supported (output 3 is kiln's saved statistics in training mode)");
-    kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+    /* kiln's output 3 (training, opset >= 14): S, the saved batch statistics (mean; var);
+     * output 4: P, the apply's coefficients (a; k), f32 (2, C), for a convolution's prologue,
+     * Y (output 0) then optional */
+    const int64_t wy = kiln_attr_int(c->node, "write_y", 1);
+    KILN_OP_CHECK(c, wy == 0 || wy == 1, KILN_ERR_INVALID_ARGUMENT, "attribute write_y must be 0 or 1, got %lld",
+                  (long long)wy);
+    KILN_OP_CHECK(c, (wy && has_out(c, 0)) || has_out(c, 4), KILN_ERR_INVALID_ARGUMENT,
+                  "Y (output 0) may be left out (write_y = 0) only beside output 4 (the apply's coefficients)");
+    KILN_OP_CHECK(c, !has_out(c, 4) || !resid(c), KILN_ERR_INVALID_ARGUMENT,
+                  "output 4 (the apply's coefficients a; k) cannot stand for a fused residual Z (input 5)");
+    if (has_out(c, 0)) {
+        if (wy) kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
+        else kiln_tensor_set_shape(c->out[0], x->dtype, 1, (const int64_t[]){0}); /* not written: empty */
+    }
+    if (has_out(c, 4)) kiln_tensor_set_shape(c->out[4], KILN_F32, 2, (const int64_t[]){2, x->dims[1]});
     for (int i = 1; i <= 2; i++)
         if (has_out(c, i)) kiln_tensor_set_shape(c->out[i], c->in[2 + i]->dtype, 1, &x->dims[1]);
     if (has_out(c, 3)) kiln_tensor_set_shape(c->out[3], KILN_F64, 2, (const int64_t[]){2, x->dims[1]});
@@ -219,6 +244,16 @@ static void affine_channel(const kiln_tensor *x, const kiln_tensor *z, kiln_tens
     }
 }
 
+/* The apply of channel ch: Y (when output 0 is there) and output 4's a, k (when it is) */
+static void apply_channel(const kiln_op_ctx *c, const kiln_tensor *x, kiln_tensor *y, int64_t N, int64_t C, int64_t S,
+                          int64_t ch, double a, double b) {
+    if (has_out(c, 4)) {
+        ((float *)c->out[4]->data)[ch] = (float)a;
+        ((float *)c->out[4]->data)[C + ch] = (float)b;
+    }
+    if (y) affine_channel(x, resid(c), y, N, C, S, ch, a, b);
+}
+
 static kiln_status forward_sync(kiln_op_ctx *c);
 static kiln_status forward_grad_sync(kiln_op_ctx *c);
 static bool synced(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "sync_comm", 0) != 0 && training(c); }
@@ -227,7 +262,7 @@ static kiln_status forward_plain(kiln_op_ctx *c);
 
 static kiln_status forward(kiln_op_ctx *c) {
     const kiln_status st = synced(c) ? forward_sync(c) : forward_plain(c);
-    if (!st && fused_relu(c)) relu_inplace(c->out[0]);
+    if (!st && fused_relu(c) && y_out(c)) relu_inplace(c->out[0]);
     return st;
 }
 
@@ -235,7 +270,7 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0]; // (N,C,D1..Dn)
     const kiln_tensor *scale = c->in[1], *bias = c->in[2]; // (C)
     const kiln_tensor *mean_in = c->in[3], *var_in = c->in[4]; // (C)
-    kiln_tensor *y = c->out[0];
+    kiln_tensor *y = y_out(c);
     double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
     double momentum = kiln_attr_float(c->node, "momentum", 0.9f);
     bool train = training(c);
@@ -254,6 +289,10 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
             if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, var * momentum + bv * (1 - momentum));
             mean = bm;
             var = bv;
+            if (has_out(c, 3)) { /* S: what the affine below uses (the mask from X reads it) */
+                kiln_set_f64(c->out[3], ch, bm);
+                kiln_set_f64(c->out[3], C + ch, bv);
+            }
         } else if (train) {
             /* two passes in double: the mean, then squared deviations from it */
             double sum = 0, sq = 0, count = (double)(N * S);
@@ -281,7 +320,7 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
             }
         }
         double a = kiln_get_f64(scale, ch) / sqrt(var + eps);
-        affine_channel(x, resid(c), y, N, C, S, ch, a, kiln_get_f64(bias, ch) - mean * a);
+        apply_channel(c, x, y, N, C, S, ch, a, kiln_get_f64(bias, ch) - mean * a);
     }
     return KILN_OK;
 }
@@ -560,7 +599,7 @@ static kiln_status forward_sync(kiln_op_ctx *c) {
             kiln_set_f64(c->out[3], C + ch, bv);
         }
         const double a = kiln_get_f64(scale, ch) / sqrt(bv + eps);
-        affine_channel(x, resid(c), c->out[0], N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
+        apply_channel(c, x, y_out(c), N, C, S, ch, a, kiln_get_f64(bias, ch) - bm * a);
     }
     return KILN_OK;
 }
@@ -1020,7 +1059,7 @@ static int test_sums(void) {
 
 static int test(void) {
     int fails = test_sums();
-    kiln_tensor *in[5], *out[4];
+    kiln_tensor *in[5], *out[5];
 
     make_inputs(KILN_F32, in);
     out[0] = kt_make(KILN_F32, 4, KT_DIMS(2, 2, 2, 2),
@@ -1063,9 +1102,28 @@ static int test(void) {
     make_inputs(KILN_F32, in);
     fails += kiln_optest_fails("BatchNormalization", "relu=1", 5, in, 4, KILN_ERR_UNSUPPORTED,
                                "bn output 3 (S) without training_mode rejected");
+    /* kiln's output 4, P: the apply's a = scale / sqrt(var + eps) and k = B - mean * a from S
+     * above (f32) */
     make_inputs(KILN_F32, in);
-    fails += kiln_optest_fails("BatchNormalization", "training_mode=1", 5, in, 5, KILN_ERR_UNSUPPORTED,
-                               "bn output 4 rejected");
+    out[0] = out[1] = out[2] = out[3] = NULL;
+    out[4] = kt_make(KILN_F32, 2, KT_DIMS(2, 2),
+                     KT_VALS(0.9999977777851852, -0.260377468907692, -1.2499966666777778, 3.236792977311537));
+    fails += kiln_optest("BatchNormalization", "training_mode=1;relu=1", 5, in, 5, out, 1e-6, 1e-6,
+                         "bn training output 4 (P, the apply's coefficients)");
+    /* write_y = 0: Y not written (an empty output), P and S as before */
+    make_inputs(KILN_F32, in);
+    out[0] = out[1] = out[2] = NULL;
+    out[3] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), KT_VALS(1.5, 4.75, 2.25, 3.6875));
+    out[4] = kt_make(KILN_F32, 2, KT_DIMS(2, 2),
+                     KT_VALS(0.9999977777851852, -0.260377468907692, -1.2499966666777778, 3.236792977311537));
+    fails += kiln_optest("BatchNormalization", "training_mode=1;relu=1;write_y=0", 5, in, 5, out, 1e-6, 1e-6,
+                         "bn training write_y=0: S and P, no Y");
+    make_inputs(KILN_F32, in);
+    fails += kiln_optest_fails("BatchNormalization", "training_mode=1;write_y=0", 5, in, 3, KILN_ERR_INVALID_ARGUMENT,
+                               "bn write_y=0 without output 4 (P) rejected");
+    make_inputs(KILN_F32, in);
+    fails += kiln_optest_fails("BatchNormalization", "", 5, in, 5, KILN_ERR_UNSUPPORTED,
+                               "bn output 4 (P) without training_mode rejected");
 
     make_inputs(KILN_F64, in);
     out[0] = NULL;

@@ -16,12 +16,16 @@
  *   ConvGradWeight(X, dY, W) -> dW: sum over n of dY[n, g] @ im2col(X[n, g])^T, the batch
  *   accumulated by the gemm (per-thread partial sums when products run side by side);
  *   ConvGradBias(dY) -> dB: dY summed over all dims but 1 (also ConvTranspose's).
+ *   ConvGradWeight's kiln input 3, P (f32 (2, C)), and attribute prologue_relu: X read as
+ *   X' = act(a * X + k) (kiln_conv_prologue_in, conv_common.h; the conv-bn-prologue pass,
+ *   src/passes/conv_bn_prologue.c, FUSED.md), in f32, padded with zeros after it.
  *   X and W are read for their shapes only where their values are not needed.
  */
 #include "../core/optest.h"
 #include "conv_common.h"
 
 #include <stdio.h>
+#include <string.h>
 
 typedef struct conv_shape {
     kiln_conv_geom g; /* img: X, grid: Y, ci = C/group, cg = M/group */
@@ -109,13 +113,65 @@ static size_t ws_left(const kiln_op_ctx *c, const char *ws) {
     return c->workspace_size - (size_t)(ws - (char *)c->workspace);
 }
 
-static kiln_status forward(kiln_op_ctx *c) {
+/* ------------------------------------------------------------------ prologue */
+
+kiln_status kiln_conv_prologue_check(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *p, int k) {
+    char ps[128];
+    KILN_OP_CHECK(c, x->ndim >= 2, KILN_ERR_SHAPE, "a prologue (input %d) needs X of rank >= 2", k);
+    KILN_OP_CHECK(c, p->dtype == KILN_F32 && p->ndim == 2 && p->dims[0] == 2 && p->dims[1] == x->dims[1],
+                  KILN_ERR_SHAPE,
+                  "input %d (the prologue's per-channel a; k) must be f32 (2, C) = (2, %lld) for X's channels, got %s %s",
+                  k, (long long)x->dims[1], kiln_dtype_name(p->dtype), kiln_shape_str(p, ps, sizeof ps));
+    const int64_t relu = kiln_attr_int(c->node, "prologue_relu", 0);
+    KILN_OP_CHECK(c, relu == 0 || relu == 1, KILN_ERR_INVALID_ARGUMENT, "attribute prologue_relu must be 0 or 1, got %lld",
+                  (long long)relu);
+    return KILN_OK;
+}
+
+size_t kiln_conv_prologue_size(const kiln_tensor *x) {
+    return kiln_align64((size_t)kiln_tensor_numel(x) * (x->dtype == KILN_F64 ? sizeof(double) : sizeof(float)));
+}
+
+/* X' = act(a * x + k) per channel, for f32 / f16 / bf16 X the product exact in double, the sum
+ * rounded to double and then to f32 (within f32 rounding of a fused multiply-add, what CUDA's
+ * fallback computes; cuDNN's MUL then ADD round twice in f32); in double for f64 X */
+const void *kiln_conv_prologue_in(const kiln_tensor *x, const kiln_tensor *p, bool relu, char **ws) {
+    const int64_t n = kiln_tensor_numel(x), N = x->dims[0], C = x->dims[1];
+    const int64_t S = N * C > 0 ? n / (N * C) : 0;
+    const float *a = p->data, *k = a + C;
+    void *dst = *ws;
+    *ws += kiln_conv_prologue_size(x);
+    #pragma omp parallel for if (n > (1 << 15)) schedule(static)
+    for (int64_t nc = 0; nc < N * C; nc++) {
+        const int64_t ch = nc % C, base = nc * S;
+        if (x->dtype == KILN_F64) {
+            double *d = (double *)dst + base;
+            const double *xs = (const double *)x->data + base;
+            for (int64_t i = 0; i < S; i++) {
+                const double v = xs[i] * a[ch] + k[ch];
+                d[i] = relu ? (v > 0 ? v : 0.0) : v;
+            }
+        } else {
+            float *d = (float *)dst + base;
+            for (int64_t i = 0; i < S; i++) {
+                const double xv = x->dtype == KILN_F32 ? ((const float *)x->data)[base + i] : kiln_get_f64(x, base + i);
+                const float v = (float)(xv * a[ch] + k[ch]);
+                d[i] = relu ? (v > 0 ? v : 0.f) : v;
+            }
+        }
+    }
+    return dst;
+}
+
+static kiln_status forward(kiln_op_ctx *c) { return kiln_conv_forward_prologue(c, NULL, false); }
+
+kiln_status kiln_conv_forward_prologue(kiln_op_ctx *c, const kiln_tensor *p, bool relu) {
     conv_shape s;
     const kiln_tensor *b = c->n_in > 2 ? c->in[2] : NULL;
     kiln_status st = conv_shape_get(c, c->in[0], c->in[1], b, &s);
     if (st != KILN_OK) return st;
     char *ws = c->workspace;
-    const void *X = kiln_stage_in(c->in[0], &ws);  // (N, C, I)
+    const void *X = p ? kiln_conv_prologue_in(c->in[0], p, relu, &ws) : kiln_stage_in(c->in[0], &ws); // (N, C, I)
     const void *W = kiln_stage_in(c->in[1], &ws);  // (M, Cg, K)
     const void *B = kiln_stage_in(b, &ws);         // (M) or NULL
     void *Y = kiln_stage_out(c->out[0], &ws);      // (N, M, O)
@@ -201,10 +257,14 @@ static kiln_status gi_forward(kiln_op_ctx *c) {
 }
 
 /* kiln.ConvGradWeight(X, dY, W) -> dW: sum over images of dY @ im2col(X)^T per group. */
+/* kiln's input 3 of ConvGradWeight: the prologue P (kiln_conv_prologue_in), X read as X' */
+static const kiln_tensor *gw_prologue(const kiln_op_ctx *c) { return c->n_in > 3 ? c->in[3] : NULL; }
+
 static kiln_status gw_infer(kiln_op_ctx *c) {
     conv_shape s;
     kiln_status st = grad_shape_get(c, c->in[0], c->in[2], c->in[1], &s);
     if (st != KILN_OK) return st;
+    if (gw_prologue(c) && (st = kiln_conv_prologue_check(c, c->in[0], gw_prologue(c), 3))) return st;
     kiln_tensor_set_shape(c->out[0], c->in[2]->dtype, c->in[2]->ndim, c->in[2]->dims);
     return KILN_OK;
 }
@@ -213,8 +273,8 @@ static size_t gw_workspace(const kiln_op_ctx *c) {
     kiln_op_ctx tmp = *c;
     conv_shape s;
     if (grad_shape_get(&tmp, c->in[0], c->in[2], c->in[1], &s) != KILN_OK) return 0;
-    size_t stage = kiln_stage_size(c->in[0]) + kiln_stage_size(c->in[1]) +
-                   kiln_stage_size(c->out[0]);
+    size_t stage = (gw_prologue(c) ? kiln_conv_prologue_size(c->in[0]) : kiln_stage_size(c->in[0])) +
+                   kiln_stage_size(c->in[1]) + kiln_stage_size(c->out[0]);
     return stage + kiln_conv_workspace(KILN_CONV_WGRAD, c->in[0]->dtype == KILN_F64, &s.g);
 }
 
@@ -223,7 +283,9 @@ static kiln_status gw_forward(kiln_op_ctx *c) {
     kiln_status st = grad_shape_get(c, c->in[0], c->in[2], c->in[1], &s);
     if (st != KILN_OK) return st;
     char *ws = c->workspace;
-    const void *X = kiln_stage_in(c->in[0], &ws);   // (N, C, I)
+    const kiln_tensor *p = gw_prologue(c);
+    const void *X = p ? kiln_conv_prologue_in(c->in[0], p, kiln_attr_int(c->node, "prologue_relu", 0) != 0, &ws)
+                      : kiln_stage_in(c->in[0], &ws); // (N, C, I)
     const void *dY = kiln_stage_in(c->in[1], &ws);  // (N, M, O)
     void *dW = kiln_stage_out(c->out[0], &ws);      // (M, Cg, K)
     if (!kiln_conv_weight_grad(c->in[0]->dtype == KILN_F64, &s.g, dY, X, dW, ws,
@@ -366,6 +428,43 @@ static int random_case(const char *label, const rand_conv *p, uint64_t seed) {
     if (want) oracle(p, yd + 2, in[0], in[1], in[2], want, NULL, NULL, NULL);
     /* f32 sums of K products of values in [-1, 1): error grows like sqrt(K) ulps. */
     return kiln_optest("Conv", attrs, 3, in, 1, &want, 1e-6 * (double)K, 1e-5, label);
+}
+
+kiln_tensor *kt_conv_prologue_ref(const kiln_tensor *x, const kiln_tensor *p, bool relu) {
+    const kiln_dtype dt = x->dtype == KILN_F64 ? KILN_F64 : KILN_F32;
+    kiln_tensor *r = kt_make(dt, x->ndim, x->dims, NULL);
+    if (!r) return NULL;
+    const int64_t n = kiln_tensor_numel(x), C = x->dims[1], S = n / (x->dims[0] * C);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t ch = i / S % C;
+        double v = kiln_get_f64(x, i) * kiln_get_f64(p, ch) + kiln_get_f64(p, C + ch);
+        if (dt == KILN_F32) v = (float)v;
+        kiln_set_f64(r, i, relu && !(v > 0) ? 0.0 : v);
+    }
+    return r;
+}
+
+/* ConvGradWeight with the prologue P (kiln's input 3) against the oracle on X' =
+ * act(a * X + k) in f32 (kt_conv_prologue_ref): X, dY of dtype dt, pads so that the zero
+ * padding of X' (not act(k)) is checked, k > 0 in some channels. */
+static int prologue_grad_case(const char *label, const rand_conv *p, kiln_dtype dt, bool relu, uint64_t seed) {
+    const int nd = p->nd;
+    char attrs[320];
+    int64_t xd[5], wd[5], yd[5], K;
+    case_setup(p, attrs, 256, xd, wd, yd, &K);
+    if (relu) snprintf(attrs + strlen(attrs), sizeof attrs - strlen(attrs), "%sprologue_relu=1", attrs[0] ? ";" : "");
+    kiln_tensor *x = kt_rand(dt, 2 + nd, xd, -1, 1, seed);
+    kiln_tensor *w = kt_rand(dt, 2 + nd, wd, -1, 1, seed + 1);
+    kiln_tensor *dy = kt_rand(dt, 2 + nd, yd, -1, 1, seed + 2);
+    kiln_tensor *pr = kt_rand(KILN_F32, 2, KT_DIMS(2, p->C), -1, 1.5, seed + 3);
+    kiln_tensor *xp = x && pr ? kt_conv_prologue_ref(x, pr, relu) : NULL;
+    kiln_tensor *want = kt_make(dt, 2 + nd, wd, NULL);
+    if (xp && w && dy && want) oracle(p, yd + 2, xp, w, NULL, NULL, dy, NULL, want);
+    kiln_tensor_free(xp);
+    const double terms = (double)kiln_tensor_numel(dy) / (double)p->M;
+    const double tol = dt == KILN_F32 ? 1e-6 * terms : dt == KILN_F64 ? 1e-12 * terms : 2e-3 * terms;
+    return kiln_optest("ConvGradWeight", attrs, 4, (kiln_tensor *[]){x, dy, w, pr}, 1, &want, tol,
+                       dt == KILN_F32 ? 1e-5 : dt == KILN_F64 ? 1e-12 : 4e-3, label);
 }
 
 /* ConvGradInput (which 0) or ConvGradWeight (which 1) in f32 against the oracle. */
@@ -1052,7 +1151,7 @@ static int test_grad_input(void) {
 
 static int test_grad_weight(void) {
     int fails = 0;
-    kiln_tensor *in[3] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), GX3),
+    kiln_tensor *in[4] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), GX3),
                           kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4)),
                           kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL)};
     kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(37, 47, 67, 77));
@@ -1088,6 +1187,36 @@ static int test_grad_weight(void) {
                                            .in = {9, 8}, .k = {3, 2}, .d = {2, 1},
                                            .pb = {2, 0}, .pe = {1, 1}},
                               1, 94);
+    /* the prologue (input 3): X read as act(a * X + k), padded with zeros after it */
+    {
+        kiln_tensor *pin[4] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(-1, 0, 1, 2)),
+                               kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 1, 1, 1)),
+                               kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL),
+                               kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(2, 1))};
+        /* X' = relu(2x + 1) = (0, 1; 3, 5), padded by 1 with zeros (not relu(k) = 1), dY = 1:
+         * dW[i][j] is the sum of the 2x2 window at (i, j) of [0 0 0 0; 0 0 1 0; 0 3 5 0; 0 0 0 0] */
+        kiln_tensor *pw = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(0, 1, 1, 3, 9, 6, 3, 8, 5));
+        fails += kiln_optest("ConvGradWeight", "pads=[1,1,1,1];kernel_shape=[3,3];prologue_relu=1", 4, pin, 1, &pw,
+                             0, 0, "conv dW prologue relu(2x + 1) by hand, zero padding after it");
+    }
+    fails += prologue_grad_case("conv dW prologue relu, f32, padded 3x3",
+                                &(rand_conv){.nd = 2, .N = 2, .C = 5, .M = 4, .G = 1, .in = {6, 7}, .k = {3, 3},
+                                             .pb = {1, 1}, .pe = {1, 1}},
+                                KILN_F32, true, 95);
+    fails += prologue_grad_case("conv dW prologue relu, f16, strided 1x1",
+                                &(rand_conv){.nd = 2, .N = 3, .C = 8, .M = 6, .G = 1, .in = {6, 6}, .k = {1, 1},
+                                             .s = {2, 2}},
+                                KILN_F16, true, 96);
+    fails += prologue_grad_case("conv dW prologue without relu, f64, grouped",
+                                &(rand_conv){.nd = 2, .N = 2, .C = 6, .M = 4, .G = 2, .in = {5, 5}, .k = {3, 3},
+                                             .pb = {1, 0}, .pe = {0, 1}},
+                                KILN_F64, false, 97);
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 3, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 1), NULL);
+    in[3] = kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL);
+    fails += kiln_optest_fails("ConvGradWeight", "", 4, in, 1, KILN_ERR_SHAPE,
+                               "conv dW prologue of the wrong channel count rejected");
     in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
     in[1] = kt_make(KILN_F64, 4, KT_DIMS(1, 1, 2, 2), NULL);
     in[2] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
@@ -1129,7 +1258,8 @@ const kiln_op_def kiln_op_conv_grad_input = {
 
 const kiln_op_def kiln_op_conv_grad_weight = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV_GRAD_WEIGHT, .flops = grad_weight_flops,
-    .name = "ConvGradWeight", .domain = "kiln", .min_inputs = 3, .max_inputs = 3,
+    .f32_inputs = 1u << 3 /* the prologue P */,
+    .name = "ConvGradWeight", .domain = "kiln", .min_inputs = 3, .max_inputs = 4 /* the prologue */,
     .min_outputs = 1, .max_outputs = 1, .shape_only_inputs = 1u << 2, .infer = gw_infer,
     .cpu_forward = gw_forward, .cpu_workspace = gw_workspace, .test = KILN_OP_TESTS(test_grad_weight),
 };

@@ -173,6 +173,23 @@ void *kiln_stage_out(kiln_tensor *t, char **ws);
  * rounded to nearest even for f16/bf16; integer dtypes receive exact values. */
 void kiln_stage_finish(kiln_tensor *t, const void *buf);
 
+/* The convolution prologue (issue 12; kiln.FusedConv's input 4, kiln.ConvGradWeight's
+ * input 3, made by the conv-bn-prologue pass from a training BatchNormalization's output 4):
+ * P, f32 (2, C), row 0 a and row 1 k per input channel of X (N, C, spatial...), and the
+ * convolution reads X' = act(a * X + k), act Relu (NaN to 0) when relu else the identity,
+ * computed in f32 (f64 for f64 X) and not rounded to X's dtype; the zero padding applies to
+ * X'. kiln_conv_prologue_check validates P against X (message naming the node and input k);
+ * kiln_conv_prologue_size is the scratch X' takes (64-byte aligned); kiln_conv_prologue_in
+ * writes X' at *ws (advanced) and returns it, as kiln_stage_in would return X. */
+kiln_status kiln_conv_prologue_check(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *p, int k);
+size_t kiln_conv_prologue_size(const kiln_tensor *x);
+const void *kiln_conv_prologue_in(const kiln_tensor *x, const kiln_tensor *p, bool relu, char **ws);
+/* Conv's CPU forward (X, W, B? of c) reading X through prologue P (NULL: none). */
+kiln_status kiln_conv_forward_prologue(kiln_op_ctx *c, const kiln_tensor *p, bool relu);
+/* Test cases only (KILN_OPTESTS, conv.c): X' as a new f32 (f64 for f64 X) tensor, element by
+ * element in double, rounded to f32 once. */
+kiln_tensor *kt_conv_prologue_ref(const kiln_tensor *x, const kiln_tensor *p, bool relu);
+
 /* Shared infer for MaxPool / AveragePool: x (N,C,spatial 1..3) with a float dtype (and
  * int8 / uint8 when allow_int8), kernel_shape required; sets out[0] to (N,C,grid...). */
 kiln_status kiln_pool_infer(kiln_op_ctx *c, bool allow_int8, bool ceil_mode, kiln_window *w);

@@ -18,10 +18,18 @@
  *   reading Y would sum; cuDNN's GenStats sums the values the convolution stores). Summed in
  *   double, rounded to f32 once. A training BatchNormalization of Y takes them as its
  *   inputs 6 and 7 instead of its own statistics pass over Y.
+ * Prologue (issue 12; the conv-bn-prologue pass, src/passes/conv_bn_prologue.c, in CUDA
+ *   training graphs): optional input 4, P, f32 (2, C): per input channel a (row 0) and k
+ *   (row 1), with attribute prologue_relu (0 or 1): the convolution reads X' = act(a * X + k)
+ *   instead of X, computed in f32 (f64 for f64 X) and not rounded to X's dtype (cuDNN's
+ *   prologue is a virtual fp32 tensor), padded with zeros after it (as the unfused graph pads
+ *   the BN's output). P is a training BatchNormalization's output 4 (its apply's
+ *   coefficients), whose output 0 then need not exist.
  * No gradient: the op exists only in plans made after autograd (inference, and the passes
  *   the trainer applies to a differentiated graph).
  */
 #include "../core/optest.h"
+#include "conv_common.h"
 #include "fused.h"
 
 #include <math.h>
@@ -43,6 +51,10 @@ static const kiln_tensor *z_in(const kiln_op_ctx *c) { return c->n_in > 3 ? c->i
 
 static bool has_out(const kiln_op_ctx *c, int i) { return c->n_out > i && c->out[i] != NULL; }
 
+/* kiln's input 4: the prologue P (f32 (2, C)), X read as act(a * X + k) (conv_common.h) */
+static const kiln_tensor *prologue_in(const kiln_op_ctx *c) { return c->n_in > 4 ? c->in[4] : NULL; }
+static bool prologue_relu(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "prologue_relu", 0) != 0; }
+
 static kiln_status infer(kiln_op_ctx *c) {
     kiln_fused_act a;
     kiln_status st = kiln_fused_act_get(c, "alpha", "beta", &a);
@@ -53,6 +65,7 @@ static kiln_status infer(kiln_op_ctx *c) {
     if (v.n_out > 1) v.n_out = 1;
     if ((st = kiln_op_conv.infer(&v))) return st;
     const kiln_tensor *y = c->out[0], *z = z_in(c);
+    if (prologue_in(c) && (st = kiln_conv_prologue_check(c, c->in[0], prologue_in(c), 4))) return st;
     if (z) {
         char ys[128];
         KILN_OP_CHECK(c, z->dtype == y->dtype, KILN_ERR_TYPE, "residual Z must have X's dtype %s",
@@ -97,7 +110,8 @@ static void channel_stats(const kiln_tensor *y, int64_t M, int64_t inner, kiln_t
 
 static size_t workspace(const kiln_op_ctx *c) {
     kiln_op_ctx v = conv_view(c);
-    return kiln_op_conv.cpu_workspace(&v);
+    /* X' in its own scratch beside what Conv stages (a superset of its stage of X) */
+    return kiln_op_conv.cpu_workspace(&v) + (prologue_in(c) ? kiln_conv_prologue_size(c->in[0]) : 0);
 }
 
 static kiln_status forward(kiln_op_ctx *c) {
@@ -105,7 +119,8 @@ static kiln_status forward(kiln_op_ctx *c) {
     kiln_status st = kiln_fused_act_get(c, "alpha", "beta", &a);
     if (st) return st;
     kiln_op_ctx v = conv_view(c);
-    if ((st = kiln_op_conv.cpu_forward(&v))) return st;
+    if ((st = prologue_in(c) ? kiln_conv_forward_prologue(&v, prologue_in(c), prologue_relu(c)) : kiln_op_conv.cpu_forward(&v)))
+        return st;
     kiln_tensor *y = c->out[0]; // (N, M, O...)
     const int64_t M = y->dims[1];
     const int64_t inner = y->dims[0] * M > 0 ? kiln_tensor_numel(y) / (y->dims[0] * M) : 0;
@@ -220,8 +235,144 @@ static int stats_case(const char *label, kiln_dtype dt, const int64_t *xd, const
     return kiln_optest("FusedConv", attrs, 3, (kiln_tensor *[]){x, w, b}, 3, want, tol, tol, label);
 }
 
-static int test(void) {
+/* t's values in a new tensor of dtype dt (rounded as kiln_set_f64 rounds) */
+static kiln_tensor *as_dtype(const kiln_tensor *t, kiln_dtype dt) {
+    if (!t) return NULL;
+    kiln_tensor *r = kt_make(dt, t->ndim, t->dims, NULL);
+    for (int64_t i = 0; r && i < kiln_tensor_numel(t); i++) kiln_set_f64(r, i, kiln_get_f64(t, i));
+    return r;
+}
+
+/* The prologue (input 4, P f32 (2, C)): against the same FusedConv without it on X' =
+ * act(a * X + k) computed in f32 by the test (kt_conv_prologue_ref), every other input in
+ * f32 too, Y rounded to dt once: the op must not round X' to dt. pads with k > 0 in some
+ * channels check that the padding is X''s zeros, not act(k). With stats, outputs 1 and 2
+ * too (the sums of that Y). */
+static int prologue_case(const char *label, kiln_dtype dt, const int64_t *xd, const int64_t *wd, bool bias, bool resid,
+                         const char *conv_attrs, const char *act, bool relu, bool stats, uint64_t seed) {
+    kiln_tensor *x = kt_rand(dt, 4, xd, -1, 2, seed);
+    kiln_tensor *w = kt_rand(dt, 4, wd, -1, 1, seed + 1);
+    kiln_tensor *b = bias ? kt_rand(dt, 1, wd, -1, 1, seed + 2) : NULL;
+    kiln_tensor *pr = kt_rand(KILN_F32, 2, KT_DIMS(2, xd[1]), -1, 1.5, seed + 3);
+    kiln_tensor *probe = kiln_fused_test_eval("Conv", conv_attrs, 2, (kiln_tensor *[]){x, w});
+    kiln_tensor *z = resid && probe ? kt_rand(dt, probe->ndim, probe->dims, -1, 1, seed + 4) : NULL;
+    kiln_tensor_free(probe);
+    const kiln_dtype wide = dt == KILN_F64 ? KILN_F64 : KILN_F32;
+    kiln_tensor *ref_in[4] = {kt_conv_prologue_ref(x, pr, relu), as_dtype(w, wide), as_dtype(b, wide), as_dtype(z, wide)};
+    char attrs[512], fattrs[560];
+    snprintf(attrs, sizeof attrs, "%s%sactivation=%s", conv_attrs, conv_attrs[0] ? ";" : "", act);
+    snprintf(fattrs, sizeof fattrs, "%s;prologue_relu=%d", attrs, relu ? 1 : 0);
+    kiln_tensor *wy = NULL, *want[3] = {NULL, NULL, NULL};
+    const bool ok = kiln_optest_eval("kiln", "FusedConv", attrs, 1, 4, ref_in, 1, &wy, label);
+    for (int i = 0; i < 4; i++) kiln_tensor_free(ref_in[i]);
+    if (!ok) {
+        kiln_tensor *all[5] = {x, w, b, z, pr};
+        for (int i = 0; i < 5; i++) kiln_tensor_free(all[i]);
+        return 1;
+    }
+    want[0] = as_dtype(wy, dt);
+    kiln_tensor_free(wy);
+    if (stats) kt_channel_sums(want[0], 1.0, &want[1], &want[2]);
+    const double tol = dt == KILN_F16 ? 2e-3 : dt == KILN_F64 ? 1e-12 : 1e-5;
+    /* the sums: f32, of up to N*H*W values of Y, which the f16 rounding of Y moves by 2^-11 each */
+    const double stol = dt == KILN_F16 ? 0.05 : 1e-4;
+    return kiln_optest("FusedConv", fattrs, 5, (kiln_tensor *[]){x, w, b, z, pr}, stats ? 3 : 1, want,
+                       stats ? stol : tol, tol, label);
+}
+
+static int test_prologue(void) {
     int fails = 0;
+    /* by hand: X = (-1, 0; 1, 2), a = 2, k = 1: X' = relu(2x + 1) = (0, 1; 3, 5); W 2x2 of ones,
+     * pads 1 (zeros around X', not relu(k) = 1): Y (3x3) = window sums of the padded X':
+     * (0, 1, 1; 3, 9, 6; 3, 8, 5) */
+    {
+        kiln_tensor *in[5] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(-1, 0, 1, 2)),
+                              kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 1, 1, 1)), NULL, NULL,
+                              kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(2, 1))};
+        kiln_tensor *want = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(0, 1, 1, 3, 9, 6, 3, 8, 5));
+        fails += kiln_optest("FusedConv", "pads=[1,1,1,1];prologue_relu=1", 5, in, 1, &want, 0, 0,
+                             "fusedconv prologue relu(2x + 1) by hand, zero padding after it");
+        /* without the ReLU: X' = (-1, 1; 3, 5): (-1, 0, 1; 2, 8, 6; 3, 8, 5) */
+        kiln_tensor *in2[5] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(-1, 0, 1, 2)),
+                               kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 1, 1, 1)), NULL, NULL,
+                               kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(2, 1))};
+        kiln_tensor *want2 = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(-1, 0, 1, 2, 8, 6, 3, 8, 5));
+        fails += kiln_optest("FusedConv", "pads=[1,1,1,1]", 5, in2, 1, &want2, 0, 0,
+                             "fusedconv prologue 2x + 1 (no ReLU) by hand");
+    }
+    fails += prologue_case("fusedconv prologue relu f32 3x3 padded, bias, residual, Relu", KILN_F32, KT_DIMS(2, 5, 7, 6),
+                           KT_DIMS(4, 5, 3, 3), true, true, "pads=[1,1,1,1]", "Relu", true, false, 200);
+    fails += prologue_case("fusedconv prologue relu f32 with statistics outputs", KILN_F32, KT_DIMS(2, 6, 8, 8),
+                           KT_DIMS(8, 6, 3, 3), false, false, "pads=[1,1,1,1];strides=[2,2]", "", true, true, 201);
+    fails += prologue_case("fusedconv prologue relu f16 1x1 (X' not rounded to f16)", KILN_F16, KT_DIMS(2, 8, 5, 5),
+                           KT_DIMS(16, 8, 1, 1), false, false, "", "", true, false, 202);
+    fails += prologue_case("fusedconv prologue relu f16 3x3 with statistics outputs", KILN_F16, KT_DIMS(2, 8, 6, 6),
+                           KT_DIMS(8, 8, 3, 3), false, false, "pads=[1,1,1,1]", "", true, true, 203);
+    fails += prologue_case("fusedconv prologue f64 grouped, no ReLU", KILN_F64, KT_DIMS(1, 4, 6, 6), KT_DIMS(6, 2, 3, 3),
+                           true, false, "group=2;pads=[0,1,1,0]", "Sigmoid", false, false, 204);
+    /* X' is not rounded to f16: a = 1 + 2^-10, k = 2^-12 put X' between f16 values; a 1x1
+     * convolution by 3 over one channel gives f16(3 X') exactly, which differs from
+     * f16(3 f16(X')) in some elements (counted: the case can tell the two apart) */
+    {
+        kiln_tensor *x = kt_rand(KILN_F16, 4, KT_DIMS(1, 1, 16, 16), -2, 2, 240);
+        kiln_tensor *pr = kt_make(KILN_F32, 2, KT_DIMS(2, 1), KT_VALS(1.0009765625, 0.000244140625));
+        kiln_tensor *xp = x && pr ? kt_conv_prologue_ref(x, pr, true) : NULL;
+        kiln_tensor *want = xp ? kt_make(KILN_F16, 4, xp->dims, NULL) : NULL;
+        int differ = 0;
+        for (int64_t i = 0; want && i < kiln_tensor_numel(xp); i++) {
+            const float v = ((const float *)xp->data)[i];
+            kiln_set_f64(want, i, 3.0f * v);
+            const float twice = kiln_f16_to_f32(kiln_f32_to_f16(3.0f * kiln_f16_to_f32(kiln_f32_to_f16(v))));
+            differ += twice != (float)kiln_get_f64(want, i);
+        }
+        kiln_tensor_free(xp);
+        if (differ == 0) {
+            printf("FAIL fusedconv prologue f16 unrounded: the case cannot tell rounded X' apart\n");
+            fails++;
+        }
+        kiln_tensor *in[5] = {x, kt_make(KILN_F16, 4, KT_DIMS(1, 1, 1, 1), KT_VALS(3)), NULL, NULL, pr};
+        fails += kiln_optest("FusedConv", "prologue_relu=1", 5, in, 1, &want, 0, 0,
+                             "fusedconv prologue f16: X' in f32, Y rounded once");
+    }
+    /* ResNet-50's convolutions that read a BN's output (batch 2) for the GPU sweep: the
+     * prologue with and without the statistics outputs */
+    {
+        static const struct {
+            int64_t x[4], w[4];
+            const char *attrs, *label;
+            int n_out;
+        } rs[] = {{{2, 256, 56, 56}, {64, 256, 1, 1}, "prologue_relu=1", "fusedconv prologue resnet50 1x1 256->64 56x56", 3},
+                  {{2, 64, 56, 56}, {64, 64, 3, 3}, "pads=[1,1,1,1];prologue_relu=1",
+                   "fusedconv prologue resnet50 3x3 64 56x56", 3},
+                  {{2, 64, 56, 56}, {256, 64, 1, 1}, "prologue_relu=1", "fusedconv prologue resnet50 1x1 64->256", 3},
+                  {{2, 128, 56, 56}, {128, 128, 3, 3}, "pads=[1,1,1,1];strides=[2,2];prologue_relu=1",
+                   "fusedconv prologue resnet50 3x3 stride 2", 3},
+                  {{2, 64, 56, 56}, {64, 64, 1, 1}, "prologue_relu=1", "fusedconv prologue 1x1 64->64, Y only", 1}};
+        for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
+            kiln_tensor *sw[5] = {kt_rand(KILN_F32, 4, rs[i].x, -1, 1.5, 210 + i),
+                                  kt_rand(KILN_F32, 4, rs[i].w, -0.1, 0.1, 220 + i), NULL, NULL,
+                                  kt_rand(KILN_F32, 2, KT_DIMS(2, rs[i].x[1]), -1, 1.5, 230 + i)};
+            fails += kiln_optest_sweep_tol("FusedConv", rs[i].attrs, 1, 5, sw, rs[i].n_out, 1e-3, 1e-4, rs[i].label);
+        }
+    }
+    /* errors: P of the wrong shape or dtype, prologue_relu out of range */
+    kiln_tensor *in[5] = {kt_make(KILN_F32, 4, KT_DIMS(1, 2, 3, 3), NULL), kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL),
+                          NULL, NULL, kt_make(KILN_F32, 2, KT_DIMS(2, 3), NULL)};
+    fails += kiln_optest_fails("FusedConv", "", 5, in, 1, KILN_ERR_SHAPE, "fusedconv prologue of 3 channels for X's 2");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 3, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL);
+    in[4] = kt_make(KILN_F64, 2, KT_DIMS(2, 2), NULL);
+    fails += kiln_optest_fails("FusedConv", "", 5, in, 1, KILN_ERR_SHAPE, "fusedconv prologue f64 rejected (f32 only)");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 3, 3), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL);
+    in[4] = kt_make(KILN_F32, 2, KT_DIMS(2, 2), NULL);
+    fails += kiln_optest_fails("FusedConv", "prologue_relu=2", 5, in, 1, KILN_ERR_INVALID_ARGUMENT,
+                               "fusedconv prologue_relu = 2 rejected");
+    return fails;
+}
+
+static int test(void) {
+    int fails = test_prologue();
     /* By hand: X = 1..9 (3x3), W0 = [[1,0],[0,-1]] gives x[i,j] - x[i+1,j+1] = -4, W1 = 0.5
      * everywhere gives half of each 2x2 window's sum: 6, 8, 12, 14. B = (1, -10), Z =
      * (1,2,3,4 | -1,-2,-3,-4): pre-activation (-2,-1,0,1 | -5,-4,-1,0), LeakyRelu 0.1. */
@@ -392,8 +543,8 @@ static double flops(const kiln_op_ctx *c) { return kiln_op_conv.flops(c); } /* C
 
 const kiln_op_def kiln_op_fused_conv = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_CONV, .flops = flops,
-    .f32_outputs = 0x6u /* the statistics outputs */,
-    .name = "FusedConv", .domain = "kiln", .min_inputs = 2, .max_inputs = 4, .min_outputs = 1,
+    .f32_outputs = 0x6u /* the statistics outputs */, .f32_inputs = 1u << 4 /* the prologue */,
+    .name = "FusedConv", .domain = "kiln", .min_inputs = 2, .max_inputs = 5 /* the prologue P */, .min_outputs = 1,
     .max_outputs = 3 /* Y, sum, sum of squares */, .infer = infer, .cpu_forward = forward, .cpu_workspace = workspace,
     .test = KILN_OP_TESTS(test),
 };

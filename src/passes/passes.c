@@ -33,6 +33,8 @@ static const kiln_pass passes[] = {
     {"fuse-bn", KILN_PASS_FUSE_BN, kiln_pass_fuse_bn},
     /* after fuse-bn (which fuses BNs of five inputs); opt-in (o->conv_bn_stats), so no bit */
     {"conv-bn-stats", 0, kiln_pass_conv_bn_stats},
+    /* after conv-bn-stats (statistics inputs final); opt-in (o->conv_bn_prologue), so no bit */
+    {"conv-bn-prologue", 0, kiln_pass_conv_bn_prologue},
 };
 
 kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o, kiln_model **out) {

@@ -24,6 +24,9 @@ typedef struct kiln_pass_options {
      * unless KILN_PASS_CONV_BN_STATS is disabled or kiln_pass_conv_bn_stats_env() says no
      * (KILN_CUDA_CONV_STATS=0) */
     bool conv_bn_stats;
+    /* conv-bn-prologue (conv_bn_prologue.c): runs when set; the trainer sets it for CUDA
+     * training when kiln_pass_conv_bn_prologue_env() says so (KILN_CUDA_BN_PROLOGUE=1) */
+    bool conv_bn_prologue;
 } kiln_pass_options;
 
 typedef struct kiln_pass {
@@ -134,6 +137,11 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
  * only with o->conv_bn_stats), and whether KILN_CUDA_CONV_STATS=1 asks for it. */
 kiln_status kiln_pass_conv_bn_stats(kiln_model *m, const kiln_pass_options *o, bool *changed);
 bool kiln_pass_conv_bn_stats_env(void); /* false only with KILN_CUDA_CONV_STATS=0 */
+/* A training BatchNormalization's apply (+ ReLU) in the prologue of the convolutions that
+ * read its Y (conv_bn_prologue.c; only with o->conv_bn_prologue), and whether
+ * KILN_CUDA_BN_PROLOGUE=1 asks for it (off by default). */
+kiln_status kiln_pass_conv_bn_prologue(kiln_model *m, const kiln_pass_options *o, bool *changed);
+bool kiln_pass_conv_bn_prologue_env(void);
 /* Reshape-Transpose-Reshape channel shuffles as kiln.ChannelShuffle (channel_shuffle.c; the
  * layout pass runs it first). */
 kiln_status kiln_pass_channel_shuffle(kiln_model *m, bool *changed);

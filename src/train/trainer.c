@@ -365,7 +365,10 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
                                 /* BN statistics from the convolutions */
                                 .conv_bn_stats = t->opts.device == KILN_DEVICE_CUDA &&
                                                  !(t->opts.disable_passes & KILN_PASS_CONV_BN_STATS) &&
-                                                 kiln_pass_conv_bn_stats_env()};
+                                                 kiln_pass_conv_bn_stats_env(),
+                                /* BN apply in the convolutions' prologue: opt-in (KILN_CUDA_BN_PROLOGUE=1) */
+                                .conv_bn_prologue = t->opts.device == KILN_DEVICE_CUDA &&
+                                                    kiln_pass_conv_bn_prologue_env()};
         kiln_model *low = NULL;
         st = kiln_passes_apply(m, &po, &low);
         if (!st) {

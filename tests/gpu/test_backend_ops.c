@@ -425,9 +425,10 @@ static void free_all(kiln_tensor **t, int n) {
 }
 
 /* The node in the dtype `dt`: dev[] (what the backend gets) and ref[] (the same values in
- * the case's dtypes, for the CPU reference). only0: convert input 0 alone. False when
- * nothing would change. */
-static bool make_variant(const kiln_node *node, int n_in, kiln_tensor *const *in, kiln_dtype dt, bool only0,
+ * the case's dtypes, for the CPU reference). mode 0: convert every float input; 1: input 0
+ * alone; 2: every one but the op's f32_inputs (kiln.FusedConv's prologue P, f32 only). False
+ * when nothing would change. */
+static bool make_variant(const kiln_node *node, int n_in, kiln_tensor *const *in, kiln_dtype dt, int mode,
                          kiln_tensor **dev, kiln_tensor **ref) {
     const kiln_op_def *d = kiln_op_get(node->op);
     bool ok = true;
@@ -435,7 +436,7 @@ static bool make_variant(const kiln_node *node, int n_in, kiln_tensor *const *in
         dev[i] = ref[i] = NULL;
         if (!in[i]) continue;
         const bool conv = dt != KILN_DTYPE_UNDEFINED && sweepable_float(in[i]->dtype) && !(d->value_inputs & (1u << i)) &&
-                          (!only0 || i == 0);
+                          (mode != 1 || i == 0) && (mode != 2 || !(d->f32_inputs & (1u << i)));
         if (conv) {
             dev[i] = converted(in[i], dt);
             ref[i] = dev[i] ? converted(dev[i], in[i]->dtype) : NULL;
@@ -535,9 +536,10 @@ static void sweep_node(const kiln_node *node, int n_in, kiln_tensor *const *in, 
         bool supported = false;
         unsigned layouts[MAX_LAYOUTS] = {0};
         int n_lay = 0;
-        for (int mode = 0; mode < 2 && !supported; mode++) {
-            if (mode == 1 && (dt == KILN_DTYPE_UNDEFINED || !in[0] || !sweepable_float(in[0]->dtype))) break;
-            if (!make_variant(node, n_in, in, dt, mode == 1, dev, ref)) {
+        for (int mode = 0; mode < 3 && !supported; mode++) {
+            if (mode == 1 && (dt == KILN_DTYPE_UNDEFINED || !in[0] || !sweepable_float(in[0]->dtype))) continue;
+            if (mode == 2 && (dt == KILN_DTYPE_UNDEFINED || !kiln_op_get(node->op)->f32_inputs)) continue;
+            if (!make_variant(node, n_in, in, dt, mode, dev, ref)) {
                 snprintf(why, sizeof why, "out of memory");
                 free_all(dev, n_in);
                 free_all(ref, n_in);
@@ -1130,6 +1132,7 @@ int main(int argc, char **argv) {
     bool dry = false, want_canary = false, dw_grad = false, dw_timed = false, want_bench = false,
          want_flash_bench = false;
     int conv_stats = -1; /* --conv-stats-{fallback,graph,timed}: kiln_cuda's conv_bn_stats 3, 2, 1 */
+    int prologue = -1;   /* --prologue-{fallback,graph}: the convolution prologue by conv_prologue.cu or cuDNN's graphs */
     int n_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--record") == 0) dry = true;
@@ -1144,6 +1147,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--conv-stats-fallback") == 0) conv_stats = 3;
         else if (strcmp(argv[i], "--conv-stats-graph") == 0) conv_stats = 2;
         else if (strcmp(argv[i], "--conv-stats-timed") == 0) conv_stats = 1;
+        else if (strcmp(argv[i], "--prologue-fallback") == 0) prologue = 0;
+        else if (strcmp(argv[i], "--prologue-graph") == 0) prologue = 1;
         else n_only++;
     }
     kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)512 << 20};
@@ -1160,6 +1165,12 @@ int main(int argc, char **argv) {
      * statistics kernel, cuDNN's GenStats graph wherever it has an engine, or the faster of
      * the two timed (KILN_LOG=info prints each problem's plan and timing) */
     o.conv_bn_stats = conv_stats >= 0 ? conv_stats : 3;
+    /* --prologue-*: kiln.FusedConv's input 4 and kiln.ConvGradWeight's input 3 (the
+     * conv-bn-prologue pass) by the fallback kernel only (KILN_CUDA_PROLOGUE_GRAPH=0), or by
+     * cuDNN's prologue graphs wherever they have a plan (the default) */
+    if (prologue == 0) setenv("KILN_CUDA_PROLOGUE_GRAPH", "0", 1);
+    else if (prologue == 1) unsetenv("KILN_CUDA_PROLOGUE_GRAPH");
+    if (prologue == 1) o.no_autotune = true; /* the graph wherever it has a plan, not only where it times faster */
     if (!dry && kiln_cuda_create(ctx, &o, &cu) != KILN_OK) {
         printf("FAIL: no usable CUDA device: %s\n", kiln_context_message(ctx));
         printf("0 passed, 1 failed\n");
@@ -1225,6 +1236,15 @@ int main(int argc, char **argv) {
                s.conv_stats_graph_calls, s.conv_stats_fallback_calls, s.conv_stats_why[0] ? "; last fallback: " : "",
                s.conv_stats_why);
         if (!ran || (conv_stats == 0 && s.conv_stats_graph_calls)) failed++;
+    }
+    if (prologue >= 0 && cu) { /* which path ran the prologues: the graph mode must have run the graph */
+        kiln_cuda_stats s;
+        kiln_cuda_get_stats(cu, &s);
+        const bool ok = prologue ? s.conv_prologue_graph_calls > 0
+                                 : s.conv_prologue_fallback_calls > 0 && s.conv_prologue_graph_calls == 0;
+        printf("%s prologue (%s): cuDNN prologue graphs %d runs, fallback kernel %d runs\n", ok ? "ok  " : "FAIL",
+               prologue ? "graph" : "fallback", s.conv_prologue_graph_calls, s.conv_prologue_fallback_calls);
+        if (!ok) failed++;
     }
     if (dw_grad && !dw_timed && cu) { /* the kernels must have run, or the sweep proved nothing about them */
         kiln_cuda_stats s;
