@@ -10,7 +10,14 @@ KILN_GRADIENTS is the test program build/tests/kiln_gradients (build-cuda/tests/
 the batch's loss agrees to 1e-5 relative; prints each parameter's share of the budget.
 Then the 1-step check: the batch's loss after one SGD step (--step-lr, no momentum) taken by
 kiln's trainer and by torch.optim.SGD, within 1e-4 relative.
-On CUDA, TF32 is off on both sides (kiln_gradients sets strict_fp32)."""
+On CUDA, TF32 is off on both sides (kiln_gradients sets strict_fp32).
+
+--reference f64 (the default on the CPU) takes PyTorch's gradients and step in float64, the
+exact answer kiln's f32 must be within tol of; f32 (the default on CUDA) PyTorch's float32
+ones. Why not f32 on the CPU: PyTorch 2.15.0's CPU float32 gradients of this resnet18 are
+off by 0.1-0.9% of their norms from layer2.1.bn1 back to the stem (against its own float64
+gradients; kiln's f32 are within 4e-6 of them), so the test failed on PyTorch, not on kiln
+(bench/NOTES.md, "grad_vs_torch and PyTorch 2.15")."""
 import argparse
 import copy
 import os
@@ -33,6 +40,8 @@ ap.add_argument("--tol", type=float, default=1e-4)
 ap.add_argument("--step-lr", type=float, default=0.05)
 ap.add_argument("--export", default="train", choices=["train", "eval"],
                 help="train: TrainingMode.TRAINING; eval: eval mode with do_constant_folding=False")
+ap.add_argument("--reference", choices=["f32", "f64"], default=None,
+                help="PyTorch's dtype for the reference gradients (default: f64 on cpu, f32 on cuda)")
 args = ap.parse_args()
 os.makedirs(args.workdir, exist_ok=True)
 torch.manual_seed(0)
@@ -69,7 +78,9 @@ subprocess.run([args.tool, onnx_path, os.path.join(args.workdir, "x.npy"), os.pa
                 "--step-lr", str(args.step_lr)], check=True)
 
 dev = torch.device(args.device)
-model = model.to(dev).train()
+ref_dt = torch.float64 if (args.reference or ("f64" if args.device == "cpu" else "f32")) == "f64" else torch.float32
+model = model.to(dev, ref_dt).train()
+x = x.to(ref_dt)
 loss = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)(model(x.to(dev)), y.to(dev))
 loss.backward()
 kiln_loss = float(open(os.path.join(out_dir, "loss.txt")).read())
@@ -116,6 +127,6 @@ print(f"loss after one SGD step of lr {args.step_lr}: kiln {kiln_step:.7f} torch
 if not abs(kiln_step - step_loss) <= 1e-4 * max(1.0, abs(step_loss)):
     print("FAIL: the losses after one step differ")
     fails += 1
-print(f"{n} parameters compared on {args.device}: worst {100 * worst:.2f}% of the budget "
+print(f"{n} parameters compared on {args.device} against PyTorch's {str(ref_dt)[6:]}: worst {100 * worst:.2f}% of the budget "
       f"(|diff| <= {args.tol:g} |g_torch|)")
 sys.exit(1 if fails or n == 0 else 0)
