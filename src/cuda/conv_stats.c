@@ -285,8 +285,9 @@ static bool prologue_graph_on(void) {
 static struct kiln_genstats_problem *prologue_problem(kiln_cuda *cu, kiln_op_ctx *c, int k, bool build, char *why,
                                                       size_t n, kiln_status *st) {
     *st = KILN_OK;
-    if (!prologue_graph_on()) {
-        snprintf(why, n, "KILN_CUDA_PROLOGUE_GRAPH=0");
+    if (!prologue_graph_on() || cu->deterministic) {
+        snprintf(why, n, "%s", cu->deterministic ? "deterministic (cuDNN's graph may sum in any order)"
+                                                  : "KILN_CUDA_PROLOGUE_GRAPH=0");
         return NULL;
     }
     kiln_op_ctx v = *c;
