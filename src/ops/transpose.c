@@ -212,6 +212,18 @@ static int test(void) {
     fails += kiln_optest_sweep("Transpose", "perm=[0,2,1]", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 7, 9), -2, 2, 1342)},
                                1, "transpose inner swap f32");
+    /* the last axis kept (a transformer's (L, N, D) -> (N, L, D)): CUDA moves its rows in
+     * units of 16 bytes (D 24: 96 bytes in f32, 48 in f16), 8 or 4 (D 6: 24 / 12 bytes) or
+     * elements (D 5) */
+    fails += kiln_optest_sweep("Transpose", "perm=[1,0,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(7, 5, 24), -2, 2, 1345)},
+                               1, "transpose rows kept, 16-byte units");
+    fails += kiln_optest_sweep("Transpose", "perm=[1,0,2]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(7, 5, 6), -2, 2, 1346)},
+                               1, "transpose rows kept, 8- or 4-byte units");
+    fails += kiln_optest_sweep("Transpose", "perm=[2,1,0,3]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 4, 5, 5), -2, 2, 1347)},
+                               1, "transpose rows kept, odd rows");
     fails += kiln_optest_sweep("Transpose", "perm=[0,2,1]", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_I64, 3, KT_DIMS(3, 7, 9), -2, 2, 1343)},
                                1, "transpose inner swap i64");
