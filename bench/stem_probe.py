@@ -11,9 +11,12 @@ Each row: one Conv (+ activation) exported alone, `kiln bench --fp16 --profile` 
 
 Run through bench/common.sh's kiln_env (library path).
 """
-import argparse, os, re, statistics, subprocess, tempfile
+import argparse, os, re, subprocess, sys, tempfile
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo  # noqa: E402 (bench/zoo.py: PyTorch's timing)
 
 SHAPES = [  # name, in, out, kernel, stride, activation
     ("mnv3 stem 3->16 3x3 s2 hardswish", 3, 16, 3, 2, "hardswish"),
@@ -34,19 +37,7 @@ def module(cin, cout, k, s, act):
 
 def torch_ms(m, batch, cin):
     torch.backends.cudnn.benchmark = True
-    m = m.cuda().half().to(memory_format=torch.channels_last)
-    x = torch.randn(batch, cin, 224, 224, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
-    ts = []
-    with torch.inference_mode():
-        for i in range(60):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            m(x)
-            b.record()
-            b.synchronize()
-            if i >= 10:
-                ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    return zoo.torch_ms(m, batch, cin)
 
 
 def kiln_ms(kiln, path, batch, disable):

@@ -105,49 +105,6 @@ static kiln_status by_copies(void *user, kiln_model *m, size_t *arena, size_t *w
     return KILN_OK;
 }
 
-/* ref and opt compute each output within tol of its 2-norm (test_fuse_bn.c's same_norm) */
-static void same_norm(const char *label, kiln_model *ref, kiln_model *opt, kiln_tensor *const *feeds, double tol,
-                      double loss_tol) {
-    const int no = ref->n_outputs;
-    const kiln_tensor **want = calloc((size_t)no + 1, sizeof *want), **got = calloc((size_t)no + 1, sizeof *got);
-    kiln_tensor **kept = calloc((size_t)no + 1, sizeof *kept);
-    kiln_plan *pr = NULL, *po = NULL;
-    kiln_status st = want && got && kept && opt->n_outputs == no ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    if (!st) st = kiln_plan_build(ref, feeds, true, true, &pr);
-    if (!st) st = kiln_plan_build(opt, feeds, true, true, &po);
-    if (!st) st = kiln_plan_run_cpu(pr, feeds, 77, no, want);
-    for (int j = 0; j < no && !st; j++)
-        if (!(kept[j] = kiln_tensor_clone(ctx, want[j]))) st = KILN_ERR_OUT_OF_MEMORY;
-    if (!st) st = kiln_plan_run_cpu(po, feeds, 77, no, got);
-    CHECK(!st, "%s: CPU runs: %s", label, kiln_context_message(ctx));
-    double worst = 0;
-    for (int j = 0; !st && j < no; j++) {
-        const kiln_tensor *w = kept[j], *g = got[j];
-        const char *name = kiln_model_output_name(ref, j);
-        if (kiln_tensor_numel(w) != kiln_tensor_numel(g)) {
-            CHECK(0, "%s: output %s: %lld elements, want %lld", label, name, (long long)kiln_tensor_numel(g),
-                  (long long)kiln_tensor_numel(w));
-            continue;
-        }
-        double d2 = 0, w2 = 0;
-        for (int64_t i = 0; i < kiln_tensor_numel(w); i++) {
-            const double a = kiln_get_f64(g, i), b = kiln_get_f64(w, i);
-            d2 += (a - b) * (a - b);
-            w2 += b * b;
-        }
-        const double rel = w2 > 0 ? sqrt(d2 / w2) : INFINITY;
-        const double t = strcmp(name, "loss") == 0 ? loss_tol : tol;
-        CHECK(rel <= t, "%s: output %s differs by %.3g of its norm (tolerance %g)", label, name, rel, t);
-        if (rel > worst) worst = rel;
-    }
-    printf("  %d outputs within %.3g of their norms (tolerance %g, loss %g)\n", no, worst, tol, loss_tol);
-    for (int j = 0; j < no && kept; j++) kiln_tensor_free(kept[j]);
-    kiln_plan_free(pr);
-    kiln_plan_free(po);
-    free(kept);
-    free(want);
-    free(got);
-}
 
 static size_t arena_of(kiln_model *m, kiln_tensor *const *feeds) {
     size_t a = 0, ws = 0;

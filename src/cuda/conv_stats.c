@@ -153,24 +153,30 @@ static kiln_status time_both(kiln_cuda *cu, kiln_op_ctx *c, const struct kiln_ge
     return st;
 }
 
-/* The node's problem for the graph (NULL with why when none), built at plan time (build). */
-static struct kiln_genstats_problem *problem_of(kiln_cuda *cu, kiln_op_ctx *c, bool build, char *why, size_t n,
-                                                kiln_status *st) {
-    *st = KILN_OK;
-    if (!cu->conv_bn_stats) {
-        snprintf(why, n, "kiln_cuda's conv_bn_stats is off (KILN_CUDA_CONV_STATS=1 turns it on)");
-        return NULL;
-    }
-    kiln_genstats_geo g;
-    if (!kiln_cuda_conv_genstats_geo(c, &g, why, n)) return NULL;
+/* Geometry g's graph, planned (at plan time, build) and usable, or NULL with why. */
+static struct kiln_genstats_problem *planned(kiln_cuda *cu, kiln_op_ctx *c, const kiln_genstats_geo *g, bool build,
+                                             char *why, size_t n, kiln_status *st) {
     struct kiln_genstats_problem *p = NULL;
-    if ((*st = kiln_cuda_genstats_plan(cu, c->kctx, &g, build, &p))) return NULL;
+    if ((*st = kiln_cuda_genstats_plan(cu, c->kctx, g, build, &p))) return NULL;
     const char *no = NULL;
     if (!kiln_cuda_genstats_ok(p, NULL, &no)) {
         snprintf(why, n, "cuDNN: %s", p ? no : "the graph was not planned for this problem");
         return NULL;
     }
     return p;
+}
+
+/* The node's problem for the graph (NULL with why when none), built at plan time (build). */
+static struct kiln_genstats_problem *problem_of(kiln_cuda *cu, kiln_op_ctx *c, bool build, char *why, size_t n,
+                                                kiln_status *st) {
+    *st = KILN_OK;
+    if (!cu->conv_bn_stats) {
+        snprintf(why, n, "kiln_cuda's conv_bn_stats is off (KILN_CUDA_CONV_STATS=0, deterministic, or the option)");
+        return NULL;
+    }
+    kiln_genstats_geo g;
+    if (!kiln_cuda_conv_genstats_geo(c, &g, why, n)) return NULL;
+    return planned(cu, c, &g, build, why, n, st);
 }
 
 static kiln_status ws_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
@@ -312,14 +318,7 @@ static struct kiln_genstats_problem *prologue_problem(kiln_cuda *cu, kiln_op_ctx
         snprintf(why, n, "dW of dtype %s for X of %s", kiln_dtype_name(c->out[0]->dtype), kiln_dtype_name(c->in[0]->dtype));
         return NULL;
     }
-    struct kiln_genstats_problem *p = NULL;
-    if ((*st = kiln_cuda_genstats_plan(cu, c->kctx, &g, build, &p))) return NULL;
-    const char *no = NULL;
-    if (!kiln_cuda_genstats_ok(p, NULL, &no)) {
-        snprintf(why, n, "cuDNN: %s", p ? no : "the graph was not planned for this problem");
-        return NULL;
-    }
-    return p;
+    return planned(cu, c, &g, build, why, n, st);
 }
 
 /* the graph on c's buffers (gp planned, buffers aligned) */
