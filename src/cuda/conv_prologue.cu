@@ -8,7 +8,8 @@
  * to X's dtype (f16 / bf16) where the CPU reference and cuDNN's virtual prologue do not: the
  * result is then the unfused graph's (BN output rounded), within one rounding of the op's
  * contract. The cuDNN graph (cudnn_graph.c, patterns c and f of bench/cudnn_fusion_probe.c)
- * replaces it where it has an engine.
+ * replaces it where it has an engine; its a and k are X's 16-bit dtype (cuDNN 9 on sm_90
+ * has engines for that, none for f32 ones), made from P by prologue_p16 each run.
  */
 #include "dtype.cuh"
 
@@ -42,7 +43,31 @@ kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const void *x, void *out, c
     return KILN_OK;
 }
 
+template <typename T> __global__ void prologue_p16(const float *p, T *a, T *k, int64_t C) {
+    for (int64_t c = thread_index(); c < C; c += grid_stride()) {
+        a[c] = from_f<T>(p[c]);
+        k[c] = from_f<T>(p[C + c]);
+    }
+}
+
+template <typename T>
+kiln_status launch_p16(kiln_cuda *cu, kiln_context *ctx, const float *p, int64_t C, void *a, void *k) {
+    const int threads = 256;
+    const unsigned blocks = (unsigned)((C + threads - 1) / threads < 1024 ? (C + threads - 1) / threads : 1024);
+    prologue_p16<T><<<blocks > 0 ? blocks : 1, threads, 0, cu->stream>>>(p, (T *)a, (T *)k, C);
+    KILN_CUDA_LAUNCHED(ctx, "prologue_p16");
+    return KILN_OK;
+}
+
 } // namespace
+
+extern "C" kiln_status kiln_cuda_conv_prologue_p16(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, const float *p,
+                                                   int64_t C, void *a16, void *k16) {
+    if (C <= 0) return KILN_OK;
+    if (dt == KILN_F16) return launch_p16<__half>(cu, ctx, p, C, a16, k16);
+    if (dt == KILN_BF16) return launch_p16<__nv_bfloat16>(cu, ctx, p, C, a16, k16);
+    return kiln_fail(ctx, KILN_ERR_INTERNAL, "prologue scale and bias: %s is not a 16-bit dtype", kiln_dtype_name(dt));
+}
 
 extern "C" kiln_status kiln_cuda_conv_prologue_apply(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *x,
                                                      const float *p, bool relu, void *out) {

@@ -247,7 +247,10 @@ static kiln_status k_stats(kiln_cuda *cu, kiln_op_ctx *c) {
  * or, where cuDNN has a plan for the problem (2-D NHWC f16 / bf16, one group, symmetric pads,
  * no bias, residual or activation, 16-byte aligned buffers), its prologue graph: X * a + k
  * [-> ReLU] in virtual f32 -> ConvFwd [-> GenStats] (pattern c) or -> ConvBwdFilter
- * (pattern f), X' never written. With autotune the two are timed at plan time on scratch
+ * (pattern f), X' never written; a and k rounded to X's dtype first (a small kernel into the
+ * workspace's head) where cuDNN's engines want them so (the H100's cuDNN 9 had none for f32
+ * ones: bench/NOTES.md, the prologue on the H100), which is within one rounding of the op's
+ * contract as the fallback's X' is. With autotune the two are timed at plan time on scratch
  * buffers (the probe: pattern f lost on 3x3 64->64 56x56, 0.238 ms against 0.205) and the
  * faster kept per problem, logged as conv-bn-stats' choices are; KILN_CUDA_PROLOGUE_GRAPH=0
  * forces the fallback. */
@@ -321,14 +324,35 @@ static struct kiln_genstats_problem *prologue_problem(kiln_cuda *cu, kiln_op_ctx
     return planned(cu, c, &g, build, why, n, st);
 }
 
-/* the graph on c's buffers (gp planned, buffers aligned) */
+/* The workspace's head for a graph whose a and k are 16-bit (kiln_cuda_prologue_graph_sb16):
+ * a at 0, k at half of it, each 256-byte aligned; the graph's own workspace after it. */
+static size_t p16_bytes(const kiln_tensor *x) { return 2 * (((size_t)x->dims[1] * 2 + 255) & ~(size_t)255); }
+
+/* the graph on c's buffers (gp planned, buffers aligned): a and k as P's f32 rows, or
+ * rounded to X's dtype at the workspace's head first */
 static kiln_status run_graph_p(kiln_cuda *cu, kiln_op_ctx *c, int k, const struct kiln_genstats_problem *gp) {
-    const float *pa = (const float *)c->in[k]->data, *pk = pa + c->in[0]->dims[1];
+    const int64_t C = c->in[0]->dims[1];
+    const void *pa = c->in[k]->data, *pk = (const float *)c->in[k]->data + C;
+    void *ws = c->workspace;
+    size_t ws_size = c->workspace_size;
+    if (kiln_cuda_prologue_graph_sb16(gp)) {
+        const size_t head = p16_bytes(c->in[0]);
+        if (!ws || ws_size < head)
+            return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes is too small for the prologue's a and k (%zu)",
+                                ws_size, head);
+        kiln_status st = kiln_cuda_conv_prologue_p16(cu, c->kctx, c->in[0]->dtype, (const float *)c->in[k]->data, C, ws,
+                                                     (char *)ws + head / 2);
+        if (st) return st;
+        pa = ws;
+        pk = (char *)ws + head / 2;
+        ws = (char *)ws + head;
+        ws_size -= head;
+    }
     void *w = k == 3 ? c->out[0]->data : c->in[1]->data, *y = k == 3 ? c->in[1]->data : c->out[0]->data;
     const bool stats = k == 4 && has_stats(c);
     return kiln_cuda_prologue_graph_run(cu, c->kctx, gp, c->in[0]->data, w, y, pa, pk,
                                         stats ? (float *)c->out[1]->data : NULL, stats ? (float *)c->out[2]->data : NULL,
-                                        stats ? c->out[0]->dims[1] : 0, c->workspace, c->workspace_size);
+                                        stats ? c->out[0]->dims[1] : 0, ws_size ? ws : NULL, ws_size);
 }
 
 /* the fallback: X' into the workspace's head, then the node without P on it */
@@ -344,10 +368,12 @@ static kiln_status run_fallback_p(kiln_cuda *cu, kiln_op_ctx *c, int k, kiln_sta
     return st ? st : run(cu, &v);
 }
 
-static bool graph_aligned(const kiln_op_ctx *c, int k) {
+static bool graph_aligned(const kiln_op_ctx *c, int k, const struct kiln_genstats_problem *gp) {
     const float *pa = (const float *)c->in[k]->data;
+    const bool sb16 = kiln_cuda_prologue_graph_sb16(gp); /* a and k at the workspace's head */
     const void *ptr[5] = {c->in[0]->data, k == 3 ? c->out[0]->data : c->in[1]->data,
-                          k == 3 ? c->in[1]->data : c->out[0]->data, pa, pa + c->in[0]->dims[1]};
+                          k == 3 ? c->in[1]->data : c->out[0]->data, sb16 ? c->workspace : pa,
+                          sb16 ? c->workspace : pa + c->in[0]->dims[1]};
     bool aligned = true;
     for (int i = 0; i < 5; i++) aligned &= ((uintptr_t)ptr[i] & 15) == 0;
     return aligned;
@@ -359,7 +385,7 @@ static kiln_status run_prologue(kiln_cuda *cu, kiln_op_ctx *c, int k, kiln_statu
     struct kiln_genstats_problem *gp = prologue_problem(cu, c, k, false, why, sizeof why, &st);
     if (st) return st;
     double *ms = NULL;
-    if (gp && graph_aligned(c, k) && *kiln_cuda_genstats_choice(gp, &ms) != KILN_GENSTATS_FALLBACK) {
+    if (gp && graph_aligned(c, k, gp) && *kiln_cuda_genstats_choice(gp, &ms) != KILN_GENSTATS_FALLBACK) {
         cu->stats.conv_prologue_graph_calls++;
         return run_graph_p(cu, c, k, gp);
     }
@@ -407,7 +433,7 @@ static kiln_status time_prologue(kiln_cuda *cu, kiln_op_ctx *c, int k, const str
     v.n_out = c->n_out < 3 ? c->n_out : 3;
     v.workspace = buf[MAXT];
     v.workspace_size = ws;
-    const bool aligned = !st && graph_aligned(&v, k);
+    const bool aligned = !st && graph_aligned(&v, k, gp);
     if (!st && aligned) st = run_graph_p(cu, &v, k, gp);
     if (!st) st = run_fallback_p(cu, &v, k, run);
     if (!st) st = rt(ctx, cudaEventRecord(ev[0], cu->stream), "cudaEventRecord");
@@ -445,7 +471,10 @@ static kiln_status ws_prologue(kiln_cuda *cu, kiln_op_ctx *c, int k, size_t *byt
     struct kiln_genstats_problem *gp = prologue_problem(cu, c, k, true, why, sizeof why, &st);
     if (st) return st;
     size_t gw = 0;
-    if (gp && kiln_cuda_genstats_ok(gp, &gw, NULL) && *bytes < gw) *bytes = gw;
+    if (gp && kiln_cuda_genstats_ok(gp, &gw, NULL)) {
+        if (kiln_cuda_prologue_graph_sb16(gp)) gw += p16_bytes(c->in[0]);
+        if (*bytes < gw) *bytes = gw;
+    }
     if (!gp) {
         kiln_cuda_conv_stats_note(c->kctx, "node '%s': prologue by the fallback kernel (%s)", c->node->name, why);
         return KILN_OK;

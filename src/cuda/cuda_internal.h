@@ -516,18 +516,21 @@ typedef struct kiln_genstats_geo {
     int64_t N, C, H, W, K, R, S, P, Q, sh, sw, dh, dw, ph, pw;
     bool bf16;
     /* the graph: KILN_GRAPH_GENSTATS ConvFwd -> GenStats (the zero default); _PRO_FWD the
-     * prologue X * a + k [-> ReLU] (virtual f32, a and k f32 (C)) -> ConvFwd [-> GenStats
+     * prologue X * a + k [-> ReLU] (virtual f32, a and k (C) in X's dtype where cuDNN has an
+     * engine for that, else f32: kiln_cuda_prologue_graph_sb16) -> ConvFwd [-> GenStats
      * when stats]; _PRO_WGRAD the prologue -> ConvBwdFilter (W: dW, Y: dY) */
     int kind;
     bool stats, relu;
 } kiln_genstats_geo;
 enum { KILN_GRAPH_GENSTATS = 0, KILN_GRAPH_PRO_FWD = 1, KILN_GRAPH_PRO_WGRAD = 2 };
 struct kiln_genstats_problem;
-/* The prologue graphs' run: x, w (dW for _PRO_WGRAD), y (dY), a and k (f32 (C) each), the
- * sums (with stats; zeroed first), on cu->stream. */
+/* The prologue graphs' run: x, w (dW for _PRO_WGRAD), y (dY), a and k ((C) each, of X's
+ * dtype when kiln_cuda_prologue_graph_sb16, else f32), the sums (with stats; zeroed first),
+ * on cu->stream. */
 kiln_status kiln_cuda_prologue_graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p,
-                                         const void *x, void *w, void *y, const float *a, const float *k, float *sum,
+                                         const void *x, void *w, void *y, const void *a, const void *k, float *sum,
                                          float *sq, int64_t K, void *ws, size_t ws_size);
+bool kiln_cuda_prologue_graph_sb16(const struct kiln_genstats_problem *p);
 bool kiln_cuda_conv_genstats_geo(const kiln_op_ctx *c, kiln_genstats_geo *g, char *why, size_t n);
 /* build: make the plan when the problem is new (plan time); else only look it up (*out NULL) */
 kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_genstats_geo *g, bool build,
@@ -552,6 +555,10 @@ kiln_status kiln_cuda_ws_fused_conv_stats(kiln_cuda *cu, kiln_op_ctx *c, size_t 
  * of both ops, P or not). kiln_cuda_sup_conv_prologue checks input k (absent: fine). */
 kiln_status kiln_cuda_conv_prologue_apply(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *x, const float *p,
                                           bool relu, void *out);
+/* P (f32 (2, C)) as a (C) at a16 and k (C) at k16, rounded to dt (f16 / bf16): the prologue
+ * graphs' scale and bias */
+kiln_status kiln_cuda_conv_prologue_p16(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, const float *p, int64_t C,
+                                        void *a16, void *k16);
 bool kiln_cuda_sup_conv_prologue(const kiln_op_ctx *c, int k, char *why, size_t n);
 kiln_status kiln_cuda_ws_conv_grad_weight_prologue(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_k_conv_grad_weight_prologue(kiln_cuda *cu, kiln_op_ctx *c);

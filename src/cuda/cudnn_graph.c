@@ -47,6 +47,7 @@ typedef struct kiln_genstats_problem {
     double ms_graph, ms_fallback;   /* what the timing measured (0: not timed) */
     int kind;                       /* KILN_GRAPH_* */
     bool stats;                     /* GenStats in the graph (every _GENSTATS one; _PRO_FWD with stats) */
+    bool sb16;                      /* prologue: a and k in X's 16-bit dtype (else f32) */
     cudnnBackendDescriptor_t desc[GS_MAX_DESC];
     int n_desc;
 } gs_problem;
@@ -139,7 +140,9 @@ static cudnnBackendDescriptor_t pointwise(gs_problem *p, cudnnPointwiseMode_t mo
 
 /* The operation graph of g: X * W -> Y -> GenStats(Y) -> sum, sq (KILN_GRAPH_GENSTATS); with
  * the prologue X -> MUL a -> ADD k [-> RELU_FWD] (f32 virtual tensors, bench/cudnn_fusion_probe.c's
- * pattern c) into ConvFwd [-> GenStats] or (pattern f) ConvBwdFilter(X', dY) -> dW. */
+ * pattern c) into ConvFwd [-> GenStats] or (pattern f) ConvBwdFilter(X', dY) -> dW; a and k
+ * in X's dtype when p->sb16 (the probe's variant 0, the one cuDNN 9 has engines for on
+ * sm_90: the H100 found none for f32 a and k), else f32. */
 static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo *g, cudnnBackendDescriptor_t *opg) {
     const cudnnDataType_t dt = g->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, f32 = CUDNN_DATA_FLOAT;
     const bool pro = g->kind != KILN_GRAPH_GENSTATS, wgrad = g->kind == KILN_GRAPH_PRO_WGRAD;
@@ -154,8 +157,9 @@ static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo 
     if (!y || (stats && !sq)) return false;
     cudnnBackendDescriptor_t xin = x; /* what the convolution reads */
     if (pro) {
-        cudnnBackendDescriptor_t a = tensor(p, U_SCALE, f32, 1, g->C, 1, 1);
-        cudnnBackendDescriptor_t k = a ? tensor(p, U_BIAS, f32, 1, g->C, 1, 1) : NULL;
+        const cudnnDataType_t sbt = p->sb16 ? dt : f32;
+        cudnnBackendDescriptor_t a = tensor(p, U_SCALE, sbt, 1, g->C, 1, 1);
+        cudnnBackendDescriptor_t k = a ? tensor(p, U_BIAS, sbt, 1, g->C, 1, 1) : NULL;
         cudnnBackendDescriptor_t t1 = k ? tensor_v(p, U_V1, f32, g->N, g->C, g->H, g->W, true) : NULL;
         cudnnBackendDescriptor_t t2 = t1 ? tensor_v(p, U_V2, f32, g->N, g->C, g->H, g->W, true) : NULL;
         cudnnBackendDescriptor_t t3 = t2 && g->relu ? tensor_v(p, U_V3, f32, g->N, g->C, g->H, g->W, true) : t2;
@@ -343,14 +347,30 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     cudnnBackendDescriptor_t opg = NULL;
+    /* a prologue: a and k in X's dtype first, then f32 (the descriptors of a refused try go) */
+    p->sb16 = g->kind != KILN_GRAPH_GENSTATS;
     if (build_graph(p, h, g, &opg)) choose_plan(p, h, opg);
-    kiln_cuda_conv_stats_note(ctx, "cuDNN %s for %s: %s%s (engine %lld, workspace %lld B)",
+    if (!p->ok && p->sb16) {
+        char why16[200];
+        snprintf(why16, sizeof why16, "%s", p->why);
+        problem_clear(p);
+        p->sb16 = false;
+        opg = NULL;
+        if (build_graph(p, h, g, &opg)) choose_plan(p, h, opg);
+        if (!p->ok) {
+            char why32[200];
+            snprintf(why32, sizeof why32, "%s", p->why);
+            snprintf(p->why, sizeof p->why, "a, k %s: %.80s; f32: %.80s", g->bf16 ? "bf16" : "f16", why16, why32);
+        }
+    }
+    kiln_cuda_conv_stats_note(ctx, "cuDNN %s for %s: %s%s (engine %lld, workspace %lld B%s)",
                               g->kind == KILN_GRAPH_GENSTATS ? "ConvolutionFwd -> GenStats"
                               : g->kind == KILN_GRAPH_PRO_FWD ? "prologue -> ConvolutionFwd"
                                                               : "prologue -> ConvolutionBwdFilter",
                               key,
                               p->ok ? "plan ok" : "no plan: ", p->ok ? "" : p->why, (long long)p->engine,
-                              (long long)p->ws);
+                              (long long)p->ws,
+                              !p->ok || g->kind == KILN_GRAPH_GENSTATS ? "" : p->sb16 ? ", a and k 16-bit" : ", a and k f32");
     if (!p->ok) { /* keep the answer, not the descriptors */
         char why[200];
         snprintf(why, sizeof why, "%s", p->why);
@@ -361,6 +381,8 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
     return KILN_OK;
 }
 
+bool kiln_cuda_prologue_graph_sb16(const struct kiln_genstats_problem *p) { return p && p->ok && p->sb16; }
+
 bool kiln_cuda_genstats_ok(const struct kiln_genstats_problem *p, size_t *ws, const char **why) {
     if (ws) *ws = p && p->ok ? (size_t)p->ws : 0;
     if (why) *why = !p ? "no room for another cuDNN graph plan" : p->ok ? "" : p->why;
@@ -370,7 +392,7 @@ bool kiln_cuda_genstats_ok(const struct kiln_genstats_problem *p, size_t *ws, co
 /* The plan of p on x, w, y, [sum, sq,] [a, k]: the variant pack of these buffers (made once)
  * and cudnnBackendExecute on cu->stream; the sums zeroed first. */
 static kiln_status graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *x,
-                             void *w, void *y, float *sum, float *sq, const float *a, const float *k, int64_t K, void *ws,
+                             void *w, void *y, float *sum, float *sq, const void *a, const void *k, int64_t K, void *ws,
                              size_t ws_size) {
     if (!p || !p->ok) return kiln_fail(ctx, KILN_ERR_INTERNAL, "conv-bn-stats: no cuDNN plan for this convolution");
     if ((size_t)p->ws > ws_size || (p->ws > 0 && !ws))
@@ -428,7 +450,7 @@ kiln_status kiln_cuda_genstats_run(kiln_cuda *cu, kiln_context *ctx, const struc
 }
 
 kiln_status kiln_cuda_prologue_graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p,
-                                         const void *x, void *w, void *y, const float *a, const float *k, float *sum,
+                                         const void *x, void *w, void *y, const void *a, const void *k, float *sum,
                                          float *sq, int64_t K, void *ws, size_t ws_size) {
     return graph_run(cu, ctx, p, x, w, y, sum, sq, a, k, K, ws, ws_size);
 }
