@@ -449,6 +449,20 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 6, 3, 5), -2, 2, 393),
                                                 kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 0, 0, 0, 2, 0, 0))},
                                1, "pad zero channels 6 to 8");
+    /* the innermost axis not padded (rows moved whole, in units of up to 16 bytes on CUDA),
+     * and nothing padded at all (Swin pads 56 to whole windows of 7 by 0) */
+    fails += kiln_optest_sweep("Pad", "mode=constant", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 8), -2, 2, 394),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 1, 0, 0, 1, 2, 0))},
+                               1, "pad rows whole, zero");
+    fails += kiln_optest_sweep("Pad", "mode=edge", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 8), -2, 2, 395),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 2, 0, 0, 0, 1, 0))},
+                               1, "pad rows whole, edge");
+    fails += kiln_optest_sweep("Pad", "mode=constant", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 8), -2, 2, 396),
+                                                kt_make(KILN_I64, 1, KT_DIMS(8), KT_VALS(0, 0, 0, 0, 0, 0, 0, 0))},
+                               1, "pad by nothing");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Pad", "", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1417),

@@ -390,6 +390,20 @@ static int test(void) {
                                                 kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2)),
                                                 kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, -3))},
                                1, "slice 4-D channels step 2, rows reversed step 3");
+    /* whole innermost rows, which CUDA moves in units of up to 16 bytes: NCHW rows of 4
+     * f32, and (axes 2, 3 only) Swin's shifted-window bands, whole channel rows in NHWC */
+    fails += kiln_optest_sweep("Slice", "", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 8, 7, 4), -2, 2, 7303),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 1)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(8, 6)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(1, 2))},
+                               1, "slice whole rows of 16 bytes");
+    fails += kiln_optest_sweep("Slice", "", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 8, 7, 5), -2, 2, 7304),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(3, 0)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(7, 3)),
+                                                kt_make(KILN_I64, 1, KT_DIMS(2), KT_VALS(2, 3))},
+                               1, "slice a band of rows and columns, channels whole");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Slice", "", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(5, 7), -2, 2, 1378),
