@@ -36,6 +36,7 @@
  *   interior of a padded NCHW tensor).
  */
 #include "dtype.cuh"
+#include "row_unit.h"
 
 #include <string.h>
 #include <type_traits>
@@ -686,18 +687,8 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
      * (L, N, D) -> (N, L, D) in a transformer: ViT-B/16's 24 of them ran at ~670 GB/s
      * element by element on an H100): moved in units of up to 16 bytes, which every
      * stride, the run's length and both addresses must allow. */
-    size_t unit = es;
-    if (a.stride[nd - 1] == 1) {
-        for (size_t cand = 16; cand > es; cand /= 2) {
-            const int64_t k = (int64_t)(cand / es);
-            bool ok = a.dims[nd - 1] % k == 0 && (uintptr_t)x->data % cand == 0 && (uintptr_t)y->data % cand == 0;
-            for (int d = 0; d < nd - 1 && ok; d++) ok = a.stride[d] % k == 0;
-            if (ok) {
-                unit = cand;
-                break;
-            }
-        }
-    }
+    const size_t unit = a.stride[nd - 1] == 1 ? kiln_cuda_row_unit(es, a.dims[nd - 1], a.stride, nd - 1, 0, x->data, y->data)
+                                              : es;
     int64_t units = n;
     if (unit != es) {
         const int64_t k = (int64_t)(unit / es);

@@ -23,6 +23,7 @@
  *     of Concat.
  */
 #include "dtype.cuh"
+#include "row_unit.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -95,18 +96,8 @@ kiln_status strided_copy(kiln_cuda *cu, kiln_context *ctx, const void *x, void *
     /* The innermost dim a contiguous run (Swin's shifted-window and patch-merging Slices of
      * NHWC rows: ~975 GB/s element by element on an H100): moved in units of up to 16
      * bytes, which the run's length, every stride, the base and both addresses allow. */
-    size_t unit = es;
     const int nd = a.nd;
-    if (a.stride[nd - 1] == 1)
-        for (size_t cand = 16; cand > es; cand /= 2) {
-            const int64_t k = (int64_t)(cand / es);
-            bool ok = a.dims[nd - 1] % k == 0 && a.base % k == 0 && (uintptr_t)x % cand == 0 && (uintptr_t)y % cand == 0;
-            for (int d = 0; d < nd - 1 && ok; d++) ok = a.stride[d] % k == 0;
-            if (ok) {
-                unit = cand;
-                break;
-            }
-        }
+    const size_t unit = a.stride[nd - 1] == 1 ? kiln_cuda_row_unit(es, a.dims[nd - 1], a.stride, nd - 1, a.base, x, y) : es;
     if (unit != es) {
         const int64_t k = (int64_t)(unit / es);
         a.dims[nd - 1] /= k;
@@ -417,17 +408,11 @@ extern "C" kiln_status kiln_cuda_k_pad(kiln_cuda *cu, kiln_op_ctx *c) {
     /* The innermost walked axis neither padded nor cropped (pads on H and W of NHWC): its
      * rows move whole, in units of up to 16 bytes when the fill is zero (no value input)
      * and the row's bytes and both addresses allow. */
-    size_t unit = es;
     int64_t units = n;
     const int last = a.nd - 1;
-    if (last >= 0 && !value && a.begin[last] == 0 && a.ydims[last] == a.xdims[last])
-        for (size_t cand = 16; cand > es; cand /= 2) {
-            const int64_t k = (int64_t)(cand / es);
-            if (a.xdims[last] % k == 0 && (uintptr_t)x->data % cand == 0 && (uintptr_t)y->data % cand == 0) {
-                unit = cand;
-                break;
-            }
-        }
+    const size_t unit = last >= 0 && !value && a.begin[last] == 0 && a.ydims[last] == a.xdims[last]
+                            ? kiln_cuda_row_unit(es, a.xdims[last], NULL, 0, 0, x->data, y->data)
+                            : es;
     if (unit != es) { /* the outer strides are multiples of the row, hence of k */
         const int64_t k = (int64_t)(unit / es);
         a.xdims[last] /= k;
