@@ -648,6 +648,10 @@ static void test_pad_channels(kiln_context *ctx) {
             const kiln_tensor *w = n ? c->values[n->in[1]].init : NULL;
             CHECK(w && w->dims[1] == want_c[i], "%s: W has %lld input channels, want %lld", names[i],
                   w ? (long long)w->dims[1] : -1LL, (long long)want_c[i]);
+            /* the promise that lets a backend convolve the real channels alone */
+            const int64_t used = n ? kiln_attr_int(n, "used_channels", 0) : -1, want_used = i < 2 ? 3 : i == 2 ? 5 : 0;
+            CHECK(used == want_used, "%s: used_channels %lld, want %lld", names[i], (long long)used,
+                  (long long)want_used);
         }
         CHECK(kiln_model_find_value(c, "w1") >= 0 && !c->values[kiln_model_find_value(c, "w1")].init,
               "the unpadded w1 is dropped");

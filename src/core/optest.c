@@ -53,6 +53,14 @@ kiln_tensor *kt_rand(kiln_dtype dt, int ndim, const int64_t *dims, double lo, do
     return t;
 }
 
+kiln_tensor *kt_zero_from(kiln_tensor *t, int64_t c) {
+    if (!t || t->ndim < 2 || kiln_tensor_numel(t) == 0) return t;
+    const int64_t C = t->dims[1], inner = kiln_tensor_numel(t) / (t->dims[0] * C);
+    for (int64_t i = 0; i < kiln_tensor_numel(t); i++)
+        if (i / inner % C >= c) kiln_set_f64(t, i, 0.0);
+    return t;
+}
+
 /* ------------------------------------------------------------ compare */
 
 int kiln_tensor_compare(const kiln_tensor *got, const kiln_tensor *want, double atol, double rtol,

@@ -30,6 +30,9 @@ kiln_tensor *kt_make(kiln_dtype dt, int ndim, const int64_t *dims, const double 
 /* A tensor filled with uniform random values in [lo, hi) from a fixed-seed generator. */
 kiln_tensor *kt_rand(kiln_dtype dt, int ndim, const int64_t *dims, double lo, double hi,
                      uint64_t seed);
+/* t (NULL passes through) with the entries of dim-1 indices from c on set to 0: a channel-padded
+ * convolution's weights (the pad-channels pass's used_channels). Returns t. */
+kiln_tensor *kt_zero_from(kiln_tensor *t, int64_t c);
 /* A scalar (rank 0) tensor. */
 kiln_tensor *kt_scalar(kiln_dtype dt, double v);
 /* Per channel (dim 1) of x (N, C, ...) the sum and the sum of squares of its values, in

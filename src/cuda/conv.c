@@ -47,6 +47,17 @@
  *   convolutions run on conv_depthwise_grad.cu's kernels instead (their workspace: partial
  *   sums, a flipped filter), with autotune only where timed faster than cuDNN (dw_faster).
  *
+ *   Channel-padded convolutions (the pad-channels pass's used_channels = u: the weights of
+ *   input channels u.. are zero): cuDNN runs some padded problems far slower than their own
+ *   (mobilenet_v3's stem, 4 channels with 16 outputs: 2.6 ms against 0.29 at batch 256 on
+ *   an H100), most faster. The narrow way copies X's and W's first u channels into the
+ *   workspace (narrow.h) and runs cuDNN on those. Forward, with autotune, the op is timed
+ *   both ways the first time the problem is met (narrow_decide) and runs narrow where that
+ *   was clearly faster (below NARROW_WIN of the padded time; cuDNN's own search times did
+ *   not predict it: convnext's 4x4 stride-4 stem searched faster narrow, ran slower), the
+ *   choice kept with the algorithm choices. KILN_CUDA_NARROW_CHANNELS=0 keeps the padded
+ *   problem, =1 takes the narrow one wherever it applies (the sweep runs both).
+ *
  *   Pads are computed by the CPU reference's rules (kiln_cuda_window_get). cuDNN pads both
  *   sides of a dim by one amount; when begin and end pads differ (SAME_* with an odd
  *   total, or explicit asymmetric pads) X is first copied into the workspace with its
@@ -75,6 +86,7 @@
  *   up to CONV_WS_CAP.
  */
 #include "cuda_internal.h"
+#include "narrow.h"
 
 #include <limits.h>
 #include <math.h>
@@ -89,6 +101,9 @@
  * elementwise kernel reaches on an H100 / H200), after a launch of this many ms. */
 #define EPILOGUE_BYTES_PER_MS 3.0e9
 #define EPILOGUE_LAUNCH_MS 0.003
+/* The narrow copy of a channel-padded convolution runs when its measured time (copies
+ * included) is below this share of the padded problem's. */
+#define NARROW_WIN 0.95
 
 typedef struct conv_geo {
     int64_t N, C, H, W; /* X as cuDNN sees it: padded when `padded` */
@@ -264,6 +279,40 @@ static size_t zero_bias_bytes(const kiln_op_ctx *c, bool fused, const conv_geo *
 
 static bool is_fused(const kiln_op_ctx *c) { return strcmp(c->node->op_type, "FusedConv") == 0; }
 
+/* The narrow problem of a channel-padded forward convolution (used_channels u below C, one
+ * group, no padded copy of X): g with C = u. false when it does not apply. */
+static bool narrow_geo(const kiln_op_ctx *c, const conv_geo *g, conv_geo *gn) {
+    const int64_t u = kiln_attr_int(c->node, "used_channels", 0);
+    if (u < 1 || u >= g->C || g->G != 1 || g->padded) return false;
+    *gn = *g;
+    gn->C = gn->Cg = u;
+    return true;
+}
+
+/* Workspace of the narrow copies: X (N, u, H, W) then W (M, u, kh, kw). */
+static size_t narrow_x_bytes(const conv_geo *gn, kiln_dtype dt) {
+    return align256((size_t)(gn->N * gn->C * gn->H * gn->W) * kiln_dtype_size(dt));
+}
+
+static size_t narrow_bytes(const conv_geo *gn, kiln_dtype dt) {
+    return narrow_x_bytes(gn, dt) + align256((size_t)(gn->M * gn->C * gn->kh * gn->kw) * kiln_dtype_size(dt));
+}
+
+/* Copy the first gn->C channels of X (g->C channels) and of W into nx and nw. */
+static kiln_status narrow_copy(kiln_cuda *cu, kiln_context *ctx, const conv_geo *g, const conv_geo *gn,
+                               kiln_dtype dt, const void *x, const void *w, void *nx, void *nw) {
+    const size_t es = kiln_dtype_size(dt);
+    const bool nhwc = g->fmt == KILN_FORMAT_NHWC;
+    const int64_t hw = g->H * g->W, k = g->kh * g->kw;
+    kiln_status st = nhwc ? kiln_cuda_narrow_rows(cu, ctx, es, nx, x, g->N * hw, g->C, gn->C)
+                          : kiln_cuda_narrow_rows(cu, ctx, es, nx, x, g->N, g->C * hw, gn->C * hw);
+    if (!st)
+        st = nhwc ? kiln_cuda_narrow_rows(cu, ctx, es, nw, w, g->M * k, g->C, gn->C)
+                  : kiln_cuda_narrow_rows(cu, ctx, es, nw, w, g->M, g->C * k, gn->C * k);
+    return st;
+}
+
+
 /* The directions of a convolution, each with its own algorithms. */
 enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
 
@@ -347,6 +396,14 @@ static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tenso
     if ((st = set_descriptors(cu, ctx, &g, x->dtype)) != KILN_OK) return st;
     *bytes = pad_bytes(&g, x->dtype) + zero_bias_bytes(c, fused, &g, x->dtype) + align256(most_workspace(cu, h, dir));
     if (dir == DIR_FWD && gemm_shaped(cu, &g) && *bytes < KILN_CUDA_GEMM_WS) *bytes = KILN_CUDA_GEMM_WS;
+    conv_geo gn;
+    if (dir == DIR_FWD && narrow_geo(c, &g, &gn)) {
+        /* the narrow problem: its copies, then its algorithms' workspace */
+        if ((st = set_descriptors(cu, ctx, &gn, x->dtype)) != KILN_OK) return st;
+        const size_t nb = zero_bias_bytes(c, fused, &gn, x->dtype) + narrow_bytes(&gn, x->dtype) +
+                          align256(most_workspace(cu, h, dir));
+        if (nb > *bytes) *bytes = nb;
+    }
     return KILN_OK;
 }
 
@@ -577,6 +634,21 @@ static kiln_status time_fused(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h,
     return st;
 }
 
+/* The cached choice for this problem in direction dir (pick_algo's arguments), or NULL
+ * when it must be searched; key (KILN_ALGO_KEY bytes) gets the problem's key. */
+static kiln_algo_entry *cached_algo(kiln_cuda *cu, const conv_geo *g, kiln_dtype dt, int dir, const void *x,
+                                    const void *w, const void *y, size_t ws_bytes, bool identity,
+                                    const fused_call *fc, char *key) {
+    make_key(cu, g, dt, align_class(x, w, y), dir, identity, key, KILN_ALGO_KEY);
+    /* choices timed on the fused call are their own entries (they also say fused or split) */
+    if (fc && cu->autotune && strlen(key) + 11 < KILN_ALGO_KEY) strcat(key, " call=fused");
+    kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    /* a strict-f32 choice cached before transform algorithms were refused is searched again */
+    if (!a || !entry_valid(a, dir, ws_bytes) || (dt == KILN_F32 && !cu->allow_tf32 && transform_algo(dir, a->algo)))
+        return NULL;
+    return a;
+}
+
 /* The algorithm for this problem in direction dir: cached, or timed (autotune) / cuDNN's
  * heuristic, then cached; the math type set on the descriptor. x, w, y: the data cuDNN
  * sees for dnn_x, dnn_w and dnn_y (the direction's output is overwritten by a search).
@@ -586,12 +658,8 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
                              int dir, const void *x, const void *w, const void *y, void *ws, size_t ws_bytes,
                              bool identity, const fused_call *fc, kiln_algo_entry **out) {
     char key[KILN_ALGO_KEY];
-    make_key(cu, g, dt, align_class(x, w, y), dir, identity, key, sizeof key);
-    /* choices timed on the fused call are their own entries (they also say fused or split) */
-    if (fc && cu->autotune && strlen(key) + 11 < sizeof key) strcat(key, " call=fused");
-    kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
-    /* a strict-f32 choice cached before transform algorithms were refused is searched again */
-    if (!a || !entry_valid(a, dir, ws_bytes) || (dt == KILN_F32 && !cu->allow_tf32 && transform_algo(dir, a->algo))) {
+    kiln_algo_entry *a = cached_algo(cu, g, dt, dir, x, w, y, ws_bytes, identity, fc, key);
+    if (!a) {
         found_algo found[16];
         int got = 0;
         kiln_status st = candidates(cu, ctx, h, dir, x, w, y, ws, ws_bytes, found, &got);
@@ -661,35 +729,39 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
     return KILN_OK;
 }
 
-/* Conv, or kiln.FusedConv when fused. */
-static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused);
+/* Conv, or kiln.FusedConv when fused; a channel-padded one narrow (narrow_force 1), padded
+ * (0) or as narrow_decide says (-1). */
+static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int narrow_force);
+
+static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) { return conv_run_as(cu, c, fused, -1); }
 
 /* One run of direction dir's op (a forward Conv / FusedConv, ConvGradInput or
- * ConvGradWeight). */
-static kiln_status dw_run_op(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused) {
-    return dir == DIR_FWD        ? conv_run(cu, c, fused)
+ * ConvGradWeight); narrow_force as conv_run_as's. */
+static kiln_status run_op(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, int narrow_force) {
+    return dir == DIR_FWD        ? conv_run_as(cu, c, fused, narrow_force)
            : dir == DIR_BWD_DATA ? kiln_cuda_k_conv_grad_input(cu, c)
                                  : kiln_cuda_k_conv_grad_weight(cu, c);
 }
 
-/* The best of three runs of the op on path `force`, after one untimed (cuDNN's first run
- * searches its algorithms), in ms. */
-static kiln_status dw_time(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, int force, float *ms) {
+/* The best of three runs of the op on depthwise path `force` (0: as chosen) and narrow
+ * path narrow_force, after one untimed (cuDNN's first run searches its algorithms), in ms. */
+static kiln_status time_op(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, int force, int narrow_force,
+                           float *ms) {
     kiln_context *ctx = c->kctx;
     cudaStream_t s = (cudaStream_t)kiln_cuda_stream(cu);
     *ms = INFINITY;
     cu->dw_force = force;
-    kiln_status st = dw_run_op(cu, c, dir, fused);
+    kiln_status st = run_op(cu, c, dir, fused, narrow_force);
     cudaEvent_t ev[2] = {NULL, NULL};
     if (!st && (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess))
         st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventCreate failed");
     for (int r = 0; r < 3 && !st; r++) {
         float t = 0;
         if (cudaEventRecord(ev[0], s) != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventRecord failed");
-        if (!st) st = dw_run_op(cu, c, dir, fused);
+        if (!st) st = run_op(cu, c, dir, fused, narrow_force);
         if (!st && (cudaEventRecord(ev[1], s) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
                     cudaEventElapsedTime(&t, ev[0], ev[1]) != cudaSuccess))
-            st = kiln_fail(ctx, KILN_ERR_DEVICE, "timing a depthwise convolution failed");
+            st = kiln_fail(ctx, KILN_ERR_DEVICE, "timing %s failed", c->node->op_type);
         if (!st && t < *ms) *ms = t;
     }
     for (int k = 0; k < 2; k++)
@@ -734,9 +806,9 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
         cu->n_dw_choice == (int)(sizeof cu->dw_choice / sizeof cu->dw_choice[0]))
         return KILN_OK;
     float tk = INFINITY, td = INFINITY, tp = INFINITY;
-    kiln_status st = dw_time(cu, c, dir, fused, 1, &tk);
-    if (!st) st = dw_time(cu, c, dir, fused, 2, &td);
-    if (!st && dir == DIR_FWD && kiln_cuda_conv_depthwise_tiled(dg, dt)) st = dw_time(cu, c, dir, fused, 3, &tp);
+    kiln_status st = time_op(cu, c, dir, fused, 1, -1, &tk);
+    if (!st) st = time_op(cu, c, dir, fused, 2, -1, &td);
+    if (!st && dir == DIR_FWD && kiln_cuda_conv_depthwise_tiled(dg, dt)) st = time_op(cu, c, dir, fused, 3, -1, &tp);
     if (st) return st;
     struct kiln_cuda_dw_choice *e = &cu->dw_choice[cu->n_dw_choice++];
     e->g = *dg;
@@ -750,7 +822,59 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     return KILN_OK;
 }
 
-static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
+/* Whether the channel-padded forward problem g of c runs narrow (gn):
+ * KILN_CUDA_NARROW_CHANNELS=0 never, =1 always; else, with autotune, where the op timed
+ * narrow (copies included) runs clearly faster than padded: timed the first time the
+ * problem is met (outside graph capture: a plan's first run is eager), the choice kept with
+ * cuDNN's algorithm choices (on the disk too). Without autotune: padded. */
+static kiln_status narrow_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, const conv_geo *g, const conv_geo *gn,
+                                 kiln_dtype dt, bool *narrow) {
+    kiln_context *ctx = c->kctx;
+    *narrow = false;
+    const char *env = getenv("KILN_CUDA_NARROW_CHANNELS");
+    if (env && strcmp(env, "0") == 0) return KILN_OK;
+    if (env && strcmp(env, "1") == 0) {
+        *narrow = true;
+        return KILN_OK;
+    }
+    if (!cu->autotune) return KILN_OK;
+    const kiln_tensor *z = fused ? input(c, 3) : NULL;
+    char key[KILN_ALGO_KEY];
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key,
+             sizeof key);
+    const size_t at = strlen(key);
+    snprintf(key + at, sizeof key - at, " narrow=%lld op=%s res=%d", (long long)gn->C, c->node->op_type, z ? 1 : 0);
+    const kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    if (a) {
+        *narrow = a->algo == 1;
+        return KILN_OK;
+    }
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
+    /* a residual read in place of Y would be added again by every timed run */
+    if (cap != cudaStreamCaptureStatusNone || (z && z->data == c->out[0]->data)) return KILN_OK;
+    float t[2];
+    kiln_status st = time_op(cu, c, DIR_FWD, fused, 0, 0, &t[0]);
+    if (!st) st = time_op(cu, c, DIR_FWD, fused, 0, 1, &t[1]);
+    if (st) return st;
+    *narrow = t[1] < NARROW_WIN * t[0];
+    kiln_algo_entry e;
+    memset(&e, 0, sizeof e);
+    memcpy(e.key, key, sizeof e.key);
+    e.algo = *narrow ? 1 : 0;
+    e.ms = *narrow ? t[1] : t[0];
+    e.fused = -1;
+    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
+    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    kiln_log(ctx, KILN_LOG_INFO, "conv narrow: %s %s N=%lld %lld -> %lld channels (%lld used) %lldx%lld: padded %.3f ms, "
+             "narrow %.3f ms: %s", c->node->op_type, kiln_dtype_name(dt), (long long)g->N, (long long)g->C,
+             (long long)g->M, (long long)gn->C, (long long)g->kh, (long long)g->kw, t[0], t[1],
+             *narrow ? "narrow" : "padded");
+    return KILN_OK;
+}
+
+static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int narrow_force) {
     kiln_context *ctx = c->kctx;
     const kiln_tensor *x = c->in[0], *w = c->in[1]; // (N,C,[H,]W), (M,C/G,[kH,]kW)
     const kiln_tensor *b = input(c, 2);              // (M)
@@ -797,12 +921,22 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
         }
         /* cuBLASLt has no algorithm for it: cuDNN's convolution below */
     }
+    /* a channel-padded convolution may run narrow: X's and W's real channels copied to the
+     * start of the algorithm's workspace, cuDNN on those */
+    conv_geo gn;
+    bool narrow = false;
+    kiln_status st;
+    if (narrow_geo(c, &g, &gn)) {
+        if (narrow_force >= 0) narrow = narrow_force == 1;
+        else if ((st = narrow_decide(cu, c, fused, &g, &gn, dt, &narrow)) != KILN_OK)
+            return st;
+    }
     cudnnHandle_t h;
-    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
+    st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     if ((st = set_descriptors(cu, ctx, &g, dt)) != KILN_OK) return st;
 
-    /* workspace: padded X | zero bias | the algorithm's */
+    /* workspace: padded X | zero bias | the algorithm's (narrow: X's and W's copies first) */
     const size_t pbytes = pad_bytes(&g, dt), zbytes = zero_bias_bytes(c, fused, &g, dt);
     if (c->workspace_size < pbytes + zbytes || ((pbytes || zbytes) && !c->workspace))
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "%s needs at least %zu bytes of workspace, got %zu",
@@ -817,7 +951,7 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
     }
     char *base = c->workspace; /* may be NULL when nothing needs workspace */
     void *zero_bias = base ? base + pbytes : NULL;
-    const size_t ws_bytes = base ? c->workspace_size - pbytes - zbytes : 0;
+    size_t ws_bytes = base ? c->workspace_size - pbytes - zbytes : 0;
     void *ws = ws_bytes ? base + pbytes + zbytes : NULL;
     /* the epilogue's view of Y: (N, M, OH*OW) or, NHWC, (N*OH*OW, M, 1) */
     const bool nhwc = g.fmt == KILN_FORMAT_NHWC;
@@ -834,9 +968,23 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
                                   cu->dnn_act, act.kind == KILN_ACT_RELU ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
                                   CUDNN_NOT_PROPAGATE_NAN, 0.0));
     }
+    const bool identity = cudnn_act && act.kind == KILN_ACT_NONE;
+    const void *win = w->data;
+    if (narrow && ws && ws_bytes >= narrow_bytes(&gn, dt)) {
+        const size_t nb = narrow_bytes(&gn, dt);
+        void *nx = ws, *nw = (char *)ws + narrow_x_bytes(&gn, dt);
+        if ((st = narrow_copy(cu, ctx, &g, &gn, dt, xin, win, nx, nw)) != KILN_OK ||
+            (st = set_descriptors(cu, ctx, &gn, dt)) != KILN_OK)
+            return st;
+        g = gn;
+        fc.x = xin = nx;
+        fc.w = win = nw;
+        ws_bytes -= nb;
+        ws = ws_bytes ? (char *)ws + nb : NULL;
+    }
     kiln_algo_entry *a = NULL;
-    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_FWD, xin, w->data, y->data, ws, ws_bytes,
-                        cudnn_act && act.kind == KILN_ACT_NONE, cudnn_act ? &fc : NULL, &a)) != KILN_OK)
+    if ((st = pick_algo(cu, ctx, h, &g, dt, DIR_FWD, xin, win, y->data, ws, ws_bytes, identity,
+                        cudnn_act ? &fc : NULL, &a)) != KILN_OK)
         return st;
     const float one = 1.f, zero = 0.f; /* f32 scaling for every data type */
     if (cudnn_act && a->fused != 0 &&
@@ -857,7 +1005,7 @@ static kiln_status conv_run(kiln_cuda *cu, kiln_op_ctx *c, bool fused) {
                  fmt_name(g.fmt), cudnnGetErrorString(e), detail);
         a->fused = 0;
     }
-    KILN_CUDNN_CHECK(ctx, cudnnConvolutionForward(h, &one, cu->dnn_x, xin, cu->dnn_w, w->data,
+    KILN_CUDNN_CHECK(ctx, cudnnConvolutionForward(h, &one, cu->dnn_x, xin, cu->dnn_w, win,
                                                   cu->dnn_conv, (cudnnConvolutionFwdAlgo_t)a->algo,
                                                   a->bytes ? ws : NULL, a->bytes, &zero, cu->dnn_y,
                                                   y->data));

@@ -33,9 +33,11 @@
  *     pass.
  *
  *   Helpers for conv.c: zero padding of an NCHW or NHWC tensor, and its inverse (the
- *   interior of a padded NCHW tensor).
+ *   interior of a padded NCHW tensor); the first channels of a channel-padded input and
+ *   its weights (narrow.h).
  */
 #include "dtype.cuh"
+#include "narrow.h"
 #include "row_unit.h"
 
 #include <string.h>
@@ -514,6 +516,33 @@ extern "C" kiln_status kiln_cuda_pad_nhwc(kiln_cuda *cu, kiln_context *ctx, kiln
     kiln_status st;
     KILN_CU_SIZE_DISPATCH(st, ctx, kiln_dtype_size(dt), launch_pad_nhwc, cu, ctx, src, dst, total, C, H, W, Ho,
                           Wo, pt, pl);
+    return st;
+}
+
+// dst (rows, keep) = src (rows, row)[:, :keep]
+template <typename E>
+__global__ void narrow_rows_kernel(const E *src, E *dst, int64_t total, int64_t row, int64_t keep) {
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) dst[i] = src[i / keep * row + i % keep];
+}
+
+template <typename E>
+kiln_status launch_narrow_rows(kiln_cuda *cu, kiln_context *ctx, const void *src, void *dst, int64_t total,
+                               int64_t row, int64_t keep) {
+    narrow_rows_kernel<E><<<kiln_cuda_blocks(cu, total, THREADS), THREADS, 0, cu->stream>>>((const E *)src, (E *)dst,
+                                                                                           total, row, keep);
+    KILN_CUDA_LAUNCHED(ctx, "narrow_rows_kernel");
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_narrow_rows(kiln_cuda *cu, kiln_context *ctx, size_t es, void *dst, const void *src,
+                                             int64_t rows, int64_t row, int64_t keep) {
+    if (keep < 1 || keep > row || rows < 0)
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "narrowing rows of %lld elements to %lld", (long long)row,
+                         (long long)keep);
+    const int64_t total = rows * keep;
+    if (total == 0) return KILN_OK;
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, ctx, es, launch_narrow_rows, cu, ctx, src, dst, total, row, keep);
     return st;
 }
 

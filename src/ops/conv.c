@@ -865,6 +865,19 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 4, KT_DIMS(8, 16, 1, 1), -2, 2, 1214),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(8), -2, 2, 1215)},
                                1, "conv 1x1 bias");
+    /* channel-padded (the pad-channels pass: weights of channels 3.. zero, used_channels=3):
+     * CUDA may convolve the 3 real channels alone (conv.c's narrow copy; backend_ops_narrow
+     * forces it); X's padding channel is not zero here, so reading it with a zero weight is
+     * what keeps the result */
+    fails += kiln_optest_sweep("Conv", "pads=[1,1,1,1];strides=[2,2];used_channels=3", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 13, 10), -2, 2, 1240),
+                                                kt_zero_from(kt_rand(KILN_F32, 4, KT_DIMS(16, 4, 3, 3), -2, 2, 1241), 3),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(16), -2, 2, 1242)},
+                               1, "conv channel-padded 4 -> 16 3x3 stride 2 (used_channels 3)");
+    fails += kiln_optest_sweep("Conv", "strides=[4,4];used_channels=5", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 16, 12), -2, 2, 1243),
+                                                kt_zero_from(kt_rand(KILN_F32, 4, KT_DIMS(24, 8, 4, 4), -2, 2, 1244), 5)},
+                               1, "conv channel-padded 8 -> 24 4x4 stride 4 (used_channels 5)");
     fails += kiln_optest_sweep("Conv", "pads=[2,2]", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 20), -2, 2, 1216),
                                                 kt_rand(KILN_F32, 3, KT_DIMS(4, 3, 5), -2, 2, 1217),
