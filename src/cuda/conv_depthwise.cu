@@ -242,6 +242,7 @@ __global__ void __launch_bounds__(THREADS, 2)
  * those rows' quads fall on different banks.
  * Blocks: (N, row tiles, column tiles, channel chunks) flattened into blockIdx.x. */
 constexpr int TCH = 4; /* tiled: channels per thread */
+constexpr int PL = 8;  /* tiled: patch loads in flight per thread */
 constexpr int TT = 8;  /* tiled: outputs along W per thread */
 
 struct Tile {
@@ -286,24 +287,47 @@ __global__ void __launch_bounds__(THREADS, 2)
     const int n = bi / tl.rows_t;
     const int c_base = chunk * cb, oh0 = rtile * tl.th, ow0 = ctile * tl.nct * TT;
     const int ih0 = oh0 * S - g.pt, iw0 = ow0 * S - g.pl;
-    for (int i = threadIdx.x; i < kk * cb; i += blockDim.x) {
-        const int k = i / cb, c = c_base + (i - k * cb);
-        sw[i] = c < g.C ? to_f(w[(size_t)c * kk + k]) : 0.f;
-    }
-    /* the patch, a quad (4 channels: 8 or 16 bytes) at a time, quads of a pixel together */
-    const int qb = tl.qb, npix = tl.ph * tl.pw;
-    for (int i = threadIdx.x; i < npix * qb; i += blockDim.x) {
-        const int q = i % qb, pix = i / qb;
-        const int pr = pix / tl.pw, pc = pix - pr * tl.pw;
-        const int ih = ih0 + pr, iw = iw0 + pc, c = c_base + q * TCH;
-        Q v;
-        if ((unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C) /* C % 8 == 0: all 4 */
-            v = *reinterpret_cast<const Q *>(x + ((size_t)(n * g.H + ih) * g.W + iw) * g.C + c);
-        else {
-            const float zero[TCH] = {0.f, 0.f, 0.f, 0.f};
-            v = quad_of<T>(zero);
+    /* the weights as f32 [tap][channel], PL loads in flight per thread as for the patch */
+    for (int i0 = threadIdx.x; i0 < kk * cb; i0 += PL * blockDim.x) {
+        float v[PL];
+#pragma unroll
+        for (int l = 0; l < PL; l++) {
+            const int i = i0 + l * blockDim.x, k = i / cb, c = c_base + (i - k * cb);
+            v[l] = i < kk * cb && c < g.C ? to_f(w[(size_t)c * kk + k]) : 0.f;
         }
-        *reinterpret_cast<Q *>(sp + (size_t)pr * tl.rp + pc * cb + q * TCH) = v;
+#pragma unroll
+        for (int l = 0; l < PL; l++)
+            if (i0 + l * blockDim.x < kk * cb) sw[i0 + l * blockDim.x] = v[l];
+    }
+    /* the patch, a quad (4 channels: 8 or 16 bytes) at a time, quads of a pixel together;
+     * PL loads in flight per thread before any is stored (one at a time, the ~15 round
+     * trips of a 7x7 patch to L2 / DRAM each waited in turn: the block's load phase took
+     * longer than its arithmetic) */
+    const int qb = tl.qb, npix = tl.ph * tl.pw, nq = npix * qb;
+    for (int i0 = threadIdx.x; i0 < nq; i0 += PL * blockDim.x) {
+        Q v[PL];
+#pragma unroll
+        for (int l = 0; l < PL; l++) {
+            const int i = i0 + l * blockDim.x;
+            const int q = i % qb, pix = i / qb;
+            const int pr = pix / tl.pw, pc = pix - pr * tl.pw;
+            const int ih = ih0 + pr, iw = iw0 + pc, c = c_base + q * TCH;
+            /* C % 8 == 0: a quad inside X is inside whole */
+            if (i < nq && (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C)
+                v[l] = *reinterpret_cast<const Q *>(x + ((size_t)(n * g.H + ih) * g.W + iw) * g.C + c);
+            else {
+                const float zero[TCH] = {0.f, 0.f, 0.f, 0.f};
+                v[l] = quad_of<T>(zero);
+            }
+        }
+        /* the stores after all the loads; their offsets computed again (fewer live registers) */
+#pragma unroll
+        for (int l = 0; l < PL; l++) {
+            const int i = i0 + l * blockDim.x;
+            if (i >= nq) break;
+            const int q = i % qb, pix = i / qb, pr = pix / tl.pw, pc = pix - pr * tl.pw;
+            *reinterpret_cast<Q *>(sp + pr * tl.rp + pc * cb + q * TCH) = v[l];
+        }
     }
     __syncthreads();
     const int items = qb * tl.th * tl.nct;
