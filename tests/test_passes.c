@@ -635,6 +635,53 @@ static void test_fuse_conv_smooth(void) {
     CHECK(!strcmp(fused_act(m, SMOOTH, buf, sizeof buf), "Silu"), "Gemm + silu: activation '%s'", buf);
     check("Gemm + silu", m, SMOOTH, 1, 1e-5, 1e-5, 3, 1);
 
+    /* a Linear as exported (MatMul + bias Add on (B, H, W, K)), then Gelu (erf form as torch
+     * writes it, or the opset-20 op): Flatten -> FusedGemm(Gelu) -> Reshape, the activation
+     * moved before the view (convnext's MLPs) */
+    for (int form = 0; form < 2; form++) {
+        m = new_model();
+        input(m, "x", KILN_F32, 4, KT_DIMS(-1, 3, 4, 6));
+        init(m, "w", KILN_F32, 2, KT_DIMS(6, 8), -1, 1, 312);
+        init(m, "b", KILN_F32, 1, KT_DIMS(8), -1, 1, 313);
+        node(m, "MatMul", "x,w", "mm");
+        node(m, "Add", "mm,b", "c");
+        if (form == 0) {
+            init_scalar(m, "sqrt2", KILN_F32, 1.4142135381698608);
+            constant(m, "one", kt_scalar(KILN_F32, 1));
+            constant(m, "half", kt_scalar(KILN_F32, 0.5));
+            node(m, "Div", "c,sqrt2", "d");
+            node(m, "Erf", "d", "e");
+            node(m, "Add", "e,one", "a");
+            node(m, "Mul", "c,a", "p");
+            node(m, "Mul", "p,half", "y");
+        } else {
+            node(m, "Gelu", "c", "y");
+        }
+        output(m, "y");
+        finalize(m);
+        kiln_model *o = optimized(m, SMOOTH);
+        const kiln_node *f = o ? find(o, "FusedGemm") : NULL;
+        CHECK(f && !strcmp(kiln_attr_string(f, "activation", ""), "Gelu") && count(o, "Reshape") == 1 &&
+                  count(o, "Flatten") == 1 && count(o, "Erf") == 0 && count(o, "Gelu") == 0,
+              "Linear + %s: Flatten -> FusedGemm(Gelu) -> Reshape", form ? "Gelu op" : "erf Gelu");
+        kiln_model_free(o);
+        check(form ? "Linear + Gelu op through the Reshape" : "Linear + erf Gelu through the Reshape", m, SMOOTH, 2,
+              1e-5, 1e-5, form ? 3 : 7, 3);
+    }
+    /* not through the view: the Reshape's output has a second reader */
+    m = new_model();
+    input(m, "x", KILN_F32, 3, KT_DIMS(-1, 4, 6));
+    init(m, "w", KILN_F32, 2, KT_DIMS(6, 8), -1, 1, 314);
+    init(m, "b", KILN_F32, 1, KT_DIMS(8), -1, 1, 315);
+    node(m, "MatMul", "x,w", "mm");
+    node(m, "Add", "mm,b", "c");
+    node(m, "Relu", "c", "y");
+    output(m, "y");
+    output(m, "c");
+    finalize(m);
+    CHECK(!strcmp(fused_act(m, SMOOTH, buf, sizeof buf), "-"), "Linear read twice + Relu: activation '%s'", buf);
+    check("Linear read twice + Relu", m, SMOOTH, 2, 1e-5, 1e-5, 3, 4);
+
     /* a residual Add between: Conv + Add(z) + silu is one FusedConv with Z */
     m = new_model();
     input(m, "x", KILN_F32, 4, KT_DIMS(2, 4, 5, 5));

@@ -348,6 +348,10 @@ static void copy_attr(saver *s, Onnx__NodeProto *np, const kiln_attr *a, const c
                           where, a->name);
 }
 
+/* Attributes kiln's passes put on ONNX ops for its backends, not ONNX's: left out
+ * (pad_channels.c's used_channels on Conv). */
+static const char *const kiln_private_attrs[] = {"used_channels", NULL};
+
 /* Copy n's attributes except those named in skip (NULL-terminated). */
 static void copy_attrs(saver *s, Onnx__NodeProto *np, const kiln_node *n, const char *const *skip, const char *where) {
     for (int i = 0; i < n->n_attrs && !failed(s); i++) {
@@ -493,7 +497,7 @@ static void save_fused_conv_gemm(saver *s, const kiln_node *n, const char *base,
     while (n_in > 2 && n->in[n_in - 1] < 0) n_in--;
     const char *final = vname(s, y);
     const char *prod = z >= 0 || *act ? fresh_name(s, final) : final;
-    static const char *const conv_skip[] = {"activation", "alpha", "beta", "act_min", "act_max", NULL};
+    static const char *const conv_skip[] = {"activation", "alpha", "beta", "act_min", "act_max", "used_channels", NULL};
     static const char *const gemm_skip[] = {"activation", "act_alpha", "act_beta", "act_min", "act_max", NULL};
     Onnx__NodeProto *np = emit(s, base, n->name, n_in, in, 1, &prod);
     if (!np) return;
@@ -915,7 +919,7 @@ static void save_node(saver *s, const kiln_node *n, int index) {
         for (int k = 0; k < n->n_in; k++) in[k] = vname(s, n->in[k]);
         for (int k = 0; k < n->n_out; k++) out[k] = vname(s, n->out[k]);
         Onnx__NodeProto *np = emit(s, n->op_type, n->name, n->n_in, in, n->n_out, out);
-        copy_attrs(s, np, n, NULL, where);
+        copy_attrs(s, np, n, kiln_private_attrs, where);
         return;
     }
     if (strcmp(n->domain, "kiln") == 0) {

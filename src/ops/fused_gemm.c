@@ -124,6 +124,15 @@ static int test(void) {
         fails += random_case(label, KILN_F32, 7, 9, 5, "alpha=0.5;beta=2.0", true, 1,
                              acts[i].act, acts[i].attrs, acts[i].fused, 200 + i);
     }
+    /* a Linear's shape (beta 1, C a row (N) or none): CUDA's cuBLASLt GELU_BIAS / GELU
+     * epilogues (GeluTanh; Gelu in f16 / bf16, the tanh form within their tolerance) */
+    for (int k = 0; k < 4; k++) {
+        char label[128];
+        snprintf(label, sizeof label, "fusedgemm random %s, transB, %s (the GELU epilogues)", k % 2 ? "GeluTanh" : "Gelu",
+                 k < 2 ? "C (N)" : "no C");
+        fails += random_case(label, KILN_F32, 48, 40, 32, "alpha=1.0", true, k < 2 ? 1 : 0, k % 2 ? "GeluTanh" : "Gelu", "", "",
+                             230 + k);
+    }
     fails += random_case("fusedgemm random Relu large (threaded epilogue), C (M,N)", KILN_F32, 256,
                          192, 64, "beta=0.5", false, 2, "Relu", "", "", 220);
     fails += random_case("fusedgemm random f64 Tanh, no C", KILN_F64, 6, 4, 3, "alpha=1.5", false,

@@ -7,7 +7,9 @@
  *      residual Z is the Add's other operand and must have exactly the conv output's
  *      shape: the shapes static inference stored, or, with a symbolic batch, the same
  *      shape under two probe values of the symbolic dims (kiln_pass_same_shape);
- *   3. Gemm + activation -> kiln.FusedGemm.
+ *   3. Gemm + activation -> kiln.FusedGemm; also Gemm -> view (Reshape, Flatten...) ->
+ *      activation (stage 0's Linear: the activation moves before the view, which then
+ *      writes the activation's output).
  *   0. (first) MatMul(X (..., K), W (K, N) constant) + Add of a constant bias (N), a
  *      transformer's Linear -> Flatten(X) (rows, K) -> Gemm(., W, bias) -> Reshape back to
  *      (..., N): the bias rides on the product's epilogue (cuBLASLt's BIAS) instead of a
@@ -255,6 +257,13 @@ static bool same_known_shape(const kiln_value *a, const kiln_value *b) {
     return true;
 }
 
+/* An ONNX op whose one output is its input 0's elements in the same order (a view that
+ * may share its storage: Reshape, Flatten, Squeeze...): an elementwise op commutes with it. */
+static bool is_view(const kiln_node *n) {
+    const kiln_op_def *d = kiln_pass_is(n, n->op_type) ? kiln_node_def(n) : NULL; /* ONNX ops */
+    return d && (d->alias_outputs & 1u) && n->n_in >= 1 && n->n_out == 1;
+}
+
 /* Stages 2 and 3 from Conv / Gemm node ci. */
 static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int ci, bool gemm,
                               bool smooth, bool *dead, bool *done) {
@@ -275,10 +284,36 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_p
         }
     }
     int chain[4], n_chain = 0;
+    const int reader = r;
     if (r >= 0 && !dead[r] && get_activation(m, prod, &m->nodes[r], &act)) last = r;
     else if (smooth && kiln_pass_uses(m, y) > 0 && (r = match_smooth(m, prod, dead, y, &act, chain, &n_chain)) >= 0)
         last = r;
+    /* a Gemm read through a view (stage 0's Reshape back to (..., N), a Flatten...) whose
+     * result alone the activation reads: the activation moves before the view (elementwise,
+     * it commutes with it), the view then writes the activation's output */
+    int view = -1;
+    if (gemm && last == ci && reader >= 0 && !dead[reader] && is_view(&m->nodes[reader])) {
+        const int y2 = m->nodes[reader].out[0];
+        int r2 = kiln_pass_single_consumer(m, y2);
+        if (r2 >= 0 && !dead[r2] && get_activation(m, prod, &m->nodes[r2], &act)) last = r2;
+        else if (smooth && kiln_pass_uses(m, y2) > 0 &&
+                 (r2 = match_smooth(m, prod, dead, y2, &act, chain, &n_chain)) >= 0)
+            last = r2;
+        if (last != ci) view = reader;
+    }
     if (last == ci) return KILN_OK;
+    if (view >= 0) {
+        /* the product becomes the fused op where it is; the view takes the chain's output */
+        const int in3[3] = {cv->in[0], cv->n_in > 1 ? cv->in[1] : -1, cv->n_in > 2 ? cv->in[2] : -1};
+        kiln_status st = kiln_pass_rewrite(m, ci, "kiln", "FusedGemm", cv->n_in < 3 ? cv->n_in : 3, in3, cv);
+        if (!st) st = set_activation(m, ci, &act, true);
+        if (!st) st = kiln_pass_set_output(m, view, 0, m->nodes[last].out[0]);
+        if (st) return st;
+        dead[last] = true;
+        for (int k = 0; k < n_chain; k++) dead[chain[k]] = true;
+        *done = true;
+        return KILN_OK;
+    }
     /* inputs: Conv's X, W, B (-1 when absent), then Z; Gemm's A, B, C */
     int in[4] = {-1, -1, -1, resid};
     for (int k = 0; k < cv->n_in && k < 3; k++) in[k] = cv->in[k];
