@@ -312,6 +312,14 @@ static kiln_status narrow_copy(kiln_cuda *cu, kiln_context *ctx, const conv_geo 
     return st;
 }
 
+/* Whether a channel-padded convolution may run narrow at all: KILN_CUDA_NARROW_CHANNELS=1,
+ * or autotune (which times it) unless KILN_CUDA_NARROW_CHANNELS=0. Its workspace is
+ * planned only then. */
+static bool narrow_allowed(const kiln_cuda *cu) {
+    const char *env = getenv("KILN_CUDA_NARROW_CHANNELS");
+    if (env && strcmp(env, "1") == 0) return true;
+    return cu->autotune && !(env && strcmp(env, "0") == 0);
+}
 
 /* The directions of a convolution, each with its own algorithms. */
 enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
@@ -397,7 +405,7 @@ static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tenso
     *bytes = pad_bytes(&g, x->dtype) + zero_bias_bytes(c, fused, &g, x->dtype) + align256(most_workspace(cu, h, dir));
     if (dir == DIR_FWD && gemm_shaped(cu, &g) && *bytes < KILN_CUDA_GEMM_WS) *bytes = KILN_CUDA_GEMM_WS;
     conv_geo gn;
-    if (dir == DIR_FWD && narrow_geo(c, &g, &gn)) {
+    if (dir == DIR_FWD && narrow_allowed(cu) && narrow_geo(c, &g, &gn)) {
         /* the narrow problem: its copies, then its algorithms' workspace */
         if ((st = set_descriptors(cu, ctx, &gn, x->dtype)) != KILN_OK) return st;
         const size_t nb = zero_bias_bytes(c, fused, &gn, x->dtype) + narrow_bytes(&gn, x->dtype) +
@@ -822,22 +830,17 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     return KILN_OK;
 }
 
-/* Whether the channel-padded forward problem g of c runs narrow (gn):
- * KILN_CUDA_NARROW_CHANNELS=0 never, =1 always; else, with autotune, where the op timed
+/* Whether the channel-padded forward problem g of c runs narrow (gn), where narrow_allowed:
+ * KILN_CUDA_NARROW_CHANNELS=1 always; else (autotune) where the op timed
  * narrow (copies included) runs clearly faster than padded: timed the first time the
  * problem is met (outside graph capture: a plan's first run is eager), the choice kept with
- * cuDNN's algorithm choices (on the disk too). Without autotune: padded. */
+ * cuDNN's algorithm choices (on the disk too). */
 static kiln_status narrow_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, const conv_geo *g, const conv_geo *gn,
                                  kiln_dtype dt, bool *narrow) {
     kiln_context *ctx = c->kctx;
-    *narrow = false;
     const char *env = getenv("KILN_CUDA_NARROW_CHANNELS");
-    if (env && strcmp(env, "0") == 0) return KILN_OK;
-    if (env && strcmp(env, "1") == 0) {
-        *narrow = true;
-        return KILN_OK;
-    }
-    if (!cu->autotune) return KILN_OK;
+    *narrow = env && strcmp(env, "1") == 0; /* else narrow_allowed: autotune, not =0 */
+    if (*narrow) return KILN_OK;
     const kiln_tensor *z = fused ? input(c, 3) : NULL;
     char key[KILN_ALGO_KEY];
     make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key,
@@ -926,7 +929,7 @@ static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int na
     conv_geo gn;
     bool narrow = false;
     kiln_status st;
-    if (narrow_geo(c, &g, &gn)) {
+    if (narrow_allowed(cu) && narrow_geo(c, &g, &gn)) {
         if (narrow_force >= 0) narrow = narrow_force == 1;
         else if ((st = narrow_decide(cu, c, fused, &g, &gn, dt, &narrow)) != KILN_OK)
             return st;

@@ -292,7 +292,8 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_p
      * result alone the activation reads: the activation moves before the view (elementwise,
      * it commutes with it), the view then writes the activation's output */
     int view = -1;
-    if (gemm && last == ci && reader >= 0 && !dead[reader] && is_view(&m->nodes[reader])) {
+    if (gemm && last == ci && reader >= 0 && !dead[reader] && is_view(&m->nodes[reader]) &&
+        m->nodes[reader].in[0] == y) {
         const int y2 = m->nodes[reader].out[0];
         int r2 = kiln_pass_single_consumer(m, y2);
         if (r2 >= 0 && !dead[r2] && get_activation(m, prod, &m->nodes[r2], &act)) last = r2;
