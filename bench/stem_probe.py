@@ -13,9 +13,12 @@ kiln's default (its own kernels or cuDNN, timed) against cuDNN alone.
 
 Run through bench/common.sh's kiln_env (library path).
 """
-import argparse, os, re, statistics, subprocess, tempfile
+import argparse, os, re, subprocess, sys, tempfile
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo  # noqa: E402 (bench/zoo.py: PyTorch's timing)
 
 
 SHAPES = [  # name, in, out, kernel, stride, pad, activation (groups 1, 224x224)
@@ -44,21 +47,9 @@ def module(cin, cout, k, s, pad, act, groups=1):
 
 
 def torch_ms(m, batch, cin, hw=224):
-    """PyTorch eager fp16 channels_last, cuDNN benchmark mode: median of 50 timed calls."""
+    """PyTorch eager fp16 channels_last, cuDNN benchmark mode (bench/zoo.py's timing)."""
     torch.backends.cudnn.benchmark = True
-    m = m.cuda().half().to(memory_format=torch.channels_last)
-    x = torch.randn(batch, cin, hw, hw, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
-    ts = []
-    with torch.inference_mode():
-        for i in range(60):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            m(x)
-            b.record()
-            b.synchronize()
-            if i >= 10:
-                ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    return zoo.torch_ms(m, batch, cin, hw)
 
 
 def kiln_ms(kiln, path, batch, disable, env):

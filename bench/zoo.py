@@ -29,9 +29,9 @@ def export(name, path):
     return m
 
 
-def torch_ms(m, batch, channels=3):
+def torch_ms(m, batch, channels=3, hw=224):
     m = m.cuda().half().to(memory_format=torch.channels_last)
-    x = torch.randn(batch, channels, 224, 224, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
+    x = torch.randn(batch, channels, hw, hw, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
     ts = []
     with torch.inference_mode():
         for i in range(60):

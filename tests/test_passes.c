@@ -508,6 +508,22 @@ static void test_fuse_conv(void) {
 
 #define SMOOTH (KILN_PASS_FOLD_BN | KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_SILU_GELU)
 
+/* Gelu's erf form as torch.onnx writes it, x -> y (Div by sqrt2, Erf, Add 1, Mul x, Mul
+ * 0.5; the constants a rank-0 initializer and Constant nodes). */
+static void erf_gelu(kiln_model *m, kiln_dtype dt, double sqrt2, const char *x) {
+    char div_in[64], mul_in[64];
+    snprintf(div_in, sizeof div_in, "%s,sqrt2", x);
+    snprintf(mul_in, sizeof mul_in, "%s,a", x);
+    init_scalar(m, "sqrt2", dt, sqrt2);
+    constant(m, "one", kt_scalar(dt, 1));
+    constant(m, "half", kt_scalar(dt, 0.5));
+    node(m, "Div", div_in, "d");
+    node(m, "Erf", "d", "e");
+    node(m, "Add", "e,one", "a");
+    node(m, "Mul", mul_in, "p");
+    node(m, "Mul", "p,half", "y");
+}
+
 /* x (2,C,7,6) -> depthwise (group C) or full Conv 3x3 -> [BN] -> act, act one of:
  *   "silu_xs" Sigmoid(c) -> Mul(c, s); "silu_sx" Mul(s, c); "silu_shared" s also read by
  *   an Add (a second consumer: must not fuse); "silu_out" c a graph output too; "gelu" torch's (c / sqrt2 -> Erf -> + 1 ->
@@ -535,14 +551,7 @@ static kiln_model *conv_act(bool depthwise, bool bn_on, const char *act, kiln_dt
         if (!strcmp(act, "silu_out")) output(m, "c");
     } else if (!strcmp(act, "gelu") || !strcmp(act, "gelu_bad")) {
         /* torch's f32 constant; f64 fuses only with sqrt 2 to double precision */
-        init_scalar(m, "sqrt2", dt, strcmp(act, "gelu") ? 1.7320508 : dt == KILN_F64 ? sqrt(2.0) : 1.4142135381698608);
-        constant(m, "one", kt_scalar(dt, 1));
-        constant(m, "half", kt_scalar(dt, 0.5));
-        node(m, "Div", "c,sqrt2", "d");
-        node(m, "Erf", "d", "e");
-        node(m, "Add", "e,one", "a");
-        node(m, "Mul", "c,a", "p");
-        node(m, "Mul", "p,half", "y");
+        erf_gelu(m, dt, strcmp(act, "gelu") ? 1.7320508 : dt == KILN_F64 ? sqrt(2.0) : 1.4142135381698608, "c");
         output(m, "y");
     } else if (!strcmp(act, "gelu_half_first")) {
         init_scalar(m, "rsqrt2", dt, 0.70710678118654752);
@@ -645,18 +654,8 @@ static void test_fuse_conv_smooth(void) {
         init(m, "b", KILN_F32, 1, KT_DIMS(8), -1, 1, 313);
         node(m, "MatMul", "x,w", "mm");
         node(m, "Add", "mm,b", "c");
-        if (form == 0) {
-            init_scalar(m, "sqrt2", KILN_F32, 1.4142135381698608);
-            constant(m, "one", kt_scalar(KILN_F32, 1));
-            constant(m, "half", kt_scalar(KILN_F32, 0.5));
-            node(m, "Div", "c,sqrt2", "d");
-            node(m, "Erf", "d", "e");
-            node(m, "Add", "e,one", "a");
-            node(m, "Mul", "c,a", "p");
-            node(m, "Mul", "p,half", "y");
-        } else {
-            node(m, "Gelu", "c", "y");
-        }
+        if (form == 0) erf_gelu(m, KILN_F32, 1.4142135381698608, "c");
+        else node(m, "Gelu", "c", "y");
         output(m, "y");
         finalize(m);
         kiln_model *o = optimized(m, SMOOTH);
@@ -712,14 +711,7 @@ static void test_fuse_conv_smooth(void) {
 static kiln_model *gelu(kiln_dtype dt, bool out_intermediate) {
     kiln_model *m = new_model();
     input(m, "x", dt, 2, KT_DIMS(3, 7));
-    init_scalar(m, "sqrt2", dt, 1.41421);
-    constant(m, "one", kt_scalar(dt, 1));
-    constant(m, "half", kt_scalar(dt, 0.5));
-    node(m, "Div", "x,sqrt2", "d");
-    node(m, "Erf", "d", "e");
-    node(m, "Add", "e,one", "a");
-    node(m, "Mul", "x,a", "p");
-    node(m, "Mul", "p,half", "y");
+    erf_gelu(m, dt, 1.41421, "x");
     output(m, "y");
     if (out_intermediate) output(m, "e");
     finalize(m);
