@@ -312,13 +312,15 @@ static kiln_status narrow_copy(kiln_cuda *cu, kiln_context *ctx, const conv_geo 
     return st;
 }
 
-/* Whether a channel-padded convolution may run narrow at all: KILN_CUDA_NARROW_CHANNELS=1,
- * or autotune (which times it) unless KILN_CUDA_NARROW_CHANNELS=0. Its workspace is
- * planned only then. */
-static bool narrow_allowed(const kiln_cuda *cu) {
+/* How channel-padded convolutions run: NARROW_NEVER (KILN_CUDA_NARROW_CHANNELS=0, or no
+ * autotune to time them), NARROW_ALWAYS (=1) or NARROW_TIMED (narrow_decide). Their narrow
+ * copies' workspace is planned unless NARROW_NEVER. */
+enum { NARROW_NEVER, NARROW_ALWAYS, NARROW_TIMED };
+
+static int narrow_mode(const kiln_cuda *cu) {
     const char *env = getenv("KILN_CUDA_NARROW_CHANNELS");
-    if (env && strcmp(env, "1") == 0) return true;
-    return cu->autotune && !(env && strcmp(env, "0") == 0);
+    if (env && strcmp(env, "1") == 0) return NARROW_ALWAYS;
+    return cu->autotune && !(env && strcmp(env, "0") == 0) ? NARROW_TIMED : NARROW_NEVER;
 }
 
 /* The directions of a convolution, each with its own algorithms. */
@@ -405,7 +407,7 @@ static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tenso
     *bytes = pad_bytes(&g, x->dtype) + zero_bias_bytes(c, fused, &g, x->dtype) + align256(most_workspace(cu, h, dir));
     if (dir == DIR_FWD && gemm_shaped(cu, &g) && *bytes < KILN_CUDA_GEMM_WS) *bytes = KILN_CUDA_GEMM_WS;
     conv_geo gn;
-    if (dir == DIR_FWD && narrow_allowed(cu) && narrow_geo(c, &g, &gn)) {
+    if (dir == DIR_FWD && narrow_mode(cu) != NARROW_NEVER && narrow_geo(c, &g, &gn)) {
         /* the narrow problem: its copies, then its algorithms' workspace */
         if ((st = set_descriptors(cu, ctx, &gn, x->dtype)) != KILN_OK) return st;
         const size_t nb = zero_bias_bytes(c, fused, &gn, x->dtype) + narrow_bytes(&gn, x->dtype) +
@@ -642,21 +644,6 @@ static kiln_status time_fused(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h,
     return st;
 }
 
-/* The cached choice for this problem in direction dir (pick_algo's arguments), or NULL
- * when it must be searched; key (KILN_ALGO_KEY bytes) gets the problem's key. */
-static kiln_algo_entry *cached_algo(kiln_cuda *cu, const conv_geo *g, kiln_dtype dt, int dir, const void *x,
-                                    const void *w, const void *y, size_t ws_bytes, bool identity,
-                                    const fused_call *fc, char *key) {
-    make_key(cu, g, dt, align_class(x, w, y), dir, identity, key, KILN_ALGO_KEY);
-    /* choices timed on the fused call are their own entries (they also say fused or split) */
-    if (fc && cu->autotune && strlen(key) + 11 < KILN_ALGO_KEY) strcat(key, " call=fused");
-    kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
-    /* a strict-f32 choice cached before transform algorithms were refused is searched again */
-    if (!a || !entry_valid(a, dir, ws_bytes) || (dt == KILN_F32 && !cu->allow_tf32 && transform_algo(dir, a->algo)))
-        return NULL;
-    return a;
-}
-
 /* The algorithm for this problem in direction dir: cached, or timed (autotune) / cuDNN's
  * heuristic, then cached; the math type set on the descriptor. x, w, y: the data cuDNN
  * sees for dnn_x, dnn_w and dnn_y (the direction's output is overwritten by a search).
@@ -666,8 +653,12 @@ static kiln_status pick_algo(kiln_cuda *cu, kiln_context *ctx, cudnnHandle_t h, 
                              int dir, const void *x, const void *w, const void *y, void *ws, size_t ws_bytes,
                              bool identity, const fused_call *fc, kiln_algo_entry **out) {
     char key[KILN_ALGO_KEY];
-    kiln_algo_entry *a = cached_algo(cu, g, dt, dir, x, w, y, ws_bytes, identity, fc, key);
-    if (!a) {
+    make_key(cu, g, dt, align_class(x, w, y), dir, identity, key, sizeof key);
+    /* choices timed on the fused call are their own entries (they also say fused or split) */
+    if (fc && cu->autotune && strlen(key) + 11 < sizeof key) strcat(key, " call=fused");
+    kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    /* a strict-f32 choice cached before transform algorithms were refused is searched again */
+    if (!a || !entry_valid(a, dir, ws_bytes) || (dt == KILN_F32 && !cu->allow_tf32 && transform_algo(dir, a->algo))) {
         found_algo found[16];
         int got = 0;
         kiln_status st = candidates(cu, ctx, h, dir, x, w, y, ws, ws_bytes, found, &got);
@@ -830,17 +821,14 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     return KILN_OK;
 }
 
-/* Whether the channel-padded forward problem g of c runs narrow (gn), where narrow_allowed:
- * KILN_CUDA_NARROW_CHANNELS=1 always; else (autotune) where the op timed
- * narrow (copies included) runs clearly faster than padded: timed the first time the
+/* Whether the channel-padded forward problem g of c runs narrow (gn) in NARROW_TIMED mode:
+ * where the op timed narrow (copies included) runs clearly faster than padded: timed the first time the
  * problem is met (outside graph capture: a plan's first run is eager), the choice kept with
  * cuDNN's algorithm choices (on the disk too). */
 static kiln_status narrow_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, const conv_geo *g, const conv_geo *gn,
                                  kiln_dtype dt, bool *narrow) {
     kiln_context *ctx = c->kctx;
-    const char *env = getenv("KILN_CUDA_NARROW_CHANNELS");
-    *narrow = env && strcmp(env, "1") == 0; /* else narrow_allowed: autotune, not =0 */
-    if (*narrow) return KILN_OK;
+    *narrow = false;
     const kiln_tensor *z = fused ? input(c, 3) : NULL;
     char key[KILN_ALGO_KEY];
     make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key,
@@ -929,8 +917,10 @@ static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int na
     conv_geo gn;
     bool narrow = false;
     kiln_status st;
-    if (narrow_allowed(cu) && narrow_geo(c, &g, &gn)) {
+    const int mode = narrow_mode(cu);
+    if (mode != NARROW_NEVER && narrow_geo(c, &g, &gn)) {
         if (narrow_force >= 0) narrow = narrow_force == 1;
+        else if (mode == NARROW_ALWAYS) narrow = true;
         else if ((st = narrow_decide(cu, c, fused, &g, &gn, dt, &narrow)) != KILN_OK)
             return st;
     }
