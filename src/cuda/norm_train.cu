@@ -183,6 +183,39 @@ template <typename T> __device__ __forceinline__ bool pos_from_x(float x, float 
     return to_f(from_f<T>(bn_affine(x, a, m, k))) > 0.f;
 }
 
+struct Params {
+    const void *p[4]; /* scale, B, input_mean, input_var */
+    int dt[4];
+    void *o[4];       /* forward: running_mean, running_var; gradient: dScale, dB, dMean, dVar */
+    int odt[4];
+    double eps, momentum;
+    bool train;       /* the gradient: training mode */
+    float *pk;        /* the forward: kiln's output 4, P (2, C) f32: a; k = B - mean * a (the
+                       * conv-bn-prologue pass's convolution prologue), or null */
+};
+
+// The mask from X: the forward's coefficients (a, m, k) from S (mean; var), (2, C) of any float
+// dtype, into mc (3, C), as bn_finalize_fwd computes them (fwd_coef). grid ceil(C / 256).
+__global__ void bn_mask_coef(const void *S, int sdt, Params p, float *mc, int64_t C) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float a, m, k;
+    fwd_coef(load_any(p.p[0], p.dt[0], c), load_any(p.p[1], p.dt[1], c), load_any(S, sdt, c), load_any(S, sdt, C + c),
+             p.eps, a, m, k);
+    mc[c] = a;
+    mc[C + c] = m;
+    mc[2 * C + c] = k;
+}
+
+/* The mask from X's coefficients for the statistics kernel's vector path (MX), which computes
+ * them from S itself (bn_mask_coef's arithmetic) and leaves them in mc for the apply. */
+struct MaskIn {
+    const void *S;
+    int sdt;
+    Params p;
+    float *mc; /* (3, C) */
+};
+
 /* ------------------------------------------------------------------ statistics */
 
 /* dY masked by the ReLU's output Y (kiln.UnaryGrad op=Relu: Y > 0 ? dY : 0) */
@@ -286,7 +319,7 @@ template <typename T, int K, bool RELU, bool ADD, bool OUT, bool MX = false>
 __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x, const T *__restrict__ dy,
                                                         const T *__restrict__ y, const T *__restrict__ dy2,
                                                         T *__restrict__ gout, double *__restrict__ part, int64_t R,
-                                                        int64_t C, int BX, int BY, const float *__restrict__ mc = nullptr) {
+                                                        int64_t C, int BX, int BY, MaskIn mi = MaskIn{}) {
     using Vec = typename VecOf<T>::type;
     constexpr int V = VecOf<T>::N;
     __shared__ double sh[THREADS * V];
@@ -297,15 +330,34 @@ __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x,
     for (int k = 0; k < K; k++)
 #pragma unroll
         for (int j = 0; j < V; j++) acc[k][j] = 0.f;
-    if (grp < G) {
-        constexpr int MV = MX ? V : 1;
-        float ma[MV], mm[MV], mk[MV];
-#pragma unroll
-        for (int j = 0; j < MV; j++) {
-            ma[j] = MX ? mc[grp * V + j] : 0.f;
-            mm[j] = MX ? mc[C + grp * V + j] : 0.f;
-            mk[j] = MX ? mc[2 * C + grp * V + j] : 0.f;
+    constexpr int MV = MX ? V : 1;
+    float ma[MV], mm[MV], mk[MV];
+    if constexpr (MX) { /* the block's BX * V channels' mask coefficients from S, one thread each */
+        __shared__ float smc[3][THREADS];
+        const int t = (int)threadIdx.x;
+        const int64_t c = (int64_t)blockIdx.x * BX * V + t;
+        if (t < BX * V && c < C) {
+            float fa, fm, fk;
+            fwd_coef(load_any(mi.p.p[0], mi.p.dt[0], c), load_any(mi.p.p[1], mi.p.dt[1], c), load_any(mi.S, mi.sdt, c),
+                     load_any(mi.S, mi.sdt, C + c), mi.p.eps, fa, fm, fk);
+            smc[0][t] = fa;
+            smc[1][t] = fm;
+            smc[2][t] = fk;
+            if (blockIdx.y == 0) { /* for the apply (one block per channel writes) */
+                mi.mc[c] = fa;
+                mi.mc[C + c] = fm;
+                mi.mc[2 * C + c] = fk;
+            }
         }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            ma[j] = smc[0][tx * V + j];
+            mm[j] = smc[1][tx * V + j];
+            mk[j] = smc[2][tx * V + j];
+        }
+    }
+    if (grp < G) {
         const T *xs = x + grp * V, *ds = K == 4 ? dy + grp * V : nullptr, *ys = RELU && !MX ? y + grp * V : nullptr;
         const T *d2s = ADD ? dy2 + grp * V : nullptr;
         T *gs = OUT ? gout + grp * V : nullptr;
@@ -369,20 +421,26 @@ template <typename T> bool vec_ok(const Geo &g, const void *a, const void *b, co
 
 template <typename T, int K, bool RELU, bool ADD, bool OUT, bool MX = false>
 void launch_stats_vec(kiln_cuda *cu, const Geo &g, const void *x, const void *dy, const void *y, const void *dy2,
-                      void *gout, double *part, const float *mc = nullptr) {
+                      void *gout, double *part, const MaskIn &mi = MaskIn{}) {
     const dim3 grid((unsigned)g.gx, (unsigned)g.P);
     bn_stats_vec<T, K, RELU, ADD, OUT, MX><<<grid, g.BX * g.BY, 0, cu->stream>>>(
-        (const T *)x, (const T *)dy, (const T *)y, (const T *)dy2, (T *)gout, part, g.M, g.C, g.BX, g.BY, mc);
+        (const T *)x, (const T *)dy, (const T *)y, (const T *)dy2, (T *)gout, part, g.M, g.C, g.BX, g.BY, mi);
 }
 
 /* dy2 (added to dy) and gout (the gradient written) only with K = 4; gout whenever dy2. MX
- * (K = 4, RELU): the mask from X's coefficients mc, no y, dy2 or gout. */
+ * (K = 4, RELU): the mask from X, no y, dy2 or gout; its coefficients (3, C) into mi.mc,
+ * by the vector kernel itself or else by bn_mask_coef first, for this pass and the apply. */
 template <typename T, int K, bool RELU, bool MX = false>
 kiln_status launch_stats_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
-                           const void *dy2, void *gout, double *part, const float *mc = nullptr) {
+                           const void *dy2, void *gout, double *part, const MaskIn &mi = MaskIn{}) {
     if constexpr (MX) {
+        const float *mc = mi.mc;
+        if (!vec_ok<T>(g, x, dy, nullptr)) {
+            bn_mask_coef<<<(unsigned)div_up(g.C, THREADS), THREADS, 0, cu->stream>>>(mi.S, mi.sdt, mi.p, mi.mc, g.C);
+            KILN_CUDA_LAUNCHED(ctx, "bn_mask_coef");
+        }
         if (vec_ok<T>(g, x, dy, nullptr))
-            launch_stats_vec<T, K, true, false, false, true>(cu, g, x, dy, nullptr, nullptr, nullptr, part, mc);
+            launch_stats_vec<T, K, true, false, false, true>(cu, g, x, dy, nullptr, nullptr, nullptr, part, mi);
         else if (g.rows)
             bn_stats_rows<T, K, true, true><<<dim3((unsigned)div_up(g.C, TX), (unsigned)g.P), dim3(TX, TY), 0, cu->stream>>>(
                 (const T *)x, (const T *)dy, nullptr, nullptr, nullptr, part, g.M, g.C, mc);
@@ -422,9 +480,9 @@ kiln_status launch_stats_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const
 
 template <typename T, int K>
 kiln_status launch_stats(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
-                         const void *dy2, void *gout, double *part, const float *mc = nullptr) {
+                         const void *dy2, void *gout, double *part, const MaskIn &mi = MaskIn{}) {
     if constexpr (K == 4) { /* the forward's statistics never read Y */
-        if (mc) return launch_stats_t<T, K, true, true>(cu, ctx, g, x, dy, nullptr, nullptr, nullptr, part, mc);
+        if (mi.mc) return launch_stats_t<T, K, true, true>(cu, ctx, g, x, dy, nullptr, nullptr, nullptr, part, mi);
         if (y) return launch_stats_t<T, K, true>(cu, ctx, g, x, dy, y, dy2, gout, part);
     }
     return launch_stats_t<T, K, false>(cu, ctx, g, x, dy, y, dy2, gout, part);
@@ -432,25 +490,20 @@ kiln_status launch_stats(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const v
 
 /* -------------------------------------------------------------------- finalize */
 
-struct Params {
-    const void *p[4]; /* scale, B, input_mean, input_var */
-    int dt[4];
-    void *o[4];       /* forward: running_mean, running_var; gradient: dScale, dB, dMean, dVar */
-    int odt[4];
-    double eps, momentum;
-    bool train;       /* the gradient: training mode */
-    float *pk;        /* the forward: kiln's output 4, P (2, C) f32: a; k = B - mean * a (the
-                       * conv-bn-prologue pass's convolution prologue), or null */
-};
 
-constexpr int FIN_C = 32, FIN_P = 32; /* the finalize block: channels x partial rows */
+/* The finalize block: FIN_C channels x FIN_P partial rows (C / FIN_C blocks). Narrow in
+ * channels so that a BN of 64 or 256 channels with ~1,000 partial rows (the statistics
+ * kernel's P for large NHWC shapes) still spreads its partials over 8 or 32 SMs: one block
+ * of 32 channels read them at ~15 us a BatchNormGrad, longer than the launch. */
+constexpr int FIN_C = 8, FIN_P = 128;
 
 /* The K sums of channel c = blockIdx.x * FIN_C + threadIdx.x over its P partials, in the
  * threads of threadIdx.y == 0 (every thread of the block calls; sh: the block's scratch).
- * Threads (x, y) read partial rows y, y + FIN_P, ...: each row's FIN_C channels contiguous. */
+ * Threads (x, y) read partial rows y, y + FIN_P, ... (each row's FIN_C channels
+ * contiguous), then the FIN_P row sums are added as a tree (a fixed order: deterministic). */
 template <int K>
 __device__ __forceinline__ void channel_sums(const double *part, int64_t C, int64_t P, double (&s)[K],
-                                             double (*sh)[FIN_P][FIN_C + 1]) {
+                                             double (*sh)[FIN_P][FIN_C]) {
     const int64_t c = (int64_t)blockIdx.x * FIN_C + threadIdx.x;
 #pragma unroll
     for (int k = 0; k < K; k++) s[k] = 0;
@@ -462,59 +515,60 @@ __device__ __forceinline__ void channel_sums(const double *part, int64_t C, int6
 #pragma unroll
     for (int k = 0; k < K; k++) sh[k][threadIdx.y][threadIdx.x] = s[k];
     __syncthreads();
-    if (threadIdx.y == 0) {
 #pragma unroll
-        for (int k = 0; k < K; k++) {
-            double v = 0;
-            for (int y = 0; y < FIN_P; y++) v += sh[k][y][threadIdx.x];
-            s[k] = v;
+    for (int h = FIN_P / 2; h > 0; h >>= 1) {
+        if ((int)threadIdx.y < h) {
+#pragma unroll
+            for (int k = 0; k < K; k++) sh[k][threadIdx.y][threadIdx.x] += sh[k][threadIdx.y + h][threadIdx.x];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) s[k] = sh[k][0][threadIdx.x];
+    __syncthreads(); /* sh free again for a second call */
+}
+
+/* One channel of the forward's finalize from X's sums over M elements (s0 = sum x, s1 =
+ * sum x^2): the running statistics, S and P written when `write`, the apply's coefficients
+ * (a, m, k) returned. bn_finalize_fwd and the apply with the finalize inside
+ * (bn_apply_vec<FIN>) both call this: one arithmetic, the same floats. */
+__device__ __forceinline__ void finalize_fwd_channel(double s0, double s1, const Params &p, int64_t c, int64_t C,
+                                                     double M, bool write, float &a, float &m, float &k) {
+    const double mean = s0 / M;
+    double var = s1 / M - mean * mean;
+    if (var < 0) var = 0;
+    if (write) {
+        if (p.o[0]) store_any(p.o[0], p.odt[0], c, load_any(p.p[2], p.dt[2], c) * p.momentum + mean * (1 - p.momentum));
+        if (p.o[1]) store_any(p.o[1], p.odt[1], c, load_any(p.p[3], p.dt[3], c) * p.momentum + var * (1 - p.momentum));
+        if (p.o[2]) { /* S (kiln's output 3): the statistics the coefficients below come from */
+            store_any(p.o[2], p.odt[2], c, mean);
+            store_any(p.o[2], p.odt[2], C + c, var);
+        }
+        if (p.pk) { /* P: as the CPU reference, in double, each rounded to f32 once */
+            const double ad = load_any(p.p[0], p.dt[0], c) / sqrt(var + p.eps);
+            p.pk[c] = (float)ad;
+            p.pk[C + c] = (float)(load_any(p.p[1], p.dt[1], c) - mean * ad);
         }
     }
-    __syncthreads();
+    fwd_coef(load_any(p.p[0], p.dt[0], c), load_any(p.p[1], p.dt[1], c), mean, var, p.eps, a, m, k);
 }
 
 // part: (P, C, 2); coef: (4, C). grid ceil(C / FIN_C), block (FIN_C, FIN_P).
 __global__ void __launch_bounds__(FIN_C * FIN_P) bn_finalize_fwd(const double *part, float *coef, Params p, int64_t C,
                                                                  int64_t P, double M) {
-    __shared__ double sh[2][FIN_P][FIN_C + 1];
+    __shared__ double sh[2][FIN_P][FIN_C];
     const int64_t c = (int64_t)blockIdx.x * FIN_C + threadIdx.x;
     double s[2];
     channel_sums<2>(part, C, P, s, sh);
     if (threadIdx.y != 0 || c >= C) return;
-    const double mean = s[0] / M;
-    double var = s[1] / M - mean * mean;
-    if (var < 0) var = 0;
-    if (p.o[0]) store_any(p.o[0], p.odt[0], c, load_any(p.p[2], p.dt[2], c) * p.momentum + mean * (1 - p.momentum));
-    if (p.o[1]) store_any(p.o[1], p.odt[1], c, load_any(p.p[3], p.dt[3], c) * p.momentum + var * (1 - p.momentum));
-    if (p.o[2]) { /* S (kiln's output 3): the statistics the coefficients below come from */
-        store_any(p.o[2], p.odt[2], c, mean);
-        store_any(p.o[2], p.odt[2], C + c, var);
-    }
     float a, m, k;
-    fwd_coef(load_any(p.p[0], p.dt[0], c), load_any(p.p[1], p.dt[1], c), mean, var, p.eps, a, m, k);
-    if (p.pk) { /* P: as the CPU reference, in double, each rounded to f32 once */
-        const double ad = load_any(p.p[0], p.dt[0], c) / sqrt(var + p.eps);
-        p.pk[c] = (float)ad;
-        p.pk[C + c] = (float)(load_any(p.p[1], p.dt[1], c) - mean * ad);
-    }
+    finalize_fwd_channel(s[0], s[1], p, c, C, M, true, a, m, k);
     coef[c] = a;
     coef[C + c] = 0.f;
     coef[2 * C + c] = m;
     coef[3 * C + c] = k;
 }
 
-// The mask from X: the forward's coefficients (a, m, k) from S (mean; var), (2, C) of any float
-// dtype, into mc (3, C), as bn_finalize_fwd computes them (fwd_coef). grid ceil(C / 256).
-__global__ void bn_mask_coef(const void *S, int sdt, Params p, float *mc, int64_t C) {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float a, m, k;
-    fwd_coef(load_any(p.p[0], p.dt[0], c), load_any(p.p[1], p.dt[1], c), load_any(S, sdt, c), load_any(S, sdt, C + c),
-             p.eps, a, m, k);
-    mc[c] = a;
-    mc[C + c] = m;
-    mc[2 * C + c] = k;
-}
 
 // part: (P, C, 4); coef: (4, C). grid ceil(C / FIN_C), block (FIN_C, FIN_P). SyncBatchNorm:
 // part holds the sums over every rank (M elements per channel in all), local this rank's,
@@ -522,7 +576,7 @@ __global__ void bn_mask_coef(const void *S, int sdt, Params p, float *mc, int64_
 // parameters'); else local is part.
 __global__ void __launch_bounds__(FIN_C * FIN_P) bn_finalize_grad(const double *part, const double *local, float *coef,
                                                                   Params p, int64_t C, int64_t P, double M) {
-    __shared__ double sh[4][FIN_P][FIN_C + 1];
+    __shared__ double sh[4][FIN_P][FIN_C];
     const int64_t c = (int64_t)blockIdx.x * FIN_C + threadIdx.x;
     double s[4], l[4];
     channel_sums<4>(part, C, P, s, sh);
@@ -602,27 +656,63 @@ __global__ void bn_apply_train(const T *u, const T *x, const T *e, T *out, const
     }
 }
 
+/* The forward's finalize inside its apply (bn_apply_vec<FIN>): X's f32 sums from the
+ * convolution (conv-bn-stats, one partial row, no SyncBatchNorm), M elements a channel. */
+struct FinIn {
+    const float *sum, *sq;
+    Params p;
+    double M;
+};
+
 // The vector path of the apply: rows (R, C), C a multiple of V, 16-byte aligned; the
 // statistics kernel's thread geometry, grid (ceil(C / V / BX), any), each thread's V
-// channels' coefficients in registers.
-template <typename T, bool GRAD, bool RELU, bool E, bool MX = false>
+// channels' coefficients in registers. FIN (the forward): no finalize kernel before it;
+// each block computes its BX * V channels' coefficients from fin's sums into shared memory
+// (finalize_fwd_channel, as bn_finalize_fwd: the same floats), and the blocks of row 0
+// (blockIdx.y == 0: one per channel) write the running statistics, S and P. That saves two
+// launches a BN (the sums' copy and the finalize: ~9 us with their gaps, x53 in ResNet-50).
+template <typename T, bool GRAD, bool RELU, bool E, bool MX = false, bool FIN = false>
 __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u, const T *__restrict__ x,
                                                         const T *__restrict__ e, T *__restrict__ out,
                                                         const float *__restrict__ coef, int64_t R, int64_t C, int BX,
-                                                        int BY, const float *__restrict__ mc = nullptr) {
+                                                        int BY, const float *__restrict__ mc = nullptr,
+                                                        FinIn fin = FinIn{}) {
     using Vec = typename VecOf<T>::type;
     constexpr int V = VecOf<T>::N;
     const int tx = (int)threadIdx.x % BX, ty = (int)threadIdx.x / BX;
     const int64_t G = C / V, grp = (int64_t)blockIdx.x * BX + tx, step = (int64_t)gridDim.y * BY;
-    if (grp >= G) return;
     float a[V], b[V], m[V], k[V];
+    if constexpr (FIN) {
+        __shared__ float sc[3][THREADS]; /* a, m, k of the block's channels (BX * V <= THREADS) */
+        const int t = (int)threadIdx.x;
+        const int64_t c = (int64_t)blockIdx.x * BX * V + t;
+        if (t < BX * V && c < C) {
+            float fa, fm, fk;
+            finalize_fwd_channel((double)fin.sum[c], (double)fin.sq[c], fin.p, c, C, fin.M, blockIdx.y == 0, fa, fm,
+                                 fk);
+            sc[0][t] = fa;
+            sc[1][t] = fm;
+            sc[2][t] = fk;
+        }
+        __syncthreads();
+        if (grp >= G) return;
 #pragma unroll
-    for (int j = 0; j < V; j++) {
-        const int64_t c = grp * V + j;
-        a[j] = coef[c];
-        b[j] = coef[C + c];
-        m[j] = coef[2 * C + c];
-        k[j] = coef[3 * C + c];
+        for (int j = 0; j < V; j++) {
+            a[j] = sc[0][tx * V + j];
+            b[j] = 0.f;
+            m[j] = sc[1][tx * V + j];
+            k[j] = sc[2][tx * V + j];
+        }
+    } else {
+        if (grp >= G) return;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const int64_t c = grp * V + j;
+            a[j] = coef[c];
+            b[j] = coef[C + c];
+            m[j] = coef[2 * C + c];
+            k[j] = coef[3 * C + c];
+        }
     }
     constexpr int MV = MX ? V : 1; /* MX: the mask from X's coefficients */
     float ma[MV], mm[MV], mk[MV];
@@ -662,17 +752,22 @@ __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u,
     }
 }
 
+/* The apply's grid on the vector path: about 2048 blocks in all, each thread at least
+ * UNROLL rows where there are enough. */
+dim3 apply_grid(const Geo &g) {
+    int64_t py = div_up(2048, g.gx);
+    const int64_t most = div_up(g.M, (int64_t)g.BY * UNROLL);
+    if (py > most) py = most;
+    if (py < 1) py = 1;
+    if (py > MAX_GRID_Y) py = MAX_GRID_Y;
+    return dim3((unsigned)g.gx, (unsigned)py);
+}
+
 template <typename T, bool GRAD, bool RELU, bool E, bool MX = false>
 kiln_status launch_apply_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *u, const void *x, const void *e,
                            void *out, const float *coef, const float *mc = nullptr) {
     if (vec_ok<T>(g, u, x, e, out)) {
-        /* about 2048 blocks in all, each thread at least UNROLL rows where there are enough */
-        int64_t py = div_up(2048, g.gx);
-        const int64_t most = div_up(g.M, (int64_t)g.BY * UNROLL);
-        if (py > most) py = most;
-        if (py < 1) py = 1;
-        if (py > MAX_GRID_Y) py = MAX_GRID_Y;
-        bn_apply_vec<T, GRAD, RELU, E, MX><<<dim3((unsigned)g.gx, (unsigned)py), g.BX * g.BY, 0, cu->stream>>>(
+        bn_apply_vec<T, GRAD, RELU, E, MX><<<apply_grid(g), g.BX * g.BY, 0, cu->stream>>>(
             (const T *)u, (const T *)x, (const T *)e, (T *)out, coef, g.M, g.C, g.BX, g.BY, mc);
         KILN_CUDA_LAUNCHED(ctx, "bn_apply_vec");
         return KILN_OK;
@@ -689,6 +784,14 @@ kiln_status launch_apply_t(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const
     return KILN_OK;
 }
 
+/* The forward's apply with its finalize inside (bn_apply_vec<FIN>), on the vector path only
+ * (the caller checked fin_vec_ok). */
+template <typename T, bool RELU, bool E>
+void launch_apply_fin_t(kiln_cuda *cu, const Geo &g, const void *x, const void *e, void *out, const FinIn &fin) {
+    bn_apply_vec<T, false, RELU, E, false, true><<<apply_grid(g), g.BX * g.BY, 0, cu->stream>>>(
+        (const T *)x, (const T *)x, (const T *)e, (T *)out, nullptr, g.M, g.C, g.BX, g.BY, nullptr, fin);
+}
+
 /* KILN_CU_FLOAT_DISPATCH takes templates of the element type alone */
 template <typename T>
 kiln_status stats_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, double *part) {
@@ -696,8 +799,8 @@ kiln_status stats_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void
 }
 template <typename T>
 kiln_status stats_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *dy, const void *y,
-                       const void *dy2, void *gout, double *part, const float *mc) {
-    return launch_stats<T, 4>(cu, ctx, g, x, dy, y, dy2, gout, part, mc);
+                       const void *dy2, void *gout, double *part, const MaskIn &mi) {
+    return launch_stats<T, 4>(cu, ctx, g, x, dy, y, dy2, gout, part, mi);
 }
 template <typename T>
 kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *z, void *y,
@@ -705,6 +808,15 @@ kiln_status apply_fwd(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void
     if (z) return launch_apply_t<T, false, true, true>(cu, ctx, g, x, x, z, y, coef); /* Z only with relu = 1 */
     return relu ? launch_apply_t<T, false, true, false>(cu, ctx, g, x, x, nullptr, y, coef)
                 : launch_apply_t<T, false, false, false>(cu, ctx, g, x, x, nullptr, y, coef);
+}
+template <typename T>
+kiln_status apply_fwd_fin(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *x, const void *z, void *y,
+                          const FinIn &fin, bool relu) {
+    if (z) launch_apply_fin_t<T, true, true>(cu, g, x, z, y, fin); /* Z only with relu = 1 */
+    else if (relu) launch_apply_fin_t<T, true, false>(cu, g, x, nullptr, y, fin);
+    else launch_apply_fin_t<T, false, false>(cu, g, x, nullptr, y, fin);
+    KILN_CUDA_LAUNCHED(ctx, "bn_apply_vec (with its finalize)");
+    return KILN_OK;
 }
 template <typename T>
 kiln_status apply_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const void *dy, const void *x, const void *y,
@@ -736,7 +848,7 @@ kiln_status launch_sums_in(kiln_cuda *cu, kiln_context *ctx, int64_t C, const fl
 // does). grid ceil(C / FIN_C), block (FIN_C, FIN_P).
 __global__ void __launch_bounds__(FIN_C * FIN_P) bn_sums_out(const double *part, float *sum, float *sq, int64_t C,
                                                              int64_t P) {
-    __shared__ double sh[2][FIN_P][FIN_C + 1];
+    __shared__ double sh[2][FIN_P][FIN_C];
     const int64_t c = (int64_t)blockIdx.x * FIN_C + threadIdx.x;
     double s[2];
     channel_sums<2>(part, C, P, s, sh);
@@ -794,6 +906,9 @@ Params params_of(const kiln_op_ctx *c, int first) {
     p.train = kiln_cuda_bn_training(c);
     return p;
 }
+
+/* SyncBatchNorm: the sums all-reduced over the ranks (the gradient also keeps this rank's) */
+bool synced(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "sync_comm", 0) != 0; }
 
 } // namespace
 
@@ -875,6 +990,19 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
             p.o[k] = c->out[1 + k]->data;
             p.odt[k] = c->out[1 + k]->dtype;
         }
+    const bool write_y = kiln_attr_int(c->node, "write_y", 1) != 0, relu = kiln_attr_int(c->node, "relu", 0) != 0;
+    const void *z = present(c, 5) ? c->in[5]->data : nullptr; /* the fused residual (relu = 1) */
+    const size_t es = kiln_dtype_size(x->dtype);
+    /* inputs 6, 7 (conv-bn-stats) on one rank, Y written on the vector path: the finalize
+     * runs inside the apply (bn_apply_vec<FIN>), one kernel for the whole BN */
+    if (present(c, 6) && present(c, 7) && !synced(c) && write_y && g.rows && g.C % (int64_t)(16 / es) == 0 &&
+        aligned16(x->data, z, c->out[0]->data)) {
+        if (has_out(c, 4)) p.pk = (float *)c->out[4]->data;
+        const FinIn fin = {(const float *)c->in[6]->data, (const float *)c->in[7]->data, p, (double)g.M};
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd_fin, cu, c->kctx, g, x->data, z, c->out[0]->data, fin,
+                               relu);
+        return st;
+    }
     /* inputs 6, 7 (conv-bn-stats): X's sums from the convolution as one partial row, no pass over X */
     Geo gs = g;
     if (present(c, 6) && present(c, 7)) {
@@ -888,9 +1016,7 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     if ((st = kiln_cuda_sync_sums(cu, c, part, part, gs.P * gs.C * 2, &world))) return st;
     if (has_out(c, 4)) p.pk = (float *)c->out[4]->data; /* P for the convolutions' prologue */
     if ((st = launch_finalize_fwd(cu, c->kctx, gs, part, coef, p, (double)g.M * world))) return st;
-    if (kiln_attr_int(c->node, "write_y", 1) == 0) return KILN_OK; /* Y unwritten: its readers read X through P */
-    const bool relu = kiln_attr_int(c->node, "relu", 0) != 0;
-    const void *z = present(c, 5) ? c->in[5]->data : nullptr; /* the fused residual (relu = 1) */
+    if (!write_y) return KILN_OK; /* Y unwritten: its readers read X through P */
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, z, c->out[0]->data, coef, relu);
     return st;
 }
@@ -958,8 +1084,6 @@ static bool relu_y(const kiln_op_ctx *c) {
     return kiln_attr_int(c->node, "relu", 0) != 0 && present(c, 6) && !mask_from_x(c);
 }
 
-/* SyncBatchNorm's gradient keeps this rank's partial sums beside the ranks' total */
-static bool synced(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "sync_comm", 0) != 0; }
 /* ... then the mask from X's coefficients (3, C) */
 static size_t grad_ws_base(const kiln_op_ctx *c, const Geo &g) { return ws_bytes(g, 4) + (synced(c) ? part_bytes(g, 4) : 0); }
 static size_t grad_ws_bytes(const kiln_op_ctx *c, const Geo &g) {
@@ -991,17 +1115,14 @@ extern "C" kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     /* the mask from X: the forward's
      * coefficients from S into mc, read by both passes instead of Y */
     float *mc = mask_from_x(c) ? (float *)((char *)c->workspace + grad_ws_base(c, g)) : nullptr; // (3, C)
-    if (mc) {
-        const unsigned blocks = (unsigned)div_up(g.C, THREADS);
-        bn_mask_coef<<<blocks, THREADS, 0, cu->stream>>>(c->in[6]->data, c->in[6]->dtype, p, mc, g.C);
-        KILN_CUDA_LAUNCHED(c->kctx, "bn_mask_coef");
-    }
+    MaskIn mi = MaskIn{}; /* written by the statistics pass (its kernel, or bn_mask_coef before it) */
+    if (mc) mi = MaskIn{c->in[6]->data, (int)c->in[6]->dtype, p, mc};
     /* input 7 added to dY; the gradient read written by the statistics pass into output 5
      * (else into dX, which the apply pass then overwrites element by element) and read by
      * the apply pass instead of dY, dY2 and Y */
     const void *dy2 = present(c, 7) ? c->in[7]->data : nullptr;
     void *gout = has_out(c, 5) ? c->out[5]->data : dy2 ? c->out[0]->data : nullptr;
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, y, dy2, gout, local, mc);
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_grad, cu, c->kctx, g, x->data, dy->data, y, dy2, gout, local, mi);
     if (st) return st;
     int world = 1; /* SyncBatchNorm: this rank's sums kept in local, every rank's into part */
     if ((st = kiln_cuda_sync_sums(cu, c, local, part, g.P * g.C * 4, &world))) return st;

@@ -581,6 +581,14 @@ static int test(void) {
             {"kernel_shape=[3];strides=[2];pads=[1,1]", "maxpoolgrad ties 1-D k3 s2 p1", 3, {2, 3, 8}, {2, 3, 15}},
             {"kernel_shape=[3,3,3];strides=[2,2,2];pads=[1,1,1,1,1,1]", "maxpoolgrad ties 3-D k3 s2 p1", 5,
              {1, 2, 3, 3, 2}, {1, 2, 5, 6, 4}},
+            /* larger than the CUDA tiled pass's 16x16 tile: windows shared across tiles, edge
+             * tiles, more channel groups than a block takes (80 channels: 10 f16 groups) */
+            {"kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", "maxpoolgrad ties 3x3 s2 p1 across tiles, 80 channels",
+             4, {1, 80, 19, 18}, {1, 80, 37, 35}},
+            {"kernel_shape=[3,3];pads=[1,1,1,1]", "maxpoolgrad ties 3x3 s1 p1 across tiles, 8 channels", 4,
+             {1, 8, 20, 33}, {1, 8, 20, 33}},
+            {"kernel_shape=[2,2]", "maxpoolgrad ties 2x2 s1 across tiles, 16 channels", 4, {2, 16, 17, 18},
+             {2, 16, 18, 19}},
         };
         for (size_t i = 0; i < sizeof tie_cases / sizeof tie_cases[0]; i++) {
             const int nd = tie_cases[i].nd;
