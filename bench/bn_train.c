@@ -354,6 +354,59 @@ static int bench_shape(kiln_dtype dt, bool nhwc, int64_t N, int64_t C, int64_t H
     return rc;
 }
 
+/* kiln.MaxPool and kiln.MaxPoolGrad on ResNet-50's stem pool (3x3 stride 2 pad 1, C 64,
+ * 112x112 -> 56x56), against a copy of dX (the bytes' floor: the gradient reads X and dY
+ * and writes dX, ~2.25 copies of dY more than the copy). */
+static int bench_maxpool(kiln_dtype dt, int64_t N, int warmup, int iters) {
+    const int64_t dx_dims[4] = {N, 64, 112, 112}, dy_dims[4] = {N, 64, 56, 56};
+    const size_t es = kiln_dtype_size(dt), bx = (size_t)(N * 64 * 112 * 112) * es, by = bx / 4;
+    kiln_cuda_arena_reset(cu);
+    kiln_tensor t[4]; /* X, dY, dX, Y */
+    const int64_t *dims[4] = {dx_dims, dy_dims, dx_dims, dy_dims};
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < 4 && !st; i++) {
+        memset(&t[i], 0, sizeof t[i]);
+        t[i].dtype = dt;
+        t[i].ndim = 4;
+        memcpy(t[i].dims, dims[i], sizeof dx_dims);
+        t[i].format = KILN_FORMAT_NHWC;
+        st = kiln_cuda_arena_alloc(cu, dims[i] == dx_dims ? bx : by, &t[i].data);
+    }
+    kiln_tensor *hx = kt_rand(dt, 4, dx_dims, -2, 3, 31), *hg = kt_rand(dt, 4, dy_dims, -1, 1, 32);
+    if (!hx || !hg) st = KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_cuda_upload(cu, t[0].data, hx->data, bx);
+    if (!st) st = kiln_cuda_upload(cu, t[1].data, hg->data, by);
+    kiln_tensor_free(hx);
+    kiln_tensor_free(hg);
+    if (st) {
+        fprintf(stderr, "bn_train: maxpool buffers: %s\n", kiln_context_message(ctx));
+        return 1;
+    }
+    const char *attrs = "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]";
+    op grad, fwd;
+    int rc = 0;
+    rc |= op_init(&grad, "kiln", "MaxPoolGrad", attrs, 2, (kiln_tensor *[]){&t[1], &t[0]}, 1, (kiln_tensor *[]){&t[2]});
+    rc |= op_init(&fwd, "", "MaxPool", attrs, 1, (kiln_tensor *[]){&t[0]}, 1, (kiln_tensor *[]){&t[3]});
+    printf("\n%s NHWC maxpool 3x3 s2 p1, %lld x 64 x 112 x 112 (X %.1f MB, dY %.1f MB)\n", kiln_dtype_name(dt),
+           (long long)N, bx / 1e6, by / 1e6);
+    printf("  %-26s %10s %10s %8s\n", "kernel(s)", "median us", "min us", "GB/s");
+    const struct {
+        const char *what;
+        chain ch;
+        double bytes; /* read and written at least */
+    } rows_mp[] = {{"copy dX (floor)", {.src = t[0].data, .dst = t[2].data, .bytes = bx}, 2.0 * bx},
+                   {"maxpool fwd", {.ops = {&fwd}, .n = 1}, (double)(bx + by)},
+                   {"maxpool grad", {.ops = {&grad}, .n = 1}, (double)(2 * bx + by)}};
+    for (size_t r = 0; r < sizeof rows_mp / sizeof rows_mp[0] && !rc; r++) {
+        double med = 0, mn = 0;
+        rc = time_it(rows_mp[r].what, &rows_mp[r].ch, warmup, iters, &med, &mn);
+        if (!rc) printf("  %-26s %10.1f %10.1f %8.0f\n", rows_mp[r].what, med, mn, rows_mp[r].bytes / (med * 1e-6) / 1e9);
+    }
+    op_free(&grad);
+    op_free(&fwd);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     int64_t batch = 256;
     int iters = 50, warmup = 5;
@@ -403,7 +456,7 @@ int main(int argc, char **argv) {
     const kiln_cuda_props *p = kiln_cuda_get_props(cu);
     printf("device: %s, %d SMs, compute capability %d.%d\n", p->name, p->sm_count, p->cc_major, p->cc_minor);
     totals tot = {{0}, 0};
-    int rc = 0;
+    int rc = nhwc ? bench_maxpool(dt, batch, warmup, iters) : 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !rc; s++)
         rc = bench_shape(dt, nhwc, batch, shapes[s].C, shapes[s].H, shapes[s].mult, shapes[s].res, warmup, iters, &tot);
     if (!rc) {

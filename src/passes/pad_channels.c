@@ -62,6 +62,96 @@ static kiln_tensor *pad_weight(kiln_context *ctx, const kiln_tensor *w, int64_t 
     return p;
 }
 
+/* A new value: v read through Pad(v, pads) adding c8 - c zero channels at the end of dim 1
+ * of a rank-`rank` tensor (the Pad node named after v); -1 on OOM. */
+static int pad_value(kiln_model *m, int v, int rank, int64_t c, int64_t c8) {
+    kiln_context *ctx = m->ctx;
+    char hint[200];
+    int64_t pads[2 * KILN_MAX_DIMS] = {0};
+    pads[rank + 1] = c8 - c; /* the end of dim 1 */
+    kiln_tensor *pt = kiln_tensor_new(ctx, KILN_I64, 1, (int64_t[]){2 * rank});
+    if (pt) memcpy(pt->data, pads, (size_t)(2 * rank) * sizeof(int64_t));
+    snprintf(hint, sizeof hint, "%.150s_pads", m->values[v].name);
+    int pv = new_initializer(m, hint, pt);
+    snprintf(hint, sizeof hint, "%.150s_pad%d", m->values[v].name, (int)c8);
+    int out = pv >= 0 ? kiln_pass_new_value(m, hint) : -1;
+    char name[220];
+    snprintf(name, sizeof name, "pad_channels_%.150s", m->values[v].name);
+    int idx = out >= 0 ? kiln_model_add_node_raw(m, "Pad", name, "", 2, (int[]){v, pv}, 1, &out, 0, NULL) : -1;
+    if (idx >= 0 && m->nodes[idx].opset < 11) m->nodes[idx].opset = 11; /* pads as an input */
+    return idx < 0 ? -1 : out;
+}
+
+/* An i64 vector initializer of one value; -1 on OOM. */
+static int i64_scalar_init(kiln_model *m, const char *hint, int64_t v) {
+    kiln_tensor *t = kiln_tensor_new(m->ctx, KILN_I64, 1, (int64_t[]){1});
+    if (t) ((int64_t *)t->data)[0] = v;
+    return new_initializer(m, hint, t);
+}
+
+/* Training: the stem, a convolution of group 1 whose X is a graph input of 3 channels (RGB)
+ * (no gradient flows to it) and whose W is a parameter (not an initializer, so it cannot be
+ * padded once): X and W are read through Pads to 4 channels, and each kiln.ConvGradWeight
+ * of that X and W reads the padded pair and writes 4 channels, sliced back to W's 3. cuDNN
+ * otherwise pads the 3-channel NHWC X itself inside each call (0.15 ms for ResNet-50's at
+ * batch 256, in the forward and again in the weight gradient; bench/NOTES.md, tenth
+ * session). The padded channels' weight gradient is dropped by the Slice. */
+static kiln_status pad_stem_train(kiln_model *m, int i, int *pad_x, int *pad_c, int *pad_out, int *n_pads,
+                                  bool *changed) {
+    kiln_context *ctx = m->ctx;
+    const kiln_node *n = &m->nodes[i];
+    const int x = n->in[0], w = n->in[1];
+    const kiln_value *wv = &m->values[w], *xv = &m->values[x]; /* (not used past the first new value) */
+    if (!xv->is_input || !kiln_dtype_is_float(wv->dtype) || wv->ndim < 3 || xv->ndim != wv->ndim) return KILN_OK;
+    const int64_t c = wv->dims[1], c8 = 4;
+    const int rank = wv->ndim;
+    if (c != 3 || xv->dims[1] != c) return KILN_OK; /* (1 channel: conv-direct's kernels, not cuDNN's) */
+    int xp = -1;
+    for (int p = 0; p < *n_pads && xp < 0; p++)
+        if (pad_x[p] == x && pad_c[p] == (int)c8) xp = pad_out[p];
+    if (xp < 0) {
+        xp = pad_value(m, x, rank, c, c8);
+        if (xp < 0) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        pad_x[*n_pads] = x;
+        pad_c[*n_pads] = (int)c8;
+        pad_out[(*n_pads)++] = xp;
+    }
+    const int wp = pad_value(m, w, rank, c, c8);
+    if (wp < 0) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    m->nodes[i].in[0] = xp;
+    m->nodes[i].in[1] = wp;
+    kiln_status st = kiln_pass_set_int(m, i, "used_channels", c);
+    /* the weight gradients of this X and W (autodiff ran before the passes) */
+    for (int j = 0; j < m->n_nodes && !st; j++) {
+        kiln_node *g = &m->nodes[j];
+        if (strcmp(g->op_type, "ConvGradWeight") != 0 || strcmp(g->domain ? g->domain : "", "kiln") != 0 ||
+            g->n_in < 3 || g->n_out < 1 || g->in[0] != x || g->in[2] != w || g->out[0] < 0)
+            continue;
+        const int dw = g->out[0];
+        char hint[200];
+        snprintf(hint, sizeof hint, "%.150s_pad%d", m->values[dw].name, (int)c8);
+        const int dw4 = kiln_pass_new_value(m, hint);
+        snprintf(hint, sizeof hint, "%.150s_starts", m->values[dw].name);
+        const int s0 = dw4 >= 0 ? i64_scalar_init(m, hint, 0) : -1;
+        snprintf(hint, sizeof hint, "%.150s_ends", m->values[dw].name);
+        const int s1 = s0 >= 0 ? i64_scalar_init(m, hint, c) : -1;
+        snprintf(hint, sizeof hint, "%.150s_axes", m->values[dw].name);
+        const int s2 = s1 >= 0 ? i64_scalar_init(m, hint, 1) : -1;
+        char name[220];
+        snprintf(name, sizeof name, "unpad_channels_%.150s", m->values[dw].name);
+        const int idx =
+            s2 >= 0 ? kiln_model_add_node_raw(m, "Slice", name, "", 4, (int[]){dw4, s0, s1, s2}, 1, &dw, 0, NULL) : -1;
+        if (idx < 0) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        if (m->nodes[idx].opset < 10) m->nodes[idx].opset = 10; /* starts, ends, axes as inputs */
+        g = &m->nodes[j]; /* (the node array may have moved) */
+        g->in[0] = xp;
+        g->in[2] = wp;
+        g->out[0] = dw4;
+    }
+    if (!st) *changed = true;
+    return st;
+}
+
 kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (o->device != KILN_DEVICE_CUDA || o->precision == KILN_PRECISION_FP32) return KILN_OK;
     kiln_context *ctx = m->ctx;
@@ -77,7 +167,12 @@ kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bo
         if (!is_conv(n) || n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0 || kiln_attr_int(n, "group", 1) != 1) continue;
         int x = n->in[0], w = n->in[1];
         const kiln_tensor *wt = m->values[w].init;
-        if (!wt || !kiln_dtype_is_float(wt->dtype) || wt->ndim < 3) continue;
+        if (!wt && !m->values[w].is_input) continue;
+        if (!wt) { /* a parameter being trained */
+            st = pad_stem_train(m, i, pad_x, pad_c, pad_out, &n_pads, changed);
+            continue;
+        }
+        if (!kiln_dtype_is_float(wt->dtype) || wt->ndim < 3) continue;
         const int64_t c = wt->dims[1], c8 = c <= 4 ? 4 : (c + 7) / 8 * 8;
         if (c == c8) continue;
         char hint[200];
@@ -87,20 +182,7 @@ kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bo
         for (int p = 0; p < n_pads && xp < 0; p++)
             if (pad_x[p] == x && pad_c[p] == c8) xp = pad_out[p];
         if (wp >= 0 && xp < 0) {
-            int rank = wt->ndim;
-            int64_t pads[2 * KILN_MAX_DIMS] = {0};
-            pads[rank + 1] = c8 - c; /* the end of dim 1 */
-            kiln_tensor *pt = kiln_tensor_new(ctx, KILN_I64, 1, (int64_t[]){2 * rank});
-            if (pt) memcpy(pt->data, pads, (size_t)(2 * rank) * sizeof(int64_t));
-            snprintf(hint, sizeof hint, "%.150s_pads", m->values[x].name);
-            int pv = new_initializer(m, hint, pt);
-            snprintf(hint, sizeof hint, "%.150s_pad%d", m->values[x].name, (int)c8);
-            xp = pv >= 0 ? kiln_pass_new_value(m, hint) : -1;
-            char name[220];
-            snprintf(name, sizeof name, "pad_channels_%.150s", m->values[x].name);
-            int idx = xp >= 0 ? kiln_model_add_node_raw(m, "Pad", name, "", 2, (int[]){x, pv}, 1, &xp, 0, NULL) : -1;
-            if (idx >= 0 && m->nodes[idx].opset < 11) m->nodes[idx].opset = 11; /* pads as an input */
-            if (idx < 0) xp = -1;
+            xp = pad_value(m, x, wt->ndim, c, c8);
             pad_x[n_pads] = x;
             pad_c[n_pads] = (int)c8;
             pad_out[n_pads++] = xp;

@@ -347,11 +347,12 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
      * training Dropout with their gradient chain as one op each way, where the layout
      * pass made the pool's input NHWC (src/passes/fuse_pool.c; bit for bit the same). A
      * training BatchNormalization and the Relu after it, and their gradients, as one node
-     * each way (src/passes/fuse_bn.c) */
+     * each way (src/passes/fuse_bn.c). The stem's 3-channel image and weight read through
+     * Pads to 4 channels, its weight gradient sliced back (src/passes/pad_channels.c) */
     const unsigned fuse =
         t->opts.device == KILN_DEVICE_CUDA
             ? (unsigned)(KILN_PASS_FUSE_CONV | KILN_PASS_FUSE_LOSS | KILN_PASS_FUSE_POOL | KILN_PASS_FUSE_BN |
-                         KILN_PASS_BN_MASK_FROM_X)
+                         KILN_PASS_BN_MASK_FROM_X | KILN_PASS_PAD_CHANNELS)
             : 0u;
     const unsigned wanted = (fuse | (nhwc ? (unsigned)KILN_PASS_NHWC : 0u)) & ~t->opts.disable_passes;
     if (!st && (t->opts.amp != KILN_AMP_OFF || wanted)) {
