@@ -62,10 +62,39 @@ __global__ void gap_grad(const T *dy, T *dx, int64_t total, int64_t C, int64_t S
     }
 }
 
+// NHWC with C a multiple of V (16 bytes of T) and 16-byte aligned pointers: a thread takes V
+// channels of one image, divides their dY by S once (gap_grad's arithmetic) and writes that
+// vector at each of the S positions; neighbouring threads take neighbouring channel groups,
+// so each position's row is written whole. gap_grad's 64-bit index divisions and 2-byte
+// stores ran ResNet-50's (256, 2048, 7, 7) f16 gradient at ~0.55 TB/s (93 us).
+template <typename T>
+__global__ void gap_grad_nhwc_vec(const T *__restrict__ dy, T *__restrict__ dx, uint32_t groups, uint32_t CV,
+                                  uint32_t S) {
+    using Vec = typename VecOf<T>::type;
+    constexpr int V = VecOf<T>::N;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
+        const uint32_t n = i / CV, cg = i - n * CV;
+        const Vec d = *(const Vec *)(dy + (size_t)i * V); /* dY (N, C): group i is channels cg*V.. of image n */
+        Vec o;
+#pragma unroll
+        for (int e = 0; e < V; e++) o.v[e] = from_f<T>((float)((double)to_f(d.v[e]) / (double)S));
+        Vec *row = (Vec *)dx + (size_t)n * S * CV + cg;
+        for (uint32_t s = 0; s < S; s++) row[(size_t)s * CV] = o;
+    }
+}
+
 template <typename T>
 kiln_status launch_gap_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy, void *dx, int64_t total, int64_t C,
                             int64_t S, bool nhwc) {
     if (total == 0) return KILN_OK;
+    constexpr int64_t V = VecOf<T>::N;
+    if (nhwc && C % V == 0 && aligned16(dy, dx) && total / S <= 0x7fffffff && S <= 0x7fffffff) {
+        const int64_t groups = total / S / V; /* (N * C) / V */
+        gap_grad_nhwc_vec<T><<<kiln_cuda_blocks(cu, groups, THREADS), THREADS, 0, cu->stream>>>(
+            (const T *)dy, (T *)dx, (uint32_t)groups, (uint32_t)(C / V), (uint32_t)S);
+        KILN_CUDA_LAUNCHED(ctx, "gap_grad_nhwc_vec");
+        return KILN_OK;
+    }
     const unsigned blocks = kiln_cuda_blocks(cu, total, THREADS);
     if (nhwc) gap_grad<T, true><<<blocks, THREADS, 0, cu->stream>>>((const T *)dy, (T *)dx, total, C, S);
     else gap_grad<T, false><<<blocks, THREADS, 0, cu->stream>>>((const T *)dy, (T *)dx, total, C, S);

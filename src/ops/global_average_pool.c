@@ -187,6 +187,11 @@ static int test_grad(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 5, 1, 1), -2, 2, 7111),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(3, 5, 7, 9), -2, 2, 7112)},
                                1, "globalaveragepool dX random 3x5x7x9");
+    /* channels in whole 16-byte groups (the CUDA NHWC vector kernel) */
+    fails += kiln_optest_sweep("GlobalAveragePoolGrad", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 24, 1, 1), -2, 2, 7113),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(3, 24, 5, 6), -2, 2, 7114)},
+                               1, "globalaveragepool dX random 3x24x5x6");
     return fails;
 }
 #endif /* KILN_OPTESTS */
