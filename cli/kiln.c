@@ -51,7 +51,7 @@ static const struct { const char *name, *text; } commands[] = {
      "        curves; 1200x900 unless --plot-size)\n"
      "        [--init WEIGHTS.safetensors] [--losses FILE]   (starting weights by name; every\n"
      "        step's loss written to FILE, CPU) [--disable nhwc,fuse-conv,fuse-loss,fuse-pool,\n"
-     "        fuse-bn,autotune,conv-gemm,conv-direct,streams] [--no-warmup] (CUDA: the plans, algorithm\n"
+     "        fuse-bn,pad-channels,autotune,conv-gemm,conv-direct,streams] [--no-warmup] (CUDA: the plans, algorithm\n"
      "        searches and graph captures inside the first epoch instead of before it)\n"
      "        [--export MODEL.onnx]   (the trained inference graph, input image -> logprobs for\n"
      "        mnist-net, the logits for the others, as ONNX at the end of training)\n"

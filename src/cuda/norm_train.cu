@@ -65,8 +65,8 @@
  *      32 neighbouring channels per warp, 8 rows at a time, in double.
  *      P depends on the shape and dtype alone (never on pointers or the device), so the
  *      partial-sum layout SyncBatchNorm all-reduces is the same on every rank.
- *   2. finalize: a block per 32 channels, 32 threads down the P partials of each (coalesced
- *      rows of the partials), added in double, computes mean, var (E[x^2] - mean^2 in
+ *   2. finalize: a block per 8 channels, 128 threads down the P partials of each (coalesced
+ *      rows of the partials), added in double (then as a tree), computes mean, var (E[x^2] - mean^2 in
  *      double, clamped at 0), the running statistics or the parameter gradients, and four
  *      float coefficients (a, b, m, k) per channel into workspace.
  *   3. apply, elementwise: y = a * (x - m) + k; dX = a * dY + b * (x - m) + k; the vector
@@ -77,8 +77,12 @@
  * Statistics from the convolution (conv-bn-stats, issue 12): a training
  * BatchNormalization with inputs 6, 7 (X's f32 sum and sum of squares per channel) skips
  * kernel 1: the sums become one partial row (P = 1), all-reduced under SyncBatchNorm like
- * the partials, then finalize and apply as above. kiln_cuda_channel_sums: kernel 1 and a
- * reduction of its partials into f32 sums (kiln.FusedConv's statistics outputs, conv_stats.c).
+ * the partials, then finalize and apply as above; on one rank with Y written on the vector
+ * path, the finalize runs inside the apply instead (bn_apply_vec<FIN>: one kernel for the
+ * BN). kiln_cuda_channel_sums: kernel 1 and a reduction of its partials into f32 sums
+ * (kiln.FusedConv's statistics outputs, conv_stats.c). With the mask from X on the vector
+ * path, the gradient's statistics kernel computes the mask's coefficients from S itself
+ * and leaves them for the apply (bn_mask_coef runs only before the scalar kernels).
  */
 #include "dtype.cuh"
 #include "norm_train.h"

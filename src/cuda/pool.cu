@@ -42,7 +42,9 @@
  *   taps per window, indices past 2^30) the one-pass gather remains. NHWC (4-D): the
  *   same ways, one thread per window and channel or per input element, neighbouring
  *   threads on neighbouring channels; 2x2 stride 2 and the two passes with 16 bytes of
- *   channels per thread when C and the pointers allow.
+ *   channels per thread when C and the pointers allow (pass 1's taps unrolled up to 3x3;
+ *   pass 2, where at most two windows cover a pixel along each axis, loads all of them at
+ *   once: maxpool_grad_picked_nhwc2).
  *
  * Spatial dims are right-aligned into 3 slots; unused leading slots have size 1.
  */
