@@ -898,6 +898,21 @@ __global__ void maxpool_pick_nhwc(const T *__restrict__ x, uint8_t *__restrict__
     }
 }
 
+/* Element group i of dX (N, H, W, C) in CV groups of lanes: its group cv, image r, pixel
+ * (h, w), and the windows covering it, [lh, hh] x [lw, hw] (covering). */
+__device__ __forceinline__ void dx_element(uint32_t i, uint32_t CV, const FastDiv &cvd, const PickGeo &g, uint32_t *cv,
+                                           uint32_t *r, int *h, int *w, int *lh, int *hh, int *lw, int *hw) {
+    uint32_t n = fdiv(i, cvd);
+    *cv = i - n * CV;
+    const uint32_t q = fdiv(n, g.ind[2]);
+    *w = (int)(n - q * (uint32_t)g.in[2]);
+    n = fdiv(q, g.ind[1]);
+    *h = (int)(q - n * (uint32_t)g.in[1]);
+    *r = n;
+    covering(g, 1, *h, lh, hh);
+    covering(g, 2, *w, lw, hw);
+}
+
 // dy, pick: (N, OH, OW, C); dx: (N, H, W, C). Pass 2 in NHWC: a thread takes VEC channels of
 // one element of dX; maxpool_grad_picked's sums per channel.
 template <typename T, int VEC>
@@ -908,15 +923,9 @@ __global__ void maxpool_grad_picked_nhwc(const T *__restrict__ dy, const uint8_t
     const PickLanes<VEC> *pv = reinterpret_cast<const PickLanes<VEC> *>(pick);
     L *dxv = reinterpret_cast<L *>(dx);
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        uint32_t r = fdiv(i, cvd);
-        const uint32_t cv = i - r * CV;
-        uint32_t q = fdiv(r, g.ind[2]);
-        const int w = (int)(r - q * (uint32_t)g.in[2]);
-        r = fdiv(q, g.ind[1]);
-        const int h = (int)(q - r * (uint32_t)g.in[1]); /* r: the image */
-        int lh, hh, lw, hw;
-        covering(g, 1, h, &lh, &hh);
-        covering(g, 2, w, &lw, &hw);
+        uint32_t cv, r;
+        int h, w, lh, hh, lw, hw;
+        dx_element(i, CV, cvd, g, &cv, &r, &h, &w, &lh, &hh, &lw, &hw);
         float acc[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; e++) acc[e] = 0.f;
@@ -963,15 +972,9 @@ __global__ void maxpool_grad_picked_nhwc2(const T *__restrict__ dy, const uint8_
     const PickLanes<VEC> *pv = reinterpret_cast<const PickLanes<VEC> *>(pick);
     L *dxv = reinterpret_cast<L *>(dx);
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        uint32_t r = fdiv(i, cvd);
-        const uint32_t cv = i - r * CV;
-        uint32_t q = fdiv(r, g.ind[2]);
-        const int w = (int)(r - q * (uint32_t)g.in[2]);
-        r = fdiv(q, g.ind[1]);
-        const int h = (int)(q - r * (uint32_t)g.in[1]); /* r: the image */
-        int lh, hh, lw, hw;
-        covering(g, 1, h, &lh, &hh);
-        covering(g, 2, w, &lw, &hw);
+        uint32_t cv, r;
+        int h, w, lh, hh, lw, hw;
+        dx_element(i, CV, cvd, g, &cv, &r, &h, &w, &lh, &hh, &lw, &hw);
         const uint32_t img = r * (uint32_t)(g.out[1] * g.out[2]);
         PickLanes<VEC> pk[2][2];
         L d[2][2];
