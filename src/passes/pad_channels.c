@@ -106,26 +106,29 @@ static kiln_status pad_stem_train(kiln_model *m, int i, int *pad_x, int *pad_c, 
     const int64_t c = wv->dims[1], c8 = 4;
     const int rank = wv->ndim;
     if (c != 3 || xv->dims[1] != c) return KILN_OK; /* (1 channel: conv-direct's kernels, not cuDNN's) */
-    int xp = -1;
-    for (int p = 0; p < *n_pads && xp < 0; p++)
-        if (pad_x[p] == x && pad_c[p] == (int)c8) xp = pad_out[p];
-    if (xp < 0) {
-        xp = pad_value(m, x, rank, c, c8);
-        if (xp < 0) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        pad_x[*n_pads] = x;
+    int xp = -1, wp = -1; /* one Pad per value, shared by the convolutions reading it */
+    for (int p = 0; p < *n_pads; p++)
+        if (pad_c[p] == (int)c8) {
+            if (pad_x[p] == x) xp = pad_out[p];
+            if (pad_x[p] == w) wp = pad_out[p];
+        }
+    for (int k = 0; k < 2; k++) {
+        int *pv = k ? &wp : &xp;
+        if (*pv >= 0) continue;
+        *pv = pad_value(m, k ? w : x, rank, c, c8);
+        if (*pv < 0) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        pad_x[*n_pads] = k ? w : x;
         pad_c[*n_pads] = (int)c8;
-        pad_out[(*n_pads)++] = xp;
+        pad_out[(*n_pads)++] = *pv;
     }
-    const int wp = pad_value(m, w, rank, c, c8);
-    if (wp < 0) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     m->nodes[i].in[0] = xp;
     m->nodes[i].in[1] = wp;
     kiln_status st = kiln_pass_set_int(m, i, "used_channels", c);
     /* the weight gradients of this X and W (autodiff ran before the passes) */
     for (int j = 0; j < m->n_nodes && !st; j++) {
         kiln_node *g = &m->nodes[j];
-        if (strcmp(g->op_type, "ConvGradWeight") != 0 || strcmp(g->domain ? g->domain : "", "kiln") != 0 ||
-            g->n_in < 3 || g->n_out < 1 || g->in[0] != x || g->in[2] != w || g->out[0] < 0)
+        if (!kiln_pass_is_kiln(g, "ConvGradWeight") || g->n_in < 3 || g->n_out < 1 || g->in[0] != x ||
+            g->in[2] != w || g->out[0] < 0)
             continue;
         const int dw = g->out[0];
         char hint[200];
@@ -156,9 +159,10 @@ kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bo
     if (o->device != KILN_DEVICE_CUDA || o->precision == KILN_PRECISION_FP32) return KILN_OK;
     kiln_context *ctx = m->ctx;
     int n0 = m->n_nodes;
-    /* Pads already inserted: (X value, padded width) -> padded value. */
-    int *pad_x = calloc((size_t)n0 + 1, sizeof *pad_x), *pad_c = calloc((size_t)n0 + 1, sizeof *pad_c);
-    int *pad_out = calloc((size_t)n0 + 1, sizeof *pad_out);
+    /* Pads already inserted: (value, padded width) -> padded value; at most two per
+     * convolution (X, and a trained W) */
+    int *pad_x = calloc(2 * (size_t)n0 + 2, sizeof *pad_x), *pad_c = calloc(2 * (size_t)n0 + 2, sizeof *pad_c);
+    int *pad_out = calloc(2 * (size_t)n0 + 2, sizeof *pad_out);
     int n_pads = 0;
     kiln_status st = KILN_OK;
     if (!pad_x || !pad_c || !pad_out) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
