@@ -524,6 +524,18 @@ static void erf_gelu(kiln_model *m, kiln_dtype dt, double sqrt2, const char *x) 
     node(m, "Mul", "p,half", "y");
 }
 
+/* A Linear as exported, x (nd dims, the last 6) -> MatMul(x, w (6, 8)) -> Add(bias (8)) -> c,
+ * in a new model; w and b drawn with seeds seed and seed + 1. */
+static kiln_model *linear_model(int nd, const int64_t *dims, uint64_t seed) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, nd, dims);
+    init(m, "w", KILN_F32, 2, KT_DIMS(6, 8), -1, 1, seed);
+    init(m, "b", KILN_F32, 1, KT_DIMS(8), -1, 1, seed + 1);
+    node(m, "MatMul", "x,w", "mm");
+    node(m, "Add", "mm,b", "c");
+    return m;
+}
+
 /* x (2,C,7,6) -> depthwise (group C) or full Conv 3x3 -> [BN] -> act, act one of:
  *   "silu_xs" Sigmoid(c) -> Mul(c, s); "silu_sx" Mul(s, c); "silu_shared" s also read by
  *   an Add (a second consumer: must not fuse); "silu_out" c a graph output too; "gelu" torch's (c / sqrt2 -> Erf -> + 1 ->
@@ -648,12 +660,7 @@ static void test_fuse_conv_smooth(void) {
      * writes it, or the opset-20 op): Flatten -> FusedGemm(Gelu) -> Reshape, the activation
      * moved before the view (convnext's MLPs) */
     for (int form = 0; form < 2; form++) {
-        m = new_model();
-        input(m, "x", KILN_F32, 4, KT_DIMS(-1, 3, 4, 6));
-        init(m, "w", KILN_F32, 2, KT_DIMS(6, 8), -1, 1, 312);
-        init(m, "b", KILN_F32, 1, KT_DIMS(8), -1, 1, 313);
-        node(m, "MatMul", "x,w", "mm");
-        node(m, "Add", "mm,b", "c");
+        m = linear_model(4, KT_DIMS(-1, 3, 4, 6), 312);
         if (form == 0) erf_gelu(m, KILN_F32, 1.4142135381698608, "c");
         else node(m, "Gelu", "c", "y");
         output(m, "y");
@@ -668,12 +675,7 @@ static void test_fuse_conv_smooth(void) {
               1e-5, 1e-5, form ? 3 : 7, 3);
     }
     /* not through the view: the Reshape's output has a second reader */
-    m = new_model();
-    input(m, "x", KILN_F32, 3, KT_DIMS(-1, 4, 6));
-    init(m, "w", KILN_F32, 2, KT_DIMS(6, 8), -1, 1, 314);
-    init(m, "b", KILN_F32, 1, KT_DIMS(8), -1, 1, 315);
-    node(m, "MatMul", "x,w", "mm");
-    node(m, "Add", "mm,b", "c");
+    m = linear_model(3, KT_DIMS(-1, 4, 6), 314);
     node(m, "Relu", "c", "y");
     output(m, "y");
     output(m, "c");
