@@ -364,9 +364,11 @@ enum {
     KILN_PASS_FUSE_POOL = 1 << 12,    /* MaxPool -> training Dropout over an NHWC image
                                          (non-overlapping 2-D windows) and, in a training
                                          graph, its gradient chain (with the Relu's before
-                                         the pool) as one op each (CUDA, after nhwc); and a
+                                         the pool) as one op each (CUDA, after nhwc); a
                                          Relu's gradient after any Dropout's gradient
-                                         folded into it */
+                                         folded into it; and in a training graph a MaxPool
+                                         of overlapping windows writes its picks for its
+                                         MaxPoolGrad, which then does not read X again */
     KILN_PASS_FUSE_BN = 1 << 13,      /* a training BatchNormalization -> Relu as one node, and
                                          the Relu's gradient folded into BatchNormGrad (in a
                                          training graph; CUDA training) */

@@ -19,12 +19,19 @@
  *     pool output has a second reader, the windows overlap (kernel 3, stride 2), the
  *     Dropout is in inference form, H is not divisible by the kernel, or the layout pass
  *     did not run (X NCHW).
+ *   - the forward's picks on resnet18's training graph (its stem pool overlaps): the pool
+ *     gets picks = 1 and a uint8 output its MaxPoolGrad reads; the same function bit for
+ *     bit, NCHW and after the layout pass (NHWC picks); a second run changes nothing.
+ *     The small graph's tiling pool (no backward) gets none.
  * Exits non-zero on any failure. */
 #include "check.h"
 #include "core/optest.h"
+#include "core/backend.h"
 #include "core/plan.h"
 #include "passes/passes.h"
 #include "train/trainer_internal.h"
+
+#include "kiln_models.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +42,7 @@ static int fails;
 static kiln_context *ctx;
 
 #include "same_function.h"
+#include "train_graph.h"
 
 static int count(const kiln_model *m, const char *domain, const char *op) {
     int n = 0;
@@ -247,6 +255,88 @@ out:
     kiln_model_free(m);
 }
 
+/* ------------------------------------------------ the forward's picks (resnet18) */
+
+/* resnet18's training graph (64x64 images, batch 2): its stem pool (3x3 stride 2, pad 1,
+ * overlapping) gets picks = 1 and a uint8 output of Y's shape, which its MaxPoolGrad
+ * reads as input 2; the same function bit for bit (the picks are the ones the gradient
+ * recomputed from X). On the CPU, fp32; with nhwc, after the layout pass for CUDA (the
+ * picks take Y's layout). */
+static void picks(bool nhwc) {
+    const char *label = nhwc ? "resnet18 training graph, NHWC: the forward's picks" :
+                               "resnet18 training graph: the forward's picks";
+    printf("-- %s\n", label);
+    kiln_model *fwd = NULL, *m = NULL, *ref = NULL, *laid = NULL, *opt = NULL;
+    kiln_trainer *t = NULL;
+    kiln_tensor *image = NULL, *lab = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .momentum = 0.9f};
+    const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .disabled = ~(unsigned)KILN_PASS_NHWC};
+    bool changed = false;
+    if (kiln_model_resnet(ctx, 18, 10, 64, 5, 0, &fwd) || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) ||
+        kiln_trainer_create(m, "loss", &o, &t) || !(ref = backward_graph(t))) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    if (nhwc ? kiln_passes_apply(ref, &po, &laid) : kiln_model_clone(ref, &laid) || kiln_model_finalize(laid)) {
+        CHECK(0, "%s: layout: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    if (fuse(laid, &opt, &changed)) {
+        CHECK(0, "%s: fuse-pool: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    const kiln_node *pool = find(opt, "MaxPool"), *grad = find(opt, "MaxPoolGrad");
+    CHECK(changed && count(opt, "", "MaxPool") == 1 && count(opt, "kiln", "MaxPoolGrad") == 1 &&
+              opt->n_nodes == laid->n_nodes,
+          "%s: want the one pool and its gradient, no node added or removed", label);
+    if (pool && grad) {
+        const int pk = pool->n_out > 1 ? pool->out[1] : -1;
+        CHECK(kiln_attr_int(pool, "picks", 0) == 1 && pk >= 0 && opt->values[pk].dtype == KILN_U8 &&
+                  opt->values[pk].format == opt->values[pool->out[0]].format,
+              "%s: the pool lacks picks = 1 and a uint8 output in Y's layout", label);
+        CHECK(grad->n_in == 3 && grad->in[2] == pk && grad->in[1] == pool->in[0],
+              "%s: the gradient does not read the pool's X and picks", label);
+        if (nhwc)
+            CHECK(opt->values[pk].format == KILN_FORMAT_NHWC, "%s: the picks are not NHWC", label);
+    }
+    CHECK(topological_order(opt), "%s: the nodes are not in a topological order", label);
+    image = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, 64, 64}, -2, 2, 41);
+    lab = kt_rand(KILN_I64, 1, (int64_t[]){2}, 0, 10, 42);
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    same_function(label, laid, opt, t->feeds, 0, 0, NULL);
+    /* for the CUDA backend where this build has it (the pass asks the device for
+     * kiln.MaxPoolGrad's kernel): the same rewrite */
+    if (kiln_backend_for(KILN_DEVICE_CUDA)) {
+        const kiln_pass_options cu = {.device = KILN_DEVICE_CUDA};
+        kiln_model *c = NULL;
+        bool ch = false;
+        if (kiln_model_clone(laid, &c) || kiln_pass_fuse_pool(c, &cu, &ch)) {
+            CHECK(0, "%s: fuse-pool for CUDA: %s", label, kiln_context_message(ctx));
+        } else {
+            const kiln_node *cp = find(c, "MaxPool");
+            CHECK(ch && cp && kiln_attr_int(cp, "picks", 0) == 1, "%s: no picks for the CUDA backend", label);
+        }
+        kiln_model_free(c);
+    }
+    /* run again: nothing left to do */
+    kiln_model *again = NULL;
+    changed = true;
+    if (!fuse(opt, &again, &changed))
+        CHECK(!changed && again->n_nodes == opt->n_nodes, "%s: a second run changes the graph again", label);
+    kiln_model_free(again);
+out:
+    if (t) t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+    kiln_model_free(opt);
+    kiln_model_free(laid);
+    kiln_model_free(ref);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+    kiln_model_free(fwd);
+}
+
 /* ------------------------------------------ DropoutGrad -> Relu's UnaryGrad */
 
 typedef struct relu_variant {
@@ -351,6 +441,9 @@ int main(void) {
         {"Sigmoid's UnaryGrad: not folded", "Sigmoid", 0, false},
     };
     for (size_t i = 0; i < sizeof rv / sizeof rv[0]; i++) relu_fold(&rv[i]);
+
+    picks(false);
+    picks(true);
 
     kiln_context_free(ctx);
     printf("%s\n", fails ? "FAILED" : "all fuse-pool checks passed");

@@ -2,7 +2,8 @@
  * pool.cu — pooling kernels for f32, f16 and bf16, X (N, C, spatial...) with 1 to 3
  * spatial dims.
  *
- *   MaxPool (Y only; the Indices output is not supported) and AveragePool: one thread per
+ *   MaxPool (Y, or Y and the picks under picks = 1; the Indices output is not supported)
+ *   and AveragePool: one thread per
  *   output element, its index math in 32 bits when every index fits (64-bit division is
  *   what bounds these kernels). 2x2 windows of stride 2 with no padding taken (the usual
  *   pooling layer, NCHW): a fixed four-tap kernel, each input row's two taps in one load
@@ -45,6 +46,11 @@
  *   channels per thread when C and the pointers allow (pass 1's taps unrolled up to 3x3;
  *   pass 2, where at most two windows cover a pixel along each axis, loads all of them at
  *   once: maxpool_grad_picked_nhwc2).
+ *   The forward's picks (MaxPool's picks = 1, src/ops/max_pool.h; the fuse-pool pass in
+ *   training graphs): the forward writes pass 1's bytes (NHWC with 16-byte channel groups:
+ *   in the same kernel as Y, maxpool_pick_nhwc with Y; else pass 1 after the forward) and
+ *   kiln.MaxPoolGrad(dY, X, picks) runs pass 2 alone, whatever the windows: the backward
+ *   no longer reads X (ResNet-50's stem pool: 0.33 ms of a 37.6 ms step).
  *
  * Spatial dims are right-aligned into 3 slots; unused leading slots have size 1.
  */
@@ -52,6 +58,8 @@
 #include "reduce.cuh"
 
 #include <string.h>
+
+#include <type_traits>
 
 using namespace kiln_cu;
 
@@ -820,7 +828,8 @@ template <int VEC> struct alignas(VEC) PickLanes {
     uint8_t v[VEC];
 };
 
-/* The picks of VEC neighbouring channels of one 2-D window (maxpool_pick's rule per
+/* The picks of VEC neighbouring channels of one 2-D window, and in best the values picked (0
+ * for a window with no tap inside X) (maxpool_pick's rule per
  * channel: the first maximum in row-major tap order, or the first NaN): xp points at the
  * window's image and channel group (in Lanes), rows in[2] * CV Lanes apart; sh, sw the
  * window's first coordinates, [lh, hh) x [lw, hw) its taps inside X (pick_taps). KT > 0:
@@ -828,10 +837,10 @@ template <int VEC> struct alignas(VEC) PickLanes {
  * compared (the loop form waits for each load in turn); KT = 0: any window. */
 template <typename T, int VEC, int KT>
 __device__ __forceinline__ PickLanes<VEC> window_pick_lanes(const Lanes<T, VEC> *xp, uint32_t CV, const PickGeo &g,
-                                                            int sh, int lh, int hh, int sw, int lw, int hw) {
+                                                            int sh, int lh, int hh, int sw, int lw, int hw,
+                                                            float (&best)[VEC]) {
     using L = Lanes<T, VEC>;
     PickLanes<VEC> out;
-    float best[VEC];
     bool nan[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
@@ -874,12 +883,68 @@ __device__ __forceinline__ PickLanes<VEC> window_pick_lanes(const Lanes<T, VEC> 
     return out;
 }
 
+/* window_pick_lanes for 8 f16 lanes and windows of at most KT x KT taps (KT > 0), in
+ * packed half2 arithmetic: the maximum first (__hmax2_nan: NaN wins), then the taps in
+ * reverse order, each lane taking a tap whose value equals its maximum or is NaN, so the
+ * first such tap is the last taken: the first maximum (-0 and +0 equal, as `>` sees them),
+ * or the first NaN where the maximum is NaN (no lane's value equals a NaN) — window_pick's
+ * rule, in about a third of the instructions the per-lane float compares take. m gets
+ * the maxima (-inf for a window with no tap inside X). */
+template <int KT>
+__device__ __forceinline__ PickLanes<8> window_pick_h8(const Lanes<__half, 8> *xp, uint32_t CV, const PickGeo &g,
+                                                       int sh, int lh, int hh, int sw, int lw, int hw, __half2 (&m)[4]) {
+    uint4 v[KT][KT];
+#pragma unroll
+    for (int j1 = 0; j1 < KT; j1++)
+#pragma unroll
+        for (int j2 = 0; j2 < KT; j2++)
+            if (j1 >= lh && j1 < hh && j2 >= lw && j2 < hw)
+                v[j1][j2] = *reinterpret_cast<const uint4 *>(
+                    xp + (uint32_t)((sh + j1 * g.d[1]) * g.in[2] + sw + j2 * g.d[2]) * CV);
+    const __half2 ninf = __halves2half2(__ushort_as_half(0xfc00), __ushort_as_half(0xfc00));
+#pragma unroll
+    for (int q = 0; q < 4; q++) m[q] = ninf;
+#pragma unroll
+    for (int j1 = 0; j1 < KT; j1++)
+#pragma unroll
+        for (int j2 = 0; j2 < KT; j2++)
+            if (j1 >= lh && j1 < hh && j2 >= lw && j2 < hw) {
+                const __half2 *h = reinterpret_cast<const __half2 *>(&v[j1][j2]);
+#pragma unroll
+                for (int q = 0; q < 4; q++) m[q] = __hmax2_nan(m[q], h[q]);
+            }
+    uint32_t p[4]; /* lanes 2q and 2q+1 as 16-bit picks */
+#pragma unroll
+    for (int q = 0; q < 4; q++) p[q] = NO_PICK | (uint32_t)NO_PICK << 16;
+#pragma unroll
+    for (int j1 = KT - 1; j1 >= 0; j1--)
+#pragma unroll
+        for (int j2 = KT - 1; j2 >= 0; j2--)
+            if (j1 >= lh && j1 < hh && j2 >= lw && j2 < hw) {
+                const uint32_t tap = (uint32_t)(j1 * g.k[2] + j2), tap2 = tap | tap << 16;
+                const __half2 *h = reinterpret_cast<const __half2 *>(&v[j1][j2]);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const uint32_t hit = __heq2_mask(h[q], m[q]) | __hneu2_mask(h[q], h[q]);
+                    p[q] = (p[q] & ~hit) | (tap2 & hit);
+                }
+            }
+    PickLanes<8> out;
+    uint32_t *w = reinterpret_cast<uint32_t *>(out.v);
+    w[0] = __byte_perm(p[0], p[1], 0x6420);
+    w[1] = __byte_perm(p[2], p[3], 0x6420);
+    return out;
+}
+
 // x: (N, H, W, C); pick: (N, OH, OW, C); 2-D windows in slots 1 and 2. Pass 1 in NHWC: a
 // thread takes VEC neighbouring channels of one window (CV = C / VEC groups), one load
 // per tap for all of them (window_pick_lanes; KT as there).
-template <typename T, int VEC, int KT>
+// With y (N, OH, OW, C; WITH_Y): MaxPool's forward with its picks (picks = 1), each window's
+// maximum the value picked (the first NaN where there is one), -inf for a window with no tap
+// inside X, as pool_nhwc_vec_kernel writes it.
+template <typename T, int VEC, int KT, bool WITH_Y = false>
 __global__ void maxpool_pick_nhwc(const T *__restrict__ x, uint8_t *__restrict__ pick, uint32_t total, uint32_t CV,
-                                  FastDiv cvd, PickGeo g) {
+                                  FastDiv cvd, PickGeo g, T *__restrict__ y = nullptr) {
     using L = Lanes<T, VEC>;
     const L *xv = reinterpret_cast<const L *>(x);
     PickLanes<VEC> *pv = reinterpret_cast<PickLanes<VEC> *>(pick);
@@ -893,8 +958,27 @@ __global__ void maxpool_pick_nhwc(const T *__restrict__ x, uint8_t *__restrict__
         int sh, lh, hh, sw, lw, hw;
         pick_taps(g, 1, oh, &sh, &lh, &hh);
         pick_taps(g, 2, ow, &sw, &lw, &hw);
-        pv[i] = window_pick_lanes<T, VEC, KT>(xv + r * (uint32_t)(g.in[1] * g.in[2]) * CV + cv, CV, g, sh, lh, hh, sw,
-                                              lw, hw);
+        const L *xw = xv + r * (uint32_t)(g.in[1] * g.in[2]) * CV + cv;
+        if constexpr (std::is_same<T, __half>::value && VEC == 8 && KT > 0) {
+            __half2 m[4];
+            pv[i] = window_pick_h8<KT>(xw, CV, g, sh, lh, hh, sw, lw, hw, m);
+            if constexpr (WITH_Y) {
+                uint32_t u[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++) u[q] = *reinterpret_cast<const uint32_t *>(&m[q]);
+                reinterpret_cast<uint4 *>(y)[i] = make_uint4(u[0], u[1], u[2], u[3]);
+            }
+        } else {
+            float best[VEC];
+            pv[i] = window_pick_lanes<T, VEC, KT>(xw, CV, g, sh, lh, hh, sw, lw, hw, best);
+            if constexpr (WITH_Y) {
+                const bool empty = lh == hh || lw == hw;
+                L out;
+#pragma unroll
+                for (int e = 0; e < VEC; e++) out.v[e] = from_f<T>(empty ? -INFINITY : best[e]);
+                reinterpret_cast<L *>(y)[i] = out;
+            }
+        }
     }
 }
 
@@ -1014,18 +1098,34 @@ __global__ void maxpool_grad_picked_nhwc2(const T *__restrict__ dy, const uint8_
     }
 }
 
-/* Pass 1 and 2 in NHWC, VEC channels per thread. */
+/* Pass 1 in NHWC, VEC channels per thread: the picks of x into pick; with y, MaxPool's
+ * forward too. */
 template <typename T, int VEC>
-void launch_picked_nhwc(kiln_cuda *cu, const T *dy, const T *x, T *dx, uint8_t *pick, int64_t N, int64_t C,
-                        const PickGeo &pg) {
+void launch_pick_nhwc(kiln_cuda *cu, const T *x, uint8_t *pick, T *y, int64_t N, int64_t C, const PickGeo &pg) {
     const uint32_t CV = (uint32_t)(C / VEC);
     const FastDiv cvd = fast_div(CV);
-    const uint32_t windows = (uint32_t)(N * pg.out[1] * pg.out[2]) * CV, elems = (uint32_t)(N * pg.in[1] * pg.in[2]) * CV;
-    const unsigned wb = kiln_cuda_blocks(cu, windows, THREADS), eb = kiln_cuda_blocks(cu, elems, THREADS);
-    if (pg.k[1] <= 3 && pg.k[2] <= 3) /* taps unrolled (ResNet's 3x3) */
+    const uint32_t windows = (uint32_t)(N * pg.out[1] * pg.out[2]) * CV;
+    const unsigned wb = kiln_cuda_blocks(cu, windows, THREADS);
+    const bool unrolled = pg.k[1] <= 3 && pg.k[2] <= 3; /* taps unrolled (ResNet's 3x3) */
+    if (y && unrolled)
+        maxpool_pick_nhwc<T, VEC, 3, true><<<wb, THREADS, 0, cu->stream>>>(x, pick, windows, CV, cvd, pg, y);
+    else if (y)
+        maxpool_pick_nhwc<T, VEC, 0, true><<<wb, THREADS, 0, cu->stream>>>(x, pick, windows, CV, cvd, pg, y);
+    else if (unrolled)
         maxpool_pick_nhwc<T, VEC, 3><<<wb, THREADS, 0, cu->stream>>>(x, pick, windows, CV, cvd, pg);
     else
         maxpool_pick_nhwc<T, VEC, 0><<<wb, THREADS, 0, cu->stream>>>(x, pick, windows, CV, cvd, pg);
+}
+
+/* Pass 1 (unless the picks are the forward's: have) and 2 in NHWC, VEC channels per thread. */
+template <typename T, int VEC>
+void launch_picked_nhwc(kiln_cuda *cu, const T *dy, const T *x, T *dx, uint8_t *pick, bool have, int64_t N, int64_t C,
+                        const PickGeo &pg) {
+    const uint32_t CV = (uint32_t)(C / VEC);
+    const FastDiv cvd = fast_div(CV);
+    const uint32_t elems = (uint32_t)(N * pg.in[1] * pg.in[2]) * CV;
+    const unsigned eb = kiln_cuda_blocks(cu, elems, THREADS);
+    if (!have) launch_pick_nhwc<T, VEC>(cu, x, pick, nullptr, N, C, pg);
     bool two = VEC % 4 == 0; /* at most two windows cover a pixel along each axis */
     for (int t = 1; t < 3; t++) two &= pg.d[t] == 1 && pg.k[t] <= 2 * pg.s[t];
     if constexpr (VEC % 4 == 0) {
@@ -1039,7 +1139,8 @@ void launch_picked_nhwc(kiln_cuda *cu, const T *dy, const T *x, T *dx, uint8_t *
 
 template <typename T>
 kiln_status launch_maxpool_grad_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *dy, const void *x, void *dx,
-                                     int64_t N, int64_t C, PoolGeo g, bool disjoint, bool covered, uint8_t *pick) {
+                                     int64_t N, int64_t C, PoolGeo g, bool disjoint, bool covered, uint8_t *pick,
+                                     bool have) {
     const int64_t in_n = N * g.in[1] * g.in[2] * C, out_n = N * g.out[1] * g.out[2] * C;
     if (in_n == 0) return KILN_OK;
     if (disjoint) {
@@ -1065,10 +1166,10 @@ kiln_status launch_maxpool_grad_nhwc(kiln_cuda *cu, kiln_context *ctx, const voi
         PickGeo pg;
         pick_geo(g, in_n, out_n, &pg);
         constexpr int64_t VEC = VecOf<T>::N;
-        if (C % VEC == 0 && aligned16(dy, x, dx))
-            launch_picked_nhwc<T, (int)VEC>(cu, (const T *)dy, (const T *)x, (T *)dx, pick, N, C, pg);
+        if (C % VEC == 0 && aligned16(dy, x, dx) && (uintptr_t)pick % VEC == 0)
+            launch_picked_nhwc<T, (int)VEC>(cu, (const T *)dy, (const T *)x, (T *)dx, pick, have, N, C, pg);
         else
-            launch_picked_nhwc<T, 1>(cu, (const T *)dy, (const T *)x, (T *)dx, pick, N, C, pg);
+            launch_picked_nhwc<T, 1>(cu, (const T *)dy, (const T *)x, (T *)dx, pick, have, N, C, pg);
         KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_picked_nhwc");
     } else {
         maxpool_grad_nhwc_gather<T><<<kiln_cuda_blocks(cu, in_n, THREADS), THREADS, 0, cu->stream>>>(
@@ -1080,7 +1181,7 @@ kiln_status launch_maxpool_grad_nhwc(kiln_cuda *cu, kiln_context *ctx, const voi
 
 template <typename T>
 kiln_status launch_maxpool_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy, const void *x, void *dx,
-                                int64_t NC, PoolGeo g, bool disjoint, bool covered, uint8_t *pick) {
+                                int64_t NC, PoolGeo g, bool disjoint, bool covered, uint8_t *pick, bool have) {
     const int64_t in_sz = g.in[0] * g.in[1] * g.in[2], out_sz = g.out[0] * g.out[1] * g.out[2];
     if (NC * in_sz == 0) return KILN_OK;
     const T *dyt = (const T *)dy, *xt = (const T *)x;
@@ -1114,7 +1215,8 @@ kiln_status launch_maxpool_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy
         PickGeo pg;
         pick_geo(g, NC * in_sz, NC * out_sz, &pg);
         const uint32_t windows = (uint32_t)(NC * out_sz), elems = (uint32_t)(NC * in_sz);
-        maxpool_pick<T><<<kiln_cuda_blocks(cu, windows, THREADS), THREADS, 0, cu->stream>>>(xt, pick, windows, pg);
+        if (!have)
+            maxpool_pick<T><<<kiln_cuda_blocks(cu, windows, THREADS), THREADS, 0, cu->stream>>>(xt, pick, windows, pg);
         maxpool_grad_picked<T><<<kiln_cuda_blocks(cu, elems, THREADS), THREADS, 0, cu->stream>>>(dyt, pick, dxt, elems,
                                                                                                   pg);
         KILN_CUDA_LAUNCHED(ctx, "maxpool_grad_picked");
@@ -1213,7 +1315,49 @@ kiln_status launch_gap_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *x, voi
 
 } // namespace
 
-extern "C" kiln_status kiln_cuda_k_maxpool(kiln_cuda *cu, kiln_op_ctx *c) { return pool(cu, c, true); }
+/* MaxPool with picks = 1 (output 1: each window's picked tap, src/ops/max_pool.h): NHWC
+ * with 16-byte channel groups, one kernel writes Y and the picks (pass 1 of the gradient
+ * with Y); otherwise the forward, then pass 1. Where the pick kernels do not take the
+ * geometry (more than 2^30 elements), the forward alone and NO_PICK everywhere: the
+ * gradient then finds the picks in X (given_picks says no for the same geometry). */
+template <typename T>
+kiln_status launch_pool_picks(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, uint8_t *pick, int64_t N,
+                              int64_t C, const PoolGeo &g, bool nhwc, int64_t total_in, int64_t total) {
+    PickGeo pg;
+    if (total == 0) return KILN_OK;
+    if (!pick_geo(g, total_in, total, &pg)) {
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(pick, NO_PICK, (size_t)total, cu->stream));
+        return launch_pool<T>(cu, ctx, true, x, y, total, g, false, nhwc ? C : 0);
+    }
+    constexpr int64_t VEC = VecOf<T>::N;
+    if (nhwc && g.in[0] == 1 && C % VEC == 0 && aligned16(x, y) && (uintptr_t)pick % VEC == 0) {
+        launch_pick_nhwc<T, (int)VEC>(cu, (const T *)x, pick, (T *)y, N, C, pg);
+        KILN_CUDA_LAUNCHED(ctx, "maxpool_pick_nhwc (with Y)");
+        return KILN_OK;
+    }
+    kiln_status st = launch_pool<T>(cu, ctx, true, x, y, total, g, false, nhwc ? C : 0);
+    if (st) return st;
+    if (nhwc && g.in[0] == 1)
+        launch_pick_nhwc<T, 1>(cu, (const T *)x, pick, nullptr, N, C, pg);
+    else
+        maxpool_pick<T><<<kiln_cuda_blocks(cu, total, THREADS), THREADS, 0, cu->stream>>>((const T *)x, pick,
+                                                                                          (uint32_t)total, pg);
+    KILN_CUDA_LAUNCHED(ctx, "maxpool_pick");
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_maxpool(kiln_cuda *cu, kiln_op_ctx *c) {
+    if (!(c->n_out > 1 && c->out[1] && kiln_attr_int(c->node, "picks", 0) != 0)) return pool(cu, c, true);
+    const kiln_tensor *x = c->in[0];
+    PoolGeo g;
+    kiln_status st = pool_geo(c, x, c->out[0], &g);
+    if (st) return st;
+    const bool nhwc = x->ndim == 4 && x->format == KILN_FORMAT_NHWC;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_pool_picks, cu, c->kctx, x->data, c->out[0]->data,
+                           (uint8_t *)c->out[1]->data, x->dims[0], x->dims[1], g, nhwc, kiln_tensor_numel(x),
+                           kiln_tensor_numel(c->out[0]));
+    return st;
+}
 
 extern "C" kiln_status kiln_cuda_k_avgpool(kiln_cuda *cu, kiln_op_ctx *c) { return pool(cu, c, false); }
 
@@ -1258,11 +1402,20 @@ static kiln_status maxpool_grad_plan(kiln_op_ctx *c, PoolGeo *g, bool *disjoint,
     return KILN_OK;
 }
 
+/* Whether kiln.MaxPoolGrad c routes by the forward's picks (input 2): given, and the pick
+ * kernels take the geometry (else X is read, which gives the same dX). */
+static bool given_picks(const kiln_op_ctx *c, const PoolGeo &g) {
+    PickGeo pg;
+    return c->n_in > 2 && c->in[2] && pick_geo(g, kiln_tensor_numel(c->in[1]), kiln_tensor_numel(c->in[0]), &pg);
+}
+
 extern "C" kiln_status kiln_cuda_ws_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     (void)cu;
     PoolGeo g;
     bool disjoint, covered;
-    return maxpool_grad_plan(c, &g, &disjoint, &covered, bytes);
+    kiln_status st = maxpool_grad_plan(c, &g, &disjoint, &covered, bytes);
+    if (!st && given_picks(c, g)) *bytes = 0;
+    return st;
 }
 
 extern "C" kiln_status kiln_cuda_k_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c) {
@@ -1273,13 +1426,19 @@ extern "C" kiln_status kiln_cuda_k_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_status st = maxpool_grad_plan(c, &g, &disjoint, &covered, &pick_bytes);
     if (st) return st;
     /* overlapping windows: the two passes when the workspace holds the picks, else the
-     * one-pass gather (each element recomputes its windows' picks) */
+     * one-pass gather (each element recomputes its windows' picks); the forward's picks
+     * (input 2): pass 2 alone, whatever the windows */
     uint8_t *pick = pick_bytes && c->workspace && c->workspace_size >= pick_bytes ? (uint8_t *)c->workspace : NULL;
+    const bool have = given_picks(c, g);
+    if (have) {
+        pick = (uint8_t *)c->in[2]->data;
+        disjoint = false;
+    }
     if (x->ndim == 4 && x->format == KILN_FORMAT_NHWC)
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_maxpool_grad_nhwc, cu, c->kctx, dy->data, x->data,
-                               c->out[0]->data, x->dims[0], x->dims[1], g, disjoint, covered, pick);
+                               c->out[0]->data, x->dims[0], x->dims[1], g, disjoint, covered, pick, have);
     else
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_maxpool_grad, cu, c->kctx, dy->data, x->data,
-                               c->out[0]->data, x->dims[0] * x->dims[1], g, disjoint, covered, pick);
+                               c->out[0]->data, x->dims[0] * x->dims[1], g, disjoint, covered, pick, have);
     return st;
 }

@@ -287,7 +287,9 @@ static bool sup_matmul(const kiln_op_ctx *c, char *why, size_t n) {
 
 static bool sup_pool(const kiln_op_ctx *c, char *why, size_t n) {
     if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
-    if (has_out(c, 1)) {
+    /* MaxPool's picks (picks = 1, src/ops/max_pool.h): uint8, Y's layout */
+    if (has_out(c, 1) && !(kiln_attr_int(c->node, "picks", 0) != 0 && c->out[1]->dtype == KILN_U8 &&
+                           is_nhwc(c->out[1]) == is_nhwc(c->out[0]))) {
         snprintf(why, n, "the Indices output");
         return false;
     }
@@ -433,13 +435,22 @@ static bool sup_softmax_grad(const kiln_op_ctx *c, char *why, size_t n) {
     return same_float(c, why, n);
 }
 
-/* kiln.MaxPoolGrad(dY, X) */
+/* kiln.MaxPoolGrad(dY, X, picks?) */
 static bool sup_maxpool_grad(const kiln_op_ctx *c, char *why, size_t n) {
     if (c->n_in < 2 || !present(c, 1)) {
         snprintf(why, n, "inputs dY and X are required");
         return false;
     }
-    if (!same_float(c, why, n)) return false;
+    if (!float_input(c, 0, why, n)) return false;
+    if (c->in[1]->dtype != c->in[0]->dtype) {
+        snprintf(why, n, "X has dtype %s, dY %s", kiln_dtype_name(c->in[1]->dtype), kiln_dtype_name(c->in[0]->dtype));
+        return false;
+    }
+    if (present(c, 2) && (c->in[2]->dtype != KILN_U8 || is_nhwc(c->in[2]) != is_nhwc(c->in[0]))) {
+        snprintf(why, n, "the picks are %s %s, dY %s", kiln_dtype_name(c->in[2]->dtype), layout_name(c->in[2]),
+                 layout_name(c->in[0]));
+        return false;
+    }
     if (is_nhwc(c->in[0]) != is_nhwc(c->in[1]) || is_nhwc(c->out[0]) != is_nhwc(c->in[1])) {
         snprintf(why, n, "dY is %s, X %s and dX %s (one layout for all three)", layout_name(c->in[0]),
                  layout_name(c->in[1]), layout_name(c->out[0]));

@@ -12,18 +12,24 @@
  * Parallel over the (n, c) planes with OpenMP.
  * Gradient: kiln.MaxPoolGrad(dY, X) adds each window's dY at the element the forward pass
  *   picks (first maximum, or first NaN), recomputed from X; Indices has no gradient.
+ * Picks (kiln's attribute picks = 1, made by the fuse-pool pass in training graphs; issue
+ *   12): output 1 is then the uint8 tap each window picks instead of Indices (max_pool.h),
+ *   and kiln.MaxPoolGrad(dY, X, picks) routes dY by them without reading X's values: the
+ *   CUDA backward's pass over X to find the picks goes (src/cuda/pool.cu). Float X only,
+ *   fewer than 255 taps a window.
  */
 #include "max_pool.h"
 
 #include "../core/optest.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* One template for float and double. ind (NC, G) receives flat indices when non-NULL. */
 #define DEFINE_MAXPOOL(NAME, T)                                                              \
     static void NAME(const kiln_window *w, int64_t NC, const T *x, T *y, int64_t *ind,      \
-                     bool colmajor) {                                                        \
+                     bool colmajor, uint8_t *pk) {                                           \
         const int64_t I0 = w->img[0], I1 = w->img[1], I2 = w->img[2];                        \
         const int64_t G0 = w->grid[0], G1 = w->grid[1], G2 = w->grid[2];                     \
         const int64_t I = I0 * I1 * I2, G = G0 * G1 * G2;                                    \
@@ -32,6 +38,7 @@
             const T *xp = x + nc * I;                                                        \
             T *yp = y + nc * G;                                                              \
             int64_t *ip = ind ? ind + nc * G : NULL;                                         \
+            uint8_t *pp = pk ? pk + nc * G : NULL;                                           \
             for (int64_t g0 = 0; g0 < G0; g0++)                                              \
                 for (int64_t g1 = 0; g1 < G1; g1++)                                          \
                     for (int64_t g2 = 0; g2 < G2; g2++) {                                    \
@@ -43,13 +50,13 @@
                         const int64_t b1 = g1 * w->s[1] - w->pb[1];                          \
                         const int64_t b2 = g2 * w->s[2] - w->pb[2];                          \
                         T best = -INFINITY;                                                  \
-                        int64_t at = -1;                                                     \
+                        int64_t at = -1, tap = KILN_MAXPOOL_NO_PICK;                         \
                         bool nan = false;                                                    \
                         for (int64_t j0 = lo0; j0 < hi0; j0++)                               \
                             for (int64_t j1 = lo1; j1 < hi1; j1++) {                         \
                                 const int64_t row =                                          \
                                     ((b0 + j0 * w->d[0]) * I1 + b1 + j1 * w->d[1]) * I2 + b2;\
-                                if (!ip) {                                                   \
+                                if (!ip && !pp) {                                            \
                                     /* values only: branch-free (maxss), NaN flagged */      \
                                     for (int64_t j2 = lo2; j2 < hi2; j2++) {                 \
                                         const T v = xp[row + j2 * w->d[2]];                  \
@@ -64,10 +71,12 @@
                                     if (at < 0 || v > best || (v != v && best == best)) {    \
                                         best = v;                                            \
                                         at = off;                                            \
+                                        tap = (j0 * w->k[1] + j1) * w->k[2] + j2;            \
                                     }                                                        \
                                 }                                                            \
                             }                                                                \
                         *yp++ = nan ? (T)NAN : best;                                         \
+                        if (pp) *pp++ = (uint8_t)tap;                                        \
                         if (ip) {                                                            \
                             /* column-major: (h, w) -> h + w*H over the last two dims */     \
                             int64_t flat = colmajor ? at / I2 % I1 + at % I2 * I1 : at;      \
@@ -87,7 +96,14 @@ static kiln_status shape_get(kiln_op_ctx *c, kiln_window *w) {
     const int64_t order = kiln_attr_int(c->node, "storage_order", 0);
     KILN_OP_CHECK(c, order == 0 || order == 1, KILN_ERR_SHAPE,
                   "attribute storage_order = %lld must be 0 or 1", (long long)order);
-    if (c->n_out > 1 && c->out[1]) {
+    if (c->n_out > 1 && c->out[1] && kiln_max_pool_picks(c->node)) {
+        const int64_t taps = w->k[0] * w->k[1] * w->k[2];
+        KILN_OP_CHECK(c, kiln_dtype_is_float(c->in[0]->dtype), KILN_ERR_TYPE,
+                      "picks = 1 takes a float X, not %s", kiln_dtype_name(c->in[0]->dtype));
+        KILN_OP_CHECK(c, taps < KILN_MAXPOOL_NO_PICK, KILN_ERR_UNSUPPORTED,
+                      "picks = 1 numbers a window's taps in a byte: %lld taps are too many", (long long)taps);
+        kiln_tensor_set_shape(c->out[1], KILN_U8, c->out[0]->ndim, c->out[0]->dims);
+    } else if (c->n_out > 1 && c->out[1]) {
         KILN_OP_CHECK(c, order == 0 || w->nd <= 2, KILN_ERR_UNSUPPORTED,
                       "Indices with storage_order = 1 are supported for 1-D and 2-D pools only");
         kiln_tensor_set_shape(c->out[1], KILN_I64, c->out[0]->ndim, c->out[0]->dims);
@@ -105,12 +121,12 @@ size_t kiln_max_pool_workspace(const kiln_tensor *x, const kiln_tensor *y) {
 }
 
 void kiln_max_pool_run(const kiln_window *w, const kiln_tensor *x, kiln_tensor *y, int64_t *ind, bool colmajor,
-                       char *ws) {
+                       uint8_t *picks, char *ws) {
     const void *X = kiln_stage_in(x, &ws);  // (N*C, D...)
     void *Y = kiln_stage_out(y, &ws);       // (N*C, O...)
     const int64_t NC = x->dims[0] * x->dims[1];
-    if (x->dtype == KILN_F64) maxpool_f64(w, NC, X, Y, ind, colmajor);
-    else maxpool_f32(w, NC, X, Y, ind, colmajor);
+    if (x->dtype == KILN_F64) maxpool_f64(w, NC, X, Y, ind, colmajor, picks);
+    else maxpool_f32(w, NC, X, Y, ind, colmajor, picks);
     kiln_stage_finish(y, Y);
 }
 
@@ -120,9 +136,10 @@ static kiln_status forward(kiln_op_ctx *c) {
     kiln_window w;
     kiln_status st = shape_get(c, &w);
     if (st != KILN_OK) return st;
-    int64_t *ind = c->n_out > 1 && c->out[1] ? c->out[1]->data : NULL;
+    const bool second = c->n_out > 1 && c->out[1], picks = second && kiln_max_pool_picks(c->node);
+    int64_t *ind = second && !picks ? c->out[1]->data : NULL;
     const bool colmajor = kiln_attr_int(c->node, "storage_order", 0) == 1;
-    kiln_max_pool_run(&w, c->in[0], c->out[0], ind, colmajor, c->workspace);
+    kiln_max_pool_run(&w, c->in[0], c->out[0], ind, colmajor, picks ? c->out[1]->data : NULL, c->workspace);
     return KILN_OK;
 }
 
@@ -143,13 +160,14 @@ static kiln_status grad(kiln_grad_ctx *g) {
 /* dx (NC, I) = 0, then dy of each window added at its argmax; (n, c) planes in parallel.
  * The tap ranges of the outer dims are found once per row of windows. */
 #define DEFINE_MAXPOOL_GRAD(NAME, T)                                                         \
-    static void NAME(const kiln_window *w, int64_t NC, const T *x, const T *dy, T *dx) {    \
+    static void NAME(const kiln_window *w, int64_t NC, const T *x, const T *dy, T *dx,      \
+                     const uint8_t *pk) {                                                    \
         const int64_t I1 = w->img[1], I2 = w->img[2];                                        \
         const int64_t G0 = w->grid[0], G1 = w->grid[1], G2 = w->grid[2];                     \
         const int64_t I = w->img[0] * I1 * I2, G = G0 * G1 * G2;                             \
         _Pragma("omp parallel for schedule(static) if (NC * G > 4096)")                     \
         for (int64_t nc = 0; nc < NC; nc++) {                                                \
-            const T *xp = x + nc * I, *dyp = dy + nc * G;                                    \
+            const T *xp = x ? x + nc * I : NULL, *dyp = dy + nc * G;                         \
             T *dxp = dx + nc * I;                                                            \
             memset(dxp, 0, (size_t)I * sizeof(T));                                          \
             for (int64_t g0 = 0; g0 < G0; g0++) {                                            \
@@ -165,6 +183,16 @@ static kiln_status grad(kiln_grad_ctx *g) {
                         kiln_window_taps(w, 2, g2, &lo2, &hi2);                              \
                         if (lo0 == hi0 || lo1 == hi1 || lo2 == hi2) continue;                \
                         const int64_t b2 = g2 * w->s[2] - w->pb[2];                          \
+                        if (pk) { /* the forward's pick: a tap inside X, else nothing */     \
+                            const int64_t p = pk[nc * G + (g0 * G1 + g1) * G2 + g2];         \
+                            const int64_t j2 = p % w->k[2], j1 = p / w->k[2] % w->k[1];      \
+                            const int64_t j0 = p / w->k[2] / w->k[1];                        \
+                            if (j0 >= lo0 && j0 < hi0 && j1 >= lo1 && j1 < hi1 && j2 >= lo2 &&\
+                                j2 < hi2)                                                    \
+                                dxp[((b0 + j0 * w->d[0]) * I1 + b1 + j1 * w->d[1]) * I2 + b2 + \
+                                    j2 * w->d[2]] += *dyp;                                   \
+                            continue;                                                        \
+                        }                                                                    \
                         /* the first maximum, or the first NaN; selects, not branches */      \
                         int64_t at = ((b0 + lo0 * w->d[0]) * I1 + b1 + lo1 * w->d[1]) * I2 + \
                                      b2 + lo2 * w->d[2];                                     \
@@ -193,35 +221,49 @@ static kiln_status grad(kiln_grad_ctx *g) {
 DEFINE_MAXPOOL_GRAD(maxpool_grad_f32, float)
 DEFINE_MAXPOOL_GRAD(maxpool_grad_f64, double)
 
+/* kiln.MaxPoolGrad's input 2, the forward's picks, or NULL. */
+static const uint8_t *grad_picks(const kiln_op_ctx *c) {
+    return c->n_in > 2 && c->in[2] ? (const uint8_t *)c->in[2]->data : NULL;
+}
+
 static kiln_status grad_infer(kiln_op_ctx *c) {
     kiln_window w;
-    return kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
+    kiln_status st = kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
+    if (st || c->n_in < 3 || !c->in[2]) return st;
+    const kiln_tensor *pk = c->in[2], *dy = c->in[0];
+    KILN_OP_CHECK(c, pk->dtype == KILN_U8, KILN_ERR_TYPE, "the picks (input 2) must be uint8, not %s",
+                  kiln_dtype_name(pk->dtype));
+    bool same = pk->ndim == dy->ndim;
+    for (int i = 0; same && i < dy->ndim; i++) same = pk->dims[i] == dy->dims[i];
+    KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "the picks (input 2) must have dY's shape");
+    return KILN_OK;
 }
 
 size_t kiln_max_pool_grad_workspace(const kiln_tensor *dy, const kiln_tensor *x, const kiln_tensor *dx) {
     return kiln_stage_size(dy) + kiln_stage_size(x) + kiln_stage_size(dx);
 }
 
-void kiln_max_pool_grad_run(const kiln_window *w, const kiln_tensor *dy, const kiln_tensor *x, kiln_tensor *dx,
-                            char *ws) {
-    const void *dY = kiln_stage_in(dy, &ws);  // (N*C, O...)
-    const void *X = kiln_stage_in(x, &ws);    // (N*C, D...)
-    void *dX = kiln_stage_out(dx, &ws);       // (N*C, D...)
+void kiln_max_pool_grad_run(const kiln_window *w, const kiln_tensor *dy, const kiln_tensor *x, const uint8_t *picks,
+                            kiln_tensor *dx, char *ws) {
+    const void *dY = kiln_stage_in(dy, &ws);               // (N*C, O...)
+    const void *X = picks ? NULL : kiln_stage_in(x, &ws);  // (N*C, D...); not read with the picks
+    void *dX = kiln_stage_out(dx, &ws);                    // (N*C, D...)
     const int64_t NC = x->dims[0] * x->dims[1];
-    if (x->dtype == KILN_F64) maxpool_grad_f64(w, NC, X, dY, dX);
-    else maxpool_grad_f32(w, NC, X, dY, dX);
+    if (x->dtype == KILN_F64) maxpool_grad_f64(w, NC, X, dY, dX, picks);
+    else maxpool_grad_f32(w, NC, X, dY, dX, picks);
     kiln_stage_finish(dx, dX);
 }
 
 static size_t grad_workspace(const kiln_op_ctx *c) {
-    return kiln_max_pool_grad_workspace(c->in[0], c->in[1], c->out[0]);
+    const bool picks = c->n_in > 2 && c->in[2];
+    return kiln_max_pool_grad_workspace(c->in[0], picks ? NULL : c->in[1], c->out[0]);
 }
 
 static kiln_status grad_forward(kiln_op_ctx *c) {
     kiln_window w;
     kiln_status st = kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
     if (st != KILN_OK) return st;
-    kiln_max_pool_grad_run(&w, c->in[0], c->in[1], c->out[0], c->workspace);
+    kiln_max_pool_grad_run(&w, c->in[0], c->in[1], grad_picks(c), c->out[0], c->workspace);
     return KILN_OK;
 }
 
@@ -323,6 +365,37 @@ static int test(void) {
         };
         fails += kiln_optest("MaxPool", "kernel_shape=[2,2]", 1, in, 1, want, 0, 0,
                              "maxpool f64");
+    }
+    {
+        /* picks = 1: each window's picked tap. 2x2 windows at stride 1 over
+         * [1 5 2; 4 3 9; 0 8 7]: 5 is tap 1 of (0,0), 9 tap 3 of (0,1) and tap 1 of (1,1),
+         * 8 tap 3 of (1,0) */
+        kiln_tensor *in[1] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(1, 5, 2, 4, 3, 9, 0, 8, 7))};
+        kiln_tensor *want[2] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(5, 9, 8, 9)),
+                                kt_make(KILN_U8, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 3, 3, 1))};
+        fails += kiln_optest("MaxPool", "kernel_shape=[2,2];picks=1", 1, in, 2, want, 0, 0, "maxpool picks");
+    }
+    {
+        /* ties go to the first tap inside X (window 0's tap 0 is padding), NaN to the first NaN */
+        kiln_tensor *in[1] = {kt_make(KILN_F32, 3, KT_DIMS(1, 2, 5), KT_VALS(0, 0, 0, 0, 0, 1, NAN, 3, NAN, 2))};
+        kiln_tensor *want[2] = {NULL, kt_make(KILN_U8, 3, KT_DIMS(1, 2, 3), KT_VALS(1, 0, 0, 2, 0, 0))};
+        fails += kiln_optest("MaxPool", "kernel_shape=[3];strides=[2];pads=[1,1];picks=1", 1, in, 2, want, 0, 0,
+                             "maxpool picks, ties, padding and NaN");
+    }
+    {
+        /* a window with no tap inside X (dilation 3 steps over a 2-wide input from -1) */
+        kiln_tensor *in[1] = {kt_make(KILN_F32, 3, KT_DIMS(1, 1, 2), KT_VALS(4, 6))};
+        kiln_tensor *want[2] = {NULL, kt_make(KILN_U8, 3, KT_DIMS(1, 1, 3), KT_VALS(1, 255, 0))};
+        fails += kiln_optest("MaxPool", "kernel_shape=[2];dilations=[3];pads=[2,2];picks=1", 1, in, 2, want, 0, 0,
+                             "maxpool picks, a window with no tap inside X");
+    }
+    {
+        kiln_tensor *in[1] = {kt_make(KILN_U8, 4, KT_DIMS(1, 1, 4, 4), NULL)};
+        fails += kiln_optest_fails("MaxPool", "kernel_shape=[2,2];picks=1", 1, in, 2, KILN_ERR_TYPE,
+                                   "maxpool picks of a uint8 X");
+        in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 16, 16), NULL);
+        fails += kiln_optest_fails("MaxPool", "kernel_shape=[16,16];picks=1", 1, in, 2, KILN_ERR_UNSUPPORTED,
+                                   "maxpool picks of 256-tap windows");
     }
     {
         kiln_tensor *in[1] = {
@@ -589,6 +662,8 @@ static int test(void) {
              {1, 8, 20, 33}, {1, 8, 20, 33}},
             {"kernel_shape=[2,2]", "maxpoolgrad ties 2x2 s1 across tiles, 16 channels", 4, {2, 16, 17, 18},
              {2, 16, 18, 19}},
+            {"kernel_shape=[2,2];strides=[2,2]", "maxpoolgrad ties 2x2 s2 disjoint, 16 channels", 4, {2, 16, 5, 6},
+             {2, 16, 11, 12}},
         };
         for (size_t i = 0; i < sizeof tie_cases / sizeof tie_cases[0]; i++) {
             const int nd = tie_cases[i].nd;
@@ -597,6 +672,30 @@ static int test(void) {
                                                         relu_levels(kt_rand(KILN_F32, nd, tie_cases[i].x, -2, 3,
                                                                             3150 + (int)i))},
                                        1, tie_cases[i].what);
+            /* the same with the forward's picks (picks = 1): the forward writes them, the
+             * gradient routes by them */
+            char attrs[160], what[160];
+            snprintf(attrs, sizeof attrs, "%s;picks=1", tie_cases[i].attrs);
+            snprintf(what, sizeof what, "%s, forward's picks", tie_cases[i].what);
+            fails += kiln_optest_sweep(
+                "MaxPool", attrs, 12, 1,
+                (kiln_tensor *[]){relu_levels(kt_rand(KILN_F32, nd, tie_cases[i].x, -2, 3, 3150 + (int)i))}, 2,
+                what);
+            kiln_tensor *x = relu_levels(kt_rand(KILN_F32, nd, tie_cases[i].x, -2, 3, 3150 + (int)i));
+            kiln_tensor *dy = kt_rand(KILN_F32, nd, tie_cases[i].dy, -2, 2, 3130 + (int)i);
+            kiln_tensor *fw[2] = {NULL, NULL}, *plain = NULL;
+            if (!kiln_optest_eval("", "MaxPool", attrs, 12, 1, &x, 2, fw, what) ||
+                !kiln_optest_eval("kiln", "MaxPoolGrad", tie_cases[i].attrs, 12, 2, (kiln_tensor *[]){dy, x}, 1,
+                                  &plain, what)) {
+                fails++;
+                kiln_tensor_free(fw[1]);
+                kiln_tensor_free(dy);
+                kiln_tensor_free(x);
+            } else { /* the same dX as the gradient that recomputes the picks from X */
+                fails += kiln_optest("MaxPoolGrad", tie_cases[i].attrs, 3, (kiln_tensor *[]){dy, x, fw[1]}, 1,
+                                     &plain, 0, 0, what);
+            }
+            kiln_tensor_free(fw[0]);
         }
     }
     fails += kiln_optest_sweep("MaxPool", "kernel_shape=[3,3];strides=[2,2];pads=[1,1,1,1]", 12, 1,
@@ -662,6 +761,35 @@ static int test_grad(void) {
     in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
     fails += kiln_optest_fails("MaxPoolGrad", "kernel_shape=[2,2]", 2, in, 1, KILN_ERR_SHAPE,
                                "maxpool dX with dY of the wrong shape");
+    /* with the forward's picks (the first case's, [1, 3, 3, 1]): X's values are not read
+     * (zeros here would route every dY to its window's first tap) */
+    {
+        kiln_tensor *pin[3] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 2, 3, 4)),
+                               kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL),
+                               kt_make(KILN_U8, 4, KT_DIMS(1, 1, 2, 2), KT_VALS(1, 3, 3, 1))};
+        kiln_tensor *pwant = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), KT_VALS(0, 1, 0, 0, 0, 6, 0, 3, 0));
+        fails += kiln_optest("MaxPoolGrad", "kernel_shape=[2,2]", 3, pin, 1, &pwant, 0, 0,
+                             "maxpool dX by the forward's picks, X unread");
+    }
+    {
+        /* a pick naming a tap in the padding routes its dY nowhere */
+        kiln_tensor *pin[3] = {kt_make(KILN_F32, 3, KT_DIMS(1, 1, 3), KT_VALS(1, 2, 4)),
+                               kt_make(KILN_F32, 3, KT_DIMS(1, 1, 5), NULL),
+                               kt_make(KILN_U8, 3, KT_DIMS(1, 1, 3), KT_VALS(0, 0, 0))};
+        kiln_tensor *pwant = kt_make(KILN_F32, 3, KT_DIMS(1, 1, 5), KT_VALS(0, 2, 0, 4, 0));
+        fails += kiln_optest("MaxPoolGrad", "kernel_shape=[3];strides=[2];pads=[1,1]", 3, pin, 1, &pwant, 0, 0,
+                             "maxpool dX by picks, a pick in the padding");
+    }
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    fails += kiln_optest_fails("MaxPoolGrad", "kernel_shape=[2,2]", 3,
+                               (kiln_tensor *[]){in[0], in[1], kt_make(KILN_I64, 4, KT_DIMS(1, 1, 2, 2), NULL)}, 1,
+                               KILN_ERR_TYPE, "maxpool dX with int64 picks");
+    in[0] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL);
+    in[1] = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 3, 3), NULL);
+    fails += kiln_optest_fails("MaxPoolGrad", "kernel_shape=[2,2]", 3,
+                               (kiln_tensor *[]){in[0], in[1], kt_make(KILN_U8, 4, KT_DIMS(1, 1, 2, 3), NULL)}, 1,
+                               KILN_ERR_SHAPE, "maxpool dX with picks of the wrong shape");
     in[0] = kt_make(KILN_U8, 4, KT_DIMS(1, 1, 2, 2), NULL);
     in[1] = kt_make(KILN_U8, 4, KT_DIMS(1, 1, 3, 3), NULL);
     fails += kiln_optest_fails("MaxPoolGrad", "kernel_shape=[2,2]", 2, in, 1, KILN_ERR_TYPE,
@@ -672,7 +800,7 @@ static int test_grad(void) {
 
 const kiln_op_def kiln_op_max_pool_grad = {
     .precision = KILN_PREC_LOW, .layout = KILN_LAYOUT_POOL_GRAD,
-    .name = "MaxPoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1,
+    .name = "MaxPoolGrad", .domain = "kiln", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1,
     .max_outputs = 1, .infer = grad_infer, .cpu_forward = grad_forward,
     .cpu_workspace = grad_workspace, .test = KILN_OP_TESTS(test_grad),
 };

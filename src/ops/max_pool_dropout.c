@@ -72,7 +72,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     kiln_status st = check(c, &w);
     if (st) return st;
     kiln_tensor *y = c->out[0];
-    kiln_max_pool_run(&w, c->in[0], y, NULL, false, c->workspace);
+    kiln_max_pool_run(&w, c->in[0], y, NULL, false, NULL, c->workspace);
     double ratio;
     bool train;
     kiln_dropout_mode(opt_in(c, 1), opt_in(c, 2), &ratio, &train);
@@ -126,7 +126,7 @@ static kiln_status grad_forward(kiln_op_ctx *c) {
     kiln_dropout_mode(opt_in(c, 3), opt_in(c, 4), &ratio, &train);
     st = kiln_dropout_grad_apply(c, dy, c->in[2]->data, &g, ratio, train);
     if (st) return st;
-    kiln_max_pool_grad_run(&w, &g, x, dx, ws);
+    kiln_max_pool_grad_run(&w, &g, x, NULL, dx, ws);
     if (kiln_attr_int(c->node, "relu", 0)) {
         /* Relu's derivative reads its output Y, which is the pool's X */
         const kiln_op_def *relu = kiln_op_find("Relu");

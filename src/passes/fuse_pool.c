@@ -45,9 +45,27 @@
  * has no Relu). The DropoutGrad node (its name) stays and writes dx; the UnaryGrad goes; g
  * is no longer written. UnaryGrad's own checks (Y of dY's dtype and shape) are those
  * relu = 1 asks for. Only where the device has kiln.DropoutGrad's kernel; nodes re-sorted
- * (y may be computed after the DropoutGrad's place). */
+ * (y may be computed after the DropoutGrad's place)
+ *
+ * And the forward's picks (training graphs; issue 12):
+ *
+ *             y = MaxPool(x)                         windows overlapping, < 255 taps each
+ *             dx = kiln.MaxPoolGrad(dy, x)           the same windows, the same x
+ *          -> y, picks = MaxPool(x) picks=1          picks: uint8, y's shape and layout
+ *             dx = kiln.MaxPoolGrad(dy, x, picks)
+ *
+ * (src/ops/max_pool.h): the pool writes which tap each window takes, the gradient routes
+ * dy by them and reads no value of x. Why: with overlapping windows (ResNet's stem, 3x3
+ * stride 2) the CUDA gradient otherwise starts with a pass over x to find those picks (0.33
+ * ms of ResNet-50's step at batch 256), where the forward, which reads every tap anyway,
+ * writes them for 1/8 of x's bytes. Float x (the dtypes with a gradient), any layout; every
+ * MaxPoolGrad of the same windows over the same x reads the one picks value. Where the
+ * device has kiln.MaxPoolGrad's kernel (the CUDA one takes the picks). Disjoint windows
+ * are left: their gradient reads each tap once already. */
 #include "passes.h"
+#include "../ops/max_pool.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,7 +267,90 @@ static kiln_status fold_relu_grads(kiln_model *m, const kiln_pass_options *o, bo
     return st;
 }
 
+/* Attribute name of a and b: the same ints (absent on both counts as equal). */
+static bool same_ints(const kiln_node *a, const kiln_node *b, const char *name) {
+    int na = 0, nb = 0;
+    const int64_t *va = kiln_attr_ints(a, name, &na), *vb = kiln_attr_ints(b, name, &nb);
+    if (na != nb) return false;
+    for (int i = 0; i < na; i++)
+        if (va[i] != vb[i]) return false;
+    return true;
+}
+
+/* The pools' windows of a and b are the same (every attribute that places them). */
+static bool same_windows(const kiln_node *a, const kiln_node *b) {
+    return same_ints(a, b, "kernel_shape") && same_ints(a, b, "strides") && same_ints(a, b, "pads") &&
+           same_ints(a, b, "dilations") && kiln_attr_int(a, "ceil_mode", 0) == kiln_attr_int(b, "ceil_mode", 0) &&
+           strcmp(kiln_attr_string(a, "auto_pad", "NOTSET"), kiln_attr_string(b, "auto_pad", "NOTSET")) == 0;
+}
+
+/* Whether pool node n's windows overlap (some stride below the dilated kernel: the CUDA
+ * gradient then finds the picks in a pass over X) and number their taps in a byte. */
+static bool overlapping_pool(const kiln_node *n) {
+    int nk = 0, ns = 0, nd = 0;
+    const int64_t *k = kiln_attr_ints(n, "kernel_shape", &nk), *s = kiln_attr_ints(n, "strides", &ns);
+    const int64_t *d = kiln_attr_ints(n, "dilations", &nd);
+    if (nk < 1 || (ns && ns != nk) || (nd && nd != nk)) return false;
+    bool overlap = false;
+    int64_t taps = 1;
+    for (int i = 0; i < nk; i++) {
+        const int64_t si = ns ? s[i] : 1, di = nd ? d[i] : 1;
+        if (k[i] < 1 || si < 1 || di < 1) return false;
+        overlap |= si < (k[i] - 1) * di + 1;
+        taps *= k[i];
+        if (taps >= KILN_MAXPOOL_NO_PICK) return false;
+    }
+    return overlap;
+}
+
+/* The forward's picks for the gradient (see the file's opening comment). */
+static kiln_status pool_picks(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    /* op-pattern: MaxPool -> MaxPoolGrad with the forward's picks */
+    if (!kiln_pass_device_has(o, "MaxPoolGrad")) return KILN_OK; /* kiln's op (every device has MaxPool) */
+    bool candidate = false; /* a MaxPoolGrad (training graphs only): else no shape inference */
+    for (int i = 0; i < m->n_nodes && !candidate; i++) candidate = kiln_pass_is_kiln(&m->nodes[i], "MaxPoolGrad");
+    if (!candidate) return KILN_OK;
+    kiln_tensor *sh = NULL;
+    kiln_status st = kiln_pass_infer_types(m, &sh);
+    for (int pi = 0; pi < m->n_nodes && !st; pi++) {
+        const kiln_node *pool = &m->nodes[pi];
+        if (!kiln_pass_is(pool, "MaxPool") || pool->n_in != 1 || pool->in[0] < 0 || pool->n_out < 1 ||
+            pool->out[0] < 0 || (pool->n_out > 1 && pool->out[1] >= 0) || kiln_attr_int(pool, "picks", 0) != 0 ||
+            !overlapping_pool(pool))
+            continue;
+        const int x = pool->in[0], y = pool->out[0];
+        if (!kiln_dtype_is_float(sh[x].dtype)) continue;
+        int picks = -1;
+        for (int gi = 0; gi < m->n_nodes && !st; gi++) {
+            const kiln_node *g = &m->nodes[gi];
+            if (!kiln_pass_is_kiln(g, "MaxPoolGrad") || g->n_in != 2 || g->in[1] != x || g->in[0] < 0 ||
+                !same_windows(g, &m->nodes[pi]))
+                continue;
+            if (picks < 0) {
+                char hint[200];
+                snprintf(hint, sizeof hint, "%s:picks", m->nodes[pi].name);
+                if ((picks = kiln_pass_new_value(m, hint)) < 0) {
+                    st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
+                    break;
+                }
+                kiln_value *pv = &m->values[picks]; /* Y's shape where stored, and layout */
+                const kiln_value *yv = &m->values[y];
+                pv->dtype = KILN_U8;
+                pv->format = yv->format;
+                pv->ndim = yv->ndim;
+                memcpy(pv->dims, yv->dims, sizeof pv->dims);
+                if ((st = kiln_pass_set_output(m, pi, 1, picks)) || (st = kiln_pass_set_int(m, pi, "picks", 1))) break;
+            }
+            if ((st = kiln_pass_set_input(m, gi, 2, picks))) break;
+            *changed = true;
+        }
+    }
+    free(sh);
+    return st;
+}
+
 kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     kiln_status st = fuse_pools(m, o, changed);
-    return st ? st : fold_relu_grads(m, o, changed);
+    if (!st) st = fold_relu_grads(m, o, changed);
+    return st ? st : pool_picks(m, o, changed);
 }
