@@ -56,9 +56,9 @@ def torch_img_s(m, batch, steps=30, warm=10):
     return batch * steps * 1e3 / a.elapsed_time(b)
 
 
-def kiln_img_s(kiln, path, data, batch, images, log):
+def kiln_img_s(kiln, path, data, batch, images, log, extra=()):
     cmd = [kiln, "train", path, "--data", data, "--image-size", "224", "--batch", str(batch), "--device", "cuda",
-           "--amp", "fp16", "--epochs", "2", "--no-augment", "--classes", "1000"]
+           "--amp", "fp16", "--epochs", "2", "--no-augment", "--classes", "1000", *extra]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     with open(log, "w") as f:
@@ -79,6 +79,9 @@ def main():
                     help="training images in CIFAR_DIR (default: counted from its data_batch_*.bin records)")
     ap.add_argument("--models", default=MODELS)
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="kiln train arguments of a variant (e.g. '--disable fuse-pool'), timed after the "
+                         "default run in the same call and printed as its own column; repeatable")
     args = ap.parse_args()
     if not args.images:  # 3,073 bytes a record (a label byte and 32x32x3 pixels)
         args.images = sum(os.path.getsize(os.path.join(args.data, f)) // 3073 for f in os.listdir(args.data)
@@ -87,7 +90,10 @@ def main():
     out = os.environ.get("OUT", tempfile.gettempdir())
     tmp = tempfile.mkdtemp()
     rows = []
-    print(f"{'model':22s} {'kiln img/s':>11s} {'torch img/s':>12s} {'ratio':>6s}  note", flush=True)
+    head = "".join(f" {'variant ' + str(i + 1):>11s}" for i in range(len(args.variant)))
+    for i, v in enumerate(args.variant):
+        print(f"variant {i + 1}: kiln train ... {v}")
+    print(f"{'model':22s} {'kiln img/s':>11s}{head} {'torch img/s':>12s} {'ratio':>6s}  note", flush=True)
     for name in args.models.split(","):
         m = build(name)
         path = os.path.join(tmp, name + ".onnx")
@@ -96,10 +102,16 @@ def main():
                           training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
         k, why, secs = kiln_img_s(args.kiln, path, args.data, args.batch, args.images,
                                   os.path.join(out, f"train_zoo_{name}.log"))
+        vs = []
+        for i, v in enumerate(args.variant):
+            kv, vwhy, _ = kiln_img_s(args.kiln, path, args.data, args.batch, args.images,
+                                     os.path.join(out, f"train_zoo_{name}_v{i + 1}.log"), v.split())
+            vs.append(f" {kv or 0:11.0f}")
+            why += vwhy
         t = torch_img_s(m, args.batch)
         torch.cuda.empty_cache()
         ratio = f"{k / t:6.2f}" if k else "     -"
-        print(f"{name:22s} {k or 0:11.0f} {t:12.0f} {ratio}  {why}(kiln run {secs:.0f} s)", flush=True)
+        print(f"{name:22s} {k or 0:11.0f}{''.join(vs)} {t:12.0f} {ratio}  {why}(kiln run {secs:.0f} s)", flush=True)
         rows.append((name, k, t))
     ok = [k / t for _, k, t in rows if k]
     if ok:
