@@ -368,7 +368,9 @@ enum {
                                          Relu's gradient after any Dropout's gradient
                                          folded into it; and in a training graph a MaxPool
                                          of overlapping windows writes its picks for its
-                                         MaxPoolGrad, which then does not read X again */
+                                         MaxPoolGrad, which then does not read X again, and
+                                         takes the training BN -> Relu before it into one
+                                         kernel (kiln.BnReluMaxPool: the BN's Y unwritten) */
     KILN_PASS_FUSE_BN = 1 << 13,      /* a training BatchNormalization -> Relu as one node, and
                                          the Relu's gradient folded into BatchNormGrad (in a
                                          training graph; CUDA training) */

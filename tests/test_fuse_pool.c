@@ -337,6 +337,58 @@ out:
     kiln_model_free(fwd);
 }
 
+/* resnet18's training graph through every pass for the CPU, against the same with fuse-pool
+ * off: the stem's BN -> Relu -> MaxPool is one kiln.BnReluMaxPool reading the BN's input and
+ * saved statistics, the BN writes no Y (write_y = 0) and the pool's gradient reads the BN's
+ * input for its shape (and the picks); the loss, every gradient and statistic bit for bit. */
+static void bn_pool(void) {
+    const char *label = "resnet18 training graph, all passes: BN -> Relu -> MaxPool fused";
+    printf("-- %s\n", label);
+    kiln_model *fwd = NULL, *m = NULL, *ref = NULL, *off = NULL, *on = NULL;
+    kiln_trainer *t = NULL;
+    kiln_tensor *image = NULL, *lab = NULL;
+    kiln_train_options o = {.optimizer = KILN_OPTIM_SGD, .momentum = 0.9f};
+    const kiln_pass_options po = {.device = KILN_DEVICE_CPU}, poff = {.device = KILN_DEVICE_CPU,
+                                                                      .disabled = KILN_PASS_FUSE_POOL};
+    if (kiln_model_resnet(ctx, 18, 10, 64, 5, 0, &fwd) || kiln_model_add_classifier_loss(fwd, "logits", 0, &m) ||
+        kiln_trainer_create(m, "loss", &o, &t) || !(ref = backward_graph(t)) || kiln_passes_apply(ref, &po, &on) ||
+        kiln_passes_apply(ref, &poff, &off)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    const kiln_node *f = find(on, "BnReluMaxPool"), *g = find(on, "MaxPoolGrad");
+    CHECK(count(on, "kiln", "BnReluMaxPool") == 1 && count(on, "", "MaxPool") == 0 && count(off, "", "MaxPool") == 1,
+          "%s: want the one pool fused (%d fused, %d MaxPool left)", label, count(on, "kiln", "BnReluMaxPool"),
+          count(on, "", "MaxPool"));
+    if (f && g) {
+        const int bnv = f->in[0] >= 0 ? on->values[f->in[3]].producer : -1;
+        const kiln_node *bn = bnv >= 0 ? &on->nodes[bnv] : NULL;
+        CHECK(bn && strcmp(bn->op_type, "BatchNormalization") == 0 && kiln_attr_int(bn, "write_y", 1) == 0 &&
+                  bn->in[0] == f->in[0] && bn->n_out > 3 && bn->out[3] == f->in[3],
+              "%s: the fused pool does not read the BN's input and saved statistics, or the BN writes Y", label);
+        CHECK(f->n_out == 2 && g->n_in == 3 && g->in[2] == f->out[1] && g->in[1] == f->in[0],
+              "%s: the gradient does not read the fused pool's picks and the BN's input", label);
+        CHECK(fabsf(kiln_attr_float(f, "epsilon", 0) - (bn ? kiln_attr_float(bn, "epsilon", 1e-5f) : -1)) == 0,
+              "%s: epsilon not carried over", label);
+    }
+    CHECK(topological_order(on), "%s: the nodes are not in a topological order", label);
+    image = kt_rand(KILN_F32, 4, (int64_t[]){2, 3, 64, 64}, -2, 2, 51);
+    lab = kt_rand(KILN_I64, 1, (int64_t[]){2}, 0, 10, 52);
+    t->feeds[0] = image;
+    t->feeds[1] = lab;
+    same_function(label, off, on, t->feeds, 0, 0, NULL);
+out:
+    if (t) t->feeds[0] = t->feeds[1] = NULL;
+    kiln_tensor_free(image);
+    kiln_tensor_free(lab);
+    kiln_model_free(on);
+    kiln_model_free(off);
+    kiln_model_free(ref);
+    kiln_trainer_free(t);
+    kiln_model_free(m);
+    kiln_model_free(fwd);
+}
+
 /* ------------------------------------------ DropoutGrad -> Relu's UnaryGrad */
 
 typedef struct relu_variant {
@@ -444,6 +496,7 @@ int main(void) {
 
     picks(false);
     picks(true);
+    bn_pool();
 
     kiln_context_free(ctx);
     printf("%s\n", fails ? "FAILED" : "all fuse-pool checks passed");

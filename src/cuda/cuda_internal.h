@@ -269,6 +269,7 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(logsoftmax_nll_grad) /* loss.cu: kiln.LogSoftmaxNLLGrad */                          \
     X(maxpool_dropout)  /* dropout.cu: kiln.MaxPoolDropout (the fused pool) */            \
     X(maxpool_dropout_grad) /* dropout.cu: kiln.MaxPoolDropoutGrad */                     \
+    X(bn_relu_max_pool) /* pool.cu: kiln.BnReluMaxPool (the stem's BN, Relu and pool) */  \
     X(fused_elementwise) /* fused_elementwise.c: kiln.FusedElementwise, NVRTC-generated */ \
     X(fused_gemm)       /* matmul.c: kiln.FusedGemm through cuBLASLt epilogues */         \
     X(cast)        /* convert.cu: Cast between any two dtypes */                          \
@@ -447,6 +448,9 @@ kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *
 kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_channel_sum(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes); /* ConvGradBias, ReduceSumTo, GemmGradC */
 kiln_status kiln_cuda_ws_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes); /* pool.cu: the picks */
+kiln_status kiln_cuda_ws_bn_relu_max_pool(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes); /* pool.cu */
+/* pool.cu: whether the pick kernels index pool c's X and Y (32 bits: up to 2^30 elements) */
+bool kiln_cuda_picks_fit(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y);
 kiln_status kiln_cuda_ws_nll_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 kiln_status kiln_cuda_ws_logsoftmax_nll_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 

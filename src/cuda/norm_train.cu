@@ -84,6 +84,7 @@
  * path, the gradient's statistics kernel computes the mask's coefficients from S itself
  * and leaves them for the apply (bn_mask_coef runs only before the scalar kernels).
  */
+#include "bn_affine.cuh"
 #include "dtype.cuh"
 #include "norm_train.h"
 
@@ -167,19 +168,8 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
-/* The forward's per-channel coefficients from its batch statistics (mean, var): the
- * forward's finalize and the mask from X's bn_mask_coef both call this (the contract above). */
-__device__ __forceinline__ void fwd_coef(double scale, double bias, double mean, double var, double eps, float &a,
-                                         float &m, float &k) {
-    a = (float)(scale / sqrt(var + eps));
-    m = (float)mean;
-    k = (float)bias;
-}
-
-/* The forward's y before the ReLU (and the residual): a * (x - m) + k, one rounding for the
- * difference and one fused multiply-add, explicit so that no compiler contraction makes the
- * forward's apply and the mask from X differ (the contract above). */
-__device__ __forceinline__ float bn_affine(float x, float a, float m, float k) { return __fmaf_rn(a, __fsub_rn(x, m), k); }
+/* fwd_coef and bn_affine (bn_affine.cuh): the forward's finalize, its apply, the mask from X's
+ * bn_mask_coef and kiln.BnReluMaxPool all call these (the contract above). */
 
 /* The mask from X: the forward's Y > 0, that is T(bn_affine) > 0 (T's rounding, as Y is
  * stored; NaN gives false, as Relu's 0) */
@@ -418,9 +408,14 @@ __global__ void __launch_bounds__(THREADS) bn_stats_vec(const T *__restrict__ x,
     }
 }
 
-/* The vector path applies: rows layout, C a multiple of V, every pointer 16-byte aligned. */
+/* The vector path applies: rows layout, C a multiple of V (16 bytes of elements of es
+ * bytes), every pointer 16-byte aligned. */
+bool vec_ok_es(const Geo &g, size_t es, const void *a, const void *b, const void *c, const void *d = nullptr) {
+    return g.rows && es >= 1 && es <= 16 && g.C % (int64_t)(16 / es) == 0 && aligned16(a, b, c) && aligned16(d);
+}
 template <typename T> bool vec_ok(const Geo &g, const void *a, const void *b, const void *c, const void *d = nullptr) {
-    return g.rows && g.C % VecOf<T>::N == 0 && aligned16(a, b, c) && aligned16(d);
+    static_assert(VecOf<T>::N * sizeof(T) == 16, "V elements are 16 bytes");
+    return vec_ok_es(g, sizeof(T), a, b, c, d);
 }
 
 template <typename T, int K, bool RELU, bool ADD, bool OUT, bool MX = false>
@@ -925,7 +920,7 @@ extern "C" bool kiln_cuda_bn_training(const kiln_op_ctx *c) {
 extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n) {
     const kiln_tensor *x = c->in[0];
     if (!check_x_params(c, x, 1, why, n)) return false;
-    const bool write_y = kiln_attr_int(c->node, "write_y", 1) != 0; /* 0: Y empty, output 4 P instead */
+    const bool write_y = kiln_attr_int(c->node, "write_y", 1) != 0; /* 0: Y empty, P or S instead */
     if (write_y && is_nhwc(x) != is_nhwc(c->out[0])) {
         snprintf(why, n, "X is %s and Y %s", is_nhwc(x) ? "NHWC" : "NCHW", is_nhwc(c->out[0]) ? "NHWC" : "NCHW");
         return false;
@@ -936,8 +931,8 @@ extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n
                  (long long)x->dims[1]);
         return false;
     }
-    if (!write_y && !has_out(c, 4)) {
-        snprintf(why, n, "write_y = 0 needs output 4 (P)");
+    if (!write_y && !has_out(c, 4) && !has_out(c, 3)) {
+        snprintf(why, n, "write_y = 0 needs output 4 (P) or 3 (S)");
         return false;
     }
     if (c->out[0]->dtype != x->dtype) {
@@ -996,11 +991,10 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
         }
     const bool write_y = kiln_attr_int(c->node, "write_y", 1) != 0, relu = kiln_attr_int(c->node, "relu", 0) != 0;
     const void *z = present(c, 5) ? c->in[5]->data : nullptr; /* the fused residual (relu = 1) */
-    const size_t es = kiln_dtype_size(x->dtype);
     /* inputs 6, 7 (conv-bn-stats) on one rank, Y written on the vector path: the finalize
      * runs inside the apply (bn_apply_vec<FIN>), one kernel for the whole BN */
-    if (present(c, 6) && present(c, 7) && !synced(c) && write_y && g.rows && g.C % (int64_t)(16 / es) == 0 &&
-        aligned16(x->data, z, c->out[0]->data)) {
+    if (present(c, 6) && present(c, 7) && !synced(c) && write_y &&
+        vec_ok_es(g, kiln_dtype_size(x->dtype), x->data, z, c->out[0]->data)) {
         if (has_out(c, 4)) p.pk = (float *)c->out[4]->data;
         const FinIn fin = {(const float *)c->in[6]->data, (const float *)c->in[7]->data, p, (double)g.M};
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd_fin, cu, c->kctx, g, x->data, z, c->out[0]->data, fin,
@@ -1020,7 +1014,7 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     if ((st = kiln_cuda_sync_sums(cu, c, part, part, gs.P * gs.C * 2, &world))) return st;
     if (has_out(c, 4)) p.pk = (float *)c->out[4]->data; /* P for the convolutions' prologue */
     if ((st = launch_finalize_fwd(cu, c->kctx, gs, part, coef, p, (double)g.M * world))) return st;
-    if (!write_y) return KILN_OK; /* Y unwritten: its readers read X through P */
+    if (!write_y) return KILN_OK; /* Y unwritten: its readers read X through P (or S) */
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd, cu, c->kctx, g, x->data, z, c->out[0]->data, coef, relu);
     return st;
 }

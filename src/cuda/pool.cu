@@ -54,6 +54,7 @@
  *
  * Spatial dims are right-aligned into 3 slots; unused leading slots have size 1.
  */
+#include "bn_affine.cuh"
 #include "dtype.cuh"
 #include "reduce.cuh"
 
@@ -372,6 +373,7 @@ kiln_status launch_pool(kiln_cuda *cu, kiln_context *ctx, bool is_max, const voi
 }
 
 kiln_status pool_geo(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y, PoolGeo *g);
+bool pool_geo_why(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y, PoolGeo *g, char *why, size_t n);
 
 kiln_status pool(kiln_cuda *cu, kiln_op_ctx *c, bool is_max) {
     const kiln_tensor *x = c->in[0];
@@ -883,16 +885,23 @@ __device__ __forceinline__ PickLanes<VEC> window_pick_lanes(const Lanes<T, VEC> 
     return out;
 }
 
+/* kiln.BnReluMaxPool's coefficients (a, m, k) of a thread's 8 channels (bn_affine). */
+struct BnLanes {
+    float a[8], m[8], k[8];
+};
+
 /* window_pick_lanes for 8 f16 lanes and windows of at most KT x KT taps (KT > 0), in
  * packed half2 arithmetic: the maximum first (__hmax2_nan: NaN wins), then the taps in
  * reverse order, each lane taking a tap whose value equals its maximum or is NaN, so the
  * first such tap is the last taken: the first maximum (-0 and +0 equal, as `>` sees them),
  * or the first NaN where the maximum is NaN (no lane's value equals a NaN) — window_pick's
  * rule, in about a third of the instructions the per-lane float compares take. m gets
- * the maxima (-inf for a window with no tap inside X). */
-template <int KT>
+ * the maxima (-inf for a window with no tap inside X). BNP: the taps are first replaced
+ * by T(Relu(bn_affine(x))) with bn's coefficients (kiln.BnReluMaxPool). */
+template <int KT, bool BNP = false>
 __device__ __forceinline__ PickLanes<8> window_pick_h8(const Lanes<__half, 8> *xp, uint32_t CV, const PickGeo &g,
-                                                       int sh, int lh, int hh, int sw, int lw, int hw, __half2 (&m)[4]) {
+                                                       int sh, int lh, int hh, int sw, int lw, int hw, __half2 (&m)[4],
+                                                       const BnLanes *bn = nullptr) {
     uint4 v[KT][KT];
 #pragma unroll
     for (int j1 = 0; j1 < KT; j1++)
@@ -901,6 +910,25 @@ __device__ __forceinline__ PickLanes<8> window_pick_h8(const Lanes<__half, 8> *x
             if (j1 >= lh && j1 < hh && j2 >= lw && j2 < hw)
                 v[j1][j2] = *reinterpret_cast<const uint4 *>(
                     xp + (uint32_t)((sh + j1 * g.d[1]) * g.in[2] + sw + j2 * g.d[2]) * CV);
+    if constexpr (BNP) { /* kiln.BnReluMaxPool: each tap the BN's Y with relu = 1 (bn_affine.cuh) */
+        const __half2 zero = __float2half2_rn(0.f);
+#pragma unroll
+        for (int j1 = 0; j1 < KT; j1++)
+#pragma unroll
+            for (int j2 = 0; j2 < KT; j2++)
+                if (j1 >= lh && j1 < hh && j2 >= lw && j2 < hw) {
+                    __half2 *h = reinterpret_cast<__half2 *>(&v[j1][j2]);
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const float2 f = __half22float2(h[q]);
+                        const int e = 2 * q;
+                        /* __hmax2 takes the number over a NaN: Relu's NaN -> 0 */
+                        h[q] = __hmax2(__floats2half2_rn(bn_affine(f.x, bn->a[e], bn->m[e], bn->k[e]),
+                                                         bn_affine(f.y, bn->a[e + 1], bn->m[e + 1], bn->k[e + 1])),
+                                       zero);
+                    }
+                }
+    }
     const __half2 ninf = __halves2half2(__ushort_as_half(0xfc00), __ushort_as_half(0xfc00));
 #pragma unroll
     for (int q = 0; q < 4; q++) m[q] = ninf;
@@ -942,9 +970,12 @@ __device__ __forceinline__ PickLanes<8> window_pick_h8(const Lanes<__half, 8> *x
 // With y (N, OH, OW, C; WITH_Y): MaxPool's forward with its picks (picks = 1), each window's
 // maximum the value picked (the first NaN where there is one), -inf for a window with no tap
 // inside X, as pool_nhwc_vec_kernel writes it.
-template <typename T, int VEC, int KT, bool WITH_Y = false>
+// BNP (f16, VEC 8, KT > 0): kiln.BnReluMaxPool, the pool over the BN's Y recomputed from x
+// with the coefficients mc (3, C): a, m, k (bn_pool_coef).
+template <typename T, int VEC, int KT, bool WITH_Y = false, bool BNP = false>
 __global__ void maxpool_pick_nhwc(const T *__restrict__ x, uint8_t *__restrict__ pick, uint32_t total, uint32_t CV,
-                                  FastDiv cvd, PickGeo g, T *__restrict__ y = nullptr) {
+                                  FastDiv cvd, PickGeo g, T *__restrict__ y = nullptr,
+                                  const float *__restrict__ mc = nullptr) {
     using L = Lanes<T, VEC>;
     const L *xv = reinterpret_cast<const L *>(x);
     PickLanes<VEC> *pv = reinterpret_cast<PickLanes<VEC> *>(pick);
@@ -961,7 +992,19 @@ __global__ void maxpool_pick_nhwc(const T *__restrict__ x, uint8_t *__restrict__
         const L *xw = xv + r * (uint32_t)(g.in[1] * g.in[2]) * CV + cv;
         if constexpr (std::is_same<T, __half>::value && VEC == 8 && KT > 0) {
             __half2 m[4];
-            pv[i] = window_pick_h8<KT>(xw, CV, g, sh, lh, hh, sw, lw, hw, m);
+            if constexpr (BNP) {
+                BnLanes bn;
+                const uint32_t C = CV * 8, c0 = cv * 8;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    bn.a[e] = mc[c0 + e];
+                    bn.m[e] = mc[C + c0 + e];
+                    bn.k[e] = mc[2 * C + c0 + e];
+                }
+                pv[i] = window_pick_h8<KT, true>(xw, CV, g, sh, lh, hh, sw, lw, hw, m, &bn);
+            } else {
+                pv[i] = window_pick_h8<KT>(xw, CV, g, sh, lh, hh, sw, lw, hw, m);
+            }
             if constexpr (WITH_Y) {
                 uint32_t u[4];
 #pragma unroll
@@ -969,6 +1012,7 @@ __global__ void maxpool_pick_nhwc(const T *__restrict__ x, uint8_t *__restrict__
                 reinterpret_cast<uint4 *>(y)[i] = make_uint4(u[0], u[1], u[2], u[3]);
             }
         } else {
+            static_assert(!BNP, "the BN prologue is the f16 kernel's");
             float best[VEC];
             pv[i] = window_pick_lanes<T, VEC, KT>(xw, CV, g, sh, lh, hh, sw, lw, hw, best);
             if constexpr (WITH_Y) {
@@ -1232,12 +1276,10 @@ kiln_status launch_maxpool_grad(kiln_cuda *cu, kiln_context *ctx, const void *dy
 }
 
 /* The pooling geometry of c (x: the pooled input, y: the pooled output or its gradient)
- * in 3 right-aligned slots. */
-kiln_status pool_geo(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y, PoolGeo *g) {
+ * in 3 right-aligned slots; false (why says) where the window rules refuse it. */
+bool pool_geo_why(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y, PoolGeo *g, char *why, size_t n) {
     kiln_cuda_window w;
-    char why[256];
-    if (!kiln_cuda_window_get(c, x, y, NULL, &w, why, sizeof why))
-        return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "%s", why);
+    if (!kiln_cuda_window_get(c, x, y, NULL, &w, why, n)) return false;
     for (int t = 0; t < 3; t++) {
         g->in[t] = g->out[t] = g->k[t] = g->s[t] = g->d[t] = 1;
         g->pb[t] = g->pe[t] = 0;
@@ -1252,7 +1294,12 @@ kiln_status pool_geo(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y,
         g->pb[t] = w.pb[i];
         g->pe[t] = w.pe[i];
     }
-    return KILN_OK;
+    return true;
+}
+
+kiln_status pool_geo(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y, PoolGeo *g) {
+    char why[256];
+    return pool_geo_why(c, x, y, g, why, sizeof why) ? KILN_OK : kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "%s", why);
 }
 
 // x: (rows, S); y: (rows)
@@ -1317,18 +1364,16 @@ kiln_status launch_gap_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *x, voi
 
 /* MaxPool with picks = 1 (output 1: each window's picked tap, src/ops/max_pool.h): NHWC
  * with 16-byte channel groups, one kernel writes Y and the picks (pass 1 of the gradient
- * with Y); otherwise the forward, then pass 1. Where the pick kernels do not take the
- * geometry (more than 2^30 elements), the forward alone and NO_PICK everywhere: the
- * gradient then finds the picks in X (given_picks says no for the same geometry). */
+ * with Y); otherwise the forward, then pass 1. The pick kernels index in 32 bits: past
+ * 2^30 elements the supports check refuses the node (kiln_cuda_picks_fit). */
 template <typename T>
 kiln_status launch_pool_picks(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, uint8_t *pick, int64_t N,
                               int64_t C, const PoolGeo &g, bool nhwc, int64_t total_in, int64_t total) {
     PickGeo pg;
     if (total == 0) return KILN_OK;
-    if (!pick_geo(g, total_in, total, &pg)) {
-        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(pick, NO_PICK, (size_t)total, cu->stream));
-        return launch_pool<T>(cu, ctx, true, x, y, total, g, false, nhwc ? C : 0);
-    }
+    if (!pick_geo(g, total_in, total, &pg)) /* (the supports check refuses these) */
+        return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "MaxPool's picks: X of %lld elements, past 2^30",
+                         (long long)total_in);
     constexpr int64_t VEC = VecOf<T>::N;
     if (nhwc && g.in[0] == 1 && C % VEC == 0 && aligned16(x, y) && (uintptr_t)pick % VEC == 0) {
         launch_pick_nhwc<T, (int)VEC>(cu, (const T *)x, pick, (T *)y, N, C, pg);
@@ -1402,11 +1447,137 @@ static kiln_status maxpool_grad_plan(kiln_op_ctx *c, PoolGeo *g, bool *disjoint,
     return KILN_OK;
 }
 
-/* Whether kiln.MaxPoolGrad c routes by the forward's picks (input 2): given, and the pick
- * kernels take the geometry (else X is read, which gives the same dX). */
-static bool given_picks(const kiln_op_ctx *c, const PoolGeo &g) {
+/* ---------------------------------------------------------------- kiln.BnReluMaxPool */
+
+namespace {
+
+// The BN's coefficients (a, m, k) into mc (3, C) from scale, B and S (mean; var) of any float
+// dtypes, as the forward's finalize computes them (fwd_coef). grid ceil(C / THREADS).
+__global__ void bn_pool_coef(const void *scale, int sdt, const void *bias, int bdt, const void *S, int Sdt, double eps,
+                             float *mc, int64_t C) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float a, m, k;
+    fwd_coef(load_any(scale, sdt, c), load_any(bias, bdt, c), load_any(S, Sdt, c), load_any(S, Sdt, C + c), eps, a, m,
+             k);
+    mc[c] = a;
+    mc[C + c] = m;
+    mc[2 * C + c] = k;
+}
+
+// z = T(Relu(bn_affine(x))) elementwise (the other paths' pool input): element i's channel is
+// i % C in NHWC, (i / S) % C otherwise.
+template <typename T>
+__global__ void bn_relu_apply(const T *__restrict__ x, T *__restrict__ z, const float *__restrict__ mc, int64_t n,
+                              int64_t C, int64_t S, bool nhwc) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        const int64_t c = nhwc ? i % C : i / S % C;
+        const float v = to_f(from_f<T>(bn_affine(to_f(x[i]), mc[c], mc[C + c], mc[2 * C + c])));
+        z[i] = from_f<T>(v > 0.f ? v : 0.f); /* NaN -> 0 */
+    }
+}
+
+/* kiln.BnReluMaxPool's geometry and whether one kernel takes it whole: f16 NHWC with 16-byte
+ * channel groups, windows of at most 3x3, the pick kernels' indices (and at run time the
+ * pointers 16-byte aligned). Else the BN's Y is written to the workspace and pooled. */
+struct BnPool {
+    PoolGeo g;
+    int64_t N, C, S;
+    bool nhwc, fast;
+};
+
+kiln_status bn_pool_plan(kiln_op_ctx *c, BnPool *b) {
+    const kiln_tensor *x = c->in[0];
+    kiln_status st = pool_geo(c, x, c->out[0], &b->g);
+    if (st) return st;
+    b->N = x->dims[0];
+    b->C = x->dims[1];
+    b->S = 1;
+    for (int d = 2; d < x->ndim; d++) b->S *= x->dims[d];
+    b->nhwc = x->ndim == 4 && x->format == KILN_FORMAT_NHWC;
     PickGeo pg;
-    return c->n_in > 2 && c->in[2] && pick_geo(g, kiln_tensor_numel(c->in[1]), kiln_tensor_numel(c->in[0]), &pg);
+    b->fast = x->dtype == KILN_F16 && b->nhwc && b->g.in[0] == 1 && b->C % 8 == 0 && b->g.k[1] <= 3 &&
+              b->g.k[2] <= 3 && c->n_out > 1 && c->out[1] &&
+              pick_geo(b->g, kiln_tensor_numel(x), kiln_tensor_numel(c->out[0]), &pg);
+    return KILN_OK;
+}
+
+size_t bn_pool_coef_bytes(int64_t C) { return (size_t)(3 * C * sizeof(float) + 255) & ~(size_t)255; }
+
+template <typename T>
+kiln_status launch_bn_pool(kiln_cuda *cu, kiln_op_ctx *c, const BnPool &b, const float *mc, char *zbuf) {
+    const kiln_tensor *x = c->in[0];
+    T *y = (T *)c->out[0]->data;
+    uint8_t *pick = c->n_out > 1 && c->out[1] ? (uint8_t *)c->out[1]->data : nullptr;
+    const int64_t total = kiln_tensor_numel(c->out[0]), n = kiln_tensor_numel(x);
+    if constexpr (std::is_same<T, __half>::value) {
+        if (b.fast && aligned16(x->data, y) && (uintptr_t)pick % 8 == 0) {
+            PickGeo pg;
+            pick_geo(b.g, n, total, &pg);
+            const uint32_t CV = (uint32_t)(b.C / 8), windows = (uint32_t)(b.N * pg.out[1] * pg.out[2]) * CV;
+            maxpool_pick_nhwc<__half, 8, 3, true, true><<<kiln_cuda_blocks(cu, windows, THREADS), THREADS, 0, cu->stream>>>(
+                (const __half *)x->data, pick, windows, CV, fast_div(CV), pg, y, mc);
+            KILN_CUDA_LAUNCHED(c->kctx, "maxpool_pick_nhwc (the BN prologue)");
+            return KILN_OK;
+        }
+    }
+    if (!zbuf)
+        return kiln_op_fail(c, KILN_ERR_INTERNAL, "the BN's output has no workspace (pointers not 16-byte aligned)");
+    bn_relu_apply<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((const T *)x->data, (T *)zbuf, mc, n,
+                                                                                  b.C, b.S, b.nhwc);
+    KILN_CUDA_LAUNCHED(c->kctx, "bn_relu_apply");
+    if (!pick) return launch_pool<T>(cu, c->kctx, true, zbuf, y, total, b.g, false, b.nhwc ? b.C : 0);
+    kiln_status st =
+        launch_pool_picks<T>(cu, c->kctx, zbuf, y, pick, b.N, b.C, b.g, b.nhwc, n, total);
+    return st;
+}
+
+} // namespace
+
+extern "C" kiln_status kiln_cuda_ws_bn_relu_max_pool(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    (void)cu;
+    BnPool b;
+    kiln_status st = bn_pool_plan(c, &b);
+    if (st) return st;
+    const kiln_tensor *x = c->in[0];
+    *bytes = bn_pool_coef_bytes(b.C) + (b.fast ? 0 : (size_t)kiln_tensor_numel(x) * kiln_dtype_size(x->dtype));
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_k_bn_relu_max_pool(kiln_cuda *cu, kiln_op_ctx *c) {
+    BnPool b;
+    kiln_status st = bn_pool_plan(c, &b);
+    if (st) return st;
+    const kiln_tensor *x = c->in[0];
+    const size_t cb = bn_pool_coef_bytes(b.C), zb = (size_t)kiln_tensor_numel(x) * kiln_dtype_size(x->dtype);
+    if (!c->workspace || c->workspace_size < cb)
+        return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes, %zu needed", c->workspace_size, cb);
+    if (kiln_tensor_numel(x) == 0 || kiln_tensor_numel(c->out[0]) == 0) return KILN_OK;
+    PickGeo pg;
+    if (c->n_out > 1 && c->out[1] && !pick_geo(b.g, kiln_tensor_numel(x), kiln_tensor_numel(c->out[0]), &pg))
+        return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "X of %lld elements: past the 2^30 the pick kernels index",
+                            (long long)kiln_tensor_numel(x));
+    float *mc = (float *)c->workspace;
+    bn_pool_coef<<<(unsigned)((b.C + THREADS - 1) / THREADS), THREADS, 0, cu->stream>>>(
+        c->in[1]->data, c->in[1]->dtype, c->in[2]->data, c->in[2]->dtype, c->in[3]->data, c->in[3]->dtype,
+        (double)kiln_attr_float(c->node, "epsilon", 1e-5f), mc, b.C);
+    KILN_CUDA_LAUNCHED(c->kctx, "bn_pool_coef");
+    char *zbuf = c->workspace_size >= cb + zb ? (char *)c->workspace + cb : nullptr;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_bn_pool, cu, c, b, mc, zbuf);
+    return st;
+}
+
+/* Whether kiln.MaxPoolGrad c routes by the forward's picks (input 2; X, then, may be another
+ * tensor of its shape: kiln.BnReluMaxPool's gradient reads the BN's input). */
+static bool given_picks(const kiln_op_ctx *c) { return c->n_in > 2 && c->in[2]; }
+
+/* Whether the pick kernels index pool c's X and Y (32 bits; the supports checks of the
+ * picks' producers and readers ask, so that no plan holds picks they cannot take). */
+extern "C" bool kiln_cuda_picks_fit(kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y) {
+    PoolGeo g;
+    PickGeo pg;
+    char why[256]; /* (a geometry the window rules refuse is the supports check's to say) */
+    return pool_geo_why(c, x, y, &g, why, sizeof why) && pick_geo(g, kiln_tensor_numel(x), kiln_tensor_numel(y), &pg);
 }
 
 extern "C" kiln_status kiln_cuda_ws_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
@@ -1414,7 +1585,7 @@ extern "C" kiln_status kiln_cuda_ws_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c, 
     PoolGeo g;
     bool disjoint, covered;
     kiln_status st = maxpool_grad_plan(c, &g, &disjoint, &covered, bytes);
-    if (!st && given_picks(c, g)) *bytes = 0;
+    if (!st && given_picks(c)) *bytes = 0;
     return st;
 }
 
@@ -1429,7 +1600,11 @@ extern "C" kiln_status kiln_cuda_k_maxpool_grad(kiln_cuda *cu, kiln_op_ctx *c) {
      * one-pass gather (each element recomputes its windows' picks); the forward's picks
      * (input 2): pass 2 alone, whatever the windows */
     uint8_t *pick = pick_bytes && c->workspace && c->workspace_size >= pick_bytes ? (uint8_t *)c->workspace : NULL;
-    const bool have = given_picks(c, g);
+    const bool have = given_picks(c);
+    PickGeo pg;
+    if (have && !pick_geo(g, kiln_tensor_numel(x), kiln_tensor_numel(dy), &pg)) /* (refused by the supports check) */
+        return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "the picks of X of %lld elements, past 2^30",
+                            (long long)kiln_tensor_numel(x));
     if (have) {
         pick = (uint8_t *)c->in[2]->data;
         disjoint = false;

@@ -285,6 +285,14 @@ static bool sup_matmul(const kiln_op_ctx *c, char *why, size_t n) {
     return fits_products(v, 4, why, n);
 }
 
+/* The pick kernels' 32-bit indices take pool c's X and Y (MaxPool's picks, their readers). */
+static bool picks_fit(const kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *y, char *why, size_t n) {
+    if (kiln_cuda_picks_fit((kiln_op_ctx *)c, x, y)) return true;
+    snprintf(why, n, "X of %lld elements: the pool's picks index at most 2^30 (kiln train --disable fuse-pool)",
+             (long long)kiln_tensor_numel(x));
+    return false;
+}
+
 static bool sup_pool(const kiln_op_ctx *c, char *why, size_t n) {
     if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
     /* MaxPool's picks (picks = 1, src/ops/max_pool.h): uint8, Y's layout */
@@ -294,7 +302,8 @@ static bool sup_pool(const kiln_op_ctx *c, char *why, size_t n) {
         return false;
     }
     kiln_cuda_window w;
-    return kiln_cuda_window_get(c, c->in[0], c->out[0], NULL, &w, why, n);
+    if (!kiln_cuda_window_get(c, c->in[0], c->out[0], NULL, &w, why, n)) return false;
+    return !has_out(c, 1) || picks_fit(c, c->in[0], c->out[0], why, n);
 }
 
 /* Y (N, C, 1, 1) has the same bytes in both layouts: any X layout, any Y label. */
@@ -451,6 +460,7 @@ static bool sup_maxpool_grad(const kiln_op_ctx *c, char *why, size_t n) {
                  layout_name(c->in[0]));
         return false;
     }
+    if (present(c, 2) && !picks_fit(c, c->in[1], c->in[0], why, n)) return false;
     if (is_nhwc(c->in[0]) != is_nhwc(c->in[1]) || is_nhwc(c->out[0]) != is_nhwc(c->in[1])) {
         snprintf(why, n, "dY is %s, X %s and dX %s (one layout for all three)", layout_name(c->in[0]),
                  layout_name(c->in[1]), layout_name(c->out[0]));
@@ -458,6 +468,23 @@ static bool sup_maxpool_grad(const kiln_op_ctx *c, char *why, size_t n) {
     }
     kiln_cuda_window w;
     return kiln_cuda_window_get(c, c->in[1], c->in[0], NULL, &w, why, n);
+}
+
+/* kiln.BnReluMaxPool(X, scale, B, S) -> Y, picks? */
+static bool sup_bn_relu_max_pool(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n) || !same_layout(c, why, n)) return false;
+    for (int i = 1; i <= 3; i++)
+        if (!present(c, i) || (!kiln_cuda_float_dtype(c->in[i]->dtype) && c->in[i]->dtype != KILN_F64)) {
+            snprintf(why, n, "input %d is not a float tensor", i);
+            return false;
+        }
+    if (has_out(c, 1) && (c->out[1]->dtype != KILN_U8 || is_nhwc(c->out[1]) != is_nhwc(c->out[0]))) {
+        snprintf(why, n, "the picks are not uint8 in Y's layout");
+        return false;
+    }
+    kiln_cuda_window w;
+    if (!kiln_cuda_window_get(c, c->in[0], c->out[0], NULL, &w, why, n)) return false;
+    return !has_out(c, 1) || picks_fit(c, c->in[0], c->out[0], why, n);
 }
 
 /* A sum of dY (input 0) down to a smaller shape: ConvGradBias, ReduceSumTo, GemmGradC. */
@@ -1306,6 +1333,7 @@ static const entry table[] = {
     {"kiln.LogSoftmaxNLL", kiln_cuda_k_logsoftmax_nll, sup_logsoftmax_nll, NULL, false},
     {"kiln.MaxPoolDropout", kiln_cuda_k_maxpool_dropout, sup_maxpool_dropout, NULL, true},
     {"kiln.MaxPoolDropoutGrad", kiln_cuda_k_maxpool_dropout_grad, sup_maxpool_dropout_grad, NULL, true},
+    {"kiln.BnReluMaxPool", kiln_cuda_k_bn_relu_max_pool, sup_bn_relu_max_pool, kiln_cuda_ws_bn_relu_max_pool, true},
     {"kiln.ToNHWC", kiln_cuda_k_layout, sup_layout, NULL, true},
     {"kiln.ToNCHW", kiln_cuda_k_layout, sup_layout, NULL, true},
     /* the training step's tail (optim.cu; the parameters' layouts are checked there) */

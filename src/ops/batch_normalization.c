@@ -64,7 +64,9 @@
  * node used (so Y = act(a * X + k) up to the rounding of a and k to f32). With it, kiln's
  * attribute write_y = 0 leaves Y unwritten (output 0 an empty tensor of X's dtype, or absent):
  * the convolutions that read Y read X through P instead (kiln.FusedConv's input 4,
- * kiln.ConvGradWeight's input 3). Not with a residual Z.
+ * kiln.ConvGradWeight's input 3). Not with a residual Z. write_y = 0 beside S (output 3)
+ * alone: kiln.BnReluMaxPool recomputes Y from X and S (the fuse-pool pass; src/ops/
+ * bn_relu_max_pool.c).
  *
  * Statistics from the convolution (issue 12; the conv-bn-stats pass, src/passes/conv_bn_stats.c,
  * CUDA training graphs): kiln's inputs 6 and 7, given together in training mode only, are the
@@ -87,6 +89,8 @@
  * process holding the whole batch would. dScale and dB stay this rank's sums (the gradient
  * all-reduce averages them with the other parameters').
  */
+#include "batch_normalization.h"
+
 #include "../core/optest.h"
 #include "../dist/dist.h"
 
@@ -106,19 +110,9 @@ static bool fused_relu(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "re
 /* kiln.BatchNormGrad's attribute relu_mask_from_x (0 or 1): input 6 is S, not Y */
 static bool mask_from_x(const kiln_op_ctx *c) { return kiln_attr_int(c->node, "relu_mask_from_x", 0) != 0; }
 
-/* x * a + b: the forward's affine (the CPU reference's Y before rounding and ReLU) and the
- * mask from X's, one expression so both round alike */
-static inline double bn_affine(double x, double a, double b) { return x * a + b; }
-
-/* v rounded to dtype dt as kiln_set_f64 stores it (f16/bf16 through float, as the forward's Y) */
-static double round_as(kiln_dtype dt, double v) {
-    switch (dt) {
-    case KILN_F32: return (float)v;
-    case KILN_F16: return kiln_f16_to_f32(kiln_f32_to_f16((float)v));
-    case KILN_BF16: return kiln_bf16_to_f32(kiln_f32_to_bf16((float)v));
-    default: return v;
-    }
-}
+/* (the forward's affine and Y's rounding: kiln_bn_affine, kiln_bn_round_as in
+ * batch_normalization.h, one expression for the forward, the mask from X and
+ * kiln.BnReluMaxPool so all round alike) */
 
 /* Y, when the node writes it: attribute write_y = 0 (beside output 4, the apply's
  * coefficients) leaves output 0 an empty tensor nothing reads */
@@ -208,8 +202,10 @@ static kiln_status infer(kiln_op_ctx *c) {
     const int64_t wy = kiln_attr_int(c->node, "write_y", 1);
     KILN_OP_CHECK(c, wy == 0 || wy == 1, KILN_ERR_INVALID_ARGUMENT, "attribute write_y must be 0 or 1, got %lld",
                   (long long)wy);
-    KILN_OP_CHECK(c, (wy && has_out(c, 0)) || has_out(c, 4), KILN_ERR_INVALID_ARGUMENT,
-                  "Y (output 0) may be left out (write_y = 0) only beside output 4 (the apply's coefficients)");
+    KILN_OP_CHECK(c, (wy && has_out(c, 0)) || has_out(c, 4) || (has_out(c, 3) && training(c)),
+                  KILN_ERR_INVALID_ARGUMENT,
+                  "Y (output 0) may be left out (write_y = 0) only beside output 4 (the apply's coefficients) or, "
+                  "in training mode, output 3 (the saved statistics)");
     KILN_OP_CHECK(c, !has_out(c, 4) || !resid(c), KILN_ERR_INVALID_ARGUMENT,
                   "output 4 (the apply's coefficients a; k) cannot stand for a fused residual Z (input 5)");
     if (has_out(c, 0)) {
@@ -236,10 +232,10 @@ static void affine_channel(const kiln_tensor *x, const kiln_tensor *z, kiln_tens
         } else if (f32) {
             const float *xp = (const float *)x->data + base; // (S)
             float *yp = (float *)y->data + base;
-            for (int64_t s = 0; s < S; s++) yp[s] = (float)bn_affine(xp[s], a, b);
+            for (int64_t s = 0; s < S; s++) yp[s] = (float)kiln_bn_affine(xp[s], a, b);
         } else {
             for (int64_t s = 0; s < S; s++)
-                kiln_set_f64(y, base + s, bn_affine(kiln_get_f64(x, base + s), a, b));
+                kiln_set_f64(y, base + s, kiln_bn_affine(kiln_get_f64(x, base + s), a, b));
         }
     }
 }
@@ -319,8 +315,9 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
                 kiln_set_f64(c->out[3], C + ch, bv);
             }
         }
-        double a = kiln_get_f64(scale, ch) / sqrt(var + eps);
-        apply_channel(c, x, y, N, C, S, ch, a, kiln_get_f64(bias, ch) - mean * a);
+        double a, b;
+        kiln_bn_coef(kiln_get_f64(scale, ch), kiln_get_f64(bias, ch), mean, var, eps, &a, &b);
+        apply_channel(c, x, y, N, C, S, ch, a, b);
     }
     return KILN_OK;
 }
@@ -423,13 +420,17 @@ typedef struct bn_xmask {
 static bn_xmask xmask_of(const kiln_op_ctx *c, int64_t ch) {
     const kiln_tensor *s = c->in[6];
     const int64_t C = c->in[1]->dims[1];
-    const double eps = kiln_attr_float(c->node, "epsilon", 1e-5f), mean = kiln_get_f64(s, ch);
-    const double a = kiln_get_f64(c->in[2], ch) / sqrt(kiln_get_f64(s, C + ch) + eps);
-    return (bn_xmask){.x = c->in[1], .a = a, .b = kiln_get_f64(c->in[3], ch) - mean * a};
+    const double eps = kiln_attr_float(c->node, "epsilon", 1e-5f);
+    double a, b;
+    kiln_bn_coef(kiln_get_f64(c->in[2], ch), kiln_get_f64(c->in[3], ch), kiln_get_f64(s, ch), kiln_get_f64(s, C + ch),
+                 eps, &a, &b);
+    return (bn_xmask){.x = c->in[1], .a = a, .b = b};
 }
 
 /* The forward's Y > 0 at element i (xv = X's value there): round(x * a + b) > 0 */
-static bool xmask_pos(const bn_xmask *mk, double xv) { return round_as(mk->x->dtype, bn_affine(xv, mk->a, mk->b)) > 0; }
+static bool xmask_pos(const bn_xmask *mk, double xv) {
+    return kiln_bn_round_as(mk->x->dtype, kiln_bn_affine(xv, mk->a, mk->b)) > 0;
+}
 
 /* Element i of the gradient BatchNormGrad reads: dY (+ dY2, input 7), masked by Y > 0
  * (input 6) under relu = 1, or by the mask from X (mk) */
@@ -949,7 +950,7 @@ static kiln_tensor **xmask_grad_rand(int ndim, const int64_t *dims, uint64_t see
     for (int t = 0; t < 3; t++)
         for (int64_t i = 0; i < kiln_tensor_numel(in[1]); i++) {
             const int64_t ch = (i / S) % C;
-#define RV(k, j) round_as(dts[t], kiln_get_f64(in[k], j))
+#define RV(k, j) kiln_bn_round_as(dts[t], kiln_get_f64(in[k], j))
             const double a = RV(2, ch) / sqrt(RV(6, C + ch) + (double)1e-5f);
             xmask_margin = fmin(xmask_margin, fabs(RV(1, i) * a + RV(3, ch) - RV(6, ch) * a));
 #undef RV

@@ -61,7 +61,24 @@
  * writes them for 1/8 of x's bytes. Float x (the dtypes with a gradient), any layout; every
  * MaxPoolGrad of the same windows over the same x reads the one picks value. Where the
  * device has kiln.MaxPoolGrad's kernel (the CUDA one takes the picks). Disjoint windows
- * are left: their gradient reads each tap once already. */
+ * are left: their gradient reads each tap once already.
+ *
+ * Then (kiln_pass_fuse_bn_pool, a pass table entry of its own after fuse-bn and
+ * conv-bn-stats, under the same switch) the BN -> Relu under such a pool:
+ *
+ *             y, rm, rv, S = BatchNormalization(x, scale, B, mean, var[, -, sum, sumsq])
+ *                            training_mode=1 relu=1 (no residual Z)
+ *             p, picks = MaxPool(y) picks=1
+ *             d = kiln.MaxPoolGrad(dp, y, picks)
+ *          -> -, rm, rv, S = BatchNormalization(...) write_y=0
+ *             p, picks = kiln.BnReluMaxPool(x, scale, B, S)    (the pool's attributes, epsilon)
+ *             d = kiln.MaxPoolGrad(dp, x, picks)               (x: y's shape; values unread)
+ *
+ * when y is read by nothing else (the BN's gradient takes the mask from X, reading x and S)
+ * and is no graph output. S is added to the BN where missing; Y becomes an empty value
+ * nothing reads. src/ops/bn_relu_max_pool.c computes y per tap as the BN would, bit for
+ * bit on each backend, so the function is the same. Why: ResNet's stem BN writes 411 MB (at
+ * batch 256, fp16) that only the pool reads: -0.43 ms of ResNet-50's step on an H100. */
 #include "passes.h"
 #include "../ops/max_pool.h"
 
@@ -353,4 +370,102 @@ kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool 
     kiln_status st = fuse_pools(m, o, changed);
     if (!st) st = fold_relu_grads(m, o, changed);
     return st ? st : pool_picks(m, o, changed);
+}
+
+/* The BN -> Relu under a pool with picks (see the file's opening comment): the training
+ * BatchNormalization (relu = 1, opset >= 14, no residual Z, Y written) producing v, or -1. */
+static int bn_relu_producer(const kiln_model *m, const int *prod, int v) {
+    const int b = prod[v];
+    if (b < 0) return -1;
+    const kiln_node *n = &m->nodes[b];
+    if (!kiln_pass_is(n, "BatchNormalization") || n->opset < 14 || kiln_attr_int(n, "training_mode", 0) == 0 ||
+        kiln_attr_int(n, "relu", 0) == 0 || kiln_attr_int(n, "write_y", 1) == 0 || n->n_in < 5 ||
+        kiln_pass_opt_in(n, 5) >= 0 || n->n_out < 1 || n->out[0] != v || n->in[0] < 0 || n->in[1] < 0 || n->in[2] < 0)
+        return -1;
+    return b;
+}
+
+/* Whether every reader of y is pool node pi or a kiln.MaxPoolGrad with the picks (which
+ * reads y for its shape only), and y no graph output. */
+static bool only_pool_reads(const kiln_model *m, int y, int pi) {
+    int reads = 0;
+    for (int j = 0; j < m->n_nodes; j++) {
+        const kiln_node *r = &m->nodes[j];
+        for (int k = 0; k < r->n_in; k++) {
+            if (r->in[k] != y) continue;
+            reads++;
+            if (j == pi && k == 0) continue;
+            /* op-pattern: kiln.MaxPoolGrad reading the BN's Y for its shape */
+            if (kiln_pass_is_kiln(r, "MaxPoolGrad") && k == 1 && r->n_in == 3 && r->in[2] >= 0) continue;
+            return false;
+        }
+    }
+    return reads == kiln_pass_uses(m, y);
+}
+
+/* A new value of node ni (hint "<name>:what"), dtype dt, rank 1 or 2 dims, layout f. */
+static int new_value(kiln_model *m, int ni, const char *what, kiln_dtype dt, int ndim, int64_t d0, int64_t d1,
+                     kiln_format f) {
+    char hint[200];
+    snprintf(hint, sizeof hint, "%s:%s", m->nodes[ni].name ? m->nodes[ni].name : "bn", what);
+    const int v = kiln_pass_new_value(m, hint);
+    if (v < 0) return -1;
+    kiln_value *val = &m->values[v];
+    val->dtype = dt;
+    val->format = f;
+    if (d1 >= 0 || ndim == 1) {
+        val->ndim = ndim;
+        val->dims[0] = d0;
+        val->dims[1] = d1;
+    }
+    return v;
+}
+
+kiln_status kiln_pass_fuse_bn_pool(kiln_model *m, const kiln_pass_options *o, bool *changed) {
+    /* op-pattern: BatchNormalization(relu) -> MaxPool(picks) as kiln.BnReluMaxPool */
+    if (!kiln_pass_device_has(o, "BnReluMaxPool")) return KILN_OK;
+    bool candidate = false;
+    for (int i = 0; i < m->n_nodes && !candidate; i++)
+        candidate = kiln_pass_is(&m->nodes[i], "MaxPool") && kiln_attr_int(&m->nodes[i], "picks", 0) != 0;
+    if (!candidate) return KILN_OK;
+    int *prod = kiln_pass_producers(m);
+    kiln_shape_probes sp = {0};
+    kiln_status st = prod ? kiln_pass_shape_probes(m, &sp) : KILN_ERR_OUT_OF_MEMORY;
+    for (int pi = 0; pi < m->n_nodes && !st; pi++) {
+        const kiln_node *pool = &m->nodes[pi];
+        if (!kiln_pass_is(pool, "MaxPool") || kiln_attr_int(pool, "picks", 0) == 0 || pool->n_in != 1 ||
+            pool->in[0] < 0 || pool->n_out < 2 || pool->out[1] < 0)
+            continue;
+        const int y = pool->in[0], bi = y < m->n_values ? bn_relu_producer(m, prod, y) : -1;
+        if (bi < 0 || !only_pool_reads(m, y, pi) || y >= sp.n || sp.one[y].ndim < 3) continue;
+        const kiln_node *bn = &m->nodes[bi];
+        const int x = bn->in[0], scale = bn->in[1], bias = bn->in[2];
+        const int64_t C = sp.one[y].dims[1];
+        const float eps = kiln_attr_float(bn, "epsilon", 1e-5f);
+        int s = bn->n_out > 3 ? bn->out[3] : -1;
+        const kiln_format yf = m->values[y].format;
+        const kiln_dtype yt = sp.one[y].dtype;
+        /* S (the saved statistics the fused op recomputes Y from) and Y itself: a new empty
+         * value nothing reads */
+        if (s < 0 && ((s = new_value(m, bi, "saved", KILN_F64, 2, 2, C, KILN_FORMAT_NCHW)) < 0 ||
+                      (st = kiln_pass_set_output(m, bi, 3, s))))
+            break;
+        const int e = new_value(m, bi, "unwritten", yt, 1, 0, -1, yf);
+        if (e < 0 || s < 0) {
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
+            break;
+        }
+        if ((st = kiln_pass_set_output(m, bi, 0, e)) || (st = kiln_pass_set_int(m, bi, "write_y", 0))) break;
+        for (int j = 0; j < m->n_nodes && !st; j++)
+            if (j != pi && kiln_pass_is_kiln(&m->nodes[j], "MaxPoolGrad") && m->nodes[j].n_in == 3 &&
+                m->nodes[j].in[1] == y)
+                st = kiln_pass_set_input(m, j, 1, x); /* the shape: the BN's input has its output's */
+        const int in[4] = {x, scale, bias, s};
+        if (!st) st = kiln_pass_rewrite(m, pi, "kiln", "BnReluMaxPool", 4, in, &m->nodes[pi]);
+        if (!st) st = kiln_pass_set_float(m, pi, "epsilon", eps);
+        if (!st) *changed = true;
+    }
+    kiln_pass_shape_probes_free(&sp);
+    free(prod);
+    return st;
 }

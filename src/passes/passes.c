@@ -35,6 +35,9 @@ static const kiln_pass passes[] = {
     {"conv-bn-stats", 0, kiln_pass_conv_bn_stats},
     /* after conv-bn-stats (statistics inputs final); opt-in (o->conv_bn_prologue), so no bit */
     {"conv-bn-prologue", 0, kiln_pass_conv_bn_prologue},
+    /* after fuse-bn (BN -> Relu as one node, the gradient's mask from X) and conv-bn-stats:
+     * the stem's BN, Relu and pool as one kernel (fuse-pool's switch) */
+    {"fuse-bn-pool", KILN_PASS_FUSE_POOL, kiln_pass_fuse_bn_pool},
 };
 
 kiln_status kiln_passes_apply(const kiln_model *src, const kiln_pass_options *o, kiln_model **out) {

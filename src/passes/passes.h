@@ -146,6 +146,9 @@ bool kiln_pass_conv_bn_prologue_env(void);
  * layout pass runs it first). */
 kiln_status kiln_pass_channel_shuffle(kiln_model *m, bool *changed);
 kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
+/* A training BN -> Relu -> MaxPool with picks as kiln.BnReluMaxPool (fuse_pool.c; runs last,
+ * after fuse-bn and conv-bn-stats, under KILN_PASS_FUSE_POOL). */
+kiln_status kiln_pass_fuse_bn_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_attention(kiln_model *m, const kiln_pass_options *o, bool *changed);
 
