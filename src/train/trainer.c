@@ -345,7 +345,9 @@ static kiln_status build_training_graph(kiln_trainer *t, int loss_fwd) {
      * rounding its fp32 loss is compared with (bench/loss_vs_torch.py; fused, the first
      * steps differ by 6e-6 instead of 7e-8, and Adadelta amplifies that). The pool and
      * training Dropout with their gradient chain as one op each way, where the layout
-     * pass made the pool's input NHWC (src/passes/fuse_pool.c; bit for bit the same). A
+     * pass made the pool's input NHWC; a MaxPool of overlapping windows writing its picks
+     * for its gradient, and with the BN -> Relu before it as one op (kiln.BnReluMaxPool)
+     * (src/passes/fuse_pool.c; bit for bit the same). A
      * training BatchNormalization and the Relu after it, and their gradients, as one node
      * each way (src/passes/fuse_bn.c). The stem's 3-channel image and weight read through
      * Pads to 4 channels, its weight gradient sliced back (src/passes/pad_channels.c) */
