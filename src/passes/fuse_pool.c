@@ -447,14 +447,14 @@ kiln_status kiln_pass_fuse_bn_pool(kiln_model *m, const kiln_pass_options *o, bo
         const kiln_dtype yt = sp.one[y].dtype;
         /* S (the saved statistics the fused op recomputes Y from) and Y itself: a new empty
          * value nothing reads */
-        if (s < 0 && ((s = new_value(m, bi, "saved", KILN_F64, 2, 2, C, KILN_FORMAT_NCHW)) < 0 ||
-                      (st = kiln_pass_set_output(m, bi, 3, s))))
-            break;
-        const int e = new_value(m, bi, "unwritten", yt, 1, 0, -1, yf);
-        if (e < 0 || s < 0) {
+        const bool add_s = s < 0;
+        if (add_s) s = new_value(m, bi, "saved", KILN_F64, 2, 2, C, KILN_FORMAT_NCHW);
+        const int e = s < 0 ? -1 : new_value(m, bi, "unwritten", yt, 1, 0, -1, yf);
+        if (e < 0) {
             st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
             break;
         }
+        if (add_s && (st = kiln_pass_set_output(m, bi, 3, s))) break;
         if ((st = kiln_pass_set_output(m, bi, 0, e)) || (st = kiln_pass_set_int(m, bi, "write_y", 0))) break;
         for (int j = 0; j < m->n_nodes && !st; j++)
             if (j != pi && kiln_pass_is_kiln(&m->nodes[j], "MaxPoolGrad") && m->nodes[j].n_in == 3 &&
