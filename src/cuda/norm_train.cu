@@ -1019,6 +1019,22 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     return st;
 }
 
+extern "C" kiln_status kiln_cuda_bn_fwd_coef(kiln_cuda *cu, kiln_context *ctx, const void *scale, int sdt,
+                                             const void *bias, int bdt, const void *S, int Sdt, double eps, float *mc,
+                                             int64_t C) {
+    if (C <= 0) return KILN_OK;
+    Params p;
+    memset(&p, 0, sizeof p);
+    p.p[0] = scale;
+    p.dt[0] = sdt;
+    p.p[1] = bias;
+    p.dt[1] = bdt;
+    p.eps = eps;
+    bn_mask_coef<<<(unsigned)div_up(C, THREADS), THREADS, 0, cu->stream>>>(S, Sdt, p, mc, C);
+    KILN_CUDA_LAUNCHED(ctx, "bn_mask_coef");
+    return KILN_OK;
+}
+
 /* The mask from X (relu = 1, relu_mask_from_x = 1): input 6 is S, not Y */
 static bool mask_from_x(const kiln_op_ctx *c) {
     return kiln_attr_int(c->node, "relu", 0) != 0 && kiln_attr_int(c->node, "relu_mask_from_x", 0) != 0;

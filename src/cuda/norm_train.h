@@ -27,6 +27,11 @@ kiln_status kiln_cuda_ws_bn_train(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 size_t kiln_cuda_channel_sums_ws(const kiln_tensor *y);
 kiln_status kiln_cuda_channel_sums(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *y, float *sum, float *sq,
                                    void *ws, size_t ws_size);
+/* The forward's coefficients (a, m, k) into mc (3, C) from its scale, B (dtypes sdt, bdt) and
+ * saved statistics S (mean; var, (2, C), dtype Sdt), as its finalize computes them: the mask
+ * from X's bn_mask_coef, for kiln.BnReluMaxPool (pool.cu). */
+kiln_status kiln_cuda_bn_fwd_coef(kiln_cuda *cu, kiln_context *ctx, const void *scale, int sdt, const void *bias,
+                                  int bdt, const void *S, int Sdt, double eps, float *mc, int64_t C);
 bool kiln_cuda_sup_bn_grad(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_bn_grad(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);

@@ -56,6 +56,7 @@
  */
 #include "bn_affine.cuh"
 #include "dtype.cuh"
+#include "norm_train.h"
 #include "reduce.cuh"
 
 #include <string.h>
@@ -971,7 +972,7 @@ __device__ __forceinline__ PickLanes<8> window_pick_h8(const Lanes<__half, 8> *x
 // maximum the value picked (the first NaN where there is one), -inf for a window with no tap
 // inside X, as pool_nhwc_vec_kernel writes it.
 // BNP (f16, VEC 8, KT > 0): kiln.BnReluMaxPool, the pool over the BN's Y recomputed from x
-// with the coefficients mc (3, C): a, m, k (bn_pool_coef).
+// with the coefficients mc (3, C): a, m, k (kiln_cuda_bn_fwd_coef).
 template <typename T, int VEC, int KT, bool WITH_Y = false, bool BNP = false>
 __global__ void maxpool_pick_nhwc(const T *__restrict__ x, uint8_t *__restrict__ pick, uint32_t total, uint32_t CV,
                                   FastDiv cvd, PickGeo g, T *__restrict__ y = nullptr,
@@ -1451,20 +1452,6 @@ static kiln_status maxpool_grad_plan(kiln_op_ctx *c, PoolGeo *g, bool *disjoint,
 
 namespace {
 
-// The BN's coefficients (a, m, k) into mc (3, C) from scale, B and S (mean; var) of any float
-// dtypes, as the forward's finalize computes them (fwd_coef). grid ceil(C / THREADS).
-__global__ void bn_pool_coef(const void *scale, int sdt, const void *bias, int bdt, const void *S, int Sdt, double eps,
-                             float *mc, int64_t C) {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float a, m, k;
-    fwd_coef(load_any(scale, sdt, c), load_any(bias, bdt, c), load_any(S, Sdt, c), load_any(S, Sdt, C + c), eps, a, m,
-             k);
-    mc[c] = a;
-    mc[C + c] = m;
-    mc[2 * C + c] = k;
-}
-
 // z = T(Relu(bn_affine(x))) elementwise (the other paths' pool input): element i's channel is
 // i % C in NHWC, (i / S) % C otherwise.
 template <typename T>
@@ -1482,8 +1469,9 @@ __global__ void bn_relu_apply(const T *__restrict__ x, T *__restrict__ z, const 
  * pointers 16-byte aligned). Else the BN's Y is written to the workspace and pooled. */
 struct BnPool {
     PoolGeo g;
+    PickGeo pg; /* when picks: the pick kernels take the geometry */
     int64_t N, C, S;
-    bool nhwc, fast;
+    bool nhwc, picks, fast;
 };
 
 kiln_status bn_pool_plan(kiln_op_ctx *c, BnPool *b) {
@@ -1495,14 +1483,13 @@ kiln_status bn_pool_plan(kiln_op_ctx *c, BnPool *b) {
     b->S = 1;
     for (int d = 2; d < x->ndim; d++) b->S *= x->dims[d];
     b->nhwc = x->ndim == 4 && x->format == KILN_FORMAT_NHWC;
-    PickGeo pg;
+    b->picks = c->n_out > 1 && c->out[1] && pick_geo(b->g, kiln_tensor_numel(x), kiln_tensor_numel(c->out[0]), &b->pg);
     b->fast = x->dtype == KILN_F16 && b->nhwc && b->g.in[0] == 1 && b->C % 8 == 0 && b->g.k[1] <= 3 &&
-              b->g.k[2] <= 3 && c->n_out > 1 && c->out[1] &&
-              pick_geo(b->g, kiln_tensor_numel(x), kiln_tensor_numel(c->out[0]), &pg);
+              b->g.k[2] <= 3 && b->picks;
     return KILN_OK;
 }
 
-size_t bn_pool_coef_bytes(int64_t C) { return (size_t)(3 * C * sizeof(float) + 255) & ~(size_t)255; }
+size_t bn_coef_bytes(int64_t C) { return (size_t)(3 * C * sizeof(float) + 255) & ~(size_t)255; }
 
 template <typename T>
 kiln_status launch_bn_pool(kiln_cuda *cu, kiln_op_ctx *c, const BnPool &b, const float *mc, char *zbuf) {
@@ -1512,11 +1499,9 @@ kiln_status launch_bn_pool(kiln_cuda *cu, kiln_op_ctx *c, const BnPool &b, const
     const int64_t total = kiln_tensor_numel(c->out[0]), n = kiln_tensor_numel(x);
     if constexpr (std::is_same<T, __half>::value) {
         if (b.fast && aligned16(x->data, y) && (uintptr_t)pick % 8 == 0) {
-            PickGeo pg;
-            pick_geo(b.g, n, total, &pg);
-            const uint32_t CV = (uint32_t)(b.C / 8), windows = (uint32_t)(b.N * pg.out[1] * pg.out[2]) * CV;
+            const uint32_t CV = (uint32_t)(b.C / 8), windows = (uint32_t)(b.N * b.pg.out[1] * b.pg.out[2]) * CV;
             maxpool_pick_nhwc<__half, 8, 3, true, true><<<kiln_cuda_blocks(cu, windows, THREADS), THREADS, 0, cu->stream>>>(
-                (const __half *)x->data, pick, windows, CV, fast_div(CV), pg, y, mc);
+                (const __half *)x->data, pick, windows, CV, fast_div(CV), b.pg, y, mc);
             KILN_CUDA_LAUNCHED(c->kctx, "maxpool_pick_nhwc (the BN prologue)");
             return KILN_OK;
         }
@@ -1527,9 +1512,7 @@ kiln_status launch_bn_pool(kiln_cuda *cu, kiln_op_ctx *c, const BnPool &b, const
                                                                                   b.C, b.S, b.nhwc);
     KILN_CUDA_LAUNCHED(c->kctx, "bn_relu_apply");
     if (!pick) return launch_pool<T>(cu, c->kctx, true, zbuf, y, total, b.g, false, b.nhwc ? b.C : 0);
-    kiln_status st =
-        launch_pool_picks<T>(cu, c->kctx, zbuf, y, pick, b.N, b.C, b.g, b.nhwc, n, total);
-    return st;
+    return launch_pool_picks<T>(cu, c->kctx, zbuf, y, pick, b.N, b.C, b.g, b.nhwc, n, total);
 }
 
 } // namespace
@@ -1540,7 +1523,7 @@ extern "C" kiln_status kiln_cuda_ws_bn_relu_max_pool(kiln_cuda *cu, kiln_op_ctx 
     kiln_status st = bn_pool_plan(c, &b);
     if (st) return st;
     const kiln_tensor *x = c->in[0];
-    *bytes = bn_pool_coef_bytes(b.C) + (b.fast ? 0 : (size_t)kiln_tensor_numel(x) * kiln_dtype_size(x->dtype));
+    *bytes = bn_coef_bytes(b.C) + (b.fast ? 0 : (size_t)kiln_tensor_numel(x) * kiln_dtype_size(x->dtype));
     return KILN_OK;
 }
 
@@ -1549,19 +1532,18 @@ extern "C" kiln_status kiln_cuda_k_bn_relu_max_pool(kiln_cuda *cu, kiln_op_ctx *
     kiln_status st = bn_pool_plan(c, &b);
     if (st) return st;
     const kiln_tensor *x = c->in[0];
-    const size_t cb = bn_pool_coef_bytes(b.C), zb = (size_t)kiln_tensor_numel(x) * kiln_dtype_size(x->dtype);
+    const size_t cb = bn_coef_bytes(b.C), zb = (size_t)kiln_tensor_numel(x) * kiln_dtype_size(x->dtype);
     if (!c->workspace || c->workspace_size < cb)
         return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace of %zu bytes, %zu needed", c->workspace_size, cb);
     if (kiln_tensor_numel(x) == 0 || kiln_tensor_numel(c->out[0]) == 0) return KILN_OK;
-    PickGeo pg;
-    if (c->n_out > 1 && c->out[1] && !pick_geo(b.g, kiln_tensor_numel(x), kiln_tensor_numel(c->out[0]), &pg))
+    if (c->n_out > 1 && c->out[1] && !b.picks) /* (refused by the supports check) */
         return kiln_op_fail(c, KILN_ERR_UNSUPPORTED, "X of %lld elements: past the 2^30 the pick kernels index",
                             (long long)kiln_tensor_numel(x));
-    float *mc = (float *)c->workspace;
-    bn_pool_coef<<<(unsigned)((b.C + THREADS - 1) / THREADS), THREADS, 0, cu->stream>>>(
-        c->in[1]->data, c->in[1]->dtype, c->in[2]->data, c->in[2]->dtype, c->in[3]->data, c->in[3]->dtype,
-        (double)kiln_attr_float(c->node, "epsilon", 1e-5f), mc, b.C);
-    KILN_CUDA_LAUNCHED(c->kctx, "bn_pool_coef");
+    float *mc = (float *)c->workspace; /* the BN's coefficients, as its mask from X takes them */
+    st = kiln_cuda_bn_fwd_coef(cu, c->kctx, c->in[1]->data, c->in[1]->dtype, c->in[2]->data, c->in[2]->dtype,
+                               c->in[3]->data, c->in[3]->dtype, (double)kiln_attr_float(c->node, "epsilon", 1e-5f), mc,
+                               b.C);
+    if (st) return st;
     char *zbuf = c->workspace_size >= cb + zb ? (char *)c->workspace + cb : nullptr;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_bn_pool, cu, c, b, mc, zbuf);
     return st;

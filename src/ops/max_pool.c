@@ -221,15 +221,14 @@ static kiln_status grad(kiln_grad_ctx *g) {
 DEFINE_MAXPOOL_GRAD(maxpool_grad_f32, float)
 DEFINE_MAXPOOL_GRAD(maxpool_grad_f64, double)
 
-/* kiln.MaxPoolGrad's input 2, the forward's picks, or NULL. */
-static const uint8_t *grad_picks(const kiln_op_ctx *c) {
-    return c->n_in > 2 && c->in[2] ? (const uint8_t *)c->in[2]->data : NULL;
-}
+/* kiln.MaxPoolGrad's input 2, the forward's picks: given, and its data (or NULL) */
+static bool has_picks(const kiln_op_ctx *c) { return c->n_in > 2 && c->in[2]; }
+static const uint8_t *grad_picks(const kiln_op_ctx *c) { return has_picks(c) ? c->in[2]->data : NULL; }
 
 static kiln_status grad_infer(kiln_op_ctx *c) {
     kiln_window w;
     kiln_status st = kiln_pool_grad_infer(c, kiln_attr_int(c->node, "ceil_mode", 0) != 0, &w);
-    if (st || c->n_in < 3 || !c->in[2]) return st;
+    if (st || !has_picks(c)) return st;
     const kiln_tensor *pk = c->in[2], *dy = c->in[0];
     KILN_OP_CHECK(c, pk->dtype == KILN_U8, KILN_ERR_TYPE, "the picks (input 2) must be uint8, not %s",
                   kiln_dtype_name(pk->dtype));
@@ -255,8 +254,7 @@ void kiln_max_pool_grad_run(const kiln_window *w, const kiln_tensor *dy, const k
 }
 
 static size_t grad_workspace(const kiln_op_ctx *c) {
-    const bool picks = c->n_in > 2 && c->in[2];
-    return kiln_max_pool_grad_workspace(c->in[0], picks ? NULL : c->in[1], c->out[0]);
+    return kiln_max_pool_grad_workspace(c->in[0], has_picks(c) ? NULL : c->in[1], c->out[0]);
 }
 
 static kiln_status grad_forward(kiln_op_ctx *c) {

@@ -429,22 +429,23 @@ kiln_status kiln_pass_fuse_bn_pool(kiln_model *m, const kiln_pass_options *o, bo
         candidate = kiln_pass_is(&m->nodes[i], "MaxPool") && kiln_attr_int(&m->nodes[i], "picks", 0) != 0;
     if (!candidate) return KILN_OK;
     int *prod = kiln_pass_producers(m);
-    kiln_shape_probes sp = {0};
-    kiln_status st = prod ? kiln_pass_shape_probes(m, &sp) : KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor *sh = NULL; /* dtypes and shapes (C does not depend on the batch) */
+    const int nv = m->n_values;
+    kiln_status st = prod ? kiln_pass_infer_types(m, &sh) : KILN_ERR_OUT_OF_MEMORY;
     for (int pi = 0; pi < m->n_nodes && !st; pi++) {
         const kiln_node *pool = &m->nodes[pi];
         if (!kiln_pass_is(pool, "MaxPool") || kiln_attr_int(pool, "picks", 0) == 0 || pool->n_in != 1 ||
             pool->in[0] < 0 || pool->n_out < 2 || pool->out[1] < 0)
             continue;
         const int y = pool->in[0], bi = y < m->n_values ? bn_relu_producer(m, prod, y) : -1;
-        if (bi < 0 || !only_pool_reads(m, y, pi) || y >= sp.n || sp.one[y].ndim < 3) continue;
+        if (bi < 0 || !only_pool_reads(m, y, pi) || y >= nv || sh[y].ndim < 3) continue;
         const kiln_node *bn = &m->nodes[bi];
         const int x = bn->in[0], scale = bn->in[1], bias = bn->in[2];
-        const int64_t C = sp.one[y].dims[1];
+        const int64_t C = sh[y].dims[1];
         const float eps = kiln_attr_float(bn, "epsilon", 1e-5f);
         int s = bn->n_out > 3 ? bn->out[3] : -1;
         const kiln_format yf = m->values[y].format;
-        const kiln_dtype yt = sp.one[y].dtype;
+        const kiln_dtype yt = sh[y].dtype;
         /* S (the saved statistics the fused op recomputes Y from) and Y itself: a new empty
          * value nothing reads */
         const bool add_s = s < 0;
@@ -465,7 +466,7 @@ kiln_status kiln_pass_fuse_bn_pool(kiln_model *m, const kiln_pass_options *o, bo
         if (!st) st = kiln_pass_set_float(m, pi, "epsilon", eps);
         if (!st) *changed = true;
     }
-    kiln_pass_shape_probes_free(&sp);
+    free(sh);
     free(prod);
     return st;
 }
