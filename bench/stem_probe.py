@@ -7,9 +7,10 @@ Each row: one Conv (+ activation) exported alone, `kiln bench --fp16 --profile` 
 (each of VARIANTS: default, conv.c's narrow copy never / always, some --disable), and
 PyTorch eager fp16 channels_last (cuDNN, benchmark mode on) on the same module, CUDA events
 around 50 calls after warm-up. `--set dw`: convnext_tiny's depthwise 7x7 forwards instead,
-kiln's default (its own kernels or cuDNN, timed) against cuDNN alone.
+kiln's default (its own kernels or cuDNN, timed) against cuDNN alone; `--set dw3` the same
+for the 3x3 and 5x5 depthwise forwards of mobilenet_v2, efficientnet_b0 and shufflenet_v2.
 
-    python3 bench/stem_probe.py --kiln KILN [--batch 256] [--set stems|dw]
+    python3 bench/stem_probe.py --kiln KILN [--batch 256] [--set stems|dw|dw3]
 
 Run through bench/common.sh's kiln_env (library path).
 """
@@ -37,6 +38,13 @@ DW = [("convnext dw 7x7 %d@%d" % (c, hw), c, hw) for c, hw in ((96, 56), (192, 2
 VARIANTS = [("default", None, {}), ("narrow=0", None, {"KILN_CUDA_NARROW_CHANNELS": "0"}),
             ("narrow=1", None, {"KILN_CUDA_NARROW_CHANNELS": "1"}), ("no pad-channels", "pad-channels", {}),
             ("no nhwc", "nhwc", {})]
+# --set dw3: the small CNNs' depthwise forwards (name, channels, size, kernel, stride), no
+# activation (the convolution alone on both sides): mobilenet_v2 / efficientnet_b0 /
+# shufflenet_v2's shapes
+DW3 = [("mnv2 dw3 %d@%d s%d" % (c, hw, s), c, hw, 3, s) for c, hw, s in
+       ((32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1), (384, 14, 1), (576, 14, 1), (960, 7, 1))]
+DW3 += [("effnet dw5 %d@%d s%d" % (c, hw, s), c, hw, 5, s) for c, hw, s in ((144, 56, 2), (240, 28, 1), (672, 14, 1))]
+DW3 += [("shufflenet dw3 %d@%d s%d" % (c, hw, s), c, hw, 3, s) for c, hw, s in ((58, 56, 2), (58, 28, 1), (116, 14, 1), (232, 7, 1))]
 DW_VARIANTS = [("default", None, {}), ("cuDNN (no conv-depthwise)", "conv-depthwise", {})]
 
 
@@ -70,11 +78,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--set", choices=["stems", "dw"], default="stems")
+    ap.add_argument("--set", choices=["stems", "dw", "dw3"], default="stems")
     a = ap.parse_args()
     d = tempfile.mkdtemp()
     if a.set == "dw":  # name, module, input channels and size
         rows, variants = [(n, module(c, c, 7, 1, 3, None, groups=c), c, hw) for n, c, hw in DW], DW_VARIANTS
+    elif a.set == "dw3":
+        rows, variants = [(n, module(c, c, k, s, k // 2, None, groups=c), c, hw) for n, c, hw, k, s in DW3], DW_VARIANTS
     else:
         rows, variants = [(n, module(ci, co, k, s, p, act), ci, 224) for n, ci, co, k, s, p, act in SHAPES], VARIANTS
     print("%-34s %9s %9s  %s" % ("shape", "torch ms", "kiln ms", "kiln conv ms (" + ", ".join(v[0] for v in variants) + ")"))
