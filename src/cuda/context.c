@@ -118,6 +118,12 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
      * sign, else the environment variable's 0 or 1, decides */
     cu->conv_dw_grad = switch_on(o->conv_dw_grad, "KILN_CUDA_DW_GRAD");
     cu->flash_attention = switch_on(o->flash_attention, "KILN_CUDA_FLASH_ATTN");
+    {
+        const char *e = getenv("KILN_CUDA_DW_GRAPH");
+        cu->dw_graph = e && (e[0] == '0' || e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : -1;
+        e = getenv("KILN_CUDA_CONV_GRAPH");
+        cu->conv_graph = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] - '0' : -1;
+    }
     /* 1 timed (the default), 2 the graph wherever it has an engine, 3 (or off, by the
      * option's sign or KILN_CUDA_CONV_STATS=0) the convolution + statistics kernel. The
      * default is the kernel under deterministic: cuDNN's GenStats adds its partial sums in

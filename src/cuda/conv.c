@@ -392,6 +392,61 @@ static bool depthwise_shaped(const kiln_cuda *cu, const conv_geo *g, kiln_cuda_d
     return kiln_cuda_conv_depthwise_fits(d, why, sizeof why);
 }
 
+/* A depthwise forward as cuDNN's graph API's ConvFwd (cudnn_graph.c, KILN_GRAPH_CONV_FWD):
+ * 2-D NHWC f16 / bf16 with symmetric pads, unless KILN_CUDA_DW_GRAPH=0. cuDNN's sm90
+ * depthwise engines, which PyTorch reaches through this API, run these 2-4x faster than the
+ * legacy API's algorithms or kiln's kernels, but only without a bias (bench/NOTES.md "z10"):
+ * the plain graph is followed by kiln's epilogue kernel. With epi the bias and the activation
+ * are in the graph too: a kiln.FusedConv or Conv with a bias, no residual, and an activation
+ * that cuDNN's pointwise modes have (Relu, Clip as RELU_FWD with clips, SiLU as SWISH_FWD,
+ * Sigmoid, Tanh, both Gelus). The same graph with its epilogue serves the 1x1 products whose
+ * activation cuBLASLt's epilogue lacks (gemm_graph_decide; KILN_CUDA_CONV_GRAPH). */
+static bool dw_graph_geo(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, bool fused,
+                         bool epi, kiln_genstats_geo *gg) {
+    const int mode = g->G == 1 ? cu->conv_graph : cu->dw_graph;
+    if (mode == 0 || c->in[0]->ndim != 4 || g->fmt != KILN_FORMAT_NHWC || g->padded ||
+        (dt != KILN_F16 && dt != KILN_BF16))
+        return false;
+    memset(gg, 0, sizeof *gg);
+    *gg = (kiln_genstats_geo){.N = g->N, .C = g->C, .H = g->H, .W = g->W, .K = g->M, .R = g->kh, .S = g->kw,
+                              .P = g->OH, .Q = g->OW, .sh = g->sh, .sw = g->sw, .dh = g->dh, .dw = g->dw,
+                              .ph = g->ph, .pw = g->pw, .bf16 = dt == KILN_BF16, .kind = KILN_GRAPH_CONV_FWD,
+                              .G = g->G, .act_mode = -1};
+    if (!epi) return true;
+    kiln_cuda_act act = {KILN_ACT_NONE, 0.f, 0.f};
+    char why[160];
+    if (!input(c, 2) || (fused && input(c, 3)) || (fused && !kiln_cuda_act_get(c->node, false, &act, why, sizeof why)))
+        return false;
+    gg->epi = true;
+    switch (act.kind) {
+    case KILN_ACT_NONE: break;
+    case KILN_ACT_RELU: gg->act_mode = CUDNN_POINTWISE_RELU_FWD, gg->clip_lo = 0.0, gg->clip_hi = 3.0e38; break;
+    case KILN_ACT_CLIP: gg->act_mode = CUDNN_POINTWISE_RELU_FWD, gg->clip_lo = act.a, gg->clip_hi = act.b; break;
+    case KILN_ACT_SILU: gg->act_mode = CUDNN_POINTWISE_SWISH_FWD; break;
+    case KILN_ACT_SIGMOID: gg->act_mode = CUDNN_POINTWISE_SIGMOID_FWD; break;
+    case KILN_ACT_TANH: gg->act_mode = CUDNN_POINTWISE_TANH_FWD; break;
+    case KILN_ACT_GELU: gg->act_mode = CUDNN_POINTWISE_GELU_FWD; break;
+    case KILN_ACT_GELU_TANH: gg->act_mode = CUDNN_POINTWISE_GELU_APPROX_TANH_FWD; break;
+    default: return false;
+    }
+    return true;
+}
+
+/* The graph's plan for c (built the first time: kept per problem on cu), or NULL where the
+ * graph cannot take c or cuDNN has no plan for it; its workspace in *ws. */
+static kiln_status dw_graph_plan(kiln_cuda *cu, kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, bool fused, bool epi,
+                                 struct kiln_genstats_problem **out, size_t *ws) {
+    *out = NULL;
+    *ws = 0;
+    kiln_genstats_geo gg;
+    if (!dw_graph_geo(cu, c, g, dt, fused, epi, &gg)) return KILN_OK;
+    struct kiln_genstats_problem *p = NULL;
+    kiln_status st = kiln_cuda_genstats_plan(cu, c->kctx, &gg, true, &p);
+    if (st) return st;
+    if (kiln_cuda_genstats_ok(p, ws, NULL)) *out = p;
+    return KILN_OK;
+}
+
 /* Workspace of direction dir for the convolution of x by w giving y, plus extra bytes. */
 static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
                                  const kiln_tensor *y, int dir, bool fused, size_t *bytes) {
@@ -430,12 +485,31 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
         return KILN_OK;
     }
     kiln_cuda_dw_geo dg;
-    if (!cu->autotune && conv_geo_get(c, c->in[0], c->in[1], c->out[0], &g, why, sizeof why) &&
-        depthwise_shaped(cu, &g, &dg)) {
-        *bytes = 0; /* the depthwise kernels need none (with autotune cuDNN's path is timed too) */
+    const bool geo = conv_geo_get(c, c->in[0], c->in[1], c->out[0], &g, why, sizeof why);
+    const bool dw = geo && depthwise_shaped(cu, &g, &dg);
+    size_t gws = 0; /* cuDNN's graphs' (autotune or KILN_CUDA_DW_GRAPH) */
+    if (dw && (cu->autotune || cu->dw_graph > 0))
+        for (int epi = 0; epi < 2; epi++) {
+            struct kiln_genstats_problem *p;
+            size_t w = 0;
+            kiln_status st = dw_graph_plan(cu, c, &g, c->in[0]->dtype, fused, epi != 0, &p, &w);
+            if (st) return st;
+            if (p && w > gws) gws = w;
+        }
+    if (dw && !cu->autotune) {
+        *bytes = gws; /* the depthwise kernels need none (with autotune cuDNN's path is timed too) */
         return KILN_OK;
     }
-    return workspace_for(cu, c, c->in[0], c->in[1], c->out[0], DIR_FWD, fused, bytes);
+    if (!dw && geo && fused && gemm_shaped(cu, &g) && act.kind != KILN_ACT_NONE && act.kind != KILN_ACT_RELU &&
+        (cu->autotune || cu->conv_graph > 0)) {
+        struct kiln_genstats_problem *p;
+        kiln_status st = dw_graph_plan(cu, c, &g, c->in[0]->dtype, fused, true, &p, &gws);
+        if (st) return st;
+        if (!p) gws = 0;
+    }
+    kiln_status st = workspace_for(cu, c, c->in[0], c->in[1], c->out[0], DIR_FWD, fused, bytes);
+    if (!st && gws > *bytes) *bytes = gws;
+    return st;
 }
 
 kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
@@ -783,19 +857,48 @@ static bool dw_same(const kiln_cuda_dw_geo *a, const kiln_cuda_dw_geo *b) {
  * and the per-tile kernels are timed apart where the tiled one takes the problem. Without
  * autotune: the kernel (tiled where it takes the problem). */
 static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, kiln_dtype dt,
-                             const kiln_cuda_dw_geo *dg, const void *y, const void *z, bool *kiln, int *variant) {
+                             const kiln_cuda_dw_geo *dg, const conv_geo *g, const void *y, const void *z, bool *kiln,
+                             int *variant, int *graph) {
     *kiln = true;
     *variant = KILN_CUDA_DW_TILED;
+    *graph = 0;
     if (cu->dw_force) {
-        *kiln = cu->dw_force != 2;
+        *kiln = cu->dw_force == 1 || cu->dw_force == 3;
         *variant = cu->dw_force == 3 ? KILN_CUDA_DW_PER_TILE : KILN_CUDA_DW_TILED;
+        *graph = cu->dw_force == 4 ? 1 : cu->dw_force == 5 ? 2 : 0;
         return KILN_OK;
+    }
+    /* the graphs where they can run: KILN_CUDA_DW_GRAPH=1 or 2 takes them without timing (a
+     * residual read in place of Y would be overwritten by the graph's convolution) */
+    /* the epilogue (activation, bias, residual) is part of the problem: the graph with it
+     * inside may have a plan for one activation and not for another */
+    int ek = 0;
+    if (dir == DIR_FWD) {
+        kiln_cuda_act a = {KILN_ACT_NONE, 0.f, 0.f};
+        char why[160];
+        if (fused && !kiln_cuda_act_get(c->node, false, &a, why, sizeof why)) a.kind = KILN_ACT_NONE;
+        ek = (int)a.kind * 4 + (input(c, 2) ? 1 : 0) + (fused && input(c, 3) ? 2 : 0);
+    }
+    struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* plain, with the epilogue */
+    size_t gw[2] = {0, 0};
+    if (dir == DIR_FWD && cu->dw_graph != 0 && !(z && z == y)) {
+        for (int e = 0; e < 2; e++) {
+            kiln_status st = dw_graph_plan(cu, c, g, dt, fused, e != 0, &gp[e], &gw[e]);
+            if (st) return st;
+            if (gp[e] && (gw[e] > c->workspace_size || (gw[e] && !c->workspace))) gp[e] = NULL;
+        }
+        if (cu->dw_graph > 0 && (gp[0] || gp[1])) {
+            *kiln = false;
+            *graph = cu->dw_graph == 2 && gp[1] ? 2 : gp[0] ? 1 : 2;
+            return KILN_OK;
+        }
     }
     for (int i = 0; i < cu->n_dw_choice; i++) {
         const struct kiln_cuda_dw_choice *e = &cu->dw_choice[i];
-        if (e->dir == dir && e->dtype == (int)dt && e->fused == (int)fused && dw_same(&e->g, dg)) {
+        if (e->dir == dir && e->dtype == (int)dt && e->fused == (int)fused && e->epi == ek && dw_same(&e->g, dg)) {
             *kiln = e->kiln;
             *variant = e->variant;
+            *graph = e->graph;
             return KILN_OK;
         }
     }
@@ -804,20 +907,33 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     if (!cu->autotune || cap != cudaStreamCaptureStatusNone || (z && z == y) ||
         cu->n_dw_choice == (int)(sizeof cu->dw_choice / sizeof cu->dw_choice[0]))
         return KILN_OK;
-    float tk = INFINITY, td = INFINITY, tp = INFINITY;
+    float tk = INFINITY, td = INFINITY, tp = INFINITY, tg[2] = {INFINITY, INFINITY};
     kiln_status st = time_op(cu, c, dir, fused, 1, -1, &tk);
     if (!st) st = time_op(cu, c, dir, fused, 2, -1, &td);
     if (!st && dir == DIR_FWD && kiln_cuda_conv_depthwise_tiled(dg, dt)) st = time_op(cu, c, dir, fused, 3, -1, &tp);
+    for (int e = 0; e < 2 && !st; e++)
+        if (gp[e]) st = time_op(cu, c, dir, fused, 4 + e, -1, &tg[e]);
     if (st) return st;
     struct kiln_cuda_dw_choice *e = &cu->dw_choice[cu->n_dw_choice++];
     e->g = *dg;
     e->dir = dir;
     e->dtype = (int)dt;
     e->fused = fused;
-    e->kiln = tk <= td || tp <= td;
+    e->epi = ek;
+    const float tkiln = tk < tp ? tk : tp, tgraph = tg[0] < tg[1] ? tg[0] : tg[1];
+    e->kiln = tkiln <= td && tkiln <= tgraph;
     e->variant = tp < tk ? KILN_CUDA_DW_PER_TILE : KILN_CUDA_DW_TILED;
+    e->graph = !e->kiln && tgraph < td ? (tg[1] <= tg[0] ? 2 : 1) : 0;
     *kiln = e->kiln;
     *variant = e->variant;
+    *graph = e->graph;
+    kiln_cuda_conv_stats_note(c->kctx,
+             "conv depthwise %s %s N=%lld C=%lld %lldx%lld %lldx%lld s%lld: kiln %.3f / %.3f ms, cuDNN %.3f ms, graph "
+             "%.3f ms, graph with epilogue %.3f ms: %s",
+             dir == DIR_FWD ? "forward" : dir == DIR_BWD_DATA ? "data gradient" : "weight gradient", kiln_dtype_name(dt),
+             (long long)dg->N, (long long)dg->C, (long long)dg->H, (long long)dg->W, (long long)dg->kh,
+             (long long)dg->kw, (long long)dg->sh, tk, tp, td, tg[0], tg[1],
+             e->kiln ? "kiln" : e->graph == 2 ? "graph with epilogue" : e->graph ? "graph" : "cuDNN");
     return KILN_OK;
 }
 
@@ -865,6 +981,61 @@ static kiln_status narrow_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, cons
     return KILN_OK;
 }
 
+/* Whether a 1x1 kiln.FusedConv that runs as a cuBLASLt product (gemm_shaped) runs instead as
+ * cuDNN's ConvFwd -> bias -> activation graph (*p its plan): where its activation is not
+ * Relu (cuBLASLt's epilogue has Relu only: the others are a pass of their own over Y, MobileNet's
+ * Clip and EfficientNet's SiLU on their expansions' wide outputs), it has a bias and no
+ * residual, and the graph has a plan. KILN_CUDA_CONV_GRAPH=1 takes it wherever it can, =0
+ * never; else, with autotune, both are timed the first time the problem is met (outside graph
+ * capture) and the choice is kept with the algorithm choices (on the disk too). */
+static kiln_status gemm_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, const conv_geo *g, kiln_dtype dt,
+                                     const kiln_cuda_act *act, struct kiln_genstats_problem **p) {
+    kiln_context *ctx = c->kctx;
+    *p = NULL;
+    if (cu->gemm_graph_force == 1 || !fused || act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU) return KILN_OK;
+    struct kiln_genstats_problem *gp;
+    size_t gws;
+    kiln_status st = dw_graph_plan(cu, c, g, dt, fused, true, &gp, &gws);
+    if (st || !gp || gws > c->workspace_size || (gws && !c->workspace)) return st;
+    if (cu->gemm_graph_force == 2 || cu->conv_graph == 1) {
+        *p = gp;
+        return KILN_OK;
+    }
+    if (!cu->autotune) return KILN_OK;
+    char key[KILN_ALGO_KEY];
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key, sizeof key);
+    const size_t at = strlen(key);
+    snprintf(key + at, sizeof key - at, " graph-epilogue act=%d,%g,%g", (int)act->kind, act->a, act->b);
+    const kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    if (a) {
+        if (a->algo == 1) *p = gp;
+        return KILN_OK;
+    }
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
+    if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
+    float t[2] = {INFINITY, INFINITY};
+    cu->gemm_graph_force = 1;
+    st = time_op(cu, c, DIR_FWD, fused, 0, -1, &t[0]);
+    cu->gemm_graph_force = 2;
+    if (!st) st = time_op(cu, c, DIR_FWD, fused, 0, -1, &t[1]);
+    cu->gemm_graph_force = 0;
+    if (st) return st;
+    kiln_algo_entry e;
+    memset(&e, 0, sizeof e);
+    memcpy(e.key, key, sizeof e.key);
+    e.algo = t[1] < t[0] ? 1 : 0;
+    e.ms = e.algo ? t[1] : t[0];
+    e.fused = -1;
+    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
+    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    kiln_cuda_conv_stats_note(ctx, "conv 1x1 %s N*HW=%lld %lld -> %lld: cuBLASLt + activation %.3f ms, cuDNN graph %.3f ms",
+             kiln_dtype_name(dt), (long long)(g->N * g->OH * g->OW), (long long)g->C, (long long)g->M, t[0], t[1]);
+    if (e.algo) *p = gp;
+    return KILN_OK;
+}
+
 static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int narrow_force) {
     kiln_context *ctx = c->kctx;
     const kiln_tensor *x = c->in[0], *w = c->in[1]; // (N,C,[H,]W), (M,C/G,[kH,]kW)
@@ -887,11 +1058,36 @@ static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int na
     }
     kiln_cuda_dw_geo dg;
     bool dw_kiln = false;
-    int dw_variant = KILN_CUDA_DW_TILED;
+    int dw_variant = KILN_CUDA_DW_TILED, dw_graph = 0;
     if (depthwise_shaped(cu, &g, &dg)) {
-        const kiln_status cs =
-            dw_faster(cu, c, DIR_FWD, fused, dt, &dg, y->data, z ? z->data : NULL, &dw_kiln, &dw_variant);
+        const kiln_status cs = dw_faster(cu, c, DIR_FWD, fused, dt, &dg, &g, y->data, z ? z->data : NULL, &dw_kiln,
+                                         &dw_variant, &dw_graph);
         if (cs) return cs;
+    }
+    struct kiln_genstats_problem *p = NULL;
+    const bool want_graph = dw_graph > 0;
+    for (; dw_graph > 0; dw_graph--) { /* the chosen graph, else the plain one, else the kernel */
+        size_t gws;
+        const kiln_status gs = dw_graph_plan(cu, c, &g, dt, fused, dw_graph == 2, &p, &gws);
+        if (gs) return gs;
+        if (p && (gws > c->workspace_size || (gws && !c->workspace))) p = NULL;
+        if (p) break;
+    }
+    if (want_graph && !p) dw_kiln = true;
+    if (p) { /* cuDNN's graph API: ConvFwd, then kiln's epilogue unless the graph has it */
+        kiln_status gs = KILN_OK;
+        if ((cu->autotune && (gs = kiln_cuda_conv_graph_tune(cu, ctx, p, x->data, w->data, y->data, b ? b->data : NULL,
+                                                             c->workspace, c->workspace_size)) != KILN_OK) ||
+            (gs = kiln_cuda_conv_graph_run(cu, ctx, p, x->data, w->data, y->data, b ? b->data : NULL, c->workspace,
+                                           c->workspace_size)) != KILN_OK)
+            return gs;
+        cu->stats.conv_graph_calls++;
+        if (dw_graph == 2) return KILN_OK;
+        const int64_t rows = g.N * g.OH * g.OW;
+        if (fused && (b || z || act.kind != KILN_ACT_NONE))
+            return kiln_cuda_conv_epilogue(cu, ctx, dt, y->data, b ? b->data : NULL, z ? z->data : NULL, rows, g.M, 1,
+                                           &act);
+        return b ? kiln_cuda_add_channel_bias(cu, ctx, dt, y->data, b->data, rows, g.M, 1) : KILN_OK;
     }
     if (dw_kiln) {
         const kiln_status ds = kiln_cuda_conv_depthwise_forward(cu, ctx, dt, &dg, x->data, w->data, b ? b->data : NULL,
@@ -900,9 +1096,21 @@ static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int na
         return ds;
     }
     if (gemm_shaped(cu, &g)) {
+        struct kiln_genstats_problem *gp;
+        kiln_status gs = gemm_graph_decide(cu, c, fused, &g, dt, &act, &gp);
+        if (gs) return gs;
+        if (gp) {
+            if (cu->autotune && (gs = kiln_cuda_conv_graph_tune(cu, ctx, gp, x->data, w->data, y->data, b->data,
+                                                                c->workspace, c->workspace_size)) != KILN_OK)
+                return gs;
+            if ((gs = kiln_cuda_conv_graph_run(cu, ctx, gp, x->data, w->data, y->data, b->data, c->workspace,
+                                               c->workspace_size)) == KILN_OK)
+                cu->stats.conv_graph_calls++;
+            return gs;
+        }
         /* Relu rides on the epilogue; other activations run in place after it */
         const bool relu = act.kind == KILN_ACT_RELU;
-        kiln_status gs = kiln_cuda_gemm_nt(cu, ctx, dt, g.N * g.OH * g.OW, g.M, g.C, x->data, w->data, b ? b->data : NULL,
+        gs = kiln_cuda_gemm_nt(cu, ctx, dt, g.N * g.OH * g.OW, g.M, g.C, x->data, w->data, b ? b->data : NULL,
                                            z ? z->data : NULL, relu, y->data, c->workspace, c->workspace_size);
         if (!gs && !relu && act.kind != KILN_ACT_NONE)
             gs = kiln_cuda_act_inplace(cu, ctx, dt, y->data, g.N * g.OH * g.OW * g.M, &act);
@@ -1061,8 +1269,9 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_cuda_dw_geo dg;
     bool dw_kiln = false;
     if (depthwise_shaped(cu, &g, &dg)) {
-        int dw_variant;
-        const kiln_status cs = dw_faster(cu, c, DIR_BWD_DATA, false, dt, &dg, dx->data, NULL, &dw_kiln, &dw_variant);
+        int dw_variant, dw_graph;
+        const kiln_status cs =
+            dw_faster(cu, c, DIR_BWD_DATA, false, dt, &dg, &g, dx->data, NULL, &dw_kiln, &dw_variant, &dw_graph);
         if (cs) return cs;
     }
     if (dw_kiln && cu->conv_dw_grad) {
@@ -1132,8 +1341,9 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_cuda_dw_geo dg;
     bool dw_kiln = false;
     if (cu->conv_dw_grad && depthwise_shaped(cu, &g, &dg)) {
-        int dw_variant;
-        const kiln_status cs = dw_faster(cu, c, DIR_BWD_FILTER, false, dt, &dg, dw->data, NULL, &dw_kiln, &dw_variant);
+        int dw_variant, dw_graph;
+        const kiln_status cs =
+            dw_faster(cu, c, DIR_BWD_FILTER, false, dt, &dg, &g, dw->data, NULL, &dw_kiln, &dw_variant, &dw_graph);
         if (cs) return cs;
     }
     if (dw_kiln) {

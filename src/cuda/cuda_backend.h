@@ -182,6 +182,8 @@ typedef struct kiln_cuda_stats {
                               conv_direct.cu's kernels */
     int conv_depthwise_calls; /* depthwise convolutions and input gradients run by
                                  conv_depthwise.cu's kernels */
+    int conv_graph_calls; /* forwards run on cuDNN's graph API's ConvFwd (depthwise, and 1x1
+                             ones with an activation cuBLASLt lacks; conv.c) */
     int conv_dw_grad_calls; /* depthwise weight and input gradients run by
                                conv_depthwise_grad.cu's kernels (conv_dw_grad) */
     int attention_flash_calls;     /* Attention nodes run by attention_flash.cu (flash_attention) */

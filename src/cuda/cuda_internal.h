@@ -116,13 +116,26 @@ struct kiln_cuda {
     struct kiln_cuda_dw_choice {
         kiln_cuda_dw_geo g;
         int dir, dtype, fused;
+        int epi; /* forward: the activation's kind * 4 + 1 with a bias + 2 with a residual */
         bool kiln;
         int variant; /* the kernel's KILN_CUDA_DW_* (forward), when kiln */
+        int graph;   /* not kiln: 0 the legacy API, 1 cuDNN's ConvFwd graph + kiln's epilogue,
+                        2 the graph with the epilogue inside */
     } dw_choice[128];
     int n_dw_choice;
     /* while one is timed: 1 the tiled kernel (KILN_CUDA_DW_TILED), 2 cuDNN's path, 3 the
-     * per-tile kernel (0: the choice) */
+     * per-tile kernel, 4 cuDNN's ConvFwd graph then kiln's epilogue, 5 the graph with its
+     * epilogue inside (0: the choice) */
     int dw_force;
+    /* depthwise forwards on cuDNN's graph API (conv.c, dw_faster): KILN_CUDA_DW_GRAPH=0
+     * never, 1 the ConvFwd graph + kiln's epilogue wherever it has a plan, 2 the graph with
+     * the epilogue inside where it has one (else as 1); unset (-1): timed with the rest */
+    int dw_graph;
+    /* 1x1 FusedConvs with an activation cuBLASLt's epilogue lacks on that graph with the
+     * epilogue inside (conv.c, gemm_graph_decide): KILN_CUDA_CONV_GRAPH=0 never, 1 wherever
+     * it has a plan, unset (-1) timed against cuBLASLt + the activation's pass */
+    int conv_graph;
+    int gemm_graph_force; /* while one is timed: 1 cuBLASLt, 2 the graph (0: the choice) */
     char algo_path[1024];
     char algo_prefix[320];
     kiln_algo_entry *algos;
@@ -525,9 +538,23 @@ typedef struct kiln_genstats_geo {
      * when stats]; _PRO_WGRAD the prologue -> ConvBwdFilter (W: dW, Y: dY) */
     int kind;
     bool stats, relu;
+    /* _CONV_FWD: ConvFwd alone (groups G, 0 or 1: none), or with epi its epilogue in the
+     * graph: + bias (K) of X's dtype, then act_mode (a cudnnPointwiseMode_t, -1: none; RELU_FWD
+     * with clip_lo / clip_hi, SWISH_FWD with beta 1), intermediates virtual f32 */
+    int64_t G;
+    bool epi;
+    int act_mode;
+    double clip_lo, clip_hi;
 } kiln_genstats_geo;
-enum { KILN_GRAPH_GENSTATS = 0, KILN_GRAPH_PRO_FWD = 1, KILN_GRAPH_PRO_WGRAD = 2 };
+enum { KILN_GRAPH_GENSTATS = 0, KILN_GRAPH_PRO_FWD = 1, KILN_GRAPH_PRO_WGRAD = 2, KILN_GRAPH_CONV_FWD = 3 };
 struct kiln_genstats_problem;
+/* The _CONV_FWD graph's plans timed on these buffers the first time (outside graph capture,
+ * with autotune): the fastest kept for every later run. */
+kiln_status kiln_cuda_conv_graph_tune(kiln_cuda *cu, kiln_context *ctx, struct kiln_genstats_problem *p, const void *x,
+                                      const void *w, void *y, const void *bias, void *ws, size_t ws_size);
+/* The _CONV_FWD graph's run: x, w, y, bias (with epi), on cu->stream. */
+kiln_status kiln_cuda_conv_graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p,
+                                     const void *x, const void *w, void *y, const void *bias, void *ws, size_t ws_size);
 /* The prologue graphs' run: x, w (dW for _PRO_WGRAD), y (dY), a and k ((C) each, of X's
  * dtype when kiln_cuda_prologue_graph_sb16, else f32), the sums (with stats; zeroed first),
  * on cu->stream. */

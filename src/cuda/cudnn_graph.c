@@ -20,21 +20,28 @@
  *   variant pack (the buffers' addresses) is made the first time a node's buffers are met
  *   and kept (a plan's buffers do not move: replays make none).
  *
+ *   KILN_GRAPH_CONV_FWD (conv.c's depthwise forwards): ConvolutionFwd alone, any groups, or
+ *   with its epilogue (+ bias, then an activation) in the graph. cuDNN runs depthwise
+ *   convolutions without a bias 2-4x faster through this API (its sm90 depthwise engines)
+ *   than through the legacy one or kiln's own kernels (bench/NOTES.md "z10").
+ *
  * Every descriptor a plan needs stays alive with it (cuDNN's frontend keeps its graph's
  * descriptors alive too) and is destroyed by kiln_cuda_genstats_free.
  */
 #include "cuda_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { U_X = 1, U_W, U_Y, U_SUM, U_SQ, U_SCALE, U_BIAS, U_V1, U_V2, U_V3 };
 
-#define GS_MAX_DESC 56 /* one problem: 10 tensors, conv, 5 ops and 3 pointwise, graph, 2 heuristics and their configs, the plan */
+#define GS_MAX_DESC 64 /* one problem: 10 tensors, conv, 5 ops and 3 pointwise, graph, 2 heuristics and their configs, the plans */
 #define GS_MAX_PROBLEMS 96
 #define GS_MAX_PACKS 256
 #define GS_MAX_CFGS 16
+#define GS_MAX_PLANS 4
 
 typedef struct kiln_genstats_problem {
     char key[200];
@@ -48,6 +55,15 @@ typedef struct kiln_genstats_problem {
     int kind;                       /* KILN_GRAPH_* */
     bool stats;                     /* GenStats in the graph (every _GENSTATS one; _PRO_FWD with stats) */
     bool sb16;                      /* prologue: a and k in X's 16-bit dtype (else f32) */
+    bool epi;                       /* _CONV_FWD: the bias and activation in the graph */
+    /* _CONV_FWD: the first GS_MAX_PLANS configurations whose plans finalize (heuristics' order),
+     * timed on the first run with autotune (kiln_cuda_conv_graph_tune) and the fastest kept in
+     * plan / ws / engine: the first one is not always fast (cuDNN's engine 0 ran a 1x1
+     * convolution with a clipped ReLU 20x slower than cuBLASLt plus a pass) */
+    cudnnBackendDescriptor_t plans[GS_MAX_PLANS];
+    int64_t plan_ws[GS_MAX_PLANS], plan_engine[GS_MAX_PLANS];
+    int n_plans;
+    bool tuned;
     cudnnBackendDescriptor_t desc[GS_MAX_DESC];
     int n_desc;
 } gs_problem;
@@ -138,6 +154,31 @@ static cudnnBackendDescriptor_t pointwise(gs_problem *p, cudnnPointwiseMode_t mo
     return o;
 }
 
+/* y = act(x) for the _CONV_FWD epilogue: mode with RELU_FWD's clips or SWISH_FWD's beta 1 */
+static cudnnBackendDescriptor_t pointwise_act(gs_problem *p, const kiln_genstats_geo *g, cudnnBackendDescriptor_t x,
+                                              cudnnBackendDescriptor_t y) {
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    const cudnnPointwiseMode_t mode = (cudnnPointwiseMode_t)g->act_mode;
+    const double beta = 1.0;
+    cudnnBackendDescriptor_t pd = mk(p, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    if (!pd || !set(p, pd, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode") ||
+        !set(p, pd, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f32, "pointwise precision") ||
+        (mode == CUDNN_POINTWISE_RELU_FWD &&
+         (!set(p, pd, CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP, CUDNN_TYPE_DOUBLE, 1, &g->clip_lo, "relu lower clip") ||
+          !set(p, pd, CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP, CUDNN_TYPE_DOUBLE, 1, &g->clip_hi, "relu upper clip"))) ||
+        (mode == CUDNN_POINTWISE_SWISH_FWD &&
+         !set(p, pd, CUDNN_ATTR_POINTWISE_SWISH_BETA, CUDNN_TYPE_DOUBLE, 1, &beta, "swish beta")) ||
+        !fin(p, pd, "an activation's pointwise descriptor"))
+        return NULL;
+    cudnnBackendDescriptor_t o = mk(p, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    if (!o || !set(p, o, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pd, "pointwise op") ||
+        !set(p, o, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "pointwise X") ||
+        !set(p, o, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "pointwise Y") ||
+        !fin(p, o, "the activation"))
+        return NULL;
+    return o;
+}
+
 /* The operation graph of g: X * W -> Y -> GenStats(Y) -> sum, sq (KILN_GRAPH_GENSTATS); with
  * the prologue X -> MUL a -> ADD k [-> RELU_FWD] (f32 virtual tensors, bench/cudnn_fusion_probe.c's
  * pattern c) into ConvFwd [-> GenStats] or (pattern f) ConvBwdFilter(X', dY) -> dW; a and k
@@ -145,16 +186,27 @@ static cudnnBackendDescriptor_t pointwise(gs_problem *p, cudnnPointwiseMode_t mo
  * sm_90: the H100 found none for f32 a and k), else f32. */
 static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo *g, cudnnBackendDescriptor_t *opg) {
     const cudnnDataType_t dt = g->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, f32 = CUDNN_DATA_FLOAT;
-    const bool pro = g->kind != KILN_GRAPH_GENSTATS, wgrad = g->kind == KILN_GRAPH_PRO_WGRAD;
+    const bool pro = g->kind == KILN_GRAPH_PRO_FWD || g->kind == KILN_GRAPH_PRO_WGRAD;
+    const bool wgrad = g->kind == KILN_GRAPH_PRO_WGRAD, epi = g->kind == KILN_GRAPH_CONV_FWD && g->epi;
     const bool stats = g->kind == KILN_GRAPH_GENSTATS || (g->kind == KILN_GRAPH_PRO_FWD && g->stats);
+    const int64_t G = g->kind == KILN_GRAPH_CONV_FWD && g->G > 1 ? g->G : 1;
     cudnnBackendDescriptor_t ops[6];
     int n_ops = 0;
     cudnnBackendDescriptor_t x = tensor(p, U_X, dt, g->N, g->C, g->H, g->W);
-    cudnnBackendDescriptor_t w = x ? tensor(p, U_W, dt, g->K, g->C, g->R, g->S) : NULL;
+    cudnnBackendDescriptor_t w = x ? tensor(p, U_W, dt, g->K, g->C / G, g->R, g->S) : NULL;
     cudnnBackendDescriptor_t y = w ? tensor(p, U_Y, dt, g->N, g->K, g->P, g->Q) : NULL;
     cudnnBackendDescriptor_t sum = y && stats ? tensor(p, U_SUM, f32, 1, g->K, 1, 1) : NULL;
     cudnnBackendDescriptor_t sq = sum ? tensor(p, U_SQ, f32, 1, g->K, 1, 1) : NULL;
     if (!y || (stats && !sq)) return false;
+    /* with the epilogue: the convolution into f32 virtual tensors, + bias, then act into Y */
+    cudnnBackendDescriptor_t yconv = y, ybias = NULL, bias = NULL;
+    if (epi) {
+        const bool act = g->act_mode >= 0;
+        if (!(yconv = tensor_v(p, U_V1, f32, g->N, g->K, g->P, g->Q, true)) ||
+            !(bias = tensor(p, U_BIAS, dt, 1, g->K, 1, 1)) ||
+            !(ybias = act ? tensor_v(p, U_V2, f32, g->N, g->K, g->P, g->Q, true) : y))
+            return false;
+    }
     cudnnBackendDescriptor_t xin = x; /* what the convolution reads */
     if (pro) {
         const cudnnDataType_t sbt = p->sb16 ? dt : f32;
@@ -192,7 +244,7 @@ static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo 
                  "conv desc") ||
             !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xin, "conv X") ||
             !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "conv W") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "conv Y") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yconv, "conv Y") ||
             !fin(p, cv, "the convolution operation"))
             return false;
     } else { /* pattern f: dW = ConvBwdFilter(X', dY) */
@@ -209,6 +261,10 @@ static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo 
             return false;
     }
     ops[n_ops++] = cv;
+    if (epi) {
+        if (!(ops[n_ops++] = pointwise(p, CUDNN_POINTWISE_ADD, yconv, bias, ybias))) return false;
+        if (g->act_mode >= 0 && !(ops[n_ops++] = pointwise_act(p, g, ybias, y))) return false;
+    }
     if (stats) {
         cudnnBackendDescriptor_t gs = mk(p, CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
         const cudnnGenStatsMode_t gm = CUDNN_GENSTATS_SUM_SQSUM;
@@ -268,11 +324,13 @@ static int64_t engine_index(cudnnBackendDescriptor_t cfg) {
 static void choose_plan(gs_problem *p, cudnnHandle_t h, cudnnBackendDescriptor_t opg) {
     static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     char first[200] = "";
-    for (int m = 0; m < 2 && !p->ok; m++) {
+    /* _CONV_FWD keeps several plans to time; the others the first */
+    const int want = p->kind == KILN_GRAPH_CONV_FWD ? GS_MAX_PLANS : 1;
+    for (int m = 0; m < 2 && p->n_plans < want; m++) {
         cudnnBackendDescriptor_t cfgs[GS_MAX_CFGS / 2];
         const int n = heuristics(p, opg, modes[m], cfgs, GS_MAX_CFGS / 2);
         if (!n && !first[0]) snprintf(first, sizeof first, "%s", p->why);
-        for (int i = 0; i < n && !p->ok; i++) {
+        for (int i = 0; i < n && p->n_plans < want; i++) {
             /* plans that do not finalize are destroyed at once (the list stays short) */
             cudnnBackendDescriptor_t plan = NULL;
             cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
@@ -296,11 +354,23 @@ static void choose_plan(gs_problem *p, cudnnHandle_t h, cudnnBackendDescriptor_t
                 snprintf(first, sizeof first, "descriptor list full");
                 break;
             }
+            const int64_t eng = engine_index(cfgs[i]);
+            bool seen = false; /* the fallback list repeats engines of mode A's */
+            for (int k = 0; k < p->n_plans; k++) seen |= p->plan_engine[k] == eng && eng >= 0;
+            if (seen) {
+                cudnnBackendDestroyDescriptor(plan);
+                continue;
+            }
             p->desc[p->n_desc++] = plan;
-            p->plan = plan;
-            p->ws = ws;
-            p->engine = engine_index(cfgs[i]);
-            p->ok = true;
+            p->plans[p->n_plans] = plan;
+            p->plan_ws[p->n_plans] = ws;
+            p->plan_engine[p->n_plans++] = eng;
+            if (!p->ok) {
+                p->plan = plan;
+                p->ws = ws;
+                p->engine = eng;
+                p->ok = true;
+            }
         }
     }
     if (!p->ok) snprintf(p->why, sizeof p->why, "%s", first[0] ? first : "no engine configuration");
@@ -310,13 +380,18 @@ static void problem_clear(gs_problem *p) {
     while (p->n_desc > 0) cudnnBackendDestroyDescriptor(p->desc[--p->n_desc]);
     p->ok = false;
     p->plan = NULL;
+    p->n_plans = 0;
 }
 
 static void geo_key(const kiln_genstats_geo *g, char *key, size_t n) {
-    static const char *const kinds[3] = {"", "prologue conv ", "prologue wgrad "};
-    snprintf(key, n, "%s%s%s%s N%lld C%lld H%lld W%lld K%lld R%lld S%lld P%lld Q%lld s%lld,%lld d%lld,%lld p%lld,%lld",
-             kinds[g->kind >= 0 && g->kind < 3 ? g->kind : 0], g->kind == KILN_GRAPH_PRO_FWD && g->stats ? "stats " : "",
-             g->kind != KILN_GRAPH_GENSTATS && g->relu ? "relu " : "", g->bf16 ? "bf16" : "f16", (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W,
+    static const char *const kinds[4] = {"", "prologue conv ", "prologue wgrad ", "conv "};
+    char extra[96] = "";
+    if (g->kind == KILN_GRAPH_CONV_FWD)
+        snprintf(extra, sizeof extra, "G%lld %s%d,%g,%g ", (long long)(g->G > 1 ? g->G : 1), g->epi ? "epi " : "",
+                 g->epi ? g->act_mode : -1, g->epi ? g->clip_lo : 0.0, g->epi ? g->clip_hi : 0.0);
+    snprintf(key, n, "%s%s%s%s%s N%lld C%lld H%lld W%lld K%lld R%lld S%lld P%lld Q%lld s%lld,%lld d%lld,%lld p%lld,%lld",
+             kinds[g->kind >= 0 && g->kind < 4 ? g->kind : 0], extra, g->kind == KILN_GRAPH_PRO_FWD && g->stats ? "stats " : "",
+             (g->kind == KILN_GRAPH_PRO_FWD || g->kind == KILN_GRAPH_PRO_WGRAD) && g->relu ? "relu " : "", g->bf16 ? "bf16" : "f16", (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W,
              (long long)g->K, (long long)g->R, (long long)g->S, (long long)g->P, (long long)g->Q, (long long)g->sh,
              (long long)g->sw, (long long)g->dh, (long long)g->dw, (long long)g->ph, (long long)g->pw);
 }
@@ -343,12 +418,13 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
     p->engine = -1;
     p->kind = g->kind;
     p->stats = g->kind == KILN_GRAPH_GENSTATS || (g->kind == KILN_GRAPH_PRO_FWD && g->stats);
+    p->epi = g->kind == KILN_GRAPH_CONV_FWD && g->epi;
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     cudnnBackendDescriptor_t opg = NULL;
     /* a prologue: a and k in X's dtype first, then f32 (the descriptors of a refused try go) */
-    p->sb16 = g->kind != KILN_GRAPH_GENSTATS;
+    p->sb16 = g->kind == KILN_GRAPH_PRO_FWD || g->kind == KILN_GRAPH_PRO_WGRAD;
     if (build_graph(p, h, g, &opg)) choose_plan(p, h, opg);
     if (!p->ok && p->sb16) {
         char why16[200];
@@ -364,13 +440,15 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
         }
     }
     kiln_cuda_conv_stats_note(ctx, "cuDNN %s for %s: %s%s (engine %lld, workspace %lld B%s)",
-                              g->kind == KILN_GRAPH_GENSTATS ? "ConvolutionFwd -> GenStats"
-                              : g->kind == KILN_GRAPH_PRO_FWD ? "prologue -> ConvolutionFwd"
-                                                              : "prologue -> ConvolutionBwdFilter",
+                              g->kind == KILN_GRAPH_GENSTATS    ? "ConvolutionFwd -> GenStats"
+                              : g->kind == KILN_GRAPH_PRO_FWD   ? "prologue -> ConvolutionFwd"
+                              : g->kind == KILN_GRAPH_CONV_FWD ? (g->epi ? "ConvolutionFwd -> bias -> activation"
+                                                                         : "ConvolutionFwd")
+                                                                : "prologue -> ConvolutionBwdFilter",
                               key,
                               p->ok ? "plan ok" : "no plan: ", p->ok ? "" : p->why, (long long)p->engine,
                               (long long)p->ws,
-                              !p->ok || g->kind == KILN_GRAPH_GENSTATS ? "" : p->sb16 ? ", a and k 16-bit" : ", a and k f32");
+                              !p->ok || g->kind == KILN_GRAPH_GENSTATS || g->kind == KILN_GRAPH_CONV_FWD ? "" : p->sb16 ? ", a and k 16-bit" : ", a and k f32");
     if (!p->ok) { /* keep the answer, not the descriptors */
         char why[200];
         snprintf(why, sizeof why, "%s", p->why);
@@ -384,7 +462,12 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
 bool kiln_cuda_prologue_graph_sb16(const struct kiln_genstats_problem *p) { return p && p->ok && p->sb16; }
 
 bool kiln_cuda_genstats_ok(const struct kiln_genstats_problem *p, size_t *ws, const char **why) {
-    if (ws) *ws = p && p->ok ? (size_t)p->ws : 0;
+    if (ws) { /* before the timing: the most any kept plan needs */
+        int64_t most = p && p->ok ? p->ws : 0;
+        for (int k = 0; p && p->ok && !p->tuned && k < p->n_plans; k++)
+            if (p->plan_ws[k] > most) most = p->plan_ws[k];
+        *ws = (size_t)most;
+    }
     if (why) *why = !p ? "no room for another cuDNN graph plan" : p->ok ? "" : p->why;
     return p && p->ok;
 }
@@ -394,9 +477,9 @@ bool kiln_cuda_genstats_ok(const struct kiln_genstats_problem *p, size_t *ws, co
 static kiln_status graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *x,
                              void *w, void *y, float *sum, float *sq, const void *a, const void *k, int64_t K, void *ws,
                              size_t ws_size) {
-    if (!p || !p->ok) return kiln_fail(ctx, KILN_ERR_INTERNAL, "conv-bn-stats: no cuDNN plan for this convolution");
+    if (!p || !p->ok) return kiln_fail(ctx, KILN_ERR_INTERNAL, "cuDNN graph: no plan for this convolution");
     if ((size_t)p->ws > ws_size || (p->ws > 0 && !ws))
-        return kiln_fail(ctx, KILN_ERR_INTERNAL, "conv-bn-stats: the cuDNN plan needs %lld bytes of workspace, got %zu",
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "cuDNN graph: the plan needs %lld bytes of workspace, got %zu",
                          (long long)p->ws, ws_size);
     struct kiln_genstats_cache *gc = cu->genstats;
     void *ptr[8] = {(void *)x, w, y, sum, sq, (void *)a, (void *)k, p->ws > 0 ? ws : NULL};
@@ -411,8 +494,10 @@ static kiln_status graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln
             uids[n] = U_SUM, dp[n++] = ptr[3];
             uids[n] = U_SQ, dp[n++] = ptr[4];
         }
-        if (p->kind != KILN_GRAPH_GENSTATS) {
+        if (p->kind == KILN_GRAPH_PRO_FWD || p->kind == KILN_GRAPH_PRO_WGRAD) {
             uids[n] = U_SCALE, dp[n++] = ptr[5];
+            uids[n] = U_BIAS, dp[n++] = ptr[6];
+        } else if (p->epi) {
             uids[n] = U_BIAS, dp[n++] = ptr[6];
         }
         cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
@@ -425,7 +510,7 @@ static kiln_status graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln
         if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
         if (s != CUDNN_STATUS_SUCCESS) {
             if (vp) cudnnBackendDestroyDescriptor(vp);
-            return kiln_fail(ctx, KILN_ERR_DEVICE, "conv-bn-stats: cuDNN's variant pack: %s", dnn_str(s));
+            return kiln_fail(ctx, KILN_ERR_DEVICE, "cuDNN graph: the variant pack: %s", dnn_str(s));
         }
         gs_pack *slot = &gc->pack[gc->n_pack < GS_MAX_PACKS ? gc->n_pack++ : gc->next_pack++ % GS_MAX_PACKS];
         if (slot->vp) cudnnBackendDestroyDescriptor(slot->vp);
@@ -453,6 +538,60 @@ kiln_status kiln_cuda_prologue_graph_run(kiln_cuda *cu, kiln_context *ctx, const
                                          const void *x, void *w, void *y, const void *a, const void *k, float *sum,
                                          float *sq, int64_t K, void *ws, size_t ws_size) {
     return graph_run(cu, ctx, p, x, w, y, sum, sq, a, k, K, ws, ws_size);
+}
+
+kiln_status kiln_cuda_conv_graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p,
+                                     const void *x, const void *w, void *y, const void *bias, void *ws, size_t ws_size) {
+    return graph_run(cu, ctx, p, x, (void *)w, y, NULL, NULL, NULL, bias, 0, ws, ws_size);
+}
+
+kiln_status kiln_cuda_conv_graph_tune(kiln_cuda *cu, kiln_context *ctx, struct kiln_genstats_problem *p, const void *x,
+                                      const void *w, void *y, const void *bias, void *ws, size_t ws_size) {
+    if (!p || !p->ok || p->tuned) return KILN_OK;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(cu->stream, &cap);
+    if (cap != cudaStreamCaptureStatusNone) return KILN_OK; /* a plan's first run is eager: it tunes there */
+    p->tuned = true;
+    if (p->n_plans < 2) return KILN_OK;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
+        for (int k = 0; k < 2; k++)
+            if (ev[k]) cudaEventDestroy(ev[k]);
+        return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventCreate failed");
+    }
+    float best = INFINITY;
+    int pick = 0;
+    kiln_status st = KILN_OK;
+    char times[160] = "";
+    for (int k = 0; k < p->n_plans && !st; k++) {
+        if ((size_t)p->plan_ws[k] > ws_size || (p->plan_ws[k] && !ws)) continue;
+        p->plan = p->plans[k];
+        p->ws = p->plan_ws[k];
+        float t = INFINITY;
+        for (int r = 0; r < 3 && !st; r++) { /* one warm-up, then the best of two */
+            float e = 0.f;
+            if (cudaEventRecord(ev[0], cu->stream) != cudaSuccess)
+                st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventRecord failed");
+            if (!st) st = graph_run(cu, ctx, p, x, (void *)w, y, NULL, NULL, NULL, bias, 0, ws, ws_size);
+            if (!st && (cudaEventRecord(ev[1], cu->stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+                        cudaEventElapsedTime(&e, ev[0], ev[1]) != cudaSuccess))
+                st = kiln_fail(ctx, KILN_ERR_DEVICE, "timing a cuDNN graph plan failed");
+            if (!st && r > 0 && e < t) t = e;
+        }
+        const size_t at = strlen(times);
+        snprintf(times + at, sizeof times - at, "%s%lld %.3f", k ? ", " : "", (long long)p->plan_engine[k], t);
+        if (t < best) {
+            best = t;
+            pick = k;
+        }
+    }
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    p->plan = p->plans[pick];
+    p->ws = p->plan_ws[pick];
+    p->engine = p->plan_engine[pick];
+    if (!st) kiln_cuda_conv_stats_note(ctx, "%s: engines timed (ms) %s: engine %lld", p->key, times, (long long)p->engine);
+    return st;
 }
 
 int *kiln_cuda_genstats_choice(struct kiln_genstats_problem *p, double **ms) {

@@ -441,6 +441,16 @@ static int test(void) {
     fails += random_case("fusedconv random Relu, bias only, large (threaded epilogue)", KILN_F32,
                          KT_DIMS(2, 8, 40, 40), KT_DIMS(16, 8, 3, 3), true, false, "pads=[1,1,1,1]",
                          "Relu", "", "", 120);
+    /* 1x1 with a bias and no residual, every activation (CUDA NHWC f16 / bf16: a cuBLASLt
+     * product, or cuDNN's ConvFwd -> bias -> activation graph where the activation is not
+     * Relu: KILN_CUDA_CONV_GRAPH) */
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        char label[128];
+        snprintf(label, sizeof label, "fusedconv random %s, bias, 1x1 16 -> 24",
+                 acts[i].act[0] ? acts[i].act : "no activation");
+        fails += random_case(label, KILN_F32, KT_DIMS(2, 16, 7, 6), KT_DIMS(24, 16, 1, 1), true, false, "", acts[i].act,
+                             acts[i].attrs, acts[i].fused, 170 + i);
+    }
     fails += random_case("fusedconv random HardSwish, residual, no bias, 1x1", KILN_F32,
                          KT_DIMS(1, 5, 6, 7), KT_DIMS(3, 5, 1, 1), false, true, "", "HardSwish",
                          "", "", 121);

@@ -3096,6 +3096,34 @@ static void depthwise_counted(const char *tag, bool want_dw) {
     check(calls == (want_dw ? runs : 0), label, detail);
 }
 
+/* The depthwise cases on a kiln_cuda made with KILN_CUDA_DW_GRAPH=mode (1: cuDNN's graph +
+ * kiln's epilogue, 2: the graph with the epilogue inside) and no autotune: each device run
+ * goes through the graph where it has a plan (f16 / bf16 NHWC) and through conv_depthwise.cu
+ * otherwise; some must take the graph. */
+static void depthwise_graph(const char *tag, const char *mode) {
+    kiln_cuda *other = NULL, *saved = cu;
+    setenv("KILN_CUDA_DW_GRAPH", mode, 1);
+    const kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20, .no_autotune = 1};
+    const kiln_status st = kiln_cuda_create(ctx, &o, &other);
+    unsetenv("KILN_CUDA_DW_GRAPH");
+    if (st) {
+        fail(tag, "create: %s", kiln_context_message(ctx));
+        return;
+    }
+    cu = other;
+    const int runs0 = device_runs;
+    depthwise_group(tag);
+    const int runs = device_runs - runs0, graph = stats_of(cu).conv_graph_calls,
+              kernel = stats_of(cu).conv_depthwise_calls;
+    char label[200], detail[120];
+    snprintf(label, sizeof label, "%s depthwise: %d of %d device runs on cuDNN's graph, %d on conv_depthwise.cu", tag,
+             graph, runs, kernel);
+    snprintf(detail, sizeof detail, "want some on the graph and the two adding up to the runs");
+    if (runs > 0) check(graph > 0 && graph + kernel == runs, label, detail);
+    cu = saved;
+    kiln_cuda_free(other);
+}
+
 /* The depthwise cases on a kiln_cuda made with options o (the rest as the test's), counted. */
 static void depthwise_with(const char *tag, kiln_cuda_options o, bool want_dw) {
     kiln_cuda *other = NULL, *saved = cu;
@@ -3123,6 +3151,8 @@ static void depthwise_cases(void) {
     depthwise_with("[dw cuDNN]",
                    (kiln_cuda_options){.device = 0, .arena_bytes = (size_t)256 << 20, .no_conv_depthwise = 1}, false);
     depthwise_group("[dw timed]");
+    depthwise_graph("[dw graph]", "1");
+    depthwise_graph("[dw graph epilogue]", "2");
 }
 
 /* ----------------------------------------------------------- whole models */
