@@ -407,7 +407,6 @@ static bool dw_graph_geo(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_g
     if (mode == 0 || c->in[0]->ndim != 4 || g->fmt != KILN_FORMAT_NHWC || g->padded ||
         (dt != KILN_F16 && dt != KILN_BF16))
         return false;
-    memset(gg, 0, sizeof *gg);
     *gg = (kiln_genstats_geo){.N = g->N, .C = g->C, .H = g->H, .W = g->W, .K = g->M, .R = g->kh, .S = g->kw,
                               .P = g->OH, .Q = g->OW, .sh = g->sh, .sw = g->sw, .dh = g->dh, .dw = g->dw,
                               .ph = g->ph, .pw = g->pw, .bf16 = dt == KILN_BF16, .kind = KILN_GRAPH_CONV_FWD,
@@ -868,8 +867,6 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
         *graph = cu->dw_force == 4 ? 1 : cu->dw_force == 5 ? 2 : 0;
         return KILN_OK;
     }
-    /* the graphs where they can run: KILN_CUDA_DW_GRAPH=1 or 2 takes them without timing (a
-     * residual read in place of Y would be overwritten by the graph's convolution) */
     /* the epilogue (activation, bias, residual) is part of the problem: the graph with it
      * inside may have a plan for one activation and not for another */
     int ek = 0;
@@ -879,6 +876,8 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
         if (fused && !kiln_cuda_act_get(c->node, false, &a, why, sizeof why)) a.kind = KILN_ACT_NONE;
         ek = (int)a.kind * 4 + (input(c, 2) ? 1 : 0) + (fused && input(c, 3) ? 2 : 0);
     }
+    /* the graphs where they can run: KILN_CUDA_DW_GRAPH=1 or 2 takes them without timing (a
+     * residual read in place of Y would be overwritten by the graph's convolution) */
     struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* plain, with the epilogue */
     size_t gw[2] = {0, 0};
     if (dir == DIR_FWD && cu->dw_graph != 0 && !(z && z == y)) {
