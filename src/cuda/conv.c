@@ -403,7 +403,7 @@ static bool depthwise_shaped(const kiln_cuda *cu, const conv_geo *g, kiln_cuda_d
  * activation cuBLASLt's epilogue lacks (gemm_graph_decide; KILN_CUDA_CONV_GRAPH). */
 static bool dw_graph_geo(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, bool fused,
                          bool epi, kiln_genstats_geo *gg) {
-    const int mode = g->G == 1 ? cu->conv_graph : cu->dw_graph;
+    const int mode = g->G == g->C && g->Cg == 1 && g->M == g->C ? cu->dw_graph : cu->conv_graph;
     if (mode == 0 || c->in[0]->ndim != 4 || g->fmt != KILN_FORMAT_NHWC || g->padded ||
         (dt != KILN_F16 && dt != KILN_BF16))
         return false;
@@ -429,6 +429,12 @@ static bool dw_graph_geo(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_g
     default: return false;
     }
     return true;
+}
+
+/* Whether conv_graph_decide asks cuDNN's graph for the forward problem g (see there). */
+static bool graph_asked(const conv_geo *g, bool fused, const kiln_cuda_act *act) {
+    const bool depthwise = g->G == g->C && g->Cg == 1 && g->M == g->C;
+    return !depthwise && (g->G > 1 || (fused && act->kind != KILN_ACT_NONE && act->kind != KILN_ACT_RELU));
 }
 
 /* The graph's plan for c (built the first time: kept per problem on cu), or NULL where the
@@ -506,6 +512,14 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
         if (st) return st;
         if (!p) gws = 0;
     }
+    if (!dw && geo && !gemm_shaped(cu, &g) && graph_asked(&g, fused, &act) && (cu->autotune || cu->conv_graph > 0))
+        for (int epi = 0; epi < 2; epi++) { /* conv_graph_decide's graphs */
+            struct kiln_genstats_problem *p;
+            size_t w = 0;
+            kiln_status st = dw_graph_plan(cu, c, &g, c->in[0]->dtype, fused, epi != 0, &p, &w);
+            if (st) return st;
+            if (p && w > gws) gws = w;
+        }
     kiln_status st = workspace_for(cu, c, c->in[0], c->in[1], c->out[0], DIR_FWD, fused, bytes);
     if (!st && gws > *bytes) *bytes = gws;
     return st;
@@ -1035,6 +1049,113 @@ static kiln_status gemm_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
     return KILN_OK;
 }
 
+/* Whether a forward convolution cuDNN's legacy API would run goes instead on the ConvFwd
+ * graph (cudnn_graph.c): *mode 1 the graph with + bias -> activation inside, 2 the plain
+ * graph then kiln's epilogue (*p the plan). Asked for the problems where the legacy API is
+ * known to fall short (graph_asked): grouped convolutions that are not depthwise (dw_faster
+ * decides those), whose 48- to 112-channel groups ran regnet_y_8gf slower than PyTorch eager
+ * (bench/NOTES.md "z11"), and FusedConvs whose activation the legacy fused call lacks (SiLU,
+ * Clip, GELU after a 3x3: a pass of its own over Y). KILN_CUDA_CONV_GRAPH=0 never, 1 wherever
+ * a plan exists (with the epilogue inside where it has one); else, with autotune, the legacy
+ * path and each graph are timed the first time the problem is met (outside graph capture)
+ * and the choice is kept with the algorithm choices (on the disk too). */
+static kiln_status conv_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, const conv_geo *g, kiln_dtype dt,
+                                     const kiln_cuda_act *act, struct kiln_genstats_problem **p, int *mode) {
+    kiln_context *ctx = c->kctx;
+    *p = NULL;
+    *mode = 0;
+    const kiln_tensor *z = fused ? input(c, 3) : NULL;
+    /* a residual read in place of Y would be overwritten by the graph's convolution */
+    if (cu->gemm_graph_force == 1 || !graph_asked(g, fused, act) || (z && z->data == c->out[0]->data)) return KILN_OK;
+    struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* with the epilogue, plain */
+    for (int e = 0; e < 2; e++) {
+        size_t gws = 0;
+        kiln_status st = dw_graph_plan(cu, c, g, dt, fused, e == 0, &gp[e], &gws);
+        if (st) return st;
+        if (gp[e] && (gws > c->workspace_size || (gws && !c->workspace))) gp[e] = NULL;
+    }
+    if (cu->gemm_graph_force >= 2) { /* timing one of them */
+        *mode = cu->gemm_graph_force - 1;
+        *p = gp[*mode - 1];
+        if (!*p) *mode = 0;
+        return KILN_OK;
+    }
+    if (cu->conv_graph == 1) {
+        *mode = gp[0] ? 1 : gp[1] ? 2 : 0;
+        *p = *mode ? gp[*mode - 1] : NULL;
+        return KILN_OK;
+    }
+    if (!cu->autotune || (!gp[0] && !gp[1])) return KILN_OK;
+    char key[KILN_ALGO_KEY];
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key, sizeof key);
+    const size_t at = strlen(key);
+    snprintf(key + at, sizeof key - at, " graph-fwd op=%s act=%d,%g,%g bias=%d res=%d", c->node->op_type,
+             (int)act->kind, act->a, act->b, input(c, 2) ? 1 : 0, z ? 1 : 0);
+    const kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    if (a) {
+        if ((a->algo == 1 || a->algo == 2) && gp[a->algo - 1]) {
+            *mode = a->algo;
+            *p = gp[a->algo - 1];
+        }
+        return KILN_OK;
+    }
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
+    if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
+    float t[3] = {INFINITY, INFINITY, INFINITY}; /* legacy, graph with the epilogue, plain graph */
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < 3 && !st; k++) {
+        if (k && !gp[k - 1]) continue;
+        cu->gemm_graph_force = k + 1;
+        st = time_op(cu, c, DIR_FWD, fused, 0, -1, &t[k]);
+    }
+    cu->gemm_graph_force = 0;
+    if (st) return st;
+    int best = 0;
+    for (int k = 1; k < 3; k++)
+        if (t[k] < t[best]) best = k;
+    kiln_algo_entry e;
+    memset(&e, 0, sizeof e);
+    memcpy(e.key, key, sizeof e.key);
+    e.algo = best;
+    e.ms = t[best];
+    e.fused = -1;
+    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
+    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    kiln_cuda_conv_stats_note(ctx,
+             "conv %s %s N=%lld %lld -> %lld %lldx%lld s%lld g%lld act %d: legacy %.3f ms, graph with epilogue %.3f ms, "
+             "graph %.3f ms: %s", c->node->op_type, kiln_dtype_name(dt), (long long)g->N, (long long)g->C,
+             (long long)g->M, (long long)g->kh, (long long)g->kw, (long long)g->sh, (long long)g->G, (int)act->kind,
+             t[0], t[1], t[2], best == 0 ? "legacy" : best == 1 ? "graph with epilogue" : "graph");
+    if (best) {
+        *mode = best;
+        *p = gp[best - 1];
+    }
+    return KILN_OK;
+}
+
+/* Runs graph p (cuDNN's ConvFwd, its plans timed on the first eager run with autotune), then
+ * kiln's epilogue unless the graph has it (with_epi). */
+static kiln_status graph_forward(kiln_cuda *cu, kiln_op_ctx *c, bool fused, const conv_geo *g, kiln_dtype dt,
+                                 const kiln_cuda_act *act, struct kiln_genstats_problem *p, bool with_epi) {
+    kiln_context *ctx = c->kctx;
+    const kiln_tensor *x = c->in[0], *w = c->in[1], *b = input(c, 2), *z = fused ? input(c, 3) : NULL;
+    kiln_tensor *y = c->out[0];
+    kiln_status gs = KILN_OK;
+    if ((cu->autotune && (gs = kiln_cuda_conv_graph_tune(cu, ctx, p, x->data, w->data, y->data, b ? b->data : NULL,
+                                                         c->workspace, c->workspace_size)) != KILN_OK) ||
+        (gs = kiln_cuda_conv_graph_run(cu, ctx, p, x->data, w->data, y->data, b ? b->data : NULL, c->workspace,
+                                       c->workspace_size)) != KILN_OK)
+        return gs;
+    cu->stats.conv_graph_calls++;
+    if (with_epi) return KILN_OK;
+    const int64_t rows = g->N * g->OH * g->OW; /* NHWC: (rows, M) */
+    if (fused && (b || z || act->kind != KILN_ACT_NONE))
+        return kiln_cuda_conv_epilogue(cu, ctx, dt, y->data, b ? b->data : NULL, z ? z->data : NULL, rows, g->M, 1, act);
+    return b ? kiln_cuda_add_channel_bias(cu, ctx, dt, y->data, b->data, rows, g->M, 1) : KILN_OK;
+}
+
 static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int narrow_force) {
     kiln_context *ctx = c->kctx;
     const kiln_tensor *x = c->in[0], *w = c->in[1]; // (N,C,[H,]W), (M,C/G,[kH,]kW)
@@ -1058,7 +1179,8 @@ static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int na
     kiln_cuda_dw_geo dg;
     bool dw_kiln = false;
     int dw_variant = KILN_CUDA_DW_TILED, dw_graph = 0;
-    if (depthwise_shaped(cu, &g, &dg)) {
+    const bool depthwise = depthwise_shaped(cu, &g, &dg);
+    if (depthwise) {
         const kiln_status cs = dw_faster(cu, c, DIR_FWD, fused, dt, &dg, &g, y->data, z ? z->data : NULL, &dw_kiln,
                                          &dw_variant, &dw_graph);
         if (cs) return cs;
@@ -1073,21 +1195,7 @@ static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int na
         if (p) break;
     }
     if (want_graph && !p) dw_kiln = true;
-    if (p) { /* cuDNN's graph API: ConvFwd, then kiln's epilogue unless the graph has it */
-        kiln_status gs = KILN_OK;
-        if ((cu->autotune && (gs = kiln_cuda_conv_graph_tune(cu, ctx, p, x->data, w->data, y->data, b ? b->data : NULL,
-                                                             c->workspace, c->workspace_size)) != KILN_OK) ||
-            (gs = kiln_cuda_conv_graph_run(cu, ctx, p, x->data, w->data, y->data, b ? b->data : NULL, c->workspace,
-                                           c->workspace_size)) != KILN_OK)
-            return gs;
-        cu->stats.conv_graph_calls++;
-        if (dw_graph == 2) return KILN_OK;
-        const int64_t rows = g.N * g.OH * g.OW;
-        if (fused && (b || z || act.kind != KILN_ACT_NONE))
-            return kiln_cuda_conv_epilogue(cu, ctx, dt, y->data, b ? b->data : NULL, z ? z->data : NULL, rows, g.M, 1,
-                                           &act);
-        return b ? kiln_cuda_add_channel_bias(cu, ctx, dt, y->data, b->data, rows, g.M, 1) : KILN_OK;
-    }
+    if (p) return graph_forward(cu, c, fused, &g, dt, &act, p, dw_graph == 2);
     if (dw_kiln) {
         const kiln_status ds = kiln_cuda_conv_depthwise_forward(cu, ctx, dt, &dg, x->data, w->data, b ? b->data : NULL,
                                                                 z ? z->data : NULL, &act, dw_variant, y->data);
@@ -1118,6 +1226,11 @@ static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int na
             return gs;
         }
         /* cuBLASLt has no algorithm for it: cuDNN's convolution below */
+    } else if (!depthwise) {
+        int gmode;
+        const kiln_status gs = conv_graph_decide(cu, c, fused, &g, dt, &act, &p, &gmode);
+        if (gs) return gs;
+        if (p) return graph_forward(cu, c, fused, &g, dt, &act, p, gmode == 1);
     }
     /* a channel-padded convolution may run narrow: X's and W's real channels copied to the
      * start of the algorithm's workspace, cuDNN on those */

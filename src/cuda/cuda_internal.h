@@ -132,10 +132,14 @@ struct kiln_cuda {
      * the epilogue inside where it has one (else as 1); unset (-1): timed with the rest */
     int dw_graph;
     /* 1x1 FusedConvs with an activation cuBLASLt's epilogue lacks on that graph with the
-     * epilogue inside (conv.c, gemm_graph_decide): KILN_CUDA_CONV_GRAPH=0 never, 1 wherever
-     * it has a plan, unset (-1) timed against cuBLASLt + the activation's pass */
+     * epilogue inside (conv.c, gemm_graph_decide), and grouped convolutions or FusedConvs with
+     * such an activation that cuDNN's legacy API would run (conv_graph_decide):
+     * KILN_CUDA_CONV_GRAPH=0 never, 1 wherever it has a plan, unset (-1) timed against
+     * cuBLASLt / the legacy API + the activation's pass */
     int conv_graph;
-    int gemm_graph_force; /* while one is timed: 1 cuBLASLt, 2 the graph (0: the choice) */
+    /* while one is timed: 1 cuBLASLt or the legacy API, 2 the graph with the epilogue, 3 the
+     * plain graph then kiln's epilogue (0: the choice) */
+    int gemm_graph_force;
     char algo_path[1024];
     char algo_prefix[320];
     kiln_algo_entry *algos;

@@ -744,6 +744,17 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 6, 9, 13), -1, 1, 204),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(6, 1, 3, 3), -1, 1, 205)},
                                1, "conv random depthwise");
+    /* grouped, not depthwise (RegNet's, ResNeXt's: on CUDA cuDNN's legacy API or its ConvFwd
+     * graph, as conv_graph_decide times them), with and without a bias */
+    fails += kiln_optest_sweep("Conv", "group=4;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 32, 9, 11), -1, 1, 260),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 8, 3, 3), -1, 1, 261),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(16), -1, 1, 262)},
+                               1, "conv random grouped 3x3, 4 groups of 8");
+    fails += kiln_optest_sweep("Conv", "group=2;pads=[1,1,1,1];strides=[2,2]", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 32, 10, 9), -1, 1, 263),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(48, 16, 3, 3), -1, 1, 264)},
+                               1, "conv random grouped 3x3 stride 2, 2 groups of 16, no bias");
     fails += kiln_optest_sweep("Conv", "", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 17, 7, 9), -1, 1, 206),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(9, 17, 1, 1), -1, 1, 207),

@@ -451,6 +451,20 @@ static int test(void) {
         fails += random_case(label, KILN_F32, KT_DIMS(2, 16, 7, 6), KT_DIMS(24, 16, 1, 1), true, false, "", acts[i].act,
                              acts[i].attrs, acts[i].fused, 170 + i);
     }
+    /* grouped (4 groups of 8) and 3x3 with a bias and no residual, every activation (CUDA
+     * NHWC f16 / bf16: cuDNN's legacy API, or its ConvFwd graph with or without the epilogue
+     * inside, as conv_graph_decide times them; KILN_CUDA_CONV_GRAPH) */
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        char label[128];
+        snprintf(label, sizeof label, "fusedconv random %s, bias, grouped 32 -> 24 in 4 groups",
+                 acts[i].act[0] ? acts[i].act : "no activation");
+        fails += random_case(label, KILN_F32, KT_DIMS(2, 32, 7, 6), KT_DIMS(24, 8, 3, 3), true, false,
+                             "group=4;pads=[1,1,1,1]", acts[i].act, acts[i].attrs, acts[i].fused, 185 + i);
+        snprintf(label, sizeof label, "fusedconv random %s, bias, 3x3 stride 2 16 -> 24",
+                 acts[i].act[0] ? acts[i].act : "no activation");
+        fails += random_case(label, KILN_F32, KT_DIMS(2, 16, 9, 8), KT_DIMS(24, 16, 3, 3), true, false,
+                             "pads=[1,1,1,1];strides=[2,2]", acts[i].act, acts[i].attrs, acts[i].fused, 200 + i);
+    }
     fails += random_case("fusedconv random HardSwish, residual, no bias, 1x1", KILN_F32,
                          KT_DIMS(1, 5, 6, 7), KT_DIMS(3, 5, 1, 1), false, true, "", "HardSwish",
                          "", "", 121);

@@ -3155,6 +3155,72 @@ static void depthwise_cases(void) {
     depthwise_graph("[dw graph epilogue]", "2");
 }
 
+/* The forwards conv.c's conv_graph_decide asks cuDNN's ConvFwd graph for: grouped (not
+ * depthwise) convolutions, RegNet's and ResNeXt's, and FusedConvs whose activation the
+ * legacy fused call lacks; in f32 NCHW (the legacy API) and NHWC (f16 / bf16 there: the
+ * graph where it has a plan). */
+static void grouped_group(const char *tag) {
+    char label[160];
+    atol_scale = 1e-5;
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT : 0;
+        snprintf(label, sizeof label, "%s grouped 3x3, 4 groups of 8, bias%s", tag, nhwc ? ", NHWC" : "");
+        floats("Conv", "group=4;pads=[1,1,1,1]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 32, 11, 9), X(32, 8, 3, 3), X(32)));
+        snprintf(label, sizeof label, "%s grouped 3x3 stride 2, 3 groups of 16 -> 24, no bias%s", tag,
+                 nhwc ? ", NHWC" : "");
+        floats("Conv", "group=3;pads=[1,1,1,1];strides=[2,2]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 48, 13, 12), X(24, 16, 3, 3)));
+    }
+    fused_reference(compose_conv);
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_OUT : 0;
+        snprintf(label, sizeof label, "%s grouped 3x3 Relu, bias, 2 groups of 24%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "group=2;pads=[1,1,1,1];activation=Relu", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 48, 10, 9), X(48, 24, 3, 3), X(48)));
+        snprintf(label, sizeof label, "%s 3x3 Silu, bias, 16 -> 32%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "pads=[1,1,1,1];activation=Silu", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 16, 12, 11), X(32, 16, 3, 3), X(32)));
+        snprintf(label, sizeof label, "%s 3x3 stride 2 Clip 0..6, bias, 24 -> 16%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "pads=[1,1,1,1];strides=[2,2];activation=Clip;act_min=0.0;act_max=6.0", 0, false,
+               2e-5, 1e-4, label, INPUTS(X(2, 24, 13, 13), X(16, 24, 3, 3), X(16)));
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(3) | NHWC_OUT : 0;
+        snprintf(label, sizeof label, "%s grouped 3x3 HardSwish, bias, residual, 4 groups of 8%s", tag,
+                 nhwc ? ", NHWC" : "");
+        floats("kiln.FusedConv", "group=4;pads=[1,1,1,1];activation=HardSwish", 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, 32, 9, 10), X(32, 8, 3, 3), X(32), X(2, 32, 9, 10)));
+    }
+    layout = 0;
+    atol_scale = 0;
+    fused_reference(NULL);
+}
+
+/* The grouped cases as chosen (autotune: the legacy API and the graphs timed) and on a
+ * kiln_cuda made with KILN_CUDA_CONV_GRAPH=1 and no autotune: there some device runs must
+ * go through the graph (f16 / bf16 NHWC), the same references every time. */
+static void grouped_cases(void) {
+    grouped_group("[grouped timed]");
+    if (!cu) return; /* dry run */
+    kiln_cuda *other = NULL, *saved = cu;
+    setenv("KILN_CUDA_CONV_GRAPH", "1", 1);
+    const kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20, .no_autotune = 1};
+    const kiln_status st = kiln_cuda_create(ctx, &o, &other);
+    unsetenv("KILN_CUDA_CONV_GRAPH");
+    if (st) {
+        fail("[grouped graph]", "create: %s", kiln_context_message(ctx));
+        return;
+    }
+    cu = other;
+    const int runs0 = device_runs;
+    grouped_group("[grouped graph]");
+    const int runs = device_runs - runs0, graph = stats_of(cu).conv_graph_calls;
+    char label[200];
+    snprintf(label, sizeof label, "[grouped graph] %d of %d device runs on cuDNN's graph", graph, runs);
+    if (runs > 0) check(graph > 0 && graph < runs, label, "want some (f16 / bf16 NHWC), not all (f32 NCHW)");
+    cu = saved;
+    kiln_cuda_free(other);
+}
+
 /* ----------------------------------------------------------- whole models */
 
 static kiln_model *SM;
@@ -3393,6 +3459,7 @@ int main(int argc, char **argv) {
     dropout_cases();
     direct_cases();
     depthwise_cases();
+    grouped_cases();
     fused_loss_cases();
     fused_elementwise_cases();
     fused_gemm_cases();
