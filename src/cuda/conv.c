@@ -950,6 +950,40 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     return KILN_OK;
 }
 
+/* Times the n paths of direction dir's op that cu->gemm_graph_force selects (1..n; those with
+ * skip[k] set are left at INFINITY) in two rounds, the best of each in t[k]. One round timed
+ * the path met first at up to 2.4x its later time (resnext50's 512-channel grouped 3x3 on the
+ * legacy API: 0.177 ms, 0.073 in the run: bench/NOTES.md "z11"). */
+static kiln_status time_forced(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, int n, const bool *skip, float *t) {
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < n; k++) t[k] = INFINITY;
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < n && !st; k++) {
+            if (skip && skip[k]) continue;
+            float tk = INFINITY;
+            cu->gemm_graph_force = k + 1;
+            st = time_op(cu, c, dir, fused, 0, -1, &tk);
+            if (tk < t[k]) t[k] = tk;
+        }
+    cu->gemm_graph_force = 0;
+    return st;
+}
+
+/* A timed choice (algo: which path, ms: its time) kept under key with the algorithm choices,
+ * and on the disk where the cache has a file. */
+static kiln_status keep_choice(kiln_cuda *cu, kiln_context *ctx, const char *key, int algo, float ms) {
+    kiln_algo_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.key, sizeof e.key, "%s", key);
+    e.algo = algo;
+    e.ms = ms;
+    e.fused = -1;
+    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
+    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    return KILN_OK;
+}
+
 /* Whether the channel-padded forward problem g of c runs narrow (gn) in NARROW_TIMED mode:
  * where the op timed narrow (copies included) runs clearly faster than padded: timed the first time the
  * problem is met (outside graph capture: a plan's first run is eager), the choice kept with
@@ -978,15 +1012,7 @@ static kiln_status narrow_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, cons
     if (!st) st = time_op(cu, c, DIR_FWD, fused, 0, 1, &t[1]);
     if (st) return st;
     *narrow = t[1] < NARROW_WIN * t[0];
-    kiln_algo_entry e;
-    memset(&e, 0, sizeof e);
-    memcpy(e.key, key, sizeof e.key);
-    e.algo = *narrow ? 1 : 0;
-    e.ms = *narrow ? t[1] : t[0];
-    e.fused = -1;
-    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
-        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
-    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    if ((st = keep_choice(cu, ctx, key, *narrow ? 1 : 0, *narrow ? t[1] : t[0])) != KILN_OK) return st;
     kiln_log(ctx, KILN_LOG_INFO, "conv narrow: %s %s N=%lld %lld -> %lld channels (%lld used) %lldx%lld: padded %.3f ms, "
              "narrow %.3f ms: %s", c->node->op_type, kiln_dtype_name(dt), (long long)g->N, (long long)g->C,
              (long long)g->M, (long long)gn->C, (long long)g->kh, (long long)g->kw, t[0], t[1],
@@ -1027,28 +1053,12 @@ static kiln_status gemm_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
     if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
-    float t[2] = {INFINITY, INFINITY};
-    for (int r = 0; r < 2; r++) /* two rounds, as conv_graph_decide's */
-        for (int k = 0; k < 2 && !st; k++) {
-            float tk = INFINITY;
-            cu->gemm_graph_force = k + 1;
-            st = time_op(cu, c, DIR_FWD, fused, 0, -1, &tk);
-            if (tk < t[k]) t[k] = tk;
-        }
-    cu->gemm_graph_force = 0;
-    if (st) return st;
-    kiln_algo_entry e;
-    memset(&e, 0, sizeof e);
-    memcpy(e.key, key, sizeof e.key);
-    e.algo = t[1] < t[0] ? 1 : 0;
-    e.ms = e.algo ? t[1] : t[0];
-    e.fused = -1;
-    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
-        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
-    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    float t[2]; /* cuBLASLt + the activation's pass, the graph */
+    const int graph = (st = time_forced(cu, c, DIR_FWD, fused, 2, NULL, t)) == KILN_OK && t[1] < t[0];
+    if (st || (st = keep_choice(cu, ctx, key, graph, t[graph])) != KILN_OK) return st;
     kiln_cuda_conv_stats_note(ctx, "conv 1x1 %s N*HW=%lld %lld -> %lld: cuBLASLt + activation %.3f ms, cuDNN graph %.3f ms",
              kiln_dtype_name(dt), (long long)(g->N * g->OH * g->OW), (long long)g->C, (long long)g->M, t[0], t[1]);
-    if (e.algo) *p = gp;
+    if (graph) *p = gp;
     return KILN_OK;
 }
 
@@ -1105,33 +1115,14 @@ static kiln_status conv_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
     if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
-    /* legacy, graph with the epilogue, plain graph: two rounds, the best of each kept. One
-     * round timed the legacy path, the first, at 2.4x its later time (resnext50's 512-channel
-     * 3x3: 0.177 ms, 0.073 in the run), which made the graph win where it loses */
-    float t[3] = {INFINITY, INFINITY, INFINITY};
-    kiln_status st = KILN_OK;
-    for (int r = 0; r < 2; r++)
-        for (int k = 0; k < 3 && !st; k++) {
-            if (k && !gp[k - 1]) continue;
-            float tk = INFINITY;
-            cu->gemm_graph_force = k + 1;
-            st = time_op(cu, c, DIR_FWD, fused, 0, -1, &tk);
-            if (tk < t[k]) t[k] = tk;
-        }
-    cu->gemm_graph_force = 0;
+    float t[3]; /* legacy, graph with the epilogue, plain graph */
+    const bool skip[3] = {false, !gp[0], !gp[1]};
+    kiln_status st = time_forced(cu, c, DIR_FWD, fused, 3, skip, t);
     if (st) return st;
     int best = 0;
     for (int k = 1; k < 3; k++)
         if (t[k] < t[best]) best = k;
-    kiln_algo_entry e;
-    memset(&e, 0, sizeof e);
-    memcpy(e.key, key, sizeof e.key);
-    e.algo = best;
-    e.ms = t[best];
-    e.fused = -1;
-    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
-        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
-    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    if ((st = keep_choice(cu, ctx, key, best, t[best])) != KILN_OK) return st;
     kiln_cuda_conv_stats_note(ctx,
              "conv %s %s N=%lld %lld -> %lld %lldx%lld s%lld g%lld act %d: legacy %.3f ms, graph with epilogue %.3f ms, "
              "graph %.3f ms: %s", c->node->op_type, kiln_dtype_name(dt), (long long)g->N, (long long)g->C,
