@@ -57,10 +57,15 @@ def torch_img_s(m, batch, steps=30, warm=10):
 
 
 def kiln_img_s(kiln, path, data, batch, images, log, extra=()):
+    """extra: kiln train arguments; NAME=VALUE words among them set the environment instead."""
+    env = dict(os.environ)
+    setting = [w for w in extra if re.match(r"^[A-Z_][A-Z0-9_]*=", w)]
+    env.update(w.split("=", 1) for w in setting)
+    extra = [w for w in extra if w not in setting]
     cmd = [kiln, "train", path, "--data", data, "--image-size", "224", "--batch", str(batch), "--device", "cuda",
            "--amp", "fp16", "--epochs", "2", "--no-augment", "--classes", "1000", *extra]
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
     with open(log, "w") as f:
         f.write(" ".join(cmd) + "\n" + p.stdout + p.stderr)
     ep = re.findall(r"^epoch 2: ([0-9.]+) s", p.stdout, re.M)
@@ -80,8 +85,9 @@ def main():
     ap.add_argument("--models", default=MODELS)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--variant", action="append", default=[],
-                    help="kiln train arguments of a variant (e.g. '--disable fuse-pool'), timed after the "
-                         "default run in the same call and printed as its own column; repeatable")
+                    help="kiln train arguments of a variant (e.g. '--disable fuse-pool'; NAME=VALUE words set "
+                         "the environment, e.g. 'KILN_CUDA_CONV_GRAPH=0'), timed after the default run in the "
+                         "same call and printed as its own column; repeatable")
     args = ap.parse_args()
     if not args.images:  # 3,073 bytes a record (a label byte and 32x32x3 pixels)
         args.images = sum(os.path.getsize(os.path.join(args.data, f)) // 3073 for f in os.listdir(args.data)
