@@ -431,10 +431,21 @@ static bool dw_graph_geo(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_g
     return true;
 }
 
+/* Whether the graph with the activation inside may gain enough over the product + the
+ * activation's own pass to be worth planning: that pass moves 2 x Y's bytes, a few us below
+ * GRAPH_MIN_Y elements (squeeze-excitation's 1x1s at 1x1 spatial: 61K at batch 256), while the
+ * graph's runtime-compiled plans cost seconds each to make (bench/NOTES.md "z11").
+ * KILN_CUDA_CONV_GRAPH=1 takes the graph at any size. */
+#define GRAPH_MIN_Y ((int64_t)1 << 20)
+static bool epilogue_worth(const kiln_cuda *cu, const conv_geo *g) {
+    return cu->conv_graph == 1 || g->N * g->OH * g->OW * g->M >= GRAPH_MIN_Y; /* forced: any size */
+}
+
 /* Whether conv_graph_decide asks cuDNN's graph for the forward problem g (see there). */
-static bool graph_asked(const conv_geo *g, bool fused, const kiln_cuda_act *act) {
+static bool graph_asked(const kiln_cuda *cu, const conv_geo *g, bool fused, const kiln_cuda_act *act) {
     const bool depthwise = g->G == g->C && g->Cg == 1 && g->M == g->C;
-    return !depthwise && (g->G > 1 || (fused && act->kind != KILN_ACT_NONE && act->kind != KILN_ACT_RELU));
+    return !depthwise && (g->G > 1 || (fused && act->kind != KILN_ACT_NONE && act->kind != KILN_ACT_RELU &&
+                                       epilogue_worth(cu, g)));
 }
 
 /* The graph's plan for c (built the first time: kept per problem on cu), or NULL where the
@@ -494,7 +505,7 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     const bool dw = geo && depthwise_shaped(cu, &g, &dg);
     size_t gws = 0; /* cuDNN's graphs' (autotune or KILN_CUDA_DW_GRAPH) */
     if (dw && (cu->autotune || cu->dw_graph > 0))
-        for (int epi = 0; epi < 2; epi++) {
+        for (int epi = 0; epi < (cu->dw_graph == 2 ? 2 : 1); epi++) { /* dw_faster's graphs */
             struct kiln_genstats_problem *p;
             size_t w = 0;
             kiln_status st = dw_graph_plan(cu, c, &g, c->in[0]->dtype, fused, epi != 0, &p, &w);
@@ -506,13 +517,14 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
         return KILN_OK;
     }
     if (!dw && geo && fused && gemm_shaped(cu, &g) && act.kind != KILN_ACT_NONE && act.kind != KILN_ACT_RELU &&
+        epilogue_worth(cu, &g) &&
         (cu->autotune || cu->conv_graph > 0)) {
         struct kiln_genstats_problem *p;
         kiln_status st = dw_graph_plan(cu, c, &g, c->in[0]->dtype, fused, true, &p, &gws);
         if (st) return st;
         if (!p) gws = 0;
     }
-    if (!dw && geo && !gemm_shaped(cu, &g) && graph_asked(&g, fused, &act) && (cu->autotune || cu->conv_graph > 0))
+    if (!dw && geo && !gemm_shaped(cu, &g) && graph_asked(cu, &g, fused, &act) && (cu->autotune || cu->conv_graph > 0))
         for (int epi = 0; epi < 2; epi++) { /* conv_graph_decide's graphs */
             struct kiln_genstats_problem *p;
             size_t w = 0;
@@ -895,7 +907,10 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* plain, with the epilogue */
     size_t gw[2] = {0, 0};
     if (dir == DIR_FWD && cu->dw_graph != 0 && !(z && z == y)) {
-        for (int e = 0; e < 2; e++) {
+        /* the graph with the epilogue inside only when forced (KILN_CUDA_DW_GRAPH=2): timed,
+         * it was ~10x slower than the plain graph on every depthwise shape (no depthwise
+         * engine fuses it), and its runtime-compiled plans cost seconds each to make */
+        for (int e = 0; e < (cu->dw_graph == 2 ? 2 : 1); e++) {
             kiln_status st = dw_graph_plan(cu, c, g, dt, fused, e != 0, &gp[e], &gw[e]);
             if (st) return st;
             if (gp[e] && (gw[e] > c->workspace_size || (gw[e] && !c->workspace))) gp[e] = NULL;
@@ -1031,7 +1046,9 @@ static kiln_status gemm_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
                                      const kiln_cuda_act *act, struct kiln_genstats_problem **p) {
     kiln_context *ctx = c->kctx;
     *p = NULL;
-    if (cu->gemm_graph_force == 1 || !fused || act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU) return KILN_OK;
+    if (cu->gemm_graph_force == 1 || !fused || act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU ||
+        !epilogue_worth(cu, g))
+        return KILN_OK;
     struct kiln_genstats_problem *gp;
     size_t gws;
     kiln_status st = dw_graph_plan(cu, c, g, dt, fused, true, &gp, &gws);
@@ -1079,7 +1096,7 @@ static kiln_status conv_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
     *mode = 0;
     const kiln_tensor *z = fused ? input(c, 3) : NULL;
     /* a residual read in place of Y would be overwritten by the graph's convolution */
-    if (cu->gemm_graph_force == 1 || !graph_asked(g, fused, act) || (z && z->data == c->out[0]->data)) return KILN_OK;
+    if (cu->gemm_graph_force == 1 || !graph_asked(cu, g, fused, act) || (z && z->data == c->out[0]->data)) return KILN_OK;
     struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* with the epilogue, plain */
     for (int e = 0; e < 2; e++) {
         size_t gws = 0;
