@@ -463,6 +463,57 @@ static kiln_status dw_graph_plan(kiln_cuda *cu, kiln_op_ctx *c, const conv_geo *
     return KILN_OK;
 }
 
+/* A gradient (dir DIR_BWD_DATA or DIR_BWD_FILTER) of a grouped or depthwise convolution as
+ * cuDNN's graph (cudnn_graph.c, KILN_GRAPH_CONV_DGRAD / _WGRAD): 2-D NHWC f16 / bf16 with
+ * symmetric pads, unless KILN_CUDA_DW_GRAPH=0 (depthwise) or KILN_CUDA_CONV_GRAPH=0 (grouped),
+ * and not under deterministic (a graph's gradient may add its partial sums in no fixed
+ * order). Its plan in *out (NULL: none), the most workspace its kept plans need in *ws. */
+static kiln_status grad_graph_plan(kiln_cuda *cu, kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, int dir,
+                                   struct kiln_genstats_problem **out, size_t *ws) {
+    *out = NULL;
+    *ws = 0;
+    const bool depthwise = g->G == g->C && g->Cg == 1 && g->M == g->C;
+    const int mode = depthwise ? cu->dw_graph : cu->conv_graph;
+    if (mode == 0 || g->G < 2 || cu->deterministic || c->in[0]->ndim != 4 || g->fmt != KILN_FORMAT_NHWC ||
+        g->padded || (dt != KILN_F16 && dt != KILN_BF16))
+        return KILN_OK;
+    const kiln_genstats_geo gg = {.N = g->N, .C = g->C, .H = g->H, .W = g->W, .K = g->M, .R = g->kh, .S = g->kw,
+                                  .P = g->OH, .Q = g->OW, .sh = g->sh, .sw = g->sw, .dh = g->dh, .dw = g->dw,
+                                  .ph = g->ph, .pw = g->pw, .bf16 = dt == KILN_BF16,
+                                  .kind = dir == DIR_BWD_DATA ? KILN_GRAPH_CONV_DGRAD : KILN_GRAPH_CONV_WGRAD,
+                                  .G = g->G, .act_mode = -1};
+    struct kiln_genstats_problem *p = NULL;
+    kiln_status st = kiln_cuda_genstats_plan(cu, c->kctx, &gg, true, &p);
+    if (st) return st;
+    if (kiln_cuda_genstats_ok(p, ws, NULL)) *out = p;
+    return KILN_OK;
+}
+
+/* grad_graph_plan's plan where the node's workspace holds it, else NULL. */
+static kiln_status grad_graph_usable(kiln_cuda *cu, kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, int dir,
+                                     struct kiln_genstats_problem **out) {
+    size_t gws = 0;
+    kiln_status st = grad_graph_plan(cu, c, g, dt, dir, out, &gws);
+    if (!st && *out && (gws > c->workspace_size || (gws && !c->workspace))) *out = NULL;
+    return st;
+}
+
+/* The graph's workspace for a gradient node (inputs x, w, y as conv_geo_get wants them) where
+ * it may run: with autotune (timed) or forced. */
+static kiln_status grad_graph_ws(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
+                                 const kiln_tensor *y, int dir, size_t *bytes) {
+    conv_geo g;
+    char why[256];
+    if (!conv_geo_get(c, x, w, y, &g, why, sizeof why)) return KILN_OK;
+    const bool depthwise = g.G == g.C && g.Cg == 1 && g.M == g.C;
+    if (!cu->autotune && (depthwise ? cu->dw_graph : cu->conv_graph) <= 0) return KILN_OK;
+    struct kiln_genstats_problem *p;
+    size_t gws = 0;
+    kiln_status st = grad_graph_plan(cu, c, &g, x->dtype, dir, &p, &gws);
+    if (!st && p && gws > *bytes) *bytes = gws;
+    return st;
+}
+
 /* Workspace of direction dir for the convolution of x by w giving y, plus extra bytes. */
 static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tensor *x, const kiln_tensor *w,
                                  const kiln_tensor *y, int dir, bool fused, size_t *bytes) {
@@ -537,7 +588,21 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     return st;
 }
 
+static kiln_status ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+static kiln_status ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+
+/* The legacy API's or kiln's kernels' workspace, or cuDNN's graph's where larger. */
 kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    kiln_status st = ws_conv_grad_input(cu, c, bytes);
+    return st ? st : grad_graph_ws(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, bytes);
+}
+
+kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    kiln_status st = ws_conv_grad_weight(cu, c, bytes);
+    return st ? st : grad_graph_ws(cu, c, c->in[0], c->in[2], c->in[1], DIR_BWD_FILTER, bytes);
+}
+
+static kiln_status ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     conv_geo g;
     kiln_cuda_dw_geo dg;
     char why[256];
@@ -555,7 +620,7 @@ kiln_status kiln_cuda_ws_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c, size_t *
     return workspace_for(cu, c, c->in[2], c->in[1], c->in[0], DIR_BWD_DATA, false, bytes);
 }
 
-kiln_status kiln_cuda_ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+static kiln_status ws_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     conv_geo g;
     kiln_cuda_direct_geo d;
     char why[256];
@@ -906,6 +971,15 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
      * residual read in place of Y would be overwritten by the graph's convolution) */
     struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* plain, with the epilogue */
     size_t gw[2] = {0, 0};
+    if (dir != DIR_FWD && cu->dw_graph != 0) { /* the gradient's graph (ConvBwdData / ConvBwdFilter) */
+        kiln_status st = grad_graph_usable(cu, c, g, dt, dir, &gp[0]);
+        if (st) return st;
+        if (cu->dw_graph > 0 && gp[0]) {
+            *kiln = false;
+            *graph = 1;
+            return KILN_OK;
+        }
+    }
     if (dir == DIR_FWD && cu->dw_graph != 0 && !(z && z == y)) {
         /* the graph with the epilogue inside only when forced (KILN_CUDA_DW_GRAPH=2): timed,
          * it was ~10x slower than the plain graph on every depthwise shape (no depthwise
@@ -1384,6 +1458,77 @@ bool kiln_cuda_conv_genstats_geo(const kiln_op_ctx *c, kiln_genstats_geo *gs, ch
 }
 
 /* kiln.ConvGradInput(dY, W, X) -> dX, like X (whose values are not read). */
+/* Whether a gradient (dir) of a grouped, not depthwise, convolution runs on cuDNN's graph (*p
+ * its plan) rather than the legacy API, whose algorithms ran RegNet's grouped forwards 5-10x
+ * slower than the graph's engines (bench/NOTES.md "z11"): KILN_CUDA_CONV_GRAPH=1 wherever it
+ * has a plan, =0 never; else, with autotune, both timed in two rounds the first time the
+ * problem is met (outside graph capture), the choice kept with the algorithm choices. */
+static kiln_status grad_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, int dir, const conv_geo *g, kiln_dtype dt,
+                                     struct kiln_genstats_problem **p) {
+    kiln_context *ctx = c->kctx;
+    *p = NULL;
+    if (cu->gemm_graph_force == 1 || (g->G == g->C && g->Cg == 1 && g->M == g->C)) return KILN_OK;
+    struct kiln_genstats_problem *gp;
+    kiln_status st = grad_graph_usable(cu, c, g, dt, dir, &gp);
+    if (st || !gp) return st;
+    if (cu->gemm_graph_force == 2 || cu->conv_graph == 1) {
+        *p = gp;
+        return KILN_OK;
+    }
+    if (!cu->autotune) return KILN_OK;
+    char key[KILN_ALGO_KEY];
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), dir, false, key, sizeof key);
+    const size_t at = strlen(key);
+    snprintf(key + at, sizeof key - at, " graph-grad");
+    const kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    if (a) {
+        if (a->algo == 1) *p = gp;
+        return KILN_OK;
+    }
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
+    if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
+    float t[2] = {INFINITY, INFINITY}; /* legacy, graph */
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 2 && !st; k++) {
+            float tk = INFINITY;
+            cu->gemm_graph_force = k + 1;
+            st = time_op(cu, c, dir, false, 0, -1, &tk);
+            if (tk < t[k]) t[k] = tk;
+        }
+    cu->gemm_graph_force = 0;
+    if (st) return st;
+    kiln_algo_entry e;
+    memset(&e, 0, sizeof e);
+    memcpy(e.key, key, sizeof e.key);
+    e.algo = t[1] < t[0] ? 1 : 0;
+    e.ms = e.algo ? t[1] : t[0];
+    e.fused = -1;
+    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
+    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    kiln_cuda_conv_stats_note(ctx, "conv %s %s N=%lld %lld -> %lld %lldx%lld s%lld g%lld: legacy %.3f ms, graph %.3f ms",
+                              dir == DIR_BWD_DATA ? "data gradient" : "weight gradient", kiln_dtype_name(dt),
+                              (long long)g->N, (long long)g->C, (long long)g->M, (long long)g->kh, (long long)g->kw,
+                              (long long)g->sh, (long long)g->G, t[0], t[1]);
+    if (e.algo) *p = gp;
+    return KILN_OK;
+}
+
+/* A gradient on graph p: x, w, y as kiln_cuda_conv_graph_run takes them for p's kind (its
+ * plans timed on the first eager run with autotune). */
+static kiln_status grad_graph_run(kiln_cuda *cu, kiln_op_ctx *c, struct kiln_genstats_problem *p, const void *x,
+                                  const void *w, void *y) {
+    kiln_context *ctx = c->kctx;
+    kiln_status st = KILN_OK;
+    if ((cu->autotune &&
+         (st = kiln_cuda_conv_graph_tune(cu, ctx, p, x, w, y, NULL, c->workspace, c->workspace_size)) != KILN_OK) ||
+        (st = kiln_cuda_conv_graph_run(cu, ctx, p, x, w, y, NULL, c->workspace, c->workspace_size)) != KILN_OK)
+        return st;
+    cu->stats.conv_graph_calls++;
+    return KILN_OK;
+}
+
 kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_context *ctx = c->kctx;
     const kiln_tensor *dy = c->in[0], *w = c->in[1], *x = c->in[2]; // (N,M,..), (M,C/G,..), (N,C,..)
@@ -1397,12 +1542,18 @@ kiln_status kiln_cuda_k_conv_grad_input(kiln_cuda *cu, kiln_op_ctx *c) {
                          fmt_name(fmt_of(dx)), fmt_name(g.fmt));
     kiln_cuda_dw_geo dg;
     bool dw_kiln = false;
+    struct kiln_genstats_problem *gp = NULL;
     if (depthwise_shaped(cu, &g, &dg)) {
-        int dw_variant, dw_graph;
-        const kiln_status cs =
+        int dw_variant, dw_graph = 0;
+        kiln_status cs =
             dw_faster(cu, c, DIR_BWD_DATA, false, dt, &dg, &g, dx->data, NULL, &dw_kiln, &dw_variant, &dw_graph);
+        if (!cs && dw_graph) cs = grad_graph_usable(cu, c, &g, dt, DIR_BWD_DATA, &gp);
+        if (cs) return cs;
+    } else {
+        const kiln_status cs = grad_graph_decide(cu, c, DIR_BWD_DATA, &g, dt, &gp);
         if (cs) return cs;
     }
+    if (gp) return grad_graph_run(cu, c, gp, dx->data, w->data, dy->data);
     if (dw_kiln && cu->conv_dw_grad) {
         const kiln_status ds = kiln_cuda_conv_depthwise_dgrad(cu, ctx, dt, &dg, dy->data, w->data, dx->data,
                                                               c->workspace, c->workspace_size);
@@ -1469,12 +1620,22 @@ kiln_status kiln_cuda_k_conv_grad_weight(kiln_cuda *cu, kiln_op_ctx *c) {
      * with autotune where timed faster than cuDNN */
     kiln_cuda_dw_geo dg;
     bool dw_kiln = false;
-    if (cu->conv_dw_grad && depthwise_shaped(cu, &g, &dg)) {
-        int dw_variant, dw_graph;
-        const kiln_status cs =
-            dw_faster(cu, c, DIR_BWD_FILTER, false, dt, &dg, &g, dw->data, NULL, &dw_kiln, &dw_variant, &dw_graph);
+    struct kiln_genstats_problem *gp = NULL;
+    if (depthwise_shaped(cu, &g, &dg)) {
+        /* the kernels only with conv_dw_grad; the graph where KILN_CUDA_DW_GRAPH forces it too */
+        if (cu->conv_dw_grad || cu->dw_graph > 0) {
+            int dw_variant, dw_graph = 0;
+            kiln_status cs = dw_faster(cu, c, DIR_BWD_FILTER, false, dt, &dg, &g, dw->data, NULL, &dw_kiln,
+                                       &dw_variant, &dw_graph);
+            if (!cs && dw_graph) cs = grad_graph_usable(cu, c, &g, dt, DIR_BWD_FILTER, &gp);
+            if (cs) return cs;
+            if (!cu->conv_dw_grad) dw_kiln = false;
+        }
+    } else {
+        const kiln_status cs = grad_graph_decide(cu, c, DIR_BWD_FILTER, &g, dt, &gp);
         if (cs) return cs;
     }
+    if (gp) return grad_graph_run(cu, c, gp, x->data, dw->data, dy->data);
     if (dw_kiln) {
         const kiln_status ds = kiln_cuda_conv_depthwise_wgrad(cu, ctx, dt, &dg, x->data, dy->data, dw->data,
                                                               c->workspace, c->workspace_size);

@@ -549,14 +549,26 @@ typedef struct kiln_genstats_geo {
     bool epi;
     int act_mode;
     double clip_lo, clip_hi;
+    /* _CONV_DGRAD: ConvBwdData (X: dX, Y: dY), _CONV_WGRAD: ConvBwdFilter (W: dW, Y: dY), any
+     * groups G, timed like _CONV_FWD's plans (conv.c, the gradients of grouped and depthwise
+     * convolutions) */
 } kiln_genstats_geo;
-enum { KILN_GRAPH_GENSTATS = 0, KILN_GRAPH_PRO_FWD = 1, KILN_GRAPH_PRO_WGRAD = 2, KILN_GRAPH_CONV_FWD = 3 };
+enum {
+    KILN_GRAPH_GENSTATS = 0,
+    KILN_GRAPH_PRO_FWD = 1,
+    KILN_GRAPH_PRO_WGRAD = 2,
+    KILN_GRAPH_CONV_FWD = 3,
+    KILN_GRAPH_CONV_DGRAD = 4,
+    KILN_GRAPH_CONV_WGRAD = 5
+};
 struct kiln_genstats_problem;
-/* The _CONV_FWD graph's plans timed on these buffers the first time (outside graph capture,
- * with autotune): the fastest kept for every later run. */
+/* The _CONV_FWD / _DGRAD / _WGRAD graph's plans timed on these buffers the first time (outside
+ * graph capture, with autotune): the fastest kept for every later run. x, w, y as for
+ * kiln_cuda_conv_graph_run. */
 kiln_status kiln_cuda_conv_graph_tune(kiln_cuda *cu, kiln_context *ctx, struct kiln_genstats_problem *p, const void *x,
                                       const void *w, void *y, const void *bias, void *ws, size_t ws_size);
-/* The _CONV_FWD graph's run: x, w, y, bias (with epi), on cu->stream. */
+/* The _CONV_FWD graph's run: x, w, y, bias (with epi), on cu->stream; _CONV_DGRAD's: x dX
+ * (written), w, y dY; _CONV_WGRAD's: x, w dW (written), y dY. */
 kiln_status kiln_cuda_conv_graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p,
                                      const void *x, const void *w, void *y, const void *bias, void *ws, size_t ws_size);
 /* The prologue graphs' run: x, w (dW for _PRO_WGRAD), y (dY), a and k ((C) each, of X's

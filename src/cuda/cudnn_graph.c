@@ -24,6 +24,9 @@
  *   with its epilogue (+ bias, then an activation) in the graph. cuDNN runs depthwise
  *   convolutions without a bias 2-4x faster through this API (its sm90 depthwise engines)
  *   than through the legacy one or kiln's own kernels (bench/NOTES.md "z10").
+ *   KILN_GRAPH_CONV_DGRAD / _WGRAD (conv.c's gradients of grouped and depthwise
+ *   convolutions): ConvolutionBwdData / ConvolutionBwdFilter alone, any groups; their first
+ *   few plans timed like _CONV_FWD's.
  *
  * Every descriptor a plan needs stays alive with it (cuDNN's frontend keeps its graph's
  * descriptors alive too) and is destroyed by kiln_cuda_genstats_free.
@@ -181,6 +184,11 @@ static cudnnBackendDescriptor_t pointwise_act(gs_problem *p, const kiln_genstats
     return o;
 }
 
+/* The kinds with any groups whose first GS_MAX_PLANS plans are kept and timed. */
+static bool grouped_kind(int kind) {
+    return kind == KILN_GRAPH_CONV_FWD || kind == KILN_GRAPH_CONV_DGRAD || kind == KILN_GRAPH_CONV_WGRAD;
+}
+
 /* The operation graph of g: X * W -> Y -> GenStats(Y) -> sum, sq (KILN_GRAPH_GENSTATS); with
  * the prologue X -> MUL a -> ADD k [-> RELU_FWD] (f32 virtual tensors, bench/cudnn_fusion_probe.c's
  * pattern c) into ConvFwd [-> GenStats] or (pattern f) ConvBwdFilter(X', dY) -> dW; a and k
@@ -189,9 +197,10 @@ static cudnnBackendDescriptor_t pointwise_act(gs_problem *p, const kiln_genstats
 static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo *g, cudnnBackendDescriptor_t *opg) {
     const cudnnDataType_t dt = g->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, f32 = CUDNN_DATA_FLOAT;
     const bool pro = g->kind == KILN_GRAPH_PRO_FWD || g->kind == KILN_GRAPH_PRO_WGRAD;
-    const bool wgrad = g->kind == KILN_GRAPH_PRO_WGRAD, epi = g->kind == KILN_GRAPH_CONV_FWD && g->epi;
+    const bool wgrad = g->kind == KILN_GRAPH_PRO_WGRAD || g->kind == KILN_GRAPH_CONV_WGRAD;
+    const bool dgrad = g->kind == KILN_GRAPH_CONV_DGRAD, epi = g->kind == KILN_GRAPH_CONV_FWD && g->epi;
     const bool stats = g->kind == KILN_GRAPH_GENSTATS || (g->kind == KILN_GRAPH_PRO_FWD && g->stats);
-    const int64_t G = g->kind == KILN_GRAPH_CONV_FWD && g->G > 1 ? g->G : 1;
+    const int64_t G = grouped_kind(g->kind) && g->G > 1 ? g->G : 1;
     cudnnBackendDescriptor_t ops[6];
     int n_ops = 0;
     cudnnBackendDescriptor_t x = tensor(p, U_X, dt, g->N, g->C, g->H, g->W);
@@ -237,7 +246,19 @@ static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo 
         return false;
     const float alpha = 1.f, beta = 0.f;
     cudnnBackendDescriptor_t cv = NULL;
-    if (!wgrad) {
+    if (dgrad) { /* dX = ConvBwdData(W, dY): X's tensor is dX, Y's dY */
+        cv = mk(p, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+        if (!cv ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "dgrad alpha") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "dgrad beta") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd,
+                 "dgrad conv desc") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "dgrad W") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "dgrad dX") ||
+            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "dgrad dY") ||
+            !fin(p, cv, "the data-gradient operation"))
+            return false;
+    } else if (!wgrad) {
         cv = mk(p, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
         if (!cv ||
             !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "conv alpha") ||
@@ -327,7 +348,7 @@ static void choose_plan(gs_problem *p, cudnnHandle_t h, cudnnBackendDescriptor_t
     static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     char first[200] = "";
     /* _CONV_FWD keeps several plans to time; the others the first */
-    const int want = p->kind == KILN_GRAPH_CONV_FWD ? GS_MAX_PLANS : 1;
+    const int want = grouped_kind(p->kind) ? GS_MAX_PLANS : 1;
     for (int m = 0; m < 2 && p->n_plans < want; m++) {
         cudnnBackendDescriptor_t cfgs[GS_MAX_CFGS / 2];
         const int n = heuristics(p, opg, modes[m], cfgs, GS_MAX_CFGS / 2);
@@ -395,13 +416,13 @@ static void problem_clear(gs_problem *p) {
 }
 
 static void geo_key(const kiln_genstats_geo *g, char *key, size_t n) {
-    static const char *const kinds[4] = {"", "prologue conv ", "prologue wgrad ", "conv "};
+    static const char *const kinds[6] = {"", "prologue conv ", "prologue wgrad ", "conv ", "dgrad ", "wgrad "};
     char extra[96] = "";
-    if (g->kind == KILN_GRAPH_CONV_FWD)
+    if (grouped_kind(g->kind))
         snprintf(extra, sizeof extra, "G%lld %s%d,%g,%g ", (long long)(g->G > 1 ? g->G : 1), g->epi ? "epi " : "",
                  g->epi ? g->act_mode : -1, g->epi ? g->clip_lo : 0.0, g->epi ? g->clip_hi : 0.0);
     snprintf(key, n, "%s%s%s%s%s N%lld C%lld H%lld W%lld K%lld R%lld S%lld P%lld Q%lld s%lld,%lld d%lld,%lld p%lld,%lld",
-             kinds[g->kind >= 0 && g->kind < 4 ? g->kind : 0], extra, g->kind == KILN_GRAPH_PRO_FWD && g->stats ? "stats " : "",
+             kinds[g->kind >= 0 && g->kind < 6 ? g->kind : 0], extra, g->kind == KILN_GRAPH_PRO_FWD && g->stats ? "stats " : "",
              (g->kind == KILN_GRAPH_PRO_FWD || g->kind == KILN_GRAPH_PRO_WGRAD) && g->relu ? "relu " : "", g->bf16 ? "bf16" : "f16", (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W,
              (long long)g->K, (long long)g->R, (long long)g->S, (long long)g->P, (long long)g->Q, (long long)g->sh,
              (long long)g->sw, (long long)g->dh, (long long)g->dw, (long long)g->ph, (long long)g->pw);
@@ -455,11 +476,13 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
                               : g->kind == KILN_GRAPH_PRO_FWD   ? "prologue -> ConvolutionFwd"
                               : g->kind == KILN_GRAPH_CONV_FWD ? (g->epi ? "ConvolutionFwd -> bias -> activation"
                                                                          : "ConvolutionFwd")
-                                                                : "prologue -> ConvolutionBwdFilter",
+                              : g->kind == KILN_GRAPH_CONV_DGRAD ? "ConvolutionBwdData"
+                              : g->kind == KILN_GRAPH_CONV_WGRAD ? "ConvolutionBwdFilter"
+                                                                 : "prologue -> ConvolutionBwdFilter",
                               key,
                               p->ok ? "plan ok" : "no plan: ", p->ok ? "" : p->why, (long long)p->engine,
                               (long long)p->ws,
-                              !p->ok || g->kind == KILN_GRAPH_GENSTATS || g->kind == KILN_GRAPH_CONV_FWD ? "" : p->sb16 ? ", a and k 16-bit" : ", a and k f32");
+                              !p->ok || g->kind == KILN_GRAPH_GENSTATS || grouped_kind(g->kind) ? "" : p->sb16 ? ", a and k 16-bit" : ", a and k f32");
     if (!p->ok) { /* keep the answer, not the descriptors */
         char why[200];
         snprintf(why, sizeof why, "%s", p->why);

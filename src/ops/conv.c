@@ -899,6 +899,28 @@ static int test(void) {
                                                 kt_rand(KILN_F32, 4, KT_DIMS(48, 32, 3, 3), -2, 2, 1220),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(48), -2, 2, 1221)},
                                1, "conv wider");
+    /* grouped and depthwise gradients (on CUDA: cuDNN's legacy API, kiln's depthwise kernels
+     * or cuDNN's ConvBwdData / ConvBwdFilter graphs, as timed or forced) */
+    fails += kiln_optest_sweep("ConvGradInput", "group=4;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 9, 7), -2, 2, 3060),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 8, 3, 3), -2, 2, 3061),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 32, 9, 7), -2, 2, 3062)},
+                               1, "convgradinput grouped 3x3, 4 groups of 8");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=2;pads=[1,1,1,1];strides=[2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 32, 10, 9), -2, 2, 3063),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 16, 5, 5), -2, 2, 3064),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(16, 16, 3, 3), -2, 2, 3065)},
+                               1, "convgradweight grouped 3x3 stride 2, 2 groups of 16");
+    fails += kiln_optest_sweep("ConvGradInput", "group=24;pads=[1,1,1,1]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 24, 8, 9), -2, 2, 3066),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(24, 1, 3, 3), -2, 2, 3067),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 24, 8, 9), -2, 2, 3068)},
+                               1, "convgradinput depthwise 3x3, 24 channels");
+    fails += kiln_optest_sweep("ConvGradWeight", "group=24;pads=[2,2,2,2]", 0, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 24, 8, 9), -2, 2, 3069),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(2, 24, 8, 9), -2, 2, 3070),
+                                                kt_rand(KILN_F32, 4, KT_DIMS(24, 1, 5, 5), -2, 2, 3071)},
+                               1, "convgradweight depthwise 5x5, 24 channels");
     fails += kiln_optest_sweep("ConvGradInput", "kernel_shape=[3,3]", 0, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(8, 64, 24, 24), -2, 2, 3004),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(64, 32, 3, 3), -2, 2, 3005),

@@ -3171,6 +3171,18 @@ static void grouped_group(const char *tag) {
                  nhwc ? ", NHWC" : "");
         floats("Conv", "group=3;pads=[1,1,1,1];strides=[2,2]", 0, true, 2e-5, 1e-4, label,
                INPUTS(X(2, 48, 13, 12), X(24, 16, 3, 3)));
+        /* the gradients (ConvBwdData / ConvBwdFilter graphs, or the legacy API) */
+        layout = nhwc ? NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(2) | NHWC_OUT : 0;
+        snprintf(label, sizeof label, "%s grouped input gradient 3x3 stride 2, 4 groups of 8%s", tag,
+                 nhwc ? ", NHWC" : "");
+        floats("kiln.ConvGradInput", "group=4;pads=[1,1,1,1];strides=[2,2]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 32, 6, 5), X(32, 8, 3, 3), X(2, 32, 11, 9)));
+        snprintf(label, sizeof label, "%s grouped weight gradient 3x3, 2 groups of 16%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.ConvGradWeight", "group=2;pads=[1,1,1,1]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 32, 9, 10), X(2, 24, 9, 10), X(24, 16, 3, 3)));
+        snprintf(label, sizeof label, "%s depthwise weight gradient 3x3, 32 channels%s", tag, nhwc ? ", NHWC" : "");
+        floats("kiln.ConvGradWeight", "group=32;pads=[1,1,1,1]", 0, true, 2e-5, 1e-4, label,
+               INPUTS(X(2, 32, 9, 10), X(2, 32, 9, 10), X(32, 1, 3, 3)));
     }
     fused_reference(compose_conv);
     for (int nhwc = 0; nhwc < 2; nhwc++) {
