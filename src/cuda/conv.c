@@ -392,6 +392,25 @@ static bool depthwise_shaped(const kiln_cuda *cu, const conv_geo *g, kiln_cuda_d
     return kiln_cuda_conv_depthwise_fits(d, why, sizeof why);
 }
 
+/* g as cudnn_graph.c's problem of graph kind (KILN_GRAPH_CONV_*), without an epilogue. */
+static kiln_genstats_geo graph_geo(const conv_geo *g, kiln_dtype dt, int kind) {
+    return (kiln_genstats_geo){.N = g->N, .C = g->C, .H = g->H, .W = g->W, .K = g->M, .R = g->kh, .S = g->kw,
+                               .P = g->OH, .Q = g->OW, .sh = g->sh, .sw = g->sw, .dh = g->dh, .dw = g->dw,
+                               .ph = g->ph, .pw = g->pw, .bf16 = dt == KILN_BF16, .kind = kind, .G = g->G,
+                               .act_mode = -1};
+}
+
+/* gg's plan (built the first time: kept per problem on cu) in *out, or NULL where cuDNN has
+ * none; the most workspace its kept plans need in *ws. */
+static kiln_status graph_plan_of(kiln_cuda *cu, kiln_op_ctx *c, const kiln_genstats_geo *gg,
+                                 struct kiln_genstats_problem **out, size_t *ws) {
+    struct kiln_genstats_problem *p = NULL;
+    kiln_status st = kiln_cuda_genstats_plan(cu, c->kctx, gg, true, &p);
+    if (st) return st;
+    if (kiln_cuda_genstats_ok(p, ws, NULL)) *out = p;
+    return KILN_OK;
+}
+
 /* A depthwise forward as cuDNN's graph API's ConvFwd (cudnn_graph.c, KILN_GRAPH_CONV_FWD):
  * 2-D NHWC f16 / bf16 with symmetric pads, unless KILN_CUDA_DW_GRAPH=0. cuDNN's sm90
  * depthwise engines, which PyTorch reaches through this API, run these 2-4x faster than the
@@ -407,10 +426,7 @@ static bool dw_graph_geo(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_g
     if (mode == 0 || c->in[0]->ndim != 4 || g->fmt != KILN_FORMAT_NHWC || g->padded ||
         (dt != KILN_F16 && dt != KILN_BF16))
         return false;
-    *gg = (kiln_genstats_geo){.N = g->N, .C = g->C, .H = g->H, .W = g->W, .K = g->M, .R = g->kh, .S = g->kw,
-                              .P = g->OH, .Q = g->OW, .sh = g->sh, .sw = g->sw, .dh = g->dh, .dw = g->dw,
-                              .ph = g->ph, .pw = g->pw, .bf16 = dt == KILN_BF16, .kind = KILN_GRAPH_CONV_FWD,
-                              .G = g->G, .act_mode = -1};
+    *gg = graph_geo(g, dt, KILN_GRAPH_CONV_FWD);
     if (!epi) return true;
     kiln_cuda_act act = {KILN_ACT_NONE, 0.f, 0.f};
     char why[160];
@@ -455,12 +471,7 @@ static kiln_status dw_graph_plan(kiln_cuda *cu, kiln_op_ctx *c, const conv_geo *
     *out = NULL;
     *ws = 0;
     kiln_genstats_geo gg;
-    if (!dw_graph_geo(cu, c, g, dt, fused, epi, &gg)) return KILN_OK;
-    struct kiln_genstats_problem *p = NULL;
-    kiln_status st = kiln_cuda_genstats_plan(cu, c->kctx, &gg, true, &p);
-    if (st) return st;
-    if (kiln_cuda_genstats_ok(p, ws, NULL)) *out = p;
-    return KILN_OK;
+    return dw_graph_geo(cu, c, g, dt, fused, epi, &gg) ? graph_plan_of(cu, c, &gg, out, ws) : KILN_OK;
 }
 
 /* A gradient (dir DIR_BWD_DATA or DIR_BWD_FILTER) of a grouped or depthwise convolution as
@@ -477,16 +488,8 @@ static kiln_status grad_graph_plan(kiln_cuda *cu, kiln_op_ctx *c, const conv_geo
     if (mode == 0 || g->G < 2 || cu->deterministic || c->in[0]->ndim != 4 || g->fmt != KILN_FORMAT_NHWC ||
         g->padded || (dt != KILN_F16 && dt != KILN_BF16))
         return KILN_OK;
-    const kiln_genstats_geo gg = {.N = g->N, .C = g->C, .H = g->H, .W = g->W, .K = g->M, .R = g->kh, .S = g->kw,
-                                  .P = g->OH, .Q = g->OW, .sh = g->sh, .sw = g->sw, .dh = g->dh, .dw = g->dw,
-                                  .ph = g->ph, .pw = g->pw, .bf16 = dt == KILN_BF16,
-                                  .kind = dir == DIR_BWD_DATA ? KILN_GRAPH_CONV_DGRAD : KILN_GRAPH_CONV_WGRAD,
-                                  .G = g->G, .act_mode = -1};
-    struct kiln_genstats_problem *p = NULL;
-    kiln_status st = kiln_cuda_genstats_plan(cu, c->kctx, &gg, true, &p);
-    if (st) return st;
-    if (kiln_cuda_genstats_ok(p, ws, NULL)) *out = p;
-    return KILN_OK;
+    const kiln_genstats_geo gg = graph_geo(g, dt, dir == DIR_BWD_DATA ? KILN_GRAPH_CONV_DGRAD : KILN_GRAPH_CONV_WGRAD);
+    return graph_plan_of(cu, c, &gg, out, ws);
 }
 
 /* grad_graph_plan's plan where the node's workspace holds it, else NULL. */
@@ -1488,30 +1491,14 @@ static kiln_status grad_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, int dir, con
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
     if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
-    float t[2] = {INFINITY, INFINITY}; /* legacy, graph */
-    for (int r = 0; r < 2; r++)
-        for (int k = 0; k < 2 && !st; k++) {
-            float tk = INFINITY;
-            cu->gemm_graph_force = k + 1;
-            st = time_op(cu, c, dir, false, 0, -1, &tk);
-            if (tk < t[k]) t[k] = tk;
-        }
-    cu->gemm_graph_force = 0;
-    if (st) return st;
-    kiln_algo_entry e;
-    memset(&e, 0, sizeof e);
-    memcpy(e.key, key, sizeof e.key);
-    e.algo = t[1] < t[0] ? 1 : 0;
-    e.ms = e.algo ? t[1] : t[0];
-    e.fused = -1;
-    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
-        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
-    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    float t[2]; /* legacy, graph */
+    const int graph = (st = time_forced(cu, c, dir, false, 2, NULL, t)) == KILN_OK && t[1] < t[0];
+    if (st || (st = keep_choice(cu, ctx, key, graph, t[graph])) != KILN_OK) return st;
     kiln_cuda_conv_stats_note(ctx, "conv %s %s N=%lld %lld -> %lld %lldx%lld s%lld g%lld: legacy %.3f ms, graph %.3f ms",
                               dir == DIR_BWD_DATA ? "data gradient" : "weight gradient", kiln_dtype_name(dt),
                               (long long)g->N, (long long)g->C, (long long)g->M, (long long)g->kh, (long long)g->kw,
                               (long long)g->sh, (long long)g->G, t[0], t[1]);
-    if (e.algo) *p = gp;
+    if (graph) *p = gp;
     return KILN_OK;
 }
 
