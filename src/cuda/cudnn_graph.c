@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { U_X = 1, U_W, U_Y, U_SUM, U_SQ, U_SCALE, U_BIAS, U_V1, U_V2, U_V3 };
 
@@ -182,6 +183,13 @@ static cudnnBackendDescriptor_t pointwise_act(gs_problem *p, const kiln_genstats
         !fin(p, o, "the activation"))
         return NULL;
     return o;
+}
+
+/* host milliseconds (CLOCK_MONOTONIC): what planning a problem costs, for the stats notes */
+static double host_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* The kinds with any groups whose first GS_MAX_PLANS plans are kept and timed. */
@@ -455,6 +463,7 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     cudnnBackendDescriptor_t opg = NULL;
+    const double t0 = host_ms();
     /* a prologue: a and k in X's dtype first, then f32 (the descriptors of a refused try go) */
     p->sb16 = g->kind == KILN_GRAPH_PRO_FWD || g->kind == KILN_GRAPH_PRO_WGRAD;
     if (build_graph(p, h, g, &opg)) choose_plan(p, h, opg);
@@ -471,7 +480,7 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
             snprintf(p->why, sizeof p->why, "a, k %s: %.80s; f32: %.80s", g->bf16 ? "bf16" : "f16", why16, why32);
         }
     }
-    kiln_cuda_conv_stats_note(ctx, "cuDNN %s for %s: %s%s (engine %lld, workspace %lld B%s)",
+    kiln_cuda_conv_stats_note(ctx, "cuDNN %s for %s: %s%s (engine %lld, workspace %lld B%s; %d plans in %.0f ms)",
                               g->kind == KILN_GRAPH_GENSTATS    ? "ConvolutionFwd -> GenStats"
                               : g->kind == KILN_GRAPH_PRO_FWD   ? "prologue -> ConvolutionFwd"
                               : g->kind == KILN_GRAPH_CONV_FWD ? (g->epi ? "ConvolutionFwd -> bias -> activation"
@@ -482,7 +491,8 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
                               key,
                               p->ok ? "plan ok" : "no plan: ", p->ok ? "" : p->why, (long long)p->engine,
                               (long long)p->ws,
-                              !p->ok || g->kind == KILN_GRAPH_GENSTATS || grouped_kind(g->kind) ? "" : p->sb16 ? ", a and k 16-bit" : ", a and k f32");
+                              !p->ok || g->kind == KILN_GRAPH_GENSTATS || grouped_kind(g->kind) ? "" : p->sb16 ? ", a and k 16-bit" : ", a and k f32",
+                              p->n_plans, host_ms() - t0);
     if (!p->ok) { /* keep the answer, not the descriptors */
         char why[200];
         snprintf(why, sizeof why, "%s", p->why);
@@ -597,6 +607,7 @@ kiln_status kiln_cuda_conv_graph_tune(kiln_cuda *cu, kiln_context *ctx, struct k
     int pick = 0;
     kiln_status st = KILN_OK;
     char times[160] = "";
+    const double t0 = host_ms();
     for (int k = 0; k < p->n_plans && !st; k++) {
         if ((size_t)p->plan_ws[k] > ws_size || (p->plan_ws[k] && !ws)) continue;
         p->plan = p->plans[k];
@@ -630,7 +641,9 @@ kiln_status kiln_cuda_conv_graph_tune(kiln_cuda *cu, kiln_context *ctx, struct k
     p->plan = p->plans[pick];
     p->ws = p->plan_ws[pick];
     p->engine = p->plan_engine[pick];
-    if (!st) kiln_cuda_conv_stats_note(ctx, "%s: engines timed (ms) %s: engine %lld", p->key, times, (long long)p->engine);
+    if (!st)
+        kiln_cuda_conv_stats_note(ctx, "%s: engines timed (ms) %s: engine %lld (%.0f ms in all)", p->key, times,
+                                  (long long)p->engine, host_ms() - t0);
     return st;
 }
 
