@@ -46,7 +46,7 @@ enum { U_X = 1, U_W, U_Y, U_SUM, U_SQ, U_SCALE, U_BIAS, U_V1, U_V2, U_V3 };
 #define GS_MAX_PACKS 256
 #define GS_MAX_CFGS 16
 #define GS_MAX_PLANS 4
-/* _CONV_FWD plans needing more workspace are skipped (regnet's grouped 3x3: 1.8 GB for engine 45) */
+/* _CONV_FWD / _DGRAD / _WGRAD plans needing more workspace are skipped (regnet's grouped 3x3: 1.8 GB for engine 45) */
 #define GS_WS_CAP ((int64_t)512 << 20)
 
 typedef struct kiln_genstats_problem {
@@ -382,7 +382,7 @@ static void choose_plan(gs_problem *p, cudnnHandle_t h, cudnnBackendDescriptor_t
             }
             /* as the legacy API's algorithms (conv.c's CONV_WS_CAP); the statistics and prologue
              * graphs, validated on ResNet-50 with the plan they first finalize, keep it */
-            if (p->kind == KILN_GRAPH_CONV_FWD && ws > GS_WS_CAP) {
+            if (grouped_kind(p->kind) && ws > GS_WS_CAP) {
                 if (!first[0])
                     snprintf(first, sizeof first, "engine %lld's plan needs %lld bytes of workspace",
                              (long long)engine_index(cfgs[i]), (long long)ws);
