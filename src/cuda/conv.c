@@ -1147,24 +1147,24 @@ static kiln_status gemm_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
     if (cu->gemm_graph_force == 1 || !fused || act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU ||
         !epilogue_worth(cu, g))
         return KILN_OK;
-    struct kiln_genstats_problem *gp;
-    size_t gws;
-    kiln_status st = dw_graph_plan(cu, c, g, dt, fused, true, &gp, &gws);
-    if (st || !gp || gws > c->workspace_size || (gws && !c->workspace)) return st;
-    if (cu->gemm_graph_force == 2 || cu->conv_graph == 1) {
-        *p = gp;
-        return KILN_OK;
-    }
-    if (!cu->autotune) return KILN_OK;
     char key[KILN_ALGO_KEY];
     make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key, sizeof key);
     const size_t at = strlen(key);
     snprintf(key + at, sizeof key - at, " graph-epilogue act=%d,%g,%g", (int)act->kind, act->a, act->b);
-    const kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
-    if (a) {
-        if (a->algo == 1) *p = gp;
+    /* a choice kept before (by an earlier process too): cuBLASLt's plans no graph */
+    const kiln_algo_entry *a =
+        cu->autotune && !cu->gemm_graph_force && cu->conv_graph != 1 ? kiln_algo_cache_find(cu->algos, cu->n_algos, key)
+                                                                     : NULL;
+    if (a && a->algo != 1) return KILN_OK;
+    struct kiln_genstats_problem *gp;
+    size_t gws;
+    kiln_status st = dw_graph_plan(cu, c, g, dt, fused, true, &gp, &gws);
+    if (st || !gp || gws > c->workspace_size || (gws && !c->workspace)) return st;
+    if (a || cu->gemm_graph_force == 2 || cu->conv_graph == 1) {
+        *p = gp;
         return KILN_OK;
     }
+    if (!cu->autotune) return KILN_OK;
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
     if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
@@ -1195,8 +1195,19 @@ static kiln_status conv_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
     const kiln_tensor *z = fused ? input(c, 3) : NULL;
     /* a residual read in place of Y would be overwritten by the graph's convolution */
     if (cu->gemm_graph_force == 1 || !graph_asked(cu, g, fused, act) || (z && z->data == c->out[0]->data)) return KILN_OK;
+    char key[KILN_ALGO_KEY];
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key, sizeof key);
+    const size_t at = strlen(key);
+    snprintf(key + at, sizeof key - at, " graph-fwd op=%s act=%d,%g,%g bias=%d res=%d", c->node->op_type,
+             (int)act->kind, act->a, act->b, input(c, 2) ? 1 : 0, z ? 1 : 0);
+    /* a choice kept before (by an earlier process too): only its graph is planned, none for the legacy path */
+    const kiln_algo_entry *a =
+        cu->autotune && !cu->gemm_graph_force && cu->conv_graph != 1 ? kiln_algo_cache_find(cu->algos, cu->n_algos, key)
+                                                                     : NULL;
+    if (a && a->algo != 1 && a->algo != 2) return KILN_OK;
     struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* with the epilogue, plain */
     for (int e = 0; e < 2; e++) {
+        if (a && e != a->algo - 1) continue;
         size_t gws = 0;
         kiln_status st = dw_graph_plan(cu, c, g, dt, fused, e == 0, &gp[e], &gws);
         if (st) return st;
@@ -1213,20 +1224,14 @@ static kiln_status conv_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
         *p = *mode ? gp[*mode - 1] : NULL;
         return KILN_OK;
     }
-    if (!cu->autotune || (!gp[0] && !gp[1])) return KILN_OK;
-    char key[KILN_ALGO_KEY];
-    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key, sizeof key);
-    const size_t at = strlen(key);
-    snprintf(key + at, sizeof key - at, " graph-fwd op=%s act=%d,%g,%g bias=%d res=%d", c->node->op_type,
-             (int)act->kind, act->a, act->b, input(c, 2) ? 1 : 0, z ? 1 : 0);
-    const kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
     if (a) {
-        if ((a->algo == 1 || a->algo == 2) && gp[a->algo - 1]) {
+        if (gp[a->algo - 1]) {
             *mode = a->algo;
             *p = gp[a->algo - 1];
         }
         return KILN_OK;
     }
+    if (!cu->autotune || (!gp[0] && !gp[1])) return KILN_OK;
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
     if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
@@ -1492,23 +1497,23 @@ static kiln_status grad_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, int dir, con
     kiln_context *ctx = c->kctx;
     *p = NULL;
     if (cu->gemm_graph_force == 1 || (g->G == g->C && g->Cg == 1 && g->M == g->C)) return KILN_OK;
-    struct kiln_genstats_problem *gp;
-    kiln_status st = grad_graph_usable(cu, c, g, dt, dir, &gp);
-    if (st || !gp) return st;
-    if (cu->gemm_graph_force == 2 || cu->conv_graph == 1) {
-        *p = gp;
-        return KILN_OK;
-    }
-    if (!cu->autotune) return KILN_OK;
     char key[KILN_ALGO_KEY];
     make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), dir, false, key, sizeof key);
     const size_t at = strlen(key);
     snprintf(key + at, sizeof key - at, " graph-grad");
-    const kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
-    if (a) {
-        if (a->algo == 1) *p = gp;
+    /* a choice kept before (by an earlier process too): the legacy path plans no graph */
+    const kiln_algo_entry *a =
+        cu->autotune && !cu->gemm_graph_force && cu->conv_graph != 1 ? kiln_algo_cache_find(cu->algos, cu->n_algos, key)
+                                                                     : NULL;
+    if (a && a->algo != 1) return KILN_OK;
+    struct kiln_genstats_problem *gp;
+    kiln_status st = grad_graph_usable(cu, c, g, dt, dir, &gp);
+    if (st || !gp) return st;
+    if (a || cu->gemm_graph_force == 2 || cu->conv_graph == 1) {
+        *p = gp;
         return KILN_OK;
     }
+    if (!cu->autotune) return KILN_OK;
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
     if (cap != cudaStreamCaptureStatusNone) return KILN_OK;

@@ -41,11 +41,15 @@
 
 enum { U_X = 1, U_W, U_Y, U_SUM, U_SQ, U_SCALE, U_BIAS, U_V1, U_V2, U_V3 };
 
-#define GS_MAX_DESC 64 /* one problem: 10 tensors, conv, 5 ops and 3 pointwise, graph, 2 heuristics and their configs, the plans */
+#define GS_MAX_DESC 96 /* one problem: 10 tensors, conv, 5 ops and 3 pointwise, graph, 2 heuristics and their configs (twice where a kept engine has no plan), the plans */
 #define GS_MAX_PROBLEMS 96
 #define GS_MAX_PACKS 256
 #define GS_MAX_CFGS 16
 #define GS_MAX_PLANS 4
+/* of which made by runtime compilation (NVRTC: ~0.3 s a plan on an H100; efficientnet_b0's
+ * 1x1 + bias + SiLU graphs: 4 plans in 1.0-1.4 s, and the first or second always won:
+ * bench/NOTES.md "z15") */
+#define GS_MAX_RTC_PLANS 2
 /* _CONV_FWD / _DGRAD / _WGRAD plans needing more workspace are skipped (regnet's grouped 3x3: 1.8 GB for engine 45) */
 #define GS_WS_CAP ((int64_t)512 << 20)
 
@@ -351,17 +355,39 @@ static int64_t engine_index(cudnnBackendDescriptor_t cfg) {
     return idx;
 }
 
-/* The first configuration (of mode A's, then FALLBACK's) whose plan finalizes. */
-static void choose_plan(gs_problem *p, cudnnHandle_t h, cudnnBackendDescriptor_t opg) {
+/* Whether cfg's engine compiles its kernel at run time (NVRTC) when its plan finalizes. */
+static bool runtime_compiled(cudnnBackendDescriptor_t cfg) {
+    cudnnBackendDescriptor_t e = NULL;
+    cudnnBackendBehaviorNote_t notes[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    int64_t cnt = 0;
+    bool rtc = false;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &e) != CUDNN_STATUS_SUCCESS) return false;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt, &e) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                 CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &cnt, notes) == CUDNN_STATUS_SUCCESS)
+        for (int64_t k = 0; k < cnt && k < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; k++)
+            rtc |= notes[k] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+    cudnnBackendDestroyDescriptor(e);
+    return rtc;
+}
+
+/* The first configuration (of mode A's, then FALLBACK's) whose plan finalizes; _CONV_FWD,
+ * _DGRAD and _WGRAD keep up to GS_MAX_PLANS of them (GS_MAX_RTC_PLANS runtime-compiled) to
+ * time, or only engine `only`'s first (>= 0: the one timed fastest by an earlier process). */
+static void choose_plan(gs_problem *p, cudnnHandle_t h, cudnnBackendDescriptor_t opg, int64_t only) {
     static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     char first[200] = "";
-    /* _CONV_FWD keeps several plans to time; the others the first */
-    const int want = grouped_kind(p->kind) ? GS_MAX_PLANS : 1;
+    const int want = grouped_kind(p->kind) && only < 0 ? GS_MAX_PLANS : 1;
+    int rtc = 0;
     for (int m = 0; m < 2 && p->n_plans < want; m++) {
         cudnnBackendDescriptor_t cfgs[GS_MAX_CFGS / 2];
         const int n = heuristics(p, opg, modes[m], cfgs, GS_MAX_CFGS / 2);
         if (!n && !first[0]) snprintf(first, sizeof first, "%s", p->why);
         for (int i = 0; i < n && p->n_plans < want; i++) {
+            if (only >= 0 && engine_index(cfgs[i]) != only) continue;
+            const bool compiled = want > 1 && runtime_compiled(cfgs[i]);
+            if (compiled && rtc >= GS_MAX_RTC_PLANS) continue;
             /* plans that do not finalize are destroyed at once (the list stays short) */
             cudnnBackendDescriptor_t plan = NULL;
             cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
@@ -401,6 +427,7 @@ static void choose_plan(gs_problem *p, cudnnHandle_t h, cudnnBackendDescriptor_t
                 cudnnBackendDestroyDescriptor(plan);
                 continue;
             }
+            rtc += compiled;
             p->desc[p->n_desc++] = plan;
             p->plans[p->n_plans] = plan;
             p->plan_ws[p->n_plans] = ws;
@@ -422,6 +449,9 @@ static void problem_clear(gs_problem *p) {
     p->plan = NULL;
     p->n_plans = 0;
 }
+
+/* The algorithm cache's key of p's fastest plan. */
+static void plan_key(const gs_problem *p, char *key, size_t n) { snprintf(key, n, "graph-plan %s", p->key); }
 
 static void geo_key(const kiln_genstats_geo *g, char *key, size_t n) {
     static const char *const kinds[6] = {"", "prologue conv ", "prologue wgrad ", "conv ", "dgrad ", "wgrad "};
@@ -466,21 +496,31 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
     const double t0 = host_ms();
     /* a prologue: a and k in X's dtype first, then f32 (the descriptors of a refused try go) */
     p->sb16 = g->kind == KILN_GRAPH_PRO_FWD || g->kind == KILN_GRAPH_PRO_WGRAD;
-    if (build_graph(p, h, g, &opg)) choose_plan(p, h, opg);
+    /* the engine an earlier process timed fastest (kiln_cuda_conv_graph_tune), alone */
+    char pk[KILN_ALGO_KEY];
+    plan_key(p, pk, sizeof pk);
+    const kiln_algo_entry *kept = grouped_kind(p->kind) ? kiln_algo_cache_find(cu->algos, cu->n_algos, pk) : NULL;
+    const bool built = build_graph(p, h, g, &opg);
+    if (built && kept) {
+        choose_plan(p, h, opg, kept->algo);
+        p->tuned = p->ok;
+        if (p->ok) cu->stats.graph_plans_kept++;
+    }
+    if (built && !p->ok) choose_plan(p, h, opg, -1);
     if (!p->ok && p->sb16) {
         char why16[200];
         snprintf(why16, sizeof why16, "%s", p->why);
         problem_clear(p);
         p->sb16 = false;
         opg = NULL;
-        if (build_graph(p, h, g, &opg)) choose_plan(p, h, opg);
+        if (build_graph(p, h, g, &opg)) choose_plan(p, h, opg, -1);
         if (!p->ok) {
             char why32[200];
             snprintf(why32, sizeof why32, "%s", p->why);
             snprintf(p->why, sizeof p->why, "a, k %s: %.80s; f32: %.80s", g->bf16 ? "bf16" : "f16", why16, why32);
         }
     }
-    kiln_cuda_conv_stats_note(ctx, "cuDNN %s for %s: %s%s (engine %lld, workspace %lld B%s; %d plans in %.0f ms)",
+    kiln_cuda_conv_stats_note(ctx, "cuDNN %s for %s: %s%s (engine %lld, workspace %lld B%s; %d plans in %.0f ms%s)",
                               g->kind == KILN_GRAPH_GENSTATS    ? "ConvolutionFwd -> GenStats"
                               : g->kind == KILN_GRAPH_PRO_FWD   ? "prologue -> ConvolutionFwd"
                               : g->kind == KILN_GRAPH_CONV_FWD ? (g->epi ? "ConvolutionFwd -> bias -> activation"
@@ -492,7 +532,7 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
                               p->ok ? "plan ok" : "no plan: ", p->ok ? "" : p->why, (long long)p->engine,
                               (long long)p->ws,
                               !p->ok || g->kind == KILN_GRAPH_GENSTATS || grouped_kind(g->kind) ? "" : p->sb16 ? ", a and k 16-bit" : ", a and k f32",
-                              p->n_plans, host_ms() - t0);
+                              p->n_plans, host_ms() - t0, p->tuned ? ", the engine timed fastest before" : "");
     if (!p->ok) { /* keep the answer, not the descriptors */
         char why[200];
         snprintf(why, sizeof why, "%s", p->why);
@@ -641,10 +681,22 @@ kiln_status kiln_cuda_conv_graph_tune(kiln_cuda *cu, kiln_context *ctx, struct k
     p->plan = p->plans[pick];
     p->ws = p->plan_ws[pick];
     p->engine = p->plan_engine[pick];
-    if (!st)
-        kiln_cuda_conv_stats_note(ctx, "%s: engines timed (ms) %s: engine %lld (%.0f ms in all)", p->key, times,
-                                  (long long)p->engine, host_ms() - t0);
-    return st;
+    if (st) return st;
+    kiln_cuda_conv_stats_note(ctx, "%s: engines timed (ms) %s: engine %lld (%.0f ms in all)", p->key, times,
+                              (long long)p->engine, host_ms() - t0);
+    if (p->engine < 0 || !isfinite(best)) return KILN_OK;
+    /* kept with the algorithm choices (on the disk too): the next process makes this plan alone */
+    kiln_algo_entry e;
+    memset(&e, 0, sizeof e);
+    plan_key(p, e.key, sizeof e.key);
+    e.algo = (int)p->engine;
+    e.ms = best;
+    e.bytes = (size_t)p->ws;
+    e.fused = -1;
+    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &e))
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the convolution algorithm cache");
+    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &e) == 0) cu->stats.algos_written++;
+    return KILN_OK;
 }
 
 int *kiln_cuda_genstats_choice(struct kiln_genstats_problem *p, double **ms) {

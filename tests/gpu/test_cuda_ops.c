@@ -3207,6 +3207,43 @@ static void grouped_group(const char *tag) {
     fused_reference(NULL);
 }
 
+/* The graphs' engines timed fastest are kept in the cache file: a second kiln_cuda on the same
+ * file (with autotune and KILN_CUDA_CONV_GRAPH=1, so the graphs run and their plans are
+ * timed) makes the kept engine's plan alone, and gives the same answers. */
+static void graph_plans_kept_cases(void) {
+    char dir[] = "/tmp/kiln-graph-plans-XXXXXX", path[128];
+    if (!mkdtemp(dir)) {
+        fail("[graph plans]", "%s", "mkdtemp failed");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/algos.txt", dir);
+    kiln_cuda *saved = cu;
+    int written = 0, kept[2] = {0, 0};
+    for (int pass = 0; pass < 2; pass++) {
+        kiln_cuda *k = NULL;
+        setenv("KILN_CUDA_CONV_GRAPH", "1", 1);
+        const kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20, .algo_cache = path};
+        const kiln_status st = kiln_cuda_create(ctx, &o, &k);
+        unsetenv("KILN_CUDA_CONV_GRAPH");
+        if (st) {
+            fail("[graph plans]", "create: %s", kiln_context_message(ctx));
+            break;
+        }
+        cu = k;
+        grouped_group(pass ? "[graph plans kept]" : "[graph plans timed]");
+        if (!pass) written = stats_of(k).algos_written;
+        kept[pass] = stats_of(k).graph_plans_kept;
+        cu = saved;
+        kiln_cuda_free(k);
+    }
+    char label[200];
+    snprintf(label, sizeof label, "[graph plans] first kiln_cuda: %d choices written, %d plans made alone; second: %d made alone",
+             written, kept[0], kept[1]);
+    check(written > 0 && kept[0] == 0 && kept[1] > 0, label, "want the second to make the kept engines' plans alone");
+    remove(path);
+    rmdir(dir);
+}
+
 /* The grouped cases as chosen (autotune: the legacy API and the graphs timed) and on a
  * kiln_cuda made with KILN_CUDA_CONV_GRAPH=1 and no autotune: there some device runs must
  * go through the graph (f16 / bf16 NHWC), the same references every time. */
@@ -3231,6 +3268,7 @@ static void grouped_cases(void) {
     if (runs > 0) check(graph > 0 && graph < runs, label, "want some (f16 / bf16 NHWC), not all (f32 NCHW)");
     cu = saved;
     kiln_cuda_free(other);
+    graph_plans_kept_cases();
 }
 
 /* ----------------------------------------------------------- whole models */
