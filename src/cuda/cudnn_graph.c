@@ -256,45 +256,42 @@ static bool build_graph(gs_problem *p, cudnnHandle_t h, const kiln_genstats_geo 
         !set(p, cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad, "conv pads") ||
         !fin(p, cd, "the convolution descriptor"))
         return false;
+    /* the operation: alpha, beta, the convolution, then its three tensors */
+    static const struct {
+        cudnnBackendDescriptorType_t type;
+        cudnnBackendAttributeName_t at[6];
+        const char *what, *names[3];
+    } kinds[3] = {
+        {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+         {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
+         "the convolution operation", {"conv X", "conv W", "conv Y"}},
+        /* dX = ConvBwdData(W, dY): X's tensor is dX, Y's dY */
+        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+         {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY},
+         "the data-gradient operation", {"dgrad W", "dgrad dX", "dgrad dY"}},
+        /* pattern f and _WGRAD: dW = ConvBwdFilter(X', dY) */
+        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+         {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY},
+         "the weight-gradient operation", {"wgrad X", "wgrad dW", "wgrad dY"}},
+    };
+    const int k = dgrad ? 1 : wgrad ? 2 : 0;
+    const cudnnBackendDescriptor_t t[3][3] = {{xin, w, yconv}, {w, x, y}, {xin, w, y}};
     const float alpha = 1.f, beta = 0.f;
-    cudnnBackendDescriptor_t cv = NULL;
-    if (dgrad) { /* dX = ConvBwdData(W, dY): X's tensor is dX, Y's dY */
-        cv = mk(p, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-        if (!cv ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "dgrad alpha") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "dgrad beta") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd,
-                 "dgrad conv desc") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "dgrad W") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "dgrad dX") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "dgrad dY") ||
-            !fin(p, cv, "the data-gradient operation"))
-            return false;
-    } else if (!wgrad) {
-        cv = mk(p, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-        if (!cv ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "conv alpha") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "conv beta") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd,
-                 "conv desc") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xin, "conv X") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "conv W") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yconv, "conv Y") ||
-            !fin(p, cv, "the convolution operation"))
-            return false;
-    } else { /* pattern f: dW = ConvBwdFilter(X', dY) */
-        cv = mk(p, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-        if (!cv ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "wgrad alpha") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "wgrad beta") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd,
-                 "wgrad conv desc") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xin, "wgrad X") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "wgrad dW") ||
-            !set(p, cv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "wgrad dY") ||
-            !fin(p, cv, "the weight-gradient operation"))
-            return false;
-    }
+    cudnnBackendDescriptor_t cv = mk(p, kinds[k].type);
+    if (!cv || !set(p, cv, kinds[k].at[0], CUDNN_TYPE_FLOAT, 1, &alpha, kinds[k].what) ||
+        !set(p, cv, kinds[k].at[1], CUDNN_TYPE_FLOAT, 1, &beta, kinds[k].what) ||
+        !set(p, cv, kinds[k].at[2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, kinds[k].what) ||
+        !set(p, cv, kinds[k].at[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[k][0], kinds[k].names[0]) ||
+        !set(p, cv, kinds[k].at[4], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[k][1], kinds[k].names[1]) ||
+        !set(p, cv, kinds[k].at[5], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[k][2], kinds[k].names[2]) ||
+        !fin(p, cv, kinds[k].what))
+        return false;
     ops[n_ops++] = cv;
     if (epi) {
         if (!(ops[n_ops++] = pointwise(p, CUDNN_POINTWISE_ADD, yconv, bias, ybias))) return false;
