@@ -393,6 +393,14 @@ static bool depthwise_shaped(const kiln_cuda *cu, const conv_geo *g, kiln_cuda_d
     return kiln_cuda_conv_depthwise_fits(d, why, sizeof why);
 }
 
+static void graph_fwd_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, bool fused,
+                          const kiln_cuda_act *act, char *key, size_t n);
+static void graph_epi_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt,
+                          const kiln_cuda_act *act, char *key, size_t n);
+static void graph_grad_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, int dir,
+                           char *key, size_t n);
+static const kiln_algo_entry *kept_choice(kiln_cuda *cu, const char *key);
+
 /* g as cudnn_graph.c's problem of graph kind (KILN_GRAPH_CONV_*), without an epilogue. */
 static kiln_genstats_geo graph_geo(const conv_geo *g, kiln_dtype dt, int kind) {
     return (kiln_genstats_geo){.N = g->N, .C = g->C, .H = g->H, .W = g->W, .K = g->M, .R = g->kh, .S = g->kw,
@@ -511,6 +519,12 @@ static kiln_status grad_graph_ws(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tenso
     if (!conv_geo_get(c, x, w, y, &g, why, sizeof why)) return KILN_OK;
     const bool depthwise = g.G == g.C && g.Cg == 1 && g.M == g.C;
     if (!cu->autotune && (depthwise ? cu->dw_graph : cu->conv_graph) <= 0) return KILN_OK;
+    if (!depthwise) { /* grad_graph_decide's kept choice of the legacy path: no graph */
+        char key[KILN_ALGO_KEY];
+        graph_grad_key(cu, c, &g, x->dtype, dir, key, sizeof key);
+        const kiln_algo_entry *a = kept_choice(cu, key);
+        if (a && a->algo != 1) return KILN_OK;
+    }
     struct kiln_genstats_problem *p;
     size_t gws = 0;
     kiln_status st = grad_graph_plan(cu, c, &g, x->dtype, dir, &p, &gws);
@@ -571,19 +585,36 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
         *bytes = gws; /* the depthwise kernels need none (with autotune cuDNN's path is timed too) */
         return KILN_OK;
     }
-    if (!dw && geo && fused && gemm_shaped(cu, &g) && act.kind != KILN_ACT_NONE && act.kind != KILN_ACT_RELU &&
-        epilogue_worth(cu, &g) &&
-        (cu->autotune || cu->conv_graph > 0)) {
+    /* the graphs the decisions may run, their plans made here (plan time, before any run):
+     * none where a kept choice took the other path, only the kept one where it took a graph */
+    char key[KILN_ALGO_KEY];
+    const kiln_dtype dt = c->in[0]->dtype;
+    const kiln_algo_entry *a = NULL;
+    const bool epi_graph = !dw && geo && fused && gemm_shaped(cu, &g) && act.kind != KILN_ACT_NONE &&
+                           act.kind != KILN_ACT_RELU && epilogue_worth(cu, &g) && (cu->autotune || cu->conv_graph > 0);
+    if (epi_graph) { /* gemm_graph_decide's */
+        graph_epi_key(cu, c, &g, dt, &act, key, sizeof key);
+        a = kept_choice(cu, key);
+    }
+    if (epi_graph && (!a || a->algo == 1)) {
         struct kiln_genstats_problem *p;
-        kiln_status st = dw_graph_plan(cu, c, &g, c->in[0]->dtype, fused, true, &p, &gws);
+        kiln_status st = dw_graph_plan(cu, c, &g, dt, fused, true, &p, &gws);
         if (st) return st;
         if (!p) gws = 0;
     }
-    if (!dw && geo && !gemm_shaped(cu, &g) && graph_asked(cu, &g, fused, &act) && (cu->autotune || cu->conv_graph > 0))
-        for (int epi = 0; epi < 2; epi++) { /* conv_graph_decide's graphs */
+    const bool fwd_graph = !dw && geo && !gemm_shaped(cu, &g) && graph_asked(cu, &g, fused, &act) &&
+                           (cu->autotune || cu->conv_graph > 0);
+    a = NULL;
+    if (fwd_graph) { /* conv_graph_decide's: [0] with the epilogue (mode 1), [1] plain (mode 2) */
+        graph_fwd_key(cu, c, &g, dt, fused, &act, key, sizeof key);
+        a = kept_choice(cu, key);
+    }
+    if (fwd_graph && (!a || a->algo == 1 || a->algo == 2))
+        for (int e = 0; e < 2; e++) {
+            if (a && e != a->algo - 1) continue;
             struct kiln_genstats_problem *p;
             size_t w = 0;
-            kiln_status st = dw_graph_plan(cu, c, &g, c->in[0]->dtype, fused, epi != 0, &p, &w);
+            kiln_status st = dw_graph_plan(cu, c, &g, dt, fused, e == 0, &p, &w);
             if (st) return st;
             if (p && w > gws) gws = w;
         }
@@ -671,6 +702,38 @@ static void make_key(const kiln_cuda *cu, const conv_geo *g, kiln_dtype dt, int 
              (long long)g->pw, (long long)g->sh, (long long)g->sw, (long long)g->dh, (long long)g->dw,
              dt != KILN_F32 ? "tensor" : cu->allow_tf32 ? "tf32" : "fma", CONV_WS_CAP, align, cu->deterministic ? 1 : 0,
              cu->autotune ? "find" : "heuristic", identity ? " epilogue=identity" : "");
+}
+
+/* The cache keys of the graph decisions (conv_graph_decide: "graph-fwd", gemm_graph_decide:
+ * "graph-epilogue", grad_graph_decide: "graph-grad"), shared with the workspace queries so
+ * that both read the same kept choice. */
+static void graph_fwd_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, bool fused,
+                          const kiln_cuda_act *act, char *key, size_t n) {
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key, n);
+    const size_t at = strlen(key);
+    snprintf(key + at, n - at, " graph-fwd op=%s act=%d,%g,%g bias=%d res=%d", c->node->op_type, (int)act->kind,
+             act->a, act->b, input(c, 2) ? 1 : 0, fused && input(c, 3) ? 1 : 0);
+}
+
+static void graph_epi_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt,
+                          const kiln_cuda_act *act, char *key, size_t n) {
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key, n);
+    const size_t at = strlen(key);
+    snprintf(key + at, n - at, " graph-epilogue act=%d,%g,%g", (int)act->kind, act->a, act->b);
+}
+
+static void graph_grad_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, int dir,
+                           char *key, size_t n) {
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), dir, false, key, n);
+    const size_t at = strlen(key);
+    snprintf(key + at, n - at, " graph-grad");
+}
+
+/* The choice a timing kept under key (in this process, or read from the disk), where one
+ * decides: with autotune and nothing forced (KILN_CUDA_CONV_GRAPH=1, a timing's force). */
+static const kiln_algo_entry *kept_choice(kiln_cuda *cu, const char *key) {
+    return cu->autotune && !cu->gemm_graph_force && cu->conv_graph != 1 ? kiln_algo_cache_find(cu->algos, cu->n_algos, key)
+                                                                        : NULL;
 }
 
 /* One result of a Find or heuristic call, whatever the direction. */
@@ -917,6 +980,14 @@ static double host_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* Whether cu's stream is being captured: the timed decisions wait for an eager run (a plan's
+ * first run is one). */
+static bool capturing(kiln_cuda *cu) {
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
+    return cap != cudaStreamCaptureStatusNone;
+}
+
 /* The best of three runs of the op on depthwise path `force` (0: as chosen) and narrow
  * path narrow_force, after one untimed (cuDNN's first run searches its algorithms), in ms.
  * Each timed run is enqueued behind delay.cu's kernel, held 1.5x as long as the host took to
@@ -1028,9 +1099,7 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
             return KILN_OK;
         }
     }
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
-    if (!cu->autotune || cap != cudaStreamCaptureStatusNone || (z && z == y) ||
+    if (!cu->autotune || capturing(cu) || (z && z == y) ||
         cu->n_dw_choice == (int)(sizeof cu->dw_choice / sizeof cu->dw_choice[0]))
         return KILN_OK;
     float tk = INFINITY, td = INFINITY, tp = INFINITY, tg[2] = {INFINITY, INFINITY};
@@ -1116,10 +1185,8 @@ static kiln_status narrow_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, cons
         *narrow = a->algo == 1;
         return KILN_OK;
     }
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
     /* a residual read in place of Y would be added again by every timed run */
-    if (cap != cudaStreamCaptureStatusNone || (z && z->data == c->out[0]->data)) return KILN_OK;
+    if (capturing(cu) || (z && z->data == c->out[0]->data)) return KILN_OK;
     float t[2];
     kiln_status st = time_op(cu, c, DIR_FWD, fused, 0, 0, &t[0]);
     if (!st) st = time_op(cu, c, DIR_FWD, fused, 0, 1, &t[1]);
@@ -1148,13 +1215,9 @@ static kiln_status gemm_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
         !epilogue_worth(cu, g))
         return KILN_OK;
     char key[KILN_ALGO_KEY];
-    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key, sizeof key);
-    const size_t at = strlen(key);
-    snprintf(key + at, sizeof key - at, " graph-epilogue act=%d,%g,%g", (int)act->kind, act->a, act->b);
+    graph_epi_key(cu, c, g, dt, act, key, sizeof key);
     /* a choice kept before (by an earlier process too): cuBLASLt's plans no graph */
-    const kiln_algo_entry *a =
-        cu->autotune && !cu->gemm_graph_force && cu->conv_graph != 1 ? kiln_algo_cache_find(cu->algos, cu->n_algos, key)
-                                                                     : NULL;
+    const kiln_algo_entry *a = kept_choice(cu, key);
     if (a && a->algo != 1) return KILN_OK;
     struct kiln_genstats_problem *gp;
     size_t gws;
@@ -1165,9 +1228,7 @@ static kiln_status gemm_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
         return KILN_OK;
     }
     if (!cu->autotune) return KILN_OK;
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
-    if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
+    if (capturing(cu)) return KILN_OK;
     float t[2]; /* cuBLASLt + the activation's pass, the graph */
     const int graph = (st = time_forced(cu, c, DIR_FWD, fused, 2, NULL, t)) == KILN_OK && t[1] < t[0];
     if (st || (st = keep_choice(cu, ctx, key, graph, t[graph])) != KILN_OK) return st;
@@ -1196,14 +1257,9 @@ static kiln_status conv_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
     /* a residual read in place of Y would be overwritten by the graph's convolution */
     if (cu->gemm_graph_force == 1 || !graph_asked(cu, g, fused, act) || (z && z->data == c->out[0]->data)) return KILN_OK;
     char key[KILN_ALGO_KEY];
-    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key, sizeof key);
-    const size_t at = strlen(key);
-    snprintf(key + at, sizeof key - at, " graph-fwd op=%s act=%d,%g,%g bias=%d res=%d", c->node->op_type,
-             (int)act->kind, act->a, act->b, input(c, 2) ? 1 : 0, z ? 1 : 0);
+    graph_fwd_key(cu, c, g, dt, fused, act, key, sizeof key);
     /* a choice kept before (by an earlier process too): only its graph is planned, none for the legacy path */
-    const kiln_algo_entry *a =
-        cu->autotune && !cu->gemm_graph_force && cu->conv_graph != 1 ? kiln_algo_cache_find(cu->algos, cu->n_algos, key)
-                                                                     : NULL;
+    const kiln_algo_entry *a = kept_choice(cu, key);
     if (a && a->algo != 1 && a->algo != 2) return KILN_OK;
     struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* with the epilogue, plain */
     for (int e = 0; e < 2; e++) {
@@ -1232,9 +1288,7 @@ static kiln_status conv_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
         return KILN_OK;
     }
     if (!cu->autotune || (!gp[0] && !gp[1])) return KILN_OK;
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
-    if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
+    if (capturing(cu)) return KILN_OK;
     float t[3]; /* legacy, graph with the epilogue, plain graph */
     const bool skip[3] = {false, !gp[0], !gp[1]};
     kiln_status st = time_forced(cu, c, DIR_FWD, fused, 3, skip, t);
@@ -1498,13 +1552,9 @@ static kiln_status grad_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, int dir, con
     *p = NULL;
     if (cu->gemm_graph_force == 1 || (g->G == g->C && g->Cg == 1 && g->M == g->C)) return KILN_OK;
     char key[KILN_ALGO_KEY];
-    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), dir, false, key, sizeof key);
-    const size_t at = strlen(key);
-    snprintf(key + at, sizeof key - at, " graph-grad");
+    graph_grad_key(cu, c, g, dt, dir, key, sizeof key);
     /* a choice kept before (by an earlier process too): the legacy path plans no graph */
-    const kiln_algo_entry *a =
-        cu->autotune && !cu->gemm_graph_force && cu->conv_graph != 1 ? kiln_algo_cache_find(cu->algos, cu->n_algos, key)
-                                                                     : NULL;
+    const kiln_algo_entry *a = kept_choice(cu, key);
     if (a && a->algo != 1) return KILN_OK;
     struct kiln_genstats_problem *gp;
     kiln_status st = grad_graph_usable(cu, c, g, dt, dir, &gp);
@@ -1514,9 +1564,7 @@ static kiln_status grad_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, int dir, con
         return KILN_OK;
     }
     if (!cu->autotune) return KILN_OK;
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing((cudaStream_t)kiln_cuda_stream(cu), &cap);
-    if (cap != cudaStreamCaptureStatusNone) return KILN_OK;
+    if (capturing(cu)) return KILN_OK;
     float t[2]; /* legacy, graph */
     const int graph = (st = time_forced(cu, c, dir, false, 2, NULL, t)) == KILN_OK && t[1] < t[0];
     if (st || (st = keep_choice(cu, ctx, key, graph, t[graph])) != KILN_OK) return st;
