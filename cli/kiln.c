@@ -34,7 +34,7 @@ static const struct { const char *name, *text; } commands[] = {
      "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
      "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32] [--threads N] [--no-fold] [--stats]\n"
      "        [--json FILE]   (the --stats figures, inputs and outputs as JSON; - for stdout)\n"
-     "        [--disable PASS,...]   (dead-nodes fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
+     "        [--disable PASS,...]   (dead-nodes fold-constants fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
      "                                fuse-pool fuse-bn pad-channels cuda-graph autotune conv-gemm conv-direct\n"
      "                                streams conv-depthwise fuse-attention fuse-silu-gelu, or all)\n"
      "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
@@ -404,6 +404,7 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"conv-dw-grad", KILN_PASS_CONV_DW_GRAD},
     {"conv-bn-stats", KILN_PASS_CONV_BN_STATS},
     {"bn-mask-from-x", KILN_PASS_BN_MASK_FROM_X},
+    {"fold-constants", KILN_PASS_FOLD_CONSTANTS},
 };
 
 /* --device: cpu or cuda; 0, or 2 after saying what is wrong */

@@ -392,10 +392,14 @@ enum {
                                          takes its batch statistics from sums the convolution
                                          writes (CUDA training; below). Also off with
                                          KILN_CUDA_CONV_STATS=0 */
-    KILN_PASS_BN_MASK_FROM_X = 1 << 25 /* fuse-bn's ReLU gradients recompute the mask from the
+    KILN_PASS_BN_MASK_FROM_X = 1 << 25, /* fuse-bn's ReLU gradients recompute the mask from the
                                          BN's input and saved statistics instead of reading its
                                          output (CUDA training). Also off with
                                          KILN_BN_MASK_FROM_X=0 */
+    KILN_PASS_FOLD_CONSTANTS = 1 << 26 /* nodes whose inputs are all constants computed once
+                                          (CPU reference) into initializers before the fusions,
+                                          which then see them as constants (inference; outputs
+                                          up to 64 MiB each) */
 };
 /* BatchNormalization statistics from the convolution (CUDA training; issue 12; on by
  * default, KILN_PASS_CONV_BN_STATS or KILN_CUDA_CONV_STATS=0 turn it off): the CUDA trainer
@@ -439,7 +443,8 @@ typedef struct kiln_session_options {
      * range) is reported by the next call that waits. */
     void *stream;
     int threads;               /* CPU threads of this session's runs; 0: the context's setting */
-    int no_fold;               /* 1: fold only shape computations (outputs of <= 64 elements) */
+    int no_fold;               /* 1: fold only shape computations (outputs of <= 64 elements);
+                                  fold-constants (KILN_PASS_FOLD_CONSTANTS) off too */
     kiln_precision precision;  /* KILN_PRECISION_FP32 (default) */
     unsigned disable_passes;   /* KILN_PASS_* bits to turn off */
     int deterministic;         /* 1: only deterministic algorithms (CUDA) */

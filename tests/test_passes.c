@@ -974,9 +974,70 @@ static void test_tiny_cnn(const char *src) {
     kiln_model_free(m);
 }
 
+/* ---------------------------------------------------------------- fold-constants */
+
+/* Swin V2's qkv bias: y = ScatterND(b0, [[2],[3]], zeros) + x @ W; a constant graph
+ * output z = c1 * c2; x's shape, sx. fold-constants makes the
+ * bias an initializer, so fuse-conv then takes MatMul + Add as a Gemm; the Shape of the graph
+ * input and the graph output's Mul stay nodes; the outputs are the same. */
+static void test_fold_constants(void) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 2, KT_DIMS(-1, 4));
+    init(m, "w", KILN_F32, 2, KT_DIMS(4, 6), -1, 1, 31);
+    init(m, "b0", KILN_F32, 1, KT_DIMS(6), -1, 1, 32);
+    init(m, "c1", KILN_F32, 1, KT_DIMS(3), -1, 1, 33);
+    init(m, "c2", KILN_F32, 1, KT_DIMS(3), -1, 1, 34);
+    constant(m, "idx", kt_make(KILN_I64, 2, KT_DIMS(2, 1), KT_VALS(2, 3)));
+    constant(m, "zeros", kt_make(KILN_F32, 1, KT_DIMS(2), KT_VALS(0, 0)));
+    node(m, "ScatterND", "b0,idx,zeros", "b");
+    node(m, "MatMul", "x,w", "xw");
+    node(m, "Add", "b,xw", "y");
+    node(m, "Shape", "x", "sx");
+    node(m, "Mul", "c1,c2", "z");
+    output(m, "y");
+    output(m, "z");
+    output(m, "sx");
+    if (!finalize(m)) {
+        kiln_model_free(m);
+        return;
+    }
+    kiln_model *on = optimized(m, KILN_PASS_FOLD_CONSTANTS | KILN_PASS_FUSE_CONV);
+    kiln_model *off = optimized(m, KILN_PASS_FUSE_CONV);
+    CHECK(on && count(on, "ScatterND") == 0 && count(on, "Add") == 0 && count(on, "Gemm") == 1,
+          "fold-constants: the computed bias folds and rides on the Gemm (ScatterND %d, Add %d, Gemm %d)",
+          count(on, "ScatterND"), count(on, "Add"), count(on, "Gemm"));
+    CHECK(on && count(on, "Shape") == 1 && count(on, "Mul") == 1,
+          "fold-constants: a graph input's Shape and a graph output stay nodes (Shape %d, Mul %d)", count(on, "Shape"),
+          count(on, "Mul"));
+    CHECK(off && count(off, "ScatterND") == 1 && count(off, "Gemm") == 0,
+          "without fold-constants the bias stays computed (ScatterND %d, Gemm %d)", count(off, "ScatterND"),
+          count(off, "Gemm"));
+    kiln_model_free(on);
+    kiln_model_free(off);
+    kiln_tensor *in[16] = {0}, *ref[8] = {0}, *got[8] = {0};
+    const int n_in = make_inputs(m, 5, in, 77);
+    int n_ref = 0, n_got = 0;
+    if (run(m, NONE, n_in, in, ref, &n_ref) &&
+        run(m, ALL_OFF_BUT(KILN_PASS_FOLD_CONSTANTS | KILN_PASS_FUSE_CONV), n_in, in, got, &n_got))
+        for (int k = 0; k < 3; k++) {
+            char lab[120];
+            snprintf(lab, sizeof lab, "fold-constants: output %d with fold-constants + fuse-conv vs no passes", k);
+            fails += kiln_tensor_compare(got[k], ref[k], 1e-6, 1e-5, lab);
+        }
+    else
+        fails++;
+    for (int k = 0; k < 16; k++) kiln_tensor_free(in[k]);
+    for (int k = 0; k < 8; k++) {
+        kiln_tensor_free(ref[k]);
+        kiln_tensor_free(got[k]);
+    }
+    kiln_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     test_fold_bn();
+    test_fold_constants();
     test_fuse_conv();
     test_fuse_conv_smooth();
     test_fuse_eltwise();

@@ -94,6 +94,8 @@ kiln_status kiln_session_create_ex(kiln_model *m, const kiln_session_options *op
         kiln_pass_options po = {.device = o.device, .precision = o.precision, .disabled = o.disable_passes};
         /* NHWC where tensor cores run the convolutions: the trainers' policy too */
         if (!kiln_policy_nhwc(o.device, o.precision, o.strict_fp32, o.disable_passes)) po.disabled |= KILN_PASS_NHWC;
+        /* no_fold: nothing but shape computations is computed ahead of the runs */
+        if (o.no_fold) po.disabled |= KILN_PASS_FOLD_CONSTANTS;
         kiln_status pst = kiln_passes_apply(m, &po, &s->optimized);
         if (pst) {
             pthread_mutex_destroy(&s->mu);

@@ -10,6 +10,8 @@
  * layout come late so they see the final op mix. */
 static const kiln_pass passes[] = {
     {"dead-nodes", KILN_PASS_DEAD_NODES, kiln_pass_dead_nodes},
+    /* before every fusion: they see a constant a subgraph computes as a constant */
+    {"fold-constants", KILN_PASS_FOLD_CONSTANTS, kiln_pass_fold_constants},
     {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
     /* before fuse-conv and fuse-eltwise: they would take the product's bias Add and the
      * scale Muls that the attention chain holds */

@@ -126,6 +126,7 @@ kiln_status kiln_pass_rewrite(kiln_model *m, int i, const char *domain, const ch
 
 /* The passes (one file each in src/passes/). */
 kiln_status kiln_pass_dead_nodes(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_fold_constants(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fold_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bool *changed);
