@@ -465,6 +465,44 @@ __global__ void binary_general(const T *a, const T *b, T *y, int64_t n, BcastArg
     }
 }
 
+/* Both operands contiguous along the output's last merged dim (stride 1 there), whose
+ * length the vector divides, their outer strides multiples of it, all aligned: 16-byte
+ * accesses, each operand's offset computed once a vector from the outer dims. Swin's
+ * window mask f16[256,49,3,64,64] + f16[1,49,1,64,64] ran in binary_general at 485 GB/s
+ * (bench/NOTES.md, the fourteenth session); a bias f16[288] over f16[12544,64,288] in
+ * binary_channel. I: the index type. */
+template <typename T, int OP, typename I>
+__global__ void binary_inner(const T *a, const T *b, T *y, I nv, I inner, BcastArgs g) {
+    using V = typename VecOf<T>::type;
+    constexpr int N = VecOf<T>::N;
+    for (I j = (I)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (I)gridDim.x * blockDim.x) {
+        const I i = j * N;
+        I r = i / inner;
+        const I col = i - r * inner;
+        int64_t oa = col, ob = col;
+        for (int d = g.nd - 2; d >= 0; d--) {
+            const I k = r % (I)g.dims[d];
+            r /= (I)g.dims[d];
+            oa += (int64_t)k * g.sa[d];
+            ob += (int64_t)k * g.sb[d];
+        }
+        V u = *(const V *)(a + oa);
+        const V w = *(const V *)(b + ob);
+#pragma unroll
+        for (int k = 0; k < N; k++) u.v[k] = from_f<T>(binary_op<OP>(to_f(u.v[k]), to_f(w.v[k])));
+        ((V *)y)[j] = u;
+    }
+}
+
+/* Whether binary_inner takes p (operands at a, b, output at y). */
+bool inner_vectorizable(const kiln_cuda_bcast &p, int N, const void *a, const void *b, const void *y) {
+    if (p.nd < 2 || p.dims[p.nd - 1] % N != 0 || p.st[0][p.nd - 1] != 1 || p.st[1][p.nd - 1] != 1 || !aligned16(a, b, y))
+        return false;
+    for (int d = 0; d < p.nd - 1; d++)
+        if (p.st[0][d] % N != 0 || p.st[1][d] % N != 0) return false;
+    return true;
+}
+
 /* Is v (strides vs over the merged dims of b) one value per channel of a contiguous
  * operand? Sets inner and C. */
 bool channel_pattern(const kiln_cuda_bcast &p, const int64_t *vs, int64_t *inner, int64_t *C) {
@@ -513,6 +551,29 @@ kiln_status launch_binary_op(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor
         const unsigned blocks = kiln_cuda_blocks(cu, vec ? n / VecOf<T>::N + 1 : n, THREADS);
         binary_flat<T, OP><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, n, sa, sb, vec);
         KILN_CUDA_LAUNCHED(ctx, "binary_flat");
+    } else if (contiguous(p, 0) && pixel_channel_pattern(p, p.st[1])) {
+        launch_pixel_channel<T, OP, true>(cu, ap, bp, yp, n, p.dims[2], p.dims[1] * p.dims[2]);
+        KILN_CUDA_LAUNCHED(ctx, "binary_pixel_channel");
+    } else if (contiguous(p, 1) && pixel_channel_pattern(p, p.st[0])) {
+        launch_pixel_channel<T, OP, false>(cu, bp, ap, yp, n, p.dims[2], p.dims[1] * p.dims[2]);
+        KILN_CUDA_LAUNCHED(ctx, "binary_pixel_channel");
+    } else if (inner_vectorizable(p, VecOf<T>::N, ap, bp, yp)) {
+        BcastArgs g;
+        memset(&g, 0, sizeof g);
+        g.nd = p.nd;
+        for (int d = 0; d < p.nd; d++) {
+            g.dims[d] = p.dims[d];
+            g.sa[d] = p.st[0][d];
+            g.sb[d] = p.st[1][d];
+        }
+        const int64_t nv = n / VecOf<T>::N, inner_dim = p.dims[p.nd - 1];
+        const unsigned blocks = kiln_cuda_blocks(cu, nv, THREADS);
+        if (n < ((int64_t)1 << 31))
+            binary_inner<T, OP, uint32_t><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, (uint32_t)nv,
+                                                                               (uint32_t)inner_dim, g);
+        else
+            binary_inner<T, OP, int64_t><<<blocks, THREADS, 0, cu->stream>>>(ap, bp, yp, nv, inner_dim, g);
+        KILN_CUDA_LAUNCHED(ctx, "binary_inner");
     } else if (contiguous(p, 0) && channel_pattern(p, p.st[1], &inner, &C)) {
         binary_channel<T, OP, true><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
             ap, bp, yp, n, inner, C);
@@ -521,12 +582,6 @@ kiln_status launch_binary_op(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor
         binary_channel<T, OP, false><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
             bp, ap, yp, n, inner, C);
         KILN_CUDA_LAUNCHED(ctx, "binary_channel");
-    } else if (contiguous(p, 0) && pixel_channel_pattern(p, p.st[1])) {
-        launch_pixel_channel<T, OP, true>(cu, ap, bp, yp, n, p.dims[2], p.dims[1] * p.dims[2]);
-        KILN_CUDA_LAUNCHED(ctx, "binary_pixel_channel");
-    } else if (contiguous(p, 1) && pixel_channel_pattern(p, p.st[0])) {
-        launch_pixel_channel<T, OP, false>(cu, bp, ap, yp, n, p.dims[2], p.dims[1] * p.dims[2]);
-        KILN_CUDA_LAUNCHED(ctx, "binary_pixel_channel");
     } else {
         BcastArgs g;
         memset(&g, 0, sizeof g);

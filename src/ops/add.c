@@ -117,6 +117,20 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 5, 7, 9), -2, 2, 161),
                                                 kt_rand(KILN_F32, 4, KT_DIMS(1, 5, 1, 1), -2, 2, 171)},
                                1, "add random (2,5,7,9) by a channel vector");
+    /* both operands contiguous along a last dim of a vector's multiple (CUDA's binary_inner):
+     * swin's window mask, a product's bias in front, one 4-float multiple (not 8 halfs) */
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(2, 3, 2, 4, 16), -2, 2, 181),
+                                                kt_rand(KILN_F32, 5, KT_DIMS(1, 3, 1, 4, 16), -2, 2, 182)},
+                               1, "add random (2,3,2,4,16) by a window mask (1,3,1,4,16)");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 1, KT_DIMS(24), -2, 2, 183),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(3, 5, 24), -2, 2, 184)},
+                               1, "add random bias (24) before (3,5,24)");
+    fails += kiln_optest_sweep("Add", "", 0, 2,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 12), -2, 2, 185),
+                                                kt_rand(KILN_F32, 3, KT_DIMS(1, 3, 12), -2, 2, 186)},
+                               1, "add random (2,3,12) by (1,3,12)");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Add", "", 0, 2,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 7), -2, 2, 1059),
