@@ -12,7 +12,9 @@
  *   - torchvision exports (tests/data/attn_*.onnx, dynamo=False, opset 17, dynamic batch;
  *     made by the script in this file's comment at the end): a ViT (2 layers, 2 heads), a
  *     one-stage Swin (a plain and a shifted-window block: relative-position bias and the
- *     mask), a one-block MaxViT (Einsum products, Slice-chunked q/k/v): every Softmax fused
+ *     mask), a one-block MaxViT (Einsum products, Slice-chunked q/k/v), a one-stage Swin V2
+ *     (cosine attention: q and k L2-normalized, a per-head logit scale, the relative-position
+ *     bias from a small MLP, the mask; no ReduceL2 may be left): every Softmax fused
  *     (count), outputs within 1e-5 relative of the unfused graph at batch 2; and the
  *     plan of the fused ViT runs no Transpose or Gather (the q/k/v chains that Shape
  *     nodes still read are pruned after folding).
@@ -204,6 +206,10 @@ static void exported(const char *dir, const char *file, int softmaxes) {
     CHECK(fused == softmaxes && count(opt, "", "Softmax") == 0, "%s: %d of %d attention blocks fused", file, fused,
           softmaxes);
     printf("%s: %d kiln.Attention; nodes %d -> %d\n", file, fused, ref->n_nodes, opt->n_nodes);
+    /* Swin V2's cosine attention: F.normalize of q and k (ReduceL2 -> Clip -> Expand -> Div)
+     * and the per-head logit scale go into the node */
+    CHECK(count(opt, "", "ReduceL2") == 0, "%s: %d ReduceL2 left after the pass (in the export: %d)", file,
+          count(opt, "", "ReduceL2"), count(m, "", "ReduceL2"));
     for (int i = 0; getenv("ATTN_VERBOSE") && i < opt->n_nodes; i++) {
         const kiln_node *n = &opt->nodes[i];
         if (strcmp(n->op_type, "Attention") != 0) continue;
@@ -323,8 +329,10 @@ int main(int argc, char **argv) {
     exported(data, "attn_vit_tiny.onnx", 2);
     exported(data, "attn_swin_tiny.onnx", 2);
     exported(data, "attn_maxvit_tiny.onnx", 2);
+    exported(data, "attn_swinv2_tiny.onnx", 2);
     fp16_policy(data, "attn_vit_tiny.onnx");
     fp16_policy(data, "attn_swin_tiny.onnx");
+    fp16_policy(data, "attn_swinv2_tiny.onnx");
     printf("%s\n", fails ? "FAILED" : "all fuse-attention checks passed");
     kiln_context_free(ctx);
     return fails ? 1 : 0;
@@ -337,6 +345,10 @@ int main(int argc, char **argv) {
  *                   window_size=[4, 4], num_classes=10)
  *   MaxVit(input_size=(32, 32), stem_channels=8, partition_size=2, block_channels=[16],
  *          block_layers=[1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10)
+ *   SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2], num_heads=[2],
+ *                   window_size=[4, 4], num_classes=10, block=SwinTransformerBlockV2,
+ *                   downsample_layer=PatchMergingV2), torch.manual_seed(0), each block's
+ *                   attn.logit_scale set to log([2, 3.5]) (heads that differ)
  * each .eval(), torch.onnx.export(m, (torch.randn(2, 3, 32, 32),), path, dynamo=False,
  * opset_version=17, input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b"},
  * "y": {0: "b"}}); then every value and initializer renamed v<i>, node names and

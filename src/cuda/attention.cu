@@ -60,7 +60,21 @@ struct Args {
     int lq, lk, d, dv;
     float scale;
     int vq, vk, vv; /* the operand's rows are 16-byte aligned runs (cs 1): the wmma form loads 8 halves at once */
+    int qn, kn;     /* Q's / K's rows divided by max(L2 norm, eps) */
+    float qeps, keps;
+    int n_hs; /* a tensor scale: batch n's scores times hs[base_of(ahs, n)] */
+    float hs[KILN_ATTN_MAX_HS];
+    Addr ahs;
 };
+
+/* The scale of batch n's scores (the scalar times the tensor scale's factor). */
+__device__ __forceinline__ float batch_scale(const Args &a, long long n);
+
+/* 1 / max(sqrt(ss), eps), ss a warp's sum of squares (lanes' shares reduced here). */
+__device__ __forceinline__ float warp_rnorm(float ss, float eps) {
+    for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    return 1.f / fmaxf(sqrtf(ss), eps);
+}
 
 __device__ __forceinline__ long long base_of(const Addr &a, long long n) {
     long long off = a.off;
@@ -69,6 +83,10 @@ __device__ __forceinline__ long long base_of(const Addr &a, long long n) {
         n /= a.bdims[i];
     }
     return off;
+}
+
+__device__ __forceinline__ float batch_scale(const Args &a, long long n) {
+    return a.n_hs > 0 ? a.scale * a.hs[base_of(a.ahs, n)] : a.scale;
 }
 
 /* Shared floats: Q tile TQ x (D + 1), K / V tile KT x (max(D, Dv) + 1), scores TQ x (Lk + 1),
@@ -94,10 +112,21 @@ template <typename T> __global__ void __launch_bounds__(THREADS) attention_kerne
     T *O = (T *)a.o;
     const long long qb = base_of(a.aq, n), kb = base_of(a.ak, n), vb = base_of(a.av, n), ob = base_of(a.ao, n);
     const long long bb0 = a.bias[0] ? base_of(a.ab[0], n) : 0, bb1 = a.bias[1] ? base_of(a.ab[1], n) : 0;
+    const int warp = tid / 32, lane = tid % 32;
+    const float sc = batch_scale(a, n);
 
     for (int idx = tid; idx < TQ * D; idx += THREADS) {
         const int i = idx / D, d = idx % D, gi = i0 + i;
-        qs[i * QS + d] = gi < a.lq ? to_f<T>(Q[qb + gi * a.aq.rs + d * a.aq.cs]) * a.scale : 0.f;
+        qs[i * QS + d] = gi < a.lq ? to_f<T>(Q[qb + gi * a.aq.rs + d * a.aq.cs]) * (a.qn ? 1.f : sc) : 0.f;
+    }
+    if (a.qn) { /* each row times scale / max(||row||, eps): a warp per row */
+        __syncthreads();
+        for (int r = warp; r < TQ; r += THREADS / 32) {
+            float ss = 0.f;
+            for (int d = lane; d < D; d += 32) ss += qs[r * QS + d] * qs[r * QS + d];
+            const float f = sc * warp_rnorm(ss, a.qeps);
+            for (int d = lane; d < D; d += 32) qs[r * QS + d] *= f;
+        }
     }
     /* scores S = Q K^T (+ biases), tile by tile of K */
     for (int j0 = 0; j0 < LK; j0 += KT) {
@@ -107,6 +136,15 @@ template <typename T> __global__ void __launch_bounds__(THREADS) attention_kerne
             kv[j * KS + d] = gj < LK ? to_f<T>(K[kb + gj * a.ak.rs + d * a.ak.cs]) : 0.f;
         }
         __syncthreads();
+        if (a.kn) { /* K's rows normalized in place */
+            for (int r = warp; r < KT; r += THREADS / 32) {
+                float ss = 0.f;
+                for (int d = lane; d < D; d += 32) ss += kv[r * KS + d] * kv[r * KS + d];
+                const float f = warp_rnorm(ss, a.keps);
+                for (int d = lane; d < D; d += 32) kv[r * KS + d] *= f;
+            }
+            __syncthreads();
+        }
         float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
         for (int d = 0; d < D; d++) {
             const float q0 = qs[ty * QS + d], q1 = qs[(ty + 16) * QS + d];
@@ -135,7 +173,6 @@ template <typename T> __global__ void __launch_bounds__(THREADS) attention_kerne
     }
     __syncthreads();
     /* exact softmax of each row: a warp per row */
-    const int warp = tid / 32, lane = tid % 32;
     for (int r = warp; r < TQ; r += THREADS / 32) {
         float mx = -INFINITY;
         for (int j = lane; j < LK; j += 32) mx = fmaxf(mx, s[r * SS + j]);
@@ -201,7 +238,7 @@ constexpr int WPAD = 8; /* halves of padding per shared row (ldm stays a multipl
 
 struct WLayout {
     int qld, kld, ss, ps, lkp;
-    size_t q, kv, s, p, r, bytes;
+    size_t q, kv, s, p, r, rq, rk, bytes;
 };
 
 static size_t up128(size_t x) { return (x + 127) / 128 * 128; }
@@ -219,7 +256,9 @@ static WLayout wlayout(int64_t d, int64_t dv, int64_t lk) {
     w.s = up128(w.kv + (size_t)KT * w.kld * 2);
     w.p = up128(w.s + (size_t)WTQ * w.ss * 4);
     w.r = up128(w.p + (size_t)WTQ * w.ps * 2);
-    w.bytes = w.r + WTQ * 4;
+    w.rq = w.r + WTQ * 4; /* L2NORM: Q's rows' and the keys' 1 / max(norm, eps) */
+    w.rk = w.rq + WTQ * 4;
+    w.bytes = w.rk + (size_t)w.lkp * 4;
     return w;
 }
 
@@ -247,11 +286,11 @@ __device__ __forceinline__ void load_rows(T *dst, int ld, const T *src, long lon
 template <typename T>
 __global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int qld, int kld, int ss, int ps, int lkp,
                                                                   unsigned oq, unsigned okv, unsigned os, unsigned op,
-                                                                  unsigned orr) {
+                                                                  unsigned orr, unsigned orq, unsigned ork) {
     using namespace nvcuda;
     extern __shared__ __align__(128) unsigned char wsm[];
     T *qs = (T *)(wsm + oq), *kv = (T *)(wsm + okv), *P = (T *)(wsm + op);
-    float *S = (float *)(wsm + os), *rinv = (float *)(wsm + orr);
+    float *S = (float *)(wsm + os), *rinv = (float *)(wsm + orr), *rq = (float *)(wsm + orq), *rk = (float *)(wsm + ork);
     const int D = a.d, DV = a.dv, LK = a.lk;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const long long n = blockIdx.x;
@@ -261,10 +300,32 @@ __global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int ql
     const long long qb = base_of(a.aq, n), kb = base_of(a.ak, n), vb = base_of(a.av, n), ob = base_of(a.ao, n);
     const long long bb0 = a.bias[0] ? base_of(a.ab[0], n) : 0, bb1 = a.bias[1] ? base_of(a.ab[1], n) : 0;
     load_rows<T>(qs, qld, Q, qb, a.aq.rs, a.aq.cs, i0, WTQ, a.lq, D, a.vq, tid);
+    if (a.qn) { /* each row's 1 / max(norm, eps), a warp per row; read after the loop's barriers */
+        __syncthreads();
+        for (int r = warp; r < WTQ; r += WTHREADS / 32) {
+            float ss = 0.f;
+            for (int d = lane; d < D; d += 32) {
+                const float x = to_f<T>(qs[r * qld + d]);
+                ss += x * x;
+            }
+            const float f = warp_rnorm(ss, a.qeps);
+            if (lane == 0) rq[r] = f;
+        }
+    }
     for (int j0 = 0; j0 < lkp; j0 += KT) {
         __syncthreads();
         load_rows<T>(kv, kld, K, kb, a.ak.rs, a.ak.cs, j0, KT, LK, D, a.vk, tid);
         __syncthreads();
+        if (a.kn)
+            for (int r = warp; r < KT && j0 + r < lkp; r += WTHREADS / 32) {
+                float ss = 0.f;
+                for (int d = lane; d < D; d += 32) {
+                    const float x = to_f<T>(kv[r * kld + d]);
+                    ss += x * x;
+                }
+                const float f = warp_rnorm(ss, a.keps);
+                if (lane == 0) rk[j0 + r] = f;
+            }
         for (int f = warp; f < 16; f += WTHREADS / 32) { /* 4 x 4 tiles of 16 x 16 */
             const int rt = f / 4, ct = f % 4;
             if (j0 + ct * 16 >= lkp) continue;
@@ -281,11 +342,14 @@ __global__ void __launch_bounds__(WTHREADS) attention_wmma_kernel(Args a, int ql
         }
     }
     __syncthreads();
+    const float sc = batch_scale(a, n);
     for (int r = warp; r < WTQ; r += WTHREADS / 32) {
         const int gi = i0 + r;
+        const float rsc = a.qn ? sc * rq[r] : sc;
         float mx = -INFINITY;
         for (int j = lane; j < LK; j += 32) {
-            float v = S[r * ss + j] * a.scale;
+            float v = S[r * ss + j] * rsc;
+            if (a.kn) v *= rk[j];
             if (gi < a.lq) {
                 if (a.bias[0]) v += (float)load_any(a.bias[0], a.bias_dt[0], bb0 + gi * a.ab[0].rs + j * a.ab[0].cs);
                 if (a.bias[1]) v += (float)load_any(a.bias[1], a.bias_dt[1], bb1 + gi * a.ab[1].rs + j * a.ab[1].cs);
@@ -386,7 +450,7 @@ template <typename T> kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const
             const dim3 wgrid((unsigned)nbatch, (unsigned)((a.lq + WTQ - 1) / WTQ));
             attention_wmma_kernel<T><<<wgrid, WTHREADS, w.bytes, cu->stream>>>(
                 a, w.qld, w.kld, w.ss, w.ps, w.lkp, (unsigned)w.q, (unsigned)w.kv, (unsigned)w.s, (unsigned)w.p,
-                (unsigned)w.r);
+                (unsigned)w.r, (unsigned)w.rq, (unsigned)w.rk);
             KILN_CUDA_LAUNCHED(ctx, "attention_wmma_kernel");
             return KILN_OK;
         }
@@ -481,6 +545,13 @@ extern "C" kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c) {
     a.vq = vec_ok(g.q, a.q, g.d);
     a.vk = vec_ok(g.k, a.k, g.d);
     a.vv = vec_ok(g.v, a.v, g.dv);
+    a.qn = g.q_norm;
+    a.kn = g.k_norm;
+    a.qeps = g.q_eps;
+    a.keps = g.k_eps;
+    a.n_hs = g.n_hs;
+    for (int i = 0; i < g.n_hs; i++) a.hs[i] = g.hs[i];
+    if (g.n_hs > 0) to_addr(g.hsa, &a.ahs);
     if (cu->flash_attention) { /* attention_flash.cu where it takes the node */
         char fwhy[sizeof cu->stats.flash_refused];
         if (kiln_cuda_flash_attention_ok(&g, c->in[0]->dtype, a.q, a.k, a.v, fwhy, sizeof fwhy)) {

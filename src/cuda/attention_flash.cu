@@ -27,6 +27,12 @@
  * and attention.cu do. O is normalized by the row sum at the end and written through the
  * op's output view (any strides).
  *
+ * Cosine attention (L2NORM on Q and / or K: the NORM form): when Q and K_j are in shared
+ * memory, two threads a row compute 1 / max(||row||, eps) of the tile's query rows (once)
+ * and keys into shared memory, and each score is multiplied by its row's and key's factor
+ * before the softmax, so q and k are never normalized in memory. A tensor-valued scale
+ * (per head) is one factor per block, taken into scale_log2.
+ *
  * dev/flash_attention_sim.py transcribes one warp of it into numpy at the fragment level
  * (ldmatrix and mma as the PTX ISA defines them) and checks the index math against plain
  * attention for D 32, 64 and 128: run it after changing the addressing or the softmax.
@@ -67,6 +73,11 @@ struct FArgs {
     int lq, lk;
     float scale_log2; /* scale * log2(e) */
     int o_pairs;      /* O's rows are runs (column stride 1) with every (row, even column) 4-byte aligned */
+    int qn, kn;       /* NORM: Q's / K's rows divided by max(L2 norm, eps) (each on its own) */
+    float qeps, keps;
+    int n_hs;         /* a tensor scale: batch n's scores also times hs[fbase(ahs, n)] */
+    float hs[KILN_ATTN_MAX_HS];
+    kiln_attn_addr ahs;
 };
 
 __device__ __forceinline__ long long fbase(const kiln_attn_addr &a, long long n) {
@@ -176,12 +187,31 @@ __device__ __forceinline__ void load_tile(T *s, const T *g, long long base, long
     }
 }
 
-template <typename T, int D, bool BIAS> __global__ void __launch_bounds__(FTHREADS, 1) flash_kernel(FArgs a) {
+/* 1 / max(||row||, eps) of the 64 rows of a staged tile (row stride D + PADH) into out[64]
+ * (1 for every row when !on): two threads a row, each summing half of it. */
+template <typename T, int D>
+__device__ __forceinline__ void tile_rnorm(float *out, const T *s, bool on, float eps, int tid) {
+    constexpr int LD = D + PADH, H2 = D / 2;
+    static_assert(FTHREADS == 128, "two threads per row of 64");
+    const int r = tid / 2, h = tid % 2;
+    float ss = 0.f;
+    if (on)
+#pragma unroll
+        for (int c = 0; c < H2; c++) {
+            const float x = to_f<T>(s[r * LD + h * H2 + c]);
+            ss += x * x;
+        }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    if (h == 0) out[r] = on ? 1.f / fmaxf(sqrtf(ss), eps) : 1.f;
+}
+
+template <typename T, int D, bool BIAS, bool NORM> __global__ void __launch_bounds__(FTHREADS, 1) flash_kernel(FArgs a) {
     constexpr int LD = D + PADH;
     constexpr int KD = D / 16; /* k-steps of S = Q K^T; also the 16-column pairs of O */
     extern __shared__ __align__(128) unsigned char fsm[];
     T *sQ = (T *)fsm, *sK = sQ + BM * LD, *sV = sK + BN * LD;
     float *sB = (float *)(sV + BN * LD); /* BIAS: the tile's summed biases (BM x BLD f32) */
+    float *sRQ = sB + (BIAS ? BM * BLD : 0), *sRK = sRQ + BM; /* NORM: rows' and keys' 1 / max(norm, eps) */
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const long long n = blockIdx.x;
     const int i0 = blockIdx.y * BM, wr = warp * 16;
@@ -196,6 +226,8 @@ template <typename T, int D, bool BIAS> __global__ void __launch_bounds__(FTHREA
         for (int sl = 0; sl < 2; sl++)
             if (a.bias[sl]) bb[sl] = fbase(a.ab[sl], n);
     const int ntiles = (lk + BN - 1) / BN;
+    const float scale_log2 = a.n_hs > 0 ? a.scale_log2 * a.hs[fbase(a.ahs, n)] : a.scale_log2;
+    float rq[2] = {1.f, 1.f}; /* NORM: this thread's two rows' 1 / max(norm, eps) */
     /* a warp whose 16 rows are all past Lq (the last row tile of L 197: 5 rows, warps 1-3)
      * only helps load the tiles: its products and softmax would be thrown away */
     const bool live = i0 + wr < lq;
@@ -225,6 +257,15 @@ template <typename T, int D, bool BIAS> __global__ void __launch_bounds__(FTHREA
         }
         cp_async_wait<1>(); /* Q (first tile) and K_j are in */
         __syncthreads();
+        if (NORM) { /* the keys' (and, first, the rows') inverse norms; the last barrier freed sRK */
+            if (jt == 0) tile_rnorm<T, D>(sRQ, sQ, a.qn, a.qeps, tid);
+            tile_rnorm<T, D>(sRK, sK, a.kn, a.keps, tid);
+            __syncthreads();
+            if (jt == 0) {
+                rq[0] = sRQ[wr + g];
+                rq[1] = sRQ[wr + g + 8];
+            }
+        }
         if (jt == 0 && live) {
 #pragma unroll
             for (int kk = 0; kk < KD; kk++)
@@ -254,7 +295,8 @@ template <typename T, int D, bool BIAS> __global__ void __launch_bounds__(FTHREA
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int col = j0 + nt * 8 + t * 2 + (e & 1);
-                float x = s[nt][e] * a.scale_log2;
+                float x = s[nt][e] * scale_log2;
+                if (NORM) x *= rq[e / 2] * sRK[nt * 8 + t * 2 + (e & 1)];
                 if (col >= lk) x = -INFINITY;
                 else if (BIAS) x += sB[(wr + g + 8 * (e / 2)) * BLD + nt * 8 + t * 2 + (e & 1)];
                 s[nt][e] = x;
@@ -339,8 +381,8 @@ template <typename T, int D, bool BIAS> __global__ void __launch_bounds__(FTHREA
     }
 }
 
-template <int D, bool BIAS> constexpr size_t flash_smem() {
-    return (size_t)(BM + 2 * BN) * (D + PADH) * 2 + (BIAS ? (size_t)BM * BLD * 4 : 0);
+template <int D, bool BIAS, bool NORM> constexpr size_t flash_smem() {
+    return (size_t)(BM + 2 * BN) * (D + PADH) * 2 + (BIAS ? (size_t)BM * BLD * 4 : 0) + (NORM ? (size_t)(BM + BN) * 4 : 0);
 }
 
 /* Rows of 16-byte aligned runs of 8 elements (2-byte types): column stride 1, row and
@@ -351,27 +393,39 @@ bool rows16(const kiln_attn_addr &g, const void *p, int64_t cols) {
     return ok;
 }
 
-template <typename T, int D, bool BIAS> kiln_status set_smem(kiln_context *ctx) {
-    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(flash_kernel<T, D, BIAS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              (int)flash_smem<D, BIAS>()));
+template <typename T, int D, bool BIAS, bool NORM> kiln_status set_smem(kiln_context *ctx) {
+    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(flash_kernel<T, D, BIAS, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)flash_smem<D, BIAS, NORM>()));
     return KILN_OK;
 }
 
-template <typename T> kiln_status set_smem_all(kiln_context *ctx) {
-    kiln_status st = set_smem<T, 32, false>(ctx);
-    if (!st) st = set_smem<T, 32, true>(ctx);
-    if (!st) st = set_smem<T, 64, false>(ctx);
-    if (!st) st = set_smem<T, 64, true>(ctx);
-    if (!st) st = set_smem<T, 128, false>(ctx);
-    if (!st) st = set_smem<T, 128, true>(ctx);
+template <typename T, int D> kiln_status set_smem_d(kiln_context *ctx) {
+    kiln_status st = set_smem<T, D, false, false>(ctx);
+    if (!st) st = set_smem<T, D, true, false>(ctx);
+    if (!st) st = set_smem<T, D, false, true>(ctx);
+    if (!st) st = set_smem<T, D, true, true>(ctx);
     return st;
+}
+
+template <typename T> kiln_status set_smem_all(kiln_context *ctx) {
+    kiln_status st = set_smem_d<T, 32>(ctx);
+    if (!st) st = set_smem_d<T, 64>(ctx);
+    if (!st) st = set_smem_d<T, 128>(ctx);
+    return st;
+}
+
+template <typename T, int D, bool BIAS, bool NORM> void launch_k(kiln_cuda *cu, const FArgs &a, long long nbatch) {
+    const dim3 grid((unsigned)nbatch, (unsigned)((a.lq + BM - 1) / BM));
+    flash_kernel<T, D, BIAS, NORM><<<grid, FTHREADS, flash_smem<D, BIAS, NORM>(), cu->stream>>>(a);
 }
 
 template <typename T, int D>
 kiln_status launch_d(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, long long nbatch, bool bias) {
-    const dim3 grid((unsigned)nbatch, (unsigned)((a.lq + BM - 1) / BM));
-    if (bias) flash_kernel<T, D, true><<<grid, FTHREADS, flash_smem<D, true>(), cu->stream>>>(a);
-    else flash_kernel<T, D, false><<<grid, FTHREADS, flash_smem<D, false>(), cu->stream>>>(a);
+    const bool norm = a.qn || a.kn;
+    if (bias && norm) launch_k<T, D, true, true>(cu, a, nbatch);
+    else if (bias) launch_k<T, D, true, false>(cu, a, nbatch);
+    else if (norm) launch_k<T, D, false, true>(cu, a, nbatch);
+    else launch_k<T, D, false, false>(cu, a, nbatch);
     KILN_CUDA_LAUNCHED(ctx, "flash_kernel (attention)");
     return KILN_OK;
 }
@@ -449,6 +503,13 @@ extern "C" kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ct
     a.lq = (int)g->lq;
     a.lk = (int)g->lk;
     a.scale_log2 = g->scale * LOG2E;
+    a.qn = g->q_norm;
+    a.kn = g->k_norm;
+    a.qeps = g->q_eps;
+    a.keps = g->k_eps;
+    a.n_hs = g->n_hs;
+    for (int i = 0; i < g->n_hs; i++) a.hs[i] = g->hs[i];
+    if (g->n_hs > 0) a.ahs = g->hsa;
     bool pairs = g->o.cs == 1 && g->o.rs % 2 == 0 && g->o.off % 2 == 0 && (uintptr_t)o % 4 == 0;
     for (int i = 0; i < g->o.nb; i++) pairs = pairs && (g->o.bstr[i] % 2 == 0 || g->o.bdims[i] == 1);
     a.o_pairs = pairs;

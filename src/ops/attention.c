@@ -5,7 +5,9 @@
  *
  *     out[n, i, :] = sum_j softmax_j(scale * <q[n, i, :], k[n, j, :]> + bias[n, i, j]) v[n, j, :]
  *
- * n the flat batch index (batch and heads). Inputs: Q, K, V sources (one float dtype: f32,
+ * n the flat batch index (batch and heads); with L2NORM steps (Swin V2's cosine attention)
+ * q and / or k are rows divided by max(||row||_2, eps), and a tensor-valued SCALE makes
+ * scale a factor per n (a per-head logit scale). Inputs: Q, K, V sources (one float dtype: f32,
  * f16, bf16, f64), biases 3 and 4 (optional, any float dtype, broadcast), then the value
  * inputs the programs name (Reshape shapes, scale factors). Attributes: q_view, k_view,
  * v_view, s_view, o_view (INTS programs), scale (float, default 1). The output has Q's
@@ -331,11 +333,33 @@ static bool make_addr(view *v, int row, int col, kiln_attn_addr *a) {
     return one_stride(v, row, &a->rs) && one_stride(v, col, &a->cs);
 }
 
-static kiln_status run_prog(kiln_op_ctx *c, kiln_tensor *const *t, const char *attr, view *v, double *scale) {
+/* An L2NORM step of a q_view / k_view: the normalized dim (size, one stride) at that step. */
+typedef struct norm_at {
+    bool on;
+    double eps;
+    int64_t size, stride;
+} norm_at;
+
+static kiln_status run_prog(kiln_op_ctx *c, kiln_tensor *const *t, const char *attr, view *v, double *scale,
+                            norm_at *nm) {
     int nops = 0;
     const int64_t *ops = kiln_attr_ints(c->node, attr, &nops);
     for (int at = 0; at < nops;) {
         KILN_OP_CHECK(c, ops[at] != KILN_ATTN_BIAS, KILN_ERR_INVALID_ARGUMENT, "%s: a bias step outside s_view", attr);
+        if (ops[at] == KILN_ATTN_L2NORM) {
+            KILN_OP_CHECK(c, nm && !nm->on && at + 1 < nops && v->nd >= 1, KILN_ERR_INVALID_ARGUMENT,
+                          "%s: an L2NORM step at %d (one per program, on Q or K only)", attr, at);
+            kiln_status st = param_float(c, t, ops[at + 1], &nm->eps);
+            if (st) return st;
+            KILN_OP_CHECK(c, nm->eps >= 0 && isfinite(nm->eps), KILN_ERR_INVALID_ARGUMENT,
+                          "%s: L2NORM's eps %g is not a finite value >= 0", attr, nm->eps);
+            nm->size = v->dims[v->nd - 1];
+            KILN_OP_CHECK(c, one_stride(v, v->nd - 1, &nm->stride), KILN_ERR_UNSUPPORTED,
+                          "%s: the dim L2NORM normalizes at step %d needs more than one stride", attr, at);
+            nm->on = true;
+            at += 2;
+            continue;
+        }
         kiln_status st = step(c, t, attr, ops, nops, &at, v, scale, false);
         if (st) return st;
     }
@@ -343,6 +367,39 @@ static kiln_status run_prog(kiln_op_ctx *c, kiln_tensor *const *t, const char *a
 }
 
 static bool float_dt(kiln_dtype t) { return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16 || t == KILN_F64; }
+
+/* A tensor-valued SCALE / RSCALE of the scores s (input p, host data): a factor per flat
+ * batch index, the tensor broadcast onto s with size 1 in its last two dims. */
+static kiln_status tensor_scale(kiln_op_ctx *c, const kiln_tensor *f, int p, bool recip, const view *s,
+                                kiln_attn_geom *g) {
+    const int64_t k = kiln_tensor_numel(f);
+    KILN_OP_CHECK(c, g->n_hs == 0 && f->data && float_dt(f->dtype) && k >= 1 && k <= KILN_ATTN_MAX_HS &&
+                         f->ndim <= s->nd,
+                  KILN_ERR_UNSUPPORTED, "s_view: scale input %d (%" PRId64 " elements) must be the one tensor scale, "
+                  "float, at most %d elements, of rank at most the scores' %d", p, k, KILN_ATTN_MAX_HS, s->nd);
+    view fv = {.nd = s->nd};
+    int64_t fs[KILN_MAX_DIMS];
+    kiln_strides(f->ndim, f->dims, fs);
+    for (int d = 0; d < s->nd; d++) {
+        const int fd = d - (s->nd - f->ndim);
+        const int64_t n = fd >= 0 ? f->dims[fd] : 1;
+        KILN_OP_CHECK(c, n == 1 || (n == s->dims[d] && d < s->nd - 2), KILN_ERR_SHAPE, "s_view: scale input %d does "
+                      "not broadcast to the scores with size 1 in their last two dims (dim %d: %" PRId64 " vs %" PRId64
+                      ")", p, d, n, s->dims[d]);
+        fv.dims[d] = s->dims[d];
+        fv.na[d] = s->dims[d] != 1;
+        fv.asz[d][0] = s->dims[d];
+        fv.ast[d][0] = n == 1 ? 0 : fs[fd];
+    }
+    KILN_OP_CHECK(c, make_addr(&fv, s->nd - 2, s->nd - 1, &g->hsa), KILN_ERR_UNSUPPORTED,
+                  "s_view: scale input %d: too many batch dims", p);
+    for (int64_t i = 0; i < k; i++) {
+        const double x = kiln_get_f64(f, i);
+        g->hs[i] = (float)(recip ? 1.0 / x : x);
+    }
+    g->n_hs = (int)k;
+    return KILN_OK;
+}
 
 kiln_status kiln_attention_resolve(kiln_op_ctx *c, kiln_tensor *const *t, kiln_attn_geom *g) {
     memset(g, 0, sizeof *g);
@@ -355,9 +412,10 @@ kiln_status kiln_attention_resolve(kiln_op_ctx *c, kiln_tensor *const *t, kiln_a
     view_of(&q, t[0]);
     view_of(&k, t[1]);
     view_of(&v, t[2]);
-    kiln_status st = run_prog(c, t, "q_view", &q, &scale);
-    if (!st) st = run_prog(c, t, "k_view", &k, &scale);
-    if (!st) st = run_prog(c, t, "v_view", &v, &scale);
+    norm_at qn = {0}, kn = {0};
+    kiln_status st = run_prog(c, t, "q_view", &q, &scale, &qn);
+    if (!st) st = run_prog(c, t, "k_view", &k, &scale, &kn);
+    if (!st) st = run_prog(c, t, "v_view", &v, &scale, NULL);
     if (st) return st;
     KILN_OP_CHECK(c, q.nd >= 2 && k.nd == q.nd && v.nd >= 2, KILN_ERR_SHAPE,
                   "Q (rank %d) and K^T (rank %d) must share a rank >= 2, V (rank %d) at least 2", q.nd, k.nd, v.nd);
@@ -372,6 +430,17 @@ kiln_status kiln_attention_resolve(kiln_op_ctx *c, kiln_tensor *const *t, kiln_a
                   k.dims[r - 2]);
     KILN_OP_CHECK(c, make_addr(&q, r - 2, r - 1, &g->q) && make_addr(&k, r - 1, r - 2, &g->k), KILN_ERR_UNSUPPORTED,
                   "Q's or K's rows or columns need more than one stride");
+    /* an L2NORM must have normalized what is the head dim now */
+    KILN_OP_CHECK(c, !qn.on || (qn.size == g->d && (g->d == 1 || qn.stride == g->q.cs)), KILN_ERR_UNSUPPORTED,
+                  "q_view: the dim L2NORM normalizes (%" PRId64 " elements, stride %" PRId64 ") is not Q's head dim "
+                  "(%" PRId64 ", stride %" PRId64 ")", qn.size, qn.stride, g->d, g->q.cs);
+    KILN_OP_CHECK(c, !kn.on || (kn.size == g->d && (g->d == 1 || kn.stride == g->k.cs)), KILN_ERR_UNSUPPORTED,
+                  "k_view: the dim L2NORM normalizes (%" PRId64 " elements, stride %" PRId64 ") is not K's head dim "
+                  "(%" PRId64 ", stride %" PRId64 ")", kn.size, kn.stride, g->d, g->k.cs);
+    g->q_norm = qn.on;
+    g->q_eps = (float)qn.eps;
+    g->k_norm = kn.on;
+    g->k_eps = (float)kn.eps;
     g->nbatch = kiln_numel(r - 2, q.dims);
     /* the scores' program */
     view s = {.nd = r};
@@ -411,6 +480,13 @@ kiln_status kiln_attention_resolve(kiln_op_ctx *c, kiln_tensor *const *t, kiln_a
                                                           !g->has_bias[0] && !g->has_bias[1]),
                       KILN_ERR_INVALID_ARGUMENT, "s_view: step %" PRId64 " at %d is not allowed on the scores", ops[at],
                       at);
+        if (ops[at] != KILN_ATTN_RESHAPE && at + 1 < nops && ops[at + 1] >= KILN_ATTN_FIRST_PARAM &&
+            ops[at + 1] < c->n_in && t[ops[at + 1]] && kiln_tensor_numel(t[ops[at + 1]]) != 1) {
+            st = tensor_scale(c, t[ops[at + 1]], (int)ops[at + 1], ops[at] == KILN_ATTN_RSCALE, &s, g);
+            if (st) return st;
+            at += 2;
+            continue;
+        }
         st = step(c, t, "s_view", ops, nops, &at, &s, &scale, true);
         if (st) return st;
         KILN_OP_CHECK(c, s.nd >= 2 && s.dims[s.nd - 2] == g->lq && s.dims[s.nd - 1] == g->lk, KILN_ERR_SHAPE,
@@ -508,6 +584,18 @@ static inline void st_(void *p, kiln_dtype dt, int64_t i, double x) {
     }
 }
 
+/* 1 / max(L2 norm, eps) of the n elements at p + k * stride (1 when !on). */
+static double rnorm(bool on, double eps, const void *p, kiln_dtype dt, int64_t base, int64_t stride, int64_t n) {
+    if (!on) return 1;
+    double ss = 0;
+    for (int64_t k = 0; k < n; k++) {
+        const double x = ld(p, dt, base + k * stride);
+        ss += x * x;
+    }
+    const double nrm = sqrt(ss);
+    return 1 / (nrm > eps ? nrm : eps);
+}
+
 /* One query row i of batch n into O. */
 static void attend_row(const kiln_attn_geom *g, kiln_dtype dt, const void *Q, const void *K, const void *V,
                        const kiln_tensor *const *B, void *O, int64_t n, int64_t i, double *row, double *acc) {
@@ -516,11 +604,13 @@ static void attend_row(const kiln_attn_geom *g, kiln_dtype dt, const void *Q, co
     int64_t bb[2] = {0, 0};
     for (int s = 0; s < 2; s++)
         if (B[s]) bb[s] = kiln_attn_base(&g->bias[s], n) + i * g->bias[s].rs;
+    const double sc = (double)g->scale * (double)kiln_attn_hs(g, n) *
+                      rnorm(g->q_norm, g->q_eps, Q, dt, qb, g->q.cs, g->d);
     double mx = -INFINITY;
     for (int64_t j = 0; j < g->lk; j++) {
         double dot = 0;
         for (int64_t d = 0; d < g->d; d++) dot += ld(Q, dt, qb + d * g->q.cs) * ld(K, dt, kb + j * g->k.rs + d * g->k.cs);
-        dot *= g->scale;
+        dot *= sc * rnorm(g->k_norm, g->k_eps, K, dt, kb + j * g->k.rs, g->k.cs, g->d);
         for (int s = 0; s < 2; s++)
             if (B[s]) dot += ld(B[s]->data, B[s]->dtype, bb[s] + j * g->bias[s].cs);
         row[j] = dot;
@@ -709,6 +799,64 @@ static int test(void) {
         in[1] = kiln_tensor_clone(NULL, in[0]);
         fails += kiln_optest_sweep("Attention", "q_view=[6,3,0,32];k_view=[6,-1,32,64,2,4,0,1,3,2]", 0, 3, in, 1,
                                    "q and k sliced from one tensor");
+    }
+    /* cosine attention (Swin V2): q and k rows L2-normalized (L2NORM, eps input 5), the
+     * scores times a per-head factor (a tensor SCALE, input 6: (H, 1, 1) = (1, 10)). q = (3, 4)
+     * -> (0.6, 0.8); k rows (1, 0), (0, 2) -> (1, 0), (0, 1); v = (10, 20). Head 0: scores
+     * (0.6, 0.8) -> 10 + 10 * sigmoid(0.2) = 15.498340; head 1: (6, 8) -> 10 + 10 * sigmoid(2)
+     * = 18.807971. */
+    {
+        kiln_tensor *in[7] = {kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 2), KT_VALS(3, 4, 3, 4)),
+                              kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), KT_VALS(1, 0, 0, 2, 1, 0, 0, 2)),
+                              kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 1), KT_VALS(10, 20, 10, 20)), NULL, NULL,
+                              kt_scalar(KILN_F32, 1e-12), kt_make(KILN_F32, 3, KT_DIMS(2, 1, 1), KT_VALS(1, 10))};
+        kiln_tensor *y = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 1), KT_VALS(15.4983401, 18.8079708));
+        fails += kiln_optest("Attention", "q_view=[11,5];k_view=[11,5,2,4,0,1,3,2];s_view=[7,6]", 7, in, 1, &y, 1e-6,
+                             1e-6, "cosine attention by hand: L2NORM on q and k, a per-head scale");
+    }
+    /* an RSCALE tensor divides; a zero row stays zero (x / max(0, eps)): q = 0 gives uniform
+     * weights, (10 + 20) / 2 = 15 in both heads */
+    {
+        kiln_tensor *in[7] = {kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 2), KT_VALS(0, 0, 0, 0)),
+                              kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), KT_VALS(1, 0, 0, 2, 1, 0, 0, 2)),
+                              kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 1), KT_VALS(10, 20, 10, 20)), NULL, NULL,
+                              kt_scalar(KILN_F32, 1e-12), kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 1), KT_VALS(0.5, 4))};
+        kiln_tensor *y = kt_make(KILN_F32, 4, KT_DIMS(1, 2, 1, 1), KT_VALS(15, 15));
+        fails += kiln_optest("Attention", "q_view=[11,5];k_view=[11,5,2,4,0,1,3,2];s_view=[8,6]", 7, in, 1, &y, 1e-6,
+                             1e-6, "cosine attention: a zero q row, an RSCALE tensor");
+    }
+    /* Swin V2's window attention as torchvision writes it (L = 64, D = 32: the flash kernel's
+     * tile): q, k, v gathered from (3, B, H, L, D), q and k normalized (k before its
+     * transpose), the per-head logit scale, the relative-position bias and the shifted-window
+     * mask */
+    {
+        const int64_t B = 4, nW = 2, Lw = 64, Hs = 3;
+        const int64_t s5[5] = {B / nW, nW, Hs, Lw, Lw}, s4[4] = {-1, Hs, Lw, Lw};
+        kiln_tensor *in[9] = {kt_rand(KILN_F32, 5, KT_DIMS(3, B, Hs, Lw, D), -1, 1, 9129), NULL, NULL,
+                              kt_rand(KILN_F32, 3, KT_DIMS(Hs, Lw, Lw), -2, 2, 9130),
+                              kt_rand(KILN_F32, 4, KT_DIMS(nW, 1, Lw, Lw), -3, 0, 9131), shape_t(5, s5), shape_t(4, s4),
+                              kt_scalar(KILN_F32, 1e-12), kt_rand(KILN_F32, 3, KT_DIMS(Hs, 1, 1), 1, 12, 9132)};
+        in[1] = kiln_tensor_clone(NULL, in[0]);
+        in[2] = kiln_tensor_clone(NULL, in[0]);
+        fails += kiln_optest_sweep("Attention",
+                                   "q_view=[3,0,0,11,7];k_view=[3,0,1,11,7,2,4,0,1,3,2];v_view=[3,0,2];"
+                                   "s_view=[7,8,9,0,1,5,0,9,1,1,6,0]",
+                                   0, 9, in, 1, "Swin V2 cosine window attention, logit scale, bias and mask");
+    }
+    /* rejected: L2NORM of a dim that is not the head dim (normalized, then transposed into
+     * the rows); a tensor scale that varies along the keys */
+    {
+        kiln_tensor *in[6] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL), kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL),
+                              kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL), NULL, NULL, kt_scalar(KILN_F32, 1e-12)};
+        fails += kiln_optest_fails("Attention", "q_view=[11,5,2,4,0,1,3,2]", 6, in, 1, KILN_ERR_UNSUPPORTED,
+                                   "L2NORM of Q's rows dim");
+    }
+    {
+        kiln_tensor *in[6] = {kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL), kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL),
+                              kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 2), NULL), NULL, NULL,
+                              kt_make(KILN_F32, 2, KT_DIMS(1, 2), KT_VALS(1, 2))};
+        fails += kiln_optest_fails("Attention", "s_view=[7,5]", 6, in, 1, KILN_ERR_SHAPE,
+                                   "a tensor scale along the keys");
     }
     /* rejected: K's batch differs from Q's; a Reshape that is no view (a merge across a
      * transposed pair of dims) */

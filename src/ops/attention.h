@@ -18,10 +18,16 @@
  *   SCALE p / RSCALE p     the scores are multiplied / divided by node input p's scalar
  *                          (a constant or a shape computation: the sqrt(scale) factors that
  *                          PyTorch's SDPA export puts on q and on k^T)
+ *   L2NORM p               each row (the last dim at this step) divided by max(its L2 norm,
+ *                          eps), eps node input p's scalar: torch's F.normalize(x, dim=-1),
+ *                          Swin V2's cosine attention. The normalized dim must be the head
+ *                          dim D of the operand when the program ends (one stride).
  * After its program Q is (batch..., Lq, D) and K is the product's right operand
  * K^T (batch..., D, Lk), with the same batch dims; V is (batch'..., Lk, Dv).
  * The scores S = scale * Q K^T (batch..., Lq, Lk) then go through s_view: SCALE / RSCALE
- * (before any bias), RESHAPE p (of the batch dims only: Lq and Lk stay last), BIAS slot
+ * (before any bias; at most one of them may hold a tensor instead of a scalar: broadcast onto
+ * S's shape at that step with size 1 in its last two dims, at most KILN_ATTN_MAX_HS
+ * elements: Swin V2's per-head logit scale), RESHAPE p (of the batch dims only: Lq and Lk stay last), BIAS slot
  * (S += input 3 + slot, broadcast onto S's shape at that step: Swin's shifted-window mask
  * is added to S viewed as (B/nW, nW, H, L, L)); the softmax runs over the last axis and
  * its batch dims then are batch' (V's). The output O (batch'..., Lq, Dv) is written through
@@ -43,8 +49,12 @@ enum {
     KILN_ATTN_SCALE = 7,
     KILN_ATTN_RSCALE = 8,
     KILN_ATTN_BIAS = 9,
-    KILN_ATTN_SLICE_P = 10
+    KILN_ATTN_SLICE_P = 10,
+    KILN_ATTN_L2NORM = 11
 };
+
+/* Elements of a tensor-valued SCALE step in s_view (a factor per head, say). */
+#define KILN_ATTN_MAX_HS 64
 
 /* The first value input (Reshape shapes, scale factors): inputs 0-2 are Q, K, V, 3-4 the
  * optional biases. */
@@ -62,6 +72,13 @@ typedef struct kiln_attn_addr {
 typedef struct kiln_attn_geom {
     int64_t nbatch, lq, lk, d, dv;
     float scale;
+    /* Q's / K's rows divided by max(L2 norm, eps) when *_norm (eps *_eps > 0 or 0) */
+    bool q_norm, k_norm;
+    float q_eps, k_eps;
+    /* a tensor-valued scale: batch n's scores times hs[kiln_attn_base(&hsa, n)] (n_hs > 0) */
+    int n_hs;
+    float hs[KILN_ATTN_MAX_HS];
+    kiln_attn_addr hsa;
     kiln_attn_addr q, k, v, o, bias[2]; /* k: row j, column d (of K, not K^T) */
     bool has_bias[2];
     int out_ndim;
@@ -81,6 +98,11 @@ static inline int64_t kiln_attn_base(const kiln_attn_addr *a, int64_t n) {
         n /= a->bdims[i];
     }
     return off;
+}
+
+/* Batch n's factor of a tensor-valued scale (1 when there is none). */
+static inline float kiln_attn_hs(const kiln_attn_geom *g, int64_t n) {
+    return g->n_hs > 0 ? g->hs[kiln_attn_base(&g->hsa, n)] : 1.0f;
 }
 
 #endif

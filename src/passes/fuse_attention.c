@@ -6,12 +6,15 @@
  * Matched, whatever the exporter (torch's MHA / SDPA export in ViT, Swin's and MaxViT's
  * written-out attention, hand-built graphs):
  *
- *   S = MatMul(Qv, Kv)  [-> Mul / Div by a scalar]  [-> Add bias, Reshape of the batch
+ *   S = MatMul(Qv, Kv)  [-> Mul / Div by a scalar, or by one tensor of per-head factors
+ *       (size 1 in the last two dims: Swin V2's logit scale)]  [-> Add bias, Reshape of the batch
  *       dims, Add bias]  -> Softmax (last axis)  [-> Reshape]  -> MatMul(., Vv) -> O
  *
  * where Qv, Kv and Vv are each a chain of views (Reshape, Transpose, Gather with a scalar
  * index, Squeeze, Unsqueeze, Slice with step 1, Split, Identity; on Qv and Kv also a Mul /
- * Div by a scalar, the sqrt(scale) that torch's SDPA export puts on q and on k^T) of a real
+ * Div by a scalar, the sqrt(scale) that torch's SDPA export puts on q and on k^T, and
+ * torch's F.normalize(x, dim=-1) as ReduceL2 -> Clip -> [Expand ->] Div, Swin V2's cosine
+ * attention, when the normalized dim is the head dim) of a real
  * producer's output, and O is followed by a chain of Transpose / Reshape / Squeeze /
  * Unsqueeze (the head merge). The scalars must be known when a plan is built (constants or
  * computed from shapes: they become value inputs of the node); the intermediate values
@@ -108,6 +111,24 @@ static bool same_dims(const kiln_tensor *a, const kiln_tensor *b) {
     return true;
 }
 
+/* v is a float tensor (the same in both probes) of at most KILN_ATTN_MAX_HS elements that
+ * broadcasts onto the scores s (rank `rank`) with size 1 in their last two dims: a factor
+ * per batch index (Swin V2's per-head logit scale). */
+static bool batch_factor(const ctx *x, int v, int s) {
+    const kiln_tensor *a = probe(x, 0, v), *b = probe(x, 1, v);
+    if (!same_dims(a, b) || !kiln_dtype_is_float(a->dtype) || kiln_numel(a->ndim, a->dims) > KILN_ATTN_MAX_HS)
+        return false;
+    for (int p = 0; p < 2; p++) {
+        const kiln_tensor *sc = probe(x, p, s);
+        if (sc->ndim < 2 || a->ndim > sc->ndim) return false;
+        for (int d = 0; d < a->ndim; d++) {
+            const int sd = d + sc->ndim - a->ndim;
+            if (a->dims[d] != 1 && (sd >= sc->ndim - 2 || a->dims[d] != sc->dims[sd])) return false;
+        }
+    }
+    return true;
+}
+
 static int param(match *mt, int v) {
     for (int i = 0; i < mt->n_params; i++)
         if (mt->params[i] == v) return KILN_ATTN_FIRST_PARAM + i;
@@ -143,6 +164,58 @@ static bool axes_of(const ctx *x, const kiln_node *n, int64_t *axes, int *na, bo
         return true;
     }
     return const_ints(x, in1, axes, KILN_MAX_DIMS, na);
+}
+
+/* The node producing v when it is op (and v's only reader is `reader`), else NULL. */
+static const kiln_node *producer_is(const ctx *x, int v, const char *op, int reader) {
+    if (v < 0 || x->prod[v] < 0 || kiln_pass_single_consumer(x->m, v) != reader) return NULL;
+    const kiln_node *n = &x->m->nodes[x->prod[v]];
+    return kiln_pass_is(n, op) ? n : NULL;
+}
+
+/* Div node p (output rank `rank`) as torch's F.normalize(x, dim=-1): x / Expand(Clip(
+ * ReduceL2(x, axes=[-1], keepdims=1), min=eps)) (the Expand optional, Max(norm, eps) for the
+ * Clip); *x_out its x, *eps the value holding eps (a scalar known at plan time). */
+static bool l2_normalize(ctx *x, int p, int rank, int *x_out, int *eps) {
+    const kiln_node *n = &x->m->nodes[p];
+    /* op-pattern: F.normalize as torch.onnx writes it (ReduceL2 -> Clip -> Expand -> Div) */
+    if (!kiln_pass_is(n, "Div") || n->n_in != 2 || n->in[0] < 0 || n->in[1] < 0) return false;
+    int den = n->in[1], reader = p;
+    const kiln_node *e = producer_is(x, den, "Expand", reader);
+    if (e) {
+        reader = x->prod[den];
+        den = e->in[0];
+    }
+    const kiln_node *cl = producer_is(x, den, "Clip", reader), *mx = cl ? NULL : producer_is(x, den, "Max", reader);
+    int ev = -1, nv = -1;
+    if (cl) { /* opset 11+: min as input 1, no max */
+        if (cl->opset < 11 || cl->n_in < 2 || kiln_pass_opt_in(cl, 2) >= 0) return false;
+        nv = cl->in[0];
+        ev = cl->in[1];
+    } else if (mx && mx->n_in == 2) {
+        for (int s = 0; s < 2 && nv < 0; s++)
+            if (mx->in[s] >= 0 && x->prod[mx->in[s]] >= 0 && kiln_pass_is(&x->m->nodes[x->prod[mx->in[s]]], "ReduceL2")) {
+                nv = mx->in[s];
+                ev = mx->in[1 - s];
+            }
+    } else {
+        return false;
+    }
+    if (ev < 0 || nv < 0 || !scalar(x, ev, rank) || !plan_known(x, ev, 0)) return false;
+    const kiln_node *r = producer_is(x, nv, "ReduceL2", x->prod[den]);
+    if (!r || r->in[0] != n->in[0] || kiln_attr_int(r, "keepdims", 1) != 1 ||
+        kiln_attr_int(r, "noop_with_empty_axes", 0) != 0)
+        return false;
+    int64_t axes[KILN_MAX_DIMS];
+    int na = 0;
+    bool absent = false;
+    if (!axes_of(x, r, axes, &na, &absent) || absent || na != 1 || (axes[0] != -1 && axes[0] != rank - 1)) return false;
+    /* the quotient has x's shape (no broadcast of x up) */
+    for (int pp = 0; pp < 2; pp++)
+        if (!same_dims(probe(x, pp, n->in[0]), probe(x, pp, n->out[0]))) return false;
+    *x_out = n->in[0];
+    *eps = ev;
+    return true;
 }
 
 /* The view step(s) of the node producing v, into r; false when it is no view step. */
@@ -294,6 +367,17 @@ static bool view_step(ctx *x, match *mt, int v, bool allow_scale, rec *r) {
         r->nops = 4;
         return true;
     }
+    /* q's or k's rows L2-normalized (Swin V2's cosine attention) */
+    int xv = -1, ev = -1;
+    if (allow_scale && l2_normalize(x, p, probe(x, 0, v)->ndim, &xv, &ev)) {
+        const int pi = param(mt, ev);
+        if (pi < 0) return false;
+        r->from = xv;
+        o[0] = KILN_ATTN_L2NORM;
+        o[1] = pi;
+        r->nops = 2;
+        return true;
+    }
     /* op-pattern: a Mul / Div by a scalar on q or k */
     if (allow_scale && (kiln_pass_is(n, "Mul") || kiln_pass_is(n, "Div")) && n->n_in == 2 && n->in[1] >= 0) {
         const bool div = kiln_pass_is(n, "Div");
@@ -390,7 +474,7 @@ static bool score_chain(ctx *x, match *mt, int sm) {
     int cur = x->m->nodes[sm].in[0], next = sm;
     int64_t back[128];
     int nb = 0;
-    bool seen_scale = false;
+    bool seen_scale = false, seen_tensor = false;
     int biases[2], nbias = 0;
     for (int guard = 0; guard < 12; guard++) {
         if (cur < 0 || kiln_pass_single_consumer(x->m, cur) != next) return false;
@@ -452,9 +536,13 @@ static bool score_chain(ctx *x, match *mt, int sm) {
             const int rank = probe(x, 0, cur)->ndim;
             for (int s = div ? 1 : 0; s < 2 && from < 0; s++) {
                 const int sv = n->in[s];
-                if (sv < 0 || n->in[1 - s] < 0 || !scalar(x, sv, rank) || !plan_known(x, sv, 0) ||
-                    !same_dims(probe(x, 0, n->in[1 - s]), probe(x, 0, cur)))
+                if (sv < 0 || n->in[1 - s] < 0 || !plan_known(x, sv, 0) ||
+                    !same_dims(probe(x, 0, n->in[1 - s]), probe(x, 0, cur)) ||
+                    !same_dims(probe(x, 1, n->in[1 - s]), probe(x, 1, cur)))
                     continue;
+                /* a scalar, or one tensor of per-batch factors (the op checks it is one) */
+                if (!scalar(x, sv, rank) && (seen_tensor || !batch_factor(x, sv, cur))) continue;
+                if (!scalar(x, sv, rank)) seen_tensor = true;
                 const int pi = param(mt, sv);
                 if (pi < 0) return false;
                 step[ns++] = div ? KILN_ATTN_RSCALE : KILN_ATTN_SCALE;

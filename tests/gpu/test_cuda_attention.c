@@ -1,8 +1,8 @@
 /* test_cuda_attention.c — kiln.Attention in whole models on CUDA (label gpu).
  *
- *   test_cuda_attention DATA_DIR   (tests/data: attn_{vit,swin,maxvit}_tiny.onnx, the
+ *   test_cuda_attention DATA_DIR   (tests/data: attn_{vit,swin,maxvit,swinv2}_tiny.onnx, the
  *                                   torchvision exports of tests/test_fuse_attention.c;
- *                                   attn_{vit,swin}_d32.onnx, below)
+ *                                   attn_{vit,swin,swinv2}_d32.onnx, below)
  *
  * The _d32 exports have head dim 32, which attention_flash.cu takes (the tiny ones have 16
  * and 8): with --flash (ctest cuda_attention_flash) this sets KILN_CUDA_FLASH_ATTN=1 (the
@@ -13,6 +13,11 @@
  *                     mlp_dim=64, num_classes=10)      (L = 65: two key tiles of 64)
  *   SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2], num_heads=[1],
  *                   window_size=[4, 4], num_classes=10)  (L = 16, the shifted-window mask)
+ *   SwinTransformer(patch_size=[4, 4], embed_dim=64, depths=[2], num_heads=[2],
+ *                   window_size=[4, 4], num_classes=10, mlp_ratio=1.0,
+ *                   block=SwinTransformerBlockV2, downsample_layer=PatchMergingV2)
+ *                   (Swin V2's cosine attention, head dim 32; torch.manual_seed(1), the
+ *                   blocks' logit scales log([2, 3.5]), the classifier's weights N(0, 0.5))
  * (the ViT's classifier, which torchvision initializes to zeros, then given random weights:
  * an all-zero output checks nothing, and compare() fails on one)
  *
@@ -146,6 +151,8 @@ int main(int argc, char **argv) {
     model(dir, "attn_maxvit_tiny.onnx");
     model(dir, "attn_vit_d32.onnx");
     model(dir, "attn_swin_d32.onnx");
+    model(dir, "attn_swinv2_tiny.onnx");
+    model(dir, "attn_swinv2_d32.onnx");
     printf("%s\n", fails ? "FAILED" : "all cuda attention checks passed");
     kiln_context_free(ctx);
     return fails ? 1 : 0;
