@@ -114,6 +114,7 @@ kiln_status kiln_pass_roll(kiln_model *m, bool *changed) {
             kiln_pass_single_consumer(m, c->in[1]) != i)
             continue;
         const kiln_node *s0 = &m->nodes[p0], *s1 = &m->nodes[p1];
+        /* op-pattern: both of the Concat's inputs Slices of one x */
         if (!kiln_pass_is(s0, "Slice") || !kiln_pass_is(s1, "Slice") || s0->n_in < 1 || s1->n_in < 1 ||
             s0->in[0] < 0 || s0->in[0] != s1->in[0] || s0->n_out != 1 || s1->n_out != 1)
             continue;
