@@ -18,6 +18,8 @@
  *     (count), outputs within 1e-5 relative of the unfused graph at batch 2; and the
  *     plan of the fused ViT runs no Transpose or Gather (the q/k/v chains that Shape
  *     nodes still read are pruned after folding).
+ *   - the Swin exports' torch.rolls as kiln.Roll (kiln_pass_roll, which the layout pass runs
+ *     for device plans): two nodes of two axes each, bit for bit the same outputs.
  * Exits non-zero on any failure. */
 #include "check.h"
 #include "core/optest.h"
@@ -238,6 +240,50 @@ done:
     kiln_model_free(m);
 }
 
+/* kiln_pass_roll (the layout pass runs it for device plans) on a Swin export: each shifted
+ * block's two torch.rolls (Slice - Slice - Concat on H, then on W, forward and back) become
+ * `want` kiln.Roll nodes of two axes each, no Slice of the rolls left, bit for bit the same
+ * outputs on the CPU. */
+static void rolls(const char *dir, const char *file, int want) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    printf("-- %s: rolls\n", file);
+    kiln_model *m = NULL, *opt = NULL, *ref = NULL;
+    const kiln_pass_options off = {.device = KILN_DEVICE_CPU, .disabled = ~0u};
+    kiln_status st = kiln_model_load_onnx(ctx, path, &m);
+    if (!st) st = kiln_passes_apply(m, &off, &ref);
+    if (!st) st = kiln_passes_apply(m, &off, &opt);
+    bool changed = false;
+    if (!st) st = kiln_pass_roll(opt, &changed);
+    kiln_tensor *vt = NULL; /* (the op indices of the rewritten nodes, as the pass pipeline sets them) */
+    if (!st) st = kiln_pass_infer_types(opt, &vt);
+    free(vt);
+    CHECK(!st, "%s: %s", file, kiln_context_message(ctx));
+    if (!st) {
+        int n = 0, two = 0;
+        for (int i = 0; i < opt->n_nodes; i++) {
+            const kiln_node *nd = &opt->nodes[i];
+            if (strcmp(nd->op_type, "Roll") != 0 || strcmp(nd->domain, "kiln") != 0) continue;
+            int na = 0;
+            kiln_attr_ints(nd, "axes", &na);
+            n++;
+            two += na == 2;
+        }
+        const int c0 = count(ref, "", "Concat"), c1 = count(opt, "", "Concat"), s0 = count(ref, "", "Slice"),
+                  s1 = count(opt, "", "Slice");
+        printf("%s: %d kiln.Roll (%d of two axes); Concat %d -> %d, Slice %d -> %d\n", file, n, two, c0, c1, s0, s1);
+        CHECK(changed && n == want && two == want && c1 == c0 - 2 * want && s1 == s0 - 4 * want,
+              "%s: %d kiln.Roll (%d of two axes), want %d; Concat %d -> %d, Slice %d -> %d", file, n, two, want, c0, c1,
+              s0, s1);
+        kiln_tensor *x = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 32, 32), -1, 1, 48);
+        same_function(file, ref, opt, &x, 0, 0, NULL);
+        kiln_tensor_free(x);
+    }
+    kiln_model_free(opt);
+    kiln_model_free(ref);
+    kiln_model_free(m);
+}
+
 /* The precision pass (fp16, all passes on) on an export: every kiln.Attention reads Q, K, V
  * and writes its output in f16, with no Cast in front of those inputs nor after it (the
  * softmax runs in f32 inside the op); a plain Softmax stays f32 (test_precision). */
@@ -333,6 +379,8 @@ int main(int argc, char **argv) {
     fp16_policy(data, "attn_vit_tiny.onnx");
     fp16_policy(data, "attn_swin_tiny.onnx");
     fp16_policy(data, "attn_swinv2_tiny.onnx");
+    rolls(data, "attn_swin_tiny.onnx", 2);
+    rolls(data, "attn_swinv2_tiny.onnx", 2);
     printf("%s\n", fails ? "FAILED" : "all fuse-attention checks passed");
     kiln_context_free(ctx);
     return fails ? 1 : 0;

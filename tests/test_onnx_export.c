@@ -587,6 +587,8 @@ static void kiln_ops(const char *tmp) {
         {"LogSoftmaxNLL", "", 3, {KILN_F16, KILN_I64, KILN_F32}, {2, 1, 1}, {{4, 10}, {4}, {10}}, 1, "LogSoftmax", 0},
         {"ChannelShuffle", "groups=2", 1, {KILN_F32}, {4}, {{2, 6, 3, 4}}, 1, "Transpose", 1},
         {"ChannelShuffle", "groups=3", 1, {KILN_I64}, {4}, {{1, 12, 2, 1}}, 1, "Transpose", 1},
+        {"Roll", "axes=[1,2];shifts=[-1,2]", 1, {KILN_F32}, {4}, {{2, 6, 3, 4}}, 1, "Slice", 1},
+        {"Roll", "axes=[-1];shifts=[3]", 1, {KILN_I64}, {3}, {{2, 3, 5}}, 1, "Concat", 1},
         {"ConcatAffine", "relu=1", 4, {KILN_F32, KILN_F32, KILN_F32, KILN_F32}, {1, 1, 4, 4},
          {{7}, {7}, {2, 3, 4, 5}, {2, 4, 4, 5}}, 1, "Concat", 0},
         {"ConcatAffine", "", 3, {KILN_F32, KILN_F32, KILN_F64}, {1, 1, 2}, {{3}, {3}, {4, 3}}, 1, "Cast", 0},

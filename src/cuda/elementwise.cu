@@ -534,6 +534,19 @@ bool contiguous(const kiln_cuda_bcast &p, int k) {
     return true;
 }
 
+/* The broadcast kernels' dims and both operands' strides. */
+BcastArgs bcast_args(const kiln_cuda_bcast &p) {
+    BcastArgs g;
+    memset(&g, 0, sizeof g);
+    g.nd = p.nd;
+    for (int d = 0; d < p.nd; d++) {
+        g.dims[d] = p.dims[d];
+        g.sa[d] = p.st[0][d];
+        g.sb[d] = p.st[1][d];
+    }
+    return g;
+}
+
 template <typename T, int OP>
 kiln_status launch_binary_op(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *a,
                              const kiln_tensor *b, kiln_tensor *y) {
@@ -558,14 +571,7 @@ kiln_status launch_binary_op(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor
         launch_pixel_channel<T, OP, false>(cu, bp, ap, yp, n, p.dims[2], p.dims[1] * p.dims[2]);
         KILN_CUDA_LAUNCHED(ctx, "binary_pixel_channel");
     } else if (inner_vectorizable(p, VecOf<T>::N, ap, bp, yp)) {
-        BcastArgs g;
-        memset(&g, 0, sizeof g);
-        g.nd = p.nd;
-        for (int d = 0; d < p.nd; d++) {
-            g.dims[d] = p.dims[d];
-            g.sa[d] = p.st[0][d];
-            g.sb[d] = p.st[1][d];
-        }
+        const BcastArgs g = bcast_args(p);
         const int64_t nv = n / VecOf<T>::N, inner_dim = p.dims[p.nd - 1];
         const unsigned blocks = kiln_cuda_blocks(cu, nv, THREADS);
         if (n < ((int64_t)1 << 31))
@@ -583,14 +589,7 @@ kiln_status launch_binary_op(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor
             bp, ap, yp, n, inner, C);
         KILN_CUDA_LAUNCHED(ctx, "binary_channel");
     } else {
-        BcastArgs g;
-        memset(&g, 0, sizeof g);
-        g.nd = p.nd;
-        for (int d = 0; d < p.nd; d++) {
-            g.dims[d] = p.dims[d];
-            g.sa[d] = p.st[0][d];
-            g.sb[d] = p.st[1][d];
-        }
+        const BcastArgs g = bcast_args(p);
         binary_general<T, OP><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
             ap, bp, yp, n, g);
         KILN_CUDA_LAUNCHED(ctx, "binary_general");

@@ -160,6 +160,43 @@ kiln_status launch_channel_shuffle(kiln_cuda *cu, kiln_context *ctx, const void 
     return KILN_OK;
 }
 
+/* ----------------------------------------------------------------------- roll */
+
+/* kiln.Roll in storage order: nd outer dims (rolled or not) over rows of `inner` units
+ * (the trailing dims that are not rolled, in units of U); output unit i = (o, r) reads
+ * unit (src(o), r), src(o) moving each outer coordinate back by its shift. */
+struct RollArgs {
+    int nd;
+    long long dims[KILN_MAX_DIMS], shift[KILN_MAX_DIMS];
+    long long inner, total;
+};
+
+template <typename U, typename I> __global__ void roll_kernel(const U *x, U *y, RollArgs a) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)a.total; i += (I)gridDim.x * blockDim.x) {
+        const I r = i % (I)a.inner;
+        I o = i / (I)a.inner, src = 0, mul = 1;
+        for (int d = a.nd - 1; d >= 0; d--) {
+            const I n = (I)a.dims[d], c = o % n;
+            o /= n;
+            I sc = c + n - (I)a.shift[d]; /* shift in [0, n) */
+            if (sc >= n) sc -= n;
+            src += sc * mul;
+            mul *= n;
+        }
+        y[i] = x[src * (I)a.inner + r];
+    }
+}
+
+template <typename U> kiln_status launch_roll(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, RollArgs a) {
+    const unsigned blocks = kiln_cuda_blocks(cu, a.total, THREADS);
+    if (a.total < ((long long)1 << 31))
+        roll_kernel<U, uint32_t><<<blocks, THREADS, 0, cu->stream>>>((const U *)x, (U *)y, a);
+    else
+        roll_kernel<U, int64_t><<<blocks, THREADS, 0, cu->stream>>>((const U *)x, (U *)y, a);
+    KILN_CUDA_LAUNCHED(ctx, "roll_kernel");
+    return KILN_OK;
+}
+
 /* --------------------------------------------------------------------- gather */
 
 template <typename E, typename I>
@@ -748,6 +785,57 @@ extern "C" kiln_status kiln_cuda_k_channel_shuffle(kiln_cuda *cu, kiln_op_ctx *c
     kiln_status st;
     KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_channel_shuffle, cu, c->kctx, x->data, y->data, total, C, g,
                           x->dims[2] * x->dims[3], x->format == KILN_FORMAT_NHWC);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_roll(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    const int r = x->ndim;
+    int na = 0, ns = 0;
+    const int64_t *axes = kiln_attr_ints(c->node, "axes", &na), *shifts = kiln_attr_ints(c->node, "shifts", &ns);
+    if (!axes || !shifts || na != ns || r < 1 || r > KILN_MAX_DIMS)
+        return kiln_fail(c->kctx, KILN_ERR_INVALID_ARGUMENT, "Roll node '%s': bad axes / shifts", c->node->name);
+    int64_t lsh[KILN_MAX_DIMS] = {0};
+    for (int k = 0; k < na; k++) {
+        int64_t a = axes[k];
+        if (!kiln_norm_axis(&a, r))
+            return kiln_fail(c->kctx, KILN_ERR_INVALID_ARGUMENT, "Roll node '%s': axis %lld", c->node->name,
+                             (long long)axes[k]);
+        const int64_t n = x->dims[a];
+        lsh[a] = n ? (shifts[k] % n + n) % n : 0;
+    }
+    const int64_t total = kiln_tensor_numel(y);
+    if (total == 0) return KILN_OK;
+    /* storage order: an NHWC tensor's logical (N, C, H, W) dims lie as (N, H, W, C) */
+    static const int nhwc_order[4] = {0, 2, 3, 1};
+    const bool nhwc = r == 4 && x->format == KILN_FORMAT_NHWC;
+    int64_t dims[KILN_MAX_DIMS], sh[KILN_MAX_DIMS];
+    for (int d = 0; d < r; d++) {
+        const int l = nhwc ? nhwc_order[d] : d;
+        dims[d] = x->dims[l];
+        sh[d] = lsh[l];
+    }
+    /* the trailing dims not rolled are one row, copied in units of up to 16 bytes */
+    int nd = r;
+    int64_t inner = 1;
+    while (nd > 0 && sh[nd - 1] == 0) inner *= dims[--nd];
+    const size_t es = kiln_dtype_size(x->dtype);
+    size_t unit = es;
+    while (unit < 16 && (inner * (int64_t)es) % (int64_t)(unit * 2) == 0 && (uintptr_t)x->data % (unit * 2) == 0 &&
+           (uintptr_t)y->data % (unit * 2) == 0)
+        unit *= 2;
+    RollArgs a = {};
+    a.nd = nd;
+    for (int d = 0; d < nd; d++) {
+        a.dims[d] = dims[d];
+        a.shift[d] = sh[d];
+    }
+    a.inner = inner * (int64_t)es / (int64_t)unit;
+    a.total = total * (int64_t)es / (int64_t)unit;
+    kiln_status st;
+    if (unit == 16) st = launch_roll<uint4>(cu, c->kctx, x->data, y->data, a);
+    else KILN_CU_SIZE_DISPATCH(st, c->kctx, unit, launch_roll, cu, c->kctx, x->data, y->data, a);
     return st;
 }
 

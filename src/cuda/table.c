@@ -615,7 +615,7 @@ static bool sup_elements(const kiln_op_ctx *c, char *why, size_t n) {
     return false;
 }
 
-/* kiln.ChannelShuffle: X and Y in one layout, any element size. */
+/* kiln.ChannelShuffle and kiln.Roll: X and Y in one layout, any element size. */
 static bool sup_channel_shuffle(const kiln_op_ctx *c, char *why, size_t n) {
     return sup_elements(c, why, n) && same_layout(c, why, n);
 }
@@ -1236,6 +1236,7 @@ static const entry table[] = {
     {"Dropout", kiln_cuda_k_dropout, sup_dropout, NULL, true},
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL, true},
     {"kiln.ChannelShuffle", kiln_cuda_k_channel_shuffle, sup_channel_shuffle, NULL, true},
+    {"kiln.Roll", kiln_cuda_k_roll, sup_channel_shuffle, NULL, true},
     {"kiln.Attention", kiln_cuda_k_attention, kiln_cuda_sup_attention, NULL, false},
     {"kiln.ConcatAffine", kiln_cuda_k_concat_affine, kiln_cuda_sup_concat_affine, NULL, true},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, true}, /* 4-D NHWC in and out */

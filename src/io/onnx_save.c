@@ -18,7 +18,8 @@
  *     initializers), kiln.LogSoftmaxNLL as [Cast to f32] LogSoftmax +
  *     NegativeLogLikelihoodLoss, kiln.ToNHWC as [Cast] [Pad] or Identity, kiln.ToNCHW as
  *     Identity (layouts are memory only: dims and initializer bytes are always NCHW),
- *     kiln.ChannelShuffle as Reshape - Transpose - Shape + Reshape, kiln.ConcatAffine as
+ *     kiln.ChannelShuffle as Reshape - Transpose - Shape + Reshape, kiln.Roll as
+ *     Slice - Slice - Concat per axis (torch.roll's export), kiln.ConcatAffine as
  *     Concat - Mul - Add [- Relu] (S and T reshaped to (C,1,...) [and cast to Y's dtype]),
  *     kiln.Attention as its view programs' ops around MatMul - [Mul] - Softmax - MatMul
  *     (save_attention). The
@@ -54,7 +55,7 @@ extern const kiln_op_def kiln_op_add, kiln_op_cast, kiln_op_conv, kiln_op_gemm, 
     kiln_op_negative_log_likelihood_loss, kiln_op_pad;
 extern const kiln_op_def kiln_op_fused_conv, kiln_op_fused_gemm, kiln_op_fused_elementwise, kiln_op_log_softmax_nll,
     kiln_op_to_nhwc, kiln_op_to_nchw;
-extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_shape, kiln_op_channel_shuffle;
+extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_shape, kiln_op_channel_shuffle, kiln_op_roll;
 extern const kiln_op_def kiln_op_concat, kiln_op_mul, kiln_op_relu, kiln_op_concat_affine;
 extern const kiln_op_def kiln_op_attention, kiln_op_matmul, kiln_op_softmax, kiln_op_div, kiln_op_gather,
     kiln_op_squeeze, kiln_op_unsqueeze, kiln_op_slice;
@@ -671,6 +672,51 @@ static void save_channel_shuffle(saver *s, const kiln_node *n, const char *where
     emit(s, kiln_op_reshape.name, n->name, 2, in2, 1, &y);
 }
 
+static void attr_ints(saver *s, Onnx__NodeProto *np, const char *name, int n, const int64_t *v);
+
+/* kiln.Roll(X; axes, shifts): per axis a with shift t, Concat(Slice(X, -t, INT64_MAX, a),
+ * Slice(X, 0, -t, a); axis a), torch.roll's export (|t| below the axis's size, which the op
+ * requires). */
+static void save_roll(saver *s, const kiln_node *n, const char *where) {
+    int na = 0, ns = 0;
+    const int64_t *axes = kiln_attr_ints(n, "axes", &na), *shifts = kiln_attr_ints(n, "shifts", &ns);
+    if (!axes || !shifts || na != ns || na < 1) {
+        s->st = kiln_fail(s->ctx, KILN_ERR_GRAPH, "saving ONNX: %s: bad axes / shifts", where);
+        return;
+    }
+    const char *x = vname(s, n->in[0]), *yname = vname(s, n->out[0]);
+    for (int k = 0; k < na && !failed(s); k++) {
+        const int64_t b = -shifts[k], big = INT64_MAX, zero = 0, one = 1;
+        const char *part[2] = {fresh_name(s, yname), fresh_name(s, yname)};
+        const int64_t starts[2] = {b, zero}, ends[2] = {big, b};
+        for (int p = 0; p < 2 && !failed(s); p++) {
+            char what[32];
+            snprintf(what, sizeof what, "Slice%d_%d", k, p);
+            if (s->m->opset < 10) {
+                Onnx__NodeProto *np = emit(s, kiln_op_slice.name, piece_name(s, n->name, what), 1, &x, 1, &part[p]);
+                if (!np) return;
+                attr_ints(s, np, "starts", 1, &starts[p]);
+                attr_ints(s, np, "ends", 1, &ends[p]);
+                attr_ints(s, np, "axes", 1, &axes[k]);
+            } else {
+                const char *in[5] = {x, ints_init(s, 1, &starts[p], "roll_start"), ints_init(s, 1, &ends[p], "roll_end"),
+                                     ints_init(s, 1, &axes[k], "roll_axis"), ints_init(s, 1, &one, "roll_step")};
+                if (failed(s)) return;
+                emit(s, kiln_op_slice.name, piece_name(s, n->name, what), 5, in, 1, &part[p]);
+            }
+        }
+        if (failed(s)) return;
+        const char *out = k == na - 1 ? yname : fresh_name(s, yname);
+        char what[32];
+        snprintf(what, sizeof what, "Concat%d", k);
+        Onnx__NodeProto *np = emit(s, kiln_op_concat.name, k == na - 1 ? n->name : piece_name(s, n->name, what), 2, part,
+                                   1, &out);
+        if (!np) return;
+        attr_int(s, np, "axis", axes[k]);
+        x = out;
+    }
+}
+
 /* kiln.ConcatAffine(S, T, X...) relu = Relu?(Concat(X...; axis 1) * S' + T'), S' and T' = S
  * and T reshaped to (C, 1, ...) (Y's rank - 1) [and cast to Y's dtype]. */
 static void save_concat_affine(saver *s, const kiln_node *n, const char *where) {
@@ -931,6 +977,7 @@ static void save_node(saver *s, const kiln_node *n, int index) {
         if (d == &kiln_op_to_nhwc) return save_layout_convert(s, n, true, where);
         if (d == &kiln_op_to_nchw) return save_layout_convert(s, n, false, where);
         if (d == &kiln_op_channel_shuffle) return save_channel_shuffle(s, n, where);
+        if (d == &kiln_op_roll) return save_roll(s, n, where);
         if (d == &kiln_op_concat_affine) return save_concat_affine(s, n, where);
         if (d == &kiln_op_attention) return save_attention(s, n, where);
     }

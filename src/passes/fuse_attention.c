@@ -186,6 +186,7 @@ static bool l2_normalize(ctx *x, int p, int rank, int *x_out, int *eps) {
         reader = x->prod[den];
         den = e->in[0];
     }
+    /* op-pattern: the norm's lower bound, Clip(norm, eps) or Max(norm, eps) */
     const kiln_node *cl = producer_is(x, den, "Clip", reader), *mx = cl ? NULL : producer_is(x, den, "Max", reader);
     int ev = -1, nv = -1;
     if (cl) { /* opset 11+: min as input 1, no max */

@@ -58,7 +58,9 @@
  *     is NHWC. kiln.ConvGradInput goes NHWC also when only its forward X is (an NCHW dY
  *     converted), so X, W and dY always share a layout.
  *   - Channel shuffles: before anything else, Reshape (N, g, C/g, H, W) - Transpose
- *     (0, 2, 1, 3, 4) - Reshape back becomes one kiln.ChannelShuffle (channel_shuffle.c).
+ *     (0, 2, 1, 3, 4) - Reshape back becomes one kiln.ChannelShuffle (channel_shuffle.c);
+ *     torch.roll's Slice - Slice - Concat, one kiln.Roll (roll.c), which follows its
+ *     input's layout as ChannelShuffle does.
  *   - Transpose between the logical order and channels-last (ConvNeXt's permute(0,2,3,1)
  *     before its LayerNorm and Linears, permute(0,3,1,2) after): perm (0,2,3,1) reads an
  *     NHWC input as it is (no kiln.ToNCHW: its bytes are the output's), and perm (0,3,1,2)
@@ -595,6 +597,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
     /* 0. Channel shuffles as one node that runs in either layout; a split that gathers
      * from the input before its Transpose. */
     kiln_status st0 = kiln_pass_channel_shuffle(m, changed);
+    if (!st0) st0 = kiln_pass_roll(m, changed);
     if (!st0) st0 = split_before_transpose(m, changed);
     if (st0) return st0;
     const int nv = m->n_values, nn = m->n_nodes;

@@ -146,6 +146,9 @@ bool kiln_pass_conv_bn_prologue_env(void);
 /* Reshape-Transpose-Reshape channel shuffles as kiln.ChannelShuffle (channel_shuffle.c; the
  * layout pass runs it first). */
 kiln_status kiln_pass_channel_shuffle(kiln_model *m, bool *changed);
+/* torch.roll's Slice - Slice - Concat as kiln.Roll, rolls in a row merged (roll.c; the
+ * layout pass runs it for device plans). */
+kiln_status kiln_pass_roll(kiln_model *m, bool *changed);
 kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
 /* A training BN -> Relu -> MaxPool with picks as kiln.BnReluMaxPool (fuse_pool.c; runs last,
  * after fuse-bn and conv-bn-stats, under KILN_PASS_FUSE_POOL). */
