@@ -152,6 +152,85 @@ static void test_plan(kiln_context *ctx) {
     kiln_model_free(m);
 }
 
+/* A Pad of zeros and a Slice that keeps every element (a pad to a multiple of the window and
+ * the crop back, as torchvision's Swin writes them when the sizes already are multiples)
+ * share their input's storage and run nothing; a real Pad and a reversing full-size Slice
+ * (same shape, step -1) keep their own buffers and compute. x -> Relu r; p = Pad(r, 0);
+ * s = Slice(p, axis 2 whole) -> Relu y; t = Pad(r, 1 row on H); u = Slice(r, axis 3 reversed). */
+static void i64_init(kiln_model *m, const char *name, int n, const int64_t *v) {
+    kiln_tensor *t = NULL;
+    kiln_tensor_create(m->ctx, KILN_I64, 1, (int64_t[]){n}, &t);
+    if (!t) return;
+    memcpy(kiln_tensor_data(t), v, (size_t)n * sizeof *v);
+    kiln_model_add_initializer(m, name, t);
+    kiln_tensor_free(t);
+}
+
+static void test_plan_alias_pad_slice(kiln_context *ctx) {
+    const int64_t B = 2, C = 3, H = 4, W = 5;
+    kiln_model *m = NULL;
+    CHECK(kiln_model_create(ctx, &m) == KILN_OK, "model");
+    if (!m) return;
+    kiln_model_add_input(m, "x", KILN_F32, 4, (int64_t[]){-1, C, H, W});
+    i64_init(m, "zero_pads", 8, (int64_t[]){0, 0, 0, 0, 0, 0, 0, 0});
+    i64_init(m, "row_pads", 8, (int64_t[]){0, 0, 1, 0, 0, 0, 0, 0});
+    i64_init(m, "s0", 1, (int64_t[]){0});
+    i64_init(m, "big", 1, (int64_t[]){INT64_MAX});
+    i64_init(m, "ax2", 1, (int64_t[]){2});
+    i64_init(m, "ax3", 1, (int64_t[]){3});
+    i64_init(m, "last", 1, (int64_t[]){-1});
+    i64_init(m, "before", 1, (int64_t[]){INT64_MIN});
+    i64_init(m, "back", 1, (int64_t[]){-1});
+    kiln_model_add_node(m, "Relu", "relu1", 1, (const char *[]){"x"}, 1, (const char *[]){"r"}, NULL);
+    kiln_model_add_node(m, "Pad", "pad0", 2, (const char *[]){"r", "zero_pads"}, 1, (const char *[]){"p"}, NULL);
+    kiln_model_add_node(m, "Slice", "crop", 4, (const char *[]){"p", "s0", "big", "ax2"}, 1, (const char *[]){"s"}, NULL);
+    kiln_model_add_node(m, "Relu", "relu2", 1, (const char *[]){"s"}, 1, (const char *[]){"y"}, NULL);
+    kiln_model_add_node(m, "Pad", "pad1", 2, (const char *[]){"r", "row_pads"}, 1, (const char *[]){"t"}, NULL);
+    kiln_model_add_node(m, "Slice", "flip", 5, (const char *[]){"r", "last", "before", "ax3", "back"}, 1,
+                        (const char *[]){"u"}, NULL);
+    kiln_model_add_output(m, "y");
+    kiln_model_add_output(m, "t");
+    kiln_model_add_output(m, "u");
+    kiln_session *se = NULL;
+    kiln_session_options so = {.disable_passes = KILN_PASS_FUSE_ELTWISE};
+    if (kiln_model_finalize(m) || kiln_session_create(m, &so, &se)) {
+        CHECK(false, "session: %s", kiln_context_message(ctx));
+        kiln_model_free(m);
+        return;
+    }
+    kiln_tensor *xt = NULL;
+    kiln_tensor_create(ctx, KILN_F32, 4, (int64_t[]){B, C, H, W}, &xt);
+    float *xd = kiln_tensor_data(xt);
+    const int64_t n = B * C * H * W;
+    for (int64_t i = 0; i < n; i++) xd[i] = (float)((i * 7) % 11) - 5.f;
+    const kiln_tensor *out[3] = {0};
+    kiln_status st = kiln_session_run(se, 1, &xt, 3, out);
+    CHECK(st == KILN_OK, "run: %s", kiln_context_message(ctx));
+    if (!st) {
+        const float *yd = kiln_tensor_data(out[0]), *td = kiln_tensor_data(out[1]), *ud = kiln_tensor_data(out[2]);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float r = xd[i] > 0 ? xd[i] : 0;
+            bad += yd[i] != r;
+            bad += ud[i - i % W + (W - 1 - i % W)] != r;
+            const int64_t w = i % W, h = i / W % H, bc = i / (W * H);
+            bad += td[(bc * (H + 1) + h + 1) * W + w] != r;
+        }
+        for (int64_t bc = 0; bc < B * C; bc++)
+            for (int64_t w = 0; w < W; w++) bad += td[bc * (H + 1) * W + w] != 0;
+        CHECK(bad == 0, "outputs through the aliased Pad and Slice, the real Pad and the reversing Slice (%d wrong)",
+              bad);
+        kiln_plan_stats ps;
+        kiln_session_stats(se, &ps);
+        const size_t one = (size_t)((n * 4 + 63) / 64 * 64), padded = (size_t)((B * C * (H + 1) * W * 4 + 63) / 64 * 64);
+        CHECK(ps.naive_bytes == 3 * one + padded, "buffers %zu bytes, want r (p and s its aliases), y, u and t: %zu",
+              ps.naive_bytes, 3 * one + padded);
+    }
+    kiln_tensor_free(xt);
+    kiln_session_free(se);
+    kiln_model_free(m);
+}
+
 /* An NHWC input is converted to the NCHW the kernels read, into plan-owned memory. */
 /* A kiln.ReduceSumTo that sums nothing (autograd emits one for each operand of a residual
  * Add, before shapes are known) shares its input's storage: no buffer of its own, nothing
@@ -440,6 +519,7 @@ int main(int argc, char **argv) {
     test_tensor_api(ctx);
     test_plan(ctx);
     test_plan_alias_sum_to(ctx);
+    test_plan_alias_pad_slice(ctx);
     test_nhwc_input(ctx);
     test_graph_errors(ctx);
     test_profile(ctx);

@@ -431,10 +431,13 @@ typedef struct kiln_op_def {
     int (*test)(void);
     /* Output i may share input 0's storage (views such as Reshape). Bit mask. */
     uint32_t alias_outputs;
-    /* Output 0 may share input 0's storage for these tensors (dims and 4-D layouts) of
-     * node n, beyond alias_outputs: a Transpose that moves no byte (between an NHWC tensor
-     * and its channels-last order). NULL: never. */
-    bool (*alias_when)(const kiln_node *n, const kiln_tensor *x, const kiln_tensor *y);
+    /* Output 0 may share input 0's storage in the plan c (c->in / c->out: the plan's
+     * tensors, with dims, 4-D layouts and the data of the values known when it is built),
+     * beyond alias_outputs: a Transpose that moves no byte (between an NHWC tensor and its
+     * channels-last order), a Slice or Pad that keeps the whole tensor (a crop or pad to a
+     * multiple that is already one). The node then runs no kernel: the executors skip a
+     * node with alias_when whose output is its input 0's storage. NULL: never. */
+    bool (*alias_when)(const kiln_op_ctx *c);
     /* Bit i set: only input i's shape and dtype are read, never its data (Shape). The
      * planner folds such a node once its shape is known, whatever the input's data. */
     uint32_t shape_only_inputs;

@@ -499,11 +499,26 @@ static int test(void) {
 }
 #endif /* KILN_OPTESTS */
 
+/* alias_when: the slice keeps every element in order (each axis whole, step 1: a crop to
+ * a size the tensor already has), in one byte order. */
+static bool keeps_all(const kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0], *y = c->out[0];
+    if (x->ndim != y->ndim || x->format != y->format) return false;
+    for (int k = 1; k < c->n_in; k++) /* the plan knows starts, ends, axes and steps */
+        if (c->in[k] && !c->in[k]->data) return false;
+    slice_plan p;
+    if (plan((kiln_op_ctx *)c, 0, &p) != KILN_OK) return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (y->dims[d] != x->dims[d] || (x->dims[d] > 1 && (p.start[d] != 0 || p.step[d] != 1))) return false;
+    return true;
+}
+
 const kiln_op_def kiln_op_slice = {
     .precision = KILN_PREC_FOLLOW, .prec_flags = KILN_PREC_SHRINKS, .layout = KILN_LAYOUT_FOLLOW,
     .name = "Slice", .min_inputs = 1, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), .infer = infer,
     .cpu_forward = forward, .cpu_workspace = workspace, .test = KILN_OP_TESTS(test), .grad = grad,
+    .alias_when = keeps_all,
 };
 
 const kiln_op_def kiln_op_slice_grad = {

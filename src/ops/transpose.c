@@ -63,7 +63,9 @@ static kiln_status forward(kiln_op_ctx *c) {
  * format): y's elements in its storage order are x's in its own, as for perm (0,2,3,1) of
  * an NHWC x into an NCHW-labelled y (the layout pass makes these around ConvNeXt's
  * LayerNorms). The planner then makes y a view of x. */
-static bool moves_no_byte(const kiln_node *n, const kiln_tensor *x, const kiln_tensor *y) {
+static bool moves_no_byte(const kiln_op_ctx *c) {
+    const kiln_node *n = c->node;
+    const kiln_tensor *x = c->in[0], *y = c->out[0];
     const int r = x->ndim;
     if (r != y->ndim || r > KILN_MAX_DIMS) return false;
     int np = 0;
