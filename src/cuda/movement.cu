@@ -40,6 +40,10 @@
 #include "narrow.h"
 #include "row_unit.h"
 
+extern "C" {
+#include "../ops/roll.h"
+}
+
 #include <string.h>
 #include <type_traits>
 
@@ -792,19 +796,11 @@ extern "C" kiln_status kiln_cuda_k_roll(kiln_cuda *cu, kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0];
     kiln_tensor *y = c->out[0];
     const int r = x->ndim;
-    int na = 0, ns = 0;
-    const int64_t *axes = kiln_attr_ints(c->node, "axes", &na), *shifts = kiln_attr_ints(c->node, "shifts", &ns);
-    if (!axes || !shifts || na != ns || r < 1 || r > KILN_MAX_DIMS)
-        return kiln_fail(c->kctx, KILN_ERR_INVALID_ARGUMENT, "Roll node '%s': bad axes / shifts", c->node->name);
-    int64_t lsh[KILN_MAX_DIMS] = {0};
-    for (int k = 0; k < na; k++) {
-        int64_t a = axes[k];
-        if (!kiln_norm_axis(&a, r))
-            return kiln_fail(c->kctx, KILN_ERR_INVALID_ARGUMENT, "Roll node '%s': axis %lld", c->node->name,
-                             (long long)axes[k]);
-        const int64_t n = x->dims[a];
-        lsh[a] = n ? (shifts[k] % n + n) % n : 0;
-    }
+    if (r < 1 || r > KILN_MAX_DIMS)
+        return kiln_fail(c->kctx, KILN_ERR_SHAPE, "Roll node '%s': input of rank %d", c->node->name, r);
+    int64_t lsh[KILN_MAX_DIMS];
+    const kiln_status sst = kiln_roll_shifts(c, x, lsh);
+    if (sst) return sst;
     const int64_t total = kiln_tensor_numel(y);
     if (total == 0) return KILN_OK;
     /* storage order: an NHWC tensor's logical (N, C, H, W) dims lie as (N, H, W, C) */

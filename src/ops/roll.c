@@ -14,14 +14,14 @@
  * that form (onnx_save.c). Follows its input's layout (the CUDA kernel reads NCHW or NHWC).
  * Not differentiable: the pass runs after autograd.
  */
+#include "roll.h"
+
 #include "../core/optest.h"
 
 #include <inttypes.h>
 #include <string.h>
 
-/* The shift of every axis of x (0 where it is not rolled, else in [0, n)); fails naming the
- * node when the attributes are malformed. */
-static kiln_status roll_axes(kiln_op_ctx *c, const kiln_tensor *x, int64_t *shift /* [KILN_MAX_DIMS] */) {
+kiln_status kiln_roll_shifts(kiln_op_ctx *c, const kiln_tensor *x, int64_t *shift) {
     int na = 0, ns = 0;
     const int64_t *axes = kiln_attr_ints(c->node, "axes", &na), *shifts = kiln_attr_ints(c->node, "shifts", &ns);
     KILN_OP_CHECK(c, axes && shifts && na == ns && na >= 1 && na <= x->ndim, KILN_ERR_INVALID_ARGUMENT,
@@ -48,7 +48,7 @@ static kiln_status infer(kiln_op_ctx *c) {
                   kiln_dtype_name(x->dtype));
     KILN_OP_CHECK(c, x->ndim >= 1, KILN_ERR_SHAPE, "input is a scalar (nothing to roll)");
     int64_t shift[KILN_MAX_DIMS];
-    kiln_status st = roll_axes(c, x, shift);
+    kiln_status st = kiln_roll_shifts(c, x, shift);
     if (st) return st;
     kiln_tensor_set_shape(c->out[0], x->dtype, x->ndim, x->dims);
     return KILN_OK;
@@ -60,7 +60,7 @@ static kiln_status forward(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0];
     kiln_tensor *y = c->out[0];
     int64_t shift[KILN_MAX_DIMS];
-    kiln_status st = roll_axes(c, x, shift);
+    kiln_status st = kiln_roll_shifts(c, x, shift);
     if (st) return st;
     const int r = x->ndim;
     const size_t es = kiln_dtype_size(x->dtype);

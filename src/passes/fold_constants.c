@@ -63,7 +63,7 @@ kiln_status kiln_pass_fold_constants(kiln_model *m, const kiln_pass_options *o, 
         }
         for (int k = 0; k < n->n_out && ok; k++) ok = n->out[k] >= 0 && !m->values[n->out[k]].is_output;
         if (!ok) continue;
-        if (n->op != op) n->op = op;
+        n->op = op;
         /* the outputs' shapes first: none over the cap is computed */
         memset(shapes, 0, (size_t)n->n_out * sizeof *shapes);
         for (int k = 0; k < n->n_out; k++) outs[k] = &shapes[k];
