@@ -29,7 +29,15 @@ A failing stage records its error in the row and the rest of the model goes on.
 
     python3 bench/zoo_all.py --kiln build/kiln --device cpu --models resnet18,vit_b_16
     python3 bench/zoo_all.py --kiln KILN --models all --batches 1,big --time-budget 520 --out zoo.jsonl
+    python3 bench/zoo_all.py --kiln KILN --models all --gpus 4 --time-budget 540 --out zoo.jsonl
     python3 bench/zoo_all.py --table zoo.jsonl          # the table of what --out holds
+
+--gpus N (a machine with N GPUs): N models at a time from one queue, each child on its own GPU
+(CUDA_VISIBLE_DEVICES), its own 1/N of the CPUs (sched_setaffinity, and as many PyTorch
+threads: torch.compile's workers and its launches stay on that share) and its own kiln algorithm
+cache. Each timing is still one process on one GPU; what the models share is the host's memory
+bandwidth and disk. A model stopped by --time-budget is written with "incomplete": true and runs
+again in the next call with the same --out.
 
 Time. Not yet measured on the GPU machine (this script was written without one). What a model
 costs there: the export (5-60 s, CPU), BatchNorm passes, the fp32 match, fp16 agreement (four
@@ -47,7 +55,7 @@ groups leave out SKIP, the largest models; name one to run it). On the GPU machi
 through `bench/gpu.sh zoo` (ZOO_ARGS), which unpacks the carried kiln and sets the library
 path. Needs torch, torchvision, onnx, numpy.
 """
-import argparse, json, math, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time, traceback
+import argparse, json, math, os, re, shutil, signal, statistics, subprocess, sys, tempfile, threading, time, traceback
 
 try:
     import numpy as np
@@ -270,6 +278,7 @@ def one(a, name, deadline, tmp):
     dev = a.device
     full = dev == "cuda" or a.dry_run  # the GPU's stages (--dry-run: on the CPU, small)
     if dev == "cuda":
+        row["gpu_name"] = torch.cuda.get_device_name()  # ratios only within a row: H100 and H200 rows may mix
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.benchmark = True
@@ -426,7 +435,9 @@ def done_models(path):
     if os.path.exists(path):
         for line in open(path):
             try:
-                done.add(json.loads(line)["model"])
+                r = json.loads(line)
+                if not r.get("incomplete"):  # stopped by a time budget: run again
+                    done.add(r["model"])
             except (ValueError, KeyError):
                 pass
     return done
@@ -501,6 +512,52 @@ def table(path, device=None):
                       f"kiln at least as fast on {sum(1 for v in geo[b] if v >= 1)}")
 
 
+def run_one(a, passthrough, name, limit, env=None, cpus=None):
+    """One model in a child process (its own process group, killed at `limit`); its row."""
+    t0 = time.time()
+    cmd = [sys.executable, os.path.abspath(__file__)] + passthrough + ["--one", name, "--child-limit",
+                                                                         str(max(limit - 15, 5))]
+    if cpus is not None:
+        cmd += ["--threads", str(len(cpus))]
+    row = None
+    work = tempfile.mkdtemp(prefix="zoo_")  # the ONNX (up to GBs) and inputs; removed after
+    partial = os.path.join(work, "partial.json")
+    cmd += ["--partial", partial, "--workdir", work]
+
+    def so_far(error, incomplete=False):  # what the child finished before it died or was stopped
+        try:
+            r = json.load(open(partial))
+        except (OSError, ValueError):
+            r = {"model": name, "device": devtag(a)}
+        r["error"] = error
+        if incomplete:
+            r["incomplete"] = True  # stopped by the run's time budget: not counted as done
+        return r
+
+    def pin():
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+    # its own process group: a kill at the time limit also ends the kiln it is running
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, env=env, preexec_fn=pin if cpus is not None else None)
+    try:
+        out, err = p.communicate(timeout=limit)
+        for line in out.splitlines():
+            if line.startswith("ZOO_ROW "):
+                row = json.loads(line[8:])
+        if row is None:
+            tail = [l for l in (err + out).strip().splitlines() if l.strip()][-3:]
+            row = so_far(f"child exit status {p.returncode}: " + " | ".join(tail)[-500:])
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        by_budget = limit < a.model_timeout
+        row = so_far(f"{'run time budget' if by_budget else 'model time limit'} ({limit:.0f} s) reached", by_budget)
+    shutil.rmtree(work, ignore_errors=True)
+    row["wall_s"] = round(time.time() - t0, 1)
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -526,6 +583,8 @@ def main():
     ap.add_argument("--time-budget", type=float, default=0, help="seconds for the whole run (0: none); no model "
                     "starts with less than --min-left left, and the running one is stopped at the budget")
     ap.add_argument("--min-left", type=float, default=60)
+    ap.add_argument("--gpus", type=int, default=1, help="run this many models at a time, each on its own GPU "
+                    "(CUDA_VISIBLE_DEVICES) and its own equal share of the CPUs")
     ap.add_argument("--threads", type=int, default=0, help="PyTorch CPU threads (0: its default)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "zoo_all.jsonl"))
     ap.add_argument("--redo", action="store_true", help="run models already in --out again")
@@ -558,56 +617,63 @@ def main():
     models = [m for m in pick(a.models) if m not in set(a.exclude.split(","))]
     done = set() if a.redo else done_models(a.out)
     todo = [m for m in models if m not in done]
-    print(f"zoo_all: {len(todo)} models to run ({len(models) - len(todo)} already in {a.out}), device {a.device}",
-          flush=True)
+    gpus = max(1, a.gpus)
+    print(f"zoo_all: {len(todo)} models to run ({len(models) - len(todo)} already in {a.out}), device {a.device}"
+          + (f", {gpus} at a time (one a GPU)" if gpus > 1 else ""), flush=True)
     passthrough = [x for x in sys.argv[1:]]
-    for i, name in enumerate(todo):
-        limit = a.model_timeout
-        if a.time_budget:
-            left = a.time_budget - (time.time() - t_start)
-            if left < a.min_left:
-                print(f"zoo_all: time budget spent; {len(todo) - i} models not run: {','.join(todo[i:])}",
-                      flush=True)
-                break
-            limit = min(limit, left)
-        t0 = time.time()
-        cmd = [sys.executable, os.path.abspath(__file__)] + passthrough + ["--one", name, "--child-limit",
-                                                                             str(max(limit - 15, 5))]
-        row = None
-        work = tempfile.mkdtemp(prefix="zoo_")  # the ONNX (up to GBs) and inputs; removed after
-        partial = os.path.join(work, "partial.json")
-        cmd += ["--partial", partial, "--workdir", work]
+    # --gpus N: N workers take models from one queue, each on its own GPU (CUDA_VISIBLE_DEVICES)
+    # and its own share of this process's CPUs (so one model's torch.compile does not slow another's
+    # launches), with its own kiln algorithm cache
+    cpus = sorted(os.sched_getaffinity(0))
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    lock = threading.Lock()
+    queue = list(todo)
+    count = [0]
 
-        def so_far(error):  # what the child finished before it died or was stopped
-            try:
-                r = json.load(open(partial))
-            except (OSError, ValueError):
-                r = {"model": name, "device": devtag(a)}
-            r["error"] = error
-            return r
-        # its own process group: a kill at the time limit also ends the kiln it is running
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-        try:
-            out, err = p.communicate(timeout=limit)
-            for line in out.splitlines():
-                if line.startswith("ZOO_ROW "):
-                    row = json.loads(line[8:])
-            if row is None:
-                tail = [l for l in (err + out).strip().splitlines() if l.strip()][-3:]
-                row = so_far(f"child exit status {p.returncode}: " + " | ".join(tail)[-500:])
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
-            row = so_far(f"model time limit ({limit:.0f} s) reached")
-        shutil.rmtree(work, ignore_errors=True)
-        row["wall_s"] = round(time.time() - t0, 1)
-        with open(a.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        e = first_error(row)
-        print(f"[{i + 1}/{len(todo)}] {name}: {row['wall_s']} s" +
-              (f", fp32 max rel err {row['fp32_max_rel_err']:.2e}" if "fp32_max_rel_err" in row else "") +
-              (f"  {e[:200]}" if e else ""), flush=True)
+    def worker(w):
+        env, share = None, None
+        if gpus > 1:
+            env = dict(os.environ)
+            env["CUDA_VISIBLE_DEVICES"] = visible[w] if w < len(visible) else str(w)
+            base = env.get("KILN_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "zoo_all_kiln_cache")
+            if env.get("KILN_CACHE_DIR", None) != "":
+                env["KILN_CACHE_DIR"] = os.path.join(base, f"gpu{w}")
+            per = max(1, len(cpus) // gpus)
+            share = cpus[w * per:(w + 1) * per] or cpus
+        while True:
+            with lock:
+                if not queue:
+                    return
+                limit = a.model_timeout
+                if a.time_budget:
+                    left = a.time_budget - (time.time() - t_start)
+                    if left < a.min_left:
+                        print(f"zoo_all: time budget spent; worker {w} stops, {len(queue)} models not started: "
+                              f"{','.join(queue)}", flush=True)
+                        queue.clear()
+                        return
+                    limit = min(limit, left)
+                name = queue.pop(0)
+            row = run_one(a, passthrough, name, limit, env, share)
+            if gpus > 1:
+                row["gpu"], row["cpus"] = w, len(share)
+            with lock:
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                count[0] += 1
+                e = first_error(row)
+                print(f"[{count[0]}/{len(todo)}]{f' gpu{w}' if gpus > 1 else ''} {name}: {row['wall_s']} s" +
+                      (f", fp32 max rel err {row['fp32_max_rel_err']:.2e}" if "fp32_max_rel_err" in row else "") +
+                      (f"  {e[:200]}" if e else ""), flush=True)
+
+    if gpus == 1:
+        worker(0)
+    else:
+        threads = [threading.Thread(target=worker, args=(w,)) for w in range(gpus)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     print()
     table(a.out, devtag(a))
 
