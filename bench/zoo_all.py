@@ -40,8 +40,8 @@ bandwidth and disk. A model stopped by --time-budget is written with "incomplete
 again in the next call with the same --out.
 
 Time. Not yet measured on the GPU machine (this script was written without one). What a model
-costs there: the export (5-60 s, CPU), BatchNorm passes, the fp32 match, fp16 agreement (four
-`kiln run`s of 256 inputs, each planning and autotuning), two `kiln bench`es, eager, and
+costs there: the export (5-60 s, CPU), BatchNorm passes, the fp32 match, fp16 agreement (one
+`kiln run --batch 256` of 1,024 inputs: one plan), two `kiln bench`es, eager, and
 torch.compile once per batch size. torch.compile (mode "default", inductor, cold cache) took
 44-50 s per batch size for resnet18 and 200-240 s for lraspp_mobilenet_v3_large on 2 CPU cores
 here (--dry-run); on the GPU machine's 16 cores expect 30-90 s per compile, so 2-4 minutes a
@@ -167,11 +167,12 @@ def run_cmd(args, timeout):
     return r, ""
 
 
-def kiln_run(a, path, x, device, prec, tmp, deadline):
+def kiln_run(a, path, x, device, prec, tmp, deadline, batch=0):
+    """`kiln run` of x; batch > 0: in slices of that many rows, one plan (`kiln run --batch`)."""
     xi, yo = os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")
     np.save(xi, x)
-    r, err = run_cmd([a.kiln, "run", path, "--input", xi, "--output", yo, "--device", device, prec],
-                     max(10, deadline - time.time()))
+    r, err = run_cmd([a.kiln, "run", path, "--input", xi, "--output", yo, "--device", device, prec] +
+                     (["--batch", str(batch)] if batch else []), max(10, deadline - time.time()))
     os.unlink(xi)
     if r is None:
         return None, err
@@ -358,13 +359,9 @@ def one(a, name, deadline, tmp):
         row["fp16_inputs"] = n
         row["torch16_top1_agree"] = agree(t16, ref)
         row["torch16_max_rel_err"] = rel(t16, ref)
-        ys = []
-        for i in range(0, n, chunk):  # kiln in chunks: one `kiln run` each
-            y, err = kiln_run(a, path, x[i:i + chunk], dev, "--fp16", tmp, deadline)
-            if y is None:
-                raise RuntimeError(err)
-            ys.append(y)
-        y = np.concatenate(ys)
+        y, err = kiln_run(a, path, x, dev, "--fp16", tmp, deadline, batch=chunk)  # one session, chunks
+        if y is None:
+            raise RuntimeError(err)
         row["kiln16_top1_agree"] = agree(y, ref)
         row["kiln16_max_rel_err"] = rel(y, ref)
         row["fp16_ok"] = row["kiln16_top1_agree"] >= row["torch16_top1_agree"] - 0.005
@@ -574,7 +571,8 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4, help="fp32 max relative error allowed")
     ap.add_argument("--fp16-inputs", type=int, default=1024)
     ap.add_argument("--seg-inputs", type=int, default=32, help="segmentation: images for fp16 agreement (per pixel)")
-    ap.add_argument("--fp16-chunk", type=int, default=256, help="inputs per kiln run / PyTorch call")
+    ap.add_argument("--fp16-chunk", type=int, default=256, help="inputs per PyTorch call and per slice of the "
+                    "one `kiln run --batch`")
     ap.add_argument("--skip-fp16", action="store_true")
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--compile-mode", default="default",

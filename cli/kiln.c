@@ -34,11 +34,14 @@ static const struct { const char *name, *text; } commands[] = {
      "  run MODEL.onnx --input X.npy [--input ...] --output Y.npy [--output ...]\n"
      "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32] [--threads N] [--no-fold] [--stats]\n"
      "        [--json FILE]   (the --stats figures, inputs and outputs as JSON; - for stdout)\n"
+     "        [--batch N]   (the inputs in slices of N along their first dim, one plan; outputs joined)\n"
      "        [--disable PASS,...]   (dead-nodes fold-constants fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
      "                                fuse-pool fuse-bn pad-channels cuda-graph autotune conv-gemm conv-direct\n"
      "                                streams conv-depthwise fuse-attention fuse-silu-gelu, or all)\n"
      "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
-     "      order (fewer --output than graph outputs is fine).\n"},
+     "      order (fewer --output than graph outputs is fine). --batch runs a data set\n"
+     "      through one session: every input's first dim is the batch, and so is every\n"
+     "      output's.\n"},
     {"train",
      "  train mnist-net|resnet18|resnet34|resnet50|resnet101|resnet152|MODEL.onnx --data DIR\n"
      "        [--epochs N] [--batch 64] [--accumulate K] [--seed S]\n"
@@ -489,13 +492,93 @@ static int cmd_convert(int argc, char **argv) {
     return rc;
 }
 
+/* kiln run --batch: the inputs in slices of `batch` rows along their first dim, run by one
+ * session (one plan; a shorter last slice is planned for its shape), each output's slices
+ * joined into joined[i] (outputs[i] set to it). Returns non-zero with *rc set on failure. */
+static int run_batched(kiln_context *ctx, kiln_session *s, int64_t batch, int n_in, kiln_tensor **inputs,
+                       const char *const *in_paths, int n_out, const kiln_tensor **outputs, kiln_tensor **joined,
+                       int *rc) {
+    *rc = 2;
+    const int64_t rows = n_in ? kiln_tensor_dim(inputs[0], 0) : -1;
+    for (int i = 0; i < n_in; i++)
+        if (kiln_tensor_ndim(inputs[i]) < 1 || kiln_tensor_dim(inputs[i], 0) != rows) {
+            fprintf(stderr, "kiln run --batch: every input needs the same first dim (the batch): %s has %s%lld, %s %lld\n",
+                    in_paths[i], kiln_tensor_ndim(inputs[i]) < 1 ? "no dims, not " : "", (long long)kiln_tensor_dim(inputs[i], 0),
+                    in_paths[0], (long long)rows);
+            return 1;
+        }
+    if (rows < 1) {
+        fprintf(stderr, "kiln run --batch: the model has no inputs, or the inputs no rows\n");
+        return 1;
+    }
+    kiln_tensor *slice[MAX_IO] = {0};
+    int bad = 0;
+    for (int64_t r0 = 0; r0 < rows && !bad; r0 += batch) {
+        const int64_t n = rows - r0 < batch ? rows - r0 : batch;
+        for (int i = 0; i < n_in && !bad; i++) {
+            int64_t dims[KILN_MAX_DIMS];
+            const int nd = kiln_tensor_ndim(inputs[i]);
+            for (int d = 0; d < nd; d++) dims[d] = kiln_tensor_dim(inputs[i], d);
+            const size_t row_bytes = kiln_tensor_nbytes(inputs[i]) / (size_t)rows;
+            dims[0] = n;
+            kiln_tensor_free(slice[i]);
+            slice[i] = NULL;
+            if (kiln_tensor_wrap(ctx, kiln_tensor_dtype(inputs[i]), nd, dims,
+                                 (char *)kiln_tensor_data(inputs[i]) + (size_t)r0 * row_bytes, &slice[i]) ||
+                kiln_tensor_set_format(slice[i], kiln_tensor_format(inputs[i])))
+                bad = (*rc = fail(ctx, in_paths[i]));
+        }
+        if (bad) break;
+        if (kiln_session_run(s, n_in, slice, n_out, outputs)) {
+            fprintf(stderr, "kiln run --batch: rows %lld to %lld:\n", (long long)r0, (long long)(r0 + n - 1));
+            bad = (*rc = fail(ctx, "run"));
+            break;
+        }
+        for (int i = 0; i < n_out && !bad; i++) {
+            const kiln_tensor *o = outputs[i];
+            const int nd = kiln_tensor_ndim(o);
+            if (nd < 1 || kiln_tensor_dim(o, 0) != n) {
+                fprintf(stderr, "kiln run --batch: output %d of a %lld-row slice has %s%lld rows: its first dim is not "
+                        "the batch (run without --batch)\n", i, (long long)n, nd < 1 ? "no dims, not " : "",
+                        (long long)kiln_tensor_dim(o, 0));
+                bad = 1;
+                break;
+            }
+            if (!joined[i]) {
+                int64_t dims[KILN_MAX_DIMS];
+                for (int d = 0; d < nd; d++) dims[d] = kiln_tensor_dim(o, d);
+                dims[0] = rows;
+                if (kiln_tensor_create(ctx, kiln_tensor_dtype(o), nd, dims, &joined[i]) ||
+                    kiln_tensor_set_format(joined[i], kiln_tensor_format(o))) {
+                    bad = (*rc = fail(ctx, "output"));
+                    break;
+                }
+            }
+            const size_t row_bytes = kiln_tensor_nbytes(o) / (size_t)n;
+            if (kiln_tensor_dtype(o) != kiln_tensor_dtype(joined[i]) || kiln_tensor_format(o) != kiln_tensor_format(joined[i]) ||
+                row_bytes * (size_t)rows != kiln_tensor_nbytes(joined[i])) {
+                fprintf(stderr, "kiln run --batch: output %d changed dtype, layout or row size between slices\n", i);
+                bad = 1;
+                break;
+            }
+            memcpy((char *)kiln_tensor_data(joined[i]) + (size_t)r0 * row_bytes, kiln_tensor_data(o), (size_t)n * row_bytes);
+        }
+    }
+    for (int i = 0; i < n_in; i++) kiln_tensor_free(slice[i]);
+    if (bad) return 1;
+    for (int i = 0; i < n_out; i++) outputs[i] = joined[i];
+    *rc = 0;
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *in_paths[MAX_IO], *out_paths[MAX_IO];
     int n_in = 0, n_out = 0, threads = 0, stats = 0;
+    int64_t batch = 0;
     const char *json = NULL;
     kiln_session_options opts = {0};
     enum { O_INPUT = 256, O_OUTPUT, O_THREADS, O_NO_FOLD, O_STRICT, O_DISABLE, O_FP32, O_FP16, O_BF16, O_STATS, O_DEVICE,
-           O_JSON };
+           O_JSON, O_BATCH };
     static const struct option lo[] = {
         {"input", required_argument, NULL, O_INPUT},    {"output", required_argument, NULL, O_OUTPUT},
         {"threads", required_argument, NULL, O_THREADS}, {"no-fold", no_argument, NULL, O_NO_FOLD},
@@ -503,7 +586,8 @@ static int cmd_run(int argc, char **argv) {
         {"fp32", no_argument, NULL, O_FP32},             {"fp16", no_argument, NULL, O_FP16},
         {"bf16", no_argument, NULL, O_BF16},             {"stats", no_argument, NULL, O_STATS},
         {"device", required_argument, NULL, O_DEVICE},   {"help", no_argument, NULL, 'h'},
-        {"json", required_argument, NULL, O_JSON},       {0}};
+        {"json", required_argument, NULL, O_JSON},       {"batch", required_argument, NULL, O_BATCH},
+        {0}};
     for (int c; (c = next_opt("run", argc, argv, lo)) != -1;) {
         switch (c) {
         case 'h': return cmd_usage("run", stdout);
@@ -530,6 +614,15 @@ static int cmd_run(int argc, char **argv) {
             if (parse_device("run", optarg, &opts.device)) return 2;
             break;
         case O_JSON: json = optarg; break;
+        case O_BATCH: {
+            char *end = NULL;
+            batch = strtoll(optarg, &end, 10);
+            if (!end || *end || batch < 1) {
+                fprintf(stderr, "kiln run: --batch wants a positive number of rows, not '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        }
         default: return 2;
         }
     }
@@ -550,6 +643,7 @@ static int cmd_run(int argc, char **argv) {
     kiln_session *s = NULL;
     kiln_tensor *inputs[MAX_IO] = {0};
     const kiln_tensor *outputs[MAX_IO] = {0};
+    kiln_tensor *joined[MAX_IO] = {0}; /* --batch: the outputs of all slices */
     int rc = 0;
     if (kiln_context_create(&ctx)) return 1;
     if (threads > 0) kiln_context_set_threads(ctx, threads);
@@ -582,10 +676,9 @@ static int cmd_run(int argc, char **argv) {
         goto out;
     }
     double t1 = now_ms();
-    if (kiln_session_run(s, n_in, inputs, n_out, outputs)) {
-        rc = fail(ctx, "run");
+    if (batch ? run_batched(ctx, s, batch, n_in, inputs, in_paths, n_out, outputs, joined, &rc)
+              : kiln_session_run(s, n_in, inputs, n_out, outputs) ? (rc = fail(ctx, "run")) : 0)
         goto out;
-    }
     double t2 = now_ms();
     for (int i = 0; i < n_out; i++)
         if (kiln_tensor_save_npy(ctx, outputs[i], out_paths[i])) {
@@ -595,7 +688,11 @@ static int cmd_run(int argc, char **argv) {
     if (stats) {
         kiln_plan_stats ps;
         kiln_session_stats(s, &ps);
-        printf("load %.1f ms, first run (plan + compute) %.1f ms\n", t1 - t0, t2 - t1);
+        if (batch) {
+            const int64_t rows = kiln_tensor_dim(inputs[0], 0);
+            printf("load %.1f ms, %lld slices of up to %lld rows (plans + compute) %.1f ms\n", t1 - t0,
+                   (long long)((rows + batch - 1) / batch), (long long)batch, t2 - t1);
+        } else printf("load %.1f ms, first run (plan + compute) %.1f ms\n", t1 - t0, t2 - t1);
         printf("nodes run %d, folded %d; activation arena %.2f MiB (one buffer per value: %.2f MiB), "
                "constants %.2f MiB, workspace %.2f MiB\n",
                ps.nodes, ps.folded, ps.arena_bytes / 1048576.0, ps.naive_bytes / 1048576.0,
@@ -623,6 +720,7 @@ static int cmd_run(int argc, char **argv) {
     }
 out:
     for (int i = 0; i < n_in; i++) kiln_tensor_free(inputs[i]);
+    for (int i = 0; i < n_out; i++) kiln_tensor_free(joined[i]);
     kiln_session_free(s);
     kiln_model_free(m);
     kiln_context_free(ctx);

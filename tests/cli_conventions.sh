@@ -10,6 +10,8 @@
 #   `cache clear` removes it, and then has nothing to remove (exit 0).
 # path_once: an error about a file names the path once ("kiln: m.onnx: m.onnx: ..." did twice).
 # trace: bench --trace writes process_name and thread_name metadata events.
+# run_batch: `run --batch 3` of a 4-row input (slices of 3 and 1, one session) writes the
+#   outputs of the unsliced run; --batch 0 and an input without rows are refused (exit 2).
 set -u
 KILN=$1 SRC=$2 DIR=$3 CASE=$4
 fail() { echo "FAIL $CASE: $*"; exit 1; }
@@ -88,6 +90,30 @@ path_once)
         n=$(grep -o "missing\.onnx" "$DIR/out" | wc -l)
         [ "$n" -eq 1 ] || fail "kiln $cmd names the path $n times: $(cat "$DIR/out")"
     done
+    ;;
+run_batch)
+    X=$SRC/examples/tiny_cnn_x.npy
+    "$KILN" run "$MODEL" --input "$X" --output "$DIR/whole.npy" >"$DIR/out" 2>&1 || fail "run: $(cat "$DIR/out")"
+    "$KILN" run "$MODEL" --input "$X" --output "$DIR/sliced.npy" --batch 3 --stats >"$DIR/out" 2>&1 ||
+        fail "run --batch 3: $(cat "$DIR/out")"
+    grep -q "2 slices of up to 3 rows" "$DIR/out" || fail "run --batch 3 --stats does not report 2 slices: $(cat "$DIR/out")"
+    grep -q "f32\[4," "$DIR/out" || fail "run --batch 3 does not report 4 rows: $(cat "$DIR/out")"
+    python3 - "$DIR/whole.npy" "$DIR/sliced.npy" <<'PY' || fail "run --batch 3 and the unsliced run differ"
+import struct, sys
+def load(p):
+    d = open(p, "rb").read()
+    n = struct.unpack("<H", d[8:10])[0]
+    head, body = d[10:10 + n].decode(), d[10 + n:]
+    return head, struct.unpack("<%df" % (len(body) // 4), body)
+(ha, a), (hb, b) = load(sys.argv[1]), load(sys.argv[2])
+big = max(abs(v) for v in a)
+err = max(abs(x - y) for x, y in zip(a, b))
+print(ha.strip(), "|", hb.strip(), "| max abs diff", err)
+sys.exit(0 if ha == hb and big > 0 and err <= 1e-5 * big else 1)
+PY
+    "$KILN" run "$MODEL" --input "$X" --output "$DIR/y.npy" --batch 0 >"$DIR/out" 2>&1
+    [ $? -eq 2 ] || fail "run --batch 0 does not exit 2: $(cat "$DIR/out")"
+    grep -q -- "--batch" "$DIR/out" || fail "run --batch 0 does not name the option: $(cat "$DIR/out")"
     ;;
 trace)
     "$KILN" bench "$MODEL" --batch 2 --iters 3 --warmup 1 --device cpu --trace "$DIR/t.json" >"$DIR/out" 2>&1 ||
