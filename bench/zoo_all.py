@@ -551,6 +551,9 @@ def run_one(a, passthrough, name, limit, env=None, cpus=None):
         by_budget = limit < a.model_timeout
         row = so_far(f"{'run time budget' if by_budget else 'model time limit'} ({limit:.0f} s) reached", by_budget)
     shutil.rmtree(work, ignore_errors=True)
+    if limit < a.model_timeout and any("time limit" in str(v) or "timed out" in str(v)
+                                       for k, v in row.items() if k.endswith("error")):
+        row["incomplete"] = True  # a stage cut short by the run's budget, not by the model's own limit
     row["wall_s"] = round(time.time() - t0, 1)
     return row
 
