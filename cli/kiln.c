@@ -145,7 +145,11 @@ static const struct { const char *name, *text; } commands[] = {
      "      onnxruntime loads the result. --disable all re-saves the model as kiln loaded it.\n"
      "      Several IN OUT pairs are converted in turn by one process (one line each; a pair\n"
      "      that fails is reported and the rest go on; exit status 1 if any failed).\n"},
-    {"info", "  info MODEL.onnx     Inputs, outputs, nodes and op counts of a model.\n"},
+    {"info",
+     "  info MODEL.onnx     Inputs, outputs, nodes and op counts of a model.\n"
+     "        [--device cpu|cuda] [--fp32|--fp16|--bf16] [--strict-fp32] [--disable PASS,...]\n"
+     "      With --device (or a precision): also the op counts after the passes a session with\n"
+     "      these options applies (kiln's fused ops by their own names): what would run.\n"},
     {"onnx-test",
      "  onnx-test DIR...    Run ONNX backend test cases (model.onnx + test_data_set_*)\n"
      "        [--ops-in-registry] [--min-pass-rate R] [--list-failures FILE] [--quiet]\n"},
@@ -320,11 +324,58 @@ static int by_count(const void *a, const void *b) {
     return x->n != y->n ? y->n - x->n : strcmp(x->op, y->op);
 }
 
+/* Op counts of m, most frequent first, as one line after label. */
+static int print_op_counts(const kiln_model *m, const char *label) {
+    const int nn = kiln_model_num_nodes(m);
+    op_count *ops = calloc((size_t)nn + 1, sizeof *ops);
+    if (!ops) {
+        fprintf(stderr, "kiln info: out of memory\n");
+        return 1;
+    }
+    int kinds = 0;
+    for (int i = 0; i < nn; i++) {
+        const char *op = kiln_model_node_op_type(m, i);
+        int k = 0;
+        while (k < kinds && strcmp(ops[k].op, op)) k++;
+        if (k == kinds) ops[kinds++] = (op_count){op, 0};
+        ops[k].n++;
+    }
+    qsort(ops, (size_t)kinds, sizeof *ops, by_count);
+    printf("%s (%d kinds):", label, kinds);
+    for (int k = 0; k < kinds; k++) printf("%s %s %d", k ? "," : "", ops[k].op, ops[k].n);
+    printf("\n");
+    free(ops);
+    return 0;
+}
+
+static int parse_disable(const char *list, unsigned *flags);
+static int parse_device(const char *cmd, const char *v, kiln_device *out);
+
 static int cmd_info(int argc, char **argv) {
-    static const struct option lo[] = {{"help", no_argument, NULL, 'h'}, {0}};
+    kiln_session_options opts = {0};
+    bool passes = false;
+    enum { O_STRICT = 256, O_DISABLE, O_FP32, O_FP16, O_BF16, O_DEVICE };
+    static const struct option lo[] = {
+        {"strict-fp32", no_argument, NULL, O_STRICT}, {"disable", required_argument, NULL, O_DISABLE},
+        {"fp32", no_argument, NULL, O_FP32},          {"fp16", no_argument, NULL, O_FP16},
+        {"bf16", no_argument, NULL, O_BF16},          {"device", required_argument, NULL, O_DEVICE},
+        {"help", no_argument, NULL, 'h'},             {0}};
     for (int c; (c = next_opt("info", argc, argv, lo)) != -1;) {
-        if (c == 'h') return cmd_usage("info", stdout);
-        return 2;
+        switch (c) {
+        case 'h': return cmd_usage("info", stdout);
+        case O_STRICT: opts.strict_fp32 = 1; break;
+        case O_DISABLE:
+            if (parse_disable(optarg, &opts.disable_passes)) return 2;
+            break;
+        case O_FP32: opts.precision = KILN_PRECISION_FP32; break;
+        case O_FP16: opts.precision = KILN_PRECISION_FP16; break;
+        case O_BF16: opts.precision = KILN_PRECISION_BF16; break;
+        case O_DEVICE:
+            if (parse_device("info", optarg, &opts.device)) return 2;
+            break;
+        default: return 2;
+        }
+        passes = true;
     }
     if (optind + 1 != argc) {
         fprintf(stderr, "kiln info: need one MODEL.onnx\n");
@@ -332,8 +383,7 @@ static int cmd_info(int argc, char **argv) {
     }
     argv += optind;
     kiln_context *ctx = NULL;
-    kiln_model *m = NULL;
-    op_count *ops = NULL;
+    kiln_model *m = NULL, *opt = NULL;
     if (kiln_context_create(&ctx)) return 1;
     int rc = 0;
     if (kiln_model_load_onnx(ctx, argv[0], &m)) {
@@ -365,27 +415,20 @@ static int cmd_info(int argc, char **argv) {
         for (int d = 0; d < KILN_MAX_DIMS; d++) names[d] = kiln_model_output_dim_name(m, i, d);
         print_shape(kiln_model_output_name(m, i), dt, nd, dims, names);
     }
-    /* op counts, most frequent first */
-    ops = calloc((size_t)nn + 1, sizeof *ops);
-    if (!ops) {
-        fprintf(stderr, "kiln info: out of memory\n");
-        rc = 1;
-        goto out;
+    if ((rc = print_op_counts(m, "ops")) != 0) goto out;
+    if (passes) { /* what a session with these options would run */
+        static const char *const prec[] = {"fp32", "fp16", "bf16"};
+        char label[96];
+        if (kiln_model_apply_passes(m, &opts, &opt)) {
+            rc = fail(ctx, argv[0]);
+            goto out;
+        }
+        snprintf(label, sizeof label, "after the passes (%s, %s): %d nodes; ops",
+                 opts.device == KILN_DEVICE_CUDA ? "cuda" : "cpu", prec[opts.precision], kiln_model_num_nodes(opt));
+        rc = print_op_counts(opt, label);
     }
-    int kinds = 0;
-    for (int i = 0; i < nn; i++) {
-        const char *op = kiln_model_node_op_type(m, i);
-        int k = 0;
-        while (k < kinds && strcmp(ops[k].op, op)) k++;
-        if (k == kinds) ops[kinds++] = (op_count){op, 0};
-        ops[k].n++;
-    }
-    qsort(ops, (size_t)kinds, sizeof *ops, by_count);
-    printf("ops (%d kinds):", kinds);
-    for (int k = 0; k < kinds; k++) printf("%s %s %d", k ? "," : "", ops[k].op, ops[k].n);
-    printf("\n");
 out:
-    free(ops);
+    kiln_model_free(opt);
     kiln_model_free(m);
     kiln_context_free(ctx);
     return rc;

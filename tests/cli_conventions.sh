@@ -10,6 +10,8 @@
 #   `cache clear` removes it, and then has nothing to remove (exit 0).
 # path_once: an error about a file names the path once ("kiln: m.onnx: m.onnx: ..." did twice).
 # trace: bench --trace writes process_name and thread_name metadata events.
+# info_passes: `info --device cpu` and `--device cuda --fp16` add the op counts after the
+#   passes (FusedConv where Conv, BatchNormalization and Relu were), plain `info` does not.
 # run_batch: `run --batch 3` of a 4-row input (slices of 3 and 1, one session) writes the
 #   outputs of the unsliced run; --batch 0 and an input without rows are refused (exit 2).
 set -u
@@ -90,6 +92,19 @@ path_once)
         n=$(grep -o "missing\.onnx" "$DIR/out" | wc -l)
         [ "$n" -eq 1 ] || fail "kiln $cmd names the path $n times: $(cat "$DIR/out")"
     done
+    ;;
+info_passes)
+    "$KILN" info "$MODEL" >"$DIR/out" 2>&1 || fail "info: $(cat "$DIR/out")"
+    grep -q "after the passes" "$DIR/out" && fail "plain info shows the passes: $(cat "$DIR/out")"
+    grep -q "^ops (8 kinds): Conv 2, Relu 2" "$DIR/out" || fail "info's op counts: $(cat "$DIR/out")"
+    "$KILN" info "$MODEL" --device cpu >"$DIR/out" 2>&1 || fail "info --device cpu: $(cat "$DIR/out")"
+    grep -q "^after the passes (cpu, fp32): 7 nodes; ops (6 kinds): FusedConv 2," "$DIR/out" ||
+        fail "info --device cpu: $(cat "$DIR/out")"
+    "$KILN" info "$MODEL" --device cuda --fp16 >"$DIR/out" 2>&1 || fail "info --device cuda --fp16: $(cat "$DIR/out")"
+    grep -q "^after the passes (cuda, fp16): .*FusedConv 2.*Cast 1.*ToNHWC 1" "$DIR/out" ||
+        fail "info --device cuda --fp16: $(cat "$DIR/out")"
+    "$KILN" info "$MODEL" --device gpu >"$DIR/out" 2>&1
+    [ $? -eq 2 ] || fail "info --device gpu does not exit 2: $(cat "$DIR/out")"
     ;;
 run_batch)
     X=$SRC/examples/tiny_cnn_x.npy
