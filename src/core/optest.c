@@ -1,7 +1,10 @@
 /* optest.c — helpers for op self-tests; see optest.h. */
 #include "optest.h"
 
+#include "plan.h"
+
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +114,59 @@ int kiln_tensor_compare(const kiln_tensor *got, const kiln_tensor *want, double 
 
 static kiln_optest_hook_fn sweep_hook;
 
+/* This process's thread count (Linux's /proc), -1 where it cannot be read. */
+static int process_threads(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    int n = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
+/* The case again with EXTRA_WS more bytes of workspace than the op asks for: in a plan every
+ * node gets the one shared workspace, sized for its largest user. The outputs must keep their
+ * bits (a random op's may change), and the process no more threads than the thread setting
+ * allows (OpenMP's team and OpenBLAS's pool: kiln.Attention once took its thread count off the
+ * workspace's size and started 50,000 threads on maxvit_t). */
+#define EXTRA_WS ((size_t)8 << 20)
+
+static int run_bigger_workspace(kiln_context *ctx, const kiln_node *node, int n_in, kiln_tensor **in, int n_out,
+                                kiln_tensor *const *first, const char *label) {
+    kiln_tensor **again = calloc((size_t)(n_out > 0 ? n_out : 0) + 1, sizeof *again);
+    if (!again) {
+        printf("FAIL %s: out of memory\n", label);
+        return 1;
+    }
+    int fails = 0;
+    kiln_status st = kiln_op_eval_ws(ctx, node, n_in, in, n_out, again, EXTRA_WS);
+    if (st) {
+        printf("FAIL %s, with a larger workspace: %s: %s\n", label, kiln_status_name(st), kiln_context_message(ctx));
+        fails = 1;
+    }
+    const bool random = kiln_op_get(node->op)->random;
+    for (int k = 0; k < n_out && !st && !random; k++) {
+        if (!first[k] || !again[k]) continue;
+        if (kiln_tensor_nbytes(first[k]) != kiln_tensor_nbytes(again[k]) ||
+            memcmp(first[k]->data, again[k]->data, kiln_tensor_nbytes(first[k])) != 0) {
+            printf("FAIL %s: output %d differs when the workspace is larger than asked\n", label, k);
+            fails = 1;
+        }
+    }
+    const int threads = process_threads(), procs = omp_get_num_procs();
+    const int allowed = 2 * (kiln_cpu_threads() > procs ? kiln_cpu_threads() : procs) + 8;
+    if (threads > allowed) {
+        printf("FAIL %s: %d threads in the process after a run with a larger workspace (at most %d expected)\n",
+               label, threads, allowed);
+        fails = 1;
+    }
+    for (int k = 0; k < n_out; k++) kiln_tensor_free(again[k]);
+    free(again);
+    return fails;
+}
+
 void kiln_optest_set_hook(kiln_optest_hook_fn fn) { sweep_hook = fn; }
 
 static int run_case(const char *op, const char *attrs, int opset, int n_in, kiln_tensor **in,
@@ -177,6 +233,7 @@ static int run_case(const char *op, const char *attrs, int opset, int n_in, kiln
         snprintf(lab, sizeof lab, n_out > 1 ? "%s (output %d)" : "%s", label, k);
         fails += kiln_tensor_compare(out[k], expect[k], atol, rtol, lab);
     }
+    if (!fails) fails += run_bigger_workspace(&ctx, &node, n_in, in, n_out, out, label);
 done:
     for (int i = 0; i < node.n_attrs; i++) kiln_attr_clear(&node.attrs[i]);
     free(node.attrs);

@@ -1001,6 +1001,11 @@ void kiln_plan_get_stats(const kiln_plan *p, kiln_plan_stats *out) {
 /* Evaluate one node on owning tensors (tests, tools). */
 kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in, kiln_tensor **in,
                          int n_out, kiln_tensor **out) {
+    return kiln_op_eval_ws(ctx, node, n_in, in, n_out, out, 0);
+}
+
+kiln_status kiln_op_eval_ws(kiln_context *ctx, const kiln_node *node, int n_in, kiln_tensor **in, int n_out,
+                            kiln_tensor **out, size_t extra_ws) {
     const kiln_op_def *d = kiln_op_get(node->op);
     if (!d) return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "op '%s' is not supported by kiln", node->op_type);
     if (n_out < 0) return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT, "%s: %d outputs", node->op_type, n_out);
@@ -1040,7 +1045,7 @@ kiln_status kiln_op_eval(kiln_context *ctx, const kiln_node *node, int n_in, kil
         outs[k] = out[k];
     }
     free(shapes); /* c.out now points at out[] through outs */
-    size_t ws = d->cpu_workspace ? d->cpu_workspace(&c) : 0;
+    size_t ws = (d->cpu_workspace ? d->cpu_workspace(&c) : 0) + extra_ws;
     void *w = ws ? aligned_alloc(ARENA_ALIGN, align_up(ws)) : NULL;
     if (ws && !w) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for workspace");
     c.workspace = w;

@@ -101,4 +101,10 @@ void kiln_op_cost(const kiln_op_ctx *c, double *flops, double *bytes);
  * too big before kiln allocates or computes them. */
 extern kiln_status (*kiln_plan_node_hook)(kiln_op_ctx *c);
 
+/* kiln_op_eval (internal.h) with extra_ws more bytes of workspace than the op asks for, as a
+ * plan's one shared workspace gives every node but its largest user (the op self-tests run
+ * each case that way too: an op must not read its thread count or its result off the size). */
+kiln_status kiln_op_eval_ws(kiln_context *ctx, const kiln_node *node, int n_in, kiln_tensor **in, int n_out,
+                            kiln_tensor **out, size_t extra_ws);
+
 #endif

@@ -636,7 +636,12 @@ static kiln_status forward(kiln_op_ctx *c) {
     const kiln_tensor *B[2] = {g.has_bias[0] ? c->in[3] : NULL, g.has_bias[1] ? c->in[4] : NULL};
     void *O = c->out[0]->data;
     const size_t per = (size_t)(g.lk + g.dv + 1);
-    const int slots = (int)(c->workspace_size / (per * sizeof(double)));
+    /* a plan hands every node its one shared workspace, sized for its largest user: the rows
+     * it holds bound the threads, and so does the thread setting (num_threads(n) starts n
+     * threads; maxvit_t's plan gave 50,000 and libgomp ran out of threads) */
+    const size_t fit = c->workspace_size / (per * sizeof(double));
+    const int nt = omp_in_parallel() ? 1 : kiln_cpu_threads() > 0 ? kiln_cpu_threads() : 1;
+    const int slots = fit < (size_t)nt ? (int)fit : nt;
     if (g.nbatch * g.lq == 0) return KILN_OK;
     if (slots < 1) return kiln_op_fail(c, KILN_ERR_INTERNAL, "workspace too small");
     const int64_t rows = g.nbatch * g.lq;
@@ -688,6 +693,23 @@ static int test(void) {
         kiln_tensor *y = kt_make(KILN_F32, 4, KT_DIMS(1, 1, 2, 1), KT_VALS(17.3105858, 15));
         fails += kiln_optest("Attention", "q_view=[7,5];s_view=[9,0]", 6, in, 1, &y, 1e-6, 1e-6,
                              "attention by hand, scale input and bias");
+    }
+    /* Large enough for the threaded path (rows * Lk * D over 2^16): every value row is
+     * (1, 2, ..., 8), so each output row is that whatever the softmax weights. The harness
+     * runs it again with a workspace 8 MiB larger, as a plan's shared one: the same bits,
+     * and no more threads than the thread setting (it once took one thread per row the
+     * workspace held). */
+    {
+        const int64_t Lb = 128, Db = 8;
+        kiln_tensor *v = kt_make(KILN_F32, 4, KT_DIMS(1, 2, Lb, Db), NULL);
+        kiln_tensor *y = kt_make(KILN_F32, 4, KT_DIMS(1, 2, Lb, Db), NULL);
+        for (int64_t i = 0; i < 2 * Lb * Db; i++) {
+            kiln_set_f64(v, i, (double)(i % Db + 1));
+            kiln_set_f64(y, i, (double)(i % Db + 1));
+        }
+        kiln_tensor *in[3] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 2, Lb, Db), -1, 1, 9100),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 2, Db, Lb), -1, 1, 9099), v};
+        fails += kiln_optest("Attention", "", 3, in, 1, &y, 1e-5, 1e-6, "attention, threaded rows, constant values");
     }
     /* ViT's packed in-projection (L, N, 3E) with E = H * D: q, k, v selected by Reshape to
      * (L, N, 3, H, D), Gather on axis 2 and Transposes; the output written through the
