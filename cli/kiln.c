@@ -351,30 +351,34 @@ static int print_op_counts(const kiln_model *m, const char *label) {
 static int parse_disable(const char *list, unsigned *flags);
 static int parse_device(const char *cmd, const char *v, kiln_device *out);
 
+/* The options that choose a session's passes, shared by convert and info: --device,
+ * --fp32|--fp16|--bf16, --strict-fp32, --disable. */
+enum { O_PASS_STRICT = 200, O_PASS_DISABLE, O_PASS_FP32, O_PASS_FP16, O_PASS_BF16, O_PASS_DEVICE };
+#define PASS_OPTIONS                                                                                              \
+    {"strict-fp32", no_argument, NULL, O_PASS_STRICT}, {"disable", required_argument, NULL, O_PASS_DISABLE},    \
+        {"fp32", no_argument, NULL, O_PASS_FP32}, {"fp16", no_argument, NULL, O_PASS_FP16},                      \
+        {"bf16", no_argument, NULL, O_PASS_BF16}, {"device", required_argument, NULL, O_PASS_DEVICE}
+
+/* Applies option c of PASS_OPTIONS to o: 0, 2 on a bad value (said), -1 when c is not one. */
+static int pass_option(const char *cmd, int c, kiln_session_options *o) {
+    switch (c) {
+    case O_PASS_STRICT: o->strict_fp32 = 1; return 0;
+    case O_PASS_DISABLE: return parse_disable(optarg, &o->disable_passes) ? 2 : 0;
+    case O_PASS_FP32: o->precision = KILN_PRECISION_FP32; return 0;
+    case O_PASS_FP16: o->precision = KILN_PRECISION_FP16; return 0;
+    case O_PASS_BF16: o->precision = KILN_PRECISION_BF16; return 0;
+    case O_PASS_DEVICE: return parse_device(cmd, optarg, &o->device) ? 2 : 0;
+    default: return -1;
+    }
+}
+
 static int cmd_info(int argc, char **argv) {
     kiln_session_options opts = {0};
     bool passes = false;
-    enum { O_STRICT = 256, O_DISABLE, O_FP32, O_FP16, O_BF16, O_DEVICE };
-    static const struct option lo[] = {
-        {"strict-fp32", no_argument, NULL, O_STRICT}, {"disable", required_argument, NULL, O_DISABLE},
-        {"fp32", no_argument, NULL, O_FP32},          {"fp16", no_argument, NULL, O_FP16},
-        {"bf16", no_argument, NULL, O_BF16},          {"device", required_argument, NULL, O_DEVICE},
-        {"help", no_argument, NULL, 'h'},             {0}};
+    static const struct option lo[] = {PASS_OPTIONS, {"help", no_argument, NULL, 'h'}, {0}};
     for (int c; (c = next_opt("info", argc, argv, lo)) != -1;) {
-        switch (c) {
-        case 'h': return cmd_usage("info", stdout);
-        case O_STRICT: opts.strict_fp32 = 1; break;
-        case O_DISABLE:
-            if (parse_disable(optarg, &opts.disable_passes)) return 2;
-            break;
-        case O_FP32: opts.precision = KILN_PRECISION_FP32; break;
-        case O_FP16: opts.precision = KILN_PRECISION_FP16; break;
-        case O_BF16: opts.precision = KILN_PRECISION_BF16; break;
-        case O_DEVICE:
-            if (parse_device("info", optarg, &opts.device)) return 2;
-            break;
-        default: return 2;
-        }
+        if (c == 'h') return cmd_usage("info", stdout);
+        if (pass_option("info", c, &opts)) return 2;
         passes = true;
     }
     if (optind + 1 != argc) {
@@ -487,27 +491,10 @@ static int parse_disable(const char *list, unsigned *out) {
 static int cmd_convert(int argc, char **argv) {
     int n_paths = 0;
     kiln_session_options opts = {0};
-    enum { O_STRICT = 256, O_DISABLE, O_FP32, O_FP16, O_BF16, O_DEVICE };
-    static const struct option lo[] = {
-        {"strict-fp32", no_argument, NULL, O_STRICT}, {"disable", required_argument, NULL, O_DISABLE},
-        {"fp32", no_argument, NULL, O_FP32},          {"fp16", no_argument, NULL, O_FP16},
-        {"bf16", no_argument, NULL, O_BF16},          {"device", required_argument, NULL, O_DEVICE},
-        {"help", no_argument, NULL, 'h'},             {0}};
+    static const struct option lo[] = {PASS_OPTIONS, {"help", no_argument, NULL, 'h'}, {0}};
     for (int c; (c = next_opt("convert", argc, argv, lo)) != -1;) {
-        switch (c) {
-        case 'h': return cmd_usage("convert", stdout);
-        case O_STRICT: opts.strict_fp32 = 1; break;
-        case O_DISABLE:
-            if (parse_disable(optarg, &opts.disable_passes)) return 2;
-            break;
-        case O_FP32: opts.precision = KILN_PRECISION_FP32; break;
-        case O_FP16: opts.precision = KILN_PRECISION_FP16; break;
-        case O_BF16: opts.precision = KILN_PRECISION_BF16; break;
-        case O_DEVICE:
-            if (parse_device("convert", optarg, &opts.device)) return 2;
-            break;
-        default: return 2;
-        }
+        if (c == 'h') return cmd_usage("convert", stdout);
+        if (pass_option("convert", c, &opts)) return 2;
     }
     char **paths = argv + optind; /* getopt moved the options before the paths */
     n_paths = argc - optind;
