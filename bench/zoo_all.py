@@ -39,16 +39,15 @@ cache. Each timing is still one process on one GPU; what the models share is the
 bandwidth and disk. A model stopped by --time-budget is written with "incomplete": true and runs
 again in the next call with the same --out.
 
-Time. Not yet measured on the GPU machine (this script was written without one). What a model
-costs there: the export (5-60 s, CPU), BatchNorm passes, the fp32 match, fp16 agreement (one
-`kiln run --batch 256` of 1,024 inputs: one plan), two `kiln bench`es, eager, and
-torch.compile once per batch size. torch.compile (mode "default", inductor, cold cache) took
-44-50 s per batch size for resnet18 and 200-240 s for lraspp_mobilenet_v3_large on 2 CPU cores
-here (--dry-run); on the GPU machine's 16 cores expect 30-90 s per compile, so 2-4 minutes a
-model with compile, about half that with --skip-compile: a 9-minute call does 2-4 models, the
-whole zoo (84) 25-40 such calls. --compile-mode max-autotune-no-cudagraphs (Triton autotuning of
-every product and convolution) costs several times more. compile_s in each row is the first
-call's time; the table's torch.compile column is mode "default" unless --compile-mode says.
+Time. What a model costs: the export (5-20 s, CPU), BatchNorm passes, the fp32 match, fp16
+agreement (one `kiln run --batch 256` of 1,024 inputs: one plan), two `kiln bench`es, eager, and
+torch.compile once per batch size. Measured on H100s with 16 CPU cores a model (bench/NOTES.md,
+the sixteenth session): 90-350 s a model with compile, the largest first (compile 15-110 s per
+batch size: 15 for convnext_base, 60 for efficientnet_v2_l, 80-110 for maxvit_t and the
+densenets); 4 GPUs (--gpus 4) did 9 of the largest models in a 530 s call. --compile-mode
+max-autotune-no-cudagraphs (Triton autotuning of every product and convolution) costs several
+times more. compile_s in each row is the first call's time; the table's torch.compile column is
+mode "default" unless --compile-mode says.
 
 --models: names, or the groups all, classification, segmentation (comma-separated; the
 groups leave out SKIP, the largest models; name one to run it). On the GPU machine run it
