@@ -400,6 +400,13 @@ static void graph_epi_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_
 static void graph_grad_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, int dir,
                            char *key, size_t n);
 static const kiln_algo_entry *kept_choice(kiln_cuda *cu, const char *key);
+/* dw_faster's choice as kept with the algorithm choices (on the disk too): kiln's tiled kernel
+ * (it falls back to the per-tile one where the tile does not fit), the per-tile kernel,
+ * cuDNN's legacy path, cuDNN's ConvFwd graph + kiln's epilogue, the graph with the epilogue
+ * inside; under dw_key's key, shared with the workspace query (kiln_cuda_ws_conv). */
+enum { DW_KEPT_TILED, DW_KEPT_PER_TILE, DW_KEPT_CUDNN, DW_KEPT_GRAPH, DW_KEPT_GRAPH_EPI };
+static void dw_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, int dir, bool fused,
+                   char *key, size_t n);
 
 /* g as cudnn_graph.c's problem of graph kind (KILN_GRAPH_CONV_*), without an epilogue. */
 static kiln_genstats_geo graph_geo(const conv_geo *g, kiln_dtype dt, int kind) {
@@ -573,14 +580,22 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     const bool geo = conv_geo_get(c, c->in[0], c->in[1], c->out[0], &g, why, sizeof why);
     const bool dw = geo && depthwise_shaped(cu, &g, &dg);
     size_t gws = 0; /* cuDNN's graphs' (autotune or KILN_CUDA_DW_GRAPH) */
-    if (dw && (cu->autotune || cu->dw_graph > 0))
-        for (int epi = 0; epi < (cu->dw_graph == 2 ? 2 : 1); epi++) { /* dw_faster's graphs */
+    if (dw && (cu->autotune || cu->dw_graph > 0)) {
+        /* dw_faster's graphs: none where a kept choice took kiln's kernels or the legacy path,
+         * only the kept one where it took a graph */
+        char dkey[KILN_ALGO_KEY];
+        dw_key(cu, c, &g, c->in[0]->dtype, DIR_FWD, fused, dkey, sizeof dkey);
+        const kiln_algo_entry *kept = cu->dw_graph > 0 ? NULL : kept_choice(cu, dkey);
+        const bool with_epi = cu->dw_graph == 2 || (kept && kept->algo == DW_KEPT_GRAPH_EPI);
+        for (int epi = 0; epi < (with_epi ? 2 : 1) && !(kept && kept->algo < DW_KEPT_GRAPH); epi++) {
+            if (kept && epi != kept->algo - DW_KEPT_GRAPH) continue;
             struct kiln_genstats_problem *p;
             size_t w = 0;
             kiln_status st = dw_graph_plan(cu, c, &g, c->in[0]->dtype, fused, epi != 0, &p, &w);
             if (st) return st;
             if (p && w > gws) gws = w;
         }
+    }
     if (dw && !cu->autotune) {
         *bytes = gws; /* the depthwise kernels need none (with autotune cuDNN's path is timed too) */
         return KILN_OK;
@@ -1028,10 +1043,61 @@ static kiln_status time_op(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, i
     return st;
 }
 
+/* The epilogue code of a depthwise problem (forward: the activation's kind * 4, + 1 with a
+ * bias, + 2 with a residual; 0 for the gradients): part of the problem, since the graph with
+ * the epilogue inside may have a plan for one activation and not for another. */
+static int dw_epi_code(const kiln_op_ctx *c, int dir, bool fused) {
+    if (dir != DIR_FWD) return 0;
+    kiln_cuda_act a = {KILN_ACT_NONE, 0.f, 0.f};
+    char why[160];
+    if (fused && !kiln_cuda_act_get(c->node, false, &a, why, sizeof why)) a.kind = KILN_ACT_NONE;
+    return (int)a.kind * 4 + (input(c, 2) ? 1 : 0) + (fused && input(c, 3) ? 2 : 0);
+}
+
+/* dw_faster's kept choice's key (the enum and its meaning at the declarations above). */
+static void dw_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, int dir, bool fused,
+                   char *key, size_t n) {
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), dir, false, key, n);
+    const size_t at = strlen(key);
+    snprintf(key + at, n - at, " depthwise epi=%d fused=%d", dw_epi_code(c, dir, fused), fused ? 1 : 0);
+}
+
 static bool dw_same(const kiln_cuda_dw_geo *a, const kiln_cuda_dw_geo *b) {
     return a->N == b->N && a->C == b->C && a->H == b->H && a->W == b->W && a->OH == b->OH && a->OW == b->OW &&
            a->kh == b->kh && a->kw == b->kw && a->sh == b->sh && a->sw == b->sw && a->dh == b->dh && a->dw == b->dw &&
            a->pt == b->pt && a->pl == b->pl && a->nhwc == b->nhwc;
+}
+
+static kiln_status keep_choice(kiln_cuda *cu, kiln_context *ctx, const char *key, int algo, float ms);
+
+/* dw_graph_plan's plan where the node's workspace holds it, else *p NULL. */
+static kiln_status dw_graph_fit(kiln_cuda *cu, kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, bool fused, bool epi,
+                                struct kiln_genstats_problem **p) {
+    size_t w = 0;
+    kiln_status st = dw_graph_plan(cu, c, g, dt, fused, epi, p, &w);
+    if (!st && *p && (w > c->workspace_size || (w && !c->workspace))) *p = NULL;
+    return st;
+}
+
+/* Choice `kept` (DW_KEPT_*) of a depthwise problem into *kiln, *variant, *graph, and into
+ * this process's list (while it has room), so the node's later runs find it there. */
+static kiln_status dw_remember(kiln_cuda *cu, int dir, bool fused, kiln_dtype dt, const kiln_cuda_dw_geo *dg, int ek,
+                               int kept, bool *kiln, int *variant, int *graph) {
+    *kiln = kept == DW_KEPT_TILED || kept == DW_KEPT_PER_TILE;
+    *variant = kept == DW_KEPT_PER_TILE ? KILN_CUDA_DW_PER_TILE : KILN_CUDA_DW_TILED;
+    *graph = kept == DW_KEPT_GRAPH ? 1 : kept == DW_KEPT_GRAPH_EPI ? 2 : 0;
+    if (cu->n_dw_choice < (int)(sizeof cu->dw_choice / sizeof cu->dw_choice[0])) {
+        struct kiln_cuda_dw_choice *e = &cu->dw_choice[cu->n_dw_choice++];
+        e->g = *dg;
+        e->dir = dir;
+        e->dtype = (int)dt;
+        e->fused = fused;
+        e->epi = ek;
+        e->kiln = *kiln;
+        e->variant = *variant;
+        e->graph = *graph;
+    }
+    return KILN_OK;
 }
 
 /* Whether depthwise problem dg of direction dir runs on conv_depthwise.cu's kernels (*kiln,
@@ -1053,19 +1119,27 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
         *graph = cu->dw_force == 4 ? 1 : cu->dw_force == 5 ? 2 : 0;
         return KILN_OK;
     }
-    /* the epilogue (activation, bias, residual) is part of the problem: the graph with it
-     * inside may have a plan for one activation and not for another */
-    int ek = 0;
-    if (dir == DIR_FWD) {
-        kiln_cuda_act a = {KILN_ACT_NONE, 0.f, 0.f};
-        char why[160];
-        if (fused && !kiln_cuda_act_get(c->node, false, &a, why, sizeof why)) a.kind = KILN_ACT_NONE;
-        ek = (int)a.kind * 4 + (input(c, 2) ? 1 : 0) + (fused && input(c, 3) ? 2 : 0);
+    const int ek = dw_epi_code(c, dir, fused);
+    for (int i = 0; i < cu->n_dw_choice; i++) { /* decided in this process */
+        const struct kiln_cuda_dw_choice *e = &cu->dw_choice[i];
+        if (e->dir == dir && e->dtype == (int)dt && e->fused == (int)fused && e->epi == ek && dw_same(&e->g, dg)) {
+            *kiln = e->kiln;
+            *variant = e->variant;
+            *graph = e->graph;
+            return KILN_OK;
+        }
     }
+    /* decided by an earlier process (the disk cache; not while KILN_CUDA_DW_GRAPH forces the
+     * graphs): kiln's kernels and cuDNN's legacy path are taken at once, with no graph planned;
+     * a graph where its plan is made below and fits the node's workspace */
+    char key[KILN_ALGO_KEY];
+    dw_key(cu, c, g, dt, dir, fused, key, sizeof key);
+    const kiln_algo_entry *kept = cu->dw_graph > 0 ? NULL : kept_choice(cu, key);
+    if (kept && kept->algo >= DW_KEPT_TILED && kept->algo <= DW_KEPT_CUDNN)
+        return dw_remember(cu, dir, fused, dt, dg, ek, kept->algo, kiln, variant, graph);
     /* the graphs where they can run: KILN_CUDA_DW_GRAPH=1 or 2 takes them without timing (a
      * residual read in place of Y would be overwritten by the graph's convolution) */
     struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* plain, with the epilogue */
-    size_t gw[2] = {0, 0};
     if (dir != DIR_FWD && cu->dw_graph != 0) { /* the gradient's graph (ConvBwdData / ConvBwdFilter) */
         kiln_status st = grad_graph_usable(cu, c, g, dt, dir, &gp[0]);
         if (st) return st;
@@ -1076,13 +1150,14 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
         }
     }
     if (dir == DIR_FWD && cu->dw_graph != 0 && !(z && z == y)) {
-        /* the graph with the epilogue inside only when forced (KILN_CUDA_DW_GRAPH=2): timed,
+        /* the graph with the epilogue inside only when forced (KILN_CUDA_DW_GRAPH=2) or kept: timed,
          * it was ~10x slower than the plain graph on every depthwise shape (no depthwise
          * engine fuses it), and its runtime-compiled plans cost seconds each to make */
-        for (int e = 0; e < (cu->dw_graph == 2 ? 2 : 1); e++) {
-            kiln_status st = dw_graph_plan(cu, c, g, dt, fused, e != 0, &gp[e], &gw[e]);
+        const bool with_epi = cu->dw_graph == 2 || (kept && kept->algo == DW_KEPT_GRAPH_EPI);
+        for (int e = 0; e < (with_epi ? 2 : 1); e++) {
+            if (kept && e != kept->algo - DW_KEPT_GRAPH) continue; /* only the kept one */
+            kiln_status st = dw_graph_fit(cu, c, g, dt, fused, e != 0, &gp[e]);
             if (st) return st;
-            if (gp[e] && (gw[e] > c->workspace_size || (gw[e] && !c->workspace))) gp[e] = NULL;
         }
         if (cu->dw_graph > 0 && (gp[0] || gp[1])) {
             *kiln = false;
@@ -1090,13 +1165,13 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
             return KILN_OK;
         }
     }
-    for (int i = 0; i < cu->n_dw_choice; i++) {
-        const struct kiln_cuda_dw_choice *e = &cu->dw_choice[i];
-        if (e->dir == dir && e->dtype == (int)dt && e->fused == (int)fused && e->epi == ek && dw_same(&e->g, dg)) {
-            *kiln = e->kiln;
-            *variant = e->variant;
-            *graph = e->graph;
-            return KILN_OK;
+    if (kept && (kept->algo == DW_KEPT_GRAPH || kept->algo == DW_KEPT_GRAPH_EPI) && gp[kept->algo - DW_KEPT_GRAPH])
+        return dw_remember(cu, dir, fused, dt, dg, ek, kept->algo, kiln, variant, graph);
+    if (kept && dir == DIR_FWD) { /* a kept graph with no plan here (another cuDNN, a smaller workspace): timed again */
+        gp[1] = NULL;
+        if (cu->dw_graph != 0 && !(z && z == y) && !gp[0]) {
+            kiln_status st = dw_graph_fit(cu, c, g, dt, fused, false, &gp[0]);
+            if (st) return st;
         }
     }
     if (!cu->autotune || capturing(cu) || (z && z == y) ||
@@ -1109,26 +1184,21 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     for (int e = 0; e < 2 && !st; e++)
         if (gp[e]) st = time_op(cu, c, dir, fused, 4 + e, -1, &tg[e]);
     if (st) return st;
-    struct kiln_cuda_dw_choice *e = &cu->dw_choice[cu->n_dw_choice++];
-    e->g = *dg;
-    e->dir = dir;
-    e->dtype = (int)dt;
-    e->fused = fused;
-    e->epi = ek;
     const float tkiln = tk < tp ? tk : tp, tgraph = tg[0] < tg[1] ? tg[0] : tg[1];
-    e->kiln = tkiln <= td && tkiln <= tgraph;
-    e->variant = tp < tk ? KILN_CUDA_DW_PER_TILE : KILN_CUDA_DW_TILED;
-    e->graph = !e->kiln && tgraph < td ? (tg[1] <= tg[0] ? 2 : 1) : 0;
-    *kiln = e->kiln;
-    *variant = e->variant;
-    *graph = e->graph;
+    const bool k = tkiln <= td && tkiln <= tgraph;
+    const int choice = k ? (tp < tk ? DW_KEPT_PER_TILE : DW_KEPT_TILED)
+                       : tgraph < td ? (tg[1] <= tg[0] ? DW_KEPT_GRAPH_EPI : DW_KEPT_GRAPH)
+                                     : DW_KEPT_CUDNN;
+    const float best = k ? tkiln : tgraph < td ? tgraph : td;
+    if ((st = keep_choice(cu, c->kctx, key, choice, best)) != KILN_OK) return st;
+    dw_remember(cu, dir, fused, dt, dg, ek, choice, kiln, variant, graph);
     kiln_cuda_conv_stats_note(c->kctx,
              "conv depthwise %s %s N=%lld C=%lld %lldx%lld %lldx%lld s%lld: kiln %.3f / %.3f ms, cuDNN %.3f ms, graph "
              "%.3f ms, graph with epilogue %.3f ms: %s",
              dir == DIR_FWD ? "forward" : dir == DIR_BWD_DATA ? "data gradient" : "weight gradient", kiln_dtype_name(dt),
              (long long)dg->N, (long long)dg->C, (long long)dg->H, (long long)dg->W, (long long)dg->kh,
              (long long)dg->kw, (long long)dg->sh, tk, tp, td, tg[0], tg[1],
-             e->kiln ? "kiln" : e->graph == 2 ? "graph with epilogue" : e->graph ? "graph" : "cuDNN");
+             *kiln ? "kiln" : *graph == 2 ? "graph with epilogue" : *graph ? "graph" : "cuDNN");
     return KILN_OK;
 }
 
