@@ -1135,8 +1135,10 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     char key[KILN_ALGO_KEY];
     dw_key(cu, c, g, dt, dir, fused, key, sizeof key);
     const kiln_algo_entry *kept = cu->dw_graph > 0 ? NULL : kept_choice(cu, key);
-    if (kept && kept->algo >= DW_KEPT_TILED && kept->algo <= DW_KEPT_CUDNN)
+    if (kept && kept->algo >= DW_KEPT_TILED && kept->algo <= DW_KEPT_CUDNN) {
+        cu->stats.dw_kept++;
         return dw_remember(cu, dir, fused, dt, dg, ek, kept->algo, kiln, variant, graph);
+    }
     /* the graphs where they can run: KILN_CUDA_DW_GRAPH=1 or 2 takes them without timing (a
      * residual read in place of Y would be overwritten by the graph's convolution) */
     struct kiln_genstats_problem *gp[2] = {NULL, NULL}; /* plain, with the epilogue */
@@ -1165,8 +1167,10 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
             return KILN_OK;
         }
     }
-    if (kept && (kept->algo == DW_KEPT_GRAPH || kept->algo == DW_KEPT_GRAPH_EPI) && gp[kept->algo - DW_KEPT_GRAPH])
+    if (kept && (kept->algo == DW_KEPT_GRAPH || kept->algo == DW_KEPT_GRAPH_EPI) && gp[kept->algo - DW_KEPT_GRAPH]) {
+        cu->stats.dw_kept++;
         return dw_remember(cu, dir, fused, dt, dg, ek, kept->algo, kiln, variant, graph);
+    }
     if (kept && dir == DIR_FWD) { /* a kept graph with no plan here (another cuDNN, a smaller workspace): timed again */
         gp[1] = NULL;
         if (cu->dw_graph != 0 && !(z && z == y) && !gp[0]) {
@@ -1191,6 +1195,7 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
                                      : DW_KEPT_CUDNN;
     const float best = k ? tkiln : tgraph < td ? tgraph : td;
     if ((st = keep_choice(cu, c->kctx, key, choice, best)) != KILN_OK) return st;
+    cu->stats.dw_timed++;
     dw_remember(cu, dir, fused, dt, dg, ek, choice, kiln, variant, graph);
     kiln_cuda_conv_stats_note(c->kctx,
              "conv depthwise %s %s N=%lld C=%lld %lldx%lld %lldx%lld s%lld: kiln %.3f / %.3f ms, cuDNN %.3f ms, graph "

@@ -199,6 +199,8 @@ typedef struct kiln_cuda_stats {
     char conv_stats_why[256];      /* why the last fallback ran ("" if none) */
     int conv_prologue_graph_calls;    /* convolution prologues (conv-bn-prologue) by cuDNN's graphs (patterns c, f) */
     int conv_prologue_fallback_calls; /* ... by the fallback kernel (conv_prologue.cu) */
+    int dw_timed;         /* depthwise problems whose paths (kiln's kernels, cuDNN, the graph) were timed */
+    int dw_kept;          /* depthwise problems whose path an earlier process chose (the disk cache) */
 } kiln_cuda_stats;
 void kiln_cuda_get_stats(const kiln_cuda *cu, kiln_cuda_stats *out);
 kiln_context *kiln_cuda_context(const kiln_cuda *cu);

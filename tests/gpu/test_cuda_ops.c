@@ -3137,6 +3137,41 @@ static void depthwise_with(const char *tag, kiln_cuda_options o, bool want_dw) {
     kiln_cuda_free(other);
 }
 
+/* Depthwise choices are kept in the cache file with the algorithms: a kiln_cuda with autotune
+ * times each depthwise problem's paths and writes its choice; a second on the same file takes
+ * every choice from there, timing none, and gives the same answers (the references). */
+static void depthwise_kept(const char *tag) {
+    char dir[] = "/tmp/kiln-dw-kept-XXXXXX", path[128];
+    if (!mkdtemp(dir)) {
+        fail(tag, "%s", "mkdtemp failed");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/algos.txt", dir);
+    kiln_cuda *saved = cu;
+    int timed[2] = {0, 0}, kept[2] = {0, 0};
+    for (int pass = 0; pass < 2; pass++) {
+        kiln_cuda *k = NULL;
+        const kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20, .algo_cache = path};
+        if (kiln_cuda_create(ctx, &o, &k)) {
+            fail(tag, "create: %s", kiln_context_message(ctx));
+            break;
+        }
+        cu = k;
+        depthwise_group(pass ? "[dw kept second]" : "[dw kept first]");
+        timed[pass] = stats_of(k).dw_timed;
+        kept[pass] = stats_of(k).dw_kept;
+        cu = saved;
+        kiln_cuda_free(k);
+    }
+    char label[200];
+    snprintf(label, sizeof label, "%s first kiln_cuda: %d depthwise problems timed, %d kept; second: %d timed, %d kept",
+             tag, timed[0], kept[0], timed[1], kept[1]);
+    check(timed[0] > 0 && kept[0] == 0 && timed[1] == 0 && kept[1] == timed[0], label,
+          "want the second to time none and take every choice the first wrote");
+    remove(path);
+    rmdir(dir);
+}
+
 /* The depthwise cases on conv_depthwise.cu (without autotune, the kernel always), on a
  * kiln_cuda with it off (kiln_cuda_options.no_conv_depthwise, --disable conv-depthwise:
  * cuDNN), and with autotune, which times both on each problem and keeps the faster: the
@@ -3153,6 +3188,7 @@ static void depthwise_cases(void) {
     depthwise_group("[dw timed]");
     depthwise_graph("[dw graph]", "1");
     depthwise_graph("[dw graph epilogue]", "2");
+    depthwise_kept("[dw kept]");
 }
 
 /* The forwards conv.c's conv_graph_decide asks cuDNN's ConvFwd graph for: grouped (not
