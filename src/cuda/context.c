@@ -189,6 +189,10 @@ static kiln_status setup(kiln_cuda *cu, const kiln_cuda_options *o) {
         if (mb > 0 && mb <= 65536) cu->staging_bytes = (size_t)mb << 20;
     }
     cu->allow_tf32 = o->allow_tf32 != 0;
+    const char *lt = getenv("KILN_CUDA_LT_WS");
+    cu->lt_ws_mode = lt && strcmp(lt, "shared") == 0 ? KILN_CUDA_LT_WS_SHARED
+                     : lt && strcmp(lt, "none") == 0 ? KILN_CUDA_LT_WS_NONE
+                                                     : KILN_CUDA_LT_WS_OWN;
     if (cu->staging_bytes < ((size_t)64 << 10)) cu->staging_bytes = (size_t)64 << 10;
     cu->staging_bytes &= ~(size_t)255; /* two equal, aligned halves */
     KILN_CUDA_CHECK(ctx, cudaMallocHost((void **)&cu->staging, cu->staging_bytes));
@@ -256,6 +260,8 @@ void kiln_cuda_free(kiln_cuda *cu) {
     if (cu->nvtx) nvtxDomainDestroy(cu->nvtx);
     if (cu->arena) cudaFree(cu->arena);
     if (cu->workspace) cudaFree(cu->workspace);
+    for (int i = 0; i <= KILN_CUDA_MAX_SIDE_STREAMS; i++)
+        if (cu->lt_ws[i]) cudaFree(cu->lt_ws[i]);
     if (cu->flag) cudaFree(cu->flag);
     if (cu->rng_seed) cudaFree(cu->rng_seed);
     if (cu->staging) cudaFreeHost(cu->staging);

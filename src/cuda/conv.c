@@ -552,7 +552,10 @@ static kiln_status workspace_for(kiln_cuda *cu, kiln_op_ctx *c, const kiln_tenso
     if (st) return st;
     if ((st = set_descriptors(cu, ctx, &g, x->dtype)) != KILN_OK) return st;
     *bytes = pad_bytes(&g, x->dtype) + zero_bias_bytes(c, fused, &g, x->dtype) + align256(most_workspace(cu, h, dir));
-    if (dir == DIR_FWD && gemm_shaped(cu, &g) && *bytes < KILN_CUDA_GEMM_WS) *bytes = KILN_CUDA_GEMM_WS;
+    if (dir == DIR_FWD && gemm_shaped(cu, &g)) { /* cuBLASLt's: its own (kiln_cuda_lt_reserve), or the node's */
+        if (cu->lt_ws_mode == KILN_CUDA_LT_WS_SHARED && *bytes < KILN_CUDA_GEMM_WS) *bytes = KILN_CUDA_GEMM_WS;
+        if ((st = kiln_cuda_lt_reserve(cu, ctx)) != KILN_OK) return st;
+    }
     conv_geo gn;
     if (dir == DIR_FWD && narrow_mode(cu) != NARROW_NEVER && narrow_geo(c, &g, &gn)) {
         /* the narrow problem: its copies, then its algorithms' workspace */

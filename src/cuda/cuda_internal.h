@@ -71,6 +71,13 @@ struct kiln_cuda {
     cudnnConvolutionDescriptor_t dnn_conv;
     cudnnActivationDescriptor_t dnn_act;
     cublasLtHandle_t lt;
+    /* cuBLASLt's workspace (matmul.c, kiln_cuda_lt_workspace): KILN_CUDA_LT_WS_OWN (default)
+     * one KILN_CUDA_GEMM_WS buffer per stream (main, then the side streams) that no other
+     * kernel touches, made when a plan first asks for a product's workspace; _SHARED the
+     * node's workspace (KILN_CUDA_LT_WS=shared, the old way: cuDNN and kiln's kernels write
+     * the same bytes between two products); _NONE no workspace (KILN_CUDA_LT_WS=none). */
+    int lt_ws_mode;
+    void *lt_ws[1 + KILN_CUDA_MAX_SIDE_STREAMS];
 
     void *arena;
     size_t arena_bytes, arena_used;
@@ -458,6 +465,10 @@ kiln_status kiln_cuda_gemm_nt(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, i
                               const void *x, const void *w, const void *bias, const void *z, bool relu, void *y,
                               void *ws, size_t ws_bytes);
 #define KILN_CUDA_GEMM_WS ((size_t)32 << 20)
+enum { KILN_CUDA_LT_WS_OWN, KILN_CUDA_LT_WS_SHARED, KILN_CUDA_LT_WS_NONE };
+/* cuBLASLt's workspaces made now (plan time; nothing when they exist or the mode is not
+ * KILN_CUDA_LT_WS_OWN), so that no run allocates. */
+kiln_status kiln_cuda_lt_reserve(kiln_cuda *cu, kiln_context *ctx);
 /* Einsum that is one GEMM (src/ops/einsum.h's kiln_einsum_as_gemm) through cuBLASLt
  * (matmul.c; workspace: kiln_cuda_ws_matmul). KILN_ERR_UNSUPPORTED: no algorithm. */
 struct kiln_einsum_gemm;

@@ -89,11 +89,50 @@ static kiln_status set_batch(kiln_context *ctx, cublasLtMatrixLayout_t l, int64_
     return KILN_OK;
 }
 
+kiln_status kiln_cuda_lt_reserve(kiln_cuda *cu, kiln_context *ctx) {
+    if (cu->lt_ws_mode != KILN_CUDA_LT_WS_OWN) return KILN_OK;
+    for (int i = 0; i <= cu->n_side; i++) {
+        if (cu->lt_ws[i]) continue;
+        const cudaError_t e = cudaMalloc(&cu->lt_ws[i], MATMUL_WS);
+        if (e != cudaSuccess) {
+            cu->lt_ws[i] = NULL;
+            return kiln_fail(ctx, e == cudaErrorMemoryAllocation ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_DEVICE,
+                             "cudaMalloc of cuBLASLt's %zu-byte workspace for stream %d failed: %s", (size_t)MATMUL_WS,
+                             i, cudaGetErrorString(e));
+        }
+    }
+    return KILN_OK;
+}
+
+/* The workspace a product on cu's current stream gets (see lt_ws_mode): the stream's own,
+ * the node's (ws), or none. Where the own one was never reserved (a product outside a plan),
+ * it is made now, or, inside a graph capture, the product runs without one. */
+static void lt_workspace(kiln_cuda *cu, kiln_context *ctx, void **ws, size_t *ws_bytes) {
+    if (cu->lt_ws_mode == KILN_CUDA_LT_WS_SHARED) return;
+    *ws = NULL;
+    *ws_bytes = 0;
+    if (cu->lt_ws_mode == KILN_CUDA_LT_WS_NONE) return;
+    int k = 0;
+    for (int i = 0; i < cu->n_side; i++)
+        if (cu->stream == cu->side[i]) k = i + 1;
+    if (!cu->lt_ws[k]) {
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(cu->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone ||
+            kiln_cuda_lt_reserve(cu, ctx) != KILN_OK) {
+            (void)cudaGetLastError();
+            return;
+        }
+    }
+    *ws = cu->lt_ws[k];
+    *ws_bytes = MATMUL_WS;
+}
+
 /* One cuBLASLt call for m. KILN_ERR_UNSUPPORTED when the heuristic offers no algorithm. */
 static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void *ws, size_t ws_bytes) {
     cublasLtHandle_t lt;
     kiln_status st = kiln_cuda_lt(cu, ctx, &lt);
     if (st) return st;
+    lt_workspace(cu, ctx, &ws, &ws_bytes);
     const cudaDataType_t t = lt_type(m->dt);
     const int64_t es = (int64_t)kiln_dtype_size(m->dt);
     const int64_t M = m->M, N = m->N, K = m->K;
@@ -257,8 +296,9 @@ kiln_status kiln_cuda_gemm_nt(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, i
 }
 
 kiln_status kiln_cuda_ws_matmul(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
-    *bytes = MATMUL_WS;
-    return KILN_OK;
+    /* the node's workspace only where cuBLASLt takes it (KILN_CUDA_LT_WS=shared) */
+    *bytes = cu->lt_ws_mode == KILN_CUDA_LT_WS_SHARED ? MATMUL_WS : 0;
+    return kiln_cuda_lt_reserve(cu, c->kctx);
 }
 
 /* Whether cuBLASLt's GELU epilogues (the tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x +
