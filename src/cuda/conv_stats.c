@@ -42,7 +42,7 @@ static kiln_status rt(kiln_context *ctx, cudaError_t e, const char *what) {
 }
 
 void kiln_cuda_conv_stats_note(kiln_context *ctx, const char *fmt, ...) {
-    char line[768];
+    char line[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);

@@ -127,6 +127,31 @@ static void lt_workspace(kiln_cuda *cu, kiln_context *ctx, void **ws, size_t *ws
     *ws_bytes = MATMUL_WS;
 }
 
+/* A timed product's candidates in the stats log (KILN_CUDA_CONV_STATS_LOG=1): each one's
+ * configuration as cuBLASLt describes it, its workspace and time, and the pick. */
+static void note_timed(kiln_context *ctx, const char *key, const cublasLtMatmulHeuristicResult_t *res, int found,
+                       const float *times, int pick) {
+    char line[1600];
+    int at = snprintf(line, sizeof line, "%s: ", key);
+    for (int i = 0; i < found && at > 0 && (size_t)at < sizeof line; i++) {
+        int id = -1, tile = -1, stages = -1, splitk = -1, red = -1, swz = -1, custom = -1;
+        uint16_t cluster = 0;
+        const cublasLtMatmulAlgo_t *a = &res[i].algo;
+        cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof swz, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, NULL);
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s[%d] id %d tile %d st %d sk %d red %d swz %d cu %d cl %u ws %zu: %.4f",
+                       i ? ", " : "", i, id, tile, stages, splitk, red, swz, custom, (unsigned)cluster,
+                       res[i].workspaceSize, (double)times[i]);
+    }
+    kiln_cuda_conv_stats_note(ctx, "gemm timed %s; picked [%d]", line, pick);
+}
+
 /* One cuBLASLt call for m. KILN_ERR_UNSUPPORTED when the heuristic offers no algorithm. */
 static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void *ws, size_t ws_bytes) {
     cublasLtHandle_t lt;
@@ -222,7 +247,8 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
         if (e && e->algo < found) {
             pick = e->algo;
         } else if (!e && cudaStreamIsCapturing(cu->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
-            float best = INFINITY;
+            float best = INFINITY, times[LT_CANDIDATES];
+            for (int i = 0; i < LT_CANDIDATES; i++) times[i] = INFINITY;
             cudaEvent_t ev[2];
             KILN_CUDA_CHECK(ctx, cudaEventCreate(&ev[0]));
             if (cudaEventCreate(&ev[1]) != cudaSuccess) {
@@ -245,6 +271,7 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
                     }
                     if (r > 0 && ms < t_best) t_best = ms;
                 }
+                times[i] = t_best;
                 if (t_best < best) {
                     best = t_best;
                     pick = i;
@@ -252,6 +279,7 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
             }
             cudaEventDestroy(ev[0]);
             cudaEventDestroy(ev[1]);
+            note_timed(ctx, key, res, found, times, pick);
             kiln_algo_entry ne;
             memset(&ne, 0, sizeof ne);
             memcpy(ne.key, key, sizeof ne.key);
