@@ -192,6 +192,7 @@ typedef struct kiln_cuda_stats {
     int attention_flash_fallbacks; /* with flash_attention on, nodes it did not take (attention.cu ran) */
     char flash_refused[160];       /* why it last did not take one ("" if never) */
     int gemms_timed;      /* matrix product shapes whose cuBLASLt algorithms were timed */
+    int gemm_candidates_skipped; /* cuBLASLt candidates turned down (matmul.c, lt_algo_safe), per call */
     int side_captured;    /* nodes captured on side streams (parallel branches of a graph) */
     char fused_refused[256]; /* why cuDNN last refused a fused call ("" if never) */
     int conv_stats_graph_calls;    /* kiln.FusedConv statistics by cuDNN's GenStats graph (conv_bn_stats) */

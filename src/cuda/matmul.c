@@ -152,6 +152,24 @@ static void note_timed(kiln_context *ctx, const char *key, const cublasLtMatmulH
     kiln_cuda_conv_stats_note(ctx, "gemm timed %s; picked [%d]", line, pick);
 }
 
+/* Whether candidate a may run product m. cuBLASLt 13.1 on an H100 faults ("unspecified launch
+ * failure", the context lost) on one candidate of efficientnet_b7's 1x1 projections at batch
+ * 128 (f16, M=401408 N=48 K=288, the bias epilogue and C = the residual, beta 1): tile 326
+ * with a 1x4x1 cluster, when launched back to back (alone, with a memset between launches:
+ * 4 of 4 runs of 300; the same algorithm with a 1x2x1, 2x1x1 or 1x1x1 cluster, or without
+ * the bias or C, runs clean; bench/lt_repro.c, bench/NOTES.md). Autotune picked it on most
+ * runs (0.1152 ms against 0.1167 for the next). So a product with a bias and C keeps to
+ * clusters of at most 2 CTAs (or cuBLASLt's automatic choice). */
+static bool lt_algo_safe(const mm *m, const cublasLtMatmulAlgo_t *a) {
+    if (!m->bias || m->beta == 0.f) return true;
+    uint16_t cl = CUBLASLT_CLUSTER_SHAPE_AUTO;
+    if (cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cl, sizeof cl, NULL) !=
+        CUBLAS_STATUS_SUCCESS)
+        return true;
+    return cl == CUBLASLT_CLUSTER_SHAPE_AUTO || cl == CUBLASLT_CLUSTER_SHAPE_1x1x1 ||
+           cl == CUBLASLT_CLUSTER_SHAPE_2x1x1 || cl == CUBLASLT_CLUSTER_SHAPE_1x2x1;
+}
+
 /* One cuBLASLt call for m. KILN_ERR_UNSUPPORTED when the heuristic offers no algorithm. */
 static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void *ws, size_t ws_bytes) {
     cublasLtHandle_t lt;
@@ -222,8 +240,9 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
      * heuristic's first */
     const double flops = 2.0 * (double)M * (double)N * (double)K * (double)(m->batch > 1 ? m->batch : 1);
     const bool tune = cu->autotune && (m->C || m->beta == 0.f) && flops >= LT_TUNE_MIN_FLOPS;
-    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ly, ly, pref, tune ? LT_CANDIDATES : 1,
-                                                            res, &found));
+    const bool guarded = m->bias && m->beta != 0.f; /* lt_algo_safe may turn the first down */
+    KILN_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ly, ly, pref,
+                                                            tune || guarded ? LT_CANDIDATES : 1, res, &found));
     if (found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS)
         return kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
                          "cuBLASLt has no algorithm for a %s product (M=%lld N=%lld K=%lld batch=%lld, "
@@ -231,7 +250,14 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
                          kiln_dtype_name(m->dt), (long long)M, (long long)N, (long long)K,
                          (long long)m->batch, ws_bytes);
     const void *c_in = m->C ? m->C : m->Y;
-    int pick = 0;
+    bool safe[LT_CANDIDATES];
+    int pick = -1;
+    for (int i = 0; i < found; i++) {
+        safe[i] = res[i].state == CUBLAS_STATUS_SUCCESS && lt_algo_safe(m, &res[i].algo);
+        if (!safe[i] && res[i].state == CUBLAS_STATUS_SUCCESS) cu->stats.gemm_candidates_skipped++;
+        if (safe[i] && pick < 0) pick = i;
+    }
+    if (pick < 0) pick = 0; /* none passes lt_algo_safe: the heuristic's first, as there is no other */
     if (tune && found > 1) {
         char key[KILN_ALGO_KEY];
         int kn = snprintf(key, sizeof key, "gemm cublasLt=%zu %s M=%lld N=%lld K=%lld ta=%d tb=%d batch=%lld ep=%d bias=%d beta=%g "
@@ -244,9 +270,11 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
                      (long long)m->ldb, (long long)m->ldy, (long long)m->sA, (long long)m->sB, (long long)m->sY);
         kiln_algo_entry *e = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
         enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        if (e && e->algo < found) {
+        const bool kept = e && e->algo >= 0 && e->algo < found && safe[e->algo];
+        if (kept) {
             pick = e->algo;
-        } else if (!e && cudaStreamIsCapturing(cu->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
+        } else if (cudaStreamIsCapturing(cu->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
+            /* not timed yet, or kept before lt_algo_safe turned it down: timed (again) */
             float best = INFINITY, times[LT_CANDIDATES];
             for (int i = 0; i < LT_CANDIDATES; i++) times[i] = INFINITY;
             cudaEvent_t ev[2];
@@ -256,7 +284,7 @@ static kiln_status lt_matmul(kiln_cuda *cu, kiln_context *ctx, const mm *m, void
                 return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventCreate failed");
             }
             for (int i = 0; i < found; i++) {
-                if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+                if (!safe[i]) continue;
                 float t_best = INFINITY;
                 for (int r = 0; r < 4; r++) { /* the first run warms up */
                     float ms = 0.f;

@@ -212,6 +212,10 @@ static const char *tensor_attr_name;
 static int device_runs;
 static kiln_tensor **keep_out;
 static int keep_index;
+/* device runs of each case after the checked one, back to back with no synchronization in
+ * between (the output must come out the same; kernels that fail only when launched behind
+ * one another show then) */
+static int repeat_runs;
 
 /* One case on ready host tensors (freed here): the node op (ONNX, or "kiln.<name>" for
  * kiln's internal ops) with n_in inputs (NULL: missing) and n_outputs outputs, the CPU
@@ -355,6 +359,17 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
         goto done;
     }
     device_runs++;
+    for (int r = 0; r < repeat_runs; r++)
+        if (kiln_cuda_run(cu, &c)) {
+            fail(lab, "a run back to back: %s", kiln_context_message(ctx));
+            goto done;
+        }
+    if (repeat_runs > 0 && kiln_cuda_sync(cu)) {
+        char detail[300];
+        snprintf(detail, sizeof detail, "%d runs back to back, then: %s", repeat_runs, kiln_context_message(ctx));
+        fail(lab, "%s", detail);
+        goto done;
+    }
     bool bad = false;
     for (int k = 0; k < n_out; k++) {
         got = kiln_tensor_new(ctx, ref[k]->dtype, ref[k]->ndim, ref[k]->dims);
@@ -3137,6 +3152,22 @@ static void depthwise_with(const char *tag, kiln_cuda_options o, bool want_dw) {
     kiln_cuda_free(other);
 }
 
+/* Products run back to back, as a graph replays them. efficientnet_b7's 1x1 projection at
+ * batch 128 (f16 NHWC, 288 -> 48 channels at 56x56, bias and residual: cuBLASLt's M=401408
+ * N=48 K=288 with the bias epilogue and C): cuBLASLt 13.1 faulted on one of its candidates
+ * (a 1x4x1 cluster) when launched back to back, and autotune picked it on most runs; matmul.c's
+ * lt_algo_safe turns such candidates down. Here the node is timed (autotune), run 300 times
+ * more with no synchronization, and its output checked after them. */
+static void back_to_back_cases(void) {
+    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(3) | NHWC_OUT;
+    repeat_runs = 300;
+    run_case("kiln.FusedConv", "", 0, KILN_F16, false, 2e-5, 1e-4,
+             "1x1 288 -> 48, bias, residual, batch 128 at 56x56, 300 runs back to back",
+             INPUTS(X(128, 288, 56, 56), X(48, 288, 1, 1), X(48), X(128, 48, 56, 56)));
+    repeat_runs = 0;
+    layout = 0;
+}
+
 /* Depthwise choices are kept in the cache file with the algorithms: a kiln_cuda with autotune
  * times each depthwise problem's paths and writes its choice; a second on the same file takes
  * every choice from there, timing none, and gives the same answers (the references). */
@@ -3583,6 +3614,7 @@ int main(int argc, char **argv) {
             train_vs_cpu_checks(false);
             train_vs_cpu_checks(true);
         }
+        back_to_back_cases(); /* last: a fault there loses the context */
     }
 
     kiln_cuda_free(cu);
