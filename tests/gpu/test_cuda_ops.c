@@ -3214,45 +3214,55 @@ static void back_to_back_cases(void) {
     kiln_cuda_free(big);
 }
 
-/* Depthwise choices are kept in the cache file with the algorithms: a kiln_cuda with autotune
- * times each depthwise problem's paths and writes its choice; a second on the same file takes
- * every choice from there, timing none, and gives the same answers (the references). */
-static void depthwise_kept(const char *tag) {
-    char dir[] = "/tmp/kiln-dw-kept-XXXXXX", path[128];
+/* Two kiln_cuda made in turn on one new cache file (with autotune; environment variable env set
+ * to "1" while each is made, where env is not NULL), each running group(tags[pass]) and its
+ * stats kept in st[pass]. False where there is nothing to check: the test's filter left every
+ * case out, or a kiln_cuda could not be made (a failure then). */
+static bool two_on_one_cache(const char *tag, const char *env, void (*group)(const char *), const char *const tags[2],
+                             kiln_cuda_stats st[2]) {
+    char dir[] = "/tmp/kiln-kept-XXXXXX", path[128];
     if (!mkdtemp(dir)) {
         fail(tag, "%s", "mkdtemp failed");
-        return;
+        return false;
     }
     snprintf(path, sizeof path, "%s/algos.txt", dir);
     kiln_cuda *saved = cu;
     const int runs0 = device_runs;
-    int timed[2] = {0, 0}, kept[2] = {0, 0};
-    for (int pass = 0; pass < 2; pass++) {
+    bool made = true;
+    for (int pass = 0; pass < 2 && made; pass++) {
         kiln_cuda *k = NULL;
+        if (env) setenv(env, "1", 1);
         const kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20, .algo_cache = path};
-        if (kiln_cuda_create(ctx, &o, &k)) {
+        const kiln_status cs = kiln_cuda_create(ctx, &o, &k);
+        if (env) unsetenv(env);
+        if (cs) {
             fail(tag, "create: %s", kiln_context_message(ctx));
+            made = false;
             break;
         }
         cu = k;
-        depthwise_group(pass ? "[dw kept second]" : "[dw kept first]");
-        timed[pass] = stats_of(k).dw_timed;
-        kept[pass] = stats_of(k).dw_kept;
+        group(tags[pass]);
+        st[pass] = stats_of(k);
         cu = saved;
         kiln_cuda_free(k);
     }
-    if (device_runs == runs0) { /* filtered out */
-        remove(path);
-        rmdir(dir);
-        return;
-    }
-    char label[200];
-    snprintf(label, sizeof label, "%s first kiln_cuda: %d depthwise problems timed, %d kept; second: %d timed, %d kept",
-             tag, timed[0], kept[0], timed[1], kept[1]);
-    check(timed[0] > 0 && kept[0] == 0 && timed[1] == 0 && kept[1] == timed[0], label,
-          "want the second to time none and take every choice the first wrote");
     remove(path);
     rmdir(dir);
+    return made && device_runs != runs0;
+}
+
+/* Depthwise choices are kept in the cache file with the algorithms: a kiln_cuda with autotune
+ * times each depthwise problem's paths and writes its choice; a second on the same file takes
+ * every choice from there, timing none, and gives the same answers (the references). */
+static void depthwise_kept(const char *tag) {
+    static const char *const tags[2] = {"[dw kept first]", "[dw kept second]"};
+    kiln_cuda_stats st[2];
+    if (!two_on_one_cache(tag, NULL, depthwise_group, tags, st)) return;
+    char label[200];
+    snprintf(label, sizeof label, "%s first kiln_cuda: %d depthwise problems timed, %d kept; second: %d timed, %d kept",
+             tag, st[0].dw_timed, st[0].dw_kept, st[1].dw_timed, st[1].dw_kept);
+    check(st[0].dw_timed > 0 && st[0].dw_kept == 0 && st[1].dw_timed == 0 && st[1].dw_kept == st[0].dw_timed, label,
+          "want the second to time none and take every choice the first wrote");
 }
 
 /* The depthwise cases on conv_depthwise.cu (without autotune, the kernel always), on a
@@ -3330,43 +3340,14 @@ static void grouped_group(const char *tag) {
  * file (with autotune and KILN_CUDA_CONV_GRAPH=1, so the graphs run and their plans are
  * timed) makes the kept engine's plan alone, and gives the same answers. */
 static void graph_plans_kept_cases(void) {
-    char dir[] = "/tmp/kiln-graph-plans-XXXXXX", path[128];
-    if (!mkdtemp(dir)) {
-        fail("[graph plans]", "%s", "mkdtemp failed");
-        return;
-    }
-    snprintf(path, sizeof path, "%s/algos.txt", dir);
-    kiln_cuda *saved = cu;
-    const int runs0 = device_runs;
-    int written = 0, kept[2] = {0, 0};
-    for (int pass = 0; pass < 2; pass++) {
-        kiln_cuda *k = NULL;
-        setenv("KILN_CUDA_CONV_GRAPH", "1", 1);
-        const kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)256 << 20, .algo_cache = path};
-        const kiln_status st = kiln_cuda_create(ctx, &o, &k);
-        unsetenv("KILN_CUDA_CONV_GRAPH");
-        if (st) {
-            fail("[graph plans]", "create: %s", kiln_context_message(ctx));
-            break;
-        }
-        cu = k;
-        grouped_group(pass ? "[graph plans kept]" : "[graph plans timed]");
-        if (!pass) written = stats_of(k).algos_written;
-        kept[pass] = stats_of(k).graph_plans_kept;
-        cu = saved;
-        kiln_cuda_free(k);
-    }
-    if (device_runs == runs0) { /* filtered out */
-        remove(path);
-        rmdir(dir);
-        return;
-    }
+    static const char *const tags[2] = {"[graph plans timed]", "[graph plans kept]"};
+    kiln_cuda_stats st[2];
+    if (!two_on_one_cache("[graph plans]", "KILN_CUDA_CONV_GRAPH", grouped_group, tags, st)) return;
     char label[200];
     snprintf(label, sizeof label, "[graph plans] first kiln_cuda: %d choices written, %d plans made alone; second: %d made alone",
-             written, kept[0], kept[1]);
-    check(written > 0 && kept[0] == 0 && kept[1] > 0, label, "want the second to make the kept engines' plans alone");
-    remove(path);
-    rmdir(dir);
+             st[0].algos_written, st[0].graph_plans_kept, st[1].graph_plans_kept);
+    check(st[0].algos_written > 0 && st[0].graph_plans_kept == 0 && st[1].graph_plans_kept > 0, label,
+          "want the second to make the kept engines' plans alone");
 }
 
 /* The grouped cases as chosen (autotune: the legacy API and the graphs timed) and on a
