@@ -372,6 +372,7 @@ static void run_tensors(const char *op, const char *attrs, int opset, kiln_dtype
     for (int r = 0; r < repeat_runs; r++)
         if (kiln_cuda_run(cu, &c)) {
             fail(lab, "a run back to back: %s", kiln_context_message(ctx));
+            for (int k = 0; k < n_out; k++) free(first_bytes[k]);
             goto done;
         }
     if (repeat_runs > 0 && kiln_cuda_sync(cu)) {
