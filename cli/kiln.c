@@ -351,7 +351,7 @@ static int print_op_counts(const kiln_model *m, const char *label) {
 static int parse_disable(const char *list, unsigned *flags);
 static int parse_device(const char *cmd, const char *v, kiln_device *out);
 
-/* The options that choose a session's passes, shared by convert and info: --device,
+/* The options that choose a session's passes, shared by run, bench, convert and info: --device,
  * --fp32|--fp16|--bf16, --strict-fp32, --disable. */
 enum { O_PASS_STRICT = 200, O_PASS_DISABLE, O_PASS_FP32, O_PASS_FP16, O_PASS_BF16, O_PASS_DEVICE };
 #define PASS_OPTIONS                                                                                              \
@@ -607,17 +607,13 @@ static int cmd_run(int argc, char **argv) {
     int64_t batch = 0;
     const char *json = NULL;
     kiln_session_options opts = {0};
-    enum { O_INPUT = 256, O_OUTPUT, O_THREADS, O_NO_FOLD, O_STRICT, O_DISABLE, O_FP32, O_FP16, O_BF16, O_STATS, O_DEVICE,
-           O_JSON, O_BATCH };
+    enum { O_INPUT = 256, O_OUTPUT, O_THREADS, O_NO_FOLD, O_STATS, O_JSON, O_BATCH };
     static const struct option lo[] = {
         {"input", required_argument, NULL, O_INPUT},    {"output", required_argument, NULL, O_OUTPUT},
         {"threads", required_argument, NULL, O_THREADS}, {"no-fold", no_argument, NULL, O_NO_FOLD},
-        {"strict-fp32", no_argument, NULL, O_STRICT},    {"disable", required_argument, NULL, O_DISABLE},
-        {"fp32", no_argument, NULL, O_FP32},             {"fp16", no_argument, NULL, O_FP16},
-        {"bf16", no_argument, NULL, O_BF16},             {"stats", no_argument, NULL, O_STATS},
-        {"device", required_argument, NULL, O_DEVICE},   {"help", no_argument, NULL, 'h'},
+        {"stats", no_argument, NULL, O_STATS},           {"help", no_argument, NULL, 'h'},
         {"json", required_argument, NULL, O_JSON},       {"batch", required_argument, NULL, O_BATCH},
-        {0}};
+        PASS_OPTIONS,                                    {0}};
     for (int c; (c = next_opt("run", argc, argv, lo)) != -1;) {
         switch (c) {
         case 'h': return cmd_usage("run", stdout);
@@ -632,17 +628,7 @@ static int cmd_run(int argc, char **argv) {
             break;
         case O_THREADS: threads = atoi(optarg); break;
         case O_NO_FOLD: opts.no_fold = 1; break;
-        case O_STRICT: opts.strict_fp32 = 1; break;
-        case O_DISABLE:
-            if (parse_disable(optarg, &opts.disable_passes)) return 2;
-            break;
-        case O_FP32: opts.precision = KILN_PRECISION_FP32; break;
-        case O_FP16: opts.precision = KILN_PRECISION_FP16; break;
-        case O_BF16: opts.precision = KILN_PRECISION_BF16; break;
         case O_STATS: stats = 1; break;
-        case O_DEVICE:
-            if (parse_device("run", optarg, &opts.device)) return 2;
-            break;
         case O_JSON: json = optarg; break;
         case O_BATCH: {
             char *end = NULL;
@@ -653,7 +639,8 @@ static int cmd_run(int argc, char **argv) {
             }
             break;
         }
-        default: return 2;
+        default:
+            if (pass_option("run", c, &opts)) return 2;
         }
     }
     for (int i = optind; i < argc; i++) {
@@ -993,48 +980,35 @@ static int cmd_bench(int argc, char **argv) {
     int iters = 50, warmup = 10, threads = 0, profile = 0, ablate = 0, n_shapes = 0;
     static shape_spec shapes[MAX_IO];
     kiln_session_options so = {0};
-    enum { O_FP32 = 256, O_FP16, O_BF16, O_PROFILE, O_ABLATE, O_STRICT, O_NVTX, O_BATCH, O_ITERS, O_DISABLE, O_WARMUP,
-           O_THREADS, O_TRACE, O_DEVICE, O_JSON, O_SHAPES };
+    enum { O_PROFILE = 256, O_ABLATE, O_NVTX, O_BATCH, O_ITERS, O_WARMUP, O_THREADS, O_TRACE, O_JSON, O_SHAPES };
     static const struct option lo[] = {
-        {"fp32", no_argument, NULL, O_FP32},            {"fp16", no_argument, NULL, O_FP16},
-        {"shapes", required_argument, NULL, O_SHAPES},
-        {"bf16", no_argument, NULL, O_BF16},            {"profile", no_argument, NULL, O_PROFILE},
-        {"ablate", no_argument, NULL, O_ABLATE},        {"strict-fp32", no_argument, NULL, O_STRICT},
-        {"nvtx", no_argument, NULL, O_NVTX},            {"batch", required_argument, NULL, O_BATCH},
-        {"iters", required_argument, NULL, O_ITERS},    {"disable", required_argument, NULL, O_DISABLE},
+        {"shapes", required_argument, NULL, O_SHAPES},  {"profile", no_argument, NULL, O_PROFILE},
+        {"ablate", no_argument, NULL, O_ABLATE},        {"nvtx", no_argument, NULL, O_NVTX},
+        {"batch", required_argument, NULL, O_BATCH},    {"iters", required_argument, NULL, O_ITERS},
         {"warmup", required_argument, NULL, O_WARMUP},  {"threads", required_argument, NULL, O_THREADS},
-        {"trace", required_argument, NULL, O_TRACE},    {"device", required_argument, NULL, O_DEVICE},
-        {"help", no_argument, NULL, 'h'},               {"json", required_argument, NULL, O_JSON},
+        {"trace", required_argument, NULL, O_TRACE},    {"help", no_argument, NULL, 'h'},
+        {"json", required_argument, NULL, O_JSON},      PASS_OPTIONS,
         {0}};
     for (int c; (c = next_opt("bench", argc, argv, lo)) != -1;) {
         switch (c) {
         case 'h': return cmd_usage("bench", stdout);
-        case O_FP32: so.precision = KILN_PRECISION_FP32; break;
-        case O_FP16: so.precision = KILN_PRECISION_FP16; break;
-        case O_BF16: so.precision = KILN_PRECISION_BF16; break;
         case O_PROFILE: profile = 1; break;
         case O_ABLATE: ablate = 1; break;
-        case O_STRICT: so.strict_fp32 = 1; break;
         case O_NVTX: setenv("KILN_NVTX", "1", 1); break;
         case O_BATCH: batch = atoll(optarg); break;
         case O_ITERS: iters = atoi(optarg); break;
-        case O_DISABLE:
-            if (parse_disable(optarg, &so.disable_passes)) return 2;
-            break;
         case O_WARMUP: warmup = atoi(optarg); break;
         case O_THREADS: threads = atoi(optarg); break;
         case O_TRACE:
             trace = optarg;
             profile = 1;
             break;
-        case O_DEVICE:
-            if (parse_device("bench", optarg, &so.device)) return 2;
-            break;
         case O_JSON: json = optarg; break;
         case O_SHAPES:
             if (parse_shapes(optarg, shapes, MAX_IO, &n_shapes)) return 2;
             break;
-        default: return 2;
+        default:
+            if (pass_option("bench", c, &so)) return 2;
         }
     }
     for (int i = optind; i < argc; i++) {
