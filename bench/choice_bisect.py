@@ -19,6 +19,13 @@ what decides. This script:
     bench/choice_bisect.py --kiln KILN --model M.onnx [--batch 128] [--flags "--fp16"]
                            [--runs 8] [--logs DIR] [--budget SECONDS]
 
+With --opts 'SET|SET|...' it asks the question before: which option sets fail at all. Each set
+(a word with '=' an environment variable, others flags of kiln bench; the empty set is the
+default) runs --runs times with fresh caches, and the failures are counted:
+
+    bench/choice_bisect.py --kiln KILN --model M.onnx --runs 3 \
+        --opts '|--disable autotune|--disable conv-gemm|KILN_CUDA_DW_GRAPH=0'
+
 Every run's output is kept under --logs (one file per run; the caches beside them).
 Written for efficientnet_b7's intermittent launch failure at batch 128 (bench/NOTES.md).
 """
@@ -66,7 +73,7 @@ class Runner:
     def left(self):
         return self.a.budget - (time.time() - self.t0)
 
-    def run(self, label, cache_lines=None, env_extra=None, prefix=(), iters=20):
+    def run(self, label, cache_lines=None, env_extra=None, prefix=(), iters=20, flags=()):
         """One kiln bench in a fresh cache dir (seeded with cache_lines). (ok, first error, cache dir)."""
         self.n += 1
         tag = f"{self.n:02d}-{label}"
@@ -77,7 +84,7 @@ class Runner:
             write_cache(cdir, cache_lines)
         env = dict(os.environ, KILN_CACHE_DIR=cdir, KILN_CUDA_CONV_STATS_LOG="1", **(env_extra or {}))
         cmd = [*prefix, self.a.kiln, "bench", self.a.model, "--device", "cuda", "--batch", str(self.a.batch),
-               *self.a.flags.split(), "--iters", str(iters), "--warmup", "3"]
+               *self.a.flags.split(), *flags, "--iters", str(iters), "--warmup", "3"]
         t = time.time()
         try:
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=self.a.run_timeout)
@@ -111,10 +118,26 @@ def main():
     ap.add_argument("--budget", type=float, default=500.0, help="seconds; no run starts after it")
     ap.add_argument("--run-timeout", type=float, default=150.0)
     ap.add_argument("--sanitize", action="store_true", help="memcheck the failing choice alone at the end")
+    ap.add_argument("--opts", help="option sets separated by '|': count each one's failures over --runs fresh runs "
+                    "instead of bisecting choices")
     a = ap.parse_args()
     a.logs = a.logs or f"/tmp/choice-bisect-{os.getpid()}"
     os.makedirs(a.logs, exist_ok=True)
     r = Runner(a)
+
+    if a.opts is not None:
+        for k, words in enumerate(a.opts.split("|")):
+            env = dict(w.split("=", 1) for w in words.split() if "=" in w)
+            flags = [w for w in words.split() if "=" not in w]
+            fails, first = 0, ""
+            for i in range(a.runs):
+                if r.left() < 30:
+                    break
+                ok, err, _ = r.run(f"set{k}", env_extra=env, flags=flags)
+                fails += not ok
+                first = first or err
+            print(f"== {words or '(default)'}: {fails} of {a.runs} runs failed{' (' + first + ')' if first else ''}")
+        return 0
 
     print(f"== 1. fresh caches (at most {a.runs} runs)")
     bad = good = None
