@@ -14,8 +14,10 @@
  *     kiln.ConcatGrad and kiln.SplitGrad cut the same blocks (kiln_cuda_axis_blocks).
  *   Transpose (perm, default reversed): size-1 dims dropped and runs of input dims that
  *     stay adjacent in the output merged on the host, then one thread per output element
- *     computes its input offset from the merged dims. 4-D inputs and outputs in either
- *     layout (NHWC read at its strides, written in its order).
+ *     computes its input offset from the merged dims (in 16-byte units where the innermost
+ *     dim is contiguous on both sides); where the output's innermost dim is not the input's,
+ *     shared-memory tiles (perm_tile.h). 4-D inputs and outputs in either layout (NHWC read
+ *     at its strides, written in its order).
  *   kiln.ChannelShuffle (groups g): output channel a * g + b is input channel b * C/g + a;
  *     one thread per output element, NCHW (planes) or NHWC (within each pixel).
  *   Gather along `axis` with int32 or int64 indices: data viewed as (outer, dim, inner),
@@ -38,6 +40,7 @@
  */
 #include "dtype.cuh"
 #include "narrow.h"
+#include "perm_tile.h"
 #include "row_unit.h"
 
 extern "C" {
@@ -79,6 +82,46 @@ kiln_status launch_transpose(kiln_cuda *cu, kiln_context *ctx, const void *x, vo
     transpose_kernel<E><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
         (const E *)x, (E *)y, n, a);
     KILN_CUDA_LAUNCHED(ctx, "transpose_kernel");
+    return KILN_OK;
+}
+
+/* A permutation through shared-memory tiles (perm_tile.h): block (bx, ay) moves the tile of
+ * B-run elements [bx * T, +T) by A-run elements [ay * T, +T) of each tile pair z, z +
+ * gridDim.z, ...: read along b (contiguous in X), written along a (contiguous in Y). The
+ * runs' offsets are worked out once per block and each tile pair's by one thread, into
+ * shared memory (64-bit divisions per element would cost more than the bytes). */
+template <typename E> __global__ void perm_tile_kernel(const E *__restrict__ x, E *__restrict__ y, kiln_perm_tile t) {
+    constexpr int T = KILN_PERM_TILE;
+    __shared__ E tile[T][T + 1];
+    __shared__ int64_t s_in_a[T], s_out_b[T], s_base[2];
+    const int64_t a0 = (int64_t)blockIdx.y * T, b0 = (int64_t)blockIdx.x * T;
+    const int lin = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+    if (lin < T) s_in_a[lin] = a0 + lin < t.A ? kiln_perm_tile_in_a(&t, a0 + lin) : 0;
+    else if (lin < 2 * T) s_out_b[lin - T] = b0 + lin - T < t.B ? kiln_perm_tile_out_b(&t, b0 + lin - T) : 0;
+    for (int64_t o = blockIdx.z; o < t.outer; o += gridDim.z) {
+        if (lin == 0) kiln_perm_tile_outer(&t, o, &s_base[0], &s_base[1]);
+        __syncthreads();
+        const int64_t ib = s_base[0], ob = s_base[1];
+        for (int k = threadIdx.y; k < T; k += blockDim.y) {
+            const int64_t a = a0 + k, b = b0 + threadIdx.x;
+            if (a < t.A && b < t.B) tile[k][threadIdx.x] = x[ib + s_in_a[k] + b];
+        }
+        __syncthreads();
+        for (int k = threadIdx.y; k < T; k += blockDim.y) {
+            const int64_t b = b0 + k, a = a0 + threadIdx.x;
+            if (a < t.A && b < t.B) y[ob + s_out_b[k] + a] = tile[threadIdx.x][k];
+        }
+        __syncthreads();
+    }
+}
+
+template <typename E>
+kiln_status launch_perm_tile(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, const kiln_perm_tile &t) {
+    constexpr int T = KILN_PERM_TILE;
+    const int64_t gx = (t.B + T - 1) / T, gy = (t.A + T - 1) / T, gz = t.outer < 65535 ? t.outer : 65535;
+    perm_tile_kernel<E><<<dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), dim3(T, 8), 0, cu->stream>>>(
+        (const E *)x, (E *)y, t);
+    KILN_CUDA_LAUNCHED(ctx, "perm_tile_kernel");
     return KILN_OK;
 }
 
@@ -728,24 +771,10 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
         xs[2] = x->dims[3] * x->dims[1];
         xs[0] = x->dims[2] * xs[2];
     }
-    static const int nhwc_order[4] = {0, 2, 3, 1};
     const bool y_nhwc = r == 4 && y->format == KILN_FORMAT_NHWC;
     TransposeArgs a;
     memset(&a, 0, sizeof a);
-    int nd = 0;
-    for (int k = 0; k < r; k++) {
-        const int d = y_nhwc ? nhwc_order[k] : k;
-        const int64_t size = x->dims[perm[d]], stride = xs[perm[d]];
-        if (size == 1) continue;
-        if (nd > 0 && a.stride[nd - 1] == stride * size) {
-            a.dims[nd - 1] *= size;
-            a.stride[nd - 1] = stride;
-        } else {
-            a.dims[nd] = size;
-            a.stride[nd] = stride;
-            nd++;
-        }
-    }
+    const int nd = kiln_perm_merge(r, x->dims, xs, perm, y_nhwc, a.dims, a.stride);
     if (nd == 0 || (nd == 1 && a.stride[0] == 1)) { /* the order does not change */
         if (x->data == y->data) return KILN_OK; /* a view (the planner's alias_when) */
         KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, (size_t)n * es,
@@ -757,6 +786,15 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
      * (L, N, D) -> (N, L, D) in a transformer: ViT-B/16's 24 of them ran at ~670 GB/s
      * element by element on an H100): moved in units of up to 16 bytes, which every
      * stride, the run's length and both addresses must allow. */
+    /* Neither side contiguous element by element (the output's innermost dim is not the
+     * input's): through shared-memory tiles where both runs hold a few elements */
+    kiln_perm_tile t;
+    if (a.stride[nd - 1] != 1 && kiln_perm_tile_plan(nd, a.dims, a.stride, &t) && t.A <= 65535LL * KILN_PERM_TILE &&
+        t.B <= 0x7fffffffLL * KILN_PERM_TILE) {
+        kiln_status st;
+        KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_perm_tile, cu, c->kctx, x->data, y->data, t);
+        return st;
+    }
     const size_t unit = a.stride[nd - 1] == 1 ? kiln_cuda_row_unit(es, a.dims[nd - 1], a.stride, nd - 1, 0, x->data, y->data)
                                               : es;
     int64_t units = n;
