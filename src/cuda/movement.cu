@@ -789,7 +789,7 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
     /* Neither side contiguous element by element (the output's innermost dim is not the
      * input's): through shared-memory tiles where both runs hold a few elements */
     kiln_perm_tile t;
-    if (a.stride[nd - 1] != 1 && kiln_perm_tile_plan(nd, a.dims, a.stride, &t) && t.A <= 65535LL * KILN_PERM_TILE &&
+    if (cu->perm_tile && a.stride[nd - 1] != 1 && kiln_perm_tile_plan(nd, a.dims, a.stride, &t) && t.A <= 65535LL * KILN_PERM_TILE &&
         t.B <= 0x7fffffffLL * KILN_PERM_TILE) {
         kiln_status st;
         KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_perm_tile, cu, c->kctx, x->data, y->data, t);
