@@ -1,7 +1,7 @@
 /*
  * test_perm_tile.c — the tiled permutation's plan (src/cuda/perm_tile.h) on the CPU: for
  * random shapes and permutations (ranks 2 to 6, some dims 1), and maxvit_t's window and grid
- * partitions at a small batch, the offsets movement.cu's perm_tile_kernel walks (tile pairs,
+ * partitions at a small batch, each with tiles of 32 and of 64, the offsets movement.cu's perm_tile_kernel walks (tile pairs,
  * A run, B run) must write every output element exactly once with the element a plain
  * index-by-index transpose puts there. The kernel itself is swept on the GPU (backend_ops'
  * Transpose cases).
@@ -21,7 +21,7 @@ static int64_t rnd(int64_t n) {
 }
 
 /* one case: input dims[r], perm[r] (output dim k is input dim perm[k]) */
-static void one(int r, const int64_t *dims, const int64_t *perm, const char *label) {
+static void one(int r, const int64_t *dims, const int64_t *perm, int side, const char *label) {
     int64_t n = 1, xs[KILN_MAX_DIMS], odims[KILN_MAX_DIMS];
     for (int d = r - 1; d >= 0; d--) {
         xs[d] = n;
@@ -49,7 +49,7 @@ static void one(int r, const int64_t *dims, const int64_t *perm, const char *lab
     int64_t md[KILN_MAX_DIMS], ms[KILN_MAX_DIMS];
     const int nd = kiln_perm_merge(r, dims, xs, perm, false, md, ms);
     kiln_perm_tile t;
-    if (nd == 0 || !kiln_perm_tile_plan(nd, md, ms, &t)) {
+    if (nd == 0 || !kiln_perm_tile_plan(nd, md, ms, side, &t)) {
         free(want);
         free(got);
         return; /* the other kernels' case */
@@ -104,8 +104,9 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
         const int before = planned;
-        one(6, fixed[i].dims, fixed[i].perm, fixed[i].label);
-        if (planned == before) {
+        one(6, fixed[i].dims, fixed[i].perm, 32, fixed[i].label);
+        one(6, fixed[i].dims, fixed[i].perm, 64, fixed[i].label);
+        if (planned != before + 2) {
             printf("FAIL %s: not planned as tiles (the case they are for)\n", fixed[i].label);
             failed++;
         }
@@ -131,11 +132,12 @@ int main(void) {
         for (int d = 0; d < r; d++) k += snprintf(label + k, sizeof label - (size_t)k, "%s%lld", d ? "," : "", (long long)dims[d]);
         k += snprintf(label + k, sizeof label - (size_t)k, "] perm ");
         for (int d = 0; d < r; d++) k += snprintf(label + k, sizeof label - (size_t)k, "%lld", (long long)perm[d]);
-        one(r, dims, perm, label);
+        one(r, dims, perm, 32, label); /* the two sides kiln_perm_tile_side gives */
+        one(r, dims, perm, 64, label);
     }
     printf("%d tiled plans checked: %d passed, %d failed\n", planned, passed, failed);
-    if (planned < 500) {
-        printf("FAIL only %d of the random cases took the tiles (want at least 500)\n", planned);
+    if (planned < 1000) {
+        printf("FAIL only %d of the random cases took the tiles (want at least 1000)\n", planned);
         failed++;
     }
     return failed ? 1 : 0;

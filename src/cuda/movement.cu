@@ -87,29 +87,36 @@ kiln_status launch_transpose(kiln_cuda *cu, kiln_context *ctx, const void *x, vo
 
 /* A permutation through shared-memory tiles (perm_tile.h): block (bx, ay) moves the tile of
  * B-run elements [bx * T, +T) by A-run elements [ay * T, +T) of each tile pair z, z +
- * gridDim.z, ...: read along b (contiguous in X), written along a (contiguous in Y). The
- * runs' offsets are worked out once per block and each tile pair's by one thread, into
- * shared memory (64-bit divisions per element would cost more than the bytes). */
-template <typename E> __global__ void perm_tile_kernel(const E *__restrict__ x, E *__restrict__ y, kiln_perm_tile t) {
-    constexpr int T = KILN_PERM_TILE;
-    __shared__ E tile[T][T + 1];
+ * gridDim.z, ...: read along b (contiguous in X), written along a (contiguous in Y), 256
+ * threads as T columns by 256 / T rows, each moving T * T / 256 elements (all its loads
+ * issued before the first store: the loops unroll). The runs' offsets are worked out once
+ * per block and each tile pair's by one thread, into shared memory (64-bit divisions per
+ * element would cost more than the bytes). Rows padded to a 4-byte bank's worth beyond
+ * the tile, so a column of 1- or 2-byte elements falls in distinct banks. */
+template <typename E, int T> __global__ void __launch_bounds__(256) perm_tile_kernel(const E *__restrict__ x, E *__restrict__ y, kiln_perm_tile t) {
+    constexpr int ROWS = 256 / T, PAD = sizeof(E) >= 4 ? 1 : 4 / (int)sizeof(E);
+    __shared__ E tile[T][T + PAD];
     __shared__ int64_t s_in_a[T], s_out_b[T], s_base[2];
     const int64_t a0 = (int64_t)blockIdx.y * T, b0 = (int64_t)blockIdx.x * T;
-    const int lin = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+    const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, lin = ty * T + tx;
     if (lin < T) s_in_a[lin] = a0 + lin < t.A ? kiln_perm_tile_in_a(&t, a0 + lin) : 0;
     else if (lin < 2 * T) s_out_b[lin - T] = b0 + lin - T < t.B ? kiln_perm_tile_out_b(&t, b0 + lin - T) : 0;
+    const bool b_in = b0 + tx < t.B, a_in = a0 + tx < t.A; /* this thread's column, reading / writing */
     for (int64_t o = blockIdx.z; o < t.outer; o += gridDim.z) {
         if (lin == 0) kiln_perm_tile_outer(&t, o, &s_base[0], &s_base[1]);
         __syncthreads();
-        const int64_t ib = s_base[0], ob = s_base[1];
-        for (int k = threadIdx.y; k < T; k += blockDim.y) {
-            const int64_t a = a0 + k, b = b0 + threadIdx.x;
-            if (a < t.A && b < t.B) tile[k][threadIdx.x] = x[ib + s_in_a[k] + b];
+        const E *xb = x + s_base[0] + b0 + tx;
+        E *yb = y + s_base[1] + a0 + tx;
+#pragma unroll
+        for (int i = 0; i < T / ROWS; i++) {
+            const int k = ty + i * ROWS;
+            if (b_in && a0 + k < t.A) tile[k][tx] = xb[s_in_a[k]];
         }
         __syncthreads();
-        for (int k = threadIdx.y; k < T; k += blockDim.y) {
-            const int64_t b = b0 + k, a = a0 + threadIdx.x;
-            if (a < t.A && b < t.B) y[ob + s_out_b[k] + a] = tile[threadIdx.x][k];
+#pragma unroll
+        for (int i = 0; i < T / ROWS; i++) {
+            const int k = ty + i * ROWS;
+            if (a_in && b0 + k < t.B) yb[s_out_b[k]] = tile[tx][k];
         }
         __syncthreads();
     }
@@ -117,10 +124,11 @@ template <typename E> __global__ void perm_tile_kernel(const E *__restrict__ x, 
 
 template <typename E>
 kiln_status launch_perm_tile(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, const kiln_perm_tile &t) {
-    constexpr int T = KILN_PERM_TILE;
+    const int T = t.side;
     const int64_t gx = (t.B + T - 1) / T, gy = (t.A + T - 1) / T, gz = t.outer < 65535 ? t.outer : 65535;
-    perm_tile_kernel<E><<<dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), dim3(T, 8), 0, cu->stream>>>(
-        (const E *)x, (E *)y, t);
+    const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)T, (unsigned)(256 / T));
+    if (T == 64) perm_tile_kernel<E, 64><<<grid, block, 0, cu->stream>>>((const E *)x, (E *)y, t);
+    else perm_tile_kernel<E, 32><<<grid, block, 0, cu->stream>>>((const E *)x, (E *)y, t);
     KILN_CUDA_LAUNCHED(ctx, "perm_tile_kernel");
     return KILN_OK;
 }
@@ -789,8 +797,9 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
     /* Neither side contiguous element by element (the output's innermost dim is not the
      * input's): through shared-memory tiles where both runs hold a few elements */
     kiln_perm_tile t;
-    if (cu->perm_tile && a.stride[nd - 1] != 1 && kiln_perm_tile_plan(nd, a.dims, a.stride, &t) && t.A <= 65535LL * KILN_PERM_TILE &&
-        t.B <= 0x7fffffffLL * KILN_PERM_TILE) {
+    const int side = kiln_perm_tile_side((int64_t)es);
+    if (cu->perm_tile && a.stride[nd - 1] != 1 && kiln_perm_tile_plan(nd, a.dims, a.stride, side, &t) &&
+        t.A <= 65535LL * side && t.B <= 0x7fffffffLL * side) {
         kiln_status st;
         KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_perm_tile, cu, c->kctx, x->data, y->data, t);
         return st;

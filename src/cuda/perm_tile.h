@@ -8,14 +8,14 @@
  *
  * The plan, from the output's dims (merged as kiln_cuda_k_transpose merges them, written in
  * order) and each one's input stride:
- *   - the A run: the output's trailing dims, innermost first, until they hold TILE elements
+ *   - the A run: the output's trailing dims, innermost first, until they hold `side` elements
  *     (contiguous in the output by construction); element a of the run is at output offset a
  *     and at input offset in_a(a) (a decomposed over the run's dims, at their input strides);
  *   - the B run: the dims whose input strides chain up from 1 (the input's innermost dims,
- *     contiguous there), not in the A run, until they hold TILE elements; element b is at
+ *     contiguous there), not in the A run, until they hold `side` elements; element b is at
  *     input offset b and at output offset out_b(b);
  *   - the other dims, walked one tile pair at a time (their input and output offsets).
- * A block reads a TILE x TILE tile along b (coalesced) into shared memory and writes it
+ * A block reads a side x side tile along b (coalesced) into shared memory and writes it
  * along a (coalesced). Shared with the CPU test (tests/test_perm_tile.c), which walks the
  * same offsets against the CPU Transpose.
  *
@@ -35,9 +35,14 @@
 #define KILN_PT_FN static inline
 #endif
 
-#define KILN_PERM_TILE 32
+/* The tile's side in elements: 64 for 1- and 2-byte elements, 32 for wider ones (rows of 64
+ * to 256 bytes, and enough loads in flight per thread: 32 x 32 tiles of f16 moved maxvit_t's
+ * partitions at only ~610 GB/s). */
+#define KILN_PERM_TILE_MAX 64
+static inline int kiln_perm_tile_side(int64_t elem_bytes) { return elem_bytes <= 2 ? 64 : 32; }
 
 typedef struct kiln_perm_tile {
+    int side;                                         /* the tile's side (kiln_perm_tile_side) */
     int na, nb, no;
     int64_t A, B, outer;                              /* the runs' sizes; tile pairs' count */
     int64_t asize[KILN_MAX_DIMS], ain[KILN_MAX_DIMS]; /* A run, innermost first: size, input stride */
@@ -71,10 +76,13 @@ static inline int kiln_perm_merge(int r, const int64_t *xdims, const int64_t *xs
 }
 
 /* The plan of a permutation whose output dims (nd of them, merged, size > 1) are dims[] at
- * input strides istride[]. False where the tiles do not pay: the output's innermost dim is
- * contiguous in the input too (row copies do it), or either run holds fewer than 4 elements. */
-static inline bool kiln_perm_tile_plan(int nd, const int64_t *dims, const int64_t *istride, kiln_perm_tile *t) {
-    if (nd < 2 || nd > KILN_MAX_DIMS || istride[nd - 1] == 1) return false;
+ * input strides istride[], for tiles of side `side` (each run takes dims until it holds that
+ * many elements). False where the tiles do not pay: the output's innermost dim is contiguous
+ * in the input too (row copies do it), or either run holds fewer than 4 elements. */
+static inline bool kiln_perm_tile_plan(int nd, const int64_t *dims, const int64_t *istride, int side,
+                                       kiln_perm_tile *t) {
+    if (nd < 2 || nd > KILN_MAX_DIMS || istride[nd - 1] == 1 || side < 4 || side > KILN_PERM_TILE_MAX) return false;
+    t->side = side;
     int64_t ostride[KILN_MAX_DIMS];
     int64_t s = 1;
     for (int d = nd - 1; d >= 0; d--) {
@@ -84,14 +92,14 @@ static inline bool kiln_perm_tile_plan(int nd, const int64_t *dims, const int64_
     bool used[KILN_MAX_DIMS] = {false};
     t->na = t->nb = t->no = 0;
     t->A = t->B = 1;
-    for (int d = nd - 1; d >= 0 && t->A < KILN_PERM_TILE && istride[d] != 1; d--) {
+    for (int d = nd - 1; d >= 0 && t->A < side && istride[d] != 1; d--) {
         t->asize[t->na] = dims[d];
         t->ain[t->na] = istride[d];
         t->na++;
         t->A *= dims[d];
         used[d] = true;
     }
-    for (int64_t want = 1; t->B < KILN_PERM_TILE;) { /* the next dim of the input's contiguous chain */
+    for (int64_t want = 1; t->B < side;) { /* the next dim of the input's contiguous chain */
         int next = -1;
         for (int d = 0; d < nd; d++)
             if (istride[d] == want) next = d;
