@@ -108,6 +108,8 @@ struct kiln_cuda {
     bool conv_depthwise;    /* depthwise convolutions by conv_depthwise.cu */
     bool conv_dw_grad;      /* their gradients by conv_depthwise_grad.cu (on unless
                                kiln_cuda_options.conv_dw_grad < 0 or KILN_CUDA_DW_GRAD=0) */
+    bool perm_tile;         /* Transpose through shared-memory tiles where it pays (perm_tile.h;
+                             * KILN_CUDA_PERM_TILE=0 off: element by element, to measure it) */
     bool flash_attention;   /* kiln.Attention by attention_flash.cu where it takes the node
                                (on unless kiln_cuda_options.flash_attention < 0 or
                                KILN_CUDA_FLASH_ATTN=0) */

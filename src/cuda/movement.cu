@@ -14,8 +14,10 @@
  *     kiln.ConcatGrad and kiln.SplitGrad cut the same blocks (kiln_cuda_axis_blocks).
  *   Transpose (perm, default reversed): size-1 dims dropped and runs of input dims that
  *     stay adjacent in the output merged on the host, then one thread per output element
- *     computes its input offset from the merged dims. 4-D inputs and outputs in either
- *     layout (NHWC read at its strides, written in its order).
+ *     computes its input offset from the merged dims (in 16-byte units where the innermost
+ *     dim is contiguous on both sides); where the output's innermost dim is not the input's,
+ *     shared-memory tiles (perm_tile.h). 4-D inputs and outputs in either layout (NHWC read
+ *     at its strides, written in its order).
  *   kiln.ChannelShuffle (groups g): output channel a * g + b is input channel b * C/g + a;
  *     one thread per output element, NCHW (planes) or NHWC (within each pixel).
  *   Gather along `axis` with int32 or int64 indices: data viewed as (outer, dim, inner),
@@ -38,6 +40,7 @@
  */
 #include "dtype.cuh"
 #include "narrow.h"
+#include "perm_tile.h"
 #include "row_unit.h"
 
 extern "C" {
@@ -79,6 +82,54 @@ kiln_status launch_transpose(kiln_cuda *cu, kiln_context *ctx, const void *x, vo
     transpose_kernel<E><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>(
         (const E *)x, (E *)y, n, a);
     KILN_CUDA_LAUNCHED(ctx, "transpose_kernel");
+    return KILN_OK;
+}
+
+/* A permutation through shared-memory tiles (perm_tile.h): block (bx, ay) moves the tile of
+ * B-run elements [bx * T, +T) by A-run elements [ay * T, +T) of each tile pair z, z +
+ * gridDim.z, ...: read along b (contiguous in X), written along a (contiguous in Y), 256
+ * threads as T columns by 256 / T rows, each moving T * T / 256 elements (all its loads
+ * issued before the first store: the loops unroll). The runs' offsets are worked out once
+ * per block and each tile pair's by one thread, into shared memory (64-bit divisions per
+ * element would cost more than the bytes). Rows padded to a 4-byte bank's worth beyond
+ * the tile, so a column of 1- or 2-byte elements falls in distinct banks. */
+template <typename E, int T> __global__ void __launch_bounds__(256) perm_tile_kernel(const E *__restrict__ x, E *__restrict__ y, kiln_perm_tile t) {
+    constexpr int ROWS = 256 / T, PAD = sizeof(E) >= 4 ? 1 : 4 / (int)sizeof(E);
+    __shared__ E tile[T][T + PAD];
+    __shared__ int64_t s_in_a[T], s_out_b[T], s_base[2];
+    const int64_t a0 = (int64_t)blockIdx.y * T, b0 = (int64_t)blockIdx.x * T;
+    const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, lin = ty * T + tx;
+    if (lin < T) s_in_a[lin] = a0 + lin < t.A ? kiln_perm_tile_in_a(&t, a0 + lin) : 0;
+    else if (lin < 2 * T) s_out_b[lin - T] = b0 + lin - T < t.B ? kiln_perm_tile_out_b(&t, b0 + lin - T) : 0;
+    const bool b_in = b0 + tx < t.B, a_in = a0 + tx < t.A; /* this thread's column, reading / writing */
+    for (int64_t o = blockIdx.z; o < t.outer; o += gridDim.z) {
+        if (lin == 0) kiln_perm_tile_outer(&t, o, &s_base[0], &s_base[1]);
+        __syncthreads();
+        const E *xb = x + s_base[0] + b0 + tx;
+        E *yb = y + s_base[1] + a0 + tx;
+#pragma unroll
+        for (int i = 0; i < T / ROWS; i++) {
+            const int k = ty + i * ROWS;
+            if (b_in && a0 + k < t.A) tile[k][tx] = xb[s_in_a[k]];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < T / ROWS; i++) {
+            const int k = ty + i * ROWS;
+            if (a_in && b0 + k < t.B) yb[s_out_b[k]] = tile[tx][k];
+        }
+        __syncthreads();
+    }
+}
+
+template <typename E>
+kiln_status launch_perm_tile(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, const kiln_perm_tile &t) {
+    const int T = t.side;
+    const int64_t gx = (t.B + T - 1) / T, gy = (t.A + T - 1) / T, gz = t.outer < 65535 ? t.outer : 65535;
+    const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)T, (unsigned)(256 / T));
+    if (T == 64) perm_tile_kernel<E, 64><<<grid, block, 0, cu->stream>>>((const E *)x, (E *)y, t);
+    else perm_tile_kernel<E, 32><<<grid, block, 0, cu->stream>>>((const E *)x, (E *)y, t);
+    KILN_CUDA_LAUNCHED(ctx, "perm_tile_kernel");
     return KILN_OK;
 }
 
@@ -728,24 +779,10 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
         xs[2] = x->dims[3] * x->dims[1];
         xs[0] = x->dims[2] * xs[2];
     }
-    static const int nhwc_order[4] = {0, 2, 3, 1};
     const bool y_nhwc = r == 4 && y->format == KILN_FORMAT_NHWC;
     TransposeArgs a;
     memset(&a, 0, sizeof a);
-    int nd = 0;
-    for (int k = 0; k < r; k++) {
-        const int d = y_nhwc ? nhwc_order[k] : k;
-        const int64_t size = x->dims[perm[d]], stride = xs[perm[d]];
-        if (size == 1) continue;
-        if (nd > 0 && a.stride[nd - 1] == stride * size) {
-            a.dims[nd - 1] *= size;
-            a.stride[nd - 1] = stride;
-        } else {
-            a.dims[nd] = size;
-            a.stride[nd] = stride;
-            nd++;
-        }
-    }
+    const int nd = kiln_perm_merge(r, x->dims, xs, perm, y_nhwc, a.dims, a.stride);
     if (nd == 0 || (nd == 1 && a.stride[0] == 1)) { /* the order does not change */
         if (x->data == y->data) return KILN_OK; /* a view (the planner's alias_when) */
         KILN_CUDA_CHECK(c->kctx, cudaMemcpyAsync(y->data, x->data, (size_t)n * es,
@@ -757,6 +794,16 @@ extern "C" kiln_status kiln_cuda_k_transpose(kiln_cuda *cu, kiln_op_ctx *c) {
      * (L, N, D) -> (N, L, D) in a transformer: ViT-B/16's 24 of them ran at ~670 GB/s
      * element by element on an H100): moved in units of up to 16 bytes, which every
      * stride, the run's length and both addresses must allow. */
+    /* Neither side contiguous element by element (the output's innermost dim is not the
+     * input's): through shared-memory tiles where both runs hold a few elements */
+    kiln_perm_tile t;
+    const int side = kiln_perm_tile_side((int64_t)es);
+    if (cu->perm_tile && a.stride[nd - 1] != 1 && kiln_perm_tile_plan(nd, a.dims, a.stride, side, &t) &&
+        t.A <= 65535LL * side && t.B <= 0x7fffffffLL * side) {
+        kiln_status st;
+        KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_perm_tile, cu, c->kctx, x->data, y->data, t);
+        return st;
+    }
     const size_t unit = a.stride[nd - 1] == 1 ? kiln_cuda_row_unit(es, a.dims[nd - 1], a.stride, nd - 1, 0, x->data, y->data)
                                               : es;
     int64_t units = n;

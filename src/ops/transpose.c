@@ -192,6 +192,21 @@ static int test(void) {
     fails += kiln_optest_sweep("Transpose", "perm=[2,0,1]", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 17, 19), -2, 2, 312)},
                                1, "transpose random 3-D");
+    /* CUDA's shared-memory tiles (src/cuda/perm_tile.h: the output's innermost dim is not the
+     * input's): maxvit_t's window partition and its reverse (runs over two dims), and 2-D
+     * transposes with partial tiles, in 4-, 2-, 8- and 1-byte elements */
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,4,3,5,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 6, KT_DIMS(2, 64, 7, 8, 7, 8), -2, 2, 1350)},
+                               1, "transpose tiled, maxvit window partition");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,5,1,3,2,4]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F16, 6, KT_DIMS(2, 8, 8, 7, 7, 64), -2, 2, 1351)},
+                               1, "transpose tiled, maxvit window reverse f16");
+    fails += kiln_optest_sweep("Transpose", "perm=[1,0]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_I64, 2, KT_DIMS(70, 45), -2, 2, 1352)},
+                               1, "transpose tiled 2-D, partial tiles, i64");
+    fails += kiln_optest_sweep("Transpose", "perm=[1,0]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(33, 65), -2, 2, 1353)},
+                               1, "transpose tiled 2-D, partial tiles, u8");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Transpose", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1336)},
