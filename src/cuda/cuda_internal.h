@@ -400,6 +400,8 @@ bool kiln_cuda_pad_plan(const kiln_op_ctx *c, kiln_tensor *const *hin, int64_t *
                         size_t wn);
 /* Resize: whether its modes, scales / sizes (and roi) can be planned. */
 bool kiln_cuda_resize_check(const kiln_op_ctx *c, kiln_tensor *const *hin, char *why, size_t wn);
+/* Resize's workspace: the forward's per-axis tap tables (resize.cu). */
+kiln_status kiln_cuda_ws_resize(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 /* Reduce* and their gradients: the dims reduced, or noop (noop_with_empty_axes with empty
  * axes); the axes input is input axes_index (host values hin). */
 bool kiln_cuda_reduce_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, int axes_index, bool *reduced, bool *noop,

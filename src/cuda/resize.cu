@@ -16,6 +16,15 @@
  * axes but the last are enumerated in the CPU's order, each combination's weight product
  * skipped when 0, and the last axis's taps summed per combination, so the double sums
  * match as well. tf_crop_and_resize positions outside the roi get extrapolation_value.
+ *
+ * The forward works from tables: one small kernel computes, once per run, each axis's
+ * per-output-position taps (input offsets and weights, or the nearest offset, and whether
+ * the position is outside the roi) into the workspace, with the functions above; the main
+ * kernel then gives each thread VEC consecutive positions of the last axis, walks the other
+ * axes' index once for them, and sums table entries in the CPU's order, so the output is
+ * the same bits as working the coordinates out per element (which ran deeplabv3's final
+ * 28 -> 224 bilinear upsample at 47 GB/s on an H100: 11.6 of its 47.6 ms at batch 256).
+ * Row indices in 32 bits where the output allows.
  */
 #include "dtype.cuh"
 #include "grad_movegrad.h"
@@ -46,7 +55,33 @@ struct ResizeArgs {
     int k[KILN_MAX_DIMS];        /* taps per axis: 1 (whole coordinates), 2 or 4 */
     double scale[KILN_MAX_DIMS], length[KILN_MAX_DIMS];
     double roi_start[KILN_MAX_DIMS], roi_end[KILN_MAX_DIMS];
+    int64_t tab[KILN_MAX_DIMS]; /* the forward's tables: axis d's first entry (sum of out[< d]) */
 };
+
+/* The forward's tables (resize_tables), in the workspace: per axis d and output position j,
+ * entry e = tab[d] + j: KMAX taps' input offsets and weights (nearest: one offset), and
+ * whether the position is outside the roi. */
+constexpr int KMAX = 4;
+struct ResizeTables {
+    int64_t *off;           /* [entries][KMAX] */
+    double *w;              /* [entries][KMAX] */
+    unsigned char *outside; /* [entries] */
+};
+int64_t table_entries(const kiln_tensor *y) {
+    int64_t e = 0;
+    for (int d = 0; d < y->ndim; d++) e += y->dims[d];
+    return e;
+}
+size_t table_bytes(int64_t entries) {
+    return (size_t)entries * KMAX * (sizeof(int64_t) + sizeof(double)) + (size_t)entries + 256;
+}
+ResizeTables table_layout(void *ws, int64_t entries) {
+    ResizeTables t;
+    t.off = (int64_t *)ws;
+    t.w = (double *)(t.off + entries * KMAX);
+    t.outside = (unsigned char *)(t.w + entries * KMAX);
+    return t;
+}
 
 int pick(const char *s, const char *const *names, int n) {
     for (int i = 0; i < n; i++)
@@ -302,63 +337,166 @@ __device__ bool interp_taps(const ResizeArgs &p, int64_t i, int64_t off[KILN_MAX
 
 /* ------------------------------------------------------------------- kernels */
 
-template <typename E> __global__ void resize_nearest(const E *x, E *y, int64_t n, ResizeArgs p) {
-    E fill;
-    memcpy(&fill, &p.extrap_bits, sizeof fill);
-    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
-        int64_t off;
-        y[i] = nearest_source(p, i, &off) ? x[off] : fill;
+/* Every axis's table entries (one thread each): what nearest_source / interp_taps work out
+ * for one axis and one output position. */
+__global__ void resize_tables(ResizeArgs p, ResizeTables t, int64_t entries) {
+    for (int64_t e = thread_index(); e < entries; e += grid_stride()) {
+        int d = 0;
+        while (d + 1 < p.nd && e >= p.tab[d + 1]) d++;
+        const int64_t j = e - p.tab[d];
+        bool o;
+        const double xo = source_coord(p, d, j, &o);
+        t.outside[e] = o;
+        int64_t *off = t.off + e * KMAX;
+        double *w = t.w + e * KMAX;
+        for (int u = 0; u < KMAX; u++) {
+            off[u] = 0;
+            w[u] = 0;
+        }
+        if (o) continue;
+        if (p.mode == NEAREST) off[0] = nearest_index(p, xo, p.in[d]) * p.stride[d];
+        else axis_taps(p, xo, p.in[d], p.stride[d], p.k[d], off, w);
     }
 }
 
-template <typename T> __global__ void resize_interp(const T *x, T *y, int64_t n, ResizeArgs p) {
-    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
-        int64_t off[KILN_MAX_DIMS][4];
-        double w[KILN_MAX_DIMS][4];
-        if (!interp_taps(p, i, off, w)) {
-            y[i] = from_f<T>((float)p.extrapolation);
-            continue;
+/* VEC consecutive positions of the last axis per thread; I: the row index's type. */
+constexpr int VEC = 4;
+
+template <typename E, typename I>
+__global__ void resize_nearest_tab(const E *__restrict__ x, E *__restrict__ y, I rows, I chunks, ResizeArgs p,
+                                   ResizeTables t) {
+    E fill;
+    memcpy(&fill, &p.extrap_bits, sizeof fill);
+    const int last = p.nd - 1;
+    const I ol = (I)p.out[last];
+    for (int64_t g = thread_index(); g < (int64_t)rows * chunks; g += grid_stride()) {
+        I r = (I)(g / chunks);
+        const I j0 = (I)(g % chunks) * VEC, row = r;
+        int64_t base = 0;
+        bool outside = false;
+        for (int d = last - 1; d >= 0; d--) {
+            const I od = (I)p.out[d], j = r % od;
+            r /= od;
+            const int64_t e = p.tab[d] + j;
+            outside |= t.outside[e] != 0;
+            base += t.off[e * KMAX];
+        }
+        E *yr = y + (int64_t)row * ol;
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            const I j = j0 + v;
+            if (j >= ol) break;
+            const int64_t e = p.tab[last] + j;
+            yr[j] = outside || t.outside[e] ? fill : x[base + t.off[e * KMAX]];
+        }
+    }
+}
+
+template <typename T, typename I>
+__global__ void resize_interp_tab(const T *__restrict__ x, T *__restrict__ y, I rows, I chunks, ResizeArgs p,
+                                  ResizeTables t) {
+    const int last = p.nd - 1, kl = p.k[last];
+    const I ol = (I)p.out[last];
+    for (int64_t g = thread_index(); g < (int64_t)rows * chunks; g += grid_stride()) {
+        I r = (I)(g / chunks);
+        const I j0 = (I)(g % chunks) * VEC, row = r;
+        int64_t e_outer[KILN_MAX_DIMS];
+        bool outside = false;
+        for (int d = last - 1; d >= 0; d--) {
+            const I od = (I)p.out[d], j = r % od;
+            r /= od;
+            e_outer[d] = p.tab[d] + j;
+            outside |= t.outside[e_outer[d]] != 0;
+        }
+        const int nv = ol - j0 < (I)VEC ? (int)(ol - j0) : VEC;
+        double acc[VEC];
+        bool out_v[VEC];
+        int64_t el[VEC];
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            acc[v] = 0;
+            el[v] = (p.tab[last] + j0 + (v < nv ? v : 0)) * KMAX;
+            out_v[v] = outside || v >= nv || t.outside[el[v] / KMAX];
         }
         /* outer axes' tap combinations in the CPU's order; the last axis summed inside */
-        const int no = p.nd - 1, kl = p.k[no];
-        int t[KILN_MAX_DIMS] = {0};
-        double acc = 0;
+        int tt[KILN_MAX_DIMS] = {0};
         for (;;) {
             int64_t base = 0;
             double wp = 1;
-            for (int d = 0; d < no; d++) {
-                base += off[d][t[d]];
-                wp *= w[d][t[d]];
+            for (int d = 0; d < last; d++) {
+                base += t.off[e_outer[d] * KMAX + tt[d]];
+                wp *= t.w[e_outer[d] * KMAX + tt[d]];
             }
-            if (wp != 0) {
-                double s = 0;
-                for (int u = 0; u < kl; u++) s = add(s, mul(w[no][u], (double)to_f(x[base + off[no][u]])));
-                acc = add(acc, mul(wp, s));
+            if (wp != 0 && !outside) {
+#pragma unroll
+                for (int v = 0; v < VEC; v++) {
+                    if (out_v[v]) continue;
+                    double s = 0;
+                    for (int u = 0; u < kl; u++)
+                        s = add(s, mul(t.w[el[v] + u], (double)to_f(x[base + t.off[el[v] + u]])));
+                    acc[v] = add(acc[v], mul(wp, s));
+                }
             }
-            int d = no - 1;
+            int d = last - 1;
             for (; d >= 0; d--) {
-                if (++t[d] < p.k[d]) break;
-                t[d] = 0;
+                if (++tt[d] < p.k[d]) break;
+                tt[d] = 0;
             }
             if (d < 0) break;
         }
-        y[i] = from_f<T>((float)acc);
+        T *yr = y + (int64_t)row * ol + j0;
+        for (int v = 0; v < nv; v++)
+            yr[v] = from_f<T>((float)(outside || t.outside[el[v] / KMAX] ? p.extrapolation : acc[v]));
     }
 }
 
+/* The tables, then the kernel over rows of the last axis (32-bit indices where they fit). */
+struct TabGrid {
+    int64_t rows, chunks;
+    unsigned blocks;
+    bool small;
+};
+kiln_status launch_tables(kiln_cuda *cu, kiln_context *ctx, int64_t n, const ResizeArgs &p, const ResizeTables &t,
+                          int64_t entries, TabGrid *g) {
+    resize_tables<<<kiln_cuda_blocks(cu, entries, THREADS), THREADS, 0, cu->stream>>>(p, t, entries);
+    KILN_CUDA_LAUNCHED(ctx, "resize_tables");
+    const int64_t ol = p.out[p.nd - 1];
+    g->rows = n / ol;
+    g->chunks = (ol + VEC - 1) / VEC;
+    g->blocks = kiln_cuda_blocks(cu, g->rows * g->chunks, THREADS);
+    g->small = n < ((int64_t)1 << 31);
+    return KILN_OK;
+}
+
 template <typename E>
-kiln_status launch_nearest(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n,
-                           const ResizeArgs &p) {
-    resize_nearest<E><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((const E *)x, (E *)y, n, p);
-    KILN_CUDA_LAUNCHED(ctx, "resize_nearest");
+kiln_status launch_nearest(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n, const ResizeArgs &p,
+                           const ResizeTables &t, int64_t entries) {
+    TabGrid g;
+    const kiln_status st = launch_tables(cu, ctx, n, p, t, entries, &g);
+    if (st) return st;
+    if (g.small)
+        resize_nearest_tab<E, uint32_t><<<g.blocks, THREADS, 0, cu->stream>>>(
+            (const E *)x, (E *)y, (uint32_t)g.rows, (uint32_t)g.chunks, p, t);
+    else
+        resize_nearest_tab<E, int64_t><<<g.blocks, THREADS, 0, cu->stream>>>((const E *)x, (E *)y, g.rows, g.chunks,
+                                                                             p, t);
+    KILN_CUDA_LAUNCHED(ctx, "resize_nearest_tab");
     return KILN_OK;
 }
 
 template <typename T>
-kiln_status launch_interp(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n,
-                          const ResizeArgs &p) {
-    resize_interp<T><<<kiln_cuda_blocks(cu, n, THREADS), THREADS, 0, cu->stream>>>((const T *)x, (T *)y, n, p);
-    KILN_CUDA_LAUNCHED(ctx, "resize_interp");
+kiln_status launch_interp(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n, const ResizeArgs &p,
+                          const ResizeTables &t, int64_t entries) {
+    TabGrid g;
+    const kiln_status st = launch_tables(cu, ctx, n, p, t, entries, &g);
+    if (st) return st;
+    if (g.small)
+        resize_interp_tab<T, uint32_t><<<g.blocks, THREADS, 0, cu->stream>>>(
+            (const T *)x, (T *)y, (uint32_t)g.rows, (uint32_t)g.chunks, p, t);
+    else
+        resize_interp_tab<T, int64_t><<<g.blocks, THREADS, 0, cu->stream>>>((const T *)x, (T *)y, g.rows, g.chunks,
+                                                                            p, t);
+    KILN_CUDA_LAUNCHED(ctx, "resize_interp_tab");
     return KILN_OK;
 }
 
@@ -382,6 +520,11 @@ extern "C" kiln_status kiln_cuda_k_resize(kiln_cuda *cu, kiln_op_ctx *c) {
     char why[160];
     if (!plan(c, c->host_in, &p, why, sizeof why)) return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "%s", why);
     kiln_strides(x->ndim, x->dims, p.stride);
+    const int64_t entries = table_entries(y);
+    if (!c->workspace || c->workspace_size < table_bytes(entries))
+        return kiln_fail(c->kctx, KILN_ERR_INTERNAL, "Resize's tables (workspace) are missing");
+    for (int64_t d = 0, e = 0; d < p.nd; e += p.out[d], d++) p.tab[d] = e;
+    const ResizeTables t = table_layout(c->workspace, entries);
     if (p.mode == NEAREST) {
         kiln_tensor fill;
         memset(&fill, 0, sizeof fill);
@@ -389,7 +532,7 @@ extern "C" kiln_status kiln_cuda_k_resize(kiln_cuda *cu, kiln_op_ctx *c) {
         fill.data = &p.extrap_bits;
         kiln_set_f64(&fill, 0, p.extrapolation);
         KILN_CU_SIZE_DISPATCH(st, c->kctx, kiln_dtype_size(x->dtype), launch_nearest, cu, c->kctx, x->data,
-                              y->data, n, p);
+                              y->data, n, p, t, entries);
         return st;
     }
     /* one tap on axes where every source coordinate is whole (or extrapolated) */
@@ -403,8 +546,14 @@ extern "C" kiln_status kiln_cuda_k_resize(kiln_cuda *cu, kiln_op_ctx *c) {
         }
         p.k[d] = whole ? 1 : kmax;
     }
-    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_interp, cu, c->kctx, x->data, y->data, n, p);
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_interp, cu, c->kctx, x->data, y->data, n, p, t, entries);
     return st;
+}
+
+extern "C" kiln_status kiln_cuda_ws_resize(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    (void)cu;
+    *bytes = table_bytes(table_entries(c->out[0]));
+    return KILN_OK;
 }
 
 /* ------------------------------------------------------------------ kiln.ResizeGrad */

@@ -1258,7 +1258,7 @@ static const entry table[] = {
     {"Constant", kiln_cuda_k_constant, sup_any, NULL, false},
     {"ConstantOfShape", kiln_cuda_k_constant_of_shape, sup_any, NULL, false},
     {"Range", kiln_cuda_k_range, sup_range, NULL, false},
-    {"Resize", kiln_cuda_k_resize, sup_resize, NULL, false},
+    {"Resize", kiln_cuda_k_resize, sup_resize, kiln_cuda_ws_resize, false},
     {"ReduceSum", kiln_cuda_k_reduce, sup_reduce, NULL, false},
     {"ReduceMean", kiln_cuda_k_reduce, sup_reduce, NULL, false},
     {"ReduceMax", kiln_cuda_k_reduce, sup_reduce, NULL, false},

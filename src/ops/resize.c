@@ -1103,6 +1103,21 @@ static int test(void) {
                                                 NULL,
                                                 kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 17, 23))},
                                1, "resize random nearest to sizes");
+    /* CUDA's tables (src/cuda/resize.cu: four positions of the last axis a thread): a
+     * segmentation head's x8 bilinear upsample to a last axis not a multiple of 4, and the
+     * ASPP pool's 1x1 -> HxW */
+    fails += kiln_optest_sweep("Resize", "mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 7, 7), -2, 2, 403),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 56, 57))},
+                               1, "resize random linear x8 to 56x57");
+    fails += kiln_optest_sweep("Resize", "mode=linear", 0, 4,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 1, 1), -2, 2, 404),
+                                                NULL,
+                                                NULL,
+                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 4, 6, 7))},
+                               1, "resize random linear 1x1 to 6x7");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Resize", "", 13, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 3, 4), -2, 2, 1471),
