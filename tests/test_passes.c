@@ -1097,6 +1097,27 @@ static void test_crop_taps(void) {
         snprintf(label, sizeof label, "crop-taps %s", cases[i].label);
         check(label, m, KILN_PASS_CROP_TAPS, 2, 1e-6, 1e-6, 1, 1);
     }
+    /* weights from a Constant node: cropped into an initializer, the Constant dropped */
+    {
+        kiln_model *m = new_model();
+        input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, 6, 7));
+        constant(m, "w", kt_rand(KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, 340));
+        kiln_node *c = node(m, "Conv", "x,w", "y");
+        if (c) {
+            kiln_node_set_ints(c, "pads", 4, KT_DIMS(8, 8, 8, 8));
+            kiln_node_set_ints(c, "dilations", 2, KT_DIMS(8, 8));
+        }
+        output(m, "y");
+        finalize(m);
+        int64_t kh, kw;
+        cropped_kernel(m, &kh, &kw);
+        kiln_model *o = optimized(m, KILN_PASS_CROP_TAPS);
+        CHECK(kh == 1 && kw == 1 && count(o, "Constant") == 0,
+              "crop-taps: a Constant node's weights cropped (kernel %lldx%lld) and the node dropped (%d left)",
+              (long long)kh, (long long)kw, count(o, "Constant"));
+        kiln_model_free(o);
+        check("crop-taps Constant weights", m, KILN_PASS_CROP_TAPS, 2, 1e-6, 1e-6, 1, 1);
+    }
     /* symbolic spatial dims: nothing known, nothing cropped */
     kiln_model *m = new_model();
     input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, -1, -1));

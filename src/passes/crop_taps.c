@@ -133,5 +133,6 @@ kiln_status kiln_pass_crop_taps(kiln_model *m, const kiln_pass_options *o, bool 
         *changed |= done;
     }
     free(prod);
+    if (!st && *changed) st = kiln_pass_drop_unread_constants(m, changed); /* a Constant node's weights */
     return st;
 }
