@@ -396,10 +396,13 @@ enum {
                                          BN's input and saved statistics instead of reading its
                                          output (CUDA training). Also off with
                                          KILN_BN_MASK_FROM_X=0 */
-    KILN_PASS_FOLD_CONSTANTS = 1 << 26 /* nodes whose inputs are all constants computed once
+    KILN_PASS_FOLD_CONSTANTS = 1 << 26, /* nodes whose inputs are all constants computed once
                                           (CPU reference) into initializers before the fusions,
                                           which then see them as constants (inference; outputs
                                           up to 64 MiB each) */
+    KILN_PASS_CROP_TAPS = 1 << 27 /* a convolution's kernel cropped to the taps that read the
+                                     input for some output (dilated convolutions on maps smaller
+                                     than their dilation: DeepLabV3's ASPP), exact */
 };
 /* BatchNormalization statistics from the convolution (CUDA training; issue 12; on by
  * default, KILN_PASS_CONV_BN_STATS or KILN_CUDA_CONV_STATS=0 turn it off): the CUDA trainer

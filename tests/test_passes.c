@@ -1034,10 +1034,112 @@ static void test_fold_constants(void) {
     kiln_model_free(m);
 }
 
+/* ---------------------------------------------------------------- crop-taps */
+
+/* x (2, C, H, W) -> Conv (kernel k x k, dilation d, pads p, stride s, groups g, bias) -> y */
+static kiln_model *dilated_conv(int64_t C, int64_t H, int64_t W, int64_t k, int64_t d, const int64_t *pads, int64_t s,
+                                int64_t g, uint64_t seed) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, C, H, W));
+    init(m, "w", KILN_F32, 4, KT_DIMS(6, C / g, k, k), -1, 1, seed);
+    init(m, "b", KILN_F32, 1, KT_DIMS(6), -1, 1, seed + 1);
+    kiln_node *c = node(m, "Conv", "x,w,b", "y");
+    if (c) {
+        kiln_node_set_ints(c, "pads", 4, pads);
+        kiln_node_set_ints(c, "dilations", 2, KT_DIMS(d, d));
+        kiln_node_set_ints(c, "strides", 2, KT_DIMS(s, s));
+        kiln_node_set_ints(c, "kernel_shape", 2, KT_DIMS(k, k));
+        kiln_node_set_int(c, "group", g);
+    }
+    output(m, "y");
+    finalize(m);
+    return m;
+}
+
+/* The kernel's spatial dims of the first Conv of m's optimized graph with crop-taps on. */
+static void cropped_kernel(const kiln_model *m, int64_t *kh, int64_t *kw) {
+    kiln_model *o = optimized(m, KILN_PASS_CROP_TAPS);
+    const kiln_node *c = find(o, "Conv");
+    *kh = *kw = -1;
+    if (c && c->n_in > 1 && o->values[c->in[1]].init) {
+        *kh = o->values[c->in[1]].init->dims[2];
+        *kw = o->values[c->in[1]].init->dims[3];
+    }
+    kiln_model_free(o);
+}
+
+static void test_crop_taps(void) {
+    static const struct {
+        int64_t C, H, W, k, d, pads[4], s, g, want_kh, want_kw;
+        const char *label;
+    } cases[] = {
+        /* ASPP's rate 36 on a 28x28 map, small: only the centre tap reads the input */
+        {4, 6, 7, 3, 8, {8, 8, 8, 8}, 1, 1, 1, 1, "3x3 dilation 8 on 6x7: the centre tap alone"},
+        /* rate 4 on 6x6: the outer taps read rows 4.. and ..1 for some outputs: kept */
+        {4, 6, 6, 3, 4, {4, 4, 4, 4}, 1, 1, 3, 3, "3x3 dilation 4 on 6x6: every tap live"},
+        /* one side dead: tap 0 reads y - 4 < 0 for both outputs (y 0, 1) */
+        {2, 6, 6, 3, 4, {4, 4, 0, 0}, 1, 1, 2, 2, "3x3 dilation 4, pads 4 before only: two taps"},
+        /* asymmetric across the axes: H 3 (outer taps dead), W 12 (all live) */
+        {4, 3, 12, 3, 4, {4, 4, 4, 4}, 1, 2, 1, 3, "grouped, dilation 4 on 3x12: 1x3"},
+        /* strided: outputs y 0..1 at stride 5 read rows -6 + 5y + 6i */
+        {3, 5, 5, 3, 6, {6, 6, 6, 6}, 5, 1, 1, 1, "stride 5, dilation 6 on 5x5"},
+        /* 5x5 dilation 3 on 4x4 with pads 6: taps at -6, -3, 0, 3, 6 -> -3..3 live */
+        {3, 4, 4, 5, 3, {6, 6, 6, 6}, 1, 1, 3, 3, "5x5 dilation 3 on 4x4: the middle 3x3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_model *m = dilated_conv(cases[i].C, cases[i].H, cases[i].W, cases[i].k, cases[i].d, cases[i].pads,
+                                     cases[i].s, cases[i].g, 300 + i);
+        int64_t kh, kw;
+        cropped_kernel(m, &kh, &kw);
+        CHECK(kh == cases[i].want_kh && kw == cases[i].want_kw, "crop-taps %s: kernel %lldx%lld, expected %lldx%lld",
+              cases[i].label, (long long)kh, (long long)kw, (long long)cases[i].want_kh, (long long)cases[i].want_kw);
+        char label[160];
+        snprintf(label, sizeof label, "crop-taps %s", cases[i].label);
+        check(label, m, KILN_PASS_CROP_TAPS, 2, 1e-6, 1e-6, 1, 1);
+    }
+    /* weights from a Constant node: cropped into an initializer, the Constant dropped */
+    {
+        kiln_model *m = new_model();
+        input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, 6, 7));
+        constant(m, "w", kt_rand(KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, 340));
+        kiln_node *c = node(m, "Conv", "x,w", "y");
+        if (c) {
+            kiln_node_set_ints(c, "pads", 4, KT_DIMS(8, 8, 8, 8));
+            kiln_node_set_ints(c, "dilations", 2, KT_DIMS(8, 8));
+        }
+        output(m, "y");
+        finalize(m);
+        int64_t kh, kw;
+        cropped_kernel(m, &kh, &kw);
+        kiln_model *o = optimized(m, KILN_PASS_CROP_TAPS);
+        CHECK(kh == 1 && kw == 1 && count(o, "Constant") == 0,
+              "crop-taps: a Constant node's weights cropped (kernel %lldx%lld) and the node dropped (%d left)",
+              (long long)kh, (long long)kw, count(o, "Constant"));
+        kiln_model_free(o);
+        check("crop-taps Constant weights", m, KILN_PASS_CROP_TAPS, 2, 1e-6, 1e-6, 1, 1);
+    }
+    /* symbolic spatial dims: nothing known, nothing cropped */
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, -1, -1));
+    init(m, "w", KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, 350);
+    kiln_node *c = node(m, "Conv", "x,w", "y");
+    if (c) {
+        kiln_node_set_ints(c, "pads", 4, KT_DIMS(8, 8, 8, 8));
+        kiln_node_set_ints(c, "dilations", 2, KT_DIMS(8, 8));
+    }
+    output(m, "y");
+    finalize(m);
+    int64_t kh, kw;
+    cropped_kernel(m, &kh, &kw);
+    CHECK(kh == 3 && kw == 3, "crop-taps: symbolic H and W left alone (kernel %lldx%lld)", (long long)kh, (long long)kw);
+    kiln_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     test_fold_bn();
     test_fold_constants();
+    test_crop_taps();
     test_fuse_conv();
     test_fuse_conv_smooth();
     test_fuse_eltwise();

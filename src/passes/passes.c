@@ -13,6 +13,8 @@ static const kiln_pass passes[] = {
     /* before every fusion: they see a constant a subgraph computes as a constant */
     {"fold-constants", KILN_PASS_FOLD_CONSTANTS, kiln_pass_fold_constants},
     {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
+    /* after fold-bn: it crops the folded weights */
+    {"crop-taps", KILN_PASS_CROP_TAPS, kiln_pass_crop_taps},
     /* before fuse-conv and fuse-eltwise: they would take the product's bias Add and the
      * scale Muls that the attention chain holds */
     {"fuse-attention", KILN_PASS_FUSE_ATTENTION, kiln_pass_fuse_attention},
