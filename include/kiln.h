@@ -402,7 +402,8 @@ enum {
                                           up to 64 MiB each) */
     KILN_PASS_CROP_TAPS = 1 << 27 /* a convolution's kernel cropped to the taps that read the
                                      input for some output (dilated convolutions on maps smaller
-                                     than their dilation: DeepLabV3's ASPP), exact */
+                                     than their dilation: DeepLabV3's ASPP); the dropped
+                                     products were all of zeros */
 };
 /* BatchNormalization statistics from the convolution (CUDA training; issue 12; on by
  * default, KILN_PASS_CONV_BN_STATS or KILN_CUDA_CONV_STATS=0 turn it off): the CUDA trainer

@@ -16,7 +16,8 @@
  * convolution is what the backends' fast paths look for). Axes whose cropped pads would
  * be negative, SAME_* auto_pad and Convs with no tap reading the input are left alone.
  * Training graphs never see it (their weights are graph inputs, and the trainer names the
- * passes it runs). Exact: the dropped products were all of zeros.
+ * passes it runs). The same function: the dropped products were all of zeros (a backend may
+ * run the smaller kernel by another algorithm, so results agree to rounding).
  */
 #include "passes.h"
 
