@@ -102,6 +102,28 @@ __global__ void __launch_bounds__(256) tiled(const E *__restrict__ x, E *__restr
     }
 }
 
+/* Median ms of 20 runs of launch() after 3 warm-ups (CUDA events). */
+template <typename F> static double median_ms(F launch) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    for (int i = 0; i < 23; i++) {
+        CK(cudaEventRecord(e0));
+        launch();
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaGetLastError());
+        float m = 0;
+        CK(cudaEventElapsedTime(&m, e0, e1));
+        if (i >= 3) ms.push_back(m);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
 template <int TA, int TB, int VEC>
 static void run_tiled(const char *name, const E *x, E *y, const E *ref, int64_t N, int64_t A, int64_t B,
                       unsigned long long *d_bad) {
@@ -117,24 +139,9 @@ static void run_tiled(const char *name, const E *x, E *y, const E *ref, int64_t 
     count_diff<<<1024, 256>>>(y, ref, N * A * B, d_bad);
     unsigned long long bad = 0;
     CK(cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    for (int i = 0; i < 23; i++) {
-        CK(cudaEventRecord(e0));
-        tiled<TA, TB, VEC><<<grid, 256>>>(x, y, A, B);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float m = 0;
-        CK(cudaEventElapsedTime(&m, e0, e1));
-        if (i >= 3) ms.push_back(m);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2], bytes = 2.0 * (double)(N * A * B) * sizeof(E);
+    const double med = median_ms([&] { tiled<TA, TB, VEC><<<grid, 256>>>(x, y, A, B); });
+    const double bytes = 2.0 * (double)(N * A * B) * sizeof(E);
     std::printf("%-28s %8.4f ms %8.1f GB/s  mismatches %llu\n", name, med, bytes / med / 1e6, bad);
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
 }
 
 int main(int argc, char **argv) {
@@ -158,21 +165,7 @@ int main(int argc, char **argv) {
                 (long long)B, (long long)N, (long long)B, (long long)A, (double)n * sizeof(E) / 1e6);
     { /* the ceiling: a 16-byte copy of the same bytes */
         const int64_t n16 = (int64_t)((size_t)n * sizeof(E) / 16);
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        std::vector<float> ms;
-        for (int i = 0; i < 23; i++) {
-            CK(cudaEventRecord(e0));
-            copy16<<<132 * 16, 256>>>((const uint4 *)x, (uint4 *)y, n16);
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float m = 0;
-            CK(cudaEventElapsedTime(&m, e0, e1));
-            if (i >= 3) ms.push_back(m);
-        }
-        std::sort(ms.begin(), ms.end());
-        const double med = ms[ms.size() / 2];
+        const double med = median_ms([&] { copy16<<<132 * 16, 256>>>((const uint4 *)x, (uint4 *)y, n16); });
         std::printf("%-28s %8.4f ms %8.1f GB/s\n", "copy (16-byte)", med, 2.0 * (double)n16 * 16 / med / 1e6);
     }
     run_tiled<32, 32, 1>("32x32, 2-byte loads", x, y, ref, N, A, B, d_bad);   /* kiln.ToNHWC's */

@@ -1068,6 +1068,23 @@ static void cropped_kernel(const kiln_model *m, int64_t *kh, int64_t *kw) {
     kiln_model_free(o);
 }
 
+/* x (?, 4, H, W) (-1: symbolic) -> Conv 4 -> 6, 3x3, dilation 8, pads 8, no bias; the
+ * weights an initializer or a Constant node's value. */
+static kiln_model *rate8_conv(int64_t H, int64_t W, bool constant_w, uint64_t seed) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, H, W));
+    if (constant_w) constant(m, "w", kt_rand(KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, seed));
+    else init(m, "w", KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, seed);
+    kiln_node *c = node(m, "Conv", "x,w", "y");
+    if (c) {
+        kiln_node_set_ints(c, "pads", 4, KT_DIMS(8, 8, 8, 8));
+        kiln_node_set_ints(c, "dilations", 2, KT_DIMS(8, 8));
+    }
+    output(m, "y");
+    finalize(m);
+    return m;
+}
+
 static void test_crop_taps(void) {
     static const struct {
         int64_t C, H, W, k, d, pads[4], s, g, want_kh, want_kw;
@@ -1098,38 +1115,17 @@ static void test_crop_taps(void) {
         check(label, m, KILN_PASS_CROP_TAPS, 2, 1e-6, 1e-6, 1, 1);
     }
     /* weights from a Constant node: cropped into an initializer, the Constant dropped */
-    {
-        kiln_model *m = new_model();
-        input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, 6, 7));
-        constant(m, "w", kt_rand(KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, 340));
-        kiln_node *c = node(m, "Conv", "x,w", "y");
-        if (c) {
-            kiln_node_set_ints(c, "pads", 4, KT_DIMS(8, 8, 8, 8));
-            kiln_node_set_ints(c, "dilations", 2, KT_DIMS(8, 8));
-        }
-        output(m, "y");
-        finalize(m);
-        int64_t kh, kw;
-        cropped_kernel(m, &kh, &kw);
-        kiln_model *o = optimized(m, KILN_PASS_CROP_TAPS);
-        CHECK(kh == 1 && kw == 1 && count(o, "Constant") == 0,
-              "crop-taps: a Constant node's weights cropped (kernel %lldx%lld) and the node dropped (%d left)",
-              (long long)kh, (long long)kw, count(o, "Constant"));
-        kiln_model_free(o);
-        check("crop-taps Constant weights", m, KILN_PASS_CROP_TAPS, 2, 1e-6, 1e-6, 1, 1);
-    }
-    /* symbolic spatial dims: nothing known, nothing cropped */
-    kiln_model *m = new_model();
-    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, -1, -1));
-    init(m, "w", KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, 350);
-    kiln_node *c = node(m, "Conv", "x,w", "y");
-    if (c) {
-        kiln_node_set_ints(c, "pads", 4, KT_DIMS(8, 8, 8, 8));
-        kiln_node_set_ints(c, "dilations", 2, KT_DIMS(8, 8));
-    }
-    output(m, "y");
-    finalize(m);
+    kiln_model *m = rate8_conv(6, 7, true, 340);
     int64_t kh, kw;
+    cropped_kernel(m, &kh, &kw);
+    kiln_model *o = optimized(m, KILN_PASS_CROP_TAPS);
+    CHECK(kh == 1 && kw == 1 && count(o, "Constant") == 0,
+          "crop-taps: a Constant node's weights cropped (kernel %lldx%lld) and the node dropped (%d left)",
+          (long long)kh, (long long)kw, count(o, "Constant"));
+    kiln_model_free(o);
+    check("crop-taps Constant weights", m, KILN_PASS_CROP_TAPS, 2, 1e-6, 1e-6, 1, 1);
+    /* symbolic spatial dims: nothing known, nothing cropped */
+    m = rate8_conv(-1, -1, false, 350);
     cropped_kernel(m, &kh, &kw);
     CHECK(kh == 3 && kw == 3, "crop-taps: symbolic H and W left alone (kernel %lldx%lld)", (long long)kh, (long long)kw);
     kiln_model_free(m);

@@ -124,24 +124,22 @@ static inline bool kiln_perm_tile_plan(int nd, const int64_t *dims, const int64_
     return true;
 }
 
-/* The input offset of A-run element a. */
-KILN_PT_FN int64_t kiln_perm_tile_in_a(const kiln_perm_tile *t, int64_t a) {
+/* Element i of a run of n dims (innermost first: size[k], stride[k]): its offset. */
+KILN_PT_FN int64_t kiln_perm_tile_run(const int64_t *size, const int64_t *stride, int n, int64_t i) {
     int64_t off = 0;
-    for (int k = 0; k < t->na; k++) {
-        off += (a % t->asize[k]) * t->ain[k];
-        a /= t->asize[k];
+    for (int k = 0; k < n; k++) {
+        off += (i % size[k]) * stride[k];
+        i /= size[k];
     }
     return off;
 }
 
-/* The output offset of B-run element b. */
+/* The input offset of A-run element a; the output offset of B-run element b. */
+KILN_PT_FN int64_t kiln_perm_tile_in_a(const kiln_perm_tile *t, int64_t a) {
+    return kiln_perm_tile_run(t->asize, t->ain, t->na, a);
+}
 KILN_PT_FN int64_t kiln_perm_tile_out_b(const kiln_perm_tile *t, int64_t b) {
-    int64_t off = 0;
-    for (int k = 0; k < t->nb; k++) {
-        off += (b % t->bsize[k]) * t->bout[k];
-        b /= t->bsize[k];
-    }
-    return off;
+    return kiln_perm_tile_run(t->bsize, t->bout, t->nb, b);
 }
 
 /* The input and output offsets of tile pair o (of t->outer). */
