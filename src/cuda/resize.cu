@@ -491,7 +491,7 @@ kiln_status launch_tables(kiln_cuda *cu, kiln_context *ctx, int64_t n, const Res
     KILN_CUDA_LAUNCHED(ctx, "resize_tables");
     g->rows = n / p.out[p.nd - 1];
     g->blocks = kiln_cuda_blocks(cu, g->rows, ROW_WARPS);
-    g->small = g->rows < ((int64_t)1 << 31);
+    g->small = n < ((int64_t)1 << 31); /* rows, the last axis and positions in it all fit */
     return KILN_OK;
 }
 
