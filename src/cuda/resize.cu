@@ -20,11 +20,12 @@
  * The forward works from tables: one small kernel computes, once per run, each axis's
  * per-output-position taps (input offsets and weights, or the nearest offset, and whether
  * the position is outside the roi) into the workspace, with the functions above; the main
- * kernel then gives each thread VEC consecutive positions of the last axis, walks the other
- * axes' index once for them, and sums table entries in the CPU's order, so the output is
- * the same bits as working the coordinates out per element (which ran deeplabv3's final
- * 28 -> 224 bilinear upsample at 47 GB/s on an H100: 11.6 of its 47.6 ms at batch 256).
- * Row indices in 32 bits where the output allows.
+ * kernel then gives each warp an output row (all axes but the last), works out the other
+ * axes' tap combinations once for it, and has its lanes sum table entries in the CPU's
+ * order, so the output is the same bits as working the coordinates out per element (which
+ * ran deeplabv3's final 28 -> 224 bilinear upsample at 47 GB/s on an H100: 11.6 of its
+ * 47.6 ms at batch 256). Row indices in 32 bits where the output allows. A last axis
+ * shorter than 32 leaves lanes idle.
  */
 #include "dtype.cuh"
 #include "grad_movegrad.h"
@@ -60,11 +61,12 @@ struct ResizeArgs {
 
 /* The forward's tables (resize_tables), in the workspace: per axis d and output position j,
  * entry e = tab[d] + j: KMAX taps' input offsets and weights (nearest: one offset), and
- * whether the position is outside the roi. */
+ * whether the position is outside the roi; tap by tap, so neighbouring positions' entries
+ * are neighbouring words. */
 constexpr int KMAX = 4;
 struct ResizeTables {
-    int64_t *off;           /* [entries][KMAX] */
-    double *w;              /* [entries][KMAX] */
+    int64_t *off;           /* [KMAX][entries]: tap u of entry e at u * entries + e */
+    double *w;              /* [KMAX][entries] */
     unsigned char *outside; /* [entries] */
 };
 int64_t table_entries(const kiln_tensor *y) {
@@ -346,157 +348,186 @@ __global__ void resize_tables(ResizeArgs p, ResizeTables t, int64_t entries) {
         const int64_t j = e - p.tab[d];
         bool o;
         const double xo = source_coord(p, d, j, &o);
-        t.outside[e] = o;
-        int64_t *off = t.off + e * KMAX;
-        double *w = t.w + e * KMAX;
-        for (int u = 0; u < KMAX; u++) {
-            off[u] = 0;
-            w[u] = 0;
+        int64_t off[KMAX] = {0, 0, 0, 0};
+        double w[KMAX] = {0, 0, 0, 0};
+        if (!o) {
+            if (p.mode == NEAREST) off[0] = nearest_index(p, xo, p.in[d]) * p.stride[d];
+            else axis_taps(p, xo, p.in[d], p.stride[d], p.k[d], off, w);
         }
-        if (o) continue;
-        if (p.mode == NEAREST) off[0] = nearest_index(p, xo, p.in[d]) * p.stride[d];
-        else axis_taps(p, xo, p.in[d], p.stride[d], p.k[d], off, w);
+        t.outside[e] = o;
+        for (int u = 0; u < KMAX; u++) {
+            t.off[u * entries + e] = off[u];
+            t.w[u * entries + e] = w[u];
+        }
     }
 }
 
-/* VEC consecutive positions of the last axis per thread; I: the row index's type. */
-constexpr int VEC = 4;
+/* One warp per output row (every axis but the last), rows of a block's 8 warps then a
+ * grid stride; lanes over the row's positions, 32 apart, so a warp's loads of one tap's
+ * table entries and its stores are contiguous. The other axes' taps are worked out once
+ * per row: their combinations (CPU order, weight products of 0 dropped) go to the warp's
+ * shared memory, up to MAXCOMB of them (more: each lane enumerates them itself). */
+constexpr int ROW_WARPS = 8, MAXCOMB = 64;
+
+/* Row `row`'s outer axes: the first entry of each (e[d] = tab[d] + index), and whether the
+ * row lies outside the roi. */
+template <typename I>
+__device__ __forceinline__ bool row_entries(const ResizeArgs &p, const ResizeTables &t, I row, int64_t *e) {
+    bool outside = false;
+    for (int d = p.nd - 2; d >= 0; d--) {
+        const I od = (I)p.out[d], j = row % od;
+        row /= od;
+        e[d] = p.tab[d] + j;
+        outside |= t.outside[e[d]] != 0;
+    }
+    return outside;
+}
+
+/* Combination c of the outer axes' taps (the last outer axis fastest, as the CPU counts):
+ * its input offset and weight product. */
+__device__ __forceinline__ void combination(const ResizeArgs &p, const ResizeTables &t, int64_t entries,
+                                            const int64_t *e, int c, int64_t *base, double *wp) {
+    int64_t b = 0;
+    double w = 1;
+    int tt[KILN_MAX_DIMS];
+    for (int d = p.nd - 2; d >= 0; d--) {
+        tt[d] = c % p.k[d];
+        c /= p.k[d];
+    }
+    for (int d = 0; d < p.nd - 1; d++) { /* the CPU's order of the products */
+        b += t.off[tt[d] * entries + e[d]];
+        w *= t.w[tt[d] * entries + e[d]];
+    }
+    *base = b;
+    *wp = w;
+}
 
 template <typename E, typename I>
-__global__ void resize_nearest_tab(const E *__restrict__ x, E *__restrict__ y, I rows, I chunks, ResizeArgs p,
-                                   ResizeTables t) {
+__global__ void __launch_bounds__(32 * ROW_WARPS) resize_nearest_rows(const E *__restrict__ x, E *__restrict__ y,
+                                                                      I rows, ResizeArgs p, ResizeTables t,
+                                                                      int64_t entries) {
     E fill;
     memcpy(&fill, &p.extrap_bits, sizeof fill);
     const int last = p.nd - 1;
     const I ol = (I)p.out[last];
-    for (int64_t g = thread_index(); g < (int64_t)rows * chunks; g += grid_stride()) {
-        I r = (I)(g / chunks);
-        const I j0 = (I)(g % chunks) * VEC, row = r;
+    const int64_t *offl = t.off + p.tab[last];
+    const unsigned char *outl = t.outside + p.tab[last];
+    for (I row = (I)blockIdx.x * ROW_WARPS + threadIdx.y; row < rows; row += (I)gridDim.x * ROW_WARPS) {
+        int64_t e[KILN_MAX_DIMS];
+        const bool outside = row_entries<I>(p, t, row, e);
         int64_t base = 0;
-        bool outside = false;
-        for (int d = last - 1; d >= 0; d--) {
-            const I od = (I)p.out[d], j = r % od;
-            r /= od;
-            const int64_t e = p.tab[d] + j;
-            outside |= t.outside[e] != 0;
-            base += t.off[e * KMAX];
-        }
+        for (int d = 0; d < last; d++) base += t.off[e[d]];
         E *yr = y + (int64_t)row * ol;
-#pragma unroll
-        for (int v = 0; v < VEC; v++) {
-            const I j = j0 + v;
-            if (j >= ol) break;
-            const int64_t e = p.tab[last] + j;
-            yr[j] = outside || t.outside[e] ? fill : x[base + t.off[e * KMAX]];
-        }
+        for (I j = threadIdx.x; j < ol; j += 32) yr[j] = outside || outl[j] ? fill : x[base + offl[j]];
     }
 }
 
 template <typename T, typename I>
-__global__ void resize_interp_tab(const T *__restrict__ x, T *__restrict__ y, I rows, I chunks, ResizeArgs p,
-                                  ResizeTables t) {
-    const int last = p.nd - 1, kl = p.k[last];
+__global__ void __launch_bounds__(32 * ROW_WARPS) resize_interp_rows(const T *__restrict__ x, T *__restrict__ y,
+                                                                     I rows, int ncomb, ResizeArgs p, ResizeTables t,
+                                                                     int64_t entries) {
+    __shared__ int64_t s_base[ROW_WARPS][MAXCOMB];
+    __shared__ double s_wp[ROW_WARPS][MAXCOMB];
+    const int last = p.nd - 1, kl = p.k[last], lane = threadIdx.x, wy = threadIdx.y;
     const I ol = (I)p.out[last];
-    for (int64_t g = thread_index(); g < (int64_t)rows * chunks; g += grid_stride()) {
-        I r = (I)(g / chunks);
-        const I j0 = (I)(g % chunks) * VEC, row = r;
-        int64_t e_outer[KILN_MAX_DIMS];
-        bool outside = false;
-        for (int d = last - 1; d >= 0; d--) {
-            const I od = (I)p.out[d], j = r % od;
-            r /= od;
-            e_outer[d] = p.tab[d] + j;
-            outside |= t.outside[e_outer[d]] != 0;
+    const int64_t el = p.tab[last];
+    const bool staged = ncomb <= MAXCOMB;
+    for (I row = (I)blockIdx.x * ROW_WARPS + wy; row < rows; row += (I)gridDim.x * ROW_WARPS) {
+        int64_t e[KILN_MAX_DIMS];
+        const bool outside = row_entries<I>(p, t, row, e);
+        T *yr = y + (int64_t)row * ol;
+        if (outside) {
+            for (I j = lane; j < ol; j += 32) yr[j] = from_f<T>((float)p.extrapolation);
+            continue; /* warp-uniform */
         }
-        const int nv = ol - j0 < (I)VEC ? (int)(ol - j0) : VEC;
-        double acc[VEC];
-        bool out_v[VEC];
-        int64_t el[VEC];
-#pragma unroll
-        for (int v = 0; v < VEC; v++) {
-            acc[v] = 0;
-            el[v] = (p.tab[last] + j0 + (v < nv ? v : 0)) * KMAX;
-            out_v[v] = outside || v >= nv || t.outside[el[v] / KMAX];
+        if (staged) {
+            __syncwarp();
+            for (int c = lane; c < ncomb; c += 32) combination(p, t, entries, e, c, &s_base[wy][c], &s_wp[wy][c]);
+            __syncwarp();
         }
-        /* outer axes' tap combinations in the CPU's order; the last axis summed inside */
-        int tt[KILN_MAX_DIMS] = {0};
-        for (;;) {
-            int64_t base = 0;
-            double wp = 1;
-            for (int d = 0; d < last; d++) {
-                base += t.off[e_outer[d] * KMAX + tt[d]];
-                wp *= t.w[e_outer[d] * KMAX + tt[d]];
+        for (I j = lane; j < ol; j += 32) {
+            if (t.outside[el + j]) {
+                yr[j] = from_f<T>((float)p.extrapolation);
+                continue;
             }
-            if (wp != 0 && !outside) {
+            int64_t off[KMAX]; /* in registers: the loops over taps unroll */
+            double w[KMAX];
 #pragma unroll
-                for (int v = 0; v < VEC; v++) {
-                    if (out_v[v]) continue;
-                    double s = 0;
-                    for (int u = 0; u < kl; u++)
-                        s = add(s, mul(t.w[el[v] + u], (double)to_f(x[base + t.off[el[v] + u]])));
-                    acc[v] = add(acc[v], mul(wp, s));
+            for (int u = 0; u < KMAX; u++) {
+                off[u] = u < kl ? t.off[u * entries + el + j] : 0;
+                w[u] = u < kl ? t.w[u * entries + el + j] : 0;
+            }
+            double acc = 0;
+            for (int c = 0; c < ncomb; c++) {
+                int64_t base;
+                double wp;
+                if (staged) {
+                    base = s_base[wy][c];
+                    wp = s_wp[wy][c];
+                } else {
+                    combination(p, t, entries, e, c, &base, &wp);
                 }
+                if (wp == 0) continue;
+                double s = 0;
+#pragma unroll
+                for (int u = 0; u < KMAX; u++)
+                    if (u < kl) s = add(s, mul(w[u], (double)to_f(x[base + off[u]])));
+                acc = add(acc, mul(wp, s));
             }
-            int d = last - 1;
-            for (; d >= 0; d--) {
-                if (++tt[d] < p.k[d]) break;
-                tt[d] = 0;
-            }
-            if (d < 0) break;
+            yr[j] = from_f<T>((float)acc);
         }
-        T *yr = y + (int64_t)row * ol + j0;
-        for (int v = 0; v < nv; v++)
-            yr[v] = from_f<T>((float)(outside || t.outside[el[v] / KMAX] ? p.extrapolation : acc[v]));
     }
 }
 
-/* The tables, then the kernel over rows of the last axis (32-bit indices where they fit). */
-struct TabGrid {
-    int64_t rows, chunks;
+/* The tables, then the row kernel (32-bit row indices where they fit). */
+struct RowGrid {
+    int64_t rows;
     unsigned blocks;
     bool small;
 };
 kiln_status launch_tables(kiln_cuda *cu, kiln_context *ctx, int64_t n, const ResizeArgs &p, const ResizeTables &t,
-                          int64_t entries, TabGrid *g) {
+                          int64_t entries, RowGrid *g) {
     resize_tables<<<kiln_cuda_blocks(cu, entries, THREADS), THREADS, 0, cu->stream>>>(p, t, entries);
     KILN_CUDA_LAUNCHED(ctx, "resize_tables");
-    const int64_t ol = p.out[p.nd - 1];
-    g->rows = n / ol;
-    g->chunks = (ol + VEC - 1) / VEC;
-    g->blocks = kiln_cuda_blocks(cu, g->rows * g->chunks, THREADS);
-    g->small = n < ((int64_t)1 << 31);
+    g->rows = n / p.out[p.nd - 1];
+    g->blocks = kiln_cuda_blocks(cu, g->rows, ROW_WARPS);
+    g->small = n < ((int64_t)1 << 31); /* rows, the last axis and positions in it all fit */
     return KILN_OK;
 }
 
 template <typename E>
 kiln_status launch_nearest(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n, const ResizeArgs &p,
                            const ResizeTables &t, int64_t entries) {
-    TabGrid g;
+    RowGrid g;
     const kiln_status st = launch_tables(cu, ctx, n, p, t, entries, &g);
     if (st) return st;
+    const dim3 block(32, ROW_WARPS);
     if (g.small)
-        resize_nearest_tab<E, uint32_t><<<g.blocks, THREADS, 0, cu->stream>>>(
-            (const E *)x, (E *)y, (uint32_t)g.rows, (uint32_t)g.chunks, p, t);
+        resize_nearest_rows<E, uint32_t><<<g.blocks, block, 0, cu->stream>>>((const E *)x, (E *)y, (uint32_t)g.rows,
+                                                                              p, t, entries);
     else
-        resize_nearest_tab<E, int64_t><<<g.blocks, THREADS, 0, cu->stream>>>((const E *)x, (E *)y, g.rows, g.chunks,
-                                                                             p, t);
-    KILN_CUDA_LAUNCHED(ctx, "resize_nearest_tab");
+        resize_nearest_rows<E, int64_t><<<g.blocks, block, 0, cu->stream>>>((const E *)x, (E *)y, g.rows, p, t,
+                                                                             entries);
+    KILN_CUDA_LAUNCHED(ctx, "resize_nearest_rows");
     return KILN_OK;
 }
 
 template <typename T>
 kiln_status launch_interp(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n, const ResizeArgs &p,
                           const ResizeTables &t, int64_t entries) {
-    TabGrid g;
+    RowGrid g;
     const kiln_status st = launch_tables(cu, ctx, n, p, t, entries, &g);
     if (st) return st;
+    int ncomb = 1;
+    for (int d = 0; d < p.nd - 1; d++) ncomb *= p.k[d];
+    const dim3 block(32, ROW_WARPS);
     if (g.small)
-        resize_interp_tab<T, uint32_t><<<g.blocks, THREADS, 0, cu->stream>>>(
-            (const T *)x, (T *)y, (uint32_t)g.rows, (uint32_t)g.chunks, p, t);
+        resize_interp_rows<T, uint32_t><<<g.blocks, block, 0, cu->stream>>>((const T *)x, (T *)y, (uint32_t)g.rows,
+                                                                             ncomb, p, t, entries);
     else
-        resize_interp_tab<T, int64_t><<<g.blocks, THREADS, 0, cu->stream>>>((const T *)x, (T *)y, g.rows, g.chunks,
-                                                                            p, t);
-    KILN_CUDA_LAUNCHED(ctx, "resize_interp_tab");
+        resize_interp_rows<T, int64_t><<<g.blocks, block, 0, cu->stream>>>((const T *)x, (T *)y, g.rows, ncomb, p, t,
+                                                                            entries);
+    KILN_CUDA_LAUNCHED(ctx, "resize_interp_rows");
     return KILN_OK;
 }
 
