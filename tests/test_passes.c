@@ -1085,6 +1085,83 @@ static kiln_model *rate8_conv(int64_t H, int64_t W, bool constant_w, uint64_t se
     return m;
 }
 
+/* x (?, 4, H, W) -> Conv 3x3 pads 1 -> Relu -> rate8_conv's Conv: the dilated Conv's
+ * input dims are not the graph input's, so they are known only by inference; with a
+ * symbolic batch, by kiln_infer_probe's. */
+static kiln_model *conv_then_rate8(int64_t H, int64_t W, uint64_t seed) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, H, W));
+    init(m, "w0", KILN_F32, 4, KT_DIMS(4, 4, 3, 3), -1, 1, seed);
+    init(m, "w", KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, seed + 1);
+    kiln_node *c = node(m, "Conv", "x,w0", "h");
+    if (c) kiln_node_set_ints(c, "pads", 4, KT_DIMS(1, 1, 1, 1));
+    node(m, "Relu", "h", "r");
+    c = node(m, "Conv", "r,w", "y");
+    if (c) {
+        kiln_node_set_ints(c, "pads", 4, KT_DIMS(8, 8, 8, 8));
+        kiln_node_set_ints(c, "dilations", 2, KT_DIMS(8, 8));
+    }
+    output(m, "y");
+    finalize(m);
+    return m;
+}
+
+/* The kernel's spatial dims of the Conv reading value `input` in m's optimized graph with
+ * crop-taps on (-1: none found). */
+static void cropped_kernel_of(const kiln_model *m, const char *input, int64_t *kh, int64_t *kw) {
+    kiln_model *o = optimized(m, KILN_PASS_CROP_TAPS);
+    *kh = *kw = -1;
+    for (int i = 0; o && i < o->n_nodes; i++) {
+        const kiln_node *c = &o->nodes[i];
+        if (strcmp(c->op_type, "Conv") || c->n_in < 2 || strcmp(o->values[c->in[0]].name, input)) continue;
+        if (o->values[c->in[1]].init) {
+            *kh = o->values[c->in[1]].init->dims[2];
+            *kw = o->values[c->in[1]].init->dims[3];
+        }
+    }
+    kiln_model_free(o);
+}
+
+/* kiln_pass_known_dims: dims a dynamic batch does not change are known, the rest -1. */
+static void test_known_dims(void) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, 6, 7));
+    init(m, "w0", KILN_F32, 4, KT_DIMS(5, 4, 3, 3), -1, 1, 360);
+    node(m, "Conv", "x,w0", "h");
+    kiln_node *f = node(m, "Flatten", "h", "f");
+    if (f) kiln_node_set_int(f, "axis", 0);
+    node(m, "Relu", "h", "y");
+    output(m, "f");
+    output(m, "y");
+    finalize(m);
+    kiln_tensor *k = NULL;
+    CHECK(kiln_pass_known_dims(m, &k) == KILN_OK && k, "known_dims: %s", kiln_context_message(ctx));
+    for (int v = 0; k && v < m->n_values; v++) {
+        const int64_t *d = k[v].dims;
+        const char *name = m->values[v].name;
+        if (!strcmp(name, "y"))
+            CHECK(k[v].ndim == 4 && d[0] == -1 && d[1] == 5 && d[2] == 4 && d[3] == 5,
+                  "known_dims: y [%d] %lld %lld %lld %lld, expected [4] -1 5 4 5", k[v].ndim, (long long)d[0],
+                  (long long)d[1], (long long)d[2], (long long)d[3]);
+        if (!strcmp(name, "f")) /* Flatten(axis 0): [1, N*100], the second dim the batch's */
+            CHECK(k[v].ndim == 2 && d[0] == 1 && d[1] == -1, "known_dims: f [%d] %lld %lld, expected [2] 1 -1",
+                  k[v].ndim, (long long)d[0], (long long)d[1]);
+    }
+    free(k);
+    kiln_model_free(m);
+    /* symbolic H and W: the rate-8 Conv's output H differs by probe (5 fails no rule here) */
+    m = rate8_conv(-1, -1, false, 361);
+    k = NULL;
+    CHECK(kiln_pass_known_dims(m, &k) == KILN_OK && k, "known_dims, symbolic H and W: %s", kiln_context_message(ctx));
+    for (int v = 0; k && v < m->n_values; v++)
+        if (!strcmp(m->values[v].name, "y"))
+            CHECK(k[v].ndim == 4 && k[v].dims[1] == 6 && k[v].dims[2] == -1,
+                  "known_dims: y's C and H (symbolic H and W) %lld %lld, expected 6 -1", (long long)k[v].dims[1],
+                  (long long)k[v].dims[2]);
+    free(k);
+    kiln_model_free(m);
+}
+
 static void test_crop_taps(void) {
     static const struct {
         int64_t C, H, W, k, d, pads[4], s, g, want_kh, want_kw;
@@ -1129,6 +1206,18 @@ static void test_crop_taps(void) {
     cropped_kernel(m, &kh, &kw);
     CHECK(kh == 3 && kw == 3, "crop-taps: symbolic H and W left alone (kernel %lldx%lld)", (long long)kh, (long long)kw);
     kiln_model_free(m);
+    /* a dynamic batch: the dilated Conv's 6x7 input known by the probes, cropped */
+    m = conv_then_rate8(6, 7, 370);
+    cropped_kernel_of(m, "r", &kh, &kw);
+    CHECK(kh == 1 && kw == 1, "crop-taps: dynamic batch, inner Conv on 6x7 cropped to 1x1 (kernel %lldx%lld)",
+          (long long)kh, (long long)kw);
+    check("crop-taps dynamic batch", m, KILN_PASS_CROP_TAPS, 3, 1e-6, 1e-6, 3, 3);
+    /* symbolic H and W behind a Conv: left alone */
+    m = conv_then_rate8(-1, -1, 371);
+    cropped_kernel_of(m, "r", &kh, &kw);
+    CHECK(kh == 3 && kw == 3, "crop-taps: symbolic H and W behind a Conv left alone (kernel %lldx%lld)", (long long)kh,
+          (long long)kw);
+    kiln_model_free(m);
 }
 
 int main(int argc, char **argv) {
@@ -1136,6 +1225,7 @@ int main(int argc, char **argv) {
     test_fold_bn();
     test_fold_constants();
     test_crop_taps();
+    test_known_dims();
     test_fuse_conv();
     test_fuse_conv_smooth();
     test_fuse_eltwise();

@@ -8,7 +8,9 @@
  * map a 224x224 input gives (output stride 8) reads only its centre tap, a 3x3 convolution
  * of 2048 -> 256 channels doing the work of a 1x1 nine times over.
  *
- * For a Conv whose weights are constants and whose input's spatial dims are known, each
+ * For a Conv whose weights are constants and whose input's spatial dims are known (where
+ * the graph inputs have symbolic dims, as a dynamic batch, known as kiln_pass_known_dims
+ * finds them: the same for three probe batches), each
  * axis keeps taps [i0, i1] (the first and last that some output reads inside the input):
  * the weights become W[..., i0:i1+1] (a new initializer), the pads pb - i0*d and
  * pe - (k-1-i1)*d, so every output position reads the same input rows through the same
@@ -41,8 +43,15 @@ static bool live_taps(int64_t H, int64_t k, int64_t s, int64_t d, int64_t pb, in
     return *i0 >= 0;
 }
 
+/* Shapes by value (kiln_pass_known_dims') where the graph inputs have symbolic dims, for
+ * the values there were when they were inferred (n). */
+typedef struct probed {
+    int n;
+    kiln_tensor *known;
+} probed;
+
 /* Crop node ci when it pays; *done says whether it was. */
-static kiln_status crop_one(kiln_model *m, const int *prod, int ci, bool *done) {
+static kiln_status crop_one(kiln_model *m, const int *prod, const probed *pr, int ci, bool *done) {
     *done = false;
     const kiln_node *cv = &m->nodes[ci];
     if (cv->n_in < 2 || cv->n_out != 1) return KILN_OK;
@@ -51,7 +60,13 @@ static kiln_status crop_one(kiln_model *m, const int *prod, int ci, bool *done) 
     if (!w || x < 0 || !kiln_dtype_is_float(w->dtype) || w->ndim < 3 || w->ndim > KILN_MAX_DIMS) return KILN_OK;
     const int r = w->ndim - 2;
     const kiln_value *xv = &m->values[x];
-    if (xv->ndim != w->ndim) return KILN_OK;
+    int xnd = xv->ndim;
+    const int64_t *xd = xv->dims;
+    if (pr->known && x < pr->n) { /* a dynamic batch: the feature map's dims as the probes found them */
+        xnd = pr->known[x].ndim;
+        xd = pr->known[x].dims;
+    }
+    if (xnd != w->ndim) return KILN_OK;
     const char *autopad = kiln_attr_string(cv, "auto_pad", "NOTSET");
     const bool valid = strcmp(autopad, "VALID") == 0;
     if (!valid && strcmp(autopad, "NOTSET") != 0) return KILN_OK;
@@ -62,7 +77,7 @@ static kiln_status crop_one(kiln_model *m, const int *prod, int ci, bool *done) 
     int64_t k0[KILN_MAX_DIMS], k1[KILN_MAX_DIMS], pads[2 * KILN_MAX_DIMS], dil[KILN_MAX_DIMS];
     bool any = false;
     for (int a = 0; a < r; a++) {
-        const int64_t H = xv->dims[2 + a], k = w->dims[2 + a];
+        const int64_t H = xd[2 + a], k = w->dims[2 + a];
         const int64_t s = st ? st[a] : 1, d = dl ? dl[a] : 1;
         const int64_t pb = pd && !valid ? pd[a] : 0, pe = pd && !valid ? pd[r + a] : 0;
         if (H <= 0 || k <= 0 || s <= 0 || d <= 0 || pb < 0 || pe < 0 || (ks && ks[a] != k)) return KILN_OK;
@@ -126,13 +141,23 @@ kiln_status kiln_pass_crop_taps(kiln_model *m, const kiln_pass_options *o, bool 
     int *prod = kiln_pass_producers(m);
     if (!prod) return KILN_ERR_OUT_OF_MEMORY;
     kiln_status st = KILN_OK;
+    probed pr = {0};
+    bool symbolic = false, any_conv = false;
+    for (int i = 0; i < m->n_inputs; i++)
+        for (int q = 0; q < m->values[m->inputs[i]].ndim; q++) symbolic |= m->values[m->inputs[i]].dims[q] < 0;
+    for (int i = 0; i < m->n_nodes; i++) any_conv |= kiln_pass_is(&m->nodes[i], "Conv");
+    if (symbolic && any_conv) {
+        pr.n = m->n_values;
+        st = kiln_pass_known_dims(m, &pr.known);
+    }
     for (int i = 0; i < m->n_nodes && !st; i++) {
         /* op-pattern: Conv with constant weights over known spatial dims */
         if (!kiln_pass_is(&m->nodes[i], "Conv")) continue;
         bool done = false;
-        st = crop_one(m, prod, i, &done);
+        st = crop_one(m, prod, &pr, i, &done);
         *changed |= done;
     }
+    free(pr.known);
     free(prod);
     if (!st && *changed) st = kiln_pass_drop_unread_constants(m, changed); /* a Constant node's weights */
     return st;

@@ -218,6 +218,29 @@ kiln_status kiln_pass_shape_probes(kiln_model *m, kiln_shape_probes *out) {
     return st;
 }
 
+kiln_status kiln_pass_known_dims(kiln_model *m, kiln_tensor **out) {
+    static const int64_t probes[] = {5, 320, 448};
+    kiln_tensor *known = NULL;
+    kiln_status st = kiln_pass_infer_shapes(m, probes[0], &known);
+    for (size_t r = 1; r < sizeof probes / sizeof probes[0] && !st; r++) {
+        kiln_tensor *t = NULL;
+        st = kiln_pass_infer_shapes(m, probes[r], &t);
+        for (int v = 0; v < m->n_values && !st; v++) {
+            kiln_tensor *k = &known[v];
+            if (k->ndim != t[v].ndim) k->ndim = -1;
+            for (int d = 0; d < k->ndim; d++)
+                if (k->dims[d] != t[v].dims[d]) k->dims[d] = -1;
+        }
+        free(t);
+    }
+    if (st) {
+        free(known);
+        known = NULL;
+    }
+    *out = known;
+    return st;
+}
+
 void kiln_pass_shape_probes_free(kiln_shape_probes *p) {
     free(p->one);
     free(p->three);

@@ -83,6 +83,15 @@ kiln_status kiln_pass_shape_probes(kiln_model *m, kiln_shape_probes *out);
 void kiln_pass_shape_probes_free(kiln_shape_probes *p);
 bool kiln_pass_same_shape(const kiln_shape_probes *p, int a, int b);
 
+/* The dims of every value that the graph inputs' symbolic dims (a dynamic batch) do not
+ * change: shapes inferred three times, symbolic dims as 5, 320 and 448 (kiln_pass_infer_
+ * shapes), and a dim kept where all three agree, -1 where they differ. A new array of
+ * n_values shape-only tensors (to free()), ndim -1 where the rank is unknown or differs. A
+ * dim that is the same for three batches is taken as independent of the batch; where a
+ * symbolic dim is a feature map's height, 5 fails most CNNs' shape rules and leaves their
+ * later values unknown, which is the safe answer. */
+kiln_status kiln_pass_known_dims(kiln_model *m, kiln_tensor **out);
+
 /* Whether node n is the ONNX (default-domain) op op_type. Nodes of a model being
  * rewritten have no registry index yet (n->op is set at finalize), so passes match names. */
 bool kiln_pass_is(const kiln_node *n, const char *op_type);
