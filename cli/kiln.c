@@ -37,7 +37,8 @@ static const struct { const char *name, *text; } commands[] = {
      "        [--batch N]   (the inputs in slices of N along their first dim, one plan; outputs joined)\n"
      "        [--disable PASS,...]   (dead-nodes fold-constants fold-bn fuse-conv fuse-eltwise fuse-loss nhwc\n"
      "                                fuse-pool fuse-bn pad-channels cuda-graph autotune conv-gemm conv-direct\n"
-     "                                streams conv-depthwise fuse-attention fuse-silu-gelu crop-taps, or all)\n"
+     "                                streams conv-depthwise fuse-attention fuse-silu-gelu crop-taps\n"
+     "                                channel-gather, or all)\n"
      "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
      "      order (fewer --output than graph outputs is fine). --batch runs a data set\n"
      "      through one session: every input's first dim is the batch, and so is every\n"
@@ -456,6 +457,7 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"bn-mask-from-x", KILN_PASS_BN_MASK_FROM_X},
     {"fold-constants", KILN_PASS_FOLD_CONSTANTS},
     {"crop-taps", KILN_PASS_CROP_TAPS},
+    {"channel-gather", KILN_PASS_CHANNEL_GATHER},
 };
 
 /* --device: cpu or cuda; 0, or 2 after saying what is wrong */

@@ -400,10 +400,14 @@ enum {
                                           (CPU reference) into initializers before the fusions,
                                           which then see them as constants (inference; outputs
                                           up to 64 MiB each) */
-    KILN_PASS_CROP_TAPS = 1 << 27 /* a convolution's kernel cropped to the taps that read the
+    KILN_PASS_CROP_TAPS = 1 << 27, /* a convolution's kernel cropped to the taps that read the
                                      input for some output (dilated convolutions on maps smaller
                                      than their dilation: DeepLabV3's ASPP); the dropped
                                      products were all of zeros */
+    KILN_PASS_CHANNEL_GATHER = 1 << 28 /* a chain of channel moves (Concat along the channels,
+                                          channel shuffle, Slices and zero Pads of channels:
+                                          ShuffleNet's block boundaries) as one gather, each
+                                          element moved once */
 };
 /* BatchNormalization statistics from the convolution (CUDA training; issue 12; on by
  * default, KILN_PASS_CONV_BN_STATS or KILN_CUDA_CONV_STATS=0 turn it off): the CUDA trainer

@@ -1122,6 +1122,90 @@ static void cropped_kernel_of(const kiln_model *m, const char *input, int64_t *k
     kiln_model_free(o);
 }
 
+/* ---------------------------------------------------------------- channel-gather */
+
+/* A 1-D i64 initializer. */
+static void init_i64s(kiln_model *m, const char *name, int n, const double *v) {
+    kiln_tensor *t = kt_make(KILN_I64, 1, KT_DIMS(n), v);
+    CHECK(t && kiln_model_add_initializer(m, name, t) == KILN_OK, "initializer %s", name);
+    kiln_tensor_free(t);
+}
+
+/* ShuffleNet V2's block boundary on x (?, 2h, 5, 6): halves by Slices whose bounds come from
+ * Shape(x)[1] / 2 (as torch.onnx writes chunk), the second half through a 1x1 Conv + Relu,
+ * Concat, kiln.ChannelShuffle (2 groups), then the next block's halves (Shape-computed
+ * again) with the second padded by `pad` zero channels into a 1x1 Conv. Outputs: the next
+ * block's first half and the last Conv (and with read_shuffle, a Relu of the shuffle). */
+static kiln_model *shuffle_block(int64_t h, int64_t pad, bool read_shuffle, uint64_t seed) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 2 * h, 5, 6));
+    init_i64s(m, "one", 1, KT_VALS(1));
+    init_i64s(m, "two", 1, KT_VALS(2));
+    init_i64s(m, "zero", 1, KT_VALS(0));
+    init(m, "w1", KILN_F32, 4, KT_DIMS(h, h, 1, 1), -1, 1, seed);
+    init(m, "w2", KILN_F32, 4, KT_DIMS(3, h + pad, 1, 1), -1, 1, seed + 1);
+    init_i64s(m, "pads", 8, KT_VALS(0, 0, 0, 0, 0, (double)pad, 0, 0));
+    const char *halves[2][6] = {{"x", "s0", "g0", "h0", "e0", "a"}, {"sh", "s1", "g1", "h1", "e1", "c"}};
+    for (int k = 0; k < 2; k++) {
+        const char **n = halves[k];
+        char lo[16], hi[16];
+        snprintf(lo, sizeof lo, "%s_lo", n[5]);
+        snprintf(hi, sizeof hi, "%s_hi", n[5]);
+        char ins[96];
+        node(m, "Shape", n[0], n[1]);
+        kiln_node *g = node(m, "Gather", (snprintf(ins, sizeof ins, "%s,one", n[1]), ins), n[2]);
+        if (g) kiln_node_set_int(g, "axis", 0);
+        node(m, "Div", (snprintf(ins, sizeof ins, "%s,two", n[2]), ins), n[3]);
+        node(m, "Mul", (snprintf(ins, sizeof ins, "%s,two", n[3]), ins), n[4]);
+        node(m, "Slice", (snprintf(ins, sizeof ins, "%s,zero,%s,one", n[0], n[3]), ins), lo);
+        node(m, "Slice", (snprintf(ins, sizeof ins, "%s,%s,%s,one", n[0], n[3], n[4]), ins), hi);
+        if (k == 0) {
+            node(m, "Conv", "a_hi,w1", "b0");
+            node(m, "Relu", "b0", "b");
+            kiln_node *c = node(m, "Concat", "a_lo,b", "cat");
+            if (c) kiln_node_set_int(c, "axis", 1);
+            kiln_node *s = node(m, "ChannelShuffle", "cat", "sh");
+            if (s) {
+                free(s->domain);
+                s->domain = kiln_strdup(ctx, "kiln");
+                kiln_node_set_int(s, "groups", 2);
+            }
+        }
+    }
+    node(m, "Pad", "c_hi,pads", "c_pad");
+    node(m, "Conv", "c_pad,w2", "y");
+    output(m, "c_lo");
+    output(m, "y");
+    if (read_shuffle) {
+        node(m, "Relu", "sh", "r");
+        output(m, "r");
+    }
+    finalize(m);
+    return m;
+}
+
+static void test_channel_gather(void) {
+    kiln_model *m = shuffle_block(4, 2, false, 380);
+    kiln_model *o = optimized(m, KILN_PASS_CHANNEL_GATHER);
+    const kiln_node *g = o ? find(o, "ChannelGather") : NULL;
+    CHECK(o && count(o, "ChannelGather") == 1 && count(o, "Concat") == 0 && count(o, "ChannelShuffle") == 0 &&
+              count(o, "Pad") == 0 && count(o, "Slice") == 2 && g && g->n_in == 2 && g->n_out == 2,
+          "channel-gather: one gather (2 in, 2 out) for Concat, shuffle, two Slices and a Pad; the first block's two "
+          "Slices kept (%d gathers, %d Concat, %d shuffles, %d Pad, %d Slice)",
+          o ? count(o, "ChannelGather") : -1, o ? count(o, "Concat") : -1, o ? count(o, "ChannelShuffle") : -1,
+          o ? count(o, "Pad") : -1, o ? count(o, "Slice") : -1);
+    kiln_model_free(o);
+    check("channel-gather ShuffleNet block boundary", m, KILN_PASS_CHANNEL_GATHER, 3, 1e-6, 1e-6, 10, 6);
+    /* the shuffle's output also read by a Relu: written too (a third output) */
+    m = shuffle_block(3, 0, true, 381);
+    o = optimized(m, KILN_PASS_CHANNEL_GATHER);
+    g = o ? find(o, "ChannelGather") : NULL;
+    CHECK(g && g->n_out == 3 && count(o, "Pad") == 0, "channel-gather: a value read outside written too (%d outputs)",
+          g ? g->n_out : -1);
+    kiln_model_free(o);
+    check("channel-gather, shuffle output read outside", m, KILN_PASS_CHANNEL_GATHER, 2, 1e-6, 1e-6, 11, 7);
+}
+
 /* kiln_pass_known_dims: dims a dynamic batch does not change are known, the rest -1. */
 static void test_known_dims(void) {
     kiln_model *m = new_model();
@@ -1226,6 +1310,7 @@ int main(int argc, char **argv) {
     test_fold_constants();
     test_crop_taps();
     test_known_dims();
+    test_channel_gather();
     test_fuse_conv();
     test_fuse_conv_smooth();
     test_fuse_eltwise();

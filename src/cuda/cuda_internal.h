@@ -278,6 +278,7 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(transpose)   /* movement.cu */                                                      \
     X(gather)      /* movement.cu */                                                      \
     X(channel_shuffle) /* movement.cu: kiln.ChannelShuffle, NCHW or NHWC */               \
+    X(channel_gather) /* movement.cu: kiln.ChannelGather, NCHW or NHWC */                \
     X(roll)        /* movement.cu: kiln.Roll (torch.roll), NCHW or NHWC */                \
     X(dropout)     /* dropout.cu: Dropout (inference and training, mask output) */        \
     X(dropout_grad) /* dropout.cu: kiln.DropoutGrad */                                    \

@@ -39,6 +39,7 @@
  *   its weights (narrow.h).
  */
 #include "dtype.cuh"
+#include "../ops/channel_gather.h"
 #include "narrow.h"
 #include "perm_tile.h"
 #include "row_unit.h"
@@ -212,6 +213,70 @@ kiln_status launch_channel_shuffle(kiln_cuda *cu, kiln_context *ctx, const void 
         channel_shuffle_kernel<E, int64_t><<<blocks, THREADS, 0, cu->stream>>>((const E *)x, (E *)y, total, C, g, C / g,
                                                                             S, nhwc);
     KILN_CUDA_LAUNCHED(ctx, "channel_shuffle_kernel");
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ channel gather */
+
+/* kiln.ChannelGather: output j's channel c is map[off[j] + c] (input * SHIFT + channel, or
+ * -1: zero), every input and output in one layout. The map travels as the kernel's
+ * parameter (at most KILN_CHANNEL_GATHER_MAX_MAP entries, 12 KB) and is copied to shared
+ * memory per block, so that lanes reading different entries do not serialize on the
+ * constant cache; blockIdx.y is the output. A thread per output element, in the output's
+ * storage order (coalesced writes; a pixel's reads fall in the inputs' same pixels). */
+struct GatherArgs {
+    const void *x[KILN_CHANNEL_GATHER_MAX_IO];
+    void *y[KILN_CHANNEL_GATHER_MAX_IO];
+    int cin[KILN_CHANNEL_GATHER_MAX_IO], cout[KILN_CHANNEL_GATHER_MAX_IO], off[KILN_CHANNEL_GATHER_MAX_IO];
+    long long n, s; /* batch; pixels per image (H * W) */
+    int map[KILN_CHANNEL_GATHER_MAX_MAP];
+};
+
+template <typename E, typename I> __global__ void channel_gather_kernel(const __grid_constant__ GatherArgs a, bool nhwc) {
+    __shared__ int smap[KILN_CHANNEL_GATHER_MAX_MAP];
+    __shared__ const E *sx[KILN_CHANNEL_GATHER_MAX_IO];
+    __shared__ int scin[KILN_CHANNEL_GATHER_MAX_IO];
+    const int j = (int)blockIdx.y, C = a.cout[j];
+    for (int k = (int)threadIdx.x; k < C; k += (int)blockDim.x) smap[k] = a.map[a.off[j] + k];
+    if (threadIdx.x < KILN_CHANNEL_GATHER_MAX_IO) {
+        sx[threadIdx.x] = (const E *)a.x[threadIdx.x];
+        scin[threadIdx.x] = a.cin[threadIdx.x];
+    }
+    __syncthreads();
+    E *y = (E *)a.y[j];
+    const I S = (I)a.s, total = (I)a.n * (I)C * S;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        I c, p, n = 0, px = 0;
+        if (nhwc) {
+            p = i / (I)C; /* the pixel (n, h, w) */
+            c = i - p * (I)C;
+        } else {
+            px = i % S;
+            const I nc = i / S;
+            n = nc / (I)C;
+            c = nc - n * (I)C;
+            p = 0;
+        }
+        const int e = smap[c];
+        E v{};
+        if (e >= 0) {
+            const int src = e / KILN_CHANNEL_GATHER_SHIFT, ch = e % KILN_CHANNEL_GATHER_SHIFT;
+            const I cin = (I)scin[src];
+            v = nhwc ? sx[src][p * cin + (I)ch] : sx[src][(n * cin + (I)ch) * S + px];
+        }
+        y[i] = v;
+    }
+}
+
+template <typename E>
+kiln_status launch_channel_gather(kiln_cuda *cu, kiln_context *ctx, const GatherArgs &a, int n_out, int64_t max_total,
+                                  bool nhwc) {
+    const dim3 grid(kiln_cuda_blocks(cu, max_total, THREADS), (unsigned)n_out);
+    if (max_total < ((int64_t)1 << 31))
+        channel_gather_kernel<E, uint32_t><<<grid, THREADS, 0, cu->stream>>>(a, nhwc);
+    else
+        channel_gather_kernel<E, int64_t><<<grid, THREADS, 0, cu->stream>>>(a, nhwc);
+    KILN_CUDA_LAUNCHED(ctx, "channel_gather_kernel");
     return KILN_OK;
 }
 
@@ -836,6 +901,40 @@ extern "C" kiln_status kiln_cuda_k_channel_shuffle(kiln_cuda *cu, kiln_op_ctx *c
     kiln_status st;
     KILN_CU_SIZE_DISPATCH(st, c->kctx, es, launch_channel_shuffle, cu, c->kctx, x->data, y->data, total, C, g,
                           x->dims[2] * x->dims[3], x->format == KILN_FORMAT_NHWC);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_channel_gather(kiln_cuda *cu, kiln_op_ctx *c) {
+    int nm = 0;
+    const int64_t *map = kiln_attr_ints(c->node, "map", &nm);
+    const kiln_tensor *x0 = c->in[0];
+    if (c->n_in > KILN_CHANNEL_GATHER_MAX_IO || c->n_out > KILN_CHANNEL_GATHER_MAX_IO || !map ||
+        nm > KILN_CHANNEL_GATHER_MAX_MAP)
+        return kiln_fail(c->kctx, KILN_ERR_UNSUPPORTED, "%d inputs, %d outputs and %d mapped channels", c->n_in,
+                         c->n_out, nm);
+    static thread_local GatherArgs a; /* 12 KB, off the stack; each launch copies it */
+    memset(&a, 0, sizeof a);
+    a.n = x0->dims[0];
+    a.s = x0->dims[2] * x0->dims[3];
+    for (int i = 0; i < c->n_in; i++) {
+        a.x[i] = c->in[i]->data;
+        a.cin[i] = (int)c->in[i]->dims[1];
+    }
+    int64_t max_total = 0, off = 0;
+    for (int j = 0; j < c->n_out; j++) {
+        a.y[j] = c->out[j]->data;
+        a.cout[j] = (int)c->out[j]->dims[1];
+        a.off[j] = (int)off;
+        off += a.cout[j];
+        const int64_t t = kiln_tensor_numel(c->out[j]);
+        if (t > max_total) max_total = t;
+    }
+    if (off != nm) return kiln_fail(c->kctx, KILN_ERR_SHAPE, "the outputs have %lld channels, the map %d", (long long)off, nm);
+    for (int e = 0; e < nm; e++) a.map[e] = (int)map[e];
+    if (max_total == 0) return KILN_OK;
+    kiln_status st;
+    KILN_CU_SIZE_DISPATCH(st, c->kctx, kiln_dtype_size(x0->dtype), launch_channel_gather, cu, c->kctx, a, c->n_out,
+                          max_total, x0->format == KILN_FORMAT_NHWC);
     return st;
 }
 

@@ -620,6 +620,22 @@ static bool sup_channel_shuffle(const kiln_op_ctx *c, char *why, size_t n) {
     return sup_elements(c, why, n) && same_layout(c, why, n);
 }
 
+/* kiln.ChannelGather: every input and output in input 0's layout, any element size. */
+static bool sup_channel_gather(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!sup_elements(c, why, n)) return false;
+    for (int i = 1; i < c->n_in; i++)
+        if (is_nhwc(c->in[i]) != is_nhwc(c->in[0])) {
+            snprintf(why, n, "input %d is %s and input 0 %s", i, layout_name(c->in[i]), layout_name(c->in[0]));
+            return false;
+        }
+    for (int j = 0; j < c->n_out; j++)
+        if (is_nhwc(c->out[j]) != is_nhwc(c->in[0])) {
+            snprintf(why, n, "output %d is %s and input 0 %s", j, layout_name(c->out[j]), layout_name(c->in[0]));
+            return false;
+        }
+    return true;
+}
+
 static bool sup_gather(const kiln_op_ctx *c, char *why, size_t n) {
     if (!sup_elements(c, why, n)) return false;
     if (c->in[1]->dtype != KILN_I32 && c->in[1]->dtype != KILN_I64) {
@@ -1237,6 +1253,7 @@ static const entry table[] = {
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL, true},
     {"kiln.ChannelShuffle", kiln_cuda_k_channel_shuffle, sup_channel_shuffle, NULL, true},
     {"kiln.Roll", kiln_cuda_k_roll, sup_channel_shuffle, NULL, true},
+    {"kiln.ChannelGather", kiln_cuda_k_channel_gather, sup_channel_gather, NULL, true},
     {"kiln.Attention", kiln_cuda_k_attention, kiln_cuda_sup_attention, NULL, false},
     {"kiln.ConcatAffine", kiln_cuda_k_concat_affine, kiln_cuda_sup_concat_affine, NULL, true},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, true}, /* 4-D NHWC in and out */

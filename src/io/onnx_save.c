@@ -34,6 +34,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "ops/channel_gather.h"
 #include "io/onnx_save.h"
 #include "ops/attention.h"
 #include "ops/fused.h"
@@ -55,7 +56,8 @@ extern const kiln_op_def kiln_op_add, kiln_op_cast, kiln_op_conv, kiln_op_gemm, 
     kiln_op_negative_log_likelihood_loss, kiln_op_pad;
 extern const kiln_op_def kiln_op_fused_conv, kiln_op_fused_gemm, kiln_op_fused_elementwise, kiln_op_log_softmax_nll,
     kiln_op_to_nhwc, kiln_op_to_nchw;
-extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_shape, kiln_op_channel_shuffle, kiln_op_roll;
+extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_shape, kiln_op_channel_shuffle, kiln_op_roll,
+    kiln_op_channel_gather;
 extern const kiln_op_def kiln_op_concat, kiln_op_mul, kiln_op_relu, kiln_op_concat_affine;
 extern const kiln_op_def kiln_op_attention, kiln_op_matmul, kiln_op_softmax, kiln_op_div, kiln_op_gather,
     kiln_op_squeeze, kiln_op_unsqueeze, kiln_op_slice;
@@ -673,6 +675,65 @@ static void save_channel_shuffle(saver *s, const kiln_node *n, const char *where
 }
 
 static void attr_ints(saver *s, Onnx__NodeProto *np, const char *name, int n, const int64_t *v);
+/* kiln.ChannelGather(X...; sizes, map): the inputs concatenated along the channels (a
+ * zero channel padded at the end where the map has one), then one Gather (axis 1) of
+ * constant channel indices per output. */
+static void save_channel_gather(saver *s, const kiln_node *n, const char *where) {
+    int ns = 0, nm = 0;
+    const int64_t *sizes = kiln_attr_ints(n, "sizes", &ns), *map = kiln_attr_ints(n, "map", &nm);
+    int64_t off[KILN_CHANNEL_GATHER_MAX_IO + 1] = {0};
+    bool ok = sizes && map && ns == n->n_out && n->n_in <= KILN_CHANNEL_GATHER_MAX_IO && s->m->opset >= 11;
+    for (int i = 0; i < n->n_in && ok; i++) {
+        const int x = n->in[i];
+        ok = x >= 0 && s->one && s->one[x].ndim == 4 && s->one[x].dims[1] >= 0;
+        if (ok) off[i + 1] = off[i] + s->one[x].dims[1];
+    }
+    if (!ok) {
+        s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED,
+                          "saving ONNX: %s: the inputs' channel counts are not known (or opset %d is below 11, "
+                          "which Pad's pads input needs)", where, s->m->opset);
+        return;
+    }
+    const char *y0 = vname(s, n->out[0]);
+    const char *all = vname(s, n->in[0]);
+    if (n->n_in > 1) {
+        const char *in[KILN_CHANNEL_GATHER_MAX_IO];
+        for (int i = 0; i < n->n_in; i++) in[i] = vname(s, n->in[i]);
+        all = fresh_name(s, y0);
+        Onnx__NodeProto *np = emit(s, kiln_op_concat.name, piece_name(s, n->name, kiln_op_concat.name), n->n_in, in, 1, &all);
+        if (!np) return;
+        attr_int(s, np, "axis", 1);
+    }
+    bool zero = false;
+    for (int e = 0; e < nm; e++) zero |= map[e] < 0;
+    if (zero) { /* channel off[n_in]: zeros */
+        const int64_t pads[8] = {0, 0, 0, 0, 0, 1, 0, 0};
+        const char *in[2] = {all, ints_init(s, 8, pads, "gather_zero_pad")}, *padded = fresh_name(s, y0);
+        if (failed(s)) return;
+        emit(s, kiln_op_pad.name, piece_name(s, n->name, kiln_op_pad.name), 2, in, 1, &padded);
+        all = padded;
+    }
+    int64_t idx[KILN_CHANNEL_GATHER_MAX_MAP];
+    for (int j = 0, e = 0; j < n->n_out && !failed(s); j++) {
+        if (sizes[j] < 0 || e + sizes[j] > nm) {
+            s->st = kiln_fail(s->ctx, KILN_ERR_GRAPH, "saving ONNX: %s: bad sizes / map", where);
+            return;
+        }
+        for (int64_t c = 0; c < sizes[j]; c++, e++) {
+            const int64_t v = map[e];
+            idx[c] = v < 0 ? off[n->n_in] : off[v / KILN_CHANNEL_GATHER_SHIFT] + v % KILN_CHANNEL_GATHER_SHIFT;
+        }
+        const char *in[2] = {all, ints_init(s, (int)sizes[j], idx, "gather_channels")}, *y = vname(s, n->out[j]);
+        if (failed(s)) return;
+        char what[32];
+        snprintf(what, sizeof what, "Gather%d", j);
+        Onnx__NodeProto *np = emit(s, kiln_op_gather.name, n->n_out == 1 ? n->name : piece_name(s, n->name, what), 2, in,
+                                   1, &y);
+        if (!np) return;
+        attr_int(s, np, "axis", 1);
+    }
+}
+
 
 /* kiln.Roll(X; axes, shifts): per axis a with shift t, Concat(Slice(X, -t, INT64_MAX, a),
  * Slice(X, 0, -t, a); axis a), torch.roll's export (|t| below the axis's size, which the op
@@ -978,6 +1039,7 @@ static void save_node(saver *s, const kiln_node *n, int index) {
         if (d == &kiln_op_to_nchw) return save_layout_convert(s, n, false, where);
         if (d == &kiln_op_channel_shuffle) return save_channel_shuffle(s, n, where);
         if (d == &kiln_op_roll) return save_roll(s, n, where);
+        if (d == &kiln_op_channel_gather) return save_channel_gather(s, n, where);
         if (d == &kiln_op_concat_affine) return save_concat_affine(s, n, where);
         if (d == &kiln_op_attention) return save_attention(s, n, where);
     }

@@ -31,6 +31,9 @@ static const kiln_pass passes[] = {
     {"precision", 0, kiln_pass_precision},
     /* it lays out the final op mix, dtypes and initializers */
     {"layout", KILN_PASS_NHWC, kiln_pass_layout},
+    /* after layout: it joins moves whose values share a layout, and the layout pass's
+     * channel shuffles */
+    {"channel-gather", KILN_PASS_CHANNEL_GATHER, kiln_pass_channel_gather},
     /* after layout: it fuses only where the layout pass made the pool's input NHWC */
     {"fuse-pool", KILN_PASS_FUSE_POOL, kiln_pass_fuse_pool},
     /* after layout: it fuses only where the BN's and the Relu's layouts agree */

@@ -159,6 +159,9 @@ kiln_status kiln_pass_channel_shuffle(kiln_model *m, bool *changed);
 /* torch.roll's Slice - Slice - Concat as kiln.Roll, rolls in a row merged (roll.c; the
  * layout pass runs it for device plans). */
 kiln_status kiln_pass_roll(kiln_model *m, bool *changed);
+/* Channel moves (Concat of channels, kiln.ChannelShuffle, channel Slices and zero Pads) as
+ * one kiln.ChannelGather (channel_gather.c; after the layout pass). */
+kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
 /* A training BN -> Relu -> MaxPool with picks as kiln.BnReluMaxPool (fuse_pool.c; runs last,
  * after fuse-bn and conv-bn-stats, under KILN_PASS_FUSE_POOL). */
