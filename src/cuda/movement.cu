@@ -123,9 +123,129 @@ template <typename E, int T> __global__ void __launch_bounds__(256) perm_tile_ke
     }
 }
 
+/* Offsets in index type I (32-bit where the tensor fits): element i of a run, and tile
+ * pair o's input and output bases (perm_tile.h's kiln_perm_tile_run / _outer). */
+template <typename I> __device__ __forceinline__ I pt_run(const int64_t *size, const int64_t *stride, int n, I i) {
+    I off = 0;
+    for (int k = 0; k < n; k++) {
+        const I sz = (I)size[k], q = i / sz;
+        off += (i - q * sz) * (I)stride[k];
+        i = q;
+    }
+    return off;
+}
+
+template <typename I> __device__ __forceinline__ void pt_outer(const kiln_perm_tile &t, I o, I *in, I *out) {
+    I i = 0, j = 0;
+    for (int d = t.no - 1; d >= 0; d--) {
+        const I sz = (I)t.osize[d], q = o / sz, k = o - q * sz;
+        o = q;
+        i += k * (I)t.oin[d];
+        j += k * (I)t.oout[d];
+    }
+    *in = i;
+    *out = j;
+}
+
+template <int BYTES> struct VecOf;
+template <> struct VecOf<16> { using T = uint4; };
+template <> struct VecOf<8> { using T = uint2; };
+template <> struct VecOf<4> { using T = uint32_t; };
+
+/* perm_tile_kernel's tile with the reads in VEC-element vectors (16, 8 or 4 bytes) along the
+ * B run and TB = 256 bytes of it per tile: TA x TB elements, read as TB / VEC vector columns
+ * by 256 / (TB / VEC) rows, written as TA columns by 256 / TA rows. Every thread computes
+ * the pair's bases itself (no serial step between barriers), in 32-bit indices where the
+ * tensor fits. bench/perm_bench.cu measured this shape (64 x 128 f16, 16-byte loads) at the
+ * copy's bandwidth on [256, 64, 3136] (2,610 GB/s) where perm_tile_kernel's 64 x 64 tiles of
+ * single elements moved maxvit_t's partitions at 490-670 GB/s. Needs (launch_perm_tile
+ * checks): B a multiple of VEC, every input offset of a tile row (A run strides, the outer
+ * dims' input strides, x) a multiple of VEC elements. */
+template <typename E, int TA, int TB, int VEC, typename I>
+__global__ void __launch_bounds__(256) perm_tile_vec_kernel(const E *__restrict__ x, E *__restrict__ y, kiln_perm_tile t) {
+    using V = typename VecOf<VEC * (int)sizeof(E)>::T;
+    constexpr int RC = TB / VEC, RR = 256 / RC, WR = 256 / TA, PAD = sizeof(E) >= 4 ? 1 : 4 / (int)sizeof(E);
+    static_assert(256 % RC == 0 && TA % RR == 0 && 256 % TA == 0 && TB % WR == 0, "tile shape");
+    __shared__ E tile[TA][TB + PAD];
+    __shared__ I s_in_a[TA], s_out_b[TB];
+    const I A = (I)t.A, B = (I)t.B, a0 = (I)blockIdx.y * TA, b0 = (I)blockIdx.x * TB;
+    const int tid = (int)threadIdx.x;
+    if (tid < TA) s_in_a[tid] = a0 + tid < A ? pt_run<I>(t.asize, t.ain, t.na, a0 + tid) : 0;
+    if (tid >= 256 - TB) {
+        const int k = tid - (256 - TB);
+        s_out_b[k] = b0 + k < B ? pt_run<I>(t.bsize, t.bout, t.nb, b0 + k) : 0;
+    }
+    const int rc = tid % RC, rr = tid / RC, wc = tid % TA, wr = tid / TA;
+    const I b = b0 + (I)rc * VEC;
+    for (I o = blockIdx.z; o < (I)t.outer; o += gridDim.z) {
+        I bin, bout;
+        pt_outer<I>(t, o, &bin, &bout);
+        __syncthreads(); /* the tables (first pass); the last pass's reads of the tile */
+        if (b < B) {
+#pragma unroll
+            for (int r = rr; r < TA; r += RR)
+                if (a0 + r < A) {
+                    const V v = *reinterpret_cast<const V *>(x + bin + s_in_a[r] + b);
+                    const E *e = reinterpret_cast<const E *>(&v);
+#pragma unroll
+                    for (int k = 0; k < VEC; k++) tile[r][rc * VEC + k] = e[k];
+                }
+        }
+        __syncthreads();
+        if (a0 + wc < A) {
+            E *yb = y + bout + a0 + wc;
+#pragma unroll
+            for (int r = wr; r < TB; r += WR)
+                if (b0 + r < B) yb[s_out_b[r]] = tile[wc][r];
+        }
+    }
+}
+
+template <typename E, int TA, int TB, int VEC>
+void launch_pt_vec(kiln_cuda *cu, const void *x, void *y, const kiln_perm_tile &t, bool small) {
+    const int64_t gx = (t.B + TB - 1) / TB, gy = (t.A + TA - 1) / TA, gz = t.outer < 65535 ? t.outer : 65535;
+    const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz);
+    if (small) perm_tile_vec_kernel<E, TA, TB, VEC, uint32_t><<<grid, 256, 0, cu->stream>>>((const E *)x, (E *)y, t);
+    else perm_tile_vec_kernel<E, TA, TB, VEC, int64_t><<<grid, 256, 0, cu->stream>>>((const E *)x, (E *)y, t);
+}
+
+/* The widest vector (elements, 16 bytes at most) the tile rows' input offsets allow: 1 when
+ * none of 2 or more does. */
+static int perm_tile_vec(const void *x, size_t es, const kiln_perm_tile &t) {
+    for (int v = (int)(16 / es); v >= 2; v /= 2) {
+        bool ok = (uintptr_t)x % ((size_t)v * es) == 0 && t.B % v == 0;
+        for (int k = 0; k < t.na && ok; k++) ok = t.ain[k] % v == 0;
+        for (int d = 0; d < t.no && ok; d++) ok = t.oin[d] % v == 0;
+        if (ok) return v;
+    }
+    return 1;
+}
+
 template <typename E>
 kiln_status launch_perm_tile(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, const kiln_perm_tile &t) {
     const int T = t.side;
+    const int vec = sizeof(E) == 2 || sizeof(E) == 4 ? perm_tile_vec(x, sizeof(E), t) : 1;
+    if (vec > 1 && cu->perm_tile_vec) {
+        const bool small = t.A * t.B * t.outer < ((int64_t)1 << 31);
+        const bool wide = t.B >= (int64_t)(256 / sizeof(E)); /* a whole 256-byte tile row of B */
+        if constexpr (sizeof(E) == 2) {
+            if (T == 64) {
+                if (vec == 8) wide ? launch_pt_vec<E, 64, 128, 8>(cu, x, y, t, small) : launch_pt_vec<E, 64, 64, 8>(cu, x, y, t, small);
+                else if (vec == 4) wide ? launch_pt_vec<E, 64, 128, 4>(cu, x, y, t, small) : launch_pt_vec<E, 64, 64, 4>(cu, x, y, t, small);
+                else wide ? launch_pt_vec<E, 64, 128, 2>(cu, x, y, t, small) : launch_pt_vec<E, 64, 64, 2>(cu, x, y, t, small);
+                KILN_CUDA_LAUNCHED(ctx, "perm_tile_vec_kernel");
+                return KILN_OK;
+            }
+        }
+        if constexpr (sizeof(E) == 4) {
+            if (T == 32) {
+                if (vec == 4) wide ? launch_pt_vec<E, 32, 64, 4>(cu, x, y, t, small) : launch_pt_vec<E, 32, 32, 4>(cu, x, y, t, small);
+                else wide ? launch_pt_vec<E, 32, 64, 2>(cu, x, y, t, small) : launch_pt_vec<E, 32, 32, 2>(cu, x, y, t, small);
+                KILN_CUDA_LAUNCHED(ctx, "perm_tile_vec_kernel");
+                return KILN_OK;
+            }
+        }
+    }
     const int64_t gx = (t.B + T - 1) / T, gy = (t.A + T - 1) / T, gz = t.outer < 65535 ? t.outer : 65535;
     const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)T, (unsigned)(256 / T));
     if (T == 64) perm_tile_kernel<E, 64><<<grid, block, 0, cu->stream>>>((const E *)x, (E *)y, t);

@@ -207,6 +207,19 @@ static int test(void) {
     fails += kiln_optest_sweep("Transpose", "perm=[1,0]", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_U8, 2, KT_DIMS(33, 65), -2, 2, 1353)},
                                1, "transpose tiled 2-D, partial tiles, u8");
+    /* the vector-read tiles (movement.cu perm_tile_vec_kernel): ViT's patch-embedding
+     * transpose ((N, C, 196) -> (N, 196, C): 196 takes 4-element vectors, not 8), a B run
+     * narrower than a 256-byte tile row with partial tiles both ways (8-element vectors of
+     * f16), and 6 (2-element vectors) */
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F16, 3, KT_DIMS(2, 72, 196), -2, 2, 1354)},
+                               1, "transpose tiled, vectors of 4, ViT patches f16");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(3, 100, 40), -2, 2, 1355)},
+                               1, "transpose tiled, narrow B run, partial tiles");
+    fails += kiln_optest_sweep("Transpose", "perm=[0,2,1]", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 70, 6), -2, 2, 1356)},
+                               1, "transpose tiled, vectors of 2");
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Transpose", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 3, KT_DIMS(2, 3, 4), -2, 2, 1336)},
