@@ -110,6 +110,9 @@ struct kiln_cuda {
                                kiln_cuda_options.conv_dw_grad < 0 or KILN_CUDA_DW_GRAD=0) */
     bool perm_tile;         /* Transpose through shared-memory tiles where it pays (perm_tile.h;
                              * KILN_CUDA_PERM_TILE=0 off: element by element, to measure it) */
+    bool gather_staged;     /* kiln.ChannelGather on NHWC by pixel tiles staged in shared memory
+                             * (movement.cu channel_gather_nhwc_kernel; KILN_CUDA_GATHER_STAGED=0:
+                             * element by element) */
     bool perm_tile_vec;     /* those tiles read in 16- to 4-byte vectors where the offsets
                              * allow (movement.cu perm_tile_vec_kernel; KILN_CUDA_PERM_TILE_VEC=0:
                              * single elements) */

@@ -14,7 +14,8 @@
  * as its data input, joins, and so on forward. Concat joins only as a region's first node:
  * its other inputs could depend on a value the region computes (the next block's Concat
  * reads this block's half and the branch computed from the other half). A value of the
- * region is written when something outside reads it or it is a graph output; the rest are
+ * region is written when a node outside that some graph output needs reads it, or it is a
+ * graph output; the rest are
  * never materialized. Regions of one node, and regions with neither a shuffle nor a Slice (a
  * Concat and a Pad: two vectorized copies), are left as they are. Each value's channels are
  * composed back to the region's inputs (Concat: by offset; shuffle: (c % g) * C/g + c / g;
@@ -249,9 +250,24 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
     if (!st) st = kiln_pass_known_dims(m, &p.known);
     if (!st) st = kiln_pass_infer_values(m, 320, &p.va, &p.ha);
     if (!st) st = kiln_pass_infer_values(m, 448, &p.vb, &p.hb);
-    for (int i = 0; i < nn && !st; i++)
-        for (int k = 0; k < m->nodes[i].n_in; k++)
-            if (m->nodes[i].in[k] >= 0) reader_count[m->nodes[i].in[k]]++;
+    /* readers that count: nodes some graph output needs (the channel-shuffle pass leaves the
+     * Shape chains of the Reshapes it removed, read by no one, to the planner) */
+    bool *needed = st ? NULL : calloc((size_t)p.nv + 1, sizeof *needed);
+    bool *node_live = st ? NULL : calloc((size_t)nn + 1, sizeof *node_live);
+    if (!st && (!needed || !node_live)) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "channel-gather: out of memory");
+    for (int k = 0; k < m->n_outputs && !st; k++) needed[m->outputs[k]] = true;
+    for (int oi = nn - 1; oi >= 0 && !st; oi--) {
+        const kiln_node *n = &m->nodes[order[oi]];
+        bool live = false;
+        for (int k = 0; k < n->n_out; k++) live |= n->out[k] >= 0 && needed[n->out[k]];
+        node_live[order[oi]] = live;
+        for (int k = 0; k < n->n_in && live; k++)
+            if (n->in[k] >= 0) {
+                needed[n->in[k]] = true;
+                reader_count[n->in[k]]++;
+            }
+    }
+    free(needed);
     for (int oi = 0; oi < nn && !st; oi++) {
         const int root = order[oi];
         int64_t a = 0, b = 0;
@@ -324,7 +340,8 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
             const int v = r.vals[k];
             int inside = 0;
             for (int q = 0; q < r.n_nodes; q++)
-                for (int s = 0; s < m->nodes[r.nodes[q]].n_in; s++) inside += m->nodes[r.nodes[q]].in[s] == v;
+                for (int s = 0; s < m->nodes[r.nodes[q]].n_in && node_live[r.nodes[q]]; s++)
+                    inside += m->nodes[r.nodes[q]].in[s] == v;
             if (reader_count[v] == inside && !m->values[v].is_output) continue;
             if (n_out >= KILN_CHANNEL_GATHER_MAX_IO) ok = false;
             else outs[n_out++] = v;
@@ -359,6 +376,9 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
         region_free(&r);
     }
     if (!st && *changed) {
+        /* and the nodes no output needs: a dead Shape of a value no longer written would read
+         * nothing */
+        for (int i = 0; i < nn; i++) dead[i] |= !node_live[i];
         kiln_pass_remove_nodes(m, dead);
         st = kiln_pass_sort_nodes(m);
     }
@@ -372,6 +392,7 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
     free(p.vb);
     free(p.known);
     free(order);
+    free(node_live);
     free(reader_count);
     free(assigned);
     free(dead);
