@@ -406,7 +406,8 @@ __device__ __forceinline__ void block_copy(char *dst, const char *src, size_t le
  * contiguous run per input: one vector copy each), then writes each output's P pixels, also
  * one contiguous run, in 16-byte vectors of elements picked from the staged pixels (or single
  * elements where the run is not 16-byte aligned). Reads and writes both full-width: the
- * element-wise kernel above moved ShuffleNet's boundaries at ~1,000 GB/s. */
+ * element-wise kernel above moved ShuffleNet's boundaries at ~1,000 GB/s. dev/channel_gather_sim.py
+ * transcribes its loops and index math into Python and checks them against the op. */
 template <typename E>
 __global__ void __launch_bounds__(256) channel_gather_nhwc_kernel(const __grid_constant__ GatherArgs a, int P, int n_in,
                                                                    int n_out) {
