@@ -63,8 +63,8 @@ except ImportError:  # --table needs only the standard library (the ctest zoo_al
 
 # Left out of the groups (name them to run them): too large for this script's budget.
 SKIP = {
-    "vit_h_14": "632M parameters (2.5 GB ONNX, over protobuf's 2 GB without external data); 167 GFLOP",
-    "regnet_y_128gf": "645M parameters (2.6 GB ONNX, over protobuf's 2 GB); 127 GFLOP",
+    "vit_h_14": "632M parameters (2.5 GB ONNX: torch.onnx writes external data files); 167 GFLOP",
+    "regnet_y_128gf": "645M parameters (2.6 GB ONNX in external data files, which kiln loads); 127 GFLOP",
 }
 # Timed at batch 128 instead of 256 ("big"): the largest models (activations and time).
 BIG128 = {"vit_l_16", "vit_l_32", "vit_h_14", "regnet_y_32gf", "regnet_x_32gf", "regnet_y_128gf",

@@ -1069,13 +1069,21 @@ static void cropped_kernel(const kiln_model *m, int64_t *kh, int64_t *kw) {
 }
 
 /* x (?, 4, H, W) (-1: symbolic) -> Conv 4 -> 6, 3x3, dilation 8, pads 8, no bias; the
- * weights an initializer or a Constant node's value. */
-static kiln_model *rate8_conv(int64_t H, int64_t W, bool constant_w, uint64_t seed) {
+ * weights an initializer or a Constant node's value. inner: a Conv 3x3 (pads 1) and a Relu
+ * before it, so that the dilated Conv's input dims are not the graph input's but known only
+ * by inference (with a symbolic batch, kiln_pass_known_dims'). */
+static kiln_model *rate8_conv_after(int64_t H, int64_t W, bool constant_w, bool inner, uint64_t seed) {
     kiln_model *m = new_model();
     input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, H, W));
     if (constant_w) constant(m, "w", kt_rand(KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, seed));
     else init(m, "w", KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, seed);
-    kiln_node *c = node(m, "Conv", "x,w", "y");
+    if (inner) {
+        init(m, "w0", KILN_F32, 4, KT_DIMS(4, 4, 3, 3), -1, 1, seed + 1);
+        kiln_node *c0 = node(m, "Conv", "x,w0", "h");
+        if (c0) kiln_node_set_ints(c0, "pads", 4, KT_DIMS(1, 1, 1, 1));
+        node(m, "Relu", "h", "r");
+    }
+    kiln_node *c = node(m, "Conv", inner ? "r,w" : "x,w", "y");
     if (c) {
         kiln_node_set_ints(c, "pads", 4, KT_DIMS(8, 8, 8, 8));
         kiln_node_set_ints(c, "dilations", 2, KT_DIMS(8, 8));
@@ -1085,25 +1093,8 @@ static kiln_model *rate8_conv(int64_t H, int64_t W, bool constant_w, uint64_t se
     return m;
 }
 
-/* x (?, 4, H, W) -> Conv 3x3 pads 1 -> Relu -> rate8_conv's Conv: the dilated Conv's
- * input dims are not the graph input's, so they are known only by inference; with a
- * symbolic batch, by kiln_infer_probe's. */
-static kiln_model *conv_then_rate8(int64_t H, int64_t W, uint64_t seed) {
-    kiln_model *m = new_model();
-    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, H, W));
-    init(m, "w0", KILN_F32, 4, KT_DIMS(4, 4, 3, 3), -1, 1, seed);
-    init(m, "w", KILN_F32, 4, KT_DIMS(6, 4, 3, 3), -1, 1, seed + 1);
-    kiln_node *c = node(m, "Conv", "x,w0", "h");
-    if (c) kiln_node_set_ints(c, "pads", 4, KT_DIMS(1, 1, 1, 1));
-    node(m, "Relu", "h", "r");
-    c = node(m, "Conv", "r,w", "y");
-    if (c) {
-        kiln_node_set_ints(c, "pads", 4, KT_DIMS(8, 8, 8, 8));
-        kiln_node_set_ints(c, "dilations", 2, KT_DIMS(8, 8));
-    }
-    output(m, "y");
-    finalize(m);
-    return m;
+static kiln_model *rate8_conv(int64_t H, int64_t W, bool constant_w, uint64_t seed) {
+    return rate8_conv_after(H, W, constant_w, false, seed);
 }
 
 /* The kernel's spatial dims of the Conv reading value `input` in m's optimized graph with
@@ -1296,13 +1287,13 @@ static void test_crop_taps(void) {
     CHECK(kh == 3 && kw == 3, "crop-taps: symbolic H and W left alone (kernel %lldx%lld)", (long long)kh, (long long)kw);
     kiln_model_free(m);
     /* a dynamic batch: the dilated Conv's 6x7 input known by the probes, cropped */
-    m = conv_then_rate8(6, 7, 370);
+    m = rate8_conv_after(6, 7, false, true, 370);
     cropped_kernel_of(m, "r", &kh, &kw);
     CHECK(kh == 1 && kw == 1, "crop-taps: dynamic batch, inner Conv on 6x7 cropped to 1x1 (kernel %lldx%lld)",
           (long long)kh, (long long)kw);
     check("crop-taps dynamic batch", m, KILN_PASS_CROP_TAPS, 3, 1e-6, 1e-6, 3, 3);
     /* symbolic H and W behind a Conv: left alone */
-    m = conv_then_rate8(-1, -1, 371);
+    m = rate8_conv_after(-1, -1, false, true, 371);
     cropped_kernel_of(m, "r", &kh, &kw);
     CHECK(kh == 3 && kw == 3, "crop-taps: symbolic H and W behind a Conv left alone (kernel %lldx%lld)", (long long)kh,
           (long long)kw);

@@ -278,7 +278,7 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
         const kiln_dtype dt = m->values[x0].dtype;
         const kiln_format fmt = m->values[x0].format;
         region r = {.n_nodes = 0};
-        bool ok = true;
+        bool ok = m->values[rn->out[0]].dtype == dt && m->values[rn->out[0]].format == fmt;
         /* the root's inputs and its output's map */
         const int64_t cy = channels(&p, rn->out[0]);
         int64_t *mp = cy > 0 ? malloc((size_t)cy * sizeof *mp) : NULL;
