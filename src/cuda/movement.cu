@@ -162,7 +162,8 @@ template <> struct VecOf<4> { using T = uint32_t; };
  * checks): B a multiple of VEC, every input offset of a tile row (A run strides, the outer
  * dims' input strides, x) a multiple of VEC elements. */
 template <typename E, int TA, int TB, int VEC, typename I>
-__global__ void __launch_bounds__(256) perm_tile_vec_kernel(const E *__restrict__ x, E *__restrict__ y, kiln_perm_tile t) {
+__global__ void __launch_bounds__(256)
+    perm_tile_vec_kernel(const E *__restrict__ x, E *__restrict__ y, kiln_perm_tile t) {
     using V = typename VecOf<VEC * (int)sizeof(E)>::T;
     constexpr int RC = TB / VEC, RR = 256 / RC, WR = 256 / TA, PAD = sizeof(E) >= 4 ? 1 : 4 / (int)sizeof(E);
     static_assert(256 % RC == 0 && TA % RR == 0 && 256 % TA == 0 && TB % WR == 0, "tile shape");
@@ -209,6 +210,14 @@ void launch_pt_vec(kiln_cuda *cu, const void *x, void *y, const kiln_perm_tile &
     else perm_tile_vec_kernel<E, TA, TB, VEC, int64_t><<<grid, 256, 0, cu->stream>>>((const E *)x, (E *)y, t);
 }
 
+/* Tiles of 256-byte rows of B (wide), or 128-byte ones where the B run is shorter. */
+template <typename E, int TA, int VEC>
+void launch_pt_vec_rows(kiln_cuda *cu, const void *x, void *y, const kiln_perm_tile &t, bool small, bool wide) {
+    constexpr int TB = 256 / (int)sizeof(E);
+    if (wide) launch_pt_vec<E, TA, TB, VEC>(cu, x, y, t, small);
+    else launch_pt_vec<E, TA, TB / 2, VEC>(cu, x, y, t, small);
+}
+
 /* The widest vector (elements, 16 bytes at most) the tile rows' input offsets allow: 1 when
  * none of 2 or more does. */
 static int perm_tile_vec(const void *x, size_t es, const kiln_perm_tile &t) {
@@ -230,17 +239,17 @@ kiln_status launch_perm_tile(kiln_cuda *cu, kiln_context *ctx, const void *x, vo
         const bool wide = t.B >= (int64_t)(256 / sizeof(E)); /* a whole 256-byte tile row of B */
         if constexpr (sizeof(E) == 2) {
             if (T == 64) {
-                if (vec == 8) wide ? launch_pt_vec<E, 64, 128, 8>(cu, x, y, t, small) : launch_pt_vec<E, 64, 64, 8>(cu, x, y, t, small);
-                else if (vec == 4) wide ? launch_pt_vec<E, 64, 128, 4>(cu, x, y, t, small) : launch_pt_vec<E, 64, 64, 4>(cu, x, y, t, small);
-                else wide ? launch_pt_vec<E, 64, 128, 2>(cu, x, y, t, small) : launch_pt_vec<E, 64, 64, 2>(cu, x, y, t, small);
+                if (vec == 8) launch_pt_vec_rows<E, 64, 8>(cu, x, y, t, small, wide);
+                else if (vec == 4) launch_pt_vec_rows<E, 64, 4>(cu, x, y, t, small, wide);
+                else launch_pt_vec_rows<E, 64, 2>(cu, x, y, t, small, wide);
                 KILN_CUDA_LAUNCHED(ctx, "perm_tile_vec_kernel");
                 return KILN_OK;
             }
         }
         if constexpr (sizeof(E) == 4) {
             if (T == 32) {
-                if (vec == 4) wide ? launch_pt_vec<E, 32, 64, 4>(cu, x, y, t, small) : launch_pt_vec<E, 32, 32, 4>(cu, x, y, t, small);
-                else wide ? launch_pt_vec<E, 32, 64, 2>(cu, x, y, t, small) : launch_pt_vec<E, 32, 32, 2>(cu, x, y, t, small);
+                if (vec == 4) launch_pt_vec_rows<E, 32, 4>(cu, x, y, t, small, wide);
+                else launch_pt_vec_rows<E, 32, 2>(cu, x, y, t, small, wide);
                 KILN_CUDA_LAUNCHED(ctx, "perm_tile_vec_kernel");
                 return KILN_OK;
             }
@@ -352,7 +361,8 @@ struct GatherArgs {
     int map[KILN_CHANNEL_GATHER_MAX_MAP];
 };
 
-template <typename E, typename I> __global__ void channel_gather_kernel(const __grid_constant__ GatherArgs a, bool nhwc) {
+template <typename E, typename I>
+__global__ void channel_gather_kernel(const __grid_constant__ GatherArgs a, bool nhwc) {
     __shared__ int smap[KILN_CHANNEL_GATHER_MAX_MAP];
     __shared__ const E *sx[KILN_CHANNEL_GATHER_MAX_IO];
     __shared__ int scin[KILN_CHANNEL_GATHER_MAX_IO];
@@ -393,7 +403,8 @@ template <typename E, typename I> __global__ void channel_gather_kernel(const __
 __device__ __forceinline__ void block_copy(char *dst, const char *src, size_t len) {
     const int t = (int)threadIdx.x, nt = (int)blockDim.x;
     if (((uintptr_t)src | (uintptr_t)dst | len) % 16 == 0) {
-        for (size_t i = t; i < len / 16; i += nt) reinterpret_cast<uint4 *>(dst)[i] = reinterpret_cast<const uint4 *>(src)[i];
+        for (size_t i = t; i < len / 16; i += nt)
+            reinterpret_cast<uint4 *>(dst)[i] = reinterpret_cast<const uint4 *>(src)[i];
     } else if (((uintptr_t)src | (uintptr_t)dst | len) % 4 == 0) {
         for (size_t i = t; i < len / 4; i += nt)
             reinterpret_cast<uint32_t *>(dst)[i] = reinterpret_cast<const uint32_t *>(src)[i];
@@ -430,7 +441,8 @@ __global__ void __launch_bounds__(256) channel_gather_nhwc_kernel(const __grid_c
         __syncthreads(); /* smap, sbase; the last tile's reads of the stage */
         for (int i = 0; i < n_in; i++)
             block_copy(reinterpret_cast<char *>(stage + sbase[i]),
-                       reinterpret_cast<const char *>((const E *)a.x[i] + p0 * a.cin[i]), (size_t)np * a.cin[i] * sizeof(E));
+                       reinterpret_cast<const char *>((const E *)a.x[i] + p0 * a.cin[i]),
+                       (size_t)np * a.cin[i] * sizeof(E));
         __syncthreads();
         for (int j = 0; j < n_out; j++) {
             const int C = a.cout[j], len = np * C;
@@ -443,9 +455,8 @@ __global__ void __launch_bounds__(256) channel_gather_nhwc_kernel(const __grid_c
                 const int cnt = vec ? VE : 1;
                 int px = q / C, c = q - px * C;
                 for (int k = 0; k < cnt; k++) {
-                    const int e = mj[c];
-                    v[k] = e < 0 ? E{} : stage[sbase[e / KILN_CHANNEL_GATHER_SHIFT] + px * a.cin[e / KILN_CHANNEL_GATHER_SHIFT] +
-                                                 e % KILN_CHANNEL_GATHER_SHIFT];
+                    const int e = mj[c], src = e / KILN_CHANNEL_GATHER_SHIFT;
+                    v[k] = e < 0 ? E{} : stage[sbase[src] + px * a.cin[src] + e % KILN_CHANNEL_GATHER_SHIFT];
                     if (++c == C) c = 0, px++;
                 }
                 if (vec) *reinterpret_cast<uint4 *>(y + q) = *reinterpret_cast<const uint4 *>(v);
@@ -1137,12 +1148,13 @@ extern "C" kiln_status kiln_cuda_k_channel_gather(kiln_cuda *cu, kiln_op_ctx *c)
         const int64_t t = kiln_tensor_numel(c->out[j]);
         if (t > max_total) max_total = t;
     }
-    if (off != nm) return kiln_fail(c->kctx, KILN_ERR_SHAPE, "the outputs have %lld channels, the map %d", (long long)off, nm);
+    if (off != nm)
+        return kiln_fail(c->kctx, KILN_ERR_SHAPE, "the outputs have %lld channels, the map %d", (long long)off, nm);
     for (int e = 0; e < nm; e++) a.map[e] = (int)map[e];
     if (max_total == 0) return KILN_OK;
     kiln_status st;
-    KILN_CU_SIZE_DISPATCH(st, c->kctx, kiln_dtype_size(x0->dtype), launch_channel_gather, cu, c->kctx, a, c->n_in, c->n_out,
-                          max_total, x0->format == KILN_FORMAT_NHWC);
+    KILN_CU_SIZE_DISPATCH(st, c->kctx, kiln_dtype_size(x0->dtype), launch_channel_gather, cu, c->kctx, a, c->n_in,
+                          c->n_out, max_total, x0->format == KILN_FORMAT_NHWC);
     return st;
 }
 

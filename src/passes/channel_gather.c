@@ -146,9 +146,9 @@ static void region_free(region *r) {
     r->n_vals = 0;
 }
 
-/* Add node i's output map to r, computed from its input's (src); false on OOM. */
-static bool add_value(region *r, int v, int64_t C, enum move mv, const int64_t *src, int64_t cx, int64_t a,
-                      int64_t b) {
+/* Add value v (C channels), the output of move mv (parameter a: groups, Slice start or Pad
+ * channels before) of a value of cx channels whose map is src; false on OOM. */
+static bool add_value(region *r, int v, int64_t C, enum move mv, const int64_t *src, int64_t cx, int64_t a) {
     int64_t *mp = C > 0 ? malloc((size_t)C * sizeof *mp) : NULL;
     if (!mp || r->n_vals >= MAXR) {
         free(mp);
@@ -162,7 +162,6 @@ static bool add_value(region *r, int v, int64_t C, enum move mv, const int64_t *
         default: mp[c] = -1;
         }
     }
-    (void)b;
     r->vals[r->n_vals] = v;
     r->maps[r->n_vals++] = mp;
     return true;
@@ -172,7 +171,7 @@ static bool add_value(region *r, int v, int64_t C, enum move mv, const int64_t *
  * constant: exporters compute chunk's bounds from Shape(v)[1], and a Shape reading v would
  * make v a value to write. The Shape goes when nothing else reads it. */
 static kiln_status fold_shape_gathers(kiln_model *m, const kiln_tensor *known, bool *changed) {
-    const int nn = m->n_nodes;
+    const int nn = m->n_nodes, nk = m->n_values; /* known: the values there are now */
     int *prod = kiln_pass_producers(m);
     bool *dead = calloc((size_t)nn + 1, sizeof *dead);
     kiln_status st = !prod || !dead ? kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "channel-gather: out of memory") : KILN_OK;
@@ -188,8 +187,8 @@ static kiln_status fold_shape_gathers(kiln_model *m, const kiln_tensor *known, b
             (idx->dtype != KILN_I64 && idx->dtype != KILN_I32))
             continue;
         const kiln_node *s = &m->nodes[sh];
-        if (!kiln_pass_is(s, "Shape") || s->n_in != 1 || s->in[0] < 0 || kiln_node_attr(s, "start") ||
-            kiln_node_attr(s, "end"))
+        if (!kiln_pass_is(s, "Shape") || s->n_in != 1 || s->in[0] < 0 || s->in[0] >= nk ||
+            kiln_node_attr(s, "start") || kiln_node_attr(s, "end"))
             continue;
         const kiln_tensor *kv = &known[s->in[0]];
         int64_t k = kiln_get_i64(idx, 0);
@@ -303,7 +302,7 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
             ok = id != NULL;
             for (int64_t q = 0; ok && q < cx; q++) id[q] = q;
             region tmp = {.n_nodes = 0};
-            ok = ok && add_value(&tmp, rn->out[0], cy, rmv, id, cx, a, b);
+            ok = ok && add_value(&tmp, rn->out[0], cy, rmv, id, cx, a);
             if (ok) memcpy(mp, tmp.maps[0], (size_t)cy * sizeof *mp);
             region_free(&tmp);
             free(id);
@@ -330,7 +329,7 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
                     continue;
                 r.nodes[r.n_nodes++] = i;
                 r.moves |= mv == M_SHUFFLE || mv == M_SLICE;
-                ok = add_value(&r, n->out[0], channels(&p, n->out[0]), mv, r.maps[k], channels(&p, v), na, nb);
+                ok = add_value(&r, n->out[0], channels(&p, n->out[0]), mv, r.maps[k], channels(&p, v), na);
             }
         }
         /* the values written: read by a node outside, or graph outputs */
