@@ -44,12 +44,12 @@ typedef struct pctx {
     kiln_tensor *known;   /* kiln_pass_known_dims */
     kiln_tensor *va, *vb; /* two probes' values (kiln_pass_infer_values) */
     kiln_tensor **ha, **hb;
-    int nv;
+    int nk, nv;           /* values known / va, vb hold (the fold adds initializers between) */
 } pctx;
 
 /* The channel count of 4-D value v, or -1. */
 static int64_t channels(const pctx *p, int v) {
-    if (v < 0 || v >= p->nv || p->known[v].ndim != 4) return -1;
+    if (v < 0 || v >= p->nk || p->known[v].ndim != 4) return -1;
     const int64_t c = p->known[v].dims[1];
     return c > 0 && c < SHIFT ? c : -1;
 }
@@ -77,9 +77,9 @@ static bool zero_or_absent(const pctx *p, int v) {
 
 enum move { M_NONE, M_CONCAT, M_SHUFFLE, M_SLICE, M_PAD };
 
-/* Which move node n is, with its parameters: the shuffle's groups, the Slice's [lo, hi),
- * the Pad's channels before and after. */
-static enum move move_of(const pctx *p, const kiln_node *n, int64_t *a, int64_t *b) {
+/* Which move node n is, with its parameter a: the shuffle's groups, the Slice's start, the
+ * Pad's channels before (the output's channel count gives the rest). */
+static enum move move_of(const pctx *p, const kiln_node *n, int64_t *a) {
     if (n->n_out != 1 || n->out[0] < 0 || n->n_in < 1 || n->in[0] < 0) return M_NONE;
     const int64_t cy = channels(p, n->out[0]), cx = channels(p, n->in[0]);
     if (cy < 0 || cx < 0) return M_NONE;
@@ -106,7 +106,6 @@ static enum move move_of(const pctx *p, const kiln_node *n, int64_t *a, int64_t 
         hi = hi < 0 ? 0 : hi > cx ? cx : hi;
         if (hi - lo != cy) return M_NONE;
         *a = lo;
-        *b = hi;
         return M_SLICE;
     }
     if (kiln_pass_is(n, "Pad")) { /* opset 11+: data, pads, constant_value, axes */
@@ -119,7 +118,6 @@ static enum move move_of(const pctx *p, const kiln_node *n, int64_t *a, int64_t 
             if ((d % 4 != 1 && pads[d] != 0) || pads[d] < 0) return M_NONE;
         if (cx + pads[1] + pads[5] != cy) return M_NONE;
         *a = pads[1];
-        *b = pads[5];
         return M_PAD;
     }
     return M_NONE;
@@ -146,36 +144,43 @@ static void region_free(region *r) {
     r->n_vals = 0;
 }
 
-/* Add value v (C channels), the output of move mv (parameter a: groups, Slice start or Pad
- * channels before) of a value of cx channels whose map is src; false on OOM. */
+/* The map (C channels) of the output of move mv (parameter a: groups, Slice start or Pad
+ * channels before) of a value of cx channels whose map is src; src NULL: the identity. */
+static void compose(int64_t *mp, int64_t C, enum move mv, const int64_t *src, int64_t cx, int64_t a) {
+    for (int64_t c = 0; c < C; c++) {
+        int64_t from = -1; /* the input channel, or -1: zero */
+        switch (mv) {
+        case M_SHUFFLE: from = (c % a) * (cx / a) + c / a; break;
+        case M_SLICE: from = a + c; break;
+        case M_PAD: from = c < a || c >= a + cx ? -1 : c - a; break;
+        default: break;
+        }
+        mp[c] = from < 0 ? -1 : src ? src[from] : from;
+    }
+}
+
+/* Add value v (C channels), computed by compose, to r; false on OOM. */
 static bool add_value(region *r, int v, int64_t C, enum move mv, const int64_t *src, int64_t cx, int64_t a) {
     int64_t *mp = C > 0 ? malloc((size_t)C * sizeof *mp) : NULL;
     if (!mp || r->n_vals >= MAXR) {
         free(mp);
         return false;
     }
-    for (int64_t c = 0; c < C; c++) {
-        switch (mv) {
-        case M_SHUFFLE: mp[c] = src[(c % a) * (cx / a) + c / a]; break;
-        case M_SLICE: mp[c] = src[a + c]; break;
-        case M_PAD: mp[c] = c < a || c >= a + cx ? -1 : src[c - a]; break;
-        default: mp[c] = -1;
-        }
-    }
+    compose(mp, C, mv, src, cx, a);
     r->vals[r->n_vals] = v;
     r->maps[r->n_vals++] = mp;
     return true;
 }
 
-/* Gather(Shape(v), k) with k a constant and v's dim k known whatever the batch, as a
- * constant: exporters compute chunk's bounds from Shape(v)[1], and a Shape reading v would
- * make v a value to write. The Shape goes when nothing else reads it. */
-static kiln_status fold_shape_gathers(kiln_model *m, const kiln_tensor *known, bool *changed) {
-    const int nn = m->n_nodes, nk = m->n_values; /* known: the values there are now */
+/* Gather(Shape(v), k) with k a constant and v's dim k known whatever the batch (known holds
+ * nk values), as a constant: exporters compute chunk's bounds from Shape(v)[1], and a Shape
+ * reading v would make v a value to write. The Gather's readers read the constant instead;
+ * the Gather, and the Shape if nothing else reads it, are left to the dead-nodes sweep. */
+static kiln_status fold_shape_gathers(kiln_model *m, const kiln_tensor *known, int nk, bool *changed) {
+    const int nn = m->n_nodes;
     int *prod = kiln_pass_producers(m);
-    bool *dead = calloc((size_t)nn + 1, sizeof *dead);
-    kiln_status st = !prod || !dead ? kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "channel-gather: out of memory") : KILN_OK;
-    bool any = false;
+    if (!prod) return KILN_ERR_OUT_OF_MEMORY;
+    kiln_status st = KILN_OK;
     for (int i = 0; i < nn && !st; i++) {
         const kiln_node *g = &m->nodes[i];
         if (!kiln_pass_is(g, "Gather") || g->n_in != 2 || g->n_out != 1 || g->out[0] < 0 || g->in[0] < 0 ||
@@ -195,12 +200,8 @@ static kiln_status fold_shape_gathers(kiln_model *m, const kiln_tensor *known, b
         if (kv->ndim < 0 || !kiln_norm_axis(&k, kv->ndim) || kv->dims[k] < 0) continue;
         const int64_t one = 1;
         kiln_tensor *t = kiln_tensor_new(m->ctx, KILN_I64, idx->ndim, &one);
-        if (!t) {
-            st = KILN_ERR_OUT_OF_MEMORY;
-            break;
-        }
-        kiln_set_i64(t, 0, kv->dims[k]);
-        const int c = kiln_pass_add_initializer(m, m->values[g->out[0]].name, t);
+        if (t) kiln_set_i64(t, 0, kv->dims[k]);
+        const int c = t ? kiln_pass_add_initializer(m, m->values[g->out[0]].name, t) : -1;
         if (c < 0) {
             st = KILN_ERR_OUT_OF_MEMORY;
             break;
@@ -209,69 +210,44 @@ static kiln_status fold_shape_gathers(kiln_model *m, const kiln_tensor *known, b
         for (int j = 0; j < nn; j++)
             for (int q = 0; q < m->nodes[j].n_in; q++)
                 if (m->nodes[j].in[q] == old) m->nodes[j].in[q] = c;
-        dead[i] = any = true;
-    }
-    for (int i = 0; i < nn && !st && any; i++) { /* Shapes only dead Gathers read */
-        if (!kiln_pass_is(&m->nodes[i], "Shape") || m->nodes[i].n_out != 1 || m->nodes[i].out[0] < 0) continue;
-        const int v = m->nodes[i].out[0];
-        bool live = m->values[v].is_output;
-        for (int j = 0; j < nn && !live; j++)
-            for (int q = 0; q < m->nodes[j].n_in; q++) live |= !dead[j] && m->nodes[j].in[q] == v;
-        dead[i] = !live;
-    }
-    if (!st && any) {
-        kiln_pass_remove_nodes(m, dead);
         *changed = true;
     }
     free(prod);
-    free(dead);
     return st;
 }
 
 kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "ChannelGather")) return KILN_OK;
-    {
-        kiln_tensor *known = NULL;
-        kiln_status st = kiln_pass_known_dims(m, &known);
-        if (!st) st = fold_shape_gathers(m, known, changed);
-        free(known);
-        if (st) return st;
+    pctx p = {.m = m, .nk = m->n_values};
+    kiln_status st = kiln_pass_known_dims(m, &p.known);
+    if (!st) st = fold_shape_gathers(m, p.known, p.nk, changed);
+    /* readers that count are live ones: the Shape chains that the channel-shuffle pass leaves
+     * of the Reshapes it removed (read by no output) would make a Concat a value to write */
+    if (!st) st = kiln_pass_sort_nodes(m); /* the sweep walks a topological order */
+    if (!st) st = kiln_pass_dead_nodes(m, o, changed);
+    if (st) {
+        free(p.known);
+        return st;
     }
     const int nn = m->n_nodes;
-    pctx p = {.m = m, .nv = m->n_values};
+    p.nv = m->n_values;
     int *order = malloc(((size_t)nn + 1) * sizeof *order);
     int *reader_count = calloc((size_t)p.nv + 1, sizeof *reader_count);
     bool *assigned = calloc((size_t)nn + 1, sizeof *assigned), *dead = calloc((size_t)nn + 1, sizeof *dead);
-    kiln_status st = !order || !reader_count || !assigned || !dead
-                         ? kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "channel-gather: out of memory")
-                         : KILN_OK;
+    st = !order || !reader_count || !assigned || !dead
+             ? kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "channel-gather: out of memory")
+             : KILN_OK;
     if (!st) st = kiln_pass_topo_order(m, order);
-    if (!st) st = kiln_pass_known_dims(m, &p.known);
     if (!st) st = kiln_pass_infer_values(m, 320, &p.va, &p.ha);
     if (!st) st = kiln_pass_infer_values(m, 448, &p.vb, &p.hb);
-    /* readers that count: nodes some graph output needs (the channel-shuffle pass leaves the
-     * Shape chains of the Reshapes it removed, read by no one, to the planner) */
-    bool *needed = st ? NULL : calloc((size_t)p.nv + 1, sizeof *needed);
-    bool *node_live = st ? NULL : calloc((size_t)nn + 1, sizeof *node_live);
-    if (!st && (!needed || !node_live)) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "channel-gather: out of memory");
-    for (int k = 0; k < m->n_outputs && !st; k++) needed[m->outputs[k]] = true;
-    for (int oi = nn - 1; oi >= 0 && !st; oi--) {
-        const kiln_node *n = &m->nodes[order[oi]];
-        bool live = false;
-        for (int k = 0; k < n->n_out; k++) live |= n->out[k] >= 0 && needed[n->out[k]];
-        node_live[order[oi]] = live;
-        for (int k = 0; k < n->n_in && live; k++)
-            if (n->in[k] >= 0) {
-                needed[n->in[k]] = true;
-                reader_count[n->in[k]]++;
-            }
-    }
-    free(needed);
+    for (int i = 0; i < nn && !st; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++)
+            if (m->nodes[i].in[k] >= 0) reader_count[m->nodes[i].in[k]]++;
     for (int oi = 0; oi < nn && !st; oi++) {
         const int root = order[oi];
-        int64_t a = 0, b = 0;
+        int64_t a = 0;
         const kiln_node *rn = &m->nodes[root];
-        const enum move rmv = assigned[root] ? M_NONE : move_of(&p, rn, &a, &b);
+        const enum move rmv = assigned[root] ? M_NONE : move_of(&p, rn, &a);
         if (rmv == M_NONE) continue;
         const int x0 = rn->in[0];
         const kiln_dtype dt = m->values[x0].dtype;
@@ -297,15 +273,7 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
             ok = ok && c == cy;
         } else {
             r.in[r.n_in++] = x0;
-            const int64_t cx = channels(&p, x0);
-            int64_t *id = cx > 0 ? malloc((size_t)cx * sizeof *id) : NULL;
-            ok = id != NULL;
-            for (int64_t q = 0; ok && q < cx; q++) id[q] = q;
-            region tmp = {.n_nodes = 0};
-            ok = ok && add_value(&tmp, rn->out[0], cy, rmv, id, cx, a);
-            if (ok) memcpy(mp, tmp.maps[0], (size_t)cy * sizeof *mp);
-            region_free(&tmp);
-            free(id);
+            compose(mp, cy, rmv, NULL, channels(&p, x0), a); /* input 0's channels, as numbered */
         }
         r.nodes[r.n_nodes++] = root;
         r.moves = rmv == M_SHUFFLE || rmv == M_SLICE;
@@ -322,8 +290,8 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
                 if (member) continue;
                 bool reads_other = false; /* v at another input too */
                 for (int q = 1; q < n->n_in; q++) reads_other |= n->in[q] == v;
-                int64_t na = 0, nb = 0;
-                const enum move mv = reads_other ? M_NONE : move_of(&p, n, &na, &nb);
+                int64_t na = 0;
+                const enum move mv = reads_other ? M_NONE : move_of(&p, n, &na);
                 if (mv == M_NONE || mv == M_CONCAT || r.n_nodes >= MAXR || m->values[n->out[0]].dtype != dt ||
                     m->values[n->out[0]].format != fmt)
                     continue;
@@ -339,8 +307,7 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
             const int v = r.vals[k];
             int inside = 0;
             for (int q = 0; q < r.n_nodes; q++)
-                for (int s = 0; s < m->nodes[r.nodes[q]].n_in && node_live[r.nodes[q]]; s++)
-                    inside += m->nodes[r.nodes[q]].in[s] == v;
+                for (int s = 0; s < m->nodes[r.nodes[q]].n_in; s++) inside += m->nodes[r.nodes[q]].in[s] == v;
             if (reader_count[v] == inside && !m->values[v].is_output) continue;
             if (n_out >= KILN_CHANNEL_GATHER_MAX_IO) ok = false;
             else outs[n_out++] = v;
@@ -375,9 +342,6 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
         region_free(&r);
     }
     if (!st && *changed) {
-        /* and the nodes no output needs: a dead Shape of a value no longer written would read
-         * nothing */
-        for (int i = 0; i < nn; i++) dead[i] |= !node_live[i];
         kiln_pass_remove_nodes(m, dead);
         st = kiln_pass_sort_nodes(m);
     }
@@ -391,7 +355,6 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
     free(p.vb);
     free(p.known);
     free(order);
-    free(node_live);
     free(reader_count);
     free(assigned);
     free(dead);
