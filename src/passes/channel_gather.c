@@ -223,6 +223,7 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
     if (!st) st = fold_shape_gathers(m, p.known, p.nk, changed);
     /* readers that count are live ones: the Shape chains that the channel-shuffle pass leaves
      * of the Reshapes it removed (read by no output) would make a Concat a value to write */
+    /* (whatever the dead-nodes switch says: these chains appear after that pass ran) */
     if (!st) st = kiln_pass_sort_nodes(m); /* the sweep walks a topological order */
     if (!st) st = kiln_pass_dead_nodes(m, o, changed);
     if (st) {

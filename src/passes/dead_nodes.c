@@ -18,7 +18,7 @@ kiln_status kiln_pass_dead_nodes(kiln_model *m, const kiln_pass_options *o, bool
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         const kiln_node *n = &m->nodes[i];
         bool used = false;
-        for (int k = 0; k < n->n_out; k++) used |= live[n->out[k]];
+        for (int k = 0; k < n->n_out; k++) used |= n->out[k] >= 0 && live[n->out[k]]; /* -1: an absent output */
         dead[i] = !used;
         for (int k = 0; used && k < n->n_in; k++)
             if (n->in[k] >= 0) live[n->in[k]] = true;
