@@ -116,7 +116,7 @@ kiln_status kiln_pass_sort_nodes(kiln_model *m) {
     int *order = malloc(((size_t)m->n_nodes + 1) * sizeof *order);
     kiln_node *tmp = malloc(((size_t)m->n_nodes + 1) * sizeof *tmp);
     kiln_status st = order && tmp ? kiln_pass_topo_order(m, order) : kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if (!st) {
+    if (!st && m->n_nodes > 0) { /* (no nodes: m->nodes may be NULL, not memcpy's) */
         for (int i = 0; i < m->n_nodes; i++) tmp[i] = m->nodes[order[i]];
         memcpy(m->nodes, tmp, (size_t)m->n_nodes * sizeof *tmp);
     }
