@@ -121,6 +121,7 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     cu->perm_tile = switch_on(0, "KILN_CUDA_PERM_TILE");
     cu->perm_tile_vec = switch_on(0, "KILN_CUDA_PERM_TILE_VEC");
     cu->gather_staged = switch_on(0, "KILN_CUDA_GATHER_STAGED");
+    cu->dw_exact = switch_on(0, "KILN_CUDA_DW_EXACT");
     {
         const char *e = getenv("KILN_CUDA_DW_GRAPH");
         cu->dw_graph = e && (e[0] == '0' || e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : -1;

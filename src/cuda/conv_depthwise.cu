@@ -255,10 +255,24 @@ template <> struct Quad<float> { using type = float4; };
 template <> struct Quad<__half> { using type = uint2; };
 template <> struct Quad<__nv_bfloat16> { using type = uint2; };
 
-template <typename T> __device__ __forceinline__ void quad_to_f(const typename Quad<T>::type &q, float (&v)[TCH]) {
-    const T *e = reinterpret_cast<const T *>(&q);
-#pragma unroll
-    for (int k = 0; k < TCH; k++) v[k] = to_f(e[k]);
+/* The quad at p (8- or 16-byte aligned, shared or global memory) as floats: one vector
+ * load, converted in registers (a quad read through a reference to its elements compiled to
+ * four 2-byte loads, each waited for before its FMAs: bench/NOTES.md, twentieth session). */
+__device__ __forceinline__ void quad_ld(const float *p, float (&v)[TCH]) {
+    const float4 q = *reinterpret_cast<const float4 *>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ __forceinline__ void quad_ld(const __half *p, float (&v)[TCH]) {
+    const uint2 q = *reinterpret_cast<const uint2 *>(p);
+    v[0] = __half2float(__ushort_as_half((unsigned short)(q.x & 0xffffu)));
+    v[1] = __half2float(__ushort_as_half((unsigned short)(q.x >> 16)));
+    v[2] = __half2float(__ushort_as_half((unsigned short)(q.y & 0xffffu)));
+    v[3] = __half2float(__ushort_as_half((unsigned short)(q.y >> 16)));
+}
+__device__ __forceinline__ void quad_ld(const __nv_bfloat16 *p, float (&v)[TCH]) {
+    const uint2 q = *reinterpret_cast<const uint2 *>(p);
+    v[0] = __uint_as_float(q.x << 16), v[1] = __uint_as_float(q.x & 0xffff0000u);
+    v[2] = __uint_as_float(q.y << 16), v[3] = __uint_as_float(q.y & 0xffff0000u);
 }
 
 template <typename T> __device__ __forceinline__ typename Quad<T>::type quad_of(const float (&v)[TCH]) {
@@ -269,13 +283,18 @@ template <typename T> __device__ __forceinline__ typename Quad<T>::type quad_of(
     return q;
 }
 
-template <typename T, int KW, int S>
+/* EXACT: g.kw == KW, known when compiled: each kernel row is one branch-free run of
+ * (TT - 1) * S + KW vector loads and TT * KW * TCH FMAs that the compiler schedules as a
+ * whole (KW 3, 5, 7). Otherwise kw <= KW is read at run time and every tap is guarded (the
+ * other widths; the loads wait in turn: ~4x slower). */
+template <typename T, int KW, int S, bool EXACT>
 __global__ void __launch_bounds__(THREADS, 2)
     dw_nhwc_tiled(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
                   T *__restrict__ y, Geo g, Tile tl, Epi e) {
     using Q = typename Quad<T>::type;
     extern __shared__ float4 smem4[];
-    const int cb = tl.qb * TCH, kk = g.kh * g.kw;
+    const int kw = EXACT ? KW : g.kw;
+    const int cb = tl.qb * TCH, kk = g.kh * kw;
     float *sw = reinterpret_cast<float *>(smem4); /* (kk, cb) */
     T *sp = reinterpret_cast<T *>(sw + kk * cb);  /* (ph, rp >= pw * cb); kk * cb * 4 bytes: 16-byte aligned */
     int bi = blockIdx.x;
@@ -302,15 +321,23 @@ __global__ void __launch_bounds__(THREADS, 2)
     /* the patch, a quad (4 channels: 8 or 16 bytes) at a time, quads of a pixel together;
      * PL loads in flight per thread before any is stored (one at a time, the ~15 round
      * trips of a 7x7 patch to L2 / DRAM each waited in turn: the block's load phase took
-     * longer than its arithmetic) */
-    const int qb = tl.qb, npix = tl.ph * tl.pw, nq = npix * qb;
-    for (int i0 = threadIdx.x; i0 < nq; i0 += PL * blockDim.x) {
+     * longer than its arithmetic). Item i is quad q of patch pixel (pr, pc), i = (pr * pw +
+     * pc) * qb + q; a thread's items step by blockDim.x, walked with carries (no division
+     * per item). */
+    const int qb = tl.qb, nq = tl.ph * tl.pw * qb;
+    const int bd = blockDim.x, dq = bd % qb, dpix = bd / qb, dpr = dpix / tl.pw, dpc = dpix - dpr * tl.pw;
+    int q = threadIdx.x % qb, pr, pc;
+    {
+        const int pix = threadIdx.x / qb;
+        pr = pix / tl.pw;
+        pc = pix - pr * tl.pw;
+    }
+    for (int i0 = threadIdx.x; i0 < nq; i0 += PL * bd) {
         Q v[PL];
+        int so[PL]; /* each item's offset in the patch */
 #pragma unroll
         for (int l = 0; l < PL; l++) {
-            const int i = i0 + l * blockDim.x;
-            const int q = i % qb, pix = i / qb;
-            const int pr = pix / tl.pw, pc = pix - pr * tl.pw;
+            const int i = i0 + l * bd;
             const int ih = ih0 + pr, iw = iw0 + pc, c = c_base + q * TCH;
             /* C % 8 == 0: a quad inside X is inside whole */
             if (i < nq && (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C)
@@ -319,22 +346,23 @@ __global__ void __launch_bounds__(THREADS, 2)
                 const float zero[TCH] = {0.f, 0.f, 0.f, 0.f};
                 v[l] = quad_of<T>(zero);
             }
+            so[l] = pr * tl.rp + pc * cb + q * TCH;
+            q += dq;
+            pc += dpc;
+            if (q >= qb) q -= qb, pc++;
+            pr += dpr;
+            if (pc >= tl.pw) pc -= tl.pw, pr++;
         }
-        /* the stores after all the loads; their offsets computed again (fewer live registers) */
 #pragma unroll
-        for (int l = 0; l < PL; l++) {
-            const int i = i0 + l * blockDim.x;
-            if (i >= nq) break;
-            const int q = i % qb, pix = i / qb, pr = pix / tl.pw, pc = pix - pr * tl.pw;
-            *reinterpret_cast<Q *>(sp + pr * tl.rp + pc * cb + q * TCH) = v[l];
-        }
+        for (int l = 0; l < PL; l++)
+            if (i0 + l * bd < nq) *reinterpret_cast<Q *>(sp + so[l]) = v[l];
     }
     __syncthreads();
     const int items = qb * tl.th * tl.nct;
     for (int it = threadIdx.x; it < items; it += blockDim.x) {
-        const int q = it % qb, rest = it / qb;
+        const int qq = it % qb, rest = it / qb;
         const int r0 = rest % tl.th, ct = rest / tl.th;
-        const int oh = oh0 + r0, owa = ow0 + ct * TT, c0 = c_base + q * TCH;
+        const int oh = oh0 + r0, owa = ow0 + ct * TT, c0 = c_base + qq * TCH;
         if (oh >= g.OH || owa >= g.OW || c0 >= g.C) continue;
         float acc[TT][TCH];
 #pragma unroll
@@ -343,30 +371,30 @@ __global__ void __launch_bounds__(THREADS, 2)
 #pragma unroll
             for (int j = 0; j < TT; j++) acc[j][k] = bc;
         }
-        const int span = (TT - 1) * S + g.kw;
+        const int span = (TT - 1) * S + kw;
         for (int r = 0; r < g.kh; r++) {
             float wr[KW][TCH];
 #pragma unroll
             for (int s2 = 0; s2 < KW; s2++) {
-                if (s2 < g.kw) {
-                    const float4 wq = *reinterpret_cast<const float4 *>(sw + (r * g.kw + s2) * cb + q * TCH);
+                if (s2 < kw) {
+                    const float4 wq = *reinterpret_cast<const float4 *>(sw + (r * kw + s2) * cb + qq * TCH);
                     wr[s2][0] = wq.x, wr[s2][1] = wq.y, wr[s2][2] = wq.z, wr[s2][3] = wq.w;
                 } else {
 #pragma unroll
                     for (int k = 0; k < TCH; k++) wr[s2][k] = 0.f;
                 }
             }
-            const T *prow = sp + (size_t)(r0 * S + r) * tl.rp + (ct * TT * S) * cb + q * TCH;
+            const T *prow = sp + (size_t)(r0 * S + r) * tl.rp + (ct * TT * S) * cb + qq * TCH;
 #pragma unroll
             for (int u = 0; u < (TT - 1) * S + KW; u++) {
-                if (u >= span) continue;
+                if (!EXACT && u >= span) continue;
                 float v[TCH];
-                quad_to_f<T>(*reinterpret_cast<const Q *>(prow + u * cb), v);
+                quad_ld(prow + u * cb, v);
 #pragma unroll
                 for (int j = 0; j < TT; j++) {
                     const int s2 = u - j * S;
                     if (s2 < 0 || s2 >= KW) continue; /* compile-time after unrolling */
-                    if (s2 >= g.kw) continue;         /* a zero weight, but 0 * inf is NaN */
+                    if (!EXACT && s2 >= kw) continue; /* a zero weight, but 0 * inf is NaN */
 #pragma unroll
                     for (int k = 0; k < TCH; k++) acc[j][k] = fmaf(v[k], wr[s2][k], acc[j][k]);
                 }
@@ -378,7 +406,7 @@ __global__ void __launch_bounds__(THREADS, 2)
             const size_t off = ((size_t)(n * g.OH + oh) * g.OW + owa + j) * g.C + c0;
             if (z) {
                 float v[TCH];
-                quad_to_f<T>(*reinterpret_cast<const Q *>(z + off), v);
+                quad_ld(z + off, v);
 #pragma unroll
                 for (int k = 0; k < TCH; k++) acc[j][k] += v[k];
             }
@@ -433,22 +461,22 @@ bool tile_for(const Geo &g, size_t es, Tile *t) {
     return blocks <= 0x7fffffff;
 }
 
-template <typename T, int KW, int S>
+template <typename T, int KW, int S, bool EXACT>
 void launch_tiled(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
                   const void *z, void *y, const Epi &e) {
     const int items = t.qb * t.th * t.nct;
     int threads = (items + 31) / 32 * 32;
     if (threads > THREADS) threads = THREADS;
     const unsigned blocks = (unsigned)((int64_t)g.N * t.rows_t * t.cols_t * t.chunks);
-    dw_nhwc_tiled<T, KW, S><<<blocks, threads, tile_smem(g, t, sizeof(T)), cu->stream>>>(
+    dw_nhwc_tiled<T, KW, S, EXACT><<<blocks, threads, tile_smem(g, t, sizeof(T)), cu->stream>>>(
         (const T *)x, (const T *)w, (const T *)b, (const T *)z, (T *)y, g, t, e);
 }
 
-template <typename T, int KW>
+template <typename T, int KW, bool EXACT>
 void launch_tiled_s(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
                     const void *z, void *y, const Epi &e) {
-    if (g.sh == 1) launch_tiled<T, KW, 1>(cu, g, t, x, w, b, z, y, e);
-    else launch_tiled<T, KW, 2>(cu, g, t, x, w, b, z, y, e);
+    if (g.sh == 1) launch_tiled<T, KW, 1, EXACT>(cu, g, t, x, w, b, z, y, e);
+    else launch_tiled<T, KW, 2, EXACT>(cu, g, t, x, w, b, z, y, e);
 }
 
 /* Any layout and alignment: a thread per output element i of Y's layout (NHWC: (n, oh,
@@ -582,10 +610,14 @@ kiln_status forward(kiln_cuda *cu, kiln_context *ctx, const Geo &g, bool nhwc, c
     const bool vec = nhwc && g.C % CPT == 0 && aligned16(x, y, z);
     Tile t;
     if (vec && variant != KILN_CUDA_DW_PER_TILE && tile_for(g, sizeof(T), &t)) {
-        if (g.kw <= 3) launch_tiled_s<T, 3>(cu, g, t, x, w, b, z, y, e);
-        else if (g.kw <= 5) launch_tiled_s<T, 5>(cu, g, t, x, w, b, z, y, e);
-        else if (g.kw <= 7) launch_tiled_s<T, 7>(cu, g, t, x, w, b, z, y, e);
-        else launch_tiled_s<T, 9>(cu, g, t, x, w, b, z, y, e);
+        /* the widths the zoo has compiled exactly (KILN_CUDA_DW_EXACT=0: the guarded kernel for all) */
+        if (g.kw == 3 && cu->dw_exact) launch_tiled_s<T, 3, true>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw == 5 && cu->dw_exact) launch_tiled_s<T, 5, true>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw == 7 && cu->dw_exact) launch_tiled_s<T, 7, true>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw <= 3) launch_tiled_s<T, 3, false>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw <= 5) launch_tiled_s<T, 5, false>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw <= 7) launch_tiled_s<T, 7, false>(cu, g, t, x, w, b, z, y, e);
+        else launch_tiled_s<T, 9, false>(cu, g, t, x, w, b, z, y, e);
         KILN_CUDA_LAUNCHED(ctx, "dw_nhwc_tiled (depthwise)");
         return KILN_OK;
     }

@@ -113,6 +113,9 @@ struct kiln_cuda {
     bool gather_staged;     /* kiln.ChannelGather on NHWC by pixel tiles staged in shared memory
                              * (movement.cu channel_gather_nhwc_kernel; KILN_CUDA_GATHER_STAGED=0:
                              * element by element) */
+    bool dw_exact;          /* the tiled depthwise kernel compiled for the exact kernel width
+                             * (3, 5, 7: branch-free rows; conv_depthwise.cu;
+                             * KILN_CUDA_DW_EXACT=0: the width-guarded kernel for all) */
     bool perm_tile_vec;     /* those tiles read in 16- to 4-byte vectors where the offsets
                              * allow (movement.cu perm_tile_vec_kernel; KILN_CUDA_PERM_TILE_VEC=0:
                              * single elements) */
