@@ -49,6 +49,9 @@ for t in json.load(sys.stdin).get("tests", []):
     for a in cmd:
         for path in re.findall(re.escape(build) + r"/[^ \x27\x22]+", a):
             if os.path.isfile(path) and os.access(path, os.X_OK) and path not in progs: progs.append(path)
+    env = props.get("ENVIRONMENT") or []  # (its variables ride on the command: ctest sets them)
+    env = [env] if isinstance(env, str) else env
+    cmd = (["env"] + list(env) if env else []) + list(cmd)
     tests.write("\t".join([t["name"], str(props.get("SKIP_RETURN_CODE", "-")), q(props.get("WORKING_DIRECTORY", build)),
                             " ".join(q(a) for a in cmd)]) + "\n")
 with open(sys.argv[4], "w") as f:

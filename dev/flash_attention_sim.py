@@ -100,4 +100,4 @@ def run(D):
     print("D", D, "max err", np.nanmax(np.abs(O - ref)), "row 3 NaN:", np.isnan(O[3]).all(), "row 5 finite:", np.isfinite(O[5]).all(), "OK" if ok else "MISMATCH")
     return ok
 
-sys.exit(0 if all([run(D) for D in (32, 64, 128)]) else 1)
+sys.exit(0 if all([run(D) for D in (32, 48, 64, 80, 96, 112, 128)]) else 1)

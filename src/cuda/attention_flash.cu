@@ -1,6 +1,7 @@
 /*
  * attention_flash.cu — kiln.Attention (src/ops/attention.c) on CUDA in the FlashAttention-2
- * form, for f16 / bf16 with head dims D = Dv in {32, 64, 128}.
+ * form, for f16 / bf16 with head dims D = Dv a multiple of 16 from 32 to 128 (k-steps of 16
+ * for Q K^T, pairs of 8-wide n-tiles for P V; ViT-H/14's 80 among them).
  *
  * Validated on an H100 (bench/NOTES.md "t7 / z6 results": vit_b_16 fp16 at batch 256 45.2 ->
  * 31.9 ms). It runs when kiln_cuda's flash_attention is on: the default; off with
@@ -35,10 +36,10 @@
  *
  * dev/flash_attention_sim.py transcribes one warp of it into numpy at the fragment level
  * (ldmatrix and mma as the PTX ISA defines them) and checks the index math against plain
- * attention for D 32, 64 and 128: run it after changing the addressing or the softmax.
+ * attention for D 32 to 128: run it after changing the addressing or the softmax.
  *
  * What it takes (kiln_cuda_flash_attention_ok; otherwise attention.cu's kernels run, and the
- * reason is kept in kiln_cuda_stats.flash_refused): f16 / bf16, D = Dv in {32, 64, 128}, Q,
+ * reason is kept in kiln_cuda_stats.flash_refused): f16 / bf16, D = Dv in 32, 48, ..., 128, Q,
  * K and V rows that are 16-byte aligned runs (column stride 1; row and batch strides,
  * offset and the pointer multiples of 8 elements). The biases: any float dtype, any strides;
  * per key tile all threads stage their sum (times log2 e) into shared memory with
@@ -46,6 +47,7 @@
  * branch, as before, the loads went out one L2 round trip at a time: Swin-T's stage-1
  * layer took 0.45 ms at batch 64, 8 TFLOP/s.
  */
+#include "cp_async.cuh"
 #include "dtype.cuh"
 
 extern "C" {
@@ -121,16 +123,6 @@ __device__ __forceinline__ void stage_bias(float *sB, const void *p, int dt, lon
     else if (dt == KILN_BF16) stage_bias_t(sB, (const __nv_bfloat16 *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid, add);
     else if (dt == KILN_F32) stage_bias_t(sB, (const float *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid, add);
     else stage_bias_t(sB, (const double *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid, add);
-}
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
@@ -409,7 +401,11 @@ template <typename T, int D> kiln_status set_smem_d(kiln_context *ctx) {
 
 template <typename T> kiln_status set_smem_all(kiln_context *ctx) {
     kiln_status st = set_smem_d<T, 32>(ctx);
+    if (!st) st = set_smem_d<T, 48>(ctx);
     if (!st) st = set_smem_d<T, 64>(ctx);
+    if (!st) st = set_smem_d<T, 80>(ctx);
+    if (!st) st = set_smem_d<T, 96>(ctx);
+    if (!st) st = set_smem_d<T, 112>(ctx);
     if (!st) st = set_smem_d<T, 128>(ctx);
     return st;
 }
@@ -433,7 +429,11 @@ kiln_status launch_d(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, long long
 template <typename T> kiln_status launch_t(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, long long nbatch, int d, bool bias) {
     switch (d) {
     case 32: return launch_d<T, 32>(cu, ctx, a, nbatch, bias);
+    case 48: return launch_d<T, 48>(cu, ctx, a, nbatch, bias);
     case 64: return launch_d<T, 64>(cu, ctx, a, nbatch, bias);
+    case 80: return launch_d<T, 80>(cu, ctx, a, nbatch, bias);
+    case 96: return launch_d<T, 96>(cu, ctx, a, nbatch, bias);
+    case 112: return launch_d<T, 112>(cu, ctx, a, nbatch, bias);
     case 128: return launch_d<T, 128>(cu, ctx, a, nbatch, bias);
     default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "flash attention: head dim %d", d);
     }
@@ -458,8 +458,8 @@ extern "C" bool kiln_cuda_flash_attention_ok(const kiln_attn_geom *g, int dtype,
         snprintf(why, n, "dtype %s (the flash kernel takes f16 and bf16)", kiln_dtype_name((kiln_dtype)dtype));
         return false;
     }
-    if (g->d != g->dv || (g->d != 32 && g->d != 64 && g->d != 128)) {
-        snprintf(why, n, "head dims %lld and %lld (the flash kernel takes equal dims of 32, 64 or 128)",
+    if (g->d != g->dv || g->d % 16 != 0 || g->d < 32 || g->d > 128) {
+        snprintf(why, n, "head dims %lld and %lld (the flash kernel takes equal dims, a multiple of 16 from 32 to 128)",
                  (long long)g->d, (long long)g->dv);
         return false;
     }

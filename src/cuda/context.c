@@ -122,6 +122,14 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     cu->perm_tile_vec = switch_on(0, "KILN_CUDA_PERM_TILE_VEC");
     cu->gather_staged = switch_on(0, "KILN_CUDA_GATHER_STAGED");
     cu->dw_exact = switch_on(0, "KILN_CUDA_DW_EXACT");
+    cu->dw_pipe = switch_on(0, "KILN_CUDA_DW_PIPE");
+    {
+        /* KILN_CUDA_DW_PIPE_GRID=n: at most n pipelined depthwise blocks per channel chunk, so
+         * that a test's small problems give each block several tiles (its double buffer) */
+        const char *e = getenv("KILN_CUDA_DW_PIPE_GRID");
+        const long n = e ? atol(e) : 0;
+        cu->dw_pipe_grid = n > 0 && n < 65536 ? (int)n : 0;
+    }
     {
         const char *e = getenv("KILN_CUDA_DW_GRAPH");
         cu->dw_graph = e && (e[0] == '0' || e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : -1;

@@ -44,6 +44,7 @@
  *   the vector path 64-bit.
  */
 #include "conv_depthwise.cuh"
+#include "cp_async.cuh"
 
 #include <stdio.h>
 
@@ -68,8 +69,12 @@ struct Epi {
     float a, b;
 };
 
-/* As elementwise.cu's unary_op of the same activation (the epilogue kernel's). */
-__device__ __forceinline__ float act_apply(float v, const Epi &e) {
+/* As elementwise.cu's unary_op of the same activation (the epilogue kernel's). FAST (16-bit
+ * outputs): SiLU as v / (1 + exp(-v)) with the fast exponential and reciprocal (a few ulp of
+ * f32, far inside the f16 / bf16 rounding) instead of two IEEE divisions on a branch: in the
+ * tiled kernel's epilogue the exact form cost more than a 3x3's 9 FMAs an output. */
+template <bool FAST = false> __device__ __forceinline__ float act_apply(float v, const Epi &e) {
+    if (FAST && e.act == KILN_ACT_SILU) return v * __frcp_rn(1.f + __expf(-v));
     switch (e.act) {
     case KILN_ACT_RELU: return v > 0.f ? v : 0.f;
     case KILN_ACT_LEAKYRELU: return v < 0.f ? e.a * v : v;
@@ -246,6 +251,7 @@ constexpr int PL = 8;  /* tiled: patch loads in flight per thread */
 constexpr int TT = 8;  /* tiled: outputs along W per thread */
 
 struct Tile {
+    int stages;                               /* patches in shared memory: 1 tiled, 2 pipelined */
     int th, nct, qb, rows_t, cols_t, chunks; /* rows_t, cols_t, chunks: tiles per image */
     int ph, pw, rp;                           /* patch rows, columns, row pitch (elements) */
 };
@@ -283,81 +289,31 @@ template <typename T> __device__ __forceinline__ typename Quad<T>::type quad_of(
     return q;
 }
 
-/* EXACT: g.kw == KW, known when compiled: each kernel row is one branch-free run of
- * (TT - 1) * S + KW vector loads and TT * KW * TCH FMAs that the compiler schedules as a
- * whole (KW 3, 5, 7). Otherwise kw <= KW is read at run time and every tap is guarded (the
- * other widths; the loads wait in turn: ~4x slower). */
-template <typename T, int KW, int S, bool EXACT>
-__global__ void __launch_bounds__(THREADS, 2)
-    dw_nhwc_tiled(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
-                  T *__restrict__ y, Geo g, Tile tl, Epi e) {
-    using Q = typename Quad<T>::type;
-    extern __shared__ float4 smem4[];
-    const int kw = EXACT ? KW : g.kw;
-    const int cb = tl.qb * TCH, kk = g.kh * kw;
-    float *sw = reinterpret_cast<float *>(smem4); /* (kk, cb) */
-    T *sp = reinterpret_cast<T *>(sw + kk * cb);  /* (ph, rp >= pw * cb); kk * cb * 4 bytes: 16-byte aligned */
-    int bi = blockIdx.x;
-    const int chunk = bi % tl.chunks;
-    bi /= tl.chunks;
-    const int ctile = bi % tl.cols_t;
-    bi /= tl.cols_t;
-    const int rtile = bi % tl.rows_t;
-    const int n = bi / tl.rows_t;
-    const int c_base = chunk * cb, oh0 = rtile * tl.th, ow0 = ctile * tl.nct * TT;
-    const int ih0 = oh0 * S - g.pt, iw0 = ow0 * S - g.pl;
-    /* the weights as f32 [tap][channel], PL loads in flight per thread as for the patch */
+/* Channels [c_base, c_base + cb) of the weights (C, 1, kk taps) into sw as f32 [tap][channel]
+ * (zeros past C), PL loads in flight per thread. */
+template <typename T>
+__device__ __forceinline__ void load_weights(float *sw, const T *__restrict__ w, int kk, int cb, int c_base, int C) {
     for (int i0 = threadIdx.x; i0 < kk * cb; i0 += PL * blockDim.x) {
         float v[PL];
 #pragma unroll
         for (int l = 0; l < PL; l++) {
             const int i = i0 + l * blockDim.x, k = i / cb, c = c_base + (i - k * cb);
-            v[l] = i < kk * cb && c < g.C ? to_f(w[(size_t)c * kk + k]) : 0.f;
+            v[l] = i < kk * cb && c < C ? to_f(w[(size_t)c * kk + k]) : 0.f;
         }
 #pragma unroll
         for (int l = 0; l < PL; l++)
             if (i0 + l * blockDim.x < kk * cb) sw[i0 + l * blockDim.x] = v[l];
     }
-    /* the patch, a quad (4 channels: 8 or 16 bytes) at a time, quads of a pixel together;
-     * PL loads in flight per thread before any is stored (one at a time, the ~15 round
-     * trips of a 7x7 patch to L2 / DRAM each waited in turn: the block's load phase took
-     * longer than its arithmetic). Item i is quad q of patch pixel (pr, pc), i = (pr * pw +
-     * pc) * qb + q; a thread's items step by blockDim.x, walked with carries (no division
-     * per item). */
-    const int qb = tl.qb, nq = tl.ph * tl.pw * qb;
-    const int bd = blockDim.x, dq = bd % qb, dpix = bd / qb, dpr = dpix / tl.pw, dpc = dpix - dpr * tl.pw;
-    int q = threadIdx.x % qb, pr, pc;
-    {
-        const int pix = threadIdx.x / qb;
-        pr = pix / tl.pw;
-        pc = pix - pr * tl.pw;
-    }
-    for (int i0 = threadIdx.x; i0 < nq; i0 += PL * bd) {
-        Q v[PL];
-        int so[PL]; /* each item's offset in the patch */
-#pragma unroll
-        for (int l = 0; l < PL; l++) {
-            const int i = i0 + l * bd;
-            const int ih = ih0 + pr, iw = iw0 + pc, c = c_base + q * TCH;
-            /* C % 8 == 0: a quad inside X is inside whole */
-            if (i < nq && (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C)
-                v[l] = *reinterpret_cast<const Q *>(x + ((size_t)(n * g.H + ih) * g.W + iw) * g.C + c);
-            else {
-                const float zero[TCH] = {0.f, 0.f, 0.f, 0.f};
-                v[l] = quad_of<T>(zero);
-            }
-            so[l] = pr * tl.rp + pc * cb + q * TCH;
-            q += dq;
-            pc += dpc;
-            if (q >= qb) q -= qb, pc++;
-            pr += dpr;
-            if (pc >= tl.pw) pc -= tl.pw, pr++;
-        }
-#pragma unroll
-        for (int l = 0; l < PL; l++)
-            if (i0 + l * bd < nq) *reinterpret_cast<Q *>(sp + so[l]) = v[l];
-    }
-    __syncthreads();
+}
+
+/* One output tile of th rows x nct * TT columns x cb channels of image n from its staged
+ * patch sp (the weights in sw): what dw_nhwc_tiled and dw_nhwc_pipe share. */
+template <typename T, int KW, int S, bool EXACT>
+__device__ __forceinline__ void tile_compute(const T *sp, const float *sw, const T *__restrict__ b,
+                                             const T *__restrict__ z, T *__restrict__ y, const Geo &g,
+                                             const Tile &tl, const Epi &e, int n, int oh0, int ow0, int c_base) {
+    using Q = typename Quad<T>::type;
+    const int kw = EXACT ? KW : g.kw, cb = tl.qb * TCH, qb = tl.qb;
     const int items = qb * tl.th * tl.nct;
     for (int it = threadIdx.x; it < items; it += blockDim.x) {
         const int qq = it % qb, rest = it / qb;
@@ -411,9 +367,135 @@ __global__ void __launch_bounds__(THREADS, 2)
                 for (int k = 0; k < TCH; k++) acc[j][k] += v[k];
             }
 #pragma unroll
-            for (int k = 0; k < TCH; k++) acc[j][k] = act_apply(acc[j][k], e);
+            for (int k = 0; k < TCH; k++) acc[j][k] = act_apply<sizeof(T) == 2>(acc[j][k], e);
             *reinterpret_cast<Q *>(y + off) = quad_of<T>(acc[j]);
         }
+    }
+}
+
+/* EXACT: g.kw == KW, known when compiled: each kernel row is one branch-free run of
+ * (TT - 1) * S + KW vector loads and TT * KW * TCH FMAs that the compiler schedules as a
+ * whole (KW 3, 5, 7). Otherwise kw <= KW is read at run time and every tap is guarded (the
+ * other widths; the loads wait in turn: ~4x slower). */
+template <typename T, int KW, int S, bool EXACT>
+__global__ void __launch_bounds__(THREADS, 2)
+    dw_nhwc_tiled(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
+                  T *__restrict__ y, Geo g, Tile tl, Epi e) {
+    using Q = typename Quad<T>::type;
+    extern __shared__ float4 smem4[];
+    const int kw = EXACT ? KW : g.kw;
+    const int cb = tl.qb * TCH, kk = g.kh * kw;
+    float *sw = reinterpret_cast<float *>(smem4); /* (kk, cb) */
+    T *sp = reinterpret_cast<T *>(sw + kk * cb);  /* (ph, rp >= pw * cb); kk * cb * 4 bytes: 16-byte aligned */
+    int bi = blockIdx.x;
+    const int chunk = bi % tl.chunks;
+    bi /= tl.chunks;
+    const int ctile = bi % tl.cols_t;
+    bi /= tl.cols_t;
+    const int rtile = bi % tl.rows_t;
+    const int n = bi / tl.rows_t;
+    const int c_base = chunk * cb, oh0 = rtile * tl.th, ow0 = ctile * tl.nct * TT;
+    const int ih0 = oh0 * S - g.pt, iw0 = ow0 * S - g.pl;
+    load_weights(sw, w, kk, cb, c_base, g.C);
+    /* the patch, a quad (4 channels: 8 or 16 bytes) at a time, quads of a pixel together;
+     * PL loads in flight per thread before any is stored (one at a time, the ~15 round
+     * trips of a 7x7 patch to L2 / DRAM each waited in turn: the block's load phase took
+     * longer than its arithmetic). Item i is quad q of patch pixel (pr, pc), i = (pr * pw +
+     * pc) * qb + q; a thread's items step by blockDim.x, walked with carries (no division
+     * per item). */
+    const int qb = tl.qb, nq = tl.ph * tl.pw * qb;
+    const int bd = blockDim.x, dq = bd % qb, dpix = bd / qb, dpr = dpix / tl.pw, dpc = dpix - dpr * tl.pw;
+    int q = threadIdx.x % qb, pr, pc;
+    {
+        const int pix = threadIdx.x / qb;
+        pr = pix / tl.pw;
+        pc = pix - pr * tl.pw;
+    }
+    for (int i0 = threadIdx.x; i0 < nq; i0 += PL * bd) {
+        Q v[PL];
+        int so[PL]; /* each item's offset in the patch */
+#pragma unroll
+        for (int l = 0; l < PL; l++) {
+            const int i = i0 + l * bd;
+            const int ih = ih0 + pr, iw = iw0 + pc, c = c_base + q * TCH;
+            /* C % 8 == 0: a quad inside X is inside whole */
+            if (i < nq && (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C)
+                v[l] = *reinterpret_cast<const Q *>(x + ((size_t)(n * g.H + ih) * g.W + iw) * g.C + c);
+            else {
+                const float zero[TCH] = {0.f, 0.f, 0.f, 0.f};
+                v[l] = quad_of<T>(zero);
+            }
+            so[l] = pr * tl.rp + pc * cb + q * TCH;
+            q += dq;
+            pc += dpc;
+            if (q >= qb) q -= qb, pc++;
+            pr += dpr;
+            if (pc >= tl.pw) pc -= tl.pw, pr++;
+        }
+#pragma unroll
+        for (int l = 0; l < PL; l++)
+            if (i0 + l * bd < nq) *reinterpret_cast<Q *>(sp + so[l]) = v[l];
+    }
+    __syncthreads();
+    tile_compute<T, KW, S, EXACT>(sp, sw, b, z, y, g, tl, e, n, oh0, ow0, c_base);
+}
+
+/* Pipelined NHWC (kw = KW in 3, 5, 7; stride S = 1 or 2 both ways, dilation 1, C % 8 == 0,
+ * X / Y / Z 16-byte aligned). The tiled kernel's tiles and arithmetic (tile_compute), but a
+ * block stays resident: grid row blockIdx.y is its channel chunk (its weights loaded once),
+ * and it takes the chunk's spatial tiles blockIdx.x, + gridDim.x, ... in turn, copying the
+ * next tile's patch into the second of two shared buffers with cp.async (16 bytes a copy,
+ * zero-filled outside X: the pads) while it computes the current one. The tiled kernel
+ * copied a patch, waited at a barrier, then computed, with ~3 blocks a multiprocessor:
+ * the copies' latency was not hidden (its 3x3s ran at ~20% of the bandwidth). */
+template <typename T, int KW, int S>
+__global__ void __launch_bounds__(THREADS, 2)
+    dw_nhwc_pipe(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
+                 T *__restrict__ y, Geo g, Tile tl, Epi e) {
+    constexpr int UE = 16 / (int)sizeof(T); /* elements a 16-byte copy moves */
+    extern __shared__ float4 smem4[];
+    const int cb = tl.qb * TCH, kk = g.kh * KW;
+    float *sw = reinterpret_cast<float *>(smem4);                 /* (kk, cb) */
+    T *const sp0 = reinterpret_cast<T *>(sw + kk * cb);           /* two patches (ph, rp) */
+    T *const sp1 = sp0 + tl.ph * tl.rp;                           /* rp * sizeof(T) % 16 == 0 */
+    const int c_base = blockIdx.y * cb, tiles = g.N * tl.rows_t * tl.cols_t;
+    load_weights(sw, w, kk, cb, c_base, g.C);
+    /* a patch's copies: unit u (UE channels) of pixel (pr, pc), item ((pr * pw + pc) * upp +
+     * u), a thread's items blockDim.x apart, walked with carries from its first */
+    const int upp = cb / UE, nu = tl.ph * tl.pw * upp, bd = blockDim.x;
+    const int du = bd % upp, dpix = bd / upp, dpr = dpix / tl.pw, dpc = dpix - dpr * tl.pw;
+    const int u_0 = threadIdx.x % upp, pix0 = threadIdx.x / upp, pr_0 = pix0 / tl.pw, pc_0 = pix0 - pr_0 * tl.pw;
+    auto stage = [&](int t, T *buf) {
+        const int ctile = t % tl.cols_t, rest = t / tl.cols_t;
+        const int rtile = rest % tl.rows_t, n = rest / tl.rows_t;
+        const int ih0 = rtile * tl.th * S - g.pt, iw0 = ctile * tl.nct * TT * S - g.pl;
+        int u = u_0, pr = pr_0, pc = pc_0;
+        for (int i = threadIdx.x; i < nu; i += bd) {
+            const int ih = ih0 + pr, iw = iw0 + pc, c = c_base + u * UE;
+            /* C % 8 == 0 and c % UE == 0: a unit inside X is inside whole */
+            const bool in = (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C;
+            const T *src = in ? x + ((size_t)(n * g.H + ih) * g.W + iw) * g.C + c : x;
+            cp_async16(smem_u32(buf + pr * tl.rp + pc * cb + u * UE), src, in ? 16 : 0);
+            u += du;
+            pc += dpc;
+            if (u >= upp) u -= upp, pc++;
+            pr += dpr;
+            if (pc >= tl.pw) pc -= tl.pw, pr++;
+        }
+    };
+    int t = blockIdx.x;
+    if (t < tiles) stage(t, sp0);
+    cp_async_commit();
+    for (int k = 0; t < tiles; k++, t += gridDim.x) {
+        T *cur = (k & 1) ? sp1 : sp0;
+        if (t + (int)gridDim.x < tiles) stage(t + gridDim.x, (k & 1) ? sp0 : sp1);
+        cp_async_commit(); /* (an empty group on the last tile: the wait below stays one behind) */
+        cp_async_wait<1>(); /* this tile's patch is in (for this thread's copies) */
+        __syncthreads();    /* ... and every thread's, and the weights */
+        const int ctile = t % tl.cols_t, rest = t / tl.cols_t;
+        const int rtile = rest % tl.rows_t, n = rest / tl.rows_t;
+        tile_compute<T, KW, S, true>(cur, sw, b, z, y, g, tl, e, n, rtile * tl.th, ctile * tl.nct * TT, c_base);
+        __syncthreads(); /* every thread is done with cur before the next tile's copies refill it */
     }
 }
 
@@ -421,15 +503,17 @@ __global__ void __launch_bounds__(THREADS, 2)
 constexpr size_t TILE_SMEM = 48 * 1024;
 
 size_t tile_smem(const Geo &g, const Tile &t, size_t es) {
-    return (size_t)g.kh * g.kw * t.qb * TCH * sizeof(float) + (size_t)t.ph * t.rp * es;
+    return (size_t)g.kh * g.kw * t.qb * TCH * sizeof(float) + (size_t)t.stages * t.ph * t.rp * es;
 }
 
-/* The tiled kernel's tile for g (element size es), or false when it does not take g:
- * NHWC, stride 1 or 2 (the same both ways), dilation 1, C % 8 == 0 (checked by the caller,
- * with alignment), and a tile that fits TILE_SMEM. Columns: column tiles of TT outputs, at most 8 (64 columns)
- * per block, spread evenly; rows: up to 8; channels: as many quads as fill ~THREADS
- * threads, fewer while the patch does not fit. */
-bool tile_for(const Geo &g, size_t es, Tile *t) {
+/* The tiled kernel's tile for g (element size es; stages patches: 1 tiled, 2 pipelined), or
+ * false when it does not take g: NHWC, stride 1 or 2 (the same both ways), dilation 1,
+ * C % 8 == 0 (checked by the caller, with alignment), and a tile that fits TILE_SMEM.
+ * Columns: column tiles of TT outputs, at most 8 (64 columns) per block, spread evenly;
+ * rows: up to 8; channels: as many quads as fill ~THREADS threads, fewer while the patches
+ * do not fit. */
+bool tile_for(const Geo &g, size_t es, int stages, Tile *t) {
+    t->stages = stages;
     const int S = g.sh;
     if ((S != 1 && S != 2) || g.sw != S || g.dh != 1 || g.dw != 1 || g.C % 8 != 0) return false;
     const int need = (g.OW + TT - 1) / TT, parts = (need + 7) / 8;
@@ -448,7 +532,9 @@ bool tile_for(const Geo &g, size_t es, Tile *t) {
          * banks; the pitch stays a multiple of 8 bytes (16 for f32: group_bytes / S is) */
         const int group_bytes = qb * TCH * (int)es, row_bytes = t->pw * qb * TCH * (int)es, win = 128 / S;
         const int extra = group_bytes < 128 ? ((group_bytes / S - row_bytes % win) % win + win) % win : 0;
-        t->rp = (row_bytes + extra) / (int)es;
+        int pitch = row_bytes + extra;
+        if (stages > 1) pitch = (pitch + 15) / 16 * 16; /* the second patch 16-byte aligned, for cp.async */
+        t->rp = pitch / (int)es;
         if (tile_smem(g, *t, es) <= TILE_SMEM) break;
         if (qb > 2) qb -= 2;
         else if (t->th > 1) t->th--;
@@ -477,6 +563,35 @@ void launch_tiled_s(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, c
                     const void *z, void *y, const Epi &e) {
     if (g.sh == 1) launch_tiled<T, KW, 1, EXACT>(cu, g, t, x, w, b, z, y, e);
     else launch_tiled<T, KW, 2, EXACT>(cu, g, t, x, w, b, z, y, e);
+}
+
+/* The pipelined kernel on g: each channel chunk's share of as many blocks as are resident at
+ * once (the occupancy calculator's count), each taking its chunk's spatial tiles in turn. */
+template <typename T, int KW, int S>
+void launch_pipe(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
+                 const void *z, void *y, const Epi &e) {
+    const int items = t.qb * t.th * t.nct;
+    int threads = (items + 31) / 32 * 32;
+    if (threads > THREADS) threads = THREADS;
+    const size_t smem = tile_smem(g, t, sizeof(T));
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dw_nhwc_pipe<T, KW, S>, threads, smem) != cudaSuccess ||
+        per_sm < 1)
+        per_sm = 1;
+    const int64_t tiles = (int64_t)g.N * t.rows_t * t.cols_t;
+    int64_t bx = ((int64_t)cu->props.sm_count * per_sm + t.chunks - 1) / t.chunks;
+    if (cu->dw_pipe_grid > 0 && bx > cu->dw_pipe_grid) bx = cu->dw_pipe_grid;
+    if (bx > tiles) bx = tiles;
+    if (bx < 1) bx = 1;
+    dw_nhwc_pipe<T, KW, S><<<dim3((unsigned)bx, (unsigned)t.chunks), threads, smem, cu->stream>>>(
+        (const T *)x, (const T *)w, (const T *)b, (const T *)z, (T *)y, g, t, e);
+}
+
+template <typename T, int KW>
+void launch_pipe_s(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
+                   const void *z, void *y, const Epi &e) {
+    if (g.sh == 1) launch_pipe<T, KW, 1>(cu, g, t, x, w, b, z, y, e);
+    else launch_pipe<T, KW, 2>(cu, g, t, x, w, b, z, y, e);
 }
 
 /* Any layout and alignment: a thread per output element i of Y's layout (NHWC: (n, oh,
@@ -609,7 +724,16 @@ kiln_status forward(kiln_cuda *cu, kiln_context *ctx, const Geo &g, bool nhwc, c
                     const void *b, const void *z, void *y, Epi e, int variant) {
     const bool vec = nhwc && g.C % CPT == 0 && aligned16(x, y, z);
     Tile t;
-    if (vec && variant != KILN_CUDA_DW_PER_TILE && tile_for(g, sizeof(T), &t)) {
+    const bool exact = cu->dw_exact && (g.kw == 3 || g.kw == 5 || g.kw == 7);
+    if (vec && variant != KILN_CUDA_DW_PER_TILE && exact && cu->dw_pipe && tile_for(g, sizeof(T), 2, &t) &&
+        (int64_t)g.N * t.rows_t * t.cols_t <= 0x7fffffff && t.chunks <= 65535) {
+        if (g.kw == 3) launch_pipe_s<T, 3>(cu, g, t, x, w, b, z, y, e);
+        else if (g.kw == 5) launch_pipe_s<T, 5>(cu, g, t, x, w, b, z, y, e);
+        else launch_pipe_s<T, 7>(cu, g, t, x, w, b, z, y, e);
+        KILN_CUDA_LAUNCHED(ctx, "dw_nhwc_pipe (depthwise)");
+        return KILN_OK;
+    }
+    if (vec && variant != KILN_CUDA_DW_PER_TILE && tile_for(g, sizeof(T), 1, &t)) {
         /* the widths the zoo has compiled exactly (KILN_CUDA_DW_EXACT=0: the guarded kernel for all) */
         if (g.kw == 3 && cu->dw_exact) launch_tiled_s<T, 3, true>(cu, g, t, x, w, b, z, y, e);
         else if (g.kw == 5 && cu->dw_exact) launch_tiled_s<T, 5, true>(cu, g, t, x, w, b, z, y, e);
@@ -678,7 +802,7 @@ extern "C" bool kiln_cuda_conv_depthwise_tiled(const kiln_cuda_dw_geo *g, kiln_d
     char why[160];
     Tile t;
     return g->nhwc && kiln_cuda_float_dtype(dt) && kiln_cuda_conv_depthwise_fits(g, why, sizeof why) &&
-           tile_for(geo32(g), kiln_dtype_size(dt), &t);
+           tile_for(geo32(g), kiln_dtype_size(dt), 1, &t);
 }
 
 extern "C" kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,

@@ -116,6 +116,11 @@ struct kiln_cuda {
     bool dw_exact;          /* the tiled depthwise kernel compiled for the exact kernel width
                              * (3, 5, 7: branch-free rows; conv_depthwise.cu;
                              * KILN_CUDA_DW_EXACT=0: the width-guarded kernel for all) */
+    bool dw_pipe;           /* those widths by the pipelined kernel (resident blocks, the next
+                             * tile's patch copied while the current one is computed;
+                             * KILN_CUDA_DW_PIPE=0: one tile a block) */
+    int dw_pipe_grid;       /* > 0: at most that many of its blocks per channel chunk
+                             * (KILN_CUDA_DW_PIPE_GRID; tests); 0: as many as are resident */
     bool perm_tile_vec;     /* those tiles read in 16- to 4-byte vectors where the offsets
                              * allow (movement.cu perm_tile_vec_kernel; KILN_CUDA_PERM_TILE_VEC=0:
                              * single elements) */

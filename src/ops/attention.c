@@ -759,6 +759,22 @@ static int test(void) {
         fails += kiln_optest_sweep("Attention", "k_view=[2,3,0,2,1];scale=0.125", 0, 3, in, 1,
                                    "L = 197, D = 64, rank 3");
     }
+    /* ViT-H/14's head dim 80 at its sequence (L = 257), and 48 (head dims that are multiples
+     * of 16 but not powers of two: the flash kernel's k-steps of 16, its 8-wide n-tiles) */
+    {
+        kiln_tensor *in[3] = {kt_rand(KILN_F32, 3, KT_DIMS(2, 257, 80), -1, 1, 9140),
+                              kt_rand(KILN_F32, 3, KT_DIMS(2, 257, 80), -1, 1, 9141),
+                              kt_rand(KILN_F32, 3, KT_DIMS(2, 257, 80), -1, 1, 9142)};
+        fails += kiln_optest_sweep("Attention", "k_view=[2,3,0,2,1];scale=0.1118034", 0, 3, in, 1,
+                                   "L = 257, D = 80 (ViT-H), rank 3");
+    }
+    {
+        kiln_tensor *in[3] = {kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 90, 48), -1, 1, 9143),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 75, 48), -1, 1, 9144),
+                              kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 75, 48), -1, 1, 9145)};
+        fails += kiln_optest_sweep("Attention", "k_view=[2,4,0,1,3,2];scale=0.14433757", 0, 3, in, 1,
+                                   "Lq 90, Lk 75, D = 48");
+    }
     /* Cases for the CUDA flash kernel (attention_flash.cu: f16 / bf16, D 32 / 64 / 128, keys
      * in tiles of 64, query rows in tiles of 64): ViT-B's head dim in the packed
      * in-projection views (6 batch x heads, L = 197 not a multiple of 64); Lq 100 and Lk 130
