@@ -403,8 +403,11 @@ static const kiln_algo_entry *kept_choice(kiln_cuda *cu, const char *key);
 /* dw_faster's choice as kept with the algorithm choices (on the disk too): kiln's tiled kernel
  * (it falls back to the per-tile one where the tile does not fit), the per-tile kernel,
  * cuDNN's legacy path, cuDNN's ConvFwd graph + kiln's epilogue, the graph with the epilogue
- * inside; under dw_key's key, shared with the workspace query (kiln_cuda_ws_conv). */
-enum { DW_KEPT_TILED, DW_KEPT_PER_TILE, DW_KEPT_CUDNN, DW_KEPT_GRAPH, DW_KEPT_GRAPH_EPI };
+ * inside, kiln's pipelined kernel (the tiled one where it does not take the problem); under
+ * dw_key's key, shared with the workspace query (kiln_cuda_ws_conv). */
+enum { DW_KEPT_TILED, DW_KEPT_PER_TILE, DW_KEPT_CUDNN, DW_KEPT_GRAPH, DW_KEPT_GRAPH_EPI, DW_KEPT_PIPE };
+/* Whether a kept choice is one of the graphs (they need a plan and workspace). */
+static bool dw_kept_graph(int algo) { return algo == DW_KEPT_GRAPH || algo == DW_KEPT_GRAPH_EPI; }
 static void dw_key(const kiln_cuda *cu, const kiln_op_ctx *c, const conv_geo *g, kiln_dtype dt, int dir, bool fused,
                    char *key, size_t n);
 
@@ -590,7 +593,7 @@ kiln_status kiln_cuda_ws_conv(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
         dw_key(cu, c, &g, c->in[0]->dtype, DIR_FWD, fused, dkey, sizeof dkey);
         const kiln_algo_entry *kept = cu->dw_graph > 0 ? NULL : kept_choice(cu, dkey);
         const bool with_epi = cu->dw_graph == 2 || (kept && kept->algo == DW_KEPT_GRAPH_EPI);
-        for (int epi = 0; epi < (with_epi ? 2 : 1) && !(kept && kept->algo < DW_KEPT_GRAPH); epi++) {
+        for (int epi = 0; epi < (with_epi ? 2 : 1) && !(kept && !dw_kept_graph(kept->algo)); epi++) {
             if (kept && epi != kept->algo - DW_KEPT_GRAPH) continue;
             struct kiln_genstats_problem *p;
             size_t w = 0;
@@ -1086,8 +1089,10 @@ static kiln_status dw_graph_fit(kiln_cuda *cu, kiln_op_ctx *c, const conv_geo *g
  * this process's list (while it has room), so the node's later runs find it there. */
 static kiln_status dw_remember(kiln_cuda *cu, int dir, bool fused, kiln_dtype dt, const kiln_cuda_dw_geo *dg, int ek,
                                int kept, bool *kiln, int *variant, int *graph) {
-    *kiln = kept == DW_KEPT_TILED || kept == DW_KEPT_PER_TILE;
-    *variant = kept == DW_KEPT_PER_TILE ? KILN_CUDA_DW_PER_TILE : KILN_CUDA_DW_TILED;
+    *kiln = kept == DW_KEPT_TILED || kept == DW_KEPT_PER_TILE || kept == DW_KEPT_PIPE;
+    *variant = kept == DW_KEPT_PER_TILE ? KILN_CUDA_DW_PER_TILE
+               : kept == DW_KEPT_PIPE   ? KILN_CUDA_DW_PIPE
+                                        : KILN_CUDA_DW_TILED;
     *graph = kept == DW_KEPT_GRAPH ? 1 : kept == DW_KEPT_GRAPH_EPI ? 2 : 0;
     if (cu->n_dw_choice < (int)(sizeof cu->dw_choice / sizeof cu->dw_choice[0])) {
         struct kiln_cuda_dw_choice *e = &cu->dw_choice[cu->n_dw_choice++];
@@ -1108,17 +1113,21 @@ static kiln_status dw_remember(kiln_cuda *cu, int dir, bool fused, kiln_dtype dt
  * timed the first time the problem is met (outside graph capture: a plan's first run is
  * eager) and the fastest kept: cuDNN runs convnext's 7x7 at 20-31 GB/s but MobileNet's 3x3
  * in f16 NHWC near 600 GB/s, faster than the per-tile kernel (H200); forward, the tiled
- * and the per-tile kernels are timed apart where the tiled one takes the problem. Without
- * autotune: the kernel (tiled where it takes the problem). */
+ * and the per-tile kernels are timed apart where the tiled one takes the problem, and the
+ * pipelined one where it takes it (it wins at 14x14 and 28x28, loses at 56x56 and up:
+ * bench/NOTES.md z20b). Without autotune: the kernel (tiled where it takes the problem;
+ * pipelined with KILN_CUDA_DW_PIPE=1). */
 static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, kiln_dtype dt,
                              const kiln_cuda_dw_geo *dg, const conv_geo *g, const void *y, const void *z, bool *kiln,
                              int *variant, int *graph) {
     *kiln = true;
-    *variant = KILN_CUDA_DW_TILED;
+    *variant = cu->dw_pipe > 0 ? KILN_CUDA_DW_PIPE : KILN_CUDA_DW_TILED;
     *graph = 0;
     if (cu->dw_force) {
-        *kiln = cu->dw_force == 1 || cu->dw_force == 3;
-        *variant = cu->dw_force == 3 ? KILN_CUDA_DW_PER_TILE : KILN_CUDA_DW_TILED;
+        *kiln = cu->dw_force == 1 || cu->dw_force == 3 || cu->dw_force == 6;
+        *variant = cu->dw_force == 3   ? KILN_CUDA_DW_PER_TILE
+                   : cu->dw_force == 6 ? KILN_CUDA_DW_PIPE
+                                       : KILN_CUDA_DW_TILED;
         *graph = cu->dw_force == 4 ? 1 : cu->dw_force == 5 ? 2 : 0;
         return KILN_OK;
     }
@@ -1138,7 +1147,7 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     char key[KILN_ALGO_KEY];
     dw_key(cu, c, g, dt, dir, fused, key, sizeof key);
     const kiln_algo_entry *kept = cu->dw_graph > 0 ? NULL : kept_choice(cu, key);
-    if (kept && kept->algo >= DW_KEPT_TILED && kept->algo <= DW_KEPT_CUDNN) {
+    if (kept && !dw_kept_graph(kept->algo) && kept->algo >= DW_KEPT_TILED && kept->algo <= DW_KEPT_PIPE) {
         cu->stats.dw_kept++;
         return dw_remember(cu, dir, fused, dt, dg, ek, kept->algo, kiln, variant, graph);
     }
@@ -1184,16 +1193,18 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     if (!cu->autotune || capturing(cu) || (z && z == y) ||
         cu->n_dw_choice == (int)(sizeof cu->dw_choice / sizeof cu->dw_choice[0]))
         return KILN_OK;
-    float tk = INFINITY, td = INFINITY, tp = INFINITY, tg[2] = {INFINITY, INFINITY};
+    float tk = INFINITY, td = INFINITY, tp = INFINITY, tq = INFINITY, tg[2] = {INFINITY, INFINITY};
     kiln_status st = time_op(cu, c, dir, fused, 1, -1, &tk);
     if (!st) st = time_op(cu, c, dir, fused, 2, -1, &td);
     if (!st && dir == DIR_FWD && kiln_cuda_conv_depthwise_tiled(dg, dt)) st = time_op(cu, c, dir, fused, 3, -1, &tp);
+    if (!st && dir == DIR_FWD && kiln_cuda_conv_depthwise_pipe(cu, dg, dt, y, z))
+        st = time_op(cu, c, dir, fused, 6, -1, &tq);
     for (int e = 0; e < 2 && !st; e++)
         if (gp[e]) st = time_op(cu, c, dir, fused, 4 + e, -1, &tg[e]);
     if (st) return st;
-    const float tkiln = tk < tp ? tk : tp, tgraph = tg[0] < tg[1] ? tg[0] : tg[1];
+    const float tkiln = fminf(fminf(tk, tp), tq), tgraph = tg[0] < tg[1] ? tg[0] : tg[1];
     const bool k = tkiln <= td && tkiln <= tgraph;
-    const int choice = k ? (tp < tk ? DW_KEPT_PER_TILE : DW_KEPT_TILED)
+    const int choice = k ? (tq == tkiln && tq < tk ? DW_KEPT_PIPE : tp < tk ? DW_KEPT_PER_TILE : DW_KEPT_TILED)
                        : tgraph < td ? (tg[1] <= tg[0] ? DW_KEPT_GRAPH_EPI : DW_KEPT_GRAPH)
                                      : DW_KEPT_CUDNN;
     const float best = k ? tkiln : tgraph < td ? tgraph : td;
@@ -1201,11 +1212,11 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     cu->stats.dw_timed++;
     dw_remember(cu, dir, fused, dt, dg, ek, choice, kiln, variant, graph);
     kiln_cuda_conv_stats_note(c->kctx,
-             "conv depthwise %s %s N=%lld C=%lld %lldx%lld %lldx%lld s%lld: kiln %.3f / %.3f ms, cuDNN %.3f ms, graph "
-             "%.3f ms, graph with epilogue %.3f ms: %s",
+             "conv depthwise %s %s N=%lld C=%lld %lldx%lld %lldx%lld s%lld: kiln %.3f / %.3f / pipelined %.3f ms, cuDNN "
+             "%.3f ms, graph %.3f ms, graph with epilogue %.3f ms: %s",
              dir == DIR_FWD ? "forward" : dir == DIR_BWD_DATA ? "data gradient" : "weight gradient", kiln_dtype_name(dt),
              (long long)dg->N, (long long)dg->C, (long long)dg->H, (long long)dg->W, (long long)dg->kh,
-             (long long)dg->kw, (long long)dg->sh, tk, tp, td, tg[0], tg[1],
+             (long long)dg->kw, (long long)dg->sh, tk, tp, tq, td, tg[0], tg[1],
              *kiln ? "kiln" : *graph == 2 ? "graph with epilogue" : *graph ? "graph" : "cuDNN");
     return KILN_OK;
 }

@@ -565,6 +565,14 @@ void launch_tiled_s(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, c
     else launch_tiled<T, KW, 2, EXACT>(cu, g, t, x, w, b, z, y, e);
 }
 
+/* Whether the pipelined kernel takes g (element size es; its tile in *t): kw 3, 5 or 7 (the
+ * exact widths, unless KILN_CUDA_DW_EXACT=0), unless KILN_CUDA_DW_PIPE=0, two patches that
+ * fit, and a grid it can index. */
+bool pipe_takes(const kiln_cuda *cu, const Geo &g, size_t es, Tile *t) {
+    return cu->dw_exact && cu->dw_pipe >= 0 && (g.kw == 3 || g.kw == 5 || g.kw == 7) && tile_for(g, es, 2, t) &&
+           (int64_t)g.N * t->rows_t * t->cols_t <= 0x7fffffff && t->chunks <= 65535;
+}
+
 /* The pipelined kernel on g: each channel chunk's share of as many blocks as are resident at
  * once (the occupancy calculator's count), each taking its chunk's spatial tiles in turn. */
 template <typename T, int KW, int S>
@@ -724,9 +732,7 @@ kiln_status forward(kiln_cuda *cu, kiln_context *ctx, const Geo &g, bool nhwc, c
                     const void *b, const void *z, void *y, Epi e, int variant) {
     const bool vec = nhwc && g.C % CPT == 0 && aligned16(x, y, z);
     Tile t;
-    const bool exact = cu->dw_exact && (g.kw == 3 || g.kw == 5 || g.kw == 7);
-    if (vec && variant != KILN_CUDA_DW_PER_TILE && exact && cu->dw_pipe && tile_for(g, sizeof(T), 2, &t) &&
-        (int64_t)g.N * t.rows_t * t.cols_t <= 0x7fffffff && t.chunks <= 65535) {
+    if (vec && variant == KILN_CUDA_DW_PIPE && pipe_takes(cu, g, sizeof(T), &t)) {
         if (g.kw == 3) launch_pipe_s<T, 3>(cu, g, t, x, w, b, z, y, e);
         else if (g.kw == 5) launch_pipe_s<T, 5>(cu, g, t, x, w, b, z, y, e);
         else launch_pipe_s<T, 7>(cu, g, t, x, w, b, z, y, e);
@@ -796,6 +802,14 @@ extern "C" bool kiln_cuda_conv_depthwise_fits(const kiln_cuda_dw_geo *g, char *w
         return false;
     }
     return true;
+}
+
+extern "C" bool kiln_cuda_conv_depthwise_pipe(const kiln_cuda *cu, const kiln_cuda_dw_geo *g, kiln_dtype dt,
+                                              const void *y, const void *z) {
+    char why[160];
+    Tile t;
+    return g->nhwc && kiln_cuda_float_dtype(dt) && g->C % CPT == 0 && aligned16(y, z) &&
+           kiln_cuda_conv_depthwise_fits(g, why, sizeof why) && pipe_takes(cu, geo32(g), kiln_dtype_size(dt), &t);
 }
 
 extern "C" bool kiln_cuda_conv_depthwise_tiled(const kiln_cuda_dw_geo *g, kiln_dtype dt) {

@@ -116,9 +116,10 @@ struct kiln_cuda {
     bool dw_exact;          /* the tiled depthwise kernel compiled for the exact kernel width
                              * (3, 5, 7: branch-free rows; conv_depthwise.cu;
                              * KILN_CUDA_DW_EXACT=0: the width-guarded kernel for all) */
-    bool dw_pipe;           /* those widths by the pipelined kernel (resident blocks, the next
-                             * tile's patch copied while the current one is computed;
-                             * KILN_CUDA_DW_PIPE=0: one tile a block) */
+    int dw_pipe;            /* those widths by the pipelined kernel (resident blocks, the next
+                             * tile's patch copied while the current one is computed): -1
+                             * never (KILN_CUDA_DW_PIPE=0), 0 where timed faster (the
+                             * default), 1 wherever it takes the problem (=1) */
     int dw_pipe_grid;       /* > 0: at most that many of its blocks per channel chunk
                              * (KILN_CUDA_DW_PIPE_GRID; tests); 0: as many as are resident */
     bool perm_tile_vec;     /* those tiles read in 16- to 4-byte vectors where the offsets
@@ -542,12 +543,16 @@ bool kiln_cuda_conv_depthwise_fits(const kiln_cuda_dw_geo *g, char *why, size_t 
  * C % 8 == 0: an input patch in shared memory per block) where it takes g, else the
  * per-tile one; KILN_CUDA_DW_PER_TILE, the per-tile NHWC kernel (each thread reads its
  * taps through L1) or the scalar one. */
-enum { KILN_CUDA_DW_TILED = 0, KILN_CUDA_DW_PER_TILE = 1 };
+enum { KILN_CUDA_DW_TILED = 0, KILN_CUDA_DW_PER_TILE = 1, KILN_CUDA_DW_PIPE = 2 };
+/* Whether KILN_CUDA_DW_PIPE runs the pipelined kernel on g in dtype dt with these outputs
+ * (kw 3, 5 or 7, and what the tiled kernel needs; else it is the tiled kernel). */
+bool kiln_cuda_conv_depthwise_pipe(const kiln_cuda *cu, const kiln_cuda_dw_geo *g, kiln_dtype dt, const void *y,
+                                   const void *z);
 /* Whether KILN_CUDA_DW_TILED runs the tiled kernel on g in dtype dt (else it is the
  * per-tile one, and timing it again is pointless). */
 bool kiln_cuda_conv_depthwise_tiled(const kiln_cuda_dw_geo *g, kiln_dtype dt);
 /* y = act(conv(x, w) + b + z): b (C) and z (like y) may be NULL, act NULL for none;
- * variant: KILN_CUDA_DW_TILED or KILN_CUDA_DW_PER_TILE. No workspace. */
+ * variant: KILN_CUDA_DW_TILED, KILN_CUDA_DW_PER_TILE or KILN_CUDA_DW_PIPE. No workspace. */
 kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,
                                              const kiln_cuda_dw_geo *g, const void *x, const void *w,
                                              const void *b, const void *z, const kiln_cuda_act *act, int variant,
