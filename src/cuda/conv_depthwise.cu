@@ -32,6 +32,13 @@
  *   and cuDNN's path are each timed once per problem and the fastest kept; without, the
  *   tiled kernel where it takes the problem.
  *
+ *   The tiled kernel is compiled for the exact kernel widths 3, 5 and 7 (a kernel row one
+ *   branch-free run of vector loads and FMAs; other widths guarded at run time). For those
+ *   widths the pipelined kernel (dw_nhwc_pipe) keeps its blocks resident and copies the next
+ *   tile's patch with cp.async while computing the current one: 1.4-1.6x faster than the
+ *   tiled kernel at 28x28 and 14x14, slower at 56x56 and above (an H200, bench/NOTES.md z20b),
+ *   so conv.c times it as one more candidate.
+ *
  *   Otherwise (NCHW, or NHWC with C % 8 != 0 or unaligned buffers): a thread per output
  *   element, neighbouring threads on neighbouring elements of Y's layout (coalesced), the
  *   taps read through L1.

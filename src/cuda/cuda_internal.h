@@ -149,7 +149,7 @@ struct kiln_cuda {
     int n_dw_choice;
     /* while one is timed: 1 the tiled kernel (KILN_CUDA_DW_TILED), 2 cuDNN's path, 3 the
      * per-tile kernel, 4 cuDNN's ConvFwd graph then kiln's epilogue, 5 the graph with its
-     * epilogue inside (0: the choice) */
+     * epilogue inside, 6 the pipelined kernel (KILN_CUDA_DW_PIPE; 0: the choice) */
     int dw_force;
     /* depthwise forwards on cuDNN's graph API (conv.c, dw_faster): KILN_CUDA_DW_GRAPH=0
      * never, 1 the ConvFwd graph + kiln's epilogue wherever it has a plan, 2 the graph with

@@ -775,7 +775,7 @@ static int test(void) {
         fails += kiln_optest_sweep("Attention", "k_view=[2,4,0,1,3,2];scale=0.14433757", 0, 3, in, 1,
                                    "Lq 90, Lk 75, D = 48");
     }
-    /* Cases for the CUDA flash kernel (attention_flash.cu: f16 / bf16, D 32 / 64 / 128, keys
+    /* Cases for the CUDA flash kernel (attention_flash.cu: f16 / bf16, D a multiple of 16 from 32 to 128, keys
      * in tiles of 64, query rows in tiles of 64): ViT-B's head dim in the packed
      * in-projection views (6 batch x heads, L = 197 not a multiple of 64); Lq 100 and Lk 130
      * with a bias broadcast over the batch; D = 128 with the output transposed (element
