@@ -76,45 +76,70 @@ struct Epi {
     float a, b;
 };
 
-/* As elementwise.cu's unary_op of the same activation (the epilogue kernel's). FAST (16-bit
- * outputs): SiLU as v / (1 + exp(-v)) with the fast exponential and reciprocal (a few ulp of
- * f32, far inside the f16 / bf16 rounding) instead of two IEEE divisions on a branch: in the
- * tiled kernel's epilogue the exact form cost more than a 3x3's 9 FMAs an output. */
-template <bool FAST = false> __device__ __forceinline__ float act_apply(float v, const Epi &e) {
-    if (FAST && e.act == KILN_ACT_SILU) return v * __frcp_rn(1.f + __expf(-v));
-    switch (e.act) {
-    case KILN_ACT_RELU: return v > 0.f ? v : 0.f;
-    case KILN_ACT_LEAKYRELU: return v < 0.f ? e.a * v : v;
-    case KILN_ACT_CLIP: {
+/* Activation ACT (a KILN_ACT_*) of v, as elementwise.cu's unary_op of the same activation
+ * (the epilogue kernel's). FAST (16-bit outputs): SiLU as v / (1 + exp(-v)) with the fast
+ * exponential and reciprocal (a few ulp of f32, far inside the f16 / bf16 rounding) instead of
+ * two IEEE divisions on a branch. */
+template <int ACT, bool FAST> __device__ __forceinline__ float act_of(float v, const Epi &e) {
+    if constexpr (ACT == KILN_ACT_RELU) return v > 0.f ? v : 0.f;
+    else if constexpr (ACT == KILN_ACT_LEAKYRELU) return v < 0.f ? e.a * v : v;
+    else if constexpr (ACT == KILN_ACT_CLIP) {
         const float t = v < e.a ? e.a : v; /* in this order, so min > max gives max */
         return t > e.b ? e.b : t;
-    }
-    case KILN_ACT_SIGMOID: {
+    } else if constexpr (ACT == KILN_ACT_SIGMOID) {
         if (v >= 0.f) return 1.f / (1.f + expf(-v));
         const float x = expf(v);
         return x / (1.f + x);
-    }
-    case KILN_ACT_HARDSWISH: {
+    } else if constexpr (ACT == KILN_ACT_HARDSWISH) {
         const float t = v / 6.f + 0.5f;
         return v * (t < 0.f ? 0.f : t > 1.f ? 1.f : t);
-    }
-    case KILN_ACT_HARDSIGMOID: {
+    } else if constexpr (ACT == KILN_ACT_HARDSIGMOID) {
         const float t = e.a * v + e.b;
         return t < 0.f ? 0.f : t > 1.f ? 1.f : t; /* NaN stays NaN */
-    }
-    case KILN_ACT_TANH: return tanhf(v);
-    /* as elementwise.cu's unary_op<U_SILU / U_GELU / U_GELU_TANH> (not yet run on a GPU) */
-    case KILN_ACT_SILU: return v >= 0.f ? v / (1.f + expf(-v)) : v * expf(v) / (1.f + expf(v));
-    case KILN_ACT_GELU: return isinf(v) ? (v > 0.f ? v : 0.f) : 0.5f * v * erfcf(-v * 0.70710678118654752440f);
-    case KILN_ACT_GELU_TANH: {
+    } else if constexpr (ACT == KILN_ACT_TANH) return tanhf(v);
+    else if constexpr (ACT == KILN_ACT_SILU) {
+        if constexpr (FAST) return v * __frcp_rn(1.f + __expf(-v));
+        else return v >= 0.f ? v / (1.f + expf(-v)) : v * expf(v) / (1.f + expf(v));
+    } else if constexpr (ACT == KILN_ACT_GELU)
+        return isinf(v) ? (v > 0.f ? v : 0.f) : 0.5f * v * erfcf(-v * 0.70710678118654752440f);
+    else if constexpr (ACT == KILN_ACT_GELU_TANH) {
         if (isinf(v)) return v > 0.f ? v : 0.f;
         const float u2 = 2.f * 0.79788456080286535588f * (v + 0.044715f * v * v * v);
         if (u2 >= 0.f) return v / (1.f + expf(-u2));
         const float x = expf(u2);
         return v * x / (1.f + x);
+    } else return v;
+}
+
+/* f.template operator()<ACT>() for act (f a functor): one dispatch, so that
+ * a caller's loop over many values runs one activation's code (a switch per value compiled to
+ * an indirect branch per value: 128 of them in the tiled kernel's epilogue). */
+template <typename F> __device__ __forceinline__ void act_dispatch(int act, F &&f) {
+    switch (act) {
+    case KILN_ACT_RELU: f.template operator()<KILN_ACT_RELU>(); break;
+    case KILN_ACT_LEAKYRELU: f.template operator()<KILN_ACT_LEAKYRELU>(); break;
+    case KILN_ACT_CLIP: f.template operator()<KILN_ACT_CLIP>(); break;
+    case KILN_ACT_SIGMOID: f.template operator()<KILN_ACT_SIGMOID>(); break;
+    case KILN_ACT_HARDSWISH: f.template operator()<KILN_ACT_HARDSWISH>(); break;
+    case KILN_ACT_HARDSIGMOID: f.template operator()<KILN_ACT_HARDSIGMOID>(); break;
+    case KILN_ACT_TANH: f.template operator()<KILN_ACT_TANH>(); break;
+    case KILN_ACT_SILU: f.template operator()<KILN_ACT_SILU>(); break;
+    case KILN_ACT_GELU: f.template operator()<KILN_ACT_GELU>(); break;
+    case KILN_ACT_GELU_TANH: f.template operator()<KILN_ACT_GELU_TANH>(); break;
+    default: f.template operator()<KILN_ACT_NONE>(); break;
     }
-    default: return v;
-    }
+}
+
+/* One value's activation, dispatched at run time (the kernels with one value a thread). */
+struct ActOne {
+    float &r;
+    const Epi &e;
+    template <int A> __device__ __forceinline__ void operator()() const { r = act_of<A, false>(r, e); }
+};
+__device__ __forceinline__ float act_apply(float v, const Epi &e) {
+    float r = v;
+    act_dispatch(e.act, ActOne{r, e});
+    return r;
 }
 
 /* 8 consecutive elements of T at p (16-byte aligned) as floats, and back. */
@@ -313,13 +338,40 @@ __device__ __forceinline__ void load_weights(float *sw, const T *__restrict__ w,
     }
 }
 
+/* The epilogue of a thread's TT x TCH outputs (act_dispatch's functor): per output pixel j
+ * (the first nj of them), + the residual, the activation, the store; pixel j at off0 + j * C. */
+template <typename T> struct EpiTile {
+    float (&acc)[TT][TCH];
+    const Epi &e;
+    const T *__restrict__ z;
+    T *__restrict__ y;
+    size_t off0;
+    int C, nj;
+    template <int A> __device__ __forceinline__ void operator()() const {
+        using Q = typename Quad<T>::type;
+#pragma unroll
+        for (int j = 0; j < TT; j++) {
+            if (j >= nj) break;
+            const size_t off = off0 + (size_t)j * C;
+            if (z) {
+                float v[TCH];
+                quad_ld(z + off, v);
+#pragma unroll
+                for (int k = 0; k < TCH; k++) acc[j][k] += v[k];
+            }
+#pragma unroll
+            for (int k = 0; k < TCH; k++) acc[j][k] = act_of<A, sizeof(T) == 2>(acc[j][k], e);
+            *reinterpret_cast<Q *>(y + off) = quad_of<T>(acc[j]);
+        }
+    }
+};
+
 /* One output tile of th rows x nct * TT columns x cb channels of image n from its staged
  * patch sp (the weights in sw): what dw_nhwc_tiled and dw_nhwc_pipe share. */
 template <typename T, int KW, int S, bool EXACT>
 __device__ __forceinline__ void tile_compute(const T *sp, const float *sw, const T *__restrict__ b,
                                              const T *__restrict__ z, T *__restrict__ y, const Geo &g,
                                              const Tile &tl, const Epi &e, int n, int oh0, int ow0, int c_base) {
-    using Q = typename Quad<T>::type;
     const int kw = EXACT ? KW : g.kw, cb = tl.qb * TCH, qb = tl.qb;
     const int items = qb * tl.th * tl.nct;
     for (int it = threadIdx.x; it < items; it += blockDim.x) {
@@ -363,20 +415,10 @@ __device__ __forceinline__ void tile_compute(const T *sp, const float *sw, const
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < TT; j++) {
-            if (owa + j >= g.OW) break;
-            const size_t off = ((size_t)(n * g.OH + oh) * g.OW + owa + j) * g.C + c0;
-            if (z) {
-                float v[TCH];
-                quad_ld(z + off, v);
-#pragma unroll
-                for (int k = 0; k < TCH; k++) acc[j][k] += v[k];
-            }
-#pragma unroll
-            for (int k = 0; k < TCH; k++) acc[j][k] = act_apply<sizeof(T) == 2>(acc[j][k], e);
-            *reinterpret_cast<Q *>(y + off) = quad_of<T>(acc[j]);
-        }
+        /* one dispatch on the activation for all TT x TCH outputs (a switch per value compiled
+         * to 128 indirect branches) */
+        const size_t off0 = ((size_t)(n * g.OH + oh) * g.OW + owa) * g.C + c0;
+        act_dispatch(e.act, EpiTile<T>{acc, e, z, y, off0, g.C, g.OW - owa < TT ? g.OW - owa : TT});
     }
 }
 
