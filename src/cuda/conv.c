@@ -1114,8 +1114,8 @@ static kiln_status dw_remember(kiln_cuda *cu, int dir, bool fused, kiln_dtype dt
  * eager) and the fastest kept: cuDNN runs convnext's 7x7 at 20-31 GB/s but MobileNet's 3x3
  * in f16 NHWC near 600 GB/s, faster than the per-tile kernel (H200); forward, the tiled
  * and the per-tile kernels are timed apart where the tiled one takes the problem, and the
- * pipelined one where it takes it (it wins at 14x14 and 28x28, loses at 56x56 and up:
- * bench/NOTES.md z20b). Without autotune: the kernel (tiled where it takes the problem;
+ * pipelined one where it takes it (it wins on some shapes and loses on others:
+ * bench/NOTES.md z20b / z20c). Without autotune: the kernel (tiled where it takes the problem;
  * pipelined with KILN_CUDA_DW_PIPE=1). */
 static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, kiln_dtype dt,
                              const kiln_cuda_dw_geo *dg, const conv_geo *g, const void *y, const void *z, bool *kiln,

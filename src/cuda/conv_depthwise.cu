@@ -35,9 +35,12 @@
  *   The tiled kernel is compiled for the exact kernel widths 3, 5 and 7 (a kernel row one
  *   branch-free run of vector loads and FMAs; other widths guarded at run time). For those
  *   widths the pipelined kernel (dw_nhwc_pipe) keeps its blocks resident and copies the next
- *   tile's patch with cp.async while computing the current one: 1.4-1.6x faster than the
- *   tiled kernel at 28x28 and 14x14, slower at 56x56 and above (an H200, bench/NOTES.md z20b),
- *   so conv.c times it as one more candidate.
+ *   tile's patch with cp.async while computing the current one: faster than the tiled
+ *   kernel on some shapes (convnext's 7x7 at 28x28: 0.25 against 0.35 ms), slower on others
+ *   (efficientnet's 3x3 144@56: 0.58 against 0.40; an H200, bench/NOTES.md z20b / z20c), so
+ *   conv.c times it as one more candidate. Both run the epilogue (residual, activation,
+ *   store) behind one dispatch on the activation per thread: a switch per output value cost
+ *   a 3x3 more than its FMAs (1.05 -> 0.40 ms when it went).
  *
  *   Otherwise (NCHW, or NHWC with C % 8 != 0 or unaligned buffers): a thread per output
  *   element, neighbouring threads on neighbouring elements of Y's layout (coalesced), the
