@@ -369,6 +369,38 @@ template <typename T> struct EpiTile {
     }
 };
 
+/* A thread's walk over a patch's items, item i = (pr * pw + pc) * upp + u (unit u of patch
+ * pixel (pr, pc)), from threadIdx.x in steps of blockDim.x: the step's carries instead of two
+ * divisions per item. */
+struct PatchWalk {
+    int u, pr, pc;                /* the current item */
+    int upp, pw, du, dpc, dpr;    /* units a pixel, pixels a row; the step */
+    __device__ __forceinline__ PatchWalk(int upp_, int pw_) : upp(upp_), pw(pw_) {
+        const int bd = blockDim.x, dpix = bd / upp, pix = threadIdx.x / upp;
+        du = bd % upp;
+        dpr = dpix / pw;
+        dpc = dpix - dpr * pw;
+        u = threadIdx.x % upp;
+        pr = pix / pw;
+        pc = pix - pr * pw;
+    }
+    __device__ __forceinline__ void step() {
+        u += du;
+        pc += dpc;
+        if (u >= upp) u -= upp, pc++;
+        pr += dpr;
+        if (pc >= pw) pc -= pw, pr++;
+    }
+};
+
+/* Spatial tile t of a (n, row tile, column tile) order: its image and first output row and column. */
+__device__ __forceinline__ void tile_origin(const Tile &tl, int t, int *n, int *oh0, int *ow0) {
+    const int ctile = t % tl.cols_t, rest = t / tl.cols_t;
+    *n = rest / tl.rows_t;
+    *oh0 = (rest - *n * tl.rows_t) * tl.th;
+    *ow0 = ctile * tl.nct * TT;
+}
+
 /* One output tile of th rows x nct * TT columns x cb channels of image n from its staged
  * patch sp (the weights in sw): what dw_nhwc_tiled and dw_nhwc_pipe share. */
 template <typename T, int KW, int S, bool EXACT>
@@ -455,21 +487,15 @@ __global__ void __launch_bounds__(THREADS, 2)
      * longer than its arithmetic). Item i is quad q of patch pixel (pr, pc), i = (pr * pw +
      * pc) * qb + q; a thread's items step by blockDim.x, walked with carries (no division
      * per item). */
-    const int qb = tl.qb, nq = tl.ph * tl.pw * qb;
-    const int bd = blockDim.x, dq = bd % qb, dpix = bd / qb, dpr = dpix / tl.pw, dpc = dpix - dpr * tl.pw;
-    int q = threadIdx.x % qb, pr, pc;
-    {
-        const int pix = threadIdx.x / qb;
-        pr = pix / tl.pw;
-        pc = pix - pr * tl.pw;
-    }
+    const int qb = tl.qb, nq = tl.ph * tl.pw * qb, bd = blockDim.x;
+    PatchWalk walk(qb, tl.pw);
     for (int i0 = threadIdx.x; i0 < nq; i0 += PL * bd) {
         Q v[PL];
         int so[PL]; /* each item's offset in the patch */
 #pragma unroll
         for (int l = 0; l < PL; l++) {
             const int i = i0 + l * bd;
-            const int ih = ih0 + pr, iw = iw0 + pc, c = c_base + q * TCH;
+            const int ih = ih0 + walk.pr, iw = iw0 + walk.pc, c = c_base + walk.u * TCH;
             /* C % 8 == 0: a quad inside X is inside whole */
             if (i < nq && (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C)
                 v[l] = *reinterpret_cast<const Q *>(x + ((size_t)(n * g.H + ih) * g.W + iw) * g.C + c);
@@ -477,12 +503,8 @@ __global__ void __launch_bounds__(THREADS, 2)
                 const float zero[TCH] = {0.f, 0.f, 0.f, 0.f};
                 v[l] = quad_of<T>(zero);
             }
-            so[l] = pr * tl.rp + pc * cb + q * TCH;
-            q += dq;
-            pc += dpc;
-            if (q >= qb) q -= qb, pc++;
-            pr += dpr;
-            if (pc >= tl.pw) pc -= tl.pw, pr++;
+            so[l] = walk.pr * tl.rp + walk.pc * cb + walk.u * TCH;
+            walk.step();
         }
 #pragma unroll
         for (int l = 0; l < PL; l++)
@@ -497,9 +519,9 @@ __global__ void __launch_bounds__(THREADS, 2)
  * block stays resident: grid row blockIdx.y is its channel chunk (its weights loaded once),
  * and it takes the chunk's spatial tiles blockIdx.x, + gridDim.x, ... in turn, copying the
  * next tile's patch into the second of two shared buffers with cp.async (16 bytes a copy,
- * zero-filled outside X: the pads) while it computes the current one. The tiled kernel
- * copied a patch, waited at a barrier, then computed, with ~3 blocks a multiprocessor:
- * the copies' latency was not hidden (its 3x3s ran at ~20% of the bandwidth). */
+ * zero-filled outside X: the pads) while it computes the current one, where the tiled
+ * kernel copies a patch, waits at a barrier, then computes. Which is faster depends on the
+ * shape (bench/NOTES.md z20b / z20c): conv.c times both. */
 template <typename T, int KW, int S>
 __global__ void __launch_bounds__(THREADS, 2)
     dw_nhwc_pipe(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, const T *__restrict__ z,
@@ -512,27 +534,21 @@ __global__ void __launch_bounds__(THREADS, 2)
     T *const sp1 = sp0 + tl.ph * tl.rp;                           /* rp * sizeof(T) % 16 == 0 */
     const int c_base = blockIdx.y * cb, tiles = g.N * tl.rows_t * tl.cols_t;
     load_weights(sw, w, kk, cb, c_base, g.C);
-    /* a patch's copies: unit u (UE channels) of pixel (pr, pc), item ((pr * pw + pc) * upp +
-     * u), a thread's items blockDim.x apart, walked with carries from its first */
-    const int upp = cb / UE, nu = tl.ph * tl.pw * upp, bd = blockDim.x;
-    const int du = bd % upp, dpix = bd / upp, dpr = dpix / tl.pw, dpc = dpix - dpr * tl.pw;
-    const int u_0 = threadIdx.x % upp, pix0 = threadIdx.x / upp, pr_0 = pix0 / tl.pw, pc_0 = pix0 - pr_0 * tl.pw;
+    /* a patch's copies: unit u (UE channels) of each pixel, a thread's items walked from its first */
+    const int upp = cb / UE, nu = tl.ph * tl.pw * upp;
+    const PatchWalk first(upp, tl.pw);
     auto stage = [&](int t, T *buf) {
-        const int ctile = t % tl.cols_t, rest = t / tl.cols_t;
-        const int rtile = rest % tl.rows_t, n = rest / tl.rows_t;
-        const int ih0 = rtile * tl.th * S - g.pt, iw0 = ctile * tl.nct * TT * S - g.pl;
-        int u = u_0, pr = pr_0, pc = pc_0;
-        for (int i = threadIdx.x; i < nu; i += bd) {
-            const int ih = ih0 + pr, iw = iw0 + pc, c = c_base + u * UE;
+        int n, oh0, ow0;
+        tile_origin(tl, t, &n, &oh0, &ow0);
+        const int ih0 = oh0 * S - g.pt, iw0 = ow0 * S - g.pl;
+        PatchWalk walk = first;
+        for (int i = threadIdx.x; i < nu; i += blockDim.x) {
+            const int ih = ih0 + walk.pr, iw = iw0 + walk.pc, c = c_base + walk.u * UE;
             /* C % 8 == 0 and c % UE == 0: a unit inside X is inside whole */
             const bool in = (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W && c < g.C;
             const T *src = in ? x + ((size_t)(n * g.H + ih) * g.W + iw) * g.C + c : x;
-            cp_async16(smem_u32(buf + pr * tl.rp + pc * cb + u * UE), src, in ? 16 : 0);
-            u += du;
-            pc += dpc;
-            if (u >= upp) u -= upp, pc++;
-            pr += dpr;
-            if (pc >= tl.pw) pc -= tl.pw, pr++;
+            cp_async16(smem_u32(buf + walk.pr * tl.rp + walk.pc * cb + walk.u * UE), src, in ? 16 : 0);
+            walk.step();
         }
     };
     int t = blockIdx.x;
@@ -544,9 +560,9 @@ __global__ void __launch_bounds__(THREADS, 2)
         cp_async_commit(); /* (an empty group on the last tile: the wait below stays one behind) */
         cp_async_wait<1>(); /* this tile's patch is in (for this thread's copies) */
         __syncthreads();    /* ... and every thread's, and the weights */
-        const int ctile = t % tl.cols_t, rest = t / tl.cols_t;
-        const int rtile = rest % tl.rows_t, n = rest / tl.rows_t;
-        tile_compute<T, KW, S, true>(cur, sw, b, z, y, g, tl, e, n, rtile * tl.th, ctile * tl.nct * TT, c_base);
+        int n, oh0, ow0;
+        tile_origin(tl, t, &n, &oh0, &ow0);
+        tile_compute<T, KW, S, true>(cur, sw, b, z, y, g, tl, e, n, oh0, ow0, c_base);
         __syncthreads(); /* every thread is done with cur before the next tile's copies refill it */
     }
 }
@@ -599,12 +615,17 @@ bool tile_for(const Geo &g, size_t es, int stages, Tile *t) {
     return blocks <= 0x7fffffff;
 }
 
+/* Threads of a tiled or pipelined block: one a (channel quad, row, column tile) item, whole
+ * warps, at most THREADS. */
+int tile_threads(const Tile &t) {
+    const int threads = (t.qb * t.th * t.nct + 31) / 32 * 32;
+    return threads < THREADS ? threads : THREADS;
+}
+
 template <typename T, int KW, int S, bool EXACT>
 void launch_tiled(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
                   const void *z, void *y, const Epi &e) {
-    const int items = t.qb * t.th * t.nct;
-    int threads = (items + 31) / 32 * 32;
-    if (threads > THREADS) threads = THREADS;
+    const int threads = tile_threads(t);
     const unsigned blocks = (unsigned)((int64_t)g.N * t.rows_t * t.cols_t * t.chunks);
     dw_nhwc_tiled<T, KW, S, EXACT><<<blocks, threads, tile_smem(g, t, sizeof(T)), cu->stream>>>(
         (const T *)x, (const T *)w, (const T *)b, (const T *)z, (T *)y, g, t, e);
@@ -630,14 +651,23 @@ bool pipe_takes(const kiln_cuda *cu, const Geo &g, size_t es, Tile *t) {
 template <typename T, int KW, int S>
 void launch_pipe(kiln_cuda *cu, const Geo &g, const Tile &t, const void *x, const void *w, const void *b,
                  const void *z, void *y, const Epi &e) {
-    const int items = t.qb * t.th * t.nct;
-    int threads = (items + 31) / 32 * 32;
-    if (threads > THREADS) threads = THREADS;
+    const int threads = tile_threads(t);
     const size_t smem = tile_smem(g, t, sizeof(T));
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dw_nhwc_pipe<T, KW, S>, threads, smem) != cudaSuccess ||
-        per_sm < 1)
-        per_sm = 1;
+    /* blocks a multiprocessor holds: asked of the runtime once per (threads, smem) of this
+     * kernel, not on every launch; kept packed in one word (threads < 2^9, smem < 2^17, count
+     * < 2^6, bit 32: set) so that threads racing on it read a whole entry or none */
+    static unsigned long long occ_cache;
+    const unsigned long long key = (unsigned long long)threads | (unsigned long long)smem << 9;
+    const unsigned long long got = __atomic_load_n(&occ_cache, __ATOMIC_RELAXED);
+    int per_sm = (got >> 32) && (got & 0x3ffffff) == key ? (int)((got >> 26) & 0x3f) : 0;
+    if (!per_sm) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dw_nhwc_pipe<T, KW, S>, threads, smem) !=
+                cudaSuccess ||
+            per_sm < 1)
+            per_sm = 1;
+        if (per_sm > 63) per_sm = 63;
+        __atomic_store_n(&occ_cache, key | (unsigned long long)per_sm << 26 | 1ull << 32, __ATOMIC_RELAXED);
+    }
     const int64_t tiles = (int64_t)g.N * t.rows_t * t.cols_t;
     int64_t bx = ((int64_t)cu->props.sm_count * per_sm + t.chunks - 1) / t.chunks;
     if (cu->dw_pipe_grid > 0 && bx > cu->dw_pipe_grid) bx = cu->dw_pipe_grid;
