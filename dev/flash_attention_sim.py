@@ -63,9 +63,11 @@ def run(D):
             for l in lanes:
                 g, t = l // 4, l % 4
                 for e in range(4):
-                    col = j0 + nt*8 + t*2 + (e & 1); r = g + 8 * (e // 2)
+                    c = nt*8 + t*2 + (e & 1); col = j0 + c; r = g + 8 * (e // 2)
+                    kvalid = LK - j0; tail = kvalid < BN  # the kernel masks on the last tile only
                     x = s[nt, l, e] * scale * LOG2E
-                    x = -np.inf if col >= LK else x + bias[r, col] * LOG2E
+                    x = x + (bias[r, col] * LOG2E if col < LK else 0)  # stage_bias zeroes past Lk
+                    if tail and c >= kvalid: x = -np.inf
                     s[nt, l, e] = x
         with np.errstate(invalid='ignore'):
             for h in range(2):

@@ -12,10 +12,12 @@
  * `test_backend_ops --flash-bench` (ViT-B/16, Swin-T and a long sequence, flash against
  * attention.cu's kernel, timed and compared).
  *
- * One block of 4 warps per (flat batch index n, tile of BM = 64 query rows); warp w owns the
- * query rows 16 w .. 16 w + 15 of the tile. K and V go through shared memory in tiles of
- * BN = 64 keys, loaded by cp.async (16 bytes a thread, rows past Lk zero-filled) and
- * interleaved as in FlashAttention-2: V_j loads while S_j = Q K_j^T is computed, K_{j+1}
+ * Work items are (flat batch index n, tile of BM = 64 query rows), row tiles fastest; as
+ * many blocks of 4 warps as are resident take them in turn (KILN_CUDA_FLASH_GRID caps the
+ * grid for tests), and warp w owns the query rows 16 w .. 16 w + 15 of a tile. K and V go
+ * through shared memory in tiles of BN = 64 keys, loaded by cp.async (16 bytes a thread,
+ * rows past Lk zero-filled) and interleaved as in FlashAttention-2: V_j loads while
+ * S_j = Q K_j^T is computed, K_{j+1} (after an item's last tile, the next item's Q and K_0)
  * while O += P_j V_j is. The products are mma.sync.m16n8k16 (f16 / bf16 in, f32
  * accumulation) with the operands read by ldmatrix (V with .trans); Q's fragments stay in
  * registers for the whole row tile. Softmax is online, in registers, in base 2 (the scale
@@ -77,18 +79,33 @@ struct FArgs {
     int o_pairs;      /* O's rows are runs (column stride 1) with every (row, even column) 4-byte aligned */
     int qn, kn;       /* NORM: Q's / K's rows divided by max(L2 norm, eps) (each on its own) */
     float qeps, keps;
+    int nrt;          /* row tiles of BM queries per batch index; items n * nrt + tile */
+    int nitems;
     int n_hs;         /* a tensor scale: batch n's scores also times hs[fbase(ahs, n)] */
     float hs[KILN_ATTN_MAX_HS];
     kiln_attn_addr ahs;
 };
 
-__device__ __forceinline__ long long fbase(const kiln_attn_addr &a, long long n) {
+/* Batch n's offset: n's digits in bdims' mixed radix times bstr. 32-bit digits (n and every
+ * bdims below 2^31: kiln_cuda_flash_attention_ok): a 64-bit division is a ~70-instruction
+ * routine, and the five bases of an item took ~1,600 instructions a thread, a third of a
+ * ViT-B/16 item's work. */
+__device__ __forceinline__ long long fbase(const kiln_attn_addr &a, unsigned n) {
     long long off = a.off;
     for (int i = a.nb - 1; i >= 0; i--) {
-        off += (n % a.bdims[i]) * a.bstr[i];
-        n /= a.bdims[i];
+        const unsigned d = (unsigned)a.bdims[i];
+        off += (long long)(n % d) * a.bstr[i];
+        n /= d;
     }
     return off;
+}
+
+/* 2^x, flushing subnormal results to 0 (ex2.approx.ftz: exp2f's subnormal handling is three
+ * more instructions per score); ex2(-inf) = 0. */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 /* Bias elements of any float dtype, in float (attention.cu's load_any). */
@@ -197,7 +214,41 @@ __device__ __forceinline__ void tile_rnorm(float *out, const T *s, bool on, floa
     if (h == 0) out[r] = on ? 1.f / fmaxf(sqrtf(ss), eps) : 1.f;
 }
 
-template <typename T, int D, bool BIAS, bool NORM> __global__ void __launch_bounds__(FTHREADS, 1) flash_kernel(FArgs a) {
+/* One work item: batch index n, query rows i0 .. i0 + BM - 1, and what follows from them. */
+struct Item {
+    long long qb, kb, vb, ob, bb[2];
+    int i0;
+    bool live; /* this warp has a query row below Lq */
+    float scale_log2;
+};
+
+template <bool BIAS> __device__ __forceinline__ Item item_at(const FArgs &a, int item, int wr) {
+    Item it;
+    const unsigned n = (unsigned)item / (unsigned)a.nrt;
+    it.i0 = (item - (int)n * a.nrt) * BM;
+    it.qb = fbase(a.aq, n);
+    it.kb = fbase(a.ak, n);
+    it.vb = fbase(a.av, n);
+    it.ob = fbase(a.ao, n);
+    it.bb[0] = it.bb[1] = 0;
+    if (BIAS)
+#pragma unroll
+        for (int sl = 0; sl < 2; sl++)
+            if (a.bias[sl]) it.bb[sl] = fbase(a.ab[sl], n);
+    it.scale_log2 = a.n_hs > 0 ? a.scale_log2 * a.hs[fbase(a.ahs, n)] : a.scale_log2;
+    /* a warp whose 16 rows are all past Lq (the last row tile of L 197: 5 rows, warps 1-3)
+     * only helps load the tiles: its products and softmax would be thrown away */
+    it.live = it.i0 + wr < a.lq;
+    return it;
+}
+
+/* Resident blocks, each taking the items blockIdx.x, + gridDim.x, ... in turn (items are
+ * row tiles fastest, so the blocks at work at one time share their heads' K and V in L2;
+ * with a block per item and the batch index fastest, each head's K and V were read from
+ * memory once per row tile). The next item's Q and K_0 are loaded while the current item's
+ * last P V is computed, as K_{j+1} is within an item. */
+template <typename T, int D, bool BIAS, bool NORM>
+__global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash_kernel(FArgs a) {
     constexpr int LD = D + PADH;
     constexpr int KD = D / 16; /* k-steps of S = Q K^T; also the 16-column pairs of O */
     extern __shared__ __align__(128) unsigned char fsm[];
@@ -205,171 +256,178 @@ template <typename T, int D, bool BIAS, bool NORM> __global__ void __launch_boun
     float *sB = (float *)(sV + BN * LD); /* BIAS: the tile's summed biases (BM x BLD f32) */
     float *sRQ = sB + (BIAS ? BM * BLD : 0), *sRK = sRQ + BM; /* NORM: rows' and keys' 1 / max(norm, eps) */
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const long long n = blockIdx.x;
-    const int i0 = blockIdx.y * BM, wr = warp * 16;
+    const int wr = warp * 16;
     const T *Q = (const T *)a.q, *K = (const T *)a.k, *V = (const T *)a.v;
     T *O = (T *)a.o;
-    const long long qb = fbase(a.aq, n), kb = fbase(a.ak, n), vb = fbase(a.av, n), ob = fbase(a.ao, n);
     const int lq = a.lq, lk = a.lk;
-    const int row[2] = {i0 + wr + g, i0 + wr + g + 8}; /* this thread's two query rows */
-    long long bb[2] = {0, 0}; /* bias s's element (row 0, key 0) of this n */
-    if (BIAS)
-#pragma unroll
-        for (int sl = 0; sl < 2; sl++)
-            if (a.bias[sl]) bb[sl] = fbase(a.ab[sl], n);
     const int ntiles = (lk + BN - 1) / BN;
-    const float scale_log2 = a.n_hs > 0 ? a.scale_log2 * a.hs[fbase(a.ahs, n)] : a.scale_log2;
-    float rq[2] = {1.f, 1.f}; /* NORM: this thread's two rows' 1 / max(norm, eps) */
-    /* a warp whose 16 rows are all past Lq (the last row tile of L 197: 5 rows, warps 1-3)
-     * only helps load the tiles: its products and softmax would be thrown away */
-    const bool live = i0 + wr < lq;
+    int item = blockIdx.x;
+    if (item >= a.nitems) return;
+    Item cur = item_at<BIAS>(a, item, wr);
 
-    load_tile<T, D>(sQ, Q, qb, a.aq.rs, i0, lq, tid);
-    load_tile<T, D>(sK, K, kb, a.ak.rs, 0, lk, tid);
+    load_tile<T, D>(sQ, Q, cur.qb, a.aq.rs, cur.i0, lq, tid);
+    load_tile<T, D>(sK, K, cur.kb, a.ak.rs, 0, lk, tid);
     cp_async_commit();
 
-    uint32_t qf[KD][4];
-    float o[D / 8][4];
+    for (;;) {
+        const int next = (long long)item + gridDim.x < a.nitems ? item + (int)gridDim.x : -1;
+        uint32_t qf[KD][4];
+        float o[D / 8][4];
 #pragma unroll
-    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+        for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+        float rq[2] = {1.f, 1.f}; /* NORM: this thread's two rows' 1 / max(norm, eps) */
 
-    for (int jt = 0; jt < ntiles; jt++) {
-        const int j0 = jt * BN;
-        load_tile<T, D>(sV, V, vb, a.av.rs, j0, lk, tid);
-        cp_async_commit();
-        if (BIAS) { /* while V_j (and K_j) load; the loop's last barrier freed sB */
-            bool add = false;
+        for (int jt = 0; jt < ntiles; jt++) {
+            const int j0 = jt * BN;
+            load_tile<T, D>(sV, V, cur.vb, a.av.rs, j0, lk, tid);
+            cp_async_commit();
+            if (BIAS) { /* while V_j (and K_j) load; the loop's last barrier freed sB */
+                bool add = false;
 #pragma unroll
-            for (int sl = 0; sl < 2; sl++)
-                if (a.bias[sl]) {
-                    stage_bias(sB, a.bias[sl], a.bias_dt[sl], bb[sl], a.ab[sl], i0, j0, lq, lk, tid, add);
-                    add = true;
-                }
-        }
-        cp_async_wait<1>(); /* Q (first tile) and K_j are in */
-        __syncthreads();
-        if (NORM) { /* the keys' (and, first, the rows') inverse norms; the last barrier freed sRK */
-            if (jt == 0) tile_rnorm<T, D>(sRQ, sQ, a.qn, a.qeps, tid);
-            tile_rnorm<T, D>(sRK, sK, a.kn, a.keps, tid);
+                for (int sl = 0; sl < 2; sl++)
+                    if (a.bias[sl]) {
+                        stage_bias(sB, a.bias[sl], a.bias_dt[sl], cur.bb[sl], a.ab[sl], cur.i0, j0, lq, lk, tid, add);
+                        add = true;
+                    }
+            }
+            cp_async_wait<1>(); /* Q (first tile) and K_j are in */
             __syncthreads();
-            if (jt == 0) {
-                rq[0] = sRQ[wr + g];
-                rq[1] = sRQ[wr + g + 8];
+            if (NORM) { /* the keys' (and, first, the rows') inverse norms; the last barrier freed sRK */
+                if (jt == 0) tile_rnorm<T, D>(sRQ, sQ, a.qn, a.qeps, tid);
+                tile_rnorm<T, D>(sRK, sK, a.kn, a.keps, tid);
+                __syncthreads();
+                if (jt == 0) {
+                    rq[0] = sRQ[wr + g];
+                    rq[1] = sRQ[wr + g + 8];
+                }
             }
-        }
-        if (jt == 0 && live) {
+            if (jt == 0 && cur.live) {
 #pragma unroll
-            for (int kk = 0; kk < KD; kk++)
-                ldmatrix_x4(qf[kk], smem_u32(sQ + (wr + (lane % 8) + ((lane / 8) % 2) * 8) * LD + kk * 16 + (lane / 16) * 8));
-        }
-        /* S = Q K_j^T: 16 rows x 64 keys per warp, 8 n-tiles of 8 keys; 16-key groups wholly
-         * past Lk are skipped (the last tile of L 197 has 5 keys: 1 group of 4), their
-         * scores masked to -inf below as before */
-        float s[BN / 8][4];
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-        const int kvalid = lk - j0; /* keys of this tile (> 0) */
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-#pragma unroll
-            for (int np = 0; np < BN / 16; np++) {
-                if (!live || np * 16 >= kvalid) continue;
-                uint32_t b[4]; /* keys np*16 + (0..7 | 8..15), dims kk*16 + (0..7, 8..15) */
-                ldmatrix_x4(b, smem_u32(sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * LD + kk * 16 + ((lane / 8) % 2) * 8));
-                mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
-                mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+                for (int kk = 0; kk < KD; kk++)
+                    ldmatrix_x4(qf[kk],
+                                smem_u32(sQ + (wr + (lane % 8) + ((lane / 8) % 2) * 8) * LD + kk * 16 + (lane / 16) * 8));
             }
-        }
-        /* base-2 logits: scale, biases, keys past Lk masked */
+            /* S = Q K_j^T: 16 rows x 64 keys per warp, 8 n-tiles of 8 keys; 16-key groups wholly
+             * past Lk are skipped (the last tile of L 197 has 5 keys: 1 group of 4), their
+             * scores masked to -inf below as before */
+            float s[BN / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++) {
+            for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+            const int kvalid = lk - j0; /* keys of this tile (> 0) */
+            const bool tail = kvalid < BN; /* keys past Lk to mask: the last tile only */
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int col = j0 + nt * 8 + t * 2 + (e & 1);
-                float x = s[nt][e] * scale_log2;
-                if (NORM) x *= rq[e / 2] * sRK[nt * 8 + t * 2 + (e & 1)];
-                if (col >= lk) x = -INFINITY;
-                else if (BIAS) x += sB[(wr + g + 8 * (e / 2)) * BLD + nt * 8 + t * 2 + (e & 1)];
-                s[nt][e] = x;
+            for (int kk = 0; kk < KD; kk++) {
+#pragma unroll
+                for (int np = 0; np < BN / 16; np++) {
+                    if (!cur.live || np * 16 >= kvalid) continue;
+                    uint32_t b[4]; /* keys np*16 + (0..7 | 8..15), dims kk*16 + (0..7, 8..15) */
+                    ldmatrix_x4(b, smem_u32(sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * LD + kk * 16 +
+                                            ((lane / 8) % 2) * 8));
+                    mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
+                    mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+                }
             }
-        }
-        /* online softmax, rows g (h = 0) and g + 8 (h = 1); a row lives in the 4 threads of a quad */
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(m[h], mx);
-            const float mu = mnew == -INFINITY ? 0.f : mnew; /* no (-inf) - (-inf) */
-            const float alpha = exp2f(m[h] - mu);
-            float sum = 0.f;
+            /* base-2 logits: scale, biases, keys past Lk masked */
 #pragma unroll
             for (int nt = 0; nt < BN / 8; nt++) {
-                const float p0 = exp2f(s[nt][2 * h] - mu), p1 = exp2f(s[nt][2 * h + 1] - mu);
-                s[nt][2 * h] = p0;
-                s[nt][2 * h + 1] = p1;
-                sum += p0 + p1;
-            }
-            l[h] = l[h] * alpha + sum; /* this thread's share; the quad's summed at the end */
-            m[h] = mnew;
 #pragma unroll
-            for (int j = 0; j < D / 8; j++) {
-                o[j][2 * h] *= alpha;
-                o[j][2 * h + 1] *= alpha;
+                for (int e = 0; e < 4; e++) {
+                    const int c = nt * 8 + t * 2 + (e & 1);
+                    float x = s[nt][e] * cur.scale_log2;
+                    if (NORM) x *= rq[e / 2] * sRK[c];
+                    if (BIAS) x += sB[(wr + g + 8 * (e / 2)) * BLD + c];
+                    if (tail && c >= kvalid) x = -INFINITY;
+                    s[nt][e] = x;
+                }
+            }
+            /* online softmax, rows g (h = 0) and g + 8 (h = 1); a row lives in the 4 threads of a quad */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(m[h], mx);
+                const float mu = mnew == -INFINITY ? 0.f : mnew; /* no (-inf) - (-inf) */
+                const float alpha = ex2(m[h] - mu);
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++) {
+                    const float p0 = ex2(s[nt][2 * h] - mu), p1 = ex2(s[nt][2 * h + 1] - mu);
+                    s[nt][2 * h] = p0;
+                    s[nt][2 * h + 1] = p1;
+                    sum += p0 + p1;
+                }
+                l[h] = l[h] * alpha + sum; /* this thread's share; the quad's summed at the end */
+                m[h] = mnew;
+#pragma unroll
+                for (int j = 0; j < D / 8; j++) {
+                    o[j][2 * h] *= alpha;
+                    o[j][2 * h + 1] *= alpha;
+                }
+            }
+            __syncthreads(); /* every warp is done with K_j (and, at jt 0, with Q) */
+            if (jt + 1 < ntiles) {
+                load_tile<T, D>(sK, K, cur.kb, a.ak.rs, j0 + BN, lk, tid);
+                cp_async_commit();
+                cp_async_wait<1>(); /* V_j is in */
+            } else if (next >= 0) { /* the next item's Q and K_0 while this one finishes */
+                const unsigned nn = (unsigned)next / (unsigned)a.nrt;
+                load_tile<T, D>(sQ, Q, fbase(a.aq, nn), a.aq.rs, (next - (int)nn * a.nrt) * BM, lq, tid);
+                load_tile<T, D>(sK, K, fbase(a.ak, nn), a.ak.rs, 0, lk, tid);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+            /* O += P V_j: P's C fragments are the A fragments of 16 keys (groups past Lk: P = 0) */
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                if (!cur.live || kk * 16 >= kvalid) continue;
+                uint32_t pa[4];
+                pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+                pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+                pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+                for (int dp = 0; dp < KD; dp++) {
+                    uint32_t b[4]; /* keys kk*16 + (0..7, 8..15), dims dp*16 + (0..7 | 8..15), transposed */
+                    ldmatrix_x4_trans(b, smem_u32(sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 +
+                                                  (lane / 16) * 8));
+                    mma16816<T>(o[2 * dp], pa, b[0], b[1]);
+                    mma16816<T>(o[2 * dp + 1], pa, b[2], b[3]);
+                }
+            }
+            __syncthreads(); /* every warp is done with V_j */
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float sum = l[h];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.f ? 1.f / sum : __int_as_float(0x7fc00000);
+            const int r = cur.i0 + wr + g + 8 * h; /* this thread's query row */
+            if (r >= lq) continue;
+            const long long rb = cur.ob + (long long)r * a.ao.rs;
+            if (a.o_pairs) {
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+                    *(uint32_t *)(O + rb + j * 8 + t * 2) = pack2<T>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+            } else {
+#pragma unroll
+                for (int j = 0; j < D / 8; j++) {
+                    const int col = j * 8 + t * 2;
+                    O[rb + (long long)col * a.ao.cs] = from_f<T>(o[j][2 * h] * inv);
+                    O[rb + (long long)(col + 1) * a.ao.cs] = from_f<T>(o[j][2 * h + 1] * inv);
+                }
             }
         }
-        __syncthreads(); /* every warp is done with K_j */
-        if (jt + 1 < ntiles) {
-            load_tile<T, D>(sK, K, kb, a.ak.rs, j0 + BN, lk, tid);
-            cp_async_commit();
-            cp_async_wait<1>(); /* V_j is in */
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        /* O += P V_j: P's C fragments are the A fragments of 16 keys (groups past Lk: P = 0) */
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            if (!live || kk * 16 >= kvalid) continue;
-            uint32_t pa[4];
-            pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-            for (int dp = 0; dp < KD; dp++) {
-                uint32_t b[4]; /* keys kk*16 + (0..7, 8..15), dims dp*16 + (0..7 | 8..15), transposed */
-                ldmatrix_x4_trans(b, smem_u32(sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 + (lane / 16) * 8));
-                mma16816<T>(o[2 * dp], pa, b[0], b[1]);
-                mma16816<T>(o[2 * dp + 1], pa, b[2], b[3]);
-            }
-        }
-        __syncthreads(); /* every warp is done with V_j */
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float sum = l[h];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const float inv = sum > 0.f ? 1.f / sum : __int_as_float(0x7fc00000);
-        const int r = row[h];
-        if (r >= lq) continue;
-        const long long rb = ob + (long long)r * a.ao.rs;
-        if (a.o_pairs) {
-#pragma unroll
-            for (int j = 0; j < D / 8; j++)
-                *(uint32_t *)(O + rb + j * 8 + t * 2) = pack2<T>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-        } else {
-#pragma unroll
-            for (int j = 0; j < D / 8; j++) {
-                const int col = j * 8 + t * 2;
-                O[rb + (long long)col * a.ao.cs] = from_f<T>(o[j][2 * h] * inv);
-                O[rb + (long long)(col + 1) * a.ao.cs] = from_f<T>(o[j][2 * h + 1] * inv);
-            }
-        }
+        if (next < 0) break;
+        item = next;
+        cur = item_at<BIAS>(a, item, wr);
     }
 }
 
@@ -410,31 +468,45 @@ template <typename T> kiln_status set_smem_all(kiln_context *ctx) {
     return st;
 }
 
-template <typename T, int D, bool BIAS, bool NORM> void launch_k(kiln_cuda *cu, const FArgs &a, long long nbatch) {
-    const dim3 grid((unsigned)nbatch, (unsigned)((a.lq + BM - 1) / BM));
-    flash_kernel<T, D, BIAS, NORM><<<grid, FTHREADS, flash_smem<D, BIAS, NORM>(), cu->stream>>>(a);
+/* As many blocks as are resident at once (the occupancy calculator's count, asked once per
+ * kernel: the grid only sets how the items are shared, not what is computed), at most one
+ * per item, at most kiln_cuda's flash_grid (KILN_CUDA_FLASH_GRID: tests give each block
+ * several items). */
+template <typename T, int D, bool BIAS, bool NORM> void launch_k(kiln_cuda *cu, const FArgs &a) {
+    static int occ; /* blocks a multiprocessor holds; 0: not yet asked */
+    int per_sm = __atomic_load_n(&occ, __ATOMIC_RELAXED);
+    if (per_sm < 1) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, flash_kernel<T, D, BIAS, NORM>, FTHREADS,
+                                                          flash_smem<D, BIAS, NORM>()) != cudaSuccess ||
+            per_sm < 1)
+            per_sm = 1;
+        __atomic_store_n(&occ, per_sm, __ATOMIC_RELAXED);
+    }
+    long long grid = (long long)cu->props.sm_count * per_sm;
+    if (cu->flash_grid > 0 && grid > cu->flash_grid) grid = cu->flash_grid;
+    if (grid > a.nitems) grid = a.nitems;
+    flash_kernel<T, D, BIAS, NORM><<<(unsigned)grid, FTHREADS, flash_smem<D, BIAS, NORM>(), cu->stream>>>(a);
 }
 
-template <typename T, int D>
-kiln_status launch_d(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, long long nbatch, bool bias) {
+template <typename T, int D> kiln_status launch_d(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, bool bias) {
     const bool norm = a.qn || a.kn;
-    if (bias && norm) launch_k<T, D, true, true>(cu, a, nbatch);
-    else if (bias) launch_k<T, D, true, false>(cu, a, nbatch);
-    else if (norm) launch_k<T, D, false, true>(cu, a, nbatch);
-    else launch_k<T, D, false, false>(cu, a, nbatch);
+    if (bias && norm) launch_k<T, D, true, true>(cu, a);
+    else if (bias) launch_k<T, D, true, false>(cu, a);
+    else if (norm) launch_k<T, D, false, true>(cu, a);
+    else launch_k<T, D, false, false>(cu, a);
     KILN_CUDA_LAUNCHED(ctx, "flash_kernel (attention)");
     return KILN_OK;
 }
 
-template <typename T> kiln_status launch_t(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, long long nbatch, int d, bool bias) {
+template <typename T> kiln_status launch_t(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, int d, bool bias) {
     switch (d) {
-    case 32: return launch_d<T, 32>(cu, ctx, a, nbatch, bias);
-    case 48: return launch_d<T, 48>(cu, ctx, a, nbatch, bias);
-    case 64: return launch_d<T, 64>(cu, ctx, a, nbatch, bias);
-    case 80: return launch_d<T, 80>(cu, ctx, a, nbatch, bias);
-    case 96: return launch_d<T, 96>(cu, ctx, a, nbatch, bias);
-    case 112: return launch_d<T, 112>(cu, ctx, a, nbatch, bias);
-    case 128: return launch_d<T, 128>(cu, ctx, a, nbatch, bias);
+    case 32: return launch_d<T, 32>(cu, ctx, a, bias);
+    case 48: return launch_d<T, 48>(cu, ctx, a, bias);
+    case 64: return launch_d<T, 64>(cu, ctx, a, bias);
+    case 80: return launch_d<T, 80>(cu, ctx, a, bias);
+    case 96: return launch_d<T, 96>(cu, ctx, a, bias);
+    case 112: return launch_d<T, 112>(cu, ctx, a, bias);
+    case 128: return launch_d<T, 128>(cu, ctx, a, bias);
     default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "flash attention: head dim %d", d);
     }
 }
@@ -469,12 +541,22 @@ extern "C" bool kiln_cuda_flash_attention_ok(const kiln_attn_geom *g, int dtype,
                  "of 8 elements)", bad);
         return false;
     }
-    if (g->lq < 1 || g->lk < 1 || g->nbatch < 1 || g->nbatch > 0x7fffffffLL || (g->lq + BM - 1) / BM > 65535 ||
-        g->lq > 0x7fffffffLL || g->lk > 0x7fffffffLL) {
-        snprintf(why, n, "%lld batches of %lld queries and %lld keys (outside the flash kernel's grid)",
-                 (long long)g->nbatch, (long long)g->lq, (long long)g->lk);
+    if (g->lq < 1 || g->lk < 1 || g->nbatch < 1 || g->nbatch > 0x7fffffffLL || g->lq > 0x7fffffffLL - BM ||
+        g->lk > 0x7fffffffLL - BN || g->nbatch * ((g->lq + BM - 1) / BM) > 0x7fffffffLL) {
+        snprintf(why, n, "%lld batches of %lld queries and %lld keys (more than 2^31 - 1 tiles of %d queries, the "
+                 "flash kernel's items)", (long long)g->nbatch, (long long)g->lq, (long long)g->lk, BM);
         return false;
     }
+    /* fbase's digits are 32-bit: the batch dims of every operand's address */
+    const kiln_attn_addr *ad[7] = {&g->q, &g->k, &g->v, &g->o, g->has_bias[0] ? &g->bias[0] : NULL,
+                                   g->has_bias[1] ? &g->bias[1] : NULL, g->n_hs > 0 ? &g->hsa : NULL};
+    for (int i = 0; i < 7; i++)
+        for (int j = 0; ad[i] && j < ad[i]->nb; j++)
+            if (ad[i]->bdims[j] < 1 || ad[i]->bdims[j] > 0x7fffffffLL) {
+                snprintf(why, n, "a batch dim of %lld (the flash kernel's batch digits are 32-bit)",
+                         (long long)ad[i]->bdims[j]);
+                return false;
+            }
     return true;
 }
 
@@ -502,6 +584,8 @@ extern "C" kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ct
     a.ao = g->o;
     a.lq = (int)g->lq;
     a.lk = (int)g->lk;
+    a.nrt = (int)((g->lq + BM - 1) / BM);
+    a.nitems = (int)(g->nbatch * a.nrt);
     a.scale_log2 = g->scale * LOG2E;
     a.qn = g->q_norm;
     a.kn = g->k_norm;
@@ -513,7 +597,7 @@ extern "C" kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ct
     bool pairs = g->o.cs == 1 && g->o.rs % 2 == 0 && g->o.off % 2 == 0 && (uintptr_t)o % 4 == 0;
     for (int i = 0; i < g->o.nb; i++) pairs = pairs && (g->o.bstr[i] % 2 == 0 || g->o.bdims[i] == 1);
     a.o_pairs = pairs;
-    if (dtype == KILN_F16) return launch_t<__half>(cu, ctx, a, (long long)g->nbatch, (int)g->d, any_bias);
-    if (dtype == KILN_BF16) return launch_t<__nv_bfloat16>(cu, ctx, a, (long long)g->nbatch, (int)g->d, any_bias);
+    if (dtype == KILN_F16) return launch_t<__half>(cu, ctx, a, (int)g->d, any_bias);
+    if (dtype == KILN_BF16) return launch_t<__nv_bfloat16>(cu, ctx, a, (int)g->d, any_bias);
     return kiln_fail(ctx, KILN_ERR_INTERNAL, "flash attention: dtype %d", dtype);
 }

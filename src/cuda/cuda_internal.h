@@ -128,6 +128,8 @@ struct kiln_cuda {
     bool flash_attention;   /* kiln.Attention by attention_flash.cu where it takes the node
                                (on unless kiln_cuda_options.flash_attention < 0 or
                                KILN_CUDA_FLASH_ATTN=0) */
+    int flash_grid;         /* > 0: at most that many flash blocks (KILN_CUDA_FLASH_GRID; tests:
+                             * each block then takes several items); 0: as many as are resident */
     /* kiln.FusedConv's statistics outputs (conv_stats.c; kiln_cuda_options.conv_bn_stats,
      * KILN_CUDA_CONV_STATS=0 at its default): 0 the convolution, then
      * norm_train.cu's statistics kernel; 1 (auto) cuDNN's ConvolutionFwd -> GenStats graph

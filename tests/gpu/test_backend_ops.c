@@ -966,9 +966,10 @@ static int dw_grad_bench(void) {
  * attention) and TFLOP/s (2 B Lq Lk (D + Dv), the op's flops), and the outputs compared
  * (max abs difference / max |old|: at most 5e-3 in f16, 3e-2 in bf16). Shapes: ViT-B/16 at
  * batch 256 (q, k, v views of the packed in-projection (L, N, 3E), the output through the
- * head merge, as the fuse-attention pass makes them), Swin-T stage 1 at batch 64 (4096
- * windows of 49, 3 heads of 32, the relative-position bias and the shifted-window mask),
- * and a long sequence (32 x 12 heads, L 1024, D 64). Exits non-zero on a failed run, a
+ * head merge, as the fuse-attention pass makes them; ViT-B/32's L 50 and ViT-H/14's L 257,
+ * D 80 at batch 128 the same way), Swin-T stage 1 at batch 64 (4096 windows of 49, 3 heads
+ * of 32, the relative-position bias and the shifted-window mask), and a long sequence (32 x
+ * 12 heads, L 1024, D 64). Exits non-zero on a failed run, a
  * mismatch, or a shape the flash kernel did not run (the reason printed). */
 static kiln_tensor *bench_shape(int n, const int64_t *v) {
     double d[KILN_MAX_DIMS];
@@ -991,18 +992,20 @@ static int flash_bench(void) {
     printf("%-34s %-5s %9s %9s %9s %9s %7s %10s  %s\n", "shape", "dtype", "flash ms", "old ms", "flash TF", "old TF",
            "speedup", "rel diff", "");
     int bad = 0;
-    for (int sh = 0; sh < 4; sh++) {
+    for (int sh = 0; sh < 6; sh++) {
         const kiln_dtype dt = sh == 1 ? KILN_BF16 : KILN_F16;
         kiln_tensor *in[7] = {0};
         int n_in = 0;
         char attrs[400], what[64];
         kiln_tensor *y = NULL;
-        if (sh <= 1) { /* ViT-B/16 batch 256: (L, N, 3E) -> q, k, v; output (L * N, E) */
-            const int64_t L = 197, N = 256, H = 12, D = 64;
+        if (sh <= 1 || sh >= 4) { /* ViT-B/16 batch 256 (B/32, H/14 at 256, 128): (L, N, 3E) -> q, k, v; out (L * N, E) */
+            const int64_t L = sh == 4 ? 50 : sh == 5 ? 257 : 197, N = sh == 5 ? 128 : 256, H = sh == 5 ? 16 : 12,
+                          D = sh == 5 ? 80 : 64;
             const int64_t s5[5] = {L, N, 3, H, D}, s2[2] = {L * N, H * D};
             snprintf(attrs, sizeof attrs,
                      "q_view=[1,5,0,3,2,0,2,4,1,2,0,3];k_view=[1,5,0,3,2,1,2,4,1,2,3,0];"
-                     "v_view=[1,5,0,3,2,2,2,4,1,2,0,3];o_view=[2,4,2,0,1,3,1,6,0];scale=0.125");
+                     "v_view=[1,5,0,3,2,2,2,4,1,2,0,3];o_view=[2,4,2,0,1,3,1,6,0];scale=%.8f",
+                     1 / sqrt((double)D));
             in[0] = kt_rand(dt, 3, KT_DIMS(L, N, 3 * H * D), -1, 1, 5101);
             in[1] = in[0];
             in[2] = in[0];
@@ -1010,7 +1013,8 @@ static int flash_bench(void) {
             in[6] = bench_shape(2, s2);
             n_in = 7;
             y = kiln_tensor_new(ctx, dt, 2, KT_DIMS(L * N, H * D));
-            snprintf(what, sizeof what, "vit_b_16 bs256 (3072 x 197, D 64)");
+            snprintf(what, sizeof what, "%s bs%d (%d x %d, D %d)", sh == 4 ? "vit_b_32" : sh == 5 ? "vit_h_14" : "vit_b_16",
+                     (int)N, (int)(N * H), (int)L, (int)D);
         } else if (sh == 2) { /* Swin-T stage 1 batch 64: 4096 windows, nW 64, 3 heads */
             const int64_t B = 4096, nW = 64, H = 3, Lw = 49, D = 32;
             const int64_t s5[5] = {B / nW, nW, H, Lw, Lw}, s4[4] = {-1, H, Lw, Lw};
