@@ -79,6 +79,7 @@ struct FArgs {
     int o_pairs;      /* O's rows are runs (column stride 1) with every (row, even column) 4-byte aligned */
     int qn, kn;       /* NORM: Q's / K's rows divided by max(L2 norm, eps) (each on its own) */
     float qeps, keps;
+    int fold;         /* no biases, no norms, every scale > 0: the scale applied in the exponential */
     int nrt;          /* row tiles of BM queries per batch index; items n * nrt + tile */
     int nitems;
     int n_hs;         /* a tensor scale: batch n's scores also times hs[fbase(ahs, n)] */
@@ -117,29 +118,39 @@ __device__ __forceinline__ float bias_f(double v) { return (float)v; }
 constexpr int BLD = BN + 8; /* f32 row stride of the staged bias tile: 8 rows x float2 in 2 wavefronts */
 
 /* The bias tile of rows i0 .. i0 + BM - 1 and keys j0 .. j0 + BN - 1, times log2(e), into
- * sB (added to what is there when add): all threads, consecutive threads on consecutive
- * keys, every load unconditional (the address clamped into the tensor, the value zeroed
- * past Lq / Lk) so that the loads are issued together instead of one L2 round trip each. */
-template <typename BT>
+ * sB (added to what is there with ADD): all threads, consecutive threads on consecutive keys,
+ * every load unconditional (the address clamped into the tensor, the value zeroed past Lq /
+ * Lk) so that the loads are issued together instead of one L2 round trip each. A thread
+ * keeps one key column for the whole tile (FTHREADS / BN rows a pass) and walks its rows
+ * with a pointer: computed per element, the clamped 64-bit addresses took ~30 instructions
+ * an element, most of Swin-T's instructions (ncu: ALU the busiest pipe). */
+template <bool ADD, typename BT>
 __device__ __forceinline__ void stage_bias_t(float *sB, const BT *p, long long b0, long long rs, long long cs, int i0,
-                                             int j0, int lq, int lk, int tid, bool add) {
+                                             int j0, int lq, int lk, int tid) {
+    constexpr int RSTEP = FTHREADS / BN;
+    static_assert(FTHREADS % BN == 0 && BM % RSTEP == 0, "whole rows a pass");
+    const int c = tid % BN, r0 = tid / BN;
+    const bool cin = j0 + c < lk;
+    const BT *pr = p + b0 + (long long)min(j0 + c, lk - 1) * cs + (long long)min(i0 + r0, lq - 1) * rs;
+    const long long step = RSTEP * rs;
+    float *d = sB + r0 * BLD + c;
 #pragma unroll 8
-    for (int it = 0; it < BM * BN / FTHREADS; it++) {
-        const int idx = tid + it * FTHREADS, r = idx / BN, c = idx % BN;
-        const int gr = min(i0 + r, lq - 1), gc = min(j0 + c, lk - 1);
-        float v = bias_f(p[b0 + (long long)gr * rs + (long long)gc * cs]);
-        v = i0 + r < lq && j0 + c < lk ? v * LOG2E : 0.f;
-        float *d = sB + r * BLD + c;
-        *d = add ? *d + v : v;
+    for (int it = 0; it < BM / RSTEP; it++) {
+        const int r = i0 + r0 + it * RSTEP;
+        float v = bias_f(*pr);
+        v = cin && r < lq ? v * LOG2E : 0.f;
+        if (r + RSTEP < lq) pr += step;
+        d[it * RSTEP * BLD] = ADD ? d[it * RSTEP * BLD] + v : v;
     }
 }
 
+template <bool ADD>
 __device__ __forceinline__ void stage_bias(float *sB, const void *p, int dt, long long b0, const kiln_attn_addr &ad, int i0,
-                                           int j0, int lq, int lk, int tid, bool add) {
-    if (dt == KILN_F16) stage_bias_t(sB, (const __half *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid, add);
-    else if (dt == KILN_BF16) stage_bias_t(sB, (const __nv_bfloat16 *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid, add);
-    else if (dt == KILN_F32) stage_bias_t(sB, (const float *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid, add);
-    else stage_bias_t(sB, (const double *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid, add);
+                                           int j0, int lq, int lk, int tid) {
+    if (dt == KILN_F16) stage_bias_t<ADD>(sB, (const __half *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid);
+    else if (dt == KILN_BF16) stage_bias_t<ADD>(sB, (const __nv_bfloat16 *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid);
+    else if (dt == KILN_F32) stage_bias_t<ADD>(sB, (const float *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid);
+    else stage_bias_t<ADD>(sB, (const double *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
@@ -214,6 +225,32 @@ __device__ __forceinline__ void tile_rnorm(float *out, const T *s, bool on, floa
     if (h == 0) out[r] = on ? 1.f / fmaxf(sqrtf(ss), eps) : 1.f;
 }
 
+/* S's 16 keys np * 16 .. + 15 (two n-tiles of 8), k-step kk: B from K's rows by ldmatrix. */
+template <typename T, int LD>
+__device__ __forceinline__ void s_step(float (*s)[4], const uint32_t *qf, const T *sK, int np, int kk, int lane) {
+    uint32_t b[4]; /* keys np*16 + (0..7 | 8..15), dims kk*16 + (0..7, 8..15) */
+    ldmatrix_x4(b, smem_u32(sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * LD + kk * 16 + ((lane / 8) % 2) * 8));
+    mma16816<T>(s[2 * np], qf, b[0], b[1]);
+    mma16816<T>(s[2 * np + 1], qf, b[2], b[3]);
+}
+
+/* O += P V over keys kk * 16 .. + 15: P's C fragments rounded to T are the A fragment. */
+template <typename T, int D, int LD>
+__device__ __forceinline__ void pv_step(float (*o)[4], const float (*s)[4], const T *sV, int kk, int lane) {
+    uint32_t pa[4];
+    pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+    pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+    pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; dp++) {
+        uint32_t b[4]; /* keys kk*16 + (0..7, 8..15), dims dp*16 + (0..7 | 8..15), transposed */
+        ldmatrix_x4_trans(b, smem_u32(sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 + (lane / 16) * 8));
+        mma16816<T>(o[2 * dp], pa, b[0], b[1]);
+        mma16816<T>(o[2 * dp + 1], pa, b[2], b[3]);
+    }
+}
+
 /* One work item: batch index n, query rows i0 .. i0 + BM - 1, and what follows from them. */
 struct Item {
     long long qb, kb, vb, ob, bb[2];
@@ -247,8 +284,9 @@ template <bool BIAS> __device__ __forceinline__ Item item_at(const FArgs &a, int
  * with a block per item and the batch index fastest, each head's K and V were read from
  * memory once per row tile). The next item's Q and K_0 are loaded while the current item's
  * last P V is computed, as K_{j+1} is within an item. */
-template <typename T, int D, bool BIAS, bool NORM>
+template <typename T, int D, bool BIAS, bool NORM, bool FOLD>
 __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash_kernel(FArgs a) {
+    static_assert(!FOLD || (!BIAS && !NORM), "FOLD: plain scaled scores only");
     constexpr int LD = D + PADH;
     constexpr int KD = D / 16; /* k-steps of S = Q K^T; also the 16-column pairs of O */
     extern __shared__ __align__(128) unsigned char fsm[];
@@ -283,13 +321,12 @@ __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash
             load_tile<T, D>(sV, V, cur.vb, a.av.rs, j0, lk, tid);
             cp_async_commit();
             if (BIAS) { /* while V_j (and K_j) load; the loop's last barrier freed sB */
-                bool add = false;
-#pragma unroll
-                for (int sl = 0; sl < 2; sl++)
-                    if (a.bias[sl]) {
-                        stage_bias(sB, a.bias[sl], a.bias_dt[sl], cur.bb[sl], a.ab[sl], cur.i0, j0, lq, lk, tid, add);
-                        add = true;
-                    }
+                if (a.bias[0])
+                    stage_bias<false>(sB, a.bias[0], a.bias_dt[0], cur.bb[0], a.ab[0], cur.i0, j0, lq, lk, tid);
+                if (a.bias[1] && a.bias[0])
+                    stage_bias<true>(sB, a.bias[1], a.bias_dt[1], cur.bb[1], a.ab[1], cur.i0, j0, lq, lk, tid);
+                else if (a.bias[1])
+                    stage_bias<false>(sB, a.bias[1], a.bias_dt[1], cur.bb[1], a.ab[1], cur.i0, j0, lq, lk, tid);
             }
             cp_async_wait<1>(); /* Q (first tile) and K_j are in */
             __syncthreads();
@@ -316,32 +353,45 @@ __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash
             for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
             const int kvalid = lk - j0; /* keys of this tile (> 0) */
             const bool tail = kvalid < BN; /* keys past Lk to mask: the last tile only */
+            /* 16-key groups of this tile with a key below Lk (0: the warp has no live row);
+             * a whole tile takes the loops without per-group branches */
+            const int ng = cur.live ? min(BN / 16, (kvalid + 15) / 16) : 0;
+            if (ng == BN / 16) {
 #pragma unroll
-            for (int kk = 0; kk < KD; kk++) {
+                for (int kk = 0; kk < KD; kk++)
 #pragma unroll
-                for (int np = 0; np < BN / 16; np++) {
-                    if (!cur.live || np * 16 >= kvalid) continue;
-                    uint32_t b[4]; /* keys np*16 + (0..7 | 8..15), dims kk*16 + (0..7, 8..15) */
-                    ldmatrix_x4(b, smem_u32(sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * LD + kk * 16 +
-                                            ((lane / 8) % 2) * 8));
-                    mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
-                    mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+                    for (int np = 0; np < BN / 16; np++) s_step<T, LD>(s, qf[kk], sK, np, kk, lane);
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < KD; kk++)
+#pragma unroll
+                    for (int np = 0; np < BN / 16; np++)
+                        if (np < ng) s_step<T, LD>(s, qf[kk], sK, np, kk, lane);
+            }
+            /* base-2 logits: scale (FOLD: inside the exponential below), norms, biases */
+            if (!FOLD) {
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int c = nt * 8 + t * 2 + (e & 1);
+                        float x = s[nt][e] * cur.scale_log2;
+                        if (NORM) x *= rq[e / 2] * sRK[c];
+                        if (BIAS) x += sB[(wr + g + 8 * (e / 2)) * BLD + c];
+                        s[nt][e] = x;
+                    }
                 }
             }
-            /* base-2 logits: scale, biases, keys past Lk masked */
+            if (tail) /* keys past Lk */
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) {
+                for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int c = nt * 8 + t * 2 + (e & 1);
-                    float x = s[nt][e] * cur.scale_log2;
-                    if (NORM) x *= rq[e / 2] * sRK[c];
-                    if (BIAS) x += sB[(wr + g + 8 * (e / 2)) * BLD + c];
-                    if (tail && c >= kvalid) x = -INFINITY;
-                    s[nt][e] = x;
-                }
-            }
-            /* online softmax, rows g (h = 0) and g + 8 (h = 1); a row lives in the 4 threads of a quad */
+                    for (int e = 0; e < 4; e++)
+                        if (nt * 8 + t * 2 + (e & 1) >= kvalid) s[nt][e] = -INFINITY;
+            /* online softmax, rows g (h = 0) and g + 8 (h = 1); a row lives in the 4 threads of a
+             * quad. FOLD: s holds raw scores and the scale (> 0: the host checks) is applied in
+             * one FFMA with the max, as in FlashAttention-2 */
+            const float sc = FOLD ? cur.scale_log2 : 1.f;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float mx = -INFINITY;
@@ -349,13 +399,13 @@ __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash
                 for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mnew = fmaxf(m[h], mx);
+                const float mnew = fmaxf(m[h], mx * sc);
                 const float mu = mnew == -INFINITY ? 0.f : mnew; /* no (-inf) - (-inf) */
                 const float alpha = ex2(m[h] - mu);
                 float sum = 0.f;
 #pragma unroll
                 for (int nt = 0; nt < BN / 8; nt++) {
-                    const float p0 = ex2(s[nt][2 * h] - mu), p1 = ex2(s[nt][2 * h + 1] - mu);
+                    const float p0 = ex2(fmaf(s[nt][2 * h], sc, -mu)), p1 = ex2(fmaf(s[nt][2 * h + 1], sc, -mu));
                     s[nt][2 * h] = p0;
                     s[nt][2 * h + 1] = p1;
                     sum += p0 + p1;
@@ -384,22 +434,13 @@ __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash
             }
             __syncthreads();
             /* O += P V_j: P's C fragments are the A fragments of 16 keys (groups past Lk: P = 0) */
+            if (ng == BN / 16) {
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                if (!cur.live || kk * 16 >= kvalid) continue;
-                uint32_t pa[4];
-                pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-                pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-                pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                for (int kk = 0; kk < BN / 16; kk++) pv_step<T, D, LD>(o, s, sV, kk, lane);
+            } else {
 #pragma unroll
-                for (int dp = 0; dp < KD; dp++) {
-                    uint32_t b[4]; /* keys kk*16 + (0..7, 8..15), dims dp*16 + (0..7 | 8..15), transposed */
-                    ldmatrix_x4_trans(b, smem_u32(sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 +
-                                                  (lane / 16) * 8));
-                    mma16816<T>(o[2 * dp], pa, b[0], b[1]);
-                    mma16816<T>(o[2 * dp + 1], pa, b[2], b[3]);
-                }
+                for (int kk = 0; kk < BN / 16; kk++)
+                    if (kk < ng) pv_step<T, D, LD>(o, s, sV, kk, lane);
             }
             __syncthreads(); /* every warp is done with V_j */
         }
@@ -443,17 +484,19 @@ bool rows16(const kiln_attn_addr &g, const void *p, int64_t cols) {
     return ok;
 }
 
-template <typename T, int D, bool BIAS, bool NORM> kiln_status set_smem(kiln_context *ctx) {
-    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(flash_kernel<T, D, BIAS, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <typename T, int D, bool BIAS, bool NORM, bool FOLD> kiln_status set_smem(kiln_context *ctx) {
+    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(flash_kernel<T, D, BIAS, NORM, FOLD>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               (int)flash_smem<D, BIAS, NORM>()));
     return KILN_OK;
 }
 
 template <typename T, int D> kiln_status set_smem_d(kiln_context *ctx) {
-    kiln_status st = set_smem<T, D, false, false>(ctx);
-    if (!st) st = set_smem<T, D, true, false>(ctx);
-    if (!st) st = set_smem<T, D, false, true>(ctx);
-    if (!st) st = set_smem<T, D, true, true>(ctx);
+    kiln_status st = set_smem<T, D, false, false, false>(ctx);
+    if (!st) st = set_smem<T, D, false, false, true>(ctx);
+    if (!st) st = set_smem<T, D, true, false, false>(ctx);
+    if (!st) st = set_smem<T, D, false, true, false>(ctx);
+    if (!st) st = set_smem<T, D, true, true, false>(ctx);
     return st;
 }
 
@@ -472,11 +515,11 @@ template <typename T> kiln_status set_smem_all(kiln_context *ctx) {
  * kernel: the grid only sets how the items are shared, not what is computed), at most one
  * per item, at most kiln_cuda's flash_grid (KILN_CUDA_FLASH_GRID: tests give each block
  * several items). */
-template <typename T, int D, bool BIAS, bool NORM> void launch_k(kiln_cuda *cu, const FArgs &a) {
+template <typename T, int D, bool BIAS, bool NORM, bool FOLD> void launch_k(kiln_cuda *cu, const FArgs &a) {
     static int occ; /* blocks a multiprocessor holds; 0: not yet asked */
     int per_sm = __atomic_load_n(&occ, __ATOMIC_RELAXED);
     if (per_sm < 1) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, flash_kernel<T, D, BIAS, NORM>, FTHREADS,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, flash_kernel<T, D, BIAS, NORM, FOLD>, FTHREADS,
                                                           flash_smem<D, BIAS, NORM>()) != cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
@@ -485,15 +528,16 @@ template <typename T, int D, bool BIAS, bool NORM> void launch_k(kiln_cuda *cu, 
     long long grid = (long long)cu->props.sm_count * per_sm;
     if (cu->flash_grid > 0 && grid > cu->flash_grid) grid = cu->flash_grid;
     if (grid > a.nitems) grid = a.nitems;
-    flash_kernel<T, D, BIAS, NORM><<<(unsigned)grid, FTHREADS, flash_smem<D, BIAS, NORM>(), cu->stream>>>(a);
+    flash_kernel<T, D, BIAS, NORM, FOLD><<<(unsigned)grid, FTHREADS, flash_smem<D, BIAS, NORM>(), cu->stream>>>(a);
 }
 
 template <typename T, int D> kiln_status launch_d(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, bool bias) {
     const bool norm = a.qn || a.kn;
-    if (bias && norm) launch_k<T, D, true, true>(cu, a);
-    else if (bias) launch_k<T, D, true, false>(cu, a);
-    else if (norm) launch_k<T, D, false, true>(cu, a);
-    else launch_k<T, D, false, false>(cu, a);
+    if (bias && norm) launch_k<T, D, true, true, false>(cu, a);
+    else if (bias) launch_k<T, D, true, false, false>(cu, a);
+    else if (norm) launch_k<T, D, false, true, false>(cu, a);
+    else if (a.fold) launch_k<T, D, false, false, true>(cu, a);
+    else launch_k<T, D, false, false, false>(cu, a);
     KILN_CUDA_LAUNCHED(ctx, "flash_kernel (attention)");
     return KILN_OK;
 }
@@ -592,7 +636,12 @@ extern "C" kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ct
     a.qeps = g->q_eps;
     a.keps = g->k_eps;
     a.n_hs = g->n_hs;
-    for (int i = 0; i < g->n_hs; i++) a.hs[i] = g->hs[i];
+    bool pos = g->scale > 0.f;
+    for (int i = 0; i < g->n_hs; i++) {
+        a.hs[i] = g->hs[i];
+        pos = pos && g->hs[i] > 0.f;
+    }
+    a.fold = pos && !any_bias && !a.qn && !a.kn;
     if (g->n_hs > 0) a.ahs = g->hsa;
     bool pairs = g->o.cs == 1 && g->o.rs % 2 == 0 && g->o.off % 2 == 0 && (uintptr_t)o % 4 == 0;
     for (int i = 0; i < g->o.nb; i++) pairs = pairs && (g->o.bstr[i] % 2 == 0 || g->o.bdims[i] == 1);

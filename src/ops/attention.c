@@ -759,6 +759,15 @@ static int test(void) {
         fails += kiln_optest_sweep("Attention", "k_view=[2,3,0,2,1];scale=0.125", 0, 3, in, 1,
                                    "L = 197, D = 64, rank 3");
     }
+    /* a negative scale: the flash kernel's unfolded softmax (with a positive scale and no
+     * biases or norms it applies the scale inside the exponential) */
+    {
+        kiln_tensor *in[3] = {kt_rand(KILN_F32, 3, KT_DIMS(2, 70, 32), -1, 1, 9146),
+                              kt_rand(KILN_F32, 3, KT_DIMS(2, 70, 32), -1, 1, 9147),
+                              kt_rand(KILN_F32, 3, KT_DIMS(2, 70, 32), -1, 1, 9148)};
+        fails += kiln_optest_sweep("Attention", "k_view=[2,3,0,2,1];scale=-0.25", 0, 3, in, 1,
+                                   "L = 70, D = 32, negative scale");
+    }
     /* ViT-H/14's head dim 80 at its sequence (L = 257), and 48 (head dims that are multiples
      * of 16 but not powers of two: the flash kernel's k-steps of 16, its 8-wide n-tiles) */
     {
