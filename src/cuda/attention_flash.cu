@@ -21,13 +21,15 @@
  * while O += P_j V_j is. The products are mma.sync.m16n8k16 (f16 / bf16 in, f32
  * accumulation) with the operands read by ldmatrix (V with .trans); Q's fragments stay in
  * registers for the whole row tile. Softmax is online, in registers, in base 2 (the scale
- * times log2(e) applied to S, the biases times log2(e) added): a running max and sum per
- * row, the accumulators rescaled by exp2(m_old - m_new) when the max grows. P is rounded to
+ * times log2(e) applied to S, the biases times log2(e) added; without biases or norms and
+ * with a positive scale, the scale is applied inside the exponential, one FFMA with the
+ * max: FOLD): a running max and sum per row, the accumulators rescaled by
+ * exp2(m_old - m_new) when the max grows. P is rounded to
  * the I/O type in registers and used directly as the A operand of P V (the C fragment of
  * m16n8k16 is the A fragment's layout). Keys past Lk get -inf (16-key groups wholly past
  * Lk are not multiplied at all), query rows past Lq are not written (a warp whose 16 rows
- * all are only loads tiles); a row whose scores are all -inf (a full mask) gives NaN, as the CPU reference
- * and attention.cu do. O is normalized by the row sum at the end and written through the
+ * all are only loads tiles); a row whose scores are all -inf (a full mask) gives NaN, as
+ * the CPU reference and attention.cu do. O is normalized by the row sum at the end and written through the
  * op's output view (any strides).
  *
  * Cosine attention (L2NORM on Q and / or K: the NORM form): when Q and K_j are in shared
