@@ -477,7 +477,8 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
 }
 
 /* Stage 0 over the graph, before the other stages (it appends nodes). gemm_ok: the device
- * has kiln.FusedGemm (a residual Add after the Linear joins it). */
+ * has kiln.FusedGemm and KILN_PASS_GEMM_RESIDUAL is on (a residual Add after the Linear
+ * joins it). */
 static kiln_status fuse_matmul_bias(kiln_model *m, bool gemm_ok, bool *changed) {
     int *prod = kiln_pass_producers(m);
     const int n0 = m->n_nodes;
@@ -514,7 +515,8 @@ static kiln_status fuse_matmul_bias(kiln_model *m, bool gemm_ok, bool *changed) 
 
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     /* op-pattern */
-    kiln_status st0 = fuse_matmul_bias(m, kiln_pass_device_has(o, "FusedGemm"), changed);
+    kiln_status st0 = fuse_matmul_bias(
+        m, kiln_pass_device_has(o, "FusedGemm") && !(o->disabled & KILN_PASS_GEMM_RESIDUAL), changed);
     if (st0) return st0;
     int *prod = kiln_pass_producers(m);
     bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
