@@ -14,7 +14,11 @@
  *      transformer's Linear -> Flatten(X) (rows, K) -> Gemm(., W, bias) -> Reshape back to
  *      (..., N): the bias rides on the product's epilogue (cuBLASLt's BIAS) instead of a
  *      pass over the product; Flatten and Reshape are views. Needs X's dims but the last
- *      known except at most one (the Reshape's -1: a symbolic batch).
+ *      known except at most one (the Reshape's -1: a symbolic batch). Where the device has
+ *      kiln.FusedGemm and the Linear's result is read only by an Add of a Z of its shape (a
+ *      transformer's residual): Flatten(Z) joins the product as its fourth input and the
+ *      Reshape writes the Add's output (on CUDA, cuBLASLt's C with beta 1: the sum written
+ *      once instead of the product, then the Add reading two and writing one).
  * Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSwish, HardSigmoid,
  * Tanh; and, unless KILN_PASS_FUSE_SILU_GELU is disabled, "Silu" from x * Sigmoid(x)
  * (Sigmoid(x) -> Mul(x, s), either operand order: the value x is read by exactly those two
@@ -351,8 +355,8 @@ static const kiln_tensor *constant_of(const kiln_model *m, const int *prod, int 
 }
 
 /* Stage 0 on MatMul node i (see the top). New nodes are appended: the caller sorts. */
-static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int i, bool *dead,
-                               bool *done) {
+static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int i, bool gemm_ok,
+                               bool *dead, bool *done) {
     *done = false;
     const kiln_node *mm = &m->nodes[i];
     if (mm->n_in != 2 || mm->n_out != 1) return KILN_OK;
@@ -383,6 +387,22 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
     const int bv = add->in[0] == y ? add->in[1] : add->in[0];
     const kiln_tensor *b = bv >= 0 ? constant_of(m, prod, bv) : NULL;
     if (!b || b->dtype != KILN_F32 || b->ndim != 1 || b->dims[0] != N) return KILN_OK;
+    /* a residual Add reading the Linear's result alone (a transformer's second MLP product):
+     * Z, of the result's shape, rides on the product as kiln.FusedGemm's fourth input */
+    int ra = -1, zv = -1;
+    if (gemm_ok) {
+        const int yb = m->nodes[a].out[0];
+        const int r2 = kiln_pass_single_consumer(m, yb);
+        if (r2 >= 0 && !dead[r2] && is_add(&m->nodes[r2])) {
+            const kiln_node *ad = &m->nodes[r2];
+            const int zz = ad->in[0] == yb ? ad->in[1] : ad->in[0];
+            if (zz >= 0 && zz != yb && m->values[zz].dtype == KILN_F32 &&
+                (same_known_shape(&m->values[zz], &m->values[yb]) || (probes && kiln_pass_same_shape(probes, zz, yb)))) {
+                ra = r2;
+                zv = zz;
+            }
+        }
+    }
     /* the constants: Reshape's target shape (..., N) with -1 for the unknown dim */
     const int64_t rdim = r;
     kiln_tensor *shape = kiln_tensor_new(m->ctx, KILN_I64, 1, &rdim);
@@ -402,12 +422,23 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
     const int xf = sv >= 0 ? kiln_pass_new_value(m, hint) : -1;
     snprintf(hint, sizeof hint, "%.150s_gemm", m->nodes[i].name);
     const int yg = xf >= 0 ? kiln_pass_new_value(m, hint) : -1;
-    if (yg < 0) return KILN_ERR_OUT_OF_MEMORY;
+    int zf = -1;
+    if (yg >= 0 && zv >= 0) {
+        snprintf(hint, sizeof hint, "%.150s_rows", m->values[zv].name);
+        zf = kiln_pass_new_value(m, hint);
+    }
+    if (yg < 0 || (zv >= 0 && zf < 0)) return KILN_ERR_OUT_OF_MEMORY;
     m->values[xf].dtype = m->values[yg].dtype = dt;
     m->values[xf].ndim = m->values[yg].ndim = 2;
     m->values[xf].dims[0] = m->values[yg].dims[0] = rows;
     m->values[xf].dims[1] = K;
     m->values[yg].dims[1] = N;
+    if (zf >= 0) {
+        m->values[zf].dtype = dt;
+        m->values[zf].ndim = 2;
+        m->values[zf].dims[0] = rows;
+        m->values[zf].dims[1] = N;
+    }
     kiln_attr *fa = NULL;
     int nfa = 0;
     char at[32];
@@ -422,18 +453,37 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
     int g = f >= 0 ? kiln_model_add_node_raw(m, "Gemm", name, "", 3, (int[]){xf, w, bv}, 1, &yg, 0, NULL) : -1;
     if (g < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
     m->nodes[f].opset = m->nodes[g].opset = m->nodes[i].opset > 13 ? m->nodes[i].opset : 13;
-    if ((st = kiln_pass_rewrite(m, a, "", "Reshape", 2, (int[]){yg, sv}, NULL)) != KILN_OK) return st;
-    if (m->nodes[a].opset < 13) m->nodes[a].opset = 13;
+    if (zf >= 0) {
+        /* op-pattern: MatMul + Add + residual Add -> Flatten, Flatten, FusedGemm, Reshape */
+        kiln_attr *za = NULL;
+        int nza = 0;
+        if ((st = kiln_attrs_parse(m->ctx, at, &za, &nza)) != KILN_OK) return st;
+        snprintf(name, sizeof name, "%.150s_rows", m->nodes[ra].name);
+        const int fz = kiln_model_add_node_raw(m, "Flatten", name, "", 1, &zv, 1, &zf, nza, za);
+        if (fz < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+        m->nodes[fz].opset = m->nodes[g].opset;
+        if ((st = kiln_pass_rewrite(m, g, "kiln", "FusedGemm", 4, (int[]){xf, w, bv, zf}, NULL)) != KILN_OK) return st;
+        /* the residual Add becomes the Reshape back to (..., N); the bias Add goes */
+        if ((st = kiln_pass_rewrite(m, ra, "", "Reshape", 2, (int[]){yg, sv}, NULL)) != KILN_OK) return st;
+        if (m->nodes[ra].opset < 13) m->nodes[ra].opset = 13;
+        dead[a] = true;
+    } else {
+        if ((st = kiln_pass_rewrite(m, a, "", "Reshape", 2, (int[]){yg, sv}, NULL)) != KILN_OK) return st;
+        if (m->nodes[a].opset < 13) m->nodes[a].opset = 13;
+    }
     dead[i] = true;
     *done = true;
     return KILN_OK;
 }
 
-/* Stage 0 over the graph, before the other stages (it appends nodes). */
-static kiln_status fuse_matmul_bias(kiln_model *m, bool *changed) {
+/* Stage 0 over the graph, before the other stages (it appends nodes). gemm_ok: the device
+ * has kiln.FusedGemm and KILN_PASS_GEMM_RESIDUAL is on (a residual Add after the Linear
+ * joins it). */
+static kiln_status fuse_matmul_bias(kiln_model *m, bool gemm_ok, bool *changed) {
     int *prod = kiln_pass_producers(m);
     const int n0 = m->n_nodes;
-    bool *dead = kiln_calloc(m->ctx, (size_t)(3 * n0) + 1, sizeof *dead, "a pass");
+    /* up to 3 nodes appended a MatMul */
+    bool *dead = kiln_calloc(m->ctx, (size_t)(4 * n0) + 1, sizeof *dead, "a pass");
     kiln_status st = prod && dead ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
     bool any = false, have = false;
     for (int i = 0; i < n0 && !st && !have; i++) have = kiln_pass_is(&m->nodes[i], "MatMul"); /* op-pattern */
@@ -449,7 +499,7 @@ static kiln_status fuse_matmul_bias(kiln_model *m, bool *changed) {
         /* op-pattern */
         if (dead[i] || !kiln_pass_is(&m->nodes[i], "MatMul")) continue;
         bool done = false;
-        st = matmul_bias(m, prod, have_probes ? &probes : NULL, i, dead, &done);
+        st = matmul_bias(m, prod, have_probes ? &probes : NULL, i, gemm_ok, dead, &done);
         any |= done;
     }
     kiln_pass_shape_probes_free(&probes);
@@ -464,7 +514,9 @@ static kiln_status fuse_matmul_bias(kiln_model *m, bool *changed) {
 }
 
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed) {
-    kiln_status st0 = fuse_matmul_bias(m, changed);
+    /* op-pattern */
+    kiln_status st0 = fuse_matmul_bias(
+        m, kiln_pass_device_has(o, "FusedGemm") && !(o->disabled & KILN_PASS_GEMM_RESIDUAL), changed);
     if (st0) return st0;
     int *prod = kiln_pass_producers(m);
     bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
