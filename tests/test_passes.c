@@ -453,6 +453,25 @@ static void test_fuse_conv(void) {
         check(order ? "Linear + residual Add (another input)" : "Linear + residual Add (its input)", m,
               KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL, 3, 1e-5, 1e-5, 3, 4);
     }
+    /* the residual an intermediate value (a transformer's running sum: its dtype known only
+     * from inference), read by the residual Add and by another node */
+    m = new_model();
+    input(m, "x", KILN_F32, 3, KT_DIMS(-1, 5, 6));
+    init(m, "w", KILN_F32, 2, KT_DIMS(6, 6), -1, 1, 88);
+    init(m, "bias", KILN_F32, 1, KT_DIMS(6), -1, 1, 89);
+    node(m, "Relu", "x", "h");
+    node(m, "MatMul", "h,w", "mm");
+    node(m, "Add", "mm,bias", "lin");
+    node(m, "Add", "h,lin", "s");
+    node(m, "Mul", "s,h", "y");
+    output(m, "y");
+    finalize(m);
+    o = optimized(m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL);
+    CHECK(o && count(o, "FusedGemm") == 1 && count(o, "Add") == 0 && count(o, "Gemm") == 0,
+          "fuse-conv: an intermediate residual joins the Linear as FusedGemm's Z");
+    kiln_model_free(o);
+    check("Linear + residual Add (an intermediate residual)", m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL, 3, 1e-5,
+          1e-5, 5, 6);
     /* gemm-residual off (alone): the Gemm and the Add stay */
     m = new_model();
     input(m, "x", KILN_F32, 3, KT_DIMS(-1, 5, 6));

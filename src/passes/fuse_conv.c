@@ -396,7 +396,10 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
         if (r2 >= 0 && !dead[r2] && is_add(&m->nodes[r2])) {
             const kiln_node *ad = &m->nodes[r2];
             const int zz = ad->in[0] == yb ? ad->in[1] : ad->in[0];
-            if (zz >= 0 && zz != yb && m->values[zz].dtype == KILN_F32 &&
+            /* an intermediate Z's dtype: the probes' where inference stored none */
+            kiln_dtype zdt = zz >= 0 ? m->values[zz].dtype : 0;
+            if (!zdt && zz >= 0 && probes && zz < probes->n) zdt = probes->one[zz].dtype;
+            if (zz >= 0 && zz != yb && zdt == KILN_F32 &&
                 (same_known_shape(&m->values[zz], &m->values[yb]) || (probes && kiln_pass_same_shape(probes, zz, yb)))) {
                 ra = r2;
                 zv = zz;
