@@ -536,8 +536,13 @@ template <int D, bool BIAS, bool NORM, int MT = 1> constexpr size_t flash_smem()
 }
 
 /* Two m-tiles a warp (flash_kernel's MT): the FOLD form, head dims to 64 (registers: o and s
- * twice; 251 at D 64, no spill), more than one tile of queries. */
+ * twice; 251 at D 64, no spill), more than one tile of queries. By default from MT2_MIN_LQ
+ * queries: each K / V fragment then feeds two products, but a block holds 128 query rows
+ * and two blocks fit a multiprocessor (three with one m-tile at D 64), and the kernel is
+ * latency-bound where sequences are short (H200: Lq 1024, D 64: 0.496 -> 0.436 ms; Lq 197
+ * (vit_b_16): 0.315 -> 0.325, a loss). */
 constexpr int MT2_MAX_D = 64;
+constexpr int64_t MT2_MIN_LQ = 512;
 
 /* Rows of 16-byte aligned runs of 8 elements (2-byte types): column stride 1, row and
  * batch strides, offset, width and the pointer all multiples of 8 elements. */
@@ -708,7 +713,10 @@ extern "C" kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ct
         pos = pos && g->hs[i] > 0.f;
     }
     a.fold = pos && !any_bias && !a.qn && !a.kn;
-    a.mt = a.fold && g->d <= MT2_MAX_D && g->lq > BM && cu->flash_mt != 1 ? 2 : 1;
+    /* two m-tiles from MT2_MIN_LQ queries (or everywhere the form allows with
+     * KILN_CUDA_FLASH_MT=2; never with =1) */
+    const bool mt2_ok = a.fold && g->d <= MT2_MAX_D && g->lq > BM;
+    a.mt = mt2_ok && (cu->flash_mt == 2 || (cu->flash_mt == 0 && g->lq >= MT2_MIN_LQ)) ? 2 : 1;
     a.nrt = (int)((g->lq + a.mt * BM - 1) / (a.mt * BM));
     a.nitems = (int)(g->nbatch * a.nrt);
     if (g->n_hs > 0) a.ahs = g->hsa;

@@ -140,7 +140,7 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     }
     {
         const char *e = getenv("KILN_CUDA_FLASH_MT");
-        cu->flash_mt = e && strcmp(e, "1") == 0 ? 1 : 0;
+        cu->flash_mt = e && (strcmp(e, "1") == 0 || strcmp(e, "2") == 0) ? e[0] - '0' : 0;
     }
     {
         const char *e = getenv("KILN_CUDA_DW_GRAPH");
