@@ -344,6 +344,8 @@ static kiln_model *resnet_block(bool symbolic, const char *add) {
     return m;
 }
 
+static void init_i64s(kiln_model *m, const char *name, int n, const double *v);
+
 static void test_fuse_conv(void) {
     /* residual block: two FusedConv, the second with Z = x */
     check("ResNet block, all passes", resnet_block(false, "Add"), ALL, 2, 1e-5, 1e-5, 7, 2);
@@ -472,6 +474,39 @@ static void test_fuse_conv(void) {
     kiln_model_free(o);
     check("Linear + residual Add (an intermediate residual)", m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL, 3, 1e-5,
           1e-5, 5, 6);
+    /* a Gemm of rows (transB, bias row) and its residual Add: directly (Z 2-D), and behind
+     * the Reshape back to (B, L, N) (an out-projection: Z 3-D, joined as Flatten(Z)) */
+    for (int viewed = 0; viewed < 2; viewed++) {
+        m = new_model();
+        if (viewed) {
+            input(m, "x", KILN_F32, 3, KT_DIMS(-1, 5, 6));
+            init_i64s(m, "rows", 2, (double[]){-1, 6});
+            init_i64s(m, "back", 3, (double[]){-1, 5, 6});
+            node(m, "Reshape", "x,rows", "x2");
+        } else {
+            input(m, "x", KILN_F32, 2, KT_DIMS(-1, 6));
+            node(m, "Identity", "x", "x2");
+        }
+        init(m, "w", KILN_F32, 2, KT_DIMS(6, 6), -1, 1, 86);
+        init(m, "bias", KILN_F32, 1, KT_DIMS(6), -1, 1, 87);
+        kiln_node *g = node(m, "Gemm", "x2,w,bias", "g");
+        kiln_node_set_int(g, "transB", 1);
+        if (viewed) node(m, "Reshape", "g,back", "gv");
+        node(m, "Add", viewed ? "x,gv" : "g,x", "y");
+        output(m, "y");
+        finalize(m);
+        o = optimized(m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL);
+        CHECK(o && count(o, "FusedGemm") == 1 && count(o, "Gemm") == 0 && count(o, "Add") == 0 &&
+                  count(o, "Flatten") == viewed,
+              "fuse-conv: Gemm%s + residual Add -> FusedGemm with Z", viewed ? " -> Reshape" : "");
+        kiln_model_free(o);
+        o = optimized(m, KILN_PASS_FUSE_CONV);
+        CHECK(o && count(o, "FusedGemm") == 0 && count(o, "Add") == 1, "fuse-conv, gemm-residual off: Gemm%s + Add stay",
+              viewed ? " -> Reshape" : "");
+        kiln_model_free(o);
+        check(viewed ? "Gemm -> Reshape + residual Add" : "Gemm + residual Add", m,
+              KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL, 3, 1e-5, 1e-5, viewed ? 4 : 3, viewed ? 4 : 2);
+    }
     /* gemm-residual off (alone): the Gemm and the Add stay */
     m = new_model();
     input(m, "x", KILN_F32, 3, KT_DIMS(-1, 5, 6));
