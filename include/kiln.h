@@ -404,6 +404,13 @@ enum {
                                      input for some output (dilated convolutions on maps smaller
                                      than their dilation: DeepLabV3's ASPP); the dropped
                                      products were all of zeros */
+    KILN_PASS_GEMM_RESIDUAL = 1 << 29, /* fuse-conv's taking of a residual Add after a Linear
+                                          (MatMul + bias) into the product (kiln.FusedGemm's Z:
+                                          on CUDA, cuBLASLt's C), alone */
+    KILN_PASS_ATTENTION_ROWS = 1 << 30, /* fuse-attention's moving of the Transposes that keep
+                                           the last axis across the projections around an
+                                           attention (torch's nn.MultiheadAttention export),
+                                           where the fused node's views take them, alone */
     KILN_PASS_CHANNEL_GATHER = 1 << 28 /* a chain of channel moves (Concat along the channels,
                                           channel shuffle, Slices and zero Pads of channels:
                                           ShuffleNet's block boundaries) as one gather, each

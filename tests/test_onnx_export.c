@@ -605,6 +605,11 @@ static void kiln_ops(const char *tmp) {
         {"FusedGemm", "activation=Silu;transB=1", 3, {KILN_F32, KILN_F32, KILN_F32}, {2, 2, 1}, {{3, 4}, {5, 4}, {5}}, 1,
          "Mul", 0},
         {"FusedGemm", "activation=Gelu", 2, {KILN_F32, KILN_F32}, {2, 2}, {{3, 4}, {4, 5}}, 1, "Erf", 0},
+        /* the residual Z (a Linear and the Add after it): Gemm, then Add [, then the activation] */
+        {"FusedGemm", "transB=1", 4, {KILN_F32, KILN_F32, KILN_F32, KILN_F32}, {2, 2, 1, 2},
+         {{3, 4}, {5, 4}, {5}, {3, 5}}, 1, "Add", 0},
+        {"FusedGemm", "activation=Relu", 4, {KILN_F32, KILN_F32, KILN_F32, KILN_F32}, {2, 2, 1, 2},
+         {{3, 4}, {4, 5}, {5}, {3, 5}}, 1, "Relu", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char file[4200];

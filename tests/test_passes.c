@@ -344,6 +344,8 @@ static kiln_model *resnet_block(bool symbolic, const char *add) {
     return m;
 }
 
+static void init_i64s(kiln_model *m, const char *name, int n, const double *v);
+
 static void test_fuse_conv(void) {
     /* residual block: two FusedConv, the second with Z = x */
     check("ResNet block, all passes", resnet_block(false, "Add"), ALL, 2, 1e-5, 1e-5, 7, 2);
@@ -430,6 +432,117 @@ static void test_fuse_conv(void) {
         check(order ? "MatMul + Add(Identity(bias), .)" : "MatMul + Add(., bias)", m, KILN_PASS_FUSE_CONV, 3, 1e-5, 1e-5,
               2, 3);
     }
+    /* a Linear whose result a residual Add reads (a transformer's second MLP product), the
+     * residual either operand, a symbolic batch: Flatten(X), Flatten(Z) -> FusedGemm(X, W,
+     * bias, Z) -> Reshape; the residual here is the Linear's own input (K == N), read twice */
+    for (int order = 0; order < 2; order++) {
+        m = new_model();
+        input(m, "x", KILN_F32, 3, KT_DIMS(-1, 5, 6));
+        init(m, "w", KILN_F32, 2, KT_DIMS(6, 6), -1, 1, 92);
+        init(m, "bias", KILN_F32, 1, KT_DIMS(6), -1, 1, 93);
+        input(m, "r", KILN_F32, 3, KT_DIMS(-1, 5, 6));
+        node(m, "MatMul", "x,w", "mm");
+        node(m, "Add", "mm,bias", "lin");
+        node(m, "Add", order ? "lin,r" : "x,lin", "y");
+        output(m, "y");
+        finalize(m);
+        o = optimized(m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL);
+        CHECK(o && count(o, "MatMul") == 0 && count(o, "Add") == 0 && count(o, "Gemm") == 0 && count(o, "FusedGemm") == 1 &&
+                  count(o, "Flatten") == 2 && count(o, "Reshape") == 1,
+              "fuse-conv: MatMul + bias Add + residual Add (%s) -> Flatten x2, FusedGemm, Reshape",
+              order ? "another input" : "the Linear's input");
+        kiln_model_free(o);
+        check(order ? "Linear + residual Add (another input)" : "Linear + residual Add (its input)", m,
+              KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL, 3, 1e-5, 1e-5, 3, 4);
+    }
+    /* the residual an intermediate value (a transformer's running sum: its dtype known only
+     * from inference), read by the residual Add and by another node */
+    m = new_model();
+    input(m, "x", KILN_F32, 3, KT_DIMS(-1, 5, 6));
+    init(m, "w", KILN_F32, 2, KT_DIMS(6, 6), -1, 1, 88);
+    init(m, "bias", KILN_F32, 1, KT_DIMS(6), -1, 1, 89);
+    node(m, "Relu", "x", "h");
+    node(m, "MatMul", "h,w", "mm");
+    node(m, "Add", "mm,bias", "lin");
+    node(m, "Add", "h,lin", "s");
+    node(m, "Mul", "s,h", "y");
+    output(m, "y");
+    finalize(m);
+    o = optimized(m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL);
+    CHECK(o && count(o, "FusedGemm") == 1 && count(o, "Add") == 0 && count(o, "Gemm") == 0,
+          "fuse-conv: an intermediate residual joins the Linear as FusedGemm's Z");
+    kiln_model_free(o);
+    check("Linear + residual Add (an intermediate residual)", m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL, 3, 1e-5,
+          1e-5, 5, 6);
+    /* a Gemm of rows (transB, bias row) and its residual Add: directly (Z 2-D), and behind
+     * the Reshape back to (B, L, N) (an out-projection: Z 3-D, joined as Flatten(Z)) */
+    for (int viewed = 0; viewed < 2; viewed++) {
+        m = new_model();
+        if (viewed) {
+            input(m, "x", KILN_F32, 3, KT_DIMS(-1, 5, 6));
+            init_i64s(m, "rows", 2, (double[]){-1, 6});
+            init_i64s(m, "back", 3, (double[]){-1, 5, 6});
+            node(m, "Reshape", "x,rows", "x2");
+        } else {
+            input(m, "x", KILN_F32, 2, KT_DIMS(-1, 6));
+            node(m, "Identity", "x", "x2");
+        }
+        init(m, "w", KILN_F32, 2, KT_DIMS(6, 6), -1, 1, 86);
+        init(m, "bias", KILN_F32, 1, KT_DIMS(6), -1, 1, 87);
+        kiln_node *g = node(m, "Gemm", "x2,w,bias", "g");
+        kiln_node_set_int(g, "transB", 1);
+        if (viewed) node(m, "Reshape", "g,back", "gv");
+        node(m, "Add", viewed ? "x,gv" : "g,x", "y");
+        output(m, "y");
+        finalize(m);
+        o = optimized(m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL);
+        CHECK(o && count(o, "FusedGemm") == 1 && count(o, "Gemm") == 0 && count(o, "Add") == 0 &&
+                  count(o, "Flatten") == viewed,
+              "fuse-conv: Gemm%s + residual Add -> FusedGemm with Z", viewed ? " -> Reshape" : "");
+        kiln_model_free(o);
+        o = optimized(m, KILN_PASS_FUSE_CONV);
+        CHECK(o && count(o, "FusedGemm") == 0 && count(o, "Add") == 1, "fuse-conv, gemm-residual off: Gemm%s + Add stay",
+              viewed ? " -> Reshape" : "");
+        kiln_model_free(o);
+        check(viewed ? "Gemm -> Reshape + residual Add" : "Gemm + residual Add", m,
+              KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL, 3, 1e-5, 1e-5, viewed ? 4 : 3, viewed ? 4 : 2);
+    }
+    /* gemm-residual off (alone): the Gemm and the Add stay */
+    m = new_model();
+    input(m, "x", KILN_F32, 3, KT_DIMS(-1, 5, 6));
+    init(m, "w", KILN_F32, 2, KT_DIMS(6, 6), -1, 1, 97);
+    init(m, "bias", KILN_F32, 1, KT_DIMS(6), -1, 1, 98);
+    node(m, "MatMul", "x,w", "mm");
+    node(m, "Add", "mm,bias", "lin");
+    node(m, "Add", "x,lin", "y");
+    output(m, "y");
+    finalize(m);
+    o = optimized(m, KILN_PASS_FUSE_CONV);
+    CHECK(o && count(o, "FusedGemm") == 0 && count(o, "Gemm") == 1 && count(o, "Add") == 1,
+          "fuse-conv with gemm-residual off: Gemm and the residual Add");
+    kiln_model_free(o);
+    check("Linear + residual Add, gemm-residual off", m, KILN_PASS_FUSE_CONV, 3, 1e-5, 1e-5, 3, 4);
+    /* not joined: a residual that broadcasts (1, 5, 6), and a Linear result read twice */
+    m = new_model();
+    input(m, "x", KILN_F32, 3, KT_DIMS(2, 5, 6));
+    init(m, "w", KILN_F32, 2, KT_DIMS(6, 6), -1, 1, 94);
+    init(m, "bias", KILN_F32, 1, KT_DIMS(6), -1, 1, 95);
+    init(m, "r", KILN_F32, 3, KT_DIMS(1, 5, 6), -1, 1, 96);
+    node(m, "MatMul", "x,w", "mm");
+    node(m, "Add", "mm,bias", "lin");
+    node(m, "Add", "lin,r", "y");
+    node(m, "MatMul", "y,w", "mm2");
+    node(m, "Add", "mm2,bias", "lin2");
+    node(m, "Add", "lin2,lin2", "y2");
+    output(m, "y2");
+    finalize(m);
+    o = optimized(m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL);
+    CHECK(o && count(o, "FusedGemm") == 0 && count(o, "Gemm") == 2 && count(o, "Add") == 2,
+          "fuse-conv: no residual for a broadcast Z or a result read twice");
+    kiln_model_free(o);
+    check("Linear + broadcast residual, Linear + Add(l, l)", m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL, 2, 1e-5,
+          1e-5, 6, 8);
+
     /* not rewritten: a bias of another length than N (broadcast along another dim), and
      * a non-constant weight */
     m = new_model();

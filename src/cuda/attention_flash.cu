@@ -82,7 +82,8 @@ struct FArgs {
     int qn, kn;       /* NORM: Q's / K's rows divided by max(L2 norm, eps) (each on its own) */
     float qeps, keps;
     int fold;         /* no biases, no norms, every scale > 0: the scale applied in the exponential */
-    int nrt;          /* row tiles of BM queries per batch index; items n * nrt + tile */
+    int mt;           /* m-tiles a warp: 2 (FOLD, D <= MT2_MAX_D, Lq > BM) or 1 */
+    int nrt;          /* row tiles of mt * BM queries per batch index; items n * nrt + tile */
     int nitems;
     int n_hs;         /* a tensor scale: batch n's scores also times hs[fbase(ahs, n)] */
     float hs[KILN_ATTN_MAX_HS];
@@ -193,15 +194,15 @@ template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, f
     return *(uint32_t *)&h;
 }
 
-/* Rows r0 .. r0 + 63 of an operand (row r at base + r * rs, D contiguous elements) into
+/* Rows r0 .. r0 + ROWS - 1 of an operand (row r at base + r * rs, D contiguous elements) into
  * shared memory (row stride D + PADH), 16 bytes per cp.async; rows at or past rmax are
  * zero-filled (src-size 0: nothing is read). */
-template <typename T, int D>
+template <typename T, int D, int ROWS = 64>
 __device__ __forceinline__ void load_tile(T *s, const T *g, long long base, long long rs, int r0, int rmax, int tid) {
     constexpr int CH = D / 8, LD = D + PADH;
-    static_assert(64 * CH % FTHREADS == 0, "whole passes of the block");
+    static_assert(ROWS * CH % FTHREADS == 0, "whole passes of the block");
 #pragma unroll
-    for (int it = 0; it < 64 * CH / FTHREADS; it++) {
+    for (int it = 0; it < ROWS * CH / FTHREADS; it++) {
         const int idx = tid + it * FTHREADS, r = idx / CH, c = (idx % CH) * 8, gr = r0 + r;
         const bool in = gr < rmax;
         const T *src = g + base + (in ? (long long)gr * rs + c : 0);
@@ -227,44 +228,65 @@ __device__ __forceinline__ void tile_rnorm(float *out, const T *s, bool on, floa
     if (h == 0) out[r] = on ? 1.f / fmaxf(sqrtf(ss), eps) : 1.f;
 }
 
-/* S's 16 keys np * 16 .. + 15 (two n-tiles of 8), k-step kk: B from K's rows by ldmatrix. */
-template <typename T, int LD>
-__device__ __forceinline__ void s_step(float (*s)[4], const uint32_t *qf, const T *sK, int np, int kk, int lane) {
+/* S's 16 keys np * 16 .. + 15 (two n-tiles of 8), k-step kk, for the first lmt m-tiles: B
+ * from K's rows by ldmatrix, once for them all. */
+template <typename T, int LD, int MT>
+__device__ __forceinline__ void s_step(float (*s)[BN / 8][4], const uint32_t (*qk)[4], const T *sK, int np, int kk,
+                                       int lane, int lmt) {
     uint32_t b[4]; /* keys np*16 + (0..7 | 8..15), dims kk*16 + (0..7, 8..15) */
     ldmatrix_x4(b, smem_u32(sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * LD + kk * 16 + ((lane / 8) % 2) * 8));
-    mma16816<T>(s[2 * np], qf, b[0], b[1]);
-    mma16816<T>(s[2 * np + 1], qf, b[2], b[3]);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        if (mt < lmt) {
+            mma16816<T>(s[mt][2 * np], qk[mt], b[0], b[1]);
+            mma16816<T>(s[mt][2 * np + 1], qk[mt], b[2], b[3]);
+        }
 }
 
-/* O += P V over keys kk * 16 .. + 15: P's C fragments rounded to T are the A fragment. */
-template <typename T, int D, int LD>
-__device__ __forceinline__ void pv_step(float (*o)[4], const float (*s)[4], const T *sV, int kk, int lane) {
-    uint32_t pa[4];
-    pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-    pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-    pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+/* Q's A fragment of m-tile mt, k-step kk (rows mt * BM + wr .. + 15 of the staged tile). */
+template <typename T, int LD>
+__device__ __forceinline__ void q_frag(uint32_t q[4], const T *sQ, int mt, int wr, int kk, int lane) {
+    ldmatrix_x4(q, smem_u32(sQ + (mt * BM + wr + (lane % 8) + ((lane / 8) % 2) * 8) * LD + kk * 16 + (lane / 16) * 8));
+}
+
+/* O += P V over keys kk * 16 .. + 15 for the first lmt m-tiles: P's C fragments rounded to T
+ * are the A fragment; each V fragment read once for them all. */
+template <typename T, int D, int LD, int MT>
+__device__ __forceinline__ void pv_step(float (*o)[D / 8][4], const float (*s)[BN / 8][4], const T *sV, int kk, int lane,
+                                        int lmt) {
+    uint32_t pa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int dp = 0; dp < D / 16; dp++) {
         uint32_t b[4]; /* keys kk*16 + (0..7, 8..15), dims dp*16 + (0..7 | 8..15), transposed */
         ldmatrix_x4_trans(b, smem_u32(sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 + (lane / 16) * 8));
-        mma16816<T>(o[2 * dp], pa, b[0], b[1]);
-        mma16816<T>(o[2 * dp + 1], pa, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            if (mt < lmt) {
+                mma16816<T>(o[mt][2 * dp], pa[mt], b[0], b[1]);
+                mma16816<T>(o[mt][2 * dp + 1], pa[mt], b[2], b[3]);
+            }
     }
 }
 
-/* One work item: batch index n, query rows i0 .. i0 + BM - 1, and what follows from them. */
-struct Item {
+/* One work item: batch index n, query rows i0 .. i0 + MT * BM - 1, and what follows from them. */
+template <int MT> struct Item {
     long long qb, kb, vb, ob, bb[2];
     int i0;
-    bool live; /* this warp has a query row below Lq */
+    bool live[MT]; /* this warp's 16 rows of m-tile mt: one below Lq */
     float scale_log2;
 };
 
-template <bool BIAS> __device__ __forceinline__ Item item_at(const FArgs &a, int item, int wr) {
-    Item it;
+template <bool BIAS, int MT> __device__ __forceinline__ Item<MT> item_at(const FArgs &a, int item, int wr) {
+    Item<MT> it;
     const unsigned n = (unsigned)item / (unsigned)a.nrt;
-    it.i0 = (item - (int)n * a.nrt) * BM;
+    it.i0 = (item - (int)n * a.nrt) * (MT * BM);
     it.qb = fbase(a.aq, n);
     it.kb = fbase(a.ak, n);
     it.vb = fbase(a.av, n);
@@ -275,9 +297,10 @@ template <bool BIAS> __device__ __forceinline__ Item item_at(const FArgs &a, int
         for (int sl = 0; sl < 2; sl++)
             if (a.bias[sl]) it.bb[sl] = fbase(a.ab[sl], n);
     it.scale_log2 = a.n_hs > 0 ? a.scale_log2 * a.hs[fbase(a.ahs, n)] : a.scale_log2;
-    /* a warp whose 16 rows are all past Lq (the last row tile of L 197: 5 rows, warps 1-3)
-     * only helps load the tiles: its products and softmax would be thrown away */
-    it.live = it.i0 + wr < a.lq;
+    /* a warp's m-tile whose 16 rows are all past Lq (the last row tile of L 197: 5 rows,
+     * warps 1-3) is not computed: its products and softmax would be thrown away */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) it.live[mt] = it.i0 + mt * BM + wr < a.lq;
     return it;
 }
 
@@ -285,14 +308,23 @@ template <bool BIAS> __device__ __forceinline__ Item item_at(const FArgs &a, int
  * row tiles fastest, so the blocks at work at one time share their heads' K and V in L2;
  * with a block per item and the batch index fastest, each head's K and V were read from
  * memory once per row tile). The next item's Q and K_0 are loaded while the current item's
- * last P V is computed, as K_{j+1} is within an item. */
-template <typename T, int D, bool BIAS, bool NORM, bool FOLD>
-__global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash_kernel(FArgs a) {
+ * last P V is computed, as K_{j+1} is within an item.
+ * MT m-tiles a warp (2: the FOLD form only): warp w owns the rows mt * 64 + 16 w .. + 15 of
+ * an item of MT * 64 rows, and each K / V fragment read by ldmatrix feeds MT products (as
+ * FlashAttention-2's 128-row tiles): half the shared-memory reads per product, and two
+ * independent chains of products and softmax per warp. */
+template <typename T, int D, bool BIAS, bool NORM, bool FOLD, int MT>
+__global__ void __launch_bounds__(FTHREADS, MT == 2 ? 2 : D <= 48 ? 4 : D <= 80 ? 3 : 1) flash_kernel(FArgs a) {
     static_assert(!FOLD || (!BIAS && !NORM), "FOLD: plain scaled scores only");
+    static_assert(MT == 1 || (MT == 2 && FOLD), "two m-tiles: the FOLD form only");
     constexpr int LD = D + PADH;
     constexpr int KD = D / 16; /* k-steps of S = Q K^T; also the 16-column pairs of O */
+    constexpr int BMT = MT * BM; /* query rows of an item */
+    /* one m-tile: Q's fragments stay in registers for the item; two: read again from sQ at
+     * each k-step (8 more ldmatrix a key tile against 64 products, and 32 registers fewer) */
+    constexpr bool QHOLD = MT == 1;
     extern __shared__ __align__(128) unsigned char fsm[];
-    T *sQ = (T *)fsm, *sK = sQ + BM * LD, *sV = sK + BN * LD;
+    T *sQ = (T *)fsm, *sK = sQ + BMT * LD, *sV = sK + BN * LD;
     float *sB = (float *)(sV + BN * LD); /* BIAS: the tile's summed biases (BM x BLD f32) */
     float *sRQ = sB + (BIAS ? BM * BLD : 0), *sRK = sRQ + BM; /* NORM: rows' and keys' 1 / max(norm, eps) */
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -303,19 +335,26 @@ __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash
     const int ntiles = (lk + BN - 1) / BN;
     int item = blockIdx.x;
     if (item >= a.nitems) return;
-    Item cur = item_at<BIAS>(a, item, wr);
+    Item<MT> cur = item_at<BIAS, MT>(a, item, wr);
 
-    load_tile<T, D>(sQ, Q, cur.qb, a.aq.rs, cur.i0, lq, tid);
+    load_tile<T, D, BMT>(sQ, Q, cur.qb, a.aq.rs, cur.i0, lq, tid);
     load_tile<T, D>(sK, K, cur.kb, a.ak.rs, 0, lk, tid);
     cp_async_commit();
 
     for (;;) {
         const int next = (long long)item + gridDim.x < a.nitems ? item + (int)gridDim.x : -1;
-        uint32_t qf[KD][4];
-        float o[D / 8][4];
+        uint32_t qf[1][KD][4]; /* QHOLD: Q's A fragments for the whole item */
+        float o[MT][D / 8][4];
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+        float m[MT][2], l[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            m[mt][0] = m[mt][1] = -INFINITY;
+            l[mt][0] = l[mt][1] = 0.f;
+        }
         float rq[2] = {1.f, 1.f}; /* NORM: this thread's two rows' 1 / max(norm, eps) */
 
         for (int jt = 0; jt < ntiles; jt++) {
@@ -341,34 +380,44 @@ __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash
                     rq[1] = sRQ[wr + g + 8];
                 }
             }
-            if (jt == 0 && cur.live) {
+            if (QHOLD && jt == 0 && cur.live[0])
 #pragma unroll
-                for (int kk = 0; kk < KD; kk++)
-                    ldmatrix_x4(qf[kk],
-                                smem_u32(sQ + (wr + (lane % 8) + ((lane / 8) % 2) * 8) * LD + kk * 16 + (lane / 16) * 8));
-            }
-            /* S = Q K_j^T: 16 rows x 64 keys per warp, 8 n-tiles of 8 keys; 16-key groups wholly
-             * past Lk are skipped (the last tile of L 197 has 5 keys: 1 group of 4), their
-             * scores masked to -inf below as before */
-            float s[BN / 8][4];
+                for (int kk = 0; kk < KD; kk++) q_frag<T, LD>(qf[0][kk], sQ, 0, wr, kk, lane);
+            /* S = Q K_j^T: per m-tile 16 rows x 64 keys, 8 n-tiles of 8 keys; 16-key groups
+             * wholly past Lk are skipped (the last tile of L 197 has 5 keys: 1 group of 4),
+             * their scores masked to -inf below */
+            float s[MT][BN / 8][4];
 #pragma unroll
-            for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < BN / 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
             const int kvalid = lk - j0; /* keys of this tile (> 0) */
             const bool tail = kvalid < BN; /* keys past Lk to mask: the last tile only */
-            /* 16-key groups of this tile with a key below Lk (0: the warp has no live row);
-             * a whole tile takes the loops without per-group branches */
-            const int ng = cur.live ? min(BN / 16, (kvalid + 15) / 16) : 0;
-            if (ng == BN / 16) {
+            /* 16-key groups of this tile with a key below Lk (0: the warp has no live row); a
+             * whole tile with every m-tile live takes the loops without per-group branches */
+            const int ng = cur.live[0] ? min(BN / 16, (kvalid + 15) / 16) : 0;
+            const bool whole = ng == BN / 16 && cur.live[MT - 1];
+            const int lmt = MT == 1 || cur.live[MT - 1] ? MT : 1; /* live m-tiles (a prefix) */
 #pragma unroll
-                for (int kk = 0; kk < KD; kk++)
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t qk[MT][4]; /* Q's A fragments of k-step kk: held (QHOLD) or read again */
 #pragma unroll
-                    for (int np = 0; np < BN / 16; np++) s_step<T, LD>(s, qf[kk], sK, np, kk, lane);
-            } else {
+                for (int mt = 0; mt < MT; mt++) {
+                    if (QHOLD) {
 #pragma unroll
-                for (int kk = 0; kk < KD; kk++)
+                        for (int r = 0; r < 4; r++) qk[mt][r] = qf[0][kk][r];
+                    } else if (mt < lmt && ng > 0) {
+                        q_frag<T, LD>(qk[mt], sQ, mt, wr, kk, lane);
+                    }
+                }
+                if (whole) {
+#pragma unroll
+                    for (int np = 0; np < BN / 16; np++) s_step<T, LD, MT>(s, qk, sK, np, kk, lane, MT);
+                } else {
 #pragma unroll
                     for (int np = 0; np < BN / 16; np++)
-                        if (np < ng) s_step<T, LD>(s, qf[kk], sK, np, kk, lane);
+                        if (np < ng) s_step<T, LD, MT>(s, qk, sK, np, kk, lane, lmt);
+                }
             }
             /* base-2 logits: scale (FOLD: inside the exponential below), norms, biases */
             if (!FOLD) {
@@ -377,49 +426,54 @@ __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int c = nt * 8 + t * 2 + (e & 1);
-                        float x = s[nt][e] * cur.scale_log2;
+                        float x = s[0][nt][e] * cur.scale_log2;
                         if (NORM) x *= rq[e / 2] * sRK[c];
                         if (BIAS) x += sB[(wr + g + 8 * (e / 2)) * BLD + c];
-                        s[nt][e] = x;
+                        s[0][nt][e] = x;
                     }
                 }
             }
             if (tail) /* keys past Lk */
 #pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (nt * 8 + t * 2 + (e & 1) >= kvalid) s[nt][e] = -INFINITY;
-            /* online softmax, rows g (h = 0) and g + 8 (h = 1); a row lives in the 4 threads of a
-             * quad. FOLD: s holds raw scores and the scale (> 0: the host checks) is applied in
-             * one FFMA with the max, as in FlashAttention-2 */
+                    for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            if (nt * 8 + t * 2 + (e & 1) >= kvalid) s[mt][nt][e] = -INFINITY;
+            /* online softmax, rows g (h = 0) and g + 8 (h = 1) of each m-tile; a row lives in
+             * the 4 threads of a quad. FOLD: s holds raw scores and the scale (> 0: the host
+             * checks) is applied in one FFMA with the max, as in FlashAttention-2 */
             const float sc = FOLD ? cur.scale_log2 : 1.f;
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float mx = -INFINITY;
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mnew = fmaxf(m[h], mx * sc);
-                const float mu = mnew == -INFINITY ? 0.f : mnew; /* no (-inf) - (-inf) */
-                const float alpha = ex2(m[h] - mu);
-                float sum = 0.f;
+                for (int h = 0; h < 2; h++) {
+                    float mx = -INFINITY;
 #pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++) {
-                    const float p0 = ex2(fmaf(s[nt][2 * h], sc, -mu)), p1 = ex2(fmaf(s[nt][2 * h + 1], sc, -mu));
-                    s[nt][2 * h] = p0;
-                    s[nt][2 * h + 1] = p1;
-                    sum += p0 + p1;
+                    for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float mnew = fmaxf(m[mt][h], mx * sc);
+                    const float mu = mnew == -INFINITY ? 0.f : mnew; /* no (-inf) - (-inf) */
+                    const float alpha = ex2(m[mt][h] - mu);
+                    float sum = 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < BN / 8; nt++) {
+                        const float p0 = ex2(fmaf(s[mt][nt][2 * h], sc, -mu));
+                        const float p1 = ex2(fmaf(s[mt][nt][2 * h + 1], sc, -mu));
+                        s[mt][nt][2 * h] = p0;
+                        s[mt][nt][2 * h + 1] = p1;
+                        sum += p0 + p1;
+                    }
+                    l[mt][h] = l[mt][h] * alpha + sum; /* this thread's share; the quad's summed at the end */
+                    m[mt][h] = mnew;
+#pragma unroll
+                    for (int j = 0; j < D / 8; j++) {
+                        o[mt][j][2 * h] *= alpha;
+                        o[mt][j][2 * h + 1] *= alpha;
+                    }
                 }
-                l[h] = l[h] * alpha + sum; /* this thread's share; the quad's summed at the end */
-                m[h] = mnew;
-#pragma unroll
-                for (int j = 0; j < D / 8; j++) {
-                    o[j][2 * h] *= alpha;
-                    o[j][2 * h + 1] *= alpha;
-                }
-            }
             __syncthreads(); /* every warp is done with K_j (and, at jt 0, with Q) */
             if (jt + 1 < ntiles) {
                 load_tile<T, D>(sK, K, cur.kb, a.ak.rs, j0 + BN, lk, tid);
@@ -427,7 +481,7 @@ __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash
                 cp_async_wait<1>(); /* V_j is in */
             } else if (next >= 0) { /* the next item's Q and K_0 while this one finishes */
                 const unsigned nn = (unsigned)next / (unsigned)a.nrt;
-                load_tile<T, D>(sQ, Q, fbase(a.aq, nn), a.aq.rs, (next - (int)nn * a.nrt) * BM, lq, tid);
+                load_tile<T, D, BMT>(sQ, Q, fbase(a.aq, nn), a.aq.rs, (next - (int)nn * a.nrt) * BMT, lq, tid);
                 load_tile<T, D>(sK, K, fbase(a.ak, nn), a.ak.rs, 0, lk, tid);
                 cp_async_commit();
                 cp_async_wait<1>();
@@ -436,47 +490,59 @@ __global__ void __launch_bounds__(FTHREADS, D <= 48 ? 4 : D <= 80 ? 3 : 1) flash
             }
             __syncthreads();
             /* O += P V_j: P's C fragments are the A fragments of 16 keys (groups past Lk: P = 0) */
-            if (ng == BN / 16) {
+            if (whole) {
 #pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++) pv_step<T, D, LD>(o, s, sV, kk, lane);
+                for (int kk = 0; kk < BN / 16; kk++) pv_step<T, D, LD, MT>(o, s, sV, kk, lane, MT);
             } else {
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; kk++)
-                    if (kk < ng) pv_step<T, D, LD>(o, s, sV, kk, lane);
+                    if (kk < ng) pv_step<T, D, LD, MT>(o, s, sV, kk, lane, lmt);
             }
             __syncthreads(); /* every warp is done with V_j */
         }
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float sum = l[h];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const float inv = sum > 0.f ? 1.f / sum : __int_as_float(0x7fc00000);
-            const int r = cur.i0 + wr + g + 8 * h; /* this thread's query row */
-            if (r >= lq) continue;
-            const long long rb = cur.ob + (long long)r * a.ao.rs;
-            if (a.o_pairs) {
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int j = 0; j < D / 8; j++)
-                    *(uint32_t *)(O + rb + j * 8 + t * 2) = pack2<T>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-            } else {
+            for (int h = 0; h < 2; h++) {
+                float sum = l[mt][h];
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                const float inv = sum > 0.f ? 1.f / sum : __int_as_float(0x7fc00000);
+                const int r = cur.i0 + mt * BM + wr + g + 8 * h; /* this thread's query row */
+                if (r >= lq) continue;
+                const long long rb = cur.ob + (long long)r * a.ao.rs;
+                if (a.o_pairs) {
 #pragma unroll
-                for (int j = 0; j < D / 8; j++) {
-                    const int col = j * 8 + t * 2;
-                    O[rb + (long long)col * a.ao.cs] = from_f<T>(o[j][2 * h] * inv);
-                    O[rb + (long long)(col + 1) * a.ao.cs] = from_f<T>(o[j][2 * h + 1] * inv);
+                    for (int j = 0; j < D / 8; j++)
+                        *(uint32_t *)(O + rb + j * 8 + t * 2) = pack2<T>(o[mt][j][2 * h] * inv, o[mt][j][2 * h + 1] * inv);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < D / 8; j++) {
+                        const int col = j * 8 + t * 2;
+                        O[rb + (long long)col * a.ao.cs] = from_f<T>(o[mt][j][2 * h] * inv);
+                        O[rb + (long long)(col + 1) * a.ao.cs] = from_f<T>(o[mt][j][2 * h + 1] * inv);
+                    }
                 }
             }
-        }
         if (next < 0) break;
         item = next;
-        cur = item_at<BIAS>(a, item, wr);
+        cur = item_at<BIAS, MT>(a, item, wr);
     }
 }
 
-template <int D, bool BIAS, bool NORM> constexpr size_t flash_smem() {
-    return (size_t)(BM + 2 * BN) * (D + PADH) * 2 + (BIAS ? (size_t)BM * BLD * 4 : 0) + (NORM ? (size_t)(BM + BN) * 4 : 0);
+template <int D, bool BIAS, bool NORM, int MT = 1> constexpr size_t flash_smem() {
+    return (size_t)(MT * BM + 2 * BN) * (D + PADH) * 2 + (BIAS ? (size_t)BM * BLD * 4 : 0) +
+           (NORM ? (size_t)(BM + BN) * 4 : 0);
 }
+
+/* Two m-tiles a warp (flash_kernel's MT): the FOLD form, head dims to 64 (registers: o and s
+ * twice; 251 at D 64, no spill), more than one tile of queries. By default from MT2_MIN_LQ
+ * queries: each K / V fragment then feeds two products, but a block holds 128 query rows
+ * and two blocks fit a multiprocessor (three with one m-tile at D 64), and the kernel is
+ * latency-bound where sequences are short (H200: Lq 1024, D 64: 0.496 -> 0.436 ms; Lq 197
+ * (vit_b_16): 0.315 -> 0.325, a loss). */
+constexpr int MT2_MAX_D = 64;
+constexpr int64_t MT2_MIN_LQ = 512;
 
 /* Rows of 16-byte aligned runs of 8 elements (2-byte types): column stride 1, row and
  * batch strides, offset, width and the pointer all multiples of 8 elements. */
@@ -486,10 +552,10 @@ bool rows16(const kiln_attn_addr &g, const void *p, int64_t cols) {
     return ok;
 }
 
-template <typename T, int D, bool BIAS, bool NORM, bool FOLD> kiln_status set_smem(kiln_context *ctx) {
-    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(flash_kernel<T, D, BIAS, NORM, FOLD>,
+template <typename T, int D, bool BIAS, bool NORM, bool FOLD, int MT = 1> kiln_status set_smem(kiln_context *ctx) {
+    KILN_CUDA_CHECK(ctx, cudaFuncSetAttribute(flash_kernel<T, D, BIAS, NORM, FOLD, MT>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              (int)flash_smem<D, BIAS, NORM>()));
+                                              (int)flash_smem<D, BIAS, NORM, MT>()));
     return KILN_OK;
 }
 
@@ -499,6 +565,8 @@ template <typename T, int D> kiln_status set_smem_d(kiln_context *ctx) {
     if (!st) st = set_smem<T, D, true, false, false>(ctx);
     if (!st) st = set_smem<T, D, false, true, false>(ctx);
     if (!st) st = set_smem<T, D, true, true, false>(ctx);
+    if constexpr (D <= MT2_MAX_D)
+        if (!st) st = set_smem<T, D, false, false, true, 2>(ctx);
     return st;
 }
 
@@ -517,12 +585,12 @@ template <typename T> kiln_status set_smem_all(kiln_context *ctx) {
  * kernel: the grid only sets how the items are shared, not what is computed), at most one
  * per item, at most kiln_cuda's flash_grid (KILN_CUDA_FLASH_GRID: tests give each block
  * several items). */
-template <typename T, int D, bool BIAS, bool NORM, bool FOLD> void launch_k(kiln_cuda *cu, const FArgs &a) {
+template <typename T, int D, bool BIAS, bool NORM, bool FOLD, int MT = 1> void launch_k(kiln_cuda *cu, const FArgs &a) {
     static int occ; /* blocks a multiprocessor holds; 0: not yet asked */
     int per_sm = __atomic_load_n(&occ, __ATOMIC_RELAXED);
     if (per_sm < 1) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, flash_kernel<T, D, BIAS, NORM, FOLD>, FTHREADS,
-                                                          flash_smem<D, BIAS, NORM>()) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, flash_kernel<T, D, BIAS, NORM, FOLD, MT>, FTHREADS,
+                                                          flash_smem<D, BIAS, NORM, MT>()) != cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
         __atomic_store_n(&occ, per_sm, __ATOMIC_RELAXED);
@@ -530,7 +598,7 @@ template <typename T, int D, bool BIAS, bool NORM, bool FOLD> void launch_k(kiln
     long long grid = (long long)cu->props.sm_count * per_sm;
     if (cu->flash_grid > 0 && grid > cu->flash_grid) grid = cu->flash_grid;
     if (grid > a.nitems) grid = a.nitems;
-    flash_kernel<T, D, BIAS, NORM, FOLD><<<(unsigned)grid, FTHREADS, flash_smem<D, BIAS, NORM>(), cu->stream>>>(a);
+    flash_kernel<T, D, BIAS, NORM, FOLD, MT><<<(unsigned)grid, FTHREADS, flash_smem<D, BIAS, NORM, MT>(), cu->stream>>>(a);
 }
 
 template <typename T, int D> kiln_status launch_d(kiln_cuda *cu, kiln_context *ctx, const FArgs &a, bool bias) {
@@ -538,7 +606,9 @@ template <typename T, int D> kiln_status launch_d(kiln_cuda *cu, kiln_context *c
     if (bias && norm) launch_k<T, D, true, true, false>(cu, a);
     else if (bias) launch_k<T, D, true, false, false>(cu, a);
     else if (norm) launch_k<T, D, false, true, false>(cu, a);
-    else if (a.fold) launch_k<T, D, false, false, true>(cu, a);
+    else if (a.mt == 2) {
+        if constexpr (D <= MT2_MAX_D) launch_k<T, D, false, false, true, 2>(cu, a);
+    } else if (a.fold) launch_k<T, D, false, false, true>(cu, a);
     else launch_k<T, D, false, false, false>(cu, a);
     KILN_CUDA_LAUNCHED(ctx, "flash_kernel (attention)");
     return KILN_OK;
@@ -630,8 +700,7 @@ extern "C" kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ct
     a.ao = g->o;
     a.lq = (int)g->lq;
     a.lk = (int)g->lk;
-    a.nrt = (int)((g->lq + BM - 1) / BM);
-    a.nitems = (int)(g->nbatch * a.nrt);
+
     a.scale_log2 = g->scale * LOG2E;
     a.qn = g->q_norm;
     a.kn = g->k_norm;
@@ -644,6 +713,12 @@ extern "C" kiln_status kiln_cuda_flash_attention(kiln_cuda *cu, kiln_context *ct
         pos = pos && g->hs[i] > 0.f;
     }
     a.fold = pos && !any_bias && !a.qn && !a.kn;
+    /* two m-tiles from MT2_MIN_LQ queries (or everywhere the form allows with
+     * KILN_CUDA_FLASH_MT=2; never with =1) */
+    const bool mt2_ok = a.fold && g->d <= MT2_MAX_D && g->lq > BM;
+    a.mt = mt2_ok && (cu->flash_mt == 2 || (cu->flash_mt == 0 && g->lq >= MT2_MIN_LQ)) ? 2 : 1;
+    a.nrt = (int)((g->lq + a.mt * BM - 1) / (a.mt * BM));
+    a.nitems = (int)(g->nbatch * a.nrt);
     if (g->n_hs > 0) a.ahs = g->hsa;
     bool pairs = g->o.cs == 1 && g->o.rs % 2 == 0 && g->o.off % 2 == 0 && (uintptr_t)o % 4 == 0;
     for (int i = 0; i < g->o.nb; i++) pairs = pairs && (g->o.bstr[i] % 2 == 0 || g->o.bdims[i] == 1);

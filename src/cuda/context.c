@@ -139,6 +139,10 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
         cu->flash_grid = n > 0 && n < 0x7fffffffL ? (int)n : 0;
     }
     {
+        const char *e = getenv("KILN_CUDA_FLASH_MT");
+        cu->flash_mt = e && (strcmp(e, "1") == 0 || strcmp(e, "2") == 0) ? e[0] - '0' : 0;
+    }
+    {
         const char *e = getenv("KILN_CUDA_DW_GRAPH");
         cu->dw_graph = e && (e[0] == '0' || e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : -1;
         e = getenv("KILN_CUDA_CONV_GRAPH");

@@ -171,6 +171,78 @@ template <typename T> __device__ __forceinline__ void store8(T *p, const float (
     }
 }
 
+constexpr int TCH = 4; /* tiled: channels per thread */
+
+template <typename T> struct Quad;
+template <> struct Quad<float> { using type = float4; };
+template <> struct Quad<__half> { using type = uint2; };
+template <> struct Quad<__nv_bfloat16> { using type = uint2; };
+
+/* The quad at p (8- or 16-byte aligned, shared or global memory) as floats: one vector
+ * load, converted in registers (a quad read through a reference to its elements compiled to
+ * four 2-byte loads, each waited for before its FMAs: bench/NOTES.md, twentieth session). */
+__device__ __forceinline__ void quad_ld(const float *p, float (&v)[TCH]) {
+    const float4 q = *reinterpret_cast<const float4 *>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ __forceinline__ void quad_ld(const __half *p, float (&v)[TCH]) {
+    const uint2 q = *reinterpret_cast<const uint2 *>(p);
+    v[0] = __half2float(__ushort_as_half((unsigned short)(q.x & 0xffffu)));
+    v[1] = __half2float(__ushort_as_half((unsigned short)(q.x >> 16)));
+    v[2] = __half2float(__ushort_as_half((unsigned short)(q.y & 0xffffu)));
+    v[3] = __half2float(__ushort_as_half((unsigned short)(q.y >> 16)));
+}
+__device__ __forceinline__ void quad_ld(const __nv_bfloat16 *p, float (&v)[TCH]) {
+    const uint2 q = *reinterpret_cast<const uint2 *>(p);
+    v[0] = __uint_as_float(q.x << 16), v[1] = __uint_as_float(q.x & 0xffff0000u);
+    v[2] = __uint_as_float(q.y << 16), v[3] = __uint_as_float(q.y & 0xffff0000u);
+}
+
+template <typename T> __device__ __forceinline__ typename Quad<T>::type quad_of(const float (&v)[TCH]) {
+    typename Quad<T>::type q;
+    T *e = reinterpret_cast<T *>(&q);
+#pragma unroll
+    for (int k = 0; k < TCH; k++) e[k] = from_f<T>(v[k]);
+    return q;
+}
+
+/* A thread's outputs in vectors of W channels (8: the per-tile kernel, load8 / store8; 4: the
+ * tiled ones, quads), one overload each. */
+template <typename T> __device__ __forceinline__ void vec_ld(const T *p, float (&v)[CPT]) { load8(p, v); }
+template <typename T> __device__ __forceinline__ void vec_st(T *p, const float (&v)[CPT]) { store8(p, v); }
+template <typename T> __device__ __forceinline__ void vec_ld(const T *p, float (&v)[TCH]) { quad_ld(p, v); }
+template <typename T> __device__ __forceinline__ void vec_st(T *p, const float (&v)[TCH]) {
+    *reinterpret_cast<typename Quad<T>::type *>(p) = quad_of<T>(v);
+}
+
+/* The epilogue of a thread's R x W outputs (act_dispatch's functor, so the activation is
+ * chosen once, not per value): per output pixel j (the first nj of them), + the residual, the
+ * activation, the store; pixel j at off0 + j * C. */
+template <typename T, int R, int W> struct EpiRows {
+    float (&acc)[R][W];
+    const Epi &e;
+    const T *__restrict__ z;
+    T *__restrict__ y;
+    size_t off0;
+    int C, nj;
+    template <int A> __device__ __forceinline__ void operator()() const {
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            if (j >= nj) break;
+            const size_t off = off0 + (size_t)j * C;
+            if (z) {
+                float v[W];
+                vec_ld(z + off, v);
+#pragma unroll
+                for (int k = 0; k < W; k++) acc[j][k] += v[k];
+            }
+#pragma unroll
+            for (int k = 0; k < W; k++) acc[j][k] = act_of<A, sizeof(T) == 2>(acc[j][k], e);
+            vec_st(y + off, acc[j]);
+        }
+    }
+};
+
 /* NHWC, C % 8 == 0, X / Y / Z 16-byte aligned. Grid row blockIdx.y: channels
  * [blockIdx.y * QB * 8, +QB * 8); thread (qq, t0) = (threadIdx.x % QB, threadIdx.x / QB)
  * takes channel group qq of tiles t0, t0 + THREADS / QB, ... of the block's share. A tile
@@ -254,20 +326,8 @@ __global__ void __launch_bounds__(THREADS, 2)
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < TW; j++) {
-            if (ow0 + j >= g.OW) break;
-            const size_t off = ((size_t)(n * g.OH + oh) * g.OW + ow0 + j) * g.C + c0;
-            if (z) {
-                float v[CPT];
-                load8(z + off, v);
-#pragma unroll
-                for (int ch = 0; ch < CPT; ch++) acc[j][ch] += v[ch];
-            }
-#pragma unroll
-            for (int ch = 0; ch < CPT; ch++) acc[j][ch] = act_apply(acc[j][ch], e);
-            store8(y + off, acc[j]);
-        }
+        const size_t off0 = ((size_t)(n * g.OH + oh) * g.OW + ow0) * g.C + c0;
+        act_dispatch(e.act, EpiRows<T, TW, CPT>{acc, e, z, y, off0, g.C, g.OW - ow0 < TW ? g.OW - ow0 : TW});
     }
 }
 
@@ -281,7 +341,6 @@ __global__ void __launch_bounds__(THREADS, 2)
  * output rows (then the next column tile), and the patch's row pitch is padded so that
  * those rows' quads fall on different banks.
  * Blocks: (N, row tiles, column tiles, channel chunks) flattened into blockIdx.x. */
-constexpr int TCH = 4; /* tiled: channels per thread */
 constexpr int PL = 8;  /* tiled: patch loads in flight per thread */
 constexpr int TT = 8;  /* tiled: outputs along W per thread */
 
@@ -290,39 +349,6 @@ struct Tile {
     int th, nct, qb, rows_t, cols_t, chunks; /* rows_t, cols_t, chunks: tiles per image */
     int ph, pw, rp;                           /* patch rows, columns, row pitch (elements) */
 };
-
-template <typename T> struct Quad;
-template <> struct Quad<float> { using type = float4; };
-template <> struct Quad<__half> { using type = uint2; };
-template <> struct Quad<__nv_bfloat16> { using type = uint2; };
-
-/* The quad at p (8- or 16-byte aligned, shared or global memory) as floats: one vector
- * load, converted in registers (a quad read through a reference to its elements compiled to
- * four 2-byte loads, each waited for before its FMAs: bench/NOTES.md, twentieth session). */
-__device__ __forceinline__ void quad_ld(const float *p, float (&v)[TCH]) {
-    const float4 q = *reinterpret_cast<const float4 *>(p);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-}
-__device__ __forceinline__ void quad_ld(const __half *p, float (&v)[TCH]) {
-    const uint2 q = *reinterpret_cast<const uint2 *>(p);
-    v[0] = __half2float(__ushort_as_half((unsigned short)(q.x & 0xffffu)));
-    v[1] = __half2float(__ushort_as_half((unsigned short)(q.x >> 16)));
-    v[2] = __half2float(__ushort_as_half((unsigned short)(q.y & 0xffffu)));
-    v[3] = __half2float(__ushort_as_half((unsigned short)(q.y >> 16)));
-}
-__device__ __forceinline__ void quad_ld(const __nv_bfloat16 *p, float (&v)[TCH]) {
-    const uint2 q = *reinterpret_cast<const uint2 *>(p);
-    v[0] = __uint_as_float(q.x << 16), v[1] = __uint_as_float(q.x & 0xffff0000u);
-    v[2] = __uint_as_float(q.y << 16), v[3] = __uint_as_float(q.y & 0xffff0000u);
-}
-
-template <typename T> __device__ __forceinline__ typename Quad<T>::type quad_of(const float (&v)[TCH]) {
-    typename Quad<T>::type q;
-    T *e = reinterpret_cast<T *>(&q);
-#pragma unroll
-    for (int k = 0; k < TCH; k++) e[k] = from_f<T>(v[k]);
-    return q;
-}
 
 /* Channels [c_base, c_base + cb) of the weights (C, 1, kk taps) into sw as f32 [tap][channel]
  * (zeros past C), PL loads in flight per thread. */
@@ -341,33 +367,6 @@ __device__ __forceinline__ void load_weights(float *sw, const T *__restrict__ w,
     }
 }
 
-/* The epilogue of a thread's TT x TCH outputs (act_dispatch's functor): per output pixel j
- * (the first nj of them), + the residual, the activation, the store; pixel j at off0 + j * C. */
-template <typename T> struct EpiTile {
-    float (&acc)[TT][TCH];
-    const Epi &e;
-    const T *__restrict__ z;
-    T *__restrict__ y;
-    size_t off0;
-    int C, nj;
-    template <int A> __device__ __forceinline__ void operator()() const {
-        using Q = typename Quad<T>::type;
-#pragma unroll
-        for (int j = 0; j < TT; j++) {
-            if (j >= nj) break;
-            const size_t off = off0 + (size_t)j * C;
-            if (z) {
-                float v[TCH];
-                quad_ld(z + off, v);
-#pragma unroll
-                for (int k = 0; k < TCH; k++) acc[j][k] += v[k];
-            }
-#pragma unroll
-            for (int k = 0; k < TCH; k++) acc[j][k] = act_of<A, sizeof(T) == 2>(acc[j][k], e);
-            *reinterpret_cast<Q *>(y + off) = quad_of<T>(acc[j]);
-        }
-    }
-};
 
 /* A thread's walk over a patch's items, item i = (pr * pw + pc) * upp + u (unit u of patch
  * pixel (pr, pc)), from threadIdx.x in steps of blockDim.x: the step's carries instead of two
@@ -453,7 +452,7 @@ __device__ __forceinline__ void tile_compute(const T *sp, const float *sw, const
         /* one dispatch on the activation for all TT x TCH outputs (a switch per value compiled
          * to 128 indirect branches) */
         const size_t off0 = ((size_t)(n * g.OH + oh) * g.OW + owa) * g.C + c0;
-        act_dispatch(e.act, EpiTile<T>{acc, e, z, y, off0, g.C, g.OW - owa < TT ? g.OW - owa : TT});
+        act_dispatch(e.act, EpiRows<T, TT, TCH>{acc, e, z, y, off0, g.C, g.OW - owa < TT ? g.OW - owa : TT});
     }
 }
 

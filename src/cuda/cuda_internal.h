@@ -130,6 +130,9 @@ struct kiln_cuda {
                                KILN_CUDA_FLASH_ATTN=0) */
     int flash_grid;         /* > 0: at most that many flash blocks (KILN_CUDA_FLASH_GRID; tests:
                              * each block then takes several items); 0: as many as are resident */
+    int flash_mt;           /* KILN_CUDA_FLASH_MT: 1 one m-tile a warp everywhere, 2 two
+                             * wherever the flash kernel's MT2 form takes the node (tests,
+                             * comparisons); 0 (default) two from MT2_MIN_LQ queries */
     /* kiln.FusedConv's statistics outputs (conv_stats.c; kiln_cuda_options.conv_bn_stats,
      * KILN_CUDA_CONV_STATS=0 at its default): 0 the convolution, then
      * norm_train.cu's statistics kernel; 1 (auto) cuDNN's ConvolutionFwd -> GenStats graph

@@ -371,6 +371,43 @@ static bool gelu_epilogue(kiln_cuda_act_kind kind, kiln_dtype dt) {
     return !(e && strcmp(e, "1") == 0);
 }
 
+/* kiln.FusedGemm with a residual Z (Y's shape; C absent or a row with beta 1: the op's infer):
+ * Z is cuBLASLt's C with beta 1, the row C its bias epilogue (RELU_BIAS / GELU_BIAS with the
+ * activation inside where it has one), so the sum is written once: a transformer's second MLP
+ * product and the residual Add after it. Z in Y's storage: Y holds the C term (not timed: each
+ * timed run would add Z again). Without an algorithm for the epilogue: the plain product with
+ * Z as C, the bias and activation by kiln's pass. */
+static kiln_status gemm_residual(kiln_cuda *cu, kiln_op_ctx *c, const mm *m0, const kiln_tensor *cc,
+                                 const kiln_tensor *z, const kiln_cuda_act *act, bool relu, bool gelu) {
+    kiln_context *ctx = c->kctx;
+    mm e = *m0;
+    e.beta = 1.f;
+    e.C = z->data == e.Y ? NULL : z->data;
+    const bool bias = cc && (uintptr_t)cc->data % 16 == 0; /* cuBLASLt may reject a less aligned bias */
+    const bool inside = relu || gelu;                       /* the activation in cuBLASLt's epilogue */
+    if (bias || (!cc && inside)) {
+        mm f = e;
+        f.bias = bias ? cc->data : NULL;
+        f.epilogue = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                          : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_GELU);
+        kiln_status st = lt_matmul(cu, ctx, &f, c->workspace, c->workspace_size);
+        if (!st && !inside) st = kiln_cuda_act_inplace(cu, ctx, m0->dt, m0->Y, m0->M * m0->N, act);
+        if (st != KILN_ERR_UNSUPPORTED) return st;
+    }
+    if (!cc) { /* the plain product with Z as its C, then the activation's pass */
+        kiln_status st = lt_matmul(cu, ctx, &e, c->workspace, c->workspace_size);
+        return st ? st : kiln_cuda_act_inplace(cu, ctx, m0->dt, m0->Y, m0->M * m0->N, act);
+    }
+    /* a row C without its epilogue (no algorithm, or a less aligned bias): Y = Z (unless it
+     * is Z) plus C's row on every row, then the product on top with Y as its C */
+    if (e.C) KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(e.Y, z->data, kiln_tensor_nbytes(z), cudaMemcpyDeviceToDevice,
+                                                  cu->stream));
+    kiln_status st = kiln_cuda_add_channel_bias(cu, ctx, m0->dt, e.Y, cc->data, m0->M, m0->N, 1);
+    e.C = NULL; /* Y holds Z + C */
+    if (!st) st = lt_matmul(cu, ctx, &e, c->workspace, c->workspace_size);
+    return st ? st : kiln_cuda_act_inplace(cu, ctx, m0->dt, m0->Y, m0->M * m0->N, act);
+}
+
 /* Gemm and kiln.FusedGemm: Y = act(alpha * op(A) op(B) + beta * C). With C a row vector
  * (N) or (1, N) and beta = 1, C goes to cuBLASLt as the bias of its BIAS / RELU_BIAS
  * epilogue (no broadcast of C into Y first); without C (or beta = 0) a Relu is the RELU
@@ -406,6 +443,8 @@ static kiln_status gemm(kiln_cuda *cu, kiln_op_ctx *c, const kiln_cuda_act *act)
      * writing C into Y first) */
     const bool after = !gelu && (act->kind == KILN_ACT_SILU || act->kind == KILN_ACT_GELU ||
                                  act->kind == KILN_ACT_GELU_TANH);
+    const kiln_tensor *z = c->n_in > 3 ? c->in[3] : NULL;
+    if (z) return gemm_residual(cu, c, &m, cc, z, act, relu, gelu);
     if ((plain || relu || gelu || after) && row && m.beta == 1.f &&
         (uintptr_t)cc->data % 16 == 0 /* cuBLASLt may reject a less aligned bias */) {
         mm e = m;

@@ -478,9 +478,9 @@ static void emit_smooth(saver *s, const kiln_node *n, kiln_act_kind kind, kiln_d
     }
 }
 
-/* kiln.FusedConv(X, W, B?, Z?) -> act(Conv(X, W, B) + Z); kiln.FusedGemm(A, B, C?) ->
- * act(Gemm(A, B, C)): the op the fused one extends (`base`), then the residual's Add, then
- * the activation. */
+/* kiln.FusedConv(X, W, B?, Z?) -> act(Conv(X, W, B) + Z); kiln.FusedGemm(A, B, C?, Z?) ->
+ * act(Gemm(A, B, C) + Z): the op the fused one extends (`base`), then the residual's Add,
+ * then the activation. */
 static void save_fused_conv_gemm(saver *s, const kiln_node *n, const char *base, bool conv, const char *where) {
     const char *act = kiln_attr_string(n, "activation", "");
     kiln_act_kind kind;
@@ -493,7 +493,7 @@ static void save_fused_conv_gemm(saver *s, const kiln_node *n, const char *base,
     }
     const int y = n->out[0];
     const kiln_dtype dt = out_dtype(s, n);
-    const int z = conv && n->n_in > 3 ? n->in[3] : -1;
+    const int z = n->n_in > 3 ? n->in[3] : -1;
     const char *in[3];
     int n_in = n->n_in > 3 ? 3 : n->n_in;
     for (int k = 0; k < n_in; k++) in[k] = vname(s, n->in[k]);

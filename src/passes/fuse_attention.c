@@ -22,6 +22,11 @@
  * node's programs; the view chains' nodes go when nothing else reads them (shape
  * computations that read them are folded by the planner, which then skips them).
  *
+ * Before matching (unless KILN_PASS_ATTENTION_ROWS is disabled), Transposes that keep the
+ * last axis move across the projections around an attention (nn.MultiheadAttention's
+ * (B, L, E) <-> (L, B, E) swaps) next to it, where its chains take them as view steps;
+ * one the fusion did not take moves back (see "transposes moved next to the attention").
+ *
  * Refused (the pattern stays as it is) when a chain is not expressible as strides for the
  * shapes of both shape probes (symbolic dims as 1 and as 3), trying shorter chains first,
  * or when the session's backend does not support the node for those shapes (the CUDA
@@ -790,14 +795,423 @@ static kiln_status try_fuse(ctx *x, const kiln_pass_options *o, int sm, bool *de
     return st;
 }
 
+/* ------------------------------------------------ transposes moved next to the attention
+ *
+ * A Transpose that keeps the last axis moves whole rows, and a Linear (MatMul by a constant
+ * matrix [then a bias row], or a Gemm of rows) works row by row: T(X) W + b = T(X W + b).
+ * torch's nn.MultiheadAttention export (batch_first) transposes (B, L, E) to (L, B, E)
+ * before its in-projection and back after its out-projection: two copies of the activations
+ * a layer. Moved next to the attention (the in-projection's after it, the out-projection's
+ * before it) they become view steps of the kiln.Attention node and never run:
+ *   sink:  Transpose(X) -> MatMul(., W) [-> Add(., b)] -> S   becomes
+ *          MatMul(X, W) [-> Add(., b)] -> S' -> Transpose -> S
+ *          where S's readers (but Shape) are view nodes; undone after the fusion when the
+ *          moved Transpose still runs (the product's rows can be wider than its input's).
+ *   hoist: Gemm(Y, W, c) -> Reshape -> Transpose -> Z   (Y 2-D, c absent or a row, K <= N)
+ *          becomes Reshape(Y) -> Transpose -> Reshape to rows -> Gemm -> Reshape -> Z,
+ *          and MatMul(Y, W) [-> Add(., b)] -> Transpose -> Z the same without Reshapes:
+ *          a copy of K-wide rows instead of N-wide ones where the attention does not take
+ *          it. The Reshapes' targets are constants (the probes' dims, -1 for the one that
+ *          depends on a symbolic dim). */
+
+typedef struct sunk {
+    int x, t_out; /* the Transpose's input and output */
+    int y;        /* the MatMul's output */
+    int s, s2;    /* the Linear's output (now the moved Transpose's) and its new output */
+} sunk;
+
+/* n is a Transpose of one input whose perm keeps the last axis (rank >= 2): perm in p[], rank in *r. */
+static bool rows_perm(const kiln_node *n, int64_t *p, int *r) {
+    if (!kiln_pass_is(n, "Transpose") || n->n_in != 1 || n->in[0] < 0 || n->n_out != 1 || n->out[0] < 0) return false;
+    const int64_t *a = kiln_attr_ints(n, "perm", r);
+    if (!a || *r < 2 || *r > KILN_MAX_DIMS || a[*r - 1] != *r - 1) return false;
+    memcpy(p, a, (size_t)*r * sizeof *p);
+    return true;
+}
+
+/* Readers of v: *others counts the node inputs that are not Shape / Size nodes' (graph
+ * outputs count), *only the one such reader (-1 when none or several). */
+static void readers(const kiln_model *m, int v, int *others, int *only) {
+    *others = 0;
+    *only = -1;
+    for (int i = 0; i < m->n_outputs; i++) *others += m->outputs[i] == v;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *n = &m->nodes[i];
+        if (kiln_pass_is(n, "Shape") || kiln_pass_is(n, "Size")) continue;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] == v) {
+                ++*others;
+                *only = i;
+            }
+    }
+    if (*others != 1) *only = -1;
+}
+
+/* A view node (what fuse-attention's chains walk through). */
+static bool view_node(const kiln_node *n) {
+    static const char *const ops[] = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice", "Split",
+                                      "Identity"};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (kiln_pass_is(n, ops[i])) return true; /* op-pattern */
+    return false;
+}
+
+/* v comes through views (its only readers on the way) from an attention's second product:
+ * MatMul(Softmax(...) [-> Reshape], V). A Transpose hoisted onto v then joins the fused
+ * node's output view; anywhere else it would run where it did not (a projection's output
+ * transposed into an attention's operand is a view step already). */
+static bool after_attention(const kiln_model *m, const int *prod, int v) {
+    for (int guard = 0; guard < 8 && v >= 0 && prod[v] >= 0; guard++) {
+        const kiln_node *n = &m->nodes[prod[v]];
+        if (kiln_pass_is(n, "MatMul")) {
+            for (int k = 0; k < n->n_in && k < 2; k++) {
+                int a = n->in[k];
+                for (int s = 0; s < 2 && a >= 0 && prod[a] >= 0; s++) {
+                    const kiln_node *q = &m->nodes[prod[a]];
+                    if (kiln_pass_is(q, "Softmax")) return true;
+                    if (!kiln_pass_is(q, "Reshape")) break;
+                    a = q->in[0];
+                }
+            }
+            return false;
+        }
+        if (!(kiln_pass_is(n, "Reshape") || kiln_pass_is(n, "Transpose") || kiln_pass_is(n, "Squeeze") ||
+              kiln_pass_is(n, "Unsqueeze") || kiln_pass_is(n, "Identity")) ||
+            n->in[0] < 0 || kiln_pass_uses(m, v) != 1)
+            return false;
+        v = n->in[0];
+    }
+    return false;
+}
+
+/* An attribute-only node appended (perm or axis text); its index or -1. */
+static int add_node(kiln_model *m, const char *op, const char *name, int n_in, const int *in, int out, const char *attrs) {
+    kiln_attr *a = NULL;
+    int na = 0;
+    if (attrs && kiln_attrs_parse(m->ctx, attrs, &a, &na) != KILN_OK) return -1;
+    return kiln_model_add_node_raw(m, op, name, "", n_in, in, 1, &out, na, a);
+}
+
+static int perm_text(char *buf, size_t cap, const int64_t *p, int r) {
+    int k = snprintf(buf, cap, "perm=[");
+    for (int d = 0; d < r && k > 0 && (size_t)k < cap; d++) k += snprintf(buf + k, cap - (size_t)k, "%s%lld", d ? "," : "", (long long)p[d]);
+    if (k > 0 && (size_t)k < cap) k += snprintf(buf + k, cap - (size_t)k, "]");
+    return k > 0 && (size_t)k < cap;
+}
+
+/* A constant I64 shape (n dims) as a new initializer value; -1 on OOM. */
+static int shape_const(kiln_model *m, const char *hint, const int64_t *d, int n) {
+    const int64_t len = n;
+    kiln_tensor *t = kiln_tensor_new(m->ctx, KILN_I64, 1, &len);
+    if (!t) return -1;
+    memcpy(t->data, d, (size_t)n * sizeof *d);
+    return kiln_pass_add_initializer(m, hint, t);
+}
+
+/* v's dims from the probes, -1 where they differ (at most one such); false when unknown. */
+static bool probe_dims(const kiln_shape_probes *pr, int v, int64_t *d, int *r) {
+    if (v < 0 || v >= pr->n) return false;
+    const kiln_tensor *a = &pr->one[v], *b = &pr->three[v];
+    if (a->ndim < 1 || a->ndim != b->ndim) return false;
+    int unknown = 0;
+    for (int i = 0; i < a->ndim; i++) {
+        d[i] = a->dims[i] == b->dims[i] ? a->dims[i] : -1;
+        unknown += d[i] < 0;
+    }
+    *r = a->ndim;
+    return unknown <= 1;
+}
+
+/* v's value when known before any run, through Identity nodes (an exporter's alias of a
+ * shared initializer: torch's in-projection biases that start equal). */
+static const kiln_tensor *const_through(const kiln_model *m, const int *prod, int v) {
+    for (int guard = 0; guard < 4 && v >= 0 && v < m->n_values; guard++) {
+        const kiln_tensor *t = kiln_pass_constant(m, prod, v);
+        if (t || prod[v] < 0 || !kiln_pass_is(&m->nodes[prod[v]], "Identity")) return t;
+        v = m->nodes[prod[v]].in[0];
+    }
+    return NULL;
+}
+
+/* The Linear after node i's output: MatMul(in, W constant 2-D) [-> Add(., bias row)]; its
+ * last node in *last, K and N. */
+static bool linear_from(const kiln_model *m, const int *prod, int mm, int *last, int64_t *K, int64_t *N) {
+    const kiln_node *n = &m->nodes[mm];
+    if (!kiln_pass_is(n, "MatMul") || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0) return false;
+    const kiln_tensor *w = const_through(m, prod, n->in[1]);
+    if (!w || w->ndim != 2) return false;
+    *K = w->dims[0];
+    *N = w->dims[1];
+    *last = mm;
+    const int a = kiln_pass_single_consumer(m, n->out[0]);
+    if (a >= 0 && kiln_pass_is(&m->nodes[a], "Add") && m->nodes[a].n_in == 2 && m->nodes[a].n_out == 1) {
+        const kiln_node *ad = &m->nodes[a];
+        const int bv = ad->in[0] == n->out[0] ? ad->in[1] : ad->in[0];
+        const kiln_tensor *b = bv != n->out[0] ? const_through(m, prod, bv) : NULL;
+        if (b && b->ndim == 1 && b->dims[0] == *N) *last = a;
+    }
+    return true;
+}
+
+static kiln_status rows_first(kiln_model *m, sunk **recs, int *nrec, bool *changed) {
+    *recs = NULL;
+    *nrec = 0;
+    bool any = false;
+    for (int i = 0; i < m->n_nodes && !any; i++) {
+        int64_t p[KILN_MAX_DIMS];
+        int r;
+        any = rows_perm(&m->nodes[i], p, &r);
+    }
+    if (!any) return KILN_OK;
+    kiln_shape_probes pr;
+    memset(&pr, 0, sizeof pr);
+    kiln_status st = kiln_pass_shape_probes(m, &pr);
+    if (st) {
+        kiln_pass_shape_probes_free(&pr);
+        return st == KILN_ERR_OUT_OF_MEMORY ? st : KILN_OK; /* uninferable: nothing moves */
+    }
+    int *prod = kiln_pass_producers(m);
+    const int n0 = m->n_nodes;
+    bool *gone = calloc((size_t)n0 + 1, sizeof *gone);
+    sunk *sk = calloc((size_t)n0 + 1, sizeof *sk);
+    if (!prod || !gone || !sk) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    int nr = 0, moved = 0, done = 0;
+    char name[256], pt[128];
+    for (int i = 0; i < n0 && !st; i++) {
+        int64_t p[KILN_MAX_DIMS];
+        int r;
+        if (gone[i] || !rows_perm(&m->nodes[i], p, &r) || !perm_text(pt, sizeof pt, p, r)) continue;
+        if (moved > done) { /* the producers again after a rewrite (new values, moved outputs) */
+            free(prod);
+            if (!(prod = kiln_pass_producers(m))) {
+                st = KILN_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            done = moved;
+        }
+        const int tin = m->nodes[i].in[0], tout = m->nodes[i].out[0];
+        int others, only;
+        readers(m, tout, &others, &only);
+        /* sink: the Transpose's one runtime reader is a Linear whose output only views read */
+        int last;
+        int64_t K, N;
+        if (only >= 0 && m->nodes[only].in[0] == tout && m->nodes[only].in[1] != tout &&
+            linear_from(m, prod, only, &last, &K, &N)) {
+            const int s = m->nodes[last].out[0];
+            bool views = true;
+            int nv = 0;
+            for (int j = 0; j < m->n_nodes && views; j++) {
+                const kiln_node *n = &m->nodes[j];
+                for (int k = 0; k < n->n_in && views; k++)
+                    if (n->in[k] == s && !kiln_pass_is(n, "Shape") && !kiln_pass_is(n, "Size")) views = view_node(n) && ++nv;
+            }
+            for (int k = 0; k < m->n_outputs; k++) views = views && m->outputs[k] != s;
+            if (views && nv > 0) {
+                snprintf(name, sizeof name, "%.150s_rows", m->values[s].name);
+                const int s2 = kiln_pass_new_value(m, name);
+                if (s2 < 0) {
+                    st = KILN_ERR_OUT_OF_MEMORY;
+                    break;
+                }
+                snprintf(name, sizeof name, "%.150s_moved", m->nodes[i].name);
+                const int t2 = add_node(m, "Transpose", name, 1, &s2, s, pt);
+                if (t2 < 0) {
+                    st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+                    break;
+                }
+                m->nodes[t2].opset = m->nodes[i].opset;
+                m->nodes[only].in[0] = tin;
+                m->nodes[last].out[0] = s2;
+                const int y = m->nodes[only].out[0];
+                m->values[s2].dtype = m->values[s].dtype;
+                m->values[y].ndim = m->values[s2].ndim = -1; /* inference finds them again */
+                sk[nr++] = (sunk){.x = tin, .t_out = tout, .y = y, .s = s, .s2 = s2};
+                moved++;
+            }
+            continue;
+        }
+        /* hoist: the Transpose reads a Linear's output (alone) */
+        const int pv = prod[tin];
+        if (pv < 0 || pv >= n0 || gone[pv] || kiln_pass_uses(m, tin) != 1) continue;
+        const kiln_node *pn = &m->nodes[pv];
+        int64_t dz[KILN_MAX_DIMS];
+        int rz;
+        if (kiln_pass_is(pn, "Reshape") && pn->n_in >= 2 && pn->in[0] >= 0 && prod[pn->in[0]] >= 0 &&
+            probe_dims(&pr, tin, dz, &rz) && rz == r) {
+            /* Gemm(Y, W, c) -> Reshape -> Transpose */
+            const int gv = pn->in[0], g = prod[gv];
+            const kiln_node *gn = &m->nodes[g];
+            int go, gonly;
+            readers(m, gv, &go, &gonly);
+            if (gonly != pv || !kiln_pass_is(gn, "Gemm") || gn->n_in < 2 || gn->in[0] < 0 || gn->n_out != 1 ||
+                kiln_attr_int(gn, "transA", 0) != 0)
+                continue;
+            const kiln_tensor *w = const_through(m, prod, gn->in[1]);
+            const int cv = kiln_pass_opt_in(gn, 2);
+            const kiln_tensor *c = cv >= 0 ? const_through(m, prod, cv) : NULL;
+            int64_t dy[KILN_MAX_DIMS];
+            int ry;
+            if (!w || w->ndim != 2 || !probe_dims(&pr, gn->in[0], dy, &ry) || ry != 2 || !after_attention(m, prod, gn->in[0]))
+                continue;
+            const bool tb = kiln_attr_int(gn, "transB", 0) != 0;
+            K = tb ? w->dims[1] : w->dims[0];
+            N = tb ? w->dims[0] : w->dims[1];
+            if (dy[1] != K || K > N || dz[r - 1] != N) continue;
+            if (cv >= 0 && !(c && ((c->ndim == 1 && (c->dims[0] == N || c->dims[0] == 1)) ||
+                                   (c->ndim == 2 && c->dims[0] == 1)))) continue;
+            /* Reshape(Y) to Z's dims with K last, Transpose, Reshape to (rows, K); the
+             * old Reshape then writes Z (the perm's dims) and the Transpose goes */
+            int64_t da[KILN_MAX_DIMS], dzp[KILN_MAX_DIMS], db[2] = {-1, K};
+            for (int d = 0; d < r; d++) {
+                da[d] = d == r - 1 ? K : dz[d];
+                dzp[d] = dz[p[d]];
+            }
+            snprintf(name, sizeof name, "%.150s_rows", m->nodes[g].name);
+            const int sa = shape_const(m, name, da, r), sb = sa >= 0 ? shape_const(m, name, db, 2) : -1;
+            const int sz = sb >= 0 ? shape_const(m, name, dzp, r) : -1;
+            const int a1 = sz >= 0 ? kiln_pass_new_value(m, name) : -1, a2 = a1 >= 0 ? kiln_pass_new_value(m, name) : -1;
+            const int a3 = a2 >= 0 ? kiln_pass_new_value(m, name) : -1;
+            if (a3 < 0) {
+                st = KILN_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            const int y = m->nodes[g].in[0];
+            const int na = add_node(m, "Reshape", name, 2, (int[]){y, sa}, a1, NULL);
+            const int nt = na >= 0 ? add_node(m, "Transpose", name, 1, &a1, a2, pt) : -1;
+            const int nb = nt >= 0 ? add_node(m, "Reshape", name, 2, (int[]){a2, sb}, a3, NULL) : -1;
+            if (nb < 0) {
+                st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+                break;
+            }
+            m->nodes[na].opset = m->nodes[nb].opset = m->nodes[pv].opset > 13 ? m->nodes[pv].opset : 13;
+            m->nodes[nt].opset = m->nodes[i].opset;
+            m->nodes[g].in[0] = a3;
+            if ((st = kiln_pass_set_input(m, pv, 1, sz)) != KILN_OK) break;
+            if (m->nodes[pv].opset < 13) m->nodes[pv].opset = 13;
+            m->nodes[pv].out[0] = tout;
+            gone[i] = true;
+            m->nodes[i].in[0] = m->nodes[i].out[0] = -1; /* removed at the end */
+            moved++;
+        } else if (pv >= 0) {
+            /* MatMul(Y, W) [-> Add(., b)] -> Transpose: the Transpose moves onto Y */
+            int mm = pv;
+            if (kiln_pass_is(pn, "Add") && pn->n_in == 2) {
+                for (int k = 0; k < 2 && mm == pv; k++)
+                    if (pn->in[k] >= 0 && prod[pn->in[k]] >= 0 && kiln_pass_is(&m->nodes[prod[pn->in[k]]], "MatMul"))
+                        mm = prod[pn->in[k]];
+            }
+            if (!linear_from(m, prod, mm, &last, &K, &N) || last != pv || K > N) continue;
+            const int y = m->nodes[mm].in[0];
+            int64_t dy[KILN_MAX_DIMS];
+            int ry;
+            if (!probe_dims(&pr, y, dy, &ry) || ry != r || kiln_pass_uses(m, m->nodes[mm].out[0]) != 1 ||
+                !after_attention(m, prod, y))
+                continue;
+            snprintf(name, sizeof name, "%.150s_rows", m->values[y].name);
+            const int a1 = kiln_pass_new_value(m, name);
+            if (a1 < 0) {
+                st = KILN_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            const int nt = add_node(m, "Transpose", name, 1, &y, a1, pt);
+            if (nt < 0) {
+                st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+                break;
+            }
+            m->nodes[nt].opset = m->nodes[i].opset;
+            m->nodes[mm].in[0] = a1;
+            m->values[m->nodes[mm].out[0]].ndim = -1;
+            m->nodes[pv].out[0] = tout;
+            gone[i] = true;
+            m->nodes[i].in[0] = m->nodes[i].out[0] = -1; /* removed at the end */
+            moved++;
+        }
+    }
+    if (!st && moved) {
+        bool *dead = calloc((size_t)m->n_nodes + 1, sizeof *dead);
+        if (!dead) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        for (int i = 0; dead && i < n0; i++) dead[i] = gone[i];
+        if (dead) kiln_pass_remove_nodes(m, dead);
+        free(dead);
+        if (!st) st = kiln_pass_sort_nodes(m);
+        *changed = true;
+    }
+    kiln_pass_shape_probes_free(&pr);
+    free(prod);
+    free(gone);
+    if (st || !nr) free(sk);
+    else {
+        *recs = sk;
+        *nrec = nr;
+    }
+    return st;
+}
+
+/* Whether value v is read at run time: by a node (but Shape / Size) whose outputs are, or
+ * as a graph output. Nodes in topological order. */
+static bool runtime_read(const kiln_model *m, int v, bool *read) {
+    memset(read, 0, (size_t)m->n_values + 1);
+    for (int i = 0; i < m->n_outputs; i++) read[m->outputs[i]] = true;
+    for (int i = m->n_nodes - 1; i >= 0; i--) {
+        const kiln_node *n = &m->nodes[i];
+        if (kiln_pass_is(n, "Shape") || kiln_pass_is(n, "Size")) continue;
+        bool live = n->n_out == 0;
+        for (int k = 0; k < n->n_out && !live; k++) live = n->out[k] >= 0 && read[n->out[k]];
+        for (int k = 0; live && k < n->n_in; k++)
+            if (n->in[k] >= 0) read[n->in[k]] = true;
+    }
+    return read[v];
+}
+
+/* The sunk Transposes the fusion did not take (still run): back before their Linears. */
+static kiln_status unsink(kiln_model *m, const kiln_pass_options *o, const sunk *sk, int nrec) {
+    int *prod = kiln_pass_producers(m);
+    /* one value more each undone move */
+    bool *read = calloc((size_t)(m->n_values + nrec) + 1, sizeof *read);
+    kiln_status st = prod && read ? KILN_OK : kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    bool any = false;
+    for (int i = 0; i < nrec && !st; i++) {
+        const sunk *r = &sk[i];
+        const int t = prod[r->s], mm = prod[r->y], last = prod[r->s2];
+        if (t < 0 || mm < 0 || last < 0 || m->nodes[t].in[0] != r->s2 || m->nodes[mm].in[0] != r->x) continue;
+        if (!runtime_read(m, r->s, read)) continue;
+        /* the moved Transpose reads X again and feeds the MatMul; the Linear writes S */
+        const int tin = kiln_pass_new_value(m, m->values[r->t_out].name);
+        if (tin < 0) {
+            st = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        m->values[tin].dtype = m->values[r->x].dtype;
+        m->nodes[t].in[0] = r->x;
+        m->nodes[t].out[0] = tin;
+        m->nodes[mm].in[0] = tin;
+        m->nodes[last].out[0] = r->s;
+        m->values[r->y].ndim = -1;
+        any = true;
+    }
+    if (!st && any) { /* the first Transposes, which only Shape nodes may read now, go */
+        bool ch = false;
+        st = kiln_pass_sort_nodes(m);
+        if (!st) st = kiln_pass_dead_nodes(m, o, &ch);
+    }
+    free(prod);
+    free(read);
+    return st;
+}
+
 kiln_status kiln_pass_fuse_attention(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (!kiln_pass_device_has(o, "Attention")) return KILN_OK;
     bool any = false;
     for (int i = 0; i < m->n_nodes && !any; i++) any = kiln_pass_is(&m->nodes[i], "Softmax");
     if (!any) return KILN_OK;
+    /* the transposes around the projections moved next to the attention (attention-rows) */
+    sunk *sk = NULL;
+    int nrec = 0;
+    kiln_status st = o->disabled & KILN_PASS_ATTENTION_ROWS ? KILN_OK : rows_first(m, &sk, &nrec, changed);
+    if (st) return st;
     ctx x = {.m = m};
     kiln_tensor **held[2] = {NULL, NULL};
-    kiln_status st = kiln_pass_infer_values(m, 1, &x.vt[0], &held[0]);
+    st = kiln_pass_infer_values(m, 1, &x.vt[0], &held[0]);
     if (!st) st = kiln_pass_infer_values(m, 3, &x.vt[1], &held[1]);
     const int nn = m->n_nodes;
     x.prod = st ? NULL : kiln_pass_producers(m);
@@ -814,6 +1228,8 @@ kiln_status kiln_pass_fuse_attention(kiln_model *m, const kiln_pass_options *o, 
         if (!st) st = kiln_pass_sort_nodes(m);
         *changed = true;
     }
+    if (!st && nrec) st = unsink(m, o, sk, nrec);
+    free(sk);
     for (int p = 0; p < 2; p++) {
         for (int v = 0; held[p] && v < m->n_values; v++) kiln_tensor_free(held[p][v]);
         free(held[p]);

@@ -9,12 +9,20 @@
  *      shape under two probe values of the symbolic dims (kiln_pass_same_shape);
  *   3. Gemm + activation -> kiln.FusedGemm; also Gemm -> view (Reshape, Flatten...) ->
  *      activation (stage 0's Linear: the activation moves before the view, which then
- *      writes the activation's output).
+ *      writes the activation's output). Unless KILN_PASS_GEMM_RESIDUAL is disabled, a Gemm
+ *      with no activation after it, C absent or a constant row with beta 1, [-> view] ->
+ *      Add of a Z of the Add's other operand's shape -> kiln.FusedGemm(A, B, C, Z) (behind
+ *      a view Z as Flatten(Z), the product's rows; the view writes the Add's output): an
+ *      attention's out-projection and the residual after it.
  *   0. (first) MatMul(X (..., K), W (K, N) constant) + Add of a constant bias (N), a
  *      transformer's Linear -> Flatten(X) (rows, K) -> Gemm(., W, bias) -> Reshape back to
  *      (..., N): the bias rides on the product's epilogue (cuBLASLt's BIAS) instead of a
  *      pass over the product; Flatten and Reshape are views. Needs X's dims but the last
- *      known except at most one (the Reshape's -1: a symbolic batch).
+ *      known except at most one (the Reshape's -1: a symbolic batch). Where the device has
+ *      kiln.FusedGemm and the Linear's result is read only by an Add of a Z of its shape (a
+ *      transformer's residual): Flatten(Z) joins the product as its fourth input and the
+ *      Reshape writes the Add's output (on CUDA, cuBLASLt's C with beta 1: the sum written
+ *      once instead of the product, then the Add reading two and writing one).
  * Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSwish, HardSigmoid,
  * Tanh; and, unless KILN_PASS_FUSE_SILU_GELU is disabled, "Silu" from x * Sigmoid(x)
  * (Sigmoid(x) -> Mul(x, s), either operand order: the value x is read by exactly those two
@@ -264,6 +272,70 @@ static bool is_view(const kiln_node *n) {
     return d && (d->alias_outputs & 1u) && n->n_in >= 1 && n->n_out == 1;
 }
 
+/* Stage 3's residual: Gemm ci (2-D, C absent or a constant row with beta 1) -> [a view] ->
+ * Add(., Z) with Z of the Add's other operand's shape -> FusedGemm(A, B, C, Z') where Z' is
+ * Z, or Flatten(Z) to the product's (rows, N) behind a view (a projection's Reshape back to
+ * (..., N), after attention-rows the out-projection's); the view then writes the Add's
+ * output. *appended: a Flatten was added (the caller sorts). */
+static kiln_status gemm_residual(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int ci, bool *dead,
+                                 bool *done, bool *appended) {
+    const kiln_node *g = &m->nodes[ci];
+    const int y = g->out[0];
+    if (g->n_in < 2 || g->in[0] < 0 || g->in[1] < 0 || y < 0) return KILN_OK;
+    const kiln_tensor *w = kiln_pass_constant(m, prod, g->in[1]);
+    const int cvi = kiln_pass_opt_in(g, 2);
+    const kiln_tensor *c = cvi >= 0 ? kiln_pass_constant(m, prod, cvi) : NULL;
+    if (!w || w->ndim != 2 || (cvi >= 0 && !c) || kiln_attr_int(g, "transA", 0) != 0) return KILN_OK;
+    const int64_t n = kiln_attr_int(g, "transB", 0) ? w->dims[0] : w->dims[1];
+    if (c && !((c->ndim == 1 && c->dims[0] == n) || (c->ndim == 2 && c->dims[0] == 1 && c->dims[1] == n))) return KILN_OK;
+    if (c && kiln_attr_float(g, "beta", 1.0f) != 1.0f) return KILN_OK;
+    int r = kiln_pass_single_consumer(m, y), view = -1, yv = y;
+    if (r >= 0 && !dead[r] && is_view(&m->nodes[r]) && m->nodes[r].in[0] == y) {
+        view = r;
+        yv = m->nodes[r].out[0];
+        r = kiln_pass_single_consumer(m, yv);
+    }
+    if (r < 0 || dead[r] || !is_add(&m->nodes[r])) return KILN_OK;
+    const kiln_node *a = &m->nodes[r];
+    const int z = a->in[0] == yv ? a->in[1] : a->in[0];
+    if (z < 0 || z == yv || !(same_known_shape(&m->values[z], &m->values[yv]) || (probes && kiln_pass_same_shape(probes, z, yv))))
+        return KILN_OK;
+    const int out = a->out[0];
+    int zin = z;
+    if (view >= 0) {
+        /* Flatten(Z) to (rows, N): Z's last dim must be N */
+        if (!probes || z >= probes->n || probes->one[z].ndim < 1 || probes->one[z].dims[probes->one[z].ndim - 1] != n)
+            return KILN_OK;
+        const int rz = probes->one[z].ndim;
+        char hint[220], at[32];
+        snprintf(hint, sizeof hint, "%.150s_rows", m->values[z].name);
+        zin = kiln_pass_new_value(m, hint);
+        if (zin < 0) return KILN_ERR_OUT_OF_MEMORY;
+        m->values[zin].dtype = m->values[y].dtype;
+        kiln_attr *fa = NULL;
+        int nfa = 0;
+        snprintf(at, sizeof at, "axis=%d", rz - 1);
+        kiln_status st = kiln_attrs_parse(m->ctx, at, &fa, &nfa);
+        if (st) return st;
+        snprintf(hint, sizeof hint, "%.150s_rows", m->nodes[r].name);
+        /* op-pattern: the residual's rows */
+        const int f = kiln_model_add_node_raw(m, "Flatten", hint, "", 1, &z, 1, &zin, nfa, fa);
+        if (f < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+        m->nodes[f].opset = 13;
+        *appended = true;
+    }
+    g = &m->nodes[ci];
+    const int in4[4] = {g->in[0], g->in[1], cvi, zin};
+    /* op-pattern: Gemm [-> view] -> Add -> FusedGemm(A, B, C, Z) [-> view] */
+    kiln_status st = kiln_pass_rewrite(m, ci, "kiln", "FusedGemm", 4, in4, g);
+    if (st) return st;
+    if (view >= 0) st = kiln_pass_set_output(m, view, 0, out);
+    else st = kiln_pass_set_output(m, ci, 0, out);
+    dead[r] = true;
+    *done = !st;
+    return st;
+}
+
 /* Stages 2 and 3 from Conv / Gemm node ci. */
 static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int ci, bool gemm,
                               bool smooth, bool *dead, bool *done) {
@@ -351,8 +423,8 @@ static const kiln_tensor *constant_of(const kiln_model *m, const int *prod, int 
 }
 
 /* Stage 0 on MatMul node i (see the top). New nodes are appended: the caller sorts. */
-static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int i, bool *dead,
-                               bool *done) {
+static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int i, bool gemm_ok,
+                               bool *dead, bool *done) {
     *done = false;
     const kiln_node *mm = &m->nodes[i];
     if (mm->n_in != 2 || mm->n_out != 1) return KILN_OK;
@@ -383,6 +455,25 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
     const int bv = add->in[0] == y ? add->in[1] : add->in[0];
     const kiln_tensor *b = bv >= 0 ? constant_of(m, prod, bv) : NULL;
     if (!b || b->dtype != KILN_F32 || b->ndim != 1 || b->dims[0] != N) return KILN_OK;
+    /* a residual Add reading the Linear's result alone (a transformer's second MLP product):
+     * Z, of the result's shape, rides on the product as kiln.FusedGemm's fourth input */
+    int ra = -1, zv = -1;
+    if (gemm_ok) {
+        const int yb = m->nodes[a].out[0];
+        const int r2 = kiln_pass_single_consumer(m, yb);
+        if (r2 >= 0 && !dead[r2] && is_add(&m->nodes[r2])) {
+            const kiln_node *ad = &m->nodes[r2];
+            const int zz = ad->in[0] == yb ? ad->in[1] : ad->in[0];
+            /* an intermediate Z's dtype: the probes' where inference stored none */
+            kiln_dtype zdt = zz >= 0 ? m->values[zz].dtype : 0;
+            if (!zdt && zz >= 0 && probes && zz < probes->n) zdt = probes->one[zz].dtype;
+            if (zz >= 0 && zz != yb && zdt == KILN_F32 &&
+                (same_known_shape(&m->values[zz], &m->values[yb]) || (probes && kiln_pass_same_shape(probes, zz, yb)))) {
+                ra = r2;
+                zv = zz;
+            }
+        }
+    }
     /* the constants: Reshape's target shape (..., N) with -1 for the unknown dim */
     const int64_t rdim = r;
     kiln_tensor *shape = kiln_tensor_new(m->ctx, KILN_I64, 1, &rdim);
@@ -402,12 +493,23 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
     const int xf = sv >= 0 ? kiln_pass_new_value(m, hint) : -1;
     snprintf(hint, sizeof hint, "%.150s_gemm", m->nodes[i].name);
     const int yg = xf >= 0 ? kiln_pass_new_value(m, hint) : -1;
-    if (yg < 0) return KILN_ERR_OUT_OF_MEMORY;
+    int zf = -1;
+    if (yg >= 0 && zv >= 0) {
+        snprintf(hint, sizeof hint, "%.150s_rows", m->values[zv].name);
+        zf = kiln_pass_new_value(m, hint);
+    }
+    if (yg < 0 || (zv >= 0 && zf < 0)) return KILN_ERR_OUT_OF_MEMORY;
     m->values[xf].dtype = m->values[yg].dtype = dt;
     m->values[xf].ndim = m->values[yg].ndim = 2;
     m->values[xf].dims[0] = m->values[yg].dims[0] = rows;
     m->values[xf].dims[1] = K;
     m->values[yg].dims[1] = N;
+    if (zf >= 0) {
+        m->values[zf].dtype = dt;
+        m->values[zf].ndim = 2;
+        m->values[zf].dims[0] = rows;
+        m->values[zf].dims[1] = N;
+    }
     kiln_attr *fa = NULL;
     int nfa = 0;
     char at[32];
@@ -422,18 +524,37 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
     int g = f >= 0 ? kiln_model_add_node_raw(m, "Gemm", name, "", 3, (int[]){xf, w, bv}, 1, &yg, 0, NULL) : -1;
     if (g < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
     m->nodes[f].opset = m->nodes[g].opset = m->nodes[i].opset > 13 ? m->nodes[i].opset : 13;
-    if ((st = kiln_pass_rewrite(m, a, "", "Reshape", 2, (int[]){yg, sv}, NULL)) != KILN_OK) return st;
-    if (m->nodes[a].opset < 13) m->nodes[a].opset = 13;
+    if (zf >= 0) {
+        /* op-pattern: MatMul + Add + residual Add -> Flatten, Flatten, FusedGemm, Reshape */
+        kiln_attr *za = NULL;
+        int nza = 0;
+        if ((st = kiln_attrs_parse(m->ctx, at, &za, &nza)) != KILN_OK) return st;
+        snprintf(name, sizeof name, "%.150s_rows", m->nodes[ra].name);
+        const int fz = kiln_model_add_node_raw(m, "Flatten", name, "", 1, &zv, 1, &zf, nza, za);
+        if (fz < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+        m->nodes[fz].opset = m->nodes[g].opset;
+        if ((st = kiln_pass_rewrite(m, g, "kiln", "FusedGemm", 4, (int[]){xf, w, bv, zf}, NULL)) != KILN_OK) return st;
+        /* the residual Add becomes the Reshape back to (..., N); the bias Add goes */
+        if ((st = kiln_pass_rewrite(m, ra, "", "Reshape", 2, (int[]){yg, sv}, NULL)) != KILN_OK) return st;
+        if (m->nodes[ra].opset < 13) m->nodes[ra].opset = 13;
+        dead[a] = true;
+    } else {
+        if ((st = kiln_pass_rewrite(m, a, "", "Reshape", 2, (int[]){yg, sv}, NULL)) != KILN_OK) return st;
+        if (m->nodes[a].opset < 13) m->nodes[a].opset = 13;
+    }
     dead[i] = true;
     *done = true;
     return KILN_OK;
 }
 
-/* Stage 0 over the graph, before the other stages (it appends nodes). */
-static kiln_status fuse_matmul_bias(kiln_model *m, bool *changed) {
+/* Stage 0 over the graph, before the other stages (it appends nodes). gemm_ok: the device
+ * has kiln.FusedGemm and KILN_PASS_GEMM_RESIDUAL is on (a residual Add after the Linear
+ * joins it). */
+static kiln_status fuse_matmul_bias(kiln_model *m, bool gemm_ok, bool *changed) {
     int *prod = kiln_pass_producers(m);
     const int n0 = m->n_nodes;
-    bool *dead = kiln_calloc(m->ctx, (size_t)(3 * n0) + 1, sizeof *dead, "a pass");
+    /* up to 3 nodes appended a MatMul */
+    bool *dead = kiln_calloc(m->ctx, (size_t)(4 * n0) + 1, sizeof *dead, "a pass");
     kiln_status st = prod && dead ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
     bool any = false, have = false;
     for (int i = 0; i < n0 && !st && !have; i++) have = kiln_pass_is(&m->nodes[i], "MatMul"); /* op-pattern */
@@ -449,7 +570,7 @@ static kiln_status fuse_matmul_bias(kiln_model *m, bool *changed) {
         /* op-pattern */
         if (dead[i] || !kiln_pass_is(&m->nodes[i], "MatMul")) continue;
         bool done = false;
-        st = matmul_bias(m, prod, have_probes ? &probes : NULL, i, dead, &done);
+        st = matmul_bias(m, prod, have_probes ? &probes : NULL, i, gemm_ok, dead, &done);
         any |= done;
     }
     kiln_pass_shape_probes_free(&probes);
@@ -464,10 +585,13 @@ static kiln_status fuse_matmul_bias(kiln_model *m, bool *changed) {
 }
 
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed) {
-    kiln_status st0 = fuse_matmul_bias(m, changed);
+    /* op-pattern */
+    kiln_status st0 = fuse_matmul_bias(
+        m, kiln_pass_device_has(o, "FusedGemm") && !(o->disabled & KILN_PASS_GEMM_RESIDUAL), changed);
     if (st0) return st0;
     int *prod = kiln_pass_producers(m);
-    bool *dead = kiln_calloc(m->ctx, (size_t)m->n_nodes + 1, sizeof *dead, "a pass");
+    /* a Flatten appended per Gemm at most (gemm_residual) */
+    bool *dead = kiln_calloc(m->ctx, (size_t)(2 * m->n_nodes) + 1, sizeof *dead, "a pass");
     kiln_status st = prod && dead ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
     /* 1: bias Adds, repeatedly (an exporter may write several) */
     for (int i = 0; i < m->n_nodes && !st; i++) {
@@ -495,7 +619,10 @@ kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool 
      * FusedElementwise it replaces. The CUDA epilogues of these activations have not yet
      * run on a GPU: KILN_PASS_FUSE_SILU_GELU switches this fusion off alone. */
     const bool smooth = !(o->disabled & KILN_PASS_FUSE_SILU_GELU);
-    for (int i = 0; i < m->n_nodes && !st; i++) {
+    const bool gres = !(o->disabled & KILN_PASS_GEMM_RESIDUAL);
+    bool appended = false;
+    const int n_before = m->n_nodes; /* the Flattens gemm_residual appends are no candidates */
+    for (int i = 0; i < n_before && !st; i++) {
         const kiln_node *n = &m->nodes[i];
         if (dead[i] || n->n_out != 1) continue;
         /* op-pattern */
@@ -503,10 +630,13 @@ kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool 
         if (!conv && !gemm) continue;
         bool done = false;
         st = fuse_chain(m, prod, have_probes ? &probes : NULL, i, gemm, smooth, dead, &done);
+        /* a Gemm without an activation after it: its residual (gemm-residual) */
+        if (!st && !done && gemm && gres) st = gemm_residual(m, prod, have_probes ? &probes : NULL, i, dead, &done, &appended);
         *changed |= done;
     }
     kiln_pass_shape_probes_free(&probes);
     if (!st) kiln_pass_remove_nodes(m, dead);
+    if (!st && appended) st = kiln_pass_sort_nodes(m);
     if (!st) st = kiln_pass_drop_unread_constants(m, changed);
     free(prod);
     free(dead);
