@@ -1175,6 +1175,13 @@ static kiln_status unsink(kiln_model *m, const kiln_pass_options *o, const sunk 
         const int t = prod[r->s], mm = prod[r->y], last = prod[r->s2];
         if (t < 0 || mm < 0 || last < 0 || m->nodes[t].in[0] != r->s2 || m->nodes[mm].in[0] != r->x) continue;
         if (!runtime_read(m, r->s, read)) continue;
+        /* a fused node that took the moved Transpose in one chain reads S' itself: S' must
+         * stay the product's output, and the Transpose runs (no worse than a cut chain) */
+        int s2_readers = 0;
+        for (int j = 0; j < m->n_nodes; j++)
+            for (int k = 0; k < m->nodes[j].n_in; k++) s2_readers += m->nodes[j].in[k] == r->s2;
+        for (int k = 0; k < m->n_outputs; k++) s2_readers += m->outputs[k] == r->s2;
+        if (s2_readers != 1) continue;
         /* the moved Transpose reads X again and feeds the MatMul; the Linear writes S */
         const int tin = kiln_pass_new_value(m, m->values[r->t_out].name);
         if (tin < 0) {
