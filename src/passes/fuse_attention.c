@@ -829,6 +829,12 @@ static bool rows_perm(const kiln_node *n, int64_t *p, int *r) {
     return true;
 }
 
+/* Input k of node n reads only its shape (Shape, Size: the op property). */
+static bool shape_only(const kiln_node *n, int k) {
+    const kiln_op_def *d = kiln_pass_is(n, n->op_type) ? kiln_node_def(n) : NULL; /* ONNX ops */
+    return d && kiln_input_in_mask(d->shape_only_inputs, k);
+}
+
 /* Readers of v: *others counts the node inputs that are not Shape / Size nodes' (graph
  * outputs count), *only the one such reader (-1 when none or several). */
 static void readers(const kiln_model *m, int v, int *others, int *only) {
@@ -837,9 +843,8 @@ static void readers(const kiln_model *m, int v, int *others, int *only) {
     for (int i = 0; i < m->n_outputs; i++) *others += m->outputs[i] == v;
     for (int i = 0; i < m->n_nodes; i++) {
         const kiln_node *n = &m->nodes[i];
-        if (kiln_pass_is(n, "Shape") || kiln_pass_is(n, "Size")) continue;
         for (int k = 0; k < n->n_in; k++)
-            if (n->in[k] == v) {
+            if (n->in[k] == v && !shape_only(n, k)) {
                 ++*others;
                 *only = i;
             }
@@ -849,6 +854,7 @@ static void readers(const kiln_model *m, int v, int *others, int *only) {
 
 /* A view node (what fuse-attention's chains walk through). */
 static bool view_node(const kiln_node *n) {
+    /* op-pattern: the view steps fuse-attention's chains walk (view_step) */
     static const char *const ops[] = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice", "Split",
                                       "Identity"};
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
@@ -868,6 +874,7 @@ static bool after_attention(const kiln_model *m, const int *prod, int v) {
                 int a = n->in[k];
                 for (int s = 0; s < 2 && a >= 0 && prod[a] >= 0; s++) {
                     const kiln_node *q = &m->nodes[prod[a]];
+                    /* op-pattern: Softmax [-> Reshape] -> MatMul */
                     if (kiln_pass_is(q, "Softmax")) return true;
                     if (!kiln_pass_is(q, "Reshape")) break;
                     a = q->in[0];
@@ -875,6 +882,7 @@ static bool after_attention(const kiln_model *m, const int *prod, int v) {
             }
             return false;
         }
+        /* op-pattern: the head merge after the product (as try_fuse's output chain) */
         if (!(kiln_pass_is(n, "Reshape") || kiln_pass_is(n, "Transpose") || kiln_pass_is(n, "Squeeze") ||
               kiln_pass_is(n, "Unsqueeze") || kiln_pass_is(n, "Identity")) ||
             n->in[0] < 0 || kiln_pass_uses(m, v) != 1)
@@ -889,7 +897,9 @@ static int add_node(kiln_model *m, const char *op, const char *name, int n_in, c
     kiln_attr *a = NULL;
     int na = 0;
     if (attrs && kiln_attrs_parse(m->ctx, attrs, &a, &na) != KILN_OK) return -1;
-    return kiln_model_add_node_raw(m, op, name, "", n_in, in, 1, &out, na, a);
+    char unique[300]; /* exporters may leave node names empty: the moved nodes' hints repeat */
+    snprintf(unique, sizeof unique, "%.200s#%d", name, m->n_nodes);
+    return kiln_model_add_node_raw(m, op, unique, "", n_in, in, 1, &out, na, a);
 }
 
 static int perm_text(char *buf, size_t cap, const int64_t *p, int r) {
@@ -1003,7 +1013,7 @@ static kiln_status rows_first(kiln_model *m, sunk **recs, int *nrec, bool *chang
             for (int j = 0; j < m->n_nodes && views; j++) {
                 const kiln_node *n = &m->nodes[j];
                 for (int k = 0; k < n->n_in && views; k++)
-                    if (n->in[k] == s && !kiln_pass_is(n, "Shape") && !kiln_pass_is(n, "Size")) views = view_node(n) && ++nv;
+                    if (n->in[k] == s && !shape_only(n, k)) views = view_node(n) && ++nv;
             }
             for (int k = 0; k < m->n_outputs; k++) views = views && m->outputs[k] != s;
             if (views && nv > 0) {
@@ -1154,11 +1164,10 @@ static bool runtime_read(const kiln_model *m, int v, bool *read) {
     for (int i = 0; i < m->n_outputs; i++) read[m->outputs[i]] = true;
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         const kiln_node *n = &m->nodes[i];
-        if (kiln_pass_is(n, "Shape") || kiln_pass_is(n, "Size")) continue;
         bool live = n->n_out == 0;
         for (int k = 0; k < n->n_out && !live; k++) live = n->out[k] >= 0 && read[n->out[k]];
         for (int k = 0; live && k < n->n_in; k++)
-            if (n->in[k] >= 0) read[n->in[k]] = true;
+            if (n->in[k] >= 0 && !shape_only(n, k)) read[n->in[k]] = true;
     }
     return read[v];
 }
