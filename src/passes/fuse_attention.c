@@ -932,23 +932,12 @@ static bool probe_dims(const kiln_shape_probes *pr, int v, int64_t *d, int *r) {
     return unknown <= 1;
 }
 
-/* v's value when known before any run, through Identity nodes (an exporter's alias of a
- * shared initializer: torch's in-projection biases that start equal). */
-static const kiln_tensor *const_through(const kiln_model *m, const int *prod, int v) {
-    for (int guard = 0; guard < 4 && v >= 0 && v < m->n_values; guard++) {
-        const kiln_tensor *t = kiln_pass_constant(m, prod, v);
-        if (t || prod[v] < 0 || !kiln_pass_is(&m->nodes[prod[v]], "Identity")) return t;
-        v = m->nodes[prod[v]].in[0];
-    }
-    return NULL;
-}
-
 /* The Linear after node i's output: MatMul(in, W constant 2-D) [-> Add(., bias row)]; its
  * last node in *last, K and N. */
 static bool linear_from(const kiln_model *m, const int *prod, int mm, int *last, int64_t *K, int64_t *N) {
     const kiln_node *n = &m->nodes[mm];
     if (!kiln_pass_is(n, "MatMul") || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0) return false;
-    const kiln_tensor *w = const_through(m, prod, n->in[1]);
+    const kiln_tensor *w = kiln_pass_constant_through(m, prod, n->in[1]);
     if (!w || w->ndim != 2) return false;
     *K = w->dims[0];
     *N = w->dims[1];
@@ -957,7 +946,7 @@ static bool linear_from(const kiln_model *m, const int *prod, int mm, int *last,
     if (a >= 0 && kiln_pass_is(&m->nodes[a], "Add") && m->nodes[a].n_in == 2 && m->nodes[a].n_out == 1) {
         const kiln_node *ad = &m->nodes[a];
         const int bv = ad->in[0] == n->out[0] ? ad->in[1] : ad->in[0];
-        const kiln_tensor *b = bv != n->out[0] ? const_through(m, prod, bv) : NULL;
+        const kiln_tensor *b = bv != n->out[0] ? kiln_pass_constant_through(m, prod, bv) : NULL;
         if (b && b->ndim == 1 && b->dims[0] == *N) *last = a;
     }
     return true;
@@ -1056,9 +1045,9 @@ static kiln_status rows_first(kiln_model *m, sunk **recs, int *nrec, bool *chang
             if (gonly != pv || !kiln_pass_is(gn, "Gemm") || gn->n_in < 2 || gn->in[0] < 0 || gn->n_out != 1 ||
                 kiln_attr_int(gn, "transA", 0) != 0)
                 continue;
-            const kiln_tensor *w = const_through(m, prod, gn->in[1]);
+            const kiln_tensor *w = kiln_pass_constant_through(m, prod, gn->in[1]);
             const int cv = kiln_pass_opt_in(gn, 2);
-            const kiln_tensor *c = cv >= 0 ? const_through(m, prod, cv) : NULL;
+            const kiln_tensor *c = cv >= 0 ? kiln_pass_constant_through(m, prod, cv) : NULL;
             int64_t dy[KILN_MAX_DIMS];
             int ry;
             if (!w || w->ndim != 2 || !probe_dims(&pr, gn->in[0], dy, &ry) || ry != 2 || !after_attention(m, prod, gn->in[0]))

@@ -282,9 +282,9 @@ static kiln_status gemm_residual(kiln_model *m, const int *prod, const kiln_shap
     const kiln_node *g = &m->nodes[ci];
     const int y = g->out[0];
     if (g->n_in < 2 || g->in[0] < 0 || g->in[1] < 0 || y < 0) return KILN_OK;
-    const kiln_tensor *w = kiln_pass_constant(m, prod, g->in[1]);
+    const kiln_tensor *w = kiln_pass_constant_through(m, prod, g->in[1]);
     const int cvi = kiln_pass_opt_in(g, 2);
-    const kiln_tensor *c = cvi >= 0 ? kiln_pass_constant(m, prod, cvi) : NULL;
+    const kiln_tensor *c = cvi >= 0 ? kiln_pass_constant_through(m, prod, cvi) : NULL;
     if (!w || w->ndim != 2 || (cvi >= 0 && !c) || kiln_attr_int(g, "transA", 0) != 0) return KILN_OK;
     const int64_t n = kiln_attr_int(g, "transB", 0) ? w->dims[0] : w->dims[1];
     if (c && !((c->ndim == 1 && c->dims[0] == n) || (c->ndim == 2 && c->dims[0] == 1 && c->dims[1] == n))) return KILN_OK;
@@ -411,17 +411,6 @@ static kiln_status fuse_chain(kiln_model *m, const int *prod, const kiln_shape_p
     return KILN_OK;
 }
 
-/* The value of v known before any run, looking through Identity nodes (exporters write
- * an Identity for each use of a deduplicated initializer: ConvNeXt's zero biases). */
-static const kiln_tensor *constant_of(const kiln_model *m, const int *prod, int v) {
-    for (int hops = 0; v >= 0 && prod[v] >= 0 && hops < 8; hops++) {
-        const kiln_node *p = &m->nodes[prod[v]];
-        if (!kiln_pass_is(p, "Identity") || p->n_in < 1) break; /* op-pattern */
-        v = p->in[0];
-    }
-    return kiln_pass_constant(m, prod, v);
-}
-
 /* Stage 0 on MatMul node i (see the top). New nodes are appended: the caller sorts. */
 static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_probes *probes, int i, bool gemm_ok,
                                bool *dead, bool *done) {
@@ -429,7 +418,7 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
     const kiln_node *mm = &m->nodes[i];
     if (mm->n_in != 2 || mm->n_out != 1) return KILN_OK;
     const int x = mm->in[0], w = mm->in[1], y = mm->out[0];
-    const kiln_tensor *wt = x >= 0 && w >= 0 ? constant_of(m, prod, w) : NULL;
+    const kiln_tensor *wt = x >= 0 && w >= 0 ? kiln_pass_constant_through(m, prod, w) : NULL;
     if (!wt || wt->ndim != 2 || wt->dtype != KILN_F32) return KILN_OK;
     /* X's dims: those static inference stored, or where the graph's inputs have symbolic
      * dims, the two probes' (a dim they disagree on depends on a symbolic one: -1) */
@@ -453,7 +442,7 @@ static kiln_status matmul_bias(kiln_model *m, const int *prod, const kiln_shape_
     const kiln_node *add = &m->nodes[a];
     if (add->in[0] == add->in[1]) return KILN_OK;
     const int bv = add->in[0] == y ? add->in[1] : add->in[0];
-    const kiln_tensor *b = bv >= 0 ? constant_of(m, prod, bv) : NULL;
+    const kiln_tensor *b = bv >= 0 ? kiln_pass_constant_through(m, prod, bv) : NULL;
     if (!b || b->dtype != KILN_F32 || b->ndim != 1 || b->dims[0] != N) return KILN_OK;
     /* a residual Add reading the Linear's result alone (a transformer's second MLP product):
      * Z, of the result's shape, rides on the product as kiln.FusedGemm's fourth input */

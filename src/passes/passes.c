@@ -160,6 +160,15 @@ const kiln_tensor *kiln_pass_constant(const kiln_model *m, const int *producer, 
     return a && a->type == KILN_ATTR_TENSOR ? a->t : NULL;
 }
 
+const kiln_tensor *kiln_pass_constant_through(const kiln_model *m, const int *producer, int v) {
+    for (int hops = 0; v >= 0 && v < m->n_values && producer[v] >= 0 && hops < 8; hops++) {
+        const kiln_node *p = &m->nodes[producer[v]];
+        if (!kiln_pass_is(p, "Identity") || p->n_in < 1) break; /* op-pattern */
+        v = p->in[0];
+    }
+    return kiln_pass_constant(m, producer, v);
+}
+
 bool kiln_pass_device_has(const kiln_pass_options *o, const char *op) {
     const kiln_backend_i *b = kiln_backend_for(o->device);
     return b && b->has_op(kiln_op_index_domain("kiln", op));

@@ -105,6 +105,9 @@ int *kiln_pass_producers(const kiln_model *m);
 /* The value of v when it is known before any run: its initializer or the `value` tensor of
  * the Constant node producing it (producer from kiln_pass_producers); NULL otherwise. */
 const kiln_tensor *kiln_pass_constant(const kiln_model *m, const int *producer, int v);
+/* kiln_pass_constant through Identity nodes (an exporter's alias of a shared initializer:
+ * torch's in-projection biases that start equal), at most 8 of them. */
+const kiln_tensor *kiln_pass_constant_through(const kiln_model *m, const int *producer, int v);
 /* Whether the session's device has a kernel for the internal op `op` (domain "kiln"): the
  * CPU always does; on CUDA, fusions wait for their kernels in src/cuda/table.c. Asked through
  * the backend interface (kiln_backend_i.has_op). */
