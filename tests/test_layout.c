@@ -622,6 +622,65 @@ static void convnext_views(void) {
     kiln_model_free(opt);
 }
 
+/* ViT's patch embedding: conv -> Reshape (N, C, HW) (its target computed from Shape under a
+ * symbolic batch, as torch exports x.reshape(n, C, h * w)) -> Transpose (0, 2, 1) ->
+ * LayerNorm -> MatMul. The layout pass reads the NHWC conv output as tokens: a Transpose
+ * (0, 2, 3, 1) that is a view of it and a Reshape, no kiln.ToNCHW. */
+static void vit_patch(void) {
+    begin();
+    input("x", -1, 3, 8, 8);
+    conv("x", "pe", 3, 8, 4, 4, 1, false, NULL); /* (N, 8, 3, 3) */
+    add("Shape", "pe", "pe_shape", "");
+    init_vals("i0", KILN_I64, 1, (int64_t[]){1}, KT_VALS(0));
+    add("Gather", "pe_shape,i0", "n", "axis=0");
+    init_vals("c_hw", KILN_I64, 1, (int64_t[]){2}, KT_VALS(8, 9));
+    add("Concat", "n,c_hw", "target", "axis=0");
+    add("Reshape", "pe,target", "flat", "");
+    add("Transpose", "flat", "tokens", "perm=[0,2,1]");
+    init_rand("ln.s", 1, (int64_t[]){8}, 0.5, 1.5);
+    init_rand("ln.b", 1, (int64_t[]){8}, -0.5, 0.5);
+    add("LayerNormalization", "tokens,ln.s,ln.b", "ln", "axis=-1");
+    init_rand("fc.w", 2, (int64_t[]){8, 8}, -0.5, 0.5);
+    add("MatMul", "ln,fc.w", "y", "");
+    const char *outs[1] = {"y"};
+    finalize(outs, 1);
+}
+
+/* vit_patch's plan: the permute's output is a view of the NHWC conv output in a device plan
+ * (the same arena offset), and no Transpose (0, 2, 1) is left. */
+static void vit_patch_views(void) {
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .disabled = ~(unsigned)KILN_PASS_NHWC};
+    kiln_model *opt = NULL;
+    if (kiln_passes_apply(M, &po, &opt) != KILN_OK) {
+        CHECK(0, "vit patch: passes: %s", kiln_context_message(ctx));
+        return;
+    }
+    int perm = -1, n_t = 0;
+    for (int i = 0; i < opt->n_nodes; i++)
+        if (strcmp(opt->nodes[i].op_type, "Transpose") == 0) {
+            n_t++;
+            int r = 0;
+            const int64_t *p = kiln_attr_ints(&opt->nodes[i], "perm", &r);
+            if (r == 4 && p[0] == 0 && p[1] == 2 && p[2] == 3 && p[3] == 1 && opt->nodes[i].in[0] == kiln_model_find_value(opt, "pe"))
+                perm = opt->nodes[i].out[0];
+        }
+    CHECK(n_t == 1 && perm >= 0, "vit patch: %d Transposes, the conv output's permute %s", n_t, perm >= 0 ? "found" : "missing");
+    kiln_tensor *in = kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 8, 8), -1, 1, 11);
+    kiln_plan *p = NULL;
+    if (perm >= 0 && kiln_plan_build(opt, &in, true, false, &p) == KILN_OK) {
+        kiln_plan_view_t v;
+        kiln_plan_view(p, &v);
+        const int pe = kiln_model_find_value(opt, "pe");
+        CHECK(pe >= 0 && v.offset[perm] != SIZE_MAX && v.offset[perm] == v.offset[pe],
+              "vit patch: the permute is not a view of the NHWC conv output in a device plan");
+        kiln_plan_free(p);
+    } else if (perm >= 0) {
+        CHECK(0, "vit patch: plan: %s", kiln_context_message(ctx));
+    }
+    kiln_tensor_free(in);
+    kiln_model_free(opt);
+}
+
 /* ViT's qkv split: (1,L,N,3,D) -Transpose(3,1,2,0,4)-> -Squeeze(3)-> -Gather(0|1|2)->
  * (L,N,D) three times. The layout pass gathers from X first; the Transposes left move no
  * byte and are views in a device plan; the function is unchanged (check_graph). */
@@ -1441,6 +1500,11 @@ int main(int argc, char **argv) {
      * channel) must still need no conversion, though static inference knows no shapes */
     mnist_training(KILN_PRECISION_FP32, -1);
     mnist_training(KILN_PRECISION_FP16, -1);
+
+    vit_patch();
+    check_graph("vit patch embedding: tokens read from the NHWC conv output", &(expect){1, 0, {"pe"}, {"ln", "y"}}, 2);
+    vit_patch_views();
+    kiln_model_free(M);
 
     qkv_split();
     check_graph("qkv split: gathered before the transpose", &(expect){0, 0, {NULL}, {NULL}}, 1);

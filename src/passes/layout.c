@@ -592,6 +592,112 @@ static kiln_status split_before_transpose(kiln_model *m, bool *changed) {
     return st;
 }
 
+/* 0. A convolution's map flattened to tokens, ViT's patch embedding (x.reshape(n, C, h * w)
+ *    .permute(0, 2, 1)): X (N, C, H, W) -Reshape-> (N, C, H * W) -Transpose(0, 2, 1)-> (N, HW, C)
+ *    becomes X -Transpose(0, 2, 3, 1)-> (N, H, W, C) -Reshape(0, -1, C)-> (N, HW, C). The
+ *    permute then reads the NHWC convolution output as it is (a view, see "Transpose between
+ *    the logical order and channels-last" above) and the Reshape is a view: no kiln.ToNCHW
+ *    and no Transpose run. Shapes from the two probes (the Reshape's target is computed
+ *    from Shape under a symbolic batch); X a convolution's output read by that Reshape alone. */
+/* Node inputs reading v's data (a Shape reads only its shape). */
+static int data_readers(const kiln_model *m, int v) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_in && !kiln_pass_is(&m->nodes[i], "Shape"); k++) n += m->nodes[i].in[k] == v;
+    return n;
+}
+
+static kiln_status tokens_from_nhwc(kiln_model *m, bool *changed) {
+    bool any = false;
+    for (int i = 0; i < m->n_nodes && !any; i++) {
+        int r = 0;
+        const int64_t *p = kiln_pass_is(&m->nodes[i], "Transpose") ? kiln_attr_ints(&m->nodes[i], "perm", &r) : NULL;
+        any = p && r == 3 && p[0] == 0 && p[1] == 2 && p[2] == 1;
+    }
+    if (!any) return KILN_OK;
+    kiln_shape_probes pr;
+    memset(&pr, 0, sizeof pr);
+    kiln_status st = kiln_pass_shape_probes(m, &pr);
+    if (st) {
+        kiln_pass_shape_probes_free(&pr);
+        return st == KILN_ERR_OUT_OF_MEMORY ? st : KILN_OK;
+    }
+    int *prod = kiln_pass_producers(m);
+    const int nn = m->n_nodes;
+    bool *dead = calloc((size_t)nn + 1, sizeof *dead);
+    if (!prod || !dead) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    bool done = false;
+    for (int i = 0; i < nn && !st; i++) {
+        const kiln_node *t = &m->nodes[i];
+        int r = 0;
+        const int64_t *p = kiln_pass_is(t, "Transpose") ? kiln_attr_ints(t, "perm", &r) : NULL;
+        /* op-pattern: Conv -> Reshape (N, C, HW) -> Transpose (0, 2, 1) */
+        if (!p || r != 3 || p[0] != 0 || p[1] != 2 || p[2] != 1 || t->n_in != 1 || t->in[0] < 0 || t->n_out != 1 ||
+            t->out[0] < 0)
+            continue;
+        const int v = t->in[0], rs = prod[v];
+        if (rs < 0 || dead[rs] || !kiln_pass_is(&m->nodes[rs], "Reshape") || m->nodes[rs].n_in < 2 ||
+            m->nodes[rs].in[0] < 0 || kiln_pass_uses(m, v) != 1 || m->values[v].is_output ||
+            (m->nodes[rs].opset >= 14 && kiln_attr_int(&m->nodes[rs], "allowzero", 0) != 0))
+            continue;
+        const int x = m->nodes[rs].in[0], px = prod[x];
+        if (px < 0 || !(kiln_pass_is(&m->nodes[px], "Conv") || kiln_pass_is_kiln(&m->nodes[px], "FusedConv")) ||
+            data_readers(m, x) != 1 || m->values[x].is_output || x >= pr.n || v >= pr.n)
+            continue;
+        bool ok = true;
+        int64_t c = -1;
+        for (int k = 0; k < 2 && ok; k++) {
+            const kiln_tensor *a = k ? &pr.three[x] : &pr.one[x], *b = k ? &pr.three[v] : &pr.one[v];
+            ok = a->ndim == 4 && b->ndim == 3 && b->dims[0] == a->dims[0] && b->dims[1] == a->dims[1] &&
+                 b->dims[2] == a->dims[2] * a->dims[3] && (c < 0 || c == a->dims[1]);
+            c = a->dims[1];
+        }
+        if (!ok || c < 1) continue;
+        char name[256];
+        snprintf(name, sizeof name, "%.200s/nhwc", m->nodes[i].name);
+        const int xt = kiln_pass_new_value(m, name);
+        kiln_tensor *tg = kiln_tensor_new(m->ctx, KILN_I64, 1, (int64_t[]){3});
+        if (tg) {
+            ((int64_t *)tg->data)[0] = 0;
+            ((int64_t *)tg->data)[1] = -1;
+            ((int64_t *)tg->data)[2] = c;
+        }
+        snprintf(name, sizeof name, "%.200s/tokens", m->nodes[i].name);
+        const int tv = tg ? kiln_pass_add_initializer(m, name, tg) : -1;
+        kiln_attr *pa = NULL;
+        int npa = 0;
+        if (xt < 0 || tv < 0 || kiln_attrs_parse(m->ctx, "perm=[0,2,3,1]", &pa, &npa) != KILN_OK) {
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        m->values[xt].dtype = m->values[x].dtype;
+        snprintf(name, sizeof name, "%.200s/nhwc", m->nodes[i].name);
+        const int nt = kiln_model_add_node_raw(m, "Transpose", name, "", 1, &x, 1, &xt, npa, pa);
+        if (nt < 0) {
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+            break;
+        }
+        m->nodes[nt].opset = m->nodes[i].opset;
+        /* the Reshape reads the permuted map and writes the Transpose's output */
+        m->nodes[rs].in[0] = xt;
+        if ((st = kiln_pass_set_input(m, rs, 1, tv)) != KILN_OK) break;
+        if (m->nodes[rs].opset < 5) m->nodes[rs].opset = 5;
+        m->nodes[rs].out[0] = m->nodes[i].out[0];
+        m->nodes[i].out[0] = -1;
+        dead[i] = true;
+        done = true;
+    }
+    if (!st && done) {
+        kiln_pass_remove_nodes(m, dead);
+        st = kiln_pass_sort_nodes(m);
+        *changed = true;
+    }
+    kiln_pass_shape_probes_free(&pr);
+    free(prod);
+    free(dead);
+    return st;
+}
+
 kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (o->device != KILN_DEVICE_CUDA) return KILN_OK;
     /* 0. Channel shuffles as one node that runs in either layout; a split that gathers
@@ -599,6 +705,7 @@ kiln_status kiln_pass_layout(kiln_model *m, const kiln_pass_options *o, bool *ch
     kiln_status st0 = kiln_pass_channel_shuffle(m, changed);
     if (!st0) st0 = kiln_pass_roll(m, changed);
     if (!st0) st0 = split_before_transpose(m, changed);
+    if (!st0) st0 = tokens_from_nhwc(m, changed);
     if (st0) return st0;
     const int nv = m->n_values, nn = m->n_nodes;
     size_t edges = 0;
