@@ -626,14 +626,21 @@ static void convnext_views(void) {
  * symbolic batch, as torch exports x.reshape(n, C, h * w)) -> Transpose (0, 2, 1) ->
  * LayerNorm -> MatMul. The layout pass reads the NHWC conv output as tokens: a Transpose
  * (0, 2, 3, 1) that is a view of it and a Reshape, no kiln.ToNCHW. */
-static void vit_patch(void) {
+static void vit_patch(bool patchify) {
     begin();
-    input("x", -1, 3, 8, 8);
-    conv("x", "pe", 3, 8, 4, 4, 1, false, NULL); /* (N, 8, 3, 3) */
+    if (patchify) { /* kernel = stride = 8, no padding: conv-patch's (N, 8, 2, 2) */
+        input("x", -1, 3, 16, 16);
+        init_rand("pe.w", 4, (int64_t[]){8, 3, 8, 8}, -0.5, 0.5);
+        init_rand("pe.b", 1, (int64_t[]){8}, -0.5, 0.5);
+        add("Conv", "x,pe.w,pe.b", "pe", "kernel_shape=[8,8];strides=[8,8]");
+    } else {
+        input("x", -1, 3, 8, 8);
+        conv("x", "pe", 3, 8, 4, 4, 1, false, NULL); /* (N, 8, 3, 3) */
+    }
     add("Shape", "pe", "pe_shape", "");
     init_vals("i0", KILN_I64, 1, (int64_t[]){1}, KT_VALS(0));
     add("Gather", "pe_shape,i0", "n", "axis=0");
-    init_vals("c_hw", KILN_I64, 1, (int64_t[]){2}, KT_VALS(8, 9));
+    init_vals("c_hw", KILN_I64, 1, (int64_t[]){2}, patchify ? KT_VALS(8, 4) : KT_VALS(8, 9));
     add("Concat", "n,c_hw", "target", "axis=0");
     add("Reshape", "pe,target", "flat", "");
     add("Transpose", "flat", "tokens", "perm=[0,2,1]");
@@ -678,6 +685,34 @@ static void vit_patch_views(void) {
         CHECK(0, "vit patch: plan: %s", kiln_context_message(ctx));
     }
     kiln_tensor_free(in);
+    kiln_model_free(opt);
+}
+
+/* conv-patch on vit_patch(true): no convolution left, one Gemm, one Transpose (the patches'
+ * copy; the product's way back to NCHW and the tokens' permute cancel), no conversion. */
+static void vit_patch_product(void) {
+    kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .disabled = ~(unsigned)(KILN_PASS_NHWC | KILN_PASS_CONV_PATCH)};
+    kiln_model *opt = NULL;
+    if (kiln_passes_apply(M, &po, &opt) != KILN_OK) {
+        CHECK(0, "conv-patch: passes: %s", kiln_context_message(ctx));
+        return;
+    }
+    int conv = 0, gemm = 0, tr = 0;
+    for (int i = 0; i < opt->n_nodes; i++) {
+        const kiln_node *n = &opt->nodes[i];
+        conv += strcmp(n->op_type, "Conv") == 0;
+        gemm += strcmp(n->op_type, "Gemm") == 0;
+        if (strcmp(n->op_type, "Transpose") != 0) continue;
+        /* Transposes whose output some node but a Shape reads (the one back to NCHW stays
+         * for the Shape of the export, which the planner folds) */
+        bool data = false;
+        for (int j = 0; j < opt->n_nodes; j++)
+            for (int k = 0; k < opt->nodes[j].n_in; k++)
+                data |= opt->nodes[j].in[k] == n->out[0] && strcmp(opt->nodes[j].op_type, "Shape") != 0;
+        tr += data;
+    }
+    CHECK(conv == 0 && gemm == 1 && tr == 1, "conv-patch: %d Conv, %d Gemm, %d Transposes read; expected 0, 1, 1", conv,
+          gemm, tr);
     kiln_model_free(opt);
 }
 
@@ -1501,9 +1536,15 @@ int main(int argc, char **argv) {
     mnist_training(KILN_PRECISION_FP32, -1);
     mnist_training(KILN_PRECISION_FP16, -1);
 
-    vit_patch();
+    vit_patch(false);
     check_graph("vit patch embedding: tokens read from the NHWC conv output", &(expect){1, 0, {"pe"}, {"ln", "y"}}, 2);
     vit_patch_views();
+    kiln_model_free(M);
+    vit_patch(true);
+    check_graph("vit patch embedding 8x8 stride 8, conv-patch off", &(expect){1, 0, {"pe"}, {"ln", "y"}}, 2);
+    check_graph_ex("vit patch embedding 8x8 stride 8 as a product (conv-patch)", &(expect){0, 0, {NULL}, {"ln", "y"}}, 2,
+                   KILN_PRECISION_FP32, KILN_PASS_CONV_PATCH);
+    vit_patch_product();
     kiln_model_free(M);
 
     qkv_split();

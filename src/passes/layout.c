@@ -598,7 +598,9 @@ static kiln_status split_before_transpose(kiln_model *m, bool *changed) {
  *    permute then reads the NHWC convolution output as it is (a view, see "Transpose between
  *    the logical order and channels-last" above) and the Reshape is a view: no kiln.ToNCHW
  *    and no Transpose run. Shapes from the two probes (the Reshape's target is computed
- *    from Shape under a symbolic batch); X a convolution's output read by that Reshape alone. */
+ *    from Shape under a symbolic batch); X a convolution's output read by that Reshape alone
+ *    (Shape nodes aside), or conv-patch's Transpose (0, 3, 1, 2) of a product's rows, which
+ *    the Reshape then reads as they are. */
 /* Node inputs reading v's data (a Shape reads only its shape). */
 static int data_readers(const kiln_model *m, int v) {
     int n = 0;
@@ -641,7 +643,13 @@ static kiln_status tokens_from_nhwc(kiln_model *m, bool *changed) {
             (m->nodes[rs].opset >= 14 && kiln_attr_int(&m->nodes[rs], "allowzero", 0) != 0))
             continue;
         const int x = m->nodes[rs].in[0], px = prod[x];
-        if (px < 0 || !(kiln_pass_is(&m->nodes[px], "Conv") || kiln_pass_is_kiln(&m->nodes[px], "FusedConv")) ||
+        /* or X = Transpose(Z, (0, 3, 1, 2)), conv-patch's product back to NCHW: Z is the tokens */
+        int pp = 0;
+        const int64_t *pq = px >= 0 && kiln_pass_is(&m->nodes[px], "Transpose") ? kiln_attr_ints(&m->nodes[px], "perm", &pp)
+                                                                                : NULL;
+        const bool back = pq && pp == 4 && pq[0] == 0 && pq[1] == 3 && pq[2] == 1 && pq[3] == 2 && m->nodes[px].in[0] >= 0;
+        if (px < 0 ||
+            !(back || kiln_pass_is(&m->nodes[px], "Conv") || kiln_pass_is_kiln(&m->nodes[px], "FusedConv")) ||
             data_readers(m, x) != 1 || m->values[x].is_output || x >= pr.n || v >= pr.n)
             continue;
         bool ok = true;
@@ -655,7 +663,7 @@ static kiln_status tokens_from_nhwc(kiln_model *m, bool *changed) {
         if (!ok || c < 1) continue;
         char name[256];
         snprintf(name, sizeof name, "%.200s/nhwc", m->nodes[i].name);
-        const int xt = kiln_pass_new_value(m, name);
+        const int xt = back ? m->nodes[px].in[0] : kiln_pass_new_value(m, name);
         kiln_tensor *tg = kiln_tensor_new(m->ctx, KILN_I64, 1, (int64_t[]){3});
         if (tg) {
             ((int64_t *)tg->data)[0] = 0;
@@ -666,18 +674,20 @@ static kiln_status tokens_from_nhwc(kiln_model *m, bool *changed) {
         const int tv = tg ? kiln_pass_add_initializer(m, name, tg) : -1;
         kiln_attr *pa = NULL;
         int npa = 0;
-        if (xt < 0 || tv < 0 || kiln_attrs_parse(m->ctx, "perm=[0,2,3,1]", &pa, &npa) != KILN_OK) {
+        if (xt < 0 || tv < 0 || (!back && kiln_attrs_parse(m->ctx, "perm=[0,2,3,1]", &pa, &npa) != KILN_OK)) {
             st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
             break;
         }
-        m->values[xt].dtype = m->values[x].dtype;
-        snprintf(name, sizeof name, "%.200s/nhwc", m->nodes[i].name);
-        const int nt = kiln_model_add_node_raw(m, "Transpose", name, "", 1, &x, 1, &xt, npa, pa);
-        if (nt < 0) {
-            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
-            break;
+        if (!back) { /* (back: the permute undoes X's own Transpose; the Reshape reads Z) */
+            m->values[xt].dtype = m->values[x].dtype;
+            snprintf(name, sizeof name, "%.200s/nhwc", m->nodes[i].name);
+            const int nt = kiln_model_add_node_raw(m, "Transpose", name, "", 1, &x, 1, &xt, npa, pa);
+            if (nt < 0) {
+                st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+                break;
+            }
+            m->nodes[nt].opset = m->nodes[i].opset;
         }
-        m->nodes[nt].opset = m->nodes[i].opset;
         /* the Reshape reads the permuted map and writes the Transpose's output */
         m->nodes[rs].in[0] = xt;
         if ((st = kiln_pass_set_input(m, rs, 1, tv)) != KILN_OK) break;
@@ -688,6 +698,11 @@ static kiln_status tokens_from_nhwc(kiln_model *m, bool *changed) {
         done = true;
     }
     if (!st && done) {
+        /* conv-patch's Transposes back to NCHW that nothing reads now */
+        for (int i = 0; i < nn; i++)
+            if (!dead[i] && kiln_pass_is(&m->nodes[i], "Transpose") && m->nodes[i].n_out == 1 && m->nodes[i].out[0] >= 0 &&
+                !m->values[m->nodes[i].out[0]].is_output && kiln_pass_uses(m, m->nodes[i].out[0]) == 0)
+                dead[i] = true;
         kiln_pass_remove_nodes(m, dead);
         st = kiln_pass_sort_nodes(m);
         *changed = true;

@@ -18,6 +18,8 @@ static const kiln_pass passes[] = {
     /* before fuse-conv and fuse-eltwise: they would take the product's bias Add and the
      * scale Muls that the attention chain holds */
     {"fuse-attention", KILN_PASS_FUSE_ATTENTION, kiln_pass_fuse_attention},
+    /* after fold-bn (the folded weight), before fuse-conv (the product's bias and activation) */
+    {"conv-patch", KILN_PASS_CONV_PATCH, kiln_pass_conv_patch},
     {"fuse-conv", KILN_PASS_FUSE_CONV, kiln_pass_fuse_conv},
     {"fuse-eltwise", KILN_PASS_FUSE_ELTWISE, kiln_pass_fuse_eltwise},
     /* before precision: it matches the fp32 chain, and the precision pass then lets the
