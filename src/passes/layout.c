@@ -601,11 +601,15 @@ static kiln_status split_before_transpose(kiln_model *m, bool *changed) {
  *    from Shape under a symbolic batch); X a convolution's output read by that Reshape alone
  *    (Shape nodes aside), or conv-patch's Transpose (0, 3, 1, 2) of a product's rows, which
  *    the Reshape then reads as they are. */
-/* Node inputs reading v's data (a Shape reads only its shape). */
+/* Node inputs reading v's data (Shape and Size read only the shape: shape_only_inputs). */
 static int data_readers(const kiln_model *m, int v) {
     int n = 0;
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int k = 0; k < m->nodes[i].n_in && !kiln_pass_is(&m->nodes[i], "Shape"); k++) n += m->nodes[i].in[k] == v;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *nd = &m->nodes[i];
+        const kiln_op_def *d = kiln_pass_is(nd, nd->op_type) ? kiln_node_def(nd) : NULL; /* ONNX ops */
+        for (int k = 0; k < nd->n_in; k++)
+            n += nd->in[k] == v && !(d && kiln_input_in_mask(d->shape_only_inputs, k));
+    }
     return n;
 }
 
@@ -648,6 +652,7 @@ static kiln_status tokens_from_nhwc(kiln_model *m, bool *changed) {
         const int64_t *pq = px >= 0 && kiln_pass_is(&m->nodes[px], "Transpose") ? kiln_attr_ints(&m->nodes[px], "perm", &pp)
                                                                                 : NULL;
         const bool back = pq && pp == 4 && pq[0] == 0 && pq[1] == 3 && pq[2] == 1 && pq[3] == 2 && m->nodes[px].in[0] >= 0;
+        /* op-pattern: Conv / kiln.FusedConv (or the Transpose back) -> Reshape -> Transpose */
         if (px < 0 ||
             !(back || kiln_pass_is(&m->nodes[px], "Conv") || kiln_pass_is_kiln(&m->nodes[px], "FusedConv")) ||
             data_readers(m, x) != 1 || m->values[x].is_output || x >= pr.n || v >= pr.n)
