@@ -407,6 +407,9 @@ enum {
     KILN_PASS_GEMM_RESIDUAL = 1 << 29, /* fuse-conv's taking of a residual Add after a Linear
                                           (MatMul + bias) into the product (kiln.FusedGemm's Z:
                                           on CUDA, cuBLASLt's C), alone */
+    KILN_PASS_MEAN_POOL = 1 << 16, /* a ReduceMean over every spatial axis (torch's x.mean([2, 3]))
+                                     as GlobalAveragePool, which keeps the map's low precision and
+                                     NHWC layout */
     KILN_PASS_CONV_PATCH = 1 << 15, /* a convolution whose kernel is its stride (no padding, one
                                        group, at least 64 taps: a ViT's patch embedding) as
                                        the product of its patches with the weight (CUDA) */

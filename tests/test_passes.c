@@ -1413,11 +1413,76 @@ static void test_crop_taps(void) {
     kiln_model_free(m);
 }
 
+/* ---------------------------------------------------------------- mean-pool */
+
+/* x (?, 4, 5, 6) [or rank 5: (?, 3, 4, 5, 2)] -> Relu -> ReduceMean(axes, keepdims) -> y,
+ * axes as the attribute (opset 13) or the input (opset 21). */
+static kiln_model *mean_model(int rank, int n_axes, const double *axes, int keepdims, bool attr) {
+    kiln_model *m = new_model();
+    if (rank == 5) input(m, "x", KILN_F32, 5, KT_DIMS(-1, 3, 4, 5, 2));
+    else if (rank == 3) input(m, "x", KILN_F32, 3, KT_DIMS(-1, 4, 7));
+    else input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, 5, 6));
+    node(m, "Relu", "x", "h");
+    kiln_node *r = NULL;
+    if (attr || n_axes == 0) {
+        r = node(m, "ReduceMean", "h", "y");
+        if (r && attr) {
+            int64_t a[8];
+            for (int k = 0; k < n_axes; k++) a[k] = (int64_t)axes[k];
+            r->opset = 13;
+            kiln_node_set_ints(r, "axes", n_axes, a);
+        }
+    } else {
+        init_i64s(m, "axes", n_axes, axes);
+        r = node(m, "ReduceMean", "h,axes", "y");
+    }
+    if (r && keepdims >= 0) kiln_node_set_int(r, "keepdims", keepdims);
+    output(m, "y");
+    finalize(m);
+    return m;
+}
+
+static void test_mean_pool(void) {
+    static const struct {
+        const char *label;
+        int rank, n_axes;
+        double axes[4];
+        int keepdims; /* -1: the default (1) */
+        bool attr, pooled;
+    } cases[] = {
+        {"axes [2, 3] keepdims (attribute)", 4, 2, {2, 3}, -1, true, true},
+        {"axes [3, 2] keepdims 0 (input)", 4, 2, {3, 2}, 0, false, true},
+        {"axes [-1, -2] keepdims 1 (input)", 4, 2, {-1, -2}, 1, false, true},
+        {"axes [2, -1] keepdims 0 (attribute)", 4, 2, {2, -1}, 0, true, true},
+        {"rank 5 axes [2, 3, 4] keepdims 0", 5, 3, {2, 3, 4}, 0, false, true},
+        {"rank 3 axes [2]", 3, 1, {2}, 1, false, true},
+        {"axes [1, 2, 3]: the channels too", 4, 3, {1, 2, 3}, 1, false, false},
+        {"axes [2]: one spatial axis of two", 4, 1, {2}, 0, false, false},
+        {"no axes: every axis", 4, 0, {0}, 1, false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char label[160];
+        snprintf(label, sizeof label, "mean-pool %s", cases[i].label);
+        kiln_model *m = mean_model(cases[i].rank, cases[i].n_axes, cases[i].axes, cases[i].keepdims, cases[i].attr);
+        kiln_model *o = optimized(m, KILN_PASS_MEAN_POOL);
+        const bool flat = cases[i].pooled && cases[i].keepdims == 0;
+        CHECK(o && count(o, "ReduceMean") == !cases[i].pooled && count(o, "GlobalAveragePool") == cases[i].pooled &&
+                  count(o, "Flatten") == flat,
+              "%s: %d ReduceMean, %d GlobalAveragePool, %d Flatten; expected %d, %d, %d", label,
+              count(o, "ReduceMean"), count(o, "GlobalAveragePool"), count(o, "Flatten"), !cases[i].pooled,
+              cases[i].pooled, flat);
+        kiln_model_free(o);
+        /* the function: outputs equal with the pass and without, shapes included */
+        check(label, m, KILN_PASS_MEAN_POOL, 3, 1e-6, 1e-6, 2, 2 + flat);
+    }
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     test_fold_bn();
     test_fold_constants();
     test_crop_taps();
+    test_mean_pool();
     test_known_dims();
     test_channel_gather();
     test_fuse_conv();

@@ -15,6 +15,8 @@ static const kiln_pass passes[] = {
     {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
     /* after fold-bn: it crops the folded weights */
     {"crop-taps", KILN_PASS_CROP_TAPS, kiln_pass_crop_taps},
+    /* before precision and layout: the pool it makes stays low and NHWC */
+    {"mean-pool", KILN_PASS_MEAN_POOL, kiln_pass_mean_pool},
     /* before fuse-conv and fuse-eltwise: they would take the product's bias Add and the
      * scale Muls that the attention chain holds */
     {"fuse-attention", KILN_PASS_FUSE_ATTENTION, kiln_pass_fuse_attention},
