@@ -9,6 +9,11 @@
  *     output's largest value (the zero channels add +0 products; the convolutions' sums are
  *     otherwise the same).
  *   - the pass for the CPU, or for fp32: nothing changes.
+ *   - output channels (widen), inference after fuse-conv: a ShuffleNetV2-like branch, 1x1
+ *     (8 -> 10) + Relu -> 3x3 depthwise (10) -> 1x1 (10 -> 12) + Relu: the first writes 16
+ *     channels, the depthwise runs as group 16, the last reads 16 with used_channels 10, no
+ *     Pad; the same function. Not widened (Pads instead): the 10-channel value also read by
+ *     an Add, or a graph output, or the depthwise with a Sigmoid (0 -> 0.5).
  * Exits non-zero on any failure. */
 #include "check.h"
 #include "core/optest.h"
@@ -53,8 +58,105 @@ static kiln_model *padded(const kiln_model *ref, kiln_device device, kiln_precis
     return m;
 }
 
+/* x (2, 8, 7, 7) -> Conv 1x1 (8 -> 10) + Relu -> h1 -> Conv 3x3 depthwise (10, pads 1)
+ * [+ Sigmoid when dw_act] -> h2 -> Conv 1x1 (10 -> 12) + Relu -> y; `extra`: 1 also outputs
+ * h1, 2 also outputs Add(h1, h1). */
+static kiln_model *branch(bool dw_act, int extra) {
+    kiln_model *m = NULL;
+    CHECK(kiln_model_create(ctx, &m) == KILN_OK, "create");
+    if (!m) return NULL;
+    kiln_model_add_input(m, "x", KILN_F32, 4, KT_DIMS(2, 8, 7, 7));
+    static const struct {
+        const char *name;
+        int nd;
+        int64_t dims[4];
+    } inits[] = {{"w1", 4, {10, 8, 1, 1}}, {"b1", 1, {10}}, {"wd", 4, {10, 1, 3, 3}},
+                 {"bd", 1, {10}},          {"w3", 4, {12, 10, 1, 1}}, {"b3", 1, {12}}};
+    for (int k = 0; k < 6; k++) {
+        kiln_tensor *t = kt_rand(KILN_F32, inits[k].nd, inits[k].dims, -1, 1, 40 + (uint64_t)k);
+        CHECK(t && kiln_model_add_initializer(m, inits[k].name, t) == KILN_OK, "initializer %s", inits[k].name);
+        kiln_tensor_free(t);
+    }
+    kiln_node *nd = NULL;
+    const char *c1[] = {"x", "w1", "b1"}, *r1[] = {"c1"}, *cd[] = {"h1", "wd", "bd"}, *sg[] = {"d"}, *c3[] = {"h2", "w3", "b3"},
+               *r3[] = {"c3"}, *ad[] = {"h1", "h1"};
+    const char *o_c1 = "c1", *o_h1 = "h1", *o_d = dw_act ? "d" : "h2", *o_h2 = "h2", *o_c3 = "c3", *o_y = "y", *o_s = "s";
+    kiln_model_add_node(m, "Conv", "c1", 3, c1, 1, &o_c1, NULL);
+    kiln_model_add_node(m, "Relu", "r1", 1, r1, 1, &o_h1, NULL);
+    kiln_model_add_node(m, "Conv", "dw", 3, cd, 1, &o_d, &nd);
+    if (nd) {
+        kiln_node_set_int(nd, "group", 10);
+        kiln_node_set_ints(nd, "pads", 4, (const int64_t[]){1, 1, 1, 1});
+    }
+    if (dw_act) kiln_model_add_node(m, "Sigmoid", "sg", 1, sg, 1, &o_h2, NULL);
+    kiln_model_add_node(m, "Conv", "c3", 3, c3, 1, &o_c3, NULL);
+    kiln_model_add_node(m, "Relu", "r3", 1, r3, 1, &o_y, NULL);
+    if (extra == 2) kiln_model_add_node(m, "Add", "add", 2, ad, 1, &o_s, NULL);
+    kiln_model_add_output(m, "y");
+    if (extra == 1) kiln_model_add_output(m, "h1");
+    if (extra == 2) kiln_model_add_output(m, "s");
+    if (kiln_model_finalize(m) != KILN_OK) {
+        CHECK(0, "branch: %s", kiln_context_message(ctx));
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void test_widen(void) {
+    static const struct {
+        const char *label;
+        bool dw_act;
+        int extra;
+        bool wide;
+    } cases[] = {
+        {"branch widened", false, 0, true},
+        {"branch, h1 an output too", false, 1, false},
+        {"branch, h1 read by an Add", false, 2, false},
+        {"branch, depthwise + Sigmoid", true, 0, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *label = cases[i].label;
+        kiln_model *ref = branch(cases[i].dw_act, cases[i].extra), *m = NULL;
+        if (!ref) continue;
+        const kiln_pass_options po = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16};
+        bool changed = false, fused = false;
+        if (kiln_model_clone(ref, &m) || kiln_pass_fuse_conv(m, &po, &fused) || kiln_pass_pad_channels(m, &po, &changed) ||
+            kiln_model_finalize(m)) {
+            CHECK(0, "%s: passes: %s", label, kiln_context_message(ctx));
+            kiln_model_free(m);
+            kiln_model_free(ref);
+            continue;
+        }
+        int64_t group = 0, w1_rows = 0, used = -1;
+        for (int j = 0; j < m->n_nodes; j++) {
+            const kiln_node *n = &m->nodes[j];
+            if (strcmp(n->op_type, "Conv") && strcmp(n->op_type, "FusedConv")) continue;
+            const kiln_value *w = &m->values[n->in[1]];
+            if (kiln_attr_int(n, "group", 1) != 1) group = kiln_attr_int(n, "group", 1);
+            else if (w->init && w->init->dims[1] == 8) w1_rows = w->init->dims[0];
+            else used = kiln_attr_int(n, "used_channels", -1);
+        }
+        const int pads = count_op(m, "Pad");
+        printf("-- %s: group %lld, first conv %lld outputs, last used_channels %lld, %d Pad\n", label, (long long)group,
+               (long long)w1_rows, (long long)used, pads);
+        if (cases[i].wide)
+            CHECK(changed && group == 16 && w1_rows == 16 && used == 10 && pads == 0,
+                  "%s: want group 16, 16 outputs, used_channels 10, no Pad", label);
+        else
+            CHECK(group == 10 && w1_rows == 10 && pads >= 1, "%s: want the 10 channels kept (group 10) and Pads", label);
+        kiln_tensor *x = kt_rand(KILN_F32, 4, KT_DIMS(2, 8, 7, 7), -2, 2, 50);
+        kiln_tensor *feeds[1] = {x};
+        same_function(label, ref, m, feeds, 1e-5, 0, NULL);
+        kiln_tensor_free(x);
+        kiln_model_free(m);
+        kiln_model_free(ref);
+    }
+}
+
 int main(void) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    test_widen();
     const char *label = "resnet18 training graph";
     kiln_model *fwd = NULL, *m = NULL, *ref = NULL, *pad = NULL;
     kiln_trainer *t = NULL;

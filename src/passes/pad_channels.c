@@ -18,9 +18,23 @@
  * cuDNN runs some padded problems far slower than their own (mobilenet_v3's 4-channel stem
  * with 16 outputs: 2.6 ms against 0.29 at batch 256, bench/NOTES.md "Stems"), others
  * faster; only the backend can time both (conv.c: the narrow copy).
+ *
+ * Output channels first, where the widened value never leaves convolutions (widen): a
+ * convolution P of group 1 with initializer weights, no residual and an activation that maps
+ * 0 to 0 writes M channels, M not a multiple of 8, read only as X by convolutions that are
+ * either of group 1 with an initializer weight, or depthwise (group M, M outputs, initializer
+ * weight, no residual, an activation keeping 0) whose outputs are in turn read only so (a
+ * ShuffleNetV2 branch: 1x1 + ReLU -> 3x3 depthwise -> 1x1, 122 channels at width 2.0). P
+ * then writes M8 channels (zero weight rows and bias), each depthwise reader takes group M8
+ * (zero filters and bias), so the added channels stay zeros, and the group-1 readers get M8
+ * input channels with zero weights (used_channels = M): no Pad copies the value, and the
+ * depthwise convolutions run on kernels that want channels in multiples of 8 (on CUDA, C % 8
+ * otherwise falls to a scalar kernel at ~0.7 TB/s).
  */
 #include "passes.h"
+#include "../ops/fused.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,16 +169,151 @@ static kiln_status pad_stem_train(kiln_model *m, int i, int *pad_x, int *pad_c, 
     return st;
 }
 
+/* ---------------------------------------------------------------- output channels */
+
+/* t (M, ...) with rows M..m8-1 of zeros appended (a weight's output channels, a bias). */
+static kiln_tensor *pad_rows(kiln_context *ctx, const kiln_tensor *t, int64_t m8) {
+    int64_t dims[KILN_MAX_DIMS];
+    memcpy(dims, t->dims, sizeof dims);
+    dims[0] = m8;
+    kiln_tensor *p = kiln_tensor_new(ctx, t->dtype, t->ndim, dims);
+    if (p) memcpy(p->data, t->data, kiln_tensor_nbytes(t)); /* the rest stays zero */
+    return p;
+}
+
+/* Input k of n as an initializer tensor, or NULL. */
+static const kiln_tensor *init_in(const kiln_model *m, const kiln_node *n, int k) {
+    const int v = kiln_pass_opt_in(n, k);
+    return v >= 0 ? m->values[v].init : NULL;
+}
+
+/* Whether convolution n's output keeps zero channels zero: no residual Z, a float initializer
+ * weight (and bias, if any), an activation with act(0) = 0. */
+static bool keeps_zero(const kiln_model *m, const kiln_node *n) {
+    const kiln_tensor *w = init_in(m, n, 1);
+    if (!w || !kiln_dtype_is_float(w->dtype) || w->ndim < 3 || kiln_pass_opt_in(n, 3) >= 0) return false;
+    if (kiln_pass_opt_in(n, 2) >= 0 && !init_in(m, n, 2)) return false;
+    const char *a = kiln_attr_string(n, "activation", "");
+    kiln_act_kind k = KILN_ACT_NONE;
+    if (a[0] && !kiln_fused_act_kind(a, &k)) return false;
+    switch (k) {
+    case KILN_ACT_NONE: case KILN_ACT_RELU: case KILN_ACT_LEAKY_RELU: case KILN_ACT_HARD_SWISH: case KILN_ACT_TANH:
+    case KILN_ACT_SILU: case KILN_ACT_GELU: case KILN_ACT_GELU_TANH: return true;
+    case KILN_ACT_CLIP: return kiln_attr_float(n, "act_min", -INFINITY) <= 0.f && kiln_attr_float(n, "act_max", INFINITY) >= 0.f;
+    default: return false; /* Sigmoid, HardSigmoid: act(0) != 0 */
+    }
+}
+
+/* Whether n is depthwise over M channels (group M, weight (M, 1, ...)). */
+static bool depthwise_of(const kiln_model *m, const kiln_node *n, int64_t M) {
+    const kiln_tensor *w = init_in(m, n, 1);
+    return w && kiln_attr_int(n, "group", 1) == M && w->dims[0] == M && w->dims[1] == 1;
+}
+
+/* Whether every reader of v (M channels) takes zero channels appended to it (see the top):
+ * a convolution reading it as X, of group 1 with an initializer weight of M input channels,
+ * or depthwise keeping zeros whose output's readers do too (at most `depth` more). */
+static bool widenable(const kiln_model *m, int v, int64_t M, int depth) {
+    if (m->values[v].is_output) return false;
+    int readers = 0;
+    for (int j = 0; j < m->n_nodes; j++) {
+        const kiln_node *n = &m->nodes[j];
+        for (int k = 0; k < n->n_in; k++) {
+            if (n->in[k] != v) continue;
+            if (k != 0 || !is_conv(n)) return false;
+            const kiln_tensor *w = init_in(m, n, 1);
+            if (!w || !kiln_dtype_is_float(w->dtype) || w->ndim < 3) return false;
+            if (kiln_attr_int(n, "group", 1) == 1) {
+                if (w->dims[1] != M) return false;
+            } else if (!depthwise_of(m, n, M) || !keeps_zero(m, n) || n->n_out != 1 || n->out[0] < 0 || depth <= 0 ||
+                       !widenable(m, n->out[0], M, depth - 1)) {
+                return false;
+            }
+            readers++;
+        }
+    }
+    return readers > 0;
+}
+
+/* Value v (M channels in dim 1 of its stored shape) now has m8. */
+static void widened_value(kiln_model *m, int v, int64_t M, int64_t m8) {
+    kiln_value *val = &m->values[v];
+    if (val->ndim >= 2 && val->dims[1] == M) val->dims[1] = m8;
+}
+
+/* Input k of node i (an initializer) replaced by t (taken over); the old one dropped when
+ * nothing reads it. */
+static kiln_status replace_init(kiln_model *m, int i, int k, kiln_tensor *t, const char *tag) {
+    const int old = m->nodes[i].in[k];
+    char hint[200];
+    snprintf(hint, sizeof hint, "%.150s_%s", m->values[old].name, tag);
+    const int v = new_initializer(m, hint, t);
+    if (v < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    m->nodes[i].in[k] = v;
+    kiln_pass_drop_if_unused(m, old);
+    return KILN_OK;
+}
+
+/* The readers of v (which widenable accepted) take m8 channels: group-1 weights get zero
+ * input channels, depthwise ones zero filters and bias and group m8, and so on down. */
+static kiln_status widen_readers(kiln_model *m, int v, int64_t M, int64_t m8) {
+    kiln_status st = KILN_OK;
+    char tag[32];
+    snprintf(tag, sizeof tag, "wide%lld", (long long)m8);
+    for (int j = 0; j < m->n_nodes && !st; j++) {
+        if (m->nodes[j].n_in < 2 || m->nodes[j].in[0] != v) continue;
+        const kiln_tensor *w = init_in(m, &m->nodes[j], 1);
+        if (kiln_attr_int(&m->nodes[j], "group", 1) == 1) {
+            st = replace_init(m, j, 1, pad_weight(m->ctx, w, m8), tag);
+            if (!st) st = kiln_pass_set_int(m, j, "used_channels", M);
+            continue;
+        }
+        st = replace_init(m, j, 1, pad_rows(m->ctx, w, m8), tag);
+        const kiln_tensor *b = st ? NULL : init_in(m, &m->nodes[j], 2);
+        if (b) st = replace_init(m, j, 2, pad_rows(m->ctx, b, m8), tag);
+        if (!st) st = kiln_pass_set_int(m, j, "group", m8);
+        if (!st) widened_value(m, m->nodes[j].out[0], M, m8);
+        if (!st) st = widen_readers(m, m->nodes[j].out[0], M, m8);
+    }
+    return st;
+}
+
+/* Output channels (see the top), for every convolution that qualifies; none with the
+ * environment variable KILN_PAD_WIDEN=0 (to measure what they are worth). */
+static kiln_status widen(kiln_model *m, bool *changed) {
+    kiln_status st = KILN_OK;
+    const char *e = getenv("KILN_PAD_WIDEN");
+    if (e && strcmp(e, "0") == 0) return KILN_OK;
+    const int n0 = m->n_nodes;
+    for (int i = 0; i < n0 && !st; i++) {
+        const kiln_node *n = &m->nodes[i];
+        if (!is_conv(n) || n->n_out != 1 || n->out[0] < 0 || kiln_attr_int(n, "group", 1) != 1 || !keeps_zero(m, n))
+            continue;
+        const int64_t M = init_in(m, n, 1)->dims[0], m8 = (M + 7) / 8 * 8;
+        if (M <= 4 || M == m8 || !widenable(m, n->out[0], M, 4)) continue;
+        char tag[32];
+        snprintf(tag, sizeof tag, "wide%lld", (long long)m8);
+        st = replace_init(m, i, 1, pad_rows(m->ctx, init_in(m, &m->nodes[i], 1), m8), tag);
+        const kiln_tensor *b = st ? NULL : init_in(m, &m->nodes[i], 2);
+        if (b) st = replace_init(m, i, 2, pad_rows(m->ctx, b, m8), tag);
+        if (!st) widened_value(m, m->nodes[i].out[0], M, m8);
+        if (!st) st = widen_readers(m, m->nodes[i].out[0], M, m8);
+        if (!st) *changed = true;
+    }
+    return st;
+}
+
 kiln_status kiln_pass_pad_channels(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (o->device != KILN_DEVICE_CUDA || o->precision == KILN_PRECISION_FP32) return KILN_OK;
     kiln_context *ctx = m->ctx;
+    kiln_status st = widen(m, changed);
+    if (st) return st;
     int n0 = m->n_nodes;
     /* Pads already inserted: (value, padded width) -> padded value; at most two per
      * convolution (X, and a trained W) */
     int *pad_x = calloc(2 * (size_t)n0 + 2, sizeof *pad_x), *pad_c = calloc(2 * (size_t)n0 + 2, sizeof *pad_c);
     int *pad_out = calloc(2 * (size_t)n0 + 2, sizeof *pad_out);
     int n_pads = 0;
-    kiln_status st = KILN_OK;
     if (!pad_x || !pad_c || !pad_out) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     for (int i = 0; i < n0 && !st; i++) {
         const kiln_node *n = &m->nodes[i];
