@@ -147,6 +147,8 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
         cu->dw_graph = e && (e[0] == '0' || e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : -1;
         e = getenv("KILN_CUDA_CONV_GRAPH");
         cu->conv_graph = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] - '0' : -1;
+        e = getenv("KILN_CUDA_GEMM_RES");
+        cu->gemm_res = e && strcmp(e, "fused") == 0 ? 1 : e && strcmp(e, "split") == 0 ? 2 : 0;
     }
     /* 1 timed (the default), 2 the graph wherever it has an engine, 3 (or off, by the
      * option's sign or KILN_CUDA_CONV_STATS=0) the convolution + statistics kernel. The

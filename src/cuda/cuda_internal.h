@@ -166,6 +166,10 @@ struct kiln_cuda {
      * KILN_CUDA_CONV_GRAPH=0 never, 1 wherever it has a plan, unset (-1) timed against
      * cuBLASLt / the legacy API + the activation's pass */
     int conv_graph;
+    /* kiln.FusedGemm's residual (matmul.c, residual_choice): KILN_CUDA_GEMM_RES=fused as
+     * cuBLASLt's C always, =split the product then a pass adding it wherever that applies;
+     * unset (0): timed with autotune */
+    int gemm_res;
     /* while one is timed: 1 cuBLASLt or the legacy API, 2 the graph with the epilogue, 3 the
      * plain graph then kiln's epilogue (0: the choice) */
     int gemm_graph_force;

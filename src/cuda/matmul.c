@@ -17,7 +17,9 @@
  *   kiln.FusedGemm (FUSED.md): Gemm's attributes plus `activation`: Y = act(Gemm). Relu
  *   rides on cuBLASLt's RELU_BIAS / RELU epilogues, GeluTanh (and Gelu in f16 / bf16:
  *   gelu_epilogue) on its GELU_BIAS / GELU ones; the other activations (and those when
- *   no epilogue applies) run as an in-place kernel on Y after the product.
+ *   no epilogue applies) run as an in-place kernel on Y after the product. A residual Z
+ *   (its fourth input) is cuBLASLt's C, or added by one pass after the product where that
+ *   was timed faster (gemm_residual).
  *
  *   MatMul: numpy semantics. 1-D A is (1,K) and 1-D B is (K,1) (the 1 is dropped from
  *   the output); batch dims broadcast. Each operand's batch is either full (stride M*K /
@@ -371,12 +373,98 @@ static bool gelu_epilogue(kiln_cuda_act_kind kind, kiln_dtype dt) {
     return !(e && strcmp(e, "1") == 0);
 }
 
+/* The residual as cuBLASLt's C (f: beta 1, the bias and an activation cuBLASLt has in its
+ * epilogue), the others in place after it. */
+static kiln_status residual_fused(kiln_cuda *cu, kiln_op_ctx *c, const mm *f, bool inside, const kiln_cuda_act *act) {
+    kiln_status st = lt_matmul(cu, c->kctx, f, c->workspace, c->workspace_size);
+    return !st && !inside ? kiln_cuda_act_inplace(cu, c->kctx, f->dt, f->Y, f->M * f->N, act) : st;
+}
+
+/* The same sum split: the product with the bias only (beta 0), then one pass Y = act(Y + Z)
+ * (Z not in Y's storage). */
+static kiln_status residual_split(kiln_cuda *cu, kiln_op_ctx *c, const mm *f, const void *z, const kiln_cuda_act *act) {
+    mm p = *f;
+    p.beta = 0.f;
+    p.C = NULL;
+    p.epilogue = p.bias ? CUBLASLT_EPILOGUE_BIAS : (cublasLtEpilogue_t)0;
+    kiln_status st = lt_matmul(cu, c->kctx, &p, c->workspace, c->workspace_size);
+    return st ? st : kiln_cuda_conv_epilogue(cu, c->kctx, f->dt, f->Y, NULL, z, f->M, f->N, 1, act);
+}
+
+/* Whether the residual product f runs split (residual_split) rather than fused: cuBLASLt's
+ * algorithms with beta 1 ran slower than their beta 0 ones by more than C's bytes explain
+ * (ViT-B/32's 12,800-row products at batch 256, bench/NOTES.md z23b), so with autotune both
+ * are timed the first time the problem is met (outside a stream capture; each way a warm-up
+ * that also times its cuBLASLt algorithms, then the best of three), the choice kept with the
+ * algorithm choices (on the disk too). Fused otherwise, or when Z is in Y's storage;
+ * KILN_CUDA_GEMM_RES=fused / split forces one way (cu->gemm_res). */
+static kiln_status residual_choice(kiln_cuda *cu, kiln_op_ctx *c, const mm *f, const void *z, bool inside,
+                                   const kiln_cuda_act *act, bool *split) {
+    kiln_context *ctx = c->kctx;
+    *split = cu->gemm_res == 2 && f->C;
+    if (!cu->autotune || !f->C || cu->gemm_res) return KILN_OK;
+    char key[KILN_ALGO_KEY];
+    snprintf(key, sizeof key, "gemm-residual cublasLt=%zu %s M=%lld N=%lld K=%lld ta=%d tb=%d ep=%d act=%d align=%u,%u,%u,%u",
+             cublasLtGetVersion(), kiln_dtype_name(f->dt), (long long)f->M, (long long)f->N, (long long)f->K, f->ta,
+             f->tb, (int)f->epilogue, (int)act->kind, align_of(f->A, 0), align_of(f->B, 0), align_of(f->Y, 0),
+             align_of(z, 0));
+    const kiln_algo_entry *e = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    if (e) {
+        *split = e->algo == 1;
+        return KILN_OK;
+    }
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cu->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) return KILN_OK;
+    cudaEvent_t ev[2];
+    KILN_CUDA_CHECK(ctx, cudaEventCreate(&ev[0]));
+    if (cudaEventCreate(&ev[1]) != cudaSuccess) {
+        cudaEventDestroy(ev[0]);
+        return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventCreate failed");
+    }
+    float t[2] = {INFINITY, INFINITY};
+    kiln_status st = KILN_OK;
+    for (int way = 0; way < 2 && !st; way++) {
+        for (int r = 0; r < 4 && !st; r++) { /* the first run warms up (and times cuBLASLt's algorithms) */
+            float ms = 0.f;
+            if (cudaEventRecord(ev[0], cu->stream) != cudaSuccess) st = kiln_fail(ctx, KILN_ERR_DEVICE, "cudaEventRecord failed");
+            if (!st) st = way ? residual_split(cu, c, f, z, act) : residual_fused(cu, c, f, inside, act);
+            if (!st && (cudaEventRecord(ev[1], cu->stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+                        cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess))
+                st = kiln_fail(ctx, KILN_ERR_DEVICE, "timing a residual product: %s", cudaGetErrorString(cudaGetLastError()));
+            if (!st && r > 0 && ms < t[way]) t[way] = ms;
+        }
+        if (st == KILN_ERR_UNSUPPORTED && way == 1) { /* no algorithm for the split product: fused */
+            st = KILN_OK;
+            t[1] = INFINITY;
+            break;
+        }
+    }
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    if (st) return st;
+    *split = t[1] < t[0];
+    kiln_algo_entry ne;
+    memset(&ne, 0, sizeof ne);
+    snprintf(ne.key, sizeof ne.key, "%s", key);
+    ne.algo = *split;
+    ne.ms = t[*split];
+    ne.fused = -1;
+    if (!kiln_algo_cache_put(&cu->algos, &cu->n_algos, &cu->cap_algos, &ne))
+        return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for the matrix product algorithm cache");
+    if (cu->algo_path[0] && kiln_algo_cache_store(cu->algo_path, cu->algo_prefix, &ne) == 0) cu->stats.algos_written++;
+    kiln_cuda_conv_stats_note(ctx, "gemm residual %s M=%lld N=%lld K=%lld: C in the product %.4f ms, split %.4f ms: %s",
+             kiln_dtype_name(f->dt), (long long)f->M, (long long)f->N, (long long)f->K, t[0], t[1],
+             *split ? "split" : "fused");
+    return KILN_OK;
+}
+
 /* kiln.FusedGemm with a residual Z (Y's shape; C absent or a row with beta 1: the op's infer):
  * Z is cuBLASLt's C with beta 1, the row C its bias epilogue (RELU_BIAS / GELU_BIAS with the
  * activation inside where it has one), so the sum is written once: a transformer's second MLP
- * product and the residual Add after it. Z in Y's storage: Y holds the C term (not timed: each
- * timed run would add Z again). Without an algorithm for the epilogue: the plain product with
- * Z as C, the bias and activation by kiln's pass. */
+ * product and the residual Add after it; or, where residual_choice timed it faster (activation
+ * none or Relu), the product with its bias and then one pass adding Z. Z in Y's storage: Y
+ * holds the C term (fused, not timed: each timed run would add Z again). Without an algorithm
+ * for the epilogue: the plain product with Z as C, the bias and activation by kiln's pass. */
 static kiln_status gemm_residual(kiln_cuda *cu, kiln_op_ctx *c, const mm *m0, const kiln_tensor *cc,
                                  const kiln_tensor *z, const kiln_cuda_act *act, bool relu, bool gelu) {
     kiln_context *ctx = c->kctx;
@@ -390,8 +478,13 @@ static kiln_status gemm_residual(kiln_cuda *cu, kiln_op_ctx *c, const mm *m0, co
         f.bias = bias ? cc->data : NULL;
         f.epilogue = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                           : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_GELU);
-        kiln_status st = lt_matmul(cu, ctx, &f, c->workspace, c->workspace_size);
-        if (!st && !inside) st = kiln_cuda_act_inplace(cu, ctx, m0->dt, m0->Y, m0->M * m0->N, act);
+        /* split only where the epilogue kernel computes the same activation (none or Relu:
+         * cuBLASLt's GELU is the tanh form) */
+        bool split = false;
+        kiln_status st = act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU
+                             ? residual_choice(cu, c, &f, z->data, inside, act, &split)
+                             : KILN_OK;
+        if (!st) st = split ? residual_split(cu, c, &f, z->data, act) : residual_fused(cu, c, &f, inside, act);
         if (st != KILN_ERR_UNSUPPORTED) return st;
     }
     if (!cc) { /* the plain product with Z as its C, then the activation's pass */
