@@ -476,15 +476,11 @@ static bool epilogue_worth(const kiln_cuda *cu, const conv_geo *g) {
     return cu->conv_graph == 1 || g->N * g->OH * g->OW * g->M >= GRAPH_MIN_Y; /* forced: any size */
 }
 
-/* Whether conv_graph_decide asks cuDNN's graph for the forward problem g (see there); also
- * for a stem (at most 8 input channels, one group: an image's 3 padded to 4), where the
- * legacy API's kernels ran far from the memory bound (squeezenet1_1's 3x3 stride-2 4 -> 64
- * at batch 256: 0.56 ms at ~0.9 TB/s on an H200, bench/NOTES.md twenty-third session): one
- * plan per network, timed against the legacy path. */
+/* Whether conv_graph_decide asks cuDNN's graph for the forward problem g (see there). */
 static bool graph_asked(const kiln_cuda *cu, const conv_geo *g, bool fused, const kiln_cuda_act *act) {
     const bool depthwise = g->G == g->C && g->Cg == 1 && g->M == g->C;
-    return !depthwise && (g->G > 1 || (g->G == 1 && g->C <= 8) ||
-                          (fused && act->kind != KILN_ACT_NONE && act->kind != KILN_ACT_RELU && epilogue_worth(cu, g)));
+    return !depthwise && (g->G > 1 || (fused && act->kind != KILN_ACT_NONE && act->kind != KILN_ACT_RELU &&
+                                       epilogue_worth(cu, g)));
 }
 
 /* The graph's plan for c (built the first time: kept per problem on cu), or NULL where the
