@@ -120,12 +120,8 @@ kiln_status kiln_pass_conv_patch(kiln_model *m, const kiln_pass_options *o, bool
     for (int i = 0; i < m->n_nodes && !any; i++) any = kiln_pass_is(&m->nodes[i], "Conv"); /* op-pattern */
     if (!any) return KILN_OK;
     kiln_shape_probes pr;
-    memset(&pr, 0, sizeof pr);
-    kiln_status st = kiln_pass_shape_probes(m, &pr);
-    if (st) {
-        kiln_pass_shape_probes_free(&pr);
-        return st == KILN_ERR_OUT_OF_MEMORY ? st : KILN_OK; /* uninferable: nothing changes */
-    }
+    kiln_status st;
+    if (!kiln_pass_shape_probes_or_skip(m, &pr, &st)) return st;
     const int nn = m->n_nodes;
     bool *dead = calloc((size_t)nn + 1, sizeof *dead);
     if (!dead) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");

@@ -963,12 +963,8 @@ static kiln_status rows_first(kiln_model *m, sunk **recs, int *nrec, bool *chang
     }
     if (!any) return KILN_OK;
     kiln_shape_probes pr;
-    memset(&pr, 0, sizeof pr);
-    kiln_status st = kiln_pass_shape_probes(m, &pr);
-    if (st) {
-        kiln_pass_shape_probes_free(&pr);
-        return st == KILN_ERR_OUT_OF_MEMORY ? st : KILN_OK; /* uninferable: nothing moves */
-    }
+    kiln_status st;
+    if (!kiln_pass_shape_probes_or_skip(m, &pr, &st)) return st;
     int *prod = kiln_pass_producers(m);
     const int n0 = m->n_nodes;
     bool *gone = calloc((size_t)n0 + 1, sizeof *gone);

@@ -218,6 +218,13 @@ kiln_status kiln_pass_shape_probes(kiln_model *m, kiln_shape_probes *out) {
     return st;
 }
 
+bool kiln_pass_shape_probes_or_skip(kiln_model *m, kiln_shape_probes *out, kiln_status *st) {
+    *st = kiln_pass_shape_probes(m, out);
+    if (*st == KILN_OK) return true;
+    if (*st != KILN_ERR_OUT_OF_MEMORY) *st = KILN_OK; /* uninferable: the pass leaves the graph */
+    return false;
+}
+
 kiln_status kiln_pass_known_dims(kiln_model *m, kiln_tensor **out) {
     static const int64_t probes[] = {5, 320, 448};
     kiln_tensor *known = NULL;

@@ -622,12 +622,8 @@ static kiln_status tokens_from_nhwc(kiln_model *m, bool *changed) {
     }
     if (!any) return KILN_OK;
     kiln_shape_probes pr;
-    memset(&pr, 0, sizeof pr);
-    kiln_status st = kiln_pass_shape_probes(m, &pr);
-    if (st) {
-        kiln_pass_shape_probes_free(&pr);
-        return st == KILN_ERR_OUT_OF_MEMORY ? st : KILN_OK;
-    }
+    kiln_status st;
+    if (!kiln_pass_shape_probes_or_skip(m, &pr, &st)) return st;
     int *prod = kiln_pass_producers(m);
     const int nn = m->n_nodes;
     bool *dead = calloc((size_t)nn + 1, sizeof *dead);

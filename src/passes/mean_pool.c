@@ -61,12 +61,8 @@ kiln_status kiln_pass_mean_pool(kiln_model *m, const kiln_pass_options *o, bool 
     for (int i = 0; i < m->n_nodes && !any; i++) any = kiln_pass_is(&m->nodes[i], "ReduceMean"); /* op-pattern */
     if (!any) return KILN_OK;
     kiln_shape_probes pr;
-    memset(&pr, 0, sizeof pr);
-    kiln_status st = kiln_pass_shape_probes(m, &pr);
-    if (st) {
-        kiln_pass_shape_probes_free(&pr);
-        return st == KILN_ERR_OUT_OF_MEMORY ? st : KILN_OK; /* uninferable: nothing changes */
-    }
+    kiln_status st;
+    if (!kiln_pass_shape_probes_or_skip(m, &pr, &st)) return st;
     int *producer = kiln_pass_producers(m);
     if (!producer) st = KILN_ERR_OUT_OF_MEMORY;
     bool done = false;

@@ -81,6 +81,9 @@ typedef struct kiln_shape_probes {
 } kiln_shape_probes;
 kiln_status kiln_pass_shape_probes(kiln_model *m, kiln_shape_probes *out);
 void kiln_pass_shape_probes_free(kiln_shape_probes *p);
+/* kiln_pass_shape_probes for a pass that leaves a graph whose shapes it cannot infer as it is:
+ * true with *out filled; false with *st KILN_OK (nothing to do) or KILN_ERR_OUT_OF_MEMORY. */
+bool kiln_pass_shape_probes_or_skip(kiln_model *m, kiln_shape_probes *out, kiln_status *st);
 bool kiln_pass_same_shape(const kiln_shape_probes *p, int a, int b);
 
 /* The dims of every value that the graph inputs' symbolic dims (a dynamic batch) do not
