@@ -263,6 +263,7 @@ static kiln_status widen_readers(kiln_model *m, int v, int64_t M, int64_t m8) {
     for (int j = 0; j < m->n_nodes && !st; j++) {
         if (m->nodes[j].n_in < 2 || m->nodes[j].in[0] != v) continue;
         const kiln_tensor *w = init_in(m, &m->nodes[j], 1);
+        if (!w) continue; /* (widenable took only initializer weights) */
         if (kiln_attr_int(&m->nodes[j], "group", 1) == 1) {
             st = replace_init(m, j, 1, pad_weight(m->ctx, w, m8), tag);
             if (!st) st = kiln_pass_set_int(m, j, "used_channels", M);
@@ -289,11 +290,13 @@ static kiln_status widen(kiln_model *m, bool *changed) {
         const kiln_node *n = &m->nodes[i];
         if (!is_conv(n) || n->n_out != 1 || n->out[0] < 0 || kiln_attr_int(n, "group", 1) != 1 || !keeps_zero(m, n))
             continue;
-        const int64_t M = init_in(m, n, 1)->dims[0], m8 = (M + 7) / 8 * 8;
+        const kiln_tensor *w = init_in(m, n, 1); /* (keeps_zero took only initializer weights) */
+        if (!w) continue;
+        const int64_t M = w->dims[0], m8 = (M + 7) / 8 * 8;
         if (M <= 4 || M == m8 || !widenable(m, n->out[0], M, 4)) continue;
         char tag[32];
         snprintf(tag, sizeof tag, "wide%lld", (long long)m8);
-        st = replace_init(m, i, 1, pad_rows(m->ctx, init_in(m, &m->nodes[i], 1), m8), tag);
+        st = replace_init(m, i, 1, pad_rows(m->ctx, w, m8), tag);
         const kiln_tensor *b = st ? NULL : init_in(m, &m->nodes[i], 2);
         if (b) st = replace_init(m, i, 2, pad_rows(m->ctx, b, m8), tag);
         if (!st) widened_value(m, m->nodes[i].out[0], M, m8);
