@@ -664,6 +664,9 @@ static void test_pad_channels(kiln_context *ctx) {
      * (the Pads and the Cast before them), then with it, which folds x's channel Pad (and
      * Cast) into the kiln.ToNHWC reading it; conv2's input Pad (of relu's NHWC output)
      * runs NHWC itself, with no conversion on either side */
+    /* (with the stem's output widened, KILN_PAD_WIDEN=0 off: conv2 reads 8 channels and no
+     * Pad is left to check; that case is checked after the loop) */
+    setenv("KILN_PAD_WIDEN", "0", 1);
     const kiln_precision precs[] = {KILN_PRECISION_FP16, KILN_PRECISION_BF16};
     for (int p = 0; p < 2; p++)
         for (int layout = 0; layout < 2; layout++) {
@@ -696,6 +699,27 @@ static void test_pad_channels(kiln_context *ctx) {
             got = NULL;
             rewritten_free(&r);
         }
+    unsetenv("KILN_PAD_WIDEN");
+    /* widened (the default): the fused stem + Relu writes 8 channels (zero rows), conv2 reads
+     * them with 8 weight channels (used_channels 5) and no Pad; x's Pad folds into ToNHWC */
+    for (int layout = 0; layout < 2; layout++) {
+        rewritten r;
+        if (!rewrite(m, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, layout ? 0 : KILN_PASS_NHWC, &r)) continue;
+        char label[64];
+        snprintf(label, sizeof label, "widened, fp16%s", layout ? ", NHWC" : "");
+        const kiln_node *c2 = find_node(r.m, "conv2");
+        const kiln_tensor *w2 = c2 ? r.m->values[c2->in[1]].init : NULL;
+        const kiln_node *pd = c2 ? producer(&r, c2->in[0]) : NULL;
+        CHECK(count_op(r.m, "Pad") == (layout ? 0 : 1) && w2 && w2->dims[1] == 8 &&
+                  kiln_attr_int(c2, "used_channels", 0) == 5 && pd && strcmp(pd->op_type, "Pad") != 0,
+              "%s: %d Pads, conv2 W %lld channels, used_channels %lld, reads a %s", label, count_op(r.m, "Pad"),
+              w2 ? (long long)w2->dims[1] : -1LL, c2 ? (long long)kiln_attr_int(c2, "used_channels", 0) : -1LL,
+              pd ? pd->op_type : "graph input");
+        if (ref && !run(r.m, KILN_PRECISION_FP32, KILN_DEVICE_CPU, 1, &x, 1, &got)) compare(label, got, ref, 1e-2);
+        kiln_tensor_free(got);
+        got = NULL;
+        rewritten_free(&r);
+    }
     /* the CPU and fp32 CUDA plans do not pad */
     kiln_pass_options cpu = {.device = KILN_DEVICE_CPU, .precision = KILN_PRECISION_FP16};
     kiln_pass_options f32 = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP32};
