@@ -12,6 +12,9 @@
  *     fail;
  *   - the plan computes the same outputs, bit for bit, as the one-stream plan when its run
  *     list runs on the CPU (same order, another memory layout).
+ * And a view off the longest path (a Flatten of a value that a chain of products later adds
+ * to, as kiln.FusedGemm reads a transformer's residual) stays on the stream that computed
+ * the value it views, while a real branch beside the chain (a Relu) goes aside.
  * Exits non-zero on any failure. */
 #include "check.h"
 #include "core/optest.h"
@@ -251,8 +254,60 @@ out:
     kiln_tensor_free(lab);
 }
 
+/* x (4, 64) -> MatMul w0 -> h; h -> MatMul w1 -> Relu -> MatMul w2 -> c (the long path);
+ * Flatten(h) (a view) and Sigmoid(h) (a kernel) off it; y = c + Flatten(h) + Sigmoid(h). */
+static void view_off_path(void) {
+    const char *label = "a view off the longest path";
+    kiln_model *m = NULL;
+    kiln_plan *p = NULL;
+    kiln_tensor *x = kt_rand(KILN_F32, 2, KT_DIMS(4, 64), -1, 1, 21);
+    CHECK(kiln_model_create(ctx, &m) == KILN_OK && x, "create");
+    if (!m || !x) goto out;
+    kiln_model_add_input(m, "x", KILN_F32, 2, KT_DIMS(-1, 64));
+    for (int k = 0; k < 3; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", k);
+        kiln_tensor *w = kt_rand(KILN_F32, 2, KT_DIMS(64, 64), -0.2, 0.2, 22 + (uint64_t)k);
+        kiln_model_add_initializer(m, name, w);
+        kiln_tensor_free(w);
+    }
+    static const struct {
+        const char *op, *in[2], *out;
+    } nodes[] = {{"MatMul", {"x", "w0"}, "h"},   {"MatMul", {"h", "w1"}, "a"},  {"Relu", {"a", NULL}, "r"},
+                 {"MatMul", {"r", "w2"}, "c"},   {"Flatten", {"h", NULL}, "f"}, {"Sigmoid", {"h", NULL}, "g"},
+                 {"Add", {"c", "f"}, "s"},       {"Add", {"s", "g"}, "y"}};
+    for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++)
+        CHECK(kiln_model_add_node(m, nodes[i].op, nodes[i].out, nodes[i].in[1] ? 2 : 1, nodes[i].in, 1, &nodes[i].out,
+                                  NULL) == KILN_OK,
+              "%s: node %s", label, nodes[i].out);
+    kiln_model_add_output(m, "y");
+    if (kiln_model_finalize(m) || kiln_plan_build_ex(m, &x, true, true, 2, &p)) {
+        CHECK(0, "%s: %s", label, kiln_context_message(ctx));
+        goto out;
+    }
+    kiln_plan_view_t v;
+    kiln_plan_view(p, &v);
+    int flat = -1, sig = -1, h = -1;
+    for (int e = 0; e < v.n_exec; e++) {
+        const char *name = kiln_plan_exec_op_ctx(&v, e)->node->name;
+        if (!strcmp(name, "f")) flat = e;
+        if (!strcmp(name, "g")) sig = e;
+        if (!strcmp(name, "h")) h = e;
+    }
+    CHECK(flat >= 0 && sig >= 0 && h >= 0, "%s: nodes not found", label);
+    if (flat < 0 || sig < 0 || h < 0) goto out;
+    printf("-- %s: h on stream %d, Flatten %d, Sigmoid %d\n", label, v.stream[h], v.stream[flat], v.stream[sig]);
+    CHECK(v.stream[flat] == v.stream[h], "%s: the Flatten on stream %d, h on %d", label, v.stream[flat], v.stream[h]);
+    CHECK(v.stream[sig] != 0, "%s: the Sigmoid beside the chain stayed on the main stream", label);
+out:
+    kiln_plan_free(p);
+    kiln_model_free(m);
+    kiln_tensor_free(x);
+}
+
 int main(void) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
+    view_off_path();
     mnist(KILN_PRECISION_FP32, true);
     mnist(KILN_PRECISION_FP16, true);
     mnist(KILN_PRECISION_FP32, false);

@@ -380,12 +380,36 @@ static double node_cost(const kiln_op_ctx *c) {
 /* Stream assignment for a device that replays the run list as a captured graph
  * (kiln_plan_build_ex with side streams): the longest path by node_cost stays on the main
  * stream (0); every other node goes to the side stream (1..side) where a list schedule
- * would start it first. Each node then waits only for the producers of its inputs on other
+ * would start it first, but a view (node_is_view) stays where the value it views was made. Each node then waits only for the producers of its inputs on other
  * streams, less those a vector clock shows done already (p->waits). start[e] / join[e]:
  * the last main-stream node known finished before e starts (-1: none) and the first one
  * that waits for e, directly or through a later node (n_exec: none; the device joins every
  * stream at the end of the run). Only nodes of the main stream in (start, join) can run
  * alongside e: plan_memory keeps e's values alive over that range. */
+static bool same_byte_order(const kiln_tensor *a, const kiln_tensor *b);
+static bool alias_ok(kiln_plan *p, int e, const kiln_op_def *d);
+
+/* Whether run-list node e only views a value an earlier node computes (producer prod: every
+ * output one plan_memory gives its input's storage, by the op's alias_outputs or alias_when):
+ * it launches nothing, so on a side stream it would cost two waits and do no work (ViT-B/32's
+ * 24 Flattens of the residual that kiln.FusedGemm reads went aside and cost 0.2-0.4 ms a run
+ * on an H200, bench/NOTES.md twenty-third session). */
+static bool node_is_view(kiln_plan *p, int e, const int *prod) {
+    const kiln_node *n = &p->m->nodes[p->exec[e].node];
+    const kiln_op_def *d = kiln_op_get(n->op);
+    if (!d || n->n_in < 1 || n->in[0] < 0 || prod[n->in[0]] < 0 || n->n_out < 1) return false;
+    const kiln_tensor *src = &p->vt[n->in[0]];
+    for (int k = 0; k < n->n_out; k++) {
+        const int v = n->out[k];
+        if (v < 0) continue;
+        if (kiln_tensor_nbytes(&p->vt[v]) != kiln_tensor_nbytes(src) ||
+            !((k < 32 && (d->alias_outputs & (1u << k)) && same_byte_order(&p->vt[v], src)) ||
+              (k == 0 && d->alias_when && alias_ok(p, e, d))))
+            return false;
+    }
+    return true;
+}
+
 static kiln_status assign_streams(kiln_plan *p, int side, int *start, int *join) {
     kiln_model *m = p->m;
     kiln_context *ctx = mctx(m);
@@ -412,8 +436,8 @@ static kiln_status assign_streams(kiln_plan *p, int side, int *start, int *join)
     for (int v = 0; v < p->n_values; v++) prod[v] = -1;
     for (int e = 0; e < n; e++) {
         const kiln_node *nd = &m->nodes[p->exec[e].node];
+        cost[e] = node_is_view(p, e, prod) ? 0.0 : node_cost(&p->exec[e].c);
         for (int k = 0; k < nd->n_out; k++) prod[nd->out[k]] = e;
-        cost[e] = node_cost(&p->exec[e].c);
     }
     /* longest paths into (head) and out of (tail) every node, each counting the node */
     double longest = 0;
@@ -447,7 +471,9 @@ static kiln_status assign_streams(kiln_plan *p, int side, int *start, int *join)
          * inputs are ready, in the forward, and keep its output alive through the backward
          * (ResNet-50's step planned larger with every recomputation than with none). */
         const bool placed = kiln_attr_int(nd, "kiln_recompute", 0) != 0;
-        if (side > 0 && !placed && longest - (head[e] + tail[e] - cost[e]) >= SIDE_SLACK) {
+        if (cost[e] == 0.0) { /* a view (node_is_view): where the value it views was computed */
+            s = p->stream[prod[nd->in[0]]];
+        } else if (side > 0 && !placed && longest - (head[e] + tail[e] - cost[e]) >= SIDE_SLACK) {
             s = 1;
             for (int c = 2; c <= side; c++)
                 if ((clock[c] > ready ? clock[c] : ready) < (clock[s] > ready ? clock[s] : ready)) s = c;
