@@ -47,22 +47,13 @@ static int add(kiln_model *m, const char *op, const char *name, int n_in, const 
     return i;
 }
 
-/* All of attribute name's entries equal v (or it is absent). */
-static bool all_ints(const kiln_node *n, const char *name, int64_t v) {
-    int c = 0;
-    const int64_t *a = kiln_attr_ints(n, name, &c);
-    for (int i = 0; a && i < c; i++)
-        if (a[i] != v) return false;
-    return true;
-}
-
 /* Conv node i as the product (see the top); *done when rewritten. */
 static kiln_status patch(kiln_model *m, const kiln_shape_probes *pr, int i, bool *dead, bool *done) {
     const kiln_node *n = &m->nodes[i];
     *done = false;
     if (n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0 || n->n_out != 1 || n->out[0] < 0) return KILN_OK;
     const char *ap = kiln_attr_string(n, "auto_pad", "NOTSET");
-    if (kiln_attr_int(n, "group", 1) != 1 || !all_ints(n, "pads", 0) || !all_ints(n, "dilations", 1) ||
+    if (kiln_attr_int(n, "group", 1) != 1 || !kiln_pass_all_ints(n, "pads", 0) || !kiln_pass_all_ints(n, "dilations", 1) ||
         !(strcmp(ap, "NOTSET") == 0 || strcmp(ap, "VALID") == 0))
         return KILN_OK;
     const int x = n->in[0], w = n->in[1], b = n->n_in > 2 ? n->in[2] : -1, y = n->out[0];
@@ -116,33 +107,5 @@ static kiln_status patch(kiln_model *m, const kiln_shape_probes *pr, int i, bool
 
 kiln_status kiln_pass_conv_patch(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     if (o->device != KILN_DEVICE_CUDA) return KILN_OK;
-    bool any = false;
-    for (int i = 0; i < m->n_nodes && !any; i++) any = kiln_pass_is(&m->nodes[i], "Conv"); /* op-pattern */
-    if (!any) return KILN_OK;
-    kiln_shape_probes pr;
-    kiln_status st;
-    if (!kiln_pass_shape_probes_or_skip(m, &pr, &st)) return st;
-    const int nn = m->n_nodes;
-    bool *dead = calloc((size_t)nn + 1, sizeof *dead);
-    if (!dead) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    bool done_any = false;
-    for (int i = 0; i < nn && !st; i++) {
-        if (!kiln_pass_is(&m->nodes[i], "Conv")) continue; /* op-pattern */
-        bool done = false;
-        st = patch(m, &pr, i, dead, &done);
-        done_any |= done;
-    }
-    if (!st && done_any) {
-        /* dead[] covers the nodes that were there; the appended ones stay */
-        bool *all = calloc((size_t)m->n_nodes + 1, sizeof *all);
-        if (!all) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        for (int i = 0; all && i < nn; i++) all[i] = dead[i];
-        if (all) kiln_pass_remove_nodes(m, all);
-        free(all);
-        if (!st) st = kiln_pass_sort_nodes(m);
-        *changed = true;
-    }
-    kiln_pass_shape_probes_free(&pr);
-    free(dead);
-    return st;
+    return kiln_pass_each_node(m, "Conv", patch, changed); /* op-pattern */
 }

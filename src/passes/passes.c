@@ -325,3 +325,43 @@ kiln_status kiln_pass_drop_unread_constants(kiln_model *m, bool *changed) {
     free(dead);
     return KILN_OK;
 }
+
+kiln_status kiln_pass_each_node(kiln_model *m, const char *op_type, kiln_pass_node_fn fn, bool *changed) {
+    bool any = false;
+    for (int i = 0; i < m->n_nodes && !any; i++) any = kiln_pass_is(&m->nodes[i], op_type);
+    if (!any) return KILN_OK;
+    kiln_shape_probes pr;
+    kiln_status st;
+    if (!kiln_pass_shape_probes_or_skip(m, &pr, &st)) return st;
+    const int nn = m->n_nodes;
+    bool *dead = calloc((size_t)nn + 1, sizeof *dead);
+    if (!dead) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    bool done_any = false;
+    for (int i = 0; i < nn && !st; i++) {
+        if (!kiln_pass_is(&m->nodes[i], op_type)) continue;
+        bool done = false;
+        st = fn(m, &pr, i, dead, &done);
+        done_any |= done;
+    }
+    if (!st && done_any) {
+        /* dead[] covers the nodes that were there; the appended ones stay */
+        bool *all = calloc((size_t)m->n_nodes + 1, sizeof *all);
+        if (!all) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        for (int i = 0; all && i < nn; i++) all[i] = dead[i];
+        if (all) kiln_pass_remove_nodes(m, all);
+        free(all);
+        if (!st) st = kiln_pass_sort_nodes(m);
+        *changed = true;
+    }
+    kiln_pass_shape_probes_free(&pr);
+    free(dead);
+    return st;
+}
+
+bool kiln_pass_all_ints(const kiln_node *n, const char *name, int64_t v) {
+    int c = 0;
+    const int64_t *a = kiln_attr_ints(n, name, &c);
+    for (int i = 0; a && i < c; i++)
+        if (a[i] != v) return false;
+    return true;
+}

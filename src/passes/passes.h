@@ -100,6 +100,8 @@ kiln_status kiln_pass_known_dims(kiln_model *m, kiln_tensor **out);
 bool kiln_pass_is(const kiln_node *n, const char *op_type);
 /* Whether n is kiln's internal op op_type (domain "kiln": gradients, fused ops). */
 bool kiln_pass_is_kiln(const kiln_node *n, const char *op_type);
+/* Whether every entry of n's int-list attribute `name` is v (true when it is absent). */
+bool kiln_pass_all_ints(const kiln_node *n, const char *name, int64_t v);
 /* Input k of n, or -1 when n has fewer inputs (optional inputs left out at the end). */
 int kiln_pass_opt_in(const kiln_node *n, int k);
 /* producer[v]: the node computing value v, or -1 (graph inputs, initializers). A new array
@@ -111,6 +113,13 @@ const kiln_tensor *kiln_pass_constant(const kiln_model *m, const int *producer, 
 /* kiln_pass_constant through Identity nodes (an exporter's alias of a shared initializer:
  * torch's in-projection biases that start equal), at most 8 of them. */
 const kiln_tensor *kiln_pass_constant_through(const kiln_model *m, const int *producer, int v);
+/* A pass that rewrites the default-domain nodes of one op type one at a time with the shape
+ * probes: fn(m, probes, i, dead, &done) for each such node i there was at the start (it may
+ * append nodes and mark the ones it replaces in dead[], n_nodes entries at the start), then
+ * the dead nodes removed and the order made topological; *changed when any fn said done.
+ * Nothing happens where the graph has no such node or its shapes cannot be inferred. */
+typedef kiln_status (*kiln_pass_node_fn)(kiln_model *m, const kiln_shape_probes *pr, int i, bool *dead, bool *done);
+kiln_status kiln_pass_each_node(kiln_model *m, const char *op_type, kiln_pass_node_fn fn, bool *changed);
 /* Whether the session's device has a kernel for the internal op `op` (domain "kiln"): the
  * CPU always does; on CUDA, fusions wait for their kernels in src/cuda/table.c. Asked through
  * the backend interface (kiln_backend_i.has_op). */
