@@ -265,7 +265,7 @@ static void view_off_path(void) {
     if (!m || !x) goto out;
     kiln_model_add_input(m, "x", KILN_F32, 2, KT_DIMS(-1, 64));
     for (int k = 0; k < 3; k++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", k);
         kiln_tensor *w = kt_rand(KILN_F32, 2, KT_DIMS(64, 64), -0.2, 0.2, 22 + (uint64_t)k);
         kiln_model_add_initializer(m, name, w);
