@@ -122,6 +122,7 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     cu->perm_tile_vec = switch_on(0, "KILN_CUDA_PERM_TILE_VEC");
     cu->gather_staged = switch_on(0, "KILN_CUDA_GATHER_STAGED");
     cu->dw_exact = switch_on(0, "KILN_CUDA_DW_EXACT");
+    cu->gap_vec = switch_on(0, "KILN_CUDA_GAP_VEC");
     {
         const char *e = getenv("KILN_CUDA_DW_PIPE");
         cu->dw_pipe = e && strcmp(e, "0") == 0 ? -1 : e && strcmp(e, "1") == 0 ? 1 : 0;

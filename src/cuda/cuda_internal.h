@@ -113,6 +113,9 @@ struct kiln_cuda {
     bool gather_staged;     /* kiln.ChannelGather on NHWC by pixel tiles staged in shared memory
                              * (movement.cu channel_gather_nhwc_kernel; KILN_CUDA_GATHER_STAGED=0:
                              * element by element) */
+    bool gap_vec;           /* GlobalAveragePool on NHWC by 16-byte channel groups, rows split
+                             * across blocks where the images are few (pool.cu;
+                             * KILN_CUDA_GAP_VEC=0: 32 channels a block, to measure it) */
     bool dw_exact;          /* the tiled depthwise kernel compiled for the exact kernel width
                              * (3, 5, 7: branch-free rows; conv_depthwise.cu;
                              * KILN_CUDA_DW_EXACT=0: the width-guarded kernel for all) */
@@ -427,6 +430,8 @@ bool kiln_cuda_pad_plan(const kiln_op_ctx *c, kiln_tensor *const *hin, int64_t *
 bool kiln_cuda_resize_check(const kiln_op_ctx *c, kiln_tensor *const *hin, char *why, size_t wn);
 /* Resize's workspace: the forward's per-axis tap tables (resize.cu). */
 kiln_status kiln_cuda_ws_resize(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+/* GlobalAveragePool's workspace: the f32 partial sums of its row splits (pool.cu). */
+kiln_status kiln_cuda_ws_gap(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 /* Reduce* and their gradients: the dims reduced, or noop (noop_with_empty_axes with empty
  * axes); the axes input is input axes_index (host values hin). */
 bool kiln_cuda_reduce_axes(const kiln_op_ctx *c, kiln_tensor *const *hin, int axes_index, bool *reduced, bool *noop,

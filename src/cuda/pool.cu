@@ -23,8 +23,14 @@
  *   (ResNet's stem pool: 64 channels): a thread takes 16 bytes of channels, loads and
  *   stores them as one vector and does its index math in 32 bits. Otherwise (odd channel
  *   counts, offset pointers, huge tensors) one channel per thread with 64-bit indices.
- *   GlobalAveragePool sums 32 channels of an image per block, its rows splitting H*W, and
- *   writes Y (N, C, 1, 1), the same bytes in either layout.
+ *   GlobalAveragePool writes Y (N, C, 1, 1), the same bytes in either layout. NHWC with C a
+ *   multiple of 16 bytes' worth of elements and X 16-byte aligned (squeeze-excitation's
+ *   pools): a block's threads take 16-byte channel groups of one image across a whole row
+ *   (up to 256 groups) and split its rows, so a warp reads up to 512 contiguous bytes; where
+ *   the images and channel chunks give too few blocks to fill the GPU (8 per SM), the rows
+ *   are also split across blocks, each writing its f32 partial sums to the workspace, and a
+ *   second kernel adds them in split order (no atomics: the same sums every run).
+ *   Otherwise a block sums 32 channels of an image, its rows splitting H*W.
  *
  *   kiln.MaxPoolGrad(dY, X) -> dX: each window's dY goes to the element the forward picks
  *   (the first maximum in row-major tap order, or the first NaN), recomputed from X
@@ -1361,6 +1367,125 @@ kiln_status launch_gap_nhwc(kiln_cuda *cu, kiln_context *ctx, const void *x, voi
     return KILN_OK;
 }
 
+// The vector NHWC pool's launch shape (gap_vec_plan): W 16-byte channel groups by R rows a
+// block, gx blocks across the groups, splits blocks along the rows of `rows` rows each.
+struct GapVecPlan {
+    int W, R, gx, splits, rows;
+};
+
+GapVecPlan gap_vec_plan(const kiln_cuda *cu, int64_t N, int64_t S, int64_t CV) {
+    GapVecPlan p;
+    p.W = (int)(CV < 256 ? CV : 256);
+    p.R = 256 / p.W;
+    if (p.R > S) p.R = (int)S;
+    p.gx = (int)((CV + p.W - 1) / p.W);
+    const int64_t blocks = (int64_t)p.gx * (N < 65535 ? N : 65535);
+    const int64_t target = (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 1) * 8;
+    int64_t splits = 1;
+    if (blocks < target) {
+        splits = (target + blocks - 1) / blocks;
+        int64_t most = S / ((int64_t)p.R * 8); /* at least 8 rows a thread in each split */
+        if (most > 64) most = 64;
+        if (splits > most) splits = most;
+        if (splits < 1) splits = 1;
+    }
+    p.rows = (int)((S + splits - 1) / splits);
+    p.splits = (int)((S + p.rows - 1) / p.rows);
+    return p;
+}
+
+// x: (N, S, CV groups of V); y: (N, C) or, where part, the f32 sums of the rows of split
+// blockIdx.z at part[(z * N + n) * C + c].
+template <typename T>
+__global__ void __launch_bounds__(256) gap_nhwc_vec_kernel(const T *__restrict__ x, T *__restrict__ y,
+                                                           float *__restrict__ part, int64_t N, int64_t S,
+                                                           int64_t CV, int rows) {
+    constexpr int V = VecOf<T>::N;
+    using VT = typename VecOf<T>::type;
+    extern __shared__ float red[]; // [R][W * V]
+    const int W = (int)blockDim.x, R = (int)blockDim.y;
+    const int64_t cv = (int64_t)blockIdx.x * W + threadIdx.x;
+    const int64_t C = CV * V;
+    const int64_t s0 = (int64_t)blockIdx.z * rows;
+    const int64_t s1 = s0 + rows < S ? s0 + rows : S;
+    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+        float acc[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) acc[v] = 0.f;
+        if (cv < CV) {
+            const VT *p = reinterpret_cast<const VT *>(x) + n * S * CV + cv;
+            int64_t s = s0 + threadIdx.y;
+            for (; s + 3 * R < s1; s += 4 * R) { // four loads in flight
+                const VT a = p[s * CV], b = p[(s + R) * CV], c = p[(s + 2 * R) * CV], d = p[(s + 3 * R) * CV];
+#pragma unroll
+                for (int v = 0; v < V; v++) acc[v] += (to_f(a.v[v]) + to_f(b.v[v])) + (to_f(c.v[v]) + to_f(d.v[v]));
+            }
+            for (; s < s1; s += R) {
+                const VT a = p[s * CV];
+#pragma unroll
+                for (int v = 0; v < V; v++) acc[v] += to_f(a.v[v]);
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < V; v++) red[(threadIdx.y * W + threadIdx.x) * V + v] = acc[v];
+        __syncthreads();
+        for (int j = threadIdx.y * W + threadIdx.x; j < W * V; j += W * R) {
+            const int64_t c = (int64_t)blockIdx.x * W * V + j;
+            if (c >= C) continue;
+            float sum = 0.f;
+            for (int r = 0; r < R; r++) sum += red[r * W * V + j];
+            if (part) part[((int64_t)blockIdx.z * N + n) * C + c] = sum;
+            else y[n * C + c] = from_f<T>(sum / (float)S);
+        }
+        __syncthreads();
+    }
+}
+
+// y[i] = (part[0][i] + part[1][i] + ...) / S over the splits, i < N * C.
+template <typename T>
+__global__ void gap_splits_kernel(const float *__restrict__ part, T *__restrict__ y, int64_t NC, int splits, int64_t S) {
+    for (int64_t i = thread_index(); i < NC; i += grid_stride()) {
+        float sum = 0.f;
+        for (int k = 0; k < splits; k++) sum += part[k * NC + i];
+        y[i] = from_f<T>(sum / (float)S);
+    }
+}
+
+// The vector pool's f32 partial sums: bytes of workspace (0 where the rows are not split or
+// the vector kernel does not take X).
+size_t gap_vec_ws(const kiln_cuda *cu, const kiln_tensor *x) {
+    if (x->ndim != 4 || x->format != KILN_FORMAT_NHWC || !kiln_cuda_float_dtype(x->dtype)) return 0;
+    const int64_t V = 16 / (int64_t)kiln_dtype_size(x->dtype), N = x->dims[0], C = x->dims[1];
+    const int64_t S = x->dims[2] * x->dims[3];
+    if (C % V != 0 || N * C == 0 || S == 0) return 0;
+    const GapVecPlan p = gap_vec_plan(cu, N, S, C / V);
+    return p.splits > 1 ? (size_t)p.splits * (size_t)(N * C) * sizeof(float) : 0;
+}
+
+template <typename T>
+kiln_status launch_gap_nhwc_vec(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, void *ws, size_t ws_bytes,
+                                int64_t N, int64_t S, int64_t C) {
+    constexpr int64_t V = VecOf<T>::N;
+    GapVecPlan p = gap_vec_plan(cu, N, S, C / V);
+    float *part = nullptr;
+    if (p.splits > 1 && ws && ws_bytes >= (size_t)p.splits * (size_t)(N * C) * sizeof(float))
+        part = (float *)ws;
+    else {
+        p.splits = 1;
+        p.rows = (int)S;
+    }
+    const dim3 grid((unsigned)p.gx, (unsigned)(N < 65535 ? N : 65535), (unsigned)p.splits);
+    const size_t shared = (size_t)p.W * p.R * V * sizeof(float);
+    gap_nhwc_vec_kernel<T><<<grid, dim3((unsigned)p.W, (unsigned)p.R), shared, cu->stream>>>(
+        (const T *)x, (T *)y, part, N, S, C / V, p.rows);
+    KILN_CUDA_LAUNCHED(ctx, "gap_nhwc_vec_kernel");
+    if (!part) return KILN_OK;
+    gap_splits_kernel<T><<<kiln_cuda_blocks(cu, N * C, THREADS), THREADS, 0, cu->stream>>>(part, (T *)y, N * C,
+                                                                                          p.splits, S);
+    KILN_CUDA_LAUNCHED(ctx, "gap_splits_kernel");
+    return KILN_OK;
+}
+
 } // namespace
 
 /* MaxPool with picks = 1 (output 1: each window's picked tap, src/ops/max_pool.h): NHWC
@@ -1407,13 +1532,23 @@ extern "C" kiln_status kiln_cuda_k_maxpool(kiln_cuda *cu, kiln_op_ctx *c) {
 
 extern "C" kiln_status kiln_cuda_k_avgpool(kiln_cuda *cu, kiln_op_ctx *c) { return pool(cu, c, false); }
 
+extern "C" kiln_status kiln_cuda_ws_gap(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
+    *bytes = cu->gap_vec ? gap_vec_ws(cu, c->in[0]) : 0;
+    return KILN_OK;
+}
+
 extern "C" kiln_status kiln_cuda_k_gap(kiln_cuda *cu, kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0]; // (N, C, spatial...)
     int64_t S = 1;
     for (int d = 2; d < x->ndim; d++) S *= x->dims[d];
     kiln_status st;
     /* Y (N, C, 1, 1) has the same bytes in either layout */
-    if (x->ndim == 4 && x->format == KILN_FORMAT_NHWC)
+    const bool nhwc = x->ndim == 4 && x->format == KILN_FORMAT_NHWC;
+    if (nhwc && kiln_cuda_float_dtype(x->dtype) && x->dims[1] % (16 / (int64_t)kiln_dtype_size(x->dtype)) == 0 &&
+        aligned16(x->data) && cu->gap_vec)
+        KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_gap_nhwc_vec, cu, c->kctx, x->data, c->out[0]->data,
+                               c->workspace, c->workspace_size, x->dims[0], S, x->dims[1]);
+    else if (nhwc)
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_gap_nhwc, cu, c->kctx, x->data, c->out[0]->data,
                                x->dims[0], S, x->dims[1]);
     else

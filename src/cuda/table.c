@@ -1242,7 +1242,7 @@ static const entry table[] = {
     {"MatMul", kiln_cuda_k_matmul, sup_matmul, kiln_cuda_ws_matmul, false},
     {"MaxPool", kiln_cuda_k_maxpool, sup_pool, NULL, true},
     {"AveragePool", kiln_cuda_k_avgpool, sup_pool, NULL, true},
-    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, NULL, true},
+    {"GlobalAveragePool", kiln_cuda_k_gap, sup_gap, kiln_cuda_ws_gap, true},
     {"BatchNormalization", kiln_cuda_k_batchnorm, sup_batchnorm, kiln_cuda_ws_batchnorm, true},
     {"Softmax", kiln_cuda_k_softmax, sup_softmax, NULL, false},
     {"LogSoftmax", kiln_cuda_k_logsoftmax, sup_softmax, NULL, false},

@@ -152,6 +152,21 @@ static int test(void) {
     fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 33, 1, 1), -2, 2, 5043)},
                                1, "globalaveragepool (NHWC) 1x1");
+    /* channels in whole 16-byte groups (the CUDA NHWC vector kernel): groups narrower than a
+     * warp, a row past 256 groups (two blocks across), and rows split across blocks (few
+     * images, many rows; at batch 1 too) */
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(3, 48, 23, 19), -2, 2, 5044)},
+                               1, "globalaveragepool (NHWC) 48 channels 23x19");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 2056, 3, 3), -2, 2, 5045)},
+                               1, "globalaveragepool (NHWC) 2056 channels");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 8, 150, 131), -2, 2, 5046)},
+                               1, "globalaveragepool (NHWC) 8 channels 150x131");
+    fails += kiln_optest_sweep("GlobalAveragePool", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(5, 144, 56, 56), -1, 1, 5047)},
+                               1, "globalaveragepool (NHWC) 144 channels 56x56");
     return fails;
 }
 #endif /* KILN_OPTESTS */
