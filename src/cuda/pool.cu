@@ -1544,8 +1544,9 @@ extern "C" kiln_status kiln_cuda_k_gap(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_status st;
     /* Y (N, C, 1, 1) has the same bytes in either layout */
     const bool nhwc = x->ndim == 4 && x->format == KILN_FORMAT_NHWC;
+    /* the vector kernel's blocks are sized by the rows and channels: none for an empty map */
     if (nhwc && kiln_cuda_float_dtype(x->dtype) && x->dims[1] % (16 / (int64_t)kiln_dtype_size(x->dtype)) == 0 &&
-        aligned16(x->data) && cu->gap_vec)
+        aligned16(x->data) && cu->gap_vec && S > 0 && x->dims[0] * x->dims[1] > 0)
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_gap_nhwc_vec, cu, c->kctx, x->data, c->out[0]->data,
                                c->workspace, c->workspace_size, x->dims[0], S, x->dims[1]);
     else if (nhwc)
