@@ -53,6 +53,7 @@
  */
 #include "cp_async.cuh"
 #include "dtype.cuh"
+#include "mma.cuh"
 
 extern "C" {
 #include "../ops/attention.h"
@@ -154,44 +155,6 @@ __device__ __forceinline__ void stage_bias(float *sB, const void *p, int dt, lon
     else if (dt == KILN_BF16) stage_bias_t<ADD>(sB, (const __nv_bfloat16 *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid);
     else if (dt == KILN_F32) stage_bias_t<ADD>(sB, (const float *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid);
     else stage_bias_t<ADD>(sB, (const double *)p, b0, ad.rs, ad.cs, i0, j0, lq, lk, tid);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-/* c += a b, m16n8k16, f32 accumulation (PTX ISA "Matrix Fragments for mma.m16n8k16"). */
-template <typename T> __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
-template <> __device__ __forceinline__ void mma16816<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* (lo, hi) rounded to T, lo in the low 16 bits (the lower column of a fragment pair). */
-template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *(uint32_t *)&h;
-}
-template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&h;
 }
 
 /* Rows r0 .. r0 + ROWS - 1 of an operand (row r at base + r * rs, D contiguous elements) into

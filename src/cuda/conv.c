@@ -1327,6 +1327,77 @@ static kiln_status gemm_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
     return KILN_OK;
 }
 
+/* The pointwise kernel's run of a 1x1 forward with few input channels runs when its time
+ * is below this share of the usual path's. */
+#define PW_WIN 0.95
+
+/* X's windows as conv_pointwise.cu's problem (*p): one group, NHWC; the channels read are the
+ * pad-channels pass's used_channels, else all of X's. */
+static bool pw_geo(const kiln_op_ctx *c, const conv_geo *g, kiln_cuda_pw_geo *p) {
+    if (g->G != 1 || g->fmt != KILN_FORMAT_NHWC) return false;
+    int64_t u = kiln_attr_int(c->node, "used_channels", 0);
+    if (u < 1 || u > g->C) u = g->C;
+    *p = (kiln_cuda_pw_geo){.N = g->N, .H = g->H0, .W = g->W0, .C = g->C, .u = u, .M = g->M, .OH = g->OH,
+                            .OW = g->OW, .kh = g->kh, .kw = g->kw, .sh = g->sh, .sw = g->sw, .dh = g->dh,
+                            .dw = g->dw, .pt = g->pt, .pl = g->pl};
+    return true;
+}
+
+/* Whether a forward runs on conv_pointwise.cu's kernel (*use): where the kernel takes it (one
+ * group, NHWC f16 / bf16, at most 64 values a window: 1x1 products of few channels, RGB stems)
+ * and, with autotune, it timed clearly faster than the usual path (cuBLASLt with its epilogue,
+ * cuDNN's legacy API or graph, the narrow copy, and the activation's pass where none has it)
+ * the first time the problem is met (outside graph capture), the choice kept with the
+ * algorithm choices (on the disk too). KILN_CUDA_PW=1 takes the kernel wherever it applies,
+ * =0 never. */
+static kiln_status pw_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, const conv_geo *g, kiln_dtype dt,
+                             const kiln_cuda_act *act, kiln_cuda_pw_geo *p, bool *use) {
+    kiln_context *ctx = c->kctx;
+    *use = false;
+    const kiln_tensor *b = input(c, 2), *z = fused ? input(c, 3) : NULL;
+    if (cu->pw_force == 1 || !pw_geo(c, g, p) ||
+        !kiln_cuda_conv_pointwise_fits(dt, p, z ? z->data : NULL, c->out[0]->data, NULL, 0))
+        return KILN_OK;
+    const char *env = getenv("KILN_CUDA_PW");
+    if (cu->pw_force == 2 || (env && strcmp(env, "1") == 0)) {
+        *use = true;
+        return KILN_OK;
+    }
+    if ((env && strcmp(env, "0") == 0) || !cu->autotune) return KILN_OK;
+    char key[KILN_ALGO_KEY];
+    make_key(cu, g, dt, align_class(c->in[0]->data, c->in[1]->data, c->out[0]->data), DIR_FWD, false, key,
+             sizeof key);
+    const size_t at = strlen(key);
+    snprintf(key + at, sizeof key - at, " pointwise u=%lld op=%s act=%d,%g,%g bias=%d res=%d", (long long)p->u,
+             c->node->op_type, (int)act->kind, act->a, act->b, b ? 1 : 0, z ? 1 : 0);
+    const kiln_algo_entry *a = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+    if (a) {
+        *use = a->algo == 1;
+        return KILN_OK;
+    }
+    /* a residual read in place of Y would be added again by every timed run */
+    if (capturing(cu) || (z && z->data == c->out[0]->data)) return KILN_OK;
+    float t[2] = {INFINITY, INFINITY}; /* the usual path, the kernel */
+    kiln_status st = KILN_OK;
+    for (int r = 0; r < 2 && !st; r++)
+        for (int k = 0; k < 2 && !st; k++) {
+            float tk = INFINITY;
+            cu->pw_force = k + 1;
+            st = time_op(cu, c, DIR_FWD, fused, 0, -1, &tk);
+            if (tk < t[k]) t[k] = tk;
+        }
+    cu->pw_force = 0;
+    if (st) return st;
+    *use = t[1] < PW_WIN * t[0];
+    if ((st = keep_choice(cu, ctx, key, *use ? 1 : 0, t[*use ? 1 : 0])) != KILN_OK) return st;
+    kiln_cuda_conv_stats_note(ctx, "conv pointwise %s %s N*OH*OW=%lld %lld (%lld read) -> %lld %lldx%lld/%lld act=%d "
+                              "bias=%d res=%d: usual %.3f ms, pointwise kernel %.3f ms: %s", c->node->op_type,
+                              kiln_dtype_name(dt), (long long)(g->N * g->OH * g->OW), (long long)g->C,
+                              (long long)p->u, (long long)g->M, (long long)g->kh, (long long)g->kw, (long long)g->sh,
+                              (int)act->kind, b ? 1 : 0, z ? 1 : 0, t[0], t[1], *use ? "kernel" : "usual");
+    return KILN_OK;
+}
+
 /* Whether a forward convolution cuDNN's legacy API would run goes instead on the ConvFwd
  * graph (cudnn_graph.c): *mode 1 the graph with + bias -> activation inside, 2 the plain
  * graph then kiln's epilogue (*p the plan). Asked for the problems where the legacy API is
@@ -1464,6 +1535,17 @@ static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int na
                                                                 z ? z->data : NULL, &act, dw_variant, y->data);
         if (!ds) cu->stats.conv_depthwise_calls++;
         return ds;
+    }
+    /* short windows (1x1 products of few channels, RGB stems) on the tensor cores where faster */
+    kiln_cuda_pw_geo pg;
+    bool pw = false;
+    kiln_status pst = depthwise ? KILN_OK : pw_decide(cu, c, fused, &g, dt, &act, &pg, &pw);
+    if (pst) return pst;
+    if (pw) {
+        pst = kiln_cuda_conv_pointwise(cu, ctx, dt, &pg, x->data, w->data, b ? b->data : NULL, z ? z->data : NULL,
+                                       &act, y->data);
+        if (!pst) cu->stats.conv_pointwise_calls++;
+        return pst;
     }
     if (gemm_shaped(cu, &g)) {
         struct kiln_genstats_problem *gp;

@@ -176,6 +176,9 @@ struct kiln_cuda {
     /* while one is timed: 1 cuBLASLt or the legacy API, 2 the graph with the epilogue, 3 the
      * plain graph then kiln's epilogue (0: the choice) */
     int gemm_graph_force;
+    /* while the pointwise kernel (conv_pointwise.cu) is timed against the usual path of a 1x1
+     * FusedConv / Conv (conv.c, pw_decide): 1 the usual path, 2 the kernel (0: the choice) */
+    int pw_force;
     char algo_path[1024];
     char algo_prefix[320];
     kiln_algo_entry *algos;
@@ -571,6 +574,24 @@ kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, k
                                              const kiln_cuda_dw_geo *g, const void *x, const void *w,
                                              const void *b, const void *z, const kiln_cuda_act *act, int variant,
                                              void *y);
+
+/* Convolutions with K = kh * kw * u <= 64 (1x1 products of few channels, few-channel
+ * windows such as RGB stems) on the tensor cores (conv_pointwise.cu): one group, X (N, H, W, C)
+ * NHWC of which the first u channels are read (the rest must have zero weights), W KRSC
+ * (M, kh, kw, C), Y (N, OH, OW, M) NHWC, pads pt / pl before the first row / column. */
+typedef struct kiln_cuda_pw_geo {
+    int64_t N, H, W, C, u, M, OH, OW;
+    int64_t kh, kw, sh, sw, dh, dw, pt, pl;
+} kiln_cuda_pw_geo;
+/* Whether the kernel takes the problem (f16 / bf16, K <= 64, M a multiple of 8, y and z
+ * 16-byte aligned; why not in why, which may be NULL). */
+bool kiln_cuda_conv_pointwise_fits(kiln_dtype dt, const kiln_cuda_pw_geo *p, const void *z, const void *y, char *why,
+                                   size_t wn);
+/* y = act(conv(x, w) + b + z): b (M) and z (like y) may be NULL, act NULL for none. No
+ * workspace. */
+kiln_status kiln_cuda_conv_pointwise(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, const kiln_cuda_pw_geo *p,
+                                     const void *x, const void *w, const void *b, const void *z,
+                                     const kiln_cuda_act *act, void *y);
 /* dX (like X, in g's layout) = the gradient of the depthwise convolution g for dY, W. No
  * workspace. */
 kiln_status kiln_cuda_conv_depthwise_grad_input(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt,

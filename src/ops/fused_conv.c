@@ -465,6 +465,19 @@ static int test(void) {
         fails += random_case(label, KILN_F32, KT_DIMS(2, 16, 9, 8), KT_DIMS(24, 16, 3, 3), true, false,
                              "pads=[1,1,1,1];strides=[2,2]", acts[i].act, acts[i].attrs, acts[i].fused, 200 + i);
     }
+    /* 1x1 products of few input channels (CUDA NHWC f16 / bf16: conv_pointwise.cu's kernel
+     * where it times faster, everywhere with KILN_CUDA_PW=1): several 128-row tiles and a
+     * partial one, a partial 64-channel tile (200), K padded to 16 / 48 (8, 40) */
+    fails += random_case("fusedconv random Silu, bias, 1x1 24 -> 144 (pointwise)", KILN_F32, KT_DIMS(2, 24, 13, 11),
+                         KT_DIMS(144, 24, 1, 1), true, false, "", "Silu", "", "", 124);
+    fails += random_case("fusedconv random Relu, bias, residual, 1x1 64 -> 200 (pointwise)", KILN_F32,
+                         KT_DIMS(1, 64, 12, 12), KT_DIMS(200, 64, 1, 1), true, true, "", "Relu", "", "", 125);
+    fails += random_case("fusedconv random HardSwish, bias, residual, 1x1 32 -> 64 (pointwise)", KILN_F32,
+                         KT_DIMS(3, 32, 9, 10), KT_DIMS(64, 32, 1, 1), true, true, "", "HardSwish", "", "", 126);
+    fails += random_case("fusedconv random no activation, no bias, 1x1 8 -> 16 (pointwise)", KILN_F32,
+                         KT_DIMS(2, 8, 7, 7), KT_DIMS(16, 8, 1, 1), false, false, "", "", "", "", 127);
+    fails += random_case("fusedconv random Sigmoid, bias, 1x1 40 -> 80 (pointwise)", KILN_F32, KT_DIMS(2, 40, 8, 9),
+                         KT_DIMS(80, 40, 1, 1), true, false, "", "Sigmoid", "", "", 128);
     fails += random_case("fusedconv random HardSwish, residual, no bias, 1x1", KILN_F32,
                          KT_DIMS(1, 5, 6, 7), KT_DIMS(3, 5, 1, 1), false, true, "", "HardSwish",
                          "", "", 121);

@@ -3062,6 +3062,89 @@ static void direct_cases(void) {
     kiln_cuda_free(off);
 }
 
+/* NHWC FusedConvs of at most 64 values a window, which conv_pointwise.cu takes in f16 / bf16:
+ * 1x1 products (X's rows copied as they are) over several 128-row tiles and a partial one,
+ * partial 64-channel tiles, K padded to 16, 32, 48 and 64, every activation, with and
+ * without bias and residual; and windows it gathers (strided, padded, dilated). */
+static void pointwise_group(const char *tag) {
+    static const struct {
+        const char *attrs, *label;
+        int64_t c, m;
+        bool bias, z;
+    } v[] = {
+        {"activation=Silu", "24 -> 144 silu, bias", 24, 144, true, false},
+        {"activation=Relu", "64 -> 200 relu, bias, residual", 64, 200, true, true},
+        {"activation=Clip;act_min=0.0;act_max=6.0", "16 -> 96 relu6, bias", 16, 96, true, false},
+        {"activation=HardSwish", "40 -> 120 hardswish, bias, residual", 40, 120, true, true},
+        {"", "8 -> 16 no activation, no bias", 8, 16, false, false},
+        {"", "32 -> 64 no activation, residual, no bias", 32, 64, false, true},
+        {"activation=LeakyRelu;alpha=0.1", "56 -> 24 leaky relu, bias", 56, 24, true, false},
+        {"activation=Sigmoid", "48 -> 72 sigmoid, bias", 48, 72, true, false},
+        {"activation=HardSigmoid;alpha=0.3;beta=0.4", "16 -> 32 hardsigmoid, bias", 16, 32, true, false},
+        {"activation=Tanh", "24 -> 40 tanh, bias", 24, 40, true, false},
+        {"activation=Gelu", "64 -> 256 gelu, bias, residual", 64, 256, true, true},
+        {"activation=GeluTanh", "32 -> 128 gelu tanh, bias", 32, 128, true, false},
+    };
+    char label[160];
+    fused_reference(compose_conv);
+    atol_scale = 1e-5;
+    layout = NHWC_IN(0) | NHWC_IN(1) | NHWC_IN(3) | NHWC_OUT;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        const inp spec[4] = {X(2, v[i].c, 13, 11), X(v[i].m, v[i].c, 1, 1), X(v[i].m), X(2, v[i].m, 13, 11)};
+        inp use[4];
+        memcpy(use, spec, sizeof use);
+        if (!v[i].bias) use[2] = (inp)NONE;
+        snprintf(label, sizeof label, "%s 1x1 %s", tag, v[i].label);
+        floats("kiln.FusedConv", v[i].attrs, 0, false, 2e-5, 1e-4, label, use, v[i].z ? 4 : 3);
+    }
+    /* windows gathered: RGB stems (3x3 stride 2 over 3 or 4 channels, asymmetric pads,
+     * convnext's 4x4 stride 4), a dilated 3x3 over 7 channels with a residual, 5x5 over 2 */
+    static const struct {
+        const char *attrs, *label;
+        int64_t c, m, k, h, w;
+    } win[] = {
+        {"strides=[2,2];pads=[1,1,1,1];activation=Relu", "3x3 stride 2, 3 -> 32 relu, bias", 3, 32, 3, 17, 15},
+        {"strides=[2,2];pads=[0,0,1,1];activation=Silu", "3x3 stride 2 asymmetric pads, 4 -> 48 silu, bias", 4, 48, 3,
+         16, 16},
+        {"strides=[4,4]", "4x4 stride 4, 3 -> 96, bias", 3, 96, 4, 16, 20},
+        {"dilations=[2,2];pads=[2,2,2,2];activation=HardSwish", "3x3 dilated, 7 -> 16 hardswish, bias", 7, 16, 3, 9,
+         9},
+        {"pads=[2,2,2,2];activation=Gelu", "5x5, 2 -> 8 gelu, bias", 2, 8, 5, 8, 8},
+    };
+    for (size_t i = 0; i < sizeof win / sizeof win[0]; i++) {
+        snprintf(label, sizeof label, "%s %s", tag, win[i].label);
+        floats("kiln.FusedConv", win[i].attrs, 0, false, 2e-5, 1e-4, label,
+               INPUTS(X(2, win[i].c, win[i].h, win[i].w), X(win[i].m, win[i].c, win[i].k, win[i].k), X(win[i].m)));
+    }
+    layout = 0;
+    atol_scale = 0;
+    fused_reference(NULL);
+}
+
+/* pointwise_group with KILN_CUDA_PW=mode (1: the kernel wherever it applies, 0: never),
+ * checking from the counter that its f16 / bf16 runs (two of each case's three) all went
+ * through the kernel, or none did. */
+static void pointwise_with(const char *tag, const char *mode) {
+    const int runs0 = device_runs, calls0 = cu ? stats_of(cu).conv_pointwise_calls : 0;
+    setenv("KILN_CUDA_PW", mode, 1);
+    pointwise_group(tag);
+    unsetenv("KILN_CUDA_PW");
+    if (!cu || device_runs == runs0) return; /* dry run, or filtered out */
+    const int runs = device_runs - runs0, calls = stats_of(cu).conv_pointwise_calls - calls0;
+    const bool on = strcmp(mode, "1") == 0;
+    char label[200], detail[120];
+    snprintf(label, sizeof label, "%s: %d of %d device runs went through the pointwise kernel (want %s)", tag, calls,
+             runs, on ? "the f16 and bf16 ones" : "none");
+    snprintf(detail, sizeof detail, "stats.conv_pointwise_calls rose by %d", calls);
+    check(calls == (on ? runs / 3 * 2 : 0), label, detail);
+}
+
+static void pointwise_cases(void) {
+    pointwise_with("[pointwise kernel]", "1");
+    pointwise_with("[pointwise off]", "0");
+    pointwise_group("[pointwise timed]");
+}
+
 /* Depthwise convolutions (group == C == M), which conv_depthwise.cu runs instead of
  * cuDNN: Conv in both layouts (f32 also misaligned: NHWC's scalar path), C a multiple of 8
  * (NHWC's vector path) or not, 7x7 with stride 1 (the sliding window) and 3x3 with stride
@@ -3615,6 +3698,7 @@ int main(int argc, char **argv) {
     fused_conv_cases();
     dropout_cases();
     direct_cases();
+    pointwise_cases();
     depthwise_cases();
     grouped_cases();
     fused_loss_cases();
