@@ -66,7 +66,8 @@ struct Geo {
  * activation A, rounded to T once. */
 template <typename T> struct PwEpi {
     float (&acc)[2][4][4];
-    const float *sB;
+    const float *sB;          /* the bias staged as f32, or NULL: */
+    const T *__restrict__ gb; /* read from global (or NULL: none) */
     const T *__restrict__ z;
     T *sO;
     const Epi &e;
@@ -79,12 +80,15 @@ template <typename T> struct PwEpi {
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < 4; nt++) {
+                if (n0 + wn + nt * 8 >= M) continue; /* past Y's channels: nothing to stage */
+                const int cl = wn + nt * 8 + 2 * (lane & 3);
+                const float b0 = sB ? sB[cl] : gb ? to_f(gb[n0 + cl]) : 0.f;
+                const float b1 = sB ? sB[cl + 1] : gb ? to_f(gb[n0 + cl + 1]) : 0.f;
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int r = wm + mt * 16 + (lane >> 2) + h * 8;
-                    const int cl = wn + nt * 8 + 2 * (lane & 3);
-                    float v0 = acc[mt][nt][2 * h] + sB[cl], v1 = acc[mt][nt][2 * h + 1] + sB[cl + 1];
+                    float v0 = acc[mt][nt][2 * h] + b0, v1 = acc[mt][nt][2 * h + 1] + b1;
                     if (z) {
                         const int64_t gr = r0 + r;
                         const int gc = n0 + cl;
@@ -100,6 +104,7 @@ template <typename T> struct PwEpi {
                     v1 = act_of<A, true>(v1, e);
                     *(uint32_t *)(sO + r * LDO + cl) = pack2<T>(v0, v1);
                 }
+            }
     }
 };
 
@@ -159,48 +164,18 @@ __device__ __forceinline__ void gather(T *sX, T *sW, const T *__restrict__ x, co
         sW[m * LD + k] = wo >= 0 && n0 + m < M ? w[(n0 + m) * wrow + wo] : zero;
 }
 
-template <typename T, int KP, bool GATHER>
-__global__ void __launch_bounds__(THREADS, 3)
-    pointwise_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
-                     const T *__restrict__ z, T *__restrict__ y, int64_t rows, int M, int ncol, Geo g, Epi e) {
-    constexpr int LD = KP + 8; /* halves; 8 ldmatrix rows hit 8 distinct 16-byte bank groups */
-    constexpr int KC = KP / 8; /* 16-byte chunks of a staged row */
-    constexpr int XS = BM * LD > BM * LDO ? BM * LD : BM * LDO;
-    __shared__ alignas(16) T sX[XS]; /* X's tile, then Y's */
-    __shared__ alignas(16) T sW[BN * LD];
-    __shared__ float sB[BN];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t r0 = (int64_t)(blockIdx.x / (unsigned)ncol) * BM;
-    const int n0 = (int)(blockIdx.x % (unsigned)ncol) * BN;
-    if (tid < BN) sB[tid] = b && n0 + tid < M ? to_f(b[n0 + tid]) : 0.f;
-    if constexpr (GATHER) {
-        gather<T, KP, LD>(sX, sW, x, w, r0, rows, n0, M, g, tid);
-    } else { /* a 1x1 product: P's rows are X's, K a multiple of 8 */
-        const int K = g.K, kc = K / 8;
-        for (int i = tid; i < BM * KC; i += THREADS) {
-            const int r = i / KC, c = i % KC;
-            const bool ok = r0 + r < rows && c < kc;
-            cp_async16(smem_u32(sX + r * LD + c * 8), ok ? x + (r0 + r) * K + c * 8 : x, ok ? 16 : 0);
-        }
-        for (int i = tid; i < BN * KC; i += THREADS) {
-            const int r = i / KC, c = i % KC;
-            const bool ok = n0 + r < M && c < kc;
-            cp_async16(smem_u32(sW + r * LD + c * 8), ok ? w + (int64_t)(n0 + r) * K + c * 8 : w, ok ? 16 : 0);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-    }
-    __syncthreads();
-
-    const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
-    float acc[2][4][4];
+/* A warp's 32 x 32 part (rows wm.., channels wn..) of the staged tile's product, from zero:
+ * P's rows in sX, W's in sW (row stride LD, KP columns); live0 / live1: whether the warp's
+ * two 16-channel halves hold any of Y's channels (a dead half is skipped). */
+template <typename T, int KP, int LD>
+__device__ __forceinline__ void tile_mma(float (&acc)[2][4][4], const T *sX, const T *sW, int wm, int wn, int lane,
+                                         bool live0, bool live1) {
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[mt][nt][q] = 0.f;
-    const bool live0 = n0 + wn < M, live1 = n0 + wn + 16 < M; /* the warp's two 16-channel halves */
 #pragma unroll
     for (int kk = 0; kk < KP / 16; kk++) {
         uint32_t a[2][4];
@@ -221,11 +196,13 @@ __global__ void __launch_bounds__(THREADS, 3)
             }
         }
     }
-    __syncthreads(); /* every warp has read X's tile: Y's is staged over it */
-    T *sO = sX;
-    act_dispatch(e.act, PwEpi<T>{acc, sB, z, sO, e, r0, rows, n0, M, wm, wn, lane});
-    __syncthreads();
+}
 
+/* Y's staged tile (sO, row stride LDO) to global as 16-byte runs; rows past `rows` and
+ * channels past M are not written. */
+template <typename T>
+__device__ __forceinline__ void store_tile(T *__restrict__ y, const T *sO, int64_t r0, int64_t rows, int n0, int M,
+                                           int tid) {
     using V = typename VecOf<T>::type;
     for (int i = tid; i < BM * (BN / 8); i += THREADS) {
         const int r = i / (BN / 8), c = i % (BN / 8);
@@ -235,15 +212,136 @@ __global__ void __launch_bounds__(THREADS, 3)
     }
 }
 
-template <typename T, bool GATHER>
-void launch_kp(int kp, unsigned blocks, cudaStream_t s, const T *x, const T *w, const T *b, const T *z, T *y,
-               int64_t rows, int M, int ncol, const Geo &g, const Epi &e) {
-    switch (kp) {
-    case 16: pointwise_kernel<T, 16, GATHER><<<blocks, THREADS, 0, s>>>(x, w, b, z, y, rows, M, ncol, g, e); break;
-    case 32: pointwise_kernel<T, 32, GATHER><<<blocks, THREADS, 0, s>>>(x, w, b, z, y, rows, M, ncol, g, e); break;
-    case 48: pointwise_kernel<T, 48, GATHER><<<blocks, THREADS, 0, s>>>(x, w, b, z, y, rows, M, ncol, g, e); break;
-    default: pointwise_kernel<T, 64, GATHER><<<blocks, THREADS, 0, s>>>(x, w, b, z, y, rows, M, ncol, g, e); break;
+/* A chunk of SEGB bytes (16 or 8) from global to shared memory, src_bytes 0 or SEGB. */
+template <int SEGB> __device__ __forceinline__ void cp_chunk(uint32_t dst, const void *src, int src_bytes) {
+    if constexpr (SEGB == 16) cp_async16(dst, src, src_bytes);
+    else cp_async8(dst, src, src_bytes);
+}
+
+/* A window's SEGB-byte chunk j of P's row (WINDOW mode): its tap's offsets and its place in X
+ * from the window's first pixel. */
+struct Seg {
+    int di, dj, xoff;
+};
+constexpr int SEG_MAX = KMAX / 4;
+
+/* Persistent blocks, each taking the tiles blockIdx.x, + gridDim.x, ... (channel tile
+ * fastest), the next tile's P and W rows copied by cp.async in chunks of SEGB bytes into the
+ * other of two buffers while this one is computed and stored. !WINDOW: a 1x1 product, P = X
+ * (K a multiple of 8, SEGB 16). WINDOW: P's row is the window of all C channels of each tap
+ * (C * 2 bytes a multiple of SEGB; X and W SEGB-aligned), chunks from a table (Seg) made once,
+ * two threads a row. Columns K .. KP - 1 are zero-filled by the same copies. */
+template <typename T, int KP, int SEGB, bool WINDOW>
+__global__ void __launch_bounds__(THREADS, 3)
+    product_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
+                   const T *__restrict__ z, T *__restrict__ y, int64_t rows, int M, int ncol, int64_t ntiles, Geo g,
+                   Epi e) {
+    constexpr int LD = KP + 8;
+    constexpr int CE = SEGB / 2;  /* elements a chunk */
+    constexpr int KC = KP / CE;   /* chunks of a staged row */
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *sX = (T *)smem;        /* 2 x BM x LD */
+    T *sW = sX + 2 * BM * LD; /* 2 x BN x LD */
+    T *sO = sW + 2 * BN * LD; /* BM x LDO */
+    __shared__ Seg sSeg[WINDOW ? SEG_MAX : 1];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int K = g.K, kc = K / CE; /* chunks of P's (and W's) real columns */
+    if constexpr (WINDOW) {
+        const int cpt = g.C / CE; /* chunks a tap */
+        if (tid < kc) {
+            const int t = tid / cpt, q = tid % cpt, i = t / g.kw, j = t % g.kw;
+            sSeg[tid] = {i * g.dh, j * g.dw, (i * g.dh * g.W + j * g.dw) * g.C + q * CE};
+        }
+        __syncthreads();
     }
+    auto issue = [&](int64_t t, int buf) {
+        if (t < ntiles) {
+            const int64_t r0 = t / ncol * BM;
+            const int n0 = (int)(t % ncol) * BN;
+            T *dX = sX + buf * BM * LD, *dW = sW + buf * BN * LD;
+            if constexpr (WINDOW) {
+                const int r = tid >> 1;
+                const int64_t gr = r0 + r;
+                int ih0 = FAR, iw0 = 0;
+                long long base = 0;
+                if (gr < rows) {
+                    const int64_t hw = (int64_t)g.OH * g.OW, n = gr / hw;
+                    const int rem = (int)(gr - n * hw), oh = rem / g.OW, ow = rem - oh * g.OW;
+                    ih0 = oh * g.sh - g.pt;
+                    iw0 = ow * g.sw - g.pl;
+                    base = (long long)n * g.H * g.W * g.C + ((long long)ih0 * g.W + iw0) * g.C;
+                }
+#pragma unroll 4
+                for (int j = tid & 1; j < KC; j += 2) {
+                    bool ok = false;
+                    long long off = 0;
+                    if (j < kc) {
+                        const Seg sg = sSeg[j];
+                        const int ih = ih0 + sg.di, iw = iw0 + sg.dj;
+                        ok = (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W;
+                        off = base + sg.xoff;
+                    }
+                    cp_chunk<SEGB>(smem_u32(dX + r * LD + j * CE), ok ? x + off : x, ok ? SEGB : 0);
+                }
+            } else {
+                for (int i = tid; i < BM * KC; i += THREADS) {
+                    const int r = i / KC, c = i % KC;
+                    const bool ok = r0 + r < rows && c < kc;
+                    cp_chunk<SEGB>(smem_u32(dX + r * LD + c * CE), ok ? x + (r0 + r) * K + c * CE : x, ok ? SEGB : 0);
+                }
+            }
+            for (int i = tid; i < BN * KC; i += THREADS) {
+                const int r = i / KC, c = i % KC;
+                const bool ok = n0 + r < M && c < kc;
+                cp_chunk<SEGB>(smem_u32(dW + r * LD + c * CE), ok ? w + (int64_t)(n0 + r) * K + c * CE : w,
+                               ok ? SEGB : 0);
+            }
+        }
+        cp_async_commit(); /* empty past the last tile: the wait below counts groups */
+    };
+    const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
+    int64_t t = blockIdx.x;
+    issue(t, 0);
+    issue(t + gridDim.x, 1);
+    for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
+        cp_async_wait<1>(); /* this tile's group (the next one may still be in flight) */
+        __syncthreads();    /* ... for every thread's copies; and sO's last stores are read */
+        const int64_t r0 = t / ncol * BM;
+        const int n0 = (int)(t % ncol) * BN;
+        float acc[2][4][4];
+        tile_mma<T, KP, LD>(acc, sX + buf * BM * LD, sW + buf * BN * LD, wm, wn, lane, n0 + wn < M,
+                            n0 + wn + 16 < M);
+        act_dispatch(e.act, PwEpi<T>{acc, nullptr, b, z, sO, e, r0, rows, n0, M, wm, wn, lane});
+        __syncthreads(); /* sO complete; every warp is past this buffer's tile */
+        issue(t + 2 * (int64_t)gridDim.x, buf);
+        store_tile<T>(y, sO, r0, rows, n0, M, tid);
+    }
+}
+
+/* Any other window: one tile a block, P's tile gathered (gather). */
+template <typename T, int KP>
+__global__ void __launch_bounds__(THREADS, 3)
+    window_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
+                  const T *__restrict__ z, T *__restrict__ y, int64_t rows, int M, int ncol, Geo g, Epi e) {
+    constexpr int LD = KP + 8; /* halves; 8 ldmatrix rows hit 8 distinct 16-byte bank groups */
+    constexpr int XS = BM * LD > BM * LDO ? BM * LD : BM * LDO;
+    __shared__ alignas(16) T sX[XS]; /* P's tile, then Y's */
+    __shared__ alignas(16) T sW[BN * LD];
+    __shared__ float sB[BN];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t r0 = (int64_t)(blockIdx.x / (unsigned)ncol) * BM;
+    const int n0 = (int)(blockIdx.x % (unsigned)ncol) * BN;
+    if (tid < BN) sB[tid] = b && n0 + tid < M ? to_f(b[n0 + tid]) : 0.f;
+    gather<T, KP, LD>(sX, sW, x, w, r0, rows, n0, M, g, tid);
+    __syncthreads();
+    const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
+    float acc[2][4][4];
+    tile_mma<T, KP, LD>(acc, sX, sW, wm, wn, lane, n0 + wn < M, n0 + wn + 16 < M);
+    __syncthreads(); /* every warp has read P's tile: Y's is staged over it */
+    T *sO = sX;
+    act_dispatch(e.act, PwEpi<T>{acc, sB, nullptr, z, sO, e, r0, rows, n0, M, wm, wn, lane});
+    __syncthreads();
+    store_tile<T>(y, sO, r0, rows, n0, M, tid);
 }
 
 /* Whether P is X itself (a 1x1 product of K = C, a multiple of 8, x and w 16-byte aligned). */
@@ -252,22 +350,81 @@ bool plain_product(const kiln_cuda_pw_geo *p, const void *x, const void *w) {
            p->OW == p->W && p->u == p->C && p->C % 8 == 0 && aligned16(x, w);
 }
 
+/* The chunk size (16 or 8 bytes) in which product_kernel copies a window of all C channels of
+ * each tap (K = kh * kw * C <= 64; the channels past u have zero weights, as on cuDNN's
+ * padded path), or 0 where it cannot (the window kernel gathers the u channels instead). */
+int window_chunk(const kiln_cuda_pw_geo *p, const void *x, const void *w) {
+    if (p->kh * p->kw * p->C > KMAX) return 0;
+    const int seg = p->C % 8 == 0 ? 16 : p->C % 4 == 0 ? 8 : 0;
+    return seg && (uintptr_t)x % seg == 0 && (uintptr_t)w % seg == 0 ? seg : 0;
+}
+
+/* product_kernel's shared memory: two P and W buffers, Y's staged tile. */
+constexpr size_t product_smem(int kp) {
+    return (size_t)(2 * BM * (kp + 8) + 2 * BN * (kp + 8) + BM * LDO) * 2;
+}
+
+template <typename T, int KP, int SEGB, bool WINDOW>
+cudaError_t launch_product(const kiln_cuda *cu, cudaStream_t s, const T *x, const T *w, const T *b, const T *z, T *y,
+                           int64_t rows, int M, int ncol, int64_t ntiles, const Geo &g, const Epi &e) {
+    constexpr size_t smem = product_smem(KP);
+    /* more than the default 48 KB of dynamic shared memory (setting it again is harmless) */
+    cudaError_t err = cudaFuncSetAttribute(product_kernel<T, KP, SEGB, WINDOW>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return err;
+    const int64_t resident = (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 1) * 3;
+    const unsigned blocks = (unsigned)(ntiles < resident ? ntiles : resident);
+    product_kernel<T, KP, SEGB, WINDOW><<<blocks, THREADS, smem, s>>>(x, w, b, z, y, rows, M, ncol, ntiles, g, e);
+    return cudaSuccess;
+}
+
+template <typename T, int SEGB, bool WINDOW>
+cudaError_t launch_product_kp(int kp, const kiln_cuda *cu, cudaStream_t s, const T *x, const T *w, const T *b,
+                              const T *z, T *y, int64_t rows, int M, int ncol, int64_t ntiles, const Geo &g,
+                              const Epi &e) {
+    switch (kp) {
+    case 16: return launch_product<T, 16, SEGB, WINDOW>(cu, s, x, w, b, z, y, rows, M, ncol, ntiles, g, e);
+    case 32: return launch_product<T, 32, SEGB, WINDOW>(cu, s, x, w, b, z, y, rows, M, ncol, ntiles, g, e);
+    case 48: return launch_product<T, 48, SEGB, WINDOW>(cu, s, x, w, b, z, y, rows, M, ncol, ntiles, g, e);
+    default: return launch_product<T, 64, SEGB, WINDOW>(cu, s, x, w, b, z, y, rows, M, ncol, ntiles, g, e);
+    }
+}
+
 template <typename T>
 kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const kiln_cuda_pw_geo *p, const void *x, const void *w,
                    const void *b, const void *z, const Epi &e, void *y) {
     const int64_t rows = p->N * p->OH * p->OW;
     const int ncol = (int)((p->M + BN - 1) / BN);
-    const unsigned blocks = (unsigned)((rows + BM - 1) / BM * ncol);
-    const Geo g = {(int)p->H, (int)p->W, (int)p->C, (int)p->u, (int)p->kh, (int)p->kw, (int)p->sh, (int)p->sw,
-                   (int)p->dh, (int)p->dw, (int)p->pt, (int)p->pl, (int)p->OH, (int)p->OW,
-                   (int)(p->kh * p->kw * p->u)};
-    const int kp = (g.K + 15) / 16 * 16;
+    const int64_t tiles = (rows + BM - 1) / BM * ncol;
+    Geo g = {(int)p->H, (int)p->W, (int)p->C, (int)p->u, (int)p->kh, (int)p->kw, (int)p->sh, (int)p->sw,
+             (int)p->dh, (int)p->dw, (int)p->pt, (int)p->pl, (int)p->OH, (int)p->OW, (int)(p->kh * p->kw * p->u)};
+    const int M = (int)p->M;
     const T *xt = (const T *)x, *wt = (const T *)w, *bt = (const T *)b, *zt = (const T *)z;
-    if (plain_product(p, x, w))
-        launch_kp<T, false>(kp, blocks, cu->stream, xt, wt, bt, zt, (T *)y, rows, (int)p->M, ncol, g, e);
-    else
-        launch_kp<T, true>(kp, blocks, cu->stream, xt, wt, bt, zt, (T *)y, rows, (int)p->M, ncol, g, e);
-    KILN_CUDA_LAUNCHED(ctx, "pointwise_kernel");
+    T *yt = (T *)y;
+    cudaStream_t s = cu->stream;
+    const bool plain = plain_product(p, x, w);
+    const int seg = plain ? 16 : window_chunk(p, x, w);
+    if (seg) {
+        if (!plain) g.K = g.kh * g.kw * g.C; /* every channel of a tap */
+        const int kp = (g.K + 15) / 16 * 16;
+        const cudaError_t err =
+            plain ? launch_product_kp<T, 16, false>(kp, cu, s, xt, wt, bt, zt, yt, rows, M, ncol, tiles, g, e)
+            : seg == 16 ? launch_product_kp<T, 16, true>(kp, cu, s, xt, wt, bt, zt, yt, rows, M, ncol, tiles, g, e)
+                        : launch_product_kp<T, 8, true>(kp, cu, s, xt, wt, bt, zt, yt, rows, M, ncol, tiles, g, e);
+        if (err != cudaSuccess)
+            return kiln_cuda_rt_error(ctx, err, "cudaFuncSetAttribute(product_kernel)", __FILE__, __LINE__);
+        KILN_CUDA_LAUNCHED(ctx, "product_kernel");
+        return KILN_OK;
+    }
+    const int kp = (g.K + 15) / 16 * 16;
+    const unsigned blocks = (unsigned)tiles;
+    switch (kp) {
+    case 16: window_kernel<T, 16><<<blocks, THREADS, 0, s>>>(xt, wt, bt, zt, yt, rows, M, ncol, g, e); break;
+    case 32: window_kernel<T, 32><<<blocks, THREADS, 0, s>>>(xt, wt, bt, zt, yt, rows, M, ncol, g, e); break;
+    case 48: window_kernel<T, 48><<<blocks, THREADS, 0, s>>>(xt, wt, bt, zt, yt, rows, M, ncol, g, e); break;
+    default: window_kernel<T, 64><<<blocks, THREADS, 0, s>>>(xt, wt, bt, zt, yt, rows, M, ncol, g, e); break;
+    }
+    KILN_CUDA_LAUNCHED(ctx, "window_kernel");
     return KILN_OK;
 }
 

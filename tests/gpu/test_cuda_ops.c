@@ -3097,8 +3097,9 @@ static void pointwise_group(const char *tag) {
         snprintf(label, sizeof label, "%s 1x1 %s", tag, v[i].label);
         floats("kiln.FusedConv", v[i].attrs, 0, false, 2e-5, 1e-4, label, use, v[i].z ? 4 : 3);
     }
-    /* windows gathered: RGB stems (3x3 stride 2 over 3 or 4 channels, asymmetric pads,
-     * convnext's 4x4 stride 4), a dilated 3x3 over 7 channels with a residual, 5x5 over 2 */
+    /* windows: RGB stems (3x3 stride 2 over 3 or 4 channels, asymmetric pads, 4x4 stride 4
+     * over 3 or 4), a dilated 3x3 over 7 channels, 5x5 over 2, a 1x1 of stride 2; copied in 8-
+     * or 16-byte pieces where C is a multiple of 4 or 8, else gathered a value at a time */
     static const struct {
         const char *attrs, *label;
         int64_t c, m, k, h, w;
@@ -3110,6 +3111,9 @@ static void pointwise_group(const char *tag) {
         {"dilations=[2,2];pads=[2,2,2,2];activation=HardSwish", "3x3 dilated, 7 -> 16 hardswish, bias", 7, 16, 3, 9,
          9},
         {"pads=[2,2,2,2];activation=Gelu", "5x5, 2 -> 8 gelu, bias", 2, 8, 5, 8, 8},
+        {"strides=[4,4];activation=Relu", "4x4 stride 4, 4 -> 40 relu, bias", 4, 40, 4, 17, 21},
+        {"strides=[2,2];activation=Relu", "1x1 stride 2, 32 -> 48 relu, bias", 32, 48, 1, 15, 14},
+        {"pads=[1,1,1,1];activation=Tanh", "3x3, 4 -> 8 tanh, bias (one 128-row tile)", 4, 8, 3, 5, 6},
     };
     for (size_t i = 0; i < sizeof win / sizeof win[0]; i++) {
         snprintf(label, sizeof label, "%s %s", tag, win[i].label);
