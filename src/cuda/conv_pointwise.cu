@@ -368,11 +368,19 @@ template <typename T, int KP, int SEGB, bool WINDOW>
 cudaError_t launch_product(const kiln_cuda *cu, cudaStream_t s, const T *x, const T *w, const T *b, const T *z, T *y,
                            int64_t rows, int M, int ncol, int64_t ntiles, const Geo &g, const Epi &e) {
     constexpr size_t smem = product_smem(KP);
-    /* more than the default 48 KB of dynamic shared memory (setting it again is harmless) */
-    cudaError_t err = cudaFuncSetAttribute(product_kernel<T, KP, SEGB, WINDOW>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    auto kernel = product_kernel<T, KP, SEGB, WINDOW>;
+    /* more than the default 48 KB of dynamic shared memory, and the most shared memory the SM
+     * can give (the driver's default carveout may hold fewer blocks); setting them again is
+     * harmless. The grid: the blocks that are resident at once, no more (a persistent block
+     * not resident would start only when another ends). */
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   (int)cudaSharedmemCarveoutMaxShared);
+    int per_sm = 0;
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, smem);
     if (err != cudaSuccess) return err;
-    const int64_t resident = (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 1) * 3;
+    const int64_t resident = (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 1) * (per_sm > 0 ? per_sm : 1);
     const unsigned blocks = (unsigned)(ntiles < resident ? ntiles : resident);
     product_kernel<T, KP, SEGB, WINDOW><<<blocks, THREADS, smem, s>>>(x, w, b, z, y, rows, M, ncol, ntiles, g, e);
     return cudaSuccess;
@@ -412,7 +420,8 @@ kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const kiln_cuda_pw_geo *p, 
             : seg == 16 ? launch_product_kp<T, 16, true>(kp, cu, s, xt, wt, bt, zt, yt, rows, M, ncol, tiles, g, e)
                         : launch_product_kp<T, 8, true>(kp, cu, s, xt, wt, bt, zt, yt, rows, M, ncol, tiles, g, e);
         if (err != cudaSuccess)
-            return kiln_cuda_rt_error(ctx, err, "cudaFuncSetAttribute(product_kernel)", __FILE__, __LINE__);
+            return kiln_cuda_rt_error(ctx, err, "setting up product_kernel (attributes, occupancy)", __FILE__,
+                                      __LINE__);
         KILN_CUDA_LAUNCHED(ctx, "product_kernel");
         return KILN_OK;
     }
