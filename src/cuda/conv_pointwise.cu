@@ -78,13 +78,13 @@ template <typename T> struct PwEpi {
 
     template <int A> __device__ __forceinline__ void operator()() const {
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
+        for (int nt = 0; nt < 4; nt++) {
+            if (n0 + wn + nt * 8 >= M) continue; /* past Y's channels: nothing to stage */
+            const int cl = wn + nt * 8 + 2 * (lane & 3);
+            const float b0 = sB ? sB[cl] : gb ? to_f(gb[n0 + cl]) : 0.f;
+            const float b1 = sB ? sB[cl + 1] : gb ? to_f(gb[n0 + cl + 1]) : 0.f;
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                if (n0 + wn + nt * 8 >= M) continue; /* past Y's channels: nothing to stage */
-                const int cl = wn + nt * 8 + 2 * (lane & 3);
-                const float b0 = sB ? sB[cl] : gb ? to_f(gb[n0 + cl]) : 0.f;
-                const float b1 = sB ? sB[cl + 1] : gb ? to_f(gb[n0 + cl + 1]) : 0.f;
+            for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int r = wm + mt * 16 + (lane >> 2) + h * 8;
@@ -104,7 +104,7 @@ template <typename T> struct PwEpi {
                     v1 = act_of<A, true>(v1, e);
                     *(uint32_t *)(sO + r * LDO + cl) = pack2<T>(v0, v1);
                 }
-            }
+        }
     }
 };
 
@@ -234,8 +234,7 @@ constexpr int SEG_MAX = KMAX / 4;
 template <typename T, int KP, int SEGB, bool WINDOW>
 __global__ void __launch_bounds__(THREADS, 3)
     product_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
-                   const T *__restrict__ z, T *__restrict__ y, int64_t rows, int M, int ncol, int64_t ntiles, Geo g,
-                   Epi e) {
+                   const T *__restrict__ z, T *__restrict__ y, int64_t rows, int M, int ncol, int nrt, Geo g, Epi e) {
     constexpr int LD = KP + 8;
     constexpr int CE = SEGB / 2;  /* elements a chunk */
     constexpr int KC = KP / CE;   /* chunks of a staged row */
@@ -254,10 +253,21 @@ __global__ void __launch_bounds__(THREADS, 3)
         }
         __syncthreads();
     }
-    auto issue = [&](int64_t t, int buf) {
-        if (t < ntiles) {
-            const int64_t r0 = t / ncol * BM;
-            const int n0 = (int)(t % ncol) * BN;
+    /* tile (row tile rt, channel tile col) = rt * ncol + col; a block's next one is gridDim.x
+     * further: stepped without dividing (a 64-bit division is ~100 instructions) */
+    const unsigned gq = gridDim.x / (unsigned)ncol, gm = gridDim.x % (unsigned)ncol;
+    auto step = [&](unsigned &rt, unsigned &col) {
+        col += gm;
+        rt += gq;
+        if (col >= (unsigned)ncol) {
+            col -= ncol;
+            rt++;
+        }
+    };
+    auto issue = [&](unsigned rt, unsigned col, int buf) {
+        if (rt < (unsigned)nrt) {
+            const int64_t r0 = (int64_t)rt * BM;
+            const int n0 = (int)col * BN;
             T *dX = sX + buf * BM * LD, *dW = sW + buf * BN * LD;
             if constexpr (WINDOW) {
                 const int r = tid >> 1;
@@ -300,20 +310,29 @@ __global__ void __launch_bounds__(THREADS, 3)
         cp_async_commit(); /* empty past the last tile: the wait below counts groups */
     };
     const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
-    int64_t t = blockIdx.x;
-    issue(t, 0);
-    issue(t + gridDim.x, 1);
-    for (int buf = 0; t < ntiles; t += gridDim.x, buf ^= 1) {
+    unsigned rt = blockIdx.x / (unsigned)ncol, col = blockIdx.x % (unsigned)ncol; /* this tile */
+    {
+        unsigned art = rt, acol = col;
+        issue(art, acol, 0);
+        step(art, acol);
+        issue(art, acol, 1);
+    }
+    for (int buf = 0; rt < (unsigned)nrt; step(rt, col), buf ^= 1) {
         cp_async_wait<1>(); /* this tile's group (the next one may still be in flight) */
         __syncthreads();    /* ... for every thread's copies; and sO's last stores are read */
-        const int64_t r0 = t / ncol * BM;
-        const int n0 = (int)(t % ncol) * BN;
+        const int64_t r0 = (int64_t)rt * BM;
+        const int n0 = (int)col * BN;
         float acc[2][4][4];
         tile_mma<T, KP, LD>(acc, sX + buf * BM * LD, sW + buf * BN * LD, wm, wn, lane, n0 + wn < M,
                             n0 + wn + 16 < M);
         act_dispatch(e.act, PwEpi<T>{acc, nullptr, b, z, sO, e, r0, rows, n0, M, wm, wn, lane});
         __syncthreads(); /* sO complete; every warp is past this buffer's tile */
-        issue(t + 2 * (int64_t)gridDim.x, buf);
+        {
+            unsigned art = rt, acol = col; /* two tiles on: into this tile's buffer */
+            step(art, acol);
+            step(art, acol);
+            issue(art, acol, buf);
+        }
         store_tile<T>(y, sO, r0, rows, n0, M, tid);
     }
 }
@@ -382,7 +401,8 @@ cudaError_t launch_product(const kiln_cuda *cu, cudaStream_t s, const T *x, cons
     if (err != cudaSuccess) return err;
     const int64_t resident = (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 1) * (per_sm > 0 ? per_sm : 1);
     const unsigned blocks = (unsigned)(ntiles < resident ? ntiles : resident);
-    product_kernel<T, KP, SEGB, WINDOW><<<blocks, THREADS, smem, s>>>(x, w, b, z, y, rows, M, ncol, ntiles, g, e);
+    product_kernel<T, KP, SEGB, WINDOW><<<blocks, THREADS, smem, s>>>(x, w, b, z, y, rows, M, ncol,
+                                                                       (int)(ntiles / ncol), g, e);
     return cudaSuccess;
 }
 
