@@ -75,7 +75,8 @@ with open(sys.argv[4], "w") as f:
 # `ctest -L gpu` there), each logged to LOGS/test[-TAG]-NAME.log; programs are unpacked into a
 # scratch build tree (their places in the build), so scripts and fixtures run as under ctest.
 # A test whose program is not in DIR (a trimmed carry), or due after KILN_TESTS_DEADLINE seconds
-# of the calling shell, is reported as not run. Prints a line
+# of the calling shell, is reported as not run; with KILN_TESTS_ONLY (a regex), only the tests
+# whose names match it run. Prints a line
 # per test; returns 1 if one failed.
 kiln_gpu_tests() {
   local dir=$1 logs=$2 tag=${3:+-$3} B S rel prog name skip wd cmd st rc=0
@@ -96,6 +97,8 @@ kiln_gpu_tests() {
     for rel in $missing; do
       case $cmd in *"\"\$B\"/$rel"*) echo "== test $name: not run ($rel is not in $dir)"; continue 2 ;; esac
     done
+    # KILN_TESTS_ONLY: an extended regex; tests whose names do not match it are left out
+    if [ -n "${KILN_TESTS_ONLY:-}" ] && ! [[ $name =~ ^(${KILN_TESTS_ONLY})$ ]]; then continue; fi
     # KILN_TESTS_DEADLINE: no test starts after that many seconds of the calling shell
     if [ -n "${KILN_TESTS_DEADLINE:-}" ] && [ "$SECONDS" -gt "$KILN_TESTS_DEADLINE" ]; then
       echo "== test $name: not run (past KILN_TESTS_DEADLINE=$KILN_TESTS_DEADLINE s)"; continue

@@ -30,6 +30,11 @@
  *   epilogue, other activations in place after it; cuDNN takes them when cuBLASLt has no
  *   algorithm, and all of them with the kiln_cuda's conv_gemm off (--disable conv-gemm).
  *
+ *   One-group NHWC f16 / bf16 forwards with at most 64 values a window (kh * kw * channels:
+ *   1x1 products of 8-64 channels, RGB stems) are timed the first time they are met on
+ *   conv_pointwise.cu's tensor-core kernel against the path below, the faster kept (pw_decide;
+ *   KILN_CUDA_PW=0 never, 1 always).
+ *
  *   Convolutions with one input channel and one group (a network's first layer on grey
  *   images) run on conv_direct.cu's kernels, forward (with the bias, and a FusedConv's Relu
  *   when it has no residual) and kiln.ConvGradWeight, with no workspace but the weight

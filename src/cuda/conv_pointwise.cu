@@ -16,17 +16,28 @@
  *   (efficientnet_b4's 3 -> 48: 0.65 ms; squeezenet1_1's 3 -> 64: 0.56 ms, a quarter of the
  *   model; NOTES "z28").
  *
- *   A block of 8 warps computes a 128 x 64 tile of Y. P's 128 rows and W's 64 rows go to
- *   shared memory, K zero-padded to a multiple of 16: for a 1x1 product with K a multiple
- *   of 8 by cp.async, 16 bytes at a time (X's rows are P's); otherwise gathered, a thread per
- *   column k of P (its tap and channel offsets from tables made once a block) walking the
- *   rows, window positions outside X read as zeros. Each warp computes a 32 x 32 part by
- *   mma.sync m16n8k16 (f32 accumulation) on ldmatrix fragments, the epilogue (bias,
- *   residual, activation: one dispatch per thread, act.cuh) is applied to the accumulators
- *   and rounded once, and the tile is staged in shared memory over P's and written as
- *   16-byte runs of whole 128-byte row pieces. Blocks are ordered column tile fastest, so
- *   the blocks sharing P's rows run together (X read from DRAM once, from L2 after).
+ *   A block of 8 warps computes 128 x 64 tiles of Y: P's 128 rows and W's 64 rows in shared
+ *   memory (K zero-padded to a multiple of 16), each warp a 32 x 32 part by mma.sync
+ *   m16n8k16 (f32 accumulation) on ldmatrix fragments, the epilogue (bias, residual,
+ *   activation: one dispatch per thread, act.cuh) on the accumulators, rounded once, the tile
+ *   staged in shared memory and written as 16-byte runs of 128-byte row pieces.
+ *   product_kernel: as many blocks as are resident, each taking every gridDim.x-th tile
+ *   (channel tile fastest: the blocks sharing P's rows run together), the next tile's P and
+ *   W rows copied by cp.async into a second buffer while this one is computed and stored.
+ *   P's rows are X's for a 1x1 product (16-byte pieces); for a window over C channels (C a
+ *   multiple of 4: the pad-channels pass's 4 for an RGB stem, or of 8) each tap's whole
+ *   pixel is a piece of 8 or 16 bytes, K = kh * kw * C (the channels past u have zero
+ *   weights: read as cuDNN's padded path reads them). window_kernel takes other windows, one
+ *   tile a block, P's values gathered one at a time (a thread per column of P, offsets from
+ *   a table made once a block; positions outside X are zeros).
  *
+ *   On an H200 (bench/NOTES.md "z32"-"z34"): stems and strided 1x1s run 1.3-2.8x faster
+ *   than cuDNN (convnext_tiny's 4x4 stride 4 0.57 -> 0.20 ms, squeezenet1_1's 3x3 0.56 ->
+ *   0.35); 1x1 products of up to 64 channels win on mid-sized maps (mobilenet_v2's 24 ->
+ *   144 at 56x56: 0.24 -> 0.21) and lose on the largest ones, where the epilogue's
+ *   instructions bound the kernel (~0.56 issued a scheduler a cycle): the timing keeps
+ *   cuBLASLt there.
+
  *   conv.c times the kernel against the usual path (cuBLASLt, cuDNN's legacy API or graph,
  *   the narrow copy) the first time a problem is met and keeps the faster (KILN_CUDA_PW=1
  *   always, =0 never).
@@ -46,8 +57,8 @@ using kiln_act::Epi;
 
 namespace {
 
-constexpr int BM = 128;     /* rows of X and Y per block */
-constexpr int BN = 64;      /* output channels per block */
+constexpr int BM = 128;     /* rows of P and Y a tile */
+constexpr int BN = 64;      /* output channels a tile */
 constexpr int THREADS = 256; /* 8 warps: 4 along the rows x 2 along the channels */
 constexpr int LDO = BN + 8; /* the staged output's row stride (halves): conflict-free stores */
 constexpr int KMAX = 64;
