@@ -1123,12 +1123,7 @@ static kiln_status rows_first(kiln_model *m, sunk **recs, int *nrec, bool *chang
         }
     }
     if (!st && moved) {
-        bool *dead = calloc((size_t)m->n_nodes + 1, sizeof *dead);
-        if (!dead) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        for (int i = 0; dead && i < n0; i++) dead[i] = gone[i];
-        if (dead) kiln_pass_remove_nodes(m, dead);
-        free(dead);
-        if (!st) st = kiln_pass_sort_nodes(m);
+        st = kiln_pass_remove_sorted(m, gone, n0);
         *changed = true;
     }
     kiln_pass_shape_probes_free(&pr);

@@ -326,6 +326,15 @@ kiln_status kiln_pass_drop_unread_constants(kiln_model *m, bool *changed) {
     return KILN_OK;
 }
 
+kiln_status kiln_pass_remove_sorted(kiln_model *m, const bool *dead, int n) {
+    bool *all = calloc((size_t)m->n_nodes + 1, sizeof *all);
+    if (!all) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (n > 0) memcpy(all, dead, (size_t)n * sizeof *all);
+    kiln_pass_remove_nodes(m, all);
+    free(all);
+    return kiln_pass_sort_nodes(m);
+}
+
 kiln_status kiln_pass_each_node(kiln_model *m, const char *op_type, kiln_pass_node_fn fn, bool *changed) {
     bool any = false;
     for (int i = 0; i < m->n_nodes && !any; i++) any = kiln_pass_is(&m->nodes[i], op_type);
@@ -344,13 +353,7 @@ kiln_status kiln_pass_each_node(kiln_model *m, const char *op_type, kiln_pass_no
         done_any |= done;
     }
     if (!st && done_any) {
-        /* dead[] covers the nodes that were there; the appended ones stay */
-        bool *all = calloc((size_t)m->n_nodes + 1, sizeof *all);
-        if (!all) st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        for (int i = 0; all && i < nn; i++) all[i] = dead[i];
-        if (all) kiln_pass_remove_nodes(m, all);
-        free(all);
-        if (!st) st = kiln_pass_sort_nodes(m);
+        st = kiln_pass_remove_sorted(m, dead, nn);
         *changed = true;
     }
     kiln_pass_shape_probes_free(&pr);

@@ -47,6 +47,9 @@ int kiln_pass_uses(const kiln_model *m, int v);
 int kiln_pass_single_consumer(const kiln_model *m, int v);
 /* Remove the nodes marked in dead[] (n_nodes entries), keeping order. */
 void kiln_pass_remove_nodes(kiln_model *m, const bool *dead);
+/* Remove the nodes i < n with dead[i] (dead sized for the n nodes there were; nodes appended
+ * since stay), then sort the graph (kiln_pass_sort_nodes). */
+kiln_status kiln_pass_remove_sorted(kiln_model *m, const bool *dead, int n);
 /* A new value named after hint (unique); -1 on OOM. */
 int kiln_pass_new_value(kiln_model *m, const char *hint);
 /* The nodes of m in a topological order (order: n_nodes entries), whatever order passes
