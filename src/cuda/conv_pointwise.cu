@@ -482,7 +482,10 @@ extern "C" bool kiln_cuda_conv_pointwise_fits(kiln_dtype dt, const kiln_cuda_pw_
     else if (K > KMAX) no = "more than 64 values a window (kh * kw * channels read)";
     else if (p->M % 8) no = "output channels not a multiple of 8";
     else if (p->H * p->W * p->C >= ((int64_t)1 << 31) || (p->kh - 1) * p->dh >= (1 << 20) ||
-             (p->kw - 1) * p->dw >= (1 << 20) || (rows + BM - 1) / BM * ((p->M + BN - 1) / BN) >= ((int64_t)1 << 31))
+             (p->kw - 1) * p->dw >= (1 << 20) ||
+             /* a tap's offset from its window's first pixel (int in the kernels) */
+             ((p->kh - 1) * p->dh + 1) * p->W * p->C + ((p->kw - 1) * p->dw + 1) * p->C >= ((int64_t)1 << 31) ||
+             (rows + BM - 1) / BM * ((p->M + BN - 1) / BN) >= ((int64_t)1 << 31))
         no = "too large for the kernel's indices";
     else if (!aligned16(y, z))
         no = "Y or Z is not 16-byte aligned";
