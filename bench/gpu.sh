@@ -57,6 +57,19 @@
 #   loss    bench/loss_vs_torch.py: kiln's losses against PyTorch's from the same weights
 #   diag    bench/diag_fp16.py: a torchvision model (DIAG_MODEL, default mobilenet_v2) in
 #           fp16, pass by pass, against fp32
+#   choices each model of CHOICE_MODELS (torchvision names, default efficientnet_b4
+#           mobilenet_v2 squeezenet1_1 convnext_tiny) at batch CHOICE_BATCH (256) fp16: with a
+#           fresh autotune cache and KILN_CUDA_CONV_STATS_LOG=1 (the timed choices' lines that
+#           match CHOICE_GREP, default "conv pointwise", printed), then with CHOICE_OFF (an
+#           environment, default KILN_CUDA_PW=0) on the same cache, then with the kept choices
+#           again: what one timed technique is worth on each model, in one call
+#   ncu     Nsight Compute on one kernel of a model (NCU_MODEL, default mobilenet_v2; NCU_ENV
+#           its environment, e.g. KILN_CUDA_PW=1): the launches of kernels matching NCU_KERNEL
+#           (a regex, default product_kernel) after NCU_SKIP (1), NCU_COUNT (1) of them, with
+#           the sections of NCU_SECTIONS (default: speed of light, occupancy, launch, warp
+#           state, scheduler, instruction statistics, source counters); the report's key
+#           lines printed, the whole in $LOGS/ncu.log. NCU_SASS=REGEX: also the SASS of the
+#           kiln program's functions whose names match it (cuobjdump), to $LOGS/sass.txt
 #   sanitize  the GPU op sweep (test_backend_ops) under compute-sanitizer, once per tool of
 #           SANITIZE_TOOLS (default "memcheck racecheck initcheck synccheck"), on the ops of
 #           SANITIZE_OPS (default all; names as the sweep prints them, space-separated).
@@ -231,19 +244,68 @@ PY
   fi
 }
 
-part_prof() {
-  local mb m b log
+# zoo_onnx NAME...: the torchvision models exported to /tmp/z/NAME.onnx (once)
+zoo_onnx() {
   mkdir -p /tmp/z
-  # shellcheck disable=SC2086
-  PYTHONUNBUFFERED=1 timeout -s KILL 300 python3 - ${PROF_MODELS:-mobilenet_v3_large:256 shufflenet_v2_x1_0:256 efficientnet_b0:256 convnext_tiny:256 mobilenet_v2:256 vit_b_16:256} <<'PY' 2>&1 | grep -v -i "warn\|torch.onnx\|^\s*$" | tail -3
+  PYTHONUNBUFFERED=1 timeout -s KILL 300 python3 - "$@" <<'PY' 2>&1 | grep -v -i "warn\|torch.onnx\|^\s*$" | tail -3
 import os, sys
 sys.path.insert(0, "bench")
 import zoo
-for mb in sys.argv[1:]:
-    n = mb.split(":")[0]
+for n in sys.argv[1:]:
     if not os.path.exists("/tmp/z/%s.onnx" % n):
         zoo.export(n, "/tmp/z/%s.onnx" % n)
 PY
+}
+
+part_choices() {
+  local m c b=${CHOICE_BATCH:-256} models=${CHOICE_MODELS:-efficientnet_b4 mobilenet_v2 squeezenet1_1 convnext_tiny}
+  # shellcheck disable=SC2086
+  zoo_onnx $models
+  choice_run() { # LOG ENV...: the median GPU compute time of one bench run
+    local log=$1; shift
+    env "$@" timeout -s KILL 120 "$KILN" bench "/tmp/z/$m.onnx" --device cuda --batch "$b" --iters 30 --warmup 5 \
+      --fp16 > "$log" 2>&1 || rc=1
+    grep -E '^GPU compute' "$log" | sed 's/.*median \([0-9.]*\).*/\1 ms/'
+  }
+  for m in $models; do
+    c=$(mktemp -d /tmp/choices-cache.XXXXXX)
+    echo "== $m bs$b fp16"
+    echo "  timed, fresh cache: $(choice_run "$LOGS/choices_${m}_timed.log" KILN_CACHE_DIR="$c" KILN_CUDA_CONV_STATS_LOG=1)"
+    grep -E "${CHOICE_GREP:-conv pointwise}" "$LOGS/choices_${m}_timed.log" | sed 's/^kiln conv-bn-stats: /  /' | cut -c1-170 | head -20
+    # shellcheck disable=SC2086
+    echo "  ${CHOICE_OFF:-KILN_CUDA_PW=0}: $(choice_run "$LOGS/choices_${m}_off.log" KILN_CACHE_DIR="$c" ${CHOICE_OFF:-KILN_CUDA_PW=0})"
+    echo "  kept: $(choice_run "$LOGS/choices_${m}_kept.log" KILN_CACHE_DIR="$c")"
+    rm -rf "$c"
+  done
+}
+
+part_ncu() {
+  local m=${NCU_MODEL:-mobilenet_v2} ncu sec=() s
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  [ -n "$ncu" ] || { echo "ncu: not found"; rc=1; return; }
+  zoo_onnx "$m"
+  for s in ${NCU_SECTIONS:-SpeedOfLight Occupancy LaunchStats WarpStateStats SchedulerStats InstructionStats SourceCounters}; do
+    sec+=(--section "$s")
+  done
+  echo "== ncu: $m, kernels /${NCU_KERNEL:-product_kernel}/ after ${NCU_SKIP:-1}, ${NCU_COUNT:-1} of them (${NCU_ENV:-no environment})"
+  # shellcheck disable=SC2086
+  env ${NCU_ENV:-} timeout -s KILL 300 "$ncu" --clock-control none -k "regex:${NCU_KERNEL:-product_kernel}" \
+    --launch-skip "${NCU_SKIP:-1}" --launch-count "${NCU_COUNT:-1}" "${sec[@]}" \
+    "$KILN" bench "/tmp/z/$m.onnx" --device cuda --batch 256 --iters 1 --warmup 0 --fp16 > "$LOGS/ncu.log" 2>&1 || rc=1
+  grep -E "^  [^ ].*\) \([0-9]+, [0-9]+, [0-9]+\)|Duration|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued|Executed Instructions|Issued Instructions|Stall|Branch Instructions" \
+    "$LOGS/ncu.log" | cut -c1-150 | head -60
+  if [ -n "${NCU_SASS:-}" ]; then
+    cuobjdump -sass "$KILN" 2>/dev/null | awk -v re="$NCU_SASS" '/Function :/ { on = ($0 ~ re) } on' > "$LOGS/sass.txt"
+    echo "SASS of /$NCU_SASS/: $(grep -c 'Function :' "$LOGS/sass.txt") functions, $(grep -cE '^ +/\*[0-9a-f]{4}\*/' "$LOGS/sass.txt") instructions in $LOGS/sass.txt"
+  fi
+}
+
+part_prof() {
+  local mb m b log names=()
+  for mb in ${PROF_MODELS:-mobilenet_v3_large:256 shufflenet_v2_x1_0:256 efficientnet_b0:256 convnext_tiny:256 mobilenet_v2:256 vit_b_16:256}; do
+    names+=("${mb%:*}")
+  done
+  zoo_onnx "${names[@]}"
   for mb in ${PROF_MODELS:-mobilenet_v3_large:256 shufflenet_v2_x1_0:256 efficientnet_b0:256 convnext_tiny:256 mobilenet_v2:256 vit_b_16:256}; do
     m=${mb%:*} b=${mb#*:} log=$O/prof_${mb%:*}.log
     timeout -s KILL 90 "$KILN" bench "/tmp/z/$m.onnx" --device cuda --batch "$b" --iters 30 --warmup 5 --fp16 --profile > "$log" 2>&1 || rc=1
@@ -314,8 +376,8 @@ part_sanitize() {
 
 for part in "$@"; do
   case $part in
-  tests | r50 | train | torch | side | zoo | gelu | cudnnfuse | ab | prof | loss | diag | sanitize) "part_$part" ;;
-  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side zoo gelu cudnnfuse ab prof loss diag sanitize)" >&2; rc=2 ;;
+  tests | r50 | train | torch | side | zoo | gelu | cudnnfuse | ab | choices | ncu | prof | loss | diag | sanitize) "part_$part" ;;
+  *) echo "gpu.sh: unknown part '$part' (tests r50 train torch side zoo gelu cudnnfuse ab choices ncu prof loss diag sanitize)" >&2; rc=2 ;;
   esac
 done
 tar -czf "$O/gpu-logs.tar.gz" -C "$LOGS" . 2>/dev/null
