@@ -1332,8 +1332,8 @@ static kiln_status gemm_graph_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, 
     return KILN_OK;
 }
 
-/* The pointwise kernel's run of a 1x1 forward with few input channels runs when its time
- * is below this share of the usual path's. */
+/* A forward runs on conv_pointwise.cu's kernel when its timed run is below this share of the
+ * usual path's. */
 #define PW_WIN 0.95
 
 /* X's windows as conv_pointwise.cu's problem (*p): one group, NHWC; the channels read are the

@@ -4,8 +4,9 @@
  * convolutions such as RGB stems as implicit products.
  *   Y (rows, M) = act(P (rows, K) W^T + B + Z), X and Y NHWC (rows = N * OH * OW), W KRSC,
  *   f16 / bf16, M a multiple of 8, Y and Z 16-byte aligned. P's row of an output pixel is its
- *   window: taps (i, j) outer, the first u channels of X inner (u < C: the pad-channels
- *   pass's used_channels, whose other channels have zero weights and are not read).
+ *   window: taps (i, j) outer, channels inner: all C of them where whole pixels are copied
+ *   (product_kernel), the first u where values are gathered (window_kernel; u < C: the
+ *   pad-channels pass's used_channels, whose other channels have zero weights).
  *
  *   1x1 products of 8-64 input channels (MobileNet's, EfficientNet's and MnasNet's
  *   expansions onto six times as many channels over large maps; ResNets' 64-channel

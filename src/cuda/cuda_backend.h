@@ -184,7 +184,8 @@ typedef struct kiln_cuda_stats {
                                  conv_depthwise.cu's kernels */
     int conv_graph_calls; /* forwards run on cuDNN's graph API's ConvFwd (depthwise, and 1x1
                              ones with an activation cuBLASLt lacks; conv.c) */
-    int conv_pointwise_calls; /* 1x1 convolutions with few input channels run by conv_pointwise.cu */
+    int conv_pointwise_calls; /* forwards of at most 64 values a window (1x1 products of few
+                                 channels, RGB stems) run by conv_pointwise.cu */
     int graph_plans_kept; /* cuDNN graph problems whose plan was made alone, the engine an
                              earlier process timed fastest (cudnn_graph.c; the disk cache) */
     int conv_dw_grad_calls; /* depthwise weight and input gradients run by

@@ -176,8 +176,8 @@ struct kiln_cuda {
     /* while one is timed: 1 cuBLASLt or the legacy API, 2 the graph with the epilogue, 3 the
      * plain graph then kiln's epilogue (0: the choice) */
     int gemm_graph_force;
-    /* while the pointwise kernel (conv_pointwise.cu) is timed against the usual path of a 1x1
-     * FusedConv / Conv (conv.c, pw_decide): 1 the usual path, 2 the kernel (0: the choice) */
+    /* while conv_pointwise.cu's kernel is timed against the usual path of a Conv / FusedConv
+     * forward (conv.c, pw_decide): 1 the usual path, 2 the kernel (0: the choice) */
     int pw_force;
     char algo_path[1024];
     char algo_prefix[320];
@@ -577,8 +577,9 @@ kiln_status kiln_cuda_conv_depthwise_forward(kiln_cuda *cu, kiln_context *ctx, k
 
 /* Convolutions with K = kh * kw * u <= 64 (1x1 products of few channels, few-channel
  * windows such as RGB stems) on the tensor cores (conv_pointwise.cu): one group, X (N, H, W, C)
- * NHWC of which the first u channels are read (the rest must have zero weights), W KRSC
- * (M, kh, kw, C), Y (N, OH, OW, M) NHWC, pads pt / pl before the first row / column. */
+ * NHWC whose channels from u on have zero weights (the pad-channels pass's used_channels:
+ * they are read where the kernel copies whole pixels, as cuDNN's padded path reads them),
+ * W KRSC (M, kh, kw, C), Y (N, OH, OW, M) NHWC, pads pt / pl before the first row / column. */
 typedef struct kiln_cuda_pw_geo {
     int64_t N, H, W, C, u, M, OH, OW;
     int64_t kh, kw, sh, sw, dh, dw, pt, pl;
