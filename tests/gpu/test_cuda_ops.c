@@ -3065,7 +3065,8 @@ static void direct_cases(void) {
 /* NHWC FusedConvs of at most 64 values a window, which conv_pointwise.cu takes in f16 / bf16:
  * 1x1 products (X's rows copied as they are) over several 128-row tiles and a partial one,
  * partial 64-channel tiles, K padded to 16, 32, 48 and 64, every activation, with and
- * without bias and residual; and windows it gathers (strided, padded, dilated). */
+ * without bias and residual; and windows (strided, padded, dilated), copied a pixel at a time
+ * or gathered a value at a time. */
 static void pointwise_group(const char *tag) {
     static const struct {
         const char *attrs, *label;
