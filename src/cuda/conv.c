@@ -1226,23 +1226,30 @@ static kiln_status dw_faster(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused,
     return KILN_OK;
 }
 
-/* Times the n paths of direction dir's op that cu->gemm_graph_force selects (1..n; those with
- * skip[k] set are left at INFINITY) in two rounds, the best of each in t[k]. One round timed
- * the path met first at up to 2.4x its later time (resnext50's 512-channel grouped 3x3 on the
- * legacy API: 0.177 ms, 0.073 in the run: bench/NOTES.md "z11"). */
-static kiln_status time_forced(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, int n, const bool *skip, float *t) {
+/* Times the n paths of direction dir's op that *force selects (1..n: cu->gemm_graph_force or
+ * cu->pw_force; those with skip[k] set are left at INFINITY) in two rounds, the best of each
+ * in t[k]. One round timed the path met first at up to 2.4x its later time (resnext50's
+ * 512-channel grouped 3x3 on the legacy API: 0.177 ms, 0.073 in the run: bench/NOTES.md
+ * "z11"). */
+static kiln_status time_forced_by(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, int *force, int n,
+                                  const bool *skip, float *t) {
     kiln_status st = KILN_OK;
     for (int k = 0; k < n; k++) t[k] = INFINITY;
     for (int r = 0; r < 2; r++)
         for (int k = 0; k < n && !st; k++) {
             if (skip && skip[k]) continue;
             float tk = INFINITY;
-            cu->gemm_graph_force = k + 1;
+            *force = k + 1;
             st = time_op(cu, c, dir, fused, 0, -1, &tk);
             if (tk < t[k]) t[k] = tk;
         }
-    cu->gemm_graph_force = 0;
+    *force = 0;
     return st;
+}
+
+/* time_forced_by with the graph paths' force (cu->gemm_graph_force). */
+static kiln_status time_forced(kiln_cuda *cu, kiln_op_ctx *c, int dir, bool fused, int n, const bool *skip, float *t) {
+    return time_forced_by(cu, c, dir, fused, &cu->gemm_graph_force, n, skip, t);
 }
 
 /* A timed choice (algo: which path, ms: its time) kept under key with the algorithm choices,
@@ -1382,16 +1389,8 @@ static kiln_status pw_decide(kiln_cuda *cu, kiln_op_ctx *c, bool fused, const co
     }
     /* a residual read in place of Y would be added again by every timed run */
     if (capturing(cu) || (z && z->data == c->out[0]->data)) return KILN_OK;
-    float t[2] = {INFINITY, INFINITY}; /* the usual path, the kernel */
-    kiln_status st = KILN_OK;
-    for (int r = 0; r < 2 && !st; r++)
-        for (int k = 0; k < 2 && !st; k++) {
-            float tk = INFINITY;
-            cu->pw_force = k + 1;
-            st = time_op(cu, c, DIR_FWD, fused, 0, -1, &tk);
-            if (tk < t[k]) t[k] = tk;
-        }
-    cu->pw_force = 0;
+    float t[2]; /* the usual path, the kernel */
+    kiln_status st = time_forced_by(cu, c, DIR_FWD, fused, &cu->pw_force, 2, NULL, t);
     if (st) return st;
     *use = t[1] < PW_WIN * t[0];
     if ((st = keep_choice(cu, ctx, key, *use ? 1 : 0, t[*use ? 1 : 0])) != KILN_OK) return st;
@@ -1544,7 +1543,7 @@ static kiln_status conv_run_as(kiln_cuda *cu, kiln_op_ctx *c, bool fused, int na
     /* short windows (1x1 products of few channels, RGB stems) on the tensor cores where faster */
     kiln_cuda_pw_geo pg;
     bool pw = false;
-    kiln_status pst = depthwise ? KILN_OK : pw_decide(cu, c, fused, &g, dt, &act, &pg, &pw);
+    kiln_status pst = pw_decide(cu, c, fused, &g, dt, &act, &pg, &pw); /* one group only */
     if (pst) return pst;
     if (pw) {
         pst = kiln_cuda_conv_pointwise(cu, ctx, dt, &pg, x->data, w->data, b ? b->data : NULL, z ? z->data : NULL,

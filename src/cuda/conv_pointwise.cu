@@ -48,7 +48,6 @@
 #include "dtype.cuh"
 #include "mma.cuh"
 
-#include <limits.h>
 #include <stdio.h>
 
 using namespace kiln_cu;
