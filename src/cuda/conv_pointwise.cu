@@ -72,48 +72,70 @@ struct Geo {
     int K;              /* kh * kw * u */
 };
 
-/* The epilogue of a warp's 32 x 32 accumulators into the staged tile sO (row stride LDO):
- * + bias (staged in sB, f32), + Z's value (read from global, two channels at a time), the
- * activation A, rounded to T once. */
-template <typename T> struct PwEpi {
-    float (&acc)[2][4][4];
-    const float *sB;          /* the bias staged as f32, or NULL: */
-    const T *__restrict__ gb; /* read from global (or NULL: none) */
-    const T *__restrict__ z;
-    T *sO;
-    const Epi &e;
-    int64_t r0;    /* the block's first row */
-    int64_t rows;
-    int n0, M;     /* the block's first channel, Y's channels */
-    int wm, wn, lane;
-
-    template <int A> __device__ __forceinline__ void operator()() const {
+/* Bias and residual onto a warp's 32 x 32 accumulators (rows wm.., channels wn.. of the
+ * tile at row r0, channel n0), before the activation: b's value (NULL: none) and Z's (NULL:
+ * none; its rows below `rows`). Channel groups of 8 past M are dead (M % 8 == 0): skipped. */
+template <typename T>
+__device__ __forceinline__ void add_bias_z(float (&acc)[2][4][4], const T *__restrict__ b, const T *__restrict__ z,
+                                           int64_t r0, int64_t rows, int n0, int M, int wm, int wn, int lane) {
+    const int c0 = n0 + wn + 2 * (lane & 3); /* the thread's first channel */
+    if (b) {
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
-            if (n0 + wn + nt * 8 >= M) continue; /* past Y's channels: nothing to stage */
-            const int cl = wn + nt * 8 + 2 * (lane & 3);
-            const float b0 = sB ? sB[cl] : gb ? to_f(gb[n0 + cl]) : 0.f;
-            const float b1 = sB ? sB[cl + 1] : gb ? to_f(gb[n0 + cl + 1]) : 0.f;
+            if (n0 + wn + nt * 8 >= M) continue;
+            const float b0 = to_f(b[c0 + nt * 8]), b1 = to_f(b[c0 + nt * 8 + 1]);
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int r = wm + mt * 16 + (lane >> 2) + h * 8;
-                    float v0 = acc[mt][nt][2 * h] + b0, v1 = acc[mt][nt][2 * h + 1] + b1;
-                    if (z) {
-                        const int64_t gr = r0 + r;
-                        const int gc = n0 + cl;
-                        if (gr < rows && gc < M) {
-                            const uint32_t p = *(const uint32_t *)(z + gr * M + gc);
-                            T zz[2];
-                            memcpy(zz, &p, sizeof p);
-                            v0 += to_f(zz[0]);
-                            v1 += to_f(zz[1]);
-                        }
-                    }
-                    v0 = act_of<A, true>(v0, e);
-                    v1 = act_of<A, true>(v1, e);
-                    *(uint32_t *)(sO + r * LDO + cl) = pack2<T>(v0, v1);
+                    acc[mt][nt][2 * h] += b0;
+                    acc[mt][nt][2 * h + 1] += b1;
+                }
+        }
+    }
+    if (z) {
+        const int64_t gr0 = r0 + wm + (lane >> 2); /* the thread's first row */
+        const T *zr = z + gr0 * M + c0;
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int dr = mt * 16 + h * 8;
+                if (gr0 + dr >= rows) continue;
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    if (n0 + wn + nt * 8 >= M) continue;
+                    const uint32_t p = *(const uint32_t *)(zr + (int64_t)dr * M + nt * 8);
+                    T zz[2];
+                    memcpy(zz, &p, sizeof p);
+                    acc[mt][nt][2 * h] += to_f(zz[0]);
+                    acc[mt][nt][2 * h + 1] += to_f(zz[1]);
+                }
+            }
+    }
+}
+
+/* The epilogue of a warp's 32 x 32 accumulators (bias and residual added) into the staged
+ * tile sO (row stride LDO): the activation A, rounded to T once, two channels a store. */
+template <typename T> struct PwEpi {
+    float (&acc)[2][4][4];
+    T *sO;
+    const Epi &e;
+    int n0, M; /* the block's first channel, Y's channels */
+    int wm, wn, lane;
+
+    template <int A> __device__ __forceinline__ void operator()() const {
+        T *o = sO + (wm + (lane >> 2)) * LDO + wn + 2 * (lane & 3);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            if (n0 + wn + nt * 8 >= M) continue; /* past Y's channels: nothing to stage */
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float v0 = act_of<A, true>(acc[mt][nt][2 * h], e);
+                    const float v1 = act_of<A, true>(acc[mt][nt][2 * h + 1], e);
+                    *(uint32_t *)(o + (mt * 16 + h * 8) * LDO + nt * 8) = pack2<T>(v0, v1);
                 }
         }
     }
@@ -209,24 +231,45 @@ __device__ __forceinline__ void tile_mma(float (&acc)[2][4][4], const T *sX, con
     }
 }
 
-/* Y's staged tile (sO, row stride LDO) to global as 16-byte runs; rows past `rows` and
- * channels past M are not written. */
+/* Y's staged tile (sO, row stride LDO) to global as 16-byte runs: a thread a 16-byte column
+ * piece of every 32nd row; rows past `rows` and channels past M are not written. */
 template <typename T>
 __device__ __forceinline__ void store_tile(T *__restrict__ y, const T *sO, int64_t r0, int64_t rows, int n0, int M,
                                            int tid) {
     using V = typename VecOf<T>::type;
-    for (int i = tid; i < BM * (BN / 8); i += THREADS) {
-        const int r = i / (BN / 8), c = i % (BN / 8);
-        const int64_t gr = r0 + r;
-        const int gc = n0 + c * 8;
-        if (gr < rows && gc < M) *(V *)(y + gr * M + gc) = *(const V *)(sO + r * LDO + c * 8);
-    }
+    constexpr int CPR = BN / 8;         /* 16-byte pieces a row */
+    constexpr int RPP = THREADS / CPR;  /* rows a pass */
+    const int c = tid % CPR, r = tid / CPR, gc = n0 + c * 8;
+    if (gc >= M) return;
+    int64_t gr = r0 + r;
+    T *p = y + gr * M + gc;
+    const int64_t step = (int64_t)RPP * M;
+#pragma unroll
+    for (int i = 0; i < BM / RPP; i++, gr += RPP, p += step)
+        if (gr < rows) *(V *)p = *(const V *)(sO + (r + i * RPP) * LDO + c * 8);
 }
 
 /* A chunk of SEGB bytes (16 or 8) from global to shared memory, src_bytes 0 or SEGB. */
 template <int SEGB> __device__ __forceinline__ void cp_chunk(uint32_t dst, const void *src, int src_bytes) {
     if constexpr (SEGB == 16) cp_async16(dst, src, src_bytes);
     else cp_async8(dst, src, src_bytes);
+}
+
+/* Rows 0 .. NR - 1 of a row-major matrix src (row stride K elements) into shared memory dst
+ * (row stride LD), KC chunks of SEGB bytes a row: the first kc chunks of the first nr rows
+ * copied, the others zero-filled (cp.async of 0 source bytes; base, a valid address, is read
+ * by none). A thread's chunks are tid, + THREADS, ...: a trip count known at compile time. */
+template <int SEGB, int NR, int KC, int LD, typename T>
+__device__ __forceinline__ void copy_rows(T *dst, const T *base, const T *src, int nr, int K, int kc, int tid) {
+    constexpr int CE = SEGB / (int)sizeof(T), N = NR * KC;
+#pragma unroll
+    for (int j = 0; j < (N + THREADS - 1) / THREADS; j++) {
+        const int i = tid + j * THREADS;
+        if (N % THREADS != 0 && i >= N) break;
+        const int r = i / KC, c = i % KC;
+        const bool ok = r < nr && c < kc;
+        cp_chunk<SEGB>(smem_u32(dst + r * LD + c * CE), ok ? src + r * K + c * CE : base, ok ? SEGB : 0);
+    }
 }
 
 /* A window's SEGB-byte chunk j of P's row (WINDOW mode): its tap's offsets and its place in X
@@ -305,18 +348,10 @@ __global__ void __launch_bounds__(THREADS, 3)
                     cp_chunk<SEGB>(smem_u32(dX + r * LD + j * CE), ok ? x + off : x, ok ? SEGB : 0);
                 }
             } else {
-                for (int i = tid; i < BM * KC; i += THREADS) {
-                    const int r = i / KC, c = i % KC;
-                    const bool ok = r0 + r < rows && c < kc;
-                    cp_chunk<SEGB>(smem_u32(dX + r * LD + c * CE), ok ? x + (r0 + r) * K + c * CE : x, ok ? SEGB : 0);
-                }
+                /* rows past X's and columns past K: zeros */
+                copy_rows<SEGB, BM, KC, LD>(dX, x, x + r0 * K, rows - r0 < BM ? (int)(rows - r0) : BM, K, kc, tid);
             }
-            for (int i = tid; i < BN * KC; i += THREADS) {
-                const int r = i / KC, c = i % KC;
-                const bool ok = n0 + r < M && c < kc;
-                cp_chunk<SEGB>(smem_u32(dW + r * LD + c * CE), ok ? w + (int64_t)(n0 + r) * K + c * CE : w,
-                               ok ? SEGB : 0);
-            }
+            copy_rows<SEGB, BN, KC, LD>(dW, w, w + (int64_t)n0 * K, M - n0 < BN ? M - n0 : BN, K, kc, tid);
         }
         cp_async_commit(); /* empty past the last tile: the wait below counts groups */
     };
@@ -336,7 +371,8 @@ __global__ void __launch_bounds__(THREADS, 3)
         float acc[2][4][4];
         tile_mma<T, KP, LD>(acc, sX + buf * BM * LD, sW + buf * BN * LD, wm, wn, lane, n0 + wn < M,
                             n0 + wn + 16 < M);
-        act_dispatch(e.act, PwEpi<T>{acc, nullptr, b, z, sO, e, r0, rows, n0, M, wm, wn, lane});
+        add_bias_z<T>(acc, b, z, r0, rows, n0, M, wm, wn, lane);
+        act_dispatch(e.act, PwEpi<T>{acc, sO, e, n0, M, wm, wn, lane});
         __syncthreads(); /* sO complete; every warp is past this buffer's tile */
         {
             unsigned art = rt, acol = col; /* two tiles on: into this tile's buffer */
@@ -357,11 +393,9 @@ __global__ void __launch_bounds__(THREADS, 3)
     constexpr int XS = BM * LD > BM * LDO ? BM * LD : BM * LDO;
     __shared__ alignas(16) T sX[XS]; /* P's tile, then Y's */
     __shared__ alignas(16) T sW[BN * LD];
-    __shared__ float sB[BN];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t r0 = (int64_t)(blockIdx.x / (unsigned)ncol) * BM;
     const int n0 = (int)(blockIdx.x % (unsigned)ncol) * BN;
-    if (tid < BN) sB[tid] = b && n0 + tid < M ? to_f(b[n0 + tid]) : 0.f;
     gather<T, KP, LD>(sX, sW, x, w, r0, rows, n0, M, g, tid);
     __syncthreads();
     const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
@@ -369,7 +403,8 @@ __global__ void __launch_bounds__(THREADS, 3)
     tile_mma<T, KP, LD>(acc, sX, sW, wm, wn, lane, n0 + wn < M, n0 + wn + 16 < M);
     __syncthreads(); /* every warp has read P's tile: Y's is staged over it */
     T *sO = sX;
-    act_dispatch(e.act, PwEpi<T>{acc, sB, nullptr, z, sO, e, r0, rows, n0, M, wm, wn, lane});
+    add_bias_z<T>(acc, b, z, r0, rows, n0, M, wm, wn, lane);
+    act_dispatch(e.act, PwEpi<T>{acc, sO, e, n0, M, wm, wn, lane});
     __syncthreads();
     store_tile<T>(y, sO, r0, rows, n0, M, tid);
 }
