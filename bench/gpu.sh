@@ -63,6 +63,8 @@
 #           match CHOICE_GREP, default "conv pointwise", printed), then with CHOICE_OFF (an
 #           environment, default KILN_CUDA_PW=0) on the same cache, then with the kept choices
 #           again: what one timed technique is worth on each model, in one call
+#           CHOICE_ALT=PROGRAM: each model also on that kiln program (another build), its own
+#           fresh cache, timed and kept
 #   ncu     Nsight Compute on one kernel of a model (NCU_MODEL, default mobilenet_v2; NCU_ENV
 #           its environment, e.g. KILN_CUDA_PW=1): the launches of kernels matching NCU_KERNEL
 #           (a regex, default product_kernel) after NCU_SKIP (1), NCU_COUNT (1) of them, with
@@ -276,6 +278,15 @@ part_choices() {
     echo "  ${CHOICE_OFF:-KILN_CUDA_PW=0}: $(choice_run "$LOGS/choices_${m}_off.log" KILN_CACHE_DIR="$c" ${CHOICE_OFF:-KILN_CUDA_PW=0})"
     echo "  kept: $(choice_run "$LOGS/choices_${m}_kept.log" KILN_CACHE_DIR="$c")"
     rm -rf "$c"
+    if [ -n "${CHOICE_ALT:-}" ]; then # the same model on another build, its own fresh cache
+      c=$(mktemp -d /tmp/choices-cache.XXXXXX)
+      echo "  $CHOICE_ALT timed: $(KILN=$CHOICE_ALT choice_run "$LOGS/choices_${m}_alt.log" KILN_CACHE_DIR="$c" \
+        KILN_CUDA_CONV_STATS_LOG=1)"
+      grep -E "${CHOICE_GREP:-conv pointwise}" "$LOGS/choices_${m}_alt.log" | sed 's/^kiln conv-bn-stats: /  /' |
+        cut -c1-170 | head -20
+      echo "  $CHOICE_ALT kept: $(KILN=$CHOICE_ALT choice_run "$LOGS/choices_${m}_altkept.log" KILN_CACHE_DIR="$c")"
+      rm -rf "$c"
+    fi
   done
 }
 
