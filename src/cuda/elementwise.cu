@@ -712,7 +712,7 @@ kiln_status launch_conv_epilogue(kiln_cuda *cu, kiln_context *ctx, void *yv, con
         EPI(KILN_ACT_HARDSWISH)
         EPI(KILN_ACT_HARDSIGMOID)
         EPI(KILN_ACT_TANH)
-        EPI(KILN_ACT_SILU) /* these three not yet run on a GPU */
+        EPI(KILN_ACT_SILU)
         EPI(KILN_ACT_GELU)
         EPI(KILN_ACT_GELU_TANH)
 #undef EPI
@@ -861,7 +861,7 @@ extern "C" kiln_status kiln_cuda_act_inplace(kiln_cuda *cu, kiln_context *ctx, k
     case KILN_ACT_HARDSWISH: op = U_HARDSWISH; break;
     case KILN_ACT_HARDSIGMOID: op = U_HARDSIGMOID; break;
     case KILN_ACT_TANH: op = U_TANH; break;
-    case KILN_ACT_SILU: op = U_SILU; break; /* these three not yet run on a GPU */
+    case KILN_ACT_SILU: op = U_SILU; break;
     case KILN_ACT_GELU: op = U_GELU; break;
     case KILN_ACT_GELU_TANH: op = U_GELU_TANH; break;
     default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "activation %d has no CUDA kernel", (int)act->kind);
