@@ -33,11 +33,11 @@
  *   a table made once a block; positions outside X are zeros).
  *
  *   On an H200 (bench/NOTES.md "z32"-"z34"): stems and strided 1x1s run 1.3-2.8x faster
- *   than cuDNN (convnext_tiny's 4x4 stride 4 0.57 -> 0.20 ms, squeezenet1_1's 3x3 0.56 ->
- *   0.35); 1x1 products of up to 64 channels win on mid-sized maps (mobilenet_v2's 24 ->
- *   144 at 56x56: 0.24 -> 0.21) and lose on the largest ones, where the epilogue's
- *   instructions bound the kernel (~0.56 issued a scheduler a cycle): the timing keeps
- *   cuBLASLt there.
+ *   than cuDNN (convnext_tiny's 4x4 stride 4 0.57 -> 0.20 ms, efficientnet_b4's 3x3 + SiLU
+ *   0.65 -> 0.28); 1x1 products of up to 64 channels win on mid-sized maps (mobilenet_v2's
+ *   24 -> 144 at 56x56: 0.24 -> 0.17) and tie on the largest ones (efficientnet_b4's 24 ->
+ *   144 + SiLU over 3.2 M rows: 0.79 ms either way; the kernel bound by latency, ~0.3
+ *   instructions issued a scheduler a cycle, and by the SFU's two ops a SiLU value: z35).
 
  *   conv.c times the kernel against the usual path (cuBLASLt, cuDNN's legacy API or graph,
  *   the narrow copy) the first time a problem is met and keeps the faster (KILN_CUDA_PW=1
