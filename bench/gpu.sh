@@ -260,7 +260,7 @@ PY
 }
 
 part_choices() {
-  local m c b=${CHOICE_BATCH:-256} models=${CHOICE_MODELS:-efficientnet_b4 mobilenet_v2 squeezenet1_1 convnext_tiny}
+  local m b=${CHOICE_BATCH:-256} models=${CHOICE_MODELS:-efficientnet_b4 mobilenet_v2 squeezenet1_1 convnext_tiny}
   # shellcheck disable=SC2086
   zoo_onnx $models
   choice_run() { # LOG ENV...: the median GPU compute time of one bench run
@@ -269,25 +269,25 @@ part_choices() {
       --fp16 > "$log" 2>&1 || rc=1
     grep -E '^GPU compute' "$log" | sed 's/.*median \([0-9.]*\).*/\1 ms/'
   }
-  for m in $models; do
-    c=$(mktemp -d /tmp/choices-cache.XXXXXX)
-    echo "== $m bs$b fp16"
-    echo "  timed, fresh cache: $(choice_run "$LOGS/choices_${m}_timed.log" KILN_CACHE_DIR="$c" KILN_CUDA_CONV_STATS_LOG=1)"
-    grep -E "${CHOICE_GREP:-conv pointwise}" "$LOGS/choices_${m}_timed.log" | sed 's/^kiln conv-bn-stats: /  /' | cut -c1-170 | head -20
+  choice_build() { # PROGRAM TAG OFF: timed with a fresh cache, OFF's environment (if any), kept
+    local prog=$1 tag=$2 off=$3 cache
+    cache=$(mktemp -d /tmp/choices-cache.XXXXXX)
+    echo "  ${tag}timed, fresh cache: $(KILN=$prog choice_run "$LOGS/choices_${m}_${tag}timed.log" \
+      KILN_CACHE_DIR="$cache" KILN_CUDA_CONV_STATS_LOG=1)"
+    grep -E "${CHOICE_GREP:-conv pointwise}" "$LOGS/choices_${m}_${tag}timed.log" | sed 's/^kiln conv-bn-stats: /  /' |
+      cut -c1-170 | head -20
     # shellcheck disable=SC2086
-    echo "  ${CHOICE_OFF:-KILN_CUDA_PW=0}: $(choice_run "$LOGS/choices_${m}_off.log" KILN_CACHE_DIR="$c" ${CHOICE_OFF:-KILN_CUDA_PW=0})"
-    echo "  kept: $(choice_run "$LOGS/choices_${m}_kept.log" KILN_CACHE_DIR="$c")"
-    rm -rf "$c"
-    if [ -n "${CHOICE_ALT:-}" ]; then # the same model on another build, its own fresh cache
-      c=$(mktemp -d /tmp/choices-cache.XXXXXX)
-      echo "  $CHOICE_ALT timed: $(KILN=$CHOICE_ALT choice_run "$LOGS/choices_${m}_alt.log" KILN_CACHE_DIR="$c" \
-        KILN_CUDA_CONV_STATS_LOG=1)"
-      grep -E "${CHOICE_GREP:-conv pointwise}" "$LOGS/choices_${m}_alt.log" | sed 's/^kiln conv-bn-stats: /  /' |
-        cut -c1-170 | head -20
-      echo "  $CHOICE_ALT kept: $(KILN=$CHOICE_ALT choice_run "$LOGS/choices_${m}_altkept.log" KILN_CACHE_DIR="$c")"
-      rm -rf "$c"
-    fi
+    [ -n "$off" ] && echo "  ${tag}$off: $(KILN=$prog choice_run "$LOGS/choices_${m}_${tag}off.log" KILN_CACHE_DIR="$cache" $off)"
+    echo "  ${tag}kept: $(KILN=$prog choice_run "$LOGS/choices_${m}_${tag}kept.log" KILN_CACHE_DIR="$cache")"
+    rm -rf "$cache"
+  }
+  for m in $models; do
+    echo "== $m bs$b fp16"
+    choice_build "$KILN" "" "${CHOICE_OFF:-KILN_CUDA_PW=0}"
+    # the same model on another build (CHOICE_ALT), its own fresh cache
+    [ -n "${CHOICE_ALT:-}" ] && choice_build "$CHOICE_ALT" "alt-" ""
   done
+  return 0
 }
 
 part_ncu() {
