@@ -34,20 +34,24 @@ __device__ __forceinline__ float rcp_approx(float x) {
     return r;
 }
 
+/* 1 / (1 + e^-v) on those two: the FAST Sigmoid, and SiLU's v * it. */
+__device__ __forceinline__ float sigmoid_approx(float v) {
+    return rcp_approx(1.f + ex2_approx(v * -1.4426950408889634f));
+}
+
 /* Activation ACT (a KILN_ACT_*) of v, as elementwise.cu's unary_op of the same activation
  * (the epilogue kernel's). FAST (16-bit outputs: a few ulp of f32, far inside the f16 / bf16
  * rounding, with the same infinities and NaNs): Sigmoid and SiLU as 1 / (1 + 2^(-v log2 e))
  * on the approximate unit ops instead of IEEE divisions on a branch; HardSwish's v / 6 as a
  * multiply-add, clamped by the saturating add (NaN -> 0, so v * 0 is NaN as before). */
 template <int ACT, bool FAST> __device__ __forceinline__ float act_of(float v, const Epi &e) {
-    constexpr float NLOG2E = -1.4426950408889634f;
     if constexpr (ACT == KILN_ACT_RELU) return v > 0.f ? v : 0.f;
     else if constexpr (ACT == KILN_ACT_LEAKYRELU) return v < 0.f ? e.a * v : v;
     else if constexpr (ACT == KILN_ACT_CLIP) {
         const float t = v < e.a ? e.a : v; /* in this order, so min > max gives max */
         return t > e.b ? e.b : t;
     } else if constexpr (ACT == KILN_ACT_SIGMOID) {
-        if constexpr (FAST) return rcp_approx(1.f + ex2_approx(v * NLOG2E));
+        if constexpr (FAST) return sigmoid_approx(v);
         if (v >= 0.f) return 1.f / (1.f + expf(-v));
         const float x = expf(v);
         return x / (1.f + x);
@@ -60,7 +64,7 @@ template <int ACT, bool FAST> __device__ __forceinline__ float act_of(float v, c
         return t < 0.f ? 0.f : t > 1.f ? 1.f : t; /* NaN stays NaN */
     } else if constexpr (ACT == KILN_ACT_TANH) return tanhf(v);
     else if constexpr (ACT == KILN_ACT_SILU) {
-        if constexpr (FAST) return v * rcp_approx(1.f + ex2_approx(v * NLOG2E));
+        if constexpr (FAST) return v * sigmoid_approx(v);
         else return v >= 0.f ? v / (1.f + expf(-v)) : v * expf(v) / (1.f + expf(v));
     } else if constexpr (ACT == KILN_ACT_GELU)
         return isinf(v) ? (v > 0.f ? v : 0.f) : 0.5f * v * erfcf(-v * 0.70710678118654752440f);
