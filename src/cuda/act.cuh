@@ -1,7 +1,8 @@
 /*
  * act.cuh — the activations of the fused kernels' epilogues (kiln.FusedConv's in
- * conv_depthwise.cu and conv_pointwise.cu), as elementwise.cu's unary ops of the same
- * names compute them, with one dispatch per thread rather than a switch per value.
+ * conv_depthwise.cu and conv_pointwise.cu, and elementwise.cu's epilogue pass after cuDNN /
+ * cuBLASLt), as elementwise.cu's unary ops of the same names compute them, with one dispatch
+ * per thread rather than a switch per value.
  */
 #ifndef KILN_CUDA_ACT_CUH
 #define KILN_CUDA_ACT_CUH
@@ -42,7 +43,8 @@ __device__ __forceinline__ float sigmoid_approx(float v) {
 /* Activation ACT (a KILN_ACT_*) of v, as elementwise.cu's unary_op of the same activation
  * (the epilogue kernel's). FAST (16-bit outputs: a few ulp of f32, far inside the f16 / bf16
  * rounding, with the same infinities and NaNs): Sigmoid and SiLU as 1 / (1 + 2^(-v log2 e))
- * on the approximate unit ops instead of IEEE divisions on a branch; HardSwish's v / 6 as a
+ * on the approximate unit ops instead of IEEE divisions on a branch, GeluTanh as v times the
+ * sigmoid of its 2u; HardSwish's v / 6 as a
  * multiply-add, clamped by the saturating add (NaN -> 0, so v * 0 is NaN as before). */
 template <int ACT, bool FAST> __device__ __forceinline__ float act_of(float v, const Epi &e) {
     if constexpr (ACT == KILN_ACT_RELU) return v > 0.f ? v : 0.f;
@@ -71,6 +73,7 @@ template <int ACT, bool FAST> __device__ __forceinline__ float act_of(float v, c
     else if constexpr (ACT == KILN_ACT_GELU_TANH) {
         if (isinf(v)) return v > 0.f ? v : 0.f;
         const float u2 = 2.f * 0.79788456080286535588f * (v + 0.044715f * v * v * v);
+        if constexpr (FAST) return v * sigmoid_approx(u2); /* 0.5 (1 + tanh u) = sigmoid(2u) */
         if (u2 >= 0.f) return v / (1.f + expf(-u2));
         const float x = expf(u2);
         return v * x / (1.f + x);

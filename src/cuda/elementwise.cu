@@ -41,8 +41,9 @@
  *   Helpers for other files: per-channel bias add (Conv), kiln.FusedConv's epilogue
  *   y = act(y + bias + z) (either layout), 2-D broadcast (Gemm's C), and the activation of
  *   a fused op applied in place (kiln.FusedGemm's epilogue when cuBLASLt's own epilogues
- *   do not apply), through the unary kernels above.
+ *   do not apply), both through act.cuh's activations as the fused kernels compute them.
  */
+#include "act.cuh"
 #include "dtype.cuh"
 
 #include <math.h>
@@ -77,7 +78,6 @@ enum UnaryOp {
     UNARY_FWD_OPS(X)
 #undef X
     U_GELU_TANH, /* Gelu with approximate="tanh" */
-    U_SILU,      /* x * sigmoid(x): kiln.FusedConv / FusedGemm's Silu after cuDNN / cuBLASLt */
     U_COUNT
 };
 
@@ -109,10 +109,6 @@ template <int OP> __device__ __forceinline__ float unary_op(float x, float a, fl
         float u2 = 2.f * SQRT_2_PI * (x + 0.044715f * x * x * x);
         if (u2 >= 0.f) return x / (1.f + expf(-u2));
         float e = expf(u2);
-        return x * e / (1.f + e);
-    } else if constexpr (OP == U_SILU) {
-        if (x >= 0.f) return x / (1.f + expf(-x));
-        float e = expf(x);
         return x * e / (1.f + e);
     } else if constexpr (OP == U_HARDSIGMOID) {
         float v = a * x + b;
@@ -196,7 +192,6 @@ kiln_status launch_unary(kiln_cuda *cu, kiln_context *ctx, int op, const void *x
     case U_GELU_TANH:
         unary_kernel<T, U_GELU_TANH><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, n, p, vec);
         break;
-    case U_SILU: unary_kernel<T, U_SILU><<<blocks, THREADS, 0, cu->stream>>>(xt, yt, n, p, vec); break;
     default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "unary op %d has no CUDA kernel", op);
     }
     KILN_CUDA_LAUNCHED(ctx, "unary_kernel");
@@ -642,44 +637,54 @@ kiln_status launch_channel_bias(kiln_cuda *cu, kiln_context *ctx, void *y, const
     return KILN_OK;
 }
 
-template <int ACT> __device__ __forceinline__ float epilogue_act(float v, float a, float b) {
-    if constexpr (ACT == KILN_ACT_RELU) return unary_op<U_RELU>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_ACT_LEAKYRELU) return unary_op<U_LEAKYRELU>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_ACT_CLIP) return unary_op<U_CLIP>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_ACT_SIGMOID) return unary_op<U_SIGMOID>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_ACT_HARDSWISH) return unary_op<U_HARDSWISH>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_ACT_HARDSIGMOID) return unary_op<U_HARDSIGMOID>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_ACT_TANH) return unary_op<U_TANH>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_ACT_SILU) return unary_op<U_SILU>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_ACT_GELU) return unary_op<U_GELU>(v, a, b, 0.f);
-    else if constexpr (ACT == KILN_ACT_GELU_TANH) return unary_op<U_GELU_TANH>(v, a, b, 0.f);
-    else return v;
-}
-
 // y, z: (rows, C, S); bias: (C). bias and z may be null. vec: 16-byte accesses, each vector
 // within one channel (S a multiple of its length) or, NHWC (S == 1), over consecutive
-// channels (C a multiple of it).
+// channels (C a multiple of it; the bias read a vector at a time). The activation as the
+// fused kernels' epilogues compute it (act.cuh: the FAST forms for 16-bit T). NHWC's channel
+// is stepped with the grid stride, not divided out of each index.
 template <typename T, int ACT>
 __global__ void conv_epilogue_kernel(T *y, const T *bias, const T *z, int64_t n, int64_t S, int64_t C, float a,
                                      float b, bool vec) {
+    const kiln_act::Epi e = {ACT, a, b};
+    constexpr bool FAST = sizeof(T) == 2;
     const int64_t stride = grid_stride();
     int64_t start = thread_index();
     if (vec) {
         using V = typename VecOf<T>::type;
         constexpr int N = VecOf<T>::N;
         const int64_t nv = n / N;
-        for (int64_t i = start; i < nv; i += stride) {
-            V u = ((const V *)y)[i], w;
-            if (z) w = ((const V *)z)[i];
-            const int64_t c0 = (S == 1 ? i * N : i * N / S) % C;
+        if (S == 1) {
+            /* c: the first channel of vector i; C % N == 0, so c + N * stride wraps below 2C */
+            const int64_t step = stride * N % C;
+            int64_t c = start * N % C;
+            for (int64_t i = start; i < nv; i += stride) {
+                V u = ((const V *)y)[i], w, bv;
+                if (z) w = ((const V *)z)[i];
+                if (bias) bv = ((const V *)bias)[c / N];
 #pragma unroll
-            for (int k = 0; k < N; k++) {
-                float v = to_f(u.v[k]);
-                if (bias) v += to_f(bias[S == 1 ? c0 + k : c0]);
-                if (z) v += to_f(w.v[k]);
-                u.v[k] = from_f<T>(epilogue_act<ACT>(v, a, b));
+                for (int k = 0; k < N; k++) {
+                    float v = to_f(u.v[k]);
+                    if (bias) v += to_f(bv.v[k]);
+                    if (z) v += to_f(w.v[k]);
+                    u.v[k] = from_f<T>(kiln_act::act_of<ACT, FAST>(v, e));
+                }
+                ((V *)y)[i] = u;
+                c += step;
+                if (c >= C) c -= C;
             }
-            ((V *)y)[i] = u;
+        } else {
+            for (int64_t i = start; i < nv; i += stride) {
+                V u = ((const V *)y)[i], w;
+                if (z) w = ((const V *)z)[i];
+                const float bc = bias ? to_f(bias[i * N / S % C]) : 0.f;
+#pragma unroll
+                for (int k = 0; k < N; k++) {
+                    float v = to_f(u.v[k]) + bc;
+                    if (z) v += to_f(w.v[k]);
+                    u.v[k] = from_f<T>(kiln_act::act_of<ACT, FAST>(v, e));
+                }
+                ((V *)y)[i] = u;
+            }
         }
         start += nv * N;
     }
@@ -687,7 +692,7 @@ __global__ void conv_epilogue_kernel(T *y, const T *bias, const T *z, int64_t n,
         float v = to_f(y[i]);
         if (bias) v += to_f(bias[(i / S) % C]);
         if (z) v += to_f(z[i]);
-        y[i] = from_f<T>(epilogue_act<ACT>(v, a, b));
+        y[i] = from_f<T>(kiln_act::act_of<ACT, FAST>(v, e));
     }
 }
 
@@ -699,7 +704,7 @@ kiln_status launch_conv_epilogue(kiln_cuda *cu, kiln_context *ctx, void *yv, con
     T *y = (T *)yv;
     const T *bias = (const T *)biasv, *z = (const T *)zv;
     constexpr int N = VecOf<T>::N;
-    const bool vec = aligned16(y, z) && (S == 1 ? C % N == 0 && aligned16(bias) : S % N == 0);
+    const bool vec = aligned16(y, z) && (!bias || (S == 1 ? C % N == 0 && aligned16(bias) : S % N == 0));
     const unsigned blocks = kiln_cuda_blocks(cu, vec ? n / N + 1 : n, THREADS);
     switch (act) {
 #define EPI(A)                                                                                            \
@@ -850,25 +855,12 @@ extern "C" kiln_status kiln_cuda_conv_epilogue(kiln_cuda *cu, kiln_context *ctx,
 
 extern "C" kiln_status kiln_cuda_act_inplace(kiln_cuda *cu, kiln_context *ctx, kiln_dtype dt, void *y,
                                              int64_t n, const kiln_cuda_act *act) {
-    UnaryParams p = {act->a, act->b, 0.f, nullptr, nullptr};
-    int op;
-    switch (act->kind) {
-    case KILN_ACT_NONE: return KILN_OK;
-    case KILN_ACT_RELU: op = U_RELU; break;
-    case KILN_ACT_LEAKYRELU: op = U_LEAKYRELU; break;
-    case KILN_ACT_CLIP: op = U_CLIP; break;
-    case KILN_ACT_SIGMOID: op = U_SIGMOID; break;
-    case KILN_ACT_HARDSWISH: op = U_HARDSWISH; break;
-    case KILN_ACT_HARDSIGMOID: op = U_HARDSIGMOID; break;
-    case KILN_ACT_TANH: op = U_TANH; break;
-    case KILN_ACT_SILU: op = U_SILU; break;
-    case KILN_ACT_GELU: op = U_GELU; break;
-    case KILN_ACT_GELU_TANH: op = U_GELU_TANH; break;
-    default: return kiln_fail(ctx, KILN_ERR_INTERNAL, "activation %d has no CUDA kernel", (int)act->kind);
-    }
-    /* in place: each element is read before it is written, by the same thread */
+    if (act->kind == KILN_ACT_NONE) return KILN_OK;
+    /* the epilogue pass without bias or residual: one channel of n values, in place (each
+     * element read before it is written, by the same thread) */
     kiln_status st;
-    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_unary, cu, ctx, op, y, y, n, p);
+    KILN_CU_FLOAT_DISPATCH(st, ctx, dt, launch_conv_epilogue, cu, ctx, y, nullptr, nullptr, 1, 1, n,
+                           (int)act->kind, act->a, act->b);
     return st;
 }
 

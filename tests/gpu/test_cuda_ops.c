@@ -1453,6 +1453,12 @@ static void fused_conv_cases(void) {
                INPUTS(X(1, 4, 8, 8), X(8, 4, 3, 3), X(8), X(1, 8, 8, 8)));
         floats("kiln.FusedConv", "pads=[1,1,1,1]", 0, false, 5e-5, rt, "wider, no activation, residual",
                INPUTS(X(2, 32, 14, 14), X(64, 32, 3, 3), X(64), X(2, 64, 14, 14)));
+        /* more 8-value vectors (1.15 M) than one sweep of the epilogue pass's grid (at most
+         * 32 blocks of 256 threads a SM), so its threads step the NHWC channel of their
+         * vectors across the wrap of 1000 channels */
+        if (nhwc)
+            floats("kiln.FusedConv", "pads=[1,1,1,1];activation=Silu", 0, false, 5e-5, rt,
+                   "grid-stride epilogue, silu, bias, 16 -> 1000", INPUTS(X(1, 16, 96, 96), X(1000, 16, 3, 3), X(1000)));
     }
     layout = 0;
     floats("kiln.FusedConv", "pads=[2,2];activation=Relu", 0, false, at, rt, "1-D, residual",
