@@ -744,17 +744,40 @@ static int rendezvous_ranks(int W, int port, bool agent, double timeout_s, int *
     return ok;
 }
 
+/* Whether nothing holds TCP port p (a bind to it succeeds; the socket is closed again). */
+static bool port_free(int p) {
+    const int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = htons((uint16_t)p)};
+    const bool ok = s >= 0 && p <= 65535 && bind(s, (struct sockaddr *)&a, sizeof a) == 0;
+    if (s >= 0) close(s);
+    return ok;
+}
+
 static int run_rendezvous(void) {
-    /* the agent's store: a listening socket on a free port */
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = 0};
-    socklen_t len = sizeof a;
-    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 8) ||
-        getsockname(ls, (struct sockaddr *)&a, &len)) {
-        printf("skip: no TCP socket to stand in for torchrun's agent\n");
+    /* the agent's store: a listening socket on a free port whose successor, where the ranks
+     * meet, is free too (else rank 0 cannot listen there and the others would talk to
+     * whatever holds it: an MPI job of another test once, whose messages they garbled) */
+    int ls = -1, port = 0;
+    for (int tries = 0; tries < 64 && ls < 0; tries++) {
+        ls = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = 0};
+        socklen_t len = sizeof a;
+        if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 8) ||
+            getsockname(ls, (struct sockaddr *)&a, &len)) {
+            printf("skip: no TCP socket to stand in for torchrun's agent\n");
+            if (ls >= 0) close(ls);
+            return 77;
+        }
+        port = ntohs(a.sin_port);
+        if (!port_free(port + 1)) {
+            close(ls);
+            ls = -1;
+        }
+    }
+    if (ls < 0) {
+        printf("skip: no free pair of TCP ports (torchrun's agent and the port above it) in 64 tries\n");
         return 77;
     }
-    const int port = ntohs(a.sin_port);
     int failed = 0;
     for (int W = 2; W <= 4; W++) {
         const int ok = rendezvous_ranks(W, port, true, 30, &failed);
