@@ -8,6 +8,39 @@ cd "$(dirname "$0")/.."
 # OpenMP's idle threads sleep instead of spinning: on a machine whose cores another job
 # keeps busy, spinning made 2-thread runs 10-30x slower (kiln.h, "Busy machines").
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# OpenBLAS 0.3.21 (Debian 12's) takes CPUs newer than it knows for generic ones: on a
+# Sapphire Rapids VM it ran its Prescott (SSE3) kernels, whose other rounding put
+# pad_channels' gradients and dist_same_np3's 3-rank trajectory past the tolerances that
+# OpenBLAS's AVX kernels keep them well inside (bench/NOTES.md, twenty-seventh session).
+# Where it says so and the CPU has AVX-512 (SkylakeX's set) or AVX2 + FMA, the suite runs
+# with the matching kernels; an OPENBLAS_CORETYPE already set is kept.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && command -v python3 >/dev/null; then
+  core=$(python3 - <<'PY' 2>/dev/null || true
+import ctypes, ctypes.util
+for name in ("libopenblas.so.0", ctypes.util.find_library("openblas")):
+    try:
+        lib = ctypes.CDLL(name)
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        print(lib.openblas_get_corename().decode())
+        break
+    except Exception:
+        pass
+PY
+)
+  flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+  has() { case " $flags " in *" $1 "*) return 0 ;; esac; return 1; }
+  case "$core" in
+    Prescott|Core2|Penryn|Dunnington|Nehalem|Atom|Katmai|Coppermine|Northwood|Banias|generic)
+      want=""
+      if has avx512f && has avx512vl && has avx512bw && has avx512dq && has avx512cd; then want=SkylakeX
+      elif has avx2 && has fma; then want=Haswell
+      fi
+      if [ -n "$want" ]; then
+        echo "kiln: OpenBLAS took this CPU for $core; the tests run with OPENBLAS_CORETYPE=$want"
+        export OPENBLAS_CORETYPE=$want
+      fi ;;
+  esac
+fi
 # Each stage's start, in seconds since this script began (the suite's target is 10 minutes
 # on two cores: these say where the time goes).
 t0=$(date +%s)
