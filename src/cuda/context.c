@@ -135,6 +135,13 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
         cu->dw_pipe_grid = n > 0 && n < 65536 ? (int)n : 0;
     }
     {
+        const char *e = getenv("KILN_CUDA_LN_PIPE");
+        cu->ln_pipe = e && strcmp(e, "1") == 0;
+        e = getenv("KILN_CUDA_LN_PIPE_GRID");
+        const long n = e ? atol(e) : 0;
+        cu->ln_pipe_grid = n > 0 && n < 65536 ? (int)n : 0;
+    }
+    {
         const char *e = getenv("KILN_CUDA_FLASH_GRID");
         const long n = e ? atol(e) : 0;
         cu->flash_grid = n > 0 && n < 0x7fffffffL ? (int)n : 0;

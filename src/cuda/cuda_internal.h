@@ -125,6 +125,12 @@ struct kiln_cuda {
                              * default), 1 wherever it takes the problem (=1) */
     int dw_pipe_grid;       /* > 0: at most that many of its blocks per channel chunk
                              * (KILN_CUDA_DW_PIPE_GRID; tests); 0: as many as are resident */
+    bool ln_pipe;           /* LayerNormalization's short rows by layernorm_pipe (resident
+                             * blocks, the next rows loaded while the current ones are reduced;
+                             * layernorm.cu): KILN_CUDA_LN_PIPE=1, off by default until timed */
+    int ln_pipe_grid;       /* > 0: at most that many of its blocks (KILN_CUDA_LN_PIPE_GRID;
+                             * tests: each block then takes several turns); 0: as many as
+                             * are resident (3-4 a SM) */
     bool perm_tile_vec;     /* those tiles read in 16- to 4-byte vectors where the offsets
                              * allow (movement.cu perm_tile_vec_kernel; KILN_CUDA_PERM_TILE_VEC=0:
                              * single elements) */

@@ -18,6 +18,10 @@
  * Scale and B converted to float once per block into shared memory. One block row per
  * THREADS / LPR rows: convnext_tiny's [256,56,56,96] f16 is 802,816 rows of 12 vectors,
  * 4 lanes each. Longer or unaligned rows: layernorm_rows, a block per row.
+ *
+ * With KILN_CUDA_LN_PIPE=1 (kiln_cuda.ln_pipe; off by default until a GPU run has swept and
+ * timed it, bench/NOTES.md z37) short rows take layernorm_pipe instead: resident blocks, the
+ * next turn's rows loaded while the current ones are reduced.
  */
 #include "dtype.cuh"
 #include "reduce.cuh"
@@ -138,6 +142,108 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
+/* Row r's vectors for lane `lane` of its group (zeros past Q, and for r >= rows). */
+template <typename V, int NV>
+__device__ __forceinline__ void load_row(V (&v)[NV], const V *__restrict__ x, int64_t r, int64_t rows, int Q, int lane,
+                                         int lpr) {
+    const bool live = r < rows;
+    const V *xr = x + (live ? r : 0) * (int64_t)Q;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int q = lane + k * lpr;
+        if (live && q < Q) v[k] = xr[q];
+        else *reinterpret_cast<uint4 *>(&v[k]) = make_uint4(0u, 0u, 0u, 0u); /* +0 in every float type */
+    }
+}
+
+/* layernorm_short's rows, pipelined (KILN_CUDA_LN_PIPE=1; bench/NOTES.md z37). Its rows of
+ * D = 384 / 768 ran at 2.3 / 1.5 TB/s: a block of 16 rows loaded and converted Scale and B,
+ * waited at the barrier and only then loaded its one turn of rows, two latencies in a row.
+ * Here a grid of resident blocks (3-4 a SM, launch_pipe) takes a row a group each turn; the
+ * first turn's rows are loaded before Scale and B are staged, and each turn loads the next
+ * turn's rows before it reduces the current ones. The rows stay in registers as their own
+ * 16-byte vectors (4 NV registers a row, converted at each use). Same arithmetic as
+ * layernorm_short: the sum, then the squared deviations from the mean, in float. */
+/* Blocks of layernorm_pipe a SM: 4 (64 registers) but for 4 vectors a lane, whose two rows
+ * of 16 registers spilled at 64 (dev/sass.sh: 60 bytes for half), 3 there. */
+template <int NV> constexpr int pipe_blocks() { return NV == 4 ? 3 : 4; }
+
+template <typename T, int NV>
+__global__ void __launch_bounds__(THREADS, pipe_blocks<NV>())
+    layernorm_pipe(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int D, int lpr, LnParams p) {
+    using V = typename VecOf<T>::type;
+    constexpr int VN = VecOf<T>::N;
+    extern __shared__ float sp[]; /* (2, D) */
+    const int Q = D / VN, lane = threadIdx.x % lpr, group = threadIdx.x / lpr;
+    const int groups = blockDim.x / lpr;
+    const int64_t step = (int64_t)gridDim.x * groups;
+    const V *xv = reinterpret_cast<const V *>(x);
+    V cur[NV], nxt[NV];
+    load_row<V, NV>(cur, xv, (int64_t)blockIdx.x * groups + group, rows, Q, lane, lpr);
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        sp[j] = (float)load_any(p.scale, p.dt_scale, j * p.step_scale);
+        sp[D + j] = p.bias ? (float)load_any(p.bias, p.dt_bias, j * p.step_bias) : 0.f;
+    }
+    __syncthreads();
+    const float inv_d = 1.f / (float)D;
+    /* base is the same for every thread of the block: whole warps reach the shuffles */
+    for (int64_t base = (int64_t)blockIdx.x * groups; base < rows; base += step) {
+        const int64_t r = base + group;
+        load_row<V, NV>(nxt, xv, r + step, rows, Q, lane, lpr);
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+#pragma unroll
+            for (int e = 0; e < VN; e++) s += to_f(cur[k].v[e]); /* the zeros add nothing */
+        for (int o = lpr / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+        const float mean = s * inv_d;
+        float q2 = 0.f;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            if (lane + k * lpr >= Q) continue;
+#pragma unroll
+            for (int e = 0; e < VN; e++) {
+                const float d = to_f(cur[k].v[e]) - mean;
+                q2 += d * d;
+            }
+        }
+        for (int o = lpr / 2; o > 0; o /= 2) q2 += __shfl_xor_sync(0xffffffffu, q2, o);
+        const float inv = 1.f / sqrtf(q2 * inv_d + p.eps);
+        if (r < rows) {
+            V *yr = reinterpret_cast<V *>(y + r * (int64_t)D);
+#pragma unroll
+            for (int k = 0; k < NV; k++) {
+                const int q = lane + k * lpr;
+                if (q >= Q) continue;
+                V u;
+#pragma unroll
+                for (int e = 0; e < VN; e++) {
+                    const int j = q * VN + e;
+                    u.v[e] = from_f<T>((to_f(cur[k].v[e]) - mean) * inv * sp[j] + sp[D + j]);
+                }
+                yr[q] = u;
+            }
+            if (lane == 0) {
+                if (p.mean) p.mean[r] = mean;
+                if (p.inv_std) p.inv_std[r] = inv;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < NV; k++) cur[k] = nxt[k];
+    }
+}
+
+template <typename T, int NV>
+void launch_pipe(kiln_cuda *cu, const void *x, void *y, int64_t rows, int D, int lpr, const LnParams &p) {
+    const int64_t groups = THREADS / lpr;
+    int64_t blocks = (rows + groups - 1) / groups;
+    const int64_t resident = (int64_t)cu->props.sm_count * pipe_blocks<NV>(); /* its __launch_bounds__ */
+    const int64_t cap = cu->ln_pipe_grid > 0 ? cu->ln_pipe_grid : resident > 0 ? resident : 1;
+    if (blocks > cap) blocks = cap;
+    layernorm_pipe<T, NV><<<(unsigned)blocks, THREADS, 2 * (size_t)D * sizeof(float), cu->stream>>>(
+        (const T *)x, (T *)y, rows, D, lpr, p);
+}
+
 template <typename T, int NV>
 void launch_short(kiln_cuda *cu, const void *x, void *y, int64_t rows, int D, int lpr, const LnParams &p) {
     const unsigned blocks = kiln_cuda_blocks(cu, rows * lpr, THREADS); /* a row per group, capped */
@@ -162,6 +268,16 @@ template <typename T>
 kiln_status launch_layernorm(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t rows, int64_t D,
                              const LnParams &p) {
     int lpr = 0, nv = 0;
+    if (cu->ln_pipe && short_rows<T>(D, x, y, &lpr, &nv)) {
+        switch (nv) {
+        case 1: launch_pipe<T, 1>(cu, x, y, rows, (int)D, lpr, p); break;
+        case 2: launch_pipe<T, 2>(cu, x, y, rows, (int)D, lpr, p); break;
+        case 3: launch_pipe<T, 3>(cu, x, y, rows, (int)D, lpr, p); break;
+        default: launch_pipe<T, 4>(cu, x, y, rows, (int)D, lpr, p); break;
+        }
+        KILN_CUDA_LAUNCHED(ctx, "layernorm_pipe");
+        return KILN_OK;
+    }
     if (short_rows<T>(D, x, y, &lpr, &nv)) {
         switch (nv) {
         case 1: launch_short<T, 1>(cu, x, y, rows, (int)D, lpr, p); break;

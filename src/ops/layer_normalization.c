@@ -439,6 +439,13 @@ static int test(void) {
                                (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(600, 8), -2, 2, 1567),
                                                 kt_rand(KILN_F32, 1, KT_DIMS(8), 0.5, 2, 1568)},
                                3, "layernormalization 600 rows of 8, no B, Mean and InvStdDev");
+    /* many rows of a few vectors: with a few blocks (the CUDA test's KILN_CUDA_LN_PIPE_GRID=3)
+     * each takes several turns of rows, the last one part-filled */
+    fails += kiln_optest_sweep("LayerNormalization", "axis=-1", 17, 3,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 2, KT_DIMS(700, 64), -1, 3, 1569),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(64), 0.5, 2, 1570),
+                                                kt_rand(KILN_F32, 1, KT_DIMS(64), -1, 1, 1571)},
+                               3, "layernormalization 700 rows of 64, Mean and InvStdDev");
     return fails;
 }
 
