@@ -1477,12 +1477,114 @@ static void test_mean_pool(void) {
     }
 }
 
+
+/* ----------------------------------------------------------- space-to-depth */
+
+/* h = Relu(x), then P strided takes of h concatenated along `axis`: take k is the Slices
+ * of spec[k] ("a:b:s,..." per Slice, ';' between chained Slices: axis a from b in steps of
+ * s to the end), Slices with the same text shared. extra: h's first Slice is also read by a
+ * Relu that is a second output. */
+static kiln_model *s2d_model(int nd, const int64_t *dims, int axis, int P, const char *const *spec, bool extra) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, nd, dims);
+    node(m, "Relu", "x", "h");
+    static const double big[1] = {9e15};
+    init_i64s(m, "end", 1, big);
+    char made[16][96];
+    int n_made = 0;
+    char cat[512] = "";
+    for (int k = 0; k < P; k++) {
+        char chain[96], prev[96] = "h", sofar[96] = "";
+        snprintf(chain, sizeof chain, "%s", spec[k]);
+        for (char *part = strtok(chain, ";"); part; part = strtok(NULL, ";")) {
+            int a = 0, b = 0, st = 0;
+            sscanf(part, "%d:%d:%d", &a, &b, &st);
+            char out[96];
+            snprintf(out, sizeof out, "%.40s_%d_%d_%d", prev, a, b, st);
+            snprintf(sofar, sizeof sofar, "%s", out);
+            bool have = false;
+            for (int j = 0; j < n_made; j++) have = have || !strcmp(made[j], out);
+            if (!have) {
+                char nm[128], ins[512];
+                const double av[1] = {a}, bv[1] = {b}, sv[1] = {st};
+                snprintf(nm, sizeof nm, "%s_a", out);
+                init_i64s(m, nm, 1, av);
+                snprintf(nm, sizeof nm, "%s_b", out);
+                init_i64s(m, nm, 1, bv);
+                snprintf(nm, sizeof nm, "%s_s", out);
+                init_i64s(m, nm, 1, sv);
+                snprintf(ins, sizeof ins, "%s,%s_b,end,%s_a,%s_s", prev, out, out, out);
+                node(m, "Slice", ins, out);
+                if (n_made < 16) snprintf(made[n_made++], sizeof made[0], "%s", out);
+            }
+            snprintf(prev, sizeof prev, "%s", out);
+        }
+        snprintf(cat + strlen(cat), sizeof cat - strlen(cat), "%s%s", k ? "," : "", sofar);
+    }
+    kiln_node *c = node(m, "Concat", cat, "y");
+    if (c) kiln_node_set_int(c, "axis", axis);
+    output(m, "y");
+    if (extra && n_made) {
+        node(m, "Relu", made[0], "y2");
+        output(m, "y2");
+    }
+    finalize(m);
+    return m;
+}
+
+static void test_space_to_depth(void) {
+    /* Swin's patch merging (NHWC, concatenated on the channels): x0 = [0::2, 0::2],
+     * x1 = [1::2, 0::2], x2 = [0::2, 1::2], x3 = [1::2, 1::2], rows sliced first */
+    static const char *swin[] = {"1:0:2;2:0:2", "1:1:2;2:0:2", "1:0:2;2:1:2", "1:1:2;2:1:2"};
+    /* YOLOv5's Focus: NCHW, concatenated on axis 1, the same order on axes 2 and 3 */
+    static const char *focus[] = {"2:0:2;3:0:2", "2:1:2;3:0:2", "2:0:2;3:1:2", "2:1:2;3:1:2"};
+    /* row-major order (the row offset slowest), columns sliced first, a negative axis */
+    static const char *rowmajor[] = {"-2:0:2;1:0:2", "-2:1:2;1:0:2", "-2:0:2;1:1:2", "-2:1:2;1:1:2"};
+    /* three offsets along one axis, concatenated before it */
+    static const char *three[] = {"2:0:3", "2:1:3", "2:2:3"};
+    /* not a radix order of the offsets */
+    static const char *mixed[] = {"1:0:2;2:0:2", "1:1:2;2:1:2", "1:1:2;2:0:2", "1:0:2;2:1:2"};
+    /* offsets missing: 2 of the 3 a step of 3 makes */
+    static const char *missing[] = {"2:0:3", "2:1:3"};
+    static const struct {
+        const char *label;
+        int nd;
+        int64_t dims[5];
+        int axis, P;
+        const char *const *spec;
+        bool extra, merged;
+        int ref_nodes, want_nodes;
+    } cases[] = {
+        {"swin patch merging", 4, {-1, 8, 6, 4}, -1, 4, swin, false, true, 8, 4},
+        {"yolov5 focus (NCHW, axis 1)", 4, {-1, 3, 8, 6}, 1, 4, focus, false, true, 8, 4},
+        {"row-major offsets, columns first", 4, {-1, 4, 6, 2}, 3, 4, rowmajor, false, true, 8, 4},
+        {"three offsets of one axis, concatenated before it", 3, {-1, 5, 9}, 1, 3, three, false, true, 5, 4},
+        {"offsets in no radix order", 4, {-1, 8, 6, 4}, -1, 4, mixed, false, false, 8, 8},
+        {"two of three offsets", 3, {-1, 5, 9}, 1, 2, missing, false, false, 4, 4},
+        {"a shared Slice read outside the merge", 4, {-1, 8, 6, 4}, -1, 4, swin, true, false, 9, 9},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char label[160];
+        snprintf(label, sizeof label, "space-to-depth %s", cases[i].label);
+        kiln_model *m = s2d_model(cases[i].nd, cases[i].dims, cases[i].axis, cases[i].P, cases[i].spec, cases[i].extra);
+        kiln_model *o = optimized(m, KILN_PASS_SPACE_TO_DEPTH);
+        const bool merged = cases[i].merged;
+        CHECK(o && count(o, "Concat") == !merged && count(o, "Transpose") == merged && (merged ? count(o, "Slice") == 0 : 1),
+              "%s: %d Concat, %d Transpose, %d Slice; expected %d, %d, %s", label, count(o, "Concat"),
+              count(o, "Transpose"), count(o, "Slice"), !merged, merged, merged ? "0" : "as before");
+        kiln_model_free(o);
+        /* the function: outputs equal with the pass and without */
+        check(label, m, KILN_PASS_SPACE_TO_DEPTH, 2, 0, 0, cases[i].ref_nodes, cases[i].want_nodes);
+    }
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     test_fold_bn();
     test_fold_constants();
     test_crop_taps();
     test_mean_pool();
+    test_space_to_depth();
     test_known_dims();
     test_channel_gather();
     test_fuse_conv();

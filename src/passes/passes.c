@@ -15,6 +15,8 @@ static const kiln_pass passes[] = {
     {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
     /* after fold-bn: it crops the folded weights */
     {"crop-taps", KILN_PASS_CROP_TAPS, kiln_pass_crop_taps},
+    /* before the layout pass, which lays its Transpose out with its neighbours */
+    {"space-to-depth", KILN_PASS_SPACE_TO_DEPTH, kiln_pass_space_to_depth},
     /* before precision and layout: the pool it makes stays low and NHWC */
     {"mean-pool", KILN_PASS_MEAN_POOL, kiln_pass_mean_pool},
     /* before fuse-conv and fuse-eltwise: they would take the product's bias Add and the

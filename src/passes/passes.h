@@ -157,6 +157,7 @@ kiln_status kiln_pass_fold_constants(kiln_model *m, const kiln_pass_options *o, 
 kiln_status kiln_pass_fold_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_crop_taps(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_mean_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_space_to_depth(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_conv_patch(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_eltwise(kiln_model *m, const kiln_pass_options *o, bool *changed);
