@@ -27,26 +27,6 @@
 
 #define MIN_TAPS 64
 
-static int shape_const(kiln_model *m, const char *hint, int n, const int64_t *d) {
-    kiln_tensor *t = kiln_tensor_new(m->ctx, KILN_I64, 1, (int64_t[]){n});
-    if (!t) return -1;
-    memcpy(t->data, d, (size_t)n * sizeof *d);
-    return kiln_pass_add_initializer(m, hint, t);
-}
-
-/* An appended node with attribute text (may be NULL); its index or -1. */
-static int add(kiln_model *m, const char *op, const char *name, int n_in, const int *in, int out, const char *attrs,
-               int opset) {
-    kiln_attr *a = NULL;
-    int na = 0;
-    if (attrs && kiln_attrs_parse(m->ctx, attrs, &a, &na) != KILN_OK) return -1;
-    char unique[300]; /* one hint for the seven nodes (and exporters' names may be empty) */
-    snprintf(unique, sizeof unique, "%.200s#%d", name, m->n_nodes);
-    const int i = kiln_model_add_node_raw(m, op, unique, "", n_in, in, 1, &out, na, a);
-    if (i >= 0) m->nodes[i].opset = opset;
-    return i;
-}
-
 /* Conv node i as the product (see the top); *done when rewritten. */
 static kiln_status patch(kiln_model *m, const kiln_shape_probes *pr, int i, bool *dead, bool *done) {
     const kiln_node *n = &m->nodes[i];
@@ -79,10 +59,10 @@ static kiln_status patch(kiln_model *m, const kiln_shape_probes *pr, int i, bool
     char name[256];
     const char *base = n->name;
     snprintf(name, sizeof name, "%.180s/patch", base);
-    const int s1 = shape_const(m, name, 6, (int64_t[]){0, C, hp, kh, wp, kw});
-    const int s2 = s1 >= 0 ? shape_const(m, name, 2, (int64_t[]){-1, K}) : -1;
-    const int s3 = s2 >= 0 ? shape_const(m, name, 2, (int64_t[]){M, K}) : -1;
-    const int s4 = s3 >= 0 ? shape_const(m, name, 4, (int64_t[]){-1, hp, wp, M}) : -1;
+    const int s1 = kiln_pass_add_i64s(m, name, 6, (int64_t[]){0, C, hp, kh, wp, kw});
+    const int s2 = s1 >= 0 ? kiln_pass_add_i64s(m, name, 2, (int64_t[]){-1, K}) : -1;
+    const int s3 = s2 >= 0 ? kiln_pass_add_i64s(m, name, 2, (int64_t[]){M, K}) : -1;
+    const int s4 = s3 >= 0 ? kiln_pass_add_i64s(m, name, 4, (int64_t[]){-1, hp, wp, M}) : -1;
     int v[5] = {-1, -1, -1, -1, -1}; /* Xr, Xt, Xm, Wm, Y2, then Y4 below */
     for (int k = 0; k < 5 && s4 >= 0; k++) v[k] = kiln_pass_new_value(m, name);
     const int y4 = v[4] >= 0 ? kiln_pass_new_value(m, name) : -1;
@@ -91,13 +71,13 @@ static kiln_status patch(kiln_model *m, const kiln_shape_probes *pr, int i, bool
     for (int k = 0; k < 5; k++) m->values[v[k]].dtype = dt;
     m->values[y4].dtype = dt;
     /* op-pattern: Conv (kernel = stride) -> Reshape, Transpose, Reshape, Gemm, Reshape, Transpose */
-    int ok = add(m, "Reshape", name, 2, (int[]){x, s1}, v[0], NULL, 14);
-    ok = ok >= 0 ? add(m, "Transpose", name, 1, &v[0], v[1], "perm=[0,2,4,1,3,5]", 13) : -1;
-    ok = ok >= 0 ? add(m, "Reshape", name, 2, (int[]){v[1], s2}, v[2], NULL, 14) : -1;
-    ok = ok >= 0 ? add(m, "Reshape", name, 2, (int[]){w, s3}, v[3], NULL, 14) : -1;
-    ok = ok >= 0 ? add(m, "Gemm", name, b >= 0 ? 3 : 2, (int[]){v[2], v[3], b}, v[4], "transB=1", 13) : -1;
-    ok = ok >= 0 ? add(m, "Reshape", name, 2, (int[]){v[4], s4}, y4, NULL, 14) : -1;
-    ok = ok >= 0 ? add(m, "Transpose", name, 1, &y4, y, "perm=[0,3,1,2]", 13) : -1;
+    int ok = kiln_pass_append_node(m, "Reshape", name, 2, (int[]){x, s1}, v[0], NULL, 14);
+    ok = ok >= 0 ? kiln_pass_append_node(m, "Transpose", name, 1, &v[0], v[1], "perm=[0,2,4,1,3,5]", 13) : -1;
+    ok = ok >= 0 ? kiln_pass_append_node(m, "Reshape", name, 2, (int[]){v[1], s2}, v[2], NULL, 14) : -1;
+    ok = ok >= 0 ? kiln_pass_append_node(m, "Reshape", name, 2, (int[]){w, s3}, v[3], NULL, 14) : -1;
+    ok = ok >= 0 ? kiln_pass_append_node(m, "Gemm", name, b >= 0 ? 3 : 2, (int[]){v[2], v[3], b}, v[4], "transB=1", 13) : -1;
+    ok = ok >= 0 ? kiln_pass_append_node(m, "Reshape", name, 2, (int[]){v[4], s4}, y4, NULL, 14) : -1;
+    ok = ok >= 0 ? kiln_pass_append_node(m, "Transpose", name, 1, &y4, y, "perm=[0,3,1,2]", 13) : -1;
     if (ok < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
     m->nodes[i].out[0] = -1; /* the Conv goes; the last Transpose writes Y */
     dead[i] = true;

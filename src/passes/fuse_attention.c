@@ -909,15 +909,6 @@ static int perm_text(char *buf, size_t cap, const int64_t *p, int r) {
     return k > 0 && (size_t)k < cap;
 }
 
-/* A constant I64 shape (n dims) as a new initializer value; -1 on OOM. */
-static int shape_const(kiln_model *m, const char *hint, const int64_t *d, int n) {
-    const int64_t len = n;
-    kiln_tensor *t = kiln_tensor_new(m->ctx, KILN_I64, 1, &len);
-    if (!t) return -1;
-    memcpy(t->data, d, (size_t)n * sizeof *d);
-    return kiln_pass_add_initializer(m, hint, t);
-}
-
 /* v's dims from the probes, -1 where they differ (at most one such); false when unknown. */
 static bool probe_dims(const kiln_shape_probes *pr, int v, int64_t *d, int *r) {
     if (v < 0 || v >= pr->n) return false;
@@ -1062,8 +1053,8 @@ static kiln_status rows_first(kiln_model *m, sunk **recs, int *nrec, bool *chang
                 dzp[d] = dz[p[d]];
             }
             snprintf(name, sizeof name, "%.150s_rows", m->nodes[g].name);
-            const int sa = shape_const(m, name, da, r), sb = sa >= 0 ? shape_const(m, name, db, 2) : -1;
-            const int sz = sb >= 0 ? shape_const(m, name, dzp, r) : -1;
+            const int sa = kiln_pass_add_i64s(m, name, r, da), sb = sa >= 0 ? kiln_pass_add_i64s(m, name, 2, db) : -1;
+            const int sz = sb >= 0 ? kiln_pass_add_i64s(m, name, r, dzp) : -1;
             const int a1 = sz >= 0 ? kiln_pass_new_value(m, name) : -1, a2 = a1 >= 0 ? kiln_pass_new_value(m, name) : -1;
             const int a3 = a2 >= 0 ? kiln_pass_new_value(m, name) : -1;
             if (a3 < 0) {

@@ -194,6 +194,25 @@ int kiln_pass_add_initializer(kiln_model *m, const char *hint, kiln_tensor *t) {
     return v;
 }
 
+int kiln_pass_add_i64s(kiln_model *m, const char *hint, int n, const int64_t *d) {
+    kiln_tensor *t = kiln_tensor_new(m->ctx, KILN_I64, 1, (int64_t[]){n});
+    if (!t) return -1;
+    memcpy(t->data, d, (size_t)n * sizeof *d);
+    return kiln_pass_add_initializer(m, hint, t);
+}
+
+int kiln_pass_append_node(kiln_model *m, const char *op, const char *name, int n_in, const int *in, int out,
+                          const char *attrs, int opset) {
+    kiln_attr *a = NULL;
+    int na = 0;
+    if (attrs && kiln_attrs_parse(m->ctx, attrs, &a, &na) != KILN_OK) return -1;
+    char unique[300]; /* one hint for a rewrite's nodes (and exporters' names may be empty) */
+    snprintf(unique, sizeof unique, "%.200s#%d", name, m->n_nodes);
+    const int i = kiln_model_add_node_raw(m, op, unique, "", n_in, in, 1, &out, na, a);
+    if (i >= 0) m->nodes[i].opset = opset;
+    return i;
+}
+
 void kiln_pass_drop_if_unused(kiln_model *m, int v) {
     if (v < 0 || !m->values[v].init || m->values[v].is_input || kiln_pass_uses(m, v)) return;
     kiln_tensor_free(m->values[v].init);

@@ -131,6 +131,13 @@ bool kiln_pass_device_has(const kiln_pass_options *o, const char *op);
 /* A new initializer value holding t (taken over, also on failure) named after hint;
  * -1 on OOM. */
 int kiln_pass_add_initializer(kiln_model *m, const char *hint, kiln_tensor *t);
+/* A new 1-D I64 initializer of the n values d (a Reshape's shape) named after hint; -1 on OOM. */
+int kiln_pass_add_i64s(kiln_model *m, const char *hint, int n, const int64_t *d);
+/* A node appended to m: default-domain op with inputs in[] (n_in), one output out, the
+ * attributes of attrs (kiln_attrs_parse text; NULL: none), the given opset, and a name
+ * made unique from name; its index, or -1 (on OOM or bad attribute text). */
+int kiln_pass_append_node(kiln_model *m, const char *op, const char *name, int n_in, const int *in, int out,
+                          const char *attrs, int opset);
 /* Free v's initializer data when nothing reads v any more (after a fold replaced it). */
 void kiln_pass_drop_if_unused(kiln_model *m, int v);
 /* Remove Constant nodes nothing reads any more (their values became literals or were

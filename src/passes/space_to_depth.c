@@ -35,26 +35,6 @@
 #define MAX_AXES 4   /* sliced axes */
 #define MAX_INPUTS 64
 
-static int shape_const(kiln_model *m, const char *hint, int n, const int64_t *d) {
-    kiln_tensor *t = kiln_tensor_new(m->ctx, KILN_I64, 1, (int64_t[]){n});
-    if (!t) return -1;
-    memcpy(t->data, d, (size_t)n * sizeof *d);
-    return kiln_pass_add_initializer(m, hint, t);
-}
-
-/* An appended node with attribute text (may be NULL); its index or -1. */
-static int add(kiln_model *m, const char *op, const char *name, int n_in, const int *in, int out, const char *attrs,
-               int opset) {
-    kiln_attr *a = NULL;
-    int na = 0;
-    if (attrs && kiln_attrs_parse(m->ctx, attrs, &a, &na) != KILN_OK) return -1;
-    char unique[300];
-    snprintf(unique, sizeof unique, "%.200s#%d", name, m->n_nodes);
-    const int i = kiln_model_add_node_raw(m, op, unique, "", n_in, in, 1, &out, na, a);
-    if (i >= 0) m->nodes[i].opset = opset;
-    return i;
-}
-
 /* Entry i of a 1-D integer constant of n entries. */
 static int64_t ival(const kiln_tensor *t, int64_t i) {
     return t->dtype == KILN_I32 ? ((const int32_t *)t->data)[i] : ((const int64_t *)t->data)[i];
@@ -253,7 +233,7 @@ static kiln_status merge(kiln_model *m, const kiln_shape_probes *pr, int i, bool
         }
         char name[256];
         snprintf(name, sizeof name, "%.180s/space_to_depth", c->name ? c->name : "concat");
-        const int sh1 = shape_const(m, name, r1, s1), sh2 = sh1 >= 0 ? shape_const(m, name, nd, s2) : -1;
+        const int sh1 = kiln_pass_add_i64s(m, name, r1, s1), sh2 = sh1 >= 0 ? kiln_pass_add_i64s(m, name, nd, s2) : -1;
         const int v1 = sh2 >= 0 ? kiln_pass_new_value(m, name) : -1, v2 = v1 >= 0 ? kiln_pass_new_value(m, name) : -1;
         if (v2 < 0) {
             st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
@@ -263,9 +243,9 @@ static kiln_status merge(kiln_model *m, const kiln_shape_probes *pr, int i, bool
         m->values[v1].dtype = dt;
         m->values[v2].dtype = dt;
         /* op-pattern: Slice -> Concat as Reshape, Transpose, Reshape */
-        int r = add(m, "Reshape", name, 2, (int[]){x, sh1}, v1, NULL, 14);
-        r = r >= 0 ? add(m, "Transpose", name, 1, &v1, v2, perm, 13) : -1;
-        r = r >= 0 ? add(m, "Reshape", name, 2, (int[]){v2, sh2}, y, NULL, 14) : -1;
+        int r = kiln_pass_append_node(m, "Reshape", name, 2, (int[]){x, sh1}, v1, NULL, 14);
+        r = r >= 0 ? kiln_pass_append_node(m, "Transpose", name, 1, &v1, v2, perm, 13) : -1;
+        r = r >= 0 ? kiln_pass_append_node(m, "Reshape", name, 2, (int[]){v2, sh2}, y, NULL, 14) : -1;
         if (r < 0) {
             st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
             goto out;
