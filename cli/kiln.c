@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <sys/stat.h>
@@ -981,6 +982,21 @@ static int bench_shapes(const kiln_model *m, int n_in, int64_t batch, shape_spec
     return 0;
 }
 
+/* OpenBLAS's core name when it runs its generic (pre-AVX) kernels on a CPU with AVX2, else
+ * NULL: Debian 12's OpenBLAS 0.3.21 takes CPUs newer than it for a Prescott (a Sapphire Rapids
+ * VM did: SSE3 kernels, with other rounding than its AVX ones). OPENBLAS_CORETYPE picks them. */
+static const char *blas_generic_core(void) {
+    const char *(*corename)(void) = NULL;
+    *(void **)&corename = dlsym(RTLD_DEFAULT, "openblas_get_corename");
+    if (!corename || !__builtin_cpu_supports("avx2")) return NULL;
+    static const char *const generic[] = {"Prescott", "Core2",      "Penryn",    "Dunnington", "Nehalem", "Atom",
+                                          "Katmai",   "Coppermine", "Northwood", "Banias",     "Unknown"};
+    const char *name = corename();
+    for (size_t i = 0; name && i < sizeof generic / sizeof generic[0]; i++)
+        if (strcmp(name, generic[i]) == 0) return name;
+    return NULL;
+}
+
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int64_t batch = 1;
@@ -1111,6 +1127,12 @@ static int cmd_bench(int argc, char **argv) {
     printf("model: %s  batch %lld  device %s  %s  (%d nodes run, %d folded; arena %.1f MiB)\n", path, (long long)batch,
            so.device == KILN_DEVICE_CUDA ? "cuda" : "cpu", prec_names[so.precision], ps.nodes, ps.folded,
            ps.arena_bytes / 1048576.0);
+    const char *generic = so.device == KILN_DEVICE_CPU ? blas_generic_core() : NULL;
+    if (generic)
+        fprintf(stderr, "note: OpenBLAS runs its generic %s (pre-AVX) kernels on this CPU, which it does not know; "
+                        "OPENBLAS_CORETYPE=%s selects its %s ones\n",
+                generic, __builtin_cpu_supports("avx512bw") ? "SkylakeX" : "Haswell",
+                __builtin_cpu_supports("avx512bw") ? "AVX-512" : "AVX2");
     if (n_shapes) { /* the shapes --shapes chose, as run */
         printf("inputs:");
         for (int i = 0; i < n_in; i++) {
