@@ -882,7 +882,7 @@ PyMODINIT_FUNC PyInit__kiln(void)
         add_type(m, &Session_spec, &Session_Type, "Session") || add_type(m, &Trainer_spec, &Trainer_Type, "Trainer"))
         goto fail;
     PyObject *passes = Py_BuildValue(
-        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I},s:I", "dead-nodes", (unsigned)KILN_PASS_DEAD_NODES,
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dead-nodes", (unsigned)KILN_PASS_DEAD_NODES,
         "fold-bn", (unsigned)KILN_PASS_FOLD_BN, "fuse-conv", (unsigned)KILN_PASS_FUSE_CONV, "fuse-eltwise",
         (unsigned)KILN_PASS_FUSE_ELTWISE, "nhwc", (unsigned)KILN_PASS_NHWC, "pad-channels",
         (unsigned)KILN_PASS_PAD_CHANNELS, "cuda-graph", (unsigned)KILN_PASS_CUDA_GRAPH, "autotune",
