@@ -756,7 +756,7 @@ static bool port_free(int p) {
 static int run_rendezvous(void) {
     /* the agent's store: a listening socket on a free port whose successor, where the ranks
      * meet, is free too (else rank 0 cannot listen there and the others would talk to
-     * whatever holds it: an MPI job of another test once, whose messages they garbled) */
+     * whatever holds it: in one CI run, it seems, an MPI job of another test) */
     int ls = -1, port = 0;
     for (int tries = 0; tries < 64 && ls < 0; tries++) {
         ls = socket(AF_INET, SOCK_STREAM, 0);

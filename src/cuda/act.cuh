@@ -44,8 +44,8 @@ __device__ __forceinline__ float sigmoid_approx(float v) {
  * (the epilogue kernel's). FAST (16-bit outputs: a few ulp of f32, far inside the f16 / bf16
  * rounding, with the same infinities and NaNs): Sigmoid and SiLU as 1 / (1 + 2^(-v log2 e))
  * on the approximate unit ops instead of IEEE divisions on a branch, GeluTanh as v times the
- * sigmoid of its 2u; HardSwish's v / 6 as a
- * multiply-add, clamped by the saturating add (NaN -> 0, so v * 0 is NaN as before). */
+ * sigmoid of its 2u; HardSwish's v / 6 as a multiply-add, clamped by the saturating add
+ * (NaN -> 0, so v * 0 is NaN as before). */
 template <int ACT, bool FAST> __device__ __forceinline__ float act_of(float v, const Epi &e) {
     if constexpr (ACT == KILN_ACT_RELU) return v > 0.f ? v : 0.f;
     else if constexpr (ACT == KILN_ACT_LEAKYRELU) return v < 0.f ? e.a * v : v;

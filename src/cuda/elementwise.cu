@@ -654,7 +654,8 @@ __global__ void conv_epilogue_kernel(T *y, const T *bias, const T *z, int64_t n,
         constexpr int N = VecOf<T>::N;
         const int64_t nv = n / N;
         if (S == 1) {
-            /* c: the first channel of vector i; C % N == 0, so c + N * stride wraps below 2C */
+            /* c: the first channel of vector i; c and step are below C, so one subtraction
+             * wraps it (the bias, when there is one, has C % N == 0: whole vectors) */
             const int64_t step = stride * N % C;
             int64_t c = start * N % C;
             for (int64_t i = start; i < nv; i += stride) {
