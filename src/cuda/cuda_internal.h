@@ -127,7 +127,7 @@ struct kiln_cuda {
                              * (KILN_CUDA_DW_PIPE_GRID; tests); 0: as many as are resident */
     bool ln_pipe;           /* LayerNormalization's short rows by layernorm_pipe (resident
                              * blocks, the next rows loaded while the current ones are reduced;
-                             * layernorm.cu): KILN_CUDA_LN_PIPE=1, off by default until timed */
+                             * layernorm.cu): on; KILN_CUDA_LN_PIPE=0 keeps layernorm_short */
     int ln_pipe_grid;       /* > 0: at most that many of its blocks (KILN_CUDA_LN_PIPE_GRID;
                              * tests: each block then takes several turns); 0: as many as
                              * are resident (3-4 a SM) */
