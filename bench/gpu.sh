@@ -49,7 +49,11 @@
 #           PyTorch AMP + channels_last on the same GPU (bench/ddp_torch.py, one rank).
 #           AB_CMD replaces the kiln command (its arguments after `kiln`), e.g. "bench
 #           /tmp/z/vit_b_16.onnx --device cuda --batch 256 --fp16 --iters 30" with AB_ENVS
-#           "-|KILN_CUDA_FLASH_ATTN=0"; AB_TORCH=0 leaves PyTorch out
+#           "-|KILN_CUDA_FLASH_ATTN=0"; AB_TORCH=0 leaves PyTorch out. An entry's words
+#           from the first that starts with -- on are kiln options ("-|--disable space-to-depth").
+#           AB_MODELS="vit_b_16:256,
+#           swin_v2_s:256" instead: `kiln bench` (fp16, AB_ITERS iterations, default 30) of each
+#           torchvision model (exported to /tmp/z first), one A/B each
 #   prof    per-node profiles (`kiln bench --profile`, fp16) of the torchvision models of
 #           PROF_MODELS (default: the ones slower than torch.compile at batch 256, NOTES.md
 #           "z4 / t5 results"), name:batch; full logs in $OUT/prof_MODEL.log, the GPU time and
@@ -209,15 +213,26 @@ part_cudnnfuse() {
 ab_run() {
   local label=$1 log
   shift
-  log=$LOGS/ab-$(echo "$label" | tr -c 'A-Za-z0-9\n' _).log
+  local -a envw=()
+  while [ $# -gt 0 ] && [[ $1 != --* ]]; do envw+=("$1"); shift; done # the rest: kiln options
+  log=$LOGS/ab-$(echo "$AB_CMD $label" | cut -c1-120 | tr -c 'A-Za-z0-9\n' _).log
   # shellcheck disable=SC2086
-  env "$@" timeout -s KILL "${AB_TIMEOUT:-180}" "$KILN" $AB_CMD > "$log" 2>&1
+  env "${envw[@]}" timeout -s KILL "${AB_TIMEOUT:-180}" "$KILN" $AB_CMD "$@" > "$log" 2>&1
   local st=$?
   echo "-- [$label] exit $st: $(grep -E '^epoch 2:|^GPU compute|^throughput|^memory|^kiln:|error|FAIL' "$log" | cut -c1-140 | tr '\n' ' ')"
 }
 
 part_ab() {
-  local cfg envs i
+  local cfg envs i m
+  if [ -n "${AB_MODELS:-}" ]; then # name:batch,...: the same A/B on `kiln bench` of each model
+    local spec
+    for spec in ${AB_MODELS//,/ }; do
+      m=${spec%%:*}
+      zoo_onnx "$m"
+      AB_MODELS= AB_CMD="bench /tmp/z/$m.onnx --device cuda --batch ${spec#*:} --fp16 --iters ${AB_ITERS:-30}" part_ab
+    done
+    return
+  fi
   if [ -z "${AB_CMD:-}" ]; then
     python3 - <<'PY' || { echo "ab: cannot write the CIFAR-format data"; rc=1; return; }
 import numpy as np, os
