@@ -552,6 +552,11 @@ extern "C" kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c) {
     a.n_hs = g.n_hs;
     for (int i = 0; i < g.n_hs; i++) a.hs[i] = g.hs[i];
     if (g.n_hs > 0) to_addr(g.hsa, &a.ahs);
+    { /* cuDNN's fused attention where it takes the node and was timed faster (attention_sdpa.c) */
+        bool done = false;
+        st = kiln_cuda_attention_sdpa(cu, c, &g, &done);
+        if (st || done) return st;
+    }
     if (cu->flash_attention) { /* attention_flash.cu where it takes the node */
         char fwhy[sizeof cu->stats.flash_refused];
         if (kiln_cuda_flash_attention_ok(&g, c->in[0]->dtype, a.q, a.k, a.v, fwhy, sizeof fwhy)) {

@@ -118,6 +118,10 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
      * sign, else the environment variable's 0 or 1, decides */
     cu->conv_dw_grad = switch_on(o->conv_dw_grad, "KILN_CUDA_DW_GRAD");
     cu->flash_attention = switch_on(o->flash_attention, "KILN_CUDA_FLASH_ATTN");
+    {
+        const char *e = getenv("KILN_CUDA_SDPA");
+        cu->sdpa = e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 2 : 1;
+    }
     cu->perm_tile = switch_on(0, "KILN_CUDA_PERM_TILE");
     cu->perm_tile_vec = switch_on(0, "KILN_CUDA_PERM_TILE_VEC");
     cu->gather_staged = switch_on(0, "KILN_CUDA_GATHER_STAGED");

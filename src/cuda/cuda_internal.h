@@ -134,6 +134,11 @@ struct kiln_cuda {
     bool perm_tile_vec;     /* those tiles read in 16- to 4-byte vectors where the offsets
                              * allow (movement.cu perm_tile_vec_kernel; KILN_CUDA_PERM_TILE_VEC=0:
                              * single elements) */
+    int sdpa;               /* kiln.Attention by cuDNN's fused attention (attention_sdpa.c): 1 (the
+                             * default) where cuDNN has a plan and, with autotune, it was timed
+                             * faster than kiln's kernel on the node's first run; 2 wherever
+                             * cuDNN has a plan (KILN_CUDA_SDPA=1: tests); 0 never
+                             * (KILN_CUDA_SDPA=0) */
     bool flash_attention;   /* kiln.Attention by attention_flash.cu where it takes the node
                                (on unless kiln_cuda_options.flash_attention < 0 or
                                KILN_CUDA_FLASH_ATTN=0) */
@@ -393,6 +398,14 @@ bool kiln_cuda_sup_loss_scale_update(const kiln_op_ctx *c, char *why, size_t n);
 bool kiln_cuda_sup_grad_accumulate(const kiln_op_ctx *c, char *why, size_t n);
 /* kiln.Attention (attention.cu): its kernel and what it supports */
 kiln_status kiln_cuda_k_attention(kiln_cuda *cu, kiln_op_ctx *c);
+/* attention_sdpa.c: cuDNN's fused attention for the Attention nodes it can express (f16 /
+ * bf16, no bias, norm or tensor scale, 16-byte aligned rows, one (batch, head) split that all
+ * four operands share). _ws: the plan made at plan time (when cu->sdpa and, for 1, autotune),
+ * its workspace. _run: *done when it ran the node (timed against attention_flash.cu on the
+ * node's first eager run, the faster kept for later runs and processes). */
+struct kiln_attn_geom;
+kiln_status kiln_cuda_ws_attention(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
+kiln_status kiln_cuda_attention_sdpa(kiln_cuda *cu, kiln_op_ctx *c, const struct kiln_attn_geom *g, bool *done);
 kiln_status kiln_cuda_prep_attention(kiln_cuda *cu, kiln_op_ctx *c);
 bool kiln_cuda_sup_attention(const kiln_op_ctx *c, char *why, size_t n);
 /* attention_flash.cu (behind kiln_cuda's flash_attention): the
@@ -637,9 +650,30 @@ enum {
     KILN_GRAPH_PRO_WGRAD = 2,
     KILN_GRAPH_CONV_FWD = 3,
     KILN_GRAPH_CONV_DGRAD = 4,
-    KILN_GRAPH_CONV_WGRAD = 5
+    KILN_GRAPH_CONV_WGRAD = 5,
+    KILN_GRAPH_SDPA = 6 /* kiln_cuda_sdpa_plan's */
 };
 struct kiln_genstats_problem;
+/* Scaled-dot-product attention as cuDNN's SDPA operation (cuDNN 9.13.1; cudnn_graph.c):
+ * O = softmax(scale Q K^T) V over b x h heads, Q (b, h, lq, d), K (b, h, lk, d), V (b, h, lk,
+ * dv), O (b, h, lq, dv) at the strides s*[b, h, row] (the column stride 1), f16 / bf16 in and
+ * out, f32 scores, no bias or mask: what attention_sdpa.c hands it. */
+typedef struct kiln_sdpa_geo {
+    int64_t b, h, lq, lk, d, dv;
+    int64_t sq[3], sk[3], sv[3], so[3];
+    float scale;
+    bool bf16;
+} kiln_sdpa_geo;
+/* The plan of g (built the first time with build: plan time; else only looked up), kept on cu
+ * with the other graph problems; *out NULL when there is no room. kiln_cuda_genstats_ok says
+ * whether cuDNN had an engine, and the workspace. */
+kiln_status kiln_cuda_sdpa_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_sdpa_geo *g, bool build,
+                                struct kiln_genstats_problem **out);
+/* The plan on q, k, v (read) and o (written), on cu->stream. */
+kiln_status kiln_cuda_sdpa_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *q,
+                               const void *k, const void *v, void *o, void *ws, size_t ws_size);
+/* Its key (the algorithm cache's, with a prefix, for the kept choice). */
+const char *kiln_cuda_sdpa_key(const struct kiln_genstats_problem *p);
 /* The _CONV_FWD / _DGRAD / _WGRAD graph's plans timed on these buffers the first time (outside
  * graph capture, with autotune): the fastest kept for every later run. x, w, y as for
  * kiln_cuda_conv_graph_run. */

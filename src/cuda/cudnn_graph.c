@@ -40,6 +40,8 @@
 #include <time.h>
 
 enum { U_X = 1, U_W, U_Y, U_SUM, U_SQ, U_SCALE, U_BIAS, U_V1, U_V2, U_V3 };
+/* KILN_GRAPH_SDPA's tensors: Q, K, V, O, the scale */
+enum { U_Q = 32, U_K, U_VV, U_O, U_ATTN_SCALE };
 
 #define GS_MAX_DESC 96 /* one problem: 10 tensors, conv, 5 ops and 3 pointwise, graph, 2 heuristics and their configs (twice where a kept engine has no plan), the plans */
 #define GS_MAX_PROBLEMS 96
@@ -66,6 +68,8 @@ typedef struct kiln_genstats_problem {
     bool stats;                     /* GenStats in the graph (every _GENSTATS one; _PRO_FWD with stats) */
     bool sb16;                      /* prologue: a and k in X's 16-bit dtype (else f32) */
     bool epi;                       /* _CONV_FWD: the bias and activation in the graph */
+    float sdpa_scale;               /* _SDPA: the scores' scale (a by-value tensor: the variant
+                                     * pack points here, so it lives as long as the problem) */
     /* _CONV_FWD: the first GS_MAX_PLANS configurations whose plans finalize (heuristics' order),
      * timed on the first run with autotune (kiln_cuda_conv_graph_tune) and the fastest kept in
      * plan / ws / engine: the first one is not always fast (cuDNN's engine 0 ran a 1x1
@@ -606,6 +610,158 @@ static kiln_status graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln
         KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sum, 0, (size_t)K * sizeof(float), cu->stream));
         KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sq, 0, (size_t)K * sizeof(float), cu->stream));
     }
+    KILN_CUDNN_CHECK(ctx, cudnnBackendExecute(h, p->plan, vp));
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ scaled-dot-product attention */
+
+/* a 4-D tensor of dims / strides as given (virtual: never in memory; by_value: a host scalar
+ * the variant pack points at) */
+static cudnnBackendDescriptor_t tensor4(gs_problem *p, int64_t uid, cudnnDataType_t dt, const int64_t dims[4],
+                                        const int64_t str[4], bool virt, bool by_value) {
+    cudnnBackendDescriptor_t t = mk(p, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t align = by_value ? 4 : 16;
+    if (t && virt && !set(p, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "tensor virtual")) return NULL;
+    if (t && by_value && !set(p, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, "tensor by value"))
+        return NULL;
+    if (!t || !set(p, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor dtype") ||
+        !set(p, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims") ||
+        !set(p, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str, "tensor strides") ||
+        !set(p, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor uid") ||
+        !set(p, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment") ||
+        !fin(p, t, "a tensor descriptor"))
+        return NULL;
+    return t;
+}
+
+/* cuDNN 9.13.1's SDPA operation (what cuDNN's frontend makes of its SDPA node where the
+ * library has it: the "unified" implementation): Q (b, h, lq, d), K (b, h, lk, d), V, O and
+ * the scale as a by-value scalar; no statistics output (inference). */
+static bool build_sdpa_unified(gs_problem *p, cudnnHandle_t h, const kiln_sdpa_geo *g, cudnnBackendDescriptor_t *opg) {
+#if CUDNN_VERSION >= 91301
+    const cudnnDataType_t dt = g->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, f32 = CUDNN_DATA_FLOAT;
+    const int64_t dq[4] = {g->b, g->h, g->lq, g->d}, sq[4] = {g->sq[0], g->sq[1], g->sq[2], 1};
+    const int64_t dk[4] = {g->b, g->h, g->lk, g->d}, sk[4] = {g->sk[0], g->sk[1], g->sk[2], 1};
+    const int64_t dv[4] = {g->b, g->h, g->lk, g->dv}, sv[4] = {g->sv[0], g->sv[1], g->sv[2], 1};
+    const int64_t dO[4] = {g->b, g->h, g->lq, g->dv}, sO[4] = {g->so[0], g->so[1], g->so[2], 1};
+    const int64_t d1[4] = {1, 1, 1, 1};
+    p->sdpa_scale = g->scale;
+    cudnnBackendDescriptor_t q = tensor4(p, U_Q, dt, dq, sq, false, false);
+    cudnnBackendDescriptor_t k = q ? tensor4(p, U_K, dt, dk, sk, false, false) : NULL;
+    cudnnBackendDescriptor_t v = k ? tensor4(p, U_VV, dt, dv, sv, false, false) : NULL;
+    cudnnBackendDescriptor_t o = v ? tensor4(p, U_O, dt, dO, sO, false, false) : NULL;
+    cudnnBackendDescriptor_t sc = o ? tensor4(p, U_ATTN_SCALE, f32, d1, d1, false, true) : NULL;
+    cudnnBackendDescriptor_t op = sc ? mk(p, CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR) : NULL;
+    if (!op || !set(p, op, CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &q, "SDPA Q") ||
+        !set(p, op, CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k, "SDPA K") ||
+        !set(p, op, CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v, "SDPA V") ||
+        !set(p, op, CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &o, "SDPA O") ||
+        !set(p, op, CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sc, "SDPA scale") ||
+        !fin(p, op, "the SDPA operation"))
+        return false;
+    *opg = mk(p, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    return *opg && set(p, *opg, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op, "graph ops") &&
+           set(p, *opg, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "graph handle") &&
+           fin(p, *opg, "the attention graph");
+#else
+    (void)h, (void)g, (void)opg;
+    snprintf(p->why, sizeof p->why, "built against cuDNN headers older than 9.13.1 (no SDPA operation)");
+    return false;
+#endif
+}
+
+kiln_status kiln_cuda_sdpa_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_sdpa_geo *g, bool build,
+                                struct kiln_genstats_problem **out) {
+    *out = NULL;
+    if (!cu->genstats) {
+        cu->genstats = calloc(1, sizeof *cu->genstats);
+        if (!cu->genstats) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for cuDNN graph plans");
+    }
+    struct kiln_genstats_cache *gc = cu->genstats;
+    char key[200];
+    snprintf(key, sizeof key,
+             "sdpa %s b%lld h%lld lq%lld lk%lld d%lld dv%lld q%lld,%lld,%lld k%lld,%lld,%lld v%lld,%lld,%lld "
+             "o%lld,%lld,%lld s%.9g",
+             g->bf16 ? "bf16" : "f16", (long long)g->b, (long long)g->h, (long long)g->lq, (long long)g->lk,
+             (long long)g->d, (long long)g->dv, (long long)g->sq[0], (long long)g->sq[1], (long long)g->sq[2],
+             (long long)g->sk[0], (long long)g->sk[1], (long long)g->sk[2], (long long)g->sv[0], (long long)g->sv[1],
+             (long long)g->sv[2], (long long)g->so[0], (long long)g->so[1], (long long)g->so[2], (double)g->scale);
+    for (int i = 0; i < gc->n_prob; i++)
+        if (strcmp(gc->prob[i].key, key) == 0) {
+            *out = &gc->prob[i];
+            return KILN_OK;
+        }
+    if (!build || gc->n_prob >= GS_MAX_PROBLEMS) return KILN_OK;
+    gs_problem *p = &gc->prob[gc->n_prob++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->key, sizeof p->key, "%s", key);
+    p->engine = -1;
+    p->kind = KILN_GRAPH_SDPA;
+    cudnnHandle_t h;
+    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
+    if (st) return st;
+    cudnnBackendDescriptor_t opg = NULL;
+    const double t0 = host_ms();
+    /* cuDNN's SDPA operation (cuDNN 9.13.1 and later). The graph of single operations that
+     * cuDNN's frontend builds for older libraries (matmul, scale, max / sub / exp / sum / div,
+     * matmul) was tried first: cuDNN 9.19 found no engine for it on an H200, for any shape of
+     * the op sweep (bench/NOTES.md z39), so it is not kept; older libraries run kiln's kernels. */
+    if (cudnnGetVersion() < 91301)
+        snprintf(p->why, sizeof p->why, "cuDNN %zu has no SDPA operation (9.13.1 and later)", cudnnGetVersion());
+    else if (build_sdpa_unified(p, h, g, &opg))
+        choose_plan(p, h, opg, -1);
+    kiln_cuda_conv_stats_note(ctx, "cuDNN fused attention (cuDNN %zu) for %s: %s%s (engine %lld, workspace %lld B; %.0f ms)",
+                              cudnnGetVersion(), key, p->ok ? "plan ok" : "no plan: ", p->ok ? "" : p->why,
+                              (long long)p->engine, (long long)p->ws, host_ms() - t0);
+    if (!p->ok) {
+        char why[200];
+        snprintf(why, sizeof why, "%s", p->why);
+        problem_clear(p);
+        snprintf(p->why, sizeof p->why, "%s", why);
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+const char *kiln_cuda_sdpa_key(const struct kiln_genstats_problem *p) { return p->key; }
+
+kiln_status kiln_cuda_sdpa_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *q,
+                               const void *k, const void *v, void *o, void *ws, size_t ws_size) {
+    if (!p || !p->ok || p->kind != KILN_GRAPH_SDPA)
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "cuDNN fused attention: no plan for this problem");
+    if ((size_t)p->ws > ws_size || (p->ws > 0 && !ws))
+        return kiln_fail(ctx, KILN_ERR_INTERNAL, "cuDNN fused attention: the plan needs %lld bytes of workspace, got %zu",
+                         (long long)p->ws, ws_size);
+    struct kiln_genstats_cache *gc = cu->genstats;
+    void *ptr[8] = {(void *)q, (void *)k, (void *)v, o, NULL, NULL, NULL, p->ws > 0 ? ws : NULL};
+    cudnnBackendDescriptor_t vp = NULL;
+    for (int i = 0; i < gc->n_pack && !vp; i++)
+        if (gc->pack[i].p == p && memcmp(gc->pack[i].ptr, ptr, sizeof ptr) == 0) vp = gc->pack[i].vp;
+    if (!vp) { /* the first run on these buffers (replays find it) */
+        const int64_t uids[5] = {U_Q, U_K, U_VV, U_O, U_ATTN_SCALE};
+        void *dp[5] = {ptr[0], ptr[1], ptr[2], ptr[3], (void *)&p->sdpa_scale};
+        cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 5, uids);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 5, dp);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ptr[7]);
+        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            if (vp) cudnnBackendDestroyDescriptor(vp);
+            return kiln_fail(ctx, KILN_ERR_DEVICE, "cuDNN fused attention: the variant pack: %s", dnn_str(s));
+        }
+        gs_pack *slot = &gc->pack[gc->n_pack < GS_MAX_PACKS ? gc->n_pack++ : gc->next_pack++ % GS_MAX_PACKS];
+        if (slot->vp) cudnnBackendDestroyDescriptor(slot->vp);
+        slot->p = p;
+        memcpy(slot->ptr, ptr, sizeof ptr);
+        slot->vp = vp;
+    }
+    cudnnHandle_t h;
+    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
+    if (st) return st;
     KILN_CUDNN_CHECK(ctx, cudnnBackendExecute(h, p->plan, vp));
     return KILN_OK;
 }

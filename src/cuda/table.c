@@ -1254,7 +1254,7 @@ static const entry table[] = {
     {"kiln.ChannelShuffle", kiln_cuda_k_channel_shuffle, sup_channel_shuffle, NULL, true},
     {"kiln.Roll", kiln_cuda_k_roll, sup_channel_shuffle, NULL, true},
     {"kiln.ChannelGather", kiln_cuda_k_channel_gather, sup_channel_gather, NULL, true},
-    {"kiln.Attention", kiln_cuda_k_attention, kiln_cuda_sup_attention, NULL, false},
+    {"kiln.Attention", kiln_cuda_k_attention, kiln_cuda_sup_attention, kiln_cuda_ws_attention, false},
     {"kiln.ConcatAffine", kiln_cuda_k_concat_affine, kiln_cuda_sup_concat_affine, NULL, true},
     {"Transpose", kiln_cuda_k_transpose, sup_elements, NULL, true}, /* 4-D NHWC in and out */
     {"Gather", kiln_cuda_k_gather, sup_gather, NULL, false},

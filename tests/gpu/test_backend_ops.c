@@ -101,6 +101,7 @@ static kiln_context *ctx;
 static kiln_cuda *cu; /* NULL: --dry-run */
 static bool verbose;
 static bool flash_attn; /* --flash-attn */
+static bool sdpa_forced; /* KILN_CUDA_SDPA=1: cuDNN's fused attention wherever it has a plan */
 static int passed, failed;
 /* The current case's own tolerances (kiln_optest's atol / rtol): the least allowed in f32. */
 static double case_atol, case_rtol;
@@ -361,7 +362,9 @@ static int device_run(const kiln_node *node, int n_in, kiln_tensor **in, int n_o
     if (flash_attn && strcmp(node->op_type, "Attention") == 0) { /* which kernel ran it, and why */
         kiln_cuda_stats after;
         kiln_cuda_get_stats(cu, &after);
-        if (after.attention_flash_calls > before.attention_flash_calls)
+        if (after.attention_sdpa_calls > before.attention_sdpa_calls)
+            printf("flash %s: cuDNN's fused attention ran it\n", label);
+        else if (after.attention_flash_calls > before.attention_flash_calls)
             printf("flash %s: attention_flash.cu ran it\n", label);
         else
             printf("flash %s: fell back to attention.cu: %s\n", label,
@@ -981,16 +984,29 @@ static int flash_bench(void) {
     const size_t arena = (size_t)3 << 30;
     kiln_cuda_options fo = {.device = 0, .arena_bytes = arena, .flash_attention = 1};
     kiln_cuda_options oo = {.device = 0, .arena_bytes = arena, .flash_attention = -1};
-    kiln_cuda *c_flash = NULL, *c_old = NULL;
-    if (kiln_cuda_create(ctx, &fo, &c_flash) || kiln_cuda_create(ctx, &oo, &c_old)) {
+    kiln_cuda *c_flash = NULL, *c_old = NULL, *c_dnn = NULL;
+    /* kiln's two kernels alone (cuDNN's fused attention off), then cuDNN's wherever it has a
+     * plan (KILN_CUDA_SDPA is read when a kiln_cuda is created) */
+    const char *sdpa_env = getenv("KILN_CUDA_SDPA");
+    char sdpa_was[16] = "";
+    if (sdpa_env) snprintf(sdpa_was, sizeof sdpa_was, "%s", sdpa_env);
+    setenv("KILN_CUDA_SDPA", "0", 1);
+    kiln_status cst = kiln_cuda_create(ctx, &fo, &c_flash);
+    if (!cst) cst = kiln_cuda_create(ctx, &oo, &c_old);
+    setenv("KILN_CUDA_SDPA", "1", 1);
+    if (!cst) cst = kiln_cuda_create(ctx, &fo, &c_dnn);
+    if (sdpa_env) setenv("KILN_CUDA_SDPA", sdpa_was, 1);
+    else unsetenv("KILN_CUDA_SDPA");
+    if (cst) {
         printf("FAIL flash-bench: create: %s\n", kiln_context_message(ctx));
         kiln_cuda_free(c_flash);
+        kiln_cuda_free(c_old);
         return 1;
     }
     const kiln_cuda_props *p = kiln_cuda_get_props(c_flash);
     printf("flash-bench on %s (attention_flash.cu is UNVALIDATED until this passes)\n", p->name);
-    printf("%-34s %-5s %9s %9s %9s %9s %7s %10s  %s\n", "shape", "dtype", "flash ms", "old ms", "flash TF", "old TF",
-           "speedup", "rel diff", "");
+    printf("%-34s %-5s %9s %9s %9s %9s %9s %7s %10s %10s  %s\n", "shape", "dtype", "flash ms", "old ms", "cuDNN ms",
+           "flash TF", "cuDNN TF", "speedup", "rel diff", "cuDNN diff", "");
     int bad = 0;
     for (int sh = 0; sh < 6; sh++) {
         const kiln_dtype dt = sh == 1 ? KILN_BF16 : KILN_F16;
@@ -1043,19 +1059,28 @@ static int flash_bench(void) {
         kiln_attr *at = NULL;
         int n_at = 0;
         kiln_tensor *y_old = y ? kiln_tensor_clone(ctx, y) : NULL;
+        kiln_tensor *y_dnn = y ? kiln_tensor_clone(ctx, y) : NULL;
         kiln_status st = y && y_old && in[0] && in[1] && in[2] ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
         if (!st) st = kiln_attrs_parse(ctx, attrs, &at, &n_at);
         kiln_node node = {.op_type = (char *)"Attention", .name = (char *)"flash-bench", .domain = (char *)"kiln",
                           .op = kiln_op_index_domain("kiln", "Attention"), .opset = 1, .n_in = n_in, .n_out = 1,
                           .n_attrs = n_at, .attrs = at};
-        double t_f = NAN, t_o = NAN, err = NAN;
-        kiln_cuda_stats s0, s1;
+        double t_f = NAN, t_o = NAN, t_d = NAN, err = NAN, err_d = NAN;
+        kiln_cuda_stats s0, s1, d0, d1;
         kiln_cuda_get_stats(c_flash, &s0);
+        kiln_cuda_get_stats(c_dnn, &d0);
+        if (!st && !y_dnn) st = KILN_ERR_OUT_OF_MEMORY;
         if (!st) st = bench_fmt(c_old, &node, n_in, in, y_old, KILN_FORMAT_NCHW, &t_o);
         if (!st) st = bench_fmt(c_flash, &node, n_in, in, y, KILN_FORMAT_NCHW, &t_f);
+        /* cuDNN's fused attention: where it has no plan the flash kernel runs (not counted) */
+        if (!st) st = bench_fmt(c_dnn, &node, n_in, in, y_dnn, KILN_FORMAT_NCHW, &t_d);
         kiln_cuda_get_stats(c_flash, &s1);
+        kiln_cuda_get_stats(c_dnn, &d1);
         const bool ran = s1.attention_flash_calls > s0.attention_flash_calls;
+        const bool dnn = d1.attention_sdpa_calls > d0.attention_sdpa_calls;
+        if (!dnn) t_d = NAN;
         if (!st) err = bench_rel_err(y, y_old);
+        if (!st && dnn) err_d = bench_rel_err(y_dnn, y_old);
         const double tol = dt == KILN_BF16 ? 3e-2 : 5e-3;
         double flop = 0;
         if (!st) {
@@ -1063,20 +1088,24 @@ static int flash_bench(void) {
             kiln_op_ctx c = {.kctx = ctx, .node = &node, .n_in = n_in, .in = in, .n_out = 1, .out = &y};
             flop = d && d->flops ? d->flops(&c) : 0;
         }
-        printf("%-34s %-5s %9.3f %9.3f %9.1f %9.1f %6.2fx %10.2e  %s%s%s\n", what, kiln_dtype_name(dt), t_f, t_o,
-               flop / (t_f * 1e-3) / 1e12, flop / (t_o * 1e-3) / 1e12, t_o / t_f, err,
-               st ? "FAIL: " : !ran ? "FAIL: flash did not run: " : !(err <= tol) ? "FAIL: outputs differ" : "ok",
-               st ? kiln_context_message(ctx) : !ran ? s1.flash_refused : "", "");
-        if (st || !ran || !(err <= tol)) bad++;
+        printf("%-34s %-5s %9.3f %9.3f %9.3f %9.1f %9.1f %6.2fx %10.2e %10.2e  %s%s%s\n", what, kiln_dtype_name(dt), t_f,
+               t_o, t_d, flop / (t_f * 1e-3) / 1e12, flop / (t_d * 1e-3) / 1e12, t_o / t_f, err, err_d,
+               st ? "FAIL: " : !ran ? "FAIL: flash did not run: " : !(err <= tol) ? "FAIL: outputs differ"
+                   : dnn && !(err_d <= tol)                     ? "FAIL: cuDNN's outputs differ"
+                                                                : "ok",
+               st ? kiln_context_message(ctx) : !ran ? s1.flash_refused : "", dnn || st ? "" : " (cuDNN: no plan)");
+        if (st || !ran || !(err <= tol) || (dnn && !(err_d <= tol))) bad++;
         for (int i = 0; i < n_at; i++) kiln_attr_clear(&at[i]);
         free(at);
         for (int i = 0; i < 7; i++)
             if (in[i] && (i < 1 || in[i] != in[0])) kiln_tensor_free(in[i]);
         kiln_tensor_free(y);
         kiln_tensor_free(y_old);
+        kiln_tensor_free(y_dnn);
     }
     kiln_cuda_free(c_flash);
     kiln_cuda_free(c_old);
+    kiln_cuda_free(c_dnn);
     printf("flash-bench: %s\n", bad ? "FAIL" : "ok");
     return bad != 0;
 }
@@ -1165,6 +1194,11 @@ int main(int argc, char **argv) {
     if (dw_grad) o.no_autotune = !dw_timed;
     /* --flash-attn: kiln.Attention on attention_flash.cu */
     o.flash_attention = flash_attn ? 1 : -1;
+    /* cuDNN's fused attention (attention_sdpa.c) only where KILN_CUDA_SDPA=1 asks for it on
+     * every case it takes (ctest backend_ops_sdpa): otherwise the sweep checks kiln's kernels */
+    const char *se = getenv("KILN_CUDA_SDPA");
+    sdpa_forced = se && strcmp(se, "1") == 0;
+    if (!sdpa_forced) setenv("KILN_CUDA_SDPA", "0", 1);
     /* --conv-stats-*: kiln.FusedConv's statistics outputs (conv_stats.c) by the convolution +
      * statistics kernel, cuDNN's GenStats graph wherever it has an engine, or the faster of
      * the two timed (KILN_LOG=info prints each problem's plan and timing) */
@@ -1265,6 +1299,11 @@ int main(int argc, char **argv) {
                s.attention_flash_calls ? "ok  " : "FAIL", s.attention_flash_calls, s.attention_flash_fallbacks,
                s.flash_refused[0] ? s.flash_refused : "-");
         if (!s.attention_flash_calls) failed++;
+        if (sdpa_forced) { /* KILN_CUDA_SDPA=1 (ctest backend_ops_sdpa): cuDNN's path must have run */
+            printf("%s KILN_CUDA_SDPA=1: cuDNN's fused attention ran %d Attention cases\n",
+                   s.attention_sdpa_calls ? "ok  " : "FAIL", s.attention_sdpa_calls);
+            if (!s.attention_sdpa_calls) failed++;
+        }
     }
 
     if (grad_coverage) {
