@@ -40,7 +40,7 @@ static const struct { const char *name, *text; } commands[] = {
      "                                fuse-pool fuse-bn pad-channels cuda-graph autotune conv-gemm conv-direct\n"
      "                                streams conv-depthwise fuse-attention fuse-silu-gelu crop-taps\n"
      "                                channel-gather gemm-residual attention-rows conv-patch mean-pool\n"
-     "                                space-to-depth, or all)\n"
+     "                                space-to-depth fold-scale, or all)\n"
      "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
      "      order (fewer --output than graph outputs is fine). --batch runs a data set\n"
      "      through one session: every input's first dim is the batch, and so is every\n"
@@ -465,6 +465,7 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"conv-patch", KILN_PASS_CONV_PATCH},
     {"mean-pool", KILN_PASS_MEAN_POOL},
     {"space-to-depth", KILN_PASS_SPACE_TO_DEPTH},
+    {"fold-scale", KILN_PASS_FOLD_SCALE},
 };
 
 /* --device: cpu or cuda; 0, or 2 after saying what is wrong */

@@ -419,6 +419,9 @@ enum {
                                            where the fused node's views take them, alone */
     KILN_PASS_SPACE_TO_DEPTH = 1 << 17, /* a Concat of strided Slices that tile one tensor (Swin's
                                           patch merging, YOLOv5's Focus) as one Transpose */
+    KILN_PASS_FOLD_SCALE = 1 << 18, /* a constant per-channel Mul after a Linear / Gemm / Conv
+                                       (ConvNeXt's and CaiT's layer scale) folded into its
+                                       weights, through Transposes and the bias Add */
     KILN_PASS_CHANNEL_GATHER = 1 << 28 /* a chain of channel moves (Concat along the channels,
                                           channel shuffle, Slices and zero Pads of channels:
                                           ShuffleNet's block boundaries) as one gather, each

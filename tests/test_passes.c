@@ -1578,6 +1578,108 @@ static void test_space_to_depth(void) {
     }
 }
 
+/* ----------------------------------------------------------- fold-scale */
+
+/* ConvNeXt's block tail: x (N, C, H, W) -> Transpose to (N, H, W, C) -> MatMul W (C, C) ->
+ * Add bias (C) -> Transpose back -> Mul gamma -> Add x. scale: "ch" gamma (C, 1, 1), "w" a
+ * scale along W (1, 1, Wd: not the product's channels), "in" gamma a graph input (not a
+ * constant), "none" no Mul; shared: the product's result is also a graph output. */
+static kiln_model *ls_model(const char *scale, bool shared) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 6, 4, 5));
+    init(m, "w", KILN_F32, 2, KT_DIMS(6, 6), -1, 1, 301);
+    init(m, "bias", KILN_F32, 1, KT_DIMS(6), -1, 1, 302);
+    if (!strcmp(scale, "ch")) init(m, "gamma", KILN_F32, 3, KT_DIMS(6, 1, 1), 0.1, 2, 303);
+    if (!strcmp(scale, "w")) init(m, "gamma", KILN_F32, 3, KT_DIMS(1, 1, 5), 0.1, 2, 304);
+    if (!strcmp(scale, "in")) input(m, "gamma", KILN_F32, 3, KT_DIMS(6, 1, 1));
+    kiln_node *t = node(m, "Transpose", "x", "h");
+    if (t) kiln_node_set_ints(t, "perm", 4, (int64_t[]){0, 2, 3, 1});
+    node(m, "MatMul", "h,w", "mm");
+    node(m, "Add", "mm,bias", "lin");
+    t = node(m, "Transpose", "lin", "back");
+    if (t) kiln_node_set_ints(t, "perm", 4, (int64_t[]){0, 3, 1, 2});
+    const bool mul = strcmp(scale, "none") != 0;
+    if (mul) node(m, "Mul", "gamma,back", "scaled");
+    node(m, "Add", mul ? "scaled,x" : "back,x", "y");
+    output(m, "y");
+    if (shared) output(m, "lin");
+    finalize(m);
+    return m;
+}
+
+static void test_fold_scale(void) {
+    const unsigned fs = KILN_PASS_FOLD_SCALE, all = KILN_PASS_FOLD_SCALE | KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL;
+    /* folded: the Mul gone, the function kept */
+    kiln_model *m = ls_model("ch", false);
+    kiln_model *o = optimized(m, fs);
+    CHECK(o && count(o, "Mul") == 0 && count(o, "MatMul") == 1 && count(o, "Add") == 2,
+          "fold-scale: layer scale folded into the MatMul and its bias (%d Mul left)", count(o, "Mul"));
+    kiln_model_free(o);
+    check("fold-scale: ConvNeXt layer scale", m, fs, 2, 1e-5, 1e-5, 6, 5);
+    /* with fuse-conv and gemm-residual: the residual Add through the Transpose into the product */
+    m = ls_model("ch", false);
+    o = optimized(m, all);
+    CHECK(o && count(o, "Mul") == 0 && count(o, "Add") == 0 && count(o, "FusedGemm") == 1 && count(o, "Transpose") == 3,
+          "fold-scale + gemm-residual: one FusedGemm, no Add or Mul, the residual moved back (%d FusedGemm, %d Add, %d "
+          "Mul, %d Transpose)", count(o, "FusedGemm"), count(o, "Add"), count(o, "Mul"), count(o, "Transpose"));
+    kiln_model_free(o);
+    check("fold-scale + gemm-residual: ConvNeXt block tail", m, all, 2, 1e-5, 1e-5, 6, 7);
+    /* gemm-residual through the Transpose alone (no scale) */
+    m = ls_model("none", false);
+    o = optimized(m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL);
+    CHECK(o && count(o, "Add") == 0 && count(o, "FusedGemm") == 1,
+          "gemm-residual: a residual Add behind the product's Transpose joins it (%d Add left)", count(o, "Add"));
+    kiln_model_free(o);
+    check("gemm-residual: through a Transpose", m, KILN_PASS_FUSE_CONV | KILN_PASS_GEMM_RESIDUAL, 2, 1e-5, 1e-5, 5, 7);
+    /* refused: a scale along W, a scale that is an input, the product read elsewhere */
+    static const struct {
+        const char *scale;
+        bool shared;
+        const char *label;
+        int nodes;
+    } no[] = {{"w", false, "a scale along a spatial axis", 6},
+              {"in", false, "a scale that is not a constant", 6},
+              {"ch", true, "the product also a graph output", 6}};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        char label[160];
+        snprintf(label, sizeof label, "fold-scale refuses %s", no[i].label);
+        m = ls_model(no[i].scale, no[i].shared);
+        o = optimized(m, fs);
+        CHECK(o && count(o, "Mul") == 1, "%s: %d Mul (expected 1)", label, count(o, "Mul"));
+        kiln_model_free(o);
+        check(label, m, fs, 2, 1e-5, 1e-5, no[i].nodes, no[i].nodes);
+    }
+    /* a Conv with a bias and a per-channel Mul (1, M, 1, 1); a Gemm (transB, bias) times one
+     * element */
+    m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 3, 6, 6));
+    init(m, "cw", KILN_F32, 4, KT_DIMS(4, 3, 3, 3), -1, 1, 311);
+    init(m, "cb", KILN_F32, 1, KT_DIMS(4), -1, 1, 312);
+    init(m, "s", KILN_F32, 4, KT_DIMS(1, 4, 1, 1), -2, 2, 313);
+    node(m, "Conv", "x,cw,cb", "c");
+    node(m, "Mul", "c,s", "y");
+    output(m, "y");
+    finalize(m);
+    o = optimized(m, fs);
+    CHECK(o && count(o, "Mul") == 0 && count(o, "Conv") == 1, "fold-scale: a per-channel Mul folded into a Conv");
+    kiln_model_free(o);
+    check("fold-scale: Conv + per-channel Mul", m, fs, 2, 1e-5, 1e-5, 2, 1);
+    m = new_model();
+    input(m, "x", KILN_F32, 2, KT_DIMS(-1, 5));
+    init(m, "gw", KILN_F32, 2, KT_DIMS(7, 5), -1, 1, 321);
+    init(m, "gb", KILN_F32, 1, KT_DIMS(7), -1, 1, 322);
+    init_scalar(m, "k", KILN_F32, 0.37);
+    kiln_node *g = node(m, "Gemm", "x,gw,gb", "p");
+    if (g) kiln_node_set_int(g, "transB", 1);
+    node(m, "Mul", "k,p", "y");
+    output(m, "y");
+    finalize(m);
+    o = optimized(m, fs);
+    CHECK(o && count(o, "Mul") == 0, "fold-scale: a one-element Mul folded into a Gemm (transB)");
+    kiln_model_free(o);
+    check("fold-scale: Gemm (transB) times a scalar", m, fs, 3, 1e-5, 1e-5, 2, 1);
+}
+
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     test_fold_bn();
@@ -1585,6 +1687,7 @@ int main(int argc, char **argv) {
     test_crop_taps();
     test_mean_pool();
     test_space_to_depth();
+    test_fold_scale();
     test_known_dims();
     test_channel_gather();
     test_fuse_conv();

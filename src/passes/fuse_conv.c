@@ -13,7 +13,9 @@
  *      with no activation after it, C absent or a constant row with beta 1, [-> view] ->
  *      Add of a Z of the Add's other operand's shape -> kiln.FusedGemm(A, B, C, Z) (behind
  *      a view Z as Flatten(Z), the product's rows; the view writes the Add's output): an
- *      attention's out-projection and the residual after it.
+ *      attention's out-projection and the residual after it. Behind the view also a
+ *      Transpose (ConvNeXt's permute back to NCHW, its layer scale folded by fold-scale):
+ *      Z joins as Flatten(Transpose(Z, the inverse perm)) and the Transpose writes the sum.
  *   0. (first) MatMul(X (..., K), W (K, N) constant) + Add of a constant bias (N), a
  *      transformer's Linear -> Flatten(X) (rows, K) -> Gemm(., W, bias) -> Reshape back to
  *      (..., N): the bias rides on the product's epilogue (cuBLASLt's BIAS) instead of a
@@ -295,18 +297,54 @@ static kiln_status gemm_residual(kiln_model *m, const int *prod, const kiln_shap
         yv = m->nodes[r].out[0];
         r = kiln_pass_single_consumer(m, yv);
     }
+    /* after the view, a Transpose (ConvNeXt's permute back to NCHW before its residual): Z
+     * moves back through it (a Transpose of Z by the inverse perm, a view where the layout
+     * pass stores both alike) and the Transpose writes the Add's output */
+    int tr = -1, ya = yv, np = 0;
+    const int64_t *perm = NULL;
+    if (view >= 0 && r >= 0 && !dead[r] && kiln_pass_is(&m->nodes[r], "Transpose") && m->nodes[r].n_in == 1 &&
+        m->nodes[r].n_out == 1 && m->nodes[r].in[0] == yv && probes && yv < probes->n &&
+        (perm = kiln_attr_ints(&m->nodes[r], "perm", &np)) != NULL && np == probes->one[yv].ndim && np <= KILN_MAX_DIMS) {
+        tr = r;
+        ya = m->nodes[r].out[0];
+        r = kiln_pass_single_consumer(m, ya);
+    }
     if (r < 0 || dead[r] || !is_add(&m->nodes[r])) return KILN_OK;
     const kiln_node *a = &m->nodes[r];
-    const int z = a->in[0] == yv ? a->in[1] : a->in[0];
-    if (z < 0 || z == yv || !(same_known_shape(&m->values[z], &m->values[yv]) || (probes && kiln_pass_same_shape(probes, z, yv))))
+    const int z = a->in[0] == ya ? a->in[1] : a->in[0];
+    if (z < 0 || z == ya || !(same_known_shape(&m->values[z], &m->values[ya]) || (probes && kiln_pass_same_shape(probes, z, ya))))
         return KILN_OK;
     const int out = a->out[0];
     int zin = z;
+    if (tr >= 0) {
+        /* Z' = Transpose(Z, perm^-1): Z' dim i is Z's dim inv[i]; its last must be N */
+        int64_t inv[KILN_MAX_DIMS];
+        for (int i = 0; i < np; i++) inv[i] = -1;
+        for (int i = 0; i < np; i++) {
+            if (perm[i] < 0 || perm[i] >= np || inv[perm[i]] >= 0) return KILN_OK;
+            inv[perm[i]] = i;
+        }
+        if (z >= probes->n || probes->one[z].ndim != np || probes->one[z].dims[inv[np - 1]] != n) return KILN_OK;
+        char hint[220], at[200];
+        int len = snprintf(at, sizeof at, "perm=[");
+        for (int i = 0; i < np; i++) len += snprintf(at + len, sizeof at - (size_t)len, "%s%lld", i ? "," : "", (long long)inv[i]);
+        snprintf(at + len, sizeof at - (size_t)len, "]");
+        snprintf(hint, sizeof hint, "%.150s_back", m->values[z].name);
+        zin = kiln_pass_new_value(m, hint);
+        if (zin < 0) return KILN_ERR_OUT_OF_MEMORY;
+        m->values[zin].dtype = m->values[y].dtype;
+        snprintf(hint, sizeof hint, "%.150s_back", m->nodes[r].name);
+        /* op-pattern: the residual moved back through the Transpose */
+        if (kiln_pass_append_node(m, "Transpose", hint, 1, &z, zin, at, 13) < 0)
+            return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
+        *appended = true;
+    }
     if (view >= 0) {
-        /* Flatten(Z) to (rows, N): Z's last dim must be N */
-        if (!probes || z >= probes->n || probes->one[z].ndim < 1 || probes->one[z].dims[probes->one[z].ndim - 1] != n)
+        /* Flatten(Z) to (rows, N): Z's last dim must be N (checked above through a Transpose) */
+        if (tr < 0 &&
+            (!probes || z >= probes->n || probes->one[z].ndim < 1 || probes->one[z].dims[probes->one[z].ndim - 1] != n))
             return KILN_OK;
-        const int rz = probes->one[z].ndim;
+        const int rz = probes->one[z].ndim, zsrc = zin; /* Z, or Z moved back through the Transpose */
         char hint[220], at[32];
         snprintf(hint, sizeof hint, "%.150s_rows", m->values[z].name);
         zin = kiln_pass_new_value(m, hint);
@@ -319,7 +357,7 @@ static kiln_status gemm_residual(kiln_model *m, const int *prod, const kiln_shap
         if (st) return st;
         snprintf(hint, sizeof hint, "%.150s_rows", m->nodes[r].name);
         /* op-pattern: the residual's rows */
-        const int f = kiln_model_add_node_raw(m, "Flatten", hint, "", 1, &z, 1, &zin, nfa, fa);
+        const int f = kiln_model_add_node_raw(m, "Flatten", hint, "", 1, &zsrc, 1, &zin, nfa, fa);
         if (f < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a node");
         m->nodes[f].opset = 13;
         *appended = true;
@@ -329,7 +367,8 @@ static kiln_status gemm_residual(kiln_model *m, const int *prod, const kiln_shap
     /* op-pattern: Gemm [-> view] -> Add -> FusedGemm(A, B, C, Z) [-> view] */
     kiln_status st = kiln_pass_rewrite(m, ci, "kiln", "FusedGemm", 4, in4, g);
     if (st) return st;
-    if (view >= 0) st = kiln_pass_set_output(m, view, 0, out);
+    if (tr >= 0) st = kiln_pass_set_output(m, tr, 0, out);
+    else if (view >= 0) st = kiln_pass_set_output(m, view, 0, out);
     else st = kiln_pass_set_output(m, ci, 0, out);
     dead[r] = true;
     *done = !st;

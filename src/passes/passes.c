@@ -13,6 +13,8 @@ static const kiln_pass passes[] = {
     /* before every fusion: they see a constant a subgraph computes as a constant */
     {"fold-constants", KILN_PASS_FOLD_CONSTANTS, kiln_pass_fold_constants},
     {"fold-bn", KILN_PASS_FOLD_BN, kiln_pass_fold_bn},
+    /* before fuse-conv: the residual Add then meets the product (gemm-residual) */
+    {"fold-scale", KILN_PASS_FOLD_SCALE, kiln_pass_fold_scale},
     /* after fold-bn: it crops the folded weights */
     {"crop-taps", KILN_PASS_CROP_TAPS, kiln_pass_crop_taps},
     /* before the layout pass, which lays its Transpose out with its neighbours */

@@ -162,6 +162,7 @@ kiln_status kiln_pass_rewrite(kiln_model *m, int i, const char *domain, const ch
 kiln_status kiln_pass_dead_nodes(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fold_constants(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fold_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_fold_scale(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_crop_taps(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_mean_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_space_to_depth(kiln_model *m, const kiln_pass_options *o, bool *changed);
