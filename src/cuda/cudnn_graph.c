@@ -557,6 +557,38 @@ bool kiln_cuda_genstats_ok(const struct kiln_genstats_problem *p, size_t *ws, co
     return p && p->ok;
 }
 
+/* The variant pack of p on the buffers ptr (8 slots: the last the workspace; n of them bound
+ * to uids as dp), made the first time these buffers are met and kept (a plan's buffers do not
+ * move: replays find it). */
+static kiln_status variant_pack(kiln_cuda *cu, kiln_context *ctx, const gs_problem *p, void *const ptr[8], int n,
+                                const int64_t *uids, void *const *dp, cudnnBackendDescriptor_t *out) {
+    struct kiln_genstats_cache *gc = cu->genstats;
+    for (int i = 0; i < gc->n_pack; i++)
+        if (gc->pack[i].p == p && memcmp(gc->pack[i].ptr, ptr, sizeof gc->pack[i].ptr) == 0) {
+            *out = gc->pack[i].vp;
+            return KILN_OK;
+        }
+    cudnnBackendDescriptor_t vp = NULL;
+    cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, dp);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ptr[7]);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        if (vp) cudnnBackendDestroyDescriptor(vp);
+        return kiln_fail(ctx, KILN_ERR_DEVICE, "cuDNN graph: the variant pack: %s", dnn_str(s));
+    }
+    gs_pack *slot = &gc->pack[gc->n_pack < GS_MAX_PACKS ? gc->n_pack++ : gc->next_pack++ % GS_MAX_PACKS];
+    if (slot->vp) cudnnBackendDestroyDescriptor(slot->vp);
+    slot->p = p;
+    memcpy(slot->ptr, ptr, sizeof slot->ptr);
+    slot->vp = vp;
+    *out = vp;
+    return KILN_OK;
+}
+
 /* The plan of p on x, w, y, [sum, sq,] [a, k]: the variant pack of these buffers (made once)
  * and cudnnBackendExecute on cu->stream; the sums zeroed first. */
 static kiln_status graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *x,
@@ -566,43 +598,23 @@ static kiln_status graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln
     if ((size_t)p->ws > ws_size || (p->ws > 0 && !ws))
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "cuDNN graph: the plan needs %lld bytes of workspace, got %zu",
                          (long long)p->ws, ws_size);
-    struct kiln_genstats_cache *gc = cu->genstats;
     void *ptr[8] = {(void *)x, w, y, sum, sq, (void *)a, (void *)k, p->ws > 0 ? ws : NULL};
-    cudnnBackendDescriptor_t vp = NULL;
-    for (int i = 0; i < gc->n_pack && !vp; i++)
-        if (gc->pack[i].p == p && memcmp(gc->pack[i].ptr, ptr, sizeof ptr) == 0) vp = gc->pack[i].vp;
-    if (!vp) { /* the first run on these buffers (a plan's first run; replays find it) */
-        int64_t uids[7] = {U_X, U_W, U_Y};
-        void *dp[7] = {ptr[0], ptr[1], ptr[2]};
-        int n = 3;
-        if (p->stats) {
-            uids[n] = U_SUM, dp[n++] = ptr[3];
-            uids[n] = U_SQ, dp[n++] = ptr[4];
-        }
-        if (p->kind == KILN_GRAPH_PRO_FWD || p->kind == KILN_GRAPH_PRO_WGRAD) {
-            uids[n] = U_SCALE, dp[n++] = ptr[5];
-            uids[n] = U_BIAS, dp[n++] = ptr[6];
-        } else if (p->epi) {
-            uids[n] = U_BIAS, dp[n++] = ptr[6];
-        }
-        cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, dp);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ptr[7]);
-        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
-        if (s != CUDNN_STATUS_SUCCESS) {
-            if (vp) cudnnBackendDestroyDescriptor(vp);
-            return kiln_fail(ctx, KILN_ERR_DEVICE, "cuDNN graph: the variant pack: %s", dnn_str(s));
-        }
-        gs_pack *slot = &gc->pack[gc->n_pack < GS_MAX_PACKS ? gc->n_pack++ : gc->next_pack++ % GS_MAX_PACKS];
-        if (slot->vp) cudnnBackendDestroyDescriptor(slot->vp);
-        slot->p = p;
-        memcpy(slot->ptr, ptr, sizeof ptr);
-        slot->vp = vp;
+    int64_t uids[7] = {U_X, U_W, U_Y};
+    void *dp[7] = {ptr[0], ptr[1], ptr[2]};
+    int n = 3;
+    if (p->stats) {
+        uids[n] = U_SUM, dp[n++] = ptr[3];
+        uids[n] = U_SQ, dp[n++] = ptr[4];
     }
+    if (p->kind == KILN_GRAPH_PRO_FWD || p->kind == KILN_GRAPH_PRO_WGRAD) {
+        uids[n] = U_SCALE, dp[n++] = ptr[5];
+        uids[n] = U_BIAS, dp[n++] = ptr[6];
+    } else if (p->epi) {
+        uids[n] = U_BIAS, dp[n++] = ptr[6];
+    }
+    cudnnBackendDescriptor_t vp = NULL;
+    kiln_status vs = variant_pack(cu, ctx, p, ptr, n, uids, dp, &vp);
+    if (vs) return vs;
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
@@ -733,32 +745,12 @@ kiln_status kiln_cuda_sdpa_run(kiln_cuda *cu, kiln_context *ctx, const struct ki
     if ((size_t)p->ws > ws_size || (p->ws > 0 && !ws))
         return kiln_fail(ctx, KILN_ERR_INTERNAL, "cuDNN fused attention: the plan needs %lld bytes of workspace, got %zu",
                          (long long)p->ws, ws_size);
-    struct kiln_genstats_cache *gc = cu->genstats;
     void *ptr[8] = {(void *)q, (void *)k, (void *)v, o, NULL, NULL, NULL, p->ws > 0 ? ws : NULL};
+    const int64_t uids[5] = {U_Q, U_K, U_VV, U_O, U_ATTN_SCALE};
+    void *const dp[5] = {ptr[0], ptr[1], ptr[2], ptr[3], (void *)&p->sdpa_scale};
     cudnnBackendDescriptor_t vp = NULL;
-    for (int i = 0; i < gc->n_pack && !vp; i++)
-        if (gc->pack[i].p == p && memcmp(gc->pack[i].ptr, ptr, sizeof ptr) == 0) vp = gc->pack[i].vp;
-    if (!vp) { /* the first run on these buffers (replays find it) */
-        const int64_t uids[5] = {U_Q, U_K, U_VV, U_O, U_ATTN_SCALE};
-        void *dp[5] = {ptr[0], ptr[1], ptr[2], ptr[3], (void *)&p->sdpa_scale};
-        cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 5, uids);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 5, dp);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ptr[7]);
-        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
-        if (s != CUDNN_STATUS_SUCCESS) {
-            if (vp) cudnnBackendDestroyDescriptor(vp);
-            return kiln_fail(ctx, KILN_ERR_DEVICE, "cuDNN fused attention: the variant pack: %s", dnn_str(s));
-        }
-        gs_pack *slot = &gc->pack[gc->n_pack < GS_MAX_PACKS ? gc->n_pack++ : gc->next_pack++ % GS_MAX_PACKS];
-        if (slot->vp) cudnnBackendDestroyDescriptor(slot->vp);
-        slot->p = p;
-        memcpy(slot->ptr, ptr, sizeof ptr);
-        slot->vp = vp;
-    }
+    kiln_status vs = variant_pack(cu, ctx, p, ptr, 5, uids, dp, &vp);
+    if (vs) return vs;
     cudnnHandle_t h;
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
