@@ -27,6 +27,8 @@
 #include <string.h>
 
 enum { MAX_CHAIN = 8 };
+/* the product the chain ends at: its weight's output-channel axis */
+typedef enum product { P_MATMUL, P_GEMM, P_GEMM_TB, P_CONV } product;
 
 /* Whether constant b (broadcast right-aligned into a value of rank `rank`) varies only along
  * `axis` with length C there (C 1: b has one element). */
@@ -99,6 +101,8 @@ static kiln_status fold(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
     }
     /* back from t to the product */
     int v = t, reader = i, bias_add = -1, target = -1, n_chain = 0;
+    product kind = P_MATMUL;
+    int64_t target_n = 0;
     while (n_chain <= MAX_CHAIN) {
         if (v >= pr->n || kiln_pass_single_consumer(m, v) != reader) goto out;
         const int p = prod[v];
@@ -106,12 +110,13 @@ static kiln_status fold(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
         const kiln_node *n = &m->nodes[p];
         if (n->n_out != 1 || n->out[0] != v || n->n_in < 1 || n->in[0] < 0) goto out;
         const int r = pr->one[v].ndim;
+        /* op-pattern: the chain back to the product (Transpose, Reshape, bias Add) */
         if (kiln_pass_is(n, "Transpose")) {
             int np = 0;
             const int64_t *perm = kiln_attr_ints(n, "perm", &np);
             if (!perm || np != r) goto out;
             if (axis >= 0) axis = (int)perm[axis];
-        } else if (kiln_pass_is(n, "Reshape")) {
+        } else if (/* op-pattern */ kiln_pass_is(n, "Reshape")) {
             const int xi = n->in[0];
             const int ri = xi < pr->n ? pr->one[xi].ndim : 0;
             if (ri < 1) goto out;
@@ -119,7 +124,7 @@ static kiln_status fold(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
                 if (axis != r - 1 || pr->one[xi].dims[ri - 1] != pr->one[v].dims[r - 1]) goto out;
                 axis = ri - 1;
             }
-        } else if (kiln_pass_is(n, "Add") && n->n_in == 2 && bias_add < 0) {
+        } else if (/* op-pattern */ kiln_pass_is(n, "Add") && n->n_in == 2 && bias_add < 0) {
             const int k = kiln_pass_constant(m, prod, n->in[1]) ? 1 : kiln_pass_constant(m, prod, n->in[0]) ? 0 : -1;
             const kiln_tensor *b = k >= 0 ? kiln_pass_constant(m, prod, n->in[k]) : NULL;
             /* a one-element scale takes any bias; a per-channel one a bias along its axis */
@@ -136,30 +141,35 @@ static kiln_status fold(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
             const kiln_tensor *w = n->n_in >= 2 ? kiln_pass_constant(m, prod, n->in[1]) : NULL;
             if (!w || !kiln_dtype_is_float(w->dtype)) goto out;
             int64_t N = 0;
+            /* op-pattern: the product (MatMul, Gemm, Conv) */
             if (kiln_pass_is(n, "MatMul")) {
                 if (w->ndim != 2 || (axis >= 0 && axis != r - 1)) goto out;
                 N = w->dims[1];
-            } else if (kiln_pass_is(n, "Gemm")) {
+                kind = P_MATMUL;
+            } else if (/* op-pattern */ kiln_pass_is(n, "Gemm")) {
                 const int cv = kiln_pass_opt_in(n, 2);
                 if (w->ndim != 2 || r != 2 || (axis >= 0 && axis != 1) ||
                     (cv >= 0 && (!kiln_pass_constant(m, prod, cv) || kiln_attr_float(n, "beta", 1.0f) != 1.0f)))
                     goto out;
-                N = kiln_attr_int(n, "transB", 0) ? w->dims[0] : w->dims[1];
+                kind = kiln_attr_int(n, "transB", 0) ? P_GEMM_TB : P_GEMM;
+                N = kind == P_GEMM_TB ? w->dims[0] : w->dims[1];
                 /* C of (N), (1, N) or one element (a C of several rows is left alone) */
                 if (cv >= 0 && kiln_tensor_numel(kiln_pass_constant(m, prod, cv)) != N &&
                     kiln_tensor_numel(kiln_pass_constant(m, prod, cv)) != 1)
                     goto out;
-            } else if (kiln_pass_is(n, "Conv")) {
+            } else if (/* op-pattern */ kiln_pass_is(n, "Conv")) {
                 const int bv = kiln_pass_opt_in(n, 2);
                 if (w->ndim < 3 || (axis >= 0 && axis != 1) ||
                     (bv >= 0 && (!kiln_pass_constant(m, prod, bv) || kiln_tensor_numel(kiln_pass_constant(m, prod, bv)) != w->dims[0])))
                     goto out;
                 N = w->dims[0];
+                kind = P_CONV;
             } else
                 goto out;
             if (!kiln_dtype_is_float(w->dtype) || N < 1) goto out;
             if (C > 1 && C != N) goto out;
             target = p;
+            target_n = N;
             break;
         }
         reader = p;
@@ -168,10 +178,7 @@ static kiln_status fold(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
     }
     if (target < 0) goto out;
     /* s per output channel */
-    const int64_t N = kiln_pass_is(&m->nodes[target], "Conv") ? kiln_pass_constant(m, prod, m->nodes[target].in[1])->dims[0]
-                      : kiln_pass_is(&m->nodes[target], "Gemm") && kiln_attr_int(&m->nodes[target], "transB", 0)
-                          ? kiln_pass_constant(m, prod, m->nodes[target].in[1])->dims[0]
-                          : kiln_pass_constant(m, prod, m->nodes[target].in[1])->dims[1];
+    const int64_t N = target_n;
     s = malloc(((size_t)N + 1) * sizeof *s);
     if (!s) {
         st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory folding a scale");
@@ -179,17 +186,15 @@ static kiln_status fold(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
     }
     for (int64_t j = 0; j < N; j++) s[j] = kiln_get_f64(c, C > 1 ? j : 0);
     kiln_context *ctx = m->ctx;
-    const kiln_node *g = &m->nodes[target];
-    const kiln_tensor *w = kiln_pass_constant(m, prod, g->in[1]);
-    kiln_tensor *nw;
-    if (kiln_pass_is(g, "Conv")) nw = scaled(ctx, w, s, kiln_tensor_numel(w) / N, N);     /* W (M, C/g, k...) */
-    else if (kiln_pass_is(g, "Gemm") && kiln_attr_int(g, "transB", 0)) nw = scaled(ctx, w, s, w->dims[1], N); /* (N, K) */
-    else nw = scaled(ctx, w, s, 1, N);                                                      /* (K, N) */
+    const kiln_tensor *w = kiln_pass_constant(m, prod, m->nodes[target].in[1]);
+    kiln_tensor *nw = kind == P_CONV      ? scaled(ctx, w, s, kiln_tensor_numel(w) / N, N) /* W (M, C/g, k...) */
+                      : kind == P_GEMM_TB ? scaled(ctx, w, s, w->dims[1], N)               /* (N, K) */
+                                          : scaled(ctx, w, s, 1, N);                       /* (K, N) */
     if (!nw || (st = replace_input(m, target, 1, "scaled", nw)) != KILN_OK) {
         if (!nw) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory folding a scale");
         goto out;
     }
-    const int bv = kiln_pass_is(&m->nodes[target], "MatMul") ? -1 : kiln_pass_opt_in(&m->nodes[target], 2);
+    const int bv = kind == P_MATMUL ? -1 : kiln_pass_opt_in(&m->nodes[target], 2);
     if (bv >= 0) { /* Conv's B (M), Gemm's C ((N), (1, N), or one element: scaled to (N)) */
         const kiln_tensor *b = kiln_pass_constant(m, prod, bv);
         kiln_tensor *nb = NULL;
