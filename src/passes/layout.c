@@ -224,6 +224,17 @@ static bool weight_layout_free(const kiln_model *m, const int *prod, int v) {
     return false;
 }
 
+/* Whether n is a Transpose (0, 2, 3, 1): it reads an NHWC input as a view (case 1 below), so
+ * a permute back (0, 3, 1, 2) it reads writes NHWC for it: ConvNeXt's last block of a stage,
+ * whose sum the permute back writes (gemm-residual through the Transpose), read by the
+ * downsample's LayerNorm permute. */
+static bool to_channels_last(const kiln_node *n) {
+    int np = 0;
+    /* op-pattern: ConvNeXt's permute to channels-last */
+    const int64_t *p = kiln_pass_is(n, "Transpose") && n->n_in == 1 ? kiln_attr_ints(n, "perm", &np) : NULL;
+    return p && np == 4 && p[0] == 0 && p[1] == 2 && p[2] == 3 && p[3] == 1;
+}
+
 /* A Transpose that moves a 4-D value between its logical (N, C, H, W) order and the
  * channels-last order (N, H, W, C): perm (0,2,3,1) of an NHWC value reads it as it is (its
  * bytes are already the output's), and perm (0,3,1,2) writes its output NHWC (the input's
@@ -240,7 +251,9 @@ static int nhwc_transpose(const kiln_model *m, const kiln_node *n, const kiln_fo
     if (!(p[1] == 3 && p[2] == 1 && p[3] == 2) || fmt[x] == KILN_FORMAT_NHWC || m->values[y].is_output) return 0;
     for (int j = 0; j < m->n_nodes; j++)
         for (int t = 0; t < m->nodes[j].n_in; t++)
-            if (m->nodes[j].in[t] == y && kind_of(kiln_node_def(&m->nodes[j]), &m->nodes[j]) != K_NONE) return 2;
+            if (m->nodes[j].in[t] == y &&
+                (kind_of(kiln_node_def(&m->nodes[j]), &m->nodes[j]) != K_NONE || to_channels_last(&m->nodes[j])))
+                return 2;
     return 0;
 }
 
