@@ -467,19 +467,19 @@ static void geo_key(const kiln_genstats_geo *g, char *key, size_t n) {
              (long long)g->sw, (long long)g->dh, (long long)g->dw, (long long)g->ph, (long long)g->pw);
 }
 
-kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_genstats_geo *g, bool build,
-                                    struct kiln_genstats_problem **out) {
-    *out = NULL;
+/* The problem of key kept on cu (*found), or with build a new one (*fresh: zeroed, its key
+ * set, engine unknown) where there is room; neither: *found and *fresh NULL. */
+static kiln_status problem_slot(kiln_cuda *cu, kiln_context *ctx, const char *key, bool build, gs_problem **found,
+                                gs_problem **fresh) {
+    *found = *fresh = NULL;
     if (!cu->genstats) {
         cu->genstats = calloc(1, sizeof *cu->genstats);
         if (!cu->genstats) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for cuDNN graph plans");
     }
     struct kiln_genstats_cache *gc = cu->genstats;
-    char key[200];
-    geo_key(g, key, sizeof key);
     for (int i = 0; i < gc->n_prob; i++)
         if (strcmp(gc->prob[i].key, key) == 0) {
-            *out = &gc->prob[i];
+            *found = &gc->prob[i];
             return KILN_OK;
         }
     if (!build || gc->n_prob >= GS_MAX_PROBLEMS) return KILN_OK; /* none: the fallback runs it */
@@ -487,11 +487,31 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
     memset(p, 0, sizeof *p);
     snprintf(p->key, sizeof p->key, "%s", key);
     p->engine = -1;
+    *fresh = p;
+    return KILN_OK;
+}
+
+/* A problem cuDNN refused keeps the answer, not the descriptors. */
+static void keep_refusal(gs_problem *p) {
+    if (p->ok) return;
+    char why[200];
+    snprintf(why, sizeof why, "%s", p->why);
+    problem_clear(p);
+    snprintf(p->why, sizeof p->why, "%s", why);
+}
+
+kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_genstats_geo *g, bool build,
+                                    struct kiln_genstats_problem **out) {
+    char key[200];
+    geo_key(g, key, sizeof key);
+    gs_problem *p = NULL;
+    kiln_status st = problem_slot(cu, ctx, key, build, out, &p);
+    if (st || !p) return st;
     p->kind = g->kind;
     p->stats = g->kind == KILN_GRAPH_GENSTATS || (g->kind == KILN_GRAPH_PRO_FWD && g->stats);
     p->epi = g->kind == KILN_GRAPH_CONV_FWD && g->epi;
     cudnnHandle_t h;
-    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
+    st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     cudnnBackendDescriptor_t opg = NULL;
     const double t0 = host_ms();
@@ -534,12 +554,7 @@ kiln_status kiln_cuda_genstats_plan(kiln_cuda *cu, kiln_context *ctx, const kiln
                               (long long)p->ws,
                               !p->ok || g->kind == KILN_GRAPH_GENSTATS || grouped_kind(g->kind) ? "" : p->sb16 ? ", a and k 16-bit" : ", a and k f32",
                               p->n_plans, host_ms() - t0, p->tuned ? ", the engine timed fastest before" : "");
-    if (!p->ok) { /* keep the answer, not the descriptors */
-        char why[200];
-        snprintf(why, sizeof why, "%s", p->why);
-        problem_clear(p);
-        snprintf(p->why, sizeof p->why, "%s", why);
-    }
+    keep_refusal(p);
     *out = p;
     return KILN_OK;
 }
@@ -685,12 +700,6 @@ static bool build_sdpa_unified(gs_problem *p, cudnnHandle_t h, const kiln_sdpa_g
 
 kiln_status kiln_cuda_sdpa_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_sdpa_geo *g, bool build,
                                 struct kiln_genstats_problem **out) {
-    *out = NULL;
-    if (!cu->genstats) {
-        cu->genstats = calloc(1, sizeof *cu->genstats);
-        if (!cu->genstats) return kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for cuDNN graph plans");
-    }
-    struct kiln_genstats_cache *gc = cu->genstats;
     char key[200];
     snprintf(key, sizeof key,
              "sdpa %s b%lld h%lld lq%lld lk%lld d%lld dv%lld q%lld,%lld,%lld k%lld,%lld,%lld v%lld,%lld,%lld "
@@ -699,19 +708,12 @@ kiln_status kiln_cuda_sdpa_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_sdp
              (long long)g->d, (long long)g->dv, (long long)g->sq[0], (long long)g->sq[1], (long long)g->sq[2],
              (long long)g->sk[0], (long long)g->sk[1], (long long)g->sk[2], (long long)g->sv[0], (long long)g->sv[1],
              (long long)g->sv[2], (long long)g->so[0], (long long)g->so[1], (long long)g->so[2], (double)g->scale);
-    for (int i = 0; i < gc->n_prob; i++)
-        if (strcmp(gc->prob[i].key, key) == 0) {
-            *out = &gc->prob[i];
-            return KILN_OK;
-        }
-    if (!build || gc->n_prob >= GS_MAX_PROBLEMS) return KILN_OK;
-    gs_problem *p = &gc->prob[gc->n_prob++];
-    memset(p, 0, sizeof *p);
-    snprintf(p->key, sizeof p->key, "%s", key);
-    p->engine = -1;
+    gs_problem *p = NULL;
+    kiln_status st = problem_slot(cu, ctx, key, build, out, &p);
+    if (st || !p) return st;
     p->kind = KILN_GRAPH_SDPA;
     cudnnHandle_t h;
-    kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
+    st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     cudnnBackendDescriptor_t opg = NULL;
     const double t0 = host_ms();
@@ -726,12 +728,7 @@ kiln_status kiln_cuda_sdpa_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_sdp
     kiln_cuda_conv_stats_note(ctx, "cuDNN fused attention (cuDNN %zu) for %s: %s%s (engine %lld, workspace %lld B; %.0f ms)",
                               cudnnGetVersion(), key, p->ok ? "plan ok" : "no plan: ", p->ok ? "" : p->why,
                               (long long)p->engine, (long long)p->ws, host_ms() - t0);
-    if (!p->ok) {
-        char why[200];
-        snprintf(why, sizeof why, "%s", p->why);
-        problem_clear(p);
-        snprintf(p->why, sizeof p->why, "%s", why);
-    }
+    keep_refusal(p);
     *out = p;
     return KILN_OK;
 }
