@@ -136,9 +136,8 @@ static bool node_geo(const kiln_op_ctx *c, kiln_tensor *const *hin, kiln_attn_ge
     return kiln_attention_resolve(&cc, hin, g) == KILN_OK;
 }
 
-static void choice_key(const struct kiln_genstats_problem *p, char *key, size_t n) {
-    snprintf(key, n, "sdpa-choice %s", kiln_cuda_sdpa_key(p));
-}
+/* the kept choice's key in the algorithm cache, from the plan's key */
+static void choice_key(const char *plan_key, char *key, size_t n) { snprintf(key, n, "sdpa-choice %s", plan_key); }
 
 kiln_status kiln_cuda_ws_attention(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes) {
     *bytes = 0;
@@ -152,12 +151,19 @@ kiln_status kiln_cuda_ws_attention(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes)
     kiln_status st = kiln_cuda_sdpa_plan(cu, c->kctx, &s, false, &p);
     if (st) return st;
     if (!p) {
+        /* an earlier process's choice: where kiln's kernel won, no plan is made (~50 ms of
+         * cuDNN's time a problem) and the node runs kiln's kernel (no plan to look up then) */
+        char pk[KILN_SDPA_KEY], key[KILN_ALGO_KEY];
+        kiln_cuda_sdpa_key_of(&s, pk, sizeof pk);
+        choice_key(pk, key, sizeof key);
+        const kiln_algo_entry *kept = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
+        if (cu->sdpa == 1 && kept && kept->algo == KILN_GENSTATS_FALLBACK) {
+            cu->stats.sdpa_kept_kiln++;
+            return KILN_OK;
+        }
         if ((st = kiln_cuda_sdpa_plan(cu, c->kctx, &s, true, &p)) != KILN_OK || !p) return st;
         double *ms;
         int *choice = kiln_cuda_genstats_choice(p, &ms);
-        char key[KILN_ALGO_KEY];
-        choice_key(p, key, sizeof key);
-        const kiln_algo_entry *kept = kiln_algo_cache_find(cu->algos, cu->n_algos, key);
         if (kept && (kept->algo == KILN_GENSTATS_GRAPH || kept->algo == KILN_GENSTATS_FALLBACK)) *choice = kept->algo;
     }
     size_t ws = 0;
@@ -206,7 +212,7 @@ static kiln_status time_both(kiln_cuda *cu, kiln_op_ctx *c, const kiln_attn_geom
                               kiln_cuda_sdpa_key(p), ms[0], ms[1], *choice == KILN_GENSTATS_GRAPH ? "cuDNN" : "kiln");
     kiln_algo_entry e;
     memset(&e, 0, sizeof e);
-    choice_key(p, e.key, sizeof e.key);
+    choice_key(kiln_cuda_sdpa_key(p), e.key, sizeof e.key);
     e.algo = *choice;
     e.ms = (float)(ms[0] < ms[1] ? ms[0] : ms[1]);
     e.fused = -1;

@@ -193,6 +193,8 @@ typedef struct kiln_cuda_stats {
     int attention_flash_calls;     /* Attention nodes run by attention_flash.cu (flash_attention) */
     int attention_flash_fallbacks; /* with flash_attention on, nodes it did not take (attention.cu ran) */
     int attention_sdpa_calls;      /* Attention nodes run by cuDNN's fused attention (attention_sdpa.c) */
+    int sdpa_kept_kiln;            /* Attention problems whose plan was not made: an earlier
+                                      process kept kiln's kernel for them (the cache file) */
     char flash_refused[160];       /* why it last did not take one ("" if never) */
     int gemms_timed;      /* matrix product shapes whose cuBLASLt algorithms were timed */
     int gemm_candidates_skipped; /* cuBLASLt candidates turned down (matmul.c, lt_algo_safe), per call */

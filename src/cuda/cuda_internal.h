@@ -672,8 +672,11 @@ kiln_status kiln_cuda_sdpa_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_sdp
 /* The plan on q, k, v (read) and o (written), on cu->stream. */
 kiln_status kiln_cuda_sdpa_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln_genstats_problem *p, const void *q,
                                const void *k, const void *v, void *o, void *ws, size_t ws_size);
-/* Its key (the algorithm cache's, with a prefix, for the kept choice). */
+/* Its key (the algorithm cache's, with a prefix, for the kept choice), from the plan or from
+ * the problem (kiln_cuda_sdpa_key_of: KILN_SDPA_KEY bytes hold it; no plan made). */
 const char *kiln_cuda_sdpa_key(const struct kiln_genstats_problem *p);
+#define KILN_SDPA_KEY 200
+void kiln_cuda_sdpa_key_of(const kiln_sdpa_geo *g, char *key, size_t n);
 /* The _CONV_FWD / _DGRAD / _WGRAD graph's plans timed on these buffers the first time (outside
  * graph capture, with autotune): the fastest kept for every later run. x, w, y as for
  * kiln_cuda_conv_graph_run. */

@@ -698,16 +698,20 @@ static bool build_sdpa_unified(gs_problem *p, cudnnHandle_t h, const kiln_sdpa_g
 #endif
 }
 
-kiln_status kiln_cuda_sdpa_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_sdpa_geo *g, bool build,
-                                struct kiln_genstats_problem **out) {
-    char key[200];
-    snprintf(key, sizeof key,
+void kiln_cuda_sdpa_key_of(const kiln_sdpa_geo *g, char *key, size_t n) {
+    snprintf(key, n,
              "sdpa %s b%lld h%lld lq%lld lk%lld d%lld dv%lld q%lld,%lld,%lld k%lld,%lld,%lld v%lld,%lld,%lld "
              "o%lld,%lld,%lld s%.9g",
              g->bf16 ? "bf16" : "f16", (long long)g->b, (long long)g->h, (long long)g->lq, (long long)g->lk,
              (long long)g->d, (long long)g->dv, (long long)g->sq[0], (long long)g->sq[1], (long long)g->sq[2],
              (long long)g->sk[0], (long long)g->sk[1], (long long)g->sk[2], (long long)g->sv[0], (long long)g->sv[1],
              (long long)g->sv[2], (long long)g->so[0], (long long)g->so[1], (long long)g->so[2], (double)g->scale);
+}
+
+kiln_status kiln_cuda_sdpa_plan(kiln_cuda *cu, kiln_context *ctx, const kiln_sdpa_geo *g, bool build,
+                                struct kiln_genstats_problem **out) {
+    char key[KILN_SDPA_KEY];
+    kiln_cuda_sdpa_key_of(g, key, sizeof key);
     gs_problem *p = NULL;
     kiln_status st = problem_slot(cu, ctx, key, build, out, &p);
     if (st || !p) return st;

@@ -70,6 +70,33 @@ template <typename T> __global__ void layernorm_rows(const T *x, T *y, int64_t r
     }
 }
 
+/* Row r of Y from its lane's vectors (element e of vector k as get(k, e), a float), the row's
+ * mean and 1 / std, Scale and B in sp (2, D); and the row's mean and inv_std where asked:
+ * what layernorm_short and layernorm_pipe write once a row is reduced. */
+template <typename T, int NV, typename Get>
+__device__ __forceinline__ void store_row(T *__restrict__ y, int64_t r, int D, int Q, int lane, int lpr, float mean,
+                                          float inv, const float *sp, const LnParams &p, Get get) {
+    using V = typename VecOf<T>::type;
+    constexpr int VN = VecOf<T>::N;
+    V *yr = reinterpret_cast<V *>(y + r * (int64_t)D);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int q = lane + k * lpr;
+        if (q >= Q) continue;
+        V u;
+#pragma unroll
+        for (int e = 0; e < VN; e++) {
+            const int j = q * VN + e;
+            u.v[e] = from_f<T>((get(k, e) - mean) * inv * sp[j] + sp[D + j]);
+        }
+        yr[q] = u;
+    }
+    if (lane == 0) {
+        if (p.mean) p.mean[r] = mean;
+        if (p.inv_std) p.inv_std[r] = inv;
+    }
+}
+
 /* Short rows: a group of lpr lanes (a power of two <= 32, groups aligned within a warp)
  * per row; lane l of a group holds vectors l, l + lpr, ... (< Q = D / V, at most NV) of
  * the row. sp: Scale then B as float, D each, in shared memory. Every lane of a block runs
@@ -124,23 +151,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int o = lpr / 2; o > 0; o /= 2) q2 += __shfl_xor_sync(0xffffffffu, q2, o);
         const float inv = 1.f / sqrtf(q2 * inv_d + p.eps);
         if (!live) continue;
-        V *yr = reinterpret_cast<V *>(y + r * (int64_t)D);
-#pragma unroll
-        for (int k = 0; k < NV; k++) {
-            const int q = lane + k * lpr;
-            if (q >= Q) continue;
-            V u;
-#pragma unroll
-            for (int e = 0; e < VN; e++) {
-                const int j = q * VN + e;
-                u.v[e] = from_f<T>((v[k][e] - mean) * inv * sp[j] + sp[D + j]);
-            }
-            yr[q] = u;
-        }
-        if (lane == 0) {
-            if (p.mean) p.mean[r] = mean;
-            if (p.inv_std) p.inv_std[r] = inv;
-        }
+        store_row<T, NV>(y, r, D, Q, lane, lpr, mean, inv, sp, p, [&](int k, int e) { return v[k][e]; });
     }
 }
 
@@ -211,25 +222,8 @@ __global__ void __launch_bounds__(THREADS, pipe_blocks<NV>())
         }
         for (int o = lpr / 2; o > 0; o /= 2) q2 += __shfl_xor_sync(0xffffffffu, q2, o);
         const float inv = 1.f / sqrtf(q2 * inv_d + p.eps);
-        if (r < rows) {
-            V *yr = reinterpret_cast<V *>(y + r * (int64_t)D);
-#pragma unroll
-            for (int k = 0; k < NV; k++) {
-                const int q = lane + k * lpr;
-                if (q >= Q) continue;
-                V u;
-#pragma unroll
-                for (int e = 0; e < VN; e++) {
-                    const int j = q * VN + e;
-                    u.v[e] = from_f<T>((to_f(cur[k].v[e]) - mean) * inv * sp[j] + sp[D + j]);
-                }
-                yr[q] = u;
-            }
-            if (lane == 0) {
-                if (p.mean) p.mean[r] = mean;
-                if (p.inv_std) p.inv_std[r] = inv;
-            }
-        }
+        if (r < rows)
+            store_row<T, NV>(y, r, D, Q, lane, lpr, mean, inv, sp, p, [&](int k, int e) { return to_f(cur[k].v[e]); });
 #pragma unroll
         for (int k = 0; k < NV; k++) cur[k] = nxt[k];
     }

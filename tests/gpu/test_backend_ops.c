@@ -48,7 +48,7 @@
  * on any failure.
  *
  * Usage: test_backend_ops [--dry-run] [--dw-grad | --dw-grad-timed] [--dw-grad-bench] [--flash-attn]
- *                         [--flash-bench] [-v] [OP ...]
+ *                         [--flash-bench] [--sdpa-kept] [-v] [OP ...]
  *   --dry-run (also --record): no device. Every case's CPU reference runs in every dtype,
  *     the backend's supports check must accept it, and the CUDA C generated for each
  *     kiln.FusedElementwise case is compiled by NVRTC for sm_90; the table of counts
@@ -77,6 +77,8 @@
  *     FAIL if the flash kernel never ran.
  *   --flash-bench: times attention_flash.cu against attention.cu's kernels on ViT-B/16,
  *     Swin-T stage 1 and a long sequence (f16), and compares their outputs (flash_bench).
+ *   --sdpa-kept: the Attention path choice kept in the cache file and taken by the next
+ *     process, with no cuDNN plan made where kiln's kernel won (sdpa_kept).
  *   -v: print every passing line, every unsupported case with its reason, and a table
  *     row per op and dtype with the first reason a case was unsupported (default:
  *     failures, one line per op file, and the table of one line per op).
@@ -961,6 +963,87 @@ static int dw_grad_bench(void) {
     return bad != 0;
 }
 
+/* ------------------------------------------------------------ --sdpa-kept */
+
+static kiln_tensor *bench_shape(int n, const int64_t *v);
+
+/* --sdpa-kept: attention_sdpa.c's choice kept across processes. ViT-B/32's attention at
+ * batch 64 (L 50, 12 heads of 64, as --flash-bench builds it; kiln's kernel timed faster than
+ * cuDNN's there on an H200), f16, autotune on, a scratch cache directory. A first kiln_cuda
+ * times both kernels on the node's first run and writes the choice; a second one, made after
+ * and reading that file, must take it: where kiln's kernel won, no cuDNN plan is made
+ * (stats.sdpa_kept_kiln 1) and cuDNN never runs; where cuDNN's won, its plan is made and runs.
+ * The two outputs agree within 5e-3 (f16). Fails where no choice was timed (no cuDNN plan:
+ * cuDNN older than 9.13.1), since then nothing was checked. */
+static int sdpa_kept(void) {
+    char dir[] = "/tmp/kiln-sdpa-XXXXXX";
+    if (!mkdtemp(dir)) {
+        printf("FAIL sdpa-kept: mkdtemp\n");
+        return 1;
+    }
+    setenv("KILN_CACHE_DIR", dir, 1);
+    unsetenv("KILN_CUDA_SDPA"); /* timed: the default */
+    const kiln_cuda_options o = {.device = 0, .arena_bytes = (size_t)1 << 30, .flash_attention = 1};
+    const int64_t L = 50, N = 64, H = 12, D = 64;
+    const int64_t s5[5] = {L, N, 3, H, D}, s2[2] = {L * N, H * D};
+    char attrs[400];
+    snprintf(attrs, sizeof attrs,
+             "q_view=[1,5,0,3,2,0,2,4,1,2,0,3];k_view=[1,5,0,3,2,1,2,4,1,2,3,0];"
+             "v_view=[1,5,0,3,2,2,2,4,1,2,0,3];o_view=[2,4,2,0,1,3,1,6,0];scale=0.125");
+    kiln_tensor *in[7] = {0};
+    in[0] = kt_rand(KILN_F16, 3, KT_DIMS(L, N, 3 * H * D), -1, 1, 5111);
+    in[1] = in[2] = in[0];
+    in[5] = bench_shape(5, s5);
+    in[6] = bench_shape(2, s2);
+    kiln_tensor *y1 = kiln_tensor_new(ctx, KILN_F16, 2, KT_DIMS(L * N, H * D));
+    kiln_tensor *y2 = y1 ? kiln_tensor_clone(ctx, y1) : NULL;
+    kiln_attr *at = NULL;
+    int n_at = 0, bad = 0;
+    kiln_cuda *c1 = NULL, *c2 = NULL;
+    kiln_cuda_stats s1 = {0}, s2s = {0};
+    double t1 = 0, t2 = 0;
+    kiln_status st = in[0] && y1 && y2 ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (!st) st = kiln_attrs_parse(ctx, attrs, &at, &n_at);
+    kiln_node node = {.op_type = (char *)"Attention", .name = (char *)"sdpa-kept", .domain = (char *)"kiln",
+                      .op = kiln_op_index_domain("kiln", "Attention"), .opset = 1, .n_in = 7, .n_out = 1,
+                      .n_attrs = n_at, .attrs = at};
+    if (!st) st = kiln_cuda_create(ctx, &o, &c1);
+    if (!st) st = bench_fmt(c1, &node, 7, in, y1, KILN_FORMAT_NCHW, &t1);
+    if (!st) kiln_cuda_get_stats(c1, &s1);
+    if (!st) st = kiln_cuda_create(ctx, &o, &c2); /* after c1 wrote its choice: reads it */
+    if (!st) st = bench_fmt(c2, &node, 7, in, y2, KILN_FORMAT_NCHW, &t2);
+    if (!st) kiln_cuda_get_stats(c2, &s2s);
+    if (st) {
+        printf("FAIL sdpa-kept: %s\n", kiln_context_message(ctx));
+        bad++;
+    } else {
+        const bool kiln_won = s1.attention_sdpa_calls == 0;
+        const double err = bench_rel_err(y2, y1);
+        const bool ok = s1.algos_written > 0 && !(err > 5e-3) &&
+                        (kiln_won ? s2s.sdpa_kept_kiln == 1 && s2s.attention_sdpa_calls == 0
+                                  : s2s.sdpa_kept_kiln == 0 && s2s.attention_sdpa_calls > 0);
+        printf("%s sdpa-kept: first process: %s kept (%d choices written, %.3f ms a run), second: plans spared %d, "
+               "cuDNN runs %d (%.3f ms a run), outputs %.2e apart%s\n",
+               ok ? "ok  " : "FAIL", kiln_won ? "kiln's kernel" : "cuDNN's", s1.algos_written, t1, s2s.sdpa_kept_kiln,
+               s2s.attention_sdpa_calls, t2, err, s1.algos_written ? "" : " (nothing timed: no cuDNN plan?)");
+        bad += !ok;
+    }
+    kiln_cuda_free(c1);
+    kiln_cuda_free(c2);
+    for (int i = 0; i < n_at; i++) kiln_attr_clear(&at[i]);
+    free(at);
+    kiln_tensor_free(in[0]);
+    kiln_tensor_free(in[5]);
+    kiln_tensor_free(in[6]);
+    kiln_tensor_free(y1);
+    kiln_tensor_free(y2);
+    char path[sizeof dir + 32];
+    snprintf(path, sizeof path, "%s/cudnn-algos.txt", dir);
+    remove(path);
+    rmdir(dir);
+    return bad != 0;
+}
+
 /* ------------------------------------------------------------ --flash-bench */
 
 /* --flash-bench: kiln.Attention as the vision transformers meet it, on attention_flash.cu
@@ -1163,7 +1246,7 @@ static int report_audit(int n_only) {
 int main(int argc, char **argv) {
     if (kiln_context_create(&ctx) != KILN_OK) return 1;
     bool dry = false, want_canary = false, dw_grad = false, dw_timed = false, want_bench = false,
-         want_flash_bench = false;
+         want_flash_bench = false, want_sdpa_kept = false;
     int conv_stats = -1; /* --conv-stats-{fallback,graph,timed}: kiln_cuda's conv_bn_stats 3, 2, 1 */
     int prologue = -1;   /* --prologue-{fallback,graph}: the convolution prologue by conv_prologue.cu or cuDNN's graphs */
     int n_only = 0;
@@ -1177,6 +1260,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--dw-grad-bench") == 0) want_bench = true;
         else if (strcmp(argv[i], "--flash-attn") == 0) flash_attn = true;
         else if (strcmp(argv[i], "--flash-bench") == 0) want_flash_bench = true;
+        else if (strcmp(argv[i], "--sdpa-kept") == 0) want_sdpa_kept = true;
         else if (strcmp(argv[i], "--conv-stats-fallback") == 0) conv_stats = 3;
         else if (strcmp(argv[i], "--conv-stats-graph") == 0) conv_stats = 2;
         else if (strcmp(argv[i], "--conv-stats-timed") == 0) conv_stats = 1;
@@ -1217,6 +1301,12 @@ int main(int argc, char **argv) {
     }
     if (want_bench) {
         const int r = cu ? dw_grad_bench() : 1;
+        kiln_cuda_free(cu);
+        kiln_context_free(ctx);
+        return r;
+    }
+    if (want_sdpa_kept) {
+        const int r = cu ? sdpa_kept() : 1;
         kiln_cuda_free(cu);
         kiln_context_free(ctx);
         return r;
