@@ -498,7 +498,7 @@ kiln_status launch_tables(kiln_cuda *cu, kiln_context *ctx, int64_t n, const Res
 template <typename E>
 kiln_status launch_nearest(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n, const ResizeArgs &p,
                            const ResizeTables &t, int64_t entries) {
-    RowGrid g;
+    RowGrid g = {}; /* set by launch_tables on success (gcc -O3 could not see it: -Wmaybe-uninitialized) */
     const kiln_status st = launch_tables(cu, ctx, n, p, t, entries, &g);
     if (st) return st;
     const dim3 block(32, ROW_WARPS);
@@ -515,7 +515,7 @@ kiln_status launch_nearest(kiln_cuda *cu, kiln_context *ctx, const void *x, void
 template <typename T>
 kiln_status launch_interp(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t n, const ResizeArgs &p,
                           const ResizeTables &t, int64_t entries) {
-    RowGrid g;
+    RowGrid g = {};
     const kiln_status st = launch_tables(cu, ctx, n, p, t, entries, &g);
     if (st) return st;
     int ncomb = 1;
