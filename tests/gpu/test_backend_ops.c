@@ -967,6 +967,17 @@ static int dw_grad_bench(void) {
 
 static kiln_tensor *bench_shape(int n, const int64_t *v);
 
+/* kiln.Attention's views as fuse-attention writes them for torchvision's ViT: q, k and v
+ * read from the packed in-projection (L, N, 3E) as (L, N, 3, H, D), the output written
+ * through the head merge (L, N, H, D) -> (L * N, E); inputs 5 and 6 the shapes (5: L, N, 3,
+ * H, D; 2: L * N, H * D). */
+static void vit_attention_attrs(char *buf, size_t n, double scale) {
+    snprintf(buf, n,
+             "q_view=[1,5,0,3,2,0,2,4,1,2,0,3];k_view=[1,5,0,3,2,1,2,4,1,2,3,0];"
+             "v_view=[1,5,0,3,2,2,2,4,1,2,0,3];o_view=[2,4,2,0,1,3,1,6,0];scale=%.8f",
+             scale);
+}
+
 /* --sdpa-kept: attention_sdpa.c's choice kept across processes. ViT-B/32's attention at
  * batch 64 (L 50, 12 heads of 64, as --flash-bench builds it; kiln's kernel timed faster than
  * cuDNN's there on an H200), f16, autotune on, a scratch cache directory. A first kiln_cuda
@@ -987,9 +998,7 @@ static int sdpa_kept(void) {
     const int64_t L = 50, N = 64, H = 12, D = 64;
     const int64_t s5[5] = {L, N, 3, H, D}, s2[2] = {L * N, H * D};
     char attrs[400];
-    snprintf(attrs, sizeof attrs,
-             "q_view=[1,5,0,3,2,0,2,4,1,2,0,3];k_view=[1,5,0,3,2,1,2,4,1,2,3,0];"
-             "v_view=[1,5,0,3,2,2,2,4,1,2,0,3];o_view=[2,4,2,0,1,3,1,6,0];scale=0.125");
+    vit_attention_attrs(attrs, sizeof attrs, 0.125);
     kiln_tensor *in[7] = {0};
     in[0] = kt_rand(KILN_F16, 3, KT_DIMS(L, N, 3 * H * D), -1, 1, 5111);
     in[1] = in[2] = in[0];
@@ -1101,10 +1110,7 @@ static int flash_bench(void) {
             const int64_t L = sh == 4 ? 50 : sh == 5 ? 257 : 197, N = sh == 5 ? 128 : 256, H = sh == 5 ? 16 : 12,
                           D = sh == 5 ? 80 : 64;
             const int64_t s5[5] = {L, N, 3, H, D}, s2[2] = {L * N, H * D};
-            snprintf(attrs, sizeof attrs,
-                     "q_view=[1,5,0,3,2,0,2,4,1,2,0,3];k_view=[1,5,0,3,2,1,2,4,1,2,3,0];"
-                     "v_view=[1,5,0,3,2,2,2,4,1,2,0,3];o_view=[2,4,2,0,1,3,1,6,0];scale=%.8f",
-                     1 / sqrt((double)D));
+            vit_attention_attrs(attrs, sizeof attrs, 1 / sqrt((double)D));
             in[0] = kt_rand(dt, 3, KT_DIMS(L, N, 3 * H * D), -1, 1, 5101);
             in[1] = in[0];
             in[2] = in[0];
