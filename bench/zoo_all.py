@@ -270,6 +270,9 @@ def one(a, name, deadline, tmp):
     import torch
     torch.set_num_threads(max(1, a.threads or torch.get_num_threads()))
     row = {"model": name, "device": devtag(a)}
+    # which code measured the row (the table mixes rows of several sessions)
+    row["kiln_git"] = kiln_git(a.kiln)
+    row["torch"] = torch.__version__
     path = os.path.join(tmp, name + ".onnx")
     size = a.size
     model, is_seg = build(name)
@@ -560,6 +563,18 @@ def run_one(a, passthrough, name, limit, env=None, cpus=None):
         row["incomplete"] = True  # a stage cut short by the run's budget, not by the model's own limit
     row["wall_s"] = round(time.time() - t0, 1)
     return row
+
+
+def kiln_git(kiln):
+    """The 'git:' field of `kiln --version` (commit, -dirty for local changes), or None."""
+    try:
+        out = subprocess.run([kiln, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        if line.startswith("git:"):
+            return line.split(":", 1)[1].strip()
+    return None
 
 
 def main():
