@@ -61,11 +61,14 @@ static int64_t inner_of(const kiln_tensor *b, int64_t C) {
     return 1;
 }
 
+/* Input k of node replaced by t, a new initializer (NULL: the copy that would have been t
+ * ran out of memory); the old value dropped where nothing else reads it. */
 static kiln_status replace_input(kiln_model *m, int node, int k, const char *what, kiln_tensor *t) {
+    if (!t) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory folding a scale");
     char hint[220];
     snprintf(hint, sizeof hint, "%.150s.%s", m->values[m->nodes[node].in[k]].name, what);
     const int v = kiln_pass_add_initializer(m, hint, t);
-    if (v < 0) return KILN_ERR_OUT_OF_MEMORY;
+    if (v < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory folding a scale");
     const int old = m->nodes[node].in[k];
     kiln_status st = kiln_pass_set_input(m, node, k, v);
     if (!st) kiln_pass_drop_if_unused(m, old);
@@ -166,7 +169,7 @@ static kiln_status fold(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
                 kind = P_CONV;
             } else
                 goto out;
-            if (!kiln_dtype_is_float(w->dtype) || N < 1) goto out;
+            if (N < 1) goto out;
             if (C > 1 && C != N) goto out;
             target = p;
             target_n = N;
@@ -190,10 +193,7 @@ static kiln_status fold(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
     kiln_tensor *nw = kind == P_CONV      ? scaled(ctx, w, s, kiln_tensor_numel(w) / N, N) /* W (M, C/g, k...) */
                       : kind == P_GEMM_TB ? scaled(ctx, w, s, w->dims[1], N)               /* (N, K) */
                                           : scaled(ctx, w, s, 1, N);                       /* (K, N) */
-    if (!nw || (st = replace_input(m, target, 1, "scaled", nw)) != KILN_OK) {
-        if (!nw) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory folding a scale");
-        goto out;
-    }
+    if ((st = replace_input(m, target, 1, "scaled", nw)) != KILN_OK) goto out;
     const int bv = kind == P_MATMUL ? -1 : kiln_pass_opt_in(&m->nodes[target], 2);
     if (bv >= 0) { /* Conv's B (M), Gemm's C ((N), (1, N), or one element: scaled to (N)) */
         const kiln_tensor *b = kiln_pass_constant(m, prod, bv);
@@ -204,20 +204,14 @@ static kiln_status fold(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
             for (int64_t j = 0; nb && j < N; j++) kiln_set_f64(nb, j, kiln_get_f64(b, 0) * s[j]);
         } else
             goto out; /* not reached: the shapes were checked before anything changed */
-        if (!nb || (st = replace_input(m, target, 2, "scaled", nb)) != KILN_OK) {
-            if (!nb) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory folding a scale");
-            goto out;
-        }
+        if ((st = replace_input(m, target, 2, "scaled", nb)) != KILN_OK) goto out;
     }
     if (bias_add >= 0) {
         const kiln_node *a = &m->nodes[bias_add];
         const int k = kiln_pass_constant(m, prod, a->in[1]) ? 1 : 0;
         const kiln_tensor *b = kiln_pass_constant(m, prod, a->in[k]);
         kiln_tensor *nb = scaled(ctx, b, s, inner_of(b, C), C > 1 ? C : 1);
-        if (!nb || (st = replace_input(m, bias_add, k, "scaled", nb)) != KILN_OK) {
-            if (!nb) st = kiln_fail(ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory folding a scale");
-            goto out;
-        }
+        if ((st = replace_input(m, bias_add, k, "scaled", nb)) != KILN_OK) goto out;
     }
     /* the node before the Mul writes its output */
     if ((st = kiln_pass_set_output(m, prod[t], 0, y)) != KILN_OK) goto out;
