@@ -40,7 +40,7 @@ static const struct { const char *name, *text; } commands[] = {
      "                                fuse-pool fuse-bn pad-channels cuda-graph autotune conv-gemm conv-direct\n"
      "                                streams conv-depthwise fuse-attention fuse-silu-gelu crop-taps\n"
      "                                channel-gather gemm-residual attention-rows conv-patch mean-pool\n"
-     "                                space-to-depth fold-scale, or all)\n"
+     "                                space-to-depth fold-scale row-gather, or all)\n"
      "      Run a model. Inputs bind the graph inputs in order; outputs are written in\n"
      "      order (fewer --output than graph outputs is fine). --batch runs a data set\n"
      "      through one session: every input's first dim is the batch, and so is every\n"
@@ -466,6 +466,7 @@ static const struct { const char *name; unsigned flag; } pass_names[] = {
     {"mean-pool", KILN_PASS_MEAN_POOL},
     {"space-to-depth", KILN_PASS_SPACE_TO_DEPTH},
     {"fold-scale", KILN_PASS_FOLD_SCALE},
+    {"row-gather", KILN_PASS_ROW_GATHER},
 };
 
 /* --device: cpu or cuda; 0, or 2 after saying what is wrong */
@@ -2629,6 +2630,9 @@ static void print_cudnn_version(const char *what, long v) {
     else printf("%s unknown", what);
 }
 
+#ifdef KILN_GIT_HASH_HEADER
+#include "kiln_git_hash.h" /* written at each build (cmake/git_hash.cmake) */
+#endif
 #ifndef KILN_GIT_HASH
 #define KILN_GIT_HASH "unknown"
 #endif

@@ -422,6 +422,9 @@ enum {
     KILN_PASS_FOLD_SCALE = 1 << 18, /* a constant per-channel Mul after a Linear / Gemm / Conv
                                        (ConvNeXt's and CaiT's layer scale) folded into its
                                        weights, through Transposes and the bias Add */
+    KILN_PASS_ROW_GATHER = 1 << 19, /* a chain of whole-row moves around a Transpose (Swin's window
+                                       partition: Pad, roll, the window permutation; its reverse:
+                                       the permutation, roll back, crop) as one gather of rows */
     KILN_PASS_CHANNEL_GATHER = 1 << 28 /* a chain of channel moves (Concat along the channels,
                                           channel shuffle, Slices and zero Pads of channels:
                                           ShuffleNet's block boundaries) as one gather, each

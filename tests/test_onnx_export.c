@@ -610,6 +610,12 @@ static void kiln_ops(const char *tmp) {
          {{3, 4}, {5, 4}, {5}, {3, 5}}, 1, "Add", 0},
         {"FusedGemm", "activation=Relu", 4, {KILN_F32, KILN_F32, KILN_F32, KILN_F32}, {2, 2, 1, 2},
          {{3, 4}, {4, 5}, {5}, {3, 5}}, 1, "Relu", 0},
+        /* Swin's window partition (Pad, roll, views around the permutation) and its reverse
+         * (the permutation, roll back, crop) */
+        {"RowGather", "pads=[0,1,1,0];shifts=[0,-1,-1,0];view=[-1,2,2,2,2,2];perm=[0,1,3,2,4,5];out_view=[-1,4,2]", 1,
+         {KILN_F32}, {4}, {{2, 3, 3, 2}}, 1, "Pad", 1},
+        {"RowGather", "view=[-1,2,2,2,2,3];perm=[0,1,3,2,4,5];out_view=[-1,4,4,3];out_shifts=[0,1,1,0];out_sizes=[-1,3,3,-1]",
+         1, {KILN_I64}, {3}, {{8, 4, 3}}, 1, "Slice", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char file[4200];

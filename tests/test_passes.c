@@ -1578,6 +1578,107 @@ static void test_space_to_depth(void) {
     }
 }
 
+/* ----------------------------------------------------------- row-gather */
+
+/* A kiln-domain node (kiln.Roll) in a test model. */
+static kiln_node *kiln_node_of(kiln_model *m, const char *op, const char *ins, const char *out) {
+    kiln_node *n = node(m, op, ins, out);
+    if (n) {
+        free(n->domain);
+        n->domain = kiln_strdup(ctx, "kiln");
+    }
+    return n;
+}
+
+/* Swin's shifted window block on x (?, 7, 7, 4), windows of 4: Pad to 8 x 8 (pads a
+ * constant), kiln.Roll by -2, Reshape to (B, 2, 4, 2, 4, 4) with B from Shape(x) (as the
+ * export computes it), Transpose (0, 1, 3, 2, 4, 5), Reshape (-1, 16, 4); a Relu on the
+ * windows; then the reverse: Reshape (-1, 2, 2, 4, 4, 4), Transpose, Reshape (-1, 8, 8, 4),
+ * kiln.Roll by +2, Slices of H and W back to 7. shared_roll: the first roll's output is a
+ * graph output too (the chain must stop before it); begin_pad: the Pad pads H at its start
+ * (not a crop's inverse: not taken). */
+static kiln_model *window_block(bool shared_roll, bool begin_pad) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 7, 7, 4));
+    init_i64s(m, "pads", 8, begin_pad ? KT_VALS(0, 1, 0, 0, 0, 0, 1, 0) : KT_VALS(0, 0, 0, 0, 0, 1, 1, 0));
+    init_i64s(m, "zero", 1, KT_VALS(0));
+    init_i64s(m, "one", 1, KT_VALS(1));
+    init_i64s(m, "seven", 1, KT_VALS(7));
+    init_i64s(m, "ax1", 1, KT_VALS(1));
+    init_i64s(m, "ax2", 1, KT_VALS(2));
+    init_i64s(m, "win", 5, KT_VALS(2, 4, 2, 4, 4));
+    init_i64s(m, "tokens", 3, KT_VALS(-1, 16, 4));
+    init_i64s(m, "wins", 6, KT_VALS(-1, 2, 2, 4, 4, 4));
+    init_i64s(m, "map", 4, KT_VALS(-1, 8, 8, 4));
+    node(m, "Pad", "x,pads", "xp");
+    kiln_node *r = kiln_node_of(m, "Roll", "xp", "xr");
+    if (r) {
+        kiln_node_set_ints(r, "axes", 2, KT_DIMS(1, 2));
+        kiln_node_set_ints(r, "shifts", 2, KT_DIMS(-2, -2));
+    }
+    node(m, "Shape", "x", "xs");
+    node(m, "Slice", "xs,zero,one", "b");
+    kiln_node *c = node(m, "Concat", "b,win", "vshape");
+    if (c) kiln_node_set_int(c, "axis", 0);
+    node(m, "Reshape", "xr,vshape", "v");
+    kiln_node *t = node(m, "Transpose", "v", "vt");
+    if (t) kiln_node_set_ints(t, "perm", 6, KT_DIMS(0, 1, 3, 2, 4, 5));
+    node(m, "Reshape", "vt,tokens", "w");
+    node(m, "Relu", "w", "a");
+    node(m, "Reshape", "a,wins", "u");
+    t = node(m, "Transpose", "u", "ut");
+    if (t) kiln_node_set_ints(t, "perm", 6, KT_DIMS(0, 1, 3, 2, 4, 5));
+    node(m, "Reshape", "ut,map", "z");
+    r = kiln_node_of(m, "Roll", "z", "zr");
+    if (r) {
+        kiln_node_set_ints(r, "axes", 2, KT_DIMS(1, 2));
+        kiln_node_set_ints(r, "shifts", 2, KT_DIMS(2, 2));
+    }
+    node(m, "Slice", "zr,zero,seven,ax1", "zh");
+    node(m, "Slice", "zh,zero,seven,ax2", "y");
+    output(m, "y");
+    if (shared_roll) output(m, "xr");
+    finalize(m);
+    return m;
+}
+
+static void test_row_gather(void) {
+    const unsigned rg = KILN_PASS_ROW_GATHER;
+    /* both chains taken: Pad, roll, the window permutation; the permutation back, the roll
+     * back, two crops */
+    kiln_model *m = window_block(false, false);
+    kiln_model *o = optimized(m, rg);
+    const kiln_node *g = o ? find(o, "RowGather") : NULL;
+    int64_t view[KILN_MAX_DIMS] = {0};
+    int nv = 0;
+    const int64_t *vw = g ? kiln_attr_ints(g, "view", &nv) : NULL;
+    for (int d = 0; vw && d < nv && d < KILN_MAX_DIMS; d++) view[d] = vw[d];
+    CHECK(o && count(o, "RowGather") == 2 && count(o, "Transpose") == 0 && count(o, "Pad") == 0 &&
+              count(o, "Roll") == 0 && count(o, "Reshape") == 0 && nv == 6 && view[0] == -1 && view[1] == 2,
+          "row-gather: the partition and its reverse as two gathers (%d gathers, %d Transpose, %d Pad, %d Roll, %d "
+          "Reshape; the partition's view of %d dims, the batch as %lld)",
+          count(o, "RowGather"), count(o, "Transpose"), count(o, "Pad"), count(o, "Roll"), count(o, "Reshape"), nv,
+          (long long)view[0]);
+    kiln_model_free(o);
+    check("row-gather: Swin's shifted window block", m, rg, 3, 0, 0, 12, 3);
+    /* the roll's output read outside: the partition starts after it (the Transpose and the
+     * Reshapes, one copy: left as it was); the reverse is still taken */
+    m = window_block(true, false);
+    o = optimized(m, rg);
+    CHECK(o && count(o, "RowGather") == 1 && count(o, "Transpose") == 1 && count(o, "Roll") == 1,
+          "row-gather: a shared roll ends the partition's chain (%d gathers, %d Transpose, %d Roll)",
+          count(o, "RowGather"), count(o, "Transpose"), count(o, "Roll"));
+    kiln_model_free(o);
+    check("row-gather: shared roll", m, rg, 2, 0, 0, 12, 7);
+    /* a pad at the start of H: not taken; the roll and permutation still are */
+    m = window_block(false, true);
+    o = optimized(m, rg);
+    CHECK(o && count(o, "RowGather") == 2 && count(o, "Pad") == 1,
+          "row-gather: a start pad stays a Pad (%d gathers, %d Pad)", count(o, "RowGather"), count(o, "Pad"));
+    kiln_model_free(o);
+    check("row-gather: a start pad", m, rg, 2, 0, 0, 12, 4);
+}
+
 /* ----------------------------------------------------------- fold-scale */
 
 /* ConvNeXt's block tail: x (N, C, H, W) -> Transpose to (N, H, W, C) -> MatMul W (C, C) ->
@@ -1690,6 +1791,7 @@ int main(int argc, char **argv) {
     test_fold_scale();
     test_known_dims();
     test_channel_gather();
+    test_row_gather();
     test_fuse_conv();
     test_fuse_conv_smooth();
     test_fuse_eltwise();

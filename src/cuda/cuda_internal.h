@@ -321,6 +321,7 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(channel_shuffle) /* movement.cu: kiln.ChannelShuffle, NCHW or NHWC */               \
     X(channel_gather) /* movement.cu: kiln.ChannelGather, NCHW or NHWC */                \
     X(roll)        /* movement.cu: kiln.Roll (torch.roll), NCHW or NHWC */                \
+    X(row_gather)  /* movement.cu: kiln.RowGather (Swin's window moves), logical layout */ \
     X(dropout)     /* dropout.cu: Dropout (inference and training, mask output) */        \
     X(dropout_grad) /* dropout.cu: kiln.DropoutGrad */                                    \
     X(random)      /* random.cu: RandomUniform(Like) RandomNormal(Like) Bernoulli */     \

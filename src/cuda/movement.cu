@@ -18,6 +18,11 @@
  *     dim is contiguous on both sides); where the output's innermost dim is not the input's,
  *     shared-memory tiles (perm_tile.h). 4-D inputs and outputs in either layout (NHWC read
  *     at its strides, written in its order).
+ *   kiln.RowGather (src/ops/row_gather.h: pad and roll, view, permute, view, roll and crop,
+ *     the innermost dim never moving): one thread per 16-byte unit of an output row (or the
+ *     row's widest unit), which decodes its row back through the stages that move anything
+ *     (FastDiv where indices fit 32 bits) to an input row or a row of zeros. X's bytes are
+ *     read as X' and Y's written as Y' (in_nhwc / out_nhwc: an NHWC tensor's bytes).
  *   kiln.ChannelShuffle (groups g): output channel a * g + b is input channel b * C/g + a;
  *     one thread per output element, NCHW (planes) or NHWC (within each pixel).
  *   Gather along `axis` with int32 or int64 indices: data viewed as (outer, dim, inner),
@@ -39,6 +44,7 @@
  *   its weights (narrow.h).
  */
 #include "dtype.cuh"
+#include "fast_div.cuh"
 #include "../ops/channel_gather.h"
 #include "narrow.h"
 #include "perm_tile.h"
@@ -46,6 +52,7 @@
 
 extern "C" {
 #include "../ops/roll.h"
+#include "../ops/row_gather.h"
 }
 
 #include <string.h>
@@ -533,6 +540,91 @@ template <typename U> kiln_status launch_roll(kiln_cuda *cu, kiln_context *ctx, 
     else
         roll_kernel<U, int64_t><<<blocks, THREADS, 0, cu->stream>>>((const U *)x, (U *)y, a);
     KILN_CUDA_LAUNCHED(ctx, "roll_kernel");
+    return KILN_OK;
+}
+
+/* ----------------------------------------------------------------- row gather */
+
+/* kiln.RowGather (src/ops/row_gather.h's stages) in units of U, the row's widest unit:
+ * unit i = (row r, unit u of it); r runs back through the crop and roll of W, the
+ * permutation of V, and the roll and pad of S to an input row, or to none (zeros). The
+ * row is every stage's last dim, so only the outer dims are decoded, and a stage that moves
+ * nothing has no dims here (ny, nt or nx 0). 32-bit indices divide by FastDiv; 64-bit ones
+ * by plain division (tensors of 2^31 units or more). */
+struct RowGatherArgs {
+    int ny, nt, nx;
+    long long ydim[KILN_MAX_DIMS], yshift[KILN_MAX_DIMS], wdim[KILN_MAX_DIMS]; /* Y's outer dims and W's */
+    long long tdim[KILN_MAX_DIMS], tstride[KILN_MAX_DIMS]; /* T's outer dims, each's stride in V's rows */
+    long long sdim[KILN_MAX_DIMS], sshift[KILN_MAX_DIMS], xdim[KILN_MAX_DIMS]; /* S's outer dims and X's */
+    FastDiv yd[KILN_MAX_DIMS], td[KILN_MAX_DIMS], sd[KILN_MAX_DIMS], ud; /* 32-bit: the dividers */
+    long long units, total; /* units a row; units of Y */
+};
+
+/* n / d into the quotient, n mod d into *r. */
+template <typename I> __device__ __forceinline__ I rg_divmod(I n, long long d, const FastDiv &f, I *r) {
+    I q;
+    if constexpr (sizeof(I) == 4) q = fdiv(n, f);
+    else q = n / (I)d;
+    *r = n - q * (I)d;
+    return q;
+}
+
+template <typename U, typename I>
+__global__ void row_gather_kernel(const U *__restrict__ x, U *__restrict__ y, const RowGatherArgs a) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)a.total; i += (I)gridDim.x * blockDim.x) {
+        I u, r = rg_divmod<I>(i, a.units, a.ud, &u), l = r, mul = 1;
+        if (a.ny) { /* Y -> W: the crop keeps indices, the roll moves each back */
+            l = 0;
+            for (int d = a.ny - 1; d >= 0; d--) {
+                I c;
+                r = rg_divmod<I>(r, a.ydim[d], a.yd[d], &c);
+                I w = c + (I)a.wdim[d] - (I)a.yshift[d];
+                if (w >= (I)a.wdim[d]) w -= (I)a.wdim[d];
+                l += w * mul;
+                mul *= (I)a.wdim[d];
+            }
+        }
+        I src = l;
+        if (a.nt) { /* W's row is T's (a view); T's index is V's permuted */
+            src = 0;
+            for (int k = a.nt - 1; k >= 0; k--) {
+                I c;
+                l = rg_divmod<I>(l, a.tdim[k], a.td[k], &c);
+                src += c * (I)a.tstride[k];
+            }
+        }
+        I xr = src;
+        bool zero = false;
+        if (a.nx) { /* V's row is S's (a view): back through the roll, then past the pad */
+            xr = 0;
+            mul = 1;
+            for (int d = a.nx - 1; d >= 0; d--) {
+                I c;
+                src = rg_divmod<I>(src, a.sdim[d], a.sd[d], &c);
+                I j = c + (I)a.sdim[d] - (I)a.sshift[d];
+                if (j >= (I)a.sdim[d]) j -= (I)a.sdim[d];
+                zero |= j >= (I)a.xdim[d];
+                xr += j * mul;
+                mul *= (I)a.xdim[d];
+            }
+        }
+        y[i] = zero ? U{} : x[xr * (I)a.units + u];
+    }
+}
+
+template <typename U>
+kiln_status launch_row_gather(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, RowGatherArgs a, bool fits32) {
+    const unsigned blocks = kiln_cuda_blocks(cu, a.total, THREADS);
+    if (fits32) {
+        a.ud = fast_div((uint32_t)a.units);
+        for (int d = 0; d < a.ny; d++) a.yd[d] = fast_div((uint32_t)a.ydim[d]);
+        for (int k = 0; k < a.nt; k++) a.td[k] = fast_div((uint32_t)a.tdim[k]);
+        for (int d = 0; d < a.nx; d++) a.sd[d] = fast_div((uint32_t)a.sdim[d]);
+        row_gather_kernel<U, uint32_t><<<blocks, THREADS, 0, cu->stream>>>((const U *)x, (U *)y, a);
+    } else {
+        row_gather_kernel<U, int64_t><<<blocks, THREADS, 0, cu->stream>>>((const U *)x, (U *)y, a);
+    }
+    KILN_CUDA_LAUNCHED(ctx, "row_gather_kernel");
     return KILN_OK;
 }
 
@@ -1198,6 +1290,59 @@ extern "C" kiln_status kiln_cuda_k_roll(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_status st;
     if (unit == 16) st = launch_roll<uint4>(cu, c->kctx, x->data, y->data, a);
     else KILN_CU_SIZE_DISPATCH(st, c->kctx, unit, launch_roll, cu, c->kctx, x->data, y->data, a);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_row_gather(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0];
+    kiln_tensor *y = c->out[0];
+    kiln_row_gather g;
+    const kiln_status gst = kiln_row_gather_geometry(c, x, &g);
+    if (gst) return gst;
+    const int64_t total = kiln_tensor_numel(y);
+    if (total == 0) return KILN_OK;
+    const size_t es = kiln_dtype_size(x->dtype);
+    const size_t unit = kiln_cuda_row_unit(es, g.row, NULL, 0, 0, x->data, y->data);
+    RowGatherArgs a = {};
+    a.units = g.row * (int64_t)es / (int64_t)unit;
+    a.total = total / g.row * a.units;
+    bool ymoves = false, tmoves = false, xmoves = false;
+    for (int d = 0; d + 1 < g.rw; d++) ymoves |= g.oshift[d] != 0 || g.y[d] != g.w[d];
+    for (int k = 0; k + 1 < g.rv; k++) tmoves |= g.perm[k] != k;
+    for (int d = 0; d + 1 < g.rx; d++) xmoves |= g.shift[d] != 0 || g.pad[d] != 0;
+    if (ymoves) {
+        a.ny = g.rw - 1;
+        for (int d = 0; d < a.ny; d++) {
+            a.ydim[d] = g.y[d];
+            a.yshift[d] = g.oshift[d];
+            a.wdim[d] = g.w[d];
+        }
+    }
+    if (tmoves) {
+        int64_t vstride[KILN_MAX_DIMS];
+        for (int d = g.rv - 2; d >= 0; d--) vstride[d] = d == g.rv - 2 ? 1 : vstride[d + 1] * g.v[d + 1];
+        a.nt = g.rv - 1;
+        for (int k = 0; k < a.nt; k++) {
+            a.tdim[k] = g.v[g.perm[k]];
+            a.tstride[k] = vstride[g.perm[k]];
+        }
+    }
+    if (xmoves) {
+        a.nx = g.rx - 1;
+        for (int d = 0; d < a.nx; d++) {
+            a.sdim[d] = g.s[d];
+            a.sshift[d] = g.shift[d];
+            a.xdim[d] = g.x[d];
+        }
+    }
+    /* 32-bit when every index fits (the padded S is the largest of X's and V's) */
+    const int64_t big = (int64_t)1 << 31;
+    int64_t srows = 1;
+    for (int d = 0; d + 1 < g.rx; d++) srows *= g.s[d];
+    const bool fits32 = a.total < big && srows * a.units < big;
+    kiln_status st;
+    if (unit == 16) st = launch_row_gather<uint4>(cu, c->kctx, x->data, y->data, a, fits32);
+    else KILN_CU_SIZE_DISPATCH(st, c->kctx, unit, launch_row_gather, cu, c->kctx, x->data, y->data, a, fits32);
     return st;
 }
 

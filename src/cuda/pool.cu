@@ -62,6 +62,7 @@
  */
 #include "bn_affine.cuh"
 #include "dtype.cuh"
+#include "fast_div.cuh"
 #include "norm_train.h"
 #include "reduce.cuh"
 
@@ -664,25 +665,6 @@ __global__ void maxpool_grad_2x2_nhwc_vec(const T *__restrict__ dy, const T *__r
 }
 
 /* ----------------------------------- MaxPoolGrad in two passes (overlapping windows) */
-
-/* n / d for 0 <= n < 2^31 and 1 <= d < 2^31 by a multiply-high and a shift (Granlund and
- * Montgomery; PyTorch's IntDivider): a runtime 32-bit division is a ~20-instruction
- * sequence, and the gather below would do several per element. */
-struct FastDiv {
-    uint32_t d, m, shift;
-};
-
-static FastDiv fast_div(uint32_t d) {
-    FastDiv f;
-    uint32_t s = 0;
-    while (s < 32 && (1ull << s) < d) s++;
-    f.d = d;
-    f.shift = s;
-    f.m = (uint32_t)(((1ull << 32) * ((1ull << s) - d)) / d + 1);
-    return f;
-}
-
-__device__ __forceinline__ uint32_t fdiv(uint32_t n, const FastDiv &f) { return (__umulhi(n, f.m) + n) >> f.shift; }
 
 /* The geometry in int (geo_fits32) with dividers for the output sizes, input sizes and
  * strides. */

@@ -620,6 +620,24 @@ static bool sup_channel_shuffle(const kiln_op_ctx *c, char *why, size_t n) {
     return sup_elements(c, why, n) && same_layout(c, why, n);
 }
 
+/* kiln.RowGather: the kernel reads X's bytes as X' (NHWC bytes where in_nhwc, else NCHW)
+ * and writes Y's as Y' (NHWC where out_nhwc), any element size: each 4-D end in the layout
+ * its attribute names, or with the same bytes in both. */
+static bool sup_row_gather(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!sup_elements(c, why, n)) return false;
+    const bool want_in = kiln_attr_int(c->node, "in_nhwc", 0) != 0, want_out = kiln_attr_int(c->node, "out_nhwc", 0) != 0;
+    const kiln_tensor *x = c->in[0], *y = c->out[0];
+    if (x->ndim == 4 && is_nhwc(x) != want_in && !kiln_cuda_layout_free(x)) {
+        snprintf(why, n, "X is %s where in_nhwc = %d", layout_name(x), want_in);
+        return false;
+    }
+    if (y->ndim == 4 && is_nhwc(y) != want_out && !kiln_cuda_layout_free(y)) {
+        snprintf(why, n, "Y is %s where out_nhwc = %d", layout_name(y), want_out);
+        return false;
+    }
+    return true;
+}
+
 /* kiln.ChannelGather: every input and output in input 0's layout, any element size. */
 static bool sup_channel_gather(const kiln_op_ctx *c, char *why, size_t n) {
     if (!sup_elements(c, why, n)) return false;
@@ -1253,6 +1271,7 @@ static const entry table[] = {
     {"Concat", kiln_cuda_k_concat, sup_concat, NULL, true},
     {"kiln.ChannelShuffle", kiln_cuda_k_channel_shuffle, sup_channel_shuffle, NULL, true},
     {"kiln.Roll", kiln_cuda_k_roll, sup_channel_shuffle, NULL, true},
+    {"kiln.RowGather", kiln_cuda_k_row_gather, sup_row_gather, NULL, true},
     {"kiln.ChannelGather", kiln_cuda_k_channel_gather, sup_channel_gather, NULL, true},
     {"kiln.Attention", kiln_cuda_k_attention, kiln_cuda_sup_attention, kiln_cuda_ws_attention, false},
     {"kiln.ConcatAffine", kiln_cuda_k_concat_affine, kiln_cuda_sup_concat_affine, NULL, true},

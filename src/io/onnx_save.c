@@ -19,7 +19,8 @@
  *     NegativeLogLikelihoodLoss, kiln.ToNHWC as [Cast] [Pad] or Identity, kiln.ToNCHW as
  *     Identity (layouts are memory only: dims and initializer bytes are always NCHW),
  *     kiln.ChannelShuffle as Reshape - Transpose - Shape + Reshape, kiln.Roll as
- *     Slice - Slice - Concat per axis (torch.roll's export), kiln.ConcatAffine as
+ *     Slice - Slice - Concat per axis (torch.roll's export), kiln.RowGather as the chain it
+ *     stands for (Pad, rolls, Reshape, Transpose, Reshape, rolls, Slice), kiln.ConcatAffine as
  *     Concat - Mul - Add [- Relu] (S and T reshaped to (C,1,...) [and cast to Y's dtype]),
  *     kiln.Attention as its view programs' ops around MatMul - [Mul] - Softmax - MatMul
  *     (save_attention). The
@@ -57,7 +58,7 @@ extern const kiln_op_def kiln_op_add, kiln_op_cast, kiln_op_conv, kiln_op_gemm, 
 extern const kiln_op_def kiln_op_fused_conv, kiln_op_fused_gemm, kiln_op_fused_elementwise, kiln_op_log_softmax_nll,
     kiln_op_to_nhwc, kiln_op_to_nchw;
 extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_shape, kiln_op_channel_shuffle, kiln_op_roll,
-    kiln_op_channel_gather;
+    kiln_op_channel_gather, kiln_op_row_gather;
 extern const kiln_op_def kiln_op_concat, kiln_op_mul, kiln_op_relu, kiln_op_concat_affine;
 extern const kiln_op_def kiln_op_attention, kiln_op_matmul, kiln_op_softmax, kiln_op_div, kiln_op_gather,
     kiln_op_squeeze, kiln_op_unsqueeze, kiln_op_slice;
@@ -735,8 +736,46 @@ static void save_channel_gather(saver *s, const kiln_node *n, const char *where)
 }
 
 
-/* kiln.Roll(X; axes, shifts): per axis a with shift t, Concat(Slice(X, -t, INT64_MAX, a),
- * Slice(X, 0, -t, a); axis a), torch.roll's export (|t| below the axis's size, which the op
+/* torch.roll of x by shifts[k] along axes[k] (na of them) as its export: per axis a with
+ * shift t, Concat(Slice(x, -t, INT64_MAX, a), Slice(x, 0, -t, a); axis a). The last Concat
+ * writes yname and is named last_name; the pieces are named after node n. The name of the
+ * result (yname), or NULL on failure. */
+static const char *emit_rolls(saver *s, const kiln_node *n, const char *x, int na, const int64_t *axes,
+                              const int64_t *shifts, const char *yname, const char *last_name, const char *tag) {
+    for (int k = 0; k < na && !failed(s); k++) {
+        const int64_t b = -shifts[k], big = INT64_MAX, zero = 0, one = 1;
+        const char *part[2] = {fresh_name(s, yname), fresh_name(s, yname)};
+        const int64_t starts[2] = {b, zero}, ends[2] = {big, b};
+        for (int p = 0; p < 2 && !failed(s); p++) {
+            char what[48];
+            snprintf(what, sizeof what, "%sSlice%d_%d", tag, k, p);
+            if (s->m->opset < 10) {
+                Onnx__NodeProto *np = emit(s, kiln_op_slice.name, piece_name(s, n->name, what), 1, &x, 1, &part[p]);
+                if (!np) return NULL;
+                attr_ints(s, np, "starts", 1, &starts[p]);
+                attr_ints(s, np, "ends", 1, &ends[p]);
+                attr_ints(s, np, "axes", 1, &axes[k]);
+            } else {
+                const char *in[5] = {x, ints_init(s, 1, &starts[p], "roll_start"), ints_init(s, 1, &ends[p], "roll_end"),
+                                     ints_init(s, 1, &axes[k], "roll_axis"), ints_init(s, 1, &one, "roll_step")};
+                if (failed(s)) return NULL;
+                emit(s, kiln_op_slice.name, piece_name(s, n->name, what), 5, in, 1, &part[p]);
+            }
+        }
+        if (failed(s)) return NULL;
+        const char *out = k == na - 1 ? yname : fresh_name(s, yname);
+        char what[48];
+        snprintf(what, sizeof what, "%sConcat%d", tag, k);
+        Onnx__NodeProto *np = emit(s, kiln_op_concat.name, k == na - 1 ? last_name : piece_name(s, n->name, what), 2,
+                                   part, 1, &out);
+        if (!np) return NULL;
+        attr_int(s, np, "axis", axes[k]);
+        x = out;
+    }
+    return failed(s) ? NULL : x;
+}
+
+/* kiln.Roll(X; axes, shifts): torch.roll's export (|t| below the axis's size, which the op
  * requires). */
 static void save_roll(saver *s, const kiln_node *n, const char *where) {
     int na = 0, ns = 0;
@@ -745,37 +784,101 @@ static void save_roll(saver *s, const kiln_node *n, const char *where) {
         s->st = kiln_fail(s->ctx, KILN_ERR_GRAPH, "saving ONNX: %s: bad axes / shifts", where);
         return;
     }
-    const char *x = vname(s, n->in[0]), *yname = vname(s, n->out[0]);
-    for (int k = 0; k < na && !failed(s); k++) {
-        const int64_t b = -shifts[k], big = INT64_MAX, zero = 0, one = 1;
-        const char *part[2] = {fresh_name(s, yname), fresh_name(s, yname)};
-        const int64_t starts[2] = {b, zero}, ends[2] = {big, b};
-        for (int p = 0; p < 2 && !failed(s); p++) {
-            char what[32];
-            snprintf(what, sizeof what, "Slice%d_%d", k, p);
-            if (s->m->opset < 10) {
-                Onnx__NodeProto *np = emit(s, kiln_op_slice.name, piece_name(s, n->name, what), 1, &x, 1, &part[p]);
-                if (!np) return;
-                attr_ints(s, np, "starts", 1, &starts[p]);
-                attr_ints(s, np, "ends", 1, &ends[p]);
-                attr_ints(s, np, "axes", 1, &axes[k]);
-            } else {
-                const char *in[5] = {x, ints_init(s, 1, &starts[p], "roll_start"), ints_init(s, 1, &ends[p], "roll_end"),
-                                     ints_init(s, 1, &axes[k], "roll_axis"), ints_init(s, 1, &one, "roll_step")};
-                if (failed(s)) return;
-                emit(s, kiln_op_slice.name, piece_name(s, n->name, what), 5, in, 1, &part[p]);
-            }
+    emit_rolls(s, n, vname(s, n->in[0]), na, axes, shifts, vname(s, n->out[0]), n->name, "");
+}
+
+/* kiln.RowGather(X): the chain it stands for (src/ops/row_gather.h), each stage that is
+ * there: Pad (zeros at the ends) -> rolls -> Reshape (view) -> Transpose (perm) -> Reshape
+ * (out_view) -> rolls -> Slice (the crop from 0). The last stage writes Y under the node's
+ * name. */
+static void save_row_gather(saver *s, const kiln_node *n, const char *where) {
+    int npad = 0, nsh = 0, nview = 0, nperm = 0, noview = 0, nosh = 0, nsize = 0;
+    const int64_t *pads = kiln_attr_ints(n, "pads", &npad), *shifts = kiln_attr_ints(n, "shifts", &nsh),
+                  *view = kiln_attr_ints(n, "view", &nview), *perm = kiln_attr_ints(n, "perm", &nperm),
+                  *oview = kiln_attr_ints(n, "out_view", &noview), *oshifts = kiln_attr_ints(n, "out_shifts", &nosh),
+                  *sizes = kiln_attr_ints(n, "out_sizes", &nsize);
+    bool pad = false, crop = false;
+    for (int d = 0; d < npad; d++) pad |= pads[d] != 0;
+    for (int d = 0; d < nsize; d++) crop |= sizes[d] >= 0;
+    int64_t ax[KILN_MAX_DIMS], sh[KILN_MAX_DIMS], oax[KILN_MAX_DIMS], osh[KILN_MAX_DIMS];
+    int na = 0, noa = 0;
+    for (int d = 0; d < nsh && d < KILN_MAX_DIMS; d++)
+        if (shifts[d]) {
+            ax[na] = d;
+            sh[na++] = shifts[d];
         }
-        if (failed(s)) return;
-        const char *out = k == na - 1 ? yname : fresh_name(s, yname);
-        char what[32];
-        snprintf(what, sizeof what, "Concat%d", k);
-        Onnx__NodeProto *np = emit(s, kiln_op_concat.name, k == na - 1 ? n->name : piece_name(s, n->name, what), 2, part,
-                                   1, &out);
-        if (!np) return;
-        attr_int(s, np, "axis", axes[k]);
-        x = out;
+    for (int d = 0; d < nosh && d < KILN_MAX_DIMS; d++)
+        if (oshifts[d]) {
+            oax[noa] = d;
+            osh[noa++] = oshifts[d];
+        }
+    if (!perm || nperm < 1 || nperm > KILN_MAX_DIMS || npad > KILN_MAX_DIMS || nsize > KILN_MAX_DIMS ||
+        (pad && s->m->opset < 11) || ((view || oview) && s->m->opset < 5)) {
+        s->st = kiln_fail(s->ctx, KILN_ERR_UNSUPPORTED,
+                          "saving ONNX: %s: bad attributes (or opset %d is below 11, which Pad's pads input needs)",
+                          where, s->m->opset);
+        return;
     }
+    /* the stages present, in order; the last writes Y */
+    const bool has[7] = {pad, na > 0, view != NULL, true, oview != NULL, noa > 0, crop};
+    int last = 0;
+    for (int k = 0; k < 7; k++)
+        if (has[k]) last = k;
+    const char *yname = vname(s, n->out[0]), *x = vname(s, n->in[0]);
+#define STAGE_OUT(k) ((k) == last ? yname : fresh_name(s, yname))
+#define STAGE_NAME(k, what) ((k) == last ? n->name : piece_name(s, n->name, what))
+    if (pad) {
+        int64_t p2[2 * KILN_MAX_DIMS];
+        for (int d = 0; d < npad; d++) {
+            p2[d] = 0;
+            p2[npad + d] = pads[d];
+        }
+        const char *in[2] = {x, ints_init(s, 2 * npad, p2, "row_gather_pads")}, *y = STAGE_OUT(0);
+        if (failed(s) || !emit(s, kiln_op_pad.name, STAGE_NAME(0, "Pad"), 2, in, 1, &y)) return;
+        x = y;
+    }
+    if (na > 0 && !(x = emit_rolls(s, n, x, na, ax, sh, STAGE_OUT(1), STAGE_NAME(1, "Roll"), "In"))) return;
+    for (int k = 2; k <= 4; k++) {
+        if (!has[k]) continue;
+        const char *y = STAGE_OUT(k);
+        Onnx__NodeProto *np;
+        if (k == 3) {
+            np = emit(s, kiln_op_transpose.name, STAGE_NAME(3, "Transpose"), 1, &x, 1, &y);
+            if (np) attr_ints(s, np, "perm", nperm, perm);
+        } else {
+            const char *in[2] = {x, ints_init(s, k == 2 ? nview : noview, k == 2 ? view : oview, "row_gather_view")};
+            np = failed(s) ? NULL : emit(s, kiln_op_reshape.name, STAGE_NAME(k, k == 2 ? "Reshape" : "ReshapeOut"), 2, in, 1, &y);
+        }
+        if (!np || failed(s)) return;
+        x = y;
+    }
+    if (noa > 0 && !(x = emit_rolls(s, n, x, noa, oax, osh, STAGE_OUT(5), STAGE_NAME(5, "RollOut"), "Out"))) return;
+    if (crop) {
+        int64_t st[KILN_MAX_DIMS], en[KILN_MAX_DIMS], axs[KILN_MAX_DIMS], one[KILN_MAX_DIMS];
+        int k = 0;
+        for (int d = 0; d < nsize; d++)
+            if (sizes[d] >= 0) {
+                st[k] = 0;
+                en[k] = sizes[d];
+                axs[k] = d;
+                one[k++] = 1;
+            }
+        const char *y = STAGE_OUT(6);
+        if (s->m->opset < 10) {
+            Onnx__NodeProto *np = emit(s, kiln_op_slice.name, STAGE_NAME(6, "Crop"), 1, &x, 1, &y);
+            if (!np) return;
+            attr_ints(s, np, "starts", k, st);
+            attr_ints(s, np, "ends", k, en);
+            attr_ints(s, np, "axes", k, axs);
+        } else {
+            const char *in[5] = {x, ints_init(s, k, st, "crop_start"), ints_init(s, k, en, "crop_end"),
+                                 ints_init(s, k, axs, "crop_axis"), ints_init(s, k, one, "crop_step")};
+            if (failed(s)) return;
+            emit(s, kiln_op_slice.name, STAGE_NAME(6, "Crop"), 5, in, 1, &y);
+        }
+    }
+#undef STAGE_OUT
+#undef STAGE_NAME
 }
 
 /* kiln.ConcatAffine(S, T, X...) relu = Relu?(Concat(X...; axis 1) * S' + T'), S' and T' = S
@@ -1039,6 +1142,7 @@ static void save_node(saver *s, const kiln_node *n, int index) {
         if (d == &kiln_op_to_nchw) return save_layout_convert(s, n, false, where);
         if (d == &kiln_op_channel_shuffle) return save_channel_shuffle(s, n, where);
         if (d == &kiln_op_roll) return save_roll(s, n, where);
+        if (d == &kiln_op_row_gather) return save_row_gather(s, n, where);
         if (d == &kiln_op_channel_gather) return save_channel_gather(s, n, where);
         if (d == &kiln_op_concat_affine) return save_concat_affine(s, n, where);
         if (d == &kiln_op_attention) return save_attention(s, n, where);

@@ -56,16 +56,7 @@ static int64_t channels(const pctx *p, int v) {
 
 /* Constant i64 / i32 value v (its n elements into out, at most 8), the same in both probes. */
 static int const_ints(const pctx *p, int v, int64_t *out, int max) {
-    if (v < 0 || v >= p->nv) return -1;
-    const kiln_tensor *a = &p->va[v], *b = &p->vb[v];
-    if (!a->data || !b->data || (a->dtype != KILN_I64 && a->dtype != KILN_I32) || a->dtype != b->dtype) return -1;
-    const int64_t n = kiln_tensor_numel(a);
-    if (n != kiln_tensor_numel(b) || n > max) return -1;
-    for (int64_t k = 0; k < n; k++) {
-        out[k] = kiln_get_i64(a, k);
-        if (out[k] != kiln_get_i64(b, k)) return -1;
-    }
-    return (int)n;
+    return kiln_pass_probe_ints(p->va, p->vb, p->nv, v, out, max);
 }
 
 /* Whether the float value v is absent or a constant zero in both probes. */

@@ -42,6 +42,8 @@ static const kiln_pass passes[] = {
     /* after layout: it joins moves whose values share a layout, and the layout pass's
      * channel shuffles */
     {"channel-gather", KILN_PASS_CHANNEL_GATHER, kiln_pass_channel_gather},
+    /* after layout: it takes only values the layout pass left in their logical layout */
+    {"row-gather", KILN_PASS_ROW_GATHER, kiln_pass_row_gather},
     /* after layout: it fuses only where the layout pass made the pool's input NHWC */
     {"fuse-pool", KILN_PASS_FUSE_POOL, kiln_pass_fuse_pool},
     /* after layout: it fuses only where the BN's and the Relu's layouts agree */
@@ -180,6 +182,19 @@ const kiln_tensor *kiln_pass_constant_through(const kiln_model *m, const int *pr
 bool kiln_pass_device_has(const kiln_pass_options *o, const char *op) {
     const kiln_backend_i *b = kiln_backend_for(o->device);
     return b && b->has_op(kiln_op_index_domain("kiln", op));
+}
+
+int kiln_pass_probe_ints(const kiln_tensor *va, const kiln_tensor *vb, int nv, int v, int64_t *out, int max) {
+    if (v < 0 || v >= nv) return -1;
+    const kiln_tensor *a = &va[v], *b = &vb[v];
+    if (!a->data || !b->data || (a->dtype != KILN_I64 && a->dtype != KILN_I32) || a->dtype != b->dtype) return -1;
+    const int64_t n = kiln_tensor_numel(a);
+    if (n != kiln_tensor_numel(b) || n > max) return -1;
+    for (int64_t k = 0; k < n; k++) {
+        out[k] = kiln_get_i64(a, k);
+        if (out[k] != kiln_get_i64(b, k)) return -1;
+    }
+    return (int)n;
 }
 
 int kiln_pass_add_initializer(kiln_model *m, const char *hint, kiln_tensor *t) {

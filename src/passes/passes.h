@@ -98,6 +98,12 @@ bool kiln_pass_same_shape(const kiln_shape_probes *p, int a, int b);
  * later values unknown, which is the safe answer. */
 kiln_status kiln_pass_known_dims(kiln_model *m, kiln_tensor **out);
 
+/* The integers of value v (at most max, into out), a constant i64 / i32 tensor that is the
+ * same in two probes' values va and vb (kiln_pass_infer_values, nv values each): exporters
+ * compute pads and Slice bounds from Shape at run time. Their count, or -1 when v is not
+ * such a constant. */
+int kiln_pass_probe_ints(const kiln_tensor *va, const kiln_tensor *vb, int nv, int v, int64_t *out, int max);
+
 /* Whether node n is the ONNX (default-domain) op op_type. Nodes of a model being
  * rewritten have no registry index yet (n->op is set at finalize), so passes match names. */
 bool kiln_pass_is(const kiln_node *n, const char *op_type);
@@ -163,6 +169,7 @@ kiln_status kiln_pass_dead_nodes(kiln_model *m, const kiln_pass_options *o, bool
 kiln_status kiln_pass_fold_constants(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fold_bn(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fold_scale(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_row_gather(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_crop_taps(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_mean_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_space_to_depth(kiln_model *m, const kiln_pass_options *o, bool *changed);
