@@ -616,6 +616,11 @@ static void kiln_ops(const char *tmp) {
          {KILN_F32}, {4}, {{2, 3, 3, 2}}, 1, "Pad", 1},
         {"RowGather", "view=[-1,2,2,2,2,3];perm=[0,1,3,2,4,5];out_view=[-1,4,4,3];out_shifts=[0,1,1,0];out_sizes=[-1,3,3,-1]",
          1, {KILN_I64}, {3}, {{8, 4, 3}}, 1, "Slice", 1},
+        /* MaxViT's partition from NHWC bytes, and a departition into them */
+        {"RowGather", "in_nhwc=1;view=[-1,2,2,2,2,2];perm=[0,1,3,2,4,5];out_view=[-1,4,4,2]", 1, {KILN_F32}, {4},
+         {{2, 2, 4, 4}}, 1, "Transpose", 1},
+        {"RowGather", "out_nhwc=1;view=[-1,2,2,2,2,2];perm=[0,1,3,2,4,5];out_view=[-1,4,4,2]", 1, {KILN_F32}, {4},
+         {{2, 4, 4, 2}}, 1, "Transpose", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char file[4200];

@@ -5,6 +5,7 @@
  * pass by the pass doing nothing.
  * Usage: test_passes SOURCE_DIR (for examples/tiny_cnn.onnx). */
 #include "core/optest.h"
+#include "core/plan.h"
 #include "ops/fused.h"
 #include "passes/passes.h"
 
@@ -1642,6 +1643,46 @@ static kiln_model *window_block(bool shared_roll, bool begin_pad) {
     return m;
 }
 
+/* MaxViT's window partition and departition at layout conversions (what the layout pass
+ * leaves around them: a convolution's NHWC output read through kiln.ToNCHW, the block's
+ * result written through kiln.ToNHWC for the next convolution). x (?, 4, 6, 6) NHWC ->
+ * ToNCHW -> Reshape (B, 4, 2, 3, 2, 3) with B from Shape(ToNCHW's output), as torch writes
+ * x.shape -> Transpose (0, 2, 4, 3, 5, 1) -> Reshape (-1, 4, 9, 4) -> Relu -> Reshape (-1, 2,
+ * 2, 3, 3, 4) -> Transpose (0, 5, 1, 3, 2, 4) -> Reshape (-1, 4, 6, 6) -> ToNHWC -> y (NHWC).
+ * The formats are set by hand (the layout pass runs only for CUDA plans); the CPU runs them
+ * as NCHW bytes, where the conversions are copies and the gather's in_nhwc / out_nhwc
+ * transposes. */
+static kiln_model *maxvit_partition(void) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, 6, 6));
+    init_i64s(m, "zero", 1, KT_VALS(0));
+    init_i64s(m, "split", 5, KT_VALS(4, 2, 3, 2, 3));
+    init_i64s(m, "tokens", 4, KT_VALS(-1, 4, 9, 4));
+    init_i64s(m, "wins", 6, KT_VALS(-1, 2, 2, 3, 3, 4));
+    init_i64s(m, "map", 4, KT_VALS(-1, 4, 6, 6));
+    kiln_node_of(m, "ToNCHW", "x", "xc");
+    node(m, "Shape", "xc", "xs");
+    kiln_node *g = node(m, "Gather", "xs,zero", "b");
+    if (g) kiln_node_set_int(g, "axis", 0);
+    kiln_node *c = node(m, "Concat", "b,split", "vshape");
+    if (c) kiln_node_set_int(c, "axis", 0);
+    node(m, "Reshape", "xc,vshape", "v");
+    kiln_node *t = node(m, "Transpose", "v", "vt");
+    if (t) kiln_node_set_ints(t, "perm", 6, KT_DIMS(0, 2, 4, 3, 5, 1));
+    node(m, "Reshape", "vt,tokens", "w");
+    node(m, "Relu", "w", "a");
+    node(m, "Reshape", "a,wins", "u");
+    t = node(m, "Transpose", "u", "ut");
+    if (t) kiln_node_set_ints(t, "perm", 6, KT_DIMS(0, 5, 1, 3, 2, 4));
+    node(m, "Reshape", "ut,map", "z");
+    kiln_node_of(m, "ToNHWC", "z", "y");
+    output(m, "y");
+    finalize(m);
+    m->values[kiln_model_find_value(m, "x")].format = KILN_FORMAT_NHWC;
+    m->values[kiln_model_find_value(m, "y")].format = KILN_FORMAT_NHWC;
+    return m;
+}
+
 static void test_row_gather(void) {
     const unsigned rg = KILN_PASS_ROW_GATHER;
     /* both chains taken: Pad, roll, the window permutation; the permutation back, the roll
@@ -1654,9 +1695,9 @@ static void test_row_gather(void) {
     const int64_t *vw = g ? kiln_attr_ints(g, "view", &nv) : NULL;
     for (int d = 0; vw && d < nv && d < KILN_MAX_DIMS; d++) view[d] = vw[d];
     CHECK(o && count(o, "RowGather") == 2 && count(o, "Transpose") == 0 && count(o, "Pad") == 0 &&
-              count(o, "Roll") == 0 && count(o, "Reshape") == 0 && nv == 6 && view[0] == -1 && view[1] == 2,
+              count(o, "Roll") == 0 && count(o, "Reshape") == 0 && nv == 5 && view[0] == -1 && view[1] == 4,
           "row-gather: the partition and its reverse as two gathers (%d gathers, %d Transpose, %d Pad, %d Roll, %d "
-          "Reshape; the partition's view of %d dims, the batch as %lld)",
+          "Reshape; the partition's view (B H/4 with the batch, 4, W/4, 4, C) of %d dims, the first %lld)",
           count(o, "RowGather"), count(o, "Transpose"), count(o, "Pad"), count(o, "Roll"), count(o, "Reshape"), nv,
           (long long)view[0]);
     kiln_model_free(o);
@@ -1677,6 +1718,63 @@ static void test_row_gather(void) {
           "row-gather: a start pad stays a Pad (%d gathers, %d Pad)", count(o, "RowGather"), count(o, "Pad"));
     kiln_model_free(o);
     check("row-gather: a start pad", m, rg, 2, 0, 0, 12, 4);
+    /* MaxViT's partition from NHWC bytes (ToNCHW and the Transpose: one gather, in_nhwc; the
+     * Shape of ToNCHW's output computed from x's) and the departition into them (the
+     * Transpose and ToNHWC: one gather, out_nhwc) */
+    m = maxvit_partition();
+    o = optimized(m, rg);
+    const kiln_node *g0 = NULL, *g1 = NULL;
+    for (int i = 0; o && i < o->n_nodes; i++)
+        if (!strcmp(o->nodes[i].op_type, "RowGather")) *(g0 ? &g1 : &g0) = &o->nodes[i];
+    CHECK(o && count(o, "RowGather") == 2 && count(o, "Transpose") == 0 && count(o, "ToNCHW") == 0 &&
+              count(o, "ToNHWC") == 0 && g0 && g1 && kiln_attr_int(g0, "in_nhwc", 0) == 1 &&
+              kiln_attr_int(g0, "out_nhwc", 0) == 0 && kiln_attr_int(g1, "out_nhwc", 0) == 1 &&
+              kiln_attr_int(g1, "in_nhwc", 0) == 0,
+          "row-gather: MaxViT's partition and departition as two gathers across the layout conversions (%d gathers, "
+          "%d Transpose, %d ToNCHW, %d ToNHWC)",
+          count(o, "RowGather"), count(o, "Transpose"), count(o, "ToNCHW"), count(o, "ToNHWC"));
+    kiln_model_free(o);
+    check("row-gather: MaxViT's partition at layout conversions", m, rg, 3, 0, 0, 9, 3);
+    /* tokens of an NHWC map: ToNCHW -> Reshape (B, C, H W) -> Transpose (0, 2, 1) composes to
+     * no move at all: one gather (in_nhwc) that a device plan makes a view of x (formats in
+     * its tensors), a host plan runs (NCHW bytes); the same function. x and y between Relus
+     * (values of the plan's arena) */
+    m = new_model();
+    input(m, "x0", KILN_F32, 4, KT_DIMS(-1, 4, 3, 5));
+    init_i64s(m, "flat", 3, KT_VALS(-1, 4, 15));
+    node(m, "Relu", "x0", "x");
+    kiln_node_of(m, "ToNCHW", "x", "xc");
+    node(m, "Reshape", "xc,flat", "fl");
+    kiln_node *t = node(m, "Transpose", "fl", "y");
+    if (t) kiln_node_set_ints(t, "perm", 3, KT_DIMS(0, 2, 1));
+    node(m, "Relu", "y", "out");
+    output(m, "out");
+    finalize(m);
+    m->values[kiln_model_find_value(m, "x")].format = KILN_FORMAT_NHWC;
+    o = optimized(m, rg);
+    g0 = o ? find(o, "RowGather") : NULL;
+    CHECK(o && count(o, "RowGather") == 1 && count(o, "Transpose") == 0 && count(o, "ToNCHW") == 0 && g0 &&
+              kiln_attr_int(g0, "in_nhwc", 0) == 1,
+          "row-gather: NHWC tokens as one gather (%d gathers, %d Transpose)", count(o, "RowGather"),
+          count(o, "Transpose"));
+    kiln_tensor *in = kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 3, 5), -1, 1, 77);
+    for (int host = 0; o && host < 2; host++) {
+        kiln_plan *pl = NULL;
+        if (kiln_plan_build(o, &in, true, host, &pl) != KILN_OK) {
+            CHECK(0, "row-gather tokens: plan: %s", kiln_context_message(ctx));
+            continue;
+        }
+        kiln_plan_view_t v;
+        kiln_plan_view(pl, &v);
+        const int a = kiln_model_find_value(o, "y"), b = kiln_model_find_value(o, "x");
+        const bool same = a >= 0 && b >= 0 && v.offset[a] != SIZE_MAX && v.offset[a] == v.offset[b];
+        CHECK(same == !host, "row-gather tokens: %s plan: y %s a view of x", host ? "host" : "device",
+              same ? "is" : "is not");
+        kiln_plan_free(pl);
+    }
+    kiln_tensor_free(in);
+    kiln_model_free(o);
+    check("row-gather: NHWC tokens", m, rg, 2, 0, 0, 5, 3);
 }
 
 /* ----------------------------------------------------------- fold-scale */

@@ -788,8 +788,9 @@ static void save_roll(saver *s, const kiln_node *n, const char *where) {
 }
 
 /* kiln.RowGather(X): the chain it stands for (src/ops/row_gather.h), each stage that is
- * there: Pad (zeros at the ends) -> rolls -> Reshape (view) -> Transpose (perm) -> Reshape
- * (out_view) -> rolls -> Slice (the crop from 0). The last stage writes Y under the node's
+ * there: [Transpose to (N, H, W, C): in_nhwc] -> Pad (zeros at the ends) -> rolls ->
+ * Reshape (view) -> Transpose (perm) -> Reshape (out_view) -> rolls -> Slice (the crop from
+ * 0) -> [Transpose back to (N, C, H, W): out_nhwc]. The last stage writes Y under the node's
  * name. */
 static void save_row_gather(saver *s, const kiln_node *n, const char *where) {
     int npad = 0, nsh = 0, nview = 0, nperm = 0, noview = 0, nosh = 0, nsize = 0;
@@ -819,40 +820,50 @@ static void save_row_gather(saver *s, const kiln_node *n, const char *where) {
                           where, s->m->opset);
         return;
     }
-    /* the stages present, in order; the last writes Y */
-    const bool has[7] = {pad, na > 0, view != NULL, true, oview != NULL, noa > 0, crop};
+    /* the stages present, in order (X read as NHWC, the pad, ... the crop, Y back from
+     * NHWC); the last writes Y */
+    const bool in_nhwc = kiln_attr_int(n, "in_nhwc", 0) != 0, out_nhwc = kiln_attr_int(n, "out_nhwc", 0) != 0;
+    const bool has[9] = {in_nhwc, pad, na > 0, view != NULL, true, oview != NULL, noa > 0, crop, out_nhwc};
     int last = 0;
-    for (int k = 0; k < 7; k++)
+    for (int k = 0; k < 9; k++)
         if (has[k]) last = k;
     const char *yname = vname(s, n->out[0]), *x = vname(s, n->in[0]);
 #define STAGE_OUT(k) ((k) == last ? yname : fresh_name(s, yname))
 #define STAGE_NAME(k, what) ((k) == last ? n->name : piece_name(s, n->name, what))
+    static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+    if (in_nhwc) {
+        const char *y = STAGE_OUT(0);
+        Onnx__NodeProto *np = emit(s, kiln_op_transpose.name, STAGE_NAME(0, "ToNHWCOrder"), 1, &x, 1, &y);
+        if (!np) return;
+        attr_ints(s, np, "perm", 4, to_nhwc);
+        x = y;
+    }
     if (pad) {
         int64_t p2[2 * KILN_MAX_DIMS];
         for (int d = 0; d < npad; d++) {
             p2[d] = 0;
             p2[npad + d] = pads[d];
         }
-        const char *in[2] = {x, ints_init(s, 2 * npad, p2, "row_gather_pads")}, *y = STAGE_OUT(0);
-        if (failed(s) || !emit(s, kiln_op_pad.name, STAGE_NAME(0, "Pad"), 2, in, 1, &y)) return;
+        const char *in[2] = {x, ints_init(s, 2 * npad, p2, "row_gather_pads")}, *y = STAGE_OUT(1);
+        if (failed(s) || !emit(s, kiln_op_pad.name, STAGE_NAME(1, "Pad"), 2, in, 1, &y)) return;
         x = y;
     }
-    if (na > 0 && !(x = emit_rolls(s, n, x, na, ax, sh, STAGE_OUT(1), STAGE_NAME(1, "Roll"), "In"))) return;
-    for (int k = 2; k <= 4; k++) {
+    if (na > 0 && !(x = emit_rolls(s, n, x, na, ax, sh, STAGE_OUT(2), STAGE_NAME(2, "Roll"), "In"))) return;
+    for (int k = 3; k <= 5; k++) {
         if (!has[k]) continue;
         const char *y = STAGE_OUT(k);
         Onnx__NodeProto *np;
-        if (k == 3) {
-            np = emit(s, kiln_op_transpose.name, STAGE_NAME(3, "Transpose"), 1, &x, 1, &y);
+        if (k == 4) {
+            np = emit(s, kiln_op_transpose.name, STAGE_NAME(4, "Transpose"), 1, &x, 1, &y);
             if (np) attr_ints(s, np, "perm", nperm, perm);
         } else {
-            const char *in[2] = {x, ints_init(s, k == 2 ? nview : noview, k == 2 ? view : oview, "row_gather_view")};
-            np = failed(s) ? NULL : emit(s, kiln_op_reshape.name, STAGE_NAME(k, k == 2 ? "Reshape" : "ReshapeOut"), 2, in, 1, &y);
+            const char *in[2] = {x, ints_init(s, k == 3 ? nview : noview, k == 3 ? view : oview, "row_gather_view")};
+            np = failed(s) ? NULL : emit(s, kiln_op_reshape.name, STAGE_NAME(k, k == 3 ? "Reshape" : "ReshapeOut"), 2, in, 1, &y);
         }
         if (!np || failed(s)) return;
         x = y;
     }
-    if (noa > 0 && !(x = emit_rolls(s, n, x, noa, oax, osh, STAGE_OUT(5), STAGE_NAME(5, "RollOut"), "Out"))) return;
+    if (noa > 0 && !(x = emit_rolls(s, n, x, noa, oax, osh, STAGE_OUT(6), STAGE_NAME(6, "RollOut"), "Out"))) return;
     if (crop) {
         int64_t st[KILN_MAX_DIMS], en[KILN_MAX_DIMS], axs[KILN_MAX_DIMS], one[KILN_MAX_DIMS];
         int k = 0;
@@ -863,9 +874,9 @@ static void save_row_gather(saver *s, const kiln_node *n, const char *where) {
                 axs[k] = d;
                 one[k++] = 1;
             }
-        const char *y = STAGE_OUT(6);
+        const char *y = STAGE_OUT(7);
         if (s->m->opset < 10) {
-            Onnx__NodeProto *np = emit(s, kiln_op_slice.name, STAGE_NAME(6, "Crop"), 1, &x, 1, &y);
+            Onnx__NodeProto *np = emit(s, kiln_op_slice.name, STAGE_NAME(7, "Crop"), 1, &x, 1, &y);
             if (!np) return;
             attr_ints(s, np, "starts", k, st);
             attr_ints(s, np, "ends", k, en);
@@ -874,8 +885,14 @@ static void save_row_gather(saver *s, const kiln_node *n, const char *where) {
             const char *in[5] = {x, ints_init(s, k, st, "crop_start"), ints_init(s, k, en, "crop_end"),
                                  ints_init(s, k, axs, "crop_axis"), ints_init(s, k, one, "crop_step")};
             if (failed(s)) return;
-            emit(s, kiln_op_slice.name, STAGE_NAME(6, "Crop"), 5, in, 1, &y);
+            if (!emit(s, kiln_op_slice.name, STAGE_NAME(7, "Crop"), 5, in, 1, &y)) return;
         }
+        x = y;
+    }
+    if (out_nhwc) {
+        const char *y = STAGE_OUT(8);
+        Onnx__NodeProto *np = emit(s, kiln_op_transpose.name, STAGE_NAME(8, "ToNCHWOrder"), 1, &x, 1, &y);
+        if (np) attr_ints(s, np, "perm", 4, to_nchw);
     }
 #undef STAGE_OUT
 #undef STAGE_NAME

@@ -267,6 +267,38 @@ static kiln_status forward(kiln_op_ctx *c) {
     return KILN_OK;
 }
 
+/* Whether tensor t's bytes are in the order `nhwc` says (a 4-D value's format, or the same
+ * bytes in both: C or H W of 1; other ranks: only NCHW). */
+static bool bytes_in_order(const kiln_tensor *t, bool nhwc) {
+    if (t->ndim != 4) return !nhwc;
+    return (t->format == KILN_FORMAT_NHWC) == nhwc || t->dims[1] == 1 || t->dims[2] * t->dims[3] == 1;
+}
+
+/* alias_when: the stages move no row (no pad, roll or crop; the permutation keeps the order
+ * of the axes longer than 1) and X's and Y's bytes are in the orders X' and Y' say: Y's bytes
+ * are X's (a chain of views across layout conversions that cancel, as a ViT-style patch
+ * embedding's ToNCHW -> Flatten -> Transpose (0, 2, 1) of an NHWC map). The planner then
+ * makes Y a view of X. */
+static bool moves_no_row(const kiln_op_ctx *c) {
+    kiln_row_gather g;
+    kiln_op_ctx q = *c; /* the geometry's checks may name the node in a message */
+    if (kiln_row_gather_geometry(&q, c->in[0], &g) != KILN_OK) {
+        kiln_clear_error(c->kctx); /* a question, not a failure (infer took these shapes) */
+        return false;
+    }
+    for (int d = 0; d < g.rx; d++)
+        if (g.pad[d] || g.shift[d]) return false;
+    for (int d = 0; d < g.rw; d++)
+        if (g.oshift[d] || g.y[d] != g.w[d]) return false;
+    int last = -1;
+    for (int k = 0; k < g.rv; k++) {
+        if (g.v[g.perm[k]] == 1) continue;
+        if (g.perm[k] < last) return false;
+        last = g.perm[k];
+    }
+    return bytes_in_order(c->in[0], g.in_nhwc) && bytes_in_order(c->out[0], g.out_nhwc);
+}
+
 #ifdef KILN_OPTESTS
 /* Swin's window partition and its reverse on a 3 x 3 map of 2 channels, windows of 2:
  * padded to 4 x 4, rolled by -1 (numpy: np.roll(np.pad(x, ...), (-1, -1), (1, 2)) viewed
@@ -367,4 +399,5 @@ const kiln_op_def kiln_op_row_gather = {
     .precision = KILN_PREC_FOLLOW,
     .name = "RowGather", .domain = "kiln", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
     .max_outputs = 1, .infer = infer, .cpu_forward = forward, .test = KILN_OP_TESTS(test),
+    .alias_when = moves_no_row,
 };
