@@ -124,6 +124,7 @@ static void load_algos(kiln_cuda *cu, const kiln_cuda_options *o) {
     }
     cu->perm_tile = switch_on(0, "KILN_CUDA_PERM_TILE");
     cu->perm_tile_vec = switch_on(0, "KILN_CUDA_PERM_TILE_VEC");
+    cu->layout_tile = switch_on(0, "KILN_CUDA_LAYOUT_TILE");
     cu->gather_staged = switch_on(0, "KILN_CUDA_GATHER_STAGED");
     cu->dw_exact = switch_on(0, "KILN_CUDA_DW_EXACT");
     cu->gap_vec = switch_on(0, "KILN_CUDA_GAP_VEC");

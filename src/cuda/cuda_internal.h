@@ -131,6 +131,9 @@ struct kiln_cuda {
     int ln_pipe_grid;       /* > 0: at most that many of its blocks (KILN_CUDA_LN_PIPE_GRID;
                              * tests: each block then takes several turns); 0: as many as
                              * are resident (3-4 a SM) */
+    bool layout_tile;       /* kiln.ToNHWC / ToNCHW of more than 64 bytes a pixel (no dtype
+                             * change, no zero channels) by those tiles too (movement.cu;
+                             * KILN_CUDA_LAYOUT_TILE=0: tile_transpose_kernel, to measure it) */
     bool perm_tile_vec;     /* those tiles read in 16- to 4-byte vectors where the offsets
                              * allow (movement.cu perm_tile_vec_kernel; KILN_CUDA_PERM_TILE_VEC=0:
                              * single elements) */

@@ -33,7 +33,8 @@
  *   kiln.ToNHWC / kiln.ToNCHW: a batch of 2-D transposes, (N, C, H*W) <-> (N, H*W, C). A
  *     pixel's channels up to 64 bytes (a network's 3- or 8-channel input): one thread per
  *     pixel, its channels as 16-byte vectors where sizes and alignment allow, its planes
- *     read (or written) at neighbouring addresses by neighbouring threads. Wider: 32x32
+ *     read (or written) at neighbouring addresses by neighbouring threads. Wider: without a
+ *     dtype change or zero channels, Transpose's vectorized tiles (perm_tile.h); else 32x32
  *     shared-memory tiles so that reads and writes are both coalesced. A plain copy when
  *     C == 1 or H*W == 1 (the bytes are the same in both layouts). ToNHWC's `to` (among
  *     f32, f16, bf16; Cast's rounding) and `zero_channels` happen on the way, in the same
@@ -934,9 +935,28 @@ kiln_status launch_layout(kiln_cuda *cu, kiln_context *ctx, const void *x, void 
     return kiln_fail(ctx, KILN_ERR_UNSUPPORTED, "kiln.ToNCHW converts no dtypes");
 }
 
+/* A layout change with no conversion on the way. Pixels of more than NARROW_BYTES and no
+ * zero channels: the permutation (N, C, S) <-> (N, S, C) through Transpose's tiles
+ * (launch_perm_tile: 16-byte vector reads; maxvit_t's f16 ToNHWCs of 64-256 channels ran at
+ * ~0.7 TB/s in tile_transpose_kernel's 32 x 32 tiles of single elements on an H200). */
 template <typename E>
 kiln_status launch_layout_raw(kiln_cuda *cu, kiln_context *ctx, const void *x, void *y, int64_t N, int64_t Cx,
                               int64_t Cy, int64_t S, bool to_nhwc) {
+    if (cu->layout_tile && cu->perm_tile && Cx == Cy && Cx * (int64_t)sizeof(E) > NARROW_BYTES) {
+        /* the output's dims in the order it is written, at the input's strides */
+        const int64_t d3[3] = {N, to_nhwc ? S : Cx, to_nhwc ? Cx : S}, s3[3] = {Cx * S, 1, to_nhwc ? S : Cx};
+        int64_t dims[3], st[3];
+        int nd = 0;
+        for (int k = 0; k < 3; k++)
+            if (d3[k] > 1) {
+                dims[nd] = d3[k];
+                st[nd++] = s3[k];
+            }
+        kiln_perm_tile t;
+        const int side = kiln_perm_tile_side((int64_t)sizeof(E));
+        if (kiln_perm_tile_plan(nd, dims, st, side, &t) && t.A <= 65535LL * side && t.B <= 0x7fffffffLL * side)
+            return launch_perm_tile<E>(cu, ctx, x, y, t);
+    }
     return launch_layout<Raw<E>, Raw<E>>(cu, ctx, x, y, N, Cx, Cy, S, to_nhwc);
 }
 

@@ -165,6 +165,17 @@ static int test_to_nhwc(void) {
     fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_U8, 4, KT_DIMS(2, 40, 33, 35), -2, 2, 5057)},
                                1, "tonhwc several tiles u8");
+    /* wide pixels, the vectorized tiles' path (the plane a multiple of 8 elements): maxvit_t's
+     * 64 channels, and back; an odd plane (single-element tiles) */
+    fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 64, 14, 14), -2, 2, 5058)},
+                               1, "tonhwc 64 channels, vector tiles");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 72, 6, 12), -2, 2, 5059)},
+                               1, "tonchw 72 channels, vector tiles");
+    fails += kiln_optest_sweep("ToNCHW", "", 0, 1,
+                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 40, 7, 9), -2, 2, 5060)},
+                               1, "tonchw 40 channels, an odd plane, one image");
     fails += kiln_optest_sweep("ToNHWC", "", 0, 1,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 1, 4, 4), -2, 2, 5061)},
                                1, "tonhwc C = 1 f32");

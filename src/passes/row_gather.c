@@ -1,7 +1,6 @@
 /*
- * row_gather.c — a chain of whole-row moves around a Transpose as one kiln.RowGather
- * (src/ops/row_gather.c): one read and one write of the tensor where the chain made up to
- * five copies.
+ * row_gather.c — a chain of whole-row moves as one kiln.RowGather (src/ops/row_gather.c):
+ * one read and one write of the tensor where the chain made up to five copies, or none.
  *
  * Swin's window attention (v1 and v2, torchvision's) partitions each block's input as
  * Pad (the end of H and W to a multiple of the window) -> kiln.Roll (the shifted blocks;
@@ -10,22 +9,30 @@
  * Reshape -> kiln.Roll -> Slice (H) -> Slice (W). Pads, rolls, crops and the window
  * permutation each copy the whole activation (swin_v2_s at batch 256: 5.2 of 24.6 ms on an
  * H200); none of them touches C, the innermost dim, so every output row is one input row or
- * zeros, and one gather of rows does the chain.
+ * zeros, and one gather of rows does the chain. MaxViT's window partition reads a
+ * convolution's NHWC output through the layout pass's kiln.ToNCHW, then Reshape (B, C, H/p,
+ * p, W/p, p) and Transpose (0, 2, 4, 3, 5, 1): in the NHWC bytes C never moves either.
  *
- * Matched, from each Transpose whose perm keeps the last axis last: backwards, a Reshape
- * keeping the last dim, then a kiln.Roll, then a Pad (each optional, in that order, each
- * output read by the next node only); forwards, a Reshape keeping the last dim, a kiln.Roll,
- * and Slices from 0 with step 1 (each optional, in that order, each read only by the next).
+ * A chain: middle nodes (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Transpose; a
+ * kiln.ToNCHW only first, a kiln.ToNHWC only last), with a kiln.Roll and a Pad before it and
+ * a kiln.Roll and Slices from 0 after it (each optional, in that order); each value inside
+ * read by the next node only, Shapes aside. The middle composes (compose, in each of two
+ * shape probes) into X' — X, or an NHWC X's bytes — viewed as atoms (sub-dims every stage
+ * keeps whole; a Reshape whose boundary falls inside one splits it, if the sizes divide),
+ * permuted, and viewed as the result; where a stage does not compose, the chain ends before
+ * it. Taken where the innermost atom of X' ends the result alone (whole rows), the probes
+ * agree but for one dim of each view (the batch, as -1), every value has one dtype and its
+ * 4-D values the layout the chain says (after the layout pass), and the chain makes at least
+ * two copies (a zero Pad, a Slice of a whole axis, a Transpose of size-1 axes and a
+ * conversion of a 4-D value with the same bytes in both layouts copy nothing; Reshapes never
+ * do), or one where the composite moves no row (the gather is then a view: alias_when).
  * Pads: mode constant, value 0 or absent, no axes input, none at the start of an axis nor on
- * the last axis, the same in two shape probes (exporters compute them from Shape at run
- * time). Rolls and Slices leave the last axis alone; a Slice crops only an axis whose size
- * does not depend on the batch. The Reshapes' shapes are taken from their outputs: dims that
- * two probes agree on as they are, and one that differs (the batch) as -1. Every value of
- * the chain has one dtype, and its 4-D values the logical layout (the pass runs after the
- * layout pass). A chain is replaced only where it makes at least two copies (a zero Pad, a
- * Slice of a whole axis and a Transpose of size-1 axes copy nothing): a Transpose alone stays
- * the Transpose kernel's. The last node of the chain becomes the kiln.RowGather with the
- * chain's output; the others go. Runs where the device has the op (CPU and CUDA).
+ * the last axis, the same in both probes (exporters compute them from Shape at run time);
+ * rolls and crops leave the last axis alone, and a crop cuts only an axis whose size does
+ * not depend on the batch. Exporters read x.shape of values inside a chain for the next
+ * Reshape: those Shapes are rewritten to compute it without them (shapes_rewire), or the
+ * chain ends there. The last node becomes the kiln.RowGather with the chain's output; the
+ * others go. Runs where the device has the op (CPU and CUDA).
  */
 #include "passes.h"
 
