@@ -155,7 +155,12 @@ static const struct { const char *name, *text; } commands[] = {
      "      these options applies (kiln's fused ops by their own names): what would run.\n"},
     {"onnx-test",
      "  onnx-test DIR...    Run ONNX backend test cases (model.onnx + test_data_set_*)\n"
-     "        [--ops-in-registry] [--min-pass-rate R] [--list-failures FILE] [--quiet]\n"},
+     "        [--ops-in-registry] [--min-pass-rate R] [--list-failures FILE] [--quiet]\n"
+     "      One PASS, FAIL or SKIP line (with the reason) per case, then the counts; exit\n"
+     "      status 1 if any case failed. --ops-in-registry: cases with an op kiln does not\n"
+     "      have are SKIP; --min-pass-rate R: exit 1 only below that share of the cases run;\n"
+     "      --list-failures FILE: the failed cases' names written to FILE; --quiet: only\n"
+     "      the FAIL lines and the counts.\n"},
     {"compare",
      "  compare A.npy B.npy [--rtol R] [--atol A]\n"
      "      Compare two arrays: |a - b| <= atol + rtol*|b| everywhere (NaN never passes).\n"},

@@ -15,6 +15,7 @@
 
 typedef struct options {
     bool ops_in_registry;
+    bool quiet;           /* FAIL lines and the summary only */
     double min_pass_rate; /* < 0: any failure fails the run */
     const char *list_failures;
 } options;
@@ -54,42 +55,86 @@ static const char *base_name(const char *path) {
     return p;
 }
 
-static int usage(FILE *out) {
-    fprintf(out, "usage: kiln onnx-test [--ops-in-registry] [--min-pass-rate R] "
-                 "[--list-failures FILE] DIR...\n");
+static int usage(FILE *f) {
+    fprintf(f, "usage: kiln onnx-test DIR... [--ops-in-registry] [--min-pass-rate R] [--list-failures FILE] "
+               "[--quiet]\n       (options before or after the folders; --name=value works; -- ends them)\n");
     return 2;
+}
+
+/* A usage error: what is wrong, then the usage, on stderr; exit status 2. */
+static int usage_error(const char *what, const char *arg) {
+    fprintf(stderr, "kiln onnx-test: %s '%s'\n", what, arg);
+    return usage(stderr);
+}
+
+/* Whether argv[*i] is option `name`, as "--name V" (V the next argument: *i moves on) or
+ * "--name=V"; *value gets V, NULL where it is missing. */
+static bool opt_with_value(int argc, char **argv, int *i, const char *name, const char **value) {
+    const size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0) return false;
+    if (argv[*i][n] == '=') {
+        *value = argv[*i] + n + 1;
+        return true;
+    }
+    if (argv[*i][n] != '\0') return false;
+    *value = *i + 1 < argc ? argv[++*i] : NULL;
+    return true;
 }
 
 int kiln_onnx_test_main(int argc, char **argv, FILE *out) {
     options o = {.min_pass_rate = -1};
     names cases = {0};
-    int i = 1;
-    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
-        if (strcmp(argv[i], "--") == 0) {
-            i++;
-            break;
-        } else if (strcmp(argv[i], "--ops-in-registry") == 0) {
+    /* options anywhere among the folders, as the other commands take them */
+    int *paths = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *paths), np = 0;
+    if (!paths) {
+        fprintf(stderr, "kiln onnx-test: out of memory\n");
+        return 1;
+    }
+    bool only_paths = false;
+    for (int k = 1; k < argc; k++) {
+        const char *a = argv[k], *v = NULL;
+        if (only_paths || strncmp(a, "--", 2) != 0) {
+            paths[np++] = k;
+        } else if (strcmp(a, "--") == 0) {
+            only_paths = true;
+        } else if (strcmp(a, "--ops-in-registry") == 0) {
             o.ops_in_registry = true;
-        } else if (strcmp(argv[i], "--min-pass-rate") == 0 && i + 1 < argc) {
-            char *end;
-            o.min_pass_rate = strtod(argv[++i], &end);
-            if (*end || !(o.min_pass_rate >= 0 && o.min_pass_rate <= 1)) return usage(out);
-        } else if (strcmp(argv[i], "--list-failures") == 0 && i + 1 < argc) {
-            o.list_failures = argv[++i];
+        } else if (strcmp(a, "--quiet") == 0) {
+            o.quiet = true;
+        } else if (opt_with_value(argc, argv, &k, "--min-pass-rate", &v)) {
+            char *end = NULL;
+            o.min_pass_rate = v ? strtod(v, &end) : -1;
+            if (!v || end == v || *end || !(o.min_pass_rate >= 0 && o.min_pass_rate <= 1)) {
+                free(paths);
+                return usage_error(v ? "--min-pass-rate takes a rate from 0 to 1, not" : "option needs a value:",
+                                   v ? v : a);
+            }
+        } else if (opt_with_value(argc, argv, &k, "--list-failures", &v)) {
+            if (!v || !*v) {
+                free(paths);
+                return usage_error("option needs a value:", a);
+            }
+            o.list_failures = v;
         } else {
-            return usage(out);
+            free(paths);
+            return usage_error("unknown option", a);
         }
     }
-    if (i >= argc) return usage(out);
+    if (np == 0) {
+        free(paths);
+        fprintf(stderr, "kiln onnx-test: no test folder given\n");
+        return usage(stderr);
+    }
     int passed = 0, n_failed = 0, skipped = 0;
     names failures = {0};
-    for (; i < argc; i++) {
+    for (int q = 0; q < np; q++) {
+        const char *path = argv[paths[q]];
         char **found = NULL;
         int n_found = 0;
-        if (kiln_onnx_test_list(argv[i], &found, &n_found) != KILN_OK) {
-            fprintf(out, "FAIL %s: no model.onnx in it or its subfolders\n", base_name(argv[i]));
+        if (kiln_onnx_test_list(path, &found, &n_found) != KILN_OK) {
+            fprintf(out, "FAIL %s: no model.onnx in it or its subfolders\n", base_name(path));
             n_failed++;
-            names_add(&failures, base_name(argv[i]));
+            names_add(&failures, base_name(path));
             continue;
         }
         for (int k = 0; k < n_found; k++) {
@@ -103,10 +148,10 @@ int kiln_onnx_test_main(int argc, char **argv, FILE *out) {
         const char *name = base_name(cases.s[c]);
         kiln_onnx_case_result r = kiln_onnx_test_case(cases.s[c], o.ops_in_registry, why, sizeof why);
         if (r == KILN_ONNX_CASE_PASS) {
-            fprintf(out, "PASS %s\n", name);
+            if (!o.quiet) fprintf(out, "PASS %s\n", name);
             passed++;
         } else if (r == KILN_ONNX_CASE_SKIP) {
-            fprintf(out, "SKIP %s: %s\n", name, why);
+            if (!o.quiet) fprintf(out, "SKIP %s: %s\n", name, why);
             skipped++;
         } else {
             fprintf(out, "FAIL %s: %s\n", name, why);
@@ -137,5 +182,6 @@ int kiln_onnx_test_main(int argc, char **argv, FILE *out) {
     fprintf(out, "%d passed, %d failed, %d skipped\n", passed, n_failed, skipped);
     names_free(&cases);
     names_free(&failures);
+    free(paths);
     return rc;
 }

@@ -51,7 +51,7 @@ version)
     done
     ;;
 unknown_flag)
-    for c in run train bench info compare cache ops version; do
+    for c in run train bench info compare cache ops version onnx-test; do
         "$KILN" $c --no-such-flag >"$DIR/out" 2>"$DIR/err"
         rc=$?
         [ $rc -eq 2 ] || fail "kiln $c --no-such-flag exits $rc, not 2"
@@ -66,6 +66,20 @@ unknown_flag)
         fail "run with --flag=value: $(cat "$DIR/out")"
     "$KILN" compare "$DIR/y.npy" "$SRC/examples/tiny_cnn_expected.npy" --rtol=1e-4 --atol=1e-6 >"$DIR/out" 2>&1 ||
         fail "compare --rtol=: $(cat "$DIR/out")"
+    # onnx-test: options after the folders as before them, --quiet (only FAIL lines and the
+    # counts), --list-failures=FILE
+    NODE=/usr/share/libonnx-testdata/data/node
+    [ -d "$NODE/test_relu" ] || fail "no $NODE/test_relu (libonnx-testdata, scripts/deps.sh)"
+    {
+        "$KILN" onnx-test "$NODE/test_relu" "$DIR/no-such-case" --quiet --list-failures="$DIR/failed.txt" >"$DIR/out" 2>"$DIR/err"
+        rc=$?
+        [ $rc -eq 1 ] || fail "onnx-test with one failing folder exits $rc, not 1: $(cat "$DIR/out" "$DIR/err")"
+        [ "$(cat "$DIR/out")" = "$(printf 'FAIL no-such-case: no model.onnx in it or its subfolders\n1 passed, 1 failed, 0 skipped')" ] ||
+            fail "onnx-test --quiet prints: $(cat "$DIR/out")"
+        [ "$(cat "$DIR/failed.txt")" = no-such-case ] || fail "onnx-test --list-failures= wrote: $(cat "$DIR/failed.txt")"
+        "$KILN" onnx-test --min-pass-rate 0.5 "$NODE/test_relu" "$DIR/no-such-case" >"$DIR/out" 2>&1 ||
+            fail "onnx-test --min-pass-rate 0.5 with 1 of 2 passed exits $?: $(cat "$DIR/out")"
+    }
     ;;
 cache)
     C=$DIR/cache
