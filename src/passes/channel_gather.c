@@ -42,9 +42,8 @@
 typedef struct pctx {
     kiln_model *m;
     kiln_tensor *known;   /* kiln_pass_known_dims */
-    kiln_tensor *va, *vb; /* two probes' values (kiln_pass_infer_values) */
-    kiln_tensor **ha, **hb;
-    int nk, nv;           /* values known / va, vb hold (the fold adds initializers between) */
+    kiln_value_probes pv; /* two probes' values (kiln_pass_value_probes) */
+    int nk, nv;           /* values known / the probes hold (the fold adds initializers between) */
 } pctx;
 
 /* The channel count of 4-D value v, or -1. */
@@ -55,16 +54,7 @@ static int64_t channels(const pctx *p, int v) {
 }
 
 /* Constant i64 / i32 value v (its n elements into out, at most 8), the same in both probes. */
-static int const_ints(const pctx *p, int v, int64_t *out, int max) {
-    return kiln_pass_probe_ints(p->va, p->vb, p->nv, v, out, max);
-}
-
-/* Whether the float value v is absent or a constant zero in both probes. */
-static bool zero_or_absent(const pctx *p, int v) {
-    if (v < 0) return true;
-    if (v >= p->nv || !p->va[v].data || !p->vb[v].data || kiln_tensor_numel(&p->va[v]) != 1) return false;
-    return kiln_get_f64(&p->va[v], 0) == 0 && kiln_get_f64(&p->vb[v], 0) == 0;
-}
+static int const_ints(const pctx *p, int v, int64_t *out, int max) { return kiln_pass_probe_ints(&p->pv, v, out, max); }
 
 enum move { M_NONE, M_CONCAT, M_SHUFFLE, M_SLICE, M_PAD };
 
@@ -103,7 +93,7 @@ static enum move move_of(const pctx *p, const kiln_node *n, int64_t *a) {
         const char *mode = kiln_attr_string(n, "mode", "constant");
         int64_t pads[8];
         if (strcmp(mode, "constant") != 0 || n->n_in < 2 || kiln_pass_opt_in(n, 3) >= 0 ||
-            const_ints(p, n->in[1], pads, 8) != 8 || !zero_or_absent(p, kiln_pass_opt_in(n, 2)))
+            const_ints(p, n->in[1], pads, 8) != 8 || !kiln_pass_probe_zero(&p->pv, kiln_pass_opt_in(n, 2)))
             return M_NONE;
         for (int d = 0; d < 8; d++)
             if ((d % 4 != 1 && pads[d] != 0) || pads[d] < 0) return M_NONE;
@@ -230,8 +220,7 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
              ? kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "channel-gather: out of memory")
              : KILN_OK;
     if (!st) st = kiln_pass_topo_order(m, order);
-    if (!st) st = kiln_pass_infer_values(m, 320, &p.va, &p.ha);
-    if (!st) st = kiln_pass_infer_values(m, 448, &p.vb, &p.hb);
+    if (!st) st = kiln_pass_value_probes(m, &p.pv);
     for (int i = 0; i < nn && !st; i++)
         for (int k = 0; k < m->nodes[i].n_in; k++)
             if (m->nodes[i].in[k] >= 0) reader_count[m->nodes[i].in[k]]++;
@@ -337,14 +326,7 @@ kiln_status kiln_pass_channel_gather(kiln_model *m, const kiln_pass_options *o, 
         kiln_pass_remove_nodes(m, dead);
         st = kiln_pass_sort_nodes(m);
     }
-    for (int v = 0; v < p.nv; v++) {
-        if (p.ha) kiln_tensor_free(p.ha[v]);
-        if (p.hb) kiln_tensor_free(p.hb[v]);
-    }
-    free(p.ha);
-    free(p.hb);
-    free(p.va);
-    free(p.vb);
+    kiln_pass_value_probes_free(&p.pv);
     free(p.known);
     free(order);
     free(reader_count);

@@ -184,9 +184,29 @@ bool kiln_pass_device_has(const kiln_pass_options *o, const char *op) {
     return b && b->has_op(kiln_op_index_domain("kiln", op));
 }
 
-int kiln_pass_probe_ints(const kiln_tensor *va, const kiln_tensor *vb, int nv, int v, int64_t *out, int max) {
-    if (v < 0 || v >= nv) return -1;
-    const kiln_tensor *a = &va[v], *b = &vb[v];
+kiln_status kiln_pass_value_probes(kiln_model *m, kiln_value_probes *p) {
+    memset(p, 0, sizeof *p);
+    p->n = m->n_values;
+    kiln_status st = kiln_pass_infer_values(m, 320, &p->a, &p->ha);
+    if (!st) st = kiln_pass_infer_values(m, 448, &p->b, &p->hb);
+    return st;
+}
+
+void kiln_pass_value_probes_free(kiln_value_probes *p) {
+    for (int v = 0; v < p->n; v++) {
+        if (p->ha) kiln_tensor_free(p->ha[v]);
+        if (p->hb) kiln_tensor_free(p->hb[v]);
+    }
+    free(p->ha);
+    free(p->hb);
+    free(p->a);
+    free(p->b);
+    memset(p, 0, sizeof *p);
+}
+
+int kiln_pass_probe_ints(const kiln_value_probes *p, int v, int64_t *out, int max) {
+    if (v < 0 || v >= p->n || !p->a || !p->b) return -1;
+    const kiln_tensor *a = &p->a[v], *b = &p->b[v];
     if (!a->data || !b->data || (a->dtype != KILN_I64 && a->dtype != KILN_I32) || a->dtype != b->dtype) return -1;
     const int64_t n = kiln_tensor_numel(a);
     if (n != kiln_tensor_numel(b) || n > max) return -1;
@@ -195,6 +215,14 @@ int kiln_pass_probe_ints(const kiln_tensor *va, const kiln_tensor *vb, int nv, i
         if (out[k] != kiln_get_i64(b, k)) return -1;
     }
     return (int)n;
+}
+
+bool kiln_pass_probe_zero(const kiln_value_probes *p, int v) {
+    if (v < 0) return true;
+    if (v >= p->n || !p->a || !p->b || !p->a[v].data || !p->b[v].data || kiln_tensor_numel(&p->a[v]) != 1 ||
+        kiln_tensor_numel(&p->b[v]) != 1)
+        return false;
+    return kiln_get_f64(&p->a[v], 0) == 0 && kiln_get_f64(&p->b[v], 0) == 0;
 }
 
 int kiln_pass_add_initializer(kiln_model *m, const char *hint, kiln_tensor *t) {

@@ -98,11 +98,22 @@ bool kiln_pass_same_shape(const kiln_shape_probes *p, int a, int b);
  * later values unknown, which is the safe answer. */
 kiln_status kiln_pass_known_dims(kiln_model *m, kiln_tensor **out);
 
+/* Two probes of a model's values (kiln_pass_infer_values with the symbolic dims as 320 and
+ * as 448): the small values exporters compute from Shape (pads, Slice bounds, Reshape
+ * targets), and the dims, known whatever the batch where the two agree. */
+typedef struct kiln_value_probes {
+    int n;                  /* values they hold (values added to the model since have none) */
+    kiln_tensor *a, *b;     /* n shape-only tensors each, data where known */
+    kiln_tensor **ha, **hb; /* what they hold (kiln_pass_infer_values' held) */
+} kiln_value_probes;
+kiln_status kiln_pass_value_probes(kiln_model *m, kiln_value_probes *p);
+void kiln_pass_value_probes_free(kiln_value_probes *p);
 /* The integers of value v (at most max, into out), a constant i64 / i32 tensor that is the
- * same in two probes' values va and vb (kiln_pass_infer_values, nv values each): exporters
- * compute pads and Slice bounds from Shape at run time. Their count, or -1 when v is not
- * such a constant. */
-int kiln_pass_probe_ints(const kiln_tensor *va, const kiln_tensor *vb, int nv, int v, int64_t *out, int max);
+ * same in both probes. Their count, or -1 when v is not such a constant. */
+int kiln_pass_probe_ints(const kiln_value_probes *p, int v, int64_t *out, int max);
+/* Whether value v is absent (v < 0) or a one-element constant 0 in both probes (a Pad's
+ * constant_value). */
+bool kiln_pass_probe_zero(const kiln_value_probes *p, int v);
 
 /* Whether node n is the ONNX (default-domain) op op_type. Nodes of a model being
  * rewritten have no registry index yet (n->op is set at finalize), so passes match names. */

@@ -42,8 +42,8 @@
 typedef struct rg_ctx {
     kiln_model *m;
     int nv;               /* values the probes hold */
-    kiln_tensor *va, *vb; /* two probes' values (kiln_pass_infer_values at 320 and 448) */
-    kiln_tensor **ha, **hb;
+    kiln_value_probes pv; /* two probes' values (kiln_pass_value_probes) */
+    const kiln_tensor *va, *vb; /* pv.a and pv.b */
     int nn;               /* nodes there were (those appended since are the pass's own) */
     int *other, *reader;  /* per value: node inputs reading it other than plain Shapes; the last */
 } rg_ctx;
@@ -159,15 +159,9 @@ static bool pad_ends(const rg_ctx *p, const kiln_node *n, int r, int64_t *pad) {
     const char *mode = kiln_attr_string(n, "mode", "constant");
     int64_t pads[2 * KILN_MAX_DIMS];
     if (n->opset < 11 || strcmp(mode, "constant") != 0 || n->n_in < 2 || kiln_pass_opt_in(n, 3) >= 0 ||
-        kiln_pass_probe_ints(p->va, p->vb, p->nv, n->in[1], pads, 2 * KILN_MAX_DIMS) != 2 * r)
+        kiln_pass_probe_ints(&p->pv, n->in[1], pads, 2 * KILN_MAX_DIMS) != 2 * r)
         return false;
-    const int cv = kiln_pass_opt_in(n, 2);
-    if (cv >= 0) {
-        const kiln_tensor *a = cv < p->nv ? &p->va[cv] : NULL, *b = cv < p->nv ? &p->vb[cv] : NULL;
-        if (!a || !a->data || !b->data || kiln_tensor_numel(a) != 1 || kiln_get_f64(a, 0) != 0 ||
-            kiln_get_f64(b, 0) != 0)
-            return false;
-    }
+    if (!kiln_pass_probe_zero(&p->pv, kiln_pass_opt_in(n, 2))) return false;
     for (int d = 0; d < r; d++) {
         if (pads[d] != 0 || pads[r + d] < 0) return false;
         pad[d] = pads[r + d];
@@ -181,11 +175,11 @@ static bool pad_ends(const rg_ctx *p, const kiln_node *n, int r, int64_t *pad) {
 static bool slice_crop(const rg_ctx *p, const kiln_node *n, int r, const int64_t *dims, int64_t *size) {
     int64_t st[KILN_MAX_DIMS], en[KILN_MAX_DIMS], ax[KILN_MAX_DIMS], sp[KILN_MAX_DIMS];
     if (n->opset < 10 || n->n_in < 3) return false;
-    const int k = kiln_pass_probe_ints(p->va, p->vb, p->nv, n->in[1], st, KILN_MAX_DIMS);
-    if (k < 1 || kiln_pass_probe_ints(p->va, p->vb, p->nv, n->in[2], en, KILN_MAX_DIMS) != k) return false;
+    const int k = kiln_pass_probe_ints(&p->pv, n->in[1], st, KILN_MAX_DIMS);
+    if (k < 1 || kiln_pass_probe_ints(&p->pv, n->in[2], en, KILN_MAX_DIMS) != k) return false;
     const int ia = kiln_pass_opt_in(n, 3), is = kiln_pass_opt_in(n, 4);
-    if (ia >= 0 && kiln_pass_probe_ints(p->va, p->vb, p->nv, ia, ax, KILN_MAX_DIMS) != k) return false;
-    if (is >= 0 && kiln_pass_probe_ints(p->va, p->vb, p->nv, is, sp, KILN_MAX_DIMS) != k) return false;
+    if (ia >= 0 && kiln_pass_probe_ints(&p->pv, ia, ax, KILN_MAX_DIMS) != k) return false;
+    if (is >= 0 && kiln_pass_probe_ints(&p->pv, is, sp, KILN_MAX_DIMS) != k) return false;
     for (int d = 0; d < r; d++) size[d] = -1;
     for (int q = 0; q < k; q++) {
         int64_t a = ia >= 0 ? ax[q] : q;
@@ -633,8 +627,9 @@ kiln_status kiln_pass_row_gather(kiln_model *m, const kiln_pass_options *o, bool
     bool *dead = calloc((size_t)nn + 1, sizeof *dead), *used = calloc((size_t)nn + 1, sizeof *used);
     kiln_status st = !p.other || !p.reader || !dead || !used ? kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "row-gather: out of memory")
                                          : KILN_OK;
-    if (!st) st = kiln_pass_infer_values(m, 320, &p.va, &p.ha);
-    if (!st) st = kiln_pass_infer_values(m, 448, &p.vb, &p.hb);
+    if (!st) st = kiln_pass_value_probes(m, &p.pv);
+    p.va = p.pv.a;
+    p.vb = p.pv.b;
     if (st == KILN_OK) {
         for (int i = 0; i < nn; i++)
             for (int k = 0; k < m->nodes[i].n_in && !plain_shape(&m->nodes[i]); k++) {
@@ -653,14 +648,7 @@ kiln_status kiln_pass_row_gather(kiln_model *m, const kiln_pass_options *o, bool
     } else if (st != KILN_ERR_OUT_OF_MEMORY) {
         st = KILN_OK; /* shapes not inferable: the graph stays as it is */
     }
-    for (int v = 0; v < p.nv; v++) {
-        if (p.ha) kiln_tensor_free(p.ha[v]);
-        if (p.hb) kiln_tensor_free(p.hb[v]);
-    }
-    free(p.ha);
-    free(p.hb);
-    free(p.va);
-    free(p.vb);
+    kiln_pass_value_probes_free(&p.pv);
     free(p.other);
     free(p.reader);
     free(dead);
