@@ -245,6 +245,8 @@ static kiln_status forward(kiln_op_ctx *c) {
     if (st) return st;
     const size_t es = kiln_dtype_size(x->dtype), bytes = (size_t)g.row * es;
     const int64_t rows = g.row ? kiln_tensor_numel(y) / g.row : 0;
+    /* rows are independent: split across the threads where the tensor is large */
+    #pragma omp parallel for if (rows * g.row > (1 << 16)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const int64_t src = kiln_row_gather_source(&g, r);
         if (!g.in_nhwc && !g.out_nhwc) {
