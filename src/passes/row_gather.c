@@ -41,10 +41,9 @@
 
 typedef struct rg_ctx {
     kiln_model *m;
-    int nv;               /* values the probes hold */
-    kiln_value_probes pv; /* two probes' values (kiln_pass_value_probes) */
-    const kiln_tensor *va, *vb; /* pv.a and pv.b */
+    kiln_value_probes pv; /* two probes' values (kiln_pass_value_probes): pv.n values */
     int nn;               /* nodes there were (those appended since are the pass's own) */
+    int *prod;            /* the producer of each of the pv.n values (kiln_pass_producers) */
     int *other, *reader;  /* per value: node inputs reading it other than plain Shapes; the last */
 } rg_ctx;
 
@@ -56,8 +55,8 @@ static bool plain_shape(const kiln_node *n) {
 /* The rank of v and its dims: those both probes agree on, -1 where they differ; -1 when
  * the rank is not known. */
 static int dims_of(const rg_ctx *p, int v, int64_t *dims) {
-    if (v < 0 || v >= p->nv) return -1;
-    const kiln_tensor *a = &p->va[v], *b = &p->vb[v];
+    if (v < 0 || v >= p->pv.n) return -1;
+    const kiln_tensor *a = &p->pv.a[v], *b = &p->pv.b[v];
     if (a->ndim < 1 || a->ndim != b->ndim || a->ndim > KILN_MAX_DIMS) return -1;
     for (int d = 0; d < a->ndim; d++) dims[d] = a->dims[d] == b->dims[d] ? a->dims[d] : -1;
     return a->ndim;
@@ -67,7 +66,7 @@ static int dims_of(const rg_ctx *p, int v, int64_t *dims) {
  * Shapes (exporters read x.shape for the next Reshape; those are made to compute it without
  * v, shapes_rewire). */
 static bool inner(const rg_ctx *p, int v) {
-    return v >= 0 && v < p->nv && p->other[v] == 1 && !p->m->values[v].is_output;
+    return v >= 0 && v < p->pv.n && p->other[v] == 1 && !p->m->values[v].is_output;
 }
 
 /* The node reading inner value v (Shapes aside), or -1. */
@@ -91,7 +90,7 @@ static kiln_status shapes_rewire(rg_ctx *p, int v, int x, bool apply, bool *ok) 
      * the B L rows a product wrote) */
     int64_t mul = 1, div = 1;
     for (int d = 0; j >= 0 && j < rv && d < rx && i < 0; d++) {
-        const int64_t a = p->va[x].dims[d], b = p->vb[x].dims[d], va = p->va[v].dims[j], vb = p->vb[v].dims[j];
+        const int64_t a = p->pv.a[x].dims[d], b = p->pv.b[x].dims[d], va = p->pv.a[v].dims[j], vb = p->pv.b[v].dims[j];
         if (xd[d] >= 0 || a < 1 || b < 1 || va < 1 || vb < 1) continue;
         if (va % a == 0 && va / a * b == vb) {
             i = d;
@@ -416,8 +415,7 @@ static bool free_node(const bool *used, int i) { return i >= 0 && !used[i]; }
 static kiln_status try_chain(rg_ctx *p, int t, bool *used, bool *dead, bool *changed) {
     kiln_model *m = p->m;
     int mid[MAXC], nm = 0;
-    int *prod = kiln_pass_producers(m);
-    if (!prod) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "row-gather: out of memory");
+    const int *prod = p->prod;
     /* backwards from t, then forwards: ToNCHW only first, ToNHWC only last */
     int first = t;
     while (nm < MAXC / 2 && mid_of(&m->nodes[first]) != MID_TO_NCHW) {
@@ -458,7 +456,6 @@ static kiln_status try_chain(rg_ctx *p, int t, bool *used, bool *dead, bool *cha
         pd = pr;
         x = m->nodes[pr].in[0];
     }
-    free(prod);
     if (rx < 1 || dims_of(p, x, tmp) != rx || (in_nhwc && rx != 4)) return KILN_OK;
     /* values inside whose Shape readers cannot do without them: before the chain, no pre
      * stages; in it, the chain ends there */
@@ -479,7 +476,7 @@ static kiln_status try_chain(rg_ctx *p, int t, bool *used, bool *dead, bool *cha
     if (st) return st;
     /* X' (S: padded) in each probe, and the chain composed in each; where a stage does not
      * compose, the chain up to it */
-    const kiln_tensor *vt[2] = {p->va, p->vb};
+    const kiln_tensor *vt[2] = {p->pv.a, p->pv.b};
     composed cp[2];
     int64_t sd[2][KILN_MAX_DIMS];
     for (int q = 0; q < 2; q++) {
@@ -514,7 +511,7 @@ static kiln_status try_chain(rg_ctx *p, int t, bool *used, bool *dead, bool *cha
     int copies = 0;
     for (int k = 0; k < n; k++) {
         const kiln_node *nd = &m->nodes[mid[k]];
-        const kiln_tensor *in = &p->va[nd->in[0]];
+        const kiln_tensor *in = &p->pv.a[nd->in[0]];
         const enum mid kind = mid_of(nd);
         if (kind == MID_TO_NCHW || kind == MID_TO_NHWC) copies += !layout_free(in);
         if (kind == MID_PERM) {
@@ -573,7 +570,7 @@ static kiln_status try_chain(rg_ctx *p, int t, bool *used, bool *dead, bool *cha
     for (int k = 0; k < cp[0].rv; k++) moves |= cp[0].perm[k] != k;
     if (copies < (moves ? 2 : 1)) return KILN_OK;
     /* one dtype; 4-D values in the layout the chain says (X and Y at its ends, NCHW inside) */
-    const kiln_dtype dt = p->va[x].dtype;
+    const kiln_dtype dt = p->pv.a[x].dtype;
     int vals[MAXC + 12], nvals = 0;
     vals[nvals++] = x;
     if (pd >= 0) vals[nvals++] = m->nodes[pd].out[0];
@@ -581,7 +578,7 @@ static kiln_status try_chain(rg_ctx *p, int t, bool *used, bool *dead, bool *cha
     for (int k = 0; k < n; k++) vals[nvals++] = m->nodes[mid[k]].out[0];
     for (int k = 0; k < npost; k++) vals[nvals++] = m->nodes[post[k]].out[0];
     for (int k = 0; k < nvals; k++) {
-        const kiln_tensor *v = &p->va[vals[k]];
+        const kiln_tensor *v = &p->pv.a[vals[k]];
         const bool want_nhwc = (k == 0 && in_nhwc) || (k == nvals - 1 && out_nhwc);
         if (v->dtype != dt ||
             (v->ndim == 4 && (m->values[vals[k]].format == KILN_FORMAT_NHWC) != want_nhwc && !layout_free(v)))
@@ -620,21 +617,24 @@ kiln_status kiln_pass_row_gather(kiln_model *m, const kiln_pass_options *o, bool
     bool any = false;
     for (int i = 0; i < nn && !any; i++) any = mid_of(&m->nodes[i]) > MID_VIEW;
     if (!any) return KILN_OK;
-    rg_ctx p = {.m = m, .nv = m->n_values};
-    p.nn = nn;
-    p.other = calloc((size_t)p.nv + 1, sizeof *p.other);
-    p.reader = calloc((size_t)p.nv + 1, sizeof *p.reader);
+    rg_ctx p = {.m = m, .nn = nn};
     bool *dead = calloc((size_t)nn + 1, sizeof *dead), *used = calloc((size_t)nn + 1, sizeof *used);
-    kiln_status st = !p.other || !p.reader || !dead || !used ? kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "row-gather: out of memory")
-                                         : KILN_OK;
-    if (!st) st = kiln_pass_value_probes(m, &p.pv);
-    p.va = p.pv.a;
-    p.vb = p.pv.b;
+    kiln_status st = kiln_pass_value_probes(m, &p.pv);
+    if (!st) {
+        p.prod = kiln_pass_producers(m);
+        p.other = calloc((size_t)p.pv.n + 1, sizeof *p.other);
+        p.reader = calloc((size_t)p.pv.n + 1, sizeof *p.reader);
+        if (!p.prod || !p.other || !p.reader || !dead || !used)
+            st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "row-gather: out of memory");
+    } else if (st != KILN_ERR_OUT_OF_MEMORY) {
+        st = KILN_OK; /* shapes not inferable: the graph stays as it is */
+        goto out;
+    }
     if (st == KILN_OK) {
         for (int i = 0; i < nn; i++)
             for (int k = 0; k < m->nodes[i].n_in && !plain_shape(&m->nodes[i]); k++) {
                 const int v = m->nodes[i].in[k];
-                if (v < 0 || v >= p.nv) continue;
+                if (v < 0 || v >= p.pv.n) continue;
                 p.other[v]++;
                 p.reader[v] = i;
             }
@@ -645,10 +645,10 @@ kiln_status kiln_pass_row_gather(kiln_model *m, const kiln_pass_options *o, bool
             *changed = true;
             st = kiln_pass_remove_sorted(m, dead, nn);
         }
-    } else if (st != KILN_ERR_OUT_OF_MEMORY) {
-        st = KILN_OK; /* shapes not inferable: the graph stays as it is */
     }
+out:
     kiln_pass_value_probes_free(&p.pv);
+    free(p.prod);
     free(p.other);
     free(p.reader);
     free(dead);
