@@ -164,6 +164,47 @@ static uint64_t weights_hash(const kiln_trainer *t) {
     return h;
 }
 
+static int producer(const kiln_model *m, int v) {
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_out; k++)
+            if (m->nodes[i].out[k] == v) return i;
+    return -1;
+}
+
+/* The all-reduce buckets (src/dist/dist.c plan_buckets): the gradients that the last
+ * gradient producer makes are reduced alone, in the last bucket, after the others (the
+ * step's tail); no other bucket holds one of them. (With accumulation one node makes every
+ * gradient the update reads: that holds trivially.) */
+static void check_buckets(const kiln_model *m, int accumulate) {
+    int n_ar = 0, last_ar = -1, last_prod = -1, grads = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *nd = &m->nodes[i];
+        if (strcmp(nd->op_type, "AllReduce")) continue;
+        n_ar++;
+        last_ar = i;
+        for (int k = 0; k < nd->n_out; k++) {
+            const int p = producer(m, nd->in[k]);
+            if (p > last_prod) last_prod = p;
+            grads++;
+        }
+    }
+    CHECK(n_ar >= (accumulate > 1 ? 1 : 2), "%d all-reduce buckets", n_ar);
+    for (int i = 0; i < m->n_nodes; i++) {
+        const kiln_node *nd = &m->nodes[i];
+        if (strcmp(nd->op_type, "AllReduce")) continue;
+        for (int k = 0; k < nd->n_out; k++) {
+            const int p = producer(m, nd->in[k]);
+            if (i == last_ar)
+                CHECK(p == last_prod, "the last bucket's gradient %d (of %d) is made by node %d, not by the last "
+                      "producer %d", k, nd->n_out, p, last_prod);
+            else
+                CHECK(p != last_prod || accumulate > 1, "bucket node %d holds a gradient of the last producer %d", i, p);
+        }
+    }
+    if (accumulate == 1 && last_ar >= 0)
+        CHECK(m->nodes[last_ar].n_out < grads, "the last bucket holds all %d gradients", grads);
+}
+
 static void run_same(kiln_context *ctx, kiln_dist *d, const char *dir, int accumulate) {
     const int W = kiln_dist_size(d), r = kiln_dist_rank(d);
     kiln_tensor *x = NULL, *y = NULL;
@@ -172,6 +213,7 @@ static void run_same(kiln_context *ctx, kiln_dist *d, const char *dir, int accum
     if (st) return;
     kiln_trainer *t = make_trainer(ctx, d, 0, accumulate, &st);
     CHECK(t, "rank %d: kiln_trainer_create: %s", r, kiln_context_message(ctx));
+    if (t) check_buckets(t->train, accumulate);
     kiln_trainer *ref = NULL;
     if (r == 0) {
         ref = make_trainer(ctx, NULL, 0, accumulate, &st);

@@ -407,24 +407,74 @@ static size_t value_bytes(const kiln_value *v) {
     return n;
 }
 
+/* The buckets: gradients in reverse parameter order (the last layers' come first out of
+ * backward), bucket_bytes at most (a bigger tensor alone). order[] gets the parameter
+ * indices k in that order, start[b] where bucket b begins (start[nb] = n); returns nb.
+ *
+ * The last bucket's all-reduce cannot begin before the last gradient is made, and nothing
+ * of backward is left to hide it then: it is the step's tail. So the gradients made by the
+ * last producer (the first layer's weight gradient, ~37 KB in ResNet-50) get a bucket of
+ * their own, and the rest of what would have been the last bucket (~2 MB there) is reduced
+ * while that producer runs. KILN_DIST_TAIL_BUCKET=0: one last bucket as before. */
+static int plan_buckets(const kiln_model *m, size_t bucket_bytes, int n, const int *params, const int *grads,
+                        int *order, int *start) {
+    int nb = 0, i = 0;
+    size_t bytes = 0;
+    for (int k = n - 1; k >= 0; k--) {
+        const size_t b = value_bytes(&m->values[params[k]]);
+        if (i == 0 || bytes + b > bucket_bytes) {
+            start[nb++] = i;
+            bytes = 0;
+        }
+        bytes += b;
+        order[i++] = k;
+    }
+    start[nb] = n;
+    const char *e = getenv("KILN_DIST_TAIL_BUCKET");
+    if (nb == 0 || (e && !strcmp(e, "0"))) return nb;
+    int last = -1, *pos = kiln_calloc(m->ctx, (size_t)n, sizeof *pos, "all-reduce buckets");
+    if (!pos) return nb; /* (only the split is lost) */
+    for (int k = 0; k < n; k++) {
+        pos[k] = producer_of(m, grads[k]);
+        if (pos[k] > last) last = pos[k];
+    }
+    /* the last bucket, stably partitioned: what the last producer makes goes to its end */
+    const int a = start[nb - 1], len = n - a;
+    int *tmp = kiln_calloc(m->ctx, 2 * (size_t)len, sizeof *tmp, "all-reduce buckets"), rest = 0, tail = 0;
+    if (tmp) {
+        for (int j = a; j < n; j++) {
+            if (pos[order[j]] == last) tmp[len + tail++] = order[j];
+            else tmp[rest++] = order[j];
+        }
+        if (tail > 0 && rest > 0) { /* both parts non-empty: two buckets */
+            memcpy(&order[a], tmp, sizeof(int) * (size_t)rest);
+            memcpy(&order[a + rest], tmp + len, sizeof(int) * (size_t)tail);
+            start[nb++] = a + rest;
+            start[nb] = n;
+        }
+        free(tmp);
+    }
+    free(pos);
+    return nb;
+}
+
 kiln_status kiln_dist_insert_allreduce(kiln_model *m, const kiln_dist *d, size_t bucket_bytes, int n, const int *params,
                                        int *grads, int skip) {
     kiln_context *ctx = m->ctx;
     if (bucket_bytes == 0) bucket_bytes = 25u << 20;
-    int *in = kiln_calloc(ctx, (size_t)n + 1, sizeof *in, "all-reduce buckets");
+    int *in = kiln_calloc(ctx, (size_t)n + 2, sizeof *in, "all-reduce buckets");
     int *idx = kiln_calloc(ctx, (size_t)n + 1, sizeof *idx, "all-reduce buckets");
     int *out = kiln_calloc(ctx, (size_t)n + 1, sizeof *out, "all-reduce buckets");
-    kiln_status st = in && idx && out ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    int bucket = 0, prev = -1; /* the previous bucket's first output: the order of the buckets */
-    /* reverse parameter order: the last layers' gradients come first out of backward */
-    for (int k = n - 1; k >= 0 && !st;) {
+    int *order = kiln_calloc(ctx, (size_t)n + 1, sizeof *order, "all-reduce buckets");
+    int *start = kiln_calloc(ctx, (size_t)n + 2, sizeof *start, "all-reduce buckets");
+    kiln_status st = in && idx && out && order && start ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    const int nb = st ? 0 : plan_buckets(m, bucket_bytes, n, params, grads, order, start);
+    int prev = -1; /* the previous bucket's first output: the order of the buckets */
+    for (int bucket = 0; bucket < nb && !st; bucket++) {
         int cnt = 0;
-        size_t bytes = 0;
-        while (k >= 0 && (cnt == 0 || bytes + value_bytes(&m->values[params[k]]) <= bucket_bytes)) {
-            bytes += value_bytes(&m->values[params[k]]);
-            idx[cnt] = k;
-            in[cnt++] = grads[k];
-            k--;
+        for (int j = start[bucket]; j < start[bucket + 1]; j++) {
+            idx[cnt] = order[j];
+            in[cnt++] = grads[order[j]];
         }
         int n_in = cnt;
         if (skip >= 0) in[n_in++] = skip;
@@ -458,7 +508,7 @@ kiln_status kiln_dist_insert_allreduce(kiln_model *m, const kiln_dist *d, size_t
         }
         if (!st) {
             char name[64];
-            snprintf(name, sizeof name, "kiln:allreduce.%d", bucket++);
+            snprintf(name, sizeof name, "kiln:allreduce.%d", bucket);
             if (prev >= 0) {
                 const int p = producer_of(m, prev);
                 if (p > last) last = p;
@@ -473,6 +523,8 @@ kiln_status kiln_dist_insert_allreduce(kiln_model *m, const kiln_dist *d, size_t
     free(in);
     free(idx);
     free(out);
+    free(order);
+    free(start);
     return st;
 }
 
