@@ -395,7 +395,8 @@ static kiln_status capture(kiln_cuda_plan *cp) {
     if (ce != cudaSuccess)
         return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaStreamEndCapture: %s", cudaGetErrorString(ce));
     cp->graph = g;
-    ce = cudaGraphInstantiate(&cp->exec, g, 0);
+    /* the kernels' priorities as captured (NCCL's stream is the device's highest: nccl.c) */
+    ce = cudaGraphInstantiateWithFlags(&cp->exec, g, cudaGraphInstantiateFlagUseNodePriority);
     if (ce != cudaSuccess) {
         cp->exec = NULL;
         return kiln_fail(ctx, KILN_ERR_DEVICE, "cudaGraphInstantiate: %s", cudaGetErrorString(ce));

@@ -90,6 +90,13 @@ static bool nc_ready(void) {
 typedef struct nccl_state {
     ncclComm_t comm;
     cudaStream_t stream;  /* host collectives' */
+    /* the device collectives' (kiln.AllReduce, SyncBatchNorm's sums): the device's highest
+     * stream priority, forked from the plan's stream and joined back (events fork, join), so
+     * that in a captured step the NCCL kernel's blocks are scheduled before the pending
+     * blocks of the convolutions beside it and it starts when its inputs are ready, not
+     * when an SM-filling kernel ends. NULL: on the plan's stream (KILN_CUDA_COMM_PRIORITY=0). */
+    cudaStream_t prio;
+    cudaEvent_t fork, join;
     pthread_t watchdog;
     bool watching;
     int stop;             /* atomic: the watchdog ends */
@@ -172,6 +179,14 @@ kiln_status kiln_nccl_init(kiln_dist *d, const unsigned char id[KILN_NCCL_ID_BYT
         return nccl_fail(d, r, "ncclCommInitRank");
     }
     ce = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    const char *pe = getenv("KILN_CUDA_COMM_PRIORITY");
+    if (ce == cudaSuccess && !(pe && !strcmp(pe, "0"))) {
+        int least = 0, greatest = 0;
+        ce = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+        if (ce == cudaSuccess) ce = cudaStreamCreateWithPriority(&s->prio, cudaStreamNonBlocking, greatest);
+        if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming);
+        if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming);
+    }
     pthread_mutex_init(&s->mu, NULL);
     d->nccl = s;
     if (ce != cudaSuccess) {
@@ -191,6 +206,9 @@ static void nccl_free(kiln_dist *d) {
     }
     if (!s->aborted) nc.CommDestroy(s->comm);
     if (s->stream) cudaStreamDestroy(s->stream);
+    if (s->prio) cudaStreamDestroy(s->prio);
+    if (s->fork) cudaEventDestroy(s->fork);
+    if (s->join) cudaEventDestroy(s->join);
     pthread_mutex_destroy(&s->mu);
     free(s);
     d->nccl = NULL;
@@ -295,6 +313,28 @@ const kiln_dist_impl kiln_nccl_impl = {"nccl", nccl_allreduce, nccl_allreduce64,
 
 /* ---------------------------------------------------------------- the kernel */
 
+/* The stream a device collective runs on: s->prio after it waits for cu->stream's work so
+ * far (or cu->stream itself); comm_join puts cu->stream after what was queued on it. */
+static kiln_status comm_fork(kiln_cuda *cu, nccl_state *s, cudaStream_t *ls) {
+    *ls = cu->stream;
+    if (!s->prio) return KILN_OK;
+    cudaError_t ce = cudaEventRecord(s->fork, cu->stream);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(s->prio, s->fork, 0);
+    if (ce != cudaSuccess)
+        return kiln_fail(cu->ctx, KILN_ERR_DEVICE, "NCCL's stream after the plan's: %s", cudaGetErrorString(ce));
+    *ls = s->prio;
+    return KILN_OK;
+}
+
+static kiln_status comm_join(kiln_cuda *cu, nccl_state *s) {
+    if (!s->prio) return KILN_OK;
+    cudaError_t ce = cudaEventRecord(s->join, s->prio);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(cu->stream, s->join, 0);
+    if (ce != cudaSuccess)
+        return kiln_fail(cu->ctx, KILN_ERR_DEVICE, "the plan's stream after NCCL's: %s", cudaGetErrorString(ce));
+    return KILN_OK;
+}
+
 /* kiln.AllReduce(x...) -> mean over the ranks of each x (src/ops/all_reduce.c) */
 kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_context *ctx = cu->ctx;
@@ -314,14 +354,18 @@ kiln_status kiln_cuda_k_all_reduce(kiln_cuda *cu, kiln_op_ctx *c) {
     if (d->device_index != cu->device)
         return kiln_op_fail(c, KILN_ERR_INVALID_ARGUMENT, "the communicator is on CUDA device %d, the plan on %d",
                             d->device_index, cu->device);
+    cudaStream_t ls;
+    kiln_status st = comm_fork(cu, s, &ls);
+    if (st) return st;
     ncclResult_t r = nc.GroupStart();
     for (int k = 0; k < c->n_out && r == ncclSuccess; k++)
         r = nc.AllReduce(c->in[k]->data, c->out[k]->data, (size_t)kiln_tensor_numel(c->out[k]), ncclFloat, ncclAvg,
-                          s->comm, cu->stream); /* out of place where the plan gave two buffers */
+                          s->comm, ls); /* out of place where the plan gave two buffers */
     ncclResult_t e = nc.GroupEnd();
     if (r == ncclSuccess) r = e;
+    st = comm_join(cu, s); /* (joined even after a failure: a capture must end on its stream) */
     if (r != ncclSuccess) return kiln_op_fail(c, KILN_ERR_DEVICE, "ncclAllReduce: %s", nc.GetErrorString(r));
-    return KILN_OK;
+    return st;
 }
 
 kiln_status kiln_cuda_sync_sums(kiln_cuda *cu, kiln_op_ctx *c, const double *in, double *out, int64_t n, int *world) {
@@ -341,8 +385,13 @@ kiln_status kiln_cuda_sync_sums(kiln_cuda *cu, kiln_op_ctx *c, const double *in,
     if (d->device_index != cu->device)
         return kiln_op_fail(c, KILN_ERR_INVALID_ARGUMENT, "the communicator is on CUDA device %d, the plan on %d",
                             d->device_index, cu->device);
-    ncclResult_t r = nc.AllReduce(in, out, (size_t)n, ncclDouble, ncclSum, s->comm, cu->stream);
+    cudaStream_t ls;
+    kiln_status st = comm_fork(cu, s, &ls);
+    if (st) return st;
+    ncclResult_t r = nc.AllReduce(in, out, (size_t)n, ncclDouble, ncclSum, s->comm, ls);
+    st = comm_join(cu, s);
     if (r != ncclSuccess) return kiln_op_fail(c, KILN_ERR_DEVICE, "SyncBatchNorm ncclAllReduce: %s", nc.GetErrorString(r));
+    if (st) return st;
     *world = d->size;
     return KILN_OK;
 }
