@@ -32,6 +32,7 @@
  * descriptors alive too) and is destroyed by kiln_cuda_genstats_free.
  */
 #include "cuda_internal.h"
+#include "norm_train.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -634,8 +635,8 @@ static kiln_status graph_run(kiln_cuda *cu, kiln_context *ctx, const struct kiln
     kiln_status st = kiln_cuda_dnn(cu, ctx, &h);
     if (st) return st;
     if (p->stats) { /* GenStats may add into its outputs: start them at zero, in stream order */
-        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sum, 0, (size_t)K * sizeof(float), cu->stream));
-        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sq, 0, (size_t)K * sizeof(float), cu->stream));
+        st = kiln_cuda_zero_pair(cu, ctx, sum, sq, K);
+        if (st) return st;
     }
     KILN_CUDNN_CHECK(ctx, cudnnBackendExecute(h, p->plan, vp));
     return KILN_OK;

@@ -1147,6 +1147,87 @@ extern "C" kiln_status kiln_cuda_k_bn_grad(kiln_cuda *cu, kiln_op_ctx *c) {
     return st;
 }
 
+/* ------------------------------------------ two sums zeroed by one kernel (conv statistics) */
+
+namespace {
+__global__ void zero_pair(float *a, float *b, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < 2 * n; i += (int64_t)gridDim.x * blockDim.x)
+        (i < n ? a : b)[i < n ? i : i - n] = 0.0f;
+}
+} // namespace
+
+extern "C" kiln_status kiln_cuda_zero_pair(kiln_cuda *cu, kiln_context *ctx, float *a, float *b, int64_t n) {
+    if (n <= 0) return KILN_OK;
+    const char *e = getenv("KILN_CUDA_ZERO_PAIR"); /* "0": two memsets, as before */
+    if (e && !strcmp(e, "0")) {
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(a, 0, (size_t)n * sizeof(float), cu->stream));
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(b, 0, (size_t)n * sizeof(float), cu->stream));
+        return KILN_OK;
+    }
+    const int64_t blocks = (2 * n + 255) / 256;
+    zero_pair<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, cu->stream>>>(a, b, n);
+    KILN_CUDA_LAUNCHED(ctx, "zero_pair");
+    return KILN_OK;
+}
+
+/* ------------------------------------------ many small copies in one launch (running statistics) */
+
+namespace {
+constexpr int COPY_MAX = 64;
+struct CopyBatch {
+    void *dst[COPY_MAX];
+    const void *src[COPY_MAX];
+    uint64_t bytes[COPY_MAX];
+};
+/* block (i, j): item i, the j-th of gridDim.y slices of it; 4-byte words where the item
+ * allows (running statistics are f32), bytes otherwise */
+__global__ void copy_batch(const CopyBatch b) {
+    const int i = blockIdx.x;
+    const uint64_t n = b.bytes[i];
+    const uintptr_t d = (uintptr_t)b.dst[i], s = (uintptr_t)b.src[i];
+    const uint64_t start = (uint64_t)blockIdx.y * blockDim.x + threadIdx.x, step = (uint64_t)gridDim.y * blockDim.x;
+    if (((d | s | n) & 3) == 0) {
+        uint32_t *o = (uint32_t *)d;
+        const uint32_t *x = (const uint32_t *)s;
+        for (uint64_t k = start; k < n / 4; k += step) o[k] = x[k];
+    } else {
+        unsigned char *o = (unsigned char *)d;
+        const unsigned char *x = (const unsigned char *)s;
+        for (uint64_t k = start; k < n; k += step) o[k] = x[k];
+    }
+}
+} // namespace
+
+extern "C" kiln_status kiln_cuda_copy_batch(kiln_cuda *cu, kiln_context *ctx, const kiln_cuda_copy_item *items, int n) {
+    const char *e = getenv("KILN_CUDA_COPY_BATCH"); /* "0": one cudaMemcpyAsync a tensor, as before */
+    if (e && !strcmp(e, "0")) {
+        for (int i = 0; i < n; i++)
+            if (items[i].bytes)
+                KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(items[i].dst, items[i].src, items[i].bytes,
+                                                     cudaMemcpyDeviceToDevice, cu->stream));
+        return KILN_OK;
+    }
+    for (int at = 0; at < n; at += COPY_MAX) {
+        CopyBatch b;
+        memset(&b, 0, sizeof b);
+        int m = 0;
+        uint64_t most = 0;
+        for (int i = at; i < n && i < at + COPY_MAX; i++) {
+            b.dst[m] = items[i].dst;
+            b.src[m] = items[i].src;
+            b.bytes[m] = items[i].bytes;
+            if (items[i].bytes > most) most = items[i].bytes;
+            m++;
+        }
+        if (most == 0) continue;
+        uint64_t slices = (most / 4 + 2047) / 2048; /* ~8 words a thread */
+        if (slices > 256) slices = 256;
+        copy_batch<<<dim3((unsigned)m, (unsigned)(slices ? slices : 1)), 256, 0, cu->stream>>>(b);
+        KILN_CUDA_LAUNCHED(ctx, "copy_batch");
+    }
+    return KILN_OK;
+}
+
 /* ------------------------------------------ per-channel sums of a tensor (conv-bn-stats) */
 
 extern "C" size_t kiln_cuda_channel_sums_ws(const kiln_tensor *y) {

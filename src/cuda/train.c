@@ -31,6 +31,7 @@
 #include "../ops/optim_math.h" /* kiln_om_no_decay: no_decay_bn_bias's rule */
 #include "../dist/dist.h"
 #include "cuda_plan.h"
+#include "norm_train.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -236,17 +237,18 @@ static kiln_status epilogue(void *arg) {
     cuda_trainer *tc = arg;
     const kiln_train_view *t = tc->t;
     cuda_shape_plan *sp = tc->running;
-    cudaStream_t s = (cudaStream_t)kiln_cuda_stream(tc->cu);
-    for (int k = 0; k < t->n_states; k++) {
-        cudaError_t ce = cudaMemcpyAsync(tc->bn[k], sp->bn_out[k], kiln_tensor_nbytes(t->states[k].value),
-                                         cudaMemcpyDeviceToDevice, s);
-        if (ce != cudaSuccess) return cuda_err(t->ctx, ce, "copying BatchNormalization statistics");
+    kiln_status st = KILN_OK;
+    for (int k0 = 0; k0 < t->n_states && !st; k0 += 64) { /* one kernel for up to 64 of them */
+        kiln_cuda_copy_item items[64];
+        int m = 0;
+        for (int k = k0; k < t->n_states && m < 64; k++, m++)
+            items[m] = (kiln_cuda_copy_item){tc->bn[k], sp->bn_out[k], kiln_tensor_nbytes(t->states[k].value)};
+        st = kiln_cuda_copy_batch(tc->cu, t->ctx, items, m);
     }
     const bool scaled = t->scale_input != NULL;
-    kiln_status st = KILN_OK;
     /* fp16/bf16: gradients of the scaled loss are checked for inf/NaN (the step is then
      * skipped) and unscaled as the optimizer reads them */
-    if (scaled) st = kiln_cuda_grad_check(tc->cu, sp->table, t->n_params, sp->chunks, KILN_F32, false, tc->state);
+    if (scaled && !st) st = kiln_cuda_grad_check(tc->cu, sp->table, t->n_params, sp->chunks, KILN_F32, false, tc->state);
     const kiln_cuda_scaler scaler = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .growth_interval = 2000};
     const kiln_cuda_step_tail tail = {.scaler = t->opts->amp == KILN_AMP_FP16 ? &scaler : NULL,
                                       .schedule = t->opts,
