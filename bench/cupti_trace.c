@@ -10,7 +10,9 @@
  * %r in KILN_CUPTI_TRACE becomes the process's RANK (torchrun's and kiln launch's
  * variable; else its pid). Kernels inside CUDA graphs are recorded node by node. The
  * records are kept in memory and written when the process exits; KILN_CUPTI_MAX (default
- * 4,000,000) bounds how many are kept (the first ones). Needs libcupti at run time
+ * 4,000,000) bounds how many are kept (the first ones). KILN_CUPTI_MEM=1 also records memsets
+ * and memory copies, named "[CUDA memset N B]" / "[CUDA memcpy N B]" (the gaps between
+ * kernels that they fill; bench/overlap.py leaves them out). Needs libcupti at run time
  * (the CUDA toolkit's, or a PyTorch wheel's nvidia/cu13/lib).
  */
 #include <cupti.h>
@@ -71,8 +73,22 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     CUpti_Activity *a = NULL;
     pthread_mutex_lock(&mu);
     while (cuptiActivityGetNextRecord(buffer, valid, &a) == CUPTI_SUCCESS) {
-        if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
-        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
+        record rec;
+        char mem[64];
+        if (a->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || a->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+            const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
+            rec = (record){k->start, k->end, k->deviceId, k->streamId, intern(k->name)};
+        } else if (a->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+            const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)a;
+            snprintf(mem, sizeof mem, "[CUDA memset %llu B]", (unsigned long long)m->bytes);
+            rec = (record){m->start, m->end, m->deviceId, m->streamId, intern(mem)};
+        } else if (a->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+            const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)a;
+            snprintf(mem, sizeof mem, "[CUDA memcpy %llu B]", (unsigned long long)m->bytes);
+            rec = (record){m->start, m->end, m->deviceId, m->streamId, intern(mem)};
+        } else {
+            continue;
+        }
         if (n_recs >= max_recs) {
             dropped++;
             continue;
@@ -87,7 +103,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
             recs = p;
             cap_recs = c;
         }
-        recs[n_recs++] = (record){k->start, k->end, k->deviceId, k->streamId, intern(k->name)};
+        recs[n_recs++] = rec;
     }
     size_t lost = 0;
     cuptiActivityGetNumDroppedRecords(ctx, stream, &lost);
@@ -123,7 +139,7 @@ static void write_out(void) {
         }
         if (fclose(f)) fprintf(stderr, "cupti_trace: writing %s failed\n", out_path);
         else
-            fprintf(stderr, "cupti_trace: %zu kernels written to %s%s\n", n_recs, out_path,
+            fprintf(stderr, "cupti_trace: %zu records written to %s%s\n", n_recs, out_path,
                     dropped ? " (some records were dropped: raise KILN_CUPTI_MAX)" : "");
     }
     pthread_mutex_unlock(&mu);
@@ -153,6 +169,12 @@ int InitializeInjection(void) {
     if (r != CUPTI_SUCCESS) {
         warn_cupti("enabling kernel records", r);
         return 0;
+    }
+    const char *mem = getenv("KILN_CUPTI_MEM");
+    if (mem && *mem && strcmp(mem, "0")) {
+        r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET);
+        if (r == CUPTI_SUCCESS) r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
+        if (r != CUPTI_SUCCESS) warn_cupti("enabling memset and memcpy records", r);
     }
     atexit(write_out);
     return 1;
