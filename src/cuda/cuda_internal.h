@@ -358,6 +358,7 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(constant_of_shape) /* generate.cu */                                                \
     X(range)       /* generate.cu */                                                      \
     X(resize)      /* resize.cu: nearest, linear, cubic */                                \
+    X(grid_sample) /* grid_sample.cu: GridSample */                                       \
     X(reduce)      /* reduce.cu: ReduceSum ReduceMean ReduceMax ReduceMin */              \
     X(layernorm)   /* layernorm.cu: LayerNormalization */                                 \
     X(optimizer_step)    /* optim.cu: kiln.OptimizerStep (the fused multi-tensor update) */ \
