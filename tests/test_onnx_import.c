@@ -690,24 +690,61 @@ static int run_lines(int argc, char **argv, char lines[][2048], int n_lines) {
     return rc;
 }
 
-/* test_hannwindow's model and input (size 10, periodic) with output_0.pb the Hann window
- * computed with this pi, plus off at element 3. */
-static bool window_case(const char *name, double pi, float off) {
+/* A runner case NAME under TMP_DIR/runner: node test SRC's model and its first n_in inputs,
+ * with output_0.pb the f32 values y of shape dims. */
+static bool copied_case(const char *name, const char *src_case, int n_in, int ndim, const int64_t *dims,
+                        const float *y) {
     char dir[600], set[700], file[800];
     snprintf(dir, sizeof dir, "%s/runner/%s", tmp_dir, name);
     mkdir(dir, 0755);
     snprintf(set, sizeof set, "%s/test_data_set_0", dir);
     mkdir(set, 0755);
-    const char *src = path_of(node_dir, "test_hannwindow");
+    const char *src = path_of(node_dir, src_case);
     snprintf(file, sizeof file, "%s/model.onnx", dir);
     bool ok = copy_file(path_of(src, "model.onnx"), file);
-    snprintf(file, sizeof file, "%s/input_0.pb", set);
-    ok = ok && copy_file(path_of(src, "test_data_set_0/input_0.pb"), file);
+    for (int i = 0; i < n_in && ok; i++) {
+        char from[64];
+        snprintf(from, sizeof from, "test_data_set_0/input_%d.pb", i);
+        snprintf(file, sizeof file, "%s/input_%d.pb", set, i);
+        ok = copy_file(path_of(src, from), file);
+    }
+    snprintf(file, sizeof file, "%s/output_0.pb", set);
+    return ok && write_f32_pb(file, ndim, dims, y);
+}
+
+/* test_hannwindow's model and input (size 10, periodic) with output_0.pb the Hann window
+ * computed with this pi, plus off at element 3. */
+static bool window_case(const char *name, double pi, float off) {
     float y[10];
     for (int i = 0; i < 10; i++) y[i] = (float)(0.5 - 0.5 * cos(2 * pi * i / 10));
     y[3] += off;
-    snprintf(file, sizeof file, "%s/output_0.pb", set);
-    return ok && write_f32_pb(file, 1, (const int64_t[]){10}, y);
+    return copied_case(name, "test_hannwindow", 1, 1, (const int64_t[]){10}, y);
+}
+
+/* test_gridsample_bicubic's model and inputs with output_0.pb the given 8 values (1, 1, 2, 4). */
+static bool bicubic_case(const char *name, const float *y) {
+    return copied_case(name, "test_gridsample_bicubic", 2, 4, (const int64_t[]){1, 1, 2, 4}, y);
+}
+
+/* Expected values written to 4 decimals (test_gridsample_bicubic's own) are a SKIP when kiln's
+ * round to them; the exact values pass; 4-decimal data one unit off fails. */
+static void test_runner_printed_decimals(void) {
+    static const float exact[8] = {-0.140625f, 0.3828125f, 1.7555531f, 2.96875f, 2.96875f, 1.7555531f, 5.1445312f,
+                                   1.390625f};
+    static const float printed[8] = {-0.1406f, 0.3828f, 1.7556f, 2.9688f, 2.9688f, 1.7556f, 5.1445f, 1.3906f};
+    static const float off[8] = {-0.1406f, 0.3828f, 1.7556f, 2.9688f, 2.9688f, 1.7556f, 5.1447f, 1.3906f};
+    const bool ok = bicubic_case("bicubic_exact", exact) && bicubic_case("bicubic_printed", printed) &&
+                    bicubic_case("bicubic_off", off);
+    CHECK(ok, "cannot write the bicubic cases");
+    char l[4][2048];
+    char *argv[] = {"onnx-test", path_of(tmp_dir, "runner/bicubic_exact"), path_of(tmp_dir, "runner/bicubic_printed"),
+                    path_of(tmp_dir, "runner/bicubic_off"), NULL};
+    const int rc = run_lines(4, argv, l, 4);
+    CHECK(rc == 1 && strcmp(l[0], "PASS bicubic_exact") == 0 && strncmp(l[1], "SKIP bicubic_printed: ", 22) == 0 &&
+              strstr(l[1], "written to 4 decimals") && strncmp(l[2], "FAIL bicubic_off: output 0", 26) == 0 &&
+              strcmp(l[3], "1 passed, 1 failed, 1 skipped") == 0,
+          "runner printed decimals: rc %d\n'%s'\n'%s'\n'%s'\n'%s'", rc, l[0], l[1], l[2], l[3]);
+    printf("ok   onnx-test runner: SKIP for expected values written to 4 decimals, only when kiln's round to them\n");
 }
 
 /* The cases kiln cannot pass for reasons not its own are SKIP with the reason, each only
@@ -769,6 +806,7 @@ int main(int argc, char **argv) {
     test_minus_one_dim(ctx);
     test_runner();
     test_runner_not_kilns();
+    test_runner_printed_decimals();
     kiln_context_free(ctx);
     printf("%s: %d failed checks\n", fails ? "FAIL" : "PASS", fails);
     return fails != 0;
