@@ -533,6 +533,11 @@ kiln_status kiln_cuda_sync(kiln_cuda *cu) {
                          "Dropout on cuda: ratio %g is outside [0, 1) in training mode (found on the "
                          "device; the output was zeroed)",
                          (double)f.value * 1e-6);
+    if (f.code == KILN_CUDA_FLAG_ROI_BATCH)
+        return kiln_fail(ctx, KILN_ERR_INVALID_ARGUMENT,
+                         "RoiAlign on cuda: batch index %lld is outside [0, N) of X (found on the device; "
+                         "that region's outputs were set to zero)",
+                         f.value);
     return kiln_fail(ctx, KILN_ERR_INTERNAL, "a CUDA kernel raised unknown error flag %d", f.code);
 }
 

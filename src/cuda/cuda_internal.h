@@ -41,6 +41,7 @@ enum {
     KILN_CUDA_FLAG_GATHER_INDEX = 1,  /* value: the index */
     KILN_CUDA_FLAG_TARGET_RANGE = 2,  /* a loss's class target outside [0, C); value: the target */
     KILN_CUDA_FLAG_DROPOUT_RATIO = 3, /* Dropout's ratio outside [0, 1) in training; value: ratio * 1e6 */
+    KILN_CUDA_FLAG_ROI_BATCH = 4,     /* RoiAlign's batch index outside [0, N); value: the index */
 };
 
 /* A depthwise convolution's geometry (conv_depthwise.cu, below). */
@@ -359,6 +360,7 @@ bool kiln_cuda_window_get(const kiln_op_ctx *c, const kiln_tensor *x, const kiln
     X(range)       /* generate.cu */                                                      \
     X(resize)      /* resize.cu: nearest, linear, cubic */                                \
     X(grid_sample) /* grid_sample.cu: GridSample */                                       \
+    X(roi_align)   /* grid_sample.cu: RoiAlign */                                         \
     X(reduce)      /* reduce.cu: ReduceSum ReduceMean ReduceMax ReduceMin */              \
     X(layernorm)   /* layernorm.cu: LayerNormalization */                                 \
     X(optimizer_step)    /* optim.cu: kiln.OptimizerStep (the fused multi-tensor update) */ \

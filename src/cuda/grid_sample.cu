@@ -1,5 +1,7 @@
 /*
- * grid_sample.cu — GridSample (src/ops/grid_sample.c has the rules): X (N, C, D1..Dk) in f32 /
+ * grid_sample.cu — GridSample and RoiAlign (src/ops/grid_sample.c, roi_align.c have the rules).
+ *
+ * GridSample: X (N, C, D1..Dk) in f32 /
  * f16 / bf16 laid out NCHW (or NCDHW, NCW), the grid in any float dtype, k = 1..3; linear,
  * nearest and cubic, zeros / border / reflection padding, either align_corners.
  *
@@ -8,6 +10,10 @@
  * nearest (half to even), and the reflection in f64 with its two roundings to f32, so that
  * nearest picks the same pixel and the taps sit at the same places; the interpolation is
  * accumulated in f32 (the reference: f64).
+ *
+ * RoiAlign: one thread an output element (region, c, bin); positions, weights and the sums in
+ * f64 as the reference's; a batch index outside [0, N) zeroes that region's outputs and raises
+ * KILN_CUDA_FLAG_ROI_BATCH (kiln_cuda_sync names it).
  */
 #include "dtype.cuh"
 
@@ -137,6 +143,77 @@ kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const void *x, const void *
     return KILN_OK;
 }
 
+struct RoiArgs {
+    int64_t R, N, C, H, W, PH, PW, sr;
+    double scale, off;
+    bool max, hp, idx64;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+    roi_align_kernel(const T *__restrict__ x, const void *__restrict__ rois, int rdt, const void *__restrict__ bi,
+                     T *__restrict__ y, const RoiArgs a, kiln_cuda_flag *flag) {
+    const int64_t total = a.R * a.C * a.PH * a.PW;
+    for (int64_t e = thread_index(); e < total; e += grid_stride()) {
+        const int64_t pw = e % a.PW, ph = (e / a.PW) % a.PH, ch = (e / (a.PW * a.PH)) % a.C, r = e / (a.PW * a.PH * a.C);
+        const int64_t b = a.idx64 ? ((const int64_t *)bi)[r] : ((const int32_t *)bi)[r];
+        if (b < 0 || b >= a.N) {
+            y[e] = from_f<T>(0.0f);
+            if (atomicCAS(&flag->code, 0, KILN_CUDA_FLAG_ROI_BATCH) == 0) flag->value = (long long)b;
+            continue;
+        }
+        const double x1 = load_any(rois, rdt, r * 4 + 0) * a.scale - a.off, y1 = load_any(rois, rdt, r * 4 + 1) * a.scale - a.off;
+        const double x2 = load_any(rois, rdt, r * 4 + 2) * a.scale - a.off, y2 = load_any(rois, rdt, r * 4 + 3) * a.scale - a.off;
+        double rw = x2 - x1, rh = y2 - y1;
+        if (!a.hp) {
+            rw = fmax(rw, 1.0);
+            rh = fmax(rh, 1.0);
+        }
+        const double bh = rh / (double)a.PH, bw = rw / (double)a.PW;
+        const int64_t gh = a.sr > 0 ? a.sr : (int64_t)ceil(rh / (double)a.PH);
+        const int64_t gw = a.sr > 0 ? a.sr : (int64_t)ceil(rw / (double)a.PW);
+        const double count = (double)(gh * gw > 1 ? gh * gw : 1);
+        const T *xp = x + (b * a.C + ch) * a.H * a.W;
+        double out = 0;
+        bool first = true;
+        for (int64_t iy = 0; iy < gh; iy++) {
+            const double yy = y1 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;
+            for (int64_t ix = 0; ix < gw; ix++) {
+                const double xx = x1 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
+                double v = 0;
+                if (!(yy < -1.0 || yy > (double)a.H || xx < -1.0 || xx > (double)a.W)) {
+                    double ys = fmax(yy, 0.0), xs = fmax(xx, 0.0);
+                    int64_t yl = (int64_t)ys, xl = (int64_t)xs, yh, xh;
+                    if (yl >= a.H - 1) yh = yl = a.H - 1, ys = (double)yl;
+                    else yh = yl + 1;
+                    if (xl >= a.W - 1) xh = xl = a.W - 1, xs = (double)xl;
+                    else xh = xl + 1;
+                    const double ly = ys - (double)yl, lx = xs - (double)xl, hy = 1 - ly, hx = 1 - lx;
+                    const double t1 = hy * hx * (double)to_f(xp[yl * a.W + xl]);
+                    const double t2 = hy * lx * (double)to_f(xp[yl * a.W + xh]);
+                    const double t3 = ly * hx * (double)to_f(xp[yh * a.W + xl]);
+                    const double t4 = ly * lx * (double)to_f(xp[yh * a.W + xh]);
+                    v = a.max ? fmax(fmax(t1, t2), fmax(t3, t4)) : t1 + t2 + t3 + t4;
+                }
+                if (!a.max) out += v;
+                else if (first || v > out) out = v;
+                first = false;
+            }
+        }
+        y[e] = from_f<T>((float)(a.max ? out : out / count));
+    }
+}
+
+template <typename T>
+kiln_status launch_roi(kiln_cuda *cu, kiln_context *ctx, const void *x, const void *rois, int rdt, const void *bi,
+                       void *y, const RoiArgs &a) {
+    const int64_t total = a.R * a.C * a.PH * a.PW;
+    roi_align_kernel<T><<<kiln_cuda_blocks(cu, total, THREADS), THREADS, 0, cu->stream>>>(
+        (const T *)x, rois, rdt, bi, (T *)y, a, cu->flag);
+    KILN_CUDA_LAUNCHED(ctx, "roi_align_kernel");
+    return KILN_OK;
+}
+
 } // namespace
 
 extern "C" kiln_status kiln_cuda_k_grid_sample(kiln_cuda *cu, kiln_op_ctx *c) {
@@ -169,5 +246,31 @@ extern "C" kiln_status kiln_cuda_k_grid_sample(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_status st;
     KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch, cu, c->kctx, x->data, g->data, (int)g->dtype,
                            c->out[0]->data, a);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_k_roi_align(kiln_cuda *cu, kiln_op_ctx *c) {
+    const kiln_tensor *x = c->in[0], *rois = c->in[1], *bi = c->in[2], *y = c->out[0];
+    RoiArgs a;
+    memset(&a, 0, sizeof a);
+    a.R = rois->dims[0];
+    a.N = x->dims[0];
+    a.C = x->dims[1];
+    a.H = x->dims[2];
+    a.W = x->dims[3];
+    a.PH = y->dims[2];
+    a.PW = y->dims[3];
+    a.sr = kiln_attr_int(c->node, "sampling_ratio", 0);
+    a.scale = kiln_attr_float(c->node, "spatial_scale", 1.0f);
+    a.max = !strcmp(kiln_attr_string(c->node, "mode", "avg"), "max");
+    a.hp = !strcmp(kiln_attr_string(c->node, "coordinate_transformation_mode",
+                                    c->node->opset >= 16 ? "half_pixel" : "output_half_pixel"),
+                   "half_pixel");
+    a.off = a.hp ? 0.5 : 0.0;
+    a.idx64 = bi->dtype == KILN_I64;
+    if (a.R * a.C * a.PH * a.PW == 0) return KILN_OK;
+    kiln_status st;
+    KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, launch_roi, cu, c->kctx, x->data, rois->data, (int)rois->dtype,
+                           bi->data, c->out[0]->data, a);
     return st;
 }

@@ -752,6 +752,14 @@ static bool sup_grid_sample(const kiln_op_ctx *c, char *why, size_t n) {
     return false;
 }
 
+/* X in f32 / f16 / bf16 laid out NCHW, the regions in any float dtype, i64 / i32 indices. */
+static bool sup_roi_align(const kiln_op_ctx *c, char *why, size_t n) {
+    if (!float_input(c, 0, why, n) || !nchw_only(c, why, n)) return false;
+    if (kiln_cuda_float_dtype(c->in[1]->dtype) || c->in[1]->dtype == KILN_F64) return true;
+    snprintf(why, n, "the regions have dtype %s (a float dtype is needed)", kiln_dtype_name(c->in[1]->dtype));
+    return false;
+}
+
 static bool sup_reduce(const kiln_op_ctx *c, char *why, size_t n) {
     bool reduced[KILN_MAX_DIMS], noop;
     return float_input(c, 0, why, n) &&
@@ -1304,6 +1312,7 @@ static const entry table[] = {
     {"Range", kiln_cuda_k_range, sup_range, NULL, false},
     {"Resize", kiln_cuda_k_resize, sup_resize, kiln_cuda_ws_resize, false},
     {"GridSample", kiln_cuda_k_grid_sample, sup_grid_sample, NULL, false},
+    {"RoiAlign", kiln_cuda_k_roi_align, sup_roi_align, NULL, false},
     {"ReduceSum", kiln_cuda_k_reduce, sup_reduce, NULL, false},
     {"ReduceMean", kiln_cuda_k_reduce, sup_reduce, NULL, false},
     {"ReduceMax", kiln_cuda_k_reduce, sup_reduce, NULL, false},
