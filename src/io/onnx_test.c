@@ -509,8 +509,9 @@ static case_result approximate_pi_window(case_state *cs, const kiln_model *m, ki
 /* After the outputs did not match: expected float outputs that the test's author wrote out
  * to a few decimals (every value a multiple of 10^-d, d = 3..5 the fewest, as the ONNX test
  * generator's hand-typed arrays: test_gridsample_bicubic's -0.1406 where the exact value is
- * -0.140625) are a SKIP when kiln's outputs round to them: within half a unit of the last
- * printed decimal (and float rounding). Else CASE_PASS. */
+ * -0.140625; test_roialign_aligned_false's 0.9727 for 0.972784: cut, not rounded) are a SKIP
+ * when kiln's outputs are within one unit of the last written decimal (and float rounding):
+ * data that coarse cannot tell them apart. Else CASE_PASS. */
 static case_result printed_decimals(case_state *cs, const kiln_tensor **got, int n_got, kiln_tensor **exp) {
     int worst_d = 0;
     double worst = 0;
@@ -530,17 +531,17 @@ static case_result printed_decimals(case_state *cs, const kiln_tensor **got, int
             if (all) break;
         }
         if (d < 3 || d > 5) return CASE_PASS; /* (whole numbers or tenths: data, not a rounding) */
-        const double half = 0.5 * pow(10, -d);
+        const double unit = pow(10, -d);
         for (int64_t i = 0; i < numel; i++) {
             const double a = kiln_get_f64(g, i), b = kiln_get_f64(e, i), off = fabs(a - b);
-            if (!(off <= half * (1 + 1e-3) + 1e-6 * fabs(b))) return CASE_PASS;
+            if (!(off < unit * (1 - 1e-3))) return CASE_PASS;
             if (off > worst) worst = off, worst_d = d;
         }
     }
     if (worst_d == 0) return CASE_PASS;
     snprintf(cs->why, sizeof cs->why,
-             "the expected output is written to %d decimals (the test's own arrays), and kiln's rounds to it: "
-             "max |diff| %.2g, within half a unit of the last decimal", worst_d, worst);
+             "the expected output is written to %d decimals (the test's own arrays, rounded or cut), and kiln's "
+             "is within one unit of the last: max |diff| %.2g", worst_d, worst);
     return CASE_SKIP;
 }
 
