@@ -18,6 +18,7 @@
  * computed in X's float precision (f32 for f32 / f16 / bf16 X, as PyTorch does; f64 for
  * f64), the interpolation in double. Not differentiable in kiln (no gradient rule). */
 #include "../core/optest.h"
+#include "cubic.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -122,14 +123,6 @@ static double pixel(const gs_plane *p, const int64_t *i) {
     return kiln_get_f64(p->x, off);
 }
 
-static void cubic_coeffs(double t, double w[4]) {
-    const double a = -0.75, x1 = t + 1, x2 = 1 - t, x3 = 2 - t;
-    w[0] = ((a * x1 - 5 * a) * x1 + 8 * a) * x1 - 4 * a;
-    w[1] = ((a + 2) * t - (a + 3)) * t * t + 1;
-    w[2] = ((a + 2) * x2 - (a + 3)) * x2 * x2 + 1;
-    w[3] = ((a * x3 - 5 * a) * x3 + 8 * a) * x3 - 4 * a;
-}
-
 static kiln_status forward(kiln_op_ctx *c) {
     const kiln_tensor *x = c->in[0], *g = c->in[1];
     kiln_tensor *y = c->out[0];
@@ -177,7 +170,7 @@ static kiln_status forward(kiln_op_ctx *c) {
                     w[d][0] = 1 - t;
                     w[d][1] = t;
                 } else {
-                    cubic_coeffs(t, w[d]);
+                    kiln_cubic_weights(-0.75, t, w[d]);
                 }
             }
             for (int64_t ch = 0; ch < C; ch++) {
@@ -256,26 +249,24 @@ static int test(void) {
                                                  kt_make(KILN_F32, 4, KT_DIMS(1, 6, 6, 2), gv)},
                                1, (kiln_tensor *[]){kt_make(KILN_F64, 4, KT_DIMS(1, 1, 6, 6), cases[0].want)}, 2e-5,
                                2e-6, "grid_sample f64 X, f32 grid");
-    fails += kiln_optest_fails("GridSample", "mode=area", 2,
-                               (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL),
-                                                 kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL)},
-                               1, KILN_ERR_INVALID_ARGUMENT, "grid_sample bad mode");
-    fails += kiln_optest_fails("GridSample", "padding_mode=wrap", 2,
-                               (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL),
-                                                 kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL)},
-                               1, KILN_ERR_INVALID_ARGUMENT, "grid_sample bad padding");
-    fails += kiln_optest_fails("GridSample", "", 2,
-                               (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(2, 1, 4, 4), NULL),
-                                                 kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL)},
-                               1, KILN_ERR_SHAPE, "grid_sample N differs");
-    fails += kiln_optest_fails("GridSample", "", 2,
-                               (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL),
-                                                 kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 3), NULL)},
-                               1, KILN_ERR_SHAPE, "grid_sample grid's last dim");
-    fails += kiln_optest_fails("GridSample", "", 2,
-                               (kiln_tensor *[]){kt_make(KILN_I64, 4, KT_DIMS(1, 1, 4, 4), NULL),
-                                                 kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, 2), NULL)},
-                               1, KILN_ERR_TYPE, "grid_sample integer X");
+    /* refusals: X (1, 1, 4, 4) and grid (1, 2, 2, 2) but for what each case changes */
+    static const struct {
+        const char *attrs, *label;
+        kiln_dtype xdt;
+        int64_t xn, glast;
+        kiln_status want;
+    } bad[] = {
+        {"mode=area", "grid_sample bad mode", KILN_F32, 1, 2, KILN_ERR_INVALID_ARGUMENT},
+        {"padding_mode=wrap", "grid_sample bad padding", KILN_F32, 1, 2, KILN_ERR_INVALID_ARGUMENT},
+        {"", "grid_sample N differs", KILN_F32, 2, 2, KILN_ERR_SHAPE},
+        {"", "grid_sample grid's last dim", KILN_F32, 1, 3, KILN_ERR_SHAPE},
+        {"", "grid_sample integer X", KILN_I64, 1, 2, KILN_ERR_TYPE},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        fails += kiln_optest_fails("GridSample", bad[i].attrs, 2,
+                                   (kiln_tensor *[]){kt_make(bad[i].xdt, 4, KT_DIMS(bad[i].xn, 1, 4, 4), NULL),
+                                                     kt_make(KILN_F32, 4, KT_DIMS(1, 2, 2, bad[i].glast), NULL)},
+                                   1, bad[i].want, bad[i].label);
     /* the backend sweep: every mode and padding, both alignments, points inside and out */
     static const char *const modes[3] = {"bilinear", "nearest", "bicubic"};
     static const char *const pads[3] = {"zeros", "border", "reflection"};

@@ -39,6 +39,7 @@
  * computed from, times their weights: the transpose of the resize (extrapolated elements
  * contribute nothing). Float dtypes; f16/bf16 accumulate in doubles. */
 #include "../core/optest.h"
+#include "cubic.h"
 #include "movement.h"
 
 #include <inttypes.h>
@@ -343,10 +344,6 @@ static kiln_status forward_nearest(kiln_op_ctx *c, const resize_plan *p) {
     return KILN_OK;
 }
 
-/* Keys' cubic kernel on the two pieces: |s| <= 1 and 1 <= |s| <= 2 (both 0 at |s| = 1). */
-static double cubic_near(double a, double s) { return ((a + 2) * s - (a + 3)) * s * s + 1; }
-static double cubic_far(double a, double s) { return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a; }
-
 /* Per output axis d, k[d] taps for each output position j: element offsets
  * off[d][j*k[d] + t] and weights w[d][j*k[d] + t], and out[d][j] != 0 where j is outside
  * the roi (then its taps are offset 0, weight 0). Axes where every x_o is a whole number
@@ -371,10 +368,7 @@ static void axis_taps(const resize_plan *p, double xo, int64_t in, int64_t strid
         w[0] = 1 - f;
         w[1] = f;
     } else {
-        w[0] = cubic_far(a, f + 1);
-        w[1] = cubic_near(a, f);
-        w[2] = cubic_near(a, 1 - f);
-        w[3] = cubic_far(a, 2 - f);
+        kiln_cubic_weights(a, f, w);
     }
     double kept = 0;
     for (int t = 0; t < k; t++)
