@@ -197,26 +197,29 @@ static int test(void) {
                                                      r, kt_make(KILN_I64, 1, KT_DIMS(9), KT_VALS(0, 1, 2, 2, 1, 0, 0, 1, 2))},
                                    1, label);
     }
-    fails += kiln_optest_fails("RoiAlign", "mode=median", 3,
-                               (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL),
-                                                 kt_make(KILN_F32, 2, KT_DIMS(1, 4), NULL),
-                                                 kt_make(KILN_I64, 1, KT_DIMS(1), NULL)},
-                               1, KILN_ERR_INVALID_ARGUMENT, "roi_align bad mode");
-    fails += kiln_optest_fails("RoiAlign", "", 3,
-                               (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL),
-                                                 kt_make(KILN_F32, 2, KT_DIMS(2, 4), NULL),
-                                                 kt_make(KILN_I64, 1, KT_DIMS(1), NULL)},
-                               1, KILN_ERR_SHAPE, "roi_align batch_indices length");
-    fails += kiln_optest_fails("RoiAlign", "", 3,
-                               (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(1, 1, 4, 4), NULL),
-                                                 kt_make(KILN_F32, 2, KT_DIMS(1, 5), NULL),
-                                                 kt_make(KILN_I64, 1, KT_DIMS(1), NULL)},
-                               1, KILN_ERR_SHAPE, "roi_align rois not (R, 4)");
-    fails += kiln_optest_fails("RoiAlign", "", 3,
-                               (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(2, 1, 4, 4), NULL),
-                                                 kt_make(KILN_F32, 2, KT_DIMS(1, 4), KT_VALS(0, 0, 2, 2)),
-                                                 kt_make(KILN_I64, 1, KT_DIMS(1), KT_VALS(2))},
-                               1, KILN_ERR_INVALID_ARGUMENT, "roi_align batch index out of range");
+    /* refusals: X (N, 1, 4, 4), rois (R, cols) = (0, 0, 2, 2) each, batch_indices (B) = index */
+    static const struct {
+        const char *attrs, *label;
+        int64_t n, r, cols, b, index;
+        kiln_status want;
+    } bad[] = {
+        {"mode=median", "roi_align bad mode", 1, 1, 4, 1, 0, KILN_ERR_INVALID_ARGUMENT},
+        {"", "roi_align batch_indices length", 1, 2, 4, 1, 0, KILN_ERR_SHAPE},
+        {"", "roi_align rois not (R, 4)", 1, 1, 5, 1, 0, KILN_ERR_SHAPE},
+        {"", "roi_align batch index out of range", 2, 1, 4, 1, 2, KILN_ERR_INVALID_ARGUMENT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kiln_tensor *r = kt_make(KILN_F32, 2, KT_DIMS(bad[i].r, bad[i].cols), NULL);
+        for (int64_t k = 0; k < bad[i].r; k++) {
+            kiln_set_f64(r, k * bad[i].cols + 2, 2);
+            kiln_set_f64(r, k * bad[i].cols + 3, 2);
+        }
+        fails += kiln_optest_fails("RoiAlign", bad[i].attrs, 3,
+                                   (kiln_tensor *[]){kt_make(KILN_F32, 4, KT_DIMS(bad[i].n, 1, 4, 4), NULL), r,
+                                                     kt_make(KILN_I64, 1, KT_DIMS(bad[i].b),
+                                                             KT_VALS((double)bad[i].index))},
+                                   1, bad[i].want, bad[i].label);
+    }
     return fails;
 }
 #endif /* KILN_OPTESTS */
