@@ -409,7 +409,8 @@ static size_t value_bytes(const kiln_value *v) {
 
 /* The buckets: gradients in reverse parameter order (the last layers' come first out of
  * backward), bucket_bytes at most (a bigger tensor alone). order[] gets the parameter
- * indices k in that order, start[b] where bucket b begins (start[nb] = n); returns nb.
+ * indices k in that order, start[b] where bucket b begins (start[nb] = n); returns nb, or -1
+ * out of memory (its message set).
  *
  * The last bucket's all-reduce cannot begin before the last gradient is made, and nothing
  * of backward is left to hide it then: it is the step's tail. So the gradients made by the
@@ -433,7 +434,7 @@ static int plan_buckets(const kiln_model *m, size_t bucket_bytes, int n, const i
     const char *e = getenv("KILN_DIST_TAIL_BUCKET");
     if (nb == 0 || (e && !strcmp(e, "0"))) return nb;
     int last = -1, *pos = kiln_calloc(m->ctx, (size_t)n, sizeof *pos, "all-reduce buckets");
-    if (!pos) return nb; /* (only the split is lost) */
+    if (!pos) return -1;
     for (int k = 0; k < n; k++) {
         pos[k] = producer_of(m, grads[k]);
         if (pos[k] > last) last = pos[k];
@@ -441,19 +442,21 @@ static int plan_buckets(const kiln_model *m, size_t bucket_bytes, int n, const i
     /* the last bucket, stably partitioned: what the last producer makes goes to its end */
     const int a = start[nb - 1], len = n - a;
     int *tmp = kiln_calloc(m->ctx, 2 * (size_t)len, sizeof *tmp, "all-reduce buckets"), rest = 0, tail = 0;
-    if (tmp) {
-        for (int j = a; j < n; j++) {
-            if (pos[order[j]] == last) tmp[len + tail++] = order[j];
-            else tmp[rest++] = order[j];
-        }
-        if (tail > 0 && rest > 0) { /* both parts non-empty: two buckets */
-            memcpy(&order[a], tmp, sizeof(int) * (size_t)rest);
-            memcpy(&order[a + rest], tmp + len, sizeof(int) * (size_t)tail);
-            start[nb++] = a + rest;
-            start[nb] = n;
-        }
-        free(tmp);
+    if (!tmp) {
+        free(pos);
+        return -1;
     }
+    for (int j = a; j < n; j++) {
+        if (pos[order[j]] == last) tmp[len + tail++] = order[j];
+        else tmp[rest++] = order[j];
+    }
+    if (tail > 0 && rest > 0) { /* both parts non-empty: two buckets */
+        memcpy(&order[a], tmp, sizeof(int) * (size_t)rest);
+        memcpy(&order[a + rest], tmp + len, sizeof(int) * (size_t)tail);
+        start[nb++] = a + rest;
+        start[nb] = n;
+    }
+    free(tmp);
     free(pos);
     return nb;
 }
@@ -469,6 +472,7 @@ kiln_status kiln_dist_insert_allreduce(kiln_model *m, const kiln_dist *d, size_t
     int *start = kiln_calloc(ctx, (size_t)n + 2, sizeof *start, "all-reduce buckets");
     kiln_status st = in && idx && out && order && start ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
     const int nb = st ? 0 : plan_buckets(m, bucket_bytes, n, params, grads, order, start);
+    if (nb < 0) st = KILN_ERR_OUT_OF_MEMORY;
     int prev = -1; /* the previous bucket's first output: the order of the buckets */
     for (int bucket = 0; bucket < nb && !st; bucket++) {
         int cnt = 0;
