@@ -106,7 +106,7 @@ typedef struct chain {
 
 static kiln_status run_chain(const chain *ch) {
     if (ch->src) return kiln_cuda_copy_d2d(cu, ch->dst, ch->src, ch->bytes);
-    if (ch->sums) return kiln_cuda_channel_sums(cu, ctx, ch->x, ch->sum, ch->sq, ws, ws_bytes);
+    if (ch->sums) return kiln_cuda_channel_sums(cu, ctx, ch->x, ch->sum, ch->sq, false, ws, ws_bytes);
     for (int i = 0; i < ch->n; i++) {
         op *o = ch->ops[i];
         o->c.workspace = ws;

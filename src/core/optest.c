@@ -2,6 +2,7 @@
 #include "optest.h"
 
 #include "plan.h"
+#include "../ops/fused_conv.h"
 
 #include <math.h>
 #include <omp.h>
@@ -26,8 +27,9 @@ kiln_tensor *kt_scalar(kiln_dtype dt, double v) { return kt_make(dt, 0, NULL, &v
 
 void kt_channel_sums(const kiln_tensor *x, double scale, kiln_tensor **sum, kiln_tensor **sq) {
     const int64_t C = x->dims[1], S = kiln_tensor_numel(x) / (x->dims[0] * C);
-    *sum = kt_make(KILN_F32, 1, &x->dims[1], NULL);
-    *sq = kt_make(KILN_F32, 1, &x->dims[1], NULL);
+    const kiln_dtype dt = kiln_fused_conv_stats_dtype(x->dtype);
+    *sum = kt_make(dt, 1, &x->dims[1], NULL);
+    *sq = kt_make(dt, 1, &x->dims[1], NULL);
     for (int64_t ch = 0; ch < C && *sum && *sq; ch++) {
         double a = 0, q = 0;
         for (int64_t n = 0; n < x->dims[0]; n++)

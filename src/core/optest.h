@@ -36,7 +36,8 @@ kiln_tensor *kt_zero_from(kiln_tensor *t, int64_t c);
 /* A scalar (rank 0) tensor. */
 kiln_tensor *kt_scalar(kiln_dtype dt, double v);
 /* Per channel (dim 1) of x (N, C, ...) the sum and the sum of squares of its values, in
- * double, as f32 (C) tensors; the sum times `scale` (1: the true sums; another value: wrong
+ * double, as (C) tensors of kiln.FusedConv's statistics dtype (f64 for an f32 / f64 x, f32
+ * for f16 / bf16); the sum times `scale` (1: the true sums; another value: wrong
  * sums for cases that must fail). */
 void kt_channel_sums(const kiln_tensor *x, double scale, kiln_tensor **sum, kiln_tensor **sq);
 

@@ -1,6 +1,6 @@
 /*
  * conv_stats.c — kiln.FusedConv with its statistics outputs 1 and 2 (the per-channel sum and
- * sum of squares of Y as written, f32; src/ops/fused_conv.c), which the conv-bn-stats pass
+ * sum of squares of Y as written; f32 for an f16 / bf16 Y, f64 for an f32 one; src/ops/fused_conv.c), which the conv-bn-stats pass
  * (src/passes/conv_bn_stats.c) gives a convolution feeding a training BatchNormalization so
  * that the BN skips its statistics pass over Y (issue 12).
  *
@@ -27,6 +27,7 @@
  * and the graph's plan; the paths run one after the other on the stream, so they share it.
  */
 #include "cuda_internal.h"
+#include "../ops/fused_conv.h"
 #include "norm_train.h"
 
 #include <stdarg.h>
@@ -70,9 +71,10 @@ bool kiln_cuda_sup_fused_conv_stats(const kiln_op_ctx *c, char *why, size_t n) {
         return true;
     }
     const kiln_tensor *y = c->out[0];
+    const kiln_dtype sdt = kiln_fused_conv_stats_dtype(y->dtype);
     for (int k = 1; k <= 2; k++)
-        if (c->out[k]->dtype != KILN_F32 || kiln_tensor_numel(c->out[k]) != (y->ndim >= 2 ? y->dims[1] : -1)) {
-            snprintf(why, n, "statistics output %d must be f32 of Y's %lld channels", k,
+        if (c->out[k]->dtype != sdt || kiln_tensor_numel(c->out[k]) != (y->ndim >= 2 ? y->dims[1] : -1)) {
+            snprintf(why, n, "statistics output %d must be %s of Y's %lld channels", k, kiln_dtype_name(sdt),
                      (long long)(y->ndim >= 2 ? y->dims[1] : 0));
             return false;
         }
@@ -88,8 +90,8 @@ static kiln_status run_fallback(kiln_cuda *cu, kiln_op_ctx *c) {
     kiln_op_ctx v = plain(c);
     kiln_status st = kiln_cuda_k_fused_conv(cu, &v);
     if (st) return st;
-    return kiln_cuda_channel_sums(cu, c->kctx, c->out[0], (float *)c->out[1]->data, (float *)c->out[2]->data,
-                                  c->workspace, c->workspace_size);
+    return kiln_cuda_channel_sums(cu, c->kctx, c->out[0], c->out[1]->data, c->out[2]->data,
+                                  c->out[1]->dtype == KILN_F64, c->workspace, c->workspace_size);
 }
 
 static kiln_status run_graph(kiln_cuda *cu, kiln_op_ctx *c, const struct kiln_genstats_problem *p) {
@@ -172,6 +174,10 @@ static struct kiln_genstats_problem *problem_of(kiln_cuda *cu, kiln_op_ctx *c, b
     *st = KILN_OK;
     if (!cu->conv_bn_stats) {
         snprintf(why, n, "kiln_cuda's conv_bn_stats is off (KILN_CUDA_CONV_STATS=0, deterministic, or the option)");
+        return NULL;
+    }
+    if (c->out[1]->dtype != KILN_F32) { /* (an f32 Y: the graph takes f16 / bf16 only) */
+        snprintf(why, n, "the statistics are %s (cuDNN's GenStats writes f32)", kiln_dtype_name(c->out[1]->dtype));
         return NULL;
     }
     kiln_genstats_geo g;

@@ -655,13 +655,19 @@ __global__ void bn_apply_train(const T *u, const T *x, const T *e, T *out, const
     }
 }
 
-/* The forward's finalize inside its apply (bn_apply_vec<FIN>): X's f32 sums from the
- * convolution (conv-bn-stats, one partial row, no SyncBatchNorm), M elements a channel. */
+/* The forward's finalize inside its apply (bn_apply_vec<FIN>): X's sums from the
+ * convolution (conv-bn-stats, one partial row, no SyncBatchNorm; f64 in f32 training, f32
+ * from cuDNN's GenStats), M elements a channel. */
 struct FinIn {
-    const float *sum, *sq;
+    const void *sum, *sq;
+    bool f64;
     Params p;
     double M;
 };
+
+__device__ __forceinline__ double sum_at(const void *p, bool f64, int64_t c) {
+    return f64 ? ((const double *)p)[c] : (double)((const float *)p)[c];
+}
 
 // The vector path of the apply: rows (R, C), C a multiple of V, 16-byte aligned; the
 // statistics kernel's thread geometry, grid (ceil(C / V / BX), any), each thread's V
@@ -687,8 +693,8 @@ __global__ void __launch_bounds__(THREADS) bn_apply_vec(const T *__restrict__ u,
         const int64_t c = (int64_t)blockIdx.x * BX * V + t;
         if (t < BX * V && c < C) {
             float fa, fm, fk;
-            finalize_fwd_channel((double)fin.sum[c], (double)fin.sq[c], fin.p, c, C, fin.M, blockIdx.y == 0, fa, fm,
-                                 fk);
+            finalize_fwd_channel(sum_at(fin.sum, fin.f64, c), sum_at(fin.sq, fin.f64, c), fin.p, c, C, fin.M,
+                                 blockIdx.y == 0, fa, fm, fk);
             sc[0][t] = fa;
             sc[1][t] = fm;
             sc[2][t] = fk;
@@ -827,33 +833,33 @@ kiln_status apply_grad(kiln_cuda *cu, kiln_context *ctx, const Geo &g, const voi
 
 /* ------------------------------------------------- sums in and out (conv-bn-stats) */
 
-/* part (1, C, 2) from X's f32 sums (a training BN's inputs 6, 7): the forward's finalize
- * and SyncBatchNorm's all-reduce then take them as one partial row. */
-__global__ void bn_sums_in(const float *sum, const float *sq, double *part, int64_t C) {
+/* part (1, C, 2) from X's sums (a training BN's inputs 6, 7; f32 or f64): the forward's
+ * finalize and SyncBatchNorm's all-reduce then take them as one partial row. */
+__global__ void bn_sums_in(const void *sum, const void *sq, bool f64, double *part, int64_t C) {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    part[2 * c] = sum[c];
-    part[2 * c + 1] = sq[c];
+    part[2 * c] = sum_at(sum, f64, c);
+    part[2 * c + 1] = sum_at(sq, f64, c);
 }
 
-kiln_status launch_sums_in(kiln_cuda *cu, kiln_context *ctx, int64_t C, const float *sum, const float *sq,
+kiln_status launch_sums_in(kiln_cuda *cu, kiln_context *ctx, int64_t C, const void *sum, const void *sq, bool f64,
                            double *part) {
-    bn_sums_in<<<(unsigned)div_up(C, THREADS), THREADS, 0, cu->stream>>>(sum, sq, part, C);
+    bn_sums_in<<<(unsigned)div_up(C, THREADS), THREADS, 0, cu->stream>>>(sum, sq, f64, part, C);
     KILN_CUDA_LAUNCHED(ctx, "bn_sums_in");
     return KILN_OK;
 }
 
-// part: (P, C, 2) -> sum, sq (C) in f32 (the partials added in double, as the finalize
-// does). grid ceil(C / FIN_C), block (FIN_C, FIN_P).
-__global__ void __launch_bounds__(FIN_C * FIN_P) bn_sums_out(const double *part, float *sum, float *sq, int64_t C,
-                                                             int64_t P) {
+// part: (P, C, 2) -> sum, sq (C) in S (f64, or f32 rounded once; the partials added in
+// double, as the finalize does). grid ceil(C / FIN_C), block (FIN_C, FIN_P).
+template <typename S>
+__global__ void __launch_bounds__(FIN_C * FIN_P) bn_sums_out(const double *part, S *sum, S *sq, int64_t C, int64_t P) {
     __shared__ double sh[2][FIN_P][FIN_C];
     const int64_t c = (int64_t)blockIdx.x * FIN_C + threadIdx.x;
     double s[2];
     channel_sums<2>(part, C, P, s, sh);
     if (threadIdx.y != 0 || c >= C) return;
-    sum[c] = (float)s[0];
-    sq[c] = (float)s[1];
+    sum[c] = (S)s[0];
+    sq[c] = (S)s[1];
 }
 
 /* ------------------------------------------------------------------ host side */
@@ -952,10 +958,12 @@ extern "C" bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n
         snprintf(why, n, "output 3 (S, the saved statistics) must be a float tensor of 2 x %lld values", (long long)x->dims[1]);
         return false;
     }
-    for (int k = 6; k <= 7; k++) /* X's sums from the convolution (conv-bn-stats): f32 (C) */
-        if (present(c, k) && (c->in[k]->dtype != KILN_F32 || kiln_tensor_numel(c->in[k]) != x->dims[1] ||
-                              !present(c, 13 - k))) {
-            snprintf(why, n, "inputs 6 and 7 (X's sums) must both be f32 vectors of %lld values", (long long)x->dims[1]);
+    for (int k = 6; k <= 7; k++) /* X's sums from the convolution (conv-bn-stats): f32 or f64 (C), one dtype */
+        if (present(c, k) && ((c->in[k]->dtype != KILN_F32 && c->in[k]->dtype != KILN_F64) ||
+                              kiln_tensor_numel(c->in[k]) != x->dims[1] || !present(c, 13 - k) ||
+                              c->in[13 - k]->dtype != c->in[k]->dtype)) {
+            snprintf(why, n, "inputs 6 and 7 (X's sums) must both be f32 or both f64 vectors of %lld values",
+                     (long long)x->dims[1]);
             return false;
         }
     if (present(c, 5)) { /* Z, the fused residual: X's dtype, shape and layout, with relu = 1 */
@@ -996,7 +1004,7 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     if (present(c, 6) && present(c, 7) && !synced(c) && write_y &&
         vec_ok_es(g, kiln_dtype_size(x->dtype), x->data, z, c->out[0]->data)) {
         if (has_out(c, 4)) p.pk = (float *)c->out[4]->data;
-        const FinIn fin = {(const float *)c->in[6]->data, (const float *)c->in[7]->data, p, (double)g.M};
+        const FinIn fin = {c->in[6]->data, c->in[7]->data, c->in[6]->dtype == KILN_F64, p, (double)g.M};
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, apply_fwd_fin, cu, c->kctx, g, x->data, z, c->out[0]->data, fin,
                                relu);
         return st;
@@ -1005,7 +1013,7 @@ extern "C" kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c) {
     Geo gs = g;
     if (present(c, 6) && present(c, 7)) {
         gs.P = 1;
-        st = launch_sums_in(cu, c->kctx, g.C, (const float *)c->in[6]->data, (const float *)c->in[7]->data, part);
+        st = launch_sums_in(cu, c->kctx, g.C, c->in[6]->data, c->in[7]->data, c->in[6]->dtype == KILN_F64, part);
     } else {
         KILN_CU_FLOAT_DISPATCH(st, c->kctx, x->dtype, stats_fwd, cu, c->kctx, g, x->data, part);
     }
@@ -1234,8 +1242,8 @@ extern "C" size_t kiln_cuda_channel_sums_ws(const kiln_tensor *y) {
     return kiln_cuda_float_dtype(y->dtype) && y->ndim >= 2 ? part_bytes(geo_of(y), 2) : 0;
 }
 
-extern "C" kiln_status kiln_cuda_channel_sums(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *y, float *sum,
-                                              float *sq, void *ws, size_t ws_size) {
+extern "C" kiln_status kiln_cuda_channel_sums(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *y, void *sum,
+                                              void *sq, bool f64, void *ws, size_t ws_size) {
     const Geo g = geo_of(y);
     if (g.C == 0) return KILN_OK;
     if (!ws || ws_size < part_bytes(g, 2))
@@ -1244,13 +1252,19 @@ extern "C" kiln_status kiln_cuda_channel_sums(kiln_cuda *cu, kiln_context *ctx, 
     double *part = (double *)ws; // (P, C, 2)
     kiln_status st = KILN_OK;
     if (g.M == 0) { /* no elements: sums of zero */
-        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sum, 0, (size_t)g.C * sizeof(float), cu->stream));
-        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sq, 0, (size_t)g.C * sizeof(float), cu->stream));
+        const size_t b = (size_t)g.C * (f64 ? sizeof(double) : sizeof(float));
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sum, 0, b, cu->stream));
+        KILN_CUDA_CHECK(ctx, cudaMemsetAsync(sq, 0, b, cu->stream));
         return KILN_OK;
     }
     KILN_CU_FLOAT_DISPATCH(st, ctx, y->dtype, stats_fwd, cu, ctx, g, y->data, part);
     if (st) return st;
-    bn_sums_out<<<(unsigned)div_up(g.C, FIN_C), dim3(FIN_C, FIN_P), 0, cu->stream>>>(part, sum, sq, g.C, g.P);
+    if (f64)
+        bn_sums_out<<<(unsigned)div_up(g.C, FIN_C), dim3(FIN_C, FIN_P), 0, cu->stream>>>(part, (double *)sum,
+                                                                                        (double *)sq, g.C, g.P);
+    else
+        bn_sums_out<<<(unsigned)div_up(g.C, FIN_C), dim3(FIN_C, FIN_P), 0, cu->stream>>>(part, (float *)sum,
+                                                                                        (float *)sq, g.C, g.P);
     KILN_CUDA_LAUNCHED(ctx, "bn_sums_out");
     return KILN_OK;
 }

@@ -21,7 +21,7 @@ bool kiln_cuda_sup_bn_train(const kiln_op_ctx *c, char *why, size_t n);
 kiln_status kiln_cuda_k_bn_train(kiln_cuda *cu, kiln_op_ctx *c);
 kiln_status kiln_cuda_ws_bn_train(kiln_cuda *cu, kiln_op_ctx *c, size_t *bytes);
 /* Per channel (dim 1; NHWC where y is) the sum and sum of squares of y (f32, f16, bf16) into
- * f32 sum, sq (C), by the training forward's statistics kernels (partials in ws, at least
+ * sum, sq (C), f64 where f64 is set and f32 otherwise, by the training forward's statistics kernels (partials in ws, at least
  * kiln_cuda_channel_sums_ws(y) bytes): kiln.FusedConv's statistics outputs when the
  * convolution runs without them (conv_stats.c). */
 size_t kiln_cuda_channel_sums_ws(const kiln_tensor *y);
@@ -38,8 +38,8 @@ typedef struct kiln_cuda_copy_item {
     size_t bytes;
 } kiln_cuda_copy_item;
 kiln_status kiln_cuda_copy_batch(kiln_cuda *cu, kiln_context *ctx, const kiln_cuda_copy_item *items, int n);
-kiln_status kiln_cuda_channel_sums(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *y, float *sum, float *sq,
-                                   void *ws, size_t ws_size);
+kiln_status kiln_cuda_channel_sums(kiln_cuda *cu, kiln_context *ctx, const kiln_tensor *y, void *sum, void *sq,
+                                   bool f64, void *ws, size_t ws_size);
 /* The forward's coefficients (a, m, k) into mc (3, C) from its scale, B (dtypes sdt, bdt) and
  * saved statistics S (mean; var, (2, C), dtype Sdt), as its finalize computes them: the mask
  * from X's bn_mask_coef, for kiln.BnReluMaxPool (pool.cu). */

@@ -70,8 +70,8 @@
  *
  * Statistics from the convolution (issue 12; the conv-bn-stats pass, src/passes/conv_bn_stats.c,
  * CUDA training graphs): kiln's inputs 6 and 7, given together in training mode only, are the
- * per-channel sum and sum of squares of X (f32 (C), kiln.FusedConv's outputs 1 and 2, the
- * convolution that wrote X). The node then takes its batch statistics from them instead of
+ * per-channel sum and sum of squares of X (f32 or f64 (C), kiln.FusedConv's outputs 1 and 2,
+ * the convolution that wrote X: f64 in f32 training). The node then takes its batch statistics from them instead of
  * summing X: mean = sum / M, var = sumsq / M - mean^2 clamped at 0 (M = N*D1*..*Dn), in
  * double, as the CUDA kernels' finalize computes them from their partial sums
  * (src/cuda/norm_train.cu) — not the reference's two-pass variance, so within f32 rounding
@@ -175,17 +175,21 @@ static kiln_status infer(kiln_op_ctx *c) {
         KILN_OP_CHECK(c, same, KILN_ERR_SHAPE, "input 5 (Z) must have X's dtype and shape");
     }
     const bool s6 = c->n_in > 6 && c->in[6], s7 = c->n_in > 7 && c->in[7];
-    if (s6 || s7) { /* the statistics from the convolution: both, training mode, f32 (C) */
+    if (s6 || s7) { /* the statistics from the convolution: both, training mode, f32 or f64 (C) */
         KILN_OP_CHECK(c, s6 && s7, KILN_ERR_INVALID_ARGUMENT,
                       "inputs 6 and 7 (sum and sum of squares of X per channel) are given together, got only input %d",
                       s6 ? 6 : 7);
         KILN_OP_CHECK(c, training(c), KILN_ERR_INVALID_ARGUMENT,
                       "inputs 6 and 7 (X's sums) need training_mode=1 (opset >= 14)");
         for (int i = 6; i <= 7; i++)
-            KILN_OP_CHECK(c, c->in[i]->dtype == KILN_F32 && c->in[i]->ndim == 1 && c->in[i]->dims[0] == x->dims[1],
-                          KILN_ERR_SHAPE, "input %d (%s of X per channel) must be f32 (C)=(%lld), got %s of rank %d", i,
+            KILN_OP_CHECK(c, (c->in[i]->dtype == KILN_F32 || c->in[i]->dtype == KILN_F64) && c->in[i]->ndim == 1 &&
+                              c->in[i]->dims[0] == x->dims[1],
+                          KILN_ERR_SHAPE, "input %d (%s of X per channel) must be f32 or f64 (C)=(%lld), got %s of rank %d", i,
                           i == 6 ? "sum" : "sum of squares", (long long)x->dims[1], kiln_dtype_name(c->in[i]->dtype),
                           c->in[i]->ndim);
+        KILN_OP_CHECK(c, c->in[6]->dtype == c->in[7]->dtype, KILN_ERR_SHAPE,
+                      "inputs 6 and 7 (X's sums) must have one dtype, got %s and %s", kiln_dtype_name(c->in[6]->dtype),
+                      kiln_dtype_name(c->in[7]->dtype));
     }
     bool extra = has_out(c, 1) || has_out(c, 2) || has_out(c, 3) || has_out(c, 4);
     if (c->node->opset < 14) {
@@ -279,7 +283,7 @@ static kiln_status forward_plain(kiln_op_ctx *c) {
         double mean = kiln_get_f64(mean_in, ch), var = kiln_get_f64(var_in, ch);
         if (train && in_sum(c)) { /* inputs 6, 7: X's sums, from the convolution */
             double bm, bv;
-            stats_from_sums(((const float *)in_sum(c)->data)[ch], ((const float *)in_sumsq(c)->data)[ch],
+            stats_from_sums(kiln_get_f64(in_sum(c), ch), kiln_get_f64(in_sumsq(c), ch),
                             (double)(N * S), &bm, &bv);
             if (has_out(c, 1)) kiln_set_f64(c->out[1], ch, mean * momentum + bm * (1 - momentum));
             if (has_out(c, 2)) kiln_set_f64(c->out[2], ch, var * momentum + bv * (1 - momentum));
@@ -564,8 +568,8 @@ static kiln_status forward_sync(kiln_op_ctx *c) {
     if (in_sum(c)) { /* inputs 6, 7: sums, sums of squares and the count over every rank, one all-reduce */
         double *red = mean; /* (2C + 1) in the (C + 1) + (C) above */
         for (int64_t ch = 0; ch < C; ch++) {
-            red[ch] = ((const float *)in_sum(c)->data)[ch];
-            red[C + 1 + ch] = ((const float *)in_sumsq(c)->data)[ch];
+            red[ch] = kiln_get_f64(in_sum(c), ch);
+            red[C + 1 + ch] = kiln_get_f64(in_sumsq(c), ch);
         }
         red[C] = (double)(N * S);
         if ((st = d->host->allreduce_f64(d, red, 2 * C + 1))) return st;
@@ -1037,21 +1041,22 @@ static int test_sums(void) {
                         "batchnorm training with X's sums random 2x5x7x9 (scalar kernels)");
     /* rejected: one sum alone, the sums without training mode, sums of the wrong length or dtype */
     static const struct {
-        int which; /* 0: input 6 only; 1: no training_mode; 2: wrong length; 3: f64 */
+        int which; /* 0: input 6 only; 1: no training_mode; 2: wrong length; 3: f64 and f32; 4: i64 */
         kiln_status want;
         const char *label;
     } bad[] = {{0, KILN_ERR_INVALID_ARGUMENT, "bn sum without the sum of squares rejected"},
                {1, KILN_ERR_INVALID_ARGUMENT, "bn X's sums without training_mode rejected"},
                {2, KILN_ERR_SHAPE, "bn X's sums of the wrong length rejected"},
-               {3, KILN_ERR_SHAPE, "bn X's sums f64 rejected"}};
+               {3, KILN_ERR_SHAPE, "bn X's sums of two dtypes rejected"},
+               {4, KILN_ERR_SHAPE, "bn X's sums i64 rejected"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kiln_tensor **p = bn_rand32(4, KT_DIMS(2, 3, 2, 2), 7770 + i), *in[8];
         for (int k = 0; k < 5; k++) in[k] = p[k];
         in[5] = NULL;
         const int64_t C = bad[i].which == 2 ? 4 : 3;
-        const kiln_dtype dt = bad[i].which == 3 ? KILN_F64 : KILN_F32;
+        const kiln_dtype dt = bad[i].which == 3 ? KILN_F64 : bad[i].which == 4 ? KILN_I64 : KILN_F32;
         in[6] = kt_rand(dt, 1, &C, 0, 1, 7780 + i);
-        in[7] = bad[i].which == 0 ? NULL : kt_rand(dt, 1, &C, 0, 1, 7790 + i);
+        in[7] = bad[i].which == 0 ? NULL : kt_rand(dt == KILN_F64 ? KILN_F32 : dt, 1, &C, 0, 1, 7790 + i);
         fails += kiln_optest_fails("BatchNormalization", bad[i].which == 1 ? "" : "training_mode=1", 8, in, 1,
                                    bad[i].want, bad[i].label);
     }

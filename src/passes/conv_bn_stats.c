@@ -21,10 +21,12 @@
  * statistics outputs yet (or with them: a second BN of the same X shares them). Other
  * readers of y are left as they are (the sums are of the same values). The function is
  * unchanged but for the rounding of the statistics: mean = s / M, var = q / M - mean^2 from
- * f32 sums (src/ops/batch_normalization.c), as the CUDA kernels compute them from their
- * partial sums. BatchNormGrad is untouched (it recomputes its statistics from X).
+ * the sums (src/ops/batch_normalization.c), as the CUDA kernels compute them from their
+ * partial sums; the sums f64 in f32 training, f32 under amp (cuDNN's GenStats). BatchNormGrad is untouched (it recomputes its statistics from X).
  * Runs last (after fuse-bn, which fuses only BNs with five inputs; formats final). */
 #include "passes.h"
+
+#include "../ops/fused_conv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,14 +44,15 @@ static bool training_bn(const kiln_node *n) {
            n->n_in >= 5 && n->in[0] >= 0 && kiln_pass_opt_in(n, 6) < 0 && kiln_pass_opt_in(n, 7) < 0 && n->n_out >= 1;
 }
 
-/* A new f32 (C) value for a statistics output of node p (C from y's dims where known). */
-static int stats_value(kiln_model *m, int p, int y, const char *what) {
+/* A new (C) value for a statistics output of node p (C from y's dims where known), of the
+ * dtype the convolution writes for y's (f64 for f32 training; src/ops/fused_conv.c). */
+static int stats_value(kiln_model *m, int p, int y, kiln_dtype ydt, const char *what) {
     char hint[200];
     snprintf(hint, sizeof hint, "%s:%s", m->nodes[p].name, what);
     const int v = kiln_pass_new_value(m, hint);
     if (v < 0) return -1;
     kiln_value *val = &m->values[v];
-    val->dtype = KILN_F32;
+    val->dtype = kiln_fused_conv_stats_dtype(ydt);
     if (m->values[y].ndim >= 2) {
         val->ndim = 1;
         val->dims[0] = m->values[y].dims[1];
@@ -61,6 +64,7 @@ kiln_status kiln_pass_conv_bn_stats(kiln_model *m, const kiln_pass_options *o, b
     if (!o->conv_bn_stats || !kiln_pass_device_has(o, "FusedConv")) return KILN_OK;
     int *prod = kiln_pass_producers(m);
     if (!prod) return KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor *types = NULL; /* the values' dtypes where the graph leaves them unset (symbolic batch) */
     kiln_status st = KILN_OK;
     for (int bi = 0; bi < m->n_nodes && !st; bi++) {
         if (!training_bn(&m->nodes[bi])) continue;
@@ -81,7 +85,10 @@ kiln_status kiln_pass_conv_bn_stats(kiln_model *m, const kiln_pass_options *o, b
             if ((st = kiln_pass_rewrite(m, p, "kiln", "FusedConv", n_in, in, &m->nodes[p]))) break;
         }
         if (s < 0) {
-            if ((s = stats_value(m, p, y, "sum")) < 0 || (q = stats_value(m, p, y, "sumsq")) < 0) {
+            kiln_dtype ydt = m->values[y].dtype;
+            if (ydt == KILN_DTYPE_UNDEFINED && !types && (st = kiln_pass_infer_types(m, &types))) break;
+            if (ydt == KILN_DTYPE_UNDEFINED) ydt = types[y].dtype; /* (y is a value of the graph as it came) */
+            if ((s = stats_value(m, p, y, ydt, "sum")) < 0 || (q = stats_value(m, p, y, ydt, "sumsq")) < 0) {
                 st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
                 break;
             }
@@ -91,5 +98,6 @@ kiln_status kiln_pass_conv_bn_stats(kiln_model *m, const kiln_pass_options *o, b
         *changed = true;
     }
     free(prod);
+    free(types);
     return st;
 }
