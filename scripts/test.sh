@@ -49,10 +49,11 @@ stage "dependencies"
 scripts/deps.sh
 # The plain build compiles the CUDA code (nvcc on PATH) only to check it, nothing runs it
 # here: to PTX for compute_90 alone ("90-virtual": the compiler's front end and NVVM, with
-# their errors and warnings, but not ptxas, whose SASS no test runs; conv_depthwise.cu 64 ->
-# 24 s, attention_flash.cu 29 -> 17 s; the .cu files are most of this build's time). A build
-# for the GPU machine is scripts/build.sh's (SASS for sm_80 and sm_90), or set
-# KILN_TEST_CUDA_ARCHS (e.g. 90) to have ptxas check the inline PTX here too. MPI on, which CUDA builds leave off by default: the dist_*
+# their errors and warnings, but not ptxas, whose SASS no test runs), and NVVM without its
+# optimizations (KILN_CUDA_CHECK_ONLY: the build 270 -> 156 s on two cores; such a kiln
+# refuses to create a CUDA context). A build for the GPU machine is scripts/build.sh's (SASS
+# for sm_80 and sm_90, optimized; it resets both in this folder), or set KILN_TEST_CUDA_ARCHS
+# (e.g. 90) to have ptxas check the inline PTX here too. MPI on, which CUDA builds leave off by default: the dist_*
 # tests (CPU ranks under mpirun) run here too, at every rank count.
 # The Python tests' environment (tests/python/venv.sh, ctest's python_venv: mostly pip's
 # downloads) is made while the build compiles, so that it no longer holds one of ctest's two
@@ -66,7 +67,7 @@ if py=$(command -v python3); then
   trap 'kill "$venv_pid" 2>/dev/null || true' EXIT
 fi
 stage "build (plain, CUDA code compiled)"
-scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="${KILN_TEST_CUDA_ARCHS:-90-virtual}" -DKILN_MPI=ON
+scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="${KILN_TEST_CUDA_ARCHS:-90-virtual}" -DKILN_CUDA_CHECK_ONLY=ON -DKILN_MPI=ON
 if [ -n "$venv_pid" ]; then
   wait "$venv_pid" || echo "kiln: making build/venv early failed (build/venv-early.log); ctest's python_venv tries again"
   trap - EXIT
@@ -84,12 +85,18 @@ if [ "${KILN_SKIP_SANITIZE:-0}" != 1 ]; then
   # Left out here, run in the plain pass above: the 3-rank dist tests (mpirun -np 3 on 2
   # cores), whose 2-rank twins (dist_same_np2, dist_syncbn_np2) run here through the same C;
   # train_mnist (120 mnist-net steps, ~90 s here), whose trainer, loader, checkpoint and
-  # amp code the train_cli_* tests run here; and recompute_train_cli (~30 s here: ResNet
+  # amp code the train_cli_* tests run here; recompute_train_cli (~30 s here: ResNet
   # training runs of the CLI under memory limits), whose planner and recomputation code
-  # test_recompute (ctest recompute) runs here.
+  # test_recompute (ctest recompute) runs here; and four `kiln train` runs of 2-20 steps
+  # whose ~20 s here each are mostly the evaluation of 10,000 test images, through code the
+  # other train_* and cli_json_* runs take here: train_profile_cli (cli_json_train_stdout_
+  # profile: the profile), train_optim_flags (test_optim_graph: LARS, clipping, the
+  # schedules), dist_train_cli (dist_same_np2, dist_accumulate: the data-parallel step) and
+  # the docs' PyTorch side-by-sides (docs_pytorch, docs_pytorch_train: PyTorch's CPU time).
   stage "ASan + UBSan: ctest -L cpu"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-     ctest -L cpu -E '^(dist_(same|syncbn)_np3|train_mnist|recompute_train_cli)$' --output-on-failure -j2)
+     ctest -L cpu -E '^(dist_(same|syncbn)_np3|train_mnist|recompute_train_cli|train_profile_cli|train_optim_flags|dist_train_cli|docs_pytorch|docs_pytorch_train)$' \
+     --output-on-failure -j2)
 fi
 if [ "${KILN_SKIP_TSAN:-0}" != 1 ]; then
   # Only the threads test and what it links: libgomp is not instrumented, so the test runs

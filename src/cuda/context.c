@@ -266,6 +266,13 @@ kiln_status kiln_cuda_create(kiln_context *ctx, const kiln_cuda_options *opts, k
     kiln_status st = kiln_cuda_device_count(ctx, &n);
     if (st) return st;
     if (o.device < 0 || o.device >= n) return no_device(ctx, o.device);
+#ifdef KILN_CUDA_CHECK_ONLY
+    /* scripts/test.sh's build compiles the CUDA code to check it (NVVM at -O0): its kernels
+     * would run, slowly, from unoptimized PTX */
+    return kiln_fail(ctx, KILN_ERR_UNSUPPORTED,
+                     "this kiln's CUDA code was compiled to check it only (KILN_CUDA_CHECK_ONLY, scripts/test.sh's "
+                     "build): build it with scripts/build.sh to run on a GPU");
+#endif
     kiln_cuda *cu = kiln_calloc(ctx, 1, sizeof *cu, "a CUDA context");
     if (!cu) return KILN_ERR_OUT_OF_MEMORY;
     cu->ctx = ctx;
