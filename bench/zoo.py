@@ -22,8 +22,10 @@ MODELS = ("resnet50,mobilenet_v3_large,efficientnet_b0,densenet121,shufflenet_v2
 
 
 def export(name, path):
-    kw = {"aux_logits": False, "init_weights": False} if name == "googlenet" else {}
-    m = getattr(torchvision.models, name)(**kw).eval()
+    """torchvision's model `name` (classification or segmentation, built as bench/zoo_all.py
+    builds the table's: segmentation's "out", random weights) to ONNX at 224x224."""
+    import zoo_all
+    m = zoo_all.build(name)[0].eval()
     torch.onnx.export(m, (torch.randn(2, 3, 224, 224),), path, dynamo=False, opset_version=17,
                       input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b"}, "y": {0: "b"}})
     return m

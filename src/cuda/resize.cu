@@ -25,13 +25,18 @@
  * order, so the output is the same bits as working the coordinates out per element (which
  * ran deeplabv3's final 28 -> 224 bilinear upsample at 47 GB/s on an H100: 11.6 of its
  * 47.6 ms at batch 256). Row indices in 32 bits where the output allows. A last axis
- * shorter than 32 leaves lanes idle.
+ * shorter than 32 leaves lanes idle. Where no position is outside a roi and the last axis's
+ * taps fit in shared memory, resize_interp_fast computes the same sums from there with
+ * 32-bit offsets, and where only the last two axes move it finds a row's combinations
+ * without the generic loops (that upsample, f16, on an H200: 2.66 -> 1.64 ms).
  */
 #include "dtype.cuh"
 #include "grad_movegrad.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 using namespace kiln_cu;
@@ -479,6 +484,88 @@ __global__ void __launch_bounds__(32 * ROW_WARPS) resize_interp_rows(const T *__
     }
 }
 
+/* The same sums as resize_interp_rows, bit for bit, in fewer instructions, where no
+ * position lies outside a roi (every mode but tf_crop_and_resize) and the last axis's taps
+ * fit in shared memory: the block copies them there once (offsets as 32-bit ints, weights
+ * as doubles), each warp's row keeps its outer combinations as pointers into X, and a
+ * position's sum is then a shared load per tap, a 32-bit-indexed load of X, and the double
+ * arithmetic. PLANES (only the last two axes move): a row's combinations are its
+ * second-to-last position's taps, found with one division instead of row_entries' and
+ * combination()'s loops over the axes. One warp a row as resize_interp_rows, which was
+ * issue-bound (~270 instructions an output, 0.88 issued a scheduler a cycle on an H200,
+ * Nsight Compute): deeplabv3's and fcn's final 28 -> 224 bilinear upsample of (256, 21)
+ * maps, f16, 2.66 -> 1.64 ms; lraspp_mobilenet_v3_large 8.60 -> 7.31 ms at batch 256
+ * (bench/NOTES.md, the thirty-second session). A kernel of 8 positions a thread, each
+ * working out its row's combinations itself, was slower (3.3 ms). */
+constexpr int FAST_SMEM = 32 * 1024; /* the last axis's table: kl x ol x 12 bytes at most */
+
+template <typename T, typename I, bool PLANES>
+__global__ void __launch_bounds__(32 * ROW_WARPS) resize_interp_fast(const T *__restrict__ x, T *__restrict__ y,
+                                                                     I rows, int ncomb, ResizeArgs p, ResizeTables t,
+                                                                     int64_t entries) {
+    extern __shared__ __align__(16) unsigned char fsm[];
+    __shared__ const T *s_ptr[ROW_WARPS][MAXCOMB];
+    __shared__ double s_wp[ROW_WARPS][MAXCOMB];
+    const int last = p.nd - 1, kl = p.k[last], lane = threadIdx.x, wy = threadIdx.y;
+    const int ol = (int)p.out[last];
+    const int64_t el = p.tab[last];
+    double *s_w = (double *)fsm;           /* [kl][ol] */
+    int *s_off = (int *)(s_w + kl * ol);    /* [kl][ol] */
+    for (int i = wy * 32 + lane; i < kl * ol; i += 32 * ROW_WARPS) {
+        const int u = i / ol, j = i - u * ol;
+        s_w[i] = t.w[u * entries + el + j];
+        s_off[i] = (int)t.off[u * entries + el + j];
+    }
+    __syncthreads();
+    /* PLANES: only the last two axes move (the others one tap of weight 1 at j * stride:
+     * launch_interp checks), so a row is (plane, oh) and its combinations are oh's taps */
+    const I oh_n = (I)(p.nd >= 2 ? p.out[p.nd - 2] : 1);
+    const int64_t eh = p.nd >= 2 ? p.tab[p.nd - 2] : 0, plane = p.nd >= 2 ? p.in[p.nd - 2] * p.in[last] : 0;
+    for (I row = (I)blockIdx.x * ROW_WARPS + wy; row < rows; row += (I)gridDim.x * ROW_WARPS) {
+        if constexpr (PLANES) {
+            __syncwarp();
+            if (lane < ncomb) { /* ncomb = k[nd - 2] */
+                const I pl = row / oh_n, oh = row - pl * oh_n;
+                s_ptr[wy][lane] = x + (int64_t)pl * plane + t.off[lane * entries + eh + oh];
+                s_wp[wy][lane] = t.w[lane * entries + eh + oh];
+            }
+            __syncwarp();
+        } else {
+            int64_t e[KILN_MAX_DIMS];
+            (void)row_entries<I>(p, t, row, e);
+            __syncwarp();
+            for (int c = lane; c < ncomb; c += 32) {
+                int64_t base;
+                combination(p, t, entries, e, c, &base, &s_wp[wy][c]);
+                s_ptr[wy][c] = x + base;
+            }
+            __syncwarp();
+        }
+        T *yr = y + (int64_t)row * ol;
+        for (int j = lane; j < ol; j += 32) {
+            int off[KMAX];
+            double w[KMAX];
+#pragma unroll
+            for (int u = 0; u < KMAX; u++) {
+                off[u] = u < kl ? s_off[u * ol + j] : 0;
+                w[u] = u < kl ? s_w[u * ol + j] : 0;
+            }
+            double acc = 0;
+            for (int c = 0; c < ncomb; c++) {
+                const double wp = s_wp[wy][c];
+                if (wp == 0) continue;
+                const T *xb = s_ptr[wy][c];
+                double s = 0;
+#pragma unroll
+                for (int u = 0; u < KMAX; u++)
+                    if (u < kl) s = add(s, mul(w[u], (double)to_f(__ldg(xb + off[u]))));
+                acc = add(acc, mul(wp, s));
+            }
+            yr[j] = from_f<T>((float)acc);
+        }
+    }
+}
+
 /* The tables, then the row kernel (32-bit row indices where they fit). */
 struct RowGrid {
     int64_t rows;
@@ -520,6 +607,31 @@ kiln_status launch_interp(kiln_cuda *cu, kiln_context *ctx, const void *x, void 
     if (st) return st;
     int ncomb = 1;
     for (int d = 0; d < p.nd - 1; d++) ncomb *= p.k[d];
+    /* the last axis's taps in shared memory where no position is outside and they fit, with
+     * 32-bit offsets into X (KILN_CUDA_RESIZE_FAST=0: resize_interp_rows) */
+    const char *ev = getenv("KILN_CUDA_RESIZE_FAST");
+    const int64_t ol = p.out[p.nd - 1];
+    const size_t fsm = (size_t)p.k[p.nd - 1] * (size_t)ol * (sizeof(double) + sizeof(int));
+    if (p.coord != TF_CROP_AND_RESIZE && ncomb <= MAXCOMB && fsm <= (size_t)FAST_SMEM &&
+        p.in[p.nd - 1] < ((int64_t)1 << 30) && !(ev && strcmp(ev, "0") == 0)) {
+        /* PLANES: every axis before the last two keeps its length at scale 1 with one tap,
+         * which every coordinate mode but tf_crop_and_resize (excluded) maps to j itself: a
+         * combination's weight product is then the second-to-last axis's weight alone, as
+         * combination() computes it (1 * ... * w), and its offset plane + that tap's */
+        bool planes = p.nd >= 2 && ncomb == p.k[p.nd - 2];
+        for (int d = 0; d + 2 < p.nd && planes; d++) planes = p.k[d] == 1 && p.out[d] == p.in[d] && p.scale[d] == 1.0;
+        const dim3 block(32, ROW_WARPS);
+#define KILN_RESIZE_FAST(I, PL, ROWS)                                                                            \
+    resize_interp_fast<T, I, PL><<<g.blocks, block, fsm, cu->stream>>>((const T *)x, (T *)y, (I)(ROWS), ncomb, p, t, \
+                                                                        entries)
+        if (g.small && planes) KILN_RESIZE_FAST(uint32_t, true, g.rows);
+        else if (g.small) KILN_RESIZE_FAST(uint32_t, false, g.rows);
+        else if (planes) KILN_RESIZE_FAST(int64_t, true, g.rows);
+        else KILN_RESIZE_FAST(int64_t, false, g.rows);
+#undef KILN_RESIZE_FAST
+        KILN_CUDA_LAUNCHED(ctx, "resize_interp_fast");
+        return KILN_OK;
+    }
     const dim3 block(32, ROW_WARPS);
     if (g.small)
         resize_interp_rows<T, uint32_t><<<g.blocks, block, 0, cu->stream>>>((const T *)x, (T *)y, (uint32_t)g.rows,
