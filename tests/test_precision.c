@@ -591,6 +591,56 @@ static void test_written_softmax(kiln_context *ctx) {
     kiln_model_free(m);
 }
 
+/* Conv(4 -> 3, 1x1) then a bilinear Resize by `scale` on H and W into the output y; with
+ * `read`, a Relu reads the Resize's output too (into a second output z). */
+static kiln_model *resize_head_model(kiln_context *ctx, float scale, bool read) {
+    kiln_model *m = NULL;
+    if (kiln_model_create(ctx, &m)) return NULL;
+    kiln_model_add_input(m, "x", KILN_F32, 4, KT_DIMS(-1, 4, 8, 8));
+    init(m, "w", kt_rand(KILN_F32, 4, KT_DIMS(3, 4, 1, 1), -0.5, 0.5, 51));
+    init(m, "scales", kt_make(KILN_F32, 1, KT_DIMS(4), KT_VALS(1, 1, scale, scale)));
+    kiln_node *nd = NULL;
+    node(m, "Conv", "conv", IN("x", "w"), OUT("c"), NULL);
+    node(m, "Resize", "resize", IN("c", "", "scales"), OUT("y"), &nd);
+    if (nd) kiln_node_set_string(nd, "mode", "linear");
+    kiln_model_add_output(m, "y");
+    if (read) {
+        node(m, "Relu", "relu", IN("y"), OUT("z"), NULL);
+        kiln_model_add_output(m, "z");
+    }
+    return finalize(m);
+}
+
+/* A Resize that grows its input into a graph output nothing reads computes in f32 from its
+ * input cast up (KILN_PREC_GROWS): no Cast of the large output; one that shrinks, or whose
+ * output a node reads, stays low. */
+static void test_resize_head(kiln_context *ctx) {
+    static const struct {
+        float scale;
+        bool read, f32;
+        const char *label;
+    } cases[] = {{4, false, true, "Resize x4 into the output: f32 from its input cast up"},
+                 {0.5f, false, false, "Resize x0.5 into the output: low, its output cast"},
+                 {4, true, false, "Resize x4 read by a Relu too: low"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_model *m = resize_head_model(ctx, cases[i].scale, cases[i].read);
+        if (!m) continue;
+        kiln_tensor *x = kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 8, 8), -2, 2, 52);
+        compare_precisions(m, cases[i].label, 1, &x, cases[i].read ? 2 : 1, NULL);
+        rewritten r;
+        if (rewrite(m, KILN_DEVICE_CPU, KILN_PRECISION_FP16, NO_FUSION, &r)) {
+            check_boundaries(&r, m);
+            const kiln_dtype want = cases[i].f32 ? KILN_F32 : KILN_F16;
+            CHECK_DT(in_dtype(&r, "resize", 0), want, cases[i].label);
+            CHECK_DT(out_dtype(&r, "resize", 0), want, cases[i].label);
+            CHECK_DT(out_dtype(&r, "conv", 0), KILN_F16, "the Conv before it computes low");
+            rewritten_free(&r);
+        }
+        kiln_tensor_free(x);
+        kiln_model_free(m);
+    }
+}
+
 static void test_normalize_eps(kiln_context *ctx) {
     kiln_model *m = normalize_model(ctx);
     if (!m) return;
@@ -751,6 +801,7 @@ int main(int argc, char **argv) {
     test_fixed_reshape(ctx);
     test_written_softmax(ctx);
     test_normalize_eps(ctx);
+    test_resize_head(ctx);
     test_pad_channels(ctx);
     kiln_context_free(ctx);
     if (fails) printf("%d check(s) failed\n", fails);

@@ -314,8 +314,11 @@ enum {
     KILN_PREC_SOURCE = 1u << 3,   /* an f32 output may be retargeted to L (Cast to f32, Constant) */
     KILN_PREC_LIKE_X = 1u << 5,   /* mixed: output 0 in input 0's dtype, and its optional output 1
                                      an f32 copy for f32 readers (the fused loss's gradient) */
-    KILN_PREC_SHAPE_ANY = 1u << 6 /* its shape_only_inputs are read in any dtype (no output's dtype
+    KILN_PREC_SHAPE_ANY = 1u << 6, /* its shape_only_inputs are read in any dtype (no output's dtype
                                      follows them): an L value is not cast to f32 for its shape */
+    KILN_PREC_GROWS = 1u << 7     /* low, and its output may be larger than its input 0 (Resize):
+                                     where it grows it into graph outputs nothing else reads, it
+                                     computes in f32 from a Cast of that smaller input */
 };
 
 /* Which NHWC rule of the layout pass (src/passes/layout.c) the op follows. */

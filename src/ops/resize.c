@@ -1303,7 +1303,7 @@ static int test(void) {
 #endif /* KILN_OPTESTS */
 
 const kiln_op_def kiln_op_resize = {
-    .precision = KILN_PREC_LOW, .f32_inputs = 0x6u /* roi, scales */,
+    .precision = KILN_PREC_LOW, .f32_inputs = 0x6u /* roi, scales */, .prec_flags = KILN_PREC_GROWS,
     .name = "Resize", .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .value_inputs = (1u << 2) | (1u << 3), .nondiff_inputs = (1u << 1) | (1u << 2),
     .infer = infer, .cpu_forward = forward,

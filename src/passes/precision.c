@@ -8,7 +8,9 @@
  *           BatchNormalization, the fused kiln ops, training's ConvGradInput/Weight/Bias,
  *           MaxPoolGrad, GlobalAveragePoolGrad, UnaryGrad and BatchNormGrad): f32 inputs
  *           are read as L, f32 outputs become L, except the inputs and outputs the op
- *           keeps f32 (.f32_inputs, .f32_outputs). BatchNormalization's scale/B/mean/var and running statistics
+ *           keeps f32 (.f32_inputs, .f32_outputs). One that grows its input into graph
+ *           outputs nothing reads (KILN_PREC_GROWS: a segmentation head's final Resize)
+ *           computes in f32 instead, from its input cast up. BatchNormalization's scale/B/mean/var and running statistics
  *           stay f32 (the op takes mixed float dtypes, as opset 15 allows), in training
  *           mode too, and so do kiln.BatchNormGrad's scale/B/mean/var inputs and its
  *           dScale/dB outputs: X, Y, dY and dX are L, the statistics are summed in f32 or
@@ -552,6 +554,26 @@ kiln_status kiln_pass_precision(kiln_model *m, const kiln_pass_options *o, bool 
         }
     }
     free(exp_arg);
+    /* A low op that grows its input 0 (KILN_PREC_GROWS: Resize) into graph outputs that no
+     * node reads computes in f32 from that input cast up, instead of in L with its output
+     * cast back: the Cast then touches the smaller tensor (fcn's final (N, 21, 28, 28) ->
+     * 224 x 224 upsample: the [N, 21, 224, 224] f16 -> f32 Cast, 0.63 ms of 26 at batch 256
+     * on an H200, becomes one of a 64th of the bytes), and the output is the f32 Resize of
+     * the rounded input. Sizes from the indicative shapes (symbolic dims as 1); unknown: kept. */
+    for (int i = 0; i < s.n0; i++) {
+        const kiln_node *n = &m->nodes[i];
+        if (s.c[i] != C_LOW || !(prec_flags(n) & KILN_PREC_GROWS) || n->n_in < 1 || n->in[0] < 0) continue;
+        const kiln_tensor *x = &vt[n->in[0]];
+        bool grows = x->ndim >= 0 && n->n_out > 0, any = false;
+        for (int k = 0; k < n->n_out && grows; k++) {
+            const int v = n->out[k];
+            if (v < 0) continue;
+            any = true;
+            grows = m->values[v].is_output && s.f32v[v] && cstart[v] == cstart[v + 1] && vt[v].ndim >= 0 &&
+                    kiln_tensor_numel(&vt[v]) > kiln_tensor_numel(x);
+        }
+        if (grows && any) s.c[i] = C_FP32;
+    }
     /* Which values become L, in order. */
     for (int oi = 0; oi < s.n0; oi++) {
         int i = order[oi];
