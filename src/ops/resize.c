@@ -1097,47 +1097,35 @@ static int test(void) {
                                                 NULL,
                                                 kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 17, 23))},
                                1, "resize random nearest to sizes");
-    /* CUDA's tables (src/cuda/resize.cu): a segmentation head's x8 bilinear upsample to a
-     * last axis not a multiple of 8 (the scalar stores), and the ASPP pool's 1x1 -> HxW */
-    fails += kiln_optest_sweep("Resize", "mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 0, 4,
-                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 7, 7), -2, 2, 403),
-                                                NULL,
-                                                NULL,
-                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 56, 57))},
-                               1, "resize random linear x8 to 56x57");
-    fails += kiln_optest_sweep("Resize", "mode=linear", 0, 4,
-                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 4, 1, 1), -2, 2, 404),
-                                                NULL,
-                                                NULL,
-                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 4, 6, 7))},
-                               1, "resize random linear 1x1 to 6x7");
-    /* resize.cu's kernel of 8 positions a thread: a last axis a multiple of 8 (16-byte stores
-     * in f16 / bf16), cubic (4 taps an axis), trilinear (4 outer combinations: its limit) and
-     * tricubic (16: the row kernel) */
-    fails += kiln_optest_sweep("Resize", "mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 0, 4,
-                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 7, 7), -2, 2, 405),
-                                                NULL,
-                                                NULL,
-                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 56, 56))},
-                               1, "resize random linear x8 to 56x56");
-    fails += kiln_optest_sweep("Resize", "mode=cubic", 0, 4,
-                               (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(2, 3, 5, 6), -2, 2, 406),
-                                                NULL,
-                                                NULL,
-                                                kt_make(KILN_I64, 1, KT_DIMS(4), KT_VALS(2, 3, 10, 16))},
-                               1, "resize random cubic to 10x16");
-    fails += kiln_optest_sweep("Resize", "mode=linear", 0, 4,
-                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(1, 2, 3, 4, 5), -2, 2, 407),
-                                                NULL,
-                                                NULL,
-                                                kt_make(KILN_I64, 1, KT_DIMS(5), KT_VALS(1, 2, 6, 7, 16))},
-                               1, "resize random trilinear to 6x7x16");
-    fails += kiln_optest_sweep("Resize", "mode=cubic", 0, 4,
-                               (kiln_tensor *[]){kt_rand(KILN_F32, 5, KT_DIMS(1, 2, 3, 4, 5), -2, 2, 408),
-                                                NULL,
-                                                NULL,
-                                                kt_make(KILN_I64, 1, KT_DIMS(5), KT_VALS(1, 2, 5, 7, 9))},
-                               1, "resize random tricubic to 5x7x9");
+    /* Random X resized to sizes, for CUDA's kernels (src/cuda/resize.cu): a segmentation
+     * head's x8 bilinear upsample to a last axis not a multiple of 8 and to one that is (the
+     * 16-byte rows of f16 / bf16), the ASPP pool's 1x1 -> HxW, cubic (4 taps an axis), and
+     * trilinear and tricubic (4 and 16 combinations of the outer axes' taps) */
+    static const struct {
+        const char *attrs;
+        int rank;
+        int64_t x[5], sizes[5];
+        uint64_t seed;
+        const char *label;
+    } sized[] = {
+        {"mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 4, {2, 3, 7, 7}, {2, 3, 56, 57}, 403,
+         "resize random linear x8 to 56x57"},
+        {"mode=linear", 4, {2, 4, 1, 1}, {2, 4, 6, 7}, 404, "resize random linear 1x1 to 6x7"},
+        {"mode=linear;coordinate_transformation_mode=pytorch_half_pixel", 4, {2, 3, 7, 7}, {2, 3, 56, 56}, 405,
+         "resize random linear x8 to 56x56"},
+        {"mode=cubic", 4, {2, 3, 5, 6}, {2, 3, 10, 16}, 406, "resize random cubic to 10x16"},
+        {"mode=linear", 5, {1, 2, 3, 4, 5}, {1, 2, 6, 7, 16}, 407, "resize random trilinear to 6x7x16"},
+        {"mode=cubic", 5, {1, 2, 3, 4, 5}, {1, 2, 5, 7, 9}, 408, "resize random tricubic to 5x7x9"},
+    };
+    for (size_t i = 0; i < sizeof sized / sizeof sized[0]; i++) {
+        const int64_t r = sized[i].rank;
+        kiln_tensor *sz = kt_make(KILN_I64, 1, &r, NULL);
+        for (int d = 0; sz && d < sized[i].rank; d++) ((int64_t *)sz->data)[d] = sized[i].sizes[d];
+        fails += kiln_optest_sweep("Resize", sized[i].attrs, 0, 4,
+                                   (kiln_tensor *[]){kt_rand(KILN_F32, sized[i].rank, sized[i].x, -2, 2, sized[i].seed),
+                                                    NULL, NULL, sz},
+                                   1, sized[i].label);
+    }
     /* the cases test_cuda_ops.c wrote by hand, swept on every backend (tests/gpu/test_backend_ops.c) */
     fails += kiln_optest_sweep("Resize", "", 13, 3,
                                (kiln_tensor *[]){kt_rand(KILN_F32, 4, KT_DIMS(1, 2, 3, 4), -2, 2, 1471),
