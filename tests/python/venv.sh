@@ -18,10 +18,11 @@ if [ "${KILN_REUSE_VENV:-0}" = 1 ] && [ -f "$venv/.kiln_venv_done" ]; then
 fi
 rm -rf "$venv"
 "$py" -m venv "$venv"
-# --no-compile: no .pyc for the ~5 GB PyTorch brings (its CUDA wheels, from PyPI) while the
-# build compiles beside it; Python compiles the modules a test imports when it imports them.
-"$venv/bin/python" -m pip install -q --no-compile numpy onnx onnxruntime onnxscript
-"$venv/bin/python" -m pip install -q --no-compile "${torch_index[@]}" torch torchvision
+# (Not --no-compile: the venv was made 40 s sooner, but each Python test then compiled what
+# it imported of PyTorch, and ctest -L cpu took 366 s instead of 235: bench/NOTES.md,
+# the thirty-second session.)
+"$venv/bin/python" -m pip install -q numpy onnx onnxruntime onnxscript
+"$venv/bin/python" -m pip install -q "${torch_index[@]}" torch torchvision
 "$venv/bin/python" -c "import numpy, onnx, onnxruntime, torch, torchvision; print('venv:', 'numpy', numpy.__version__, 'torch', torch.__version__, 'torchvision', torchvision.__version__, 'onnx', onnx.__version__, 'onnxruntime', onnxruntime.__version__)"
 touch "$venv/.kiln_venv_done"
 echo "venv: $venv made in $(( $(date +%s) - start )) s"
