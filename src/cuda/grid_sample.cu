@@ -12,9 +12,10 @@
  * accumulated in f32 (the reference: f64).
  *
  * RoiAlign: one thread an output element (region, c, bin); positions, weights and the sums in
- * f64 as the reference's; a batch index outside [0, N) zeroes that region's outputs and raises
+ * f64, the reference's arithmetic (src/ops/roi_align_math.h, the same bits); a batch index outside [0, N) zeroes that region's outputs and raises
  * KILN_CUDA_FLAG_ROI_BATCH (kiln_cuda_sync names it).
  */
+#include "../ops/roi_align_math.h"
 #include "dtype.cuh"
 
 #include <math.h>
@@ -145,7 +146,7 @@ kiln_status launch(kiln_cuda *cu, kiln_context *ctx, const void *x, const void *
 
 struct RoiArgs {
     int64_t R, N, C, H, W, PH, PW, sr;
-    double scale, off;
+    double scale;
     bool max, hp, idx64;
 };
 
@@ -162,45 +163,19 @@ __global__ void __launch_bounds__(THREADS)
             if (atomicCAS(&flag->code, 0, KILN_CUDA_FLAG_ROI_BATCH) == 0) flag->value = (long long)b;
             continue;
         }
-        const double x1 = load_any(rois, rdt, r * 4 + 0) * a.scale - a.off, y1 = load_any(rois, rdt, r * 4 + 1) * a.scale - a.off;
-        const double x2 = load_any(rois, rdt, r * 4 + 2) * a.scale - a.off, y2 = load_any(rois, rdt, r * 4 + 3) * a.scale - a.off;
-        double rw = x2 - x1, rh = y2 - y1;
-        if (!a.hp) {
-            rw = fmax(rw, 1.0);
-            rh = fmax(rh, 1.0);
-        }
-        const double bh = rh / (double)a.PH, bw = rw / (double)a.PW;
-        const int64_t gh = a.sr > 0 ? a.sr : (int64_t)ceil(rh / (double)a.PH);
-        const int64_t gw = a.sr > 0 ? a.sr : (int64_t)ceil(rw / (double)a.PW);
-        const double count = (double)(gh * gw > 1 ? gh * gw : 1);
+        const kiln_roi_box box = kiln_roi_box_of(load_any(rois, rdt, r * 4 + 0), load_any(rois, rdt, r * 4 + 1),
+                                                 load_any(rois, rdt, r * 4 + 2), load_any(rois, rdt, r * 4 + 3),
+                                                 a.scale, a.hp, a.PH, a.PW, a.sr);
         const T *xp = x + (b * a.C + ch) * a.H * a.W;
-        double out = 0;
-        bool first = true;
-        for (int64_t iy = 0; iy < gh; iy++) {
-            const double yy = y1 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;
-            for (int64_t ix = 0; ix < gw; ix++) {
-                const double xx = x1 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
-                double v = 0;
-                if (!(yy < -1.0 || yy > (double)a.H || xx < -1.0 || xx > (double)a.W)) {
-                    double ys = fmax(yy, 0.0), xs = fmax(xx, 0.0);
-                    int64_t yl = (int64_t)ys, xl = (int64_t)xs, yh, xh;
-                    if (yl >= a.H - 1) yh = yl = a.H - 1, ys = (double)yl;
-                    else yh = yl + 1;
-                    if (xl >= a.W - 1) xh = xl = a.W - 1, xs = (double)xl;
-                    else xh = xl + 1;
-                    const double ly = ys - (double)yl, lx = xs - (double)xl, hy = 1 - ly, hx = 1 - lx;
-                    const double t1 = hy * hx * (double)to_f(xp[yl * a.W + xl]);
-                    const double t2 = hy * lx * (double)to_f(xp[yl * a.W + xh]);
-                    const double t3 = ly * hx * (double)to_f(xp[yh * a.W + xl]);
-                    const double t4 = ly * lx * (double)to_f(xp[yh * a.W + xh]);
-                    v = a.max ? fmax(fmax(t1, t2), fmax(t3, t4)) : t1 + t2 + t3 + t4;
-                }
-                if (!a.max) out += v;
-                else if (first || v > out) out = v;
-                first = false;
+        double acc = 0;
+        for (int64_t iy = 0; iy < box.gh; iy++)
+            for (int64_t ix = 0; ix < box.gw; ix++) {
+                const kiln_roi_taps t = kiln_roi_taps_at(&box, ph, pw, iy, ix, a.H, a.W);
+                double v[4];
+                for (int k = 0; k < 4; k++) v[k] = t.in ? (double)to_f(xp[t.off[k]]) : 0.0;
+                acc = kiln_roi_fold(acc, kiln_roi_combine(&t, v, a.max), iy == 0 && ix == 0, a.max);
             }
-        }
-        y[e] = from_f<T>((float)(a.max ? out : out / count));
+        y[e] = from_f<T>((float)kiln_roi_result(acc, &box, a.max));
     }
 }
 
@@ -266,7 +241,6 @@ extern "C" kiln_status kiln_cuda_k_roi_align(kiln_cuda *cu, kiln_op_ctx *c) {
     a.hp = !strcmp(kiln_attr_string(c->node, "coordinate_transformation_mode",
                                     c->node->opset >= 16 ? "half_pixel" : "output_half_pixel"),
                    "half_pixel");
-    a.off = a.hp ? 0.5 : 0.0;
     a.idx64 = bi->dtype == KILN_I64;
     if (a.R * a.C * a.PH * a.PW == 0) return KILN_OK;
     kiln_status st;

@@ -14,8 +14,10 @@
  *     its four weighted taps (w * x), and the bin the largest sample.
  *
  * A batch index outside [0, N) fails, naming it. Weights and positions in double (the
- * reference: Python floats), the sums in double. Not differentiable in kiln. */
+ * reference: Python floats), the sums in double: roi_align_math.h, shared with the CUDA
+ * kernel. Not differentiable in kiln. */
 #include "../core/optest.h"
+#include "roi_align_math.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -71,53 +73,28 @@ static kiln_status forward(kiln_op_ctx *c) {
     const bool is_max = max_mode(c->node, &ok), hp = half_pixel(c->node, &ok);
     const int64_t R = rois->dims[0], N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
     const int64_t PH = y->dims[2], PW = y->dims[3], sr = kiln_attr_int(c->node, "sampling_ratio", 0);
-    const double scale = kiln_attr_float(c->node, "spatial_scale", 1.0f), off = hp ? 0.5 : 0.0;
+    const double scale = kiln_attr_float(c->node, "spatial_scale", 1.0f);
     for (int64_t r = 0; r < R; r++) {
         const int64_t b = kiln_get_i64(bi, r);
         KILN_OP_CHECK(c, b >= 0 && b < N, KILN_ERR_INVALID_ARGUMENT,
                       "batch_indices[%lld] = %lld is outside [0, %lld) (X's batch)", (long long)r, (long long)b,
                       (long long)N);
-        const double x1 = kiln_get_f64(rois, r * 4 + 0) * scale - off, y1 = kiln_get_f64(rois, r * 4 + 1) * scale - off;
-        const double x2 = kiln_get_f64(rois, r * 4 + 2) * scale - off, y2 = kiln_get_f64(rois, r * 4 + 3) * scale - off;
-        double rw = x2 - x1, rh = y2 - y1;
-        if (!hp) {
-            rw = fmax(rw, 1.0);
-            rh = fmax(rh, 1.0);
-        }
-        const double bh = rh / (double)PH, bw = rw / (double)PW;
-        const int64_t gh = sr > 0 ? sr : (int64_t)ceil(rh / (double)PH), gw = sr > 0 ? sr : (int64_t)ceil(rw / (double)PW);
-        const double count = (double)(gh * gw > 1 ? gh * gw : 1);
+        const kiln_roi_box box =
+            kiln_roi_box_of(kiln_get_f64(rois, r * 4 + 0), kiln_get_f64(rois, r * 4 + 1), kiln_get_f64(rois, r * 4 + 2),
+                            kiln_get_f64(rois, r * 4 + 3), scale, hp, PH, PW, sr);
         for (int64_t ch = 0; ch < C; ch++) {
             const int64_t base = (b * C + ch) * H * W;
             for (int64_t ph = 0; ph < PH; ph++)
                 for (int64_t pw = 0; pw < PW; pw++) {
-                    double out = 0;
-                    bool first = true;
-                    for (int64_t iy = 0; iy < gh; iy++) {
-                        const double yy = y1 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;
-                        for (int64_t ix = 0; ix < gw; ix++) {
-                            const double xx = x1 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
-                            double v = 0;
-                            if (!(yy < -1.0 || yy > (double)H || xx < -1.0 || xx > (double)W)) {
-                                double ys = fmax(yy, 0), xs = fmax(xx, 0);
-                                int64_t yl = (int64_t)ys, xl = (int64_t)xs, yh, xh;
-                                if (yl >= H - 1) yh = yl = H - 1, ys = (double)yl;
-                                else yh = yl + 1;
-                                if (xl >= W - 1) xh = xl = W - 1, xs = (double)xl;
-                                else xh = xl + 1;
-                                const double ly = ys - (double)yl, lx = xs - (double)xl, hy = 1 - ly, hx = 1 - lx;
-                                const double t1 = hy * hx * kiln_get_f64(x, base + yl * W + xl);
-                                const double t2 = hy * lx * kiln_get_f64(x, base + yl * W + xh);
-                                const double t3 = ly * hx * kiln_get_f64(x, base + yh * W + xl);
-                                const double t4 = ly * lx * kiln_get_f64(x, base + yh * W + xh);
-                                v = is_max ? fmax(fmax(t1, t2), fmax(t3, t4)) : t1 + t2 + t3 + t4;
-                            }
-                            if (!is_max) out += v;
-                            else if (first || v > out) out = v;
-                            first = false;
+                    double acc = 0;
+                    for (int64_t iy = 0; iy < box.gh; iy++)
+                        for (int64_t ix = 0; ix < box.gw; ix++) {
+                            const kiln_roi_taps t = kiln_roi_taps_at(&box, ph, pw, iy, ix, H, W);
+                            double v[4];
+                            for (int k = 0; k < 4; k++) v[k] = kiln_get_f64(x, base + t.off[k]);
+                            acc = kiln_roi_fold(acc, kiln_roi_combine(&t, v, is_max), iy == 0 && ix == 0, is_max);
                         }
-                    }
-                    kiln_set_f64(y, ((r * C + ch) * PH + ph) * PW + pw, is_max ? out : out / count);
+                    kiln_set_f64(y, ((r * C + ch) * PH + ph) * PW + pw, kiln_roi_result(acc, &box, is_max));
                 }
         }
     }
