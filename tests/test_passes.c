@@ -1443,6 +1443,78 @@ static kiln_model *mean_model(int rank, int n_axes, const double *axes, int keep
     return m;
 }
 
+/* ---------------------------------------------------------------- pool-conv */
+
+/* x (?, 8, 5, 6) -> Relu -> AveragePool (3x3 [or 2x2], strides s, pads p, count_include_pad
+ * ci) -> Conv 1x1 (W (M, 8, 1, 1) [+ B (M)]) -> Relu -> y [, the pool's output a graph output
+ * too]. */
+static kiln_model *pool_conv_model(int64_t M, int stride, int pad, int ci, bool bias, bool pool_out, int k) {
+    kiln_model *m = new_model();
+    input(m, "x", KILN_F32, 4, KT_DIMS(-1, 8, 5, 6));
+    init(m, "W", KILN_F32, 4, KT_DIMS(M, 8, 1, 1), -1, 1, 71);
+    if (bias) init(m, "B", KILN_F32, 1, KT_DIMS(M), -1, 1, 72);
+    node(m, "Relu", "x", "h");
+    kiln_node *pn = node(m, "AveragePool", "h", "p");
+    if (pn) {
+        kiln_node_set_ints(pn, "kernel_shape", 2, (int64_t[]){k, k});
+        kiln_node_set_ints(pn, "strides", 2, (int64_t[]){stride, stride});
+        kiln_node_set_ints(pn, "pads", 4, (int64_t[]){pad, pad, pad, pad});
+        if (ci >= 0) kiln_node_set_int(pn, "count_include_pad", ci);
+    }
+    node(m, "Conv", bias ? "p,W,B" : "p,W", "c");
+    node(m, "Relu", "c", "y");
+    output(m, "y");
+    if (pool_out) output(m, "p");
+    finalize(m);
+    return m;
+}
+
+static void test_pool_conv(void) {
+    static const struct {
+        const char *label;
+        int64_t M;
+        int stride, pad, ci, k;
+        bool bias, pool_out, swapped;
+        int nodes; /* executed with the pass (without: 4, 5 with the pool an output too) */
+    } cases[] = {
+        {"3x3 pads 1, count_include_pad 1, bias: the bias after the pool", 3, 1, 1, 1, 3, true, false, true, 5},
+        {"3x3 pads 1, count_include_pad 0, bias: the bias kept", 3, 1, 1, 0, 3, true, false, true, 4},
+        {"3x3 pads 1, count_include_pad absent (0)", 3, 1, 1, -1, 3, true, false, true, 4},
+        {"2x2 no pads, count_include_pad 1, bias: the bias kept", 5, 1, 0, 1, 2, true, false, true, 4},
+        {"3x3 pads 1, count_include_pad 1, no bias", 3, 1, 1, 1, 3, false, false, true, 4},
+        {"M = C: not narrowing", 8, 1, 1, 1, 3, true, false, false, 4},
+        {"stride 2: the convolution would see 4x the positions", 3, 2, 1, 1, 3, true, false, false, 4},
+        {"the pool's output read by a graph output too", 3, 1, 1, 1, 3, true, true, false, 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char label[200];
+        snprintf(label, sizeof label, "pool-conv %s", cases[i].label);
+        kiln_model *m = pool_conv_model(cases[i].M, cases[i].stride, cases[i].pad, cases[i].ci, cases[i].bias,
+                                        cases[i].pool_out, cases[i].k);
+        kiln_model *o = optimized(m, KILN_PASS_MEAN_POOL);
+        /* swapped: the Conv reads x's Relu directly, the pool reads the Conv */
+        const kiln_node *cv = find(o, "Conv"), *pl = find(o, "AveragePool");
+        const bool swapped = cv && pl && pl->in[0] == cv->out[0];
+        const bool moved = swapped && cases[i].nodes == 5;
+        CHECK(o && swapped == cases[i].swapped && count(o, "Add") == moved && (!swapped || cv->n_in == (cases[i].bias && !moved ? 3 : 2)),
+              "%s: swapped %d (expected %d), %d Add, Conv inputs %d", label, swapped, cases[i].swapped,
+              count(o, "Add"), cv ? cv->n_in : -1);
+        kiln_model_free(o);
+        /* the function: outputs equal with the pass and without */
+        const int plain = 4;
+        check(label, m, KILN_PASS_MEAN_POOL, 3, 1e-5, 1e-5, plain, cases[i].swapped ? cases[i].nodes : plain);
+    }
+    /* KILN_POOL_CONV=0 leaves the pool where it is (mean-pool's switch stays on) */
+    setenv("KILN_POOL_CONV", "0", 1);
+    kiln_model *m = pool_conv_model(3, 1, 1, 1, true, false, 3);
+    kiln_model *o = optimized(m, KILN_PASS_MEAN_POOL);
+    const kiln_node *pl = find(o, "AveragePool"), *cv = find(o, "Conv");
+    CHECK(o && pl && cv && cv->in[0] == pl->out[0], "pool-conv: KILN_POOL_CONV=0 swapped the pool");
+    kiln_model_free(o);
+    kiln_model_free(m);
+    unsetenv("KILN_POOL_CONV");
+}
+
 static void test_mean_pool(void) {
     static const struct {
         const char *label;
@@ -1885,6 +1957,7 @@ int main(int argc, char **argv) {
     test_fold_constants();
     test_crop_taps();
     test_mean_pool();
+    test_pool_conv();
     test_space_to_depth();
     test_fold_scale();
     test_known_dims();

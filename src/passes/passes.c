@@ -21,6 +21,9 @@ static const kiln_pass passes[] = {
     {"space-to-depth", KILN_PASS_SPACE_TO_DEPTH, kiln_pass_space_to_depth},
     /* before precision and layout: the pool it makes stays low and NHWC */
     {"mean-pool", KILN_PASS_MEAN_POOL, kiln_pass_mean_pool},
+    /* after fold-bn (a BN between the two would no longer meet its convolution), before
+     * fuse-conv (which would take the convolution's bias and activation); mean-pool's switch */
+    {"pool-conv", KILN_PASS_MEAN_POOL, kiln_pass_pool_conv},
     /* before fuse-conv and fuse-eltwise: they would take the product's bias Add and the
      * scale Muls that the attention chain holds */
     {"fuse-attention", KILN_PASS_FUSE_ATTENTION, kiln_pass_fuse_attention},

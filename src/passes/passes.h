@@ -183,6 +183,7 @@ kiln_status kiln_pass_fold_scale(kiln_model *m, const kiln_pass_options *o, bool
 kiln_status kiln_pass_row_gather(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_crop_taps(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_mean_pool(kiln_model *m, const kiln_pass_options *o, bool *changed);
+kiln_status kiln_pass_pool_conv(kiln_model *m, const kiln_pass_options *o, bool *changed); /* KILN_POOL_CONV=0: off */
 kiln_status kiln_pass_space_to_depth(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_conv_patch(kiln_model *m, const kiln_pass_options *o, bool *changed);
 kiln_status kiln_pass_fuse_conv(kiln_model *m, const kiln_pass_options *o, bool *changed);
