@@ -1504,6 +1504,51 @@ static void test_pool_conv(void) {
         const int plain = 4;
         check(label, m, KILN_PASS_MEAN_POOL, 3, 1e-5, 1e-5, plain, cases[i].swapped ? cases[i].nodes : plain);
     }
+    /* the other way: x (?, C, 5, 6) -> Relu -> Conv 1x1 (M) -> AveragePool -> Relu, pool first
+     * where C < M x strides and a bias commutes with the pool */
+    static const struct {
+        const char *label;
+        int64_t C, M;
+        int k, stride, pad, ci, ceil;
+        bool bias, swapped;
+    } back[] = {
+        {"8 -> 4, 2x2 stride 2, bias (DenseNet's transition)", 8, 4, 2, 2, 0, 0, 0, true, true},
+        {"8 -> 4, 3x3 stride 2 pads 1 count_include_pad 1, no bias", 8, 4, 3, 2, 1, 1, 0, false, true},
+        {"8 -> 4, 3x3 stride 2 pads 1 count_include_pad 1, bias: not commuting", 8, 4, 3, 2, 1, 1, 0, true, false},
+        {"8 -> 4, 2x2 stride 2 ceil_mode on 5x6, count_include_pad 0, bias", 8, 4, 2, 2, 0, 0, 1, true, true},
+        {"8 -> 4, 2x2 stride 2 ceil_mode, count_include_pad 1, bias: not commuting", 8, 4, 2, 2, 0, 1, 1, true, false},
+        {"3 -> 8, 3x3 stride 1 pads 1, count_include_pad 0, bias (widening)", 3, 8, 3, 1, 1, 0, 0, true, true},
+        {"8 -> 1, 2x2 stride 2: C >= M x 4", 8, 1, 2, 2, 0, 0, 0, false, false},
+    };
+    for (size_t i = 0; i < sizeof back / sizeof back[0]; i++) {
+        char label[200];
+        snprintf(label, sizeof label, "pool-conv back %s", back[i].label);
+        kiln_model *b = new_model();
+        input(b, "x", KILN_F32, 4, KT_DIMS(-1, back[i].C, 5, 6));
+        init(b, "W", KILN_F32, 4, KT_DIMS(back[i].M, back[i].C, 1, 1), -1, 1, 73);
+        if (back[i].bias) init(b, "B", KILN_F32, 1, KT_DIMS(back[i].M), -1, 1, 74);
+        node(b, "Relu", "x", "h");
+        node(b, "Conv", back[i].bias ? "h,W,B" : "h,W", "c");
+        kiln_node *pn = node(b, "AveragePool", "c", "p");
+        if (pn) {
+            const int k = back[i].k, st = back[i].stride, pd = back[i].pad;
+            kiln_node_set_ints(pn, "kernel_shape", 2, (int64_t[]){k, k});
+            kiln_node_set_ints(pn, "strides", 2, (int64_t[]){st, st});
+            kiln_node_set_ints(pn, "pads", 4, (int64_t[]){pd, pd, pd, pd});
+            kiln_node_set_int(pn, "count_include_pad", back[i].ci);
+            kiln_node_set_int(pn, "ceil_mode", back[i].ceil);
+        }
+        node(b, "Relu", "p", "y");
+        output(b, "y");
+        finalize(b);
+        kiln_model *o = optimized(b, KILN_PASS_MEAN_POOL);
+        const kiln_node *cv = find(o, "Conv"), *pl = find(o, "AveragePool");
+        const bool swapped = cv && pl && cv->in[0] == pl->out[0];
+        CHECK(o && swapped == back[i].swapped && count(o, "Add") == 0, "%s: pool first %d (expected %d), %d Add", label,
+              swapped, back[i].swapped, count(o, "Add"));
+        kiln_model_free(o);
+        check(label, b, KILN_PASS_MEAN_POOL, 3, 1e-5, 1e-5, 4, 4);
+    }
     /* KILN_POOL_CONV=0 leaves the pool where it is (mean-pool's switch stays on) */
     setenv("KILN_POOL_CONV", "0", 1);
     kiln_model *m = pool_conv_model(3, 1, 1, 1, true, false, 3);

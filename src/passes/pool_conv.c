@@ -1,5 +1,5 @@
 /*
- * pool_conv.c — an average pool moved behind the 1x1 convolution that narrows its channels
+ * pool_conv.c — an average pool and a 1x1 convolution next to it put in the cheaper order
  * (KILN_PASS_MEAN_POOL's switch: both rewrite pools; src/passes/mean_pool.c; the environment
  * variable KILN_POOL_CONV=0 turns this one off alone).
  *
@@ -18,22 +18,37 @@
  * convolution they read and write 1/6 to 1/10 of the bytes. The convolution does the same
  * work either way (same map size: the pool's stride is 1).
  *
- * The bias: where a window counts padding (count_include_pad = 1 with pads, or auto_pad
- * SAME_*), the pool of (W x + B) is not pool(W x) + B at the borders (the padding holds 0,
- * not B), so the bias leaves the convolution for an Add after the pool (fuse-eltwise joins
- * it to a following activation). Otherwise (no padding, or count_include_pad = 0: the
- * divisor counts only real taps) the average of W x + B is the average of W x plus B, and the
- * bias stays.
+ * And the other way, where the pool is cheaper first:
  *
- * When: a default-domain AveragePool of one output over a 4-D X (both shape probes), strides
+ *   c = Conv(x, W[, B])          1x1 as above, W (M, C, 1, 1)
+ *   y = AveragePool(c)           strides s (product S), C < M x S
+ *   ->
+ *   t = AveragePool(x)
+ *   y = Conv(t, W[, B])
+ *
+ * The pool then reads C channels instead of M and the convolution sees 1 / S of the positions:
+ * pool first moves C + 2C/S + M/S elements a position of X against C + 2M + M/S, and does 1/S
+ * of the products. DenseNet's transitions (a 1x1 convolution halving the channels, then a 2x2
+ * average pool of stride 2) are this case. With a bias only where it commutes (below).
+ *
+ * The bias: where a window counts padding (count_include_pad = 1 with pads, auto_pad SAME_*
+ * or ceil_mode), the pool of (W x + B) is not pool(W x) + B at the borders (the padding holds
+ * 0, not B), so there the bias leaves the convolution for an Add after the pool
+ * (fuse-eltwise joins it to a following activation), and the other way is not taken.
+ * Otherwise (bias_commutes: no padding, or count_include_pad = 0, the divisor counting only
+ * real taps) the average of W x + B is the average of W x plus B, and the bias stays.
+ *
+ * When (the first way; the other alike, the Conv's output read by nothing but the pool): a
+ * default-domain AveragePool of one output over a 4-D X (both shape probes), strides
  * 1 (or absent), dilations 1 (or absent); its output read by nothing but that Conv (input 0)
  * and no graph output; the Conv default-domain, one output, group 1, strides, pads and
  * dilations 1 / 0 / 1 (or absent), auto_pad NOTSET or VALID, W 4-D (M, C, 1, 1) in both
  * probes with M < C; a bias that must move is a constant (an initializer or Constant) of
- * shape (M). Training graphs keep their pools (the pool's output there is also read by the
- * convolution's weight gradient: not a single reader). Before fuse-conv (which would take
- * the convolution's activation) and after fold-bn (a BatchNormalization between them would
- * no longer meet its convolution).
+ * shape (M). In a training graph the first way is not taken (the pool's output is also read by
+ * the convolution's weight gradient); the other way changes how the forward computes Y, not
+ * what the gradients read (X, W and dY: an average pool's gradient reads no values). Before
+ * fuse-conv (which would take the convolution's activation) and after fold-bn (a
+ * BatchNormalization between them would no longer meet its convolution).
  */
 #include "passes.h"
 
@@ -53,15 +68,49 @@ static bool conv_1x1(const kiln_shape_probes *pr, const kiln_node *n, int64_t *C
         *M = tw->dims[0];
         *C = tw->dims[1];
     }
-    return *M >= 1 && *M < *C;
+    return *M >= 1 && *C >= 1;
 }
 
-/* Whether AveragePool node n's windows may count padding (see the top). */
-static bool counts_padding(const kiln_node *n) {
+/* Conv node n: default domain, X and W given, one output, group 1, strides 1, no padding,
+ * dilations 1 (the 1x1 shape: conv_1x1). */
+static bool plain_conv(const kiln_node *n) {
+    if (n->domain[0] || n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0 || n->n_out != 1 || n->out[0] < 0) return false;
     const char *ap = kiln_attr_string(n, "auto_pad", "NOTSET");
-    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER"))
-        return kiln_attr_int(n, "count_include_pad", 0) != 0;
-    return kiln_attr_int(n, "count_include_pad", 0) != 0 && !kiln_pass_all_ints(n, "pads", 0);
+    return kiln_attr_int(n, "group", 1) == 1 && kiln_pass_all_ints(n, "strides", 1) && kiln_pass_all_ints(n, "pads", 0) &&
+           kiln_pass_all_ints(n, "dilations", 1) && (strcmp(ap, "NOTSET") == 0 || strcmp(ap, "VALID") == 0);
+}
+
+/* AveragePool node n: default domain, X given, one output (2-D windows: its X is 4-D,
+ * checked by the caller), dilations 1. */
+static bool plain_pool(const kiln_node *n) {
+    return kiln_pass_is(n, "AveragePool") && n->n_in >= 1 && n->in[0] >= 0 && n->n_out == 1 && n->out[0] >= 0 &&
+           kiln_pass_all_ints(n, "dilations", 1);
+}
+
+/* The product of AveragePool node n's strides (absent: 1). */
+static int64_t stride_product(const kiln_node *n) {
+    int c = 0;
+    const int64_t *s = kiln_attr_ints(n, "strides", &c);
+    int64_t p = 1;
+    for (int k = 0; s && k < c; k++) p *= s[k] > 0 ? s[k] : 1;
+    return p;
+}
+
+/* Whether every window of AveragePool node n weighs its taps 1 / (their number), so that a
+ * constant passes through unchanged (a bias commutes with it): no window counts padding. */
+static bool bias_commutes(const kiln_node *n) {
+    if (kiln_attr_int(n, "count_include_pad", 0) == 0) return true;
+    const char *ap = kiln_attr_string(n, "auto_pad", "NOTSET");
+    return (strcmp(ap, "NOTSET") == 0 || strcmp(ap, "VALID") == 0) && kiln_pass_all_ints(n, "pads", 0) &&
+           kiln_attr_int(n, "ceil_mode", 0) == 0;
+}
+
+/* The node that writes value v, or -1. */
+static int producer_of(const kiln_model *m, int v) {
+    for (int j = 0; j < m->n_nodes; j++)
+        for (int k = 0; k < m->nodes[j].n_out; k++)
+            if (m->nodes[j].out[k] == v) return j;
+    return -1;
 }
 
 /* Conv node i behind the pool that feeds it (see the top); *done when rewritten. */
@@ -69,29 +118,19 @@ static kiln_status swap(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
     (void)dead;
     *done = false;
     const kiln_node *cv = &m->nodes[i];
-    if (cv->domain[0] || cv->n_in < 2 || cv->in[0] < 0 || cv->in[1] < 0 || cv->n_out != 1 || cv->out[0] < 0) return KILN_OK;
-    const char *cap = kiln_attr_string(cv, "auto_pad", "NOTSET");
-    if (kiln_attr_int(cv, "group", 1) != 1 || !kiln_pass_all_ints(cv, "strides", 1) || !kiln_pass_all_ints(cv, "pads", 0) ||
-        !kiln_pass_all_ints(cv, "dilations", 1) || !(strcmp(cap, "NOTSET") == 0 || strcmp(cap, "VALID") == 0))
-        return KILN_OK;
+    if (!plain_conv(cv)) return KILN_OK;
     const int p = cv->in[0];
-    if (kiln_pass_single_consumer(m, p) != i) return KILN_OK;
-    int pi = -1; /* the pool: p's producer */
-    for (int j = 0; j < m->n_nodes && pi < 0; j++)
-        for (int k = 0; k < m->nodes[j].n_out; k++)
-            if (m->nodes[j].out[k] == p) pi = j;
+    const int pi = kiln_pass_single_consumer(m, p) == i ? producer_of(m, p) : -1; /* the pool */
     if (pi < 0) return KILN_OK;
     const kiln_node *pn = &m->nodes[pi];
-    /* op-pattern: AveragePool -> Conv 1x1 (narrowing) => Conv 1x1 -> AveragePool [-> Add bias] */
-    if (!kiln_pass_is(pn, "AveragePool") || pn->n_in < 1 || pn->in[0] < 0 || pn->n_out != 1 ||
-        !kiln_pass_all_ints(pn, "strides", 1) || !kiln_pass_all_ints(pn, "dilations", 1))
-        return KILN_OK;
+    /* op-pattern: AveragePool (stride 1) -> Conv 1x1 (narrowing) => Conv 1x1 -> AveragePool [-> Add bias] */
+    if (!plain_pool(pn) || stride_product(pn) != 1) return KILN_OK;
     const int x = pn->in[0];
     if (x >= pr->n || pr->one[x].ndim != 4 || pr->three[x].ndim != 4) return KILN_OK;
     int64_t C = 0, M = 0;
-    if (!conv_1x1(pr, cv, &C, &M)) return KILN_OK;
+    if (!conv_1x1(pr, cv, &C, &M) || M >= C) return KILN_OK;
     const int b = cv->n_in > 2 ? cv->in[2] : -1, y = cv->out[0];
-    const bool move_bias = b >= 0 && counts_padding(pn);
+    const bool move_bias = b >= 0 && !bias_commutes(pn);
     const kiln_tensor *bt = NULL;
     if (move_bias) {
         int *producer = kiln_pass_producers(m);
@@ -128,6 +167,36 @@ static kiln_status swap(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
     return KILN_OK;
 }
 
+/* AveragePool node i ahead of the 1x1 convolution that feeds it (see the top); *done when
+ * rewritten. */
+static kiln_status swap_back(kiln_model *m, const kiln_shape_probes *pr, int i, bool *dead, bool *done) {
+    (void)dead;
+    *done = false;
+    const kiln_node *pn = &m->nodes[i];
+    if (!plain_pool(pn)) return KILN_OK;
+    const int c = pn->in[0];
+    const int ci = kiln_pass_single_consumer(m, c) == i ? producer_of(m, c) : -1; /* the Conv */
+    if (ci < 0) return KILN_OK;
+    const kiln_node *cv = &m->nodes[ci];
+    /* op-pattern: Conv 1x1 -> AveragePool (C < M x strides) => AveragePool -> Conv 1x1 */
+    if (!kiln_pass_is(cv, "Conv") || !plain_conv(cv)) return KILN_OK;
+    int64_t C = 0, M = 0;
+    const int x = cv->in[0], y = pn->out[0];
+    if (!conv_1x1(pr, cv, &C, &M) || C >= M * stride_product(pn)) return KILN_OK;
+    if (cv->n_in > 2 && cv->in[2] >= 0 && !bias_commutes(pn)) return KILN_OK;
+    char name[256];
+    snprintf(name, sizeof name, "%.200s/pool_before", cv->name);
+    const int t = kiln_pass_new_value(m, name);
+    if (t < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
+    m->values[t].dtype = m->values[y].dtype ? m->values[y].dtype : pr->one[y].dtype;
+    kiln_status st = kiln_pass_set_input(m, i, 0, x); /* the pool reads X, writes t */
+    if (!st) st = kiln_pass_set_output(m, i, 0, t);
+    if (!st) st = kiln_pass_set_input(m, ci, 0, t); /* the Conv reads t, writes y */
+    if (!st) st = kiln_pass_set_output(m, ci, 0, y);
+    if (!st) *done = true;
+    return st;
+}
+
 kiln_status kiln_pass_pool_conv(kiln_model *m, const kiln_pass_options *o, bool *changed) {
     (void)o;
     const char *env = getenv("KILN_POOL_CONV");
@@ -135,5 +204,7 @@ kiln_status kiln_pass_pool_conv(kiln_model *m, const kiln_pass_options *o, bool 
     bool any = false;
     for (int i = 0; i < m->n_nodes && !any; i++) any = kiln_pass_is(&m->nodes[i], "AveragePool"); /* op-pattern */
     if (!any) return KILN_OK;
-    return kiln_pass_each_node(m, "Conv", swap, changed); /* op-pattern */
+    kiln_status st = kiln_pass_each_node(m, "Conv", swap, changed); /* op-pattern */
+    if (!st) st = kiln_pass_each_node(m, "AveragePool", swap_back, changed); /* op-pattern */
+    return st;
 }
