@@ -409,10 +409,11 @@ enum {
                                           on CUDA, cuBLASLt's C), alone */
     KILN_PASS_MEAN_POOL = 1 << 16, /* a ReduceMean over every spatial axis (torch's x.mean([2, 3]))
                                      as GlobalAveragePool, which keeps the map's low precision and
-                                     NHWC layout; and pool-conv: a stride-1 AveragePool before a
-                                     1x1 convolution that narrows the channels moved behind it
-                                     (Inception's pool branches; KILN_POOL_CONV=0 turns that one
-                                     off alone) */
+                                     NHWC layout; and pool-conv: an AveragePool next to a 1x1
+                                     convolution put on the side with fewer channels (Inception's
+                                     stride-1 pool branches after it, DenseNet's stride-2
+                                     transitions before it; KILN_POOL_CONV=0 turns that one off
+                                     alone) */
     KILN_PASS_CONV_PATCH = 1 << 15, /* a convolution whose kernel is its stride (no padding, one
                                        group, at least 64 taps: a ViT's patch embedding) as
                                        the product of its patches with the weight (CUDA) */
