@@ -105,12 +105,17 @@ static bool bias_commutes(const kiln_node *n) {
            kiln_attr_int(n, "ceil_mode", 0) == 0;
 }
 
-/* The node that writes value v, or -1. */
-static int producer_of(const kiln_model *m, int v) {
-    for (int j = 0; j < m->n_nodes; j++)
-        for (int k = 0; k < m->nodes[j].n_out; k++)
-            if (m->nodes[j].out[k] == v) return j;
-    return -1;
+/* The node that writes value v if node `reader` is v's single reader, else -1. */
+static int producer_for(kiln_model *m, int v, int reader, kiln_status *st) {
+    if (kiln_pass_single_consumer(m, v) != reader) return -1;
+    int *producer = kiln_pass_producers(m);
+    if (!producer) {
+        *st = kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        return -1;
+    }
+    const int j = producer[v];
+    free(producer);
+    return j;
 }
 
 /* Conv node i behind the pool that feeds it (see the top); *done when rewritten. */
@@ -120,8 +125,9 @@ static kiln_status swap(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
     const kiln_node *cv = &m->nodes[i];
     if (!plain_conv(cv)) return KILN_OK;
     const int p = cv->in[0];
-    const int pi = kiln_pass_single_consumer(m, p) == i ? producer_of(m, p) : -1; /* the pool */
-    if (pi < 0) return KILN_OK;
+    kiln_status st = KILN_OK;
+    const int pi = producer_for(m, p, i, &st); /* the pool */
+    if (pi < 0) return st;
     const kiln_node *pn = &m->nodes[pi];
     /* op-pattern: AveragePool (stride 1) -> Conv 1x1 (narrowing) => Conv 1x1 -> AveragePool [-> Add bias] */
     if (!plain_pool(pn) || stride_product(pn) != 1) return KILN_OK;
@@ -155,7 +161,7 @@ static kiln_status swap(kiln_model *m, const kiln_shape_probes *pr, int i, bool 
         b3 = kiln_pass_add_initializer(m, name, r); /* takes r */
         if (b3 < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a bias");
     }
-    kiln_status st = kiln_pass_set_input(m, i, 0, x); /* the Conv reads X, writes t */
+    st = kiln_pass_set_input(m, i, 0, x); /* the Conv reads X, writes t */
     if (!st) st = kiln_pass_set_output(m, i, 0, t);
     if (!st && move_bias) m->nodes[i].n_in = 2; /* the bias, its last input, goes */
     if (!st) st = kiln_pass_set_input(m, pi, 0, t); /* the pool reads t, writes y (or u) */
@@ -175,8 +181,9 @@ static kiln_status swap_back(kiln_model *m, const kiln_shape_probes *pr, int i, 
     const kiln_node *pn = &m->nodes[i];
     if (!plain_pool(pn)) return KILN_OK;
     const int c = pn->in[0];
-    const int ci = kiln_pass_single_consumer(m, c) == i ? producer_of(m, c) : -1; /* the Conv */
-    if (ci < 0) return KILN_OK;
+    kiln_status st = KILN_OK;
+    const int ci = producer_for(m, c, i, &st); /* the Conv */
+    if (ci < 0) return st;
     const kiln_node *cv = &m->nodes[ci];
     /* op-pattern: Conv 1x1 -> AveragePool (C < M x strides) => AveragePool -> Conv 1x1 */
     if (!kiln_pass_is(cv, "Conv") || !plain_conv(cv)) return KILN_OK;
@@ -189,7 +196,7 @@ static kiln_status swap_back(kiln_model *m, const kiln_shape_probes *pr, int i, 
     const int t = kiln_pass_new_value(m, name);
     if (t < 0) return kiln_fail(m->ctx, KILN_ERR_OUT_OF_MEMORY, "out of memory for a value");
     m->values[t].dtype = m->values[y].dtype ? m->values[y].dtype : pr->one[y].dtype;
-    kiln_status st = kiln_pass_set_input(m, i, 0, x); /* the pool reads X, writes t */
+    st = kiln_pass_set_input(m, i, 0, x); /* the pool reads X, writes t */
     if (!st) st = kiln_pass_set_output(m, i, 0, t);
     if (!st) st = kiln_pass_set_input(m, ci, 0, t); /* the Conv reads t, writes y */
     if (!st) st = kiln_pass_set_output(m, ci, 0, y);
